@@ -1,0 +1,42 @@
+//===- Program.h - building the attention-forward tile program ------------===//
+#ifndef FLASHTILE_DSL_PROGRAM_H
+#define FLASHTILE_DSL_PROGRAM_H
+
+#include "flashtile/dsl/Variant.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <cstdint>
+#include <string>
+
+namespace flashtile {
+
+enum class ElementType { F16, BF16 };
+
+struct ProgramOptions {
+  ElementType dtype = ElementType::BF16;
+  int headDim = 128;
+  int headDimV = 128;
+};
+
+/// Registers the dialects tile programs use.
+void loadProgramDialects(mlir::MLIRContext &context);
+
+/// Builds `tile.func @attention` for a variant: load Q; for every K/V tile: S = Q·Kᵀ, scale, the variant's
+/// score modifier and mask, online softmax, rescale, P·V; finalize; store O and LSE. Unscheduled: tile sizes
+/// are `?`. Fails (with a diagnostic) when a hook is ill-typed, e.g. a mask that returns a float.
+mlir::FailureOr<mlir::OwningOpRef<mlir::ModuleOp>> buildAttentionProgram(mlir::MLIRContext &context,
+                                                                        const Variant &variant,
+                                                                        const ProgramOptions &options);
+
+/// The variant's identity for cache keys: its name plus a hash of the IR its hooks produce, so two different
+/// lambdas under one name never share a kernel ("causal#9f1c...").
+mlir::FailureOr<std::string> variantId(const Variant &variant);
+
+/// FNV-1a, 64 bit, as 16 hex digits.
+std::string hashHex(llvm::StringRef text);
+
+} // namespace flashtile
+
+#endif // FLASHTILE_DSL_PROGRAM_H

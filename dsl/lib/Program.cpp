@@ -1,0 +1,182 @@
+//===- Program.cpp - the attention-forward tile program -------------------===//
+#include "flashtile/dsl/Program.h"
+#include "passes/IR/TileDialect.h"
+
+#include "mlir/IR/Verifier.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+
+namespace flashtile {
+
+void loadProgramDialects(MLIRContext &context) {
+  context.loadDialect<tile::TileDialect, arith::ArithDialect, math::MathDialect>();
+}
+
+std::string hashHex(llvm::StringRef text) {
+  uint64_t h = 1469598103934665603ull; // FNV-1a 64 offset basis
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull; // FNV-1a 64 prime
+  }
+  std::string out;
+  llvm::raw_string_ostream(out) << llvm::format_hex_no_prefix(h, 16);
+  return out;
+}
+
+namespace {
+
+class ProgramBuilder {
+public:
+  ProgramBuilder(MLIRContext &context, const Variant &variant, const ProgramOptions &options)
+      : ctx(context), variant(variant), options(options), b(&context), loc(b.getUnknownLoc()) {}
+
+  FailureOr<OwningOpRef<ModuleOp>> build();
+
+private:
+  dsl::Params params() {
+    return dsl::Params([this](const std::string &name) {
+      return dsl::Expr(b, b.create<tile::ParamOp>(loc, name));
+    });
+  }
+  dsl::Sizes sizes() {
+    return {dsl::Expr(b, b.create<tile::DimOp>(loc, "seqlen_q")),
+            dsl::Expr(b, b.create<tile::DimOp>(loc, "seqlen_k"))};
+  }
+  dsl::Expr constant(int64_t v) { return dsl::Expr(b, b.create<arith::ConstantIntOp>(loc, v, 32)); }
+
+  /// `tile.kv_range kind { (first, last) -> (lo, hi) }`; `rule` may be empty, then `fallback` gives the range.
+  LogicalResult kvRange(StringRef kind, const dsl::RangeFn &rule, const std::function<dsl::Range(dsl::Sizes)> &fallback);
+  LogicalResult expectType(dsl::Expr e, Type type, StringRef what);
+
+  MLIRContext &ctx;
+  const Variant &variant;
+  const ProgramOptions &options;
+  OpBuilder b;
+  Location loc;
+};
+
+LogicalResult ProgramBuilder::expectType(dsl::Expr e, Type type, StringRef what) {
+  if (e.get().getType() == type)
+    return success();
+  return emitError(loc) << "variant '" << variant.name() << "': " << what << " must be " << type << ", got "
+                        << e.get().getType();
+}
+
+LogicalResult ProgramBuilder::kvRange(StringRef kind, const dsl::RangeFn &rule,
+                                      const std::function<dsl::Range(dsl::Sizes)> &fallback) {
+  OpBuilder::InsertionGuard guard(b);
+  auto op = b.create<tile::KvRangeOp>(loc, b.getI32Type(), b.getI32Type(), kind);
+  Block *block = b.createBlock(&op.getRule(), {}, {b.getI32Type(), b.getI32Type()}, {loc, loc});
+  b.setInsertionPointToStart(block);
+  dsl::Sizes s = sizes();
+  dsl::Range range = rule ? rule(dsl::QTile{dsl::Expr(b, block->getArgument(0)), dsl::Expr(b, block->getArgument(1)), s},
+                                 params())
+                          : fallback(s);
+  std::string what = ("kvRange rule \"" + kind + "\" bounds").str();
+  if (failed(expectType(range.lo, b.getI32Type(), what)) || failed(expectType(range.hi, b.getI32Type(), what)))
+    return failure();
+  b.create<tile::YieldOp>(loc, ValueRange{range.lo.get(), range.hi.get()});
+  return success();
+}
+
+FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
+  loadProgramDialects(ctx);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  b.setInsertionPointToEnd(module->getBody());
+  Type dtype = options.dtype == ElementType::BF16 ? Type(b.getBF16Type()) : Type(b.getF16Type());
+  SmallVector<StringRef> paramNames;
+  for (const auto &[name, value] : variant.params())
+    paramNames.push_back(name);
+  auto func = b.create<tile::FuncOp>(loc, "attention", TypeAttr::get(dtype), b.getI64IntegerAttr(options.headDim),
+                                     b.getI64IntegerAttr(options.headDimV), b.getStringAttr(variant.name()),
+                                     b.getStrArrayAttr(paramNames), tile::ScheduleAttr(), tile::TargetAttr());
+  b.setInsertionPointToStart(&func.getBody().emplaceBlock());
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  const int64_t dyn = ShapedType::kDynamic;
+
+  // KV-range rules: without a mask every key is attended; a mask without a full-range rule masks every tile.
+  auto allKeys = [this](dsl::Sizes s) { return dsl::Range{constant(0), s.seqlenK}; };
+  auto noKeys = [this](dsl::Sizes) { return dsl::Range{constant(0), constant(0)}; };
+  if (failed(kvRange("may", variant.kvRangeFn(), allKeys)) ||
+      failed(kvRange("full", variant.fullRangeFn(), variant.maskFn() ? noKeys : allKeys)))
+    return failure();
+
+  Value q = b.create<tile::LoadOp>(loc, RankedTensorType::get({dyn, options.headDim}, dtype), "q", Value());
+  auto stateType = tile::StateType::get(&ctx, dyn, options.headDimV);
+  Value init = b.create<tile::InitStateOp>(loc, stateType);
+  auto loop = b.create<tile::KvLoopOp>(loc, stateType, Value(), Value(), init, "all", "ascending");
+  {
+    OpBuilder::InsertionGuard guard(b);
+    Block *body = b.createBlock(&loop.getBody(), {}, {i32, stateType}, {loc, loc});
+    Value j = body->getArgument(0), state = body->getArgument(1);
+    Value k = b.create<tile::LoadOp>(loc, RankedTensorType::get({dyn, options.headDim}, dtype), "k", j);
+    auto scoreType = RankedTensorType::get({dyn, dyn}, f32);
+    Value s = b.create<tile::QkOp>(loc, scoreType, q, k);
+    s = b.create<tile::ScaleOp>(loc, s);
+    if (variant.scoreFn()) {
+      auto mod = b.create<tile::ScoreModOp>(loc, scoreType, s);
+      OpBuilder::InsertionGuard inner(b);
+      Block *blk = b.createBlock(&mod.getBody(), {}, {f32, i32, i32, i32, i32}, {loc, loc, loc, loc, loc});
+      dsl::Coords c{dsl::Expr(b, blk->getArgument(1)), dsl::Expr(b, blk->getArgument(2)),
+                    dsl::Expr(b, blk->getArgument(3)), dsl::Expr(b, blk->getArgument(4)), sizes()};
+      dsl::Expr out = variant.scoreFn()(dsl::Expr(b, blk->getArgument(0)), c, params());
+      if (failed(expectType(out, f32, "the score modifier's result")))
+        return failure();
+      b.create<tile::YieldOp>(loc, ValueRange{out.get()});
+      s = mod.getResult();
+    }
+    {
+      // The mask op also drops keys past seqlen_k, so it is there even for variants without a mask rule.
+      auto mask = b.create<tile::MaskOp>(loc, scoreType, s);
+      OpBuilder::InsertionGuard inner(b);
+      Block *blk = b.createBlock(&mask.getBody(), {}, {i32, i32, i32, i32}, {loc, loc, loc, loc});
+      Value keep;
+      if (variant.maskFn()) {
+        dsl::Coords c{dsl::Expr(b, blk->getArgument(0)), dsl::Expr(b, blk->getArgument(1)),
+                      dsl::Expr(b, blk->getArgument(2)), dsl::Expr(b, blk->getArgument(3)), sizes()};
+        dsl::Expr out = variant.maskFn()(c, params());
+        if (failed(expectType(out, b.getI1Type(), "the mask predicate")))
+          return failure();
+        keep = out.get();
+      } else {
+        keep = b.create<arith::ConstantIntOp>(loc, 1, 1);
+      }
+      b.create<tile::YieldOp>(loc, ValueRange{keep});
+      s = mask.getResult();
+    }
+    auto update = b.create<tile::SoftmaxUpdateOp>(loc, s, state, dtype);
+    Value rescaled = b.create<tile::RescaleOp>(loc, update.getNewState(), update.getAlpha());
+    Value v = b.create<tile::LoadOp>(loc, RankedTensorType::get({dyn, options.headDimV}, dtype), "v", j);
+    Value next = b.create<tile::PvOp>(loc, update.getP(), v, rescaled);
+    b.create<tile::YieldOp>(loc, ValueRange{next});
+  }
+  auto fin = b.create<tile::FinalizeOp>(loc, RankedTensorType::get({dyn, options.headDimV}, f32),
+                                        RankedTensorType::get({dyn}, f32), loop.getResult());
+  b.create<tile::StoreOp>(loc, "o", fin.getO());
+  b.create<tile::StoreOp>(loc, "lse", fin.getLse());
+  if (failed(verify(*module)))
+    return failure();
+  return module;
+}
+
+} // namespace
+
+FailureOr<OwningOpRef<ModuleOp>> buildAttentionProgram(MLIRContext &context, const Variant &variant,
+                                                      const ProgramOptions &options) {
+  return ProgramBuilder(context, variant, options).build();
+}
+
+FailureOr<std::string> variantId(const Variant &variant) {
+  MLIRContext context;
+  // The hooks' IR does not depend on dtype or head dims; any fixed choice gives the same hash.
+  auto module = buildAttentionProgram(context, variant, ProgramOptions{});
+  if (failed(module))
+    return failure();
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  (*module)->print(os, OpPrintingFlags().printGenericOpForm());
+  return variant.name() + "#" + hashHex(text);
+}
+
+} // namespace flashtile

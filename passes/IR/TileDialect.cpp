@@ -1,0 +1,349 @@
+//===- TileDialect.cpp - types, attributes, verifiers, canonicalization ---===//
+#include "passes/IR/TileDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/PatternMatch.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace flashtile::tile;
+
+#include "passes/IR/TileDialect.cpp.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "passes/IR/TileTypes.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "passes/IR/TileAttrs.cpp.inc"
+
+#define GET_OP_CLASSES
+#include "passes/IR/TileOps.cpp.inc"
+
+void TileDialect::initialize() {
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "passes/IR/TileTypes.cpp.inc"
+      >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "passes/IR/TileAttrs.cpp.inc"
+      >();
+  addOperations<
+#define GET_OP_LIST
+#include "passes/IR/TileOps.cpp.inc"
+      >();
+}
+
+FuncOp flashtile::tile::getEnclosingFunc(Operation *op) { return op->getParentOfType<FuncOp>(); }
+
+//===----------------------------------------------------------------------===//
+// StateType: `!tile.state<?x128>`
+//===----------------------------------------------------------------------===//
+
+Type StateType::parse(AsmParser &parser) {
+  SmallVector<int64_t, 2> dims;
+  if (parser.parseLess() || parser.parseDimensionList(dims, /*allowDynamic=*/true, /*withTrailingX=*/false) ||
+      parser.parseGreater())
+    return {};
+  if (dims.size() != 2) {
+    parser.emitError(parser.getNameLoc(), "expected !tile.state<ROWSxCOLS>");
+    return {};
+  }
+  return StateType::getChecked([&] { return parser.emitError(parser.getNameLoc()); }, parser.getContext(), dims[0],
+                               dims[1]);
+}
+
+void StateType::print(AsmPrinter &printer) const {
+  printer << "<";
+  if (hasStaticRows())
+    printer << getRows();
+  else
+    printer << "?";
+  printer << "x" << getCols() << ">";
+}
+
+LogicalResult StateType::verify(function_ref<InFlightDiagnostic()> emitError, int64_t rows, int64_t cols) {
+  if (cols <= 0 || cols == ShapedType::kDynamic)
+    return emitError() << "state columns (head_dim_v) must be static and positive, got " << cols;
+  if (rows != ShapedType::kDynamic && rows <= 0)
+    return emitError() << "state rows must be positive or '?', got " << rows;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Shared helpers for the verifiers
+//===----------------------------------------------------------------------===//
+
+namespace {
+bool dimsCompatible(int64_t a, int64_t b) { return a == ShapedType::kDynamic || b == ShapedType::kDynamic || a == b; }
+
+std::string dimStr(int64_t d) { return d == ShapedType::kDynamic ? "?" : std::to_string(d); }
+
+LogicalResult checkOperandName(Operation *op, StringRef name, ArrayRef<StringRef> accepted) {
+  if (llvm::is_contained(accepted, name))
+    return success();
+  std::string list;
+  for (StringRef a : accepted)
+    list += (list.empty() ? "" : ", ") + a.str();
+  return op->emitOpError() << "operand '" << name << "' is not one of: " << list;
+}
+
+/// Checks a region's entry block signature: `types` block arguments and a terminator yielding `yields`.
+LogicalResult checkRegionSignature(Operation *op, Region &region, TypeRange args, TypeRange yields,
+                                   StringRef what) {
+  Block &block = region.front();
+  if (block.getArgumentTypes() != args) {
+    std::string expect;
+    llvm::raw_string_ostream os(expect);
+    llvm::interleaveComma(args, os);
+    return op->emitOpError() << what << " region must take (" << expect << ")";
+  }
+  auto yield = dyn_cast<YieldOp>(block.getTerminator());
+  if (!yield || yield.getValues().getTypes() != yields) {
+    std::string expect;
+    llvm::raw_string_ostream os(expect);
+    llvm::interleaveComma(yields, os);
+    return op->emitOpError() << what << " region must yield (" << expect << ")";
+  }
+  return success();
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Op verifiers
+//===----------------------------------------------------------------------===//
+
+int64_t FuncOp::paramIndex(StringRef name) {
+  for (auto [i, attr] : llvm::enumerate(getParams()))
+    if (cast<StringAttr>(attr).getValue() == name)
+      return static_cast<int64_t>(i);
+  return -1;
+}
+
+LogicalResult FuncOp::verify() {
+  Type dtype = getDtype();
+  if (!dtype.isF16() && !dtype.isBF16())
+    return emitOpError() << "dtype must be f16 or bf16, got " << dtype;
+  for (auto [name, dim] : {std::pair<StringRef, int64_t>{"head_dim", getHeadDim()}, {"head_dim_v", getHeadDimV()}})
+    if (dim < 8 || dim > 512 || dim % 8 != 0)
+      return emitOpError() << name << " must be a multiple of 8 in [8, 512], got " << dim;
+  llvm::StringSet<> seen;
+  for (Attribute p : getParams())
+    if (!seen.insert(cast<StringAttr>(p).getValue()).second)
+      return emitOpError() << "parameter '" << cast<StringAttr>(p).getValue() << "' is declared twice";
+  return success();
+}
+
+LogicalResult DimOp::verify() {
+  if (llvm::is_contained(kDimNames, getName()))
+    return success();
+  return emitOpError() << "unknown dimension '" << getName()
+                       << "'; expected one of: batch, heads_q, heads_kv, seqlen_q, seqlen_k";
+}
+
+LogicalResult ParamOp::verify() {
+  FuncOp func = getEnclosingFunc(*this);
+  if (!func)
+    return emitOpError() << "must be inside a tile.func";
+  if (func.paramIndex(getName()) < 0)
+    return emitOpError() << "'" << getName() << "' is not a parameter of @" << func.getSymName()
+                         << " (declared: " << func.getParams() << ")";
+  return success();
+}
+
+LogicalResult KvRangeOp::verify() {
+  if (getKind() != "may" && getKind() != "full")
+    return emitOpError() << "kind must be \"may\" or \"full\", got \"" << getKind() << "\"";
+  Type i32 = IntegerType::get(getContext(), 32);
+  return checkRegionSignature(*this, getRule(), {i32, i32}, {i32, i32}, "kv_range");
+}
+
+/// Shared by load and copy_async: Q has no tile index, K and V have one.
+static LogicalResult verifyOperandIndex(Operation *op, StringRef operand, Value index) {
+  if (failed(checkOperandName(op, operand, {"q", "k", "v"})))
+    return failure();
+  if (operand == "q" && index)
+    return op->emitOpError() << "the Q tile takes no tile index";
+  if (operand != "q" && !index)
+    return op->emitOpError() << "the " << operand << " tile needs a tile index: " << operand << "[%j]";
+  return success();
+}
+
+LogicalResult LoadOp::verify() {
+  if (failed(verifyOperandIndex(*this, getOperand(), getIndex())))
+    return failure();
+  auto type = cast<RankedTensorType>(getResult().getType());
+  FuncOp func = getEnclosingFunc(*this);
+  if (type.getRank() != 2)
+    return emitOpError() << "loads a rank-2 tile, got rank " << type.getRank();
+  if (!func)
+    return success();
+  if (type.getElementType() != func.getDtype())
+    return emitOpError() << "element type " << type.getElementType() << " differs from the program's dtype "
+                         << func.getDtype();
+  int64_t width = getOperand() == "v" ? func.getHeadDimV() : func.getHeadDim();
+  if (type.getDimSize(1) != width)
+    return emitOpError() << getOperand() << " tile must have " << width << " columns (head dim), got "
+                         << dimStr(type.getDimSize(1));
+  return success();
+}
+
+LogicalResult CopyAsyncOp::verify() { return verifyOperandIndex(*this, getOperand(), getIndex()); }
+
+LogicalResult WaitAsyncOp::verify() { return checkOperandName(*this, getOperand(), {"q", "k", "v"}); }
+
+LogicalResult StoreOp::verify() {
+  if (failed(checkOperandName(*this, getOperand(), {"o", "lse"})))
+    return failure();
+  auto type = cast<RankedTensorType>(getValue().getType());
+  int64_t rank = getOperand() == "o" ? 2 : 1;
+  if (type.getRank() != rank)
+    return emitOpError() << "the " << getOperand() << " tile must have rank " << rank << ", got " << type.getRank();
+  return success();
+}
+
+LogicalResult QkOp::verify() {
+  auto q = cast<RankedTensorType>(getQ().getType()), k = cast<RankedTensorType>(getK().getType());
+  auto s = cast<RankedTensorType>(getS().getType());
+  if (q.getRank() != 2 || k.getRank() != 2 || s.getRank() != 2)
+    return emitOpError() << "expects rank-2 tiles";
+  if (q.getElementType() != k.getElementType())
+    return emitOpError() << "Q and K element types differ: " << q.getElementType() << " vs " << k.getElementType();
+  if (!dimsCompatible(q.getDimSize(1), k.getDimSize(1)))
+    return emitOpError() << "Q and K head dims differ: " << dimStr(q.getDimSize(1)) << " vs "
+                         << dimStr(k.getDimSize(1));
+  if (!dimsCompatible(s.getDimSize(0), q.getDimSize(0)) || !dimsCompatible(s.getDimSize(1), k.getDimSize(0)))
+    return emitOpError() << "result must be " << dimStr(q.getDimSize(0)) << "x" << dimStr(k.getDimSize(0))
+                         << " (Q rows x K rows), got " << dimStr(s.getDimSize(0)) << "x" << dimStr(s.getDimSize(1));
+  return success();
+}
+
+LogicalResult ScoreModOp::verify() {
+  if (getS().getType() != getResult().getType())
+    return emitOpError() << "result type must equal the score tile type";
+  Builder b(getContext());
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  return checkRegionSignature(*this, getBody(), {f32, i32, i32, i32, i32}, {f32}, "score_mod");
+}
+
+LogicalResult MaskOp::verify() {
+  if (getS().getType() != getResult().getType())
+    return emitOpError() << "result type must equal the score tile type";
+  Builder b(getContext());
+  Type i32 = b.getI32Type();
+  return checkRegionSignature(*this, getBody(), {i32, i32, i32, i32}, {b.getI1Type()}, "mask");
+}
+
+void SoftmaxUpdateOp::build(OpBuilder &builder, OperationState &state, Value s, Value st, Type pElement) {
+  auto sType = cast<RankedTensorType>(s.getType());
+  auto pType = RankedTensorType::get(sType.getShape(), pElement);
+  auto alphaType = RankedTensorType::get({sType.getDimSize(0)}, builder.getF32Type());
+  build(builder, state, pType, alphaType, st.getType(), s, st, /*fold_scale=*/false);
+}
+
+LogicalResult SoftmaxUpdateOp::verify() {
+  auto s = cast<RankedTensorType>(getS().getType());
+  auto p = cast<RankedTensorType>(getP().getType());
+  auto alpha = cast<RankedTensorType>(getAlpha().getType());
+  auto st = cast<StateType>(getState().getType());
+  if (s.getRank() != 2 || p.getShape() != s.getShape())
+    return emitOpError() << "P must have the score tile's shape";
+  if (alpha.getRank() != 1 || !dimsCompatible(alpha.getDimSize(0), s.getDimSize(0)) ||
+      !dimsCompatible(st.getRows(), s.getDimSize(0)))
+    return emitOpError() << "alpha and the state must have one entry per score row";
+  if (getNewState().getType() != st)
+    return emitOpError() << "the new state must have the state's type";
+  return success();
+}
+
+LogicalResult RescaleOp::verify() {
+  auto st = cast<StateType>(getState().getType());
+  auto alpha = cast<RankedTensorType>(getAlpha().getType());
+  if (alpha.getRank() != 1 || !dimsCompatible(alpha.getDimSize(0), st.getRows()))
+    return emitOpError() << "alpha must have one entry per state row";
+  if (getResult().getType() != st)
+    return emitOpError() << "result must have the state's type";
+  return success();
+}
+
+LogicalResult PvOp::verify() {
+  auto p = cast<RankedTensorType>(getP().getType()), v = cast<RankedTensorType>(getV().getType());
+  auto st = cast<StateType>(getState().getType());
+  if (p.getRank() != 2 || v.getRank() != 2)
+    return emitOpError() << "expects rank-2 P and V tiles";
+  if (p.getElementType() != v.getElementType())
+    return emitOpError() << "P and V element types differ: " << p.getElementType() << " vs " << v.getElementType();
+  if (!dimsCompatible(p.getDimSize(1), v.getDimSize(0)))
+    return emitOpError() << "P columns (" << dimStr(p.getDimSize(1)) << ") must equal V rows ("
+                         << dimStr(v.getDimSize(0)) << ")";
+  if (v.getDimSize(1) != st.getCols() || !dimsCompatible(p.getDimSize(0), st.getRows()))
+    return emitOpError() << "the state must be (P rows) x (V columns)";
+  if (getResult().getType() != st)
+    return emitOpError() << "result must have the state's type";
+  return success();
+}
+
+LogicalResult FinalizeOp::verify() {
+  auto st = cast<StateType>(getState().getType());
+  auto o = cast<RankedTensorType>(getO().getType()), lse = cast<RankedTensorType>(getLse().getType());
+  if (o.getRank() != 2 || o.getDimSize(1) != st.getCols() || !dimsCompatible(o.getDimSize(0), st.getRows()))
+    return emitOpError() << "O must be " << dimStr(st.getRows()) << "x" << st.getCols();
+  if (lse.getRank() != 1 || !dimsCompatible(lse.getDimSize(0), st.getRows()))
+    return emitOpError() << "LSE must have one entry per row";
+  return success();
+}
+
+LogicalResult KvLoopOp::verify() {
+  if (static_cast<bool>(getLower()) != static_cast<bool>(getUpper()))
+    return emitOpError() << "takes both bounds (from %lo to %hi) or neither";
+  static constexpr StringRef kSegments[] = {"all", "tail_boundary", "interior", "head_boundary"};
+  if (!llvm::is_contained(kSegments, getSegment()))
+    return emitOpError() << "segment must be one of: all, tail_boundary, interior, head_boundary; got \""
+                         << getSegment() << "\"";
+  if (getOrder() != "ascending" && getOrder() != "descending")
+    return emitOpError() << "order must be \"ascending\" or \"descending\", got \"" << getOrder() << "\"";
+  if (getSegment() != "all" && !getLower())
+    return emitOpError() << "a \"" << getSegment() << "\" segment needs bounds";
+  Type i32 = IntegerType::get(getContext(), 32);
+  if (failed(checkRegionSignature(*this, getBody(), {i32, getInit().getType()}, {getInit().getType()}, "kv_loop")))
+    return failure();
+  if (getResult().getType() != getInit().getType())
+    return emitOpError() << "result type must equal the state type";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Canonicalization
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// `tile.scale` whose only consumers on the way to the softmax are masks is folded into the softmax's exp2
+/// multiplier (c = scale·log2 e): one multiply per score instead of two. Masks only look at coordinates and
+/// scale > 0 (the runtime rejects other scales), so moving the multiply past them changes nothing.
+struct FoldScaleIntoSoftmax : OpRewritePattern<SoftmaxUpdateOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(SoftmaxUpdateOp op, PatternRewriter &rewriter) const override {
+    if (op.getFoldScale())
+      return rewriter.notifyMatchFailure(op, "scale already folded");
+    Value v = op.getS();
+    while (auto mask = v.getDefiningOp<MaskOp>()) {
+      if (!mask->hasOneUse())
+        return rewriter.notifyMatchFailure(op, "a mask result has other users");
+      v = mask.getS();
+    }
+    auto scale = v.getDefiningOp<ScaleOp>();
+    if (!scale || !scale->hasOneUse())
+      return rewriter.notifyMatchFailure(op, "scores are not scaled right before masks and softmax");
+    rewriter.replaceOp(scale, scale.getS());
+    rewriter.modifyOpInPlace(op, [&] { op.setFoldScale(true); });
+    return success();
+  }
+};
+} // namespace
+
+void SoftmaxUpdateOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
+  results.add<FoldScaleIntoSoftmax>(context);
+}

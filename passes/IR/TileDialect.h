@@ -1,0 +1,34 @@
+//===- TileDialect.h - the tile dialect ----------------------------------===//
+#ifndef FLASHTILE_PASSES_IR_TILEDIALECT_H
+#define FLASHTILE_PASSES_IR_TILEDIALECT_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/ControlFlowInterfaces.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "passes/IR/TileDialect.h.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "passes/IR/TileTypes.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "passes/IR/TileAttrs.h.inc"
+
+#define GET_OP_CLASSES
+#include "passes/IR/TileOps.h.inc"
+
+namespace flashtile::tile {
+/// Names accepted by `tile.dim`, in one place for the verifier, the interpreter and codegen.
+inline constexpr const char *kDimNames[] = {"batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k"};
+/// The enclosing program of an op, or null.
+FuncOp getEnclosingFunc(mlir::Operation *op);
+} // namespace flashtile::tile
+
+#endif // FLASHTILE_PASSES_IR_TILEDIALECT_H

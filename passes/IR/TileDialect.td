@@ -1,0 +1,82 @@
+//===- TileDialect.td - the tile dialect: attention as tile programs -----===//
+//
+// A tile program says *what* attention computes, one Q tile at a time: load tiles, S = Q·Kᵀ, the variant's score
+// modifier and mask, the online softmax (state m, l, acc), P·V, finalize, store. Schedules decide who computes
+// which tile and when; they refine this IR (tile sizes, loop segments, async copies) but never its math.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_TILE_DIALECT
+#define FLASHTILE_TILE_DIALECT
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/BuiltinTypeInterfaces.td"
+
+def Tile_Dialect : Dialect {
+  let name = "tile";
+  let summary = "Tile programs for attention kernels";
+  let description = [{
+    Values are register/shared-memory tiles, written as builtin ranked tensors whose leading dimension is `?`
+    until a schedule fixes the tile size (`tensor<?x128xbf16>` becomes `tensor<128x128xbf16>`), and the online
+    softmax state `!tile.state<RxD>` (running max m, running sum l, unnormalized accumulator acc).
+  }];
+  let cppNamespace = "::flashtile::tile";
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
+  let useDefaultTypePrinterParser = 1;
+  let useDefaultAttributePrinterParser = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Types
+//===----------------------------------------------------------------------===//
+
+class Tile_Type<string name, string typeMnemonic> : TypeDef<Tile_Dialect, name> {
+  let mnemonic = typeMnemonic;
+}
+
+def Tile_StateType : Tile_Type<"State", "state"> {
+  let summary = "online-softmax state of a Q tile: running max m, running sum l, accumulator acc";
+  let description = [{
+    `!tile.state<?x128>` holds, for each of `rows` query rows, the running maximum `m` (log2 domain), the running
+    sum `l` and the unnormalized output row `acc` of `cols` fp32 values. `rows` is `?` until scheduled.
+  }];
+  let parameters = (ins "int64_t":$rows, "int64_t":$cols);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    bool hasStaticRows() const { return getRows() != ::mlir::ShapedType::kDynamic; }
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Attributes
+//===----------------------------------------------------------------------===//
+
+class Tile_Attr<string name, string attrMnemonic> : AttrDef<Tile_Dialect, name> {
+  let mnemonic = attrMnemonic;
+}
+
+def Tile_ScheduleAttr : Tile_Attr<"Schedule", "schedule"> {
+  let summary = "the schedule a program was scheduled with";
+  let description = [{
+    Attached to `tile.func` by `tile-apply-schedule`. `blockM` query rows per thread block, `blockN` keys per K/V
+    tile, `warps` per block, `stages` K/V shared-memory buffers. Example:
+    `#tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 2>`.
+  }];
+  let parameters = (ins StringRefParameter<>:$name, "int64_t":$blockM, "int64_t":$blockN, "int64_t":$warps,
+                        "int64_t":$stages);
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
+def Tile_TargetAttr : Tile_Attr<"Target", "target"> {
+  let summary = "the GPU target and the instruction family a program was lowered to";
+  let description = [{
+    Attached to `tile.func` by `tile-lower-to-target`: `arch` is what NVRTC compiles for (sm_80, sm_90a, sm_100a),
+    `isa` the instruction family the schedule's tile ops were lowered to (sm80: mma.sync, ldmatrix, cp.async).
+    Example: `#tile.target<arch = "sm_90a", isa = "sm80">`.
+  }];
+  let parameters = (ins StringRefParameter<>:$arch, StringRefParameter<>:$isa);
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
+#endif // FLASHTILE_TILE_DIALECT

@@ -1,0 +1,304 @@
+//===- TileOps.td - tile dialect operations ------------------------------===//
+#ifndef FLASHTILE_TILE_OPS
+#define FLASHTILE_TILE_OPS
+
+include "passes/IR/TileDialect.td"
+include "mlir/IR/OpBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/RegionKindInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+class Tile_Op<string mnemonic, list<Trait> traits = []> : Op<Tile_Dialect, mnemonic, traits>;
+
+def Tile_TileF32 : RankedTensorOf<[F32]>;
+def Tile_TileLowp : RankedTensorOf<[F16, BF16]>;
+def Tile_TileAny : RankedTensorOf<[F16, BF16, F32]>;
+
+//===----------------------------------------------------------------------===//
+// Program structure
+//===----------------------------------------------------------------------===//
+
+def Tile_FuncOp : Tile_Op<"func", [IsolatedFromAbove, Symbol, SingleBlock, NoTerminator]> {
+  let summary = "an attention-forward tile program: what one program instance computes for its Q tile";
+  let description = [{
+    The body runs once per (batch, head, Q tile). Before scheduling the Q tile is the whole sequence; after
+    `tile-apply-schedule` it is `blockM` rows. `params` names the variant's numbers (kernel arguments).
+    ```mlir
+    tile.func @attention attributes {dtype = bf16, head_dim = 128 : i64, head_dim_v = 128 : i64,
+                                     variant = "causal", params = []} {
+      %q = tile.load q : tensor<?x128xbf16>
+      ...
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$dtype, I64Attr:$head_dim, I64Attr:$head_dim_v,
+                       StrAttr:$variant, StrArrayAttr:$params,
+                       OptionalAttr<Tile_ScheduleAttr>:$schedule, OptionalAttr<Tile_TargetAttr>:$target);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::Block &getBodyBlock() { return getBody().front(); }
+    /// Index of a variant parameter in FlashtileFwdParams::variantParams, or -1.
+    int64_t paramIndex(::llvm::StringRef name);
+  }];
+}
+
+def Tile_YieldOp : Tile_Op<"yield", [Pure, Terminator, ReturnLike,
+    ParentOneOf<["KvRangeOp", "ScoreModOp", "MaskOp", "KvLoopOp"]>]> {
+  let summary = "ends a tile region, yielding its values";
+  let description = [{ `tile.yield %a, %b : i32, i32` }];
+  let arguments = (ins Variadic<AnyType>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+  let builders = [OpBuilder<(ins), [{ build($_builder, $_state, ::mlir::ValueRange()); }]>];
+}
+
+def Tile_DimOp : Tile_Op<"dim", [Pure]> {
+  let summary = "a problem size, read from the kernel arguments";
+  let description = [{
+    `%sk = tile.dim "seqlen_k"`: one of "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k".
+  }];
+  let arguments = (ins StrAttr:$name);
+  let results = (outs I32:$result);
+  let assemblyFormat = "$name attr-dict";
+  let hasVerifier = 1;
+}
+
+def Tile_ParamOp : Tile_Op<"param", [Pure]> {
+  let summary = "a variant's number (softcap, window size, ...), passed as a kernel argument";
+  let description = [{ `%cap = tile.param "cap"` reads the parameter declared in the enclosing `tile.func`'s `params`. }];
+  let arguments = (ins StrAttr:$name);
+  let results = (outs F32:$result);
+  let assemblyFormat = "$name attr-dict";
+  let hasVerifier = 1;
+}
+
+def Tile_KvRangeOp : Tile_Op<"kv_range", []> {
+  let summary = "the variant's KV-range rule for the Q tile this instance owns";
+  let description = [{
+    The region receives the first and last query row of the Q tile (unaligned indices) and yields a key range
+    [lo, hi). `kind = "may"`: keys outside can never be attended by any row of the tile, so their tiles are
+    skipped. `kind = "full"`: every row attends every key inside, so tiles inside need no mask. Schedules clamp
+    both to [0, seqlen_k) and derive loop segments from them. The op declares no memory effects on purpose:
+    its results are unused until a schedule splits the loop, and it must survive canonicalization until then.
+    ```mlir
+    %lo, %hi = tile.kv_range "may" {
+    ^bb0(%first: i32, %last: i32):
+      ...
+      tile.yield %c0, %end : i32, i32
+    }
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind);
+  let results = (outs I32:$lo, I32:$hi);
+  let regions = (region SizedRegion<1>:$rule);
+  let assemblyFormat = "$kind attr-dict-with-keyword $rule";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+def Tile_LoadOp : Tile_Op<"load", [MemoryEffects<[MemRead]>]> {
+  let summary = "reads a Q, K or V tile";
+  let description = [{
+    `tile.load q` reads this instance's Q tile; `tile.load k[%j]` / `tile.load v[%j]` read K/V tile `j` (rows
+    j·N .. j·N+N-1 of the key sequence, where N is the tile's leading dimension). Rows past the sequence read
+    as zero. After `tile-pipeline` the tile is read from the shared-memory buffer its `tile.copy_async` filled.
+  }];
+  let arguments = (ins StrAttr:$operand, Optional<I32>:$index);
+  let results = (outs Tile_TileLowp:$result);
+  let assemblyFormat = "$operand (`[` $index^ `]`)? attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Tile_CopyAsyncOp : Tile_Op<"copy_async", [MemoryEffects<[MemRead, MemWrite]>, AttrSizedOperandSegments]> {
+  let summary = "starts an asynchronous global-to-shared copy of a tile (inserted by tile-pipeline)";
+  let description = [{
+    `tile.copy_async k[%j] if %valid` starts copying K tile `j` into K's shared-memory buffer; nothing is
+    copied when the optional predicate is false. The copy completes at the matching `tile.wait_async`.
+  }];
+  let arguments = (ins StrAttr:$operand, Optional<I32>:$index, Optional<I1>:$pred);
+  let assemblyFormat = "$operand (`[` $index^ `]`)? (`if` $pred^)? attr-dict";
+  let hasVerifier = 1;
+}
+
+def Tile_WaitAsyncOp : Tile_Op<"wait_async", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "waits for an operand's outstanding copy, then synchronizes the thread block";
+  let description = [{
+    `tile.wait_async q {pending = 1}` returns once the copy of `q` has landed; `pending` copies started after
+    it may still be in flight (the copy of the first K tile, here). The barrier makes the tile visible to all
+    warps and guarantees that every warp is done with the buffer's previous contents.
+  }];
+  let arguments = (ins StrAttr:$operand, DefaultValuedAttr<I64Attr, "0">:$pending);
+  let assemblyFormat = "$operand attr-dict";
+  let hasVerifier = 1;
+}
+
+def Tile_StoreOp : Tile_Op<"store", [MemoryEffects<[MemWrite]>]> {
+  let summary = "writes the O tile (converted to the program's dtype) or the LSE rows";
+  let description = [{ `tile.store o %o : tensor<?x128xf32>`, `tile.store lse %lse : tensor<?xf32>`. Rows past seqlen_q are not written. }];
+  let arguments = (ins StrAttr:$operand, Tile_TileF32:$value);
+  let assemblyFormat = "$operand $value attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Math on tiles
+//===----------------------------------------------------------------------===//
+
+def Tile_QkOp : Tile_Op<"qk", [Pure]> {
+  let summary = "S = Q·Kᵀ, fp32 accumulation";
+  let description = [{ `%s = tile.qk %q, %k : tensor<?x128xbf16>, tensor<?x128xbf16> -> tensor<?x?xf32>` }];
+  let arguments = (ins Tile_TileLowp:$q, Tile_TileLowp:$k);
+  let results = (outs Tile_TileF32:$s);
+  let assemblyFormat = "$q `,` $k attr-dict `:` type($q) `,` type($k) `->` type($s)";
+  let hasVerifier = 1;
+}
+
+def Tile_ScaleOp : Tile_Op<"scale", [Pure, SameOperandsAndResultType]> {
+  let summary = "multiplies scores by softmax_scale";
+  let description = [{
+    `%s1 = tile.scale %s : tensor<?x?xf32>`. When nothing between the scale and the softmax needs scaled scores,
+    canonicalization folds it into `tile.softmax_update {fold_scale}`, where it joins log2(e) in one multiply.
+  }];
+  let arguments = (ins Tile_TileF32:$s);
+  let results = (outs Tile_TileF32:$result);
+  let assemblyFormat = "$s attr-dict `:` type($s)";
+}
+
+def Tile_ScoreModOp : Tile_Op<"score_mod", [AllTypesMatch<["s", "result"]>, SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects]> {
+  let summary = "the variant's score modifier, applied elementwise";
+  let description = [{
+    The region maps (score, b, h, q_idx, kv_idx) to a new score, for every element of the tile:
+    ```mlir
+    %s2 = tile.score_mod %s1 : tensor<?x?xf32> {
+    ^bb0(%score: f32, %b: i32, %h: i32, %q: i32, %kv: i32):
+      %cap = tile.param "cap"
+      %x = arith.divf %score, %cap : f32
+      %t = math.tanh %x : f32
+      %y = arith.mulf %cap, %t : f32
+      tile.yield %y : f32
+    }
+    ```
+  }];
+  let arguments = (ins Tile_TileF32:$s);
+  let results = (outs Tile_TileF32:$result);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$s attr-dict `:` type($s) $body";
+  let hasVerifier = 1;
+}
+
+def Tile_MaskOp : Tile_Op<"mask", [AllTypesMatch<["s", "result"]>, SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects]> {
+  let summary = "the variant's mask predicate plus the key-sequence bound; masked scores become -inf";
+  let description = [{
+    The region maps (b, h, q_idx, kv_idx) to keep/drop. Keys at or past seqlen_k are always dropped. Schedules
+    keep this op only on boundary tiles.
+    ```mlir
+    %s3 = tile.mask %s2 : tensor<?x?xf32> {
+    ^bb0(%b: i32, %h: i32, %q: i32, %kv: i32):
+      tile.yield %keep : i1
+    }
+    ```
+  }];
+  let arguments = (ins Tile_TileF32:$s);
+  let results = (outs Tile_TileF32:$result);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$s attr-dict `:` type($s) $body";
+  let hasVerifier = 1;
+}
+
+def Tile_SoftmaxUpdateOp : Tile_Op<"softmax_update", [Pure, AllTypesMatch<["state", "new_state"]>]> {
+  let summary = "online softmax step: new running max and sum, probabilities P, and the correction factor";
+  let description = [{
+    For each row: m' = max(m, rowmax(S)), alpha = exp2(m − m'), P = exp2(S·c − m') with c = log2(e)
+    (c = softmax_scale·log2(e) with `fold_scale`), l' = alpha·l + rowsum(P). P is rounded to `p`'s element
+    type for P·V. The accumulator is not touched: `tile.rescale` applies alpha, so schedules can place or
+    skip that step (FA4 rescales conditionally).
+    ```mlir
+    %p, %alpha, %st1 = tile.softmax_update %s, %st : tensor<?x?xf32>, !tile.state<?x128>
+                                                   -> tensor<?x?xbf16>, tensor<?xf32>
+    ```
+  }];
+  let arguments = (ins Tile_TileF32:$s, Tile_StateType:$state, UnitAttr:$fold_scale);
+  let results = (outs Tile_TileLowp:$p, Tile_TileF32:$alpha, Tile_StateType:$new_state);
+  let assemblyFormat = "$s `,` $state attr-dict `:` type($s) `,` type($state) `->` type($p) `,` type($alpha)";
+  let hasVerifier = 1;
+  let hasCanonicalizer = 1;
+  let builders = [OpBuilder<(ins "::mlir::Value":$s, "::mlir::Value":$state, "::mlir::Type":$pType)>];
+}
+
+def Tile_RescaleOp : Tile_Op<"rescale", [Pure, AllTypesMatch<["state", "result"]>]> {
+  let summary = "acc *= alpha, row by row";
+  let description = [{ `%st2 = tile.rescale %st1, %alpha : !tile.state<?x128>, tensor<?xf32>` }];
+  let arguments = (ins Tile_StateType:$state, Tile_TileF32:$alpha);
+  let results = (outs Tile_StateType:$result);
+  let assemblyFormat = "$state `,` $alpha attr-dict `:` type($state) `,` type($alpha)";
+  let hasVerifier = 1;
+}
+
+def Tile_PvOp : Tile_Op<"pv", [Pure, AllTypesMatch<["state", "result"]>]> {
+  let summary = "acc += P·V, fp32 accumulation";
+  let description = [{ `%st3 = tile.pv %p, %v, %st2 : tensor<?x?xbf16>, tensor<?x128xbf16>, !tile.state<?x128>` }];
+  let arguments = (ins Tile_TileLowp:$p, Tile_TileLowp:$v, Tile_StateType:$state);
+  let results = (outs Tile_StateType:$result);
+  let assemblyFormat = "$p `,` $v `,` $state attr-dict `:` type($p) `,` type($v) `,` type($state)";
+  let hasVerifier = 1;
+}
+
+def Tile_FinalizeOp : Tile_Op<"finalize", [Pure]> {
+  let summary = "O = acc / l and LSE = ln(l) + m·ln(2); rows that saw no key give O = 0, LSE = -inf";
+  let description = [{ `%o, %lse = tile.finalize %st : !tile.state<?x128> -> tensor<?x128xf32>, tensor<?xf32>` }];
+  let arguments = (ins Tile_StateType:$state);
+  let results = (outs Tile_TileF32:$o, Tile_TileF32:$lse);
+  let assemblyFormat = "$state attr-dict `:` type($state) `->` type($o) `,` type($lse)";
+  let hasVerifier = 1;
+}
+
+def Tile_InitStateOp : Tile_Op<"init_state", [Pure]> {
+  let summary = "empty online-softmax state: m = -inf, l = 0, acc = 0";
+  let description = [{ `%st0 = tile.init_state : !tile.state<?x128>` }];
+  let results = (outs Tile_StateType:$state);
+  let assemblyFormat = "attr-dict `:` type($state)";
+}
+
+//===----------------------------------------------------------------------===//
+// The K/V loop
+//===----------------------------------------------------------------------===//
+
+def Tile_KvLoopOp : Tile_Op<"kv_loop", [SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects,
+                                         AttrSizedOperandSegments]> {
+  let summary = "walks K/V tiles, threading the online-softmax state";
+  let description = [{
+    Unscheduled (no bounds), the loop visits every K/V tile in order. Scheduled, it visits tiles
+    [from, to) in `order` ("ascending" or "descending"); `segment` says which part of the KV range it covers
+    ("all", "tail_boundary", "interior", "head_boundary"), interior segments carry no mask.
+    ```mlir
+    %st = tile.kv_loop from %lo to %hi iter_args(%st0) {segment = "interior", order = "descending"}
+          : !tile.state<128x128> -> !tile.state<128x128> {
+    ^bb0(%j: i32, %s: !tile.state<128x128>):
+      ...
+      tile.yield %s3 : !tile.state<128x128>
+    }
+    ```
+  }];
+  let arguments = (ins Optional<I32>:$lower, Optional<I32>:$upper, Tile_StateType:$init,
+                       DefaultValuedStrAttr<StrAttr, "all">:$segment,
+                       DefaultValuedStrAttr<StrAttr, "ascending">:$order);
+  let results = (outs Tile_StateType:$result);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    (`from` $lower^)? (`to` $upper^)? `iter_args` `(` $init `)` attr-dict `:` type($init) `->` type($result) $body
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::Value getTileIndex() { return getBody().front().getArgument(0); }
+    ::mlir::Value getStateArg() { return getBody().front().getArgument(1); }
+    bool isBounded() { return getLower() != nullptr; }
+  }];
+}
+
+#endif // FLASHTILE_TILE_OPS

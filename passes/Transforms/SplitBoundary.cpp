@@ -1,0 +1,118 @@
+//===- SplitBoundary.cpp - tile-split-boundary ----------------------------===//
+//
+// One unbounded K/V loop becomes up to three bounded ones. In key indices the variant says:
+//   may  = [mayLo, mayHi)   keys some row of the Q tile can attend (outside: the tile is skipped)
+//   full = [fullLo, fullHi) keys every row attends (inside: no mask needed)
+// In tile indices (blockN keys a tile, clamped to the key sequence):
+//   [tLo, fLo) head boundary (masked) | [fLo, fHi) interior (unmasked) | [fHi, tHi) tail boundary (masked)
+//===----------------------------------------------------------------------===//
+#include "passes/Transforms/Passes.h"
+#include "schedules/fa2/Fa2Config.h"
+
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
+
+namespace flashtile::tile {
+#define GEN_PASS_DEF_TILESPLITBOUNDARY
+#include "passes/Transforms/Passes.h.inc"
+} // namespace flashtile::tile
+
+using namespace mlir;
+using namespace flashtile::tile;
+
+namespace {
+
+struct TileBounds {
+  Value lo, fullLo, fullHi, hi; // tLo <= fLo <= fHi <= tHi
+};
+
+/// Converts the variant's key ranges into clamped tile-index bounds, as IR in front of the loop.
+TileBounds tileBounds(OpBuilder &b, Location loc, KvRangeOp may, KvRangeOp full, int64_t blockN) {
+  auto c = [&](int64_t v) { return b.create<arith::ConstantIntOp>(loc, v, 32).getResult(); };
+  Value zero = c(0), bn = c(blockN);
+  Value seqlenK = b.create<DimOp>(loc, "seqlen_k");
+  auto clampKeys = [&](Value key) {
+    return b.create<arith::MinSIOp>(loc, b.create<arith::MaxSIOp>(loc, key, zero), seqlenK).getResult();
+  };
+  auto clamp = [&](Value v, Value lo, Value hi) {
+    return b.create<arith::MinSIOp>(loc, b.create<arith::MaxSIOp>(loc, v, lo), hi).getResult();
+  };
+  TileBounds t;
+  Value mayLo = clampKeys(may.getLo()), mayHi = clampKeys(may.getHi());
+  t.lo = b.create<arith::DivSIOp>(loc, mayLo, bn);                                    // floor: nonnegative
+  t.hi = b.create<arith::MaxSIOp>(loc, b.create<arith::CeilDivSIOp>(loc, mayHi, bn), t.lo); // empty if hi < lo
+  Value fLo = b.create<arith::CeilDivSIOp>(loc, clampKeys(full.getLo()), bn); // first tile entirely inside
+  Value fHi = b.create<arith::DivSIOp>(loc, clampKeys(full.getHi()), bn);     // one past the last such tile
+  t.fullLo = clamp(fLo, t.lo, t.hi);
+  t.fullHi = clamp(fHi, t.fullLo, t.hi);
+  return t;
+}
+
+/// A copy of `loop` over [lo, hi) of one segment; interior copies drop their masks.
+KvLoopOp cloneSegment(OpBuilder &b, KvLoopOp loop, Value init, Value lo, Value hi, StringRef segment,
+                      StringRef order) {
+  auto seg = b.create<KvLoopOp>(loop.getLoc(), loop.getResult().getType(), lo, hi, init, segment, order);
+  IRMapping map;
+  loop.getBody().cloneInto(&seg.getBody(), map);
+  if (segment == "interior")
+    seg.getBody().walk([](MaskOp mask) {
+      mask.getResult().replaceAllUsesWith(mask.getS());
+      mask.erase();
+    });
+  return seg;
+}
+
+/// Whether a kv_range rule's lower bound is the constant `expected` (looked up in what its region yields).
+bool lowerBoundIs(KvRangeOp range, int64_t expected) {
+  auto yield = cast<YieldOp>(range.getRule().front().getTerminator());
+  APInt value;
+  return matchPattern(yield.getValues()[0], m_ConstantInt(&value)) && value.getSExtValue() == expected;
+}
+
+struct TileSplitBoundaryPass : flashtile::tile::impl::TileSplitBoundaryBase<TileSplitBoundaryPass> {
+  void runOnOperation() override {
+    FuncOp func = getOperation();
+    auto schedule = func.getScheduleAttr();
+    if (!schedule) {
+      func.emitOpError() << "must be scheduled before splitting boundary tiles (run tile-apply-schedule)";
+      return signalPassFailure();
+    }
+    KvRangeOp may, full;
+    for (auto range : func.getBody().getOps<KvRangeOp>())
+      (range.getKind() == "may" ? may : full) = range;
+    if (!may || !full) {
+      func.emitOpError() << "needs both kv_range rules (\"may\" and \"full\") to split boundary tiles";
+      return signalPassFailure();
+    }
+    SmallVector<KvLoopOp> loops(func.getBody().getOps<KvLoopOp>());
+    for (KvLoopOp loop : loops) {
+      if (loop.isBounded())
+        continue;
+      if (may->getBlock() != loop->getBlock() || !may->isBeforeInBlock(loop) || !full->isBeforeInBlock(loop)) {
+        loop.emitOpError() << "kv_range rules must come before the K/V loop";
+        return signalPassFailure();
+      }
+      OpBuilder b(loop);
+      TileBounds t = tileBounds(b, loop.getLoc(), may, full, schedule.getBlockN());
+      // Rules that start both ranges at key 0 (no mask, causal) provably leave the head segment empty.
+      bool headEmpty = lowerBoundIs(may, 0) && lowerBoundIs(full, 0);
+      StringRef order = flashtile::fa2::kWalkDescending ? "descending" : "ascending";
+      struct Segment {
+        StringRef name;
+        Value lo, hi;
+      };
+      SmallVector<Segment, 3> segments = {{"tail_boundary", t.fullHi, t.hi}, {"interior", t.fullLo, t.fullHi}};
+      if (!headEmpty)
+        segments.push_back({"head_boundary", t.lo, t.fullLo});
+      if (!flashtile::fa2::kWalkDescending)
+        std::reverse(segments.begin(), segments.end());
+      Value state = loop.getInit();
+      for (const Segment &s : segments)
+        state = cloneSegment(b, loop, state, s.lo, s.hi, s.name, order).getResult();
+      loop.getResult().replaceAllUsesWith(state);
+      loop.erase();
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,78 @@
+// KernelCache.h — compiled kernels kept in memory and on disk, keyed by a text key.
+//
+// The key text names everything the kernel depends on, the compiler's version included, so an entry is never
+// stale: a different compiler asks for a different key. On disk each key has one file named by the key's 64-bit
+// FNV-1a hash; the file repeats the full key text, so a hash collision reads as a miss, not as a wrong kernel.
+// Files are written to a temporary name and renamed into place, so concurrent processes only ever see
+// complete entries; an entry that fails its checks (truncated, corrupted, another key) is rebuilt.
+#ifndef FLASHTILE_RUNTIME_KERNELCACHE_H
+#define FLASHTILE_RUNTIME_KERNELCACHE_H
+
+#include "flashtile/runtime/KernelInfo.h"
+#include "flashtile/runtime/Status.h"
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace flashtile {
+
+/// One compiled kernel: its metadata and its cubin (an ELF image for KernelInfo::arch).
+struct CachedKernel {
+  KernelInfo info;
+  std::string cubin;
+};
+
+class KernelCache {
+public:
+  struct Options {
+    std::string dir;         // where disk entries live; created on first write
+    bool diskEnabled = true; // false keeps the cache in memory only
+  };
+  /// FLASHTILE_CACHE_DIR (default $HOME/.cache/flashtile); FLASHTILE_DISABLE_CACHE set to anything but "" or
+  /// "0" disables the disk layer, as does an unset HOME without FLASHTILE_CACHE_DIR.
+  static Options optionsFromEnvironment();
+
+  struct Stats {
+    uint64_t memoryHits = 0;        // served from memory, including callers that waited for another's compile
+    uint64_t diskHits = 0;          // loaded from a valid disk entry
+    uint64_t misses = 0;            // calls of the compile function
+    uint64_t rejectedEntries = 0;   // disk entries that existed but failed a check and were rebuilt
+    uint64_t diskWriteFailures = 0; // entries that could not be stored (the kernel was still returned)
+  };
+
+  /// Uses optionsFromEnvironment().
+  KernelCache();
+  explicit KernelCache(Options options);
+
+  using Compile = std::function<StatusOr<CachedKernel>()>;
+  /// Returns the kernel for `key`: from memory, else from disk, else by calling `compile` and storing its
+  /// result in both. Single-flight: concurrent callers with one key share one `compile` call and its result.
+  /// A failure is returned to the callers waiting at the time but not kept: the next call compiles again.
+  /// `compile` must return a kernel whose info passes KernelInfo::verify() and whose cubin is not empty.
+  StatusOr<std::shared_ptr<const CachedKernel>> getOrCompile(const std::string &key, const Compile &compile);
+
+  Stats stats() const;
+  const Options &options() const { return config; }
+  /// The file that holds (or would hold) `key`'s disk entry.
+  std::string entryPath(const std::string &key) const;
+
+private:
+  using Result = StatusOr<std::shared_ptr<const CachedKernel>>;
+  Result load(const std::string &key, const Compile &compile);
+
+  Options config;
+  mutable std::mutex mutex;
+  /// In-flight and finished lookups; failed ones are erased once their callers have the error.
+  std::unordered_map<std::string, std::shared_future<Result>> entries;
+  std::atomic<uint64_t> memoryHits{0}, diskHits{0}, misses{0}, rejectedEntries{0}, diskWriteFailures{0};
+};
+
+} // namespace flashtile
+
+#endif // FLASHTILE_RUNTIME_KERNELCACHE_H

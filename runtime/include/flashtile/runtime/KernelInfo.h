@@ -1,0 +1,75 @@
+// KernelInfo.h — what the runtime asks for (KernelSpec) and what the compiler says it built (KernelInfo).
+//
+// The compiler writes a KernelInfo next to every cubin (an ahead-of-time `<name>.manifest`, or the info part of
+// a cache entry); the runtime reads it back to pick and launch the kernel. The text form is plain `key=value`
+// lines so that a person can read and diff a kernel library.
+#ifndef FLASHTILE_RUNTIME_KERNELINFO_H
+#define FLASHTILE_RUNTIME_KERNELINFO_H
+
+#include "flashtile/runtime/Status.h"
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flashtile {
+
+/// GPU targets the compiler emits and the runtime dispatches to.
+inline constexpr std::array<std::string_view, 3> kSupportedArchs = {"sm_80", "sm_90a", "sm_100a"};
+/// Element types of Q, K, V and O, as spelled in specs and manifests.
+inline constexpr std::array<std::string_view, 2> kSupportedDtypes = {"f16", "bf16"};
+
+/// The kernel the runtime needs for one call.
+struct KernelSpec {
+  std::string arch;       // one of kSupportedArchs
+  std::string dtype;      // one of kSupportedDtypes
+  int headDim = 0;        // Q/K head dimension
+  int headDimV = 0;       // V/O head dimension
+  std::string variant;    // variant id: "none", "causal", or a JIT variant id that hashes the variant's IR
+  std::string schedule;   // e.g. "fa2"
+  std::string shapeClass; // e.g. "default"
+
+  /// One line naming every field, e.g.
+  /// "arch=sm_90a;dtype=bf16;headDim=128;headDimV=128;variant=causal;schedule=fa2;shapeClass=default".
+  std::string key() const;
+};
+
+/// Metadata of one compiled kernel.
+struct KernelInfo {
+  std::string entry;      // the kernel's symbol name in the cubin (extern "C")
+  std::string arch;       // one of kSupportedArchs
+  std::string dtype;      // one of kSupportedDtypes
+  int headDim = 0;
+  int headDimV = 0;
+  std::string variant;    // see KernelSpec::variant
+  std::string schedule;
+  std::string shapeClass;
+  int blockM = 0;         // query rows per thread block: grid.x = ceil(seqlenQ / blockM)
+  int blockN = 0;         // keys per K/V tile (informational for the runtime)
+  int threads = 0;        // threads per block
+  int smemBytes = 0;      // dynamic shared memory per block
+  std::vector<std::string> paramNames; // the variant's numeric params, in FlashtileFwdParams::variantParams order
+  std::string compilerVersion;         // flashtile::compilerVersion() of the compiler that built it
+
+  /// `key=value` lines, one per field, paramNames comma-joined. Round-trips through parse() when verify() is ok.
+  std::string serialize() const;
+  /// Parses serialize()'s format; blank lines and `#` comments are ignored. Rejects unknown, duplicate,
+  /// missing and malformed fields with a message naming the field.
+  static StatusOr<KernelInfo> parse(std::string_view text);
+  /// Checks every field's value (what parse() accepts), naming the first bad field.
+  Status verify() const;
+
+  KernelSpec spec() const;
+};
+
+/// True when `info` implements exactly `spec`.
+bool matches(const KernelInfo &info, const KernelSpec &spec);
+
+/// True for ids usable as a variant, schedule or shape class: non-empty, at most 200 characters from
+/// [A-Za-z0-9_.:#-], so that they cannot break the `key=value` and `;`-joined formats.
+bool isValidId(std::string_view id);
+
+} // namespace flashtile
+
+#endif // FLASHTILE_RUNTIME_KERNELINFO_H

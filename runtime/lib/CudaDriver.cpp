@@ -1,0 +1,114 @@
+// CudaDriver.cpp — dlopen of libcuda.so.1, symbol resolution, context setup and arch detection.
+#include "flashtile/runtime/CudaDriver.h"
+
+#include <dlfcn.h>
+
+#include <initializer_list>
+
+using namespace flashtile;
+
+namespace {
+
+constexpr const char *kDriverLibrary = "libcuda.so.1";
+
+/// Returns the first candidate symbol the library exports, or null.
+void *findSymbol(void *library, std::initializer_list<const char *> candidates) {
+  for (const char *name : candidates)
+    if (void *symbol = dlsym(library, name))
+      return symbol;
+  return nullptr;
+}
+
+} // namespace
+
+StatusOr<const CudaDriver *> CudaDriver::get() {
+  // Function-local statics give thread-safe one-time loading. The library is never closed: kernels and contexts
+  // created through it may outlive any owner we could tie dlclose to.
+  static CudaDriver driver;
+  static const Status loaded = driver.load();
+  if (!loaded.ok())
+    return loaded;
+  return &driver;
+}
+
+Status CudaDriver::load() {
+  void *library = dlopen(kDriverLibrary, RTLD_NOW | RTLD_LOCAL);
+  if (!library) {
+    const char *reason = dlerror();
+    return Status::error(std::string("no NVIDIA driver: ") + kDriverLibrary + " could not be loaded (" +
+                         (reason ? reason : "unknown reason") +
+                         "); compiling/emitting kernels works without a GPU, running them needs one");
+  }
+#define FLASHTILE_RESOLVE_DRIVER_FUNCTION(member, ...)                                                         \
+  member = reinterpret_cast<decltype(member)>(findSymbol(library, {__VA_ARGS__}));                             \
+  if (!member)                                                                                                 \
+    return Status::error(std::string(kDriverLibrary) + " does not export " + #__VA_ARGS__ +                    \
+                         ": the NVIDIA driver is too old for flashtile (a CUDA 12 or newer driver is needed)");
+  FLASHTILE_CUDA_DRIVER_FUNCTIONS(FLASHTILE_RESOLVE_DRIVER_FUNCTION)
+#undef FLASHTILE_RESOLVE_DRIVER_FUNCTION
+  return check(cuInit(0), "cuInit");
+}
+
+Status CudaDriver::check(CUresult result, std::string_view call) const {
+  if (result == CUDA_SUCCESS)
+    return Status();
+  const char *name = nullptr;
+  const char *description = nullptr;
+  if (cuGetErrorName(result, &name) != CUDA_SUCCESS || !name)
+    name = "unknown CUDA error";
+  if (cuGetErrorString(result, &description) != CUDA_SUCCESS || !description)
+    description = "no description";
+  return Status::error(std::string(call) + " failed: " + name + " (" + description + ", code " +
+                       std::to_string(static_cast<int>(result)) + ")");
+}
+
+StatusOr<CUdevice> CudaDriver::currentDevice() const {
+  CUcontext context = nullptr;
+  if (Status s = check(cuCtxGetCurrent(&context), "cuCtxGetCurrent"); !s.ok())
+    return s;
+  if (!context) {
+    // The primary context is the one the CUDA runtime (and so PyTorch) uses, so device pointers from either
+    // side are valid in ours. It is deliberately never released: it lives until the process exits.
+    CUdevice device = 0;
+    if (Status s = check(cuDeviceGet(&device, 0), "cuDeviceGet(0)"); !s.ok())
+      return s;
+    if (Status s = check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain"); !s.ok())
+      return s;
+    if (Status s = check(cuCtxSetCurrent(context), "cuCtxSetCurrent"); !s.ok())
+      return s;
+  }
+  CUdevice device = 0;
+  if (Status s = check(cuCtxGetDevice(&device), "cuCtxGetDevice"); !s.ok())
+    return s;
+  return device;
+}
+
+StatusOr<std::string> CudaDriver::detectArch() const {
+  StatusOr<CUdevice> device = currentDevice();
+  if (!device.ok())
+    return device.status();
+  int major = 0;
+  int minor = 0;
+  if (Status s = check(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, *device),
+                       "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)");
+      !s.ok())
+    return s;
+  if (Status s = check(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, *device),
+                       "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)");
+      !s.ok())
+    return s;
+  return archForComputeCapability(major, minor);
+}
+
+StatusOr<std::string> flashtile::archForComputeCapability(int major, int minor) {
+  // sm_80 cubins run on every 8.x device. The "a" targets use arch-specific instructions (wgmma, tcgen05) and
+  // run only on exactly that compute capability, so 10.3 (which needs sm_103a) is not matched by 10.x.
+  if (major == 8)
+    return std::string("sm_80");
+  if (major == 9 && minor == 0)
+    return std::string("sm_90a");
+  if (major == 10 && minor == 0)
+    return std::string("sm_100a");
+  return Status::error("GPU compute capability " + std::to_string(major) + "." + std::to_string(minor) +
+                       " is not supported; supported: 8.x (sm_80), 9.0 (sm_90a), 10.0 (sm_100a)");
+}

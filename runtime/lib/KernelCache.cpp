@@ -1,0 +1,243 @@
+// KernelCache.cpp — single-flight memory layer and the checked, atomically written disk layer.
+//
+// Disk entry layout (integers little-endian):
+//   magic "FTKCACHE" | u32 format version | u64 key length | u64 info length | u64 payload length |
+//   key text | KernelInfo::serialize() text | cubin | u64 FNV-1a of every preceding byte
+#include "flashtile/runtime/KernelCache.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <random>
+
+using namespace flashtile;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kMagic = "FTKCACHE";
+/// Bump when the layout above changes; old entries then read as misses and are rewritten.
+constexpr uint32_t kFormatVersion = 1;
+constexpr size_t kHeaderBytes = kMagic.size() + sizeof(uint32_t) + 3 * sizeof(uint64_t);
+constexpr size_t kChecksumBytes = sizeof(uint64_t);
+constexpr std::string_view kEntrySuffix = ".ftk";
+constexpr std::string_view kTempPrefix = ".tmp-";
+
+constexpr uint64_t kFnvOffsetBasis = 0xcbf29ce484222325ull;
+constexpr uint64_t kFnvPrime = 0x100000001b3ull;
+
+uint64_t fnv1a64(std::string_view bytes) {
+  uint64_t hash = kFnvOffsetBasis;
+  for (char c : bytes) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= kFnvPrime;
+  }
+  return hash;
+}
+
+std::string hex64(uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+template <class T> void appendLittleEndian(std::string &out, T value) {
+  for (size_t i = 0; i < sizeof(T); ++i)
+    out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+template <class T> T readLittleEndian(std::string_view bytes, size_t offset) {
+  T value = 0;
+  for (size_t i = 0; i < sizeof(T); ++i)
+    value |= static_cast<T>(static_cast<unsigned char>(bytes[offset + i])) << (8 * i);
+  return value;
+}
+
+std::string encodeEntry(const std::string &key, const CachedKernel &kernel) {
+  std::string info = kernel.info.serialize();
+  std::string bytes(kMagic);
+  appendLittleEndian<uint32_t>(bytes, kFormatVersion);
+  appendLittleEndian<uint64_t>(bytes, key.size());
+  appendLittleEndian<uint64_t>(bytes, info.size());
+  appendLittleEndian<uint64_t>(bytes, kernel.cubin.size());
+  bytes += key;
+  bytes += info;
+  bytes += kernel.cubin;
+  appendLittleEndian<uint64_t>(bytes, fnv1a64(bytes));
+  return bytes;
+}
+
+/// The entry's kernel, or nothing when `bytes` is not a complete, intact entry for exactly `key`.
+std::optional<CachedKernel> decodeEntry(std::string_view bytes, const std::string &key) {
+  if (bytes.size() < kHeaderBytes + kChecksumBytes || bytes.substr(0, kMagic.size()) != kMagic ||
+      readLittleEndian<uint32_t>(bytes, kMagic.size()) != kFormatVersion)
+    return std::nullopt;
+  size_t offset = kMagic.size() + sizeof(uint32_t);
+  uint64_t lengths[3];
+  uint64_t remaining = bytes.size() - kHeaderBytes - kChecksumBytes;
+  for (uint64_t &length : lengths) {
+    length = readLittleEndian<uint64_t>(bytes, offset);
+    offset += sizeof(uint64_t);
+    // Checked one at a time so that garbage lengths cannot overflow a sum.
+    if (length > remaining)
+      return std::nullopt;
+    remaining -= length;
+  }
+  if (remaining != 0)
+    return std::nullopt;
+  size_t checksumOffset = bytes.size() - kChecksumBytes;
+  if (readLittleEndian<uint64_t>(bytes, checksumOffset) != fnv1a64(bytes.substr(0, checksumOffset)))
+    return std::nullopt;
+  std::string_view keyText = bytes.substr(kHeaderBytes, lengths[0]);
+  if (keyText != key)
+    return std::nullopt;
+  StatusOr<KernelInfo> info = KernelInfo::parse(bytes.substr(kHeaderBytes + lengths[0], lengths[1]));
+  if (!info.ok() || lengths[2] == 0)
+    return std::nullopt;
+  return CachedKernel{std::move(*info), std::string(bytes.substr(kHeaderBytes + lengths[0] + lengths[1], lengths[2]))};
+}
+
+std::optional<std::string> readFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return std::nullopt;
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad())
+    return std::nullopt;
+  return bytes;
+}
+
+/// Writes `bytes` to a fresh temporary file in `path`'s directory and renames it over `path`, so readers in
+/// other processes see either the old entry or the whole new one. No fsync: an entry torn by a crash fails its
+/// checksum and is rebuilt, which is cheaper than syncing every write.
+bool writeFileAtomically(const std::string &path, const std::string &bytes) {
+  static std::atomic<uint64_t> counter{0};
+  fs::path target(path);
+  std::error_code error;
+  fs::create_directories(target.parent_path(), error);
+  if (error)
+    return false;
+  std::string tempPath = (target.parent_path() / (std::string(kTempPrefix) + std::to_string(getpid()) + "-" +
+                                                  std::to_string(counter++) + "-" + hex64(std::random_device()())))
+                             .string();
+  int fd = open(tempPath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return false;
+  size_t written = 0;
+  while (written < bytes.size()) {
+    ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    written += static_cast<size_t>(n);
+  }
+  bool ok = close(fd) == 0 && written == bytes.size() && std::rename(tempPath.c_str(), path.c_str()) == 0;
+  if (!ok)
+    unlink(tempPath.c_str());
+  return ok;
+}
+
+} // namespace
+
+KernelCache::Options KernelCache::optionsFromEnvironment() {
+  Options options;
+  const char *disable = std::getenv("FLASHTILE_DISABLE_CACHE");
+  options.diskEnabled = !disable || std::string_view(disable).empty() || std::string_view(disable) == "0";
+  if (const char *dir = std::getenv("FLASHTILE_CACHE_DIR"); dir && *dir)
+    options.dir = dir;
+  else if (const char *home = std::getenv("HOME"); home && *home)
+    options.dir = std::string(home) + "/.cache/flashtile";
+  else
+    options.diskEnabled = false;
+  return options;
+}
+
+KernelCache::KernelCache() : KernelCache(optionsFromEnvironment()) {}
+
+KernelCache::KernelCache(Options options) : config(std::move(options)) {
+  if (config.dir.empty())
+    config.diskEnabled = false;
+}
+
+KernelCache::Stats KernelCache::stats() const {
+  return {memoryHits.load(), diskHits.load(), misses.load(), rejectedEntries.load(), diskWriteFailures.load()};
+}
+
+std::string KernelCache::entryPath(const std::string &key) const {
+  return (fs::path(config.dir) / (hex64(fnv1a64(key)) + std::string(kEntrySuffix))).string();
+}
+
+StatusOr<std::shared_ptr<const CachedKernel>> KernelCache::getOrCompile(const std::string &key,
+                                                                        const Compile &compile) {
+  if (key.empty())
+    return Status::error("KernelCache::getOrCompile: key must not be empty");
+  std::promise<Result> promise;
+  std::shared_future<Result> future;
+  bool owner = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = entries.find(key);
+    owner = it == entries.end();
+    if (owner) {
+      future = promise.get_future().share();
+      entries.emplace(key, future);
+    } else {
+      future = it->second;
+    }
+  }
+  if (!owner) {
+    // Another caller owns this key's lookup: wait for (or reuse) its result.
+    ++memoryHits;
+    return future.get();
+  }
+
+  Result result = load(key, compile);
+  if (!result.ok()) {
+    // Forget the failure before publishing it, so that later callers try again instead of reusing it.
+    std::lock_guard<std::mutex> lock(mutex);
+    entries.erase(key);
+  }
+  promise.set_value(result);
+  return result;
+}
+
+KernelCache::Result KernelCache::load(const std::string &key, const Compile &compile) {
+  // Everything here may allocate or run the compiler's code; no exception may escape, or callers waiting on
+  // this key would never be answered.
+  try {
+    std::string path = entryPath(key);
+    if (config.diskEnabled) {
+      if (std::optional<std::string> bytes = readFile(path)) {
+        if (std::optional<CachedKernel> kernel = decodeEntry(*bytes, key)) {
+          ++diskHits;
+          return std::make_shared<const CachedKernel>(std::move(*kernel));
+        }
+        ++rejectedEntries;
+      }
+    }
+
+    ++misses;
+    StatusOr<CachedKernel> compiled = compile();
+    if (!compiled.ok())
+      return compiled.status();
+    if (Status s = compiled->info.verify(); !s.ok())
+      return s.withContext("the compiler returned invalid kernel metadata for '" + key + "'");
+    if (compiled->cubin.empty())
+      return Status::error("the compiler returned an empty cubin for '" + key + "'");
+
+    if (config.diskEnabled && !writeFileAtomically(path, encodeEntry(key, *compiled)))
+      ++diskWriteFailures;
+    return std::make_shared<const CachedKernel>(std::move(*compiled));
+  } catch (const std::exception &e) {
+    return Status::error("compiling '" + key + "' threw an exception: " + e.what());
+  } catch (...) {
+    return Status::error("compiling '" + key + "' threw a non-standard exception");
+  }
+}

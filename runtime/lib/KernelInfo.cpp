@@ -1,0 +1,217 @@
+// KernelInfo.cpp — the text form of kernel metadata and the checks that keep it well formed.
+#include "flashtile/runtime/KernelInfo.h"
+#include "flashtile/runtime/KernelAbi.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <map>
+#include <span>
+
+using namespace flashtile;
+
+namespace {
+
+/// Serialization order; also the list of accepted fields.
+constexpr std::string_view kFieldNames[] = {"entry",    "arch",     "dtype",  "headDim", "headDimV",
+                                            "variant",  "schedule", "shapeClass", "blockM", "blockN",
+                                            "threads",  "smemBytes", "paramNames", "compilerVersion"};
+constexpr size_t kNumFields = std::size(kFieldNames);
+
+constexpr int kWarpSize = 32;
+constexpr int kMaxThreadsPerBlock = 1024;
+constexpr size_t kMaxIdLength = 200;
+
+std::string joined(std::span<const std::string_view> items) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i)
+    out += (i ? ", " : "") + std::string(items[i]);
+  return out;
+}
+
+bool contains(std::span<const std::string_view> items, std::string_view item) {
+  return std::find(items.begin(), items.end(), item) != items.end();
+}
+
+bool isIdentifier(std::string_view s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0])))
+    return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
+Status fieldError(std::string_view field, const std::string &problem) {
+  return Status::error("field '" + std::string(field) + "': " + problem);
+}
+
+/// 'text', built by appending: GCC 12 reports a false -Wrestrict on `"'" + std::string(text)` here.
+std::string quoted(std::string_view text) {
+  std::string out = "'";
+  out += text;
+  out += "'";
+  return out;
+}
+
+StatusOr<int> parseInt(std::string_view field, std::string_view text) {
+  int value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+    return fieldError(field, quoted(text) + " is not an integer");
+  return value;
+}
+
+std::vector<std::string> splitList(std::string_view text) {
+  std::vector<std::string> items;
+  if (text.empty())
+    return items;
+  size_t start = 0;
+  while (true) {
+    size_t comma = text.find(',', start);
+    items.emplace_back(trim(text.substr(start, comma - start)));
+    if (comma == std::string_view::npos)
+      return items;
+    start = comma + 1;
+  }
+}
+
+Status checkPositive(std::string_view field, int value) {
+  return value > 0 ? Status() : fieldError(field, std::to_string(value) + " must be positive");
+}
+
+} // namespace
+
+bool flashtile::isValidId(std::string_view id) {
+  if (id.empty() || id.size() > kMaxIdLength)
+    return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':' || c == '#' || c == '-';
+  });
+}
+
+std::string KernelSpec::key() const {
+  return "arch=" + arch + ";dtype=" + dtype + ";headDim=" + std::to_string(headDim) +
+         ";headDimV=" + std::to_string(headDimV) + ";variant=" + variant + ";schedule=" + schedule +
+         ";shapeClass=" + shapeClass;
+}
+
+KernelSpec KernelInfo::spec() const { return {arch, dtype, headDim, headDimV, variant, schedule, shapeClass}; }
+
+bool flashtile::matches(const KernelInfo &info, const KernelSpec &spec) {
+  return info.arch == spec.arch && info.dtype == spec.dtype && info.headDim == spec.headDim &&
+         info.headDimV == spec.headDimV && info.variant == spec.variant && info.schedule == spec.schedule &&
+         info.shapeClass == spec.shapeClass;
+}
+
+std::string KernelInfo::serialize() const {
+  std::string names;
+  for (size_t i = 0; i < paramNames.size(); ++i)
+    names += (i ? "," : "") + paramNames[i];
+  const std::array<std::string, kNumFields> values = {entry,
+                                                      arch,
+                                                      dtype,
+                                                      std::to_string(headDim),
+                                                      std::to_string(headDimV),
+                                                      variant,
+                                                      schedule,
+                                                      shapeClass,
+                                                      std::to_string(blockM),
+                                                      std::to_string(blockN),
+                                                      std::to_string(threads),
+                                                      std::to_string(smemBytes),
+                                                      names,
+                                                      compilerVersion};
+  std::string text;
+  for (size_t i = 0; i < kNumFields; ++i)
+    text += std::string(kFieldNames[i]) + "=" + values[i] + "\n";
+  return text;
+}
+
+Status KernelInfo::verify() const {
+  if (!isIdentifier(entry))
+    return fieldError("entry", "'" + entry + "' is not a C identifier");
+  if (!contains(kSupportedArchs, arch))
+    return fieldError("arch", "'" + arch + "' is not one of " + joined(kSupportedArchs));
+  if (!contains(kSupportedDtypes, dtype))
+    return fieldError("dtype", "'" + dtype + "' is not one of " + joined(kSupportedDtypes));
+  for (auto [field, value] : {std::pair{"headDim", headDim}, {"headDimV", headDimV}, {"blockM", blockM},
+                              {"blockN", blockN}})
+    if (Status s = checkPositive(field, value); !s.ok())
+      return s;
+  for (auto [field, value] : {std::pair{"variant", &variant}, {"schedule", &schedule}, {"shapeClass", &shapeClass}})
+    if (!isValidId(*value))
+      return fieldError(field, "'" + *value + "' is not a non-empty id of at most " + std::to_string(kMaxIdLength) +
+                                   " characters from [A-Za-z0-9_.:#-]");
+  if (threads < kWarpSize || threads > kMaxThreadsPerBlock || threads % kWarpSize != 0)
+    return fieldError("threads", std::to_string(threads) + " is not a multiple of " + std::to_string(kWarpSize) +
+                                     " in [" + std::to_string(kWarpSize) + ", " +
+                                     std::to_string(kMaxThreadsPerBlock) + "]");
+  if (smemBytes < 0)
+    return fieldError("smemBytes", std::to_string(smemBytes) + " is negative");
+  if (paramNames.size() > FLASHTILE_MAX_VARIANT_PARAMS)
+    return fieldError("paramNames", std::to_string(paramNames.size()) + " names; at most " +
+                                        std::to_string(FLASHTILE_MAX_VARIANT_PARAMS) + " are supported");
+  for (size_t i = 0; i < paramNames.size(); ++i) {
+    if (!isIdentifier(paramNames[i]))
+      return fieldError("paramNames", "'" + paramNames[i] + "' is not an identifier");
+    if (std::find(paramNames.begin(), paramNames.begin() + i, paramNames[i]) != paramNames.begin() + i)
+      return fieldError("paramNames", "'" + paramNames[i] + "' appears twice");
+  }
+  if (compilerVersion.empty() || !std::all_of(compilerVersion.begin(), compilerVersion.end(),
+                                               [](char c) { return std::isgraph(static_cast<unsigned char>(c)); }))
+    return fieldError("compilerVersion", "'" + compilerVersion + "' is empty or contains spaces");
+  return Status();
+}
+
+StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
+  std::map<std::string, std::string, std::less<>> fields;
+  int lineNumber = 0;
+  while (!text.empty()) {
+    size_t newline = text.find('\n');
+    std::string_view line = trim(text.substr(0, newline));
+    text = newline == std::string_view::npos ? std::string_view() : text.substr(newline + 1);
+    ++lineNumber;
+    if (line.empty() || line.front() == '#')
+      continue;
+    size_t equals = line.find('=');
+    if (equals == std::string_view::npos)
+      return Status::error("line " + std::to_string(lineNumber) + ": expected 'field=value', got '" +
+                           std::string(line) + "'");
+    std::string_view name = trim(line.substr(0, equals));
+    if (!contains(kFieldNames, name))
+      return Status::error("line " + std::to_string(lineNumber) + ": unknown field '" + std::string(name) +
+                           "' (accepted: " + joined(kFieldNames) + ")");
+    if (!fields.emplace(name, trim(line.substr(equals + 1))).second)
+      return fieldError(name, "appears twice (line " + std::to_string(lineNumber) + ")");
+  }
+  for (size_t i = 0; i < kNumFields; ++i)
+    if (!fields.count(kFieldNames[i]))
+      return fieldError(kFieldNames[i], "missing");
+
+  KernelInfo info;
+  info.entry = fields["entry"];
+  info.arch = fields["arch"];
+  info.dtype = fields["dtype"];
+  info.variant = fields["variant"];
+  info.schedule = fields["schedule"];
+  info.shapeClass = fields["shapeClass"];
+  info.paramNames = splitList(fields["paramNames"]);
+  info.compilerVersion = fields["compilerVersion"];
+  for (auto [field, target] : {std::pair{"headDim", &info.headDim}, {"headDimV", &info.headDimV},
+                               {"blockM", &info.blockM}, {"blockN", &info.blockN}, {"threads", &info.threads},
+                               {"smemBytes", &info.smemBytes}}) {
+    StatusOr<int> value = parseInt(field, fields[field]);
+    if (!value.ok())
+      return value.status();
+    *target = *value;
+  }
+  if (Status s = info.verify(); !s.ok())
+    return s;
+  return info;
+}

@@ -1,0 +1,348 @@
+// Runtime.cpp — kernel selection (ahead-of-time directories, then the JIT cache), module loading and launch.
+#include "flashtile/runtime/Runtime.h"
+#include "flashtile/runtime/CudaDriver.h"
+#include "flashtile/runtime/KernelAbi.h"
+#include "flashtile/runtime/Version.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+using namespace flashtile;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// exp(x) == exp2(x * log2(e)): kernels fold this factor into the scale and use exp2.
+constexpr float kLog2e = 1.44269504088896340736f;
+/// Above this much dynamic shared memory a kernel must opt in (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
+constexpr int kDefaultDynamicSmemLimit = 48 * 1024;
+constexpr std::string_view kManifestExtension = ".manifest";
+constexpr std::string_view kCubinExtension = ".cubin";
+constexpr std::string_view kElfMagic = "\x7f"
+                                       "ELF";
+
+struct AotKernel {
+  std::shared_ptr<const CachedKernel> kernel;
+  std::string manifestPath;
+};
+
+/// A cubin loaded into one context.
+struct LoadedModule {
+  std::shared_ptr<const CachedKernel> kernel; // keeps the map key's address from being reused
+  CUcontext context = nullptr;
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;
+};
+
+StatusOr<std::string> readFile(const fs::path &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return Status::error(path.string() + ": cannot be opened");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad())
+    return Status::error(path.string() + ": read error");
+  return bytes;
+}
+
+StatusOr<AotKernel> loadAotKernel(const fs::path &manifestPath) {
+  StatusOr<std::string> text = readFile(manifestPath);
+  if (!text.ok())
+    return text.status();
+  StatusOr<KernelInfo> info = KernelInfo::parse(*text);
+  if (!info.ok())
+    return info.status().withContext(manifestPath.string());
+  fs::path cubinPath = manifestPath;
+  cubinPath.replace_extension(kCubinExtension);
+  StatusOr<std::string> cubin = readFile(cubinPath);
+  if (!cubin.ok())
+    return cubin.status().withContext(manifestPath.string() + ": its cubin is missing or unreadable");
+  if (!std::string_view(*cubin).starts_with(kElfMagic))
+    return Status::error(cubinPath.string() + ": not a cubin (no ELF header)");
+  return AotKernel{std::make_shared<const CachedKernel>(CachedKernel{std::move(*info), std::move(*cubin)}),
+                   manifestPath.string()};
+}
+
+std::string listOrNone(const std::vector<std::string> &items) {
+  std::string text;
+  for (const std::string &item : items)
+    text += (text.empty() ? "" : ", ") + item;
+  return text.empty() ? "none" : text;
+}
+
+} // namespace
+
+struct Runtime::Impl {
+  explicit Impl(KernelCache::Options cacheOptions) : cache(std::move(cacheOptions)) {}
+
+  KernelCache cache;
+
+  std::mutex configMutex; // guards the four fields below
+  std::vector<AotKernel> aotKernels;
+  std::vector<std::string> aotDirs;
+  CompileFn compile;
+  std::string schedule{kDefaultSchedule};
+
+  std::mutex gpuMutex; // guards the two maps below
+  std::map<std::pair<CUcontext, const CachedKernel *>, LoadedModule> modules;
+  std::map<CUdevice, std::string> archByDevice;
+
+  StatusOr<std::string> arch(const CudaDriver &driver);
+  StatusOr<CUfunction> function(const CudaDriver &driver, const std::shared_ptr<const CachedKernel> &kernel);
+};
+
+StatusOr<std::string> Runtime::Impl::arch(const CudaDriver &driver) {
+  StatusOr<CUdevice> device = driver.currentDevice();
+  if (!device.ok())
+    return device.status();
+  {
+    std::lock_guard<std::mutex> lock(gpuMutex);
+    if (auto it = archByDevice.find(*device); it != archByDevice.end())
+      return it->second;
+  }
+  StatusOr<std::string> detected = driver.detectArch();
+  if (!detected.ok())
+    return detected;
+  std::lock_guard<std::mutex> lock(gpuMutex);
+  archByDevice[*device] = *detected;
+  return detected;
+}
+
+StatusOr<CUfunction> Runtime::Impl::function(const CudaDriver &driver,
+                                             const std::shared_ptr<const CachedKernel> &kernel) {
+  CUcontext context = nullptr;
+  if (Status s = driver.check(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent"); !s.ok())
+    return s;
+  std::lock_guard<std::mutex> lock(gpuMutex);
+  if (auto it = modules.find({context, kernel.get()}); it != modules.end())
+    return it->second.function;
+
+  const KernelInfo &info = kernel->info;
+  LoadedModule loaded{kernel, context};
+  if (Status s = driver.check(driver.cuModuleLoadData(&loaded.module, kernel->cubin.data()),
+                              "cuModuleLoadData(" + info.entry + ")");
+      !s.ok())
+    return s;
+  auto fail = [&](Status status) {
+    driver.cuModuleUnload(loaded.module);
+    return status;
+  };
+  if (Status s = driver.check(driver.cuModuleGetFunction(&loaded.function, loaded.module, info.entry.c_str()),
+                              "cuModuleGetFunction(" + info.entry + ")");
+      !s.ok())
+    return fail(s);
+  if (info.smemBytes > kDefaultDynamicSmemLimit) {
+    CUdevice device = 0;
+    int limit = 0;
+    if (Status s = driver.check(driver.cuCtxGetDevice(&device), "cuCtxGetDevice"); !s.ok())
+      return fail(s);
+    if (Status s = driver.check(
+            driver.cuDeviceGetAttribute(&limit, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device),
+            "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)");
+        !s.ok())
+      return fail(s);
+    if (info.smemBytes > limit)
+      return fail(Status::error("kernel " + info.entry + " needs " + std::to_string(info.smemBytes) +
+                                " bytes of dynamic shared memory; this GPU allows " + std::to_string(limit)));
+    if (Status s = driver.check(driver.cuFuncSetAttribute(loaded.function,
+                                                          CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                          info.smemBytes),
+                                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, " + info.entry + ")");
+        !s.ok())
+      return fail(s);
+  }
+  modules.emplace(std::pair{context, kernel.get()}, loaded);
+  return loaded.function;
+}
+
+Runtime::Runtime() : Runtime(KernelCache::optionsFromEnvironment()) {}
+
+Runtime::Runtime(KernelCache::Options cacheOptions) : impl(std::make_unique<Impl>(std::move(cacheOptions))) {}
+
+Runtime::~Runtime() {
+  if (impl->modules.empty())
+    return;
+  StatusOr<const CudaDriver *> driver = CudaDriver::get();
+  if (!driver.ok())
+    return;
+  // cuModuleUnload acts on the current context, so each module's own context is made current for it and the
+  // caller's is restored afterwards. Errors are ignored: a context destroyed by its owner took its modules along.
+  CUcontext callerContext = nullptr;
+  (*driver)->cuCtxGetCurrent(&callerContext);
+  for (auto &[key, loaded] : impl->modules) {
+    if ((*driver)->cuCtxSetCurrent(loaded.context) == CUDA_SUCCESS)
+      (*driver)->cuModuleUnload(loaded.module);
+  }
+  (*driver)->cuCtxSetCurrent(callerContext);
+}
+
+KernelCache &Runtime::cache() { return impl->cache; }
+
+void Runtime::setCompiler(CompileFn compile) {
+  std::lock_guard<std::mutex> lock(impl->configMutex);
+  impl->compile = std::move(compile);
+}
+
+void Runtime::setSchedule(std::string schedule) {
+  std::lock_guard<std::mutex> lock(impl->configMutex);
+  impl->schedule = std::move(schedule);
+}
+
+Status Runtime::loadAotDirectory(const std::string &dir) {
+  std::error_code error;
+  fs::directory_iterator entries(dir, error);
+  if (error)
+    return Status::error("ahead-of-time directory '" + dir + "' cannot be read: " + error.message());
+  std::vector<fs::path> manifests;
+  for (const fs::directory_entry &entry : entries)
+    if (entry.path().extension() == kManifestExtension)
+      manifests.push_back(entry.path());
+  if (manifests.empty())
+    return Status::error("ahead-of-time directory '" + dir + "' has no *" + std::string(kManifestExtension) +
+                         " files");
+  // Sorted so that errors (and the order kernels are listed in) do not depend on the file system.
+  std::sort(manifests.begin(), manifests.end());
+
+  std::lock_guard<std::mutex> lock(impl->configMutex);
+  std::vector<AotKernel> added;
+  for (const fs::path &manifest : manifests) {
+    StatusOr<AotKernel> kernel = loadAotKernel(manifest);
+    if (!kernel.ok())
+      return kernel.status();
+    KernelSpec spec = kernel->kernel->info.spec();
+    for (const std::vector<AotKernel> *known : {&impl->aotKernels, &added})
+      for (const AotKernel &other : *known)
+        if (matches(other.kernel->info, spec))
+          return Status::error(manifest.string() + " and " + other.manifestPath + " both provide " + spec.key());
+    added.push_back(std::move(*kernel));
+  }
+  impl->aotKernels.insert(impl->aotKernels.end(), added.begin(), added.end());
+  impl->aotDirs.push_back(dir);
+  return Status();
+}
+
+StatusOr<KernelSpec> Runtime::specFor(const AttentionArgs &args, const std::string &arch) const {
+  if (Status s = validate(args); !s.ok())
+    return s;
+  if (std::find(kSupportedArchs.begin(), kSupportedArchs.end(), arch) == kSupportedArchs.end())
+    return Status::error("arch '" + arch + "' is not supported; supported: sm_80, sm_90a, sm_100a");
+  std::string schedule;
+  {
+    std::lock_guard<std::mutex> lock(impl->configMutex);
+    schedule = impl->schedule;
+  }
+  if (!isValidId(schedule))
+    return Status::error("schedule '" + schedule + "' (set with setSchedule) is not an id such as \"fa2\"");
+  return KernelSpec{arch,          std::string(dtypeName(args.dtype)),
+                    args.headDim,  args.headDimV,
+                    args.variant,  schedule,
+                    std::string(kDefaultShapeClass)};
+}
+
+StatusOr<KernelSpec> Runtime::specFor(const AttentionArgs &args) {
+  if (Status s = validate(args); !s.ok())
+    return s;
+  StatusOr<const CudaDriver *> driver = CudaDriver::get();
+  if (!driver.ok())
+    return driver.status();
+  StatusOr<std::string> arch = impl->arch(**driver);
+  if (!arch.ok())
+    return arch.status();
+  return specFor(args, *arch);
+}
+
+StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernel(const KernelSpec &spec) {
+  CompileFn compile;
+  {
+    std::lock_guard<std::mutex> lock(impl->configMutex);
+    for (const AotKernel &aot : impl->aotKernels)
+      if (matches(aot.kernel->info, spec))
+        return aot.kernel;
+    if (!impl->compile) {
+      std::vector<std::string> available;
+      for (const AotKernel &aot : impl->aotKernels)
+        available.push_back(aot.kernel->info.spec().key());
+      std::string where = impl->aotDirs.empty() ? "(no ahead-of-time directory loaded)"
+                                                : "in the ahead-of-time directory " + listOrNone(impl->aotDirs);
+      return Status::error("no kernel for " + spec.key() + " " + where +
+                           " and no JIT compiler installed; available: " + listOrNone(available));
+    }
+    compile = impl->compile;
+  }
+  std::string key = "flashtile-fwd;" + spec.key() + ";compiler=" + std::string(compilerVersion());
+  return impl->cache.getOrCompile(key, [&]() -> StatusOr<CachedKernel> {
+    StatusOr<CachedKernel> kernel = compile(spec);
+    if (kernel.ok() && !matches(kernel->info, spec))
+      return Status::error("the JIT compiler was asked for " + spec.key() + " but returned a kernel for " +
+                           kernel->info.spec().key());
+    return kernel;
+  });
+}
+
+Status Runtime::forward(const AttentionArgs &args, CUstream stream) {
+  if (Status s = validate(args); !s.ok())
+    return s;
+  if (args.seqlenQ == 0)
+    return Status();
+  StatusOr<const CudaDriver *> loadedDriver = CudaDriver::get();
+  if (!loadedDriver.ok())
+    return loadedDriver.status();
+  const CudaDriver &driver = **loadedDriver;
+  StatusOr<std::string> arch = impl->arch(driver);
+  if (!arch.ok())
+    return arch.status();
+  StatusOr<KernelSpec> spec = specFor(args, *arch);
+  if (!spec.ok())
+    return spec.status();
+  StatusOr<std::shared_ptr<const CachedKernel>> kernel = findKernel(*spec);
+  if (!kernel.ok())
+    return kernel.status();
+  const KernelInfo &info = (*kernel)->info;
+  if (args.variantParams.size() != info.paramNames.size()) {
+    std::string names;
+    for (const std::string &name : info.paramNames)
+      names += (names.empty() ? "" : ", ") + name;
+    return Status::error("variantParams has " + std::to_string(args.variantParams.size()) + " values but variant '" +
+                         args.variant + "' takes " + std::to_string(info.paramNames.size()) + " (" +
+                         (names.empty() ? "none" : names) + ")");
+  }
+  StatusOr<CUfunction> function = impl->function(driver, *kernel);
+  if (!function.ok())
+    return function.status();
+
+  FlashtileFwdParams params{};
+  params.q = args.q;
+  params.k = args.k;
+  params.v = args.v;
+  params.o = args.o;
+  params.lse = args.lse;
+  params.qBatchStride = args.qStride[0];
+  params.qRowStride = args.qStride[1];
+  params.qHeadStride = args.qStride[2];
+  params.kBatchStride = args.kStride[0];
+  params.kRowStride = args.kStride[1];
+  params.kHeadStride = args.kStride[2];
+  params.vBatchStride = args.vStride[0];
+  params.vRowStride = args.vStride[1];
+  params.vHeadStride = args.vStride[2];
+  params.oBatchStride = args.oStride[0];
+  params.oRowStride = args.oStride[1];
+  params.oHeadStride = args.oStride[2];
+  params.batch = args.batch;
+  params.headsQ = args.headsQ;
+  params.headsKv = args.headsKv;
+  params.seqlenQ = args.seqlenQ;
+  params.seqlenK = args.seqlenK;
+  params.softmaxScale = args.softmaxScale != 0.f ? args.softmaxScale : 1.f / std::sqrt(float(args.headDim));
+  params.scaleLog2 = params.softmaxScale * kLog2e;
+  std::copy(args.variantParams.begin(), args.variantParams.end(), params.variantParams);
+
+  unsigned gridX = static_cast<unsigned>((static_cast<long long>(args.seqlenQ) + info.blockM - 1) / info.blockM);
+  void *kernelParams[] = {&params};
+  return driver.check(driver.cuLaunchKernel(*function, gridX, args.headsQ, args.batch, info.threads, 1, 1,
+                                            info.smemBytes, stream, kernelParams, nullptr),
+                      "cuLaunchKernel(" + info.entry + ")");
+}

@@ -1,0 +1,45 @@
+//===- Fa2Config.h - the FlashAttention-2 schedule's knobs ----------------===//
+//
+// FA2 (Dao, 2023): split-Q — a thread block owns blockM query rows and walks the K/V tiles; each warp owns
+// blockM / warps of those rows, so the online softmax needs no cross-warp communication; the division by the
+// softmax sum is deferred to the end; tiles are walked from the last to the first, so the masked (diagonal)
+// tiles come first and the mask is applied only there.
+//
+// This header has no MLIR dependency: the passes and the runtime's tests both use it.
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_SCHEDULES_FA2_FA2CONFIG_H
+#define FLASHTILE_SCHEDULES_FA2_FA2CONFIG_H
+
+#include <optional>
+#include <string>
+
+namespace flashtile::fa2 {
+
+inline constexpr const char *kName = "fa2";
+/// mma.sync.m16n8k16: every warp's rows, every key tile and every head dim come in multiples of these.
+inline constexpr int kMmaM = 16;
+inline constexpr int kMmaK = 16;
+inline constexpr int kWarpSize = 32;
+/// FA2 double-buffers K and V: K tile j+1 is in flight during softmax+P·V of tile j, V tile j during Q·Kᵀ.
+inline constexpr int kSupportedStages = 2;
+/// FA2 walks K/V tiles from last to first: masked tiles (near the diagonal) come first.
+inline constexpr bool kWalkDescending = true;
+
+struct Fa2Config {
+  int blockM = 128; ///< query rows a thread block owns (split-Q)
+  int blockN = 64;  ///< keys per K/V tile
+  int warps = 4;    ///< each warp owns blockM / warps query rows
+  int stages = 2;   ///< cp.async buffers for K/V
+
+  /// The configuration used when the caller sets no knob, tuned per head dim.
+  static Fa2Config defaultsFor(int headDim, int headDimV);
+  /// An error message naming the offending knob and the accepted values, or nothing when valid.
+  std::optional<std::string> validate(int headDim, int headDimV) const;
+  /// Dynamic shared memory: one Q tile, one K tile and one V tile, 16-bit elements.
+  int smemBytes(int headDim, int headDimV) const;
+  int threads() const { return warps * kWarpSize; }
+};
+
+} // namespace flashtile::fa2
+
+#endif // FLASHTILE_SCHEDULES_FA2_FA2CONFIG_H

@@ -1,0 +1,294 @@
+// KernelCacheTest.cpp — memory and disk layers, corruption handling, single-flight, environment settings.
+#include "TestUtil.h"
+
+#include "flashtile/runtime/KernelCache.h"
+
+#include <gmock/gmock.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <latch>
+#include <thread>
+
+using namespace flashtile;
+using testing::HasSubstr;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char *kKey = "flashtile-fwd;arch=sm_90a;dtype=bf16;variant=causal;compiler=0.1.0+test";
+
+/// A compile function that counts its calls and returns fakeKernel(tag).
+struct CountingCompiler {
+  std::string tag = "a";
+  std::atomic<int> calls{0};
+  KernelCache::Compile fn() {
+    return [this]() -> StatusOr<CachedKernel> {
+      ++calls;
+      return test::fakeKernel(tag);
+    };
+  }
+};
+
+KernelCache::Options onDisk(const fs::path &dir) { return {dir.string(), true}; }
+
+void expectKernel(const StatusOr<std::shared_ptr<const CachedKernel>> &result, const std::string &tag) {
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  EXPECT_EQ((*result)->cubin, test::fakeKernel(tag).cubin);
+  EXPECT_EQ((*result)->info.serialize(), test::fakeKernel(tag).info.serialize());
+}
+
+std::string readBytes(const fs::path &path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void writeBytes(const fs::path &path, const std::string &bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+/// Fills `dir` with kKey's entry, made by a separate cache instance.
+void populate(const fs::path &dir) {
+  KernelCache cache(onDisk(dir));
+  CountingCompiler compiler;
+  expectKernel(cache.getOrCompile(kKey, compiler.fn()), "a");
+  ASSERT_TRUE(fs::exists(cache.entryPath(kKey)));
+}
+
+/// Asks a fresh cache on `dir` for kKey and expects the damaged entry to be rejected and rebuilt.
+void expectRebuilt(const fs::path &dir) {
+  KernelCache cache(onDisk(dir));
+  CountingCompiler compiler;
+  expectKernel(cache.getOrCompile(kKey, compiler.fn()), "a");
+  EXPECT_EQ(compiler.calls, 1);
+  EXPECT_EQ(cache.stats().rejectedEntries, 1u);
+  EXPECT_EQ(cache.stats().diskHits, 0u);
+
+  KernelCache reader(onDisk(dir));
+  CountingCompiler unused;
+  expectKernel(reader.getOrCompile(kKey, unused.fn()), "a");
+  EXPECT_EQ(unused.calls, 0) << "the rebuilt entry should have been written back";
+  EXPECT_EQ(reader.stats().diskHits, 1u);
+}
+
+TEST(KernelCache, MemoryHit) {
+  test::TempDir dir;
+  KernelCache cache(onDisk(dir.path()));
+  CountingCompiler compiler;
+  StatusOr<std::shared_ptr<const CachedKernel>> first = cache.getOrCompile(kKey, compiler.fn());
+  StatusOr<std::shared_ptr<const CachedKernel>> second = cache.getOrCompile(kKey, compiler.fn());
+  expectKernel(second, "a");
+  EXPECT_EQ(first->get(), second->get());
+  EXPECT_EQ(compiler.calls, 1);
+  KernelCache::Stats stats = cache.stats();
+  EXPECT_EQ(stats.misses, 1u);
+  EXPECT_EQ(stats.memoryHits, 1u);
+  EXPECT_EQ(stats.diskHits, 0u);
+}
+
+TEST(KernelCache, DiskHitFromSecondInstance) {
+  test::TempDir dir;
+  populate(dir.path());
+  KernelCache cache(onDisk(dir.path()));
+  CountingCompiler compiler;
+  expectKernel(cache.getOrCompile(kKey, compiler.fn()), "a");
+  EXPECT_EQ(compiler.calls, 0);
+  EXPECT_EQ(cache.stats().diskHits, 1u);
+  EXPECT_EQ(cache.stats().misses, 0u);
+}
+
+TEST(KernelCache, EntryFileIsNamedByHashAndLeavesNoTempFiles) {
+  test::TempDir dir;
+  populate(dir.path());
+  std::vector<std::string> names;
+  for (const fs::directory_entry &entry : fs::directory_iterator(dir.path()))
+    names.push_back(entry.path().filename().string());
+  ASSERT_EQ(names.size(), 1u);
+  EXPECT_THAT(names[0], testing::MatchesRegex("[0-9a-f]{16}\\.ftk"));
+}
+
+TEST(KernelCache, TruncatedEntryIsRebuilt) {
+  test::TempDir dir;
+  populate(dir.path());
+  fs::path entry = KernelCache(onDisk(dir.path())).entryPath(kKey);
+  fs::resize_file(entry, fs::file_size(entry) / 2);
+  expectRebuilt(dir.path());
+}
+
+TEST(KernelCache, EmptyEntryIsRebuilt) {
+  test::TempDir dir;
+  populate(dir.path());
+  fs::resize_file(KernelCache(onDisk(dir.path())).entryPath(kKey), 0);
+  expectRebuilt(dir.path());
+}
+
+TEST(KernelCache, FlippedByteIsRebuilt) {
+  test::TempDir dir;
+  populate(dir.path());
+  fs::path entry = KernelCache(onDisk(dir.path())).entryPath(kKey);
+  std::string bytes = readBytes(entry);
+  // A byte inside the cubin payload: only the checksum can notice it.
+  bytes[bytes.size() - 12] ^= 0x01;
+  writeBytes(entry, bytes);
+  expectRebuilt(dir.path());
+}
+
+TEST(KernelCache, CorruptLengthIsRebuilt) {
+  test::TempDir dir;
+  populate(dir.path());
+  fs::path entry = KernelCache(onDisk(dir.path())).entryPath(kKey);
+  std::string bytes = readBytes(entry);
+  bytes[12 + 7] = '\xff'; // top byte of the key length: a huge length must not be trusted
+  writeBytes(entry, bytes);
+  expectRebuilt(dir.path());
+}
+
+TEST(KernelCache, EntryOfAnotherKeyIsRejected) {
+  test::TempDir dir;
+  populate(dir.path());
+  const std::string otherKey = std::string(kKey) + ";other";
+  KernelCache cache(onDisk(dir.path()));
+  // Simulate a hash collision: kKey's intact entry sits where otherKey's belongs.
+  fs::copy_file(cache.entryPath(kKey), cache.entryPath(otherKey));
+  CountingCompiler compiler;
+  compiler.tag = "other";
+  expectKernel(cache.getOrCompile(otherKey, compiler.fn()), "other");
+  EXPECT_EQ(compiler.calls, 1);
+  EXPECT_EQ(cache.stats().rejectedEntries, 1u);
+}
+
+TEST(KernelCache, ConcurrentCallersCompileOnce) {
+  test::TempDir dir;
+  KernelCache cache(onDisk(dir.path()));
+  constexpr int kThreads = 8;
+  std::atomic<int> calls{0};
+  std::latch start(kThreads);
+  KernelCache::Compile slowCompile = [&]() -> StatusOr<CachedKernel> {
+    ++calls;
+    // Long enough that every other thread arrives while this compile is in flight.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return test::fakeKernel();
+  };
+  std::vector<const CachedKernel *> results(kThreads, nullptr);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i)
+    threads.emplace_back([&, i] {
+      start.arrive_and_wait();
+      StatusOr<std::shared_ptr<const CachedKernel>> result = cache.getOrCompile(kKey, slowCompile);
+      if (result.ok())
+        results[i] = result->get();
+    });
+  for (std::thread &thread : threads)
+    thread.join();
+  EXPECT_EQ(calls, 1);
+  for (const CachedKernel *result : results) {
+    ASSERT_NE(result, nullptr);
+    EXPECT_EQ(result, results[0]);
+  }
+  EXPECT_EQ(cache.stats().misses, 1u);
+  EXPECT_EQ(cache.stats().memoryHits, static_cast<uint64_t>(kThreads - 1));
+}
+
+TEST(KernelCache, FailuresAreNotCached) {
+  test::TempDir dir;
+  KernelCache cache(onDisk(dir.path()));
+  int calls = 0;
+  KernelCache::Compile flaky = [&]() -> StatusOr<CachedKernel> {
+    if (++calls == 1)
+      return Status::error("transient failure");
+    return test::fakeKernel();
+  };
+  StatusOr<std::shared_ptr<const CachedKernel>> first = cache.getOrCompile(kKey, flaky);
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().message(), "transient failure");
+  expectKernel(cache.getOrCompile(kKey, flaky), "a");
+  EXPECT_EQ(calls, 2);
+}
+
+TEST(KernelCache, InvalidCompilerOutputIsRejected) {
+  test::TempDir dir;
+  KernelCache cache(onDisk(dir.path()));
+  StatusOr<std::shared_ptr<const CachedKernel>> badInfo = cache.getOrCompile(kKey, []() -> StatusOr<CachedKernel> {
+    CachedKernel kernel = test::fakeKernel();
+    kernel.info.threads = 0;
+    return kernel;
+  });
+  ASSERT_FALSE(badInfo.ok());
+  EXPECT_THAT(badInfo.status().message(), HasSubstr("invalid kernel metadata"));
+  EXPECT_THAT(badInfo.status().message(), HasSubstr("threads"));
+
+  StatusOr<std::shared_ptr<const CachedKernel>> noCubin = cache.getOrCompile(kKey, []() -> StatusOr<CachedKernel> {
+    CachedKernel kernel = test::fakeKernel();
+    kernel.cubin.clear();
+    return kernel;
+  });
+  ASSERT_FALSE(noCubin.ok());
+  EXPECT_THAT(noCubin.status().message(), HasSubstr("empty cubin"));
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+}
+
+TEST(KernelCache, ThrowingCompilerBecomesAnError) {
+  KernelCache cache(KernelCache::Options{"", false});
+  StatusOr<std::shared_ptr<const CachedKernel>> result =
+      cache.getOrCompile(kKey, []() -> StatusOr<CachedKernel> { throw std::runtime_error("mlir exploded"); });
+  ASSERT_FALSE(result.ok());
+  EXPECT_THAT(result.status().message(), HasSubstr("mlir exploded"));
+}
+
+TEST(KernelCache, EmptyKeyIsAnError) {
+  KernelCache cache(KernelCache::Options{"", false});
+  CountingCompiler compiler;
+  StatusOr<std::shared_ptr<const CachedKernel>> result = cache.getOrCompile("", compiler.fn());
+  ASSERT_FALSE(result.ok());
+  EXPECT_THAT(result.status().message(), HasSubstr("key"));
+  EXPECT_EQ(compiler.calls, 0);
+}
+
+TEST(KernelCache, UnwritableDirectoryStillReturnsTheKernel) {
+  test::TempDir dir;
+  fs::path file = dir.path() / "not-a-directory";
+  writeBytes(file, "x");
+  KernelCache cache(onDisk(file / "cache"));
+  CountingCompiler compiler;
+  expectKernel(cache.getOrCompile(kKey, compiler.fn()), "a");
+  EXPECT_EQ(cache.stats().diskWriteFailures, 1u);
+}
+
+TEST(KernelCache, DisableCacheEnvironmentLeavesNoFiles) {
+  test::TempDir dir;
+  fs::path cacheDir = dir.path() / "cache";
+  test::ScopedEnv cacheDirEnv("FLASHTILE_CACHE_DIR", cacheDir.c_str());
+  test::ScopedEnv disableEnv("FLASHTILE_DISABLE_CACHE", "1");
+  KernelCache cache;
+  EXPECT_FALSE(cache.options().diskEnabled);
+  CountingCompiler compiler;
+  expectKernel(cache.getOrCompile(kKey, compiler.fn()), "a");
+  expectKernel(cache.getOrCompile(kKey, compiler.fn()), "a");
+  EXPECT_EQ(compiler.calls, 1) << "the memory layer still works";
+  EXPECT_FALSE(fs::exists(cacheDir));
+}
+
+TEST(KernelCache, EnvironmentSelectsDirectory) {
+  test::ScopedEnv noDisable("FLASHTILE_DISABLE_CACHE", nullptr);
+  {
+    test::ScopedEnv cacheDir("FLASHTILE_CACHE_DIR", "/some/cache");
+    KernelCache::Options options = KernelCache::optionsFromEnvironment();
+    EXPECT_EQ(options.dir, "/some/cache");
+    EXPECT_TRUE(options.diskEnabled);
+  }
+  test::ScopedEnv noCacheDir("FLASHTILE_CACHE_DIR", nullptr);
+  {
+    test::ScopedEnv home("HOME", "/home/someone");
+    KernelCache::Options options = KernelCache::optionsFromEnvironment();
+    EXPECT_EQ(options.dir, "/home/someone/.cache/flashtile");
+    EXPECT_TRUE(options.diskEnabled);
+    test::ScopedEnv notDisabled("FLASHTILE_DISABLE_CACHE", "0");
+    EXPECT_TRUE(KernelCache::optionsFromEnvironment().diskEnabled);
+  }
+  test::ScopedEnv noHome("HOME", nullptr);
+  EXPECT_FALSE(KernelCache::optionsFromEnvironment().diskEnabled);
+}
+
+} // namespace

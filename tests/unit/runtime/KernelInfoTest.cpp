@@ -1,0 +1,148 @@
+// KernelInfoTest.cpp — the manifest text format, its parse errors, spec keys, and Status/StatusOr.
+#include "TestUtil.h"
+
+#include "flashtile/runtime/KernelInfo.h"
+
+#include <gmock/gmock.h>
+
+using namespace flashtile;
+using testing::HasSubstr;
+
+namespace {
+
+KernelInfo sampleInfo() {
+  KernelInfo info = test::fakeKernel().info;
+  info.variant = "softcap#3f2a9c";
+  info.paramNames = {"cap", "bias"};
+  return info;
+}
+
+/// `text` with the line for `field` replaced by `line` (or removed when `line` is empty).
+std::string replaceLine(const std::string &text, const std::string &field, const std::string &line) {
+  size_t start = text.find(field + "=");
+  EXPECT_NE(start, std::string::npos) << field;
+  size_t end = text.find('\n', start);
+  return text.substr(0, start) + (line.empty() ? "" : line + "\n") + text.substr(end + 1);
+}
+
+void expectSameInfo(const KernelInfo &a, const KernelInfo &b) {
+  EXPECT_EQ(a.serialize(), b.serialize());
+  EXPECT_EQ(a.entry, b.entry);
+  EXPECT_EQ(a.paramNames, b.paramNames);
+  EXPECT_EQ(a.smemBytes, b.smemBytes);
+  EXPECT_EQ(a.compilerVersion, b.compilerVersion);
+}
+
+TEST(KernelInfo, RoundTrips) {
+  KernelInfo info = sampleInfo();
+  std::string text = info.serialize();
+  EXPECT_THAT(text, HasSubstr("paramNames=cap,bias\n"));
+  EXPECT_THAT(text, HasSubstr("variant=softcap#3f2a9c\n"));
+  StatusOr<KernelInfo> parsed = KernelInfo::parse(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  expectSameInfo(*parsed, info);
+}
+
+TEST(KernelInfo, RoundTripsWithoutParams) {
+  KernelInfo info = sampleInfo();
+  info.paramNames.clear();
+  StatusOr<KernelInfo> parsed = KernelInfo::parse(info.serialize());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE(parsed->paramNames.empty());
+}
+
+TEST(KernelInfo, ParseIgnoresCommentsBlankLinesAndCarriageReturns) {
+  std::string text = "# written by flashtile aot\n\n" + sampleInfo().serialize();
+  text = replaceLine(text, "arch", "arch = sm_90a\r");
+  StatusOr<KernelInfo> parsed = KernelInfo::parse(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->arch, "sm_90a");
+}
+
+TEST(KernelInfo, ParseRejectsBadFieldsNamingThem) {
+  struct Case {
+    std::string field;       // the line that is replaced
+    std::string replacement; // empty: the line is removed
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {"smemBytes", "", {"smemBytes", "missing"}},
+      {"compilerVersion", "", {"compilerVersion", "missing"}},
+      {"blockM", "blockM=12x", {"blockM", "not an integer"}},
+      {"headDim", "headDim=", {"headDim", "not an integer"}},
+      {"headDim", "headDim=99999999999", {"headDim", "not an integer"}},
+      {"headDimV", "headDimV=0", {"headDimV", "positive"}},
+      {"arch", "arch=sm_75", {"arch", "sm_75", "sm_80, sm_90a, sm_100a"}},
+      {"dtype", "dtype=fp8", {"dtype", "f16, bf16"}},
+      {"threads", "threads=100", {"threads", "multiple of 32"}},
+      {"threads", "threads=2048", {"threads", "[32, 1024]"}},
+      {"smemBytes", "smemBytes=-1", {"smemBytes", "negative"}},
+      {"entry", "entry=1kernel", {"entry", "C identifier"}},
+      {"variant", "variant=", {"variant", "id"}},
+      {"schedule", "schedule=fa 2", {"schedule"}},
+      {"paramNames", "paramNames=cap,,bias", {"paramNames", "identifier"}},
+      {"paramNames", "paramNames=cap,cap", {"paramNames", "twice"}},
+      {"paramNames", "paramNames=a,b,c,d,e,f,g,h,i", {"paramNames", "at most 8"}},
+      {"arch", "arch=sm_90a\narch=sm_80", {"arch", "twice"}},
+      {"arch", "colour=blue", {"unknown field 'colour'", "accepted: entry"}},
+      {"arch", "sm_90a", {"line", "expected 'field=value'"}},
+  };
+  const std::string text = sampleInfo().serialize();
+  for (const Case &c : cases) {
+    std::string mutated = replaceLine(text, c.field, c.replacement);
+    SCOPED_TRACE(mutated);
+    StatusOr<KernelInfo> parsed = KernelInfo::parse(mutated);
+    ASSERT_FALSE(parsed.ok());
+    for (const std::string &expected : c.expected)
+      EXPECT_THAT(parsed.status().message(), HasSubstr(expected));
+  }
+}
+
+TEST(KernelInfo, ParseRejectsEmptyText) {
+  StatusOr<KernelInfo> parsed = KernelInfo::parse("");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(parsed.status().message(), HasSubstr("field 'entry': missing"));
+}
+
+TEST(KernelSpec, KeyNamesEveryField) {
+  KernelSpec spec = sampleInfo().spec();
+  EXPECT_EQ(spec.key(),
+            "arch=sm_90a;dtype=bf16;headDim=128;headDimV=128;variant=softcap#3f2a9c;schedule=fa2;shapeClass=default");
+}
+
+TEST(KernelSpec, MatchesComparesEveryField) {
+  KernelInfo info = sampleInfo();
+  EXPECT_TRUE(matches(info, info.spec()));
+  auto changed = [&](auto mutate) {
+    KernelSpec spec = info.spec();
+    mutate(spec);
+    return matches(info, spec);
+  };
+  EXPECT_FALSE(changed([](KernelSpec &s) { s.arch = "sm_80"; }));
+  EXPECT_FALSE(changed([](KernelSpec &s) { s.dtype = "f16"; }));
+  EXPECT_FALSE(changed([](KernelSpec &s) { s.headDim = 64; }));
+  EXPECT_FALSE(changed([](KernelSpec &s) { s.headDimV = 64; }));
+  EXPECT_FALSE(changed([](KernelSpec &s) { s.variant = "causal"; }));
+  EXPECT_FALSE(changed([](KernelSpec &s) { s.schedule = "fa3"; }));
+  EXPECT_FALSE(changed([](KernelSpec &s) { s.shapeClass = "long"; }));
+}
+
+TEST(Status, CarriesMessagesAndValues) {
+  EXPECT_TRUE(Status().ok());
+  Status error = Status::error("boom");
+  EXPECT_FALSE(error.ok());
+  EXPECT_EQ(error.message(), "boom");
+  EXPECT_EQ(error.withContext("loading x").message(), "loading x: boom");
+  EXPECT_TRUE(Status().withContext("ignored").ok());
+  EXPECT_FALSE(Status::error("").ok());
+
+  StatusOr<std::string> value = std::string("cubin");
+  ASSERT_TRUE(value.ok());
+  EXPECT_EQ(*value, "cubin");
+  EXPECT_EQ(value->size(), 5u);
+  StatusOr<std::string> failed = Status::error("nope");
+  EXPECT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().message(), "nope");
+}
+
+} // namespace

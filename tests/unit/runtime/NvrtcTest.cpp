@@ -1,0 +1,89 @@
+// NvrtcTest.cpp — NVRTC compiles for every supported target without a GPU, and reports its log on errors.
+// NVRTC is a build requirement (the CUDA toolkit), so these tests fail rather than skip when it is missing.
+#include "flashtile/runtime/KernelInfo.h"
+#include "flashtile/runtime/Nvrtc.h"
+
+#include <gmock/gmock.h>
+
+using namespace flashtile;
+using testing::HasSubstr;
+
+namespace {
+
+constexpr const char *kAxpy = R"(
+extern "C" __global__ void axpy(float a, const float *x, float *y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n)
+    y[i] = a * x[i] + y[i];
+}
+)";
+
+constexpr std::string_view kElfMagic = "\x7f"
+                                       "ELF";
+
+TEST(Nvrtc, ReportsVersion) {
+  StatusOr<std::string> version = nvrtcVersion();
+  ASSERT_TRUE(version.ok()) << version.status().message();
+  EXPECT_THAT(*version, testing::MatchesRegex("[0-9]+\\.[0-9]+"));
+}
+
+TEST(Nvrtc, CompilesCubinForEverySupportedArch) {
+  for (std::string_view arch : kSupportedArchs) {
+    SCOPED_TRACE(arch);
+    StatusOr<std::string> cubin = compileCuda(kAxpy, "axpy.cu", std::string(arch), NvrtcOutput::Cubin);
+    ASSERT_TRUE(cubin.ok()) << cubin.status().message();
+    EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
+  }
+}
+
+TEST(Nvrtc, CompilesPtxForTheVirtualArch) {
+  StatusOr<std::string> ptx = compileCuda(kAxpy, "axpy.cu", "sm_90a", NvrtcOutput::Ptx);
+  ASSERT_TRUE(ptx.ok()) << ptx.status().message();
+  EXPECT_THAT(*ptx, HasSubstr(".target sm_90a"));
+  EXPECT_THAT(*ptx, HasSubstr(".entry axpy"));
+  EXPECT_NE(ptx->back(), '\0');
+}
+
+TEST(Nvrtc, PassesExtraOptions) {
+  constexpr const char *kNeedsDefine = R"(
+#if FLASHTILE_TEST_VALUE != 3
+#error "FLASHTILE_TEST_VALUE was not passed"
+#endif
+extern "C" __global__ void k() {}
+)";
+  StatusOr<std::string> with = compileCuda(kNeedsDefine, "define.cu", "sm_80", NvrtcOutput::Ptx,
+                                           {"-DFLASHTILE_TEST_VALUE=3"});
+  EXPECT_TRUE(with.ok()) << with.status().message();
+  StatusOr<std::string> without = compileCuda(kNeedsDefine, "define.cu", "sm_80", NvrtcOutput::Ptx);
+  ASSERT_FALSE(without.ok());
+  EXPECT_THAT(without.status().message(), HasSubstr("FLASHTILE_TEST_VALUE was not passed"));
+}
+
+TEST(Nvrtc, SyntaxErrorReturnsTheLog) {
+  constexpr const char *kBroken = R"(
+extern "C" __global__ void broken(int *out) {
+  int x = ;
+  *out = x;
+}
+)";
+  StatusOr<std::string> cubin = compileCuda(kBroken, "broken.cu", "sm_90a", NvrtcOutput::Cubin);
+  ASSERT_FALSE(cubin.ok());
+  const std::string &message = cubin.status().message();
+  EXPECT_THAT(message, HasSubstr("NVRTC failed to compile broken.cu for sm_90a"));
+  EXPECT_THAT(message, HasSubstr("--gpu-architecture=sm_90a"));
+  // NVRTC's own log: the file, the line and the diagnostic.
+  EXPECT_THAT(message, HasSubstr("broken.cu(3)"));
+  EXPECT_THAT(message, HasSubstr("expected an expression"));
+}
+
+TEST(Nvrtc, RejectsMalformedArch) {
+  for (const char *arch : {"sm90", "compute_90a", "sm_", "sm_9x", ""}) {
+    SCOPED_TRACE(arch);
+    StatusOr<std::string> cubin = compileCuda(kAxpy, "axpy.cu", arch, NvrtcOutput::Cubin);
+    ASSERT_FALSE(cubin.ok());
+    EXPECT_THAT(cubin.status().message(), HasSubstr("arch '" + std::string(arch) + "'"));
+    EXPECT_THAT(cubin.status().message(), HasSubstr("sm_90a"));
+  }
+}
+
+} // namespace

@@ -1,0 +1,280 @@
+// RuntimeTest.cpp — kernel selection (ahead-of-time directories, JIT hook), spec building, arch mapping, and
+// the behaviour of forward() on a machine without an NVIDIA driver.
+#include "TestUtil.h"
+
+#include "flashtile/runtime/CudaDriver.h"
+#include "flashtile/runtime/Runtime.h"
+#include "flashtile/runtime/Version.h"
+
+#include <gmock/gmock.h>
+
+#include <dlfcn.h>
+
+#include <fstream>
+
+using namespace flashtile;
+using testing::HasSubstr;
+namespace fs = std::filesystem;
+
+namespace {
+
+AttentionArgs validArgs() {
+  return AttentionArgs::contiguous(DType::BF16, reinterpret_cast<const void *>(0x10000),
+                                   reinterpret_cast<const void *>(0x20000), reinterpret_cast<const void *>(0x30000),
+                                   reinterpret_cast<void *>(0x40000), reinterpret_cast<float *>(0x50000), 2, 128, 128,
+                                   8, 8, 128);
+}
+
+void writeFile(const fs::path &path, const std::string &bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+/// Writes `<name>.manifest` and `<name>.cubin` for `kernel` into `dir`.
+void writeAotKernel(const fs::path &dir, const std::string &name, const CachedKernel &kernel) {
+  writeFile(dir / (name + ".manifest"), kernel.info.serialize());
+  writeFile(dir / (name + ".cubin"), kernel.cubin);
+}
+
+bool driverLoadable() {
+  void *library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (library)
+    dlclose(library);
+  return library != nullptr;
+}
+
+/// A runtime whose JIT cache lives in memory only, so tests never touch ~/.cache.
+std::unique_ptr<Runtime> memoryOnlyRuntime() { return std::make_unique<Runtime>(KernelCache::Options{"", false}); }
+
+TEST(Runtime, SpecForUsesArgsScheduleAndDefaultShapeClass) {
+  std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
+  AttentionArgs args = validArgs();
+  args.variant = "causal";
+  args.dtype = DType::F16;
+  StatusOr<KernelSpec> spec = runtime->specFor(args, "sm_90a");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->key(),
+            "arch=sm_90a;dtype=f16;headDim=128;headDimV=128;variant=causal;schedule=fa2;shapeClass=default");
+
+  runtime->setSchedule("fa3");
+  EXPECT_EQ(runtime->specFor(args, "sm_90a")->schedule, "fa3");
+  runtime->setSchedule("fa 3");
+  StatusOr<KernelSpec> badSchedule = runtime->specFor(args, "sm_90a");
+  ASSERT_FALSE(badSchedule.ok());
+  EXPECT_THAT(badSchedule.status().message(), HasSubstr("schedule 'fa 3'"));
+}
+
+TEST(Runtime, SpecForRejectsUnsupportedArchAndBadArgs) {
+  std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
+  StatusOr<KernelSpec> spec = runtime->specFor(validArgs(), "sm_75");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("arch 'sm_75'"));
+  EXPECT_THAT(spec.status().message(), HasSubstr("sm_80, sm_90a, sm_100a"));
+
+  AttentionArgs args = validArgs();
+  args.headDim = 32;
+  EXPECT_THAT(runtime->specFor(args, "sm_90a").status().message(), HasSubstr("headDim 32"));
+}
+
+TEST(Runtime, NoKernelAndNoCompilerListsWhatIsAvailable) {
+  test::TempDir dir;
+  writeAotKernel(dir.path(), "causal_bf16_128", test::fakeKernel());
+  std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
+  ASSERT_TRUE(runtime->loadAotDirectory(dir.path().string()).ok());
+  KernelSpec wanted = test::fakeKernel().info.spec();
+  wanted.variant = "none";
+  StatusOr<std::shared_ptr<const CachedKernel>> kernel = runtime->findKernel(wanted);
+  ASSERT_FALSE(kernel.ok());
+  const std::string &message = kernel.status().message();
+  EXPECT_THAT(message, HasSubstr("no kernel for " + wanted.key()));
+  EXPECT_THAT(message, HasSubstr("in the ahead-of-time directory " + dir.path().string()));
+  EXPECT_THAT(message, HasSubstr("no JIT compiler installed"));
+  EXPECT_THAT(message, HasSubstr("available: " + test::fakeKernel().info.spec().key()));
+
+  StatusOr<std::shared_ptr<const CachedKernel>> nothing = memoryOnlyRuntime()->findKernel(wanted);
+  ASSERT_FALSE(nothing.ok());
+  EXPECT_THAT(nothing.status().message(), HasSubstr("no ahead-of-time directory loaded"));
+  EXPECT_THAT(nothing.status().message(), HasSubstr("available: none"));
+}
+
+TEST(Runtime, LoadsAheadOfTimeKernels) {
+  test::TempDir dir;
+  CachedKernel causal = test::fakeKernel("causal");
+  CachedKernel none = test::fakeKernel("none");
+  none.info.variant = "none";
+  writeAotKernel(dir.path(), "causal", causal);
+  writeAotKernel(dir.path(), "none", none);
+  writeFile(dir.path() / "README", "not a kernel");
+
+  std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
+  Status loaded = runtime->loadAotDirectory(dir.path().string());
+  ASSERT_TRUE(loaded.ok()) << loaded.message();
+  for (const CachedKernel *expected : {&causal, &none}) {
+    StatusOr<std::shared_ptr<const CachedKernel>> found = runtime->findKernel(expected->info.spec());
+    ASSERT_TRUE(found.ok()) << found.status().message();
+    EXPECT_EQ((*found)->info.entry, expected->info.entry);
+    EXPECT_EQ((*found)->cubin, expected->cubin);
+  }
+}
+
+TEST(Runtime, AheadOfTimeErrorsNameTheFile) {
+  struct Case {
+    std::string name;
+    std::function<void(const fs::path &)> setUp;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {"missing cubin",
+       [](const fs::path &dir) { writeFile(dir / "k.manifest", test::fakeKernel().info.serialize()); },
+       {"k.manifest", "cubin is missing", "k.cubin"}},
+      {"garbled manifest",
+       [](const fs::path &dir) {
+         writeAotKernel(dir, "k", test::fakeKernel());
+         writeFile(dir / "k.manifest", "entry=k\narch=sm_90a\n");
+       },
+       {"k.manifest", "field 'dtype': missing"}},
+      {"not a cubin",
+       [](const fs::path &dir) {
+         writeAotKernel(dir, "k", test::fakeKernel());
+         writeFile(dir / "k.cubin", "PTX text");
+       },
+       {"k.cubin", "no ELF header"}},
+      {"duplicate spec",
+       [](const fs::path &dir) {
+         writeAotKernel(dir, "a", test::fakeKernel("a"));
+         writeAotKernel(dir, "b", test::fakeKernel("b"));
+       },
+       {"b.manifest and", "a.manifest both provide arch=sm_90a"}},
+      {"no manifests", [](const fs::path &dir) { writeFile(dir / "k.cubin", "\x7f" "ELF"); }, {"has no *.manifest"}},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.name);
+    test::TempDir dir;
+    c.setUp(dir.path());
+    Status status = memoryOnlyRuntime()->loadAotDirectory(dir.path().string());
+    ASSERT_FALSE(status.ok());
+    for (const std::string &expected : c.expected)
+      EXPECT_THAT(status.message(), HasSubstr(expected));
+  }
+
+  Status missing = memoryOnlyRuntime()->loadAotDirectory("/nonexistent/flashtile-aot");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.message(), HasSubstr("'/nonexistent/flashtile-aot' cannot be read"));
+}
+
+TEST(Runtime, AheadOfTimeLoadingIsAllOrNothing) {
+  test::TempDir dir;
+  writeAotKernel(dir.path(), "a_good", test::fakeKernel());
+  writeFile(dir.path() / "b_bad.manifest", "garbage");
+  std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
+  ASSERT_FALSE(runtime->loadAotDirectory(dir.path().string()).ok());
+  EXPECT_FALSE(runtime->findKernel(test::fakeKernel().info.spec()).ok());
+}
+
+TEST(Runtime, JitCompilerIsCalledOnceAndCached) {
+  test::TempDir cacheDir;
+  Runtime runtime(KernelCache::Options{cacheDir.path().string(), true});
+  int calls = 0;
+  runtime.setCompiler([&](const KernelSpec &spec) -> StatusOr<CachedKernel> {
+    ++calls;
+    CachedKernel kernel = test::fakeKernel();
+    kernel.info.variant = spec.variant;
+    kernel.info.compilerVersion = std::string(compilerVersion());
+    return kernel;
+  });
+  KernelSpec spec = test::fakeKernel().info.spec();
+  spec.variant = "softcap#0123abcd";
+  StatusOr<std::shared_ptr<const CachedKernel>> first = runtime.findKernel(spec);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  StatusOr<std::shared_ptr<const CachedKernel>> second = runtime.findKernel(spec);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(first->get(), second->get());
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(runtime.cache().stats().misses, 1u);
+
+  // A second runtime (a second process, in effect) finds it on disk.
+  Runtime other(KernelCache::Options{cacheDir.path().string(), true});
+  other.setCompiler([&](const KernelSpec &) -> StatusOr<CachedKernel> {
+    ++calls;
+    return Status::error("should not compile");
+  });
+  StatusOr<std::shared_ptr<const CachedKernel>> fromDisk = other.findKernel(spec);
+  ASSERT_TRUE(fromDisk.ok()) << fromDisk.status().message();
+  EXPECT_EQ((*fromDisk)->info.variant, "softcap#0123abcd");
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(Runtime, AheadOfTimeKernelsWinOverJit) {
+  test::TempDir dir;
+  writeAotKernel(dir.path(), "k", test::fakeKernel("aot"));
+  std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
+  ASSERT_TRUE(runtime->loadAotDirectory(dir.path().string()).ok());
+  runtime->setCompiler([](const KernelSpec &) -> StatusOr<CachedKernel> { return Status::error("not expected"); });
+  StatusOr<std::shared_ptr<const CachedKernel>> found = runtime->findKernel(test::fakeKernel().info.spec());
+  ASSERT_TRUE(found.ok()) << found.status().message();
+  EXPECT_EQ((*found)->info.entry, "flashtile_fwd_aot");
+}
+
+TEST(Runtime, JitResultMustMatchTheSpec) {
+  std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
+  runtime->setCompiler([](const KernelSpec &) -> StatusOr<CachedKernel> { return test::fakeKernel(); });
+  KernelSpec spec = test::fakeKernel().info.spec();
+  spec.headDim = spec.headDimV = 64;
+  StatusOr<std::shared_ptr<const CachedKernel>> kernel = runtime->findKernel(spec);
+  ASSERT_FALSE(kernel.ok());
+  EXPECT_THAT(kernel.status().message(), HasSubstr("was asked for " + spec.key()));
+  EXPECT_THAT(kernel.status().message(), HasSubstr("headDim=128"));
+
+  runtime->setCompiler([](const KernelSpec &) -> StatusOr<CachedKernel> { return Status::error("lowering failed"); });
+  EXPECT_EQ(runtime->findKernel(spec).status().message(), "lowering failed");
+}
+
+TEST(Runtime, EmptyQueryIsANoOpWithoutTouchingTheGpu) {
+  AttentionArgs args = validArgs();
+  args.seqlenQ = 0;
+  Status status = memoryOnlyRuntime()->forward(args);
+  EXPECT_TRUE(status.ok()) << status.message();
+}
+
+TEST(Runtime, InvalidArgsFailBeforeTheDriver) {
+  AttentionArgs args = validArgs();
+  args.headsKv = 3;
+  Status status = memoryOnlyRuntime()->forward(args);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("headsQ (8) must be a multiple of headsKv (3)"));
+}
+
+TEST(Runtime, ForwardWithoutDriverSaysSo) {
+  if (driverLoadable())
+    GTEST_SKIP() << "libcuda.so.1 is loadable here; this test checks the error on machines without a driver";
+  Status status = memoryOnlyRuntime()->forward(validArgs());
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("no NVIDIA driver: libcuda.so.1 could not be loaded ("));
+  EXPECT_THAT(status.message(), HasSubstr("compiling/emitting kernels works without a GPU, running them needs one"));
+
+  StatusOr<const CudaDriver *> driver = CudaDriver::get();
+  ASSERT_FALSE(driver.ok());
+  EXPECT_EQ(driver.status().message(), status.message());
+  EXPECT_FALSE(memoryOnlyRuntime()->specFor(validArgs()).ok());
+}
+
+TEST(CudaDriver, MapsComputeCapabilityToArch) {
+  EXPECT_EQ(*archForComputeCapability(8, 0), "sm_80");
+  EXPECT_EQ(*archForComputeCapability(8, 6), "sm_80");
+  EXPECT_EQ(*archForComputeCapability(8, 9), "sm_80");
+  EXPECT_EQ(*archForComputeCapability(9, 0), "sm_90a");
+  EXPECT_EQ(*archForComputeCapability(10, 0), "sm_100a");
+  for (auto [major, minor] : {std::pair{7, 5}, {10, 3}, {12, 0}}) {
+    StatusOr<std::string> arch = archForComputeCapability(major, minor);
+    ASSERT_FALSE(arch.ok());
+    EXPECT_THAT(arch.status().message(),
+                HasSubstr("compute capability " + std::to_string(major) + "." + std::to_string(minor)));
+    EXPECT_THAT(arch.status().message(), HasSubstr("8.x (sm_80), 9.0 (sm_90a), 10.0 (sm_100a)"));
+  }
+}
+
+TEST(Version, IncludesProjectVersionAndRevision) {
+  EXPECT_THAT(std::string(compilerVersion()), testing::MatchesRegex("[0-9]+\\.[0-9]+\\.[0-9]+\\+.+"));
+}
+
+} // namespace

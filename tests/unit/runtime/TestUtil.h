@@ -1,0 +1,84 @@
+// TestUtil.h — helpers shared by the runtime unit tests.
+#ifndef FLASHTILE_TESTS_UNIT_RUNTIME_TESTUTIL_H
+#define FLASHTILE_TESTS_UNIT_RUNTIME_TESTUTIL_H
+
+#include "flashtile/runtime/KernelCache.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace flashtile::test {
+
+/// A fresh directory under the system temp dir, removed with everything in it at the end of the test.
+class TempDir {
+public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "flashtile-test-XXXXXX").string();
+    if (!mkdtemp(pattern.data()))
+      ADD_FAILURE() << "mkdtemp failed for " << pattern;
+    root = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(root, ignored);
+  }
+  TempDir(const TempDir &) = delete;
+  TempDir &operator=(const TempDir &) = delete;
+
+  const std::filesystem::path &path() const { return root; }
+
+private:
+  std::filesystem::path root;
+};
+
+/// Sets (or, with a null value, unsets) an environment variable for one scope, restoring the old value after.
+class ScopedEnv {
+public:
+  ScopedEnv(const char *name, const char *value) : name(name) {
+    if (const char *old = std::getenv(name))
+      previous = old;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (previous)
+      setenv(name, previous->c_str(), 1);
+    else
+      unsetenv(name);
+  }
+  ScopedEnv(const ScopedEnv &) = delete;
+  ScopedEnv &operator=(const ScopedEnv &) = delete;
+
+private:
+  const char *name;
+  std::optional<std::string> previous;
+};
+
+/// A kernel whose fields are all valid; `tag` makes entry and cubin distinct per test kernel.
+inline CachedKernel fakeKernel(const std::string &tag = "a") {
+  KernelInfo info;
+  info.entry = "flashtile_fwd_" + tag;
+  info.arch = "sm_90a";
+  info.dtype = "bf16";
+  info.headDim = 128;
+  info.headDimV = 128;
+  info.variant = "causal";
+  info.schedule = "fa2";
+  info.shapeClass = "default";
+  info.blockM = 128;
+  info.blockN = 64;
+  info.threads = 128;
+  info.smemBytes = 65536;
+  info.compilerVersion = "0.1.0+test";
+  return {info, std::string("\x7f" "ELF fake cubin ") + tag};
+}
+
+} // namespace flashtile::test
+
+#endif // FLASHTILE_TESTS_UNIT_RUNTIME_TESTUTIL_H

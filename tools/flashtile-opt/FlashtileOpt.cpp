@@ -1,0 +1,18 @@
+//===- FlashtileOpt.cpp - mlir-opt for the tile dialect -------------------===//
+#include "passes/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "mlir/Transforms/Passes.h"
+
+
+int main(int argc, char **argv) {
+  mlir::DialectRegistry registry;
+  registry.insert<flashtile::tile::TileDialect, mlir::arith::ArithDialect, mlir::math::MathDialect>();
+  flashtile::tile::registerTilePasses();
+  mlir::registerCanonicalizerPass();
+  mlir::registerCSEPass();
+  return mlir::asMainReturnCode(mlir::MlirOptMain(argc, argv, "flashtile optimizer driver\n", registry));
+}
