@@ -41,7 +41,8 @@ Status checkStrides(std::string_view name, const std::array<long long, 4> &strid
   for (size_t i = 0; i < 3; ++i)
     if (stride[i] < 0 || stride[i] % kStrideMultipleElements != 0)
       return Status::error(prefix + "[" + std::to_string(i) + "] (" + std::string(kStrideNames[i]) + " stride) is " +
-                           std::to_string(stride[i]) + "; batch, seq and head strides must be non-negative multiples of " +
+                           std::to_string(stride[i]) +
+                           "; batch, seq and head strides must be non-negative multiples of " +
                            std::to_string(kStrideMultipleElements) + " elements (16-byte vector loads)");
   return Status();
 }
@@ -56,8 +57,8 @@ Status checkAligned(std::string_view name, const void *pointer, size_t alignment
 Status checkAtLeast(std::string_view name, int value, int minimum) {
   if (value >= minimum)
     return Status();
-  return Status::error(std::string(name) + " is " + std::to_string(value) + "; it must be >= " +
-                       std::to_string(minimum));
+  return Status::error(std::string(name) + " is " + std::to_string(value) +
+                       "; it must be >= " + std::to_string(minimum));
 }
 
 } // namespace
@@ -99,16 +100,19 @@ AttentionArgs AttentionArgs::contiguous(DType dtype, const void *q, const void *
 }
 
 Status Runtime::validate(const AttentionArgs &args) {
-  for (auto [name, pointer] : {std::pair<std::string_view, const void *>{"q", args.q}, {"k", args.k}, {"v", args.v},
-                               {"o", args.o}, {"lse", args.lse}})
+  for (auto [name, pointer] : {std::pair<std::string_view, const void *>{"q", args.q},
+                               {"k", args.k},
+                               {"v", args.v},
+                               {"o", args.o},
+                               {"lse", args.lse}})
     if (!pointer)
       return Status::error(std::string(name) + " is null; q, k, v, o and lse must all be device pointers");
   if (dtypeName(args.dtype) == "invalid")
     return Status::error("dtype has value " + std::to_string(static_cast<int>(args.dtype)) +
                          "; accepted: DType::F16, DType::BF16");
   if (std::find(kSupportedHeadDims.begin(), kSupportedHeadDims.end(), args.headDim) == kSupportedHeadDims.end())
-    return Status::error("headDim " + std::to_string(args.headDim) + " is not supported; supported: " +
-                         supportedHeadDimsText());
+    return Status::error("headDim " + std::to_string(args.headDim) +
+                         " is not supported; supported: " + supportedHeadDimsText());
   if (args.headDimV != args.headDim)
     return Status::error("headDimV is " + std::to_string(args.headDimV) + "; it must equal headDim (" +
                          std::to_string(args.headDim) + ") for now");
@@ -127,11 +131,13 @@ Status Runtime::validate(const AttentionArgs &args) {
       return Status::error(std::string(name) + " is " + std::to_string(value) + "; at most " +
                            std::to_string(kMaxGridYZ) + " are supported (CUDA grid dimension limit)");
   for (auto [name, stride] : {std::pair<std::string_view, const std::array<long long, 4> &>{"q", args.qStride},
-                              {"k", args.kStride}, {"v", args.vStride}, {"o", args.oStride}})
+                              {"k", args.kStride},
+                              {"v", args.vStride},
+                              {"o", args.oStride}})
     if (Status s = checkStrides(name, stride); !s.ok())
       return s;
-  for (auto [name, pointer] : {std::pair<std::string_view, const void *>{"q", args.q}, {"k", args.k}, {"v", args.v},
-                               {"o", args.o}})
+  for (auto [name, pointer] :
+       {std::pair<std::string_view, const void *>{"q", args.q}, {"k", args.k}, {"v", args.v}, {"o", args.o}})
     if (Status s = checkAligned(name, pointer, kTensorAlignmentBytes); !s.ok())
       return s;
   if (Status s = checkAligned("lse", args.lse, kLseAlignmentBytes); !s.ok())
@@ -144,6 +150,7 @@ Status Runtime::validate(const AttentionArgs &args) {
                          "' is not a variant id: \"none\", \"causal\", or an id of characters [A-Za-z0-9_.:#-]");
   if (args.variantParams.size() > FLASHTILE_MAX_VARIANT_PARAMS)
     return Status::error("variantParams has " + std::to_string(args.variantParams.size()) + " values; at most " +
-                         std::to_string(FLASHTILE_MAX_VARIANT_PARAMS) + " (FLASHTILE_MAX_VARIANT_PARAMS) are supported");
+                         std::to_string(FLASHTILE_MAX_VARIANT_PARAMS) +
+                         " (FLASHTILE_MAX_VARIANT_PARAMS) are supported");
   return Status();
 }

@@ -39,10 +39,10 @@ Status CudaDriver::load() {
                          (reason ? reason : "unknown reason") +
                          "); compiling/emitting kernels works without a GPU, running them needs one");
   }
-#define FLASHTILE_RESOLVE_DRIVER_FUNCTION(member, ...)                                                         \
-  member = reinterpret_cast<decltype(member)>(findSymbol(library, {__VA_ARGS__}));                             \
-  if (!member)                                                                                                 \
-    return Status::error(std::string(kDriverLibrary) + " does not export " + #__VA_ARGS__ +                    \
+#define FLASHTILE_RESOLVE_DRIVER_FUNCTION(member, ...)                                                                 \
+  member = reinterpret_cast<decltype(member)>(findSymbol(library, {__VA_ARGS__}));                                     \
+  if (!member)                                                                                                         \
+    return Status::error(std::string(kDriverLibrary) + " does not export " + #__VA_ARGS__ +                            \
                          ": the NVIDIA driver is too old for flashtile (a CUDA 12 or newer driver is needed)");
   FLASHTILE_CUDA_DRIVER_FUNCTIONS(FLASHTILE_RESOLVE_DRIVER_FUNCTION)
 #undef FLASHTILE_RESOLVE_DRIVER_FUNCTION

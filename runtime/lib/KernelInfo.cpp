@@ -13,9 +13,9 @@ using namespace flashtile;
 namespace {
 
 /// Serialization order; also the list of accepted fields.
-constexpr std::string_view kFieldNames[] = {"entry",    "arch",     "dtype",  "headDim", "headDimV",
-                                            "variant",  "schedule", "shapeClass", "blockM", "blockN",
-                                            "threads",  "smemBytes", "paramNames", "compilerVersion"};
+constexpr std::string_view kFieldNames[] = {"entry",   "arch",      "dtype",      "headDim",        "headDimV",
+                                            "variant", "schedule",  "shapeClass", "blockM",         "blockN",
+                                            "threads", "smemBytes", "paramNames", "compilerVersion"};
 constexpr size_t kNumFields = std::size(kFieldNames);
 
 constexpr int kWarpSize = 32;
@@ -36,7 +36,8 @@ bool contains(std::span<const std::string_view> items, std::string_view item) {
 bool isIdentifier(std::string_view s) {
   if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0])))
     return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
 std::string_view trim(std::string_view s) {
@@ -140,8 +141,8 @@ Status KernelInfo::verify() const {
     return fieldError("arch", "'" + arch + "' is not one of " + joined(kSupportedArchs));
   if (!contains(kSupportedDtypes, dtype))
     return fieldError("dtype", "'" + dtype + "' is not one of " + joined(kSupportedDtypes));
-  for (auto [field, value] : {std::pair{"headDim", headDim}, {"headDimV", headDimV}, {"blockM", blockM},
-                              {"blockN", blockN}})
+  for (auto [field, value] :
+       {std::pair{"headDim", headDim}, {"headDimV", headDimV}, {"blockM", blockM}, {"blockN", blockN}})
     if (Status s = checkPositive(field, value); !s.ok())
       return s;
   for (auto [field, value] : {std::pair{"variant", &variant}, {"schedule", &schedule}, {"shapeClass", &shapeClass}})
@@ -150,8 +151,8 @@ Status KernelInfo::verify() const {
                                    " characters from [A-Za-z0-9_.:#-]");
   if (threads < kWarpSize || threads > kMaxThreadsPerBlock || threads % kWarpSize != 0)
     return fieldError("threads", std::to_string(threads) + " is not a multiple of " + std::to_string(kWarpSize) +
-                                     " in [" + std::to_string(kWarpSize) + ", " +
-                                     std::to_string(kMaxThreadsPerBlock) + "]");
+                                     " in [" + std::to_string(kWarpSize) + ", " + std::to_string(kMaxThreadsPerBlock) +
+                                     "]");
   if (smemBytes < 0)
     return fieldError("smemBytes", std::to_string(smemBytes) + " is negative");
   if (paramNames.size() > FLASHTILE_MAX_VARIANT_PARAMS)
@@ -164,7 +165,7 @@ Status KernelInfo::verify() const {
       return fieldError("paramNames", "'" + paramNames[i] + "' appears twice");
   }
   if (compilerVersion.empty() || !std::all_of(compilerVersion.begin(), compilerVersion.end(),
-                                               [](char c) { return std::isgraph(static_cast<unsigned char>(c)); }))
+                                              [](char c) { return std::isgraph(static_cast<unsigned char>(c)); }))
     return fieldError("compilerVersion", "'" + compilerVersion + "' is empty or contains spaces");
   return Status();
 }
@@ -203,8 +204,11 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
   info.shapeClass = fields["shapeClass"];
   info.paramNames = splitList(fields["paramNames"]);
   info.compilerVersion = fields["compilerVersion"];
-  for (auto [field, target] : {std::pair{"headDim", &info.headDim}, {"headDimV", &info.headDimV},
-                               {"blockM", &info.blockM}, {"blockN", &info.blockN}, {"threads", &info.threads},
+  for (auto [field, target] : {std::pair{"headDim", &info.headDim},
+                               {"headDimV", &info.headDimV},
+                               {"blockM", &info.blockM},
+                               {"blockN", &info.blockN},
+                               {"threads", &info.threads},
                                {"smemBytes", &info.smemBytes}}) {
     StatusOr<int> value = parseInt(field, fields[field]);
     if (!value.ok())

@@ -14,17 +14,17 @@ using namespace flashtile;
 
 namespace {
 
-#define FLASHTILE_NVRTC_FUNCTIONS(X)                                                                           \
-  X(nvrtcGetErrorString)                                                                                       \
-  X(nvrtcVersion)                                                                                              \
-  X(nvrtcCreateProgram)                                                                                        \
-  X(nvrtcDestroyProgram)                                                                                       \
-  X(nvrtcCompileProgram)                                                                                       \
-  X(nvrtcGetPTXSize)                                                                                           \
-  X(nvrtcGetPTX)                                                                                               \
-  X(nvrtcGetCUBINSize)                                                                                         \
-  X(nvrtcGetCUBIN)                                                                                             \
-  X(nvrtcGetProgramLogSize)                                                                                    \
+#define FLASHTILE_NVRTC_FUNCTIONS(X)                                                                                   \
+  X(nvrtcGetErrorString)                                                                                               \
+  X(nvrtcVersion)                                                                                                      \
+  X(nvrtcCreateProgram)                                                                                                \
+  X(nvrtcDestroyProgram)                                                                                               \
+  X(nvrtcCompileProgram)                                                                                               \
+  X(nvrtcGetPTXSize)                                                                                                   \
+  X(nvrtcGetPTX)                                                                                                       \
+  X(nvrtcGetCUBINSize)                                                                                                 \
+  X(nvrtcGetCUBIN)                                                                                                     \
+  X(nvrtcGetProgramLogSize)                                                                                            \
   X(nvrtcGetProgramLog)
 
 struct NvrtcApi {
@@ -69,9 +69,9 @@ Status loadNvrtc(NvrtcApi &api) {
   if (!library)
     return Status::error("NVRTC could not be loaded (tried " + tried + "; last error: " + lastError +
                          "); install the CUDA toolkit (12.8 or newer) or set CUDA_HOME to it");
-#define FLASHTILE_RESOLVE_NVRTC_FUNCTION(name)                                                                 \
-  api.name = reinterpret_cast<decltype(api.name)>(dlsym(library, #name));                                      \
-  if (!api.name)                                                                                               \
+#define FLASHTILE_RESOLVE_NVRTC_FUNCTION(name)                                                                         \
+  api.name = reinterpret_cast<decltype(api.name)>(dlsym(library, #name));                                              \
+  if (!api.name)                                                                                                       \
     return Status::error("the loaded NVRTC does not export " #name "; it is too old for flashtile");
   FLASHTILE_NVRTC_FUNCTIONS(FLASHTILE_RESOLVE_NVRTC_FUNCTION)
 #undef FLASHTILE_RESOLVE_NVRTC_FUNCTION
@@ -153,8 +153,8 @@ StatusOr<std::string> flashtile::compileCuda(const std::string &source, const st
   for (const std::string &option : options)
     optionPointers.push_back(option.c_str());
 
-  nvrtcResult compiled = api.nvrtcCompileProgram(program, static_cast<int>(optionPointers.size()),
-                                                 optionPointers.data());
+  nvrtcResult compiled =
+      api.nvrtcCompileProgram(program, static_cast<int>(optionPointers.size()), optionPointers.data());
   if (compiled != NVRTC_SUCCESS) {
     std::string log;
     size_t logSize = 0;
@@ -168,8 +168,8 @@ StatusOr<std::string> flashtile::compileCuda(const std::string &source, const st
     std::string optionText;
     for (const std::string &option : options)
       optionText += " " + option;
-    return Status::error("NVRTC failed to compile " + name + " for " + arch + " (" +
-                         api.nvrtcGetErrorString(compiled) + "; options:" + optionText + "):\n" + log);
+    return Status::error("NVRTC failed to compile " + name + " for " + arch + " (" + api.nvrtcGetErrorString(compiled) +
+                         "; options:" + optionText + "):\n" + log);
   }
 
   size_t size = 0;

@@ -147,10 +147,9 @@ StatusOr<CUfunction> Runtime::Impl::function(const CudaDriver &driver,
     if (info.smemBytes > limit)
       return fail(Status::error("kernel " + info.entry + " needs " + std::to_string(info.smemBytes) +
                                 " bytes of dynamic shared memory; this GPU allows " + std::to_string(limit)));
-    if (Status s = driver.check(driver.cuFuncSetAttribute(loaded.function,
-                                                          CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                          info.smemBytes),
-                                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, " + info.entry + ")");
+    if (Status s = driver.check(
+            driver.cuFuncSetAttribute(loaded.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, info.smemBytes),
+            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, " + info.entry + ")");
         !s.ok())
       return fail(s);
   }
@@ -201,8 +200,7 @@ Status Runtime::loadAotDirectory(const std::string &dir) {
     if (entry.path().extension() == kManifestExtension)
       manifests.push_back(entry.path());
   if (manifests.empty())
-    return Status::error("ahead-of-time directory '" + dir + "' has no *" + std::string(kManifestExtension) +
-                         " files");
+    return Status::error("ahead-of-time directory '" + dir + "' has no *" + std::string(kManifestExtension) + " files");
   // Sorted so that errors (and the order kernels are listed in) do not depend on the file system.
   std::sort(manifests.begin(), manifests.end());
 
@@ -236,10 +234,8 @@ StatusOr<KernelSpec> Runtime::specFor(const AttentionArgs &args, const std::stri
   }
   if (!isValidId(schedule))
     return Status::error("schedule '" + schedule + "' (set with setSchedule) is not an id such as \"fa2\"");
-  return KernelSpec{arch,          std::string(dtypeName(args.dtype)),
-                    args.headDim,  args.headDimV,
-                    args.variant,  schedule,
-                    std::string(kDefaultShapeClass)};
+  return KernelSpec{arch,     std::string(dtypeName(args.dtype)), args.headDim, args.headDimV, args.variant,
+                    schedule, std::string(kDefaultShapeClass)};
 }
 
 StatusOr<KernelSpec> Runtime::specFor(const AttentionArgs &args) {

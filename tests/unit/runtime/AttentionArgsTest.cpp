@@ -18,8 +18,8 @@ const void *fakePointer(uintptr_t address) { return reinterpret_cast<const void 
 
 AttentionArgs validArgs() {
   return AttentionArgs::contiguous(DType::BF16, fakePointer(0x10000), fakePointer(0x20000), fakePointer(0x30000),
-                                   const_cast<void *>(fakePointer(0x40000)),
-                                   reinterpret_cast<float *>(0x50000), /*batch=*/2, /*seqlenQ=*/128,
+                                   const_cast<void *>(fakePointer(0x40000)), reinterpret_cast<float *>(0x50000),
+                                   /*batch=*/2, /*seqlenQ=*/128,
                                    /*seqlenK=*/256, /*headsQ=*/8, /*headsKv=*/2, /*headDim=*/128);
 }
 
@@ -87,7 +87,8 @@ TEST(AttentionArgs, RejectsBadArgumentsNamingThem) {
       {"batch grid limit", [](AttentionArgs &a) { a.batch = 70000; }, {"batch is 70000", "at most 65535"}},
       {"headsQ grid limit", [](AttentionArgs &a) { a.headsQ = 70000; }, {"headsQ is 70000", "at most 65535"}},
       {"q dim stride", [](AttentionArgs &a) { a.qStride[3] = 2; }, {"qStride[3]", "dim stride", "stride 1"}},
-      {"k seq stride", [](AttentionArgs &a) { a.kStride[1] = 12; },
+      {"k seq stride",
+       [](AttentionArgs &a) { a.kStride[1] = 12; },
        {"kStride[1] (seq stride) is 12", "non-negative multiples of 8"}},
       {"v batch stride", [](AttentionArgs &a) { a.vStride[0] = -8; }, {"vStride[0] (batch stride) is -8"}},
       {"o head stride", [](AttentionArgs &a) { a.oStride[2] = 4; }, {"oStride[2] (head stride) is 4"}},
@@ -95,13 +96,16 @@ TEST(AttentionArgs, RejectsBadArgumentsNamingThem) {
       {"q alignment", [](AttentionArgs &a) { a.q = fakePointer(0x10008); }, {"q (", "16-byte aligned"}},
       {"k alignment", [](AttentionArgs &a) { a.k = fakePointer(0x20002); }, {"k (", "16-byte aligned"}},
       {"v alignment", [](AttentionArgs &a) { a.v = fakePointer(0x30001); }, {"v (", "16-byte aligned"}},
-      {"o alignment", [](AttentionArgs &a) { a.o = const_cast<void *>(fakePointer(0x4000c)); },
+      {"o alignment",
+       [](AttentionArgs &a) { a.o = const_cast<void *>(fakePointer(0x4000c)); },
        {"o (", "16-byte aligned"}},
-      {"lse alignment", [](AttentionArgs &a) { a.lse = reinterpret_cast<float *>(0x50002); },
+      {"lse alignment",
+       [](AttentionArgs &a) { a.lse = reinterpret_cast<float *>(0x50002); },
        {"lse (", "4-byte aligned"}},
       {"nan scale", [=](AttentionArgs &a) { a.softmaxScale = nan; }, {"softmaxScale", "finite"}},
       {"inf scale", [=](AttentionArgs &a) { a.softmaxScale = inf; }, {"softmaxScale", "finite"}},
-      {"too many params", [](AttentionArgs &a) { a.variantParams.assign(FLASHTILE_MAX_VARIANT_PARAMS + 1, 0.f); },
+      {"too many params",
+       [](AttentionArgs &a) { a.variantParams.assign(FLASHTILE_MAX_VARIANT_PARAMS + 1, 0.f); },
        {"variantParams has 9 values", "at most 8"}},
       {"empty variant", [](AttentionArgs &a) { a.variant = ""; }, {"variant ''", "\"causal\""}},
       {"variant with spaces", [](AttentionArgs &a) { a.variant = "sliding window"; }, {"variant 'sliding window'"}},

@@ -1,7 +1,7 @@
 // NvrtcTest.cpp — NVRTC compiles for every supported target without a GPU, and reports its log on errors.
 // NVRTC is a build requirement (the CUDA toolkit), so these tests fail rather than skip when it is missing.
-#include "flashtile/runtime/KernelInfo.h"
 #include "flashtile/runtime/Nvrtc.h"
+#include "flashtile/runtime/KernelInfo.h"
 
 #include <gmock/gmock.h>
 
@@ -51,8 +51,8 @@ TEST(Nvrtc, PassesExtraOptions) {
 #endif
 extern "C" __global__ void k() {}
 )";
-  StatusOr<std::string> with = compileCuda(kNeedsDefine, "define.cu", "sm_80", NvrtcOutput::Ptx,
-                                           {"-DFLASHTILE_TEST_VALUE=3"});
+  StatusOr<std::string> with =
+      compileCuda(kNeedsDefine, "define.cu", "sm_80", NvrtcOutput::Ptx, {"-DFLASHTILE_TEST_VALUE=3"});
   EXPECT_TRUE(with.ok()) << with.status().message();
   StatusOr<std::string> without = compileCuda(kNeedsDefine, "define.cu", "sm_80", NvrtcOutput::Ptx);
   ASSERT_FALSE(without.ok());

@@ -145,7 +145,12 @@ TEST(Runtime, AheadOfTimeErrorsNameTheFile) {
          writeAotKernel(dir, "b", test::fakeKernel("b"));
        },
        {"b.manifest and", "a.manifest both provide arch=sm_90a"}},
-      {"no manifests", [](const fs::path &dir) { writeFile(dir / "k.cubin", "\x7f" "ELF"); }, {"has no *.manifest"}},
+      {"no manifests",
+       [](const fs::path &dir) {
+         writeFile(dir / "k.cubin", "\x7f"
+                                    "ELF");
+       },
+       {"has no *.manifest"}},
   };
   for (const Case &c : cases) {
     SCOPED_TRACE(c.name);

@@ -76,7 +76,9 @@ inline CachedKernel fakeKernel(const std::string &tag = "a") {
   info.threads = 128;
   info.smemBytes = 65536;
   info.compilerVersion = "0.1.0+test";
-  return {info, std::string("\x7f" "ELF fake cubin ") + tag};
+  return {info, std::string("\x7f"
+                            "ELF fake cubin ") +
+                    tag};
 }
 
 } // namespace flashtile::test

@@ -46,6 +46,8 @@ struct QTile {
 /// A half-open key range [lo, hi). Schedules clamp it to [0, seqlen_k).
 struct Range {
   Expr lo, hi;
+  /// [0, hi)
+  static Range upTo(const Expr &hi) { return Range{hi.literal(0), hi}; }
 };
 
 /// A variant's named numbers; `p["cap"]` reads one as an f32 kernel argument.

@@ -16,33 +16,33 @@ namespace flashtile {
 
 // X(member, symbol candidates...): the first candidate that libcuda exports is used. Versioned (_v2) symbols
 // are named explicitly because dlsym bypasses the header's #defines that select them.
-#define FLASHTILE_CUDA_DRIVER_FUNCTIONS(X)                                                                     \
-  X(cuInit, "cuInit")                                                                                          \
-  X(cuDeviceGet, "cuDeviceGet")                                                                                \
-  X(cuDeviceGetAttribute, "cuDeviceGetAttribute")                                                              \
-  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                                                      \
-  X(cuCtxGetCurrent, "cuCtxGetCurrent")                                                                        \
-  X(cuCtxSetCurrent, "cuCtxSetCurrent")                                                                        \
-  X(cuCtxGetDevice, "cuCtxGetDevice")                                                                          \
-  X(cuCtxSynchronize, "cuCtxSynchronize")                                                                      \
-  X(cuModuleLoadData, "cuModuleLoadData")                                                                      \
-  X(cuModuleUnload, "cuModuleUnload")                                                                          \
-  X(cuModuleGetFunction, "cuModuleGetFunction")                                                                \
-  X(cuFuncSetAttribute, "cuFuncSetAttribute")                                                                  \
-  X(cuLaunchKernel, "cuLaunchKernel")                                                                          \
-  X(cuMemAlloc_v2, "cuMemAlloc_v2")                                                                            \
-  X(cuMemFree_v2, "cuMemFree_v2")                                                                              \
-  X(cuMemcpyHtoD_v2, "cuMemcpyHtoD_v2")                                                                        \
-  X(cuMemcpyDtoH_v2, "cuMemcpyDtoH_v2")                                                                        \
-  X(cuMemsetD8_v2, "cuMemsetD8_v2")                                                                            \
-  X(cuStreamSynchronize, "cuStreamSynchronize")                                                                \
-  X(cuEventCreate, "cuEventCreate")                                                                            \
-  X(cuEventRecord, "cuEventRecord")                                                                            \
-  X(cuEventSynchronize, "cuEventSynchronize")                                                                  \
-  /* _v2 (CUDA 12.8+) fixes timing across contexts; same signature, so older drivers fall back. */           \
-  X(cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime")                                         \
-  X(cuEventDestroy_v2, "cuEventDestroy_v2")                                                                    \
-  X(cuGetErrorString, "cuGetErrorString")                                                                      \
+#define FLASHTILE_CUDA_DRIVER_FUNCTIONS(X)                                                                             \
+  X(cuInit, "cuInit")                                                                                                  \
+  X(cuDeviceGet, "cuDeviceGet")                                                                                        \
+  X(cuDeviceGetAttribute, "cuDeviceGetAttribute")                                                                      \
+  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                                                              \
+  X(cuCtxGetCurrent, "cuCtxGetCurrent")                                                                                \
+  X(cuCtxSetCurrent, "cuCtxSetCurrent")                                                                                \
+  X(cuCtxGetDevice, "cuCtxGetDevice")                                                                                  \
+  X(cuCtxSynchronize, "cuCtxSynchronize")                                                                              \
+  X(cuModuleLoadData, "cuModuleLoadData")                                                                              \
+  X(cuModuleUnload, "cuModuleUnload")                                                                                  \
+  X(cuModuleGetFunction, "cuModuleGetFunction")                                                                        \
+  X(cuFuncSetAttribute, "cuFuncSetAttribute")                                                                          \
+  X(cuLaunchKernel, "cuLaunchKernel")                                                                                  \
+  X(cuMemAlloc_v2, "cuMemAlloc_v2")                                                                                    \
+  X(cuMemFree_v2, "cuMemFree_v2")                                                                                      \
+  X(cuMemcpyHtoD_v2, "cuMemcpyHtoD_v2")                                                                                \
+  X(cuMemcpyDtoH_v2, "cuMemcpyDtoH_v2")                                                                                \
+  X(cuMemsetD8_v2, "cuMemsetD8_v2")                                                                                    \
+  X(cuStreamSynchronize, "cuStreamSynchronize")                                                                        \
+  X(cuEventCreate, "cuEventCreate")                                                                                    \
+  X(cuEventRecord, "cuEventRecord")                                                                                    \
+  X(cuEventSynchronize, "cuEventSynchronize")                                                                          \
+  /* _v2 (CUDA 12.8+) fixes timing across contexts; same signature, so older drivers fall back. */                     \
+  X(cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime")                                                 \
+  X(cuEventDestroy_v2, "cuEventDestroy_v2")                                                                            \
+  X(cuGetErrorString, "cuGetErrorString")                                                                              \
   X(cuGetErrorName, "cuGetErrorName")
 
 /// The loaded driver: one process-wide table of entry points. Call the members like the C API, e.g.

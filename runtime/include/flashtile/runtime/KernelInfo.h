@@ -37,18 +37,18 @@ struct KernelSpec {
 
 /// Metadata of one compiled kernel.
 struct KernelInfo {
-  std::string entry;      // the kernel's symbol name in the cubin (extern "C")
-  std::string arch;       // one of kSupportedArchs
-  std::string dtype;      // one of kSupportedDtypes
+  std::string entry; // the kernel's symbol name in the cubin (extern "C")
+  std::string arch;  // one of kSupportedArchs
+  std::string dtype; // one of kSupportedDtypes
   int headDim = 0;
   int headDimV = 0;
-  std::string variant;    // see KernelSpec::variant
+  std::string variant; // see KernelSpec::variant
   std::string schedule;
   std::string shapeClass;
-  int blockM = 0;         // query rows per thread block: grid.x = ceil(seqlenQ / blockM)
-  int blockN = 0;         // keys per K/V tile (informational for the runtime)
-  int threads = 0;        // threads per block
-  int smemBytes = 0;      // dynamic shared memory per block
+  int blockM = 0;                      // query rows per thread block: grid.x = ceil(seqlenQ / blockM)
+  int blockN = 0;                      // keys per K/V tile (informational for the runtime)
+  int threads = 0;                     // threads per block
+  int smemBytes = 0;                   // dynamic shared memory per block
   std::vector<std::string> paramNames; // the variant's numeric params, in FlashtileFwdParams::variantParams order
   std::string compilerVersion;         // flashtile::compilerVersion() of the compiler that built it
 

@@ -49,8 +49,8 @@ struct AttentionArgs {
   // Strides in elements, ordered {batch, seq, head, dim}; the dim stride must be 1, the others non-negative
   // multiples of 8 elements (kernels use 16-byte vector loads).
   std::array<long long, 4> qStride{}, kStride{}, vStride{}, oStride{};
-  float softmaxScale = 0.f;      // 0 selects 1/sqrt(headDim); must be finite
-  std::string variant = "none";  // "none", "causal", or a JIT variant id
+  float softmaxScale = 0.f;         // 0 selects 1/sqrt(headDim); must be finite
+  std::string variant = "none";     // "none", "causal", or a JIT variant id
   std::vector<float> variantParams; // the variant's numbers, in its declaration order
 
   /// Arguments for packed B x S x H x D tensors (flash_attn_func's layout), with headDimV = headDim.

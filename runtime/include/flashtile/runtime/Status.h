@@ -28,9 +28,7 @@ public:
   const std::string &message() const { return text; }
 
   /// Prefixes context to an error ("loading kernels.manifest: ..."); a success stays a success.
-  Status withContext(const std::string &context) const {
-    return ok() ? *this : error(context + ": " + text);
-  }
+  Status withContext(const std::string &context) const { return ok() ? *this : error(context + ": " + text); }
 
 private:
   bool failed = false;
