@@ -1,0 +1,30 @@
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule | FileCheck %s --check-prefix=DEFAULT
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="block-m=64 block-n=32 warps=4" | FileCheck %s --check-prefix=CUSTOM
+
+// Defaults for head dim 64: 128 query rows, 64-key tiles, 8 warps (16 rows each).
+// DEFAULT: tile.func @attention attributes {{.*}}schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 8, stages = 2>
+// DEFAULT: tile.load "q" : tensor<128x64xbf16>
+// DEFAULT: tile.init_state : <128x64>
+// DEFAULT: tile.load "k"[%{{.*}}] : tensor<64x64xbf16>
+// DEFAULT: tile.qk {{.*}} -> tensor<128x64xf32>
+// DEFAULT: tile.softmax_update {{.*}} -> tensor<128x64xbf16>, tensor<128xf32>
+// DEFAULT: tile.finalize {{.*}} -> tensor<128x64xf32>, tensor<128xf32>
+
+// CUSTOM: schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 32, warps = 4, stages = 2>
+// CUSTOM: tile.load "q" : tensor<64x64xbf16>
+// CUSTOM: tile.load "k"[%{{.*}}] : tensor<32x64xbf16>
+// CUSTOM: tile.qk {{.*}} -> tensor<64x32xf32>
+
+// RUN: flashtile-opt %s --tile-apply-schedule="block-m=100" --verify-diagnostics
+// expected-error @+1 {{'tile.func' op fa2: block-m = 100 is not supported; accepted: a multiple of 16 * warps (= 128)}}
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %q = tile.load "q" : tensor<?x64xbf16>
+  %st0 = tile.init_state : !tile.state<?x64>
+  %st = tile.kv_loop iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
+  ^bb0(%j: i32, %s: !tile.state<?x64>):
+    tile.yield %s : !tile.state<?x64>
+  }
+  %o, %lse = tile.finalize %st : !tile.state<?x64> -> tensor<?x64xf32>, tensor<?xf32>
+  tile.store "o" %o : tensor<?x64xf32>
+  tile.store "lse" %lse : tensor<?xf32>
+}

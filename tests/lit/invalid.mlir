@@ -1,0 +1,96 @@
+// RUN: flashtile-opt %s --split-input-file --verify-diagnostics
+
+// expected-error @+1 {{'tile.func' op dtype must be f16 or bf16, got 'f32'}}
+tile.func @f attributes {dtype = f32, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+}
+
+// -----
+
+// expected-error @+1 {{'tile.func' op head_dim must be a multiple of 8 in [8, 512], got 60}}
+tile.func @f attributes {dtype = bf16, head_dim = 60 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{'tile.dim' op unknown dimension 'seqlen'; expected one of: batch, heads_q, heads_kv, seqlen_q, seqlen_k}}
+  %x = tile.dim "seqlen"
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "softcap", params = ["cap"]} {
+  // expected-error @+1 {{'tile.param' op 'slope' is not a parameter of @f (declared: ["cap"])}}
+  %x = tile.param "slope"
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{'tile.load' op element type 'f16' differs from the program's dtype 'bf16'}}
+  %q = tile.load "q" : tensor<?x64xf16>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{'tile.load' op the k tile needs a tile index: k[%j]}}
+  %k = tile.load "k" : tensor<?x64xbf16>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{'tile.load' op operand 'x' is not one of: q, k, v}}
+  %k = tile.load "x" : tensor<?x64xbf16>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %q = tile.load "q" : tensor<128x64xbf16>
+  %k = tile.load "q" : tensor<64x64xbf16>
+  // expected-error @+1 {{'tile.qk' op result must be 128x64 (Q rows x K rows), got 128x32}}
+  %s = tile.qk %q, %k : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x32xf32>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %q = tile.load "q" : tensor<128x64xbf16>
+  %k = tile.load "q" : tensor<128x64xbf16>
+  %s = tile.qk %q, %k : tensor<128x64xbf16>, tensor<128x64xbf16> -> tensor<128x128xf32>
+  // expected-error @+1 {{'tile.mask' op mask region must yield (i1)}}
+  %m = tile.mask %s : tensor<128x128xf32> {
+  ^bb0(%b: i32, %h: i32, %qi: i32, %kv: i32):
+    tile.yield %kv : i32
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{'tile.kv_range' op kind must be "may" or "full", got "some"}}
+  %lo, %hi = tile.kv_range "some" {
+  ^bb0(%a: i32, %b: i32):
+    tile.yield %a, %b : i32, i32
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %st0 = tile.init_state : !tile.state<?x64>
+  // expected-error @+1 {{'tile.kv_loop' op a "interior" segment needs bounds}}
+  %st = tile.kv_loop iter_args(%st0) {segment = "interior"} : !tile.state<?x64> -> !tile.state<?x64> {
+  ^bb0(%j: i32, %s: !tile.state<?x64>):
+    tile.yield %s : !tile.state<?x64>
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{state columns (head_dim_v) must be static and positive, got 0}}
+  %st0 = tile.init_state : !tile.state<?x0>
+}
