@@ -1,0 +1,179 @@
+//===- Jit.cpp - DSL program → schedule passes → CUDA → NVRTC -------------===//
+#include "jit/Jit.h"
+
+#include "codegen/common/CudaEmitter.h"
+#include "examples/variants/Variants.h"
+#include "flashtile/runtime/Nvrtc.h"
+#include "flashtile/runtime/Version.h"
+#include "passes/IR/TileDialect.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+
+namespace flashtile::jit {
+
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string print(mlir::Operation *op) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  op->print(os);
+  return text;
+}
+
+} // namespace
+
+StatusOr<Stage> parseStage(const std::string &name) {
+  if (name == "tile")
+    return Stage::Tile;
+  if (name == "scheduled")
+    return Stage::Scheduled;
+  if (name == "cuda")
+    return Stage::Cuda;
+  if (name == "ptx")
+    return Stage::Ptx;
+  if (name == "cubin")
+    return Stage::Cubin;
+  return Status::error("--emit: unknown stage '" + name + "'; accepted: tile, scheduled, cuda, ptx, cubin");
+}
+
+StatusOr<ElementType> parseElementType(const std::string &name) {
+  if (name == "bf16")
+    return ElementType::BF16;
+  if (name == "f16" || name == "fp16")
+    return ElementType::F16;
+  return Status::error("dtype: unknown '" + name + "'; accepted: bf16, f16");
+}
+
+StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &options, Stage upTo) {
+  if (options.schedule != fa2::kName)
+    return Status::error("schedule: unknown '" + options.schedule +
+                         "'; accepted: fa2 (fa3 and fa4 are planned, see schedules/)");
+  auto id = variantId(variant);
+  if (mlir::failed(id))
+    return Status::error("variant '" + variant.name() + "' does not build a valid program");
+
+  mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
+    llvm::raw_string_ostream os(diagnostics);
+    os << d.getLocation() << ": " << d << "\n";
+    for (const mlir::Diagnostic &note : d.getNotes())
+      os << "  note: " << note << "\n";
+    return mlir::success();
+  });
+  auto failedWith = [&](const std::string &what) { return Status::error(what + ":\n" + diagnostics); };
+
+  auto start = std::chrono::steady_clock::now();
+  CompileResult result;
+  auto module = buildAttentionProgram(context, variant,
+                                      ProgramOptions{options.dtype, options.headDim, options.headDimV});
+  if (mlir::failed(module))
+    return failedWith("building the tile program for variant '" + variant.name() + "' failed");
+  result.tileIr = print(module->get());
+  if (upTo == Stage::Tile)
+    return result;
+
+  mlir::PassManager pm(&context);
+  if (options.printIrAfterAll) {
+    context.disableMultithreading();
+    pm.enableIRPrinting(/*shouldPrintBeforePass=*/[](mlir::Pass *, mlir::Operation *) { return false; },
+                        /*shouldPrintAfterPass=*/[](mlir::Pass *, mlir::Operation *) { return true; },
+                        /*printModuleScope=*/false, /*printAfterOnlyOnChange=*/false);
+  }
+  fa2::buildPipeline(pm, options.fa2);
+  if (mlir::failed(pm.run(module->get())))
+    return failedWith("the fa2 schedule failed on variant '" + variant.name() + "'");
+  result.scheduledIr = print(module->get());
+  if (upTo == Stage::Scheduled) {
+    result.mlirSeconds = secondsSince(start);
+    return result;
+  }
+
+  auto funcs = module->get().getOps<tile::FuncOp>();
+  if (std::distance(funcs.begin(), funcs.end()) != 1)
+    return Status::error("internal: expected one tile.func after scheduling");
+  auto emitted = codegen::emitCuda(*funcs.begin());
+  if (mlir::failed(emitted))
+    return failedWith("emitting CUDA failed");
+  result.cuda = std::move(emitted->source);
+  result.info = std::move(emitted->info);
+  result.info.variant = *id;
+  result.mlirSeconds = secondsSince(start);
+  if (upTo == Stage::Cuda)
+    return result;
+
+  start = std::chrono::steady_clock::now();
+  bool wantPtx = upTo == Stage::Ptx;
+  auto binary = compileCuda(result.cuda, result.info.entry + ".cu", result.info.arch,
+                            wantPtx ? NvrtcOutput::Ptx : NvrtcOutput::Cubin);
+  result.nvrtcSeconds = secondsSince(start);
+  if (!binary.ok())
+    return binary.status().withContext("NVRTC failed on " + result.info.entry);
+  (wantPtx ? result.ptx : result.cubin) = std::move(*binary);
+  return result;
+}
+
+Jit::Jit() {
+  for (const std::string &name : variants::names())
+    variants.emplace(name, *variants::byName(name));
+}
+
+StatusOr<std::string> Jit::add(const Variant &variant) {
+  auto id = variantId(variant);
+  if (mlir::failed(id))
+    return Status::error("variant '" + variant.name() + "' does not build a valid program");
+  std::lock_guard<std::mutex> lock(mutex);
+  variants.insert_or_assign(*id, variant);
+  return *id;
+}
+
+CompileFn Jit::compileFn() {
+  return [this](const KernelSpec &spec) { return compileSpec(spec); };
+}
+
+StatusOr<CachedKernel> Jit::compileSpec(const KernelSpec &spec) {
+  std::optional<Variant> variant;
+  fa2::Fa2Options fa2;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = variants.find(spec.variant);
+    if (it == variants.end()) {
+      std::string known;
+      for (const auto &[id, v] : variants)
+        known += (known.empty() ? "" : ", ") + id;
+      return Status::error("variant '" + spec.variant + "' is not registered with the JIT; known: " + known);
+    }
+    variant = it->second;
+    fa2 = scheduleOptions;
+  }
+  auto dtype = parseElementType(spec.dtype);
+  if (!dtype.ok())
+    return dtype.status();
+  CompileOptions options;
+  options.dtype = *dtype;
+  options.headDim = spec.headDim;
+  options.headDimV = spec.headDimV;
+  options.schedule = spec.schedule;
+  options.fa2 = fa2;
+  options.fa2.arch = spec.arch;
+  auto result = compile(*variant, options, Stage::Cubin);
+  if (!result.ok())
+    return result.status();
+  CachedKernel kernel;
+  kernel.info = result->info;
+  kernel.info.variant = spec.variant; // the runtime matches on the id it asked for
+  kernel.info.shapeClass = spec.shapeClass;
+  kernel.cubin = std::move(result->cubin);
+  return kernel;
+}
+
+} // namespace flashtile::jit

@@ -1,0 +1,67 @@
+//===- Jit.h - the compiler as a library: variant + schedule -> kernel ----===//
+//
+// The one place that strings the layers together: DSL program → FA2 schedule passes → CUDA printer → NVRTC.
+// The runtime calls it only on a cache miss, through the CompileFn that `Jit::compileFn()` returns.
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_JIT_JIT_H
+#define FLASHTILE_JIT_JIT_H
+
+#include "flashtile/dsl/Program.h"
+#include "flashtile/runtime/Runtime.h"
+#include "schedules/fa2/Fa2Pipeline.h"
+
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace flashtile::jit {
+
+/// How far to take a compilation.
+enum class Stage { Tile, Scheduled, Cuda, Ptx, Cubin };
+StatusOr<Stage> parseStage(const std::string &name); // tile|scheduled|cuda|ptx|cubin
+
+struct CompileOptions {
+  ElementType dtype = ElementType::BF16;
+  int headDim = 128;
+  int headDimV = 128;
+  std::string schedule = "fa2";
+  fa2::Fa2Options fa2;        ///< tile sizes etc.; 0 = the schedule's default; fa2.arch is the target
+  bool printIrAfterAll = false; ///< print the IR after every pass to stderr
+};
+
+struct CompileResult {
+  std::string tileIr;      ///< the program as built from the DSL
+  std::string scheduledIr; ///< after the schedule's passes
+  std::string cuda;        ///< generated CUDA C++
+  std::string ptx, cubin;  ///< NVRTC output (whichever was asked for)
+  KernelInfo info;         ///< launch metadata; info.variant is the variant id
+  double mlirSeconds = 0, nvrtcSeconds = 0;
+};
+
+/// Compiles `variant` up to `upTo`. Diagnostics from MLIR and NVRTC's log come back in the Status.
+StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &options, Stage upTo);
+
+StatusOr<ElementType> parseElementType(const std::string &name); // f16|bf16
+
+/// JIT-compiles registered variants for a Runtime. Built-in names ("none", "causal") resolve without
+/// registration; a registered variant is asked for by the id `add` returns (name#hash of its IR).
+class Jit {
+public:
+  Jit();
+  /// Registers a variant; returns the id to put in AttentionArgs::variant.
+  StatusOr<std::string> add(const Variant &variant);
+  /// The hook to pass to Runtime::setCompiler; this Jit must outlive the runtime that holds it.
+  CompileFn compileFn();
+  /// Tile sizes and other schedule knobs for every kernel this Jit compiles.
+  void setScheduleOptions(fa2::Fa2Options options) { scheduleOptions = std::move(options); }
+
+private:
+  StatusOr<CachedKernel> compileSpec(const KernelSpec &spec);
+  std::mutex mutex;
+  std::map<std::string, Variant> variants;
+  fa2::Fa2Options scheduleOptions;
+};
+
+} // namespace flashtile::jit
+
+#endif // FLASHTILE_JIT_JIT_H

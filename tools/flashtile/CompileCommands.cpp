@@ -1,0 +1,215 @@
+//===- CompileCommands.cpp - compile, emit, aot, summary (need the compiler) ===//
+#include "Args.h"
+#include "Commands.h"
+
+#include "examples/variants/Variants.h"
+#include "flashtile/runtime/Nvrtc.h"
+#include "flashtile/runtime/Version.h"
+#include "jit/Jit.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+namespace flashtile::cli {
+
+namespace {
+
+const std::set<std::string> kKernelFlags = {"variant", "schedule", "arch",  "head-dim", "head-dim-v", "dtype",
+                                            "block-m", "block-n",  "warps", "stages"};
+
+int fail(const Status &status) {
+  std::cerr << "flashtile: error: " << status.message() << "\n";
+  return 1;
+}
+
+StatusOr<Variant> variantFromName(const std::string &name) {
+  if (auto v = variants::byName(name))
+    return *v;
+  std::string list;
+  for (const auto &n : variants::names())
+    list += (list.empty() ? "" : ", ") + n;
+  return Status::error("--variant: unknown '" + name + "'; accepted: " + list);
+}
+
+/// Schedule knobs and the target from flags shared by compile and aot.
+StatusOr<jit::CompileOptions> kernelOptions(const Args &args) {
+  jit::CompileOptions o;
+  auto dtype = jit::parseElementType(args.get("dtype", "bf16"));
+  if (!dtype.ok())
+    return dtype.status().withContext("--dtype");
+  o.dtype = *dtype;
+  auto hd = args.getInt("head-dim", 128);
+  if (!hd.ok())
+    return hd.status();
+  auto hdv = args.getInt("head-dim-v", *hd);
+  if (!hdv.ok())
+    return hdv.status();
+  o.headDim = *hd;
+  o.headDimV = *hdv;
+  o.schedule = args.get("schedule", "fa2");
+  o.fa2.arch = args.get("arch", "sm_90a");
+  for (auto [flag, field] : {std::pair{"block-m", &o.fa2.blockM}, {"block-n", &o.fa2.blockN},
+                             {"warps", &o.fa2.warps}, {"stages", &o.fa2.stages}}) {
+    auto v = args.getInt(flag, 0);
+    if (!v.ok())
+      return v.status();
+    *field = *v;
+  }
+  return o;
+}
+
+Status writeFileAtomically(const std::filesystem::path &path, const std::string &bytes) {
+  std::filesystem::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())))
+      return Status::error("cannot write " + tmp.string());
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec)
+    return Status::error("cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
+  return Status();
+}
+
+} // namespace
+
+bool hasCompiler() { return true; }
+
+bool installCompiler(Runtime &runtime) {
+  static jit::Jit jit; // outlives every Runtime the CLI makes
+  runtime.setCompiler(jit.compileFn());
+  return true;
+}
+
+int compileCommand(const std::vector<std::string> &argv, bool emitDefaultsToCuda) {
+  std::set<std::string> flags = kKernelFlags;
+  flags.insert({"emit", "output"});
+  auto args = Args::parse(argv, flags, {"print-ir-after-all"});
+  if (!args.ok())
+    return fail(args.status());
+  auto variant = variantFromName(args->get("variant", "none"));
+  if (!variant.ok())
+    return fail(variant.status());
+  auto options = kernelOptions(*args);
+  if (!options.ok())
+    return fail(options.status());
+  options->printIrAfterAll = args->has("print-ir-after-all");
+  auto stage = jit::parseStage(args->get("emit", emitDefaultsToCuda ? "cuda" : "cubin"));
+  if (!stage.ok())
+    return fail(stage.status());
+  std::string output = args->get("output", "-");
+  if (*stage == jit::Stage::Cubin && output == "-")
+    return fail(Status::error("--emit cubin writes a binary file: give -o FILE"));
+
+  auto result = jit::compile(*variant, *options, *stage);
+  if (!result.ok())
+    return fail(result.status());
+  const std::string *text = nullptr;
+  switch (*stage) {
+  case jit::Stage::Tile: text = &result->tileIr; break;
+  case jit::Stage::Scheduled: text = &result->scheduledIr; break;
+  case jit::Stage::Cuda: text = &result->cuda; break;
+  case jit::Stage::Ptx: text = &result->ptx; break;
+  case jit::Stage::Cubin: text = &result->cubin; break;
+  }
+  if (output == "-") {
+    std::cout << *text;
+    return 0;
+  }
+  Status written = writeFileAtomically(output, *text);
+  return written.ok() ? 0 : fail(written);
+}
+
+int aotCommand(const std::vector<std::string> &argv) {
+  std::set<std::string> flags = {"out", "variants", "dtypes", "head-dims", "arch", "schedule",
+                                 "block-m", "block-n", "warps", "stages"};
+  auto args = Args::parse(argv, flags, {});
+  if (!args.ok())
+    return fail(args.status());
+  if (!args->has("out"))
+    return fail(Status::error("aot: --out DIR is required"));
+  std::filesystem::path out = args->get("out");
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec)
+    return fail(Status::error("aot: cannot create " + out.string() + ": " + ec.message()));
+  auto base = kernelOptions(*args);
+  if (!base.ok())
+    return fail(base.status());
+  int count = 0;
+  for (const std::string &variantName : args->getList("variants", "none,causal"))
+    for (const std::string &dtypeName : args->getList("dtypes", "bf16,f16"))
+      for (const std::string &hdText : args->getList("head-dims", "64,128")) {
+        auto variant = variantFromName(variantName);
+        auto dtype = jit::parseElementType(dtypeName);
+        if (!variant.ok())
+          return fail(variant.status());
+        if (!dtype.ok())
+          return fail(dtype.status().withContext("--dtypes"));
+        jit::CompileOptions o = *base;
+        o.dtype = *dtype;
+        try {
+          o.headDim = o.headDimV = std::stoi(hdText);
+        } catch (...) {
+          return fail(Status::error("--head-dims expects integers, got '" + hdText + "'"));
+        }
+        auto result = jit::compile(*variant, o, jit::Stage::Cubin);
+        if (!result.ok())
+          return fail(result.status());
+        KernelInfo info = result->info;
+        info.variant = variantName; // built-in variants are asked for by name
+        std::filesystem::path stem = out / info.entry;
+        Status s = writeFileAtomically(stem.string() + ".cubin", result->cubin);
+        if (s.ok())
+          s = writeFileAtomically(stem.string() + ".manifest", info.serialize());
+        if (!s.ok())
+          return fail(s);
+        std::printf("%-44s %-7s threads %3d smem %6d B  mlir %6.1f ms  nvrtc %7.1f ms\n", info.entry.c_str(),
+                    info.arch.c_str(), info.threads, info.smemBytes, result->mlirSeconds * 1e3,
+                    result->nvrtcSeconds * 1e3);
+        ++count;
+      }
+  std::printf("%d kernels written to %s\n", count, out.string().c_str());
+  return 0;
+}
+
+int summaryCommand(const std::vector<std::string> &argv) {
+  auto args = Args::parse(argv, {"arch"}, {});
+  if (!args.ok())
+    return fail(args.status());
+  auto nvrtc = nvrtcVersion();
+  std::printf("flashtile %s, NVRTC %s — no GPU here: compiling every built-in kernel instead of running it\n\n",
+              std::string(compilerVersion()).c_str(), nvrtc.ok() ? nvrtc->c_str() : nvrtc.status().message().c_str());
+  std::printf("%-8s %-5s %4s %-8s %-26s %8s %9s %9s %10s\n", "variant", "dtype", "hd", "arch", "schedule (M,N,warps)",
+              "smem B", "cuda loc", "mlir ms", "nvrtc ms");
+  int failures = 0;
+  for (const std::string &arch : args->getList("arch", "sm_80,sm_90a,sm_100a"))
+    for (const std::string &variantName : variants::names())
+      for (ElementType dtype : {ElementType::BF16, ElementType::F16})
+        for (int hd : {64, 128}) {
+          jit::CompileOptions o;
+          o.dtype = dtype;
+          o.headDim = o.headDimV = hd;
+          o.fa2.arch = arch;
+          auto result = jit::compile(*variants::byName(variantName), o, jit::Stage::Cubin);
+          if (!result.ok()) {
+            std::printf("%-8s FAILED: %s\n", variantName.c_str(), result.status().message().c_str());
+            ++failures;
+            continue;
+          }
+          const KernelInfo &i = result->info;
+          char sched[64];
+          std::snprintf(sched, sizeof sched, "%s (%d,%d,%d)", i.schedule.c_str(), i.blockM, i.blockN, i.threads / 32);
+          long lines = std::count(result->cuda.begin(), result->cuda.end(), '\n');
+          std::printf("%-8s %-5s %4d %-8s %-26s %8d %9ld %9.1f %10.1f\n", variantName.c_str(), i.dtype.c_str(), hd,
+                      arch.c_str(), sched, i.smemBytes, lines, result->mlirSeconds * 1e3, result->nvrtcSeconds * 1e3);
+        }
+  std::printf("\n%s\n", failures ? "some kernels failed to compile" : "all kernels compiled (cubins, not run: no GPU)");
+  return failures ? 1 : 0;
+}
+
+} // namespace flashtile::cli

@@ -1,0 +1,54 @@
+//===- Main.cpp - the flashtile command-line tool -------------------------===//
+#include "Commands.h"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace {
+constexpr const char *kUsage = R"(usage: flashtile <command> [flags]
+
+commands (no GPU needed):
+  compile   --variant none|causal --schedule fa2 --arch sm_80|sm_90a|sm_100a --head-dim 64|128 --dtype bf16|f16
+            --emit tile|scheduled|cuda|ptx|cubin [-o FILE] [--print-ir-after-all]
+            [--head-dim-v N --block-m N --block-n N --warps N --stages N]
+  emit      like compile, --emit defaults to cuda
+  aot       --out DIR [--variants none,causal --dtypes bf16,f16 --head-dims 64,128 --arch sm_90a]
+            writes <kernel>.cubin + <kernel>.manifest for Runtime::loadAotDirectory
+  summary   [--arch sm_80,sm_90a,sm_100a] compiles every built-in kernel and prints a table
+  info      versions of flashtile, NVRTC and the GPU driver
+
+commands (GPU):
+  run       --variant causal --dtype bf16 --head-dim 128 --batch 2 --heads 16 [--heads-kv N]
+            --seqlen-q 4096 --seqlen-k 4096 [--aot-dir DIR] [--iters 20]
+            runs the kernel on random inputs, checks it against an fp32 reference, prints error and TFLOP/s
+)";
+} // namespace
+
+int main(int argc, char **argv) {
+  using namespace flashtile::cli;
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  std::string command = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "compile")
+    return compileCommand(args, /*emitDefaultsToCuda=*/false);
+  if (command == "emit")
+    return compileCommand(args, /*emitDefaultsToCuda=*/true);
+  if (command == "aot")
+    return aotCommand(args);
+  if (command == "summary")
+    return summaryCommand(args);
+  if (command == "run")
+    return runCommand(args);
+  if (command == "info")
+    return infoCommand();
+  if (command == "help" || command == "--help" || command == "-h") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  std::fprintf(stderr, "flashtile: unknown command '%s'\n%s", command.c_str(), kUsage);
+  return 2;
+}
