@@ -18,30 +18,30 @@ template <typename FloatOp, typename IntOp> Expr arithmetic(const Expr &a, const
   assert(a.get().getType() == b.get().getType() && "mixing expression types: convert with toFloat/toInt");
   OpBuilder &bld = builderOf(a);
   if (a.isFloat())
-    return Expr(bld, bld.create<FloatOp>(loc(a), a.get(), b.get()));
-  return Expr(bld, bld.create<IntOp>(loc(a), a.get(), b.get()));
+    return Expr(bld, FloatOp::create(bld, loc(a), a.get(), b.get()));
+  return Expr(bld, IntOp::create(bld, loc(a), a.get(), b.get()));
 }
 
 Expr compare(const Expr &a, const Expr &b, arith::CmpFPredicate fp, arith::CmpIPredicate ip) {
   assert(a.get().getType() == b.get().getType() && "comparing expressions of different types");
   OpBuilder &bld = builderOf(a);
   if (a.isFloat())
-    return Expr(bld, bld.create<arith::CmpFOp>(loc(a), fp, a.get(), b.get()));
-  return Expr(bld, bld.create<arith::CmpIOp>(loc(a), ip, a.get(), b.get()));
+    return Expr(bld, arith::CmpFOp::create(bld, loc(a), fp, a.get(), b.get()));
+  return Expr(bld, arith::CmpIOp::create(bld, loc(a), ip, a.get(), b.get()));
 }
 
 template <typename MathOp> Expr unaryFloat(const Expr &a) {
   assert(a.isFloat() && "this function takes a float expression");
-  return Expr(builderOf(a), builderOf(a).create<MathOp>(loc(a), a.get()));
+  return Expr(builderOf(a), MathOp::create(builderOf(a), loc(a), a.get()));
 }
 } // namespace
 
 Expr Expr::literal(double v) const {
   Type type = value.getType();
   if (isFloat())
-    return Expr(*builder, builder->create<arith::ConstantFloatOp>(builder->getUnknownLoc(), cast<FloatType>(type),
+    return Expr(*builder, arith::ConstantFloatOp::create(*builder, builder->getUnknownLoc(), cast<FloatType>(type),
                                                                   APFloat(static_cast<float>(v))));
-  return Expr(*builder, builder->create<arith::ConstantIntOp>(builder->getUnknownLoc(), type,
+  return Expr(*builder, arith::ConstantIntOp::create(*builder, builder->getUnknownLoc(), type,
                                                               static_cast<int64_t>(v)));
 }
 
@@ -51,7 +51,7 @@ Expr operator*(const Expr &a, const Expr &b) { return arithmetic<arith::MulFOp, 
 Expr operator/(const Expr &a, const Expr &b) { return arithmetic<arith::DivFOp, arith::DivSIOp>(a, b); }
 Expr operator-(const Expr &a) {
   if (a.isFloat())
-    return Expr(builderOf(a), builderOf(a).create<arith::NegFOp>(loc(a), a.get()));
+    return Expr(builderOf(a), arith::NegFOp::create(builderOf(a), loc(a), a.get()));
   return a.literal(0) - a;
 }
 
@@ -66,17 +66,17 @@ Expr operator!=(const Expr &a, const Expr &b) { return compare(a, b, FP::UNE, IP
 
 Expr operator&&(const Expr &a, const Expr &b) {
   assert(a.isBool() && b.isBool() && "&& takes predicates");
-  return Expr(builderOf(a), builderOf(a).create<arith::AndIOp>(loc(a), a.get(), b.get()));
+  return Expr(builderOf(a), arith::AndIOp::create(builderOf(a), loc(a), a.get(), b.get()));
 }
 Expr operator||(const Expr &a, const Expr &b) {
   assert(a.isBool() && b.isBool() && "|| takes predicates");
-  return Expr(builderOf(a), builderOf(a).create<arith::OrIOp>(loc(a), a.get(), b.get()));
+  return Expr(builderOf(a), arith::OrIOp::create(builderOf(a), loc(a), a.get(), b.get()));
 }
 Expr operator!(const Expr &a) {
   assert(a.isBool() && "! takes a predicate");
   OpBuilder &bld = builderOf(a);
-  Value one = bld.create<arith::ConstantIntOp>(loc(a), 1, 1);
-  return Expr(bld, bld.create<arith::XOrIOp>(loc(a), a.get(), one));
+  Value one = arith::ConstantIntOp::create(bld, loc(a), 1, 1);
+  return Expr(bld, arith::XOrIOp::create(bld, loc(a), a.get(), one));
 }
 
 Expr min(const Expr &a, const Expr &b) { return arithmetic<arith::MinimumFOp, arith::MinSIOp>(a, b); }
@@ -85,22 +85,22 @@ Expr max(const Expr &a, const Expr &b) { return arithmetic<arith::MaximumFOp, ar
 Expr select(const Expr &cond, const Expr &ifTrue, const Expr &ifFalse) {
   assert(cond.isBool() && "select's condition must be a predicate");
   OpBuilder &bld = builderOf(cond);
-  return Expr(bld, bld.create<arith::SelectOp>(loc(cond), cond.get(), ifTrue.get(), ifFalse.get()));
+  return Expr(bld, arith::SelectOp::create(bld, loc(cond), cond.get(), ifTrue.get(), ifFalse.get()));
 }
 
 Expr toFloat(const Expr &i) {
   OpBuilder &bld = builderOf(i);
-  return Expr(bld, bld.create<arith::SIToFPOp>(loc(i), bld.getF32Type(), i.get()));
+  return Expr(bld, arith::SIToFPOp::create(bld, loc(i), bld.getF32Type(), i.get()));
 }
 Expr toInt(const Expr &f) {
   OpBuilder &bld = builderOf(f);
-  return Expr(bld, bld.create<arith::FPToSIOp>(loc(f), bld.getI32Type(), f.get()));
+  return Expr(bld, arith::FPToSIOp::create(bld, loc(f), bld.getI32Type(), f.get()));
 }
 
 Expr abs(const Expr &a) {
   if (a.isFloat())
     return unaryFloat<math::AbsFOp>(a);
-  return Expr(builderOf(a), builderOf(a).create<math::AbsIOp>(loc(a), a.get()));
+  return Expr(builderOf(a), math::AbsIOp::create(builderOf(a), loc(a), a.get()));
 }
 Expr tanh(const Expr &a) { return unaryFloat<math::TanhOp>(a); }
 Expr exp(const Expr &a) { return unaryFloat<math::ExpOp>(a); }

@@ -3,6 +3,7 @@
 #include "passes/IR/TileDialect.h"
 
 #include "mlir/IR/Verifier.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
@@ -36,14 +37,14 @@ public:
 private:
   dsl::Params params() {
     return dsl::Params([this](const std::string &name) {
-      return dsl::Expr(b, b.create<tile::ParamOp>(loc, name));
+      return dsl::Expr(b, tile::ParamOp::create(b, loc, name));
     });
   }
   dsl::Sizes sizes() {
-    return {dsl::Expr(b, b.create<tile::DimOp>(loc, "seqlen_q")),
-            dsl::Expr(b, b.create<tile::DimOp>(loc, "seqlen_k"))};
+    return {dsl::Expr(b, tile::DimOp::create(b, loc, "seqlen_q")),
+            dsl::Expr(b, tile::DimOp::create(b, loc, "seqlen_k"))};
   }
-  dsl::Expr constant(int64_t v) { return dsl::Expr(b, b.create<arith::ConstantIntOp>(loc, v, 32)); }
+  dsl::Expr constant(int64_t v) { return dsl::Expr(b, arith::ConstantIntOp::create(b, loc, v, 32)); }
 
   /// `tile.kv_range kind { (first, last) -> (lo, hi) }`; `rule` may be empty, then `fallback` gives the range.
   LogicalResult kvRange(StringRef kind, const dsl::RangeFn &rule, const std::function<dsl::Range(dsl::Sizes)> &fallback);
@@ -66,7 +67,7 @@ LogicalResult ProgramBuilder::expectType(dsl::Expr e, Type type, StringRef what)
 LogicalResult ProgramBuilder::kvRange(StringRef kind, const dsl::RangeFn &rule,
                                       const std::function<dsl::Range(dsl::Sizes)> &fallback) {
   OpBuilder::InsertionGuard guard(b);
-  auto op = b.create<tile::KvRangeOp>(loc, b.getI32Type(), b.getI32Type(), kind);
+  auto op = tile::KvRangeOp::create(b, loc, b.getI32Type(), b.getI32Type(), kind);
   Block *block = b.createBlock(&op.getRule(), {}, {b.getI32Type(), b.getI32Type()}, {loc, loc});
   b.setInsertionPointToStart(block);
   dsl::Sizes s = sizes();
@@ -76,7 +77,7 @@ LogicalResult ProgramBuilder::kvRange(StringRef kind, const dsl::RangeFn &rule,
   std::string what = ("kvRange rule \"" + kind + "\" bounds").str();
   if (failed(expectType(range.lo, b.getI32Type(), what)) || failed(expectType(range.hi, b.getI32Type(), what)))
     return failure();
-  b.create<tile::YieldOp>(loc, ValueRange{range.lo.get(), range.hi.get()});
+  tile::YieldOp::create(b, loc, ValueRange{range.lo.get(), range.hi.get()});
   return success();
 }
 
@@ -88,7 +89,7 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
   SmallVector<StringRef> paramNames;
   for (const auto &[name, value] : variant.params())
     paramNames.push_back(name);
-  auto func = b.create<tile::FuncOp>(loc, "attention", TypeAttr::get(dtype), b.getI64IntegerAttr(options.headDim),
+  auto func = tile::FuncOp::create(b, loc, b.getStringAttr("attention"), TypeAttr::get(dtype), b.getI64IntegerAttr(options.headDim),
                                      b.getI64IntegerAttr(options.headDimV), b.getStringAttr(variant.name()),
                                      b.getStrArrayAttr(paramNames), tile::ScheduleAttr(), tile::TargetAttr());
   b.setInsertionPointToStart(&func.getBody().emplaceBlock());
@@ -96,26 +97,26 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
   const int64_t dyn = ShapedType::kDynamic;
 
   // KV-range rules: without a mask every key is attended; a mask without a full-range rule masks every tile.
-  auto allKeys = [this](dsl::Sizes s) { return dsl::Range{constant(0), s.seqlenK}; };
-  auto noKeys = [this](dsl::Sizes) { return dsl::Range{constant(0), constant(0)}; };
+  std::function<dsl::Range(dsl::Sizes)> allKeys = [this](dsl::Sizes s) { return dsl::Range{constant(0), s.seqlenK}; };
+  std::function<dsl::Range(dsl::Sizes)> noKeys = [this](dsl::Sizes) { return dsl::Range{constant(0), constant(0)}; };
   if (failed(kvRange("may", variant.kvRangeFn(), allKeys)) ||
       failed(kvRange("full", variant.fullRangeFn(), variant.maskFn() ? noKeys : allKeys)))
     return failure();
 
-  Value q = b.create<tile::LoadOp>(loc, RankedTensorType::get({dyn, options.headDim}, dtype), "q", Value());
+  Value q = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), "q", Value());
   auto stateType = tile::StateType::get(&ctx, dyn, options.headDimV);
-  Value init = b.create<tile::InitStateOp>(loc, stateType);
-  auto loop = b.create<tile::KvLoopOp>(loc, stateType, Value(), Value(), init, "all", "ascending");
+  Value init = tile::InitStateOp::create(b, loc, stateType);
+  auto loop = tile::KvLoopOp::create(b, loc, stateType, Value(), Value(), init, "all", "ascending");
   {
     OpBuilder::InsertionGuard guard(b);
     Block *body = b.createBlock(&loop.getBody(), {}, {i32, stateType}, {loc, loc});
     Value j = body->getArgument(0), state = body->getArgument(1);
-    Value k = b.create<tile::LoadOp>(loc, RankedTensorType::get({dyn, options.headDim}, dtype), "k", j);
+    Value k = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), "k", j);
     auto scoreType = RankedTensorType::get({dyn, dyn}, f32);
-    Value s = b.create<tile::QkOp>(loc, scoreType, q, k);
-    s = b.create<tile::ScaleOp>(loc, s);
+    Value s = tile::QkOp::create(b, loc, scoreType, q, k);
+    s = tile::ScaleOp::create(b, loc, s);
     if (variant.scoreFn()) {
-      auto mod = b.create<tile::ScoreModOp>(loc, scoreType, s);
+      auto mod = tile::ScoreModOp::create(b, loc, scoreType, s);
       OpBuilder::InsertionGuard inner(b);
       Block *blk = b.createBlock(&mod.getBody(), {}, {f32, i32, i32, i32, i32}, {loc, loc, loc, loc, loc});
       dsl::Coords c{dsl::Expr(b, blk->getArgument(1)), dsl::Expr(b, blk->getArgument(2)),
@@ -123,12 +124,12 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
       dsl::Expr out = variant.scoreFn()(dsl::Expr(b, blk->getArgument(0)), c, params());
       if (failed(expectType(out, f32, "the score modifier's result")))
         return failure();
-      b.create<tile::YieldOp>(loc, ValueRange{out.get()});
+      tile::YieldOp::create(b, loc, ValueRange{out.get()});
       s = mod.getResult();
     }
     {
       // The mask op also drops keys past seqlen_k, so it is there even for variants without a mask rule.
-      auto mask = b.create<tile::MaskOp>(loc, scoreType, s);
+      auto mask = tile::MaskOp::create(b, loc, scoreType, s);
       OpBuilder::InsertionGuard inner(b);
       Block *blk = b.createBlock(&mask.getBody(), {}, {i32, i32, i32, i32}, {loc, loc, loc, loc});
       Value keep;
@@ -140,21 +141,21 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
           return failure();
         keep = out.get();
       } else {
-        keep = b.create<arith::ConstantIntOp>(loc, 1, 1);
+        keep = arith::ConstantIntOp::create(b, loc, 1, 1);
       }
-      b.create<tile::YieldOp>(loc, ValueRange{keep});
+      tile::YieldOp::create(b, loc, ValueRange{keep});
       s = mask.getResult();
     }
-    auto update = b.create<tile::SoftmaxUpdateOp>(loc, s, state, dtype);
-    Value rescaled = b.create<tile::RescaleOp>(loc, update.getNewState(), update.getAlpha());
-    Value v = b.create<tile::LoadOp>(loc, RankedTensorType::get({dyn, options.headDimV}, dtype), "v", j);
-    Value next = b.create<tile::PvOp>(loc, update.getP(), v, rescaled);
-    b.create<tile::YieldOp>(loc, ValueRange{next});
+    auto update = tile::SoftmaxUpdateOp::create(b, loc, s, state, dtype);
+    Value rescaled = tile::RescaleOp::create(b, loc, update.getNewState(), update.getAlpha());
+    Value v = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, dtype), "v", j);
+    Value next = tile::PvOp::create(b, loc, update.getP(), v, rescaled);
+    tile::YieldOp::create(b, loc, ValueRange{next});
   }
-  auto fin = b.create<tile::FinalizeOp>(loc, RankedTensorType::get({dyn, options.headDimV}, f32),
+  auto fin = tile::FinalizeOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, f32),
                                         RankedTensorType::get({dyn}, f32), loop.getResult());
-  b.create<tile::StoreOp>(loc, "o", fin.getO());
-  b.create<tile::StoreOp>(loc, "lse", fin.getLse());
+  tile::StoreOp::create(b, loc, "o", fin.getO());
+  tile::StoreOp::create(b, loc, "lse", fin.getLse());
   if (failed(verify(*module)))
     return failure();
   return module;

@@ -50,12 +50,12 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
     }
     // Prologue, after the bounds: Q and the first K tile in flight together; Q must land before the loop.
     OpBuilder b(loops.front());
-    b.create<CopyAsyncOp>(loc, "q", Value(), Value());
-    Value one = b.create<arith::ConstantIntOp>(loc, 1, 32);
-    Value first = b.create<arith::SubIOp>(loc, highest, one);
-    Value anyTile = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, first, lowest);
-    b.create<CopyAsyncOp>(loc, "k", first, anyTile);
-    auto waitQ = b.create<WaitAsyncOp>(loc, "q", /*pending=*/1); // the first K tile may still be in flight
+    CopyAsyncOp::create(b, loc, "q", Value(), Value());
+    Value one = arith::ConstantIntOp::create(b, loc, 1, 32);
+    Value first = arith::SubIOp::create(b, loc, highest, one);
+    Value anyTile = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, first, lowest);
+    CopyAsyncOp::create(b, loc, "k", first, anyTile);
+    auto waitQ = WaitAsyncOp::create(b, loc, "q", /*pending=*/1); // the first K tile may still be in flight
     loadQ->moveAfter(waitQ);
 
     for (KvLoopOp loop : loops) {
@@ -76,15 +76,15 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
       }
       // K(j): wait for it, then start V(j) so it overlaps Q·Kᵀ.
       OpBuilder lb(&body, body.begin());
-      lb.create<WaitAsyncOp>(loc, "k");
-      lb.create<CopyAsyncOp>(loc, "v", j, Value());
+      WaitAsyncOp::create(lb, loc, "k");
+      CopyAsyncOp::create(lb, loc, "v", j, Value());
       loadK->moveBefore(qk);
       // V(j): wait for it right before P·V, then start K(next) so it overlaps P·V and the next softmax.
       lb.setInsertionPoint(pv);
-      lb.create<WaitAsyncOp>(loc, "v");
-      Value next = lb.create<arith::SubIOp>(loc, j, lb.create<arith::ConstantIntOp>(loc, 1, 32));
-      Value hasNext = lb.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, next, lowest);
-      lb.create<CopyAsyncOp>(loc, "k", next, hasNext);
+      WaitAsyncOp::create(lb, loc, "v");
+      Value next = arith::SubIOp::create(lb, loc, j, arith::ConstantIntOp::create(lb, loc, 1, 32));
+      Value hasNext = arith::CmpIOp::create(lb, loc, arith::CmpIPredicate::sge, next, lowest);
+      CopyAsyncOp::create(lb, loc, "k", next, hasNext);
       loadV->moveBefore(pv);
     }
   }

@@ -28,21 +28,21 @@ struct TileBounds {
 
 /// Converts the variant's key ranges into clamped tile-index bounds, as IR in front of the loop.
 TileBounds tileBounds(OpBuilder &b, Location loc, KvRangeOp may, KvRangeOp full, int64_t blockN) {
-  auto c = [&](int64_t v) { return b.create<arith::ConstantIntOp>(loc, v, 32).getResult(); };
+  auto c = [&](int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 32).getResult(); };
   Value zero = c(0), bn = c(blockN);
-  Value seqlenK = b.create<DimOp>(loc, "seqlen_k");
+  Value seqlenK = DimOp::create(b, loc, "seqlen_k");
   auto clampKeys = [&](Value key) {
-    return b.create<arith::MinSIOp>(loc, b.create<arith::MaxSIOp>(loc, key, zero), seqlenK).getResult();
+    return arith::MinSIOp::create(b, loc, arith::MaxSIOp::create(b, loc, key, zero), seqlenK).getResult();
   };
   auto clamp = [&](Value v, Value lo, Value hi) {
-    return b.create<arith::MinSIOp>(loc, b.create<arith::MaxSIOp>(loc, v, lo), hi).getResult();
+    return arith::MinSIOp::create(b, loc, arith::MaxSIOp::create(b, loc, v, lo), hi).getResult();
   };
   TileBounds t;
   Value mayLo = clampKeys(may.getLo()), mayHi = clampKeys(may.getHi());
-  t.lo = b.create<arith::DivSIOp>(loc, mayLo, bn);                                    // floor: nonnegative
-  t.hi = b.create<arith::MaxSIOp>(loc, b.create<arith::CeilDivSIOp>(loc, mayHi, bn), t.lo); // empty if hi < lo
-  Value fLo = b.create<arith::CeilDivSIOp>(loc, clampKeys(full.getLo()), bn); // first tile entirely inside
-  Value fHi = b.create<arith::DivSIOp>(loc, clampKeys(full.getHi()), bn);     // one past the last such tile
+  t.lo = arith::DivSIOp::create(b, loc, mayLo, bn);                                    // floor: nonnegative
+  t.hi = arith::MaxSIOp::create(b, loc, arith::CeilDivSIOp::create(b, loc, mayHi, bn), t.lo); // empty if hi < lo
+  Value fLo = arith::CeilDivSIOp::create(b, loc, clampKeys(full.getLo()), bn); // first tile entirely inside
+  Value fHi = arith::DivSIOp::create(b, loc, clampKeys(full.getHi()), bn);     // one past the last such tile
   t.fullLo = clamp(fLo, t.lo, t.hi);
   t.fullHi = clamp(fHi, t.fullLo, t.hi);
   return t;
@@ -51,7 +51,7 @@ TileBounds tileBounds(OpBuilder &b, Location loc, KvRangeOp may, KvRangeOp full,
 /// A copy of `loop` over [lo, hi) of one segment; interior copies drop their masks.
 KvLoopOp cloneSegment(OpBuilder &b, KvLoopOp loop, Value init, Value lo, Value hi, StringRef segment,
                       StringRef order) {
-  auto seg = b.create<KvLoopOp>(loop.getLoc(), loop.getResult().getType(), lo, hi, init, segment, order);
+  auto seg = KvLoopOp::create(b, loop.getLoc(), loop.getResult().getType(), lo, hi, init, segment, order);
   IRMapping map;
   loop.getBody().cloneInto(&seg.getBody(), map);
   if (segment == "interior")

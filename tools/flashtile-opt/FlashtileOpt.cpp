@@ -1,4 +1,5 @@
 //===- FlashtileOpt.cpp - mlir-opt for the tile dialect -------------------===//
+#include "codegen/common/EmitCudaPass.h"
 #include "passes/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -12,6 +13,7 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registry.insert<flashtile::tile::TileDialect, mlir::arith::ArithDialect, mlir::math::MathDialect>();
   flashtile::tile::registerTilePasses();
+  flashtile::codegen::registerEmitCudaPass();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   return mlir::asMainReturnCode(mlir::MlirOptMain(argc, argv, "flashtile optimizer driver\n", registry));

@@ -20,8 +20,9 @@ commands (no GPU needed):
 
 commands (GPU):
   run       --variant causal --dtype bf16 --head-dim 128 --batch 2 --heads 16 [--heads-kv N]
-            --seqlen-q 4096 --seqlen-k 4096 [--aot-dir DIR] [--iters 20]
-            runs the kernel on random inputs, checks it against an fp32 reference, prints error and TFLOP/s
+            --seqlen-q 4096 --seqlen-k 4096 [--aot-dir DIR] [--iters 20 --warmup 5 --scale S --seed N]
+            runs the kernel on random inputs, checks it against an fp32 reference, prints error and TFLOP/s;
+            exit code 0 when the check passes
 )";
 } // namespace
 

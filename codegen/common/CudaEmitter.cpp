@@ -1,0 +1,551 @@
+//===- CudaEmitter.cpp - scheduled tile IR to CUDA C++ --------------------===//
+//
+// The generic printer: checks that the IR is ready to print, names values, prints the scalar code, the
+// KV-range rules, the K/V loop segments and the variant's regions (as __device__ functions), and hands every
+// tile op to the target (codegen/sm80). The state, score and probability tiles live in registers that the
+// target updates in place, so the printer first checks that the IR uses each of them once.
+//===----------------------------------------------------------------------===//
+#include "codegen/common/CudaEmitter.h"
+#include "codegen/common/KernelAbiText.h"
+#include "codegen/common/ScalarEmitter.h"
+#include "codegen/common/TileTarget.h"
+#include "codegen/sm80/TileOpsSm80.h"
+#include "flashtile/runtime/Version.h"
+#include "schedules/fa2/Fa2Config.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace flashtile::tile;
+
+namespace flashtile::codegen {
+namespace {
+
+constexpr StringLiteral kIsaSm80 = "sm80";
+
+/// `s` with every character outside [A-Za-z0-9_] replaced by '_': usable in a C identifier.
+std::string sanitize(StringRef s) {
+  std::string out = s.str();
+  for (char &c : out)
+    if (!llvm::isAlnum(c) && c != '_')
+      c = '_';
+  return out;
+}
+
+/// "tail_boundary" -> "tailBoundary".
+std::string camel(StringRef snake) {
+  std::string out;
+  bool upper = false;
+  for (char c : snake) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    out += upper ? llvm::toUpper(c) : c;
+    upper = false;
+  }
+  return out;
+}
+
+std::string dtypeName(Type type) { return type.isBF16() ? "bf16" : "f16"; }
+
+FailureOr<Operand> operandOf(Operation *op, StringRef name) {
+  if (name == "q")
+    return Operand::Q;
+  if (name == "k")
+    return Operand::K;
+  if (name == "v")
+    return Operand::V;
+  return op->emitOpError() << "names operand '" << name << "'; the CUDA printer knows q, k and v";
+}
+
+/// The IR must be scheduled, pipelined and lowered to an instruction family this printer knows.
+LogicalResult checkReady(FuncOp func) {
+  ScheduleAttr schedule = func.getScheduleAttr();
+  if (!schedule)
+    return func.emitOpError() << "is not scheduled; run the schedule's passes (tile-apply-schedule, "
+                                 "tile-split-boundary, tile-pipeline, tile-lower-to-target) before emitting CUDA";
+  if (schedule.getName() != fa2::kName)
+    return func.emitOpError() << "is scheduled with '" << schedule.getName()
+                              << "', which the CUDA printer has no kernel skeleton for (it prints: fa2)";
+  if (func.getBody().getOps<CopyAsyncOp>().empty())
+    return func.emitOpError() << "is not pipelined (no tile.copy_async); run tile-pipeline before emitting CUDA";
+  TargetAttr target = func.getTargetAttr();
+  if (!target)
+    return func.emitOpError() << "has no #tile.target; run tile-lower-to-target before emitting CUDA";
+  if (target.getIsa() != kIsaSm80)
+    return func.emitOpError() << "targets the '" << target.getIsa()
+                              << "' instruction family; the CUDA printer knows: sm80";
+  return success();
+}
+
+/// Register tiles are updated in place: a state, score or probability value may be used once (the op that
+/// consumes it takes over its registers), and a K/V loop computes one score tile per iteration.
+LogicalResult checkInPlace(FuncOp func) {
+  auto usedOnce = [](Value v, StringRef what) -> LogicalResult {
+    if (v.hasOneUse())
+      return success();
+    Operation *where = v.getDefiningOp() ? v.getDefiningOp() : v.getParentBlock()->getParentOp();
+    return where->emitOpError() << "produces " << what << " used " << std::distance(v.use_begin(), v.use_end())
+                                << " times; the CUDA printer keeps it in registers updated in place, so it must "
+                                   "be used exactly once";
+  };
+  WalkResult result = func.walk([&](Operation *op) -> WalkResult {
+    for (Value v : op->getResults()) {
+      if (isa<StateType>(v.getType()) && failed(usedOnce(v, "an online-softmax state")))
+        return WalkResult::interrupt();
+      if (isa<QkOp, ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, FinalizeOp>(op) &&
+          failed(usedOnce(v, "a register tile")))
+        return WalkResult::interrupt();
+    }
+    if (auto loop = dyn_cast<KvLoopOp>(op)) {
+      if (failed(usedOnce(loop.getStateArg(), "an online-softmax state")))
+        return WalkResult::interrupt();
+      auto qks = loop.getBody().front().getOps<QkOp>();
+      auto updates = loop.getBody().front().getOps<SoftmaxUpdateOp>();
+      if (std::distance(qks.begin(), qks.end()) > 1 || std::distance(updates.begin(), updates.end()) > 1) {
+        loop.emitOpError() << "computes more than one score tile per iteration; the CUDA printer keeps one";
+        return WalkResult::interrupt();
+      }
+    }
+    return WalkResult::advance();
+  });
+  return failure(result.wasInterrupted());
+}
+
+class KernelPrinter {
+public:
+  KernelPrinter(FuncOp func, TileTarget &target, ScalarHelpers &helpers)
+      : func(func), target(target), helpers(helpers), scalars(w, names, helpers, func) {}
+
+  /// The variant's score_mod and mask regions as __device__ functions (identical regions share one).
+  LogicalResult printVariantFunctions(CudaWriter &out);
+  /// The kernel itself.
+  LogicalResult printKernel(StringRef entry, const KernelShape &shape);
+  const std::string &kernel() const { return w.str(); }
+
+private:
+  void assignNames();
+  LogicalResult printBlock(Block &block);
+  LogicalResult printOp(Operation *op);
+  LogicalResult printKvRange(KvRangeOp range);
+  LogicalResult printKvLoop(KvLoopOp loop);
+  /// The C expression of `v`, safe as an operand of any operator.
+  FailureOr<std::string> operand(Value v, Operation *user);
+  /// The index expression of the K tile a score tile was computed from.
+  FailureOr<std::string> kTileOf(Value scores, Operation *user);
+  /// Prints `region` as `returnType base(args..., const FlashtileFwdParams &p)` (args[0] may be a float
+  /// score; the others are int coordinates) unless an identical function exists; returns its name.
+  FailureOr<std::string> variantFunction(Operation *op, Region &body, StringRef base, StringRef returnType,
+                                         ArrayRef<StringRef> args, CudaWriter &out);
+
+  FuncOp func;
+  TileTarget &target;
+  ScalarHelpers &helpers;
+  CudaWriter w;
+  NameScopes names;
+  ScalarEmitter scalars;
+  NameScopes functionNames;
+  llvm::DenseMap<Operation *, std::string> functionOf;  ///< score_mod / mask op -> its function
+  llvm::StringMap<std::string> functionByText;          ///< printed body -> function name
+  bool rowsDeclared = false;
+};
+
+//===----------------------------------------------------------------------===//
+// Variant functions
+//===----------------------------------------------------------------------===//
+
+FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &body, StringRef base,
+                                                      StringRef returnType, ArrayRef<StringRef> args,
+                                                      CudaWriter &out) {
+  CudaWriter fw;
+  NameScopes fnames;
+  for (StringRef reserved : {"p", "sm80", "ceilDiv", "floorDiv"})
+    fnames.reserve(reserved);
+  for (StringRef arg : args)
+    fnames.reserve(arg);
+  ScalarEmitter fs(fw, fnames, helpers, func, &body);
+  Block &block = body.front();
+  for (auto [arg, name] : llvm::zip(block.getArguments(), args))
+    fs.bind(arg, name.str());
+  for (Operation &inner : block.without_terminator()) {
+    if (!ScalarEmitter::isScalarOp(&inner))
+      return inner.emitOpError() << "cannot be printed in a variant function; " << op->getName()
+                                 << " regions may hold scalar arith/math ops, tile.dim and tile.param";
+    if (failed(fs.emit(&inner)))
+      return failure();
+  }
+  auto yield = cast<YieldOp>(block.getTerminator());
+  FailureOr<CExpr> result = fs.expr(yield.getValues().front(), yield);
+  if (failed(result))
+    return failure();
+  fw.line("return " + result->text + ";");
+
+  std::string key = (base + "\n" + fw.str()).str();
+  if (auto it = functionByText.find(key); it != functionByText.end())
+    return it->second;
+  std::string name = functionNames.unique(base);
+  functionByText[key] = name;
+  bool isMask = isa<MaskOp>(op);
+  out.comment("---- variant \"" + func.getVariant().str() + "\": " +
+              (isMask ? "mask predicate (tile.mask): keep the score of query row q and key kv?"
+                      : "score modifier (tile.score_mod): the new score of query row q and key kv") +
+              " ----");
+  std::string params;
+  for (auto [arg, argName] : llvm::zip(block.getArguments(), args))
+    params += *ScalarEmitter::cType(arg.getType()) + " " + argName.str() + ", ";
+  out.line("__device__ __forceinline__ " + returnType.str() + " " + name + "(" + params +
+           "const FlashtileFwdParams &p) {");
+  std::string bodyText = fw.str();
+  for (StringRef line : llvm::split(StringRef(bodyText).rtrim('\n'), '\n'))
+    out.line("  " + line.str());
+  out.line("}");
+  out.line("");
+  return name;
+}
+
+LogicalResult KernelPrinter::printVariantFunctions(CudaWriter &out) {
+  for (StringRef reserved : {"sm80", "ceilDiv", "floorDiv"})
+    functionNames.reserve(reserved);
+  WalkResult result = func.walk([&](Operation *op) -> WalkResult {
+    FailureOr<std::string> name = success(std::string());
+    if (auto mod = dyn_cast<ScoreModOp>(op))
+      name = variantFunction(op, mod.getBody(), "scoreMod", "float", {"score", "b", "h", "q", "kv"}, out);
+    else if (auto mask = dyn_cast<MaskOp>(op))
+      name = variantFunction(op, mask.getBody(), "keep", "bool", {"b", "h", "q", "kv"}, out);
+    else
+      return WalkResult::advance();
+    if (failed(name))
+      return WalkResult::interrupt();
+    functionOf[op] = *name;
+    return WalkResult::skip();
+  });
+  return failure(result.wasInterrupted());
+}
+
+//===----------------------------------------------------------------------===//
+// The kernel
+//===----------------------------------------------------------------------===//
+
+void KernelPrinter::assignNames() {
+  for (StringRef reserved : {"p", "sm80", "ceilDiv", "floorDiv", "qFirst", "qLast", "kBlockM", "kBlockN",
+                             "kHeadDim", "kHeadDimV", "kWarps", "kThreads"})
+    names.reserve(reserved);
+  for (const std::string &reserved : target.reservedNames())
+    names.reserve(reserved);
+  for (const auto &entry : functionOf)
+    names.reserve(entry.second);
+  // Readable names for the values a reader looks for: the KV-range rules' results, the loop segments' bounds
+  // and the copies' tile indices. The first hint a value gets wins.
+  func.walk([&](Operation *op) {
+    if (auto range = dyn_cast<KvRangeOp>(op)) {
+      scalars.hint(range.getLo(), range.getKind().str() + "Lo");
+      scalars.hint(range.getHi(), range.getKind().str() + "Hi");
+    } else if (auto loop = dyn_cast<KvLoopOp>(op); loop && loop.isBounded()) {
+      scalars.hint(loop.getUpper(), camel(loop.getSegment()) + "End");
+      scalars.hint(loop.getLower(), camel(loop.getSegment()) + "Begin");
+    } else if (auto copy = dyn_cast<CopyAsyncOp>(op); copy && copy.getIndex()) {
+      std::string tile = (op->getParentOfType<KvLoopOp>() ? "next" : "first") + copy.getOperand().upper() + "Tile";
+      scalars.hint(copy.getIndex(), tile);
+      if (copy.getPred())
+        scalars.hint(copy.getPred(), "has" + std::string(1, llvm::toUpper(tile[0])) + tile.substr(1));
+    }
+  });
+}
+
+FailureOr<std::string> KernelPrinter::operand(Value v, Operation *user) {
+  FailureOr<CExpr> e = scalars.expr(v, user);
+  if (failed(e))
+    return failure();
+  return e->operand();
+}
+
+FailureOr<std::string> KernelPrinter::kTileOf(Value scores, Operation *user) {
+  Value v = scores;
+  while (Operation *def = v.getDefiningOp()) {
+    if (auto qk = dyn_cast<QkOp>(def)) {
+      auto load = qk.getK().getDefiningOp<LoadOp>();
+      if (load && load.getOperand() == "k" && load.getIndex())
+        return operand(load.getIndex(), user);
+      break;
+    }
+    if (!isa<ScaleOp, ScoreModOp, MaskOp>(def))
+      break;
+    v = def->getOperand(0);
+  }
+  return user->emitOpError() << "works on scores that do not come from tile.qk of a tile.load \"k\"[index]";
+}
+
+LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &shape) {
+  assignNames();
+  ScheduleAttr schedule = func.getScheduleAttr();
+  w.open("extern \"C\" __global__ void __launch_bounds__(" + std::to_string(shape.warps * fa2::kWarpSize) + ") " +
+         entry.str() + "(const FlashtileFwdParams p)");
+  w.comment("---- schedule " + schedule.getName().str() + " (#tile.schedule): tile sizes and warps ----");
+  w.line("constexpr int kBlockM = " + std::to_string(shape.blockM) + ";  // query rows of this thread block (split-Q)");
+  w.line("constexpr int kBlockN = " + std::to_string(shape.blockN) + ";  // keys of a K/V tile");
+  w.line("constexpr int kHeadDim = " + std::to_string(shape.headDim) + ";  // Q/K head dim");
+  w.line("constexpr int kHeadDimV = " + std::to_string(shape.headDimV) + ";  // V/O head dim");
+  w.line("constexpr int kWarps = " + std::to_string(shape.warps) + ";");
+  w.line("constexpr int kThreads = kWarps * 32;");
+  w.line("");
+
+  std::vector<Operand> copied; // in IR order: Q and the first K tile before the loops, V inside them
+  func.walk([&](CopyAsyncOp copy) {
+    FailureOr<Operand> which = operandOf(copy, copy.getOperand());
+    if (succeeded(which) && !llvm::is_contained(copied, *which))
+      copied.push_back(*which);
+  });
+  target.setup(w, copied);
+  w.separate();
+  if (failed(printBlock(func.getBodyBlock())))
+    return failure();
+  w.close();
+  return success();
+}
+
+LogicalResult KernelPrinter::printBlock(Block &block) {
+  for (Operation &op : block)
+    if (failed(printOp(&op)))
+      return failure();
+  return success();
+}
+
+LogicalResult KernelPrinter::printKvRange(KvRangeOp range) {
+  if (!rowsDeclared) {
+    w.comment("---- the query rows of this thread block, as the variant's KV-range rules see them ----");
+    w.line("const int qFirst = blockIdx.x * kBlockM;");
+    w.line("const int qLast = min(qFirst + kBlockM, p.seqlenQ) - 1;");
+    w.separate();
+    rowsDeclared = true;
+  }
+  std::string lo = range.getKind().str() + "Lo", hi = range.getKind().str() + "Hi";
+  if (range.getKind() == "may")
+    w.comment("---- KV-range rule \"may\" (variant): no row of this block attends a key outside [" + lo + ", " + hi +
+              "), so tiles outside are skipped ----");
+  else
+    w.comment("---- KV-range rule \"full\" (variant): every row of this block attends every key in [" + lo + ", " +
+              hi + "), so tiles inside need no mask ----");
+  Block &rule = range.getRule().front();
+  scalars.bind(rule.getArgument(0), "qFirst");
+  scalars.bind(rule.getArgument(1), "qLast");
+  for (Operation &op : rule.without_terminator()) {
+    if (!ScalarEmitter::isScalarOp(&op))
+      return op.emitOpError() << "cannot be printed in a KV-range rule; rules hold scalar arith/math ops";
+    if (failed(scalars.emit(&op)))
+      return failure();
+  }
+  auto yield = cast<YieldOp>(rule.getTerminator());
+  for (auto [result, value] : llvm::zip(range.getResults(), yield.getValues())) {
+    if (result.use_empty())
+      continue;
+    FailureOr<CExpr> e = scalars.expr(value, yield);
+    if (failed(e))
+      return failure();
+    FailureOr<std::string> name = scalars.declare(result.getType(), *e, result == range.getLo() ? lo : hi);
+    if (failed(name))
+      return failure();
+    scalars.bind(result, *name);
+  }
+  w.separate();
+  return success();
+}
+
+LogicalResult KernelPrinter::printKvLoop(KvLoopOp loop) {
+  if (!loop.isBounded())
+    return loop.emitOpError() << "has no bounds; run tile-split-boundary before emitting CUDA";
+  FailureOr<std::string> lo = operand(loop.getLower(), loop), hi = operand(loop.getUpper(), loop);
+  if (failed(lo) || failed(hi))
+    return failure();
+  Block &body = loop.getBody().front();
+  bool masked = !body.getOps<MaskOp>().empty();
+  std::string segment = loop.getSegment().str();
+  std::replace(segment.begin(), segment.end(), '_', ' ');
+  bool descending = loop.getOrder() == "descending";
+  w.comment("---- K/V tiles [" + *lo + ", " + *hi + "): " + segment + " segment, " +
+            (masked ? "masked" : "no mask") + ", walked " + loop.getOrder().str() + " ----");
+  names.push();
+  std::string j = names.unique("j");
+  w.open(descending ? "for (int " + j + " = " + *hi + " - 1; " + j + " >= " + *lo + "; --" + j + ")"
+                    : "for (int " + j + " = " + *lo + "; " + j + " < " + *hi + "; ++" + j + ")");
+  scalars.bind(loop.getTileIndex(), j);
+  LogicalResult printed = printBlock(body);
+  w.close();
+  names.pop();
+  w.separate();
+  return printed;
+}
+
+LogicalResult KernelPrinter::printOp(Operation *op) {
+  if (ScalarEmitter::isScalarOp(op))
+    return scalars.emit(op);
+  auto index = [&](Value v) -> FailureOr<std::string> {
+    if (!v)
+      return std::string();
+    return operand(v, op);
+  };
+  LogicalResult result =
+      llvm::TypeSwitch<Operation *, LogicalResult>(op)
+          .Case([&](KvRangeOp range) { return printKvRange(range); })
+          .Case([&](KvLoopOp loop) { return printKvLoop(loop); })
+          .Case([&](YieldOp) { return success(); }) // a K/V loop's state: the registers carry it over
+          .Case([&](InitStateOp) {
+            target.initState(w);
+            return success();
+          })
+          .Case([&](CopyAsyncOp copy) -> LogicalResult {
+            FailureOr<Operand> which = operandOf(op, copy.getOperand());
+            FailureOr<std::string> tile = index(copy.getIndex());
+            FailureOr<CExpr> pred = copy.getPred() ? scalars.expr(copy.getPred(), op) : CExpr{};
+            if (failed(which) || failed(tile) || failed(pred))
+              return failure();
+            target.copyAsync(w, *which, *tile, pred->text);
+            return success();
+          })
+          .Case([&](WaitAsyncOp wait) -> LogicalResult {
+            FailureOr<Operand> which = operandOf(op, wait.getOperand());
+            if (failed(which))
+              return failure();
+            target.waitAsync(w, *which, static_cast<int64_t>(wait.getPending()));
+            return success();
+          })
+          .Case([&](LoadOp load) -> LogicalResult {
+            FailureOr<Operand> which = operandOf(op, load.getOperand());
+            FailureOr<std::string> tile = index(load.getIndex());
+            if (failed(which) || failed(tile))
+              return failure();
+            target.load(w, *which, *tile);
+            return success();
+          })
+          .Case([&](QkOp qk) -> LogicalResult {
+            auto q = qk.getQ().getDefiningOp<LoadOp>();
+            if (!q || q.getOperand() != "q")
+              return qk.emitOpError() << "takes a Q operand that is not tile.load \"q\"";
+            FailureOr<std::string> kTile = kTileOf(qk.getS(), op);
+            if (failed(kTile))
+              return failure();
+            target.qk(w, *kTile);
+            return success();
+          })
+          .Case([&](ScaleOp) {
+            target.scale(w);
+            return success();
+          })
+          .Case([&](ScoreModOp mod) -> LogicalResult {
+            FailureOr<std::string> kTile = kTileOf(mod.getS(), op);
+            if (failed(kTile))
+              return failure();
+            target.scoreMod(w, *kTile, functionOf.lookup(op));
+            return success();
+          })
+          .Case([&](MaskOp mask) -> LogicalResult {
+            FailureOr<std::string> kTile = kTileOf(mask.getS(), op);
+            if (failed(kTile))
+              return failure();
+            target.mask(w, *kTile, functionOf.lookup(op));
+            return success();
+          })
+          .Case([&](SoftmaxUpdateOp update) -> LogicalResult {
+            if (cast<RankedTensorType>(update.getP().getType()).getElementType() != func.getDtype())
+              return update.emitOpError() << "rounds P to a type other than the program's dtype "
+                                          << func.getDtype() << "; the CUDA printer feeds P to the same MMA as V";
+            target.softmaxUpdate(w, update.getFoldScale());
+            return success();
+          })
+          .Case([&](RescaleOp) {
+            target.rescale(w);
+            return success();
+          })
+          .Case([&](PvOp pv) -> LogicalResult {
+            auto v = pv.getV().getDefiningOp<LoadOp>();
+            if (!v || v.getOperand() != "v" || !pv.getP().getDefiningOp<SoftmaxUpdateOp>())
+              return pv.emitOpError() << "needs P from tile.softmax_update and V from tile.load \"v\"";
+            target.pv(w);
+            return success();
+          })
+          .Case([&](FinalizeOp) {
+            target.finalize(w);
+            return success();
+          })
+          .Case([&](StoreOp store) -> LogicalResult {
+            if (!store.getValue().getDefiningOp<FinalizeOp>())
+              return store.emitOpError() << "stores a value that is not a tile.finalize result";
+            if (store.getOperand() == "o")
+              target.storeO(w);
+            else
+              target.storeLse(w);
+            return success();
+          })
+          .Default([&](Operation *other) -> LogicalResult {
+            return other->emitOpError() << "cannot be printed as CUDA: the printer knows the tile ops and the "
+                                           "scalar arith/math ops, not this one";
+          });
+  if (succeeded(result) && !isa<YieldOp, KvRangeOp, KvLoopOp>(op))
+    w.separate();
+  return result;
+}
+
+} // namespace
+
+FailureOr<EmittedKernel> emitCuda(FuncOp func) {
+  if (failed(checkReady(func)) || failed(checkInPlace(func)))
+    return failure();
+  ScheduleAttr schedule = func.getScheduleAttr();
+  TargetAttr targetAttr = func.getTargetAttr();
+  KernelShape shape{dtypeName(func.getDtype()),
+                    static_cast<int>(func.getHeadDim()),
+                    static_cast<int>(func.getHeadDimV()),
+                    static_cast<int>(schedule.getBlockM()),
+                    static_cast<int>(schedule.getBlockN()),
+                    static_cast<int>(schedule.getWarps())};
+  if (std::optional<std::string> error = sm80::checkShape(shape))
+    return func.emitOpError() << *error;
+
+  EmittedKernel kernel;
+  KernelInfo &info = kernel.info;
+  info.entry = "flashtile_" + sanitize(schedule.getName()) + "_" + sanitize(func.getVariant()) + "_" + shape.dtype +
+               "_d" + std::to_string(shape.headDim) +
+               (shape.headDimV != shape.headDim ? "_dv" + std::to_string(shape.headDimV) : "");
+  info.arch = targetAttr.getArch().str();
+  info.dtype = shape.dtype;
+  info.headDim = shape.headDim;
+  info.headDimV = shape.headDimV;
+  info.variant = func.getVariant().str();
+  info.schedule = schedule.getName().str();
+  info.shapeClass = "default";
+  info.blockM = shape.blockM;
+  info.blockN = shape.blockN;
+  info.threads = shape.warps * fa2::kWarpSize;
+  fa2::Fa2Config config{shape.blockM, shape.blockN, shape.warps, static_cast<int>(schedule.getStages())};
+  info.smemBytes = config.smemBytes(shape.headDim, shape.headDimV);
+  for (Attribute name : func.getParams())
+    info.paramNames.push_back(cast<StringAttr>(name).getValue().str());
+  info.compilerVersion = std::string(compilerVersion());
+
+  std::unique_ptr<TileTarget> target = sm80::createTarget(shape);
+  ScalarHelpers helpers;
+  KernelPrinter printer(func, *target, helpers);
+  CudaWriter functions;
+  if (failed(printer.printVariantFunctions(functions)) || failed(printer.printKernel(info.entry, shape)))
+    return failure();
+
+  std::string &src = kernel.source;
+  src = "// " + info.entry + ": attention forward generated by flashtile from tile IR.\n";
+  src += "// schedule " + info.schedule + " (blockM " + std::to_string(shape.blockM) + ", blockN " +
+         std::to_string(shape.blockN) + ", " + std::to_string(shape.warps) + " warps), target " + info.arch + " (" +
+         targetAttr.getIsa().str() + " instructions), variant \"" + info.variant + "\", " + shape.dtype +
+         ", head dims " + std::to_string(shape.headDim) + "/" + std::to_string(shape.headDimV) + ".\n";
+  src += "// Launch: grid (ceil(seqlenQ / " + std::to_string(shape.blockM) + "), headsQ, batch), block (" +
+         std::to_string(info.threads) + "), " + std::to_string(info.smemBytes) + " bytes of dynamic shared memory.\n";
+  src += "\n// ==== kernel parameters: runtime/include/flashtile/runtime/KernelAbi.h, verbatim ====\n";
+  src += kKernelAbiText;
+  src += target->prelude();
+  if (std::string defs = helpers.definitions(); !defs.empty())
+    src += "\n" + defs;
+  src += "\n" + functions.str();
+  src += printer.kernel();
+  return kernel;
+}
+
+} // namespace flashtile::codegen

@@ -1,0 +1,322 @@
+//===- ScalarEmitter.cpp - scalar IR as C expressions and statements ------===//
+#include "codegen/common/ScalarEmitter.h"
+
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <cstdio>
+
+using namespace mlir;
+
+namespace flashtile::codegen {
+
+//===----------------------------------------------------------------------===//
+// Names and helpers
+//===----------------------------------------------------------------------===//
+
+bool NameScopes::taken(StringRef name) const {
+  return llvm::any_of(scopes, [&](const llvm::StringSet<> &scope) { return scope.contains(name); });
+}
+
+std::string NameScopes::unique(StringRef hint) {
+  std::string name = hint.str();
+  for (int suffix = 1; taken(name); ++suffix)
+    name = hint.str() + std::to_string(suffix);
+  reserve(name);
+  return name;
+}
+
+std::string ScalarHelpers::definitions() const {
+  std::string out;
+  if (ceilDiv || floorDiv)
+    out += "// Signed integer division rounding up / down (arith.ceildivsi / arith.floordivsi).\n";
+  if (ceilDiv)
+    out += "__device__ __forceinline__ int ceilDiv(int a, int b) { return a / b + (a % b != 0 && (a < 0) == (b < 0)); "
+           "}\n";
+  if (floorDiv)
+    out += "__device__ __forceinline__ int floorDiv(int a, int b) { return a / b - (a % b != 0 && (a < 0) != (b < "
+           "0)); }\n";
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Literals and types
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+CExpr floatLiteral(const APFloat &value) {
+  if (value.isNaN())
+    return {"__int_as_float(0x7fffffff)", true};
+  if (value.isInfinity())
+    return value.isNegative() ? CExpr{"-__int_as_float(0x7f800000)", false} : CExpr{"__int_as_float(0x7f800000)", true};
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.9g", value.convertToFloat());
+  std::string text = buffer;
+  if (text.find_first_of(".e") == std::string::npos)
+    text += ".0";
+  return {text + "f", !value.isNegative()};
+}
+
+FailureOr<CExpr> integerLiteral(const APInt &value, unsigned width) {
+  if (width == 1)
+    return CExpr{value.isZero() ? "false" : "true", true};
+  int64_t v = value.getSExtValue();
+  std::string suffix = width == 64 ? "LL" : "";
+  // The most negative value has no literal: its negation overflows.
+  if (width == 32 && v == INT32_MIN)
+    return CExpr{"-2147483647 - 1", false};
+  if (width == 64 && v == INT64_MIN)
+    return CExpr{"-9223372036854775807LL - 1", false};
+  return CExpr{std::to_string(v) + suffix, v >= 0};
+}
+
+StringRef dimField(StringRef dim) {
+  return llvm::StringSwitch<StringRef>(dim)
+      .Case("batch", "p.batch")
+      .Case("heads_q", "p.headsQ")
+      .Case("heads_kv", "p.headsKv")
+      .Case("seqlen_q", "p.seqlenQ")
+      .Case("seqlen_k", "p.seqlenK")
+      .Default("");
+}
+
+std::string join(ArrayRef<CExpr> args) {
+  std::string out;
+  for (const CExpr &a : args)
+    out += (out.empty() ? "" : ", ") + a.text;
+  return out;
+}
+
+} // namespace
+
+FailureOr<std::string> ScalarEmitter::cType(Type type) {
+  if (type.isInteger(1))
+    return std::string("bool");
+  if (type.isInteger(32))
+    return std::string("int");
+  if (type.isInteger(64))
+    return std::string("long long");
+  if (type.isF32())
+    return std::string("float");
+  return failure();
+}
+
+bool ScalarEmitter::isScalarOp(Operation *op) {
+  return isa<arith::ConstantOp, arith::AddIOp, arith::SubIOp, arith::MulIOp, arith::DivSIOp, arith::CeilDivSIOp,
+             arith::FloorDivSIOp, arith::RemSIOp, arith::MinSIOp, arith::MaxSIOp, arith::CmpIOp, arith::AndIOp,
+             arith::OrIOp, arith::XOrIOp, arith::SelectOp, arith::AddFOp, arith::SubFOp, arith::MulFOp,
+             arith::DivFOp, arith::NegFOp, arith::MaximumFOp, arith::MinimumFOp, arith::CmpFOp, arith::SIToFPOp,
+             arith::FPToSIOp, math::TanhOp, math::ExpOp, math::Exp2Op, math::LogOp, math::SqrtOp, math::AbsFOp,
+             math::AbsIOp, tile::DimOp, tile::ParamOp>(op);
+}
+
+//===----------------------------------------------------------------------===//
+// Printing ops
+//===----------------------------------------------------------------------===//
+
+FailureOr<CExpr> ScalarEmitter::print(Operation *op) {
+  for (Type type : llvm::concat<const Type>(op->getOperandTypes(), op->getResultTypes()))
+    if (failed(cType(type)))
+      return op->emitOpError() << "works on " << type
+                               << ", which the CUDA printer has no scalar type for (it prints i1, i32, i64, f32)";
+  SmallVector<CExpr, 3> in;
+  for (Value operand : op->getOperands()) {
+    FailureOr<CExpr> e = expr(operand, op);
+    if (failed(e))
+      return failure();
+    in.push_back(*e);
+  }
+  auto binary = [&](StringRef cOp) { return CExpr{in[0].operand() + " " + cOp.str() + " " + in[1].operand(), false}; };
+  auto call = [&](StringRef fn) { return CExpr{fn.str() + "(" + join(in) + ")", true}; };
+  bool isBool = op->getNumOperands() > 0 && op->getOperand(0).getType().isInteger(1);
+  bool isI32 = op->getNumOperands() > 0 && op->getOperand(0).getType().isInteger(32);
+
+  return llvm::TypeSwitch<Operation *, FailureOr<CExpr>>(op)
+      .Case([&](arith::ConstantOp c) -> FailureOr<CExpr> {
+        if (auto i = dyn_cast<IntegerAttr>(c.getValue()))
+          return integerLiteral(i.getValue(), i.getType().getIntOrFloatBitWidth());
+        if (auto f = dyn_cast<FloatAttr>(c.getValue()))
+          return floatLiteral(f.getValue());
+        return c.emitOpError() << "has a value the CUDA printer cannot spell: " << c.getValue();
+      })
+      .Case([&](tile::DimOp d) { return CExpr{dimField(d.getName()).str(), true}; })
+      .Case([&](tile::ParamOp p) -> FailureOr<CExpr> {
+        int64_t index = func.paramIndex(p.getName());
+        if (index < 0)
+          return p.emitOpError() << "names no parameter of the enclosing tile.func";
+        return CExpr{"p.variantParams[" + std::to_string(index) + "]", true};
+      })
+      .Case([&](arith::AddIOp) { return binary("+"); })
+      .Case([&](arith::SubIOp) { return binary("-"); })
+      .Case([&](arith::MulIOp) { return binary("*"); })
+      .Case([&](arith::DivSIOp) { return binary("/"); })
+      .Case([&](arith::RemSIOp) { return binary("%"); })
+      .Case([&](arith::MinSIOp) { return call("min"); })
+      .Case([&](arith::MaxSIOp) { return call("max"); })
+      .Case<arith::CeilDivSIOp, arith::FloorDivSIOp>([&](Operation *div) -> FailureOr<CExpr> {
+        if (!isI32)
+          return div->emitOpError() << "is printed for i32 only";
+        bool ceil = isa<arith::CeilDivSIOp>(div);
+        (ceil ? helpers.ceilDiv : helpers.floorDiv) = true;
+        return call(ceil ? "ceilDiv" : "floorDiv");
+      })
+      .Case([&](arith::AndIOp) { return binary(isBool ? "&&" : "&"); })
+      .Case([&](arith::OrIOp) { return binary(isBool ? "||" : "|"); })
+      .Case([&](arith::XOrIOp) { return binary(isBool ? "!=" : "^"); })
+      .Case([&](arith::CmpIOp c) -> FailureOr<CExpr> {
+        using P = arith::CmpIPredicate;
+        bool isUnsigned = llvm::is_contained({P::ult, P::ule, P::ugt, P::uge}, c.getPredicate());
+        if (isUnsigned) {
+          std::string cast = isI32 ? "static_cast<unsigned>" : "static_cast<unsigned long long>";
+          for (CExpr &e : in)
+            e = CExpr{cast + "(" + e.text + ")", true};
+        }
+        switch (c.getPredicate()) {
+        case P::eq:
+          return binary("==");
+        case P::ne:
+          return binary("!=");
+        case P::slt:
+        case P::ult:
+          return binary("<");
+        case P::sle:
+        case P::ule:
+          return binary("<=");
+        case P::sgt:
+        case P::ugt:
+          return binary(">");
+        case P::sge:
+        case P::uge:
+          return binary(">=");
+        }
+        return c.emitOpError() << "has an unknown predicate";
+      })
+      .Case([&](arith::SelectOp) {
+        return CExpr{in[0].operand() + " ? " + in[1].operand() + " : " + in[2].operand(), false};
+      })
+      .Case([&](arith::AddFOp) { return binary("+"); })
+      .Case([&](arith::SubFOp) { return binary("-"); })
+      .Case([&](arith::MulFOp) { return binary("*"); })
+      .Case([&](arith::DivFOp) { return binary("/"); })
+      .Case([&](arith::NegFOp) { return CExpr{"-" + in[0].operand(), false}; })
+      .Case([&](arith::MaximumFOp) { return call("fmaxf"); })
+      .Case([&](arith::MinimumFOp) { return call("fminf"); })
+      .Case([&](arith::CmpFOp c) -> FailureOr<CExpr> {
+        using P = arith::CmpFPredicate;
+        std::string a = in[0].operand(), b = in[1].operand();
+        auto expr = [](std::string text, bool atom = false) { return CExpr{std::move(text), atom}; };
+        switch (c.getPredicate()) {
+        case P::AlwaysFalse:
+          return expr("false", true);
+        case P::AlwaysTrue:
+          return expr("true", true);
+        case P::OEQ:
+          return binary("==");
+        case P::OGT:
+          return binary(">");
+        case P::OGE:
+          return binary(">=");
+        case P::OLT:
+          return binary("<");
+        case P::OLE:
+          return binary("<=");
+        case P::UNE:
+          return binary("!=");
+        case P::ONE:
+          return expr(a + " < " + b + " || " + a + " > " + b);
+        case P::ORD:
+          return expr(a + " == " + a + " && " + b + " == " + b);
+        case P::UNO:
+          return expr(a + " != " + a + " || " + b + " != " + b);
+        case P::UEQ:
+          return expr("!(" + a + " < " + b + " || " + a + " > " + b + ")", true);
+        case P::UGT:
+          return expr("!(" + a + " <= " + b + ")", true);
+        case P::UGE:
+          return expr("!(" + a + " < " + b + ")", true);
+        case P::ULT:
+          return expr("!(" + a + " >= " + b + ")", true);
+        case P::ULE:
+          return expr("!(" + a + " > " + b + ")", true);
+        }
+        return c.emitOpError() << "has an unknown predicate";
+      })
+      .Case<arith::SIToFPOp, arith::FPToSIOp>([&](Operation *cast) {
+        return CExpr{"static_cast<" + *cType(cast->getResult(0).getType()) + ">(" + in[0].text + ")", true};
+      })
+      .Case([&](math::TanhOp) { return call("tanhf"); })
+      .Case([&](math::ExpOp) { return call("expf"); })
+      .Case([&](math::Exp2Op) { return call("exp2f"); })
+      .Case([&](math::LogOp) { return call("logf"); })
+      .Case([&](math::SqrtOp) { return call("sqrtf"); })
+      .Case([&](math::AbsFOp) { return call("fabsf"); })
+      .Case([&](math::AbsIOp) { return call(isI32 ? "abs" : "llabs"); })
+      .Default([&](Operation *other) -> FailureOr<CExpr> {
+        return other->emitOpError() << "is not a scalar op the CUDA printer knows";
+      });
+}
+
+FailureOr<std::string> ScalarEmitter::declare(Type type, const CExpr &value, StringRef name) {
+  FailureOr<std::string> cTypeName = cType(type);
+  if (failed(cTypeName))
+    return failure();
+  std::string unique = names.unique(name);
+  w.line("const " + *cTypeName + " " + unique + " = " + value.text + ";");
+  return unique;
+}
+
+LogicalResult ScalarEmitter::emit(Operation *op) {
+  if (op->getNumResults() != 1)
+    return op->emitOpError() << "has " << op->getNumResults() << " results; the CUDA printer expects one";
+  Value result = op->getResult(0);
+  FailureOr<CExpr> e = print(op);
+  if (failed(e))
+    return failure();
+  auto hint = hints.find(result);
+  bool alwaysFolded = isa<arith::ConstantOp, tile::DimOp, tile::ParamOp>(op);
+  bool foldable = hint == hints.end() && result.hasOneUse() &&
+                  result.getUses().begin()->getOwner()->getBlock() == op->getBlock();
+  if (alwaysFolded || foldable) {
+    exprs[result] = *e;
+    return success();
+  }
+  std::string name = hint != hints.end() ? hint->second : "t" + std::to_string(nextTemp++);
+  FailureOr<std::string> declared = declare(result.getType(), *e, name);
+  if (failed(declared))
+    return failure();
+  bind(result, *declared);
+  return success();
+}
+
+FailureOr<CExpr> ScalarEmitter::materialize(Value value, Operation *user) {
+  Operation *def = value.getDefiningOp();
+  if (!def || !isScalarOp(def))
+    return user->emitOpError() << "uses a value from outside its region that the CUDA printer cannot recompute "
+                                  "inside the variant function (only constants, tile.dim, tile.param and scalar "
+                                  "arith/math ops on them can be)";
+  FailureOr<CExpr> e = print(def);
+  if (failed(e))
+    return failure();
+  if (isa<arith::ConstantOp, tile::DimOp, tile::ParamOp>(def)) {
+    exprs[value] = *e;
+    return *e;
+  }
+  FailureOr<std::string> declared = declare(value.getType(), *e, "t" + std::to_string(nextTemp++));
+  if (failed(declared))
+    return failure();
+  bind(value, *declared);
+  return exprs[value];
+}
+
+FailureOr<CExpr> ScalarEmitter::expr(Value value, Operation *user) {
+  auto it = exprs.find(value);
+  if (it != exprs.end())
+    return it->second;
+  Region *owner = value.getParentRegion();
+  if (isolated && !isolated->isAncestor(owner))
+    return materialize(value, user);
+  return user->emitOpError() << "uses a value the CUDA printer has not printed yet (is the IR in program order?)";
+}
+
+} // namespace flashtile::codegen

@@ -1,0 +1,96 @@
+//===- ScalarEmitter.h - scalar IR as C expressions and statements --------===//
+//
+// The target-independent half of CUDA printing: names for SSA values, arith/math ops as C, tile.dim and
+// tile.param as kernel-argument reads. Used for the kernel body (loop bounds, KV-range rules, copy predicates)
+// and for the variant's regions, printed as __device__ functions.
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_CODEGEN_COMMON_SCALAREMITTER_H
+#define FLASHTILE_CODEGEN_COMMON_SCALAREMITTER_H
+
+#include "codegen/common/CudaWriter.h"
+#include "passes/IR/TileDialect.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringSet.h"
+
+#include <string>
+#include <vector>
+
+namespace flashtile::codegen {
+
+/// C identifiers, unique among the scopes currently open (sibling scopes may reuse a name).
+class NameScopes {
+public:
+  NameScopes() { push(); }
+  void push() { scopes.emplace_back(); }
+  void pop() { scopes.pop_back(); }
+  /// Marks `name` as taken in the innermost scope.
+  void reserve(llvm::StringRef name) { scopes.back().insert(name); }
+  /// `hint` if no open scope uses it, else `hint1`, `hint2`, ...; reserved in the innermost scope.
+  std::string unique(llvm::StringRef hint);
+
+private:
+  bool taken(llvm::StringRef name) const;
+  std::vector<llvm::StringSet<>> scopes;
+};
+
+/// Helper functions the printed expressions call; each is printed once, ahead of the kernel, when used.
+struct ScalarHelpers {
+  bool ceilDiv = false, floorDiv = false;
+  /// Their CUDA definitions (empty when none is used).
+  std::string definitions() const;
+};
+
+/// A C expression; `atom` when it needs no parentheses as an operand (a name, a literal, a call).
+struct CExpr {
+  std::string text;
+  bool atom = true;
+  /// The text, parenthesized unless atomic: safe as an operand of any C operator.
+  std::string operand() const { return atom ? text : "(" + text + ")"; }
+};
+
+/// Prints scalar ops into a CudaWriter. An op whose one result has one use in the same block, and no name hint,
+/// is folded into its user's expression; other results become `const T name = ...;` lines. Constants, tile.dim
+/// and tile.param are always folded (`64`, `p.seqlenK`, `p.variantParams[0]`).
+class ScalarEmitter {
+public:
+  /// `isolated`: when set, the region being printed as a function of its own; values it uses from outside are
+  /// re-materialized inside it (constants, tile.dim, tile.param and pure scalar ops on them).
+  ScalarEmitter(CudaWriter &w, NameScopes &names, ScalarHelpers &helpers, tile::FuncOp func,
+                mlir::Region *isolated = nullptr)
+      : w(w), names(names), helpers(helpers), func(func), isolated(isolated) {}
+
+  /// Whether `op` is a scalar op this emitter prints (arith, math, tile.dim, tile.param).
+  static bool isScalarOp(mlir::Operation *op);
+  /// The C type of a scalar type (bool, int, long long, float), or failure.
+  static mlir::FailureOr<std::string> cType(mlir::Type type);
+
+  /// Gives `value` a fixed C expression (block arguments, names a caller declared).
+  void bind(mlir::Value value, std::string expr) { exprs[value] = CExpr{std::move(expr), true}; }
+  /// Declares `value` as `name` (made unique) when it gets printed, instead of folding it.
+  void hint(mlir::Value value, llvm::StringRef name) { hints.try_emplace(value, name.str()); }
+  /// Prints one scalar op (isScalarOp): a declaration, or nothing when it is folded into its user.
+  mlir::LogicalResult emit(mlir::Operation *op);
+  /// Prints `const T name = value;` with `name` made unique; returns the name.
+  mlir::FailureOr<std::string> declare(mlir::Type type, const CExpr &value, llvm::StringRef name);
+  /// The expression of a value already printed (or re-materialized in an isolated region); emits an error
+  /// at `user` when there is none.
+  mlir::FailureOr<CExpr> expr(mlir::Value value, mlir::Operation *user);
+
+private:
+  mlir::FailureOr<CExpr> print(mlir::Operation *op);
+  mlir::FailureOr<CExpr> materialize(mlir::Value value, mlir::Operation *user);
+
+  CudaWriter &w;
+  NameScopes &names;
+  ScalarHelpers &helpers;
+  tile::FuncOp func;
+  mlir::Region *isolated;
+  llvm::DenseMap<mlir::Value, CExpr> exprs;
+  llvm::DenseMap<mlir::Value, std::string> hints;
+  int nextTemp = 0; ///< suffix of the next unhinted name (t0, t1, ...)
+};
+
+} // namespace flashtile::codegen
+
+#endif // FLASHTILE_CODEGEN_COMMON_SCALAREMITTER_H

@@ -1,0 +1,82 @@
+//===- TileTarget.h - what a target prints for each tile op ---------------===//
+//
+// The generic printer (CudaEmitter.cpp) walks scheduled tile IR: it prints the scalar code, the KV-range rules,
+// the K/V loops and the variant's functions, and asks a TileTarget for every tile op. A target is the only code
+// that knows an instruction set (codegen/sm80: mma.sync, ldmatrix, cp.async). This header has no MLIR
+// dependency: what a target needs from the IR arrives as plain values and C expressions.
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_CODEGEN_COMMON_TILETARGET_H
+#define FLASHTILE_CODEGEN_COMMON_TILETARGET_H
+
+#include "codegen/common/CudaWriter.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flashtile::codegen {
+
+/// The scheduled tile shape of one kernel, from the tile.func and its #tile.schedule.
+struct KernelShape {
+  std::string dtype; ///< "bf16" or "f16"
+  int headDim = 0;   ///< Q/K head dim
+  int headDimV = 0;  ///< V/O head dim
+  int blockM = 0;    ///< query rows of a thread block
+  int blockN = 0;    ///< keys of a K/V tile
+  int warps = 0;     ///< warps of a thread block
+};
+
+/// The tiles `tile.copy_async`, `tile.wait_async` and `tile.load` name.
+enum class Operand { Q, K, V };
+
+/// Names the generic printer declares in the kernel before any target code: the schedule's constants
+/// (kBlockM, kBlockN, kHeadDim, kHeadDimV, kWarps, kThreads), the parameters `p` and the K/V tile index of
+/// each loop. A target must not redeclare them.
+class TileTarget {
+public:
+  virtual ~TileTarget() = default;
+
+  /// The device primitives printed ahead of the kernel.
+  virtual std::string_view prelude() const = 0;
+  /// Identifiers the target declares in kernel scope; SSA values are never named like them.
+  virtual std::vector<std::string> reservedNames() const = 0;
+
+  /// Kernel setup, after the schedule's constants: thread coordinates, shared-memory buffers and the copy
+  /// routines of the operands in `copied` (the ones the IR copies with tile.copy_async).
+  virtual void setup(CudaWriter &w, const std::vector<Operand> &copied) = 0;
+
+  /// `tile.copy_async`: `tile` is the K/V tile index (empty for Q), `pred` a C condition (empty: always).
+  virtual void copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) = 0;
+  /// `tile.wait_async {pending}`: at most `pending` newer copies stay in flight; then a block-wide barrier.
+  virtual void waitAsync(CudaWriter &w, Operand operand, int64_t pending) = 0;
+  /// `tile.load`: the tile is in its shared-memory buffer; `tile` is its index (empty for Q).
+  virtual void load(CudaWriter &w, Operand operand, const std::string &tile) = 0;
+
+  /// `tile.init_state`. All state values (loop arguments and results included) share this one register state.
+  virtual void initState(CudaWriter &w) = 0;
+  /// `tile.qk` of Q and K tile `kTile`; the score tile it declares is updated in place until the softmax.
+  virtual void qk(CudaWriter &w, const std::string &kTile) = 0;
+  /// `tile.scale`: scores times softmax_scale.
+  virtual void scale(CudaWriter &w) = 0;
+  /// `tile.score_mod` with the variant's function `fn(score, b, h, q, kv, p)`; `kTile` locates the keys.
+  virtual void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn) = 0;
+  /// `tile.mask` with the variant's predicate `fn(b, h, q, kv, p)`, plus the seqlen_k bound.
+  virtual void mask(CudaWriter &w, const std::string &kTile, const std::string &fn) = 0;
+  /// `tile.softmax_update`; `foldScale`: the exp2 multiplier is softmax_scale·log2(e), else log2(e).
+  virtual void softmaxUpdate(CudaWriter &w, bool foldScale) = 0;
+  /// `tile.rescale`: acc *= alpha.
+  virtual void rescale(CudaWriter &w) = 0;
+  /// `tile.pv`: acc += P·V of the V tile in shared memory.
+  virtual void pv(CudaWriter &w) = 0;
+  /// `tile.finalize`: O = acc / l and the LSE rows.
+  virtual void finalize(CudaWriter &w) = 0;
+  /// `tile.store "o"` and `tile.store "lse"`.
+  virtual void storeO(CudaWriter &w) = 0;
+  virtual void storeLse(CudaWriter &w) = 0;
+};
+
+} // namespace flashtile::codegen
+
+#endif // FLASHTILE_CODEGEN_COMMON_TILETARGET_H

@@ -1,0 +1,126 @@
+//===- PreludeSm80.h - device primitives of the SM80 instruction family ---===//
+//
+// The CUDA text printed ahead of every kernel lowered to the sm80 family (mma.sync, ldmatrix, cp.async), which
+// sm_80, sm_90a and sm_100a all run. It holds instruction-level primitives only, one inline-PTX wrapper or fragment
+// helper each: the loops, pipeline stages, barriers and masking of a kernel are generated from its IR. It compiles
+// under NVRTC with no headers at all (fragments are 32-bit registers, 16-bit elements are moved as raw bits).
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_CODEGEN_SM80_PRELUDESM80_H
+#define FLASHTILE_CODEGEN_SM80_PRELUDESM80_H
+
+#include <string_view>
+
+namespace flashtile::codegen::sm80 {
+
+inline constexpr std::string_view kPrelude = R"cuda(
+// ==== sm80 device primitives: mma.sync, ldmatrix, cp.async (instruction wrappers only) ====
+namespace sm80 {
+
+inline constexpr float kLog2e = 1.4426950408889634f; // log2(e): exp(x) = exp2(x * log2(e))
+inline constexpr float kLn2 = 0.6931471805599453f;   // ln(2): ln(x) = log2(x) * ln(2)
+inline constexpr float kNegInf = __builtin_bit_cast(float, 0xff800000u); // -infinity (no <cmath> under NVRTC)
+
+// A 32-bit shared-memory address, as ldmatrix and cp.async take it.
+__device__ __forceinline__ unsigned smemAddress(const void *ptr) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(ptr));
+}
+
+// 16-byte-chunk XOR swizzle of a row-major tile with kChunksPerRow chunks a row: chunk c of row r is stored at
+// chunk c ^ (r & kMask), where kMask + 1 is the largest power of two, at most 8, that divides kChunksPerRow (so
+// the swizzle stays inside the row). Eight consecutive rows read at one logical chunk (an ldmatrix phase) or
+// eight chunks of one row (a cp.async phase) then hit eight different 16-byte bank groups when kChunksPerRow is
+// a multiple of 8 (head dims 64, 128, 192, 256); other widths are correct with fewer distinct groups.
+// The XOR only touches the low bits of the chunk index, so for c = c0 + 2s with c0 in {0, 1} the swizzled
+// chunk is swizzledChunk(r, c0) ^ (32 * s) in bytes, and rows r + 8n keep the swizzle of row r.
+template <int kChunksPerRow>
+__device__ __forceinline__ unsigned swizzledChunk(int row, int chunk) {
+  constexpr int kLowBit = kChunksPerRow & -kChunksPerRow;
+  constexpr int kMask = (kLowBit < 8 ? kLowBit : 8) - 1;
+  return static_cast<unsigned>(chunk ^ (row & kMask)) * 16u;
+}
+// Byte offset of chunk `chunk` of row `row`.
+template <int kChunksPerRow>
+__device__ __forceinline__ unsigned swizzle(int row, int chunk) {
+  return static_cast<unsigned>(row * kChunksPerRow) * 16u + swizzledChunk<kChunksPerRow>(row, chunk);
+}
+
+// ldmatrix: four (or two) 8x8 matrices of 16-bit elements; lane l gives the row address of matrix l / 8 and
+// receives, of every matrix, row l / 4 at columns 2 * (l % 4) and 2 * (l % 4) + 1 (.trans: the transpose).
+__device__ __forceinline__ void ldmatrixX4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrixX4Trans(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrixX2Trans(unsigned (&r)[2], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+
+// D = A·B + D, m16n8k16, fp32 accumulators. A: 4 registers (m16 x k16, row), B: 2 registers (k16 x n8, col),
+// C/D: lane l holds rows l / 4 and l / 4 + 8 at columns 2 * (l % 4) and 2 * (l % 4) + 1.
+__device__ __forceinline__ void mmaBf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mmaF16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two fp32 values rounded to nearest into one 32-bit register, `lo` in the low half (the lower column).
+__device__ __forceinline__ unsigned packBf16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ unsigned packF16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// cp.async.cg: a 16-byte global-to-shared copy that bypasses L1; when `valid` is false no byte is read and the
+// 16 bytes are zero-filled (src-size 0).
+__device__ __forceinline__ void cpAsync16(unsigned dst, const void *src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Returns once at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Max and sum over the four lanes of a quad (the lanes that hold one row of an mma C fragment).
+__device__ __forceinline__ float quadMax(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quadSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// 2^x with ex2.approx.ftz (exp2(-inf) = +0).
+__device__ __forceinline__ float exp2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+
+} // namespace sm80
+)cuda";
+
+} // namespace flashtile::codegen::sm80
+
+#endif // FLASHTILE_CODEGEN_SM80_PRELUDESM80_H

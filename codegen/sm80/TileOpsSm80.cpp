@@ -1,0 +1,484 @@
+//===- TileOpsSm80.cpp - tile ops as mma.sync, ldmatrix and cp.async ------===//
+//
+// Prints the CUDA of each tile op for the sm80 instruction family. Register tiles of one warp:
+//   qFrag[kMTiles][kHeadDim/16][4]  Q as mma A fragments (or re-read per k-step when that would not fit)
+//   score[kMTiles][kSTiles][4]      S = Q·Kᵀ in the mma C layout, updated in place by scale, score_mod, mask
+//   prob[kMTiles][kBlockN/16][4]    P packed to 16-bit pairs: the C layout of n8 tiles 2k, 2k+1 is the A layout
+//                                   of k16 step k, so P·V needs no data exchange between lanes
+//   acc[kMTiles][kOTiles][4], rowMax[kMTiles][2], rowSum[kMTiles][2]   the online-softmax state
+// Every index into these arrays is a constant once the `#pragma unroll` loops are unrolled: nothing spills to
+// local memory for indexing.
+//===----------------------------------------------------------------------===//
+#include "codegen/sm80/TileOpsSm80.h"
+#include "codegen/sm80/PreludeSm80.h"
+
+#include <cassert>
+
+namespace flashtile::codegen::sm80 {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kChunkElements = 8; // 16-bit elements in a 16-byte chunk
+/// Q fragments stay in registers for the whole K/V walk when they take at most this many registers a thread;
+/// larger Q tiles (head dim 256, several m16 tiles a warp) are re-read from shared memory at every k-step.
+constexpr int kMaxQFragmentRegisters = 32;
+
+void append(std::string &s, const char *part) { s.append(part); }
+void append(std::string &s, const std::string &part) { s.append(part); }
+void append(std::string &s, int64_t value) { s.append(std::to_string(value)); }
+void append(std::string &s, int value) { s.append(std::to_string(value)); }
+
+/// Concatenates strings and integers.
+template <typename... Parts>
+std::string cat(const Parts &...parts) {
+  std::string s;
+  (append(s, parts), ...);
+  return s;
+}
+
+class TileTargetSm80 final : public TileTarget {
+public:
+  explicit TileTargetSm80(const KernelShape &shape) : shape(shape) {
+    bool bf16 = shape.dtype == "bf16";
+    mma = bf16 ? "sm80::mmaBf16" : "sm80::mmaF16";
+    pack = bf16 ? "sm80::packBf16x2" : "sm80::packF16x2";
+    mTiles = shape.blockM / shape.warps / 16;
+    qInRegisters = mTiles * (shape.headDim / 16) * 4 <= kMaxQFragmentRegisters;
+  }
+
+  std::string_view prelude() const override { return kPrelude; }
+
+  std::vector<std::string> reservedNames() const override {
+    return {"kWarpRows", "kMTiles", "kSTiles", "kOTiles", "warp", "lane", "fragRow", "fragCol", "b", "h", "hKv",
+            "m0", "warpRow0", "smem", "sQ", "sK", "sV", "ldRowQ", "ldChunkQ", "ldRowK", "ldChunkK", "ldRowV",
+            "ldChunkV", "gQ", "gK", "gV", "gO", "gLse", "copyQ", "copyKTile",
+            "copyVTile", "qFrag", "kFrag", "vFrag", "score", "prob", "alpha", "acc", "rowMax", "rowSum", "lse",
+            "scoreScale", "sO", "q", "kv", "sm80",
+            // locals of the printed loops
+            "mt", "nt", "np", "ks", "k", "r", "c", "i", "s", "l", "invL", "tileMax", "tileSum", "maxNew", "maxUsed",
+            "chunk", "row", "col", "seqRow", "inside", "tile"};
+  }
+
+  void setup(CudaWriter &w, const std::vector<Operand> &copied) override;
+  void copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) override;
+  void waitAsync(CudaWriter &w, Operand operand, int64_t pending) override;
+  void load(CudaWriter &w, Operand operand, const std::string &tile) override;
+  void initState(CudaWriter &w) override;
+  void qk(CudaWriter &w, const std::string &kTile) override;
+  void scale(CudaWriter &w) override;
+  void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn) override;
+  void mask(CudaWriter &w, const std::string &kTile, const std::string &fn) override;
+  void softmaxUpdate(CudaWriter &w, bool foldScale) override;
+  void rescale(CudaWriter &w) override;
+  void pv(CudaWriter &w) override;
+  void finalize(CudaWriter &w) override;
+  void storeO(CudaWriter &w) override;
+  void storeLse(CudaWriter &w) override;
+
+private:
+  /// The C names of one operand's tile: shared buffer, global base, rows, sequence length, row stride, width.
+  struct OperandNames {
+    const char *name, *smem, *global, *copy, *rows, *seqlen, *rowStride, *width;
+  };
+  static OperandNames names(Operand operand);
+  void copyRoutine(CudaWriter &w, Operand operand);
+  /// Loops over every score of this thread with its query row `q` and key `kv`, around `body`.
+  void forEachScore(CudaWriter &w, const std::string &kTile, const std::vector<std::string> &body);
+
+  KernelShape shape;
+  std::string mma, pack;
+  int mTiles = 0;
+  bool qInRegisters = true;
+};
+
+TileTargetSm80::OperandNames TileTargetSm80::names(Operand operand) {
+  switch (operand) {
+  case Operand::Q:
+    return {"Q", "sQ", "gQ", "copyQ", "kBlockM", "p.seqlenQ", "p.qRowStride", "kHeadDim"};
+  case Operand::K:
+    return {"K", "sK", "gK", "copyKTile", "kBlockN", "p.seqlenK", "p.kRowStride", "kHeadDim"};
+  case Operand::V:
+    return {"V", "sV", "gV", "copyVTile", "kBlockN", "p.seqlenK", "p.vRowStride", "kHeadDimV"};
+  }
+  assert(false && "unknown operand");
+  return {};
+}
+
+void TileTargetSm80::setup(CudaWriter &w, const std::vector<Operand> &copied) {
+  w.comment("---- warp layout (split-Q): warp w owns query rows [w * kWarpRows, (w + 1) * kWarpRows) ----");
+  w.line("constexpr int kWarpRows = kBlockM / kWarps;");
+  w.line("constexpr int kMTiles = kWarpRows / 16;  // m16 tiles of a warp");
+  w.line("constexpr int kSTiles = kBlockN / 8;     // n8 tiles of a score row");
+  w.line("constexpr int kOTiles = kHeadDimV / 8;   // n8 tiles of an output row");
+  w.line("const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;");
+  w.comment("An mma C fragment gives each lane rows fragRow and fragRow + 8 of an m16 tile, columns fragCol and");
+  w.comment("fragCol + 1 of an n8 tile.");
+  w.line("const int fragRow = lane / 4, fragCol = 2 * (lane % 4);");
+  w.line("const int b = blockIdx.z, h = blockIdx.y;");
+  w.line("const int hKv = h / (p.headsQ / p.headsKv);  // grouped-query attention: K/V head of query head h");
+  w.line("const int m0 = blockIdx.x * kBlockM;         // first query row of this thread block");
+  w.line("const int warpRow0 = m0 + warp * kWarpRows;  // first query row of this warp");
+  w.line("");
+
+  w.comment("---- shared memory: sQ [kBlockM][kHeadDim], sK [kBlockN][kHeadDim], sV [kBlockN][kHeadDimV], 16-bit ----");
+  w.comment("Rows are 16-byte chunks, XOR-swizzled by sm80::swizzle (chunk c of row r at c ^ (r & 7) when a row has a");
+  w.comment("multiple of 8 chunks), so ldmatrix and cp.async phases hit distinct banks.");
+  w.line("extern __shared__ __align__(128) unsigned char smem[];");
+  w.line("unsigned char *const sQ = smem;");
+  w.line("unsigned char *const sK = sQ + kBlockM * kHeadDim * 2;");
+  w.line("unsigned char *const sV = sK + kBlockN * kHeadDim * 2;");
+  w.comment("ldmatrix addresses: this lane's row offset (bytes) and swizzled chunk offset for row step 0 and");
+  w.comment("logical chunk c0 in {0, 1}; the MMA loops add 16-row steps and XOR 32·s for chunk c0 + 2s, constants");
+  w.comment("once unrolled (see sm80::swizzledChunk).");
+  w.line("const unsigned ldRowQ = (warp * kWarpRows + lane % 16) * kHeadDim * 2;");
+  w.line("const unsigned ldChunkQ = sm80::swizzledChunk<kHeadDim / 8>(lane % 16, lane / 16);");
+  w.line("const unsigned ldRowK = (8 * (lane / 16) + lane % 8) * kHeadDim * 2;");
+  w.line("const unsigned ldChunkK = sm80::swizzledChunk<kHeadDim / 8>(lane % 8, (lane / 8) % 2);");
+  w.line("const unsigned ldRowV = (8 * ((lane / 8) % 2) + lane % 8) * kHeadDimV * 2;");
+  w.line("const unsigned ldChunkV = sm80::swizzledChunk<kHeadDimV / 8>(lane % 8, lane / 16);");
+  if (copied.empty())
+    return;
+
+  w.line("");
+  w.comment("---- global tiles of this (batch, head): 64-bit offsets, strides in elements ----");
+  for (Operand operand : copied) {
+    OperandNames n = names(operand);
+    const char *pointer = operand == Operand::Q ? "p.q" : operand == Operand::K ? "p.k" : "p.v";
+    const char *head = operand == Operand::Q ? "h" : "hKv";
+    std::string prefix = operand == Operand::Q ? "p.q" : operand == Operand::K ? "p.k" : "p.v";
+    w.line(cat("const unsigned short *const ", n.global, " = static_cast<const unsigned short *>(", pointer, ") + b * ",
+               prefix, "BatchStride + ", head, " * ", prefix, "HeadStride;"));
+  }
+  w.line("");
+  w.comment("---- asynchronous tile copies: 16-byte cp.async.cg chunks spread over all threads; rows past the");
+  w.comment("sequence are zero-filled, so the MMAs need no bounds checks ----");
+  for (Operand operand : copied)
+    copyRoutine(w, operand);
+}
+
+void TileTargetSm80::copyRoutine(CudaWriter &w, Operand operand) {
+  OperandNames n = names(operand);
+  int rows = operand == Operand::Q ? shape.blockM : shape.blockN;
+  int width = operand == Operand::V ? shape.headDimV : shape.headDim;
+  int chunks = rows * width / kChunkElements, threads = shape.warps * kWarpSize;
+  bool even = chunks % threads == 0;
+  std::string chunkCount = cat(n.rows, " * ", n.width, " / 8");
+  bool isQ = operand == Operand::Q;
+  w.open(cat("auto ", n.copy, " = [&](", isQ ? "" : "int tile", ")"));
+  w.openUnrolledFor("i", even ? cat(chunkCount, " / kThreads") : cat("(", chunkCount, " + kThreads - 1) / kThreads"));
+  w.line("const int chunk = threadIdx.x + i * kThreads;");
+  if (!even)
+    w.open(cat("if (chunk < ", chunkCount, ")"));
+  w.line(cat("const int row = chunk / (", n.width, " / 8), col = chunk % (", n.width, " / 8);"));
+  w.line(cat("const int seqRow = ", isQ ? "m0" : cat("tile * ", n.rows), " + row;"));
+  w.line(cat("const bool inside = seqRow < ", n.seqlen, ";"));
+  w.line(cat("sm80::cpAsync16(sm80::smemAddress(", n.smem, ") + sm80::swizzle<", n.width, " / 8>(row, col),"));
+  w.line(cat("                ", n.global, " + (inside ? seqRow : 0) * ", n.rowStride, " + col * 8, inside);"));
+  if (!even)
+    w.close();
+  w.close();
+  w.close(";");
+}
+
+void TileTargetSm80::copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) {
+  OperandNames n = names(operand);
+  std::string call = cat(n.copy, "(", tile, ");");
+  w.comment(cat("start copying ", n.name, operand == Operand::Q ? "" : cat(" tile ", tile), " into ", n.smem,
+                pred.empty() ? "" : " (one commit group either way: group counts stay static)"));
+  w.line(pred.empty() ? call : cat("if (", pred, ")"));
+  if (!pred.empty())
+    w.line("  " + call);
+  w.line("sm80::cpAsyncCommit();");
+}
+
+void TileTargetSm80::waitAsync(CudaWriter &w, Operand operand, int64_t pending) {
+  OperandNames n = names(operand);
+  w.comment(cat("wait for ", n.name, pending ? cat(" (", pending, " newer copy group(s) may stay in flight)") : "",
+                ", then make it visible to all warps"));
+  w.line(cat("sm80::cpAsyncWait<", pending, ">();"));
+  w.line("__syncthreads();");
+}
+
+void TileTargetSm80::load(CudaWriter &w, Operand operand, const std::string &tile) {
+  switch (operand) {
+  case Operand::Q:
+    if (!qInRegisters) {
+      w.comment("Q stays in sQ: its A fragments are read with ldmatrix.x4 at every k-step of S = Q·Kᵀ");
+      return;
+    }
+    w.comment("Q as mma A fragments: ldmatrix.x4 from sQ, kept in registers for the whole K/V walk");
+    w.line("unsigned qFrag[kMTiles][kHeadDim / 16][4];");
+    w.openUnrolledFor("mt", "kMTiles");
+    w.openUnrolledFor("ks", "kHeadDim / 16");
+    w.line("sm80::ldmatrixX4(qFrag[mt][ks], sm80::smemAddress(sQ) + ldRowQ + mt * 16 * kHeadDim * 2 + (ldChunkQ ^ "
+           "(32 * ks)));");
+    w.close();
+    w.close();
+    return;
+  case Operand::K:
+    w.comment(cat("K tile ", tile, " is in sK: ldmatrix.x4 reads its B fragments inside S = Q·Kᵀ"));
+    return;
+  case Operand::V:
+    w.comment(cat("V tile ", tile, " is in sV: ldmatrix.x4.trans reads its B fragments inside P·V"));
+    return;
+  }
+}
+
+void TileTargetSm80::initState(CudaWriter &w) {
+  w.comment("---- online-softmax state of this thread's rows: running max m (log2 domain), running sum l, ----");
+  w.comment("---- unnormalized output acc; every loop argument and result aliases these registers ----");
+  w.line("float acc[kMTiles][kOTiles][4] = {};");
+  w.line("float rowMax[kMTiles][2], rowSum[kMTiles][2];");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("r", "2");
+  w.line("rowMax[mt][r] = sm80::kNegInf;");
+  w.line("rowSum[mt][r] = 0.f;");
+  w.close();
+  w.close();
+}
+
+void TileTargetSm80::qk(CudaWriter &w, const std::string &kTile) {
+  w.comment(cat("S = Q·Kᵀ for K tile ", kTile, " (mma.sync m16n8k16, fp32): K rows are the n dimension, so"));
+  w.comment("ldmatrix.x4 of sK (no transpose) gives the B fragments of two n8 tiles");
+  w.line("float score[kMTiles][kSTiles][4] = {};");
+  w.openUnrolledFor("ks", "kHeadDim / 16");
+  std::string qOperand = "qFrag[mt][ks]";
+  if (!qInRegisters) {
+    qOperand = "qFrag[mt]";
+    w.line("unsigned qFrag[kMTiles][4];");
+    w.openUnrolledFor("mt", "kMTiles");
+    w.line("sm80::ldmatrixX4(qFrag[mt], sm80::smemAddress(sQ) + ldRowQ + mt * 16 * kHeadDim * 2 + (ldChunkQ ^ (32 * "
+           "ks)));");
+    w.close();
+  }
+  w.openUnrolledFor("np", "kBlockN / 16");
+  w.line("unsigned kFrag[4];");
+  w.line("sm80::ldmatrixX4(kFrag, sm80::smemAddress(sK) + ldRowK + np * 16 * kHeadDim * 2 + (ldChunkK ^ (32 * "
+         "ks)));");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.line(cat(mma, "(score[mt][2 * np], ", qOperand, ", kFrag[0], kFrag[1]);"));
+  w.line(cat(mma, "(score[mt][2 * np + 1], ", qOperand, ", kFrag[2], kFrag[3]);"));
+  w.close();
+  w.close();
+  w.close();
+}
+
+void TileTargetSm80::scale(CudaWriter &w) {
+  w.comment("scale: S *= softmax_scale");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("nt", "kSTiles");
+  w.openUnrolledFor("i", "4");
+  w.line("score[mt][nt][i] *= p.softmaxScale;");
+  w.close();
+  w.close();
+  w.close();
+}
+
+void TileTargetSm80::forEachScore(CudaWriter &w, const std::string &kTile, const std::vector<std::string> &body) {
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("nt", "kSTiles");
+  w.openUnrolledFor("i", "4");
+  w.line("const int q = warpRow0 + 16 * mt + fragRow + 8 * (i / 2);");
+  w.line(cat("const int kv = ", kTile, " * kBlockN + 8 * nt + fragCol + i % 2;"));
+  for (const std::string &line : body)
+    w.line(line);
+  w.close();
+  w.close();
+  w.close();
+}
+
+void TileTargetSm80::scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn) {
+  w.comment(cat("score_mod: S = ", fn, "(S, b, h, q, kv) element by element"));
+  forEachScore(w, kTile, {cat("score[mt][nt][i] = ", fn, "(score[mt][nt][i], b, h, q, kv, p);")});
+}
+
+void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::string &fn) {
+  w.comment(cat("mask: keys past seqlen_k and keys ", fn, "() drops get -inf"));
+  forEachScore(w, kTile,
+               {cat("if (kv >= p.seqlenK || !", fn, "(b, h, q, kv, p))"), "  score[mt][nt][i] = sm80::kNegInf;"});
+}
+
+void TileTargetSm80::softmaxUpdate(CudaWriter &w, bool foldScale) {
+  w.comment("online softmax, in the exp2 domain with c = scoreScale: m' = max(m, rowmax(S)·c), alpha = exp2(m - m'),");
+  w.comment("P = exp2(S·c - m'), l' = alpha·l + rowsum(P); a row with no key yet (m' = -inf) subtracts 0, not -inf,");
+  w.comment("so it gets P = 0 and alpha = 0 instead of NaN. Rows are reduced over the 4 lanes of a quad; l stays a");
+  w.comment("per-lane partial sum until finalize.");
+  w.line(foldScale ? "const float scoreScale = p.scaleLog2;  // softmax_scale·log2(e): tile.scale folded in here"
+                   : "const float scoreScale = sm80::kLog2e;  // scores are already scaled");
+  w.line("float alpha[kMTiles][2];");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("r", "2");
+  w.line("float tileMax = sm80::kNegInf;");
+  w.openUnrolledFor("nt", "kSTiles");
+  w.line("tileMax = fmaxf(tileMax, fmaxf(score[mt][nt][2 * r], score[mt][nt][2 * r + 1]));");
+  w.close();
+  w.line("const float maxNew = fmaxf(rowMax[mt][r], sm80::quadMax(tileMax) * scoreScale);");
+  w.line("const float maxUsed = maxNew == sm80::kNegInf ? 0.f : maxNew;");
+  w.line("alpha[mt][r] = sm80::exp2(rowMax[mt][r] - maxUsed);");
+  w.line("float tileSum = 0.f;");
+  w.openUnrolledFor("nt", "kSTiles");
+  w.openUnrolledFor("c", "2");
+  w.line("float &s = score[mt][nt][2 * r + c];");
+  w.line("s = sm80::exp2(fmaf(s, scoreScale, -maxUsed));");
+  w.line("tileSum += s;");
+  w.close();
+  w.close();
+  w.line("rowMax[mt][r] = maxNew;");
+  w.line("rowSum[mt][r] = alpha[mt][r] * rowSum[mt][r] + tileSum;");
+  w.close();
+  w.close();
+  w.comment(cat("P as ", shape.dtype,
+                " A fragments of P·V: the C layout of n8 tiles 2k and 2k + 1 is the A layout of k16 step k"));
+  w.line("unsigned prob[kMTiles][kBlockN / 16][4];");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("k", "kBlockN / 16");
+  w.line(cat("prob[mt][k][0] = ", pack, "(score[mt][2 * k][0], score[mt][2 * k][1]);"));
+  w.line(cat("prob[mt][k][1] = ", pack, "(score[mt][2 * k][2], score[mt][2 * k][3]);"));
+  w.line(cat("prob[mt][k][2] = ", pack, "(score[mt][2 * k + 1][0], score[mt][2 * k + 1][1]);"));
+  w.line(cat("prob[mt][k][3] = ", pack, "(score[mt][2 * k + 1][2], score[mt][2 * k + 1][3]);"));
+  w.close();
+  w.close();
+}
+
+void TileTargetSm80::rescale(CudaWriter &w) {
+  w.comment("rescale: acc *= alpha, row by row (the division by l waits until finalize)");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("nt", "kOTiles");
+  w.openUnrolledFor("i", "4");
+  w.line("acc[mt][nt][i] *= alpha[mt][i / 2];");
+  w.close();
+  w.close();
+  w.close();
+}
+
+void TileTargetSm80::pv(CudaWriter &w) {
+  w.comment("acc += P·V (mma.sync m16n8k16, fp32): ldmatrix.x4.trans of sV gives the B fragments of two n8 tiles");
+  w.openUnrolledFor("k", "kBlockN / 16");
+  w.openUnrolledFor("np", "kHeadDimV / 16");
+  w.line("unsigned vFrag[4];");
+  w.line("sm80::ldmatrixX4Trans(vFrag, sm80::smemAddress(sV) + ldRowV + k * 16 * kHeadDimV * 2 + (ldChunkV ^ (32 * "
+         "np)));");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.line(cat(mma, "(acc[mt][2 * np], prob[mt][k], vFrag[0], vFrag[1]);"));
+  w.line(cat(mma, "(acc[mt][2 * np + 1], prob[mt][k], vFrag[2], vFrag[3]);"));
+  w.close();
+  w.close();
+  if (shape.headDimV % 16 != 0) {
+    w.comment("the last n8 tile of V (head_dim_v is an odd multiple of 8): ldmatrix.x2.trans");
+    w.open("");
+    w.line("unsigned vFrag[2];");
+    w.line("sm80::ldmatrixX2Trans(vFrag, sm80::smemAddress(sV) + ldRowV + k * 16 * kHeadDimV * 2 + "
+           "sm80::swizzledChunk<kHeadDimV / 8>(lane % 8, kOTiles - 1));");
+    w.openUnrolledFor("mt", "kMTiles");
+    w.line(cat(mma, "(acc[mt][kOTiles - 1], prob[mt][k], vFrag[0], vFrag[1]);"));
+    w.close();
+    w.close();
+  }
+  w.close();
+}
+
+void TileTargetSm80::finalize(CudaWriter &w) {
+  w.comment("---- finalize: l = quad sum of the partial sums; O = acc / l; LSE = (m + log2 l)·ln 2 (m is in the log2 ----");
+  w.comment("---- domain); a row that saw no key (l = 0) gets O = 0 and LSE = -inf ----");
+  w.line("float lse[kMTiles][2];");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("r", "2");
+  w.line("const float l = sm80::quadSum(rowSum[mt][r]);");
+  w.line("const float invL = l == 0.f ? 0.f : 1.f / l;");
+  w.line("lse[mt][r] = l == 0.f ? sm80::kNegInf : (rowMax[mt][r] + log2f(l)) * sm80::kLn2;");
+  w.openUnrolledFor("nt", "kOTiles");
+  w.line("acc[mt][nt][2 * r] *= invL;");
+  w.line("acc[mt][nt][2 * r + 1] *= invL;");
+  w.close();
+  w.close();
+  w.close();
+}
+
+void TileTargetSm80::storeO(CudaWriter &w) {
+  if (shape.headDimV > shape.headDim) {
+    // The warp's rows of sQ are too narrow to stage O rows: store fragment pairs directly.
+    w.comment(cat("store O: convert to ", shape.dtype, ", two adjacent columns (4 bytes) per store, rows < seqlen_q"));
+  w.line(cat("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * "
+             "p.oHeadStride;"));
+    w.openUnrolledFor("mt", "kMTiles");
+    w.openUnrolledFor("r", "2");
+    w.line("const int q = warpRow0 + 16 * mt + fragRow + 8 * r;");
+    w.open("if (q < p.seqlenQ)");
+    w.openUnrolledFor("nt", "kOTiles");
+    w.line(cat("*reinterpret_cast<unsigned *>(gO + q * p.oRowStride + 8 * nt + fragCol) = ", pack,
+               "(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);"));
+    w.close();
+    w.close();
+    w.close();
+    w.close();
+    return;
+  }
+  w.comment(cat("store O: convert to ", shape.dtype, " and stage this warp's rows in its own rows of sQ (swizzled),"));
+  w.comment("then write rows < seqlen_q with 16-byte stores. Each warp only ever read its own Q rows, so the warp");
+  w.comment("needs no block-wide barrier.");
+  w.line(cat("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * "
+             "p.oHeadStride;"));
+  w.line("unsigned char *const sO = sQ + warp * kWarpRows * kHeadDim * 2;");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("nt", "kOTiles");
+  w.openUnrolledFor("r", "2");
+  w.line("const int row = 16 * mt + fragRow + 8 * r;");
+  w.line(cat("*reinterpret_cast<unsigned *>(sO + sm80::swizzle<kHeadDimV / 8>(row, nt) + 2 * fragCol) = ", pack,
+             "(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);"));
+  w.close();
+  w.close();
+  w.close();
+  w.line("__syncwarp();");
+  bool even = shape.blockM / shape.warps * shape.headDimV / kChunkElements % kWarpSize == 0;
+  std::string chunkCount = "kWarpRows * kHeadDimV / 8";
+  w.openUnrolledFor("i", even ? chunkCount + " / 32" : "(" + chunkCount + " + 31) / 32");
+  w.line("const int chunk = lane + 32 * i;");
+  if (!even)
+    w.open("if (chunk < " + chunkCount + ")");
+  w.line("const int row = chunk / (kHeadDimV / 8), col = chunk % (kHeadDimV / 8);");
+  w.line("const int q = warpRow0 + row;");
+  w.line("if (q < p.seqlenQ)");
+  w.line("  *reinterpret_cast<uint4 *>(gO + q * p.oRowStride + 8 * col) =");
+  w.line("      *reinterpret_cast<const uint4 *>(sO + sm80::swizzle<kHeadDimV / 8>(row, col));");
+  if (!even)
+    w.close();
+  w.close();
+}
+
+void TileTargetSm80::storeLse(CudaWriter &w) {
+  w.comment("store LSE (fp32, B x Hq x Sq): the first lane of each quad writes its two rows, rows < seqlen_q");
+  w.line("float *const gLse = p.lse + (static_cast<long long>(b) * p.headsQ + h) * p.seqlenQ;");
+  w.open("if (lane % 4 == 0)");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("r", "2");
+  w.line("const int q = warpRow0 + 16 * mt + fragRow + 8 * r;");
+  w.line("if (q < p.seqlenQ)");
+  w.line("  gLse[q] = lse[mt][r];");
+  w.close();
+  w.close();
+  w.close();
+}
+
+} // namespace
+
+std::optional<std::string> checkShape(const KernelShape &shape) {
+  if (shape.dtype != "bf16" && shape.dtype != "f16")
+    return "sm80 MMAs take bf16 or f16 tiles, got " + shape.dtype;
+  if (shape.warps < 1 || shape.blockM % (16 * shape.warps) != 0)
+    return cat("sm80: block-m (", shape.blockM, ") must give every one of the ", shape.warps,
+               " warps a multiple of 16 rows");
+  if (shape.blockN < 16 || shape.blockN % 16 != 0)
+    return cat("sm80: block-n (", shape.blockN, ") must be a positive multiple of 16");
+  if (shape.headDim % 16 != 0 || shape.headDim < 16 || shape.headDim > 256)
+    return cat("sm80: head_dim (", shape.headDim, ") must be a multiple of 16 up to 256");
+  if (shape.headDimV % 8 != 0 || shape.headDimV < 8 || shape.headDimV > 256)
+    return cat("sm80: head_dim_v (", shape.headDimV, ") must be a multiple of 8 up to 256");
+  return std::nullopt;
+}
+
+std::unique_ptr<TileTarget> createTarget(const KernelShape &shape) {
+  assert(!checkShape(shape) && "createTarget needs a shape checkShape accepts");
+  return std::make_unique<TileTargetSm80>(shape);
+}
+
+} // namespace flashtile::codegen::sm80

@@ -1,0 +1,619 @@
+//===- Interpreter.cpp - executes tile programs on the CPU ----------------===//
+//
+// One program instance per (batch, query head, Q tile) walks the function body with an environment mapping
+// SSA values to scalars, tiles and softmax states. Tile ops follow TileOps.td (numerics in TileMath.cpp),
+// arith/math ops ScalarOps.cpp, and pipelined programs replay their copies through AsyncCopies.
+//===----------------------------------------------------------------------===//
+#include "interpreter/Interpreter.h"
+#include "interpreter/AsyncCopies.h"
+#include "interpreter/ScalarOps.h"
+#include "interpreter/TileMath.h"
+#include "passes/IR/TileDialect.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <numbers>
+
+using namespace mlir;
+using namespace flashtile::tile;
+
+namespace flashtile::interp {
+
+namespace {
+
+using TilePtr = std::shared_ptr<const Tile>;
+using StatePtr = std::shared_ptr<const SoftmaxState>;
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+RoundFn roundFor(Type type) {
+  if (type.isBF16())
+    return roundToBf16;
+  if (type.isF16())
+    return roundToF16;
+  return nullptr;
+}
+
+/// A packed row-major BSHD tensor, already rounded to the program's dtype.
+struct Tensor {
+  std::vector<float> data;
+  int64_t seqlen = 0, heads = 0, width = 0;
+  float at(int64_t b, int64_t s, int64_t h, int64_t d) const { return data[((b * seqlen + s) * heads + h) * width + d]; }
+};
+
+/// The thread block that owns query rows [m0, m0 + rows) of head h (K/V head hKv) in batch b.
+struct Instance {
+  int64_t b = 0, h = 0, hKv = 0, qTile = 0, m0 = 0, rows = 0;
+};
+
+/// The Q tile's static row count after scheduling; unscheduled, the whole query sequence is one tile.
+int64_t qTileRows(FuncOp func, int64_t seqlenQ) {
+  int64_t rows = ShapedType::kDynamic;
+  func.walk([&](LoadOp load) {
+    if (load.getOperand() == "q")
+      rows = cast<RankedTensorType>(load.getType()).getDimSize(0);
+  });
+  if (rows != ShapedType::kDynamic)
+    return rows;
+  if (ScheduleAttr schedule = func.getScheduleAttr())
+    return schedule.getBlockM();
+  return seqlenQ;
+}
+
+/// Keys per K/V tile of an unbounded loop: the static row count of its K/V loads, else the whole sequence.
+int64_t kvTileRows(KvLoopOp loop, int64_t seqlenK) {
+  int64_t rows = ShapedType::kDynamic;
+  loop.getBody().walk([&](LoadOp load) {
+    if (load.getOperand() != "q")
+      rows = cast<RankedTensorType>(load.getType()).getDimSize(0);
+  });
+  return rows == ShapedType::kDynamic ? seqlenK : rows;
+}
+
+class Interpreter {
+public:
+  Interpreter(FuncOp func, const Problem &problem, Tensor q, Tensor k, Tensor v)
+      : func(func), problem(problem), q(std::move(q)), k(std::move(k)), v(std::move(v)),
+        roundOut(roundFor(func.getDtype())), blockM(qTileRows(func, problem.seqlenQ)) {
+    pipelined = func.walk([](Operation *op) {
+                      return isa<CopyAsyncOp, WaitAsyncOp>(op) ? WalkResult::interrupt() : WalkResult::advance();
+                    }).wasInterrupted();
+  }
+
+  LogicalResult run(std::vector<float> &o, std::vector<float> &lse);
+
+private:
+  LogicalResult runInstance();
+  LogicalResult execBlock(Block &block);
+  LogicalResult exec(Operation &op);
+  LogicalResult execScalar(Operation &op);
+  /// Runs a region's block on scalar arguments and returns what it yields.
+  LogicalResult evalRegion(Block &block, ArrayRef<Scalar> args, SmallVectorImpl<Scalar> &results);
+
+  LogicalResult exec(DimOp op);
+  LogicalResult exec(ParamOp op);
+  LogicalResult exec(KvRangeOp op);
+  LogicalResult exec(LoadOp op);
+  LogicalResult exec(CopyAsyncOp op);
+  LogicalResult exec(WaitAsyncOp op);
+  LogicalResult exec(StoreOp op);
+  LogicalResult exec(QkOp op);
+  LogicalResult exec(ScaleOp op);
+  LogicalResult exec(ScoreModOp op);
+  LogicalResult exec(MaskOp op);
+  LogicalResult exec(SoftmaxUpdateOp op);
+  LogicalResult exec(RescaleOp op);
+  LogicalResult exec(PvOp op);
+  LogicalResult exec(FinalizeOp op);
+  LogicalResult exec(InitStateOp op);
+  LogicalResult exec(KvLoopOp op);
+
+  FailureOr<Scalar> scalar(Operation *user, Value value);
+  FailureOr<TilePtr> tile(Operation *user, Value value);
+  FailureOr<StatePtr> state(Operation *user, Value value);
+  /// Binds a computed tile (state) to a result, checking it against the result's static shape.
+  LogicalResult define(Operation *op, Value result, Tile value);
+  LogicalResult define(Operation *op, Value result, SoftmaxState value);
+
+  /// Reports an error at `op`, with a note naming the program instance.
+  LogicalResult fail(Operation *op, const Twine &message);
+
+  FuncOp func;
+  const Problem &problem;
+  Tensor q, k, v;
+  RoundFn roundOut;
+  int64_t blockM;
+  bool pipelined = false;
+  std::vector<float> *outO = nullptr, *outLse = nullptr;
+
+  Instance inst;
+  AsyncCopies copies;
+  int storesO = 0, storesLse = 0;
+  llvm::DenseMap<Value, Scalar> scalars;
+  llvm::DenseMap<Value, TilePtr> tiles;
+  llvm::DenseMap<Value, StatePtr> states;
+};
+
+LogicalResult Interpreter::fail(Operation *op, const Twine &message) {
+  InFlightDiagnostic diag = op->emitError(message);
+  diag.attachNote() << "in program instance batch " << inst.b << ", head " << inst.h << ", Q tile " << inst.qTile
+                    << " (query rows " << inst.m0 << ".." << inst.m0 + inst.rows - 1 << ")";
+  return diag;
+}
+
+LogicalResult Interpreter::run(std::vector<float> &o, std::vector<float> &lse) {
+  // Whatever no instance stores stays NaN, so a program that forgets rows cannot pass a comparison.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  o.assign(int64_t{problem.batch} * problem.seqlenQ * problem.headsQ * problem.headDimV, nan);
+  lse.assign(int64_t{problem.batch} * problem.headsQ * problem.seqlenQ, nan);
+  outO = &o;
+  outLse = &lse;
+  if (problem.seqlenQ > 0 && blockM <= 0)
+    return func.emitError() << "the Q tile has " << blockM << " rows";
+  int64_t qTiles = problem.seqlenQ > 0 ? ceilDiv(problem.seqlenQ, blockM) : 0;
+  int64_t group = problem.headsQ / problem.headsKv;
+  for (int64_t b = 0; b < problem.batch; ++b)
+    for (int64_t h = 0; h < problem.headsQ; ++h)
+      for (int64_t t = 0; t < qTiles; ++t) {
+        inst = Instance{b, h, h / group, t, t * blockM, blockM};
+        if (failed(runInstance()))
+          return failure();
+      }
+  return success();
+}
+
+LogicalResult Interpreter::runInstance() {
+  scalars.clear();
+  tiles.clear();
+  states.clear();
+  copies = AsyncCopies();
+  storesO = storesLse = 0;
+  if (failed(execBlock(func.getBodyBlock())))
+    return failure();
+  if (storesO != 1 || storesLse != 1)
+    return fail(func, "a program instance must store O and LSE once each; it stored O " + Twine(storesO) +
+                          " times and LSE " + Twine(storesLse) + " times");
+  return success();
+}
+
+LogicalResult Interpreter::execBlock(Block &block) {
+  for (Operation &op : block)
+    if (!isa<YieldOp>(op) && failed(exec(op)))
+      return failure();
+  return success();
+}
+
+LogicalResult Interpreter::exec(Operation &op) {
+  return llvm::TypeSwitch<Operation *, LogicalResult>(&op)
+      .Case<DimOp, ParamOp, KvRangeOp, LoadOp, CopyAsyncOp, WaitAsyncOp, StoreOp, QkOp, ScaleOp, ScoreModOp, MaskOp,
+            SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp>([&](auto tileOp) { return exec(tileOp); })
+      .Default([&](Operation *other) { return execScalar(*other); });
+}
+
+LogicalResult Interpreter::execScalar(Operation &op) {
+  SmallVector<Scalar, 3> operands;
+  for (Value operand : op.getOperands()) {
+    auto it = scalars.find(operand);
+    // Non-scalar operands are diagnosed by evalScalarOp, which names the op and the type.
+    operands.push_back(it != scalars.end() ? it->second : Scalar{});
+  }
+  FailureOr<Scalar> result = evalScalarOp(&op, operands, [&](const Twine &message) { (void)fail(&op, message); });
+  if (failed(result))
+    return failure();
+  scalars[op.getResult(0)] = *result;
+  return success();
+}
+
+LogicalResult Interpreter::evalRegion(Block &block, ArrayRef<Scalar> args, SmallVectorImpl<Scalar> &results) {
+  for (auto [arg, value] : llvm::zip_equal(block.getArguments(), args))
+    scalars[arg] = value;
+  if (failed(execBlock(block)))
+    return failure();
+  auto yield = cast<YieldOp>(block.getTerminator());
+  results.clear();
+  for (Value value : yield.getValues()) {
+    FailureOr<Scalar> s = scalar(yield, value);
+    if (failed(s))
+      return failure();
+    results.push_back(*s);
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Values
+//===----------------------------------------------------------------------===//
+
+FailureOr<Scalar> Interpreter::scalar(Operation *user, Value value) {
+  auto it = scalars.find(value);
+  if (it == scalars.end())
+    return fail(user, "uses a scalar the interpreter has not computed");
+  return it->second;
+}
+
+FailureOr<TilePtr> Interpreter::tile(Operation *user, Value value) {
+  auto it = tiles.find(value);
+  if (it == tiles.end())
+    return fail(user, "uses a tile the interpreter has not computed");
+  return it->second;
+}
+
+FailureOr<StatePtr> Interpreter::state(Operation *user, Value value) {
+  auto it = states.find(value);
+  if (it == states.end())
+    return fail(user, "uses a softmax state the interpreter has not computed");
+  return it->second;
+}
+
+LogicalResult Interpreter::define(Operation *op, Value result, Tile value) {
+  auto type = cast<RankedTensorType>(result.getType());
+  int64_t want[2] = {type.getDimSize(0), type.getRank() == 2 ? type.getDimSize(1) : 1};
+  int64_t got[2] = {value.rows, value.cols};
+  for (int d = 0; d < 2; ++d)
+    if (want[d] != ShapedType::kDynamic && want[d] != got[d])
+      return fail(op, "computes a " + Twine(value.rows) + "x" + Twine(value.cols) +
+                          " tile but its result type has dimension " + Twine(d) + " = " + Twine(want[d]));
+  tiles[result] = std::make_shared<const Tile>(std::move(value));
+  return success();
+}
+
+LogicalResult Interpreter::define(Operation *op, Value result, SoftmaxState value) {
+  auto type = cast<StateType>(result.getType());
+  if ((type.hasStaticRows() && type.getRows() != value.rows) || type.getCols() != value.cols)
+    return fail(op, "computes a softmax state of " + Twine(value.rows) + "x" + Twine(value.cols) +
+                        " but its type says " + Twine(type.hasStaticRows() ? type.getRows() : value.rows) + "x" +
+                        Twine(type.getCols()));
+  states[result] = std::make_shared<const SoftmaxState>(std::move(value));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Program structure
+//===----------------------------------------------------------------------===//
+
+LogicalResult Interpreter::exec(DimOp op) {
+  StringRef name = op.getName();
+  int64_t value = name == "batch"      ? problem.batch
+                  : name == "heads_q"  ? problem.headsQ
+                  : name == "heads_kv" ? problem.headsKv
+                  : name == "seqlen_q" ? problem.seqlenQ
+                  : name == "seqlen_k" ? problem.seqlenK
+                                       : -1;
+  if (value < 0)
+    return fail(op, "unknown dimension '" + name + "'");
+  scalars[op.getResult()] = Scalar::integer(value);
+  return success();
+}
+
+LogicalResult Interpreter::exec(ParamOp op) {
+  int64_t index = func.paramIndex(op.getName());
+  if (index < 0)
+    return fail(op, "'" + op.getName() + "' is not a parameter of the program");
+  scalars[op.getResult()] = Scalar::real(problem.params[index]);
+  return success();
+}
+
+LogicalResult Interpreter::exec(KvRangeOp op) {
+  int64_t last = std::min<int64_t>(inst.m0 + inst.rows, problem.seqlenQ) - 1;
+  SmallVector<Scalar, 2> range;
+  if (failed(evalRegion(op.getRule().front(), {Scalar::integer(inst.m0), Scalar::integer(last)}, range)))
+    return failure();
+  scalars[op.getLo()] = range[0];
+  scalars[op.getHi()] = range[1];
+  return success();
+}
+
+LogicalResult Interpreter::exec(KvLoopOp op) {
+  FailureOr<StatePtr> init = state(op, op.getInit());
+  if (failed(init))
+    return failure();
+  int64_t from = 0, to = 0;
+  if (op.isBounded()) {
+    FailureOr<Scalar> lo = scalar(op, op.getLower()), hi = scalar(op, op.getUpper());
+    if (failed(lo) || failed(hi))
+      return failure();
+    from = lo->i;
+    to = hi->i;
+  } else {
+    int64_t rows = kvTileRows(op, problem.seqlenK);
+    to = rows > 0 ? ceilDiv(problem.seqlenK, rows) : 0;
+  }
+  bool descending = op.getOrder() == "descending";
+  Block &body = op.getBody().front();
+  auto yield = cast<YieldOp>(body.getTerminator());
+  StatePtr current = *init;
+  for (int64_t step = 0; step < to - from; ++step) {
+    scalars[op.getTileIndex()] = Scalar::integer(descending ? to - 1 - step : from + step);
+    states[op.getStateArg()] = current;
+    if (failed(execBlock(body)))
+      return failure();
+    FailureOr<StatePtr> next = state(yield, yield.getValues()[0]);
+    if (failed(next))
+      return failure();
+    current = *next;
+  }
+  states[op.getResult()] = current;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+LogicalResult Interpreter::exec(LoadOp op) {
+  auto type = cast<RankedTensorType>(op.getType());
+  StringRef name = op.getOperand();
+  bool isQ = name == "q";
+  const Tensor &source = isQ ? q : name == "k" ? k : v;
+  int64_t index = inst.qTile, rows = inst.rows, first = inst.m0;
+  if (isQ) {
+    if (!type.isDynamicDim(0) && type.getDimSize(0) != inst.rows)
+      return fail(op, "loads a Q tile of " + Twine(type.getDimSize(0)) + " rows but the program instance owns " +
+                          Twine(inst.rows));
+  } else {
+    FailureOr<Scalar> j = scalar(op, op.getIndex());
+    if (failed(j))
+      return failure();
+    index = j->i;
+    rows = type.isDynamicDim(0) ? problem.seqlenK : type.getDimSize(0);
+    int64_t count = rows > 0 ? ceilDiv(problem.seqlenK, rows) : 0;
+    if (index < 0 || index >= count)
+      return fail(op, "load of " + name + " tile " + Twine(index) + " outside the key sequence: seqlen_k = " +
+                          Twine(problem.seqlenK) + " makes " + Twine(count) + " tiles of " + Twine(rows) + " keys");
+    first = index * rows;
+  }
+  if (pipelined)
+    if (auto hazard = copies.load(*AsyncCopies::bufferOf(name.str()), index))
+      return fail(op, *hazard);
+  // Rows past the sequence read as zero.
+  Tile t = Tile::zeros(rows, source.width);
+  t.rowBase = first;
+  int64_t head = isQ ? inst.h : inst.hKv;
+  for (int64_t r = 0; r < rows && first + r < source.seqlen; ++r)
+    for (int64_t d = 0; d < source.width; ++d)
+      t.at(r, d) = source.at(inst.b, first + r, head, d);
+  return define(op, op.getResult(), std::move(t));
+}
+
+LogicalResult Interpreter::exec(CopyAsyncOp op) {
+  int64_t index = inst.qTile;
+  bool pred = true;
+  if (op.getIndex()) {
+    FailureOr<Scalar> j = scalar(op, op.getIndex());
+    if (failed(j))
+      return failure();
+    index = j->i;
+  }
+  if (op.getPred()) {
+    FailureOr<Scalar> p = scalar(op, op.getPred());
+    if (failed(p))
+      return failure();
+    pred = p->isTrue();
+  }
+  if (auto hazard = copies.copy(*AsyncCopies::bufferOf(op.getOperand().str()), index, pred))
+    return fail(op, *hazard);
+  return success();
+}
+
+LogicalResult Interpreter::exec(WaitAsyncOp op) {
+  if (auto hazard = copies.wait(*AsyncCopies::bufferOf(op.getOperand().str()), op.getPending()))
+    return fail(op, *hazard);
+  return success();
+}
+
+LogicalResult Interpreter::exec(StoreOp op) {
+  FailureOr<TilePtr> value = tile(op, op.getValue());
+  if (failed(value))
+    return failure();
+  const Tile &t = **value;
+  bool isO = op.getOperand() == "o";
+  int64_t width = isO ? problem.headDimV : 1;
+  if (t.rows != inst.rows || t.cols != width)
+    return fail(op, "stores a " + Twine(t.rows) + "x" + Twine(t.cols) + " tile but the program instance owns " +
+                        Twine(inst.rows) + " query rows of " + Twine(width) + " values");
+  // Rows past the query sequence are not written.
+  for (int64_t r = 0; r < t.rows && inst.m0 + r < problem.seqlenQ; ++r) {
+    int64_t row = inst.m0 + r;
+    if (isO) {
+      float *out = &(*outO)[((inst.b * problem.seqlenQ + row) * problem.headsQ + inst.h) * width];
+      for (int64_t d = 0; d < width; ++d)
+        out[d] = roundOut(t.at(r, d));
+    } else {
+      (*outLse)[(inst.b * problem.headsQ + inst.h) * problem.seqlenQ + row] = t.at(r, 0);
+    }
+  }
+  ++(isO ? storesO : storesLse);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Math on tiles
+//===----------------------------------------------------------------------===//
+
+LogicalResult Interpreter::exec(QkOp op) {
+  FailureOr<TilePtr> qt = tile(op, op.getQ()), kt = tile(op, op.getK());
+  if (failed(qt) || failed(kt))
+    return failure();
+  if ((*qt)->cols != (*kt)->cols)
+    return fail(op, "Q has " + Twine((*qt)->cols) + " columns but K has " + Twine((*kt)->cols));
+  return define(op, op.getS(), qk(**qt, **kt));
+}
+
+LogicalResult Interpreter::exec(ScaleOp op) {
+  FailureOr<TilePtr> s = tile(op, op.getS());
+  if (failed(s))
+    return failure();
+  Tile out = **s;
+  for (float &x : out.data)
+    x *= problem.softmaxScale;
+  return define(op, op.getResult(), std::move(out));
+}
+
+LogicalResult Interpreter::exec(ScoreModOp op) {
+  FailureOr<TilePtr> s = tile(op, op.getS());
+  if (failed(s))
+    return failure();
+  Tile out = **s;
+  Block &body = op.getBody().front();
+  SmallVector<Scalar, 1> result;
+  for (int64_t r = 0; r < out.rows; ++r)
+    for (int64_t c = 0; c < out.cols; ++c) {
+      Scalar args[] = {Scalar::real(out.at(r, c)), Scalar::integer(inst.b), Scalar::integer(inst.h),
+                       Scalar::integer(out.rowBase + r), Scalar::integer(out.colBase + c)};
+      if (failed(evalRegion(body, args, result)))
+        return failure();
+      out.at(r, c) = result[0].f;
+    }
+  return define(op, op.getResult(), std::move(out));
+}
+
+LogicalResult Interpreter::exec(MaskOp op) {
+  FailureOr<TilePtr> s = tile(op, op.getS());
+  if (failed(s))
+    return failure();
+  Tile out = **s;
+  Block &body = op.getBody().front();
+  SmallVector<Scalar, 1> keep;
+  for (int64_t r = 0; r < out.rows; ++r)
+    for (int64_t c = 0; c < out.cols; ++c) {
+      int64_t kv = out.colBase + c;
+      bool kept = kv < problem.seqlenK; // keys past the sequence are always dropped
+      if (kept) {
+        Scalar args[] = {Scalar::integer(inst.b), Scalar::integer(inst.h), Scalar::integer(out.rowBase + r),
+                         Scalar::integer(kv)};
+        if (failed(evalRegion(body, args, keep)))
+          return failure();
+        kept = keep[0].isTrue();
+      }
+      if (!kept)
+        out.at(r, c) = -std::numeric_limits<float>::infinity();
+    }
+  return define(op, op.getResult(), std::move(out));
+}
+
+LogicalResult Interpreter::exec(SoftmaxUpdateOp op) {
+  FailureOr<TilePtr> s = tile(op, op.getS());
+  FailureOr<StatePtr> st = state(op, op.getState());
+  if (failed(s) || failed(st))
+    return failure();
+  if ((*s)->rows != (*st)->rows)
+    return fail(op, "the score tile has " + Twine((*s)->rows) + " rows but the state " + Twine((*st)->rows));
+  RoundFn roundP = roundFor(cast<RankedTensorType>(op.getP().getType()).getElementType());
+  float c = std::numbers::log2e_v<float>;
+  if (op.getFoldScale())
+    c = problem.softmaxScale * std::numbers::log2e_v<float>;
+  SoftmaxStep step = softmaxUpdate(**s, **st, c, roundP);
+  if (failed(define(op, op.getP(), std::move(step.p))) || failed(define(op, op.getAlpha(), std::move(step.alpha))))
+    return failure();
+  return define(op, op.getNewState(), std::move(step.state));
+}
+
+LogicalResult Interpreter::exec(RescaleOp op) {
+  FailureOr<StatePtr> st = state(op, op.getState());
+  FailureOr<TilePtr> alpha = tile(op, op.getAlpha());
+  if (failed(st) || failed(alpha))
+    return failure();
+  if ((*alpha)->rows != (*st)->rows)
+    return fail(op, "alpha has " + Twine((*alpha)->rows) + " rows but the state " + Twine((*st)->rows));
+  return define(op, op.getResult(), rescale(**st, **alpha));
+}
+
+LogicalResult Interpreter::exec(PvOp op) {
+  FailureOr<TilePtr> p = tile(op, op.getP()), vt = tile(op, op.getV());
+  FailureOr<StatePtr> st = state(op, op.getState());
+  if (failed(p) || failed(vt) || failed(st))
+    return failure();
+  const Tile &pT = **p, &vT = **vt;
+  const SoftmaxState &s = **st;
+  if (pT.cols != vT.rows || pT.rows != s.rows || vT.cols != s.cols)
+    return fail(op, "P is " + Twine(pT.rows) + "x" + Twine(pT.cols) + ", V " + Twine(vT.rows) + "x" +
+                        Twine(vT.cols) + " and the state " + Twine(s.rows) + "x" + Twine(s.cols) +
+                        ": P·V does not fit the state");
+  // P and V must come from the same K/V tile.
+  if (pT.colBase != vT.rowBase)
+    return fail(op, "P covers keys from " + Twine(pT.colBase) + " but V rows from " + Twine(vT.rowBase));
+  return define(op, op.getResult(), pv(pT, vT, s));
+}
+
+LogicalResult Interpreter::exec(FinalizeOp op) {
+  FailureOr<StatePtr> st = state(op, op.getState());
+  if (failed(st))
+    return failure();
+  Finalized out = finalize(**st);
+  if (failed(define(op, op.getO(), std::move(out.o))))
+    return failure();
+  return define(op, op.getLse(), std::move(out.lse));
+}
+
+LogicalResult Interpreter::exec(InitStateOp op) {
+  auto type = cast<StateType>(op.getType());
+  if (type.hasStaticRows() && type.getRows() != inst.rows)
+    return fail(op, "the state has " + Twine(type.getRows()) + " rows but the program instance owns " +
+                        Twine(inst.rows) + " query rows");
+  return define(op, op.getState(), SoftmaxState::empty(inst.rows, type.getCols()));
+}
+
+//===----------------------------------------------------------------------===//
+// Entry point
+//===----------------------------------------------------------------------===//
+
+/// Checks the problem against the program and the buffers against the problem.
+LogicalResult validate(FuncOp func, const Problem &p, size_t qSize, size_t kSize, size_t vSize) {
+  if (p.batch < 0 || p.seqlenQ < 0 || p.seqlenK < 0)
+    return func.emitError() << "batch and sequence lengths must be nonnegative, got batch = " << p.batch
+                            << ", seqlen_q = " << p.seqlenQ << ", seqlen_k = " << p.seqlenK;
+  if (p.headsQ < 1 || p.headsKv < 1 || p.headsQ % p.headsKv != 0)
+    return func.emitError() << "heads_q (" << p.headsQ << ") must be a positive multiple of heads_kv ("
+                            << p.headsKv << ")";
+  if (p.headDim != static_cast<int64_t>(func.getHeadDim()) || p.headDimV != static_cast<int64_t>(func.getHeadDimV()))
+    return func.emitError() << "the problem's head dims (" << p.headDim << ", " << p.headDimV
+                            << ") differ from the program's (" << func.getHeadDim() << ", " << func.getHeadDimV()
+                            << ")";
+  if (!std::isfinite(p.softmaxScale) || p.softmaxScale <= 0)
+    return func.emitError() << "softmax_scale must be positive and finite, got " << p.softmaxScale;
+  if (p.params.size() != func.getParams().size())
+    return func.emitError() << "the program takes " << func.getParams().size() << " parameters "
+                            << func.getParams() << " but the problem gives " << p.params.size();
+  if (!roundFor(func.getDtype()))
+    return func.emitError() << "the interpreter runs bf16 and f16 programs, not " << func.getDtype();
+  struct Operand {
+    const char *name, *formula;
+    size_t size;
+    int64_t seqlen, heads, width;
+  } operands[] = {{"q", "batch·seqlen_q·heads_q·head_dim", qSize, p.seqlenQ, p.headsQ, p.headDim},
+                  {"k", "batch·seqlen_k·heads_kv·head_dim", kSize, p.seqlenK, p.headsKv, p.headDim},
+                  {"v", "batch·seqlen_k·heads_kv·head_dim_v", vSize, p.seqlenK, p.headsKv, p.headDimV}};
+  for (const Operand &o : operands) {
+    int64_t expected = int64_t{p.batch} * o.seqlen * o.heads * o.width;
+    if (static_cast<int64_t>(o.size) != expected)
+      return func.emitError() << o.name << " holds " << o.size << " values but " << o.formula << " = " << p.batch
+                              << "·" << o.seqlen << "·" << o.heads << "·" << o.width << " = " << expected;
+  }
+  return success();
+}
+
+Tensor rounded(const std::vector<float> &data, RoundFn round, int64_t seqlen, int64_t heads, int64_t width) {
+  Tensor t{data, seqlen, heads, width};
+  for (float &x : t.data)
+    x = round(x);
+  return t;
+}
+
+} // namespace
+
+LogicalResult run(FuncOp func, const Problem &problem, const std::vector<float> &q, const std::vector<float> &k,
+                  const std::vector<float> &v, std::vector<float> &o, std::vector<float> &lse) {
+  if (failed(validate(func, problem, q.size(), k.size(), v.size())))
+    return failure();
+  RoundFn round = roundFor(func.getDtype());
+  Interpreter interpreter(func, problem, rounded(q, round, problem.seqlenQ, problem.headsQ, problem.headDim),
+                          rounded(k, round, problem.seqlenK, problem.headsKv, problem.headDim),
+                          rounded(v, round, problem.seqlenK, problem.headsKv, problem.headDimV));
+  return interpreter.run(o, lse);
+}
+
+} // namespace flashtile::interp

@@ -1,0 +1,64 @@
+//===- TileMath.h - the numerics of the tile ops, on plain arrays ---------===//
+//
+// What tile.qk, tile.softmax_update, tile.rescale, tile.pv and tile.finalize compute, in fp32, independent of
+// the IR: the interpreter checks shapes and types, then calls these. No MLIR dependency.
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_INTERPRETER_TILEMATH_H
+#define FLASHTILE_INTERPRETER_TILEMATH_H
+
+#include "interpreter/Rounding.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace flashtile::interp {
+
+/// A row-major fp32 tile; rank-1 tiles (alpha, LSE) have one column. A tile remembers the coordinates of its
+/// element (0, 0): query row and key index for score tiles, sequence row for loaded tiles, so masks and score
+/// modifiers see global indices.
+struct Tile {
+  int64_t rows = 0, cols = 1;
+  int64_t rowBase = 0, colBase = 0;
+  std::vector<float> data;
+
+  static Tile zeros(int64_t rows, int64_t cols) { return Tile{rows, cols, 0, 0, std::vector<float>(rows * cols)}; }
+  float &at(int64_t r, int64_t c) { return data[r * cols + c]; }
+  float at(int64_t r, int64_t c) const { return data[r * cols + c]; }
+};
+
+/// The online-softmax state of `rows` query rows: running max m (log2 domain), running sum l, accumulator acc.
+struct SoftmaxState {
+  int64_t rows = 0, cols = 0;
+  std::vector<float> m, l, acc;
+
+  static SoftmaxState empty(int64_t rows, int64_t cols);
+};
+
+/// S = Q·Kᵀ with fp32 accumulation; S's coordinates are (Q's first row, K's first row).
+Tile qk(const Tile &q, const Tile &k);
+
+struct SoftmaxStep {
+  Tile p;     // exp2(S·c − m'), rounded with `roundP`
+  Tile alpha; // exp2(m − m'), one per row
+  SoftmaxState state;
+};
+/// One online-softmax step with multiplier c (log2 e, times softmax_scale when folded). Rows whose running max
+/// is still −inf subtract 0 instead, so they give P = 0 and alpha = 0, never NaN. l sums the unrounded P, as the
+/// GPU sums its fp32 registers.
+SoftmaxStep softmaxUpdate(const Tile &s, const SoftmaxState &state, float c, RoundFn roundP);
+
+/// acc *= alpha, row by row.
+SoftmaxState rescale(SoftmaxState state, const Tile &alpha);
+
+/// acc += P·V, fp32 accumulation.
+SoftmaxState pv(const Tile &p, const Tile &v, SoftmaxState state);
+
+struct Finalized {
+  Tile o, lse;
+};
+/// O = acc / l and LSE = (m + log2 l)·ln 2; rows with l = 0 (no key seen) give O = 0 and LSE = −inf.
+Finalized finalize(const SoftmaxState &state);
+
+} // namespace flashtile::interp
+
+#endif // FLASHTILE_INTERPRETER_TILEMATH_H

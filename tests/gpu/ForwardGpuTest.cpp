@@ -1,0 +1,590 @@
+// ForwardGpuTest.cpp — flashtile's attention forward on a real GPU, checked against a reference kernel.
+//
+// The reference is a small CUDA kernel (tools/reference, GpuReference.h), compiled with NVRTC on the test machine:
+// one thread block per (batch, head, query row) scores every key in fp32, takes the softmax in fp32 and multiplies
+// by V. It runs in two modes, as FlashAttention's tests do:
+//   fp32 — the bf16/f16 inputs upcast, everything in fp32 (ref_fp32);
+//   lowp — a framework running in the low precision: S rounded to the dtype after scaling, the normalized P
+//          rounded before P·V, O rounded (ref_lowp).
+// A case passes (reference::compare) when max|out − ref_fp32| ≤ 2·max|ref_lowp − ref_fp32| + 1e-5, |lse − lse_ref| ≤
+// 1e-3 (both −inf on fully masked rows, whose O must be exactly 0), nothing is NaN, and O's padding (non-packed
+// layouts) is left untouched. Inputs are fresh N(0, 1) values every run; the seed is printed (FLASHTILE_TEST_SEED
+// replays it).
+//
+// Environment:
+//   FLASHTILE_AOT_DIR      ahead-of-time kernel directory (`flashtile aot --arch sm_90a --out DIR`); required
+//                          where a GPU is present — without it the forward tests fail, they never skip there.
+//   FLASHTILE_REQUIRE_GPU  "1": a missing GPU/driver fails instead of skipping (the GPU machine's script sets it).
+//   FLASHTILE_TEST_SEED    fixed base seed (decimal) to replay a failure.
+//   FLASHTILE_TEST_CASE_TIMEOUT  seconds one case may take before the process exits (default 120; 0: none).
+// Without an NVIDIA GPU/driver every GPU test skips with the reason; the argument-checking test runs everywhere.
+#include "GpuReference.h"
+
+#include "flashtile/runtime/CudaDriver.h"
+#include "flashtile/runtime/KernelInfo.h"
+#include "flashtile/runtime/Nvrtc.h"
+#include "flashtile/runtime/Runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+using namespace flashtile;
+
+namespace {
+
+using reference::DeviceBuffer;
+using reference::GpuReference;
+using reference::lowToFloat;
+using reference::Precision;
+using reference::synchronize;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Host helpers.
+
+bool envFlag(const char *name) {
+  const char *value = std::getenv(name);
+  return value && *value && std::string(value) != "0";
+}
+
+std::string envOr(const char *name, const std::string &fallback) {
+  const char *value = std::getenv(name);
+  return value && *value ? std::string(value) : fallback;
+}
+
+/// The run's base seed: FLASHTILE_TEST_SEED, else fresh from std::random_device.
+uint64_t baseSeed() {
+  static const uint64_t seed = [] {
+    if (const char *text = std::getenv("FLASHTILE_TEST_SEED"); text && *text)
+      return uint64_t(std::strtoull(text, nullptr, 10));
+    // /dev/urandom rather than std::random_device: the static libstdc++ (GCC 12) implements that with
+    // arc4random, which would make the binary need glibc 2.36 on the GPU machine.
+    uint64_t value = 0;
+    if (std::FILE *urandom = std::fopen("/dev/urandom", "rb")) {
+      if (std::fread(&value, sizeof value, 1, urandom) != 1)
+        value = 0;
+      std::fclose(urandom);
+    }
+    return value ^ uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  }();
+  return seed;
+}
+
+/// Everything the GPU tests share, set up once: the driver and context, the reference kernels, the runtime with
+/// the ahead-of-time kernels.
+struct Gpu {
+  const CudaDriver *driver = nullptr;
+  std::string noGpuReason; // set: no usable NVIDIA GPU/driver here (tests skip, or fail with FLASHTILE_REQUIRE_GPU)
+  std::string setupError;  // set: a GPU is here but the test harness could not be set up (tests fail)
+  std::string aotError;    // set: FLASHTILE_AOT_DIR missing or unloadable (forward tests fail)
+  std::string arch;
+  std::string aotDir;
+  std::optional<GpuReference> reference; // the reference kernels, loaded
+  std::unique_ptr<Runtime> runtime;
+};
+
+Gpu makeGpu() {
+  Gpu gpu;
+  StatusOr<const CudaDriver *> driver = CudaDriver::get();
+  auto noGpu = [&gpu](const std::string &reason) {
+    // The driver's own message may already start with "no NVIDIA driver: ".
+    constexpr std::string_view kDriverPrefix = "no NVIDIA driver: ";
+    std::string_view text = reason;
+    if (text.starts_with(kDriverPrefix))
+      text.remove_prefix(kDriverPrefix.size());
+    gpu.noGpuReason = "no NVIDIA GPU/driver: " + std::string(text);
+    return std::move(gpu);
+  };
+  if (!driver.ok())
+    return noGpu(driver.status().message());
+  gpu.driver = *driver;
+  StatusOr<CUdevice> device = gpu.driver->currentDevice();
+  if (!device.ok())
+    return noGpu(device.status().message());
+  StatusOr<std::string> arch = gpu.driver->detectArch();
+  if (!arch.ok())
+    return noGpu("this GPU cannot run flashtile kernels: " + arch.status().message());
+  gpu.arch = *arch;
+
+  StatusOr<GpuReference> reference = GpuReference::create();
+  if (!reference.ok()) {
+    gpu.setupError = "setting up the reference kernels failed: " + reference.status().message();
+    return gpu;
+  }
+  gpu.reference.emplace(std::move(*reference));
+
+  // Memory-only JIT cache and no JIT compiler: every kernel must come from the ahead-of-time directory.
+  gpu.runtime = std::make_unique<Runtime>(KernelCache::Options{"", false});
+  gpu.aotDir = envOr("FLASHTILE_AOT_DIR", "");
+  if (gpu.aotDir.empty()) {
+    gpu.aotError = "FLASHTILE_AOT_DIR is not set: on a machine with a GPU these tests need ahead-of-time kernels "
+                   "(made on the build machine with `flashtile aot --arch " +
+                   gpu.arch + " --out DIR`); they do not skip here";
+  } else if (Status s = gpu.runtime->loadAotDirectory(gpu.aotDir); !s.ok()) {
+    gpu.aotError = "FLASHTILE_AOT_DIR=" + gpu.aotDir + " could not be loaded: " + s.message();
+  }
+  std::string nvrtc = nvrtcVersion().ok() ? *nvrtcVersion() : "?";
+  std::printf("[flashtile-gpu] arch %s, NVRTC %s, AOT dir %s, base seed %llu (FLASHTILE_TEST_SEED replays it)\n",
+              gpu.arch.c_str(), nvrtc.c_str(), gpu.aotDir.empty() ? "(unset)" : gpu.aotDir.c_str(),
+              static_cast<unsigned long long>(baseSeed()));
+  std::fflush(stdout);
+  return gpu;
+}
+
+Gpu &gpu() {
+  static Gpu instance = makeGpu();
+  return instance;
+}
+
+/// Skips (or fails, with FLASHTILE_REQUIRE_GPU=1) without a GPU; fails if the harness could not be set up.
+#define REQUIRE_GPU()                                                                                                  \
+  do {                                                                                                                 \
+    const Gpu &gpuState = gpu();                                                                                       \
+    if (!gpuState.noGpuReason.empty()) {                                                                               \
+      if (envFlag("FLASHTILE_REQUIRE_GPU"))                                                                            \
+        FAIL() << "FLASHTILE_REQUIRE_GPU is set but: " << gpuState.noGpuReason;                                        \
+      GTEST_SKIP() << gpuState.noGpuReason;                                                                            \
+    }                                                                                                                  \
+    ASSERT_TRUE(gpuState.setupError.empty()) << gpuState.setupError;                                                   \
+  } while (0)
+
+#define REQUIRE_AOT()                                                                                                  \
+  do {                                                                                                                 \
+    REQUIRE_GPU();                                                                                                     \
+    ASSERT_TRUE(gpu().aotError.empty()) << gpu().aotError;                                                             \
+  } while (0)
+
+#define ASSERT_OK(expr)                                                                                                \
+  do {                                                                                                                 \
+    const Status assertOkStatus = (expr);                                                                              \
+    ASSERT_TRUE(assertOkStatus.ok()) << #expr << ": " << assertOkStatus.message();                                     \
+  } while (0)
+
+/// How a B x S x H x D tensor is laid out in memory.
+enum class Layout {
+  Packed,     // flash_attn_func's contiguous BSHD
+  HeadPadded, // BSHD with 8 spare elements after each head (head stride D + 8)
+  RowPadded,  // BSHD with 16 spare elements after each row and 64 after each batch
+  Bhsd,       // heads outermost inside a batch: B x H x S x D
+};
+
+const char *layoutName(Layout layout) {
+  switch (layout) {
+  case Layout::Packed:
+    return "packed";
+  case Layout::HeadPadded:
+    return "headpad";
+  case Layout::RowPadded:
+    return "rowpad";
+  case Layout::Bhsd:
+    return "bhsd";
+  }
+  return "?";
+}
+
+struct Tensor {
+  std::array<long long, 4> stride{}; // batch, seq, head, dim (elements)
+  size_t elements = 0;               // size of the allocation, padding included
+  int batch = 0, seqlen = 0, heads = 0, dim = 0;
+
+  long long offset(int b, int s, int h, int d) const { return b * stride[0] + s * stride[1] + h * stride[2] + d; }
+};
+
+Tensor makeTensor(Layout layout, int batch, int seqlen, int heads, int dim) {
+  Tensor t;
+  t.batch = batch;
+  t.seqlen = seqlen;
+  t.heads = heads;
+  t.dim = dim;
+  const long long S = seqlen, H = heads, D = dim;
+  switch (layout) {
+  case Layout::Packed:
+    t.stride = {S * H * D, H * D, D, 1};
+    break;
+  case Layout::HeadPadded:
+    t.stride = {S * H * (D + 8), H * (D + 8), D + 8, 1};
+    break;
+  case Layout::RowPadded:
+    t.stride = {S * (H * D + 16) + 64, H * D + 16, D, 1};
+    break;
+  case Layout::Bhsd:
+    t.stride = {H * S * D, D, S * D, 1};
+    break;
+  }
+  t.elements = size_t(batch) * size_t(t.stride[0]); // every layout above has the batch stride outermost
+  return t;
+}
+
+struct Case {
+  DType dtype;
+  int headDim;
+  bool causal;
+  int batch, headsQ, headsKv, seqlenQ, seqlenK;
+  Layout qoLayout, kvLayout;
+  int index; // position in the case list: varies shapes and seeds the inputs
+};
+
+std::string caseName(const Case &c) {
+  std::ostringstream name;
+  name << dtypeName(c.dtype) << "_hd" << c.headDim << (c.causal ? "_causal" : "_full") << "_B" << c.batch << "_H"
+       << c.headsQ << "x" << c.headsKv << "_Sq" << c.seqlenQ << "_Sk" << c.seqlenK << "_" << layoutName(c.qoLayout)
+       << "_" << layoutName(c.kvLayout);
+  return name.str();
+}
+
+std::vector<Case> allCases() {
+  const std::pair<int, int> shapes[] = {{1, 1},     {17, 17},   {128, 128},  {1000, 1000}, {4096, 4096},
+                                        {17, 1000}, {1000, 17}, {128, 4096}, {4096, 128},  {1, 4096}};
+  // (headsQ, headsKv): MHA, GQA and MQA mixed.
+  const std::pair<int, int> heads[] = {{1, 1}, {4, 4}, {8, 2}, {2, 1}, {16, 16}, {6, 3}, {16, 4}, {3, 3}, {8, 1}};
+  // (Q/O, K/V) layouts: half packed, half with padded or head-major strides (all 16-byte aligned).
+  const std::pair<Layout, Layout> layouts[] = {
+      {Layout::Packed, Layout::Packed}, {Layout::HeadPadded, Layout::Packed}, {Layout::Packed, Layout::Packed},
+      {Layout::Packed, Layout::Bhsd},   {Layout::Packed, Layout::Packed},     {Layout::RowPadded, Layout::HeadPadded}};
+  std::vector<Case> cases;
+  int index = 0;
+  for (DType dtype : {DType::F16, DType::BF16})
+    for (int headDim : {64, 128})
+      for (bool causal : {false, true})
+        for (auto [seqlenQ, seqlenK] : shapes) {
+          Case c{dtype, headDim, causal, 1, 1, 1, seqlenQ, seqlenK, Layout::Packed, Layout::Packed, index};
+          auto [hq, hkv] = heads[(index * 5 + index / 7) % std::size(heads)];
+          c.headsQ = hq;
+          c.headsKv = hkv;
+          c.batch = 1 + (index * 3 + index / 10) % 4;
+          // Keep the largest problems at B·H <= 64 (the reference is simple, not fast).
+          while (c.batch > 1 && c.batch * c.headsQ > 64)
+            --c.batch;
+          auto [qo, kv] = layouts[(index + index / 4) % std::size(layouts)];
+          c.qoLayout = qo;
+          c.kvLayout = kv;
+          cases.push_back(c);
+          ++index;
+        }
+  return cases;
+}
+
+void PrintTo(const Case &c, std::ostream *out) { *out << caseName(c); }
+
+struct Inputs {
+  Tensor q, k, v, o;
+  DeviceBuffer qBuf, kBuf, vBuf, oBuf, lseBuf;
+};
+
+/// Allocates Q, K, V, O and LSE; Q/K/V padding and all of O and LSE are 0xFF bytes (NaN in bf16, f16 and f32),
+/// then the logical Q/K/V elements get N(0, 1) values from `seed`.
+Status makeInputs(const Case &c, uint64_t seed, Inputs &in) {
+  in.q = makeTensor(c.qoLayout, c.batch, c.seqlenQ, c.headsQ, c.headDim);
+  in.o = makeTensor(c.qoLayout, c.batch, c.seqlenQ, c.headsQ, c.headDim);
+  in.k = makeTensor(c.kvLayout, c.batch, c.seqlenK, c.headsKv, c.headDim);
+  in.v = makeTensor(c.kvLayout, c.batch, c.seqlenK, c.headsKv, c.headDim);
+  const Tensor *tensors[] = {&in.q, &in.k, &in.v, &in.o};
+  DeviceBuffer *buffers[] = {&in.qBuf, &in.kBuf, &in.vBuf, &in.oBuf};
+  for (int t = 0; t < 4; ++t) {
+    if (Status s = buffers[t]->allocate(tensors[t]->elements * sizeof(uint16_t)); !s.ok())
+      return s;
+    if (Status s = buffers[t]->fill(0xFF); !s.ok())
+      return s;
+  }
+  if (Status s = in.lseBuf.allocate(size_t(c.batch) * c.headsQ * c.seqlenQ * sizeof(float)); !s.ok())
+    return s;
+  if (Status s = in.lseBuf.fill(0xFF); !s.ok())
+    return s;
+
+  for (int t = 0; t < 3; ++t) {
+    const Tensor &tensor = *tensors[t];
+    if (Status s = gpu().reference->fill(buffers[t]->as<void>(), c.dtype, tensor.batch, tensor.seqlen, tensor.heads,
+                                         tensor.dim, tensor.stride, seed * 3 + t);
+        !s.ok())
+      return s;
+  }
+  return synchronize("fill_normal");
+}
+
+AttentionArgs forwardArgs(const Case &c, const Inputs &in, float scale) {
+  AttentionArgs args;
+  args.q = in.qBuf.as<const void>();
+  args.k = in.kBuf.as<const void>();
+  args.v = in.vBuf.as<const void>();
+  args.o = in.oBuf.as<void>();
+  args.lse = in.lseBuf.as<float>();
+  args.dtype = c.dtype;
+  args.batch = c.batch;
+  args.seqlenQ = c.seqlenQ;
+  args.seqlenK = c.seqlenK;
+  args.headsQ = c.headsQ;
+  args.headsKv = c.headsKv;
+  args.headDim = c.headDim;
+  args.headDimV = c.headDim;
+  args.qStride = in.q.stride;
+  args.kStride = in.k.stride;
+  args.vStride = in.v.stride;
+  args.oStride = in.o.stride;
+  args.softmaxScale = scale;
+  args.variant = c.causal ? "causal" : "none";
+  return args;
+}
+
+/// Runs the reference on `in` into packed fp32 O (B x Sq x Hq x D) and LSE (B x Hq x Sq).
+Status runReference(const Case &c, const Inputs &in, float scale, bool lowp, std::vector<float> &o,
+                    std::vector<float> &lse) {
+  StatusOr<reference::ReferenceOutputs> out =
+      gpu().reference->runToHost(forwardArgs(c, in, scale), c.causal, lowp ? Precision::Lowp : Precision::Fp32);
+  if (!out.ok())
+    return out.status();
+  o = std::move(out->o);
+  lse = std::move(out->lse);
+  return Status();
+}
+
+uint64_t caseSeed(const Case &c) { return baseSeed() + 0x9E3779B97F4A7C15ULL * uint64_t(c.index + 1); }
+
+/// Ends the process when a case runs longer than FLASHTILE_TEST_CASE_TIMEOUT seconds (default 120): a kernel that
+/// hangs would otherwise block in cuCtxSynchronize until the GPU machine's time limit, with nothing said.
+class Watchdog {
+public:
+  explicit Watchdog(std::string what) : what(std::move(what)) {
+    const double seconds = std::atof(envOr("FLASHTILE_TEST_CASE_TIMEOUT", "120").c_str());
+    if (seconds <= 0)
+      return;
+    thread = std::thread([this, seconds] {
+      std::unique_lock<std::mutex> lock(mutex);
+      if (!wake.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done; })) {
+        std::fprintf(stderr, "\n[flashtile-gpu] TIMEOUT: %s still running after %.0f s (a hung kernel?); exiting\n",
+                     this->what.c_str(), seconds);
+        std::fflush(stdout);
+        std::fflush(stderr);
+        std::_Exit(3);
+      }
+    });
+  }
+  ~Watchdog() {
+    if (!thread.joinable())
+      return;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      done = true;
+    }
+    wake.notify_all();
+    thread.join();
+  }
+
+private:
+  std::string what;
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool done = false;
+  std::thread thread;
+};
+
+/// Runs flashtile and both references on fresh inputs and checks FlashAttention's rule.
+void checkForward(const Case &c) {
+  const uint64_t seed = caseSeed(c);
+  const std::string where = caseName(c) + " (seed " + std::to_string(seed) +
+                            ", base seed FLASHTILE_TEST_SEED=" + std::to_string(baseSeed()) + ")";
+  SCOPED_TRACE(where);
+  Watchdog watchdog(where);
+  Inputs in;
+  ASSERT_OK(makeInputs(c, seed, in));
+  const float scale = 1.0f / std::sqrt(float(c.headDim));
+
+  ASSERT_OK(gpu().runtime->forward(forwardArgs(c, in, scale)));
+  ASSERT_OK(synchronize("flashtile forward"));
+  std::vector<uint16_t> oRaw;
+  std::vector<float> lse;
+  ASSERT_OK(in.oBuf.download(oRaw));
+  ASSERT_OK(in.lseBuf.download(lse));
+
+  reference::ReferenceOutputs fp32, lowp;
+  ASSERT_OK(runReference(c, in, scale, /*lowp=*/false, fp32.o, fp32.lse));
+  ASSERT_OK(runReference(c, in, scale, /*lowp=*/true, lowp.o, lowp.lse));
+  StatusOr<reference::Comparison> compared = reference::compare(forwardArgs(c, in, scale), oRaw, lse, fp32, lowp);
+  ASSERT_OK(compared.status());
+  const reference::Comparison &cmp = *compared;
+  ASSERT_EQ(cmp.referenceNans, 0)
+      << "the reference produced NaN: a bug in this test's reference kernel, not in flashtile";
+
+  const bool pass = cmp.pass();
+  std::printf("[flashtile-gpu] %-4s hd=%-3d causal=%d B=%d H=%d/%d Sq=%-4d Sk=%-4d qo=%-7s kv=%-7s "
+              "err_ours=%.3e err_lowp=%.3e ratio=%s lse_err=%.2e %s%s\n",
+              std::string(dtypeName(c.dtype)).c_str(), c.headDim, int(c.causal), c.batch, c.headsQ, c.headsKv,
+              c.seqlenQ, c.seqlenK, layoutName(c.qoLayout), layoutName(c.kvLayout), cmp.errOurs, cmp.errLowp,
+              cmp.ratioText().c_str(), cmp.errLse, pass ? "PASS" : "FAIL",
+              pass ? "" : (" seed=" + std::to_string(seed)).c_str());
+  std::fflush(stdout);
+
+  EXPECT_EQ(cmp.nanCount, 0) << "O has " << cmp.nanCount << " NaN elements (unwritten output reads as NaN); first at "
+                             << cmp.firstNan;
+  EXPECT_EQ(cmp.maskedNonzero, 0) << "fully masked rows must give O = 0; " << cmp.maskedNonzero
+                                  << " elements are not, first at " << cmp.firstMasked;
+  EXPECT_EQ(cmp.paddingWrites, 0) << cmp.paddingWrites << " elements of O's padding (outside its rows) were written";
+  EXPECT_LE(cmp.errOurs, cmp.tolerance) << "max|out - ref_fp32| = " << cmp.errOurs
+                                        << " exceeds 2*max|ref_lowp - ref_fp32| + 1e-5 = " << cmp.tolerance
+                                        << "; worst at " << cmp.worst;
+  EXPECT_EQ(cmp.lseBad, 0) << cmp.lseBad
+                           << " LSE values are off by more than 1e-3 (or not -inf on fully masked rows); first "
+                           << cmp.firstLseBad;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tests.
+
+class ForwardGpu : public testing::TestWithParam<Case> {};
+
+TEST_P(ForwardGpu, MatchesReference) {
+  REQUIRE_AOT();
+  checkForward(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ForwardGpu, testing::ValuesIn(allCases()),
+                         [](const testing::TestParamInfo<Case> &info) { return caseName(info.param); });
+
+// seqlenK = 0 is a valid call (Runtime.h): O = 0 and LSE = -inf, nothing NaN.
+TEST(ForwardGpuEdge, EmptyKeysGiveZeroOutputAndMinusInfLse) {
+  REQUIRE_AOT();
+  int index = 1000;
+  for (DType dtype : {DType::F16, DType::BF16})
+    for (int headDim : {64, 128})
+      for (bool causal : {false, true})
+        checkForward(Case{dtype, headDim, causal, 2, 4, 2, 33, 0, Layout::Packed, Layout::Packed, index++});
+}
+
+// The reference itself, checked against a plain double-precision loop on the host (small shapes, fp32 mode), so
+// that a bug in it cannot hide one in flashtile. Also: lowp stays close to fp32.
+TEST(ReferenceKernel, MatchesHostComputation) {
+  REQUIRE_GPU();
+  for (auto [seqlenQ, seqlenK, causal] : {std::tuple{5, 9, true}, {9, 5, true}, {7, 7, false}, {3, 40, false}}) {
+    const Case c{DType::BF16, 64, causal, 2, 4, 2, seqlenQ, seqlenK, Layout::HeadPadded, Layout::Bhsd, 2000};
+    SCOPED_TRACE(caseName(c));
+    Inputs in;
+    ASSERT_OK(makeInputs(c, caseSeed(c), in));
+    const float scale = 1.0f / std::sqrt(64.0f);
+    std::vector<float> o, lse, oLowp, lseLowp;
+    ASSERT_OK(runReference(c, in, scale, false, o, lse));
+    ASSERT_OK(runReference(c, in, scale, true, oLowp, lseLowp));
+    std::vector<uint16_t> q, k, v;
+    ASSERT_OK(in.qBuf.download(q));
+    ASSERT_OK(in.kBuf.download(k));
+    ASSERT_OK(in.vBuf.download(v));
+    const int D = c.headDim, group = c.headsQ / c.headsKv;
+    for (int b = 0; b < c.batch; ++b)
+      for (int h = 0; h < c.headsQ; ++h)
+        for (int i = 0; i < c.seqlenQ; ++i) {
+          std::vector<double> s;
+          for (int j = 0; j < c.seqlenK && (!causal || j <= i + c.seqlenK - c.seqlenQ); ++j) {
+            double dot = 0;
+            for (int d = 0; d < D; ++d)
+              dot += double(lowToFloat(q[in.q.offset(b, i, h, d)], c.dtype)) *
+                     lowToFloat(k[in.k.offset(b, j, h / group, d)], c.dtype);
+            s.push_back(dot * scale);
+          }
+          const size_t row = (size_t(b) * c.seqlenQ + i) * c.headsQ + h;
+          const float gotLse = lse[(size_t(b) * c.headsQ + h) * c.seqlenQ + i];
+          if (s.empty()) {
+            EXPECT_TRUE(std::isinf(gotLse) && gotLse < 0) << "b=" << b << " h=" << h << " i=" << i;
+            for (int d = 0; d < D; ++d)
+              EXPECT_EQ(o[row * D + d], 0.0f);
+            continue;
+          }
+          const double m = *std::max_element(s.begin(), s.end());
+          double l = 0;
+          for (double &x : s)
+            l += (x = std::exp(x - m));
+          EXPECT_NEAR(gotLse, m + std::log(l), 1e-4) << "b=" << b << " h=" << h << " i=" << i;
+          for (int d = 0; d < D; ++d) {
+            double acc = 0;
+            for (size_t j = 0; j < s.size(); ++j)
+              acc += s[j] * lowToFloat(v[in.v.offset(b, int(j), h / group, d)], c.dtype);
+            EXPECT_NEAR(o[row * D + d], acc / l, 1e-4) << "b=" << b << " h=" << h << " i=" << i << " d=" << d;
+            EXPECT_NEAR(oLowp[row * D + d], acc / l, 0.05) << "lowp, b=" << b << " h=" << h << " i=" << i;
+          }
+        }
+  }
+}
+
+// The reference source must compile wherever NVRTC is (on the build machine too, where no GPU runs it).
+TEST(ReferenceKernel, CompilesWithNvrtc) {
+  if (!nvrtcVersion().ok())
+    GTEST_SKIP() << "NVRTC not available: " << nvrtcVersion().status().message();
+  StatusOr<std::string> cubin = GpuReference::compileCubin("sm_90a");
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message();
+}
+
+// Bad arguments are an error value, never a launch. Runs everywhere: validation comes before the GPU is touched;
+// where a GPU is present the buffers are real and O must still hold its poison afterwards.
+TEST(ForwardGpuArgs, BadArgumentsReturnAnErrorInsteadOfLaunching) {
+  const bool haveGpu = gpu().noGpuReason.empty() && gpu().setupError.empty();
+  constexpr int B = 1, S = 64, H = 4, D = 128;
+  DeviceBuffer q, k, v, o, lse;
+  const void *fake = reinterpret_cast<const void *>(uintptr_t(1) << 20); // aligned, never dereferenced
+  const void *qp = fake, *kp = fake, *vp = fake;
+  void *op = const_cast<void *>(fake);
+  float *lsep = static_cast<float *>(op);
+  if (haveGpu) {
+    for (DeviceBuffer *buffer : {&q, &k, &v, &o})
+      ASSERT_OK(buffer->allocate(size_t(B) * S * H * D * sizeof(uint16_t)));
+    ASSERT_OK(lse.allocate(size_t(B) * H * S * sizeof(float)));
+    for (DeviceBuffer *buffer : {&q, &k, &v, &o, &lse})
+      ASSERT_OK(buffer->fill(0xFF));
+    qp = q.as<const void>();
+    kp = k.as<const void>();
+    vp = v.as<const void>();
+    op = o.as<void>();
+    lsep = lse.as<float>();
+  }
+  Runtime runtime(KernelCache::Options{"", false});
+  if (const char *dir = std::getenv("FLASHTILE_AOT_DIR"); dir && *dir)
+    (void)runtime.loadAotDirectory(dir); // so that a kernel exists and only the argument check can stop the launch
+  const AttentionArgs good = AttentionArgs::contiguous(DType::BF16, qp, kp, vp, op, lsep, B, S, S, H, H, D);
+
+  struct Bad {
+    const char *what;
+    void (*mutate)(AttentionArgs &);
+    std::vector<std::string> mentions;
+  };
+  const Bad bad[] = {
+      {"headDim 96", [](AttentionArgs &a) { a.headDim = a.headDimV = 96; }, {"96", "64", "128"}},
+      {"headsQ not a multiple of headsKv", [](AttentionArgs &a) { a.headsKv = 3; }, {"headsKv"}},
+      {"head stride not a multiple of 8", [](AttentionArgs &a) { a.qStride[2] = 100; }, {"qStride[2]"}},
+      {"headDimV != headDim", [](AttentionArgs &a) { a.headDimV = 64; }, {"headDimV"}},
+      {"null lse", [](AttentionArgs &a) { a.lse = nullptr; }, {"lse"}},
+  };
+  for (const Bad &b : bad) {
+    SCOPED_TRACE(b.what);
+    AttentionArgs args = good;
+    b.mutate(args);
+    Status status = runtime.forward(args);
+    ASSERT_FALSE(status.ok()) << "forward accepted " << b.what;
+    for (const std::string &mention : b.mentions)
+      EXPECT_NE(status.message().find(mention), std::string::npos)
+          << "the error should mention '" << mention << "': " << status.message();
+  }
+  if (haveGpu) {
+    ASSERT_OK(synchronize("rejected forward calls"));
+    std::vector<uint16_t> out;
+    ASSERT_OK(o.download(out));
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](uint16_t x) { return x == 0xFFFF; }))
+        << "O was written although every call was rejected";
+  }
+}
+
+} // namespace

@@ -1,0 +1,294 @@
+// CodegenTest.cpp — CUDA printing of FA2-scheduled tile IR: every built-in variant, dtype, head dim and target
+// compiles with NVRTC to a cubin (no GPU needed), KernelInfo describes the launch, and IR the printer cannot
+// handle is rejected with a diagnostic that says what to run.
+#include "codegen/common/CudaEmitter.h"
+#include "codegen/common/KernelAbiText.h"
+#include "flashtile/dsl/Program.h"
+#include "flashtile/runtime/Nvrtc.h"
+#include "flashtile/runtime/Version.h"
+#include "passes/Transforms/Passes.h"
+#include "schedules/fa2/Fa2Pipeline.h"
+#include "Variants.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+
+using namespace flashtile;
+
+namespace {
+
+constexpr std::string_view kElfMagic = "\x7f"
+                                       "ELF";
+
+/// Counts the non-overlapping occurrences of `needle` in `text`.
+int count(const std::string &text, const std::string &needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size()))
+    ++n;
+  return n;
+}
+
+/// Builds a variant's program and runs the FA2 schedule up to (and including) `lastPass`, collecting the
+/// diagnostics of the pipeline and of emitCuda.
+class Compiler {
+public:
+  enum class Upto { Unscheduled, Scheduled, Pipelined, Lowered };
+
+  Compiler() : handler(&context, [this](mlir::Diagnostic &d) {
+    diagnostics += d.str() + "\n";
+    return mlir::success();
+  }) {}
+
+  tile::FuncOp build(const Variant &variant, ElementType dtype, int headDim, const std::string &arch,
+                     Upto upto = Upto::Lowered) {
+    auto built = buildAttentionProgram(context, variant, ProgramOptions{dtype, headDim, headDim});
+    EXPECT_TRUE(mlir::succeeded(built)) << diagnostics;
+    if (mlir::failed(built))
+      return {};
+    module = std::move(*built);
+    mlir::PassManager pm(&context);
+    mlir::OpPassManager &func = pm.nest<tile::FuncOp>();
+    if (upto == Upto::Lowered) {
+      fa2::buildPipeline(pm, fa2::Fa2Options{0, 0, 0, 0, arch});
+    } else if (upto != Upto::Unscheduled) {
+      func.addPass(tile::createTileApplySchedule());
+      func.addPass(tile::createTileSplitBoundary());
+      if (upto == Upto::Pipelined)
+        func.addPass(tile::createTilePipeline());
+    }
+    EXPECT_TRUE(mlir::succeeded(pm.run(*module))) << diagnostics;
+    return *module->getOps<tile::FuncOp>().begin();
+  }
+
+  mlir::MLIRContext context;
+  mlir::ScopedDiagnosticHandler handler;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  std::string diagnostics;
+};
+
+//===----------------------------------------------------------------------===//
+// Every built-in variant x dtype x head dim x target compiles with NVRTC
+//===----------------------------------------------------------------------===//
+
+using Config = std::tuple<std::string, ElementType, int, std::string>; // variant, dtype, head dim, arch
+
+class CodegenCompiles : public testing::TestWithParam<Config> {};
+
+TEST_P(CodegenCompiles, ToACubin) {
+  auto [variantName, dtype, headDim, arch] = GetParam();
+  Compiler compiler;
+  tile::FuncOp func = compiler.build(*variants::byName(variantName), dtype, headDim, arch);
+  ASSERT_TRUE(func);
+  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+
+  StatusOr<std::string> cubin = compileCuda(kernel->source, kernel->info.entry + ".cu", arch, NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << kernel->source;
+  EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
+  // The entry symbol is in the cubin's string table.
+  EXPECT_NE(cubin->find(kernel->info.entry), std::string::npos);
+}
+
+std::string configName(const testing::TestParamInfo<Config> &info) {
+  auto [variant, dtype, headDim, arch] = info.param;
+  return variant + "_" + (dtype == ElementType::BF16 ? "bf16" : "f16") + "_d" + std::to_string(headDim) + "_" + arch;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fa2, CodegenCompiles,
+                         testing::Combine(testing::Values("none", "causal"),
+                                          testing::Values(ElementType::BF16, ElementType::F16), testing::Values(64, 128),
+                                          testing::Values("sm_80", "sm_90a", "sm_100a")),
+                         configName);
+
+//===----------------------------------------------------------------------===//
+// What the kernel says about itself, and what its source looks like
+//===----------------------------------------------------------------------===//
+
+TEST(Codegen, KernelInfoDescribesTheLaunch) {
+  Compiler compiler;
+  tile::FuncOp func = compiler.build(variants::causal(), ElementType::BF16, 128, "sm_90a");
+  ASSERT_TRUE(func);
+  auto kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  const KernelInfo &info = kernel->info;
+  EXPECT_EQ(info.entry, "flashtile_fa2_causal_bf16_d128");
+  EXPECT_EQ(info.arch, "sm_90a");
+  EXPECT_EQ(info.dtype, "bf16");
+  EXPECT_EQ(info.headDim, 128);
+  EXPECT_EQ(info.headDimV, 128);
+  EXPECT_EQ(info.variant, "causal");
+  EXPECT_EQ(info.schedule, "fa2");
+  EXPECT_EQ(info.shapeClass, "default");
+  fa2::Fa2Config config = fa2::Fa2Config::defaultsFor(128, 128);
+  EXPECT_EQ(info.blockM, config.blockM);
+  EXPECT_EQ(info.blockN, config.blockN);
+  EXPECT_EQ(info.threads, config.threads());
+  EXPECT_EQ(info.smemBytes, config.smemBytes(128, 128));
+  EXPECT_TRUE(info.paramNames.empty());
+  EXPECT_EQ(info.compilerVersion, compilerVersion());
+  Status valid = info.verify();
+  EXPECT_TRUE(valid.ok()) << valid.message();
+}
+
+TEST(Codegen, SourceFollowsTheScheduledIr) {
+  Compiler compiler;
+  tile::FuncOp func = compiler.build(variants::causal(), ElementType::F16, 64, "sm_80");
+  ASSERT_TRUE(func);
+  auto kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  const std::string &src = kernel->source;
+  // Host and device agree on the parameters: the struct is KernelAbi.h, verbatim.
+  EXPECT_NE(src.find(codegen::kKernelAbiText), std::string::npos);
+  EXPECT_NE(src.find("extern \"C\" __global__ void __launch_bounds__(256) flashtile_fa2_causal_f16_d64("
+                     "const FlashtileFwdParams p)"),
+            std::string::npos)
+      << src;
+  EXPECT_NE(src.find("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"), std::string::npos);
+  EXPECT_NE(src.find("sm80::mmaF16(score"), std::string::npos);
+  // Two descending segments, the mask only in the tail boundary one; the variant's predicate printed once.
+  EXPECT_EQ(count(src, "// ---- K/V tiles"), 2) << src;
+  EXPECT_NE(src.find("for (int j = tailBoundaryEnd - 1; j >= tailBoundaryBegin; --j)"), std::string::npos) << src;
+  EXPECT_NE(src.find("for (int j = tailBoundaryBegin - 1; j >= interiorBegin; --j)"), std::string::npos) << src;
+  EXPECT_EQ(count(src, "__device__ __forceinline__ bool keep("), 1) << src;
+  EXPECT_EQ(count(src, "!keep(b, h, q, kv, p)"), 1) << src;
+  size_t interior = src.find("interior segment");
+  ASSERT_NE(interior, std::string::npos);
+  EXPECT_EQ(src.find("keep(b, h, q, kv, p)", interior), std::string::npos) << "the interior segment is masked";
+  // One commit group per copy, whether or not the predicate lets it copy anything.
+  EXPECT_EQ(count(src, "sm80::cpAsyncCommit();"), 2 + 2 * 2) << src;
+  EXPECT_NE(src.find("sm80::cpAsyncWait<1>();"), std::string::npos);
+  // Printing is deterministic: the same IR gives the same text.
+  auto again = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(again));
+  EXPECT_EQ(again->source, src);
+}
+
+/// A variant with a score modifier and a parameter: the modifier becomes a __device__ function reading
+/// p.variantParams, and KernelInfo lists the parameter.
+TEST(Codegen, ScoreModifierAndParameters) {
+  Variant softcap = Variant("softcap").param("cap", 30.f).score(
+      [](dsl::Expr s, const dsl::Coords &, const dsl::Params &p) { return p["cap"] * dsl::tanh(s / p["cap"]); });
+  Compiler compiler;
+  tile::FuncOp func = compiler.build(softcap, ElementType::BF16, 64, "sm_90a");
+  ASSERT_TRUE(func);
+  auto kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  const std::string &src = kernel->source;
+  EXPECT_EQ(kernel->info.paramNames, std::vector<std::string>{"cap"});
+  EXPECT_EQ(count(src, "__device__ __forceinline__ float scoreMod(float score, int b, int h, int q, int kv, "
+                       "const FlashtileFwdParams &p)"),
+            1)
+      << src;
+  EXPECT_NE(src.find("tanhf("), std::string::npos) << src;
+  EXPECT_NE(src.find("p.variantParams[0]"), std::string::npos) << src;
+  // The modifier needs scaled scores, so the scale is not folded into the softmax.
+  EXPECT_NE(src.find("score[mt][nt][i] *= p.softmaxScale;"), std::string::npos) << src;
+  EXPECT_NE(src.find("const float scoreScale = sm80::kLog2e;"), std::string::npos) << src;
+  StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
+}
+
+/// A sliding window masks tiles at both ends: three segments, the head boundary one masked too.
+TEST(Codegen, SlidingWindowHasThreeSegments) {
+  constexpr int kLeft = 100;
+  Variant window = Variant("window")
+                       .mask([](const dsl::Coords &c, const dsl::Params &) {
+                         auto i = c.qAligned();
+                         return c.kv <= i && c.kv >= i - kLeft;
+                       })
+                       .kvRange([](const dsl::QTile &q, const dsl::Params &) {
+                         return dsl::Range{q.firstAligned() - kLeft, q.lastAligned() + 1};
+                       })
+                       .fullRange([](const dsl::QTile &q, const dsl::Params &) {
+                         return dsl::Range{q.lastAligned() - kLeft, q.firstAligned() + 1};
+                       });
+  Compiler compiler;
+  tile::FuncOp func = compiler.build(window, ElementType::BF16, 128, "sm_80");
+  ASSERT_TRUE(func);
+  auto kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  const std::string &src = kernel->source;
+  EXPECT_EQ(count(src, "// ---- K/V tiles"), 3) << src;
+  EXPECT_EQ(count(src, "!keep(b, h, q, kv, p)"), 2) << src;
+  EXPECT_EQ(count(src, "__device__ __forceinline__ bool keep("), 1) << src;
+  StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_80", NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
+}
+
+//===----------------------------------------------------------------------===//
+// IR the printer cannot print
+//===----------------------------------------------------------------------===//
+
+TEST(Codegen, RejectsUnscheduledIr) {
+  Compiler compiler;
+  tile::FuncOp func = compiler.build(variants::causal(), ElementType::BF16, 64, "sm_80", Compiler::Upto::Unscheduled);
+  ASSERT_TRUE(func);
+  EXPECT_TRUE(mlir::failed(codegen::emitCuda(func)));
+  EXPECT_NE(compiler.diagnostics.find("is not scheduled; run the schedule's passes"), std::string::npos)
+      << compiler.diagnostics;
+}
+
+TEST(Codegen, RejectsUnpipelinedIr) {
+  Compiler compiler;
+  tile::FuncOp func = compiler.build(variants::causal(), ElementType::BF16, 64, "sm_80", Compiler::Upto::Scheduled);
+  ASSERT_TRUE(func);
+  EXPECT_TRUE(mlir::failed(codegen::emitCuda(func)));
+  EXPECT_NE(compiler.diagnostics.find("is not pipelined (no tile.copy_async); run tile-pipeline"), std::string::npos)
+      << compiler.diagnostics;
+}
+
+TEST(Codegen, RejectsIrWithoutTarget) {
+  Compiler compiler;
+  tile::FuncOp func = compiler.build(variants::causal(), ElementType::BF16, 64, "sm_80", Compiler::Upto::Pipelined);
+  ASSERT_TRUE(func);
+  EXPECT_TRUE(mlir::failed(codegen::emitCuda(func)));
+  EXPECT_NE(compiler.diagnostics.find("has no #tile.target; run tile-lower-to-target"), std::string::npos)
+      << compiler.diagnostics;
+}
+
+TEST(Codegen, RejectsUnknownInstructionFamily) {
+  Compiler compiler;
+  tile::FuncOp func = compiler.build(variants::causal(), ElementType::BF16, 64, "sm_90a");
+  ASSERT_TRUE(func);
+  func.setTargetAttr(tile::TargetAttr::get(&compiler.context, "sm_90a", "sm90"));
+  EXPECT_TRUE(mlir::failed(codegen::emitCuda(func)));
+  EXPECT_NE(compiler.diagnostics.find("targets the 'sm90' instruction family; the CUDA printer knows: sm80"),
+            std::string::npos)
+      << compiler.diagnostics;
+}
+
+TEST(Codegen, RejectsOpsItDoesNotKnow) {
+  Compiler compiler;
+  tile::FuncOp func = compiler.build(variants::causal(), ElementType::BF16, 64, "sm_80");
+  ASSERT_TRUE(func);
+  // An integer shift: valid IR, but not an op the printer knows.
+  mlir::Block &body = func.getBodyBlock();
+  mlir::OpBuilder b(&body, body.begin());
+  mlir::Value one = b.create<mlir::arith::ConstantIntOp>(b.getUnknownLoc(), 1, 32);
+  b.create<mlir::arith::ShLIOp>(b.getUnknownLoc(), one, one);
+  EXPECT_TRUE(mlir::failed(codegen::emitCuda(func)));
+  EXPECT_NE(compiler.diagnostics.find("'arith.shli' op cannot be printed as CUDA"), std::string::npos)
+      << compiler.diagnostics;
+}
+
+TEST(Codegen, RejectsScoresUsedTwice) {
+  Compiler compiler;
+  tile::FuncOp func = compiler.build(variants::causal(), ElementType::BF16, 64, "sm_80");
+  ASSERT_TRUE(func);
+  // A second reader of the scores: the printer updates them in place, so it must refuse.
+  tile::QkOp qk;
+  func.walk([&](tile::QkOp op) { qk = op; });
+  ASSERT_TRUE(qk);
+  mlir::OpBuilder b(qk->getBlock()->getTerminator());
+  b.create<tile::ScaleOp>(qk.getLoc(), qk.getS());
+  EXPECT_TRUE(mlir::failed(codegen::emitCuda(func)));
+  EXPECT_NE(compiler.diagnostics.find("produces a register tile used 2 times"), std::string::npos)
+      << compiler.diagnostics;
+}
+
+} // namespace

@@ -1,0 +1,436 @@
+//===- InterpreterTest.cpp - the CPU interpreter against naive attention --===//
+//
+// Every variant, unscheduled and under FA2 schedules, against a double-precision reference with FlashAttention's
+// tolerance rule; then mutated programs that the oracle must reject (a dropped mask, pipeline hazards).
+// Inputs are random; FLASHTILE_TEST_SEED changes every case's seed.
+//===----------------------------------------------------------------------===//
+#include "AttentionReference.h"
+
+#include "Variants.h"
+#include "flashtile/dsl/Program.h"
+#include "interpreter/Interpreter.h"
+#include "interpreter/Rounding.h"
+#include "interpreter/ScalarOps.h"
+#include "passes/IR/TileDialect.h"
+#include "schedules/fa2/Fa2Pipeline.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/APFloat.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdlib>
+#include <string>
+
+using namespace mlir;
+using namespace flashtile;
+using flashtile::interp::Problem;
+using flashtile::interp::Scalar;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+/// Collects every diagnostic (with its notes) emitted in a context while alive.
+class DiagnosticCapture {
+public:
+  explicit DiagnosticCapture(MLIRContext &context)
+      : handler(&context, [this](Diagnostic &d) {
+          text += d.str() + "\n";
+          for (Diagnostic &note : d.getNotes())
+            text += "  note: " + note.str() + "\n";
+          return success();
+        }) {}
+  std::string text;
+
+private:
+  ScopedDiagnosticHandler handler;
+};
+
+uint64_t seedFor(const std::string &name) {
+  uint64_t base = 0x5eed;
+  if (const char *env = std::getenv("FLASHTILE_TEST_SEED"))
+    base = std::strtoull(env, nullptr, 0);
+  uint64_t h = 1469598103934665603ull ^ base; // FNV-1a over the case name: a different seed per case
+  for (unsigned char c : name)
+    h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+tile::FuncOp funcOf(ModuleOp module) { return *module.getOps<tile::FuncOp>().begin(); }
+
+OwningOpRef<ModuleOp> buildProgram(MLIRContext &context, const std::string &variant, ElementType dtype, int headDim) {
+  std::optional<Variant> v = variants::byName(variant);
+  EXPECT_TRUE(v.has_value()) << "no variant " << variant;
+  if (!v)
+    return {};
+  auto module = buildAttentionProgram(context, *v, ProgramOptions{dtype, headDim, headDim});
+  EXPECT_TRUE(succeeded(module));
+  return succeeded(module) ? std::move(*module) : OwningOpRef<ModuleOp>();
+}
+
+/// A scheduled copy of `module` (FA2 pipeline), or null.
+OwningOpRef<ModuleOp> scheduled(ModuleOp module, const fa2::Fa2Options &options) {
+  OwningOpRef<ModuleOp> copy = module.clone();
+  PassManager pm(module.getContext());
+  fa2::buildPipeline(pm, options);
+  if (failed(pm.run(*copy)))
+    return {};
+  return copy;
+}
+
+struct Outputs {
+  std::vector<float> o, lse;
+};
+
+Outputs runChecked(tile::FuncOp func, const Problem &p, const test::Inputs &in, DiagnosticCapture &diags) {
+  Outputs out;
+  EXPECT_TRUE(succeeded(interp::run(func, p, in.q, in.k, in.v, out.o, out.lse))) << diags.text;
+  return out;
+}
+
+/// `out` against the reference: O within FlashAttention's bound, LSE within 1e-4 relative, rows that see no key
+/// exactly O = 0 and LSE = -inf.
+void expectMatchesReference(const Outputs &out, const test::Reference &ref, const Problem &p, const std::string &what) {
+  double bound = test::errorBound(ref), err = test::maxAbsDiff(out.o, ref.o);
+  fprintf(stderr, "DEBUG %s err %g bound %g\n", what.c_str(), err, bound);
+  EXPECT_LE(err, bound) << what << ": max |O - ref| = " << err << " exceeds 2·max|ref_lowp - ref| + 1e-5 = " << bound;
+  ASSERT_EQ(out.lse.size(), ref.lse.size()) << what;
+  int bad = 0;
+  for (size_t row = 0; row < ref.lse.size(); ++row) {
+    int64_t b = row / (p.headsQ * p.seqlenQ), h = row / p.seqlenQ % p.headsQ, i = row % p.seqlenQ;
+    const float *o = &out.o[((b * p.seqlenQ + i) * p.headsQ + h) * p.headDimV];
+    bool ok;
+    if (ref.noKeys[row])
+      ok = out.lse[row] == -std::numeric_limits<float>::infinity() &&
+           std::all_of(o, o + p.headDimV, [](float x) { return x == 0.0f; });
+    else
+      ok = std::fabs(out.lse[row] - ref.lse[row]) <= 1e-4 * std::max(1.0, std::fabs(ref.lse[row]));
+    if (!ok && bad++ < 3)
+      ADD_FAILURE() << what << ": row (b " << b << ", h " << h << ", q " << i << "): LSE " << out.lse[row]
+                    << ", reference " << ref.lse[row] << (ref.noKeys[row] ? " (sees no key: O must be 0)" : "");
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " rows with a wrong LSE or a nonzero fully masked O";
+}
+
+/// Scheduling does not change results: two programs' outputs agree within the same bound.
+void expectAgree(const Outputs &a, const Outputs &b, double bound, const std::string &what) {
+  double err = test::maxAbsDiff(a.o, b.o);
+  fprintf(stderr, "DEBUG agree %s err %g bound %g\n", what.c_str(), err, bound);
+  EXPECT_LE(err, bound) << what << ": max |O_scheduled - O_unscheduled| = " << err;
+  ASSERT_EQ(a.lse.size(), b.lse.size());
+  for (size_t i = 0; i < a.lse.size(); ++i) {
+    bool same = a.lse[i] == b.lse[i] || std::fabs(a.lse[i] - b.lse[i]) <= 1e-4 * std::max(1.0f, std::fabs(b.lse[i]));
+    if (!same) {
+      ADD_FAILURE() << what << ": LSE row " << i << " is " << a.lse[i] << " scheduled, " << b.lse[i] << " unscheduled";
+      return;
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Interpreter vs reference, every variant and schedule
+//===----------------------------------------------------------------------===//
+
+struct Case {
+  std::string variant; // a variants::byName name: "none" (full attention) or "causal"
+  ElementType dtype;
+  int headDim;
+  int seqlenQ, seqlenK;
+  int headsQ = 2, headsKv = 2;
+
+  std::string name() const {
+    return variant + (dtype == ElementType::BF16 ? "_bf16" : "_f16") + "_d" + std::to_string(headDim) + "_s" +
+           std::to_string(seqlenQ) + "x" + std::to_string(seqlenK) + "_h" + std::to_string(headsQ) + "x" +
+           std::to_string(headsKv);
+  }
+};
+
+/// Every (seqlen_q, seqlen_k) with every variant, twice: head dims and dtypes alternate so that each variant
+/// meets every size with both head dims and both dtypes, without the full cross product.
+std::vector<Case> cases() {
+  const std::pair<int, int> sizes[] = {{1, 1}, {17, 17}, {128, 128}, {300, 300}, {17, 300}, {300, 17}, {128, 1}};
+  std::vector<Case> out;
+  for (const char *variant : {"none", "causal"})
+    for (size_t i = 0; i < std::size(sizes); ++i) {
+      auto [sq, sk] = sizes[i];
+      out.push_back({variant, ElementType::BF16, i % 2 ? 128 : 64, sq, sk});
+      out.push_back({variant, ElementType::F16, i % 2 ? 64 : 128, sq, sk});
+    }
+  // Grouped-query attention: two query heads share each K/V head.
+  out.push_back({"causal", ElementType::BF16, 128, 200, 256, 4, 2});
+  out.push_back({"none", ElementType::F16, 64, 17, 300, 4, 2});
+  return out;
+}
+
+class InterpreterVsReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(InterpreterVsReference, UnscheduledAndFa2ScheduledMatchTheReference) {
+  const Case &c = GetParam();
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  OwningOpRef<ModuleOp> program = buildProgram(context, c.variant, c.dtype, c.headDim);
+  ASSERT_TRUE(program) << diags.text;
+
+  Problem p{2, c.seqlenQ, c.seqlenK, c.headsQ, c.headsKv, c.headDim, c.headDim, 1.0f / std::sqrt(float(c.headDim)), {}};
+  uint64_t seed = seedFor(c.name());
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  test::Inputs in = test::randomInputs(p, seed);
+  interp::RoundFn round = c.dtype == ElementType::BF16 ? interp::roundToBf16 : interp::roundToF16;
+  test::Reference ref = test::referenceAttention(p, in, c.variant == "causal" ? test::Mask::Causal : test::Mask::None,
+                                                 round);
+
+  Outputs unscheduled = runChecked(funcOf(*program), p, in, diags);
+  expectMatchesReference(unscheduled, ref, p, "unscheduled");
+
+  const std::pair<const char *, fa2::Fa2Options> schedules[] = {
+      {"fa2 defaults", fa2::Fa2Options{}},
+      {"fa2 blockM 64 blockN 32 warps 4", fa2::Fa2Options{.blockM = 64, .blockN = 32, .warps = 4}}};
+  for (const auto &[label, options] : schedules) {
+    OwningOpRef<ModuleOp> sched = scheduled(*program, options);
+    ASSERT_TRUE(sched) << label << ": the FA2 pipeline failed\n" << diags.text;
+    tile::FuncOp func = funcOf(*sched);
+    ASSERT_TRUE(func.getScheduleAttr()) << label;
+    ASSERT_FALSE(func.getBody().getOps<tile::CopyAsyncOp>().empty()) << label << ": not pipelined";
+    Outputs out = runChecked(func, p, in, diags);
+    expectMatchesReference(out, ref, p, label);
+    expectAgree(out, unscheduled, test::errorBound(ref), label);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, InterpreterVsReference, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case> &info) { return info.param.name(); });
+
+//===----------------------------------------------------------------------===//
+// The oracle can fail
+//===----------------------------------------------------------------------===//
+
+/// Causal attention, FA2 with small tiles so that the walk has a masked tail and an unmasked interior.
+struct CausalFixture : ::testing::Test {
+  MLIRContext context;
+  DiagnosticCapture diags{context};
+  Problem p{2, 128, 128, 2, 2, 64, 64, 0.125f, {}};
+  test::Inputs in = test::randomInputs(p, seedFor(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+  OwningOpRef<ModuleOp> program = buildProgram(context, "causal", ElementType::BF16, 64);
+  OwningOpRef<ModuleOp> sched =
+      program ? scheduled(*program, fa2::Fa2Options{.blockM = 64, .blockN = 32, .warps = 4}) : nullptr;
+
+  /// The scheduled program's ops of type T with a given operand name, in every K/V loop.
+  template <typename T> SmallVector<T> inLoops(ModuleOp module, StringRef operand) {
+    SmallVector<T> ops;
+    funcOf(module).walk([&](T op) {
+      if (op->template getParentOfType<tile::KvLoopOp>() && op.getOperand() == operand)
+        ops.push_back(op);
+    });
+    return ops;
+  }
+  /// Runs `module`, expecting failure; returns the diagnostics.
+  std::string runExpectingFailure(ModuleOp module) {
+    diags.text.clear();
+    std::vector<float> o, lse;
+    EXPECT_TRUE(failed(interp::run(funcOf(module), p, in.q, in.k, in.v, o, lse)));
+    return diags.text;
+  }
+};
+
+TEST_F(CausalFixture, DroppingTheMaskOfABoundarySegmentBreaksTheResult) {
+  ASSERT_TRUE(sched) << diags.text;
+  test::Reference ref = test::referenceAttention(p, in, test::Mask::Causal, interp::roundToBf16);
+  Outputs intact = runChecked(funcOf(*sched), p, in, diags);
+  expectMatchesReference(intact, ref, p, "intact schedule");
+
+  int interiors = 0, masksDropped = 0;
+  for (auto loop : funcOf(*sched).getBody().getOps<tile::KvLoopOp>()) {
+    interiors += loop.getSegment() == "interior";
+    if (loop.getSegment() != "tail_boundary")
+      continue;
+    loop.getBody().walk([&](tile::MaskOp mask) {
+      mask.getResult().replaceAllUsesWith(mask.getS());
+      mask.erase();
+      ++masksDropped;
+    });
+  }
+  ASSERT_EQ(masksDropped, 1);
+  ASSERT_EQ(interiors, 1);
+  Outputs broken = runChecked(funcOf(*sched), p, in, diags);
+  double err = test::maxAbsDiff(broken.o, ref.o), bound = test::errorBound(ref);
+  EXPECT_GT(err, 10 * bound) << "a causal program without its boundary mask must not match the reference";
+}
+
+TEST_F(CausalFixture, WaitingAfterTheLoadIsAPipelineHazard) {
+  ASSERT_TRUE(sched) << diags.text;
+  auto loads = inLoops<tile::LoadOp>(*sched, "k");
+  auto waits = inLoops<tile::WaitAsyncOp>(*sched, "k");
+  ASSERT_FALSE(waits.empty());
+  ASSERT_EQ(waits.size(), loads.size());
+  for (auto [wait, load] : llvm::zip(waits, loads))
+    wait->moveAfter(load);
+  EXPECT_NE(runExpectingFailure(*sched).find("pipeline hazard: load of k tile 1 but its copy has not landed"),
+            std::string::npos)
+      << diags.text;
+}
+
+TEST_F(CausalFixture, DroppingAWaitIsAPipelineHazard) {
+  ASSERT_TRUE(sched) << diags.text;
+  // The wait for V is also the barrier after which K's buffer may be refilled: without it the copy of the next
+  // K tile races with the warps still reading the current one.
+  for (auto wait : inLoops<tile::WaitAsyncOp>(*sched, "v"))
+    wait.erase();
+  std::string text = runExpectingFailure(*sched);
+  EXPECT_NE(text.find("pipeline hazard: copy of k tile 0 overwrites the buffer holding tile 1 with no "
+                      "tile.wait_async barrier since it was read"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("in program instance batch 0, head 0, Q tile 0"), std::string::npos) << text;
+}
+
+TEST_F(CausalFixture, OverwritingTheSingleKBufferBeforeItIsReadIsAPipelineHazard) {
+  ASSERT_TRUE(sched) << diags.text;
+  // Start the copy of the next K tile (with the index arithmetic it needs) before the current one is loaded.
+  auto loads = inLoops<tile::LoadOp>(*sched, "k");
+  auto copies = inLoops<tile::CopyAsyncOp>(*sched, "k");
+  ASSERT_EQ(copies.size(), loads.size());
+  for (auto [copy, load] : llvm::zip(copies, loads)) {
+    for (Value operand : copy->getOperands())
+      if (Operation *def = operand.getDefiningOp(); def && def->getBlock() == load->getBlock())
+        for (Value inner : def->getOperands())
+          if (Operation *innerDef = inner.getDefiningOp(); innerDef && innerDef->getBlock() == load->getBlock())
+            innerDef->moveBefore(load);
+    for (Value operand : copy->getOperands())
+      if (Operation *def = operand.getDefiningOp(); def && def->getBlock() == load->getBlock())
+        def->moveBefore(load);
+    copy->moveBefore(load);
+  }
+  std::string text = runExpectingFailure(*sched);
+  EXPECT_NE(text.find("pipeline hazard: load of k tile 1 but the buffer holds tile 1 and the copy of tile 0 into it "
+                      "is in flight"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(CausalFixture, AWaitThatLeavesItsCopyPendingIsAPipelineHazard) {
+  ASSERT_TRUE(sched) << diags.text;
+  auto waitQ = *funcOf(*sched).getBody().getOps<tile::WaitAsyncOp>().begin();
+  ASSERT_EQ(waitQ.getOperand(), "q");
+  waitQ.setPending(2);
+  std::string text = runExpectingFailure(*sched);
+  EXPECT_NE(text.find("pipeline hazard: wait_async q {pending = 2} may return before its copy lands"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(CausalFixture, BadSizesAndUnknownOpsAreDiagnosed) {
+  ASSERT_TRUE(program) << diags.text;
+  Problem wrongHeads = p;
+  wrongHeads.headsKv = 3;
+  std::vector<float> o, lse;
+  EXPECT_TRUE(failed(interp::run(funcOf(*program), wrongHeads, in.q, in.k, in.v, o, lse)));
+  EXPECT_NE(diags.text.find("heads_q (2) must be a positive multiple of heads_kv (3)"), std::string::npos) << diags.text;
+
+  std::vector<float> shortQ(in.q.begin(), in.q.end() - 1);
+  diags.text.clear();
+  EXPECT_TRUE(failed(interp::run(funcOf(*program), p, shortQ, in.k, in.v, o, lse)));
+  EXPECT_NE(diags.text.find("q holds 32767 values but batch·seqlen_q·heads_q·head_dim = 2·128·2·64 = 32768"),
+            std::string::npos)
+      << diags.text;
+
+  // An op the interpreter does not know, inside the mask region.
+  tile::MaskOp mask;
+  funcOf(*program).walk([&](tile::MaskOp op) { mask = op; });
+  ASSERT_TRUE(mask);
+  OpBuilder b(mask.getBody().front().getTerminator());
+  Value one = arith::ConstantFloatOp::create(b, b.getUnknownLoc(), b.getF32Type(), APFloat(1.0f));
+  math::SinOp::create(b, b.getUnknownLoc(), one);
+  EXPECT_NE(runExpectingFailure(*program).find("the interpreter does not support 'math.sin'"), std::string::npos)
+      << diags.text;
+}
+
+//===----------------------------------------------------------------------===//
+// Building blocks
+//===----------------------------------------------------------------------===//
+
+TEST(InterpreterRounding, MatchesAPFloatRoundToNearestEven) {
+  std::mt19937 rng(seedFor("rounding"));
+  auto viaAPFloat = [](float x, const llvm::fltSemantics &sem) {
+    bool lost;
+    APFloat a(x);
+    a.convert(sem, APFloat::rmNearestTiesToEven, &lost);
+    a.convert(APFloat::IEEEsingle(), APFloat::rmNearestTiesToEven, &lost);
+    return a.convertToFloat();
+  };
+  auto same = [](float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); };
+  // Random bit patterns cover every exponent; ties are built on purpose (a kept value plus half its last place).
+  std::vector<float> xs = {0.0f, -0.0f, 65504.0f, 65519.0f, 65520.0f, 1e-8f, 6e-8f, 3e-8f, -2.98023224e-8f,
+                           std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(),
+                           std::numeric_limits<float>::infinity()};
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t bits = rng();
+    float x = std::bit_cast<float>(bits);
+    if (!std::isnan(x))
+      xs.push_back(x);
+    xs.push_back(std::bit_cast<float>((bits & 0xffff0000u) | 0x8000u)); // bf16 tie
+    xs.push_back(std::ldexp(float(int(rng() % 4096) * 2 + 1), -12 - int(rng() % 30))); // f16 ties and near-ties
+  }
+  int bad = 0;
+  for (float x : xs) {
+    if (std::isnan(x))
+      continue;
+    if (!same(interp::roundToBf16(x), viaAPFloat(x, APFloat::BFloat())) && bad++ < 5)
+      ADD_FAILURE() << "bf16(" << x << ") = " << interp::roundToBf16(x);
+    if (!same(interp::roundToF16(x), viaAPFloat(x, APFloat::IEEEhalf())) && bad++ < 5)
+      ADD_FAILURE() << "f16(" << x << ") = " << interp::roundToF16(x);
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_TRUE(std::isnan(interp::roundToBf16(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::isnan(interp::roundToF16(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST(InterpreterScalarOps, FollowArithSemantics) {
+  MLIRContext context;
+  context.loadDialect<arith::ArithDialect, math::MathDialect>();
+  OpBuilder b(&context);
+  Location loc = b.getUnknownLoc();
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  b.setInsertionPointToEnd(module->getBody());
+  Value i = arith::ConstantIntOp::create(b, loc, 0, 32);
+  Value f = arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
+  std::string error;
+  auto eval = [&](Operation *op, std::vector<Scalar> in) {
+    return interp::evalScalarOp(op, in, [&](const Twine &m) { error = m.str(); });
+  };
+  auto intOf = [&](Operation *op, int64_t a, int64_t c) {
+    FailureOr<Scalar> r = eval(op, {Scalar::integer(a), Scalar::integer(c)});
+    EXPECT_TRUE(succeeded(r)) << error;
+    return succeeded(r) ? r->i : -12345;
+  };
+  EXPECT_EQ(intOf(arith::CeilDivSIOp::create(b, loc, i, i), 7, 2), 4);
+  EXPECT_EQ(intOf(arith::CeilDivSIOp::create(b, loc, i, i), -7, 2), -3);
+  EXPECT_EQ(intOf(arith::CeilDivSIOp::create(b, loc, i, i), -7, -2), 4);
+  EXPECT_EQ(intOf(arith::FloorDivSIOp::create(b, loc, i, i), -7, 2), -4);
+  EXPECT_EQ(intOf(arith::DivSIOp::create(b, loc, i, i), -7, 2), -3);
+  EXPECT_EQ(intOf(arith::RemSIOp::create(b, loc, i, i), -7, 2), -1);
+  EXPECT_EQ(intOf(arith::AddIOp::create(b, loc, i, i), INT32_MAX, 1), INT32_MIN); // wraps around
+  EXPECT_EQ(intOf(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, i, i), -1, 0), 0);
+  EXPECT_NE(intOf(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, i, i), -1, 0), 0);
+  EXPECT_TRUE(failed(eval(arith::DivSIOp::create(b, loc, i, i), {Scalar::integer(1), Scalar::integer(0)})));
+  EXPECT_NE(error.find("division by zero"), std::string::npos);
+
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  auto realOf = [&](Operation *op, float a, float c) {
+    FailureOr<Scalar> r = eval(op, {Scalar::real(a), Scalar::real(c)});
+    EXPECT_TRUE(succeeded(r)) << error;
+    return succeeded(r) ? (r->isFloat ? r->f : float(r->i)) : -12345.0f;
+  };
+  EXPECT_NE(realOf(arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UGT, f, f), nan, 1.0f), 0.0f);
+  EXPECT_EQ(realOf(arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, f, f), nan, 1.0f), 0.0f);
+  EXPECT_FALSE(std::signbit(realOf(arith::MaximumFOp::create(b, loc, f, f), -0.0f, 0.0f)));
+  EXPECT_TRUE(std::isnan(realOf(arith::MaximumFOp::create(b, loc, f, f), nan, 1.0f)));
+  EXPECT_TRUE(failed(eval(arith::ShLIOp::create(b, loc, i, i), {Scalar::integer(1), Scalar::integer(1)})));
+  EXPECT_NE(error.find("does not support 'arith.shli'"), std::string::npos);
+}
+
+} // namespace

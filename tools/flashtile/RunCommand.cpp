@@ -1,0 +1,427 @@
+//===- RunCommand.cpp - run and info: the commands that use the GPU -------===//
+//
+// `run` checks one forward against the reference (GpuReference.h) and times it. No MLIR here: this file is also
+// in the runtime-only build, where kernels come from an ahead-of-time directory.
+#include "Args.h"
+#include "Commands.h"
+
+#include "GpuReference.h"
+#include "flashtile/runtime/CudaDriver.h"
+#include "flashtile/runtime/Nvrtc.h"
+#include "flashtile/runtime/Runtime.h"
+#include "flashtile/runtime/Version.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace flashtile::cli {
+
+namespace {
+
+using reference::DeviceBuffer;
+using reference::GpuReference;
+
+constexpr int kDefaultIters = 20;
+constexpr int kDefaultWarmup = 5;
+/// Inputs are N(0, 1) from this seed unless --seed is given, so that two runs of one shape see the same data.
+constexpr unsigned long long kDefaultSeed = 1;
+/// Input sets smaller than this are replicated and cycled through while timing, so that a call does not find its
+/// inputs in L2 (50-60 MB on H100/H200) left there by the previous call.
+constexpr size_t kRotationBytes = size_t(200) << 20;
+
+int fail(const Status &status) {
+  std::cerr << "flashtile: error: " << status.message() << "\n";
+  return 1;
+}
+
+struct RunOptions {
+  std::string variant; // "none" or "causal"
+  DType dtype = DType::BF16;
+  int headDim = 0, batch = 0, headsQ = 0, headsKv = 0, seqlenQ = 0, seqlenK = 0;
+  int iters = kDefaultIters, warmup = kDefaultWarmup;
+  float scale = 0.f; // 0: 1/sqrt(headDim)
+  unsigned long long seed = kDefaultSeed;
+  std::string aotDir; // empty: JIT
+  bool causal() const { return variant == "causal"; }
+};
+
+/// An integer flag that must be >= `minimum`; a missing one is an error when `fallback` is negative.
+StatusOr<int> intFlag(const Args &args, const std::string &name, int fallback, int minimum) {
+  if (!args.has(name) && fallback < 0)
+    return Status::error("run: --" + name + " is required");
+  StatusOr<int> value = args.getInt(name, fallback);
+  if (!value.ok())
+    return value.status();
+  if (*value < minimum)
+    return Status::error("--" + name + " must be >= " + std::to_string(minimum) + ", got " + std::to_string(*value));
+  return value;
+}
+
+StatusOr<RunOptions> parseRunOptions(const std::vector<std::string> &argv) {
+  StatusOr<Args> args = Args::parse(argv,
+                                    {"variant", "dtype", "head-dim", "batch", "heads", "heads-kv", "seqlen-q",
+                                     "seqlen-k", "aot-dir", "iters", "warmup", "scale", "seed"},
+                                    {});
+  if (!args.ok())
+    return args.status();
+  RunOptions o;
+  o.variant = args->get("variant", "none");
+  if (o.variant != "none" && o.variant != "causal")
+    return Status::error("--variant: unknown '" + o.variant + "'; accepted: none, causal");
+  const std::string dtype = args->get("dtype", "bf16");
+  if (dtype != "bf16" && dtype != "f16")
+    return Status::error("--dtype: unknown '" + dtype + "'; accepted: bf16, f16");
+  o.dtype = dtype == "bf16" ? DType::BF16 : DType::F16;
+
+  StatusOr<int> headDim = intFlag(*args, "head-dim", 128, 1);
+  if (!headDim.ok())
+    return headDim.status();
+  if (std::find(kSupportedHeadDims.begin(), kSupportedHeadDims.end(), *headDim) == kSupportedHeadDims.end()) {
+    std::string accepted;
+    for (int d : kSupportedHeadDims)
+      accepted += (accepted.empty() ? "" : ", ") + std::to_string(d);
+    return Status::error("--head-dim: " + std::to_string(*headDim) + " is not supported; accepted: " + accepted);
+  }
+  o.headDim = *headDim;
+
+  struct IntField {
+    const char *name;
+    int *field;
+    int fallback; // < 0: required
+    int minimum;
+  };
+  for (const IntField &f : {IntField{"batch", &o.batch, -1, 1},
+                            {"heads", &o.headsQ, -1, 1},
+                            {"seqlen-q", &o.seqlenQ, -1, 1},
+                            {"seqlen-k", &o.seqlenK, -1, 0},
+                            {"iters", &o.iters, kDefaultIters, 1},
+                            {"warmup", &o.warmup, kDefaultWarmup, 0}}) {
+    StatusOr<int> value = intFlag(*args, f.name, f.fallback, f.minimum);
+    if (!value.ok())
+      return value.status();
+    *f.field = *value;
+  }
+  StatusOr<int> headsKv = intFlag(*args, "heads-kv", o.headsQ, 1);
+  if (!headsKv.ok())
+    return headsKv.status();
+  if (o.headsQ % *headsKv != 0)
+    return Status::error("--heads-kv " + std::to_string(*headsKv) + " must divide --heads " + std::to_string(o.headsQ) +
+                         " (each KV head serves a group of query heads)");
+  o.headsKv = *headsKv;
+
+  if (args->has("scale")) {
+    const std::string text = args->get("scale");
+    char *end = nullptr;
+    const float scale = std::strtof(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !std::isfinite(scale) || scale <= 0.f)
+      return Status::error("--scale expects a positive finite number, got '" + text + "'");
+    o.scale = scale;
+  }
+  if (args->has("seed")) {
+    const std::string text = args->get("seed");
+    char *end = nullptr;
+    o.seed = std::strtoull(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || text[0] == '-')
+      return Status::error("--seed expects a non-negative decimal integer, got '" + text + "'");
+  }
+  o.aotDir = args->get("aot-dir");
+  if (args->has("aot-dir") && o.aotDir.empty())
+    return Status::error("--aot-dir needs a directory");
+  return o;
+}
+
+/// The (query, key) pairs a forward attends: all Sq x Sk, or for bottom-right causal masking the keys
+/// j <= i + Sk - Sq of each query i.
+double attendedPairs(const RunOptions &o) {
+  if (!o.causal())
+    return double(o.seqlenQ) * o.seqlenK;
+  double pairs = 0;
+  for (long long i = 0; i < o.seqlenQ; ++i)
+    pairs += double(std::clamp<long long>(i + o.seqlenK - o.seqlenQ + 1, 0, o.seqlenK));
+  return pairs;
+}
+
+/// Q·Kᵀ and P·V: 2 FLOPs per multiply-add, headDim multiply-adds each, per attended pair, batch and query head.
+double forwardFlops(const RunOptions &o) { return 4.0 * o.batch * o.headsQ * double(o.headDim) * attendedPairs(o); }
+
+/// `copies` packed input/output sets side by side (each tensor's copies contiguous), to cycle through in timing.
+struct InputSets {
+  size_t copies = 0;
+  size_t qElems = 0, kvElems = 0, lseElems = 0; // per set
+  DeviceBuffer q, k, v, o, lse;
+
+  AttentionArgs args(const RunOptions &opt, size_t set) const {
+    const size_t lowBytes = sizeof(uint16_t);
+    AttentionArgs a = AttentionArgs::contiguous(
+        opt.dtype, q.as<const void>(set * qElems * lowBytes), k.as<const void>(set * kvElems * lowBytes),
+        v.as<const void>(set * kvElems * lowBytes), o.as<void>(set * qElems * lowBytes),
+        lse.as<float>(set * lseElems * sizeof(float)), opt.batch, opt.seqlenQ, opt.seqlenK, opt.headsQ, opt.headsKv,
+        opt.headDim);
+    a.softmaxScale = opt.scale;
+    a.variant = opt.variant;
+    return a;
+  }
+};
+
+Status makeInputSets(const RunOptions &opt, const GpuReference &ref, InputSets &sets) {
+  const size_t B = opt.batch, D = opt.headDim;
+  sets.qElems = B * opt.seqlenQ * opt.headsQ * D;
+  sets.kvElems = B * opt.seqlenK * opt.headsKv * D;
+  sets.lseElems = B * opt.headsQ * opt.seqlenQ;
+  const size_t setBytes = (2 * sets.qElems + 2 * sets.kvElems) * sizeof(uint16_t) + sets.lseElems * sizeof(float);
+  sets.copies = setBytes >= kRotationBytes ? 1 : (kRotationBytes + setBytes - 1) / setBytes;
+  const size_t n = sets.copies;
+  for (auto [buffer, bytes] : {std::pair{&sets.q, n * sets.qElems * sizeof(uint16_t)},
+                               {&sets.k, n * sets.kvElems * sizeof(uint16_t)},
+                               {&sets.v, n * sets.kvElems * sizeof(uint16_t)},
+                               {&sets.o, n * sets.qElems * sizeof(uint16_t)},
+                               {&sets.lse, n * sets.lseElems * sizeof(float)}})
+    if (Status s = buffer->allocate(bytes); !s.ok())
+      return s;
+  // O and LSE poisoned (NaN), so that an element the kernel does not write fails the check.
+  for (const DeviceBuffer *buffer : {&sets.o, &sets.lse})
+    if (Status s = buffer->fill(reference::kPoisonByte); !s.ok())
+      return s;
+  // Each tensor's copies form one packed tensor of copies x batch batches.
+  const int batches = int(n * B);
+  const long long Sq = opt.seqlenQ, Sk = opt.seqlenK, Hq = opt.headsQ, Hkv = opt.headsKv, d = opt.headDim;
+  const std::array<long long, 4> qStride{Sq * Hq * d, Hq * d, d, 1}, kvStride{Sk * Hkv * d, Hkv * d, d, 1};
+  if (Status s = ref.fill(sets.q.as<void>(), opt.dtype, batches, opt.seqlenQ, opt.headsQ, opt.headDim, qStride,
+                          opt.seed * 3 + 0);
+      !s.ok())
+    return s;
+  if (Status s = ref.fill(sets.k.as<void>(), opt.dtype, batches, opt.seqlenK, opt.headsKv, opt.headDim, kvStride,
+                          opt.seed * 3 + 1);
+      !s.ok())
+    return s;
+  if (Status s = ref.fill(sets.v.as<void>(), opt.dtype, batches, opt.seqlenK, opt.headsKv, opt.headDim, kvStride,
+                          opt.seed * 3 + 2);
+      !s.ok())
+    return s;
+  return reference::synchronize("fill_normal");
+}
+
+/// Checks set 0's forward output against both references.
+StatusOr<reference::Comparison> check(const RunOptions &opt, const GpuReference &ref, const InputSets &sets) {
+  const AttentionArgs args = sets.args(opt, 0);
+  std::vector<uint16_t> o;
+  std::vector<float> lse;
+  if (Status s = sets.o.download(o, 0, sets.qElems); !s.ok())
+    return s;
+  if (Status s = sets.lse.download(lse, 0, sets.lseElems); !s.ok())
+    return s;
+  StatusOr<reference::ReferenceOutputs> fp32 = ref.runToHost(args, opt.causal(), reference::Precision::Fp32);
+  if (!fp32.ok())
+    return fp32.status().withContext("reference (fp32)");
+  StatusOr<reference::ReferenceOutputs> lowp = ref.runToHost(args, opt.causal(), reference::Precision::Lowp);
+  if (!lowp.ok())
+    return lowp.status().withContext("reference (lowp)");
+  return reference::compare(args, o, lse, *fp32, *lowp);
+}
+
+/// CUDA events, destroyed with the object.
+class Events {
+public:
+  explicit Events(const CudaDriver &driver) : d(driver) {}
+  Events(const Events &) = delete;
+  Events &operator=(const Events &) = delete;
+  ~Events() {
+    for (CUevent event : events)
+      d.cuEventDestroy_v2(event);
+  }
+  StatusOr<CUevent> create() {
+    CUevent event = nullptr;
+    if (Status s = d.check(d.cuEventCreate(&event, CU_EVENT_DEFAULT), "cuEventCreate"); !s.ok())
+      return s;
+    events.push_back(event);
+    return event;
+  }
+
+private:
+  const CudaDriver &d;
+  std::vector<CUevent> events;
+};
+
+/// Milliseconds of each of `opt.iters` forwards (after `opt.warmup` untimed ones), cycling through the input sets.
+StatusOr<std::vector<float>> timeForwards(const RunOptions &opt, const CudaDriver &d, Runtime &runtime,
+                                          const InputSets &sets) {
+  size_t set = 0;
+  auto next = [&] { return sets.args(opt, set++ % sets.copies); };
+  for (int i = 0; i < opt.warmup; ++i)
+    if (Status s = runtime.forward(next()); !s.ok())
+      return s.withContext("warm-up forward");
+  Events events(d);
+  std::vector<std::pair<CUevent, CUevent>> marks;
+  for (int i = 0; i < opt.iters; ++i) {
+    StatusOr<CUevent> start = events.create(), stop = events.create();
+    if (!start.ok())
+      return start.status();
+    if (!stop.ok())
+      return stop.status();
+    marks.emplace_back(*start, *stop);
+  }
+  for (auto [start, stop] : marks) {
+    if (Status s = d.check(d.cuEventRecord(start, nullptr), "cuEventRecord"); !s.ok())
+      return s;
+    if (Status s = runtime.forward(next()); !s.ok())
+      return s.withContext("timed forward");
+    if (Status s = d.check(d.cuEventRecord(stop, nullptr), "cuEventRecord"); !s.ok())
+      return s;
+  }
+  if (Status s = reference::synchronize("timed forwards"); !s.ok())
+    return s;
+  std::vector<float> ms;
+  for (auto [start, stop] : marks) {
+    float elapsed = 0;
+    if (Status s = d.check(d.cuEventElapsedTime(&elapsed, start, stop), "cuEventElapsedTime"); !s.ok())
+      return s;
+    ms.push_back(elapsed);
+  }
+  return ms;
+}
+
+double median(std::vector<float> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (double(values[n / 2 - 1]) + values[n / 2]);
+}
+
+/// Where the first call's kernel came from, from the JIT cache's counters before and after it.
+std::string kernelSource(const KernelCache::Stats &before, const KernelCache::Stats &after) {
+  if (after.misses > before.misses)
+    return "JIT compiled: cache miss";
+  if (after.diskHits > before.diskHits)
+    return "JIT kernel from the disk cache";
+  if (after.memoryHits > before.memoryHits)
+    return "JIT kernel from memory";
+  return "ahead-of-time kernel";
+}
+
+} // namespace
+
+int runCommand(const std::vector<std::string> &argv) {
+  StatusOr<RunOptions> parsed = parseRunOptions(argv);
+  if (!parsed.ok())
+    return fail(parsed.status());
+  const RunOptions &opt = *parsed;
+
+  if (opt.aotDir.empty() && !hasCompiler())
+    return fail(Status::error("run: this flashtile is runtime-only (no compiler): give --aot-dir DIR, a directory "
+                              "of kernels made with `flashtile aot --arch ARCH --out DIR` (`flashtile info` shows "
+                              "this GPU's ARCH)"));
+
+  StatusOr<const CudaDriver *> driver = CudaDriver::get();
+  if (!driver.ok())
+    return fail(driver.status().withContext("run needs an NVIDIA GPU"));
+  const CudaDriver &d = **driver;
+  if (StatusOr<CUdevice> device = d.currentDevice(); !device.ok())
+    return fail(device.status().withContext("run needs an NVIDIA GPU"));
+  StatusOr<std::string> arch = d.detectArch();
+  if (!arch.ok())
+    return fail(arch.status().withContext("this GPU cannot run flashtile kernels"));
+
+  Runtime runtime;
+  std::string kernels;
+  if (!opt.aotDir.empty()) {
+    if (Status s = runtime.loadAotDirectory(opt.aotDir); !s.ok())
+      return fail(s);
+    kernels = "kernels from " + opt.aotDir;
+  } else {
+    installCompiler(runtime);
+    kernels = "JIT kernels";
+  }
+  StatusOr<GpuReference> ref = GpuReference::create();
+  if (!ref.ok())
+    return fail(ref.status().withContext("setting up the reference kernels"));
+
+  std::printf("flashtile %s: %s %s hd=%d B=%d Hq=%d Hkv=%d Sq=%d Sk=%d on %s, %s\n",
+              std::string(compilerVersion()).c_str(), opt.variant.c_str(), std::string(dtypeName(opt.dtype)).c_str(),
+              opt.headDim, opt.batch, opt.headsQ, opt.headsKv, opt.seqlenQ, opt.seqlenK, arch->c_str(),
+              kernels.c_str());
+  std::fflush(stdout);
+
+  InputSets sets;
+  if (Status s = makeInputSets(opt, *ref, sets); !s.ok())
+    return fail(s.withContext("preparing inputs"));
+
+  // First call: kernel lookup (a JIT compile on a cache miss), module load and the forward itself.
+  const KernelCache::Stats before = runtime.cache().stats();
+  const auto firstStart = std::chrono::steady_clock::now();
+  if (Status s = runtime.forward(sets.args(opt, 0)); !s.ok())
+    return fail(s);
+  if (Status s = reference::synchronize("flashtile forward"); !s.ok())
+    return fail(s);
+  const double firstMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - firstStart).count();
+  std::printf("first call: %.1f ms (%s)\n", firstMs, kernelSource(before, runtime.cache().stats()).c_str());
+
+  bool pass = false;
+  StatusOr<reference::Comparison> compared = check(opt, *ref, sets);
+  if (!compared.ok()) {
+    std::printf("check: not done: %s\n", compared.status().message().c_str());
+  } else {
+    pass = compared->pass();
+    std::printf("check: %s\n", compared->summary().c_str());
+    for (const std::string &failure : compared->failures())
+      std::printf("  %s\n", failure.c_str());
+  }
+  std::fflush(stdout);
+
+  StatusOr<std::vector<float>> ms = timeForwards(opt, d, runtime, sets);
+  if (!ms.ok())
+    return fail(ms.status());
+  const double medianMs = median(*ms);
+  const double flops = forwardFlops(opt);
+  std::printf("time: median %.4f ms (min %.4f, max %.4f) over %d iterations after %d warm-up, %zu input set%s "
+              "rotated\n",
+              medianMs, double(*std::min_element(ms->begin(), ms->end())),
+              double(*std::max_element(ms->begin(), ms->end())), opt.iters, opt.warmup, sets.copies,
+              sets.copies == 1 ? "" : "s");
+  std::printf("throughput: %.1f TFLOP/s (%.4g FLOPs = 4*B*Hq*D*attended pairs)\n",
+              medianMs > 0 ? flops / (medianMs * 1e-3) / 1e12 : 0.0, flops);
+  std::printf("%s\n", pass ? "PASS" : "FAIL");
+  return pass ? 0 : 1;
+}
+
+int infoCommand() {
+  std::printf("flashtile  %s\n", std::string(compilerVersion()).c_str());
+  std::printf("compiler   %s\n", hasCompiler() ? "built in: kernels are JIT-compiled on demand"
+                                               : "not built in (runtime-only build): run kernels with --aot-dir DIR");
+  StatusOr<std::string> nvrtc = nvrtcVersion();
+  std::printf("NVRTC      %s\n", nvrtc.ok() ? nvrtc->c_str() : ("not available: " + nvrtc.status().message()).c_str());
+
+  StatusOr<const CudaDriver *> driver = CudaDriver::get();
+  if (!driver.ok()) {
+    std::printf("driver     not available: %s\nGPU        none usable\n", driver.status().message().c_str());
+    return 0;
+  }
+  std::printf("driver     libcuda loaded\n");
+  const CudaDriver &d = **driver;
+  StatusOr<CUdevice> device = d.currentDevice();
+  if (!device.ok()) {
+    std::printf("GPU        none usable: %s\n", device.status().message().c_str());
+    return 0;
+  }
+  int major = 0, minor = 0, sms = 0, l2Bytes = 0;
+  for (auto [value, attribute] : {std::pair{&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR},
+                                  {&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR},
+                                  {&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT},
+                                  {&l2Bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE}})
+    if (Status s = d.check(d.cuDeviceGetAttribute(value, attribute, *device), "cuDeviceGetAttribute"); !s.ok()) {
+      std::printf("GPU        unknown: %s\n", s.message().c_str());
+      return 0;
+    }
+  StatusOr<std::string> arch = archForComputeCapability(major, minor);
+  std::printf("GPU        compute capability %d.%d, %d SMs, %d MiB L2: %s\n", major, minor, sms, l2Bytes >> 20,
+              arch.ok() ? ("target " + *arch).c_str() : arch.status().message().c_str());
+  return 0;
+}
+
+} // namespace flashtile::cli
