@@ -394,6 +394,9 @@ LogicalResult Interpreter::exec(CopyAsyncOp op) {
       return failure();
     pred = p->isTrue();
   }
+  // Loads check the upper end of the range; a copy has no tile type to derive the tile count from.
+  if (pred && index < 0)
+    return fail(op, "copy of " + op.getOperand() + " tile " + Twine(index) + " outside the sequence");
   if (auto hazard = copies.copy(*AsyncCopies::bufferOf(op.getOperand().str()), index, pred))
     return fail(op, *hazard);
   return success();

@@ -147,18 +147,18 @@ private:
   NameScopes names;
   ScalarEmitter scalars;
   NameScopes functionNames;
-  llvm::DenseMap<Operation *, std::string> functionOf;  ///< score_mod / mask op -> its function
-  llvm::StringMap<std::string> functionByText;          ///< printed body -> function name
+  llvm::DenseMap<Operation *, std::string> functionOf; ///< score_mod / mask op -> its function
+  llvm::StringMap<std::string> functionByText;         ///< printed body -> function name
   bool rowsDeclared = false;
+  bool boundsCommented = false;
 };
 
 //===----------------------------------------------------------------------===//
 // Variant functions
 //===----------------------------------------------------------------------===//
 
-FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &body, StringRef base,
-                                                      StringRef returnType, ArrayRef<StringRef> args,
-                                                      CudaWriter &out) {
+FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &body, StringRef base, StringRef returnType,
+                                                      ArrayRef<StringRef> args, CudaWriter &out) {
   CudaWriter fw;
   NameScopes fnames;
   for (StringRef reserved : {"p", "sm80", "ceilDiv", "floorDiv"})
@@ -229,8 +229,8 @@ LogicalResult KernelPrinter::printVariantFunctions(CudaWriter &out) {
 //===----------------------------------------------------------------------===//
 
 void KernelPrinter::assignNames() {
-  for (StringRef reserved : {"p", "sm80", "ceilDiv", "floorDiv", "qFirst", "qLast", "kBlockM", "kBlockN",
-                             "kHeadDim", "kHeadDimV", "kWarps", "kThreads"})
+  for (StringRef reserved : {"p", "sm80", "ceilDiv", "floorDiv", "qFirst", "qLast", "kBlockM", "kBlockN", "kHeadDim",
+                             "kHeadDimV", "kWarps", "kThreads"})
     names.reserve(reserved);
   for (const std::string &reserved : target.reservedNames())
     names.reserve(reserved);
@@ -321,12 +321,13 @@ LogicalResult KernelPrinter::printKvRange(KvRangeOp range) {
     rowsDeclared = true;
   }
   std::string lo = range.getKind().str() + "Lo", hi = range.getKind().str() + "Hi";
+  std::string keys = "[" + lo + ", " + hi + ")";
   if (range.getKind() == "may")
-    w.comment("---- KV-range rule \"may\" (variant): no row of this block attends a key outside [" + lo + ", " + hi +
-              "), so tiles outside are skipped ----");
+    w.comment("---- KV-range rule \"may\" (variant): no row of this block attends a key outside " + keys +
+              ": tiles out there are skipped ----");
   else
-    w.comment("---- KV-range rule \"full\" (variant): every row of this block attends every key in [" + lo + ", " +
-              hi + "), so tiles inside need no mask ----");
+    w.comment("---- KV-range rule \"full\" (variant): every row of this block attends every key in " + keys +
+              ": tiles in there need no mask ----");
   Block &rule = range.getRule().front();
   scalars.bind(rule.getArgument(0), "qFirst");
   scalars.bind(rule.getArgument(1), "qLast");
@@ -363,8 +364,8 @@ LogicalResult KernelPrinter::printKvLoop(KvLoopOp loop) {
   std::string segment = loop.getSegment().str();
   std::replace(segment.begin(), segment.end(), '_', ' ');
   bool descending = loop.getOrder() == "descending";
-  w.comment("---- K/V tiles [" + *lo + ", " + *hi + "): " + segment + " segment, " +
-            (masked ? "masked" : "no mask") + ", walked " + loop.getOrder().str() + " ----");
+  w.comment("---- K/V tiles [" + *lo + ", " + *hi + "): " + segment + " segment, " + (masked ? "masked" : "no mask") +
+            ", walked " + loop.getOrder().str() + " ----");
   names.push();
   std::string j = names.unique("j");
   w.open(descending ? "for (int " + j + " = " + *hi + " - 1; " + j + " >= " + *lo + "; --" + j + ")"
@@ -377,9 +378,38 @@ LogicalResult KernelPrinter::printKvLoop(KvLoopOp loop) {
   return printed;
 }
 
+/// Whether `v` (a top-level scalar) is, or feeds through scalar ops, the bound of a K/V loop segment.
+bool feedsLoopBound(Value v) {
+  SmallVector<Value> work = {v};
+  llvm::DenseSet<Value> seen;
+  while (!work.empty()) {
+    Value next = work.pop_back_val();
+    if (!seen.insert(next).second)
+      continue;
+    for (Operation *user : next.getUsers()) {
+      if (auto loop = dyn_cast<KvLoopOp>(user); loop && (next == loop.getLower() || next == loop.getUpper()))
+        return true;
+      if (ScalarEmitter::isScalarOp(user))
+        work.append(user->result_begin(), user->result_end());
+    }
+  }
+  return false;
+}
+
 LogicalResult KernelPrinter::printOp(Operation *op) {
-  if (ScalarEmitter::isScalarOp(op))
+  if (ScalarEmitter::isScalarOp(op)) {
+    if (!boundsCommented && isa<FuncOp>(op->getParentOp()) && scalars.declares(op) &&
+        feedsLoopBound(op->getResult(0))) {
+      w.comment("---- K/V loop segments: the rules' key ranges in whole tiles of kBlockN keys, clamped to [0, "
+                "seqlen_k) ----");
+      boundsCommented = true;
+    }
     return scalars.emit(op);
+  }
+  // A stage reads apart from scalar code that does not feed it (its own index and predicate stay with it).
+  if (Operation *prev = op->getPrevNode();
+      prev && ScalarEmitter::isScalarOp(prev) && !llvm::is_contained(op->getOperands(), prev->getResult(0)))
+    w.separate();
   auto index = [&](Value v) -> FailureOr<std::string> {
     if (!v)
       return std::string();
@@ -448,8 +478,8 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
           })
           .Case([&](SoftmaxUpdateOp update) -> LogicalResult {
             if (cast<RankedTensorType>(update.getP().getType()).getElementType() != func.getDtype())
-              return update.emitOpError() << "rounds P to a type other than the program's dtype "
-                                          << func.getDtype() << "; the CUDA printer feeds P to the same MMA as V";
+              return update.emitOpError() << "rounds P to a type other than the program's dtype " << func.getDtype()
+                                          << "; the CUDA printer feeds P to the same MMA as V";
             target.softmaxUpdate(w, update.getFoldScale());
             return success();
           })

@@ -16,7 +16,7 @@
 namespace flashtile::codegen {
 
 struct EmittedKernel {
-  std::string source;       ///< CUDA C++, compiled by flashtile::compileCuda for info.arch
+  std::string source;         ///< CUDA C++, compiled by flashtile::compileCuda for info.arch
   flashtile::KernelInfo info; ///< how the runtime launches it (entry, block size, shared memory, ...)
 };
 

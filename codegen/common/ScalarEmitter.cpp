@@ -1,6 +1,7 @@
 //===- ScalarEmitter.cpp - scalar IR as C expressions and statements ------===//
 #include "codegen/common/ScalarEmitter.h"
 
+#include "mlir/IR/Matchers.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -105,10 +106,10 @@ FailureOr<std::string> ScalarEmitter::cType(Type type) {
 bool ScalarEmitter::isScalarOp(Operation *op) {
   return isa<arith::ConstantOp, arith::AddIOp, arith::SubIOp, arith::MulIOp, arith::DivSIOp, arith::CeilDivSIOp,
              arith::FloorDivSIOp, arith::RemSIOp, arith::MinSIOp, arith::MaxSIOp, arith::CmpIOp, arith::AndIOp,
-             arith::OrIOp, arith::XOrIOp, arith::SelectOp, arith::AddFOp, arith::SubFOp, arith::MulFOp,
-             arith::DivFOp, arith::NegFOp, arith::MaximumFOp, arith::MinimumFOp, arith::CmpFOp, arith::SIToFPOp,
-             arith::FPToSIOp, math::TanhOp, math::ExpOp, math::Exp2Op, math::LogOp, math::SqrtOp, math::AbsFOp,
-             math::AbsIOp, tile::DimOp, tile::ParamOp>(op);
+             arith::OrIOp, arith::XOrIOp, arith::SelectOp, arith::AddFOp, arith::SubFOp, arith::MulFOp, arith::DivFOp,
+             arith::NegFOp, arith::MaximumFOp, arith::MinimumFOp, arith::CmpFOp, arith::SIToFPOp, arith::FPToSIOp,
+             math::TanhOp, math::ExpOp, math::Exp2Op, math::LogOp, math::SqrtOp, math::AbsFOp, math::AbsIOp,
+             tile::DimOp, tile::ParamOp>(op);
 }
 
 //===----------------------------------------------------------------------===//
@@ -140,7 +141,9 @@ FailureOr<CExpr> ScalarEmitter::print(Operation *op) {
           return floatLiteral(f.getValue());
         return c.emitOpError() << "has a value the CUDA printer cannot spell: " << c.getValue();
       })
-      .Case([&](tile::DimOp d) { return CExpr{dimField(d.getName()).str(), true}; })
+      .Case([&](tile::DimOp d) {
+        return CExpr{dimField(d.getName()).str(), true};
+      })
       .Case([&](tile::ParamOp p) -> FailureOr<CExpr> {
         int64_t index = func.paramIndex(p.getName());
         if (index < 0)
@@ -163,7 +166,13 @@ FailureOr<CExpr> ScalarEmitter::print(Operation *op) {
       })
       .Case([&](arith::AndIOp) { return binary(isBool ? "&&" : "&"); })
       .Case([&](arith::OrIOp) { return binary(isBool ? "||" : "|"); })
-      .Case([&](arith::XOrIOp) { return binary(isBool ? "!=" : "^"); })
+      .Case([&](arith::XOrIOp x) {
+        // `x ^ true` is how negation reaches the IR: print it as `!x`.
+        for (int i = 0; i < 2; ++i)
+          if (isBool && matchPattern(x->getOperand(1 - i), m_One()))
+            return CExpr{"!" + in[i].operand(), true};
+        return binary(isBool ? "!=" : "^");
+      })
       .Case([&](arith::CmpIOp c) -> FailureOr<CExpr> {
         using P = arith::CmpIPredicate;
         bool isUnsigned = llvm::is_contained({P::ult, P::ule, P::ugt, P::uge}, c.getPredicate());
@@ -199,7 +208,9 @@ FailureOr<CExpr> ScalarEmitter::print(Operation *op) {
       .Case([&](arith::SubFOp) { return binary("-"); })
       .Case([&](arith::MulFOp) { return binary("*"); })
       .Case([&](arith::DivFOp) { return binary("/"); })
-      .Case([&](arith::NegFOp) { return CExpr{"-" + in[0].operand(), false}; })
+      .Case([&](arith::NegFOp) {
+        return CExpr{"-" + in[0].operand(), false};
+      })
       .Case([&](arith::MaximumFOp) { return call("fmaxf"); })
       .Case([&](arith::MinimumFOp) { return call("fminf"); })
       .Case([&](arith::CmpFOp c) -> FailureOr<CExpr> {
@@ -273,20 +284,26 @@ LogicalResult ScalarEmitter::emit(Operation *op) {
   FailureOr<CExpr> e = print(op);
   if (failed(e))
     return failure();
-  auto hint = hints.find(result);
-  bool alwaysFolded = isa<arith::ConstantOp, tile::DimOp, tile::ParamOp>(op);
-  bool foldable = hint == hints.end() && result.hasOneUse() &&
-                  result.getUses().begin()->getOwner()->getBlock() == op->getBlock();
-  if (alwaysFolded || foldable) {
+  if (!declares(op)) {
     exprs[result] = *e;
     return success();
   }
+  auto hint = hints.find(result);
   std::string name = hint != hints.end() ? hint->second : "t" + std::to_string(nextTemp++);
   FailureOr<std::string> declared = declare(result.getType(), *e, name);
   if (failed(declared))
     return failure();
   bind(result, *declared);
   return success();
+}
+
+bool ScalarEmitter::declares(Operation *op) const {
+  if (isa<arith::ConstantOp, tile::DimOp, tile::ParamOp>(op) || op->getNumResults() != 1)
+    return false;
+  Value result = op->getResult(0);
+  bool foldable = !hints.contains(result) && result.hasOneUse() &&
+                  result.getUses().begin()->getOwner()->getBlock() == op->getBlock();
+  return !foldable;
 }
 
 FailureOr<CExpr> ScalarEmitter::materialize(Value value, Operation *user) {

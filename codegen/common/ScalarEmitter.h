@@ -69,6 +69,8 @@ public:
   void bind(mlir::Value value, std::string expr) { exprs[value] = CExpr{std::move(expr), true}; }
   /// Declares `value` as `name` (made unique) when it gets printed, instead of folding it.
   void hint(mlir::Value value, llvm::StringRef name) { hints.try_emplace(value, name.str()); }
+  /// Whether emit(op) prints a declaration (rather than folding the op into its user's expression).
+  bool declares(mlir::Operation *op) const;
   /// Prints one scalar op (isScalarOp): a declaration, or nothing when it is folded into its user.
   mlir::LogicalResult emit(mlir::Operation *op);
   /// Prints `const T name = value;` with `name` made unique; returns the name.

@@ -29,8 +29,7 @@ void append(std::string &s, int64_t value) { s.append(std::to_string(value)); }
 void append(std::string &s, int value) { s.append(std::to_string(value)); }
 
 /// Concatenates strings and integers.
-template <typename... Parts>
-std::string cat(const Parts &...parts) {
+template <typename... Parts> std::string cat(const Parts &...parts) {
   std::string s;
   (append(s, parts), ...);
   return s;
@@ -49,11 +48,10 @@ public:
   std::string_view prelude() const override { return kPrelude; }
 
   std::vector<std::string> reservedNames() const override {
-    return {"kWarpRows", "kMTiles", "kSTiles", "kOTiles", "warp", "lane", "fragRow", "fragCol", "b", "h", "hKv",
-            "m0", "warpRow0", "smem", "sQ", "sK", "sV", "ldRowQ", "ldChunkQ", "ldRowK", "ldChunkK", "ldRowV",
-            "ldChunkV", "gQ", "gK", "gV", "gO", "gLse", "copyQ", "copyKTile",
-            "copyVTile", "qFrag", "kFrag", "vFrag", "score", "prob", "alpha", "acc", "rowMax", "rowSum", "lse",
-            "scoreScale", "sO", "q", "kv", "sm80",
+    return {"kWarpRows", "kMTiles", "kSTiles", "kOTiles", "warp", "lane", "fragRow", "fragCol", "b", "h", "hKv", "m0",
+            "warpRow0", "smem", "sQ", "sK", "sV", "ldRowQ", "ldChunkQ", "ldRowK", "ldChunkK", "ldRowV", "ldChunkV",
+            "gQ", "gK", "gV", "gO", "gLse", "copyQ", "copyKTile", "copyVTile", "qFrag", "kFrag", "vFrag", "score",
+            "prob", "alpha", "acc", "rowMax", "rowSum", "lse", "scoreScale", "sO", "q", "kv", "sm80",
             // locals of the printed loops
             "mt", "nt", "np", "ks", "k", "r", "c", "i", "s", "l", "invL", "tileMax", "tileSum", "maxNew", "maxUsed",
             "chunk", "row", "col", "seqRow", "inside", "tile"};
@@ -193,8 +191,11 @@ void TileTargetSm80::copyAsync(CudaWriter &w, Operand operand, const std::string
 
 void TileTargetSm80::waitAsync(CudaWriter &w, Operand operand, int64_t pending) {
   OperandNames n = names(operand);
-  w.comment(cat("wait for ", n.name, pending ? cat(" (", pending, " newer copy group(s) may stay in flight)") : "",
-                ", then make it visible to all warps"));
+  std::string inFlight = pending == 0 ? ""
+                                      : cat(" (", pending, pending == 1 ? " newer copy group" : " newer copy groups",
+                                            " may stay in flight)");
+  w.comment(cat("wait for ", n.name, inFlight, "; the barrier makes it visible to all warps and means they are all"));
+  w.comment("done with the buffers the next copies overwrite");
   w.line(cat("sm80::cpAsyncWait<", pending, ">();"));
   w.line("__syncthreads();");
 }
@@ -225,8 +226,8 @@ void TileTargetSm80::load(CudaWriter &w, Operand operand, const std::string &til
 }
 
 void TileTargetSm80::initState(CudaWriter &w) {
-  w.comment("---- online-softmax state of this thread's rows: running max m (log2 domain), running sum l, ----");
-  w.comment("---- unnormalized output acc; every loop argument and result aliases these registers ----");
+  w.comment("---- online-softmax state of this thread's rows: running max m (log2 domain), running sum l, acc ----");
+  w.comment("Every K/V loop argument and result is this one state: the loops update it in place.");
   w.line("float acc[kMTiles][kOTiles][4] = {};");
   w.line("float rowMax[kMTiles][2], rowSum[kMTiles][2];");
   w.openUnrolledFor("mt", "kMTiles");
@@ -378,8 +379,8 @@ void TileTargetSm80::pv(CudaWriter &w) {
 }
 
 void TileTargetSm80::finalize(CudaWriter &w) {
-  w.comment("---- finalize: l = quad sum of the partial sums; O = acc / l; LSE = (m + log2 l)·ln 2 (m is in the log2 ----");
-  w.comment("---- domain); a row that saw no key (l = 0) gets O = 0 and LSE = -inf ----");
+  w.comment("---- finalize: l = quad sum of the partial sums, O = acc / l, LSE = (m + log2 l)·ln 2 ----");
+  w.comment("m is in the log2 domain; a row that saw no key (l = 0) gets O = 0 and LSE = -inf.");
   w.line("float lse[kMTiles][2];");
   w.openUnrolledFor("mt", "kMTiles");
   w.openUnrolledFor("r", "2");
@@ -398,8 +399,8 @@ void TileTargetSm80::storeO(CudaWriter &w) {
   if (shape.headDimV > shape.headDim) {
     // The warp's rows of sQ are too narrow to stage O rows: store fragment pairs directly.
     w.comment(cat("store O: convert to ", shape.dtype, ", two adjacent columns (4 bytes) per store, rows < seqlen_q"));
-  w.line(cat("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * "
-             "p.oHeadStride;"));
+    w.line(cat("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * "
+               "p.oHeadStride;"));
     w.openUnrolledFor("mt", "kMTiles");
     w.openUnrolledFor("r", "2");
     w.line("const int q = warpRow0 + 16 * mt + fragRow + 8 * r;");
@@ -419,6 +420,7 @@ void TileTargetSm80::storeO(CudaWriter &w) {
   w.line(cat("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * "
              "p.oHeadStride;"));
   w.line("unsigned char *const sO = sQ + warp * kWarpRows * kHeadDim * 2;");
+  w.line("__syncwarp();  // every lane is done reading these Q rows");
   w.openUnrolledFor("mt", "kMTiles");
   w.openUnrolledFor("nt", "kOTiles");
   w.openUnrolledFor("r", "2");

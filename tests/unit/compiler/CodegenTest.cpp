@@ -1,6 +1,7 @@
 // CodegenTest.cpp — CUDA printing of FA2-scheduled tile IR: every built-in variant, dtype, head dim and target
 // compiles with NVRTC to a cubin (no GPU needed), KernelInfo describes the launch, and IR the printer cannot
 // handle is rejected with a diagnostic that says what to run.
+#include "Variants.h"
 #include "codegen/common/CudaEmitter.h"
 #include "codegen/common/KernelAbiText.h"
 #include "flashtile/dsl/Program.h"
@@ -8,7 +9,6 @@
 #include "flashtile/runtime/Version.h"
 #include "passes/Transforms/Passes.h"
 #include "schedules/fa2/Fa2Pipeline.h"
-#include "Variants.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/Pass/PassManager.h"
@@ -39,10 +39,11 @@ class Compiler {
 public:
   enum class Upto { Unscheduled, Scheduled, Pipelined, Lowered };
 
-  Compiler() : handler(&context, [this](mlir::Diagnostic &d) {
-    diagnostics += d.str() + "\n";
-    return mlir::success();
-  }) {}
+  Compiler()
+      : handler(&context, [this](mlir::Diagnostic &d) {
+          diagnostics += d.str() + "\n";
+          return mlir::success();
+        }) {}
 
   tile::FuncOp build(const Variant &variant, ElementType dtype, int headDim, const std::string &arch,
                      Upto upto = Upto::Lowered) {
@@ -101,8 +102,8 @@ std::string configName(const testing::TestParamInfo<Config> &info) {
 
 INSTANTIATE_TEST_SUITE_P(Fa2, CodegenCompiles,
                          testing::Combine(testing::Values("none", "causal"),
-                                          testing::Values(ElementType::BF16, ElementType::F16), testing::Values(64, 128),
-                                          testing::Values("sm_80", "sm_90a", "sm_100a")),
+                                          testing::Values(ElementType::BF16, ElementType::F16),
+                                          testing::Values(64, 128), testing::Values("sm_80", "sm_90a", "sm_100a")),
                          configName);
 
 //===----------------------------------------------------------------------===//
@@ -171,8 +172,10 @@ TEST(Codegen, SourceFollowsTheScheduledIr) {
 /// A variant with a score modifier and a parameter: the modifier becomes a __device__ function reading
 /// p.variantParams, and KernelInfo lists the parameter.
 TEST(Codegen, ScoreModifierAndParameters) {
-  Variant softcap = Variant("softcap").param("cap", 30.f).score(
-      [](dsl::Expr s, const dsl::Coords &, const dsl::Params &p) { return p["cap"] * dsl::tanh(s / p["cap"]); });
+  Variant softcap =
+      Variant("softcap").param("cap", 30.f).score([](dsl::Expr s, const dsl::Coords &, const dsl::Params &p) {
+        return p["cap"] * dsl::tanh(s / p["cap"]);
+      });
   Compiler compiler;
   tile::FuncOp func = compiler.build(softcap, ElementType::BF16, 64, "sm_90a");
   ASSERT_TRUE(func);
@@ -269,8 +272,8 @@ TEST(Codegen, RejectsOpsItDoesNotKnow) {
   // An integer shift: valid IR, but not an op the printer knows.
   mlir::Block &body = func.getBodyBlock();
   mlir::OpBuilder b(&body, body.begin());
-  mlir::Value one = b.create<mlir::arith::ConstantIntOp>(b.getUnknownLoc(), 1, 32);
-  b.create<mlir::arith::ShLIOp>(b.getUnknownLoc(), one, one);
+  mlir::Value one = mlir::arith::ConstantIntOp::create(b, b.getUnknownLoc(), 1, 32);
+  mlir::arith::ShLIOp::create(b, b.getUnknownLoc(), one, one);
   EXPECT_TRUE(mlir::failed(codegen::emitCuda(func)));
   EXPECT_NE(compiler.diagnostics.find("'arith.shli' op cannot be printed as CUDA"), std::string::npos)
       << compiler.diagnostics;
@@ -285,7 +288,7 @@ TEST(Codegen, RejectsScoresUsedTwice) {
   func.walk([&](tile::QkOp op) { qk = op; });
   ASSERT_TRUE(qk);
   mlir::OpBuilder b(qk->getBlock()->getTerminator());
-  b.create<tile::ScaleOp>(qk.getLoc(), qk.getS());
+  tile::ScaleOp::create(b, qk.getLoc(), qk.getS());
   EXPECT_TRUE(mlir::failed(codegen::emitCuda(func)));
   EXPECT_NE(compiler.diagnostics.find("produces a register tile used 2 times"), std::string::npos)
       << compiler.diagnostics;

@@ -97,7 +97,6 @@ Outputs runChecked(tile::FuncOp func, const Problem &p, const test::Inputs &in, 
 /// exactly O = 0 and LSE = -inf.
 void expectMatchesReference(const Outputs &out, const test::Reference &ref, const Problem &p, const std::string &what) {
   double bound = test::errorBound(ref), err = test::maxAbsDiff(out.o, ref.o);
-  fprintf(stderr, "DEBUG %s err %g bound %g\n", what.c_str(), err, bound);
   EXPECT_LE(err, bound) << what << ": max |O - ref| = " << err << " exceeds 2·max|ref_lowp - ref| + 1e-5 = " << bound;
   ASSERT_EQ(out.lse.size(), ref.lse.size()) << what;
   int bad = 0;
@@ -117,10 +116,19 @@ void expectMatchesReference(const Outputs &out, const test::Reference &ref, cons
   EXPECT_EQ(bad, 0) << what << ": " << bad << " rows with a wrong LSE or a nonzero fully masked O";
 }
 
-/// Scheduling does not change results: two programs' outputs agree within the same bound.
+/// One unit in the last place of the dtype at the largest |O|: two correctly rounded outputs whose fp32 values
+/// straddle a rounding boundary differ by that much more than their fp32 values do.
+double outputUlp(const test::Reference &ref, ElementType dtype) {
+  double largest = 0;
+  for (double x : ref.o)
+    largest = std::max(largest, std::fabs(x));
+  int mantissaBits = dtype == ElementType::BF16 ? 7 : 10;
+  return largest > 0 ? std::ldexp(1.0, std::ilogb(largest) - mantissaBits) : 0.0;
+}
+
+/// Scheduling does not change results: two programs' outputs agree within `bound`.
 void expectAgree(const Outputs &a, const Outputs &b, double bound, const std::string &what) {
   double err = test::maxAbsDiff(a.o, b.o);
-  fprintf(stderr, "DEBUG agree %s err %g bound %g\n", what.c_str(), err, bound);
   EXPECT_LE(err, bound) << what << ": max |O_scheduled - O_unscheduled| = " << err;
   ASSERT_EQ(a.lse.size(), b.lse.size());
   for (size_t i = 0; i < a.lse.size(); ++i) {
@@ -150,18 +158,18 @@ struct Case {
   }
 };
 
-/// Every (seqlen_q, seqlen_k) with every variant, twice: head dims and dtypes alternate so that each variant
-/// meets every size with both head dims and both dtypes, without the full cross product.
+void PrintTo(const Case &c, std::ostream *os) { *os << c.name(); }
+
+/// The cross product of variants, dtypes, head dims and (seqlen_q, seqlen_k): about 3 s in all, so nothing is
+/// trimmed; plus grouped-query attention (two query heads per K/V head).
 std::vector<Case> cases() {
   const std::pair<int, int> sizes[] = {{1, 1}, {17, 17}, {128, 128}, {300, 300}, {17, 300}, {300, 17}, {128, 1}};
   std::vector<Case> out;
   for (const char *variant : {"none", "causal"})
-    for (size_t i = 0; i < std::size(sizes); ++i) {
-      auto [sq, sk] = sizes[i];
-      out.push_back({variant, ElementType::BF16, i % 2 ? 128 : 64, sq, sk});
-      out.push_back({variant, ElementType::F16, i % 2 ? 64 : 128, sq, sk});
-    }
-  // Grouped-query attention: two query heads share each K/V head.
+    for (ElementType dtype : {ElementType::BF16, ElementType::F16})
+      for (int headDim : {64, 128})
+        for (auto [sq, sk] : sizes)
+          out.push_back({variant, dtype, headDim, sq, sk});
   out.push_back({"causal", ElementType::BF16, 128, 200, 256, 4, 2});
   out.push_back({"none", ElementType::F16, 64, 17, 300, 4, 2});
   return out;
@@ -198,7 +206,9 @@ TEST_P(InterpreterVsReference, UnscheduledAndFa2ScheduledMatchTheReference) {
     ASSERT_FALSE(func.getBody().getOps<tile::CopyAsyncOp>().empty()) << label << ": not pipelined";
     Outputs out = runChecked(func, p, in, diags);
     expectMatchesReference(out, ref, p, label);
-    expectAgree(out, unscheduled, test::errorBound(ref), label);
+    // The same bound as against the reference, plus one output ulp: a different accumulation order may move an
+    // fp32 value across a rounding boundary of the dtype.
+    expectAgree(out, unscheduled, test::errorBound(ref) + outputUlp(ref, c.dtype), label);
   }
 }
 

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""flashtile vs PyTorch SDPA (FlashAttention-2 and cuDNN backends) and FlexAttention, same process, same inputs.
+
+Runs on a GPU machine with PyTorch. flashtile is called through its C ABI (libflashtile.so, CApi.h) with kernels
+from an ahead-of-time directory (`flashtile aot`); PyTorch is only the harness. For every case:
+  correctness  ours vs an fp32 reference on a sample of query rows, with FlashAttention's rule
+               max|out - ref| <= 2 * max|sdpa_lowp - ref| + 1e-5 (sdpa_lowp: PyTorch's FLASH backend's output);
+  speed        triton.testing.do_bench median (it flushes L2 between runs), TFLOP/s with FLOPs counted as
+               FlashAttention does: 4*B*H*Sq*Sk*D, attended pairs only for causal.
+Also measured in the same run: bf16 matmul TFLOP/s and device-copy GB/s (the ceilings).
+Output: a table on stdout, every row as JSON (--json), and a Markdown summary (--markdown).
+"""
+import argparse
+import ctypes
+import datetime
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+try:
+    import triton.testing
+
+    def bench(fn):
+        return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
+except ImportError:  # CUDA events, median of 100 after warm-up
+    def bench(fn):
+        for _ in range(10):
+            fn()
+        times = []
+        for _ in range(100):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record(); fn(); e.record(); e.synchronize()
+            times.append(s.elapsed_time(e))
+        return sorted(times)[len(times) // 2]
+
+DTYPES = {"bf16": (torch.bfloat16, 1), "f16": (torch.float16, 0)}
+
+
+class Flashtile:
+    def __init__(self, lib, aot_dir):
+        self.lib = ctypes.CDLL(lib)
+        self.lib.flashtile_create.restype = ctypes.c_void_p
+        self.lib.flashtile_last_error.restype = ctypes.c_char_p
+        self.lib.flashtile_version.restype = ctypes.c_char_p
+        self.lib.flashtile_load_aot.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        ll4 = ctypes.c_longlong * 4
+        self.ll4 = ll4
+        self.lib.flashtile_forward.argtypes = (
+            [ctypes.c_void_p] * 5 + [ctypes.c_void_p] + [ctypes.c_int] * 8 +
+            [ll4, ll4, ll4, ll4, ctypes.c_float, ctypes.c_char_p, ctypes.c_void_p])
+        self.rt = self.lib.flashtile_create()
+        if not self.rt or self.lib.flashtile_load_aot(self.rt, aot_dir.encode()) != 0:
+            raise RuntimeError("flashtile: " + self.lib.flashtile_last_error().decode())
+        self.version = self.lib.flashtile_version().decode()
+
+    def forward(self, q, k, v, o, lse, causal):
+        """q, k, v, o: (B, S, H, D) tensors (any strides, last dim contiguous); lse: fp32 (B, H, Sq)."""
+        b, sq, hq, d = q.shape
+        sk, hk = k.shape[1], k.shape[2]
+        rc = self.lib.flashtile_forward(
+            self.rt, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
+            DTYPES[dtype_name(q.dtype)][1], b, sq, sk, hq, hk, d,
+            self.ll4(*q.stride()), self.ll4(*k.stride()), self.ll4(*v.stride()), self.ll4(*o.stride()),
+            0.0, b"causal" if causal else b"none", ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        if rc != 0:
+            raise RuntimeError("flashtile: " + self.lib.flashtile_last_error().decode())
+
+
+def dtype_name(dt):
+    return "bf16" if dt == torch.bfloat16 else "f16"
+
+
+def attended_pairs(sq, sk, causal):
+    if not causal:
+        return sq * sk
+    # bottom-right aligned: query i sees keys j <= i + sk - sq
+    return sum(max(0, min(sk, i + sk - sq + 1)) for i in range(sq))
+
+
+def reference_rows(q, k, v, rows, causal):
+    """fp32 attention for a subset of query rows: (B, len(rows), H, D)."""
+    b, sq, hq, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    qs = q[:, rows].float().transpose(1, 2)                        # B H r D
+    kk = k.float().transpose(1, 2).repeat_interleave(hq // hk, 1)  # B H Sk D
+    vv = v.float().transpose(1, 2).repeat_interleave(hq // hk, 1)
+    s = torch.matmul(qs, kk.transpose(-1, -2)) / math.sqrt(d)
+    if causal:
+        i = torch.tensor(rows, device=q.device)[:, None] + (sk - sq)
+        j = torch.arange(sk, device=q.device)[None, :]
+        s = s.masked_fill(j > i, float("-inf"))
+    p = torch.softmax(s, -1)
+    return torch.matmul(p, vv).transpose(1, 2)
+
+
+def ceilings():
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    ms = bench(lambda: a @ a)
+    mm = 2 * 8192 ** 3 / ms / 1e9
+    x = torch.empty(2 * 1024 ** 3, device="cuda", dtype=torch.uint8)
+    y = torch.empty_like(x)
+    ms = bench(lambda: y.copy_(x))
+    copy = 2 * x.numel() / ms / 1e6
+    del a, x, y
+    return mm, copy
+
+
+def run_case(ft, dtype, hd, seqlen, causal, tokens, hidden, flex):
+    dt = DTYPES[dtype][0]
+    b, h = max(1, tokens // seqlen), hidden // hd
+    torch.manual_seed(seqlen * 7 + hd + causal)
+    q, k, v = (torch.randn(b, seqlen, h, hd, device="cuda", dtype=dt) for _ in range(3))
+    o = torch.empty_like(q)
+    lse = torch.empty(b, h, seqlen, device="cuda", dtype=torch.float32)
+    row = dict(dtype=dtype, hd=hd, seqlen=seqlen, batch=b, heads=h, causal=causal)
+    flops = 4 * b * h * hd * attended_pairs(seqlen, seqlen, causal)
+
+    # correctness on sampled rows (first, last, and random ones)
+    ft.forward(q, k, v, o, lse, causal)
+    torch.cuda.synchronize()
+    rows = sorted(set([0, seqlen - 1] + torch.randint(0, seqlen, (126,)).tolist()))
+    ref = reference_rows(q, k, v, rows, causal)
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        lowp = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+    err = (o[:, rows].float() - ref).abs().max().item()
+    err_lowp = (lowp[:, rows].float() - ref).abs().max().item()
+    row.update(err=err, err_lowp=err_lowp, ok=bool(err <= 2 * err_lowp + 1e-5) and not math.isnan(err))
+
+    def sdpa(backend):
+        def fn():
+            with sdpa_kernel(backend):
+                F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+        return fn
+
+    timings = {"flashtile": lambda: ft.forward(q, k, v, o, lse, causal),
+               "torch_flash": sdpa(SDPBackend.FLASH_ATTENTION),
+               "torch_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
+    if flex is not None:
+        timings["flex"] = flex(qt, kt, vt, causal)
+    for name, fn in timings.items():
+        try:
+            ms = bench(fn)
+            row[name + "_tflops"] = flops / ms / 1e9
+        except Exception as e:  # a backend that does not support the case
+            row[name + "_tflops"] = None
+            row[name + "_error"] = str(e).splitlines()[0][:200]
+    return row
+
+
+def make_flex():
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError:
+        return None
+    compiled = torch.compile(flex_attention)
+
+    def factory(qt, kt, vt, causal):
+        mask = None
+        if causal:
+            sq, sk = qt.shape[2], kt.shape[2]
+            mask = create_block_mask(lambda b, h, i, j: j <= i + (sk - sq), None, None, sq, sk)
+        return lambda: compiled(qt, kt, vt, block_mask=mask)
+    return factory
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", required=True, help="path to libflashtile.so")
+    ap.add_argument("--aot-dir", required=True, help="kernels written by `flashtile aot`")
+    ap.add_argument("--dtypes", default="bf16,f16")
+    ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--tokens", type=int, default=16384, help="batch * seqlen")
+    ap.add_argument("--hidden", type=int, default=2048, help="heads * head_dim")
+    ap.add_argument("--flex", action="store_true", help="also time FlexAttention (torch.compile, slow to start)")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--markdown", default=None)
+    args = ap.parse_args()
+
+    ft = Flashtile(args.lib, args.aot_dir)
+    gpu = torch.cuda.get_device_name()
+    mm, copy = ceilings()
+    print(f"flashtile {ft.version} on {gpu}, torch {torch.__version__}; ceilings: bf16 matmul {mm:.0f} TFLOP/s, "
+          f"copy {copy:.0f} GB/s")
+    flex = make_flex() if args.flex else None
+    rows = []
+    hdr = f"{'dtype':5} {'hd':>3} {'seqlen':>6} {'causal':>6} {'ours':>7} {'fa2':>7} {'cudnn':>7} {'flex':>7} " \
+          f"{'ours/fa2':>8} {'ours/cudnn':>10} {'err':>9} {'err_lowp':>9} ok"
+    print(hdr)
+    for dtype in args.dtypes.split(","):
+        for hd in map(int, args.head_dims.split(",")):
+            for seqlen in map(int, args.seqlens.split(",")):
+                for causal in (False, True):
+                    r = run_case(ft, dtype, hd, seqlen, causal, args.tokens, args.hidden, flex)
+                    rows.append(r)
+                    f = lambda x: f"{x:7.1f}" if x else "      -"
+                    ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
+                    print(f"{dtype:5} {hd:3} {seqlen:6} {str(causal):>6} {f(r['flashtile_tflops'])} "
+                          f"{f(r['torch_flash_tflops'])} {f(r['torch_cudnn_tflops'])} {f(r.get('flex_tflops'))} "
+                          f"{ratio(r['flashtile_tflops'], r['torch_flash_tflops']):>8} "
+                          f"{ratio(r['flashtile_tflops'], r['torch_cudnn_tflops']):>10} "
+                          f"{r['err']:9.2e} {r['err_lowp']:9.2e} {'PASS' if r['ok'] else 'FAIL'}", flush=True)
+    meta = dict(date=datetime.date.today().isoformat(), gpu=gpu, torch=torch.__version__, flashtile=ft.version,
+                matmul_tflops=mm, copy_gbs=copy, command=" ".join(sys.argv))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(dict(meta=meta, rows=rows), fh, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write(f"### {meta['date']} — {gpu}, flashtile {ft.version}, torch {torch.__version__}\n\n")
+            fh.write(f"Ceilings in the same run: bf16 matmul {mm:.0f} TFLOP/s, device copy {copy:.0f} GB/s.\n\n")
+            fh.write("| dtype | hd | seqlen | causal | flashtile | torch FA2 | cuDNN | Flex | ours/FA2 | ours/cuDNN | check |\n")
+            fh.write("|---|---|---|---|---|---|---|---|---|---|---|\n")
+            for r in rows:
+                g = lambda k: f"{r[k]:.0f}" if r.get(k) else "-"
+                rt = lambda a, b: f"{r[a] / r[b]:.2f}" if r.get(a) and r.get(b) else "-"
+                fh.write(f"| {r['dtype']} | {r['hd']} | {r['seqlen']} | {r['causal']} | {g('flashtile_tflops')} | "
+                         f"{g('torch_flash_tflops')} | {g('torch_cudnn_tflops')} | {g('flex_tflops')} | "
+                         f"{rt('flashtile_tflops', 'torch_flash_tflops')} | {rt('flashtile_tflops', 'torch_cudnn_tflops')} | "
+                         f"{'PASS' if r['ok'] else 'FAIL'} |\n")
+    if not all(r["ok"] for r in rows):
+        print("some cases FAILED the correctness check", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
