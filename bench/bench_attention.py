@@ -51,7 +51,7 @@ class Flashtile:
         ll4 = ctypes.c_longlong * 4
         self.ll4 = ll4
         self.lib.flashtile_forward.argtypes = (
-            [ctypes.c_void_p] * 5 + [ctypes.c_void_p] + [ctypes.c_int] * 8 +
+            [ctypes.c_void_p] * 6 + [ctypes.c_int] * 7 +
             [ll4, ll4, ll4, ll4, ctypes.c_float, ctypes.c_char_p, ctypes.c_void_p])
         self.rt = self.lib.flashtile_create()
         if not self.rt or self.lib.flashtile_load_aot(self.rt, aot_dir.encode()) != 0:

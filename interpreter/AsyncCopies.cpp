@@ -24,7 +24,8 @@ std::optional<std::string> AsyncCopies::copy(int buffer, int64_t tile, bool pred
              std::to_string(*b.incoming) + " into the same buffer is still in flight";
     if (b.readSinceBarrier)
       return "pipeline hazard: copy of " + tileName(buffer, tile) + " overwrites the buffer holding tile " +
-             std::to_string(*b.landed) + " with no tile.wait_async barrier since it was read (other warps may "
+             std::to_string(*b.landed) +
+             " with no tile.wait_async barrier since it was read (other warps may "
              "still be reading it)";
     b.incoming = tile;
   }
@@ -41,9 +42,8 @@ std::optional<std::string> AsyncCopies::wait(int buffer, int64_t pending) {
       continue;
     int64_t newer = static_cast<int64_t>(groups.size()) - 1 - i;
     if (newer < pending)
-      return "pipeline hazard: wait_async " + std::string(kNames[buffer]) + " {pending = " +
-             std::to_string(pending) + "} may return before its copy lands: only " + std::to_string(newer) +
-             " copy groups were started after it";
+      return "pipeline hazard: wait_async " + std::string(kNames[buffer]) + " {pending = " + std::to_string(pending) +
+             "} may return before its copy lands: only " + std::to_string(newer) + " copy groups were started after it";
     break;
   }
   while (static_cast<int64_t>(groups.size()) > pending) {
@@ -66,7 +66,8 @@ std::optional<std::string> AsyncCopies::load(int buffer, int64_t tile) {
     return what + "its copy has not landed (no tile.wait_async " + kNames[buffer] + " since it started)";
   if (b.incoming)
     return what + (b.landed ? "the buffer holds tile " + std::to_string(*b.landed) + " and" : "no copy landed and") +
-           " the copy of tile " + std::to_string(*b.incoming) + " into it is in flight (one buffer per operand: a "
+           " the copy of tile " + std::to_string(*b.incoming) +
+           " into it is in flight (one buffer per operand: a "
            "copy may start only after the previous tile is read)";
   if (!b.landed)
     return what + "no copy landed in its buffer";

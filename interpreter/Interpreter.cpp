@@ -42,7 +42,9 @@ RoundFn roundFor(Type type) {
 struct Tensor {
   std::vector<float> data;
   int64_t seqlen = 0, heads = 0, width = 0;
-  float at(int64_t b, int64_t s, int64_t h, int64_t d) const { return data[((b * seqlen + s) * heads + h) * width + d]; }
+  float at(int64_t b, int64_t s, int64_t h, int64_t d) const {
+    return data[((b * seqlen + s) * heads + h) * width + d];
+  }
 };
 
 /// The thread block that owns query rows [m0, m0 + rows) of head h (K/V head hKv) in batch b.
@@ -81,7 +83,8 @@ public:
         roundOut(roundFor(func.getDtype())), blockM(qTileRows(func, problem.seqlenQ)) {
     pipelined = func.walk([](Operation *op) {
                       return isa<CopyAsyncOp, WaitAsyncOp>(op) ? WalkResult::interrupt() : WalkResult::advance();
-                    }).wasInterrupted();
+                    })
+                    .wasInterrupted();
   }
 
   LogicalResult run(std::vector<float> &o, std::vector<float> &lse);
@@ -190,7 +193,8 @@ LogicalResult Interpreter::execBlock(Block &block) {
 LogicalResult Interpreter::exec(Operation &op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(&op)
       .Case<DimOp, ParamOp, KvRangeOp, LoadOp, CopyAsyncOp, WaitAsyncOp, StoreOp, QkOp, ScaleOp, ScoreModOp, MaskOp,
-            SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp>([&](auto tileOp) { return exec(tileOp); })
+            SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp>(
+          [&](auto tileOp) { return exec(tileOp); })
       .Default([&](Operation *other) { return execScalar(*other); });
 }
 
@@ -533,9 +537,8 @@ LogicalResult Interpreter::exec(PvOp op) {
   const Tile &pT = **p, &vT = **vt;
   const SoftmaxState &s = **st;
   if (pT.cols != vT.rows || pT.rows != s.rows || vT.cols != s.cols)
-    return fail(op, "P is " + Twine(pT.rows) + "x" + Twine(pT.cols) + ", V " + Twine(vT.rows) + "x" +
-                        Twine(vT.cols) + " and the state " + Twine(s.rows) + "x" + Twine(s.cols) +
-                        ": P·V does not fit the state");
+    return fail(op, "P is " + Twine(pT.rows) + "x" + Twine(pT.cols) + ", V " + Twine(vT.rows) + "x" + Twine(vT.cols) +
+                        " and the state " + Twine(s.rows) + "x" + Twine(s.cols) + ": P·V does not fit the state");
   // P and V must come from the same K/V tile.
   if (pT.colBase != vT.rowBase)
     return fail(op, "P covers keys from " + Twine(pT.colBase) + " but V rows from " + Twine(vT.rowBase));
@@ -570,8 +573,8 @@ LogicalResult validate(FuncOp func, const Problem &p, size_t qSize, size_t kSize
     return func.emitError() << "batch and sequence lengths must be nonnegative, got batch = " << p.batch
                             << ", seqlen_q = " << p.seqlenQ << ", seqlen_k = " << p.seqlenK;
   if (p.headsQ < 1 || p.headsKv < 1 || p.headsQ % p.headsKv != 0)
-    return func.emitError() << "heads_q (" << p.headsQ << ") must be a positive multiple of heads_kv ("
-                            << p.headsKv << ")";
+    return func.emitError() << "heads_q (" << p.headsQ << ") must be a positive multiple of heads_kv (" << p.headsKv
+                            << ")";
   if (p.headDim != static_cast<int64_t>(func.getHeadDim()) || p.headDimV != static_cast<int64_t>(func.getHeadDimV()))
     return func.emitError() << "the problem's head dims (" << p.headDim << ", " << p.headDimV
                             << ") differ from the program's (" << func.getHeadDim() << ", " << func.getHeadDimV()
@@ -579,8 +582,8 @@ LogicalResult validate(FuncOp func, const Problem &p, size_t qSize, size_t kSize
   if (!std::isfinite(p.softmaxScale) || p.softmaxScale <= 0)
     return func.emitError() << "softmax_scale must be positive and finite, got " << p.softmaxScale;
   if (p.params.size() != func.getParams().size())
-    return func.emitError() << "the program takes " << func.getParams().size() << " parameters "
-                            << func.getParams() << " but the problem gives " << p.params.size();
+    return func.emitError() << "the program takes " << func.getParams().size() << " parameters " << func.getParams()
+                            << " but the problem gives " << p.params.size();
   if (!roundFor(func.getDtype()))
     return func.emitError() << "the interpreter runs bf16 and f16 programs, not " << func.getDtype();
   struct Operand {
@@ -593,8 +596,8 @@ LogicalResult validate(FuncOp func, const Problem &p, size_t qSize, size_t kSize
   for (const Operand &o : operands) {
     int64_t expected = int64_t{p.batch} * o.seqlen * o.heads * o.width;
     if (static_cast<int64_t>(o.size) != expected)
-      return func.emitError() << o.name << " holds " << o.size << " values but " << o.formula << " = " << p.batch
-                              << "·" << o.seqlen << "·" << o.heads << "·" << o.width << " = " << expected;
+      return func.emitError() << o.name << " holds " << o.size << " values but " << o.formula << " = " << p.batch << "·"
+                              << o.seqlen << "·" << o.heads << "·" << o.width << " = " << expected;
   }
   return success();
 }

@@ -26,28 +26,36 @@ uint64_t zext(int64_t v, unsigned width) {
 }
 
 // Signed division rounding toward zero, up and down; the divisor is nonzero. INT64_MIN / -1 wraps.
-int64_t divTrunc(int64_t a, int64_t b) { return (b == -1) ? static_cast<int64_t>(0 - static_cast<uint64_t>(a)) : a / b; }
+int64_t divTrunc(int64_t a, int64_t b) {
+  return (b == -1) ? static_cast<int64_t>(0 - static_cast<uint64_t>(a)) : a / b;
+}
 int64_t remTrunc(int64_t a, int64_t b) { return b == -1 ? 0 : a % b; }
-int64_t divCeil(int64_t a, int64_t b) {
-  return divTrunc(a, b) + (remTrunc(a, b) != 0 && (a < 0) == (b < 0) ? 1 : 0);
-}
-int64_t divFloor(int64_t a, int64_t b) {
-  return divTrunc(a, b) - (remTrunc(a, b) != 0 && (a < 0) != (b < 0) ? 1 : 0);
-}
+int64_t divCeil(int64_t a, int64_t b) { return divTrunc(a, b) + (remTrunc(a, b) != 0 && (a < 0) == (b < 0) ? 1 : 0); }
+int64_t divFloor(int64_t a, int64_t b) { return divTrunc(a, b) - (remTrunc(a, b) != 0 && (a < 0) != (b < 0) ? 1 : 0); }
 
 bool compareInt(arith::CmpIPredicate pred, int64_t a, int64_t b, unsigned width) {
   uint64_t ua = zext(a, width), ub = zext(b, width);
   switch (pred) {
-  case arith::CmpIPredicate::eq: return a == b;
-  case arith::CmpIPredicate::ne: return a != b;
-  case arith::CmpIPredicate::slt: return a < b;
-  case arith::CmpIPredicate::sle: return a <= b;
-  case arith::CmpIPredicate::sgt: return a > b;
-  case arith::CmpIPredicate::sge: return a >= b;
-  case arith::CmpIPredicate::ult: return ua < ub;
-  case arith::CmpIPredicate::ule: return ua <= ub;
-  case arith::CmpIPredicate::ugt: return ua > ub;
-  case arith::CmpIPredicate::uge: return ua >= ub;
+  case arith::CmpIPredicate::eq:
+    return a == b;
+  case arith::CmpIPredicate::ne:
+    return a != b;
+  case arith::CmpIPredicate::slt:
+    return a < b;
+  case arith::CmpIPredicate::sle:
+    return a <= b;
+  case arith::CmpIPredicate::sgt:
+    return a > b;
+  case arith::CmpIPredicate::sge:
+    return a >= b;
+  case arith::CmpIPredicate::ult:
+    return ua < ub;
+  case arith::CmpIPredicate::ule:
+    return ua <= ub;
+  case arith::CmpIPredicate::ugt:
+    return ua > ub;
+  case arith::CmpIPredicate::uge:
+    return ua >= ub;
   }
   llvm_unreachable("unknown cmpi predicate");
 }
@@ -56,22 +64,38 @@ bool compareFloat(arith::CmpFPredicate pred, float a, float b) {
   using P = arith::CmpFPredicate;
   bool unordered = std::isnan(a) || std::isnan(b);
   switch (pred) {
-  case P::AlwaysFalse: return false;
-  case P::OEQ: return !unordered && a == b;
-  case P::OGT: return !unordered && a > b;
-  case P::OGE: return !unordered && a >= b;
-  case P::OLT: return !unordered && a < b;
-  case P::OLE: return !unordered && a <= b;
-  case P::ONE: return !unordered && a != b;
-  case P::ORD: return !unordered;
-  case P::UEQ: return unordered || a == b;
-  case P::UGT: return unordered || a > b;
-  case P::UGE: return unordered || a >= b;
-  case P::ULT: return unordered || a < b;
-  case P::ULE: return unordered || a <= b;
-  case P::UNE: return unordered || a != b;
-  case P::UNO: return unordered;
-  case P::AlwaysTrue: return true;
+  case P::AlwaysFalse:
+    return false;
+  case P::OEQ:
+    return !unordered && a == b;
+  case P::OGT:
+    return !unordered && a > b;
+  case P::OGE:
+    return !unordered && a >= b;
+  case P::OLT:
+    return !unordered && a < b;
+  case P::OLE:
+    return !unordered && a <= b;
+  case P::ONE:
+    return !unordered && a != b;
+  case P::ORD:
+    return !unordered;
+  case P::UEQ:
+    return unordered || a == b;
+  case P::UGT:
+    return unordered || a > b;
+  case P::UGE:
+    return unordered || a >= b;
+  case P::ULT:
+    return unordered || a < b;
+  case P::ULE:
+    return unordered || a <= b;
+  case P::UNE:
+    return unordered || a != b;
+  case P::UNO:
+    return unordered;
+  case P::AlwaysTrue:
+    return true;
   }
   llvm_unreachable("unknown cmpf predicate");
 }
@@ -101,7 +125,8 @@ std::string typeString(Type type) {
 
 } // namespace
 
-FailureOr<Scalar> evalScalarOp(Operation *op, ArrayRef<Scalar> in, llvm::function_ref<void(const llvm::Twine &)> error) {
+FailureOr<Scalar> evalScalarOp(Operation *op, ArrayRef<Scalar> in,
+                               llvm::function_ref<void(const llvm::Twine &)> error) {
   auto fail = [&](const Twine &message) -> FailureOr<Scalar> {
     error(message);
     return failure();

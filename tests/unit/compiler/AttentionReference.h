@@ -43,10 +43,10 @@ enum class Mask {
 };
 
 struct Reference {
-  std::vector<double> o;      ///< BSHD, exact up to double rounding
-  std::vector<double> oLowp;  ///< P (normalized) and O rounded to the dtype
-  std::vector<double> lse;    ///< B x Hq x Sq, natural log; -inf where a row sees no key
-  std::vector<char> noKeys;   ///< B x Hq x Sq: the row sees no key (O must be exactly 0, LSE -inf)
+  std::vector<double> o;     ///< BSHD, exact up to double rounding
+  std::vector<double> oLowp; ///< P (normalized) and O rounded to the dtype
+  std::vector<double> lse;   ///< B x Hq x Sq, natural log; -inf where a row sees no key
+  std::vector<char> noKeys;  ///< B x Hq x Sq: the row sees no key (O must be exactly 0, LSE -inf)
 };
 
 inline Reference referenceAttention(const interp::Problem &p, const Inputs &in, Mask mask, interp::RoundFn round) {

@@ -22,6 +22,7 @@
 
 #include <bit>
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 using namespace mlir;
@@ -189,8 +190,8 @@ TEST_P(InterpreterVsReference, UnscheduledAndFa2ScheduledMatchTheReference) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   test::Inputs in = test::randomInputs(p, seed);
   interp::RoundFn round = c.dtype == ElementType::BF16 ? interp::roundToBf16 : interp::roundToF16;
-  test::Reference ref = test::referenceAttention(p, in, c.variant == "causal" ? test::Mask::Causal : test::Mask::None,
-                                                 round);
+  test::Reference ref =
+      test::referenceAttention(p, in, c.variant == "causal" ? test::Mask::Causal : test::Mask::None, round);
 
   Outputs unscheduled = runChecked(funcOf(*program), p, in, diags);
   expectMatchesReference(unscheduled, ref, p, "unscheduled");
@@ -304,17 +305,15 @@ TEST_F(CausalFixture, OverwritingTheSingleKBufferBeforeItIsReadIsAPipelineHazard
   auto loads = inLoops<tile::LoadOp>(*sched, "k");
   auto copies = inLoops<tile::CopyAsyncOp>(*sched, "k");
   ASSERT_EQ(copies.size(), loads.size());
-  for (auto [copy, load] : llvm::zip(copies, loads)) {
-    for (Value operand : copy->getOperands())
-      if (Operation *def = operand.getDefiningOp(); def && def->getBlock() == load->getBlock())
-        for (Value inner : def->getOperands())
-          if (Operation *innerDef = inner.getDefiningOp(); innerDef && innerDef->getBlock() == load->getBlock())
-            innerDef->moveBefore(load);
-    for (Value operand : copy->getOperands())
-      if (Operation *def = operand.getDefiningOp(); def && def->getBlock() == load->getBlock())
-        def->moveBefore(load);
-    copy->moveBefore(load);
-  }
+  std::function<void(Operation *, Operation *)> hoist = [&](Operation *op, Operation *before) {
+    for (Value operand : op->getOperands())
+      if (Operation *def = operand.getDefiningOp();
+          def && def->getBlock() == before->getBlock() && before->isBeforeInBlock(def))
+        hoist(def, before);
+    op->moveBefore(before);
+  };
+  for (auto [copy, load] : llvm::zip(copies, loads))
+    hoist(copy, load);
   std::string text = runExpectingFailure(*sched);
   EXPECT_NE(text.find("pipeline hazard: load of k tile 1 but the buffer holds tile 1 and the copy of tile 0 into it "
                       "is in flight"),
@@ -339,7 +338,8 @@ TEST_F(CausalFixture, BadSizesAndUnknownOpsAreDiagnosed) {
   wrongHeads.headsKv = 3;
   std::vector<float> o, lse;
   EXPECT_TRUE(failed(interp::run(funcOf(*program), wrongHeads, in.q, in.k, in.v, o, lse)));
-  EXPECT_NE(diags.text.find("heads_q (2) must be a positive multiple of heads_kv (3)"), std::string::npos) << diags.text;
+  EXPECT_NE(diags.text.find("heads_q (2) must be a positive multiple of heads_kv (3)"), std::string::npos)
+      << diags.text;
 
   std::vector<float> shortQ(in.q.begin(), in.q.end() - 1);
   diags.text.clear();
@@ -374,15 +374,24 @@ TEST(InterpreterRounding, MatchesAPFloatRoundToNearestEven) {
   };
   auto same = [](float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); };
   // Random bit patterns cover every exponent; ties are built on purpose (a kept value plus half its last place).
-  std::vector<float> xs = {0.0f, -0.0f, 65504.0f, 65519.0f, 65520.0f, 1e-8f, 6e-8f, 3e-8f, -2.98023224e-8f,
-                           std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(),
+  std::vector<float> xs = {0.0f,
+                           -0.0f,
+                           65504.0f,
+                           65519.0f,
+                           65520.0f,
+                           1e-8f,
+                           6e-8f,
+                           3e-8f,
+                           -2.98023224e-8f,
+                           std::numeric_limits<float>::max(),
+                           std::numeric_limits<float>::denorm_min(),
                            std::numeric_limits<float>::infinity()};
   for (int i = 0; i < 200000; ++i) {
     uint32_t bits = rng();
     float x = std::bit_cast<float>(bits);
     if (!std::isnan(x))
       xs.push_back(x);
-    xs.push_back(std::bit_cast<float>((bits & 0xffff0000u) | 0x8000u)); // bf16 tie
+    xs.push_back(std::bit_cast<float>((bits & 0xffff0000u) | 0x8000u));                // bf16 tie
     xs.push_back(std::ldexp(float(int(rng() % 4096) * 2 + 1), -12 - int(rng() % 30))); // f16 ties and near-ties
   }
   int bad = 0;

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# prepare.sh — on the build machine: fill .device/ (git-ignored) with what the GPU machine runs:
+#   .device/aot/   kernels compiled ahead of time by the full build's `flashtile aot` (sm_90a by default)
+#   .device/bin/   runtime-only binaries: flashtile (CLI), flashtile_gpu_tests
+#   .device/lib/   libflashtile.so (C ABI, for bench/bench_attention.py)
+# Then call the device with carry [".device"] and run bench/device/run-gpu-tests.sh or bench/device/bench.sh.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+ARCH=${FLASHTILE_ARCH:-sm_90a}
+bash scripts/build.sh
+cmake -S . -B build-rt -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHTILE_RUNTIME_ONLY=ON >/dev/null
+cmake --build build-rt -j "${FLASHTILE_JOBS:-2}"
+rm -rf .device/aot .device/bin .device/lib
+mkdir -p .device/bin .device/lib
+build/tools/flashtile aot --arch "$ARCH" --out .device/aot "$@"
+cp build-rt/tools/flashtile build-rt/tests/gpu/flashtile_gpu_tests .device/bin/
+cp build-rt/runtime/libflashtile.so .device/lib/
+du -sh .device
