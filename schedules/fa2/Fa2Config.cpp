@@ -5,11 +5,19 @@ namespace flashtile::fa2 {
 
 Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV) {
   Fa2Config c;
-  // Each warp owns 16 query rows (one m16 tile): the accumulator (16 x headDimV fp32 per warp) stays in
-  // registers without spilling at head dim 128.
   c.blockM = 128;
-  c.warps = 8;
-  c.blockN = (headDim > 128 || headDimV > 128) ? 32 : 64;
+  c.blockN = 64;
+  if (headDim <= 64 && headDimV <= 64) {
+    // Two m16 tiles per warp halve the shared-memory reads of K and V per MMA; at head dim 64 the state and
+    // scores still fit in registers (measured on the H200: 1.02-1.07x torch FA2, bench/RESULTS.md).
+    c.warps = 4;
+  } else {
+    // One m16 tile per warp: at head dim 128 the 16 x 128 fp32 accumulator per warp and the scores stay in
+    // registers without spilling (two tiles per warp spill).
+    c.warps = 8;
+    if (headDim > 128 || headDimV > 128)
+      c.blockN = 32;
+  }
   return c;
 }
 

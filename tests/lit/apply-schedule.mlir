@@ -1,8 +1,8 @@
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule | FileCheck %s --check-prefix=DEFAULT
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="block-m=64 block-n=32 warps=4" | FileCheck %s --check-prefix=CUSTOM
 
-// Defaults for head dim 64: 128 query rows, 64-key tiles, 8 warps (16 rows each).
-// DEFAULT: tile.func @attention attributes {{.*}}schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 8, stages = 2>
+// Defaults for head dim 64: 128 query rows, 64-key tiles, 4 warps (32 rows each).
+// DEFAULT: tile.func @attention attributes {{.*}}schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 2>
 // DEFAULT: tile.load "q" : tensor<128x64xbf16>
 // DEFAULT: tile.init_state : <128x64>
 // DEFAULT: tile.load "k"[%{{.*}}] : tensor<64x64xbf16>
@@ -16,7 +16,7 @@
 // CUSTOM: tile.qk {{.*}} -> tensor<64x32xf32>
 
 // RUN: flashtile-opt %s --tile-apply-schedule="block-m=100" --verify-diagnostics
-// expected-error @+1 {{'tile.func' op fa2: block-m = 100 is not supported; accepted: a multiple of 16 * warps (= 128)}}
+// expected-error @+1 {{'tile.func' op fa2: block-m = 100 is not supported; accepted: a multiple of 16 * warps (= 64)}}
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %q = tile.load "q" : tensor<?x64xbf16>
   %st0 = tile.init_state : !tile.state<?x64>

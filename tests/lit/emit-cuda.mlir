@@ -13,10 +13,10 @@
 // CHECK-NEXT:    return kv <= (q + (p.seqlenK - p.seqlenQ));
 // CHECK-NEXT:  }
 
-// CHECK-LABEL: extern "C" __global__ void __launch_bounds__(256) flashtile_fa2_causal_bf16_d64(const FlashtileFwdParams p) {
+// CHECK-LABEL: extern "C" __global__ void __launch_bounds__(128) flashtile_fa2_causal_bf16_d64(const FlashtileFwdParams p) {
 // CHECK:         constexpr int kBlockM = 128;
 // CHECK:         constexpr int kBlockN = 64;
-// CHECK:         constexpr int kWarps = 8;
+// CHECK:         constexpr int kWarps = 4;
 // CHECK:         extern __shared__ __align__(128) unsigned char smem[];
 
 // The KV-range rules, evaluated for this block's rows.

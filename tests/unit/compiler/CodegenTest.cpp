@@ -145,7 +145,7 @@ TEST(Codegen, SourceFollowsTheScheduledIr) {
   const std::string &src = kernel->source;
   // Host and device agree on the parameters: the struct is KernelAbi.h, verbatim.
   EXPECT_NE(src.find(codegen::kKernelAbiText), std::string::npos);
-  EXPECT_NE(src.find("extern \"C\" __global__ void __launch_bounds__(256) flashtile_fa2_causal_f16_d64("
+  EXPECT_NE(src.find("extern \"C\" __global__ void __launch_bounds__(128) flashtile_fa2_causal_f16_d64("
                      "const FlashtileFwdParams p)"),
             std::string::npos)
       << src;
