@@ -17,6 +17,8 @@ int aotCommand(const std::vector<std::string> &args);
 int runCommand(const std::vector<std::string> &args);
 int summaryCommand(const std::vector<std::string> &args);
 int infoCommand();
+/// NVRTC-compiles .cu files and prints the time of each (no compiler, no GPU needed).
+int nvrtcCommand(const std::vector<std::string> &args);
 /// Whether this build includes the compiler (MLIR); runtime-only builds run kernels from an AOT directory.
 bool hasCompiler();
 /// Installs the JIT as the runtime's compiler; false in a runtime-only build.

@@ -164,6 +164,8 @@ int aotCommand(const std::vector<std::string> &argv) {
         info.variant = variantName; // built-in variants are asked for by name
         std::filesystem::path stem = out / info.entry;
         Status s = writeFileAtomically(stem.string() + ".cubin", result->cubin);
+        if (s.ok()) // the source too: readable, and `flashtile nvrtc` can time its compile where MLIR is absent
+          s = writeFileAtomically(stem.string() + ".cu", result->cuda);
         if (s.ok())
           s = writeFileAtomically(stem.string() + ".manifest", info.serialize());
         if (!s.ok())

@@ -17,6 +17,7 @@ commands (no GPU needed):
             writes <kernel>.cubin + <kernel>.manifest for Runtime::loadAotDirectory
   summary   [--arch sm_80,sm_90a,sm_100a] compiles every built-in kernel and prints a table
   info      versions of flashtile, NVRTC and the GPU driver
+  nvrtc     FILE.cu... [--arch sm_90a] NVRTC-compiles generated CUDA (e.g. the .cu files aot writes) and times it
 
 commands (GPU):
   run       --variant causal --dtype bf16 --head-dim 128 --batch 2 --heads 16 [--heads-kv N]
@@ -44,6 +45,8 @@ int main(int argc, char **argv) {
     return summaryCommand(args);
   if (command == "run")
     return runCommand(args);
+  if (command == "nvrtc")
+    return nvrtcCommand(args);
   if (command == "info")
     return infoCommand();
   if (command == "help" || command == "--help" || command == "-h") {
