@@ -4,7 +4,7 @@ import lit.formats
 
 config.name = "flashtile"
 config.test_format = lit.formats.ShTest(execute_external=False)
-config.suffixes = [".mlir"]
+config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.flashtile_obj_root, "tests", "lit")
 config.excludes = ["inputs"]

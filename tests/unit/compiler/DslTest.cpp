@@ -1,0 +1,113 @@
+// DslTest.cpp — the variant DSL builds the program the design describes, and rejects ill-typed hooks.
+#include "examples/variants/Variants.h"
+#include "flashtile/dsl/Program.h"
+#include "passes/IR/TileDialect.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace {
+
+using namespace flashtile;
+
+/// Builds `variant` and returns the diagnostics (empty on success) and the op names of the program in order.
+struct Built {
+  bool ok = false;
+  std::string diagnostics;
+  std::vector<std::string> ops;
+};
+
+Built build(const Variant &variant, ProgramOptions options = {}) {
+  mlir::MLIRContext context;
+  Built out;
+  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
+    out.diagnostics += d.str() + "\n";
+    return mlir::success();
+  });
+  auto module = buildAttentionProgram(context, variant, options);
+  out.ok = mlir::succeeded(module);
+  if (out.ok)
+    (*module)->walk<mlir::WalkOrder::PreOrder>([&](mlir::Operation *op) {
+      out.ops.push_back(op->getName().getStringRef().str());
+    });
+  return out;
+}
+
+int count(const Built &b, const std::string &name) { return std::count(b.ops.begin(), b.ops.end(), name); }
+
+TEST(Dsl, FullVariantBuildsTheAttentionProgram) {
+  Built b = build(variants::full());
+  ASSERT_TRUE(b.ok) << b.diagnostics;
+  EXPECT_EQ(count(b, "tile.func"), 1);
+  EXPECT_EQ(count(b, "tile.kv_range"), 2); // "may" and "full"
+  EXPECT_EQ(count(b, "tile.kv_loop"), 1);
+  EXPECT_EQ(count(b, "tile.qk"), 1);
+  EXPECT_EQ(count(b, "tile.scale"), 1);
+  EXPECT_EQ(count(b, "tile.score_mod"), 0); // no score hook: no op
+  EXPECT_EQ(count(b, "tile.mask"), 1);      // still there: it drops keys past seqlen_k
+  EXPECT_EQ(count(b, "tile.softmax_update"), 1);
+  EXPECT_EQ(count(b, "tile.rescale"), 1);
+  EXPECT_EQ(count(b, "tile.pv"), 1);
+  EXPECT_EQ(count(b, "tile.finalize"), 1);
+  EXPECT_EQ(count(b, "tile.store"), 2);
+}
+
+TEST(Dsl, ScoreHookAndParamsBecomeIr) {
+  Variant softcap = Variant("softcap").param("cap", 30.f).score(
+      [](dsl::Expr s, const dsl::Coords &, const dsl::Params &p) { return p["cap"] * dsl::tanh(s / p["cap"]); });
+  Built b = build(softcap);
+  ASSERT_TRUE(b.ok) << b.diagnostics;
+  EXPECT_EQ(count(b, "tile.score_mod"), 1);
+  EXPECT_EQ(count(b, "math.tanh"), 1);
+  EXPECT_EQ(count(b, "tile.param"), 2);
+  EXPECT_EQ(softcap.paramValues(), std::vector<float>{30.f});
+}
+
+TEST(Dsl, MaskMustBeAPredicate) {
+  Variant bad = Variant("bad").mask([](const dsl::Coords &c, const dsl::Params &) { return c.kv + 1; });
+  Built b = build(bad);
+  EXPECT_FALSE(b.ok);
+  EXPECT_NE(b.diagnostics.find("variant 'bad': the mask predicate must be 'i1', got 'i32'"), std::string::npos)
+      << b.diagnostics;
+}
+
+TEST(Dsl, ScoreModifierMustReturnAFloat) {
+  Variant bad = Variant("bad").score([](dsl::Expr, const dsl::Coords &c, const dsl::Params &) { return c.q; });
+  Built b = build(bad);
+  EXPECT_FALSE(b.ok);
+  EXPECT_NE(b.diagnostics.find("the score modifier's result must be 'f32', got 'i32'"), std::string::npos)
+      << b.diagnostics;
+}
+
+TEST(Dsl, UndeclaredParameterIsRejected) {
+  Variant bad = Variant("bad").score(
+      [](dsl::Expr s, const dsl::Coords &, const dsl::Params &p) { return s * p["slope"]; });
+  Built b = build(bad);
+  EXPECT_FALSE(b.ok);
+  EXPECT_NE(b.diagnostics.find("'slope' is not a parameter of @attention"), std::string::npos) << b.diagnostics;
+}
+
+TEST(Dsl, UnsupportedHeadDimIsRejected) {
+  Built b = build(variants::full(), ProgramOptions{ElementType::BF16, 100, 100});
+  EXPECT_FALSE(b.ok);
+  EXPECT_NE(b.diagnostics.find("head_dim must be a multiple of 8 in [8, 512], got 100"), std::string::npos)
+      << b.diagnostics;
+}
+
+TEST(Dsl, VariantIdHashesTheHooksNotTheName) {
+  auto a = variantId(variants::causal());
+  auto again = variantId(variants::causal());
+  Variant sameNameOtherBody =
+      Variant("causal").mask([](const dsl::Coords &c, const dsl::Params &) { return c.kv <= c.q; });
+  auto other = variantId(sameNameOtherBody);
+  ASSERT_TRUE(mlir::succeeded(a) && mlir::succeeded(again) && mlir::succeeded(other));
+  EXPECT_EQ(*a, *again);
+  EXPECT_NE(*a, *other);
+  EXPECT_EQ(a->rfind("causal#", 0), 0u) << *a;
+}
+
+} // namespace
