@@ -47,10 +47,38 @@ struct Tensor {
   }
 };
 
-/// The thread block that owns query rows [m0, m0 + rows) of head h (K/V head hKv) in batch b.
+/// The thread block that owns query rows [m0, m0 + rows) of head h (K/V head hKv) in batch b. Its sequence has
+/// seqlenQ queries and seqlenK keys, from rows qRow0 and kRow0 of the tensors' batch entry `entry` (dense: entry b,
+/// rows 0; varlen: entry 0, rows from cu_seqlens).
 struct Instance {
   int64_t b = 0, h = 0, hKv = 0, qTile = 0, m0 = 0, rows = 0;
+  int64_t seqlenQ = 0, seqlenK = 0, entry = 0, qRow0 = 0, kRow0 = 0;
 };
+
+/// The sequence of batch b, as an instance with no head or tile yet.
+Instance sequenceOf(const Problem &p, int64_t b) {
+  Instance seq;
+  seq.b = b;
+  if (!p.isVarlen()) {
+    seq.seqlenQ = p.seqlenQ;
+    seq.seqlenK = p.seqlenK;
+    seq.entry = b;
+    return seq;
+  }
+  seq.qRow0 = p.cuSeqlensQ[b];
+  seq.kRow0 = p.cuSeqlensK[b];
+  seq.seqlenQ = p.cuSeqlensQ[b + 1] - seq.qRow0;
+  seq.seqlenK = p.cuSeqlensK[b + 1] - seq.kRow0;
+  return seq;
+}
+
+/// The longest query sequence: all of them have seqlenQ rows unless the problem is varlen.
+int64_t longestSeqlenQ(const Problem &p) {
+  int64_t longest = p.isVarlen() ? 0 : p.seqlenQ;
+  for (size_t b = 0; p.isVarlen() && b + 1 < p.cuSeqlensQ.size(); ++b)
+    longest = std::max<int64_t>(longest, p.cuSeqlensQ[b + 1] - p.cuSeqlensQ[b]);
+  return longest;
+}
 
 /// The Q tile's static row count after scheduling; unscheduled, the whole query sequence is one tile.
 int64_t qTileRows(FuncOp func, int64_t seqlenQ) {
@@ -80,14 +108,14 @@ class Interpreter {
 public:
   Interpreter(FuncOp func, const Problem &problem, Tensor q, Tensor k, Tensor v)
       : func(func), problem(problem), q(std::move(q)), k(std::move(k)), v(std::move(v)),
-        roundOut(roundFor(func.getDtype())), blockM(qTileRows(func, problem.seqlenQ)) {
+        roundOut(roundFor(func.getDtype())), blockM(qTileRows(func, longestSeqlenQ(problem))) {
     pipelined = func.walk([](Operation *op) {
                       return isa<CopyAsyncOp, WaitAsyncOp>(op) ? WalkResult::interrupt() : WalkResult::advance();
                     })
                     .wasInterrupted();
   }
 
-  LogicalResult run(std::vector<float> &o, std::vector<float> &lse);
+  LogicalResult run(std::vector<float> &o, std::vector<float> &lse, RunStats *stats);
 
 private:
   LogicalResult runInstance();
@@ -99,6 +127,7 @@ private:
 
   LogicalResult exec(DimOp op);
   LogicalResult exec(ParamOp op);
+  LogicalResult exec(InputOp op);
   LogicalResult exec(KvRangeOp op);
   LogicalResult exec(LoadOp op);
   LogicalResult exec(CopyAsyncOp op);
@@ -132,6 +161,7 @@ private:
   int64_t blockM;
   bool pipelined = false;
   std::vector<float> *outO = nullptr, *outLse = nullptr;
+  int64_t *kTileLoads = nullptr; ///< this instance's counter in the RunStats, if any
 
   Instance inst;
   AsyncCopies copies;
@@ -148,21 +178,32 @@ LogicalResult Interpreter::fail(Operation *op, const Twine &message) {
   return diag;
 }
 
-LogicalResult Interpreter::run(std::vector<float> &o, std::vector<float> &lse) {
+LogicalResult Interpreter::run(std::vector<float> &o, std::vector<float> &lse, RunStats *stats) {
   // Whatever no instance stores stays NaN, so a program that forgets rows cannot pass a comparison.
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  o.assign(int64_t{problem.batch} * problem.seqlenQ * problem.headsQ * problem.headDimV, nan);
-  lse.assign(int64_t{problem.batch} * problem.headsQ * problem.seqlenQ, nan);
+  const int64_t entries = problem.isVarlen() ? 1 : problem.batch; // batch entries of the tensors
+  o.assign(entries * problem.seqlenQ * problem.headsQ * problem.headDimV, nan);
+  lse.assign(entries * problem.headsQ * problem.seqlenQ, nan);
   outO = &o;
   outLse = &lse;
-  if (problem.seqlenQ > 0 && blockM <= 0)
+  const int64_t longest = longestSeqlenQ(problem);
+  if (longest > 0 && blockM <= 0)
     return func.emitError() << "the Q tile has " << blockM << " rows";
-  int64_t qTiles = problem.seqlenQ > 0 ? ceilDiv(problem.seqlenQ, blockM) : 0;
+  int64_t qTiles = longest > 0 ? ceilDiv(longest, blockM) : 0;
   int64_t group = problem.headsQ / problem.headsKv;
+  if (stats)
+    *stats = RunStats{qTiles, blockM, std::vector<int64_t>(problem.batch * problem.headsQ * qTiles)};
   for (int64_t b = 0; b < problem.batch; ++b)
     for (int64_t h = 0; h < problem.headsQ; ++h)
-      for (int64_t t = 0; t < qTiles; ++t) {
-        inst = Instance{b, h, h / group, t, t * blockM, blockM};
+      // Varlen: like the kernel's blocks past a shorter sequence, the tiles past it do not run.
+      for (int64_t t = 0; t * blockM < sequenceOf(problem, b).seqlenQ; ++t) {
+        inst = sequenceOf(problem, b);
+        inst.h = h;
+        inst.hKv = h / group;
+        inst.qTile = t;
+        inst.m0 = t * blockM;
+        inst.rows = blockM;
+        kTileLoads = stats ? &stats->kTileLoads[(b * problem.headsQ + h) * qTiles + t] : nullptr;
         if (failed(runInstance()))
           return failure();
       }
@@ -192,8 +233,8 @@ LogicalResult Interpreter::execBlock(Block &block) {
 
 LogicalResult Interpreter::exec(Operation &op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(&op)
-      .Case<DimOp, ParamOp, KvRangeOp, LoadOp, CopyAsyncOp, WaitAsyncOp, StoreOp, QkOp, ScaleOp, ScoreModOp, MaskOp,
-            SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp>(
+      .Case<DimOp, ParamOp, InputOp, KvRangeOp, LoadOp, CopyAsyncOp, WaitAsyncOp, StoreOp, QkOp, ScaleOp, ScoreModOp,
+            MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp>(
           [&](auto tileOp) { return exec(tileOp); })
       .Default([&](Operation *other) { return execScalar(*other); });
 }
@@ -284,8 +325,8 @@ LogicalResult Interpreter::exec(DimOp op) {
   int64_t value = name == "batch"      ? problem.batch
                   : name == "heads_q"  ? problem.headsQ
                   : name == "heads_kv" ? problem.headsKv
-                  : name == "seqlen_q" ? problem.seqlenQ
-                  : name == "seqlen_k" ? problem.seqlenK
+                  : name == "seqlen_q" ? inst.seqlenQ
+                  : name == "seqlen_k" ? inst.seqlenK
                                        : -1;
   if (value < 0)
     return fail(op, "unknown dimension '" + name + "'");
@@ -301,8 +342,27 @@ LogicalResult Interpreter::exec(ParamOp op) {
   return success();
 }
 
+LogicalResult Interpreter::exec(InputOp op) {
+  int64_t index = func.inputIndex(op.getName());
+  if (index < 0)
+    return fail(op, "'" + op.getName() + "' is not an input of the program");
+  FailureOr<Scalar> at = scalar(op, op.getIndex());
+  if (failed(at))
+    return failure();
+  // The kernel cannot check this: its index rule defines the array's shape, and a read outside it is a bug.
+  int64_t size =
+      std::visit([](const auto &array) { return static_cast<int64_t>(array.size()); }, problem.inputs[index]);
+  if (at->i < 0 || at->i >= size)
+    return fail(op, "reads element " + Twine(at->i) + " of input '" + op.getName() + "', which has " + Twine(size));
+  if (const auto *f32 = std::get_if<std::vector<float>>(&problem.inputs[index]))
+    scalars[op.getResult()] = Scalar::real((*f32)[at->i]);
+  else
+    scalars[op.getResult()] = Scalar::integer(std::get<std::vector<int32_t>>(problem.inputs[index])[at->i]);
+  return success();
+}
+
 LogicalResult Interpreter::exec(KvRangeOp op) {
-  int64_t last = std::min<int64_t>(inst.m0 + inst.rows, problem.seqlenQ) - 1;
+  int64_t last = std::min<int64_t>(inst.m0 + inst.rows, inst.seqlenQ) - 1;
   SmallVector<Scalar, 2> range;
   if (failed(evalRegion(op.getRule().front(), {Scalar::integer(inst.m0), Scalar::integer(last)}, range)))
     return failure();
@@ -323,8 +383,8 @@ LogicalResult Interpreter::exec(KvLoopOp op) {
     from = lo->i;
     to = hi->i;
   } else {
-    int64_t rows = kvTileRows(op, problem.seqlenK);
-    to = rows > 0 ? ceilDiv(problem.seqlenK, rows) : 0;
+    int64_t rows = kvTileRows(op, inst.seqlenK);
+    to = rows > 0 ? ceilDiv(inst.seqlenK, rows) : 0;
   }
   bool descending = op.getOrder() == "descending";
   Block &body = op.getBody().front();
@@ -363,12 +423,14 @@ LogicalResult Interpreter::exec(LoadOp op) {
     if (failed(j))
       return failure();
     index = j->i;
-    rows = type.isDynamicDim(0) ? problem.seqlenK : type.getDimSize(0);
-    int64_t count = rows > 0 ? ceilDiv(problem.seqlenK, rows) : 0;
+    rows = type.isDynamicDim(0) ? inst.seqlenK : type.getDimSize(0);
+    int64_t count = rows > 0 ? ceilDiv(inst.seqlenK, rows) : 0;
     if (index < 0 || index >= count)
       return fail(op, "load of " + name + " tile " + Twine(index) + " outside the key sequence: seqlen_k = " +
-                          Twine(problem.seqlenK) + " makes " + Twine(count) + " tiles of " + Twine(rows) + " keys");
+                          Twine(inst.seqlenK) + " makes " + Twine(count) + " tiles of " + Twine(rows) + " keys");
     first = index * rows;
+    if (name == "k" && kTileLoads)
+      ++*kTileLoads;
   }
   if (pipelined)
     if (auto hazard = copies.load(*AsyncCopies::bufferOf(name.str()), index))
@@ -377,9 +439,10 @@ LogicalResult Interpreter::exec(LoadOp op) {
   Tile t = Tile::zeros(rows, source.width);
   t.rowBase = first;
   int64_t head = isQ ? inst.h : inst.hKv;
-  for (int64_t r = 0; r < rows && first + r < source.seqlen; ++r)
+  int64_t seqlen = isQ ? inst.seqlenQ : inst.seqlenK, row0 = isQ ? inst.qRow0 : inst.kRow0;
+  for (int64_t r = 0; r < rows && first + r < seqlen; ++r)
     for (int64_t d = 0; d < source.width; ++d)
-      t.at(r, d) = source.at(inst.b, first + r, head, d);
+      t.at(r, d) = source.at(inst.entry, row0 + first + r, head, d);
   return define(op, op.getResult(), std::move(t));
 }
 
@@ -423,14 +486,15 @@ LogicalResult Interpreter::exec(StoreOp op) {
     return fail(op, "stores a " + Twine(t.rows) + "x" + Twine(t.cols) + " tile but the program instance owns " +
                         Twine(inst.rows) + " query rows of " + Twine(width) + " values");
   // Rows past the query sequence are not written.
-  for (int64_t r = 0; r < t.rows && inst.m0 + r < problem.seqlenQ; ++r) {
-    int64_t row = inst.m0 + r;
+  // O is entries x seqlenQ x headsQ x headDimV, LSE entries x headsQ x seqlenQ (varlen: 1 entry of total_q rows).
+  for (int64_t r = 0; r < t.rows && inst.m0 + r < inst.seqlenQ; ++r) {
+    int64_t row = inst.qRow0 + inst.m0 + r;
     if (isO) {
-      float *out = &(*outO)[((inst.b * problem.seqlenQ + row) * problem.headsQ + inst.h) * width];
+      float *out = &(*outO)[((inst.entry * problem.seqlenQ + row) * problem.headsQ + inst.h) * width];
       for (int64_t d = 0; d < width; ++d)
         out[d] = roundOut(t.at(r, d));
     } else {
-      (*outLse)[(inst.b * problem.headsQ + inst.h) * problem.seqlenQ + row] = t.at(r, 0);
+      (*outLse)[(inst.entry * problem.headsQ + inst.h) * problem.seqlenQ + row] = t.at(r, 0);
     }
   }
   ++(isO ? storesO : storesLse);
@@ -488,7 +552,7 @@ LogicalResult Interpreter::exec(MaskOp op) {
   for (int64_t r = 0; r < out.rows; ++r)
     for (int64_t c = 0; c < out.cols; ++c) {
       int64_t kv = out.colBase + c;
-      bool kept = kv < problem.seqlenK; // keys past the sequence are always dropped
+      bool kept = kv < inst.seqlenK; // keys past the sequence are always dropped
       if (kept) {
         Scalar args[] = {Scalar::integer(inst.b), Scalar::integer(inst.h), Scalar::integer(out.rowBase + r),
                          Scalar::integer(kv)};
@@ -549,7 +613,14 @@ LogicalResult Interpreter::exec(FinalizeOp op) {
   FailureOr<StatePtr> st = state(op, op.getState());
   if (failed(st))
     return failure();
-  Finalized out = finalize(**st);
+  std::optional<float> sink;
+  if (op.hasSink()) {
+    SmallVector<Scalar, 1> logit;
+    if (failed(evalRegion(op.getSink().front(), {Scalar::integer(inst.b), Scalar::integer(inst.h)}, logit)))
+      return failure();
+    sink = logit[0].f;
+  }
+  Finalized out = finalize(**st, sink);
   if (failed(define(op, op.getO(), std::move(out.o))))
     return failure();
   return define(op, op.getLse(), std::move(out.lse));
@@ -584,8 +655,32 @@ LogicalResult validate(FuncOp func, const Problem &p, size_t qSize, size_t kSize
   if (p.params.size() != func.getParams().size())
     return func.emitError() << "the program takes " << func.getParams().size() << " parameters " << func.getParams()
                             << " but the problem gives " << p.params.size();
+  if (p.inputs.size() != func.getInputs().size())
+    return func.emitError() << "the program takes " << func.getInputs().size() << " inputs " << func.getInputs()
+                            << " but the problem gives " << p.inputs.size();
+  for (auto [array, attr] : llvm::zip(p.inputs, func.getInputs())) {
+    auto input = cast<InputAttr>(attr);
+    bool isF32 = std::holds_alternative<std::vector<float>>(array);
+    if (isF32 != input.getElementType().isF32())
+      return func.emitError() << "input '" << input.getName() << "' has " << input.getElementType()
+                              << " elements but the problem gives " << (isF32 ? "f32" : "i32") << " values";
+  }
   if (!roundFor(func.getDtype()))
     return func.emitError() << "the interpreter runs bf16 and f16 programs, not " << func.getDtype();
+  if (p.isVarlen() || !p.cuSeqlensK.empty()) {
+    for (auto [name, offsets, total] : {std::tuple{"cu_seqlens_q", &p.cuSeqlensQ, p.seqlenQ},
+                                        std::tuple{"cu_seqlens_k", &p.cuSeqlensK, p.seqlenK}}) {
+      if (offsets->size() != static_cast<size_t>(p.batch) + 1)
+        return func.emitError() << name << " has " << offsets->size() << " offsets; varlen needs batch + 1 = "
+                                << p.batch + 1 << " in both cu_seqlens_q and cu_seqlens_k";
+      for (int b = 0; b <= p.batch; ++b) {
+        int low = b ? (*offsets)[b - 1] : 0;
+        if ((*offsets)[b] < low || (*offsets)[b] > total)
+          return func.emitError() << name << "[" << b << "] = " << (*offsets)[b] << " is outside [" << low << ", "
+                                  << total << "]: offsets are non-decreasing, from 0 up to the packed rows";
+      }
+    }
+  }
   struct Operand {
     const char *name, *formula;
     size_t size;
@@ -593,11 +688,13 @@ LogicalResult validate(FuncOp func, const Problem &p, size_t qSize, size_t kSize
   } operands[] = {{"q", "batch·seqlen_q·heads_q·head_dim", qSize, p.seqlenQ, p.headsQ, p.headDim},
                   {"k", "batch·seqlen_k·heads_kv·head_dim", kSize, p.seqlenK, p.headsKv, p.headDim},
                   {"v", "batch·seqlen_k·heads_kv·head_dim_v", vSize, p.seqlenK, p.headsKv, p.headDimV}};
+  const int64_t entries = p.isVarlen() ? 1 : p.batch; // varlen: one entry of total_q (total_k) packed rows
   for (const Operand &o : operands) {
-    int64_t expected = int64_t{p.batch} * o.seqlen * o.heads * o.width;
+    int64_t expected = entries * o.seqlen * o.heads * o.width;
     if (static_cast<int64_t>(o.size) != expected)
-      return func.emitError() << o.name << " holds " << o.size << " values but " << o.formula << " = " << p.batch << "·"
-                              << o.seqlen << "·" << o.heads << "·" << o.width << " = " << expected;
+      return func.emitError() << o.name << " holds " << o.size << " values but " << o.formula << " = " << entries << "·"
+                              << o.seqlen << "·" << o.heads << "·" << o.width << " = " << expected
+                              << (p.isVarlen() ? " (varlen: batch counts as 1, seqlens are the totals)" : "");
   }
   return success();
 }
@@ -612,14 +709,14 @@ Tensor rounded(const std::vector<float> &data, RoundFn round, int64_t seqlen, in
 } // namespace
 
 LogicalResult run(FuncOp func, const Problem &problem, const std::vector<float> &q, const std::vector<float> &k,
-                  const std::vector<float> &v, std::vector<float> &o, std::vector<float> &lse) {
+                  const std::vector<float> &v, std::vector<float> &o, std::vector<float> &lse, RunStats *stats) {
   if (failed(validate(func, problem, q.size(), k.size(), v.size())))
     return failure();
   RoundFn round = roundFor(func.getDtype());
   Interpreter interpreter(func, problem, rounded(q, round, problem.seqlenQ, problem.headsQ, problem.headDim),
                           rounded(k, round, problem.seqlenK, problem.headsKv, problem.headDim),
                           rounded(v, round, problem.seqlenK, problem.headsKv, problem.headDimV));
-  return interpreter.run(o, lse);
+  return interpreter.run(o, lse, stats);
 }
 
 } // namespace flashtile::interp

@@ -10,6 +10,8 @@
 
 #include "mlir/Support/LogicalResult.h"
 
+#include <cstdint>
+#include <variant>
 #include <vector>
 
 namespace flashtile::tile {
@@ -18,22 +20,42 @@ class FuncOp;
 
 namespace flashtile::interp {
 
+/// A variant's input array (tile.input): f32 or i32 elements, as the tile.func declares it.
+using InputArray = std::variant<std::vector<float>, std::vector<int32_t>>;
+
 /// The sizes and numbers of one attention-forward call.
 struct Problem {
   int batch = 1, seqlenQ = 0, seqlenK = 0, headsQ = 1, headsKv = 1, headDim = 0, headDimV = 0;
   float softmaxScale = 1.0f;
-  std::vector<float> params; ///< the variant's numbers, in the order of the tile.func's `params`
+  std::vector<float> params;       ///< the variant's numbers, in the order of the tile.func's `params`
+  std::vector<InputArray> inputs{}; ///< the variant's input arrays, in the order of the tile.func's `inputs`
+  /// Varlen (flash_attn_varlen_func): empty (dense), or batch + 1 non-decreasing offsets each, starting at 0.
+  /// Sequence b is rows [cuSeqlensQ[b], cuSeqlensQ[b + 1]) of the packed Q/O and [cuSeqlensK[b],
+  /// cuSeqlensK[b + 1]) of K/V; seqlenQ/seqlenK are then total_q/total_k, and tile.dim "seqlen_q"/"seqlen_k" give
+  /// each sequence's own length.
+  std::vector<int32_t> cuSeqlensQ, cuSeqlensK;
+
+  bool isVarlen() const { return !cuSeqlensQ.empty(); }
+};
+
+/// What a run did, for checks of a schedule's tile skipping.
+struct RunStats {
+  int64_t qTiles = 0, blockM = 0; ///< Q tiles per (batch, head) (varlen: of the longest), rows per Q tile
+  /// K tiles each program instance loaded, at ((b · headsQ) + h) · qTiles + qTile.
+  std::vector<int64_t> kTileLoads;
 };
 
 /// Runs `func` on packed row-major (BSHD) tensors: Q is batch x seqlenQ x headsQ x headDim, K is
 /// batch x seqlenK x headsKv x headDim, V is batch x seqlenK x headsKv x headDimV. Fills O
 /// (batch x seqlenQ x headsQ x headDimV, values of the program's dtype) and LSE (batch x headsQ x seqlenQ, fp32,
-/// natural log). Query head h reads K/V head h / (headsQ / headsKv). Inputs are rounded to the program's dtype
-/// first. Errors (bad sizes, an op the interpreter does not know, a pipeline hazard, ...) are emitted as MLIR
-/// diagnostics on the offending op, with a note naming the program instance.
+/// natural log). Varlen: Q is seqlenQ (total_q) x headsQ x headDim, K/V likewise with seqlenK, O total_q x headsQ x
+/// headDimV and LSE headsQ x total_q. Query head h reads K/V head h / (headsQ / headsKv). Inputs are rounded to the
+/// program's dtype first. Errors (bad sizes, an op the interpreter does not know, a pipeline hazard, ...) are emitted as MLIR
+/// diagnostics on the offending op, with a note naming the program instance; so is a tile.input read outside its
+/// array. `stats`, when given, receives what the run did.
 mlir::LogicalResult run(tile::FuncOp func, const Problem &problem, const std::vector<float> &q,
                         const std::vector<float> &k, const std::vector<float> &v, std::vector<float> &o,
-                        std::vector<float> &lse);
+                        std::vector<float> &lse, RunStats *stats = nullptr);
 
 } // namespace flashtile::interp
 

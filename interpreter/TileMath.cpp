@@ -81,17 +81,22 @@ SoftmaxState pv(const Tile &p, const Tile &v, SoftmaxState state) {
   return state;
 }
 
-Finalized finalize(const SoftmaxState &state) {
+Finalized finalize(const SoftmaxState &state, std::optional<float> sink) {
   Finalized out{Tile::zeros(state.rows, state.cols), Tile::zeros(state.rows, 1)};
+  const float sinkLog2 = sink ? *sink * std::numbers::log2e_v<float> : -kInf;
   for (int64_t r = 0; r < state.rows; ++r) {
-    float l = state.l[r];
+    // The sink is one more score: take it into the max, then rescale l and acc to the new max.
+    float m = std::max(state.m[r], sinkLog2);
+    float mUse = m == -kInf ? 0.0f : m;
+    float carry = std::exp2(state.m[r] - mUse);
+    float l = state.l[r] * carry + std::exp2(sinkLog2 - mUse);
     if (l == 0.0f) {
       out.lse.at(r, 0) = -kInf;
       continue;
     }
     for (int64_t d = 0; d < state.cols; ++d)
-      out.o.at(r, d) = state.acc[r * state.cols + d] / l;
-    out.lse.at(r, 0) = (state.m[r] + std::log2(l)) * std::numbers::ln2_v<float>;
+      out.o.at(r, d) = state.acc[r * state.cols + d] * carry / l;
+    out.lse.at(r, 0) = (mUse + std::log2(l)) * std::numbers::ln2_v<float>;
   }
   return out;
 }

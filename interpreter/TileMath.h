@@ -9,6 +9,7 @@
 #include "interpreter/Rounding.h"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace flashtile::interp {
@@ -57,7 +58,9 @@ struct Finalized {
   Tile o, lse;
 };
 /// O = acc / l and LSE = (m + log2 l)·ln 2; rows with l = 0 (no key seen) give O = 0 and LSE = −inf.
-Finalized finalize(const SoftmaxState &state);
+/// A `sink` logit s joins every row's softmax with no value (tile.finalize's sink): with m' = max(m, s·log2 e),
+/// l' = l·2^(m − m') + 2^(s·log2 e − m'), O = acc·2^(m − m') / l', LSE = (m' + log2 l')·ln 2.
+Finalized finalize(const SoftmaxState &state, std::optional<float> sink = std::nullopt);
 
 } // namespace flashtile::interp
 

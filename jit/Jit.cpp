@@ -128,6 +128,8 @@ Jit::Jit() {
 }
 
 StatusOr<std::string> Jit::add(const Variant &variant) {
+  if (std::string error = variant.checkParams(variant.paramValues()); !error.empty())
+    return Status::error(error);
   auto id = variantId(variant);
   if (mlir::failed(id))
     return Status::error("variant '" + variant.name() + "' does not build a valid program");
@@ -138,6 +140,32 @@ StatusOr<std::string> Jit::add(const Variant &variant) {
 
 CompileFn Jit::compileFn() {
   return [this](const KernelSpec &spec) { return compileSpec(spec); };
+}
+
+VariantCheckFn Jit::checkFn() {
+  return [this](const AttentionArgs &args) { return check(args); };
+}
+
+Status Jit::check(const AttentionArgs &args) {
+  std::optional<Variant> variant;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = variants.find(args.variant);
+    if (it == variants.end())
+      return Status(); // not ours to judge: an ahead-of-time kernel, or an error findKernel reports
+    variant = it->second;
+  }
+  if (std::string error = variant->checkParams(args.variantParams); !error.empty())
+    return Status::error("variantParams: " + error);
+  const auto &inputs = variant->inputs();
+  if (args.inputs.size() != inputs.size())
+    return Status::error("inputs has " + std::to_string(args.inputs.size()) + " pointers but variant '" + args.variant +
+                         "' takes " + std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!args.inputs[i])
+      return Status::error("inputs[" + std::to_string(i) + "] ('" + inputs[i].first + "') is null; variant '" +
+                           args.variant + "' reads it");
+  return Status();
 }
 
 StatusOr<CachedKernel> Jit::compileSpec(const KernelSpec &spec) {

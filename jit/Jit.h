@@ -52,6 +52,11 @@ public:
   StatusOr<std::string> add(const Variant &variant);
   /// The hook to pass to Runtime::setCompiler; this Jit must outlive the runtime that holds it.
   CompileFn compileFn();
+  /// The hook to pass to Runtime::setVariantCheck: for a variant this Jit knows, the call's variantParams (count
+  /// and the variant's validate hooks, e.g. window sizes >= -1) and inputs (count, non-null). Needs no GPU.
+  VariantCheckFn checkFn();
+  /// What checkFn's hook does.
+  Status check(const AttentionArgs &args);
   /// Tile sizes and other schedule knobs for every kernel this Jit compiles.
   void setScheduleOptions(fa2::Fa2Options options) { scheduleOptions = std::move(options); }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # prepare.sh — on the build machine: fill .device/ (git-ignored) with what the GPU machine runs:
-#   .device/aot/   kernels compiled ahead of time by the full build's `flashtile aot` (sm_90a by default)
+#   .device/aot/   kernels compiled ahead of time by the full build's `flashtile aot` (sm_90a by default), for
+#                  every head dim the GPU tests check (extra arguments go to `flashtile aot` and override these)
 #   .device/bin/   runtime-only binaries: flashtile (CLI), flashtile_gpu_tests
 #   .device/lib/   libflashtile.so (C ABI, for bench/bench_attention.py)
 # Then call the device with carry [".device"] and run bench/device/run-gpu-tests.sh or bench/device/bench.sh.
@@ -12,7 +13,7 @@ cmake -S . -B build-rt -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHTILE_RUNTIME_O
 cmake --build build-rt -j "${FLASHTILE_JOBS:-2}"
 rm -rf .device/aot .device/bin .device/lib
 mkdir -p .device/bin .device/lib
-build/tools/flashtile aot --arch "$ARCH" --out .device/aot "$@"
+build/tools/flashtile aot --arch "$ARCH" --out .device/aot --head-dims 32,64,96,128,192,256,192:128 "$@"
 cp build-rt/tools/flashtile build-rt/tests/gpu/flashtile_gpu_tests .device/bin/
 cp build-rt/runtime/libflashtile.so .device/lib/
 du -sh .device

@@ -10,6 +10,7 @@
 #include "codegen/common/ScalarEmitter.h"
 #include "codegen/common/TileTarget.h"
 #include "codegen/sm80/TileOpsSm80.h"
+#include "flashtile/runtime/KernelAbi.h"
 #include "flashtile/runtime/Version.h"
 #include "schedules/fa2/Fa2Config.h"
 
@@ -119,10 +120,12 @@ public:
   KernelPrinter(FuncOp func, TileTarget &target, ScalarHelpers &helpers)
       : func(func), target(target), helpers(helpers), scalars(w, names, helpers, func) {}
 
-  /// The variant's score_mod and mask regions as __device__ functions (identical regions share one).
+  /// The variant's score_mod, mask and sink regions as __device__ functions (identical regions share one).
   LogicalResult printVariantFunctions(CudaWriter &out);
   /// The kernel itself.
   LogicalResult printKernel(StringRef entry, const KernelShape &shape);
+  /// The thread block's sequence: `p`, the view of the kernel's `params` the rest of the kernel reads.
+  void printSequence();
   const std::string &kernel() const { return w.str(); }
 
 private:
@@ -187,11 +190,10 @@ FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &bod
     return it->second;
   std::string name = functionNames.unique(base);
   functionByText[key] = name;
-  bool isMask = isa<MaskOp>(op);
-  out.comment("---- variant \"" + func.getVariant().str() + "\": " +
-              (isMask ? "mask predicate (tile.mask): keep the score of query row q and key kv?"
-                      : "score modifier (tile.score_mod): the new score of query row q and key kv") +
-              " ----");
+  std::string role = isa<MaskOp>(op)       ? "mask predicate (tile.mask): keep the score of query row q and key kv?"
+                     : isa<FinalizeOp>(op) ? "attention sink (tile.finalize): the extra logit of head h's softmax"
+                                           : "score modifier (tile.score_mod): the new score of query row q and key kv";
+  out.comment("---- variant \"" + func.getVariant().str() + "\": " + role + " ----");
   std::string params;
   for (auto [arg, argName] : llvm::zip(block.getArguments(), args))
     params += *ScalarEmitter::cType(arg.getType()) + " " + argName.str() + ", ";
@@ -214,6 +216,8 @@ LogicalResult KernelPrinter::printVariantFunctions(CudaWriter &out) {
       name = variantFunction(op, mod.getBody(), "scoreMod", "float", {"score", "b", "h", "q", "kv"}, out);
     else if (auto mask = dyn_cast<MaskOp>(op))
       name = variantFunction(op, mask.getBody(), "keep", "bool", {"b", "h", "q", "kv"}, out);
+    else if (auto fin = dyn_cast<FinalizeOp>(op); fin && fin.hasSink())
+      name = variantFunction(op, fin.getSink(), "sinkLogit", "float", {"b", "h"}, out);
     else
       return WalkResult::advance();
     if (failed(name))
@@ -229,8 +233,8 @@ LogicalResult KernelPrinter::printVariantFunctions(CudaWriter &out) {
 //===----------------------------------------------------------------------===//
 
 void KernelPrinter::assignNames() {
-  for (StringRef reserved : {"p", "sm80", "ceilDiv", "floorDiv", "qFirst", "qLast", "kBlockM", "kBlockN", "kHeadDim",
-                             "kHeadDimV", "kWarps", "kThreads"})
+  for (StringRef reserved : {"p", "params", "sm80", "ceilDiv", "floorDiv", "qFirst", "qLast", "kBlockM", "kBlockN",
+                             "kHeadDim", "kHeadDimV", "kWarps", "kThreads"})
     names.reserve(reserved);
   for (const std::string &reserved : target.reservedNames())
     names.reserve(reserved);
@@ -281,7 +285,7 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
   assignNames();
   ScheduleAttr schedule = func.getScheduleAttr();
   w.open("extern \"C\" __global__ void __launch_bounds__(" + std::to_string(shape.warps * fa2::kWarpSize) + ") " +
-         entry.str() + "(const FlashtileFwdParams p)");
+         entry.str() + "(const FlashtileFwdParams params)");
   w.comment("---- schedule " + schedule.getName().str() + " (#tile.schedule): tile sizes and warps ----");
   w.line("constexpr int kBlockM = " + std::to_string(shape.blockM) + ";  // query rows of this thread block (split-Q)");
   w.line("constexpr int kBlockN = " + std::to_string(shape.blockN) + ";  // keys of a K/V tile");
@@ -290,6 +294,8 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
   w.line("constexpr int kWarps = " + std::to_string(shape.warps) + ";");
   w.line("constexpr int kThreads = kWarps * 32;");
   w.line("");
+  printSequence();
+  w.separate();
 
   std::vector<Operand> copied; // in IR order: Q and the first K tile before the loops, V inside them
   func.walk([&](CopyAsyncOp copy) {
@@ -303,6 +309,31 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
     return failure();
   w.close();
   return success();
+}
+
+void KernelPrinter::printSequence() {
+  w.comment("---- the sequence of this thread block: batch entry blockIdx.z ----");
+  w.comment("Varlen (cuSeqlensQ set): sequence z = blockIdx.z is rows [cuSeqlensQ[z], cuSeqlensQ[z + 1]) of the");
+  w.comment("packed Q, O and LSE and rows [cuSeqlensK[z], cuSeqlensK[z + 1]) of K and V, clamped to the packed rows");
+  w.comment("(seqlenQ and seqlenK hold total_q and total_k). p is that sequence's view, base pointers and lengths, so");
+  w.comment("every seqlen below (tile.dim \"seqlen_q\", \"seqlen_k\"), in the variant's functions too, is its own.");
+  w.line("FlashtileFwdParams p = params;");
+  w.open("if (params.cuSeqlensQ)");
+  w.line("const int z = blockIdx.z;");
+  w.line("const int qBegin = min(max(params.cuSeqlensQ[z], 0), params.seqlenQ);");
+  w.line("const int qEnd = min(max(params.cuSeqlensQ[z + 1], qBegin), params.seqlenQ);");
+  w.line("const int kBegin = min(max(params.cuSeqlensK[z], 0), params.seqlenK);");
+  w.line("const int kEnd = min(max(params.cuSeqlensK[z + 1], kBegin), params.seqlenK);");
+  w.line("p.q = static_cast<const unsigned short *>(params.q) + qBegin * params.qRowStride;");
+  w.line("p.k = static_cast<const unsigned short *>(params.k) + kBegin * params.kRowStride;");
+  w.line("p.v = static_cast<const unsigned short *>(params.v) + kBegin * params.vRowStride;");
+  w.line("p.o = static_cast<unsigned short *>(params.o) + qBegin * params.oRowStride;");
+  w.line("p.lse = params.lse + qBegin;");
+  w.line("p.seqlenQ = qEnd - qBegin;");
+  w.line("p.seqlenK = kEnd - kBegin;");
+  w.close();
+  w.line("if (static_cast<int>(blockIdx.x) * kBlockM >= p.seqlenQ)");
+  w.line("  return;  // varlen: the grid covers the longest sequence, this one ends before this block's rows");
 }
 
 LogicalResult KernelPrinter::printBlock(Block &block) {
@@ -495,7 +526,7 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             return success();
           })
           .Case([&](FinalizeOp) {
-            target.finalize(w);
+            target.finalize(w, functionOf.lookup(op));
             return success();
           })
           .Case([&](StoreOp store) -> LogicalResult {
@@ -551,6 +582,12 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   info.smemBytes = config.smemBytes(shape.headDim, shape.headDimV);
   for (Attribute name : func.getParams())
     info.paramNames.push_back(cast<StringAttr>(name).getValue().str());
+  for (Attribute input : func.getInputs())
+    info.inputNames.push_back(cast<InputAttr>(input).getName().str());
+  if (info.paramNames.size() > FLASHTILE_MAX_VARIANT_PARAMS || info.inputNames.size() > FLASHTILE_MAX_VARIANT_INPUTS)
+    return func.emitOpError() << "declares " << info.paramNames.size() << " parameters and " << info.inputNames.size()
+                              << " inputs; kernels take at most " << FLASHTILE_MAX_VARIANT_PARAMS << " and "
+                              << FLASHTILE_MAX_VARIANT_INPUTS << " (KernelAbi.h)";
   info.compilerVersion = std::string(compilerVersion());
 
   std::unique_ptr<TileTarget> target = sm80::createTarget(shape);
@@ -567,7 +604,9 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
          targetAttr.getIsa().str() + " instructions), variant \"" + info.variant + "\", " + shape.dtype +
          ", head dims " + std::to_string(shape.headDim) + "/" + std::to_string(shape.headDimV) + ".\n";
   src += "// Launch: grid (ceil(seqlenQ / " + std::to_string(shape.blockM) + "), headsQ, batch), block (" +
-         std::to_string(info.threads) + "), " + std::to_string(info.smemBytes) + " bytes of dynamic shared memory.\n";
+         std::to_string(info.threads) + "), " + std::to_string(info.smemBytes) +
+         " bytes of dynamic shared memory;\n// varlen: grid.x = ceil(maxSeqlenQ / " + std::to_string(shape.blockM) +
+         ").\n";
   src += "\n// ==== kernel parameters: runtime/include/flashtile/runtime/KernelAbi.h, verbatim ====\n";
   src += kKernelAbiText;
   src += target->prelude();

@@ -109,7 +109,7 @@ bool ScalarEmitter::isScalarOp(Operation *op) {
              arith::OrIOp, arith::XOrIOp, arith::SelectOp, arith::AddFOp, arith::SubFOp, arith::MulFOp, arith::DivFOp,
              arith::NegFOp, arith::MaximumFOp, arith::MinimumFOp, arith::CmpFOp, arith::SIToFPOp, arith::FPToSIOp,
              math::TanhOp, math::ExpOp, math::Exp2Op, math::LogOp, math::SqrtOp, math::AbsFOp, math::AbsIOp,
-             tile::DimOp, tile::ParamOp>(op);
+             tile::DimOp, tile::ParamOp, tile::InputOp>(op);
 }
 
 //===----------------------------------------------------------------------===//
@@ -149,6 +149,13 @@ FailureOr<CExpr> ScalarEmitter::print(Operation *op) {
         if (index < 0)
           return p.emitOpError() << "names no parameter of the enclosing tile.func";
         return CExpr{"p.variantParams[" + std::to_string(index) + "]", true};
+      })
+      .Case([&](tile::InputOp input) -> FailureOr<CExpr> {
+        int64_t index = func.inputIndex(input.getName());
+        if (index < 0)
+          return input.emitOpError() << "names no input of the enclosing tile.func";
+        std::string type = input.getType().isF32() ? "const float *" : "const int *";
+        return CExpr{"static_cast<" + type + ">(p.inputs[" + std::to_string(index) + "])[" + in[0].text + "]", true};
       })
       .Case([&](arith::AddIOp) { return binary("+"); })
       .Case([&](arith::SubIOp) { return binary("-"); })

@@ -51,7 +51,8 @@ struct CExpr {
 
 /// Prints scalar ops into a CudaWriter. An op whose one result has one use in the same block, and no name hint,
 /// is folded into its user's expression; other results become `const T name = ...;` lines. Constants, tile.dim
-/// and tile.param are always folded (`64`, `p.seqlenK`, `p.variantParams[0]`).
+/// and tile.param are always folded (`64`, `p.seqlenK`, `p.variantParams[0]`); tile.input reads its array
+/// (`static_cast<const float *>(p.inputs[0])[h]`).
 class ScalarEmitter {
 public:
   /// `isolated`: when set, the region being printed as a function of its own; values it uses from outside are
@@ -60,7 +61,7 @@ public:
                 mlir::Region *isolated = nullptr)
       : w(w), names(names), helpers(helpers), func(func), isolated(isolated) {}
 
-  /// Whether `op` is a scalar op this emitter prints (arith, math, tile.dim, tile.param).
+  /// Whether `op` is a scalar op this emitter prints (arith, math, tile.dim, tile.param, tile.input).
   static bool isScalarOp(mlir::Operation *op);
   /// The C type of a scalar type (bool, int, long long, float), or failure.
   static mlir::FailureOr<std::string> cType(mlir::Type type);

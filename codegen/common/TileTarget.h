@@ -70,8 +70,9 @@ public:
   virtual void rescale(CudaWriter &w) = 0;
   /// `tile.pv`: acc += P·V of the V tile in shared memory.
   virtual void pv(CudaWriter &w) = 0;
-  /// `tile.finalize`: O = acc / l and the LSE rows.
-  virtual void finalize(CudaWriter &w) = 0;
+  /// `tile.finalize`: O = acc / l and the LSE rows; `sinkFn` is the variant's sink `fn(b, h, p)`, a logit that
+  /// joins every row's softmax denominator (empty: no sink).
+  virtual void finalize(CudaWriter &w, const std::string &sinkFn) = 0;
   /// `tile.store "o"` and `tile.store "lse"`.
   virtual void storeO(CudaWriter &w) = 0;
   virtual void storeLse(CudaWriter &w) = 0;

@@ -54,7 +54,7 @@ public:
             "prob", "alpha", "acc", "rowMax", "rowSum", "lse", "scoreScale", "sO", "q", "kv", "sm80",
             // locals of the printed loops
             "mt", "nt", "np", "ks", "k", "r", "c", "i", "s", "l", "invL", "tileMax", "tileSum", "maxNew", "maxUsed",
-            "chunk", "row", "col", "seqRow", "inside", "tile"};
+            "chunk", "row", "col", "seqRow", "inside", "tile", "sinkLog2", "carry"};
   }
 
   void setup(CudaWriter &w, const std::vector<Operand> &copied) override;
@@ -69,7 +69,7 @@ public:
   void softmaxUpdate(CudaWriter &w, bool foldScale) override;
   void rescale(CudaWriter &w) override;
   void pv(CudaWriter &w) override;
-  void finalize(CudaWriter &w) override;
+  void finalize(CudaWriter &w, const std::string &sinkFn) override;
   void storeO(CudaWriter &w) override;
   void storeLse(CudaWriter &w) override;
 
@@ -378,15 +378,32 @@ void TileTargetSm80::pv(CudaWriter &w) {
   w.close();
 }
 
-void TileTargetSm80::finalize(CudaWriter &w) {
-  w.comment("---- finalize: l = quad sum of the partial sums, O = acc / l, LSE = (m + log2 l)·ln 2 ----");
-  w.comment("m is in the log2 domain; a row that saw no key (l = 0) gets O = 0 and LSE = -inf.");
+void TileTargetSm80::finalize(CudaWriter &w, const std::string &sinkFn) {
+  if (sinkFn.empty()) {
+    w.comment("---- finalize: l = quad sum of the partial sums, O = acc / l, LSE = (m + log2 l)·ln 2 ----");
+    w.comment("m is in the log2 domain; a row that saw no key (l = 0) gets O = 0 and LSE = -inf.");
+  } else {
+    w.comment(cat("---- finalize with the attention sink s = ", sinkFn,
+                  "(b, h): one more score, with no value, in every row ----"));
+    w.comment("m' = max(m, s·log2 e) (log2 domain), l' = l·2^(m - m') + 2^(s·log2 e - m'), O = acc·2^(m - m') / l',");
+    w.comment("LSE = (m' + log2 l')·ln 2; a row that saw no key gets O = 0 and LSE = s.");
+    w.line(cat("const float sinkLog2 = ", sinkFn, "(b, h, p) * sm80::kLog2e;"));
+  }
   w.line("float lse[kMTiles][2];");
   w.openUnrolledFor("mt", "kMTiles");
   w.openUnrolledFor("r", "2");
-  w.line("const float l = sm80::quadSum(rowSum[mt][r]);");
-  w.line("const float invL = l == 0.f ? 0.f : 1.f / l;");
-  w.line("lse[mt][r] = l == 0.f ? sm80::kNegInf : (rowMax[mt][r] + log2f(l)) * sm80::kLn2;");
+  if (sinkFn.empty()) {
+    w.line("const float l = sm80::quadSum(rowSum[mt][r]);");
+    w.line("const float invL = l == 0.f ? 0.f : 1.f / l;");
+    w.line("lse[mt][r] = l == 0.f ? sm80::kNegInf : (rowMax[mt][r] + log2f(l)) * sm80::kLn2;");
+  } else {
+    w.line("const float maxNew = fmaxf(rowMax[mt][r], sinkLog2);");
+    w.line("const float maxUsed = maxNew == sm80::kNegInf ? 0.f : maxNew;");
+    w.line("const float carry = sm80::exp2(rowMax[mt][r] - maxUsed);");
+    w.line("const float l = sm80::quadSum(rowSum[mt][r]) * carry + sm80::exp2(sinkLog2 - maxUsed);");
+    w.line("const float invL = l == 0.f ? 0.f : carry / l;");
+    w.line("lse[mt][r] = l == 0.f ? sm80::kNegInf : (maxUsed + log2f(l)) * sm80::kLn2;");
+  }
   w.openUnrolledFor("nt", "kOTiles");
   w.line("acc[mt][nt][2 * r] *= invL;");
   w.line("acc[mt][nt][2 * r + 1] *= invL;");
@@ -448,8 +465,9 @@ void TileTargetSm80::storeO(CudaWriter &w) {
 }
 
 void TileTargetSm80::storeLse(CudaWriter &w) {
-  w.comment("store LSE (fp32, B x Hq x Sq): the first lane of each quad writes its two rows, rows < seqlen_q");
-  w.line("float *const gLse = p.lse + (static_cast<long long>(b) * p.headsQ + h) * p.seqlenQ;");
+  w.comment("store LSE (fp32; B x Hq x Sq, varlen Hq x total_q): the first lane of each quad writes its two rows,");
+  w.comment("rows < seqlen_q");
+  w.line("float *const gLse = p.lse + b * p.lseBatchStride + h * p.lseHeadStride;");
   w.open("if (lane % 4 == 0)");
   w.openUnrolledFor("mt", "kMTiles");
   w.openUnrolledFor("r", "2");

@@ -25,6 +25,18 @@ std::string hashHex(llvm::StringRef text) {
   return out;
 }
 
+namespace dsl {
+namespace {
+Expr dim(const Expr &anchor, StringRef name) {
+  OpBuilder &b = anchor.getBuilder();
+  return Expr(b, tile::DimOp::create(b, b.getUnknownLoc(), name));
+}
+} // namespace
+Expr Sizes::batch() const { return dim(seqlenQ, "batch"); }
+Expr Sizes::headsQ() const { return dim(seqlenQ, "heads_q"); }
+Expr Sizes::headsKv() const { return dim(seqlenQ, "heads_kv"); }
+} // namespace dsl
+
 namespace {
 
 class ProgramBuilder {
@@ -36,9 +48,15 @@ public:
 
 private:
   dsl::Params params() {
-    return dsl::Params([this](const std::string &name) {
-      return dsl::Expr(b, tile::ParamOp::create(b, loc, name));
-    });
+    return dsl::Params([this](const std::string &name) { return dsl::Expr(b, tile::ParamOp::create(b, loc, name)); },
+                       [this](const std::string &name, const dsl::Expr &index) {
+                         // An undeclared name is read as f32; the op's verifier then names the input.
+                         Type type = b.getF32Type();
+                         for (const auto &[declared, kind] : variant.inputs())
+                           if (declared == name && kind == dsl::ElementKind::I32)
+                             type = b.getI32Type();
+                         return dsl::Expr(b, tile::InputOp::create(b, loc, type, name, index.get()));
+                       });
   }
   dsl::Sizes sizes() {
     return {dsl::Expr(b, tile::DimOp::create(b, loc, "seqlen_q")),
@@ -86,12 +104,19 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   b.setInsertionPointToEnd(module->getBody());
   Type dtype = options.dtype == ElementType::BF16 ? Type(b.getBF16Type()) : Type(b.getF16Type());
+  if (std::string error = variant.checkParams(variant.paramValues()); !error.empty())
+    return emitError(loc) << error;
   SmallVector<StringRef> paramNames;
   for (const auto &[name, value] : variant.params())
     paramNames.push_back(name);
-  auto func = tile::FuncOp::create(b, loc, b.getStringAttr("attention"), TypeAttr::get(dtype), b.getI64IntegerAttr(options.headDim),
-                                     b.getI64IntegerAttr(options.headDimV), b.getStringAttr(variant.name()),
-                                     b.getStrArrayAttr(paramNames), tile::ScheduleAttr(), tile::TargetAttr());
+  SmallVector<Attribute> inputs;
+  for (const auto &[name, kind] : variant.inputs())
+    inputs.push_back(
+        tile::InputAttr::get(&ctx, name, kind == dsl::ElementKind::F32 ? Type(b.getF32Type()) : b.getI32Type()));
+  auto func = tile::FuncOp::create(b, loc, b.getStringAttr("attention"), TypeAttr::get(dtype),
+                                   b.getI64IntegerAttr(options.headDim), b.getI64IntegerAttr(options.headDimV),
+                                   b.getStringAttr(variant.name()), b.getStrArrayAttr(paramNames), tile::ScheduleAttr(),
+                                   tile::TargetAttr(), b.getArrayAttr(inputs));
   b.setInsertionPointToStart(&func.getBody().emplaceBlock());
   Type i32 = b.getI32Type(), f32 = b.getF32Type();
   const int64_t dyn = ShapedType::kDynamic;
@@ -154,6 +179,15 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
   }
   auto fin = tile::FinalizeOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, f32),
                                         RankedTensorType::get({dyn}, f32), loop.getResult());
+  if (variant.sinkFn()) {
+    OpBuilder::InsertionGuard guard(b);
+    Block *blk = b.createBlock(&fin.getSink(), {}, {i32, i32}, {loc, loc});
+    dsl::Expr sink = variant.sinkFn()(
+        dsl::HeadCoords{dsl::Expr(b, blk->getArgument(0)), dsl::Expr(b, blk->getArgument(1)), sizes()}, params());
+    if (failed(expectType(sink, f32, "the sink")))
+      return failure();
+    tile::YieldOp::create(b, loc, ValueRange{sink.get()});
+  }
   tile::StoreOp::create(b, loc, "o", fin.getO());
   tile::StoreOp::create(b, loc, "lse", fin.getLse());
   if (failed(verify(*module)))

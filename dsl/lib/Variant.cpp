@@ -1,6 +1,8 @@
 //===- Variant.cpp --------------------------------------------------------===//
 #include "flashtile/dsl/Variant.h"
 
+#include <algorithm>
+
 namespace flashtile {
 
 Variant &Variant::param(std::string name, float value) {
@@ -30,11 +32,96 @@ Variant &Variant::fullRange(dsl::RangeFn fn) {
   return *this;
 }
 
+Variant &Variant::input(std::string name, dsl::ElementKind kind) {
+  for (auto &[existing, k] : inputs_)
+    if (existing == name) {
+      k = kind;
+      return *this;
+    }
+  inputs_.emplace_back(std::move(name), kind);
+  return *this;
+}
+Variant &Variant::sink(dsl::SinkFn fn) {
+  sink_ = std::move(fn);
+  return *this;
+}
+Variant &Variant::validate(dsl::ValidateFn fn) {
+  validators_.push_back(std::move(fn));
+  return *this;
+}
+
 std::vector<float> Variant::paramValues() const {
   std::vector<float> values;
   for (const auto &[name, value] : params_)
     values.push_back(value);
   return values;
+}
+
+std::string Variant::checkParams(const std::vector<float> &values) const {
+  if (values.size() != params_.size())
+    return "variant '" + name_ + "' takes " + std::to_string(params_.size()) + " parameters, got " +
+           std::to_string(values.size());
+  std::map<std::string, float> byName;
+  for (size_t i = 0; i < values.size(); ++i)
+    byName[params_[i].first] = values[i];
+  for (const dsl::ValidateFn &fn : validators_)
+    if (std::string error = fn(byName); !error.empty())
+      return "variant '" + name_ + "': " + error;
+  return "";
+}
+
+namespace {
+/// What a rule-less variant means (see buildAttentionProgram): every key may be attended; every key is fully
+/// attended unless there is a mask.
+dsl::Range allKeys(const dsl::QTile &q) { return dsl::Range::upTo(q.sizes.seqlenK); }
+dsl::Range noKeys(const dsl::QTile &q) { return dsl::Range::upTo(q.sizes.seqlenK.literal(0)); }
+
+dsl::Range intersect(const dsl::Range &x, const dsl::Range &y) {
+  return dsl::Range{dsl::max(x.lo, y.lo), dsl::min(x.hi, y.hi)};
+}
+} // namespace
+
+Variant both(const Variant &a, const Variant &b, std::string name) {
+  Variant v(std::move(name));
+  for (const Variant *part : {&a, &b}) {
+    for (const auto &[param, value] : part->params())
+      if (std::none_of(v.params().begin(), v.params().end(), [&](const auto &p) { return p.first == param; }))
+        v.param(param, value);
+    for (const auto &[input, kind] : part->inputs())
+      v.input(input, kind);
+    for (const dsl::ValidateFn &fn : part->validators())
+      v.validate(fn);
+  }
+  if (a.scoreFn() && b.scoreFn())
+    v.score([fa = a.scoreFn(), fb = b.scoreFn()](dsl::Expr s, const dsl::Coords &c, const dsl::Params &p) {
+      return fb(fa(s, c, p), c, p);
+    });
+  else
+    v.score(a.scoreFn() ? a.scoreFn() : b.scoreFn());
+  if (a.maskFn() && b.maskFn())
+    v.mask([fa = a.maskFn(), fb = b.maskFn()](const dsl::Coords &c, const dsl::Params &p) {
+      return fa(c, p) && fb(c, p);
+    });
+  else
+    v.mask(a.maskFn() ? a.maskFn() : b.maskFn());
+  if (a.kvRangeFn() || b.kvRangeFn())
+    v.kvRange([fa = a.kvRangeFn(), fb = b.kvRangeFn()](const dsl::QTile &q, const dsl::Params &p) {
+      return intersect(fa ? fa(q, p) : allKeys(q), fb ? fb(q, p) : allKeys(q));
+    });
+  if (a.maskFn() || b.maskFn()) {
+    auto fullOf = [](const Variant &x) -> dsl::RangeFn {
+      if (x.fullRangeFn())
+        return x.fullRangeFn();
+      if (x.maskFn())
+        return [](const dsl::QTile &q, const dsl::Params &) { return noKeys(q); };
+      return [](const dsl::QTile &q, const dsl::Params &) { return allKeys(q); };
+    };
+    v.fullRange([fa = fullOf(a), fb = fullOf(b)](const dsl::QTile &q, const dsl::Params &p) {
+      return intersect(fa(q, p), fb(q, p));
+    });
+  }
+  v.sink(a.sinkFn() ? a.sinkFn() : b.sinkFn());
+  return v;
 }
 
 } // namespace flashtile

@@ -123,6 +123,13 @@ int64_t FuncOp::paramIndex(StringRef name) {
   return -1;
 }
 
+int64_t FuncOp::inputIndex(StringRef name) {
+  for (auto [i, attr] : llvm::enumerate(getInputs()))
+    if (cast<InputAttr>(attr).getName() == name)
+      return static_cast<int64_t>(i);
+  return -1;
+}
+
 LogicalResult FuncOp::verify() {
   Type dtype = getDtype();
   if (!dtype.isF16() && !dtype.isBF16())
@@ -134,6 +141,15 @@ LogicalResult FuncOp::verify() {
   for (Attribute p : getParams())
     if (!seen.insert(cast<StringAttr>(p).getValue()).second)
       return emitOpError() << "parameter '" << cast<StringAttr>(p).getValue() << "' is declared twice";
+  llvm::StringSet<> inputs;
+  for (Attribute a : getInputs()) {
+    auto input = cast<InputAttr>(a);
+    if (!inputs.insert(input.getName()).second)
+      return emitOpError() << "input '" << input.getName() << "' is declared twice";
+    if (!input.getElementType().isF32() && !input.getElementType().isInteger(32))
+      return emitOpError() << "input '" << input.getName() << "' must have f32 or i32 elements, got "
+                           << input.getElementType();
+  }
   return success();
 }
 
@@ -151,6 +167,21 @@ LogicalResult ParamOp::verify() {
   if (func.paramIndex(getName()) < 0)
     return emitOpError() << "'" << getName() << "' is not a parameter of @" << func.getSymName()
                          << " (declared: " << func.getParams() << ")";
+  return success();
+}
+
+LogicalResult InputOp::verify() {
+  FuncOp func = getEnclosingFunc(*this);
+  if (!func)
+    return emitOpError() << "must be inside a tile.func";
+  int64_t index = func.inputIndex(getName());
+  if (index < 0)
+    return emitOpError() << "'" << getName() << "' is not an input of @" << func.getSymName()
+                         << " (declared: " << func.getInputs() << ")";
+  Type declared = cast<InputAttr>(func.getInputs()[index]).getElementType();
+  if (getResult().getType() != declared)
+    return emitOpError() << "'" << getName() << "' is declared with " << declared << " elements but read as "
+                         << getResult().getType();
   return success();
 }
 
@@ -293,7 +324,10 @@ LogicalResult FinalizeOp::verify() {
     return emitOpError() << "O must be " << dimStr(st.getRows()) << "x" << st.getCols();
   if (lse.getRank() != 1 || !dimsCompatible(lse.getDimSize(0), st.getRows()))
     return emitOpError() << "LSE must have one entry per row";
-  return success();
+  if (!hasSink())
+    return success();
+  Builder b(getContext());
+  return checkRegionSignature(*this, getSink(), {b.getI32Type(), b.getI32Type()}, {b.getF32Type()}, "sink");
 }
 
 LogicalResult KvLoopOp::verify() {

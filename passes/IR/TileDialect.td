@@ -79,4 +79,14 @@ def Tile_TargetAttr : Tile_Attr<"Target", "target"> {
   let assemblyFormat = "`<` struct(params) `>`";
 }
 
+def Tile_InputAttr : Tile_Attr<"Input", "input"> {
+  let summary = "a variant's extra input: a named device array of f32 or i32 elements";
+  let description = [{
+    Declared in `tile.func`'s `inputs` (their order is the order of FlashtileFwdParams::inputs) and read with
+    `tile.input`. Example: `#tile.input<"slopes" : f32>`.
+  }];
+  let parameters = (ins StringRefParameter<>:$name, "::mlir::Type":$elementType);
+  let assemblyFormat = "`<` $name `:` $elementType `>`";
+}
+
 #endif // FLASHTILE_TILE_DIALECT

@@ -24,7 +24,8 @@ def Tile_FuncOp : Tile_Op<"func", [IsolatedFromAbove, Symbol, SingleBlock, NoTer
   let summary = "an attention-forward tile program: what one program instance computes for its Q tile";
   let description = [{
     The body runs once per (batch, head, Q tile). Before scheduling the Q tile is the whole sequence; after
-    `tile-apply-schedule` it is `blockM` rows. `params` names the variant's numbers (kernel arguments).
+    `tile-apply-schedule` it is `blockM` rows. `params` names the variant's numbers (kernel arguments), `inputs`
+    its extra device arrays (`#tile.input<"slopes" : f32>`, read with `tile.input`; omitted when empty).
     ```mlir
     tile.func @attention attributes {dtype = bf16, head_dim = 128 : i64, head_dim_v = 128 : i64,
                                      variant = "causal", params = []} {
@@ -35,7 +36,8 @@ def Tile_FuncOp : Tile_Op<"func", [IsolatedFromAbove, Symbol, SingleBlock, NoTer
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$dtype, I64Attr:$head_dim, I64Attr:$head_dim_v,
                        StrAttr:$variant, StrArrayAttr:$params,
-                       OptionalAttr<Tile_ScheduleAttr>:$schedule, OptionalAttr<Tile_TargetAttr>:$target);
+                       OptionalAttr<Tile_ScheduleAttr>:$schedule, OptionalAttr<Tile_TargetAttr>:$target,
+                       DefaultValuedAttr<TypedArrayAttrBase<Tile_InputAttr, "variant inputs">, "{}">:$inputs);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
   let hasVerifier = 1;
@@ -43,11 +45,13 @@ def Tile_FuncOp : Tile_Op<"func", [IsolatedFromAbove, Symbol, SingleBlock, NoTer
     ::mlir::Block &getBodyBlock() { return getBody().front(); }
     /// Index of a variant parameter in FlashtileFwdParams::variantParams, or -1.
     int64_t paramIndex(::llvm::StringRef name);
+    /// Index of a variant input in FlashtileFwdParams::inputs, or -1.
+    int64_t inputIndex(::llvm::StringRef name);
   }];
 }
 
 def Tile_YieldOp : Tile_Op<"yield", [Pure, Terminator, ReturnLike,
-    ParentOneOf<["KvRangeOp", "ScoreModOp", "MaskOp", "KvLoopOp"]>]> {
+    ParentOneOf<["KvRangeOp", "ScoreModOp", "MaskOp", "KvLoopOp", "FinalizeOp"]>]> {
   let summary = "ends a tile region, yielding its values";
   let description = [{ `tile.yield %a, %b : i32, i32` }];
   let arguments = (ins Variadic<AnyType>:$values);
@@ -59,6 +63,9 @@ def Tile_DimOp : Tile_Op<"dim", [Pure]> {
   let summary = "a problem size, read from the kernel arguments";
   let description = [{
     `%sk = tile.dim "seqlen_k"`: one of "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k".
+    "seqlen_q" and "seqlen_k" are the lengths of this program instance's own sequence: with packed sequences
+    (varlen, cu_seqlens) each sequence has its own, so masks and KV-range rules (e.g. causal's bottom-right
+    alignment) and the bounds of loads and stores follow that sequence. "batch" is the number of sequences.
   }];
   let arguments = (ins StrAttr:$name);
   let results = (outs I32:$result);
@@ -72,6 +79,22 @@ def Tile_ParamOp : Tile_Op<"param", [Pure]> {
   let arguments = (ins StrAttr:$name);
   let results = (outs F32:$result);
   let assemblyFormat = "$name attr-dict";
+  let hasVerifier = 1;
+}
+
+def Tile_InputOp : Tile_Op<"input", [Pure]> {
+  let summary = "an element of a variant's extra input array (ALiBi slopes, sinks, document ids, ...)";
+  let description = [{
+    Reads element `index` of the input declared in the enclosing `tile.func`'s `inputs`, with the element type
+    declared there. The array is a kernel argument (a device pointer); the kernel does not know its length, so
+    the index the variant computes defines the shape the caller must pass.
+    ```mlir
+    %slope = tile.input "slopes"[%h] : f32
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, I32:$index);
+  let results = (outs AnyTypeOf<[F32, I32]>:$result);
+  let assemblyFormat = "$name `[` $index `]` attr-dict `:` type($result)";
   let hasVerifier = 1;
 }
 
@@ -249,13 +272,31 @@ def Tile_PvOp : Tile_Op<"pv", [Pure, AllTypesMatch<["state", "result"]>]> {
   let hasVerifier = 1;
 }
 
-def Tile_FinalizeOp : Tile_Op<"finalize", [Pure]> {
+def Tile_FinalizeOp : Tile_Op<"finalize", [RecursiveMemoryEffects]> {
   let summary = "O = acc / l and LSE = ln(l) + m·ln(2); rows that saw no key give O = 0, LSE = -inf";
-  let description = [{ `%o, %lse = tile.finalize %st : !tile.state<?x128> -> tensor<?x128xf32>, tensor<?xf32>` }];
+  let description = [{
+    `%o, %lse = tile.finalize %st : !tile.state<?x128> -> tensor<?x128xf32>, tensor<?xf32>`
+
+    The optional `sink` region is the variant's attention sink: it maps (b, h) to a logit s in the units of the
+    scaled scores, which joins every row's softmax as one more score with no value. With m' = max(m, s·log2 e):
+    l' = l·2^(m − m') + 2^(s·log2 e − m'), O = acc·2^(m − m') / l', LSE = (m' + log2 l')·ln 2. A row that saw
+    no key gets O = 0 and LSE = s; a sink of -inf changes nothing.
+    ```mlir
+    %o, %lse = tile.finalize %st sink {
+    ^bb0(%b: i32, %h: i32):
+      %s = tile.input "sinks"[%h] : f32
+      tile.yield %s : f32
+    } : !tile.state<?x128> -> tensor<?x128xf32>, tensor<?xf32>
+    ```
+  }];
   let arguments = (ins Tile_StateType:$state);
   let results = (outs Tile_TileF32:$o, Tile_TileF32:$lse);
-  let assemblyFormat = "$state attr-dict `:` type($state) `->` type($o) `,` type($lse)";
+  let regions = (region MaxSizedRegion<1>:$sink);
+  let assemblyFormat = "$state (`sink` $sink^)? attr-dict `:` type($state) `->` type($o) `,` type($lse)";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    bool hasSink() { return !getSink().empty(); }
+  }];
 }
 
 def Tile_InitStateOp : Tile_Op<"init_state", [Pure]> {

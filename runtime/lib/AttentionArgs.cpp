@@ -13,6 +13,7 @@ namespace {
 /// Kernels read Q/K/V and write O with 16-byte vector accesses.
 constexpr size_t kTensorAlignmentBytes = 16;
 constexpr size_t kLseAlignmentBytes = alignof(float);
+constexpr size_t kCuSeqlensAlignmentBytes = alignof(int);
 /// A 16-byte vector holds 8 fp16/bf16 elements, so every non-unit stride must be a multiple of this.
 constexpr long long kStrideMultipleElements = 8;
 /// CUDA's limit on gridDim.y and gridDim.z, which carry the query head and the batch index.
@@ -20,25 +21,19 @@ constexpr int kMaxGridYZ = 65535;
 
 constexpr std::array<std::string_view, 4> kStrideNames = {"batch", "seq", "head", "dim"};
 
-std::string supportedHeadDimsText() {
-  std::string text;
-  for (size_t i = 0; i < kSupportedHeadDims.size(); ++i)
-    text += (i ? ", " : "") + std::to_string(kSupportedHeadDims[i]);
-  return text;
-}
-
 std::string pointerText(const void *pointer) {
   char text[32];
   std::snprintf(text, sizeof(text), "%p", pointer);
   return text;
 }
 
-Status checkStrides(std::string_view name, const std::array<long long, 4> &stride) {
+/// `varlen`: the batch stride is ignored, so any value is accepted.
+Status checkStrides(std::string_view name, const std::array<long long, 4> &stride, bool varlen) {
   std::string prefix = std::string(name) + "Stride";
   if (stride[3] != 1)
     return Status::error(prefix + "[3] (dim stride) is " + std::to_string(stride[3]) +
                          "; the last dimension must be contiguous (stride 1)");
-  for (size_t i = 0; i < 3; ++i)
+  for (size_t i = varlen ? 1 : 0; i < 3; ++i)
     if (stride[i] < 0 || stride[i] % kStrideMultipleElements != 0)
       return Status::error(prefix + "[" + std::to_string(i) + "] (" + std::string(kStrideNames[i]) + " stride) is " +
                            std::to_string(stride[i]) +
@@ -61,7 +56,48 @@ Status checkAtLeast(std::string_view name, int value, int minimum) {
                        "; it must be >= " + std::to_string(minimum));
 }
 
+/// One sequence-offset array: offsets[0..batch] non-decreasing, inside [0, total], lengths at most maxSeqlen.
+Status checkOffsets(std::string_view name, const int *offsets, int batch, std::string_view totalName, int total,
+                    std::string_view maxName, int maxSeqlen) {
+  auto at = [&](int b) { return std::string(name) + "[" + std::to_string(b) + "] = " + std::to_string(offsets[b]); };
+  if (offsets[0] < 0)
+    return Status::error(at(0) + "; offsets must be >= 0");
+  for (int b = 0; b < batch; ++b) {
+    if (offsets[b + 1] < offsets[b])
+      return Status::error(std::string(name) + " is not non-decreasing: " + at(b + 1) + " < " + at(b));
+    if (offsets[b + 1] - offsets[b] > maxSeqlen)
+      return Status::error(std::string(name) + ": sequence " + std::to_string(b) + " has " +
+                           std::to_string(offsets[b + 1] - offsets[b]) + " rows, more than " + std::string(maxName) +
+                           " = " + std::to_string(maxSeqlen));
+  }
+  if (offsets[batch] > total)
+    return Status::error(at(batch) + " is past the packed rows: " + std::string(totalName) + " (the total) is " +
+                         std::to_string(total));
+  return Status();
+}
+
+/// The varlen arguments (cuSeqlensQ and friends); defined after Runtime::validate.
+Status checkVarlen(const AttentionArgs &args);
+
 } // namespace
+
+bool flashtile::supportsHeadDims(int headDim, int headDimV) {
+  if (headDimV == headDim)
+    return std::find(kSupportedHeadDims.begin(), kSupportedHeadDims.end(), headDim) != kSupportedHeadDims.end();
+  return std::find(kSupportedHeadDimPairs.begin(), kSupportedHeadDimPairs.end(), std::pair{headDim, headDimV}) !=
+         kSupportedHeadDimPairs.end();
+}
+
+std::string flashtile::supportedHeadDimsText() {
+  std::string text;
+  for (size_t i = 0; i < kSupportedHeadDims.size(); ++i)
+    text += (i ? ", " : "") + std::to_string(kSupportedHeadDims[i]);
+  text += " (headDimV = headDim)";
+  for (size_t i = 0; i < kSupportedHeadDimPairs.size(); ++i)
+    text += (i ? ", " : ", or ") + std::to_string(kSupportedHeadDimPairs[i].first) + "/" +
+            std::to_string(kSupportedHeadDimPairs[i].second);
+  return text + (kSupportedHeadDimPairs.empty() ? "" : " (headDim/headDimV)");
+}
 
 std::string_view flashtile::dtypeName(DType dtype) {
   switch (dtype) {
@@ -74,7 +110,10 @@ std::string_view flashtile::dtypeName(DType dtype) {
 }
 
 AttentionArgs AttentionArgs::contiguous(DType dtype, const void *q, const void *k, const void *v, void *o, float *lse,
-                                        int batch, int seqlenQ, int seqlenK, int headsQ, int headsKv, int headDim) {
+                                        int batch, int seqlenQ, int seqlenK, int headsQ, int headsKv, int headDim,
+                                        int headDimV) {
+  if (headDimV == 0)
+    headDimV = headDim;
   auto packed = [](long long seqlen, long long heads, long long dim) {
     return std::array<long long, 4>{seqlen * heads * dim, heads * dim, dim, 1};
   };
@@ -91,11 +130,28 @@ AttentionArgs AttentionArgs::contiguous(DType dtype, const void *q, const void *
   args.headsQ = headsQ;
   args.headsKv = headsKv;
   args.headDim = headDim;
-  args.headDimV = headDim;
+  args.headDimV = headDimV;
   args.qStride = packed(seqlenQ, headsQ, headDim);
   args.kStride = packed(seqlenK, headsKv, headDim);
-  args.vStride = packed(seqlenK, headsKv, headDim);
-  args.oStride = packed(seqlenQ, headsQ, headDim);
+  args.vStride = packed(seqlenK, headsKv, headDimV);
+  args.oStride = packed(seqlenQ, headsQ, headDimV);
+  return args;
+}
+
+AttentionArgs AttentionArgs::varlen(DType dtype, const void *q, const void *k, const void *v, void *o, float *lse,
+                                    const int *cuSeqlensQ, const int *cuSeqlensK, int batch, int totalQ, int totalK,
+                                    int maxSeqlenQ, int maxSeqlenK, int headsQ, int headsKv, int headDim,
+                                    int headDimV) {
+  // Packed sequences are one batch entry of totalQ (totalK) rows; the batch strides are ignored.
+  AttentionArgs args =
+      contiguous(dtype, q, k, v, o, lse, /*batch=*/1, totalQ, totalK, headsQ, headsKv, headDim, headDimV);
+  args.batch = batch;
+  args.cuSeqlensQ = cuSeqlensQ;
+  args.cuSeqlensK = cuSeqlensK;
+  args.maxSeqlenQ = maxSeqlenQ;
+  args.maxSeqlenK = maxSeqlenK;
+  for (std::array<long long, 4> *stride : {&args.qStride, &args.kStride, &args.vStride, &args.oStride})
+    (*stride)[0] = 0;
   return args;
 }
 
@@ -113,9 +169,9 @@ Status Runtime::validate(const AttentionArgs &args) {
   if (std::find(kSupportedHeadDims.begin(), kSupportedHeadDims.end(), args.headDim) == kSupportedHeadDims.end())
     return Status::error("headDim " + std::to_string(args.headDim) +
                          " is not supported; supported: " + supportedHeadDimsText());
-  if (args.headDimV != args.headDim)
-    return Status::error("headDimV is " + std::to_string(args.headDimV) + "; it must equal headDim (" +
-                         std::to_string(args.headDim) + ") for now");
+  if (!supportsHeadDims(args.headDim, args.headDimV))
+    return Status::error("headDimV " + std::to_string(args.headDimV) + " with headDim " +
+                         std::to_string(args.headDim) + " is not supported; supported: " + supportedHeadDimsText());
   for (auto [name, value, minimum] : {std::tuple<std::string_view, int, int>{"batch", args.batch, 1},
                                       {"seqlenQ", args.seqlenQ, 0},
                                       {"seqlenK", args.seqlenK, 0},
@@ -134,13 +190,15 @@ Status Runtime::validate(const AttentionArgs &args) {
                               {"k", args.kStride},
                               {"v", args.vStride},
                               {"o", args.oStride}})
-    if (Status s = checkStrides(name, stride); !s.ok())
+    if (Status s = checkStrides(name, stride, args.isVarlen()); !s.ok())
       return s;
   for (auto [name, pointer] :
        {std::pair<std::string_view, const void *>{"q", args.q}, {"k", args.k}, {"v", args.v}, {"o", args.o}})
     if (Status s = checkAligned(name, pointer, kTensorAlignmentBytes); !s.ok())
       return s;
   if (Status s = checkAligned("lse", args.lse, kLseAlignmentBytes); !s.ok())
+    return s;
+  if (Status s = checkVarlen(args); !s.ok())
     return s;
   if (!std::isfinite(args.softmaxScale))
     return Status::error("softmaxScale is " + std::to_string(args.softmaxScale) +
@@ -152,5 +210,77 @@ Status Runtime::validate(const AttentionArgs &args) {
     return Status::error("variantParams has " + std::to_string(args.variantParams.size()) + " values; at most " +
                          std::to_string(FLASHTILE_MAX_VARIANT_PARAMS) +
                          " (FLASHTILE_MAX_VARIANT_PARAMS) are supported");
+  if (args.inputs.size() > FLASHTILE_MAX_VARIANT_INPUTS)
+    return Status::error("inputs has " + std::to_string(args.inputs.size()) + " pointers; at most " +
+                         std::to_string(FLASHTILE_MAX_VARIANT_INPUTS) +
+                         " (FLASHTILE_MAX_VARIANT_INPUTS) are supported");
+  return Status();
+}
+
+Status Runtime::validateFor(const AttentionArgs &args, const KernelInfo &kernel) {
+  auto listed = [](const std::vector<std::string> &names) {
+    std::string text;
+    for (const std::string &name : names)
+      text += (text.empty() ? "" : ", ") + name;
+    return text.empty() ? std::string("none") : text;
+  };
+  if (args.variantParams.size() != kernel.paramNames.size())
+    return Status::error("variantParams has " + std::to_string(args.variantParams.size()) + " values but variant '" +
+                         args.variant + "' takes " + std::to_string(kernel.paramNames.size()) + " (" +
+                         listed(kernel.paramNames) + ")");
+  if (args.inputs.size() != kernel.inputNames.size())
+    return Status::error("inputs has " + std::to_string(args.inputs.size()) + " pointers but variant '" + args.variant +
+                         "' takes " + std::to_string(kernel.inputNames.size()) + " (" + listed(kernel.inputNames) +
+                         ")");
+  for (size_t i = 0; i < args.inputs.size(); ++i) {
+    std::string name = "inputs[" + std::to_string(i) + "] ('" + kernel.inputNames[i] + "')";
+    if (!args.inputs[i])
+      return Status::error(name + " is null; variant '" + args.variant + "' reads it");
+    // Inputs hold fp32 or int32 elements.
+    if (Status s = checkAligned(name, args.inputs[i], sizeof(float)); !s.ok())
+      return s;
+  }
+  return Status();
+}
+
+namespace {
+
+Status checkVarlen(const AttentionArgs &args) {
+  if (!args.isVarlen()) {
+    if (args.cuSeqlensQHost || args.cuSeqlensKHost)
+      return Status::error("cuSeqlensQHost/cuSeqlensKHost are set but cuSeqlensQ and cuSeqlensK (the device offsets) "
+                           "are null; host copies only check a varlen call");
+    return Status();
+  }
+  if (!args.cuSeqlensQ || !args.cuSeqlensK)
+    return Status::error(std::string(args.cuSeqlensQ ? "cuSeqlensK" : "cuSeqlensQ") + " is null but " +
+                         (args.cuSeqlensQ ? "cuSeqlensQ" : "cuSeqlensK") +
+                         " is set; varlen needs both cuSeqlensQ and cuSeqlensK (dense: neither)");
+  for (auto [name, pointer] : {std::pair<std::string_view, const void *>{"cuSeqlensQ", args.cuSeqlensQ},
+                               {"cuSeqlensK", args.cuSeqlensK},
+                               {"cuSeqlensQHost", args.cuSeqlensQHost},
+                               {"cuSeqlensKHost", args.cuSeqlensKHost}})
+    if (Status s = checkAligned(name, pointer, kCuSeqlensAlignmentBytes); !s.ok())
+      return s;
+  for (auto [name, value] :
+       {std::pair<std::string_view, int>{"maxSeqlenQ", args.maxSeqlenQ}, {"maxSeqlenK", args.maxSeqlenK}})
+    if (Status s = checkAtLeast(name, value, 0); !s.ok())
+      return s;
+  return Runtime::validateCuSeqlens(args, args.cuSeqlensQHost, args.cuSeqlensKHost);
+}
+
+} // namespace
+
+Status Runtime::validateCuSeqlens(const AttentionArgs &args, const int *cuSeqlensQHost, const int *cuSeqlensKHost) {
+  if (cuSeqlensQHost)
+    if (Status s = checkOffsets("cuSeqlensQ", cuSeqlensQHost, args.batch, "seqlenQ", args.seqlenQ, "maxSeqlenQ",
+                               args.maxSeqlenQ);
+        !s.ok())
+      return s;
+  if (cuSeqlensKHost)
+    if (Status s = checkOffsets("cuSeqlensK", cuSeqlensKHost, args.batch, "seqlenK", args.seqlenK, "maxSeqlenK",
+                               args.maxSeqlenK);
+        !s.ok())
+      return s;
   return Status();
 }

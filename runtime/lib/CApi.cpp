@@ -21,6 +21,20 @@ int report(const flashtile::Status &status) {
   return -1;
 }
 
+/// Copies a C caller's variant numbers and inputs into `args` (NULL: none).
+flashtile::Status applyVariantArgs(const flashtile_variant_args *in, flashtile::AttentionArgs &args) {
+  if (!in)
+    return flashtile::Status();
+  if (in->num_params < 0 || in->num_inputs < 0 || (in->num_params > 0 && !in->params) ||
+      (in->num_inputs > 0 && !in->inputs))
+    return flashtile::Status::error("variant_args: num_params (" + std::to_string(in->num_params) +
+                                    ") and num_inputs (" + std::to_string(in->num_inputs) +
+                                    ") must be >= 0, with non-NULL params/inputs arrays when positive");
+  args.variantParams.assign(in->params, in->params + in->num_params);
+  args.inputs.assign(in->inputs, in->inputs + in->num_inputs);
+  return flashtile::Status();
+}
+
 template <typename Fn> int guarded(Fn &&fn) {
   try {
     return fn();
@@ -58,6 +72,15 @@ int flashtile_forward(flashtile_runtime *rt, const void *q, const void *k, const
                       int dtype, int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim,
                       const long long *q_stride, const long long *k_stride, const long long *v_stride,
                       const long long *o_stride, float softmax_scale, const char *variant, void *stream) {
+  return flashtile_forward_variant(rt, q, k, v, o, lse, dtype, batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim,
+                                   q_stride, k_stride, v_stride, o_stride, softmax_scale, variant, nullptr, stream);
+}
+
+int flashtile_forward_variant(flashtile_runtime *rt, const void *q, const void *k, const void *v, void *o, float *lse,
+                              int dtype, int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim,
+                              const long long *q_stride, const long long *k_stride, const long long *v_stride,
+                              const long long *o_stride, float softmax_scale, const char *variant,
+                              const flashtile_variant_args *variant_args, void *stream) {
   return guarded([&] {
     if (!rt || !q_stride || !k_stride || !v_stride || !o_stride)
       return report(flashtile::Status::error("flashtile_forward: rt and the four stride arrays must not be NULL"));
@@ -82,6 +105,36 @@ int flashtile_forward(flashtile_runtime *rt, const void *q, const void *k, const
       args.kStride[i] = k_stride[i];
       args.vStride[i] = v_stride[i];
       args.oStride[i] = o_stride[i];
+    }
+    args.softmaxScale = softmax_scale;
+    args.variant = variant ? variant : "none";
+    if (flashtile::Status s = applyVariantArgs(variant_args, args); !s.ok())
+      return report(s);
+    return report(rt->runtime.forward(args, static_cast<CUstream>(stream)));
+  });
+}
+
+int flashtile_forward_varlen(flashtile_runtime *rt, const void *q, const void *k, const void *v, void *o, float *lse,
+                             const int *cu_seqlens_q, const int *cu_seqlens_k, int dtype, int batch, int total_q,
+                             int total_k, int max_seqlen_q, int max_seqlen_k, int heads_q, int heads_kv, int head_dim,
+                             int head_dim_v, const long long *q_stride, const long long *k_stride,
+                             const long long *v_stride, const long long *o_stride, float softmax_scale,
+                             const char *variant, void *stream) {
+  return guarded([&] {
+    if (!rt || !q_stride || !k_stride || !v_stride || !o_stride)
+      return report(
+          flashtile::Status::error("flashtile_forward_varlen: rt and the four stride arrays must not be NULL"));
+    if (dtype != FLASHTILE_F16 && dtype != FLASHTILE_BF16)
+      return report(flashtile::Status::error("dtype: " + std::to_string(dtype) +
+                                             " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)"));
+    flashtile::AttentionArgs args = flashtile::AttentionArgs::varlen(
+        dtype == FLASHTILE_BF16 ? flashtile::DType::BF16 : flashtile::DType::F16, q, k, v, o, lse, cu_seqlens_q,
+        cu_seqlens_k, batch, total_q, total_k, max_seqlen_q, max_seqlen_k, heads_q, heads_kv, head_dim, head_dim_v);
+    for (int i = 0; i < 3; ++i) {
+      args.qStride[i + 1] = q_stride[i];
+      args.kStride[i + 1] = k_stride[i];
+      args.vStride[i + 1] = v_stride[i];
+      args.oStride[i + 1] = o_stride[i];
     }
     args.softmaxScale = softmax_scale;
     args.variant = variant ? variant : "none";

@@ -13,9 +13,9 @@ using namespace flashtile;
 namespace {
 
 /// Serialization order; also the list of accepted fields.
-constexpr std::string_view kFieldNames[] = {"entry",   "arch",      "dtype",      "headDim",        "headDimV",
-                                            "variant", "schedule",  "shapeClass", "blockM",         "blockN",
-                                            "threads", "smemBytes", "paramNames", "compilerVersion"};
+constexpr std::string_view kFieldNames[] = {"entry",   "arch",      "dtype",      "headDim",    "headDimV",
+                                            "variant", "schedule",  "shapeClass", "blockM",     "blockN",
+                                            "threads", "smemBytes", "paramNames", "inputNames", "compilerVersion"};
 constexpr size_t kNumFields = std::size(kFieldNames);
 
 constexpr int kWarpSize = 32;
@@ -86,6 +86,28 @@ Status checkPositive(std::string_view field, int value) {
   return value > 0 ? Status() : fieldError(field, std::to_string(value) + " must be positive");
 }
 
+std::string joinedNames(const std::vector<std::string> &names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i ? "," : "") + names[i];
+  return out;
+}
+
+/// At most `limit` distinct identifiers.
+Status checkNames(std::string_view field, const std::vector<std::string> &names, size_t limit,
+                  std::string_view limitName) {
+  if (names.size() > limit)
+    return fieldError(field, std::to_string(names.size()) + " names; at most " + std::to_string(limit) + " (" +
+                                 std::string(limitName) + ") are supported");
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!isIdentifier(names[i]))
+      return fieldError(field, "'" + names[i] + "' is not an identifier");
+    if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i)
+      return fieldError(field, "'" + names[i] + "' appears twice");
+  }
+  return Status();
+}
+
 } // namespace
 
 bool flashtile::isValidId(std::string_view id) {
@@ -111,9 +133,6 @@ bool flashtile::matches(const KernelInfo &info, const KernelSpec &spec) {
 }
 
 std::string KernelInfo::serialize() const {
-  std::string names;
-  for (size_t i = 0; i < paramNames.size(); ++i)
-    names += (i ? "," : "") + paramNames[i];
   const std::array<std::string, kNumFields> values = {entry,
                                                       arch,
                                                       dtype,
@@ -126,7 +145,8 @@ std::string KernelInfo::serialize() const {
                                                       std::to_string(blockN),
                                                       std::to_string(threads),
                                                       std::to_string(smemBytes),
-                                                      names,
+                                                      joinedNames(paramNames),
+                                                      joinedNames(inputNames),
                                                       compilerVersion};
   std::string text;
   for (size_t i = 0; i < kNumFields; ++i)
@@ -155,15 +175,12 @@ Status KernelInfo::verify() const {
                                      "]");
   if (smemBytes < 0)
     return fieldError("smemBytes", std::to_string(smemBytes) + " is negative");
-  if (paramNames.size() > FLASHTILE_MAX_VARIANT_PARAMS)
-    return fieldError("paramNames", std::to_string(paramNames.size()) + " names; at most " +
-                                        std::to_string(FLASHTILE_MAX_VARIANT_PARAMS) + " are supported");
-  for (size_t i = 0; i < paramNames.size(); ++i) {
-    if (!isIdentifier(paramNames[i]))
-      return fieldError("paramNames", "'" + paramNames[i] + "' is not an identifier");
-    if (std::find(paramNames.begin(), paramNames.begin() + i, paramNames[i]) != paramNames.begin() + i)
-      return fieldError("paramNames", "'" + paramNames[i] + "' appears twice");
-  }
+  if (Status s = checkNames("paramNames", paramNames, FLASHTILE_MAX_VARIANT_PARAMS, "FLASHTILE_MAX_VARIANT_PARAMS");
+      !s.ok())
+    return s;
+  if (Status s = checkNames("inputNames", inputNames, FLASHTILE_MAX_VARIANT_INPUTS, "FLASHTILE_MAX_VARIANT_INPUTS");
+      !s.ok())
+    return s;
   if (compilerVersion.empty() || !std::all_of(compilerVersion.begin(), compilerVersion.end(),
                                               [](char c) { return std::isgraph(static_cast<unsigned char>(c)); }))
     return fieldError("compilerVersion", "'" + compilerVersion + "' is empty or contains spaces");
@@ -203,6 +220,7 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
   info.schedule = fields["schedule"];
   info.shapeClass = fields["shapeClass"];
   info.paramNames = splitList(fields["paramNames"]);
+  info.inputNames = splitList(fields["inputNames"]);
   info.compilerVersion = fields["compilerVersion"];
   for (auto [field, target] : {std::pair{"headDim", &info.headDim},
                                {"headDimV", &info.headDimV},

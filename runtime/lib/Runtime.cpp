@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -66,6 +67,27 @@ StatusOr<AotKernel> loadAotKernel(const fs::path &manifestPath) {
                    manifestPath.string()};
 }
 
+/// FLASHTILE_CHECK_VARLEN=1 (read at each varlen call): forward() copies the device offsets to the host and checks
+/// them (Runtime::validateCuSeqlens) before launching.
+bool checkVarlenOffsetsOnDevice() {
+  const char *value = std::getenv("FLASHTILE_CHECK_VARLEN");
+  return value && *value && std::string_view(value) != "0";
+}
+
+/// Copies args' device offsets after the work already on `stream` (which may be producing them) and checks them.
+Status checkDeviceCuSeqlens(const CudaDriver &driver, const AttentionArgs &args, CUstream stream) {
+  if (Status s = driver.check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize"); !s.ok())
+    return s;
+  std::vector<int> offsetsQ(size_t(args.batch) + 1), offsetsK(size_t(args.batch) + 1);
+  for (auto [device, host] : {std::pair{args.cuSeqlensQ, &offsetsQ}, {args.cuSeqlensK, &offsetsK}})
+    if (Status s = driver.check(driver.cuMemcpyDtoH_v2(host->data(), reinterpret_cast<CUdeviceptr>(device),
+                                                       host->size() * sizeof(int)),
+                                "cuMemcpyDtoH(cu_seqlens)");
+        !s.ok())
+      return s;
+  return Runtime::validateCuSeqlens(args, offsetsQ.data(), offsetsK.data()).withContext("FLASHTILE_CHECK_VARLEN");
+}
+
 std::string listOrNone(const std::vector<std::string> &items) {
   std::string text;
   for (const std::string &item : items)
@@ -80,10 +102,11 @@ struct Runtime::Impl {
 
   KernelCache cache;
 
-  std::mutex configMutex; // guards the four fields below
+  std::mutex configMutex; // guards the five fields below
   std::vector<AotKernel> aotKernels;
   std::vector<std::string> aotDirs;
   CompileFn compile;
+  VariantCheckFn variantCheck;
   std::string schedule{kDefaultSchedule};
 
   std::mutex gpuMutex; // guards the two maps below
@@ -185,6 +208,11 @@ void Runtime::setCompiler(CompileFn compile) {
   impl->compile = std::move(compile);
 }
 
+void Runtime::setVariantCheck(VariantCheckFn check) {
+  std::lock_guard<std::mutex> lock(impl->configMutex);
+  impl->variantCheck = std::move(check);
+}
+
 void Runtime::setSchedule(std::string schedule) {
   std::lock_guard<std::mutex> lock(impl->configMutex);
   impl->schedule = std::move(schedule);
@@ -281,12 +309,26 @@ StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernel(const KernelSp
 Status Runtime::forward(const AttentionArgs &args, CUstream stream) {
   if (Status s = validate(args); !s.ok())
     return s;
-  if (args.seqlenQ == 0)
+  VariantCheckFn variantCheck;
+  {
+    std::lock_guard<std::mutex> lock(impl->configMutex);
+    variantCheck = impl->variantCheck;
+  }
+  if (variantCheck)
+    if (Status s = variantCheck(args); !s.ok())
+      return s;
+  const bool varlen = args.isVarlen();
+  // Varlen: the grid covers the longest sequence; with none longer than 0 rows there is nothing to write.
+  const int gridRows = varlen ? args.maxSeqlenQ : args.seqlenQ;
+  if (args.seqlenQ == 0 || gridRows == 0)
     return Status();
   StatusOr<const CudaDriver *> loadedDriver = CudaDriver::get();
   if (!loadedDriver.ok())
     return loadedDriver.status();
   const CudaDriver &driver = **loadedDriver;
+  if (varlen && checkVarlenOffsetsOnDevice())
+    if (Status s = checkDeviceCuSeqlens(driver, args, stream); !s.ok())
+      return s;
   StatusOr<std::string> arch = impl->arch(driver);
   if (!arch.ok())
     return arch.status();
@@ -297,14 +339,8 @@ Status Runtime::forward(const AttentionArgs &args, CUstream stream) {
   if (!kernel.ok())
     return kernel.status();
   const KernelInfo &info = (*kernel)->info;
-  if (args.variantParams.size() != info.paramNames.size()) {
-    std::string names;
-    for (const std::string &name : info.paramNames)
-      names += (names.empty() ? "" : ", ") + name;
-    return Status::error("variantParams has " + std::to_string(args.variantParams.size()) + " values but variant '" +
-                         args.variant + "' takes " + std::to_string(info.paramNames.size()) + " (" +
-                         (names.empty() ? "none" : names) + ")");
-  }
+  if (Status s = validateFor(args, info); !s.ok())
+    return s;
   StatusOr<CUfunction> function = impl->function(driver, *kernel);
   if (!function.ok())
     return function.status();
@@ -315,18 +351,24 @@ Status Runtime::forward(const AttentionArgs &args, CUstream stream) {
   params.v = args.v;
   params.o = args.o;
   params.lse = args.lse;
-  params.qBatchStride = args.qStride[0];
+  // Varlen: the kernel starts each sequence at its cu_seqlens offset; the batch strides are 0 (KernelAbi.h).
+  params.qBatchStride = varlen ? 0 : args.qStride[0];
   params.qRowStride = args.qStride[1];
   params.qHeadStride = args.qStride[2];
-  params.kBatchStride = args.kStride[0];
+  params.kBatchStride = varlen ? 0 : args.kStride[0];
   params.kRowStride = args.kStride[1];
   params.kHeadStride = args.kStride[2];
-  params.vBatchStride = args.vStride[0];
+  params.vBatchStride = varlen ? 0 : args.vStride[0];
   params.vRowStride = args.vStride[1];
   params.vHeadStride = args.vStride[2];
-  params.oBatchStride = args.oStride[0];
+  params.oBatchStride = varlen ? 0 : args.oStride[0];
   params.oRowStride = args.oStride[1];
   params.oHeadStride = args.oStride[2];
+  // LSE: B x Hq x Sq, or Hq x total_q for varlen (each sequence's rows start at its offset).
+  params.lseBatchStride = varlen ? 0 : static_cast<long long>(args.headsQ) * args.seqlenQ;
+  params.lseHeadStride = args.seqlenQ;
+  params.cuSeqlensQ = args.cuSeqlensQ;
+  params.cuSeqlensK = args.cuSeqlensK;
   params.batch = args.batch;
   params.headsQ = args.headsQ;
   params.headsKv = args.headsKv;
@@ -335,8 +377,9 @@ Status Runtime::forward(const AttentionArgs &args, CUstream stream) {
   params.softmaxScale = args.softmaxScale != 0.f ? args.softmaxScale : 1.f / std::sqrt(float(args.headDim));
   params.scaleLog2 = params.softmaxScale * kLog2e;
   std::copy(args.variantParams.begin(), args.variantParams.end(), params.variantParams);
+  std::copy(args.inputs.begin(), args.inputs.end(), params.inputs);
 
-  unsigned gridX = static_cast<unsigned>((static_cast<long long>(args.seqlenQ) + info.blockM - 1) / info.blockM);
+  unsigned gridX = static_cast<unsigned>((static_cast<long long>(gridRows) + info.blockM - 1) / info.blockM);
   void *kernelParams[] = {&params};
   return driver.check(driver.cuLaunchKernel(*function, gridX, args.headsQ, args.batch, info.threads, 1, 1,
                                             info.smemBytes, stream, kernelParams, nullptr),

@@ -236,7 +236,7 @@ Tensor makeTensor(Layout layout, int batch, int seqlen, int heads, int dim) {
 
 struct Case {
   DType dtype;
-  int headDim;
+  int headDim, headDimV;
   bool causal;
   int batch, headsQ, headsKv, seqlenQ, seqlenK;
   Layout qoLayout, kvLayout;
@@ -245,41 +245,61 @@ struct Case {
 
 std::string caseName(const Case &c) {
   std::ostringstream name;
-  name << dtypeName(c.dtype) << "_hd" << c.headDim << (c.causal ? "_causal" : "_full") << "_B" << c.batch << "_H"
+  name << dtypeName(c.dtype) << "_hd" << c.headDim;
+  if (c.headDimV != c.headDim)
+    name << "_dv" << c.headDimV;
+  name << (c.causal ? "_causal" : "_full") << "_B" << c.batch << "_H"
        << c.headsQ << "x" << c.headsKv << "_Sq" << c.seqlenQ << "_Sk" << c.seqlenK << "_" << layoutName(c.qoLayout)
        << "_" << layoutName(c.kvLayout);
   return name.str();
 }
 
-std::vector<Case> allCases() {
-  const std::pair<int, int> shapes[] = {{1, 1},     {17, 17},   {128, 128},  {1000, 1000}, {4096, 4096},
-                                        {17, 1000}, {1000, 17}, {128, 4096}, {4096, 128},  {1, 4096}};
-  // (headsQ, headsKv): MHA, GQA and MQA mixed.
+/// Heads (MHA, GQA and MQA mixed), batch and layouts (half packed, half with padded or head-major strides, all
+/// 16-byte aligned), derived from the case's index.
+void vary(Case &c) {
   const std::pair<int, int> heads[] = {{1, 1}, {4, 4}, {8, 2}, {2, 1}, {16, 16}, {6, 3}, {16, 4}, {3, 3}, {8, 1}};
-  // (Q/O, K/V) layouts: half packed, half with padded or head-major strides (all 16-byte aligned).
   const std::pair<Layout, Layout> layouts[] = {
       {Layout::Packed, Layout::Packed}, {Layout::HeadPadded, Layout::Packed}, {Layout::Packed, Layout::Packed},
       {Layout::Packed, Layout::Bhsd},   {Layout::Packed, Layout::Packed},     {Layout::RowPadded, Layout::HeadPadded}};
+  const int index = c.index;
+  auto [hq, hkv] = heads[(index * 5 + index / 7) % std::size(heads)];
+  c.headsQ = hq;
+  c.headsKv = hkv;
+  c.batch = 1 + (index * 3 + index / 10) % 4;
+  // Keep the largest problems at B·H <= 64 (the reference is simple, not fast).
+  while (c.batch > 1 && c.batch * c.headsQ > 64)
+    --c.batch;
+  auto [qo, kv] = layouts[(index + index / 4) % std::size(layouts)];
+  c.qoLayout = qo;
+  c.kvLayout = kv;
+}
+
+std::vector<Case> allCases() {
+  const std::pair<int, int> shapes[] = {{1, 1},     {17, 17},   {128, 128},  {1000, 1000}, {4096, 4096},
+                                        {17, 1000}, {1000, 17}, {128, 4096}, {4096, 128},  {1, 4096}};
   std::vector<Case> cases;
   int index = 0;
   for (DType dtype : {DType::F16, DType::BF16})
     for (int headDim : {64, 128})
       for (bool causal : {false, true})
         for (auto [seqlenQ, seqlenK] : shapes) {
-          Case c{dtype, headDim, causal, 1, 1, 1, seqlenQ, seqlenK, Layout::Packed, Layout::Packed, index};
-          auto [hq, hkv] = heads[(index * 5 + index / 7) % std::size(heads)];
-          c.headsQ = hq;
-          c.headsKv = hkv;
-          c.batch = 1 + (index * 3 + index / 10) % 4;
-          // Keep the largest problems at B·H <= 64 (the reference is simple, not fast).
-          while (c.batch > 1 && c.batch * c.headsQ > 64)
-            --c.batch;
-          auto [qo, kv] = layouts[(index + index / 4) % std::size(layouts)];
-          c.qoLayout = qo;
-          c.kvLayout = kv;
+          Case c{dtype, headDim, headDim, causal, 1, 1, 1, seqlenQ, seqlenK, Layout::Packed, Layout::Packed, index};
+          vary(c);
           cases.push_back(c);
           ++index;
         }
+  // The other supported head dims and the 192/128 pair (kSupportedHeadDims, kSupportedHeadDimPairs): fewer shapes,
+  // the dtype alternating.
+  const std::pair<int, int> moreShapes[] = {{1, 1}, {17, 1000}, {1000, 17}, {128, 128}, {1000, 1000}};
+  for (auto [headDim, headDimV] : {std::pair{32, 32}, {96, 96}, {192, 192}, {256, 256}, {192, 128}})
+    for (bool causal : {false, true})
+      for (auto [seqlenQ, seqlenK] : moreShapes) {
+        const DType dtype = index % 2 ? DType::BF16 : DType::F16;
+        Case c{dtype, headDim, headDimV, causal, 1, 1, 1, seqlenQ, seqlenK, Layout::Packed, Layout::Packed, index};
+        vary(c);
+        cases.push_back(c);
+        ++index;
+      }
   return cases;
 }
 
@@ -294,9 +314,9 @@ struct Inputs {
 /// then the logical Q/K/V elements get N(0, 1) values from `seed`.
 Status makeInputs(const Case &c, uint64_t seed, Inputs &in) {
   in.q = makeTensor(c.qoLayout, c.batch, c.seqlenQ, c.headsQ, c.headDim);
-  in.o = makeTensor(c.qoLayout, c.batch, c.seqlenQ, c.headsQ, c.headDim);
+  in.o = makeTensor(c.qoLayout, c.batch, c.seqlenQ, c.headsQ, c.headDimV);
   in.k = makeTensor(c.kvLayout, c.batch, c.seqlenK, c.headsKv, c.headDim);
-  in.v = makeTensor(c.kvLayout, c.batch, c.seqlenK, c.headsKv, c.headDim);
+  in.v = makeTensor(c.kvLayout, c.batch, c.seqlenK, c.headsKv, c.headDimV);
   const Tensor *tensors[] = {&in.q, &in.k, &in.v, &in.o};
   DeviceBuffer *buffers[] = {&in.qBuf, &in.kBuf, &in.vBuf, &in.oBuf};
   for (int t = 0; t < 4; ++t) {
@@ -334,7 +354,7 @@ AttentionArgs forwardArgs(const Case &c, const Inputs &in, float scale) {
   args.headsQ = c.headsQ;
   args.headsKv = c.headsKv;
   args.headDim = c.headDim;
-  args.headDimV = c.headDim;
+  args.headDimV = c.headDimV;
   args.qStride = in.q.stride;
   args.kStride = in.k.stride;
   args.vStride = in.v.stride;
@@ -424,9 +444,11 @@ void checkForward(const Case &c) {
       << "the reference produced NaN: a bug in this test's reference kernel, not in flashtile";
 
   const bool pass = cmp.pass();
-  std::printf("[flashtile-gpu] %-4s hd=%-3d causal=%d B=%d H=%d/%d Sq=%-4d Sk=%-4d qo=%-7s kv=%-7s "
+  const std::string headDims = std::to_string(c.headDim) +
+                               (c.headDimV != c.headDim ? "/" + std::to_string(c.headDimV) : "");
+  std::printf("[flashtile-gpu] %-4s hd=%-3s causal=%d B=%d H=%d/%d Sq=%-4d Sk=%-4d qo=%-7s kv=%-7s "
               "err_ours=%.3e err_lowp=%.3e ratio=%s lse_err=%.2e %s%s\n",
-              std::string(dtypeName(c.dtype)).c_str(), c.headDim, int(c.causal), c.batch, c.headsQ, c.headsKv,
+              std::string(dtypeName(c.dtype)).c_str(), headDims.c_str(), int(c.causal), c.batch, c.headsQ, c.headsKv,
               c.seqlenQ, c.seqlenK, layoutName(c.qoLayout), layoutName(c.kvLayout), cmp.errOurs, cmp.errLowp,
               cmp.ratioText().c_str(), cmp.errLse, pass ? "PASS" : "FAIL",
               pass ? "" : (" seed=" + std::to_string(seed)).c_str());
@@ -443,6 +465,145 @@ void checkForward(const Case &c) {
   EXPECT_EQ(cmp.lseBad, 0) << cmp.lseBad
                            << " LSE values are off by more than 1e-3 (or not -inf on fully masked rows); first "
                            << cmp.firstLseBad;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Varlen (flash_attn_varlen_func): packed sequences with int32 cu_seqlens, each checked against the reference run on
+// that sequence alone (a dense call on sub-pointers of the packed tensors).
+
+struct VarlenCase {
+  DType dtype;
+  int headDim, headDimV;
+  bool causal;
+  int headsQ, headsKv;
+  std::vector<int> lengthsQ, lengthsK; // per sequence
+  int index;                           // seeds the inputs
+};
+
+std::string varlenCaseName(const VarlenCase &c) {
+  std::ostringstream name;
+  name << dtypeName(c.dtype) << "_hd" << c.headDim;
+  if (c.headDimV != c.headDim)
+    name << "_dv" << c.headDimV;
+  name << (c.causal ? "_causal" : "_full") << "_H" << c.headsQ << "x" << c.headsKv << "_B" << c.lengthsQ.size();
+  return name.str();
+}
+
+void PrintTo(const VarlenCase &c, std::ostream *out) { *out << varlenCaseName(c); }
+
+std::vector<VarlenCase> varlenCases() {
+  // Sequences of different lengths, Sq_b != Sk_b both ways, an empty query sequence (nothing to write), an empty key
+  // sequence (O = 0, LSE = -inf), sequences shorter and longer than a Q tile.
+  const std::vector<int> q = {1, 300, 0, 129, 1000, 64, 17}, k = {1, 257, 33, 0, 1200, 64, 4000};
+  std::vector<VarlenCase> cases;
+  int index = 3000;
+  for (DType dtype : {DType::F16, DType::BF16})
+    for (bool causal : {false, true}) {
+      cases.push_back({dtype, 128, 128, causal, 8, 2, q, k, index++});
+      cases.push_back({dtype, 64, 64, causal, 4, 4, {200, 0, 1}, {100, 5, 300}, index++});
+    }
+  for (bool causal : {false, true}) {
+    cases.push_back({DType::BF16, 192, 128, causal, 4, 1, q, k, index++});
+    cases.push_back({DType::BF16, 32, 32, causal, 2, 1, {513, 7}, {9, 700}, index++});
+    cases.push_back({DType::BF16, 256, 256, causal, 2, 2, {70, 0, 129}, {0, 3, 200}, index++});
+  }
+  return cases;
+}
+
+/// Runs flashtile once on all sequences, then the references sequence by sequence, and checks FlashAttention's
+/// rule on each sequence's rows of O and LSE (LSE is Hq x total_q).
+void checkVarlen(const VarlenCase &c) {
+  const uint64_t seed = baseSeed() + 0x9E3779B97F4A7C15ULL * uint64_t(c.index + 1);
+  const std::string where = varlenCaseName(c) + " (seed " + std::to_string(seed) +
+                            ", base seed FLASHTILE_TEST_SEED=" + std::to_string(baseSeed()) + ")";
+  SCOPED_TRACE(where);
+  Watchdog watchdog(where);
+  const int batch = int(c.lengthsQ.size());
+  std::vector<int> cuQ(batch + 1, 0), cuK(batch + 1, 0);
+  for (int b = 0; b < batch; ++b) {
+    cuQ[b + 1] = cuQ[b] + c.lengthsQ[b];
+    cuK[b + 1] = cuK[b] + c.lengthsK[b];
+  }
+  const int totalQ = cuQ.back(), totalK = cuK.back();
+  const int maxQ = *std::max_element(c.lengthsQ.begin(), c.lengthsQ.end());
+  const int maxK = *std::max_element(c.lengthsK.begin(), c.lengthsK.end());
+  const int Hq = c.headsQ, Hkv = c.headsKv, D = c.headDim, Dv = c.headDimV;
+
+  // Packed tensors: one batch entry of totalQ (totalK) rows. O and LSE poisoned: unwritten elements read as NaN.
+  const Tensor q = makeTensor(Layout::Packed, 1, totalQ, Hq, D), k = makeTensor(Layout::Packed, 1, totalK, Hkv, D),
+               v = makeTensor(Layout::Packed, 1, totalK, Hkv, Dv), o = makeTensor(Layout::Packed, 1, totalQ, Hq, Dv);
+  DeviceBuffer qBuf, kBuf, vBuf, oBuf, lseBuf, cuQBuf, cuKBuf;
+  for (auto [buffer, bytes] : {std::pair{&qBuf, q.elements * sizeof(uint16_t)},
+                               {&kBuf, k.elements * sizeof(uint16_t)},
+                               {&vBuf, v.elements * sizeof(uint16_t)},
+                               {&oBuf, o.elements * sizeof(uint16_t)},
+                               {&lseBuf, size_t(Hq) * totalQ * sizeof(float)},
+                               {&cuQBuf, cuQ.size() * sizeof(int)},
+                               {&cuKBuf, cuK.size() * sizeof(int)}}) {
+    ASSERT_OK(buffer->allocate(bytes));
+    ASSERT_OK(buffer->fill(reference::kPoisonByte));
+  }
+  const CudaDriver &d = *gpu().driver;
+  ASSERT_OK(d.check(d.cuMemcpyHtoD_v2(cuQBuf.address(), cuQ.data(), cuQ.size() * sizeof(int)), "cuMemcpyHtoD"));
+  ASSERT_OK(d.check(d.cuMemcpyHtoD_v2(cuKBuf.address(), cuK.data(), cuK.size() * sizeof(int)), "cuMemcpyHtoD"));
+  int t = 0;
+  for (auto [buffer, tensor] : {std::pair{&qBuf, &q}, {&kBuf, &k}, {&vBuf, &v}})
+    ASSERT_OK(gpu().reference->fill(buffer->as<void>(), c.dtype, 1, tensor->seqlen, tensor->heads, tensor->dim,
+                                    tensor->stride, seed * 3 + t++));
+  ASSERT_OK(synchronize("fill_normal"));
+
+  const float scale = 1.0f / std::sqrt(float(D));
+  AttentionArgs args = AttentionArgs::varlen(c.dtype, qBuf.as<const void>(), kBuf.as<const void>(),
+                                             vBuf.as<const void>(), oBuf.as<void>(), lseBuf.as<float>(),
+                                             cuQBuf.as<const int>(), cuKBuf.as<const int>(), batch, totalQ, totalK,
+                                             maxQ, maxK, Hq, Hkv, D, Dv);
+  args.cuSeqlensQHost = cuQ.data(); // checked by validate()
+  args.cuSeqlensKHost = cuK.data();
+  args.softmaxScale = scale;
+  args.variant = c.causal ? "causal" : "none";
+  ASSERT_OK(gpu().runtime->forward(args));
+  ASSERT_OK(synchronize("flashtile forward (varlen)"));
+  std::vector<uint16_t> oRaw;
+  std::vector<float> lse;
+  ASSERT_OK(oBuf.download(oRaw));
+  ASSERT_OK(lseBuf.download(lse));
+
+  for (int b = 0; b < batch; ++b) {
+    const int q0 = cuQ[b], k0 = cuK[b], Sq = c.lengthsQ[b], Sk = c.lengthsK[b];
+    if (Sq == 0)
+      continue; // nothing to write; rows of other sequences are checked with theirs
+    SCOPED_TRACE("sequence " + std::to_string(b) + " (Sq " + std::to_string(Sq) + ", Sk " + std::to_string(Sk) + ")");
+    // The sequence alone, as a dense call on sub-pointers (o and lse are not used by the reference).
+    AttentionArgs one = AttentionArgs::contiguous(
+        c.dtype, qBuf.as<const void>(size_t(q0) * q.stride[1] * sizeof(uint16_t)),
+        kBuf.as<const void>(size_t(k0) * k.stride[1] * sizeof(uint16_t)),
+        vBuf.as<const void>(size_t(k0) * v.stride[1] * sizeof(uint16_t)), oBuf.as<void>(), lseBuf.as<float>(), 1, Sq,
+        Sk, Hq, Hkv, D, Dv);
+    one.softmaxScale = scale;
+    StatusOr<reference::ReferenceOutputs> fp32 = gpu().reference->runToHost(one, c.causal, Precision::Fp32);
+    ASSERT_OK(fp32.status());
+    StatusOr<reference::ReferenceOutputs> lowp = gpu().reference->runToHost(one, c.causal, Precision::Lowp);
+    ASSERT_OK(lowp.status());
+    ASSERT_EQ(std::count_if(fp32->o.begin(), fp32->o.end(), [](float x) { return std::isnan(x); }), 0)
+        << "the reference produced NaN: a bug in this test's reference kernel, not in flashtile";
+    // This sequence's rows of O (contiguous in the packed layout) and of LSE (columns q0.. of each head's row).
+    const std::vector<uint16_t> oSeq(oRaw.begin() + size_t(q0) * o.stride[1],
+                                     oRaw.begin() + size_t(q0 + Sq) * o.stride[1]);
+    std::vector<float> lseSeq;
+    for (int h = 0; h < Hq; ++h)
+      lseSeq.insert(lseSeq.end(), lse.begin() + size_t(h) * totalQ + q0, lse.begin() + size_t(h) * totalQ + q0 + Sq);
+    StatusOr<reference::Comparison> compared = reference::compare(one, oSeq, lseSeq, *fp32, *lowp);
+    ASSERT_OK(compared.status());
+    const reference::Comparison &cmp = *compared;
+    std::printf("[flashtile-gpu] varlen %-4s hd=%d/%d causal=%d H=%d/%d seq %d/%d Sq=%-4d Sk=%-4d err_ours=%.3e "
+                "err_lowp=%.3e ratio=%s lse_err=%.2e %s%s\n",
+                std::string(dtypeName(c.dtype)).c_str(), D, Dv, int(c.causal), Hq, Hkv, b, batch, Sq, Sk, cmp.errOurs,
+                cmp.errLowp, cmp.ratioText().c_str(), cmp.errLse, cmp.pass() ? "PASS" : "FAIL",
+                cmp.pass() ? "" : (" seed=" + std::to_string(seed)).c_str());
+    std::fflush(stdout);
+    for (const std::string &failure : cmp.failures())
+      ADD_FAILURE() << failure;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -465,15 +626,25 @@ TEST(ForwardGpuEdge, EmptyKeysGiveZeroOutputAndMinusInfLse) {
   for (DType dtype : {DType::F16, DType::BF16})
     for (int headDim : {64, 128})
       for (bool causal : {false, true})
-        checkForward(Case{dtype, headDim, causal, 2, 4, 2, 33, 0, Layout::Packed, Layout::Packed, index++});
+        checkForward(Case{dtype, headDim, headDim, causal, 2, 4, 2, 33, 0, Layout::Packed, Layout::Packed, index++});
 }
+
+class ForwardGpuVarlen : public testing::TestWithParam<VarlenCase> {};
+
+TEST_P(ForwardGpuVarlen, EverySequenceMatchesTheReference) {
+  REQUIRE_AOT();
+  checkVarlen(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Varlen, ForwardGpuVarlen, testing::ValuesIn(varlenCases()),
+                         [](const testing::TestParamInfo<VarlenCase> &info) { return varlenCaseName(info.param); });
 
 // The reference itself, checked against a plain double-precision loop on the host (small shapes, fp32 mode), so
 // that a bug in it cannot hide one in flashtile. Also: lowp stays close to fp32.
 TEST(ReferenceKernel, MatchesHostComputation) {
   REQUIRE_GPU();
   for (auto [seqlenQ, seqlenK, causal] : {std::tuple{5, 9, true}, {9, 5, true}, {7, 7, false}, {3, 40, false}}) {
-    const Case c{DType::BF16, 64, causal, 2, 4, 2, seqlenQ, seqlenK, Layout::HeadPadded, Layout::Bhsd, 2000};
+    const Case c{DType::BF16, 64, 64, causal, 2, 4, 2, seqlenQ, seqlenK, Layout::HeadPadded, Layout::Bhsd, 2000};
     SCOPED_TRACE(caseName(c));
     Inputs in;
     ASSERT_OK(makeInputs(c, caseSeed(c), in));
@@ -562,11 +733,17 @@ TEST(ForwardGpuArgs, BadArgumentsReturnAnErrorInsteadOfLaunching) {
     std::vector<std::string> mentions;
   };
   const Bad bad[] = {
-      {"headDim 96", [](AttentionArgs &a) { a.headDim = a.headDimV = 96; }, {"96", "64", "128"}},
+      {"headDim 80", [](AttentionArgs &a) { a.headDim = a.headDimV = 80; }, {"80", "64", "128", "192/128"}},
       {"headsQ not a multiple of headsKv", [](AttentionArgs &a) { a.headsKv = 3; }, {"headsKv"}},
       {"head stride not a multiple of 8", [](AttentionArgs &a) { a.qStride[2] = 100; }, {"qStride[2]"}},
       {"headDimV != headDim", [](AttentionArgs &a) { a.headDimV = 64; }, {"headDimV"}},
       {"null lse", [](AttentionArgs &a) { a.lse = nullptr; }, {"lse"}},
+      {"cuSeqlensQ without cuSeqlensK",
+       [](AttentionArgs &a) {
+         a.cuSeqlensQ = reinterpret_cast<const int *>(uintptr_t(1) << 20);
+         a.maxSeqlenQ = 64;
+       },
+       {"cuSeqlensK is null"}},
   };
   for (const Bad &b : bad) {
     SCOPED_TRACE(b.what);

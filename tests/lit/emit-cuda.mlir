@@ -13,10 +13,21 @@
 // CHECK-NEXT:    return kv <= (q + (p.seqlenK - p.seqlenQ));
 // CHECK-NEXT:  }
 
-// CHECK-LABEL: extern "C" __global__ void __launch_bounds__(128) flashtile_fa2_causal_bf16_d64(const FlashtileFwdParams p) {
+// CHECK-LABEL: extern "C" __global__ void __launch_bounds__(128) flashtile_fa2_causal_bf16_d64(const FlashtileFwdParams params) {
 // CHECK:         constexpr int kBlockM = 128;
 // CHECK:         constexpr int kBlockN = 64;
 // CHECK:         constexpr int kWarps = 4;
+
+// The block's sequence: a batch entry, or (varlen) packed rows from cu_seqlens; p is its view, seqlens included.
+// CHECK:         FlashtileFwdParams p = params;
+// CHECK-NEXT:    if (params.cuSeqlensQ) {
+// CHECK:           const int qBegin = min(max(params.cuSeqlensQ[z], 0), params.seqlenQ);
+// CHECK:           p.q = static_cast<const unsigned short *>(params.q) + qBegin * params.qRowStride;
+// CHECK:           p.seqlenQ = qEnd - qBegin;
+// CHECK-NEXT:      p.seqlenK = kEnd - kBegin;
+// CHECK-NEXT:    }
+// CHECK-NEXT:    if (static_cast<int>(blockIdx.x) * kBlockM >= p.seqlenQ)
+// CHECK-NEXT:      return;
 // CHECK:         extern __shared__ __align__(128) unsigned char smem[];
 
 // The KV-range rules, evaluated for this block's rows.
@@ -47,6 +58,7 @@
 // CHECK-NEXT:    for (int j = tailBoundaryBegin - 1; j >= interiorBegin; --j) {
 // CHECK-NOT:       keep(
 // CHECK:         // ---- finalize
+// CHECK:         float *const gLse = p.lse + b * p.lseBatchStride + h * p.lseHeadStride;
 // CHECK:         gLse[q] = lse[mt][r];
 
 // UNSCHEDULED: error: 'tile.func' op is not scheduled; run the schedule's passes

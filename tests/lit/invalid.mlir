@@ -94,3 +94,48 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
   // expected-error @+1 {{state columns (head_dim_v) must be static and positive, got 0}}
   %st0 = tile.init_state : !tile.state<?x0>
 }
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "alibi", params = [],
+                         inputs = [#tile.input<"slopes" : f32>]} {
+  %h = arith.constant 0 : i32
+  // expected-error @+1 {{'tile.input' op 'sinks' is not an input of @f (declared: [#tile.input<"slopes" : f32>])}}
+  %x = tile.input "sinks"[%h] : f32
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "document_mask",
+                         params = [], inputs = [#tile.input<"doc_ids" : i32>]} {
+  %j = arith.constant 0 : i32
+  // expected-error @+1 {{'tile.input' op 'doc_ids' is declared with 'i32' elements but read as 'f32'}}
+  %x = tile.input "doc_ids"[%j] : f32
+}
+
+// -----
+
+// expected-error @+1 {{'tile.func' op input 'slopes' is declared twice}}
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "alibi", params = [],
+                         inputs = [#tile.input<"slopes" : f32>, #tile.input<"slopes" : f32>]} {
+}
+
+// -----
+
+// expected-error @+1 {{'tile.func' op input 'scales' must have f32 or i32 elements, got 'f16'}}
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "v", params = [],
+                         inputs = [#tile.input<"scales" : f16>]} {
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "sinks", params = [],
+                         inputs = [#tile.input<"sinks" : f32>]} {
+  %st = tile.init_state : !tile.state<?x64>
+  // expected-error @+1 {{'tile.finalize' op sink region must take (i32, i32)}}
+  %o, %lse = tile.finalize %st sink {
+  ^bb0(%h: i32):
+    %s = tile.input "sinks"[%h] : f32
+    tile.yield %s : f32
+  } : !tile.state<?x64> -> tensor<?x64xf32>, tensor<?xf32>
+}

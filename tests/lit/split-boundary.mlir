@@ -13,6 +13,21 @@
 // CHECK: tile.finalize
 // CHECK-NOT: head_boundary
 
+// RUN: flashtile-opt %inputs/sliding-window.mlir --tile-apply-schedule --tile-split-boundary | FileCheck %s --check-prefix=WINDOW
+
+// A sliding window's "may" rule starts at the first row's window start, not at key 0: three segments, masked at
+// both ends (the window's edges), unmasked in between; tiles outside [may lo, may hi) are never visited.
+// WINDOW: %[[MLO:.*]], %[[MHI:.*]] = tile.kv_range "may"
+// WINDOW: %[[FLO:.*]], %[[FHI:.*]] = tile.kv_range "full"
+// WINDOW: arith.maxsi %[[MLO]]
+// WINDOW: %[[TAIL:.*]] = tile.kv_loop from %{{.*}} to %{{.*}} iter_args(%{{.*}}) {order = "descending", segment = "tail_boundary"}
+// WINDOW:   tile.mask
+// WINDOW: %[[MID:.*]] = tile.kv_loop from %{{.*}} to %{{.*}} iter_args(%[[TAIL]]) {order = "descending", segment = "interior"}
+// WINDOW-NOT: tile.mask
+// WINDOW: tile.kv_loop from %{{.*}} to %{{.*}} iter_args(%[[MID]]) {order = "descending", segment = "head_boundary"}
+// WINDOW:   tile.mask
+// WINDOW: tile.finalize
+
 // RUN: flashtile-opt %s --tile-split-boundary --verify-diagnostics
 // expected-error @+1 {{'tile.func' op must be scheduled before splitting boundary tiles (run tile-apply-schedule)}}
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {

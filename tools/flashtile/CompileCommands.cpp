@@ -7,10 +7,13 @@
 #include "flashtile/runtime/Version.h"
 #include "jit/Jit.h"
 
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <tuple>
 
 namespace flashtile::cli {
 
@@ -58,6 +61,24 @@ StatusOr<jit::CompileOptions> kernelOptions(const Args &args) {
     *field = *v;
   }
   return o;
+}
+
+/// One item of `aot --head-dims`: "D" (head_dim = head_dim_v = D) or "D:DV" (head_dim D, head_dim_v DV).
+StatusOr<std::pair<int, int>> parseHeadDims(const std::string &text) {
+  auto number = [](std::string_view digits) -> std::optional<int> {
+    int value = 0;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
+      return std::nullopt;
+    return value;
+  };
+  std::string_view item = text;
+  size_t colon = item.find(':');
+  std::optional<int> headDim = number(item.substr(0, colon));
+  std::optional<int> headDimV = colon == std::string_view::npos ? headDim : number(item.substr(colon + 1));
+  if (!headDim || !headDimV)
+    return Status::error("--head-dims: '" + text + "' is not D or D:DV (head_dim:head_dim_v), e.g. 128 or 192:128");
+  return std::pair{*headDim, *headDimV};
 }
 
 Status writeFileAtomically(const std::filesystem::path &path, const std::string &bytes) {
@@ -152,11 +173,10 @@ int aotCommand(const std::vector<std::string> &argv) {
           return fail(dtype.status().withContext("--dtypes"));
         jit::CompileOptions o = *base;
         o.dtype = *dtype;
-        try {
-          o.headDim = o.headDimV = std::stoi(hdText);
-        } catch (...) {
-          return fail(Status::error("--head-dims expects integers, got '" + hdText + "'"));
-        }
+        auto headDims = parseHeadDims(hdText);
+        if (!headDims.ok())
+          return fail(headDims.status());
+        std::tie(o.headDim, o.headDimV) = *headDims;
         auto result = jit::compile(*variant, o, jit::Stage::Cubin);
         if (!result.ok())
           return fail(result.status());
@@ -186,7 +206,7 @@ int summaryCommand(const std::vector<std::string> &argv) {
   auto nvrtc = nvrtcVersion();
   std::printf("flashtile %s, NVRTC %s — no GPU here: compiling every built-in kernel instead of running it\n\n",
               std::string(compilerVersion()).c_str(), nvrtc.ok() ? nvrtc->c_str() : nvrtc.status().message().c_str());
-  std::printf("%-8s %-5s %4s %-8s %-26s %8s %9s %9s %10s\n", "variant", "dtype", "hd", "arch", "schedule (M,N,warps)",
+  std::printf("%-22s %-5s %4s %-8s %-26s %8s %9s %9s %10s\n", "variant", "dtype", "hd", "arch", "schedule (M,N,warps)",
               "smem B", "cuda loc", "mlir ms", "nvrtc ms");
   int failures = 0;
   for (const std::string &arch : args->getList("arch", "sm_80,sm_90a,sm_100a"))
@@ -199,7 +219,7 @@ int summaryCommand(const std::vector<std::string> &argv) {
           o.fa2.arch = arch;
           auto result = jit::compile(*variants::byName(variantName), o, jit::Stage::Cubin);
           if (!result.ok()) {
-            std::printf("%-8s FAILED: %s\n", variantName.c_str(), result.status().message().c_str());
+            std::printf("%-22s FAILED: %s\n", variantName.c_str(), result.status().message().c_str());
             ++failures;
             continue;
           }
@@ -207,7 +227,7 @@ int summaryCommand(const std::vector<std::string> &argv) {
           char sched[64];
           std::snprintf(sched, sizeof sched, "%s (%d,%d,%d)", i.schedule.c_str(), i.blockM, i.blockN, i.threads / 32);
           long lines = std::count(result->cuda.begin(), result->cuda.end(), '\n');
-          std::printf("%-8s %-5s %4d %-8s %-26s %8d %9ld %9.1f %10.1f\n", variantName.c_str(), i.dtype.c_str(), hd,
+          std::printf("%-22s %-5s %4d %-8s %-26s %8d %9ld %9.1f %10.1f\n", variantName.c_str(), i.dtype.c_str(), hd,
                       arch.c_str(), sched, i.smemBytes, lines, result->mlirSeconds * 1e3, result->nvrtcSeconds * 1e3);
         }
   std::printf("\n%s\n", failures ? "some kernels failed to compile" : "all kernels compiled (cubins, not run: no GPU)");

@@ -9,18 +9,22 @@ namespace {
 constexpr const char *kUsage = R"(usage: flashtile <command> [flags]
 
 commands (no GPU needed):
-  compile   --variant none|causal --schedule fa2 --arch sm_80|sm_90a|sm_100a --head-dim 64|128 --dtype bf16|f16
-            --emit tile|scheduled|cuda|ptx|cubin [-o FILE] [--print-ir-after-all]
-            [--head-dim-v N --block-m N --block-n N --warps N --stages N]
+  compile   --variant NAME --schedule fa2 --arch sm_80|sm_90a|sm_100a --head-dim 32|64|96|128|192|256
+            --dtype bf16|f16 --emit tile|scheduled|cuda|ptx|cubin [-o FILE] [--print-ir-after-all]
+            [--head-dim-v N (e.g. 128 with --head-dim 192) --block-m N --block-n N --warps N --stages N]
+            NAME: none, causal, causal_top_left, sliding_window, sliding_window_causal, softcap, softcap_causal,
+            alibi, alibi_per_batch, alibi_causal, sinks, sinks_causal, document_mask (examples/variants/)
   emit      like compile, --emit defaults to cuda
   aot       --out DIR [--variants none,causal --dtypes bf16,f16 --head-dims 64,128 --arch sm_90a]
-            writes <kernel>.cubin + <kernel>.manifest for Runtime::loadAotDirectory
+            writes <kernel>.cubin + <kernel>.manifest for Runtime::loadAotDirectory; --head-dims items are D
+            (head_dim = head_dim_v = D) or D:DV (head_dim D, head_dim_v DV): all the runtime supports is
+            --head-dims 32,64,96,128,192,256,192:128
   summary   [--arch sm_80,sm_90a,sm_100a] compiles every built-in kernel and prints a table
   info      versions of flashtile, NVRTC and the GPU driver
   nvrtc     FILE.cu... [--arch sm_90a] NVRTC-compiles generated CUDA (e.g. the .cu files aot writes) and times it
 
 commands (GPU):
-  run       --variant causal --dtype bf16 --head-dim 128 --batch 2 --heads 16 [--heads-kv N]
+  run       --variant causal --dtype bf16 --head-dim 128 [--head-dim-v N] --batch 2 --heads 16 [--heads-kv N]
             --seqlen-q 4096 --seqlen-k 4096 [--aot-dir DIR] [--iters 20 --warmup 5 --scale S --seed N]
             runs the kernel on random inputs, checks it against an fp32 reference, prints error and TFLOP/s;
             exit code 0 when the check passes

@@ -44,7 +44,7 @@ int fail(const Status &status) {
 struct RunOptions {
   std::string variant; // "none" or "causal"
   DType dtype = DType::BF16;
-  int headDim = 0, batch = 0, headsQ = 0, headsKv = 0, seqlenQ = 0, seqlenK = 0;
+  int headDim = 0, headDimV = 0, batch = 0, headsQ = 0, headsKv = 0, seqlenQ = 0, seqlenK = 0;
   int iters = kDefaultIters, warmup = kDefaultWarmup;
   float scale = 0.f; // 0: 1/sqrt(headDim)
   unsigned long long seed = kDefaultSeed;
@@ -66,8 +66,8 @@ StatusOr<int> intFlag(const Args &args, const std::string &name, int fallback, i
 
 StatusOr<RunOptions> parseRunOptions(const std::vector<std::string> &argv) {
   StatusOr<Args> args = Args::parse(argv,
-                                    {"variant", "dtype", "head-dim", "batch", "heads", "heads-kv", "seqlen-q",
-                                     "seqlen-k", "aot-dir", "iters", "warmup", "scale", "seed"},
+                                    {"variant", "dtype", "head-dim", "head-dim-v", "batch", "heads", "heads-kv",
+                                     "seqlen-q", "seqlen-k", "aot-dir", "iters", "warmup", "scale", "seed"},
                                     {});
   if (!args.ok())
     return args.status();
@@ -83,13 +83,14 @@ StatusOr<RunOptions> parseRunOptions(const std::vector<std::string> &argv) {
   StatusOr<int> headDim = intFlag(*args, "head-dim", 128, 1);
   if (!headDim.ok())
     return headDim.status();
-  if (std::find(kSupportedHeadDims.begin(), kSupportedHeadDims.end(), *headDim) == kSupportedHeadDims.end()) {
-    std::string accepted;
-    for (int d : kSupportedHeadDims)
-      accepted += (accepted.empty() ? "" : ", ") + std::to_string(d);
-    return Status::error("--head-dim: " + std::to_string(*headDim) + " is not supported; accepted: " + accepted);
-  }
+  StatusOr<int> headDimV = intFlag(*args, "head-dim-v", *headDim, 1);
+  if (!headDimV.ok())
+    return headDimV.status();
+  if (!supportsHeadDims(*headDim, *headDimV))
+    return Status::error("--head-dim " + std::to_string(*headDim) + " --head-dim-v " + std::to_string(*headDimV) +
+                         " is not supported; accepted: " + supportedHeadDimsText());
   o.headDim = *headDim;
+  o.headDimV = *headDimV;
 
   struct IntField {
     const char *name;
@@ -148,22 +149,25 @@ double attendedPairs(const RunOptions &o) {
   return pairs;
 }
 
-/// Q·Kᵀ and P·V: 2 FLOPs per multiply-add, headDim multiply-adds each, per attended pair, batch and query head.
-double forwardFlops(const RunOptions &o) { return 4.0 * o.batch * o.headsQ * double(o.headDim) * attendedPairs(o); }
+/// Q·Kᵀ and P·V: 2 FLOPs per multiply-add, headDim (headDimV) multiply-adds each, per attended pair, batch and
+/// query head.
+double forwardFlops(const RunOptions &o) {
+  return 2.0 * o.batch * o.headsQ * double(o.headDim + o.headDimV) * attendedPairs(o);
+}
 
 /// `copies` packed input/output sets side by side (each tensor's copies contiguous), to cycle through in timing.
 struct InputSets {
   size_t copies = 0;
-  size_t qElems = 0, kvElems = 0, lseElems = 0; // per set
+  size_t qElems = 0, kElems = 0, vElems = 0, oElems = 0, lseElems = 0; // per set
   DeviceBuffer q, k, v, o, lse;
 
   AttentionArgs args(const RunOptions &opt, size_t set) const {
     const size_t lowBytes = sizeof(uint16_t);
     AttentionArgs a = AttentionArgs::contiguous(
-        opt.dtype, q.as<const void>(set * qElems * lowBytes), k.as<const void>(set * kvElems * lowBytes),
-        v.as<const void>(set * kvElems * lowBytes), o.as<void>(set * qElems * lowBytes),
+        opt.dtype, q.as<const void>(set * qElems * lowBytes), k.as<const void>(set * kElems * lowBytes),
+        v.as<const void>(set * vElems * lowBytes), o.as<void>(set * oElems * lowBytes),
         lse.as<float>(set * lseElems * sizeof(float)), opt.batch, opt.seqlenQ, opt.seqlenK, opt.headsQ, opt.headsKv,
-        opt.headDim);
+        opt.headDim, opt.headDimV);
     a.softmaxScale = opt.scale;
     a.variant = opt.variant;
     return a;
@@ -171,17 +175,20 @@ struct InputSets {
 };
 
 Status makeInputSets(const RunOptions &opt, const GpuReference &ref, InputSets &sets) {
-  const size_t B = opt.batch, D = opt.headDim;
+  const size_t B = opt.batch, D = opt.headDim, Dv = opt.headDimV;
   sets.qElems = B * opt.seqlenQ * opt.headsQ * D;
-  sets.kvElems = B * opt.seqlenK * opt.headsKv * D;
+  sets.kElems = B * opt.seqlenK * opt.headsKv * D;
+  sets.vElems = B * opt.seqlenK * opt.headsKv * Dv;
+  sets.oElems = B * opt.seqlenQ * opt.headsQ * Dv;
   sets.lseElems = B * opt.headsQ * opt.seqlenQ;
-  const size_t setBytes = (2 * sets.qElems + 2 * sets.kvElems) * sizeof(uint16_t) + sets.lseElems * sizeof(float);
+  const size_t setBytes =
+      (sets.qElems + sets.kElems + sets.vElems + sets.oElems) * sizeof(uint16_t) + sets.lseElems * sizeof(float);
   sets.copies = setBytes >= kRotationBytes ? 1 : (kRotationBytes + setBytes - 1) / setBytes;
   const size_t n = sets.copies;
   for (auto [buffer, bytes] : {std::pair{&sets.q, n * sets.qElems * sizeof(uint16_t)},
-                               {&sets.k, n * sets.kvElems * sizeof(uint16_t)},
-                               {&sets.v, n * sets.kvElems * sizeof(uint16_t)},
-                               {&sets.o, n * sets.qElems * sizeof(uint16_t)},
+                               {&sets.k, n * sets.kElems * sizeof(uint16_t)},
+                               {&sets.v, n * sets.vElems * sizeof(uint16_t)},
+                               {&sets.o, n * sets.oElems * sizeof(uint16_t)},
                                {&sets.lse, n * sets.lseElems * sizeof(float)}})
     if (Status s = buffer->allocate(bytes); !s.ok())
       return s;
@@ -191,17 +198,19 @@ Status makeInputSets(const RunOptions &opt, const GpuReference &ref, InputSets &
       return s;
   // Each tensor's copies form one packed tensor of copies x batch batches.
   const int batches = int(n * B);
-  const long long Sq = opt.seqlenQ, Sk = opt.seqlenK, Hq = opt.headsQ, Hkv = opt.headsKv, d = opt.headDim;
-  const std::array<long long, 4> qStride{Sq * Hq * d, Hq * d, d, 1}, kvStride{Sk * Hkv * d, Hkv * d, d, 1};
+  const long long Sq = opt.seqlenQ, Sk = opt.seqlenK, Hq = opt.headsQ, Hkv = opt.headsKv, d = opt.headDim,
+                  dv = opt.headDimV;
+  const std::array<long long, 4> qStride{Sq * Hq * d, Hq * d, d, 1}, kStride{Sk * Hkv * d, Hkv * d, d, 1},
+      vStride{Sk * Hkv * dv, Hkv * dv, dv, 1};
   if (Status s = ref.fill(sets.q.as<void>(), opt.dtype, batches, opt.seqlenQ, opt.headsQ, opt.headDim, qStride,
                           opt.seed * 3 + 0);
       !s.ok())
     return s;
-  if (Status s = ref.fill(sets.k.as<void>(), opt.dtype, batches, opt.seqlenK, opt.headsKv, opt.headDim, kvStride,
+  if (Status s = ref.fill(sets.k.as<void>(), opt.dtype, batches, opt.seqlenK, opt.headsKv, opt.headDim, kStride,
                           opt.seed * 3 + 1);
       !s.ok())
     return s;
-  if (Status s = ref.fill(sets.v.as<void>(), opt.dtype, batches, opt.seqlenK, opt.headsKv, opt.headDim, kvStride,
+  if (Status s = ref.fill(sets.v.as<void>(), opt.dtype, batches, opt.seqlenK, opt.headsKv, opt.headDimV, vStride,
                           opt.seed * 3 + 2);
       !s.ok())
     return s;
@@ -213,7 +222,7 @@ StatusOr<reference::Comparison> check(const RunOptions &opt, const GpuReference 
   const AttentionArgs args = sets.args(opt, 0);
   std::vector<uint16_t> o;
   std::vector<float> lse;
-  if (Status s = sets.o.download(o, 0, sets.qElems); !s.ok())
+  if (Status s = sets.o.download(o, 0, sets.oElems); !s.ok())
     return s;
   if (Status s = sets.lse.download(lse, 0, sets.lseElems); !s.ok())
     return s;
@@ -341,9 +350,11 @@ int runCommand(const std::vector<std::string> &argv) {
   if (!ref.ok())
     return fail(ref.status().withContext("setting up the reference kernels"));
 
-  std::printf("flashtile %s: %s %s hd=%d B=%d Hq=%d Hkv=%d Sq=%d Sk=%d on %s, %s\n",
+  const std::string headDims = std::to_string(opt.headDim) +
+                               (opt.headDimV != opt.headDim ? "/" + std::to_string(opt.headDimV) : "");
+  std::printf("flashtile %s: %s %s hd=%s B=%d Hq=%d Hkv=%d Sq=%d Sk=%d on %s, %s\n",
               std::string(compilerVersion()).c_str(), opt.variant.c_str(), std::string(dtypeName(opt.dtype)).c_str(),
-              opt.headDim, opt.batch, opt.headsQ, opt.headsKv, opt.seqlenQ, opt.seqlenK, arch->c_str(),
+              headDims.c_str(), opt.batch, opt.headsQ, opt.headsKv, opt.seqlenQ, opt.seqlenK, arch->c_str(),
               kernels.c_str());
   std::fflush(stdout);
 

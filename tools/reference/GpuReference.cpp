@@ -194,11 +194,10 @@ Status GpuReference::fill(void *dst, DType dtype, int batch, int seqlen, int hea
 
 Status GpuReference::run(const AttentionArgs &args, bool causal, Precision precision, float *oOut, float *lseOut,
                          CUstream stream) const {
-  if (args.headDimV != args.headDim)
-    return Status::error("reference: headDimV (" + std::to_string(args.headDimV) + ") must equal headDim (" +
-                         std::to_string(args.headDim) + ")");
-  if (args.batch < 0 || args.seqlenQ < 0 || args.seqlenK < 0 || args.headDim <= 0)
-    return Status::error("reference: batch and sequence lengths must be >= 0 and headDim > 0");
+  if (args.isVarlen())
+    return Status::error("reference: varlen arguments; run the reference per sequence (dense sub-tensors)");
+  if (args.batch < 0 || args.seqlenQ < 0 || args.seqlenK < 0 || args.headDim <= 0 || args.headDimV <= 0)
+    return Status::error("reference: batch and sequence lengths must be >= 0 and headDim, headDimV > 0");
   if (args.headsKv <= 0 || args.headsQ <= 0 || args.headsQ % args.headsKv != 0)
     return Status::error("reference: headsQ (" + std::to_string(args.headsQ) +
                          ") must be a positive multiple of "
@@ -227,6 +226,7 @@ Status GpuReference::run(const AttentionArgs &args, bool causal, Precision preci
   params.seqlenQ = args.seqlenQ;
   params.seqlenK = args.seqlenK;
   params.headDim = args.headDim;
+  params.headDimV = args.headDimV;
   params.scale = args.softmaxScale != 0.f ? args.softmaxScale : 1.0f / std::sqrt(float(args.headDim));
   params.causal = causal;
   params.lowp = precision == Precision::Lowp;

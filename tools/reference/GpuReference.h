@@ -112,7 +112,8 @@ public:
   /// The reference forward of `args` (Q/K/V pointers and strides, dtype, shape, softmaxScale with 0 meaning
   /// 1/sqrt(headDim); args.o, args.lse and args.variant are not used) with bottom-right causal masking when
   /// `causal` (query i sees keys j <= i + Sk - Sq). Writes O to `oOut` (device, packed fp32 B x Sq x Hq x Dv) and
-  /// LSE to `lseOut` (device, fp32 B x Hq x Sq); fully masked rows get O = 0 and LSE = -inf. Asynchronous.
+  /// LSE to `lseOut` (device, fp32 B x Hq x Sq); fully masked rows get O = 0 and LSE = -inf. Asynchronous. Dense
+  /// arguments only: a varlen call is checked sequence by sequence, each as a dense call on sub-pointers.
   Status run(const AttentionArgs &args, bool causal, Precision precision, float *oOut, float *lseOut,
              CUstream stream = nullptr) const;
 

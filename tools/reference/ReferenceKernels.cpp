@@ -87,7 +87,7 @@ extern "C" __global__ void attention_reference(RefParams p) {
   const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / (p.headsQ / p.headsKv);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
-  const int D = p.headDim;
+  const int D = p.headDim, Dv = p.headDimV;
 
   // Keys this row may see: all of them, or j <= i + Sk - Sq (possibly none).
   long long keys = p.seqlenK;
@@ -97,10 +97,10 @@ extern "C" __global__ void attention_reference(RefParams p) {
   }
   const int n = (int)keys;
 
-  float *oRow = p.o + (((long long)b * p.seqlenQ + i) * p.headsQ + h) * D;
+  float *oRow = p.o + (((long long)b * p.seqlenQ + i) * p.headsQ + h) * Dv;
   float *lse = p.lse + ((long long)b * p.headsQ + h) * p.seqlenQ + i;
   if (n == 0) { // fully masked row (uniform across the block)
-    for (int d = tid; d < D; d += blockDim.x)
+    for (int d = tid; d < Dv; d += blockDim.x)
       oRow[d] = 0.0f;
     if (tid == 0)
       *lse = NEG_INF;
@@ -147,7 +147,7 @@ extern "C" __global__ void attention_reference(RefParams p) {
   }
 
   // O = P V (/ l in fp32 mode): each thread owns output dims.
-  for (int d = tid; d < D; d += blockDim.x) {
+  for (int d = tid; d < Dv; d += blockDim.x) {
     const u16 *v = p.v + b * p.vStride[0] + hk * p.vStride[2] + d;
     float acc = 0.0f;
     for (int j = 0; j < n; ++j)

@@ -14,8 +14,8 @@ namespace flashtile::reference::detail {
   struct RefParams {                                                                                                   \
     const unsigned short *q; /* B x Sq x Hq x D, dtype bits, strided */                                                \
     const unsigned short *k; /* B x Sk x Hkv x D */                                                                    \
-    const unsigned short *v; /* B x Sk x Hkv x D */                                                                    \
-    float *o;                /* B x Sq x Hq x D, fp32, packed */                                                       \
+    const unsigned short *v; /* B x Sk x Hkv x Dv */                                                                   \
+    float *o;                /* B x Sq x Hq x Dv, fp32, packed */                                                      \
     float *lse;              /* B x Hq x Sq, fp32 */                                                                   \
     long long qStride[3];    /* batch, seq, head (elements); the dim stride is 1 */                                    \
     long long kStride[3];                                                                                              \
@@ -26,6 +26,7 @@ namespace flashtile::reference::detail {
     int seqlenQ;                                                                                                       \
     int seqlenK;                                                                                                       \
     int headDim;                                                                                                       \
+    int headDimV;                                                                                                      \
     float scale;                                                                                                       \
     int causal; /* bottom-right aligned: query i sees keys j <= i + Sk - Sq */                                         \
     int lowp;   /* 1: round S, P and O to the dtype like a framework running in bf16/f16 */                            \

@@ -47,7 +47,7 @@ public:
 
   tile::FuncOp build(const Variant &variant, ElementType dtype, int headDim, const std::string &arch,
                      Upto upto = Upto::Lowered) {
-    auto built = buildAttentionProgram(context, variant, ProgramOptions{dtype, headDim, headDim});
+    auto built = buildAttentionProgram(context, variant, ProgramOptions{dtype, headDim, headDimV ? headDimV : headDim});
     EXPECT_TRUE(mlir::succeeded(built)) << diagnostics;
     if (mlir::failed(built))
       return {};
@@ -70,6 +70,7 @@ public:
   mlir::ScopedDiagnosticHandler handler;
   mlir::OwningOpRef<mlir::ModuleOp> module;
   std::string diagnostics;
+  int headDimV = 0; ///< the V/O head dim of the next build; 0: the Q/K head dim
 };
 
 //===----------------------------------------------------------------------===//
@@ -105,6 +106,67 @@ INSTANTIATE_TEST_SUITE_P(Fa2, CodegenCompiles,
                                           testing::Values(ElementType::BF16, ElementType::F16),
                                           testing::Values(64, 128), testing::Values("sm_80", "sm_90a", "sm_100a")),
                          configName);
+
+// Every other built-in variant: bf16 at both head dims for every target; combinations (their hooks are the ones
+// above, composed by flashtile::both) and the per-batch ALiBi indexing once each.
+INSTANTIATE_TEST_SUITE_P(Fa2Variants, CodegenCompiles,
+                         testing::Combine(testing::Values("causal_top_left", "sliding_window", "softcap", "alibi",
+                                                          "sinks", "document_mask"),
+                                          testing::Values(ElementType::BF16), testing::Values(64, 128),
+                                          testing::Values("sm_80", "sm_90a", "sm_100a")),
+                         configName);
+INSTANTIATE_TEST_SUITE_P(Fa2CombinedVariants, CodegenCompiles,
+                         testing::Combine(testing::Values("sliding_window_causal", "softcap_causal", "alibi_causal",
+                                                          "alibi_per_batch", "sinks_causal"),
+                                          testing::Values(ElementType::BF16), testing::Values(128),
+                                          testing::Values("sm_90a")),
+                         configName);
+
+// Every other supported head dim and the 192/128 pair (Runtime.h): all on sm_90a, a subset on sm_80 and sm_100a
+// (NVRTC takes 0.3-0.9 s a kernel). Causal, so that the masked boundary segments are printed too.
+using HeadDimConfig = std::tuple<int, int, std::string>; // head dim, head dim v, arch
+
+class CodegenCompilesHeadDims : public testing::TestWithParam<HeadDimConfig> {};
+
+TEST_P(CodegenCompilesHeadDims, ToACubin) {
+  auto [headDim, headDimV, arch] = GetParam();
+  Compiler compiler;
+  compiler.headDimV = headDimV;
+  tile::FuncOp func = compiler.build(variants::causal(), ElementType::BF16, headDim, arch);
+  ASSERT_TRUE(func);
+  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  const KernelInfo &info = kernel->info;
+  EXPECT_EQ(info.headDim, headDim);
+  EXPECT_EQ(info.headDimV, headDimV);
+  EXPECT_EQ(info.entry, "flashtile_fa2_causal_bf16_d" + std::to_string(headDim) +
+                            (headDimV != headDim ? "_dv" + std::to_string(headDimV) : ""));
+  fa2::Fa2Config config = fa2::Fa2Config::defaultsFor(headDim, headDimV);
+  EXPECT_EQ(info.smemBytes, config.smemBytes(headDim, headDimV));
+  StatusOr<std::string> cubin = compileCuda(kernel->source, info.entry + ".cu", arch, NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << kernel->source;
+  EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
+}
+
+std::string headDimConfigName(const testing::TestParamInfo<HeadDimConfig> &info) {
+  auto [headDim, headDimV, arch] = info.param;
+  // Appended, not concatenated: GCC 12 reports a false -Wrestrict on `"d" + std::to_string(...)` here.
+  std::string name = "d";
+  name += std::to_string(headDim);
+  name += "_dv";
+  name += std::to_string(headDimV);
+  name += "_";
+  name += arch;
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fa2, CodegenCompilesHeadDims,
+                         testing::Values(HeadDimConfig{32, 32, "sm_90a"}, HeadDimConfig{96, 96, "sm_90a"},
+                                         HeadDimConfig{192, 192, "sm_90a"}, HeadDimConfig{256, 256, "sm_90a"},
+                                         HeadDimConfig{192, 128, "sm_90a"}, HeadDimConfig{32, 32, "sm_80"},
+                                         HeadDimConfig{256, 256, "sm_80"}, HeadDimConfig{192, 128, "sm_80"},
+                                         HeadDimConfig{96, 96, "sm_100a"}, HeadDimConfig{192, 128, "sm_100a"}),
+                         headDimConfigName);
 
 //===----------------------------------------------------------------------===//
 // What the kernel says about itself, and what its source looks like
@@ -146,7 +208,7 @@ TEST(Codegen, SourceFollowsTheScheduledIr) {
   // Host and device agree on the parameters: the struct is KernelAbi.h, verbatim.
   EXPECT_NE(src.find(codegen::kKernelAbiText), std::string::npos);
   EXPECT_NE(src.find("extern \"C\" __global__ void __launch_bounds__(128) flashtile_fa2_causal_f16_d64("
-                     "const FlashtileFwdParams p)"),
+                     "const FlashtileFwdParams params)"),
             std::string::npos)
       << src;
   EXPECT_NE(src.find("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"), std::string::npos);
@@ -219,6 +281,27 @@ TEST(Codegen, SlidingWindowHasThreeSegments) {
   EXPECT_EQ(count(src, "// ---- K/V tiles"), 3) << src;
   EXPECT_EQ(count(src, "!keep(b, h, q, kv, p)"), 2) << src;
   EXPECT_EQ(count(src, "__device__ __forceinline__ bool keep("), 1) << src;
+  StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_80", NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
+}
+
+/// Inputs and sinks: tile.input reads p.inputs[i] with the declared element type, the sink is a __device__
+/// function that finalize calls once per thread, and KernelInfo lists the inputs in ABI order.
+TEST(Codegen, InputsAndSinks) {
+  Variant v = both(variants::sinks(), variants::documentMask(), "sinks_documents");
+  Compiler compiler;
+  tile::FuncOp func = compiler.build(v, ElementType::BF16, 64, "sm_80");
+  ASSERT_TRUE(func);
+  auto kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  const std::string &src = kernel->source;
+  EXPECT_EQ(kernel->info.inputNames, (std::vector<std::string>{"sinks", "doc_ids"}));
+  EXPECT_EQ(count(src, "__device__ __forceinline__ float sinkLogit(int b, int h, const FlashtileFwdParams &p)"), 1)
+      << src;
+  EXPECT_NE(src.find("return static_cast<const float *>(p.inputs[0])[h];"), std::string::npos) << src;
+  EXPECT_EQ(count(src, "static_cast<const int *>(p.inputs[1])["), 2) << src;
+  EXPECT_EQ(count(src, "const float sinkLog2 = sinkLogit(b, h, p) * sm80::kLog2e;"), 1) << src;
+  EXPECT_NE(src.find("const FlashtileFwdParams &p) {"), std::string::npos);
   StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_80", NvrtcOutput::Cubin);
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
 }

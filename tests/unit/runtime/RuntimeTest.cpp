@@ -72,8 +72,18 @@ TEST(Runtime, SpecForRejectsUnsupportedArchAndBadArgs) {
   EXPECT_THAT(spec.status().message(), HasSubstr("sm_80, sm_90a, sm_100a"));
 
   AttentionArgs args = validArgs();
-  args.headDim = 32;
-  EXPECT_THAT(runtime->specFor(args, "sm_90a").status().message(), HasSubstr("headDim 32"));
+  args.headDim = 40;
+  EXPECT_THAT(runtime->specFor(args, "sm_90a").status().message(), HasSubstr("headDim 40"));
+}
+
+TEST(Runtime, SpecForCarriesBothHeadDims) {
+  AttentionArgs args = validArgs();
+  args.headDim = 192;
+  args.headDimV = 128;
+  StatusOr<KernelSpec> spec = memoryOnlyRuntime()->specFor(args, "sm_90a");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->headDim, 192);
+  EXPECT_EQ(spec->headDimV, 128);
 }
 
 TEST(Runtime, NoKernelAndNoCompilerListsWhatIsAvailable) {
@@ -237,6 +247,17 @@ TEST(Runtime, JitResultMustMatchTheSpec) {
 TEST(Runtime, EmptyQueryIsANoOpWithoutTouchingTheGpu) {
   AttentionArgs args = validArgs();
   args.seqlenQ = 0;
+  Status status = memoryOnlyRuntime()->forward(args);
+  EXPECT_TRUE(status.ok()) << status.message();
+}
+
+// Varlen with every sequence empty (max_seqlen_q = 0) has nothing to write: no kernel, no GPU.
+TEST(Runtime, VarlenWithNoQueryRowsIsANoOpWithoutTouchingTheGpu) {
+  const AttentionArgs dense = validArgs();
+  AttentionArgs args = AttentionArgs::varlen(dense.dtype, dense.q, dense.k, dense.v, dense.o, dense.lse,
+                                             reinterpret_cast<const int *>(0x60000),
+                                             reinterpret_cast<const int *>(0x70000), /*batch=*/3, /*totalQ=*/0,
+                                             /*totalK=*/64, /*maxSeqlenQ=*/0, /*maxSeqlenK=*/32, 8, 2, 128);
   Status status = memoryOnlyRuntime()->forward(args);
   EXPECT_TRUE(status.ok()) << status.message();
 }

@@ -1,7 +1,8 @@
 //===- Variant.h - attention variants as DSL fragments --------------------===//
 //
 // A variant is what changes between attention flavours: a score modifier, a mask predicate, the KV-range rule
-// that lets schedules skip tiles, and its numbers. It never mentions tiles, warps or instructions.
+// that lets schedules skip tiles, an attention sink, its numbers and extra input arrays. It never mentions tiles,
+// warps or instructions.
 //
 //   flashtile::Variant softcap(float cap) {
 //     return flashtile::Variant("softcap").param("cap", cap).score(
@@ -14,6 +15,7 @@
 #include "flashtile/dsl/Expr.h"
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -25,6 +27,9 @@ namespace dsl {
 /// Sizes of the problem, read from the kernel arguments.
 struct Sizes {
   Expr seqlenQ, seqlenK;
+  Expr batch() const;
+  Expr headsQ() const;
+  Expr headsKv() const;
 };
 
 /// Where a score sits: batch, query head, query row and key index (all i32).
@@ -50,19 +55,39 @@ struct Range {
   static Range upTo(const Expr &hi) { return Range{hi.literal(0), hi}; }
 };
 
-/// A variant's named numbers; `p["cap"]` reads one as an f32 kernel argument.
+/// A batch and query head: what a sink sees (the sink is the same for every row of the head).
+struct HeadCoords {
+  Expr b, h;
+  Sizes sizes;
+};
+
+/// Element types of a variant's extra inputs (device arrays).
+enum class ElementKind { F32, I32 };
+
+/// A variant's named numbers and extra inputs: `p["cap"]` reads a number (an f32 kernel argument),
+/// `p.load("slopes", c.h)` reads element `index` of an input array declared with Variant::input.
 class Params {
 public:
-  explicit Params(std::function<Expr(const std::string &)> lookup) : lookup(std::move(lookup)) {}
+  using Lookup = std::function<Expr(const std::string &)>;
+  using Loader = std::function<Expr(const std::string &, const Expr &)>;
+  explicit Params(Lookup lookup, Loader loader = nullptr) : lookup(std::move(lookup)), loader(std::move(loader)) {}
   Expr operator[](const std::string &name) const { return lookup(name); }
+  /// Element `index` (an i32 expression) of input `name`, of the type the input was declared with. The kernel
+  /// does not know the array's length: the index the hook computes defines the shape the caller must provide
+  /// (e.g. `c.h` reads an (H) array, `c.b * heads + c.h` a (B, H) one).
+  Expr load(const std::string &name, const Expr &index) const { return loader(name, index); }
 
 private:
-  std::function<Expr(const std::string &)> lookup;
+  Lookup lookup;
+  Loader loader;
 };
 
 using ScoreFn = std::function<Expr(Expr score, const Coords &, const Params &)>;
 using MaskFn = std::function<Expr(const Coords &, const Params &)>;
 using RangeFn = std::function<Range(const QTile &, const Params &)>;
+using SinkFn = std::function<Expr(const HeadCoords &, const Params &)>;
+/// Checks parameter values by name; returns an error message naming the parameter, or "" when they are valid.
+using ValidateFn = std::function<std::string(const std::map<std::string, float> &)>;
 
 } // namespace dsl
 
@@ -81,22 +106,44 @@ public:
   Variant &kvRange(dsl::RangeFn fn);
   /// Keys every row of a Q tile attends: tiles inside skip the mask. Without it, every visited tile is masked.
   Variant &fullRange(dsl::RangeFn fn);
+  /// Declares a device array the hooks read with `p.load(name, index)`. Its pointer is a kernel argument
+  /// (AttentionArgs::inputs, in declaration order); its shape is whatever the hooks' indices reach.
+  Variant &input(std::string name, dsl::ElementKind kind);
+  /// (b, h) -> an attention sink: a logit, in the units of the scaled scores, that joins the softmax denominator
+  /// of every row of head h (and its LSE) but contributes no value: O = Σ e^s·v / (Σ e^s + e^sink).
+  Variant &sink(dsl::SinkFn fn);
+  /// Checks parameter values (a window size >= -1, a positive cap, ...): building the program rejects invalid
+  /// declared values, and the JIT's argument check (jit::Jit::checkFn) rejects invalid values at every call.
+  Variant &validate(dsl::ValidateFn fn);
 
   const std::string &name() const { return name_; }
   const std::vector<std::pair<std::string, float>> &params() const { return params_; }
   std::vector<float> paramValues() const;
+  const std::vector<std::pair<std::string, dsl::ElementKind>> &inputs() const { return inputs_; }
   const dsl::ScoreFn &scoreFn() const { return score_; }
   const dsl::MaskFn &maskFn() const { return mask_; }
   const dsl::RangeFn &kvRangeFn() const { return kvRange_; }
   const dsl::RangeFn &fullRangeFn() const { return fullRange_; }
+  const dsl::SinkFn &sinkFn() const { return sink_; }
+  const std::vector<dsl::ValidateFn> &validators() const { return validators_; }
+  /// "" when `values` (one per declared parameter, in order) pass every validate hook, else the first message.
+  std::string checkParams(const std::vector<float> &values) const;
 
 private:
   std::string name_;
   std::vector<std::pair<std::string, float>> params_;
+  std::vector<std::pair<std::string, dsl::ElementKind>> inputs_;
   dsl::ScoreFn score_;
   dsl::MaskFn mask_;
   dsl::RangeFn kvRange_, fullRange_;
+  dsl::SinkFn sink_;
+  std::vector<dsl::ValidateFn> validators_;
 };
+
+/// `a` and `b` at once: a key is kept when both keep it (masks ANDed, "may" and "full" ranges intersected), the
+/// score goes through a's modifier then b's, parameters and inputs are the union (a name both declare is one
+/// value, so it must mean the same to both), the sink is a's, else b's. E.g. both(slidingWindow, causal).
+Variant both(const Variant &a, const Variant &b, std::string name);
 
 } // namespace flashtile
 

@@ -22,6 +22,34 @@ int flashtile_forward(flashtile_runtime *rt, const void *q, const void *k, const
                       int dtype, int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim,
                       const long long *q_stride, const long long *k_stride, const long long *v_stride,
                       const long long *o_stride, float softmax_scale, const char *variant, void *stream);
+/* A variant's numbers and input arrays. params: num_params floats in the variant's declaration order (e.g.
+ * "sliding_window": left, right; "softcap": cap). inputs: num_inputs device pointers in declaration order, each to
+ * elements of the type the variant declares, which C cannot check: fp32 for ALiBi slopes (shape (H) for "alibi",
+ * (B, H) for "alibi_per_batch") and for sinks ((H), "sinks"); int32 for document ids ((B, Sk), "document_mask").
+ * The kernel does not know an input's length either: it reads what the variant's index rule says. */
+typedef struct flashtile_variant_args {
+  const float *params;
+  int num_params;
+  const void *const *inputs;
+  int num_inputs;
+} flashtile_variant_args;
+/* flashtile_forward for variants with numbers or inputs; `variant_args` NULL means none. */
+int flashtile_forward_variant(flashtile_runtime *rt, const void *q, const void *k, const void *v, void *o, float *lse,
+                              int dtype, int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim,
+                              const long long *q_stride, const long long *k_stride, const long long *v_stride,
+                              const long long *o_stride, float softmax_scale, const char *variant,
+                              const flashtile_variant_args *variant_args, void *stream);
+/* Attention forward over packed sequences (flash_attn_varlen_func layout): q total_q x Hq x D, k total_k x Hkv x D,
+ * v total_k x Hkv x Dv, o total_q x Hq x Dv, lse fp32 Hq x total_q (head_dim_v: Dv, 0 = head_dim); cu_seqlens_q/k
+ * are device pointers to batch + 1 int32 offsets. Strides are {seq, head, dim} in elements. Sequence b is rows
+ * [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q/o and [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k/v; masks such as
+ * causal align to each sequence's own lengths. */
+int flashtile_forward_varlen(flashtile_runtime *rt, const void *q, const void *k, const void *v, void *o, float *lse,
+                             const int *cu_seqlens_q, const int *cu_seqlens_k, int dtype, int batch, int total_q,
+                             int total_k, int max_seqlen_q, int max_seqlen_k, int heads_q, int heads_kv, int head_dim,
+                             int head_dim_v, const long long *q_stride, const long long *k_stride,
+                             const long long *v_stride, const long long *o_stride, float softmax_scale,
+                             const char *variant, void *stream);
 const char *flashtile_last_error(void);
 const char *flashtile_version(void);
 

@@ -3,12 +3,16 @@
  * This header is shared verbatim by the host runtime and by the generated CUDA (codegen embeds its text at build
  * time), so it must compile both as host C++ and under NVRTC: no includes, fixed-width types only.
  * Strides are in elements. Layout of Q/K/V/O is B x S x H x D (flash_attn_func); the last dim is contiguous.
- * LSE is fp32, B x Hq x Sq, contiguous.
+ * LSE is fp32: B x Hq x Sq, or Hq x total_q in varlen mode (flash-attn 2.x varlen's layout).
+ * Varlen (flash_attn_varlen_func) when cuSeqlensQ is non-null: Q/O are total_q x H x D and K/V total_k x H x D,
+ * packed sequences; seqlenQ/seqlenK are total_q/total_k and every batch stride is 0 (kernels offset each sequence's
+ * base pointers and keep the batch terms: fields they leave alone stay kernel-argument reads, not registers).
  */
 #ifndef FLASHTILE_RUNTIME_KERNELABI_H
 #define FLASHTILE_RUNTIME_KERNELABI_H
 
 #define FLASHTILE_MAX_VARIANT_PARAMS 8
+#define FLASHTILE_MAX_VARIANT_INPUTS 4
 
 struct FlashtileFwdParams {
   const void *q;
@@ -20,6 +24,11 @@ struct FlashtileFwdParams {
   long long kBatchStride, kRowStride, kHeadStride;
   long long vBatchStride, vRowStride, vHeadStride;
   long long oBatchStride, oRowStride, oHeadStride;
+  long long lseBatchStride, lseHeadStride; /* LSE of (b, h, row i): lse[b * lseBatchStride + h * lseHeadStride + i] */
+  /* Varlen: null (dense) or batch + 1 int32 offsets each, both or neither. Sequence b is rows
+   * [cuSeqlensQ[b], cuSeqlensQ[b + 1]) of Q/O (and of LSE's rows) and [cuSeqlensK[b], cuSeqlensK[b + 1]) of K/V. */
+  const int *cuSeqlensQ;
+  const int *cuSeqlensK;
   int batch;
   int headsQ;
   int headsKv; /* headsQ % headsKv == 0; query head h reads K/V head h / (headsQ / headsKv) */
@@ -28,6 +37,9 @@ struct FlashtileFwdParams {
   float softmaxScale;
   float scaleLog2; /* softmaxScale * log2(e): scores are exponentiated with exp2 */
   float variantParams[FLASHTILE_MAX_VARIANT_PARAMS]; /* a variant's numbers, in declaration order */
+  /* A variant's extra input arrays (tile.input), in declaration order, of the element type each declares (f32 or
+   * int32). The kernel does not know their lengths: the variant's index rule defines each one's shape. */
+  const void *inputs[FLASHTILE_MAX_VARIANT_INPUTS];
 };
 
 #endif /* FLASHTILE_RUNTIME_KERNELABI_H */

@@ -50,9 +50,11 @@ struct KernelInfo {
   int threads = 0;                     // threads per block
   int smemBytes = 0;                   // dynamic shared memory per block
   std::vector<std::string> paramNames; // the variant's numeric params, in FlashtileFwdParams::variantParams order
+  std::vector<std::string> inputNames; // the variant's input arrays, in FlashtileFwdParams::inputs order
   std::string compilerVersion;         // flashtile::compilerVersion() of the compiler that built it
 
-  /// `key=value` lines, one per field, paramNames comma-joined. Round-trips through parse() when verify() is ok.
+  /// `key=value` lines, one per field, paramNames and inputNames comma-joined. Round-trips through parse() when
+  /// verify() is ok.
   std::string serialize() const;
   /// Parses serialize()'s format; blank lines and `#` comments are ignored. Rejects unknown, duplicate,
   /// missing and malformed fields with a message naming the field.

@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace flashtile {
@@ -26,12 +27,21 @@ enum class DType { F16, BF16 };
 /// "f16" / "bf16" (the spelling in specs and manifests); "invalid" for values outside the enum.
 std::string_view dtypeName(DType dtype);
 
-/// Head dimensions the compiler generates kernels for.
-inline constexpr std::array<int, 2> kSupportedHeadDims = {64, 128};
+/// Head dimensions the compiler generates kernels for, with headDimV = headDim.
+inline constexpr std::array<int, 6> kSupportedHeadDims = {32, 64, 96, 128, 192, 256};
+/// The (headDim, headDimV) pairs with headDimV != headDim kernels are generated for: 192/128 is DeepSeek-V3's MLA
+/// prefill (Q/K carry a 64-dim rotary part on top of the 128 dims V shares).
+inline constexpr std::array<std::pair<int, int>, 1> kSupportedHeadDimPairs = {{{192, 128}}};
+/// Whether kernels exist for (headDim, headDimV): headDim in kSupportedHeadDims and headDimV equal to it, or a pair
+/// in kSupportedHeadDimPairs.
+bool supportsHeadDims(int headDim, int headDimV);
+/// "32, 64, 96, 128, 192, 256 (head_dim_v = head_dim), or 192/128 (head_dim/head_dim_v)": for error messages.
+std::string supportedHeadDimsText();
 
 /// One attention forward call over device pointers. Q is B x Sq x Hq x D, K is B x Sk x Hkv x D, V is
 /// B x Sk x Hkv x Dv, O is B x Sq x Hq x Dv (any strides with a contiguous last dim); LSE is fp32 B x Hq x Sq,
-/// contiguous, natural log.
+/// contiguous, natural log. Varlen (flash_attn_varlen_func, see cuSeqlensQ): Q is total_q x Hq x D, K total_k x Hkv
+/// x D, V total_k x Hkv x Dv, O total_q x Hq x Dv, and LSE fp32 Hq x total_q (flash-attn 2.x varlen's layout).
 struct AttentionArgs {
   const void *q = nullptr;
   const void *k = nullptr;
@@ -40,23 +50,51 @@ struct AttentionArgs {
   float *lse = nullptr; // required: every kernel writes it
   DType dtype = DType::BF16;
   int batch = 0;
-  int seqlenQ = 0; // 0 is a valid no-op
-  int seqlenK = 0; // 0 is valid: O = 0 and LSE = -inf
+  int seqlenQ = 0; // 0 is a valid no-op; varlen: total_q, the rows of the packed Q/O
+  int seqlenK = 0; // 0 is valid: O = 0 and LSE = -inf; varlen: total_k, the rows of the packed K/V
   int headsQ = 0;
   int headsKv = 0; // headsQ must be a multiple (grouped-query attention)
   int headDim = 0;
-  int headDimV = 0; // must equal headDim for now
+  int headDimV = 0; // equal to headDim, or a pair in kSupportedHeadDimPairs
   // Strides in elements, ordered {batch, seq, head, dim}; the dim stride must be 1, the others non-negative
-  // multiples of 8 elements (kernels use 16-byte vector loads).
+  // multiples of 8 elements (kernels use 16-byte vector loads). Varlen ignores the batch strides.
   std::array<long long, 4> qStride{}, kStride{}, vStride{}, oStride{};
   float softmaxScale = 0.f;         // 0 selects 1/sqrt(headDim); must be finite
   std::string variant = "none";     // "none", "causal", or a JIT variant id
   std::vector<float> variantParams; // the variant's numbers, in its declaration order
+  // The variant's input arrays (device pointers, 4-byte aligned), in its declaration order, each of the element
+  // type the variant declares: fp32 for ALiBi slopes and sinks, int32 for document ids. The kernel does not know
+  // their lengths: each variant documents the shape its index rule reads (e.g. alibi: headsQ floats).
+  std::vector<const void *> inputs;
 
-  /// Arguments for packed B x S x H x D tensors (flash_attn_func's layout), with headDimV = headDim.
+  // Varlen (flash_attn_varlen_func): both null (dense), or both device pointers to batch + 1 int32 offsets
+  // (4-byte aligned). Sequence b is rows [cuSeqlensQ[b], cuSeqlensQ[b + 1]) of Q/O and of LSE's rows, and rows
+  // [cuSeqlensK[b], cuSeqlensK[b + 1]) of K/V. An empty sequence writes nothing (Sq_b = 0) or O = 0 and
+  // LSE = -inf (Sk_b = 0); causal and other masks align to each sequence's own Sq_b and Sk_b.
+  const int *cuSeqlensQ = nullptr, *cuSeqlensK = nullptr;
+  int maxSeqlenQ = 0, maxSeqlenK = 0; // varlen: the longest Sq_b (it sizes the grid) and Sk_b; both >= 0
+  // Optional host copies of the offsets (batch + 1 each), checked by validate(): non-decreasing, inside
+  // [0, seqlenQ/seqlenK], no sequence longer than maxSeqlenQ/maxSeqlenK. The device offsets themselves are checked
+  // only with FLASHTILE_CHECK_VARLEN=1 (a synchronous copy per call). Unchecked bad offsets give wrong results but
+  // no out-of-bounds access: kernels clamp every sequence to the packed rows.
+  const int *cuSeqlensQHost = nullptr, *cuSeqlensKHost = nullptr;
+
+  bool isVarlen() const { return cuSeqlensQ || cuSeqlensK; }
+
+  /// Arguments for packed B x S x H x D tensors (flash_attn_func's layout); headDimV 0 means headDim.
   static AttentionArgs contiguous(DType dtype, const void *q, const void *k, const void *v, void *o, float *lse,
-                                  int batch, int seqlenQ, int seqlenK, int headsQ, int headsKv, int headDim);
+                                  int batch, int seqlenQ, int seqlenK, int headsQ, int headsKv, int headDim,
+                                  int headDimV = 0);
+  /// Arguments for packed sequences (flash_attn_varlen_func's layout): Q totalQ x Hq x D, K totalK x Hkv x D,
+  /// V totalK x Hkv x Dv, O totalQ x Hq x Dv, LSE Hq x totalQ; `batch` sequences; headDimV 0 means headDim.
+  static AttentionArgs varlen(DType dtype, const void *q, const void *k, const void *v, void *o, float *lse,
+                              const int *cuSeqlensQ, const int *cuSeqlensK, int batch, int totalQ, int totalK,
+                              int maxSeqlenQ, int maxSeqlenK, int headsQ, int headsKv, int headDim, int headDimV = 0);
 };
+
+/// Checks a call's variant arguments (parameter values, inputs) against what the variant accepts; installed by
+/// the compiler library (jit::Jit::checkFn), which knows the variants. Runs on every forward(), before the GPU.
+using VariantCheckFn = std::function<Status(const AttentionArgs &)>;
 
 /// The JIT hook: builds the kernel for a spec. The compiler library installs one with Runtime::setCompiler; it
 /// is called only on a cache miss, and what it returns must match the spec.
@@ -79,6 +117,7 @@ public:
   /// on error (naming the file) nothing is added. Two kernels for one spec are an error.
   Status loadAotDirectory(const std::string &dir);
   void setCompiler(CompileFn compile);
+  void setVariantCheck(VariantCheckFn check);
   /// The schedule asked for in specs; "fa2" unless set.
   void setSchedule(std::string schedule);
 
@@ -94,6 +133,13 @@ public:
 
   /// Every check on `args` that needs no GPU; the message names the argument and the accepted values.
   static Status validate(const AttentionArgs &args);
+  /// The checks of `args` against the kernel that will run it (no GPU needed): one value per variant parameter,
+  /// one non-null, 4-byte aligned pointer per variant input.
+  static Status validateFor(const AttentionArgs &args, const KernelInfo &kernel);
+  /// The checks of varlen offsets, on host copies (either may be null: not checked): non-decreasing, inside the
+  /// packed rows, no sequence longer than args.maxSeqlenQ/maxSeqlenK. validate() runs it on args' host copies;
+  /// forward() on copies of the device offsets when FLASHTILE_CHECK_VARLEN=1.
+  static Status validateCuSeqlens(const AttentionArgs &args, const int *cuSeqlensQHost, const int *cuSeqlensKHost);
 
   KernelCache &cache();
 

@@ -1,0 +1,556 @@
+//===- VariantTest.cpp - every built-in variant against a naive reference --===//
+//
+// The variants of examples/variants (causal alignments, sliding window, softcap, ALiBi, sinks, document mask and
+// their combinations), unscheduled and under FA2 schedules, in the CPU interpreter against a double reference
+// written independently of the DSL; the sliding window's tile skipping, counted; variant identity for cache
+// keys; and the errors bad variant arguments get. Inputs are random; FLASHTILE_TEST_SEED changes every seed.
+//===----------------------------------------------------------------------===//
+#include "AttentionReference.h"
+
+#include "Variants.h"
+#include "flashtile/dsl/Program.h"
+#include "interpreter/Interpreter.h"
+#include "interpreter/Rounding.h"
+#include "jit/Jit.h"
+#include "passes/IR/TileDialect.h"
+#include "schedules/fa2/Fa2Pipeline.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+
+using namespace mlir;
+using namespace flashtile;
+using flashtile::interp::Problem;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+class DiagnosticCapture {
+public:
+  explicit DiagnosticCapture(MLIRContext &context)
+      : handler(&context, [this](Diagnostic &d) {
+          text += d.str() + "\n";
+          return success();
+        }) {}
+  std::string text;
+
+private:
+  ScopedDiagnosticHandler handler;
+};
+
+uint64_t seedFor(const std::string &name) {
+  uint64_t base = 0x5eed;
+  if (const char *env = std::getenv("FLASHTILE_TEST_SEED"))
+    base = std::strtoull(env, nullptr, 0);
+  uint64_t h = 1469598103934665603ull ^ base; // FNV-1a over the case name
+  for (unsigned char c : name)
+    h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+tile::FuncOp funcOf(ModuleOp module) { return *module.getOps<tile::FuncOp>().begin(); }
+
+Problem problem(int batch, int seqlenQ, int seqlenK, int headsQ, int headsKv, int headDim,
+                std::vector<float> params = {}) {
+  Problem p;
+  p.batch = batch;
+  p.seqlenQ = seqlenQ;
+  p.seqlenK = seqlenK;
+  p.headsQ = headsQ;
+  p.headsKv = headsKv;
+  p.headDim = p.headDimV = headDim;
+  p.softmaxScale = 1.0f / std::sqrt(float(headDim));
+  p.params = std::move(params);
+  return p;
+}
+
+OwningOpRef<ModuleOp> scheduled(ModuleOp module, const fa2::Fa2Options &options) {
+  OwningOpRef<ModuleOp> copy = module.clone();
+  PassManager pm(module.getContext());
+  fa2::buildPipeline(pm, options);
+  if (failed(pm.run(*copy)))
+    return {};
+  return copy;
+}
+
+struct Outputs {
+  std::vector<float> o, lse;
+};
+
+/// O within `factor`·(FlashAttention's rounding budget); LSE within 1e-4 relative (or both -inf); rows that see
+/// no key exactly O = 0.
+void expectMatches(const Outputs &out, const test::Reference &ref, const Problem &p, double factor,
+                   const std::string &what) {
+  double bound = test::errorBound(ref, 1e-5, factor), err = test::maxAbsDiff(out.o, ref.o);
+  EXPECT_LE(err, bound) << what << ": max |O - ref| = " << err << " exceeds the bound " << bound;
+  ASSERT_EQ(out.lse.size(), ref.lse.size()) << what;
+  int bad = 0;
+  for (size_t row = 0; row < ref.lse.size(); ++row) {
+    int64_t b = row / (p.headsQ * p.seqlenQ), h = row / p.seqlenQ % p.headsQ, i = row % p.seqlenQ;
+    const float *o = &out.o[((b * p.seqlenQ + i) * p.headsQ + h) * p.headDimV];
+    bool ok = std::isinf(ref.lse[row])
+                  ? out.lse[row] == ref.lse[row]
+                  : std::fabs(out.lse[row] - ref.lse[row]) <= 1e-4 * std::max(1.0, std::fabs(ref.lse[row]));
+    if (ref.noKeys[row])
+      ok = ok && std::all_of(o, o + p.headDimV, [](float x) { return x == 0.0f; });
+    if (!ok && bad++ < 3)
+      ADD_FAILURE() << what << ": row (b " << b << ", h " << h << ", q " << i << "): LSE " << out.lse[row]
+                    << ", reference " << ref.lse[row] << (ref.noKeys[row] ? " (sees no key: O must be 0)" : "");
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " rows with a wrong LSE or a nonzero O where no key is seen";
+}
+
+//===----------------------------------------------------------------------===//
+// The variants, and what each means in plain C++
+//===----------------------------------------------------------------------===//
+
+/// A variant under test: how to build it, its arguments for a problem, and its meaning for the reference.
+struct VariantUnderTest {
+  std::string label;
+  std::function<Variant()> make;
+  std::vector<float> params;
+  /// The variant's input arrays for a problem (random where they are learned values).
+  std::function<std::vector<interp::InputArray>(const Problem &, std::mt19937_64 &)> inputs;
+  /// The reference semantics, given the problem and the inputs above.
+  std::function<test::VariantRef(const Problem &, const std::vector<interp::InputArray> &)> ref;
+  double factor = 2; // FlashAttention's tolerance factor: 3 for softcap
+};
+
+int64_t aligned(const Problem &p, int64_t i) { return i + p.seqlenK - p.seqlenQ; }
+
+test::VariantRef windowRef(const Problem &p, int left, int right, bool causal) {
+  test::VariantRef r;
+  r.keep = [p, left, right, causal](int64_t, int64_t, int64_t i, int64_t j) {
+    int64_t a = aligned(p, i);
+    return (left < 0 || j >= a - left) && (right < 0 || j <= a + right) && (!causal || j <= a);
+  };
+  return r;
+}
+
+std::vector<interp::InputArray> noInputs(const Problem &, std::mt19937_64 &) { return {}; }
+
+/// ALiBi's usual geometric slopes, jittered so that heads and batches differ.
+std::vector<interp::InputArray> slopes(int64_t count, std::mt19937_64 &rng) {
+  std::uniform_real_distribution<float> jitter(0.5f, 1.5f);
+  std::vector<float> s(count);
+  for (int64_t i = 0; i < count; ++i)
+    s[i] = std::exp2(-8.0f * float(i % 8 + 1) / 8.0f) * jitter(rng);
+  return {s};
+}
+
+std::vector<VariantUnderTest> variantsUnderTest() {
+  auto causalKeep = [](const Problem &p) {
+    test::VariantRef r;
+    r.keep = [p](int64_t, int64_t, int64_t i, int64_t j) { return j <= aligned(p, i); };
+    return r;
+  };
+  auto alibiRef = [](bool perBatch) {
+    return [perBatch](const Problem &p, const std::vector<interp::InputArray> &in) {
+      std::vector<float> s = std::get<std::vector<float>>(in[0]);
+      test::VariantRef r;
+      r.score = [p, s, perBatch](double score, int64_t b, int64_t h, int64_t i, int64_t j) {
+        double slope = s[perBatch ? b * p.headsQ + h : h];
+        return score - slope * std::fabs(double(aligned(p, i) - j));
+      };
+      return r;
+    };
+  };
+  auto sinkInputs = [](const Problem &p, std::mt19937_64 &rng) -> std::vector<interp::InputArray> {
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> s(p.headsQ);
+    for (float &x : s)
+      x = normal(rng);
+    return {s};
+  };
+  auto sinkRef = [causalKeep](bool causal) {
+    return [causal, causalKeep](const Problem &p, const std::vector<interp::InputArray> &in) {
+      std::vector<float> s = std::get<std::vector<float>>(in[0]);
+      test::VariantRef r = causal ? causalKeep(p) : test::VariantRef{};
+      r.sink = [s](int64_t, int64_t h) { return double(s[h]); };
+      return r;
+    };
+  };
+  std::vector<VariantUnderTest> out = {
+      {"causal_top_left",
+       variants::causalTopLeft,
+       {},
+       noInputs,
+       [](const Problem &, const auto &) {
+         test::VariantRef r;
+         r.keep = [](int64_t, int64_t, int64_t i, int64_t j) { return j <= i; };
+         return r;
+       }},
+      {"softcap",
+       [] { return variants::softcap(30.f); },
+       {5.f},
+       noInputs,
+       [](const Problem &, const auto &) {
+         test::VariantRef r;
+         r.score = [](double s, int64_t, int64_t, int64_t, int64_t) { return 5.0 * std::tanh(s / 5.0); };
+         return r;
+       },
+       3},
+      {"softcap_causal",
+       [] { return *variants::byName("softcap_causal"); },
+       {0.5f},
+       noInputs,
+       [causalKeep](const Problem &p, const auto &) {
+         test::VariantRef r = causalKeep(p);
+         r.score = [](double s, int64_t, int64_t, int64_t, int64_t) { return 0.5 * std::tanh(s / 0.5); };
+         return r;
+       },
+       3},
+      {"alibi",
+       [] { return variants::alibi(variants::SlopeShape::Heads); },
+       {},
+       [](const Problem &p, std::mt19937_64 &rng) { return slopes(p.headsQ, rng); },
+       alibiRef(false)},
+      {"alibi_per_batch",
+       [] { return variants::alibi(variants::SlopeShape::BatchHeads); },
+       {},
+       [](const Problem &p, std::mt19937_64 &rng) { return slopes(int64_t{p.batch} * p.headsQ, rng); },
+       alibiRef(true)},
+      {"alibi_causal",
+       [] { return *variants::byName("alibi_causal"); },
+       {},
+       [](const Problem &p, std::mt19937_64 &rng) { return slopes(p.headsQ, rng); },
+       [alibiRef, causalKeep](const Problem &p, const auto &in) {
+         test::VariantRef r = alibiRef(false)(p, in);
+         r.keep = causalKeep(p).keep;
+         return r;
+       }},
+      {"sinks", variants::sinks, {}, sinkInputs, sinkRef(false)},
+      {"sinks_causal", [] { return *variants::byName("sinks_causal"); }, {}, sinkInputs, sinkRef(true)},
+      {"document_mask",
+       variants::documentMask,
+       {},
+       [](const Problem &p, std::mt19937_64 &rng) -> std::vector<interp::InputArray> {
+         // Documents of random lengths (about 40 tokens), ids increasing along each sequence.
+         std::bernoulli_distribution boundary(1.0 / 40);
+         std::vector<int32_t> ids(int64_t{p.batch} * p.seqlenK);
+         for (int64_t b = 0; b < p.batch; ++b)
+           for (int64_t j = 1; j < p.seqlenK; ++j)
+             ids[b * p.seqlenK + j] = ids[b * p.seqlenK + j - 1] + (boundary(rng) ? 1 : 0);
+         return {ids};
+       },
+       [](const Problem &p, const std::vector<interp::InputArray> &in) {
+         std::vector<int32_t> ids = std::get<std::vector<int32_t>>(in[0]);
+         test::VariantRef r;
+         r.keep = [p, ids](int64_t b, int64_t, int64_t i, int64_t j) {
+           int64_t a = aligned(p, i);
+           return j <= a && ids[b * p.seqlenK + j] == ids[b * p.seqlenK + a];
+         };
+         return r;
+       }},
+  };
+  // Windows: both sides bounded, one side unbounded, a one-key window, causal with a left window.
+  for (auto [left, right] : {std::pair{40, 8}, std::pair{-1, 0}, std::pair{0, -1}, std::pair{0, 0}})
+    out.push_back({"sliding_window_" + std::to_string(left) + "_" + std::to_string(right),
+                   [] { return variants::slidingWindow(256, 0); },
+                   {float(left), float(right)},
+                   noInputs,
+                   [left, right](const Problem &p, const auto &) { return windowRef(p, left, right, false); }});
+  out.push_back({"sliding_window_causal_70",
+                 [] { return variants::slidingWindowCausal(256); },
+                 {70.f, -1.f},
+                 noInputs,
+                 [](const Problem &p, const auto &) { return windowRef(p, 70, -1, true); }});
+  return out;
+}
+
+struct Case {
+  VariantUnderTest variant;
+  ElementType dtype;
+  int headDim, seqlenQ, seqlenK;
+
+  std::string name() const {
+    std::string label = variant.label;
+    std::replace(label.begin(), label.end(), '-', 'm');
+    return label + (dtype == ElementType::BF16 ? "_bf16" : "_f16") + "_d" + std::to_string(headDim) + "_s" +
+           std::to_string(seqlenQ) + "x" + std::to_string(seqlenK);
+  }
+};
+
+void PrintTo(const Case &c, std::ostream *os) { *os << c.name(); }
+
+/// Each variant at three shapes that together cover both dtypes, both head dims, Sq = Sk, Sq < Sk and Sq > Sk
+/// (rows with no key under bottom-right alignment) and partial tiles: the whole suite takes a few seconds.
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (const VariantUnderTest &v : variantsUnderTest()) {
+    out.push_back({v, ElementType::BF16, 64, 100, 100});
+    out.push_back({v, ElementType::F16, 128, 37, 300});
+    out.push_back({v, ElementType::BF16, 128, 300, 37});
+  }
+  return out;
+}
+
+class VariantVsReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(VariantVsReference, UnscheduledAndFa2ScheduledMatchTheReference) {
+  const Case &c = GetParam();
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto program = buildAttentionProgram(context, c.variant.make(), ProgramOptions{c.dtype, c.headDim, c.headDim});
+  ASSERT_TRUE(succeeded(program)) << diags.text;
+
+  uint64_t seed = seedFor(c.name());
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  Problem p = problem(2, c.seqlenQ, c.seqlenK, 2, 2, c.headDim, c.variant.params);
+  p.inputs = c.variant.inputs(p, rng);
+  test::Inputs in = test::randomInputs(p, rng());
+  interp::RoundFn round = c.dtype == ElementType::BF16 ? interp::roundToBf16 : interp::roundToF16;
+  test::Reference ref = test::referenceAttention(p, in, c.variant.ref(p, p.inputs), round);
+
+  const std::pair<const char *, std::optional<fa2::Fa2Options>> runs[] = {
+      {"unscheduled", std::nullopt},
+      {"fa2 defaults", fa2::Fa2Options{}},
+      {"fa2 blockM 64 blockN 32", fa2::Fa2Options{.blockM = 64, .blockN = 32, .warps = 4}}};
+  for (const auto &[label, options] : runs) {
+    OwningOpRef<ModuleOp> sched = options ? scheduled(**program, *options) : OwningOpRef<ModuleOp>((*program)->clone());
+    ASSERT_TRUE(sched) << label << ": the FA2 pipeline failed\n" << diags.text;
+    Outputs out;
+    ASSERT_TRUE(succeeded(interp::run(funcOf(*sched), p, in.q, in.k, in.v, out.o, out.lse))) << label << "\n"
+                                                                                             << diags.text;
+    expectMatches(out, ref, p, c.variant.factor, label);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, VariantVsReference, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case> &info) { return info.param.name(); });
+
+//===----------------------------------------------------------------------===//
+// Sliding window: tiles outside the window are skipped, not masked
+//===----------------------------------------------------------------------===//
+
+TEST(SlidingWindow, VisitsExactlyTheKTilesThatIntersectTheWindow) {
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto program =
+      buildAttentionProgram(context, variants::slidingWindow(256, 0), ProgramOptions{ElementType::BF16, 64, 64});
+  ASSERT_TRUE(succeeded(program)) << diags.text;
+  constexpr int kBlockM = 64, kBlockN = 32;
+  OwningOpRef<ModuleOp> sched = scheduled(**program, fa2::Fa2Options{.blockM = kBlockM, .blockN = kBlockN, .warps = 4});
+  ASSERT_TRUE(sched) << diags.text;
+
+  for (auto [left, right, sq, sk] :
+       {std::tuple{40, 8, 300, 300}, {100, -1, 200, 500}, {0, 0, 256, 256}, {-1, 16, 100, 300}}) {
+    SCOPED_TRACE("window (" + std::to_string(left) + ", " + std::to_string(right) + "), seqlens " + std::to_string(sq) +
+                 "x" + std::to_string(sk));
+    Problem p = problem(1, sq, sk, 1, 1, 64, {float(left), float(right)});
+    test::Inputs in = test::randomInputs(p, seedFor("window"));
+    Outputs out;
+    interp::RunStats stats;
+    ASSERT_TRUE(succeeded(interp::run(funcOf(*sched), p, in.q, in.k, in.v, out.o, out.lse, &stats))) << diags.text;
+    expectMatches(out, test::referenceAttention(p, in, windowRef(p, left, right, false), interp::roundToBf16), p, 2,
+                  "scheduled");
+    ASSERT_EQ(stats.blockM, kBlockM);
+    int64_t visited = 0, all = 0;
+    for (int64_t t = 0; t < stats.qTiles; ++t) {
+      // Keys some row of the tile sees, clamped to the sequence; the tiles that intersect them.
+      int64_t first = t * kBlockM + sk - sq, last = std::min<int64_t>((t + 1) * kBlockM, sq) - 1 + sk - sq;
+      int64_t lo = std::clamp<int64_t>(left < 0 ? 0 : first - left, 0, sk);
+      int64_t hi = std::clamp<int64_t>(right < 0 ? sk : last + right + 1, 0, sk);
+      int64_t expected = hi > lo ? (hi + kBlockN - 1) / kBlockN - lo / kBlockN : 0;
+      EXPECT_EQ(stats.kTileLoads[t], expected) << "Q tile " << t;
+      visited += stats.kTileLoads[t];
+      all += (sk + kBlockN - 1) / kBlockN;
+    }
+    if (left >= 0 && right >= 0) {
+      EXPECT_LT(visited, all / 2) << "a narrow window visits a fraction of the K tiles";
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Variant identity: cache keys hash the hooks' IR, not the name, nor the numbers
+//===----------------------------------------------------------------------===//
+
+std::string idOf(const Variant &v) {
+  FailureOr<std::string> id = variantId(v);
+  EXPECT_TRUE(succeeded(id)) << v.name();
+  return succeeded(id) ? *id : "";
+}
+
+TEST(VariantIdentity, DifferentBodiesUnderOneNameGetDifferentIds) {
+  auto masked = [](bool inclusive) {
+    return Variant("mine").mask(
+        [inclusive](const dsl::Coords &c, const dsl::Params &) { return inclusive ? c.kv <= c.q : c.kv < c.q; });
+  };
+  EXPECT_NE(idOf(masked(true)), idOf(masked(false)));
+  EXPECT_EQ(idOf(masked(true)), idOf(masked(true)));
+  EXPECT_EQ(idOf(masked(true)).rfind("mine#", 0), 0u);
+
+  // Same hooks, different input element type or sink: different kernels.
+  auto withInput = [](dsl::ElementKind kind) {
+    return Variant("mine").input("x", kind).mask(
+        [](const dsl::Coords &c, const dsl::Params &p) { return p.load("x", c.kv) != p.load("x", c.kv).literal(0); });
+  };
+  EXPECT_NE(idOf(withInput(dsl::ElementKind::F32)), idOf(withInput(dsl::ElementKind::I32)));
+  auto withSink = [](float offset) {
+    return Variant("mine").sink(
+        [offset](const dsl::HeadCoords &c, const dsl::Params &) { return dsl::toFloat(c.h) + offset; });
+  };
+  EXPECT_NE(idOf(withSink(0.f)), idOf(withSink(1.f)));
+  EXPECT_NE(idOf(withSink(0.f)), idOf(Variant("mine")));
+
+  // Numbers are kernel arguments: another window or cap reuses the kernel.
+  EXPECT_EQ(idOf(variants::slidingWindow(10, 0)), idOf(variants::slidingWindow(100, -1)));
+  EXPECT_EQ(idOf(variants::softcap(30.f)), idOf(variants::softcap(50.f)));
+  EXPECT_NE(idOf(variants::alibi(variants::SlopeShape::Heads)),
+            idOf(variants::alibi(variants::SlopeShape::BatchHeads)));
+}
+
+TEST(VariantIdentity, EveryBuiltInVariantBuildsAndHasItsOwnId) {
+  std::set<std::string> ids;
+  for (const std::string &name : variants::names()) {
+    std::optional<Variant> v = variants::byName(name);
+    ASSERT_TRUE(v) << name;
+    EXPECT_EQ(v->name(), name);
+    EXPECT_TRUE(ids.insert(idOf(*v)).second) << name << " shares an id";
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Bad variant arguments
+//===----------------------------------------------------------------------===//
+
+std::string buildError(const Variant &v) {
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  EXPECT_TRUE(failed(buildAttentionProgram(context, v, ProgramOptions{}))) << v.name();
+  return diags.text;
+}
+
+TEST(VariantArguments, WindowSizesBelowMinusOneAreRejectedNamingTheSide) {
+  EXPECT_NE(buildError(variants::slidingWindow(-2, 0))
+                .find("variant 'sliding_window': window left is -2; it must be "
+                      "a whole number >= -1 (-1: unbounded)"),
+            std::string::npos);
+  EXPECT_NE(buildError(variants::slidingWindowCausal(-5)).find("window left is -5"), std::string::npos);
+  Variant window = variants::slidingWindow(8, 8);
+  EXPECT_EQ(window.checkParams({8.f, -1.f}), "");
+  EXPECT_EQ(window.checkParams({8.f, -3.f}),
+            "variant 'sliding_window': window right is -3; it must be a whole number >= -1 (-1: unbounded)");
+  EXPECT_NE(window.checkParams({2.5f, 0.f}).find("window left is 2.5"), std::string::npos);
+  EXPECT_EQ(window.checkParams({8.f}), "variant 'sliding_window' takes 2 parameters, got 1");
+  EXPECT_NE(buildError(variants::softcap(0.f)).find("softcap cap is 0; it must be positive and finite"),
+            std::string::npos);
+
+  // The JIT refuses to register such a variant, and checks the numbers of every call.
+  jit::Jit jit;
+  StatusOr<std::string> added = jit.add(variants::slidingWindow(-2, 4));
+  ASSERT_FALSE(added.ok());
+  EXPECT_NE(added.status().message().find("window left is -2"), std::string::npos) << added.status().message();
+  AttentionArgs args;
+  args.variant = "sliding_window";
+  args.variantParams = {-7.f, 0.f};
+  Status checked = jit.check(args);
+  ASSERT_FALSE(checked.ok());
+  EXPECT_EQ(checked.message(), "variantParams: variant 'sliding_window': window left is -7; it must be a whole "
+                               "number >= -1 (-1: unbounded)");
+  args.variantParams = {16.f, 0.f};
+  EXPECT_TRUE(jit.check(args).ok()) << jit.check(args).message();
+}
+
+TEST(VariantArguments, InputsAreCheckedByCountAndPointer) {
+  jit::Jit jit;
+  AttentionArgs args;
+  args.variant = "alibi";
+  Status none = jit.check(args);
+  EXPECT_EQ(none.message(), "inputs has 0 pointers but variant 'alibi' takes 1");
+  args.inputs = {nullptr};
+  EXPECT_EQ(jit.check(args).message(), "inputs[0] ('slopes') is null; variant 'alibi' reads it");
+  float slopes[4] = {};
+  args.inputs = {slopes};
+  EXPECT_TRUE(jit.check(args).ok()) << jit.check(args).message();
+}
+
+TEST(VariantArguments, InputLengthsOfBuiltInVariants) {
+  EXPECT_EQ(variants::checkInputLength("alibi", "slopes", 16, 2, 16, 100), "");
+  EXPECT_EQ(variants::checkInputLength("alibi_per_batch", "slopes", 16, 2, 16, 100),
+            "slopes has 16 elements; variant 'alibi_per_batch' reads fp32 slopes of shape (B, H) = 32 elements");
+  EXPECT_EQ(variants::checkInputLength("sinks_causal", "sinks", 15, 2, 16, 100),
+            "sinks has 15 elements; variant 'sinks_causal' reads fp32 sinks of shape (H) = 16 elements");
+  EXPECT_EQ(variants::checkInputLength("document_mask", "doc_ids", 200, 2, 16, 100), "");
+  EXPECT_EQ(variants::checkInputLength("causal", "slopes", 16, 2, 16, 100),
+            "variant 'causal' has no built-in input 'slopes'");
+}
+
+TEST(VariantArguments, UndeclaredOrMistypedInputsAreDiagnosed) {
+  Variant undeclared = Variant("mine").score(
+      [](dsl::Expr s, const dsl::Coords &c, const dsl::Params &p) { return s + p.load("bias", c.h); });
+  EXPECT_NE(buildError(undeclared).find("'tile.input' op 'bias' is not an input of @attention (declared: [])"),
+            std::string::npos);
+
+  // The interpreter knows each array's length: reading past it, or a value of the wrong type, is an error.
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto program = buildAttentionProgram(context, variants::alibi(variants::SlopeShape::BatchHeads),
+                                       ProgramOptions{ElementType::BF16, 64, 64});
+  ASSERT_TRUE(succeeded(program)) << diags.text;
+  Problem p = problem(2, 16, 16, 2, 2, 64);
+  test::Inputs in = test::randomInputs(p, 1);
+  std::vector<float> o, lse;
+  p.inputs = {std::vector<float>(2)}; // (H) slopes for a (B, H) variant
+  EXPECT_TRUE(failed(interp::run(funcOf(**program), p, in.q, in.k, in.v, o, lse)));
+  EXPECT_NE(diags.text.find("reads element 2 of input 'slopes', which has 2"), std::string::npos) << diags.text;
+  diags.text.clear();
+  p.inputs = {std::vector<int32_t>(4)};
+  EXPECT_TRUE(failed(interp::run(funcOf(**program), p, in.q, in.k, in.v, o, lse)));
+  EXPECT_NE(diags.text.find("input 'slopes' has 'f32' elements but the problem gives i32 values"), std::string::npos)
+      << diags.text;
+}
+
+//===----------------------------------------------------------------------===//
+// Sinks: softmax over {scores..., sink}
+//===----------------------------------------------------------------------===//
+
+TEST(Sinks, RowsWithoutKeysGetZeroOutputAndTheSinkAsLse) {
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto program =
+      buildAttentionProgram(context, *variants::byName("sinks_causal"), ProgramOptions{ElementType::F16, 64, 64});
+  ASSERT_TRUE(succeeded(program)) << diags.text;
+  OwningOpRef<ModuleOp> sched = scheduled(**program, fa2::Fa2Options{.blockM = 64, .blockN = 32, .warps = 4});
+  ASSERT_TRUE(sched) << diags.text;
+  // Sq > Sk: bottom-right causal leaves the first Sq - Sk rows without a key.
+  Problem p = problem(1, 80, 16, 2, 1, 64);
+  const float sinks[2] = {1.5f, -30.f};
+  p.inputs = {std::vector<float>(sinks, sinks + 2)};
+  test::Inputs in = test::randomInputs(p, seedFor("sinks"));
+  Outputs out;
+  ASSERT_TRUE(succeeded(interp::run(funcOf(*sched), p, in.q, in.k, in.v, out.o, out.lse))) << diags.text;
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 80 - 16; ++i) {
+      EXPECT_NEAR(out.lse[h * 80 + i], sinks[h], 1e-5 * std::fabs(sinks[h])) << "head " << h << " row " << i;
+      for (int d = 0; d < 64; ++d)
+        ASSERT_EQ(out.o[(i * 2 + h) * 64 + d], 0.0f) << "head " << h << " row " << i;
+    }
+  // Rows with keys: the sink is one more term of the denominator, LSE' = log(e^LSE + e^sink) against the reference
+  // without a sink; a sink far below the scores (head 1) changes nothing.
+  test::VariantRef causal;
+  causal.keep = [&p](int64_t, int64_t, int64_t i, int64_t j) { return j <= aligned(p, i); };
+  test::Reference plain = test::referenceAttention(p, in, causal, interp::roundToF16);
+  for (int h = 0; h < 2; ++h)
+    for (int i = 80 - 16; i < 80; ++i) {
+      double lse = plain.lse[h * 80 + i], m = std::max<double>(lse, sinks[h]);
+      double expected = m + std::log(std::exp(lse - m) + std::exp(sinks[h] - m));
+      EXPECT_NEAR(out.lse[h * 80 + i], expected, 1e-4 * std::max(1.0, std::fabs(expected)))
+          << "head " << h << " row " << i;
+    }
+  EXPECT_NEAR(out.lse[1 * 80 + 79], plain.lse[1 * 80 + 79], 1e-4);
+}
+
+} // namespace

@@ -1,0 +1,44 @@
+// CApiTest.cpp — the C ABI (libflashtile.so): bad calls return -1 with a message naming the argument, before any
+// GPU work. Pointers are fake (never dereferenced).
+#include "flashtile/runtime/CApi.h"
+
+#include <gmock/gmock.h>
+
+#include <cstdint>
+
+using testing::HasSubstr;
+
+namespace {
+
+template <typename T> T *fake(uintptr_t address) { return reinterpret_cast<T *>(address); }
+
+/// flashtile_forward_varlen on three sequences (total_q 32, total_k 47, longest 27 and 40), 8/2 heads, head dim 128.
+int forwardVarlen(flashtile_runtime *rt, const int *cuSeqlensQ, const int *cuSeqlensK, int maxSeqlenQ,
+                  int headDim = 128, int headDimV = 0) {
+  const long long qStride[3] = {8 * 128, 128, 1}, kvStride[3] = {2 * 128, 128, 1};
+  return flashtile_forward_varlen(rt, fake<const void>(0x10000), fake<const void>(0x20000), fake<const void>(0x30000),
+                                  fake<void>(0x40000), fake<float>(0x50000), cuSeqlensQ, cuSeqlensK, FLASHTILE_BF16,
+                                  /*batch=*/3, /*total_q=*/32, /*total_k=*/47, maxSeqlenQ, /*max_seqlen_k=*/40,
+                                  /*heads_q=*/8, /*heads_kv=*/2, headDim, headDimV, qStride, kvStride, kvStride,
+                                  qStride, 0.f, "causal", nullptr);
+}
+
+TEST(CApi, VarlenRejectsBadArgumentsNamingThem) {
+  flashtile_runtime *rt = flashtile_create();
+  ASSERT_NE(rt, nullptr) << flashtile_last_error();
+  const int *cuQ = fake<const int>(0x60000), *cuK = fake<const int>(0x70000);
+
+  EXPECT_EQ(forwardVarlen(rt, cuQ, nullptr, 27), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("cuSeqlensK is null but cuSeqlensQ is set"));
+  EXPECT_EQ(forwardVarlen(rt, fake<const int>(0x60002), cuK, 27), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("4-byte aligned"));
+  EXPECT_EQ(forwardVarlen(rt, cuQ, cuK, -1), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("maxSeqlenQ is -1"));
+  EXPECT_EQ(forwardVarlen(rt, cuQ, cuK, 27, 128, 64), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("headDimV 64 with headDim 128 is not supported"));
+  // Nothing to compute (every query sequence empty): a valid no-op that needs no GPU.
+  EXPECT_EQ(forwardVarlen(rt, cuQ, cuK, 0), 0) << flashtile_last_error();
+  flashtile_destroy(rt);
+}
+
+} // namespace
