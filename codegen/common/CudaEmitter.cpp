@@ -317,6 +317,7 @@ void KernelPrinter::printSequence() {
   w.comment("packed Q, O and LSE and rows [cuSeqlensK[z], cuSeqlensK[z + 1]) of K and V, clamped to the packed rows");
   w.comment("(seqlenQ and seqlenK hold total_q and total_k). p is that sequence's view, base pointers and lengths, so");
   w.comment("every seqlen below (tile.dim \"seqlen_q\", \"seqlen_k\"), in the variant's functions too, is its own.");
+  w.comment("Only fields that differ are rewritten: the others stay kernel-argument reads.");
   w.line("FlashtileFwdParams p = params;");
   w.open("if (params.cuSeqlensQ)");
   w.line("const int z = blockIdx.z;");
@@ -333,7 +334,7 @@ void KernelPrinter::printSequence() {
   w.line("p.seqlenK = kEnd - kBegin;");
   w.close();
   w.line("if (static_cast<int>(blockIdx.x) * kBlockM >= p.seqlenQ)");
-  w.line("  return;  // varlen: the grid covers the longest sequence, this one ends before this block's rows");
+  w.line("  return;  // varlen: the grid covers the longest sequence, and this one ends before this block's rows");
 }
 
 LogicalResult KernelPrinter::printBlock(Block &block) {

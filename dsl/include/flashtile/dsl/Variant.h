@@ -27,6 +27,7 @@ namespace dsl {
 /// Sizes of the problem, read from the kernel arguments.
 struct Sizes {
   Expr seqlenQ, seqlenK;
+  /// The other sizes (tile.dim "batch", "heads_q", "heads_kv"), read where a hook asks for them.
   Expr batch() const;
   Expr headsQ() const;
   Expr headsKv() const;
@@ -74,7 +75,8 @@ public:
   Expr operator[](const std::string &name) const { return lookup(name); }
   /// Element `index` (an i32 expression) of input `name`, of the type the input was declared with. The kernel
   /// does not know the array's length: the index the hook computes defines the shape the caller must provide
-  /// (e.g. `c.h` reads an (H) array, `c.b * heads + c.h` a (B, H) one).
+  /// (e.g. `c.h` reads an (H) array, `c.b * heads + c.h` a (B, H) one). Hooks also see the padding of partial
+  /// tiles (rows past seqlen_q; in score modifiers, keys past seqlen_k): clamp indices built from q or kv.
   Expr load(const std::string &name, const Expr &index) const { return loader(name, index); }
 
 private:

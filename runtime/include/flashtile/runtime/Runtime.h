@@ -60,7 +60,7 @@ struct AttentionArgs {
   // multiples of 8 elements (kernels use 16-byte vector loads). Varlen ignores the batch strides.
   std::array<long long, 4> qStride{}, kStride{}, vStride{}, oStride{};
   float softmaxScale = 0.f;         // 0 selects 1/sqrt(headDim); must be finite
-  std::string variant = "none";     // "none", "causal", or a JIT variant id
+  std::string variant = "none";     // a built-in name ("none", "causal", "sliding_window", ...) or a JIT variant id
   std::vector<float> variantParams; // the variant's numbers, in its declaration order
   // The variant's input arrays (device pointers, 4-byte aligned), in its declaration order, each of the element
   // type the variant declares: fp32 for ALiBi slopes and sinks, int32 for document ids. The kernel does not know
