@@ -11,9 +11,13 @@ ARCH=${FLASHTILE_ARCH:-sm_90a}
 bash scripts/build.sh
 cmake -S . -B build-rt -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHTILE_RUNTIME_ONLY=ON >/dev/null
 cmake --build build-rt -j "${FLASHTILE_JOBS:-2}"
-rm -rf .device/aot .device/bin .device/lib
+rm -rf .device/aot .device/aot-variants .device/bin .device/lib
 mkdir -p .device/bin .device/lib
 build/tools/flashtile aot --arch "$ARCH" --out .device/aot --head-dims 32,64,96,128,192,256,192:128 "$@"
+# The built-in variants at bf16, head dim 128, for bench/check_variants.py (a directory of its own: the GPU tests
+# load .device/aot whole).
+build/tools/flashtile aot --arch "$ARCH" --out .device/aot-variants --dtypes bf16 --head-dims 128 \
+  --variants "${FLASHTILE_VARIANTS:-none,causal,causal_top_left,sliding_window,sliding_window_causal,softcap,softcap_causal,alibi,alibi_causal,sinks,sinks_causal,document_mask}"
 cp build-rt/tools/flashtile build-rt/tests/gpu/flashtile_gpu_tests .device/bin/
 cp build-rt/runtime/libflashtile.so .device/lib/
 du -sh .device

@@ -333,7 +333,14 @@ void KernelPrinter::printSequence() {
   w.line("p.seqlenQ = qEnd - qBegin;");
   w.line("p.seqlenK = kEnd - kBegin;");
   w.close();
-  w.line("if (static_cast<int>(blockIdx.x) * kBlockM >= p.seqlenQ)");
+  if (fa2::kQTilesHeaviestFirst) {
+    w.comment("Q tiles heaviest first: block x takes Q tile gridDim.x - 1 - x, so the blocks that walk the most K/V");
+    w.comment("tiles (the last Q tiles, under causal masks) start in the first wave and the last wave is light.");
+    w.line("const int qTile = gridDim.x - 1 - blockIdx.x;");
+  } else {
+    w.line("const int qTile = blockIdx.x;");
+  }
+  w.line("if (qTile * kBlockM >= p.seqlenQ)");
   w.line("  return;  // varlen: the grid covers the longest sequence, and this one ends before this block's rows");
 }
 
@@ -347,7 +354,7 @@ LogicalResult KernelPrinter::printBlock(Block &block) {
 LogicalResult KernelPrinter::printKvRange(KvRangeOp range) {
   if (!rowsDeclared) {
     w.comment("---- the query rows of this thread block, as the variant's KV-range rules see them ----");
-    w.line("const int qFirst = blockIdx.x * kBlockM;");
+    w.line("const int qFirst = qTile * kBlockM;");
     w.line("const int qLast = min(qFirst + kBlockM, p.seqlenQ) - 1;");
     w.separate();
     rowsDeclared = true;

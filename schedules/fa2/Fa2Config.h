@@ -24,6 +24,9 @@ inline constexpr int kWarpSize = 32;
 inline constexpr int kSupportedStages = 2;
 /// FA2 walks K/V tiles from last to first: masked tiles (near the diagonal) come first.
 inline constexpr bool kWalkDescending = true;
+/// Thread blocks take Q tiles from the last to the first: under a causal mask later Q tiles walk more K/V tiles,
+/// so launching them first leaves light blocks for the last wave (longest-processing-time-first scheduling).
+inline constexpr bool kQTilesHeaviestFirst = true;
 
 struct Fa2Config {
   int blockM = 128; ///< query rows a thread block owns (split-Q)
