@@ -26,7 +26,9 @@
 // CHECK:           p.seqlenQ = qEnd - qBegin;
 // CHECK-NEXT:      p.seqlenK = kEnd - kBegin;
 // CHECK-NEXT:    }
-// CHECK-NEXT:    if (static_cast<int>(blockIdx.x) * kBlockM >= p.seqlenQ)
+// Q tiles are taken heaviest (last) first.
+// CHECK:         const int qTile = gridDim.x - 1 - blockIdx.x;
+// CHECK-NEXT:    if (qTile * kBlockM >= p.seqlenQ)
 // CHECK-NEXT:      return;
 // CHECK:         extern __shared__ __align__(128) unsigned char smem[];
 
