@@ -19,6 +19,10 @@ import os
 import sys
 
 import torch
+import torch._dynamo
+
+# Each variant/shape is a new FlexAttention specialization; the default limit (8) would fall back to eager.
+torch._dynamo.config.recompile_limit = 256
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 

@@ -13,6 +13,10 @@ import math
 import sys
 
 import torch
+import torch._dynamo
+
+# Each variant/shape is a new FlexAttention specialization; the default limit (8) would fall back to eager.
+torch._dynamo.config.recompile_limit = 256
 
 from bench_attention import Flashtile, bench, DTYPES
 

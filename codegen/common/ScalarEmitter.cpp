@@ -263,7 +263,7 @@ FailureOr<CExpr> ScalarEmitter::print(Operation *op) {
       .Case<arith::SIToFPOp, arith::FPToSIOp>([&](Operation *cast) {
         return CExpr{"static_cast<" + *cType(cast->getResult(0).getType()) + ">(" + in[0].text + ")", true};
       })
-      .Case([&](math::TanhOp) { return call("tanhf"); })
+      .Case([&](math::TanhOp) { return call("tileTanh"); }) // the target prelude's tanh (TileTarget.h)
       .Case([&](math::ExpOp) { return call("expf"); })
       .Case([&](math::Exp2Op) { return call("exp2f"); })
       .Case([&](math::LogOp) { return call("logf"); })

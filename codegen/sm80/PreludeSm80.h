@@ -111,6 +111,14 @@ __device__ __forceinline__ float quadSum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// tanh with tanh.approx.f32 (sm_75+): max relative error 2^-10.99, as FlashAttention's softcap uses; tanhf from the
+// math library costs ~20 instructions per score and halved softcap's speed (bench/NOTES.md).
+__device__ __forceinline__ float tanhApprox(float x) {
+  float r;
+  asm("tanh.approx.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+
 // 2^x with ex2.approx.ftz (exp2(-inf) = +0).
 __device__ __forceinline__ float exp2(float x) {
   float r;
@@ -119,6 +127,9 @@ __device__ __forceinline__ float exp2(float x) {
 }
 
 } // namespace sm80
+
+// Scalar math the variant regions call (TileTarget.h).
+__device__ __forceinline__ float tileTanh(float x) { return sm80::tanhApprox(x); }
 )cuda";
 
 } // namespace flashtile::codegen::sm80

@@ -249,7 +249,7 @@ TEST(Codegen, ScoreModifierAndParameters) {
                        "const FlashtileFwdParams &p)"),
             1)
       << src;
-  EXPECT_NE(src.find("tanhf("), std::string::npos) << src;
+  EXPECT_NE(src.find("tileTanh("), std::string::npos) << src;
   EXPECT_NE(src.find("p.variantParams[0]"), std::string::npos) << src;
   // The modifier needs scaled scores, so the scale is not folded into the softmax.
   EXPECT_NE(src.find("score[mt][nt][i] *= p.softmaxScale;"), std::string::npos) << src;
