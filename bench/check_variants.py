@@ -173,7 +173,9 @@ def main():
     ap.add_argument("--flex", action="store_true")
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--speed-seqlen", type=int, default=8192)
+    ap.add_argument("--variants", default=None, help="comma-separated subset of the built-in variants")
     args = ap.parse_args()
+    selected = [v for v in VARIANTS if args.variants is None or v.name in args.variants.split(",")]
     ft = Flashtile(args.lib, args.aot_dir)
     lib = ft.lib
     lib.flashtile_forward_variant.argtypes = (
@@ -184,7 +186,7 @@ def main():
     print(f"flashtile {ft.version} on {torch.cuda.get_device_name()}, seed {gen.initial_seed()}")
     failures, rows = 0, []
     shapes = [(2, 4, 2, 300, 300), (1, 4, 4, 128, 700), (2, 8, 2, 700, 128), (1, 16, 16, 1024, 1024)]
-    for var in VARIANTS:
+    for var in selected:
         for dtype in ("bf16",):
             for (b, h, hk, sq, sk) in shapes:
                 if var.docs and sq != sk:
@@ -224,7 +226,7 @@ def main():
         flex_attention = torch.compile(fa)
     print(f"\nspeed: bf16 hd={d} B={b} H={h} S={s}, useful TFLOP/s (4*D*attended pairs)")
     print(f"{'variant':22} {'ours':>7} {'plain':>7} {'ratio':>6} {'flex':>7} {'ours/flex':>9}")
-    for var in VARIANTS:
+    for var in selected:
         inputs = var.inputs(b, h, s, gen)
         pairs = var.mask(s, s, inputs, b).expand(b, 1, s, s).sum().item() / b
         flops = 4 * b * h * d * pairs
