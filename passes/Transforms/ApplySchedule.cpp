@@ -5,6 +5,8 @@
 #include "passes/Transforms/Passes.h"
 #include "schedules/fa2/Fa2Config.h"
 
+#include "mlir/IR/Matchers.h"
+
 namespace flashtile::tile {
 #define GEN_PASS_DEF_TILEAPPLYSCHEDULE
 #include "passes/Transforms/Passes.h.inc"
@@ -62,7 +64,13 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
       return signalPassFailure();
     }
     int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
-    fa2::Fa2Config config = fa2::Fa2Config::defaultsFor(headDim, headDimV);
+    // A mask whose predicate is the constant true only drops keys past seqlen_k: the program is unmasked.
+    bool masked = false;
+    func.walk([&](MaskOp mask) {
+      Value keep = cast<YieldOp>(mask.getBody().front().getTerminator()).getValues()[0];
+      masked |= !matchPattern(keep, m_One());
+    });
+    fa2::Fa2Config config = fa2::Fa2Config::defaultsFor(headDim, headDimV, masked);
     if (blockM)
       config.blockM = blockM;
     if (blockN)
