@@ -5,8 +5,6 @@
 #include "passes/Transforms/Passes.h"
 #include "schedules/fa2/Fa2Config.h"
 
-#include "mlir/IR/Matchers.h"
-
 namespace flashtile::tile {
 #define GEN_PASS_DEF_TILEAPPLYSCHEDULE
 #include "passes/Transforms/Passes.h.inc"
@@ -64,13 +62,7 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
       return signalPassFailure();
     }
     int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
-    // A mask whose predicate is the constant true only drops keys past seqlen_k: the program is unmasked.
-    bool masked = false;
-    func.walk([&](MaskOp mask) {
-      Value keep = cast<YieldOp>(mask.getBody().front().getTerminator()).getValues()[0];
-      masked |= !matchPattern(keep, m_One());
-    });
-    fa2::Fa2Config config = fa2::Fa2Config::defaultsFor(headDim, headDimV, masked);
+    fa2::Fa2Config config = fa2::Fa2Config::defaultsFor(headDim, headDimV);
     if (blockM)
       config.blockM = blockM;
     if (blockN)

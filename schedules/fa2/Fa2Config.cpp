@@ -3,7 +3,7 @@
 
 namespace flashtile::fa2 {
 
-Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV, bool masked) {
+Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV) {
   Fa2Config c;
   c.blockM = 128;
   c.blockN = 64;
@@ -17,10 +17,6 @@ Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV, bool masked) {
     c.warps = 8;
     if (headDim > 128 || headDimV > 128)
       c.blockN = 32;
-    else if (!masked)
-      // Without a mask every tile is an interior tile: 128-key tiles halve the barriers and softmax passes per
-      // key (H200 sweep: 0.96-0.98x torch FA2 vs 0.91-0.94x); with a mask the larger diagonal tiles cost more.
-      c.blockN = 128;
   }
   return c;
 }

@@ -34,9 +34,8 @@ struct Fa2Config {
   int warps = 4;    ///< each warp owns blockM / warps query rows
   int stages = 2;   ///< cp.async buffers for K/V
 
-  /// The configuration used when the caller sets no knob, tuned per head dim. `masked`: the variant masks
-  /// scores (beyond the key bound), so some tiles are boundary tiles whose cost grows with blockN.
-  static Fa2Config defaultsFor(int headDim, int headDimV, bool masked = true);
+  /// The configuration used when the caller sets no knob, tuned per head dim.
+  static Fa2Config defaultsFor(int headDim, int headDimV);
   /// An error message naming the offending knob and the accepted values, or nothing when valid.
   std::optional<std::string> validate(int headDim, int headDimV) const;
   /// Dynamic shared memory: one Q tile, one K tile and one V tile, 16-bit elements.
