@@ -19,7 +19,8 @@ commands (no GPU needed):
             writes <kernel>.cubin + <kernel>.manifest for Runtime::loadAotDirectory; --head-dims items are D
             (head_dim = head_dim_v = D) or D:DV (head_dim D, head_dim_v DV): all the runtime supports is
             --head-dims 32,64,96,128,192,256,192:128
-  summary   [--arch sm_80,sm_90a,sm_100a] compiles every built-in kernel and prints a table
+  summary   [--arch sm_80,sm_90a,sm_100a] compiles a representative set of kernels (every variant, head dim,
+            dtype, arch) and prints a table
   info      versions of flashtile, NVRTC and the GPU driver
   nvrtc     FILE.cu... [--arch sm_90a] NVRTC-compiles generated CUDA (e.g. the .cu files aot writes) and times it
 
