@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: install what is missing, build, then run attention on the GPU if there is one; without a GPU,
-# compile every built-in kernel for sm_80, sm_90a and sm_100a and print a summary.
+# compile a representative set of kernels (every variant, head dim, dtype; sm_80, sm_90a, sm_100a) and print a table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
