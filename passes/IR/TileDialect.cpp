@@ -189,7 +189,7 @@ LogicalResult KvRangeOp::verify() {
   if (getKind() != "may" && getKind() != "full")
     return emitOpError() << "kind must be \"may\" or \"full\", got \"" << getKind() << "\"";
   Type i32 = IntegerType::get(getContext(), 32);
-  return checkRegionSignature(*this, getRule(), {i32, i32}, {i32, i32}, "kv_range");
+  return checkRegionSignature(*this, getRule(), {i32, i32, i32, i32}, {i32, i32}, "kv_range");
 }
 
 /// Shared by load and copy_async: Q has no tile index, K and V have one.

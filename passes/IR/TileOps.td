@@ -101,14 +101,14 @@ def Tile_InputOp : Tile_Op<"input", [Pure]> {
 def Tile_KvRangeOp : Tile_Op<"kv_range", []> {
   let summary = "the variant's KV-range rule for the Q tile this instance owns";
   let description = [{
-    The region receives the first and last query row of the Q tile (unaligned indices) and yields a key range
-    [lo, hi). `kind = "may"`: keys outside can never be attended by any row of the tile, so their tiles are
+    The region receives the first and last query row of the Q tile (unaligned indices), its batch entry and
+    query head, and yields a key range [lo, hi) (which may read variant inputs, e.g. per-token document starts). `kind = "may"`: keys outside can never be attended by any row of the tile, so their tiles are
     skipped. `kind = "full"`: every row attends every key inside, so tiles inside need no mask. Schedules clamp
     both to [0, seqlen_k) and derive loop segments from them. The op declares no memory effects on purpose:
     its results are unused until a schedule splits the loop, and it must survive canonicalization until then.
     ```mlir
     %lo, %hi = tile.kv_range "may" {
-    ^bb0(%first: i32, %last: i32):
+    ^bb0(%first: i32, %last: i32, %b: i32, %h: i32):
       ...
       tile.yield %c0, %end : i32, i32
     }
