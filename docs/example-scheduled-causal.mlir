@@ -4,7 +4,7 @@ module {
     %c1_i32 = arith.constant 1 : i32
     %c0_i32 = arith.constant 0 : i32
     %lo, %hi = tile.kv_range "may" {
-    ^bb0(%arg0: i32, %arg1: i32):
+    ^bb0(%arg0: i32, %arg1: i32, %arg2: i32, %arg3: i32):
       %24 = tile.dim "seqlen_q"
       %25 = tile.dim "seqlen_k"
       %26 = arith.subi %25, %24 : i32
@@ -13,7 +13,7 @@ module {
       tile.yield %c0_i32, %28 : i32, i32
     }
     %lo_0, %hi_1 = tile.kv_range "full" {
-    ^bb0(%arg0: i32, %arg1: i32):
+    ^bb0(%arg0: i32, %arg1: i32, %arg2: i32, %arg3: i32):
       %24 = tile.dim "seqlen_q"
       %25 = tile.dim "seqlen_k"
       %26 = arith.subi %25, %24 : i32

@@ -364,7 +364,8 @@ LogicalResult Interpreter::exec(InputOp op) {
 LogicalResult Interpreter::exec(KvRangeOp op) {
   int64_t last = std::min<int64_t>(inst.m0 + inst.rows, inst.seqlenQ) - 1;
   SmallVector<Scalar, 2> range;
-  if (failed(evalRegion(op.getRule().front(), {Scalar::integer(inst.m0), Scalar::integer(last)}, range)))
+  Scalar args[] = {Scalar::integer(inst.m0), Scalar::integer(last), Scalar::integer(inst.b), Scalar::integer(inst.h)};
+  if (failed(evalRegion(op.getRule().front(), args, range)))
     return failure();
   scalars[op.getLo()] = range[0];
   scalars[op.getHi()] = range[1];

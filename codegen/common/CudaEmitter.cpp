@@ -370,6 +370,9 @@ LogicalResult KernelPrinter::printKvRange(KvRangeOp range) {
   Block &rule = range.getRule().front();
   scalars.bind(rule.getArgument(0), "qFirst");
   scalars.bind(rule.getArgument(1), "qLast");
+  // The batch entry and query head of the block: the launch grid is (Q tiles, headsQ, batch).
+  scalars.bind(rule.getArgument(2), "blockIdx.z");
+  scalars.bind(rule.getArgument(3), "blockIdx.y");
   for (Operation &op : rule.without_terminator()) {
     if (!ScalarEmitter::isScalarOp(&op))
       return op.emitOpError() << "cannot be printed in a KV-range rule; rules hold scalar arith/math ops";

@@ -64,7 +64,7 @@ private:
   }
   dsl::Expr constant(int64_t v) { return dsl::Expr(b, arith::ConstantIntOp::create(b, loc, v, 32)); }
 
-  /// `tile.kv_range kind { (first, last) -> (lo, hi) }`; `rule` may be empty, then `fallback` gives the range.
+  /// `tile.kv_range kind { (first, last, b, h) -> (lo, hi) }`; `rule` may be empty, then `fallback` gives the range.
   LogicalResult kvRange(StringRef kind, const dsl::RangeFn &rule, const std::function<dsl::Range(dsl::Sizes)> &fallback);
   LogicalResult expectType(dsl::Expr e, Type type, StringRef what);
 
@@ -86,12 +86,12 @@ LogicalResult ProgramBuilder::kvRange(StringRef kind, const dsl::RangeFn &rule,
                                       const std::function<dsl::Range(dsl::Sizes)> &fallback) {
   OpBuilder::InsertionGuard guard(b);
   auto op = tile::KvRangeOp::create(b, loc, b.getI32Type(), b.getI32Type(), kind);
-  Block *block = b.createBlock(&op.getRule(), {}, {b.getI32Type(), b.getI32Type()}, {loc, loc});
+  Type i32 = b.getI32Type();
+  Block *block = b.createBlock(&op.getRule(), {}, {i32, i32, i32, i32}, {loc, loc, loc, loc});
   b.setInsertionPointToStart(block);
   dsl::Sizes s = sizes();
-  dsl::Range range = rule ? rule(dsl::QTile{dsl::Expr(b, block->getArgument(0)), dsl::Expr(b, block->getArgument(1)), s},
-                                 params())
-                          : fallback(s);
+  auto arg = [&](unsigned i) { return dsl::Expr(b, block->getArgument(i)); };
+  dsl::Range range = rule ? rule(dsl::QTile{arg(0), arg(1), arg(2), arg(3), s}, params()) : fallback(s);
   std::string what = ("kvRange rule \"" + kind + "\" bounds").str();
   if (failed(expectType(range.lo, b.getI32Type(), what)) || failed(expectType(range.hi, b.getI32Type(), what)))
     return failure();

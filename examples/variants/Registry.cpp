@@ -50,7 +50,7 @@ std::string checkInputLength(const std::string &variant, const std::string &inpu
     shape = Shape{"(B, H)", alibiSlopeCount(SlopeShape::BatchHeads, batch, headsQ)};
   else if (input == "sinks" && (variant == "sinks" || variant == "sinks_causal"))
     shape = Shape{"(H)", headsQ};
-  else if (input == "doc_ids" && variant == "document_mask") {
+  else if (input == "doc_start" && variant == "document_mask") {
     shape = Shape{"(B, Sk)", int64_t{batch} * seqlenK};
     type = "int32";
   }

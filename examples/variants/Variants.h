@@ -47,8 +47,10 @@ int64_t alibiSlopeCount(SlopeShape shape, int batch, int headsQ);
 /// gets O = 0 and LSE = sinks[h].
 Variant sinks();
 
-/// Causal attention inside packed documents: input "doc_ids", int32, shape (B, Sk) row-major; query i (token
-/// i' = i + Sk - Sq) sees key j iff j <= i' and doc_ids[b][j] == doc_ids[b][i'] ("document_mask").
+/// Causal attention inside packed documents: input "doc_start", int32, shape (B, Sk) row-major, the first token of
+/// each token's document (non-decreasing, doc_start[b][t] <= t); query i (token i' = i + Sk - Sq) sees key j iff
+/// doc_start[b][i'] <= j <= i' ("document_mask"). Other documents' tiles are skipped, tiles inside a document
+/// are not masked.
 Variant documentMask();
 
 /// For callers of the C++ and C APIs, which pass device pointers the kernel cannot measure: "" when `count`

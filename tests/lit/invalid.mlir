@@ -72,8 +72,18 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   // expected-error @+1 {{'tile.kv_range' op kind must be "may" or "full", got "some"}}
   %lo, %hi = tile.kv_range "some" {
-  ^bb0(%a: i32, %b: i32):
+  ^bb0(%a: i32, %b: i32, %c: i32, %d: i32):
     tile.yield %a, %b : i32, i32
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{'tile.kv_range' op kv_range region must take (i32, i32, i32, i32)}}
+  %lo, %hi = tile.kv_range "may" {
+  ^bb0(%first: i32, %last: i32):
+    tile.yield %first, %last : i32, i32
   }
 }
 

@@ -1,6 +1,6 @@
 tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "causal", params = []} {
   %mlo, %mhi = tile.kv_range "may" {
-  ^bb0(%first: i32, %last: i32):
+  ^bb0(%first: i32, %last: i32, %b: i32, %h: i32):
     %c0 = arith.constant 0 : i32
     %c1 = arith.constant 1 : i32
     %sq = tile.dim "seqlen_q"
@@ -11,7 +11,7 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
     tile.yield %c0, %hi : i32, i32
   }
   %flo, %fhi = tile.kv_range "full" {
-  ^bb0(%first: i32, %last: i32):
+  ^bb0(%first: i32, %last: i32, %b: i32, %h: i32):
     %c0 = arith.constant 0 : i32
     %c1 = arith.constant 1 : i32
     %sq = tile.dim "seqlen_q"

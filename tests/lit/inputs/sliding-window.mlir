@@ -3,7 +3,7 @@
 module {
   tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, params = ["left", "right"], variant = "sliding_window"} {
     %lo, %hi = tile.kv_range "may" {
-    ^bb0(%arg0: i32, %arg1: i32):
+    ^bb0(%arg0: i32, %arg1: i32, %arg2: i32, %arg3: i32):
       %3 = tile.dim "seqlen_q"
       %4 = tile.dim "seqlen_k"
       %5 = tile.param "left"
@@ -28,7 +28,7 @@ module {
       tile.yield %13, %19 : i32, i32
     }
     %lo_0, %hi_1 = tile.kv_range "full" {
-    ^bb0(%arg0: i32, %arg1: i32):
+    ^bb0(%arg0: i32, %arg1: i32, %arg2: i32, %arg3: i32):
       %3 = tile.dim "seqlen_q"
       %4 = tile.dim "seqlen_k"
       %5 = tile.param "left"

@@ -285,8 +285,8 @@ TEST(Codegen, SlidingWindowHasThreeSegments) {
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
 }
 
-/// Inputs and sinks: tile.input reads p.inputs[i] with the declared element type, the sink is a __device__
-/// function that finalize calls once per thread, and KernelInfo lists the inputs in ABI order.
+/// Inputs and sinks: tile.input reads p.inputs[i] with the declared element type (in KV-range rules too), the sink
+/// is a __device__ function that finalize calls once per thread, and KernelInfo lists the inputs in ABI order.
 TEST(Codegen, InputsAndSinks) {
   Variant v = both(variants::sinks(), variants::documentMask(), "sinks_documents");
   Compiler compiler;
@@ -295,11 +295,15 @@ TEST(Codegen, InputsAndSinks) {
   auto kernel = codegen::emitCuda(func);
   ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
   const std::string &src = kernel->source;
-  EXPECT_EQ(kernel->info.inputNames, (std::vector<std::string>{"sinks", "doc_ids"}));
+  EXPECT_EQ(kernel->info.inputNames, (std::vector<std::string>{"sinks", "doc_start"}));
   EXPECT_EQ(count(src, "__device__ __forceinline__ float sinkLogit(int b, int h, const FlashtileFwdParams &p)"), 1)
       << src;
   EXPECT_NE(src.find("return static_cast<const float *>(p.inputs[0])[h];"), std::string::npos) << src;
-  EXPECT_EQ(count(src, "static_cast<const int *>(p.inputs[1])["), 2) << src;
+  // doc_start: once in the mask, and in both KV-range rules at the block's batch entry (the grid's z).
+  EXPECT_EQ(count(src, "static_cast<const int *>(p.inputs[1])["), 3) << src;
+  EXPECT_EQ(count(src, "static_cast<const int *>(p.inputs[1])[(blockIdx.z * p.seqlenK) + "), 2) << src;
+  EXPECT_EQ(count(src, "// ---- K/V tiles"), 3) << src;              // head boundary, interior, tail boundary
+  EXPECT_EQ(count(src, "!keep(b, h, q, kv, p)"), 2) << src;          // the interior is not masked
   EXPECT_EQ(count(src, "const float sinkLog2 = sinkLogit(b, h, p) * sm80::kLog2e;"), 1) << src;
   EXPECT_NE(src.find("const FlashtileFwdParams &p) {"), std::string::npos);
   StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_80", NvrtcOutput::Cubin);

@@ -148,6 +148,34 @@ std::vector<interp::InputArray> slopes(int64_t count, std::mt19937_64 &rng) {
   return {s};
 }
 
+/// doc_start (B, Sk) of packed documents of random lengths, 1 to 40 tokens and a quarter of them one token long,
+/// with documents that span tiles and Q tiles that span documents: sequence 0 opens with two one-token documents and
+/// one of 70% of the sequence, sequence 1 has one over [50%, 90%) of it.
+std::vector<int32_t> documentStarts(int64_t batch, int64_t seqlenK, std::mt19937_64 &rng) {
+  std::uniform_int_distribution<int64_t> length(1, 40);
+  std::bernoulli_distribution single(0.25);
+  std::vector<int32_t> starts(batch * seqlenK);
+  for (int64_t b = 0; b < batch; ++b) {
+    int32_t *row = &starts[b * seqlenK];
+    for (int64_t t = 0; t < seqlenK;)
+      for (int64_t first = t, end = std::min(t + (single(rng) ? 1 : length(rng)), seqlenK); t < end; ++t)
+        row[t] = int32_t(first);
+    // Tokens [from, to) become one document; the rest of the document `to` cut starts at `to`.
+    auto merge = [&](int64_t from, int64_t to) {
+      for (int64_t t = from; t < seqlenK; ++t)
+        row[t] = int32_t(t < to ? from : std::max<int64_t>(row[t], to));
+    };
+    if (b == 0 && seqlenK >= 3) {
+      merge(0, 1);
+      merge(1, 2);
+      merge(2, 2 + seqlenK * 7 / 10);
+    } else if (b == 1) {
+      merge(seqlenK / 2, seqlenK * 9 / 10);
+    }
+  }
+  return starts;
+}
+
 std::vector<VariantUnderTest> variantsUnderTest() {
   auto causalKeep = [](const Problem &p) {
     test::VariantRef r;
@@ -235,20 +263,14 @@ std::vector<VariantUnderTest> variantsUnderTest() {
        variants::documentMask,
        {},
        [](const Problem &p, std::mt19937_64 &rng) -> std::vector<interp::InputArray> {
-         // Documents of random lengths (about 40 tokens), ids increasing along each sequence.
-         std::bernoulli_distribution boundary(1.0 / 40);
-         std::vector<int32_t> ids(int64_t{p.batch} * p.seqlenK);
-         for (int64_t b = 0; b < p.batch; ++b)
-           for (int64_t j = 1; j < p.seqlenK; ++j)
-             ids[b * p.seqlenK + j] = ids[b * p.seqlenK + j - 1] + (boundary(rng) ? 1 : 0);
-         return {ids};
+         return {documentStarts(p.batch, p.seqlenK, rng)};
        },
        [](const Problem &p, const std::vector<interp::InputArray> &in) {
-         std::vector<int32_t> ids = std::get<std::vector<int32_t>>(in[0]);
+         std::vector<int32_t> starts = std::get<std::vector<int32_t>>(in[0]);
          test::VariantRef r;
-         r.keep = [p, ids](int64_t b, int64_t, int64_t i, int64_t j) {
-           int64_t a = aligned(p, i);
-           return j <= a && ids[b * p.seqlenK + j] == ids[b * p.seqlenK + a];
+         r.keep = [p, starts](int64_t b, int64_t, int64_t i, int64_t j) {
+           int64_t a = aligned(p, i); // <= Sk - 1; a < 0 sees no key
+           return a >= 0 && j <= a && j >= starts[b * p.seqlenK + a];
          };
          return r;
        }},
@@ -374,6 +396,59 @@ TEST(SlidingWindow, VisitsExactlyTheKTilesThatIntersectTheWindow) {
 }
 
 //===----------------------------------------------------------------------===//
+// Document mask: other documents' tiles are skipped
+//===----------------------------------------------------------------------===//
+
+TEST(DocumentMask, VisitsOnlyTheKTilesOfTheTilesDocuments) {
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto program = buildAttentionProgram(context, variants::documentMask(), ProgramOptions{ElementType::BF16, 64, 64});
+  ASSERT_TRUE(succeeded(program)) << diags.text;
+  constexpr int kBlockM = 64, kBlockN = 32;
+  OwningOpRef<ModuleOp> sched = scheduled(**program, fa2::Fa2Options{.blockM = kBlockM, .blockN = kBlockN, .warps = 4});
+  ASSERT_TRUE(sched) << diags.text;
+
+  for (auto [sq, sk] : {std::pair{512, 512}, {200, 512}, {600, 512}}) {
+    SCOPED_TRACE("seqlens " + std::to_string(sq) + "x" + std::to_string(sk));
+    Problem p = problem(2, sq, sk, 1, 1, 64);
+    std::mt19937_64 rng(seedFor("documents"));
+    // Sequence 0: documents of 1, 300 (ten K tiles), 1, 1, 50 tokens and the rest; sequence 1: random lengths.
+    std::vector<int32_t> starts = documentStarts(2, sk, rng);
+    for (int t = 0, first = 0; t < sk; ++t) {
+      for (int end : {1, 301, 302, 303, 353})
+        if (t == end)
+          first = t;
+      starts[t] = first;
+    }
+    p.inputs = {starts};
+    test::Inputs in = test::randomInputs(p, seedFor("documents"));
+    Outputs out;
+    interp::RunStats stats;
+    ASSERT_TRUE(succeeded(interp::run(funcOf(*sched), p, in.q, in.k, in.v, out.o, out.lse, &stats))) << diags.text;
+    test::VariantRef ref;
+    ref.keep = [p, starts](int64_t b, int64_t, int64_t i, int64_t j) {
+      int64_t a = aligned(p, i);
+      return a >= 0 && j <= a && j >= starts[b * p.seqlenK + a];
+    };
+    expectMatches(out, test::referenceAttention(p, in, ref, interp::roundToBf16), p, 2, "scheduled");
+    ASSERT_EQ(stats.blockM, kBlockM);
+    int64_t visited = 0, causal = 0;
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t t = 0; t < stats.qTiles; ++t) {
+        // From the document start of the tile's first row to its last row, clamped; the tiles that intersect it.
+        int64_t first = t * kBlockM + sk - sq, last = std::min<int64_t>((t + 1) * kBlockM, sq) - 1 + sk - sq;
+        int64_t hi = std::clamp<int64_t>(last + 1, 0, sk);
+        int64_t lo = std::clamp<int64_t>(starts[b * sk + std::clamp<int64_t>(first, 0, sk - 1)], 0, sk);
+        int64_t expected = hi > lo ? (hi + kBlockN - 1) / kBlockN - lo / kBlockN : 0;
+        EXPECT_EQ(stats.kTileLoads[b * stats.qTiles + t], expected) << "batch " << b << ", Q tile " << t;
+        visited += stats.kTileLoads[b * stats.qTiles + t];
+        causal += (hi + kBlockN - 1) / kBlockN;
+      }
+    EXPECT_LT(visited, causal * 2 / 3) << "documents shorter than the sequence visit a fraction of causal's tiles";
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // Variant identity: cache keys hash the hooks' IR, not the name, nor the numbers
 //===----------------------------------------------------------------------===//
 
@@ -483,7 +558,12 @@ TEST(VariantArguments, InputLengthsOfBuiltInVariants) {
             "slopes has 16 elements; variant 'alibi_per_batch' reads fp32 slopes of shape (B, H) = 32 elements");
   EXPECT_EQ(variants::checkInputLength("sinks_causal", "sinks", 15, 2, 16, 100),
             "sinks has 15 elements; variant 'sinks_causal' reads fp32 sinks of shape (H) = 16 elements");
-  EXPECT_EQ(variants::checkInputLength("document_mask", "doc_ids", 200, 2, 16, 100), "");
+  EXPECT_EQ(variants::checkInputLength("document_mask", "doc_start", 200, 2, 16, 100), "");
+  EXPECT_EQ(variants::checkInputLength("document_mask", "doc_start", 100, 2, 16, 100),
+            "doc_start has 100 elements; variant 'document_mask' reads int32 doc_start of shape (B, Sk) = 200 "
+            "elements");
+  EXPECT_EQ(variants::checkInputLength("document_mask", "doc_ids", 200, 2, 16, 100),
+            "variant 'document_mask' has no built-in input 'doc_ids'");
   EXPECT_EQ(variants::checkInputLength("causal", "slopes", 16, 2, 16, 100),
             "variant 'causal' has no built-in input 'slopes'");
 }

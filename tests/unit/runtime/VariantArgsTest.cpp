@@ -33,9 +33,9 @@ KernelInfo alibiKernel() {
 
 TEST(VariantInputs, ManifestRoundTripsInputNames) {
   KernelInfo info = alibiKernel();
-  info.inputNames = {"slopes", "doc_ids"};
+  info.inputNames = {"slopes", "doc_start"};
   std::string text = info.serialize();
-  EXPECT_THAT(text, HasSubstr("inputNames=slopes,doc_ids\n"));
+  EXPECT_THAT(text, HasSubstr("inputNames=slopes,doc_start\n"));
   StatusOr<KernelInfo> parsed = KernelInfo::parse(text);
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
   EXPECT_EQ(parsed->inputNames, info.inputNames);

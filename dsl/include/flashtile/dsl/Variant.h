@@ -41,9 +41,11 @@ struct Coords {
   Expr qAligned() const { return q + sizes.seqlenK - sizes.seqlenQ; }
 };
 
-/// The rows of the Q tile a program instance owns (both ends inclusive, already clipped to seqlen_q).
+/// The rows of the Q tile a program instance owns (both ends inclusive, already clipped to seqlen_q), and the
+/// batch entry and query head it works on (for rules that read per-batch or per-head inputs).
 struct QTile {
   Expr first, last;
+  Expr b, h;
   Sizes sizes;
   Expr firstAligned() const { return first + sizes.seqlenK - sizes.seqlenQ; }
   Expr lastAligned() const { return last + sizes.seqlenK - sizes.seqlenQ; }

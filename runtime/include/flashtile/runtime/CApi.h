@@ -25,7 +25,7 @@ int flashtile_forward(flashtile_runtime *rt, const void *q, const void *k, const
 /* A variant's numbers and input arrays. params: num_params floats in the variant's declaration order (e.g.
  * "sliding_window": left, right; "softcap": cap). inputs: num_inputs device pointers in declaration order, each to
  * elements of the type the variant declares, which C cannot check: fp32 for ALiBi slopes (shape (H) for "alibi",
- * (B, H) for "alibi_per_batch") and for sinks ((H), "sinks"); int32 for document ids ((B, Sk), "document_mask").
+ * (B, H) for "alibi_per_batch") and for sinks ((H), "sinks"); int32 for document starts ((B, Sk), "document_mask").
  * The kernel does not know an input's length either: it reads what the variant's index rule says. */
 typedef struct flashtile_variant_args {
   const float *params;

@@ -63,7 +63,7 @@ struct AttentionArgs {
   std::string variant = "none";     // a built-in name ("none", "causal", "sliding_window", ...) or a JIT variant id
   std::vector<float> variantParams; // the variant's numbers, in its declaration order
   // The variant's input arrays (device pointers, 4-byte aligned), in its declaration order, each of the element
-  // type the variant declares: fp32 for ALiBi slopes and sinks, int32 for document ids. The kernel does not know
+  // type the variant declares: fp32 for ALiBi slopes and sinks, int32 for document starts. The kernel does not know
   // their lengths: each variant documents the shape its index rule reads (e.g. alibi: headsQ floats).
   std::vector<const void *> inputs;
 
