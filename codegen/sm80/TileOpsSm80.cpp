@@ -163,6 +163,26 @@ void TileTargetSm80::copyRoutine(CudaWriter &w, Operand operand) {
   std::string chunkCount = cat(n.rows, " * ", n.width, " / 8");
   bool isQ = operand == Operand::Q;
   w.open(cat("auto ", n.copy, " = [&](", isQ ? "" : "int tile", ")"));
+  int chunksPerRow = width / kChunkElements;
+  if (!isQ && even && threads % chunksPerRow == 0) {
+    // Each thread keeps one column and steps down kThreads / chunks-per-row rows at a time: one source pointer
+    // advanced by a fixed stride, rather than a 64-bit row offset per chunk that the compiler would precompute
+    // and keep live across the K/V loop (at two m16 tiles per warp those registers spilled).
+    std::string perRow = cat("(", n.width, " / 8)");
+    w.line(cat("const int row0 = threadIdx.x / ", perRow, ", col = threadIdx.x % ", perRow, ";"));
+    w.line(cat("const int seqRow0 = ", isQ ? "m0" : cat("tile * ", n.rows), " + row0;"));
+    w.line(cat("const unsigned short *src = ", n.global, " + seqRow0 * ", n.rowStride, " + col * 8;"));
+    w.line(cat("const long long step = (kThreads / ", perRow, ") * ", n.rowStride, ";"));
+    w.openUnrolledFor("i", cat(chunkCount, " / kThreads"));
+    w.line(cat("const int row = row0 + i * (kThreads / ", perRow, ");"));
+    w.line(cat("const bool inside = seqRow0 + i * (kThreads / ", perRow, ") < ", n.seqlen, ";"));
+    w.line(cat("sm80::cpAsync16(sm80::smemAddress(", n.smem, ") + sm80::swizzle<", n.width, " / 8>(row, col), inside ? src : ",
+               n.global, ", inside);"));
+    w.line("src += step;");
+    w.close();
+    w.close(";");
+    return;
+  }
   w.openUnrolledFor("i", even ? cat(chunkCount, " / kThreads") : cat("(", chunkCount, " + kThreads - 1) / kThreads"));
   w.line("const int chunk = threadIdx.x + i * kThreads;");
   if (!even)
