@@ -669,11 +669,12 @@ LogicalResult validate(FuncOp func, const Problem &p, size_t qSize, size_t kSize
   if (!roundFor(func.getDtype()))
     return func.emitError() << "the interpreter runs bf16 and f16 programs, not " << func.getDtype();
   if (p.isVarlen() || !p.cuSeqlensK.empty()) {
-    for (auto [name, offsets, total] : {std::tuple{"cu_seqlens_q", &p.cuSeqlensQ, p.seqlenQ},
-                                        std::tuple{"cu_seqlens_k", &p.cuSeqlensK, p.seqlenK}}) {
+    for (auto [name, offsets, total] :
+         {std::tuple{"cu_seqlens_q", &p.cuSeqlensQ, p.seqlenQ}, std::tuple{"cu_seqlens_k", &p.cuSeqlensK, p.seqlenK}}) {
       if (offsets->size() != static_cast<size_t>(p.batch) + 1)
-        return func.emitError() << name << " has " << offsets->size() << " offsets; varlen needs batch + 1 = "
-                                << p.batch + 1 << " in both cu_seqlens_q and cu_seqlens_k";
+        return func.emitError() << name << " has " << offsets->size()
+                                << " offsets; varlen needs batch + 1 = " << p.batch + 1
+                                << " in both cu_seqlens_q and cu_seqlens_k";
       for (int b = 0; b <= p.batch; ++b) {
         int low = b ? (*offsets)[b - 1] : 0;
         if ((*offsets)[b] < low || (*offsets)[b] > total)

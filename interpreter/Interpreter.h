@@ -27,7 +27,7 @@ using InputArray = std::variant<std::vector<float>, std::vector<int32_t>>;
 struct Problem {
   int batch = 1, seqlenQ = 0, seqlenK = 0, headsQ = 1, headsKv = 1, headDim = 0, headDimV = 0;
   float softmaxScale = 1.0f;
-  std::vector<float> params;       ///< the variant's numbers, in the order of the tile.func's `params`
+  std::vector<float> params;        ///< the variant's numbers, in the order of the tile.func's `params`
   std::vector<InputArray> inputs{}; ///< the variant's input arrays, in the order of the tile.func's `inputs`
   /// Varlen (flash_attn_varlen_func): empty (dense), or batch + 1 non-decreasing offsets each, starting at 0.
   /// Sequence b is rows [cuSeqlensQ[b], cuSeqlensQ[b + 1]) of the packed Q/O and [cuSeqlensK[b],
@@ -50,9 +50,9 @@ struct RunStats {
 /// (batch x seqlenQ x headsQ x headDimV, values of the program's dtype) and LSE (batch x headsQ x seqlenQ, fp32,
 /// natural log). Varlen: Q is seqlenQ (total_q) x headsQ x headDim, K/V likewise with seqlenK, O total_q x headsQ x
 /// headDimV and LSE headsQ x total_q. Query head h reads K/V head h / (headsQ / headsKv). Inputs are rounded to the
-/// program's dtype first. Errors (bad sizes, an op the interpreter does not know, a pipeline hazard, ...) are emitted as MLIR
-/// diagnostics on the offending op, with a note naming the program instance; so is a tile.input read outside its
-/// array. `stats`, when given, receives what the run did.
+/// program's dtype first. Errors (bad sizes, an op the interpreter does not know, a pipeline hazard, ...) are emitted
+/// as MLIR diagnostics on the offending op, with a note naming the program instance; so is a tile.input read outside
+/// its array. `stats`, when given, receives what the run did.
 mlir::LogicalResult run(tile::FuncOp func, const Problem &problem, const std::vector<float> &q,
                         const std::vector<float> &k, const std::vector<float> &v, std::vector<float> &o,
                         std::vector<float> &lse, RunStats *stats = nullptr);

@@ -74,8 +74,8 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
 
   auto start = std::chrono::steady_clock::now();
   CompileResult result;
-  auto module = buildAttentionProgram(context, variant,
-                                      ProgramOptions{options.dtype, options.headDim, options.headDimV});
+  auto module =
+      buildAttentionProgram(context, variant, ProgramOptions{options.dtype, options.headDim, options.headDimV});
   if (mlir::failed(module))
     return failedWith("building the tile program for variant '" + variant.name() + "' failed");
   result.tileIr = print(module->get());

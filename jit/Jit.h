@@ -25,7 +25,7 @@ struct CompileOptions {
   int headDim = 128;
   int headDimV = 128;
   std::string schedule = "fa2";
-  fa2::Fa2Options fa2;        ///< tile sizes etc.; 0 = the schedule's default; fa2.arch is the target
+  fa2::Fa2Options fa2;          ///< tile sizes etc.; 0 = the schedule's default; fa2.arch is the target
   bool printIrAfterAll = false; ///< print the IR after every pass to stderr
 };
 

@@ -176,8 +176,8 @@ void TileTargetSm80::copyRoutine(CudaWriter &w, Operand operand) {
     w.openUnrolledFor("i", cat(chunkCount, " / kThreads"));
     w.line(cat("const int row = row0 + i * (kThreads / ", perRow, ");"));
     w.line(cat("const bool inside = seqRow0 + i * (kThreads / ", perRow, ") < ", n.seqlen, ";"));
-    w.line(cat("sm80::cpAsync16(sm80::smemAddress(", n.smem, ") + sm80::swizzle<", n.width, " / 8>(row, col), inside ? src : ",
-               n.global, ", inside);"));
+    w.line(cat("sm80::cpAsync16(sm80::smemAddress(", n.smem, ") + sm80::swizzle<", n.width,
+               " / 8>(row, col), inside ? src : ", n.global, ", inside);"));
     w.line("src += step;");
     w.close();
     w.close(";");

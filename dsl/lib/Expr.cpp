@@ -40,9 +40,9 @@ Expr Expr::literal(double v) const {
   Type type = value.getType();
   if (isFloat())
     return Expr(*builder, arith::ConstantFloatOp::create(*builder, builder->getUnknownLoc(), cast<FloatType>(type),
-                                                                  APFloat(static_cast<float>(v))));
-  return Expr(*builder, arith::ConstantIntOp::create(*builder, builder->getUnknownLoc(), type,
-                                                              static_cast<int64_t>(v)));
+                                                         APFloat(static_cast<float>(v))));
+  return Expr(*builder,
+              arith::ConstantIntOp::create(*builder, builder->getUnknownLoc(), type, static_cast<int64_t>(v)));
 }
 
 Expr operator+(const Expr &a, const Expr &b) { return arithmetic<arith::AddFOp, arith::AddIOp>(a, b); }

@@ -65,7 +65,8 @@ private:
   dsl::Expr constant(int64_t v) { return dsl::Expr(b, arith::ConstantIntOp::create(b, loc, v, 32)); }
 
   /// `tile.kv_range kind { (first, last, b, h) -> (lo, hi) }`; `rule` may be empty, then `fallback` gives the range.
-  LogicalResult kvRange(StringRef kind, const dsl::RangeFn &rule, const std::function<dsl::Range(dsl::Sizes)> &fallback);
+  LogicalResult kvRange(StringRef kind, const dsl::RangeFn &rule,
+                        const std::function<dsl::Range(dsl::Sizes)> &fallback);
   LogicalResult expectType(dsl::Expr e, Type type, StringRef what);
 
   MLIRContext &ctx;
@@ -178,7 +179,7 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
     tile::YieldOp::create(b, loc, ValueRange{next});
   }
   auto fin = tile::FinalizeOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, f32),
-                                        RankedTensorType::get({dyn}, f32), loop.getResult());
+                                      RankedTensorType::get({dyn}, f32), loop.getResult());
   if (variant.sinkFn()) {
     OpBuilder::InsertionGuard guard(b);
     Block *blk = b.createBlock(&fin.getSink(), {}, {i32, i32}, {loc, loc});
@@ -198,7 +199,7 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
 } // namespace
 
 FailureOr<OwningOpRef<ModuleOp>> buildAttentionProgram(MLIRContext &context, const Variant &variant,
-                                                      const ProgramOptions &options) {
+                                                       const ProgramOptions &options) {
   return ProgramBuilder(context, variant, options).build();
 }
 

@@ -92,8 +92,7 @@ LogicalResult checkOperandName(Operation *op, StringRef name, ArrayRef<StringRef
 }
 
 /// Checks a region's entry block signature: `types` block arguments and a terminator yielding `yields`.
-LogicalResult checkRegionSignature(Operation *op, Region &region, TypeRange args, TypeRange yields,
-                                   StringRef what) {
+LogicalResult checkRegionSignature(Operation *op, Region &region, TypeRange args, TypeRange yields, StringRef what) {
   Block &block = region.front();
   if (block.getArgumentTypes() != args) {
     std::string expect;

@@ -75,8 +75,8 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
       func.emitOpError() << *error;
       return signalPassFailure();
     }
-    func.setScheduleAttr(ScheduleAttr::get(&getContext(), fa2::kName, config.blockM, config.blockN, config.warps,
-                                           config.stages));
+    func.setScheduleAttr(
+        ScheduleAttr::get(&getContext(), fa2::kName, config.blockM, config.blockN, config.warps, config.stages));
 
     WalkResult result = func.getBody().walk([&](Operation *op) -> WalkResult {
       for (Region &region : op->getRegions())

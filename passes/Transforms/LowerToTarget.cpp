@@ -58,8 +58,8 @@ struct TileLowerToTargetPass : flashtile::tile::impl::TileLowerToTargetBase<Tile
                                      static_cast<int>(schedule.getWarps()), static_cast<int>(schedule.getStages())};
     int64_t smem = config.smemBytes(func.getHeadDim(), func.getHeadDimV());
     if (smem > info->maxSmemBytes) {
-      func.emitOpError() << "needs " << smem << " bytes of shared memory; " << arch << " allows "
-                         << info->maxSmemBytes << " per block (reduce block-m or block-n)";
+      func.emitOpError() << "needs " << smem << " bytes of shared memory; " << arch << " allows " << info->maxSmemBytes
+                         << " per block (reduce block-m or block-n)";
       return signalPassFailure();
     }
 

@@ -39,7 +39,7 @@ TileBounds tileBounds(OpBuilder &b, Location loc, KvRangeOp may, KvRangeOp full,
   };
   TileBounds t;
   Value mayLo = clampKeys(may.getLo()), mayHi = clampKeys(may.getHi());
-  t.lo = arith::DivSIOp::create(b, loc, mayLo, bn);                                    // floor: nonnegative
+  t.lo = arith::DivSIOp::create(b, loc, mayLo, bn);                                           // floor: nonnegative
   t.hi = arith::MaxSIOp::create(b, loc, arith::CeilDivSIOp::create(b, loc, mayHi, bn), t.lo); // empty if hi < lo
   Value fLo = arith::CeilDivSIOp::create(b, loc, clampKeys(full.getLo()), bn); // first tile entirely inside
   Value fHi = arith::DivSIOp::create(b, loc, clampKeys(full.getHi()), bn);     // one past the last such tile
@@ -49,8 +49,7 @@ TileBounds tileBounds(OpBuilder &b, Location loc, KvRangeOp may, KvRangeOp full,
 }
 
 /// A copy of `loop` over [lo, hi) of one segment; interior copies drop their masks.
-KvLoopOp cloneSegment(OpBuilder &b, KvLoopOp loop, Value init, Value lo, Value hi, StringRef segment,
-                      StringRef order) {
+KvLoopOp cloneSegment(OpBuilder &b, KvLoopOp loop, Value init, Value lo, Value hi, StringRef segment, StringRef order) {
   auto seg = KvLoopOp::create(b, loop.getLoc(), loop.getResult().getType(), lo, hi, init, segment, order);
   IRMapping map;
   loop.getBody().cloneInto(&seg.getBody(), map);

@@ -170,8 +170,8 @@ Status Runtime::validate(const AttentionArgs &args) {
     return Status::error("headDim " + std::to_string(args.headDim) +
                          " is not supported; supported: " + supportedHeadDimsText());
   if (!supportsHeadDims(args.headDim, args.headDimV))
-    return Status::error("headDimV " + std::to_string(args.headDimV) + " with headDim " +
-                         std::to_string(args.headDim) + " is not supported; supported: " + supportedHeadDimsText());
+    return Status::error("headDimV " + std::to_string(args.headDimV) + " with headDim " + std::to_string(args.headDim) +
+                         " is not supported; supported: " + supportedHeadDimsText());
   for (auto [name, value, minimum] : {std::tuple<std::string_view, int, int>{"batch", args.batch, 1},
                                       {"seqlenQ", args.seqlenQ, 0},
                                       {"seqlenK", args.seqlenK, 0},
@@ -274,12 +274,12 @@ Status checkVarlen(const AttentionArgs &args) {
 Status Runtime::validateCuSeqlens(const AttentionArgs &args, const int *cuSeqlensQHost, const int *cuSeqlensKHost) {
   if (cuSeqlensQHost)
     if (Status s = checkOffsets("cuSeqlensQ", cuSeqlensQHost, args.batch, "seqlenQ", args.seqlenQ, "maxSeqlenQ",
-                               args.maxSeqlenQ);
+                                args.maxSeqlenQ);
         !s.ok())
       return s;
   if (cuSeqlensKHost)
     if (Status s = checkOffsets("cuSeqlensK", cuSeqlensKHost, args.batch, "seqlenK", args.seqlenK, "maxSeqlenK",
-                               args.maxSeqlenK);
+                                args.maxSeqlenK);
         !s.ok())
       return s;
   return Status();

@@ -80,9 +80,9 @@ Status checkDeviceCuSeqlens(const CudaDriver &driver, const AttentionArgs &args,
     return s;
   std::vector<int> offsetsQ(size_t(args.batch) + 1), offsetsK(size_t(args.batch) + 1);
   for (auto [device, host] : {std::pair{args.cuSeqlensQ, &offsetsQ}, {args.cuSeqlensK, &offsetsK}})
-    if (Status s = driver.check(driver.cuMemcpyDtoH_v2(host->data(), reinterpret_cast<CUdeviceptr>(device),
-                                                       host->size() * sizeof(int)),
-                                "cuMemcpyDtoH(cu_seqlens)");
+    if (Status s = driver.check(
+            driver.cuMemcpyDtoH_v2(host->data(), reinterpret_cast<CUdeviceptr>(device), host->size() * sizeof(int)),
+            "cuMemcpyDtoH(cu_seqlens)");
         !s.ok())
       return s;
   return Runtime::validateCuSeqlens(args, offsetsQ.data(), offsetsK.data()).withContext("FLASHTILE_CHECK_VARLEN");

@@ -248,9 +248,8 @@ std::string caseName(const Case &c) {
   name << dtypeName(c.dtype) << "_hd" << c.headDim;
   if (c.headDimV != c.headDim)
     name << "_dv" << c.headDimV;
-  name << (c.causal ? "_causal" : "_full") << "_B" << c.batch << "_H"
-       << c.headsQ << "x" << c.headsKv << "_Sq" << c.seqlenQ << "_Sk" << c.seqlenK << "_" << layoutName(c.qoLayout)
-       << "_" << layoutName(c.kvLayout);
+  name << (c.causal ? "_causal" : "_full") << "_B" << c.batch << "_H" << c.headsQ << "x" << c.headsKv << "_Sq"
+       << c.seqlenQ << "_Sk" << c.seqlenK << "_" << layoutName(c.qoLayout) << "_" << layoutName(c.kvLayout);
   return name.str();
 }
 
@@ -444,8 +443,8 @@ void checkForward(const Case &c) {
       << "the reference produced NaN: a bug in this test's reference kernel, not in flashtile";
 
   const bool pass = cmp.pass();
-  const std::string headDims = std::to_string(c.headDim) +
-                               (c.headDimV != c.headDim ? "/" + std::to_string(c.headDimV) : "");
+  const std::string headDims =
+      std::to_string(c.headDim) + (c.headDimV != c.headDim ? "/" + std::to_string(c.headDimV) : "");
   std::printf("[flashtile-gpu] %-4s hd=%-3s causal=%d B=%d H=%d/%d Sq=%-4d Sk=%-4d qo=%-7s kv=%-7s "
               "err_ours=%.3e err_lowp=%.3e ratio=%s lse_err=%.2e %s%s\n",
               std::string(dtypeName(c.dtype)).c_str(), headDims.c_str(), int(c.causal), c.batch, c.headsQ, c.headsKv,
@@ -553,10 +552,9 @@ void checkVarlen(const VarlenCase &c) {
   ASSERT_OK(synchronize("fill_normal"));
 
   const float scale = 1.0f / std::sqrt(float(D));
-  AttentionArgs args = AttentionArgs::varlen(c.dtype, qBuf.as<const void>(), kBuf.as<const void>(),
-                                             vBuf.as<const void>(), oBuf.as<void>(), lseBuf.as<float>(),
-                                             cuQBuf.as<const int>(), cuKBuf.as<const int>(), batch, totalQ, totalK,
-                                             maxQ, maxK, Hq, Hkv, D, Dv);
+  AttentionArgs args = AttentionArgs::varlen(
+      c.dtype, qBuf.as<const void>(), kBuf.as<const void>(), vBuf.as<const void>(), oBuf.as<void>(), lseBuf.as<float>(),
+      cuQBuf.as<const int>(), cuKBuf.as<const int>(), batch, totalQ, totalK, maxQ, maxK, Hq, Hkv, D, Dv);
   args.cuSeqlensQHost = cuQ.data(); // checked by validate()
   args.cuSeqlensKHost = cuK.data();
   args.softmaxScale = scale;
@@ -574,11 +572,11 @@ void checkVarlen(const VarlenCase &c) {
       continue; // nothing to write; rows of other sequences are checked with theirs
     SCOPED_TRACE("sequence " + std::to_string(b) + " (Sq " + std::to_string(Sq) + ", Sk " + std::to_string(Sk) + ")");
     // The sequence alone, as a dense call on sub-pointers (o and lse are not used by the reference).
-    AttentionArgs one = AttentionArgs::contiguous(
-        c.dtype, qBuf.as<const void>(size_t(q0) * q.stride[1] * sizeof(uint16_t)),
-        kBuf.as<const void>(size_t(k0) * k.stride[1] * sizeof(uint16_t)),
-        vBuf.as<const void>(size_t(k0) * v.stride[1] * sizeof(uint16_t)), oBuf.as<void>(), lseBuf.as<float>(), 1, Sq,
-        Sk, Hq, Hkv, D, Dv);
+    AttentionArgs one =
+        AttentionArgs::contiguous(c.dtype, qBuf.as<const void>(size_t(q0) * q.stride[1] * sizeof(uint16_t)),
+                                  kBuf.as<const void>(size_t(k0) * k.stride[1] * sizeof(uint16_t)),
+                                  vBuf.as<const void>(size_t(k0) * v.stride[1] * sizeof(uint16_t)), oBuf.as<void>(),
+                                  lseBuf.as<float>(), 1, Sq, Sk, Hq, Hkv, D, Dv);
     one.softmaxScale = scale;
     StatusOr<reference::ReferenceOutputs> fp32 = gpu().reference->runToHost(one, c.causal, Precision::Fp32);
     ASSERT_OK(fp32.status());

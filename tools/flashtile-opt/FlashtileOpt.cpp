@@ -8,7 +8,6 @@
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
 
-
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registry.insert<flashtile::tile::TileDialect, mlir::arith::ArithDialect, mlir::math::MathDialect>();

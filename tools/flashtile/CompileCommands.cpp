@@ -19,8 +19,8 @@ namespace flashtile::cli {
 
 namespace {
 
-const std::set<std::string> kKernelFlags = {"variant", "schedule", "arch",  "head-dim", "head-dim-v", "dtype",
-                                            "block-m", "block-n",  "warps", "stages"};
+const std::set<std::string> kKernelFlags = {"variant", "schedule", "arch",    "head-dim", "head-dim-v",
+                                            "dtype",   "block-m",  "block-n", "warps",    "stages"};
 
 int fail(const Status &status) {
   std::cerr << "flashtile: error: " << status.message() << "\n";
@@ -53,8 +53,10 @@ StatusOr<jit::CompileOptions> kernelOptions(const Args &args) {
   o.headDimV = *hdv;
   o.schedule = args.get("schedule", "fa2");
   o.fa2.arch = args.get("arch", "sm_90a");
-  for (auto [flag, field] : {std::pair{"block-m", &o.fa2.blockM}, {"block-n", &o.fa2.blockN},
-                             {"warps", &o.fa2.warps}, {"stages", &o.fa2.stages}}) {
+  for (auto [flag, field] : {std::pair{"block-m", &o.fa2.blockM},
+                             {"block-n", &o.fa2.blockN},
+                             {"warps", &o.fa2.warps},
+                             {"stages", &o.fa2.stages}}) {
     auto v = args.getInt(flag, 0);
     if (!v.ok())
       return v.status();
@@ -131,11 +133,21 @@ int compileCommand(const std::vector<std::string> &argv, bool emitDefaultsToCuda
     return fail(result.status());
   const std::string *text = nullptr;
   switch (*stage) {
-  case jit::Stage::Tile: text = &result->tileIr; break;
-  case jit::Stage::Scheduled: text = &result->scheduledIr; break;
-  case jit::Stage::Cuda: text = &result->cuda; break;
-  case jit::Stage::Ptx: text = &result->ptx; break;
-  case jit::Stage::Cubin: text = &result->cubin; break;
+  case jit::Stage::Tile:
+    text = &result->tileIr;
+    break;
+  case jit::Stage::Scheduled:
+    text = &result->scheduledIr;
+    break;
+  case jit::Stage::Cuda:
+    text = &result->cuda;
+    break;
+  case jit::Stage::Ptx:
+    text = &result->ptx;
+    break;
+  case jit::Stage::Cubin:
+    text = &result->cubin;
+    break;
   }
   if (output == "-") {
     std::cout << *text;
@@ -146,8 +158,8 @@ int compileCommand(const std::vector<std::string> &argv, bool emitDefaultsToCuda
 }
 
 int aotCommand(const std::vector<std::string> &argv) {
-  std::set<std::string> flags = {"out", "variants", "dtypes", "head-dims", "arch", "schedule",
-                                 "block-m", "block-n", "warps", "stages"};
+  std::set<std::string> flags = {"out",      "variants", "dtypes",  "head-dims", "arch",
+                                 "schedule", "block-m",  "block-n", "warps",     "stages"};
   auto args = Args::parse(argv, flags, {});
   if (!args.ok())
     return fail(args.status());

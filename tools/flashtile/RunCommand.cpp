@@ -350,8 +350,8 @@ int runCommand(const std::vector<std::string> &argv) {
   if (!ref.ok())
     return fail(ref.status().withContext("setting up the reference kernels"));
 
-  const std::string headDims = std::to_string(opt.headDim) +
-                               (opt.headDimV != opt.headDim ? "/" + std::to_string(opt.headDimV) : "");
+  const std::string headDims =
+      std::to_string(opt.headDim) + (opt.headDimV != opt.headDim ? "/" + std::to_string(opt.headDimV) : "");
   std::printf("flashtile %s: %s %s hd=%s B=%d Hq=%d Hkv=%d Sq=%d Sk=%d on %s, %s\n",
               std::string(compilerVersion()).c_str(), opt.variant.c_str(), std::string(dtypeName(opt.dtype)).c_str(),
               headDims.c_str(), opt.batch, opt.headsQ, opt.headsKv, opt.seqlenQ, opt.seqlenK, arch->c_str(),

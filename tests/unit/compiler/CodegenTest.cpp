@@ -302,8 +302,8 @@ TEST(Codegen, InputsAndSinks) {
   // doc_start: once in the mask, and in both KV-range rules at the block's batch entry (the grid's z).
   EXPECT_EQ(count(src, "static_cast<const int *>(p.inputs[1])["), 3) << src;
   EXPECT_EQ(count(src, "static_cast<const int *>(p.inputs[1])[(blockIdx.z * p.seqlenK) + "), 2) << src;
-  EXPECT_EQ(count(src, "// ---- K/V tiles"), 3) << src;              // head boundary, interior, tail boundary
-  EXPECT_EQ(count(src, "!keep(b, h, q, kv, p)"), 2) << src;          // the interior is not masked
+  EXPECT_EQ(count(src, "// ---- K/V tiles"), 3) << src;     // head boundary, interior, tail boundary
+  EXPECT_EQ(count(src, "!keep(b, h, q, kv, p)"), 2) << src; // the interior is not masked
   EXPECT_EQ(count(src, "const float sinkLog2 = sinkLogit(b, h, p) * sm80::kLog2e;"), 1) << src;
   EXPECT_NE(src.find("const FlashtileFwdParams &p) {"), std::string::npos);
   StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_80", NvrtcOutput::Cubin);

@@ -31,9 +31,8 @@ Built build(const Variant &variant, ProgramOptions options = {}) {
   auto module = buildAttentionProgram(context, variant, options);
   out.ok = mlir::succeeded(module);
   if (out.ok)
-    (*module)->walk<mlir::WalkOrder::PreOrder>([&](mlir::Operation *op) {
-      out.ops.push_back(op->getName().getStringRef().str());
-    });
+    (*module)->walk<mlir::WalkOrder::PreOrder>(
+        [&](mlir::Operation *op) { out.ops.push_back(op->getName().getStringRef().str()); });
   return out;
 }
 
@@ -57,8 +56,10 @@ TEST(Dsl, FullVariantBuildsTheAttentionProgram) {
 }
 
 TEST(Dsl, ScoreHookAndParamsBecomeIr) {
-  Variant softcap = Variant("softcap").param("cap", 30.f).score(
-      [](dsl::Expr s, const dsl::Coords &, const dsl::Params &p) { return p["cap"] * dsl::tanh(s / p["cap"]); });
+  Variant softcap =
+      Variant("softcap").param("cap", 30.f).score([](dsl::Expr s, const dsl::Coords &, const dsl::Params &p) {
+        return p["cap"] * dsl::tanh(s / p["cap"]);
+      });
   Built b = build(softcap);
   ASSERT_TRUE(b.ok) << b.diagnostics;
   EXPECT_EQ(count(b, "tile.score_mod"), 1);
@@ -84,8 +85,8 @@ TEST(Dsl, ScoreModifierMustReturnAFloat) {
 }
 
 TEST(Dsl, UndeclaredParameterIsRejected) {
-  Variant bad = Variant("bad").score(
-      [](dsl::Expr s, const dsl::Coords &, const dsl::Params &p) { return s * p["slope"]; });
+  Variant bad =
+      Variant("bad").score([](dsl::Expr s, const dsl::Coords &, const dsl::Params &p) { return s * p["slope"]; });
   Built b = build(bad);
   EXPECT_FALSE(b.ok);
   EXPECT_NE(b.diagnostics.find("'slope' is not a parameter of @attention"), std::string::npos) << b.diagnostics;

@@ -163,8 +163,8 @@ TEST_P(HeadShapes, UnscheduledAndFa2ScheduledMatchTheReference) {
   uint64_t seed = seedFor(c.name());
   SCOPED_TRACE("seed " + std::to_string(seed));
   test::Inputs in = test::randomInputs(p, seed);
-  test::Reference ref = test::referenceAttention(
-      p, in, c.variant == "causal" ? test::Mask::Causal : test::Mask::None, roundFor(c.dtype));
+  test::Reference ref =
+      test::referenceAttention(p, in, c.variant == "causal" ? test::Mask::Causal : test::Mask::None, roundFor(c.dtype));
   for (auto [label, func] : programs.all()) {
     std::vector<float> o, lse;
     ASSERT_TRUE(succeeded(interp::run(func, p, in.q, in.k, in.v, o, lse))) << label << "\n" << programs.diagnostics;
@@ -194,8 +194,8 @@ struct VarlenCase {
       }
       return s;
     };
-    return variant + "_d" + std::to_string(headDim) + "_dv" + std::to_string(headDimV) + "_q" + join(lengthsQ) +
-           "_k" + join(lengthsK);
+    return variant + "_d" + std::to_string(headDim) + "_dv" + std::to_string(headDimV) + "_q" + join(lengthsQ) + "_k" +
+           join(lengthsK);
   }
 };
 
@@ -284,9 +284,18 @@ TEST(VarlenProblem, BadOffsetsAreDiagnosed) {
   ASSERT_TRUE(succeeded(interp::run(func, p, in.q, in.k, in.v, o, lse))) << programs.diagnostics;
 
   const std::pair<std::function<void(Problem &)>, std::string> bad[] = {
-      {[](Problem &q) { q.cuSeqlensQ = {0, 6, 5}; }, "cu_seqlens_q[2] = 5 is outside [6, 8]"},
-      {[](Problem &q) { q.cuSeqlensK = {0, 6, 9}; }, "cu_seqlens_k[2] = 9 is outside [6, 8]"},
-      {[](Problem &q) { q.cuSeqlensK = {0, 8}; }, "cu_seqlens_k has 2 offsets; varlen needs batch + 1 = 3"},
+      {[](Problem &q) {
+         q.cuSeqlensQ = {0, 6, 5};
+       },
+       "cu_seqlens_q[2] = 5 is outside [6, 8]"},
+      {[](Problem &q) {
+         q.cuSeqlensK = {0, 6, 9};
+       },
+       "cu_seqlens_k[2] = 9 is outside [6, 8]"},
+      {[](Problem &q) {
+         q.cuSeqlensK = {0, 8};
+       },
+       "cu_seqlens_k has 2 offsets; varlen needs batch + 1 = 3"},
       {[](Problem &q) { q.cuSeqlensQ.clear(); }, "cu_seqlens_q has 0 offsets"},
   };
   for (const auto &[mutate, message] : bad) {

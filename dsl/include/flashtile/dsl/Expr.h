@@ -44,8 +44,8 @@ Expr operator||(const Expr &a, const Expr &b);
 Expr operator!(const Expr &a);
 
 // Mixed with C++ numbers: the number takes the expression's type.
-#define FLASHTILE_DSL_MIXED(op)                                                                                   \
-  inline Expr operator op(const Expr &a, double b) { return a op a.literal(b); }                                 \
+#define FLASHTILE_DSL_MIXED(op)                                                                                        \
+  inline Expr operator op(const Expr &a, double b) { return a op a.literal(b); }                                       \
   inline Expr operator op(double a, const Expr &b) { return b.literal(a) op b; }
 FLASHTILE_DSL_MIXED(+)
 FLASHTILE_DSL_MIXED(-)

@@ -26,9 +26,8 @@ void loadProgramDialects(mlir::MLIRContext &context);
 /// Builds `tile.func @attention` for a variant: load Q; for every K/V tile: S = Q·Kᵀ, scale, the variant's
 /// score modifier and mask, online softmax, rescale, P·V; finalize; store O and LSE. Unscheduled: tile sizes
 /// are `?`. Fails (with a diagnostic) when a hook is ill-typed, e.g. a mask that returns a float.
-mlir::FailureOr<mlir::OwningOpRef<mlir::ModuleOp>> buildAttentionProgram(mlir::MLIRContext &context,
-                                                                        const Variant &variant,
-                                                                        const ProgramOptions &options);
+mlir::FailureOr<mlir::OwningOpRef<mlir::ModuleOp>>
+buildAttentionProgram(mlir::MLIRContext &context, const Variant &variant, const ProgramOptions &options);
 
 /// The variant's identity for cache keys: its name plus a hash of the IR its hooks produce, so two different
 /// lambdas under one name never share a kernel ("causal#9f1c...").

@@ -35,7 +35,7 @@ struct FlashtileFwdParams {
   int seqlenQ;
   int seqlenK;
   float softmaxScale;
-  float scaleLog2; /* softmaxScale * log2(e): scores are exponentiated with exp2 */
+  float scaleLog2;                                   /* softmaxScale * log2(e): scores are exponentiated with exp2 */
   float variantParams[FLASHTILE_MAX_VARIANT_PARAMS]; /* a variant's numbers, in declaration order */
   /* A variant's extra input arrays (tile.input), in declaration order, of the element type each declares (f32 or
    * int32). The kernel does not know their lengths: the variant's index rule defines each one's shape. */
