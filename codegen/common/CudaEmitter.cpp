@@ -9,6 +9,7 @@
 #include "codegen/common/KernelAbiText.h"
 #include "codegen/common/ScalarEmitter.h"
 #include "codegen/common/TileTarget.h"
+#include "codegen/sm80/InstructionsSm80.h"
 #include "codegen/sm80/TileOpsSm80.h"
 #include "flashtile/runtime/KernelAbi.h"
 #include "flashtile/runtime/Version.h"
@@ -23,7 +24,7 @@ using namespace flashtile::tile;
 namespace flashtile::codegen {
 namespace {
 
-constexpr StringLiteral kIsaSm80 = "sm80";
+const StringRef kIsaSm80 = sm80::kIsa; // codegen/sm80/InstructionsSm80.h
 
 /// `s` with every character outside [A-Za-z0-9_] replaced by '_': usable in a C identifier.
 std::string sanitize(StringRef s) {

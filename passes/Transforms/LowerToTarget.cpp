@@ -3,6 +3,7 @@
 // Picks the instruction family for a scheduled program and checks that the schedule fits it. The FA2
 // schedule is written for the SM80 family (mma.sync, ldmatrix, cp.async), which SM90 and SM100 also run.
 //===----------------------------------------------------------------------===//
+#include "codegen/sm80/InstructionsSm80.h"
 #include "passes/Transforms/Passes.h"
 #include "schedules/fa2/Fa2Config.h"
 
@@ -18,11 +19,7 @@ using namespace flashtile::tile;
 
 namespace {
 
-struct ArchInfo {
-  llvm::StringLiteral name;
-  int64_t maxSmemBytes; // per-block opt-in dynamic shared memory limit
-};
-constexpr ArchInfo kArchs[] = {{"sm_80", 163 * 1024}, {"sm_90a", 227 * 1024}, {"sm_100a", 227 * 1024}};
+namespace isa = flashtile::codegen::sm80;
 
 constexpr llvm::StringLiteral kInstAttr = "tile.inst";
 
@@ -31,8 +28,9 @@ struct TileLowerToTargetPass : flashtile::tile::impl::TileLowerToTargetBase<Tile
 
   void runOnOperation() override {
     FuncOp func = getOperation();
-    const ArchInfo *info = llvm::find_if(kArchs, [&](const ArchInfo &a) { return a.name == arch; });
-    if (info == std::end(kArchs)) {
+    const isa::ArchLimits *info =
+        llvm::find_if(isa::kArchs, [&](const isa::ArchLimits &a) { return StringRef(a.arch) == arch; });
+    if (info == std::end(isa::kArchs)) {
       func.emitOpError() << "unknown arch '" << arch << "'; accepted: sm_80, sm_90a, sm_100a";
       return signalPassFailure();
     }
@@ -46,8 +44,8 @@ struct TileLowerToTargetPass : flashtile::tile::impl::TileLowerToTargetBase<Tile
       return signalPassFailure();
     }
     int64_t rowsPerWarp = schedule.getBlockM() / schedule.getWarps();
-    if (rowsPerWarp % 16 != 0 || schedule.getBlockN() % 16 != 0 || func.getHeadDim() % 16 != 0 ||
-        func.getHeadDimV() % 8 != 0) {
+    if (rowsPerWarp % isa::kMmaM != 0 || schedule.getBlockN() % isa::kMmaK != 0 ||
+        func.getHeadDim() % isa::kMmaK != 0 || func.getHeadDimV() % isa::kMmaN != 0) {
       func.emitOpError() << "mma.sync.m16n8k16 needs 16-row warp tiles, 16-key tiles, head_dim % 16 == 0 and "
                             "head_dim_v % 8 == 0; got "
                          << rowsPerWarp << " rows per warp, block-n " << schedule.getBlockN() << ", head dims "
@@ -64,15 +62,15 @@ struct TileLowerToTargetPass : flashtile::tile::impl::TileLowerToTargetBase<Tile
     }
 
     MLIRContext *ctx = &getContext();
-    func.setTargetAttr(TargetAttr::get(ctx, arch, "sm80"));
+    func.setTargetAttr(TargetAttr::get(ctx, arch, isa::kIsa));
     auto mark = [&](Operation *op, StringRef inst) { op->setAttr(kInstAttr, StringAttr::get(ctx, inst)); };
     func.walk([&](Operation *op) {
       llvm::TypeSwitch<Operation *, void>(op)
-          .Case<QkOp, PvOp>([&](auto o) { mark(o, "mma.sync.aligned.m16n8k16.row.col.f32"); })
-          .Case<CopyAsyncOp>([&](auto o) { mark(o, "cp.async.cg.shared.global.16"); })
-          .Case<WaitAsyncOp>([&](auto o) { mark(o, "cp.async.wait_group+bar.sync"); })
-          .Case<LoadOp>([&](LoadOp o) { mark(o, o.getOperand() == "v" ? "ldmatrix.x4.trans" : "ldmatrix.x4"); })
-          .Case<SoftmaxUpdateOp>([&](auto o) { mark(o, "ex2.approx.f32+shfl.bfly"); });
+          .Case<QkOp, PvOp>([&](auto o) { mark(o, isa::kMmaInst); })
+          .Case<CopyAsyncOp>([&](auto o) { mark(o, isa::kCopyInst); })
+          .Case<WaitAsyncOp>([&](auto o) { mark(o, isa::kWaitInst); })
+          .Case<LoadOp>([&](LoadOp o) { mark(o, o.getOperand() == "v" ? isa::kLoadTransposedInst : isa::kLoadInst); })
+          .Case<SoftmaxUpdateOp>([&](auto o) { mark(o, isa::kSoftmaxInst); });
     });
   }
 };
