@@ -5,6 +5,7 @@
 // Inputs are random; FLASHTILE_TEST_SEED changes every case's seed.
 //===----------------------------------------------------------------------===//
 #include "AttentionReference.h"
+#include "TestSupport.h"
 
 #include "Variants.h"
 #include "flashtile/dsl/Program.h"
@@ -32,35 +33,12 @@ using flashtile::interp::Scalar;
 
 namespace {
 
+using flashtile::testing::DiagnosticCapture;
+using flashtile::testing::seedFor;
+
 //===----------------------------------------------------------------------===//
 // Helpers
 //===----------------------------------------------------------------------===//
-
-/// Collects every diagnostic (with its notes) emitted in a context while alive.
-class DiagnosticCapture {
-public:
-  explicit DiagnosticCapture(MLIRContext &context)
-      : handler(&context, [this](Diagnostic &d) {
-          text += d.str() + "\n";
-          for (Diagnostic &note : d.getNotes())
-            text += "  note: " + note.str() + "\n";
-          return success();
-        }) {}
-  std::string text;
-
-private:
-  ScopedDiagnosticHandler handler;
-};
-
-uint64_t seedFor(const std::string &name) {
-  uint64_t base = 0x5eed;
-  if (const char *env = std::getenv("FLASHTILE_TEST_SEED"))
-    base = std::strtoull(env, nullptr, 0);
-  uint64_t h = 1469598103934665603ull ^ base; // FNV-1a over the case name: a different seed per case
-  for (unsigned char c : name)
-    h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 tile::FuncOp funcOf(ModuleOp module) { return *module.getOps<tile::FuncOp>().begin(); }
 

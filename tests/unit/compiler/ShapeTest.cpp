@@ -6,6 +6,7 @@
 // empty sequences included. Inputs are random; FLASHTILE_TEST_SEED changes every case's seed.
 //===----------------------------------------------------------------------===//
 #include "AttentionReference.h"
+#include "TestSupport.h"
 
 #include "Variants.h"
 #include "flashtile/dsl/Program.h"
@@ -32,15 +33,8 @@ using flashtile::interp::Problem;
 
 namespace {
 
-uint64_t seedFor(const std::string &name) {
-  uint64_t base = 0x5eed;
-  if (const char *env = std::getenv("FLASHTILE_TEST_SEED"))
-    base = std::strtoull(env, nullptr, 0);
-  uint64_t h = 1469598103934665603ull ^ base; // FNV-1a over the case name: a different seed per case
-  for (unsigned char c : name)
-    h = (h ^ c) * 1099511628211ull;
-  return h;
-}
+using flashtile::testing::DiagnosticCapture;
+using flashtile::testing::seedFor;
 
 /// A variant's program, and its FA2-scheduled copies, in one context that collects diagnostics.
 struct Programs {

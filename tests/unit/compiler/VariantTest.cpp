@@ -6,6 +6,7 @@
 // keys; and the errors bad variant arguments get. Inputs are random; FLASHTILE_TEST_SEED changes every seed.
 //===----------------------------------------------------------------------===//
 #include "AttentionReference.h"
+#include "TestSupport.h"
 
 #include "Variants.h"
 #include "flashtile/dsl/Program.h"
@@ -31,32 +32,12 @@ using flashtile::interp::Problem;
 
 namespace {
 
+using flashtile::testing::DiagnosticCapture;
+using flashtile::testing::seedFor;
+
 //===----------------------------------------------------------------------===//
 // Helpers
 //===----------------------------------------------------------------------===//
-
-class DiagnosticCapture {
-public:
-  explicit DiagnosticCapture(MLIRContext &context)
-      : handler(&context, [this](Diagnostic &d) {
-          text += d.str() + "\n";
-          return success();
-        }) {}
-  std::string text;
-
-private:
-  ScopedDiagnosticHandler handler;
-};
-
-uint64_t seedFor(const std::string &name) {
-  uint64_t base = 0x5eed;
-  if (const char *env = std::getenv("FLASHTILE_TEST_SEED"))
-    base = std::strtoull(env, nullptr, 0);
-  uint64_t h = 1469598103934665603ull ^ base; // FNV-1a over the case name
-  for (unsigned char c : name)
-    h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 tile::FuncOp funcOf(ModuleOp module) { return *module.getOps<tile::FuncOp>().begin(); }
 

@@ -1,0 +1,44 @@
+// TestSupport.h — helpers the compiler tests share: diagnostics capture and per-case seeds.
+#ifndef FLASHTILE_TESTS_UNIT_COMPILER_TESTSUPPORT_H
+#define FLASHTILE_TESTS_UNIT_COMPILER_TESTSUPPORT_H
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+namespace flashtile::testing {
+
+/// Collects every diagnostic (with its notes) emitted in a context while alive.
+class DiagnosticCapture {
+public:
+  explicit DiagnosticCapture(mlir::MLIRContext &context)
+      : handler(&context, [this](mlir::Diagnostic &d) {
+          text += d.str() + "\n";
+          for (mlir::Diagnostic &note : d.getNotes())
+            text += "  note: " + note.str() + "\n";
+          return mlir::success();
+        }) {}
+  std::string text;
+
+private:
+  mlir::ScopedDiagnosticHandler handler;
+};
+
+/// A seed per test case: FNV-1a over the case name on top of FLASHTILE_TEST_SEED (default 0x5eed), so cases get
+/// different inputs and a failure replays with the same environment.
+inline uint64_t seedFor(const std::string &name) {
+  uint64_t base = 0x5eed;
+  if (const char *env = std::getenv("FLASHTILE_TEST_SEED"))
+    base = std::strtoull(env, nullptr, 0);
+  uint64_t h = 1469598103934665603ull ^ base;
+  for (unsigned char c : name)
+    h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+} // namespace flashtile::testing
+
+#endif // FLASHTILE_TESTS_UNIT_COMPILER_TESTSUPPORT_H
