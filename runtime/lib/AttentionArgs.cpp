@@ -109,6 +109,10 @@ std::string_view flashtile::dtypeName(DType dtype) {
   return "invalid";
 }
 
+float AttentionArgs::effectiveScale() const {
+  return softmaxScale != 0.f ? softmaxScale : 1.f / std::sqrt(static_cast<float>(headDim));
+}
+
 AttentionArgs AttentionArgs::contiguous(DType dtype, const void *q, const void *k, const void *v, void *o, float *lse,
                                         int batch, int seqlenQ, int seqlenK, int headsQ, int headsKv, int headDim,
                                         int headDimV) {

@@ -374,7 +374,7 @@ Status Runtime::forward(const AttentionArgs &args, CUstream stream) {
   params.headsKv = args.headsKv;
   params.seqlenQ = args.seqlenQ;
   params.seqlenK = args.seqlenK;
-  params.softmaxScale = args.softmaxScale != 0.f ? args.softmaxScale : 1.f / std::sqrt(float(args.headDim));
+  params.softmaxScale = args.effectiveScale();
   params.scaleLog2 = params.softmaxScale * kLog2e;
   std::copy(args.variantParams.begin(), args.variantParams.end(), params.variantParams);
   std::copy(args.inputs.begin(), args.inputs.end(), params.inputs);

@@ -227,7 +227,7 @@ Status GpuReference::run(const AttentionArgs &args, bool causal, Precision preci
   params.seqlenK = args.seqlenK;
   params.headDim = args.headDim;
   params.headDimV = args.headDimV;
-  params.scale = args.softmaxScale != 0.f ? args.softmaxScale : 1.0f / std::sqrt(float(args.headDim));
+  params.scale = args.effectiveScale();
   params.causal = causal;
   params.lowp = precision == Precision::Lowp;
   params.isBf16 = args.dtype == DType::BF16;

@@ -34,6 +34,8 @@ using flashtile::interp::Scalar;
 namespace {
 
 using flashtile::testing::DiagnosticCapture;
+using flashtile::testing::Outputs;
+using flashtile::testing::scheduled;
 using flashtile::testing::seedFor;
 
 //===----------------------------------------------------------------------===//
@@ -51,20 +53,6 @@ OwningOpRef<ModuleOp> buildProgram(MLIRContext &context, const std::string &vari
   EXPECT_TRUE(succeeded(module));
   return succeeded(module) ? std::move(*module) : OwningOpRef<ModuleOp>();
 }
-
-/// A scheduled copy of `module` (FA2 pipeline), or null.
-OwningOpRef<ModuleOp> scheduled(ModuleOp module, const fa2::Fa2Options &options) {
-  OwningOpRef<ModuleOp> copy = module.clone();
-  PassManager pm(module.getContext());
-  fa2::buildPipeline(pm, options);
-  if (failed(pm.run(*copy)))
-    return {};
-  return copy;
-}
-
-struct Outputs {
-  std::vector<float> o, lse;
-};
 
 Outputs runChecked(tile::FuncOp func, const Problem &p, const test::Inputs &in, DiagnosticCapture &diags) {
   Outputs out;

@@ -2,12 +2,16 @@
 #ifndef FLASHTILE_TESTS_UNIT_COMPILER_TESTSUPPORT_H
 #define FLASHTILE_TESTS_UNIT_COMPILER_TESTSUPPORT_H
 
+#include "schedules/fa2/Fa2Pipeline.h"
+
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace flashtile::testing {
 
@@ -38,6 +42,21 @@ inline uint64_t seedFor(const std::string &name) {
     h = (h ^ c) * 1099511628211ull;
   return h;
 }
+
+/// A copy of `module` after the FA2 schedule's passes, or null (the diagnostics say why).
+inline mlir::OwningOpRef<mlir::ModuleOp> scheduled(mlir::ModuleOp module, const fa2::Fa2Options &options) {
+  mlir::OwningOpRef<mlir::ModuleOp> copy = module.clone();
+  mlir::PassManager pm(module.getContext());
+  fa2::buildPipeline(pm, options);
+  if (mlir::failed(pm.run(*copy)))
+    return {};
+  return copy;
+}
+
+/// What the interpreter writes: O and LSE.
+struct Outputs {
+  std::vector<float> o, lse;
+};
 
 } // namespace flashtile::testing
 

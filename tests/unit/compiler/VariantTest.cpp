@@ -33,6 +33,8 @@ using flashtile::interp::Problem;
 namespace {
 
 using flashtile::testing::DiagnosticCapture;
+using flashtile::testing::Outputs;
+using flashtile::testing::scheduled;
 using flashtile::testing::seedFor;
 
 //===----------------------------------------------------------------------===//
@@ -54,19 +56,6 @@ Problem problem(int batch, int seqlenQ, int seqlenK, int headsQ, int headsKv, in
   p.params = std::move(params);
   return p;
 }
-
-OwningOpRef<ModuleOp> scheduled(ModuleOp module, const fa2::Fa2Options &options) {
-  OwningOpRef<ModuleOp> copy = module.clone();
-  PassManager pm(module.getContext());
-  fa2::buildPipeline(pm, options);
-  if (failed(pm.run(*copy)))
-    return {};
-  return copy;
-}
-
-struct Outputs {
-  std::vector<float> o, lse;
-};
 
 /// O within `factor`·(FlashAttention's rounding budget); LSE within 1e-4 relative (or both -inf); rows that see
 /// no key exactly O = 0.

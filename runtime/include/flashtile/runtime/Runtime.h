@@ -59,7 +59,9 @@ struct AttentionArgs {
   // Strides in elements, ordered {batch, seq, head, dim}; the dim stride must be 1, the others non-negative
   // multiples of 8 elements (kernels use 16-byte vector loads). Varlen ignores the batch strides.
   std::array<long long, 4> qStride{}, kStride{}, vStride{}, oStride{};
-  float softmaxScale = 0.f;         // 0 selects 1/sqrt(headDim); must be finite
+  float softmaxScale = 0.f; // 0 selects 1/sqrt(headDim); must be finite
+  /// The scale kernels use: softmaxScale, or 1/sqrt(headDim) when it is 0.
+  float effectiveScale() const;
   std::string variant = "none";     // a built-in name ("none", "causal", "sliding_window", ...) or a JIT variant id
   std::vector<float> variantParams; // the variant's numbers, in its declaration order
   // The variant's input arrays (device pointers, 4-byte aligned), in its declaration order, each of the element
