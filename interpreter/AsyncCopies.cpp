@@ -1,6 +1,8 @@
 //===- AsyncCopies.cpp - the asynchronous-copy protocol of pipelined programs ===//
 #include "interpreter/AsyncCopies.h"
 
+#include <algorithm>
+
 namespace flashtile::interp {
 
 namespace {
@@ -16,33 +18,40 @@ std::optional<int> AsyncCopies::bufferOf(const std::string &operand) {
   return std::nullopt;
 }
 
-std::optional<std::string> AsyncCopies::copy(int buffer, int64_t tile, bool pred) {
+int AsyncCopies::bufferIndex(int operand, int64_t tile) const {
+  int slots = std::min(stages, kMaxStages);
+  int slot = operand == 0 ? 0 : static_cast<int>(((tile % slots) + slots) % slots);
+  return operand * kMaxStages + slot;
+}
+
+std::optional<std::string> AsyncCopies::copy(int operand, int64_t tile, bool pred) {
+  int buffer = bufferIndex(operand, tile);
   Buffer &b = buffers[buffer];
   if (pred) {
     if (b.incoming)
-      return "pipeline hazard: copy of " + tileName(buffer, tile) + " starts while the copy of tile " +
+      return "pipeline hazard: copy of " + tileName(operand, tile) + " starts while the copy of tile " +
              std::to_string(*b.incoming) + " into the same buffer is still in flight";
     if (b.readSinceBarrier)
-      return "pipeline hazard: copy of " + tileName(buffer, tile) + " overwrites the buffer holding tile " +
+      return "pipeline hazard: copy of " + tileName(operand, tile) + " overwrites the buffer holding tile " +
              std::to_string(*b.landed) +
              " with no tile.wait_async barrier since it was read (other warps may "
              "still be reading it)";
     b.incoming = tile;
   }
-  groups.push_back({buffer, pred ? std::optional<int64_t>(tile) : std::nullopt});
+  groups.push_back({operand, buffer, pred ? std::optional<int64_t>(tile) : std::nullopt});
   return std::nullopt;
 }
 
-std::optional<std::string> AsyncCopies::wait(int buffer, int64_t pending) {
+std::optional<std::string> AsyncCopies::wait(int operand, int64_t pending) {
   if (pending < 0)
-    return "wait_async " + std::string(kNames[buffer]) + " has a negative pending count " + std::to_string(pending);
+    return "wait_async " + std::string(kNames[operand]) + " has a negative pending count " + std::to_string(pending);
   // The operand's newest group must be among those that land.
   for (int64_t i = static_cast<int64_t>(groups.size()) - 1; i >= 0; --i) {
-    if (groups[i].buffer != buffer)
+    if (groups[i].operand != operand)
       continue;
     int64_t newer = static_cast<int64_t>(groups.size()) - 1 - i;
     if (newer < pending)
-      return "pipeline hazard: wait_async " + std::string(kNames[buffer]) + " {pending = " + std::to_string(pending) +
+      return "pipeline hazard: wait_async " + std::string(kNames[operand]) + " {pending = " + std::to_string(pending) +
              "} may return before its copy lands: only " + std::to_string(newer) + " copy groups were started after it";
     break;
   }
@@ -59,16 +68,15 @@ std::optional<std::string> AsyncCopies::wait(int buffer, int64_t pending) {
   return std::nullopt;
 }
 
-std::optional<std::string> AsyncCopies::load(int buffer, int64_t tile) {
-  Buffer &b = buffers[buffer];
-  std::string what = "pipeline hazard: load of " + tileName(buffer, tile) + " but ";
+std::optional<std::string> AsyncCopies::load(int operand, int64_t tile) {
+  Buffer &b = buffers[bufferIndex(operand, tile)];
+  std::string what = "pipeline hazard: load of " + tileName(operand, tile) + " but ";
   if (b.incoming && *b.incoming == tile)
-    return what + "its copy has not landed (no tile.wait_async " + kNames[buffer] + " since it started)";
+    return what + "its copy has not landed (no tile.wait_async " + kNames[operand] + " since it started)";
   if (b.incoming)
     return what + (b.landed ? "the buffer holds tile " + std::to_string(*b.landed) + " and" : "no copy landed and") +
            " the copy of tile " + std::to_string(*b.incoming) +
-           " into it is in flight (one buffer per operand: a "
-           "copy may start only after the previous tile is read)";
+           " into it is in flight (a copy may start only after the buffer's previous tile is read)";
   if (!b.landed)
     return what + "no copy landed in its buffer";
   if (*b.landed != tile)

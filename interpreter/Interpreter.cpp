@@ -214,7 +214,7 @@ LogicalResult Interpreter::runInstance() {
   scalars.clear();
   tiles.clear();
   states.clear();
-  copies = AsyncCopies();
+  copies = AsyncCopies(func.getScheduleAttr() ? static_cast<int>(func.getScheduleAttr().getStages()) : 1);
   storesO = storesLse = 0;
   if (failed(execBlock(func.getBodyBlock())))
     return failure();
@@ -376,6 +376,13 @@ LogicalResult Interpreter::exec(KvLoopOp op) {
   FailureOr<StatePtr> init = state(op, op.getInit());
   if (failed(init))
     return failure();
+  SmallVector<TilePtr> carried;
+  for (Value v : op.getCarried()) {
+    FailureOr<TilePtr> t = tile(op, v);
+    if (failed(t))
+      return failure();
+    carried.push_back(*t);
+  }
   int64_t from = 0, to = 0;
   if (op.isBounded()) {
     FailureOr<Scalar> lo = scalar(op, op.getLower()), hi = scalar(op, op.getUpper());
@@ -394,14 +401,24 @@ LogicalResult Interpreter::exec(KvLoopOp op) {
   for (int64_t step = 0; step < to - from; ++step) {
     scalars[op.getTileIndex()] = Scalar::integer(descending ? to - 1 - step : from + step);
     states[op.getStateArg()] = current;
+    for (auto [arg, value] : llvm::zip(op.getCarriedArgs(), carried))
+      tiles[arg] = value;
     if (failed(execBlock(body)))
       return failure();
     FailureOr<StatePtr> next = state(yield, yield.getValues()[0]);
     if (failed(next))
       return failure();
     current = *next;
+    for (auto [i, value] : llvm::enumerate(yield.getValues().drop_front())) {
+      FailureOr<TilePtr> t = tile(yield, value);
+      if (failed(t))
+        return failure();
+      carried[i] = *t;
+    }
   }
   states[op.getResult()] = current;
+  for (auto [result, value] : llvm::zip(op.getCarriedResults(), carried))
+    tiles[result] = value;
   return success();
 }
 
@@ -425,6 +442,19 @@ LogicalResult Interpreter::exec(LoadOp op) {
       return failure();
     index = j->i;
     rows = type.isDynamicDim(0) ? inst.seqlenK : type.getDimSize(0);
+    if (op.getPred()) {
+      FailureOr<Scalar> pred = scalar(op, op.getPred());
+      if (failed(pred))
+        return failure();
+      if (!pred->isTrue()) {
+        // No such tile: what a target reads here is unspecified, and nothing computed from it may reach the
+        // output. NaNs make any leak visible in the result.
+        Tile t = Tile::zeros(rows, source.width);
+        t.rowBase = index * rows;
+        std::fill(t.data.begin(), t.data.end(), std::numeric_limits<float>::quiet_NaN());
+        return define(op, op.getResult(), std::move(t));
+      }
+    }
     int64_t count = rows > 0 ? ceilDiv(inst.seqlenK, rows) : 0;
     if (index < 0 || index >= count)
       return fail(op, "load of " + name + " tile " + Twine(index) + " outside the key sequence: seqlen_k = " +

@@ -15,6 +15,8 @@
 #include "flashtile/runtime/Version.h"
 #include "schedules/fa2/Fa2Config.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/IR/Matchers.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -104,6 +106,21 @@ LogicalResult checkInPlace(FuncOp func) {
     if (auto loop = dyn_cast<KvLoopOp>(op)) {
       if (failed(usedOnce(loop.getStateArg(), "an online-softmax state")))
         return WalkResult::interrupt();
+      // Carried tiles are the scores of the loop's own tile j: "score" in the kernel, refilled from the
+      // "scoreNext" of the iteration before (or the prologue's Q·Kᵀ).
+      auto yield = cast<YieldOp>(loop.getBody().front().getTerminator());
+      for (auto [arg, init, yielded, result] : llvm::zip(loop.getCarriedArgs(), loop.getCarried(),
+                                                         yield.getValues().drop_front(), loop.getCarriedResults())) {
+        auto fromQk = [](Value v) { return v.getDefiningOp<QkOp>() && v.hasOneUse(); };
+        auto fromLoop = [](Value v) { return isa_and_nonnull<KvLoopOp>(v.getDefiningOp()) && v.hasOneUse(); };
+        if (loop.getCarried().size() != 1 || !(fromQk(init) || fromLoop(init)) || !fromQk(yielded) ||
+            yielded.getParentBlock() != &loop.getBody().front() || failed(usedOnce(arg, "a register tile")) ||
+            !(result.use_empty() || (result.hasOneUse() && isa<KvLoopOp>(*result.user_begin())))) {
+          loop.emitOpError() << "carries a tile the CUDA printer cannot keep in registers; it carries one score "
+                                "tile: from a tile.qk (or the previous loop) in, this iteration's tile.qk out";
+          return WalkResult::interrupt();
+        }
+      }
       auto qks = loop.getBody().front().getOps<QkOp>();
       auto updates = loop.getBody().front().getOps<SoftmaxUpdateOp>();
       if (std::distance(qks.begin(), qks.end()) > 1 || std::distance(updates.begin(), updates.end()) > 1) {
@@ -250,11 +267,23 @@ void KernelPrinter::assignNames() {
     } else if (auto loop = dyn_cast<KvLoopOp>(op); loop && loop.isBounded()) {
       scalars.hint(loop.getUpper(), camel(loop.getSegment()) + "End");
       scalars.hint(loop.getLower(), camel(loop.getSegment()) + "Begin");
-    } else if (auto copy = dyn_cast<CopyAsyncOp>(op); copy && copy.getIndex()) {
-      std::string tile = (op->getParentOfType<KvLoopOp>() ? "next" : "first") + copy.getOperand().upper() + "Tile";
-      scalars.hint(copy.getIndex(), tile);
-      if (copy.getPred())
-        scalars.hint(copy.getPred(), "has" + std::string(1, llvm::toUpper(tile[0])) + tile.substr(1));
+    } else if (isa<CopyAsyncOp, LoadOp>(op) && op->getNumOperands() > 0) {
+      // K/V tile indices of the pipeline, by their distance from the loop's tile (or the walk's first tile).
+      Value index = op->getOperand(0);
+      Value pred = op->getNumOperands() > 1 ? op->getOperand(1) : Value();
+      bool inLoop = op->getParentOfType<KvLoopOp>() != nullptr;
+      auto sub = index.getDefiningOp<arith::SubIOp>();
+      APInt distance;
+      if (!sub || !matchPattern(sub.getRhs(), m_ConstantInt(&distance)))
+        return;
+      static const char *kInLoop[] = {"", "nextTile", "tileAfterNext"}, *kPrologue[] = {"", "firstTile", "secondTile"};
+      int64_t d = distance.getSExtValue();
+      if (d < 1 || d > 2)
+        return;
+      std::string tile = (inLoop ? kInLoop : kPrologue)[d];
+      scalars.hint(index, tile);
+      if (pred)
+        scalars.hint(pred, "has" + std::string(1, llvm::toUpper(tile[0])) + tile.substr(1));
     }
   });
 }
@@ -268,6 +297,12 @@ FailureOr<std::string> KernelPrinter::operand(Value v, Operation *user) {
 
 FailureOr<std::string> KernelPrinter::kTileOf(Value scores, Operation *user) {
   Value v = scores;
+  // Scores carried into a K/V loop are those of the loop's own tile j (tile-pipeline, stages = 2).
+  auto carriedOf = [](Value v) -> KvLoopOp {
+    auto arg = dyn_cast<BlockArgument>(v);
+    auto loop = arg ? dyn_cast<KvLoopOp>(arg.getOwner()->getParentOp()) : KvLoopOp();
+    return loop && arg.getArgNumber() >= 2 ? loop : KvLoopOp();
+  };
   while (Operation *def = v.getDefiningOp()) {
     if (auto qk = dyn_cast<QkOp>(def)) {
       auto load = qk.getK().getDefiningOp<LoadOp>();
@@ -279,6 +314,8 @@ FailureOr<std::string> KernelPrinter::kTileOf(Value scores, Operation *user) {
       break;
     v = def->getOperand(0);
   }
+  if (KvLoopOp loop = carriedOf(v))
+    return operand(loop.getTileIndex(), user);
   return user->emitOpError() << "works on scores that do not come from tile.qk of a tile.load \"k\"[index]";
 }
 
@@ -462,7 +499,12 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
       llvm::TypeSwitch<Operation *, LogicalResult>(op)
           .Case([&](KvRangeOp range) { return printKvRange(range); })
           .Case([&](KvLoopOp loop) { return printKvLoop(loop); })
-          .Case([&](YieldOp) { return success(); }) // a K/V loop's state: the registers carry it over
+          .Case([&](YieldOp yield) {
+            // A K/V loop's state: the registers carry it over; carried scores move into "score".
+            if (yield.getValues().size() > 1 && isa<KvLoopOp>(yield->getParentOp()))
+              target.carryScores(w, "scoreNext");
+            return success();
+          })
           .Case([&](InitStateOp) {
             target.initState(w);
             return success();
@@ -488,6 +530,13 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             FailureOr<std::string> tile = index(load.getIndex());
             if (failed(which) || failed(tile))
               return failure();
+            if (load.getPred()) {
+              FailureOr<CExpr> pred = scalars.expr(load.getPred(), op);
+              if (failed(pred))
+                return failure();
+              w.comment("unless " + pred->text + ", there is no tile " + *tile +
+                        ": what follows reads a stale buffer and its result is never used");
+            }
             target.load(w, *which, *tile);
             return success();
           })
@@ -498,7 +547,10 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             FailureOr<std::string> kTile = kTileOf(qk.getS(), op);
             if (failed(kTile))
               return failure();
-            target.qk(w, *kTile);
+            // Scores yielded to the next iteration are "scoreNext"; the ones the softmax reads (here or,
+            // carried, in the loops) are "score".
+            bool next = llvm::any_of(qk->getUsers(), [](Operation *u) { return isa<YieldOp>(u); });
+            target.qk(w, *kTile, next ? "scoreNext" : "score", /*declare=*/true);
             return success();
           })
           .Case([&](ScaleOp) {
@@ -532,9 +584,12 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
           })
           .Case([&](PvOp pv) -> LogicalResult {
             auto v = pv.getV().getDefiningOp<LoadOp>();
-            if (!v || v.getOperand() != "v" || !pv.getP().getDefiningOp<SoftmaxUpdateOp>())
-              return pv.emitOpError() << "needs P from tile.softmax_update and V from tile.load \"v\"";
-            target.pv(w);
+            if (!v || v.getOperand() != "v" || !v.getIndex() || !pv.getP().getDefiningOp<SoftmaxUpdateOp>())
+              return pv.emitOpError() << "needs P from tile.softmax_update and V from tile.load \"v\"[index]";
+            FailureOr<std::string> vTile = operand(v.getIndex(), op);
+            if (failed(vTile))
+              return failure();
+            target.pv(w, *vTile);
             return success();
           })
           .Case([&](FinalizeOp) {
@@ -571,7 +626,8 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
                     static_cast<int>(func.getHeadDimV()),
                     static_cast<int>(schedule.getBlockM()),
                     static_cast<int>(schedule.getBlockN()),
-                    static_cast<int>(schedule.getWarps())};
+                    static_cast<int>(schedule.getWarps()),
+                    static_cast<int>(schedule.getStages())};
   if (std::optional<std::string> error = sm80::checkShape(shape))
     return func.emitOpError() << *error;
 

@@ -26,6 +26,7 @@ struct KernelShape {
   int blockM = 0;    ///< query rows of a thread block
   int blockN = 0;    ///< keys of a K/V tile
   int warps = 0;     ///< warps of a thread block
+  int stages = 1;    ///< shared-memory buffers per K/V operand: tile j in buffer j % stages
 };
 
 /// The tiles `tile.copy_async`, `tile.wait_async` and `tile.load` name.
@@ -58,8 +59,12 @@ public:
 
   /// `tile.init_state`. All state values (loop arguments and results included) share this one register state.
   virtual void initState(CudaWriter &w) = 0;
-  /// `tile.qk` of Q and K tile `kTile`; the score tile it declares is updated in place until the softmax.
-  virtual void qk(CudaWriter &w, const std::string &kTile) = 0;
+  /// `tile.qk` of Q and K tile `kTile` into the score tile `scores` ("score" or "scoreNext"), which it declares
+  /// (zeroed) when `declare`. The score tile is updated in place until the softmax; score_mod, mask and softmax
+  /// always work on "score".
+  virtual void qk(CudaWriter &w, const std::string &kTile, const std::string &scores, bool declare) = 0;
+  /// End of a K/V iteration whose loop carries scores: the next tile's `from` become "score".
+  virtual void carryScores(CudaWriter &w, const std::string &from) = 0;
   /// `tile.scale`: scores times softmax_scale.
   virtual void scale(CudaWriter &w) = 0;
   /// `tile.score_mod` with the variant's function `fn(score, b, h, q, kv, p)`; `kTile` locates the keys.
@@ -70,8 +75,8 @@ public:
   virtual void softmaxUpdate(CudaWriter &w, bool foldScale) = 0;
   /// `tile.rescale`: acc *= alpha.
   virtual void rescale(CudaWriter &w) = 0;
-  /// `tile.pv`: acc += P·V of the V tile in shared memory.
-  virtual void pv(CudaWriter &w) = 0;
+  /// `tile.pv`: acc += P·V of V tile `vTile` in shared memory.
+  virtual void pv(CudaWriter &w, const std::string &vTile) = 0;
   /// `tile.finalize`: O = acc / l and the LSE rows; `sinkFn` is the variant's sink `fn(b, h, p)`, a logit that
   /// joins every row's softmax denominator (empty: no sink).
   virtual void finalize(CudaWriter &w, const std::string &sinkFn) = 0;

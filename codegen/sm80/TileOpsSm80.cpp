@@ -51,6 +51,7 @@ public:
     return {"kWarpRows", "kMTiles", "kSTiles", "kOTiles", "warp", "lane", "fragRow", "fragCol", "b", "h", "hKv", "m0",
             "warpRow0", "smem", "sQ", "sK", "sV", "ldRowQ", "ldChunkQ", "ldRowK", "ldChunkK", "ldRowV", "ldChunkV",
             "gQ", "gK", "gV", "gO", "gLse", "copyQ", "copyKTile", "copyVTile", "qFrag", "kFrag", "vFrag", "score",
+            "scoreNext", "kStages", "kKTileBytes", "kVTileBytes",
             "prob", "alpha", "acc", "rowMax", "rowSum", "lse", "scoreScale", "sO", "q", "kv", "sm80",
             // locals of the printed loops
             "mt", "nt", "np", "ks", "k", "r", "c", "i", "s", "l", "invL", "tileMax", "tileSum", "maxNew", "maxUsed",
@@ -62,13 +63,14 @@ public:
   void waitAsync(CudaWriter &w, Operand operand, int64_t pending) override;
   void load(CudaWriter &w, Operand operand, const std::string &tile) override;
   void initState(CudaWriter &w) override;
-  void qk(CudaWriter &w, const std::string &kTile) override;
+  void qk(CudaWriter &w, const std::string &kTile, const std::string &scores, bool declare) override;
+  void carryScores(CudaWriter &w, const std::string &from) override;
   void scale(CudaWriter &w) override;
   void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn) override;
   void mask(CudaWriter &w, const std::string &kTile, const std::string &fn) override;
   void softmaxUpdate(CudaWriter &w, bool foldScale) override;
   void rescale(CudaWriter &w) override;
-  void pv(CudaWriter &w) override;
+  void pv(CudaWriter &w, const std::string &vTile) override;
   void finalize(CudaWriter &w, const std::string &sinkFn) override;
   void storeO(CudaWriter &w) override;
   void storeLse(CudaWriter &w) override;
@@ -80,6 +82,8 @@ private:
   };
   static OperandNames names(Operand operand);
   void copyRoutine(CudaWriter &w, Operand operand);
+  /// The shared-memory address (a C expression) of the buffer that holds K or V tile `tile`.
+  std::string bufferAddress(Operand operand, const std::string &tile) const;
   /// Loops over every score of this thread with its query row `q` and key `kv`, around `body`.
   void forEachScore(CudaWriter &w, const std::string &kTile, const std::vector<std::string> &body);
 
@@ -118,13 +122,25 @@ void TileTargetSm80::setup(CudaWriter &w, const std::vector<Operand> &copied) {
   w.line("const int warpRow0 = m0 + warp * kWarpRows;  // first query row of this warp");
   w.line("");
 
-  w.comment("---- shared memory: sQ [kBlockM][kHeadDim], sK [kBlockN][kHeadDim], sV [kBlockN][kHeadDimV], 16-bit ----");
+  if (shape.stages == 1) {
+    w.comment("---- shared memory: sQ [kBlockM][kHeadDim], sK [kBlockN][kHeadDim], sV [kBlockN][kHeadDimV], 16-bit ----");
+  } else {
+    w.comment(cat("---- shared memory: sQ [kBlockM][kHeadDim], sK [kStages][kBlockN][kHeadDim], sV [kStages][kBlockN]",
+                  "[kHeadDimV], 16-bit; K/V tile j lives in buffer j % kStages ----"));
+  }
   w.comment("Rows are 16-byte chunks, XOR-swizzled by sm80::swizzle (chunk c of row r at c ^ (r & 7) when a row has a");
   w.comment("multiple of 8 chunks), so ldmatrix and cp.async phases hit distinct banks.");
   w.line("extern __shared__ __align__(128) unsigned char smem[];");
   w.line("unsigned char *const sQ = smem;");
-  w.line("unsigned char *const sK = sQ + kBlockM * kHeadDim * 2;");
-  w.line("unsigned char *const sV = sK + kBlockN * kHeadDim * 2;");
+  if (shape.stages == 1) {
+    w.line("unsigned char *const sK = sQ + kBlockM * kHeadDim * 2;");
+    w.line("unsigned char *const sV = sK + kBlockN * kHeadDim * 2;");
+  } else {
+    w.line(cat("constexpr int kStages = ", shape.stages, ";"));
+    w.line("constexpr unsigned kKTileBytes = kBlockN * kHeadDim * 2, kVTileBytes = kBlockN * kHeadDimV * 2;");
+    w.line("unsigned char *const sK = sQ + kBlockM * kHeadDim * 2;");
+    w.line("unsigned char *const sV = sK + kStages * kKTileBytes;");
+  }
   w.comment("ldmatrix addresses: this lane's row offset (bytes) and swizzled chunk offset for row step 0 and");
   w.comment("logical chunk c0 in {0, 1}; the MMA loops add 16-row steps and XOR 32·s for chunk c0 + 2s, constants");
   w.comment("once unrolled (see sm80::swizzledChunk).");
@@ -176,7 +192,7 @@ void TileTargetSm80::copyRoutine(CudaWriter &w, Operand operand) {
     w.openUnrolledFor("i", cat(chunkCount, " / kThreads"));
     w.line(cat("const int row = row0 + i * (kThreads / ", perRow, ");"));
     w.line(cat("const bool inside = seqRow0 + i * (kThreads / ", perRow, ") < ", n.seqlen, ";"));
-    w.line(cat("sm80::cpAsync16(sm80::smemAddress(", n.smem, ") + sm80::swizzle<", n.width,
+    w.line(cat("sm80::cpAsync16(", bufferAddress(operand, "tile"), " + sm80::swizzle<", n.width,
                " / 8>(row, col), inside ? src : ", n.global, ", inside);"));
     w.line("src += step;");
     w.close();
@@ -190,7 +206,8 @@ void TileTargetSm80::copyRoutine(CudaWriter &w, Operand operand) {
   w.line(cat("const int row = chunk / (", n.width, " / 8), col = chunk % (", n.width, " / 8);"));
   w.line(cat("const int seqRow = ", isQ ? "m0" : cat("tile * ", n.rows), " + row;"));
   w.line(cat("const bool inside = seqRow < ", n.seqlen, ";"));
-  w.line(cat("sm80::cpAsync16(sm80::smemAddress(", n.smem, ") + sm80::swizzle<", n.width, " / 8>(row, col),"));
+  w.line(cat("sm80::cpAsync16(", isQ ? std::string("sm80::smemAddress(sQ)") : bufferAddress(operand, "tile"),
+             " + sm80::swizzle<", n.width, " / 8>(row, col),"));
   w.line(cat("                ", n.global, " + (inside ? seqRow : 0) * ", n.rowStride, " + col * 8, inside);"));
   if (!even)
     w.close();
@@ -198,10 +215,21 @@ void TileTargetSm80::copyRoutine(CudaWriter &w, Operand operand) {
   w.close(";");
 }
 
+std::string TileTargetSm80::bufferAddress(Operand operand, const std::string &tile) const {
+  OperandNames n = names(operand);
+  std::string base = cat("sm80::smemAddress(", n.smem, ")");
+  if (operand == Operand::Q || shape.stages == 1)
+    return base;
+  // Tile indices may be -1 where a load is predicated off (its result unused): & keeps the buffer in range.
+  return cat("(", base, " + (", tile, " & (kStages - 1)) * ", operand == Operand::K ? "kKTileBytes" : "kVTileBytes",
+             ")");
+}
+
 void TileTargetSm80::copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) {
   OperandNames n = names(operand);
   std::string call = cat(n.copy, "(", tile, ");");
   w.comment(cat("start copying ", n.name, operand == Operand::Q ? "" : cat(" tile ", tile), " into ", n.smem,
+                operand != Operand::Q && shape.stages > 1 ? cat(" buffer ", tile, " % kStages") : "",
                 pred.empty() ? "" : " (one commit group either way: group counts stay static)"));
   w.line(pred.empty() ? call : cat("if (", pred, ")"));
   if (!pred.empty())
@@ -214,6 +242,8 @@ void TileTargetSm80::waitAsync(CudaWriter &w, Operand operand, int64_t pending) 
   std::string inFlight = pending == 0 ? ""
                                       : cat(" (", pending, pending == 1 ? " newer copy group" : " newer copy groups",
                                             " may stay in flight)");
+  if (shape.stages > 1 && pending == 0 && operand != Operand::Q)
+    w.comment("wait for every copy in flight (cp.async groups land in order: this K/V tile and the ones before it);");
   w.comment(cat("wait for ", n.name, inFlight, "; the barrier makes it visible to all warps and means they are all"));
   w.comment("done with the buffers the next copies overwrite");
   w.line(cat("sm80::cpAsyncWait<", pending, ">();"));
@@ -237,10 +267,12 @@ void TileTargetSm80::load(CudaWriter &w, Operand operand, const std::string &til
     w.close();
     return;
   case Operand::K:
-    w.comment(cat("K tile ", tile, " is in sK: ldmatrix.x4 reads its B fragments inside S = Q·Kᵀ"));
+    w.comment(cat("K tile ", tile, " is in sK", shape.stages > 1 ? cat(" buffer ", tile, " % kStages") : "",
+                  ": ldmatrix.x4 reads its B fragments inside S = Q·Kᵀ"));
     return;
   case Operand::V:
-    w.comment(cat("V tile ", tile, " is in sV: ldmatrix.x4.trans reads its B fragments inside P·V"));
+    w.comment(cat("V tile ", tile, " is in sV", shape.stages > 1 ? cat(" buffer ", tile, " % kStages") : "",
+                  ": ldmatrix.x4.trans reads its B fragments inside P·V"));
     return;
   }
 }
@@ -258,10 +290,20 @@ void TileTargetSm80::initState(CudaWriter &w) {
   w.close();
 }
 
-void TileTargetSm80::qk(CudaWriter &w, const std::string &kTile) {
-  w.comment(cat("S = Q·Kᵀ for K tile ", kTile, " (mma.sync m16n8k16, fp32): K rows are the n dimension, so"));
+void TileTargetSm80::qk(CudaWriter &w, const std::string &kTile, const std::string &scores, bool declare) {
+  w.comment(cat(scores, " = Q·Kᵀ for K tile ", kTile, " (mma.sync m16n8k16, fp32): K rows are the n dimension, so"));
   w.comment("ldmatrix.x4 of sK (no transpose) gives the B fragments of two n8 tiles");
-  w.line("float score[kMTiles][kSTiles][4] = {};");
+  if (declare) {
+    w.line(cat("float ", scores, "[kMTiles][kSTiles][4] = {};"));
+  } else {
+    w.openUnrolledFor("mt", "kMTiles");
+    w.openUnrolledFor("nt", "kSTiles");
+    w.openUnrolledFor("i", "4");
+    w.line(cat(scores, "[mt][nt][i] = 0.f;"));
+    w.close();
+    w.close();
+    w.close();
+  }
   w.openUnrolledFor("ks", "kHeadDim / 16");
   std::string qOperand = "qFrag[mt][ks]";
   if (!qInRegisters) {
@@ -274,11 +316,22 @@ void TileTargetSm80::qk(CudaWriter &w, const std::string &kTile) {
   }
   w.openUnrolledFor("np", "kBlockN / 16");
   w.line("unsigned kFrag[4];");
-  w.line("sm80::ldmatrixX4(kFrag, sm80::smemAddress(sK) + ldRowK + np * 16 * kHeadDim * 2 + (ldChunkK ^ (32 * "
-         "ks)));");
+  w.line(cat("sm80::ldmatrixX4(kFrag, ", bufferAddress(Operand::K, kTile),
+             " + ldRowK + np * 16 * kHeadDim * 2 + (ldChunkK ^ (32 * ks)));"));
   w.openUnrolledFor("mt", "kMTiles");
-  w.line(cat(mma, "(score[mt][2 * np], ", qOperand, ", kFrag[0], kFrag[1]);"));
-  w.line(cat(mma, "(score[mt][2 * np + 1], ", qOperand, ", kFrag[2], kFrag[3]);"));
+  w.line(cat(mma, "(", scores, "[mt][2 * np], ", qOperand, ", kFrag[0], kFrag[1]);"));
+  w.line(cat(mma, "(", scores, "[mt][2 * np + 1], ", qOperand, ", kFrag[2], kFrag[3]);"));
+  w.close();
+  w.close();
+  w.close();
+}
+
+void TileTargetSm80::carryScores(CudaWriter &w, const std::string &from) {
+  w.comment(cat("the next tile's scores become this loop's scores (register moves the compiler folds away)"));
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("nt", "kSTiles");
+  w.openUnrolledFor("i", "4");
+  w.line(cat("score[mt][nt][i] = ", from, "[mt][nt][i];"));
   w.close();
   w.close();
   w.close();
@@ -372,13 +425,13 @@ void TileTargetSm80::rescale(CudaWriter &w) {
   w.close();
 }
 
-void TileTargetSm80::pv(CudaWriter &w) {
+void TileTargetSm80::pv(CudaWriter &w, const std::string &vTile) {
   w.comment("acc += P·V (mma.sync m16n8k16, fp32): ldmatrix.x4.trans of sV gives the B fragments of two n8 tiles");
   w.openUnrolledFor("k", "kBlockN / 16");
   w.openUnrolledFor("np", "kHeadDimV / 16");
   w.line("unsigned vFrag[4];");
-  w.line("sm80::ldmatrixX4Trans(vFrag, sm80::smemAddress(sV) + ldRowV + k * 16 * kHeadDimV * 2 + (ldChunkV ^ (32 * "
-         "np)));");
+  w.line(cat("sm80::ldmatrixX4Trans(vFrag, ", bufferAddress(Operand::V, vTile),
+             " + ldRowV + k * 16 * kHeadDimV * 2 + (ldChunkV ^ (32 * np)));"));
   w.openUnrolledFor("mt", "kMTiles");
   w.line(cat(mma, "(acc[mt][2 * np], prob[mt][k], vFrag[0], vFrag[1]);"));
   w.line(cat(mma, "(acc[mt][2 * np + 1], prob[mt][k], vFrag[2], vFrag[3]);"));
@@ -388,8 +441,8 @@ void TileTargetSm80::pv(CudaWriter &w) {
     w.comment("the last n8 tile of V (head_dim_v is an odd multiple of 8): ldmatrix.x2.trans");
     w.open("");
     w.line("unsigned vFrag[2];");
-    w.line("sm80::ldmatrixX2Trans(vFrag, sm80::smemAddress(sV) + ldRowV + k * 16 * kHeadDimV * 2 + "
-           "sm80::swizzledChunk<kHeadDimV / 8>(lane % 8, kOTiles - 1));");
+    w.line(cat("sm80::ldmatrixX2Trans(vFrag, ", bufferAddress(Operand::V, vTile),
+               " + ldRowV + k * 16 * kHeadDimV * 2 + sm80::swizzledChunk<kHeadDimV / 8>(lane % 8, kOTiles - 1));"));
     w.openUnrolledFor("mt", "kMTiles");
     w.line(cat(mma, "(acc[mt][kOTiles - 1], prob[mt][k], vFrag[0], vFrag[1]);"));
     w.close();
@@ -509,6 +562,8 @@ std::optional<std::string> checkShape(const KernelShape &shape) {
                " warps a multiple of 16 rows");
   if (shape.blockN < 16 || shape.blockN % 16 != 0)
     return cat("sm80: block-n (", shape.blockN, ") must be a positive multiple of 16");
+  if (shape.stages < 1 || shape.stages > 2)
+    return cat("sm80: stages (", shape.stages, ") must be 1 or 2 shared-memory buffers per K/V operand");
   if (shape.headDim % 16 != 0 || shape.headDim < 16 || shape.headDim > 256)
     return cat("sm80: head_dim (", shape.headDim, ") must be a multiple of 16 up to 256");
   if (shape.headDimV % 8 != 0 || shape.headDimV < 8 || shape.headDimV > 256)

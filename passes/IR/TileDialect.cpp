@@ -205,6 +205,8 @@ static LogicalResult verifyOperandIndex(Operation *op, StringRef operand, Value 
 LogicalResult LoadOp::verify() {
   if (failed(verifyOperandIndex(*this, getOperand(), getIndex())))
     return failure();
+  if (getPred() && !getIndex())
+    return emitOpError() << "a predicate only applies to a K/V tile index (tile.load k[%j] if %valid)";
   auto type = cast<RankedTensorType>(getResult().getType());
   FuncOp func = getEnclosingFunc(*this);
   if (type.getRank() != 2)
@@ -341,10 +343,16 @@ LogicalResult KvLoopOp::verify() {
   if (getSegment() != "all" && !getLower())
     return emitOpError() << "a \"" << getSegment() << "\" segment needs bounds";
   Type i32 = IntegerType::get(getContext(), 32);
-  if (failed(checkRegionSignature(*this, getBody(), {i32, getInit().getType()}, {getInit().getType()}, "kv_loop")))
+  SmallVector<Type> carried(getCarried().getTypes());
+  SmallVector<Type> args = {i32, getInit().getType()}, yields = {getInit().getType()};
+  args.append(carried);
+  yields.append(carried);
+  if (failed(checkRegionSignature(*this, getBody(), args, yields, "kv_loop")))
     return failure();
   if (getResult().getType() != getInit().getType())
     return emitOpError() << "result type must equal the state type";
+  if (SmallVector<Type>(getCarriedResults().getTypes()) != carried)
+    return emitOpError() << "carried results must have the types of the carried operands";
   return success();
 }
 

@@ -125,16 +125,20 @@ def Tile_KvRangeOp : Tile_Op<"kv_range", []> {
 // Data movement
 //===----------------------------------------------------------------------===//
 
-def Tile_LoadOp : Tile_Op<"load", [MemoryEffects<[MemRead]>]> {
+def Tile_LoadOp : Tile_Op<"load", [MemoryEffects<[MemRead]>, AttrSizedOperandSegments]> {
   let summary = "reads a Q, K or V tile";
   let description = [{
     `tile.load q` reads this instance's Q tile; `tile.load k[%j]` / `tile.load v[%j]` read K/V tile `j` (rows
     j·N .. j·N+N-1 of the key sequence, where N is the tile's leading dimension). Rows past the sequence read
-    as zero. After `tile-pipeline` the tile is read from the shared-memory buffer its `tile.copy_async` filled.
+    as zero. After `tile-pipeline` the tile is read from the shared-memory buffer its `tile.copy_async` filled
+    (with `stages` = S buffers per operand, tile j's is buffer j mod S).
+    `tile.load k[%j] if %valid`: when the predicate is false there is no tile j (the pipelined walk looked one
+    tile past its end); the result is unspecified, a target may read a stale buffer, and nothing computed from
+    it may reach the output (the interpreter gives NaNs, so a leak shows).
   }];
-  let arguments = (ins StrAttr:$operand, Optional<I32>:$index);
+  let arguments = (ins StrAttr:$operand, Optional<I32>:$index, Optional<I1>:$pred);
   let results = (outs Tile_TileLowp:$result);
-  let assemblyFormat = "$operand (`[` $index^ `]`)? attr-dict `:` type($result)";
+  let assemblyFormat = "$operand (`[` $index^ `]`)? (`if` $pred^)? attr-dict `:` type($result)";
   let hasVerifier = 1;
 }
 
@@ -325,19 +329,26 @@ def Tile_KvLoopOp : Tile_Op<"kv_loop", [SingleBlockImplicitTerminator<"YieldOp">
       tile.yield %s3 : !tile.state<128x128>
     }
     ```
+    A software-pipelined loop also carries tiles from one iteration to the next after the state (tile-pipeline
+    with stages = 2 carries the scores of tile j, computed during iteration j + 1's softmax):
+    `iter_args(%st0, %s0) : !tile.state<128x128>, tensor<128x64xf32> -> !tile.state<128x128>, tensor<128x64xf32>`.
   }];
   let arguments = (ins Optional<I32>:$lower, Optional<I32>:$upper, Tile_StateType:$init,
+                       Variadic<AnyRankedTensor>:$carried,
                        DefaultValuedStrAttr<StrAttr, "all">:$segment,
                        DefaultValuedStrAttr<StrAttr, "ascending">:$order);
-  let results = (outs Tile_StateType:$result);
+  let results = (outs Tile_StateType:$result, Variadic<AnyRankedTensor>:$carriedResults);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    (`from` $lower^)? (`to` $upper^)? `iter_args` `(` $init `)` attr-dict `:` type($init) `->` type($result) $body
+    (`from` $lower^)? (`to` $upper^)? `iter_args` `(` $init (`,` $carried^)? `)` attr-dict `:` type($init)
+    (`,` type($carried)^)? `->` type($result) (`,` type($carriedResults)^)? $body
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     ::mlir::Value getTileIndex() { return getBody().front().getArgument(0); }
     ::mlir::Value getStateArg() { return getBody().front().getArgument(1); }
+    /// The block arguments of the carried tiles, after the tile index and the state.
+    ::mlir::Block::BlockArgListType getCarriedArgs() { return getBody().front().getArguments().drop_front(2); }
     bool isBounded() { return getLower() != nullptr; }
   }];
 }

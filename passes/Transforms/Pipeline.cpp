@@ -1,8 +1,19 @@
 //===- Pipeline.cpp - tile-pipeline ---------------------------------------===//
 //
-// FA2's software pipeline over one K and one V shared-memory buffer. Per K/V tile j, in walk order:
+// The FA2 schedule's software pipeline; `stages` (shared-memory buffers per K/V operand) picks one of two.
+// Tiles are numbered in walk order below: "next" is the tile the walk visits after j (j − 1, descending).
+//
+// stages = 1, FA2 as published, one K and one V buffer. Per K/V tile j:
 //   wait K(j) | start V(j) | S = Q·K(j)ᵀ, mask, softmax | wait V(j) | start K(next) | acc += P·V(j)
 // so each copy overlaps the compute that does not need it. Q and the first K tile are started up front.
+//
+// stages = 2, two buffers each (tile j in buffer j mod 2), and Q·Kᵀ runs one tile ahead: the loops carry the
+// scores of tile j into iteration j, which computes the next tile's scores next to its own softmax:
+//   wait K(next), V(j) | start K(next + 1), V(next) | S' = Q·K(next)ᵀ ; mask, softmax(S) | acc += P·V(j) | S = S'
+// One barrier per tile; S' has no dependence on the softmax, so a warp's tensor-core work and its exp2/FP32 work
+// are independent instructions in one block of straight-line code and overlap (FA3's intra-warpgroup overlap,
+// here with mma.sync). The prologue computes the first tile's scores. On the walk's last tile there is no next
+// tile: its K load is predicated off and the scores it would give are never used.
 //===----------------------------------------------------------------------===//
 #include "passes/Transforms/Passes.h"
 
@@ -42,12 +53,50 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
     // the last loop ends at its lower bound; segments are contiguous.
     Value highest = loops.front().getUpper(), lowest = loops.back().getLower();
     LoadOp loadQ = qLoads.front();
-    Location loc = loadQ.getLoc();
 
     if (!lowest.getDefiningOp() || !highest.getDefiningOp()) {
       func.emitOpError() << "K/V loop bounds must be computed in the program body";
       return signalPassFailure();
     }
+    int64_t stages = func.getScheduleAttr().getStages();
+    if (stages == 1)
+      pipelineSingleBuffers(func, loops, loadQ, highest, lowest);
+    else if (stages == 2)
+      pipelineQkAhead(func, loops, loadQ, highest, lowest);
+    else
+      func.emitOpError() << "has stages = " << stages << "; tile-pipeline knows 1 and 2";
+    if (failed(status))
+      return signalPassFailure();
+  }
+
+  LogicalResult status = success();
+  LogicalResult fail(Operation *op, const Twine &message) {
+    op->emitOpError() << message;
+    status = failure();
+    return failure();
+  }
+
+  /// The K load feeding tile.qk and the V load feeding tile.pv of one loop body.
+  struct BodyLoads {
+    LoadOp k, v;
+    QkOp qk;
+    PvOp pv;
+  };
+  FailureOr<BodyLoads> bodyLoads(KvLoopOp loop) {
+    BodyLoads l;
+    for (LoadOp load : loop.getBody().front().getOps<LoadOp>())
+      (load.getOperand() == "k" ? l.k : l.v) = load;
+    if (!l.k || !l.v)
+      return fail(loop, "must load both a K and a V tile");
+    l.qk = dyn_cast_or_null<QkOp>(*l.k->getUsers().begin());
+    l.pv = dyn_cast_or_null<PvOp>(*l.v->getUsers().begin());
+    if (!l.qk || !l.pv || !l.k->hasOneUse() || !l.v->hasOneUse())
+      return fail(loop, "K must feed one tile.qk and V one tile.pv");
+    return l;
+  }
+
+  void pipelineSingleBuffers(FuncOp func, ArrayRef<KvLoopOp> loops, LoadOp loadQ, Value highest, Value lowest) {
+    Location loc = loadQ.getLoc();
     // Prologue, after the bounds: Q and the first K tile in flight together; Q must land before the loop.
     OpBuilder b(loops.front());
     CopyAsyncOp::create(b, loc, "q", Value(), Value());
@@ -61,31 +110,96 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
     for (KvLoopOp loop : loops) {
       Block &body = loop.getBody().front();
       Value j = loop.getTileIndex();
-      LoadOp loadK, loadV;
-      for (LoadOp load : body.getOps<LoadOp>())
-        (load.getOperand() == "k" ? loadK : loadV) = load;
-      if (!loadK || !loadV) {
-        loop.emitOpError() << "must load both a K and a V tile";
-        return signalPassFailure();
-      }
-      auto qk = dyn_cast_or_null<QkOp>(*loadK->getUsers().begin());
-      auto pv = dyn_cast_or_null<PvOp>(*loadV->getUsers().begin());
-      if (!qk || !pv) {
-        loop.emitOpError() << "K must feed tile.qk and V must feed tile.pv";
-        return signalPassFailure();
-      }
+      FailureOr<BodyLoads> l = bodyLoads(loop);
+      if (failed(l))
+        return;
       // K(j): wait for it, then start V(j) so it overlaps Q·Kᵀ.
       OpBuilder lb(&body, body.begin());
       WaitAsyncOp::create(lb, loc, "k");
       CopyAsyncOp::create(lb, loc, "v", j, Value());
-      loadK->moveBefore(qk);
+      l->k->moveBefore(l->qk);
       // V(j): wait for it right before P·V, then start K(next) so it overlaps P·V and the next softmax.
-      lb.setInsertionPoint(pv);
+      lb.setInsertionPoint(l->pv);
       WaitAsyncOp::create(lb, loc, "v");
       Value next = arith::SubIOp::create(lb, loc, j, arith::ConstantIntOp::create(lb, loc, 1, 32));
       Value hasNext = arith::CmpIOp::create(lb, loc, arith::CmpIPredicate::sge, next, lowest);
       CopyAsyncOp::create(lb, loc, "k", next, hasNext);
-      loadV->moveBefore(pv);
+      l->v->moveBefore(l->pv);
+    }
+  }
+
+  void pipelineQkAhead(FuncOp func, ArrayRef<KvLoopOp> loops, LoadOp loadQ, Value highest, Value lowest) {
+    Location loc = loadQ.getLoc();
+    SmallVector<BodyLoads> bodies;
+    for (KvLoopOp loop : loops) {
+      FailureOr<BodyLoads> l = bodyLoads(loop);
+      if (failed(l))
+        return;
+      bodies.push_back(*l);
+    }
+    auto minus = [&](OpBuilder &b, Value v, int64_t n) {
+      return arith::SubIOp::create(b, loc, v, arith::ConstantIntOp::create(b, loc, n, 32)).getResult();
+    };
+    auto atLeastLowest = [&](OpBuilder &b, Value v) {
+      return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, v, lowest).getResult();
+    };
+    // Prologue, after the bounds: Q and the first K tile; once both landed, start V(first) and K(second) and
+    // compute the first tile's scores.
+    OpBuilder b(loops.front());
+    CopyAsyncOp::create(b, loc, "q", Value(), Value());
+    Value first = minus(b, highest, 1);
+    Value anyTile = atLeastLowest(b, first);
+    CopyAsyncOp::create(b, loc, "k", first, anyTile);
+    auto waitK = WaitAsyncOp::create(b, loc, "k", /*pending=*/0); // Q's group is older: it lands too
+    loadQ->moveAfter(waitK);
+    b.setInsertionPointAfter(loadQ);
+    CopyAsyncOp::create(b, loc, "v", first, anyTile);
+    Value second = minus(b, first, 1);
+    CopyAsyncOp::create(b, loc, "k", second, atLeastLowest(b, second));
+    Type kType = bodies.front().k.getType(), sType = bodies.front().qk.getType();
+    Value kFirst = LoadOp::create(b, loc, kType, "k", first, anyTile);
+    Value scores = QkOp::create(b, loc, sType, loadQ.getResult(), kFirst);
+
+    for (auto [index, constLoop] : llvm::enumerate(loops)) {
+      KvLoopOp loop = constLoop;
+      BodyLoads &l = bodies[index];
+      // The same segment, now also carrying the scores of its tile j in and the next tile's scores out.
+      b.setInsertionPoint(loop);
+      auto piped = KvLoopOp::create(b, loop.getLoc(), loop.getResult().getType(), TypeRange{sType}, loop.getLower(),
+                                    loop.getUpper(), loop.getInit(), ValueRange{scores}, loop.getSegment(),
+                                    loop.getOrder());
+      Block &old = loop.getBody().front();
+      Block *body = b.createBlock(&piped.getBody(), {}, {old.getArgument(0).getType(), old.getArgument(1).getType(),
+                                                         sType}, {loc, loc, loc});
+      body->getOperations().splice(body->end(), old.getOperations());
+      old.getArgument(0).replaceAllUsesWith(body->getArgument(0));
+      old.getArgument(1).replaceAllUsesWith(body->getArgument(1));
+      Value j = body->getArgument(0);
+      // Top of iteration j: K(next) and V(j) land (the newest groups); the barrier also means every warp is done
+      // with K(j)'s buffer (read by the previous Q·Kᵀ) and V(j + 1)'s (read by the previous P·V): the copies of
+      // K(next + 1) and V(next) go there.
+      OpBuilder lb(body, body->begin());
+      WaitAsyncOp::create(lb, loc, "v", /*pending=*/0);
+      Value next = minus(lb, j, 1), afterNext = minus(lb, j, 2);
+      Value hasNext = atLeastLowest(lb, next);
+      CopyAsyncOp::create(lb, loc, "k", afterNext, atLeastLowest(lb, afterNext));
+      CopyAsyncOp::create(lb, loc, "v", next, hasNext);
+      Value kNext = LoadOp::create(lb, loc, kType, "k", next, hasNext);
+      Value scoresNext = QkOp::create(lb, loc, sType, loadQ.getResult(), kNext);
+      // This tile's scores arrive through the loop instead of its own Q·Kᵀ.
+      l.qk.getResult().replaceAllUsesWith(body->getArgument(2));
+      l.qk.erase();
+      l.k.erase();
+      l.v->moveBefore(l.pv);
+      auto yield = cast<YieldOp>(body->getTerminator());
+      SmallVector<Value> yielded(yield.getValues());
+      yielded.push_back(scoresNext);
+      lb.setInsertionPoint(yield);
+      YieldOp::create(lb, yield.getLoc(), yielded);
+      yield.erase();
+      loop.getResult().replaceAllUsesWith(piped.getResult());
+      scores = piped.getCarriedResults()[0];
+      loop.erase();
     }
   }
 };

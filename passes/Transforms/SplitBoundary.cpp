@@ -50,7 +50,8 @@ TileBounds tileBounds(OpBuilder &b, Location loc, KvRangeOp may, KvRangeOp full,
 
 /// A copy of `loop` over [lo, hi) of one segment; interior copies drop their masks.
 KvLoopOp cloneSegment(OpBuilder &b, KvLoopOp loop, Value init, Value lo, Value hi, StringRef segment, StringRef order) {
-  auto seg = KvLoopOp::create(b, loop.getLoc(), loop.getResult().getType(), lo, hi, init, segment, order);
+  auto seg = KvLoopOp::create(b, loop.getLoc(), loop.getResult().getType(), TypeRange(), lo, hi, init, ValueRange(),
+                              segment, order);
   IRMapping map;
   loop.getBody().cloneInto(&seg.getBody(), map);
   if (segment == "interior")
@@ -87,6 +88,10 @@ struct TileSplitBoundaryPass : flashtile::tile::impl::TileSplitBoundaryBase<Tile
     for (KvLoopOp loop : loops) {
       if (loop.isBounded())
         continue;
+      if (!loop.getCarried().empty()) {
+        loop.emitOpError() << "carries tiles across iterations; split boundary tiles before pipelining";
+        return signalPassFailure();
+      }
       if (may->getBlock() != loop->getBlock() || !may->isBeforeInBlock(loop) || !full->isBeforeInBlock(loop)) {
         loop.emitOpError() << "kv_range rules must come before the K/V loop";
         return signalPassFailure();

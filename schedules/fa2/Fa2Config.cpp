@@ -18,7 +18,13 @@ Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV) {
     if (headDim > 128 || headDimV > 128)
       c.blockN = 32;
   }
+  c.stages = defaultStages(c.blockM, c.warps, headDim, headDimV);
   return c;
+}
+
+int Fa2Config::defaultStages(int blockM, int warps, int headDim, int headDimV) {
+  bool oneTilePerWarp = blockM == kMmaM * warps;
+  return oneTilePerWarp && headDim <= 128 && headDimV <= 128 ? kMaxStages : kMinStages;
 }
 
 std::optional<std::string> Fa2Config::validate(int headDim, int headDimV) const {
@@ -31,8 +37,9 @@ std::optional<std::string> Fa2Config::validate(int headDim, int headDimV) const 
     return bad("block-m", blockM, "a multiple of 16 * warps (= " + std::to_string(kMmaM * warps) + ")");
   if (blockN < kMmaK || blockN % kMmaK != 0 || blockN > 256)
     return bad("block-n", blockN, "a multiple of 16 up to 256");
-  if (stages != kSupportedStages)
-    return bad("stages", stages, "2 (one K and one V buffer, overlapped as in FA2)");
+  if (stages < kMinStages || stages > kMaxStages)
+    return bad("stages", stages,
+               "1 (one K and one V buffer, as in FA2) or 2 (two each; Q·Kᵀ of the next tile overlaps the softmax)");
   if (headDim % kMmaK != 0 || headDim > 256)
     return bad("head_dim", headDim, "a multiple of 16 up to 256");
   if (headDimV % 8 != 0 || headDimV > 256)
@@ -42,7 +49,7 @@ std::optional<std::string> Fa2Config::validate(int headDim, int headDimV) const 
 
 int Fa2Config::smemBytes(int headDim, int headDimV) const {
   constexpr int kElementBytes = 2;
-  return (blockM * headDim + blockN * headDim + blockN * headDimV) * kElementBytes;
+  return (blockM * headDim + stages * blockN * (headDim + headDimV)) * kElementBytes;
 }
 
 } // namespace flashtile::fa2

@@ -20,8 +20,15 @@ inline constexpr const char *kName = "fa2";
 inline constexpr int kMmaM = 16;
 inline constexpr int kMmaK = 16;
 inline constexpr int kWarpSize = 32;
-/// FA2 double-buffers K and V: K tile j+1 is in flight during softmax+P·V of tile j, V tile j during Q·Kᵀ.
-inline constexpr int kSupportedStages = 2;
+/// Shared-memory buffers per K/V operand ("stages"):
+///  1 — FA2 as published: one K and one V buffer; K(next) is in flight during softmax + P·V, V(j) during Q·Kᵀ;
+///      two barriers per tile.
+///  2 — two buffers each, and S = Q·K(next)ᵀ is issued in the same straight-line code as this tile's softmax, so
+///      the tensor cores and the FP32/MUFU pipes of a warp overlap (FA3's intra-warpgroup overlap, on mma.sync);
+///      one barrier per tile. Costs a second score tile of registers and a second K and V buffer: the default
+///      where a warp owns one m16 tile, up to head dim 128 (H200, head dim 128: +2-6%, bench/NOTES.md).
+inline constexpr int kMinStages = 1;
+inline constexpr int kMaxStages = 2;
 /// FA2 walks K/V tiles from last to first: masked tiles (near the diagonal) come first.
 inline constexpr bool kWalkDescending = true;
 /// Thread blocks take Q tiles from the last to the first: under a causal mask later Q tiles walk more K/V tiles,
@@ -32,13 +39,17 @@ struct Fa2Config {
   int blockM = 128; ///< query rows a thread block owns (split-Q)
   int blockN = 64;  ///< keys per K/V tile
   int warps = 4;    ///< each warp owns blockM / warps query rows
-  int stages = 2;   ///< cp.async buffers for K/V
+  int stages = 1;   ///< shared-memory buffers per K/V operand (see kMaxStages)
 
   /// The configuration used when the caller sets no knob, tuned per head dim.
   static Fa2Config defaultsFor(int headDim, int headDimV);
+  /// The stages used when the caller does not choose: 2 when a warp owns one m16 tile (a second score tile
+  /// fits in registers) and the head dims are at most 128, else 1 (measured on the H200, bench/NOTES.md: at
+  /// head dim 256 the second score tile costs more than the overlap gains).
+  static int defaultStages(int blockM, int warps, int headDim, int headDimV);
   /// An error message naming the offending knob and the accepted values, or nothing when valid.
   std::optional<std::string> validate(int headDim, int headDimV) const;
-  /// Dynamic shared memory: one Q tile, one K tile and one V tile, 16-bit elements.
+  /// Dynamic shared memory: one Q tile and `stages` K and V tiles, 16-bit elements.
   int smemBytes(int headDim, int headDimV) const;
   int threads() const { return warps * kWarpSize; }
 };

@@ -40,8 +40,8 @@
 // Prologue: Q and the first K tile in flight, Q waited for.
 // CHECK:         copyQ();
 // CHECK-NEXT:    sm80::cpAsyncCommit();
-// CHECK:         if (hasFirstKTile)
-// CHECK-NEXT:      copyKTile(firstKTile);
+// CHECK:         if (hasFirstTile)
+// CHECK-NEXT:      copyKTile(firstTile);
 // CHECK-NEXT:    sm80::cpAsyncCommit();
 // CHECK:         sm80::cpAsyncWait<1>();
 // CHECK-NEXT:    __syncthreads();

@@ -1,6 +1,7 @@
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule --tile-split-boundary --tile-pipeline | FileCheck %s
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="block-m=64 warps=4" --tile-split-boundary --tile-pipeline | FileCheck %s --check-prefix=AHEAD
 
-// Prologue: Q and the first K tile in flight together; wait for Q only.
+// stages = 1 (head dim 64's default: two m16 tiles per warp). Prologue: Q and the first K tile in flight together; wait for Q only.
 // CHECK: tile.copy_async "q"
 // CHECK: tile.copy_async "k"[%{{.*}}] if %{{.*}}
 // CHECK: tile.wait_async "q" {pending = 1 : i64}
@@ -18,6 +19,40 @@
 // CHECK: tile.copy_async "k"[%[[NEXT]]] if %[[HAS]]
 // CHECK-NEXT: tile.load "v"[%[[J]]]
 // CHECK-NEXT: tile.pv
+
+// stages = 2 (one m16 tile per warp): two K/V buffers, Q·Kᵀ one tile ahead. Prologue: Q and K(first) land,
+// V(first) and K(second) start, the first tile's scores are computed.
+// AHEAD: #tile.schedule<name = "fa2", blockM = 64, blockN = 64, warps = 4, stages = 2>
+// AHEAD: tile.copy_async "q"
+// AHEAD: tile.copy_async "k"[%[[FIRST:.*]]] if %[[ANY:.*]]
+// AHEAD-NEXT: tile.wait_async "k"{{$}}
+// AHEAD-NEXT: %[[Q:.*]] = tile.load "q"
+// AHEAD-NEXT: tile.copy_async "v"[%[[FIRST]]] if %[[ANY]]
+// AHEAD: tile.copy_async "k"[%{{.*}}] if
+// AHEAD-NEXT: %[[K0:.*]] = tile.load "k"[%[[FIRST]]] if %[[ANY]]
+// AHEAD-NEXT: %[[S0:.*]] = tile.qk %[[Q]], %[[K0]]
+// Each segment carries the scores of its tile j and computes the next tile's next to the softmax; one barrier.
+// AHEAD: %[[ST1:.*]], %[[S1:.*]] = tile.kv_loop from %{{.*}} to %{{.*}} iter_args(%{{.*}}, %[[S0]]) {order = "descending", segment = "tail_boundary"}
+// AHEAD-NEXT: ^bb0(%[[J:.*]]: i32, %{{.*}}: !tile.state<64x64>, %[[S:.*]]: tensor<64x64xf32>):
+// AHEAD-NEXT: tile.wait_async "v"{{$}}
+// AHEAD-DAG: %[[NEXT:.*]] = arith.subi %[[J]], %c1
+// AHEAD-DAG: %[[AFTER:.*]] = arith.subi %[[J]], %c2
+// AHEAD-DAG: %[[HASNEXT:.*]] = arith.cmpi sge, %[[NEXT]]
+// AHEAD-DAG: %[[HASAFTER:.*]] = arith.cmpi sge, %[[AFTER]]
+// AHEAD: tile.copy_async "k"[%[[AFTER]]] if %[[HASAFTER]]
+// AHEAD-NEXT: tile.copy_async "v"[%[[NEXT]]] if %[[HASNEXT]]
+// AHEAD-NEXT: %[[KN:.*]] = tile.load "k"[%[[NEXT]]] if %[[HASNEXT]]
+// AHEAD-NEXT: %[[SN:.*]] = tile.qk %[[Q]], %[[KN]]
+// AHEAD-NEXT: tile.scale %[[S]]
+// AHEAD-NEXT: tile.mask
+// AHEAD: tile.softmax_update
+// AHEAD-NOT: tile.wait_async
+// AHEAD: tile.load "v"[%[[J]]]
+// AHEAD-NEXT: tile.pv
+// AHEAD-NEXT: tile.yield %{{.*}}, %[[SN]]
+// AHEAD: tile.kv_loop from %{{.*}} to %{{.*}} iter_args(%[[ST1]], %[[S1]]) {order = "descending", segment = "interior"}
+// AHEAD-NOT: tile.mask
+// AHEAD: tile.softmax_update
 
 // RUN: flashtile-opt %s --tile-apply-schedule --tile-pipeline --verify-diagnostics
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {

@@ -186,15 +186,19 @@ INSTANTIATE_TEST_SUITE_P(Variants, InterpreterVsReference, ::testing::ValuesIn(c
 // The oracle can fail
 //===----------------------------------------------------------------------===//
 
-/// Causal attention, FA2 with small tiles so that the walk has a masked tail and an unmasked interior.
+/// Causal attention, FA2 with small tiles so that the walk has a masked tail and an unmasked interior; one K and
+/// one V buffer (stages = 1), the pipeline the published FA2 uses.
 struct CausalFixture : ::testing::Test {
+  explicit CausalFixture(int stages = 1) : stages(stages) {}
+  int stages;
   MLIRContext context;
   DiagnosticCapture diags{context};
   Problem p{2, 128, 128, 2, 2, 64, 64, 0.125f, {}};
   test::Inputs in = test::randomInputs(p, seedFor(::testing::UnitTest::GetInstance()->current_test_info()->name()));
   OwningOpRef<ModuleOp> program = buildProgram(context, "causal", ElementType::BF16, 64);
   OwningOpRef<ModuleOp> sched =
-      program ? scheduled(*program, fa2::Fa2Options{.blockM = 64, .blockN = 32, .warps = 4}) : nullptr;
+      program ? scheduled(*program, fa2::Fa2Options{.blockM = 64, .blockN = 32, .warps = 4, .stages = stages})
+              : nullptr;
 
   /// The scheduled program's ops of type T with a given operand name, in every K/V loop.
   template <typename T> SmallVector<T> inLoops(ModuleOp module, StringRef operand) {
@@ -296,6 +300,55 @@ TEST_F(CausalFixture, AWaitThatLeavesItsCopyPendingIsAPipelineHazard) {
   EXPECT_NE(text.find("pipeline hazard: wait_async q {pending = 2} may return before its copy lands"),
             std::string::npos)
       << text;
+}
+
+/// The same program with two K and V buffers, Q·Kᵀ one tile ahead of the softmax (stages = 2).
+struct CausalQkAheadFixture : CausalFixture {
+  CausalQkAheadFixture() : CausalFixture(2) {}
+};
+
+TEST_F(CausalQkAheadFixture, MatchesTheReferenceAndCarriesScores) {
+  ASSERT_TRUE(sched) << diags.text;
+  int carrying = 0;
+  for (auto loop : funcOf(*sched).getBody().getOps<tile::KvLoopOp>())
+    carrying += loop.getCarried().size() == 1;
+  EXPECT_EQ(carrying, 2) << "both segments carry their tile's scores";
+  test::Reference ref = test::referenceAttention(p, in, test::Mask::Causal, interp::roundToBf16);
+  expectMatchesReference(runChecked(funcOf(*sched), p, in, diags), ref, p, "stages = 2");
+}
+
+TEST_F(CausalQkAheadFixture, OneBufferPerOperandIsAPipelineHazard) {
+  ASSERT_TRUE(sched) << diags.text;
+  // The same IR replayed as if K and V had one buffer each: the copy of K(j − 2) goes into the buffer K(j − 1)
+  // has to be read from.
+  tile::FuncOp func = funcOf(*sched);
+  tile::ScheduleAttr s = func.getScheduleAttr();
+  func.setScheduleAttr(tile::ScheduleAttr::get(&context, s.getName(), s.getBlockM(), s.getBlockN(), s.getWarps(), 1));
+  std::string text = runExpectingFailure(*sched);
+  EXPECT_NE(text.find("pipeline hazard: load of k tile 1 but the buffer holds tile 1 and the copy of tile 0 into it "
+                      "is in flight"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(CausalQkAheadFixture, DroppingTheBarrierAtTheTopOfTheLoopIsAPipelineHazard) {
+  ASSERT_TRUE(sched) << diags.text;
+  for (auto wait : inLoops<tile::WaitAsyncOp>(*sched, "v"))
+    wait.erase();
+  std::string text = runExpectingFailure(*sched);
+  EXPECT_NE(text.find("pipeline hazard:"), std::string::npos) << text;
+}
+
+TEST_F(CausalQkAheadFixture, SoftmaxOfTheNextTilesScoresIsCaught) {
+  ASSERT_TRUE(sched) << diags.text;
+  // Feed the softmax the scores computed for the next tile instead of the carried ones: P no longer matches V.
+  auto loop = *funcOf(*sched).getBody().getOps<tile::KvLoopOp>().begin();
+  Value carried = loop.getCarriedArgs()[0];
+  auto yield = cast<tile::YieldOp>(loop.getBody().front().getTerminator());
+  Value next = yield.getValues()[1]; // computed at the top of the body, before the softmax's first use
+  carried.replaceAllUsesWith(next);
+  std::string text = runExpectingFailure(*sched);
+  EXPECT_NE(text.find("P covers keys from"), std::string::npos) << text;
 }
 
 TEST_F(CausalFixture, BadSizesAndUnknownOpsAreDiagnosed) {
