@@ -69,8 +69,8 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
       config.blockN = blockN;
     if (warps)
       config.warps = warps;
-    // Stages follow the warp layout unless chosen: a second score tile fits where a warp owns one m16 tile.
-    config.stages = stages ? static_cast<int>(stages) : fa2::Fa2Config::defaultStages(config.blockM, config.warps, headDim, headDimV);
+    if (stages)
+      config.stages = stages;
     if (auto error = config.validate(headDim, headDimV)) {
       func.emitOpError() << *error;
       return signalPassFailure();

@@ -24,7 +24,7 @@ def TileApplySchedule : Pass<"tile-apply-schedule", "::flashtile::tile::FuncOp">
     Option<"blockM", "block-m", "int64_t", /*default=*/"0", "query rows per thread block (0: default)">,
     Option<"blockN", "block-n", "int64_t", /*default=*/"0", "keys per K/V tile (0: default)">,
     Option<"warps", "warps", "int64_t", /*default=*/"0", "warps per thread block (0: default)">,
-    Option<"stages", "stages", "int64_t", /*default=*/"0", "shared-memory buffers per K/V operand, 1 or 2 (0: 2 when a warp owns one m16 tile and head dims are at most 128, else 1)">,
+    Option<"stages", "stages", "int64_t", /*default=*/"0", "shared-memory buffers per K/V operand, 1 or 2 (0: the head dim's default)">,
   ];
 }
 

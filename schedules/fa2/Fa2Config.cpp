@@ -4,27 +4,28 @@
 namespace flashtile::fa2 {
 
 Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV) {
+  // Measured on the H200 (bench/RESULTS.md, bench/NOTES.md v2-v6), bf16, 2k and 8k, causal and not.
   Fa2Config c;
   c.blockM = 128;
   c.blockN = 64;
-  if (headDim <= 64 && headDimV <= 64) {
-    // Two m16 tiles per warp halve the shared-memory reads of K and V per MMA; at head dim 64 the state and
-    // scores still fit in registers (measured on the H200: 1.02-1.07x torch FA2, bench/RESULTS.md).
+  if (headDim <= 128 && headDimV <= 128) {
+    // Two m16 tiles per warp halve the shared-memory reads of K and V per MMA (the FA2 kernels are bound by
+    // them): 1.02-1.10x torch FA2 at head dim 64.
     c.warps = 4;
   } else {
-    // One m16 tile per warp: at head dim 128 the 16 x 128 fp32 accumulator per warp and the scores stay in
-    // registers without spilling (two tiles per warp spill).
+    // One m16 tile per warp: a 16 x 256 fp32 accumulator per warp is all the registers allow.
     c.warps = 8;
-    if (headDim > 128 || headDimV > 128)
-      c.blockN = 32;
+    c.blockN = 32;
   }
-  c.stages = defaultStages(c.blockM, c.warps, headDim, headDimV);
+  c.stages = defaultStages(headDim, headDimV);
   return c;
 }
 
-int Fa2Config::defaultStages(int blockM, int warps, int headDim, int headDimV) {
-  bool oneTilePerWarp = blockM == kMmaM * warps;
-  return oneTilePerWarp && headDim <= 128 && headDimV <= 128 ? kMaxStages : kMinStages;
+int Fa2Config::defaultStages(int headDim, int headDimV) {
+  // Q·Kᵀ one tile ahead pays at head dims 96 and 128 (+4-8% at 128, +30% at 96), not at 64 (-1 to -4%: the
+  // extra score tile crowds the two m16 tiles' registers) nor above 128 (-4%).
+  int widest = headDim > headDimV ? headDim : headDimV;
+  return widest > 64 && widest <= 128 ? kMaxStages : kMinStages;
 }
 
 std::optional<std::string> Fa2Config::validate(int headDim, int headDimV) const {

@@ -26,7 +26,7 @@ inline constexpr int kWarpSize = 32;
 ///  2 — two buffers each, and S = Q·K(next)ᵀ is issued in the same straight-line code as this tile's softmax, so
 ///      the tensor cores and the FP32/MUFU pipes of a warp overlap (FA3's intra-warpgroup overlap, on mma.sync);
 ///      one barrier per tile. Costs a second score tile of registers and a second K and V buffer: the default
-///      where a warp owns one m16 tile, up to head dim 128 (H200, head dim 128: +2-6%, bench/NOTES.md).
+///      at head dims 96 and 128 (H200, head dim 128: +4-8%, bench/NOTES.md).
 inline constexpr int kMinStages = 1;
 inline constexpr int kMaxStages = 2;
 /// FA2 walks K/V tiles from last to first: masked tiles (near the diagonal) come first.
@@ -43,10 +43,9 @@ struct Fa2Config {
 
   /// The configuration used when the caller sets no knob, tuned per head dim.
   static Fa2Config defaultsFor(int headDim, int headDimV);
-  /// The stages used when the caller does not choose: 2 when a warp owns one m16 tile (a second score tile
-  /// fits in registers) and the head dims are at most 128, else 1 (measured on the H200, bench/NOTES.md: at
-  /// head dim 256 the second score tile costs more than the overlap gains).
-  static int defaultStages(int blockM, int warps, int headDim, int headDimV);
+  /// The stages used when the caller does not choose them: 2 for head dims in (64, 128], else 1 (measured on
+  /// the H200, bench/NOTES.md: elsewhere the second score tile costs more registers than the overlap gains).
+  static int defaultStages(int headDim, int headDimV);
   /// An error message naming the offending knob and the accepted values, or nothing when valid.
   std::optional<std::string> validate(int headDim, int headDimV) const;
   /// Dynamic shared memory: one Q tile and `stages` K and V tiles, 16-bit elements.

@@ -1,8 +1,8 @@
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule | FileCheck %s --check-prefix=DEFAULT
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="block-m=64 block-n=32 warps=4" | FileCheck %s --check-prefix=CUSTOM
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="block-m=64 block-n=32 warps=4 stages=1" | FileCheck %s --check-prefix=STAGES1
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="block-m=64 block-n=32 warps=4 stages=2" | FileCheck %s --check-prefix=STAGES2
 
-// Defaults for head dim 64: 128 query rows, 64-key tiles, 4 warps (32 rows each, two m16 tiles: stages = 1).
+// Defaults for head dim 64: 128 query rows, 64-key tiles, 4 warps (32 rows each), one K and one V buffer.
 // DEFAULT: tile.func @attention attributes {{.*}}schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1>
 // DEFAULT: tile.load "q" : tensor<128x64xbf16>
 // DEFAULT: tile.init_state : <128x64>
@@ -11,9 +11,9 @@
 // DEFAULT: tile.softmax_update {{.*}} -> tensor<128x64xbf16>, tensor<128xf32>
 // DEFAULT: tile.finalize {{.*}} -> tensor<128x64xf32>, tensor<128xf32>
 
-// One m16 tile per warp: stages default to 2 (two K/V buffers, Q·Kᵀ one tile ahead) unless chosen.
-// CUSTOM: schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 32, warps = 4, stages = 2>
-// STAGES1: schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 32, warps = 4, stages = 1>
+// Knobs not given keep the head dim's default (stages = 1 at head dim 64); stages = 2: two K/V buffers.
+// CUSTOM: schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 32, warps = 4, stages = 1>
+// STAGES2: schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 32, warps = 4, stages = 2>
 // CUSTOM: tile.load "q" : tensor<64x64xbf16>
 // CUSTOM: tile.load "k"[%{{.*}}] : tensor<32x64xbf16>
 // CUSTOM: tile.qk {{.*}} -> tensor<64x32xf32>

@@ -1,7 +1,7 @@
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule --tile-split-boundary --tile-pipeline | FileCheck %s
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="block-m=64 warps=4" --tile-split-boundary --tile-pipeline | FileCheck %s --check-prefix=AHEAD
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="block-m=64 warps=4 stages=2" --tile-split-boundary --tile-pipeline | FileCheck %s --check-prefix=AHEAD
 
-// stages = 1 (head dim 64's default: two m16 tiles per warp). Prologue: Q and the first K tile in flight together; wait for Q only.
+// stages = 1 (head dim 64's default). Prologue: Q and the first K tile in flight together; wait for Q only.
 // CHECK: tile.copy_async "q"
 // CHECK: tile.copy_async "k"[%{{.*}}] if %{{.*}}
 // CHECK: tile.wait_async "q" {pending = 1 : i64}
@@ -20,7 +20,7 @@
 // CHECK-NEXT: tile.load "v"[%[[J]]]
 // CHECK-NEXT: tile.pv
 
-// stages = 2 (one m16 tile per warp): two K/V buffers, Q·Kᵀ one tile ahead. Prologue: Q and K(first) land,
+// stages = 2 (chosen; the default at head dims 96 and 128): two K/V buffers, Q·Kᵀ one tile ahead. Prologue: Q and K(first) land,
 // V(first) and K(second) start, the first tile's scores are computed.
 // AHEAD: #tile.schedule<name = "fa2", blockM = 64, blockN = 64, warps = 4, stages = 2>
 // AHEAD: tile.copy_async "q"
