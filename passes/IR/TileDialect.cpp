@@ -1,6 +1,8 @@
 //===- TileDialect.cpp - types, attributes, verifiers, canonicalization ---===//
 #include "passes/IR/TileDialect.h"
 
+#include "mlir/IR/Matchers.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
@@ -329,6 +331,12 @@ LogicalResult FinalizeOp::verify() {
     return success();
   Builder b(getContext());
   return checkRegionSignature(*this, getSink(), {b.getI32Type(), b.getI32Type()}, {b.getF32Type()}, "sink");
+}
+
+bool KvRangeOp::lowerBoundIs(int64_t key) {
+  auto yield = cast<YieldOp>(getRule().front().getTerminator());
+  APInt value;
+  return matchPattern(yield.getValues()[0], m_ConstantInt(&value)) && value.getSExtValue() == key;
 }
 
 LogicalResult KvLoopOp::verify() {

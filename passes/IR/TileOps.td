@@ -119,6 +119,10 @@ def Tile_KvRangeOp : Tile_Op<"kv_range", []> {
   let regions = (region SizedRegion<1>:$rule);
   let assemblyFormat = "$kind attr-dict-with-keyword $rule";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Whether the rule's lower bound is the constant `key` for every Q tile (e.g. 0 for causal masks).
+    bool lowerBoundIs(int64_t key);
+  }];
 }
 
 //===----------------------------------------------------------------------===//

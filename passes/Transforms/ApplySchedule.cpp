@@ -62,7 +62,11 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
       return signalPassFailure();
     }
     int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
-    fa2::Fa2Config config = fa2::Fa2Config::defaultsFor(headDim, headDimV);
+    fa2::ProgramTraits traits;
+    traits.scoreMod = func.walk([](ScoreModOp) { return WalkResult::interrupt(); }).wasInterrupted();
+    for (KvRangeOp range : func.getBody().getOps<KvRangeOp>())
+      traits.headBoundary |= !range.lowerBoundIs(0);
+    fa2::Fa2Config config = fa2::Fa2Config::defaultsFor(headDim, headDimV, traits);
     if (blockM)
       config.blockM = blockM;
     if (blockN)

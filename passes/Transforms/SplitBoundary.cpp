@@ -62,13 +62,6 @@ KvLoopOp cloneSegment(OpBuilder &b, KvLoopOp loop, Value init, Value lo, Value h
   return seg;
 }
 
-/// Whether a kv_range rule's lower bound is the constant `expected` (looked up in what its region yields).
-bool lowerBoundIs(KvRangeOp range, int64_t expected) {
-  auto yield = cast<YieldOp>(range.getRule().front().getTerminator());
-  APInt value;
-  return matchPattern(yield.getValues()[0], m_ConstantInt(&value)) && value.getSExtValue() == expected;
-}
-
 struct TileSplitBoundaryPass : flashtile::tile::impl::TileSplitBoundaryBase<TileSplitBoundaryPass> {
   void runOnOperation() override {
     FuncOp func = getOperation();
@@ -99,7 +92,7 @@ struct TileSplitBoundaryPass : flashtile::tile::impl::TileSplitBoundaryBase<Tile
       OpBuilder b(loop);
       TileBounds t = tileBounds(b, loop.getLoc(), may, full, schedule.getBlockN());
       // Rules that start both ranges at key 0 (no mask, causal) provably leave the head segment empty.
-      bool headEmpty = lowerBoundIs(may, 0) && lowerBoundIs(full, 0);
+      bool headEmpty = may.lowerBoundIs(0) && full.lowerBoundIs(0);
       StringRef order = flashtile::fa2::kWalkDescending ? "descending" : "ascending";
       struct Segment {
         StringRef name;

@@ -3,15 +3,22 @@
 
 namespace flashtile::fa2 {
 
-Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV) {
+Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV, const ProgramTraits &traits) {
   // Measured on the H200 (bench/RESULTS.md, bench/NOTES.md v2-v6), bf16, 2k and 8k, causal and not.
   Fa2Config c;
   c.blockM = 128;
   c.blockN = 64;
-  if (headDim <= 128 && headDimV <= 128) {
+  bool lightScores = !traits.scoreMod && !traits.headBoundary;
+  if (headDim <= 64 && headDimV <= 64) {
     // Two m16 tiles per warp halve the shared-memory reads of K and V per MMA (the FA2 kernels are bound by
     // them): 1.02-1.10x torch FA2 at head dim 64.
     c.warps = 4;
+  } else if (headDim <= 128 && headDimV <= 128) {
+    // The same at head dims 96-128 for programs whose only per-score work is a causal-like mask: 0.95-1.02x
+    // torch FA2 at 128. A score_mod or a heavier mask (a masked head segment) spills at 255 registers with two
+    // m16 tiles per warp (ptxas: 300-1800 bytes), so those keep one m16 tile per warp (softcap causal 0.94 vs
+    // 0.86x, document_mask 0.49 vs 0.24x of the plain kernel).
+    c.warps = lightScores ? 4 : 8;
   } else {
     // One m16 tile per warp: a 16 x 256 fp32 accumulator per warp is all the registers allow.
     c.warps = 8;

@@ -35,14 +35,23 @@ inline constexpr bool kWalkDescending = true;
 /// so launching them first leaves light blocks for the last wave (longest-processing-time-first scheduling).
 inline constexpr bool kQTilesHeaviestFirst = true;
 
+/// What the default configuration needs to know about the program (no MLIR here: ApplySchedule fills it in).
+struct ProgramTraits {
+  /// The variant changes scores (tile.score_mod: softcap, ALiBi, ...).
+  bool scoreMod = false;
+  /// The walk has a masked head segment (a kv_range rule starts after key 0: sliding windows, documents), so
+  /// more tiles are masked and the mask predicate is heavier than causal's.
+  bool headBoundary = false;
+};
+
 struct Fa2Config {
   int blockM = 128; ///< query rows a thread block owns (split-Q)
   int blockN = 64;  ///< keys per K/V tile
   int warps = 4;    ///< each warp owns blockM / warps query rows
   int stages = 1;   ///< shared-memory buffers per K/V operand (see kMaxStages)
 
-  /// The configuration used when the caller sets no knob, tuned per head dim.
-  static Fa2Config defaultsFor(int headDim, int headDimV);
+  /// The configuration used when the caller sets no knob, tuned per head dim and program.
+  static Fa2Config defaultsFor(int headDim, int headDimV, const ProgramTraits &traits = {});
   /// The stages used when the caller does not choose them: 2 for head dims in (64, 128], else 1 (measured on
   /// the H200, bench/NOTES.md: elsewhere the second score tile costs more registers than the overlap gains).
   static int defaultStages(int headDim, int headDimV);
