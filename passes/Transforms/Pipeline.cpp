@@ -9,7 +9,8 @@
 //
 // stages = 2, two buffers each (tile j in buffer j mod 2), and Q·Kᵀ runs one tile ahead: the loops carry the
 // scores of tile j into iteration j, which computes the next tile's scores next to its own softmax:
-//   wait K(next), V(j) | start K(next + 1), V(next) | S' = Q·K(next)ᵀ ; mask, softmax(S) | acc += P·V(j) | S = S'
+//   wait K(next), V(j) | start K(next + 1), V(next) | S' = Q·K(next)ᵀ ; softmax(S) | acc += P·V(j) | S = S'
+// (with a score_mod: ... | score_mod(S), mask(S) | S' = Q·K(next)ᵀ ; softmax(S) | ...)
 // One barrier per tile; S' has no dependence on the softmax, so a warp's tensor-core work and its exp2/FP32 work
 // are independent instructions in one block of straight-line code and overlap (FA3's intra-warpgroup overlap,
 // here with mma.sync). The prologue computes the first tile's scores. On the walk's last tile there is no next
@@ -184,6 +185,17 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
       Value hasNext = atLeastLowest(lb, next);
       CopyAsyncOp::create(lb, loc, "k", afterNext, atLeastLowest(lb, afterNext));
       CopyAsyncOp::create(lb, loc, "v", next, hasNext);
+      // The next tile's Q·Kᵀ goes right after the copies, or, where the variant modifies scores (score_mod, in
+      // every tile), right before this tile's softmax: the score_mod touches every score of the tile, and with
+      // both score tiles live the registers overflow (H200, hd128: softcap +6%, causal softcap +2%; placing it
+      // after the mask of boundary segments too cost the plain kernels 5%, bench/NOTES.md v7).
+      auto softmaxes = body->getOps<SoftmaxUpdateOp>();
+      if (std::distance(softmaxes.begin(), softmaxes.end()) != 1) {
+        (void)fail(loop, "must hold one tile.softmax_update");
+        return;
+      }
+      if (!body->getOps<ScoreModOp>().empty())
+        lb.setInsertionPoint(*softmaxes.begin());
       Value kNext = LoadOp::create(lb, loc, kType, "k", next, hasNext);
       Value scoresNext = QkOp::create(lb, loc, sType, loadQ.getResult(), kNext);
       // This tile's scores arrive through the loop instead of its own Q·Kᵀ.
