@@ -60,7 +60,8 @@ def Tile_ScheduleAttr : Tile_Attr<"Schedule", "schedule"> {
   let summary = "the schedule a program was scheduled with";
   let description = [{
     Attached to `tile.func` by `tile-apply-schedule`. `blockM` query rows per thread block, `blockN` keys per K/V
-    tile, `warps` per block, `stages` K/V shared-memory buffers. Example:
+    tile, `warps` per block, `stages` shared-memory buffers per K/V operand (K/V tile j in buffer j mod stages;
+    for FA2, 2 also means Q·Kᵀ runs one tile ahead of the softmax). Example:
     `#tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 2>`.
   }];
   let parameters = (ins StringRefParameter<>:$name, "int64_t":$blockM, "int64_t":$blockN, "int64_t":$warps,
