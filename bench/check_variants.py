@@ -4,6 +4,7 @@
 For every built-in variant (kernels from `flashtile aot --variants ...`, called through libflashtile.so):
   check   fresh random inputs, several shapes incl. Sq != Sk; max|out - ref_fp32| <= k * max|ref_lowp - ref_fp32| +
           1e-5 with k = 2 (3 for softcap), where ref_lowp runs the same math with bf16/f16 matmuls and P; LSE too.
+          Then once more over packed sequences (flashtile_forward_varlen_variant), each against its own reference.
   speed   bf16, head dim 128, B=2, H=16, Sq=Sk=8192: useful-FLOP TFLOP/s (4*D*attended pairs) of the variant, of our
           plain kernel with the same masking (causal or none) and of FlexAttention's version (torch.compile).
 """
@@ -21,6 +22,7 @@ torch._dynamo.config.recompile_limit = 256
 from bench_attention import Flashtile, bench, DTYPES
 
 LOG2E = 1.4426950408889634
+LL3 = ctypes.c_longlong * 3  # varlen strides: {seq, head, dim}
 
 
 class Variant:
@@ -158,6 +160,62 @@ def call(ft, variant, q, k, v, o, lse, params, inputs):
         raise RuntimeError(f"flashtile {variant}: " + ft.lib.flashtile_last_error().decode())
 
 
+def call_varlen(ft, variant, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, params, inputs):
+    """Packed sequences (flash_attn_varlen_func layout): q (total_q, H, D), lse (H, total_q)."""
+    pa = (ctypes.c_float * max(1, len(params)))(*params)
+    ia = (ctypes.c_void_p * max(1, len(inputs)))(*[x.data_ptr() for x in inputs])
+    va = VariantArgs(ctypes.cast(pa, ctypes.c_void_p), len(params), ctypes.cast(ia, ctypes.c_void_p), len(inputs))
+    tq, h, d = q.shape
+    rc = ft.lib.flashtile_forward_varlen_variant(
+        ft.rt, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), cu_q.data_ptr(),
+        cu_k.data_ptr(), DTYPES[dt_name(q)][1], cu_q.numel() - 1, tq, k.shape[0], max_q, max_k, h, k.shape[1], d,
+        v.shape[2], LL3(*q.stride()), LL3(*k.stride()), LL3(*v.stride()), LL3(*o.stride()), 0.0,
+        variant.encode(), ctypes.byref(va), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+    if rc != 0:
+        raise RuntimeError(f"flashtile {variant} (varlen): " + ft.lib.flashtile_last_error().decode())
+
+
+def check_varlen(ft, var, gen, h=4, hk=2, d=128, lengths=((300, 300), (0, 40), (129, 200), (64, 64), (1, 77))):
+    """One packed batch of sequences of different lengths (one empty, Sq != Sk both ways); each sequence must match
+    its own dense reference. Per-key inputs (doc_start) are packed per key row, positions within each sequence."""
+    dt = torch.bfloat16
+    sq, sk = [a for a, _ in lengths], [b for _, b in lengths]
+    cu_q = torch.tensor([0] + list(torch.tensor(sq).cumsum(0)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(torch.tensor(sk).cumsum(0)), dtype=torch.int32, device="cuda")
+    q = torch.randn(sum(sq), h, d, device="cuda", dtype=dt, generator=gen)
+    k, v = (torch.randn(sum(sk), hk, d, device="cuda", dtype=dt, generator=gen) for _ in range(2))
+    per_seq = [var.inputs(1, h, n, gen) for n in sk]
+    if var.docs:
+        inputs = [torch.cat([x[0].reshape(-1) for x in per_seq]).contiguous()]
+    else:
+        inputs = per_seq[0]
+        per_seq = [inputs] * len(sk)
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full((h, sum(sq)), float("nan"), device="cuda")
+    call_varlen(ft, var.name, q, k, v, o, lse, cu_q, cu_k, max(sq), max(sk), var.params, inputs)
+    torch.cuda.synchronize()
+    worst, ok = 0.0, True
+    for i, (nq, nk) in enumerate(lengths):
+        if nq == 0:
+            continue
+        q0, k0 = int(cu_q[i]), int(cu_k[i])
+        qs = q[q0:q0 + nq][None]
+        ks, vs = (x[k0:k0 + nk][None].repeat_interleave(h // hk, 2) for x in (k, v))
+        ref, ref_lse = var.reference(qs, ks, vs, per_seq[i], lowp=False)
+        low, _ = var.reference(qs, ks, vs, per_seq[i], lowp=True)
+        err = (o[q0:q0 + nq].float() - ref[0]).abs().max().item()
+        err_low = (low - ref).abs().max().item()
+        got_lse = lse[:, q0:q0 + nq]
+        finite = torch.isfinite(ref_lse[0])
+        lse_err = (got_lse - ref_lse[0])[finite].abs().max().item() if finite.any() else 0.0
+        lse_ok = bool(torch.equal(torch.isinf(got_lse), torch.isinf(ref_lse[0])))
+        ok &= err <= var.tol * err_low + 1e-5 and lse_err <= 1e-3 and lse_ok and not math.isnan(err)
+        worst = max(worst, err / max(err_low, 1e-12))
+    print(f"check {var.name:22} bf16 varlen {len(lengths)} sequences {list(lengths)} worst err/lowp={worst:.2f} "
+          f"(<= {var.tol}) {'PASS' if ok else 'FAIL'}", flush=True)
+    return ok
+
+
 class VariantArgs(ctypes.Structure):
     _fields_ = [("params", ctypes.c_void_p), ("num_params", ctypes.c_int), ("inputs", ctypes.c_void_p),
                 ("num_inputs", ctypes.c_int)]
@@ -181,6 +239,9 @@ def main():
     lib = ft.lib
     lib.flashtile_forward_variant.argtypes = (
         [ctypes.c_void_p] * 6 + [ctypes.c_int] * 7 + [ft.ll4] * 4 +
+        [ctypes.c_float, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p])
+    lib.flashtile_forward_varlen_variant.argtypes = (
+        [ctypes.c_void_p] * 8 + [ctypes.c_int] * 10 + [LL3] * 4 +
         [ctypes.c_float, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p])
     gen = torch.Generator(device="cuda")
     gen.seed()
@@ -212,6 +273,7 @@ def main():
                 print(f"check {var.name:22} {dtype} B={b} H={h}/{hk} Sq={sq:5} Sk={sk:5} err={err:.2e} "
                       f"lowp={err_low:.2e} ratio={err / max(err_low, 1e-12):.2f} (<= {var.tol}) lse_err={lse_err:.1e} "
                       f"{'PASS' if ok else 'FAIL'}", flush=True)
+        failures += not check_varlen(ft, var, gen)
 
     # speed
     b, h, d, s = 2, 16, 128, args.speed_seqlen

@@ -327,7 +327,9 @@ LogicalResult Interpreter::exec(DimOp op) {
                   : name == "heads_kv" ? problem.headsKv
                   : name == "seqlen_q" ? inst.seqlenQ
                   : name == "seqlen_k" ? inst.seqlenK
-                                       : -1;
+                  // b·seqlen_k dense (entry b, row 0); cu_seqlens_k[b] varlen (entry 0, row kRow0)
+                  : name == "key_offset" ? inst.entry * problem.seqlenK + inst.kRow0
+                                         : -1;
   if (value < 0)
     return fail(op, "unknown dimension '" + name + "'");
   scalars[op.getResult()] = Scalar::integer(value);

@@ -79,6 +79,8 @@ StringRef dimField(StringRef dim) {
       .Case("heads_kv", "p.headsKv")
       .Case("seqlen_q", "p.seqlenQ")
       .Case("seqlen_k", "p.seqlenK")
+      // b is the batch entry (sequence) in every scope that reads dims: the kernel and the variant functions.
+      .Case("key_offset", "(p.cuSeqlensK ? p.cuSeqlensK[b] : b * p.seqlenK)")
       .Default("");
 }
 

@@ -35,6 +35,7 @@ Expr dim(const Expr &anchor, StringRef name) {
 Expr Sizes::batch() const { return dim(seqlenQ, "batch"); }
 Expr Sizes::headsQ() const { return dim(seqlenQ, "heads_q"); }
 Expr Sizes::headsKv() const { return dim(seqlenQ, "heads_kv"); }
+Expr Sizes::keyOffset() const { return dim(seqlenQ, "key_offset"); }
 } // namespace dsl
 
 namespace {

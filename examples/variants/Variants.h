@@ -50,12 +50,13 @@ Variant sinks();
 /// Causal attention inside packed documents: input "doc_start", int32, shape (B, Sk) row-major, the first token of
 /// each token's document (non-decreasing, doc_start[b][t] <= t); query i (token i' = i + Sk - Sq) sees key j iff
 /// doc_start[b][i'] <= j <= i' ("document_mask"). Other documents' tiles are skipped, tiles inside a document
-/// are not masked.
+/// are not masked. Varlen: shape (total_k), one entry per key row, positions within each sequence.
 Variant documentMask();
 
 /// For callers of the C++ and C APIs, which pass device pointers the kernel cannot measure: "" when `count`
 /// elements are what input `input` of built-in variant `variant` reads in a call with these sizes, else a message
-/// naming the input, the shape it needs and its element type.
+/// naming the input, the shape it needs and its element type. Varlen calls pass batch = 1 and seqlenK = total_k
+/// (per-key inputs span the packed keys).
 std::string checkInputLength(const std::string &variant, const std::string &input, int64_t count, int batch, int headsQ,
                              int seqlenK);
 

@@ -158,7 +158,7 @@ LogicalResult DimOp::verify() {
   if (llvm::is_contained(kDimNames, getName()))
     return success();
   return emitOpError() << "unknown dimension '" << getName()
-                       << "'; expected one of: batch, heads_q, heads_kv, seqlen_q, seqlen_k";
+                       << "'; expected one of: batch, heads_q, heads_kv, seqlen_q, seqlen_k, key_offset";
 }
 
 LogicalResult ParamOp::verify() {

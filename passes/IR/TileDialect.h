@@ -26,7 +26,7 @@
 
 namespace flashtile::tile {
 /// Names accepted by `tile.dim`, in one place for the verifier, the interpreter and codegen.
-inline constexpr const char *kDimNames[] = {"batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k"};
+inline constexpr const char *kDimNames[] = {"batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "key_offset"};
 /// The enclosing program of an op, or null.
 FuncOp getEnclosingFunc(mlir::Operation *op);
 } // namespace flashtile::tile

@@ -62,10 +62,12 @@ def Tile_YieldOp : Tile_Op<"yield", [Pure, Terminator, ReturnLike,
 def Tile_DimOp : Tile_Op<"dim", [Pure]> {
   let summary = "a problem size, read from the kernel arguments";
   let description = [{
-    `%sk = tile.dim "seqlen_k"`: one of "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k".
+    `%sk = tile.dim "seqlen_k"`: one of "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "key_offset".
     "seqlen_q" and "seqlen_k" are the lengths of this program instance's own sequence: with packed sequences
     (varlen, cu_seqlens) each sequence has its own, so masks and KV-range rules (e.g. causal's bottom-right
     alignment) and the bounds of loads and stores follow that sequence. "batch" is the number of sequences.
+    "key_offset" is the row of the sequence's first key among all sequences' keys: b·seqlen_k dense,
+    cu_seqlens_k[b] varlen; a per-key input array indexed key_offset + kv is (B, Sk) dense and (total_k) varlen.
   }];
   let arguments = (ins StrAttr:$name);
   let results = (outs I32:$result);

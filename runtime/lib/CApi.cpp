@@ -114,12 +114,13 @@ int flashtile_forward_variant(flashtile_runtime *rt, const void *q, const void *
   });
 }
 
-int flashtile_forward_varlen(flashtile_runtime *rt, const void *q, const void *k, const void *v, void *o, float *lse,
-                             const int *cu_seqlens_q, const int *cu_seqlens_k, int dtype, int batch, int total_q,
-                             int total_k, int max_seqlen_q, int max_seqlen_k, int heads_q, int heads_kv, int head_dim,
-                             int head_dim_v, const long long *q_stride, const long long *k_stride,
-                             const long long *v_stride, const long long *o_stride, float softmax_scale,
-                             const char *variant, void *stream) {
+int flashtile_forward_varlen_variant(flashtile_runtime *rt, const void *q, const void *k, const void *v, void *o,
+                                     float *lse, const int *cu_seqlens_q, const int *cu_seqlens_k, int dtype, int batch,
+                                     int total_q, int total_k, int max_seqlen_q, int max_seqlen_k, int heads_q,
+                                     int heads_kv, int head_dim, int head_dim_v, const long long *q_stride,
+                                     const long long *k_stride, const long long *v_stride, const long long *o_stride,
+                                     float softmax_scale, const char *variant,
+                                     const flashtile_variant_args *variant_args, void *stream) {
   return guarded([&] {
     if (!rt || !q_stride || !k_stride || !v_stride || !o_stride)
       return report(
@@ -138,8 +139,22 @@ int flashtile_forward_varlen(flashtile_runtime *rt, const void *q, const void *k
     }
     args.softmaxScale = softmax_scale;
     args.variant = variant ? variant : "none";
+    if (flashtile::Status s = applyVariantArgs(variant_args, args); !s.ok())
+      return report(s);
     return report(rt->runtime.forward(args, static_cast<CUstream>(stream)));
   });
+}
+
+int flashtile_forward_varlen(flashtile_runtime *rt, const void *q, const void *k, const void *v, void *o, float *lse,
+                             const int *cu_seqlens_q, const int *cu_seqlens_k, int dtype, int batch, int total_q,
+                             int total_k, int max_seqlen_q, int max_seqlen_k, int heads_q, int heads_kv, int head_dim,
+                             int head_dim_v, const long long *q_stride, const long long *k_stride,
+                             const long long *v_stride, const long long *o_stride, float softmax_scale,
+                             const char *variant, void *stream) {
+  return flashtile_forward_varlen_variant(rt, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, dtype, batch, total_q,
+                                          total_k, max_seqlen_q, max_seqlen_k, heads_q, heads_kv, head_dim, head_dim_v,
+                                          q_stride, k_stride, v_stride, o_stride, softmax_scale, variant, nullptr,
+                                          stream);
 }
 
 const char *flashtile_last_error(void) { return lastError.c_str(); }

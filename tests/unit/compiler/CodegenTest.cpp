@@ -299,9 +299,11 @@ TEST(Codegen, InputsAndSinks) {
   EXPECT_EQ(count(src, "__device__ __forceinline__ float sinkLogit(int b, int h, const FlashtileFwdParams &p)"), 1)
       << src;
   EXPECT_NE(src.find("return static_cast<const float *>(p.inputs[0])[h];"), std::string::npos) << src;
-  // doc_start: once in the mask, and in both KV-range rules at the block's batch entry (the grid's z).
+  // doc_start: once in the mask and in both KV-range rules, from the sequence's first key row (tile.dim
+  // "key_offset": b * seqlen_k dense, cu_seqlens_k[b] varlen).
   EXPECT_EQ(count(src, "static_cast<const int *>(p.inputs[1])["), 3) << src;
-  EXPECT_EQ(count(src, "static_cast<const int *>(p.inputs[1])[(blockIdx.z * p.seqlenK) + "), 2) << src;
+  EXPECT_EQ(count(src, "static_cast<const int *>(p.inputs[1])[(p.cuSeqlensK ? p.cuSeqlensK[b] : b * p.seqlenK) + "), 3)
+      << src;
   EXPECT_EQ(count(src, "// ---- K/V tiles"), 3) << src;     // head boundary, interior, tail boundary
   EXPECT_EQ(count(src, "!keep(b, h, q, kv, p)"), 2) << src; // the interior is not masked
   EXPECT_EQ(count(src, "const float sinkLog2 = sinkLogit(b, h, p) * sm80::kLog2e;"), 1) << src;

@@ -23,6 +23,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <string>
 
@@ -368,6 +369,67 @@ TEST(SlidingWindow, VisitsExactlyTheKTilesThatIntersectTheWindow) {
 //===----------------------------------------------------------------------===//
 // Document mask: other documents' tiles are skipped
 //===----------------------------------------------------------------------===//
+
+/// Varlen: doc_start is one entry per packed key row (total_k), each sequence's positions its own; every sequence
+/// must match a dense document-masked reference built from its own slice of starts (tile.dim "key_offset").
+TEST(DocumentMask, VarlenReadsEachSequencesStartsFromItsFirstKeyRow) {
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto program = buildAttentionProgram(context, variants::documentMask(), ProgramOptions{ElementType::BF16, 64, 64});
+  ASSERT_TRUE(succeeded(program)) << diags.text;
+  const std::vector<int> lengthsQ = {70, 0, 130, 45, 1}, lengthsK = {70, 9, 150, 45, 33};
+  auto offsetsOf = [](const std::vector<int> &lengths) {
+    std::vector<int> offsets(lengths.size() + 1, 0);
+    std::partial_sum(lengths.begin(), lengths.end(), offsets.begin() + 1);
+    return offsets;
+  };
+  const int batch = static_cast<int>(lengthsQ.size());
+  Problem p = problem(batch, 0, 0, 2, 1, 64);
+  p.cuSeqlensQ = offsetsOf(lengthsQ);
+  p.cuSeqlensK = offsetsOf(lengthsK);
+  p.seqlenQ = p.cuSeqlensQ.back();
+  p.seqlenK = p.cuSeqlensK.back();
+  std::mt19937_64 rng(seedFor("varlen documents"));
+  std::vector<int32_t> starts;
+  for (int length : lengthsK) {
+    std::vector<int32_t> own = documentStarts(1, length, rng);
+    starts.insert(starts.end(), own.begin(), own.end());
+  }
+  p.inputs = {starts};
+  Problem packed = p; // the packed tensors: one batch entry of total_q (total_k) rows
+  packed.batch = 1;
+  test::Inputs in = test::randomInputs(packed, seedFor("varlen documents"));
+
+  for (int stages : {1, 2}) {
+    OwningOpRef<ModuleOp> sched =
+        scheduled(**program, fa2::Fa2Options{.blockM = 64, .blockN = 32, .warps = 4, .stages = stages});
+    ASSERT_TRUE(sched) << diags.text;
+    Outputs out;
+    ASSERT_TRUE(succeeded(interp::run(funcOf(*sched), p, in.q, in.k, in.v, out.o, out.lse))) << diags.text;
+    for (int b = 0; b < batch; ++b) {
+      SCOPED_TRACE("stages " + std::to_string(stages) + ", sequence " + std::to_string(b));
+      Problem one = problem(1, lengthsQ[b], lengthsK[b], p.headsQ, p.headsKv, p.headDim);
+      auto rows = [](const std::vector<float> &x, int64_t first, int64_t count, int64_t width) {
+        return std::vector<float>(x.begin() + first * width, x.begin() + (first + count) * width);
+      };
+      int64_t q0 = p.cuSeqlensQ[b], k0 = p.cuSeqlensK[b];
+      test::Inputs seq{rows(in.q, q0, one.seqlenQ, p.headsQ * p.headDim),
+                       rows(in.k, k0, one.seqlenK, p.headsKv * p.headDim),
+                       rows(in.v, k0, one.seqlenK, p.headsKv * p.headDimV)};
+      std::vector<int32_t> own(starts.begin() + k0, starts.begin() + k0 + one.seqlenK);
+      test::VariantRef ref;
+      ref.keep = [one, own](int64_t, int64_t, int64_t i, int64_t j) {
+        int64_t a = aligned(one, i);
+        return a >= 0 && j <= a && j >= own[a];
+      };
+      Outputs mine{rows(out.o, q0, one.seqlenQ, p.headsQ * p.headDimV), {}};
+      for (int h = 0; h < p.headsQ; ++h)
+        mine.lse.insert(mine.lse.end(), out.lse.begin() + h * p.seqlenQ + q0,
+                        out.lse.begin() + h * p.seqlenQ + q0 + one.seqlenQ);
+      expectMatches(mine, test::referenceAttention(one, seq, ref, interp::roundToBf16), one, 2, "varlen");
+    }
+  }
+}
 
 TEST(DocumentMask, VisitsOnlyTheKTilesOfTheTilesDocuments) {
   MLIRContext context;

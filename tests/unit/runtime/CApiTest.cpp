@@ -41,4 +41,20 @@ TEST(CApi, VarlenRejectsBadArgumentsNamingThem) {
   flashtile_destroy(rt);
 }
 
+TEST(CApi, VarlenVariantArgumentsAreChecked) {
+  flashtile_runtime *rt = flashtile_create();
+  ASSERT_NE(rt, nullptr) << flashtile_last_error();
+  const long long qStride[3] = {8 * 128, 128, 1}, kvStride[3] = {2 * 128, 128, 1};
+  const void *docStart = fake<const void>(0x80000);
+  flashtile_variant_args bad{nullptr, 0, &docStart, -1};
+  EXPECT_EQ(flashtile_forward_varlen_variant(rt, fake<const void>(0x10000), fake<const void>(0x20000),
+                                             fake<const void>(0x30000), fake<void>(0x40000), fake<float>(0x50000),
+                                             fake<const int>(0x60000), fake<const int>(0x70000), FLASHTILE_BF16, 3, 32,
+                                             47, 27, 40, 8, 2, 128, 0, qStride, kvStride, kvStride, qStride, 0.f,
+                                             "document_mask", &bad, nullptr),
+            -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("variant_args: num_params (0) and num_inputs (-1) must be >= 0"));
+  flashtile_destroy(rt);
+}
+
 } // namespace

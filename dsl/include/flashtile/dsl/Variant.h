@@ -31,6 +31,9 @@ struct Sizes {
   Expr batch() const;
   Expr headsQ() const;
   Expr headsKv() const;
+  /// The row of this sequence's first key among all sequences' keys (tile.dim "key_offset"): b·seqlen_k dense,
+  /// cu_seqlens_k[b] varlen. Index per-key inputs with keyOffset() + kv to accept both layouts.
+  Expr keyOffset() const;
 };
 
 /// Where a score sits: batch, query head, query row and key index (all i32).

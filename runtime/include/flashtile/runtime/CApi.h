@@ -25,7 +25,8 @@ int flashtile_forward(flashtile_runtime *rt, const void *q, const void *k, const
 /* A variant's numbers and input arrays. params: num_params floats in the variant's declaration order (e.g.
  * "sliding_window": left, right; "softcap": cap). inputs: num_inputs device pointers in declaration order, each to
  * elements of the type the variant declares, which C cannot check: fp32 for ALiBi slopes (shape (H) for "alibi",
- * (B, H) for "alibi_per_batch") and for sinks ((H), "sinks"); int32 for document starts ((B, Sk), "document_mask").
+ * (B, H) for "alibi_per_batch") and for sinks ((H), "sinks"); int32 for document starts ((B, Sk), "document_mask";
+ * with packed sequences (total_k), one per key row, positions within each sequence).
  * The kernel does not know an input's length either: it reads what the variant's index rule says. */
 typedef struct flashtile_variant_args {
   const float *params;
@@ -50,6 +51,14 @@ int flashtile_forward_varlen(flashtile_runtime *rt, const void *q, const void *k
                              int head_dim_v, const long long *q_stride, const long long *k_stride,
                              const long long *v_stride, const long long *o_stride, float softmax_scale,
                              const char *variant, void *stream);
+/* flashtile_forward_varlen for variants with numbers or inputs; `variant_args` NULL means none. */
+int flashtile_forward_varlen_variant(flashtile_runtime *rt, const void *q, const void *k, const void *v, void *o,
+                                     float *lse, const int *cu_seqlens_q, const int *cu_seqlens_k, int dtype, int batch,
+                                     int total_q, int total_k, int max_seqlen_q, int max_seqlen_k, int heads_q,
+                                     int heads_kv, int head_dim, int head_dim_v, const long long *q_stride,
+                                     const long long *k_stride, const long long *v_stride, const long long *o_stride,
+                                     float softmax_scale, const char *variant,
+                                     const flashtile_variant_args *variant_args, void *stream);
 const char *flashtile_last_error(void);
 const char *flashtile_version(void);
 
