@@ -33,12 +33,6 @@ public:
     --depth;
     line("}" + std::string(tail));
   }
-  /// `} else {`: closes an if block and opens its else block.
-  void elseBranch() {
-    --depth;
-    line("} else {");
-    ++depth;
-  }
   /// `#pragma unroll` then `for (int var = 0; var < bound; ++var) {`.
   void openUnrolledFor(std::string_view var, std::string_view bound) {
     line("#pragma unroll");
