@@ -550,7 +550,7 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             // Scores yielded to the next iteration are "scoreNext"; the ones the softmax reads (here or,
             // carried, in the loops) are "score".
             bool next = llvm::any_of(qk->getUsers(), [](Operation *u) { return isa<YieldOp>(u); });
-            target.qk(w, *kTile, next ? "scoreNext" : "score", /*declare=*/true);
+            target.qk(w, *kTile, next ? "scoreNext" : "score");
             return success();
           })
           .Case([&](ScaleOp) {

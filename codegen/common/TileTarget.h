@@ -59,10 +59,10 @@ public:
 
   /// `tile.init_state`. All state values (loop arguments and results included) share this one register state.
   virtual void initState(CudaWriter &w) = 0;
-  /// `tile.qk` of Q and K tile `kTile` into the score tile `scores` ("score" or "scoreNext"), which it declares
-  /// (zeroed) when `declare`. The score tile is updated in place until the softmax; score_mod, mask and softmax
-  /// always work on "score".
-  virtual void qk(CudaWriter &w, const std::string &kTile, const std::string &scores, bool declare) = 0;
+  /// `tile.qk` of Q and K tile `kTile` into the score tile `scores` ("score" or "scoreNext"), which it declares in
+  /// the current scope. The score tile is updated in place until the softmax; score_mod, mask and softmax always
+  /// work on "score".
+  virtual void qk(CudaWriter &w, const std::string &kTile, const std::string &scores) = 0;
   /// End of a K/V iteration whose loop carries scores: the next tile's `from` become "score".
   virtual void carryScores(CudaWriter &w, const std::string &from) = 0;
   /// `tile.scale`: scores times softmax_scale.

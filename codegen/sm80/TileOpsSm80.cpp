@@ -63,7 +63,7 @@ public:
   void waitAsync(CudaWriter &w, Operand operand, int64_t pending) override;
   void load(CudaWriter &w, Operand operand, const std::string &tile) override;
   void initState(CudaWriter &w) override;
-  void qk(CudaWriter &w, const std::string &kTile, const std::string &scores, bool declare) override;
+  void qk(CudaWriter &w, const std::string &kTile, const std::string &scores) override;
   void carryScores(CudaWriter &w, const std::string &from) override;
   void scale(CudaWriter &w) override;
   void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn) override;
@@ -290,20 +290,10 @@ void TileTargetSm80::initState(CudaWriter &w) {
   w.close();
 }
 
-void TileTargetSm80::qk(CudaWriter &w, const std::string &kTile, const std::string &scores, bool declare) {
+void TileTargetSm80::qk(CudaWriter &w, const std::string &kTile, const std::string &scores) {
   w.comment(cat(scores, " = Q·Kᵀ for K tile ", kTile, " (mma.sync m16n8k16, fp32): K rows are the n dimension, so"));
   w.comment("ldmatrix.x4 of sK (no transpose) gives the B fragments of two n8 tiles");
-  if (declare) {
-    w.line(cat("float ", scores, "[kMTiles][kSTiles][4] = {};"));
-  } else {
-    w.openUnrolledFor("mt", "kMTiles");
-    w.openUnrolledFor("nt", "kSTiles");
-    w.openUnrolledFor("i", "4");
-    w.line(cat(scores, "[mt][nt][i] = 0.f;"));
-    w.close();
-    w.close();
-    w.close();
-  }
+  w.line(cat("float ", scores, "[kMTiles][kSTiles][4] = {};"));
   w.openUnrolledFor("ks", "kHeadDim / 16");
   std::string qOperand = "qFrag[mt][ks]";
   if (!qInRegisters) {

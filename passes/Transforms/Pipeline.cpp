@@ -61,9 +61,9 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
     }
     int64_t stages = func.getScheduleAttr().getStages();
     if (stages == 1)
-      pipelineSingleBuffers(func, loops, loadQ, highest, lowest);
+      pipelineSingleBuffers(loops, loadQ, highest, lowest);
     else if (stages == 2)
-      pipelineQkAhead(func, loops, loadQ, highest, lowest);
+      pipelineQkAhead(loops, loadQ, highest, lowest);
     else
       func.emitOpError() << "has stages = " << stages << "; tile-pipeline knows 1 and 2";
     if (failed(status))
@@ -96,7 +96,7 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
     return l;
   }
 
-  void pipelineSingleBuffers(FuncOp func, ArrayRef<KvLoopOp> loops, LoadOp loadQ, Value highest, Value lowest) {
+  void pipelineSingleBuffers(ArrayRef<KvLoopOp> loops, LoadOp loadQ, Value highest, Value lowest) {
     Location loc = loadQ.getLoc();
     // Prologue, after the bounds: Q and the first K tile in flight together; Q must land before the loop.
     OpBuilder b(loops.front());
@@ -129,7 +129,7 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
     }
   }
 
-  void pipelineQkAhead(FuncOp func, ArrayRef<KvLoopOp> loops, LoadOp loadQ, Value highest, Value lowest) {
+  void pipelineQkAhead(ArrayRef<KvLoopOp> loops, LoadOp loadQ, Value highest, Value lowest) {
     Location loc = loadQ.getLoc();
     SmallVector<BodyLoads> bodies;
     for (KvLoopOp loop : loops) {
