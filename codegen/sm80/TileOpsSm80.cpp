@@ -84,6 +84,9 @@ private:
   void copyRoutine(CudaWriter &w, Operand operand);
   /// The shared-memory address (a C expression) of the buffer that holds K or V tile `tile`.
   std::string bufferAddress(Operand operand, const std::string &tile) const;
+  /// Loops over every element [mt][nt][i] of a register tile of `nTiles` n8 tiles (kSTiles: scores, kOTiles: acc),
+  /// around `body`.
+  void forEachElement(CudaWriter &w, const char *nTiles, const std::vector<std::string> &body);
   /// Loops over every score of this thread with its query row `q` and key `kv`, around `body`.
   void forEachScore(CudaWriter &w, const std::string &kTile, const std::vector<std::string> &body);
 
@@ -318,37 +321,30 @@ void TileTargetSm80::qk(CudaWriter &w, const std::string &kTile, const std::stri
 
 void TileTargetSm80::carryScores(CudaWriter &w, const std::string &from) {
   w.comment(cat("the next tile's scores become this loop's scores (register moves the compiler folds away)"));
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("nt", "kSTiles");
-  w.openUnrolledFor("i", "4");
-  w.line(cat("score[mt][nt][i] = ", from, "[mt][nt][i];"));
-  w.close();
-  w.close();
-  w.close();
+  forEachElement(w, "kSTiles", {cat("score[mt][nt][i] = ", from, "[mt][nt][i];")});
 }
 
 void TileTargetSm80::scale(CudaWriter &w) {
   w.comment("scale: S *= softmax_scale");
+  forEachElement(w, "kSTiles", {"score[mt][nt][i] *= p.softmaxScale;"});
+}
+
+void TileTargetSm80::forEachElement(CudaWriter &w, const char *nTiles, const std::vector<std::string> &body) {
   w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("nt", "kSTiles");
+  w.openUnrolledFor("nt", nTiles);
   w.openUnrolledFor("i", "4");
-  w.line("score[mt][nt][i] *= p.softmaxScale;");
+  for (const std::string &line : body)
+    w.line(line);
   w.close();
   w.close();
   w.close();
 }
 
 void TileTargetSm80::forEachScore(CudaWriter &w, const std::string &kTile, const std::vector<std::string> &body) {
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("nt", "kSTiles");
-  w.openUnrolledFor("i", "4");
-  w.line("const int q = warpRow0 + 16 * mt + fragRow + 8 * (i / 2);");
-  w.line(cat("const int kv = ", kTile, " * kBlockN + 8 * nt + fragCol + i % 2;"));
-  for (const std::string &line : body)
-    w.line(line);
-  w.close();
-  w.close();
-  w.close();
+  std::vector<std::string> lines = {"const int q = warpRow0 + 16 * mt + fragRow + 8 * (i / 2);",
+                                    cat("const int kv = ", kTile, " * kBlockN + 8 * nt + fragCol + i % 2;")};
+  lines.insert(lines.end(), body.begin(), body.end());
+  forEachElement(w, "kSTiles", lines);
 }
 
 void TileTargetSm80::scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn) {
@@ -406,13 +402,7 @@ void TileTargetSm80::softmaxUpdate(CudaWriter &w, bool foldScale) {
 
 void TileTargetSm80::rescale(CudaWriter &w) {
   w.comment("rescale: acc *= alpha, row by row (the division by l waits until finalize)");
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("nt", "kOTiles");
-  w.openUnrolledFor("i", "4");
-  w.line("acc[mt][nt][i] *= alpha[mt][i / 2];");
-  w.close();
-  w.close();
-  w.close();
+  forEachElement(w, "kOTiles", {"acc[mt][nt][i] *= alpha[mt][i / 2];"});
 }
 
 void TileTargetSm80::pv(CudaWriter &w, const std::string &vTile) {

@@ -28,6 +28,25 @@ using namespace flashtile::tile;
 
 namespace {
 
+/// `v - n` (a tile n steps further along the descending walk).
+Value minus(OpBuilder &b, Location loc, Value v, int64_t n) {
+  return arith::SubIOp::create(b, loc, v, arith::ConstantIntOp::create(b, loc, n, 32)).getResult();
+}
+/// Whether tile `v` is one the walk visits (>= its lowest tile).
+Value isVisited(OpBuilder &b, Location loc, Value v, Value lowest) {
+  return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, v, lowest).getResult();
+}
+
+/// Both pipelines' prologue: start copying Q and the walk's first K tile (predicated on there being one).
+/// Returns the first tile's index and that predicate.
+std::pair<Value, Value> startQAndFirstK(OpBuilder &b, Location loc, Value highest, Value lowest) {
+  CopyAsyncOp::create(b, loc, "q", Value(), Value());
+  Value first = minus(b, loc, highest, 1);
+  Value anyTile = isVisited(b, loc, first, lowest);
+  CopyAsyncOp::create(b, loc, "k", first, anyTile);
+  return {first, anyTile};
+}
+
 struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePass> {
   void runOnOperation() override {
     FuncOp func = getOperation();
@@ -100,11 +119,7 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
     Location loc = loadQ.getLoc();
     // Prologue, after the bounds: Q and the first K tile in flight together; Q must land before the loop.
     OpBuilder b(loops.front());
-    CopyAsyncOp::create(b, loc, "q", Value(), Value());
-    Value one = arith::ConstantIntOp::create(b, loc, 1, 32);
-    Value first = arith::SubIOp::create(b, loc, highest, one);
-    Value anyTile = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, first, lowest);
-    CopyAsyncOp::create(b, loc, "k", first, anyTile);
+    startQAndFirstK(b, loc, highest, lowest);
     auto waitQ = WaitAsyncOp::create(b, loc, "q", /*pending=*/1); // the first K tile may still be in flight
     loadQ->moveAfter(waitQ);
 
@@ -122,9 +137,8 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
       // V(j): wait for it right before P·V, then start K(next) so it overlaps P·V and the next softmax.
       lb.setInsertionPoint(l->pv);
       WaitAsyncOp::create(lb, loc, "v");
-      Value next = arith::SubIOp::create(lb, loc, j, arith::ConstantIntOp::create(lb, loc, 1, 32));
-      Value hasNext = arith::CmpIOp::create(lb, loc, arith::CmpIPredicate::sge, next, lowest);
-      CopyAsyncOp::create(lb, loc, "k", next, hasNext);
+      Value next = minus(lb, loc, j, 1);
+      CopyAsyncOp::create(lb, loc, "k", next, isVisited(lb, loc, next, lowest));
       l->v->moveBefore(l->pv);
     }
   }
@@ -138,25 +152,16 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
         return;
       bodies.push_back(*l);
     }
-    auto minus = [&](OpBuilder &b, Value v, int64_t n) {
-      return arith::SubIOp::create(b, loc, v, arith::ConstantIntOp::create(b, loc, n, 32)).getResult();
-    };
-    auto atLeastLowest = [&](OpBuilder &b, Value v) {
-      return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, v, lowest).getResult();
-    };
     // Prologue, after the bounds: Q and the first K tile; once both landed, start V(first) and K(second) and
     // compute the first tile's scores.
     OpBuilder b(loops.front());
-    CopyAsyncOp::create(b, loc, "q", Value(), Value());
-    Value first = minus(b, highest, 1);
-    Value anyTile = atLeastLowest(b, first);
-    CopyAsyncOp::create(b, loc, "k", first, anyTile);
+    auto [first, anyTile] = startQAndFirstK(b, loc, highest, lowest);
     auto waitK = WaitAsyncOp::create(b, loc, "k", /*pending=*/0); // Q's group is older: it lands too
     loadQ->moveAfter(waitK);
     b.setInsertionPointAfter(loadQ);
     CopyAsyncOp::create(b, loc, "v", first, anyTile);
-    Value second = minus(b, first, 1);
-    CopyAsyncOp::create(b, loc, "k", second, atLeastLowest(b, second));
+    Value second = minus(b, loc, first, 1);
+    CopyAsyncOp::create(b, loc, "k", second, isVisited(b, loc, second, lowest));
     Type kType = bodies.front().k.getType(), sType = bodies.front().qk.getType();
     Value kFirst = LoadOp::create(b, loc, kType, "k", first, anyTile);
     Value scores = QkOp::create(b, loc, sType, loadQ.getResult(), kFirst);
@@ -181,9 +186,9 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
       // K(next + 1) and V(next) go there.
       OpBuilder lb(body, body->begin());
       WaitAsyncOp::create(lb, loc, "v", /*pending=*/0);
-      Value next = minus(lb, j, 1), afterNext = minus(lb, j, 2);
-      Value hasNext = atLeastLowest(lb, next);
-      CopyAsyncOp::create(lb, loc, "k", afterNext, atLeastLowest(lb, afterNext));
+      Value next = minus(lb, loc, j, 1), afterNext = minus(lb, loc, j, 2);
+      Value hasNext = isVisited(lb, loc, next, lowest);
+      CopyAsyncOp::create(lb, loc, "k", afterNext, isVisited(lb, loc, afterNext, lowest));
       CopyAsyncOp::create(lb, loc, "v", next, hasNext);
       // The next tile's Q·Kᵀ goes right after the copies, or, where the variant modifies scores (score_mod, in
       // every tile), right before this tile's softmax: the score_mod touches every score of the tile, and with
