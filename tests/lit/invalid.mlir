@@ -101,6 +101,26 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %st0 = tile.init_state : !tile.state<?x64>
+  %s0 = arith.constant dense<0.0> : tensor<128x64xf32>
+  // expected-error @+1 {{'tile.kv_loop' op carried results must have the types of the carried operands}}
+  %st, %s = tile.kv_loop iter_args(%st0, %s0) : !tile.state<?x64>, tensor<128x64xf32> -> !tile.state<?x64>, tensor<128x32xf32> {
+  ^bb0(%j: i32, %a: !tile.state<?x64>, %b: tensor<128x64xf32>):
+    tile.yield %a, %b : !tile.state<?x64>, tensor<128x64xf32>
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %t = arith.constant true
+  // expected-error @+1 {{'tile.load' op a predicate only applies to a K/V tile index (tile.load k[%j] if %valid)}}
+  %q = tile.load "q" if %t : tensor<?x64xbf16>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   // expected-error @+1 {{state columns (head_dim_v) must be static and positive, got 0}}
   %st0 = tile.init_state : !tile.state<?x0>
 }
