@@ -232,6 +232,8 @@ def main():
     ap.add_argument("--flex", action="store_true")
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--speed-seqlen", type=int, default=8192)
+    ap.add_argument("--speed-seed", type=int, default=0,
+                    help="seed of the speed inputs (document_mask's documents): fixed, so runs compare")
     ap.add_argument("--variants", default=None, help="comma-separated subset of the built-in variants")
     args = ap.parse_args()
     selected = [v for v in VARIANTS if args.variants is None or v.name in args.variants.split(",")]
@@ -287,8 +289,10 @@ def main():
         flex_attention = torch.compile(fa)
     print(f"\nspeed: bf16 hd={d} B={b} H={h} S={s}, useful TFLOP/s (4*D*attended pairs)")
     print(f"{'variant':22} {'ours':>7} {'plain':>7} {'ratio':>6} {'flex':>7} {'ours/flex':>9}")
+    speed_gen = torch.Generator(device="cuda")
     for var in selected:
-        inputs = var.inputs(b, h, s, gen)
+        speed_gen.manual_seed(args.speed_seed)  # the same inputs whichever variants run
+        inputs = var.inputs(b, h, s, speed_gen)
         pairs = var.mask(s, s, inputs, b).expand(b, 1, s, s).sum().item() / b
         flops = 4 * b * h * d * pairs
         ours = flops / bench(lambda: call(ft, var.name, q, k, v, o, lse, var.params, inputs)) / 1e9

@@ -610,7 +610,7 @@ LogicalResult Interpreter::exec(SoftmaxUpdateOp op) {
   float c = std::numbers::log2e_v<float>;
   if (op.getFoldScale())
     c = problem.softmaxScale * std::numbers::log2e_v<float>;
-  SoftmaxStep step = softmaxUpdate(**s, **st, c, roundP);
+  SoftmaxStep step = softmaxUpdate(**s, **st, c, roundP, static_cast<int>(op.getRescaleThreshold().value_or(0)));
   if (failed(define(op, op.getP(), std::move(step.p))) || failed(define(op, op.getAlpha(), std::move(step.alpha))))
     return failure();
   return define(op, op.getNewState(), std::move(step.state));

@@ -33,7 +33,7 @@ Tile qk(const Tile &q, const Tile &k) {
   return s;
 }
 
-SoftmaxStep softmaxUpdate(const Tile &s, const SoftmaxState &state, float c, RoundFn roundP) {
+SoftmaxStep softmaxUpdate(const Tile &s, const SoftmaxState &state, float c, RoundFn roundP, int rescaleThreshold) {
   SoftmaxStep step{Tile::zeros(s.rows, s.cols), Tile::zeros(s.rows, 1), state};
   step.p.rowBase = s.rowBase;
   step.p.colBase = s.colBase;
@@ -43,6 +43,8 @@ SoftmaxStep softmaxUpdate(const Tile &s, const SoftmaxState &state, float c, Rou
     float mNew = m;
     for (int64_t j = 0; j < s.cols; ++j)
       mNew = std::max(mNew, s.at(r, j) * c);
+    if (rescaleThreshold > 0 && !(mNew > m + static_cast<float>(rescaleThreshold)))
+      mNew = m; // enough headroom: keep the max, P <= 2^τ
     float mUse = mNew == -kInf ? 0.0f : mNew;
     float alpha = std::exp2(m - mUse);
     float rowSum = 0.0f;

@@ -45,8 +45,11 @@ struct SoftmaxStep {
 };
 /// One online-softmax step with multiplier c (log2 e, times softmax_scale when folded). Rows whose running max
 /// is still −inf subtract 0 instead, so they give P = 0 and alpha = 0, never NaN. l sums the unrounded P, as the
-/// GPU sums its fp32 registers.
-SoftmaxStep softmaxUpdate(const Tile &s, const SoftmaxState &state, float c, RoundFn roundP);
+/// GPU sums its fp32 registers. With `rescaleThreshold` τ > 0 a row's max moves only when the tile's
+/// rowmax(S)·c exceeds it by more than τ (else m' = m, alpha = 1 and P may reach 2^τ): tile.softmax_update's
+/// rule, row by row.
+SoftmaxStep softmaxUpdate(const Tile &s, const SoftmaxState &state, float c, RoundFn roundP,
+                         int rescaleThreshold = 0);
 
 /// acc *= alpha, row by row.
 SoftmaxState rescale(SoftmaxState state, const Tile &alpha);

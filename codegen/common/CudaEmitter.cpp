@@ -575,11 +575,12 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             if (cast<RankedTensorType>(update.getP().getType()).getElementType() != func.getDtype())
               return update.emitOpError() << "rounds P to a type other than the program's dtype " << func.getDtype()
                                           << "; the CUDA printer feeds P to the same MMA as V";
-            target.softmaxUpdate(w, update.getFoldScale());
+            target.softmaxUpdate(w, update.getFoldScale(), update.getRescaleThreshold().value_or(0));
             return success();
           })
-          .Case([&](RescaleOp) {
-            target.rescale(w);
+          .Case([&](RescaleOp rescale) {
+            auto update = rescale.getAlpha().getDefiningOp<SoftmaxUpdateOp>();
+            target.rescale(w, update && update.getRescaleThreshold());
             return success();
           })
           .Case([&](PvOp pv) -> LogicalResult {

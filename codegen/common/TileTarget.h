@@ -71,10 +71,12 @@ public:
   virtual void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn) = 0;
   /// `tile.mask` with the variant's predicate `fn(b, h, q, kv, p)`, plus the seqlen_k bound.
   virtual void mask(CudaWriter &w, const std::string &kTile, const std::string &fn) = 0;
-  /// `tile.softmax_update`; `foldScale`: the exp2 multiplier is softmax_scale·log2(e), else log2(e).
-  virtual void softmaxUpdate(CudaWriter &w, bool foldScale) = 0;
-  /// `tile.rescale`: acc *= alpha.
-  virtual void rescale(CudaWriter &w) = 0;
+  /// `tile.softmax_update`; `foldScale`: the exp2 multiplier is softmax_scale·log2(e), else log2(e);
+  /// `rescaleThreshold` τ > 0: maxes move only when a row needs more than 2^τ of headroom (0: every tile).
+  virtual void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) = 0;
+  /// `tile.rescale`: acc *= alpha; `onlyWhenMoved`: its alpha comes from a softmax_update with a rescale
+  /// threshold, and the multiply is skipped where that step kept every max.
+  virtual void rescale(CudaWriter &w, bool onlyWhenMoved) = 0;
   /// `tile.pv`: acc += P·V of V tile `vTile` in shared memory.
   virtual void pv(CudaWriter &w, const std::string &vTile) = 0;
   /// `tile.finalize`: O = acc / l and the LSE rows; `sinkFn` is the variant's sink `fn(b, h, p)`, a logit that

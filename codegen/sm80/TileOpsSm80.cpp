@@ -68,8 +68,8 @@ public:
   void scale(CudaWriter &w) override;
   void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn) override;
   void mask(CudaWriter &w, const std::string &kTile, const std::string &fn) override;
-  void softmaxUpdate(CudaWriter &w, bool foldScale) override;
-  void rescale(CudaWriter &w) override;
+  void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) override;
+  void rescale(CudaWriter &w, bool onlyWhenMoved) override;
   void pv(CudaWriter &w, const std::string &vTile) override;
   void finalize(CudaWriter &w, const std::string &sinkFn) override;
   void storeO(CudaWriter &w) override;
@@ -358,7 +358,7 @@ void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::st
                {cat("if (kv >= p.seqlenK || !", fn, "(b, h, q, kv, p))"), "  score[mt][nt][i] = sm80::kNegInf;"});
 }
 
-void TileTargetSm80::softmaxUpdate(CudaWriter &w, bool foldScale) {
+void TileTargetSm80::softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) {
   w.comment("online softmax, in the exp2 domain with c = scoreScale: m' = max(m, rowmax(S)·c), alpha = exp2(m - m'),");
   w.comment("P = exp2(S·c - m'), l' = alpha·l + rowsum(P); a row with no key yet (m' = -inf) subtracts 0, not -inf,");
   w.comment("so it gets P = 0 and alpha = 0 instead of NaN. Rows are reduced over the 4 lanes of a quad; l stays a");
@@ -366,13 +366,36 @@ void TileTargetSm80::softmaxUpdate(CudaWriter &w, bool foldScale) {
   w.line(foldScale ? "const float scoreScale = p.scaleLog2;  // softmax_scale·log2(e): tile.scale folded in here"
                    : "const float scoreScale = sm80::kLog2e;  // scores are already scaled");
   w.line("float alpha[kMTiles][2];");
+  auto tileMax = [&] {
+    w.line("float tileMax = sm80::kNegInf;");
+    w.openUnrolledFor("nt", "kSTiles");
+    w.line("tileMax = fmaxf(tileMax, fmaxf(score[mt][nt][2 * r], score[mt][nt][2 * r + 1]));");
+    w.close();
+  };
+  if (rescaleThreshold > 0) {
+    w.comment(cat("conditional rescaling (rescale_threshold = ", rescaleThreshold, "): the maxes of this warp's rows"));
+    w.comment(cat("move only when one of them would need more than 2^", rescaleThreshold,
+                  " of headroom, and then all move; else m' = m, alpha = 1"));
+    w.comment(cat("and P <= 2^", rescaleThreshold, ", and tile.rescale skips acc *= alpha. The vote is warp-uniform: no divergence."));
+    w.line("float maxFresh[kMTiles][2];");
+    w.line("bool maxMoved = false;");
+    w.openUnrolledFor("mt", "kMTiles");
+    w.openUnrolledFor("r", "2");
+    tileMax();
+    w.line("maxFresh[mt][r] = fmaxf(rowMax[mt][r], sm80::quadMax(tileMax) * scoreScale);");
+    w.line(cat("maxMoved |= maxFresh[mt][r] > rowMax[mt][r] + ", rescaleThreshold, ".f;"));
+    w.close();
+    w.close();
+    w.line("maxMoved = __any_sync(0xffffffffu, maxMoved);");
+  }
   w.openUnrolledFor("mt", "kMTiles");
   w.openUnrolledFor("r", "2");
-  w.line("float tileMax = sm80::kNegInf;");
-  w.openUnrolledFor("nt", "kSTiles");
-  w.line("tileMax = fmaxf(tileMax, fmaxf(score[mt][nt][2 * r], score[mt][nt][2 * r + 1]));");
-  w.close();
-  w.line("const float maxNew = fmaxf(rowMax[mt][r], sm80::quadMax(tileMax) * scoreScale);");
+  if (rescaleThreshold > 0) {
+    w.line("const float maxNew = maxMoved ? maxFresh[mt][r] : rowMax[mt][r];");
+  } else {
+    tileMax();
+    w.line("const float maxNew = fmaxf(rowMax[mt][r], sm80::quadMax(tileMax) * scoreScale);");
+  }
   w.line("const float maxUsed = maxNew == sm80::kNegInf ? 0.f : maxNew;");
   w.line("alpha[mt][r] = sm80::exp2(rowMax[mt][r] - maxUsed);");
   w.line("float tileSum = 0.f;");
@@ -400,9 +423,16 @@ void TileTargetSm80::softmaxUpdate(CudaWriter &w, bool foldScale) {
   w.close();
 }
 
-void TileTargetSm80::rescale(CudaWriter &w) {
+void TileTargetSm80::rescale(CudaWriter &w, bool onlyWhenMoved) {
   w.comment("rescale: acc *= alpha, row by row (the division by l waits until finalize)");
+  if (!onlyWhenMoved) {
+    forEachElement(w, "kOTiles", {"acc[mt][nt][i] *= alpha[mt][i / 2];"});
+    return;
+  }
+  w.comment("only when the softmax step moved this warp's maxes: else every alpha is 1");
+  w.open("if (maxMoved)");
   forEachElement(w, "kOTiles", {"acc[mt][nt][i] *= alpha[mt][i / 2];"});
+  w.close();
 }
 
 void TileTargetSm80::pv(CudaWriter &w, const std::string &vTile) {

@@ -275,7 +275,7 @@ void SoftmaxUpdateOp::build(OpBuilder &builder, OperationState &state, Value s, 
   auto sType = cast<RankedTensorType>(s.getType());
   auto pType = RankedTensorType::get(sType.getShape(), pElement);
   auto alphaType = RankedTensorType::get({sType.getDimSize(0)}, builder.getF32Type());
-  build(builder, state, pType, alphaType, st.getType(), s, st, /*fold_scale=*/false);
+  build(builder, state, pType, alphaType, st.getType(), s, st, /*fold_scale=*/false, /*rescale_threshold=*/nullptr);
 }
 
 LogicalResult SoftmaxUpdateOp::verify() {
@@ -290,6 +290,10 @@ LogicalResult SoftmaxUpdateOp::verify() {
     return emitOpError() << "alpha and the state must have one entry per score row";
   if (getNewState().getType() != st)
     return emitOpError() << "the new state must have the state's type";
+  // P may reach 2^τ: τ ≤ 15 keeps it finite in fp16 (largest finite 65504).
+  if (auto threshold = getRescaleThreshold(); threshold && (*threshold < 1 || *threshold > 15))
+    return emitOpError() << "rescale_threshold = " << *threshold
+                         << " is not supported; accepted: 1 to 15 (log2 units; omit it to rescale every tile)";
   return success();
 }
 

@@ -61,11 +61,12 @@ def Tile_ScheduleAttr : Tile_Attr<"Schedule", "schedule"> {
   let description = [{
     Attached to `tile.func` by `tile-apply-schedule`. `blockM` query rows per thread block, `blockN` keys per K/V
     tile, `warps` per block, `stages` shared-memory buffers per K/V operand (K/V tile j in buffer j mod stages;
-    for FA2, 2 also means Q·Kᵀ runs one tile ahead of the softmax). Example:
-    `#tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 2>`.
+    for FA2, 2 also means Q·Kᵀ runs one tile ahead of the softmax), `rescaleThreshold` the rescale policy (0,
+    omitted: acc is rescaled every tile; τ > 0: only when a row max grows by more than τ, in log2 units).
+    Example: `#tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 2, rescaleThreshold = 8>`.
   }];
   let parameters = (ins StringRefParameter<>:$name, "int64_t":$blockM, "int64_t":$blockN, "int64_t":$warps,
-                        "int64_t":$stages);
+                        "int64_t":$stages, DefaultValuedParameter<"int64_t", "0">:$rescaleThreshold);
   let assemblyFormat = "`<` struct(params) `>`";
 }
 

@@ -251,12 +251,18 @@ def Tile_SoftmaxUpdateOp : Tile_Op<"softmax_update", [Pure, AllTypesMatch<["stat
     (c = softmax_scale·log2(e) with `fold_scale`), l' = alpha·l + rowsum(P). P is rounded to `p`'s element
     type for P·V. The accumulator is not touched: `tile.rescale` applies alpha, so schedules can place or
     skip that step (FA4 rescales conditionally).
+
+    With `rescale_threshold = τ` (1 to 15, set by the schedule) a row's max moves only when the tile needs more
+    than τ of headroom: m' = max(m, rowmax(S)·c) if rowmax(S)·c > m + τ, else m' = m (alpha = 1, P ≤ 2^τ). A
+    target may also move the max of rows that do not need it (e.g. all rows of a warp when one must move):
+    any m' between those two gives the same O and LSE up to rounding, since P and l share it.
     ```mlir
     %p, %alpha, %st1 = tile.softmax_update %s, %st : tensor<?x?xf32>, !tile.state<?x128>
                                                    -> tensor<?x?xbf16>, tensor<?xf32>
     ```
   }];
-  let arguments = (ins Tile_TileF32:$s, Tile_StateType:$state, UnitAttr:$fold_scale);
+  let arguments = (ins Tile_TileF32:$s, Tile_StateType:$state, UnitAttr:$fold_scale,
+                       OptionalAttr<I64Attr>:$rescale_threshold);
   let results = (outs Tile_TileLowp:$p, Tile_TileF32:$alpha, Tile_StateType:$new_state);
   let assemblyFormat = "$s `,` $state attr-dict `:` type($s) `,` type($state) `->` type($p) `,` type($alpha)";
   let hasVerifier = 1;

@@ -1,6 +1,7 @@
 //===- ApplySchedule.cpp - tile-apply-schedule ----------------------------===//
 //
-// Fixes the `?` tile dimensions from a schedule's configuration: query rows become blockM, keys blockN.
+// Fixes the `?` tile dimensions from a schedule's configuration: query rows become blockM, keys blockN; sets
+// the rescale policy on the online-softmax steps.
 //===----------------------------------------------------------------------===//
 #include "passes/Transforms/Passes.h"
 #include "schedules/fa2/Fa2Config.h"
@@ -75,12 +76,18 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
       config.warps = warps;
     if (stages)
       config.stages = stages;
+    if (rescaleThreshold != -1) // -1: the default; other values are validated below
+      config.rescaleThreshold = static_cast<int>(rescaleThreshold);
     if (auto error = config.validate(headDim, headDimV)) {
       func.emitOpError() << *error;
       return signalPassFailure();
     }
     func.setScheduleAttr(
-        ScheduleAttr::get(&getContext(), fa2::kName, config.blockM, config.blockN, config.warps, config.stages));
+        ScheduleAttr::get(&getContext(), fa2::kName, config.blockM, config.blockN, config.warps, config.stages,
+                          config.rescaleThreshold));
+    // The rescale policy is the softmax step's: the interpreter and the targets read it there.
+    if (config.rescaleThreshold > 0)
+      func.walk([&](SoftmaxUpdateOp update) { update.setRescaleThreshold(config.rescaleThreshold); });
 
     WalkResult result = func.getBody().walk([&](Operation *op) -> WalkResult {
       for (Region &region : op->getRegions())

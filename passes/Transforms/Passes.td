@@ -18,6 +18,7 @@ def TileApplySchedule : Pass<"tile-apply-schedule", "::flashtile::tile::FuncOp">
     Looks the schedule up by name (fa2; fa3 and fa4 come next), validates its configuration against the
     program (head dims, dtype), attaches `#tile.schedule<...>` and replaces the `?` tile dimensions with
     blockM (query rows) and blockN (keys). Options left at 0 take the schedule's defaults for the head dim.
+    A rescale threshold τ > 0 (the default) is set on every `tile.softmax_update` as `rescale_threshold`.
   }];
   let options = [
     Option<"scheduleName", "schedule", "std::string", /*default=*/"\"fa2\"", "schedule: fa2">,
@@ -25,6 +26,7 @@ def TileApplySchedule : Pass<"tile-apply-schedule", "::flashtile::tile::FuncOp">
     Option<"blockN", "block-n", "int64_t", /*default=*/"0", "keys per K/V tile (0: default)">,
     Option<"warps", "warps", "int64_t", /*default=*/"0", "warps per thread block (0: default)">,
     Option<"stages", "stages", "int64_t", /*default=*/"0", "shared-memory buffers per K/V operand, 1 or 2 (0: the head dim's default)">,
+    Option<"rescaleThreshold", "rescale-threshold", "int64_t", /*default=*/"-1", "0: rescale acc every tile; 1-15: only when a row max grows by more than that (log2 units) (-1: default)">,
   ];
 }
 

@@ -32,6 +32,10 @@ Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV, const ProgramTraits 
     c.blockN = 32;
   }
   c.stages = defaultStages(headDim, headDimV);
+  // FA2's rescale policy (every tile): conditional rescaling at threshold 8 measured 1-4% slower at head dims
+  // 64 and 128 and on every variant (the warp's vote serializes the row maxes ahead of the exp2s, and the extra
+  // registers spill at 128; bench/NOTES.md v9), so it is a knob here, not a default.
+  c.rescaleThreshold = 0;
   return c;
 }
 
@@ -55,6 +59,10 @@ std::optional<std::string> Fa2Config::validate(int headDim, int headDimV) const 
   if (stages < kMinStages || stages > kMaxStages)
     return bad("stages", stages,
                "1 (one K and one V buffer, as in FA2) or 2 (two each; Q·Kᵀ of the next tile overlaps the softmax)");
+  if (rescaleThreshold < 0 || rescaleThreshold > kMaxRescaleThreshold)
+    return bad("rescale-threshold", rescaleThreshold,
+               "0 (rescale every tile, as in FA2) to " + std::to_string(kMaxRescaleThreshold) +
+                   " (rescale only when a row max grows by more than that, in log2 units, as in FA4)");
   if (headDim % kMmaK != 0 || headDim > 256)
     return bad("head_dim", headDim, "a multiple of 16 up to 256");
   if (headDimV % 8 != 0 || headDimV > 256)

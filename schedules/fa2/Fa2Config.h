@@ -35,6 +35,15 @@ inline constexpr bool kWalkDescending = true;
 /// so launching them first leaves light blocks for the last wave (longest-processing-time-first scheduling).
 inline constexpr bool kQTilesHeaviestFirst = true;
 
+/// Rescale policy (`rescaleThreshold`, log2 units):
+///  0 — FA2 as published: every tile, each row's running max m moves to max(m, rowmax(S)·c) and acc is
+///      multiplied by alpha = exp2(m_old − m).
+///  τ > 0 — FA4's conditional rescaling: a row's max moves only when the tile's scores exceed it by more than τ,
+///      so P = exp2(S·c − m) may reach 2^τ; on the GPU the rows of a warp decide together (one moves, all move)
+///      and a warp whose maxes all stay skips the acc *= alpha multiply. O and LSE are the same up to rounding:
+///      P and l use the same m. τ is at most 15 so P stays finite in fp16.
+inline constexpr int kMaxRescaleThreshold = 15;
+
 /// What the default configuration needs to know about the program (no MLIR here: ApplySchedule fills it in).
 struct ProgramTraits {
   /// The variant changes scores (tile.score_mod: softcap, ALiBi, ...).
@@ -49,6 +58,7 @@ struct Fa2Config {
   int blockN = 64;  ///< keys per K/V tile
   int warps = 4;    ///< each warp owns blockM / warps query rows
   int stages = 1;   ///< shared-memory buffers per K/V operand (see kMaxStages)
+  int rescaleThreshold = 0; ///< 0: rescale every tile; τ > 0: only when a max grows by more than τ (see above)
 
   /// The configuration used when the caller sets no knob, tuned per head dim and program.
   static Fa2Config defaultsFor(int headDim, int headDimV, const ProgramTraits &traits = {});

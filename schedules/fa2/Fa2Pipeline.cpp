@@ -16,6 +16,7 @@ void buildPipeline(mlir::OpPassManager &pm, const Fa2Options &options) {
   schedule.blockN = options.blockN;
   schedule.warps = options.warps;
   schedule.stages = options.stages;
+  schedule.rescaleThreshold = options.rescaleThreshold;
   func.addPass(tile::createTileApplySchedule(schedule));
   func.addPass(tile::createTileSplitBoundary());
   func.addPass(tile::createTilePipeline());

@@ -1,19 +1,28 @@
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule | FileCheck %s --check-prefix=DEFAULT
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="block-m=64 block-n=32 warps=4" | FileCheck %s --check-prefix=CUSTOM
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="block-m=64 block-n=32 warps=4 stages=2" | FileCheck %s --check-prefix=STAGES2
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="rescale-threshold=8" | FileCheck %s --check-prefix=LAZY
+// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="rescale-threshold=16" 2>&1 | FileCheck %s --check-prefix=BADRESCALE
 
-// Defaults for head dim 64: 128 query rows, 64-key tiles, 4 warps (32 rows each), one K and one V buffer.
+// Defaults for head dim 64: 128 query rows, 64-key tiles, 4 warps (32 rows each), one K and one V buffer, and
+// FA2's rescale policy (every tile; the default value 0 is not printed, and the softmax step has no threshold).
 // DEFAULT: tile.func @attention attributes {{.*}}schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1>
 // DEFAULT: tile.load "q" : tensor<128x64xbf16>
 // DEFAULT: tile.init_state : <128x64>
 // DEFAULT: tile.load "k"[%{{.*}}] : tensor<64x64xbf16>
 // DEFAULT: tile.qk {{.*}} -> tensor<128x64xf32>
+// DEFAULT-NOT: rescale_threshold
 // DEFAULT: tile.softmax_update {{.*}} -> tensor<128x64xbf16>, tensor<128xf32>
 // DEFAULT: tile.finalize {{.*}} -> tensor<128x64xf32>, tensor<128xf32>
 
 // Knobs not given keep the head dim's default (stages = 1 at head dim 64); stages = 2: two K/V buffers.
 // CUSTOM: schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 32, warps = 4, stages = 1>
 // STAGES2: schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 32, warps = 4, stages = 2>
+
+// rescale-threshold = 8: FA4's conditional rescaling, on the schedule and on every softmax step.
+// LAZY: schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, rescaleThreshold = 8>
+// LAZY: tile.softmax_update {{.*}} {rescale_threshold = 8 : i64} : tensor<128x64xf32>
+// BADRESCALE: fa2: rescale-threshold = 16 is not supported; accepted: 0 (rescale every tile, as in FA2) to 15 (rescale only when a row max grows by more than that, in log2 units, as in FA4)
 // CUSTOM: tile.load "q" : tensor<64x64xbf16>
 // CUSTOM: tile.load "k"[%{{.*}}] : tensor<32x64xbf16>
 // CUSTOM: tile.qk {{.*}} -> tensor<64x32xf32>

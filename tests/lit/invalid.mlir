@@ -169,3 +169,15 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
     tile.yield %s : f32
   } : !tile.state<?x64> -> tensor<?x64xf32>, tensor<?xf32>
 }
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %st = tile.init_state : !tile.state<?x64>
+  %q = tile.load "q" : tensor<?x64xbf16>
+  %j = arith.constant 0 : i32
+  %k = tile.load "k"[%j] : tensor<?x64xbf16>
+  %s = tile.qk %q, %k : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
+  // expected-error @+1 {{'tile.softmax_update' op rescale_threshold = 16 is not supported; accepted: 1 to 15 (log2 units; omit it to rescale every tile)}}
+  %p, %alpha, %st1 = tile.softmax_update %s, %st {rescale_threshold = 16 : i64} : tensor<?x?xf32>, !tile.state<?x64> -> tensor<?x?xbf16>, tensor<?xf32>
+}

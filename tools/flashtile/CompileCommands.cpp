@@ -19,8 +19,8 @@ namespace flashtile::cli {
 
 namespace {
 
-const std::set<std::string> kKernelFlags = {"variant", "schedule", "arch",    "head-dim", "head-dim-v",
-                                            "dtype",   "block-m",  "block-n", "warps",    "stages"};
+const std::set<std::string> kKernelFlags = {"variant", "schedule", "arch",   "head-dim", "head-dim-v",        "dtype",
+                                            "block-m", "block-n",  "warps",  "stages",   "rescale-threshold"};
 
 int fail(const Status &status) {
   std::cerr << "flashtile: error: " << status.message() << "\n";
@@ -62,6 +62,10 @@ StatusOr<jit::CompileOptions> kernelOptions(const Args &args) {
       return v.status();
     *field = *v;
   }
+  auto threshold = args.getInt("rescale-threshold", -1);
+  if (!threshold.ok())
+    return threshold.status();
+  o.fa2.rescaleThreshold = *threshold;
   return o;
 }
 
@@ -158,8 +162,8 @@ int compileCommand(const std::vector<std::string> &argv, bool emitDefaultsToCuda
 }
 
 int aotCommand(const std::vector<std::string> &argv) {
-  std::set<std::string> flags = {"out",      "variants", "dtypes",  "head-dims", "arch",
-                                 "schedule", "block-m",  "block-n", "warps",     "stages"};
+  std::set<std::string> flags = {"out",     "variants", "dtypes", "head-dims", "arch",
+                                 "schedule", "block-m", "block-n",  "warps",  "stages",    "rescale-threshold"};
   auto args = Args::parse(argv, flags, {});
   if (!args.ok())
     return fail(args.status());

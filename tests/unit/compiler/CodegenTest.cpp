@@ -55,7 +55,7 @@ public:
     mlir::PassManager pm(&context);
     mlir::OpPassManager &func = pm.nest<tile::FuncOp>();
     if (upto == Upto::Lowered) {
-      fa2::buildPipeline(pm, fa2::Fa2Options{0, 0, 0, 0, arch});
+      fa2::buildPipeline(pm, fa2::Fa2Options{.arch = arch});
     } else if (upto != Upto::Unscheduled) {
       func.addPass(tile::createTileApplySchedule());
       func.addPass(tile::createTileSplitBoundary());

@@ -12,6 +12,7 @@
 #include "interpreter/Interpreter.h"
 #include "interpreter/Rounding.h"
 #include "interpreter/ScalarOps.h"
+#include "interpreter/TileMath.h"
 #include "passes/IR/TileDialect.h"
 #include "schedules/fa2/Fa2Pipeline.h"
 
@@ -164,7 +165,8 @@ TEST_P(InterpreterVsReference, UnscheduledAndFa2ScheduledMatchTheReference) {
 
   const std::pair<const char *, fa2::Fa2Options> schedules[] = {
       {"fa2 defaults", fa2::Fa2Options{}},
-      {"fa2 blockM 64 blockN 32 warps 4", fa2::Fa2Options{.blockM = 64, .blockN = 32, .warps = 4}}};
+      {"fa2 blockM 64 blockN 32 warps 4, rescale threshold 8",
+       fa2::Fa2Options{.blockM = 64, .blockN = 32, .warps = 4, .rescaleThreshold = 8}}};
   for (const auto &[label, options] : schedules) {
     OwningOpRef<ModuleOp> sched = scheduled(*program, options);
     ASSERT_TRUE(sched) << label << ": the FA2 pipeline failed\n" << diags.text;
@@ -323,7 +325,8 @@ TEST_F(CausalQkAheadFixture, OneBufferPerOperandIsAPipelineHazard) {
   // has to be read from.
   tile::FuncOp func = funcOf(*sched);
   tile::ScheduleAttr s = func.getScheduleAttr();
-  func.setScheduleAttr(tile::ScheduleAttr::get(&context, s.getName(), s.getBlockM(), s.getBlockN(), s.getWarps(), 1));
+  func.setScheduleAttr(tile::ScheduleAttr::get(&context, s.getName(), s.getBlockM(), s.getBlockN(), s.getWarps(), 1,
+                                              s.getRescaleThreshold()));
   std::string text = runExpectingFailure(*sched);
   EXPECT_NE(text.find("pipeline hazard: load of k tile 1 but the buffer holds tile 1 and the copy of tile 0 into it "
                       "is in flight"),
@@ -381,6 +384,41 @@ TEST_F(CausalFixture, BadSizesAndUnknownOpsAreDiagnosed) {
 //===----------------------------------------------------------------------===//
 // Building blocks
 //===----------------------------------------------------------------------===//
+
+TEST(InterpreterSoftmax, ARescaleThresholdKeepsMaxesWithHeadroomAndGivesTheSameResult) {
+  interp::RoundFn exact = [](float x) { return x; };
+  // Rows: max 1 and scores up to 5 (4 of headroom needed: kept at threshold 8), max 1 and scores up to 10 (9:
+  // moves), no key yet (moves from -inf).
+  interp::SoftmaxState state = interp::SoftmaxState::empty(3, 2);
+  state.m = {1.0f, 1.0f, -std::numeric_limits<float>::infinity()};
+  state.l = {2.0f, 2.0f, 0.0f};
+  state.acc = {1.0f, 2.0f, 3.0f, 4.0f, 0.0f, 0.0f};
+  interp::Tile s = interp::Tile::zeros(3, 2);
+  s.data = {5.0f, -1.0f, 10.0f, 0.0f, 0.5f, 0.25f};
+  interp::SoftmaxStep lazy = interp::softmaxUpdate(s, state, 1.0f, exact, 8);
+  EXPECT_EQ(lazy.state.m[0], 1.0f);
+  EXPECT_EQ(lazy.alpha.at(0, 0), 1.0f);
+  EXPECT_EQ(lazy.p.at(0, 0), 16.0f); // exp2(5 - 1): P above 1, at most 2^8
+  EXPECT_EQ(lazy.state.m[1], 10.0f);
+  EXPECT_FLOAT_EQ(lazy.alpha.at(1, 0), std::exp2(1.0f - 10.0f));
+  EXPECT_EQ(lazy.state.m[2], 0.5f);
+  EXPECT_EQ(lazy.alpha.at(2, 0), 0.0f);
+  interp::SoftmaxStep eager = interp::softmaxUpdate(s, state, 1.0f, exact, 0);
+  EXPECT_EQ(eager.state.m[0], 5.0f);
+
+  // Both policies finalize to the same O and LSE (up to fp32 rounding): P and l share the max.
+  interp::Tile v = interp::Tile::zeros(2, 2);
+  v.data = {0.5f, -1.0f, 2.0f, 0.25f};
+  auto finish = [&](const interp::SoftmaxStep &step) {
+    return interp::finalize(interp::pv(step.p, v, interp::rescale(step.state, step.alpha)), std::nullopt);
+  };
+  interp::Finalized a = finish(lazy), b = finish(eager);
+  for (int r = 0; r < 3; ++r) {
+    for (int d = 0; d < 2; ++d)
+      EXPECT_NEAR(a.o.at(r, d), b.o.at(r, d), 1e-6f * (1.0f + std::abs(b.o.at(r, d)))) << "row " << r;
+    EXPECT_NEAR(a.lse.at(r, 0), b.lse.at(r, 0), 1e-6f * (1.0f + std::abs(b.lse.at(r, 0)))) << "row " << r;
+  }
+}
 
 TEST(InterpreterRounding, MatchesAPFloatRoundToNearestEven) {
   std::mt19937 rng(seedFor("rounding"));

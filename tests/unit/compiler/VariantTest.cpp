@@ -309,7 +309,8 @@ TEST_P(VariantVsReference, UnscheduledAndFa2ScheduledMatchTheReference) {
   const std::pair<const char *, std::optional<fa2::Fa2Options>> runs[] = {
       {"unscheduled", std::nullopt},
       {"fa2 defaults", fa2::Fa2Options{}},
-      {"fa2 blockM 64 blockN 32", fa2::Fa2Options{.blockM = 64, .blockN = 32, .warps = 4}}};
+      {"fa2 blockM 64 blockN 32, rescale threshold 8",
+       fa2::Fa2Options{.blockM = 64, .blockN = 32, .warps = 4, .rescaleThreshold = 8}}};
   for (const auto &[label, options] : runs) {
     OwningOpRef<ModuleOp> sched = options ? scheduled(**program, *options) : OwningOpRef<ModuleOp>((*program)->clone());
     ASSERT_TRUE(sched) << label << ": the FA2 pipeline failed\n" << diags.text;
