@@ -322,8 +322,12 @@ FailureOr<std::string> KernelPrinter::kTileOf(Value scores, Operation *user) {
 LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &shape) {
   assignNames();
   ScheduleAttr schedule = func.getScheduleAttr();
-  w.open("extern \"C\" __global__ void __launch_bounds__(" + std::to_string(shape.warps * fa2::kWarpSize) + ") " +
-         entry.str() + "(const FlashtileFwdParams params)");
+  // __launch_bounds__(threads[, min blocks per SM]): the second caps registers so that many blocks fit on an SM.
+  std::string bounds = std::to_string(shape.warps * fa2::kWarpSize);
+  if (shape.minBlocksPerSm > 0)
+    bounds += ", " + std::to_string(shape.minBlocksPerSm);
+  w.open("extern \"C\" __global__ void __launch_bounds__(" + bounds + ") " + entry.str() +
+         "(const FlashtileFwdParams params)");
   w.comment("---- schedule " + schedule.getName().str() + " (#tile.schedule): tile sizes and warps ----");
   w.line("constexpr int kBlockM = " + std::to_string(shape.blockM) + ";  // query rows of this thread block (split-Q)");
   w.line("constexpr int kBlockN = " + std::to_string(shape.blockN) + ";  // keys of a K/V tile");
@@ -628,7 +632,8 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
                     static_cast<int>(schedule.getBlockM()),
                     static_cast<int>(schedule.getBlockN()),
                     static_cast<int>(schedule.getWarps()),
-                    static_cast<int>(schedule.getStages())};
+                    static_cast<int>(schedule.getStages()),
+                    static_cast<int>(schedule.getMinBlocksPerSm())};
   if (std::optional<std::string> error = sm80::checkShape(shape))
     return func.emitOpError() << *error;
 

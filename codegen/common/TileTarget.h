@@ -27,6 +27,7 @@ struct KernelShape {
   int blockN = 0;    ///< keys of a K/V tile
   int warps = 0;     ///< warps of a thread block
   int stages = 1;    ///< shared-memory buffers per K/V operand: tile j in buffer j % stages
+  int minBlocksPerSm = 0; ///< occupancy request to the register allocator (0: none)
 };
 
 /// The tiles `tile.copy_async`, `tile.wait_async` and `tile.load` name.

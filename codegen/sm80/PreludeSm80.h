@@ -25,23 +25,31 @@ __device__ __forceinline__ unsigned smemAddress(const void *ptr) {
   return static_cast<unsigned>(__cvta_generic_to_shared(ptr));
 }
 
-// 16-byte-chunk XOR swizzle of a row-major tile with kChunksPerRow chunks a row: chunk c of row r is stored at
-// chunk c ^ (r & kMask), where kMask + 1 is the largest power of two, at most 8, that divides kChunksPerRow (so
-// the swizzle stays inside the row). Eight consecutive rows read at one logical chunk (an ldmatrix phase) or
-// eight chunks of one row (a cp.async phase) then hit eight different 16-byte bank groups when kChunksPerRow is
-// a multiple of 8 (head dims 64, 128, 192, 256); other widths are correct with fewer distinct groups.
-// The XOR only touches the low bits of the chunk index, so for c = c0 + 2s with c0 in {0, 1} the swizzled
-// chunk is swizzledChunk(r, c0) ^ (32 * s) in bytes, and rows r + 8n keep the swizzle of row r.
+// Shared-memory tiles are row-major in 16-byte chunks; an ldmatrix phase reads one logical chunk of eight
+// consecutive rows, a cp.async phase eight chunks of one row, and both are conflict-free when those eight land in
+// the eight different 16-byte bank groups of a 128-byte line. Two layouts get there:
+//  - a multiple of 8 chunks a row (head dims 64, 128, 192, 256): rows stay unpadded and chunk c of row r is
+//    stored at chunk c ^ (r & 7) (XOR swizzle);
+//  - any other width is padded to an odd number of chunks (12, head dim 96, to 13; 4, head dim 32, to 5), so the
+//    eight rows start in eight different bank groups with no XOR. (An XOR by the largest power of two dividing
+//    12 would only spread four rows: two-way conflicts in every phase.)
+// rowPitch is a row's chunks in shared memory, data and padding.
+template <int kChunksPerRow>
+__host__ __device__ constexpr int rowPitch() {
+  return kChunksPerRow % 8 == 0 ? kChunksPerRow : (kChunksPerRow | 1);
+}
+// Byte offset of logical chunk `chunk` inside row `row`. The XOR only touches the low three bits of the chunk
+// index, so for c = c0 + 2s with c0 in {0, 1} the result is swizzledChunk(r, c0) ^ (32 * s), and rows r + 8n keep
+// the swizzle of row r.
 template <int kChunksPerRow>
 __device__ __forceinline__ unsigned swizzledChunk(int row, int chunk) {
-  constexpr int kLowBit = kChunksPerRow & -kChunksPerRow;
-  constexpr int kMask = (kLowBit < 8 ? kLowBit : 8) - 1;
+  constexpr int kMask = kChunksPerRow % 8 == 0 ? 7 : 0;
   return static_cast<unsigned>(chunk ^ (row & kMask)) * 16u;
 }
 // Byte offset of chunk `chunk` of row `row`.
 template <int kChunksPerRow>
 __device__ __forceinline__ unsigned swizzle(int row, int chunk) {
-  return static_cast<unsigned>(row * kChunksPerRow) * 16u + swizzledChunk<kChunksPerRow>(row, chunk);
+  return static_cast<unsigned>(row * rowPitch<kChunksPerRow>()) * 16u + swizzledChunk<kChunksPerRow>(row, chunk);
 }
 
 // ldmatrix: four (or two) 8x8 matrices of 16-bit elements; lane l gives the row address of matrix l / 8 and

@@ -51,7 +51,7 @@ public:
     return {"kWarpRows", "kMTiles", "kSTiles", "kOTiles", "warp", "lane", "fragRow", "fragCol", "b", "h", "hKv", "m0",
             "warpRow0", "smem", "sQ", "sK", "sV", "ldRowQ", "ldChunkQ", "ldRowK", "ldChunkK", "ldRowV", "ldChunkV",
             "gQ", "gK", "gV", "gO", "gLse", "copyQ", "copyKTile", "copyVTile", "qFrag", "kFrag", "vFrag", "score",
-            "scoreNext", "kStages", "kKTileBytes", "kVTileBytes",
+            "scoreNext", "kStages", "kKTileBytes", "kVTileBytes", "kRowBytesQK", "kRowBytesV", "maxFresh", "maxMoved",
             "prob", "alpha", "acc", "rowMax", "rowSum", "lse", "scoreScale", "sO", "q", "kv", "sm80",
             // locals of the printed loops
             "mt", "nt", "np", "ks", "k", "r", "c", "i", "s", "l", "invL", "tileMax", "tileSum", "maxNew", "maxUsed",
@@ -131,27 +131,29 @@ void TileTargetSm80::setup(CudaWriter &w, const std::vector<Operand> &copied) {
     w.comment(cat("---- shared memory: sQ [kBlockM][kHeadDim], sK [kStages][kBlockN][kHeadDim], sV [kStages][kBlockN]",
                   "[kHeadDimV], 16-bit; K/V tile j lives in buffer j % kStages ----"));
   }
-  w.comment("Rows are 16-byte chunks, XOR-swizzled by sm80::swizzle (chunk c of row r at c ^ (r & 7) when a row has a");
-  w.comment("multiple of 8 chunks), so ldmatrix and cp.async phases hit distinct banks.");
+  w.comment("Rows are 16-byte chunks: XOR-swizzled (chunk c of row r at c ^ (r & 7)) when a row has a multiple of 8");
+  w.comment("chunks, else padded to an odd number of chunks (sm80::rowPitch), so ldmatrix and cp.async phases hit");
+  w.comment("distinct banks. kRowBytesQK and kRowBytesV are a row's bytes in shared memory, padding included.");
+  w.line("constexpr int kRowBytesQK = sm80::rowPitch<kHeadDim / 8>() * 16, kRowBytesV = sm80::rowPitch<kHeadDimV / 8>() * 16;");
   w.line("extern __shared__ __align__(128) unsigned char smem[];");
   w.line("unsigned char *const sQ = smem;");
   if (shape.stages == 1) {
-    w.line("unsigned char *const sK = sQ + kBlockM * kHeadDim * 2;");
-    w.line("unsigned char *const sV = sK + kBlockN * kHeadDim * 2;");
+    w.line("unsigned char *const sK = sQ + kBlockM * kRowBytesQK;");
+    w.line("unsigned char *const sV = sK + kBlockN * kRowBytesQK;");
   } else {
     w.line(cat("constexpr int kStages = ", shape.stages, ";"));
-    w.line("constexpr unsigned kKTileBytes = kBlockN * kHeadDim * 2, kVTileBytes = kBlockN * kHeadDimV * 2;");
-    w.line("unsigned char *const sK = sQ + kBlockM * kHeadDim * 2;");
+    w.line("constexpr unsigned kKTileBytes = kBlockN * kRowBytesQK, kVTileBytes = kBlockN * kRowBytesV;");
+    w.line("unsigned char *const sK = sQ + kBlockM * kRowBytesQK;");
     w.line("unsigned char *const sV = sK + kStages * kKTileBytes;");
   }
   w.comment("ldmatrix addresses: this lane's row offset (bytes) and swizzled chunk offset for row step 0 and");
   w.comment("logical chunk c0 in {0, 1}; the MMA loops add 16-row steps and XOR 32·s for chunk c0 + 2s, constants");
   w.comment("once unrolled (see sm80::swizzledChunk).");
-  w.line("const unsigned ldRowQ = (warp * kWarpRows + lane % 16) * kHeadDim * 2;");
+  w.line("const unsigned ldRowQ = (warp * kWarpRows + lane % 16) * kRowBytesQK;");
   w.line("const unsigned ldChunkQ = sm80::swizzledChunk<kHeadDim / 8>(lane % 16, lane / 16);");
-  w.line("const unsigned ldRowK = (8 * (lane / 16) + lane % 8) * kHeadDim * 2;");
+  w.line("const unsigned ldRowK = (8 * (lane / 16) + lane % 8) * kRowBytesQK;");
   w.line("const unsigned ldChunkK = sm80::swizzledChunk<kHeadDim / 8>(lane % 8, (lane / 8) % 2);");
-  w.line("const unsigned ldRowV = (8 * ((lane / 8) % 2) + lane % 8) * kHeadDimV * 2;");
+  w.line("const unsigned ldRowV = (8 * ((lane / 8) % 2) + lane % 8) * kRowBytesV;");
   w.line("const unsigned ldChunkV = sm80::swizzledChunk<kHeadDimV / 8>(lane % 8, lane / 16);");
   if (copied.empty())
     return;
@@ -264,7 +266,7 @@ void TileTargetSm80::load(CudaWriter &w, Operand operand, const std::string &til
     w.line("unsigned qFrag[kMTiles][kHeadDim / 16][4];");
     w.openUnrolledFor("mt", "kMTiles");
     w.openUnrolledFor("ks", "kHeadDim / 16");
-    w.line("sm80::ldmatrixX4(qFrag[mt][ks], sm80::smemAddress(sQ) + ldRowQ + mt * 16 * kHeadDim * 2 + (ldChunkQ ^ "
+    w.line("sm80::ldmatrixX4(qFrag[mt][ks], sm80::smemAddress(sQ) + ldRowQ + mt * 16 * kRowBytesQK + (ldChunkQ ^ "
            "(32 * ks)));");
     w.close();
     w.close();
@@ -303,14 +305,14 @@ void TileTargetSm80::qk(CudaWriter &w, const std::string &kTile, const std::stri
     qOperand = "qFrag[mt]";
     w.line("unsigned qFrag[kMTiles][4];");
     w.openUnrolledFor("mt", "kMTiles");
-    w.line("sm80::ldmatrixX4(qFrag[mt], sm80::smemAddress(sQ) + ldRowQ + mt * 16 * kHeadDim * 2 + (ldChunkQ ^ (32 * "
+    w.line("sm80::ldmatrixX4(qFrag[mt], sm80::smemAddress(sQ) + ldRowQ + mt * 16 * kRowBytesQK + (ldChunkQ ^ (32 * "
            "ks)));");
     w.close();
   }
   w.openUnrolledFor("np", "kBlockN / 16");
   w.line("unsigned kFrag[4];");
   w.line(cat("sm80::ldmatrixX4(kFrag, ", bufferAddress(Operand::K, kTile),
-             " + ldRowK + np * 16 * kHeadDim * 2 + (ldChunkK ^ (32 * ks)));"));
+             " + ldRowK + np * 16 * kRowBytesQK + (ldChunkK ^ (32 * ks)));"));
   w.openUnrolledFor("mt", "kMTiles");
   w.line(cat(mma, "(", scores, "[mt][2 * np], ", qOperand, ", kFrag[0], kFrag[1]);"));
   w.line(cat(mma, "(", scores, "[mt][2 * np + 1], ", qOperand, ", kFrag[2], kFrag[3]);"));
@@ -441,7 +443,7 @@ void TileTargetSm80::pv(CudaWriter &w, const std::string &vTile) {
   w.openUnrolledFor("np", "kHeadDimV / 16");
   w.line("unsigned vFrag[4];");
   w.line(cat("sm80::ldmatrixX4Trans(vFrag, ", bufferAddress(Operand::V, vTile),
-             " + ldRowV + k * 16 * kHeadDimV * 2 + (ldChunkV ^ (32 * np)));"));
+             " + ldRowV + k * 16 * kRowBytesV + (ldChunkV ^ (32 * np)));"));
   w.openUnrolledFor("mt", "kMTiles");
   w.line(cat(mma, "(acc[mt][2 * np], prob[mt][k], vFrag[0], vFrag[1]);"));
   w.line(cat(mma, "(acc[mt][2 * np + 1], prob[mt][k], vFrag[2], vFrag[3]);"));
@@ -452,7 +454,7 @@ void TileTargetSm80::pv(CudaWriter &w, const std::string &vTile) {
     w.open("");
     w.line("unsigned vFrag[2];");
     w.line(cat("sm80::ldmatrixX2Trans(vFrag, ", bufferAddress(Operand::V, vTile),
-               " + ldRowV + k * 16 * kHeadDimV * 2 + sm80::swizzledChunk<kHeadDimV / 8>(lane % 8, kOTiles - 1));"));
+               " + ldRowV + k * 16 * kRowBytesV + sm80::swizzledChunk<kHeadDimV / 8>(lane % 8, kOTiles - 1));"));
     w.openUnrolledFor("mt", "kMTiles");
     w.line(cat(mma, "(acc[mt][kOTiles - 1], prob[mt][k], vFrag[0], vFrag[1]);"));
     w.close();
@@ -519,7 +521,7 @@ void TileTargetSm80::storeO(CudaWriter &w) {
   w.comment("needs no block-wide barrier.");
   w.line(cat("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * "
              "p.oHeadStride;"));
-  w.line("unsigned char *const sO = sQ + warp * kWarpRows * kHeadDim * 2;");
+  w.line("unsigned char *const sO = sQ + warp * kWarpRows * kRowBytesQK;");
   w.line("__syncwarp();  // every lane is done reading these Q rows");
   w.openUnrolledFor("mt", "kMTiles");
   w.openUnrolledFor("nt", "kOTiles");

@@ -62,11 +62,13 @@ def Tile_ScheduleAttr : Tile_Attr<"Schedule", "schedule"> {
     Attached to `tile.func` by `tile-apply-schedule`. `blockM` query rows per thread block, `blockN` keys per K/V
     tile, `warps` per block, `stages` shared-memory buffers per K/V operand (K/V tile j in buffer j mod stages;
     for FA2, 2 also means Q·Kᵀ runs one tile ahead of the softmax), `rescaleThreshold` the rescale policy (0,
-    omitted: acc is rescaled every tile; τ > 0: only when a row max grows by more than τ, in log2 units).
+    omitted: acc is rescaled every tile; τ > 0: only when a row max grows by more than τ, in log2 units),
+    `minBlocksPerSm` the occupancy the register allocation must allow (0, omitted: no request).
     Example: `#tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 2, rescaleThreshold = 8>`.
   }];
   let parameters = (ins StringRefParameter<>:$name, "int64_t":$blockM, "int64_t":$blockN, "int64_t":$warps,
-                        "int64_t":$stages, DefaultValuedParameter<"int64_t", "0">:$rescaleThreshold);
+                        "int64_t":$stages, DefaultValuedParameter<"int64_t", "0">:$rescaleThreshold,
+                        DefaultValuedParameter<"int64_t", "0">:$minBlocksPerSm);
   let assemblyFormat = "`<` struct(params) `>`";
 }
 

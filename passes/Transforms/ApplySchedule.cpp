@@ -78,13 +78,15 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
       config.stages = stages;
     if (rescaleThreshold != -1) // -1: the default; other values are validated below
       config.rescaleThreshold = static_cast<int>(rescaleThreshold);
+    if (minBlocksPerSm != -1)
+      config.minBlocksPerSm = static_cast<int>(minBlocksPerSm);
     if (auto error = config.validate(headDim, headDimV)) {
       func.emitOpError() << *error;
       return signalPassFailure();
     }
     func.setScheduleAttr(
         ScheduleAttr::get(&getContext(), fa2::kName, config.blockM, config.blockN, config.warps, config.stages,
-                          config.rescaleThreshold));
+                          config.rescaleThreshold, config.minBlocksPerSm));
     // The rescale policy is the softmax step's: the interpreter and the targets read it there.
     if (config.rescaleThreshold > 0)
       func.walk([&](SoftmaxUpdateOp update) { update.setRescaleThreshold(config.rescaleThreshold); });

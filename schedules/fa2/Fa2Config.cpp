@@ -32,6 +32,13 @@ Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV, const ProgramTraits 
     c.blockN = 32;
   }
   c.stages = defaultStages(headDim, headDimV);
+  if (traits.headBoundary && c.blockM == 64) {
+    // Band walks are short (a 257-key window: 5 tiles per 64-row block), so the prologue's copy latency weighs:
+    // one K/V buffer each (48 KB at head dim 128) and registers capped for 3 blocks per SM hide it better than
+    // Q·Kᵀ one tile ahead at 2 blocks (H200, 8k: sliding windows +8% / +4%, document_mask +9%; NOTES v10).
+    c.stages = kMinStages;
+    c.minBlocksPerSm = 3;
+  }
   // FA2's rescale policy (every tile): conditional rescaling at threshold 8 measured 1-4% slower at head dims
   // 64 and 128 and on every variant (the warp's vote serializes the row maxes ahead of the exp2s, and the extra
   // registers spill at 128; bench/NOTES.md v9), so it is a knob here, not a default.
@@ -63,6 +70,11 @@ std::optional<std::string> Fa2Config::validate(int headDim, int headDimV) const 
     return bad("rescale-threshold", rescaleThreshold,
                "0 (rescale every tile, as in FA2) to " + std::to_string(kMaxRescaleThreshold) +
                    " (rescale only when a row max grows by more than that, in log2 units, as in FA4)");
+  if (minBlocksPerSm < 0 || minBlocksPerSm * threads() > kMaxThreadsPerSm)
+    return bad("min-blocks-per-sm", minBlocksPerSm,
+               "0 (no occupancy request) to " + std::to_string(kMaxThreadsPerSm / threads()) + " (" +
+                   std::to_string(kMaxThreadsPerSm) + " threads per SM at " + std::to_string(threads()) +
+                   " a block)");
   if (headDim % kMmaK != 0 || headDim > 256)
     return bad("head_dim", headDim, "a multiple of 16 up to 256");
   if (headDimV % 8 != 0 || headDimV > 256)
@@ -70,9 +82,16 @@ std::optional<std::string> Fa2Config::validate(int headDim, int headDimV) const 
   return std::nullopt;
 }
 
+int Fa2Config::rowBytes(int width) {
+  // 16-byte chunks of 8 16-bit elements; a width that is not a multiple of 8 chunks is padded to an odd count so
+  // that eight consecutive rows start in eight different bank groups (the sm80 target's sm80::rowPitch).
+  constexpr int kChunkBytes = 16, kChunkElements = 8;
+  int chunks = (width + kChunkElements - 1) / kChunkElements;
+  return (chunks % 8 == 0 ? chunks : (chunks | 1)) * kChunkBytes;
+}
+
 int Fa2Config::smemBytes(int headDim, int headDimV) const {
-  constexpr int kElementBytes = 2;
-  return (blockM * headDim + stages * blockN * (headDim + headDimV)) * kElementBytes;
+  return blockM * rowBytes(headDim) + stages * blockN * (rowBytes(headDim) + rowBytes(headDimV));
 }
 
 } // namespace flashtile::fa2

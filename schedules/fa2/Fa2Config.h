@@ -20,6 +20,8 @@ inline constexpr const char *kName = "fa2";
 inline constexpr int kMmaM = 16;
 inline constexpr int kMmaK = 16;
 inline constexpr int kWarpSize = 32;
+/// Resident threads per SM on sm_80 to sm_100 (the bound of an occupancy request).
+inline constexpr int kMaxThreadsPerSm = 2048;
 /// Shared-memory buffers per K/V operand ("stages"):
 ///  1 — FA2 as published: one K and one V buffer; K(next) is in flight during softmax + P·V, V(j) during Q·Kᵀ;
 ///      two barriers per tile.
@@ -59,6 +61,9 @@ struct Fa2Config {
   int warps = 4;    ///< each warp owns blockM / warps query rows
   int stages = 1;   ///< shared-memory buffers per K/V operand (see kMaxStages)
   int rescaleThreshold = 0; ///< 0: rescale every tile; τ > 0: only when a max grows by more than τ (see above)
+  /// Occupancy asked of the register allocator (`__launch_bounds__` minimum blocks per SM, registers capped at
+  /// 65536 / (n · threads)); 0: no request, ptxas takes up to 255 registers a thread.
+  int minBlocksPerSm = 0;
 
   /// The configuration used when the caller sets no knob, tuned per head dim and program.
   static Fa2Config defaultsFor(int headDim, int headDimV, const ProgramTraits &traits = {});
@@ -67,8 +72,11 @@ struct Fa2Config {
   static int defaultStages(int headDim, int headDimV);
   /// An error message naming the offending knob and the accepted values, or nothing when valid.
   std::optional<std::string> validate(int headDim, int headDimV) const;
-  /// Dynamic shared memory: one Q tile and `stages` K and V tiles, 16-bit elements.
+  /// Dynamic shared memory: one Q tile and `stages` K and V tiles, 16-bit elements, rows of rowBytes.
   int smemBytes(int headDim, int headDimV) const;
+  /// Bytes of one shared-memory row of `width` 16-bit elements: 16-byte chunks, padded to an odd number of
+  /// chunks unless a multiple of 8 (bank-conflict-free ldmatrix without a swizzle; head dim 96: 208 bytes).
+  static int rowBytes(int width);
   int threads() const { return warps * kWarpSize; }
 };
 

@@ -17,6 +17,7 @@ void buildPipeline(mlir::OpPassManager &pm, const Fa2Options &options) {
   schedule.warps = options.warps;
   schedule.stages = options.stages;
   schedule.rescaleThreshold = options.rescaleThreshold;
+  schedule.minBlocksPerSm = options.minBlocksPerSm;
   func.addPass(tile::createTileApplySchedule(schedule));
   func.addPass(tile::createTileSplitBoundary());
   func.addPass(tile::createTilePipeline());

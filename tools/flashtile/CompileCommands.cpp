@@ -19,8 +19,9 @@ namespace flashtile::cli {
 
 namespace {
 
-const std::set<std::string> kKernelFlags = {"variant", "schedule", "arch",   "head-dim", "head-dim-v",        "dtype",
-                                            "block-m", "block-n",  "warps",  "stages",   "rescale-threshold"};
+const std::set<std::string> kKernelFlags = {"variant", "schedule", "arch",   "head-dim",          "head-dim-v",
+                                            "dtype",   "block-m",  "block-n", "warps",  "stages",
+                                            "rescale-threshold", "min-blocks-per-sm"};
 
 int fail(const Status &status) {
   std::cerr << "flashtile: error: " << status.message() << "\n";
@@ -62,10 +63,14 @@ StatusOr<jit::CompileOptions> kernelOptions(const Args &args) {
       return v.status();
     *field = *v;
   }
-  auto threshold = args.getInt("rescale-threshold", -1);
-  if (!threshold.ok())
-    return threshold.status();
-  o.fa2.rescaleThreshold = *threshold;
+  // These two take -1 for "the schedule's default": 0 is a setting of its own.
+  for (auto [flag, field] : {std::pair{"rescale-threshold", &o.fa2.rescaleThreshold},
+                             {"min-blocks-per-sm", &o.fa2.minBlocksPerSm}}) {
+    auto v = args.getInt(flag, -1);
+    if (!v.ok())
+      return v.status();
+    *field = *v;
+  }
   return o;
 }
 
@@ -163,7 +168,8 @@ int compileCommand(const std::vector<std::string> &argv, bool emitDefaultsToCuda
 
 int aotCommand(const std::vector<std::string> &argv) {
   std::set<std::string> flags = {"out",     "variants", "dtypes", "head-dims", "arch",
-                                 "schedule", "block-m", "block-n",  "warps",  "stages",    "rescale-threshold"};
+                                 "schedule", "block-m", "block-n",  "warps",  "stages",    "rescale-threshold",
+                                 "min-blocks-per-sm"};
   auto args = Args::parse(argv, flags, {});
   if (!args.ok())
     return fail(args.status());
