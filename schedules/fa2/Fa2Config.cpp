@@ -33,11 +33,11 @@ Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV, const ProgramTraits 
   }
   c.stages = defaultStages(headDim, headDimV);
   if (traits.headBoundary && c.blockM == 64) {
-    // Band walks are short (a 257-key window: 5 tiles per 64-row block), so the prologue's copy latency weighs:
-    // one K/V buffer each (48 KB at head dim 128) and registers capped for 3 blocks per SM hide it better than
-    // Q·Kᵀ one tile ahead at 2 blocks (H200, 8k: sliding windows +8% / +4%, document_mask +9%; NOTES v10).
+    // Band walks are short (a 257-key window: 5 tiles per 64-row block), and Q·Kᵀ one tile ahead gains little
+    // there: one K/V buffer each (48 KB at head dim 128, no spills) measured faster (H200, 8k: sliding windows
+    // +6% / +3%, document_mask +1%; NOTES v10). Capping registers for 3 blocks per SM (minBlocksPerSm) gained
+    // a further 1-7% with nvcc's cubins but nothing with NVRTC's, which spill 3x more under the cap.
     c.stages = kMinStages;
-    c.minBlocksPerSm = 3;
   }
   // FA2's rescale policy (every tile): conditional rescaling at threshold 8 measured 1-4% slower at head dims
   // 64 and 128 and on every variant (the warp's vote serializes the row maxes ahead of the exp2s, and the extra
@@ -47,10 +47,11 @@ Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV, const ProgramTraits 
 }
 
 int Fa2Config::defaultStages(int headDim, int headDimV) {
-  // Q·Kᵀ one tile ahead pays at head dims 96 and 128 (+4-8% at 128, +30% at 96), not at 64 (-1 to -4%: the
-  // extra score tile crowds the two m16 tiles' registers) nor above 128 (-4%).
+  // Q·Kᵀ one tile ahead pays at head dims 97-128 (+4-8% at 128), not at 64 (-1 to -4%: the extra score tile
+  // crowds the two m16 tiles' registers), 96 (-6% since its shared-memory rows are padded: it had gained 30%
+  // while its ldmatrix reads were bank-conflicted) nor above 128 (-4%).
   int widest = headDim > headDimV ? headDim : headDimV;
-  return widest > 64 && widest <= 128 ? kMaxStages : kMinStages;
+  return widest > 96 && widest <= 128 ? kMaxStages : kMinStages;
 }
 
 std::optional<std::string> Fa2Config::validate(int headDim, int headDimV) const {

@@ -28,7 +28,7 @@ inline constexpr int kMaxThreadsPerSm = 2048;
 ///  2 — two buffers each, and S = Q·K(next)ᵀ is issued in the same straight-line code as this tile's softmax, so
 ///      the tensor cores and the FP32/MUFU pipes of a warp overlap (FA3's intra-warpgroup overlap, on mma.sync);
 ///      one barrier per tile. Costs a second score tile of registers and a second K and V buffer: the default
-///      at head dims 96 and 128 (H200, head dim 128: +4-8%, bench/NOTES.md).
+///      at head dims 97-128 (H200, head dim 128: +4-8%, bench/NOTES.md).
 inline constexpr int kMinStages = 1;
 inline constexpr int kMaxStages = 2;
 /// FA2 walks K/V tiles from last to first: masked tiles (near the diagonal) come first.
