@@ -252,7 +252,9 @@ LogicalResult KernelPrinter::printVariantFunctions(CudaWriter &out) {
 
 void KernelPrinter::assignNames() {
   for (StringRef reserved : {"p", "params", "sm80", "ceilDiv", "floorDiv", "qFirst", "qLast", "kBlockM", "kBlockN",
-                             "kHeadDim", "kHeadDimV", "kWarps", "kThreads"})
+                             "kHeadDim", "kHeadDimV", "kWarps", "kThreads", "qTile", "blockBatch", "blockHead",
+                             "blockLinear", "qTiles", "pairs", "groupPairs", "groupFirst", "groupSize", "inGroup",
+                             "pair"})
     names.reserve(reserved);
   for (const std::string &reserved : target.reservedNames())
     names.reserve(reserved);
@@ -354,15 +356,38 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
 }
 
 void KernelPrinter::printSequence() {
-  w.comment("---- the sequence of this thread block: batch entry blockIdx.z ----");
-  w.comment("Varlen (cuSeqlensQ set): sequence z = blockIdx.z is rows [cuSeqlensQ[z], cuSeqlensQ[z + 1]) of the");
+  int64_t lptGroupBlocks = func.getScheduleAttr().getLptGroupBlocks();
+  w.comment("---- the tile of this thread block: Q tile qTile of query head blockHead of batch entry blockBatch ----");
+  w.comment("The launch grid is (Q tiles, headsQ, batch); blocks start in about linear order (x fastest), and take");
+  w.comment("Q tiles from the last (under causal masks the longest walk) to the first, so the last wave is light.");
+  if (lptGroupBlocks == 0) {
+    w.comment("Block order lptGroupBlocks = 0: heaviest first within each (batch, head) pair, pair after pair.");
+    w.line("const int qTile = gridDim.x - 1 - blockIdx.x, blockBatch = blockIdx.z, blockHead = blockIdx.y;");
+  } else {
+    const std::string group = std::to_string(lptGroupBlocks);
+    w.comment("Block order lptGroupBlocks = " + group + ": heaviest first across the grid, in groups of (batch, head) pairs");
+    w.comment("of at least " + group + " blocks (a group's K/V stay in L2), Q tile by Q tile, pair by pair");
+    w.comment("(fa2::gridTile computes the same on the host).");
+    w.line("const int blockLinear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);");
+    w.line("const int qTiles = gridDim.x, pairs = gridDim.y * gridDim.z;");
+    w.line("const int groupPairs = min(pairs, (" + group + " + qTiles - 1) / qTiles);");
+    w.line("const int groupFirst = blockLinear / (groupPairs * qTiles) * groupPairs;  // first pair of this group");
+    w.line("const int groupSize = min(groupPairs, pairs - groupFirst);              // the last group may be smaller");
+    w.line("const int inGroup = blockLinear - groupFirst * qTiles;");
+    w.line("const int qTile = qTiles - 1 - inGroup / groupSize;");
+    w.line("const int pair = groupFirst + inGroup % groupSize;");
+    w.line("const int blockBatch = pair / gridDim.y, blockHead = pair % gridDim.y;");
+  }
+  w.separate();
+  w.comment("---- the sequence of this thread block: batch entry blockBatch ----");
+  w.comment("Varlen (cuSeqlensQ set): sequence z = blockBatch is rows [cuSeqlensQ[z], cuSeqlensQ[z + 1]) of the");
   w.comment("packed Q, O and LSE and rows [cuSeqlensK[z], cuSeqlensK[z + 1]) of K and V, clamped to the packed rows");
   w.comment("(seqlenQ and seqlenK hold total_q and total_k). p is that sequence's view, base pointers and lengths, so");
   w.comment("every seqlen below (tile.dim \"seqlen_q\", \"seqlen_k\"), in the variant's functions too, is its own.");
   w.comment("Only fields that differ are rewritten: the others stay kernel-argument reads.");
   w.line("FlashtileFwdParams p = params;");
   w.open("if (params.cuSeqlensQ)");
-  w.line("const int z = blockIdx.z;");
+  w.line("const int z = blockBatch;");
   w.line("const int qBegin = min(max(params.cuSeqlensQ[z], 0), params.seqlenQ);");
   w.line("const int qEnd = min(max(params.cuSeqlensQ[z + 1], qBegin), params.seqlenQ);");
   w.line("const int kBegin = min(max(params.cuSeqlensK[z], 0), params.seqlenK);");
@@ -375,13 +400,6 @@ void KernelPrinter::printSequence() {
   w.line("p.seqlenQ = qEnd - qBegin;");
   w.line("p.seqlenK = kEnd - kBegin;");
   w.close();
-  if (fa2::kQTilesHeaviestFirst) {
-    w.comment("Q tiles heaviest first: block x takes Q tile gridDim.x - 1 - x, so the blocks that walk the most K/V");
-    w.comment("tiles (the last Q tiles, under causal masks) start in the first wave and the last wave is light.");
-    w.line("const int qTile = gridDim.x - 1 - blockIdx.x;");
-  } else {
-    w.line("const int qTile = blockIdx.x;");
-  }
   w.line("if (qTile * kBlockM >= p.seqlenQ)");
   w.line("  return;  // varlen: the grid covers the longest sequence, and this one ends before this block's rows");
 }
@@ -412,9 +430,9 @@ LogicalResult KernelPrinter::printKvRange(KvRangeOp range) {
   Block &rule = range.getRule().front();
   scalars.bind(rule.getArgument(0), "qFirst");
   scalars.bind(rule.getArgument(1), "qLast");
-  // The batch entry and query head of the block: the launch grid is (Q tiles, headsQ, batch).
-  scalars.bind(rule.getArgument(2), "blockIdx.z");
-  scalars.bind(rule.getArgument(3), "blockIdx.y");
+  // The batch entry and query head of the block (printSequence).
+  scalars.bind(rule.getArgument(2), "blockBatch");
+  scalars.bind(rule.getArgument(3), "blockHead");
   for (Operation &op : rule.without_terminator()) {
     if (!ScalarEmitter::isScalarOp(&op))
       return op.emitOpError() << "cannot be printed in a KV-range rule; rules hold scalar arith/math ops";

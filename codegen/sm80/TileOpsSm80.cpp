@@ -119,7 +119,7 @@ void TileTargetSm80::setup(CudaWriter &w, const std::vector<Operand> &copied) {
   w.comment("An mma C fragment gives each lane rows fragRow and fragRow + 8 of an m16 tile, columns fragCol and");
   w.comment("fragCol + 1 of an n8 tile.");
   w.line("const int fragRow = lane / 4, fragCol = 2 * (lane % 4);");
-  w.line("const int b = blockIdx.z, h = blockIdx.y;");
+  w.line("const int b = blockBatch, h = blockHead;");
   w.line("const int hKv = h / (p.headsQ / p.headsKv);  // grouped-query attention: K/V head of query head h");
   w.line("const int m0 = qTile * kBlockM;              // first query row of this thread block");
   w.line("const int warpRow0 = m0 + warp * kWarpRows;  // first query row of this warp");

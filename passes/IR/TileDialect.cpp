@@ -343,6 +343,27 @@ bool KvRangeOp::lowerBoundIs(int64_t key) {
   return matchPattern(yield.getValues()[0], m_ConstantInt(&value)) && value.getSExtValue() == key;
 }
 
+bool KvRangeOp::upperBoundFollowsRows() {
+  Block &rule = getRule().front();
+  auto yield = cast<YieldOp>(rule.getTerminator());
+  // Walk the upper bound's operands back to the rule's arguments (the rule holds scalar ops only).
+  SmallVector<Value> work = {yield.getValues()[1]};
+  llvm::SmallPtrSet<Value, 16> seen;
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    if (!seen.insert(v).second)
+      continue;
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      if (arg.getOwner() == &rule && arg.getArgNumber() < 2)
+        return true;
+      continue;
+    }
+    if (Operation *def = v.getDefiningOp())
+      llvm::append_range(work, def->getOperands());
+  }
+  return false;
+}
+
 LogicalResult KvLoopOp::verify() {
   if (static_cast<bool>(getLower()) != static_cast<bool>(getUpper()))
     return emitOpError() << "takes both bounds (from %lo to %hi) or neither";

@@ -124,6 +124,9 @@ def Tile_KvRangeOp : Tile_Op<"kv_range", []> {
   let extraClassDeclaration = [{
     /// Whether the rule's lower bound is the constant `key` for every Q tile (e.g. 0 for causal masks).
     bool lowerBoundIs(int64_t key);
+    /// Whether the rule's upper bound depends on the block's query rows (its first two region arguments),
+    /// e.g. causal masks: later Q tiles then walk more keys.
+    bool upperBoundFollowsRows();
   }];
 }
 

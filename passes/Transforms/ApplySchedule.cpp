@@ -65,8 +65,10 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
     int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
     fa2::ProgramTraits traits;
     traits.scoreMod = func.walk([](ScoreModOp) { return WalkResult::interrupt(); }).wasInterrupted();
-    for (KvRangeOp range : func.getBody().getOps<KvRangeOp>())
+    for (KvRangeOp range : func.getBody().getOps<KvRangeOp>()) {
       traits.headBoundary |= !range.lowerBoundIs(0);
+      traits.growingWalks |= range.getKind() == "may" && range.upperBoundFollowsRows();
+    }
     fa2::Fa2Config config = fa2::Fa2Config::defaultsFor(headDim, headDimV, traits);
     if (blockM)
       config.blockM = blockM;
@@ -80,13 +82,15 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
       config.rescaleThreshold = static_cast<int>(rescaleThreshold);
     if (minBlocksPerSm != -1)
       config.minBlocksPerSm = static_cast<int>(minBlocksPerSm);
+    if (lptGroupBlocks != -1)
+      config.lptGroupBlocks = static_cast<int>(lptGroupBlocks);
     if (auto error = config.validate(headDim, headDimV)) {
       func.emitOpError() << *error;
       return signalPassFailure();
     }
     func.setScheduleAttr(
         ScheduleAttr::get(&getContext(), fa2::kName, config.blockM, config.blockN, config.warps, config.stages,
-                          config.rescaleThreshold, config.minBlocksPerSm));
+                          config.rescaleThreshold, config.minBlocksPerSm, config.lptGroupBlocks));
     // The rescale policy is the softmax step's: the interpreter and the targets read it there.
     if (config.rescaleThreshold > 0)
       func.walk([&](SoftmaxUpdateOp update) { update.setRescaleThreshold(config.rescaleThreshold); });

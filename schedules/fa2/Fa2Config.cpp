@@ -1,6 +1,8 @@
 //===- Fa2Config.cpp - defaults and validation of the FA2 schedule --------===//
 #include "schedules/fa2/Fa2Config.h"
 
+#include <algorithm>
+
 namespace flashtile::fa2 {
 
 Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV, const ProgramTraits &traits) {
@@ -39,6 +41,9 @@ Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV, const ProgramTraits 
     // a further 1-7% with nvcc's cubins but nothing with NVRTC's, which spill 3x more under the cap.
     c.stages = kMinStages;
   }
+  // Heaviest first across the grid pays where walks grow with the Q tile (causal: +5-7% at head dim 128), and
+  // costs 1-4% where they do not (the blocks running together then span more heads' K/V).
+  c.lptGroupBlocks = traits.growingWalks && !traits.headBoundary ? kDefaultLptGroupBlocks : 0;
   // FA2's rescale policy (every tile): conditional rescaling at threshold 8 measured 1-4% slower at head dims
   // 64 and 128 and on every variant (the warp's vote serializes the row maxes ahead of the exp2s, and the extra
   // registers spill at 128; bench/NOTES.md v9), so it is a knob here, not a default.
@@ -76,11 +81,25 @@ std::optional<std::string> Fa2Config::validate(int headDim, int headDimV) const 
                "0 (no occupancy request) to " + std::to_string(kMaxThreadsPerSm / threads()) + " (" +
                    std::to_string(kMaxThreadsPerSm) + " threads per SM at " + std::to_string(threads()) +
                    " a block)");
+  if (lptGroupBlocks < 0 || lptGroupBlocks > kMaxLptGroupBlocks)
+    return bad("lpt-group-blocks", lptGroupBlocks,
+               "0 (Q tiles heaviest first within each batch entry and head) to " +
+                   std::to_string(kMaxLptGroupBlocks) + " (heaviest first across groups of at least that many blocks)");
   if (headDim % kMmaK != 0 || headDim > 256)
     return bad("head_dim", headDim, "a multiple of 16 up to 256");
   if (headDimV % 8 != 0 || headDimV > 256)
     return bad("head_dim_v", headDimV, "a multiple of 8 up to 256");
   return std::nullopt;
+}
+
+GridTile gridTile(int linear, int qTiles, int pairs, int lptGroupBlocks) {
+  if (lptGroupBlocks == 0)
+    return GridTile{qTiles - 1 - linear % qTiles, linear / qTiles};
+  int groupPairs = std::min(pairs, (lptGroupBlocks + qTiles - 1) / qTiles);
+  int groupFirst = linear / (groupPairs * qTiles) * groupPairs;
+  int groupSize = std::min(groupPairs, pairs - groupFirst);
+  int inGroup = linear - groupFirst * qTiles;
+  return GridTile{qTiles - 1 - inGroup / groupSize, groupFirst + inGroup % groupSize};
 }
 
 int Fa2Config::rowBytes(int width) {

@@ -18,6 +18,7 @@ void buildPipeline(mlir::OpPassManager &pm, const Fa2Options &options) {
   schedule.stages = options.stages;
   schedule.rescaleThreshold = options.rescaleThreshold;
   schedule.minBlocksPerSm = options.minBlocksPerSm;
+  schedule.lptGroupBlocks = options.lptGroupBlocks;
   func.addPass(tile::createTileApplySchedule(schedule));
   func.addPass(tile::createTileSplitBoundary());
   func.addPass(tile::createTilePipeline());

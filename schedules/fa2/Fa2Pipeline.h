@@ -8,10 +8,11 @@
 
 namespace flashtile::fa2 {
 
-/// Knobs left at 0 (the rescale threshold and min blocks per SM: at -1) take Fa2Config::defaultsFor(head dims).
+/// Knobs left at 0 (rescale threshold, min blocks per SM and LPT group blocks: at -1) take
+/// Fa2Config::defaultsFor(head dims, program traits).
 struct Fa2Options {
   int blockM = 0, blockN = 0, warps = 0, stages = 0;
-  int rescaleThreshold = -1, minBlocksPerSm = -1;
+  int rescaleThreshold = -1, minBlocksPerSm = -1, lptGroupBlocks = -1;
   std::string arch = "sm_80";
 };
 

@@ -18,6 +18,13 @@
 // CHECK:         constexpr int kBlockN = 64;
 // CHECK:         constexpr int kWarps = 4;
 
+// The block's tile: Q tiles heaviest (last) first across the grid, in groups of (batch, head) pairs of >= 512 blocks.
+// CHECK:         const int blockLinear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+// CHECK:         const int groupPairs = min(pairs, (512 + qTiles - 1) / qTiles);
+// CHECK:         const int qTile = qTiles - 1 - inGroup / groupSize;
+// CHECK-NEXT:    const int pair = groupFirst + inGroup % groupSize;
+// CHECK-NEXT:    const int blockBatch = pair / gridDim.y, blockHead = pair % gridDim.y;
+
 // The block's sequence: a batch entry, or (varlen) packed rows from cu_seqlens; p is its view, seqlens included.
 // CHECK:         FlashtileFwdParams p = params;
 // CHECK-NEXT:    if (params.cuSeqlensQ) {
@@ -26,8 +33,6 @@
 // CHECK:           p.seqlenQ = qEnd - qBegin;
 // CHECK-NEXT:      p.seqlenK = kEnd - kBegin;
 // CHECK-NEXT:    }
-// Q tiles are taken heaviest (last) first.
-// CHECK:         const int qTile = gridDim.x - 1 - blockIdx.x;
 // CHECK-NEXT:    if (qTile * kBlockM >= p.seqlenQ)
 // CHECK-NEXT:      return;
 // CHECK:         extern __shared__ __align__(128) unsigned char smem[];

@@ -22,7 +22,7 @@
 
 // stages = 2 (chosen; the default at head dims 96 and 128): two K/V buffers, Q·Kᵀ one tile ahead. Prologue: Q and K(first) land,
 // V(first) and K(second) start, the first tile's scores are computed.
-// AHEAD: #tile.schedule<name = "fa2", blockM = 64, blockN = 64, warps = 4, stages = 2>
+// AHEAD: #tile.schedule<name = "fa2", blockM = 64, blockN = 64, warps = 4, stages = 2, lptGroupBlocks = 512>
 // AHEAD: tile.copy_async "q"
 // AHEAD: tile.copy_async "k"[%[[FIRST:.*]]] if %[[ANY:.*]]
 // AHEAD-NEXT: tile.wait_async "k"{{$}}

@@ -21,7 +21,7 @@ namespace {
 
 const std::set<std::string> kKernelFlags = {"variant", "schedule", "arch",   "head-dim",          "head-dim-v",
                                             "dtype",   "block-m",  "block-n", "warps",  "stages",
-                                            "rescale-threshold", "min-blocks-per-sm"};
+                                            "rescale-threshold", "min-blocks-per-sm", "lpt-group-blocks"};
 
 int fail(const Status &status) {
   std::cerr << "flashtile: error: " << status.message() << "\n";
@@ -63,9 +63,10 @@ StatusOr<jit::CompileOptions> kernelOptions(const Args &args) {
       return v.status();
     *field = *v;
   }
-  // These two take -1 for "the schedule's default": 0 is a setting of its own.
+  // These take -1 for "the schedule's default": 0 is a setting of their own.
   for (auto [flag, field] : {std::pair{"rescale-threshold", &o.fa2.rescaleThreshold},
-                             {"min-blocks-per-sm", &o.fa2.minBlocksPerSm}}) {
+                             {"min-blocks-per-sm", &o.fa2.minBlocksPerSm},
+                             {"lpt-group-blocks", &o.fa2.lptGroupBlocks}}) {
     auto v = args.getInt(flag, -1);
     if (!v.ok())
       return v.status();
@@ -169,7 +170,7 @@ int compileCommand(const std::vector<std::string> &argv, bool emitDefaultsToCuda
 int aotCommand(const std::vector<std::string> &argv) {
   std::set<std::string> flags = {"out",     "variants", "dtypes", "head-dims", "arch",
                                  "schedule", "block-m", "block-n",  "warps",  "stages",    "rescale-threshold",
-                                 "min-blocks-per-sm"};
+                                 "min-blocks-per-sm", "lpt-group-blocks"};
   auto args = Args::parse(argv, flags, {});
   if (!args.ok())
     return fail(args.status());

@@ -13,7 +13,8 @@ commands (no GPU needed):
             --dtype bf16|f16 --emit tile|scheduled|cuda|ptx|cubin [-o FILE] [--print-ir-after-all]
             [--head-dim-v N (e.g. 128 with --head-dim 192) --block-m N --block-n N --warps N --stages N
              --rescale-threshold N (0: rescale every tile; 1-15: only when a row max grows by more than N, log2)
-             --min-blocks-per-sm N (registers capped so N blocks fit an SM; 0: no cap)]
+             --min-blocks-per-sm N (registers capped so N blocks fit an SM; 0: no cap)
+             --lpt-group-blocks N (0: heaviest Q tile first per batch entry and head; N: across >= N-block groups)]
             NAME: none, causal, causal_top_left, sliding_window, sliding_window_causal, softcap, softcap_causal,
             alibi, alibi_per_batch, alibi_causal, sinks, sinks_causal, document_mask (examples/variants/)
   emit      like compile, --emit defaults to cuda

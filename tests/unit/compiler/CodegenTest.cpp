@@ -384,3 +384,32 @@ TEST(Codegen, RejectsScoresUsedTwice) {
 }
 
 } // namespace
+
+/// The block orders: every (Q tile, pair) of the grid exactly once; Q tiles last-to-first inside a pair (order 0)
+/// or inside a group of pairs of at least N blocks (order N, or the whole grid when smaller).
+TEST(Fa2GridOrder, GridTileIsABijectionAndTakesQTilesHeaviestFirst) {
+  for (int order : {0, 1, 512, 100}) {
+    for (auto [qTiles, pairs] :
+         {std::pair{1, 1}, {16, 128}, {64, 32}, {3, 1000}, {7, 13}, {600, 2}, {1, 700}, {33, 33}}) {
+      SCOPED_TRACE("order " + std::to_string(order) + ", " + std::to_string(qTiles) + " Q tiles x " +
+                   std::to_string(pairs) + " pairs");
+      std::vector<int> seen(static_cast<size_t>(qTiles) * pairs, 0);
+      int groupPairs = order == 0 ? 1 : std::min(pairs, (order + qTiles - 1) / qTiles);
+      EXPECT_TRUE(order == 0 || groupPairs == pairs || groupPairs * qTiles >= order);
+      int previousQTile = qTiles, previousGroupFirst = 0;
+      for (int linear = 0; linear < qTiles * pairs; ++linear) {
+        fa2::GridTile t = fa2::gridTile(linear, qTiles, pairs, order);
+        ASSERT_TRUE(t.qTile >= 0 && t.qTile < qTiles && t.pair >= 0 && t.pair < pairs) << "block " << linear;
+        ++seen[static_cast<size_t>(t.pair) * qTiles + t.qTile];
+        int groupFirst = t.pair / groupPairs * groupPairs;
+        if (groupFirst != previousGroupFirst)
+          previousQTile = qTiles; // a new group (pair, for order 0) starts again from the heaviest Q tile
+        EXPECT_LE(t.qTile, previousQTile) << "block " << linear << ": Q tiles must not grow inside a group";
+        previousQTile = t.qTile;
+        previousGroupFirst = groupFirst;
+      }
+      for (size_t i = 0; i < seen.size(); ++i)
+        ASSERT_EQ(seen[i], 1) << "tile " << i % qTiles << " of pair " << i / qTiles;
+    }
+  }
+}
