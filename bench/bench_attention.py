@@ -7,7 +7,10 @@ from an ahead-of-time directory (`flashtile aot`); PyTorch is only the harness. 
                max|out - ref| <= 2 * max|sdpa_lowp - ref| + 1e-5 (sdpa_lowp: PyTorch's FLASH backend's output);
   speed        triton.testing.do_bench median (it flushes L2 between runs), TFLOP/s with FLOPs counted as
                FlashAttention does: 4*B*H*Sq*Sk*D, attended pairs only for causal.
-Also measured in the same run: bf16 matmul TFLOP/s and device-copy GB/s (the ceilings).
+Also measured in the same run: bf16 matmul TFLOP/s and device-copy GB/s (the ceilings), warm dispatch (host time
+per flashtile_forward call on a tiny problem, one prepared ctypes call each) and, with --cli, NVRTC's cold compile of each
+kernel of the grid on this machine; with --compile-times, the MLIR part of each (DSL -> CUDA), as measured by
+`flashtile aot` on the build machine (this machine has no MLIR).
 Output: a table on stdout, every row as JSON (--json), and a Markdown summary (--markdown).
 """
 import argparse
@@ -16,7 +19,10 @@ import datetime
 import json
 import math
 import os
+import re
+import subprocess
 import sys
+import time
 
 import torch
 import torch._dynamo
@@ -157,6 +163,52 @@ def run_case(ft, dtype, hd, seqlen, causal, tokens, hidden, flex):
     return row
 
 
+def warm_dispatch_us(ft, calls=2000):
+    """Host microseconds per flashtile_forward call on a tiny problem (cache hit: argument checks, kernel lookup,
+    launch enqueue). The ctypes argument list is built once, so Python adds only the foreign call itself."""
+    q = torch.randn(1, 64, 1, 128, device="cuda", dtype=torch.bfloat16)
+    k, v, o = torch.randn_like(q), torch.randn_like(q), torch.empty_like(q)
+    lse = torch.empty(1, 1, 64, device="cuda")
+    ft.forward(q, k, v, o, lse, False)  # loads the kernel
+    call_args = (ft.rt, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), 1, 1, 64, 64, 1, 1,
+                 128, ft.ll4(*q.stride()), ft.ll4(*k.stride()), ft.ll4(*v.stride()), ft.ll4(*o.stride()), 0.0, b"none",
+                 ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+    forward = ft.lib.flashtile_forward
+    for _ in range(50):
+        forward(*call_args)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        forward(*call_args)
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
+def cold_compiles(cli, aot_dir, compile_times, dtypes, head_dims):
+    """(kernel, MLIR ms from the build machine or None, NVRTC ms here or None) for the grid's none/causal kernels."""
+    mlir = {}
+    if compile_times and os.path.exists(compile_times):
+        for line in open(compile_times):
+            m = re.match(r"(\S+)\s.*mlir\s+([\d.]+) ms", line)
+            if m:
+                mlir[m.group(1)] = float(m.group(2))
+    out = []
+    for dtype in dtypes:
+        for hd in head_dims:
+            for variant in ("none", "causal"):
+                name = f"flashtile_fa2_{variant}_{dtype}_d{hd}"
+                nvrtc = None
+                src = os.path.join(aot_dir, name + ".cu")
+                if cli and os.path.exists(src):
+                    # A process of its own per kernel: each compile is cold (NVRTC's start-up included).
+                    res = subprocess.run([cli, "nvrtc", src], capture_output=True, text=True)
+                    m = re.search(r"([\d.]+) ms", res.stdout)
+                    nvrtc = float(m.group(1)) if res.returncode == 0 and m else None
+                out.append((name, mlir.get(name), nvrtc))
+    return out
+
+
 def make_flex():
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -185,6 +237,9 @@ def main():
     ap.add_argument("--flex", action="store_true", help="also time FlexAttention (torch.compile, slow to start)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--markdown", default=None)
+    ap.add_argument("--cli", default=None, help="flashtile binary (runtime-only is enough): times NVRTC cold compiles")
+    ap.add_argument("--compile-times", default=None,
+                    help="`flashtile aot` output from the build machine: its MLIR times per kernel")
     args = ap.parse_args()
 
     ft = Flashtile(args.lib, args.aot_dir)
@@ -192,6 +247,14 @@ def main():
     mm, copy = ceilings()
     print(f"flashtile {ft.version} on {gpu}, torch {torch.__version__}; ceilings: bf16 matmul {mm:.0f} TFLOP/s, "
           f"copy {copy:.0f} GB/s")
+    dispatch = warm_dispatch_us(ft)
+    print(f"warm dispatch: {dispatch:.2f} us per flashtile_forward call (host; one ctypes call each)")
+    compiles = cold_compiles(args.cli, args.aot_dir, args.compile_times, args.dtypes.split(","),
+                             list(map(int, args.head_dims.split(","))))
+    for name, mlir_ms, nvrtc_ms in compiles:
+        if mlir_ms is not None or nvrtc_ms is not None:
+            fmt = lambda x: f"{x:7.1f} ms" if x is not None else "      -   "
+            print(f"cold compile {name:34} MLIR {fmt(mlir_ms)} (build machine)  NVRTC {fmt(nvrtc_ms)} (here)")
     flex = make_flex() if args.flex else None
     rows = []
     hdr = f"{'dtype':5} {'hd':>3} {'seqlen':>6} {'causal':>6} {'ours':>7} {'fa2':>7} {'cudnn':>7} {'flex':>7} " \
@@ -211,14 +274,22 @@ def main():
                           f"{ratio(r['flashtile_tflops'], r['torch_cudnn_tflops']):>10} "
                           f"{r['err']:9.2e} {r['err_lowp']:9.2e} {'PASS' if r['ok'] else 'FAIL'}", flush=True)
     meta = dict(date=datetime.date.today().isoformat(), gpu=gpu, torch=torch.__version__, flashtile=ft.version,
-                matmul_tflops=mm, copy_gbs=copy, command=" ".join(sys.argv))
+                matmul_tflops=mm, copy_gbs=copy, dispatch_us=dispatch, command=" ".join(sys.argv),
+                cold_compiles=[dict(kernel=n, mlir_ms=a, nvrtc_ms=b) for n, a, b in compiles])
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(dict(meta=meta, rows=rows), fh, indent=1)
     if args.markdown:
         with open(args.markdown, "w") as fh:
             fh.write(f"### {meta['date']} — {gpu}, flashtile {ft.version}, torch {torch.__version__}\n\n")
-            fh.write(f"Ceilings in the same run: bf16 matmul {mm:.0f} TFLOP/s, device copy {copy:.0f} GB/s.\n\n")
+            fh.write(f"Ceilings in the same run: bf16 matmul {mm:.0f} TFLOP/s, device copy {copy:.0f} GB/s. "
+                     f"Warm dispatch {dispatch:.2f} us per call.\n\n")
+            timed = [(n, a, b) for n, a, b in compiles if a is not None or b is not None]
+            if timed:
+                fh.write("| kernel | MLIR ms (build machine) | NVRTC ms (here, cold) |\n|---|---|---|\n")
+                for n, a, b in timed:
+                    fh.write(f"| {n} | {a if a is not None else '-'} | {b if b is not None else '-'} |\n")
+                fh.write("\n")
             fh.write("| dtype | hd | seqlen | causal | flashtile | torch FA2 | cuDNN | Flex | ours/FA2 | ours/cuDNN | check |\n")
             fh.write("|---|---|---|---|---|---|---|---|---|---|---|\n")
             for r in rows:

@@ -8,4 +8,5 @@ OUT=${OUT:-$PWD/.device/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 PYTHONUNBUFFERED=1 python3 bench/bench_attention.py --lib .device/lib/libflashtile.so --aot-dir .device/aot \
+  --cli .device/bin/flashtile --compile-times .device/compile-times.txt \
   --json "$OUT/bench.json" --markdown "$OUT/bench.md" "$@" 2>&1 | tee "$OUT/bench.log"

@@ -13,7 +13,9 @@ cmake -S . -B build-rt -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHTILE_RUNTIME_O
 cmake --build build-rt -j "${FLASHTILE_JOBS:-2}"
 rm -rf .device/aot .device/aot-variants .device/bin .device/lib
 mkdir -p .device/bin .device/lib
-build/tools/flashtile aot --arch "$ARCH" --out .device/aot --head-dims 32,64,96,128,192,256,192:128 "$@"
+# Its table (MLIR and NVRTC milliseconds per kernel, on this machine) goes to compile-times.txt for bench.sh.
+build/tools/flashtile aot --arch "$ARCH" --out .device/aot --head-dims 32,64,96,128,192,256,192:128 "$@" |
+  tee .device/compile-times.txt
 # The built-in variants at bf16, head dim 128, for bench/check_variants.py (a directory of its own: the GPU tests
 # load .device/aot whole).
 build/tools/flashtile aot --arch "$ARCH" --out .device/aot-variants --dtypes bf16 --head-dims 128 \
