@@ -2,7 +2,7 @@
 // flashtile-opt docs/example-program-causal.mlir --tile-verify-program --canonicalize --tile-apply-schedule="stages=2" \
 //   --tile-split-boundary --tile-pipeline --tile-lower-to-target=arch=sm_90a --canonicalize --cse
 module {
-  tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, params = [], schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 2>, target = #tile.target<arch = "sm_90a", isa = "sm80">, variant = "causal"} {
+  tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, params = [], schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 2, lptGroupBlocks = 512>, target = #tile.target<arch = "sm_90a", isa = "sm80">, variant = "causal"} {
     %c2_i32 = arith.constant 2 : i32
     %c64_i32 = arith.constant 64 : i32
     %c1_i32 = arith.constant 1 : i32
