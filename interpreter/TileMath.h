@@ -48,8 +48,7 @@ struct SoftmaxStep {
 /// GPU sums its fp32 registers. With `rescaleThreshold` τ > 0 a row's max moves only when the tile's
 /// rowmax(S)·c exceeds it by more than τ (else m' = m, alpha = 1 and P may reach 2^τ): tile.softmax_update's
 /// rule, row by row.
-SoftmaxStep softmaxUpdate(const Tile &s, const SoftmaxState &state, float c, RoundFn roundP,
-                         int rescaleThreshold = 0);
+SoftmaxStep softmaxUpdate(const Tile &s, const SoftmaxState &state, float c, RoundFn roundP, int rescaleThreshold = 0);
 
 /// acc *= alpha, row by row.
 SoftmaxState rescale(SoftmaxState state, const Tile &alpha);

@@ -251,10 +251,10 @@ LogicalResult KernelPrinter::printVariantFunctions(CudaWriter &out) {
 //===----------------------------------------------------------------------===//
 
 void KernelPrinter::assignNames() {
-  for (StringRef reserved : {"p", "params", "sm80", "ceilDiv", "floorDiv", "qFirst", "qLast", "kBlockM", "kBlockN",
-                             "kHeadDim", "kHeadDimV", "kWarps", "kThreads", "qTile", "blockBatch", "blockHead",
-                             "blockLinear", "qTiles", "pairs", "groupPairs", "groupFirst", "groupSize", "inGroup",
-                             "pair"})
+  for (StringRef reserved :
+       {"p",           "params",   "sm80",      "ceilDiv",    "floorDiv",   "qFirst",    "qLast",      "kBlockM",
+        "kBlockN",     "kHeadDim", "kHeadDimV", "kWarps",     "kThreads",   "qTile",     "blockBatch", "blockHead",
+        "blockLinear", "qTiles",   "pairs",     "groupPairs", "groupFirst", "groupSize", "inGroup",    "pair"})
     names.reserve(reserved);
   for (const std::string &reserved : target.reservedNames())
     names.reserve(reserved);
@@ -365,7 +365,8 @@ void KernelPrinter::printSequence() {
     w.line("const int qTile = gridDim.x - 1 - blockIdx.x, blockBatch = blockIdx.z, blockHead = blockIdx.y;");
   } else {
     const std::string group = std::to_string(lptGroupBlocks);
-    w.comment("Block order lptGroupBlocks = " + group + ": heaviest first across the grid, in groups of (batch, head) pairs");
+    w.comment("Block order lptGroupBlocks = " + group +
+              ": heaviest first across the grid, in groups of (batch, head) pairs");
     w.comment("of at least " + group + " blocks (a group's K/V stay in L2), Q tile by Q tile, pair by pair");
     w.comment("(fa2::gridTile computes the same on the host).");
     w.line("const int blockLinear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);");

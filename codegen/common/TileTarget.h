@@ -20,13 +20,13 @@ namespace flashtile::codegen {
 
 /// The scheduled tile shape of one kernel, from the tile.func and its #tile.schedule.
 struct KernelShape {
-  std::string dtype; ///< "bf16" or "f16"
-  int headDim = 0;   ///< Q/K head dim
-  int headDimV = 0;  ///< V/O head dim
-  int blockM = 0;    ///< query rows of a thread block
-  int blockN = 0;    ///< keys of a K/V tile
-  int warps = 0;     ///< warps of a thread block
-  int stages = 1;    ///< shared-memory buffers per K/V operand: tile j in buffer j % stages
+  std::string dtype;      ///< "bf16" or "f16"
+  int headDim = 0;        ///< Q/K head dim
+  int headDimV = 0;       ///< V/O head dim
+  int blockM = 0;         ///< query rows of a thread block
+  int blockN = 0;         ///< keys of a K/V tile
+  int warps = 0;          ///< warps of a thread block
+  int stages = 1;         ///< shared-memory buffers per K/V operand: tile j in buffer j % stages
   int minBlocksPerSm = 0; ///< occupancy request to the register allocator (0: none)
 };
 

@@ -126,7 +126,8 @@ void TileTargetSm80::setup(CudaWriter &w, const std::vector<Operand> &copied) {
   w.line("");
 
   if (shape.stages == 1) {
-    w.comment("---- shared memory: sQ [kBlockM][kHeadDim], sK [kBlockN][kHeadDim], sV [kBlockN][kHeadDimV], 16-bit ----");
+    w.comment(
+        "---- shared memory: sQ [kBlockM][kHeadDim], sK [kBlockN][kHeadDim], sV [kBlockN][kHeadDimV], 16-bit ----");
   } else {
     w.comment(cat("---- shared memory: sQ [kBlockM][kHeadDim], sK [kStages][kBlockN][kHeadDim], sV [kStages][kBlockN]",
                   "[kHeadDimV], 16-bit; K/V tile j lives in buffer j % kStages ----"));
@@ -134,7 +135,8 @@ void TileTargetSm80::setup(CudaWriter &w, const std::vector<Operand> &copied) {
   w.comment("Rows are 16-byte chunks: XOR-swizzled (chunk c of row r at c ^ (r & 7)) when a row has a multiple of 8");
   w.comment("chunks, else padded to an odd number of chunks (sm80::rowPitch), so ldmatrix and cp.async phases hit");
   w.comment("distinct banks. kRowBytesQK and kRowBytesV are a row's bytes in shared memory, padding included.");
-  w.line("constexpr int kRowBytesQK = sm80::rowPitch<kHeadDim / 8>() * 16, kRowBytesV = sm80::rowPitch<kHeadDimV / 8>() * 16;");
+  w.line("constexpr int kRowBytesQK = sm80::rowPitch<kHeadDim / 8>() * 16, kRowBytesV = sm80::rowPitch<kHeadDimV / "
+         "8>() * 16;");
   w.line("extern __shared__ __align__(128) unsigned char smem[];");
   w.line("unsigned char *const sQ = smem;");
   if (shape.stages == 1) {
@@ -378,7 +380,8 @@ void TileTargetSm80::softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThr
     w.comment(cat("conditional rescaling (rescale_threshold = ", rescaleThreshold, "): the maxes of this warp's rows"));
     w.comment(cat("move only when one of them would need more than 2^", rescaleThreshold,
                   " of headroom, and then all move; else m' = m, alpha = 1"));
-    w.comment(cat("and P <= 2^", rescaleThreshold, ", and tile.rescale skips acc *= alpha. The vote is warp-uniform: no divergence."));
+    w.comment(cat("and P <= 2^", rescaleThreshold,
+                  ", and tile.rescale skips acc *= alpha. The vote is warp-uniform: no divergence."));
     w.line("float maxFresh[kMTiles][2];");
     w.line("bool maxMoved = false;");
     w.openUnrolledFor("mt", "kMTiles");

@@ -88,9 +88,9 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
       func.emitOpError() << *error;
       return signalPassFailure();
     }
-    func.setScheduleAttr(
-        ScheduleAttr::get(&getContext(), fa2::kName, config.blockM, config.blockN, config.warps, config.stages,
-                          config.rescaleThreshold, config.minBlocksPerSm, config.lptGroupBlocks));
+    func.setScheduleAttr(ScheduleAttr::get(&getContext(), fa2::kName, config.blockM, config.blockN, config.warps,
+                                           config.stages, config.rescaleThreshold, config.minBlocksPerSm,
+                                           config.lptGroupBlocks));
     // The rescale policy is the softmax step's: the interpreter and the targets read it there.
     if (config.rescaleThreshold > 0)
       func.walk([&](SoftmaxUpdateOp update) { update.setRescaleThreshold(config.rescaleThreshold); });

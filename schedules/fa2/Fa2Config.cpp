@@ -79,12 +79,11 @@ std::optional<std::string> Fa2Config::validate(int headDim, int headDimV) const 
   if (minBlocksPerSm < 0 || minBlocksPerSm * threads() > kMaxThreadsPerSm)
     return bad("min-blocks-per-sm", minBlocksPerSm,
                "0 (no occupancy request) to " + std::to_string(kMaxThreadsPerSm / threads()) + " (" +
-                   std::to_string(kMaxThreadsPerSm) + " threads per SM at " + std::to_string(threads()) +
-                   " a block)");
+                   std::to_string(kMaxThreadsPerSm) + " threads per SM at " + std::to_string(threads()) + " a block)");
   if (lptGroupBlocks < 0 || lptGroupBlocks > kMaxLptGroupBlocks)
     return bad("lpt-group-blocks", lptGroupBlocks,
-               "0 (Q tiles heaviest first within each batch entry and head) to " +
-                   std::to_string(kMaxLptGroupBlocks) + " (heaviest first across groups of at least that many blocks)");
+               "0 (Q tiles heaviest first within each batch entry and head) to " + std::to_string(kMaxLptGroupBlocks) +
+                   " (heaviest first across groups of at least that many blocks)");
   if (headDim % kMmaK != 0 || headDim > 256)
     return bad("head_dim", headDim, "a multiple of 16 up to 256");
   if (headDimV % 8 != 0 || headDimV > 256)

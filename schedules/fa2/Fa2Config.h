@@ -75,10 +75,10 @@ struct ProgramTraits {
 };
 
 struct Fa2Config {
-  int blockM = 128; ///< query rows a thread block owns (split-Q)
-  int blockN = 64;  ///< keys per K/V tile
-  int warps = 4;    ///< each warp owns blockM / warps query rows
-  int stages = 1;   ///< shared-memory buffers per K/V operand (see kMaxStages)
+  int blockM = 128;         ///< query rows a thread block owns (split-Q)
+  int blockN = 64;          ///< keys per K/V tile
+  int warps = 4;            ///< each warp owns blockM / warps query rows
+  int stages = 1;           ///< shared-memory buffers per K/V operand (see kMaxStages)
   int rescaleThreshold = 0; ///< 0: rescale every tile; τ > 0: only when a max grows by more than τ (see above)
   /// Occupancy asked of the register allocator (`__launch_bounds__` minimum blocks per SM, registers capped at
   /// 65536 / (n · threads)); 0: no request, ptxas takes up to 255 registers a thread.

@@ -19,9 +19,9 @@ namespace flashtile::cli {
 
 namespace {
 
-const std::set<std::string> kKernelFlags = {"variant", "schedule", "arch",   "head-dim",          "head-dim-v",
-                                            "dtype",   "block-m",  "block-n", "warps",  "stages",
-                                            "rescale-threshold", "min-blocks-per-sm", "lpt-group-blocks"};
+const std::set<std::string> kKernelFlags = {
+    "variant", "schedule", "arch",   "head-dim",          "head-dim-v",        "dtype",           "block-m",
+    "block-n", "warps",    "stages", "rescale-threshold", "min-blocks-per-sm", "lpt-group-blocks"};
 
 int fail(const Status &status) {
   std::cerr << "flashtile: error: " << status.message() << "\n";
@@ -168,9 +168,19 @@ int compileCommand(const std::vector<std::string> &argv, bool emitDefaultsToCuda
 }
 
 int aotCommand(const std::vector<std::string> &argv) {
-  std::set<std::string> flags = {"out",     "variants", "dtypes", "head-dims", "arch",
-                                 "schedule", "block-m", "block-n",  "warps",  "stages",    "rescale-threshold",
-                                 "min-blocks-per-sm", "lpt-group-blocks"};
+  std::set<std::string> flags = {"out",
+                                 "variants",
+                                 "dtypes",
+                                 "head-dims",
+                                 "arch",
+                                 "schedule",
+                                 "block-m",
+                                 "block-n",
+                                 "warps",
+                                 "stages",
+                                 "rescale-threshold",
+                                 "min-blocks-per-sm",
+                                 "lpt-group-blocks"};
   auto args = Args::parse(argv, flags, {});
   if (!args.ok())
     return fail(args.status());
