@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 using namespace flashtile;
 
@@ -244,6 +245,14 @@ Status Runtime::validateFor(const AttentionArgs &args, const KernelInfo &kernel)
     if (Status s = checkAligned(name, args.inputs[i], sizeof(float)); !s.ok())
       return s;
   }
+  // The kernels number their blocks with 32-bit integers (the block order walks the whole grid linearly).
+  const long long gridRows = args.isVarlen() ? args.maxSeqlenQ : args.seqlenQ;
+  const long long blocks = (gridRows + kernel.blockM - 1) / std::max(kernel.blockM, 1) * args.headsQ * args.batch;
+  if (blocks > std::numeric_limits<int>::max())
+    return Status::error("the launch grid would have " + std::to_string(blocks) + " thread blocks (ceil(" +
+                         (args.isVarlen() ? "maxSeqlenQ" : "seqlenQ") + " / " + std::to_string(kernel.blockM) +
+                         ") x headsQ x batch); at most " + std::to_string(std::numeric_limits<int>::max()) +
+                         " are supported: split the batch into several calls");
   return Status();
 }
 

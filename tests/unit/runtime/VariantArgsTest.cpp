@@ -67,6 +67,19 @@ TEST(VariantInputs, ValidateForChecksInputsAgainstTheKernel) {
             "variantParams has 1 values but variant 'alibi' takes 0 (none)");
 }
 
+TEST(VariantInputs, ValidateForRejectsGridsOf2To31BlocksOrMore) {
+  AttentionArgs args = alibiArgs();
+  args.batch = 65535;
+  args.headsQ = args.headsKv = 65535;
+  args.seqlenQ = 128; // one 128-row block per (batch, head): 65535^2 > 2^31 - 1
+  EXPECT_EQ(Runtime::validateFor(args, alibiKernel()).message(),
+            "the launch grid would have 4294836225 thread blocks (ceil(seqlenQ / " +
+                std::to_string(alibiKernel().blockM) +
+                ") x headsQ x batch); at most 2147483647 are supported: split the batch into several calls");
+  args.batch = 32767; // 65535 * 32767 < 2^31
+  EXPECT_TRUE(Runtime::validateFor(args, alibiKernel()).ok());
+}
+
 TEST(VariantInputs, ValidateLimitsTheNumberOfInputs) {
   AttentionArgs args = alibiArgs();
   args.inputs.assign(FLASHTILE_MAX_VARIANT_INPUTS, reinterpret_cast<const void *>(0x60000));

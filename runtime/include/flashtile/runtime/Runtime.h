@@ -136,7 +136,7 @@ public:
   /// Every check on `args` that needs no GPU; the message names the argument and the accepted values.
   static Status validate(const AttentionArgs &args);
   /// The checks of `args` against the kernel that will run it (no GPU needed): one value per variant parameter,
-  /// one non-null, 4-byte aligned pointer per variant input.
+  /// one non-null, 4-byte aligned pointer per variant input, a launch grid of fewer than 2^31 blocks.
   static Status validateFor(const AttentionArgs &args, const KernelInfo &kernel);
   /// The checks of varlen offsets, on host copies (either may be null: not checked): non-decreasing, inside the
   /// packed rows, no sequence longer than args.maxSeqlenQ/maxSeqlenK. validate() runs it on args' host copies;
