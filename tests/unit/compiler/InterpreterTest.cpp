@@ -35,6 +35,8 @@ using flashtile::interp::Scalar;
 namespace {
 
 using flashtile::testing::DiagnosticCapture;
+using flashtile::testing::fa2TestSchedules;
+using flashtile::testing::funcOf;
 using flashtile::testing::Outputs;
 using flashtile::testing::scheduled;
 using flashtile::testing::seedFor;
@@ -42,8 +44,6 @@ using flashtile::testing::seedFor;
 //===----------------------------------------------------------------------===//
 // Helpers
 //===----------------------------------------------------------------------===//
-
-tile::FuncOp funcOf(ModuleOp module) { return *module.getOps<tile::FuncOp>().begin(); }
 
 OwningOpRef<ModuleOp> buildProgram(MLIRContext &context, const std::string &variant, ElementType dtype, int headDim) {
   std::optional<Variant> v = variants::byName(variant);
@@ -163,11 +163,7 @@ TEST_P(InterpreterVsReference, UnscheduledAndFa2ScheduledMatchTheReference) {
   Outputs unscheduled = runChecked(funcOf(*program), p, in, diags);
   expectMatchesReference(unscheduled, ref, p, "unscheduled");
 
-  const std::pair<const char *, fa2::Fa2Options> schedules[] = {
-      {"fa2 defaults", fa2::Fa2Options{}},
-      {"fa2 blockM 64 blockN 32 warps 4, rescale threshold 8",
-       fa2::Fa2Options{.blockM = 64, .blockN = 32, .warps = 4, .rescaleThreshold = 8}}};
-  for (const auto &[label, options] : schedules) {
+  for (const auto &[label, options] : fa2TestSchedules()) {
     OwningOpRef<ModuleOp> sched = scheduled(*program, options);
     ASSERT_TRUE(sched) << label << ": the FA2 pipeline failed\n" << diags.text;
     tile::FuncOp func = funcOf(*sched);

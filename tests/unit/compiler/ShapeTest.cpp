@@ -55,11 +55,7 @@ struct Programs {
     if (failed(built))
       return;
     unscheduled = std::move(*built);
-    const std::pair<const char *, fa2::Fa2Options> schedules[] = {
-        {"fa2 defaults", fa2::Fa2Options{}},
-        {"fa2 blockM 64 blockN 32 warps 4, rescale threshold 8",
-         fa2::Fa2Options{.blockM = 64, .blockN = 32, .warps = 4, .rescaleThreshold = 8}}};
-    for (const auto &[label, options] : schedules) {
+    for (const auto &[label, options] : flashtile::testing::fa2TestSchedules()) {
       OwningOpRef<ModuleOp> copy = unscheduled->clone();
       PassManager pm(&context);
       fa2::buildPipeline(pm, options);

@@ -1,7 +1,9 @@
-// TestSupport.h — helpers the compiler tests share: diagnostics capture and per-case seeds.
+// TestSupport.h — helpers the compiler tests share: diagnostics capture, per-case seeds, the FA2 configurations
+// every variant and shape is checked under.
 #ifndef FLASHTILE_TESTS_UNIT_COMPILER_TESTSUPPORT_H
 #define FLASHTILE_TESTS_UNIT_COMPILER_TESTSUPPORT_H
 
+#include "passes/IR/TileDialect.h"
 #include "schedules/fa2/Fa2Pipeline.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -11,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace flashtile::testing {
@@ -41,6 +44,17 @@ inline uint64_t seedFor(const std::string &name) {
   for (unsigned char c : name)
     h = (h ^ c) * 1099511628211ull;
   return h;
+}
+
+/// The tile.func of a program module (one function).
+inline tile::FuncOp funcOf(mlir::ModuleOp module) { return *module.getOps<tile::FuncOp>().begin(); }
+
+/// The FA2 configurations the interpreter checks run under: the head dim's defaults, and small tiles (several
+/// boundary and interior tiles on small problems) with the other rescale policy (FA4's, threshold 8).
+inline std::vector<std::pair<std::string, fa2::Fa2Options>> fa2TestSchedules() {
+  return {{"fa2 defaults", fa2::Fa2Options{}},
+          {"fa2 blockM 64 blockN 32 warps 4, rescale threshold 8",
+           fa2::Fa2Options{.blockM = 64, .blockN = 32, .warps = 4, .rescaleThreshold = 8}}};
 }
 
 /// A copy of `module` after the FA2 schedule's passes, or null (the diagnostics say why).

@@ -34,6 +34,8 @@ using flashtile::interp::Problem;
 namespace {
 
 using flashtile::testing::DiagnosticCapture;
+using flashtile::testing::fa2TestSchedules;
+using flashtile::testing::funcOf;
 using flashtile::testing::Outputs;
 using flashtile::testing::scheduled;
 using flashtile::testing::seedFor;
@@ -41,8 +43,6 @@ using flashtile::testing::seedFor;
 //===----------------------------------------------------------------------===//
 // Helpers
 //===----------------------------------------------------------------------===//
-
-tile::FuncOp funcOf(ModuleOp module) { return *module.getOps<tile::FuncOp>().begin(); }
 
 Problem problem(int batch, int seqlenQ, int seqlenK, int headsQ, int headsKv, int headDim,
                 std::vector<float> params = {}) {
@@ -306,11 +306,9 @@ TEST_P(VariantVsReference, UnscheduledAndFa2ScheduledMatchTheReference) {
   interp::RoundFn round = c.dtype == ElementType::BF16 ? interp::roundToBf16 : interp::roundToF16;
   test::Reference ref = test::referenceAttention(p, in, c.variant.ref(p, p.inputs), round);
 
-  const std::pair<const char *, std::optional<fa2::Fa2Options>> runs[] = {
-      {"unscheduled", std::nullopt},
-      {"fa2 defaults", fa2::Fa2Options{}},
-      {"fa2 blockM 64 blockN 32, rescale threshold 8",
-       fa2::Fa2Options{.blockM = 64, .blockN = 32, .warps = 4, .rescaleThreshold = 8}}};
+  std::vector<std::pair<std::string, std::optional<fa2::Fa2Options>>> runs = {{"unscheduled", std::nullopt}};
+  for (auto &[label, options] : fa2TestSchedules())
+    runs.emplace_back(label, options);
   for (const auto &[label, options] : runs) {
     OwningOpRef<ModuleOp> sched = options ? scheduled(**program, *options) : OwningOpRef<ModuleOp>((*program)->clone());
     ASSERT_TRUE(sched) << label << ": the FA2 pipeline failed\n" << diags.text;
