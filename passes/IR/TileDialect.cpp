@@ -131,6 +131,23 @@ int64_t FuncOp::inputIndex(StringRef name) {
   return -1;
 }
 
+LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef name, int64_t blockM,
+                                   int64_t blockN, int64_t warps, int64_t stages, int64_t rescaleThreshold,
+                                   int64_t minBlocksPerSm, int64_t lptGroupBlocks) {
+  if (blockM < 1 || blockN < 1 || warps < 1 || stages < 1)
+    return emitError() << "schedule blockM, blockN, warps and stages must be positive";
+  // P may reach 2^rescaleThreshold: at most 15 keeps it finite in fp16 (tile.softmax_update).
+  if (rescaleThreshold < 0 || rescaleThreshold > 15)
+    return emitError() << "schedule rescaleThreshold = " << rescaleThreshold << " is not supported; accepted: 0 to 15";
+  if (minBlocksPerSm < 0)
+    return emitError() << "schedule minBlocksPerSm = " << minBlocksPerSm << " is not supported; accepted: 0 or more";
+  // The kernels' block order multiplies group sizes in 32-bit ints.
+  if (lptGroupBlocks < 0 || lptGroupBlocks > (1 << 20))
+    return emitError() << "schedule lptGroupBlocks = " << lptGroupBlocks
+                       << " is not supported; accepted: 0 to 1048576";
+  return success();
+}
+
 LogicalResult FuncOp::verify() {
   Type dtype = getDtype();
   if (!dtype.isF16() && !dtype.isBF16())

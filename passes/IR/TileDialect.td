@@ -73,6 +73,7 @@ def Tile_ScheduleAttr : Tile_Attr<"Schedule", "schedule"> {
                         DefaultValuedParameter<"int64_t", "0">:$minBlocksPerSm,
                         DefaultValuedParameter<"int64_t", "0">:$lptGroupBlocks);
   let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
 }
 
 def Tile_TargetAttr : Tile_Attr<"Target", "target"> {

@@ -181,3 +181,17 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
   // expected-error @+1 {{'tile.softmax_update' op rescale_threshold = 16 is not supported; accepted: 1 to 15 (log2 units; omit it to rescale every tile)}}
   %p, %alpha, %st1 = tile.softmax_update %s, %st {rescale_threshold = 16 : i64} : tensor<?x?xf32>, !tile.state<?x64> -> tensor<?x?xbf16>, tensor<?xf32>
 }
+
+// -----
+
+// expected-error @+2 {{schedule lptGroupBlocks = -5 is not supported; accepted: 0 to 1048576}}
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
+                         schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, lptGroupBlocks = -5>} {
+}
+
+// -----
+
+// expected-error @+2 {{schedule rescaleThreshold = 16 is not supported; accepted: 0 to 15}}
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
+                         schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, rescaleThreshold = 16>} {
+}
