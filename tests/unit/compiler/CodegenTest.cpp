@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 
@@ -412,4 +413,26 @@ TEST(Fa2GridOrder, GridTileIsABijectionAndTakesQTilesHeaviestFirst) {
         ASSERT_EQ(seen[i], 1) << "tile " << i % qTiles << " of pair " << i / qTiles;
     }
   }
+}
+
+/// Shared-memory rows: a multiple of 8 chunks of 16 bytes stays unpadded (XOR swizzle); any other width is padded to
+/// an odd chunk count, so eight consecutive rows start in eight different bank groups.
+TEST(Fa2SharedMemory, RowsArePaddedToAnOddChunkCountUnlessAMultipleOf8) {
+  EXPECT_EQ(fa2::Fa2Config::rowBytes(64), 128);
+  EXPECT_EQ(fa2::Fa2Config::rowBytes(128), 256);
+  EXPECT_EQ(fa2::Fa2Config::rowBytes(256), 512);
+  EXPECT_EQ(fa2::Fa2Config::rowBytes(96), 13 * 16);
+  EXPECT_EQ(fa2::Fa2Config::rowBytes(32), 5 * 16);
+  EXPECT_EQ(fa2::Fa2Config::rowBytes(40), 5 * 16);
+  EXPECT_EQ(fa2::Fa2Config::rowBytes(48), 7 * 16);
+  for (int width = 8; width <= 256; width += 8) {
+    int chunks = fa2::Fa2Config::rowBytes(width) / 16;
+    std::vector<bool> group(8, false);
+    for (int row = 0; row < 8; ++row) // the 16-byte bank group where row `row` starts
+      group[(row * (chunks % 8 == 0 ? 0 : chunks)) % 8] = true;
+    if (chunks % 8 != 0)
+      EXPECT_EQ(std::count(group.begin(), group.end(), true), 8) << "width " << width << ": rows share bank groups";
+  }
+  fa2::Fa2Config config{128, 64, 4, 2};
+  EXPECT_EQ(config.smemBytes(96, 96), 128 * 208 + 2 * 64 * (208 + 208));
 }
