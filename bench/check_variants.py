@@ -221,6 +221,15 @@ class VariantArgs(ctypes.Structure):
                 ("num_inputs", ctypes.c_int)]
 
 
+def setup_argtypes(ft):
+    ft.lib.flashtile_forward_variant.argtypes = (
+        [ctypes.c_void_p] * 6 + [ctypes.c_int] * 7 + [ft.ll4] * 4 +
+        [ctypes.c_float, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p])
+    ft.lib.flashtile_forward_varlen_variant.argtypes = (
+        [ctypes.c_void_p] * 8 + [ctypes.c_int] * 10 + [LL3] * 4 +
+        [ctypes.c_float, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p])
+
+
 def dt_name(t):
     return "bf16" if t.dtype == torch.bfloat16 else "f16"
 
@@ -238,13 +247,7 @@ def main():
     args = ap.parse_args()
     selected = [v for v in VARIANTS if args.variants is None or v.name in args.variants.split(",")]
     ft = Flashtile(args.lib, args.aot_dir)
-    lib = ft.lib
-    lib.flashtile_forward_variant.argtypes = (
-        [ctypes.c_void_p] * 6 + [ctypes.c_int] * 7 + [ft.ll4] * 4 +
-        [ctypes.c_float, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p])
-    lib.flashtile_forward_varlen_variant.argtypes = (
-        [ctypes.c_void_p] * 8 + [ctypes.c_int] * 10 + [LL3] * 4 +
-        [ctypes.c_float, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p])
+    setup_argtypes(ft)
     gen = torch.Generator(device="cuda")
     gen.seed()
     print(f"flashtile {ft.version} on {torch.cuda.get_device_name()}, seed {gen.initial_seed()}")

@@ -224,8 +224,8 @@ TEST(Codegen, SourceFollowsTheScheduledIr) {
   ASSERT_NE(interior, std::string::npos);
   EXPECT_EQ(src.find("keep(b, h, q, kv, p)", interior), std::string::npos) << "the interior segment is masked";
   // One commit group per copy, whether or not the predicate lets it copy anything.
-  EXPECT_EQ(count(src, "sm80::cpAsyncCommit();"), 2 + 2 * 2) << src;
-  EXPECT_NE(src.find("sm80::cpAsyncWait<1>();"), std::string::npos);
+  EXPECT_EQ(count(src, "sm80::cpAsyncCommit();"), 3 + 2 * 2) << src;
+  EXPECT_NE(src.find("sm80::cpAsyncWait<2>();"), std::string::npos);
   // Printing is deterministic: the same IR gives the same text.
   auto again = codegen::emitCuda(func);
   ASSERT_TRUE(mlir::succeeded(again));
