@@ -156,7 +156,7 @@ private:
   FailureOr<std::string> operand(Value v, Operation *user);
   /// The index expression of the K tile a score tile was computed from.
   FailureOr<std::string> kTileOf(Value scores, Operation *user);
-  /// Prints `region` as `returnType base(args..., const FlashtileFwdParams &p)` (args[0] may be a float
+  /// Prints `region` as `returnType base(args..., const FlashtileSequence &p)` (args[0] may be a float
   /// score; the others are int coordinates) unless an identical function exists; returns its name.
   FailureOr<std::string> variantFunction(Operation *op, Region &body, StringRef base, StringRef returnType,
                                          ArrayRef<StringRef> args, CudaWriter &out);
@@ -216,7 +216,7 @@ FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &bod
   for (auto [arg, argName] : llvm::zip(block.getArguments(), args))
     params += *ScalarEmitter::cType(arg.getType()) + " " + argName.str() + ", ";
   out.line("__device__ __forceinline__ " + returnType.str() + " " + name + "(" + params +
-           "const FlashtileFwdParams &p) {");
+           "const FlashtileSequence &p) {");
   std::string bodyText = fw.str();
   for (StringRef line : llvm::split(StringRef(bodyText).rtrim('\n'), '\n'))
     out.line("  " + line.str());
@@ -385,8 +385,9 @@ void KernelPrinter::printSequence() {
   w.comment("packed Q, O and LSE and rows [cuSeqlensK[z], cuSeqlensK[z + 1]) of K and V, clamped to the packed rows");
   w.comment("(seqlenQ and seqlenK hold total_q and total_k). p is that sequence's view, base pointers and lengths, so");
   w.comment("every seqlen below (tile.dim \"seqlen_q\", \"seqlen_k\"), in the variant's functions too, is its own.");
-  w.comment("Only fields that differ are rewritten: the others stay kernel-argument reads.");
-  w.line("FlashtileFwdParams p = params;");
+  w.comment("Only fields that differ are rewritten: the others stay kernel-argument reads. p.keyOffset is");
+  w.comment("b·seqlen_k dense and the sequence's first key row (cuSeqlensK[z], clamped) varlen.");
+  w.line("FlashtileSequence p{params, blockBatch * params.seqlenK};");
   w.open("if (params.cuSeqlensQ)");
   w.line("const int z = blockBatch;");
   w.line("const int qBegin = min(max(params.cuSeqlensQ[z], 0), params.seqlenQ);");
@@ -400,6 +401,7 @@ void KernelPrinter::printSequence() {
   w.line("p.lse = params.lse + qBegin;");
   w.line("p.seqlenQ = qEnd - qBegin;");
   w.line("p.seqlenK = kEnd - kBegin;");
+  w.line("p.keyOffset = kBegin;");
   w.close();
   w.line("if (qTile * kBlockM >= p.seqlenQ)");
   w.line("  return;  // varlen: the grid covers the longest sequence, and this one ends before this block's rows");
@@ -479,6 +481,30 @@ LogicalResult KernelPrinter::printKvLoop(KvLoopOp loop) {
   names.pop();
   w.separate();
   return printed;
+}
+
+/// Whether `mod` reads a variant input at an index computed from its key coordinate kv.
+bool readsPerKeyInput(ScoreModOp mod) {
+  Value kv = mod.getBody().front().getArguments().back();
+  auto dependsOnKv = [&](Value v) {
+    SmallVector<Value> work = {v};
+    llvm::DenseSet<Value> seen;
+    while (!work.empty()) {
+      Value next = work.pop_back_val();
+      if (next == kv)
+        return true;
+      if (!seen.insert(next).second)
+        continue;
+      if (Operation *def = next.getDefiningOp())
+        work.append(def->operand_begin(), def->operand_end());
+    }
+    return false;
+  };
+  return mod.getBody()
+      .walk([&](InputOp input) {
+        return llvm::any_of(input->getOperands(), dependsOnKv) ? WalkResult::interrupt() : WalkResult::advance();
+      })
+      .wasInterrupted();
 }
 
 /// Whether `v` (a top-level scalar) is, or feeds through scalar ops, the bound of a K/V loop segment.
@@ -584,7 +610,7 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             FailureOr<std::string> kTile = kTileOf(mod.getS(), op);
             if (failed(kTile))
               return failure();
-            target.scoreMod(w, *kTile, functionOf.lookup(op));
+            target.scoreMod(w, *kTile, functionOf.lookup(op), readsPerKeyInput(mod));
             return success();
           })
           .Case([&](MaskOp mask) -> LogicalResult {
@@ -703,6 +729,10 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   src += "\n// ==== kernel parameters: runtime/include/flashtile/runtime/KernelAbi.h, verbatim ====\n";
   src += kKernelAbiText;
   src += target->prelude();
+  src += "\n// The sequence a thread block works on: the kernel parameters, base pointers and lengths rewritten for a\n"
+         "// varlen sequence, and the row of its first key among all sequences' keys (tile.dim \"key_offset\"),\n"
+         "// computed once per block instead of per score.\n"
+         "struct FlashtileSequence : FlashtileFwdParams {\n  int keyOffset;\n};\n";
   if (std::string defs = helpers.definitions(); !defs.empty())
     src += "\n" + defs;
   src += "\n" + functions.str();

@@ -79,8 +79,8 @@ StringRef dimField(StringRef dim) {
       .Case("heads_kv", "p.headsKv")
       .Case("seqlen_q", "p.seqlenQ")
       .Case("seqlen_k", "p.seqlenK")
-      // b is the batch entry (sequence) in every scope that reads dims: the kernel and the variant functions.
-      .Case("key_offset", "(p.cuSeqlensK ? p.cuSeqlensK[b] : b * p.seqlenK)")
+      // Computed once per block (FlashtileSequence): per score, its load of cuSeqlensK was a branch.
+      .Case("key_offset", "p.keyOffset")
       .Default("");
 }
 
@@ -173,8 +173,10 @@ FailureOr<CExpr> ScalarEmitter::print(Operation *op) {
         (ceil ? helpers.ceilDiv : helpers.floorDiv) = true;
         return call(ceil ? "ceilDiv" : "floorDiv");
       })
-      .Case([&](arith::AndIOp) { return binary(isBool ? "&&" : "&"); })
-      .Case([&](arith::OrIOp) { return binary(isBool ? "||" : "|"); })
+      // i1 and/or evaluate both sides, as in the IR: with && and || a load on the right (an input read by a
+      // mask) became a branch per score, and loads under different branches are not merged.
+      .Case([&](arith::AndIOp) { return binary("&"); })
+      .Case([&](arith::OrIOp) { return binary("|"); })
       .Case([&](arith::XOrIOp x) {
         // `x ^ true` is how negation reaches the IR: print it as `!x`.
         for (int i = 0; i < 2; ++i)

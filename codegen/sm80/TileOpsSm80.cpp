@@ -66,7 +66,7 @@ public:
   void qk(CudaWriter &w, const std::string &kTile, const std::string &scores) override;
   void carryScores(CudaWriter &w, const std::string &from) override;
   void scale(CudaWriter &w) override;
-  void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn) override;
+  void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, bool readsPerKeyInput) override;
   void mask(CudaWriter &w, const std::string &kTile, const std::string &fn) override;
   void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) override;
   void rescale(CudaWriter &w, bool onlyWhenMoved) override;
@@ -351,15 +351,23 @@ void TileTargetSm80::forEachScore(CudaWriter &w, const std::string &kTile, const
   forEachElement(w, "kSTiles", lines);
 }
 
-void TileTargetSm80::scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn) {
+void TileTargetSm80::scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, bool readsPerKeyInput) {
   w.comment(cat("score_mod: S = ", fn, "(S, b, h, q, kv) element by element"));
-  forEachScore(w, kTile, {cat("score[mt][nt][i] = ", fn, "(score[mt][nt][i], b, h, q, kv, p);")});
+  if (readsPerKeyInput) {
+    w.comment("(it reads per-key inputs: a key past seqlen_k, whose score the mask drops, reads key seqlen_k - 1's)");
+    forEachScore(w, kTile, {cat("score[mt][nt][i] = ", fn, "(score[mt][nt][i], b, h, q, min(kv, p.seqlenK - 1), p);")});
+  } else {
+    forEachScore(w, kTile, {cat("score[mt][nt][i] = ", fn, "(score[mt][nt][i], b, h, q, kv, p);")});
+  }
 }
 
 void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::string &fn) {
-  w.comment(cat("mask: keys past seqlen_k and keys ", fn, "() drops get -inf"));
+  w.comment(cat("mask: keys past seqlen_k and keys ", fn, "() drops get -inf. Both tests run for every score (| is"));
+  w.comment(cat("not ||): no branch, and the compiler can share ", fn, "()'s row terms and loads across the row's"));
+  w.comment(cat("keys. A key past seqlen_k reaches ", fn, "() as key seqlen_k - 1, so its reads stay in bounds."));
   forEachScore(w, kTile,
-               {cat("if (kv >= p.seqlenK || !", fn, "(b, h, q, kv, p))"), "  score[mt][nt][i] = sm80::kNegInf;"});
+               {cat("if ((kv >= p.seqlenK) | !", fn, "(b, h, q, min(kv, p.seqlenK - 1), p))"),
+                "  score[mt][nt][i] = sm80::kNegInf;"});
 }
 
 void TileTargetSm80::softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) {

@@ -179,12 +179,12 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
       BodyLoads &l = bodies[index];
       // The same segment, now also carrying the scores of its tile j in and the next tile's scores out.
       b.setInsertionPoint(loop);
-      auto piped = KvLoopOp::create(b, loop.getLoc(), loop.getResult().getType(), TypeRange{sType}, loop.getLower(),
-                                    loop.getUpper(), loop.getInit(), ValueRange{scores}, loop.getSegment(),
-                                    loop.getOrder());
+      auto piped =
+          KvLoopOp::create(b, loop.getLoc(), loop.getResult().getType(), TypeRange{sType}, loop.getLower(),
+                           loop.getUpper(), loop.getInit(), ValueRange{scores}, loop.getSegment(), loop.getOrder());
       Block &old = loop.getBody().front();
-      Block *body = b.createBlock(&piped.getBody(), {}, {old.getArgument(0).getType(), old.getArgument(1).getType(),
-                                                         sType}, {loc, loc, loc});
+      Block *body = b.createBlock(&piped.getBody(), {},
+                                  {old.getArgument(0).getType(), old.getArgument(1).getType(), sType}, {loc, loc, loc});
       body->getOperations().splice(body->end(), old.getOperations());
       old.getArgument(0).replaceAllUsesWith(body->getArgument(0));
       old.getArgument(1).replaceAllUsesWith(body->getArgument(1));

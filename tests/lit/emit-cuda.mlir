@@ -9,7 +9,7 @@
 // CHECK: cp.async.cg.shared.global [%0], [%1], 16, %2;
 
 // The variant's mask region, printed once as a function.
-// CHECK-LABEL: __device__ __forceinline__ bool keep(int b, int h, int q, int kv, const FlashtileFwdParams &p) {
+// CHECK-LABEL: __device__ __forceinline__ bool keep(int b, int h, int q, int kv, const FlashtileSequence &p) {
 // CHECK-NEXT:    return kv <= (q + (p.seqlenK - p.seqlenQ));
 // CHECK-NEXT:  }
 
@@ -26,12 +26,13 @@
 // CHECK-NEXT:    const int blockBatch = pair / gridDim.y, blockHead = pair % gridDim.y;
 
 // The block's sequence: a batch entry, or (varlen) packed rows from cu_seqlens; p is its view, seqlens included.
-// CHECK:         FlashtileFwdParams p = params;
+// CHECK:         FlashtileSequence p{params, blockBatch * params.seqlenK};
 // CHECK-NEXT:    if (params.cuSeqlensQ) {
 // CHECK:           const int qBegin = min(max(params.cuSeqlensQ[z], 0), params.seqlenQ);
 // CHECK:           p.q = static_cast<const unsigned short *>(params.q) + qBegin * params.qRowStride;
 // CHECK:           p.seqlenQ = qEnd - qBegin;
 // CHECK-NEXT:      p.seqlenK = kEnd - kBegin;
+// CHECK-NEXT:      p.keyOffset = kBegin;
 // CHECK-NEXT:    }
 // CHECK-NEXT:    if (qTile * kBlockM >= p.seqlenQ)
 // CHECK-NEXT:      return;
@@ -60,7 +61,7 @@
 // CHECK:           if (j != firstTile)
 // CHECK-NEXT:        copyVTile(j);
 // CHECK:           sm80::mmaBf16(score[mt][2 * np], qFrag[mt][ks], kFrag[0], kFrag[1]);
-// CHECK:           if (kv >= p.seqlenK || !keep(b, h, q, kv, p))
+// CHECK:           if ((kv >= p.seqlenK) | !keep(b, h, q, min(kv, p.seqlenK - 1), p))
 // CHECK:           const float scoreScale = p.scaleLog2;
 // CHECK:           sm80::mmaBf16(acc[mt][2 * np], prob[mt][k], vFrag[0], vFrag[1]);
 

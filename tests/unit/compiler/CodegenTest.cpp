@@ -219,10 +219,10 @@ TEST(Codegen, SourceFollowsTheScheduledIr) {
   EXPECT_NE(src.find("for (int j = tailBoundaryEnd - 1; j >= tailBoundaryBegin; --j)"), std::string::npos) << src;
   EXPECT_NE(src.find("for (int j = tailBoundaryBegin - 1; j >= interiorBegin; --j)"), std::string::npos) << src;
   EXPECT_EQ(count(src, "__device__ __forceinline__ bool keep("), 1) << src;
-  EXPECT_EQ(count(src, "!keep(b, h, q, kv, p)"), 1) << src;
+  EXPECT_EQ(count(src, "!keep(b, h, q, min(kv, p.seqlenK - 1), p)"), 1) << src;
   size_t interior = src.find("interior segment");
   ASSERT_NE(interior, std::string::npos);
-  EXPECT_EQ(src.find("keep(b, h, q, kv, p)", interior), std::string::npos) << "the interior segment is masked";
+  EXPECT_EQ(src.find("keep(b, h, q, ", interior), std::string::npos) << "the interior segment is masked";
   // One commit group per copy, whether or not the predicate lets it copy anything.
   EXPECT_EQ(count(src, "sm80::cpAsyncCommit();"), 3 + 2 * 2) << src;
   EXPECT_NE(src.find("sm80::cpAsyncWait<2>();"), std::string::npos);
@@ -247,7 +247,7 @@ TEST(Codegen, ScoreModifierAndParameters) {
   const std::string &src = kernel->source;
   EXPECT_EQ(kernel->info.paramNames, std::vector<std::string>{"cap"});
   EXPECT_EQ(count(src, "__device__ __forceinline__ float scoreMod(float score, int b, int h, int q, int kv, "
-                       "const FlashtileFwdParams &p)"),
+                       "const FlashtileSequence &p)"),
             1)
       << src;
   EXPECT_NE(src.find("tileTanh("), std::string::npos) << src;
@@ -257,6 +257,28 @@ TEST(Codegen, ScoreModifierAndParameters) {
   EXPECT_NE(src.find("const float scoreScale = sm80::kLog2e;"), std::string::npos) << src;
   StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin);
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
+}
+
+/// A score_mod that reads an input per key gets keys past seqlen_k (a tile's padding, masked afterwards) as key
+/// seqlen_k - 1, so its reads stay inside the array; one that reads per head (ALiBi's slopes) gets kv as is.
+TEST(Codegen, PerKeyInputsOfAScoreModStayInBounds) {
+  Variant perKey = Variant("key_bias")
+                       .input("key_bias", dsl::ElementKind::F32)
+                       .score([](dsl::Expr s, const dsl::Coords &c, const dsl::Params &p) {
+                         return s + p.load("key_bias", c.sizes.keyOffset() + c.kv);
+                       });
+  Compiler compiler;
+  for (auto [variant, clamped] : {std::pair{perKey, true}, std::pair{variants::alibi(), false}}) {
+    tile::FuncOp func = compiler.build(variant, ElementType::BF16, 64, "sm_80");
+    ASSERT_TRUE(func) << compiler.diagnostics;
+    auto kernel = codegen::emitCuda(func);
+    ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+    const std::string &src = kernel->source;
+    EXPECT_EQ(count(src, "(score[mt][nt][i], b, h, q, min(kv, p.seqlenK - 1), p);"), clamped ? 2 : 0) << src;
+    EXPECT_EQ(count(src, "(score[mt][nt][i], b, h, q, kv, p);"), clamped ? 0 : 2) << src;
+    StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_80", NvrtcOutput::Cubin);
+    ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
+  }
 }
 
 /// A sliding window masks tiles at both ends: three segments, the head boundary one masked too.
@@ -280,7 +302,7 @@ TEST(Codegen, SlidingWindowHasThreeSegments) {
   ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
   const std::string &src = kernel->source;
   EXPECT_EQ(count(src, "// ---- K/V tiles"), 3) << src;
-  EXPECT_EQ(count(src, "!keep(b, h, q, kv, p)"), 2) << src;
+  EXPECT_EQ(count(src, "!keep(b, h, q, min(kv, p.seqlenK - 1), p)"), 2) << src;
   EXPECT_EQ(count(src, "__device__ __forceinline__ bool keep("), 1) << src;
   StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_80", NvrtcOutput::Cubin);
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
@@ -297,18 +319,25 @@ TEST(Codegen, InputsAndSinks) {
   ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
   const std::string &src = kernel->source;
   EXPECT_EQ(kernel->info.inputNames, (std::vector<std::string>{"sinks", "doc_start"}));
-  EXPECT_EQ(count(src, "__device__ __forceinline__ float sinkLogit(int b, int h, const FlashtileFwdParams &p)"), 1)
+  EXPECT_EQ(count(src, "__device__ __forceinline__ float sinkLogit(int b, int h, const FlashtileSequence &p)"), 1)
       << src;
   EXPECT_NE(src.find("return static_cast<const float *>(p.inputs[0])[h];"), std::string::npos) << src;
   // doc_start: once in the mask and in both KV-range rules, from the sequence's first key row (tile.dim
-  // "key_offset": b * seqlen_k dense, cu_seqlens_k[b] varlen).
+  // "key_offset": b * seqlen_k dense, cu_seqlens_k[b] varlen), computed once per block.
   EXPECT_EQ(count(src, "static_cast<const int *>(p.inputs[1])["), 3) << src;
-  EXPECT_EQ(count(src, "static_cast<const int *>(p.inputs[1])[(p.cuSeqlensK ? p.cuSeqlensK[b] : b * p.seqlenK) + "), 3)
-      << src;
-  EXPECT_EQ(count(src, "// ---- K/V tiles"), 3) << src;     // head boundary, interior, tail boundary
-  EXPECT_EQ(count(src, "!keep(b, h, q, kv, p)"), 2) << src; // the interior is not masked
+  EXPECT_EQ(count(src, "static_cast<const int *>(p.inputs[1])[p.keyOffset + "), 3) << src;
+  EXPECT_EQ(count(src, "FlashtileSequence p{params, blockBatch * params.seqlenK};"), 1) << src;
+  EXPECT_EQ(count(src, "p.keyOffset = kBegin;"), 1) << src;
+  // The mask's two conditions are evaluated without short-circuit (no branch per score around the load).
+  EXPECT_NE(src.find("return (kv <= t0) & (kv >= static_cast<const int *>(p.inputs[1])"), std::string::npos) << src;
+  size_t keepBegin = src.find("bool keep(");
+  ASSERT_NE(keepBegin, std::string::npos);
+  std::string keepText = src.substr(keepBegin, src.find("\n}", keepBegin) - keepBegin);
+  EXPECT_EQ(keepText.find("&&"), std::string::npos) << keepText;
+  EXPECT_EQ(count(src, "// ---- K/V tiles"), 3) << src; // head boundary, interior, tail boundary
+  EXPECT_EQ(count(src, "!keep(b, h, q, min(kv, p.seqlenK - 1), p)"), 2) << src; // the interior is not masked
   EXPECT_EQ(count(src, "const float sinkLog2 = sinkLogit(b, h, p) * sm80::kLog2e;"), 1) << src;
-  EXPECT_NE(src.find("const FlashtileFwdParams &p) {"), std::string::npos);
+  EXPECT_NE(src.find("const FlashtileSequence &p) {"), std::string::npos);
   StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_80", NvrtcOutput::Cubin);
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
 }
