@@ -483,9 +483,10 @@ LogicalResult KernelPrinter::printKvLoop(KvLoopOp loop) {
   return printed;
 }
 
-/// Whether `mod` reads a variant input at an index computed from its key coordinate kv.
-bool readsPerKeyInput(ScoreModOp mod) {
-  Value kv = mod.getBody().front().getArguments().back();
+/// Whether a score_mod or mask region reads a variant input at an index computed from its key coordinate kv (its
+/// last argument).
+bool readsPerKeyInput(Region &region) {
+  Value kv = region.front().getArguments().back();
   auto dependsOnKv = [&](Value v) {
     SmallVector<Value> work = {v};
     llvm::DenseSet<Value> seen;
@@ -500,7 +501,7 @@ bool readsPerKeyInput(ScoreModOp mod) {
     }
     return false;
   };
-  return mod.getBody()
+  return region
       .walk([&](InputOp input) {
         return llvm::any_of(input->getOperands(), dependsOnKv) ? WalkResult::interrupt() : WalkResult::advance();
       })
@@ -610,14 +611,14 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             FailureOr<std::string> kTile = kTileOf(mod.getS(), op);
             if (failed(kTile))
               return failure();
-            target.scoreMod(w, *kTile, functionOf.lookup(op), readsPerKeyInput(mod));
+            target.scoreMod(w, *kTile, functionOf.lookup(op), readsPerKeyInput(mod.getBody()));
             return success();
           })
           .Case([&](MaskOp mask) -> LogicalResult {
             FailureOr<std::string> kTile = kTileOf(mask.getS(), op);
             if (failed(kTile))
               return failure();
-            target.mask(w, *kTile, functionOf.lookup(op));
+            target.mask(w, *kTile, functionOf.lookup(op), readsPerKeyInput(mask.getBody()));
             return success();
           })
           .Case([&](SoftmaxUpdateOp update) -> LogicalResult {

@@ -73,8 +73,8 @@ public:
   /// padding, masked later) must reach it as a key inside the sequence.
   virtual void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, bool readsPerKeyInput) = 0;
   /// `tile.mask` with the variant's predicate `fn(b, h, q, kv, p)`, plus the seqlen_k bound. Both are evaluated
-  /// for every score (no branch); fn sees keys past seqlen_k as a key inside the sequence.
-  virtual void mask(CudaWriter &w, const std::string &kTile, const std::string &fn) = 0;
+  /// for every score (no branch); with `readsPerKeyInput` fn sees keys past seqlen_k as key seqlen_k - 1.
+  virtual void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, bool readsPerKeyInput) = 0;
   /// `tile.softmax_update`; `foldScale`: the exp2 multiplier is softmax_scale·log2(e), else log2(e);
   /// `rescaleThreshold` τ > 0: maxes move only when a row needs more than 2^τ of headroom (0: every tile).
   virtual void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) = 0;

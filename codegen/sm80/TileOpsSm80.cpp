@@ -67,7 +67,7 @@ public:
   void carryScores(CudaWriter &w, const std::string &from) override;
   void scale(CudaWriter &w) override;
   void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, bool readsPerKeyInput) override;
-  void mask(CudaWriter &w, const std::string &kTile, const std::string &fn) override;
+  void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, bool readsPerKeyInput) override;
   void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) override;
   void rescale(CudaWriter &w, bool onlyWhenMoved) override;
   void pv(CudaWriter &w, const std::string &vTile) override;
@@ -361,13 +361,19 @@ void TileTargetSm80::scoreMod(CudaWriter &w, const std::string &kTile, const std
   }
 }
 
-void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::string &fn) {
+void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::string &fn, bool readsPerKeyInput) {
   w.comment(cat("mask: keys past seqlen_k and keys ", fn, "() drops get -inf. Both tests run for every score (| is"));
   w.comment(cat("not ||): no branch, and the compiler can share ", fn, "()'s row terms and loads across the row's"));
-  w.comment(cat("keys. A key past seqlen_k reaches ", fn, "() as key seqlen_k - 1, so its reads stay in bounds."));
-  forEachScore(w, kTile,
-               {cat("if ((kv >= p.seqlenK) | !", fn, "(b, h, q, min(kv, p.seqlenK - 1), p))"),
-                "  score[mt][nt][i] = sm80::kNegInf;"});
+  if (readsPerKeyInput) {
+    w.comment(cat("keys. ", fn, "() reads per-key inputs: a key past seqlen_k reaches it as key seqlen_k - 1."));
+    forEachScore(w, kTile,
+                 {cat("if ((kv >= p.seqlenK) | !", fn, "(b, h, q, min(kv, p.seqlenK - 1), p))"),
+                  "  score[mt][nt][i] = sm80::kNegInf;"});
+  } else {
+    w.comment("keys.");
+    forEachScore(w, kTile,
+                 {cat("if ((kv >= p.seqlenK) | !", fn, "(b, h, q, kv, p))"), "  score[mt][nt][i] = sm80::kNegInf;"});
+  }
 }
 
 void TileTargetSm80::softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) {

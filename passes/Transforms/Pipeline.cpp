@@ -5,10 +5,9 @@
 //
 // stages = 1, FA2 as published, one K and one V buffer. Per K/V tile j:
 //   wait K(j) | start V(j) | S = Q·K(j)ᵀ, mask, softmax | wait V(j) | start K(next) | acc += P·V(j)
-// so each copy overlaps the compute that does not need it. Q and the first K and V tiles are started up front
-// (the V buffer is free before the walk): the first tile's V copy then overlaps Q's instead of starting after K
-// lands, which a short walk (a sliding window's few tiles) would otherwise wait for; its loop iteration starts no
-// V copy.
+// so each copy overlaps the compute that does not need it. Q and the first K tile are started up front. (Starting
+// the first V tile up front too, its iteration's copy predicated off, cost 5-9% at every length, hd 64: the
+// predicate on the loop's V copy hurt more than the earlier copy helped; bench/NOTES.md v12.)
 //
 // stages = 2, two buffers each (tile j in buffer j mod 2), and Q·Kᵀ runs one tile ahead: the loops carry the
 // scores of tile j into iteration j, which computes the next tile's scores next to its own softmax:
@@ -120,11 +119,10 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
 
   void pipelineSingleBuffers(ArrayRef<KvLoopOp> loops, LoadOp loadQ, Value highest, Value lowest) {
     Location loc = loadQ.getLoc();
-    // Prologue, after the bounds: Q and the first K and V tiles in flight together; Q must land before the loop.
+    // Prologue, after the bounds: Q and the first K tile in flight together; Q must land before the loop.
     OpBuilder b(loops.front());
-    auto [first, anyTile] = startQAndFirstK(b, loc, highest, lowest);
-    CopyAsyncOp::create(b, loc, "v", first, anyTile);
-    auto waitQ = WaitAsyncOp::create(b, loc, "q", /*pending=*/2); // the first K and V tiles may still be in flight
+    startQAndFirstK(b, loc, highest, lowest);
+    auto waitQ = WaitAsyncOp::create(b, loc, "q", /*pending=*/1); // the first K tile may still be in flight
     loadQ->moveAfter(waitQ);
 
     for (KvLoopOp loop : loops) {
@@ -133,12 +131,10 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
       FailureOr<BodyLoads> l = bodyLoads(loop);
       if (failed(l))
         return;
-      // K(j): wait for it (on the first tile V lands with it), then start V(j), unless j is the first tile whose
-      // V the prologue started, so it overlaps Q·Kᵀ.
+      // K(j): wait for it, then start V(j) so it overlaps Q·Kᵀ.
       OpBuilder lb(&body, body.begin());
       WaitAsyncOp::create(lb, loc, "k");
-      Value notFirst = arith::CmpIOp::create(lb, loc, arith::CmpIPredicate::ne, j, first).getResult();
-      CopyAsyncOp::create(lb, loc, "v", j, notFirst);
+      CopyAsyncOp::create(lb, loc, "v", j, Value());
       l->k->moveBefore(l->qk);
       // V(j): wait for it right before P·V, then start K(next) so it overlaps P·V and the next softmax.
       lb.setInsertionPoint(l->pv);

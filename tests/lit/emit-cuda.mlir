@@ -43,25 +43,21 @@
 // CHECK:         const int mayHi = (qLast + (p.seqlenK - p.seqlenQ)) + 1;
 // CHECK:         const int fullHi = (qFirst + (p.seqlenK - p.seqlenQ)) + 1;
 
-// Prologue: Q and the first K and V tiles in flight, Q waited for.
+// Prologue: Q and the first K tile in flight, Q waited for.
 // CHECK:         copyQ();
 // CHECK-NEXT:    sm80::cpAsyncCommit();
 // CHECK:         if (hasFirstTile)
 // CHECK-NEXT:      copyKTile(firstTile);
 // CHECK-NEXT:    sm80::cpAsyncCommit();
-// CHECK:         if (hasFirstTile)
-// CHECK-NEXT:      copyVTile(firstTile);
-// CHECK-NEXT:    sm80::cpAsyncCommit();
-// CHECK:         sm80::cpAsyncWait<2>();
+// CHECK:         sm80::cpAsyncWait<1>();
 // CHECK-NEXT:    __syncthreads();
 
 // The tail boundary segment, walked from the last tile down, is masked.
 // CHECK:         // ---- K/V tiles [tailBoundaryBegin, tailBoundaryEnd): tail boundary segment, masked, walked descending ----
 // CHECK-NEXT:    for (int j = tailBoundaryEnd - 1; j >= tailBoundaryBegin; --j) {
-// CHECK:           if (j != firstTile)
-// CHECK-NEXT:        copyVTile(j);
+// CHECK:           copyVTile(j);
 // CHECK:           sm80::mmaBf16(score[mt][2 * np], qFrag[mt][ks], kFrag[0], kFrag[1]);
-// CHECK:           if ((kv >= p.seqlenK) | !keep(b, h, q, min(kv, p.seqlenK - 1), p))
+// CHECK:           if ((kv >= p.seqlenK) | !keep(b, h, q, kv, p))
 // CHECK:           const float scoreScale = p.scaleLog2;
 // CHECK:           sm80::mmaBf16(acc[mt][2 * np], prob[mt][k], vFrag[0], vFrag[1]);
 

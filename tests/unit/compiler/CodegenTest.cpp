@@ -219,13 +219,13 @@ TEST(Codegen, SourceFollowsTheScheduledIr) {
   EXPECT_NE(src.find("for (int j = tailBoundaryEnd - 1; j >= tailBoundaryBegin; --j)"), std::string::npos) << src;
   EXPECT_NE(src.find("for (int j = tailBoundaryBegin - 1; j >= interiorBegin; --j)"), std::string::npos) << src;
   EXPECT_EQ(count(src, "__device__ __forceinline__ bool keep("), 1) << src;
-  EXPECT_EQ(count(src, "!keep(b, h, q, min(kv, p.seqlenK - 1), p)"), 1) << src;
+  EXPECT_EQ(count(src, "!keep(b, h, q, kv, p)"), 1) << src;
   size_t interior = src.find("interior segment");
   ASSERT_NE(interior, std::string::npos);
   EXPECT_EQ(src.find("keep(b, h, q, ", interior), std::string::npos) << "the interior segment is masked";
   // One commit group per copy, whether or not the predicate lets it copy anything.
-  EXPECT_EQ(count(src, "sm80::cpAsyncCommit();"), 3 + 2 * 2) << src;
-  EXPECT_NE(src.find("sm80::cpAsyncWait<2>();"), std::string::npos);
+  EXPECT_EQ(count(src, "sm80::cpAsyncCommit();"), 2 + 2 * 2) << src;
+  EXPECT_NE(src.find("sm80::cpAsyncWait<1>();"), std::string::npos);
   // Printing is deterministic: the same IR gives the same text.
   auto again = codegen::emitCuda(func);
   ASSERT_TRUE(mlir::succeeded(again));
@@ -259,9 +259,9 @@ TEST(Codegen, ScoreModifierAndParameters) {
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
 }
 
-/// A score_mod that reads an input per key gets keys past seqlen_k (a tile's padding, masked afterwards) as key
-/// seqlen_k - 1, so its reads stay inside the array; one that reads per head (ALiBi's slopes) gets kv as is.
-TEST(Codegen, PerKeyInputsOfAScoreModStayInBounds) {
+/// A score_mod or mask that reads an input per key gets keys past seqlen_k (a tile's padding, masked) as key
+/// seqlen_k - 1, so its reads stay inside the array; one that reads per head or row gets kv as is.
+TEST(Codegen, PerKeyInputsStayInBounds) {
   Variant perKey = Variant("key_bias")
                        .input("key_bias", dsl::ElementKind::F32)
                        .score([](dsl::Expr s, const dsl::Coords &c, const dsl::Params &p) {
@@ -276,6 +276,22 @@ TEST(Codegen, PerKeyInputsOfAScoreModStayInBounds) {
     const std::string &src = kernel->source;
     EXPECT_EQ(count(src, "(score[mt][nt][i], b, h, q, min(kv, p.seqlenK - 1), p);"), clamped ? 2 : 0) << src;
     EXPECT_EQ(count(src, "(score[mt][nt][i], b, h, q, kv, p);"), clamped ? 0 : 2) << src;
+    StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_80", NvrtcOutput::Cubin);
+    ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
+  }
+  // The same for a mask: one reading an input per key gets clamped keys, document_mask (per query row) does not.
+  Variant keyMask =
+      Variant("key_mask").input("key_from", dsl::ElementKind::I32).mask([](const dsl::Coords &c, const dsl::Params &p) {
+        return p.load("key_from", c.sizes.keyOffset() + c.kv) <= c.qAligned();
+      });
+  for (auto [variant, clamped] : {std::pair{keyMask, true}, std::pair{variants::documentMask(), false}}) {
+    tile::FuncOp func = compiler.build(variant, ElementType::BF16, 64, "sm_80");
+    ASSERT_TRUE(func) << compiler.diagnostics;
+    auto kernel = codegen::emitCuda(func);
+    ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+    const std::string &src = kernel->source;
+    EXPECT_EQ(count(src, "if ((kv >= p.seqlenK) | !keep(b, h, q, min(kv, p.seqlenK - 1), p))") > 0, clamped) << src;
+    EXPECT_EQ(count(src, "if ((kv >= p.seqlenK) | !keep(b, h, q, kv, p))") > 0, !clamped) << src;
     StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_80", NvrtcOutput::Cubin);
     ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
   }
@@ -302,7 +318,7 @@ TEST(Codegen, SlidingWindowHasThreeSegments) {
   ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
   const std::string &src = kernel->source;
   EXPECT_EQ(count(src, "// ---- K/V tiles"), 3) << src;
-  EXPECT_EQ(count(src, "!keep(b, h, q, min(kv, p.seqlenK - 1), p)"), 2) << src;
+  EXPECT_EQ(count(src, "!keep(b, h, q, kv, p)"), 2) << src;
   EXPECT_EQ(count(src, "__device__ __forceinline__ bool keep("), 1) << src;
   StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_80", NvrtcOutput::Cubin);
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
@@ -334,8 +350,8 @@ TEST(Codegen, InputsAndSinks) {
   ASSERT_NE(keepBegin, std::string::npos);
   std::string keepText = src.substr(keepBegin, src.find("\n}", keepBegin) - keepBegin);
   EXPECT_EQ(keepText.find("&&"), std::string::npos) << keepText;
-  EXPECT_EQ(count(src, "// ---- K/V tiles"), 3) << src; // head boundary, interior, tail boundary
-  EXPECT_EQ(count(src, "!keep(b, h, q, min(kv, p.seqlenK - 1), p)"), 2) << src; // the interior is not masked
+  EXPECT_EQ(count(src, "// ---- K/V tiles"), 3) << src;     // head boundary, interior, tail boundary
+  EXPECT_EQ(count(src, "!keep(b, h, q, kv, p)"), 2) << src; // the interior is not masked
   EXPECT_EQ(count(src, "const float sinkLog2 = sinkLogit(b, h, p) * sm80::kLog2e;"), 1) << src;
   EXPECT_NE(src.find("const FlashtileSequence &p) {"), std::string::npos);
   StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_80", NvrtcOutput::Cubin);

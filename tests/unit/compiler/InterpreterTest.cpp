@@ -293,9 +293,9 @@ TEST_F(CausalFixture, AWaitThatLeavesItsCopyPendingIsAPipelineHazard) {
   ASSERT_TRUE(sched) << diags.text;
   auto waitQ = *funcOf(*sched).getBody().getOps<tile::WaitAsyncOp>().begin();
   ASSERT_EQ(waitQ.getOperand(), "q");
-  waitQ.setPending(3);
+  waitQ.setPending(2);
   std::string text = runExpectingFailure(*sched);
-  EXPECT_NE(text.find("pipeline hazard: wait_async q {pending = 3} may return before its copy lands"),
+  EXPECT_NE(text.find("pipeline hazard: wait_async q {pending = 2} may return before its copy lands"),
             std::string::npos)
       << text;
 }
