@@ -154,18 +154,16 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
         return;
       bodies.push_back(*l);
     }
-    // Prologue, after the bounds: Q, K(first), V(first) and K(second) all start (their buffers are free before the
-    // walk, and a short walk would otherwise wait for V(first) and K(second) after Q landed); once Q and K(first)
-    // landed, compute the first tile's scores.
+    // Prologue, after the bounds: Q and the first K tile; once both landed, start V(first) and K(second) and
+    // compute the first tile's scores.
     OpBuilder b(loops.front());
     auto [first, anyTile] = startQAndFirstK(b, loc, highest, lowest);
+    auto waitK = WaitAsyncOp::create(b, loc, "k", /*pending=*/0); // Q's group is older: it lands too
+    loadQ->moveAfter(waitK);
+    b.setInsertionPointAfter(loadQ);
     CopyAsyncOp::create(b, loc, "v", first, anyTile);
     Value second = minus(b, loc, first, 1);
     CopyAsyncOp::create(b, loc, "k", second, isVisited(b, loc, second, lowest));
-    // Q's group is the oldest; K(first)'s, started next, lands with it.
-    auto waitQ = WaitAsyncOp::create(b, loc, "q", /*pending=*/2);
-    loadQ->moveAfter(waitQ);
-    b.setInsertionPointAfter(loadQ);
     Type kType = bodies.front().k.getType(), sType = bodies.front().qk.getType();
     Value kFirst = LoadOp::create(b, loc, kType, "k", first, anyTile);
     Value scores = QkOp::create(b, loc, sType, loadQ.getResult(), kFirst);

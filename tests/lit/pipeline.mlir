@@ -20,15 +20,15 @@
 // CHECK-NEXT: tile.load "v"[%[[J]]]
 // CHECK-NEXT: tile.pv
 
-// stages = 2 (chosen; the default at head dim 128): two K/V buffers, Q·Kᵀ one tile ahead. Prologue: Q, K(first),
-// V(first) and K(second) start together; once Q and K(first) landed, the first tile's scores are computed.
+// stages = 2 (chosen; the default at head dims 96 and 128): two K/V buffers, Q·Kᵀ one tile ahead. Prologue: Q and K(first) land,
+// V(first) and K(second) start, the first tile's scores are computed.
 // AHEAD: #tile.schedule<name = "fa2", blockM = 64, blockN = 64, warps = 4, stages = 2, lptGroupBlocks = 512>
 // AHEAD: tile.copy_async "q"
 // AHEAD: tile.copy_async "k"[%[[FIRST:.*]]] if %[[ANY:.*]]
+// AHEAD-NEXT: tile.wait_async "k"{{$}}
+// AHEAD-NEXT: %[[Q:.*]] = tile.load "q"
 // AHEAD-NEXT: tile.copy_async "v"[%[[FIRST]]] if %[[ANY]]
 // AHEAD: tile.copy_async "k"[%{{.*}}] if
-// AHEAD-NEXT: tile.wait_async "q" {pending = 2 : i64}
-// AHEAD-NEXT: %[[Q:.*]] = tile.load "q"
 // AHEAD-NEXT: %[[K0:.*]] = tile.load "k"[%[[FIRST]]] if %[[ANY]]
 // AHEAD-NEXT: %[[S0:.*]] = tile.qk %[[Q]], %[[K0]]
 // Each segment carries the scores of its tile j and computes the next tile's next to the softmax; one barrier.

@@ -317,15 +317,15 @@ TEST_F(CausalQkAheadFixture, MatchesTheReferenceAndCarriesScores) {
 
 TEST_F(CausalQkAheadFixture, OneBufferPerOperandIsAPipelineHazard) {
   ASSERT_TRUE(sched) << diags.text;
-  // The same IR replayed as if K and V had one buffer each: the prologue starts K(second) in the buffer K(first)
-  // is still being copied into.
+  // The same IR replayed as if K and V had one buffer each: the copy of K(j − 2) goes into the buffer K(j − 1)
+  // has to be read from.
   tile::FuncOp func = funcOf(*sched);
   tile::ScheduleAttr s = func.getScheduleAttr();
   func.setScheduleAttr(tile::ScheduleAttr::get(&context, s.getName(), s.getBlockM(), s.getBlockN(), s.getWarps(), 1,
                                                s.getRescaleThreshold(), s.getMinBlocksPerSm(), s.getLptGroupBlocks()));
   std::string text = runExpectingFailure(*sched);
-  EXPECT_NE(text.find("pipeline hazard: copy of k tile 0 starts while the copy of tile 1 into the same buffer is "
-                      "still in flight"),
+  EXPECT_NE(text.find("pipeline hazard: load of k tile 1 but the buffer holds tile 1 and the copy of tile 0 into it "
+                      "is in flight"),
             std::string::npos)
       << text;
 }
