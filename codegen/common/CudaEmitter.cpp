@@ -133,6 +133,49 @@ LogicalResult checkInPlace(FuncOp func) {
   return failure(result.wasInterrupted());
 }
 
+/// Whether a score_mod or mask region reads a variant input at an index computed from its key coordinate kv (its
+/// last argument).
+bool readsPerKeyInput(Region &region) {
+  Value kv = region.front().getArguments().back();
+  auto dependsOnKv = [&](Value v) {
+    SmallVector<Value> work = {v};
+    llvm::DenseSet<Value> seen;
+    while (!work.empty()) {
+      Value next = work.pop_back_val();
+      if (next == kv)
+        return true;
+      if (!seen.insert(next).second)
+        continue;
+      if (Operation *def = next.getDefiningOp())
+        work.append(def->operand_begin(), def->operand_end());
+    }
+    return false;
+  };
+  return region
+      .walk([&](InputOp input) {
+        return llvm::any_of(input->getOperands(), dependsOnKv) ? WalkResult::interrupt() : WalkResult::advance();
+      })
+      .wasInterrupted();
+}
+
+/// How a score_mod or mask function takes its key (the C arguments at the call, in forEachScore's names): kv;
+/// min(kv, p.seqlenK - 1) where it reads per-key inputs (a tile's padding keys must index inside the arrays); or
+/// kvTile, kvStep where it converts kv-relative distances to float (ScalarEmitter::splitKey).
+std::string keyArgsOf(Region &region) {
+  if (readsPerKeyInput(region))
+    return "min(kv, p.seqlenK - 1)";
+  Value kv = region.front().getArguments().back();
+  bool floatKey = region
+                      .walk([&](Operation *op) {
+                        Value a;
+                        bool keyFirst, abs;
+                        return ScalarEmitter::floatOfKey(op, kv, a, keyFirst, abs) ? WalkResult::interrupt()
+                                                                                   : WalkResult::advance();
+                      })
+                      .wasInterrupted();
+  return floatKey ? "kvTile, kvStep" : "kv";
+}
+
 class KernelPrinter {
 public:
   KernelPrinter(FuncOp func, TileTarget &target, ScalarHelpers &helpers)
@@ -190,6 +233,14 @@ FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &bod
   Block &block = body.front();
   for (auto [arg, name] : llvm::zip(block.getArguments(), args))
     fs.bind(arg, name.str());
+  // A score_mod's or mask's key may arrive split (keyArgsOf): kv = kvTile + kvStep.
+  bool splitKey = isa<ScoreModOp, MaskOp>(op) && keyArgsOf(body) == "kvTile, kvStep";
+  if (splitKey) {
+    fnames.reserve("kvTile");
+    fnames.reserve("kvStep");
+    fs.splitKey(block.getArguments().back(), "kvTile", "kvStep");
+    fw.line("const int kv = kvTile + kvStep;");
+  }
   for (Operation &inner : block.without_terminator()) {
     if (!ScalarEmitter::isScalarOp(&inner))
       return inner.emitOpError() << "cannot be printed in a variant function; " << op->getName()
@@ -214,7 +265,9 @@ FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &bod
   out.comment("---- variant \"" + func.getVariant().str() + "\": " + role + " ----");
   std::string params;
   for (auto [arg, argName] : llvm::zip(block.getArguments(), args))
-    params += *ScalarEmitter::cType(arg.getType()) + " " + argName.str() + ", ";
+    params += splitKey && arg == block.getArguments().back()
+                  ? std::string("int kvTile, int kvStep, ")
+                  : *ScalarEmitter::cType(arg.getType()) + " " + argName.str() + ", ";
   out.line("__device__ __forceinline__ " + returnType.str() + " " + name + "(" + params +
            "const FlashtileSequence &p) {");
   std::string bodyText = fw.str();
@@ -483,31 +536,6 @@ LogicalResult KernelPrinter::printKvLoop(KvLoopOp loop) {
   return printed;
 }
 
-/// Whether a score_mod or mask region reads a variant input at an index computed from its key coordinate kv (its
-/// last argument).
-bool readsPerKeyInput(Region &region) {
-  Value kv = region.front().getArguments().back();
-  auto dependsOnKv = [&](Value v) {
-    SmallVector<Value> work = {v};
-    llvm::DenseSet<Value> seen;
-    while (!work.empty()) {
-      Value next = work.pop_back_val();
-      if (next == kv)
-        return true;
-      if (!seen.insert(next).second)
-        continue;
-      if (Operation *def = next.getDefiningOp())
-        work.append(def->operand_begin(), def->operand_end());
-    }
-    return false;
-  };
-  return region
-      .walk([&](InputOp input) {
-        return llvm::any_of(input->getOperands(), dependsOnKv) ? WalkResult::interrupt() : WalkResult::advance();
-      })
-      .wasInterrupted();
-}
-
 /// Whether `v` (a top-level scalar) is, or feeds through scalar ops, the bound of a K/V loop segment.
 bool feedsLoopBound(Value v) {
   SmallVector<Value> work = {v};
@@ -611,14 +639,14 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             FailureOr<std::string> kTile = kTileOf(mod.getS(), op);
             if (failed(kTile))
               return failure();
-            target.scoreMod(w, *kTile, functionOf.lookup(op), readsPerKeyInput(mod.getBody()));
+            target.scoreMod(w, *kTile, functionOf.lookup(op), keyArgsOf(mod.getBody()));
             return success();
           })
           .Case([&](MaskOp mask) -> LogicalResult {
             FailureOr<std::string> kTile = kTileOf(mask.getS(), op);
             if (failed(kTile))
               return failure();
-            target.mask(w, *kTile, functionOf.lookup(op), readsPerKeyInput(mask.getBody()));
+            target.mask(w, *kTile, functionOf.lookup(op), keyArgsOf(mask.getBody()));
             return success();
           })
           .Case([&](SoftmaxUpdateOp update) -> LogicalResult {

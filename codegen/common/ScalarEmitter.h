@@ -68,6 +68,17 @@ public:
 
   /// Gives `value` a fixed C expression (block arguments, names a caller declared).
   void bind(mlir::Value value, std::string expr) { exprs[value] = CExpr{std::move(expr), true}; }
+  /// The key coordinate `kv` arrives as kvTile + kvStep (kvStep a small constant once the score loop is unrolled):
+  /// int-to-float conversions of kv, A - kv, kv - A or their abs (A not computed from kv; floatOfKey) print as
+  /// float arithmetic on static_cast<float>(A - kvTile) and kvStep, not as a conversion per score.
+  void splitKey(mlir::Value kv, std::string tile, std::string step) {
+    keyValue = kv;
+    keyTile = std::move(tile);
+    keyStep = std::move(step);
+  }
+  /// Whether `op` (arith.sitofp) converts kv, A - kv, kv - A or the abs of one of them, with A not computed from
+  /// kv; sets `a` (null for kv alone), `keyFirst` (kv - A) and `abs`.
+  static bool floatOfKey(mlir::Operation *op, mlir::Value kv, mlir::Value &a, bool &keyFirst, bool &abs);
   /// Declares `value` as `name` (made unique) when it gets printed, instead of folding it.
   void hint(mlir::Value value, llvm::StringRef name) { hints.try_emplace(value, name.str()); }
   /// Whether emit(op) prints a declaration (rather than folding the op into its user's expression).
@@ -91,6 +102,8 @@ private:
   mlir::Region *isolated;
   llvm::DenseMap<mlir::Value, CExpr> exprs;
   llvm::DenseMap<mlir::Value, std::string> hints;
+  mlir::Value keyValue; ///< splitKey's kv, or null
+  std::string keyTile, keyStep;
   int nextTemp = 0; ///< suffix of the next unhinted name (t0, t1, ...)
 };
 

@@ -69,12 +69,13 @@ public:
   /// `tile.scale`: scores times softmax_scale.
   virtual void scale(CudaWriter &w) = 0;
   /// `tile.score_mod` with the variant's function `fn(score, b, h, q, kv, p)`; `kTile` locates the keys.
-  /// `readsPerKeyInput`: fn reads a variant input at an index computed from kv, so keys past seqlen_k (a tile's
-  /// padding, masked later) must reach it as a key inside the sequence.
-  virtual void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, bool readsPerKeyInput) = 0;
-  /// `tile.mask` with the variant's predicate `fn(b, h, q, kv, p)`, plus the seqlen_k bound. Both are evaluated
-  /// for every score (no branch); with `readsPerKeyInput` fn sees keys past seqlen_k as key seqlen_k - 1.
-  virtual void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, bool readsPerKeyInput) = 0;
+  /// `keyArgs`: the C arguments fn takes for the key, in terms of kv = kvTile + kvStep (kvTile = kTile·kBlockN +
+  /// the lane's first column, kvStep a constant once unrolled): "kv", "min(kv, p.seqlenK - 1)" (fn reads per-key
+  /// inputs: a tile's padding keys, masked later, index inside the arrays) or "kvTile, kvStep".
+  virtual void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs) = 0;
+  /// `tile.mask` with the variant's predicate `fn(b, h, q, key..., p)`, plus the seqlen_k bound. Both are evaluated
+  /// for every score (no branch); `keyArgs` as for scoreMod.
+  virtual void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs) = 0;
   /// `tile.softmax_update`; `foldScale`: the exp2 multiplier is softmax_scale·log2(e), else log2(e);
   /// `rescaleThreshold` τ > 0: maxes move only when a row needs more than 2^τ of headroom (0: every tile).
   virtual void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) = 0;

@@ -66,8 +66,8 @@ public:
   void qk(CudaWriter &w, const std::string &kTile, const std::string &scores) override;
   void carryScores(CudaWriter &w, const std::string &from) override;
   void scale(CudaWriter &w) override;
-  void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, bool readsPerKeyInput) override;
-  void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, bool readsPerKeyInput) override;
+  void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs) override;
+  void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs) override;
   void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) override;
   void rescale(CudaWriter &w, bool onlyWhenMoved) override;
   void pv(CudaWriter &w, const std::string &vTile) override;
@@ -346,34 +346,29 @@ void TileTargetSm80::forEachElement(CudaWriter &w, const char *nTiles, const std
 
 void TileTargetSm80::forEachScore(CudaWriter &w, const std::string &kTile, const std::vector<std::string> &body) {
   std::vector<std::string> lines = {"const int q = warpRow0 + 16 * mt + fragRow + 8 * (i / 2);",
-                                    cat("const int kv = ", kTile, " * kBlockN + 8 * nt + fragCol + i % 2;")};
+                                    cat("const int kvTile = ", kTile, " * kBlockN + fragCol, kvStep = 8 * nt + i % 2;"),
+                                    "const int kv = kvTile + kvStep;"};
   lines.insert(lines.end(), body.begin(), body.end());
   forEachElement(w, "kSTiles", lines);
 }
 
-void TileTargetSm80::scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, bool readsPerKeyInput) {
+void TileTargetSm80::scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn,
+                              const std::string &keyArgs) {
   w.comment(cat("score_mod: S = ", fn, "(S, b, h, q, kv) element by element"));
-  if (readsPerKeyInput) {
+  if (keyArgs == "min(kv, p.seqlenK - 1)")
     w.comment("(it reads per-key inputs: a key past seqlen_k, whose score the mask drops, reads key seqlen_k - 1's)");
-    forEachScore(w, kTile, {cat("score[mt][nt][i] = ", fn, "(score[mt][nt][i], b, h, q, min(kv, p.seqlenK - 1), p);")});
-  } else {
-    forEachScore(w, kTile, {cat("score[mt][nt][i] = ", fn, "(score[mt][nt][i], b, h, q, kv, p);")});
-  }
+  forEachScore(w, kTile, {cat("score[mt][nt][i] = ", fn, "(score[mt][nt][i], b, h, q, ", keyArgs, ", p);")});
 }
 
-void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::string &fn, bool readsPerKeyInput) {
+void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs) {
   w.comment(cat("mask: keys past seqlen_k and keys ", fn, "() drops get -inf. Both tests run for every score (| is"));
   w.comment(cat("not ||): no branch, and the compiler can share ", fn, "()'s row terms and loads across the row's"));
-  if (readsPerKeyInput) {
-    w.comment(cat("keys. ", fn, "() reads per-key inputs: a key past seqlen_k reaches it as key seqlen_k - 1."));
-    forEachScore(w, kTile,
-                 {cat("if ((kv >= p.seqlenK) | !", fn, "(b, h, q, min(kv, p.seqlenK - 1), p))"),
-                  "  score[mt][nt][i] = sm80::kNegInf;"});
-  } else {
-    w.comment("keys.");
-    forEachScore(w, kTile,
-                 {cat("if ((kv >= p.seqlenK) | !", fn, "(b, h, q, kv, p))"), "  score[mt][nt][i] = sm80::kNegInf;"});
-  }
+  w.comment(keyArgs == "min(kv, p.seqlenK - 1)"
+                ? cat("keys. ", fn, "() reads per-key inputs: a key past seqlen_k reaches it as key seqlen_k - 1.")
+                : std::string("keys."));
+  forEachScore(
+      w, kTile,
+      {cat("if ((kv >= p.seqlenK) | !", fn, "(b, h, q, ", keyArgs, ", p))"), "  score[mt][nt][i] = sm80::kNegInf;"});
 }
 
 void TileTargetSm80::softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) {

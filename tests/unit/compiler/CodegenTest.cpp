@@ -275,7 +275,8 @@ TEST(Codegen, PerKeyInputsStayInBounds) {
     ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
     const std::string &src = kernel->source;
     EXPECT_EQ(count(src, "(score[mt][nt][i], b, h, q, min(kv, p.seqlenK - 1), p);"), clamped ? 2 : 0) << src;
-    EXPECT_EQ(count(src, "(score[mt][nt][i], b, h, q, kv, p);"), clamped ? 0 : 2) << src;
+    // ALiBi's slopes are per head; its key arrives split for the float distance (FloatDistancesWithoutConversions).
+    EXPECT_EQ(count(src, "(score[mt][nt][i], b, h, q, kvTile, kvStep, p);"), clamped ? 0 : 2) << src;
     StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_80", NvrtcOutput::Cubin);
     ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
   }
@@ -294,6 +295,41 @@ TEST(Codegen, PerKeyInputsStayInBounds) {
     EXPECT_EQ(count(src, "if ((kv >= p.seqlenK) | !keep(b, h, q, kv, p))") > 0, !clamped) << src;
     StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_80", NvrtcOutput::Cubin);
     ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
+  }
+}
+
+/// ALiBi's float(|i' - kv|): kv = kvTile + kvStep, so the distance is float(i' - kvTile) (one value per row and K
+/// tile) minus the constant kvStep, not an int-to-float conversion per score; kv-free conversions are left alone.
+TEST(Codegen, FloatDistancesWithoutConversions) {
+  Compiler compiler;
+  tile::FuncOp func = compiler.build(variants::alibi(), ElementType::BF16, 128, "sm_90a");
+  ASSERT_TRUE(func) << compiler.diagnostics;
+  auto kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  const std::string &src = kernel->source;
+  EXPECT_NE(src.find("float scoreMod(float score, int b, int h, int q, int kvTile, int kvStep, "
+                     "const FlashtileSequence &p) {\n  const int kv = kvTile + kvStep;\n"),
+            std::string::npos)
+      << src;
+  EXPECT_NE(src.find("fabsf(static_cast<float>(((q + p.seqlenK) - p.seqlenQ) - kvTile) - static_cast<float>(kvStep))"),
+            std::string::npos)
+      << src;
+  EXPECT_EQ(src.find("static_cast<float>(abs("), std::string::npos) << src;
+  EXPECT_NE(src.find("const int kvTile = j * kBlockN + fragCol, kvStep = 8 * nt + i % 2;"), std::string::npos) << src;
+  // A conversion that is not of a key distance (here of the head index) stays a conversion.
+  Variant headBias = Variant("head_bias").score([](dsl::Expr s, const dsl::Coords &c, const dsl::Params &) {
+    return s + dsl::toFloat(c.h);
+  });
+  tile::FuncOp other = compiler.build(headBias, ElementType::BF16, 128, "sm_90a");
+  ASSERT_TRUE(other) << compiler.diagnostics;
+  auto otherKernel = codegen::emitCuda(other);
+  ASSERT_TRUE(mlir::succeeded(otherKernel)) << compiler.diagnostics;
+  EXPECT_NE(otherKernel->source.find("return score + static_cast<float>(h);"), std::string::npos)
+      << otherKernel->source;
+  EXPECT_NE(otherKernel->source.find("(score[mt][nt][i], b, h, q, kv, p);"), std::string::npos);
+  for (const std::string *text : {&src, static_cast<const std::string *>(&otherKernel->source)}) {
+    StatusOr<std::string> cubin = compileCuda(*text, "float_key.cu", "sm_90a", NvrtcOutput::Cubin);
+    ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << *text;
   }
 }
 
