@@ -67,7 +67,10 @@ def Tile_DimOp : Tile_Op<"dim", [Pure]> {
     (varlen, cu_seqlens) each sequence has its own, so masks and KV-range rules (e.g. causal's bottom-right
     alignment) and the bounds of loads and stores follow that sequence. "batch" is the number of sequences.
     "key_offset" is the row of the sequence's first key among all sequences' keys: b·seqlen_k dense,
-    cu_seqlens_k[b] varlen; a per-key input array indexed key_offset + kv is (B, Sk) dense and (total_k) varlen.
+    cu_seqlens_k[b] varlen (clamped to [0, total_k] like the sequence's K rows); a per-key input array indexed
+    key_offset + kv is (B, Sk) dense and (total_k) varlen. A score_mod or mask that reads such an array is only
+    given keys of the sequence: the CUDA printer passes a tile's padding keys (past seqlen_k, masked either way)
+    as key seqlen_k - 1.
   }];
   let arguments = (ins StrAttr:$name);
   let results = (outs I32:$result);

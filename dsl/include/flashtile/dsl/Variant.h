@@ -32,7 +32,8 @@ struct Sizes {
   Expr headsQ() const;
   Expr headsKv() const;
   /// The row of this sequence's first key among all sequences' keys (tile.dim "key_offset"): b·seqlen_k dense,
-  /// cu_seqlens_k[b] varlen. Index per-key inputs with keyOffset() + kv to accept both layouts.
+  /// cu_seqlens_k[b] varlen. Index per-key inputs with keyOffset() + kv to accept both layouts (kv is always a key
+  /// of the sequence there: kernels pass a tile's padding keys as the last key).
   Expr keyOffset() const;
 };
 
