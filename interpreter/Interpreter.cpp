@@ -566,8 +566,11 @@ LogicalResult Interpreter::exec(ScoreModOp op) {
   SmallVector<Scalar, 1> result;
   for (int64_t r = 0; r < out.rows; ++r)
     for (int64_t c = 0; c < out.cols; ++c) {
+      // A tile's padding key past seqlen_k (its score is masked later) reaches the region as the last key, so
+      // per-key input reads stay in range; the CUDA printer does the same.
+      int64_t kv = std::min<int64_t>(out.colBase + c, std::max<int64_t>(inst.seqlenK - 1, 0));
       Scalar args[] = {Scalar::real(out.at(r, c)), Scalar::integer(inst.b), Scalar::integer(inst.h),
-                       Scalar::integer(out.rowBase + r), Scalar::integer(out.colBase + c)};
+                       Scalar::integer(out.rowBase + r), Scalar::integer(kv)};
       if (failed(evalRegion(body, args, result)))
         return failure();
       out.at(r, c) = result[0].f;

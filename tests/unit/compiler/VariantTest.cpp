@@ -246,6 +246,32 @@ std::vector<VariantUnderTest> variantsUnderTest() {
          return r;
        }},
   };
+  // A score_mod reading an input per key (B, Sk): partial K tiles have padding keys past seqlen_k, which must
+  // never index the array (the interpreter fails on out-of-range reads; the CUDA printer clamps them).
+  out.push_back({"key_bias",
+                 [] {
+                   return Variant("key_bias")
+                       .input("key_bias", dsl::ElementKind::F32)
+                       .score([](dsl::Expr s, const dsl::Coords &c, const dsl::Params &p) {
+                         return s + p.load("key_bias", c.sizes.keyOffset() + c.kv);
+                       });
+                 },
+                 {},
+                 [](const Problem &p, std::mt19937_64 &rng) -> std::vector<interp::InputArray> {
+                   std::normal_distribution<float> normal(0.0f, 1.0f);
+                   std::vector<float> bias(p.batch * p.seqlenK);
+                   for (float &x : bias)
+                     x = normal(rng);
+                   return {bias};
+                 },
+                 [](const Problem &p, const std::vector<interp::InputArray> &in) {
+                   std::vector<float> bias = std::get<std::vector<float>>(in[0]);
+                   test::VariantRef r;
+                   r.score = [p, bias](double score, int64_t b, int64_t, int64_t, int64_t j) {
+                     return score + bias[b * p.seqlenK + j];
+                   };
+                   return r;
+                 }});
   // Windows: both sides bounded, one side unbounded, a one-key window, causal with a left window.
   for (auto [left, right] : {std::pair{40, 8}, std::pair{-1, 0}, std::pair{0, -1}, std::pair{0, 0}})
     out.push_back({"sliding_window_" + std::to_string(left) + "_" + std::to_string(right),
