@@ -646,7 +646,8 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             FailureOr<std::string> kTile = kTileOf(mask.getS(), op);
             if (failed(kTile))
               return failure();
-            target.mask(w, *kTile, functionOf.lookup(op), keyArgsOf(mask.getBody()));
+            bool readsInputs = mask.getBody().walk([](InputOp) { return WalkResult::interrupt(); }).wasInterrupted();
+            target.mask(w, *kTile, functionOf.lookup(op), keyArgsOf(mask.getBody()), readsInputs);
             return success();
           })
           .Case([&](SoftmaxUpdateOp update) -> LogicalResult {

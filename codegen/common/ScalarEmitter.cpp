@@ -114,6 +114,22 @@ bool ScalarEmitter::isScalarOp(Operation *op) {
              tile::DimOp, tile::ParamOp, tile::InputOp>(op);
 }
 
+bool ScalarEmitter::readsInput(Operation *op) {
+  SmallVector<Operation *> work = {op};
+  llvm::DenseSet<Operation *> seen;
+  while (!work.empty()) {
+    Operation *next = work.pop_back_val();
+    if (!seen.insert(next).second)
+      continue;
+    if (isa<tile::InputOp>(next))
+      return true;
+    for (Value operand : next->getOperands())
+      if (Operation *def = operand.getDefiningOp())
+        work.push_back(def);
+  }
+  return false;
+}
+
 bool ScalarEmitter::floatOfKey(Operation *op, Value kv, Value &a, bool &keyFirst, bool &abs) {
   auto cast = dyn_cast<arith::SIToFPOp>(op);
   if (!cast || !kv || !cast.getIn().getType().isInteger(32))
@@ -236,10 +252,11 @@ FailureOr<CExpr> ScalarEmitter::print(Operation *op) {
         (ceil ? helpers.ceilDiv : helpers.floorDiv) = true;
         return call(ceil ? "ceilDiv" : "floorDiv");
       })
-      // i1 and/or evaluate both sides, as in the IR: with && and || a load on the right (an input read by a
-      // mask) became a branch per score, and loads under different branches are not merged.
-      .Case([&](arith::AndIOp) { return binary("&"); })
-      .Case([&](arith::OrIOp) { return binary("|"); })
+      // i1 and/or: where a side reads an input, & and | (both sides evaluated, as in the IR): with && and || the
+      // load became a branch per score, and loads under different branches are not merged. Without reads the
+      // two are the same and && / || leave the compiler its choice (fewer registers in the window masks).
+      .Case([&](arith::AndIOp) { return binary(isBool && !readsInput(op) ? "&&" : "&"); })
+      .Case([&](arith::OrIOp) { return binary(isBool && !readsInput(op) ? "||" : "|"); })
       .Case([&](arith::XOrIOp x) {
         // `x ^ true` is how negation reaches the IR: print it as `!x`.
         for (int i = 0; i < 2; ++i)

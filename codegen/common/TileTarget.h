@@ -73,9 +73,10 @@ public:
   /// the lane's first column, kvStep a constant once unrolled): "kv", "min(kv, p.seqlenK - 1)" (fn reads per-key
   /// inputs: a tile's padding keys, masked later, index inside the arrays) or "kvTile, kvStep".
   virtual void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs) = 0;
-  /// `tile.mask` with the variant's predicate `fn(b, h, q, key..., p)`, plus the seqlen_k bound. Both are evaluated
-  /// for every score (no branch); `keyArgs` as for scoreMod.
-  virtual void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs) = 0;
+  /// `tile.mask` with the variant's predicate `fn(b, h, q, key..., p)`, plus the seqlen_k bound; `keyArgs` as for
+  /// scoreMod. `readsInputs`: fn reads variant inputs, so both tests are evaluated for every score (no branch).
+  virtual void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs,
+                    bool readsInputs) = 0;
   /// `tile.softmax_update`; `foldScale`: the exp2 multiplier is softmax_scale·log2(e), else log2(e);
   /// `rescaleThreshold` τ > 0: maxes move only when a row needs more than 2^τ of headroom (0: every tile).
   virtual void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) = 0;

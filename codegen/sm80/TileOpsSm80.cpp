@@ -67,7 +67,8 @@ public:
   void carryScores(CudaWriter &w, const std::string &from) override;
   void scale(CudaWriter &w) override;
   void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs) override;
-  void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs) override;
+  void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs,
+            bool readsInputs) override;
   void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) override;
   void rescale(CudaWriter &w, bool onlyWhenMoved) override;
   void pv(CudaWriter &w, const std::string &vTile) override;
@@ -360,15 +361,18 @@ void TileTargetSm80::scoreMod(CudaWriter &w, const std::string &kTile, const std
   forEachScore(w, kTile, {cat("score[mt][nt][i] = ", fn, "(score[mt][nt][i], b, h, q, ", keyArgs, ", p);")});
 }
 
-void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs) {
-  w.comment(cat("mask: keys past seqlen_k and keys ", fn, "() drops get -inf. Both tests run for every score (| is"));
-  w.comment(cat("not ||): no branch, and the compiler can share ", fn, "()'s row terms and loads across the row's"));
-  w.comment(keyArgs == "min(kv, p.seqlenK - 1)"
-                ? cat("keys. ", fn, "() reads per-key inputs: a key past seqlen_k reaches it as key seqlen_k - 1.")
-                : std::string("keys."));
-  forEachScore(
-      w, kTile,
-      {cat("if ((kv >= p.seqlenK) | !", fn, "(b, h, q, ", keyArgs, ", p))"), "  score[mt][nt][i] = sm80::kNegInf;"});
+void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs,
+                          bool readsInputs) {
+  w.comment(cat("mask: keys past seqlen_k and keys ", fn, "() drops get -inf"));
+  if (readsInputs) {
+    w.comment(cat("Both tests run for every score (| is not ||): no branch around ", fn, "()'s reads, so the"));
+    w.comment("compiler can share them across a row's keys.");
+    if (keyArgs == "min(kv, p.seqlenK - 1)")
+      w.comment(cat(fn, "() reads per-key inputs: a key past seqlen_k reaches it as key seqlen_k - 1."));
+  }
+  forEachScore(w, kTile,
+               {cat("if ((kv >= p.seqlenK) ", readsInputs ? "|" : "||", " !", fn, "(b, h, q, ", keyArgs, ", p))"),
+                "  score[mt][nt][i] = sm80::kNegInf;"});
 }
 
 void TileTargetSm80::softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) {

@@ -57,7 +57,7 @@
 // CHECK-NEXT:    for (int j = tailBoundaryEnd - 1; j >= tailBoundaryBegin; --j) {
 // CHECK:           copyVTile(j);
 // CHECK:           sm80::mmaBf16(score[mt][2 * np], qFrag[mt][ks], kFrag[0], kFrag[1]);
-// CHECK:           if ((kv >= p.seqlenK) | !keep(b, h, q, kv, p))
+// CHECK:           if ((kv >= p.seqlenK) || !keep(b, h, q, kv, p))
 // CHECK:           const float scoreScale = p.scaleLog2;
 // CHECK:           sm80::mmaBf16(acc[mt][2 * np], prob[mt][k], vFrag[0], vFrag[1]);
 
