@@ -137,33 +137,20 @@ LogicalResult checkInPlace(FuncOp func) {
 /// last argument).
 bool readsPerKeyInput(Region &region) {
   Value kv = region.front().getArguments().back();
-  auto dependsOnKv = [&](Value v) {
-    SmallVector<Value> work = {v};
-    llvm::DenseSet<Value> seen;
-    while (!work.empty()) {
-      Value next = work.pop_back_val();
-      if (next == kv)
-        return true;
-      if (!seen.insert(next).second)
-        continue;
-      if (Operation *def = next.getDefiningOp())
-        work.append(def->operand_begin(), def->operand_end());
-    }
-    return false;
-  };
   return region
       .walk([&](InputOp input) {
-        return llvm::any_of(input->getOperands(), dependsOnKv) ? WalkResult::interrupt() : WalkResult::advance();
+        bool perKey = llvm::any_of(input->getOperands(), [&](Value v) { return ScalarEmitter::dependsOn(v, kv); });
+        return perKey ? WalkResult::interrupt() : WalkResult::advance();
       })
       .wasInterrupted();
 }
 
-/// How a score_mod or mask function takes its key (the C arguments at the call, in forEachScore's names): kv;
-/// min(kv, p.seqlenK - 1) where it reads per-key inputs (a tile's padding keys must index inside the arrays); or
-/// kvTile, kvStep where it converts kv-relative distances to float (ScalarEmitter::splitKey).
-std::string keyArgsOf(Region &region) {
+/// How a score_mod or mask function takes its key (TileTarget::KeyArg): clamped where it reads per-key inputs (a
+/// tile's padding keys must index inside the arrays), split where it converts kv-relative distances to float
+/// (ScalarEmitter::splitKey), else kv.
+KeyArg keyArgOf(Region &region) {
   if (readsPerKeyInput(region))
-    return "min(kv, p.seqlenK - 1)";
+    return KeyArg::Clamped;
   Value kv = region.front().getArguments().back();
   bool floatKey = region
                       .walk([&](Operation *op) {
@@ -173,7 +160,7 @@ std::string keyArgsOf(Region &region) {
                                                                                    : WalkResult::advance();
                       })
                       .wasInterrupted();
-  return floatKey ? "kvTile, kvStep" : "kv";
+  return floatKey ? KeyArg::Split : KeyArg::Kv;
 }
 
 class KernelPrinter {
@@ -233,8 +220,8 @@ FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &bod
   Block &block = body.front();
   for (auto [arg, name] : llvm::zip(block.getArguments(), args))
     fs.bind(arg, name.str());
-  // A score_mod's or mask's key may arrive split (keyArgsOf): kv = kvTile + kvStep.
-  bool splitKey = isa<ScoreModOp, MaskOp>(op) && keyArgsOf(body) == "kvTile, kvStep";
+  // A score_mod's or mask's key may arrive split (keyArgOf): kv = kvTile + kvStep.
+  bool splitKey = isa<ScoreModOp, MaskOp>(op) && keyArgOf(body) == KeyArg::Split;
   if (splitKey) {
     fnames.reserve("kvTile");
     fnames.reserve("kvStep");
@@ -639,7 +626,7 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             FailureOr<std::string> kTile = kTileOf(mod.getS(), op);
             if (failed(kTile))
               return failure();
-            target.scoreMod(w, *kTile, functionOf.lookup(op), keyArgsOf(mod.getBody()));
+            target.scoreMod(w, *kTile, functionOf.lookup(op), keyArgOf(mod.getBody()));
             return success();
           })
           .Case([&](MaskOp mask) -> LogicalResult {
@@ -647,7 +634,7 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             if (failed(kTile))
               return failure();
             bool readsInputs = mask.getBody().walk([](InputOp) { return WalkResult::interrupt(); }).wasInterrupted();
-            target.mask(w, *kTile, functionOf.lookup(op), keyArgsOf(mask.getBody()), readsInputs);
+            target.mask(w, *kTile, functionOf.lookup(op), keyArgOf(mask.getBody()), readsInputs);
             return success();
           })
           .Case([&](SoftmaxUpdateOp update) -> LogicalResult {

@@ -114,6 +114,21 @@ bool ScalarEmitter::isScalarOp(Operation *op) {
              tile::DimOp, tile::ParamOp, tile::InputOp>(op);
 }
 
+bool ScalarEmitter::dependsOn(Value v, Value target) {
+  SmallVector<Value> work = {v};
+  llvm::DenseSet<Value> seen;
+  while (!work.empty()) {
+    Value next = work.pop_back_val();
+    if (next == target)
+      return true;
+    if (!seen.insert(next).second)
+      continue;
+    if (Operation *def = next.getDefiningOp())
+      work.append(def->operand_begin(), def->operand_end());
+  }
+  return false;
+}
+
 bool ScalarEmitter::readsInput(Operation *op) {
   SmallVector<Operation *> work = {op};
   llvm::DenseSet<Operation *> seen;
@@ -140,20 +155,6 @@ bool ScalarEmitter::floatOfKey(Operation *op, Value kv, Value &a, bool &keyFirst
     x = absOp.getOperand();
     abs = true;
   }
-  auto dependsOnKv = [&](Value v) {
-    SmallVector<Value> work = {v};
-    llvm::DenseSet<Value> seen;
-    while (!work.empty()) {
-      Value next = work.pop_back_val();
-      if (next == kv)
-        return true;
-      if (!seen.insert(next).second)
-        continue;
-      if (Operation *def = next.getDefiningOp())
-        work.append(def->operand_begin(), def->operand_end());
-    }
-    return false;
-  };
   a = Value();
   keyFirst = true;
   if (x == kv)
@@ -161,12 +162,12 @@ bool ScalarEmitter::floatOfKey(Operation *op, Value kv, Value &a, bool &keyFirst
   auto sub = x.getDefiningOp<arith::SubIOp>();
   if (!sub)
     return false;
-  if (sub.getRhs() == kv && !dependsOnKv(sub.getLhs())) {
+  if (sub.getRhs() == kv && !dependsOn(sub.getLhs(), kv)) {
     a = sub.getLhs();
     keyFirst = false;
     return true;
   }
-  if (sub.getLhs() == kv && !dependsOnKv(sub.getRhs())) {
+  if (sub.getLhs() == kv && !dependsOn(sub.getRhs(), kv)) {
     a = sub.getRhs();
     return true;
   }

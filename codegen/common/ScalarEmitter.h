@@ -78,6 +78,8 @@ public:
   }
   /// Whether `op` (arith.sitofp) converts kv, A - kv, kv - A or the abs of one of them, with A not computed from
   /// kv; sets `a` (null for kv alone), `keyFirst` (kv - A) and `abs`.
+  /// Whether `v` is `target` or computed from it (through defining ops).
+  static bool dependsOn(mlir::Value v, mlir::Value target);
   /// Whether `op` or an op it is computed from reads a variant input (tile.input).
   static bool readsInput(mlir::Operation *op);
   static bool floatOfKey(mlir::Operation *op, mlir::Value kv, mlir::Value &a, bool &keyFirst, bool &abs);

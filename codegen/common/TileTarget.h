@@ -33,6 +33,9 @@ struct KernelShape {
 /// The tiles `tile.copy_async`, `tile.wait_async` and `tile.load` name.
 enum class Operand { Q, K, V };
 
+/// How the K/V loops pass a score's key coordinate to a variant function (scoreMod, mask).
+enum class KeyArg { Kv, Clamped, Split };
+
 /// Names the generic printer declares in the kernel before any target code: the schedule's constants
 /// (kBlockM, kBlockN, kHeadDim, kHeadDimV, kWarps, kThreads), the parameters `p` and the K/V tile index of
 /// each loop. A target must not redeclare them.
@@ -69,14 +72,13 @@ public:
   /// `tile.scale`: scores times softmax_scale.
   virtual void scale(CudaWriter &w) = 0;
   /// `tile.score_mod` with the variant's function `fn(score, b, h, q, kv, p)`; `kTile` locates the keys.
-  /// `keyArgs`: the C arguments fn takes for the key, in terms of kv = kvTile + kvStep (kvTile = kTile·kBlockN +
-  /// the lane's first column, kvStep a constant once unrolled): "kv", "min(kv, p.seqlenK - 1)" (fn reads per-key
-  /// inputs: a tile's padding keys, masked later, index inside the arrays) or "kvTile, kvStep".
-  virtual void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs) = 0;
-  /// `tile.mask` with the variant's predicate `fn(b, h, q, key..., p)`, plus the seqlen_k bound; `keyArgs` as for
+  /// `key`: how fn takes the key, kv = kvTile + kvStep (kvTile = kTile·kBlockN + the lane's first column, kvStep
+  /// a constant once unrolled): KeyArg::Kv; KeyArg::Clamped, min(kv, seqlen_k - 1) (fn reads per-key inputs: a
+  /// tile's padding keys, masked later, index inside the arrays); KeyArg::Split, kvTile and kvStep.
+  virtual void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key) = 0;
+  /// `tile.mask` with the variant's predicate `fn(b, h, q, key..., p)`, plus the seqlen_k bound; `key` as for
   /// scoreMod. `readsInputs`: fn reads variant inputs, so both tests are evaluated for every score (no branch).
-  virtual void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs,
-                    bool readsInputs) = 0;
+  virtual void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key, bool readsInputs) = 0;
   /// `tile.softmax_update`; `foldScale`: the exp2 multiplier is softmax_scale·log2(e), else log2(e);
   /// `rescaleThreshold` τ > 0: maxes move only when a row needs more than 2^τ of headroom (0: every tile).
   virtual void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) = 0;

@@ -66,9 +66,8 @@ public:
   void qk(CudaWriter &w, const std::string &kTile, const std::string &scores) override;
   void carryScores(CudaWriter &w, const std::string &from) override;
   void scale(CudaWriter &w) override;
-  void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs) override;
-  void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs,
-            bool readsInputs) override;
+  void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key) override;
+  void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key, bool readsInputs) override;
   void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) override;
   void rescale(CudaWriter &w, bool onlyWhenMoved) override;
   void pv(CudaWriter &w, const std::string &vTile) override;
@@ -353,25 +352,37 @@ void TileTargetSm80::forEachScore(CudaWriter &w, const std::string &kTile, const
   forEachElement(w, "kSTiles", lines);
 }
 
-void TileTargetSm80::scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn,
-                              const std::string &keyArgs) {
-  w.comment(cat("score_mod: S = ", fn, "(S, b, h, q, kv) element by element"));
-  if (keyArgs == "min(kv, p.seqlenK - 1)")
-    w.comment("(it reads per-key inputs: a key past seqlen_k, whose score the mask drops, reads key seqlen_k - 1's)");
-  forEachScore(w, kTile, {cat("score[mt][nt][i] = ", fn, "(score[mt][nt][i], b, h, q, ", keyArgs, ", p);")});
+/// The C arguments of a variant function's key, in forEachScore's names.
+std::string keyArgs(KeyArg key) {
+  switch (key) {
+  case KeyArg::Kv:
+    return "kv";
+  case KeyArg::Clamped:
+    return "min(kv, p.seqlenK - 1)";
+  case KeyArg::Split:
+    return "kvTile, kvStep";
+  }
+  return "kv";
 }
 
-void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::string &fn, const std::string &keyArgs,
+void TileTargetSm80::scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key) {
+  w.comment(cat("score_mod: S = ", fn, "(S, b, h, q, kv) element by element"));
+  if (key == KeyArg::Clamped)
+    w.comment("(it reads per-key inputs: a key past seqlen_k, whose score the mask drops, reads key seqlen_k - 1's)");
+  forEachScore(w, kTile, {cat("score[mt][nt][i] = ", fn, "(score[mt][nt][i], b, h, q, ", keyArgs(key), ", p);")});
+}
+
+void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key,
                           bool readsInputs) {
   w.comment(cat("mask: keys past seqlen_k and keys ", fn, "() drops get -inf"));
   if (readsInputs) {
     w.comment(cat("Both tests run for every score (| is not ||): no branch around ", fn, "()'s reads, so the"));
     w.comment("compiler can share them across a row's keys.");
-    if (keyArgs == "min(kv, p.seqlenK - 1)")
+    if (key == KeyArg::Clamped)
       w.comment(cat(fn, "() reads per-key inputs: a key past seqlen_k reaches it as key seqlen_k - 1."));
   }
   forEachScore(w, kTile,
-               {cat("if ((kv >= p.seqlenK) ", readsInputs ? "|" : "||", " !", fn, "(b, h, q, ", keyArgs, ", p))"),
+               {cat("if ((kv >= p.seqlenK) ", readsInputs ? "|" : "||", " !", fn, "(b, h, q, ", keyArgs(key), ", p))"),
                 "  score[mt][nt][i] = sm80::kNegInf;"});
 }
 

@@ -259,6 +259,17 @@ TEST(Codegen, ScoreModifierAndParameters) {
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
 }
 
+/// Builds `variant`, prints its kernel into `src` and NVRTC-compiles that for `arch` (fails the test on any error).
+void emitAndCompile(Compiler &compiler, const Variant &variant, int headDim, const char *arch, std::string &src) {
+  tile::FuncOp func = compiler.build(variant, ElementType::BF16, headDim, arch);
+  ASSERT_TRUE(func) << compiler.diagnostics;
+  auto kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  src = kernel->source;
+  StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", arch, NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
+}
+
 /// A score_mod or mask that reads an input per key gets keys past seqlen_k (a tile's padding, masked) as key
 /// seqlen_k - 1, so its reads stay inside the array; one that reads per head or row gets kv as is.
 TEST(Codegen, PerKeyInputsStayInBounds) {
@@ -269,16 +280,11 @@ TEST(Codegen, PerKeyInputsStayInBounds) {
                        });
   Compiler compiler;
   for (auto [variant, clamped] : {std::pair{perKey, true}, std::pair{variants::alibi(), false}}) {
-    tile::FuncOp func = compiler.build(variant, ElementType::BF16, 64, "sm_80");
-    ASSERT_TRUE(func) << compiler.diagnostics;
-    auto kernel = codegen::emitCuda(func);
-    ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
-    const std::string &src = kernel->source;
+    std::string src;
+    ASSERT_NO_FATAL_FAILURE(emitAndCompile(compiler, variant, 64, "sm_80", src));
     EXPECT_EQ(count(src, "(score[mt][nt][i], b, h, q, min(kv, p.seqlenK - 1), p);"), clamped ? 2 : 0) << src;
     // ALiBi's slopes are per head; its key arrives split for the float distance (FloatDistancesWithoutConversions).
     EXPECT_EQ(count(src, "(score[mt][nt][i], b, h, q, kvTile, kvStep, p);"), clamped ? 0 : 2) << src;
-    StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_80", NvrtcOutput::Cubin);
-    ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
   }
   // The same for a mask: one reading an input per key gets clamped keys, document_mask (per query row) does not.
   Variant keyMask =
@@ -286,15 +292,10 @@ TEST(Codegen, PerKeyInputsStayInBounds) {
         return p.load("key_from", c.sizes.keyOffset() + c.kv) <= c.qAligned();
       });
   for (auto [variant, clamped] : {std::pair{keyMask, true}, std::pair{variants::documentMask(), false}}) {
-    tile::FuncOp func = compiler.build(variant, ElementType::BF16, 64, "sm_80");
-    ASSERT_TRUE(func) << compiler.diagnostics;
-    auto kernel = codegen::emitCuda(func);
-    ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
-    const std::string &src = kernel->source;
+    std::string src;
+    ASSERT_NO_FATAL_FAILURE(emitAndCompile(compiler, variant, 64, "sm_80", src));
     EXPECT_EQ(count(src, "if ((kv >= p.seqlenK) | !keep(b, h, q, min(kv, p.seqlenK - 1), p))") > 0, clamped) << src;
     EXPECT_EQ(count(src, "if ((kv >= p.seqlenK) | !keep(b, h, q, kv, p))") > 0, !clamped) << src;
-    StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_80", NvrtcOutput::Cubin);
-    ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
   }
 }
 
