@@ -6,7 +6,9 @@ For every built-in variant (kernels from `flashtile aot --variants ...`, called 
           1e-5 with k = 2 (3 for softcap), where ref_lowp runs the same math with bf16/f16 matmuls and P; LSE too.
           Then once more over packed sequences (flashtile_forward_varlen_variant), each against its own reference.
   speed   bf16, head dim 128, B=2, H=16, Sq=Sk=8192: useful-FLOP TFLOP/s (4*D*attended pairs) of the variant, of our
-          plain kernel with the same masking (causal or none) and of FlexAttention's version (torch.compile).
+          plain kernel with the same masking (causal or none) and of FlexAttention's version (torch.compile); for
+          document_mask also of our plain causal kernel over the same documents as packed sequences (varlen), which
+          attends exactly the same pairs.
 """
 import argparse
 import ctypes
@@ -291,7 +293,8 @@ def main():
         from torch.nn.attention.flex_attention import flex_attention as fa
         flex_attention = torch.compile(fa)
     print(f"\nspeed: bf16 hd={d} B={b} H={h} S={s}, useful TFLOP/s (4*D*attended pairs)")
-    print(f"{'variant':22} {'ours':>7} {'plain':>7} {'ratio':>6} {'flex':>7} {'ours/flex':>9}")
+    print(f"{'variant':22} {'ours':>7} {'plain':>7} {'ratio':>6} {'flex':>7} {'ours/flex':>9} {'same':>7} "
+          f"{'ratio':>6}   (same: our plain kernel on exactly the variant's mask, where one exists)")
     speed_gen = torch.Generator(device="cuda")
     for var in selected:
         speed_gen.manual_seed(args.speed_seed)  # the same inputs whichever variants run
@@ -301,6 +304,23 @@ def main():
         ours = flops / bench(lambda: call(ft, var.name, q, k, v, o, lse, var.params, inputs)) / 1e9
         plain_pairs = s * s if var.plain == "none" else s * (s + 1) / 2
         plain = 4 * b * h * d * plain_pairs / bench(lambda: call(ft, var.plain, q, k, v, o, lse, [], [])) / 1e9
+        # The plain kernel with the same masking, where one exists: document_mask attends exactly what plain
+        # causal attention does over each document as its own sequence (varlen, packed rows of both batches).
+        same = None
+        if var.docs:
+            t = torch.arange(s, device="cuda").expand(b, s)
+            starts = (t + torch.arange(b, device="cuda")[:, None] * s)[inputs[0] == t]
+            cu = torch.cat([starts, torch.tensor([b * s], device="cuda")]).int().contiguous()
+            longest = int((cu[1:] - cu[:-1]).max())
+            qp, kp, vp, op = (x.reshape(b * s, h, d) for x in (q, k, v, o))
+            lsep = torch.empty(h, b * s, device="cuda")
+            same = flops / bench(lambda: call_varlen(ft, "causal", qp, kp, vp, op, lsep, cu, cu, longest, longest,
+                                                     [], [])) / 1e9
+            call(ft, var.name, q, k, v, o, lse, var.params, inputs)
+            o_doc = o.clone()
+            call_varlen(ft, "causal", qp, kp, vp, op, lsep, cu, cu, longest, longest, [], [])
+            print(f"  ({len(cu) - 1} documents, longest {longest}; max |O - O(plain varlen)| = "
+                  f"{(o_doc.float() - o.float()).abs().max().item():.1e})", flush=True)
         flex = None
         if flex_attention is not None:
             spec = var.flex(s, s, inputs, b, h)
@@ -310,15 +330,17 @@ def main():
                                                              block_mask=block_mask)) / 1e9
         fs = f"{flex:7.1f}" if flex else "      -"
         fr = f"{ours / flex:9.2f}" if flex else "        -"
-        print(f"{var.name:22} {ours:7.1f} {plain:7.1f} {ours / plain:6.2f} {fs} {fr}", flush=True)
-        rows.append((var.name, ours, plain, flex))
+        ss = f"{same:7.1f} {ours / same:6.2f}" if same else "      -      -"
+        print(f"{var.name:22} {ours:7.1f} {plain:7.1f} {ours / plain:6.2f} {fs} {fr} {ss}", flush=True)
+        rows.append((var.name, ours, plain, flex, same))
     if args.markdown:
         with open(args.markdown, "w") as fh:
             fh.write(f"| variant | flashtile | our plain ({'/'.join(sorted({v.plain for v in VARIANTS}))}) | ratio | "
-                     f"FlexAttention | ours/Flex |\n|---|---|---|---|---|---|\n")
-            for name, ours, plain, flex in rows:
+                     f"FlexAttention | ours/Flex | our plain, same mask | ratio |\n|---|---|---|---|---|---|---|---|\n")
+            for name, ours, plain, flex, same in rows:
                 fh.write(f"| {name} | {ours:.0f} | {plain:.0f} | {ours / plain:.2f} | "
-                         f"{f'{flex:.0f}' if flex else '-'} | {f'{ours / flex:.2f}' if flex else '-'} |\n")
+                         f"{f'{flex:.0f}' if flex else '-'} | {f'{ours / flex:.2f}' if flex else '-'} | "
+                         f"{f'{same:.0f}' if same else '-'} | {f'{ours / same:.2f}' if same else '-'} |\n")
     if failures:
         print(f"{failures} variant checks FAILED", file=sys.stderr)
         sys.exit(1)

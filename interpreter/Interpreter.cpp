@@ -127,6 +127,7 @@ private:
 
   LogicalResult exec(DimOp op);
   LogicalResult exec(ParamOp op);
+  LogicalResult exec(SoftmaxScaleOp op);
   LogicalResult exec(InputOp op);
   LogicalResult exec(KvRangeOp op);
   LogicalResult exec(LoadOp op);
@@ -233,8 +234,8 @@ LogicalResult Interpreter::execBlock(Block &block) {
 
 LogicalResult Interpreter::exec(Operation &op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(&op)
-      .Case<DimOp, ParamOp, InputOp, KvRangeOp, LoadOp, CopyAsyncOp, WaitAsyncOp, StoreOp, QkOp, ScaleOp, ScoreModOp,
-            MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp>(
+      .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, CopyAsyncOp, WaitAsyncOp, StoreOp, QkOp,
+            ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp>(
           [&](auto tileOp) { return exec(tileOp); })
       .Default([&](Operation *other) { return execScalar(*other); });
 }
@@ -341,6 +342,11 @@ LogicalResult Interpreter::exec(ParamOp op) {
   if (index < 0)
     return fail(op, "'" + op.getName() + "' is not a parameter of the program");
   scalars[op.getResult()] = Scalar::real(problem.params[index]);
+  return success();
+}
+
+LogicalResult Interpreter::exec(SoftmaxScaleOp op) {
+  scalars[op.getResult()] = Scalar::real(op.getInverse() ? 1.0f / problem.softmaxScale : problem.softmaxScale);
   return success();
 }
 

@@ -426,8 +426,9 @@ void KernelPrinter::printSequence() {
   w.comment("(seqlenQ and seqlenK hold total_q and total_k). p is that sequence's view, base pointers and lengths, so");
   w.comment("every seqlen below (tile.dim \"seqlen_q\", \"seqlen_k\"), in the variant's functions too, is its own.");
   w.comment("Only fields that differ are rewritten: the others stay kernel-argument reads. p.keyOffset is");
-  w.comment("b·seqlen_k dense and the sequence's first key row (cuSeqlensK[z], clamped) varlen.");
-  w.line("FlashtileSequence p{params, blockBatch * params.seqlenK};");
+  w.comment("b·seqlen_k dense and the sequence's first key row (cuSeqlensK[z], clamped) varlen; p.invSoftmaxScale");
+  w.comment("is tile.softmax_scale inverse.");
+  w.line("FlashtileSequence p{params, blockBatch * params.seqlenK, 1.f / params.softmaxScale};");
   w.open("if (params.cuSeqlensQ)");
   w.line("const int z = blockBatch;");
   w.line("const int qBegin = min(max(params.cuSeqlensQ[z], 0), params.seqlenQ);");
@@ -747,9 +748,9 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   src += kKernelAbiText;
   src += target->prelude();
   src += "\n// The sequence a thread block works on: the kernel parameters, base pointers and lengths rewritten for a\n"
-         "// varlen sequence, and the row of its first key among all sequences' keys (tile.dim \"key_offset\"),\n"
-         "// computed once per block instead of per score.\n"
-         "struct FlashtileSequence : FlashtileFwdParams {\n  int keyOffset;\n};\n";
+         "// varlen sequence, the row of its first key among all sequences' keys (tile.dim \"key_offset\") and\n"
+         "// 1 / softmax_scale (tile.softmax_scale inverse), computed once per block instead of per score.\n"
+         "struct FlashtileSequence : FlashtileFwdParams {\n  int keyOffset;\n  float invSoftmaxScale;\n};\n";
   if (std::string defs = helpers.definitions(); !defs.empty())
     src += "\n" + defs;
   src += "\n" + functions.str();

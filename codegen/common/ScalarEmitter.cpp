@@ -111,7 +111,7 @@ bool ScalarEmitter::isScalarOp(Operation *op) {
              arith::OrIOp, arith::XOrIOp, arith::SelectOp, arith::AddFOp, arith::SubFOp, arith::MulFOp, arith::DivFOp,
              arith::NegFOp, arith::MaximumFOp, arith::MinimumFOp, arith::CmpFOp, arith::SIToFPOp, arith::FPToSIOp,
              math::TanhOp, math::ExpOp, math::Exp2Op, math::LogOp, math::SqrtOp, math::AbsFOp, math::AbsIOp,
-             tile::DimOp, tile::ParamOp, tile::InputOp>(op);
+             tile::DimOp, tile::ParamOp, tile::InputOp, tile::SoftmaxScaleOp>(op);
 }
 
 bool ScalarEmitter::dependsOn(Value v, Value target) {
@@ -225,6 +225,9 @@ FailureOr<CExpr> ScalarEmitter::print(Operation *op) {
       })
       .Case([&](tile::DimOp d) {
         return CExpr{dimField(d.getName()).str(), true};
+      })
+      .Case([&](tile::SoftmaxScaleOp c) {
+        return CExpr{c.getInverse() ? "p.invSoftmaxScale" : "p.softmaxScale", true};
       })
       .Case([&](tile::ParamOp p) -> FailureOr<CExpr> {
         int64_t index = func.paramIndex(p.getName());
@@ -390,7 +393,7 @@ LogicalResult ScalarEmitter::emit(Operation *op) {
 }
 
 bool ScalarEmitter::declares(Operation *op) const {
-  if (isa<arith::ConstantOp, tile::DimOp, tile::ParamOp>(op) || op->getNumResults() != 1)
+  if (isa<arith::ConstantOp, tile::DimOp, tile::ParamOp, tile::SoftmaxScaleOp>(op) || op->getNumResults() != 1)
     return false;
   Value result = op->getResult(0);
   bool foldable = !hints.contains(result) && result.hasOneUse() &&
@@ -407,7 +410,7 @@ FailureOr<CExpr> ScalarEmitter::materialize(Value value, Operation *user) {
   FailureOr<CExpr> e = print(def);
   if (failed(e))
     return failure();
-  if (isa<arith::ConstantOp, tile::DimOp, tile::ParamOp>(def)) {
+  if (isa<arith::ConstantOp, tile::DimOp, tile::ParamOp, tile::SoftmaxScaleOp>(def)) {
     exprs[value] = *e;
     return *e;
   }

@@ -10,6 +10,8 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <functional>
+
 using namespace mlir;
 using namespace flashtile::tile;
 
@@ -143,8 +145,7 @@ LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "schedule minBlocksPerSm = " << minBlocksPerSm << " is not supported; accepted: 0 or more";
   // The kernels' block order multiplies group sizes in 32-bit ints.
   if (lptGroupBlocks < 0 || lptGroupBlocks > (1 << 20))
-    return emitError() << "schedule lptGroupBlocks = " << lptGroupBlocks
-                       << " is not supported; accepted: 0 to 1048576";
+    return emitError() << "schedule lptGroupBlocks = " << lptGroupBlocks << " is not supported; accepted: 0 to 1048576";
   return success();
 }
 
@@ -433,7 +434,129 @@ struct FoldScaleIntoSoftmax : OpRewritePattern<SoftmaxUpdateOp> {
     return success();
   }
 };
+
+/// Whether `v` is computed from `target` (walking operands through their defining ops).
+bool computedFrom(Value v, Value target) {
+  SmallVector<Value> work = {v};
+  llvm::DenseSet<Value> seen;
+  while (!work.empty()) {
+    Value next = work.pop_back_val();
+    if (next == target)
+      return true;
+    if (!seen.insert(next).second)
+      continue;
+    if (Operation *def = next.getDefiningOp())
+      work.append(def->operand_begin(), def->operand_end());
+  }
+  return false;
+}
+
+/// What the scale-moving patterns below look at: the `tile.scale` right before a score modifier (its only user),
+/// the modifier's score argument, and which values are the same for every score of a block (computed without
+/// the score, q or kv: slopes, parameters, sequence lengths).
+struct ScaledScoreMod {
+  ScaleOp scale;
+  Value score;
+  std::function<bool(Value)> uniform;
+
+  static FailureOr<ScaledScoreMod> match(ScoreModOp op, PatternRewriter &rewriter) {
+    auto scale = op.getS().getDefiningOp<ScaleOp>();
+    if (!scale || !scale->hasOneUse())
+      return rewriter.notifyMatchFailure(op, "scores are not scaled right before the modifier");
+    Block &body = op.getBody().front();
+    Value score = body.getArgument(0), q = body.getArgument(3), kv = body.getArgument(4);
+    if (!score.hasOneUse())
+      return rewriter.notifyMatchFailure(op, "the modifier uses the score more than once");
+    return ScaledScoreMod{
+        scale, score, [=](Value v) { return !computedFrom(v, score) && !computedFrom(v, q) && !computedFrom(v, kv); }};
+  }
+
+  /// `tile.softmax_scale [inverse]` at the start of the modifier's body.
+  static Value constant(ScoreModOp op, PatternRewriter &rewriter, bool inverse) {
+    OpBuilder::InsertionGuard guard(rewriter);
+    rewriter.setInsertionPointToStart(&op.getBody().front());
+    return SoftmaxScaleOp::create(rewriter, op.getLoc(), rewriter.getF32Type(), inverse);
+  }
+
+  /// Replaces `user`'s operand `value` by value·factor, put on a block-uniform operand of `value`'s product when
+  /// it has one (computed once per block), else one multiply.
+  void multiply(PatternRewriter &rewriter, Operation *user, Value value, Value factor) const {
+    OpBuilder::InsertionGuard guard(rewriter);
+    auto product = value.getDefiningOp<arith::MulFOp>();
+    if (product && product->hasOneUse() && (uniform(product.getLhs()) || uniform(product.getRhs()))) {
+      unsigned index = uniform(product.getLhs()) ? 0 : 1;
+      rewriter.setInsertionPoint(product);
+      Value scaled = arith::MulFOp::create(rewriter, product.getLoc(), product->getOperand(index), factor);
+      rewriter.modifyOpInPlace(product, [&] { product->setOperand(index, scaled); });
+      return;
+    }
+    rewriter.setInsertionPoint(user);
+    Value scaled = arith::MulFOp::create(rewriter, user->getLoc(), value, factor);
+    rewriter.modifyOpInPlace(user, [&] { user->replaceUsesOfWith(value, scaled); });
+  }
+};
+
+/// A score modifier that only adds a term to the score (`score + g`, `g + score`, `score - g`, g computed
+/// without the score: ALiBi, a bias table, a per-key bias) commutes with the scale: scale·s + g =
+/// scale·(s + g·(1/scale)) for scale > 0 (the runtime rejects other scales). Moved before `tile.scale`, the scale
+/// can fold into the softmax's exp2 multiplier (FoldScaleIntoSoftmax): one multiply per score fewer. The
+/// reciprocal goes on a block-uniform factor of g (g = slope·|distance|: on the slope), else g·(1/scale) is one
+/// multiply, as the scale was. The rounding differs from scale·s + g by a few ulp of g.
+struct MoveAdditiveScoreModBeforeScale : OpRewritePattern<ScoreModOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ScoreModOp op, PatternRewriter &rewriter) const override {
+    FailureOr<ScaledScoreMod> m = ScaledScoreMod::match(op, rewriter);
+    if (failed(m))
+      return failure();
+    Operation *sum = op.getBody().front().getTerminator()->getOperand(0).getDefiningOp();
+    Value score = m->score, term;
+    if (auto add = dyn_cast_or_null<arith::AddFOp>(sum))
+      term = add.getLhs() == score ? add.getRhs() : add.getRhs() == score ? add.getLhs() : Value();
+    else if (auto sub = dyn_cast_or_null<arith::SubFOp>(sum))
+      term = sub.getLhs() == score ? sub.getRhs() : Value();
+    if (!term || computedFrom(term, score))
+      return rewriter.notifyMatchFailure(op, "the modifier is not score + a term computed without the score");
+
+    m->multiply(rewriter, sum, term, ScaledScoreMod::constant(op, rewriter, /*inverse=*/true));
+    rewriter.modifyOpInPlace(op, [&] { op.getSMutable().assign(m->scale.getS()); });
+    rewriter.setInsertionPointAfter(op);
+    auto moved = ScaleOp::create(rewriter, m->scale.getLoc(), op.getType(), op.getResult());
+    rewriter.replaceAllUsesExcept(op.getResult(), moved.getResult(), moved);
+    rewriter.eraseOp(m->scale);
+    return success();
+  }
+};
+
+/// A score modifier that first multiplies or divides the score by a block-uniform u (softcap: s·(1/cap)) takes
+/// the scale into u: (scale·s)·u = s·(u·scale), (scale·s)/u = s/(u·(1/scale)). The multiply per score for the
+/// scale goes away (u·scale is computed once per block); the rounding differs by an ulp.
+struct AbsorbScaleIntoScoreMod : OpRewritePattern<ScoreModOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ScoreModOp op, PatternRewriter &rewriter) const override {
+    FailureOr<ScaledScoreMod> m = ScaledScoreMod::match(op, rewriter);
+    if (failed(m))
+      return failure();
+    Operation *user = *m->score.getUsers().begin();
+    Value u;
+    bool divides = false;
+    if (auto mul = dyn_cast<arith::MulFOp>(user))
+      u = mul.getLhs() == m->score ? mul.getRhs() : mul.getLhs();
+    else if (auto div = dyn_cast<arith::DivFOp>(user); div && div.getLhs() == m->score)
+      u = div.getRhs(), divides = true;
+    if (!u || !m->uniform(u))
+      return rewriter.notifyMatchFailure(op, "the score is not first multiplied or divided by a block-uniform value");
+
+    m->multiply(rewriter, user, u, ScaledScoreMod::constant(op, rewriter, /*inverse=*/divides));
+    rewriter.modifyOpInPlace(op, [&] { op.getSMutable().assign(m->scale.getS()); });
+    rewriter.eraseOp(m->scale);
+    return success();
+  }
+};
 } // namespace
+
+void ScoreModOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
+  results.add<MoveAdditiveScoreModBeforeScale, AbsorbScaleIntoScoreMod>(context);
+}
 
 void SoftmaxUpdateOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
   results.add<FoldScaleIntoSoftmax>(context);

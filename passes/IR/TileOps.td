@@ -209,6 +209,19 @@ def Tile_ScaleOp : Tile_Op<"scale", [Pure, SameOperandsAndResultType]> {
   let assemblyFormat = "$s attr-dict `:` type($s)";
 }
 
+def Tile_SoftmaxScaleOp : Tile_Op<"softmax_scale", [Pure]> {
+  let summary = "softmax_scale, or with `inverse` 1 / softmax_scale: kernel constants";
+  let description = [{
+    `%c = tile.softmax_scale : f32`, `%inv = tile.softmax_scale inverse : f32`. Canonicalization creates them when
+    it moves the scale into a score modifier: an additive one (`score + g`) runs before `tile.scale` on
+    g·(1/scale), which lets the scale fold into the softmax's exp2 multiplier; one whose score is first
+    multiplied by a block-uniform u (softcap's s·(1/cap)) takes the scale into u. Programs may use them too.
+  }];
+  let arguments = (ins UnitAttr:$inverse);
+  let results = (outs F32:$result);
+  let assemblyFormat = "(`inverse` $inverse^)? attr-dict `:` type($result)";
+}
+
 def Tile_ScoreModOp : Tile_Op<"score_mod", [AllTypesMatch<["s", "result"]>, SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects]> {
   let summary = "the variant's score modifier, applied elementwise";
   let description = [{
@@ -229,6 +242,7 @@ def Tile_ScoreModOp : Tile_Op<"score_mod", [AllTypesMatch<["s", "result"]>, Sing
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "$s attr-dict `:` type($s) $body";
   let hasVerifier = 1;
+  let hasCanonicalizer = 1;
 }
 
 def Tile_MaskOp : Tile_Op<"mask", [AllTypesMatch<["s", "result"]>, SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects]> {

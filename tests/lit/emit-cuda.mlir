@@ -26,7 +26,7 @@
 // CHECK-NEXT:    const int blockBatch = pair / gridDim.y, blockHead = pair % gridDim.y;
 
 // The block's sequence: a batch entry, or (varlen) packed rows from cu_seqlens; p is its view, seqlens included.
-// CHECK:         FlashtileSequence p{params, blockBatch * params.seqlenK};
+// CHECK:         FlashtileSequence p{params, blockBatch * params.seqlenK, 1.f / params.softmaxScale};
 // CHECK-NEXT:    if (params.cuSeqlensQ) {
 // CHECK:           const int qBegin = min(max(params.cuSeqlensQ[z], 0), params.seqlenQ);
 // CHECK:           p.q = static_cast<const unsigned short *>(params.q) + qBegin * params.qRowStride;

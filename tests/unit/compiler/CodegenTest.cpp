@@ -252,8 +252,10 @@ TEST(Codegen, ScoreModifierAndParameters) {
       << src;
   EXPECT_NE(src.find("tileTanh("), std::string::npos) << src;
   EXPECT_NE(src.find("p.variantParams[0]"), std::string::npos) << src;
-  // The modifier needs scaled scores, so the scale is not folded into the softmax.
-  EXPECT_NE(src.find("score[mt][nt][i] *= p.softmaxScale;"), std::string::npos) << src;
+  // The modifier needs scaled scores: s / cap takes the scale as s / (cap·(1/scale)) (no multiply per score for
+  // it), and the softmax multiplies by log2(e) only.
+  EXPECT_NE(src.find("tileTanh(score / (p.variantParams[0] * p.invSoftmaxScale))"), std::string::npos) << src;
+  EXPECT_EQ(src.find("*= p.softmaxScale"), std::string::npos) << src;
   EXPECT_NE(src.find("const float scoreScale = sm80::kLog2e;"), std::string::npos) << src;
   StatusOr<std::string> cubin = compileCuda(src, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin);
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
@@ -316,6 +318,13 @@ TEST(Codegen, FloatDistancesWithoutConversions) {
             std::string::npos)
       << src;
   EXPECT_EQ(src.find("static_cast<float>(abs("), std::string::npos) << src;
+  // ALiBi is additive: it runs on unscaled scores with 1/scale on the slope, and the scale joins log2(e) in the
+  // softmax's exp2 multiplier (no multiply per score for it).
+  EXPECT_NE(src.find("return score - ((static_cast<const float *>(p.inputs[0])[h] * p.invSoftmaxScale) * fabsf("),
+            std::string::npos)
+      << src;
+  EXPECT_EQ(src.find("*= p.softmaxScale"), std::string::npos) << src;
+  EXPECT_NE(src.find("const float scoreScale = p.scaleLog2;"), std::string::npos) << src;
   EXPECT_NE(src.find("const int kvTile = j * kBlockN + fragCol, kvStep = 8 * nt + i % 2;"), std::string::npos) << src;
   // A conversion that is not of a key distance (here of the head index) stays a conversion.
   Variant headBias = Variant("head_bias").score([](dsl::Expr s, const dsl::Coords &c, const dsl::Params &) {
@@ -325,7 +334,7 @@ TEST(Codegen, FloatDistancesWithoutConversions) {
   ASSERT_TRUE(other) << compiler.diagnostics;
   auto otherKernel = codegen::emitCuda(other);
   ASSERT_TRUE(mlir::succeeded(otherKernel)) << compiler.diagnostics;
-  EXPECT_NE(otherKernel->source.find("return score + static_cast<float>(h);"), std::string::npos)
+  EXPECT_NE(otherKernel->source.find("return score + (static_cast<float>(h) * p.invSoftmaxScale);"), std::string::npos)
       << otherKernel->source;
   EXPECT_NE(otherKernel->source.find("(score[mt][nt][i], b, h, q, kv, p);"), std::string::npos);
   for (const std::string *text : {&src, static_cast<const std::string *>(&otherKernel->source)}) {
@@ -379,7 +388,8 @@ TEST(Codegen, InputsAndSinks) {
   // "key_offset": b * seqlen_k dense, cu_seqlens_k[b] varlen), computed once per block.
   EXPECT_EQ(count(src, "static_cast<const int *>(p.inputs[1])["), 3) << src;
   EXPECT_EQ(count(src, "static_cast<const int *>(p.inputs[1])[p.keyOffset + "), 3) << src;
-  EXPECT_EQ(count(src, "FlashtileSequence p{params, blockBatch * params.seqlenK};"), 1) << src;
+  EXPECT_EQ(count(src, "FlashtileSequence p{params, blockBatch * params.seqlenK, 1.f / params.softmaxScale};"), 1)
+      << src;
   EXPECT_EQ(count(src, "p.keyOffset = kBegin;"), 1) << src;
   // The mask's two conditions are evaluated without short-circuit (no branch per score around the load).
   EXPECT_NE(src.find("return (kv <= t0) & (kv >= static_cast<const int *>(p.inputs[1])"), std::string::npos) << src;
