@@ -168,7 +168,7 @@ Status Jit::check(const AttentionArgs &args) {
   return Status();
 }
 
-StatusOr<CachedKernel> Jit::compileSpec(const KernelSpec &spec) {
+StatusOr<std::pair<Variant, CompileOptions>> Jit::optionsFor(const KernelSpec &spec) {
   std::optional<Variant> variant;
   fa2::Fa2Options fa2;
   {
@@ -193,12 +193,34 @@ StatusOr<CachedKernel> Jit::compileSpec(const KernelSpec &spec) {
   options.schedule = spec.schedule;
   options.fa2 = fa2;
   options.fa2.arch = spec.arch;
-  auto result = compile(*variant, options, Stage::Cubin);
+  options.fa2.shapeClass = spec.shapeClass;
+  return std::pair{*variant, options};
+}
+
+ShapeClassFn Jit::shapeClassFn() {
+  return [this](const KernelSpec &spec) -> StatusOr<std::string> {
+    auto what = optionsFor(spec);
+    if (!what.ok())
+      return what.status();
+    auto result = compile(what->first, what->second, Stage::Cuda);
+    if (!result.ok())
+      return result.status();
+    return result->info.shapeClass;
+  };
+}
+
+StatusOr<CachedKernel> Jit::compileSpec(const KernelSpec &spec) {
+  auto what = optionsFor(spec);
+  if (!what.ok())
+    return what.status();
+  auto result = compile(what->first, what->second, Stage::Cubin);
   if (!result.ok())
     return result.status();
   CachedKernel kernel;
   kernel.info = result->info;
   kernel.info.variant = spec.variant; // the runtime matches on the id it asked for
+  // A class scheduled like the default class builds the default's kernel; the runtime asks shapeClassFn first
+  // and then asks for the default class, so this relabeling happens only for runtimes without that hook.
   kernel.info.shapeClass = spec.shapeClass;
   kernel.cubin = std::move(result->cubin);
   return kernel;

@@ -52,6 +52,9 @@ public:
   StatusOr<std::string> add(const Variant &variant);
   /// The hook to pass to Runtime::setCompiler; this Jit must outlive the runtime that holds it.
   CompileFn compileFn();
+  /// The shape-class hook to pass with it: whether a spec's shape class is scheduled differently from the
+  /// default class (MLIR only, no NVRTC: about a millisecond; the runtime asks once per spec).
+  ShapeClassFn shapeClassFn();
   /// The hook to pass to Runtime::setVariantCheck: for a variant this Jit knows, the call's variantParams (count
   /// and the variant's validate hooks, e.g. window sizes >= -1) and inputs (count, non-null). Needs no GPU.
   VariantCheckFn checkFn();
@@ -62,6 +65,8 @@ public:
 
 private:
   StatusOr<CachedKernel> compileSpec(const KernelSpec &spec);
+  /// The variant and compile options for `spec`, or why there are none.
+  StatusOr<std::pair<Variant, CompileOptions>> optionsFor(const KernelSpec &spec);
   std::mutex mutex;
   std::map<std::string, Variant> variants;
   fa2::Fa2Options scheduleOptions;

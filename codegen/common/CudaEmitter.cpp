@@ -23,6 +23,10 @@
 using namespace mlir;
 using namespace flashtile::tile;
 
+// The schedules' shape-class names are the runtime's (they cannot include each other's headers).
+static_assert(flashtile::kDefaultShapeClass == std::string_view(flashtile::fa2::kShapeClassDefault));
+static_assert(flashtile::kShortShapeClass == std::string_view(flashtile::fa2::kShapeClassShort));
+
 namespace flashtile::codegen {
 namespace {
 
@@ -704,14 +708,15 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   KernelInfo &info = kernel.info;
   info.entry = "flashtile_" + sanitize(schedule.getName()) + "_" + sanitize(func.getVariant()) + "_" + shape.dtype +
                "_d" + std::to_string(shape.headDim) +
-               (shape.headDimV != shape.headDim ? "_dv" + std::to_string(shape.headDimV) : "");
+               (shape.headDimV != shape.headDim ? "_dv" + std::to_string(shape.headDimV) : "") +
+               (schedule.getShapeClass() != fa2::kShapeClassDefault ? "_" + sanitize(schedule.getShapeClass()) : "");
   info.arch = targetAttr.getArch().str();
   info.dtype = shape.dtype;
   info.headDim = shape.headDim;
   info.headDimV = shape.headDimV;
   info.variant = func.getVariant().str();
   info.schedule = schedule.getName().str();
-  info.shapeClass = "default";
+  info.shapeClass = schedule.getShapeClass().str();
   info.blockM = shape.blockM;
   info.blockN = shape.blockN;
   info.threads = shape.warps * fa2::kWarpSize;

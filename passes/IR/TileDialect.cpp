@@ -135,7 +135,7 @@ int64_t FuncOp::inputIndex(StringRef name) {
 
 LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef name, int64_t blockM,
                                    int64_t blockN, int64_t warps, int64_t stages, int64_t rescaleThreshold,
-                                   int64_t minBlocksPerSm, int64_t lptGroupBlocks) {
+                                   int64_t minBlocksPerSm, int64_t lptGroupBlocks, StringRef shapeClass) {
   if (blockM < 1 || blockN < 1 || warps < 1 || stages < 1)
     return emitError() << "schedule blockM, blockN, warps and stages must be positive";
   // P may reach 2^rescaleThreshold: at most 15 keeps it finite in fp16 (tile.softmax_update).
@@ -146,6 +146,8 @@ LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   // The kernels' block order multiplies group sizes in 32-bit ints.
   if (lptGroupBlocks < 0 || lptGroupBlocks > (1 << 20))
     return emitError() << "schedule lptGroupBlocks = " << lptGroupBlocks << " is not supported; accepted: 0 to 1048576";
+  if (shapeClass != "default" && shapeClass != "short")
+    return emitError() << "schedule shapeClass = '" << shapeClass << "' is not supported; accepted: default, short";
   return success();
 }
 

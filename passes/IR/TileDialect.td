@@ -65,13 +65,15 @@ def Tile_ScheduleAttr : Tile_Attr<"Schedule", "schedule"> {
     omitted: acc is rescaled every tile; τ > 0: only when a row max grows by more than τ, in log2 units),
     `minBlocksPerSm` the occupancy the register allocation must allow (0, omitted: no request), `lptGroupBlocks`
     the block order (0, omitted: Q tiles heaviest first within each batch entry and head; N: heaviest first across
-    groups of (batch, head) pairs of at least N blocks).
+    groups of (batch, head) pairs of at least N blocks), `shapeClass` the shapes the kernel is for ("default",
+    omitted: any; "short": at most 1024 query rows per sequence on average), which the kernel's name carries.
     Example: `#tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 2, rescaleThreshold = 8>`.
   }];
   let parameters = (ins StringRefParameter<>:$name, "int64_t":$blockM, "int64_t":$blockN, "int64_t":$warps,
                         "int64_t":$stages, DefaultValuedParameter<"int64_t", "0">:$rescaleThreshold,
                         DefaultValuedParameter<"int64_t", "0">:$minBlocksPerSm,
-                        DefaultValuedParameter<"int64_t", "0">:$lptGroupBlocks);
+                        DefaultValuedParameter<"int64_t", "0">:$lptGroupBlocks,
+                        StringRefParameter<"the shape class", "\"default\"">:$shapeClass);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }

@@ -69,28 +69,40 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
       traits.headBoundary |= !range.lowerBoundIs(0);
       traits.growingWalks |= range.getKind() == "may" && range.upperBoundFollowsRows();
     }
-    fa2::Fa2Config config = fa2::Fa2Config::defaultsFor(headDim, headDimV, traits);
-    if (blockM)
-      config.blockM = blockM;
-    if (blockN)
-      config.blockN = blockN;
-    if (warps)
-      config.warps = warps;
-    if (stages)
-      config.stages = stages;
-    if (rescaleThreshold != -1) // -1: the default; other values are validated below
-      config.rescaleThreshold = static_cast<int>(rescaleThreshold);
-    if (minBlocksPerSm != -1)
-      config.minBlocksPerSm = static_cast<int>(minBlocksPerSm);
-    if (lptGroupBlocks != -1)
-      config.lptGroupBlocks = static_cast<int>(lptGroupBlocks);
+    if (shapeClass != fa2::kShapeClassDefault && shapeClass != fa2::kShapeClassShort) {
+      func.emitOpError() << "unknown shape class '" << shapeClass << "'; accepted: " << fa2::kShapeClassDefault << ", "
+                         << fa2::kShapeClassShort;
+      return signalPassFailure();
+    }
+    // The knobs set here override the class's defaults; a class that ends up with the default class's
+    // configuration is that class (one kernel serves both).
+    auto configure = [&](bool shortSequences) {
+      fa2::Fa2Config config = fa2::Fa2Config::defaultsFor(headDim, headDimV, traits, shortSequences);
+      if (blockM)
+        config.blockM = blockM;
+      if (blockN)
+        config.blockN = blockN;
+      if (warps)
+        config.warps = warps;
+      if (stages)
+        config.stages = stages;
+      if (rescaleThreshold != -1) // -1: the default; other values are validated below
+        config.rescaleThreshold = static_cast<int>(rescaleThreshold);
+      if (minBlocksPerSm != -1)
+        config.minBlocksPerSm = static_cast<int>(minBlocksPerSm);
+      if (lptGroupBlocks != -1)
+        config.lptGroupBlocks = static_cast<int>(lptGroupBlocks);
+      return config;
+    };
+    fa2::Fa2Config config = configure(shapeClass == fa2::kShapeClassShort);
+    StringRef effectiveClass = config == configure(false) ? fa2::kShapeClassDefault : StringRef(shapeClass);
     if (auto error = config.validate(headDim, headDimV)) {
       func.emitOpError() << *error;
       return signalPassFailure();
     }
     func.setScheduleAttr(ScheduleAttr::get(&getContext(), fa2::kName, config.blockM, config.blockN, config.warps,
                                            config.stages, config.rescaleThreshold, config.minBlocksPerSm,
-                                           config.lptGroupBlocks));
+                                           config.lptGroupBlocks, effectiveClass));
     // The rescale policy is the softmax step's: the interpreter and the targets read it there.
     if (config.rescaleThreshold > 0)
       func.walk([&](SoftmaxUpdateOp update) { update.setRescaleThreshold(config.rescaleThreshold); });

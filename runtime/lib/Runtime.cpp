@@ -102,10 +102,12 @@ struct Runtime::Impl {
 
   KernelCache cache;
 
-  std::mutex configMutex; // guards the five fields below
+  std::mutex configMutex; // guards the seven fields below
   std::vector<AotKernel> aotKernels;
   std::vector<std::string> aotDirs;
   CompileFn compile;
+  ShapeClassFn shapeClassOf;
+  std::map<std::string, std::string> ownShapeClass; // spec key -> shapeClassOf's answer
   VariantCheckFn variantCheck;
   std::string schedule{kDefaultSchedule};
 
@@ -203,9 +205,11 @@ Runtime::~Runtime() {
 
 KernelCache &Runtime::cache() { return impl->cache; }
 
-void Runtime::setCompiler(CompileFn compile) {
+void Runtime::setCompiler(CompileFn compile, ShapeClassFn shapeClassOf) {
   std::lock_guard<std::mutex> lock(impl->configMutex);
   impl->compile = std::move(compile);
+  impl->shapeClassOf = std::move(shapeClassOf);
+  impl->ownShapeClass.clear();
 }
 
 void Runtime::setVariantCheck(VariantCheckFn check) {
@@ -263,7 +267,13 @@ StatusOr<KernelSpec> Runtime::specFor(const AttentionArgs &args, const std::stri
   if (!isValidId(schedule))
     return Status::error("schedule '" + schedule + "' (set with setSchedule) is not an id such as \"fa2\"");
   return KernelSpec{arch,     std::string(dtypeName(args.dtype)), args.headDim, args.headDimV, args.variant,
-                    schedule, std::string(kDefaultShapeClass)};
+                    schedule, std::string(shapeClassFor(args))};
+}
+
+std::string_view Runtime::shapeClassFor(const AttentionArgs &args) {
+  // Dense: every sequence has seqlenQ rows; varlen: seqlenQ is total_q, over `batch` sequences.
+  long long rows = args.seqlenQ, sequences = args.isVarlen() ? std::max(args.batch, 1) : 1;
+  return rows <= static_cast<long long>(kShortSeqlenQ) * sequences ? kShortShapeClass : kDefaultShapeClass;
 }
 
 StatusOr<KernelSpec> Runtime::specFor(const AttentionArgs &args) {
@@ -278,13 +288,46 @@ StatusOr<KernelSpec> Runtime::specFor(const AttentionArgs &args) {
   return specFor(args, *arch);
 }
 
-StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernel(const KernelSpec &spec) {
+StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernel(const KernelSpec &asked) {
+  KernelSpec spec = asked;
   CompileFn compile;
+  ShapeClassFn shapeClassOf;
+  {
+    std::lock_guard<std::mutex> lock(impl->configMutex);
+    if (spec.shapeClass != kDefaultShapeClass && impl->shapeClassOf) {
+      // The compiler knows whether the class is tiled differently; its answer is the same for every call.
+      auto known = impl->ownShapeClass.find(spec.key());
+      if (known != impl->ownShapeClass.end())
+        spec.shapeClass = known->second;
+      else
+        shapeClassOf = impl->shapeClassOf;
+    }
+  }
+  if (shapeClassOf) {
+    // Asked outside the lock: the compiler may take milliseconds (it schedules the variant's program).
+    StatusOr<std::string> own = shapeClassOf(spec);
+    if (!own.ok())
+      return own.status();
+    if (*own != spec.shapeClass && *own != kDefaultShapeClass)
+      return Status::error("the JIT compiler's shape-class hook answered '" + *own + "' for " + spec.key() +
+                           "; expected '" + spec.shapeClass + "' or '" + std::string(kDefaultShapeClass) + "'");
+    std::lock_guard<std::mutex> lock(impl->configMutex);
+    impl->ownShapeClass.emplace(spec.key(), *own);
+    spec.shapeClass = *own;
+  }
   {
     std::lock_guard<std::mutex> lock(impl->configMutex);
     for (const AotKernel &aot : impl->aotKernels)
       if (matches(aot.kernel->info, spec))
         return aot.kernel;
+    if (spec.shapeClass != kDefaultShapeClass && !impl->compile) {
+      // No kernel of its own ahead of time and nothing to build one: the default class's kernel runs any shape.
+      KernelSpec fallback = spec;
+      fallback.shapeClass = std::string(kDefaultShapeClass);
+      for (const AotKernel &aot : impl->aotKernels)
+        if (matches(aot.kernel->info, fallback))
+          return aot.kernel;
+    }
     if (!impl->compile) {
       std::vector<std::string> available;
       for (const AotKernel &aot : impl->aotKernels)

@@ -5,7 +5,7 @@
 
 namespace flashtile::fa2 {
 
-Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV, const ProgramTraits &traits) {
+Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV, const ProgramTraits &traits, bool shortSequences) {
   // Measured on the H200 (bench/RESULTS.md, bench/NOTES.md v2-v6), bf16, 2k and 8k, causal and not.
   Fa2Config c;
   c.blockM = 128;
@@ -42,6 +42,17 @@ Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV, const ProgramTraits 
     // there: one K/V buffer each (48 KB at head dim 128, no spills) measured faster (H200, 8k: sliding windows
     // +6% / +3%, document_mask +1%; NOTES v10). Capping registers for 3 blocks per SM (minBlocksPerSm) gained
     // a further 1-7% with nvcc's cubins but nothing with NVRTC's, which spill 3x more under the cap.
+    c.stages = kMinStages;
+  }
+  int widest = std::max(headDim, headDimV);
+  if (shortSequences && widest > 96 && widest <= 128 && traits.growingWalks && !traits.headBoundary) {
+    // Causal-like walks of short sequences (at most 1024 rows on average) are a few tiles long, and a block's
+    // fixed cost weighs most there: 64-row blocks of 4 warps with one K/V buffer, measured on the H200 (bf16,
+    // same run, NOTES v13) at 512 / 1024 / 2048 rows: causal +14 / +7 / 0%, softcap_causal +17 / +7 / -2%,
+    // alibi_causal +20 / +12 / +3%, sinks_causal +14 / +4 / 0%; at 4096 -5%. Non-causal walks lose 6-14%, and
+    // head dims 64 and 96 gain at most 7% at 512 (64) or lose (96): they keep the default.
+    c.blockM = 64;
+    c.warps = 4;
     c.stages = kMinStages;
   }
   // Heaviest first across the grid pays where walks grow with the Q tile (causal: +5-7% at head dim 128), and

@@ -62,6 +62,14 @@ GridTile gridTile(int linear, int qTiles, int pairs, int lptGroupBlocks);
 ///      P and l use the same m. τ is at most 15 so P stays finite in fp16.
 inline constexpr int kMaxRescaleThreshold = 15;
 
+/// Shape classes: the runtime picks a kernel per class from a call's shape (KernelInfo.h's kShapeClasses, the same
+/// strings), and defaultsFor tiles each class for its shapes.
+///  "default" — any shape;
+///  "short"   — sequences of at most 1024 query rows on average: a block's fixed cost (its Q tile, the first K/V
+///              tile's latency, the epilogue) weighs more there, and 64-row blocks halve it per block.
+inline constexpr const char *kShapeClassDefault = "default";
+inline constexpr const char *kShapeClassShort = "short";
+
 /// What the default configuration needs to know about the program (no MLIR here: ApplySchedule fills it in).
 struct ProgramTraits {
   /// The variant changes scores (tile.score_mod: softcap, ALiBi, ...).
@@ -85,8 +93,10 @@ struct Fa2Config {
   int minBlocksPerSm = 0;
   int lptGroupBlocks = 0; ///< block order: 0 within each (batch, head); N > 0 across groups of >= N blocks
 
-  /// The configuration used when the caller sets no knob, tuned per head dim and program.
-  static Fa2Config defaultsFor(int headDim, int headDimV, const ProgramTraits &traits = {});
+  /// The configuration used when the caller sets no knob, tuned per head dim, program and shape class
+  /// (`shortSequences`: the "short" class).
+  static Fa2Config defaultsFor(int headDim, int headDimV, const ProgramTraits &traits = {},
+                               bool shortSequences = false);
   /// The stages used when the caller does not choose them: 2 for head dims in (64, 128], else 1 (measured on
   /// the H200, bench/NOTES.md: elsewhere the second score tile costs more registers than the overlap gains).
   static int defaultStages(int headDim, int headDimV);
@@ -98,6 +108,7 @@ struct Fa2Config {
   /// chunks unless a multiple of 8 (bank-conflict-free ldmatrix without a swizzle; head dim 96: 208 bytes).
   static int rowBytes(int width);
   int threads() const { return warps * kWarpSize; }
+  bool operator==(const Fa2Config &) const = default;
 };
 
 } // namespace flashtile::fa2

@@ -19,6 +19,7 @@ void buildPipeline(mlir::OpPassManager &pm, const Fa2Options &options) {
   schedule.rescaleThreshold = options.rescaleThreshold;
   schedule.minBlocksPerSm = options.minBlocksPerSm;
   schedule.lptGroupBlocks = options.lptGroupBlocks;
+  schedule.shapeClass = options.shapeClass;
   func.addPass(tile::createTileApplySchedule(schedule));
   func.addPass(tile::createTileSplitBoundary());
   func.addPass(tile::createTilePipeline());

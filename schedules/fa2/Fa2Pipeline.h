@@ -13,6 +13,7 @@ namespace flashtile::fa2 {
 struct Fa2Options {
   int blockM = 0, blockN = 0, warps = 0, stages = 0;
   int rescaleThreshold = -1, minBlocksPerSm = -1, lptGroupBlocks = -1;
+  std::string shapeClass = kShapeClassDefault; ///< "default" or "short" (Fa2Config.h)
   std::string arch = "sm_80";
 };
 

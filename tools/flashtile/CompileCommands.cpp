@@ -20,8 +20,20 @@ namespace flashtile::cli {
 namespace {
 
 const std::set<std::string> kKernelFlags = {
-    "variant", "schedule", "arch",   "head-dim",          "head-dim-v",        "dtype",           "block-m",
-    "block-n", "warps",    "stages", "rescale-threshold", "min-blocks-per-sm", "lpt-group-blocks"};
+    "variant",          "schedule",   "arch",  "head-dim", "head-dim-v",        "dtype",
+    "block-m",          "block-n",    "warps", "stages",   "rescale-threshold", "min-blocks-per-sm",
+    "lpt-group-blocks", "shape-class"};
+
+/// A shape class name from a flag, checked against the runtime's classes.
+StatusOr<std::string> shapeClassFlag(const std::string &flag, const std::string &value) {
+  for (std::string_view known : kShapeClasses)
+    if (value == known)
+      return value;
+  std::string accepted;
+  for (std::string_view known : kShapeClasses)
+    accepted += (accepted.empty() ? "" : ", ") + std::string(known);
+  return Status::error("--" + flag + ": unknown shape class '" + value + "'; accepted: " + accepted);
+}
 
 int fail(const Status &status) {
   std::cerr << "flashtile: error: " << status.message() << "\n";
@@ -54,6 +66,12 @@ StatusOr<jit::CompileOptions> kernelOptions(const Args &args) {
   o.headDimV = *hdv;
   o.schedule = args.get("schedule", "fa2");
   o.fa2.arch = args.get("arch", "sm_90a");
+  if (args.has("shape-class")) {
+    auto shapeClass = shapeClassFlag("shape-class", args.get("shape-class"));
+    if (!shapeClass.ok())
+      return shapeClass.status();
+    o.fa2.shapeClass = *shapeClass;
+  }
   for (auto [flag, field] : {std::pair{"block-m", &o.fa2.blockM},
                              {"block-n", &o.fa2.blockN},
                              {"warps", &o.fa2.warps},
@@ -114,7 +132,7 @@ bool hasCompiler() { return true; }
 
 bool installCompiler(Runtime &runtime) {
   static jit::Jit jit; // outlives every Runtime the CLI makes
-  runtime.setCompiler(jit.compileFn());
+  runtime.setCompiler(jit.compileFn(), jit.shapeClassFn());
   return true;
 }
 
@@ -180,7 +198,8 @@ int aotCommand(const std::vector<std::string> &argv) {
                                  "stages",
                                  "rescale-threshold",
                                  "min-blocks-per-sm",
-                                 "lpt-group-blocks"};
+                                 "lpt-group-blocks",
+                                 "shape-classes"};
   auto args = Args::parse(argv, flags, {});
   if (!args.ok())
     return fail(args.status());
@@ -194,40 +213,56 @@ int aotCommand(const std::vector<std::string> &argv) {
   auto base = kernelOptions(*args);
   if (!base.ok())
     return fail(base.status());
+  std::vector<std::string> shapeClasses;
+  for (const std::string &name : args->getList("shape-classes", "default,short")) {
+    auto shapeClass = shapeClassFlag("shape-classes", name);
+    if (!shapeClass.ok())
+      return fail(shapeClass.status());
+    shapeClasses.push_back(*shapeClass);
+  }
   int count = 0;
   for (const std::string &variantName : args->getList("variants", "none,causal"))
     for (const std::string &dtypeName : args->getList("dtypes", "bf16,f16"))
-      for (const std::string &hdText : args->getList("head-dims", "64,128")) {
-        auto variant = variantFromName(variantName);
-        auto dtype = jit::parseElementType(dtypeName);
-        if (!variant.ok())
-          return fail(variant.status());
-        if (!dtype.ok())
-          return fail(dtype.status().withContext("--dtypes"));
-        jit::CompileOptions o = *base;
-        o.dtype = *dtype;
-        auto headDims = parseHeadDims(hdText);
-        if (!headDims.ok())
-          return fail(headDims.status());
-        std::tie(o.headDim, o.headDimV) = *headDims;
-        auto result = jit::compile(*variant, o, jit::Stage::Cubin);
-        if (!result.ok())
-          return fail(result.status());
-        KernelInfo info = result->info;
-        info.variant = variantName; // built-in variants are asked for by name
-        std::filesystem::path stem = out / info.entry;
-        Status s = writeFileAtomically(stem.string() + ".cubin", result->cubin);
-        if (s.ok()) // the source too: readable, and `flashtile nvrtc` can time its compile where MLIR is absent
-          s = writeFileAtomically(stem.string() + ".cu", result->cuda);
-        if (s.ok())
-          s = writeFileAtomically(stem.string() + ".manifest", info.serialize());
-        if (!s.ok())
-          return fail(s);
-        std::printf("%-44s %-7s threads %3d smem %6d B  mlir %6.1f ms  nvrtc %7.1f ms\n", info.entry.c_str(),
-                    info.arch.c_str(), info.threads, info.smemBytes, result->mlirSeconds * 1e3,
-                    result->nvrtcSeconds * 1e3);
-        ++count;
-      }
+      for (const std::string &hdText : args->getList("head-dims", "64,128"))
+        for (const std::string &shapeClass : shapeClasses) {
+          auto variant = variantFromName(variantName);
+          auto dtype = jit::parseElementType(dtypeName);
+          if (!variant.ok())
+            return fail(variant.status());
+          if (!dtype.ok())
+            return fail(dtype.status().withContext("--dtypes"));
+          jit::CompileOptions o = *base;
+          o.dtype = *dtype;
+          auto headDims = parseHeadDims(hdText);
+          if (!headDims.ok())
+            return fail(headDims.status());
+          std::tie(o.headDim, o.headDimV) = *headDims;
+          o.fa2.shapeClass = shapeClass;
+          // A class scheduled like the default class has no kernel of its own (the runtime falls back to the
+          // default's): the schedule says so before NVRTC runs.
+          auto scheduled = jit::compile(*variant, o, jit::Stage::Cuda);
+          if (!scheduled.ok())
+            return fail(scheduled.status());
+          if (scheduled->info.shapeClass != shapeClass)
+            continue;
+          auto result = jit::compile(*variant, o, jit::Stage::Cubin);
+          if (!result.ok())
+            return fail(result.status());
+          KernelInfo info = result->info;
+          info.variant = variantName; // built-in variants are asked for by name
+          std::filesystem::path stem = out / info.entry;
+          Status s = writeFileAtomically(stem.string() + ".cubin", result->cubin);
+          if (s.ok()) // the source too: readable, and `flashtile nvrtc` can time its compile where MLIR is absent
+            s = writeFileAtomically(stem.string() + ".cu", result->cuda);
+          if (s.ok())
+            s = writeFileAtomically(stem.string() + ".manifest", info.serialize());
+          if (!s.ok())
+            return fail(s);
+          std::printf("%-44s %-7s threads %3d smem %6d B  mlir %6.1f ms  nvrtc %7.1f ms\n", info.entry.c_str(),
+                      info.arch.c_str(), info.threads, info.smemBytes, result->mlirSeconds * 1e3,
+                      result->nvrtcSeconds * 1e3);
+          ++count;
+        }
   std::printf("%d kernels written to %s\n", count, out.string().c_str());
   return 0;
 }

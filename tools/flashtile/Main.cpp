@@ -14,11 +14,13 @@ commands (no GPU needed):
             [--head-dim-v N (e.g. 128 with --head-dim 192) --block-m N --block-n N --warps N --stages N
              --rescale-threshold N (0: rescale every tile; 1-15: only when a row max grows by more than N, log2)
              --min-blocks-per-sm N (registers capped so N blocks fit an SM; 0: no cap)
-             --lpt-group-blocks N (0: heaviest Q tile first per batch entry and head; N: across >= N-block groups)]
+             --lpt-group-blocks N (0: heaviest Q tile first per batch entry and head; N: across >= N-block groups)
+             --shape-class default|short (short: tiled for sequences of <= 1024 query rows on average)]
             NAME: none, causal, causal_top_left, sliding_window, sliding_window_causal, softcap, softcap_causal,
             alibi, alibi_per_batch, alibi_causal, sinks, sinks_causal, document_mask (examples/variants/)
   emit      like compile, --emit defaults to cuda
-  aot       --out DIR [--variants none,causal --dtypes bf16,f16 --head-dims 64,128 --arch sm_90a]
+  aot       --out DIR [--variants none,causal --dtypes bf16,f16 --head-dims 64,128 --arch sm_90a
+             --shape-classes default,short]
             writes <kernel>.cubin + <kernel>.manifest for Runtime::loadAotDirectory; --head-dims items are D
             (head_dim = head_dim_v = D) or D:DV (head_dim D, head_dim_v DV): all the runtime supports is
             --head-dims 32,64,96,128,192,256,192:128

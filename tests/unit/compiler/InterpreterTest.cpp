@@ -322,7 +322,8 @@ TEST_F(CausalQkAheadFixture, OneBufferPerOperandIsAPipelineHazard) {
   tile::FuncOp func = funcOf(*sched);
   tile::ScheduleAttr s = func.getScheduleAttr();
   func.setScheduleAttr(tile::ScheduleAttr::get(&context, s.getName(), s.getBlockM(), s.getBlockN(), s.getWarps(), 1,
-                                               s.getRescaleThreshold(), s.getMinBlocksPerSm(), s.getLptGroupBlocks()));
+                                               s.getRescaleThreshold(), s.getMinBlocksPerSm(), s.getLptGroupBlocks(),
+                                               s.getShapeClass()));
   std::string text = runExpectingFailure(*sched);
   EXPECT_NE(text.find("pipeline hazard: load of k tile 1 but the buffer holds tile 1 and the copy of tile 0 into it "
                       "is in flight"),

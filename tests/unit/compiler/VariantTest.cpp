@@ -690,4 +690,34 @@ TEST(Sinks, RowsWithoutKeysGetZeroOutputAndTheSinkAsLse) {
   EXPECT_NEAR(out.lse[1 * 80 + 79], plain.lse[1 * 80 + 79], 1e-4);
 }
 
+//===----------------------------------------------------------------------===//
+// Shape classes through the JIT
+//===----------------------------------------------------------------------===//
+
+/// The JIT's shape-class hook says which classes are scheduled differently (so the runtime compiles or loads a
+/// kernel of their own) and its compile hook builds that tiling: causal at head dim 128 has a short kernel of
+/// 64-row blocks; a non-causal program and head dim 64 share the default class's.
+TEST(ShapeClass, TheJitKnowsWhichClassesHaveKernelsOfTheirOwn) {
+  jit::Jit jit;
+  ShapeClassFn own = jit.shapeClassFn();
+  KernelSpec spec{"sm_90a", "bf16", 128, 128, "causal", "fa2", std::string(kShortShapeClass)};
+  EXPECT_EQ(*own(spec), kShortShapeClass);
+  spec.variant = "none";
+  EXPECT_EQ(*own(spec), kDefaultShapeClass);
+  spec.variant = "causal";
+  spec.headDim = spec.headDimV = 64;
+  EXPECT_EQ(*own(spec), kDefaultShapeClass);
+  spec.variant = "no_such_variant";
+  ASSERT_FALSE(own(spec).ok());
+  EXPECT_NE(own(spec).status().message().find("not registered"), std::string::npos);
+
+  spec = KernelSpec{"sm_90a", "bf16", 128, 128, "causal", "fa2", std::string(kShortShapeClass)};
+  StatusOr<CachedKernel> kernel = jit.compileFn()(spec);
+  ASSERT_TRUE(kernel.ok()) << kernel.status().message();
+  EXPECT_EQ(kernel->info.shapeClass, kShortShapeClass);
+  EXPECT_EQ(kernel->info.entry, "flashtile_fa2_causal_bf16_d128_short");
+  EXPECT_EQ(kernel->info.blockM, 64);
+  EXPECT_TRUE(matches(kernel->info, spec));
+}
+
 } // namespace

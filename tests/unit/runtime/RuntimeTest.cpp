@@ -46,11 +46,12 @@ bool driverLoadable() {
 /// A runtime whose JIT cache lives in memory only, so tests never touch ~/.cache.
 std::unique_ptr<Runtime> memoryOnlyRuntime() { return std::make_unique<Runtime>(KernelCache::Options{"", false}); }
 
-TEST(Runtime, SpecForUsesArgsScheduleAndDefaultShapeClass) {
+TEST(Runtime, SpecForUsesArgsScheduleAndShapeClass) {
   std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
   AttentionArgs args = validArgs();
   args.variant = "causal";
   args.dtype = DType::F16;
+  args.seqlenQ = args.seqlenK = 4096;
   StatusOr<KernelSpec> spec = runtime->specFor(args, "sm_90a");
   ASSERT_TRUE(spec.ok()) << spec.status().message();
   EXPECT_EQ(spec->key(),
@@ -62,6 +63,24 @@ TEST(Runtime, SpecForUsesArgsScheduleAndDefaultShapeClass) {
   StatusOr<KernelSpec> badSchedule = runtime->specFor(args, "sm_90a");
   ASSERT_FALSE(badSchedule.ok());
   EXPECT_THAT(badSchedule.status().message(), HasSubstr("schedule 'fa 3'"));
+}
+
+TEST(Runtime, ShortSequencesAreTheirOwnShapeClass) {
+  AttentionArgs args = validArgs();
+  for (auto [seqlenQ, expected] : {std::pair{1, kShortShapeClass},
+                                   {kShortSeqlenQ, kShortShapeClass},
+                                   {kShortSeqlenQ + 1, kDefaultShapeClass},
+                                   {16384, kDefaultShapeClass}}) {
+    args.seqlenQ = seqlenQ;
+    EXPECT_EQ(Runtime::shapeClassFor(args), expected) << "dense, seqlen_q " << seqlenQ;
+  }
+  // Varlen: the mean over the sequences (total_q / batch), whatever the longest one.
+  int offsets[5] = {0, 0, 0, 0, 0};
+  args = AttentionArgs::varlen(DType::BF16, args.q, args.k, args.v, args.o, args.lse, offsets, offsets, 4,
+                               4 * kShortSeqlenQ, 4 * kShortSeqlenQ, 3000, 3000, 8, 8, 128);
+  EXPECT_EQ(Runtime::shapeClassFor(args), kShortShapeClass);
+  args.seqlenQ = 4 * kShortSeqlenQ + 1;
+  EXPECT_EQ(Runtime::shapeClassFor(args), kDefaultShapeClass);
 }
 
 TEST(Runtime, SpecForRejectsUnsupportedArchAndBadArgs) {
@@ -228,6 +247,83 @@ TEST(Runtime, AheadOfTimeKernelsWinOverJit) {
   StatusOr<std::shared_ptr<const CachedKernel>> found = runtime->findKernel(test::fakeKernel().info.spec());
   ASSERT_TRUE(found.ok()) << found.status().message();
   EXPECT_EQ((*found)->info.entry, "flashtile_fwd_aot");
+}
+
+CachedKernel shortKernel(const std::string &tag) {
+  CachedKernel kernel = test::fakeKernel(tag);
+  kernel.info.shapeClass = std::string(kShortShapeClass);
+  kernel.info.blockM = 64;
+  return kernel;
+}
+
+TEST(Runtime, AShapeClassWithoutAKernelOfItsOwnRunsTheDefaultClasssKernel) {
+  test::TempDir dir;
+  writeAotKernel(dir.path(), "default", test::fakeKernel("default"));
+  std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
+  ASSERT_TRUE(runtime->loadAotDirectory(dir.path().string()).ok());
+  KernelSpec spec = test::fakeKernel().info.spec();
+  spec.shapeClass = std::string(kShortShapeClass);
+  StatusOr<std::shared_ptr<const CachedKernel>> found = runtime->findKernel(spec);
+  ASSERT_TRUE(found.ok()) << found.status().message();
+  EXPECT_EQ((*found)->info.entry, "flashtile_fwd_default");
+
+  // With a kernel of its own in the directory, that one.
+  test::TempDir both;
+  writeAotKernel(both.path(), "default", test::fakeKernel("default"));
+  writeAotKernel(both.path(), "short", shortKernel("short"));
+  runtime = memoryOnlyRuntime();
+  ASSERT_TRUE(runtime->loadAotDirectory(both.path().string()).ok());
+  found = runtime->findKernel(spec);
+  ASSERT_TRUE(found.ok()) << found.status().message();
+  EXPECT_EQ((*found)->info.entry, "flashtile_fwd_short");
+  spec.shapeClass = std::string(kDefaultShapeClass);
+  EXPECT_EQ((*runtime->findKernel(spec))->info.entry, "flashtile_fwd_default");
+}
+
+TEST(Runtime, TheJitsShapeClassHookDecidesWhetherAClassIsCompiledAndIsAskedOncePerSpec) {
+  test::TempDir dir;
+  writeAotKernel(dir.path(), "default", test::fakeKernel("default"));
+  std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
+  ASSERT_TRUE(runtime->loadAotDirectory(dir.path().string()).ok());
+  int compiles = 0, asked = 0;
+  std::string answer = std::string(kDefaultShapeClass);
+  runtime->setCompiler(
+      [&](const KernelSpec &spec) -> StatusOr<CachedKernel> {
+        ++compiles;
+        CachedKernel kernel = shortKernel("jit");
+        kernel.info.variant = spec.variant;
+        return kernel;
+      },
+      [&](const KernelSpec &) -> StatusOr<std::string> {
+        ++asked;
+        return answer;
+      });
+  KernelSpec spec = test::fakeKernel().info.spec();
+  spec.shapeClass = std::string(kShortShapeClass);
+  // Scheduled like the default class: the default's kernel, nothing compiled; asked once for two calls.
+  for (int call = 0; call < 2; ++call) {
+    StatusOr<std::shared_ptr<const CachedKernel>> found = runtime->findKernel(spec);
+    ASSERT_TRUE(found.ok()) << found.status().message();
+    EXPECT_EQ((*found)->info.entry, "flashtile_fwd_default");
+  }
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(compiles, 0);
+
+  // A class of its own: compiled (the directory has only the default's kernel).
+  spec.variant = "alibi_causal";
+  answer = std::string(kShortShapeClass);
+  StatusOr<std::shared_ptr<const CachedKernel>> built = runtime->findKernel(spec);
+  ASSERT_TRUE(built.ok()) << built.status().message();
+  EXPECT_EQ((*built)->info.entry, "flashtile_fwd_jit");
+  EXPECT_EQ(compiles, 1);
+  EXPECT_EQ(asked, 2);
+
+  // An answer that is neither class is an error naming it.
+  spec.variant = "softcap_causal";
+  answer = "long";
+  StatusOr<std::shared_ptr<const CachedKernel>> bad = runtime->findKernel(spec);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("answered 'long'"));
 }
 
 TEST(Runtime, JitResultMustMatchTheSpec) {

@@ -20,6 +20,18 @@ inline constexpr std::array<std::string_view, 3> kSupportedArchs = {"sm_80", "sm
 /// Element types of Q, K, V and O, as spelled in specs and manifests.
 inline constexpr std::array<std::string_view, 2> kSupportedDtypes = {"f16", "bf16"};
 
+/// Shape classes: kernels for one (arch, dtype, head dims, variant, schedule) may be tiled differently for the
+/// shapes they run. The runtime picks a call's class (Runtime::shapeClassFor); the compiler's schedules give each
+/// class its defaults, and a class whose defaults equal the "default" class's has no kernel of its own.
+///  default — any shape;
+///  short   — sequences of at most kShortSeqlenQ query rows on average (dense: seqlen_q; varlen: total_q / batch),
+///            where a block's fixed cost (its Q tile's load, the epilogue) weighs most: at head dim 128 FA2 runs
+///            causal-like programs in 64-row blocks there.
+inline constexpr std::string_view kDefaultShapeClass = "default";
+inline constexpr std::string_view kShortShapeClass = "short";
+inline constexpr std::array<std::string_view, 2> kShapeClasses = {kDefaultShapeClass, kShortShapeClass};
+inline constexpr int kShortSeqlenQ = 1024;
+
 /// The kernel the runtime needs for one call.
 struct KernelSpec {
   std::string arch;       // one of kSupportedArchs
@@ -28,7 +40,7 @@ struct KernelSpec {
   int headDimV = 0;       // V/O head dimension
   std::string variant;    // variant id: "none", "causal", or a JIT variant id that hashes the variant's IR
   std::string schedule;   // e.g. "fa2"
-  std::string shapeClass; // e.g. "default"
+  std::string shapeClass; // one of kShapeClasses
 
   /// One line naming every field, e.g.
   /// "arch=sm_90a;dtype=bf16;headDim=128;headDimV=128;variant=causal;schedule=fa2;shapeClass=default".

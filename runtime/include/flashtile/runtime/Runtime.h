@@ -102,11 +102,15 @@ using VariantCheckFn = std::function<Status(const AttentionArgs &)>;
 /// is called only on a cache miss, and what it returns must match the spec.
 using CompileFn = std::function<StatusOr<CachedKernel>(const KernelSpec &)>;
 
+/// The compiler's answer to "does spec's shape class have a kernel of its own?": spec.shapeClass when the schedule
+/// tiles that class differently from kDefaultShapeClass for this spec, else kDefaultShapeClass (so the two share
+/// one kernel). Installed with the JIT (jit::Jit::shapeClassFn); asked once per spec.
+using ShapeClassFn = std::function<StatusOr<std::string>(const KernelSpec &)>;
+
 /// Thread-safe: forward() may be called concurrently from several threads (each with its own stream).
 class Runtime {
 public:
   static constexpr std::string_view kDefaultSchedule = "fa2";
-  static constexpr std::string_view kDefaultShapeClass = "default";
 
   /// The JIT cache takes its settings from the environment (KernelCache::optionsFromEnvironment).
   Runtime();
@@ -118,7 +122,10 @@ public:
   /// Adds every `<name>.manifest` in `dir` (KernelInfo text) with the `<name>.cubin` beside it. All or nothing:
   /// on error (naming the file) nothing is added. Two kernels for one spec are an error.
   Status loadAotDirectory(const std::string &dir);
-  void setCompiler(CompileFn compile);
+  /// The JIT: `compile` builds kernels the ahead-of-time directories lack; `shapeClassOf` (optional) tells
+  /// which shape classes have kernels of their own. Without it, a class with no ahead-of-time kernel of its own is
+  /// compiled as asked.
+  void setCompiler(CompileFn compile, ShapeClassFn shapeClassOf = {});
   void setVariantCheck(VariantCheckFn check);
   /// The schedule asked for in specs; "fa2" unless set.
   void setSchedule(std::string schedule);
@@ -130,7 +137,13 @@ public:
   StatusOr<KernelSpec> specFor(const AttentionArgs &args);
   /// The spec for `arch` (one of kSupportedArchs); needs no GPU.
   StatusOr<KernelSpec> specFor(const AttentionArgs &args, const std::string &arch) const;
-  /// The kernel for `spec`: an ahead-of-time one, else the JIT cache's. Needs no GPU.
+  /// The shape class of a call (see kShapeClasses): kShortShapeClass when its sequences have at most
+  /// kShortSeqlenQ query rows on average (dense: seqlenQ; varlen: seqlenQ / batch, i.e. total_q over the
+  /// sequences), else kDefaultShapeClass.
+  static std::string_view shapeClassFor(const AttentionArgs &args);
+  /// The kernel for `spec`: an ahead-of-time one, else the JIT cache's. Needs no GPU. A spec of a shape class
+  /// other than the default runs the default class's kernel when its class has no kernel of its own: none
+  /// ahead of time and no JIT, or the JIT's ShapeClassFn says the class shares the default's tiling.
   StatusOr<std::shared_ptr<const CachedKernel>> findKernel(const KernelSpec &spec);
 
   /// Every check on `args` that needs no GPU; the message names the argument and the accepted values.

@@ -1,0 +1,19 @@
+// The "short" shape class (sequences of at most 1024 query rows on average). At head dim 128 a causal program's
+// short kernel runs 64-row blocks of 4 warps with one K/V buffer; the class is recorded (and names the kernel).
+// RUN: sed -e 's/= 64 :/= 128 :/g' -e 's/x64/x128/g' %inputs/causal.mlir | flashtile-opt --tile-apply-schedule="shape-class=short" | FileCheck %s --check-prefix=SHORT128
+// SHORT128: schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 64, warps = 4, stages = 1, lptGroupBlocks = 512, shapeClass = "short">
+// SHORT128: tile.load "q" : tensor<64x128xbf16>
+
+// Knobs override the class's defaults too; the class stays while its configuration differs from the default's.
+// RUN: sed -e 's/= 64 :/= 128 :/g' -e 's/x64/x128/g' %inputs/causal.mlir | flashtile-opt --tile-apply-schedule="shape-class=short block-m=128" | FileCheck %s --check-prefix=KNOB
+// KNOB: schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, lptGroupBlocks = 512, shapeClass = "short">
+
+// At head dim 64 the short class has the default's configuration: it is the default class (no kernel of its own),
+// and so is a short class whose knobs make it equal to the default's.
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="shape-class=short" | FileCheck %s --check-prefix=SAME64
+// RUN: sed -e 's/= 64 :/= 128 :/g' -e 's/x64/x128/g' %inputs/causal.mlir | flashtile-opt --tile-apply-schedule="shape-class=short block-m=64 warps=4 stages=1" | FileCheck %s --check-prefix=SAME64
+// SAME64: schedule = #tile.schedule<name = "fa2", blockM = {{[0-9]+}}, blockN = 64, warps = 4, stages = 1, lptGroupBlocks = 512>
+// SAME64-NOT: shapeClass
+
+// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="shape-class=long" 2>&1 | FileCheck %s --check-prefix=BAD
+// BAD: error: 'tile.func' op unknown shape class 'long'; accepted: default, short
