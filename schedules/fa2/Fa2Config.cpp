@@ -31,10 +31,11 @@ Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV, const ProgramTraits 
   } else {
     // One m16 tile per warp: a 16 x 256 fp32 accumulator per warp is all the registers allow. 64-row blocks of
     // 4 warps (two blocks per SM) beat 128 rows of 8 warps at every length (H200, bf16, 512-16k; NOTES v13):
-    // head dim 192 +6-11% non-causal, +5-23% causal; 256 +4% non-causal, causal +17% at 512 to -2% at 8k.
+    // head dim 192 +4-8% non-causal, +4-23% causal; 256 +3-4% non-causal, causal +17% at 512 to -2% at 16k.
+    // 64-key tiles then beat 32-key ones by a further 2-18% (ptxas spills a few bytes at 255 registers).
     c.blockM = 64;
     c.warps = 4;
-    c.blockN = 32;
+    c.blockN = 64;
   }
   c.stages = defaultStages(headDim, headDimV);
   if (traits.headBoundary && c.blockM == 64) {
