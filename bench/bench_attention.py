@@ -61,7 +61,7 @@ class Flashtile:
         ll4 = ctypes.c_longlong * 4
         self.ll4 = ll4
         self.lib.flashtile_forward.argtypes = (
-            [ctypes.c_void_p] * 6 + [ctypes.c_int] * 7 +
+            [ctypes.c_void_p] * 6 + [ctypes.c_int] * 8 +
             [ll4, ll4, ll4, ll4, ctypes.c_float, ctypes.c_char_p, ctypes.c_void_p])
         self.rt = self.lib.flashtile_create()
         if not self.rt or self.lib.flashtile_load_aot(self.rt, aot_dir.encode()) != 0:
@@ -69,12 +69,12 @@ class Flashtile:
         self.version = self.lib.flashtile_version().decode()
 
     def forward(self, q, k, v, o, lse, causal):
-        """q, k, v, o: (B, S, H, D) tensors (any strides, last dim contiguous); lse: fp32 (B, H, Sq)."""
+        """q, k: (B, S, H, D), v, o: (B, S, H, Dv) tensors (any strides, last dim contiguous); lse: fp32 (B, H, Sq)."""
         b, sq, hq, d = q.shape
         sk, hk = k.shape[1], k.shape[2]
         rc = self.lib.flashtile_forward(
             self.rt, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
-            DTYPES[dtype_name(q.dtype)][1], b, sq, sk, hq, hk, d,
+            DTYPES[dtype_name(q.dtype)][1], b, sq, sk, hq, hk, d, v.shape[3],
             self.ll4(*q.stride()), self.ll4(*k.stride()), self.ll4(*v.stride()), self.ll4(*o.stride()),
             0.0, b"causal" if causal else b"none", ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
         if rc != 0:
@@ -120,15 +120,30 @@ def ceilings():
     return mm, copy
 
 
-def run_case(ft, dtype, hd, seqlen, causal, tokens, hidden, flex):
+def parse_head_dims(text):
+    """--head-dims items: D (head_dim = head_dim_v = D) or D:DV."""
+    out = []
+    for item in text.split(","):
+        d, _, dv = item.partition(":")
+        out.append((int(d), int(dv) if dv else int(d)))
+    return out
+
+
+def head_dims_label(hd, hdv):
+    return f"{hd}" if hd == hdv else f"{hd}:{hdv}"
+
+
+def run_case(ft, dtype, hd, seqlen, causal, tokens, hidden, flex, hdv=None):
+    hdv = hdv or hd
     dt = DTYPES[dtype][0]
     b, h = max(1, tokens // seqlen), hidden // hd
     torch.manual_seed(seqlen * 7 + hd + causal)
-    q, k, v = (torch.randn(b, seqlen, h, hd, device="cuda", dtype=dt) for _ in range(3))
-    o = torch.empty_like(q)
+    q, k = (torch.randn(b, seqlen, h, hd, device="cuda", dtype=dt) for _ in range(2))
+    v = torch.randn(b, seqlen, h, hdv, device="cuda", dtype=dt)
+    o = torch.empty_like(v)
     lse = torch.empty(b, h, seqlen, device="cuda", dtype=torch.float32)
-    row = dict(dtype=dtype, hd=hd, seqlen=seqlen, batch=b, heads=h, causal=causal)
-    flops = 4 * b * h * hd * attended_pairs(seqlen, seqlen, causal)
+    row = dict(dtype=dtype, hd=hd, hdv=hdv, seqlen=seqlen, batch=b, heads=h, causal=causal)
+    flops = 2 * b * h * (hd + hdv) * attended_pairs(seqlen, seqlen, causal)
 
     # correctness on sampled rows (first, last, and random ones)
     ft.forward(q, k, v, o, lse, causal)
@@ -136,8 +151,14 @@ def run_case(ft, dtype, hd, seqlen, causal, tokens, hidden, flex):
     rows = sorted(set([0, seqlen - 1] + torch.randint(0, seqlen, (126,)).tolist()))
     ref = reference_rows(q, k, v, rows, causal)
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        lowp = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+    lowp = None  # torch's FA2 where it runs the case (not head_dim_v != head_dim), else its next 16-bit backend
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION):
+        try:
+            with sdpa_kernel(backend):
+                lowp = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+            break
+        except RuntimeError:
+            continue
     err = (o[:, rows].float() - ref).abs().max().item()
     err_lowp = (lowp[:, rows].float() - ref).abs().max().item()
     row.update(err=err, err_lowp=err_lowp, ok=bool(err <= 2 * err_lowp + 1e-5) and not math.isnan(err))
@@ -171,7 +192,7 @@ def warm_dispatch_us(ft, calls=2000):
     lse = torch.empty(1, 1, 64, device="cuda")
     ft.forward(q, k, v, o, lse, False)  # loads the kernel
     call_args = (ft.rt, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), 1, 1, 64, 64, 1, 1,
-                 128, ft.ll4(*q.stride()), ft.ll4(*k.stride()), ft.ll4(*v.stride()), ft.ll4(*o.stride()), 0.0, b"none",
+                 128, 128, ft.ll4(*q.stride()), ft.ll4(*k.stride()), ft.ll4(*v.stride()), ft.ll4(*o.stride()), 0.0, b"none",
                  ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
     forward = ft.lib.flashtile_forward
     for _ in range(50):
@@ -195,9 +216,9 @@ def cold_compiles(cli, aot_dir, compile_times, dtypes, head_dims):
                 mlir[m.group(1)] = float(m.group(2))
     out = []
     for dtype in dtypes:
-        for hd in head_dims:
+        for hd, hdv in head_dims:
             for variant in ("none", "causal"):
-                name = f"flashtile_fa2_{variant}_{dtype}_d{hd}"
+                name = f"flashtile_fa2_{variant}_{dtype}_d{hd}" + (f"_dv{hdv}" if hdv != hd else "")
                 nvrtc = None
                 src = os.path.join(aot_dir, name + ".cu")
                 if cli and os.path.exists(src):
@@ -250,25 +271,25 @@ def main():
     dispatch = warm_dispatch_us(ft)
     print(f"warm dispatch: {dispatch:.2f} us per flashtile_forward call (host; one ctypes call each)")
     compiles = cold_compiles(args.cli, args.aot_dir, args.compile_times, args.dtypes.split(","),
-                             list(map(int, args.head_dims.split(","))))
+                             parse_head_dims(args.head_dims))
     for name, mlir_ms, nvrtc_ms in compiles:
         if mlir_ms is not None or nvrtc_ms is not None:
             fmt = lambda x: f"{x:7.1f} ms" if x is not None else "      -   "
             print(f"cold compile {name:34} MLIR {fmt(mlir_ms)} (build machine)  NVRTC {fmt(nvrtc_ms)} (here)")
     flex = make_flex() if args.flex else None
     rows = []
-    hdr = f"{'dtype':5} {'hd':>3} {'seqlen':>6} {'causal':>6} {'ours':>7} {'fa2':>7} {'cudnn':>7} {'flex':>7} " \
+    hdr = f"{'dtype':5} {'hd':>7} {'seqlen':>6} {'causal':>6} {'ours':>7} {'fa2':>7} {'cudnn':>7} {'flex':>7} " \
           f"{'ours/fa2':>8} {'ours/cudnn':>10} {'err':>9} {'err_lowp':>9} ok"
     print(hdr)
     for dtype in args.dtypes.split(","):
-        for hd in map(int, args.head_dims.split(",")):
+        for hd, hdv in parse_head_dims(args.head_dims):
             for seqlen in map(int, args.seqlens.split(",")):
                 for causal in (False, True):
-                    r = run_case(ft, dtype, hd, seqlen, causal, args.tokens, args.hidden, flex)
+                    r = run_case(ft, dtype, hd, seqlen, causal, args.tokens, args.hidden, flex, hdv)
                     rows.append(r)
                     f = lambda x: f"{x:7.1f}" if x else "      -"
                     ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
-                    print(f"{dtype:5} {hd:3} {seqlen:6} {str(causal):>6} {f(r['flashtile_tflops'])} "
+                    print(f"{dtype:5} {head_dims_label(hd, hdv):>7} {seqlen:6} {str(causal):>6} {f(r['flashtile_tflops'])} "
                           f"{f(r['torch_flash_tflops'])} {f(r['torch_cudnn_tflops'])} {f(r.get('flex_tflops'))} "
                           f"{ratio(r['flashtile_tflops'], r['torch_flash_tflops']):>8} "
                           f"{ratio(r['flashtile_tflops'], r['torch_cudnn_tflops']):>10} "
@@ -295,7 +316,7 @@ def main():
             for r in rows:
                 g = lambda k: f"{r[k]:.0f}" if r.get(k) else "-"
                 rt = lambda a, b: f"{r[a] / r[b]:.2f}" if r.get(a) and r.get(b) else "-"
-                fh.write(f"| {r['dtype']} | {r['hd']} | {r['seqlen']} | {r['causal']} | {g('flashtile_tflops')} | "
+                fh.write(f"| {r['dtype']} | {head_dims_label(r['hd'], r['hdv'])} | {r['seqlen']} | {r['causal']} | {g('flashtile_tflops')} | "
                          f"{g('torch_flash_tflops')} | {g('torch_cudnn_tflops')} | {g('flex_tflops')} | "
                          f"{rt('flashtile_tflops', 'torch_flash_tflops')} | {rt('flashtile_tflops', 'torch_cudnn_tflops')} | "
                          f"{'PASS' if r['ok'] else 'FAIL'} |\n")

@@ -155,7 +155,7 @@ def call(ft, variant, q, k, v, o, lse, params, inputs):
     b, sq, h, d = q.shape
     rc = ft.lib.flashtile_forward_variant(
         ft.rt, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), DTYPES[dt_name(q)][1], b, sq,
-        k.shape[1], h, k.shape[2], d, ft.ll4(*q.stride()), ft.ll4(*k.stride()), ft.ll4(*v.stride()),
+        k.shape[1], h, k.shape[2], d, v.shape[3], ft.ll4(*q.stride()), ft.ll4(*k.stride()), ft.ll4(*v.stride()),
         ft.ll4(*o.stride()), 0.0, variant.encode(), ctypes.byref(va),
         ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
     if rc != 0:
@@ -225,7 +225,7 @@ class VariantArgs(ctypes.Structure):
 
 def setup_argtypes(ft):
     ft.lib.flashtile_forward_variant.argtypes = (
-        [ctypes.c_void_p] * 6 + [ctypes.c_int] * 7 + [ft.ll4] * 4 +
+        [ctypes.c_void_p] * 6 + [ctypes.c_int] * 8 + [ft.ll4] * 4 +
         [ctypes.c_float, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p])
     ft.lib.flashtile_forward_varlen_variant.argtypes = (
         [ctypes.c_void_p] * 8 + [ctypes.c_int] * 10 + [LL3] * 4 +

@@ -70,15 +70,15 @@ int flashtile_load_aot(flashtile_runtime *rt, const char *dir) {
 
 int flashtile_forward(flashtile_runtime *rt, const void *q, const void *k, const void *v, void *o, float *lse,
                       int dtype, int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim,
-                      const long long *q_stride, const long long *k_stride, const long long *v_stride,
+                      int head_dim_v, const long long *q_stride, const long long *k_stride, const long long *v_stride,
                       const long long *o_stride, float softmax_scale, const char *variant, void *stream) {
   return flashtile_forward_variant(rt, q, k, v, o, lse, dtype, batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim,
-                                   q_stride, k_stride, v_stride, o_stride, softmax_scale, variant, nullptr, stream);
+                                   head_dim_v, q_stride, k_stride, v_stride, o_stride, softmax_scale, variant, nullptr, stream);
 }
 
 int flashtile_forward_variant(flashtile_runtime *rt, const void *q, const void *k, const void *v, void *o, float *lse,
                               int dtype, int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim,
-                              const long long *q_stride, const long long *k_stride, const long long *v_stride,
+                              int head_dim_v, const long long *q_stride, const long long *k_stride, const long long *v_stride,
                               const long long *o_stride, float softmax_scale, const char *variant,
                               const flashtile_variant_args *variant_args, void *stream) {
   return guarded([&] {
@@ -99,7 +99,8 @@ int flashtile_forward_variant(flashtile_runtime *rt, const void *q, const void *
     args.seqlenK = seqlen_k;
     args.headsQ = heads_q;
     args.headsKv = heads_kv;
-    args.headDim = args.headDimV = head_dim;
+    args.headDim = head_dim;
+    args.headDimV = head_dim_v == 0 ? head_dim : head_dim_v;
     for (int i = 0; i < 4; ++i) {
       args.qStride[i] = q_stride[i];
       args.kStride[i] = k_stride[i];

@@ -57,4 +57,29 @@ TEST(CApi, VarlenVariantArgumentsAreChecked) {
   flashtile_destroy(rt);
 }
 
+/// flashtile_forward on B=2, Sq=Sk=64, 8/2 heads, head dims (headDim, headDimV), packed strides.
+int forwardDense(flashtile_runtime *rt, int headDim, int headDimV, int seqlenQ = 64) {
+  int dv = headDimV == 0 ? headDim : headDimV;
+  const long long qStride[4] = {64LL * 8 * headDim, 8LL * headDim, headDim, 1};
+  const long long kStride[4] = {64LL * 2 * headDim, 2LL * headDim, headDim, 1};
+  const long long vStride[4] = {64LL * 2 * dv, 2LL * dv, dv, 1};
+  const long long oStride[4] = {64LL * 8 * dv, 8LL * dv, dv, 1};
+  return flashtile_forward(rt, fake<const void>(0x10000), fake<const void>(0x20000), fake<const void>(0x30000),
+                           fake<void>(0x40000), fake<float>(0x50000), FLASHTILE_BF16, 2, seqlenQ, 64, 8, 2, headDim,
+                           headDimV, qStride, kStride, vStride, oStride, 0.f, "causal", nullptr);
+}
+
+TEST(CApi, DenseTakesTheVHeadDim) {
+  flashtile_runtime *rt = flashtile_create();
+  ASSERT_NE(rt, nullptr) << flashtile_last_error();
+  EXPECT_EQ(forwardDense(rt, 128, 64), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("headDimV 64 with headDim 128 is not supported"));
+  EXPECT_EQ(forwardDense(rt, 192, 96), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("headDimV 96 with headDim 192"));
+  // Supported pairs (192/128, and 0 = head_dim) pass the checks: with no query rows the call is a no-op.
+  EXPECT_EQ(forwardDense(rt, 192, 128, /*seqlenQ=*/0), 0) << flashtile_last_error();
+  EXPECT_EQ(forwardDense(rt, 128, 0, /*seqlenQ=*/0), 0) << flashtile_last_error();
+  flashtile_destroy(rt);
+}
+
 } // namespace

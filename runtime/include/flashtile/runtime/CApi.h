@@ -16,11 +16,12 @@ flashtile_runtime *flashtile_create(void);
 void flashtile_destroy(flashtile_runtime *rt);
 /* Adds the kernels `flashtile aot` wrote to `dir`. */
 int flashtile_load_aot(flashtile_runtime *rt, const char *dir);
-/* Attention forward (flash_attn_func layout). Strides are in elements, {batch, seq, head, dim}; lse is fp32
+/* Attention forward (flash_attn_func layout): q B x Sq x Hq x D, k B x Sk x Hkv x D, v B x Sk x Hkv x Dv, o
+ * B x Sq x Hq x Dv (head_dim_v: Dv, 0 = head_dim). Strides are in elements, {batch, seq, head, dim}; lse is fp32
  * B x Hq x Sq. softmax_scale 0 selects 1/sqrt(head_dim). `stream` is a CUstream (NULL: the default stream). */
 int flashtile_forward(flashtile_runtime *rt, const void *q, const void *k, const void *v, void *o, float *lse,
                       int dtype, int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim,
-                      const long long *q_stride, const long long *k_stride, const long long *v_stride,
+                      int head_dim_v, const long long *q_stride, const long long *k_stride, const long long *v_stride,
                       const long long *o_stride, float softmax_scale, const char *variant, void *stream);
 /* A variant's numbers and input arrays. params: num_params floats in the variant's declaration order (e.g.
  * "sliding_window": left, right; "softcap": cap). inputs: num_inputs device pointers in declaration order, each to
@@ -37,7 +38,7 @@ typedef struct flashtile_variant_args {
 /* flashtile_forward for variants with numbers or inputs; `variant_args` NULL means none. */
 int flashtile_forward_variant(flashtile_runtime *rt, const void *q, const void *k, const void *v, void *o, float *lse,
                               int dtype, int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim,
-                              const long long *q_stride, const long long *k_stride, const long long *v_stride,
+                              int head_dim_v, const long long *q_stride, const long long *k_stride, const long long *v_stride,
                               const long long *o_stride, float softmax_scale, const char *variant,
                               const flashtile_variant_args *variant_args, void *stream);
 /* Attention forward over packed sequences (flash_attn_varlen_func layout): q total_q x Hq x D, k total_k x Hkv x D,
