@@ -114,20 +114,7 @@ bool ScalarEmitter::isScalarOp(Operation *op) {
              tile::DimOp, tile::ParamOp, tile::InputOp, tile::SoftmaxScaleOp>(op);
 }
 
-bool ScalarEmitter::dependsOn(Value v, Value target) {
-  SmallVector<Value> work = {v};
-  llvm::DenseSet<Value> seen;
-  while (!work.empty()) {
-    Value next = work.pop_back_val();
-    if (next == target)
-      return true;
-    if (!seen.insert(next).second)
-      continue;
-    if (Operation *def = next.getDefiningOp())
-      work.append(def->operand_begin(), def->operand_end());
-  }
-  return false;
-}
+bool ScalarEmitter::dependsOn(Value v, Value target) { return tile::isComputedFrom(v, target); }
 
 bool ScalarEmitter::readsInput(Operation *op) {
   SmallVector<Operation *> work = {op};

@@ -43,6 +43,21 @@ void TileDialect::initialize() {
 
 FuncOp flashtile::tile::getEnclosingFunc(Operation *op) { return op->getParentOfType<FuncOp>(); }
 
+bool flashtile::tile::isComputedFrom(Value v, Value target) {
+  SmallVector<Value> work = {v};
+  llvm::DenseSet<Value> seen;
+  while (!work.empty()) {
+    Value next = work.pop_back_val();
+    if (next == target)
+      return true;
+    if (!seen.insert(next).second)
+      continue;
+    if (Operation *def = next.getDefiningOp())
+      work.append(def->operand_begin(), def->operand_end());
+  }
+  return false;
+}
+
 //===----------------------------------------------------------------------===//
 // StateType: `!tile.state<?x128>`
 //===----------------------------------------------------------------------===//
@@ -437,22 +452,6 @@ struct FoldScaleIntoSoftmax : OpRewritePattern<SoftmaxUpdateOp> {
   }
 };
 
-/// Whether `v` is computed from `target` (walking operands through their defining ops).
-bool computedFrom(Value v, Value target) {
-  SmallVector<Value> work = {v};
-  llvm::DenseSet<Value> seen;
-  while (!work.empty()) {
-    Value next = work.pop_back_val();
-    if (next == target)
-      return true;
-    if (!seen.insert(next).second)
-      continue;
-    if (Operation *def = next.getDefiningOp())
-      work.append(def->operand_begin(), def->operand_end());
-  }
-  return false;
-}
-
 /// What the scale-moving patterns below look at: the `tile.scale` right before a score modifier (its only user),
 /// the modifier's score argument, and which values are the same for every score of a block (computed without
 /// the score, q or kv: slopes, parameters, sequence lengths).
@@ -469,8 +468,9 @@ struct ScaledScoreMod {
     Value score = body.getArgument(0), q = body.getArgument(3), kv = body.getArgument(4);
     if (!score.hasOneUse())
       return rewriter.notifyMatchFailure(op, "the modifier uses the score more than once");
-    return ScaledScoreMod{
-        scale, score, [=](Value v) { return !computedFrom(v, score) && !computedFrom(v, q) && !computedFrom(v, kv); }};
+    return ScaledScoreMod{scale, score, [=](Value v) {
+                            return !isComputedFrom(v, score) && !isComputedFrom(v, q) && !isComputedFrom(v, kv);
+                          }};
   }
 
   /// `tile.softmax_scale [inverse]` at the start of the modifier's body.
@@ -516,7 +516,7 @@ struct MoveAdditiveScoreModBeforeScale : OpRewritePattern<ScoreModOp> {
       term = add.getLhs() == score ? add.getRhs() : add.getRhs() == score ? add.getLhs() : Value();
     else if (auto sub = dyn_cast_or_null<arith::SubFOp>(sum))
       term = sub.getLhs() == score ? sub.getRhs() : Value();
-    if (!term || computedFrom(term, score))
+    if (!term || isComputedFrom(term, score))
       return rewriter.notifyMatchFailure(op, "the modifier is not score + a term computed without the score");
 
     m->multiply(rewriter, sum, term, ScaledScoreMod::constant(op, rewriter, /*inverse=*/true));

@@ -29,6 +29,8 @@ namespace flashtile::tile {
 inline constexpr const char *kDimNames[] = {"batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "key_offset"};
 /// The enclosing program of an op, or null.
 FuncOp getEnclosingFunc(mlir::Operation *op);
+/// Whether `v` is `target` or computed from it (walking operands through their defining ops).
+bool isComputedFrom(mlir::Value v, mlir::Value target);
 } // namespace flashtile::tile
 
 #endif // FLASHTILE_PASSES_IR_TILEDIALECT_H

@@ -73,14 +73,15 @@ int flashtile_forward(flashtile_runtime *rt, const void *q, const void *k, const
                       int head_dim_v, const long long *q_stride, const long long *k_stride, const long long *v_stride,
                       const long long *o_stride, float softmax_scale, const char *variant, void *stream) {
   return flashtile_forward_variant(rt, q, k, v, o, lse, dtype, batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim,
-                                   head_dim_v, q_stride, k_stride, v_stride, o_stride, softmax_scale, variant, nullptr, stream);
+                                   head_dim_v, q_stride, k_stride, v_stride, o_stride, softmax_scale, variant, nullptr,
+                                   stream);
 }
 
 int flashtile_forward_variant(flashtile_runtime *rt, const void *q, const void *k, const void *v, void *o, float *lse,
                               int dtype, int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim,
-                              int head_dim_v, const long long *q_stride, const long long *k_stride, const long long *v_stride,
-                              const long long *o_stride, float softmax_scale, const char *variant,
-                              const flashtile_variant_args *variant_args, void *stream) {
+                              int head_dim_v, const long long *q_stride, const long long *k_stride,
+                              const long long *v_stride, const long long *o_stride, float softmax_scale,
+                              const char *variant, const flashtile_variant_args *variant_args, void *stream) {
   return guarded([&] {
     if (!rt || !q_stride || !k_stride || !v_stride || !o_stride)
       return report(flashtile::Status::error("flashtile_forward: rt and the four stride arrays must not be NULL"));

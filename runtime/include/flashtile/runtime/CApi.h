@@ -38,9 +38,9 @@ typedef struct flashtile_variant_args {
 /* flashtile_forward for variants with numbers or inputs; `variant_args` NULL means none. */
 int flashtile_forward_variant(flashtile_runtime *rt, const void *q, const void *k, const void *v, void *o, float *lse,
                               int dtype, int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim,
-                              int head_dim_v, const long long *q_stride, const long long *k_stride, const long long *v_stride,
-                              const long long *o_stride, float softmax_scale, const char *variant,
-                              const flashtile_variant_args *variant_args, void *stream);
+                              int head_dim_v, const long long *q_stride, const long long *k_stride,
+                              const long long *v_stride, const long long *o_stride, float softmax_scale,
+                              const char *variant, const flashtile_variant_args *variant_args, void *stream);
 /* Attention forward over packed sequences (flash_attn_varlen_func layout): q total_q x Hq x D, k total_k x Hkv x D,
  * v total_k x Hkv x Dv, o total_q x Hq x Dv, lse fp32 Hq x total_q (head_dim_v: Dv, 0 = head_dim); cu_seqlens_q/k
  * are device pointers to batch + 1 int32 offsets. Strides are {seq, head, dim} in elements. Sequence b is rows
