@@ -294,6 +294,9 @@ StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernel(const KernelSp
   ShapeClassFn shapeClassOf;
   {
     std::lock_guard<std::mutex> lock(impl->configMutex);
+    for (const AotKernel &aot : impl->aotKernels)
+      if (matches(aot.kernel->info, spec))
+        return aot.kernel;
     if (spec.shapeClass != kDefaultShapeClass && impl->shapeClassOf) {
       // The compiler knows whether the class is tiled differently; its answer is the same for every call.
       auto known = impl->ownShapeClass.find(spec.key());
@@ -317,11 +320,9 @@ StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernel(const KernelSp
   }
   {
     std::lock_guard<std::mutex> lock(impl->configMutex);
-    for (const AotKernel &aot : impl->aotKernels)
-      if (matches(aot.kernel->info, spec))
-        return aot.kernel;
-    if (spec.shapeClass != kDefaultShapeClass && !impl->compile) {
-      // No kernel of its own ahead of time and nothing to build one: the default class's kernel runs any shape.
+    // A class that shares the default's tiling, or one nothing can build a kernel for, runs the default class's
+    // kernel (ahead of time), which serves any shape.
+    if (spec.shapeClass != asked.shapeClass || !impl->compile) {
       KernelSpec fallback = spec;
       fallback.shapeClass = std::string(kDefaultShapeClass);
       for (const AotKernel &aot : impl->aotKernels)

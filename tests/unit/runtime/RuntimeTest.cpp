@@ -318,6 +318,16 @@ TEST(Runtime, TheJitsShapeClassHookDecidesWhetherAClassIsCompiledAndIsAskedOnceP
   EXPECT_EQ(compiles, 1);
   EXPECT_EQ(asked, 2);
 
+  // An ahead-of-time kernel of the class's own is used as it is, without asking.
+  test::TempDir both;
+  writeAotKernel(both.path(), "short", shortKernel("short"));
+  ASSERT_TRUE(runtime->loadAotDirectory(both.path().string()).ok());
+  spec.variant = "causal";
+  StatusOr<std::shared_ptr<const CachedKernel>> own = runtime->findKernel(spec);
+  ASSERT_TRUE(own.ok()) << own.status().message();
+  EXPECT_EQ((*own)->info.entry, "flashtile_fwd_short");
+  EXPECT_EQ(asked, 2);
+
   // An answer that is neither class is an error naming it.
   spec.variant = "softcap_causal";
   answer = "long";
