@@ -46,14 +46,15 @@ Fa2Config Fa2Config::defaultsFor(int headDim, int headDimV, const ProgramTraits 
     c.stages = kMinStages;
   }
   int widest = std::max(headDim, headDimV);
-  if (shortSequences && widest > 96 && widest <= 128 && traits.growingWalks && !traits.headBoundary) {
+  if (shortSequences && traits.growingWalks && !traits.headBoundary && (widest <= 64 || widest > 96) && widest <= 128) {
     // Causal-like walks of short sequences (at most 1024 rows on average) are a few tiles long, and a block's
-    // fixed cost weighs most there: 64-row blocks of 4 warps with one K/V buffer, measured on the H200 (bf16,
-    // same run, NOTES v13) at 512 / 1024 / 2048 rows: causal +14 / +7 / 0%, softcap_causal +17 / +7 / -2%,
-    // alibi_causal +20 / +12 / +3%, sinks_causal +14 / +4 / 0%; at 4096 -5%. Non-causal walks lose 6-14%, and
-    // head dims 64 and 96 gain at most 7% at 512 (64) or lose (96): they keep the default.
+    // fixed cost weighs most there: 64-row blocks, measured on the H200 (bf16, same run, NOTES v13) at 512 /
+    // 1024 / 2048 rows. Head dim 128, 4 warps and one K/V buffer: causal +14 / +7 / 0%, softcap_causal
+    // +17 / +7 / -2%, alibi_causal +20 / +12 / +3%, sinks_causal +14 / +4 / 0% (at 4096 -5%). Head dim 64, 2 warps
+    // of two m16 tiles as in its default: causal +7 / +3 / -7%, softcap_causal +7 / +2 / -4%, alibi_causal
+    // +5 / -1 / -5%. Non-causal walks lose 6-14%, and head dim 96 loses at every length: they keep the default.
     c.blockM = 64;
-    c.warps = 4;
+    c.warps = widest <= 64 ? 2 : 4;
     c.stages = kMinStages;
   }
   // Heaviest first across the grid pays where walks grow with the Q tile (causal: +5-7% at head dim 128), and

@@ -8,12 +8,16 @@
 // RUN: sed -e 's/= 64 :/= 128 :/g' -e 's/x64/x128/g' %inputs/causal.mlir | flashtile-opt --tile-apply-schedule="shape-class=short block-m=128" | FileCheck %s --check-prefix=KNOB
 // KNOB: schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, lptGroupBlocks = 512, shapeClass = "short">
 
-// At head dim 64 the short class has the default's configuration: it is the default class (no kernel of its own),
-// and so is a short class whose knobs make it equal to the default's.
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="shape-class=short" | FileCheck %s --check-prefix=SAME64
-// RUN: sed -e 's/= 64 :/= 128 :/g' -e 's/x64/x128/g' %inputs/causal.mlir | flashtile-opt --tile-apply-schedule="shape-class=short block-m=64 warps=4 stages=1" | FileCheck %s --check-prefix=SAME64
-// SAME64: schedule = #tile.schedule<name = "fa2", blockM = {{[0-9]+}}, blockN = 64, warps = 4, stages = 1, lptGroupBlocks = 512>
-// SAME64-NOT: shapeClass
+// At head dim 64 the short class runs 64-row blocks of 2 warps (two m16 tiles each, as the default's).
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="shape-class=short" | FileCheck %s --check-prefix=SHORT64
+// SHORT64: schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 64, warps = 2, stages = 1, lptGroupBlocks = 512, shapeClass = "short">
+
+// A short class whose knobs make its configuration the default class's is the default class (no kernel of its
+// own), and so is one at head dim 96, where the short defaults are the default's.
+// RUN: sed -e 's/= 64 :/= 128 :/g' -e 's/x64/x128/g' %inputs/causal.mlir | flashtile-opt --tile-apply-schedule="shape-class=short block-m=64 warps=4 stages=1" | FileCheck %s --check-prefix=SAME
+// RUN: sed -e 's/= 64 :/= 96 :/g' -e 's/x64/x96/g' %inputs/causal.mlir | flashtile-opt --tile-apply-schedule="shape-class=short" | FileCheck %s --check-prefix=SAME
+// SAME: schedule = #tile.schedule<name = "fa2", blockM = {{[0-9]+}}, blockN = 64, warps = 4, stages = 1, lptGroupBlocks = 512>
+// SAME-NOT: shapeClass
 
 // RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="shape-class=long" 2>&1 | FileCheck %s --check-prefix=BAD
 // BAD: error: 'tile.func' op unknown shape class 'long'; accepted: default, short

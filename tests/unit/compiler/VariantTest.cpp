@@ -695,8 +695,8 @@ TEST(Sinks, RowsWithoutKeysGetZeroOutputAndTheSinkAsLse) {
 //===----------------------------------------------------------------------===//
 
 /// The JIT's shape-class hook says which classes are scheduled differently (so the runtime compiles or loads a
-/// kernel of their own) and its compile hook builds that tiling: causal at head dim 128 has a short kernel of
-/// 64-row blocks; a non-causal program and head dim 64 share the default class's.
+/// kernel of their own) and its compile hook builds that tiling: causal at head dims 128 and 64 has a short kernel
+/// of 64-row blocks; a non-causal program and head dim 96 share the default class's.
 TEST(ShapeClass, TheJitKnowsWhichClassesHaveKernelsOfTheirOwn) {
   jit::Jit jit;
   ShapeClassFn own = jit.shapeClassFn();
@@ -705,8 +705,10 @@ TEST(ShapeClass, TheJitKnowsWhichClassesHaveKernelsOfTheirOwn) {
   spec.variant = "none";
   EXPECT_EQ(*own(spec), kDefaultShapeClass);
   spec.variant = "causal";
-  spec.headDim = spec.headDimV = 64;
+  spec.headDim = spec.headDimV = 96;
   EXPECT_EQ(*own(spec), kDefaultShapeClass);
+  spec.headDim = spec.headDimV = 64;
+  EXPECT_EQ(*own(spec), kShortShapeClass);
   spec.variant = "no_such_variant";
   ASSERT_FALSE(own(spec).ok());
   EXPECT_NE(own(spec).status().message().find("not registered"), std::string::npos);
