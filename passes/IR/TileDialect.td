@@ -66,7 +66,7 @@ def Tile_ScheduleAttr : Tile_Attr<"Schedule", "schedule"> {
     `minBlocksPerSm` the occupancy the register allocation must allow (0, omitted: no request), `lptGroupBlocks`
     the block order (0, omitted: Q tiles heaviest first within each batch entry and head; N: heaviest first across
     groups of (batch, head) pairs of at least N blocks), `shapeClass` the shapes the kernel is for ("default",
-    omitted: any; "short": at most 1024 query rows per sequence on average), which the kernel's name carries.
+    omitted: any; "short": at most 1024 query and key rows per sequence on average), which the kernel's name carries.
     Example: `#tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 2, rescaleThreshold = 8>`.
   }];
   let parameters = (ins StringRefParameter<>:$name, "int64_t":$blockM, "int64_t":$blockN, "int64_t":$warps,

@@ -29,7 +29,7 @@ def TileApplySchedule : Pass<"tile-apply-schedule", "::flashtile::tile::FuncOp">
     Option<"rescaleThreshold", "rescale-threshold", "int64_t", /*default=*/"-1", "0: rescale acc every tile; 1-15: only when a row max grows by more than that (log2 units) (-1: default)">,
     Option<"minBlocksPerSm", "min-blocks-per-sm", "int64_t", /*default=*/"-1", "blocks per SM the register allocation must allow (0: no request; -1: default)">,
     Option<"lptGroupBlocks", "lpt-group-blocks", "int64_t", /*default=*/"-1", "block order: 0 heaviest Q tile first within each (batch, head); N > 0 across groups of >= N blocks (-1: default)">,
-    Option<"shapeClass", "shape-class", "std::string", /*default=*/"\"default\"", "the shapes the kernel is for: default (any) or short (at most 1024 query rows per sequence on average); a class whose defaults equal the default class's is scheduled as default">,
+    Option<"shapeClass", "shape-class", "std::string", /*default=*/"\"default\"", "the shapes the kernel is for: default (any) or short (at most 1024 query and key rows per sequence on average); a class whose defaults equal the default class's is scheduled as default">,
   ];
 }
 

@@ -271,9 +271,10 @@ StatusOr<KernelSpec> Runtime::specFor(const AttentionArgs &args, const std::stri
 }
 
 std::string_view Runtime::shapeClassFor(const AttentionArgs &args) {
-  // Dense: every sequence has seqlenQ rows; varlen: seqlenQ is total_q, over `batch` sequences.
-  long long rows = args.seqlenQ, sequences = args.isVarlen() ? std::max(args.batch, 1) : 1;
-  return rows <= static_cast<long long>(kShortSeqlenQ) * sequences ? kShortShapeClass : kDefaultShapeClass;
+  // Dense: every sequence has seqlenQ and seqlenK rows; varlen: they are total_q and total_k, over `batch`
+  // sequences. Both must be short: a few queries over long keys (chunked prefill) walk long, like the default.
+  long long sequences = args.isVarlen() ? std::max(args.batch, 1) : 1, limit = kShortSeqlen * sequences;
+  return args.seqlenQ <= limit && args.seqlenK <= limit ? kShortShapeClass : kDefaultShapeClass;
 }
 
 StatusOr<KernelSpec> Runtime::specFor(const AttentionArgs &args) {

@@ -65,7 +65,7 @@ inline constexpr int kMaxRescaleThreshold = 15;
 /// Shape classes: the runtime picks a kernel per class from a call's shape (KernelInfo.h's kShapeClasses, the same
 /// strings), and defaultsFor tiles each class for its shapes.
 ///  "default" — any shape;
-///  "short"   — sequences of at most 1024 query rows on average: a block's fixed cost (its Q tile, the first K/V
+///  "short"   — sequences of at most 1024 query and key rows on average: a block's fixed cost (its Q tile, the first K/V
 ///              tile's latency, the epilogue) weighs more there, and 64-row blocks halve it per block.
 inline constexpr const char *kShapeClassDefault = "default";
 inline constexpr const char *kShapeClassShort = "short";

@@ -1,4 +1,4 @@
-// The "short" shape class (sequences of at most 1024 query rows on average). At head dim 128 a causal program's
+// The "short" shape class (sequences of at most 1024 query and key rows on average). At head dim 128 a causal program's
 // short kernel runs 64-row blocks of 4 warps with one K/V buffer; the class is recorded (and names the kernel).
 // RUN: sed -e 's/= 64 :/= 128 :/g' -e 's/x64/x128/g' %inputs/causal.mlir | flashtile-opt --tile-apply-schedule="shape-class=short" | FileCheck %s --check-prefix=SHORT128
 // SHORT128: schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 64, warps = 4, stages = 1, lptGroupBlocks = 512, shapeClass = "short">

@@ -191,6 +191,13 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 
 // -----
 
+// expected-error @+2 {{schedule shapeClass = 'long' is not supported; accepted: default, short}}
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
+                         schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, shapeClass = "long">} {
+}
+
+// -----
+
 // expected-error @+2 {{schedule rescaleThreshold = 16 is not supported; accepted: 0 to 15}}
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
                          schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, rescaleThreshold = 16>} {

@@ -15,7 +15,7 @@ commands (no GPU needed):
              --rescale-threshold N (0: rescale every tile; 1-15: only when a row max grows by more than N, log2)
              --min-blocks-per-sm N (registers capped so N blocks fit an SM; 0: no cap)
              --lpt-group-blocks N (0: heaviest Q tile first per batch entry and head; N: across >= N-block groups)
-             --shape-class default|short (short: tiled for sequences of <= 1024 query rows on average)]
+             --shape-class default|short (short: for sequences of <= 1024 query and key rows on average)]
             NAME: none, causal, causal_top_left, sliding_window, sliding_window_causal, softcap, softcap_causal,
             alibi, alibi_per_batch, alibi_causal, sinks, sinks_causal, document_mask (examples/variants/)
   emit      like compile, --emit defaults to cuda

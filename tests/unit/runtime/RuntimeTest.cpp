@@ -68,18 +68,25 @@ TEST(Runtime, SpecForUsesArgsScheduleAndShapeClass) {
 TEST(Runtime, ShortSequencesAreTheirOwnShapeClass) {
   AttentionArgs args = validArgs();
   for (auto [seqlenQ, expected] : {std::pair{1, kShortShapeClass},
-                                   {kShortSeqlenQ, kShortShapeClass},
-                                   {kShortSeqlenQ + 1, kDefaultShapeClass},
+                                   {kShortSeqlen, kShortShapeClass},
+                                   {kShortSeqlen + 1, kDefaultShapeClass},
                                    {16384, kDefaultShapeClass}}) {
-    args.seqlenQ = seqlenQ;
-    EXPECT_EQ(Runtime::shapeClassFor(args), expected) << "dense, seqlen_q " << seqlenQ;
+    args.seqlenQ = args.seqlenK = seqlenQ;
+    EXPECT_EQ(Runtime::shapeClassFor(args), expected) << "dense, seqlen " << seqlenQ;
   }
+  // A few queries over long keys walk long: the default class.
+  args.seqlenQ = 512;
+  args.seqlenK = 8192;
+  EXPECT_EQ(Runtime::shapeClassFor(args), kDefaultShapeClass);
   // Varlen: the mean over the sequences (total_q / batch), whatever the longest one.
   int offsets[5] = {0, 0, 0, 0, 0};
   args = AttentionArgs::varlen(DType::BF16, args.q, args.k, args.v, args.o, args.lse, offsets, offsets, 4,
-                               4 * kShortSeqlenQ, 4 * kShortSeqlenQ, 3000, 3000, 8, 8, 128);
+                               4 * kShortSeqlen, 4 * kShortSeqlen, 3000, 3000, 8, 8, 128);
   EXPECT_EQ(Runtime::shapeClassFor(args), kShortShapeClass);
-  args.seqlenQ = 4 * kShortSeqlenQ + 1;
+  args.seqlenQ = 4 * kShortSeqlen + 1;
+  EXPECT_EQ(Runtime::shapeClassFor(args), kDefaultShapeClass);
+  args.seqlenQ = 4 * kShortSeqlen;
+  args.seqlenK = 4 * kShortSeqlen + 1;
   EXPECT_EQ(Runtime::shapeClassFor(args), kDefaultShapeClass);
 }
 

@@ -24,13 +24,14 @@ inline constexpr std::array<std::string_view, 2> kSupportedDtypes = {"f16", "bf1
 /// shapes they run. The runtime picks a call's class (Runtime::shapeClassFor); the compiler's schedules give each
 /// class its defaults, and a class whose defaults equal the "default" class's has no kernel of its own.
 ///  default — any shape;
-///  short   — sequences of at most kShortSeqlenQ query rows on average (dense: seqlen_q; varlen: total_q / batch),
+///  short   — sequences of at most kShortSeqlen query rows and key rows on average (dense: seqlen_q and seqlen_k;
+///            varlen: total_q / batch and total_k / batch),
 ///            where a block's fixed cost (its Q tile's load, the epilogue) weighs most: at head dim 128 FA2 runs
 ///            causal-like programs in 64-row blocks there.
 inline constexpr std::string_view kDefaultShapeClass = "default";
 inline constexpr std::string_view kShortShapeClass = "short";
 inline constexpr std::array<std::string_view, 2> kShapeClasses = {kDefaultShapeClass, kShortShapeClass};
-inline constexpr int kShortSeqlenQ = 1024;
+inline constexpr int kShortSeqlen = 1024;
 
 /// The kernel the runtime needs for one call.
 struct KernelSpec {

@@ -138,8 +138,8 @@ public:
   /// The spec for `arch` (one of kSupportedArchs); needs no GPU.
   StatusOr<KernelSpec> specFor(const AttentionArgs &args, const std::string &arch) const;
   /// The shape class of a call (see kShapeClasses): kShortShapeClass when its sequences have at most
-  /// kShortSeqlenQ query rows on average (dense: seqlenQ; varlen: seqlenQ / batch, i.e. total_q over the
-  /// sequences), else kDefaultShapeClass.
+  /// kShortSeqlen query rows and key rows on average (dense: seqlenQ and seqlenK; varlen: over the batch's
+  /// sequences, total_q / batch and total_k / batch), else kDefaultShapeClass.
   static std::string_view shapeClassFor(const AttentionArgs &args);
   /// The kernel for `spec`: an ahead-of-time one, else the JIT cache's. Needs no GPU. A spec of a shape class
   /// other than the default runs the default class's kernel when its class has no kernel of its own: none
