@@ -116,6 +116,15 @@ struct Runtime::Impl {
   std::map<CUdevice, std::string> archByDevice;
 
   StatusOr<std::string> arch(const CudaDriver &driver);
+  /// The ahead-of-time kernel for `spec` in the default shape class, or null; configMutex held.
+  std::shared_ptr<const CachedKernel> aotKernelOfDefaultClass(const KernelSpec &spec) const {
+    KernelSpec fallback = spec;
+    fallback.shapeClass = std::string(kDefaultShapeClass);
+    for (const AotKernel &aot : aotKernels)
+      if (matches(aot.kernel->info, fallback))
+        return aot.kernel;
+    return nullptr;
+  }
   StatusOr<CUfunction> function(const CudaDriver &driver, const std::shared_ptr<const CachedKernel> &kernel);
 };
 
@@ -310,8 +319,13 @@ StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernel(const KernelSp
   if (shapeClassOf) {
     // Asked outside the lock: the compiler may take milliseconds (it schedules the variant's program).
     StatusOr<std::string> own = shapeClassOf(spec);
-    if (!own.ok())
+    if (!own.ok()) {
+      // The compiler cannot tell (e.g. a variant only a kernel library has): the default class's kernel, if any.
+      std::lock_guard<std::mutex> lock(impl->configMutex);
+      if (std::shared_ptr<const CachedKernel> kernel = impl->aotKernelOfDefaultClass(spec))
+        return kernel;
       return own.status();
+    }
     if (*own != spec.shapeClass && *own != kDefaultShapeClass)
       return Status::error("the JIT compiler's shape-class hook answered '" + *own + "' for " + spec.key() +
                            "; expected '" + spec.shapeClass + "' or '" + std::string(kDefaultShapeClass) + "'");
@@ -323,13 +337,9 @@ StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernel(const KernelSp
     std::lock_guard<std::mutex> lock(impl->configMutex);
     // A class that shares the default's tiling, or one nothing can build a kernel for, runs the default class's
     // kernel (ahead of time), which serves any shape.
-    if (spec.shapeClass != asked.shapeClass || !impl->compile) {
-      KernelSpec fallback = spec;
-      fallback.shapeClass = std::string(kDefaultShapeClass);
-      for (const AotKernel &aot : impl->aotKernels)
-        if (matches(aot.kernel->info, fallback))
-          return aot.kernel;
-    }
+    if (spec.shapeClass != asked.shapeClass || !impl->compile)
+      if (std::shared_ptr<const CachedKernel> kernel = impl->aotKernelOfDefaultClass(spec))
+        return kernel;
     if (!impl->compile) {
       std::vector<std::string> available;
       for (const AotKernel &aot : impl->aotKernels)

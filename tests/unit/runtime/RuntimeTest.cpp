@@ -335,6 +335,25 @@ TEST(Runtime, TheJitsShapeClassHookDecidesWhetherAClassIsCompiledAndIsAskedOnceP
   EXPECT_EQ((*own)->info.entry, "flashtile_fwd_short");
   EXPECT_EQ(asked, 2);
 
+  // A hook that cannot tell (a variant only the kernel library has) leaves the default class's kernel.
+  spec.variant = "library_only";
+  std::unique_ptr<Runtime> library = memoryOnlyRuntime();
+  ASSERT_TRUE(library->loadAotDirectory(dir.path().string()).ok());
+  test::TempDir libraryDir;
+  writeAotKernel(libraryDir.path(), "library", [] {
+    CachedKernel kernel = test::fakeKernel("library");
+    kernel.info.variant = "library_only";
+    return kernel;
+  }());
+  ASSERT_TRUE(library->loadAotDirectory(libraryDir.path().string()).ok());
+  library->setCompiler([](const KernelSpec &) -> StatusOr<CachedKernel> { return Status::error("not expected"); },
+                       [](const KernelSpec &) -> StatusOr<std::string> { return Status::error("not registered"); });
+  StatusOr<std::shared_ptr<const CachedKernel>> fromLibrary = library->findKernel(spec);
+  ASSERT_TRUE(fromLibrary.ok()) << fromLibrary.status().message();
+  EXPECT_EQ((*fromLibrary)->info.entry, "flashtile_fwd_library");
+  spec.variant = "unknown_everywhere";
+  EXPECT_EQ(library->findKernel(spec).status().message(), "not registered");
+
   // An answer that is neither class is an error naming it.
   spec.variant = "softcap_causal";
   answer = "long";
