@@ -15,14 +15,13 @@
 #ifndef FLASHTILE_CODEGEN_SM90_PRELUDESM90_H
 #define FLASHTILE_CODEGEN_SM90_PRELUDESM90_H
 
+#include "codegen/sm90/InstructionsSm90.h"
+
 #include <span>
 #include <string>
 #include <string_view>
 
 namespace flashtile::codegen::sm90 {
-
-/// wgmma.mma_async computes m64nNk16 for 16-bit inputs with N a multiple of 8 in [8, 256].
-inline constexpr int kWgmmaM = 64, kWgmmaK = 16, kWgmmaNStep = 8, kWgmmaMaxN = 256;
 
 inline constexpr std::string_view kPreludeCore = R"cuda(
 // ==== sm90 device primitives: wgmma, TMA, mbarrier, named barriers, setmaxnreg (instruction wrappers only) ====
@@ -353,39 +352,43 @@ struct Wgmma {
 /// fp32 accumulators. An n that is not a multiple of 8 in [8, 256] prints an #error naming it, so a bad request fails
 /// the NVRTC compile with that message instead of producing a kernel.
 inline std::string wgmmaText(int n) {
-  if (n < kWgmmaNStep || n > kWgmmaMaxN || n % kWgmmaNStep != 0)
-    return "#error \"wgmma m64nNk16: N = " + std::to_string(n) + " is not a multiple of 8 in [8, 256]\"\n";
-  const int regs = n / 2; // fp32 accumulators per thread
+  std::string text;
+  if (n < kWgmmaNStep || n > kWgmmaMaxN || n % kWgmmaNStep != 0) {
+    text.append("#error \"wgmma m64nNk16: N = ").append(std::to_string(n));
+    return text.append(" is not a multiple of 8 in [8, 256]\"\n");
+  }
+  const int regs = n / 2; // fp32 accumulators per thread: operands %0 .. %(regs - 1), the others follow
   std::string dList, dOperands;
   for (int i = 0; i < regs; ++i) {
-    dList += (i ? ", %" : "%") + std::to_string(i);
-    dOperands += (i ? ", \"+f\"(d[" : "\"+f\"(d[") + std::to_string(i) + "])";
+    dList.append(i ? ", %" : "%").append(std::to_string(i));
+    dOperands.append(i ? ", \"+f\"(d[" : "\"+f\"(d[").append(std::to_string(i)).append("])");
   }
-  auto op = [&](int index) { return "%" + std::to_string(regs + index); };
-  const std::string ns = std::to_string(n);
-  std::string text = "namespace sm90::warpgroup {\ntemplate <>\nstruct Wgmma<" + ns + "> {\n";
-  for (const char *type : {"bf16", "f16"}) {
-    // SS: %regs = descA, +1 descB, +2 accumulate, +3 trans-b.
-    text += "  template <int kMajorB>\n  static __device__ __forceinline__ void " + std::string(type) +
-            "SS(float (&d)[" + std::to_string(regs) +
-            "], unsigned long long descA, unsigned long long descB, int accumulate) {\n"
-            "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, " +
-            op(2) + ", 0;\\n\"\n                 \"wgmma.mma_async.sync.aligned.m64n" + ns + "k16.f32." + type + "." +
-            type + " {" + dList + "}, " + op(0) + ", " + op(1) + ", p, 1, 1, 0, " + op(3) +
-            ";\\n}\\n\"\n                 : " + dOperands +
-            "\n                 : \"l\"(descA), \"l\"(descB), \"r\"(accumulate), \"n\"(kMajorB));\n  }\n";
-    // RS: %regs..+3 = a[0..3], +4 descB, +5 accumulate, +6 trans-b.
-    text += "  template <int kMajorB>\n  static __device__ __forceinline__ void " + std::string(type) +
-            "RS(float (&d)[" + std::to_string(regs) +
-            "], const unsigned (&a)[4], unsigned long long descB, int accumulate) {\n"
-            "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, " +
-            op(5) + ", 0;\\n\"\n                 \"wgmma.mma_async.sync.aligned.m64n" + ns + "k16.f32." + type + "." +
-            type + " {" + dList + "}, {" + op(0) + ", " + op(1) + ", " + op(2) + ", " + op(3) + "}, " + op(4) +
-            ", p, 1, 1, " + op(6) + ";\\n}\\n\"\n                 : " + dOperands +
-            "\n                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(descB), "
-            "\"r\"(accumulate), \"n\"(kMajorB));\n  }\n";
+  auto op = [regs](int index) { return std::string("%").append(std::to_string(regs + index)); };
+  const std::string shape = "m64n" + std::to_string(n) + "k16";
+  const std::string dParam = "float (&d)[" + std::to_string(regs) + "]";
+  text.append("namespace sm90::warpgroup {\ntemplate <>\nstruct Wgmma<").append(std::to_string(n)).append("> {\n");
+  for (std::string type : {"bf16", "f16"}) {
+    const std::string instruction = "wgmma.mma_async.sync.aligned." + shape + ".f32." + type + "." + type;
+    // SS operands after D: descA, descB, accumulate, trans-b.
+    text.append("  template <int kMajorB>\n  static __device__ __forceinline__ void ").append(type).append("SS(");
+    text.append(dParam).append(", unsigned long long descA, unsigned long long descB, int accumulate) {\n");
+    text.append("    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, ").append(op(2)).append(", 0;\\n\"\n");
+    text.append("                 \"").append(instruction).append(" {").append(dList).append("}, ").append(op(0));
+    text.append(", ").append(op(1)).append(", p, 1, 1, 0, ").append(op(3)).append(";\\n}\\n\"\n");
+    text.append("                 : ").append(dOperands).append("\n");
+    text.append("                 : \"l\"(descA), \"l\"(descB), \"r\"(accumulate), \"n\"(kMajorB));\n  }\n");
+    // RS operands after D: a[0..3], descB, accumulate, trans-b.
+    text.append("  template <int kMajorB>\n  static __device__ __forceinline__ void ").append(type).append("RS(");
+    text.append(dParam).append(", const unsigned (&a)[4], unsigned long long descB, int accumulate) {\n");
+    text.append("    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, ").append(op(5)).append(", 0;\\n\"\n");
+    text.append("                 \"").append(instruction).append(" {").append(dList).append("}, {").append(op(0));
+    text.append(", ").append(op(1)).append(", ").append(op(2)).append(", ").append(op(3)).append("}, ").append(op(4));
+    text.append(", p, 1, 1, ").append(op(6)).append(";\\n}\\n\"\n");
+    text.append("                 : ").append(dOperands).append("\n");
+    text.append("                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(descB), ");
+    text.append("\"r\"(accumulate), \"n\"(kMajorB));\n  }\n");
   }
-  return text + "};\n} // namespace sm90::warpgroup\n";
+  return text.append("};\n} // namespace sm90::warpgroup\n");
 }
 
 /// The prelude of a kernel whose wgmmas use the accumulator widths `mmaN` (each printed once).

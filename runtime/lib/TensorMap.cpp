@@ -15,8 +15,9 @@ constexpr uint64_t kMaxStride = uint64_t(1) << 40;
 constexpr uint32_t kMaxBox = 256;
 constexpr uint64_t kGlobalAlignment = 16; // bytes: address and strides
 constexpr int kElementBytes = 2;          // bf16 and f16
-// The prelude's sm90::TensorMap, the kernel-side view of the descriptor, is declared with this size and alignment.
-static_assert(sizeof(CUtensorMap) == 128 && alignof(CUtensorMap) == 64, "CUtensorMap is 128 bytes, 64-aligned");
+// The prelude's sm90::TensorMap, the kernel-side view of the descriptor, is 128 bytes, 64-byte aligned (the
+// driver's requirement; CUDA 13's header aligns CUtensorMap to 128, which satisfies it).
+static_assert(sizeof(CUtensorMap) == 128 && alignof(CUtensorMap) >= 64, "CUtensorMap: 128 bytes, 64-byte aligned");
 
 std::string str(uint64_t value) { return std::to_string(value); }
 
@@ -90,8 +91,8 @@ Status flashtile::validateTensorMapSpec(const TensorMapSpec &spec) {
   const int span = tmaSwizzleBytes(spec.swizzle);
   if (innerBytes > uint64_t(span))
     return Status::error(prefix + "the inner box dimension is " + str(innerBytes) + " bytes, more than the " +
-                         std::to_string(span) + "-byte swizzle span (box[0] <= " + std::to_string(span / kElementBytes) +
-                         " 16-bit elements)");
+                         std::to_string(span) +
+                         "-byte swizzle span (box[0] <= " + std::to_string(span / kElementBytes) + " 16-bit elements)");
   return Status();
 }
 

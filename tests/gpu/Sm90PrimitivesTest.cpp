@@ -114,8 +114,8 @@ public:
     thread = std::thread([this, seconds] {
       std::unique_lock<std::mutex> lock(mutex);
       if (!wake.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done; })) {
-        std::fprintf(stderr, "\n[flashtile-sm90] TIMEOUT: %s still running after %.0f s; exiting\n",
-                     this->what.c_str(), seconds);
+        std::fprintf(stderr, "\n[flashtile-sm90] TIMEOUT: %s still running after %.0f s; exiting\n", this->what.c_str(),
+                     seconds);
         std::fflush(stdout);
         std::fflush(stderr);
         std::_Exit(3);
@@ -172,8 +172,8 @@ const Sm90Gpu &gpu() {
     if (g.arch != "sm_90a")
       g.noGpuReason = "the sm90 primitives need a compute capability 9.0 GPU (sm_90a); this one runs " + g.arch;
     std::string nvrtc = nvrtcVersion().ok() ? *nvrtcVersion() : "?";
-    std::printf("[flashtile-sm90] arch %s, NVRTC %s, base seed %llu (FLASHTILE_TEST_SEED replays it)\n",
-                g.arch.c_str(), nvrtc.c_str(), static_cast<unsigned long long>(baseSeed()));
+    std::printf("[flashtile-sm90] arch %s, NVRTC %s, base seed %llu (FLASHTILE_TEST_SEED replays it)\n", g.arch.c_str(),
+                nvrtc.c_str(), static_cast<unsigned long long>(baseSeed()));
     return g;
   }();
   return instance;
@@ -206,7 +206,7 @@ template <class T> StatusOr<reference::DeviceBuffer> upload(const std::vector<T>
                          "cuMemcpyHtoD");
         !s.ok())
       return s;
-  return buffer;
+  return StatusOr<reference::DeviceBuffer>(std::move(buffer));
 }
 
 /// A compiled test kernel, unloaded on destruction.
@@ -234,7 +234,8 @@ public:
     if (Status s = check(gpu().driver->cuModuleLoadData(&module, cubin->data()), "cuModuleLoadData(" + label + ")");
         !s.ok())
       return s;
-    return check(gpu().driver->cuModuleGetFunction(&function, module, entry.c_str()), "cuModuleGetFunction(" + entry + ")");
+    return check(gpu().driver->cuModuleGetFunction(&function, module, entry.c_str()),
+                 "cuModuleGetFunction(" + entry + ")");
   }
 
   /// Launches one block of `threads` with `smemBytes` of dynamic shared memory and waits for it.
@@ -365,6 +366,8 @@ tmaTile(const __grid_constant__ sm90::TensorMap in, const __grid_constant__ sm90
 }
 )cuda";
 
+std::string tmaTileSource() { return prelude::prelude({}) + kTestSupport + kTmaTileKernel; }
+
 struct TmaCase {
   const char *name;
   DType dtype;
@@ -400,8 +403,7 @@ TEST_P(TmaTile, LoadsSwizzledAndStoresBack) {
   ASSERT_TRUE(outMap.ok()) << outMap.status().message();
 
   Kernel kernel;
-  ASSERT_OK(kernel.load(prelude::prelude({}) + kTestSupport + kTmaTileKernel, "tmaTile",
-                        std::string("sm90_tma_tile_") + c.name));
+  ASSERT_OK(kernel.load(tmaTileSource(), "tmaTile", std::string("sm90_tma_tile_") + c.name));
   CUdeviceptr imagePtr = image.address(), tilePtr = tile.address(), flagPtr = flag.address();
   int rows = c.boxRows, colsArg = cols, row0 = c.row0, block0 = c.block0, head = c.head, b = c.b;
   ASSERT_OK(kernel.run(128, c.boxRows * cols * 2 + 1024,
@@ -434,8 +436,8 @@ TEST_P(TmaTile, LoadsSwizzledAndStoresBack) {
     for (int s = 0; s < in.seqlen; ++s)
       for (int h = 0; h < in.heads; ++h)
         for (int d = 0; d < in.headDim; ++d) {
-          const bool inTile = bb == c.b && h == c.head && s >= c.row0 && s < c.row0 + c.boxRows &&
-                              d >= c.block0 * 64 && d < c.block0 * 64 + cols;
+          const bool inTile = bb == c.b && h == c.head && s >= c.row0 && s < c.row0 + c.boxRows && d >= c.block0 * 64 &&
+                              d < c.block0 * 64 + cols;
           const size_t i = in.index(bb, s, h, d);
           outWrong += outHost[i] != (inTile ? in.bits[i] : kSentinel);
         }
@@ -567,6 +569,13 @@ struct WgmmaCase {
   bool integers; // small-integer inputs: every product and sum is exact in fp32
 };
 
+std::string wgmmaChainSource(const WgmmaCase &c) {
+  std::string source = prelude::prelude(std::vector<int>{c.keys, c.headDim}) + kTestSupport;
+  source.append("constexpr int kKeys = ").append(std::to_string(c.keys)).append(", kHeadDim = ");
+  source.append(std::to_string(c.headDim)).append(";\nconstexpr bool kF16 = ");
+  return source.append(c.dtype == DType::F16 ? "true" : "false").append(";\n").append(kWgmmaChainKernel);
+}
+
 std::string wgmmaCaseName(const testing::TestParamInfo<WgmmaCase> &info) {
   const WgmmaCase &c = info.param;
   return std::string(dtypeName(c.dtype)) + "_keys" + std::to_string(c.keys) + "_hd" + std::to_string(c.headDim) +
@@ -601,13 +610,8 @@ TEST_P(WgmmaChain, MatchesCpuReference) {
   ASSERT_OK(flag.allocate(4));
   ASSERT_OK(flag.fill(0));
 
-  const std::string source = prelude::prelude(std::vector<int>{c.keys, c.headDim}) + kTestSupport +
-                             "constexpr int kKeys = " + std::to_string(c.keys) +
-                             ", kHeadDim = " + std::to_string(c.headDim) +
-                             ";\nconstexpr bool kF16 = " + (c.dtype == DType::F16 ? "true" : "false") + ";\n" +
-                             kWgmmaChainKernel;
   Kernel kernel;
-  ASSERT_OK(kernel.load(source, "wgmmaChain", "sm90_wgmma_" + name));
+  ASSERT_OK(kernel.load(wgmmaChainSource(c), "wgmmaChain", "sm90_wgmma_" + name));
   CUdeviceptr sPtr = sOut.address(), oPtr = oOut.address(), flagPtr = flag.address();
   const int smemBytes = (64 + 2 * c.keys) * c.headDim * 2 + 1024;
   ASSERT_OK(kernel.run(128, smemBytes, {&*qMap, &*kMap, &*vMap, &*oMap, &sPtr, &oPtr, &flagPtr}));
@@ -620,7 +624,9 @@ TEST_P(WgmmaChain, MatchesCpuReference) {
   ASSERT_OK(oOut.download(oHost));
   ASSERT_OK(oDev->download(oStored));
 
-  auto value = [&](const HostTensor &t, int row, int d) { return reference::lowToFloat(t.bits[t.index(0, row, 0, d)], c.dtype); };
+  auto value = [&](const HostTensor &t, int row, int d) {
+    return reference::lowToFloat(t.bits[t.index(0, row, 0, d)], c.dtype);
+  };
   // fp32 accumulation error bound on normal inputs: a few ulps of the sum of |products| (layout mistakes are O(1)).
   auto tolerance = [&](double sumAbs) { return c.integers ? 0.0 : 1e-5 * sumAbs + 1e-6; };
   double sWorst = 0, oWorst = 0;
@@ -663,8 +669,8 @@ TEST_P(WgmmaChain, MatchesCpuReference) {
 std::vector<WgmmaCase> wgmmaCases() {
   std::vector<WgmmaCase> cases;
   for (DType dtype : {DType::BF16, DType::F16})
-    for (auto [keys, headDim] : std::vector<std::pair<int, int>>{{64, 64}, {64, 128}, {128, 64}, {128, 128},
-                                                                  {64, 256}, {192, 64}})
+    for (auto [keys, headDim] :
+         std::vector<std::pair<int, int>>{{64, 64}, {64, 128}, {128, 64}, {128, 128}, {64, 256}, {192, 64}})
       for (bool integers : {true, false})
         cases.push_back({dtype, keys, headDim, integers});
   return cases;
@@ -738,6 +744,11 @@ ring(const __grid_constant__ sm90::TensorMap tilesMap, float *out, int tiles, in
 }
 )cuda";
 
+std::string ringSource(int stages) {
+  std::string source = prelude::prelude({}) + kTestSupport;
+  return source.append("constexpr int kStages = ").append(std::to_string(stages)).append(";\n").append(kRingKernel);
+}
+
 struct RingCase {
   int stages, tiles, slowNs;
 };
@@ -747,8 +758,8 @@ class Ring : public testing::TestWithParam<RingCase> {};
 TEST_P(Ring, ConsumersSumEveryTileExactly) {
   REQUIRE_SM90();
   const RingCase &c = GetParam();
-  const std::string name = "stages" + std::to_string(c.stages) + "_tiles" + std::to_string(c.tiles) +
-                           (c.slowNs ? "_slow" : "");
+  const std::string name =
+      "stages" + std::to_string(c.stages) + "_tiles" + std::to_string(c.tiles) + (c.slowNs ? "_slow" : "");
   Watchdog watchdog("Ring." + name);
   std::mt19937_64 rng(baseSeed() ^ (uint64_t(c.stages) << 32) ^ uint64_t(c.tiles));
   const HostTensor tiles = makeTensor(1, 64 * c.tiles, 1, 64, 0, DType::BF16, rng, true);
@@ -763,9 +774,7 @@ TEST_P(Ring, ConsumersSumEveryTileExactly) {
   ASSERT_OK(flag.fill(0));
 
   Kernel kernel;
-  ASSERT_OK(kernel.load(prelude::prelude({}) + kTestSupport + "constexpr int kStages = " + std::to_string(c.stages) +
-                            ";\n" + kRingKernel,
-                        "ring", "sm90_ring_" + name));
+  ASSERT_OK(kernel.load(ringSource(c.stages), "ring", "sm90_ring_" + name));
   CUdeviceptr outPtr = out.address(), flagPtr = flag.address();
   int tileCount = c.tiles, slowNs = c.slowNs;
   ASSERT_OK(kernel.run(384, c.stages * 64 * 64 * 2 + 1024, {&*map, &outPtr, &tileCount, &slowNs, &flagPtr}));
@@ -793,5 +802,22 @@ INSTANTIATE_TEST_SUITE_P(Sm90, Ring,
                            return "stages" + std::to_string(info.param.stages) + "_tiles" +
                                   std::to_string(info.param.tiles) + (info.param.slowNs ? "_slow" : "");
                          });
+
+// ---------------------------------------------------------------------------------------------------------------
+// Without a GPU: every test kernel above compiles for sm_90a (NVRTC and ptxas), so a mistake in them shows up in CI
+// rather than on the GPU machine.
+
+TEST(Sm90Kernels, CompileForSm90aWithoutAGpu) {
+  std::vector<std::pair<std::string, std::string>> sources = {
+      {"tma_tile", tmaTileSource()}, {"ring2", ringSource(2)}, {"ring3", ringSource(3)}};
+  for (const WgmmaCase &c : wgmmaCases())
+    if (c.integers) // the source does not depend on the inputs
+      sources.push_back({wgmmaCaseName({c, 0}), wgmmaChainSource(c)});
+  for (const auto &[name, source] : sources) {
+    SCOPED_TRACE(name);
+    StatusOr<std::string> cubin = compileCuda(source, name + ".cu", "sm_90a", NvrtcOutput::Cubin);
+    EXPECT_TRUE(cubin.ok()) << cubin.status().message();
+  }
+}
 
 } // namespace

@@ -58,8 +58,8 @@ struct AttentionTileSpec {
   const char *name = "tensor"; // for messages: "q", "k", "v", "o"
   DType dtype = DType::BF16;
   const void *data = nullptr;
-  int batch = 0;   // varlen: 1
-  int seqlen = 0;  // rows per batch entry; varlen: the total rows of the packed tensor
+  int batch = 0;  // varlen: 1
+  int seqlen = 0; // rows per batch entry; varlen: the total rows of the packed tensor
   int heads = 0;
   int headDim = 0; // a multiple of the swizzle atom (64 elements for 128-byte swizzle)
   /// Strides in elements, ordered {batch, seq, head, dim} as in AttentionArgs; dim must be 1, the others
