@@ -198,3 +198,16 @@ StatusOr<CUtensorMap> flashtile::encodeAttentionTileMap(const AttentionTileSpec 
     return map.status().withContext(tile.name && *tile.name ? tile.name : "tensor");
   return map;
 }
+
+Status flashtile::replaceTensorMapAddress(CUtensorMap &map, const void *address) {
+  if (!address)
+    return Status::error("tensor map: the new global address is null");
+  if (reinterpret_cast<uintptr_t>(address) % kGlobalAlignment != 0)
+    return Status::error("tensor map: the new global address " + str(reinterpret_cast<uintptr_t>(address)) +
+                         " is not 16-byte aligned (TMA needs 16-byte-aligned tensors)");
+  StatusOr<const CudaDriver *> driver = CudaDriver::get();
+  if (!driver.ok())
+    return driver.status();
+  return (*driver)->check((*driver)->cuTensorMapReplaceAddress(&map, const_cast<void *>(address)),
+                          "cuTensorMapReplaceAddress");
+}

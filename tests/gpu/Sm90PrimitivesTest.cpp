@@ -3,7 +3,8 @@
 //   TmaTile     a tile of a BSHD tensor (64x64, 128x128, partial head dim, padded strides, rows past the end)
 //               TMA-loaded into shared memory under an mbarrier with expect_tx, read back through the prelude's
 //               swizzle helper and as the raw shared-memory image (against the README's 128-byte swizzle formula),
-//               then TMA-stored to a second tensor; all exact.
+//               then TMA-stored to a second tensor; all exact (one case re-points an encoded map at its tensor
+//               with cuTensorMapReplaceAddress).
 //   WgmmaChain  S = Q·Kᵀ with SS wgmmas (both operands K-major in shared memory), P = S rounded to bf16/f16 in
 //               registers (the accumulator as an RS A operand), O = P·V with RS wgmmas (V MN-major), O stored through
 //               stmatrix + TMA; against a CPU reference — exact on small-integer inputs, within fp32 accumulation
@@ -374,6 +375,7 @@ struct TmaCase {
   int batch, seqlen, heads, headDim, headPad;
   int boxRows, boxHeadDim; // boxHeadDim 0: all of it
   int row0, block0, head, b;
+  bool replaceAddress = false; // encode the input's map on another buffer, then point it at the input
 };
 
 class TmaTile : public testing::TestWithParam<TmaCase> {};
@@ -397,7 +399,10 @@ TEST_P(TmaTile, LoadsSwizzledAndStoresBack) {
   ASSERT_OK(flag.allocate(4));
   ASSERT_OK(flag.fill(0));
 
-  StatusOr<CUtensorMap> inMap = encodeAttentionTileMap(tileSpec("in", c.dtype, in, *inDev, c.boxRows, c.boxHeadDim));
+  StatusOr<CUtensorMap> inMap = encodeAttentionTileMap(
+      tileSpec("in", c.dtype, in, c.replaceAddress ? *outDev : *inDev, c.boxRows, c.boxHeadDim));
+  if (c.replaceAddress && inMap.ok())
+    ASSERT_OK(replaceTensorMapAddress(*inMap, inDev->as<void>()));
   StatusOr<CUtensorMap> outMap = encodeAttentionTileMap(tileSpec("out", c.dtype, in, *outDev, c.boxRows, c.boxHeadDim));
   ASSERT_TRUE(inMap.ok()) << inMap.status().message();
   ASSERT_TRUE(outMap.ok()) << outMap.status().message();
@@ -453,6 +458,8 @@ INSTANTIATE_TEST_SUITE_P(
     Sm90, TmaTile,
     testing::Values(TmaCase{"bf16_64x64", DType::BF16, 2, 256, 3, 64, 0, 64, 0, 64, 0, 2, 1},
                     TmaCase{"bf16_128x128", DType::BF16, 1, 128, 2, 128, 0, 128, 0, 0, 0, 1, 0},
+                    TmaCase{"bf16_128x128_replaced_address", DType::BF16, 1, 256, 2, 128, 0, 128, 0, 128, 0, 0, 0,
+                            true},
                     TmaCase{"f16_128x128_padded", DType::F16, 2, 300, 2, 128, 8, 128, 0, 128, 0, 0, 1},
                     TmaCase{"bf16_rows_past_the_end", DType::BF16, 1, 100, 1, 128, 0, 64, 0, 64, 0, 0, 0},
                     TmaCase{"bf16_hd256_second_block", DType::BF16, 1, 64, 1, 256, 0, 64, 64, 0, 1, 0, 0}),

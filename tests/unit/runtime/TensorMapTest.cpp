@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 
 #include <cstdint>
+#include <cstring>
 
 using namespace flashtile;
 using testing::HasSubstr;
@@ -200,6 +201,18 @@ TEST(TensorMap, EncodingValidatesBeforeTheDriver) {
   StatusOr<CUtensorMap> map = encodeAttentionTileMap(tile);
   ASSERT_FALSE(map.ok());
   EXPECT_THAT(map.status().message(), HasSubstr("box rows 300"));
+}
+
+TEST(TensorMap, ReplacingTheAddressValidatesIt) {
+  CUtensorMap map{};
+  const CUtensorMap before = map;
+  Status null = replaceTensorMapAddress(map, nullptr);
+  ASSERT_FALSE(null.ok());
+  EXPECT_THAT(null.message(), HasSubstr("new global address is null"));
+  Status misaligned = replaceTensorMapAddress(map, deviceAddress(0x7f0000000004));
+  ASSERT_FALSE(misaligned.ok());
+  EXPECT_THAT(misaligned.message(), HasSubstr("not 16-byte aligned"));
+  EXPECT_EQ(std::memcmp(&map, &before, sizeof map), 0);
 }
 
 } // namespace

@@ -80,6 +80,11 @@ StatusOr<CUtensorMap> encodeTensorMap(const TensorMapSpec &spec);
 /// attentionTileMapSpec + encodeTensorMap.
 StatusOr<CUtensorMap> encodeAttentionTileMap(const AttentionTileSpec &tile);
 
+/// Points an encoded map at another tensor of the same shape and strides (cuTensorMapReplaceAddress): a cached
+/// descriptor reused for a new call's pointer. `address` must be non-null and 16-byte aligned; `map` is unchanged
+/// on error.
+Status replaceTensorMapAddress(CUtensorMap &map, const void *address);
+
 } // namespace flashtile
 
 #endif // FLASHTILE_RUNTIME_TENSORMAP_H
