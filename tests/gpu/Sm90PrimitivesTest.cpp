@@ -12,6 +12,9 @@
 //   Ring        a producer warp (its warpgroup at 24 registers) TMA-loads tiles into a 2- or 3-slot ring guarded by
 //               full/empty mbarriers; two consumer warpgroups (setmaxnreg to 240) sum their halves of every tile;
 //               checked exactly, with slow consumers so the producer must wait on the empty barriers.
+//   PipelinedGemms  the ring feeding wgmma: K and V tiles per slot, two consumer warpgroups computing
+//               O = Σ_t round(Q·K_tᵀ)·V_t straight from the slots (release after the retiring wgmma wait),
+//               optionally taking turns through named barriers (ping-pong); exact on small-integer inputs.
 // Every wait in the kernels is bounded: a barrier that never completes sets a flag the test reports, and a
 // watchdog ends the process if a kernel still hangs (FLASHTILE_TEST_CASE_TIMEOUT seconds, default 60).
 //
@@ -399,8 +402,8 @@ TEST_P(TmaTile, LoadsSwizzledAndStoresBack) {
   ASSERT_OK(flag.allocate(4));
   ASSERT_OK(flag.fill(0));
 
-  StatusOr<CUtensorMap> inMap = encodeAttentionTileMap(
-      tileSpec("in", c.dtype, in, c.replaceAddress ? *outDev : *inDev, c.boxRows, c.boxHeadDim));
+  StatusOr<CUtensorMap> inMap =
+      encodeAttentionTileMap(tileSpec("in", c.dtype, in, c.replaceAddress ? *outDev : *inDev, c.boxRows, c.boxHeadDim));
   if (c.replaceAddress && inMap.ok())
     ASSERT_OK(replaceTensorMapAddress(*inMap, inDev->as<void>()));
   StatusOr<CUtensorMap> outMap = encodeAttentionTileMap(tileSpec("out", c.dtype, in, *outDev, c.boxRows, c.boxHeadDim));
@@ -811,12 +814,203 @@ INSTANTIATE_TEST_SUITE_P(Sm90, Ring,
                          });
 
 // ---------------------------------------------------------------------------------------------------------------
+// Pipelined GEMMs: the ring feeding wgmma. The producer warp loads K and V tiles into each slot under one full
+// barrier; two consumer warpgroups, 64 Q rows each, compute S = Q·Kᵀ (SS) and O += P·V (RS) straight from the slot and
+// release it after the wgmma wait that retires its reads — optionally taking turns to issue through two named
+// barriers (FA3's ping-pong). No softmax: O = Σ_t round(Q·K_tᵀ)·V_t, exact on small-integer inputs.
+
+constexpr const char *kPipelineKernel = R"cuda(
+// kKeys, kHeadDim, kStages and kPingPong are defined ahead of this text.
+extern "C" __global__ void __launch_bounds__(384, 1)
+pipeline(const __grid_constant__ sm90::TensorMap qMap, const __grid_constant__ sm90::TensorMap kMap,
+         const __grid_constant__ sm90::TensorMap vMap, float *oOut, int tiles, unsigned *flag) {
+  extern __shared__ unsigned char smemRaw[];
+  unsigned char *q = alignSwizzleAtom(smemRaw);
+  constexpr unsigned kTileBytes = kKeys * kHeadDim * 2;
+  unsigned char *slots = q + 128 * kHeadDim * 2; // slot i: K at slots + 2i * kTileBytes, V right after
+  constexpr unsigned kConsumerWarps = 8;
+  __shared__ sm90::Mbarrier qFull, full[kStages], empty[kStages];
+  if (threadIdx.x == 0) {
+    sm90::mbarrier::init(&qFull, 1);
+    for (int i = 0; i < kStages; ++i) {
+      sm90::mbarrier::init(&full[i], 1);
+      sm90::mbarrier::init(&empty[i], kConsumerWarps);
+    }
+    sm90::mbarrier::initFence();
+  }
+  __syncthreads();
+  const int warpgroup = sm90::warpgroupIndex();
+  if (warpgroup == 0) {
+    sm90::warpgroup::decreaseRegisters<24>();
+    if (threadIdx.x / 32 == 0 && sm90::warp::elect()) {
+      sm90::mbarrier::arriveExpectTx(&qFull, 128 * kHeadDim * 2);
+      sm90::tma::load5d(q, &qMap, &qFull, 0, 0, 0, 0, 0);
+      for (int t = 0; t < tiles; ++t) {
+        const int slot = t % kStages, lap = t / kStages;
+        if (lap > 0)
+          boundedWait(&empty[slot], (lap - 1) & 1, flag, 1u);
+        sm90::mbarrier::arriveExpectTx(&full[slot], 2 * kTileBytes);
+        sm90::tma::load5d(slots + 2 * slot * kTileBytes, &kMap, &full[slot], 0, t * kKeys, 0, 0, 0);
+        sm90::tma::load5d(slots + (2 * slot + 1) * kTileBytes, &vMap, &full[slot], 0, t * kKeys, 0, 0, 0);
+      }
+    }
+    return;
+  }
+  sm90::warpgroup::increaseRegisters<240>();
+  const int consumer = warpgroup - 1; // rows [64 * consumer, 64 * consumer + 64) of Q and O
+  // Named barriers 1 and 2: warpgroup 1's and warpgroup 2's turn to issue (each waits on its own, arrives on the
+  // other's); warpgroup 1 goes first.
+  const unsigned myTurn = 1 + consumer, otherTurn = 2 - consumer;
+  if (kPingPong && consumer == 1)
+    sm90::namedBarrier::arrive(otherTurn, 256);
+  boundedWait(&qFull, 0, flag, 2u);
+  float o[kHeadDim / 2];
+  for (int t = 0; t < tiles; ++t) {
+    const int slot = t % kStages, lap = t / kStages;
+    boundedWait(&full[slot], lap & 1, flag, 4u);
+    const unsigned kBase = sm90::smemAddress(slots + 2 * slot * kTileBytes), vBase = kBase + kTileBytes;
+    if (kPingPong)
+      sm90::namedBarrier::sync(myTurn, 256);
+    float s[kKeys / 2];
+    sm90::warpgroup::fenceOperands(s);
+    sm90::warpgroup::arrive();
+#pragma unroll
+    for (int step = 0; step < kHeadDim / 16; ++step) {
+      // Q's 128-row box: column blocks of 128 rows; this warpgroup's 64 rows start 64 * 128 bytes in.
+      const unsigned qOffset = (step / 4) * 128 * 128 + consumer * 64 * 128 + (step % 4) * 32;
+      const unsigned kOffset = (step / 4) * kKeys * 128 + (step % 4) * 32;
+      sm90::warpgroup::Wgmma<kKeys>::bf16SS<sm90::warpgroup::kKMajor>(
+          s, sm90::desc::kMajor(sm90::smemAddress(q) + qOffset), sm90::desc::kMajor(kBase + kOffset), step > 0);
+    }
+    sm90::warpgroup::commitGroup();
+    if (kPingPong && !(consumer == 1 && t == tiles - 1)) // the other warpgroup's turn (balanced: see the host)
+      sm90::namedBarrier::arrive(otherTurn, 256);
+    sm90::warpgroup::wait<0>();
+    sm90::warpgroup::fenceOperands(s);
+    unsigned p[kKeys / 4];
+    sm90::warpgroup::accumulatorToOperandBf16<kKeys>(s, p);
+    sm90::warpgroup::fenceOperands(p);
+    sm90::warpgroup::fenceOperands(o);
+    sm90::warpgroup::arrive();
+#pragma unroll
+    for (int step = 0; step < kKeys / 16; ++step) {
+      const unsigned a[4] = {p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3]};
+      sm90::warpgroup::Wgmma<kHeadDim>::bf16RS<sm90::warpgroup::kMNMajor>(
+          o, a, sm90::desc::mnMajor(vBase + step * 16 * 128, kKeys * 128), t > 0 || step > 0);
+    }
+    sm90::warpgroup::commitGroup();
+    sm90::warpgroup::wait<0>(); // the slot's last reader has finished: release it
+    sm90::warpgroup::fenceOperands(o);
+    __syncwarp();
+    if (sm90::warp::elect())
+      sm90::mbarrier::arrive(&empty[slot]);
+  }
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  for (int i = 0; i < kHeadDim / 2; ++i) {
+    const int j = i / 4, h = (i / 2) % 2, c = i % 2;
+    oOut[(64 * consumer + 16 * warp + lane / 4 + 8 * h) * kHeadDim + 8 * j + 2 * (lane % 4) + c] = o[i];
+  }
+}
+)cuda";
+
+struct PipelineCase {
+  int keys, headDim, stages, tiles;
+  bool pingPong;
+};
+
+std::string pipelineCaseName(const testing::TestParamInfo<PipelineCase> &info) {
+  const PipelineCase &c = info.param;
+  return "keys" + std::to_string(c.keys) + "_hd" + std::to_string(c.headDim) + "_stages" + std::to_string(c.stages) +
+         "_tiles" + std::to_string(c.tiles) + (c.pingPong ? "_pingpong" : "");
+}
+
+std::string pipelineSource(const PipelineCase &c) {
+  std::string source = prelude::prelude(std::vector<int>{c.keys, c.headDim}) + kTestSupport;
+  source.append("constexpr int kKeys = ").append(std::to_string(c.keys)).append(", kHeadDim = ");
+  source.append(std::to_string(c.headDim)).append(", kStages = ").append(std::to_string(c.stages));
+  source.append(";\nconstexpr bool kPingPong = ").append(c.pingPong ? "true" : "false").append(";\n");
+  return source.append(kPipelineKernel);
+}
+
+class PipelinedGemms : public testing::TestWithParam<PipelineCase> {};
+
+TEST_P(PipelinedGemms, MatchTheSumOverTiles) {
+  REQUIRE_SM90();
+  const PipelineCase &c = GetParam();
+  const std::string name = pipelineCaseName({c, 0});
+  Watchdog watchdog("PipelinedGemms." + name);
+  std::mt19937_64 rng(baseSeed() ^ (uint64_t(c.keys) << 24) ^ (uint64_t(c.headDim) << 12) ^ uint64_t(c.tiles));
+  const HostTensor q = makeTensor(1, 128, 1, c.headDim, 0, DType::BF16, rng, true);
+  const HostTensor k = makeTensor(1, c.keys * c.tiles, 1, c.headDim, 0, DType::BF16, rng, true);
+  const HostTensor v = makeTensor(1, c.keys * c.tiles, 1, c.headDim, 0, DType::BF16, rng, true);
+  StatusOr<reference::DeviceBuffer> qDev = upload(q.bits), kDev = upload(k.bits), vDev = upload(v.bits);
+  for (auto *buffer : {&qDev, &kDev, &vDev})
+    ASSERT_TRUE(buffer->ok()) << buffer->status().message();
+  StatusOr<CUtensorMap> qMap = encodeAttentionTileMap(tileSpec("q", DType::BF16, q, *qDev, 128));
+  StatusOr<CUtensorMap> kMap = encodeAttentionTileMap(tileSpec("k", DType::BF16, k, *kDev, c.keys));
+  StatusOr<CUtensorMap> vMap = encodeAttentionTileMap(tileSpec("v", DType::BF16, v, *vDev, c.keys));
+  for (auto *map : {&qMap, &kMap, &vMap})
+    ASSERT_TRUE(map->ok()) << map->status().message();
+  reference::DeviceBuffer oOut, flag;
+  ASSERT_OK(oOut.allocate(size_t(128) * c.headDim * 4));
+  ASSERT_OK(oOut.fill(0xff));
+  ASSERT_OK(flag.allocate(4));
+  ASSERT_OK(flag.fill(0));
+
+  Kernel kernel;
+  ASSERT_OK(kernel.load(pipelineSource(c), "pipeline", "sm90_pipeline_" + name));
+  CUdeviceptr oPtr = oOut.address(), flagPtr = flag.address();
+  int tiles = c.tiles;
+  const int smemBytes = (128 + 2 * c.stages * c.keys) * c.headDim * 2 + 1024;
+  ASSERT_OK(kernel.run(384, smemBytes, {&*qMap, &*kMap, &*vMap, &oPtr, &tiles, &flagPtr}));
+  std::vector<unsigned> flagHost;
+  ASSERT_OK(flag.download(flagHost));
+  ASSERT_EQ(flagHost[0], 0u) << flagText(flagHost[0]);
+  std::vector<float> oHost;
+  ASSERT_OK(oOut.download(oHost));
+
+  // Small integers: S is exact, its bf16 rounding is the host's, and every sum of O stays an exactly representable
+  // integer, so the comparison is exact.
+  auto value = [](const HostTensor &t, int row, int d) {
+    return reference::bf16ToFloat(t.bits[t.index(0, row, 0, d)]);
+  };
+  std::vector<double> expected(size_t(128) * c.headDim, 0.0);
+  for (int i = 0; i < 128; ++i)
+    for (int key = 0; key < c.keys * c.tiles; ++key) {
+      float score = 0;
+      for (int d = 0; d < c.headDim; ++d)
+        score += value(q, i, d) * value(k, key, d);
+      const float p = reference::bf16ToFloat(floatToBf16(score));
+      for (int d = 0; d < c.headDim; ++d)
+        expected[size_t(i) * c.headDim + d] += double(p) * value(v, key, d);
+    }
+  long long wrong = 0;
+  double worst = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    worst = std::max(worst, std::fabs(oHost[i] - expected[i]));
+    wrong += double(oHost[i]) != expected[i];
+  }
+  EXPECT_EQ(wrong, 0) << "O elements off Σ_t round(Q·K_tᵀ)·V_t (worst error " << worst << ")";
+  std::printf("[flashtile-sm90] PipelinedGemms %s: %lld wrong (worst %.3g) %s\n", name.c_str(), wrong, worst,
+              wrong == 0 ? "PASS" : "FAIL");
+}
+
+std::vector<PipelineCase> pipelineCases() {
+  return {{64, 64, 2, 1, false},   {64, 64, 2, 5, false}, {64, 128, 2, 8, false},
+          {128, 128, 2, 6, false}, {64, 64, 3, 9, true},  {128, 64, 2, 7, true}};
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90, PipelinedGemms, testing::ValuesIn(pipelineCases()), pipelineCaseName);
+
+// ---------------------------------------------------------------------------------------------------------------
 // Without a GPU: every test kernel above compiles for sm_90a (NVRTC and ptxas), so a mistake in them shows up in CI
 // rather than on the GPU machine.
 
 TEST(Sm90Kernels, CompileForSm90aWithoutAGpu) {
   std::vector<std::pair<std::string, std::string>> sources = {
       {"tma_tile", tmaTileSource()}, {"ring2", ringSource(2)}, {"ring3", ringSource(3)}};
+  for (const PipelineCase &c : pipelineCases())
+    sources.push_back({pipelineCaseName({c, 0}), pipelineSource(c)});
   for (const WgmmaCase &c : wgmmaCases())
     if (c.integers) // the source does not depend on the inputs
       sources.push_back({wgmmaCaseName({c, 0}), wgmmaChainSource(c)});
