@@ -46,17 +46,32 @@ __device__ __forceinline__ unsigned smemAddress(const void *ptr) {
 // can branch on it without divergence.
 __device__ __forceinline__ int warpgroupIndex() { return __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0); }
 
-// ---- 128-byte swizzle (TMA CU_TENSOR_MAP_SWIZZLE_128B = wgmma layout type 1) ----
-// A tile row of 128 bytes (64 16-bit elements) is eight 16-byte chunks; chunk c of row r is stored at chunk
-// c ^ (r % 8). The pattern repeats every 8 rows (1024 bytes), so a swizzled tile must start 1024-byte aligned.
-// Wider rows are stored as column blocks of 64 elements: block b holds columns [64b, 64b + 64) of every row.
-inline constexpr int kSwizzleBytes = 128;
-inline constexpr int kSwizzleAtomBytes = 1024; // 8 rows x 128 bytes: the alignment of a swizzled tile
+// ---- swizzled tiles (TMA CU_TENSOR_MAP_SWIZZLE_{128,64,32}B = wgmma layout types 1, 2, 3) ----
+// A tile is stored as column blocks of kSwizzleBytes-byte rows (64, 32 or 16 16-bit elements): block b holds
+// columns [b * columns, (b + 1) * columns) of every row, blocks rows x kSwizzleBytes bytes apart. Inside a block,
+// row r's 16-byte chunk c is stored at chunk c ^ ((r * kSwizzleBytes / 128) % (kSwizzleBytes / 16)) — for 128 bytes,
+// c ^ (r % 8). The pattern repeats every 8 rows, so a tile must start aligned to 8 x kSwizzleBytes bytes (1024 for
+// 128-byte swizzle), and every block of a multiple-of-8-row tile is then aligned too.
+template <int kSwizzleBytes>
+struct Swizzle {
+  static_assert(kSwizzleBytes == 128 || kSwizzleBytes == 64 || kSwizzleBytes == 32, "swizzle spans: 128, 64, 32");
+  static constexpr int kColumns = kSwizzleBytes / 2;    // 16-bit elements per row of a column block
+  static constexpr int kAtomBytes = 8 * kSwizzleBytes; // the pattern's period: a tile's alignment
+  static constexpr int kStepsPerBlock = kSwizzleBytes / 32; // k16 steps (32 bytes each) across one block row
+};
+inline constexpr int kSwizzleBytes = 128;                           // the default span (head dims 64, 128, 192, 256)
+inline constexpr int kSwizzleAtomBytes = Swizzle<128>::kAtomBytes; // the largest alignment any span needs
 // Byte offset of element (row, col) of a tile of `rows` rows of 16-bit elements in that layout.
+template <int kSwizzleBytes>
+__device__ __forceinline__ unsigned swizzleOffset(int row, int col, int rows) {
+  constexpr unsigned kColumns = Swizzle<kSwizzleBytes>::kColumns;
+  const unsigned block = unsigned(col) / kColumns, byteInRow = (unsigned(col) % kColumns) * 2u;
+  const unsigned phase = (unsigned(row) * kSwizzleBytes / 128u) % (kSwizzleBytes / 16u);
+  const unsigned chunk = (byteInRow / 16u) ^ phase;
+  return (block * unsigned(rows) + unsigned(row)) * kSwizzleBytes + chunk * 16u + byteInRow % 16u;
+}
 __device__ __forceinline__ unsigned swizzle128Offset(int row, int col, int rows) {
-  const unsigned block = unsigned(col) / 64u, byteInRow = (unsigned(col) % 64u) * 2u;
-  const unsigned chunk = (byteInRow / 16u) ^ (unsigned(row) % 8u);
-  return block * unsigned(rows) * 128u + unsigned(row) * 128u + chunk * 16u + byteInRow % 16u;
+  return swizzleOffset<128>(row, col, rows);
 }
 
 // ---- fences ----
@@ -238,24 +253,43 @@ __device__ __forceinline__ void storeWait() {
 
 // ---- wgmma shared-memory matrix descriptors ----
 // 64 bits: start address >> 4 in bits 0-13, leading-dimension byte offset (LBO) >> 4 in 16-29, stride-dimension
-// byte offset (SBO) >> 4 in 32-45, base offset in 49-51 (0: tiles are 1024-byte aligned), layout in 62-63
-// (1 = 128-byte swizzle). Advancing the start address by b bytes is adding b >> 4 to the descriptor.
+// byte offset (SBO) >> 4 in 32-45, base offset in 49-51 (0: tiles are aligned to their swizzle atom), layout in 62-63
+// (1, 2, 3 = 128-, 64-, 32-byte swizzle). Advancing the start address by b bytes is adding b >> 4 to the descriptor.
+// The templates default to the 128-byte span.
 namespace desc {
-inline constexpr unsigned long long kSwizzle128 = 1ull << 62;
+template <int kSwizzleBytes = 128>
 __device__ __forceinline__ unsigned long long encode(unsigned smemAddr, unsigned lboBytes, unsigned sboBytes) {
-  return kSwizzle128 | (static_cast<unsigned long long>((sboBytes >> 4) & 0x3fffu) << 32) |
+  constexpr unsigned long long kLayout = kSwizzleBytes == 128 ? 1ull : kSwizzleBytes == 64 ? 2ull : 3ull;
+  static_assert(kSwizzleBytes == 128 || kSwizzleBytes == 64 || kSwizzleBytes == 32, "swizzle spans: 128, 64, 32");
+  return (kLayout << 62) | (static_cast<unsigned long long>((sboBytes >> 4) & 0x3fffu) << 32) |
          (static_cast<unsigned long long>((lboBytes >> 4) & 0x3fffu) << 16) |
          static_cast<unsigned long long>((smemAddr >> 4) & 0x3fffu);
 }
-// K-major operand (A = Q, or B = K for Q·Kᵀ: the reduction dimension is contiguous), 128-byte swizzle: rows of
-// 64 elements at a 128-byte pitch, 8-row groups 1024 bytes apart (SBO); LBO is unused. `smemAddr` points at row 0 of
-// the k16 slice: the column block's base plus 32 bytes per k16 step inside it.
-__device__ __forceinline__ unsigned long long kMajor(unsigned smemAddr) { return encode(smemAddr, 16u, 1024u); }
-// MN-major operand (B = V for P·V: the output dimension N is contiguous), 128-byte swizzle: 64 N-columns per
-// 128-byte row, k rows at a 128-byte pitch, 8-row groups 1024 bytes apart (SBO), consecutive 64-column blocks
-// `blockBytes` apart (LBO: rows x 128 in the column-block layout). `smemAddr` points at k row 16s of block 0.
+// K-major operand (A = Q, or B = K for Q·Kᵀ: the reduction dimension is contiguous): rows at a kSwizzleBytes pitch,
+// 8-row groups 8 x kSwizzleBytes apart (SBO); LBO is unused. `smemAddr` points at row 0 of the k16 slice.
+template <int kSwizzleBytes = 128>
+__device__ __forceinline__ unsigned long long kMajor(unsigned smemAddr) {
+  return encode<kSwizzleBytes>(smemAddr, 16u, 8u * kSwizzleBytes);
+}
+// MN-major operand (B = V for P·V: the output dimension N is contiguous): kSwizzleBytes / 2 N-columns per row, k rows
+// at a kSwizzleBytes pitch, 8-row groups 8 x kSwizzleBytes apart (SBO), consecutive column blocks `blockBytes` apart
+// (LBO: rows x kSwizzleBytes in the column-block layout). `smemAddr` points at k row 16s of block 0.
+template <int kSwizzleBytes = 128>
 __device__ __forceinline__ unsigned long long mnMajor(unsigned smemAddr, unsigned blockBytes) {
-  return encode(smemAddr, blockBytes, 1024u);
+  return encode<kSwizzleBytes>(smemAddr, blockBytes, 8u * kSwizzleBytes);
+}
+// The k16 slice `step` of a K-major tile of `rows` rows at `tileAddr`: column block step / kStepsPerBlock, then
+// 32 bytes per step inside it.
+template <int kSwizzleBytes = 128>
+__device__ __forceinline__ unsigned long long kMajorStep(unsigned tileAddr, int step, int rows) {
+  constexpr int kSteps = Swizzle<kSwizzleBytes>::kStepsPerBlock;
+  return kMajor<kSwizzleBytes>(tileAddr + unsigned(step / kSteps) * unsigned(rows) * kSwizzleBytes +
+                               unsigned(step % kSteps) * 32u);
+}
+// The k16 slice `step` (k rows [16 step, 16 step + 16)) of an MN-major tile of `kRows` k rows at `tileAddr`.
+template <int kSwizzleBytes = 128>
+__device__ __forceinline__ unsigned long long mnMajorStep(unsigned tileAddr, int step, int kRows) {
+  return mnMajor<kSwizzleBytes>(tileAddr + unsigned(step) * 16u * kSwizzleBytes, unsigned(kRows) * kSwizzleBytes);
 }
 __device__ __forceinline__ unsigned long long advance(unsigned long long d, unsigned bytes) {
   return d + static_cast<unsigned long long>(bytes >> 4);

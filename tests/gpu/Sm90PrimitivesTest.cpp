@@ -276,12 +276,12 @@ __device__ __forceinline__ void boundedWait(sm90::Mbarrier *bar, unsigned parity
 }
 )cuda";
 
-/// The README's 128-byte swizzle, written independently of the prelude: byte offset of element (row, col) of a
-/// `rows`-row tile of 16-bit elements stored as 64-column blocks.
-size_t swizzledByteOffset(int row, int col, int rows) {
-  const int block = col / 64, byteInRow = (col % 64) * 2;
-  const int chunk = (byteInRow / 16) ^ (row % 8);
-  return size_t(block) * rows * 128 + size_t(row) * 128 + size_t(chunk) * 16 + byteInRow % 16;
+/// The README's swizzle, written independently of the prelude: byte offset of element (row, col) of a `rows`-row
+/// tile of 16-bit elements stored as column blocks of `span`-byte rows (span 128, 64 or 32).
+size_t swizzledByteOffset(int row, int col, int rows, int span) {
+  const int columns = span / 2, block = col / columns, byteInRow = (col % columns) * 2;
+  const int chunk = (byteInRow / 16) ^ ((row * span / 128) % (span / 16));
+  return (size_t(block) * rows + row) * span + size_t(chunk) * 16 + byteInRow % 16;
 }
 
 /// A BSHD tensor on the host, with its strides (elements), filled with random 16-bit values.
@@ -314,7 +314,7 @@ HostTensor makeTensor(int batch, int seqlen, int heads, int headDim, int headPad
 }
 
 AttentionTileSpec tileSpec(const char *name, DType dtype, const HostTensor &t, const reference::DeviceBuffer &data,
-                           int boxRows, int boxHeadDim = 0) {
+                           int boxRows, int boxHeadDim = 0, TmaSwizzle swizzle = TmaSwizzle::Bytes128) {
   AttentionTileSpec spec;
   spec.name = name;
   spec.dtype = dtype;
@@ -326,6 +326,7 @@ AttentionTileSpec tileSpec(const char *name, DType dtype, const HostTensor &t, c
   spec.strides = t.strides;
   spec.boxRows = boxRows;
   spec.boxHeadDim = boxHeadDim;
+  spec.swizzle = swizzle;
   return spec;
 }
 
@@ -360,7 +361,7 @@ tmaTile(const __grid_constant__ sm90::TensorMap in, const __grid_constant__ sm90
   for (unsigned i = threadIdx.x; i < bytes / 2u; i += blockDim.x)
     image[i] = elements[i];
   for (int i = threadIdx.x; i < rows * cols; i += blockDim.x)
-    tile[i] = elements[sm90::swizzle128Offset(i / cols, i % cols, rows) / 2u];
+    tile[i] = elements[sm90::swizzleOffset<kSwizzle>(i / cols, i % cols, rows) / 2u];
   __syncthreads();
   if (threadIdx.x == 0) {
     sm90::tma::store5d(&out, smem, 0, row0, block0, head, batch);
@@ -370,7 +371,11 @@ tmaTile(const __grid_constant__ sm90::TensorMap in, const __grid_constant__ sm90
 }
 )cuda";
 
-std::string tmaTileSource() { return prelude::prelude({}) + kTestSupport + kTmaTileKernel; }
+std::string tmaTileSource(TmaSwizzle swizzle) {
+  std::string source = prelude::prelude({}) + kTestSupport;
+  source.append("constexpr int kSwizzle = ").append(std::to_string(tmaSwizzleBytes(swizzle))).append(";\n");
+  return source.append(kTmaTileKernel);
+}
 
 struct TmaCase {
   const char *name;
@@ -379,6 +384,7 @@ struct TmaCase {
   int boxRows, boxHeadDim; // boxHeadDim 0: all of it
   int row0, block0, head, b;
   bool replaceAddress = false; // encode the input's map on another buffer, then point it at the input
+  TmaSwizzle swizzle = TmaSwizzle::Bytes128;
 };
 
 class TmaTile : public testing::TestWithParam<TmaCase> {};
@@ -406,12 +412,13 @@ TEST_P(TmaTile, LoadsSwizzledAndStoresBack) {
       encodeAttentionTileMap(tileSpec("in", c.dtype, in, c.replaceAddress ? *outDev : *inDev, c.boxRows, c.boxHeadDim));
   if (c.replaceAddress && inMap.ok())
     ASSERT_OK(replaceTensorMapAddress(*inMap, inDev->as<void>()));
-  StatusOr<CUtensorMap> outMap = encodeAttentionTileMap(tileSpec("out", c.dtype, in, *outDev, c.boxRows, c.boxHeadDim));
+  StatusOr<CUtensorMap> outMap =
+      encodeAttentionTileMap(tileSpec("out", c.dtype, in, *outDev, c.boxRows, c.boxHeadDim, c.swizzle));
   ASSERT_TRUE(inMap.ok()) << inMap.status().message();
   ASSERT_TRUE(outMap.ok()) << outMap.status().message();
 
   Kernel kernel;
-  ASSERT_OK(kernel.load(tmaTileSource(), "tmaTile", std::string("sm90_tma_tile_") + c.name));
+  ASSERT_OK(kernel.load(tmaTileSource(c.swizzle), "tmaTile", std::string("sm90_tma_tile_") + c.name));
   CUdeviceptr imagePtr = image.address(), tilePtr = tile.address(), flagPtr = flag.address();
   int rows = c.boxRows, colsArg = cols, row0 = c.row0, block0 = c.block0, head = c.head, b = c.b;
   ASSERT_OK(kernel.run(128, c.boxRows * cols * 2 + 1024,
@@ -425,15 +432,16 @@ TEST_P(TmaTile, LoadsSwizzledAndStoresBack) {
   ASSERT_OK(tile.download(tileHost));
   ASSERT_OK(outDev->download(outHost));
 
+  const int span = tmaSwizzleBytes(c.swizzle), firstCol = c.block0 * span / 2; // block0 counts column blocks
   auto expected = [&](int r, int col) -> uint16_t {
     const int row = c.row0 + r;
-    return row < c.seqlen ? in.bits[in.index(c.b, row, c.head, c.block0 * 64 + col)] : uint16_t(0); // zero fill
+    return row < c.seqlen ? in.bits[in.index(c.b, row, c.head, firstCol + col)] : uint16_t(0); // zero fill
   };
   long long tileWrong = 0, imageWrong = 0;
   for (int r = 0; r < c.boxRows; ++r)
     for (int col = 0; col < cols; ++col) {
       tileWrong += tileHost[size_t(r) * cols + col] != expected(r, col);
-      imageWrong += imageHost[swizzledByteOffset(r, col, c.boxRows) / 2] != expected(r, col);
+      imageWrong += imageHost[swizzledByteOffset(r, col, c.boxRows, span) / 2] != expected(r, col);
     }
   EXPECT_EQ(tileWrong, 0) << "elements read through sm90::swizzle128Offset that differ from the tensor";
   EXPECT_EQ(imageWrong, 0) << "shared-memory bytes not where the README's 128-byte swizzle puts them";
@@ -444,8 +452,8 @@ TEST_P(TmaTile, LoadsSwizzledAndStoresBack) {
     for (int s = 0; s < in.seqlen; ++s)
       for (int h = 0; h < in.heads; ++h)
         for (int d = 0; d < in.headDim; ++d) {
-          const bool inTile = bb == c.b && h == c.head && s >= c.row0 && s < c.row0 + c.boxRows && d >= c.block0 * 64 &&
-                              d < c.block0 * 64 + cols;
+          const bool inTile =
+              bb == c.b && h == c.head && s >= c.row0 && s < c.row0 + c.boxRows && d >= firstCol && d < firstCol + cols;
           const size_t i = in.index(bb, s, h, d);
           outWrong += outHost[i] != (inTile ? in.bits[i] : kSentinel);
         }
@@ -459,20 +467,24 @@ TEST_P(TmaTile, LoadsSwizzledAndStoresBack) {
 
 INSTANTIATE_TEST_SUITE_P(
     Sm90, TmaTile,
-    testing::Values(TmaCase{"bf16_64x64", DType::BF16, 2, 256, 3, 64, 0, 64, 0, 64, 0, 2, 1},
-                    TmaCase{"bf16_128x128", DType::BF16, 1, 128, 2, 128, 0, 128, 0, 0, 0, 1, 0},
-                    TmaCase{"bf16_128x128_replaced_address", DType::BF16, 1, 256, 2, 128, 0, 128, 0, 128, 0, 0, 0,
-                            true},
-                    TmaCase{"f16_128x128_padded", DType::F16, 2, 300, 2, 128, 8, 128, 0, 128, 0, 0, 1},
-                    TmaCase{"bf16_rows_past_the_end", DType::BF16, 1, 100, 1, 128, 0, 64, 0, 64, 0, 0, 0},
-                    TmaCase{"bf16_hd256_second_block", DType::BF16, 1, 64, 1, 256, 0, 64, 64, 0, 1, 0, 0}),
+    testing::Values(
+        TmaCase{"bf16_64x64", DType::BF16, 2, 256, 3, 64, 0, 64, 0, 64, 0, 2, 1},
+        TmaCase{"bf16_128x128", DType::BF16, 1, 128, 2, 128, 0, 128, 0, 0, 0, 1, 0},
+        TmaCase{"bf16_128x128_replaced_address", DType::BF16, 1, 256, 2, 128, 0, 128, 0, 128, 0, 0, 0, true},
+        TmaCase{"f16_128x128_padded", DType::F16, 2, 300, 2, 128, 8, 128, 0, 128, 0, 0, 1},
+        TmaCase{"bf16_rows_past_the_end", DType::BF16, 1, 100, 1, 128, 0, 64, 0, 64, 0, 0, 0},
+        TmaCase{"bf16_hd256_second_block", DType::BF16, 1, 64, 1, 256, 0, 64, 64, 0, 1, 0, 0},
+        TmaCase{"bf16_hd96_64B", DType::BF16, 2, 128, 2, 96, 0, 64, 0, 64, 0, 1, 1, false, TmaSwizzle::Bytes64},
+        TmaCase{"f16_hd32_64B", DType::F16, 1, 96, 3, 32, 8, 64, 0, 0, 0, 2, 0, false, TmaSwizzle::Bytes64},
+        TmaCase{"bf16_hd64_32B_third_block", DType::BF16, 1, 128, 1, 64, 0, 128, 16, 0, 2, 0, 0, false,
+                TmaSwizzle::Bytes32}),
     [](const testing::TestParamInfo<TmaCase> &info) { return std::string(info.param.name); });
 
 // ---------------------------------------------------------------------------------------------------------------
 // wgmma chain: S = Q·Kᵀ (SS), O = P·V (RS), O through stmatrix and a TMA store.
 
 constexpr const char *kWgmmaChainKernel = R"cuda(
-// kKeys, kHeadDim and kF16 are defined ahead of this text.
+// kKeys, kHeadDim, kF16 and kSwizzle (the span in bytes) are defined ahead of this text.
 extern "C" __global__ void __launch_bounds__(128, 1)
 wgmmaChain(const __grid_constant__ sm90::TensorMap qMap, const __grid_constant__ sm90::TensorMap kMap,
            const __grid_constant__ sm90::TensorMap vMap, const __grid_constant__ sm90::TensorMap oMap, float *sOut,
@@ -495,16 +507,14 @@ wgmmaChain(const __grid_constant__ sm90::TensorMap qMap, const __grid_constant__
   }
   boundedWait(&loaded, 0, flag, 1u);
 
-  // S = Q·Kᵀ: k16 step s reads 32 bytes into column block s / 4 of both K-major tiles.
+  // S = Q·Kᵀ: k16 step s reads 32 bytes into column block s / (kSwizzle / 32) of both K-major tiles.
   float s[kKeys / 2];
   sm90::warpgroup::fenceOperands(s);
   sm90::warpgroup::arrive();
 #pragma unroll
   for (int step = 0; step < kHeadDim / 16; ++step) {
-    const unsigned qOffset = (step / 4) * 64 * 128 + (step % 4) * 32;
-    const unsigned kOffset = (step / 4) * kKeys * 128 + (step % 4) * 32;
-    const unsigned long long qDesc = sm90::desc::kMajor(sm90::smemAddress(q) + qOffset);
-    const unsigned long long kDesc = sm90::desc::kMajor(sm90::smemAddress(k) + kOffset);
+    const unsigned long long qDesc = sm90::desc::kMajorStep<kSwizzle>(sm90::smemAddress(q), step, 64);
+    const unsigned long long kDesc = sm90::desc::kMajorStep<kSwizzle>(sm90::smemAddress(k), step, kKeys);
     if (kF16)
       sm90::warpgroup::Wgmma<kKeys>::f16SS<sm90::warpgroup::kKMajor>(s, qDesc, kDesc, step > 0);
     else
@@ -522,7 +532,7 @@ wgmmaChain(const __grid_constant__ sm90::TensorMap qMap, const __grid_constant__
   }
 
   // O = P·V: P is S rounded in registers; k16 step s reads key rows [16s, 16s + 16) of the MN-major V tile, whose
-  // 64-column blocks are kKeys * 128 bytes apart (LBO).
+  // column blocks are kKeys * kSwizzle bytes apart (LBO).
   unsigned p[kKeys / 4];
   if (kF16)
     sm90::warpgroup::accumulatorToOperandF16<kKeys>(s, p);
@@ -535,7 +545,7 @@ wgmmaChain(const __grid_constant__ sm90::TensorMap qMap, const __grid_constant__
 #pragma unroll
   for (int step = 0; step < kKeys / 16; ++step) {
     const unsigned a[4] = {p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3]};
-    const unsigned long long vDesc = sm90::desc::mnMajor(sm90::smemAddress(v) + step * 16 * 128, kKeys * 128);
+    const unsigned long long vDesc = sm90::desc::mnMajorStep<kSwizzle>(sm90::smemAddress(v), step, kKeys);
     if (kF16)
       sm90::warpgroup::Wgmma<kHeadDim>::f16RS<sm90::warpgroup::kMNMajor>(o, a, vDesc, step > 0);
     else
@@ -561,7 +571,7 @@ wgmmaChain(const __grid_constant__ sm90::TensorMap qMap, const __grid_constant__
 #pragma unroll
   for (int j = 0; j < kHeadDim / 16; ++j) {
     const unsigned r[4] = {packed[4 * j], packed[4 * j + 1], packed[4 * j + 2], packed[4 * j + 3]};
-    sm90::warp::stmatrixX4(sm90::smemAddress(q) + sm90::swizzle128Offset(row, 16 * j + 8 * (lane / 16), 64), r);
+    sm90::warp::stmatrixX4(sm90::smemAddress(q) + sm90::swizzleOffset<kSwizzle>(row, 16 * j + 8 * (lane / 16), 64), r);
   }
   sm90::fence::proxyAsync();
   sm90::namedBarrier::sync(1, 128);
@@ -577,19 +587,24 @@ struct WgmmaCase {
   DType dtype;
   int keys, headDim;
   bool integers; // small-integer inputs: every product and sum is exact in fp32
+  TmaSwizzle swizzle = TmaSwizzle::Bytes128;
 };
 
 std::string wgmmaChainSource(const WgmmaCase &c) {
   std::string source = prelude::prelude(std::vector<int>{c.keys, c.headDim}) + kTestSupport;
   source.append("constexpr int kKeys = ").append(std::to_string(c.keys)).append(", kHeadDim = ");
-  source.append(std::to_string(c.headDim)).append(";\nconstexpr bool kF16 = ");
+  source.append(std::to_string(c.headDim)).append(", kSwizzle = ").append(std::to_string(tmaSwizzleBytes(c.swizzle)));
+  source.append(";\nconstexpr bool kF16 = ");
   return source.append(c.dtype == DType::F16 ? "true" : "false").append(";\n").append(kWgmmaChainKernel);
 }
 
 std::string wgmmaCaseName(const testing::TestParamInfo<WgmmaCase> &info) {
   const WgmmaCase &c = info.param;
-  return std::string(dtypeName(c.dtype)) + "_keys" + std::to_string(c.keys) + "_hd" + std::to_string(c.headDim) +
-         (c.integers ? "_integers" : "_normal");
+  std::string name(dtypeName(c.dtype));
+  name.append("_keys").append(std::to_string(c.keys)).append("_hd").append(std::to_string(c.headDim));
+  if (const int span = tmaSwizzleBytes(c.swizzle); span != 128)
+    name.append("_").append(std::to_string(span)).append("B");
+  return name.append(c.integers ? "_integers" : "_normal");
 }
 
 class WgmmaChain : public testing::TestWithParam<WgmmaCase> {};
@@ -608,10 +623,10 @@ TEST_P(WgmmaChain, MatchesCpuReference) {
                                     oDev = upload(oInit);
   for (auto *buffer : {&qDev, &kDev, &vDev, &oDev})
     ASSERT_TRUE(buffer->ok()) << buffer->status().message();
-  StatusOr<CUtensorMap> qMap = encodeAttentionTileMap(tileSpec("q", c.dtype, q, *qDev, 64));
-  StatusOr<CUtensorMap> kMap = encodeAttentionTileMap(tileSpec("k", c.dtype, k, *kDev, c.keys));
-  StatusOr<CUtensorMap> vMap = encodeAttentionTileMap(tileSpec("v", c.dtype, v, *vDev, c.keys));
-  StatusOr<CUtensorMap> oMap = encodeAttentionTileMap(tileSpec("o", c.dtype, q, *oDev, 64));
+  StatusOr<CUtensorMap> qMap = encodeAttentionTileMap(tileSpec("q", c.dtype, q, *qDev, 64, 0, c.swizzle));
+  StatusOr<CUtensorMap> kMap = encodeAttentionTileMap(tileSpec("k", c.dtype, k, *kDev, c.keys, 0, c.swizzle));
+  StatusOr<CUtensorMap> vMap = encodeAttentionTileMap(tileSpec("v", c.dtype, v, *vDev, c.keys, 0, c.swizzle));
+  StatusOr<CUtensorMap> oMap = encodeAttentionTileMap(tileSpec("o", c.dtype, q, *oDev, 64, 0, c.swizzle));
   for (auto *map : {&qMap, &kMap, &vMap, &oMap})
     ASSERT_TRUE(map->ok()) << map->status().message();
   reference::DeviceBuffer sOut, oOut, flag;
@@ -683,6 +698,13 @@ std::vector<WgmmaCase> wgmmaCases() {
          std::vector<std::pair<int, int>>{{64, 64}, {64, 128}, {128, 64}, {128, 128}, {64, 256}, {192, 64}})
       for (bool integers : {true, false})
         cases.push_back({dtype, keys, headDim, integers});
+  // Head dims that are not multiples of 64 columns: narrower swizzle spans.
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (bool integers : {true, false}) {
+      cases.push_back({dtype, 64, 96, integers, TmaSwizzle::Bytes64});
+      cases.push_back({dtype, 128, 32, integers, TmaSwizzle::Bytes64});
+      cases.push_back({dtype, 64, 64, integers, TmaSwizzle::Bytes32});
+    }
   return cases;
 }
 
@@ -876,11 +898,10 @@ pipeline(const __grid_constant__ sm90::TensorMap qMap, const __grid_constant__ s
     sm90::warpgroup::arrive();
 #pragma unroll
     for (int step = 0; step < kHeadDim / 16; ++step) {
-      // Q's 128-row box: column blocks of 128 rows; this warpgroup's 64 rows start 64 * 128 bytes in.
-      const unsigned qOffset = (step / 4) * 128 * 128 + consumer * 64 * 128 + (step % 4) * 32;
-      const unsigned kOffset = (step / 4) * kKeys * 128 + (step % 4) * 32;
+      // Q's 128-row box: column blocks of 128 rows; this warpgroup's 64 rows start 64 * 128 bytes into each.
       sm90::warpgroup::Wgmma<kKeys>::bf16SS<sm90::warpgroup::kKMajor>(
-          s, sm90::desc::kMajor(sm90::smemAddress(q) + qOffset), sm90::desc::kMajor(kBase + kOffset), step > 0);
+          s, sm90::desc::kMajorStep(sm90::smemAddress(q) + consumer * 64 * 128, step, 128),
+          sm90::desc::kMajorStep(kBase, step, kKeys), step > 0);
     }
     sm90::warpgroup::commitGroup();
     if (kPingPong && !(consumer == 1 && t == tiles - 1)) // the other warpgroup's turn (balanced: see the host)
@@ -896,7 +917,7 @@ pipeline(const __grid_constant__ sm90::TensorMap qMap, const __grid_constant__ s
     for (int step = 0; step < kKeys / 16; ++step) {
       const unsigned a[4] = {p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3]};
       sm90::warpgroup::Wgmma<kHeadDim>::bf16RS<sm90::warpgroup::kMNMajor>(
-          o, a, sm90::desc::mnMajor(vBase + step * 16 * 128, kKeys * 128), t > 0 || step > 0);
+          o, a, sm90::desc::mnMajorStep(vBase, step, kKeys), t > 0 || step > 0);
     }
     sm90::warpgroup::commitGroup();
     sm90::warpgroup::wait<0>(); // the slot's last reader has finished: release it
@@ -1007,8 +1028,11 @@ INSTANTIATE_TEST_SUITE_P(Sm90, PipelinedGemms, testing::ValuesIn(pipelineCases()
 // rather than on the GPU machine.
 
 TEST(Sm90Kernels, CompileForSm90aWithoutAGpu) {
-  std::vector<std::pair<std::string, std::string>> sources = {
-      {"tma_tile", tmaTileSource()}, {"ring2", ringSource(2)}, {"ring3", ringSource(3)}};
+  std::vector<std::pair<std::string, std::string>> sources = {{"tma_tile_128B", tmaTileSource(TmaSwizzle::Bytes128)},
+                                                              {"tma_tile_64B", tmaTileSource(TmaSwizzle::Bytes64)},
+                                                              {"tma_tile_32B", tmaTileSource(TmaSwizzle::Bytes32)},
+                                                              {"ring2", ringSource(2)},
+                                                              {"ring3", ringSource(3)}};
   for (const PipelineCase &c : pipelineCases())
     sources.push_back({pipelineCaseName({c, 0}), pipelineSource(c)});
   for (const WgmmaCase &c : wgmmaCases())

@@ -144,6 +144,11 @@ everyPrimitive(const __grid_constant__ sm90::TensorMap qMap, const __grid_consta
   }
   for (int i = 0; i < 64; ++i)
     out[(threadIdx.x - 128) * 64 + i] = o[i];
+  // The narrower swizzle spans (head dims 96 and 32): offsets and descriptors.
+  const unsigned base = sm90::smemAddress(k);
+  out[0] += float(sm90::swizzleOffset<64>(threadIdx.x, 5, 64) + sm90::swizzleOffset<32>(threadIdx.x, 9, 64)) +
+            float(unsigned(sm90::desc::kMajorStep<64>(base, tiles, 64) ^ sm90::desc::mnMajorStep<32>(base, tiles, 64) ^
+                           sm90::desc::kMajorStep<32>(base, tiles, 64) ^ sm90::desc::mnMajorStep<64>(base, tiles, 64)));
 }
 )cuda";
 

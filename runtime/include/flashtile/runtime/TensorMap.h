@@ -10,7 +10,7 @@
 // and a contiguous dim — BSHD, or varlen's packed (total, head, dim) as batch 1 — is described to TMA as five
 // dimensions, innermost first: {swizzle atom (64 elements for 128-byte swizzle), seq, dim / atom, head, batch}.
 // One box is `boxRows` rows x `boxHeadDim` columns of one (batch, head), and lands in shared memory as
-// boxHeadDim / atom column blocks of boxRows x 128 bytes, swizzled: exactly the K-major (Q, K) and MN-major (V)
+// boxHeadDim / atom column blocks of boxRows x span bytes, swizzled: exactly the K-major (Q, K) and MN-major (V)
 // operand layouts of wgmma (codegen/sm90/README.md). The kernel's coordinates for the tile at row r, column block
 // c are {0, r, c, head, batch}; rows past seqlen are zero-filled on loads and dropped on stores.
 #ifndef FLASHTILE_RUNTIME_TENSORMAP_H
