@@ -101,7 +101,7 @@ __device__ __forceinline__ void arrive(Mbarrier *bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smemAddress(bar)) : "memory");
 }
 // One arrival that also raises the phase's expected transaction count by `bytes`: the producer calls it once per
-// slot fill, before or after the TMA loads whose complete_tx will deliver those bytes.
+// slot fill, before issuing the TMA loads whose complete_tx will deliver those bytes.
 __device__ __forceinline__ void arriveExpectTx(Mbarrier *bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smemAddress(bar)), "r"(bytes)
                : "memory");
@@ -177,8 +177,8 @@ __device__ __forceinline__ void stmatrixX4Trans(unsigned addr, const unsigned (&
 
 // ---- TMA: bulk tensor copies between global memory (through a TensorMap) and shared memory ----
 // Coordinates are element indices, innermost dimension first, and may run past the tensor: loads zero-fill what
-// lies outside it and stores skip it. A load's bytes are counted on `bar` (complete_tx); the destination of a
-// 128-byte-swizzled box must be 1024-byte aligned.
+// lies outside it and stores skip it. A load's bytes are counted on `bar` (complete_tx); a swizzled box's shared
+// memory must be aligned to its swizzle atom (Swizzle<S>::kAtomBytes: 1024 bytes for 128-byte swizzle).
 namespace tma {
 // Fetches the descriptor into the constant cache ahead of the first copy.
 __device__ __forceinline__ void prefetchDescriptor(const TensorMap *map) {
@@ -216,9 +216,9 @@ __device__ __forceinline__ void load5d(void *dst, const TensorMap *map, Mbarrier
                : "memory");
 }
 // Stores read shared memory asynchronously: fence::proxyAsync() after the threads' writes and a block or named
-// barrier before the issuing thread's store; storeCommit() closes a group, storeWaitRead<N>() lets the source
-// shared memory be reused, storeWait<N>() waits for the writes to be complete (before the kernel ends, no wait
-// is needed: outstanding bulk stores finish).
+// barrier before the issuing thread's store; storeCommit() closes a group; storeWaitRead<N>() returns once at most N
+// groups still read their shared memory (before it is overwritten, and before the block exits), storeWait<N>() once
+// at most N groups have writes outstanding.
 __device__ __forceinline__ void store2d(const TensorMap *map, const void *src, int c0, int c1) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(map),
                "r"(smemAddress(src)), "r"(c0), "r"(c1)
