@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # prepare-sm90.sh — on the build machine: build the sm90 primitive tests (tests/gpu/Sm90PrimitivesTest.cpp) in the
 # runtime-only configuration (no MLIR; static gtest and libstdc++, like flashtile_gpu_tests) and put the binary in
-# .device/bin/ (git-ignored). Then, on the GPU machine with carry [".device"]: bash bench/device/run-sm90-tests.sh
+# .device/bin/ (git-ignored). Then, with .device/ on the GPU machine: bash bench/device/run-sm90-tests.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 export PATH="/usr/local/cuda/bin:$PATH"

@@ -2,9 +2,9 @@
 //
 // The CUDA text printed ahead of every kernel lowered to the sm90 family (wgmma, TMA, mbarrier, setmaxnreg), which
 // only sm_90a runs. Like the sm80 prelude it holds instruction-level primitives only — one inline-PTX wrapper, a
-// descriptor encoder or a fragment helper each; a kernel's roles, rings, barrier protocol and loops are generated
+// descriptor encoder or a fragment conversion each; a kernel's roles, rings, barrier protocol and loops are generated
 // from its IR. It compiles under NVRTC with no headers, and next to the sm80 prelude in one translation unit (the
-// FA3 lowering keeps using sm80's scalar helpers: exp2, quad reductions, bf16 packing).
+// FA3 lowering keeps using sm80's scalar functions: exp2, quad reductions).
 //
 // Two parts: kPreludeCore (fixed text) and the wgmma wrappers, one `sm90::Wgmma<N>` per accumulator width N that a
 // kernel uses. Inline PTX names operands by number only (NVCC rejects symbolic names), so a wrapper's operand list
@@ -144,7 +144,7 @@ __device__ __forceinline__ void arrive(unsigned id, unsigned threads) {
 }
 } // namespace namedBarrier
 
-// ---- warp-level helpers ----
+// ---- warp-level primitives ----
 namespace warp {
 // True in exactly one active lane of the (converged) warp: the lane that issues a warp's single TMA or arrive.
 __device__ __forceinline__ bool elect() {

@@ -68,6 +68,9 @@ Status flashtile::validateTensorMapSpec(const TensorMapSpec &spec) {
                          " is not 16-byte aligned (TMA needs 16-byte-aligned tensors)");
   if (!validSwizzle(spec.swizzle))
     return Status::error(prefix + "swizzle must be 32, 64 or 128 bytes");
+  if (spec.l2Promotion < CU_TENSOR_MAP_L2_PROMOTION_NONE || spec.l2Promotion > CU_TENSOR_MAP_L2_PROMOTION_L2_256B)
+    return Status::error(prefix + "L2 promotion " + std::to_string(int(spec.l2Promotion)) +
+                         " is not one of none, 64, 128 or 256 bytes");
   for (int i = 0; i < spec.rank; ++i) {
     const std::string dim = "dims[" + std::to_string(i) + "]";
     if (spec.dims[i] == 0 || spec.dims[i] > kMaxDim)

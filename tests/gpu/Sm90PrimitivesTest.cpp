@@ -2,7 +2,7 @@
 // (runtime TensorMap.h) on a real sm_90 GPU, through small hand-written kernels compiled with NVRTC:
 //   TmaTile     a tile of a BSHD tensor (64x64, 128x128, partial head dim, padded strides, rows past the end; 128-,
 //               64- and 32-byte swizzle) TMA-loaded into shared memory under an mbarrier with expect_tx, read back
-//               through the prelude's swizzle helper and as the raw shared-memory image (against the README's formula),
+//               through the prelude's swizzleOffset and as the raw shared-memory image (against the README's formula),
 //               then TMA-stored to a second tensor; all exact (one case re-points an encoded map at its tensor
 //               with cuTensorMapReplaceAddress).
 //   WgmmaChain  S = Q·Kᵀ with SS wgmmas (both operands K-major in shared memory), P = S rounded to bf16/f16 in
@@ -52,7 +52,7 @@ namespace prelude = flashtile::codegen::sm90;
 namespace {
 
 // ---------------------------------------------------------------------------------------------------------------
-// Host helpers.
+// Host functions.
 
 bool envFlag(const char *name) {
   const char *value = std::getenv(name);

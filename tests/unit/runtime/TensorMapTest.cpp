@@ -190,6 +190,10 @@ TEST(TensorMap, ValidatesRawSpecs) {
   null.address = nullptr;
   EXPECT_THAT(error(null), HasSubstr("global address is null"));
 
+  TensorMapSpec promotion = spec;
+  promotion.l2Promotion = static_cast<CUtensorMapL2promotion>(9);
+  EXPECT_THAT(error(promotion), HasSubstr("L2 promotion 9 is not one of none, 64, 128 or 256 bytes"));
+
   TensorMapSpec dtype = spec;
   dtype.dtype = static_cast<DType>(7);
   EXPECT_THAT(error(dtype), HasSubstr("dtype must be bf16 or f16"));
