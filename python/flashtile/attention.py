@@ -1,7 +1,5 @@
 """Attention on torch tensors: flash-attn 2.x's calls, flashtile's variants, and the torch.library custom op."""
 
-from __future__ import annotations
-
 import ctypes
 import math
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -28,10 +26,11 @@ VariantLike = Union[str, Variant]
 class _Resolved:
     """A variant as calls pass it to the library: its id, and its declaration for checking numbers and inputs."""
 
-    __slots__ = ("id", "id_bytes", "decl")
+    __slots__ = ("id", "id_bytes", "decl", "param_names")
 
     def __init__(self, id_: str, decl: Variant):
         self.id, self.id_bytes, self.decl = id_, id_.encode(), decl
+        self.param_names = tuple(decl.param_names)
 
 
 _builtin_cache: Dict[str, _Resolved] = {}
@@ -118,10 +117,16 @@ def _check_tensor(name: str, t, dims: int, layout: str) -> torch.Tensor:
 
 
 def _kernel_ready(t: torch.Tensor) -> torch.Tensor:
-    """A layout kernels read: contiguous last dim, other strides multiples of 8 elements, 16-byte aligned."""
-    if t.stride(-1) != 1 or any(s % 8 for s in t.stride()[:-1]) or t.data_ptr() % 16:
+    """A layout kernels read: contiguous last dim, other strides multiples of 8 elements (16-byte loads). The
+    address is checked in _launch (data_ptr() cannot be traced by torch.compile)."""
+    if t.stride(-1) != 1 or any(s % 8 for s in t.stride()[:-1]):
         return t.contiguous()
     return t
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """`t` at a 16-byte aligned address (a view at an odd offset is copied; PyTorch's allocations are aligned)."""
+    return t.clone() if t.data_ptr() % 16 else t
 
 
 def _head_dims(d: int, dv: int) -> Tuple[int, int]:
@@ -207,6 +212,10 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k
         lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
     if q.numel() == 0 or out.numel() == 0:
         return out, lse
+    q, k, v = _aligned(q), _aligned(k), _aligned(v)
+    # No keys (seqlen_k or total_k 0): the kernel reads none, but the runtime wants device pointers.
+    k_ptr = k.data_ptr() if k.numel() else q.data_ptr()
+    v_ptr = v.data_ptr() if v.numel() else q.data_ptr()
     vargs = None
     if params or inputs:
         param_array = (ctypes.c_float * len(params))(*params)
@@ -217,14 +226,14 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k
     with torch.cuda.device(q.device):
         if varlen:
             rc = lib.lib.flashtile_forward_varlen_variant(
-                runtime, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                runtime, q.data_ptr(), k_ptr, v_ptr, out.data_ptr(), lse.data_ptr(),
                 cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), dtype, cu_seqlens_q.shape[0] - 1, q.shape[0],
                 k.shape[0], max_seqlen_q, max_seqlen_k, q.shape[1], k.shape[1], q.shape[2], dv,
                 _LongLong3(*q.stride()), _LongLong3(*k.stride()), _LongLong3(*v.stride()), _LongLong3(*out.stride()),
                 softmax_scale, variant_id, vargs, stream)
         else:
             rc = lib.lib.flashtile_forward_variant(
-                runtime, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), dtype,
+                runtime, q.data_ptr(), k_ptr, v_ptr, out.data_ptr(), lse.data_ptr(), dtype,
                 q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], dv,
                 _LongLong4(*q.stride()), _LongLong4(*k.stride()), _LongLong4(*v.stride()), _LongLong4(*out.stride()),
                 softmax_scale, variant_id, vargs, stream)
@@ -335,7 +344,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         raise ValueError(f"nheads ({heads_q}) must be a multiple of nheads_k ({heads_kv})")
     window = _check_flags(window_size, softcap, alibi_slopes, batch, heads_q, q.device)
     resolved, values = _flash_attn_variant(bool(causal), window, float(softcap), alibi_slopes, seqlen_k)
-    params = [float(values[n]) for n in resolved.decl.param_names]
+    params = [float(values[n]) for n in resolved.param_names]
     inputs = [] if alibi_slopes is None else [alibi_slopes.contiguous()]
     pd, pdv = _head_dims(d, dv)
     scale = _scale(softmax_scale, d)
@@ -383,7 +392,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     batch = cu_seqlens_q.shape[0] - 1
     window = _check_flags(window_size, softcap, alibi_slopes, batch, heads_q, q.device)
     resolved, values = _flash_attn_variant(bool(causal), window, float(softcap), alibi_slopes, max_seqlen_k)
-    params = [float(values[n]) for n in resolved.decl.param_names]
+    params = [float(values[n]) for n in resolved.param_names]
     inputs = [] if alibi_slopes is None else [alibi_slopes.contiguous()]
     pd, pdv = _head_dims(d, dv)
     scale = _scale(softmax_scale, d)
