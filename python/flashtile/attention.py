@@ -419,6 +419,10 @@ def attention(q, k, v, variant: VariantLike = "none", *, params=None, inputs=Non
     k = _check_tensor("k", k, dims, "(total_k, nheads_k, headdim)" if varlen else "(batch, seqlen_k, nheads_k, headdim)")
     v = _check_tensor("v", v, dims, "(total_k, nheads_k, headdim_v)" if varlen else "(batch, seqlen_k, nheads_k, headdim_v)")
     _check_common(q, k, v, 0.0, softmax_scale, False)
+    if k.shape[-1] != q.shape[-1] or tuple(v.shape[:-1]) != tuple(k.shape[:-1]) or (
+            not varlen and k.shape[0] != q.shape[0]):
+        raise ValueError(f"shapes: k must match q's batch and head dim, and v k's rows and heads; got q "
+                         f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     resolved = resolve_variant(variant)
     values = resolved.decl.check_params(params)
     if varlen:
