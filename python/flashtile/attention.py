@@ -1,5 +1,6 @@
 """Attention on torch tensors: flash-attn 2.x's calls, flashtile's variants, and the torch.library custom op."""
 
+import contextlib
 import ctypes
 import math
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -223,7 +224,9 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k
         vargs = ctypes.byref(_lib.VariantArgs(param_array, len(params), input_array, len(inputs)))
     stream = torch.cuda.current_stream(q.device).cuda_stream
     dtype = _DTYPE_CODES[q.dtype]
-    with torch.cuda.device(q.device):
+    # The runtime launches on the calling thread's current device: make it q's (a context switch only when needed).
+    switch = q.device.index is not None and q.device.index != torch.cuda.current_device()
+    with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
         if varlen:
             rc = lib.lib.flashtile_forward_varlen_variant(
                 runtime, q.data_ptr(), k_ptr, v_ptr, out.data_ptr(), lse.data_ptr(),
