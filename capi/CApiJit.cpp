@@ -62,8 +62,7 @@ StatusOr<Variant> resolveVariant(const char *variant) {
   if (!variant || !*variant)
     return Status::error("variant: expected a built-in name or a variant description, got an empty string");
   std::string_view text(variant);
-  if (text.find_first_not_of(" \t\r\n") != std::string_view::npos &&
-      text[text.find_first_not_of(" \t\r\n")] == '{')
+  if (text.find_first_not_of(" \t\r\n") != std::string_view::npos && text[text.find_first_not_of(" \t\r\n")] == '{')
     return parseVariantDescription(text);
   if (std::optional<Variant> builtin = variants::byName(variant))
     return *builtin;

@@ -181,8 +181,8 @@ StatusOr<Node> Parser::parseNode(const llvm::json::Value &value, const std::vect
   std::string op = (*items)[0].getAsString()->str();
   auto arity = [&](size_t n) -> Status {
     if (items->size() != n + 1)
-      return fail(path, "'" + op + "' takes " + std::to_string(n) + " operand(s), got " +
-                            std::to_string(items->size() - 1));
+      return fail(path,
+                  "'" + op + "' takes " + std::to_string(n) + " operand(s), got " + std::to_string(items->size() - 1));
     return Status();
   };
   auto stringAt = [&](size_t i) -> std::optional<std::string> {
@@ -190,7 +190,9 @@ StatusOr<Node> Parser::parseNode(const llvm::json::Value &value, const std::vect
       return s->str();
     return std::nullopt;
   };
-  auto operand = [&](size_t i) { return operandIndex((*items)[i], earlier.size(), path + "[" + std::to_string(i) + "]"); };
+  auto operand = [&](size_t i) {
+    return operandIndex((*items)[i], earlier.size(), path + "[" + std::to_string(i) + "]");
+  };
 
   Node node;
   node.name = op;
@@ -210,9 +212,10 @@ StatusOr<Node> Parser::parseNode(const llvm::json::Value &value, const std::vect
     if (Status s = arity(1); !s.ok())
       return s;
     std::optional<std::string> name = stringAt(1);
-    bool known = name && (op == "size" ? (*name == "seqlen_q" || *name == "seqlen_k")
-                                       : (*name == "batch" || *name == "heads_q" || *name == "heads_kv" ||
-                                          *name == "key_offset"));
+    bool known =
+        name &&
+        (op == "size" ? (*name == "seqlen_q" || *name == "seqlen_k")
+                      : (*name == "batch" || *name == "heads_q" || *name == "heads_kv" || *name == "key_offset"));
     if (!known)
       return fail(path, op == "size" ? "'size' takes \"seqlen_q\" or \"seqlen_k\""
                                      : "'dim' takes \"batch\", \"heads_q\", \"heads_kv\" or \"key_offset\"");
@@ -315,8 +318,8 @@ StatusOr<Node> Parser::parseNode(const llvm::json::Value &value, const std::vect
       return fail(path, "'" + op + "' mixes " + tyName(a) + " and " + tyName(b) + "; convert with to_float/to_int");
     bool logic = it->second.kind == BinaryKind::Logic;
     if (logic != (a == Ty::I1))
-      return fail(path, "'" + op + "' takes " + (logic ? "i1 (predicates)" : "f32 or i32") + " operands, got " +
-                            tyName(a));
+      return fail(path,
+                  "'" + op + "' takes " + (logic ? "i1 (predicates)" : "f32 or i32") + " operands, got " + tyName(a));
     node.kind = Node::Kind::Binary;
     node.type = it->second.kind == BinaryKind::Compare ? Ty::I1 : a;
     return node;
@@ -403,8 +406,8 @@ std::vector<Expr> evaluate(const Graph &graph, const std::vector<Expr> &args, co
       values[i] = n.name == "seqlen_q" ? sizes.seqlenQ : sizes.seqlenK;
       break;
     case Node::Kind::Dim:
-      values[i] = n.name == "batch"     ? sizes.batch()
-                  : n.name == "heads_q" ? sizes.headsQ()
+      values[i] = n.name == "batch"      ? sizes.batch()
+                  : n.name == "heads_q"  ? sizes.headsQ()
                   : n.name == "heads_kv" ? sizes.headsKv()
                                          : sizes.keyOffset();
       break;
@@ -421,8 +424,9 @@ std::vector<Expr> evaluate(const Graph &graph, const std::vector<Expr> &args, co
         values[i] = Expr(b, mlir::arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
                                                                  llvm::APFloat(static_cast<float>(n.value))));
       else
-        values[i] = Expr(b, mlir::arith::ConstantIntOp::create(
-                                b, loc, n.type == Ty::I32 ? b.getI32Type() : b.getI1Type(), static_cast<int64_t>(n.value)));
+        values[i] =
+            Expr(b, mlir::arith::ConstantIntOp::create(b, loc, n.type == Ty::I32 ? b.getI32Type() : b.getI1Type(),
+                                                       static_cast<int64_t>(n.value)));
       break;
     }
     case Node::Kind::Binary:
@@ -473,8 +477,8 @@ StatusOr<Variant> Parser::parse(std::string_view text) {
       if (llvm::find(paramNames, pname->str()) != paramNames.end())
         return Status::error(path + ": parameter '" + pname->str() + "' is declared twice");
       paramNames.push_back(pname->str());
-      ParamBounds b{pname->str(), p->getNumber("min"), p->getNumber("max"), p->getBoolean("min_exclusive").value_or(false),
-                    p->getBoolean("integer").value_or(false)};
+      ParamBounds b{pname->str(), p->getNumber("min"), p->getNumber("max"),
+                    p->getBoolean("min_exclusive").value_or(false), p->getBoolean("integer").value_or(false)};
       bounds.push_back(std::move(b));
       variant.param(pname->str(), static_cast<float>(*value));
     }

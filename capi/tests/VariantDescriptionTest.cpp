@@ -75,8 +75,7 @@ TEST(VariantDescription, ParameterBoundsBecomeTheValidateHook) {
 TEST(VariantDescription, MalformedDescriptionsNameTheField) {
   EXPECT_NE(errorOf("not json").find("not JSON"), std::string::npos);
   EXPECT_NE(errorOf(R"({"format": "v0", "name": "x"})").find("\"format\""), std::string::npos);
-  EXPECT_NE(errorOf(R"({"format": "flashtile.variant.v1", "name": "bad name"})").find("\"name\""),
-            std::string::npos);
+  EXPECT_NE(errorOf(R"({"format": "flashtile.variant.v1", "name": "bad name"})").find("\"name\""), std::string::npos);
   auto hook = [](const std::string &body) { return withHooks("[]", R"({"score": )" + body + "}"); };
   EXPECT_NE(errorOf(hook(R"({"nodes": [["arg", 7]], "results": [0]})")).find("hooks.score.nodes[0]"),
             std::string::npos);
@@ -87,9 +86,9 @@ TEST(VariantDescription, MalformedDescriptionsNameTheField) {
             std::string::npos);
   EXPECT_NE(errorOf(hook(R"({"nodes": [["param", "cap"]], "results": [0]})")).find("undeclared parameter 'cap'"),
             std::string::npos);
-  EXPECT_NE(errorOf(hook(R"({"nodes": [["arg", 1], ["load", "bias", 0]], "results": [1]})"))
-                .find("undeclared input 'bias'"),
-            std::string::npos);
+  EXPECT_NE(
+      errorOf(hook(R"({"nodes": [["arg", 1], ["load", "bias", 0]], "results": [1]})")).find("undeclared input 'bias'"),
+      std::string::npos);
   EXPECT_NE(errorOf(hook(R"({"nodes": [["arg", 1]], "results": [0]})")).find("returns f32, got i32"),
             std::string::npos);
   EXPECT_NE(errorOf(hook(R"({"nodes": [["frobnicate", 0]], "results": [0]})")).find("unknown op 'frobnicate'"),
