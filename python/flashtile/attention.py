@@ -294,8 +294,9 @@ def _check_common(q, k, v, dropout_p, softmax_scale, return_attn_probs) -> None:
     if dropout_p != 0.0:
         raise NotImplementedError(f"dropout_p={dropout_p}: flashtile has no dropout yet; pass dropout_p=0.0 "
                                   "(flash-attn's evaluation setting)")
-    if softmax_scale is not None and not math.isfinite(float(softmax_scale)):
-        raise ValueError(f"softmax_scale must be finite or None, got {softmax_scale}")
+    if softmax_scale is not None and (not math.isfinite(float(softmax_scale)) or float(softmax_scale) == 0.0):
+        # 0 would reach the kernels as "the default scale" (the C ABI's convention), not as uniform attention.
+        raise ValueError(f"softmax_scale must be finite and non-zero, or None (1/sqrt(headdim)), got {softmax_scale}")
 
 
 def _scale(softmax_scale, head_dim: int) -> float:

@@ -36,6 +36,8 @@ class ArgumentChecks(unittest.TestCase):
         q, k, v = self.tensors()
         with self.assertRaisesRegex(NotImplementedError, "dropout"):
             attention._check_common(q, k, v, 0.1, None, False)
+        with self.assertRaisesRegex(ValueError, "softmax_scale must be finite and non-zero"):
+            attention._check_common(q, k, v, 0.0, 0.0, False)
         with self.assertRaisesRegex(ValueError, "window_size: sizes must be >= -1"):
             attention._check_flags((-3, 0), 0.0, None, 1, 2, q.device)
         with self.assertRaisesRegex(ValueError, "softcap must be >= 0"):
