@@ -54,7 +54,7 @@ def overhead(iters):
 
     import flashtile
     from flashtile import _lib
-    from flashtile import attention as attn
+    from flashtile import interface as attn
 
     q = torch.randn(1, 128, 1, 64, device="cuda", dtype=torch.bfloat16)
     k, v = torch.randn_like(q), torch.randn_like(q)

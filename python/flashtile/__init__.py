@@ -21,7 +21,7 @@ except ImportError:  # the tracer and the compiler work without torch; the atten
     _torch = None
 
 if _torch is not None:
-    from .attention import attention, flash_attn_func, flash_attn_varlen_func
+    from .interface import attention, flash_attn_func, flash_attn_varlen_func
 else:
     def _needs_torch(*args, **kwargs):
         raise ImportError("flashtile's attention calls take torch tensors: install PyTorch")

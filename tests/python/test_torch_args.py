@@ -31,7 +31,7 @@ class ArgumentChecks(unittest.TestCase):
             flashtile.flash_attn_varlen_func(q, k, v, None, None, 16, 16)
 
     def test_unsupported_features(self):
-        import flashtile.attention as attention
+        from flashtile import interface as attention
 
         q, k, v = self.tensors()
         with self.assertRaisesRegex(NotImplementedError, "dropout"):
@@ -50,7 +50,7 @@ class ArgumentChecks(unittest.TestCase):
         self.assertEqual(attention._head_dims(192, 128), (192, 128))
 
     def test_flash_attn_flags_pick_variants(self):
-        import flashtile.attention as attention
+        from flashtile import interface as attention
 
         pick = lambda *a: attention._flash_attn_variant(*a)[0].id.split("#")[0]  # noqa: E731
         self.assertEqual(pick(False, (-1, -1), 0.0, None, 128), "none")
@@ -65,7 +65,7 @@ class ArgumentChecks(unittest.TestCase):
         self.assertEqual(pick(False, (32, 8), 5.0, torch.zeros(1, 2), 128), "softcap_alibi_per_batch_sliding_window")
 
     def test_attention_inputs(self):
-        import flashtile.attention as attention
+        from flashtile import interface as attention
 
         decl = flashtile.variants.alibi()
         with self.assertRaisesRegex(ValueError, "reads slopes"):
