@@ -13,6 +13,7 @@ from .variant import Variant, both
 
 SUPPORTED_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 SUPPORTED_HEAD_DIM_PAIRS = ((192, 128),)
+_SUPPORTED_HEAD_DIM_SET = frozenset(SUPPORTED_HEAD_DIMS)
 _DTYPE_CODES = {torch.float16: 0, torch.bfloat16: 1}
 _INPUT_DTYPES = {"f32": torch.float32, "i32": torch.int32}
 _BUILTINS = set(_variants.names())
@@ -112,7 +113,7 @@ def _check_tensor(name: str, t, dims: int, layout: str) -> torch.Tensor:
         raise ValueError(f"{name} must have {dims} dimensions {layout}, got shape {tuple(t.shape)}")
     if t.dtype not in _DTYPE_CODES:
         raise ValueError(f"{name} must be torch.float16 or torch.bfloat16, got {t.dtype}")
-    if t.device.type != "cuda":
+    if not t.is_cuda:
         raise ValueError(f"{name} must be a CUDA tensor, got device {t.device}")
     return t
 
@@ -120,8 +121,12 @@ def _check_tensor(name: str, t, dims: int, layout: str) -> torch.Tensor:
 def _kernel_ready(t: torch.Tensor) -> torch.Tensor:
     """A layout kernels read: contiguous last dim, other strides multiples of 8 elements (16-byte loads). The
     address is checked in _launch (data_ptr() cannot be traced by torch.compile)."""
-    if t.stride(-1) != 1 or any(s % 8 for s in t.stride()[:-1]):
+    strides = t.stride()
+    if strides[-1] != 1:
         return t.contiguous()
+    for stride in strides[:-1]:
+        if stride % 8:
+            return t.contiguous()
     return t
 
 
@@ -132,7 +137,7 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
 
 def _head_dims(d: int, dv: int) -> Tuple[int, int]:
     """The head dims kernels run: (d, dv) when supported, else both padded to the next supported size."""
-    if (d == dv and d in SUPPORTED_HEAD_DIMS) or (d, dv) in SUPPORTED_HEAD_DIM_PAIRS:
+    if (d == dv and d in _SUPPORTED_HEAD_DIM_SET) or (d, dv) in SUPPORTED_HEAD_DIM_PAIRS:
         return d, dv
     if d != dv:
         raise ValueError(f"head dims: q/k have {d} and v {dv}; they must be equal, or 192/128")
@@ -199,11 +204,38 @@ def _builtin_input_counts(name: str, batch: int, heads_q: int, keys: int) -> Dic
 
 # The launch -----------------------------------------------------------------------------------------------------
 
+_library = None
+_runtime = None
+
+
+def _first_library():
+    global _library
+    _library = _lib.library()
+    return _library
+
+
+def _first_runtime():
+    global _runtime
+    _runtime = (_library or _first_library()).runtime()
+    return _runtime
+
+
+# The raw handle of a device's current stream: PyTorch's own accessor (what Triton's launcher uses) where present,
+# as it costs a fraction of building a torch.cuda.Stream object on every call.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream(index: int) -> int:
+    if _raw_stream is not None:
+        return _raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
 def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
             variant_id: bytes, params: Sequence[float], inputs: Sequence[torch.Tensor]):
     """Allocates O and LSE and launches on the current stream of q's device. Inputs are checked already."""
-    lib = _lib.library()
-    runtime = lib.runtime()
+    lib = _library or _first_library()
+    runtime = _runtime or _first_runtime()
     varlen = cu_seqlens_q is not None
     dv = v.shape[-1]
     out = torch.empty(q.shape[:-1] + (dv,), dtype=q.dtype, device=q.device)
@@ -213,30 +245,36 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k
         lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
     if q.numel() == 0 or out.numel() == 0:
         return out, lse
-    q, k, v = _aligned(q), _aligned(k), _aligned(v)
+    q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    if (q_ptr | k_ptr | v_ptr) % 16:
+        q, k, v = _aligned(q), _aligned(k), _aligned(v)
+        q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
     # No keys (seqlen_k or total_k 0): the kernel reads none, but the runtime wants device pointers.
-    k_ptr = k.data_ptr() if k.numel() else q.data_ptr()
-    v_ptr = v.data_ptr() if v.numel() else q.data_ptr()
+    if not k_ptr:
+        k_ptr = q_ptr
+    if not v_ptr:
+        v_ptr = q_ptr
     vargs = None
     if params or inputs:
         param_array = (ctypes.c_float * len(params))(*params)
         input_array = (ctypes.c_void_p * len(inputs))(*[t.data_ptr() for t in inputs])
         vargs = ctypes.byref(_lib.VariantArgs(param_array, len(params), input_array, len(inputs)))
-    stream = torch.cuda.current_stream(q.device).cuda_stream
+    index = q.get_device()
+    stream = _current_stream(index)
     dtype = _DTYPE_CODES[q.dtype]
     # The runtime launches on the calling thread's current device: make it q's (a context switch only when needed).
-    switch = q.device.index is not None and q.device.index != torch.cuda.current_device()
-    with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
+    switch = index != torch.cuda.current_device()
+    with torch.cuda.device(index) if switch else contextlib.nullcontext():
         if varlen:
             rc = lib.lib.flashtile_forward_varlen_variant(
-                runtime, q.data_ptr(), k_ptr, v_ptr, out.data_ptr(), lse.data_ptr(),
+                runtime, q_ptr, k_ptr, v_ptr, out.data_ptr(), lse.data_ptr(),
                 cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), dtype, cu_seqlens_q.shape[0] - 1, q.shape[0],
                 k.shape[0], max_seqlen_q, max_seqlen_k, q.shape[1], k.shape[1], q.shape[2], dv,
                 _LongLong3(*q.stride()), _LongLong3(*k.stride()), _LongLong3(*v.stride()), _LongLong3(*out.stride()),
                 softmax_scale, variant_id, vargs, stream)
         else:
             rc = lib.lib.flashtile_forward_variant(
-                runtime, q.data_ptr(), k_ptr, v_ptr, out.data_ptr(), lse.data_ptr(), dtype,
+                runtime, q_ptr, k_ptr, v_ptr, out.data_ptr(), lse.data_ptr(), dtype,
                 q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], dv,
                 _LongLong4(*q.stride()), _LongLong4(*k.stride()), _LongLong4(*v.stride()), _LongLong4(*out.stride()),
                 softmax_scale, variant_id, vargs, stream)
@@ -289,7 +327,7 @@ def _run(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved: _Resolved, params, 
 def _check_common(q, k, v, dropout_p, softmax_scale, return_attn_probs) -> None:
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise ValueError(f"q, k, v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
+    if not (q.get_device() == k.get_device() == v.get_device()):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if dropout_p != 0.0:
         raise NotImplementedError(f"dropout_p={dropout_p}: flashtile has no dropout yet; pass dropout_p=0.0 "
@@ -338,22 +376,30 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     v = _check_tensor("v", v, 4, "(batch, seqlen_k, nheads_k, headdim_v)")
     _check_common(q, k, v, dropout_p, softmax_scale, return_attn_probs)
     batch, seqlen_q, heads_q, d = q.shape
-    seqlen_k, heads_kv, dv = k.shape[1], k.shape[2], v.shape[3]
-    if k.shape[0] != batch or v.shape[0] != batch:
-        raise ValueError(f"k and v must have batch {batch} (q's), got {k.shape[0]} and {v.shape[0]}")
-    if tuple(v.shape[1:3]) != (seqlen_k, heads_kv) or k.shape[3] != d:
+    k_batch, seqlen_k, heads_kv, k_d = k.shape
+    v_batch, v_seqlen, v_heads, dv = v.shape
+    if k_batch != batch or v_batch != batch:
+        raise ValueError(f"k and v must have batch {batch} (q's), got {k_batch} and {v_batch}")
+    if v_seqlen != seqlen_k or v_heads != heads_kv or k_d != d:
         raise ValueError(f"k must be (batch, seqlen_k, nheads_k, {d}) and v (batch, seqlen_k, nheads_k, headdim_v); "
                          f"got k {tuple(k.shape)}, v {tuple(v.shape)}")
     if heads_kv == 0 or heads_q % heads_kv:
         raise ValueError(f"nheads ({heads_q}) must be a multiple of nheads_k ({heads_kv})")
-    window = _check_flags(window_size, softcap, alibi_slopes, batch, heads_q, q.device)
+    if alibi_slopes is None and not softcap and window_size == (-1, -1):  # the common call: no flags to check
+        window = window_size
+    else:
+        window = _check_flags(window_size, softcap, alibi_slopes, batch, heads_q, q.device)
     resolved, values = _flash_attn_variant(bool(causal), window, float(softcap), alibi_slopes, seqlen_k)
     params = [float(values[n]) for n in resolved.param_names]
     inputs = [] if alibi_slopes is None else [alibi_slopes.contiguous()]
     pd, pdv = _head_dims(d, dv)
-    scale = _scale(softmax_scale, d)
-    qp, kp, vp = (_kernel_ready(_pad_last(t, size)) for t, size in ((q, pd), (k, pd), (v, pdv)))
-    out, lse = _run(qp, kp, vp, None, None, 0, 0, scale, resolved, params, inputs)
+    scale = float(softmax_scale) if softmax_scale is not None else d ** -0.5
+    if pd != d:
+        q, k = _pad_last(q, pd), _pad_last(k, pd)
+    if pdv != dv:
+        v = _pad_last(v, pdv)
+    out, lse = _run(_kernel_ready(q), _kernel_ready(k), _kernel_ready(v), None, None, 0, 0, scale, resolved, params,
+                    inputs)
     if pdv != dv:
         out = out[..., :dv]
     return (out, lse, None) if return_attn_probs else out
