@@ -3,6 +3,7 @@
 import contextlib
 import ctypes
 import math
+import operator
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -327,7 +328,7 @@ def _run(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved: _Resolved, params, 
 def _check_common(q, k, v, dropout_p, softmax_scale, return_attn_probs) -> None:
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise ValueError(f"q, k, v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.get_device() == k.get_device() == v.get_device()):
+    if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if dropout_p != 0.0:
         raise NotImplementedError(f"dropout_p={dropout_p}: flashtile has no dropout yet; pass dropout_p=0.0 "
@@ -342,10 +343,11 @@ def _scale(softmax_scale, head_dim: int) -> float:
 
 
 def _check_flags(window_size, softcap, alibi_slopes, batch, heads_q, device):
-    try:
-        left, right = (int(x) for x in window_size)
-    except (TypeError, ValueError):
-        raise ValueError(f"window_size must be a pair of ints (left, right), got {window_size!r}") from None
+    # No try/except or generator here: torch.compile traces this function (fullgraph). Integers come as Python,
+    # NumPy or 0-d tensor values (flash-attn's tests pass torch.randint(0, seqlen_k, (2,))).
+    if not hasattr(window_size, "__len__") or len(window_size) != 2 or not hasattr(window_size[0], "__index__") or not hasattr(window_size[1], "__index__"):
+        raise ValueError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+    left, right = operator.index(window_size[0]), operator.index(window_size[1])
     if left < -1 or right < -1:
         raise ValueError(f"window_size: sizes must be >= -1 (-1: unbounded), got ({left}, {right})")
     if not math.isfinite(float(softcap)) or softcap < 0:

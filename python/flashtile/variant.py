@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import re
 from typing import Callable, Dict, List, Optional
 
@@ -52,10 +53,10 @@ class Param:
 
     def check(self, value) -> Optional[str]:
         """None when `value` is accepted, else why not (naming the parameter)."""
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
+        # No try/except: torch.compile traces this check (flashtile.attention with params).
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             return f"parameter '{self.name}' must be a number, got {value!r}"
+        v = float(value)
         ok = math.isfinite(v) and (not self.integer or v == math.floor(v))
         ok = ok and (self.min is None or (v > self.min if self.min_exclusive else v >= self.min))
         ok = ok and (self.max is None or v <= self.max)
