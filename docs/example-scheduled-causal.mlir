@@ -1,6 +1,6 @@
 // docs/example-program-causal.mlir after the FA2 passes with stages = 2 (two K/V buffers, Q·Kᵀ one tile ahead):
 // flashtile-opt docs/example-program-causal.mlir --tile-verify-program --canonicalize --tile-apply-schedule="stages=2" \
-//   --tile-split-boundary --tile-pipeline --tile-lower-to-target=arch=sm_90a --canonicalize --cse
+//   --tile-split-boundary --tile-fa2-pipeline --tile-lower-to-target=arch=sm_90a --canonicalize --cse
 module {
   tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, params = [], schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 2, lptGroupBlocks = 512>, target = #tile.target<arch = "sm_90a", isa = "sm80">, variant = "causal"} {
     %c2_i32 = arith.constant 2 : i32

@@ -1,12 +1,12 @@
 //===- AsyncCopies.h - the asynchronous-copy protocol of pipelined programs ===//
 //
-// After tile-pipeline, Q, K and V tiles reach the compute through shared-memory buffers: one for Q and `stages`
-// for K and for V (tile j in buffer j mod stages). `tile.copy_async X[j]` starts filling tile j's buffer, `tile.wait_async X {pending = n}` lands every copy group but
-// the n newest (cp.async.wait_group semantics: groups complete in issue order) and synchronizes the block, and
-// `tile.load X[j]` reads the buffer. This class replays those events for one program instance and names the
-// first hazard: a load of a tile that has not landed (or was overwritten), a copy into a buffer whose previous
-// copy is still in flight or whose contents other warps may still be reading, a wait that cannot guarantee its
-// copy. No MLIR dependency.
+// After tile-fa2-pipeline, Q, K and V tiles reach the compute through shared-memory buffers: one for Q and `stages`
+// for K and for V (tile j in buffer j mod stages). `tile.copy_async X[j]` starts filling tile j's buffer,
+// `tile.wait_async X {pending = n}` lands every copy group but the n newest (cp.async.wait_group semantics: groups
+// complete in issue order) and synchronizes the block, and `tile.load X[j]` reads the buffer. This class replays those
+// events for one program instance and names the first hazard: a load of a tile that has not landed (or was
+// overwritten), a copy into a buffer whose previous copy is still in flight or whose contents other warps may still be
+// reading, a wait that cannot guarantee its copy. No MLIR dependency.
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_INTERPRETER_ASYNCCOPIES_H
 #define FLASHTILE_INTERPRETER_ASYNCCOPIES_H

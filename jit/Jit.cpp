@@ -1,11 +1,13 @@
 //===- Jit.cpp - DSL program → schedule passes → CUDA → NVRTC -------------===//
 #include "jit/Jit.h"
 
+#include "codegen/Registry.h"
 #include "codegen/common/CudaEmitter.h"
 #include "examples/variants/Variants.h"
 #include "flashtile/runtime/Nvrtc.h"
 #include "flashtile/runtime/Version.h"
 #include "passes/IR/TileDialect.h"
+#include "schedules/Registry.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -53,10 +55,18 @@ StatusOr<ElementType> parseElementType(const std::string &name) {
   return Status::error("dtype: unknown '" + name + "'; accepted: bf16, f16");
 }
 
+void registerBuiltins() {
+  schedule::registerBuiltinSchedules();
+  codegen::registerBuiltinTargets();
+}
+
 StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &options, Stage upTo) {
-  if (options.schedule != fa2::kName)
-    return Status::error("schedule: unknown '" + options.schedule +
-                         "'; accepted: fa2 (fa3 and fa4 are planned, see schedules/)");
+  registerBuiltins();
+  const schedule::Schedule *schedule = schedule::lookupSchedule(options.schedule.schedule);
+  if (!schedule)
+    return Status::error("schedule: " + schedule::unknownScheduleMessage(options.schedule.schedule));
+  if (std::string error = schedule::checkKnobs(*schedule, options.schedule.knobs); !error.empty())
+    return Status::error(error);
   auto id = variantId(variant);
   if (mlir::failed(id))
     return Status::error("variant '" + variant.name() + "' does not build a valid program");
@@ -89,10 +99,13 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
                         /*shouldPrintAfterPass=*/[](mlir::Pass *, mlir::Operation *) { return true; },
                         /*printModuleScope=*/false, /*printAfterOnlyOnChange=*/false);
   }
-  fa2::buildPipeline(pm, options.fa2);
+  schedule->buildPipeline(pm, options.schedule);
   if (mlir::failed(pm.run(module->get())))
-    return failedWith("the fa2 schedule failed on variant '" + variant.name() + "'");
+    return failedWith("the " + options.schedule.schedule + " schedule failed on variant '" + variant.name() + "'");
   result.scheduledIr = print(module->get());
+  for (tile::FuncOp func : module->get().getOps<tile::FuncOp>())
+    if (tile::ScheduleAttr attr = func.getScheduleAttr())
+      result.shapeClass = attr.getShapeClass().str();
   if (upTo == Stage::Scheduled) {
     result.mlirSeconds = secondsSince(start);
     return result;
@@ -123,6 +136,7 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
 }
 
 Jit::Jit() {
+  registerBuiltins();
   for (const std::string &name : variants::names())
     variants.emplace(name, *variants::byName(name));
 }
@@ -168,9 +182,20 @@ Status Jit::check(const AttentionArgs &args) {
   return Status();
 }
 
+Status Jit::setScheduleKnobs(const std::string &name, schedule::Knobs knobs) {
+  const schedule::Schedule *schedule = schedule::lookupSchedule(name);
+  if (!schedule)
+    return Status::error("schedule: " + schedule::unknownScheduleMessage(name));
+  if (std::string error = schedule::checkKnobs(*schedule, knobs); !error.empty())
+    return Status::error(error);
+  std::lock_guard<std::mutex> lock(mutex);
+  knobsBySchedule[name] = std::move(knobs);
+  return Status();
+}
+
 StatusOr<std::pair<Variant, CompileOptions>> Jit::optionsFor(const KernelSpec &spec) {
   std::optional<Variant> variant;
-  fa2::Fa2Options fa2;
+  schedule::Knobs knobs;
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = variants.find(spec.variant);
@@ -181,7 +206,8 @@ StatusOr<std::pair<Variant, CompileOptions>> Jit::optionsFor(const KernelSpec &s
       return Status::error("variant '" + spec.variant + "' is not registered with the JIT; known: " + known);
     }
     variant = it->second;
-    fa2 = scheduleOptions;
+    if (auto set = knobsBySchedule.find(spec.schedule); set != knobsBySchedule.end())
+      knobs = set->second;
   }
   auto dtype = parseElementType(spec.dtype);
   if (!dtype.ok())
@@ -190,10 +216,7 @@ StatusOr<std::pair<Variant, CompileOptions>> Jit::optionsFor(const KernelSpec &s
   options.dtype = *dtype;
   options.headDim = spec.headDim;
   options.headDimV = spec.headDimV;
-  options.schedule = spec.schedule;
-  options.fa2 = fa2;
-  options.fa2.arch = spec.arch;
-  options.fa2.shapeClass = spec.shapeClass;
+  options.schedule = schedule::Request{spec.schedule, spec.arch, spec.shapeClass, std::move(knobs)};
   return std::pair{*variant, options};
 }
 
@@ -202,10 +225,11 @@ ShapeClassFn Jit::shapeClassFn() {
     auto what = optionsFor(spec);
     if (!what.ok())
       return what.status();
-    auto result = compile(what->first, what->second, Stage::Cuda);
+    // The schedule's passes decide the class (MLIR only, no CUDA printed): #tile.schedule's shapeClass.
+    auto result = compile(what->first, what->second, Stage::Scheduled);
     if (!result.ok())
       return result.status();
-    return result->info.shapeClass;
+    return result->shapeClass;
   };
 }
 

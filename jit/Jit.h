@@ -1,6 +1,7 @@
 //===- Jit.h - the compiler as a library: variant + schedule -> kernel ----===//
 //
-// The one place that strings the layers together: DSL program → FA2 schedule passes → CUDA printer → NVRTC.
+// The one place that strings the layers together: DSL program → a schedule's passes (looked up by name in the
+// schedule registry) → CUDA printer (the target registry's family) → NVRTC.
 // The runtime calls it only on a cache miss, through the CompileFn that `Jit::compileFn()` returns.
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_JIT_JIT_H
@@ -8,7 +9,7 @@
 
 #include "flashtile/dsl/Program.h"
 #include "flashtile/runtime/Runtime.h"
-#include "schedules/fa2/Fa2Pipeline.h"
+#include "passes/Transforms/ScheduleRegistry.h"
 
 #include <map>
 #include <mutex>
@@ -24,19 +25,22 @@ struct CompileOptions {
   ElementType dtype = ElementType::BF16;
   int headDim = 128;
   int headDimV = 128;
-  std::string schedule = "fa2";
-  fa2::Fa2Options fa2;          ///< tile sizes etc.; 0 = the schedule's default; fa2.arch is the target
+  schedule::Request schedule;   ///< the schedule by name, the arch, the shape class and the knobs set
   bool printIrAfterAll = false; ///< print the IR after every pass to stderr
 };
 
 struct CompileResult {
   std::string tileIr;      ///< the program as built from the DSL
   std::string scheduledIr; ///< after the schedule's passes
+  std::string shapeClass;  ///< the class the schedule tiled the program for (a class tiled like "default" is that)
   std::string cuda;        ///< generated CUDA C++
   std::string ptx, cubin;  ///< NVRTC output (whichever was asked for)
   KernelInfo info;         ///< launch metadata; info.variant is the variant id
   double mlirSeconds = 0, nvrtcSeconds = 0;
 };
+
+/// Registers the built-in schedules and targets (once); compile() and Jit do it themselves.
+void registerBuiltins();
 
 /// Compiles `variant` up to `upTo`. Diagnostics from MLIR and NVRTC's log come back in the Status.
 StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &options, Stage upTo);
@@ -60,8 +64,9 @@ public:
   VariantCheckFn checkFn();
   /// What checkFn's hook does.
   Status check(const AttentionArgs &args);
-  /// Tile sizes and other schedule knobs for every kernel this Jit compiles.
-  void setScheduleOptions(fa2::Fa2Options options) { scheduleOptions = std::move(options); }
+  /// Knobs (tile sizes, stages, ...) of schedule `name` for every kernel this Jit compiles with it; checked
+  /// against the schedule's options.
+  Status setScheduleKnobs(const std::string &name, schedule::Knobs knobs);
 
 private:
   StatusOr<CachedKernel> compileSpec(const KernelSpec &spec);
@@ -69,7 +74,7 @@ private:
   StatusOr<std::pair<Variant, CompileOptions>> optionsFor(const KernelSpec &spec);
   std::mutex mutex;
   std::map<std::string, Variant> variants;
-  fa2::Fa2Options scheduleOptions;
+  std::map<std::string, schedule::Knobs> knobsBySchedule;
 };
 
 } // namespace flashtile::jit

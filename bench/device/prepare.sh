@@ -4,7 +4,7 @@
 #                  every head dim the GPU tests check (extra arguments go to `flashtile aot` and override these)
 #   .device/bin/   runtime-only binaries: flashtile (CLI), flashtile_gpu_tests
 #   .device/lib/   libflashtile.so (C ABI, for bench/bench_attention.py)
-# Then call the device with carry [".device"] and run bench/device/run-gpu-tests.sh or bench/device/bench.sh.
+# Then copy .device/ to the GPU machine and run bench/device/run-gpu-tests.sh or bench/device/bench.sh.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ARCH=${FLASHTILE_ARCH:-sm_90a}

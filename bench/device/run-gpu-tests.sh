@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run-gpu-tests.sh — run on the GPU machine: flashtile's GPU correctness tests against ahead-of-time kernels, then
-# a look at one kernel's SASS. Everything it needs was built on the build machine and carried in .device/
+# a look at one kernel's SASS. Everything it needs was built on the build machine and copied there in .device/
 # (git-ignored; see bench/README.md, "GPU tests from ahead-of-time kernels"):
 #   .device/bin/flashtile_gpu_tests   runtime-only build, static gtest/libstdc++
 #   .device/aot/                      <kernel>.cubin + <kernel>.manifest from `flashtile aot --arch sm_90a`

@@ -2,18 +2,18 @@
 //
 // The generic printer: checks that the IR is ready to print, names values, prints the scalar code, the
 // KV-range rules, the K/V loop segments and the variant's regions (as __device__ functions), and hands every
-// tile op to the target (codegen/sm80). The state, score and probability tiles live in registers that the
-// target updates in place, so the printer first checks that the IR uses each of them once.
+// tile op to the target the IR was lowered to (`#tile.target`'s isa, looked up in the target registry). The state,
+// score and probability tiles live in registers that the target updates in place, so the printer first checks that the
+// IR uses each of them once.
 //===----------------------------------------------------------------------===//
 #include "codegen/common/CudaEmitter.h"
 #include "codegen/common/KernelAbiText.h"
 #include "codegen/common/ScalarEmitter.h"
+#include "codegen/common/TargetRegistry.h"
 #include "codegen/common/TileTarget.h"
-#include "codegen/sm80/InstructionsSm80.h"
-#include "codegen/sm80/TileOpsSm80.h"
 #include "flashtile/runtime/KernelAbi.h"
 #include "flashtile/runtime/Version.h"
-#include "schedules/fa2/Fa2Config.h"
+#include "passes/Transforms/ScheduleRegistry.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/Matchers.h"
@@ -23,14 +23,10 @@
 using namespace mlir;
 using namespace flashtile::tile;
 
-// The schedules' shape-class names are the runtime's (they cannot include each other's headers).
-static_assert(flashtile::kDefaultShapeClass == std::string_view(flashtile::fa2::kShapeClassDefault));
-static_assert(flashtile::kShortShapeClass == std::string_view(flashtile::fa2::kShapeClassShort));
-
 namespace flashtile::codegen {
 namespace {
 
-const StringRef kIsaSm80 = sm80::kIsa; // codegen/sm80/InstructionsSm80.h
+constexpr int kWarpSize = 32;
 
 /// `s` with every character outside [A-Za-z0-9_] replaced by '_': usable in a C identifier.
 std::string sanitize(StringRef s) {
@@ -68,24 +64,27 @@ FailureOr<Operand> operandOf(Operation *op, StringRef name) {
   return op->emitOpError() << "names operand '" << name << "'; the CUDA printer knows q, k and v";
 }
 
-/// The IR must be scheduled, pipelined and lowered to an instruction family this printer knows.
-LogicalResult checkReady(FuncOp func) {
+/// The IR must be scheduled, pipelined and lowered to a registered instruction family.
+FailureOr<const TargetFamily *> checkReady(FuncOp func) {
   ScheduleAttr schedule = func.getScheduleAttr();
   if (!schedule)
     return func.emitOpError() << "is not scheduled; run the schedule's passes (tile-apply-schedule, "
-                                 "tile-split-boundary, tile-pipeline, tile-lower-to-target) before emitting CUDA";
-  if (schedule.getName() != fa2::kName)
-    return func.emitOpError() << "is scheduled with '" << schedule.getName()
-                              << "', which the CUDA printer has no kernel skeleton for (it prints: fa2)";
+                                 "tile-split-boundary, its pipeline pass, tile-lower-to-target) before emitting CUDA";
   if (func.getBody().getOps<CopyAsyncOp>().empty())
-    return func.emitOpError() << "is not pipelined (no tile.copy_async); run tile-pipeline before emitting CUDA";
+    return func.emitOpError() << "is not pipelined (no tile.copy_async); run the schedule's pipeline pass (fa2: "
+                                 "tile-fa2-pipeline) before emitting CUDA";
   TargetAttr target = func.getTargetAttr();
   if (!target)
     return func.emitOpError() << "has no #tile.target; run tile-lower-to-target before emitting CUDA";
-  if (target.getIsa() != kIsaSm80)
+  const TargetFamily *family = lookupTarget(target.getIsa());
+  if (!family) {
+    std::string known;
+    for (const std::string &name : targetNames())
+      known += (known.empty() ? "" : ", ") + name;
     return func.emitOpError() << "targets the '" << target.getIsa()
-                              << "' instruction family; the CUDA printer knows: sm80";
-  return success();
+                              << "' instruction family, which is not registered; registered: " << known;
+  }
+  return family;
 }
 
 /// Register tiles are updated in place: a state, score or probability value may be used once (the op that
@@ -216,8 +215,9 @@ FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &bod
                                                       ArrayRef<StringRef> args, CudaWriter &out) {
   CudaWriter fw;
   NameScopes fnames;
-  for (StringRef reserved : {"p", "sm80", "ceilDiv", "floorDiv"})
+  for (StringRef reserved : {"p", "ceilDiv", "floorDiv"})
     fnames.reserve(reserved);
+  fnames.reserve(target.preludeNamespace());
   for (StringRef arg : args)
     fnames.reserve(arg);
   ScalarEmitter fs(fw, fnames, helpers, func, &body);
@@ -270,7 +270,8 @@ FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &bod
 }
 
 LogicalResult KernelPrinter::printVariantFunctions(CudaWriter &out) {
-  for (StringRef reserved : {"sm80", "ceilDiv", "floorDiv"})
+  functionNames.reserve(target.preludeNamespace());
+  for (StringRef reserved : {"ceilDiv", "floorDiv"})
     functionNames.reserve(reserved);
   WalkResult result = func.walk([&](Operation *op) -> WalkResult {
     FailureOr<std::string> name = success(std::string());
@@ -296,9 +297,9 @@ LogicalResult KernelPrinter::printVariantFunctions(CudaWriter &out) {
 
 void KernelPrinter::assignNames() {
   for (StringRef reserved :
-       {"p",           "params",   "sm80",      "ceilDiv",    "floorDiv",   "qFirst",    "qLast",      "kBlockM",
-        "kBlockN",     "kHeadDim", "kHeadDimV", "kWarps",     "kThreads",   "qTile",     "blockBatch", "blockHead",
-        "blockLinear", "qTiles",   "pairs",     "groupPairs", "groupFirst", "groupSize", "inGroup",    "pair"})
+       {"p",        "params",    "ceilDiv",    "floorDiv",   "qFirst",    "qLast",      "kBlockM",   "kBlockN",
+        "kHeadDim", "kHeadDimV", "kWarps",     "kThreads",   "qTile",     "blockBatch", "blockHead", "blockLinear",
+        "qTiles",   "pairs",     "groupPairs", "groupFirst", "groupSize", "inGroup",    "pair"})
     names.reserve(reserved);
   for (const std::string &reserved : target.reservedNames())
     names.reserve(reserved);
@@ -343,7 +344,7 @@ FailureOr<std::string> KernelPrinter::operand(Value v, Operation *user) {
 
 FailureOr<std::string> KernelPrinter::kTileOf(Value scores, Operation *user) {
   Value v = scores;
-  // Scores carried into a K/V loop are those of the loop's own tile j (tile-pipeline, stages = 2).
+  // Scores carried into a K/V loop are those of the loop's own tile j (a pipeline with two K/V buffers).
   auto carriedOf = [](Value v) -> KvLoopOp {
     auto arg = dyn_cast<BlockArgument>(v);
     auto loop = arg ? dyn_cast<KvLoopOp>(arg.getOwner()->getParentOp()) : KvLoopOp();
@@ -369,7 +370,7 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
   assignNames();
   ScheduleAttr schedule = func.getScheduleAttr();
   // __launch_bounds__(threads[, min blocks per SM]): the second caps registers so that many blocks fit on an SM.
-  std::string bounds = std::to_string(shape.warps * fa2::kWarpSize);
+  std::string bounds = std::to_string(shape.warps * kWarpSize);
   if (shape.minBlocksPerSm > 0)
     bounds += ", " + std::to_string(shape.minBlocksPerSm);
   w.open("extern \"C\" __global__ void __launch_bounds__(" + bounds + ") " + entry.str() +
@@ -689,27 +690,22 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
 } // namespace
 
 FailureOr<EmittedKernel> emitCuda(FuncOp func) {
-  if (failed(checkReady(func)) || failed(checkInPlace(func)))
+  FailureOr<const TargetFamily *> family = checkReady(func);
+  if (failed(family) || failed(checkInPlace(func)))
     return failure();
   ScheduleAttr schedule = func.getScheduleAttr();
   TargetAttr targetAttr = func.getTargetAttr();
-  KernelShape shape{dtypeName(func.getDtype()),
-                    static_cast<int>(func.getHeadDim()),
-                    static_cast<int>(func.getHeadDimV()),
-                    static_cast<int>(schedule.getBlockM()),
-                    static_cast<int>(schedule.getBlockN()),
-                    static_cast<int>(schedule.getWarps()),
-                    static_cast<int>(schedule.getStages()),
-                    static_cast<int>(schedule.getMinBlocksPerSm())};
-  if (std::optional<std::string> error = sm80::checkShape(shape))
+  KernelShape shape = schedule::kernelShapeOf(func);
+  if (std::optional<std::string> error = (*family)->checkShape(shape))
     return func.emitOpError() << *error;
 
   EmittedKernel kernel;
   KernelInfo &info = kernel.info;
-  info.entry = "flashtile_" + sanitize(schedule.getName()) + "_" + sanitize(func.getVariant()) + "_" + shape.dtype +
-               "_d" + std::to_string(shape.headDim) +
-               (shape.headDimV != shape.headDim ? "_dv" + std::to_string(shape.headDimV) : "") +
-               (schedule.getShapeClass() != fa2::kShapeClassDefault ? "_" + sanitize(schedule.getShapeClass()) : "");
+  info.entry =
+      "flashtile_" + sanitize(schedule.getName()) + "_" + sanitize(func.getVariant()) + "_" + shape.dtype + "_d" +
+      std::to_string(shape.headDim) + (shape.headDimV != shape.headDim ? "_dv" + std::to_string(shape.headDimV) : "") +
+      (std::string_view(schedule.getShapeClass()) != kDefaultShapeClass ? "_" + sanitize(schedule.getShapeClass())
+                                                                        : "");
   info.arch = targetAttr.getArch().str();
   info.dtype = shape.dtype;
   info.headDim = shape.headDim;
@@ -719,9 +715,8 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   info.shapeClass = schedule.getShapeClass().str();
   info.blockM = shape.blockM;
   info.blockN = shape.blockN;
-  info.threads = shape.warps * fa2::kWarpSize;
-  fa2::Fa2Config config{shape.blockM, shape.blockN, shape.warps, static_cast<int>(schedule.getStages())};
-  info.smemBytes = config.smemBytes(shape.headDim, shape.headDimV);
+  info.threads = shape.warps * kWarpSize;
+  info.smemBytes = static_cast<int>((*family)->smemBytes(shape)); // tile-lower-to-target bounded it by the arch
   for (Attribute name : func.getParams())
     info.paramNames.push_back(cast<StringAttr>(name).getValue().str());
   for (Attribute input : func.getInputs())
@@ -732,7 +727,7 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
                               << FLASHTILE_MAX_VARIANT_INPUTS << " (KernelAbi.h)";
   info.compilerVersion = std::string(compilerVersion());
 
-  std::unique_ptr<TileTarget> target = sm80::createTarget(shape);
+  std::unique_ptr<TileTarget> target = (*family)->createPrinter(shape);
   ScalarHelpers helpers;
   KernelPrinter printer(func, *target, helpers);
   CudaWriter functions;

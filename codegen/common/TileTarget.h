@@ -45,6 +45,8 @@ public:
 
   /// The device primitives printed ahead of the kernel.
   virtual std::string_view prelude() const = 0;
+  /// The namespace the prelude's primitives live in ("sm80"); no generated name may take it.
+  virtual std::string_view preludeNamespace() const = 0;
   // The prelude also defines the scalar functions the variant regions call where the target has a faster
   // instruction than the CUDA math library: `float tileTanh(float)` (math.tanh).
   /// Identifiers the target declares in kernel scope; SSA values are never named like them.

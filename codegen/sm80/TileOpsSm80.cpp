@@ -46,6 +46,7 @@ public:
   }
 
   std::string_view prelude() const override { return kPrelude; }
+  std::string_view preludeNamespace() const override { return "sm80"; }
 
   std::vector<std::string> reservedNames() const override {
     return {"kWarpRows", "kMTiles", "kSTiles", "kOTiles", "warp", "lane", "fragRow", "fragCol", "b", "h", "hKv", "m0",
@@ -591,28 +592,55 @@ void TileTargetSm80::storeLse(CudaWriter &w) {
   w.close();
 }
 
+class FamilySm80 final : public TargetFamily {
+public:
+  std::string_view name() const override { return "sm80"; }
+  std::string_view summary() const override { return "mma.sync.m16n8k16, ldmatrix, cp.async (sm_80 and later)"; }
+  const std::vector<ArchLimits> &archs() const override {
+    // Per-block opt-in dynamic shared memory; the 8.x GPUs all run sm_80 cubins, the smallest limit (A100: 163
+    // KB) is the one that holds for all of them that have one this large.
+    static const std::vector<ArchLimits> limits = {
+        {"sm_80", 163 * 1024}, {"sm_90a", 227 * 1024}, {"sm_100a", 227 * 1024}};
+    return limits;
+  }
+  MmaShape mmaShape() const override { return {16, 8, 16}; }
+
+  std::optional<std::string> checkShape(const KernelShape &shape) const override {
+    if (shape.dtype != "bf16" && shape.dtype != "f16")
+      return "sm80 MMAs take bf16 or f16 tiles, got " + shape.dtype;
+    if (shape.warps < 1 || shape.blockM % (16 * shape.warps) != 0)
+      return cat("sm80: block-m (", shape.blockM, ") must give every one of the ", shape.warps,
+                 " warps a multiple of 16 rows");
+    if (shape.blockN < 16 || shape.blockN % 16 != 0)
+      return cat("sm80: block-n (", shape.blockN, ") must be a positive multiple of 16");
+    if (shape.stages < 1 || shape.stages > 2)
+      return cat("sm80: stages (", shape.stages, ") must be 1 or 2 shared-memory buffers per K/V operand");
+    if (shape.headDim % 16 != 0 || shape.headDim < 16 || shape.headDim > 256)
+      return cat("sm80: head_dim (", shape.headDim, ") must be a multiple of 16 up to 256");
+    if (shape.headDimV % 8 != 0 || shape.headDimV < 8 || shape.headDimV > 256)
+      return cat("sm80: head_dim_v (", shape.headDimV, ") must be a multiple of 8 up to 256");
+    return std::nullopt;
+  }
+
+  int64_t smemBytes(const KernelShape &shape) const override {
+    // One Q tile and `stages` K and V tiles.
+    return int64_t(shape.blockM) * rowBytes(shape.headDim) +
+           int64_t(shape.stages) * shape.blockN * (rowBytes(shape.headDim) + rowBytes(shape.headDimV));
+  }
+
+  std::unique_ptr<TileTarget> createPrinter(const KernelShape &shape) const override {
+    assert(!checkShape(shape) && "createPrinter needs a shape checkShape accepts");
+    return std::make_unique<TileTargetSm80>(shape);
+  }
+};
+
 } // namespace
 
-std::optional<std::string> checkShape(const KernelShape &shape) {
-  if (shape.dtype != "bf16" && shape.dtype != "f16")
-    return "sm80 MMAs take bf16 or f16 tiles, got " + shape.dtype;
-  if (shape.warps < 1 || shape.blockM % (16 * shape.warps) != 0)
-    return cat("sm80: block-m (", shape.blockM, ") must give every one of the ", shape.warps,
-               " warps a multiple of 16 rows");
-  if (shape.blockN < 16 || shape.blockN % 16 != 0)
-    return cat("sm80: block-n (", shape.blockN, ") must be a positive multiple of 16");
-  if (shape.stages < 1 || shape.stages > 2)
-    return cat("sm80: stages (", shape.stages, ") must be 1 or 2 shared-memory buffers per K/V operand");
-  if (shape.headDim % 16 != 0 || shape.headDim < 16 || shape.headDim > 256)
-    return cat("sm80: head_dim (", shape.headDim, ") must be a multiple of 16 up to 256");
-  if (shape.headDimV % 8 != 0 || shape.headDimV < 8 || shape.headDimV > 256)
-    return cat("sm80: head_dim_v (", shape.headDimV, ") must be a multiple of 8 up to 256");
-  return std::nullopt;
-}
+std::unique_ptr<TargetFamily> createFamily() { return std::make_unique<FamilySm80>(); }
 
-std::unique_ptr<TileTarget> createTarget(const KernelShape &shape) {
-  assert(!checkShape(shape) && "createTarget needs a shape checkShape accepts");
-  return std::make_unique<TileTargetSm80>(shape);
+int64_t rowBytes(int64_t width) {
+  int64_t chunks = (width + kChunkElements - 1) / kChunkElements;
+  return (chunks % 8 == 0 ? chunks : (chunks | 1)) * 16;
 }
 
 } // namespace flashtile::codegen::sm80

@@ -1,25 +1,27 @@
-//===- TileOpsSm80.h - tile ops as mma.sync, ldmatrix and cp.async --------===//
+//===- TileOpsSm80.h - the sm80 instruction family ------------------------===//
 //
-// The sm80 instruction family (sm_80, and sm_90a/sm_100a, which run it too). Register layout of a warp's rows:
-// each warp owns blockM / warps query rows, in m16 tiles; each lane holds two rows of every m16 tile (lane / 4
-// and lane / 4 + 8), the layout of an mma.sync C fragment. Shared memory holds one Q, one K and one V tile.
+// mma.sync, ldmatrix and cp.async: sm_80, and sm_90a/sm_100a, which run them too. Register layout of a warp's
+// rows: each warp owns blockM / warps query rows, in m16 tiles; each lane holds two rows of every m16 tile
+// (lane / 4 and lane / 4 + 8), the layout of an mma.sync C fragment. Shared memory holds one Q tile and `stages`
+// K and V tiles.
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_CODEGEN_SM80_TILEOPSSM80_H
 #define FLASHTILE_CODEGEN_SM80_TILEOPSSM80_H
 
-#include "codegen/common/TileTarget.h"
+#include "codegen/common/TargetRegistry.h"
 
+#include <cstdint>
 #include <memory>
-#include <optional>
-#include <string>
 
 namespace flashtile::codegen::sm80 {
 
-/// Why `shape` cannot be printed with m16n8k16 MMAs, ldmatrix and 16-byte copies, or nothing when it can.
-std::optional<std::string> checkShape(const KernelShape &shape);
+/// The sm80 family, for codegen/Registry.cpp.
+std::unique_ptr<TargetFamily> createFamily();
 
-/// The sm80 target for `shape`; checkShape(shape) must have passed.
-std::unique_ptr<TileTarget> createTarget(const KernelShape &shape);
+/// Bytes of one shared-memory row of `width` 16-bit elements: 16-byte chunks, padded to an odd number of chunks
+/// unless a multiple of 8 (the prelude's sm80::rowPitch: bank-conflict-free ldmatrix without a swizzle; head dim
+/// 96: 208 bytes).
+int64_t rowBytes(int64_t width);
 
 } // namespace flashtile::codegen::sm80
 

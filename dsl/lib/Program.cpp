@@ -110,6 +110,12 @@ private:
   LogicalResult kvRange(StringRef kind, const dsl::RangeFn &rule,
                         const std::function<dsl::Range(dsl::Sizes)> &fallback);
   LogicalResult expectType(dsl::Expr e, Type type, StringRef what);
+  /// Where the user gave a hook, as an MLIR location (diagnostics of its trace point there).
+  Location siteOf(const std::source_location &where) {
+    if (!where.file_name() || !*where.file_name())
+      return loc;
+    return FileLineColLoc::get(&ctx, where.file_name(), where.line(), where.column());
+  }
 
   MLIRContext &ctx;
   const Variant &variant;
@@ -134,7 +140,12 @@ LogicalResult ProgramBuilder::kvRange(StringRef kind, const dsl::RangeFn &rule,
   b.setInsertionPointToStart(block);
   dsl::Sizes s = sizes();
   auto arg = [&](unsigned i) { return dsl::Expr(b, block->getArgument(i)); };
+  const Variant::HookSites &sites = variant.hookSites();
+  dsl::HookTrace traced(siteOf(kind == "may" ? sites.kvRange : sites.fullRange),
+                        ("kvRange rule \"" + kind + "\" of variant '" + variant.name() + "'").str());
   dsl::Range range = rule ? rule(dsl::QTile{arg(0), arg(1), arg(2), arg(3), s}, params()) : fallback(s);
+  if (traced.failed())
+    return failure();
   std::string what = ("kvRange rule \"" + kind + "\" bounds").str();
   if (failed(expectType(range.lo, b.getI32Type(), what)) || failed(expectType(range.hi, b.getI32Type(), what)))
     return failure();
@@ -174,8 +185,8 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
   Value q = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), "q", Value(), Value());
   auto stateType = tile::StateType::get(&ctx, dyn, options.headDimV);
   Value init = tile::InitStateOp::create(b, loc, stateType);
-  auto loop = tile::KvLoopOp::create(b, loc, stateType, TypeRange(), Value(), Value(), init, ValueRange(), "all",
-                                     "ascending");
+  auto loop =
+      tile::KvLoopOp::create(b, loc, stateType, TypeRange(), Value(), Value(), init, ValueRange(), "all", "ascending");
   {
     OpBuilder::InsertionGuard guard(b);
     Block *body = b.createBlock(&loop.getBody(), {}, {i32, stateType}, {loc, loc});
@@ -190,8 +201,9 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
       Block *blk = b.createBlock(&mod.getBody(), {}, {f32, i32, i32, i32, i32}, {loc, loc, loc, loc, loc});
       dsl::Coords c{dsl::Expr(b, blk->getArgument(1)), dsl::Expr(b, blk->getArgument(2)),
                     dsl::Expr(b, blk->getArgument(3)), dsl::Expr(b, blk->getArgument(4)), sizes()};
+      dsl::HookTrace traced(siteOf(variant.hookSites().score), "score modifier of variant '" + variant.name() + "'");
       dsl::Expr out = variant.scoreFn()(dsl::Expr(b, blk->getArgument(0)), c, params());
-      if (failed(expectType(out, f32, "the score modifier's result")))
+      if (traced.failed() || failed(expectType(out, f32, "the score modifier's result")))
         return failure();
       tile::YieldOp::create(b, loc, ValueRange{out.get()});
       s = mod.getResult();
@@ -205,8 +217,9 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
       if (variant.maskFn()) {
         dsl::Coords c{dsl::Expr(b, blk->getArgument(0)), dsl::Expr(b, blk->getArgument(1)),
                       dsl::Expr(b, blk->getArgument(2)), dsl::Expr(b, blk->getArgument(3)), sizes()};
+        dsl::HookTrace traced(siteOf(variant.hookSites().mask), "mask predicate of variant '" + variant.name() + "'");
         dsl::Expr out = variant.maskFn()(c, params());
-        if (failed(expectType(out, b.getI1Type(), "the mask predicate")))
+        if (traced.failed() || failed(expectType(out, b.getI1Type(), "the mask predicate")))
           return failure();
         keep = out.get();
       } else {
@@ -226,9 +239,10 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
   if (variant.sinkFn()) {
     OpBuilder::InsertionGuard guard(b);
     Block *blk = b.createBlock(&fin.getSink(), {}, {i32, i32}, {loc, loc});
+    dsl::HookTrace traced(siteOf(variant.hookSites().sink), "sink of variant '" + variant.name() + "'");
     dsl::Expr sink = variant.sinkFn()(
         dsl::HeadCoords{dsl::Expr(b, blk->getArgument(0)), dsl::Expr(b, blk->getArgument(1)), sizes()}, params());
-    if (failed(expectType(sink, f32, "the sink")))
+    if (traced.failed() || failed(expectType(sink, f32, "the sink")))
       return failure();
     tile::YieldOp::create(b, loc, ValueRange{sink.get()});
   }

@@ -15,20 +15,24 @@ Variant &Variant::param(std::string name, float value) {
   return *this;
 }
 
-Variant &Variant::score(dsl::ScoreFn fn) {
+Variant &Variant::score(dsl::ScoreFn fn, std::source_location where) {
   score_ = std::move(fn);
+  sites_.score = where;
   return *this;
 }
-Variant &Variant::mask(dsl::MaskFn fn) {
+Variant &Variant::mask(dsl::MaskFn fn, std::source_location where) {
   mask_ = std::move(fn);
+  sites_.mask = where;
   return *this;
 }
-Variant &Variant::kvRange(dsl::RangeFn fn) {
+Variant &Variant::kvRange(dsl::RangeFn fn, std::source_location where) {
   kvRange_ = std::move(fn);
+  sites_.kvRange = where;
   return *this;
 }
-Variant &Variant::fullRange(dsl::RangeFn fn) {
+Variant &Variant::fullRange(dsl::RangeFn fn, std::source_location where) {
   fullRange_ = std::move(fn);
+  sites_.fullRange = where;
   return *this;
 }
 
@@ -41,8 +45,9 @@ Variant &Variant::input(std::string name, dsl::ElementKind kind) {
   inputs_.emplace_back(std::move(name), kind);
   return *this;
 }
-Variant &Variant::sink(dsl::SinkFn fn) {
+Variant &Variant::sink(dsl::SinkFn fn, std::source_location where) {
   sink_ = std::move(fn);
+  sites_.sink = where;
   return *this;
 }
 Variant &Variant::validate(dsl::ValidateFn fn) {
@@ -93,21 +98,23 @@ Variant both(const Variant &a, const Variant &b, std::string name) {
       v.validate(fn);
   }
   if (a.scoreFn() && b.scoreFn())
-    v.score([fa = a.scoreFn(), fb = b.scoreFn()](dsl::Expr s, const dsl::Coords &c, const dsl::Params &p) {
-      return fb(fa(s, c, p), c, p);
-    });
+    v.score([fa = a.scoreFn(), fb = b.scoreFn()](dsl::Expr s, const dsl::Coords &c,
+                                                 const dsl::Params &p) { return fb(fa(s, c, p), c, p); },
+            a.hookSites().score);
   else
-    v.score(a.scoreFn() ? a.scoreFn() : b.scoreFn());
+    v.score(a.scoreFn() ? a.scoreFn() : b.scoreFn(), (a.scoreFn() ? a : b).hookSites().score);
   if (a.maskFn() && b.maskFn())
-    v.mask([fa = a.maskFn(), fb = b.maskFn()](const dsl::Coords &c, const dsl::Params &p) {
-      return fa(c, p) && fb(c, p);
-    });
+    v.mask(
+        [fa = a.maskFn(), fb = b.maskFn()](const dsl::Coords &c, const dsl::Params &p) { return fa(c, p) && fb(c, p); },
+        a.hookSites().mask);
   else
-    v.mask(a.maskFn() ? a.maskFn() : b.maskFn());
+    v.mask(a.maskFn() ? a.maskFn() : b.maskFn(), (a.maskFn() ? a : b).hookSites().mask);
   if (a.kvRangeFn() || b.kvRangeFn())
-    v.kvRange([fa = a.kvRangeFn(), fb = b.kvRangeFn()](const dsl::QTile &q, const dsl::Params &p) {
-      return intersect(fa ? fa(q, p) : allKeys(q), fb ? fb(q, p) : allKeys(q));
-    });
+    v.kvRange(
+        [fa = a.kvRangeFn(), fb = b.kvRangeFn()](const dsl::QTile &q, const dsl::Params &p) {
+          return intersect(fa ? fa(q, p) : allKeys(q), fb ? fb(q, p) : allKeys(q));
+        },
+        (a.kvRangeFn() ? a : b).hookSites().kvRange);
   if (a.maskFn() || b.maskFn()) {
     auto fullOf = [](const Variant &x) -> dsl::RangeFn {
       if (x.fullRangeFn())
@@ -120,7 +127,7 @@ Variant both(const Variant &a, const Variant &b, std::string name) {
       return intersect(fa(q, p), fb(q, p));
     });
   }
-  v.sink(a.sinkFn() ? a.sinkFn() : b.sinkFn());
+  v.sink(a.sinkFn() ? a.sinkFn() : b.sinkFn(), (a.sinkFn() ? a : b).hookSites().sink);
   return v;
 }
 

@@ -1,5 +1,6 @@
 //===- TileDialect.cpp - types, attributes, verifiers, canonicalization ---===//
 #include "passes/IR/TileDialect.h"
+#include "flashtile/runtime/KernelInfo.h"
 
 #include "mlir/IR/Matchers.h"
 
@@ -7,6 +8,7 @@
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/PatternMatch.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -151,17 +153,26 @@ int64_t FuncOp::inputIndex(StringRef name) {
 LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef name, int64_t blockM,
                                    int64_t blockN, int64_t warps, int64_t stages, int64_t rescaleThreshold,
                                    int64_t minBlocksPerSm, int64_t lptGroupBlocks, StringRef shapeClass) {
-  if (blockM < 1 || blockN < 1 || warps < 1 || stages < 1)
-    return emitError() << "schedule blockM, blockN, warps and stages must be positive";
-  // P may reach 2^rescaleThreshold: at most 15 keeps it finite in fp16 (tile.softmax_update).
-  if (rescaleThreshold < 0 || rescaleThreshold > 15)
-    return emitError() << "schedule rescaleThreshold = " << rescaleThreshold << " is not supported; accepted: 0 to 15";
-  if (minBlocksPerSm < 0)
-    return emitError() << "schedule minBlocksPerSm = " << minBlocksPerSm << " is not supported; accepted: 0 or more";
-  // The kernels' block order multiplies group sizes in 32-bit ints.
-  if (lptGroupBlocks < 0 || lptGroupBlocks > (1 << 20))
-    return emitError() << "schedule lptGroupBlocks = " << lptGroupBlocks << " is not supported; accepted: 0 to 1048576";
-  if (shapeClass != "default" && shapeClass != "short")
+  // Every number a schedule can set, bounded here once: the printer and the runtime compute sizes, launch bounds
+  // and grids from them in 32-bit ints. A schedule checks its own, tighter, rules on top.
+  struct Bound {
+    StringRef field;
+    int64_t value, min, max;
+  };
+  // P may reach 2^rescaleThreshold: at most 15 keeps it finite in fp16 (tile.softmax_update). The kernels' block
+  // order multiplies group sizes in 32-bit ints (lptGroupBlocks).
+  const Bound bounds[] = {
+      {"blockM", blockM, 1, kMaxScheduleRows},       {"blockN", blockN, 1, kMaxScheduleRows},
+      {"warps", warps, 1, kMaxScheduleWarps},        {"stages", stages, 1, kMaxScheduleStages},
+      {"rescaleThreshold", rescaleThreshold, 0, 15}, {"minBlocksPerSm", minBlocksPerSm, 0, kMaxScheduleBlocksPerSm},
+      {"lptGroupBlocks", lptGroupBlocks, 0, 1 << 20}};
+  for (const Bound &b : bounds)
+    if (b.value < b.min || b.value > b.max)
+      return emitError() << "schedule " << b.field << " = " << b.value << " is not supported; accepted: " << b.min
+                         << " to " << b.max;
+  if (name.empty() || !llvm::all_of(name, [](char c) { return llvm::isAlnum(c) || c == '_'; }))
+    return emitError() << "schedule name '" << name << "' is not an identifier ([A-Za-z0-9_]+)";
+  if (!llvm::is_contained(flashtile::kShapeClasses, std::string_view(shapeClass)))
     return emitError() << "schedule shapeClass = '" << shapeClass << "' is not supported; accepted: default, short";
   return success();
 }

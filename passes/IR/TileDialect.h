@@ -25,6 +25,10 @@
 #include "passes/IR/TileOps.h.inc"
 
 namespace flashtile::tile {
+/// Bounds `#tile.schedule`'s verifier puts on every schedule: rows and keys of a tile, warps of a block (1024
+/// threads), buffers per operand, blocks per SM asked of the register allocator.
+inline constexpr int64_t kMaxScheduleRows = 1024, kMaxScheduleWarps = 32, kMaxScheduleStages = 16,
+                         kMaxScheduleBlocksPerSm = 32;
 /// Names accepted by `tile.dim`, in one place for the verifier, the interpreter and codegen.
 inline constexpr const char *kDimNames[] = {"batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "key_offset"};
 /// The enclosing program of an op, or null.

@@ -142,7 +142,7 @@ def Tile_LoadOp : Tile_Op<"load", [MemoryEffects<[MemRead]>, AttrSizedOperandSeg
   let description = [{
     `tile.load q` reads this instance's Q tile; `tile.load k[%j]` / `tile.load v[%j]` read K/V tile `j` (rows
     j·N .. j·N+N-1 of the key sequence, where N is the tile's leading dimension). Rows past the sequence read
-    as zero. After `tile-pipeline` the tile is read from the shared-memory buffer its `tile.copy_async` filled
+    as zero. After `tile-fa2-pipeline` the tile is read from the shared-memory buffer its `tile.copy_async` filled
     (with `stages` = S buffers per operand, tile j's is buffer j mod S).
     `tile.load k[%j] if %valid`: when the predicate is false there is no tile j (the pipelined walk looked one
     tile past its end); the result is unspecified, a target may read a stale buffer, and nothing computed from
@@ -155,7 +155,7 @@ def Tile_LoadOp : Tile_Op<"load", [MemoryEffects<[MemRead]>, AttrSizedOperandSeg
 }
 
 def Tile_CopyAsyncOp : Tile_Op<"copy_async", [MemoryEffects<[MemRead, MemWrite]>, AttrSizedOperandSegments]> {
-  let summary = "starts an asynchronous global-to-shared copy of a tile (inserted by tile-pipeline)";
+  let summary = "starts an asynchronous global-to-shared copy of a tile (inserted by tile-fa2-pipeline)";
   let description = [{
     `tile.copy_async k[%j] if %valid` starts copying K tile `j` into K's shared-memory buffer; nothing is
     copied when the optional predicate is false. The copy completes at the matching `tile.wait_async`.
@@ -361,7 +361,7 @@ def Tile_KvLoopOp : Tile_Op<"kv_loop", [SingleBlockImplicitTerminator<"YieldOp">
       tile.yield %s3 : !tile.state<128x128>
     }
     ```
-    A software-pipelined loop also carries tiles from one iteration to the next after the state (tile-pipeline
+    A software-pipelined loop also carries tiles from one iteration to the next after the state (tile-fa2-pipeline
     with stages = 2 carries the scores of tile j, computed during iteration j + 1's softmax):
     `iter_args(%st0, %s0) : !tile.state<128x128>, tensor<128x64xf32> -> !tile.state<128x128>, tensor<128x64xf32>`.
   }];

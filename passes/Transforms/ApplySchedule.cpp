@@ -1,10 +1,12 @@
 //===- ApplySchedule.cpp - tile-apply-schedule ----------------------------===//
 //
-// Fixes the `?` tile dimensions from a schedule's configuration: query rows become blockM, keys blockN; sets
-// the rescale policy on the online-softmax steps.
+// Asks the schedule named by the `schedule` option (ScheduleRegistry.h) for the program's configuration, attaches
+// it as `#tile.schedule`, fixes the `?` tile dimensions (query rows become blockM, keys blockN) and sets the
+// rescale policy on the online-softmax steps. Nothing here knows a particular schedule.
 //===----------------------------------------------------------------------===//
+#include "flashtile/runtime/KernelInfo.h"
 #include "passes/Transforms/Passes.h"
-#include "schedules/fa2/Fa2Config.h"
+#include "passes/Transforms/ScheduleRegistry.h"
 
 namespace flashtile::tile {
 #define GEN_PASS_DEF_TILEAPPLYSCHEDULE
@@ -57,60 +59,36 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
       func.emitOpError() << "is already scheduled with " << *func.getSchedule();
       return signalPassFailure();
     }
-    if (scheduleName != fa2::kName) {
-      func.emitOpError() << "unknown schedule '" << scheduleName
-                         << "'; available: fa2 (fa3 and fa4 are planned, see schedules/)";
+    const schedule::Schedule *schedule = schedule::lookupSchedule(scheduleName);
+    if (!schedule) {
+      func.emitOpError() << schedule::unknownScheduleMessage(scheduleName);
       return signalPassFailure();
     }
-    int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
-    fa2::ProgramTraits traits;
-    traits.scoreMod = func.walk([](ScoreModOp) { return WalkResult::interrupt(); }).wasInterrupted();
-    for (KvRangeOp range : func.getBody().getOps<KvRangeOp>()) {
-      traits.headBoundary |= !range.lowerBoundIs(0);
-      traits.growingWalks |= range.getKind() == "may" && range.upperBoundFollowsRows();
-    }
-    if (shapeClass != fa2::kShapeClassDefault && shapeClass != fa2::kShapeClassShort) {
-      func.emitOpError() << "unknown shape class '" << shapeClass << "'; accepted: " << fa2::kShapeClassDefault << ", "
-                         << fa2::kShapeClassShort;
+    std::string error;
+    FailureOr<schedule::Knobs> set =
+        schedule::parseKnobs(*schedule, std::vector<std::string>(knobs.begin(), knobs.end()), error);
+    if (failed(set)) {
+      func.emitOpError() << error;
       return signalPassFailure();
     }
-    // The knobs set here override the class's defaults; a class that ends up with the default class's
-    // configuration is that class (one kernel serves both).
-    auto configure = [&](bool shortSequences) {
-      fa2::Fa2Config config = fa2::Fa2Config::defaultsFor(headDim, headDimV, traits, shortSequences);
-      if (blockM)
-        config.blockM = blockM;
-      if (blockN)
-        config.blockN = blockN;
-      if (warps)
-        config.warps = warps;
-      if (stages)
-        config.stages = stages;
-      if (rescaleThreshold != -1) // -1: the default; other values are validated below
-        config.rescaleThreshold = static_cast<int>(rescaleThreshold);
-      if (minBlocksPerSm != -1)
-        config.minBlocksPerSm = static_cast<int>(minBlocksPerSm);
-      if (lptGroupBlocks != -1)
-        config.lptGroupBlocks = static_cast<int>(lptGroupBlocks);
-      return config;
-    };
-    fa2::Fa2Config config = configure(shapeClass == fa2::kShapeClassShort);
-    StringRef effectiveClass = config == configure(false) ? fa2::kShapeClassDefault : StringRef(shapeClass);
-    if (auto error = config.validate(headDim, headDimV)) {
-      func.emitOpError() << *error;
+    if (!llvm::is_contained(kShapeClasses, std::string_view(shapeClass))) {
+      func.emitOpError() << "unknown shape class '" << shapeClass << "'; accepted: " << kDefaultShapeClass << ", "
+                         << kShortShapeClass;
       return signalPassFailure();
     }
-    func.setScheduleAttr(ScheduleAttr::get(&getContext(), fa2::kName, config.blockM, config.blockN, config.warps,
-                                           config.stages, config.rescaleThreshold, config.minBlocksPerSm,
-                                           config.lptGroupBlocks, effectiveClass));
+    FailureOr<ScheduleAttr> configured = schedule->configure(func, *set, shapeClass);
+    if (failed(configured))
+      return signalPassFailure();
+    ScheduleAttr config = *configured;
+    func.setScheduleAttr(config);
     // The rescale policy is the softmax step's: the interpreter and the targets read it there.
-    if (config.rescaleThreshold > 0)
-      func.walk([&](SoftmaxUpdateOp update) { update.setRescaleThreshold(config.rescaleThreshold); });
+    if (int64_t threshold = config.getRescaleThreshold(); threshold > 0)
+      func.walk([&](SoftmaxUpdateOp update) { update.setRescaleThreshold(threshold); });
 
     WalkResult result = func.getBody().walk([&](Operation *op) -> WalkResult {
       for (Region &region : op->getRegions())
         for (BlockArgument arg : region.getArguments()) {
-          auto type = scheduledType(op, arg.getType(), config.blockM, config.blockN);
+          auto type = scheduledType(op, arg.getType(), config.getBlockM(), config.getBlockN());
           if (failed(type))
             return WalkResult::interrupt();
           arg.setType(*type);
@@ -119,13 +97,13 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
         FailureOr<Type> type;
         if (auto load = dyn_cast<LoadOp>(op)) {
           auto t = cast<RankedTensorType>(load.getType());
-          int64_t rows = load.getOperand() == "q" ? config.blockM : config.blockN;
+          int64_t rows = load.getOperand() == "q" ? config.getBlockM() : config.getBlockN();
           auto fixed = fixDim(op, t.getDimSize(0), rows, load.getOperand().str() + " tile rows");
           if (failed(fixed))
             return WalkResult::interrupt();
           type = RankedTensorType::get({*fixed, t.getDimSize(1)}, t.getElementType());
         } else {
-          type = scheduledType(op, res.getType(), config.blockM, config.blockN);
+          type = scheduledType(op, res.getType(), config.getBlockM(), config.getBlockN());
         }
         if (failed(type))
           return WalkResult::interrupt();

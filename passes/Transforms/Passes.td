@@ -13,23 +13,19 @@ def TileVerifyProgram : Pass<"tile-verify-program", "::flashtile::tile::FuncOp">
 }
 
 def TileApplySchedule : Pass<"tile-apply-schedule", "::flashtile::tile::FuncOp"> {
-  let summary = "Fixes tile sizes and warp layout from a schedule's configuration";
+  let summary = "Fixes tile sizes, warps and policies from a schedule's configuration";
   let description = [{
-    Looks the schedule up by name (fa2; fa3 and fa4 come next), validates its configuration against the
-    program (head dims, dtype), attaches `#tile.schedule<...>` and replaces the `?` tile dimensions with
-    blockM (query rows) and blockN (keys). Options left at 0 take the schedule's defaults for the head dim.
-    A rescale threshold τ > 0 (the default) is set on every `tile.softmax_update` as `rescale_threshold`.
+    Looks the schedule up by name in the schedule registry (passes/Transforms/ScheduleRegistry.h; each
+    `schedules/<name>/` registers one), which configures the program: its defaults for the head dims, the
+    program's traits and the shape class, overridden by `options` (`name=value` items, checked against the
+    schedule's option list) and validated. The result is attached as `#tile.schedule<...>`; the `?` tile
+    dimensions become blockM (query rows) and blockN (keys), and a rescale threshold τ > 0 is set on every
+    `tile.softmax_update` as `rescale_threshold`.
   }];
   let options = [
-    Option<"scheduleName", "schedule", "std::string", /*default=*/"\"fa2\"", "schedule: fa2">,
-    Option<"blockM", "block-m", "int64_t", /*default=*/"0", "query rows per thread block (0: default)">,
-    Option<"blockN", "block-n", "int64_t", /*default=*/"0", "keys per K/V tile (0: default)">,
-    Option<"warps", "warps", "int64_t", /*default=*/"0", "warps per thread block (0: default)">,
-    Option<"stages", "stages", "int64_t", /*default=*/"0", "shared-memory buffers per K/V operand, 1 or 2 (0: the head dim's default)">,
-    Option<"rescaleThreshold", "rescale-threshold", "int64_t", /*default=*/"-1", "0: rescale acc every tile; 1-15: only when a row max grows by more than that (log2 units) (-1: default)">,
-    Option<"minBlocksPerSm", "min-blocks-per-sm", "int64_t", /*default=*/"-1", "blocks per SM the register allocation must allow (0: no request; -1: default)">,
-    Option<"lptGroupBlocks", "lpt-group-blocks", "int64_t", /*default=*/"-1", "block order: 0 heaviest Q tile first within each (batch, head); N > 0 across groups of >= N blocks (-1: default)">,
-    Option<"shapeClass", "shape-class", "std::string", /*default=*/"\"default\"", "the shapes the kernel is for: default (any) or short (at most 1024 query and key rows per sequence on average); a class whose defaults equal the default class's is scheduled as default">,
+    Option<"scheduleName", "schedule", "std::string", /*default=*/"\"fa2\"", "a registered schedule (fa1, fa2)">,
+    ListOption<"knobs", "options", "std::string", "the schedule's knobs as name=value items, e.g. options=block-m=64,warps=4 (unset knobs take the schedule's defaults)">,
+    Option<"shapeClass", "shape-class", "std::string", /*default=*/"\"default\"", "the shapes the kernel is for: default (any) or short (at most 1024 query and key rows per sequence on average); a class whose configuration equals the default class's is scheduled as default">,
   ];
 }
 
@@ -42,24 +38,16 @@ def TileSplitBoundary : Pass<"tile-split-boundary", "::flashtile::tile::FuncOp">
   }];
 }
 
-def TilePipeline : Pass<"tile-pipeline", "::flashtile::tile::FuncOp"> {
-  let summary = "Turns K/V loads into asynchronous copies overlapped with compute";
-  let description = [{
-    The FA2 pipeline with two K/V buffers: Q is copied once; K tile j+1 (the next tile in walk order) is in
-    flight while the softmax and P·V of tile j run, and V tile j is in flight while Q·Kᵀ of tile j runs.
-    Each `tile.load` of K/V is preceded by the `tile.wait_async` that completes its copy.
-  }];
-}
-
 def TileLowerToTarget : Pass<"tile-lower-to-target", "::flashtile::tile::FuncOp"> {
   let summary = "Chooses the instructions that realize each tile op on a GPU architecture";
   let description = [{
-    Checks that the scheduled program fits the target (tile sizes multiple of the MMA shape, shared memory
-    within the architecture's limit) and records `#tile.target<arch, isa>`; each tile op gets a `tile.inst`
-    attribute naming its instruction (for sm80: mma.sync.m16n8k16, ldmatrix, cp.async.cg).
+    Resolves the arch name (sm_80/86/87/89 run sm_80 kernels, sm_90 is sm_90a, sm_100 is sm_100a), asks the
+    program's schedule which instruction family lowers it there and that family (the target registry,
+    codegen/common/TargetRegistry.h) whether the scheduled tiles fit (MMA shape, shared memory within the
+    architecture's limit), and records `#tile.target<arch, isa>`.
   }];
   let options = [
-    Option<"arch", "arch", "std::string", /*default=*/"\"sm_80\"", "sm_80, sm_90a or sm_100a">,
+    Option<"arch", "arch", "std::string", /*default=*/"\"sm_80\"", "sm_80, sm_86, sm_87, sm_89, sm_90(a), sm_100(a)">,
   ];
 }
 

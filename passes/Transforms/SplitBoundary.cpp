@@ -7,7 +7,7 @@
 //   [tLo, fLo) head boundary (masked) | [fLo, fHi) interior (unmasked) | [fHi, tHi) tail boundary (masked)
 //===----------------------------------------------------------------------===//
 #include "passes/Transforms/Passes.h"
-#include "schedules/fa2/Fa2Config.h"
+#include "passes/Transforms/ScheduleRegistry.h"
 
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
@@ -70,6 +70,13 @@ struct TileSplitBoundaryPass : flashtile::tile::impl::TileSplitBoundaryBase<Tile
       func.emitOpError() << "must be scheduled before splitting boundary tiles (run tile-apply-schedule)";
       return signalPassFailure();
     }
+    const flashtile::schedule::Schedule *owner = flashtile::schedule::lookupSchedule(schedule.getName());
+    if (!owner) {
+      func.emitOpError() << "is scheduled with an " << flashtile::schedule::unknownScheduleMessage(schedule.getName());
+      return signalPassFailure();
+    }
+    // The schedule decides the walk order (FA2: last to first, so the masked tiles near the diagonal come first).
+    bool walkDescending = owner->walkDescending();
     KvRangeOp may, full;
     for (auto range : func.getBody().getOps<KvRangeOp>())
       (range.getKind() == "may" ? may : full) = range;
@@ -93,7 +100,7 @@ struct TileSplitBoundaryPass : flashtile::tile::impl::TileSplitBoundaryBase<Tile
       TileBounds t = tileBounds(b, loop.getLoc(), may, full, schedule.getBlockN());
       // Rules that start both ranges at key 0 (no mask, causal) provably leave the head segment empty.
       bool headEmpty = may.lowerBoundIs(0) && full.lowerBoundIs(0);
-      StringRef order = flashtile::fa2::kWalkDescending ? "descending" : "ascending";
+      StringRef order = walkDescending ? "descending" : "ascending";
       struct Segment {
         StringRef name;
         Value lo, hi;
@@ -101,7 +108,7 @@ struct TileSplitBoundaryPass : flashtile::tile::impl::TileSplitBoundaryBase<Tile
       SmallVector<Segment, 3> segments = {{"tail_boundary", t.fullHi, t.hi}, {"interior", t.fullLo, t.fullHi}};
       if (!headEmpty)
         segments.push_back({"head_boundary", t.lo, t.fullLo});
-      if (!flashtile::fa2::kWalkDescending)
+      if (!walkDescending)
         std::reverse(segments.begin(), segments.end());
       Value state = loop.getInit();
       for (const Segment &s : segments)

@@ -80,31 +80,33 @@ std::optional<std::string> Fa2Config::validate(int headDim, int headDimV) const 
   auto bad = [](const std::string &knob, int value, const std::string &accepted) {
     return "fa2: " + knob + " = " + std::to_string(value) + " is not supported; accepted: " + accepted;
   };
-  if (warps < 1 || warps > 16)
-    return bad("warps", warps, "1 to 16");
-  if (blockM < kMmaM * warps || blockM % (kMmaM * warps) != 0)
-    return bad("block-m", blockM, "a multiple of 16 * warps (= " + std::to_string(kMmaM * warps) + ")");
-  if (blockN < kMmaK || blockN % kMmaK != 0 || blockN > 256)
-    return bad("block-n", blockN, "a multiple of 16 up to 256");
+  if (warps < 1 || warps > kMaxWarps)
+    return bad(kWarps, warps, "1 to " + std::to_string(kMaxWarps));
+  if (blockM < warps || blockM > kMaxBlockM || blockM % warps != 0)
+    return bad(kBlockM, blockM,
+               "a multiple of warps (" + std::to_string(warps) + ") up to " + std::to_string(kMaxBlockM) +
+                   ": every warp owns block-m / warps query rows");
+  if (blockN < 1 || blockN > kMaxBlockN)
+    return bad(kBlockN, blockN, "1 to " + std::to_string(kMaxBlockN));
   if (stages < kMinStages || stages > kMaxStages)
-    return bad("stages", stages,
+    return bad(kStages, stages,
                "1 (one K and one V buffer, as in FA2) or 2 (two each; Q·Kᵀ of the next tile overlaps the softmax)");
   if (rescaleThreshold < 0 || rescaleThreshold > kMaxRescaleThreshold)
-    return bad("rescale-threshold", rescaleThreshold,
+    return bad(kRescaleThreshold, rescaleThreshold,
                "0 (rescale every tile, as in FA2) to " + std::to_string(kMaxRescaleThreshold) +
                    " (rescale only when a row max grows by more than that, in log2 units, as in FA4)");
-  if (minBlocksPerSm < 0 || minBlocksPerSm * threads() > kMaxThreadsPerSm)
-    return bad("min-blocks-per-sm", minBlocksPerSm,
+  if (minBlocksPerSm < 0 || int64_t(minBlocksPerSm) * threads() > kMaxThreadsPerSm)
+    return bad(kMinBlocksPerSm, minBlocksPerSm,
                "0 (no occupancy request) to " + std::to_string(kMaxThreadsPerSm / threads()) + " (" +
                    std::to_string(kMaxThreadsPerSm) + " threads per SM at " + std::to_string(threads()) + " a block)");
   if (lptGroupBlocks < 0 || lptGroupBlocks > kMaxLptGroupBlocks)
-    return bad("lpt-group-blocks", lptGroupBlocks,
+    return bad(kLptGroupBlocks, lptGroupBlocks,
                "0 (Q tiles heaviest first within each batch entry and head) to " + std::to_string(kMaxLptGroupBlocks) +
                    " (heaviest first across groups of at least that many blocks)");
-  if (headDim % kMmaK != 0 || headDim > 256)
-    return bad("head_dim", headDim, "a multiple of 16 up to 256");
-  if (headDimV % 8 != 0 || headDimV > 256)
-    return bad("head_dim_v", headDimV, "a multiple of 8 up to 256");
+  if (headDim < 1 || headDim > 256)
+    return bad("head_dim", headDim, "1 to 256");
+  if (headDimV < 1 || headDimV > 256)
+    return bad("head_dim_v", headDimV, "1 to 256");
   return std::nullopt;
 }
 
@@ -116,18 +118,6 @@ GridTile gridTile(int linear, int qTiles, int pairs, int lptGroupBlocks) {
   int groupSize = std::min(groupPairs, pairs - groupFirst);
   int inGroup = linear - groupFirst * qTiles;
   return GridTile{qTiles - 1 - inGroup / groupSize, groupFirst + inGroup % groupSize};
-}
-
-int Fa2Config::rowBytes(int width) {
-  // 16-byte chunks of 8 16-bit elements; a width that is not a multiple of 8 chunks is padded to an odd count so
-  // that eight consecutive rows start in eight different bank groups (the sm80 target's sm80::rowPitch).
-  constexpr int kChunkBytes = 16, kChunkElements = 8;
-  int chunks = (width + kChunkElements - 1) / kChunkElements;
-  return (chunks % 8 == 0 ? chunks : (chunks | 1)) * kChunkBytes;
-}
-
-int Fa2Config::smemBytes(int headDim, int headDimV) const {
-  return blockM * rowBytes(headDim) + stages * blockN * (rowBytes(headDim) + rowBytes(headDimV));
 }
 
 } // namespace flashtile::fa2

@@ -16,9 +16,12 @@
 namespace flashtile::fa2 {
 
 inline constexpr const char *kName = "fa2";
-/// mma.sync.m16n8k16: every warp's rows, every key tile and every head dim come in multiples of these.
-inline constexpr int kMmaM = 16;
-inline constexpr int kMmaK = 16;
+/// The knobs' names (CLI flags, tile-apply-schedule's options items).
+inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kWarps = "warps", *kStages = "stages",
+                            *kRescaleThreshold = "rescale-threshold", *kMinBlocksPerSm = "min-blocks-per-sm",
+                            *kLptGroupBlocks = "lpt-group-blocks";
+/// Bounds of the tile sizes: the target checks its own granularity (MMA shape) and shared memory on top.
+inline constexpr int kMaxBlockM = 256, kMaxBlockN = 256, kMaxWarps = 16;
 inline constexpr int kWarpSize = 32;
 /// Resident threads per SM on sm_80 to sm_100 (the bound of an occupancy request).
 inline constexpr int kMaxThreadsPerSm = 2048;
@@ -31,8 +34,6 @@ inline constexpr int kMaxThreadsPerSm = 2048;
 ///      at head dims 97-128 (H200, head dim 128: +4-8%, bench/NOTES.md).
 inline constexpr int kMinStages = 1;
 inline constexpr int kMaxStages = 2;
-/// FA2 walks K/V tiles from last to first: masked tiles (near the diagonal) come first.
-inline constexpr bool kWalkDescending = true;
 /// Block order (`lptGroupBlocks`): thread blocks take Q tiles from the last to the first, since under a causal
 /// mask later Q tiles walk more K/V tiles and launching them first leaves light blocks for the last wave
 /// (longest-processing-time-first scheduling). Blocks start in about linear order (x fastest), so:
@@ -62,14 +63,6 @@ GridTile gridTile(int linear, int qTiles, int pairs, int lptGroupBlocks);
 ///      P and l use the same m. τ is at most 15 so P stays finite in fp16.
 inline constexpr int kMaxRescaleThreshold = 15;
 
-/// Shape classes: the runtime picks a kernel per class from a call's shape (KernelInfo.h's kShapeClasses, the same
-/// strings), and defaultsFor tiles each class for its shapes.
-///  "default" — any shape;
-///  "short"   — sequences of at most 1024 query and key rows on average: a block's fixed cost (its Q tile, the first K/V
-///              tile's latency, the epilogue) weighs more there, and 64-row blocks halve it per block.
-inline constexpr const char *kShapeClassDefault = "default";
-inline constexpr const char *kShapeClassShort = "short";
-
 /// What the default configuration needs to know about the program (no MLIR here: ApplySchedule fills it in).
 struct ProgramTraits {
   /// The variant changes scores (tile.score_mod: softcap, ALiBi, ...).
@@ -94,19 +87,16 @@ struct Fa2Config {
   int lptGroupBlocks = 0; ///< block order: 0 within each (batch, head); N > 0 across groups of >= N blocks
 
   /// The configuration used when the caller sets no knob, tuned per head dim, program and shape class
-  /// (`shortSequences`: the "short" class).
+  /// (`shortSequences`: the runtime's "short" class, KernelInfo.h: a block's fixed cost — its Q tile, the first
+  /// K/V tile's latency, the epilogue — weighs more there, and 64-row blocks halve it per block).
   static Fa2Config defaultsFor(int headDim, int headDimV, const ProgramTraits &traits = {},
                                bool shortSequences = false);
   /// The stages used when the caller does not choose them: 2 for head dims in (64, 128], else 1 (measured on
   /// the H200, bench/NOTES.md: elsewhere the second score tile costs more registers than the overlap gains).
   static int defaultStages(int headDim, int headDimV);
-  /// An error message naming the offending knob and the accepted values, or nothing when valid.
+  /// An error message naming the offending knob and the accepted values, or nothing when valid. The target
+  /// checks what depends on its instructions (MMA granularity, shared memory) at tile-lower-to-target.
   std::optional<std::string> validate(int headDim, int headDimV) const;
-  /// Dynamic shared memory: one Q tile and `stages` K and V tiles, 16-bit elements, rows of rowBytes.
-  int smemBytes(int headDim, int headDimV) const;
-  /// Bytes of one shared-memory row of `width` 16-bit elements: 16-byte chunks, padded to an odd number of
-  /// chunks unless a multiple of 8 (bank-conflict-free ldmatrix without a swizzle; head dim 96: 208 bytes).
-  static int rowBytes(int width);
   int threads() const { return warps * kWarpSize; }
   bool operator==(const Fa2Config &) const = default;
 };

@@ -1,6 +1,8 @@
 //===- FlashtileOpt.cpp - mlir-opt for the tile dialect -------------------===//
+#include "codegen/Registry.h"
 #include "codegen/common/EmitCudaPass.h"
 #include "passes/Transforms/Passes.h"
+#include "schedules/Registry.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -11,6 +13,8 @@
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registry.insert<flashtile::tile::TileDialect, mlir::arith::ArithDialect, mlir::math::MathDialect>();
+  flashtile::schedule::registerBuiltinSchedules();
+  flashtile::codegen::registerBuiltinTargets();
   flashtile::tile::registerTilePasses();
   flashtile::codegen::registerEmitCudaPass();
   mlir::registerCanonicalizerPass();

@@ -64,32 +64,29 @@ StatusOr<jit::CompileOptions> kernelOptions(const Args &args) {
     return hdv.status();
   o.headDim = *hd;
   o.headDimV = *hdv;
-  o.schedule = args.get("schedule", "fa2");
-  o.fa2.arch = args.get("arch", "sm_90a");
+  o.schedule.schedule = args.get("schedule", "fa2");
+  o.schedule.arch = args.get("arch", "sm_90a");
   if (args.has("shape-class")) {
     auto shapeClass = shapeClassFlag("shape-class", args.get("shape-class"));
     if (!shapeClass.ok())
       return shapeClass.status();
-    o.fa2.shapeClass = *shapeClass;
+    o.schedule.shapeClass = *shapeClass;
   }
-  for (auto [flag, field] : {std::pair{"block-m", &o.fa2.blockM},
-                             {"block-n", &o.fa2.blockN},
-                             {"warps", &o.fa2.warps},
-                             {"stages", &o.fa2.stages}}) {
-    auto v = args.getInt(flag, 0);
+  // The schedule's knobs are flags of their own (--block-m 64): whatever the schedule lists.
+  jit::registerBuiltins();
+  const schedule::Schedule *schedule = schedule::lookupSchedule(o.schedule.schedule);
+  if (!schedule)
+    return Status::error("--schedule: " + schedule::unknownScheduleMessage(o.schedule.schedule));
+  for (const schedule::OptionSpec &option : schedule->options()) {
+    if (!args.has(option.name))
+      continue;
+    auto v = args.getInt(option.name, 0);
     if (!v.ok())
       return v.status();
-    *field = *v;
+    o.schedule.knobs[option.name] = *v;
   }
-  // These take -1 for "the schedule's default": 0 is a setting of their own.
-  for (auto [flag, field] : {std::pair{"rescale-threshold", &o.fa2.rescaleThreshold},
-                             {"min-blocks-per-sm", &o.fa2.minBlocksPerSm},
-                             {"lpt-group-blocks", &o.fa2.lptGroupBlocks}}) {
-    auto v = args.getInt(flag, -1);
-    if (!v.ok())
-      return v.status();
-    *field = *v;
-  }
+  if (std::string error = schedule::checkKnobs(*schedule, o.schedule.knobs); !error.empty())
+    return Status::error(error);
   return o;
 }
 
@@ -237,13 +234,13 @@ int aotCommand(const std::vector<std::string> &argv) {
           if (!headDims.ok())
             return fail(headDims.status());
           std::tie(o.headDim, o.headDimV) = *headDims;
-          o.fa2.shapeClass = shapeClass;
+          o.schedule.shapeClass = shapeClass;
           // A class scheduled like the default class has no kernel of its own (the runtime falls back to the
           // default's): the schedule says so before NVRTC runs.
-          auto scheduled = jit::compile(*variant, o, jit::Stage::Cuda);
+          auto scheduled = jit::compile(*variant, o, jit::Stage::Scheduled);
           if (!scheduled.ok())
             return fail(scheduled.status());
-          if (scheduled->info.shapeClass != shapeClass)
+          if (scheduled->shapeClass != shapeClass)
             continue;
           auto result = jit::compile(*variant, o, jit::Stage::Cubin);
           if (!result.ok())
@@ -307,7 +304,7 @@ int summaryCommand(const std::vector<std::string> &argv) {
     o.dtype = c.dtype;
     o.headDim = c.headDim;
     o.headDimV = c.headDimV;
-    o.fa2.arch = c.arch;
+    o.schedule.arch = c.arch;
     auto variant = variants::byName(c.variant);
     if (!variant) {
       std::printf("%-22s FAILED: unknown variant\n", c.variant.c_str());

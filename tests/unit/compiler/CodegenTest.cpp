@@ -4,6 +4,7 @@
 #include "Variants.h"
 #include "codegen/common/CudaEmitter.h"
 #include "codegen/common/KernelAbiText.h"
+#include "codegen/sm80/TileOpsSm80.h"
 #include "flashtile/dsl/Program.h"
 #include "flashtile/runtime/Nvrtc.h"
 #include "flashtile/runtime/Version.h"
@@ -25,6 +26,12 @@ namespace {
 
 constexpr std::string_view kElfMagic = "\x7f"
                                        "ELF";
+
+/// The sm80 family's shared memory for an FA2 configuration: one Q tile and `stages` K and V tiles of padded rows.
+int64_t sm80SmemBytes(const fa2::Fa2Config &c, int headDim, int headDimV) {
+  using codegen::sm80::rowBytes;
+  return c.blockM * rowBytes(headDim) + int64_t(c.stages) * c.blockN * (rowBytes(headDim) + rowBytes(headDimV));
+}
 
 /// Counts the non-overlapping occurrences of `needle` in `text`.
 int count(const std::string &text, const std::string &needle) {
@@ -61,7 +68,7 @@ public:
       func.addPass(tile::createTileApplySchedule());
       func.addPass(tile::createTileSplitBoundary());
       if (upto == Upto::Pipelined)
-        func.addPass(tile::createTilePipeline());
+        func.addPass(fa2::createPipelinePass());
     }
     EXPECT_TRUE(mlir::succeeded(pm.run(*module))) << diagnostics;
     return *module->getOps<tile::FuncOp>().begin();
@@ -143,7 +150,7 @@ TEST_P(CodegenCompilesHeadDims, ToACubin) {
   EXPECT_EQ(info.entry, "flashtile_fa2_causal_bf16_d" + std::to_string(headDim) +
                             (headDimV != headDim ? "_dv" + std::to_string(headDimV) : ""));
   fa2::Fa2Config config = fa2::Fa2Config::defaultsFor(headDim, headDimV);
-  EXPECT_EQ(info.smemBytes, config.smemBytes(headDim, headDimV));
+  EXPECT_EQ(info.smemBytes, sm80SmemBytes(config, headDim, headDimV));
   StatusOr<std::string> cubin = compileCuda(kernel->source, info.entry + ".cu", arch, NvrtcOutput::Cubin);
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << kernel->source;
   EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
@@ -192,7 +199,7 @@ TEST(Codegen, KernelInfoDescribesTheLaunch) {
   EXPECT_EQ(info.blockM, config.blockM);
   EXPECT_EQ(info.blockN, config.blockN);
   EXPECT_EQ(info.threads, config.threads());
-  EXPECT_EQ(info.smemBytes, config.smemBytes(128, 128));
+  EXPECT_EQ(info.smemBytes, sm80SmemBytes(config, 128, 128));
   EXPECT_TRUE(info.paramNames.empty());
   EXPECT_EQ(info.compilerVersion, compilerVersion());
   Status valid = info.verify();
@@ -423,7 +430,8 @@ TEST(Codegen, RejectsUnpipelinedIr) {
   tile::FuncOp func = compiler.build(variants::causal(), ElementType::BF16, 64, "sm_80", Compiler::Upto::Scheduled);
   ASSERT_TRUE(func);
   EXPECT_TRUE(mlir::failed(codegen::emitCuda(func)));
-  EXPECT_NE(compiler.diagnostics.find("is not pipelined (no tile.copy_async); run tile-pipeline"), std::string::npos)
+  EXPECT_NE(compiler.diagnostics.find("is not pipelined (no tile.copy_async); run the schedule's pipeline pass"),
+            std::string::npos)
       << compiler.diagnostics;
 }
 
@@ -442,8 +450,9 @@ TEST(Codegen, RejectsUnknownInstructionFamily) {
   ASSERT_TRUE(func);
   func.setTargetAttr(tile::TargetAttr::get(&compiler.context, "sm_90a", "sm90"));
   EXPECT_TRUE(mlir::failed(codegen::emitCuda(func)));
-  EXPECT_NE(compiler.diagnostics.find("targets the 'sm90' instruction family; the CUDA printer knows: sm80"),
-            std::string::npos)
+  EXPECT_NE(
+      compiler.diagnostics.find("targets the 'sm90' instruction family, which is not registered; registered: sm80"),
+      std::string::npos)
       << compiler.diagnostics;
 }
 
@@ -509,16 +518,16 @@ TEST(Fa2GridOrder, GridTileIsABijectionAndTakesQTilesHeaviestFirst) {
 
 /// Shared-memory rows: a multiple of 8 chunks of 16 bytes stays unpadded (XOR swizzle); any other width is padded to
 /// an odd chunk count, so eight consecutive rows start in eight different bank groups.
-TEST(Fa2SharedMemory, RowsArePaddedToAnOddChunkCountUnlessAMultipleOf8) {
-  EXPECT_EQ(fa2::Fa2Config::rowBytes(64), 128);
-  EXPECT_EQ(fa2::Fa2Config::rowBytes(128), 256);
-  EXPECT_EQ(fa2::Fa2Config::rowBytes(256), 512);
-  EXPECT_EQ(fa2::Fa2Config::rowBytes(96), 13 * 16);
-  EXPECT_EQ(fa2::Fa2Config::rowBytes(32), 5 * 16);
-  EXPECT_EQ(fa2::Fa2Config::rowBytes(40), 5 * 16);
-  EXPECT_EQ(fa2::Fa2Config::rowBytes(48), 7 * 16);
+TEST(Sm80SharedMemory, RowsArePaddedToAnOddChunkCountUnlessAMultipleOf8) {
+  EXPECT_EQ(codegen::sm80::rowBytes(64), 128);
+  EXPECT_EQ(codegen::sm80::rowBytes(128), 256);
+  EXPECT_EQ(codegen::sm80::rowBytes(256), 512);
+  EXPECT_EQ(codegen::sm80::rowBytes(96), 13 * 16);
+  EXPECT_EQ(codegen::sm80::rowBytes(32), 5 * 16);
+  EXPECT_EQ(codegen::sm80::rowBytes(40), 5 * 16);
+  EXPECT_EQ(codegen::sm80::rowBytes(48), 7 * 16);
   for (int width = 8; width <= 256; width += 8) {
-    int chunks = fa2::Fa2Config::rowBytes(width) / 16;
+    int chunks = codegen::sm80::rowBytes(width) / 16;
     std::vector<bool> group(8, false);
     for (int row = 0; row < 8; ++row) // the 16-byte bank group where row `row` starts
       group[(row * (chunks % 8 == 0 ? 0 : chunks)) % 8] = true;
@@ -526,5 +535,5 @@ TEST(Fa2SharedMemory, RowsArePaddedToAnOddChunkCountUnlessAMultipleOf8) {
       EXPECT_EQ(std::count(group.begin(), group.end(), true), 8) << "width " << width << ": rows share bank groups";
   }
   fa2::Fa2Config config{128, 64, 4, 2};
-  EXPECT_EQ(config.smemBytes(96, 96), 128 * 208 + 2 * 64 * (208 + 208));
+  EXPECT_EQ(sm80SmemBytes(config, 96, 96), 128 * 208 + 2 * 64 * (208 + 208));
 }

@@ -5,6 +5,7 @@
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <gtest/gtest.h>
 
@@ -112,3 +113,54 @@ TEST(Dsl, VariantIdHashesTheHooksNotTheName) {
 }
 
 } // namespace
+
+namespace {
+
+/// Builds `variant` and returns each diagnostic as "location: message".
+std::string locatedDiagnostics(const Variant &variant, bool &ok) {
+  mlir::MLIRContext context;
+  std::string text;
+  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
+    llvm::raw_string_ostream os(text);
+    os << d.getLocation() << ": " << d.str() << "\n";
+    return mlir::success();
+  });
+  ok = mlir::succeeded(buildAttentionProgram(context, variant, ProgramOptions{}));
+  return text;
+}
+
+} // namespace
+
+// A misuse of the DSL inside a hook is a diagnostic at the line of the user's code that gave the hook, in every
+// build type (it was an assert, gone in Release), and the program is not built.
+TEST(Dsl, MisuseInAHookIsReportedAtTheUsersLine) {
+  int line = __LINE__ + 2;
+  Variant mixed = Variant("mixed").score(
+      [](dsl::Expr s, const dsl::Coords &c, const dsl::Params &) { return s + c.kv; }); // f32 + i32
+  bool ok = true;
+  std::string diagnostics = locatedDiagnostics(mixed, ok);
+  EXPECT_FALSE(ok);
+  EXPECT_NE(diagnostics.find("DslTest.cpp\":" + std::to_string(line)), std::string::npos) << diagnostics;
+  EXPECT_NE(diagnostics.find("misuse of the variant DSL in the score modifier of variant 'mixed': '+' of f32 and "
+                             "i32: convert one side with toFloat or toInt"),
+            std::string::npos)
+      << diagnostics;
+
+  line = __LINE__ + 1;
+  Variant notAPredicate = Variant("np").mask([](const dsl::Coords &c, const dsl::Params &) { return !(c.kv + 1); });
+  diagnostics = locatedDiagnostics(notAPredicate, ok);
+  EXPECT_FALSE(ok);
+  EXPECT_NE(diagnostics.find("DslTest.cpp\":" + std::to_string(line)), std::string::npos) << diagnostics;
+  EXPECT_NE(diagnostics.find("in the mask predicate of variant 'np': '!' of i32: it takes a predicate"),
+            std::string::npos)
+      << diagnostics;
+
+  Variant badRange = Variant("br").kvRange([](const dsl::QTile &q, const dsl::Params &) {
+    return dsl::Range{dsl::tanh(q.first), q.last}; // tanh of an i32
+  });
+  diagnostics = locatedDiagnostics(badRange, ok);
+  EXPECT_FALSE(ok);
+  EXPECT_NE(diagnostics.find("kvRange rule \"may\" of variant 'br': tanh takes an f32 expression, got i32"),
+            std::string::npos)
+      << diagnostics;
+}

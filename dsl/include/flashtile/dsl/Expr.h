@@ -10,6 +10,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Value.h"
 
+#include <string>
+
 namespace flashtile::dsl {
 
 /// A scalar value being traced: f32 (scores, parameters), i32 (indices, sizes) or i1 (mask predicates).
@@ -58,6 +60,28 @@ FLASHTILE_DSL_MIXED(>=)
 FLASHTILE_DSL_MIXED(==)
 FLASHTILE_DSL_MIXED(!=)
 #undef FLASHTILE_DSL_MIXED
+
+/// While a variant's hook is traced: where the user's code gave the hook, and whether it misused the DSL (mixed
+/// f32 and i32, a number where a predicate belongs). A misuse is an error at that location — in Release builds
+/// too — and the traced value is replaced by a placeholder of the expected type so tracing can finish; the
+/// program builder then fails. One trace at a time per thread; nested traces restore the outer one.
+class HookTrace {
+public:
+  HookTrace(mlir::Location where, std::string hook);
+  ~HookTrace();
+  HookTrace(const HookTrace &) = delete;
+  HookTrace &operator=(const HookTrace &) = delete;
+  bool failed() const { return misused; }
+
+private:
+  friend void reportMisuse(mlir::OpBuilder &builder, const std::string &message);
+  mlir::Location where;
+  std::string hook;
+  bool misused = false;
+  HookTrace *outer;
+};
+/// Emits a DSL-misuse error at the current hook's location (or an unknown one outside a trace).
+void reportMisuse(mlir::OpBuilder &builder, const std::string &message);
 
 Expr min(const Expr &a, const Expr &b);
 Expr max(const Expr &a, const Expr &b);

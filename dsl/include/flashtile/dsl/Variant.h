@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <utility>
 #include <vector>
@@ -107,19 +108,19 @@ public:
   /// compiled kernel.
   Variant &param(std::string name, float value);
   /// score -> new score, before masking (softcap, ALiBi, relative bias...).
-  Variant &score(dsl::ScoreFn fn);
+  Variant &score(dsl::ScoreFn fn, std::source_location where = std::source_location::current());
   /// (b, h, q, kv) -> keep? Masked scores do not take part in the softmax.
-  Variant &mask(dsl::MaskFn fn);
+  Variant &mask(dsl::MaskFn fn, std::source_location where = std::source_location::current());
   /// Keys any row of a Q tile may attend: tiles outside are skipped, never loaded.
-  Variant &kvRange(dsl::RangeFn fn);
+  Variant &kvRange(dsl::RangeFn fn, std::source_location where = std::source_location::current());
   /// Keys every row of a Q tile attends: tiles inside skip the mask. Without it, every visited tile is masked.
-  Variant &fullRange(dsl::RangeFn fn);
+  Variant &fullRange(dsl::RangeFn fn, std::source_location where = std::source_location::current());
   /// Declares a device array the hooks read with `p.load(name, index)`. Its pointer is a kernel argument
   /// (AttentionArgs::inputs, in declaration order); its shape is whatever the hooks' indices reach.
   Variant &input(std::string name, dsl::ElementKind kind);
   /// (b, h) -> an attention sink: a logit, in the units of the scaled scores, that joins the softmax denominator
   /// of every row of head h (and its LSE) but contributes no value: O = Σ e^s·v / (Σ e^s + e^sink).
-  Variant &sink(dsl::SinkFn fn);
+  Variant &sink(dsl::SinkFn fn, std::source_location where = std::source_location::current());
   /// Checks parameter values (a window size >= -1, a positive cap, ...): building the program rejects invalid
   /// declared values, and the JIT's argument check (jit::Jit::checkFn) rejects invalid values at every call.
   Variant &validate(dsl::ValidateFn fn);
@@ -134,6 +135,12 @@ public:
   const dsl::RangeFn &fullRangeFn() const { return fullRange_; }
   const dsl::SinkFn &sinkFn() const { return sink_; }
   const std::vector<dsl::ValidateFn> &validators() const { return validators_; }
+  /// Where each hook was given (score, mask, kvRange, fullRange, sink): a misuse of the DSL inside a hook (mixing
+  /// f32 and i32, a non-predicate where a predicate belongs) is reported at that line of the user's code.
+  struct HookSites {
+    std::source_location score, mask, kvRange, fullRange, sink;
+  };
+  const HookSites &hookSites() const { return sites_; }
   /// "" when `values` (one per declared parameter, in order) pass every validate hook, else the first message.
   std::string checkParams(const std::vector<float> &values) const;
 
@@ -146,6 +153,7 @@ private:
   dsl::RangeFn kvRange_, fullRange_;
   dsl::SinkFn sink_;
   std::vector<dsl::ValidateFn> validators_;
+  HookSites sites_;
 };
 
 /// `a` and `b` at once: a key is kept when both keep it (masks ANDed, "may" and "full" ranges intersected), the

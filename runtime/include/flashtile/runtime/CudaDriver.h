@@ -43,7 +43,10 @@ namespace flashtile {
   X(cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime")                                                 \
   X(cuEventDestroy_v2, "cuEventDestroy_v2")                                                                            \
   X(cuGetErrorString, "cuGetErrorString")                                                                              \
-  X(cuGetErrorName, "cuGetErrorName")
+  X(cuGetErrorName, "cuGetErrorName")                                                                                  \
+  /* TMA descriptors for sm90 kernels (TensorMap.h); both exist since CUDA 12.0. */                                    \
+  X(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")                                                                  \
+  X(cuTensorMapReplaceAddress, "cuTensorMapReplaceAddress")
 
 /// The loaded driver: one process-wide table of entry points. Call the members like the C API, e.g.
 /// `driver->cuMemAlloc_v2(&ptr, bytes)`, and turn results into a Status with check().

@@ -7,7 +7,8 @@
 
 namespace flashtile {
 
-/// "<project version>+<git revision>", e.g. "0.1.0+1a2b3c4d5e6f".
+/// "<project version>+<git revision>+src.<hash of the compiler's sources>", e.g.
+/// "0.1.0+1a2b3c4d5e6f+src.0123456789abcdef": the hash changes with any edit, committed or not.
 std::string_view compilerVersion();
 
 } // namespace flashtile

@@ -1,6 +1,7 @@
-//===- Pipeline.cpp - tile-pipeline ---------------------------------------===//
+//===- Fa2PipelinePass.cpp - tile-fa2-pipeline ----------------------------===//
 //
-// The FA2 schedule's software pipeline; `stages` (shared-memory buffers per K/V operand) picks one of two.
+// The FA2 schedule's software pipeline (a pass of the schedule, registered with it: other schedules pipeline their
+// own way); `stages` (shared-memory buffers per K/V operand) picks one of two.
 // Tiles are numbered in walk order below: "next" is the tile the walk visits after j (j − 1, descending).
 //
 // stages = 1, FA2 as published, one K and one V buffer. Per K/V tile j:
@@ -18,12 +19,12 @@
 // here with mma.sync). The prologue computes the first tile's scores. On the walk's last tile there is no next
 // tile: its K load is predicated off and the scores it would give are never used.
 //===----------------------------------------------------------------------===//
-#include "passes/Transforms/Passes.h"
+#include "schedules/fa2/Fa2Pipeline.h"
+#include "schedules/fa2/Fa2Register.h"
 
-namespace flashtile::tile {
-#define GEN_PASS_DEF_TILEPIPELINE
-#include "passes/Transforms/Passes.h.inc"
-} // namespace flashtile::tile
+#include "passes/IR/TileDialect.h"
+
+#include "mlir/Pass/Pass.h"
 
 using namespace mlir;
 using namespace flashtile::tile;
@@ -49,7 +50,16 @@ std::pair<Value, Value> startQAndFirstK(OpBuilder &b, Location loc, Value highes
   return {first, anyTile};
 }
 
-struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePass> {
+struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(Fa2PipelinePass)
+  StringRef getArgument() const override { return "tile-fa2-pipeline"; }
+  StringRef getName() const override { return "Fa2Pipeline"; }
+  StringRef getDescription() const override {
+    return "FA2's software pipeline: K/V loads become asynchronous copies (tile.copy_async / tile.wait_async) "
+           "overlapped with compute, with one or two buffers per operand (#tile.schedule stages)";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override { registry.insert<arith::ArithDialect>(); }
+
   void runOnOperation() override {
     FuncOp func = getOperation();
     if (!func.getScheduleAttr()) {
@@ -86,7 +96,7 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
     else if (stages == 2)
       pipelineQkAhead(loops, loadQ, highest, lowest);
     else
-      func.emitOpError() << "has stages = " << stages << "; tile-pipeline knows 1 and 2";
+      func.emitOpError() << "has stages = " << stages << "; tile-fa2-pipeline knows 1 and 2";
     if (failed(status))
       return signalPassFailure();
   }
@@ -224,3 +234,8 @@ struct TilePipelinePass : flashtile::tile::impl::TilePipelineBase<TilePipelinePa
 };
 
 } // namespace
+
+namespace flashtile::fa2 {
+std::unique_ptr<Pass> createPipelinePass() { return std::make_unique<Fa2PipelinePass>(); }
+void registerPasses() { PassRegistration<Fa2PipelinePass>(); }
+} // namespace flashtile::fa2

@@ -1,5 +1,5 @@
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule --tile-split-boundary --tile-pipeline | FileCheck %s
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="block-m=64 warps=4 stages=2" --tile-split-boundary --tile-pipeline | FileCheck %s --check-prefix=AHEAD
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule --tile-split-boundary --tile-fa2-pipeline | FileCheck %s
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="options=block-m=64,warps=4,stages=2" --tile-split-boundary --tile-fa2-pipeline | FileCheck %s --check-prefix=AHEAD
 
 // stages = 1 (head dim 64's default). Prologue: Q and the first K tile in flight together; wait for Q only.
 // CHECK: tile.copy_async "q"
@@ -54,7 +54,7 @@
 // AHEAD-NOT: tile.mask
 // AHEAD: tile.softmax_update
 
-// RUN: flashtile-opt %s --tile-apply-schedule --tile-pipeline --verify-diagnostics
+// RUN: flashtile-opt %s --tile-apply-schedule --tile-fa2-pipeline --verify-diagnostics
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %q = tile.load "q" : tensor<?x64xbf16>
   %st0 = tile.init_state : !tile.state<?x64>

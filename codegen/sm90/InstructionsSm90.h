@@ -1,0 +1,39 @@
+//===- InstructionsSm90.h - the SM90 instruction family, as data ----------===//
+//
+// What a lowering to the sm90 family (wgmma, TMA, mbarrier, setmaxnreg) needs to know without depending on the
+// printer: the wgmma shape, the swizzle both TMA and wgmma use, the register and shared-memory budgets, and the
+// instruction each tile op becomes. Header-only and MLIR-free, like InstructionsSm80.h.
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_CODEGEN_SM90_INSTRUCTIONSSM90_H
+#define FLASHTILE_CODEGEN_SM90_INSTRUCTIONSSM90_H
+
+namespace flashtile::codegen::sm90 {
+
+inline constexpr const char *kIsa = "sm90";
+/// The only architecture that runs the family: wgmma and setmaxnreg are sm_90a features (sm_100a dropped wgmma).
+inline constexpr const char *kArch = "sm_90a";
+
+/// wgmma.mma_async m64nNk16 for 16-bit inputs: a warpgroup (4 warps) computes 64 rows; N is a multiple of 8 in
+/// [8, 256]; one instruction reduces over 16.
+inline constexpr int kWarpgroupThreads = 128;
+inline constexpr int kWgmmaM = 64, kWgmmaK = 16, kWgmmaNStep = 8, kWgmmaMaxN = 256;
+
+/// 128-byte swizzle: rows of 64 16-bit elements per column block, tiles 1024-byte aligned (README.md).
+inline constexpr int kSwizzleBytes = 128, kSwizzleAtomBytes = 1024, kSwizzleColumns = 64;
+
+/// Dynamic shared memory one block may opt in to on sm_90 (227 KB), and the register file a block's warpgroups
+/// share through setmaxnreg (counts are multiples of 8 in [24, 256]).
+inline constexpr int kMaxSmemBytes = 227 * 1024;
+inline constexpr int kRegisterFile = 64 * 1024;
+inline constexpr int kMinRegisters = 24, kMaxRegisters = 256, kRegisterStep = 8;
+
+/// The instruction each tile op lowers to (recorded as `tile.inst` for readers of the IR).
+inline constexpr const char *kMmaSSInst = "wgmma.mma_async.sync.aligned.m64nNk16.f32 (A, B in shared memory)";
+inline constexpr const char *kMmaRSInst = "wgmma.mma_async.sync.aligned.m64nNk16.f32 (A in registers)";
+inline constexpr const char *kLoadInst = "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes";
+inline constexpr const char *kStoreInst = "cp.async.bulk.tensor.5d.global.shared::cta.bulk_group";
+inline constexpr const char *kWaitInst = "mbarrier.try_wait.parity.shared::cta.b64";
+
+} // namespace flashtile::codegen::sm90
+
+#endif // FLASHTILE_CODEGEN_SM90_INSTRUCTIONSSM90_H

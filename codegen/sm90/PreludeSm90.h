@@ -1,0 +1,444 @@
+//===- PreludeSm90.h - device primitives of the SM90 instruction family ---===//
+//
+// The CUDA text printed ahead of every kernel lowered to the sm90 family (wgmma, TMA, mbarrier, setmaxnreg), which
+// only sm_90a runs. Like the sm80 prelude it holds instruction-level primitives only — one inline-PTX wrapper, a
+// descriptor encoder or a fragment conversion each; a kernel's roles, rings, barrier protocol and loops are generated
+// from its IR. It compiles under NVRTC with no headers, and next to the sm80 prelude in one translation unit (the
+// FA3 lowering keeps using sm80's scalar functions: exp2, quad reductions).
+//
+// Two parts: kPreludeCore (fixed text) and the wgmma wrappers, one `sm90::Wgmma<N>` per accumulator width N that a
+// kernel uses. Inline PTX names operands by number only (NVCC rejects symbolic names), so a wrapper's operand list
+// depends on N; wgmmaText() prints it for one N instead of the header carrying all 32 widths (~140 KB).
+// The layouts these primitives assume (128-byte swizzle, descriptor fields, the accumulator fragment) are in
+// codegen/sm90/README.md.
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_CODEGEN_SM90_PRELUDESM90_H
+#define FLASHTILE_CODEGEN_SM90_PRELUDESM90_H
+
+#include "codegen/sm90/InstructionsSm90.h"
+
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace flashtile::codegen::sm90 {
+
+inline constexpr std::string_view kPreludeCore = R"cuda(
+// ==== sm90 device primitives: wgmma, TMA, mbarrier, named barriers, setmaxnreg (instruction wrappers only) ====
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "the sm90 prelude (wgmma, TMA, setmaxnreg) needs --gpu-architecture=sm_90a; other targets use the sm80 family"
+#endif
+namespace sm90 {
+
+// A CUtensorMap as the kernel sees it: 128 opaque bytes, 64-byte aligned. Kernels take it as a
+// `const __grid_constant__ sm90::TensorMap` parameter so that TMA reads it from the parameter space, never a copy.
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+// An mbarrier: one 64-bit word in shared memory (8-byte aligned).
+using Mbarrier = unsigned long long;
+
+// A 32-bit shared-memory address, as every shared::cta operand below takes it.
+__device__ __forceinline__ unsigned smemAddress(const void *ptr) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(ptr));
+}
+// The warpgroup (4 warps, 128 threads) this thread belongs to, made warp-uniform with a shuffle so the compiler
+// can branch on it without divergence.
+__device__ __forceinline__ int warpgroupIndex() { return __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0); }
+
+// ---- swizzled tiles (TMA CU_TENSOR_MAP_SWIZZLE_{128,64,32}B = wgmma layout types 1, 2, 3) ----
+// A tile is stored as column blocks of kSwizzleBytes-byte rows (64, 32 or 16 16-bit elements): block b holds
+// columns [b * columns, (b + 1) * columns) of every row, blocks rows x kSwizzleBytes bytes apart. Inside a block,
+// row r's 16-byte chunk c is stored at chunk c ^ ((r * kSwizzleBytes / 128) % (kSwizzleBytes / 16)) — for 128 bytes,
+// c ^ (r % 8). The pattern repeats every 8 rows, so a tile must start aligned to 8 x kSwizzleBytes bytes (1024 for
+// 128-byte swizzle), and every block of a multiple-of-8-row tile is then aligned too.
+template <int kSwizzleBytes>
+struct Swizzle {
+  static_assert(kSwizzleBytes == 128 || kSwizzleBytes == 64 || kSwizzleBytes == 32, "swizzle spans: 128, 64, 32");
+  static constexpr int kColumns = kSwizzleBytes / 2;    // 16-bit elements per row of a column block
+  static constexpr int kAtomBytes = 8 * kSwizzleBytes; // the pattern's period: a tile's alignment
+  static constexpr int kStepsPerBlock = kSwizzleBytes / 32; // k16 steps (32 bytes each) across one block row
+};
+inline constexpr int kSwizzleBytes = 128;                           // the default span (head dims 64, 128, 192, 256)
+inline constexpr int kSwizzleAtomBytes = Swizzle<128>::kAtomBytes; // the largest alignment any span needs
+// Byte offset of element (row, col) of a tile of `rows` rows of 16-bit elements in that layout.
+template <int kSwizzleBytes>
+__device__ __forceinline__ unsigned swizzleOffset(int row, int col, int rows) {
+  constexpr unsigned kColumns = Swizzle<kSwizzleBytes>::kColumns;
+  const unsigned block = unsigned(col) / kColumns, byteInRow = (unsigned(col) % kColumns) * 2u;
+  const unsigned phase = (unsigned(row) * kSwizzleBytes / 128u) % (kSwizzleBytes / 16u);
+  const unsigned chunk = (byteInRow / 16u) ^ phase;
+  return (block * unsigned(rows) + unsigned(row)) * kSwizzleBytes + chunk * 16u + byteInRow % 16u;
+}
+__device__ __forceinline__ unsigned swizzle128Offset(int row, int col, int rows) {
+  return swizzleOffset<128>(row, col, rows);
+}
+
+// ---- fences ----
+namespace fence {
+// Orders this thread's generic-proxy shared-memory writes before later async-proxy accesses (a TMA store or a
+// wgmma reading what threads wrote), and async writes before later generic reads.
+__device__ __forceinline__ void proxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+} // namespace fence
+
+// ---- mbarrier: a phase counter with an arrival count and a transaction (byte) count ----
+// A phase completes when `count` arrivals were made and every expected TMA byte landed; waiters name the phase
+// they wait for by its parity (0, 1, 0, ...), so a ring slot's consumer flips its parity each lap.
+namespace mbarrier {
+// Sets the arrival count of every phase; one thread, before any use.
+__device__ __forceinline__ void init(Mbarrier *bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smemAddress(bar)), "r"(count) : "memory");
+}
+// Makes the initializations visible to the async proxy (TMA's complete_tx) and the cluster; the initializing thread
+// calls it once, before the block-wide barrier that publishes the mbarriers to the other threads.
+__device__ __forceinline__ void initFence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// Invalidates a barrier so its shared memory can be reused for something else.
+__device__ __forceinline__ void invalidate(Mbarrier *bar) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(smemAddress(bar)) : "memory");
+}
+// One arrival (release semantics: this thread's earlier shared-memory accesses happen before the phase completes).
+__device__ __forceinline__ void arrive(Mbarrier *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smemAddress(bar)) : "memory");
+}
+// One arrival that also raises the phase's expected transaction count by `bytes`: the producer calls it once per
+// slot fill, before issuing the TMA loads whose complete_tx will deliver those bytes.
+__device__ __forceinline__ void arriveExpectTx(Mbarrier *bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smemAddress(bar)), "r"(bytes)
+               : "memory");
+}
+// Raises the expected transaction count without arriving (a second producer thread adding its loads' bytes).
+__device__ __forceinline__ void expectTx(Mbarrier *bar, unsigned bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smemAddress(bar)), "r"(bytes)
+               : "memory");
+}
+// One probe (the hardware may suspend the thread for a while inside it): true once the phase with this parity has
+// completed. Acquire semantics: the slot's bytes are visible to this thread afterwards.
+__device__ __forceinline__ bool tryWait(Mbarrier *bar, unsigned parity) {
+  unsigned done;
+  asm volatile("{\n"
+               ".reg .pred p;\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+               "selp.u32 %0, 1, 0, p;\n"
+               "}\n"
+               : "=r"(done)
+               : "r"(smemAddress(bar)), "r"(parity)
+               : "memory");
+  return done != 0;
+}
+// Blocks until the phase with this parity has completed.
+__device__ __forceinline__ void wait(Mbarrier *bar, unsigned parity) {
+  while (!tryWait(bar, parity)) {
+  }
+}
+} // namespace mbarrier
+
+// ---- named barriers (bar.sync / bar.arrive): synchronize a subset of the block's warps ----
+// Id 0 is __syncthreads'; ids 1-15 are free for the schedule. `threads` is a multiple of 32: every thread of a warp
+// that takes part counts. arrive() signals without waiting (a producer side of a ping-pong handshake).
+namespace namedBarrier {
+__device__ __forceinline__ void sync(unsigned id, unsigned threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void arrive(unsigned id, unsigned threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+} // namespace namedBarrier
+
+// ---- warp-level primitives ----
+namespace warp {
+// True in exactly one active lane of the (converged) warp: the lane that issues a warp's single TMA or arrive.
+__device__ __forceinline__ bool elect() {
+  unsigned elected;
+  asm volatile("{\n"
+               ".reg .pred p;\n"
+               "elect.sync _|p, 0xffffffff;\n"
+               "selp.u32 %0, 1, 0, p;\n"
+               "}\n"
+               : "=r"(elected));
+  return elected != 0;
+}
+// Lane 0 of the warp (where the electing lane needs to be a known one, e.g. to broadcast from it afterwards).
+__device__ __forceinline__ bool isLane0() { return (threadIdx.x & 31u) == 0u; }
+// stmatrix: the inverse of ldmatrix, four 8x8 matrices of 16-bit elements; lane l gives the row address of matrix
+// l / 8 and supplies, of every matrix, row l / 4 at columns 2 * (l % 4) and 2 * (l % 4) + 1 (an accumulator
+// fragment's pair). The epilogue writes O's fragments to shared memory this way before a TMA store.
+__device__ __forceinline__ void stmatrixX4(unsigned addr, const unsigned (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+// The same with each 8x8 matrix transposed (lane l's pair lands in column l / 4, rows 2 * (l % 4) and + 1).
+__device__ __forceinline__ void stmatrixX4Trans(unsigned addr, const unsigned (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+} // namespace warp
+
+// ---- TMA: bulk tensor copies between global memory (through a TensorMap) and shared memory ----
+// Coordinates are element indices, innermost dimension first, and may run past the tensor: loads zero-fill what
+// lies outside it and stores skip it. A load's bytes are counted on `bar` (complete_tx); a swizzled box's shared
+// memory must be aligned to its swizzle atom (Swizzle<S>::kAtomBytes: 1024 bytes for 128-byte swizzle).
+namespace tma {
+// Fetches the descriptor into the constant cache ahead of the first copy.
+__device__ __forceinline__ void prefetchDescriptor(const TensorMap *map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+__device__ __forceinline__ void load1d(void *dst, const TensorMap *map, Mbarrier *bar, int c0) {
+  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];\n"
+               ::"r"(smemAddress(dst)), "l"(map), "r"(smemAddress(bar)), "r"(c0)
+               : "memory");
+}
+__device__ __forceinline__ void load2d(void *dst, const TensorMap *map, Mbarrier *bar, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(smemAddress(dst)), "l"(map), "r"(smemAddress(bar)), "r"(c0),
+               "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void load3d(void *dst, const TensorMap *map, Mbarrier *bar, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(smemAddress(dst)), "l"(map), "r"(smemAddress(bar)),
+               "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+__device__ __forceinline__ void load4d(void *dst, const TensorMap *map, Mbarrier *bar, int c0, int c1, int c2,
+                                       int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(smemAddress(dst)), "l"(map), "r"(smemAddress(bar)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+__device__ __forceinline__ void load5d(void *dst, const TensorMap *map, Mbarrier *bar, int c0, int c1, int c2, int c3,
+                                       int c4) {
+  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n" ::"r"(smemAddress(dst)), "l"(map), "r"(smemAddress(bar)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+               : "memory");
+}
+// Stores read shared memory asynchronously: fence::proxyAsync() after the threads' writes and a block or named
+// barrier before the issuing thread's store; storeCommit() closes a group; storeWaitRead<N>() returns once at most N
+// groups still read their shared memory (before it is overwritten, and before the block exits), storeWait<N>() once
+// at most N groups have writes outstanding.
+__device__ __forceinline__ void store2d(const TensorMap *map, const void *src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(map),
+               "r"(smemAddress(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void store3d(const TensorMap *map, const void *src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(map),
+               "r"(smemAddress(src)), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+__device__ __forceinline__ void store4d(const TensorMap *map, const void *src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(map),
+               "r"(smemAddress(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+__device__ __forceinline__ void store5d(const TensorMap *map, const void *src, int c0, int c1, int c2, int c3,
+                                        int c4) {
+  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];\n" ::"l"(map),
+               "r"(smemAddress(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+               : "memory");
+}
+__device__ __forceinline__ void storeCommit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void storeWaitRead() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void storeWait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+} // namespace tma
+
+// ---- wgmma shared-memory matrix descriptors ----
+// 64 bits: start address >> 4 in bits 0-13, leading-dimension byte offset (LBO) >> 4 in 16-29, stride-dimension
+// byte offset (SBO) >> 4 in 32-45, base offset in 49-51 (0: tiles are aligned to their swizzle atom), layout in 62-63
+// (1, 2, 3 = 128-, 64-, 32-byte swizzle). Advancing the start address by b bytes is adding b >> 4 to the descriptor.
+// The templates default to the 128-byte span.
+namespace desc {
+template <int kSwizzleBytes = 128>
+__device__ __forceinline__ unsigned long long encode(unsigned smemAddr, unsigned lboBytes, unsigned sboBytes) {
+  constexpr unsigned long long kLayout = kSwizzleBytes == 128 ? 1ull : kSwizzleBytes == 64 ? 2ull : 3ull;
+  static_assert(kSwizzleBytes == 128 || kSwizzleBytes == 64 || kSwizzleBytes == 32, "swizzle spans: 128, 64, 32");
+  return (kLayout << 62) | (static_cast<unsigned long long>((sboBytes >> 4) & 0x3fffu) << 32) |
+         (static_cast<unsigned long long>((lboBytes >> 4) & 0x3fffu) << 16) |
+         static_cast<unsigned long long>((smemAddr >> 4) & 0x3fffu);
+}
+// K-major operand (A = Q, or B = K for Q·Kᵀ: the reduction dimension is contiguous): rows at a kSwizzleBytes pitch,
+// 8-row groups 8 x kSwizzleBytes apart (SBO); LBO is unused. `smemAddr` points at row 0 of the k16 slice.
+template <int kSwizzleBytes = 128>
+__device__ __forceinline__ unsigned long long kMajor(unsigned smemAddr) {
+  return encode<kSwizzleBytes>(smemAddr, 16u, 8u * kSwizzleBytes);
+}
+// MN-major operand (B = V for P·V: the output dimension N is contiguous): kSwizzleBytes / 2 N-columns per row, k rows
+// at a kSwizzleBytes pitch, 8-row groups 8 x kSwizzleBytes apart (SBO), consecutive column blocks `blockBytes` apart
+// (LBO: rows x kSwizzleBytes in the column-block layout). `smemAddr` points at k row 16s of block 0.
+template <int kSwizzleBytes = 128>
+__device__ __forceinline__ unsigned long long mnMajor(unsigned smemAddr, unsigned blockBytes) {
+  return encode<kSwizzleBytes>(smemAddr, blockBytes, 8u * kSwizzleBytes);
+}
+// The k16 slice `step` of a K-major tile of `rows` rows at `tileAddr`: column block step / kStepsPerBlock, then
+// 32 bytes per step inside it.
+template <int kSwizzleBytes = 128>
+__device__ __forceinline__ unsigned long long kMajorStep(unsigned tileAddr, int step, int rows) {
+  constexpr int kSteps = Swizzle<kSwizzleBytes>::kStepsPerBlock;
+  return kMajor<kSwizzleBytes>(tileAddr + unsigned(step / kSteps) * unsigned(rows) * kSwizzleBytes +
+                               unsigned(step % kSteps) * 32u);
+}
+// The k16 slice `step` (k rows [16 step, 16 step + 16)) of an MN-major tile of `kRows` k rows at `tileAddr`.
+template <int kSwizzleBytes = 128>
+__device__ __forceinline__ unsigned long long mnMajorStep(unsigned tileAddr, int step, int kRows) {
+  return mnMajor<kSwizzleBytes>(tileAddr + unsigned(step) * 16u * kSwizzleBytes, unsigned(kRows) * kSwizzleBytes);
+}
+__device__ __forceinline__ unsigned long long advance(unsigned long long d, unsigned bytes) {
+  return d + static_cast<unsigned long long>(bytes >> 4);
+}
+} // namespace desc
+
+// ---- wgmma: warpgroup-wide asynchronous MMA ----
+// D (64 x N, fp32) += A (64 x 16) · B (16 x N). Warp w of the warpgroup owns rows [16w, 16w + 16); lane l holds, for
+// every n8 block j, d[4j + 2h + c] = D(16w + l / 4 + 8h, 8j + 2 * (l % 4) + c), h, c in {0, 1} (README.md). An RS
+// A operand is the same layout for 64 x 16 in four 16-bit pairs: a[i] = (A(r, k), A(r, k + 1)) with r, k as for
+// d[2i] — so an fp32 accumulator converts to the next MMA's A fragments in place (accumulatorToOperand).
+namespace warpgroup {
+enum Major : int { kKMajor = 0, kMNMajor = 1 }; // B's imm-trans-b: 1 reads an MN-major (transposed) tile
+// Orders the warpgroup's register accesses before the following wgmma (accumulators and RS A fragments).
+__device__ __forceinline__ void arrive() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+// Closes a group of issued wgmmas (the unit wait<N> counts).
+__device__ __forceinline__ void commitGroup() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Returns once at most kPending committed groups are in flight; only then are their accumulators readable.
+template <int kPending>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving register accesses across an asynchronous wgmma (which reads and writes them
+// behind its back): applied to accumulators and A fragments before arrive() and after wait().
+__device__ __forceinline__ void fenceOperand(float &r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void fenceOperand(unsigned &r) { asm volatile("" : "+r"(r)::"memory"); }
+template <int kCount>
+__device__ __forceinline__ void fenceOperands(float (&r)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i)
+    fenceOperand(r[i]);
+}
+template <int kCount>
+__device__ __forceinline__ void fenceOperands(unsigned (&r)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i)
+    fenceOperand(r[i]);
+}
+// setmaxnreg: the warpgroup gives registers back to the block's pool (a TMA producer) or takes them (consumers
+// that hold accumulators). Every warp of the warpgroup executes the same one; kRegs is a multiple of 8 in
+// [24, 256], and the kernel's register count at launch must be fixed (__launch_bounds__ with min blocks 1).
+template <int kRegs>
+__device__ __forceinline__ void decreaseRegisters() {
+  static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg: a multiple of 8 in [24, 256]");
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void increaseRegisters() {
+  static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg: a multiple of 8 in [24, 256]");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+// Two fp32 values rounded to nearest into one register, `lo` in the low half (the lower column or k).
+__device__ __forceinline__ unsigned packBf16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ unsigned packF16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// An fp32 accumulator of 64 x kN (P after softmax) as the A operand of kN / 16 RS wgmmas: k16 step s reads
+// a[4s .. 4s + 3]. Same thread, same rows and columns: no data moves between threads.
+template <int kN>
+__device__ __forceinline__ void accumulatorToOperandBf16(const float (&acc)[kN / 2], unsigned (&a)[kN / 4]) {
+  static_assert(kN % 16 == 0, "an RS A operand covers k in steps of 16");
+#pragma unroll
+  for (int i = 0; i < kN / 4; ++i)
+    a[i] = packBf16x2(acc[2 * i], acc[2 * i + 1]);
+}
+template <int kN>
+__device__ __forceinline__ void accumulatorToOperandF16(const float (&acc)[kN / 2], unsigned (&a)[kN / 4]) {
+  static_assert(kN % 16 == 0, "an RS A operand covers k in steps of 16");
+#pragma unroll
+  for (int i = 0; i < kN / 4; ++i)
+    a[i] = packF16x2(acc[2 * i], acc[2 * i + 1]);
+}
+
+// wgmma.mma_async m64nNk16 with fp32 accumulators, one struct per N (printed by wgmmaText(N)):
+//   Wgmma<N>::bf16SS<kMajorB>(d, descA, descB, accumulate)   A and B from shared memory (Q·Kᵀ)
+//   Wgmma<N>::bf16RS<kMajorB>(d, a, descB, accumulate)       A from registers (P·V)
+//   and f16SS / f16RS. `accumulate` = 0 overwrites D (the first k step), 1 adds to it.
+template <int kN>
+struct Wgmma {
+  static_assert(kN != kN, "this wgmma width was not printed into the prelude: add it to the prelude's N list");
+};
+} // namespace warpgroup
+
+} // namespace sm90
+)cuda";
+
+/// The `sm90::warpgroup::Wgmma<n>` specialization: bf16/f16 × SS/RS wrappers of wgmma.mma_async.m64n<n>k16 with
+/// fp32 accumulators. An n that is not a multiple of 8 in [8, 256] prints an #error naming it, so a bad request fails
+/// the NVRTC compile with that message instead of producing a kernel.
+inline std::string wgmmaText(int n) {
+  std::string text;
+  if (n < kWgmmaNStep || n > kWgmmaMaxN || n % kWgmmaNStep != 0) {
+    text.append("#error \"wgmma m64nNk16: N = ").append(std::to_string(n));
+    return text.append(" is not a multiple of 8 in [8, 256]\"\n");
+  }
+  const int regs = n / 2; // fp32 accumulators per thread: operands %0 .. %(regs - 1), the others follow
+  std::string dList, dOperands;
+  for (int i = 0; i < regs; ++i) {
+    dList.append(i ? ", %" : "%").append(std::to_string(i));
+    dOperands.append(i ? ", \"+f\"(d[" : "\"+f\"(d[").append(std::to_string(i)).append("])");
+  }
+  auto op = [regs](int index) { return std::string("%").append(std::to_string(regs + index)); };
+  const std::string shape = "m64n" + std::to_string(n) + "k16";
+  const std::string dParam = "float (&d)[" + std::to_string(regs) + "]";
+  text.append("namespace sm90::warpgroup {\ntemplate <>\nstruct Wgmma<").append(std::to_string(n)).append("> {\n");
+  for (std::string type : {"bf16", "f16"}) {
+    const std::string instruction = "wgmma.mma_async.sync.aligned." + shape + ".f32." + type + "." + type;
+    // SS operands after D: descA, descB, accumulate, trans-b.
+    text.append("  template <int kMajorB>\n  static __device__ __forceinline__ void ").append(type).append("SS(");
+    text.append(dParam).append(", unsigned long long descA, unsigned long long descB, int accumulate) {\n");
+    text.append("    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, ").append(op(2)).append(", 0;\\n\"\n");
+    text.append("                 \"").append(instruction).append(" {").append(dList).append("}, ").append(op(0));
+    text.append(", ").append(op(1)).append(", p, 1, 1, 0, ").append(op(3)).append(";\\n}\\n\"\n");
+    text.append("                 : ").append(dOperands).append("\n");
+    text.append("                 : \"l\"(descA), \"l\"(descB), \"r\"(accumulate), \"n\"(kMajorB));\n  }\n");
+    // RS operands after D: a[0..3], descB, accumulate, trans-b.
+    text.append("  template <int kMajorB>\n  static __device__ __forceinline__ void ").append(type).append("RS(");
+    text.append(dParam).append(", const unsigned (&a)[4], unsigned long long descB, int accumulate) {\n");
+    text.append("    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, ").append(op(5)).append(", 0;\\n\"\n");
+    text.append("                 \"").append(instruction).append(" {").append(dList).append("}, {").append(op(0));
+    text.append(", ").append(op(1)).append(", ").append(op(2)).append(", ").append(op(3)).append("}, ").append(op(4));
+    text.append(", p, 1, 1, ").append(op(6)).append(";\\n}\\n\"\n");
+    text.append("                 : ").append(dOperands).append("\n");
+    text.append("                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(descB), ");
+    text.append("\"r\"(accumulate), \"n\"(kMajorB));\n  }\n");
+  }
+  return text.append("};\n} // namespace sm90::warpgroup\n");
+}
+
+/// The prelude of a kernel whose wgmmas use the accumulator widths `mmaN` (each printed once).
+inline std::string prelude(std::span<const int> mmaN) {
+  std::string text(kPreludeCore);
+  std::string seen = ",";
+  for (int n : mmaN) {
+    const std::string key = std::to_string(n) + ",";
+    if (seen.find("," + key) != std::string::npos)
+      continue;
+    seen += key;
+    text += wgmmaText(n);
+  }
+  return text;
+}
+
+} // namespace flashtile::codegen::sm90
+
+#endif // FLASHTILE_CODEGEN_SM90_PRELUDESM90_H

@@ -1,0 +1,154 @@
+//===- ScheduleRegistry.cpp - schedules by name ---------------------------===//
+#include "passes/Transforms/ScheduleRegistry.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <algorithm>
+#include <cassert>
+#include <charconv>
+#include <mutex>
+
+namespace flashtile::schedule {
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, std::unique_ptr<Schedule>, std::less<>> schedules;
+};
+
+Registry &registry() {
+  static Registry instance;
+  return instance;
+}
+
+std::string joined(const std::vector<std::string> &items) {
+  std::string text;
+  for (const std::string &item : items)
+    text += (text.empty() ? "" : ", ") + item;
+  return text.empty() ? "none" : text;
+}
+
+/// The closest of `candidates` to `word` when it is a likely typo (edit distance at most a third of its length).
+std::string nearest(std::string_view word, const std::vector<std::string> &candidates) {
+  std::string best;
+  unsigned bestDistance = std::max<unsigned>(1, word.size() / 3) + 1;
+  for (const std::string &candidate : candidates) {
+    unsigned d = llvm::StringRef(word).edit_distance(candidate, /*AllowReplacements=*/true, bestDistance);
+    if (d < bestDistance) {
+      bestDistance = d;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+} // namespace
+
+void registerSchedule(std::unique_ptr<Schedule> schedule) {
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::string name(schedule->name());
+  [[maybe_unused]] bool added = r.schedules.emplace(name, std::move(schedule)).second;
+  assert(added && "two schedules registered under one name");
+}
+
+const Schedule *lookupSchedule(std::string_view name) {
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.schedules.find(name);
+  return it == r.schedules.end() ? nullptr : it->second.get();
+}
+
+std::vector<std::string> scheduleNames() {
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto &[name, schedule] : r.schedules)
+    names.push_back(name);
+  return names;
+}
+
+std::string unknownScheduleMessage(std::string_view name) {
+  std::vector<std::string> names = scheduleNames();
+  std::string message = "unknown schedule '" + std::string(name) + "'";
+  if (std::string guess = nearest(name, names); !guess.empty())
+    message += " (did you mean '" + guess + "'?)";
+  return message + "; available: " + joined(names);
+}
+
+std::string checkKnobs(const Schedule &schedule, const Knobs &knobs) {
+  for (const auto &[name, value] : knobs) {
+    auto spec = std::find_if(schedule.options().begin(), schedule.options().end(),
+                             [&](const OptionSpec &o) { return o.name == name; });
+    if (spec == schedule.options().end()) {
+      std::vector<std::string> names;
+      for (const OptionSpec &o : schedule.options())
+        names.push_back(o.name);
+      std::string message = std::string(schedule.name()) + ": unknown option '" + name + "'";
+      if (std::string guess = nearest(name, names); !guess.empty())
+        message += " (did you mean '" + guess + "'?)";
+      return message + "; accepted: " + joined(names);
+    }
+    if (value < spec->min || value > spec->max)
+      return std::string(schedule.name()) + ": " + name + " = " + std::to_string(value) +
+             " is out of range; accepted: " + std::to_string(spec->min) + " to " + std::to_string(spec->max) + " (" +
+             spec->help + ")";
+  }
+  return "";
+}
+
+mlir::FailureOr<Knobs> parseKnobs(const Schedule &schedule, const std::vector<std::string> &items, std::string &error) {
+  Knobs knobs;
+  for (const std::string &item : items) {
+    auto [name, text] = llvm::StringRef(item).split('=');
+    name = name.trim();
+    text = text.trim();
+    int64_t value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (name.empty() || text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+      error = std::string(schedule.name()) + ": option '" + item + "' is not of the form name=integer";
+      return mlir::failure();
+    }
+    if (!knobs.emplace(name.str(), value).second) {
+      error = std::string(schedule.name()) + ": option '" + name.str() + "' is given twice";
+      return mlir::failure();
+    }
+  }
+  error = checkKnobs(schedule, knobs);
+  if (!error.empty())
+    return mlir::failure();
+  return knobs;
+}
+
+std::string printKnobs(const Knobs &knobs) {
+  std::string text;
+  for (const auto &[name, value] : knobs)
+    text += (text.empty() ? "" : ",") + name + "=" + std::to_string(value);
+  return text;
+}
+
+mlir::LogicalResult buildPipeline(mlir::OpPassManager &pm, const Request &request, std::string &error) {
+  const Schedule *schedule = lookupSchedule(request.schedule);
+  if (!schedule) {
+    error = unknownScheduleMessage(request.schedule);
+    return mlir::failure();
+  }
+  error = checkKnobs(*schedule, request.knobs);
+  if (!error.empty())
+    return mlir::failure();
+  schedule->buildPipeline(pm, request);
+  return mlir::success();
+}
+
+codegen::KernelShape kernelShapeOf(tile::FuncOp func) {
+  tile::ScheduleAttr schedule = func.getScheduleAttr();
+  assert(schedule && "kernelShapeOf needs a scheduled program");
+  return codegen::KernelShape{
+      func.getDtype().isBF16() ? "bf16" : "f16", static_cast<int>(func.getHeadDim()),
+      static_cast<int>(func.getHeadDimV()),      static_cast<int>(schedule.getBlockM()),
+      static_cast<int>(schedule.getBlockN()),    static_cast<int>(schedule.getWarps()),
+      static_cast<int>(schedule.getStages()),    static_cast<int>(schedule.getMinBlocksPerSm())};
+}
+
+} // namespace flashtile::schedule

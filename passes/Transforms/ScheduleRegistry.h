@@ -1,0 +1,96 @@
+//===- ScheduleRegistry.h - schedules as plug-ins -------------------------===//
+//
+// A schedule decides who computes which tile, when and through which buffers; the program (what is computed)
+// and the target (which instructions) are the other two axes. Each schedule lives in its own folder,
+// `schedules/<name>/`, and registers a Schedule here (schedules/Registry.cpp holds one line per schedule). The
+// generic passes (tile-apply-schedule, tile-split-boundary, tile-lower-to-target), the JIT and the tools look
+// schedules up by name and never include a schedule's headers.
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_PASSES_TRANSFORMS_SCHEDULEREGISTRY_H
+#define FLASHTILE_PASSES_TRANSFORMS_SCHEDULEREGISTRY_H
+
+#include "codegen/common/TileTarget.h"
+#include "passes/IR/TileDialect.h"
+
+#include "mlir/Pass/PassManager.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flashtile::schedule {
+
+/// A named integer knob of a schedule: a tile size, a stage count, a policy. `name` is the CLI flag without
+/// dashes and the item name of tile-apply-schedule's `options` ("block-m").
+struct OptionSpec {
+  std::string name;
+  std::string help;
+  int64_t min = 0, max = 0; ///< the accepted range (the schedule may check combinations further)
+};
+
+/// The knobs a caller set, by name; the others take the schedule's defaults for the program.
+using Knobs = std::map<std::string, int64_t>;
+
+/// What a caller asks for: a schedule by name, the GPU it compiles for, the shape class and the knobs.
+struct Request {
+  std::string schedule = "fa2";
+  std::string arch = "sm_80";
+  std::string shapeClass = "default"; ///< one of the runtime's kShapeClasses (KernelInfo.h)
+  Knobs knobs;
+};
+
+class Schedule {
+public:
+  virtual ~Schedule() = default;
+  /// The name callers ask for ("fa2"); it is also `#tile.schedule`'s name and part of kernel names.
+  virtual std::string_view name() const = 0;
+  /// One line for `--help` and error messages.
+  virtual std::string_view summary() const = 0;
+  /// Every knob the schedule accepts.
+  virtual const std::vector<OptionSpec> &options() const = 0;
+
+  /// tile-apply-schedule: the configuration of `func` for `shapeClass` — the schedule's defaults for the
+  /// program (head dims, traits), overridden by `knobs`, validated (a diagnostic on `func` naming the knob and
+  /// the accepted values otherwise). A class tiled like the default class comes back as the default class.
+  virtual mlir::FailureOr<tile::ScheduleAttr> configure(tile::FuncOp func, const Knobs &knobs,
+                                                        std::string_view shapeClass) const = 0;
+  /// tile-split-boundary: whether K/V tiles are walked from the last to the first.
+  virtual bool walkDescending() const = 0;
+  /// tile-lower-to-target: the instruction family (a registered target, codegen/TargetRegistry.h) that lowers
+  /// this schedule on `arch` (a canonical arch name), or empty when it has none there.
+  virtual std::string targetFamilyFor(std::string_view arch) const = 0;
+  /// The passes that take an unscheduled program to target-lowered IR, ending with tile-lower-to-target.
+  virtual void buildPipeline(mlir::OpPassManager &pm, const Request &request) const = 0;
+};
+
+/// Registers `schedule` under its name; a second schedule with the same name replaces nothing and is an
+/// internal error (asserted).
+void registerSchedule(std::unique_ptr<Schedule> schedule);
+/// The schedule named `name`, or null.
+const Schedule *lookupSchedule(std::string_view name);
+/// Registered names, sorted.
+std::vector<std::string> scheduleNames();
+/// "unknown schedule 'x'; available: fa1, fa2" (with the nearest name when one is close).
+std::string unknownScheduleMessage(std::string_view name);
+
+/// Parses `name=value` items (the pass option, the CLI) into knobs of `schedule`, checking names and ranges;
+/// the error names the item and the accepted names or values.
+mlir::FailureOr<Knobs> parseKnobs(const Schedule &schedule, const std::vector<std::string> &items, std::string &error);
+/// Checks knob names and ranges against `schedule`'s options.
+std::string checkKnobs(const Schedule &schedule, const Knobs &knobs);
+/// `items` form of `knobs` for tile-apply-schedule's `options`, e.g. "block-m=64,warps=4".
+std::string printKnobs(const Knobs &knobs);
+
+/// Adds `request`'s schedule's pipeline to `pm`; an unknown schedule or bad knobs come back in `error`.
+mlir::LogicalResult buildPipeline(mlir::OpPassManager &pm, const Request &request, std::string &error);
+
+/// The tile shape of a scheduled program (its `#tile.schedule` and head dims), as targets see it. The attribute's
+/// verifier bounds every number, so the narrowing to int is exact.
+codegen::KernelShape kernelShapeOf(tile::FuncOp func);
+
+} // namespace flashtile::schedule
+
+#endif // FLASHTILE_PASSES_TRANSFORMS_SCHEDULEREGISTRY_H

@@ -1,0 +1,17 @@
+//===- Registry.cpp - the built-in schedules ------------------------------===//
+//
+// One line per schedule: adding a schedule is a folder schedules/<name>/ plus its line here.
+//===----------------------------------------------------------------------===//
+#include "schedules/Registry.h"
+#include "schedules/fa2/Fa2Register.h"
+
+#include <mutex>
+
+namespace flashtile::schedule {
+
+void registerBuiltinSchedules() {
+  static std::once_flag once;
+  std::call_once(once, [] { fa2::registerSchedule(); });
+}
+
+} // namespace flashtile::schedule

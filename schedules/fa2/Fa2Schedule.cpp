@@ -1,0 +1,138 @@
+//===- Fa2Schedule.cpp - the FA2 schedule as a plug-in --------------------===//
+//
+// FA2 (Dao, 2023) registered with the schedule registry: its knobs, its configuration of a program (defaults per
+// head dim, program traits and shape class: Fa2Config.cpp), its walk order and its pass pipeline.
+//===----------------------------------------------------------------------===//
+#include "schedules/fa2/Fa2Pipeline.h"
+#include "schedules/fa2/Fa2Register.h"
+
+#include "flashtile/runtime/KernelInfo.h"
+#include "passes/Transforms/Passes.h"
+
+#include "mlir/Transforms/Passes.h"
+
+namespace flashtile::fa2 {
+namespace {
+
+using namespace mlir;
+using namespace flashtile::tile;
+
+/// What the defaults depend on, read off the program.
+ProgramTraits traitsOf(FuncOp func) {
+  ProgramTraits traits;
+  traits.scoreMod = func.walk([](ScoreModOp) { return WalkResult::interrupt(); }).wasInterrupted();
+  for (KvRangeOp range : func.getBody().getOps<KvRangeOp>()) {
+    traits.headBoundary |= !range.lowerBoundIs(0);
+    traits.growingWalks |= range.getKind() == "may" && range.upperBoundFollowsRows();
+  }
+  return traits;
+}
+
+class Fa2Schedule final : public schedule::Schedule {
+public:
+  std::string_view name() const override { return kName; }
+  std::string_view summary() const override {
+    return "FlashAttention-2: split-Q thread blocks walk the K/V tiles last to first, deferred normalization, "
+           "cp.async double buffering (any arch, mma.sync)";
+  }
+  const std::vector<schedule::OptionSpec> &options() const override {
+    static const std::vector<schedule::OptionSpec> specs = {
+        {kBlockM, "query rows per thread block", 16, kMaxBlockM},
+        {kBlockN, "keys per K/V tile", 16, kMaxBlockN},
+        {kWarps, "warps per thread block; each owns block-m / warps query rows", 1, kMaxWarps},
+        {kStages, "K/V buffers: 1 as in FA2, 2 also runs Q·Kᵀ one tile ahead of the softmax", kMinStages, kMaxStages},
+        {kRescaleThreshold, "0: rescale acc every tile; N: only when a row max grows by more than N (log2)", 0,
+         kMaxRescaleThreshold},
+        {kMinBlocksPerSm, "registers capped so this many blocks fit an SM (0: no cap)", 0,
+         kMaxThreadsPerSm / kWarpSize},
+        {kLptGroupBlocks, "block order: 0 heaviest Q tile first per (batch, head); N across groups of >= N blocks", 0,
+         kMaxLptGroupBlocks},
+    };
+    return specs;
+  }
+
+  FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs,
+                                    std::string_view shapeClass) const override {
+    int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
+    ProgramTraits traits = traitsOf(func);
+    // The knobs set override the class's defaults; a class that ends up with the default class's configuration
+    // is that class (one kernel serves both).
+    auto configureFor = [&](bool shortSequences) {
+      Fa2Config config = Fa2Config::defaultsFor(headDim, headDimV, traits, shortSequences);
+      auto set = [&](const char *knob, int &field) {
+        if (auto it = knobs.find(knob); it != knobs.end())
+          field = static_cast<int>(it->second); // in range: the registry checked the option's bounds
+      };
+      set(kBlockM, config.blockM);
+      set(kBlockN, config.blockN);
+      set(kWarps, config.warps);
+      set(kStages, config.stages);
+      set(kRescaleThreshold, config.rescaleThreshold);
+      set(kMinBlocksPerSm, config.minBlocksPerSm);
+      set(kLptGroupBlocks, config.lptGroupBlocks);
+      return config;
+    };
+    Fa2Config config = configureFor(shapeClass == kShortShapeClass);
+    std::string_view effectiveClass = config == configureFor(false) ? kDefaultShapeClass : shapeClass;
+    if (auto error = config.validate(headDim, headDimV))
+      return func.emitOpError() << *error;
+    return ScheduleAttr::get(func.getContext(), kName, config.blockM, config.blockN, config.warps, config.stages,
+                             config.rescaleThreshold, config.minBlocksPerSm, config.lptGroupBlocks,
+                             llvm::StringRef(effectiveClass));
+  }
+
+  bool walkDescending() const override { return true; }
+
+  std::string targetFamilyFor(std::string_view) const override {
+    // mma.sync, ldmatrix and cp.async run on every architecture from sm_80 on.
+    return "sm80";
+  }
+
+  void buildPipeline(OpPassManager &pm, const schedule::Request &request) const override {
+    OpPassManager &func = pm.nest<FuncOp>();
+    func.addPass(createTileVerifyProgram());
+    func.addPass(createCanonicalizerPass());
+    TileApplyScheduleOptions apply;
+    apply.scheduleName = kName;
+    for (const auto &[knob, value] : request.knobs)
+      apply.knobs.push_back(knob + "=" + std::to_string(value));
+    apply.shapeClass = request.shapeClass;
+    func.addPass(createTileApplySchedule(apply));
+    func.addPass(createTileSplitBoundary());
+    func.addPass(createPipelinePass());
+    func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
+    func.addPass(createCanonicalizerPass());
+    func.addPass(createCSEPass());
+  }
+};
+
+} // namespace
+
+void registerSchedule() {
+  schedule::registerSchedule(std::make_unique<Fa2Schedule>());
+  registerPasses(); // tile-fa2-pipeline, for flashtile-opt
+}
+
+schedule::Request Fa2Options::request() const {
+  schedule::Request r;
+  r.schedule = kName;
+  r.arch = arch;
+  r.shapeClass = shapeClass;
+  for (auto [knob, value, unset] : {std::tuple{kBlockM, blockM, 0},
+                                    {kBlockN, blockN, 0},
+                                    {kWarps, warps, 0},
+                                    {kStages, stages, 0},
+                                    {kRescaleThreshold, rescaleThreshold, -1},
+                                    {kMinBlocksPerSm, minBlocksPerSm, -1},
+                                    {kLptGroupBlocks, lptGroupBlocks, -1}})
+    if (value != unset)
+      r.knobs[knob] = value;
+  return r;
+}
+
+void buildPipeline(OpPassManager &pm, const Fa2Options &options) {
+  static const Fa2Schedule fa2;
+  fa2.buildPipeline(pm, options.request());
+}
+
+} // namespace flashtile::fa2
