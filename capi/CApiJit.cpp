@@ -138,7 +138,7 @@ char *flashtile_compile_variant(const char *variant, const char *stage, int dtyp
     options.dtype = dtype == FLASHTILE_BF16 ? ElementType::BF16 : ElementType::F16;
     options.headDim = head_dim;
     options.headDimV = headDimV;
-    options.fa2.arch = archName;
+    options.schedule.arch = archName;
     StatusOr<jit::Stage> upTo = jit::parseStage(stageName);
     if (!upTo.ok())
       return upTo.status();
