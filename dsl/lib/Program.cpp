@@ -3,6 +3,7 @@
 #include "passes/IR/TileDialect.h"
 
 #include "mlir/IR/Verifier.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -39,6 +40,46 @@ Expr Sizes::keyOffset() const { return dim(seqlenQ, "key_offset"); }
 } // namespace dsl
 
 namespace {
+
+/// Puts a hook's ops in one order that depends only on what the hook computes: operands before users, the
+/// terminator's operands left to right, each operand's producers depth first. C++ leaves the evaluation order of
+/// an operator's operands to the compiler (GCC builds `a < b` right to left, Clang left to right) and the Python
+/// tracer evaluates left to right; without this, one variant would print, and hash, differently per front end.
+/// Ops the terminator does not reach keep their place, before the others.
+void orderHookBody(Block &block) {
+  Operation *terminator = block.getTerminator();
+  SmallVector<Operation *> order;
+  llvm::DenseSet<Operation *> placed;
+  // Depth-first over operands with an explicit stack (traced Python hooks can be deep): an op is placed once
+  // all its operands' producers in this block are.
+  SmallVector<std::pair<Operation *, unsigned>> stack;
+  auto producerInBlock = [&](Value v) -> Operation * {
+    Operation *def = v.getDefiningOp();
+    return def && def->getBlock() == &block && !placed.contains(def) ? def : nullptr;
+  };
+  for (Value root : terminator->getOperands()) {
+    if (Operation *op = producerInBlock(root))
+      stack.push_back({op, 0});
+    while (!stack.empty()) {
+      auto &[op, next] = stack.back();
+      if (placed.contains(op)) {
+        stack.pop_back();
+        continue;
+      }
+      if (next < op->getNumOperands()) {
+        Value operand = op->getOperand(next++);
+        if (Operation *producer = producerInBlock(operand))
+          stack.push_back({producer, 0});
+        continue;
+      }
+      placed.insert(op);
+      order.push_back(op);
+      stack.pop_back();
+    }
+  }
+  for (Operation *op : order)
+    op->moveBefore(terminator);
+}
 
 class ProgramBuilder {
 public:
@@ -207,6 +248,13 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
   }
   tile::StoreOp::create(b, loc, "o", fin.getO());
   tile::StoreOp::create(b, loc, "lse", fin.getLse());
+  func.walk([](Operation *op) {
+    if (isa<tile::ScoreModOp, tile::MaskOp, tile::KvRangeOp, tile::FinalizeOp>(op))
+      for (Region &region : op->getRegions())
+        for (Block &block : region)
+          if (!block.empty() && block.back().hasTrait<OpTrait::IsTerminator>())
+            orderHookBody(block);
+  });
   if (failed(verify(*module)))
     return failure();
   return module;

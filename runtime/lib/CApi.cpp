@@ -1,15 +1,12 @@
 // CApi.cpp — the C ABI over flashtile::Runtime: no exception or C++ type crosses it.
 #include "flashtile/runtime/CApi.h"
 
+#include "CApiInternal.h"
 #include "flashtile/runtime/Runtime.h"
 #include "flashtile/runtime/Version.h"
 
 #include <exception>
 #include <string>
-
-struct flashtile_runtime {
-  flashtile::Runtime runtime;
-};
 
 namespace {
 thread_local std::string lastError;
@@ -46,6 +43,8 @@ template <typename Fn> int guarded(Fn &&fn) {
   return -1;
 }
 } // namespace
+
+void flashtile::capi::setLastError(std::string message) { lastError = std::move(message); }
 
 extern "C" {
 

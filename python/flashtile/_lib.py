@@ -1,0 +1,178 @@
+"""Loading libflashtile_jit.so (the C ABI with the compiler inside) and calling it through ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import os
+import threading
+from typing import Optional
+
+_LIBRARY_NAME = "libflashtile_jit.so"
+
+
+class FlashtileError(RuntimeError):
+    """An error the library reported (its message names the argument or the failing step)."""
+
+
+def library_path() -> str:
+    """FLASHTILE_LIBRARY if set, else the library installed inside the package."""
+    override = os.environ.get("FLASHTILE_LIBRARY")
+    if override:
+        return override
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", _LIBRARY_NAME)
+
+
+def _nvrtc_in_toolkit() -> bool:
+    homes = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
+    for home in filter(None, homes):
+        if glob.glob(os.path.join(home, "lib64", "libnvrtc.so*")):
+            return True
+    return bool(ctypes.util.find_library("nvrtc"))
+
+
+def _preload_pip_nvrtc() -> Optional[str]:
+    """Without a CUDA toolkit, NVRTC may come from the pip wheel PyTorch installs (nvidia-cuda-nvrtc). Loading it
+    globally here lets the library's dlopen("libnvrtc.so.N") find it by its soname."""
+    try:
+        import nvidia  # type: ignore  # namespace package of NVIDIA's pip wheels
+    except ImportError:
+        return None
+    candidates = []
+    for root in getattr(nvidia, "__path__", []):
+        for pattern in ("cuda_nvrtc/lib/libnvrtc.so.*", "cu*/lib/libnvrtc.so.*"):
+            candidates += [p for p in glob.glob(os.path.join(root, pattern)) if "builtins" not in p]
+    for path in sorted(candidates, reverse=True):  # newest major version first
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            return path
+        except OSError:
+            continue
+    return None
+
+
+class VariantArgs(ctypes.Structure):
+    """flashtile_variant_args (CApi.h)."""
+
+    _fields_ = [
+        ("params", ctypes.POINTER(ctypes.c_float)),
+        ("num_params", ctypes.c_int),
+        ("inputs", ctypes.POINTER(ctypes.c_void_p)),
+        ("num_inputs", ctypes.c_int),
+    ]
+
+
+class _Library:
+    def __init__(self, path: str):
+        if not os.path.exists(path):
+            raise FlashtileError(
+                f"flashtile's library is missing at {path}; reinstall the package (pip install .) or set "
+                "FLASHTILE_LIBRARY to a built libflashtile_jit.so"
+            )
+        self.path = path
+        lib = ctypes.CDLL(path)
+        c_int, c_float, c_char_p, c_void_p = ctypes.c_int, ctypes.c_float, ctypes.c_char_p, ctypes.c_void_p
+        ll_p = ctypes.POINTER(ctypes.c_longlong)
+        lib.flashtile_create.restype = c_void_p
+        lib.flashtile_create.argtypes = []
+        lib.flashtile_destroy.argtypes = [c_void_p]
+        lib.flashtile_enable_jit.argtypes = [c_void_p]
+        lib.flashtile_load_aot.argtypes = [c_void_p, c_char_p]
+        lib.flashtile_last_error.restype = c_char_p
+        lib.flashtile_version.restype = c_char_p
+        for name in ("flashtile_register_variant", "flashtile_variant_id"):
+            getattr(lib, name).restype = c_void_p
+            getattr(lib, name).argtypes = [c_char_p]
+        lib.flashtile_compile_variant.restype = c_void_p
+        lib.flashtile_compile_variant.argtypes = [c_char_p, c_char_p, c_int, c_int, c_int, c_char_p]
+        lib.flashtile_builtin_variants.restype = c_void_p
+        lib.flashtile_string_free.argtypes = [c_void_p]
+        lib.flashtile_forward_variant.restype = c_int
+        lib.flashtile_forward_variant.argtypes = (
+            [c_void_p] * 6 + [c_int] * 8 + [ll_p] * 4 + [c_float, c_char_p, c_void_p, c_void_p]
+        )
+        lib.flashtile_forward_varlen_variant.restype = c_int
+        lib.flashtile_forward_varlen_variant.argtypes = (
+            [c_void_p] * 8 + [c_int] * 10 + [ll_p] * 4 + [c_float, c_char_p, c_void_p, c_void_p]
+        )
+        self.lib = lib
+        self._runtime = None
+        self._lock = threading.Lock()
+
+    def error(self, what: str) -> FlashtileError:
+        message = self.lib.flashtile_last_error()
+        return FlashtileError(f"{what}: {message.decode(errors='replace') if message else 'unknown error'}")
+
+    def string(self, pointer, what: str) -> str:
+        if not pointer:
+            raise self.error(what)
+        try:
+            return ctypes.string_at(pointer).decode()
+        finally:
+            self.lib.flashtile_string_free(pointer)
+
+    def runtime(self) -> int:
+        """The process's runtime, with the JIT enabled (created on first use)."""
+        if self._runtime is None:
+            with self._lock:
+                if self._runtime is None:
+                    if not _nvrtc_in_toolkit():
+                        _preload_pip_nvrtc()
+                    rt = self.lib.flashtile_create()
+                    if not rt:
+                        raise self.error("creating the runtime")
+                    if self.lib.flashtile_enable_jit(rt) != 0:
+                        raise self.error("enabling the JIT")
+                    aot = os.environ.get("FLASHTILE_AOT_DIR")
+                    if aot and self.lib.flashtile_load_aot(rt, aot.encode()) != 0:
+                        raise self.error(f"loading the ahead-of-time kernels of FLASHTILE_AOT_DIR={aot}")
+                    self._runtime = rt
+        return self._runtime
+
+
+_library: Optional[_Library] = None
+_library_lock = threading.Lock()
+
+
+def library() -> _Library:
+    global _library
+    if _library is None:
+        with _library_lock:
+            if _library is None:
+                _library = _Library(library_path())
+    return _library
+
+
+def version() -> str:
+    return library().lib.flashtile_version().decode()
+
+
+def builtin_variants() -> list:
+    lib = library()
+    return lib.string(lib.lib.flashtile_builtin_variants(), "listing the built-in variants").split(",")
+
+
+def variant_id(variant: str) -> str:
+    """The id of a built-in name or a JSON description (name#hash of its IR)."""
+    lib = library()
+    return lib.string(lib.lib.flashtile_variant_id(variant.encode()), "computing the variant's id")
+
+
+def register_variant(description: str) -> str:
+    lib = library()
+    return lib.string(lib.lib.flashtile_register_variant(description.encode()), "registering the variant")
+
+
+_DTYPES = {"f16": 0, "fp16": 0, "float16": 0, "bf16": 1, "bfloat16": 1}
+
+
+def compile_variant(variant: str, stage: str = "tile", dtype: str = "bf16", head_dim: int = 128,
+                    head_dim_v: int = 0, arch: str = "sm_90a") -> str:
+    """The tile IR ("tile"), scheduled IR ("scheduled") or CUDA ("cuda") of a built-in name or a description."""
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype: {dtype!r} is not one of bf16, f16")
+    lib = library()
+    pointer = lib.lib.flashtile_compile_variant(variant.encode(), stage.encode(), _DTYPES[dtype], int(head_dim),
+                                                int(head_dim_v), arch.encode())
+    return lib.string(pointer, f"compiling to {stage}")

@@ -1,0 +1,501 @@
+"""Attention on torch tensors: flash-attn 2.x's calls, flashtile's variants, and the torch.library custom op."""
+
+import contextlib
+import ctypes
+import math
+import operator
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from . import _lib
+from . import variants as _variants
+from .variant import Variant, both
+
+SUPPORTED_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
+SUPPORTED_HEAD_DIM_PAIRS = ((192, 128),)
+_SUPPORTED_HEAD_DIM_SET = frozenset(SUPPORTED_HEAD_DIMS)
+_DTYPE_CODES = {torch.float16: 0, torch.bfloat16: 1}
+_INPUT_DTYPES = {"f32": torch.float32, "i32": torch.int32}
+_BUILTINS = set(_variants.names())
+_LongLong4 = ctypes.c_longlong * 4
+_LongLong3 = ctypes.c_longlong * 3
+
+VariantLike = Union[str, Variant]
+
+
+# Variants -------------------------------------------------------------------------------------------------------
+
+class _Resolved:
+    """A variant as calls pass it to the library: its id, and its declaration for checking numbers and inputs."""
+
+    __slots__ = ("id", "id_bytes", "decl", "param_names")
+
+    def __init__(self, id_: str, decl: Variant):
+        self.id, self.id_bytes, self.decl = id_, id_.encode(), decl
+        self.param_names = tuple(decl.param_names)
+
+
+_builtin_cache: Dict[str, _Resolved] = {}
+
+
+def resolve_variant(variant: VariantLike) -> _Resolved:
+    """A built-in name, or a Variant (registered with the compiler on first use)."""
+    if isinstance(variant, Variant):
+        resolved = getattr(variant, "_resolved", None)
+        if resolved is None or resolved.id != variant.id:
+            resolved = _Resolved(variant.id, variant)
+            variant._resolved = resolved
+        return resolved
+    if isinstance(variant, str):
+        resolved = _builtin_cache.get(variant)
+        if resolved is None:
+            if variant not in _BUILTINS:
+                raise ValueError(f"variant: unknown built-in {variant!r}; built in: {', '.join(sorted(_BUILTINS))}, "
+                                 "or pass a flashtile.Variant")
+            resolved = _builtin_cache[variant] = _Resolved(variant, _variants.by_name(variant))
+        return resolved
+    raise TypeError(f"variant: expected a built-in name or a flashtile.Variant, got {type(variant).__name__}")
+
+
+_combined_cache: Dict[tuple, _Resolved] = {}
+
+
+def _flash_attn_variant(causal: bool, window: Tuple[int, int], softcap: float, alibi: Optional[torch.Tensor],
+                        seqlen_k: int) -> Tuple[_Resolved, Dict[str, float]]:
+    """The variant and numbers for flash-attn's flags, normalized as flash-attn does: causal is the window
+    (-1, 0); a side at least seqlen_k long is unbounded."""
+    left, right = window
+    if causal:
+        right = 0
+    if left >= seqlen_k:
+        left = -1
+    if right >= seqlen_k:
+        right = -1
+    is_causal = left < 0 and right == 0
+    windowed = not is_causal and (left >= 0 or right >= 0)
+    mask = "causal" if is_causal else ("window_causal" if windowed and right == 0 else "window" if windowed else None)
+    alibi_kind = None if alibi is None else ("alibi_per_batch" if alibi.dim() == 2 else "alibi")
+    key = (softcap > 0, alibi_kind, mask)
+    resolved = _combined_cache.get(key)
+    if resolved is None:
+        # Parts in flash-attn's order: softcap on the scores, then the ALiBi bias, then the mask.
+        parts = []
+        if softcap > 0:
+            parts.append(_variants.softcap())
+        if alibi_kind:
+            parts.append(_variants.alibi(alibi_kind == "alibi_per_batch"))
+        if mask == "causal":
+            parts.append(_variants.causal())
+        elif mask == "window":
+            parts.append(_variants.sliding_window())
+        elif mask == "window_causal":
+            # sliding_window_causal is both(window(left, -1), causal): the same keys as window (left, 0).
+            parts.append(_variants.sliding_window_causal())
+        if not parts:
+            combined = _variants.full()
+        else:
+            combined = parts[0]
+            for part in parts[1:]:
+                combined = both(combined, part, f"{combined.name}_{part.name}")
+        # Built-ins are composed the same way and keep their names (and their ahead-of-time kernels).
+        resolved = resolve_variant(combined.name if combined.name in _BUILTINS else combined)
+        _combined_cache[key] = resolved
+    values = {"cap": softcap, "left": left, "right": -1 if mask == "window_causal" else right}
+    return resolved, values
+
+
+# Argument checks ----------------------------------------------------------------------------------------------
+
+def _check_tensor(name: str, t, dims: int, layout: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != dims:
+        raise ValueError(f"{name} must have {dims} dimensions {layout}, got shape {tuple(t.shape)}")
+    if t.dtype not in _DTYPE_CODES:
+        raise ValueError(f"{name} must be torch.float16 or torch.bfloat16, got {t.dtype}")
+    if not t.is_cuda:
+        raise ValueError(f"{name} must be a CUDA tensor, got device {t.device}")
+    return t
+
+
+def _kernel_ready(t: torch.Tensor) -> torch.Tensor:
+    """A layout kernels read: contiguous last dim, other strides multiples of 8 elements (16-byte loads). The
+    address is checked in _launch (data_ptr() cannot be traced by torch.compile)."""
+    strides = t.stride()
+    if strides[-1] != 1:
+        return t.contiguous()
+    for stride in strides[:-1]:
+        if stride % 8:
+            return t.contiguous()
+    return t
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """`t` at a 16-byte aligned address (a view at an odd offset is copied; PyTorch's allocations are aligned)."""
+    return t.clone() if t.data_ptr() % 16 else t
+
+
+def _head_dims(d: int, dv: int) -> Tuple[int, int]:
+    """The head dims kernels run: (d, dv) when supported, else both padded to the next supported size."""
+    if (d == dv and d in _SUPPORTED_HEAD_DIM_SET) or (d, dv) in SUPPORTED_HEAD_DIM_PAIRS:
+        return d, dv
+    if d != dv:
+        raise ValueError(f"head dims: q/k have {d} and v {dv}; they must be equal, or 192/128")
+    if d <= 0 or d > 256:
+        raise ValueError(f"head dim: {d} is not supported; accepted: 1-256 (run as {SUPPORTED_HEAD_DIMS}, "
+                         "smaller ones zero-padded)")
+    padded = next(h for h in SUPPORTED_HEAD_DIMS if h >= d)
+    return padded, padded
+
+
+def _pad_last(t: torch.Tensor, size: int) -> torch.Tensor:
+    return t if t.shape[-1] == size else torch.nn.functional.pad(t, (0, size - t.shape[-1]))
+
+
+def _check_inputs(decl: Variant, inputs, device, counts: Dict[str, int]) -> List[torch.Tensor]:
+    """The call's input arrays in declaration order, checked: CUDA tensors on `device` of the declared dtype;
+    for built-ins also the element count (`counts`)."""
+    declared = decl.inputs
+    if inputs is None:
+        inputs = {}
+    if isinstance(inputs, dict):
+        unknown = sorted(set(inputs) - set(declared))
+        if unknown:
+            raise ValueError(f"inputs: variant '{decl.name}' has no input(s) {', '.join(unknown)}; declared: "
+                             f"{', '.join(declared) or 'none'}")
+        missing = [n for n in declared if n not in inputs]
+        if missing:
+            raise ValueError(f"inputs: variant '{decl.name}' reads {', '.join(missing)}; pass them")
+        ordered = [inputs[n] for n in declared]
+    else:
+        ordered = list(inputs)
+        if len(ordered) != len(declared):
+            raise ValueError(f"inputs: variant '{decl.name}' takes {len(declared)} array(s) "
+                             f"({', '.join(declared) or 'none'}), got {len(ordered)}")
+    out = []
+    for (name, kind), t in zip(declared.items(), ordered):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"inputs['{name}'] must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != _INPUT_DTYPES[kind]:
+            raise ValueError(f"inputs['{name}'] must be {_INPUT_DTYPES[kind]}, got {t.dtype}")
+        if t.device != device:
+            raise ValueError(f"inputs['{name}'] must be on {device} (with q), got {t.device}")
+        if name in counts and t.numel() != counts[name]:
+            raise ValueError(f"inputs['{name}'] has {t.numel()} elements; variant '{decl.name}' reads "
+                             f"{counts[name]} here")
+        out.append(t.contiguous())
+    return out
+
+
+def _builtin_input_counts(name: str, batch: int, heads_q: int, keys: int) -> Dict[str, int]:
+    """What the built-in variants read (examples/variants/Variants.h); keys: B·Sk dense, total_k varlen."""
+    base = name.split("#")[0]
+    if base.startswith("alibi_per_batch"):
+        return {"slopes": batch * heads_q}
+    counts = {}
+    if "alibi" in base:
+        counts["slopes"] = heads_q
+    if base.startswith("sinks"):
+        counts["sinks"] = heads_q
+    if base == "document_mask":
+        counts["doc_start"] = keys
+    return counts
+
+
+# The launch -----------------------------------------------------------------------------------------------------
+
+_library = None
+_runtime = None
+
+
+def _first_library():
+    global _library
+    _library = _lib.library()
+    return _library
+
+
+def _first_runtime():
+    global _runtime
+    _runtime = (_library or _first_library()).runtime()
+    return _runtime
+
+
+# The raw handle of a device's current stream: PyTorch's own accessor (what Triton's launcher uses) where present,
+# as it costs a fraction of building a torch.cuda.Stream object on every call.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream(index: int) -> int:
+    if _raw_stream is not None:
+        return _raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
+            variant_id: bytes, params: Sequence[float], inputs: Sequence[torch.Tensor]):
+    """Allocates O and LSE and launches on the current stream of q's device. Inputs are checked already."""
+    lib = _library or _first_library()
+    runtime = _runtime or _first_runtime()
+    varlen = cu_seqlens_q is not None
+    dv = v.shape[-1]
+    out = torch.empty(q.shape[:-1] + (dv,), dtype=q.dtype, device=q.device)
+    if varlen:
+        lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
+    else:
+        lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    if q.numel() == 0 or out.numel() == 0:
+        return out, lse
+    q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    if (q_ptr | k_ptr | v_ptr) % 16:
+        q, k, v = _aligned(q), _aligned(k), _aligned(v)
+        q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    # No keys (seqlen_k or total_k 0): the kernel reads none, but the runtime wants device pointers.
+    if not k_ptr:
+        k_ptr = q_ptr
+    if not v_ptr:
+        v_ptr = q_ptr
+    vargs = None
+    if params or inputs:
+        param_array = (ctypes.c_float * len(params))(*params)
+        input_array = (ctypes.c_void_p * len(inputs))(*[t.data_ptr() for t in inputs])
+        vargs = ctypes.byref(_lib.VariantArgs(param_array, len(params), input_array, len(inputs)))
+    index = q.get_device()
+    stream = _current_stream(index)
+    dtype = _DTYPE_CODES[q.dtype]
+    # The runtime launches on the calling thread's current device: make it q's (a context switch only when needed).
+    switch = index != torch.cuda.current_device()
+    with torch.cuda.device(index) if switch else contextlib.nullcontext():
+        if varlen:
+            rc = lib.lib.flashtile_forward_varlen_variant(
+                runtime, q_ptr, k_ptr, v_ptr, out.data_ptr(), lse.data_ptr(),
+                cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), dtype, cu_seqlens_q.shape[0] - 1, q.shape[0],
+                k.shape[0], max_seqlen_q, max_seqlen_k, q.shape[1], k.shape[1], q.shape[2], dv,
+                _LongLong3(*q.stride()), _LongLong3(*k.stride()), _LongLong3(*v.stride()), _LongLong3(*out.stride()),
+                softmax_scale, variant_id, vargs, stream)
+        else:
+            rc = lib.lib.flashtile_forward_variant(
+                runtime, q_ptr, k_ptr, v_ptr, out.data_ptr(), lse.data_ptr(), dtype,
+                q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], dv,
+                _LongLong4(*q.stride()), _LongLong4(*k.stride()), _LongLong4(*v.stride()), _LongLong4(*out.stride()),
+                softmax_scale, variant_id, vargs, stream)
+    if rc != 0:
+        raise lib.error("flashtile forward")
+    return out, lse
+
+
+@torch.library.custom_op("flashtile::fwd", mutates_args=(), device_types="cuda")
+def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
+            cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
+            variant: str, params: List[float], inputs: List[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Attention forward: (O, LSE). Dense: q (B, Sq, Hq, D), LSE (B, Hq, Sq); varlen: q (total_q, Hq, D),
+    LSE (Hq, total_q). `variant` is a built-in name or a registered id; arguments are checked by the callers."""
+    return _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, variant.encode(),
+                   params, inputs)
+
+
+@_fwd_op.register_fake
+def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, variant, params,
+              inputs):
+    out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
+    if cu_seqlens_q is not None:
+        lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    else:
+        lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+    return out, lse
+
+
+def _no_backward(ctx, grad_out, grad_lse):
+    raise NotImplementedError("flashtile: the attention backward pass is not implemented yet; flashtile computes "
+                              "the forward only (call it under torch.no_grad() or on tensors without requires_grad)")
+
+
+_fwd_op.register_autograd(_no_backward, setup_context=lambda ctx, inputs, output: None)
+
+
+def _run(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved: _Resolved, params, inputs):
+    # The custom op under torch.compile (no graph break) and when autograd must see the call (so backward
+    # raises instead of silently giving no gradient); the direct call otherwise, for the shortest eager path.
+    needs_op = torch.compiler.is_compiling() or (
+        torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+    if needs_op:
+        return torch.ops.flashtile.fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id, params, inputs)
+    return _launch(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id_bytes, params, inputs)
+
+
+# Public calls ---------------------------------------------------------------------------------------------------
+
+def _check_common(q, k, v, dropout_p, softmax_scale, return_attn_probs) -> None:
+    if q.dtype != k.dtype or q.dtype != v.dtype:
+        raise ValueError(f"q, k, v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if dropout_p != 0.0:
+        raise NotImplementedError(f"dropout_p={dropout_p}: flashtile has no dropout yet; pass dropout_p=0.0 "
+                                  "(flash-attn's evaluation setting)")
+    if softmax_scale is not None and (not math.isfinite(float(softmax_scale)) or float(softmax_scale) == 0.0):
+        # 0 would reach the kernels as "the default scale" (the C ABI's convention), not as uniform attention.
+        raise ValueError(f"softmax_scale must be finite and non-zero, or None (1/sqrt(headdim)), got {softmax_scale}")
+
+
+def _scale(softmax_scale, head_dim: int) -> float:
+    return float(softmax_scale) if softmax_scale is not None else head_dim ** -0.5
+
+
+def _check_flags(window_size, softcap, alibi_slopes, batch, heads_q, device):
+    # No try/except or generator here: torch.compile traces this function (fullgraph). Integers come as Python,
+    # NumPy or 0-d tensor values (flash-attn's tests pass torch.randint(0, seqlen_k, (2,))).
+    if not hasattr(window_size, "__len__") or len(window_size) != 2 or not hasattr(window_size[0], "__index__") or not hasattr(window_size[1], "__index__"):
+        raise ValueError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+    left, right = operator.index(window_size[0]), operator.index(window_size[1])
+    if left < -1 or right < -1:
+        raise ValueError(f"window_size: sizes must be >= -1 (-1: unbounded), got ({left}, {right})")
+    if not math.isfinite(float(softcap)) or softcap < 0:
+        raise ValueError(f"softcap must be >= 0 and finite (0: off), got {softcap}")
+    if alibi_slopes is not None:
+        if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32:
+            raise ValueError("alibi_slopes must be a torch.float32 tensor of shape (nheads,) or (batch, nheads)")
+        if tuple(alibi_slopes.shape) not in ((heads_q,), (batch, heads_q)):
+            raise ValueError(f"alibi_slopes must have shape ({heads_q},) or ({batch}, {heads_q}), got "
+                             f"{tuple(alibi_slopes.shape)}")
+        if alibi_slopes.device != device:
+            raise ValueError(f"alibi_slopes must be on {device} (with q), got {alibi_slopes.device}")
+    return left, right
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash-attn 2.x's flash_attn_func, forward only.
+
+    q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads % nheads_k == 0
+    (GQA/MQA). Causal and windows align to the bottom-right corner. Returns out (batch, seqlen_q, nheads, headdim),
+    or with return_attn_probs=True (out, softmax_lse (batch, nheads, seqlen_q) fp32, None) as flash-attn does
+    without dropout. dropout_p > 0 and the backward pass raise NotImplementedError; `deterministic` only concerns
+    the backward pass.
+    """
+    q = _check_tensor("q", q, 4, "(batch, seqlen_q, nheads, headdim)")
+    k = _check_tensor("k", k, 4, "(batch, seqlen_k, nheads_k, headdim)")
+    v = _check_tensor("v", v, 4, "(batch, seqlen_k, nheads_k, headdim_v)")
+    _check_common(q, k, v, dropout_p, softmax_scale, return_attn_probs)
+    batch, seqlen_q, heads_q, d = q.shape
+    k_batch, seqlen_k, heads_kv, k_d = k.shape
+    v_batch, v_seqlen, v_heads, dv = v.shape
+    if k_batch != batch or v_batch != batch:
+        raise ValueError(f"k and v must have batch {batch} (q's), got {k_batch} and {v_batch}")
+    if v_seqlen != seqlen_k or v_heads != heads_kv or k_d != d:
+        raise ValueError(f"k must be (batch, seqlen_k, nheads_k, {d}) and v (batch, seqlen_k, nheads_k, headdim_v); "
+                         f"got k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if heads_kv == 0 or heads_q % heads_kv:
+        raise ValueError(f"nheads ({heads_q}) must be a multiple of nheads_k ({heads_kv})")
+    if alibi_slopes is None and not softcap and window_size == (-1, -1):  # the common call: no flags to check
+        window = window_size
+    else:
+        window = _check_flags(window_size, softcap, alibi_slopes, batch, heads_q, q.device)
+    resolved, values = _flash_attn_variant(bool(causal), window, float(softcap), alibi_slopes, seqlen_k)
+    params = [float(values[n]) for n in resolved.param_names]
+    inputs = [] if alibi_slopes is None else [alibi_slopes.contiguous()]
+    pd, pdv = _head_dims(d, dv)
+    scale = float(softmax_scale) if softmax_scale is not None else d ** -0.5
+    if pd != d:
+        q, k = _pad_last(q, pd), _pad_last(k, pd)
+    if pdv != dv:
+        v = _pad_last(v, pdv)
+    out, lse = _run(_kernel_ready(q), _kernel_ready(k), _kernel_ready(v), None, None, 0, 0, scale, resolved, params,
+                    inputs)
+    if pdv != dv:
+        out = out[..., :dv]
+    return (out, lse, None) if return_attn_probs else out
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None):
+    """flash-attn 2.x's flash_attn_varlen_func, forward only.
+
+    q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim); cu_seqlens_q/k: int32 (batch + 1,) on q's
+    device; masks align to each sequence's own lengths. Returns out (total_q, nheads, headdim), or with
+    return_attn_probs=True (out, softmax_lse (nheads, total_q) fp32, None). block_table (paged KV) is not
+    supported yet.
+    """
+    q = _check_tensor("q", q, 3, "(total_q, nheads, headdim)")
+    k = _check_tensor("k", k, 3, "(total_k, nheads_k, headdim)")
+    v = _check_tensor("v", v, 3, "(total_k, nheads_k, headdim_v)")
+    _check_common(q, k, v, dropout_p, softmax_scale, return_attn_probs)
+    if block_table is not None:
+        raise NotImplementedError("block_table (paged KV cache) is not supported by flashtile yet")
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1 or cu.shape[0] < 1:
+            raise ValueError(f"{name} must be an int32 tensor of shape (batch + 1,)")
+        if cu.device != q.device:
+            raise ValueError(f"{name} must be on {q.device} (with q), got {cu.device}")
+    if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must both have batch + 1 entries, got "
+                         f"{cu_seqlens_q.shape[0]} and {cu_seqlens_k.shape[0]}")
+    max_seqlen_q, max_seqlen_k = int(max_seqlen_q), int(max_seqlen_k)
+    if max_seqlen_q < 0 or max_seqlen_k < 0:
+        raise ValueError(f"max_seqlen_q and max_seqlen_k must be >= 0, got {max_seqlen_q} and {max_seqlen_k}")
+    total_k, heads_kv, d = k.shape
+    heads_q, dv = q.shape[1], v.shape[2]
+    if q.shape[2] != d or tuple(v.shape[:2]) != (total_k, heads_kv):
+        raise ValueError(f"k must be (total_k, nheads_k, {q.shape[2]}) and v (total_k, nheads_k, headdim_v); got "
+                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if heads_kv == 0 or heads_q % heads_kv:
+        raise ValueError(f"nheads ({heads_q}) must be a multiple of nheads_k ({heads_kv})")
+    batch = cu_seqlens_q.shape[0] - 1
+    window = _check_flags(window_size, softcap, alibi_slopes, batch, heads_q, q.device)
+    resolved, values = _flash_attn_variant(bool(causal), window, float(softcap), alibi_slopes, max_seqlen_k)
+    params = [float(values[n]) for n in resolved.param_names]
+    inputs = [] if alibi_slopes is None else [alibi_slopes.contiguous()]
+    pd, pdv = _head_dims(d, dv)
+    scale = _scale(softmax_scale, d)
+    qp, kp, vp = (_kernel_ready(_pad_last(t, size)) for t, size in ((q, pd), (k, pd), (v, pdv)))
+    out, lse = _run(qp, kp, vp, cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), max_seqlen_q, max_seqlen_k,
+                    scale, resolved, params, inputs)
+    if pdv != dv:
+        out = out[..., :dv]
+    return (out, lse, None) if return_attn_probs else out
+
+
+def attention(q, k, v, variant: VariantLike = "none", *, params=None, inputs=None, softmax_scale=None,
+              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, return_lse=False):
+    """Attention with any variant: a built-in name ("causal", "sliding_window", ...) or a flashtile.Variant.
+
+    Layouts are flash_attn_func's (dense) or, with cu_seqlens_q/k, flash_attn_varlen_func's. `params`: the
+    variant's numbers by name (missing ones take the declared values) or in declaration order; `inputs`: its
+    arrays by name or in order (CUDA tensors of the declared dtype; the hooks' indices define their shapes).
+    Returns out, or (out, lse) with return_lse=True. A new Variant is compiled on first use and cached on disk.
+    """
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    dims = 3 if varlen else 4
+    q = _check_tensor("q", q, dims, "(total_q, nheads, headdim)" if varlen else "(batch, seqlen_q, nheads, headdim)")
+    k = _check_tensor("k", k, dims, "(total_k, nheads_k, headdim)" if varlen else "(batch, seqlen_k, nheads_k, headdim)")
+    v = _check_tensor("v", v, dims, "(total_k, nheads_k, headdim_v)" if varlen else "(batch, seqlen_k, nheads_k, headdim_v)")
+    _check_common(q, k, v, 0.0, softmax_scale, False)
+    if k.shape[-1] != q.shape[-1] or tuple(v.shape[:-1]) != tuple(k.shape[:-1]) or (
+            not varlen and k.shape[0] != q.shape[0]):
+        raise ValueError(f"shapes: k must match q's batch and head dim, and v k's rows and heads; got q "
+                         f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    resolved = resolve_variant(variant)
+    values = resolved.decl.check_params(params)
+    if varlen:
+        if cu_seqlens_q is None or cu_seqlens_k is None or max_seqlen_q is None or max_seqlen_k is None:
+            raise ValueError("varlen: pass cu_seqlens_q, cu_seqlens_k, max_seqlen_q and max_seqlen_k together")
+        for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+            if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1 or cu.device != q.device:
+                raise ValueError(f"{name} must be an int32 tensor of shape (batch + 1,) on {q.device}")
+        batch, keys, heads_q = cu_seqlens_q.shape[0] - 1, k.shape[0], q.shape[1]
+        cu_seqlens_q, cu_seqlens_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
+        max_q, max_k = int(max_seqlen_q), int(max_seqlen_k)
+    else:
+        batch, keys, heads_q = q.shape[0], k.shape[0] * k.shape[1], q.shape[2]
+        max_q = max_k = 0
+    counts = _builtin_input_counts(resolved.id, batch, heads_q, keys) if isinstance(variant, str) else {}
+    arrays = _check_inputs(resolved.decl, inputs, q.device, counts)
+    d, dv = q.shape[-1], v.shape[-1]
+    pd, pdv = _head_dims(d, dv)
+    qp, kp, vp = (_kernel_ready(_pad_last(t, size)) for t, size in ((q, pd), (k, pd), (v, pdv)))
+    out, lse = _run(qp, kp, vp, cu_seqlens_q, cu_seqlens_k, max_q, max_k, _scale(softmax_scale, d), resolved, values,
+                    arrays)
+    if pdv != dv:
+        out = out[..., :dv]
+    return (out, lse) if return_lse else out

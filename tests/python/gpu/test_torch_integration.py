@@ -1,0 +1,150 @@
+"""The package on a GPU: torch.compile without graph breaks, CUDA graph capture with no host synchronization,
+the custom op's registration (opcheck), user variants written in Python against PyTorch references, and the
+errors for what flashtile does not do yet."""
+
+import math
+
+import pytest
+import torch
+
+import flashtile
+from flashtile import dsl
+from reference import attention_ref, check_output
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def qkv(batch=2, seqlen_q=256, seqlen_k=256, heads=4, heads_k=2, d=64, dtype=torch.bfloat16):
+    torch.random.manual_seed(0)
+    make = lambda s, h: torch.randn(batch, s, h, d, device="cuda", dtype=dtype)  # noqa: E731
+    return make(seqlen_q, heads), make(seqlen_k, heads_k), make(seqlen_k, heads_k)
+
+
+def test_compile_fullgraph():
+    q, k, v = qkv()
+    slopes = torch.rand(4, device="cuda") * 0.3
+
+    def f(q, k, v, slopes):
+        a = flashtile.flash_attn_func(q, k, v, causal=True)
+        b = flashtile.flash_attn_func(q, k, v, window_size=(32, 8), softcap=20.0, alibi_slopes=slopes)
+        return a + b
+
+    expected = f(q, k, v, slopes)
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True)  # fullgraph: a graph break is an error
+    torch.testing.assert_close(compiled(q, k, v, slopes), expected, atol=0, rtol=0)
+
+
+def test_compile_user_variant():
+    variant = flashtile.variants.softcap(15.0)
+    variant.id  # registered before compiling: the call is then plain attribute reads
+    q, k, v = qkv()
+
+    def f(q, k, v):
+        return flashtile.attention(q, k, v, variant, params={"cap": 15.0})
+
+    expected = f(q, k, v)
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(f, fullgraph=True)(q, k, v), expected, atol=0, rtol=0)
+
+
+def test_cuda_graph_capture_and_replay():
+    q, k, v = qkv(seqlen_q=512, seqlen_k=512)
+    static_q, static_k, static_v = q.clone(), k.clone(), v.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up: compiles and loads the kernel
+        flashtile.flash_attn_func(static_q, static_k, static_v, causal=True)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.set_sync_debug_mode("error")  # any synchronizing call inside raises
+    try:
+        with torch.cuda.graph(graph):
+            static_out = flashtile.flash_attn_func(static_q, static_k, static_v, causal=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for _ in range(2):
+        new_q = torch.randn_like(q)
+        static_q.copy_(new_q)
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = flashtile.flash_attn_func(new_q, static_k, static_v, causal=True)
+        torch.testing.assert_close(static_out, expected, atol=0, rtol=0)
+
+
+def test_current_stream_is_used():
+    q, k, v = qkv(seqlen_q=2048, seqlen_k=2048)
+    expected = flashtile.flash_attn_func(q, k, v, causal=True)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        out = flashtile.flash_attn_func(q, k, v, causal=True)
+    stream.synchronize()
+    torch.testing.assert_close(out, expected, atol=0, rtol=0)
+
+
+def test_opcheck():
+    q, k, v = qkv()
+    torch.library.opcheck(torch.ops.flashtile.fwd.default, (q, k, v, None, None, 0, 0, 0.125, "causal", [], []))
+
+
+def test_backward_is_a_clear_error():
+    q, k, v = (t.requires_grad_() for t in qkv())
+    out = flashtile.flash_attn_func(q, k, v)
+    with pytest.raises(NotImplementedError, match="backward pass is not implemented"):
+        out.sum().backward()
+
+
+def test_unsupported_arguments():
+    q, k, v = qkv()
+    with pytest.raises(NotImplementedError, match="dropout"):
+        flashtile.flash_attn_func(q, k, v, dropout_p=0.1)
+    with pytest.raises(ValueError, match="multiple of nheads_k"):
+        flashtile.flash_attn_func(q, k[:, :, :1].expand(-1, -1, 3, -1), v[:, :, :1].expand(-1, -1, 3, -1))
+
+
+def test_python_variant_relative_bias():
+    # A score modifier with a learned per-head bias over clamped distances, written in Python.
+    buckets = 64
+
+    def score(s, c, p):
+        distance = dsl.minimum(dsl.abs(c.q_aligned() - c.kv), c.kv.literal(buckets - 1))
+        return s + p.load("bias", c.h * buckets + distance) * p["gain"]
+
+    variant = flashtile.Variant("rel_bias_test").param("gain", 1.0).input("bias", "f32").score(score)
+    q, k, v = qkv(heads=4, heads_k=4)
+    bias = torch.randn(4, buckets, device="cuda") * 0.5
+    out, lse = flashtile.attention(q, k, v, variant, params={"gain": 0.5}, inputs={"bias": bias}, return_lse=True)
+    qf, kf, vf = q.float(), k.float(), v.float()
+    scores = torch.einsum("bthd,bshd->bhts", qf, kf) / math.sqrt(q.shape[-1])
+    row = torch.arange(q.shape[1], device="cuda")[:, None]
+    col = torch.arange(k.shape[1], device="cuda")[None, :]
+    distance = (row - col).abs().clamp(max=buckets - 1)
+    scores = scores + 0.5 * bias[:, distance][None]
+    ref = torch.einsum("bhts,bshd->bthd", torch.softmax(scores, -1), vf)
+    assert (out.float() - ref).abs().max().item() < 2e-2
+    torch.testing.assert_close(lse, torch.logsumexp(scores, -1), atol=1e-3, rtol=1e-4)
+
+
+def test_python_builtins_run_like_names():
+    q, k, v = qkv()
+    for name in ("causal", "sliding_window", "softcap_causal"):
+        variant = flashtile.variants.by_name(name)
+        by_name = flashtile.attention(q, k, v, name)
+        by_python = flashtile.attention(q, k, v, variant)
+        torch.testing.assert_close(by_python, by_name, atol=0, rtol=0)
+    out = flashtile.attention(q, k, v, "sliding_window", params={"left": 16, "right": 4})
+    check_output(out, q, k, v, window_size=(16, 4))
+
+
+def test_document_mask_and_sinks():
+    q, k, v = qkv(batch=1, seqlen_q=300, seqlen_k=300, heads=2, heads_k=2)
+    starts = torch.tensor([0] * 100 + [100] * 120 + [220] * 80, dtype=torch.int32, device="cuda")[None]
+    out = flashtile.attention(q, k, v, "document_mask", inputs={"doc_start": starts})
+    for lo, hi in ((0, 100), (100, 220), (220, 300)):
+        ref, _ = attention_ref(q[:, lo:hi], k[:, lo:hi], v[:, lo:hi], causal=True)
+        assert (out[:, lo:hi].float() - ref.float()).abs().max().item() < 2e-2
+    sinks = torch.randn(2, device="cuda")
+    out, lse = flashtile.attention(q, k, v, "sinks", inputs=[sinks], return_lse=True)
+    _, plain_lse = attention_ref(q, k, v)
+    torch.testing.assert_close(lse, torch.logaddexp(plain_lse, sinks[None, :, None]), atol=1e-3, rtol=1e-4)
