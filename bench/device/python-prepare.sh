@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # python-prepare.sh — on the build machine: the wheel for the GPU machine, in .device/python/ (git-ignored; about
-# 2 MB). Then run bench/device/python-check.sh there with carry [".device/python"].
+# 2 MB). Then run bench/device/python-check.sh there with .device/python/ copied there.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bash scripts/build.sh
