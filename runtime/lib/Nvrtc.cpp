@@ -206,6 +206,13 @@ private:
 
 } // namespace
 
+std::vector<std::string> flashtile::nvrtcSearchDirs() {
+  std::vector<std::string> dirs;
+  for (const fs::path &dir : searchDirs())
+    dirs.push_back(dir.string());
+  return dirs;
+}
+
 std::string flashtile::nvrtcLibraryPath() {
   return nvrtc().ok() ? loadedPath : "";
 }

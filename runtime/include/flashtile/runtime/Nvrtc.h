@@ -33,6 +33,10 @@ StatusOr<std::string> nvrtcVersion();
 /// The file NVRTC was loaded from (loading it if needed); empty when it could not be loaded.
 std::string nvrtcLibraryPath();
 
+/// The directories looked in after the loader's search path, in order, as the environment says now
+/// (FLASHTILE_NVRTC_PATH aside): what the error lists and `flashtile info` shows.
+std::vector<std::string> nvrtcSearchDirs();
+
 } // namespace flashtile
 
 #endif // FLASHTILE_RUNTIME_NVRTC_H
