@@ -108,6 +108,11 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
   result.cuda = std::move(emitted->source);
   result.info = std::move(emitted->info);
   result.info.variant = *id;
+  // The variant's rules travel with the kernel, so that the runtime checks its numbers without this compiler.
+  auto rules = variant.paramRules();
+  if (!rules.ok())
+    return rules.status();
+  result.info.paramRules = std::move(*rules);
   result.mlirSeconds = secondsSince(start);
   if (upTo == Stage::Cuda)
     return result;

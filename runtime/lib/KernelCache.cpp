@@ -5,17 +5,22 @@
 //   key text | KernelInfo::serialize() text | cubin | u64 FNV-1a of every preceding byte
 #include "flashtile/runtime/KernelCache.h"
 
+#include "RegularFile.h"
+#include "flashtile/runtime/Log.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <random>
 
@@ -106,45 +111,73 @@ std::optional<CachedKernel> decodeEntry(std::string_view bytes, const std::strin
   return CachedKernel{std::move(*info), std::string(bytes.substr(kHeaderBytes + lengths[0] + lengths[1], lengths[2]))};
 }
 
-std::optional<std::string> readFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return std::nullopt;
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad())
-    return std::nullopt;
-  return bytes;
+/// A temporary file older than this was left by a writer that died before its rename (a kill, a crash): every
+/// live writer renames within seconds of creating its file.
+constexpr auto kStaleTempAge = std::chrono::minutes(10);
+/// Larger than any entry (a cubin is a few MB at most); a bigger file is damage, never read whole.
+constexpr size_t kMaxEntryBytes = 256 * 1024 * 1024;
+
+/// Removes `.tmp-*` files in `dir` last modified more than kStaleTempAge ago. Other entries, and temporary files
+/// being written now, are left alone; errors are ignored (another process may be cleaning too).
+void removeStaleTempFiles(const std::string &dir) {
+  std::error_code error;
+  fs::directory_iterator entries(dir, error);
+  const auto now = fs::file_time_type::clock::now();
+  for (fs::directory_iterator end; !error && entries != end; entries.increment(error)) {
+    const fs::path &path = entries->path();
+    if (!path.filename().string().starts_with(kTempPrefix))
+      continue;
+    std::error_code statError;
+    if (!fs::is_regular_file(fs::symlink_status(path, statError)) || statError)
+      continue;
+    fs::file_time_type written = fs::last_write_time(path, statError);
+    if (!statError && now - written > kStaleTempAge)
+      unlink(path.c_str());
+  }
 }
 
 /// Writes `bytes` to a fresh temporary file in `path`'s directory and renames it over `path`, so readers in
 /// other processes see either the old entry or the whole new one. No fsync: an entry torn by a crash fails its
-/// checksum and is rebuilt, which is cheaper than syncing every write.
-bool writeFileAtomically(const std::string &path, const std::string &bytes) {
+/// checksum and is rebuilt, which is cheaper than syncing every write. What is at `path` is replaced whatever it
+/// is (rename replaces a FIFO or a symlink itself, never its target), except a non-empty directory: that is left
+/// alone and reported. The error says what failed and why.
+Status writeFileAtomically(const std::string &path, const std::string &bytes) {
   static std::atomic<uint64_t> counter{0};
   fs::path target(path);
   std::error_code error;
   fs::create_directories(target.parent_path(), error);
   if (error)
-    return false;
+    return Status::error("cannot create " + target.parent_path().string() + ": " + error.message());
+  struct stat existing {};
+  if (lstat(path.c_str(), &existing) == 0 && S_ISDIR(existing.st_mode) && rmdir(path.c_str()) != 0)
+    return Status::error(path + " is a directory that cannot be removed (" + std::strerror(errno) +
+                         "); the entry is not stored");
   std::string tempPath = (target.parent_path() / (std::string(kTempPrefix) + std::to_string(getpid()) + "-" +
                                                   std::to_string(counter++) + "-" + hex64(std::random_device()())))
                              .string();
   int fd = open(tempPath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0)
-    return false;
+    return Status::error("cannot create a file in " + target.parent_path().string() + ": " + std::strerror(errno));
   size_t written = 0;
+  int writeError = 0;
   while (written < bytes.size()) {
     ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
     if (n < 0 && errno == EINTR)
       continue;
-    if (n <= 0)
+    if (n <= 0) {
+      writeError = n < 0 ? errno : ENOSPC;
       break;
+    }
     written += static_cast<size_t>(n);
   }
-  bool ok = close(fd) == 0 && written == bytes.size() && std::rename(tempPath.c_str(), path.c_str()) == 0;
-  if (!ok)
-    unlink(tempPath.c_str());
-  return ok;
+  if (close(fd) != 0 && writeError == 0)
+    writeError = errno;
+  if (writeError == 0 && std::rename(tempPath.c_str(), path.c_str()) == 0)
+    return Status();
+  std::string why = writeError ? std::string("cannot write ") + tempPath + ": " + std::strerror(writeError)
+                               : "cannot rename a finished entry to " + path + ": " + std::strerror(errno);
+  unlink(tempPath.c_str());
+  return Status::error(why);
 }
 
 /// Marks an entry as just used, for the size cap's least-recently-used order (modification time: access times
@@ -283,13 +316,19 @@ KernelCache::Result KernelCache::load(const std::string &key, const Compile &com
   try {
     std::string path = entryPath(key);
     if (config.diskEnabled) {
-      if (std::optional<std::string> bytes = readFile(path)) {
+      FileProblem problem = FileProblem::None;
+      StatusOr<std::string> bytes = readRegularFile(path, kMaxEntryBytes, &problem);
+      if (bytes.ok()) {
         if (std::optional<CachedKernel> kernel = decodeEntry(*bytes, key)) {
           ++diskHits;
           touchEntry(path);
           return std::make_shared<const CachedKernel>(std::move(*kernel));
         }
         ++rejectedEntries;
+      } else if (problem != FileProblem::Missing) {
+        // A directory, FIFO, device or oversized file where an entry belongs: never read, rebuilt and replaced.
+        ++rejectedEntries;
+        logWarning("kernel cache: " + bytes.status().message() + "; the kernel is compiled again and the entry replaced");
       }
     }
 
@@ -302,10 +341,11 @@ KernelCache::Result KernelCache::load(const std::string &key, const Compile &com
     if (compiled->cubin.empty())
       return Status::error("the compiler returned an empty cubin for '" + key + "'");
 
-    if (config.diskEnabled && !writeFileAtomically(path, encodeEntry(key, *compiled)))
-      ++diskWriteFailures;
-    else if (config.diskEnabled && config.maxBytes)
-      (void)evictToFit(config.maxBytes); // best effort: a file another process removed first is no error
+    if (config.diskEnabled) {
+      store(path, encodeEntry(key, *compiled));
+      if (config.maxBytes)
+        (void)evictToFit(config.maxBytes); // best effort: a file another process removed first is no error
+    }
     return std::make_shared<const CachedKernel>(std::move(*compiled));
   } catch (const std::exception &e) {
     return Status::error("compiling '" + key + "' threw an exception: " + e.what());
@@ -386,4 +426,38 @@ StatusOr<uint64_t> KernelCache::evictToFit(uint64_t maxBytes) {
     ++removed;
   }
   return removed;
+}
+
+void KernelCache::store(const std::string &path, const std::string &bytes) {
+  if (!staleTempFilesRemoved.exchange(true))
+    removeStaleTempFiles(config.dir);
+  Status written = writeFileAtomically(path, bytes);
+  if (written.ok())
+    return;
+  ++diskWriteFailures;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    lastWriteError = written.message();
+  }
+  // Once per cache: every later miss fails the same way, and the kernels still work (compiled in memory).
+  if (!writeFailureReported.exchange(true))
+    logWarning("kernel cache: " + written.message() + "; kernels are compiled again in every process until " +
+               config.dir + " can be written (set FLASHTILE_CACHE_DIR elsewhere, or FLASHTILE_DISABLE_CACHE=1)");
+}
+
+std::string KernelCache::lastDiskWriteError() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return lastWriteError;
+}
+
+Status KernelCache::checkDiskWritable() const {
+  if (!config.diskEnabled)
+    return Status::error(config.dir.empty() ? "the disk cache is off (no FLASHTILE_CACHE_DIR and no HOME)"
+                                            : "the disk cache is off (FLASHTILE_DISABLE_CACHE)");
+  std::string probe = (fs::path(config.dir) / (std::string(kTempPrefix) + "probe-" + std::to_string(getpid()) + "-" +
+                                               hex64(std::random_device()())))
+                          .string();
+  Status written = writeFileAtomically(probe, std::string(kMagic));
+  unlink(probe.c_str());
+  return written.withContext("kernel cache " + config.dir);
 }

@@ -404,6 +404,9 @@ int runInfo() {
                                             : " (no cap: FLASHTILE_CACHE_MAX_MB)")
                           : usage.status().message());
   }
+  if (cacheOptions.diskEnabled)
+    if (Status writable = cache.checkDiskWritable(); !writable.ok())
+      fmt::print("           not writable: {} (kernels are compiled again in every process)\n", writable.message());
   if (!cacheOptions.warning.empty())
     fmt::print("           warning: {}\n", cacheOptions.warning);
 

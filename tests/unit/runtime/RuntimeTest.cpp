@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <fstream>
 
@@ -174,7 +175,96 @@ TEST(Runtime, AheadOfTimeErrorsNameTheFile) {
          writeAotKernel(dir, "k", test::fakeKernel());
          writeFile(dir / "k.cubin", "PTX text");
        },
-       {"k.cubin", "no ELF header"}},
+       {"k.cubin", "not an ELF image"}},
+      {"manifest is a directory",
+       [](const fs::path &dir) { fs::create_directory(dir / "k.manifest"); },
+       {"k.manifest: is a directory, not a regular file"}},
+      {"cubin is a directory",
+       [](const fs::path &dir) {
+         writeAotKernel(dir, "k", test::fakeKernel());
+         fs::remove(dir / "k.cubin");
+         fs::create_directory(dir / "k.cubin");
+       },
+       {"k.manifest: its cubin is missing or unreadable", "k.cubin: is a directory, not a regular file"}},
+      {"cubin is a FIFO",
+       [](const fs::path &dir) {
+         writeAotKernel(dir, "k", test::fakeKernel());
+         fs::remove(dir / "k.cubin");
+         ASSERT_EQ(mkfifo((dir / "k.cubin").c_str(), 0644), 0);
+       },
+       {"k.cubin: is a FIFO, not a regular file"}},
+      {"manifest is a FIFO",
+       [](const fs::path &dir) { ASSERT_EQ(mkfifo((dir / "k.manifest").c_str(), 0644), 0); },
+       {"k.manifest: is a FIFO, not a regular file"}},
+      {"cubin is a link to /dev/zero",
+       [](const fs::path &dir) {
+         writeAotKernel(dir, "k", test::fakeKernel());
+         fs::remove(dir / "k.cubin");
+         fs::create_symlink("/dev/zero", dir / "k.cubin");
+       },
+       {"k.cubin: is a character device, not a regular file"}},
+      {"sm_80 cubin under an sm_90a manifest",
+       [](const fs::path &dir) {
+         CachedKernel kernel = test::fakeKernel();
+         kernel.cubin = test::fakeCubin(80, {kernel.info.entry});
+         writeAotKernel(dir, "k", kernel);
+       },
+       {"k.cubin (for k.manifest): compiled for sm_80 (ELF e_flags), but its manifest says sm_90a"}},
+      {"truncated cubin",
+       [](const fs::path &dir) {
+         CachedKernel kernel = test::fakeKernel();
+         kernel.cubin.resize(kernel.cubin.size() / 2);
+         writeAotKernel(dir, "k", kernel);
+       },
+       {"k.cubin", "truncated"}},
+      {"ELF magic and garbage",
+       [](const fs::path &dir) {
+         CachedKernel kernel = test::fakeKernel();
+         kernel.cubin = "\x7f"
+                        "ELF" +
+                        std::string(4096, '\x5a');
+         writeAotKernel(dir, "k", kernel);
+       },
+       {"k.cubin", "not a 64-bit little-endian ELF image"}},
+      {"another kernel's cubin",
+       [](const fs::path &dir) {
+         CachedKernel kernel = test::fakeKernel("a");
+         kernel.cubin = test::fakeKernel("b").cubin;
+         writeAotKernel(dir, "k", kernel);
+       },
+       {"k.cubin", "defines no kernel 'flashtile_fwd_a' (the manifest's entry); its functions: flashtile_fwd_b"}},
+      {"entry naming no symbol",
+       [](const fs::path &dir) {
+         CachedKernel kernel = test::fakeKernel("a");
+         kernel.info.entry = "flashtile_missing";
+         writeAotKernel(dir, "k", kernel);
+       },
+       {"k.cubin", "defines no kernel 'flashtile_missing'"}},
+      {"blockM 1",
+       [](const fs::path &dir) {
+         CachedKernel kernel = test::fakeKernel();
+         writeAotKernel(dir, "k", kernel);
+         std::string text = kernel.info.serialize();
+         text.replace(text.find("blockM=128"), 10, "blockM=1");
+         writeFile(dir / "k.manifest", text);
+       },
+       {"k.manifest: field 'blockM': 1 is not a multiple of 16 in [16, 1024]"}},
+      {"smemBytes INT_MAX",
+       [](const fs::path &dir) {
+         CachedKernel kernel = test::fakeKernel();
+         writeAotKernel(dir, "k", kernel);
+         std::string text = kernel.info.serialize();
+         text.replace(text.find("smemBytes=65536"), 15, "smemBytes=2147483647");
+         writeFile(dir / "k.manifest", text);
+       },
+       {"k.manifest: field 'smemBytes': 2147483647 is not in [0, 232448]"}},
+      {"another compiler version",
+       [](const fs::path &dir) {
+         CachedKernel kernel = test::fakeKernel();
+         kernel.info.compilerVersion = "0.0.1+0123456789ab";
+         writeAotKernel(dir, "k", kernel);
+       },
+       {"k.manifest: written by flashtile 0.0.1+0123456789ab, but this runtime is "}},
       {"duplicate spec",
        [](const fs::path &dir) {
          writeAotKernel(dir, "a", test::fakeKernel("a"));

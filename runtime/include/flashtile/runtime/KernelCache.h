@@ -50,7 +50,7 @@ public:
     uint64_t memoryHits = 0;        // served from memory, including callers that waited for another's compile
     uint64_t diskHits = 0;          // loaded from a valid disk entry
     uint64_t misses = 0;            // calls of the compile function
-    uint64_t rejectedEntries = 0;   // disk entries that existed but failed a check and were rebuilt
+    uint64_t rejectedEntries = 0;   // disk entries that existed but failed a check (or were not regular files)
     uint64_t diskWriteFailures = 0; // entries that could not be stored (the kernel was still returned)
   };
 
@@ -66,6 +66,12 @@ public:
   StatusOr<std::shared_ptr<const CachedKernel>> getOrCompile(const std::string &key, const Compile &compile);
 
   Stats stats() const;
+  /// Why the last disk write failed ("cannot write ...: No space left on device"), or "" when none has. The first
+  /// failure is also reported once through the runtime's log (Log.h).
+  std::string lastDiskWriteError() const;
+  /// Whether an entry can be stored now: creates the directory if needed and writes, renames and removes a probe
+  /// file. The error names the directory and the reason (read-only, permissions, disk full, disk cache off).
+  Status checkDiskWritable() const;
   const Options &options() const { return config; }
   /// The file that holds (or would hold) `key`'s disk entry.
   std::string entryPath(const std::string &key) const;
@@ -94,12 +100,16 @@ public:
 private:
   using Result = StatusOr<std::shared_ptr<const CachedKernel>>;
   Result load(const std::string &key, const Compile &compile);
+  /// Writes one entry; on the first write, removes `.tmp-*` files that dead writers left behind.
+  void store(const std::string &path, const std::string &bytes);
 
   Options config;
   mutable std::mutex mutex;
   /// In-flight and finished lookups; failed ones are erased once their callers have the error.
   std::unordered_map<std::string, std::shared_future<Result>> entries;
   std::atomic<uint64_t> memoryHits{0}, diskHits{0}, misses{0}, rejectedEntries{0}, diskWriteFailures{0};
+  std::atomic<bool> staleTempFilesRemoved{false}, writeFailureReported{false};
+  std::string lastWriteError; // guarded by mutex
 };
 
 } // namespace flashtile
