@@ -19,7 +19,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
 #include <string>
 #include <vector>
 
@@ -317,10 +316,9 @@ int runCommand(RunOptions &opt, const std::string &seed) {
 
   const std::string headDims =
       std::to_string(opt.headDim) + (opt.headDimV != opt.headDim ? "/" + std::to_string(opt.headDimV) : "");
-  std::printf("flashtile %s: %s %s hd=%s B=%d Hq=%d Hkv=%d Sq=%d Sk=%d on %s, %s\n",
-              std::string(compilerVersion()).c_str(), opt.variant.c_str(), std::string(dtypeName(opt.dtype)).c_str(),
-              headDims.c_str(), opt.batch, opt.headsQ, opt.headsKv, opt.seqlenQ, opt.seqlenK, arch->c_str(),
-              kernels.c_str());
+  fmt::print("flashtile {}: {} {} hd={} B={} Hq={} Hkv={} Sq={} Sk={} on {}, {}\n", compilerVersion(), opt.variant,
+             dtypeName(opt.dtype), headDims, opt.batch, opt.headsQ, opt.headsKv, opt.seqlenQ, opt.seqlenK, *arch,
+             kernels);
   std::fflush(stdout);
 
   InputSets sets;
@@ -336,17 +334,17 @@ int runCommand(RunOptions &opt, const std::string &seed) {
     return fail(s);
   const double firstMs =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - firstStart).count();
-  std::printf("first call: %.1f ms (%s)\n", firstMs, kernelSource(before, runtime.cache().stats()).c_str());
+  fmt::print("first call: {:.1f} ms ({})\n", firstMs, kernelSource(before, runtime.cache().stats()));
 
   bool pass = false;
   StatusOr<reference::Comparison> compared = check(opt, *ref, sets);
   if (!compared.ok()) {
-    std::printf("check: not done: %s\n", compared.status().message().c_str());
+    fmt::print("check: not done: {}\n", compared.status().message());
   } else {
     pass = compared->pass();
-    std::printf("check: %s\n", compared->summary().c_str());
+    fmt::print("check: {}\n", compared->summary());
     for (const std::string &failure : compared->failures())
-      std::printf("  %s\n", failure.c_str());
+      fmt::print("  {}\n", failure);
   }
   std::fflush(stdout);
 
@@ -355,13 +353,12 @@ int runCommand(RunOptions &opt, const std::string &seed) {
     return fail(ms.status());
   const double medianMs = median(*ms);
   const double flops = forwardFlops(opt);
-  std::printf("time: median %.4f ms (min %.4f, max %.4f) over %d iterations after %d warm-up, %zu input set%s "
-              "rotated\n",
-              medianMs, double(*std::min_element(ms->begin(), ms->end())),
-              double(*std::max_element(ms->begin(), ms->end())), opt.iters, opt.warmup, sets.copies,
-              sets.copies == 1 ? "" : "s");
-  std::printf("throughput: %.1f TFLOP/s (%.4g FLOPs = 4*B*Hq*D*attended pairs)\n",
-              medianMs > 0 ? flops / (medianMs * 1e-3) / 1e12 : 0.0, flops);
+  fmt::print("time: median {:.4f} ms (min {:.4f}, max {:.4f}) over {} iterations after {} warm-up, {} input set{} "
+             "rotated\n",
+             medianMs, *std::min_element(ms->begin(), ms->end()), *std::max_element(ms->begin(), ms->end()), opt.iters,
+             opt.warmup, sets.copies, sets.copies == 1 ? "" : "s");
+  fmt::print("throughput: {:.1f} TFLOP/s ({:.4g} FLOPs = 2*B*Hq*(D+Dv)*attended pairs)\n",
+             medianMs > 0 ? flops / (medianMs * 1e-3) / 1e12 : 0.0, flops);
 
   // Warm dispatch: host time of forward() with the kernel cached (argument checks, lookup, launch enqueue).
   constexpr int kDispatchCalls = 200;
@@ -374,9 +371,9 @@ int runCommand(RunOptions &opt, const std::string &seed) {
       kDispatchCalls;
   if (Status s = reference::synchronize("flashtile forward"); !s.ok())
     return fail(s);
-  std::printf("dispatch: %.2f us per forward() on the host (warm cache, enqueue only, mean of %d)\n", dispatchUs,
-              kDispatchCalls);
-  std::printf("%s\n", pass ? "PASS" : "FAIL");
+  fmt::print("dispatch: {:.2f} us per forward() on the host (warm cache, enqueue only, mean of {})\n", dispatchUs,
+             kDispatchCalls);
+  fmt::print("{}\n", pass ? "PASS" : "FAIL");
   return pass ? 0 : 1;
 }
 
