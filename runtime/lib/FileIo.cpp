@@ -94,7 +94,7 @@ Status replaceAtomically(const std::string &userPath, const fs::path &target, st
 
 /// The end of a chain of symbolic links.
 struct Resolved {
-  fs::path path;           // the first name that is not a link (it may not exist)
+  fs::path path;            // the first name that is not a link (it may not exist)
   bool throughProc = false; // a link on the way is one of /proc's (/dev/stdout -> /proc/self/fd/1)
 };
 

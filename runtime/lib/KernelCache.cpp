@@ -233,7 +233,8 @@ CacheFile classify(const fs::directory_entry &file) {
 }
 
 /// Calls `visit` for each of the cache's files in `dir`; a missing directory has none.
-Status forEachCacheFile(const std::string &dir, const std::function<void(const fs::directory_entry &, CacheFile)> &visit) {
+Status forEachCacheFile(const std::string &dir,
+                        const std::function<void(const fs::directory_entry &, CacheFile)> &visit) {
   std::error_code ec;
   if (!fs::exists(dir, ec))
     return Status();

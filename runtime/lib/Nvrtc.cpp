@@ -213,9 +213,7 @@ std::vector<std::string> flashtile::nvrtcSearchDirs() {
   return dirs;
 }
 
-std::string flashtile::nvrtcLibraryPath() {
-  return nvrtc().ok() ? loadedPath : "";
-}
+std::string flashtile::nvrtcLibraryPath() { return nvrtc().ok() ? loadedPath : ""; }
 
 StatusOr<std::string> flashtile::nvrtcVersion() {
   StatusOr<const NvrtcApi *> api = nvrtc();

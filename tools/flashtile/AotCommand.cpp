@@ -133,11 +133,10 @@ StatusOr<std::map<std::string, std::string>> readIndex(const fs::path &path) {
     if (line.empty() || line[0] == '#')
       continue;
     size_t tab = line.find('\t');
-    if (tab == std::string::npos || tab == 0 || tab + 1 == line.size() || !index.emplace(line.substr(0, tab),
-                                                                                         line.substr(tab + 1))
-                                                                                 .second)
-      return Status::error(fmt::format("{}:{}: not '<kernel>\\t<key>' or a kernel listed twice", path.string(),
-                                       lineNumber));
+    if (tab == std::string::npos || tab == 0 || tab + 1 == line.size() ||
+        !index.emplace(line.substr(0, tab), line.substr(tab + 1)).second)
+      return Status::error(
+          fmt::format("{}:{}: not '<kernel>\\t<key>' or a kernel listed twice", path.string(), lineNumber));
   }
   return index;
 }
@@ -174,8 +173,8 @@ int runCheck(const AotFlags &flags) {
       if (it == found.end())
         problems.push_back(fmt::format("{} lists {}, which has no manifest", kIndexFile, name));
       else if (it->second != key)
-        problems.push_back(fmt::format("{} files {} under {}, its manifest under {}", kIndexFile, name, key,
-                                       it->second));
+        problems.push_back(
+            fmt::format("{} files {} under {}, its manifest under {}", kIndexFile, name, key, it->second));
     }
     for (const auto &[name, key] : found)
       if (!index->count(name))
@@ -327,8 +326,8 @@ void registerAotCommand(CLI::App &app, Registry &registry) {
   CLI::App *command = addCommand(app, "aot",
                                  "Build a kernel library for Runtime::loadAotDirectory (<kernel>.cubin, .manifest, "
                                  ".cu and index.txt), or check one with --check");
-  CLI::Option *out = command->add_option("--out", flags->out, "Directory to write (created if missing)")
-                         ->check(nonEmpty());
+  CLI::Option *out =
+      command->add_option("--out", flags->out, "Directory to write (created if missing)")->check(nonEmpty());
   command
       ->add_option("--check", flags->check,
                    "Check a library instead: it loads (the runtime's checks), index.txt matches, every kernel is for "

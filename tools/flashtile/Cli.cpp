@@ -100,10 +100,10 @@ StatusOr<int64_t> parseInteger(std::string_view text, int64_t lo, int64_t hi, st
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   bool wellFormed = !text.empty() && ec == std::errc() && end == text.data() + text.size();
   if (!wellFormed || value < lo || value > hi)
-    return Status::error(fmt::format("{} '{}'; accepted: an integer from {} to {}{}",
-                                     wellFormed || ec == std::errc::result_out_of_range ? "out of range"
-                                                                                        : "not an integer",
-                                     text, lo, hi, meaning.empty() ? "" : fmt::format(" ({})", meaning)));
+    return Status::error(
+        fmt::format("{} '{}'; accepted: an integer from {} to {}{}",
+                    wellFormed || ec == std::errc::result_out_of_range ? "out of range" : "not an integer", text, lo,
+                    hi, meaning.empty() ? "" : fmt::format(" ({})", meaning)));
   return value;
 }
 

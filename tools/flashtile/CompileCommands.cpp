@@ -40,8 +40,10 @@ void addScheduleFlags(CLI::App &command, ScheduleFlags &flags) {
   command.add_option("--block-n", flags.blockN, "Keys per K/V tile, a multiple of 16")
       ->check(intRange(fa2::kMmaK, kMaxTile));
   command.add_option("--warps", flags.warps, "Warps per thread block")->check(intRange(1, 16));
-  command.add_option("--stages", flags.stages, "1: one K and one V buffer (FA2); 2: two each, Q.K^T of the next tile "
-                                               "overlaps the softmax")
+  command
+      .add_option("--stages", flags.stages,
+                  "1: one K and one V buffer (FA2); 2: two each, Q.K^T of the next tile "
+                  "overlaps the softmax")
       ->check(intRange(fa2::kMinStages, fa2::kMaxStages));
   command
       .add_option("--rescale-threshold", flags.rescaleThreshold,
@@ -100,8 +102,7 @@ Status checkHeadDims(int headDim, int headDimV, const std::string &flag) {
 StatusOr<std::pair<int, int>> parseHeadDimItem(const std::string &item) {
   size_t colon = item.find(':');
   StatusOr<int64_t> headDim = parseInteger(item.substr(0, colon), 1, 1024);
-  StatusOr<int64_t> headDimV =
-      colon == std::string::npos ? headDim : parseInteger(item.substr(colon + 1), 1, 1024);
+  StatusOr<int64_t> headDimV = colon == std::string::npos ? headDim : parseInteger(item.substr(colon + 1), 1, 1024);
   if (!headDim.ok() || !headDimV.ok())
     return Status::error("--head-dims: '" + item + "' is not D or D:DV (head_dim:head_dim_v), e.g. 128 or 192:128");
   if (Status s = checkHeadDims(int(*headDim), int(*headDimV), "--head-dims"); !s.ok())

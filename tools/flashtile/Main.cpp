@@ -87,8 +87,7 @@ int main(int argc, char **argv) {
         }
       return usageError("", unknownName("command", argv[2], commandNames));
     }
-    if (!first.starts_with("-") &&
-        std::find(commandNames.begin(), commandNames.end(), first) == commandNames.end())
+    if (!first.starts_with("-") && std::find(commandNames.begin(), commandNames.end(), first) == commandNames.end())
       return usageError("", unknownName("command", first, commandNames));
   }
 

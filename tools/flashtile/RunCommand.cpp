@@ -64,8 +64,8 @@ Status checkRunOptions(RunOptions &o, const std::string &seed) {
   if (!o.headsKv)
     o.headsKv = o.headsQ;
   if (o.headsQ % o.headsKv != 0)
-    return Status::error("--heads-kv " + std::to_string(o.headsKv) + " must divide --heads " + std::to_string(o.headsQ) +
-                         " (each KV head serves a group of query heads)");
+    return Status::error("--heads-kv " + std::to_string(o.headsKv) + " must divide --heads " +
+                         std::to_string(o.headsQ) + " (each KV head serves a group of query heads)");
   if (!seed.empty()) {
     auto [end, ec] = std::from_chars(seed.data(), seed.data() + seed.size(), o.seed);
     if (ec != std::errc() || end != seed.data() + seed.size())
@@ -78,7 +78,9 @@ void addRunFlags(CLI::App &command, RunOptions &o, std::string &seed) {
   command.add_option("--variant", o.variant, "none or causal (the reference knows these two)")
       ->check(oneOf("variant", {"none", "causal"}))
       ->capture_default_str();
-  command.add_option("--dtype", o.dtypeName, "Element type")->check(oneOf("dtype", {"bf16", "f16"}))->capture_default_str();
+  command.add_option("--dtype", o.dtypeName, "Element type")
+      ->check(oneOf("dtype", {"bf16", "f16"}))
+      ->capture_default_str();
   command.add_option("--head-dim", o.headDim, "Head dim of Q and K")->check(intRange(1, 1024))->capture_default_str();
   command.add_option("--head-dim-v", o.headDimV, "Head dim of V and O (default: --head-dim)")->check(intRange(1, 1024));
   command.add_option("--batch", o.batch, "Batch size")->required()->check(intRange(1, kMaxDimension));
@@ -89,7 +91,9 @@ void addRunFlags(CLI::App &command, RunOptions &o, std::string &seed) {
   command.add_option("--aot-dir", o.aotDir, "Run kernels from this library (flashtile aot) instead of the JIT")
       ->check(nonEmpty());
   command.add_option("--iters", o.iters, "Timed forwards")->check(intRange(1, kMaxIters))->capture_default_str();
-  command.add_option("--warmup", o.warmup, "Untimed forwards first")->check(intRange(0, kMaxIters))->capture_default_str();
+  command.add_option("--warmup", o.warmup, "Untimed forwards first")
+      ->check(intRange(0, kMaxIters))
+      ->capture_default_str();
   command.add_option("--scale", o.scaleText, "Softmax scale (default 1/sqrt(head_dim))")
       ->check(CLI::Validator(
           [](std::string &text) -> std::string {
@@ -380,7 +384,7 @@ int runCommand(RunOptions &opt, const std::string &seed) {
 int runInfo() {
   fmt::print("flashtile  {}\n", compilerVersion());
   fmt::print("compiler   {}\n", hasCompiler() ? "built in: kernels are JIT-compiled on demand"
-                                               : "not built in (runtime-only build): run kernels with --aot-dir DIR");
+                                              : "not built in (runtime-only build): run kernels with --aot-dir DIR");
   fmt::print("targets    {} (`--arch`; kernels run on the GPUs of their family)\n",
              joinNames({kSupportedArchs.begin(), kSupportedArchs.end()}));
   StatusOr<std::string> nvrtc = nvrtcVersion();

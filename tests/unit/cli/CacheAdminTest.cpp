@@ -26,7 +26,8 @@ KernelCache::Options onDisk(const fs::path &dir, uint64_t maxBytes = 0) {
 std::string key(int i) { return "arch=sm_90a;variant=test" + std::to_string(i); }
 
 void store(KernelCache &cache, int i) {
-  auto result = cache.getOrCompile(key(i), [&]() -> StatusOr<CachedKernel> { return test::fakeKernel(std::to_string(i)); });
+  auto result =
+      cache.getOrCompile(key(i), [&]() -> StatusOr<CachedKernel> { return test::fakeKernel(std::to_string(i)); });
   ASSERT_TRUE(result.ok()) << result.status().message();
 }
 
