@@ -62,6 +62,7 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
     return Status::error("variant '" + variant.name() + "' does not build a valid program");
 
   mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+  context.printOpOnDiagnostic(options.debug || options.printIrAfterAll);
   std::string diagnostics;
   mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
     llvm::raw_string_ostream os(diagnostics);

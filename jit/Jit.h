@@ -27,6 +27,7 @@ struct CompileOptions {
   std::string schedule = "fa2";
   fa2::Fa2Options fa2;          ///< tile sizes etc.; 0 = the schedule's default; fa2.arch is the target
   bool printIrAfterAll = false; ///< print the IR after every pass to stderr
+  bool debug = false;           ///< errors carry the operation they are about (MLIR's op dump); also printIrAfterAll
 };
 
 struct CompileResult {

@@ -3,7 +3,7 @@
 # installed under /usr/local/cuda; it is not a Debian package.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ ccache lld-22 libmlir-22-dev mlir-22-tools llvm-22-dev libfmt-dev libgtest-dev)
+packages=(cmake ninja-build g++ ccache lld-22 libmlir-22-dev mlir-22-tools llvm-22-dev libfmt-dev libcli11-dev libgtest-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -12,13 +12,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <random>
 
@@ -178,6 +181,71 @@ Status writeFileAtomically(const std::string &path, const std::string &bytes) {
   return Status::error(why);
 }
 
+/// Marks an entry as just used, for the size cap's least-recently-used order (modification time: access times
+/// are often not kept).
+void touchEntry(const std::string &path) { utimensat(AT_FDCWD, path.c_str(), nullptr, 0); }
+
+/// FLASHTILE_CACHE_MAX_MB into `options` (maxBytes, or a warning when it is not a positive number of MiB).
+void readSizeCap(KernelCache::Options &options) {
+  constexpr uint64_t kMaxMegabytes = uint64_t(1) << 40; // keeps maxBytes (MiB << 20) inside 64 bits
+  const char *text = std::getenv("FLASHTILE_CACHE_MAX_MB");
+  if (!text || !*text)
+    return;
+  std::string_view value = text;
+  uint64_t megabytes = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), megabytes);
+  if (ec != std::errc() || end != value.data() + value.size() || megabytes == 0 || megabytes > kMaxMegabytes) {
+    options.warning = "FLASHTILE_CACHE_MAX_MB='" + std::string(value) + "' is not a size in MiB from 1 to " +
+                      std::to_string(kMaxMegabytes) + ": the cache has no size cap";
+    return;
+  }
+  options.maxBytes = megabytes << 20;
+}
+
+/// The key text in an entry's header, or "" when `path` does not start like an entry.
+std::string readEntryKey(const fs::path &path) {
+  constexpr uint64_t kMaxKeyBytes = 1 << 16;
+  std::ifstream in(path, std::ios::binary);
+  std::string header(kHeaderBytes, '\0');
+  if (!in.read(header.data(), std::streamsize(header.size())) || header.substr(0, kMagic.size()) != kMagic ||
+      readLittleEndian<uint32_t>(header, kMagic.size()) != kFormatVersion)
+    return "";
+  uint64_t keyBytes = readLittleEndian<uint64_t>(header, kMagic.size() + sizeof(uint32_t));
+  if (keyBytes == 0 || keyBytes > kMaxKeyBytes)
+    return "";
+  std::string key(keyBytes, '\0');
+  if (!in.read(key.data(), std::streamsize(keyBytes)))
+    return "";
+  return key;
+}
+
+enum class CacheFile { Entry, Temp, Other };
+
+CacheFile classify(const fs::directory_entry &file) {
+  std::error_code ec;
+  fs::file_status status = file.symlink_status(ec);
+  if (ec || !fs::is_regular_file(status)) // links and special files are never the cache's own
+    return CacheFile::Other;
+  std::string name = file.path().filename().string();
+  if (name.starts_with(kTempPrefix))
+    return CacheFile::Temp;
+  return file.path().extension() == kEntrySuffix ? CacheFile::Entry : CacheFile::Other;
+}
+
+/// Calls `visit` for each of the cache's files in `dir`; a missing directory has none.
+Status forEachCacheFile(const std::string &dir, const std::function<void(const fs::directory_entry &, CacheFile)> &visit) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec))
+    return Status();
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec))
+    if (CacheFile kind = classify(*it); kind != CacheFile::Other)
+      visit(*it, kind);
+  if (ec)
+    return Status::error("cannot list the kernel cache '" + dir + "': " + ec.message());
+  return Status();
+}
+
 } // namespace
 
 KernelCache::Options KernelCache::optionsFromEnvironment() {
@@ -190,6 +258,7 @@ KernelCache::Options KernelCache::optionsFromEnvironment() {
     options.dir = std::string(home) + "/.cache/flashtile";
   else
     options.diskEnabled = false;
+  readSizeCap(options);
   return options;
 }
 
@@ -253,6 +322,7 @@ KernelCache::Result KernelCache::load(const std::string &key, const Compile &com
       if (bytes.ok()) {
         if (std::optional<CachedKernel> kernel = decodeEntry(*bytes, key)) {
           ++diskHits;
+          touchEntry(path);
           return std::make_shared<const CachedKernel>(std::move(*kernel));
         }
         ++rejectedEntries;
@@ -272,14 +342,91 @@ KernelCache::Result KernelCache::load(const std::string &key, const Compile &com
     if (compiled->cubin.empty())
       return Status::error("the compiler returned an empty cubin for '" + key + "'");
 
-    if (config.diskEnabled)
+    if (config.diskEnabled) {
       store(path, encodeEntry(key, *compiled));
+      if (config.maxBytes)
+        (void)evictToFit(config.maxBytes); // best effort: a file another process removed first is no error
+    }
     return std::make_shared<const CachedKernel>(std::move(*compiled));
   } catch (const std::exception &e) {
     return Status::error("compiling '" + key + "' threw an exception: " + e.what());
   } catch (...) {
     return Status::error("compiling '" + key + "' threw a non-standard exception");
   }
+}
+
+StatusOr<std::vector<KernelCache::DiskEntry>> KernelCache::listDiskEntries() const {
+  std::vector<DiskEntry> list;
+  Status listed = forEachCacheFile(config.dir, [&](const fs::directory_entry &file, CacheFile kind) {
+    if (kind != CacheFile::Entry)
+      return;
+    struct stat st;
+    if (::stat(file.path().c_str(), &st) != 0)
+      return; // removed meanwhile
+    list.push_back({file.path().string(), readEntryKey(file.path()), uint64_t(st.st_size), st.st_mtime});
+  });
+  if (!listed.ok())
+    return listed;
+  std::sort(list.begin(), list.end(), [](const DiskEntry &a, const DiskEntry &b) {
+    return a.lastUsed != b.lastUsed ? a.lastUsed < b.lastUsed : a.path < b.path;
+  });
+  return list;
+}
+
+StatusOr<KernelCache::DiskUsage> KernelCache::diskUsage() const {
+  DiskUsage usage;
+  Status listed = forEachCacheFile(config.dir, [&](const fs::directory_entry &file, CacheFile kind) {
+    std::error_code ec;
+    uint64_t bytes = fs::file_size(file.path(), ec);
+    if (ec)
+      return;
+    if (kind == CacheFile::Temp) {
+      ++usage.tempFiles;
+      return;
+    }
+    ++usage.entries;
+    usage.bytes += bytes;
+  });
+  if (!listed.ok())
+    return listed;
+  return usage;
+}
+
+StatusOr<uint64_t> KernelCache::clearDisk() {
+  std::vector<fs::path> files;
+  Status listed =
+      forEachCacheFile(config.dir, [&](const fs::directory_entry &file, CacheFile) { files.push_back(file.path()); });
+  if (!listed.ok())
+    return listed;
+  uint64_t removed = 0;
+  for (const fs::path &file : files) {
+    std::error_code ec;
+    if (fs::remove(file, ec))
+      ++removed;
+    else if (ec)
+      return Status::error("cannot remove " + file.string() + ": " + ec.message());
+  }
+  return removed;
+}
+
+StatusOr<uint64_t> KernelCache::evictToFit(uint64_t maxBytes) {
+  StatusOr<std::vector<DiskEntry>> entries = listDiskEntries();
+  if (!entries.ok())
+    return entries.status();
+  uint64_t total = 0;
+  for (const DiskEntry &entry : *entries)
+    total += entry.bytes;
+  uint64_t removed = 0;
+  for (const DiskEntry &entry : *entries) {
+    if (total <= maxBytes)
+      break;
+    std::error_code ec;
+    if (!fs::remove(entry.path, ec) && ec)
+      return Status::error("cannot remove " + entry.path + ": " + ec.message());
+    total -= entry.bytes;
+    ++removed;
+  }
+  return removed;
 }
 
 void KernelCache::store(const std::string &path, const std::string &bytes) {
