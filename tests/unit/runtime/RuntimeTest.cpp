@@ -46,7 +46,7 @@ bool driverLoadable() {
 }
 
 /// A runtime whose JIT cache lives in memory only, so tests never touch ~/.cache.
-std::unique_ptr<Runtime> memoryOnlyRuntime() { return std::make_unique<Runtime>(KernelCache::Options{"", false}); }
+std::unique_ptr<Runtime> memoryOnlyRuntime() { return std::make_unique<Runtime>(test::cacheOptions("", false)); }
 
 TEST(Runtime, SpecForUsesArgsScheduleAndShapeClass) {
   std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
@@ -305,7 +305,7 @@ TEST(Runtime, AheadOfTimeLoadingIsAllOrNothing) {
 
 TEST(Runtime, JitCompilerIsCalledOnceAndCached) {
   test::TempDir cacheDir;
-  Runtime runtime(KernelCache::Options{cacheDir.path().string(), true});
+  Runtime runtime(test::cacheOptions(cacheDir.path().string(), true));
   int calls = 0;
   runtime.setCompiler([&](const KernelSpec &spec) -> StatusOr<CachedKernel> {
     ++calls;
@@ -325,7 +325,7 @@ TEST(Runtime, JitCompilerIsCalledOnceAndCached) {
   EXPECT_EQ(runtime.cache().stats().misses, 1u);
 
   // A second runtime (a second process, in effect) finds it on disk.
-  Runtime other(KernelCache::Options{cacheDir.path().string(), true});
+  Runtime other(test::cacheOptions(cacheDir.path().string(), true));
   other.setCompiler([&](const KernelSpec &) -> StatusOr<CachedKernel> {
     ++calls;
     return Status::error("should not compile");
