@@ -68,11 +68,14 @@ using Runner = std::function<int()>;
 struct Command {
   CLI::App *app = nullptr;
   Runner run;
+  bool anyArguments = false; // arguments are not checked (a command that only explains why it cannot run)
 };
 /// Every command's flags and runner.
 class Registry {
 public:
-  void add(CLI::App *app, Runner run) { commands.push_back({app, std::move(run)}); }
+  void add(CLI::App *app, Runner run, bool anyArguments = false) {
+    commands.push_back({app, std::move(run), anyArguments});
+  }
   const std::vector<Command> &all() const { return commands; }
 
 private:

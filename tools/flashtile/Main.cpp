@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
     if (!c.app->parsed())
       continue;
     std::vector<std::string> extras = c.app->remaining();
-    if (!extras.empty()) {
+    if (!extras.empty() && !c.anyArguments) {
       const std::string &extra = extras.front();
       if (extra.starts_with("-")) {
         std::string flag = extra.substr(0, extra.find('='));

@@ -21,7 +21,7 @@ void registerCompilerCommands(CLI::App &app, Registry &registry) {
   for (const char *name : {"compile", "emit", "aot", "summary"}) {
     CLI::App *command = addCommand(app, name, "Not in this build: needs the compiler (FLASHTILE_RUNTIME_ONLY=ON)");
     // Whatever flags follow, the answer is the same.
-    registry.add(command, [name] { return unavailable(name); });
+    registry.add(command, [name] { return unavailable(name); }, /*anyArguments=*/true);
   }
 }
 
