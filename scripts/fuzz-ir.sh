@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Mutation-fuzzes flashtile-opt over the lit inputs for FUZZ_SECONDS (default 60); fails on any crash or hang.
+# Mutation-fuzzes flashtile-opt over the lit inputs for FUZZ_SECONDS (default 60), with a new seed each run (ctest
+# runs a fixed seed); fails on any crash or hang and saves the crashing inputs in BUILD_DIR/fuzz-crashes.
 # ctest runs the same check (test `fuzz-ir`). Extra arguments go to tests/fuzz/fuzz_ir.py (e.g. --seed N).
 #   bash scripts/fuzz-ir.sh [BUILD_DIR]   # BUILD_DIR defaults to build; build-sanitize gives ASan/UBSan reports
 set -euo pipefail

@@ -20,34 +20,40 @@ esac
 BUILD=build-sanitize
 sanitizers="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDAToolkit_ROOT=/usr/local/cuda \
+  -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
   -DCMAKE_C_FLAGS="$sanitizers -fno-omit-frame-pointer" -DCMAKE_CXX_FLAGS="$sanitizers -fno-omit-frame-pointer" \
   -DCMAKE_EXE_LINKER_FLAGS="$sanitizers" -DCMAKE_SHARED_LINKER_FLAGS="$sanitizers" >/dev/null
-suites=(flashtile_runtime_tests flashtile_capi_tests)
-targets=("${suites[@]}")
-if [[ $MODE == all ]]; then
-  suites+=(flashtile_compiler_tests)
-  targets+=(flashtile_compiler_tests flashtile-opt)
-fi
-cmake --build "$BUILD" -j "${FLASHTILE_JOBS:-2}" --target "${targets[@]}"
-
 # LLVM/MLIR keep process-lifetime allocations (registries, uniqued types) that LeakSanitizer would report:
 # leak checking is on for the runtime suites only.
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 failed=()
-for suite in "${suites[@]}"; do
-  binary=$(find "$BUILD/tests" -name "$suite" -type f -perm -u+x | head -n 1)
-  leaks=1
-  [[ $suite == flashtile_compiler_tests ]] && leaks=0
-  log=$BUILD/sanitize-$suite.log
-  echo "== $suite (ASan + UBSan, detect_leaks=$leaks)"
-  if ASAN_OPTIONS=detect_leaks=$leaks:halt_on_error=1:strict_string_checks=1 "$binary" --gtest_brief=1 >"$log" 2>&1; then
-    tail -n 3 "$log"
-  else
-    failed+=("$suite")
-    grep -E "ERROR: |runtime error:|FAILED|SUMMARY" "$log" | head -n 20 || tail -n 30 "$log"
-  fi
-done
+suites=()
+# Builds `targets` and runs the suites among them; the runtime ones come first, so their results arrive early.
+run_phase() {
+  local suite binary leaks log
+  cmake --build "$BUILD" -j "${FLASHTILE_JOBS:-2}" --target "$@"
+  for suite in "$@"; do
+    [[ $suite == flashtile-opt ]] && continue
+    suites+=("$suite")
+    binary=$(find "$BUILD/tests" -name "$suite" -type f -perm -u+x | head -n 1)
+    leaks=1
+    [[ $suite == flashtile_compiler_tests ]] && leaks=0
+    log=$BUILD/sanitize-$suite.log
+    echo "== $suite (ASan + UBSan, detect_leaks=$leaks)"
+    if ASAN_OPTIONS=detect_leaks=$leaks:halt_on_error=1:strict_string_checks=1 "$binary" --gtest_brief=1 >"$log" 2>&1; then
+      tail -n 3 "$log"
+    else
+      failed+=("$suite")
+      grep -E "ERROR: |runtime error:|FAILED|SUMMARY" "$log" | head -n 20 || tail -n 30 "$log"
+    fi
+  done
+}
+run_phase flashtile_runtime_tests flashtile_capi_tests
+if [[ $MODE == all ]]; then
+  run_phase flashtile_compiler_tests flashtile-opt
+fi
 if [[ $MODE == all && ${FUZZ_SECONDS:-60} != 0 ]]; then
+  suites+=(fuzz-ir)
   echo "== fuzz-ir on the sanitized flashtile-opt (${FUZZ_SECONDS:-60} s)"
   if ! ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 bash scripts/fuzz-ir.sh "$BUILD" >"$BUILD/sanitize-fuzz-ir.log" 2>&1; then
     failed+=(fuzz-ir)
@@ -58,4 +64,4 @@ if ((${#failed[@]})); then
   echo "sanitize: FAILED: ${failed[*]} (logs in $BUILD/)" >&2
   exit 1
 fi
-echo "sanitize: clean (${suites[*]}${FUZZ_SECONDS:+ + fuzz-ir})"
+echo "sanitize: clean (${suites[*]})"

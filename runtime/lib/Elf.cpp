@@ -151,9 +151,12 @@ Status flashtile::checkCubin(std::string_view bytes, std::string_view arch, std:
   for (const std::string &function : cubin->functions)
     if (function == entry)
       return Status();
+  // The kernels it does define, for the message; '$'-named functions are the compiler's internal helpers.
   std::string defined;
-  for (size_t i = 0; i < cubin->functions.size() && i < 8; ++i)
-    defined += (i ? ", " : "") + cubin->functions[i];
+  size_t listed = 0;
+  for (const std::string &function : cubin->functions)
+    if (!function.starts_with("$") && listed++ < 8)
+      defined += (defined.empty() ? "" : ", ") + function;
   return Status::error("defines no kernel '" + std::string(entry) +
                        "' (the manifest's entry); its functions: " + (defined.empty() ? "none" : defined));
 }

@@ -124,6 +124,8 @@ def main():
     parser.add_argument("--corpus", required=True, help="directory of .mlir seed programs (tests/lit)")
     parser.add_argument("--seconds", type=float, default=60, help="time budget (default 60)")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: from the clock, printed)")
+    parser.add_argument("--programs", type=int, default=0,
+                        help="stop after this many mutated programs (default 0: only the time budget stops)")
     parser.add_argument("--out", default=None, help="where crashing inputs are saved (default: a temp dir)")
     args = parser.parse_args()
 
@@ -156,7 +158,7 @@ def main():
             return "no answer in %d s (a hang)" % RUN_TIMEOUT_S, stderr
 
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and (args.programs == 0 or runs < args.programs):
             # One process runs a batch of mutants (--split-input-file): starting MLIR dominates a run's time.
             pipeline = rng.choice(PIPELINES)
             batch = []

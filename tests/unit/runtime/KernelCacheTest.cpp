@@ -36,7 +36,7 @@ struct CountingCompiler {
   }
 };
 
-KernelCache::Options onDisk(const fs::path &dir) { return {dir.string(), true}; }
+KernelCache::Options onDisk(const fs::path &dir) { return test::cacheOptions(dir.string(), true); }
 
 void expectKernel(const StatusOr<std::shared_ptr<const CachedKernel>> &result, const std::string &tag) {
   ASSERT_TRUE(result.ok()) << result.status().message();
@@ -235,7 +235,7 @@ TEST(KernelCache, InvalidCompilerOutputIsRejected) {
 }
 
 TEST(KernelCache, ThrowingCompilerBecomesAnError) {
-  KernelCache cache(KernelCache::Options{"", false});
+  KernelCache cache(test::cacheOptions("", false));
   StatusOr<std::shared_ptr<const CachedKernel>> result =
       cache.getOrCompile(kKey, []() -> StatusOr<CachedKernel> { throw std::runtime_error("mlir exploded"); });
   ASSERT_FALSE(result.ok());
@@ -243,7 +243,7 @@ TEST(KernelCache, ThrowingCompilerBecomesAnError) {
 }
 
 TEST(KernelCache, EmptyKeyIsAnError) {
-  KernelCache cache(KernelCache::Options{"", false});
+  KernelCache cache(test::cacheOptions("", false));
   CountingCompiler compiler;
   StatusOr<std::shared_ptr<const CachedKernel>> result = cache.getOrCompile("", compiler.fn());
   ASSERT_FALSE(result.ok());
@@ -402,7 +402,7 @@ TEST(KernelCache, PersistentWriteFailuresAreReportedOnce) {
   KernelCache good(onDisk(dir.path() / "cache"));
   EXPECT_TRUE(good.checkDiskWritable().ok()) << good.checkDiskWritable().message();
   EXPECT_TRUE(fs::is_empty(dir.path() / "cache")) << "the probe leaves nothing behind";
-  KernelCache off(KernelCache::Options{"", false});
+  KernelCache off(test::cacheOptions("", false));
   EXPECT_THAT(off.checkDiskWritable().message(), HasSubstr("the disk cache is off"));
 }
 

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <stdexcept>
 
 using namespace flashtile;
 using testing::HasSubstr;
@@ -45,7 +46,7 @@ bool driverLoadable() {
 }
 
 /// A runtime whose JIT cache lives in memory only, so tests never touch ~/.cache.
-std::unique_ptr<Runtime> memoryOnlyRuntime() { return std::make_unique<Runtime>(KernelCache::Options{"", false}); }
+std::unique_ptr<Runtime> memoryOnlyRuntime() { return std::make_unique<Runtime>(test::cacheOptions("", false)); }
 
 TEST(Runtime, SpecForUsesArgsScheduleAndShapeClass) {
   std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
@@ -304,7 +305,7 @@ TEST(Runtime, AheadOfTimeLoadingIsAllOrNothing) {
 
 TEST(Runtime, JitCompilerIsCalledOnceAndCached) {
   test::TempDir cacheDir;
-  Runtime runtime(KernelCache::Options{cacheDir.path().string(), true});
+  Runtime runtime(test::cacheOptions(cacheDir.path().string(), true));
   int calls = 0;
   runtime.setCompiler([&](const KernelSpec &spec) -> StatusOr<CachedKernel> {
     ++calls;
@@ -324,7 +325,7 @@ TEST(Runtime, JitCompilerIsCalledOnceAndCached) {
   EXPECT_EQ(runtime.cache().stats().misses, 1u);
 
   // A second runtime (a second process, in effect) finds it on disk.
-  Runtime other(KernelCache::Options{cacheDir.path().string(), true});
+  Runtime other(test::cacheOptions(cacheDir.path().string(), true));
   other.setCompiler([&](const KernelSpec &) -> StatusOr<CachedKernel> {
     ++calls;
     return Status::error("should not compile");
@@ -523,6 +524,47 @@ TEST(CudaDriver, MapsComputeCapabilityToArch) {
 
 TEST(Version, IncludesProjectVersionAndRevision) {
   EXPECT_THAT(std::string(compilerVersion()), testing::MatchesRegex("[0-9]+\\.[0-9]+\\.[0-9]+\\+.+"));
+}
+
+} // namespace
+
+namespace {
+
+TEST(Runtime, ExceptionsFromHooksBecomeErrors) {
+  std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
+  runtime->setVariantCheck([](const AttentionArgs &) -> Status { throw std::runtime_error("check exploded"); });
+  Status forwarded = runtime->forward(validArgs());
+  ASSERT_FALSE(forwarded.ok());
+  EXPECT_THAT(forwarded.message(), HasSubstr("forward: internal error: check exploded"));
+
+  runtime->setCompiler([](const KernelSpec &) -> StatusOr<CachedKernel> { return Status::error("unused"); },
+                       [](const KernelSpec &) -> StatusOr<std::string> { throw 42; });
+  KernelSpec spec = test::fakeKernel().info.spec();
+  spec.shapeClass = std::string(kShortShapeClass);
+  StatusOr<std::shared_ptr<const CachedKernel>> found = runtime->findKernel(spec);
+  ASSERT_FALSE(found.ok());
+  EXPECT_THAT(found.status().message(), HasSubstr("findKernel: internal error (a non-standard exception)"));
+}
+
+TEST(Runtime, VariantNumbersAreCheckedAgainstAheadOfTimeRulesBeforeTheGpu) {
+  test::TempDir dir;
+  CachedKernel kernel = test::fakeKernel();
+  kernel.info.variant = "softcap";
+  kernel.info.paramNames = {"cap"};
+  kernel.info.paramRules = {{"cap > 0 && isfinite(cap)", "a positive, finite number"}};
+  writeAotKernel(dir.path(), "k", kernel);
+  std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
+  ASSERT_TRUE(runtime->loadAotDirectory(dir.path().string()).ok());
+  AttentionArgs args = validArgs();
+  args.variant = "softcap";
+  args.variantParams = {0.f};
+  Status status = runtime->forward(args);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.message(),
+            "variantParams: variant 'softcap': cap = 0 is not accepted; accepted: a positive, finite number");
+  // With no query rows nothing runs, but the numbers are still judged.
+  args.seqlenQ = 0;
+  EXPECT_FALSE(runtime->forward(args).ok());
 }
 
 } // namespace

@@ -64,6 +64,14 @@ private:
   std::optional<std::string> previous;
 };
 
+/// Cache options with `dir` and the disk layer on or off, and everything else at its default.
+inline KernelCache::Options cacheOptions(std::string dir, bool diskEnabled) {
+  KernelCache::Options options;
+  options.dir = std::move(dir);
+  options.diskEnabled = diskEnabled;
+  return options;
+}
+
 /// A kernel whose fields are all valid, built by this compiler version, with a cubin for its arch (sm_90a) that
 /// defines its entry; `tag` makes entry and cubin distinct per test kernel.
 inline CachedKernel fakeKernel(const std::string &tag = "a") {
