@@ -211,7 +211,7 @@ def cold_compiles(cli, aot_dir, compile_times, dtypes, head_dims):
     mlir = {}
     if compile_times and os.path.exists(compile_times):
         for line in open(compile_times):
-            m = re.match(r"(\S+)\s.*mlir\s+([\d.]+) ms", line)
+            m = re.match(r"(?:\[\s*\d+/\d+\]\s+)?(\S+)\s.*mlir\s+([\d.]+) ms", line)  # "[k/N] name ... mlir X ms"
             if m:
                 mlir[m.group(1)] = float(m.group(2))
     out = []

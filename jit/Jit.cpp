@@ -72,6 +72,7 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
     return Status::error("variant '" + variant.name() + "' does not build a valid program");
 
   mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+  context.printOpOnDiagnostic(options.debug || options.printIrAfterAll);
   std::string diagnostics;
   mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
     llvm::raw_string_ostream os(diagnostics);
@@ -120,6 +121,11 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
   result.cuda = std::move(emitted->source);
   result.info = std::move(emitted->info);
   result.info.variant = *id;
+  // The variant's rules travel with the kernel, so that the runtime checks its numbers without this compiler.
+  auto rules = variant.paramRules();
+  if (!rules.ok())
+    return rules.status();
+  result.info.paramRules = std::move(*rules);
   result.mlirSeconds = secondsSince(start);
   if (upTo == Stage::Cuda)
     return result;

@@ -27,6 +27,7 @@ struct CompileOptions {
   int headDimV = 128;
   schedule::Request schedule;   ///< the schedule by name, the arch, the shape class and the knobs set
   bool printIrAfterAll = false; ///< print the IR after every pass to stderr
+  bool debug = false;           ///< errors carry the operation they are about (MLIR's op dump); also printIrAfterAll
 };
 
 struct CompileResult {

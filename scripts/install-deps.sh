@@ -4,8 +4,8 @@
 set -euo pipefail
 
 # python3-venv: scripts/python-test.sh installs the wheel into a fresh virtual environment.
-packages=(cmake ninja-build g++ ccache lld-22 libmlir-22-dev mlir-22-tools llvm-22-dev libfmt-dev libgtest-dev
-          python3 python3-venv python3-pip)
+packages=(cmake ninja-build g++ ccache lld-22 libmlir-22-dev mlir-22-tools llvm-22-dev libfmt-dev libcli11-dev
+          libgtest-dev python3 python3-venv python3-pip)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

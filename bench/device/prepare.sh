@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # prepare.sh — on the build machine: fill .device/ (git-ignored) with what the GPU machine runs:
 #   .device/aot/   kernels compiled ahead of time by the full build's `flashtile aot` (sm_90a by default), for
-#                  every head dim the GPU tests check (extra arguments go to `flashtile aot` and override these)
+#                  every head dim the GPU tests check (FLASHTILE_HEAD_DIMS overrides them; extra arguments go to
+#                  `flashtile aot`, which refuses a flag given twice)
 #   .device/bin/   runtime-only binaries: flashtile (CLI), flashtile_gpu_tests
 #   .device/lib/   libflashtile.so (C ABI, for bench/bench_attention.py)
 # Then copy .device/ to the GPU machine and run bench/device/run-gpu-tests.sh or bench/device/bench.sh.
@@ -14,7 +15,7 @@ cmake --build build-rt -j "${FLASHTILE_JOBS:-2}"
 rm -rf .device/aot .device/aot-variants .device/bin .device/lib
 mkdir -p .device/bin .device/lib
 # Its table (MLIR and NVRTC milliseconds per kernel, on this machine) goes to compile-times.txt for bench.sh.
-build/tools/flashtile aot --arch "$ARCH" --out .device/aot --head-dims 32,64,96,128,192,256,192:128 "$@" |
+build/tools/flashtile aot --arch "$ARCH" --out .device/aot --head-dims "${FLASHTILE_HEAD_DIMS:-32,64,96,128,192,256,192:128}" "$@" |
   tee .device/compile-times.txt
 # The built-in variants at bf16, head dim 128, for bench/check_variants.py (a directory of its own: the GPU tests
 # load .device/aot whole).

@@ -276,6 +276,11 @@ FailureOr<std::string> variantId(const Variant &variant) {
   std::string text;
   llvm::raw_string_ostream os(text);
   (*module)->print(os, OpPrintingFlags().printGenericOpForm());
+  // The rules are not IR but kernels carry them: two variants that differ only in their rules are two ids.
+  auto rules = variant.paramRules();
+  if (!rules.ok())
+    return failure();
+  os << "\nparamRules=" << serializeParamRules(*rules);
   return variant.name() + "#" + hashHex(text);
 }
 

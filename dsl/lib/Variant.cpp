@@ -1,11 +1,42 @@
 //===- Variant.cpp --------------------------------------------------------===//
 #include "flashtile/dsl/Variant.h"
 
+#include "passes/IR/TileNames.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/raw_ostream.h"
+
 #include <algorithm>
 
 namespace flashtile {
 
-Variant &Variant::param(std::string name, float value) {
+namespace {
+/// `name` quoted with quotes, backslashes and unprintable bytes escaped: the message shows what was passed.
+std::string quotedName(const std::string &name) {
+  std::string text = "\"";
+  llvm::raw_string_ostream os(text);
+  llvm::printEscapedString(name, os);
+  os << "\"";
+  return text;
+}
+} // namespace
+
+void Variant::misuse(const std::source_location &where, const std::string &what) {
+  if (declarationError_.empty())
+    declarationError_ = std::string(where.file_name()) + ":" + std::to_string(where.line()) + ": " + what;
+}
+
+Variant::Variant(std::string name, std::source_location where) : name_(std::move(name)) {
+  if (!tile::isVariantName(name_))
+    misuse(where, "variant name " + quotedName(name_) + " is not accepted: [A-Za-z_] then [A-Za-z0-9_.-], at most " +
+                      std::to_string(tile::kMaxNameLength) + " characters");
+}
+
+Variant &Variant::param(std::string name, float value, std::source_location where) {
+  if (!tile::isIdentifierName(name))
+    misuse(where, "variant '" + name_ + "': parameter name " + quotedName(name) +
+                      " is not an identifier ([A-Za-z_][A-Za-z0-9_]*, at most " +
+                      std::to_string(tile::kMaxNameLength) + " characters)");
   for (auto &[existing, v] : params_)
     if (existing == name) {
       v = value;
@@ -36,7 +67,11 @@ Variant &Variant::fullRange(dsl::RangeFn fn, std::source_location where) {
   return *this;
 }
 
-Variant &Variant::input(std::string name, dsl::ElementKind kind) {
+Variant &Variant::input(std::string name, dsl::ElementKind kind, std::source_location where) {
+  if (!tile::isIdentifierName(name))
+    misuse(where, "variant '" + name_ + "': input name " + quotedName(name) +
+                      " is not an identifier ([A-Za-z_][A-Za-z0-9_]*, at most " +
+                      std::to_string(tile::kMaxNameLength) + " characters)");
   for (auto &[existing, k] : inputs_)
     if (existing == name) {
       k = kind;
@@ -54,6 +89,29 @@ Variant &Variant::validate(dsl::ValidateFn fn) {
   validators_.push_back(std::move(fn));
   return *this;
 }
+Variant &Variant::validate(dsl::RuleFn rule, std::string accepted) {
+  rules_.emplace_back(std::move(rule), std::move(accepted));
+  return *this;
+}
+
+StatusOr<std::vector<ParamRule>> Variant::paramRules() const {
+  std::vector<std::string> names;
+  for (const auto &[name, value] : params_)
+    names.push_back(name);
+  std::vector<ParamRule> rules;
+  for (const auto &[fn, accepted] : rules_) {
+    // Traced like the hooks: the lambda runs once, on parameter names instead of values.
+    dsl::RuleParams p(names);
+    ParamRule rule{fn ? fn(p).text() : std::string(), accepted};
+    if (!p.unknownNames().empty())
+      return Status::error("variant '" + name_ + "': a validate rule reads '" + p.unknownNames().front() +
+                           "', which is not a declared parameter");
+    if (Status s = verifyParamRule(rule, names); !s.ok())
+      return s.withContext("variant '" + name_ + "'");
+    rules.push_back(std::move(rule));
+  }
+  return rules;
+}
 
 std::vector<float> Variant::paramValues() const {
   std::vector<float> values;
@@ -63,9 +121,19 @@ std::vector<float> Variant::paramValues() const {
 }
 
 std::string Variant::checkParams(const std::vector<float> &values) const {
+  if (!declarationError_.empty())
+    return declarationError_;
   if (values.size() != params_.size())
     return "variant '" + name_ + "' takes " + std::to_string(params_.size()) + " parameters, got " +
            std::to_string(values.size());
+  StatusOr<std::vector<ParamRule>> rules = paramRules();
+  if (!rules.ok())
+    return rules.status().message();
+  std::vector<std::string> names;
+  for (const auto &[name, value] : params_)
+    names.push_back(name);
+  if (Status s = checkParamRules(name_, *rules, names, values); !s.ok())
+    return s.message();
   std::map<std::string, float> byName;
   for (size_t i = 0; i < values.size(); ++i)
     byName[params_[i].first] = values[i];
@@ -86,8 +154,8 @@ dsl::Range intersect(const dsl::Range &x, const dsl::Range &y) {
 }
 } // namespace
 
-Variant both(const Variant &a, const Variant &b, std::string name) {
-  Variant v(std::move(name));
+Variant both(const Variant &a, const Variant &b, std::string name, std::source_location where) {
+  Variant v(std::move(name), where);
   for (const Variant *part : {&a, &b}) {
     for (const auto &[param, value] : part->params())
       if (std::none_of(v.params().begin(), v.params().end(), [&](const auto &p) { return p.first == param; }))
@@ -96,6 +164,10 @@ Variant both(const Variant &a, const Variant &b, std::string name) {
       v.input(input, kind);
     for (const dsl::ValidateFn &fn : part->validators())
       v.validate(fn);
+    for (const auto &[rule, accepted] : part->ruleFns())
+      v.validate(rule, accepted);
+    if (!part->declarationError().empty() && v.declarationError_.empty())
+      v.declarationError_ = part->declarationError();
   }
   if (a.scoreFn() && b.scoreFn())
     v.score([fa = a.scoreFn(), fb = b.scoreFn()](dsl::Expr s, const dsl::Coords &c,

@@ -7,32 +7,22 @@
 //===----------------------------------------------------------------------===//
 #include "Variants.h"
 
-#include <cmath>
-#include <sstream>
-
 namespace flashtile::variants {
 
 namespace {
 constexpr float kMaxWindow = 1 << 24; // every integer up to here is exact in f32
+constexpr const char *kWindowSideAccepted = "a whole number from -1 (unbounded) to 16777216";
 
-std::string checkSide(const std::map<std::string, float> &values, const std::string &side) {
-  float v = values.at(side);
-  if (v >= -1 && v <= kMaxWindow && std::floor(v) == v)
-    return "";
-  std::ostringstream message;
-  message << "window " << side << " is " << v << "; it must be a whole number >= -1 (-1: unbounded)";
-  return message.str();
-}
+/// One side of the window: -1 (unbounded) or a whole number of keys.
+dsl::Rule windowSide(const dsl::Rule &side) { return dsl::isInteger(side) && side >= -1 && side <= kMaxWindow; }
 } // namespace
 
 Variant slidingWindow(int left, int right) {
   return Variant("sliding_window")
       .param("left", static_cast<float>(left))
       .param("right", static_cast<float>(right))
-      .validate([](const std::map<std::string, float> &v) {
-        std::string error = checkSide(v, "left");
-        return error.empty() ? checkSide(v, "right") : error;
-      })
+      .validate([](const dsl::RuleParams &p) { return windowSide(p["left"]); }, kWindowSideAccepted)
+      .validate([](const dsl::RuleParams &p) { return windowSide(p["right"]); }, kWindowSideAccepted)
       .mask([](const dsl::Coords &c, const dsl::Params &p) {
         dsl::Expr i = c.qAligned(), left = dsl::toInt(p["left"]), right = dsl::toInt(p["right"]);
         return (left < 0 || c.kv >= i - left) && (right < 0 || c.kv <= i + right);

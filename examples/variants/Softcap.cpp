@@ -1,22 +1,13 @@
 //===- Softcap.cpp - flash-attn's softcap: cap·tanh(s / cap) --------------===//
 #include "Variants.h"
 
-#include <cmath>
-#include <sstream>
-
 namespace flashtile::variants {
 
 Variant softcap(float cap) {
   return Variant("softcap")
       .param("cap", cap)
-      .validate([](const std::map<std::string, float> &v) -> std::string {
-        float cap = v.at("cap");
-        if (std::isfinite(cap) && cap > 0)
-          return "";
-        std::ostringstream message;
-        message << "softcap cap is " << cap << "; it must be positive and finite";
-        return message.str();
-      })
+      .validate([](const dsl::RuleParams &p) { return p["cap"] > 0 && dsl::isFinite(p["cap"]); },
+                "a positive, finite number")
       // The scaled score, squashed into (-cap, cap) before masking and softmax. Multiplying by 1/cap (the same
       // for every score, so computed once per kernel) instead of dividing each score keeps one multi-function-unit
       // op per score off the GPU's critical path.

@@ -1,6 +1,7 @@
 //===- TileDialect.cpp - types, attributes, verifiers, canonicalization ---===//
 #include "passes/IR/TileDialect.h"
 #include "flashtile/runtime/KernelInfo.h"
+#include "passes/IR/TileNames.h"
 
 #include "mlir/IR/Matchers.h"
 
@@ -177,6 +178,24 @@ LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
+/// `name` with quotes, backslashes and unprintable characters escaped (\\XX): safe to quote in a diagnostic.
+static std::string escapedName(StringRef name) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  llvm::printEscapedString(name, os);
+  return text;
+}
+
+bool flashtile::tile::isIdentifierName(StringRef name) {
+  return !name.empty() && name.size() <= kMaxNameLength && (llvm::isAlpha(name[0]) || name[0] == '_') &&
+         llvm::all_of(name, [](char c) { return llvm::isAlnum(c) || c == '_'; });
+}
+
+bool flashtile::tile::isVariantName(StringRef name) {
+  return !name.empty() && name.size() <= kMaxNameLength && (llvm::isAlpha(name[0]) || name[0] == '_') &&
+         llvm::all_of(name, [](char c) { return llvm::isAlnum(c) || c == '_' || c == '.' || c == '-'; });
+}
+
 LogicalResult FuncOp::verify() {
   Type dtype = getDtype();
   if (!dtype.isF16() && !dtype.isBF16())
@@ -184,13 +203,28 @@ LogicalResult FuncOp::verify() {
   for (auto [name, dim] : {std::pair<StringRef, int64_t>{"head_dim", getHeadDim()}, {"head_dim_v", getHeadDimV()}})
     if (dim < 8 || dim > 512 || dim % 8 != 0)
       return emitOpError() << name << " must be a multiple of 8 in [8, 512], got " << dim;
+  // Names are printed into generated CUDA and manifests: an alphabet that cannot end a comment or a line there.
+  if (!isVariantName(getVariant()))
+    return emitOpError() << "variant name \"" << escapedName(getVariant())
+                         << "\" is not accepted: [A-Za-z_] then [A-Za-z0-9_.-], at most " << kMaxNameLength
+                         << " characters";
   llvm::StringSet<> seen;
-  for (Attribute p : getParams())
-    if (!seen.insert(cast<StringAttr>(p).getValue()).second)
-      return emitOpError() << "parameter '" << cast<StringAttr>(p).getValue() << "' is declared twice";
+  for (Attribute p : getParams()) {
+    StringRef name = cast<StringAttr>(p).getValue();
+    if (!isIdentifierName(name))
+      return emitOpError() << "parameter name \"" << escapedName(name)
+                           << "\" is not an identifier ([A-Za-z_][A-Za-z0-9_]*, at most " << kMaxNameLength
+                           << " characters)";
+    if (!seen.insert(name).second)
+      return emitOpError() << "parameter '" << name << "' is declared twice";
+  }
   llvm::StringSet<> inputs;
   for (Attribute a : getInputs()) {
     auto input = cast<InputAttr>(a);
+    if (!isIdentifierName(input.getName()))
+      return emitOpError() << "input name \"" << escapedName(input.getName())
+                           << "\" is not an identifier ([A-Za-z_][A-Za-z0-9_]*, at most " << kMaxNameLength
+                           << " characters)";
     if (!inputs.insert(input.getName()).second)
       return emitOpError() << "input '" << input.getName() << "' is declared twice";
     if (!input.getElementType().isF32() && !input.getElementType().isInteger(32))

@@ -161,13 +161,16 @@ AttentionArgs AttentionArgs::varlen(DType dtype, const void *q, const void *k, c
 }
 
 Status Runtime::validate(const AttentionArgs &args) {
-  for (auto [name, pointer] : {std::pair<std::string_view, const void *>{"q", args.q},
-                               {"k", args.k},
-                               {"v", args.v},
-                               {"o", args.o},
-                               {"lse", args.lse}})
-    if (!pointer)
-      return Status::error(std::string(name) + " is null; q, k, v, o and lse must all be device pointers");
+  // A call without query rows (dense seqlenQ = 0, or varlen total_q = 0: every sequence empty) reads and writes
+  // nothing, and PyTorch hands such empty tensors over as null pointers.
+  if (args.seqlenQ != 0)
+    for (auto [name, pointer] : {std::pair<std::string_view, const void *>{"q", args.q},
+                                 {"k", args.k},
+                                 {"v", args.v},
+                                 {"o", args.o},
+                                 {"lse", args.lse}})
+      if (!pointer)
+        return Status::error(std::string(name) + " is null; q, k, v, o and lse must all be device pointers");
   if (dtypeName(args.dtype) == "invalid")
     return Status::error("dtype has value " + std::to_string(static_cast<int>(args.dtype)) +
                          "; accepted: DType::F16, DType::BF16");
@@ -223,6 +226,20 @@ Status Runtime::validate(const AttentionArgs &args) {
 }
 
 Status Runtime::validateFor(const AttentionArgs &args, const KernelInfo &kernel) {
+  if (Status s = validateVariantArgs(args, kernel); !s.ok())
+    return s;
+  // The kernels number their blocks with 32-bit integers (the block order walks the whole grid linearly).
+  const long long gridRows = args.isVarlen() ? args.maxSeqlenQ : args.seqlenQ;
+  const long long blocks = (gridRows + kernel.blockM - 1) / std::max(kernel.blockM, 1) * args.headsQ * args.batch;
+  if (blocks > std::numeric_limits<int>::max())
+    return Status::error("the launch grid would have " + std::to_string(blocks) + " thread blocks (ceil(" +
+                         (args.isVarlen() ? "maxSeqlenQ" : "seqlenQ") + " / " + std::to_string(kernel.blockM) +
+                         ") x headsQ x batch); at most " + std::to_string(std::numeric_limits<int>::max()) +
+                         " are supported: split the batch into several calls");
+  return Status();
+}
+
+Status Runtime::validateVariantArgs(const AttentionArgs &args, const KernelInfo &kernel) {
   auto listed = [](const std::vector<std::string> &names) {
     std::string text;
     for (const std::string &name : names)
@@ -245,14 +262,8 @@ Status Runtime::validateFor(const AttentionArgs &args, const KernelInfo &kernel)
     if (Status s = checkAligned(name, args.inputs[i], sizeof(float)); !s.ok())
       return s;
   }
-  // The kernels number their blocks with 32-bit integers (the block order walks the whole grid linearly).
-  const long long gridRows = args.isVarlen() ? args.maxSeqlenQ : args.seqlenQ;
-  const long long blocks = (gridRows + kernel.blockM - 1) / std::max(kernel.blockM, 1) * args.headsQ * args.batch;
-  if (blocks > std::numeric_limits<int>::max())
-    return Status::error("the launch grid would have " + std::to_string(blocks) + " thread blocks (ceil(" +
-                         (args.isVarlen() ? "maxSeqlenQ" : "seqlenQ") + " / " + std::to_string(kernel.blockM) +
-                         ") x headsQ x batch); at most " + std::to_string(std::numeric_limits<int>::max()) +
-                         " are supported: split the batch into several calls");
+  if (Status s = checkParamRules(args.variant, kernel.paramRules, kernel.paramNames, args.variantParams); !s.ok())
+    return s.withContext("variantParams");
   return Status();
 }
 

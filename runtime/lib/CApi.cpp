@@ -53,11 +53,19 @@ flashtile_runtime *flashtile_create(void) {
     return new flashtile_runtime();
   } catch (const std::exception &e) {
     lastError = std::string("cannot create the runtime: ") + e.what();
-    return nullptr;
+  } catch (...) {
+    lastError = "cannot create the runtime: a non-standard exception";
   }
+  return nullptr;
 }
 
-void flashtile_destroy(flashtile_runtime *rt) { delete rt; }
+void flashtile_destroy(flashtile_runtime *rt) {
+  // The destructor unloads modules through the driver; nothing it meets may unwind into C.
+  try {
+    delete rt;
+  } catch (...) {
+  }
+}
 
 int flashtile_load_aot(flashtile_runtime *rt, const char *dir) {
   return guarded([&] {

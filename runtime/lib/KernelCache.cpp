@@ -5,11 +5,20 @@
 //   key text | KernelInfo::serialize() text | cubin | u64 FNV-1a of every preceding byte
 #include "flashtile/runtime/KernelCache.h"
 
+#include "RegularFile.h"
+#include "flashtile/runtime/Log.h"
+
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -103,45 +112,139 @@ std::optional<CachedKernel> decodeEntry(std::string_view bytes, const std::strin
   return CachedKernel{std::move(*info), std::string(bytes.substr(kHeaderBytes + lengths[0] + lengths[1], lengths[2]))};
 }
 
-std::optional<std::string> readFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return std::nullopt;
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad())
-    return std::nullopt;
-  return bytes;
+/// A temporary file older than this was left by a writer that died before its rename (a kill, a crash): every
+/// live writer renames within seconds of creating its file.
+constexpr auto kStaleTempAge = std::chrono::minutes(10);
+/// Larger than any entry (a cubin is a few MB at most); a bigger file is damage, never read whole.
+constexpr size_t kMaxEntryBytes = 256 * 1024 * 1024;
+
+/// Removes `.tmp-*` files in `dir` last modified more than kStaleTempAge ago. Other entries, and temporary files
+/// being written now, are left alone; errors are ignored (another process may be cleaning too).
+void removeStaleTempFiles(const std::string &dir) {
+  std::error_code error;
+  fs::directory_iterator entries(dir, error);
+  const auto now = fs::file_time_type::clock::now();
+  for (fs::directory_iterator end; !error && entries != end; entries.increment(error)) {
+    const fs::path &path = entries->path();
+    if (!path.filename().string().starts_with(kTempPrefix))
+      continue;
+    std::error_code statError;
+    if (!fs::is_regular_file(fs::symlink_status(path, statError)) || statError)
+      continue;
+    fs::file_time_type written = fs::last_write_time(path, statError);
+    if (!statError && now - written > kStaleTempAge)
+      unlink(path.c_str());
+  }
 }
 
 /// Writes `bytes` to a fresh temporary file in `path`'s directory and renames it over `path`, so readers in
 /// other processes see either the old entry or the whole new one. No fsync: an entry torn by a crash fails its
-/// checksum and is rebuilt, which is cheaper than syncing every write.
-bool writeFileAtomically(const std::string &path, const std::string &bytes) {
+/// checksum and is rebuilt, which is cheaper than syncing every write. What is at `path` is replaced whatever it
+/// is (rename replaces a FIFO or a symlink itself, never its target), except a non-empty directory: that is left
+/// alone and reported. The error says what failed and why.
+Status writeFileAtomically(const std::string &path, const std::string &bytes) {
   static std::atomic<uint64_t> counter{0};
   fs::path target(path);
   std::error_code error;
   fs::create_directories(target.parent_path(), error);
   if (error)
-    return false;
+    return Status::error("cannot create " + target.parent_path().string() + ": " + error.message());
+  struct stat existing {};
+  if (lstat(path.c_str(), &existing) == 0 && S_ISDIR(existing.st_mode) && rmdir(path.c_str()) != 0)
+    return Status::error(path + " is a directory that cannot be removed (" + std::strerror(errno) +
+                         "); the entry is not stored");
   std::string tempPath = (target.parent_path() / (std::string(kTempPrefix) + std::to_string(getpid()) + "-" +
                                                   std::to_string(counter++) + "-" + hex64(std::random_device()())))
                              .string();
   int fd = open(tempPath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0)
-    return false;
+    return Status::error("cannot create a file in " + target.parent_path().string() + ": " + std::strerror(errno));
   size_t written = 0;
+  int writeError = 0;
   while (written < bytes.size()) {
     ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
     if (n < 0 && errno == EINTR)
       continue;
-    if (n <= 0)
+    if (n <= 0) {
+      writeError = n < 0 ? errno : ENOSPC;
       break;
+    }
     written += static_cast<size_t>(n);
   }
-  bool ok = close(fd) == 0 && written == bytes.size() && std::rename(tempPath.c_str(), path.c_str()) == 0;
-  if (!ok)
-    unlink(tempPath.c_str());
-  return ok;
+  if (close(fd) != 0 && writeError == 0)
+    writeError = errno;
+  if (writeError == 0 && std::rename(tempPath.c_str(), path.c_str()) == 0)
+    return Status();
+  std::string why = writeError ? std::string("cannot write ") + tempPath + ": " + std::strerror(writeError)
+                               : "cannot rename a finished entry to " + path + ": " + std::strerror(errno);
+  unlink(tempPath.c_str());
+  return Status::error(why);
+}
+
+/// Marks an entry as just used, for the size cap's least-recently-used order (modification time: access times
+/// are often not kept).
+void touchEntry(const std::string &path) { utimensat(AT_FDCWD, path.c_str(), nullptr, 0); }
+
+/// FLASHTILE_CACHE_MAX_MB into `options` (maxBytes, or a warning when it is not a positive number of MiB).
+void readSizeCap(KernelCache::Options &options) {
+  constexpr uint64_t kMaxMegabytes = uint64_t(1) << 40; // keeps maxBytes (MiB << 20) inside 64 bits
+  const char *text = std::getenv("FLASHTILE_CACHE_MAX_MB");
+  if (!text || !*text)
+    return;
+  std::string_view value = text;
+  uint64_t megabytes = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), megabytes);
+  if (ec != std::errc() || end != value.data() + value.size() || megabytes == 0 || megabytes > kMaxMegabytes) {
+    options.warning = "FLASHTILE_CACHE_MAX_MB='" + std::string(value) + "' is not a size in MiB from 1 to " +
+                      std::to_string(kMaxMegabytes) + ": the cache has no size cap";
+    return;
+  }
+  options.maxBytes = megabytes << 20;
+}
+
+/// The key text in an entry's header, or "" when `path` does not start like an entry.
+std::string readEntryKey(const fs::path &path) {
+  constexpr uint64_t kMaxKeyBytes = 1 << 16;
+  std::ifstream in(path, std::ios::binary);
+  std::string header(kHeaderBytes, '\0');
+  if (!in.read(header.data(), std::streamsize(header.size())) || header.substr(0, kMagic.size()) != kMagic ||
+      readLittleEndian<uint32_t>(header, kMagic.size()) != kFormatVersion)
+    return "";
+  uint64_t keyBytes = readLittleEndian<uint64_t>(header, kMagic.size() + sizeof(uint32_t));
+  if (keyBytes == 0 || keyBytes > kMaxKeyBytes)
+    return "";
+  std::string key(keyBytes, '\0');
+  if (!in.read(key.data(), std::streamsize(keyBytes)))
+    return "";
+  return key;
+}
+
+enum class CacheFile { Entry, Temp, Other };
+
+CacheFile classify(const fs::directory_entry &file) {
+  std::error_code ec;
+  fs::file_status status = file.symlink_status(ec);
+  if (ec || !fs::is_regular_file(status)) // links and special files are never the cache's own
+    return CacheFile::Other;
+  std::string name = file.path().filename().string();
+  if (name.starts_with(kTempPrefix))
+    return CacheFile::Temp;
+  return file.path().extension() == kEntrySuffix ? CacheFile::Entry : CacheFile::Other;
+}
+
+/// Calls `visit` for each of the cache's files in `dir`; a missing directory has none.
+Status forEachCacheFile(const std::string &dir,
+                        const std::function<void(const fs::directory_entry &, CacheFile)> &visit) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec))
+    return Status();
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec))
+    if (CacheFile kind = classify(*it); kind != CacheFile::Other)
+      visit(*it, kind);
+  if (ec)
+    return Status::error("cannot list the kernel cache '" + dir + "': " + ec.message());
+  return Status();
 }
 
 } // namespace
@@ -156,6 +259,7 @@ KernelCache::Options KernelCache::optionsFromEnvironment() {
     options.dir = std::string(home) + "/.cache/flashtile";
   else
     options.diskEnabled = false;
+  readSizeCap(options);
   return options;
 }
 
@@ -214,12 +318,19 @@ KernelCache::Result KernelCache::load(const std::string &key, const Compile &com
   try {
     std::string path = entryPath(key);
     if (config.diskEnabled) {
-      if (std::optional<std::string> bytes = readFile(path)) {
+      FileProblem problem = FileProblem::None;
+      StatusOr<std::string> bytes = readRegularFile(path, kMaxEntryBytes, &problem);
+      if (bytes.ok()) {
         if (std::optional<CachedKernel> kernel = decodeEntry(*bytes, key)) {
           ++diskHits;
+          touchEntry(path);
           return std::make_shared<const CachedKernel>(std::move(*kernel));
         }
         ++rejectedEntries;
+      } else if (problem != FileProblem::Missing) {
+        // A directory, FIFO, device or oversized file where an entry belongs: never read, rebuilt and replaced.
+        ++rejectedEntries;
+        logWarning("kernel cache: " + bytes.status().message() + "; the kernel is compiled again and the entry replaced");
       }
     }
 
@@ -232,12 +343,123 @@ KernelCache::Result KernelCache::load(const std::string &key, const Compile &com
     if (compiled->cubin.empty())
       return Status::error("the compiler returned an empty cubin for '" + key + "'");
 
-    if (config.diskEnabled && !writeFileAtomically(path, encodeEntry(key, *compiled)))
-      ++diskWriteFailures;
+    if (config.diskEnabled) {
+      store(path, encodeEntry(key, *compiled));
+      if (config.maxBytes)
+        (void)evictToFit(config.maxBytes); // best effort: a file another process removed first is no error
+    }
     return std::make_shared<const CachedKernel>(std::move(*compiled));
   } catch (const std::exception &e) {
     return Status::error("compiling '" + key + "' threw an exception: " + e.what());
   } catch (...) {
     return Status::error("compiling '" + key + "' threw a non-standard exception");
   }
+}
+
+StatusOr<std::vector<KernelCache::DiskEntry>> KernelCache::listDiskEntries() const {
+  std::vector<DiskEntry> list;
+  Status listed = forEachCacheFile(config.dir, [&](const fs::directory_entry &file, CacheFile kind) {
+    if (kind != CacheFile::Entry)
+      return;
+    struct stat st;
+    if (::stat(file.path().c_str(), &st) != 0)
+      return; // removed meanwhile
+    list.push_back({file.path().string(), readEntryKey(file.path()), uint64_t(st.st_size), st.st_mtime});
+  });
+  if (!listed.ok())
+    return listed;
+  std::sort(list.begin(), list.end(), [](const DiskEntry &a, const DiskEntry &b) {
+    return a.lastUsed != b.lastUsed ? a.lastUsed < b.lastUsed : a.path < b.path;
+  });
+  return list;
+}
+
+StatusOr<KernelCache::DiskUsage> KernelCache::diskUsage() const {
+  DiskUsage usage;
+  Status listed = forEachCacheFile(config.dir, [&](const fs::directory_entry &file, CacheFile kind) {
+    std::error_code ec;
+    uint64_t bytes = fs::file_size(file.path(), ec);
+    if (ec)
+      return;
+    if (kind == CacheFile::Temp) {
+      ++usage.tempFiles;
+      return;
+    }
+    ++usage.entries;
+    usage.bytes += bytes;
+  });
+  if (!listed.ok())
+    return listed;
+  return usage;
+}
+
+StatusOr<uint64_t> KernelCache::clearDisk() {
+  std::vector<fs::path> files;
+  Status listed =
+      forEachCacheFile(config.dir, [&](const fs::directory_entry &file, CacheFile) { files.push_back(file.path()); });
+  if (!listed.ok())
+    return listed;
+  uint64_t removed = 0;
+  for (const fs::path &file : files) {
+    std::error_code ec;
+    if (fs::remove(file, ec))
+      ++removed;
+    else if (ec)
+      return Status::error("cannot remove " + file.string() + ": " + ec.message());
+  }
+  return removed;
+}
+
+StatusOr<uint64_t> KernelCache::evictToFit(uint64_t maxBytes) {
+  StatusOr<std::vector<DiskEntry>> entries = listDiskEntries();
+  if (!entries.ok())
+    return entries.status();
+  uint64_t total = 0;
+  for (const DiskEntry &entry : *entries)
+    total += entry.bytes;
+  uint64_t removed = 0;
+  for (const DiskEntry &entry : *entries) {
+    if (total <= maxBytes)
+      break;
+    std::error_code ec;
+    if (!fs::remove(entry.path, ec) && ec)
+      return Status::error("cannot remove " + entry.path + ": " + ec.message());
+    total -= entry.bytes;
+    ++removed;
+  }
+  return removed;
+}
+
+void KernelCache::store(const std::string &path, const std::string &bytes) {
+  if (!staleTempFilesRemoved.exchange(true))
+    removeStaleTempFiles(config.dir);
+  Status written = writeFileAtomically(path, bytes);
+  if (written.ok())
+    return;
+  ++diskWriteFailures;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    lastWriteError = written.message();
+  }
+  // Once per cache: every later miss fails the same way, and the kernels still work (compiled in memory).
+  if (!writeFailureReported.exchange(true))
+    logWarning("kernel cache: " + written.message() + "; kernels are compiled again in every process until " +
+               config.dir + " can be written (set FLASHTILE_CACHE_DIR elsewhere, or FLASHTILE_DISABLE_CACHE=1)");
+}
+
+std::string KernelCache::lastDiskWriteError() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return lastWriteError;
+}
+
+Status KernelCache::checkDiskWritable() const {
+  if (!config.diskEnabled)
+    return Status::error(config.dir.empty() ? "the disk cache is off (no FLASHTILE_CACHE_DIR and no HOME)"
+                                            : "the disk cache is off (FLASHTILE_DISABLE_CACHE)");
+  std::string probe = (fs::path(config.dir) / (std::string(kTempPrefix) + "probe-" + std::to_string(getpid()) + "-" +
+                                               hex64(std::random_device()())))
+                          .string();
+  Status written = writeFileAtomically(probe, std::string(kMagic));
+  unlink(probe.c_str());
+  return written.withContext("kernel cache " + config.dir);
 }

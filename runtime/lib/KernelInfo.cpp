@@ -13,14 +13,19 @@ using namespace flashtile;
 namespace {
 
 /// Serialization order; also the list of accepted fields.
-constexpr std::string_view kFieldNames[] = {"entry",   "arch",      "dtype",      "headDim",    "headDimV",
-                                            "variant", "schedule",  "shapeClass", "blockM",     "blockN",
-                                            "threads", "smemBytes", "paramNames", "inputNames", "compilerVersion"};
+constexpr std::string_view kFieldNames[] = {
+    "entry",  "arch",    "dtype",     "headDim",    "headDimV",   "variant",    "schedule",       "shapeClass",
+    "blockM", "blockN",  "threads",   "smemBytes",  "paramNames", "inputNames", "paramRules", "compilerVersion"};
 constexpr size_t kNumFields = std::size(kFieldNames);
 
 constexpr int kWarpSize = 32;
 constexpr int kMaxThreadsPerBlock = 1024;
 constexpr size_t kMaxIdLength = 200;
+// Head dims: what the tile dialect accepts (multiples of 8 up to 512). Tiles: multiples of the 16-row MMA tile, up
+// to 1024 rows (a block of 1024 threads); anything else in a manifest is damage, not a kernel.
+constexpr int kHeadDimAlign = 8, kMaxHeadDim = 512;
+constexpr int kTileAlign = 16, kMaxTile = 1024;
+constexpr size_t kMaxNameLength = 128;
 
 std::string joined(std::span<const std::string_view> items) {
   std::string out;
@@ -82,8 +87,12 @@ std::vector<std::string> splitList(std::string_view text) {
   }
 }
 
-Status checkPositive(std::string_view field, int value) {
-  return value > 0 ? Status() : fieldError(field, std::to_string(value) + " must be positive");
+/// A positive multiple of `align` up to `max`.
+Status checkMultiple(std::string_view field, int value, int align, int max) {
+  if (value > 0 && value <= max && value % align == 0)
+    return Status();
+  return fieldError(field, std::to_string(value) + " is not a multiple of " + std::to_string(align) + " in [" +
+                               std::to_string(align) + ", " + std::to_string(max) + "]");
 }
 
 std::string joinedNames(const std::vector<std::string> &names) {
@@ -100,8 +109,9 @@ Status checkNames(std::string_view field, const std::vector<std::string> &names,
     return fieldError(field, std::to_string(names.size()) + " names; at most " + std::to_string(limit) + " (" +
                                  std::string(limitName) + ") are supported");
   for (size_t i = 0; i < names.size(); ++i) {
-    if (!isIdentifier(names[i]))
-      return fieldError(field, "'" + names[i] + "' is not an identifier");
+    if (!isIdentifier(names[i]) || names[i].size() > kMaxNameLength)
+      return fieldError(field, "'" + names[i] + "' is not an identifier of at most " + std::to_string(kMaxNameLength) +
+                                   " characters");
     if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i)
       return fieldError(field, "'" + names[i] + "' appears twice");
   }
@@ -126,6 +136,15 @@ std::string KernelSpec::key() const {
 
 KernelSpec KernelInfo::spec() const { return {arch, dtype, headDim, headDimV, variant, schedule, shapeClass}; }
 
+int flashtile::maxSmemBytes(std::string_view arch) {
+  constexpr int kKiB = 1024;
+  if (arch == "sm_80")
+    return 163 * kKiB;
+  if (arch == "sm_90a" || arch == "sm_100a")
+    return 227 * kKiB;
+  return 0;
+}
+
 bool flashtile::matches(const KernelInfo &info, const KernelSpec &spec) {
   return info.arch == spec.arch && info.dtype == spec.dtype && info.headDim == spec.headDim &&
          info.headDimV == spec.headDimV && info.variant == spec.variant && info.schedule == spec.schedule &&
@@ -147,6 +166,7 @@ std::string KernelInfo::serialize() const {
                                                       std::to_string(smemBytes),
                                                       joinedNames(paramNames),
                                                       joinedNames(inputNames),
+                                                      serializeParamRules(paramRules),
                                                       compilerVersion};
   std::string text;
   for (size_t i = 0; i < kNumFields; ++i)
@@ -161,9 +181,11 @@ Status KernelInfo::verify() const {
     return fieldError("arch", "'" + arch + "' is not one of " + joined(kSupportedArchs));
   if (!contains(kSupportedDtypes, dtype))
     return fieldError("dtype", "'" + dtype + "' is not one of " + joined(kSupportedDtypes));
-  for (auto [field, value] :
-       {std::pair{"headDim", headDim}, {"headDimV", headDimV}, {"blockM", blockM}, {"blockN", blockN}})
-    if (Status s = checkPositive(field, value); !s.ok())
+  for (auto [field, value] : {std::pair{"headDim", headDim}, {"headDimV", headDimV}})
+    if (Status s = checkMultiple(field, value, kHeadDimAlign, kMaxHeadDim); !s.ok())
+      return s;
+  for (auto [field, value] : {std::pair{"blockM", blockM}, {"blockN", blockN}})
+    if (Status s = checkMultiple(field, value, kTileAlign, kMaxTile); !s.ok())
       return s;
   for (auto [field, value] : {std::pair{"variant", &variant}, {"schedule", &schedule}, {"shapeClass", &shapeClass}})
     if (!isValidId(*value))
@@ -173,14 +195,18 @@ Status KernelInfo::verify() const {
     return fieldError("threads", std::to_string(threads) + " is not a multiple of " + std::to_string(kWarpSize) +
                                      " in [" + std::to_string(kWarpSize) + ", " + std::to_string(kMaxThreadsPerBlock) +
                                      "]");
-  if (smemBytes < 0)
-    return fieldError("smemBytes", std::to_string(smemBytes) + " is negative");
+  if (smemBytes < 0 || smemBytes > maxSmemBytes(arch))
+    return fieldError("smemBytes", std::to_string(smemBytes) + " is not in [0, " + std::to_string(maxSmemBytes(arch)) +
+                                       "] (the most a block may use on " + arch + ")");
   if (Status s = checkNames("paramNames", paramNames, FLASHTILE_MAX_VARIANT_PARAMS, "FLASHTILE_MAX_VARIANT_PARAMS");
       !s.ok())
     return s;
   if (Status s = checkNames("inputNames", inputNames, FLASHTILE_MAX_VARIANT_INPUTS, "FLASHTILE_MAX_VARIANT_INPUTS");
       !s.ok())
     return s;
+  for (const ParamRule &rule : paramRules)
+    if (Status s = verifyParamRule(rule, paramNames); !s.ok())
+      return fieldError("paramRules", s.message());
   if (compilerVersion.empty() || !std::all_of(compilerVersion.begin(), compilerVersion.end(),
                                               [](char c) { return std::isgraph(static_cast<unsigned char>(c)); }))
     return fieldError("compilerVersion", "'" + compilerVersion + "' is empty or contains spaces");
@@ -222,6 +248,10 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
   info.paramNames = splitList(fields["paramNames"]);
   info.inputNames = splitList(fields["inputNames"]);
   info.compilerVersion = fields["compilerVersion"];
+  StatusOr<std::vector<ParamRule>> rules = parseParamRules(fields["paramRules"]);
+  if (!rules.ok())
+    return fieldError("paramRules", rules.status().message());
+  info.paramRules = std::move(*rules);
   for (auto [field, target] : {std::pair{"headDim", &info.headDim},
                                {"headDimV", &info.headDimV},
                                {"blockM", &info.blockM},

@@ -6,11 +6,14 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
 #include <string_view>
 
 using namespace flashtile;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -39,42 +42,127 @@ struct NvrtcApi {
   }
 };
 
-/// The sonames to try, newest first, then the same names in toolkit directories that may not be on the loader's
-/// search path.
-std::vector<std::string> libraryCandidates() {
-  const std::vector<std::string> names = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
-  std::vector<std::string> candidates = names;
-  std::vector<std::string> dirs;
-  if (const char *cudaHome = std::getenv("CUDA_HOME"); cudaHome && *cudaHome)
-    dirs.push_back(std::string(cudaHome) + "/lib64/");
-  dirs.push_back("/usr/local/cuda/lib64/");
-  for (const std::string &dir : dirs)
-    for (const std::string &name : names)
-      candidates.push_back(dir + name);
-  return candidates;
+constexpr std::array<const char *, 3> kSonames = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
+
+/// Where a pip-installed NVRTC wheel puts the library, under a site-packages directory: CUDA 13's
+/// nvidia-cuda-nvrtc (nvidia/cu13/lib) and CUDA 12's nvidia-cuda-nvrtc-cu12 (nvidia/cuda_nvrtc/lib).
+constexpr std::array<const char *, 2> kWheelDirs = {"nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"};
+
+/// Python package directories where an NVRTC wheel may be: the one this library was loaded from (the flashtile
+/// package itself lives in site-packages), the active virtual or conda environment's, the user's and the system's.
+std::vector<fs::path> sitePackagesDirs() {
+  std::vector<fs::path> dirs;
+  auto add = [&](const fs::path &dir) {
+    std::error_code ec;
+    if (fs::is_directory(dir, ec) && std::find(dirs.begin(), dirs.end(), dir) == dirs.end())
+      dirs.push_back(dir);
+  };
+  Dl_info self;
+  if (dladdr(reinterpret_cast<void *>(&sitePackagesDirs), &self) && self.dli_fname)
+    for (fs::path dir = fs::path(self.dli_fname).parent_path(); dir.has_relative_path(); dir = dir.parent_path())
+      if (dir.filename() == "site-packages" || dir.filename() == "dist-packages") {
+        add(dir);
+        break;
+      }
+  // <prefix>/lib/python3.*/{site,dist}-packages
+  auto addPrefix = [&](const fs::path &prefix) {
+    std::error_code ec;
+    for (fs::directory_iterator it(prefix / "lib", ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().filename().string().starts_with("python3"))
+        for (const char *leaf : {"site-packages", "dist-packages"})
+          add(it->path() / leaf);
+  };
+  for (const char *variable : {"VIRTUAL_ENV", "CONDA_PREFIX"})
+    if (const char *prefix = std::getenv(variable); prefix && *prefix)
+      addPrefix(prefix);
+  if (const char *home = std::getenv("HOME"); home && *home)
+    addPrefix(fs::path(home) / ".local");
+  addPrefix("/usr/local");
+  addPrefix("/usr");
+  add("/usr/lib/python3/dist-packages");
+  return dirs;
+}
+
+/// Directories to look in after the loader's own search path, in order.
+std::vector<fs::path> searchDirs() {
+  std::vector<fs::path> dirs;
+  for (const char *variable : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char *root = std::getenv(variable); root && *root) {
+      dirs.push_back(fs::path(root) / "lib64");
+      dirs.push_back(fs::path(root) / "lib");
+    }
+  dirs.push_back("/usr/local/cuda/lib64");
+  for (const fs::path &site : sitePackagesDirs())
+    for (const char *wheelDir : kWheelDirs)
+      dirs.push_back(site / wheelDir);
+  return dirs;
+}
+
+std::string loadedPath;
+
+/// Opens `path` (a file name or a soname); on failure appends what happened to `tried`.
+void *tryOpen(const std::string &path, std::vector<std::string> &tried) {
+  if (void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL))
+    return library;
+  const char *reason = dlerror();
+  tried.push_back(path + " (" + (reason ? reason : "unknown reason") + ")");
+  return nullptr;
+}
+
+/// FLASHTILE_NVRTC_PATH (a library file or a directory), alone when set; else the loader's search path
+/// (LD_LIBRARY_PATH, the ld.so cache), then searchDirs().
+void *openNvrtc(std::vector<std::string> &tried) {
+  if (const char *forced = std::getenv("FLASHTILE_NVRTC_PATH"); forced && *forced) {
+    std::error_code ec;
+    if (!fs::is_directory(forced, ec))
+      return tryOpen(forced, tried);
+    for (const char *name : kSonames)
+      if (fs::exists(fs::path(forced) / name, ec))
+        if (void *library = tryOpen((fs::path(forced) / name).string(), tried))
+          return library;
+    tried.push_back(std::string(forced) + " (FLASHTILE_NVRTC_PATH: no libnvrtc.so* there)");
+    return nullptr;
+  }
+  std::vector<std::string> sonameErrors;
+  for (const char *name : kSonames)
+    if (void *library = tryOpen(name, sonameErrors))
+      return library;
+  tried.push_back("the loader's search path (LD_LIBRARY_PATH, ld.so.cache) for libnvrtc.so.13, .12 and "
+                  "libnvrtc.so: not found");
+  for (const fs::path &dir : searchDirs()) {
+    std::error_code ec;
+    bool any = false;
+    for (const char *name : kSonames)
+      if (fs::exists(dir / name, ec)) {
+        any = true;
+        if (void *library = tryOpen((dir / name).string(), tried))
+          return library;
+      }
+    if (!any)
+      tried.push_back(dir.string() + (fs::is_directory(dir, ec) ? " (no libnvrtc.so* there)" : " (missing)"));
+  }
+  return nullptr;
 }
 
 Status loadNvrtc(NvrtcApi &api) {
-  void *library = nullptr;
-  std::string tried;
-  std::string lastError;
-  for (const std::string &candidate : libraryCandidates()) {
-    library = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (library)
-      break;
-    tried += (tried.empty() ? "" : ", ") + candidate;
-    const char *reason = dlerror();
-    lastError = reason ? reason : "unknown reason";
+  std::vector<std::string> tried;
+  void *library = openNvrtc(tried);
+  if (!library) {
+    std::string places;
+    for (const std::string &place : tried)
+      places += "; " + place;
+    return Status::error("NVRTC could not be loaded. Looked in: " + places.substr(2) +
+                         ". Install the CUDA toolkit (12.8 or newer) or the nvidia-cuda-nvrtc-cu12 wheel, or set "
+                         "FLASHTILE_NVRTC_PATH to libnvrtc.so or its directory (CUDA_HOME to the toolkit)");
   }
-  if (!library)
-    return Status::error("NVRTC could not be loaded (tried " + tried + "; last error: " + lastError +
-                         "); install the CUDA toolkit (12.8 or newer) or set CUDA_HOME to it");
 #define FLASHTILE_RESOLVE_NVRTC_FUNCTION(name)                                                                         \
   api.name = reinterpret_cast<decltype(api.name)>(dlsym(library, #name));                                              \
   if (!api.name)                                                                                                       \
     return Status::error("the loaded NVRTC does not export " #name "; it is too old for flashtile");
   FLASHTILE_NVRTC_FUNCTIONS(FLASHTILE_RESOLVE_NVRTC_FUNCTION)
 #undef FLASHTILE_RESOLVE_NVRTC_FUNCTION
+  Dl_info where;
+  loadedPath = dladdr(reinterpret_cast<void *>(api.nvrtcVersion), &where) && where.dli_fname ? where.dli_fname : "";
   return Status();
 }
 
@@ -117,6 +205,15 @@ private:
 };
 
 } // namespace
+
+std::vector<std::string> flashtile::nvrtcSearchDirs() {
+  std::vector<std::string> dirs;
+  for (const fs::path &dir : searchDirs())
+    dirs.push_back(dir.string());
+  return dirs;
+}
+
+std::string flashtile::nvrtcLibraryPath() { return nvrtc().ok() ? loadedPath : ""; }
 
 StatusOr<std::string> flashtile::nvrtcVersion() {
   StatusOr<const NvrtcApi *> api = nvrtc();

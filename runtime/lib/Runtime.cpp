@@ -1,6 +1,8 @@
 // Runtime.cpp — kernel selection (ahead-of-time directories, then the JIT cache), module loading and launch.
 #include "flashtile/runtime/Runtime.h"
+#include "RegularFile.h"
 #include "flashtile/runtime/CudaDriver.h"
+#include "flashtile/runtime/Elf.h"
 #include "flashtile/runtime/KernelAbi.h"
 #include "flashtile/runtime/Version.h"
 
@@ -8,7 +10,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 
@@ -23,8 +24,6 @@ constexpr float kLog2e = 1.44269504088896340736f;
 constexpr int kDefaultDynamicSmemLimit = 48 * 1024;
 constexpr std::string_view kManifestExtension = ".manifest";
 constexpr std::string_view kCubinExtension = ".cubin";
-constexpr std::string_view kElfMagic = "\x7f"
-                                       "ELF";
 
 struct AotKernel {
   std::shared_ptr<const CachedKernel> kernel;
@@ -39,32 +38,47 @@ struct LoadedModule {
   CUfunction function = nullptr;
 };
 
-StatusOr<std::string> readFile(const fs::path &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return Status::error(path.string() + ": cannot be opened");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad())
-    return Status::error(path.string() + ": read error");
-  return bytes;
-}
+/// Larger than any manifest or kernel the compiler writes; a bigger file is damage, not a kernel.
+constexpr size_t kMaxManifestBytes = 64 * 1024;
+constexpr size_t kMaxCubinBytes = 256 * 1024 * 1024;
 
+/// Reads, parses and checks one ahead-of-time kernel: the manifest and the cubin beside it must be regular files
+/// (a FIFO or a directory is refused before it is read), the manifest's fields in range and written by this
+/// compiler version, the cubin an ELF image for the manifest's arch that defines the manifest's entry. Every error
+/// names the file and the reason.
 StatusOr<AotKernel> loadAotKernel(const fs::path &manifestPath) {
-  StatusOr<std::string> text = readFile(manifestPath);
+  StatusOr<std::string> text = readRegularFile(manifestPath.string(), kMaxManifestBytes);
   if (!text.ok())
     return text.status();
   StatusOr<KernelInfo> info = KernelInfo::parse(*text);
   if (!info.ok())
     return info.status().withContext(manifestPath.string());
+  if (info->compilerVersion != compilerVersion())
+    return Status::error(manifestPath.string() + ": written by flashtile " + info->compilerVersion +
+                         ", but this runtime is " + std::string(compilerVersion()) +
+                         "; kernels are only loaded by the version that built them (rebuild the library with "
+                         "this version's `flashtile aot`)");
   fs::path cubinPath = manifestPath;
   cubinPath.replace_extension(kCubinExtension);
-  StatusOr<std::string> cubin = readFile(cubinPath);
+  StatusOr<std::string> cubin = readRegularFile(cubinPath.string(), kMaxCubinBytes);
   if (!cubin.ok())
     return cubin.status().withContext(manifestPath.string() + ": its cubin is missing or unreadable");
-  if (!std::string_view(*cubin).starts_with(kElfMagic))
-    return Status::error(cubinPath.string() + ": not a cubin (no ELF header)");
+  if (Status s = checkCubin(*cubin, info->arch, info->entry); !s.ok())
+    return s.withContext(cubinPath.string() + " (for " + manifestPath.filename().string() + ")");
   return AotKernel{std::make_shared<const CachedKernel>(CachedKernel{std::move(*info), std::move(*cubin)}),
                    manifestPath.string()};
+}
+
+/// Runs `body`, turning any exception into an error: nothing thrown inside the runtime (bad_alloc, a filesystem
+/// error, a hook the user installed) leaves its public API.
+template <class Body> auto guarded(std::string_view what, Body &&body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const std::exception &e) {
+    return Status::error(std::string(what) + ": internal error: " + e.what());
+  } catch (...) {
+    return Status::error(std::string(what) + ": internal error (a non-standard exception)");
+  }
 }
 
 /// FLASHTILE_CHECK_VARLEN=1 (read at each varlen call): forward() copies the device offsets to the host and checks
@@ -102,8 +116,9 @@ struct Runtime::Impl {
 
   KernelCache cache;
 
-  std::mutex configMutex; // guards the seven fields below
+  std::mutex configMutex; // guards the eight fields below
   std::vector<AotKernel> aotKernels;
+  std::map<std::string, std::shared_ptr<const CachedKernel>> aotKernelByVariant; // one kernel of each variant
   std::vector<std::string> aotDirs;
   CompileFn compile;
   ShapeClassFn shapeClassOf;
@@ -124,6 +139,12 @@ struct Runtime::Impl {
       if (matches(aot.kernel->info, fallback))
         return aot.kernel;
     return nullptr;
+  }
+  /// Any ahead-of-time kernel of `variant`, or null.
+  std::shared_ptr<const CachedKernel> aotKernelOfVariant(const std::string &variant) {
+    std::lock_guard<std::mutex> lock(configMutex);
+    auto it = aotKernelByVariant.find(variant);
+    return it == aotKernelByVariant.end() ? nullptr : it->second;
   }
   StatusOr<CUfunction> function(const CudaDriver &driver, const std::shared_ptr<const CachedKernel> &kernel);
 };
@@ -156,13 +177,22 @@ StatusOr<CUfunction> Runtime::Impl::function(const CudaDriver &driver,
 
   const KernelInfo &info = kernel->info;
   LoadedModule loaded{kernel, context};
+  // Ahead-of-time kernels were checked without a GPU (Elf.h); what only the driver can tell (a cubin it will not
+  // load here, an entry it cannot find) still names the file.
+  auto withOrigin = [&](const Status &status) {
+    std::lock_guard<std::mutex> configLock(configMutex);
+    for (const AotKernel &aot : aotKernels)
+      if (aot.kernel == kernel)
+        return status.withContext(aot.manifestPath);
+    return status;
+  };
   if (Status s = driver.check(driver.cuModuleLoadData(&loaded.module, kernel->cubin.data()),
                               "cuModuleLoadData(" + info.entry + ")");
       !s.ok())
-    return s;
+    return withOrigin(s);
   auto fail = [&](Status status) {
     driver.cuModuleUnload(loaded.module);
-    return status;
+    return withOrigin(status);
   };
   if (Status s = driver.check(driver.cuModuleGetFunction(&loaded.function, loaded.module, info.entry.c_str()),
                               "cuModuleGetFunction(" + info.entry + ")");
@@ -214,6 +244,8 @@ Runtime::~Runtime() {
 
 KernelCache &Runtime::cache() { return impl->cache; }
 
+LogHandler Runtime::setLogHandler(LogHandler handler) { return flashtile::setLogHandler(std::move(handler)); }
+
 void Runtime::setCompiler(CompileFn compile, ShapeClassFn shapeClassOf) {
   std::lock_guard<std::mutex> lock(impl->configMutex);
   impl->compile = std::move(compile);
@@ -232,14 +264,24 @@ void Runtime::setSchedule(std::string schedule) {
 }
 
 Status Runtime::loadAotDirectory(const std::string &dir) {
+  return guarded("loadAotDirectory('" + dir + "')", [&] { return loadAotDirectoryUnguarded(dir); });
+}
+
+Status Runtime::loadAotDirectoryUnguarded(const std::string &dir) {
   std::error_code error;
   fs::directory_iterator entries(dir, error);
   if (error)
     return Status::error("ahead-of-time directory '" + dir + "' cannot be read: " + error.message());
   std::vector<fs::path> manifests;
-  for (const fs::directory_entry &entry : entries)
-    if (entry.path().extension() == kManifestExtension)
-      manifests.push_back(entry.path());
+  // Incremented with an error code: a directory that fails mid-listing is an error value, not an exception.
+  for (fs::directory_iterator end; entries != end; entries.increment(error)) {
+    if (error)
+      break;
+    if (entries->path().extension() == kManifestExtension)
+      manifests.push_back(entries->path());
+  }
+  if (error)
+    return Status::error("ahead-of-time directory '" + dir + "' cannot be listed: " + error.message());
   if (manifests.empty())
     return Status::error("ahead-of-time directory '" + dir + "' has no *" + std::string(kManifestExtension) + " files");
   // Sorted so that errors (and the order kernels are listed in) do not depend on the file system.
@@ -259,11 +301,17 @@ Status Runtime::loadAotDirectory(const std::string &dir) {
     added.push_back(std::move(*kernel));
   }
   impl->aotKernels.insert(impl->aotKernels.end(), added.begin(), added.end());
+  for (const AotKernel &aot : added)
+    impl->aotKernelByVariant.emplace(aot.kernel->info.variant, aot.kernel);
   impl->aotDirs.push_back(dir);
   return Status();
 }
 
 StatusOr<KernelSpec> Runtime::specFor(const AttentionArgs &args, const std::string &arch) const {
+  return guarded("specFor", [&] { return specForUnguarded(args, arch); });
+}
+
+StatusOr<KernelSpec> Runtime::specForUnguarded(const AttentionArgs &args, const std::string &arch) const {
   if (Status s = validate(args); !s.ok())
     return s;
   if (std::find(kSupportedArchs.begin(), kSupportedArchs.end(), arch) == kSupportedArchs.end())
@@ -287,18 +335,24 @@ std::string_view Runtime::shapeClassFor(const AttentionArgs &args) {
 }
 
 StatusOr<KernelSpec> Runtime::specFor(const AttentionArgs &args) {
-  if (Status s = validate(args); !s.ok())
-    return s;
-  StatusOr<const CudaDriver *> driver = CudaDriver::get();
-  if (!driver.ok())
-    return driver.status();
-  StatusOr<std::string> arch = impl->arch(**driver);
-  if (!arch.ok())
-    return arch.status();
-  return specFor(args, *arch);
+  return guarded("specFor", [&]() -> StatusOr<KernelSpec> {
+    if (Status s = validate(args); !s.ok())
+      return s;
+    StatusOr<const CudaDriver *> driver = CudaDriver::get();
+    if (!driver.ok())
+      return driver.status();
+    StatusOr<std::string> arch = impl->arch(**driver);
+    if (!arch.ok())
+      return arch.status();
+    return specFor(args, *arch);
+  });
 }
 
-StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernel(const KernelSpec &asked) {
+StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernel(const KernelSpec &spec) {
+  return guarded("findKernel", [&] { return findKernelUnguarded(spec); });
+}
+
+StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernelUnguarded(const KernelSpec &asked) {
   KernelSpec spec = asked;
   CompileFn compile;
   ShapeClassFn shapeClassOf;
@@ -362,6 +416,10 @@ StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernel(const KernelSp
 }
 
 Status Runtime::forward(const AttentionArgs &args, CUstream stream) {
+  return guarded("forward", [&] { return forwardUnguarded(args, stream); });
+}
+
+Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
   if (Status s = validate(args); !s.ok())
     return s;
   VariantCheckFn variantCheck;
@@ -371,6 +429,11 @@ Status Runtime::forward(const AttentionArgs &args, CUstream stream) {
   }
   if (variantCheck)
     if (Status s = variantCheck(args); !s.ok())
+      return s;
+  // Variant numbers are checked before anything touches the GPU, with or without one: every kernel of a variant
+  // carries the variant's rules, so any of its ahead-of-time kernels can judge them.
+  if (std::shared_ptr<const CachedKernel> ofVariant = impl->aotKernelOfVariant(args.variant))
+    if (Status s = validateVariantArgs(args, ofVariant->info); !s.ok())
       return s;
   const bool varlen = args.isVarlen();
   // Varlen: the grid covers the longest sequence; with none longer than 0 rows there is nothing to write.

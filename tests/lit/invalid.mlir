@@ -152,6 +152,34 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 
 // -----
 
+// A name is printed into the generated kernel: one that could end a comment there is refused.
+// expected-error @+1 {{'tile.func' op variant name "ca\22usal\0Aint injected_line = 1;\0A//" is not accepted: [A-Za-z_] then [A-Za-z0-9_.-], at most 128 characters}}
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64,
+                         variant = "ca\"usal\nint injected_line = 1;\n//", params = []} {
+}
+
+// -----
+
+// expected-error @+1 {{'tile.func' op variant name "" is not accepted: [A-Za-z_] then [A-Za-z0-9_.-], at most 128 characters}}
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "", params = []} {
+}
+
+// -----
+
+// expected-error @+1 {{'tile.func' op parameter name "cap\\" is not an identifier ([A-Za-z_][A-Za-z0-9_]*, at most 128 characters)}}
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "softcap",
+                         params = ["cap\\"]} {
+}
+
+// -----
+
+// expected-error @+1 {{'tile.func' op input name "1slopes" is not an identifier ([A-Za-z_][A-Za-z0-9_]*, at most 128 characters)}}
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "alibi", params = [],
+                         inputs = [#tile.input<"1slopes" : f32>]} {
+}
+
+// -----
+
 // expected-error @+1 {{'tile.func' op input 'scales' must have f32 or i32 elements, got 'f16'}}
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "v", params = [],
                          inputs = [#tile.input<"scales" : f16>]} {

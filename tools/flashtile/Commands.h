@@ -2,6 +2,8 @@
 #ifndef FLASHTILE_TOOLS_COMMANDS_H
 #define FLASHTILE_TOOLS_COMMANDS_H
 
+#include "Cli.h"
+
 #include <string>
 #include <vector>
 
@@ -11,18 +13,19 @@ class Runtime;
 
 namespace flashtile::cli {
 
-/// Each returns the process exit code and prints its own errors.
-int compileCommand(const std::vector<std::string> &args, bool emitDefaultsToCuda); // compile | emit
-int aotCommand(const std::vector<std::string> &args);
-int runCommand(const std::vector<std::string> &args);
-int summaryCommand(const std::vector<std::string> &args);
-int infoCommand();
-/// NVRTC-compiles .cu files and prints the time of each (no compiler, no GPU needed).
-int nvrtcCommand(const std::vector<std::string> &args);
+/// compile, emit, aot, summary: the compiler's commands (CompileCommands.cpp, AotCommand.cpp; in a runtime-only
+/// build NoCompiler.cpp registers them as errors that say why).
+void registerCompilerCommands(CLI::App &app, Registry &registry);
+/// run, info, nvrtc, cache: the commands every build has.
+void registerRuntimeCommands(CLI::App &app, Registry &registry);
+void registerCacheCommand(CLI::App &app, Registry &registry);
+
 /// Whether this build includes the compiler (MLIR); runtime-only builds run kernels from an AOT directory.
 bool hasCompiler();
 /// Installs the JIT as the runtime's compiler; false in a runtime-only build.
 bool installCompiler(Runtime &runtime);
+/// "flashtile 0.1.0+<git> (...)": what --version prints.
+std::string versionText();
 
 } // namespace flashtile::cli
 

@@ -1,161 +1,160 @@
-//===- CompileCommands.cpp - compile, emit, aot, summary (need the compiler) ===//
-#include "Args.h"
+//===- CompileCommands.cpp - compile, emit, summary (need the compiler) ---===//
 #include "Commands.h"
+#include "KernelFlags.h"
 
 #include "examples/variants/Variants.h"
+#include "flashtile/runtime/FileIo.h"
 #include "flashtile/runtime/Nvrtc.h"
+#include "flashtile/runtime/Runtime.h"
 #include "flashtile/runtime/Version.h"
-#include "jit/Jit.h"
+#include "schedules/fa2/Fa2Config.h"
 
-#include <charconv>
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
-#include <optional>
-#include <tuple>
+#include <memory>
 
 namespace flashtile::cli {
 
-namespace {
+std::vector<std::string> variantNames() { return variants::names(); }
+std::vector<std::string> dtypeNames() { return {kSupportedDtypes.begin(), kSupportedDtypes.end()}; }
+std::vector<std::string> shapeClassNames() { return {kShapeClasses.begin(), kShapeClasses.end()}; }
+std::vector<std::string> stageNames() { return {"tile", "scheduled", "cuda", "ptx", "cubin"}; }
 
-const std::set<std::string> kKernelFlags = {
-    "variant",          "schedule",   "arch",  "head-dim", "head-dim-v",        "dtype",
-    "block-m",          "block-n",    "warps", "stages",   "rescale-threshold", "min-blocks-per-sm",
-    "lpt-group-blocks", "shape-class"};
-
-/// A shape class name from a flag, checked against the runtime's classes.
-StatusOr<std::string> shapeClassFlag(const std::string &flag, const std::string &value) {
-  for (std::string_view known : kShapeClasses)
-    if (value == known)
-      return value;
-  std::string accepted;
-  for (std::string_view known : kShapeClasses)
-    accepted += (accepted.empty() ? "" : ", ") + std::string(known);
-  return Status::error("--" + flag + ": unknown shape class '" + value + "'; accepted: " + accepted);
+void addDebugFlag(CLI::App &command, bool &debug) {
+  addSwitch(command, "--debug", debug, "On a compiler error, also print the operation it is about (MLIR's op dump)");
 }
 
-int fail(const Status &status) {
-  std::cerr << "flashtile: error: " << status.message() << "\n";
-  return 1;
+void addScheduleFlags(CLI::App &command, ScheduleFlags &flags) {
+  command.add_option("--schedule", flags.schedule, "The schedule (fa3 and fa4 are planned)")
+      ->check(oneOf("schedule", {fa2::kName}))
+      ->capture_default_str();
+  command.add_option("--arch", flags.arch, "GPU target, e.g. sm_80, sm_90a, sm_100a (flashtile info lists them)")
+      ->check(archName())
+      ->capture_default_str();
+  // Ranges the CLI can state without the schedule; the schedule checks the rest (multiples, per-head-dim limits).
+  constexpr int kMaxTile = 256;
+  command.add_option("--block-m", flags.blockM, "Query rows per thread block, a multiple of 16 x warps")
+      ->check(intRange(16, kMaxTile));
+  command.add_option("--block-n", flags.blockN, "Keys per K/V tile, a multiple of 16")
+      ->check(intRange(16, kMaxTile));
+  command.add_option("--warps", flags.warps, "Warps per thread block")->check(intRange(1, 16));
+  command
+      .add_option("--stages", flags.stages,
+                  "1: one K and one V buffer (FA2); 2: two each, Q.K^T of the next tile "
+                  "overlaps the softmax")
+      ->check(intRange(fa2::kMinStages, fa2::kMaxStages));
+  command
+      .add_option("--rescale-threshold", flags.rescaleThreshold,
+                  "0: rescale every tile (FA2); N: only when a row max grows by more than 2^N (FA4)")
+      ->check(intRange(0, fa2::kMaxRescaleThreshold));
+  command
+      .add_option("--min-blocks-per-sm", flags.minBlocksPerSm,
+                  "Blocks per SM in __launch_bounds__ (registers capped so they fit); 0: no request")
+      ->check(intRange(0, fa2::kMaxThreadsPerSm / fa2::kWarpSize, "at most 2048 threads per SM"));
+  command
+      .add_option("--lpt-group-blocks", flags.lptGroupBlocks,
+                  "0: heaviest Q tile first within each (batch, head); N: across groups of >= N blocks")
+      ->check(intRange(0, fa2::kMaxLptGroupBlocks));
+  addDebugFlag(command, flags.debug);
 }
 
-StatusOr<Variant> variantFromName(const std::string &name) {
-  if (auto v = variants::byName(name))
-    return *v;
-  std::string list;
-  for (const auto &n : variants::names())
-    list += (list.empty() ? "" : ", ") + n;
-  return Status::error("--variant: unknown '" + name + "'; accepted: " + list);
-}
-
-/// Schedule knobs and the target from flags shared by compile and aot.
-StatusOr<jit::CompileOptions> kernelOptions(const Args &args) {
+jit::CompileOptions compileOptions(const ScheduleFlags &flags) {
   jit::CompileOptions o;
-  auto dtype = jit::parseElementType(args.get("dtype", "bf16"));
-  if (!dtype.ok())
-    return dtype.status().withContext("--dtype");
-  o.dtype = *dtype;
-  auto hd = args.getInt("head-dim", 128);
-  if (!hd.ok())
-    return hd.status();
-  auto hdv = args.getInt("head-dim-v", *hd);
-  if (!hdv.ok())
-    return hdv.status();
-  o.headDim = *hd;
-  o.headDimV = *hdv;
-  o.schedule.schedule = args.get("schedule", "fa2");
-  o.schedule.arch = args.get("arch", "sm_90a");
-  if (args.has("shape-class")) {
-    auto shapeClass = shapeClassFlag("shape-class", args.get("shape-class"));
-    if (!shapeClass.ok())
-      return shapeClass.status();
-    o.schedule.shapeClass = *shapeClass;
-  }
-  // The schedule's knobs are flags of their own (--block-m 64): whatever the schedule lists.
-  jit::registerBuiltins();
-  const schedule::Schedule *schedule = schedule::lookupSchedule(o.schedule.schedule);
-  if (!schedule)
-    return Status::error("--schedule: " + schedule::unknownScheduleMessage(o.schedule.schedule));
-  for (const schedule::OptionSpec &option : schedule->options()) {
-    if (!args.has(option.name))
-      continue;
-    auto v = args.getInt(option.name, 0);
-    if (!v.ok())
-      return v.status();
-    o.schedule.knobs[option.name] = *v;
-  }
-  if (std::string error = schedule::checkKnobs(*schedule, o.schedule.knobs); !error.empty())
-    return Status::error(error);
+  o.schedule.schedule = flags.schedule;
+  o.schedule.arch = flags.arch;
+  // The schedule's knobs by name (the registry checks them against its options); 0 or -1: the default.
+  for (auto [knob, value, unset] : {std::tuple{fa2::kBlockM, flags.blockM, 0}, {fa2::kBlockN, flags.blockN, 0},
+                                    {fa2::kWarps, flags.warps, 0}, {fa2::kStages, flags.stages, 0},
+                                    {fa2::kRescaleThreshold, flags.rescaleThreshold, -1},
+                                    {fa2::kMinBlocksPerSm, flags.minBlocksPerSm, -1},
+                                    {fa2::kLptGroupBlocks, flags.lptGroupBlocks, -1}})
+    if (value != unset)
+      o.schedule.knobs[knob] = value;
+  o.debug = flags.debug;
   return o;
 }
 
-/// One item of `aot --head-dims`: "D" (head_dim = head_dim_v = D) or "D:DV" (head_dim D, head_dim_v DV).
-StatusOr<std::pair<int, int>> parseHeadDims(const std::string &text) {
-  auto number = [](std::string_view digits) -> std::optional<int> {
-    int value = 0;
-    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
-      return std::nullopt;
-    return value;
-  };
-  std::string_view item = text;
-  size_t colon = item.find(':');
-  std::optional<int> headDim = number(item.substr(0, colon));
-  std::optional<int> headDimV = colon == std::string_view::npos ? headDim : number(item.substr(colon + 1));
-  if (!headDim || !headDimV)
-    return Status::error("--head-dims: '" + text + "' is not D or D:DV (head_dim:head_dim_v), e.g. 128 or 192:128");
-  return std::pair{*headDim, *headDimV};
+Status explainDefaults(const Status &error, const ScheduleFlags &flags) {
+  if (error.ok() || flags.blockM != 0 || error.message().find("block-m = ") == std::string::npos)
+    return error;
+  std::string message = error.message();
+  while (!message.empty() && message.back() == '\n')
+    message.pop_back();
+  return Status::error(message + " (--block-m was not given: that is the schedule's default for this kernel; "
+                                 "give --block-m with --warps)");
 }
 
-Status writeFileAtomically(const std::filesystem::path &path, const std::string &bytes) {
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())))
-      return Status::error("cannot write " + tmp.string());
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec)
-    return Status::error("cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
+Status checkHeadDims(int headDim, int headDimV, const std::string &flag) {
+  if (supportsHeadDims(headDim, headDimV))
+    return Status();
+  std::string asked = headDim == headDimV ? std::to_string(headDim) : fmt::format("{}:{}", headDim, headDimV);
+  std::vector<std::string> accepted;
+  for (int d : kSupportedHeadDims)
+    accepted.push_back(std::to_string(d));
+  for (auto [d, dv] : kSupportedHeadDimPairs)
+    accepted.push_back(fmt::format("{}:{}", d, dv));
+  return Status::error(fmt::format("{}: head dims {} have no kernels in the runtime; accepted: {} (D:DV is head_dim:"
+                                   "head_dim_v)",
+                                   flag, asked, joinNames(accepted)));
+}
+
+StatusOr<std::pair<int, int>> parseHeadDimItem(const std::string &item) {
+  size_t colon = item.find(':');
+  StatusOr<int64_t> headDim = parseInteger(item.substr(0, colon), 1, 1024);
+  StatusOr<int64_t> headDimV = colon == std::string::npos ? headDim : parseInteger(item.substr(colon + 1), 1, 1024);
+  if (!headDim.ok() || !headDimV.ok())
+    return Status::error("--head-dims: '" + item + "' is not D or D:DV (head_dim:head_dim_v), e.g. 128 or 192:128");
+  if (Status s = checkHeadDims(int(*headDim), int(*headDimV), "--head-dims"); !s.ok())
+    return s;
+  return std::pair{int(*headDim), int(*headDimV)};
+}
+
+namespace {
+
+struct CompileFlags {
+  ScheduleFlags schedule;
+  std::string variant = "none", dtype = "bf16", shapeClass = std::string(kDefaultShapeClass), emit, output;
+  int headDim = 128, headDimV = 0;
+  bool printIrAfterAll = false;
+};
+
+/// Writes `text` to stdout, reporting a failed write (a closed pipe, a full disk).
+Status writeStdout(const std::string &text) {
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0)
+    return Status::error("cannot write to standard output");
   return Status();
 }
 
-} // namespace
-
-bool hasCompiler() { return true; }
-
-bool installCompiler(Runtime &runtime) {
-  static jit::Jit jit; // outlives every Runtime the CLI makes
-  runtime.setCompiler(jit.compileFn(), jit.shapeClassFn());
-  return true;
-}
-
-int compileCommand(const std::vector<std::string> &argv, bool emitDefaultsToCuda) {
-  std::set<std::string> flags = kKernelFlags;
-  flags.insert({"emit", "output"});
-  auto args = Args::parse(argv, flags, {"print-ir-after-all"});
-  if (!args.ok())
-    return fail(args.status());
-  auto variant = variantFromName(args->get("variant", "none"));
-  if (!variant.ok())
-    return fail(variant.status());
-  auto options = kernelOptions(*args);
-  if (!options.ok())
-    return fail(options.status());
-  options->printIrAfterAll = args->has("print-ir-after-all");
-  auto stage = jit::parseStage(args->get("emit", emitDefaultsToCuda ? "cuda" : "cubin"));
+int runCompile(const CompileFlags &flags, bool emitDefaultsToCuda) {
+  int headDimV = flags.headDimV ? flags.headDimV : flags.headDim;
+  if (Status s = checkHeadDims(flags.headDim, headDimV, "--head-dim/--head-dim-v"); !s.ok())
+    return fail(s);
+  // Without -o the kernel is printed: CUDA unless a stage is asked for; with -o FILE, a cubin.
+  const bool toStdout = flags.output.empty() || flags.output == "-";
+  std::string emit = flags.emit.empty() ? (emitDefaultsToCuda || toStdout ? "cuda" : "cubin") : flags.emit;
+  if (emit == "cubin" && flags.output.empty())
+    return fail("--emit cubin writes a binary file: give -o FILE (or -o - for standard output)");
+  StatusOr<jit::Stage> stage = jit::parseStage(emit);
   if (!stage.ok())
     return fail(stage.status());
-  std::string output = args->get("output", "-");
-  if (*stage == jit::Stage::Cubin && output == "-")
-    return fail(Status::error("--emit cubin writes a binary file: give -o FILE"));
+  std::optional<Variant> variant = variants::byName(flags.variant);
+  if (!variant)
+    return fail(unknownName("variant", flags.variant, variantNames()));
+  StatusOr<ElementType> dtype = jit::parseElementType(flags.dtype);
+  if (!dtype.ok())
+    return fail(dtype.status());
 
-  auto result = jit::compile(*variant, *options, *stage);
+  jit::CompileOptions options = compileOptions(flags.schedule);
+  options.dtype = *dtype;
+  options.headDim = flags.headDim;
+  options.headDimV = headDimV;
+  options.schedule.shapeClass = flags.shapeClass;
+  options.printIrAfterAll = flags.printIrAfterAll;
+  StatusOr<jit::CompileResult> result = jit::compile(*variant, options, *stage);
   if (!result.ok())
-    return fail(result.status());
+    return fail(explainDefaults(result.status(), flags.schedule));
   const std::string *text = nullptr;
   switch (*stage) {
   case jit::Stage::Tile:
@@ -174,105 +173,55 @@ int compileCommand(const std::vector<std::string> &argv, bool emitDefaultsToCuda
     text = &result->cubin;
     break;
   }
-  if (output == "-") {
-    std::cout << *text;
-    return 0;
-  }
-  Status written = writeFileAtomically(output, *text);
+  Status written = toStdout ? writeStdout(*text) : writeOutputFile(flags.output, *text);
   return written.ok() ? 0 : fail(written);
 }
 
-int aotCommand(const std::vector<std::string> &argv) {
-  std::set<std::string> flags = {"out",
-                                 "variants",
-                                 "dtypes",
-                                 "head-dims",
-                                 "arch",
-                                 "schedule",
-                                 "block-m",
-                                 "block-n",
-                                 "warps",
-                                 "stages",
-                                 "rescale-threshold",
-                                 "min-blocks-per-sm",
-                                 "lpt-group-blocks",
-                                 "shape-classes"};
-  auto args = Args::parse(argv, flags, {});
-  if (!args.ok())
-    return fail(args.status());
-  if (!args->has("out"))
-    return fail(Status::error("aot: --out DIR is required"));
-  std::filesystem::path out = args->get("out");
-  std::error_code ec;
-  std::filesystem::create_directories(out, ec);
-  if (ec)
-    return fail(Status::error("aot: cannot create " + out.string() + ": " + ec.message()));
-  auto base = kernelOptions(*args);
-  if (!base.ok())
-    return fail(base.status());
-  std::vector<std::string> shapeClasses;
-  for (const std::string &name : args->getList("shape-classes", "default,short")) {
-    auto shapeClass = shapeClassFlag("shape-classes", name);
-    if (!shapeClass.ok())
-      return fail(shapeClass.status());
-    shapeClasses.push_back(*shapeClass);
-  }
-  int count = 0;
-  for (const std::string &variantName : args->getList("variants", "none,causal"))
-    for (const std::string &dtypeName : args->getList("dtypes", "bf16,f16"))
-      for (const std::string &hdText : args->getList("head-dims", "64,128"))
-        for (const std::string &shapeClass : shapeClasses) {
-          auto variant = variantFromName(variantName);
-          auto dtype = jit::parseElementType(dtypeName);
-          if (!variant.ok())
-            return fail(variant.status());
-          if (!dtype.ok())
-            return fail(dtype.status().withContext("--dtypes"));
-          jit::CompileOptions o = *base;
-          o.dtype = *dtype;
-          auto headDims = parseHeadDims(hdText);
-          if (!headDims.ok())
-            return fail(headDims.status());
-          std::tie(o.headDim, o.headDimV) = *headDims;
-          o.schedule.shapeClass = shapeClass;
-          // A class scheduled like the default class has no kernel of its own (the runtime falls back to the
-          // default's): the schedule says so before NVRTC runs.
-          auto scheduled = jit::compile(*variant, o, jit::Stage::Scheduled);
-          if (!scheduled.ok())
-            return fail(scheduled.status());
-          if (scheduled->shapeClass != shapeClass)
-            continue;
-          auto result = jit::compile(*variant, o, jit::Stage::Cubin);
-          if (!result.ok())
-            return fail(result.status());
-          KernelInfo info = result->info;
-          info.variant = variantName; // built-in variants are asked for by name
-          std::filesystem::path stem = out / info.entry;
-          Status s = writeFileAtomically(stem.string() + ".cubin", result->cubin);
-          if (s.ok()) // the source too: readable, and `flashtile nvrtc` can time its compile where MLIR is absent
-            s = writeFileAtomically(stem.string() + ".cu", result->cuda);
-          if (s.ok())
-            s = writeFileAtomically(stem.string() + ".manifest", info.serialize());
-          if (!s.ok())
-            return fail(s);
-          std::printf("%-44s %-7s threads %3d smem %6d B  mlir %6.1f ms  nvrtc %7.1f ms\n", info.entry.c_str(),
-                      info.arch.c_str(), info.threads, info.smemBytes, result->mlirSeconds * 1e3,
-                      result->nvrtcSeconds * 1e3);
-          ++count;
-        }
-  std::printf("%d kernels written to %s\n", count, out.string().c_str());
-  return 0;
+void registerCompile(CLI::App &app, Registry &registry, const std::string &name, bool emitDefaultsToCuda) {
+  auto flags = std::make_shared<CompileFlags>();
+  CLI::App *command = addCommand(app, name,
+                                 emitDefaultsToCuda ? "Print a kernel's generated CUDA (compile --emit cuda)"
+                                                    : "Compile one kernel to IR, CUDA, PTX or a cubin (no GPU needed)");
+  command->add_option("--variant", flags->variant, "Built-in variant: " + joinNames(variantNames()))
+      ->check(oneOf("variant", variantNames()))
+      ->capture_default_str();
+  command->add_option("--dtype", flags->dtype, "Element type of Q, K, V and O")
+      ->check(oneOf("dtype", dtypeNames()))
+      ->capture_default_str();
+  command->add_option("--head-dim", flags->headDim, "Head dim of Q and K: 32, 64, 96, 128, 192, 256")
+      ->check(intRange(1, 1024))
+      ->capture_default_str();
+  command->add_option("--head-dim-v", flags->headDimV, "Head dim of V and O (default: --head-dim; 128 with 192)")
+      ->check(intRange(1, 1024));
+  command->add_option("--shape-class", flags->shapeClass, "Tile for this shape class (short: <= 1024 rows)")
+      ->check(oneOf("shape class", shapeClassNames()))
+      ->capture_default_str();
+  command
+      ->add_option("--emit", flags->emit,
+                   emitDefaultsToCuda ? "Stage to print (default cuda)"
+                                      : "Stage to write (default: cubin with -o FILE, else cuda)")
+      ->check(oneOf("stage", stageNames()));
+  command->add_option("-o,--output", flags->output, "Output file (written through links and devices; - = stdout)")
+      ->check(nonEmpty());
+  addSwitch(*command, "--print-ir-after-all", flags->printIrAfterAll, "Print the IR after every pass on stderr");
+  addScheduleFlags(*command, flags->schedule);
+  registry.add(command, [flags, emitDefaultsToCuda] { return runCompile(*flags, emitDefaultsToCuda); });
 }
 
-int summaryCommand(const std::vector<std::string> &argv) {
-  auto args = Args::parse(argv, {"arch"}, {});
-  if (!args.ok())
-    return fail(args.status());
-  auto nvrtc = nvrtcVersion();
-  std::printf("flashtile %s, NVRTC %s — no GPU here: compiling the built-in kernels instead of running them\n\n",
-              std::string(compilerVersion()).c_str(), nvrtc.ok() ? nvrtc->c_str() : nvrtc.status().message().c_str());
-  std::printf("%-22s %-5s %7s %-8s %-26s %8s %9s %9s %10s\n", "variant", "dtype", "hd", "arch", "schedule (M,N,warps)",
-              "smem B", "cuda loc", "mlir ms", "nvrtc ms");
+struct SummaryFlags {
+  std::string archs = "sm_80,sm_90a,sm_100a";
+};
+
+int runSummary(const SummaryFlags &flags) {
+  StatusOr<std::vector<std::string>> archs = splitList("--arch", flags.archs);
+  if (!archs.ok())
+    return fail(archs.status());
+  StatusOr<std::string> nvrtc = nvrtcVersion();
+  fmt::print("flashtile {}, NVRTC {} — no GPU here: compiling the built-in kernels instead of running them\n\n",
+             compilerVersion(), nvrtc.ok() ? *nvrtc : nvrtc.status().message());
+  fmt::print("{:<22} {:<5} {:>7} {:<8} {:<26} {:>8} {:>9} {:>9} {:>10}\n", "variant", "dtype", "hd", "arch",
+             "schedule (M,N,warps)", "smem B", "cuda loc", "mlir ms", "nvrtc ms");
+  std::fflush(stdout);
   // A representative set rather than the full cross product (which NVRTC takes minutes over): every variant at
   // bf16/hd 128 on sm_90a, the plain kernels at every head dim and dtype on sm_90a, and on the other archs.
   struct Config {
@@ -280,8 +229,7 @@ int summaryCommand(const std::vector<std::string> &argv) {
     ElementType dtype;
     int headDim, headDimV;
   };
-  std::vector<std::string> archs = args->getList("arch", "sm_80,sm_90a,sm_100a");
-  auto wanted = [&](const std::string &arch) { return std::find(archs.begin(), archs.end(), arch) != archs.end(); };
+  auto wanted = [&](const std::string &arch) { return std::find(archs->begin(), archs->end(), arch) != archs->end(); };
   std::vector<Config> configs;
   if (wanted("sm_90a")) {
     for (const std::string &name : variants::names())
@@ -292,7 +240,7 @@ int summaryCommand(const std::vector<std::string> &argv) {
           if (!(dtype == ElementType::BF16 && hd == 128 && hdv == 128))
             configs.push_back({name, "sm_90a", dtype, hd, hdv});
   }
-  for (const std::string &arch : archs)
+  for (const std::string &arch : *archs)
     if (arch != "sm_90a")
       for (const char *name : {"none", "causal"})
         for (int hd : {64, 128})
@@ -305,28 +253,50 @@ int summaryCommand(const std::vector<std::string> &argv) {
     o.headDim = c.headDim;
     o.headDimV = c.headDimV;
     o.schedule.arch = c.arch;
-    auto variant = variants::byName(c.variant);
-    if (!variant) {
-      std::printf("%-22s FAILED: unknown variant\n", c.variant.c_str());
-      ++failures;
-      continue;
-    }
-    auto result = jit::compile(*variant, o, jit::Stage::Cubin);
+    StatusOr<jit::CompileResult> result = jit::compile(*variants::byName(c.variant), o, jit::Stage::Cubin);
     if (!result.ok()) {
-      std::printf("%-22s FAILED: %s\n", c.variant.c_str(), result.status().message().c_str());
+      // The first line of the error: the table stays a table.
+      const std::string &message = result.status().message();
+      fmt::print("{:<22} {:<8} FAILED: {}\n", c.variant, c.arch, message.substr(0, message.find('\n')));
       ++failures;
       continue;
     }
     const KernelInfo &i = result->info;
-    char sched[64], hd[16];
-    std::snprintf(sched, sizeof sched, "%s (%d,%d,%d)", i.schedule.c_str(), i.blockM, i.blockN, i.threads / 32);
-    std::snprintf(hd, sizeof hd, c.headDim == c.headDimV ? "%d" : "%d:%d", c.headDim, c.headDimV);
+    std::string hd = c.headDim == c.headDimV ? std::to_string(c.headDim) : fmt::format("{}:{}", c.headDim, c.headDimV);
     long lines = std::count(result->cuda.begin(), result->cuda.end(), '\n');
-    std::printf("%-22s %-5s %7s %-8s %-26s %8d %9ld %9.1f %10.1f\n", c.variant.c_str(), i.dtype.c_str(), hd,
-                c.arch.c_str(), sched, i.smemBytes, lines, result->mlirSeconds * 1e3, result->nvrtcSeconds * 1e3);
+    fmt::print("{:<22} {:<5} {:>7} {:<8} {:<26} {:>8} {:>9} {:>9.1f} {:>10.1f}\n", c.variant, i.dtype, hd, c.arch,
+               fmt::format("{} ({},{},{})", i.schedule, i.blockM, i.blockN, i.threads / 32), i.smemBytes, lines,
+               result->mlirSeconds * 1e3, result->nvrtcSeconds * 1e3);
+    std::fflush(stdout);
   }
-  std::printf("\n%s\n", failures ? "some kernels failed to compile" : "all kernels compiled (cubins, not run: no GPU)");
-  return failures ? 1 : 0;
+  fmt::print("\n{}\n", failures ? fmt::format("{} of {} kernels failed to compile", failures, configs.size())
+                                : "all kernels compiled (cubins, not run: no GPU)");
+  return failures ? kExitFailure : 0;
+}
+
+} // namespace
+
+void registerAotCommand(CLI::App &app, Registry &registry);
+
+bool hasCompiler() { return true; }
+
+bool installCompiler(Runtime &runtime) {
+  static jit::Jit jit; // outlives every Runtime the CLI makes
+  runtime.setCompiler(jit.compileFn(), jit.shapeClassFn());
+  return true;
+}
+
+void registerCompilerCommands(CLI::App &app, Registry &registry) {
+  registerCompile(app, registry, "compile", /*emitDefaultsToCuda=*/false);
+  registerCompile(app, registry, "emit", /*emitDefaultsToCuda=*/true);
+  registerAotCommand(app, registry);
+
+  auto summary = std::make_shared<SummaryFlags>();
+  CLI::App *command = addCommand(app, "summary",
+                                 "Compile a representative set of kernels (every variant, head dim, dtype and arch "
+                                 "once) and print a table; no GPU needed");
+  command->add_option("--arch", summary->archs, "Comma list of targets")->check(archList())->capture_default_str();
+  registry.add(command, [summary] { return runSummary(*summary); });
 }
 
 } // namespace flashtile::cli

@@ -1,68 +1,137 @@
 //===- Main.cpp - the flashtile command-line tool -------------------------===//
+//
+// Every command is a CLI11 subcommand with its own --help; main() turns CLI11's errors into one line naming the
+// flag and suggests the nearest command or flag for a typo.
+//===----------------------------------------------------------------------===//
+#include "Cli.h"
 #include "Commands.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+using namespace flashtile::cli;
+
 namespace {
-constexpr const char *kUsage = R"(usage: flashtile <command> [flags]
 
-commands (no GPU needed):
-  compile   --variant NAME --schedule fa2 --arch sm_80|sm_90a|sm_100a --head-dim 32|64|96|128|192|256
-            --dtype bf16|f16 --emit tile|scheduled|cuda|ptx|cubin [-o FILE] [--print-ir-after-all]
-            [--head-dim-v N (e.g. 128 with --head-dim 192) --block-m N --block-n N --warps N --stages N
-             --rescale-threshold N (0: rescale every tile; 1-15: only when a row max grows by more than N, log2)
-             --min-blocks-per-sm N (registers capped so N blocks fit an SM; 0: no cap)
-             --lpt-group-blocks N (0: heaviest Q tile first per batch entry and head; N: across >= N-block groups)
-             --shape-class default|short (short: for sequences of <= 1024 query and key rows on average)]
-            NAME: none, causal, causal_top_left, sliding_window, sliding_window_causal, softcap, softcap_causal,
-            alibi, alibi_per_batch, alibi_causal, sinks, sinks_causal, document_mask (examples/variants/)
-  emit      like compile, --emit defaults to cuda
-  aot       --out DIR [--variants none,causal --dtypes bf16,f16 --head-dims 64,128 --arch sm_90a
-             --shape-classes default,short]
-            writes <kernel>.cubin + <kernel>.manifest for Runtime::loadAotDirectory; --head-dims items are D
-            (head_dim = head_dim_v = D) or D:DV (head_dim D, head_dim_v DV): all the runtime supports is
-            --head-dims 32,64,96,128,192,256,192:128
-  summary   [--arch sm_80,sm_90a,sm_100a] compiles a representative set of kernels (every variant, head dim,
-            dtype, arch) and prints a table
-  info      versions of flashtile, NVRTC and the GPU driver
-  nvrtc     FILE.cu... [--arch sm_90a] NVRTC-compiles generated CUDA (e.g. the .cu files aot writes) and times it
+constexpr const char *kDescription =
+    "flashtile: a kernel compiler for attention (variant + schedule -> CUDA -> cubin) and its runtime.\n"
+    "Commands that need no GPU: compile, emit, aot, summary, nvrtc, info, cache. On a GPU: run.\n"
+    "`flashtile COMMAND --help` lists a command's flags.";
 
-commands (GPU):
-  run       --variant causal --dtype bf16 --head-dim 128 [--head-dim-v N] --batch 2 --heads 16 [--heads-kv N]
-            --seqlen-q 4096 --seqlen-k 4096 [--aot-dir DIR] [--iters 20 --warmup 5 --scale S --seed N]
-            runs the kernel on random inputs, checks it against an fp32 reference, prints error and TFLOP/s;
-            exit code 0 when the check passes
-)";
+/// Every long flag of `command` ("--head-dim", ...), for suggestions.
+std::vector<std::string> flagNames(const CLI::App &command) {
+  std::vector<std::string> names;
+  for (const CLI::Option *option : command.get_options())
+    for (const std::string &name : option->get_lnames())
+      names.push_back("--" + name);
+  return names;
+}
+
+/// The full command name, "cache list".
+std::string commandPath(const CLI::App *command) {
+  std::string path = command->get_name();
+  for (const CLI::App *parent = command->get_parent(); parent && parent->get_parent(); parent = parent->get_parent())
+    path = parent->get_name() + " " + path;
+  return path;
+}
+
+/// CLI11's message, in the words the rest of the CLI uses.
+std::string describe(const CLI::ParseError &error) {
+  std::string text = error.what();
+  // "--head-dim: At Most 1 required but received 2": a flag given twice.
+  if (size_t at = text.find(": At Most 1 required but received "); at != std::string::npos)
+    return fmt::format("{} is given {} times; give it once", text.substr(0, at),
+                       text.substr(at + std::string(": At Most 1 required but received ").size()));
+  if (size_t at = text.find(": 1 required "); at != std::string::npos && text.ends_with(" missing"))
+    return fmt::format("{} needs a value", text.substr(0, at));
+  return text;
+}
+
+int usageError(const std::string &command, const std::string &message) {
+  fmt::print(stderr, "flashtile: error: {}{}\n", message,
+             command.empty() ? " (flashtile --help lists the commands)"
+                             : fmt::format(" (flashtile {} --help lists its flags)", command));
+  return kExitUsage;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
-  using namespace flashtile::cli;
-  if (argc < 2) {
-    std::fputs(kUsage, stderr);
-    return 2;
+  CLI::App app(kDescription, "flashtile");
+  app.set_version_flag("--version", versionText(), "Print flashtile's version and exit");
+  app.require_subcommand(0, 1);
+  Registry registry;
+  registerCompilerCommands(app, registry);
+  registerRuntimeCommands(app, registry);
+  registerCacheCommand(app, registry);
+
+  std::vector<std::string> commandNames;
+  for (const CLI::App *command : app.get_subcommands({}))
+    commandNames.push_back(command->get_name());
+  if (argc >= 2) {
+    std::string first = argv[1];
+    // `flashtile help [COMMAND]` as a synonym of --help.
+    if (first == "help") {
+      if (argc == 2) {
+        fmt::print("{}", app.help());
+        return 0;
+      }
+      for (CLI::App *command : app.get_subcommands({}))
+        if (command->get_name() == argv[2]) {
+          fmt::print("{}", command->help("flashtile"));
+          return 0;
+        }
+      return usageError("", unknownName("command", argv[2], commandNames));
+    }
+    if (!first.starts_with("-") && std::find(commandNames.begin(), commandNames.end(), first) == commandNames.end())
+      return usageError("", unknownName("command", first, commandNames));
   }
-  std::string command = argv[1];
-  std::vector<std::string> args(argv + 2, argv + argc);
-  if (command == "compile")
-    return compileCommand(args, /*emitDefaultsToCuda=*/false);
-  if (command == "emit")
-    return compileCommand(args, /*emitDefaultsToCuda=*/true);
-  if (command == "aot")
-    return aotCommand(args);
-  if (command == "summary")
-    return summaryCommand(args);
-  if (command == "run")
-    return runCommand(args);
-  if (command == "nvrtc")
-    return nvrtcCommand(args);
-  if (command == "info")
-    return infoCommand();
-  if (command == "help" || command == "--help" || command == "-h") {
-    std::fputs(kUsage, stdout);
-    return 0;
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp &e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp &e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion &e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError &e) {
+    std::string command;
+    for (const Command &c : registry.all())
+      if (c.app->parsed())
+        command = commandPath(c.app);
+    return usageError(command, describe(e));
   }
-  std::fprintf(stderr, "flashtile: unknown command '%s'\n%s", command.c_str(), kUsage);
-  return 2;
+
+  for (const Command &c : registry.all()) {
+    if (!c.app->parsed())
+      continue;
+    std::vector<std::string> extras = c.app->remaining();
+    if (!extras.empty() && !c.anyArguments) {
+      const std::string &extra = extras.front();
+      if (extra.starts_with("-")) {
+        std::string flag = extra.substr(0, extra.find('='));
+        return usageError(commandPath(c.app), unknownName("flag", flag, flagNames(*c.app)));
+      }
+      return usageError(commandPath(c.app), fmt::format("unexpected argument '{}'", extra));
+    }
+    return c.run();
+  }
+  // A command with subcommands (cache) given alone, or no command at all.
+  for (CLI::App *command : app.get_subcommands({}))
+    if (command->parsed()) {
+      std::vector<std::string> extras = command->remaining(), names;
+      for (const CLI::App *sub : command->get_subcommands({}))
+        names.push_back(sub->get_name());
+      if (!extras.empty())
+        return usageError(command->get_name(), unknownName(command->get_name() + " command", extras.front(), names));
+      fmt::print(stderr, "{}", command->help("flashtile"));
+      return kExitUsage;
+    }
+  fmt::print(stderr, "{}", app.help());
+  return kExitUsage;
 }

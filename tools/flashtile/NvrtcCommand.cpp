@@ -3,53 +3,63 @@
 // Needs no compiler and no GPU: it measures the NVRTC half of a JIT compile on any machine, e.g. on a GPU machine
 // without MLIR, on the `<kernel>.cu` files `flashtile aot` writes next to each cubin.
 //===----------------------------------------------------------------------===//
-#include "Args.h"
 #include "Commands.h"
 
+#include "flashtile/runtime/FileIo.h"
 #include "flashtile/runtime/Nvrtc.h"
+
+#include <fmt/format.h>
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
+#include <memory>
 
 namespace flashtile::cli {
 
-int nvrtcCommand(const std::vector<std::string> &argv) {
-  std::vector<std::string> files, flags;
-  for (const std::string &a : argv)
-    (a.rfind("--", 0) == 0 || !flags.empty() && flags.back() == "--arch" ? flags : files).push_back(a);
-  auto args = Args::parse(flags, {"arch"}, {});
-  if (!args.ok()) {
-    std::fprintf(stderr, "flashtile: error: %s\n", args.status().message().c_str());
-    return 1;
-  }
-  if (files.empty()) {
-    std::fprintf(stderr, "flashtile: error: nvrtc: give one or more .cu files\n");
-    return 1;
-  }
-  std::string arch = args->get("arch", "sm_90a");
+namespace {
+
+/// Generated kernels are tens of kilobytes; a source this large is not one.
+constexpr uint64_t kMaxSourceBytes = 64ull << 20;
+
+struct NvrtcFlags {
+  std::vector<std::string> files;
+  std::string arch = "sm_90a";
+};
+
+int runNvrtc(const NvrtcFlags &flags) {
   int failures = 0;
-  for (const std::string &file : files) {
-    std::ifstream in(file);
-    if (!in) {
-      std::fprintf(stderr, "flashtile: error: nvrtc: cannot read %s\n", file.c_str());
+  for (const std::string &file : flags.files) {
+    // A source is a file: directories, FIFOs and devices are refused rather than compiled as empty or waited on.
+    StatusOr<std::string> source = readInputFile(file, kMaxSourceBytes, /*allowSpecial=*/false);
+    if (!source.ok()) {
+      fail(source.status().withContext("nvrtc"));
       ++failures;
       continue;
     }
-    std::stringstream source;
-    source << in.rdbuf();
     auto start = std::chrono::steady_clock::now();
-    auto cubin = compileCuda(source.str(), file, arch, NvrtcOutput::Cubin);
+    StatusOr<std::string> cubin = compileCuda(*source, file, flags.arch, NvrtcOutput::Cubin);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!cubin.ok()) {
-      std::fprintf(stderr, "flashtile: error: %s\n", cubin.status().message().c_str());
+      fail(cubin.status());
       ++failures;
       continue;
     }
-    std::printf("nvrtc %-8s %8.1f ms  %7zu B cubin  %s\n", arch.c_str(), ms, cubin->size(), file.c_str());
+    fmt::print("nvrtc {:<8} {:8.1f} ms  {:7} B cubin  {}\n", flags.arch, ms, cubin->size(), file);
+    std::fflush(stdout);
   }
-  return failures ? 1 : 0;
+  return failures ? kExitFailure : 0;
+}
+
+} // namespace
+
+void registerNvrtcCommand(CLI::App &app, Registry &registry) {
+  auto flags = std::make_shared<NvrtcFlags>();
+  CLI::App *command = addCommand(app, "nvrtc",
+                                 "NVRTC-compile generated CUDA files (e.g. the .cu files aot writes) and time each; "
+                                 "no compiler or GPU needed");
+  command->add_option("files", flags->files, "CUDA source files")->required()->check(nonEmpty());
+  command->add_option("--arch", flags->arch, "GPU target")->check(archName())->capture_default_str();
+  registry.add(command, [flags] { return runNvrtc(*flags); });
 }
 
 } // namespace flashtile::cli

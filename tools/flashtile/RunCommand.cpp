@@ -2,7 +2,6 @@
 //
 // `run` checks one forward against the reference (GpuReference.h) and times it. No MLIR here: this file is also
 // in the runtime-only build, where kernels come from an ahead-of-time directory.
-#include "Args.h"
 #include "Commands.h"
 
 #include "GpuReference.h"
@@ -11,13 +10,15 @@
 #include "flashtile/runtime/Runtime.h"
 #include "flashtile/runtime/Version.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
 #include <string>
 #include <vector>
 
@@ -36,106 +37,74 @@ constexpr unsigned long long kDefaultSeed = 1;
 /// inputs in L2 (50-60 MB on H100/H200) left there by the previous call.
 constexpr size_t kRotationBytes = size_t(200) << 20;
 
-int fail(const Status &status) {
-  std::cerr << "flashtile: error: " << status.message() << "\n";
-  return 1;
-}
-
 struct RunOptions {
-  std::string variant; // "none" or "causal"
+  std::string variant = "none"; // "none" or "causal"
+  std::string dtypeName = "bf16";
   DType dtype = DType::BF16;
-  int headDim = 0, headDimV = 0, batch = 0, headsQ = 0, headsKv = 0, seqlenQ = 0, seqlenK = 0;
+  int headDim = 128, headDimV = 0, batch = 0, headsQ = 0, headsKv = 0, seqlenQ = 0, seqlenK = 0; // 0: as typed
   int iters = kDefaultIters, warmup = kDefaultWarmup;
+  std::string scaleText;
   float scale = 0.f; // 0: 1/sqrt(headDim)
   unsigned long long seed = kDefaultSeed;
   std::string aotDir; // empty: JIT
   bool causal() const { return variant == "causal"; }
 };
 
-/// An integer flag that must be >= `minimum`; a missing one is an error when `fallback` is negative.
-StatusOr<int> intFlag(const Args &args, const std::string &name, int fallback, int minimum) {
-  if (!args.has(name) && fallback < 0)
-    return Status::error("run: --" + name + " is required");
-  StatusOr<int> value = args.getInt(name, fallback);
-  if (!value.ok())
-    return value.status();
-  if (*value < minimum)
-    return Status::error("--" + name + " must be >= " + std::to_string(minimum) + ", got " + std::to_string(*value));
-  return value;
+/// Limits of `run`'s shape flags: what one GPU's memory could hold, and what the kernels' int arithmetic allows.
+constexpr int kMaxDimension = 1 << 24;
+constexpr int kMaxIters = 1 << 20;
+
+/// Cross-flag checks the parser cannot do alone.
+Status checkRunOptions(RunOptions &o, const std::string &seed) {
+  if (!o.headDimV)
+    o.headDimV = o.headDim;
+  if (!supportsHeadDims(o.headDim, o.headDimV))
+    return Status::error("--head-dim " + std::to_string(o.headDim) + " --head-dim-v " + std::to_string(o.headDimV) +
+                         " is not supported; accepted: " + supportedHeadDimsText());
+  if (!o.headsKv)
+    o.headsKv = o.headsQ;
+  if (o.headsQ % o.headsKv != 0)
+    return Status::error("--heads-kv " + std::to_string(o.headsKv) + " must divide --heads " +
+                         std::to_string(o.headsQ) + " (each KV head serves a group of query heads)");
+  if (!seed.empty()) {
+    auto [end, ec] = std::from_chars(seed.data(), seed.data() + seed.size(), o.seed);
+    if (ec != std::errc() || end != seed.data() + seed.size())
+      return Status::error("--seed: '" + seed + "' is not an integer from 0 to 18446744073709551615");
+  }
+  return Status();
 }
 
-StatusOr<RunOptions> parseRunOptions(const std::vector<std::string> &argv) {
-  StatusOr<Args> args = Args::parse(argv,
-                                    {"variant", "dtype", "head-dim", "head-dim-v", "batch", "heads", "heads-kv",
-                                     "seqlen-q", "seqlen-k", "aot-dir", "iters", "warmup", "scale", "seed"},
-                                    {});
-  if (!args.ok())
-    return args.status();
-  RunOptions o;
-  o.variant = args->get("variant", "none");
-  if (o.variant != "none" && o.variant != "causal")
-    return Status::error("--variant: unknown '" + o.variant + "'; accepted: none, causal");
-  const std::string dtype = args->get("dtype", "bf16");
-  if (dtype != "bf16" && dtype != "f16")
-    return Status::error("--dtype: unknown '" + dtype + "'; accepted: bf16, f16");
-  o.dtype = dtype == "bf16" ? DType::BF16 : DType::F16;
-
-  StatusOr<int> headDim = intFlag(*args, "head-dim", 128, 1);
-  if (!headDim.ok())
-    return headDim.status();
-  StatusOr<int> headDimV = intFlag(*args, "head-dim-v", *headDim, 1);
-  if (!headDimV.ok())
-    return headDimV.status();
-  if (!supportsHeadDims(*headDim, *headDimV))
-    return Status::error("--head-dim " + std::to_string(*headDim) + " --head-dim-v " + std::to_string(*headDimV) +
-                         " is not supported; accepted: " + supportedHeadDimsText());
-  o.headDim = *headDim;
-  o.headDimV = *headDimV;
-
-  struct IntField {
-    const char *name;
-    int *field;
-    int fallback; // < 0: required
-    int minimum;
-  };
-  for (const IntField &f : {IntField{"batch", &o.batch, -1, 1},
-                            {"heads", &o.headsQ, -1, 1},
-                            {"seqlen-q", &o.seqlenQ, -1, 1},
-                            {"seqlen-k", &o.seqlenK, -1, 0},
-                            {"iters", &o.iters, kDefaultIters, 1},
-                            {"warmup", &o.warmup, kDefaultWarmup, 0}}) {
-    StatusOr<int> value = intFlag(*args, f.name, f.fallback, f.minimum);
-    if (!value.ok())
-      return value.status();
-    *f.field = *value;
-  }
-  StatusOr<int> headsKv = intFlag(*args, "heads-kv", o.headsQ, 1);
-  if (!headsKv.ok())
-    return headsKv.status();
-  if (o.headsQ % *headsKv != 0)
-    return Status::error("--heads-kv " + std::to_string(*headsKv) + " must divide --heads " + std::to_string(o.headsQ) +
-                         " (each KV head serves a group of query heads)");
-  o.headsKv = *headsKv;
-
-  if (args->has("scale")) {
-    const std::string text = args->get("scale");
-    char *end = nullptr;
-    const float scale = std::strtof(text.c_str(), &end);
-    if (text.empty() || *end != '\0' || !std::isfinite(scale) || scale <= 0.f)
-      return Status::error("--scale expects a positive finite number, got '" + text + "'");
-    o.scale = scale;
-  }
-  if (args->has("seed")) {
-    const std::string text = args->get("seed");
-    char *end = nullptr;
-    o.seed = std::strtoull(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || text[0] == '-')
-      return Status::error("--seed expects a non-negative decimal integer, got '" + text + "'");
-  }
-  o.aotDir = args->get("aot-dir");
-  if (args->has("aot-dir") && o.aotDir.empty())
-    return Status::error("--aot-dir needs a directory");
-  return o;
+void addRunFlags(CLI::App &command, RunOptions &o, std::string &seed) {
+  command.add_option("--variant", o.variant, "none or causal (the reference knows these two)")
+      ->check(oneOf("variant", {"none", "causal"}))
+      ->capture_default_str();
+  command.add_option("--dtype", o.dtypeName, "Element type")
+      ->check(oneOf("dtype", {"bf16", "f16"}))
+      ->capture_default_str();
+  command.add_option("--head-dim", o.headDim, "Head dim of Q and K")->check(intRange(1, 1024))->capture_default_str();
+  command.add_option("--head-dim-v", o.headDimV, "Head dim of V and O (default: --head-dim)")->check(intRange(1, 1024));
+  command.add_option("--batch", o.batch, "Batch size")->required()->check(intRange(1, kMaxDimension));
+  command.add_option("--heads", o.headsQ, "Query heads")->required()->check(intRange(1, kMaxDimension));
+  command.add_option("--heads-kv", o.headsKv, "Key/value heads (default: --heads)")->check(intRange(1, kMaxDimension));
+  command.add_option("--seqlen-q", o.seqlenQ, "Query rows per sequence")->required()->check(intRange(1, kMaxDimension));
+  command.add_option("--seqlen-k", o.seqlenK, "Key rows per sequence")->required()->check(intRange(0, kMaxDimension));
+  command.add_option("--aot-dir", o.aotDir, "Run kernels from this library (flashtile aot) instead of the JIT")
+      ->check(nonEmpty());
+  command.add_option("--iters", o.iters, "Timed forwards")->check(intRange(1, kMaxIters))->capture_default_str();
+  command.add_option("--warmup", o.warmup, "Untimed forwards first")
+      ->check(intRange(0, kMaxIters))
+      ->capture_default_str();
+  command.add_option("--scale", o.scaleText, "Softmax scale (default 1/sqrt(head_dim))")
+      ->check(CLI::Validator(
+          [](std::string &text) -> std::string {
+            char *end = nullptr;
+            const float scale = std::strtof(text.c_str(), &end);
+            if (text.empty() || *end != '\0' || !std::isfinite(scale) || scale <= 0.f)
+              return "'" + text + "' is not a positive finite number";
+            return "";
+          },
+          "S"));
+  command.add_option("--seed", seed, "Seed of the N(0, 1) inputs (0 to 2^64-1)");
 }
 
 /// The (query, key) pairs a forward attends: all Sq x Sk, or for bottom-right causal masking the keys
@@ -313,13 +282,12 @@ std::string kernelSource(const KernelCache::Stats &before, const KernelCache::St
   return "ahead-of-time kernel";
 }
 
-} // namespace
-
-int runCommand(const std::vector<std::string> &argv) {
-  StatusOr<RunOptions> parsed = parseRunOptions(argv);
-  if (!parsed.ok())
-    return fail(parsed.status());
-  const RunOptions &opt = *parsed;
+int runCommand(RunOptions &opt, const std::string &seed) {
+  if (Status s = checkRunOptions(opt, seed); !s.ok())
+    return fail(s);
+  opt.dtype = opt.dtypeName == "bf16" ? DType::BF16 : DType::F16;
+  if (!opt.scaleText.empty())
+    opt.scale = std::strtof(opt.scaleText.c_str(), nullptr);
 
   if (opt.aotDir.empty() && !hasCompiler())
     return fail(Status::error("run: this flashtile is runtime-only (no compiler): give --aot-dir DIR, a directory "
@@ -352,10 +320,9 @@ int runCommand(const std::vector<std::string> &argv) {
 
   const std::string headDims =
       std::to_string(opt.headDim) + (opt.headDimV != opt.headDim ? "/" + std::to_string(opt.headDimV) : "");
-  std::printf("flashtile %s: %s %s hd=%s B=%d Hq=%d Hkv=%d Sq=%d Sk=%d on %s, %s\n",
-              std::string(compilerVersion()).c_str(), opt.variant.c_str(), std::string(dtypeName(opt.dtype)).c_str(),
-              headDims.c_str(), opt.batch, opt.headsQ, opt.headsKv, opt.seqlenQ, opt.seqlenK, arch->c_str(),
-              kernels.c_str());
+  fmt::print("flashtile {}: {} {} hd={} B={} Hq={} Hkv={} Sq={} Sk={} on {}, {}\n", compilerVersion(), opt.variant,
+             dtypeName(opt.dtype), headDims, opt.batch, opt.headsQ, opt.headsKv, opt.seqlenQ, opt.seqlenK, *arch,
+             kernels);
   std::fflush(stdout);
 
   InputSets sets;
@@ -371,17 +338,17 @@ int runCommand(const std::vector<std::string> &argv) {
     return fail(s);
   const double firstMs =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - firstStart).count();
-  std::printf("first call: %.1f ms (%s)\n", firstMs, kernelSource(before, runtime.cache().stats()).c_str());
+  fmt::print("first call: {:.1f} ms ({})\n", firstMs, kernelSource(before, runtime.cache().stats()));
 
   bool pass = false;
   StatusOr<reference::Comparison> compared = check(opt, *ref, sets);
   if (!compared.ok()) {
-    std::printf("check: not done: %s\n", compared.status().message().c_str());
+    fmt::print("check: not done: {}\n", compared.status().message());
   } else {
     pass = compared->pass();
-    std::printf("check: %s\n", compared->summary().c_str());
+    fmt::print("check: {}\n", compared->summary());
     for (const std::string &failure : compared->failures())
-      std::printf("  %s\n", failure.c_str());
+      fmt::print("  {}\n", failure);
   }
   std::fflush(stdout);
 
@@ -390,13 +357,12 @@ int runCommand(const std::vector<std::string> &argv) {
     return fail(ms.status());
   const double medianMs = median(*ms);
   const double flops = forwardFlops(opt);
-  std::printf("time: median %.4f ms (min %.4f, max %.4f) over %d iterations after %d warm-up, %zu input set%s "
-              "rotated\n",
-              medianMs, double(*std::min_element(ms->begin(), ms->end())),
-              double(*std::max_element(ms->begin(), ms->end())), opt.iters, opt.warmup, sets.copies,
-              sets.copies == 1 ? "" : "s");
-  std::printf("throughput: %.1f TFLOP/s (%.4g FLOPs = 4*B*Hq*D*attended pairs)\n",
-              medianMs > 0 ? flops / (medianMs * 1e-3) / 1e12 : 0.0, flops);
+  fmt::print("time: median {:.4f} ms (min {:.4f}, max {:.4f}) over {} iterations after {} warm-up, {} input set{} "
+             "rotated\n",
+             medianMs, *std::min_element(ms->begin(), ms->end()), *std::max_element(ms->begin(), ms->end()), opt.iters,
+             opt.warmup, sets.copies, sets.copies == 1 ? "" : "s");
+  fmt::print("throughput: {:.1f} TFLOP/s ({:.4g} FLOPs = 2*B*Hq*(D+Dv)*attended pairs)\n",
+             medianMs > 0 ? flops / (medianMs * 1e-3) / 1e12 : 0.0, flops);
 
   // Warm dispatch: host time of forward() with the kernel cached (argument checks, lookup, launch enqueue).
   constexpr int kDispatchCalls = 200;
@@ -409,29 +375,52 @@ int runCommand(const std::vector<std::string> &argv) {
       kDispatchCalls;
   if (Status s = reference::synchronize("flashtile forward"); !s.ok())
     return fail(s);
-  std::printf("dispatch: %.2f us per forward() on the host (warm cache, enqueue only, mean of %d)\n", dispatchUs,
-              kDispatchCalls);
-  std::printf("%s\n", pass ? "PASS" : "FAIL");
+  fmt::print("dispatch: {:.2f} us per forward() on the host (warm cache, enqueue only, mean of {})\n", dispatchUs,
+             kDispatchCalls);
+  fmt::print("{}\n", pass ? "PASS" : "FAIL");
   return pass ? 0 : 1;
 }
 
-int infoCommand() {
-  std::printf("flashtile  %s\n", std::string(compilerVersion()).c_str());
-  std::printf("compiler   %s\n", hasCompiler() ? "built in: kernels are JIT-compiled on demand"
-                                               : "not built in (runtime-only build): run kernels with --aot-dir DIR");
+int runInfo() {
+  fmt::print("flashtile  {}\n", compilerVersion());
+  fmt::print("compiler   {}\n", hasCompiler() ? "built in: kernels are JIT-compiled on demand"
+                                              : "not built in (runtime-only build): run kernels with --aot-dir DIR");
+  fmt::print("targets    {} (`--arch`; kernels run on the GPUs of their family)\n",
+             joinNames({kSupportedArchs.begin(), kSupportedArchs.end()}));
   StatusOr<std::string> nvrtc = nvrtcVersion();
-  std::printf("NVRTC      %s\n", nvrtc.ok() ? nvrtc->c_str() : ("not available: " + nvrtc.status().message()).c_str());
+  if (nvrtc.ok())
+    fmt::print("NVRTC      {} ({})\n", *nvrtc, nvrtcLibraryPath());
+  else
+    fmt::print("NVRTC      not available: {}\n", nvrtc.status().message());
+  KernelCache cache;
+  const KernelCache::Options &cacheOptions = cache.options();
+  if (!cacheOptions.diskEnabled) {
+    fmt::print("cache      memory only (FLASHTILE_DISABLE_CACHE, or no FLASHTILE_CACHE_DIR and no HOME)\n");
+  } else {
+    StatusOr<KernelCache::DiskUsage> usage = cache.diskUsage();
+    fmt::print("cache      {}: {}\n", cacheOptions.dir,
+               usage.ok() ? fmt::format("{} entries, {:.1f} MiB{}", usage->entries, usage->bytes / 1048576.0,
+                                        cacheOptions.maxBytes
+                                            ? fmt::format(" (cap {:.0f} MiB)", cacheOptions.maxBytes / 1048576.0)
+                                            : " (no cap: FLASHTILE_CACHE_MAX_MB)")
+                          : usage.status().message());
+  }
+  if (cacheOptions.diskEnabled)
+    if (Status writable = cache.checkDiskWritable(); !writable.ok())
+      fmt::print("           not writable: {} (kernels are compiled again in every process)\n", writable.message());
+  if (!cacheOptions.warning.empty())
+    fmt::print("           warning: {}\n", cacheOptions.warning);
 
   StatusOr<const CudaDriver *> driver = CudaDriver::get();
   if (!driver.ok()) {
-    std::printf("driver     not available: %s\nGPU        none usable\n", driver.status().message().c_str());
+    fmt::print("driver     not available: {}\nGPU        none usable\n", driver.status().message());
     return 0;
   }
-  std::printf("driver     libcuda loaded\n");
+  fmt::print("driver     libcuda loaded\n");
   const CudaDriver &d = **driver;
   StatusOr<CUdevice> device = d.currentDevice();
   if (!device.ok()) {
-    std::printf("GPU        none usable: %s\n", device.status().message().c_str());
+    fmt::print("GPU        none usable: {}\n", device.status().message());
     return 0;
   }
   int major = 0, minor = 0, sms = 0, l2Bytes = 0;
@@ -440,13 +429,36 @@ int infoCommand() {
                                   {&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT},
                                   {&l2Bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE}})
     if (Status s = d.check(d.cuDeviceGetAttribute(value, attribute, *device), "cuDeviceGetAttribute"); !s.ok()) {
-      std::printf("GPU        unknown: %s\n", s.message().c_str());
+      fmt::print("GPU        unknown: {}\n", s.message());
       return 0;
     }
   StatusOr<std::string> arch = archForComputeCapability(major, minor);
-  std::printf("GPU        compute capability %d.%d, %d SMs, %d MiB L2: %s\n", major, minor, sms, l2Bytes >> 20,
-              arch.ok() ? ("target " + *arch).c_str() : arch.status().message().c_str());
+  fmt::print("GPU        compute capability {}.{}, {} SMs, {} MiB L2: {}\n", major, minor, sms, l2Bytes >> 20,
+             arch.ok() ? "target " + *arch : arch.status().message());
   return 0;
+}
+
+} // namespace
+
+void registerNvrtcCommand(CLI::App &app, Registry &registry);
+
+std::string versionText() {
+  return fmt::format("flashtile {} ({})", compilerVersion(),
+                     hasCompiler() ? "compiler and runtime" : "runtime only: runs ahead-of-time kernels");
+}
+
+void registerRuntimeCommands(CLI::App &app, Registry &registry) {
+  auto run = std::make_shared<RunOptions>();
+  auto seed = std::make_shared<std::string>();
+  CLI::App *command = addCommand(app, "run",
+                                 "Run one forward on random inputs on the GPU, check it against an fp32 reference and "
+                                 "time it (exit code 0 when the check passes)");
+  addRunFlags(*command, *run, *seed);
+  registry.add(command, [run, seed] { return runCommand(*run, *seed); });
+
+  CLI::App *info = addCommand(app, "info", "Versions, targets, NVRTC, the kernel cache and the GPU");
+  registry.add(info, [] { return runInfo(); });
+  registerNvrtcCommand(app, registry);
 }
 
 } // namespace flashtile::cli

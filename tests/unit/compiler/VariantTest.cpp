@@ -566,34 +566,97 @@ std::string buildError(const Variant &v) {
 }
 
 TEST(VariantArguments, WindowSizesBelowMinusOneAreRejectedNamingTheSide) {
+  const std::string accepted = "accepted: a whole number from -1 (unbounded) to 16777216";
   EXPECT_NE(buildError(variants::slidingWindow(-2, 0))
-                .find("variant 'sliding_window': window left is -2; it must be "
-                      "a whole number >= -1 (-1: unbounded)"),
+                .find("variant 'sliding_window': left = -2 is not accepted; " + accepted),
             std::string::npos);
-  EXPECT_NE(buildError(variants::slidingWindowCausal(-5)).find("window left is -5"), std::string::npos);
+  EXPECT_NE(buildError(variants::slidingWindowCausal(-5)).find("left = -5 is not accepted"), std::string::npos);
   Variant window = variants::slidingWindow(8, 8);
   EXPECT_EQ(window.checkParams({8.f, -1.f}), "");
-  EXPECT_EQ(window.checkParams({8.f, -3.f}),
-            "variant 'sliding_window': window right is -3; it must be a whole number >= -1 (-1: unbounded)");
-  EXPECT_NE(window.checkParams({2.5f, 0.f}).find("window left is 2.5"), std::string::npos);
+  EXPECT_EQ(window.checkParams({8.f, -3.f}), "variant 'sliding_window': right = -3 is not accepted; " + accepted);
+  EXPECT_NE(window.checkParams({2.5f, 0.f}).find("left = 2.5 is not accepted"), std::string::npos);
   EXPECT_EQ(window.checkParams({8.f}), "variant 'sliding_window' takes 2 parameters, got 1");
-  EXPECT_NE(buildError(variants::softcap(0.f)).find("softcap cap is 0; it must be positive and finite"),
+  EXPECT_NE(buildError(variants::softcap(0.f))
+                .find("variant 'softcap': cap = 0 is not accepted; accepted: a positive, finite number"),
             std::string::npos);
 
   // The JIT refuses to register such a variant, and checks the numbers of every call.
   jit::Jit jit;
   StatusOr<std::string> added = jit.add(variants::slidingWindow(-2, 4));
   ASSERT_FALSE(added.ok());
-  EXPECT_NE(added.status().message().find("window left is -2"), std::string::npos) << added.status().message();
+  EXPECT_NE(added.status().message().find("left = -2 is not accepted"), std::string::npos)
+      << added.status().message();
   AttentionArgs args;
   args.variant = "sliding_window";
   args.variantParams = {-7.f, 0.f};
   Status checked = jit.check(args);
   ASSERT_FALSE(checked.ok());
-  EXPECT_EQ(checked.message(), "variantParams: variant 'sliding_window': window left is -7; it must be a whole "
-                               "number >= -1 (-1: unbounded)");
+  EXPECT_EQ(checked.message(), "variantParams: variant 'sliding_window': left = -7 is not accepted; " + accepted);
   args.variantParams = {16.f, 0.f};
   EXPECT_TRUE(jit.check(args).ok()) << jit.check(args).message();
+}
+
+TEST(VariantArguments, RulesTravelWithTheKernel) {
+  // What `flashtile aot` writes into a manifest: the rules, so that the runtime checks ahead-of-time kernels.
+  jit::CompileOptions options;
+  options.schedule.arch = "sm_90a";
+  auto compiled = jit::compile(variants::slidingWindow(16, 0), options, jit::Stage::Cuda);
+  ASSERT_TRUE(compiled.ok()) << compiled.status().message();
+  ASSERT_EQ(compiled->info.paramRules.size(), 2u);
+  EXPECT_EQ(compiled->info.paramRules[0].expr, "((isinteger(left) && (left >= (-1))) && (left <= 16777216))");
+  EXPECT_EQ(compiled->info.paramRules[0].accepted, "a whole number from -1 (unbounded) to 16777216");
+  StatusOr<KernelInfo> parsed = KernelInfo::parse(compiled->info.serialize());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  AttentionArgs args;
+  args.variant = compiled->info.variant;
+  args.variantParams = {2.5f, 0.f};
+  Status status = Runtime::validateVariantArgs(args, *parsed);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("left = 2.5 is not accepted"), std::string::npos) << status.message();
+  args.variantParams = {2.f, 0.f};
+  EXPECT_TRUE(Runtime::validateVariantArgs(args, *parsed).ok());
+}
+
+TEST(VariantArguments, RulesAreChecked) {
+  Variant unknown = Variant("v").param("a", 1.f).validate(
+      [](const dsl::RuleParams &p) { return p["b"] > 0; }, "b positive");
+  EXPECT_EQ(unknown.checkParams({1.f}), "variant 'v': a validate rule reads 'b', which is not a declared parameter");
+  Variant mixed = Variant("v").param("a", 1.f).validate(
+      [](const dsl::RuleParams &p) { return p["a"] + 1; }, "");
+  EXPECT_NE(mixed.checkParams({1.f}).find("is a number, not a condition"), std::string::npos);
+  Variant badText = Variant("v").param("a", 1.f).validate(
+      [](const dsl::RuleParams &p) { return p["a"] > 0; }, "positive; finite");
+  EXPECT_NE(badText.checkParams({1.f}).find("without '\"' or ';'"), std::string::npos);
+  // Two variants with the same hooks but different rules are different kernels' variants.
+  auto withCap = [](double max) {
+    return Variant("v").param("a", 1.f).validate([max](const dsl::RuleParams &p) { return p["a"] <= max; }, "");
+  };
+  auto id1 = variantId(withCap(2)), id2 = variantId(withCap(3));
+  ASSERT_TRUE(succeeded(id1) && succeeded(id2));
+  EXPECT_NE(*id1, *id2);
+}
+
+TEST(VariantNames, AreCheckedWhereTheyAreDeclared) {
+  Variant injected("ca\"usal\nint injected_line = 1;\n//");
+  std::string error = injected.checkParams({});
+  EXPECT_NE(error.find("VariantTest.cpp:"), std::string::npos) << error;
+  EXPECT_NE(error.find("variant name \"ca\\22usal\\0Aint injected_line = 1;\\0A//\" is not accepted: "
+                       "[A-Za-z_] then [A-Za-z0-9_.-], at most 128 characters"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(buildError(injected).find("is not accepted"), std::string::npos);
+  jit::Jit jit;
+  StatusOr<std::string> added = jit.add(injected);
+  ASSERT_FALSE(added.ok());
+  EXPECT_NE(added.status().message().find("variant name"), std::string::npos);
+
+  EXPECT_NE(Variant("v").param("cap\\", 1.f).checkParams({1.f}).find("parameter name \"cap\\\\\" is not an identifier"),
+            std::string::npos);
+  EXPECT_NE(Variant("v").input("1slopes", dsl::ElementKind::F32).checkParams({}).find("input name \"1slopes\""),
+            std::string::npos);
+  EXPECT_NE(Variant(std::string(129, 'v')).checkParams({}).find("at most 128"), std::string::npos);
+  for (const char *good : {"causal", "_x", "my-variant.v2", "sliding_window_causal"})
+    EXPECT_EQ(Variant(good).checkParams({}), "") << good;
 }
 
 TEST(VariantArguments, InputsAreCheckedByCountAndPointer) {

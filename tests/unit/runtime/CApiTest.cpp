@@ -1,12 +1,18 @@
 // CApiTest.cpp — the C ABI (libflashtile.so): bad calls return -1 with a message naming the argument, before any
 // GPU work. Pointers are fake (never dereferenced).
+#include "FakeCubin.h"
 #include "flashtile/runtime/CApi.h"
 
 #include <gmock/gmock.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 using testing::HasSubstr;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -79,6 +85,112 @@ TEST(CApi, DenseTakesTheVHeadDim) {
   // Supported pairs (192/128, and 0 = head_dim) pass the checks: with no query rows the call is a no-op.
   EXPECT_EQ(forwardDense(rt, 192, 128, /*seqlenQ=*/0), 0) << flashtile_last_error();
   EXPECT_EQ(forwardDense(rt, 128, 0, /*seqlenQ=*/0), 0) << flashtile_last_error();
+  flashtile_destroy(rt);
+}
+
+/// A kernel library in a fresh temp directory, removed at the end of the test.
+class AotDir {
+public:
+  AotDir() {
+    std::string pattern = (fs::temp_directory_path() / "flashtile-capi-XXXXXX").string();
+    if (!mkdtemp(pattern.data()))
+      ADD_FAILURE() << "mkdtemp failed";
+    root = pattern;
+  }
+  ~AotDir() {
+    std::error_code ignored;
+    fs::remove_all(root, ignored);
+  }
+  /// Writes `<name>.manifest` (as `flashtile aot` does, by this library's compiler version) and a cubin for sm_90a
+  /// defining its entry.
+  void addKernel(const std::string &name, const std::string &variant, const std::string &params,
+                 const std::string &rules) {
+    std::string entry = "flashtile_fa2_" + name;
+    std::ofstream(root / (name + ".manifest"))
+        << "entry=" << entry << "\narch=sm_90a\ndtype=bf16\nheadDim=128\nheadDimV=128\nvariant=" << variant
+        << "\nschedule=fa2\nshapeClass=default\nblockM=128\nblockN=64\nthreads=128\nsmemBytes=65536\nparamNames="
+        << params << "\ninputNames=\nparamRules=" << rules << "\ncompilerVersion=" << flashtile_version() << "\n";
+    std::ofstream(root / (name + ".cubin"), std::ios::binary) << flashtile::test::fakeCubin(90, {entry});
+  }
+  const fs::path &path() const { return root; }
+
+private:
+  fs::path root;
+};
+
+TEST(CApi, AheadOfTimeErrorsNameTheFileAndTheReason) {
+  AotDir dir;
+  dir.addKernel("k", "causal", "", "");
+  fs::remove(dir.path() / "k.cubin");
+  fs::create_directory(dir.path() / "k.cubin");
+  flashtile_runtime *rt = flashtile_create();
+  ASSERT_NE(rt, nullptr) << flashtile_last_error();
+  EXPECT_EQ(flashtile_load_aot(rt, dir.path().c_str()), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("k.cubin: is a directory, not a regular file"));
+  EXPECT_THAT(flashtile_last_error(), testing::Not(HasSubstr("internal error")));
+  flashtile_destroy(rt);
+}
+
+/// flashtile_forward_variant on B=1, Sq=Sk=128, 8 heads, head dim 128 with `params`; O is a host buffer the call
+/// must leave untouched (no pointer is dereferenced on this machine).
+int forwardWithParams(flashtile_runtime *rt, const char *variant, std::vector<float> params, std::vector<char> &o) {
+  const long long stride[4] = {128LL * 8 * 128, 8 * 128, 128, 1};
+  flashtile_variant_args args{params.data(), static_cast<int>(params.size()), nullptr, 0};
+  return flashtile_forward_variant(rt, fake<const void>(0x10000), fake<const void>(0x20000),
+                                   fake<const void>(0x30000), o.data(), fake<float>(0x50000), FLASHTILE_BF16, 1, 128,
+                                   128, 8, 8, 128, 0, stride, stride, stride, stride, 0.f, variant, &args, nullptr);
+}
+
+TEST(CApi, AheadOfTimeKernelsCheckVariantNumbersByTheirRules) {
+  AotDir dir;
+  dir.addKernel("window", "sliding_window", "left,right",
+                "isinteger(left) && left >= -1 && left <= 16777216 \"a whole number from -1 (unbounded) to "
+                "16777216\"; isinteger(right) && right >= -1 && right <= 16777216 \"a whole number from -1 "
+                "(unbounded) to 16777216\"");
+  dir.addKernel("softcap", "softcap", "cap", "cap > 0 && isfinite(cap) \"a positive, finite number\"");
+  flashtile_runtime *rt = flashtile_create();
+  ASSERT_NE(rt, nullptr) << flashtile_last_error();
+  ASSERT_EQ(flashtile_load_aot(rt, dir.path().c_str()), 0) << flashtile_last_error();
+
+  std::vector<char> o(4096, '\x5a');
+  const std::vector<char> untouched = o;
+  for (float left : {-5.f, 2.5f}) {
+    EXPECT_EQ(forwardWithParams(rt, "sliding_window", {left, 0.f}, o), -1);
+    EXPECT_THAT(flashtile_last_error(), HasSubstr("variant 'sliding_window': left = "));
+    EXPECT_THAT(flashtile_last_error(), HasSubstr("accepted: a whole number from -1 (unbounded) to 16777216"));
+  }
+  for (float cap : {0.f, std::nanf("")}) {
+    EXPECT_EQ(forwardWithParams(rt, "softcap", {cap}, o), -1);
+    EXPECT_THAT(flashtile_last_error(), HasSubstr("variant 'softcap': cap = "));
+    EXPECT_THAT(flashtile_last_error(), HasSubstr("accepted: a positive, finite number"));
+  }
+  EXPECT_EQ(forwardWithParams(rt, "softcap", {1.f, 2.f}, o), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("variantParams has 2 values but variant 'softcap' takes 1 (cap)"));
+  EXPECT_EQ(o, untouched);
+  flashtile_destroy(rt);
+}
+
+TEST(CApi, VarlenWithEverySequenceEmptyAcceptsNullTensors) {
+  // PyTorch hands empty tensors (total_q = 0) over as null data pointers; cu_seqlens stay real.
+  flashtile_runtime *rt = flashtile_create();
+  ASSERT_NE(rt, nullptr) << flashtile_last_error();
+  const long long stride[3] = {8 * 128, 128, 1};
+  for (int totalK : {0, 47}) {
+    EXPECT_EQ(flashtile_forward_varlen(rt, nullptr, totalK ? fake<const void>(0x20000) : nullptr,
+                                       totalK ? fake<const void>(0x30000) : nullptr, nullptr, nullptr,
+                                       fake<const int>(0x60000), fake<const int>(0x70000), FLASHTILE_BF16, 3, 0,
+                                       totalK, 0, totalK ? 40 : 0, 8, 8, 128, 0, stride, stride, stride, stride, 0.f,
+                                       "causal", nullptr),
+              0)
+        << flashtile_last_error();
+  }
+  // With query rows, a null tensor is still an error.
+  EXPECT_EQ(flashtile_forward_varlen(rt, nullptr, fake<const void>(0x20000), fake<const void>(0x30000),
+                                     fake<void>(0x40000), fake<float>(0x50000), fake<const int>(0x60000),
+                                     fake<const int>(0x70000), FLASHTILE_BF16, 3, 32, 47, 27, 40, 8, 8, 128, 0, stride,
+                                     stride, stride, stride, 0.f, "causal", nullptr),
+            -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("q is null"));
   flashtile_destroy(rt);
 }
 

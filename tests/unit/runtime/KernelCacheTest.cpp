@@ -2,13 +2,18 @@
 #include "TestUtil.h"
 
 #include "flashtile/runtime/KernelCache.h"
+#include "flashtile/runtime/Log.h"
 
 #include <gmock/gmock.h>
+
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <latch>
+#include <mutex>
 #include <thread>
 
 using namespace flashtile;
@@ -31,7 +36,7 @@ struct CountingCompiler {
   }
 };
 
-KernelCache::Options onDisk(const fs::path &dir) { return {dir.string(), true}; }
+KernelCache::Options onDisk(const fs::path &dir) { return test::cacheOptions(dir.string(), true); }
 
 void expectKernel(const StatusOr<std::shared_ptr<const CachedKernel>> &result, const std::string &tag) {
   ASSERT_TRUE(result.ok()) << result.status().message();
@@ -230,7 +235,7 @@ TEST(KernelCache, InvalidCompilerOutputIsRejected) {
 }
 
 TEST(KernelCache, ThrowingCompilerBecomesAnError) {
-  KernelCache cache(KernelCache::Options{"", false});
+  KernelCache cache(test::cacheOptions("", false));
   StatusOr<std::shared_ptr<const CachedKernel>> result =
       cache.getOrCompile(kKey, []() -> StatusOr<CachedKernel> { throw std::runtime_error("mlir exploded"); });
   ASSERT_FALSE(result.ok());
@@ -238,7 +243,7 @@ TEST(KernelCache, ThrowingCompilerBecomesAnError) {
 }
 
 TEST(KernelCache, EmptyKeyIsAnError) {
-  KernelCache cache(KernelCache::Options{"", false});
+  KernelCache cache(test::cacheOptions("", false));
   CountingCompiler compiler;
   StatusOr<std::shared_ptr<const CachedKernel>> result = cache.getOrCompile("", compiler.fn());
   ASSERT_FALSE(result.ok());
@@ -289,6 +294,128 @@ TEST(KernelCache, EnvironmentSelectsDirectory) {
   }
   test::ScopedEnv noHome("HOME", nullptr);
   EXPECT_FALSE(KernelCache::optionsFromEnvironment().diskEnabled);
+}
+
+/// Collects the runtime's warnings for one scope.
+class CapturedWarnings {
+public:
+  CapturedWarnings() {
+    previous = setLogHandler([this](std::string_view message) {
+      std::lock_guard<std::mutex> lock(mutex);
+      messages.emplace_back(message);
+    });
+  }
+  ~CapturedWarnings() { setLogHandler(std::move(previous)); }
+  std::vector<std::string> all() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return messages;
+  }
+
+private:
+  LogHandler previous;
+  std::mutex mutex;
+  std::vector<std::string> messages;
+};
+
+TEST(KernelCache, EntriesThatAreNotRegularFilesAreReplacedWithoutBeingRead) {
+  struct Case {
+    std::string name;
+    std::function<void(const fs::path &)> make;
+    std::string kind;
+  };
+  const std::vector<Case> cases = {
+      {"empty directory", [](const fs::path &p) { fs::create_directory(p); }, "is a directory"},
+      {"FIFO", [](const fs::path &p) { ASSERT_EQ(mkfifo(p.c_str(), 0644), 0); }, "is a FIFO"},
+      {"link to /dev/zero", [](const fs::path &p) { fs::create_symlink("/dev/zero", p); }, "is a character device"},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.name);
+    test::TempDir dir;
+    CapturedWarnings warnings;
+    {
+      KernelCache probe(onDisk(dir.path()));
+      c.make(probe.entryPath(kKey));
+    }
+    expectRebuilt(dir.path());
+    std::vector<std::string> seen = warnings.all();
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_THAT(seen[0], HasSubstr(c.kind + ", not a regular file"));
+    EXPECT_THAT(seen[0], HasSubstr("the entry replaced"));
+    KernelCache check(onDisk(dir.path()));
+    EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(check.entryPath(kKey))));
+  }
+}
+
+TEST(KernelCache, ADirectoryWithFilesInPlaceOfAnEntryIsLeftAndReported) {
+  test::TempDir dir;
+  CapturedWarnings warnings;
+  KernelCache cache(onDisk(dir.path()));
+  fs::create_directories(fs::path(cache.entryPath(kKey)) / "keep-me");
+  CountingCompiler compiler;
+  expectKernel(cache.getOrCompile(kKey, compiler.fn()), "a");
+  EXPECT_TRUE(fs::exists(fs::path(cache.entryPath(kKey)) / "keep-me"));
+  EXPECT_EQ(cache.stats().diskWriteFailures, 1u);
+  EXPECT_THAT(cache.lastDiskWriteError(), HasSubstr("is a directory that cannot be removed"));
+  std::vector<std::string> seen = warnings.all();
+  ASSERT_EQ(seen.size(), 2u); // the unreadable entry, then the failed write
+  EXPECT_THAT(seen[1], HasSubstr(cache.entryPath(kKey)));
+}
+
+TEST(KernelCache, StaleTemporaryFilesAreRemoved) {
+  test::TempDir dir;
+  fs::path stale = dir.path() / ".tmp-12345-0-00000000deadbeef";
+  fs::path fresh = dir.path() / ".tmp-12346-0-00000000feedface";
+  fs::path other = dir.path() / "notes.txt";
+  for (const fs::path &p : {stale, fresh, other})
+    writeBytes(p, "partial");
+  auto hourAgo = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  fs::last_write_time(stale, hourAgo);
+  fs::last_write_time(other, hourAgo);
+  KernelCache cache(onDisk(dir.path()));
+  CountingCompiler compiler;
+  expectKernel(cache.getOrCompile(kKey, compiler.fn()), "a");
+  EXPECT_FALSE(fs::exists(stale)) << "a writer killed before its rename left it";
+  EXPECT_TRUE(fs::exists(fresh)) << "another process may be writing it now";
+  EXPECT_TRUE(fs::exists(other));
+}
+
+TEST(KernelCache, PersistentWriteFailuresAreReportedOnce) {
+  test::TempDir dir;
+  fs::path file = dir.path() / "not-a-directory";
+  writeBytes(file, "x");
+  CapturedWarnings warnings;
+  KernelCache cache(onDisk(file / "cache"));
+  EXPECT_EQ(cache.lastDiskWriteError(), "");
+  CountingCompiler compiler;
+  for (const char *key : {"key-1", "key-2", "key-3"})
+    ASSERT_TRUE(cache.getOrCompile(key, compiler.fn()).ok());
+  EXPECT_EQ(cache.stats().diskWriteFailures, 3u);
+  std::vector<std::string> seen = warnings.all();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_THAT(seen[0], HasSubstr("kernel cache: cannot create " + file.string()));
+  EXPECT_THAT(seen[0], HasSubstr("FLASHTILE_CACHE_DIR"));
+  EXPECT_THAT(cache.lastDiskWriteError(), HasSubstr("cannot create"));
+  Status writable = cache.checkDiskWritable();
+  ASSERT_FALSE(writable.ok());
+  EXPECT_THAT(writable.message(), HasSubstr("kernel cache " + (file / "cache").string()));
+
+  KernelCache good(onDisk(dir.path() / "cache"));
+  EXPECT_TRUE(good.checkDiskWritable().ok()) << good.checkDiskWritable().message();
+  EXPECT_TRUE(fs::is_empty(dir.path() / "cache")) << "the probe leaves nothing behind";
+  KernelCache off(test::cacheOptions("", false));
+  EXPECT_THAT(off.checkDiskWritable().message(), HasSubstr("the disk cache is off"));
+}
+
+TEST(Log, DefaultGoesToStderrUnlessSilenced) {
+  setLogHandler({});
+  testing::internal::CaptureStderr();
+  logWarning("first");
+  {
+    test::ScopedEnv quiet("FLASHTILE_LOG", "off");
+    logWarning("second");
+  }
+  std::string printed = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(printed, "flashtile: warning: first\n");
 }
 
 } // namespace

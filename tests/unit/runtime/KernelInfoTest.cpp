@@ -43,6 +43,24 @@ TEST(KernelInfo, RoundTrips) {
   expectSameInfo(*parsed, info);
 }
 
+TEST(KernelInfo, RoundTripsParamRules) {
+  KernelInfo info = sampleInfo();
+  info.paramRules = {{"cap > 0 && isfinite(cap)", "a positive, finite number"},
+                     {"(bias >= -1) || (cap == floor(cap))", ""}};
+  std::string text = info.serialize();
+  EXPECT_THAT(text, HasSubstr("paramRules=cap > 0 && isfinite(cap) \"a positive, finite number\"; "
+                              "(bias >= -1) || (cap == floor(cap)) \"\"\n"));
+  StatusOr<KernelInfo> parsed = KernelInfo::parse(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->paramRules, info.paramRules);
+
+  // A description may not hold the delimiters.
+  info.paramRules = {{"cap > 0", "positive; finite"}};
+  Status bad = info.verify();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("without '\"' or ';'"));
+}
+
 TEST(KernelInfo, RoundTripsWithoutParams) {
   KernelInfo info = sampleInfo();
   info.paramNames.clear();
@@ -71,12 +89,20 @@ TEST(KernelInfo, ParseRejectsBadFieldsNamingThem) {
       {"blockM", "blockM=12x", {"blockM", "not an integer"}},
       {"headDim", "headDim=", {"headDim", "not an integer"}},
       {"headDim", "headDim=99999999999", {"headDim", "not an integer"}},
-      {"headDimV", "headDimV=0", {"headDimV", "positive"}},
+      {"headDimV", "headDimV=0", {"headDimV", "not a multiple of 8 in [8, 512]"}},
+      {"headDim", "headDim=100", {"headDim", "not a multiple of 8"}},
+      {"blockM", "blockM=1", {"blockM", "1 is not a multiple of 16 in [16, 1024]"}},
+      {"blockN", "blockN=4096", {"blockN", "[16, 1024]"}},
+      {"smemBytes", "smemBytes=2147483647", {"smemBytes", "2147483647 is not in [0, 232448]", "sm_90a"}},
+      {"paramRules", "paramRules=cap > \"positive\"", {"paramRules", "value was expected"}},
+      {"paramRules", "paramRules=slope > 0 \"positive\"", {"paramRules", "'slope' is not a parameter"}},
+      {"paramRules", "paramRules=cap + 1 \"x\"", {"paramRules", "a number, not a condition"}},
+      {"paramRules", "paramRules=cap > 0", {"paramRules", "is not 'condition \"accepted values\"'"}},
       {"arch", "arch=sm_75", {"arch", "sm_75", "sm_80, sm_90a, sm_100a"}},
       {"dtype", "dtype=fp8", {"dtype", "f16, bf16"}},
       {"threads", "threads=100", {"threads", "multiple of 32"}},
       {"threads", "threads=2048", {"threads", "[32, 1024]"}},
-      {"smemBytes", "smemBytes=-1", {"smemBytes", "negative"}},
+      {"smemBytes", "smemBytes=-1", {"smemBytes", "-1 is not in [0, "}},
       {"entry", "entry=1kernel", {"entry", "C identifier"}},
       {"variant", "variant=", {"variant", "id"}},
       {"schedule", "schedule=fa 2", {"schedule"}},

@@ -9,8 +9,10 @@
 #include <gmock/gmock.h>
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <fstream>
+#include <stdexcept>
 
 using namespace flashtile;
 using testing::HasSubstr;
@@ -44,7 +46,7 @@ bool driverLoadable() {
 }
 
 /// A runtime whose JIT cache lives in memory only, so tests never touch ~/.cache.
-std::unique_ptr<Runtime> memoryOnlyRuntime() { return std::make_unique<Runtime>(KernelCache::Options{"", false}); }
+std::unique_ptr<Runtime> memoryOnlyRuntime() { return std::make_unique<Runtime>(test::cacheOptions("", false)); }
 
 TEST(Runtime, SpecForUsesArgsScheduleAndShapeClass) {
   std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
@@ -174,7 +176,96 @@ TEST(Runtime, AheadOfTimeErrorsNameTheFile) {
          writeAotKernel(dir, "k", test::fakeKernel());
          writeFile(dir / "k.cubin", "PTX text");
        },
-       {"k.cubin", "no ELF header"}},
+       {"k.cubin", "not an ELF image"}},
+      {"manifest is a directory",
+       [](const fs::path &dir) { fs::create_directory(dir / "k.manifest"); },
+       {"k.manifest: is a directory, not a regular file"}},
+      {"cubin is a directory",
+       [](const fs::path &dir) {
+         writeAotKernel(dir, "k", test::fakeKernel());
+         fs::remove(dir / "k.cubin");
+         fs::create_directory(dir / "k.cubin");
+       },
+       {"k.manifest: its cubin is missing or unreadable", "k.cubin: is a directory, not a regular file"}},
+      {"cubin is a FIFO",
+       [](const fs::path &dir) {
+         writeAotKernel(dir, "k", test::fakeKernel());
+         fs::remove(dir / "k.cubin");
+         ASSERT_EQ(mkfifo((dir / "k.cubin").c_str(), 0644), 0);
+       },
+       {"k.cubin: is a FIFO, not a regular file"}},
+      {"manifest is a FIFO",
+       [](const fs::path &dir) { ASSERT_EQ(mkfifo((dir / "k.manifest").c_str(), 0644), 0); },
+       {"k.manifest: is a FIFO, not a regular file"}},
+      {"cubin is a link to /dev/zero",
+       [](const fs::path &dir) {
+         writeAotKernel(dir, "k", test::fakeKernel());
+         fs::remove(dir / "k.cubin");
+         fs::create_symlink("/dev/zero", dir / "k.cubin");
+       },
+       {"k.cubin: is a character device, not a regular file"}},
+      {"sm_80 cubin under an sm_90a manifest",
+       [](const fs::path &dir) {
+         CachedKernel kernel = test::fakeKernel();
+         kernel.cubin = test::fakeCubin(80, {kernel.info.entry});
+         writeAotKernel(dir, "k", kernel);
+       },
+       {"k.cubin (for k.manifest): compiled for sm_80 (ELF e_flags), but its manifest says sm_90a"}},
+      {"truncated cubin",
+       [](const fs::path &dir) {
+         CachedKernel kernel = test::fakeKernel();
+         kernel.cubin.resize(kernel.cubin.size() / 2);
+         writeAotKernel(dir, "k", kernel);
+       },
+       {"k.cubin", "truncated"}},
+      {"ELF magic and garbage",
+       [](const fs::path &dir) {
+         CachedKernel kernel = test::fakeKernel();
+         kernel.cubin = "\x7f"
+                        "ELF" +
+                        std::string(4096, '\x5a');
+         writeAotKernel(dir, "k", kernel);
+       },
+       {"k.cubin", "not a 64-bit little-endian ELF image"}},
+      {"another kernel's cubin",
+       [](const fs::path &dir) {
+         CachedKernel kernel = test::fakeKernel("a");
+         kernel.cubin = test::fakeKernel("b").cubin;
+         writeAotKernel(dir, "k", kernel);
+       },
+       {"k.cubin", "defines no kernel 'flashtile_fwd_a' (the manifest's entry); its functions: flashtile_fwd_b"}},
+      {"entry naming no symbol",
+       [](const fs::path &dir) {
+         CachedKernel kernel = test::fakeKernel("a");
+         kernel.info.entry = "flashtile_missing";
+         writeAotKernel(dir, "k", kernel);
+       },
+       {"k.cubin", "defines no kernel 'flashtile_missing'"}},
+      {"blockM 1",
+       [](const fs::path &dir) {
+         CachedKernel kernel = test::fakeKernel();
+         writeAotKernel(dir, "k", kernel);
+         std::string text = kernel.info.serialize();
+         text.replace(text.find("blockM=128"), 10, "blockM=1");
+         writeFile(dir / "k.manifest", text);
+       },
+       {"k.manifest: field 'blockM': 1 is not a multiple of 16 in [16, 1024]"}},
+      {"smemBytes INT_MAX",
+       [](const fs::path &dir) {
+         CachedKernel kernel = test::fakeKernel();
+         writeAotKernel(dir, "k", kernel);
+         std::string text = kernel.info.serialize();
+         text.replace(text.find("smemBytes=65536"), 15, "smemBytes=2147483647");
+         writeFile(dir / "k.manifest", text);
+       },
+       {"k.manifest: field 'smemBytes': 2147483647 is not in [0, 232448]"}},
+      {"another compiler version",
+       [](const fs::path &dir) {
+         CachedKernel kernel = test::fakeKernel();
+         kernel.info.compilerVersion = "0.0.1+0123456789ab";
+         writeAotKernel(dir, "k", kernel);
+       },
+       {"k.manifest: written by flashtile 0.0.1+0123456789ab, but this runtime is "}},
       {"duplicate spec",
        [](const fs::path &dir) {
          writeAotKernel(dir, "a", test::fakeKernel("a"));
@@ -214,7 +305,7 @@ TEST(Runtime, AheadOfTimeLoadingIsAllOrNothing) {
 
 TEST(Runtime, JitCompilerIsCalledOnceAndCached) {
   test::TempDir cacheDir;
-  Runtime runtime(KernelCache::Options{cacheDir.path().string(), true});
+  Runtime runtime(test::cacheOptions(cacheDir.path().string(), true));
   int calls = 0;
   runtime.setCompiler([&](const KernelSpec &spec) -> StatusOr<CachedKernel> {
     ++calls;
@@ -234,7 +325,7 @@ TEST(Runtime, JitCompilerIsCalledOnceAndCached) {
   EXPECT_EQ(runtime.cache().stats().misses, 1u);
 
   // A second runtime (a second process, in effect) finds it on disk.
-  Runtime other(KernelCache::Options{cacheDir.path().string(), true});
+  Runtime other(test::cacheOptions(cacheDir.path().string(), true));
   other.setCompiler([&](const KernelSpec &) -> StatusOr<CachedKernel> {
     ++calls;
     return Status::error("should not compile");
@@ -433,6 +524,47 @@ TEST(CudaDriver, MapsComputeCapabilityToArch) {
 
 TEST(Version, IncludesProjectVersionAndRevision) {
   EXPECT_THAT(std::string(compilerVersion()), testing::MatchesRegex("[0-9]+\\.[0-9]+\\.[0-9]+\\+.+"));
+}
+
+} // namespace
+
+namespace {
+
+TEST(Runtime, ExceptionsFromHooksBecomeErrors) {
+  std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
+  runtime->setVariantCheck([](const AttentionArgs &) -> Status { throw std::runtime_error("check exploded"); });
+  Status forwarded = runtime->forward(validArgs());
+  ASSERT_FALSE(forwarded.ok());
+  EXPECT_THAT(forwarded.message(), HasSubstr("forward: internal error: check exploded"));
+
+  runtime->setCompiler([](const KernelSpec &) -> StatusOr<CachedKernel> { return Status::error("unused"); },
+                       [](const KernelSpec &) -> StatusOr<std::string> { throw 42; });
+  KernelSpec spec = test::fakeKernel().info.spec();
+  spec.shapeClass = std::string(kShortShapeClass);
+  StatusOr<std::shared_ptr<const CachedKernel>> found = runtime->findKernel(spec);
+  ASSERT_FALSE(found.ok());
+  EXPECT_THAT(found.status().message(), HasSubstr("findKernel: internal error (a non-standard exception)"));
+}
+
+TEST(Runtime, VariantNumbersAreCheckedAgainstAheadOfTimeRulesBeforeTheGpu) {
+  test::TempDir dir;
+  CachedKernel kernel = test::fakeKernel();
+  kernel.info.variant = "softcap";
+  kernel.info.paramNames = {"cap"};
+  kernel.info.paramRules = {{"cap > 0 && isfinite(cap)", "a positive, finite number"}};
+  writeAotKernel(dir.path(), "k", kernel);
+  std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
+  ASSERT_TRUE(runtime->loadAotDirectory(dir.path().string()).ok());
+  AttentionArgs args = validArgs();
+  args.variant = "softcap";
+  args.variantParams = {0.f};
+  Status status = runtime->forward(args);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.message(),
+            "variantParams: variant 'softcap': cap = 0 is not accepted; accepted: a positive, finite number");
+  // With no query rows nothing runs, but the numbers are still judged.
+  args.seqlenQ = 0;
+  EXPECT_FALSE(runtime->forward(args).ok());
 }
 
 } // namespace

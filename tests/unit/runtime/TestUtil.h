@@ -2,14 +2,18 @@
 #ifndef FLASHTILE_TESTS_UNIT_RUNTIME_TESTUTIL_H
 #define FLASHTILE_TESTS_UNIT_RUNTIME_TESTUTIL_H
 
+#include "FakeCubin.h"
 #include "flashtile/runtime/KernelCache.h"
+#include "flashtile/runtime/Version.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace flashtile::test {
 
@@ -60,7 +64,16 @@ private:
   std::optional<std::string> previous;
 };
 
-/// A kernel whose fields are all valid; `tag` makes entry and cubin distinct per test kernel.
+/// Cache options with `dir` and the disk layer on or off, and everything else at its default.
+inline KernelCache::Options cacheOptions(std::string dir, bool diskEnabled) {
+  KernelCache::Options options;
+  options.dir = std::move(dir);
+  options.diskEnabled = diskEnabled;
+  return options;
+}
+
+/// A kernel whose fields are all valid, built by this compiler version, with a cubin for its arch (sm_90a) that
+/// defines its entry; `tag` makes entry and cubin distinct per test kernel.
 inline CachedKernel fakeKernel(const std::string &tag = "a") {
   KernelInfo info;
   info.entry = "flashtile_fwd_" + tag;
@@ -75,10 +88,8 @@ inline CachedKernel fakeKernel(const std::string &tag = "a") {
   info.blockN = 64;
   info.threads = 128;
   info.smemBytes = 65536;
-  info.compilerVersion = "0.1.0+test";
-  return {info, std::string("\x7f"
-                            "ELF fake cubin ") +
-                    tag};
+  info.compilerVersion = std::string(compilerVersion());
+  return {info, fakeCubin(90, {info.entry})};
 }
 
 } // namespace flashtile::test

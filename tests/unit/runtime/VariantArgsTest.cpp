@@ -90,7 +90,7 @@ TEST(VariantInputs, ValidateLimitsTheNumberOfInputs) {
 }
 
 TEST(VariantInputs, TheInstalledVariantCheckRunsBeforeTheGpu) {
-  Runtime runtime(KernelCache::Options{"", false});
+  Runtime runtime(test::cacheOptions("", false));
   int calls = 0;
   runtime.setVariantCheck([&](const AttentionArgs &args) {
     ++calls;

@@ -13,6 +13,9 @@
 #define FLASHTILE_DSL_VARIANT_H
 
 #include "flashtile/dsl/Expr.h"
+#include "flashtile/dsl/Rule.h"
+#include "flashtile/runtime/ParamRule.h"
+#include "flashtile/runtime/Status.h"
 
 #include <functional>
 #include <map>
@@ -95,18 +98,24 @@ using ScoreFn = std::function<Expr(Expr score, const Coords &, const Params &)>;
 using MaskFn = std::function<Expr(const Coords &, const Params &)>;
 using RangeFn = std::function<Range(const QTile &, const Params &)>;
 using SinkFn = std::function<Expr(const HeadCoords &, const Params &)>;
-/// Checks parameter values by name; returns an error message naming the parameter, or "" when they are valid.
+/// A check of parameter values by name in C++: returns an error message naming the parameter, or "" when they
+/// are valid. Only the JIT runs it (it is code, not data): ahead-of-time kernels cannot apply it, so prefer rules
+/// (Variant::validate with a RuleFn), which every kernel carries.
 using ValidateFn = std::function<std::string(const std::map<std::string, float> &)>;
 
 } // namespace dsl
 
+/// Names: a variant's is [A-Za-z_] then [A-Za-z0-9_.-], a parameter's or input's a C identifier, each at most
+/// 128 characters (they are printed into generated code and manifests). A name outside its alphabet is not used:
+/// the variant records the error with the caller's file and line, and building its program (or Jit::add) fails
+/// with it.
 class Variant {
 public:
-  explicit Variant(std::string name) : name_(std::move(name)) {}
+  explicit Variant(std::string name, std::source_location where = std::source_location::current());
 
   /// Declares a number the hooks read as `p[name]`; its value is a kernel argument, so a new value reuses the
   /// compiled kernel.
-  Variant &param(std::string name, float value);
+  Variant &param(std::string name, float value, std::source_location where = std::source_location::current());
   /// score -> new score, before masking (softcap, ALiBi, relative bias...).
   Variant &score(dsl::ScoreFn fn, std::source_location where = std::source_location::current());
   /// (b, h, q, kv) -> keep? Masked scores do not take part in the softmax.
@@ -117,12 +126,17 @@ public:
   Variant &fullRange(dsl::RangeFn fn, std::source_location where = std::source_location::current());
   /// Declares a device array the hooks read with `p.load(name, index)`. Its pointer is a kernel argument
   /// (AttentionArgs::inputs, in declaration order); its shape is whatever the hooks' indices reach.
-  Variant &input(std::string name, dsl::ElementKind kind);
+  Variant &input(std::string name, dsl::ElementKind kind,
+                 std::source_location where = std::source_location::current());
   /// (b, h) -> an attention sink: a logit, in the units of the scaled scores, that joins the softmax denominator
   /// of every row of head h (and its LSE) but contributes no value: O = Σ e^s·v / (Σ e^s + e^sink).
   Variant &sink(dsl::SinkFn fn, std::source_location where = std::source_location::current());
-  /// Checks parameter values (a window size >= -1, a positive cap, ...): building the program rejects invalid
-  /// declared values, and the JIT's argument check (jit::Jit::checkFn) rejects invalid values at every call.
+  /// A rule the parameters' values must satisfy (a window size >= -1, a positive cap, ...), and the accepted
+  /// values in words for error messages (printable ASCII without '"' or ';'). Building the program rejects invalid
+  /// declared values; every kernel carries the rules (KernelInfo::paramRules), so the runtime rejects invalid
+  /// values at every call, naming the parameter, for JIT and ahead-of-time kernels alike.
+  Variant &validate(dsl::RuleFn rule, std::string accepted);
+  /// A C++ check the JIT runs at every call (see ValidateFn: ahead-of-time kernels cannot apply it).
   Variant &validate(dsl::ValidateFn fn);
 
   const std::string &name() const { return name_; }
@@ -141,7 +155,15 @@ public:
     std::source_location score, mask, kvRange, fullRange, sink;
   };
   const HookSites &hookSites() const { return sites_; }
-  /// "" when `values` (one per declared parameter, in order) pass every validate hook, else the first message.
+  const std::vector<std::pair<dsl::RuleFn, std::string>> &ruleFns() const { return rules_; }
+  /// The rules as the kernels carry them, each checked (it parses and reads only declared parameters); the
+  /// error names the rule.
+  StatusOr<std::vector<ParamRule>> paramRules() const;
+  /// The first misuse of the declarations (a name outside its alphabet), "<file>:<line>: ..." of the call; ""
+  /// when there is none.
+  const std::string &declarationError() const { return declarationError_; }
+  /// "" when the declarations are sound and `values` (one per declared parameter, in order) pass every rule and
+  /// validate hook, else the first message.
   std::string checkParams(const std::vector<float> &values) const;
 
 private:
@@ -154,12 +176,17 @@ private:
   dsl::SinkFn sink_;
   std::vector<dsl::ValidateFn> validators_;
   HookSites sites_;
+  std::vector<std::pair<dsl::RuleFn, std::string>> rules_;
+  std::string declarationError_;
+  void misuse(const std::source_location &where, const std::string &what);
+  friend Variant both(const Variant &a, const Variant &b, std::string name, std::source_location where);
 };
 
 /// `a` and `b` at once: a key is kept when both keep it (masks ANDed, "may" and "full" ranges intersected), the
 /// score goes through a's modifier then b's, parameters and inputs are the union (a name both declare is one
 /// value, so it must mean the same to both), the sink is a's, else b's. E.g. both(slidingWindow, causal).
-Variant both(const Variant &a, const Variant &b, std::string name);
+Variant both(const Variant &a, const Variant &b, std::string name,
+             std::source_location where = std::source_location::current());
 
 } // namespace flashtile
 

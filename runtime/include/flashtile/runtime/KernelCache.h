@@ -13,12 +13,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <ctime>
 #include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace flashtile {
 
@@ -33,16 +35,22 @@ public:
   struct Options {
     std::string dir;         // where disk entries live; created on first write
     bool diskEnabled = true; // false keeps the cache in memory only
+    /// Size cap of the disk entries in bytes (0: none). After each write, entries least recently used (written
+    /// or loaded) are removed until the rest fit.
+    uint64_t maxBytes = 0;
+    /// A setting from the environment that was not understood (and what was done instead); empty when none.
+    std::string warning;
   };
   /// FLASHTILE_CACHE_DIR (default $HOME/.cache/flashtile); FLASHTILE_DISABLE_CACHE set to anything but "" or
-  /// "0" disables the disk layer, as does an unset HOME without FLASHTILE_CACHE_DIR.
+  /// "0" disables the disk layer, as does an unset HOME without FLASHTILE_CACHE_DIR. FLASHTILE_CACHE_MAX_MB: the
+  /// size cap in MiB (a positive integer; anything else means no cap, and Options::warning says why).
   static Options optionsFromEnvironment();
 
   struct Stats {
     uint64_t memoryHits = 0;        // served from memory, including callers that waited for another's compile
     uint64_t diskHits = 0;          // loaded from a valid disk entry
     uint64_t misses = 0;            // calls of the compile function
-    uint64_t rejectedEntries = 0;   // disk entries that existed but failed a check and were rebuilt
+    uint64_t rejectedEntries = 0;   // disk entries that existed but failed a check (or were not regular files)
     uint64_t diskWriteFailures = 0; // entries that could not be stored (the kernel was still returned)
   };
 
@@ -58,19 +66,50 @@ public:
   StatusOr<std::shared_ptr<const CachedKernel>> getOrCompile(const std::string &key, const Compile &compile);
 
   Stats stats() const;
+  /// Why the last disk write failed ("cannot write ...: No space left on device"), or "" when none has. The first
+  /// failure is also reported once through the runtime's log (Log.h).
+  std::string lastDiskWriteError() const;
+  /// Whether an entry can be stored now: creates the directory if needed and writes, renames and removes a probe
+  /// file. The error names the directory and the reason (read-only, permissions, disk full, disk cache off).
+  Status checkDiskWritable() const;
   const Options &options() const { return config; }
   /// The file that holds (or would hold) `key`'s disk entry.
   std::string entryPath(const std::string &key) const;
 
+  // Managing the disk layer (`flashtile cache list|clear|stats`). Only files this cache writes are touched: entries
+  // (`<hash>.ftk`) and its temporary files; a missing directory is an empty cache.
+  /// One disk entry. `key` is read from the file's header; empty when the file is not a readable entry.
+  struct DiskEntry {
+    std::string path;
+    std::string key;
+    uint64_t bytes = 0;
+    std::time_t lastUsed = 0; // last written or loaded (the file's modification time)
+  };
+  /// Every entry, least recently used first.
+  StatusOr<std::vector<DiskEntry>> listDiskEntries() const;
+  struct DiskUsage {
+    uint64_t entries = 0, bytes = 0;
+    uint64_t tempFiles = 0; // temporaries of writes in progress, or of writers that died
+  };
+  StatusOr<DiskUsage> diskUsage() const;
+  /// Removes every entry and temporary file; returns how many files were removed.
+  StatusOr<uint64_t> clearDisk();
+  /// Removes least recently used entries until the rest fit in `maxBytes`; returns how many were removed.
+  StatusOr<uint64_t> evictToFit(uint64_t maxBytes);
+
 private:
   using Result = StatusOr<std::shared_ptr<const CachedKernel>>;
   Result load(const std::string &key, const Compile &compile);
+  /// Writes one entry; on the first write, removes `.tmp-*` files that dead writers left behind.
+  void store(const std::string &path, const std::string &bytes);
 
   Options config;
   mutable std::mutex mutex;
   /// In-flight and finished lookups; failed ones are erased once their callers have the error.
   std::unordered_map<std::string, std::shared_future<Result>> entries;
   std::atomic<uint64_t> memoryHits{0}, diskHits{0}, misses{0}, rejectedEntries{0}, diskWriteFailures{0};
+  std::atomic<bool> staleTempFilesRemoved{false}, writeFailureReported{false};
+  std::string lastWriteError; // guarded by mutex
 };
 
 } // namespace flashtile

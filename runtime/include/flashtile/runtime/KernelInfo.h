@@ -6,6 +6,7 @@
 #ifndef FLASHTILE_RUNTIME_KERNELINFO_H
 #define FLASHTILE_RUNTIME_KERNELINFO_H
 
+#include "flashtile/runtime/ParamRule.h"
 #include "flashtile/runtime/Status.h"
 
 #include <array>
@@ -64,19 +65,26 @@ struct KernelInfo {
   int smemBytes = 0;                   // dynamic shared memory per block
   std::vector<std::string> paramNames; // the variant's numeric params, in FlashtileFwdParams::variantParams order
   std::vector<std::string> inputNames; // the variant's input arrays, in FlashtileFwdParams::inputs order
+  std::vector<ParamRule> paramRules;   // the variant's rules for its params' values, checked at every call
   std::string compilerVersion;         // flashtile::compilerVersion() of the compiler that built it
 
-  /// `key=value` lines, one per field, paramNames and inputNames comma-joined. Round-trips through parse() when
-  /// verify() is ok.
+  /// `key=value` lines, one per field, paramNames and inputNames comma-joined, paramRules in
+  /// serializeParamRules' form. Round-trips through parse() when verify() is ok.
   std::string serialize() const;
   /// Parses serialize()'s format; blank lines and `#` comments are ignored. Rejects unknown, duplicate,
   /// missing and malformed fields with a message naming the field.
   static StatusOr<KernelInfo> parse(std::string_view text);
-  /// Checks every field's value (what parse() accepts), naming the first bad field.
+  /// Checks every field's value (what parse() accepts), naming the first bad field: ids and names in their
+  /// alphabets, head dims and tile sizes multiples of 8 and 16 in range, threads a multiple of 32 up to 1024,
+  /// smemBytes within what `arch` allows a block (kMaxSmemBytes), rules that parse and read only paramNames.
   Status verify() const;
 
   KernelSpec spec() const;
 };
+
+/// The most dynamic shared memory a block may opt in to on `arch` (one of kSupportedArchs): 163 KiB on sm_80,
+/// 227 KiB on sm_90a and sm_100a; 0 for other names.
+int maxSmemBytes(std::string_view arch);
 
 /// True when `info` implements exactly `spec`.
 bool matches(const KernelInfo &info, const KernelSpec &spec);

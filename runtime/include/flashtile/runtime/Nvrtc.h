@@ -22,8 +22,20 @@ enum class NvrtcOutput { Ptx, Cubin };
 StatusOr<std::string> compileCuda(const std::string &source, const std::string &name, const std::string &arch,
                                   NvrtcOutput out, const std::vector<std::string> &extraOptions = {});
 
-/// The loaded NVRTC's version, e.g. "13.0", or why NVRTC could not be loaded.
+/// The loaded NVRTC's version, e.g. "13.0", or why NVRTC could not be loaded. NVRTC is looked for, at first use:
+/// where FLASHTILE_NVRTC_PATH says (a libnvrtc.so* file or its directory; nowhere else when it is set), else by
+/// soname through the loader (LD_LIBRARY_PATH, ld.so.cache), then in $CUDA_HOME and $CUDA_PATH (lib64, lib),
+/// /usr/local/cuda/lib64 and the pip NVRTC wheels' folders (nvidia/cu13/lib, nvidia/cuda_nvrtc/lib) under the
+/// Python package directories: this library's own, $VIRTUAL_ENV's, $CONDA_PREFIX's, ~/.local's and the system's.
+/// The error lists every place looked in.
 StatusOr<std::string> nvrtcVersion();
+
+/// The file NVRTC was loaded from (loading it if needed); empty when it could not be loaded.
+std::string nvrtcLibraryPath();
+
+/// The directories looked in after the loader's search path, in order, as the environment says now
+/// (FLASHTILE_NVRTC_PATH aside): what the error lists and `flashtile info` shows.
+std::vector<std::string> nvrtcSearchDirs();
 
 } // namespace flashtile
 

@@ -8,6 +8,7 @@
 
 #include "flashtile/runtime/KernelCache.h"
 #include "flashtile/runtime/KernelInfo.h"
+#include "flashtile/runtime/Log.h"
 #include "flashtile/runtime/Status.h"
 
 #include <cuda.h>
@@ -119,8 +120,11 @@ public:
   Runtime(const Runtime &) = delete;
   Runtime &operator=(const Runtime &) = delete;
 
-  /// Adds every `<name>.manifest` in `dir` (KernelInfo text) with the `<name>.cubin` beside it. All or nothing:
-  /// on error (naming the file) nothing is added. Two kernels for one spec are an error.
+  /// Adds every `<name>.manifest` in `dir` (KernelInfo text) with the `<name>.cubin` beside it. Each is checked
+  /// first: both must be regular files (a FIFO or directory is refused, never read), the manifest's fields in
+  /// range and written by this compiler version (compilerVersion()), the cubin an ELF image for the manifest's
+  /// arch that defines its entry symbol. All or nothing: on error (naming the file and the reason) nothing is
+  /// added. Two kernels for one spec are an error.
   Status loadAotDirectory(const std::string &dir);
   /// The JIT: `compile` builds kernels the ahead-of-time directories lack; `shapeClassOf` (optional) tells
   /// which shape classes have kernels of their own. Without it, a class with no ahead-of-time kernel of its own is
@@ -148,9 +152,13 @@ public:
 
   /// Every check on `args` that needs no GPU; the message names the argument and the accepted values.
   static Status validate(const AttentionArgs &args);
-  /// The checks of `args` against the kernel that will run it (no GPU needed): one value per variant parameter,
-  /// one non-null, 4-byte aligned pointer per variant input, a launch grid of fewer than 2^31 blocks.
+  /// The checks of `args` against the kernel that will run it (no GPU needed): validateVariantArgs, and a launch
+  /// grid of fewer than 2^31 blocks.
   static Status validateFor(const AttentionArgs &args, const KernelInfo &kernel);
+  /// The checks of args' variant numbers and arrays against a kernel of the variant: one value per parameter
+  /// that satisfies the variant's rules (KernelInfo::paramRules; the message names the parameter and the accepted
+  /// values), one non-null, 4-byte aligned pointer per input.
+  static Status validateVariantArgs(const AttentionArgs &args, const KernelInfo &kernel);
   /// The checks of varlen offsets, on host copies (either may be null: not checked): non-decreasing, inside the
   /// packed rows, no sequence longer than args.maxSeqlenQ/maxSeqlenK. validate() runs it on args' host copies;
   /// forward() on copies of the device offsets when FLASHTILE_CHECK_VARLEN=1.
@@ -158,7 +166,17 @@ public:
 
   KernelCache &cache();
 
+  /// Where the runtime's warnings go (a kernel cache that cannot be written, an entry that is not a regular file):
+  /// stderr by default, silenced by FLASHTILE_LOG=off; process-wide (see Log.h). Returns the previous handler.
+  static LogHandler setLogHandler(LogHandler handler);
+
 private:
+  // The public calls run these inside a guard that turns any exception into an error Status.
+  Status loadAotDirectoryUnguarded(const std::string &dir);
+  StatusOr<KernelSpec> specForUnguarded(const AttentionArgs &args, const std::string &arch) const;
+  StatusOr<std::shared_ptr<const CachedKernel>> findKernelUnguarded(const KernelSpec &spec);
+  Status forwardUnguarded(const AttentionArgs &args, CUstream stream);
+
   struct Impl;
   std::unique_ptr<Impl> impl;
 };

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# sanitize.sh — builds the runtime and compiler unit tests (and flashtile-opt) with AddressSanitizer and
+# UndefinedBehaviorSanitizer in build-sanitize/, runs them, then fuzzes the sanitized flashtile-opt for
+# FUZZ_SECONDS (default 60; 0 skips it). Any sanitizer report fails the run (halt_on_error).
+#   bash scripts/sanitize.sh           # everything (a cold build of the compiler side takes long on 2 cores)
+#   bash scripts/sanitize.sh runtime   # the runtime and C ABI tests only: no MLIR code, minutes
+# Not part of CI (.ci/run) because of its build time: run it before release-like changes and after touching
+# parsers, the cache, the AOT loader or the printer. Logs: build-sanitize/sanitize-<suite>.log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/cuda/bin:$PATH"
+MODE=${1:-all}
+case $MODE in
+all | runtime) ;;
+*)
+  echo "usage: scripts/sanitize.sh [all|runtime]" >&2
+  exit 2
+  ;;
+esac
+BUILD=build-sanitize
+sanitizers="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDAToolkit_ROOT=/usr/local/cuda \
+  -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+  -DCMAKE_C_FLAGS="$sanitizers -fno-omit-frame-pointer" -DCMAKE_CXX_FLAGS="$sanitizers -fno-omit-frame-pointer" \
+  -DCMAKE_EXE_LINKER_FLAGS="$sanitizers" -DCMAKE_SHARED_LINKER_FLAGS="$sanitizers" >/dev/null
+# LLVM/MLIR keep process-lifetime allocations (registries, uniqued types) that LeakSanitizer would report:
+# leak checking is on for the runtime suites only.
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+failed=()
+suites=()
+# Builds `targets` and runs the suites among them; the runtime ones come first, so their results arrive early.
+run_phase() {
+  local suite binary leaks log
+  cmake --build "$BUILD" -j "${FLASHTILE_JOBS:-2}" --target "$@"
+  for suite in "$@"; do
+    [[ $suite == flashtile-opt ]] && continue
+    suites+=("$suite")
+    binary=$(find "$BUILD/tests" -name "$suite" -type f -perm -u+x | head -n 1)
+    leaks=1
+    [[ $suite == flashtile_compiler_tests ]] && leaks=0
+    log=$BUILD/sanitize-$suite.log
+    echo "== $suite (ASan + UBSan, detect_leaks=$leaks)"
+    if ASAN_OPTIONS=detect_leaks=$leaks:halt_on_error=1:strict_string_checks=1 "$binary" --gtest_brief=1 >"$log" 2>&1; then
+      tail -n 3 "$log"
+    else
+      failed+=("$suite")
+      grep -E "ERROR: |runtime error:|FAILED|SUMMARY" "$log" | head -n 20 || tail -n 30 "$log"
+    fi
+  done
+}
+run_phase flashtile_runtime_tests flashtile_capi_tests
+if [[ $MODE == all ]]; then
+  run_phase flashtile_compiler_tests flashtile-opt
+fi
+if [[ $MODE == all && ${FUZZ_SECONDS:-60} != 0 ]]; then
+  suites+=(fuzz-ir)
+  echo "== fuzz-ir on the sanitized flashtile-opt (${FUZZ_SECONDS:-60} s)"
+  if ! ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 bash scripts/fuzz-ir.sh "$BUILD" >"$BUILD/sanitize-fuzz-ir.log" 2>&1; then
+    failed+=(fuzz-ir)
+  fi
+  tail -n 5 "$BUILD/sanitize-fuzz-ir.log"
+fi
+if ((${#failed[@]})); then
+  echo "sanitize: FAILED: ${failed[*]} (logs in $BUILD/)" >&2
+  exit 1
+fi
+echo "sanitize: clean (${suites[*]})"

@@ -1,0 +1,72 @@
+// CliTest.cpp — the CLI's value checks: nearest-name suggestions, strict integers and lists.
+#include "Cli.h"
+
+#include <gmock/gmock.h>
+
+using namespace flashtile;
+using namespace flashtile::cli;
+using testing::HasSubstr;
+
+namespace {
+
+const std::vector<std::string> kVariants = {"none", "causal", "causal_top_left", "sliding_window", "softcap", "alibi"};
+
+TEST(NearestName, SuggestsSlipsAndNotStrangers) {
+  EXPECT_EQ(nearestName("casual", kVariants), "causal");  // two letters swapped
+  EXPECT_EQ(nearestName("Causal", kVariants), "causal");  // case
+  EXPECT_EQ(nearestName("sofcap", kVariants), "softcap"); // a letter missing
+  EXPECT_EQ(nearestName("sliding", kVariants), "");       // a prefix, too far from any name
+  EXPECT_EQ(nearestName("xyz", kVariants), "");
+  EXPECT_EQ(nearestName("sm90a", {"sm_80", "sm_90a", "sm_100a"}), "sm_90a");
+  EXPECT_EQ(nearestName("bf61", {"f16", "bf16"}), "bf16");
+  EXPECT_EQ(nearestName("", {"f16", "bf16"}), "");
+}
+
+TEST(UnknownName, NamesTheValueTheSuggestionAndTheList) {
+  EXPECT_EQ(unknownName("variant", "casual", {"none", "causal"}),
+            "unknown variant 'casual' (did you mean 'causal'?); accepted: none, causal");
+  EXPECT_EQ(unknownName("dtype", "int8", {"f16", "bf16"}), "unknown dtype 'int8'; accepted: f16, bf16");
+}
+
+TEST(ParseInteger, IsStrict) {
+  EXPECT_EQ(*parseInteger("64", 0, 100), 64);
+  EXPECT_EQ(*parseInteger("-1", -1, 100), -1);
+  for (const char *bad : {"", " 64", "64 ", "6 4", "0x40", "64k", "1e3", "+64", "--1"})
+    EXPECT_FALSE(parseInteger(bad, -1000, 1000).ok()) << bad;
+  StatusOr<int64_t> big = parseInteger("33554432", 0, 64, "at most 2048 threads per SM");
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().message(),
+            "out of range '33554432'; accepted: an integer from 0 to 64 (at most 2048 threads per SM)");
+  StatusOr<int64_t> huge = parseInteger("99999999999999999999999", 0, 64);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_THAT(huge.status().message(), HasSubstr("out of range"));
+  EXPECT_THAT(parseInteger("x", 0, 1).status().message(), HasSubstr("not an integer 'x'"));
+}
+
+TEST(SplitList, RejectsEmptyAndRepeatedItems) {
+  auto items = splitList("--head-dims", "64,128,192:128");
+  ASSERT_TRUE(items.ok());
+  EXPECT_EQ(*items, (std::vector<std::string>{"64", "128", "192:128"}));
+  for (const char *bad : {"", ",", ",,,", "64,", ",64", "64,,128"}) {
+    auto list = splitList("--head-dims", bad);
+    ASSERT_FALSE(list.ok()) << bad;
+    EXPECT_THAT(list.status().message(), HasSubstr("--head-dims: empty item")) << bad;
+  }
+  auto twice = splitList("--variants", "causal,none,causal");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.status().message(), "--variants: 'causal' is listed twice");
+}
+
+TEST(Validators, ArchNamesAreCheckedForFormOnly) {
+  CLI::Validator arch = archName();
+  std::string good = "sm_86", odd = "sm90a", empty;
+  EXPECT_EQ(arch(good), ""); // the compiler decides which targets exist
+  EXPECT_THAT(arch(odd), HasSubstr("did you mean 'sm_90a'?"));
+  EXPECT_THAT(arch(empty), HasSubstr("empty"));
+  CLI::Validator list = archList();
+  std::string emptyItem = "sm_80,", twice = "sm_80,sm_80";
+  EXPECT_THAT(list(emptyItem), HasSubstr("empty item"));
+  EXPECT_THAT(list(twice), HasSubstr("listed twice"));
+}
+
+} // namespace
