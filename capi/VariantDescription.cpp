@@ -485,6 +485,23 @@ StatusOr<Variant> Parser::parse(std::string_view text) {
   }
   variant.validate([bounds](const std::map<std::string, float> &values) { return checkBounds(bounds, values); });
 
+  // Rules in the runtime's rule language (dsl/Rule.h), with the accepted values in words: they travel with every
+  // kernel (KernelInfo::paramRules) and are part of the variant's id, as a C++ variant's validate(rule, accepted).
+  if (const llvm::json::Value *rules = root->get("rules")) {
+    const llvm::json::Array *list = rules->getAsArray();
+    if (!list)
+      return Status::error("rules: expected an array");
+    for (size_t i = 0; i < list->size(); ++i) {
+      const llvm::json::Object *r = (*list)[i].getAsObject();
+      std::optional<llvm::StringRef> text = r ? r->getString("rule") : std::nullopt;
+      std::optional<llvm::StringRef> accepted = r ? r->getString("accepted") : std::nullopt;
+      if (!text || !accepted)
+        return Status::error("rules[" + std::to_string(i) + "]: expected {\"rule\": text, \"accepted\": text}");
+      variant.validate([rule = text->str()](const dsl::RuleParams &) { return dsl::Rule::fromText(rule); },
+                       accepted->str());
+    }
+  }
+
   if (const llvm::json::Value *inputs = root->get("inputs")) {
     const llvm::json::Array *list = inputs->getAsArray();
     if (!list)

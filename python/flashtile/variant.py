@@ -96,6 +96,7 @@ class Variant:
         self._sink: Optional[SinkFn] = None
         self._description: Optional[str] = None
         self._id: Optional[str] = None
+        self._rules: List[dict] = []
 
     # Declarations -----------------------------------------------------------------------------------------
     def param(self, name: str, value: float, *, min=None, max=None, min_exclusive=False, integer=False) -> "Variant":
@@ -107,6 +108,15 @@ class Variant:
         if error:
             raise ValueError(f"variant '{self.name}': {error}")
         self._params = [p for p in self._params if p.name != name] + [declared]
+        return self._changed()
+
+    def rule(self, text: str, accepted: str) -> "Variant":
+        """A rule the parameters' values must satisfy, in the runtime's rule language (the text a C++ variant's
+        ``validate(rule, accepted)`` produces, e.g. ``((cap > 0) && isfinite(cap))``), and the accepted values in
+        words. Rules travel with every kernel, so calls are checked for ahead-of-time kernels too."""
+        if not isinstance(text, str) or not isinstance(accepted, str) or not text or not accepted:
+            raise ValueError("rule: expected two non-empty strings (the rule and the accepted values in words)")
+        self._rules.append({"rule": text, "accepted": accepted})
         return self._changed()
 
     def input(self, name: str, dtype: str) -> "Variant":
@@ -193,6 +203,7 @@ class Variant:
             "params": [p.describe() for p in self._params],
             "inputs": [{"name": n, "type": t} for n, t in self._inputs.items()],
             "hooks": hooks,
+            **({"rules": list(self._rules)} if self._rules else {}),
         }
 
     def check_params(self, values) -> List[float]:
@@ -296,6 +307,7 @@ def both(a: Variant, b: Variant, name: str) -> Variant:
                 v._params.append(p)
         for n, t in part.inputs.items():
             v._inputs[n] = t
+        v._rules.extend(part._rules)
     fa, fb = a.hooks(), b.hooks()
     if "score" in fa and "score" in fb:
         sa, sb = fa["score"], fb["score"]

@@ -60,10 +60,17 @@ def sliding_window(left: int = 256, right: int = 0) -> Variant:
                          dsl.select(hi < 0, q.sizes.seqlen_k, q.first_aligned() + hi + 1))
 
     bounds = dict(min=-1, max=MAX_WINDOW, integer=True)
+    accepted = f"a whole number from -1 (unbounded) to {int(MAX_WINDOW)}"
+
+    def side(name):  # the C++ variant's rule, in the runtime's rule language
+        return f"((isinteger({name}) && ({name} >= (-1))) && ({name} <= {int(MAX_WINDOW)}))"
+
     return (
         Variant("sliding_window")
         .param("left", left, **bounds)
         .param("right", right, **bounds)
+        .rule(side("left"), accepted)
+        .rule(side("right"), accepted)
         .mask(mask)
         .kv_range(kv_range)
         .full_range(full_range)
@@ -82,7 +89,12 @@ def softcap(cap: float = 30.0) -> Variant:
         cap_ = p["cap"]
         return cap_ * dsl.tanh(s * (1.0 / cap_))
 
-    return Variant("softcap").param("cap", cap, min=0.0, min_exclusive=True).score(score)
+    return (
+        Variant("softcap")
+        .param("cap", cap, min=0.0, min_exclusive=True)
+        .rule("((cap > 0) && isfinite(cap))", "a positive, finite number")
+        .score(score)
+    )
 
 
 def alibi(per_batch: bool = False) -> Variant:

@@ -37,16 +37,16 @@ class ForwardChecks(unittest.TestCase):
         self.assertRejected("heads", hq=3, hkv=2)
 
     def test_variant_numbers_are_checked_by_the_jit(self):
-        self.assertRejected("window left is -5", variant=b"sliding_window", params=[-5, 0])
+        self.assertRejected("left = -5 is not accepted", variant=b"sliding_window", params=[-5, 0])
         self.assertRejected("takes 2 parameters, got 1", variant=b"sliding_window", params=[3])
-        self.assertRejected("softcap cap is 0", variant=b"softcap", params=[0.0])
+        self.assertRejected("cap = 0 is not accepted", variant=b"softcap", params=[0.0])
         self.assertRejected("inputs[0] ('slopes') is null", variant=b"alibi", inputs=[None])
 
     def test_registered_description_is_checked_too(self):
         from flashtile import variants
 
         vid = variants.sliding_window().id.encode()
-        self.assertRejected("parameter 'left' is 2.5", variant=vid, params=[2.5, 0])
+        self.assertRejected("left = 2.5 is not accepted", variant=vid, params=[2.5, 0])
 
     def test_enable_jit_needs_a_runtime(self):
         lib = _lib.library()
