@@ -1,5 +1,6 @@
 //===- TargetRegistry.cpp - instruction families by name ------------------===//
 #include "codegen/common/TargetRegistry.h"
+#include "flashtile/runtime/ArchNames.h"
 
 #include <algorithm>
 #include <cassert>
@@ -62,15 +63,8 @@ std::vector<std::string> targetNames() {
   return names;
 }
 
-const std::vector<ArchAlias> &archAliases() {
-  static const std::vector<ArchAlias> aliases = {{"sm_80", "sm_80"},    {"sm_86", "sm_80"},    {"sm_87", "sm_80"},
-                                                 {"sm_89", "sm_80"},    {"sm_90", "sm_90a"},   {"sm_90a", "sm_90a"},
-                                                 {"sm_100", "sm_100a"}, {"sm_100a", "sm_100a"}};
-  return aliases;
-}
-
 std::optional<std::string> canonicalArch(std::string_view arch) {
-  for (const ArchAlias &alias : archAliases())
+  for (const ArchAlias &alias : kArchAliases)
     if (alias.name == arch)
       return std::string(alias.canonical);
   return std::nullopt;
@@ -79,7 +73,7 @@ std::optional<std::string> canonicalArch(std::string_view arch) {
 std::string unknownArchMessage(std::string_view arch) {
   std::string accepted, guess;
   size_t best = std::max<size_t>(2, arch.size() / 3) + 1;
-  for (const ArchAlias &alias : archAliases()) {
+  for (const ArchAlias &alias : kArchAliases) {
     accepted += (accepted.empty() ? "" : ", ") + std::string(alias.name);
     if (size_t d = editDistance(arch, alias.name); d < best) {
       best = d;

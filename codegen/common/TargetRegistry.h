@@ -55,14 +55,8 @@ const TargetFamily *lookupTarget(std::string_view name);
 /// Registered family names, sorted.
 std::vector<std::string> targetNames();
 
-/// Architecture names users may write, and what each compiles as: sm_80, sm_86, sm_87 and sm_89 run sm_80 kernels
-/// (one cubin serves every 8.x GPU), sm_90 is sm_90a and sm_100 is sm_100a (the `a` features, wgmma and tcgen05,
-/// run only on exactly that GPU, which is the one the runtime dispatches those kernels to).
-struct ArchAlias {
-  std::string_view name, canonical;
-};
-const std::vector<ArchAlias> &archAliases();
-/// The canonical name of `arch`, or nothing when it is not an accepted name.
+/// The canonical name of `arch` (runtime/ArchNames.h: sm_86 builds sm_80 kernels, sm_90 is sm_90a, ...), or nothing
+/// when it is not an accepted name.
 std::optional<std::string> canonicalArch(std::string_view arch);
 /// "unknown arch 'x' (did you mean 'sm_90a'?); accepted: sm_80, sm_86, ..."
 std::string unknownArchMessage(std::string_view arch);

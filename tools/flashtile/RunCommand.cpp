@@ -5,6 +5,7 @@
 #include "Commands.h"
 
 #include "GpuReference.h"
+#include "flashtile/runtime/ArchNames.h"
 #include "flashtile/runtime/CudaDriver.h"
 #include "flashtile/runtime/Nvrtc.h"
 #include "flashtile/runtime/Runtime.h"
@@ -387,6 +388,10 @@ int runInfo() {
                                               : "not built in (runtime-only build): run kernels with --aot-dir DIR");
   fmt::print("targets    {} (`--arch`; kernels run on the GPUs of their family)\n",
              joinNames({kSupportedArchs.begin(), kSupportedArchs.end()}));
+  std::vector<std::string> aliases;
+  for (const ArchAlias &alias : kArchAliases)
+    aliases.push_back(fmt::format("{} -> {}", alias.name, alias.canonical));
+  fmt::print("arch names {} (the kernels each name builds)\n", joinNames(aliases));
   StatusOr<std::string> nvrtc = nvrtcVersion();
   if (nvrtc.ok())
     fmt::print("NVRTC      {} ({})\n", *nvrtc, nvrtcLibraryPath());
