@@ -39,7 +39,7 @@ def Tile_FuncOp : Tile_Op<"func", [IsolatedFromAbove, Symbol, SingleBlock, NoTer
                        OptionalAttr<Tile_ScheduleAttr>:$schedule, OptionalAttr<Tile_TargetAttr>:$target,
                        DefaultValuedAttr<TypedArrayAttrBase<Tile_InputAttr, "variant inputs">, "{}">:$inputs);
   let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
+  let assemblyFormat = "$sym_name attr-dict-with-keyword custom<TileBody>($body)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     ::mlir::Block &getBodyBlock() { return getBody().front(); }
@@ -122,7 +122,7 @@ def Tile_KvRangeOp : Tile_Op<"kv_range", []> {
   let arguments = (ins StrAttr:$kind);
   let results = (outs I32:$lo, I32:$hi);
   let regions = (region SizedRegion<1>:$rule);
-  let assemblyFormat = "$kind attr-dict-with-keyword $rule";
+  let assemblyFormat = "$kind attr-dict-with-keyword custom<TileRegion>($rule)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// Whether the rule's lower bound is the constant `key` for every Q tile (e.g. 0 for causal masks).
@@ -240,7 +240,7 @@ def Tile_ScoreModOp : Tile_Op<"score_mod", [AllTypesMatch<["s", "result"]>, Sing
   let arguments = (ins Tile_TileF32:$s);
   let results = (outs Tile_TileF32:$result);
   let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = "$s attr-dict `:` type($s) $body";
+  let assemblyFormat = "$s attr-dict `:` type($s) custom<TileRegion>($body)";
   let hasVerifier = 1;
   let hasCanonicalizer = 1;
 }
@@ -260,7 +260,7 @@ def Tile_MaskOp : Tile_Op<"mask", [AllTypesMatch<["s", "result"]>, SingleBlockIm
   let arguments = (ins Tile_TileF32:$s);
   let results = (outs Tile_TileF32:$result);
   let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = "$s attr-dict `:` type($s) $body";
+  let assemblyFormat = "$s attr-dict `:` type($s) custom<TileRegion>($body)";
   let hasVerifier = 1;
 }
 
@@ -373,7 +373,7 @@ def Tile_KvLoopOp : Tile_Op<"kv_loop", [SingleBlockImplicitTerminator<"YieldOp">
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     (`from` $lower^)? (`to` $upper^)? `iter_args` `(` $init (`,` $carried^)? `)` attr-dict `:` type($init)
-    (`,` type($carried)^)? `->` type($result) (`,` type($carriedResults)^)? $body
+    (`,` type($carried)^)? `->` type($result) (`,` type($carriedResults)^)? custom<TileRegion>($body)
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
