@@ -88,8 +88,8 @@ FailureOr<const TargetFamily *> checkReady(FuncOp func) {
     return func.emitOpError() << "is not scheduled; run the schedule's passes (tile-apply-schedule, "
                                  "tile-split-boundary, its pipeline pass, tile-lower-to-target) before emitting CUDA";
   if (func.getBody().getOps<CopyAsyncOp>().empty())
-    return func.emitOpError() << "is not pipelined (no tile.copy_async); run the schedule's pipeline pass (fa2: "
-                                 "tile-fa2-pipeline) before emitting CUDA";
+    return func.emitOpError() << "is not pipelined (no tile.copy_async); run the schedule's pipeline pass before "
+                                 "emitting CUDA (its pipeline: Schedule::buildPipeline)";
   // Names are printed into the kernel's source and its manifest; IR built without the verifier must not slip one
   // past it.
   if (!isVariantName(func.getVariant()))
