@@ -4,6 +4,7 @@
 //===----------------------------------------------------------------------===//
 #include "schedules/Registry.h"
 #include "schedules/fa2/Fa2Register.h"
+#include "schedules/fa3/Fa3Register.h"
 
 #include <mutex>
 
@@ -11,7 +12,10 @@ namespace flashtile::schedule {
 
 void registerBuiltinSchedules() {
   static std::once_flag once;
-  std::call_once(once, [] { fa2::registerSchedule(); });
+  std::call_once(once, [] {
+    fa2::registerSchedule();
+    fa3::registerSchedule();
+  });
 }
 
 } // namespace flashtile::schedule
