@@ -136,6 +136,11 @@ LogicalResult checkInPlace(FuncOp func) {
   };
   WalkResult result = func.walk([&](Operation *op) -> WalkResult {
     for (Value v : op->getResults()) {
+      if (auto state = dyn_cast<StateType>(v.getType()); state && state.getAcc() != MemorySpace::Registers) {
+        op->emitOpError() << "keeps the accumulator in " << memorySpaceName(state.getAcc())
+                          << " memory; the CUDA printer's targets keep the whole state in registers";
+        return WalkResult::interrupt();
+      }
       if (isa<StateType>(v.getType()) && failed(usedOnce(v, "an online-softmax state")))
         return WalkResult::interrupt();
       if (isa<QkOp, ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, FinalizeOp>(op) &&

@@ -183,7 +183,7 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
     return failure();
 
   Value q = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), "q", Value(), Value(), Value());
-  auto stateType = tile::StateType::get(&ctx, dyn, options.headDimV);
+  auto stateType = tile::StateType::get(&ctx, dyn, options.headDimV, tile::MemorySpace::Registers);
   Value init = tile::InitStateOp::create(b, loc, stateType);
   auto loop =
       tile::KvLoopOp::create(b, loc, stateType, TypeRange(), Value(), Value(), init, ValueRange(), "all", "ascending");

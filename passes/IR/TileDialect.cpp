@@ -98,17 +98,45 @@ bool flashtile::tile::isComputedFrom(Value v, Value target) {
 // StateType: `!tile.state<?x128>`
 //===----------------------------------------------------------------------===//
 
+llvm::StringRef flashtile::tile::memorySpaceName(MemorySpace space) {
+  switch (space) {
+  case MemorySpace::Registers:
+    return "registers";
+  case MemorySpace::Shared:
+    return "shared";
+  case MemorySpace::Tensor:
+    return "tensor";
+  }
+  return "registers";
+}
+
 Type StateType::parse(AsmParser &parser) {
   SmallVector<int64_t, 2> dims;
-  if (parser.parseLess() || parser.parseDimensionList(dims, /*allowDynamic=*/true, /*withTrailingX=*/false) ||
-      parser.parseGreater())
+  if (parser.parseLess() || parser.parseDimensionList(dims, /*allowDynamic=*/true, /*withTrailingX=*/false))
     return {};
   if (dims.size() != 2) {
     parser.emitError(parser.getNameLoc(), "expected !tile.state<ROWSxCOLS>");
     return {};
   }
+  MemorySpace acc = MemorySpace::Registers;
+  if (succeeded(parser.parseOptionalComma())) {
+    std::string space;
+    if (parser.parseKeyword("acc") || parser.parseEqual() || parser.parseKeywordOrString(&space))
+      return {};
+    if (space == "shared")
+      acc = MemorySpace::Shared;
+    else if (space == "tensor")
+      acc = MemorySpace::Tensor;
+    else if (space != "registers") {
+      parser.emitError(parser.getNameLoc(), "the accumulator's memory space is registers, shared or tensor; got '")
+          << space << "'";
+      return {};
+    }
+  }
+  if (parser.parseGreater())
+    return {};
   return StateType::getChecked([&] { return parser.emitError(parser.getNameLoc()); }, parser.getContext(), dims[0],
-                               dims[1]);
+                               dims[1], acc);
 }
 
 void StateType::print(AsmPrinter &printer) const {
@@ -117,10 +145,14 @@ void StateType::print(AsmPrinter &printer) const {
     printer << getRows();
   else
     printer << "?";
-  printer << "x" << getCols() << ">";
+  printer << "x" << getCols();
+  if (getAcc() != MemorySpace::Registers)
+    printer << ", acc = " << memorySpaceName(getAcc());
+  printer << ">";
 }
 
-LogicalResult StateType::verify(function_ref<InFlightDiagnostic()> emitError, int64_t rows, int64_t cols) {
+LogicalResult StateType::verify(function_ref<InFlightDiagnostic()> emitError, int64_t rows, int64_t cols,
+                                MemorySpace) {
   if (cols <= 0 || cols == ShapedType::kDynamic)
     return emitError() << "state columns (head_dim_v) must be static and positive, got " << cols;
   if (rows != ShapedType::kDynamic && rows <= 0)
