@@ -7,6 +7,8 @@
 
 #include <exception>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 thread_local std::string lastError;
@@ -16,6 +18,26 @@ int report(const flashtile::Status &status) {
     return 0;
   lastError = status.message();
   return -1;
+}
+
+/// The arguments of this thread's calls, reset field by field for each: the variant string and the vectors keep
+/// their capacity, so that a call allocates nothing once warm.
+flashtile::AttentionArgs &scratchArgs() {
+  thread_local flashtile::AttentionArgs args;
+  return args;
+}
+
+/// Resets every field of `args` to an AttentionArgs{}'s value, keeping the buffers.
+void resetArgs(flashtile::AttentionArgs &args) {
+  std::string variant = std::move(args.variant);
+  std::vector<float> params = std::move(args.variantParams);
+  std::vector<const void *> inputs = std::move(args.inputs);
+  args = flashtile::AttentionArgs();
+  args.variant = std::move(variant);
+  args.variantParams = std::move(params);
+  args.inputs = std::move(inputs);
+  args.variantParams.clear();
+  args.inputs.clear();
 }
 
 /// Copies a C caller's variant numbers and inputs into `args` (NULL: none).
@@ -95,7 +117,8 @@ int flashtile_forward_variant(flashtile_runtime *rt, const void *q, const void *
     if (dtype != FLASHTILE_F16 && dtype != FLASHTILE_BF16)
       return report(flashtile::Status::error("dtype: " + std::to_string(dtype) +
                                              " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)"));
-    flashtile::AttentionArgs args;
+    flashtile::AttentionArgs &args = scratchArgs();
+    resetArgs(args);
     args.q = q;
     args.k = k;
     args.v = v;
@@ -116,7 +139,7 @@ int flashtile_forward_variant(flashtile_runtime *rt, const void *q, const void *
       args.oStride[i] = o_stride[i];
     }
     args.softmaxScale = softmax_scale;
-    args.variant = variant ? variant : "none";
+    args.variant.assign(variant ? variant : "none");
     if (flashtile::Status s = applyVariantArgs(variant_args, args); !s.ok())
       return report(s);
     return report(rt->runtime.forward(args, static_cast<CUstream>(stream)));
@@ -137,9 +160,26 @@ int flashtile_forward_varlen_variant(flashtile_runtime *rt, const void *q, const
     if (dtype != FLASHTILE_F16 && dtype != FLASHTILE_BF16)
       return report(flashtile::Status::error("dtype: " + std::to_string(dtype) +
                                              " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)"));
-    flashtile::AttentionArgs args = flashtile::AttentionArgs::varlen(
-        dtype == FLASHTILE_BF16 ? flashtile::DType::BF16 : flashtile::DType::F16, q, k, v, o, lse, cu_seqlens_q,
-        cu_seqlens_k, batch, total_q, total_k, max_seqlen_q, max_seqlen_k, heads_q, heads_kv, head_dim, head_dim_v);
+    flashtile::AttentionArgs &args = scratchArgs();
+    resetArgs(args);
+    // AttentionArgs::varlen's fields, set in place: the scratch's buffers are kept.
+    args.dtype = dtype == FLASHTILE_BF16 ? flashtile::DType::BF16 : flashtile::DType::F16;
+    args.q = q;
+    args.k = k;
+    args.v = v;
+    args.o = o;
+    args.lse = lse;
+    args.cuSeqlensQ = cu_seqlens_q;
+    args.cuSeqlensK = cu_seqlens_k;
+    args.batch = batch;
+    args.seqlenQ = total_q;
+    args.seqlenK = total_k;
+    args.maxSeqlenQ = max_seqlen_q;
+    args.maxSeqlenK = max_seqlen_k;
+    args.headsQ = heads_q;
+    args.headsKv = heads_kv;
+    args.headDim = head_dim;
+    args.headDimV = head_dim_v == 0 ? head_dim : head_dim_v;
     for (int i = 0; i < 3; ++i) {
       args.qStride[i + 1] = q_stride[i];
       args.kStride[i + 1] = k_stride[i];
@@ -147,7 +187,7 @@ int flashtile_forward_varlen_variant(flashtile_runtime *rt, const void *q, const
       args.oStride[i + 1] = o_stride[i];
     }
     args.softmaxScale = softmax_scale;
-    args.variant = variant ? variant : "none";
+    args.variant.assign(variant ? variant : "none");
     if (flashtile::Status s = applyVariantArgs(variant_args, args); !s.ok())
       return report(s);
     return report(rt->runtime.forward(args, static_cast<CUstream>(stream)));
