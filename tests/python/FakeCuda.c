@@ -1,14 +1,20 @@
-/* FakeCuda.c — a stand-in libcuda.so.1 for timing flashtile's host path on a machine without a GPU.
+/* FakeCuda.c — a stand-in libcuda.so.1 for checking and timing flashtile's host path on a machine without a GPU.
  *
  * Every entry point the runtime resolves (CudaDriver.h) succeeds at once: one context on one device of compute
- * capability 9.0, modules and functions are dummy handles, launches do nothing. Loaded through LD_LIBRARY_PATH
- * (bench/host/overhead.sh), it lets the Python call → cuLaunchKernel path be profiled up to the driver; only the
- * driver's own cost of a launch (about 2 µs on the H200) is missing. Never used by tests or installed. */
+ * capability 9.0, modules and functions are dummy handles, launches run nothing but are recorded (the grid, the
+ * block, the shared memory and the parameter block) for tests/python/test_warm_path.py to read back. Built with the
+ * soname libcuda.so.1 and loaded before the runtime first asks for the driver (or found through LD_LIBRARY_PATH,
+ * bench/host/overhead.sh), it stands in for the driver; the driver's own cost of a launch (about 2 µs on the
+ * H200) is missing from timings. Never installed. */
+#include "flashtile/runtime/KernelAbi.h"
+
 #include <cuda.h>
 #include <string.h>
 
 static int fakeContext, fakeModule, fakeFunction, fakeEvent;
 static unsigned long long launches;
+static unsigned lastGrid[3], lastBlock[3], lastSmem;
+static unsigned char lastParams[sizeof(struct FlashtileFwdParams)];
 
 CUresult cuInit(unsigned flags) { (void)flags; return CUDA_SUCCESS; }
 CUresult cuDeviceGet(CUdevice *device, int ordinal) { *device = ordinal; return CUDA_SUCCESS; }
@@ -49,8 +55,11 @@ CUresult cuFuncSetAttribute(CUfunction function, CUfunction_attribute attribute,
 }
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned smem, CUstream stream, void **params, void **extra) {
-  (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem, (void)stream, (void)params,
-      (void)extra;
+  (void)f, (void)stream, (void)extra;
+  lastGrid[0] = gx, lastGrid[1] = gy, lastGrid[2] = gz;
+  lastBlock[0] = bx, lastBlock[1] = by, lastBlock[2] = bz;
+  lastSmem = smem;
+  memcpy(lastParams, params[0], sizeof(lastParams));
   ++launches;
   return CUDA_SUCCESS;
 }
@@ -92,8 +101,14 @@ CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, cuui
 }
 CUresult cuTensorMapReplaceAddress(CUtensorMap *map, void *address) { (void)map, (void)address; return CUDA_SUCCESS; }
 
-/* For the benchmark: how many launches reached the driver. */
+/* For tests and the benchmark: how many launches reached the driver, and the last one's configuration. */
 unsigned long long fakeCudaLaunches(void) { return launches; }
+void fakeCudaLastLaunch(unsigned grid[3], unsigned block[3], unsigned *smem) {
+  memcpy(grid, lastGrid, sizeof(lastGrid));
+  memcpy(block, lastBlock, sizeof(lastBlock));
+  *smem = lastSmem;
+}
+const unsigned char *fakeCudaLastParams(void) { return lastParams; }
 
 /* NVRTC looks for libcuda.so.1 too and asks it for its private tables: there are none here, so it goes on
    without them, as on a machine with no driver. */
