@@ -4,7 +4,7 @@
  * launch: argument checks, kernel lookup (the JIT compiles with NVRTC on the first call, or reads the disk cache)
  * and the parameter block. Prints, in microseconds: the process's first call (cold: MLIR + NVRTC, or a disk-cache
  * hit when the cache holds the kernel), loading the library and creating the runtime, and the warm per-call cost
- * of a few call shapes. */
+ * of a few call shapes. Usage: capi-overhead [ITERATIONS [SEQLEN]]. */
 #define _POSIX_C_SOURCE 200809L
 #include "flashtile/runtime/CApi.h"
 #include "flashtile/runtime/CApiJit.h"
@@ -27,13 +27,16 @@ static void require(int rc, const char *what) {
   }
 }
 
-/* B=1, S=128, one head, d=64, bf16 (bench/python_timings.py's tiny call). */
+/* The sequence length of the calls: 128 (the short shape class) unless argv[2] says otherwise. */
+static int seqlen = 128;
+
+/* B=1, S=seqlen, one head, d=64, bf16 (bench/python_timings.py's tiny call). */
 static int call(flashtile_runtime *rt, const char *variant, const flashtile_variant_args *args) {
-  static const long long stride[4] = {128 * 64, 64, 64, 1};
+  const long long stride[4] = {seqlen * 64, 64, 64, 1};
   void *q = (void *)(uintptr_t)0x100000, *k = (void *)(uintptr_t)0x200000, *v = (void *)(uintptr_t)0x300000;
   void *o = (void *)(uintptr_t)0x400000;
   float *lse = (float *)(uintptr_t)0x500000;
-  return flashtile_forward_variant(rt, q, k, v, o, lse, FLASHTILE_BF16, 1, 128, 128, 1, 1, 64, 64, stride, stride,
+  return flashtile_forward_variant(rt, q, k, v, o, lse, FLASHTILE_BF16, 1, seqlen, seqlen, 1, 1, 64, 64, stride, stride,
                                    stride, stride, 0.f, variant, args, NULL);
 }
 
@@ -60,6 +63,8 @@ static int callStruct(flashtile_runtime *rt, const flashtile_call *shape) {
 
 int main(int argc, char **argv) {
   int iters = argc > 1 ? atoi(argv[1]) : 200000;
+  if (argc > 2)
+    seqlen = atoi(argv[2]);
   double start = nowUs();
   flashtile_runtime *rt = flashtile_create();
   require(rt ? 0 : -1, "flashtile_create");

@@ -561,8 +561,15 @@ StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernelUnguarded(const
     }
   }
   if (shapeClassOf) {
-    // Asked outside the lock: the compiler may take milliseconds (it schedules the variant's program).
-    StatusOr<std::string> own = shapeClassOf(spec);
+    // Asked outside the lock: the compiler may take milliseconds (it schedules the variant's program). Its answer
+    // is filed in the disk cache beside the kernels, so that a fresh process asks only the disk.
+    const std::string noteKey = "flashtile-shape-class;" + spec.key() + ";compiler=" + std::string(compilerVersion());
+    std::optional<std::string> noted = impl->cache.readNote(noteKey);
+    if (noted && *noted != spec.shapeClass && *noted != kDefaultShapeClass)
+      noted.reset(); // not an answer the hook could give: asked again
+    StatusOr<std::string> own = noted ? StatusOr<std::string>(*noted) : shapeClassOf(spec);
+    if (own.ok() && !noted && (*own == spec.shapeClass || *own == kDefaultShapeClass))
+      impl->cache.writeNote(noteKey, *own);
     if (!own.ok()) {
       // The compiler cannot tell (e.g. a variant only a kernel library has): the default class's kernel, if any.
       std::lock_guard<std::mutex> lock(impl->configMutex);
