@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import glob
 import os
 import struct
@@ -30,7 +29,16 @@ def _nvrtc_in_toolkit() -> bool:
     for home in filter(None, homes):
         if glob.glob(os.path.join(home, "lib64", "libnvrtc.so*")):
             return True
-    return bool(ctypes.util.find_library("nvrtc"))
+    # What the loader finds by soname: LD_LIBRARY_PATH, then ld.so's cache (read directly: ctypes.util.find_library
+    # runs ldconfig in a subprocess, milliseconds on every process's first call).
+    for folder in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep):
+        if folder and glob.glob(os.path.join(folder, "libnvrtc.so*")):
+            return True
+    try:
+        with open("/etc/ld.so.cache", "rb") as cache:
+            return b"libnvrtc.so" in cache.read()
+    except OSError:
+        return False
 
 
 def _preload_pip_nvrtc() -> Optional[str]:

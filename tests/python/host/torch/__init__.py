@@ -96,6 +96,11 @@ class Tensor:
         """This tensor's shape and strides `elements` further in memory (a view at an odd offset)."""
         return Tensor(self._shape, self.dtype, self.device, self._strides, self._address + elements * self.dtype.itemsize)
 
+    def transpose(self, a: int, b: int):
+        shape, strides = list(self._shape), list(self._strides)
+        shape[a], shape[b], strides[a], strides[b] = shape[b], shape[a], strides[b], strides[a]
+        return Tensor(shape, self.dtype, self.device, strides, self._address)
+
     def __getitem__(self, index):
         if index[0] is Ellipsis and isinstance(index[1], slice):
             shape = self._shape[:-1] + (len(range(*index[1].indices(self._shape[-1]))),)
@@ -103,13 +108,24 @@ class Tensor:
         raise NotImplementedError("the stand-in supports t[..., :n] only")
 
 
-def empty(shape, dtype=None, device=None):
+def empty(*shape, dtype=None, device=None):
+    """torch.empty((2, 3), ...) or torch.empty(2, 3, ...)."""
+    shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
     device_ = device if isinstance(device, globals()["device"]) else globals()["device"](device or "cpu")
-    return Tensor(tuple(shape), dtype or float32, device_)
+    return Tensor(shape, dtype or float32, device_)
 
 
-def zeros(shape, dtype=None, device="cpu"):
-    return empty(shape, dtype=dtype, device=device)
+zeros = empty
+
+
+randn = zeros
+
+
+def empty_like(t):
+    return Tensor(t.shape, t.dtype, t.device)
+
+
+randn_like = empty_like
 
 
 _grad = [True]
@@ -172,12 +188,15 @@ def _device(index):
 
 
 cuda = types.SimpleNamespace(device=_device, current_device=lambda: _current[0],
-                             current_stream=lambda index=None: types.SimpleNamespace(cuda_stream=0))
+                             current_stream=lambda index=None: types.SimpleNamespace(cuda_stream=0),
+                             get_device_name=lambda index=None: "no GPU (stand-in torch, fake driver)",
+                             synchronize=lambda: None)
 
 
 def _pad(t, pad):
     return Tensor(t.shape[:-1] + (t.shape[-1] + pad[1],), t.dtype, t.device)
 
 
-nn = types.SimpleNamespace(functional=types.SimpleNamespace(pad=_pad))
+nn = types.SimpleNamespace(functional=types.SimpleNamespace(
+    pad=_pad, scaled_dot_product_attention=lambda q, k, v, is_causal=False: empty_like(q)))
 __version__ = "stand-in"
