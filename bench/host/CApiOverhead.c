@@ -4,7 +4,7 @@
  * launch: argument checks, kernel lookup (the JIT compiles with NVRTC on the first call, or reads the disk cache)
  * and the parameter block. Prints, in microseconds: the process's first call (cold: MLIR + NVRTC, or a disk-cache
  * hit when the cache holds the kernel), loading the library and creating the runtime, and the warm per-call cost
- * of a few call shapes. Usage: capi-overhead [ITERATIONS [SEQLEN]]. */
+ * of a few call shapes. Usage: capi-overhead [ITERATIONS [SEQLEN]]; bench/host/overhead.sh builds and runs it. */
 #define _POSIX_C_SOURCE 200809L
 #include "flashtile/runtime/CApi.h"
 #include "flashtile/runtime/CApiJit.h"
