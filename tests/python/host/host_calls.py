@@ -124,6 +124,26 @@ with torch.no_grad():
     flashtile.flash_attn_func(q, k, v, causal=True)
 expect_calls(fake.fakeCudaLaunches(), before + 3, "no_grad")
 
+# Varlen through the one-struct call: the offsets' pointers, the packed rows and the grid of the longest sequence.
+total_q, total_k = 300, 500
+qv, kv, vv = (torch.zeros((rows, 4, 64), dtype=torch.bfloat16, device="cuda") for rows in (total_q, total_k, total_k))
+cu_q, cu_k = (torch.zeros((3,), dtype=torch.int32, device="cuda") for _ in range(2))
+for _ in range(2):  # the second call takes the runtime's warm path
+    out_varlen = flashtile.flash_attn_varlen_func(qv, kv, vv, cu_q, cu_k, 200, 260, causal=True)
+    params = fake.fakeCudaLastParams().contents
+    if (params.cu_seqlens_q, params.cu_seqlens_k) != (cu_q.data_ptr(), cu_k.data_ptr()):
+        raise SystemExit("varlen: the launch did not get the cu_seqlens pointers")
+    if (params.batch, params.seqlen_q, params.seqlen_k, params.heads_q) != (2, total_q, total_k, 4):
+        raise SystemExit(f"varlen: batch/rows/heads {params.batch}, {params.seqlen_q}, {params.seqlen_k}, "
+                         f"{params.heads_q}")
+    if list(params.strides[:3]) != [0, 4 * 64, 64]:  # batch stride 0, then row and head strides of q
+        raise SystemExit(f"varlen: q strides {list(params.strides[:3])}")
+    grid, block, smem = (ctypes.c_uint * 3)(), (ctypes.c_uint * 3)(), ctypes.c_uint()
+    fake.fakeCudaLastLaunch(grid, block, ctypes.byref(smem))
+    if grid[1:] != [4, 2] or grid[0] not in (-(-200 // 64), -(-200 // 128)):  # 64- or 128-row blocks
+        raise SystemExit(f"varlen: grid {list(grid)} does not cover 200 rows x 4 heads x 2 sequences")
+    launched(qv, kv, vv, out_varlen, "varlen")
+
 # The C ABI's warm path still checks what the Python one hands it: a bad number after an accepted one, a null input.
 lib = flashtile._lib.library()
 call = interface._call_fields(q, k, v, out, None, 0, 0, 0.0, b"softcap", [5.0], 0)
