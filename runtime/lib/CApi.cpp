@@ -204,19 +204,19 @@ int flashtile_forward_call(flashtile_runtime *rt, const flashtile_call *call) {
     if (!rt || !call)
       return report(flashtile::Status::error("flashtile_forward_call: rt and call must not be NULL"));
     if (call->size != sizeof(flashtile_call))
-      return report(flashtile::Status::error("flashtile_forward_call: call->size is " + std::to_string(call->size) +
-                                             "; expected sizeof(flashtile_call) = " +
-                                             std::to_string(sizeof(flashtile_call)) +
-                                             " (a caller built for another version of CApi.h)"));
+      return report(
+          flashtile::Status::error("flashtile_forward_call: call->size is " + std::to_string(call->size) +
+                                   "; expected sizeof(flashtile_call) = " + std::to_string(sizeof(flashtile_call)) +
+                                   " (a caller built for another version of CApi.h)"));
     if (call->dtype != FLASHTILE_F16 && call->dtype != FLASHTILE_BF16)
       return report(flashtile::Status::error("dtype: " + std::to_string(call->dtype) +
                                              " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)"));
     if (call->num_params < 0 || call->num_params > FLASHTILE_CALL_MAX_PARAMS || call->num_inputs < 0 ||
         call->num_inputs > FLASHTILE_CALL_MAX_INPUTS)
-      return report(flashtile::Status::error(
-          "num_params (" + std::to_string(call->num_params) + ") and num_inputs (" + std::to_string(call->num_inputs) +
-          ") must be in [0, " + std::to_string(FLASHTILE_CALL_MAX_PARAMS) + "] and [0, " +
-          std::to_string(FLASHTILE_CALL_MAX_INPUTS) + "]"));
+      return report(flashtile::Status::error("num_params (" + std::to_string(call->num_params) + ") and num_inputs (" +
+                                             std::to_string(call->num_inputs) + ") must be in [0, " +
+                                             std::to_string(FLASHTILE_CALL_MAX_PARAMS) + "] and [0, " +
+                                             std::to_string(FLASHTILE_CALL_MAX_INPUTS) + "]"));
     flashtile::AttentionArgs &args = scratchArgs();
     resetArgs(args);
     args.q = call->q;

@@ -415,7 +415,8 @@ KernelCache::Result KernelCache::load(const std::string &key, const Compile &com
       } else if (problem != FileProblem::Missing) {
         // A directory, FIFO, device or oversized file where an entry belongs: never read, rebuilt and replaced.
         ++rejectedEntries;
-        logWarning("kernel cache: " + bytes.status().message() + "; the kernel is compiled again and the entry replaced");
+        logWarning("kernel cache: " + bytes.status().message() +
+                   "; the kernel is compiled again and the entry replaced");
       }
     }
 

@@ -16,16 +16,32 @@ static unsigned long long launches;
 static unsigned lastGrid[3], lastBlock[3], lastSmem;
 static unsigned char lastParams[sizeof(struct FlashtileFwdParams)];
 
-CUresult cuInit(unsigned flags) { (void)flags; return CUDA_SUCCESS; }
-CUresult cuDeviceGet(CUdevice *device, int ordinal) { *device = ordinal; return CUDA_SUCCESS; }
+CUresult cuInit(unsigned flags) {
+  (void)flags;
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
 CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice device) {
   (void)device;
   switch (attribute) {
-  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
-  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = 227 * 1024; break;
-  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = 132; break;
-  default: *value = 0; break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+    *value = 9;
+    break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+    *value = 0;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+    *value = 227 * 1024;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+    *value = 132;
+    break;
+  default:
+    *value = 0;
+    break;
   }
   return CUDA_SUCCESS;
 }
@@ -34,16 +50,28 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device) {
   *context = (CUcontext)&fakeContext;
   return CUDA_SUCCESS;
 }
-CUresult cuCtxGetCurrent(CUcontext *context) { *context = (CUcontext)&fakeContext; return CUDA_SUCCESS; }
-CUresult cuCtxSetCurrent(CUcontext context) { (void)context; return CUDA_SUCCESS; }
-CUresult cuCtxGetDevice(CUdevice *device) { *device = 0; return CUDA_SUCCESS; }
+CUresult cuCtxGetCurrent(CUcontext *context) {
+  *context = (CUcontext)&fakeContext;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxSetCurrent(CUcontext context) {
+  (void)context;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxGetDevice(CUdevice *device) {
+  *device = 0;
+  return CUDA_SUCCESS;
+}
 CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
 CUresult cuModuleLoadData(CUmodule *module, const void *image) {
   (void)image;
   *module = (CUmodule)&fakeModule;
   return CUDA_SUCCESS;
 }
-CUresult cuModuleUnload(CUmodule module) { (void)module; return CUDA_SUCCESS; }
+CUresult cuModuleUnload(CUmodule module) {
+  (void)module;
+  return CUDA_SUCCESS;
+}
 CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name) {
   (void)module, (void)name;
   *function = (CUfunction)&fakeFunction;
@@ -63,8 +91,15 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
   ++launches;
   return CUDA_SUCCESS;
 }
-CUresult cuMemAlloc_v2(CUdeviceptr *pointer, size_t bytes) { (void)bytes; *pointer = 256; return CUDA_SUCCESS; }
-CUresult cuMemFree_v2(CUdeviceptr pointer) { (void)pointer; return CUDA_SUCCESS; }
+CUresult cuMemAlloc_v2(CUdeviceptr *pointer, size_t bytes) {
+  (void)bytes;
+  *pointer = 256;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemFree_v2(CUdeviceptr pointer) {
+  (void)pointer;
+  return CUDA_SUCCESS;
+}
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
   (void)dst, (void)src, (void)bytes;
   return CUDA_SUCCESS;
@@ -78,18 +113,42 @@ CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t bytes) {
   (void)dst, (void)value, (void)bytes;
   return CUDA_SUCCESS;
 }
-CUresult cuStreamSynchronize(CUstream stream) { (void)stream; return CUDA_SUCCESS; }
-CUresult cuEventCreate(CUevent *event, unsigned flags) { (void)flags; *event = (CUevent)&fakeEvent; return CUDA_SUCCESS; }
-CUresult cuEventRecord(CUevent event, CUstream stream) { (void)event, (void)stream; return CUDA_SUCCESS; }
-CUresult cuEventSynchronize(CUevent event) { (void)event; return CUDA_SUCCESS; }
+CUresult cuStreamSynchronize(CUstream stream) {
+  (void)stream;
+  return CUDA_SUCCESS;
+}
+CUresult cuEventCreate(CUevent *event, unsigned flags) {
+  (void)flags;
+  *event = (CUevent)&fakeEvent;
+  return CUDA_SUCCESS;
+}
+CUresult cuEventRecord(CUevent event, CUstream stream) {
+  (void)event, (void)stream;
+  return CUDA_SUCCESS;
+}
+CUresult cuEventSynchronize(CUevent event) {
+  (void)event;
+  return CUDA_SUCCESS;
+}
 CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
   (void)start, (void)end;
   *ms = 0.f;
   return CUDA_SUCCESS;
 }
-CUresult cuEventDestroy_v2(CUevent event) { (void)event; return CUDA_SUCCESS; }
-CUresult cuGetErrorString(CUresult error, const char **text) { (void)error; *text = "fake driver"; return CUDA_SUCCESS; }
-CUresult cuGetErrorName(CUresult error, const char **text) { (void)error; *text = "CUDA_ERROR_FAKE"; return CUDA_SUCCESS; }
+CUresult cuEventDestroy_v2(CUevent event) {
+  (void)event;
+  return CUDA_SUCCESS;
+}
+CUresult cuGetErrorString(CUresult error, const char **text) {
+  (void)error;
+  *text = "fake driver";
+  return CUDA_SUCCESS;
+}
+CUresult cuGetErrorName(CUresult error, const char **text) {
+  (void)error;
+  *text = "CUDA_ERROR_FAKE";
+  return CUDA_SUCCESS;
+}
 CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *address,
                                 const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
                                 const cuuint32_t *elementStrides, CUtensorMapInterleave interleave,
@@ -99,7 +158,10 @@ CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, cuui
   memset(map, 0, sizeof(*map));
   return CUDA_SUCCESS;
 }
-CUresult cuTensorMapReplaceAddress(CUtensorMap *map, void *address) { (void)map, (void)address; return CUDA_SUCCESS; }
+CUresult cuTensorMapReplaceAddress(CUtensorMap *map, void *address) {
+  (void)map, (void)address;
+  return CUDA_SUCCESS;
+}
 
 /* For tests and the benchmark: how many launches reached the driver, and the last one's configuration. */
 unsigned long long fakeCudaLaunches(void) { return launches; }

@@ -76,14 +76,14 @@ typedef struct flashtile_call {
   void *o;
   float *lse;
   const int *cu_seqlens_q, *cu_seqlens_k;
-  void *stream;                                          /* a CUstream; NULL: the default stream */
-  const void *inputs[FLASHTILE_CALL_MAX_INPUTS];         /* num_inputs device pointers (flashtile_variant_args) */
-  const char *variant;                                   /* NULL: "none" */
+  void *stream;                                  /* a CUstream; NULL: the default stream */
+  const void *inputs[FLASHTILE_CALL_MAX_INPUTS]; /* num_inputs device pointers (flashtile_variant_args) */
+  const char *variant;                           /* NULL: "none" */
   long long q_stride[4], k_stride[4], v_stride[4], o_stride[4];
   int dtype, batch, seqlen_q, seqlen_k, max_seqlen_q, max_seqlen_k, heads_q, heads_kv, head_dim, head_dim_v;
   int num_params, num_inputs;
-  float softmax_scale;                                   /* 0: 1/sqrt(head_dim) */
-  float params[FLASHTILE_CALL_MAX_PARAMS];               /* num_params numbers (flashtile_variant_args) */
+  float softmax_scale;                     /* 0: 1/sqrt(head_dim) */
+  float params[FLASHTILE_CALL_MAX_PARAMS]; /* num_params numbers (flashtile_variant_args) */
 } flashtile_call;
 int flashtile_forward_call(flashtile_runtime *rt, const flashtile_call *call);
 
