@@ -7,7 +7,9 @@
 #include "flashtile/runtime/Version.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -103,6 +105,14 @@ Status checkDeviceCuSeqlens(const CudaDriver &driver, const AttentionArgs &args,
         !s.ok())
       return s;
   return Runtime::validateCuSeqlens(args, offsetsQ.data(), offsetsK.data()).withContext("FLASHTILE_CHECK_VARLEN");
+}
+
+/// Whether two lists of variant numbers are the same bit for bit: a rule may tell -0 from 0 (1 / x), and NaN is
+/// never a number a rule accepted before.
+bool sameBits(const std::vector<float> &a, const std::vector<float> &b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
+           return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y) && !std::isnan(x);
+         });
 }
 
 /// Fills the kernel's parameter block from `args` and launches it on `stream`; the error text is built only
@@ -376,7 +386,7 @@ std::optional<Status> Runtime::Impl::forwardWarm(const AttentionArgs &args, CUst
       if (dispatch.serves(context, args, shapeClass)) {
         kernel = dispatch.kernel.get(); // kept alive by the module table and the caches, as long as the runtime
         function = dispatch.function;
-        numbersAccepted = dispatch.acceptedParams == args.variantParams;
+        numbersAccepted = sameBits(dispatch.acceptedParams, args.variantParams);
         break;
       }
   }

@@ -149,7 +149,8 @@ lib = flashtile._lib.library()
 call = interface._call_fields(q, k, v, out, None, 0, 0, 0.0, b"softcap", [5.0], 0)
 flashtile._lib.POINTERS.pack_into(call, flashtile._lib.POINTERS_OFFSET, q.data_ptr(), k.data_ptr(), v.data_ptr(),
                                   out.data_ptr(), lse2.data_ptr(), 0, 0, 0)
-for cap, ok in ((5.0, True), (5.0, True), (-1.0, False), (7.0, True), (0.0, False)):
+for cap, ok in ((5.0, True), (5.0, True), (-1.0, False), (7.0, True), (0.0, False), (float("nan"), False),
+                (float("nan"), False)):
     call.params[0] = cap
     rc = lib.lib.flashtile_forward_call(lib.runtime(), ctypes.addressof(call))
     if (rc == 0) != ok:
