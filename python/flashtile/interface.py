@@ -266,6 +266,29 @@ def _call_fields(q, k, v, out, cu_seqlens_q, max_seqlen_q: int, max_seqlen_k: in
     return call
 
 
+# The calls' fields without pointers, by everything they are made of (a template is a pure function of its key),
+# with the variant bytes the template's variant pointer points into. Bounded like _prepared.
+_templates: Dict[tuple, Tuple[bytes, bytes]] = {}
+
+
+def _call_for(q, k, v, out, cu_seqlens_q, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
+              variant_id: bytes, params: Sequence[float], num_inputs: int):
+    """_call_fields' struct, copied from a template when this call shape was seen before; and the variant bytes the
+    struct points into, for the caller to hold while the call runs."""
+    key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
+           None if cu_seqlens_q is None else cu_seqlens_q.shape[0], max_seqlen_q, max_seqlen_k, softmax_scale,
+           variant_id, tuple(params), num_inputs)
+    cached = _templates.get(key)
+    if cached is not None:
+        return _call_from(cached[0]), cached[1]
+    call = _call_fields(q, k, v, out, cu_seqlens_q, max_seqlen_q, max_seqlen_k, softmax_scale, variant_id, params,
+                        num_inputs)
+    if len(_templates) >= _PREPARED_LIMIT:
+        _templates.clear()
+    _templates[key] = (bytes(call), variant_id)
+    return call, variant_id
+
+
 def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
             variant_id: bytes, params: Sequence[float], inputs: Sequence[torch.Tensor], remember=None):
     """Allocates O and LSE and launches on the current stream of q's device. Inputs are checked already.
@@ -291,8 +314,8 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k
         k_ptr = q_ptr
     if not v_ptr:
         v_ptr = q_ptr
-    call = _call_fields(q, k, v, out, cu_seqlens_q, max_seqlen_q, max_seqlen_k, softmax_scale, variant_id, params,
-                        len(inputs))
+    call, variant_id = _call_for(q, k, v, out, cu_seqlens_q, max_seqlen_q, max_seqlen_k, softmax_scale, variant_id,
+                                 params, len(inputs))
     if inputs:
         _lib.INPUTS[len(inputs)].pack_into(call, _lib.INPUTS_OFFSET, *[t.data_ptr() for t in inputs])
     index = q.get_device()
