@@ -3,6 +3,8 @@
 // Disk entry layout (integers little-endian):
 //   magic "FTKCACHE" | u32 format version | u64 key length | u64 info length | u64 payload length |
 //   key text | KernelInfo::serialize() text | cubin | u64 FNV-1a of every preceding byte
+// Note layout (`<hash>.ftn`, a short text such as the compiler's shape-class answer):
+//   magic "FTKCNOTE" | u32 format version | u64 key length | u64 value length | key text | value | u64 FNV-1a
 #include "flashtile/runtime/KernelCache.h"
 
 #include "RegularFile.h"
@@ -36,6 +38,11 @@ constexpr uint32_t kFormatVersion = 1;
 constexpr size_t kHeaderBytes = kMagic.size() + sizeof(uint32_t) + 3 * sizeof(uint64_t);
 constexpr size_t kChecksumBytes = sizeof(uint64_t);
 constexpr std::string_view kEntrySuffix = ".ftk";
+constexpr std::string_view kNoteMagic = "FTKCNOTE";
+constexpr size_t kNoteHeaderBytes = kNoteMagic.size() + sizeof(uint32_t) + 2 * sizeof(uint64_t);
+constexpr std::string_view kNoteSuffix = ".ftn";
+/// Larger than any note; a bigger file is damage.
+constexpr size_t kMaxNoteBytes = 64 * 1024;
 constexpr std::string_view kTempPrefix = ".tmp-";
 
 constexpr uint64_t kFnvOffsetBasis = 0xcbf29ce484222325ull;
@@ -110,6 +117,35 @@ std::optional<CachedKernel> decodeEntry(std::string_view bytes, const std::strin
   if (!info.ok() || lengths[2] == 0)
     return std::nullopt;
   return CachedKernel{std::move(*info), std::string(bytes.substr(kHeaderBytes + lengths[0] + lengths[1], lengths[2]))};
+}
+
+std::string encodeNote(const std::string &key, const std::string &value) {
+  std::string bytes(kNoteMagic);
+  appendLittleEndian<uint32_t>(bytes, kFormatVersion);
+  appendLittleEndian<uint64_t>(bytes, key.size());
+  appendLittleEndian<uint64_t>(bytes, value.size());
+  bytes += key;
+  bytes += value;
+  appendLittleEndian<uint64_t>(bytes, fnv1a64(bytes));
+  return bytes;
+}
+
+/// The note's value, or nothing when `bytes` is not a complete, intact note for exactly `key`.
+std::optional<std::string> decodeNote(std::string_view bytes, const std::string &key) {
+  if (bytes.size() < kNoteHeaderBytes + kChecksumBytes || bytes.substr(0, kNoteMagic.size()) != kNoteMagic ||
+      readLittleEndian<uint32_t>(bytes, kNoteMagic.size()) != kFormatVersion)
+    return std::nullopt;
+  uint64_t keyBytes = readLittleEndian<uint64_t>(bytes, kNoteMagic.size() + sizeof(uint32_t));
+  uint64_t valueBytes = readLittleEndian<uint64_t>(bytes, kNoteMagic.size() + sizeof(uint32_t) + sizeof(uint64_t));
+  uint64_t remaining = bytes.size() - kNoteHeaderBytes - kChecksumBytes;
+  if (keyBytes > remaining || valueBytes != remaining - keyBytes)
+    return std::nullopt;
+  size_t checked = bytes.size() - kChecksumBytes;
+  if (readLittleEndian<uint64_t>(bytes, checked) != fnv1a64(bytes.substr(0, checked)))
+    return std::nullopt;
+  if (bytes.substr(kNoteHeaderBytes, keyBytes) != key)
+    return std::nullopt;
+  return std::string(bytes.substr(kNoteHeaderBytes + keyBytes, valueBytes));
 }
 
 /// A temporary file older than this was left by a writer that died before its rename (a kill, a crash): every
@@ -202,14 +238,23 @@ void readSizeCap(KernelCache::Options &options) {
   options.maxBytes = megabytes << 20;
 }
 
-/// The key text in an entry's header, or "" when `path` does not start like an entry.
+/// The key text in an entry's or a note's header, or "" when `path` does not start like either.
 std::string readEntryKey(const fs::path &path) {
   constexpr uint64_t kMaxKeyBytes = 1 << 16;
+  static_assert(kNoteHeaderBytes <= kHeaderBytes && kNoteMagic.size() == kMagic.size());
   std::ifstream in(path, std::ios::binary);
-  std::string header(kHeaderBytes, '\0');
-  if (!in.read(header.data(), std::streamsize(header.size())) || header.substr(0, kMagic.size()) != kMagic ||
+  std::string header(kNoteHeaderBytes, '\0');
+  if (!in.read(header.data(), std::streamsize(header.size())) ||
       readLittleEndian<uint32_t>(header, kMagic.size()) != kFormatVersion)
     return "";
+  std::string_view magic = std::string_view(header).substr(0, kMagic.size());
+  if (magic == kMagic) {
+    header.resize(kHeaderBytes);
+    if (!in.read(header.data() + kNoteHeaderBytes, std::streamsize(kHeaderBytes - kNoteHeaderBytes)))
+      return "";
+  } else if (magic != kNoteMagic) {
+    return "";
+  }
   uint64_t keyBytes = readLittleEndian<uint64_t>(header, kMagic.size() + sizeof(uint32_t));
   if (keyBytes == 0 || keyBytes > kMaxKeyBytes)
     return "";
@@ -229,7 +274,9 @@ CacheFile classify(const fs::directory_entry &file) {
   std::string name = file.path().filename().string();
   if (name.starts_with(kTempPrefix))
     return CacheFile::Temp;
-  return file.path().extension() == kEntrySuffix ? CacheFile::Entry : CacheFile::Other;
+  // Notes are entries too: listed, counted, evicted and cleared with the kernels.
+  fs::path extension = file.path().extension();
+  return extension == kEntrySuffix || extension == kNoteSuffix ? CacheFile::Entry : CacheFile::Other;
 }
 
 /// Calls `visit` for each of the cache's files in `dir`; a missing directory has none.
@@ -276,6 +323,44 @@ KernelCache::Stats KernelCache::stats() const {
 
 std::string KernelCache::entryPath(const std::string &key) const {
   return (fs::path(config.dir) / (hex64(fnv1a64(key)) + std::string(kEntrySuffix))).string();
+}
+
+std::string KernelCache::notePath(const std::string &key) const {
+  return (fs::path(config.dir) / (hex64(fnv1a64(key)) + std::string(kNoteSuffix))).string();
+}
+
+std::optional<std::string> KernelCache::readNote(const std::string &key) {
+  if (!config.diskEnabled || key.empty())
+    return std::nullopt;
+  try {
+    std::string path = notePath(key);
+    FileProblem problem = FileProblem::None;
+    StatusOr<std::string> bytes = readRegularFile(path, kMaxNoteBytes, &problem);
+    if (!bytes.ok()) {
+      if (problem != FileProblem::Missing)
+        ++rejectedEntries;
+      return std::nullopt;
+    }
+    std::optional<std::string> value = decodeNote(*bytes, key);
+    if (!value) {
+      ++rejectedEntries;
+      return std::nullopt;
+    }
+    touchEntry(path);
+    return value;
+  } catch (const std::exception &) {
+    return std::nullopt; // a note is only a shortcut: without it the answer is computed again
+  }
+}
+
+void KernelCache::writeNote(const std::string &key, const std::string &value) {
+  if (!config.diskEnabled || key.empty())
+    return;
+  try {
+    store(notePath(key), encodeNote(key, value));
+  } catch (const std::exception &) {
+    ++diskWriteFailures;
+  }
 }
 
 StatusOr<std::shared_ptr<const CachedKernel>> KernelCache::getOrCompile(const std::string &key,
@@ -330,7 +415,8 @@ KernelCache::Result KernelCache::load(const std::string &key, const Compile &com
       } else if (problem != FileProblem::Missing) {
         // A directory, FIFO, device or oversized file where an entry belongs: never read, rebuilt and replaced.
         ++rejectedEntries;
-        logWarning("kernel cache: " + bytes.status().message() + "; the kernel is compiled again and the entry replaced");
+        logWarning("kernel cache: " + bytes.status().message() +
+                   "; the kernel is compiled again and the entry replaced");
       }
     }
 
