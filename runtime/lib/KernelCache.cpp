@@ -8,6 +8,7 @@
 #include "flashtile/runtime/KernelCache.h"
 
 #include "RegularFile.h"
+#include "flashtile/runtime/FileIo.h"
 #include "flashtile/runtime/Log.h"
 
 #include <fcntl.h>
@@ -154,7 +155,7 @@ constexpr auto kStaleTempAge = std::chrono::minutes(10);
 /// Larger than any entry (a cubin is a few MB at most); a bigger file is damage, never read whole.
 constexpr size_t kMaxEntryBytes = 256 * 1024 * 1024;
 
-/// Removes `.tmp-*` files in `dir` last modified more than kStaleTempAge ago. Other entries, and temporary files
+/// Removes temporary files (isTempFileName) in `dir` last modified more than kStaleTempAge ago. Other entries, and temporary files
 /// being written now, are left alone; errors are ignored (another process may be cleaning too).
 void removeStaleTempFiles(const std::string &dir) {
   std::error_code error;
@@ -162,7 +163,7 @@ void removeStaleTempFiles(const std::string &dir) {
   const auto now = fs::file_time_type::clock::now();
   for (fs::directory_iterator end; !error && entries != end; entries.increment(error)) {
     const fs::path &path = entries->path();
-    if (!path.filename().string().starts_with(kTempPrefix))
+    if (!isTempFileName(path.filename().string()))
       continue;
     std::error_code statError;
     if (!fs::is_regular_file(fs::symlink_status(path, statError)) || statError)
@@ -179,7 +180,6 @@ void removeStaleTempFiles(const std::string &dir) {
 /// is (rename replaces a FIFO or a symlink itself, never its target), except a non-empty directory: that is left
 /// alone and reported. The error says what failed and why.
 Status writeFileAtomically(const std::string &path, const std::string &bytes) {
-  static std::atomic<uint64_t> counter{0};
   fs::path target(path);
   std::error_code error;
   fs::create_directories(target.parent_path(), error);
@@ -189,32 +189,7 @@ Status writeFileAtomically(const std::string &path, const std::string &bytes) {
   if (lstat(path.c_str(), &existing) == 0 && S_ISDIR(existing.st_mode) && rmdir(path.c_str()) != 0)
     return Status::error(path + " is a directory that cannot be removed (" + std::strerror(errno) +
                          "); the entry is not stored");
-  std::string tempPath = (target.parent_path() / (std::string(kTempPrefix) + std::to_string(getpid()) + "-" +
-                                                  std::to_string(counter++) + "-" + hex64(std::random_device()())))
-                             .string();
-  int fd = open(tempPath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return Status::error("cannot create a file in " + target.parent_path().string() + ": " + std::strerror(errno));
-  size_t written = 0;
-  int writeError = 0;
-  while (written < bytes.size()) {
-    ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      writeError = n < 0 ? errno : ENOSPC;
-      break;
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (close(fd) != 0 && writeError == 0)
-    writeError = errno;
-  if (writeError == 0 && std::rename(tempPath.c_str(), path.c_str()) == 0)
-    return Status();
-  std::string why = writeError ? std::string("cannot write ") + tempPath + ": " + std::strerror(writeError)
-                               : "cannot rename a finished entry to " + path + ": " + std::strerror(errno);
-  unlink(tempPath.c_str());
-  return Status::error(why);
+  return replaceFileAtomically(path, bytes);
 }
 
 /// Marks an entry as just used, for the size cap's least-recently-used order (modification time: access times
@@ -272,7 +247,7 @@ CacheFile classify(const fs::directory_entry &file) {
   if (ec || !fs::is_regular_file(status)) // links and special files are never the cache's own
     return CacheFile::Other;
   std::string name = file.path().filename().string();
-  if (name.starts_with(kTempPrefix))
+  if (isTempFileName(name))
     return CacheFile::Temp;
   // Notes are entries too: listed, counted, evicted and cleared with the kernels.
   fs::path extension = file.path().extension();
