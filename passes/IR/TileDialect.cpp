@@ -431,6 +431,17 @@ LogicalResult SlotOp::verify() {
   return success();
 }
 
+/// Whether `token` comes from an asynchronous MMA (tile.qk / tile.pv) or a copy, where its producer is visible (a
+/// token carried by a loop is checked where it is made).
+static std::optional<bool> isMmaToken(Value token) {
+  Operation *def = token.getDefiningOp();
+  if (isa_and_nonnull<QkOp, PvOp>(def))
+    return true;
+  if (isa_and_nonnull<CopyAsyncOp>(def))
+    return false;
+  return std::nullopt;
+}
+
 /// The buffer behind a slot or barrier value, when a tile.slot / tile.barrier of a tile.buffer made it.
 static Value bufferBehind(Value v) {
   if (auto slot = v.getDefiningOp<SlotOp>())
@@ -462,9 +473,21 @@ LogicalResult CopyAsyncOp::verify() {
 LogicalResult WaitOp::verify() {
   if (getTokens().empty())
     return emitOpError() << "waits for at least one token";
+  for (Value token : getTokens())
+    if (isMmaToken(token) == std::optional<bool>(true))
+      return emitOpError() << "waits for an MMA's token; asynchronous MMAs are waited by tile.mma_wait";
   if ((*this)->getParentOfType<RoleOp>())
     return emitOpError() << "is a block-wide barrier, which roles do not share; a role waits on a full barrier "
                             "(tile.barrier_wait)";
+  return success();
+}
+
+LogicalResult MmaWaitOp::verify() {
+  if (getTokens().empty())
+    return emitOpError() << "waits for at least one token";
+  for (Value token : getTokens())
+    if (isMmaToken(token) == std::optional<bool>(false))
+      return emitOpError() << "waits for a copy's token; copies are waited by tile.wait or a full barrier";
   return success();
 }
 
