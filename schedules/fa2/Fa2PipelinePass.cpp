@@ -261,7 +261,7 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
     Value tokenV = buffers.copy(b, loc, "v", p.first, p.anyTile).getToken();
     Value second = minus(b, loc, p.first, 1);
     Value tokenK = buffers.copy(b, loc, "k", second, isVisited(b, loc, second, lowest)).getToken();
-    Type kType = bodies.front().k.getType(), sType = bodies.front().qk.getType();
+    Type kType = bodies.front().k.getType(), sType = bodies.front().qk.getS().getType();
     auto kFirst = LoadOp::create(b, loc, kType, "k", p.first, Value(), p.anyTile);
     buffers.readFromSlot(kFirst, p.copyK.getSlot());
     Value scores = QkOp::create(b, loc, sType, Type(), loadQ.getResult(), kFirst).getS();

@@ -218,7 +218,8 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       pv.getResult().replaceAllUsesWith(async.getResult());
       done = async.getToken();
     }
-    gemm->erase();
+    gemm->erase(); // before placing the builder: the op after the new GEMM is the old one
+    b.setInsertionPointAfter(done.getDefiningOp());
     MmaWaitOp::create(b, loc, ValueRange{done});
     BarrierArriveOp::create(b, loc, empty, i);
   }

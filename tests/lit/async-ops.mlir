@@ -251,3 +251,39 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
   // expected-error @+1 {{the accumulator's memory space is registers, shared or tensor; got 'global'}}
   %a = tile.init_state : !tile.state<64x64, acc = global>
 }
+
+// -----
+
+// Asynchronous MMAs return tokens; tile.mma_wait takes them.
+// CHECK-LABEL: tile.func @mma
+// CHECK: %[[S:.*]], %[[T:.*]] = tile.qk %{{.*}}, %{{.*}} : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>, !tile.token
+// CHECK-NEXT: tile.mma_wait %[[T]]
+tile.func @mma attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %q = tile.load "q" : tensor<64x64xbf16>
+  %c0 = arith.constant 0 : i32
+  %k = tile.load "k"[%c0] : tensor<64x64xbf16>
+  %s, %t = tile.qk %q, %k : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>, !tile.token
+  tile.mma_wait %t
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %c0 = arith.constant 0 : i32
+  %s = tile.slot %kb[%c0] : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %t = tile.copy_async "k"[%c0] into %s : !tile.slot<tensor<64x64xbf16>>
+  // expected-error @+1 {{'tile.mma_wait' op waits for a copy's token; copies are waited by tile.wait or a full barrier}}
+  tile.mma_wait %t
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %q = tile.load "q" : tensor<64x64xbf16>
+  %c0 = arith.constant 0 : i32
+  %k = tile.load "k"[%c0] : tensor<64x64xbf16>
+  %s, %t = tile.qk %q, %k : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>, !tile.token
+  // expected-error @+1 {{'tile.wait' op waits for an MMA's token; asynchronous MMAs are waited by tile.mma_wait}}
+  tile.wait %t
+}

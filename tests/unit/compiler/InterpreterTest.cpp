@@ -488,6 +488,43 @@ TEST_F(Fa3Fixture, ASlotNeverReleasedDeadlocks) {
       << text;
 }
 
+/// The consumer's waits for its asynchronous Q·Kᵀ (one per K/V loop segment).
+SmallVector<tile::MmaWaitOp> qkWaits(ModuleOp module) {
+  SmallVector<tile::MmaWaitOp> waits;
+  funcOf(module).walk([&](tile::MmaWaitOp wait) {
+    if (wait.getTokens().front().getDefiningOp<tile::QkOp>())
+      waits.push_back(wait);
+  });
+  return waits;
+}
+
+TEST_F(Fa3Fixture, ReleasingASlotAnMmaStillReadsIsAPipelineHazard) {
+  ASSERT_TRUE(fa3) << diags.text;
+  // K's slot released before the asynchronous Q·Kᵀ reading it completed: the producer may overwrite it under the MMA.
+  auto waits = qkWaits(*fa3);
+  ASSERT_FALSE(waits.empty());
+  for (auto wait : waits)
+    wait->moveAfter(wait->getNextNode()); // after the barrier_arrive on K's empty barrier
+  std::string text = runExpectingFailure(*fa3);
+  EXPECT_NE(text.find("while an asynchronous MMA still reads it (no tile.mma_wait on its token)"), std::string::npos)
+      << text;
+}
+
+TEST_F(Fa3Fixture, ReadingAnMmaResultBeforeItsWaitIsAPipelineHazard) {
+  ASSERT_TRUE(fa3) << diags.text;
+  // The wait (and the release after it) moved past the first op that reads the scores.
+  for (auto wait : qkWaits(*fa3)) {
+    Operation *release = wait->getNextNode();
+    Operation *reader = *wait.getTokens().front().getDefiningOp<tile::QkOp>().getS().getUsers().begin();
+    wait->moveAfter(reader);
+    release->moveAfter(wait);
+  }
+  std::string text = runExpectingFailure(*fa3);
+  EXPECT_NE(text.find("pipeline hazard: reads the result of an asynchronous MMA before tile.mma_wait on its token"),
+            std::string::npos)
+      << text;
+}
+
 TEST_F(Fa3Fixture, TheBarrierHazardsAreCaughtByTheProtocolChecker) {
   ASSERT_TRUE(program) << diags.text;
   struct Off {
@@ -503,6 +540,10 @@ TEST_F(Fa3Fixture, TheBarrierHazardsAreCaughtByTheProtocolChecker) {
   for (auto wait : barrierOps<tile::BarrierWaitOp>(*noEmptyWait, "producer", "v", false))
     wait.erase();
   EXPECT_TRUE(succeeded(interp::run(funcOf(*noEmptyWait), p, in.q, in.k, in.v, o, lse))) << diags.text;
+  OwningOpRef<ModuleOp> earlyRelease = flashtile::testing::scheduledFa3(*program, knobs);
+  for (auto wait : qkWaits(*earlyRelease))
+    wait->moveAfter(wait->getNextNode());
+  EXPECT_TRUE(succeeded(interp::run(funcOf(*earlyRelease), p, in.q, in.k, in.v, o, lse))) << diags.text;
 }
 
 TEST_F(CausalFixture, BadSizesAndUnknownOpsAreDiagnosed) {
