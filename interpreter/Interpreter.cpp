@@ -13,6 +13,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -53,6 +54,7 @@ struct Tensor {
 struct Instance {
   int64_t b = 0, h = 0, hKv = 0, qTile = 0, m0 = 0, rows = 0;
   int64_t seqlenQ = 0, seqlenK = 0, entry = 0, qRow0 = 0, kRow0 = 0;
+  int64_t split = 0, splitBegin = 0, splitEnd = 0; ///< split-KV: this instance's split and its keys
 };
 
 /// The sequence of batch b, as an instance with no head or tile yet.
@@ -134,6 +136,7 @@ private:
   LogicalResult exec(CopyAsyncOp op);
   LogicalResult exec(WaitAsyncOp op);
   LogicalResult exec(StoreOp op);
+  LogicalResult exec(StoreSplitOp op);
   LogicalResult exec(QkOp op);
   LogicalResult exec(ScaleOp op);
   LogicalResult exec(ScoreModOp op);
@@ -154,6 +157,10 @@ private:
 
   /// Reports an error at `op`, with a note naming the program instance.
   LogicalResult fail(Operation *op, const Twine &message);
+  /// Writes row r of tile O (rounded) and of the LSE tile of this instance to the outputs.
+  void storeRow(int64_t r, const Tile *o, const Tile *lse);
+  /// Split-KV: merges the partials of every row into O and LSE (the combine kernel).
+  LogicalResult combineSplits(StoreSplitOp store);
 
   FuncOp func;
   const Problem &problem;
@@ -162,6 +169,10 @@ private:
   int64_t blockM;
   bool pipelined = false;
   std::vector<float> *outO = nullptr, *outLse = nullptr;
+  /// Split-KV partials: LSE of split s, LSE row r (as outLse is indexed) at s · lseRows + r; O's values of it at
+  /// (s · lseRows + r) · headDimV. Rows no instance wrote stay NaN.
+  std::vector<float> oAccum, lseAccum;
+  int64_t lseRows = 0;
   int64_t *kTileLoads = nullptr; ///< this instance's counter in the RunStats, if any
 
   Instance inst;
@@ -194,20 +205,46 @@ LogicalResult Interpreter::run(std::vector<float> &o, std::vector<float> &lse, R
   int64_t group = problem.headsQ / problem.headsKv;
   if (stats)
     *stats = RunStats{qTiles, blockM, std::vector<int64_t>(problem.batch * problem.headsQ * qTiles)};
+  auto splitStores = func.getBody().getOps<StoreSplitOp>();
+  StoreSplitOp splitStore = splitStores.empty() ? StoreSplitOp() : *splitStores.begin();
+  if (problem.numSplits < 1 || (!splitStore && problem.numSplits != 1))
+    return func.emitError() << "num_splits = " << problem.numSplits << " is not accepted: "
+                            << (splitStore ? "at least 1" : "1 (the program does not split its key range)");
+  if (splitStore && !func.getScheduleAttr())
+    return func.emitError() << "splits its key range (tile.store_split) but is not scheduled: splits are whole "
+                               "K/V tiles of the schedule's block_n";
+  const int64_t splits = problem.numSplits;
+  lseRows = static_cast<int64_t>(lse.size());
+  if (splits > 1) {
+    oAccum.assign(splits * lseRows * problem.headDimV, nan);
+    lseAccum.assign(splits * lseRows, nan);
+  }
   for (int64_t b = 0; b < problem.batch; ++b)
     for (int64_t h = 0; h < problem.headsQ; ++h)
       // Varlen: like the kernel's blocks past a shorter sequence, the tiles past it do not run.
-      for (int64_t t = 0; t * blockM < sequenceOf(problem, b).seqlenQ; ++t) {
-        inst = sequenceOf(problem, b);
-        inst.h = h;
-        inst.hKv = h / group;
-        inst.qTile = t;
-        inst.m0 = t * blockM;
-        inst.rows = blockM;
-        kTileLoads = stats ? &stats->kTileLoads[(b * problem.headsQ + h) * qTiles + t] : nullptr;
-        if (failed(runInstance()))
-          return failure();
-      }
+      for (int64_t t = 0; t * blockM < sequenceOf(problem, b).seqlenQ; ++t)
+        for (int64_t s = 0; s < splits; ++s) {
+          inst = sequenceOf(problem, b);
+          inst.h = h;
+          inst.hKv = h / group;
+          inst.qTile = t;
+          inst.m0 = t * blockM;
+          inst.rows = blockM;
+          // As the kernel computes it: numSplits ranges of equal length in whole K/V tiles, clamped to the keys.
+          inst.splitEnd = inst.seqlenK;
+          if (splitStore) {
+            int64_t blockN = func.getScheduleAttr().getBlockN();
+            int64_t splitTiles = ceilDiv(ceilDiv(inst.seqlenK, blockN), splits);
+            inst.split = s;
+            inst.splitBegin = std::min(s * splitTiles * blockN, inst.seqlenK);
+            inst.splitEnd = std::min(inst.splitBegin + splitTiles * blockN, inst.seqlenK);
+          }
+          kTileLoads = stats ? &stats->kTileLoads[(b * problem.headsQ + h) * qTiles + t] : nullptr;
+          if (failed(runInstance()))
+            return failure();
+        }
+  if (splits > 1)
+    return combineSplits(splitStore);
   return success();
 }
 
@@ -235,7 +272,8 @@ LogicalResult Interpreter::execBlock(Block &block) {
 LogicalResult Interpreter::exec(Operation &op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(&op)
       .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, CopyAsyncOp, WaitAsyncOp, StoreOp, QkOp,
-            ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp>(
+            ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp,
+            StoreSplitOp>(
           [&](auto tileOp) { return exec(tileOp); })
       .Default([&](Operation *other) { return execScalar(*other); });
 }
@@ -329,8 +367,10 @@ LogicalResult Interpreter::exec(DimOp op) {
                   : name == "seqlen_q" ? inst.seqlenQ
                   : name == "seqlen_k" ? inst.seqlenK
                   // b·seqlen_k dense (entry b, row 0); cu_seqlens_k[b] varlen (entry 0, row kRow0)
-                  : name == "key_offset" ? inst.entry * problem.seqlenK + inst.kRow0
-                                         : -1;
+                  : name == "key_offset"  ? inst.entry * problem.seqlenK + inst.kRow0
+                  : name == "split_begin" ? inst.splitBegin
+                  : name == "split_end"   ? inst.splitEnd
+                                          : -1;
   if (value < 0)
     return fail(op, "unknown dimension '" + name + "'");
   scalars[op.getResult()] = Scalar::integer(value);
@@ -537,6 +577,104 @@ LogicalResult Interpreter::exec(StoreOp op) {
     }
   }
   ++(isO ? storesO : storesLse);
+  return success();
+}
+
+void Interpreter::storeRow(int64_t r, const Tile *o, const Tile *lse) {
+  int64_t row = inst.qRow0 + inst.m0 + r;
+  if (o) {
+    float *out = &(*outO)[((inst.entry * problem.seqlenQ + row) * problem.headsQ + inst.h) * problem.headDimV];
+    for (int64_t d = 0; d < problem.headDimV; ++d)
+      out[d] = roundOut(o->at(r, d));
+  }
+  if (lse)
+    (*outLse)[(inst.entry * problem.headsQ + inst.h) * problem.seqlenQ + row] = lse->at(r, 0);
+}
+
+/// ln(e^a + e^b) and e^(a - that), exact for -inf operands: (-inf, 0) when both are -inf.
+std::pair<float, float> joinLogits(float a, float b) {
+  const float negInf = -std::numeric_limits<float>::infinity();
+  float m = std::max(a, b);
+  if (m == negInf)
+    return {negInf, 0.f};
+  float ea = std::exp(a - m), eb = std::exp(b - m);
+  return {m + std::log(ea + eb), ea / (ea + eb)};
+}
+
+LogicalResult Interpreter::exec(StoreSplitOp op) {
+  FailureOr<TilePtr> oTile = tile(op, op.getO()), lseTile = tile(op, op.getLse());
+  if (failed(oTile) || failed(lseTile))
+    return failure();
+  const Tile &o = **oTile, &l = **lseTile;
+  if (o.rows != inst.rows || o.cols != problem.headDimV || l.rows != inst.rows || l.cols != 1)
+    return fail(op, "stores a " + Twine(o.rows) + "x" + Twine(o.cols) + " O tile and " + Twine(l.rows) +
+                        " LSE rows but the program instance owns " + Twine(inst.rows) + " query rows of " +
+                        Twine(problem.headDimV) + " values");
+  ++storesO;
+  ++storesLse;
+  if (problem.numSplits == 1) {
+    // Unsplit: the result, the sink joined here (tile.finalize's, moved).
+    Tile out = o, outLse = l;
+    if (op.hasSink()) {
+      SmallVector<Scalar, 1> logit;
+      if (failed(evalRegion(op.getSink().front(), {Scalar::integer(inst.b), Scalar::integer(inst.h)}, logit)))
+        return failure();
+      for (int64_t r = 0; r < out.rows; ++r) {
+        auto [joined, keep] = joinLogits(outLse.at(r, 0), logit[0].f);
+        outLse.at(r, 0) = joined;
+        for (int64_t d = 0; d < out.cols; ++d)
+          out.at(r, d) *= keep;
+      }
+    }
+    for (int64_t r = 0; r < out.rows && inst.m0 + r < inst.seqlenQ; ++r)
+      storeRow(r, &out, &outLse);
+    return success();
+  }
+  // The split's partials, fp32, at the LSE row of each query row.
+  for (int64_t r = 0; r < o.rows && inst.m0 + r < inst.seqlenQ; ++r) {
+    int64_t lseRow = (inst.entry * problem.headsQ + inst.h) * problem.seqlenQ + inst.qRow0 + inst.m0 + r;
+    int64_t slot = inst.split * lseRows + lseRow;
+    lseAccum[slot] = l.at(r, 0);
+    for (int64_t d = 0; d < o.cols; ++d)
+      oAccum[slot * problem.headDimV + d] = o.at(r, d);
+  }
+  return success();
+}
+
+LogicalResult Interpreter::combineSplits(StoreSplitOp store) {
+  const float negInf = -std::numeric_limits<float>::infinity();
+  const int64_t width = problem.headDimV, splits = problem.numSplits;
+  for (int64_t b = 0; b < problem.batch; ++b)
+    for (int64_t h = 0; h < problem.headsQ; ++h) {
+      inst = sequenceOf(problem, b);
+      inst.h = h;
+      inst.m0 = inst.qTile = 0;
+      inst.rows = inst.seqlenQ;
+      float sink = negInf;
+      if (store.hasSink()) {
+        SmallVector<Scalar, 1> logit;
+        if (failed(evalRegion(store.getSink().front(), {Scalar::integer(b), Scalar::integer(h)}, logit)))
+          return failure();
+        sink = logit[0].f;
+      }
+      Tile o = Tile::zeros(inst.seqlenQ, width), lse = Tile::zeros(inst.seqlenQ, 1);
+      for (int64_t r = 0; r < inst.seqlenQ; ++r) {
+        int64_t lseRow = (inst.entry * problem.headsQ + h) * problem.seqlenQ + inst.qRow0 + r;
+        // LSE = ln(Σ e^LSE_s + e^sink); O = Σ e^(LSE_s − LSE)·O_s. An empty split's LSE is -inf: weight 0.
+        float joined = sink;
+        for (int64_t s = 0; s < splits; ++s)
+          joined = joinLogits(joined, lseAccum[s * lseRows + lseRow]).first;
+        lse.at(r, 0) = joined;
+        for (int64_t s = 0; s < splits && joined != negInf; ++s) {
+          int64_t slot = s * lseRows + lseRow;
+          float weight = std::exp(lseAccum[slot] - joined);
+          for (int64_t d = 0; d < width; ++d)
+            o.at(r, d) += weight * oAccum[slot * width + d];
+        }
+      }
+      for (int64_t r = 0; r < inst.seqlenQ; ++r)
+        storeRow(r, &o, &lse);
+    }
   return success();
 }
 

@@ -3,6 +3,7 @@
 // One line per schedule: adding a schedule is a folder schedules/<name>/ plus its line here.
 //===----------------------------------------------------------------------===//
 #include "schedules/Registry.h"
+#include "schedules/decode/DecodeRegister.h"
 #include "schedules/fa2/Fa2Register.h"
 
 #include <mutex>
@@ -11,7 +12,10 @@ namespace flashtile::schedule {
 
 void registerBuiltinSchedules() {
   static std::once_flag once;
-  std::call_once(once, [] { fa2::registerSchedule(); });
+  std::call_once(once, [] {
+    fa2::registerSchedule();
+    decode::registerSchedule();
+  });
 }
 
 } // namespace flashtile::schedule

@@ -95,6 +95,15 @@ public:
   /// `tile.store "o"` and `tile.store "lse"`.
   virtual void storeO(CudaWriter &w) = 0;
   virtual void storeLse(CudaWriter &w) = 0;
+  /// `tile.store_split` (split-KV, after `finalize` without a sink): with p.numSplits == 1 the sink `sinkFn(b, h,
+  /// p)` (empty: none) joins O and LSE and both are stored as storeO/storeLse store them; else this split's fp32
+  /// O and its LSE go to the workspace (p.oAccum, p.lseAccum at split `split`, KernelAbi.h).
+  virtual void storeSplit(CudaWriter &w, const std::string &sinkFn) = 0;
+  /// The body of the combine kernel of a split-KV program: query row `q` (< p.seqlenQ) of head h in batch entry b
+  /// (names declared by the printer, with `p` the sequence's view and `warp`/`lane` the thread's place) is merged
+  /// from its p.numSplits partials, the sink `sinkFn` (empty: none) joined once, and written to O and LSE. One
+  /// warp a row.
+  virtual void combineRow(CudaWriter &w, const std::string &sinkFn) = 0;
 };
 
 } // namespace flashtile::codegen

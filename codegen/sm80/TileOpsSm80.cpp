@@ -56,7 +56,10 @@ public:
             "prob", "alpha", "acc", "rowMax", "rowSum", "lse", "scoreScale", "sO", "q", "kv", "sm80",
             // locals of the printed loops
             "mt", "nt", "np", "ks", "k", "r", "c", "i", "s", "l", "invL", "tileMax", "tileSum", "maxNew", "maxUsed",
-            "chunk", "row", "col", "seqRow", "inside", "tile", "sinkLog2", "carry"};
+            "chunk", "row", "col", "seqRow", "inside", "tile", "sinkLog2", "carry",
+            // split-KV (storeSplit, combineRow)
+            "lseRow", "lseLog2", "keep", "gOAccum", "gLseAccum", "splits", "maxLog2", "sum", "invSum", "weight", "part",
+            "o0", "o1", "off"};
   }
 
   void setup(CudaWriter &w, const std::vector<Operand> &copied) override;
@@ -75,6 +78,8 @@ public:
   void finalize(CudaWriter &w, const std::string &sinkFn) override;
   void storeO(CudaWriter &w) override;
   void storeLse(CudaWriter &w) override;
+  void storeSplit(CudaWriter &w, const std::string &sinkFn) override;
+  void combineRow(CudaWriter &w, const std::string &sinkFn) override;
 
 private:
   /// The C names of one operand's tile: shared buffer, global base, rows, sequence length, row stride, width.
@@ -590,6 +595,95 @@ void TileTargetSm80::storeLse(CudaWriter &w) {
   w.close();
   w.close();
   w.close();
+}
+
+void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn) {
+  w.comment("---- store_split: one split (p.numSplits == 1) stores O and LSE itself; more store fp32 partials ----");
+  w.open("if (p.numSplits == 1)");
+  if (!sinkFn.empty()) {
+    w.comment(cat("the attention sink s = ", sinkFn, "(b, h) joins once: LSE' = ln(e^LSE + e^s), O' = O·e^(LSE - LSE')"));
+    w.comment("(log2 domain; a row with neither a key nor a finite sink keeps O = 0, LSE = -inf)");
+    w.line(cat("const float sinkLog2 = ", sinkFn, "(b, h, p) * sm80::kLog2e;"));
+    w.openUnrolledFor("mt", "kMTiles");
+    w.openUnrolledFor("r", "2");
+    w.line("const float lseLog2 = lse[mt][r] * sm80::kLog2e;");
+    w.line("const float maxLog2 = fmaxf(lseLog2, sinkLog2);");
+    w.line("const float maxUsed = maxLog2 == sm80::kNegInf ? 0.f : maxLog2;");
+    w.line("const float keep = sm80::exp2(lseLog2 - maxUsed), sum = keep + sm80::exp2(sinkLog2 - maxUsed);");
+    w.line("const float invSum = sum == 0.f ? 0.f : 1.f / sum;");
+    w.line("lse[mt][r] = sum == 0.f ? sm80::kNegInf : (maxUsed + log2f(sum)) * sm80::kLn2;");
+    w.openUnrolledFor("nt", "kOTiles");
+    w.line("acc[mt][nt][2 * r] *= keep * invSum;");
+    w.line("acc[mt][nt][2 * r + 1] *= keep * invSum;");
+    w.close();
+    w.close();
+    w.close();
+  }
+  storeO(w);
+  storeLse(w);
+  w.close();
+  w.open("else");
+  w.comment("split `split` of LSE row r = (b, h, q) (as p.lse is indexed; varlen rows included): O at");
+  w.comment("oAccum[(split * accumSplitStride + r) * kHeadDimV + d], LSE at lseAccum[split * accumSplitStride + r]");
+  w.line("const long long lseRow = (p.lse - params.lse) + b * p.lseBatchStride + h * p.lseHeadStride;");
+  w.line("float *const gOAccum = p.oAccum + (split * p.accumSplitStride + lseRow) * kHeadDimV;");
+  w.line("float *const gLseAccum = p.lseAccum + split * p.accumSplitStride + lseRow;");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("r", "2");
+  w.line("const int q = warpRow0 + 16 * mt + fragRow + 8 * r;");
+  w.open("if (q < p.seqlenQ)");
+  w.openUnrolledFor("nt", "kOTiles");
+  w.line("*reinterpret_cast<float2 *>(gOAccum + q * (long long)kHeadDimV + 8 * nt + fragCol) =");
+  w.line("    make_float2(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);");
+  w.close();
+  w.line("if (lane % 4 == 0)");
+  w.line("  gLseAccum[q] = lse[mt][r];");
+  w.close();
+  w.close();
+  w.close();
+  w.close();
+}
+
+void TileTargetSm80::combineRow(CudaWriter &w, const std::string &sinkFn) {
+  w.line("const long long lseRow = (p.lse - params.lse) + b * p.lseBatchStride + h * p.lseHeadStride + q;");
+  w.line("const int splits = p.numSplits;");
+  w.line("const float *const gLseAccum = p.lseAccum + lseRow;");
+  w.line("const float *const gOAccum = p.oAccum + lseRow * kHeadDimV;");
+  w.comment(cat("the row's largest LSE over its splits", sinkFn.empty() ? "" : " and the sink", " (log2 domain), over the warp"));
+  if (!sinkFn.empty())
+    w.line(cat("const float sinkLog2 = ", sinkFn, "(b, h, p) * sm80::kLog2e;"));
+  w.line(sinkFn.empty() ? "float maxLog2 = sm80::kNegInf;" : "float maxLog2 = sinkLog2;");
+  w.line("for (int s = lane; s < splits; s += 32)");
+  w.line("  maxLog2 = fmaxf(maxLog2, gLseAccum[s * p.accumSplitStride] * sm80::kLog2e);");
+  w.openUnrolledFor("off", "5");
+  w.line("maxLog2 = fmaxf(maxLog2, __shfl_xor_sync(0xffffffffu, maxLog2, 16 >> off));");
+  w.close();
+  w.comment("an empty split (LSE -inf) weighs 0; a row no split saw has sum 0: O = 0, LSE = -inf");
+  w.line("const float maxUsed = maxLog2 == sm80::kNegInf ? 0.f : maxLog2;");
+  w.line(sinkFn.empty() ? "float sum = 0.f;" : "float sum = lane == 0 ? sm80::exp2(sinkLog2 - maxUsed) : 0.f;");
+  w.line("for (int s = lane; s < splits; s += 32)");
+  w.line("  sum += sm80::exp2(gLseAccum[s * p.accumSplitStride] * sm80::kLog2e - maxUsed);");
+  w.openUnrolledFor("off", "5");
+  w.line("sum += __shfl_xor_sync(0xffffffffu, sum, 16 >> off);");
+  w.close();
+  w.line("const float invSum = sum == 0.f ? 0.f : 1.f / sum;");
+  w.comment(cat("O = sum_s weight_s O_s, weight_s = e^(LSE_s - LSE); two adjacent columns a lane, converted to ",
+                shape.dtype));
+  w.line("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * p.oHeadStride + "
+         "q * p.oRowStride;");
+  w.open("for (int c = 2 * lane; c < kHeadDimV; c += 64)");
+  w.line("float o0 = 0.f, o1 = 0.f;");
+  w.open("for (int s = 0; s < splits; ++s)");
+  w.line("const float weight = sm80::exp2(gLseAccum[s * p.accumSplitStride] * sm80::kLog2e - maxUsed) * invSum;");
+  w.line("const float2 part = *reinterpret_cast<const float2 *>(gOAccum + s * p.accumSplitStride * kHeadDimV + c);");
+  w.line("o0 = fmaf(weight, part.x, o0);");
+  w.line("o1 = fmaf(weight, part.y, o1);");
+  w.close();
+  w.line(cat("*reinterpret_cast<unsigned *>(gO + c) = ", pack, "(o0, o1);"));
+  w.close();
+  w.line("if (lane == 0)");
+  w.line("  p.lse[b * p.lseBatchStride + h * p.lseHeadStride + q] = sum == 0.f ? sm80::kNegInf : "
+         "(maxUsed + log2f(sum)) * sm80::kLn2;");
 }
 
 class FamilySm80 final : public TargetFamily {

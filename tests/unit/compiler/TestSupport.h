@@ -67,6 +67,24 @@ inline mlir::OwningOpRef<mlir::ModuleOp> scheduled(mlir::ModuleOp module, const 
   return copy;
 }
 
+/// A copy of `module` after the decode (split-KV) schedule's passes with `knobs`, or null (the diagnostics, or
+/// `error` for bad knobs, say why).
+inline mlir::OwningOpRef<mlir::ModuleOp> scheduledDecode(mlir::ModuleOp module, schedule::Knobs knobs = {},
+                                                         std::string *error = nullptr) {
+  mlir::OwningOpRef<mlir::ModuleOp> copy = module.clone();
+  mlir::PassManager pm(module.getContext());
+  std::string message;
+  if (mlir::failed(schedule::buildPipeline(pm, schedule::Request{"decode", "sm_80", "default", std::move(knobs)},
+                                           message))) {
+    if (error)
+      *error = message;
+    return {};
+  }
+  if (mlir::failed(pm.run(*copy)))
+    return {};
+  return copy;
+}
+
 /// What the interpreter writes: O and LSE.
 struct Outputs {
   std::vector<float> o, lse;
