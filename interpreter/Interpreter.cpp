@@ -238,6 +238,9 @@ LogicalResult Interpreter::run(std::vector<float> &o, std::vector<float> &lse, R
             inst.split = s;
             inst.splitBegin = std::min(s * splitTiles * blockN, inst.seqlenK);
             inst.splitEnd = std::min(inst.splitBegin + splitTiles * blockN, inst.seqlenK);
+            // Past the keys: [0, 0), empty at a tile boundary (an empty range inside a tile would still visit it).
+            if (inst.splitBegin >= inst.seqlenK)
+              inst.splitBegin = inst.splitEnd = 0;
           }
           kTileLoads = stats ? &stats->kTileLoads[(b * problem.headsQ + h) * qTiles + t] : nullptr;
           if (failed(runInstance()))

@@ -458,11 +458,14 @@ void KernelPrinter::printSequence() {
     w.line("if (qTile * kBlockM >= p.seqlenQ)");
     w.line("  return;  // varlen: the grid covers the longest sequence, and this one ends before this block's rows");
     w.comment("The keys of this split (tile.dim \"split_begin\", \"split_end\"): whole K/V tiles, numSplits ranges of");
-    w.comment("equal length; a split past the sequence's end is empty (its block stores O = 0, LSE = -inf).");
+    w.comment("equal length; a split past the sequence's end is [0, 0), empty at a tile boundary, so that no tile");
+    w.comment("is visited (its block stores O = 0, LSE = -inf).");
     w.line("const long long kvTiles = (p.seqlenK + kBlockN - 1) / kBlockN;");
     w.line("const long long splitTiles = (kvTiles + params.numSplits - 1) / params.numSplits;");
     w.line("p.splitBegin = static_cast<int>(min(split * splitTiles * kBlockN, (long long)p.seqlenK));");
     w.line("p.splitEnd = static_cast<int>(min(p.splitBegin + splitTiles * kBlockN, (long long)p.seqlenK));");
+    w.line("if (p.splitBegin >= p.seqlenK)");
+    w.line("  p.splitBegin = p.splitEnd = 0;");
     return;
   }
   w.comment("---- the tile of this thread block: Q tile qTile of query head blockHead of batch entry blockBatch ----");

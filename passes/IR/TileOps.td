@@ -72,7 +72,7 @@ def Tile_DimOp : Tile_Op<"dim", [Pure]> {
     given keys of the sequence: the CUDA printer passes a tile's padding keys (past seqlen_k, masked either way)
     as key seqlen_k - 1.
     "split_begin" and "split_end" are the keys [split_begin, split_end) of this program instance's split of the
-    key range (split-KV, inserted by the decode schedule's tile-decode-split-kv): whole K/V tiles, empty for a
+    key range (split-KV, inserted by the decode schedule's tile-decode-split-kv): whole K/V tiles, [0, 0) for a
     split past the sequence's end, [0, seqlen_k) when the walk is not split.
   }];
   let arguments = (ins StrAttr:$name);
@@ -392,7 +392,7 @@ def Tile_KvLoopOp : Tile_Op<"kv_loop", [SingleBlockImplicitTerminator<"YieldOp">
 // Split-KV (the decode schedule)
 //===----------------------------------------------------------------------===//
 
-def Tile_StoreSplitOp : Tile_Op<"store_split", [RecursiveMemoryEffects]> {
+def Tile_StoreSplitOp : Tile_Op<"store_split", [MemoryEffects<[MemWrite]>]> {
   let summary = "writes one split's O and LSE: partials for the combine step, or the result when unsplit";
   let description = [{
     Under split-KV (flash-decoding) the key range of a Q tile is split across `num_splits` program instances

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <mutex>
 
@@ -566,7 +567,12 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
     smCount = *counted;
   }
   params.numSplits = numSplitsFor(args, info, smCount);
-  gridX *= static_cast<unsigned>(params.numSplits); // validateFor bounds the unsplit grid; kMaxSplits is 128
+  if (static_cast<long long>(gridX) * params.numSplits * args.headsQ * args.batch > std::numeric_limits<int>::max())
+    return Status::error("the launch grid would have " + std::to_string(gridX) + " x " +
+                         std::to_string(params.numSplits) + " splits x headsQ x batch thread blocks; at most " +
+                         std::to_string(std::numeric_limits<int>::max()) + " are supported: use fewer splits "
+                         "(numSplits) or split the batch into several calls");
+  gridX *= static_cast<unsigned>(params.numSplits);
   if (params.numSplits == 1)
     return driver.check(driver.cuLaunchKernel(function->function, gridX, args.headsQ, args.batch, info.threads, 1, 1,
                                               info.smemBytes, stream, kernelParams, nullptr),

@@ -27,8 +27,9 @@ void addDebugFlag(CLI::App &command, bool &debug) {
 }
 
 void addScheduleFlags(CLI::App &command, ScheduleFlags &flags) {
+  jit::registerBuiltins(); // the schedule registry lists what --schedule accepts
   command.add_option("--schedule", flags.schedule, "The schedule (fa3 and fa4 are planned)")
-      ->check(oneOf("schedule", {fa2::kName}))
+      ->check(oneOf("schedule", schedule::scheduleNames()))
       ->capture_default_str();
   command.add_option("--arch", flags.arch, "GPU target, e.g. sm_80, sm_90a, sm_100a (flashtile info lists them)")
       ->check(archName())

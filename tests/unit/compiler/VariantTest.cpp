@@ -346,7 +346,7 @@ TEST_P(VariantVsReference, UnscheduledAndFa2ScheduledMatchTheReference) {
   }
   // The decode schedule (split-KV, DecodeTest.cpp): one split, several, and more splits than K/V tiles (empty
   // splits), each merged by the combine step.
-  OwningOpRef<ModuleOp> decode = testing::scheduledDecode(**program, {{"block-m", 64}, {"block-n", 32}});
+  OwningOpRef<ModuleOp> decode = flashtile::testing::scheduledDecode(**program, {{"block-m", 64}, {"block-n", 32}});
   ASSERT_TRUE(decode) << "the decode pipeline failed\n" << diags.text;
   for (int splits : {1, 2, 5, 16}) {
     p.numSplits = splits;
