@@ -47,7 +47,8 @@ struct Problem {
 struct RunStats {
   int64_t qTiles = 0, blockM = 0; ///< Q tiles per (batch, head) (varlen: of the longest), rows per Q tile
   /// K tiles each program instance loaded, at ((b · headsQ) + h) · qTiles + qTile (split-KV: summed over the
-  /// Q tile's splits).
+  /// Q tile's splits; GQA packing, tile.pack_query_heads: ((b · headsKv) + hKv) · qTiles + qTile, qTiles counting
+  /// tiles of seqlen_q · headsQ / headsKv rows).
   std::vector<int64_t> kTileLoads;
 };
 

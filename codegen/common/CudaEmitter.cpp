@@ -12,6 +12,7 @@
 #include "codegen/common/TargetRegistry.h"
 #include "codegen/common/TileTarget.h"
 #include "passes/IR/TileNames.h"
+#include "passes/IR/TilePacking.h"
 #include "flashtile/runtime/KernelAbi.h"
 #include "flashtile/runtime/Version.h"
 #include "passes/Transforms/ScheduleRegistry.h"
@@ -216,6 +217,8 @@ public:
   LogicalResult printCombineKernel(StringRef entry);
   /// Whether the program splits its key range (split-KV: it stores with tile.store_split).
   bool splitKv() { return !func.getBody().getOps<StoreSplitOp>().empty(); }
+  /// Whether a block's rows are the query heads of one K/V head x its query rows (GQA packing).
+  bool packed() { return func->hasAttr(kPackQueryHeadsAttr); }
   const std::string &kernel() const { return w.str(); }
 
 private:
@@ -343,7 +346,7 @@ void KernelPrinter::assignNames() {
        {"p",        "params",    "ceilDiv",    "floorDiv",   "qFirst",    "qLast",      "kBlockM",   "kBlockN",
         "kHeadDim", "kHeadDimV", "kWarps",     "kThreads",   "qTile",     "blockBatch", "blockHead", "blockLinear",
         "qTiles",   "pairs",     "groupPairs", "groupFirst", "groupSize", "inGroup",    "pair",       "split",
-        "kvTiles",  "splitTiles"})
+        "kvTiles",  "splitTiles", "blockKvHead", "headsPerKv"})
     names.reserve(reserved);
   for (const std::string &reserved : target.reservedNames())
     names.reserve(reserved);
@@ -451,11 +454,21 @@ void KernelPrinter::printSequence() {
     w.comment("of batch entry blockBatch (split-KV). The launch grid is (Q tiles x numSplits, headsQ, batch), the");
     w.comment("split fastest; Q tiles from the last to the first. ----");
     w.line("const int split = blockIdx.x % params.numSplits;");
-    w.line("const int qTile = gridDim.x / params.numSplits - 1 - blockIdx.x / params.numSplits, blockBatch = "
-           "blockIdx.z, blockHead = blockIdx.y;");
+    if (packed()) {
+      w.comment("GQA packing: grid.y runs over K/V heads; the block's rows are its headsPerKv query heads x the query");
+      w.comment("rows (row r: query row r / headsPerKv of head blockKvHead·headsPerKv + r % headsPerKv), so K/V are");
+      w.comment("read once per group. blockHead, the group's first query head, is what a KV-range rule would see");
+      w.comment("(the decode schedule packs only programs whose rules do not read the head).");
+      w.line("const int qTile = gridDim.x / params.numSplits - 1 - blockIdx.x / params.numSplits, blockBatch = "
+             "blockIdx.z, blockKvHead = blockIdx.y;");
+      w.line("const int headsPerKv = params.headsQ / params.headsKv, blockHead = blockKvHead * headsPerKv;");
+    } else {
+      w.line("const int qTile = gridDim.x / params.numSplits - 1 - blockIdx.x / params.numSplits, blockBatch = "
+             "blockIdx.z, blockHead = blockIdx.y;");
+    }
     w.separate();
     printSequenceView();
-    w.line("if (qTile * kBlockM >= p.seqlenQ)");
+    w.line(packed() ? "if (qTile * kBlockM >= p.seqlenQ * headsPerKv)" : "if (qTile * kBlockM >= p.seqlenQ)");
     w.line("  return;  // varlen: the grid covers the longest sequence, and this one ends before this block's rows");
     w.comment("The keys of this split (tile.dim \"split_begin\", \"split_end\"): whole K/V tiles, numSplits ranges of");
     w.comment("equal length; a split past the sequence's end is [0, 0), empty at a tile boundary, so that no tile");
@@ -561,6 +574,14 @@ LogicalResult KernelPrinter::printBlock(Block &block) {
 }
 
 LogicalResult KernelPrinter::printKvRange(KvRangeOp range) {
+  if (!rowsDeclared && packed()) {
+    w.comment("---- the query rows of this thread block, as the variant's KV-range rules see them: block rows");
+    w.comment("[qTile·kBlockM, ...) are query rows row / headsPerKv of the group's heads ----");
+    w.line("const int qFirst = qTile * kBlockM / headsPerKv;");
+    w.line("const int qLast = (min(qTile * kBlockM + kBlockM, p.seqlenQ * headsPerKv) - 1) / headsPerKv;");
+    w.separate();
+    rowsDeclared = true;
+  }
   if (!rowsDeclared) {
     w.comment("---- the query rows of this thread block, as the variant's KV-range rules see them ----");
     w.line("const int qFirst = qTile * kBlockM;");
@@ -810,6 +831,15 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   KernelShape shape = schedule::kernelShapeOf(func);
   if (std::optional<std::string> error = (*family)->checkShape(shape))
     return func.emitOpError() << *error;
+  shape.packQueryHeads = func->hasAttr(kPackQueryHeadsAttr);
+  if (shape.packQueryHeads && func.getBody().getOps<StoreSplitOp>().empty())
+    return func.emitOpError() << "packs query heads (" << kPackQueryHeadsAttr
+                              << ") without splitting its key range; the CUDA printer packs split-KV programs only";
+  if (shape.packQueryHeads)
+    for (FinalizeOp fin : func.getBody().getOps<FinalizeOp>())
+      if (fin.hasSink())
+        return fin.emitOpError() << "has a sink in a program that packs query heads; the sink joins at "
+                                    "tile.store_split there (one head per row)";
 
   EmittedKernel kernel;
   KernelInfo &info = kernel.info;
@@ -845,6 +875,7 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   CudaWriter functions;
   if (failed(printer.printVariantFunctions(functions)) || failed(printer.printKernel(info.entry, shape)))
     return failure();
+  info.packQueryHeads = shape.packQueryHeads;
   if (printer.splitKv()) {
     info.combineEntry = info.entry + "_combine";
     info.combineRows = kCombineRowsPerBlock;

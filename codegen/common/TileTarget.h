@@ -28,6 +28,10 @@ struct KernelShape {
   int warps = 0;          ///< warps of a thread block
   int stages = 1;         ///< shared-memory buffers per K/V operand: tile j in buffer j % stages
   int minBlocksPerSm = 0; ///< occupancy request to the register allocator (0: none)
+  /// GQA packing (the func's `tile.pack_query_heads`): row r of a block is query row r / G of query head
+  /// hKv·G + r % G, G = headsQ / headsKv, for the block's K/V head hKv (blockKvHead); the printer declares
+  /// `headsPerKv` (G) and `blockKvHead`, and the rows of a block's sequence are p.seqlenQ·G.
+  bool packQueryHeads = false;
 };
 
 /// The tiles `tile.copy_async`, `tile.wait_async` and `tile.load` name.

@@ -51,7 +51,7 @@ def Tile_FuncOp : Tile_Op<"func", [IsolatedFromAbove, Symbol, SingleBlock, NoTer
 }
 
 def Tile_YieldOp : Tile_Op<"yield", [Pure, Terminator, ReturnLike,
-    ParentOneOf<["KvRangeOp", "ScoreModOp", "MaskOp", "KvLoopOp", "FinalizeOp"]>]> {
+    ParentOneOf<["KvRangeOp", "ScoreModOp", "MaskOp", "KvLoopOp", "FinalizeOp", "StoreSplitOp"]>]> {
   let summary = "ends a tile region, yielding its values";
   let description = [{ `tile.yield %a, %b : i32, i32` }];
   let arguments = (ins Variadic<AnyType>:$values);

@@ -18,7 +18,8 @@ constexpr std::string_view kFieldNames[] = {
     "blockM", "blockN",  "threads",   "smemBytes",  "paramNames", "inputNames", "paramRules", "compilerVersion"};
 constexpr size_t kNumFields = std::size(kFieldNames);
 /// Fields only split-KV kernels have (serialized after the others when combineEntry is set).
-constexpr std::string_view kSplitKvFieldNames[] = {"combineEntry", "combineRows", "combineThreads"};
+constexpr std::string_view kSplitKvFieldNames[] = {"combineEntry", "combineRows", "combineThreads",
+                                                   "packQueryHeads"};
 
 constexpr int kWarpSize = 32;
 constexpr int kMaxThreadsPerBlock = 1024;
@@ -176,6 +177,8 @@ std::string KernelInfo::serialize() const {
   if (!combineEntry.empty())
     text += "combineEntry=" + combineEntry + "\ncombineRows=" + std::to_string(combineRows) +
             "\ncombineThreads=" + std::to_string(combineThreads) + "\n";
+  if (packQueryHeads)
+    text += "packQueryHeads=1\n";
   return text;
 }
 
@@ -212,6 +215,8 @@ Status KernelInfo::verify() const {
   for (const ParamRule &rule : paramRules)
     if (Status s = verifyParamRule(rule, paramNames); !s.ok())
       return fieldError("paramRules", s.message());
+  if (packQueryHeads && combineEntry.empty())
+    return fieldError("packQueryHeads", "is set on a kernel without combineEntry; only split-KV kernels pack");
   if (combineEntry.empty()) {
     if (combineRows != 0 || combineThreads != 0)
       return fieldError("combineEntry", "missing, but combineRows or combineThreads is set");
@@ -267,6 +272,11 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
   info.compilerVersion = fields["compilerVersion"];
   if (auto it = fields.find("combineEntry"); it != fields.end())
     info.combineEntry = it->second;
+  if (auto it = fields.find("packQueryHeads"); it != fields.end()) {
+    if (it->second != "0" && it->second != "1")
+      return fieldError("packQueryHeads", quoted(it->second) + " is not 0 or 1");
+    info.packQueryHeads = it->second == "1";
+  }
   for (auto [field, target] : {std::pair{"combineRows", &info.combineRows}, {"combineThreads", &info.combineThreads}})
     if (auto it = fields.find(field); it != fields.end()) {
       StatusOr<int> value = parseInt(field, it->second);

@@ -559,6 +559,11 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
                         "cuLaunchKernel(" + info.entry + ")");
 
   // Split-KV: numSplits blocks per Q tile; with more than one, partials in the workspace and the combine kernel.
+  // GQA packing: a block's rows are a K/V head's query heads x query rows, grid.y the K/V heads.
+  const int group = args.headsQ / args.headsKv;
+  const unsigned gridY = static_cast<unsigned>(info.packQueryHeads ? args.headsKv : args.headsQ);
+  if (info.packQueryHeads)
+    gridX = static_cast<unsigned>((static_cast<long long>(gridRows) * group + info.blockM - 1) / info.blockM);
   int smCount = 1;
   if (args.numSplits == 0) {
     StatusOr<int> counted = impl->smCount(driver);
@@ -567,14 +572,14 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
     smCount = *counted;
   }
   params.numSplits = numSplitsFor(args, info, smCount);
-  if (static_cast<long long>(gridX) * params.numSplits * args.headsQ * args.batch > std::numeric_limits<int>::max())
+  if (static_cast<long long>(gridX) * params.numSplits * gridY * args.batch > std::numeric_limits<int>::max())
     return Status::error("the launch grid would have " + std::to_string(gridX) + " x " +
-                         std::to_string(params.numSplits) + " splits x headsQ x batch thread blocks; at most " +
+                         std::to_string(params.numSplits) + " splits x heads x batch thread blocks; at most " +
                          std::to_string(std::numeric_limits<int>::max()) + " are supported: use fewer splits "
                          "(numSplits) or split the batch into several calls");
   gridX *= static_cast<unsigned>(params.numSplits);
   if (params.numSplits == 1)
-    return driver.check(driver.cuLaunchKernel(function->function, gridX, args.headsQ, args.batch, info.threads, 1, 1,
+    return driver.check(driver.cuLaunchKernel(function->function, gridX, gridY, args.batch, info.threads, 1, 1,
                                               info.smemBytes, stream, kernelParams, nullptr),
                         "cuLaunchKernel(" + info.entry + ")");
   const long long rows = detail::lseRows(args);
@@ -599,8 +604,8 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
   params.oAccum = reinterpret_cast<float *>(workspace);
   params.lseAccum = reinterpret_cast<float *>(workspace + splitKvLseOffset(rows, args.headDimV, params.numSplits));
   params.accumSplitStride = rows;
-  if (Status s = driver.check(driver.cuLaunchKernel(function->function, gridX, args.headsQ, args.batch, info.threads,
-                                                    1, 1, info.smemBytes, stream, kernelParams, nullptr),
+  if (Status s = driver.check(driver.cuLaunchKernel(function->function, gridX, gridY, args.batch, info.threads, 1,
+                                                    1, info.smemBytes, stream, kernelParams, nullptr),
                               "cuLaunchKernel(" + info.entry + ")");
       !s.ok())
     return s;

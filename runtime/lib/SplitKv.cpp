@@ -133,9 +133,12 @@ int Runtime::numSplitsFor(const AttentionArgs &args, const KernelInfo &kernel, i
     return args.numSplits;
   const long long rows = args.isVarlen() ? args.maxSeqlenQ : args.seqlenQ;
   const long long keys = args.isVarlen() ? args.maxSeqlenK : args.seqlenK;
-  const long long qTiles = (rows + kernel.blockM - 1) / kernel.blockM;
+  // GQA packing: a block's rows are a K/V head's query heads x query rows.
+  const long long group = kernel.packQueryHeads ? args.headsQ / args.headsKv : 1;
+  const long long heads = kernel.packQueryHeads ? args.headsKv : args.headsQ;
+  const long long qTiles = (rows * group + kernel.blockM - 1) / kernel.blockM;
   const long long kvTiles = (keys + kernel.blockN - 1) / kernel.blockN;
-  return numSplitsHeuristic(qTiles * args.headsQ * args.batch, smCount * kSplitKvBlocksPerSm,
+  return numSplitsHeuristic(qTiles * heads * args.batch, smCount * kSplitKvBlocksPerSm,
                             static_cast<int>(std::min<long long>(kvTiles, INT_MAX)));
 }
 

@@ -34,6 +34,9 @@ public:
         {kStages, "K/V buffers: 1, or 2 to also run Q·Kᵀ one tile ahead of the softmax", kMinStages, kMaxStages},
         {kMinBlocksPerSm, "registers capped so this many blocks fit an SM (0: no cap)", 0,
          kMaxThreadsPerSm / kWarpSize},
+        {kPackGqa, "1: a tile's rows are a K/V head's query heads x query rows (K/V read once per group); 0: one "
+                   "query head a tile",
+         0, 1},
     };
     return specs;
   }
@@ -74,7 +77,8 @@ public:
       apply.knobs.push_back(knob + "=" + std::to_string(value));
     apply.shapeClass = request.shapeClass;
     func.addPass(createTileApplySchedule(apply));
-    func.addPass(createSplitKvPass());
+    auto pack = request.knobs.find(kPackGqa);
+    func.addPass(createSplitKvPass(pack == request.knobs.end() || pack->second != 0));
     func.addPass(createTileSplitBoundary());
     func.addPass(fa2::createPipelinePass());
     func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
@@ -87,7 +91,7 @@ public:
 
 void registerSchedule() {
   schedule::registerSchedule(std::make_unique<DecodeSchedule>());
-  mlir::registerPass([] { return createSplitKvPass(); });
+  mlir::registerPass([] { return createSplitKvPass(/*packQueryHeads=*/true); });
 }
 
 } // namespace flashtile::decode

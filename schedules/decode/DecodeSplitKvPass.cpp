@@ -7,11 +7,14 @@
 //    whole K/V tiles (an empty split walks none), and the variant's masks stay where they were;
 //  - tile.store "o" and "lse" of the finalized state become one tile.store_split, which writes the split's
 //    partial O and LSE for the combine kernel (or, unsplit, the result); finalize's sink moves onto it, so that it
-//    joins each row's softmax once rather than once per split.
+//    joins each row's softmax once rather than once per split;
+//  - with `pack-query-heads` (the default), rows pack the query heads of a K/V head (tile.pack_query_heads,
+//    passes/IR/TilePacking.h) unless a KV-range rule reads its head: one rule for the group's heads must hold.
 //===----------------------------------------------------------------------===//
 #include "schedules/decode/DecodeRegister.h"
 
 #include "passes/IR/TileDialect.h"
+#include "passes/IR/TilePacking.h"
 
 using namespace mlir;
 using namespace flashtile::tile;
@@ -21,6 +24,13 @@ namespace {
 
 struct DecodeSplitKvPass : PassWrapper<DecodeSplitKvPass, OperationPass<FuncOp>> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(DecodeSplitKvPass)
+  DecodeSplitKvPass() = default;
+  DecodeSplitKvPass(const DecodeSplitKvPass &other) : PassWrapper(other) {}
+  explicit DecodeSplitKvPass(bool pack) { packQueryHeads = pack; }
+  Option<bool> packQueryHeads{*this, "pack-query-heads",
+                              llvm::cl::desc("rows pack the query heads of a K/V head (GQA), where the program's "
+                                             "KV-range rules do not read the head"),
+                              llvm::cl::init(true)};
   StringRef getArgument() const override { return "tile-decode-split-kv"; }
   StringRef getName() const override { return "DecodeSplitKv"; }
   StringRef getDescription() const override {
@@ -45,6 +55,12 @@ struct DecodeSplitKvPass : PassWrapper<DecodeSplitKvPass, OperationPass<FuncOp>>
     }
     if (failed(boundBySplit(func)) || failed(storeSplits(func)))
       return signalPassFailure();
+    // A KV-range rule that reads its head (region argument 3) bounds one head's keys; a packed tile spans the
+    // group's heads, so such programs keep one head a tile.
+    bool rulesReadHead = llvm::any_of(func.getBody().getOps<KvRangeOp>(),
+                                      [](KvRangeOp range) { return !range.getRule().front().getArgument(3).use_empty(); });
+    if (packQueryHeads && !rulesReadHead)
+      func->setAttr(kPackQueryHeadsAttr, UnitAttr::get(func.getContext()));
   }
 
   /// lo, hi of the "may" rule → max(lo, split_begin), min(hi, split_end).
@@ -92,6 +108,8 @@ struct DecodeSplitKvPass : PassWrapper<DecodeSplitKvPass, OperationPass<FuncOp>>
 
 } // namespace
 
-std::unique_ptr<Pass> createSplitKvPass() { return std::make_unique<DecodeSplitKvPass>(); }
+std::unique_ptr<Pass> createSplitKvPass(bool packQueryHeads) {
+  return std::make_unique<DecodeSplitKvPass>(packQueryHeads);
+}
 
 } // namespace flashtile::decode

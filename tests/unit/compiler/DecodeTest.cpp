@@ -3,7 +3,8 @@
 // The semantics of split-KV in the CPU interpreter: decode shapes (a few query rows over long keys, grouped-query
 // attention) against the double reference for split counts from 1 to more than the K/V tiles, each K/V tile
 // walked by exactly one split, packed sequences (an empty one included), and the errors of bad split counts. The
-// printed kernels (attention and combine) compile with NVRTC. Every built-in variant runs under split-KV in
+// printed kernels (attention and combine) compile with NVRTC. GQA packing (a K/V head's query heads x query rows as
+// one tile's rows) computes what one head a tile does, reading K/V once per group. Every built-in variant runs under split-KV in
 // VariantTest.cpp. Inputs are random; FLASHTILE_TEST_SEED changes every case's seed.
 //===----------------------------------------------------------------------===//
 #include "AttentionReference.h"
@@ -16,6 +17,7 @@
 #include "interpreter/Interpreter.h"
 #include "interpreter/Rounding.h"
 #include "passes/IR/TileDialect.h"
+#include "passes/IR/TilePacking.h"
 
 #include "mlir/Pass/PassManager.h"
 
@@ -264,5 +266,110 @@ INSTANTIATE_TEST_SUITE_P(Decode, DecodeCompiles,
                            return std::get<0>(info.param) + "_d" + std::to_string(std::get<1>(info.param)) + "_" +
                                   std::get<2>(info.param);
                          });
+
+
+//===----------------------------------------------------------------------===//
+// GQA packing: a tile's rows are the query heads of a K/V head x the query rows
+//===----------------------------------------------------------------------===//
+
+/// A variant whose KV-range rule reads the head: each head sees its own prefix of the keys (head h: the first
+/// 50·(h + 1)), so one rule cannot serve a tile of several heads.
+Variant headPrefix() {
+  return Variant("head_prefix")
+      .mask([](const dsl::Coords &c, const dsl::Params &) { return c.kv < (c.h + 1) * 50; })
+      .kvRange([](const dsl::QTile &q, const dsl::Params &) {
+        return dsl::Range{q.h.literal(0), (q.h + 1) * 50};
+      });
+}
+
+TEST(DecodeGqa, PackedRowsMatchOneHeadPerTileAndReadKvOncePerGroup) {
+  for (const char *variant : {"causal", "alibi_causal", "sinks_causal", "sliding_window_causal"}) {
+    SCOPED_TRACE(variant);
+    MLIRContext context;
+    DiagnosticCapture diags(context);
+    OwningOpRef<ModuleOp> program = buildProgram(context, variant, ElementType::BF16, 64);
+    ASSERT_TRUE(program) << diags.text;
+    OwningOpRef<ModuleOp> packed = scheduledDecode(*program, {{"block-n", 32}});
+    OwningOpRef<ModuleOp> unpacked = scheduledDecode(*program, {{"block-n", 32}, {"pack-gqa", 0}});
+    ASSERT_TRUE(packed && unpacked) << diags.text;
+    EXPECT_TRUE(funcOf(*packed)->hasAttr(tile::kPackQueryHeadsAttr));
+    EXPECT_FALSE(funcOf(*unpacked)->hasAttr(tile::kPackQueryHeadsAttr));
+    // 8 query heads over 2 K/V heads, 3 query rows: 12 packed rows a K/V head, in one 64-row tile.
+    Problem p = problem(2, 3, 301, 8, 2, 64);
+    std::mt19937_64 rng(seedFor(std::string("DecodeGqa") + variant));
+    if (std::string(variant) == "alibi_causal" || std::string(variant) == "sinks_causal") {
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> perHead(p.headsQ);
+      for (int h = 0; h < p.headsQ; ++h)
+        perHead[h] = std::string(variant) == "alibi_causal" ? 0.1f * float(h + 1) : normal(rng);
+      p.inputs = {perHead};
+    }
+    if (std::string(variant) == "sliding_window_causal")
+      p.params = {40.f, -1.f};
+    test::Inputs in = test::randomInputs(p, rng());
+    Outputs reference;
+    ASSERT_TRUE(succeeded(interp::run(funcOf(*program), p, in.q, in.k, in.v, reference.o, reference.lse)))
+        << diags.text;
+    for (int splits : {1, 4}) {
+      p.numSplits = splits;
+      Outputs a, b;
+      interp::RunStats packedStats, unpackedStats;
+      ASSERT_TRUE(succeeded(interp::run(funcOf(*packed), p, in.q, in.k, in.v, a.o, a.lse, &packedStats)))
+          << diags.text;
+      ASSERT_TRUE(succeeded(interp::run(funcOf(*unpacked), p, in.q, in.k, in.v, b.o, b.lse, &unpackedStats)))
+          << diags.text;
+      // Packing changes which rows share a tile, not what any row computes.
+      EXPECT_EQ(test::maxAbsDiff(a.o, b.o), 0.0) << splits << " splits";
+      EXPECT_EQ(a.lse, b.lse) << splits << " splits";
+      EXPECT_LE(test::maxAbsDiff(a.o, reference.o), 2e-2) << splits << " splits";
+      // K tiles: once per K/V head packed, once per query head unpacked.
+      int64_t packedLoads = std::accumulate(packedStats.kTileLoads.begin(), packedStats.kTileLoads.end(), int64_t{0});
+      int64_t unpackedLoads =
+          std::accumulate(unpackedStats.kTileLoads.begin(), unpackedStats.kTileLoads.end(), int64_t{0});
+      EXPECT_GT(packedLoads, 0);
+      EXPECT_EQ(packedLoads * 4, unpackedLoads) << splits << " splits";
+    }
+  }
+}
+
+TEST(DecodeGqa, ProgramsWhoseRangeRulesReadTheHeadAreNotPacked) {
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto program = buildAttentionProgram(context, headPrefix(), ProgramOptions{ElementType::BF16, 64, 64});
+  ASSERT_TRUE(succeeded(program)) << diags.text;
+  OwningOpRef<ModuleOp> decode = scheduledDecode(**program, {{"block-n", 32}});
+  ASSERT_TRUE(decode) << diags.text;
+  EXPECT_FALSE(funcOf(*decode)->hasAttr(tile::kPackQueryHeadsAttr));
+  Problem p = problem(1, 2, 400, 4, 1, 64);
+  test::Inputs in = test::randomInputs(p, seedFor("ProgramsWhoseRangeRulesReadTheHeadAreNotPacked"));
+  Outputs unscheduled, split;
+  ASSERT_TRUE(succeeded(interp::run(funcOf(**program), p, in.q, in.k, in.v, unscheduled.o, unscheduled.lse)));
+  p.numSplits = 3;
+  ASSERT_TRUE(succeeded(interp::run(funcOf(*decode), p, in.q, in.k, in.v, split.o, split.lse))) << diags.text;
+  EXPECT_LE(test::maxAbsDiff(split.o, unscheduled.o), 2e-2);
+}
+
+TEST(DecodeGqa, PackedKernelsPrintEachRowsHead) {
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto built = buildAttentionProgram(context, *variants::byName("alibi_causal"),
+                                     ProgramOptions{ElementType::BF16, 128, 128});
+  ASSERT_TRUE(succeeded(built)) << diags.text;
+  PassManager pm(&context);
+  std::string error;
+  ASSERT_TRUE(succeeded(schedule::buildPipeline(pm, schedule::Request{"decode", "sm_90a", "default", {}}, error)))
+      << error;
+  ASSERT_TRUE(succeeded(pm.run(**built))) << diags.text;
+  FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(funcOf(**built));
+  ASSERT_TRUE(succeeded(kernel)) << diags.text;
+  EXPECT_TRUE(kernel->info.packQueryHeads);
+  const std::string &src = kernel->source;
+  EXPECT_NE(src.find("blockKvHead = blockIdx.y"), std::string::npos);
+  EXPECT_NE(src.find("rowHead[mt][r] = hKv * headsPerKv + row % headsPerKv;"), std::string::npos);
+  EXPECT_NE(src.find("(score[mt][nt][i], b, hRow, q, "), std::string::npos) << src;
+  StatusOr<KernelInfo> parsed = KernelInfo::parse(kernel->info.serialize());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE(parsed->packQueryHeads);
+}
 
 } // namespace

@@ -108,6 +108,11 @@ TEST(SplitKvSplits, ForcedOrFromTheHeuristic) {
   unsplit.combineRows = unsplit.combineThreads = 0;
   args = decodeArgs(1, 131072, 32, 8);
   EXPECT_EQ(Runtime::numSplitsFor(args, unsplit, 132), 1);
+  // GQA packing: one block per K/V head (8), so more splits fill the GPU: the smallest count within 85% of one
+  // full wave (33 splits) is 29.
+  KernelInfo packed = info;
+  packed.packQueryHeads = true;
+  EXPECT_EQ(Runtime::numSplitsFor(args, packed, 132), 29);
 }
 
 TEST(SplitKvSchedule, DecodeSizedCallsAskForTheDecodeSchedule) {
@@ -136,6 +141,12 @@ TEST(SplitKvKernelInfo, CombineFieldsRoundTripAndAreChecked) {
   EXPECT_EQ(parsed->combineRows, 4);
   EXPECT_EQ(parsed->combineThreads, 128);
   EXPECT_TRUE(parsed->splitKv());
+  EXPECT_FALSE(parsed->packQueryHeads);
+  info.packQueryHeads = true;
+  parsed = KernelInfo::parse(info.serialize());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE(parsed->packQueryHeads);
+  info.packQueryHeads = false;
 
   KernelInfo bad = info;
   bad.combineThreads = 96;
@@ -146,6 +157,12 @@ TEST(SplitKvKernelInfo, CombineFieldsRoundTripAndAreChecked) {
   bad = info;
   bad.combineEntry.clear();
   EXPECT_THAT(bad.verify().message(), HasSubstr("combineEntry"));
+  bad = info;
+  bad.combineEntry.clear();
+  bad.combineRows = bad.combineThreads = 0;
+  bad.packQueryHeads = true;
+  EXPECT_THAT(bad.verify().message(), HasSubstr("packQueryHeads"));
+  bad.packQueryHeads = false;
   // Kernels that do not split write no combine fields.
   bad.combineRows = bad.combineThreads = 0;
   EXPECT_EQ(bad.serialize().find("combine"), std::string::npos);
