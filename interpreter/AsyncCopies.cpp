@@ -1,87 +1,81 @@
 //===- AsyncCopies.cpp - the asynchronous-copy protocol of pipelined programs ===//
 #include "interpreter/AsyncCopies.h"
 
-#include <algorithm>
-
 namespace flashtile::interp {
 
 namespace {
-constexpr const char *kNames[] = {"q", "k", "v"};
-
-std::string tileName(int buffer, int64_t tile) { return std::string(kNames[buffer]) + " tile " + std::to_string(tile); }
+std::string tileName(const std::string &operand, int64_t tile) { return operand + " tile " + std::to_string(tile); }
+std::string slotName(AsyncCopies::Slot slot) {
+  return "slot " + std::to_string(slot.second) + " of buffer " + std::to_string(slot.first);
+}
 } // namespace
 
-std::optional<int> AsyncCopies::bufferOf(const std::string &operand) {
-  for (int i = 0; i < 3; ++i)
-    if (operand == kNames[i])
-      return i;
-  return std::nullopt;
+bool &AsyncCopies::enabled() {
+  static bool on = true;
+  return on;
 }
 
-int AsyncCopies::bufferIndex(int operand, int64_t tile) const {
-  int slots = std::min(stages, kMaxStages);
-  int slot = operand == 0 ? 0 : static_cast<int>(((tile % slots) + slots) % slots);
-  return operand * kMaxStages + slot;
-}
-
-std::optional<std::string> AsyncCopies::copy(int operand, int64_t tile, bool pred) {
-  int buffer = bufferIndex(operand, tile);
-  Buffer &b = buffers[buffer];
-  if (pred) {
-    if (b.incoming)
-      return "pipeline hazard: copy of " + tileName(operand, tile) + " starts while the copy of tile " +
-             std::to_string(*b.incoming) + " into the same buffer is still in flight";
-    if (b.readSinceBarrier)
-      return "pipeline hazard: copy of " + tileName(operand, tile) + " overwrites the buffer holding tile " +
-             std::to_string(*b.landed) +
-             " with no tile.wait_async barrier since it was read (other warps may "
-             "still be reading it)";
-    b.incoming = tile;
+std::optional<std::string> AsyncCopies::copy(const std::string &operand, int64_t tile, Slot slot, bool pred,
+                                             int64_t &token) {
+  token = static_cast<int64_t>(copies.size());
+  copies.push_back({operand, tile, slot, pred});
+  if (!pred) {
+    copies.back().landed = true;
+    return std::nullopt;
   }
-  groups.push_back({operand, buffer, pred ? std::optional<int64_t>(tile) : std::nullopt});
+  SlotState &s = slots[slot];
+  if (enabled()) {
+    if (s.incoming)
+      return "pipeline hazard: copy of " + tileName(operand, tile) + " into " + slotName(slot) + " starts while the " +
+             "copy of " + tileName(copies[*s.incoming].operand, copies[*s.incoming].tile) +
+             " into it is still in flight";
+    if (s.readSinceBarrier)
+      return "pipeline hazard: copy of " + tileName(operand, tile) + " overwrites " +
+             tileName(s.landed->first, s.landed->second) + " in " + slotName(slot) +
+             " with no tile.wait barrier since it was read (other threads may still be reading it)";
+  }
+  s.incoming = token;
   return std::nullopt;
 }
 
-std::optional<std::string> AsyncCopies::wait(int operand, int64_t pending) {
-  if (pending < 0)
-    return "wait_async " + std::string(kNames[operand]) + " has a negative pending count " + std::to_string(pending);
-  // The operand's newest group must be among those that land.
-  for (int64_t i = static_cast<int64_t>(groups.size()) - 1; i >= 0; --i) {
-    if (groups[i].operand != operand)
+std::optional<std::string> AsyncCopies::wait(const std::vector<int64_t> &tokens) {
+  for (int64_t token : tokens) {
+    if (token < 0 || token >= static_cast<int64_t>(copies.size())) {
+      if (enabled())
+        return "pipeline hazard: tile.wait on a token that no tile.copy_async produced";
       continue;
-    int64_t newer = static_cast<int64_t>(groups.size()) - 1 - i;
-    if (newer < pending)
-      return "pipeline hazard: wait_async " + std::string(kNames[operand]) + " {pending = " + std::to_string(pending) +
-             "} may return before its copy lands: only " + std::to_string(newer) + " copy groups were started after it";
-    break;
-  }
-  while (static_cast<int64_t>(groups.size()) > pending) {
-    Group g = groups.front();
-    groups.pop_front();
-    if (g.tile) {
-      buffers[g.buffer].landed = g.tile;
-      buffers[g.buffer].incoming.reset();
     }
+    Copy &c = copies[token];
+    if (c.landed)
+      continue;
+    c.landed = true;
+    SlotState &s = slots[c.slot];
+    s.landed = std::make_pair(c.operand, c.tile);
+    s.incoming.reset();
   }
-  for (Buffer &b : buffers)
-    b.readSinceBarrier = false;
+  for (auto &entry : slots)
+    entry.second.readSinceBarrier = false;
   return std::nullopt;
 }
 
-std::optional<std::string> AsyncCopies::load(int operand, int64_t tile) {
-  Buffer &b = buffers[bufferIndex(operand, tile)];
-  std::string what = "pipeline hazard: load of " + tileName(operand, tile) + " but ";
-  if (b.incoming && *b.incoming == tile)
-    return what + "its copy has not landed (no tile.wait_async " + kNames[operand] + " since it started)";
-  if (b.incoming)
-    return what + (b.landed ? "the buffer holds tile " + std::to_string(*b.landed) + " and" : "no copy landed and") +
-           " the copy of tile " + std::to_string(*b.incoming) +
-           " into it is in flight (a copy may start only after the buffer's previous tile is read)";
-  if (!b.landed)
-    return what + "no copy landed in its buffer";
-  if (*b.landed != tile)
-    return what + "the buffer holds tile " + std::to_string(*b.landed);
-  b.readSinceBarrier = true;
+std::optional<std::string> AsyncCopies::load(const std::string &operand, int64_t tile, Slot slot) {
+  SlotState &s = slots[slot];
+  s.readSinceBarrier = true;
+  if (!enabled())
+    return std::nullopt;
+  std::string what = "pipeline hazard: load of " + tileName(operand, tile) + " from " + slotName(slot) + " but ";
+  if (s.incoming) {
+    const Copy &c = copies[*s.incoming];
+    if (c.operand == operand && c.tile == tile)
+      return what + "its copy has not landed (no tile.wait on its token since it started)";
+    return what + (s.landed ? "the slot holds " + tileName(s.landed->first, s.landed->second) + " and" : "no copy landed and") +
+           " the copy of " + tileName(c.operand, c.tile) +
+           " into it is in flight (a copy may start only after the slot's previous tile is read)";
+  }
+  if (!s.landed)
+    return what + "no copy landed in the slot";
+  if (*s.landed != std::make_pair(operand, tile))
+    return what + "the slot holds " + tileName(s.landed->first, s.landed->second);
   return std::nullopt;
 }
 

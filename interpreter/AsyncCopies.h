@@ -1,56 +1,60 @@
 //===- AsyncCopies.h - the asynchronous-copy protocol of pipelined programs ===//
 //
-// After tile-fa2-pipeline, Q, K and V tiles reach the compute through shared-memory buffers: one for Q and `stages`
-// for K and for V (tile j in buffer j mod stages). `tile.copy_async X[j]` starts filling tile j's buffer,
-// `tile.wait_async X {pending = n}` lands every copy group but the n newest (cp.async.wait_group semantics: groups
-// complete in issue order) and synchronizes the block, and `tile.load X[j]` reads the buffer. This class replays those
-// events for one program instance and names the first hazard: a load of a tile that has not landed (or was
-// overwritten), a copy into a buffer whose previous copy is still in flight or whose contents other warps may still be
-// reading, a wait that cannot guarantee its copy. No MLIR dependency.
+// A pipelined program moves Q, K and V tiles through shared-memory buffers (tile.buffer) of one or more slots
+// (tile.slot): `tile.copy_async X[j] into %slot` starts filling the slot and returns a token, `tile.wait %t...`
+// lands the copies behind its tokens and synchronizes the block, `tile.load X[j] from %slot` reads the slot. This
+// class replays those events for one program instance and names the first hazard: a read of a slot whose copy has
+// not been waited on (or that holds another tile), a copy into a slot whose previous copy is still in flight or
+// whose contents some thread may still be reading (no barrier since the read), a wait on a token no copy produced.
+// A wait lands only the copies it names: a program that relies on a target's copy order (cp.async groups complete
+// in order) to land an unnamed copy is wrong on targets whose copies complete independently (TMA). No MLIR
+// dependency.
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_INTERPRETER_ASYNCCOPIES_H
 #define FLASHTILE_INTERPRETER_ASYNCCOPIES_H
 
-#include <array>
 #include <cstdint>
-#include <deque>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace flashtile::interp {
 
 class AsyncCopies {
 public:
-  /// `stages`: buffers per K/V operand (the schedule's), 1 or more.
-  explicit AsyncCopies(int stages = 1) : stages(stages < 1 ? 1 : stages) {}
+  /// A slot: (buffer, slot index). Buffers are numbered by the caller.
+  using Slot = std::pair<int64_t, int64_t>;
+  /// What a token stands for: a copy's number (0, 1, ...), or kNoToken for a value no copy produced.
+  static constexpr int64_t kNoToken = -1;
 
-  /// The operand behind "q", "k" or "v"; nothing for other names.
-  static std::optional<int> bufferOf(const std::string &operand);
-
-  /// `copy_async X[tile] if pred`: a predicated-off copy moves no data but still counts as a copy group.
-  std::optional<std::string> copy(int operand, int64_t tile, bool pred);
-  /// `wait_async X {pending}`: lands all groups but the `pending` newest; a block-wide barrier.
-  std::optional<std::string> wait(int operand, int64_t pending);
-  /// `load X[tile]`: the tile's buffer must hold `tile`, landed and not being overwritten.
-  std::optional<std::string> load(int operand, int64_t tile);
+  /// `copy_async X[tile] into slot if pred`: returns the copy's token. A predicated-off copy moves no data and its
+  /// token completes at once.
+  std::optional<std::string> copy(const std::string &operand, int64_t tile, Slot slot, bool pred, int64_t &token);
+  /// `wait %tokens`: lands the tokens' copies; then a block-wide barrier.
+  std::optional<std::string> wait(const std::vector<int64_t> &tokens);
+  /// `load X[tile] from slot`: the slot must hold X's tile `tile`, landed, with no copy into it in flight.
+  std::optional<std::string> load(const std::string &operand, int64_t tile, Slot slot);
+  /// Whether this checker is on; off, every event is accepted (tests show that the hazards they plant are caught
+  /// by the checker, not by something else).
+  static bool &enabled();
 
 private:
-  static constexpr int kMaxStages = 4;
-  /// The buffer of `tile` of `operand` (Q has one).
-  int bufferIndex(int operand, int64_t tile) const;
-
-  struct Group {
-    int operand, buffer;
-    std::optional<int64_t> tile; // nothing: predicated off
+  struct Copy {
+    std::string operand;
+    int64_t tile;
+    Slot slot;
+    bool moves; // false: predicated off
+    bool landed = false;
   };
-  struct Buffer {
-    std::optional<int64_t> landed;   // the tile the buffer holds
-    std::optional<int64_t> incoming; // the tile being copied into it
-    bool readSinceBarrier = false;   // some warp may still be reading `landed`
+  struct SlotState {
+    std::optional<std::pair<std::string, int64_t>> landed; // the tile the slot holds
+    std::optional<int64_t> incoming;                        // the copy filling it
+    bool readSinceBarrier = false;                          // some thread may still be reading `landed`
   };
-  std::deque<Group> groups; // in flight, oldest first
-  std::array<Buffer, 3 * kMaxStages> buffers;
-  int stages;
+  std::vector<Copy> copies;
+  std::map<Slot, SlotState> slots;
 };
 
 } // namespace flashtile::interp

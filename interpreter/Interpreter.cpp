@@ -114,10 +114,6 @@ public:
         roundOut(roundFor(func.getDtype())), blockM(qTileRows(func, longestSeqlenQ(problem))) {
     packed = func->hasAttr(tile::kPackQueryHeadsAttr);
     group = problem.headsKv > 0 ? problem.headsQ / problem.headsKv : 1;
-    pipelined = func.walk([](Operation *op) {
-                      return isa<CopyAsyncOp, WaitAsyncOp>(op) ? WalkResult::interrupt() : WalkResult::advance();
-                    })
-                    .wasInterrupted();
   }
 
   LogicalResult run(std::vector<float> &o, std::vector<float> &lse, RunStats *stats);
@@ -136,8 +132,10 @@ private:
   LogicalResult exec(InputOp op);
   LogicalResult exec(KvRangeOp op);
   LogicalResult exec(LoadOp op);
+  LogicalResult exec(BufferOp op);
+  LogicalResult exec(SlotOp op);
   LogicalResult exec(CopyAsyncOp op);
-  LogicalResult exec(WaitAsyncOp op);
+  LogicalResult exec(WaitOp op);
   LogicalResult exec(StoreOp op);
   LogicalResult exec(StoreSplitOp op);
   LogicalResult exec(QkOp op);
@@ -179,7 +177,6 @@ private:
   Tensor q, k, v;
   RoundFn roundOut;
   int64_t blockM;
-  bool pipelined = false;
   bool packed = false; ///< tile.pack_query_heads: instances are (batch, K/V head, tile of the group's rows)
   int64_t group = 1;   ///< query heads per K/V head
   std::vector<float> *outO = nullptr, *outLse = nullptr;
@@ -195,6 +192,9 @@ private:
   llvm::DenseMap<Value, Scalar> scalars;
   llvm::DenseMap<Value, TilePtr> tiles;
   llvm::DenseMap<Value, StatePtr> states;
+  llvm::DenseMap<Value, int64_t> buffers;             ///< tile.buffer -> its number
+  llvm::DenseMap<Value, AsyncCopies::Slot> slots;     ///< tile.slot -> (buffer, slot)
+  llvm::DenseMap<Value, int64_t> tokens;              ///< token -> the copy it stands for
 };
 
 LogicalResult Interpreter::fail(Operation *op, const Twine &message) {
@@ -271,7 +271,10 @@ LogicalResult Interpreter::runInstance() {
   scalars.clear();
   tiles.clear();
   states.clear();
-  copies = AsyncCopies(func.getScheduleAttr() ? static_cast<int>(func.getScheduleAttr().getStages()) : 1);
+  buffers.clear();
+  slots.clear();
+  tokens.clear();
+  copies = AsyncCopies();
   storesO = storesLse = 0;
   if (failed(execBlock(func.getBodyBlock())))
     return failure();
@@ -290,7 +293,7 @@ LogicalResult Interpreter::execBlock(Block &block) {
 
 LogicalResult Interpreter::exec(Operation &op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(&op)
-      .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, CopyAsyncOp, WaitAsyncOp, StoreOp, QkOp,
+      .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, BufferOp, SlotOp, CopyAsyncOp, WaitOp, StoreOp, QkOp,
             ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp,
             StoreSplitOp>(
           [&](auto tileOp) { return exec(tileOp); })
@@ -444,12 +447,31 @@ LogicalResult Interpreter::exec(KvLoopOp op) {
   FailureOr<StatePtr> init = state(op, op.getInit());
   if (failed(init))
     return failure();
-  SmallVector<TilePtr> carried;
-  for (Value v : op.getCarried()) {
-    FailureOr<TilePtr> t = tile(op, v);
+  // Carried tiles, and tokens (the copies they stand for).
+  struct Carried {
+    TilePtr tile;
+    int64_t token = AsyncCopies::kNoToken;
+  };
+  auto carriedValue = [&](Operation *user, Value v) -> FailureOr<Carried> {
+    if (isa<TokenType>(v.getType()))
+      return Carried{nullptr, tokens.lookup_or(v, AsyncCopies::kNoToken)};
+    FailureOr<TilePtr> t = tile(user, v);
     if (failed(t))
       return failure();
-    carried.push_back(*t);
+    return Carried{*t};
+  };
+  auto bind = [&](Value v, const Carried &c) {
+    if (isa<TokenType>(v.getType()))
+      tokens[v] = c.token;
+    else
+      tiles[v] = c.tile;
+  };
+  SmallVector<Carried> carried;
+  for (Value v : op.getCarried()) {
+    FailureOr<Carried> c = carriedValue(op, v);
+    if (failed(c))
+      return failure();
+    carried.push_back(*c);
   }
   int64_t from = 0, to = 0;
   if (op.isBounded()) {
@@ -470,7 +492,7 @@ LogicalResult Interpreter::exec(KvLoopOp op) {
     scalars[op.getTileIndex()] = Scalar::integer(descending ? to - 1 - step : from + step);
     states[op.getStateArg()] = current;
     for (auto [arg, value] : llvm::zip(op.getCarriedArgs(), carried))
-      tiles[arg] = value;
+      bind(arg, value);
     if (failed(execBlock(body)))
       return failure();
     FailureOr<StatePtr> next = state(yield, yield.getValues()[0]);
@@ -478,15 +500,15 @@ LogicalResult Interpreter::exec(KvLoopOp op) {
       return failure();
     current = *next;
     for (auto [i, value] : llvm::enumerate(yield.getValues().drop_front())) {
-      FailureOr<TilePtr> t = tile(yield, value);
-      if (failed(t))
+      FailureOr<Carried> c = carriedValue(yield, value);
+      if (failed(c))
         return failure();
-      carried[i] = *t;
+      carried[i] = *c;
     }
   }
   states[op.getResult()] = current;
   for (auto [result, value] : llvm::zip(op.getCarriedResults(), carried))
-    tiles[result] = value;
+    bind(result, value);
   return success();
 }
 
@@ -531,9 +553,12 @@ LogicalResult Interpreter::exec(LoadOp op) {
     if (name == "k" && kTileLoads)
       ++*kTileLoads;
   }
-  if (pipelined)
-    if (auto hazard = copies.load(*AsyncCopies::bufferOf(name.str()), index))
+  if (Value slot = op.getSlot()) {
+    if (!slots.contains(slot))
+      return fail(op, "reads a slot no tile.slot selected");
+    if (auto hazard = copies.load(name.str(), index, slots.lookup(slot)))
       return fail(op, *hazard);
+  }
   // Rows past the sequence read as zero.
   Tile t = Tile::zeros(rows, source.width);
   t.rowBase = first;
@@ -546,6 +571,26 @@ LogicalResult Interpreter::exec(LoadOp op) {
       t.at(r, d) = source.at(inst.entry, row0 + row, rowHead, d);
   }
   return define(op, op.getResult(), std::move(t));
+}
+
+LogicalResult Interpreter::exec(BufferOp op) {
+  int64_t number = static_cast<int64_t>(buffers.size());
+  buffers[op.getResult()] = number;
+  return success();
+}
+
+LogicalResult Interpreter::exec(SlotOp op) {
+  if (!buffers.contains(op.getBuffer()))
+    return fail(op, "selects a slot of a value that is not a tile.buffer");
+  int64_t n = op.getBuffer().getType().getSlots(), index = 0;
+  if (op.getIndex()) {
+    FailureOr<Scalar> j = scalar(op, op.getIndex());
+    if (failed(j))
+      return failure();
+    index = ((j->i % n) + n) % n;
+  }
+  slots[op.getResult()] = {buffers.lookup(op.getBuffer()), index};
+  return success();
 }
 
 LogicalResult Interpreter::exec(CopyAsyncOp op) {
@@ -566,13 +611,20 @@ LogicalResult Interpreter::exec(CopyAsyncOp op) {
   // Loads check the upper end of the range; a copy has no tile type to derive the tile count from.
   if (pred && index < 0)
     return fail(op, "copy of " + op.getOperand() + " tile " + Twine(index) + " outside the sequence");
-  if (auto hazard = copies.copy(*AsyncCopies::bufferOf(op.getOperand().str()), index, pred))
+  if (!slots.contains(op.getSlot()))
+    return fail(op, "copies into a slot no tile.slot selected");
+  int64_t token = AsyncCopies::kNoToken;
+  if (auto hazard = copies.copy(op.getOperand().str(), index, slots.lookup(op.getSlot()), pred, token))
     return fail(op, *hazard);
+  tokens[op.getResult()] = token;
   return success();
 }
 
-LogicalResult Interpreter::exec(WaitAsyncOp op) {
-  if (auto hazard = copies.wait(*AsyncCopies::bufferOf(op.getOperand().str()), op.getPending()))
+LogicalResult Interpreter::exec(WaitOp op) {
+  std::vector<int64_t> waited;
+  for (Value token : op.getTokens())
+    waited.push_back(tokens.lookup_or(token, AsyncCopies::kNoToken));
+  if (auto hazard = copies.wait(waited))
     return fail(op, *hazard);
   return success();
 }

@@ -19,8 +19,13 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/Matchers.h"
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
+
+#include <algorithm>
+#include <limits>
 
 using namespace mlir;
 using namespace flashtile::tile;
@@ -146,11 +151,15 @@ LogicalResult checkInPlace(FuncOp func) {
       // Carried tiles are the scores of the loop's own tile j: "score" in the kernel, refilled from the
       // "scoreNext" of the iteration before (or the prologue's Q·Kᵀ).
       auto yield = cast<YieldOp>(loop.getBody().front().getTerminator());
+      auto carriesTile = [](Value v) { return isa<RankedTensorType>(v.getType()); };
+      int64_t tiles = llvm::count_if(loop.getCarried(), carriesTile);
       for (auto [arg, init, yielded, result] : llvm::zip(loop.getCarriedArgs(), loop.getCarried(),
                                                          yield.getValues().drop_front(), loop.getCarriedResults())) {
+        if (!carriesTile(init))
+          continue; // a token: no registers
         auto fromQk = [](Value v) { return v.getDefiningOp<QkOp>() && v.hasOneUse(); };
         auto fromLoop = [](Value v) { return isa_and_nonnull<KvLoopOp>(v.getDefiningOp()) && v.hasOneUse(); };
-        if (loop.getCarried().size() != 1 || !(fromQk(init) || fromLoop(init)) || !fromQk(yielded) ||
+        if (tiles != 1 || !(fromQk(init) || fromLoop(init)) || !fromQk(yielded) ||
             yielded.getParentBlock() != &loop.getBody().front() || failed(usedOnce(arg, "a register tile")) ||
             !(result.use_empty() || (result.hasOneUse() && isa<KvLoopOp>(*result.user_begin())))) {
           loop.emitOpError() << "carries a tile the CUDA printer cannot keep in registers; it carries one score "
@@ -200,6 +209,120 @@ KeyArg keyArgOf(Region &region) {
   return floatKey ? KeyArg::Split : KeyArg::Kv;
 }
 
+//===----------------------------------------------------------------------===//
+// Tokens: which copies a wait waits for, and how many copies started after them
+//===----------------------------------------------------------------------===//
+
+/// Copies started in `block` strictly between `from` (null: the block's start) and `to` (null: its end). A K/V loop
+/// in between counts none: it may run no iteration.
+int64_t copiesBetween(Block *block, Operation *from, Operation *to) {
+  auto it = from ? std::next(from->getIterator()) : block->begin();
+  auto end = to ? to->getIterator() : block->end();
+  int64_t n = 0;
+  for (; it != end; ++it)
+    n += isa<CopyAsyncOp>(*it);
+  return n;
+}
+
+/// Copies started from the top of `ancestor`'s nested blocks down to `point` (`ancestor` holds `point`, or is it).
+int64_t copiesDown(Operation *ancestor, Operation *point) {
+  int64_t n = 0;
+  while (ancestor != point) {
+    Block *block = nullptr;
+    for (Region &region : ancestor->getRegions())
+      for (Block &b : region)
+        if (b.findAncestorOpInBlock(*point))
+          block = &b;
+    Operation *inner = block->findAncestorOpInBlock(*point);
+    n += copiesBetween(block, nullptr, inner);
+    ancestor = inner;
+  }
+  return n;
+}
+
+constexpr int64_t kNoPath = std::numeric_limits<int64_t>::max() / 4;
+
+/// The fewest copies started after the copy behind `token` and before `point`, over every path (first iteration or
+/// back edge of a loop carrying it; a loop that ran or did not). `visiting` cuts cycles (a token passed through a
+/// loop unchanged).
+FailureOr<int64_t> copiesSince(Value token, Operation *point, llvm::SmallPtrSetImpl<void *> &visiting) {
+  if (!visiting.insert(token.getAsOpaquePointer()).second)
+    return kNoPath;
+  auto done = llvm::make_scope_exit([&] { visiting.erase(token.getAsOpaquePointer()); });
+  auto minOf = [](FailureOr<int64_t> a, FailureOr<int64_t> b) -> FailureOr<int64_t> {
+    if (failed(a) || failed(b))
+      return failure();
+    return std::min(*a, *b);
+  };
+  // From the op that makes (or passes on) the token, along `block` down to `point`.
+  auto after = [&](Block *block, Operation *from) -> FailureOr<int64_t> {
+    Operation *ancestor = block->findAncestorOpInBlock(*point);
+    if (!ancestor)
+      return point->emitOpError() << "waits for a token that does not reach it";
+    return copiesBetween(block, from, ancestor) + copiesDown(ancestor, point);
+  };
+  if (auto copy = token.getDefiningOp<CopyAsyncOp>())
+    return after(copy->getBlock(), copy);
+  if (auto arg = dyn_cast<BlockArgument>(token)) {
+    auto loop = dyn_cast<KvLoopOp>(arg.getOwner()->getParentOp());
+    if (loop && arg.getArgNumber() >= 2) {
+      unsigned i = arg.getArgNumber() - 2;
+      auto yield = cast<YieldOp>(arg.getOwner()->getTerminator());
+      FailureOr<int64_t> inside = after(arg.getOwner(), nullptr);
+      FailureOr<int64_t> path = minOf(copiesSince(loop.getCarried()[i], loop, visiting),
+                                      copiesSince(yield.getValues()[i + 1], yield, visiting));
+      if (failed(inside) || failed(path))
+        return failure();
+      return *path + *inside;
+    }
+  }
+  if (auto result = dyn_cast<OpResult>(token)) {
+    if (auto loop = dyn_cast<KvLoopOp>(result.getOwner()); loop && result.getResultNumber() >= 1) {
+      unsigned i = result.getResultNumber() - 1;
+      auto yield = cast<YieldOp>(loop.getBody().front().getTerminator());
+      FailureOr<int64_t> outside = after(loop->getBlock(), loop);
+      FailureOr<int64_t> path = minOf(copiesSince(yield.getValues()[i + 1], yield, visiting),
+                                      copiesSince(loop.getCarried()[i], loop, visiting));
+      if (failed(outside) || failed(path))
+        return failure();
+      return *path + *outside;
+    }
+  }
+  return point->emitOpError() << "waits for a token that no tile.copy_async produced";
+}
+FailureOr<int64_t> copiesSince(Value token, Operation *point) {
+  llvm::SmallPtrSet<void *, 8> visiting;
+  FailureOr<int64_t> n = copiesSince(token, point, visiting);
+  if (succeeded(n) && *n >= kNoPath)
+    return point->emitOpError() << "waits for a token that no tile.copy_async produced";
+  return n;
+}
+
+/// The copies a token may stand for (through the loops that carry it).
+SmallVector<CopyAsyncOp> copiesBehind(Value token) {
+  SmallVector<CopyAsyncOp> copies;
+  SmallVector<Value> work = {token};
+  llvm::DenseSet<Value> seen;
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    if (!seen.insert(v).second)
+      continue;
+    if (auto copy = v.getDefiningOp<CopyAsyncOp>()) {
+      copies.push_back(copy);
+    } else if (auto arg = dyn_cast<BlockArgument>(v)) {
+      if (auto loop = dyn_cast<KvLoopOp>(arg.getOwner()->getParentOp()); loop && arg.getArgNumber() >= 2) {
+        work.push_back(loop.getCarried()[arg.getArgNumber() - 2]);
+        work.push_back(cast<YieldOp>(arg.getOwner()->getTerminator()).getValues()[arg.getArgNumber() - 1]);
+      }
+    } else if (auto loop = dyn_cast<KvLoopOp>(v.getDefiningOp()); loop && cast<OpResult>(v).getResultNumber() >= 1) {
+      unsigned i = cast<OpResult>(v).getResultNumber() - 1;
+      work.push_back(loop.getCarried()[i]);
+      work.push_back(cast<YieldOp>(loop.getBody().front().getTerminator()).getValues()[i + 1]);
+    }
+  }
+  return copies;
+}
+
 class KernelPrinter {
 public:
   KernelPrinter(FuncOp func, TileTarget &target, ScalarHelpers &helpers)
@@ -231,6 +354,9 @@ private:
   FailureOr<std::string> operand(Value v, Operation *user);
   /// The index expression of the K tile a score tile was computed from.
   FailureOr<std::string> kTileOf(Value scores, Operation *user);
+  /// A copy or load of tile `index` through `slot`: targets address tile j's slot as j mod stages, so the slot must
+  /// be tile.slot of the same index in a buffer of the schedule's stages (Q: one slot).
+  LogicalResult checkSlot(Operation *op, Value slot, Value index);
   /// Prints `region` as `returnType base(args..., const FlashtileSequence &p)` (args[0] may be a float
   /// score; the others are int coordinates) unless an identical function exists; returns its name.
   FailureOr<std::string> variantFunction(Operation *op, Region &body, StringRef base, StringRef returnType,
@@ -361,10 +487,14 @@ void KernelPrinter::assignNames() {
     } else if (auto loop = dyn_cast<KvLoopOp>(op); loop && loop.isBounded()) {
       scalars.hint(loop.getUpper(), camel(loop.getSegment()) + "End");
       scalars.hint(loop.getLower(), camel(loop.getSegment()) + "Begin");
-    } else if (isa<CopyAsyncOp, LoadOp>(op) && op->getNumOperands() > 0) {
+    } else if (isa<CopyAsyncOp, LoadOp>(op)) {
       // K/V tile indices of the pipeline, by their distance from the loop's tile (or the walk's first tile).
-      Value index = op->getOperand(0);
-      Value pred = op->getNumOperands() > 1 ? op->getOperand(1) : Value();
+      auto copy = dyn_cast<CopyAsyncOp>(op);
+      auto load = dyn_cast<LoadOp>(op);
+      Value index = copy ? copy.getIndex() : load.getIndex();
+      Value pred = copy ? copy.getPred() : load.getPred();
+      if (!index)
+        return;
       bool inLoop = op->getParentOfType<KvLoopOp>() != nullptr;
       auto sub = index.getDefiningOp<arith::SubIOp>();
       APInt distance;
@@ -411,6 +541,20 @@ FailureOr<std::string> KernelPrinter::kTileOf(Value scores, Operation *user) {
   if (KvLoopOp loop = carriedOf(v))
     return operand(loop.getTileIndex(), user);
   return user->emitOpError() << "works on scores that do not come from tile.qk of a tile.load \"k\"[index]";
+}
+
+LogicalResult KernelPrinter::checkSlot(Operation *op, Value slot, Value index) {
+  auto select = slot.getDefiningOp<SlotOp>();
+  auto buffer = select ? select.getBuffer().getDefiningOp<BufferOp>() : BufferOp();
+  if (!buffer || select.getIndex() != index)
+    return op->emitOpError() << "moves its tile through a slot that is not tile.slot of its own tile index in a "
+                                "tile.buffer; the CUDA printer puts tile j in slot j mod slots";
+  int64_t slots = buffer.getBuffer().getType().getSlots();
+  int64_t expected = index ? func.getScheduleAttr().getStages() : 1;
+  if (slots != expected)
+    return op->emitOpError() << "moves its tile through a buffer of " << slots << " slots; the schedule's kernel has "
+                             << expected << " (#tile.schedule stages for K and V, 1 for Q)";
+  return success();
 }
 
 LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &shape) {
@@ -678,9 +822,14 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
     }
     return scalars.emit(op);
   }
+  // Buffers and slots print nothing: a target places its buffers in setup and addresses tile j's slot itself.
+  if (isa<BufferOp, SlotOp>(op))
+    return success();
   // A stage reads apart from scalar code that does not feed it (its own index and predicate stay with it).
-  if (Operation *prev = op->getPrevNode();
-      prev && ScalarEmitter::isScalarOp(prev) && !llvm::is_contained(op->getOperands(), prev->getResult(0)))
+  Operation *prev = op->getPrevNode();
+  while (prev && isa<BufferOp, SlotOp>(prev))
+    prev = prev->getPrevNode();
+  if (prev && ScalarEmitter::isScalarOp(prev) && !llvm::is_contained(op->getOperands(), prev->getResult(0)))
     w.separate();
   auto index = [&](Value v) -> FailureOr<std::string> {
     if (!v)
@@ -693,7 +842,9 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
           .Case([&](KvLoopOp loop) { return printKvLoop(loop); })
           .Case([&](YieldOp yield) {
             // A K/V loop's state: the registers carry it over; carried scores move into "score".
-            if (yield.getValues().size() > 1 && isa<KvLoopOp>(yield->getParentOp()))
+            bool carriesTile = llvm::any_of(yield.getValues().drop_front(),
+                                            [](Value v) { return isa<RankedTensorType>(v.getType()); });
+            if (carriesTile && isa<KvLoopOp>(yield->getParentOp()))
               target.carryScores(w, "scoreNext");
             return success();
           })
@@ -705,22 +856,42 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             FailureOr<Operand> which = operandOf(op, copy.getOperand());
             FailureOr<std::string> tile = index(copy.getIndex());
             FailureOr<CExpr> pred = copy.getPred() ? scalars.expr(copy.getPred(), op) : CExpr{};
-            if (failed(which) || failed(tile) || failed(pred))
+            if (failed(which) || failed(tile) || failed(pred) || failed(checkSlot(op, copy.getSlot(), copy.getIndex())))
               return failure();
             target.copyAsync(w, *which, *tile, pred->text);
             return success();
           })
-          .Case([&](WaitAsyncOp wait) -> LogicalResult {
-            FailureOr<Operand> which = operandOf(op, wait.getOperand());
-            if (failed(which))
-              return failure();
-            target.waitAsync(w, *which, static_cast<int64_t>(wait.getPending()));
+          .Case([&](WaitOp wait) -> LogicalResult {
+            // Copies complete in the order they started (a target's copy groups): the wait covers its tokens
+            // once at most `newer` copies, started after the newest of them on any path here, stay in flight.
+            int64_t newer = std::numeric_limits<int64_t>::max();
+            std::vector<Operand> waited;
+            for (Value token : wait.getTokens()) {
+              FailureOr<int64_t> since = copiesSince(token, op);
+              if (failed(since))
+                return failure();
+              newer = std::min(newer, *since);
+              for (CopyAsyncOp copy : copiesBehind(token)) {
+                FailureOr<Operand> which = operandOf(copy, copy.getOperand());
+                if (failed(which))
+                  return failure();
+                if (!llvm::is_contained(waited, *which))
+                  waited.push_back(*which);
+              }
+            }
+            std::sort(waited.begin(), waited.end());
+            target.wait(w, waited, newer);
             return success();
           })
           .Case([&](LoadOp load) -> LogicalResult {
             FailureOr<Operand> which = operandOf(op, load.getOperand());
             FailureOr<std::string> tile = index(load.getIndex());
             if (failed(which) || failed(tile))
+              return failure();
+            if (!load.getSlot())
+              return load.emitOpError() << "reads global memory directly; the CUDA printer reads tiles from the "
+                                           "shared-memory slots a pipeline filled (tile.load ... from %slot)";
+            if (failed(checkSlot(op, load.getSlot(), load.getIndex())))
               return failure();
             if (load.getPred()) {
               FailureOr<CExpr> pred = scalars.expr(load.getPred(), op);

@@ -34,7 +34,7 @@ struct KernelShape {
   bool packQueryHeads = false;
 };
 
-/// The tiles `tile.copy_async`, `tile.wait_async` and `tile.load` name.
+/// The tiles `tile.buffer`, `tile.copy_async` and `tile.load` name.
 enum class Operand { Q, K, V };
 
 /// How the K/V loops pass a score's key coordinate to a variant function (scoreMod, mask).
@@ -62,9 +62,12 @@ public:
 
   /// `tile.copy_async`: `tile` is the K/V tile index (empty for Q), `pred` a C condition (empty: always).
   virtual void copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) = 0;
-  /// `tile.wait_async {pending}`: at most `pending` newer copies stay in flight; then a block-wide barrier.
-  virtual void waitAsync(CudaWriter &w, Operand operand, int64_t pending) = 0;
-  /// `tile.load`: the tile is in its shared-memory buffer; `tile` is its index (empty for Q).
+  /// `tile.wait` on the tokens of copies of `operands` (sorted, distinct): copies complete in the order they
+  /// started, and the waited ones have landed once at most `newerCopies` copies stay in flight (the fewest started
+  /// after the newest waited copy on any path to the wait); then a block-wide barrier.
+  virtual void wait(CudaWriter &w, const std::vector<Operand> &operands, int64_t newerCopies) = 0;
+  /// `tile.load`: the tile is in its shared-memory slot (tile j in slot j % stages); `tile` is its index (empty for
+  /// Q).
   virtual void load(CudaWriter &w, Operand operand, const std::string &tile) = 0;
 
   /// `tile.init_state`. All state values (loop arguments and results included) share this one register state.

@@ -66,7 +66,7 @@ public:
 
   void setup(CudaWriter &w, const std::vector<Operand> &copied) override;
   void copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) override;
-  void waitAsync(CudaWriter &w, Operand operand, int64_t pending) override;
+  void wait(CudaWriter &w, const std::vector<Operand> &operands, int64_t newerCopies) override;
   void load(CudaWriter &w, Operand operand, const std::string &tile) override;
   void initState(CudaWriter &w) override;
   void qk(CudaWriter &w, const std::string &kTile, const std::string &scores) override;
@@ -282,16 +282,20 @@ void TileTargetSm80::copyAsync(CudaWriter &w, Operand operand, const std::string
   w.line("sm80::cpAsyncCommit();");
 }
 
-void TileTargetSm80::waitAsync(CudaWriter &w, Operand operand, int64_t pending) {
-  OperandNames n = names(operand);
-  std::string inFlight = pending == 0 ? ""
-                                      : cat(" (", pending, pending == 1 ? " newer copy group" : " newer copy groups",
-                                            " may stay in flight)");
-  if (shape.stages > 1 && pending == 0 && operand != Operand::Q)
+void TileTargetSm80::wait(CudaWriter &w, const std::vector<Operand> &operands, int64_t newerCopies) {
+  std::string waited;
+  for (size_t i = 0; i < operands.size(); ++i)
+    waited += cat(i == 0 ? "" : i + 1 == operands.size() ? " and " : ", ", names(operands[i]).name);
+  std::string inFlight =
+      newerCopies == 0 ? ""
+                       : cat(" (", newerCopies, newerCopies == 1 ? " newer copy group" : " newer copy groups",
+                             " may stay in flight)");
+  bool onlyQ = operands.size() == 1 && operands.front() == Operand::Q;
+  if (shape.stages > 1 && newerCopies == 0 && !onlyQ)
     w.comment("wait for every copy in flight (cp.async groups land in order: this K/V tile and the ones before it);");
-  w.comment(cat("wait for ", n.name, inFlight, "; the barrier makes it visible to all warps and means they are all"));
+  w.comment(cat("wait for ", waited, inFlight, "; the barrier makes it visible to all warps and means they are all"));
   w.comment("done with the buffers the next copies overwrite");
-  w.line(cat("sm80::cpAsyncWait<", pending, ">();"));
+  w.line(cat("sm80::cpAsyncWait<", newerCopies, ">();"));
   w.line("__syncthreads();");
 }
 

@@ -182,7 +182,7 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
       failed(kvRange("full", variant.fullRangeFn(), variant.maskFn() ? noKeys : allKeys)))
     return failure();
 
-  Value q = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), "q", Value(), Value());
+  Value q = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), "q", Value(), Value(), Value());
   auto stateType = tile::StateType::get(&ctx, dyn, options.headDimV);
   Value init = tile::InitStateOp::create(b, loc, stateType);
   auto loop =
@@ -191,7 +191,7 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
     OpBuilder::InsertionGuard guard(b);
     Block *body = b.createBlock(&loop.getBody(), {}, {i32, stateType}, {loc, loc});
     Value j = body->getArgument(0), state = body->getArgument(1);
-    Value k = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), "k", j, Value());
+    Value k = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), "k", j, Value(), Value());
     auto scoreType = RankedTensorType::get({dyn, dyn}, f32);
     Value s = tile::QkOp::create(b, loc, scoreType, q, k);
     s = tile::ScaleOp::create(b, loc, s);
@@ -230,7 +230,7 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
     }
     auto update = tile::SoftmaxUpdateOp::create(b, loc, s, state, dtype);
     Value rescaled = tile::RescaleOp::create(b, loc, update.getNewState(), update.getAlpha());
-    Value v = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, dtype), "v", j, Value());
+    Value v = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, dtype), "v", j, Value(), Value());
     Value next = tile::PvOp::create(b, loc, update.getP(), v, rescaled);
     tile::YieldOp::create(b, loc, ValueRange{next});
   }

@@ -128,6 +128,17 @@ LogicalResult StateType::verify(function_ref<InFlightDiagnostic()> emitError, in
   return success();
 }
 
+LogicalResult BufferType::verify(function_ref<InFlightDiagnostic()> emitError, RankedTensorType tile,
+                                 int64_t slots) {
+  if (!tile.hasStaticShape() || tile.getRank() != 2)
+    return emitError() << "a buffer holds static rank-2 tiles (a scheduled program's), got " << tile;
+  if (!isa<BFloat16Type, Float16Type>(tile.getElementType()))
+    return emitError() << "a buffer holds bf16 or f16 tiles, got " << tile.getElementType();
+  if (slots < 1 || slots > kMaxScheduleStages)
+    return emitError() << "a buffer has 1 to " << kMaxScheduleStages << " slots, got " << slots;
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Shared helpers for the verifiers
 //===----------------------------------------------------------------------===//
@@ -307,6 +318,8 @@ LogicalResult KvRangeOp::verify() {
   return checkRegionSignature(*this, getRule(), {i32, i32, i32, i32}, {i32, i32}, "kv_range");
 }
 
+static LogicalResult checkSlotOperand(Operation *op, StringRef operand, Value slot);
+
 /// Shared by load and copy_async: Q has no tile index, K and V have one.
 static LogicalResult verifyOperandIndex(Operation *op, StringRef operand, Value index) {
   if (failed(checkOperandName(op, operand, {"q", "k", "v"})))
@@ -336,12 +349,70 @@ LogicalResult LoadOp::verify() {
   if (type.getDimSize(1) != width)
     return emitOpError() << getOperand() << " tile must have " << width << " columns (head dim), got "
                          << dimStr(type.getDimSize(1));
+  if (Value slot = getSlot()) {
+    if (cast<SlotType>(slot.getType()).getTile() != type)
+      return emitOpError() << "reads a " << type << " from a slot of " << cast<SlotType>(slot.getType()).getTile();
+    if (failed(checkSlotOperand(*this, getOperand(), slot)))
+      return failure();
+  }
   return success();
 }
 
-LogicalResult CopyAsyncOp::verify() { return verifyOperandIndex(*this, getOperand(), getIndex()); }
+/// The staged operand a slot's buffer holds, when the slot comes from tile.slot of a tile.buffer (the only way
+/// a pipeline makes them); a slot from elsewhere (a block argument) is not checked here.
+static std::optional<StringRef> slotOperand(Value slot) {
+  auto select = slot.getDefiningOp<SlotOp>();
+  auto buffer = select ? select.getBuffer().getDefiningOp<BufferOp>() : BufferOp();
+  return buffer ? std::optional<StringRef>(buffer.getOperand()) : std::nullopt;
+}
 
-LogicalResult WaitAsyncOp::verify() { return checkOperandName(*this, getOperand(), {"q", "k", "v"}); }
+static LogicalResult checkSlotOperand(Operation *op, StringRef operand, Value slot) {
+  std::optional<StringRef> holds = slotOperand(slot);
+  if (holds && *holds != operand)
+    return op->emitOpError() << "moves a " << operand << " tile through a slot of the \"" << *holds << "\" buffer";
+  return success();
+}
+
+LogicalResult BufferOp::verify() {
+  if (failed(checkOperandName(*this, getOperand(), {"q", "k", "v"})))
+    return failure();
+  BufferType type = getBuffer().getType();
+  if (getOperand() == "q" && type.getSlots() != 1)
+    return emitOpError() << "Q's buffer holds the instance's one Q tile: slots = 1, got " << type.getSlots();
+  FuncOp func = getEnclosingFunc(*this);
+  if (!func)
+    return success();
+  RankedTensorType tile = type.getTile();
+  if (tile.getElementType() != func.getDtype())
+    return emitOpError() << "holds " << tile.getElementType() << " tiles but the program's dtype is "
+                         << func.getDtype();
+  int64_t width = getOperand() == "v" ? func.getHeadDimV() : func.getHeadDim();
+  if (tile.getDimSize(1) != width)
+    return emitOpError() << "holds " << getOperand() << " tiles of " << tile.getDimSize(1)
+                         << " columns; the head dim is " << width;
+  return success();
+}
+
+LogicalResult SlotOp::verify() {
+  int64_t slots = getBuffer().getType().getSlots();
+  if (!getIndex() && slots != 1)
+    return emitOpError() << "a buffer of " << slots << " slots needs a tile index: tile.slot %buffer[%j]";
+  return success();
+}
+
+LogicalResult CopyAsyncOp::verify() {
+  if (failed(verifyOperandIndex(*this, getOperand(), getIndex())))
+    return failure();
+  if (getPred() && !getIndex())
+    return emitOpError() << "a predicate only applies to a K/V tile index (tile.copy_async \"k\"[%j] into %s if %valid)";
+  return checkSlotOperand(*this, getOperand(), getSlot());
+}
+
+LogicalResult WaitOp::verify() {
+  if (getTokens().empty())
+    return emitOpError() << "waits for at least one token";
+  return success();
+}
 
 LogicalResult StoreOp::verify() {
   if (failed(checkOperandName(*this, getOperand(), {"o", "lse"})))

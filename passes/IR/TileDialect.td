@@ -48,6 +48,33 @@ def Tile_StateType : Tile_Type<"State", "state"> {
   }];
 }
 
+def Tile_BufferType : Tile_Type<"Buffer", "buffer"> {
+  let summary = "a shared-memory ring of `slots` tiles of one operand";
+  let description = [{
+    `!tile.buffer<tensor<64x128xbf16>, slots = 2>`: made by `tile.buffer`, one per staged operand. A pipeline
+    fills its slots with asynchronous copies and reads them with `tile.load ... from %slot`; which slot holds which
+    tile is the schedule's choice, written in the IR with `tile.slot`.
+  }];
+  let parameters = (ins "::mlir::RankedTensorType":$tile, "int64_t":$slots);
+  let assemblyFormat = "`<` $tile `,` `slots` `=` $slots `>`";
+  let genVerifyDecl = 1;
+}
+
+def Tile_SlotType : Tile_Type<"Slot", "slot"> {
+  let summary = "one slot of a shared-memory buffer";
+  let description = [{ `!tile.slot<tensor<64x128xbf16>>`, selected by `tile.slot %buffer[%j]`. }];
+  let parameters = (ins "::mlir::RankedTensorType":$tile);
+  let assemblyFormat = "`<` $tile `>`";
+}
+
+def Tile_TokenType : Tile_Type<"Token", "token"> {
+  let summary = "the completion of an asynchronous operation";
+  let description = [{
+    `!tile.token`: returned by `tile.copy_async`, consumed by `tile.wait`. Tokens carry no data; a pipeline passes
+    them from one K/V iteration to the next as loop-carried values, so what each wait waits for is explicit.
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Attributes
 //===----------------------------------------------------------------------===//

@@ -15,6 +15,8 @@ class Tile_Op<string mnemonic, list<Trait> traits = []> : Op<Tile_Dialect, mnemo
 def Tile_TileF32 : RankedTensorOf<[F32]>;
 def Tile_TileLowp : RankedTensorOf<[F16, BF16]>;
 def Tile_TileAny : RankedTensorOf<[F16, BF16, F32]>;
+/// What a K/V loop carries from one iteration to the next besides the state: tiles and tokens.
+def Tile_Carried : AnyTypeOf<[AnyRankedTensor, Tile_TokenType]>;
 
 //===----------------------------------------------------------------------===//
 // Program structure
@@ -145,38 +147,74 @@ def Tile_LoadOp : Tile_Op<"load", [MemoryEffects<[MemRead]>, AttrSizedOperandSeg
   let description = [{
     `tile.load q` reads this instance's Q tile; `tile.load k[%j]` / `tile.load v[%j]` read K/V tile `j` (rows
     j·N .. j·N+N-1 of the key sequence, where N is the tile's leading dimension). Rows past the sequence read
-    as zero. After `tile-fa2-pipeline` the tile is read from the shared-memory buffer its `tile.copy_async` filled
-    (with `stages` = S buffers per operand, tile j's is buffer j mod S).
-    `tile.load k[%j] if %valid`: when the predicate is false there is no tile j (the pipelined walk looked one
-    tile past its end); the result is unspecified, a target may read a stale buffer, and nothing computed from
-    it may reach the output (the interpreter gives NaNs, so a leak shows).
+    as zero. A pipelined program reads the tile from the shared-memory slot an asynchronous copy filled:
+    `tile.load k[%j] from %slot` (the copy's token must have been waited on).
+    `tile.load k[%j] from %slot if %valid`: when the predicate is false there is no tile j (the pipelined walk
+    looked one tile past its end); the result is unspecified, a target may read a stale buffer, and nothing
+    computed from it may reach the output (the interpreter gives NaNs, so a leak shows).
   }];
-  let arguments = (ins StrAttr:$operand, Optional<I32>:$index, Optional<I1>:$pred);
+  let arguments = (ins StrAttr:$operand, Optional<I32>:$index, Optional<Tile_SlotType>:$slot, Optional<I1>:$pred);
   let results = (outs Tile_TileLowp:$result);
-  let assemblyFormat = "$operand (`[` $index^ `]`)? (`if` $pred^)? attr-dict `:` type($result)";
+  let assemblyFormat = [{
+    $operand (`[` $index^ `]`)? (`from` $slot^ `:` type($slot))? (`if` $pred^)? attr-dict `:` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Asynchrony: shared-memory buffers, slots, copies that return tokens, waits that consume them
+//===----------------------------------------------------------------------===//
+
+def Tile_BufferOp : Tile_Op<"buffer", [MemoryEffects<[MemAlloc]>]> {
+  let summary = "allocates the shared-memory ring of one operand (placed by a schedule's pipeline pass)";
+  let description = [{
+    `%kbuf = tile.buffer "k" : !tile.buffer<tensor<64x128xbf16>, slots = 2>`: `slots` tiles of K in shared memory.
+    Q's buffer has one slot. Its tile type is the operand's scheduled tile.
+  }];
+  let arguments = (ins StrAttr:$operand);
+  let results = (outs Tile_BufferType:$buffer);
+  let assemblyFormat = "$operand attr-dict `:` type($buffer)";
+  let hasVerifier = 1;
+}
+
+def Tile_SlotOp : Tile_Op<"slot", [Pure, TypesMatchWith<"the slot holds the buffer's tiles", "buffer", "slot",
+    "::flashtile::tile::SlotType::get($_self.getContext(), ::llvm::cast<::flashtile::tile::BufferType>($_self).getTile())">]> {
+  let summary = "selects a slot of a buffer: tile j's slot is j mod slots";
+  let description = [{
+    `%s = tile.slot %kbuf[%j] : !tile.buffer<tensor<64x128xbf16>, slots = 2>` is slot j mod 2 (j may be negative
+    past the walk's end: the slot is then ((j mod 2) + 2) mod 2); `tile.slot %qbuf` is a one-slot buffer's slot.
+  }];
+  let arguments = (ins Tile_BufferType:$buffer, Optional<I32>:$index);
+  let results = (outs Tile_SlotType:$slot);
+  let assemblyFormat = "$buffer (`[` $index^ `]`)? attr-dict `:` type($buffer)";
   let hasVerifier = 1;
 }
 
 def Tile_CopyAsyncOp : Tile_Op<"copy_async", [MemoryEffects<[MemRead, MemWrite]>, AttrSizedOperandSegments]> {
-  let summary = "starts an asynchronous global-to-shared copy of a tile (inserted by tile-fa2-pipeline)";
+  let summary = "starts an asynchronous global-to-shared copy of a tile into a slot; returns its token";
   let description = [{
-    `tile.copy_async k[%j] if %valid` starts copying K tile `j` into K's shared-memory buffer; nothing is
-    copied when the optional predicate is false. The copy completes at the matching `tile.wait_async`.
+    `%t = tile.copy_async "k"[%j] into %slot if %valid : !tile.slot<...>` starts copying K tile `j` into `%slot`;
+    nothing is copied when the optional predicate is false (the token then completes at once). The slot's contents
+    are undefined until a `tile.wait` consumes `%t`, and the slot must not be read by any thread while the copy is
+    in flight.
   }];
-  let arguments = (ins StrAttr:$operand, Optional<I32>:$index, Optional<I1>:$pred);
-  let assemblyFormat = "$operand (`[` $index^ `]`)? (`if` $pred^)? attr-dict";
+  let arguments = (ins StrAttr:$operand, Optional<I32>:$index, Tile_SlotType:$slot, Optional<I1>:$pred);
+  let results = (outs Tile_TokenType:$token);
+  let assemblyFormat = "$operand (`[` $index^ `]`)? `into` $slot (`if` $pred^)? attr-dict `:` type($slot)";
   let hasVerifier = 1;
 }
 
-def Tile_WaitAsyncOp : Tile_Op<"wait_async", [MemoryEffects<[MemRead, MemWrite]>]> {
-  let summary = "waits for an operand's outstanding copy, then synchronizes the thread block";
+def Tile_WaitOp : Tile_Op<"wait", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "waits for tokens' copies, then synchronizes the thread block";
   let description = [{
-    `tile.wait_async q {pending = 1}` returns once the copy of `q` has landed; `pending` copies started after
-    it may still be in flight (the copy of the first K tile, here). The barrier makes the tile visible to all
-    warps and guarantees that every warp is done with the buffer's previous contents.
+    `tile.wait %tq, %tk` returns once the copies behind the tokens have landed; copies whose tokens it does not
+    name may still be in flight. The barrier makes the landed tiles visible to every thread and guarantees that
+    every thread is done with what it read from shared memory before it (so a copy may then overwrite those
+    slots). A target with copy groups (sm80: cp.async.wait_group) waits for the fewest groups that cover the
+    tokens: groups issued after the newest waited copy stay in flight.
   }];
-  let arguments = (ins StrAttr:$operand, DefaultValuedAttr<I64Attr, "0">:$pending);
-  let assemblyFormat = "$operand attr-dict";
+  let arguments = (ins Variadic<Tile_TokenType>:$tokens);
+  let assemblyFormat = "$tokens attr-dict";
   let hasVerifier = 1;
 }
 
@@ -367,12 +405,14 @@ def Tile_KvLoopOp : Tile_Op<"kv_loop", [SingleBlockImplicitTerminator<"YieldOp">
     A software-pipelined loop also carries tiles from one iteration to the next after the state (tile-fa2-pipeline
     with stages = 2 carries the scores of tile j, computed during iteration j + 1's softmax):
     `iter_args(%st0, %s0) : !tile.state<128x128>, tensor<128x64xf32> -> !tile.state<128x128>, tensor<128x64xf32>`.
+    It carries tokens too: the copies an iteration starts for the next one are waited on there
+    (`iter_args(%st0, %tk) : !tile.state<128x128>, !tile.token -> ...`).
   }];
   let arguments = (ins Optional<I32>:$lower, Optional<I32>:$upper, Tile_StateType:$init,
-                       Variadic<AnyRankedTensor>:$carried,
+                       Variadic<Tile_Carried>:$carried,
                        DefaultValuedStrAttr<StrAttr, "all">:$segment,
                        DefaultValuedStrAttr<StrAttr, "ascending">:$order);
-  let results = (outs Tile_StateType:$result, Variadic<AnyRankedTensor>:$carriedResults);
+  let results = (outs Tile_StateType:$result, Variadic<Tile_Carried>:$carriedResults);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     (`from` $lower^)? (`to` $upper^)? `iter_args` `(` $init (`,` $carried^)? `)` attr-dict `:` type($init)
@@ -382,7 +422,7 @@ def Tile_KvLoopOp : Tile_Op<"kv_loop", [SingleBlockImplicitTerminator<"YieldOp">
   let extraClassDeclaration = [{
     ::mlir::Value getTileIndex() { return getBody().front().getArgument(0); }
     ::mlir::Value getStateArg() { return getBody().front().getArgument(1); }
-    /// The block arguments of the carried tiles, after the tile index and the state.
+    /// The block arguments of the carried tiles and tokens, after the tile index and the state.
     ::mlir::Block::BlockArgListType getCarriedArgs() { return getBody().front().getArguments().drop_front(2); }
     bool isBounded() { return getLower() != nullptr; }
   }];

@@ -4,6 +4,10 @@
 // own way); `stages` (shared-memory buffers per K/V operand) picks one of two.
 // Tiles are numbered in walk order below: "next" is the tile the walk visits after j (j − 1, descending).
 //
+// The buffers are values (tile.buffer, one slot for Q, `stages` for K and V; tile j in slot j mod stages, tile.slot),
+// every copy returns a token, and each wait names the tokens it needs: the tokens of copies started in one iteration
+// for the next are carried by the loops.
+//
 // stages = 1, FA2 as published, one K and one V buffer. Per K/V tile j:
 //   wait K(j) | start V(j) | S = Q·K(j)ᵀ, mask, softmax | wait V(j) | start K(next) | acc += P·V(j)
 // so each copy overlaps the compute that does not need it. Q and the first K tile are started up front. (Starting
@@ -40,14 +44,40 @@ Value isVisited(OpBuilder &b, Location loc, Value v, Value lowest) {
   return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, v, lowest).getResult();
 }
 
-/// Both pipelines' prologue: start copying Q and the walk's first K tile (predicated on there being one).
-/// Returns the first tile's index and that predicate.
-std::pair<Value, Value> startQAndFirstK(OpBuilder &b, Location loc, Value highest, Value lowest) {
-  CopyAsyncOp::create(b, loc, "q", Value(), Value());
-  Value first = minus(b, loc, highest, 1);
-  Value anyTile = isVisited(b, loc, first, lowest);
-  CopyAsyncOp::create(b, loc, "k", first, anyTile);
-  return {first, anyTile};
+/// The shared-memory buffers of the pipeline: Q's one slot, `stages` slots each for K and V.
+struct Buffers {
+  Value q, k, v;
+
+  /// The slot tile `index` of `operand` lives in (Q: its one slot).
+  Value slot(OpBuilder &b, Location loc, StringRef operand, Value index) const {
+    Value buffer = operand == "q" ? q : operand == "k" ? k : v;
+    return SlotOp::create(b, loc, buffer, index).getResult();
+  }
+  /// Starts copying tile `index` of `operand` into its slot; returns the copy's token.
+  CopyAsyncOp copy(OpBuilder &b, Location loc, StringRef operand, Value index, Value pred) const {
+    return CopyAsyncOp::create(b, loc, operand, index, slot(b, loc, operand, index), pred);
+  }
+  /// Makes `load` read its tile from `filled` (the slot a copy in the same block filled) or from the slot of its
+  /// tile, selected here.
+  void readFromSlot(LoadOp load, Value filled = Value()) const {
+    OpBuilder b(load);
+    load.getSlotMutable().assign(filled ? filled : slot(b, load.getLoc(), load.getOperand(), load.getIndex()));
+  }
+};
+
+/// Both pipelines' prologue: allocate the buffers, start copying Q and the walk's first K tile (predicated on there
+/// being one). Returns the first tile's index, that predicate and the two tokens.
+struct Prologue {
+  Value first, anyTile;
+  CopyAsyncOp copyQ, copyK;
+};
+Prologue startQAndFirstK(OpBuilder &b, Location loc, const Buffers &buffers, Value highest, Value lowest) {
+  Prologue p;
+  p.copyQ = buffers.copy(b, loc, "q", Value(), Value());
+  p.first = minus(b, loc, highest, 1);
+  p.anyTile = isVisited(b, loc, p.first, lowest);
+  p.copyK = buffers.copy(b, loc, "k", p.first, p.anyTile);
+  return p;
 }
 
 struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
@@ -55,8 +85,9 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
   StringRef getArgument() const override { return "tile-fa2-pipeline"; }
   StringRef getName() const override { return "Fa2Pipeline"; }
   StringRef getDescription() const override {
-    return "FA2's software pipeline: K/V loads become asynchronous copies (tile.copy_async / tile.wait_async) "
-           "overlapped with compute, with one or two buffers per operand (#tile.schedule stages)";
+    return "FA2's software pipeline: K/V loads read shared-memory slots filled by asynchronous copies "
+           "(tile.buffer / tile.slot / tile.copy_async / tile.wait on tokens) overlapped with compute, with one or "
+           "two slots per operand (#tile.schedule stages)";
   }
   void getDependentDialects(DialectRegistry &registry) const override { registry.insert<arith::ArithDialect>(); }
 
@@ -66,7 +97,7 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
       func.emitOpError() << "must be scheduled before pipelining (run tile-apply-schedule)";
       return signalPassFailure();
     }
-    if (!func.getBody().getOps<CopyAsyncOp>().empty()) {
+    if (!func.getBody().getOps<BufferOp>().empty()) {
       func.emitOpError() << "is already pipelined";
       return signalPassFailure();
     }
@@ -90,13 +121,31 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
       func.emitOpError() << "K/V loop bounds must be computed in the program body";
       return signalPassFailure();
     }
+    SmallVector<BodyLoads> bodies;
+    for (KvLoopOp loop : loops) {
+      FailureOr<BodyLoads> l = bodyLoads(loop);
+      if (failed(l))
+        return signalPassFailure();
+      bodies.push_back(*l);
+    }
     int64_t stages = func.getScheduleAttr().getStages();
-    if (stages == 1)
-      pipelineSingleBuffers(loops, loadQ, highest, lowest);
-    else if (stages == 2)
-      pipelineQkAhead(loops, loadQ, highest, lowest);
-    else
+    if (stages != 1 && stages != 2) {
       func.emitOpError() << "has stages = " << stages << "; tile-fa2-pipeline knows 1 and 2";
+      return signalPassFailure();
+    }
+    // The buffers, at the top of the program: their tiles are the scheduled loads'.
+    OpBuilder top(&func.getBody().front(), func.getBody().front().begin());
+    Location loc = loadQ.getLoc();
+    auto bufferOf = [&](StringRef operand, Type tile, int64_t slots) {
+      auto type = BufferType::get(&getContext(), cast<RankedTensorType>(tile), slots);
+      return BufferOp::create(top, loc, type, operand).getResult();
+    };
+    Buffers buffers{bufferOf("q", loadQ.getType(), 1), bufferOf("k", bodies.front().k.getType(), stages),
+                    bufferOf("v", bodies.front().v.getType(), stages)};
+    if (stages == 1)
+      pipelineSingleBuffers(loops, bodies, buffers, loadQ, highest, lowest);
+    else
+      pipelineQkAhead(loops, bodies, buffers, loadQ, highest, lowest);
     if (failed(status))
       return signalPassFailure();
   }
@@ -123,85 +172,114 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
     l.qk = dyn_cast_or_null<QkOp>(*l.k->getUsers().begin());
     l.pv = dyn_cast_or_null<PvOp>(*l.v->getUsers().begin());
     if (!l.qk || !l.pv || !l.k->hasOneUse() || !l.v->hasOneUse())
-      return fail(loop, "K must feed one tile.qk and V one tile.pv");
+      return fail(loop, "must load K for one tile.qk and V for one tile.pv");
     return l;
   }
 
-  void pipelineSingleBuffers(ArrayRef<KvLoopOp> loops, LoadOp loadQ, Value highest, Value lowest) {
+  /// Replaces `loop` by the same segment carrying `carried` after its own carried values (their block arguments
+  /// appended); the caller extends the yield. Returns the new loop.
+  static KvLoopOp withCarried(KvLoopOp loop, ValueRange carried) {
+    OpBuilder b(loop);
+    SmallVector<Value> inits(loop.getCarried());
+    llvm::append_range(inits, carried);
+    auto piped = KvLoopOp::create(b, loop.getLoc(), loop.getResult().getType(), ValueRange(inits).getTypes(),
+                                  loop.getLower(), loop.getUpper(), loop.getInit(), inits, loop.getSegment(),
+                                  loop.getOrder());
+    Block &old = loop.getBody().front();
+    SmallVector<Type> argTypes(old.getArgumentTypes());
+    SmallVector<Location> argLocs(argTypes.size(), loop.getLoc());
+    for (Value v : carried) {
+      argTypes.push_back(v.getType());
+      argLocs.push_back(loop.getLoc());
+    }
+    Block *body = b.createBlock(&piped.getBody(), {}, argTypes, argLocs);
+    body->getOperations().splice(body->end(), old.getOperations());
+    for (auto [from, to] : llvm::zip(old.getArguments(), body->getArguments()))
+      from.replaceAllUsesWith(to);
+    loop.getResult().replaceAllUsesWith(piped.getResult());
+    for (auto [from, to] : llvm::zip(loop.getCarriedResults(), piped.getCarriedResults()))
+      from.replaceAllUsesWith(to);
+    loop.erase();
+    return piped;
+  }
+  /// Appends `values` to the yield of `loop`'s body.
+  static void yieldAlso(KvLoopOp loop, ValueRange values) {
+    auto yield = cast<YieldOp>(loop.getBody().front().getTerminator());
+    SmallVector<Value> yielded(yield.getValues());
+    llvm::append_range(yielded, values);
+    OpBuilder b(yield);
+    YieldOp::create(b, yield.getLoc(), yielded);
+    yield.erase();
+  }
+
+  void pipelineSingleBuffers(ArrayRef<KvLoopOp> loops, MutableArrayRef<BodyLoads> bodies, const Buffers &buffers,
+                             LoadOp loadQ, Value highest, Value lowest) {
     Location loc = loadQ.getLoc();
     // Prologue, after the bounds: Q and the first K tile in flight together; Q must land before the loop.
     OpBuilder b(loops.front());
-    startQAndFirstK(b, loc, highest, lowest);
-    auto waitQ = WaitAsyncOp::create(b, loc, "q", /*pending=*/1); // the first K tile may still be in flight
+    Prologue p = startQAndFirstK(b, loc, buffers, highest, lowest);
+    auto waitQ = WaitOp::create(b, loc, ValueRange{p.copyQ.getToken()}); // the first K tile may still be in flight
     loadQ->moveAfter(waitQ);
+    buffers.readFromSlot(loadQ, p.copyQ.getSlot());
 
-    for (KvLoopOp loop : loops) {
+    // Each iteration gets the token of its K tile from the one before (the first from the prologue).
+    Value tokenK = p.copyK.getToken();
+    for (auto [constLoop, l] : llvm::zip(loops, bodies)) {
+      KvLoopOp loop = withCarried(constLoop, ValueRange{tokenK});
       Block &body = loop.getBody().front();
       Value j = loop.getTileIndex();
-      FailureOr<BodyLoads> l = bodyLoads(loop);
-      if (failed(l))
-        return;
       // K(j): wait for it, then start V(j) so it overlaps Q·Kᵀ.
       OpBuilder lb(&body, body.begin());
-      WaitAsyncOp::create(lb, loc, "k");
-      CopyAsyncOp::create(lb, loc, "v", j, Value());
-      l->k->moveBefore(l->qk);
+      WaitOp::create(lb, loc, ValueRange{body.getArguments().back()});
+      CopyAsyncOp copyV = buffers.copy(lb, loc, "v", j, Value());
+      l.k->moveBefore(l.qk);
+      buffers.readFromSlot(l.k);
       // V(j): wait for it right before P·V, then start K(next) so it overlaps P·V and the next softmax.
-      lb.setInsertionPoint(l->pv);
-      WaitAsyncOp::create(lb, loc, "v");
+      lb.setInsertionPoint(l.pv);
+      WaitOp::create(lb, loc, ValueRange{copyV.getToken()});
       Value next = minus(lb, loc, j, 1);
-      CopyAsyncOp::create(lb, loc, "k", next, isVisited(lb, loc, next, lowest));
-      l->v->moveBefore(l->pv);
+      Value tokenNext = buffers.copy(lb, loc, "k", next, isVisited(lb, loc, next, lowest)).getToken();
+      l.v->moveBefore(l.pv);
+      buffers.readFromSlot(l.v, copyV.getSlot());
+      yieldAlso(loop, ValueRange{tokenNext});
+      tokenK = loop.getCarriedResults().back();
     }
   }
 
-  void pipelineQkAhead(ArrayRef<KvLoopOp> loops, LoadOp loadQ, Value highest, Value lowest) {
+  void pipelineQkAhead(ArrayRef<KvLoopOp> loops, MutableArrayRef<BodyLoads> bodies, const Buffers &buffers, LoadOp loadQ,
+                       Value highest, Value lowest) {
     Location loc = loadQ.getLoc();
-    SmallVector<BodyLoads> bodies;
-    for (KvLoopOp loop : loops) {
-      FailureOr<BodyLoads> l = bodyLoads(loop);
-      if (failed(l))
-        return;
-      bodies.push_back(*l);
-    }
     // Prologue, after the bounds: Q and the first K tile; once both landed, start V(first) and K(second) and
     // compute the first tile's scores.
     OpBuilder b(loops.front());
-    auto [first, anyTile] = startQAndFirstK(b, loc, highest, lowest);
-    auto waitK = WaitAsyncOp::create(b, loc, "k", /*pending=*/0); // Q's group is older: it lands too
-    loadQ->moveAfter(waitK);
+    Prologue p = startQAndFirstK(b, loc, buffers, highest, lowest);
+    auto waitQK = WaitOp::create(b, loc, ValueRange{p.copyQ.getToken(), p.copyK.getToken()});
+    loadQ->moveAfter(waitQK);
+    buffers.readFromSlot(loadQ, p.copyQ.getSlot());
     b.setInsertionPointAfter(loadQ);
-    CopyAsyncOp::create(b, loc, "v", first, anyTile);
-    Value second = minus(b, loc, first, 1);
-    CopyAsyncOp::create(b, loc, "k", second, isVisited(b, loc, second, lowest));
+    Value tokenV = buffers.copy(b, loc, "v", p.first, p.anyTile).getToken();
+    Value second = minus(b, loc, p.first, 1);
+    Value tokenK = buffers.copy(b, loc, "k", second, isVisited(b, loc, second, lowest)).getToken();
     Type kType = bodies.front().k.getType(), sType = bodies.front().qk.getType();
-    Value kFirst = LoadOp::create(b, loc, kType, "k", first, anyTile);
+    auto kFirst = LoadOp::create(b, loc, kType, "k", p.first, Value(), p.anyTile);
+    buffers.readFromSlot(kFirst, p.copyK.getSlot());
     Value scores = QkOp::create(b, loc, sType, loadQ.getResult(), kFirst);
 
-    for (auto [index, constLoop] : llvm::enumerate(loops)) {
-      KvLoopOp loop = constLoop;
-      BodyLoads &l = bodies[index];
-      // The same segment, now also carrying the scores of its tile j in and the next tile's scores out.
-      b.setInsertionPoint(loop);
-      auto piped =
-          KvLoopOp::create(b, loop.getLoc(), loop.getResult().getType(), TypeRange{sType}, loop.getLower(),
-                           loop.getUpper(), loop.getInit(), ValueRange{scores}, loop.getSegment(), loop.getOrder());
-      Block &old = loop.getBody().front();
-      Block *body = b.createBlock(&piped.getBody(), {},
-                                  {old.getArgument(0).getType(), old.getArgument(1).getType(), sType}, {loc, loc, loc});
-      body->getOperations().splice(body->end(), old.getOperations());
-      old.getArgument(0).replaceAllUsesWith(body->getArgument(0));
-      old.getArgument(1).replaceAllUsesWith(body->getArgument(1));
-      Value j = body->getArgument(0);
-      // Top of iteration j: K(next) and V(j) land (the newest groups); the barrier also means every warp is done
-      // with K(j)'s buffer (read by the previous Q·Kᵀ) and V(j + 1)'s (read by the previous P·V): the copies of
-      // K(next + 1) and V(next) go there.
+    for (auto [constLoop, l] : llvm::zip(loops, bodies)) {
+      // The same segment, now also carrying the scores of its tile j, the token of V(j) and that of K(next).
+      KvLoopOp loop = withCarried(constLoop, ValueRange{scores, tokenV, tokenK});
+      Block *body = &loop.getBody().front();
+      auto args = body->getArguments();
+      Value j = loop.getTileIndex(), scoresJ = args[args.size() - 3];
+      // Top of iteration j: K(next) and V(j) land; the barrier also means every thread is done with K(j)'s slot
+      // (read by the previous Q·Kᵀ) and V(j + 1)'s (read by the previous P·V): the copies of K(next + 1) and
+      // V(next) go there.
       OpBuilder lb(body, body->begin());
-      WaitAsyncOp::create(lb, loc, "v", /*pending=*/0);
+      WaitOp::create(lb, loc, ValueRange{args[args.size() - 2], args[args.size() - 1]});
       Value next = minus(lb, loc, j, 1), afterNext = minus(lb, loc, j, 2);
       Value hasNext = isVisited(lb, loc, next, lowest);
-      CopyAsyncOp::create(lb, loc, "k", afterNext, isVisited(lb, loc, afterNext, lowest));
-      CopyAsyncOp::create(lb, loc, "v", next, hasNext);
+      Value tokenKAfter = buffers.copy(lb, loc, "k", afterNext, isVisited(lb, loc, afterNext, lowest)).getToken();
+      Value tokenVNext = buffers.copy(lb, loc, "v", next, hasNext).getToken();
       // The next tile's Q·Kᵀ goes right after the copies, or, where the variant modifies scores (score_mod, in
       // every tile), right before this tile's softmax: the score_mod touches every score of the tile, and with
       // both score tiles live the registers overflow (H200, hd128: softcap +6%, causal softcap +2%; placing it
@@ -213,22 +291,20 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
       }
       if (!body->getOps<ScoreModOp>().empty())
         lb.setInsertionPoint(*softmaxes.begin());
-      Value kNext = LoadOp::create(lb, loc, kType, "k", next, hasNext);
+      auto kNext = LoadOp::create(lb, loc, kType, "k", next, Value(), hasNext);
+      buffers.readFromSlot(kNext);
       Value scoresNext = QkOp::create(lb, loc, sType, loadQ.getResult(), kNext);
       // This tile's scores arrive through the loop instead of its own Q·Kᵀ.
-      l.qk.getResult().replaceAllUsesWith(body->getArgument(2));
+      l.qk.getResult().replaceAllUsesWith(scoresJ);
       l.qk.erase();
       l.k.erase();
       l.v->moveBefore(l.pv);
-      auto yield = cast<YieldOp>(body->getTerminator());
-      SmallVector<Value> yielded(yield.getValues());
-      yielded.push_back(scoresNext);
-      lb.setInsertionPoint(yield);
-      YieldOp::create(lb, yield.getLoc(), yielded);
-      yield.erase();
-      loop.getResult().replaceAllUsesWith(piped.getResult());
-      scores = piped.getCarriedResults()[0];
-      loop.erase();
+      buffers.readFromSlot(l.v);
+      yieldAlso(loop, ValueRange{scoresNext, tokenVNext, tokenKAfter});
+      auto results = loop.getCarriedResults();
+      scores = results[results.size() - 3];
+      tokenV = results[results.size() - 2];
+      tokenK = results[results.size() - 1];
     }
   }
 };
