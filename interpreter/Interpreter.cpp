@@ -168,7 +168,12 @@ private:
   /// Rows of this instance's sequence: its query rows, times the group's heads under GQA packing.
   int64_t rowCount() const { return packed ? inst.seqlenQ * group : inst.seqlenQ; }
   /// Writes row r of tile O (rounded) and of the LSE tile of this instance to the outputs.
-  void storeRow(int64_t r, const Tile *o, const Tile *lse);
+  void storeRow(int64_t r, const Tile *o, const Tile *lse) {
+    auto [query, head] = rowOf(inst.m0 + r);
+    storeRow(query, head, r, o, lse);
+  }
+  /// Writes row r of tile O (rounded) and of the LSE tile as query row `query` (of the sequence) of head `head`.
+  void storeRow(int64_t query, int64_t head, int64_t r, const Tile *o, const Tile *lse);
   /// Split-KV: merges the partials of every row into O and LSE (the combine kernel).
   LogicalResult combineSplits(StoreSplitOp store);
 
@@ -647,8 +652,7 @@ LogicalResult Interpreter::exec(StoreOp op) {
   return success();
 }
 
-void Interpreter::storeRow(int64_t r, const Tile *o, const Tile *lse) {
-  auto [query, head] = rowOf(inst.m0 + r);
+void Interpreter::storeRow(int64_t query, int64_t head, int64_t r, const Tile *o, const Tile *lse) {
   int64_t row = inst.qRow0 + query;
   if (o) {
     float *out = &(*outO)[((inst.entry * problem.seqlenQ + row) * problem.headsQ + head) * problem.headDimV];
@@ -744,7 +748,7 @@ LogicalResult Interpreter::combineSplits(StoreSplitOp store) {
         }
       }
       for (int64_t r = 0; r < inst.seqlenQ; ++r)
-        storeRow(r, &o, &lse);
+        storeRow(r, h, r, &o, &lse);
     }
   return success();
 }
