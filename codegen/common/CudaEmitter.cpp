@@ -668,7 +668,7 @@ void KernelPrinter::printSequenceView() {
   w.comment("Only fields that differ are rewritten: the others stay kernel-argument reads. p.keyOffset is");
   w.comment("b·seqlen_k dense and the sequence's first key row (cuSeqlensK[z], clamped) varlen; p.invSoftmaxScale");
   w.comment("is tile.softmax_scale inverse.");
-  w.line("FlashtileSequence p{params, blockBatch * params.seqlenK, 1.f / params.softmaxScale, 0, 0};");
+  w.line("FlashtileSequence p{params, blockBatch * params.seqlenK, 1.f / params.softmaxScale};");
   w.open("if (params.cuSeqlensQ)");
   w.line("const int z = blockBatch;");
   w.line("const int qBegin = min(max(params.cuSeqlensQ[z], 0), params.seqlenQ);");
@@ -1076,7 +1076,7 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
          "// [splitBegin, splitEnd) are the keys of the block's split of the key range (tile.dim \"split_begin\",\n"
          "// \"split_end\"; split-KV).\n"
          "struct FlashtileSequence : FlashtileFwdParams {\n  int keyOffset;\n  float invSoftmaxScale;\n"
-         "  int splitBegin, splitEnd;\n};\n";
+         "  int splitBegin, splitEnd; // 0 unless set: members left out of p's initializer are zero\n};\n";
   if (std::string defs = helpers.definitions(); !defs.empty())
     src += "\n" + defs;
   src += "\n" + functions.str();
