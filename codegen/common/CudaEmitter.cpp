@@ -595,7 +595,8 @@ void KernelPrinter::printSequence() {
   int64_t lptGroupBlocks = func.getScheduleAttr().getLptGroupBlocks();
   if (splitKv()) {
     w.comment("---- the tile of this thread block: split `split` of the keys of Q tile qTile of query head blockHead");
-    w.comment("of batch entry blockBatch (split-KV). The launch grid is (Q tiles x numSplits, headsQ, batch), the");
+    w.comment(std::string("of batch entry blockBatch (split-KV). The launch grid is (Q tiles x numSplits, ") +
+              (packed() ? "headsKv" : "headsQ") + ", batch), the");
     w.comment("split fastest; Q tiles from the last to the first. ----");
     w.line("const int split = blockIdx.x % params.numSplits;");
     if (packed()) {
@@ -656,7 +657,7 @@ void KernelPrinter::printSequence() {
                         })
                         .wasInterrupted();
   if (readsSplit)
-    w.line("p.splitBegin = 0, p.splitEnd = p.seqlenK;  // tile.dim \"split_begin\", \"split_end\": the walk is not split");
+    w.line("p.splitBegin = 0, p.splitEnd = p.seqlenK;  // tile.dim \"split_begin\", \"split_end\": not split");
 }
 
 void KernelPrinter::printSequenceView() {
@@ -1063,10 +1064,14 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
          commentSafe(info.variant) + "\", " + shape.dtype +
          ", head dims " + std::to_string(shape.headDim) + "/" + std::to_string(shape.headDimV) + ".\n";
   const std::string splits = info.combineEntry.empty() ? "" : " * numSplits";
-  src += "// Launch: grid (ceil(seqlenQ / " + std::to_string(shape.blockM) + ")" + splits + ", headsQ, batch), block (" +
+  // GQA packing: a sequence's rows are its query rows x the group's heads, grid.y the K/V heads.
+  const std::string rows = info.packQueryHeads ? "seqlenQ * headsQ / headsKv" : "seqlenQ";
+  const std::string varlenRows = info.packQueryHeads ? "maxSeqlenQ * headsQ / headsKv" : "maxSeqlenQ";
+  src += "// Launch: grid (ceil(" + rows + " / " + std::to_string(shape.blockM) + ")" + splits + ", " +
+         (info.packQueryHeads ? "headsKv" : "headsQ") + ", batch), block (" +
          std::to_string(info.threads) + "), " + std::to_string(info.smemBytes) +
-         " bytes of dynamic shared memory;\n// varlen: grid.x = ceil(maxSeqlenQ / " + std::to_string(shape.blockM) +
-         ")" + splits + "." + (splits.empty() ? "" : " Then, when numSplits > 1, " + info.combineEntry + ".") + "\n";
+         " bytes of dynamic shared memory;\n// varlen: grid.x = ceil(" + varlenRows + " / " +
+         std::to_string(shape.blockM) + ")" + splits + "." + (splits.empty() ? "" : " Then, when numSplits > 1, " + info.combineEntry + ".") + "\n";
   src += "\n// ==== kernel parameters: runtime/include/flashtile/runtime/KernelAbi.h, verbatim ====\n";
   src += kKernelAbiText;
   src += target->prelude();

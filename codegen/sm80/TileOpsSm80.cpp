@@ -245,7 +245,8 @@ void TileTargetSm80::copyRoutine(CudaWriter &w, Operand operand) {
   w.line(cat("const int seqRow = ", isQ ? "m0" : cat("tile * ", n.rows), " + row;"));
   if (isQ && shape.packQueryHeads) {
     w.line("const bool inside = seqRow < packedRows;");
-    w.line("const int qi = inside ? seqRow / headsPerKv : 0, qh = hKv * headsPerKv + (inside ? seqRow % headsPerKv : 0);");
+    w.line("const int qi = inside ? seqRow / headsPerKv : 0;");
+    w.line("const int qh = hKv * headsPerKv + (inside ? seqRow % headsPerKv : 0);");
     w.line(cat("sm80::cpAsync16(sm80::smemAddress(sQ) + sm80::swizzle<", n.width, " / 8>(row, col),"));
     w.line(cat("                ", n.global, " + qi * ", n.rowStride, " + qh * p.qHeadStride + col * 8, inside);"));
   } else {
@@ -671,7 +672,8 @@ void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn) {
   w.comment("---- store_split: one split (p.numSplits == 1) stores O and LSE itself; more store fp32 partials ----");
   w.open("if (p.numSplits == 1)");
   if (!sinkFn.empty()) {
-    w.comment(cat("the attention sink s = ", sinkFn, "(b, h) joins once: LSE' = ln(e^LSE + e^s), O' = O·e^(LSE - LSE')"));
+    w.comment(cat("the attention sink s = ", sinkFn,
+                  "(b, h) joins once: LSE' = ln(e^LSE + e^s), O' = O·e^(LSE - LSE')"));
     w.comment("(log2 domain; a row with neither a key nor a finite sink keeps O = 0, LSE = -inf)");
     if (!shape.packQueryHeads)
       w.line(cat("const float sinkLog2 = ", sinkFn, "(b, h, p) * sm80::kLog2e;"));
@@ -732,7 +734,8 @@ void TileTargetSm80::combineRow(CudaWriter &w, const std::string &sinkFn) {
   w.line("const int splits = p.numSplits;");
   w.line("const float *const gLseAccum = p.lseAccum + lseRow;");
   w.line("const float *const gOAccum = p.oAccum + lseRow * kHeadDimV;");
-  w.comment(cat("the row's largest LSE over its splits", sinkFn.empty() ? "" : " and the sink", " (log2 domain), over the warp"));
+  w.comment(cat("the row's largest LSE over its splits", sinkFn.empty() ? "" : " and the sink",
+                " (log2 domain), over the warp"));
   if (!sinkFn.empty())
     w.line(cat("const float sinkLog2 = ", sinkFn, "(b, h, p) * sm80::kLog2e;"));
   w.line(sinkFn.empty() ? "float maxLog2 = sm80::kNegInf;" : "float maxLog2 = sinkLog2;");

@@ -47,7 +47,8 @@ int flashtile_forward_decode(flashtile_runtime *rt, const void *q, const void *k
                              void *workspace, size_t workspace_bytes, void *stream) {
   return guarded([&] {
     if (!rt || !q_stride || !k_stride || !v_stride || !o_stride)
-      return report(flashtile::Status::error("flashtile_forward_decode: rt and the four stride arrays must not be NULL"));
+      return report(
+          flashtile::Status::error("flashtile_forward_decode: rt and the four stride arrays must not be NULL"));
     if (dtype != FLASHTILE_F16 && dtype != FLASHTILE_BF16)
       return report(flashtile::Status::error("dtype: " + std::to_string(dtype) +
                                              " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)"));

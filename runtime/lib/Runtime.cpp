@@ -609,7 +609,8 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
                               "cuLaunchKernel(" + info.entry + ")");
       !s.ok())
     return s;
-  unsigned combineX = static_cast<unsigned>((static_cast<long long>(gridRows) + info.combineRows - 1) / info.combineRows);
+  unsigned combineX =
+      static_cast<unsigned>((static_cast<long long>(gridRows) + info.combineRows - 1) / info.combineRows);
   return driver.check(driver.cuLaunchKernel(function->combine, combineX, args.headsQ, args.batch, info.combineThreads,
                                             1, 1, 0, stream, kernelParams, nullptr),
                       "cuLaunchKernel(" + info.combineEntry + ")");

@@ -69,8 +69,8 @@ constexpr size_t kWorkspaceAlignment = 256;
 
 Status checkSplitKvArgs(const AttentionArgs &args) {
   if (args.numSplits < 0 || args.numSplits > kMaxSplits)
-    return Status::error("numSplits is " + std::to_string(args.numSplits) + "; accepted: 0 (the runtime chooses) or 1 to " +
-                         std::to_string(kMaxSplits));
+    return Status::error("numSplits is " + std::to_string(args.numSplits) +
+                         "; accepted: 0 (the runtime chooses) or 1 to " + std::to_string(kMaxSplits));
   if (!args.workspace && args.workspaceBytes != 0)
     return Status::error("workspaceBytes is " + std::to_string(args.workspaceBytes) +
                          " but workspace is null; pass both, or neither (the runtime owns the workspace)");

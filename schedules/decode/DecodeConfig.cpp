@@ -25,8 +25,9 @@ std::optional<std::string> DecodeConfig::validate(int headDim, int headDimV) con
   if (blockN < 1 || blockN > kMaxBlockN)
     return bad(kBlockN, blockN, "1 to " + std::to_string(kMaxBlockN));
   if (stages < kMinStages || stages > kMaxStages)
-    return bad(kStages, stages, "1 (one K and one V buffer) or 2 (two each; Q·Kᵀ of the next tile overlaps the "
-                                "softmax)");
+    return bad(kStages, stages,
+               "1 (one K and one V buffer) or 2 (two each; Q·Kᵀ of the next tile overlaps the "
+               "softmax)");
   if (minBlocksPerSm < 0 || int64_t(minBlocksPerSm) * threads() > kMaxThreadsPerSm)
     return bad(kMinBlocksPerSm, minBlocksPerSm,
                "0 (no occupancy request) to " + std::to_string(kMaxThreadsPerSm / threads()) + " (" +

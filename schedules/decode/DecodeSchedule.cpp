@@ -34,8 +34,9 @@ public:
         {kStages, "K/V buffers: 1, or 2 to also run Q·Kᵀ one tile ahead of the softmax", kMinStages, kMaxStages},
         {kMinBlocksPerSm, "registers capped so this many blocks fit an SM (0: no cap)", 0,
          kMaxThreadsPerSm / kWarpSize},
-        {kPackGqa, "1: a tile's rows are a K/V head's query heads x query rows (K/V read once per group); 0: one "
-                   "query head a tile",
+        {kPackGqa,
+         "1: a tile's rows are a K/V head's query heads x query rows (K/V read once per group); 0: one "
+         "query head a tile",
          0, 1},
     };
     return specs;

@@ -57,8 +57,9 @@ struct DecodeSplitKvPass : PassWrapper<DecodeSplitKvPass, OperationPass<FuncOp>>
       return signalPassFailure();
     // A KV-range rule that reads its head (region argument 3) bounds one head's keys; a packed tile spans the
     // group's heads, so such programs keep one head a tile.
-    bool rulesReadHead = llvm::any_of(func.getBody().getOps<KvRangeOp>(),
-                                      [](KvRangeOp range) { return !range.getRule().front().getArgument(3).use_empty(); });
+    bool rulesReadHead = llvm::any_of(func.getBody().getOps<KvRangeOp>(), [](KvRangeOp range) {
+      return !range.getRule().front().getArgument(3).use_empty();
+    });
     if (packQueryHeads && !rulesReadHead)
       func->setAttr(kPackQueryHeadsAttr, UnitAttr::get(func.getContext()));
   }

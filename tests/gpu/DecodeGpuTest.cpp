@@ -153,9 +153,13 @@ Status makeTensors(const Case &c, uint64_t seed, Tensors &t) {
   const long long D = c.headDim;
   t.qStride = t.oStride = {c.seqlenQ * c.headsQ * D, c.headsQ * D, D, 1};
   t.kStride = t.vStride = {c.seqlenK * c.headsKv * D, c.headsKv * D, D, 1};
-  const size_t qElements = size_t(c.batch) * c.seqlenQ * c.headsQ * D, kElements = size_t(c.batch) * c.seqlenK * c.headsKv * D;
-  for (auto [buffer, bytes] : {std::pair{&t.q, qElements * 2}, {&t.k, kElements * 2}, {&t.v, kElements * 2},
-                               {&t.o, qElements * 2}, {&t.lse, size_t(c.batch) * c.headsQ * c.seqlenQ * 4}}) {
+  const size_t qElements = size_t(c.batch) * c.seqlenQ * c.headsQ * D,
+               kElements = size_t(c.batch) * c.seqlenK * c.headsKv * D;
+  for (auto [buffer, bytes] : {std::pair{&t.q, qElements * 2},
+                               {&t.k, kElements * 2},
+                               {&t.v, kElements * 2},
+                               {&t.o, qElements * 2},
+                               {&t.lse, size_t(c.batch) * c.headsQ * c.seqlenQ * 4}}) {
     if (Status s = buffer->allocate(bytes); !s.ok())
       return s;
     if (Status s = buffer->fill(reference::kPoisonByte); !s.ok())
@@ -205,7 +209,8 @@ Status variantArgs(const Case &c, AttentionArgs &args, std::vector<DeviceBuffer>
   if (c.variant == "softcap" || c.variant == "softcap_causal")
     args.variantParams = {30.0f};
   if (c.variant == "sliding_window" || c.variant == "sliding_window_causal")
-    args.variantParams = c.variant == "sliding_window" ? std::vector<float>{300.f, 40.f} : std::vector<float>{700.f, -1.f};
+    args.variantParams =
+        c.variant == "sliding_window" ? std::vector<float>{300.f, 40.f} : std::vector<float>{700.f, -1.f};
   return Status();
 }
 
@@ -320,8 +325,8 @@ std::vector<Case> referenceCases() {
 std::vector<Case> fa2Cases() {
   std::vector<Case> cases;
   int index = 5000;
-  for (const char *variant : {"causal_top_left", "sliding_window", "sliding_window_causal", "softcap",
-                              "softcap_causal", "alibi", "alibi_causal", "sinks", "sinks_causal"})
+  for (const char *variant : {"causal_top_left", "sliding_window", "sliding_window_causal", "softcap", "softcap_causal",
+                              "alibi", "alibi_causal", "sinks", "sinks_causal"})
     for (auto [sq, sk] : {std::pair{1, 3000}, {4, 777}, {16, 64}})
       cases.push_back({DType::BF16, 128, variant, 2, 16, 4, sq, sk, index++});
   return cases;

@@ -4,8 +4,8 @@
 // attention) against the double reference for split counts from 1 to more than the K/V tiles, each K/V tile
 // walked by exactly one split, packed sequences (an empty one included), and the errors of bad split counts. The
 // printed kernels (attention and combine) compile with NVRTC. GQA packing (a K/V head's query heads x query rows as
-// one tile's rows) computes what one head a tile does, reading K/V once per group. Every built-in variant runs under split-KV in
-// VariantTest.cpp. Inputs are random; FLASHTILE_TEST_SEED changes every case's seed.
+// one tile's rows) computes what one head a tile does, reading K/V once per group. Every built-in variant runs under
+// split-KV in VariantTest.cpp. Inputs are random; FLASHTILE_TEST_SEED changes every case's seed.
 //===----------------------------------------------------------------------===//
 #include "AttentionReference.h"
 #include "TestSupport.h"
@@ -117,8 +117,8 @@ TEST_P(DecodeVsReference, EverySplitCountMatchesTheReference) {
   uint64_t seed = seedFor(c.name());
   SCOPED_TRACE("seed " + std::to_string(seed));
   test::Inputs in = test::randomInputs(p, seed);
-  test::Reference ref =
-      test::referenceAttention(p, in, c.variant == "causal" ? test::Mask::Causal : test::Mask::None, interp::roundToBf16);
+  test::Reference ref = test::referenceAttention(p, in, c.variant == "causal" ? test::Mask::Causal : test::Mask::None,
+                                                 interp::roundToBf16);
   const int tiles = (c.seqlenK + 31) / 32;
   for (int splits : {1, 2, 3, std::max(tiles, 1), tiles + 5, 128}) {
     p.numSplits = splits;
@@ -229,8 +229,8 @@ TEST_P(DecodeCompiles, AttentionAndCombineKernelsToACubin) {
   auto [variant, headDim, arch] = GetParam();
   MLIRContext context;
   DiagnosticCapture diags(context);
-  auto built = buildAttentionProgram(context, *variants::byName(variant),
-                                     ProgramOptions{ElementType::BF16, headDim, headDim});
+  auto built =
+      buildAttentionProgram(context, *variants::byName(variant), ProgramOptions{ElementType::BF16, headDim, headDim});
   ASSERT_TRUE(succeeded(built)) << diags.text;
   PassManager pm(&context);
   std::string error;
@@ -255,18 +255,15 @@ TEST_P(DecodeCompiles, AttentionAndCombineKernelsToACubin) {
   EXPECT_NE(cubin->find(info.combineEntry), std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Decode, DecodeCompiles,
-                         ::testing::Values(KernelCase{"causal", 128, "sm_90a"}, KernelCase{"none", 64, "sm_80"},
-                                           KernelCase{"sinks_causal", 128, "sm_90a"},
-                                           KernelCase{"alibi_causal", 128, "sm_80"},
-                                           KernelCase{"sliding_window_causal", 128, "sm_90a"},
-                                           KernelCase{"softcap", 256, "sm_90a"},
-                                           KernelCase{"document_mask", 64, "sm_100a"}),
-                         [](const ::testing::TestParamInfo<KernelCase> &info) {
-                           return std::get<0>(info.param) + "_d" + std::to_string(std::get<1>(info.param)) + "_" +
-                                  std::get<2>(info.param);
-                         });
-
+INSTANTIATE_TEST_SUITE_P(
+    Decode, DecodeCompiles,
+    ::testing::Values(KernelCase{"causal", 128, "sm_90a"}, KernelCase{"none", 64, "sm_80"},
+                      KernelCase{"sinks_causal", 128, "sm_90a"}, KernelCase{"alibi_causal", 128, "sm_80"},
+                      KernelCase{"sliding_window_causal", 128, "sm_90a"}, KernelCase{"softcap", 256, "sm_90a"},
+                      KernelCase{"document_mask", 64, "sm_100a"}),
+    [](const ::testing::TestParamInfo<KernelCase> &info) {
+      return std::get<0>(info.param) + "_d" + std::to_string(std::get<1>(info.param)) + "_" + std::get<2>(info.param);
+    });
 
 //===----------------------------------------------------------------------===//
 // GQA packing: a tile's rows are the query heads of a K/V head x the query rows
@@ -314,8 +311,7 @@ TEST(DecodeGqa, PackedRowsMatchOneHeadPerTileAndReadKvOncePerGroup) {
       p.numSplits = splits;
       Outputs a, b;
       interp::RunStats packedStats, unpackedStats;
-      ASSERT_TRUE(succeeded(interp::run(funcOf(*packed), p, in.q, in.k, in.v, a.o, a.lse, &packedStats)))
-          << diags.text;
+      ASSERT_TRUE(succeeded(interp::run(funcOf(*packed), p, in.q, in.k, in.v, a.o, a.lse, &packedStats))) << diags.text;
       ASSERT_TRUE(succeeded(interp::run(funcOf(*unpacked), p, in.q, in.k, in.v, b.o, b.lse, &unpackedStats)))
           << diags.text;
       // Packing changes which rows share a tile, not what any row computes.
@@ -352,8 +348,8 @@ TEST(DecodeGqa, ProgramsWhoseRangeRulesReadTheHeadAreNotPacked) {
 TEST(DecodeGqa, PackedKernelsPrintEachRowsHead) {
   MLIRContext context;
   DiagnosticCapture diags(context);
-  auto built = buildAttentionProgram(context, *variants::byName("alibi_causal"),
-                                     ProgramOptions{ElementType::BF16, 128, 128});
+  auto built =
+      buildAttentionProgram(context, *variants::byName("alibi_causal"), ProgramOptions{ElementType::BF16, 128, 128});
   ASSERT_TRUE(succeeded(built)) << diags.text;
   PassManager pm(&context);
   std::string error;

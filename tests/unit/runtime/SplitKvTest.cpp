@@ -83,7 +83,8 @@ TEST(SplitKvWorkspace, PartialOThenLseAligned) {
 TEST(SplitKvArgs, AreCheckedBeforeTheGpu) {
   AttentionArgs args = decodeArgs(1, 4096, 32, 8);
   args.numSplits = kMaxSplits + 1;
-  EXPECT_THAT(Runtime::validate(args).message(), HasSubstr("numSplits is 129; accepted: 0 (the runtime chooses) or 1 to 128"));
+  EXPECT_THAT(Runtime::validate(args).message(),
+              HasSubstr("numSplits is 129; accepted: 0 (the runtime chooses) or 1 to 128"));
   args.numSplits = -1;
   EXPECT_FALSE(Runtime::validate(args).ok());
   args.numSplits = 4;
