@@ -572,6 +572,15 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
     smCount = *counted;
   }
   params.numSplits = numSplitsFor(args, info, smCount);
+  if (params.numSplits > 1 && !args.workspace) {
+    // Under CUDA graph capture the runtime's own workspace cannot grow (no allocation, no synchronization), and a
+    // graph would keep a pointer to a buffer that a later growth frees: without a caller's workspace, one split.
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (Status s = driver.check(driver.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing"); !s.ok())
+      return s;
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+      params.numSplits = 1;
+  }
   if (static_cast<long long>(gridX) * params.numSplits * gridY * args.batch > std::numeric_limits<int>::max())
     return Status::error("the launch grid would have " + std::to_string(gridX) + " x " +
                          std::to_string(params.numSplits) + " splits x heads x batch thread blocks; at most " +

@@ -88,7 +88,7 @@ struct AttentionArgs {
   int numSplits = 0;
   // The device memory split calls write their partials to (splitKvWorkspaceBytes, 256-byte aligned): null lets the
   // runtime own it (one buffer per context and stream, grown as needed, which synchronizes the stream once when it
-  // grows: pass one under CUDA graph capture).
+  // grows). Under CUDA graph capture without a workspace a call runs unsplit (numSplits 1): pass one there.
   void *workspace = nullptr;
   size_t workspaceBytes = 0;
 
