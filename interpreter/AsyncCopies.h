@@ -9,6 +9,12 @@
 // A wait lands only the copies it names: a program that relies on a target's copy order (cp.async groups complete
 // in order) to land an unnamed copy is wrong on targets whose copies complete independently (TMA). No MLIR
 // dependency.
+//
+// Producer/consumer barriers (tile.barrier, SM90's mbarriers): a buffer may have a "full" barrier (a copy that
+// arrives on it completes its slot's phase) and an "empty" one (consumers release a slot with
+// tile.barrier_arrive). Ring position i is slot i mod slots in round i div slots. Each role (tile.role; the whole
+// block outside roles) must observe a slot's full phase (tile.barrier_wait %full[i]) before it reads the slot, and a
+// producer must observe the previous round's empty phase (tile.barrier_wait %empty[i]) before it overwrites the slot.
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_INTERPRETER_ASYNCCOPIES_H
 #define FLASHTILE_INTERPRETER_ASYNCCOPIES_H
@@ -35,7 +41,21 @@ public:
   /// `wait %tokens`: lands the tokens' copies; then a block-wide barrier.
   std::optional<std::string> wait(const std::vector<int64_t> &tokens);
   /// `load X[tile] from slot`: the slot must hold X's tile `tile`, landed, with no copy into it in flight.
-  std::optional<std::string> load(const std::string &operand, int64_t tile, Slot slot);
+  std::optional<std::string> load(const std::string &operand, int64_t tile, Slot slot, int role = 0);
+  /// Declares barrier `barrier` over the slots of buffer `buffer`: a full barrier (arrivals = 0) or an empty one
+  /// that completes a phase after `arrivals` consumers released the slot.
+  void addBarrier(int64_t barrier, int64_t buffer, int64_t slots, int64_t arrivals);
+  /// `copy_async X[tile] into slot arrive %full[position]` by `role`: the copy lands and completes its slot's phase.
+  std::optional<std::string> copyArriving(const std::string &operand, int64_t tile, Slot slot, bool pred,
+                                          int64_t barrier, int64_t position, int role, int64_t &token);
+  /// `barrier_wait %b[position]` by `role`: whether the phase has completed (then the role has observed it). A phase
+  /// that has not completed yet is no error: another role may complete it.
+  bool barrierReady(int64_t barrier, int64_t position, int role);
+  /// `barrier_arrive %empty[position]` by `role`.
+  std::optional<std::string> barrierArrive(int64_t barrier, int64_t position, int role);
+  /// Describes what `barrier_wait %b[position]` waits for (for deadlock reports).
+  std::string describeWait(int64_t barrier, int64_t position) const;
+
   /// Whether this checker is on; off, every event is accepted (tests show that the hazards they plant are caught
   /// by the checker, not by something else).
   static bool &enabled();
@@ -53,8 +73,19 @@ private:
     std::optional<int64_t> incoming;                        // the copy filling it
     bool readSinceBarrier = false;                          // some thread may still be reading `landed`
   };
+  struct Barrier {
+    int64_t buffer, slots, arrivals; // arrivals 0: a full barrier
+    std::map<int64_t, int64_t> completed;                         // slot -> completed phases
+    std::map<int64_t, std::map<int64_t, int64_t>> arrived;        // slot -> round -> arrivals so far
+    std::map<std::pair<int, int64_t>, int64_t> lastArrived;       // (role, slot) -> last round released
+    std::map<std::pair<int, int64_t>, int64_t> observed;          // (role, slot) -> round observed
+  };
+  /// The full / empty barrier of a buffer, or null.
+  Barrier *barrierOf(int64_t buffer, bool full);
   std::vector<Copy> copies;
   std::map<Slot, SlotState> slots;
+  std::map<int64_t, Barrier> barriers;
+  std::map<Slot, int64_t> landedRound; // the round of the tile a slot holds (buffers with a full barrier)
 };
 
 } // namespace flashtile::interp

@@ -16,7 +16,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <limits>
+#include <mutex>
+#include <thread>
 #include <memory>
 #include <numbers>
 
@@ -107,6 +110,72 @@ int64_t kvTileRows(KvLoopOp loop, int64_t seqlenK) {
   return rows == ShapedType::kDynamic ? seqlenK : rows;
 }
 
+/// Runs the roles of a thread block one at a time, each on its own thread: a role runs until it finishes or waits on
+/// a barrier phase that has not completed, then hands over to the next role. When every live role has waited
+/// without any op running in between, no role can complete another's phase: a deadlock.
+class RoleScheduler {
+public:
+  explicit RoleScheduler(int count) : finished(count, false), live(count) {}
+
+  /// Blocks until role `me` runs; false when the run was aborted.
+  bool enter(int me) {
+    std::unique_lock<std::mutex> lock(mutex);
+    ready.wait(lock, [&] { return current == me || aborted; });
+    return !aborted;
+  }
+  enum class Resumed { Running, Deadlock, Aborted };
+  /// Role `me` (1-based, as the interpreter numbers roles) waits on a phase that has not completed: hands over and
+  /// blocks until it runs again. Every live role waiting with no op run since the first of those waits (the state
+  /// they all checked is the same) is a deadlock.
+  Resumed yieldBlocked(int me, uint64_t opsExecuted) {
+    std::unique_lock<std::mutex> lock(mutex);
+    waitsInARow = opsExecuted == opsAtLastWait ? waitsInARow + 1 : 1;
+    opsAtLastWait = opsExecuted;
+    if (waitsInARow >= live) {
+      aborted = true;
+      ready.notify_all();
+      return Resumed::Deadlock;
+    }
+    handOver(me - 1);
+    ready.wait(lock, [&] { return current == me - 1 || aborted; });
+    return aborted ? Resumed::Aborted : Resumed::Running;
+  }
+  void finish(int me) {
+    std::unique_lock<std::mutex> lock(mutex);
+    finished[me] = true;
+    --live;
+    waitsInARow = 0;
+    handOver(me);
+  }
+  void abort() {
+    std::unique_lock<std::mutex> lock(mutex);
+    aborted = true;
+    ready.notify_all();
+  }
+
+private:
+  /// The next unfinished role after `me` runs (round robin).
+  void handOver(int me) {
+    int n = static_cast<int>(finished.size());
+    current = -1;
+    for (int step = 1; step <= n; ++step)
+      if (int next = (me + step) % n; !finished[next]) {
+        current = next;
+        break;
+      }
+    ready.notify_all();
+  }
+
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::vector<bool> finished;
+  int live;
+  int current = 0;
+  bool aborted = false;
+  int waitsInARow = 0;
+  uint64_t opsAtLastWait = ~uint64_t(0);
+};
+
 class Interpreter {
 public:
   Interpreter(FuncOp func, const Problem &problem, Tensor q, Tensor k, Tensor v)
@@ -136,6 +205,12 @@ private:
   LogicalResult exec(SlotOp op);
   LogicalResult exec(CopyAsyncOp op);
   LogicalResult exec(WaitOp op);
+  LogicalResult exec(BarrierOp op);
+  LogicalResult exec(KvWalkOp op);
+  LogicalResult exec(BarrierWaitOp op);
+  LogicalResult exec(BarrierArriveOp op);
+  /// Runs the roles of a block side by side (RoleScheduler), each on its own thread, one at a time.
+  LogicalResult execRoles(ArrayRef<RoleOp> roles);
   LogicalResult exec(StoreOp op);
   LogicalResult exec(StoreSplitOp op);
   LogicalResult exec(QkOp op);
@@ -200,6 +275,10 @@ private:
   llvm::DenseMap<Value, int64_t> buffers;             ///< tile.buffer -> its number
   llvm::DenseMap<Value, AsyncCopies::Slot> slots;     ///< tile.slot -> (buffer, slot)
   llvm::DenseMap<Value, int64_t> tokens;              ///< token -> the copy it stands for
+  llvm::DenseMap<Value, int64_t> barriers;            ///< tile.barrier -> its number
+  RoleScheduler *roles = nullptr;                     ///< while roles run
+  int role = 0;                                       ///< the running role (0 outside roles)
+  uint64_t opsExecuted = 0;                           ///< progress, for deadlock detection
 };
 
 LogicalResult Interpreter::fail(Operation *op, const Twine &message) {
@@ -279,6 +358,7 @@ LogicalResult Interpreter::runInstance() {
   buffers.clear();
   slots.clear();
   tokens.clear();
+  barriers.clear();
   copies = AsyncCopies();
   storesO = storesLse = 0;
   if (failed(execBlock(func.getBodyBlock())))
@@ -290,15 +370,27 @@ LogicalResult Interpreter::runInstance() {
 }
 
 LogicalResult Interpreter::execBlock(Block &block) {
-  for (Operation &op : block)
-    if (!isa<YieldOp>(op) && failed(exec(op)))
+  bool rolesRan = false;
+  for (Operation &op : block) {
+    if (isa<YieldOp>(op))
+      continue;
+    if (isa<RoleOp>(op)) {
+      // The roles of a block start together, where the first one is.
+      if (!rolesRan && failed(execRoles(llvm::to_vector(block.getOps<RoleOp>()))))
+        return failure();
+      rolesRan = true;
+      continue;
+    }
+    ++opsExecuted;
+    if (failed(exec(op)))
       return failure();
+  }
   return success();
 }
 
 LogicalResult Interpreter::exec(Operation &op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(&op)
-      .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, BufferOp, SlotOp, CopyAsyncOp, WaitOp, StoreOp, QkOp,
+      .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, BufferOp, SlotOp, CopyAsyncOp, WaitOp, BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, StoreOp, QkOp,
             ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp,
             StoreSplitOp>(
           [&](auto tileOp) { return exec(tileOp); })
@@ -561,7 +653,7 @@ LogicalResult Interpreter::exec(LoadOp op) {
   if (Value slot = op.getSlot()) {
     if (!slots.contains(slot))
       return fail(op, "reads a slot no tile.slot selected");
-    if (auto hazard = copies.load(name.str(), index, slots.lookup(slot)))
+    if (auto hazard = copies.load(name.str(), index, slots.lookup(slot), role))
       return fail(op, *hazard);
   }
   // Rows past the sequence read as zero.
@@ -619,10 +711,106 @@ LogicalResult Interpreter::exec(CopyAsyncOp op) {
   if (!slots.contains(op.getSlot()))
     return fail(op, "copies into a slot no tile.slot selected");
   int64_t token = AsyncCopies::kNoToken;
-  if (auto hazard = copies.copy(op.getOperand().str(), index, slots.lookup(op.getSlot()), pred, token))
+  if (Value full = op.getFull()) {
+    FailureOr<Scalar> position = scalar(op, op.getPosition());
+    if (failed(position))
+      return failure();
+    if (!barriers.contains(full))
+      return fail(op, "arrives on a value that is not a tile.barrier");
+    if (auto hazard = copies.copyArriving(op.getOperand().str(), index, slots.lookup(op.getSlot()), pred,
+                                          barriers.lookup(full), position->i, role, token))
+      return fail(op, *hazard);
+  } else if (auto hazard = copies.copy(op.getOperand().str(), index, slots.lookup(op.getSlot()), pred, token)) {
     return fail(op, *hazard);
+  }
   tokens[op.getResult()] = token;
   return success();
+}
+
+LogicalResult Interpreter::exec(KvWalkOp op) {
+  FailureOr<Scalar> lo = scalar(op, op.getLower()), hi = scalar(op, op.getUpper());
+  if (failed(lo) || failed(hi))
+    return failure();
+  bool descending = op.getOrder() == "descending";
+  for (int64_t step = 0; step < hi->i - lo->i; ++step) {
+    scalars[op.getTileIndex()] = Scalar::integer(descending ? hi->i - 1 - step : lo->i + step);
+    if (failed(execBlock(op.getBody().front())))
+      return failure();
+  }
+  return success();
+}
+
+LogicalResult Interpreter::exec(BarrierOp op) {
+  if (!buffers.contains(op.getBuffer()))
+    return fail(op, "is the barrier of a value that is not a tile.buffer");
+  int64_t number = static_cast<int64_t>(barriers.size());
+  barriers[op.getResult()] = number;
+  copies.addBarrier(number, buffers.lookup(op.getBuffer()), op.getBuffer().getType().getSlots(),
+                    op.isFull() ? 0 : static_cast<int64_t>(*op.getArrivals()));
+  return success();
+}
+
+LogicalResult Interpreter::exec(BarrierWaitOp op) {
+  if (!barriers.contains(op.getBarrier()))
+    return fail(op, "waits on a value that is not a tile.barrier");
+  FailureOr<Scalar> position = scalar(op, op.getPosition());
+  if (failed(position))
+    return failure();
+  int64_t barrier = barriers.lookup(op.getBarrier());
+  const int me = role;
+  while (!copies.barrierReady(barrier, position->i, me)) {
+    // Another role may complete the phase; with none left that can, the program deadlocks.
+    std::string waited = copies.describeWait(barrier, position->i);
+    if (!roles)
+      return fail(op, "pipeline deadlock: waits for " + waited + ", which nothing before it completes");
+    RoleScheduler::Resumed resumed = roles->yieldBlocked(me, opsExecuted);
+    role = me; // other roles ran meanwhile
+    if (resumed == RoleScheduler::Resumed::Aborted)
+      return failure(); // another role failed and said why
+    if (resumed == RoleScheduler::Resumed::Deadlock)
+      return fail(op, "pipeline deadlock: every role waits on a barrier no other role will complete; this one waits "
+                      "for " + waited);
+  }
+  return success();
+}
+
+LogicalResult Interpreter::exec(BarrierArriveOp op) {
+  if (!barriers.contains(op.getBarrier()))
+    return fail(op, "arrives on a value that is not a tile.barrier");
+  FailureOr<Scalar> position = scalar(op, op.getPosition());
+  if (failed(position))
+    return failure();
+  if (auto hazard = copies.barrierArrive(barriers.lookup(op.getBarrier()), position->i, role))
+    return fail(op, *hazard);
+  return success();
+}
+
+LogicalResult Interpreter::execRoles(ArrayRef<RoleOp> roleOps) {
+  if (roles)
+    return fail(roleOps.front(), "roles do not nest");
+  RoleScheduler scheduler(static_cast<int>(roleOps.size()));
+  roles = &scheduler;
+  std::vector<LogicalResult> results(roleOps.size(), success());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < roleOps.size(); ++i)
+    threads.emplace_back([&, i] {
+      int me = static_cast<int>(i) + 1; // role 0 is the block outside roles
+      if (!scheduler.enter(me - 1)) {
+        results[i] = failure();
+        return;
+      }
+      role = me;
+      RoleOp op = roleOps[i];
+      results[i] = execBlock(op.getBody().front());
+      if (failed(results[i]))
+        scheduler.abort();
+      scheduler.finish(me - 1);
+    });
+  for (std::thread &t : threads)
+    t.join();
+  roles = nullptr;
+  role = 0;
+  return failure(llvm::any_of(results, [](LogicalResult r) { return failed(r); }));
 }
 
 LogicalResult Interpreter::exec(WaitOp op) {

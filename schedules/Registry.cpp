@@ -5,6 +5,7 @@
 #include "schedules/Registry.h"
 #include "schedules/decode/DecodeRegister.h"
 #include "schedules/fa2/Fa2Register.h"
+#include "schedules/fa3/Fa3Register.h"
 
 #include <mutex>
 
@@ -14,6 +15,7 @@ void registerBuiltinSchedules() {
   static std::once_flag once;
   std::call_once(once, [] {
     fa2::registerSchedule();
+    fa3::registerSchedule();
     decode::registerSchedule();
   });
 }

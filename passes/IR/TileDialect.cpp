@@ -400,17 +400,90 @@ LogicalResult SlotOp::verify() {
   return success();
 }
 
+/// The buffer behind a slot or barrier value, when a tile.slot / tile.barrier of a tile.buffer made it.
+static Value bufferBehind(Value v) {
+  if (auto slot = v.getDefiningOp<SlotOp>())
+    return slot.getBuffer();
+  if (auto barrier = v.getDefiningOp<BarrierOp>())
+    return barrier.getBuffer();
+  return Value();
+}
+
 LogicalResult CopyAsyncOp::verify() {
   if (failed(verifyOperandIndex(*this, getOperand(), getIndex())))
     return failure();
   if (getPred() && !getIndex())
     return emitOpError() << "a predicate only applies to a K/V tile index (tile.copy_async \"k\"[%j] into %s if %valid)";
+  if (Value full = getFull()) {
+    auto barrier = full.getDefiningOp<BarrierOp>();
+    if (barrier && !barrier.isFull())
+      return emitOpError() << "arrives on an empty barrier; a copy completes the phase of its slot's full barrier";
+    Value a = bufferBehind(full), b = bufferBehind(getSlot());
+    if (a && b && a != b)
+      return emitOpError() << "arrives on the full barrier of another buffer than the one its slot is in";
+  } else if ((*this)->getParentOfType<RoleOp>()) {
+    return emitOpError() << "inside a tile.role must arrive on a full barrier (roles do not share tile.wait's "
+                            "block-wide barrier)";
+  }
   return checkSlotOperand(*this, getOperand(), getSlot());
 }
 
 LogicalResult WaitOp::verify() {
   if (getTokens().empty())
     return emitOpError() << "waits for at least one token";
+  if ((*this)->getParentOfType<RoleOp>())
+    return emitOpError() << "is a block-wide barrier, which roles do not share; a role waits on a full barrier "
+                            "(tile.barrier_wait)";
+  return success();
+}
+
+LogicalResult BarrierOp::verify() {
+  if (static_cast<bool>(getBytes()) == static_cast<bool>(getArrivals()))
+    return emitOpError() << "is a full barrier (bytes = the tile's bytes) or an empty one (arrivals = consumers): "
+                            "give exactly one";
+  if (std::optional<uint64_t> bytes = getBytes()) {
+    RankedTensorType tile = getBuffer().getType().getTile();
+    int64_t expected = tile.getNumElements() * (tile.getElementTypeBitWidth() / 8);
+    if (static_cast<int64_t>(*bytes) != expected)
+      return emitOpError() << "expects " << *bytes << " bytes per phase, but a " << tile << " tile is " << expected;
+  }
+  if (std::optional<uint64_t> arrivals = getArrivals(); arrivals && (*arrivals < 1 || *arrivals > kMaxScheduleWarps))
+    return emitOpError() << "expects 1 to " << kMaxScheduleWarps << " arrivals per phase, got " << *arrivals;
+  return success();
+}
+
+LogicalResult KvWalkOp::verify() {
+  if (getOrder() != "ascending" && getOrder() != "descending")
+    return emitOpError() << "order must be \"ascending\" or \"descending\", got \"" << getOrder() << "\"";
+  Block &body = getBody().front();
+  if (body.getNumArguments() != 1 || !body.getArgument(0).getType().isInteger(32))
+    return emitOpError() << "body takes the tile index (i32) only";
+  if (!cast<YieldOp>(body.getTerminator()).getValues().empty())
+    return emitOpError() << "body yields nothing";
+  return success();
+}
+
+LogicalResult RoleOp::verify() {
+  if (!isIdentifierName(getName()))
+    return emitOpError() << "role name '" << getName() << "' is not an identifier";
+  if (getWarps() < 1 || getWarps() > kMaxScheduleWarps)
+    return emitOpError() << "warps must be in [1, " << kMaxScheduleWarps << "], got " << getWarps();
+  if (getRegs() < 24 || getRegs() > 256 || getRegs() % 8 != 0)
+    return emitOpError() << "regs must be a multiple of 8 in [24, 256] (setmaxnreg), got " << getRegs();
+  if (!isa_and_nonnull<FuncOp>((*this)->getParentOp()))
+    return emitOpError() << "must be at the top level of a tile.func";
+  int64_t warps = 0;
+  for (RoleOp role : (*this)->getBlock()->getOps<RoleOp>()) {
+    warps += role.getWarps();
+    if (role != *this && role.getName() == getName() && role->isBeforeInBlock(*this))
+      return emitOpError() << "role '" << getName() << "' is defined twice";
+  }
+  // Said once, at the block's last role.
+  bool last = llvm::none_of((*this)->getBlock()->getOps<RoleOp>(),
+                            [&](RoleOp role) { return role != *this && (*this)->isBeforeInBlock(role); });
+  if (last && warps > kMaxScheduleWarps)
+    return emitOpError() << "the roles of a block have " << warps << " warps; a block has at most "
+                         << kMaxScheduleWarps;
   return success();
 }
 

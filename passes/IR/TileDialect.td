@@ -75,6 +75,17 @@ def Tile_TokenType : Tile_Type<"Token", "token"> {
   }];
 }
 
+def Tile_BarrierType : Tile_Type<"Barrier", "barrier"> {
+  let summary = "one barrier per slot of a buffer (an mbarrier each, on SM90)";
+  let description = [{
+    `!tile.barrier<slots = 2>`, made by `tile.barrier`: a "full" barrier completes a phase of a slot when the bytes
+    of its tile have landed, an "empty" barrier when every consumer has released the slot. Waits and arrivals name
+    the ring position of a tile: position i is slot i mod slots, in its round i div slots.
+  }];
+  let parameters = (ins "int64_t":$slots);
+  let assemblyFormat = "`<` `slots` `=` $slots `>`";
+}
+
 //===----------------------------------------------------------------------===//
 // Attributes
 //===----------------------------------------------------------------------===//

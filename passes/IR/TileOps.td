@@ -53,7 +53,7 @@ def Tile_FuncOp : Tile_Op<"func", [IsolatedFromAbove, Symbol, SingleBlock, NoTer
 }
 
 def Tile_YieldOp : Tile_Op<"yield", [Pure, Terminator, ReturnLike,
-    ParentOneOf<["KvRangeOp", "ScoreModOp", "MaskOp", "KvLoopOp", "FinalizeOp", "StoreSplitOp"]>]> {
+    ParentOneOf<["KvRangeOp", "ScoreModOp", "MaskOp", "KvLoopOp", "FinalizeOp", "RoleOp", "KvWalkOp", "StoreSplitOp"]>]> {
   let summary = "ends a tile region, yielding its values";
   let description = [{ `tile.yield %a, %b : i32, i32` }];
   let arguments = (ins Variadic<AnyType>:$values);
@@ -196,11 +196,16 @@ def Tile_CopyAsyncOp : Tile_Op<"copy_async", [MemoryEffects<[MemRead, MemWrite]>
     `%t = tile.copy_async "k"[%j] into %slot if %valid : !tile.slot<...>` starts copying K tile `j` into `%slot`;
     nothing is copied when the optional predicate is false (the token then completes at once). The slot's contents
     are undefined until a `tile.wait` consumes `%t`, and the slot must not be read by any thread while the copy is
-    in flight.
+    in flight. `... into %slot arrive %full[%i]` (a TMA copy) also completes the phase of ring position `%i` of
+    the slot's "full" barrier with the tile's bytes: consumers wait for that phase instead of the token.
   }];
-  let arguments = (ins StrAttr:$operand, Optional<I32>:$index, Tile_SlotType:$slot, Optional<I1>:$pred);
+  let arguments = (ins StrAttr:$operand, Optional<I32>:$index, Tile_SlotType:$slot, Optional<Tile_BarrierType>:$full,
+                       Optional<I32>:$position, Optional<I1>:$pred);
   let results = (outs Tile_TokenType:$token);
-  let assemblyFormat = "$operand (`[` $index^ `]`)? `into` $slot (`if` $pred^)? attr-dict `:` type($slot)";
+  let assemblyFormat = [{
+    $operand (`[` $index^ `]`)? `into` $slot (`arrive` $full^ `[` $position `]`)? (`if` $pred^)? attr-dict `:`
+    type($slot) (`,` type($full)^)?
+  }];
   let hasVerifier = 1;
 }
 
@@ -215,6 +220,61 @@ def Tile_WaitOp : Tile_Op<"wait", [MemoryEffects<[MemRead, MemWrite]>]> {
   }];
   let arguments = (ins Variadic<Tile_TokenType>:$tokens);
   let assemblyFormat = "$tokens attr-dict";
+  let hasVerifier = 1;
+}
+
+def Tile_BarrierOp : Tile_Op<"barrier", [MemoryEffects<[MemAlloc]>, TypesMatchWith<
+    "one barrier per slot of the buffer", "buffer", "barrier",
+    "::flashtile::tile::BarrierType::get($_self.getContext(), ::llvm::cast<::flashtile::tile::BufferType>($_self).getSlots())">]> {
+  let summary = "the full or empty barriers of a buffer's slots (producer/consumer pairs)";
+  let description = [{
+    `%full = tile.barrier %kbuf {bytes = 16384}` completes a phase of a slot when that many bytes have landed in it
+    (one tile: the verifier checks the count against the tile). `%empty = tile.barrier %kbuf {arrivals = 2}`
+    completes a phase when that many consumers have released the slot (`tile.barrier_arrive`). A producer waits on
+    the empty barrier before it overwrites a slot, a consumer on the full barrier before it reads one.
+  }];
+  let arguments = (ins Tile_BufferType:$buffer, OptionalAttr<I64Attr>:$bytes, OptionalAttr<I64Attr>:$arrivals);
+  let results = (outs Tile_BarrierType:$barrier);
+  let assemblyFormat = "$buffer attr-dict `:` type($buffer)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    bool isFull() { return static_cast<bool>(getBytes()); }
+  }];
+}
+
+def Tile_BarrierWaitOp : Tile_Op<"barrier_wait", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "waits until the phase of a ring position completes";
+  let description = [{
+    `tile.barrier_wait %full[%i]`: the tile of ring position i (slot i mod slots, round i div slots) has landed;
+    the waiting threads may read the slot. `tile.barrier_wait %empty[%i]`: every consumer has released the slot's
+    previous round (round 0 passes at once); the producer may overwrite it with position i's tile.
+  }];
+  let arguments = (ins Tile_BarrierType:$barrier, I32:$position);
+  let assemblyFormat = "$barrier `[` $position `]` attr-dict `:` type($barrier)";
+}
+
+def Tile_BarrierArriveOp : Tile_Op<"barrier_arrive", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "a consumer releases the slot of a ring position (arrives on its empty barrier)";
+  let description = [{ `tile.barrier_arrive %empty[%i]`: this role is done reading ring position i's slot. }];
+  let arguments = (ins Tile_BarrierType:$barrier, I32:$position);
+  let assemblyFormat = "$barrier `[` $position `]` attr-dict `:` type($barrier)";
+}
+
+def Tile_RoleOp : Tile_Op<"role", [SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects]> {
+  let summary = "a part of the thread block (warps, a register budget) running its region beside the other roles";
+  let description = [{
+    ```mlir
+    tile.role "producer" {warps = 4, regs = 24} { ... }    // TMA copies into the ring
+    tile.role "consumer" {warps = 8, regs = 240} { ... }   // Q·Kᵀ, softmax, P·V, epilogue
+    ```
+    The roles of a block run at the same time; they synchronize only through barriers (`tile.barrier_wait` /
+    `tile.barrier_arrive`, full/empty pairs), never through `tile.wait`'s block-wide barrier. `warps` is the role's
+    share of the block, `regs` the registers per thread it asks for (setmaxnreg on SM90: 24 to 256, a multiple
+    of 8).
+  }];
+  let arguments = (ins StrAttr:$name, I64Attr:$warps, I64Attr:$regs);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$name attr-dict-with-keyword custom<TileRegion>($body)";
   let hasVerifier = 1;
 }
 
@@ -427,6 +487,25 @@ def Tile_KvLoopOp : Tile_Op<"kv_loop", [SingleBlockImplicitTerminator<"YieldOp">
     bool isBounded() { return getLower() != nullptr; }
   }];
 }
+
+def Tile_KvWalkOp : Tile_Op<"kv_walk", [SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects]> {
+  let summary = "visits K/V tiles [from, to) in order with no softmax state: a producer's loop";
+  let description = [{
+    ```mlir
+    tile.kv_walk from %lo to %hi {order = "descending"} {
+    ^bb0(%j: i32):
+      ...   // e.g. wait for a slot's empty barrier, copy K tile j into it
+    }
+    ```
+    The loop of a role that moves tiles rather than computing on them (FA3's producer): the same tiles, in the same
+    order, as the consumers' `tile.kv_loop` segments, without their state.
+  }];
+  let arguments = (ins I32:$lower, I32:$upper, DefaultValuedStrAttr<StrAttr, "ascending">:$order);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "`from` $lower `to` $upper attr-dict custom<TileRegion>($body)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::Value getTileIndex() { return getBody().front().getArgument(0); }
 
 //===----------------------------------------------------------------------===//
 // Split-KV (the decode schedule)

@@ -30,7 +30,7 @@ struct TileLowerToTargetPass : flashtile::tile::impl::TileLowerToTargetBase<Tile
       return signalPassFailure();
     }
     ScheduleAttr scheduleAttr = func.getScheduleAttr();
-    if (!scheduleAttr || func.getBody().getOps<CopyAsyncOp>().empty()) {
+    if (!scheduleAttr || !func.walk([](CopyAsyncOp) { return WalkResult::interrupt(); }).wasInterrupted()) {
       func.emitOpError() << "must be scheduled and pipelined before lowering to a target";
       return signalPassFailure();
     }
@@ -43,7 +43,8 @@ struct TileLowerToTargetPass : flashtile::tile::impl::TileLowerToTargetBase<Tile
     const codegen::TargetFamily *family = codegen::lookupTarget(familyName);
     std::optional<int64_t> maxSmem = family ? codegen::maxSmemBytes(*family, *canonical) : std::nullopt;
     if (!maxSmem) {
-      func.emitOpError() << "schedule '" << scheduleAttr.getName() << "' has no lowering for " << *canonical;
+      func.emitOpError() << "schedule '" << scheduleAttr.getName() << "' has no lowering for " << *canonical
+                         << (familyName.empty() ? " (" + std::string(schedule->summary()) + ")" : std::string());
       return signalPassFailure();
     }
     codegen::KernelShape shape = schedule::kernelShapeOf(func);

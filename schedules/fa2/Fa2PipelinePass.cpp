@@ -55,7 +55,8 @@ struct Buffers {
   }
   /// Starts copying tile `index` of `operand` into its slot; returns the copy's token.
   CopyAsyncOp copy(OpBuilder &b, Location loc, StringRef operand, Value index, Value pred) const {
-    return CopyAsyncOp::create(b, loc, operand, index, slot(b, loc, operand, index), pred);
+    return CopyAsyncOp::create(b, loc, operand, index, slot(b, loc, operand, index), /*full=*/Value(),
+                               /*position=*/Value(), pred);
   }
   /// Makes `load` read its tile from `filled` (the slot a copy in the same block filled) or from the slot of its
   /// tile, selected here.

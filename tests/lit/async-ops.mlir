@@ -124,3 +124,110 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
   // expected-error @+1 {{'tile.wait' op waits for at least one token}}
   tile.wait
 }
+
+// -----
+
+// Barriers, roles and the producer's walk.
+// CHECK-LABEL: tile.func @roles
+// CHECK: %[[F:.*]] = tile.barrier %{{.*}} {bytes = 8192 : i64} : <tensor<64x64xbf16>, slots = 2>
+// CHECK: %[[E:.*]] = tile.barrier %{{.*}} {arrivals = 1 : i64}
+// CHECK: tile.role "producer" attributes {regs = 24 : i64, warps = 4 : i64}
+// CHECK: tile.kv_walk from %{{.*}} to %{{.*}} {order = "descending"}
+// CHECK: tile.barrier_wait %[[E]][%{{.*}}] : <slots = 2>
+// CHECK: tile.copy_async "k"[%{{.*}}] into %{{.*}} arrive %[[F]][%{{.*}}] : <tensor<64x64xbf16>>, !tile.barrier<slots = 2>
+// CHECK: tile.role "consumer" attributes {regs = 240 : i64, warps = 8 : i64}
+// CHECK: tile.barrier_arrive %[[E]][%{{.*}}] : <slots = 2>
+tile.func @roles attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %full = tile.barrier %kb {bytes = 8192 : i64} : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %empty = tile.barrier %kb {arrivals = 1 : i64} : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %c0 = arith.constant 0 : i32
+  %c4 = arith.constant 4 : i32
+  tile.role "producer" attributes {warps = 4 : i64, regs = 24 : i64} {
+    tile.kv_walk from %c0 to %c4 {order = "descending"} {
+    ^bb0(%j: i32):
+      %s = tile.slot %kb[%j] : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+      tile.barrier_wait %empty[%j] : !tile.barrier<slots = 2>
+      %t = tile.copy_async "k"[%j] into %s arrive %full[%j] : !tile.slot<tensor<64x64xbf16>>, !tile.barrier<slots = 2>
+      tile.yield
+    }
+    tile.yield
+  }
+  tile.role "consumer" attributes {warps = 8 : i64, regs = 240 : i64} {
+    tile.barrier_wait %full[%c0] : !tile.barrier<slots = 2>
+    tile.barrier_arrive %empty[%c0] : !tile.barrier<slots = 2>
+    tile.yield
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  // expected-error @+1 {{'tile.barrier' op expects 4096 bytes per phase, but a 'tensor<64x64xbf16>' tile is 8192}}
+  %full = tile.barrier %kb {bytes = 4096 : i64} : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  // expected-error @+1 {{'tile.barrier' op is a full barrier (bytes = the tile's bytes) or an empty one (arrivals = consumers): give exactly one}}
+  %b = tile.barrier %kb : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{'tile.role' op regs must be a multiple of 8 in [24, 256] (setmaxnreg), got 20}}
+  tile.role "producer" attributes {warps = 4 : i64, regs = 20 : i64} {
+    tile.yield
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  tile.role "a" attributes {warps = 16 : i64, regs = 24 : i64} {
+    tile.yield
+  }
+  // expected-error @+1 {{'tile.role' op the roles of a block have 36 warps; a block has at most 32}}
+  tile.role "b" attributes {warps = 20 : i64, regs = 24 : i64} {
+    tile.yield
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %c0 = arith.constant 0 : i32
+  tile.role "producer" attributes {warps = 4 : i64, regs = 24 : i64} {
+    %s = tile.slot %kb[%c0] : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+    // expected-error @+1 {{'tile.copy_async' op inside a tile.role must arrive on a full barrier}}
+    %t = tile.copy_async "k"[%c0] into %s : !tile.slot<tensor<64x64xbf16>>
+    tile.yield
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %empty = tile.barrier %kb {arrivals = 1 : i64} : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %c0 = arith.constant 0 : i32
+  %s = tile.slot %kb[%c0] : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  // expected-error @+1 {{'tile.copy_async' op arrives on an empty barrier}}
+  %t = tile.copy_async "k"[%c0] into %s arrive %empty[%c0] : !tile.slot<tensor<64x64xbf16>>, !tile.barrier<slots = 2>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %c0 = arith.constant 0 : i32
+  // expected-error @+1 {{'tile.kv_walk' op order must be "ascending" or "descending", got "sideways"}}
+  tile.kv_walk from %c0 to %c0 {order = "sideways"} {
+  ^bb0(%j: i32):
+    tile.yield
+  }
+}

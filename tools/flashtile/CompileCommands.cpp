@@ -7,7 +7,7 @@
 #include "flashtile/runtime/Nvrtc.h"
 #include "flashtile/runtime/Runtime.h"
 #include "flashtile/runtime/Version.h"
-#include "schedules/fa2/Fa2Config.h"
+#include "passes/Transforms/ScheduleRegistry.h"
 
 #include <fmt/format.h>
 
@@ -27,37 +27,36 @@ void addDebugFlag(CLI::App &command, bool &debug) {
 }
 
 void addScheduleFlags(CLI::App &command, ScheduleFlags &flags) {
-  jit::registerBuiltins(); // the schedule registry lists what --schedule accepts
-  command.add_option("--schedule", flags.schedule, "The schedule (fa3 and fa4 are planned)")
-      ->check(oneOf("schedule", schedule::scheduleNames()))
+  jit::registerBuiltins();
+  std::vector<std::string> names = schedule::scheduleNames();
+  command.add_option("--schedule", flags.schedule, "The schedule: " + joinNames(names))
+      ->check(oneOf("schedule", names))
       ->capture_default_str();
   command.add_option("--arch", flags.arch, "GPU target, e.g. sm_80, sm_90a, sm_100a (flashtile info lists them)")
       ->check(archName())
       ->capture_default_str();
-  // Ranges the CLI can state without the schedule; the schedule checks the rest (multiples, per-head-dim limits).
-  constexpr int kMaxTile = 256;
-  command.add_option("--block-m", flags.blockM, "Query rows per thread block, a multiple of 16 x warps")
-      ->check(intRange(16, kMaxTile));
-  command.add_option("--block-n", flags.blockN, "Keys per K/V tile, a multiple of 16")
-      ->check(intRange(16, kMaxTile));
-  command.add_option("--warps", flags.warps, "Warps per thread block")->check(intRange(1, 16));
-  command
-      .add_option("--stages", flags.stages,
-                  "1: one K and one V buffer (FA2); 2: two each, Q.K^T of the next tile "
-                  "overlaps the softmax")
-      ->check(intRange(fa2::kMinStages, fa2::kMaxStages));
-  command
-      .add_option("--rescale-threshold", flags.rescaleThreshold,
-                  "0: rescale every tile (FA2); N: only when a row max grows by more than 2^N (FA4)")
-      ->check(intRange(0, fa2::kMaxRescaleThreshold));
-  command
-      .add_option("--min-blocks-per-sm", flags.minBlocksPerSm,
-                  "Blocks per SM in __launch_bounds__ (registers capped so they fit); 0: no request")
-      ->check(intRange(0, fa2::kMaxThreadsPerSm / fa2::kWarpSize, "at most 2048 threads per SM"));
-  command
-      .add_option("--lpt-group-blocks", flags.lptGroupBlocks,
-                  "0: heaviest Q tile first within each (batch, head); N: across groups of >= N blocks")
-      ->check(intRange(0, fa2::kMaxLptGroupBlocks));
+  // One flag per knob name, in the order the schedules list them; its help says which schedules take it.
+  struct Knob {
+    std::string help;
+    int64_t min, max;
+  };
+  std::vector<std::pair<std::string, Knob>> knobs;
+  for (const std::string &name : names)
+    for (const schedule::OptionSpec &spec : schedule::lookupSchedule(name)->options()) {
+      auto it = std::find_if(knobs.begin(), knobs.end(), [&](const auto &k) { return k.first == spec.name; });
+      if (it == knobs.end()) {
+        knobs.push_back({spec.name, Knob{name + ": " + spec.help, spec.min, spec.max}});
+        continue;
+      }
+      it->second.help += "; " + name + ": " + spec.help;
+      it->second.min = std::min(it->second.min, spec.min);
+      it->second.max = std::max(it->second.max, spec.max);
+    }
+  for (const auto &[name, knob] : knobs)
+    command
+        .add_option_function<int64_t>(
+            "--" + name, [&flags, name = name](int64_t value) { flags.knobs[name] = value; }, knob.help)
+        ->check(intRange(knob.min, knob.max));
   addDebugFlag(command, flags.debug);
 }
 
@@ -65,20 +64,15 @@ jit::CompileOptions compileOptions(const ScheduleFlags &flags) {
   jit::CompileOptions o;
   o.schedule.schedule = flags.schedule;
   o.schedule.arch = flags.arch;
-  // The schedule's knobs by name (the registry checks them against its options); 0 or -1: the default.
-  for (auto [knob, value, unset] : {std::tuple{fa2::kBlockM, flags.blockM, 0}, {fa2::kBlockN, flags.blockN, 0},
-                                    {fa2::kWarps, flags.warps, 0}, {fa2::kStages, flags.stages, 0},
-                                    {fa2::kRescaleThreshold, flags.rescaleThreshold, -1},
-                                    {fa2::kMinBlocksPerSm, flags.minBlocksPerSm, -1},
-                                    {fa2::kLptGroupBlocks, flags.lptGroupBlocks, -1}})
-    if (value != unset)
-      o.schedule.knobs[knob] = value;
+  // The registry checks the knobs against the schedule's options.
+  for (const auto &[knob, value] : flags.knobs)
+    o.schedule.knobs[knob] = value;
   o.debug = flags.debug;
   return o;
 }
 
 Status explainDefaults(const Status &error, const ScheduleFlags &flags) {
-  if (error.ok() || flags.blockM != 0 || error.message().find("block-m = ") == std::string::npos)
+  if (error.ok() || flags.knobs.count("block-m") || error.message().find("block-m = ") == std::string::npos)
     return error;
   std::string message = error.message();
   while (!message.empty() && message.back() == '\n')

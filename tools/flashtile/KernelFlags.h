@@ -6,22 +6,24 @@
 
 #include "jit/Jit.h"
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 namespace flashtile::cli {
 
-/// The schedule's knobs as typed; 0 (tiles) or -1 (the others) means "the schedule's default".
+/// The schedule and the knobs given on the command line (by name; the others take the schedule's defaults).
 struct ScheduleFlags {
   std::string schedule = "fa2";
   std::string arch = "sm_90a";
-  int blockM = 0, blockN = 0, warps = 0, stages = 0;
-  int rescaleThreshold = -1, minBlocksPerSm = -1, lptGroupBlocks = -1;
+  std::map<std::string, int64_t> knobs;
   bool debug = false;
 };
 
-/// --schedule, --arch and the FA2 knobs, with the CLI's range checks (the schedule refines them, e.g. block-m a
-/// multiple of 16 x warps).
+/// --schedule, --arch and one flag per knob of the registered schedules (their names and ranges from the schedule
+/// registry; a knob several schedules take accepts the union of their ranges, and the chosen schedule checks its
+/// own: a knob it does not take is an error naming the ones it does).
 void addScheduleFlags(CLI::App &command, ScheduleFlags &flags);
 /// --debug: MLIR's op dump on errors.
 void addDebugFlag(CLI::App &command, bool &debug);

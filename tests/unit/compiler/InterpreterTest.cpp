@@ -146,7 +146,7 @@ std::vector<Case> cases() {
 
 class InterpreterVsReference : public ::testing::TestWithParam<Case> {};
 
-TEST_P(InterpreterVsReference, UnscheduledAndFa2ScheduledMatchTheReference) {
+TEST_P(InterpreterVsReference, UnscheduledFa2AndFa3ScheduledMatchTheReference) {
   const Case &c = GetParam();
   MLIRContext context;
   DiagnosticCapture diags(context);
@@ -174,6 +174,14 @@ TEST_P(InterpreterVsReference, UnscheduledAndFa2ScheduledMatchTheReference) {
     expectMatchesReference(out, ref, p, label);
     // The same bound as against the reference, plus one output ulp: a different accumulation order may move an
     // fp32 value across a rounding boundary of the dtype.
+    expectAgree(out, unscheduled, test::errorBound(ref) + outputUlp(ref, c.dtype), label);
+  }
+  for (const auto &[label, knobs] : flashtile::testing::fa3TestSchedules()) {
+    OwningOpRef<ModuleOp> sched = flashtile::testing::scheduledFa3(*program, knobs);
+    ASSERT_TRUE(sched) << label << ": the FA3 pipeline failed\n" << diags.text;
+    ASSERT_FALSE(funcOf(*sched).getBody().getOps<tile::RoleOp>().empty()) << label << ": no roles";
+    Outputs out = runChecked(funcOf(*sched), p, in, diags);
+    expectMatchesReference(out, ref, p, label);
     expectAgree(out, unscheduled, test::errorBound(ref) + outputUlp(ref, c.dtype), label);
   }
 }
@@ -407,6 +415,94 @@ TEST_F(CausalQkAheadFixture, SoftmaxOfTheNextTilesScoresIsCaught) {
   carried.replaceAllUsesWith(next);
   std::string text = runExpectingFailure(*sched);
   EXPECT_NE(text.find("P covers keys from"), std::string::npos) << text;
+}
+
+//===----------------------------------------------------------------------===//
+// FA3: roles over a ring of slots with full/empty barriers
+//===----------------------------------------------------------------------===//
+
+/// Causal attention under FA3 with small tiles and a two-slot ring: each walk reuses every slot several times.
+struct Fa3Fixture : CausalFixture {
+  schedule::Knobs knobs{{fa3::kBlockM, 64}, {fa3::kBlockN, 16}, {fa3::kStages, 2}, {fa3::kConsumerWarpgroups, 1}};
+  OwningOpRef<ModuleOp> fa3 = program ? flashtile::testing::scheduledFa3(*program, knobs) : nullptr;
+
+  tile::RoleOp role(ModuleOp module, StringRef name) {
+    for (auto r : funcOf(module).getBody().getOps<tile::RoleOp>())
+      if (r.getName() == name)
+        return r;
+    return {};
+  }
+  /// The barrier ops of `role` of type T on the barrier of the `operand` buffer that is full (or empty).
+  template <typename T> SmallVector<T> barrierOps(ModuleOp module, StringRef roleName, StringRef operand, bool full) {
+    SmallVector<T> ops;
+    role(module, roleName).walk([&](T op) {
+      auto barrier = op.getBarrier().template getDefiningOp<tile::BarrierOp>();
+      if (barrier && barrier.isFull() == full &&
+          barrier.getBuffer().template getDefiningOp<tile::BufferOp>().getOperand() == operand)
+        ops.push_back(op);
+    });
+    return ops;
+  }
+};
+
+TEST_F(Fa3Fixture, RolesMatchTheReference) {
+  ASSERT_TRUE(fa3) << diags.text;
+  ASSERT_TRUE(role(*fa3, "producer"));
+  ASSERT_TRUE(role(*fa3, "consumer"));
+  test::Reference ref = test::referenceAttention(p, in, test::Mask::Causal, interp::roundToBf16);
+  expectMatchesReference(runChecked(funcOf(*fa3), p, in, diags), ref, p, "fa3");
+}
+
+TEST_F(Fa3Fixture, ReadingASlotBeforeItsFullBarrierIsAPipelineHazard) {
+  ASSERT_TRUE(fa3) << diags.text;
+  auto waits = barrierOps<tile::BarrierWaitOp>(*fa3, "consumer", "k", /*full=*/true);
+  ASSERT_FALSE(waits.empty());
+  for (auto wait : waits)
+    wait.erase();
+  std::string text = runExpectingFailure(*fa3);
+  EXPECT_NE(text.find("this role has not waited for the slot's full barrier since the tile landed"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(Fa3Fixture, OverwritingASlotBeforeItsEmptyBarrierIsAPipelineHazard) {
+  ASSERT_TRUE(fa3) << diags.text;
+  auto waits = barrierOps<tile::BarrierWaitOp>(*fa3, "producer", "v", /*full=*/false);
+  ASSERT_EQ(waits.size(), 1u);
+  waits.front().erase();
+  std::string text = runExpectingFailure(*fa3);
+  EXPECT_NE(text.find("before its empty barrier: this role has not waited for the consumers to release round 0"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(Fa3Fixture, ASlotNeverReleasedDeadlocks) {
+  ASSERT_TRUE(fa3) << diags.text;
+  // The consumer never releases V's slots: once the ring is full the producer waits forever, and so does the
+  // consumer for the next tile.
+  for (auto arrive : barrierOps<tile::BarrierArriveOp>(*fa3, "consumer", "v", /*full=*/false))
+    arrive.erase();
+  std::string text = runExpectingFailure(*fa3);
+  EXPECT_NE(text.find("pipeline deadlock: every role waits on a barrier no other role will complete"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(Fa3Fixture, TheBarrierHazardsAreCaughtByTheProtocolChecker) {
+  ASSERT_TRUE(program) << diags.text;
+  struct Off {
+    Off() { interp::AsyncCopies::enabled() = false; }
+    ~Off() { interp::AsyncCopies::enabled() = true; }
+  } off;
+  std::vector<float> o, lse;
+  OwningOpRef<ModuleOp> noFullWait = flashtile::testing::scheduledFa3(*program, knobs);
+  for (auto wait : barrierOps<tile::BarrierWaitOp>(*noFullWait, "consumer", "k", true))
+    wait.erase();
+  EXPECT_TRUE(succeeded(interp::run(funcOf(*noFullWait), p, in.q, in.k, in.v, o, lse))) << diags.text;
+  OwningOpRef<ModuleOp> noEmptyWait = flashtile::testing::scheduledFa3(*program, knobs);
+  for (auto wait : barrierOps<tile::BarrierWaitOp>(*noEmptyWait, "producer", "v", false))
+    wait.erase();
+  EXPECT_TRUE(succeeded(interp::run(funcOf(*noEmptyWait), p, in.q, in.k, in.v, o, lse))) << diags.text;
 }
 
 TEST_F(CausalFixture, BadSizesAndUnknownOpsAreDiagnosed) {

@@ -5,6 +5,9 @@
 
 #include "passes/IR/TileDialect.h"
 #include "schedules/fa2/Fa2Pipeline.h"
+#include "schedules/fa3/Fa3Pipeline.h"
+
+#include "mlir/Pass/PassManager.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -80,6 +83,28 @@ inline mlir::OwningOpRef<mlir::ModuleOp> scheduledDecode(mlir::ModuleOp module, 
       *error = message;
     return {};
   }
+  if (mlir::failed(pm.run(*copy)))
+    return {};
+  return copy;
+}
+
+/// The FA3 configurations the interpreter checks (the scheduled IR: roles, ring, barriers; no target lowers it yet):
+/// the defaults (128 x 128 or 128 x 80 tiles, two slots), and small tiles over a three-slot ring with one consumer
+/// warpgroup, so that the producer runs ahead and slots are reused within a walk.
+inline std::vector<std::pair<std::string, schedule::Knobs>> fa3TestSchedules() {
+  return {{"fa3 defaults", {}},
+          {"fa3 blockM 64 blockN 32, 3 slots, one consumer warpgroup",
+           {{fa3::kBlockM, 64}, {fa3::kBlockN, 32}, {fa3::kStages, 3}, {fa3::kConsumerWarpgroups, 1}}}};
+}
+
+/// A copy of `module` after the FA3 schedule's passes (up to its pipeline), or null.
+inline mlir::OwningOpRef<mlir::ModuleOp> scheduledFa3(mlir::ModuleOp module, const schedule::Knobs &knobs) {
+  mlir::OwningOpRef<mlir::ModuleOp> copy = module.clone();
+  mlir::PassManager pm(module.getContext());
+  schedule::Request request;
+  request.schedule = fa3::kName;
+  request.knobs = knobs;
+  fa3::buildSchedulePipeline(pm, request);
   if (mlir::failed(pm.run(*copy)))
     return {};
   return copy;

@@ -317,7 +317,7 @@ std::vector<Case> cases() {
 
 class VariantVsReference : public ::testing::TestWithParam<Case> {};
 
-TEST_P(VariantVsReference, UnscheduledAndFa2ScheduledMatchTheReference) {
+TEST_P(VariantVsReference, UnscheduledFa2AndFa3ScheduledMatchTheReference) {
   const Case &c = GetParam();
   MLIRContext context;
   DiagnosticCapture diags(context);
@@ -333,12 +333,15 @@ TEST_P(VariantVsReference, UnscheduledAndFa2ScheduledMatchTheReference) {
   interp::RoundFn round = c.dtype == ElementType::BF16 ? interp::roundToBf16 : interp::roundToF16;
   test::Reference ref = test::referenceAttention(p, in, c.variant.ref(p, p.inputs), round);
 
-  std::vector<std::pair<std::string, std::optional<fa2::Fa2Options>>> runs = {{"unscheduled", std::nullopt}};
+  std::vector<std::pair<std::string, std::function<OwningOpRef<ModuleOp>()>>> runs = {
+      {"unscheduled", [&] { return OwningOpRef<ModuleOp>((*program)->clone()); }}};
   for (auto &[label, options] : fa2TestSchedules())
-    runs.emplace_back(label, options);
-  for (const auto &[label, options] : runs) {
-    OwningOpRef<ModuleOp> sched = options ? scheduled(**program, *options) : OwningOpRef<ModuleOp>((*program)->clone());
-    ASSERT_TRUE(sched) << label << ": the FA2 pipeline failed\n" << diags.text;
+    runs.emplace_back(label, [&, options = options] { return scheduled(**program, options); });
+  for (auto &[label, knobs] : flashtile::testing::fa3TestSchedules())
+    runs.emplace_back(label, [&, knobs = knobs] { return flashtile::testing::scheduledFa3(**program, knobs); });
+  for (const auto &[label, schedule] : runs) {
+    OwningOpRef<ModuleOp> sched = schedule();
+    ASSERT_TRUE(sched) << label << ": the schedule's pipeline failed\n" << diags.text;
     Outputs out;
     ASSERT_TRUE(succeeded(interp::run(funcOf(*sched), p, in.q, in.k, in.v, out.o, out.lse))) << label << "\n"
                                                                                              << diags.text;

@@ -1,0 +1,215 @@
+//===- Fa3PipelinePass.cpp - tile-fa3-pipeline ----------------------------===//
+//
+// FA3's warp specialization, as roles over a ring of slots. After tile-split-boundary the program is: the KV-range
+// rules and the walk's bounds, Q's load, the K/V loop segments (walked descending, tiles [lowest, highest)), the
+// finalize and the stores. This pass makes it:
+//
+//   buffers: Q (1 slot), K and V (`stages` slots each); barriers: Q full, K full/empty, V full/empty
+//   the rules and bounds, as before (both roles read them)
+//   tile.role "producer" {warps = 4, regs = 24}:
+//     copy Q, arriving on Q's full barrier
+//     kv_walk j over the same tiles:  i = highest - 1 - j (ring position: slot i mod stages, round i div stages)
+//       wait K's empty[i], copy K(j) into slot i, arriving on K's full[i]
+//       wait V's empty[i], copy V(j) into slot i, arriving on V's full[i]
+//   tile.role "consumer" {warps = 4 x consumer warpgroups, regs = 240}:
+//     wait Q's full[0], read Q; the state; the segments, each iteration:
+//       wait K's full[i], read K(j), S = Q·K(j)ᵀ, release K's slot (empty[i]) ... softmax ...
+//       wait V's full[i], read V(j), acc += P·V(j), release V's slot
+//     finalize, store
+//
+// Slots are released as soon as their GEMM has read them, so the producer runs up to `stages` tiles ahead. The
+// consumer warpgroups are one role here: how they split the block's rows, and whether they ping-pong, is below this
+// IR (the target's).
+//===----------------------------------------------------------------------===//
+#include "schedules/fa3/Fa3Pipeline.h"
+
+#include "passes/IR/TileDialect.h"
+
+#include "mlir/Pass/Pass.h"
+
+using namespace mlir;
+using namespace flashtile::tile;
+
+namespace flashtile::fa3 {
+namespace {
+
+struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(Fa3PipelinePass)
+  Fa3PipelinePass() = default;
+  Fa3PipelinePass(const Fa3PipelinePass &other) : PassWrapper(other) {}
+  explicit Fa3PipelinePass(RoleRegisters regs) {
+    producerRegs = regs.producer;
+    consumerRegs = regs.consumer;
+  }
+  StringRef getArgument() const override { return "tile-fa3-pipeline"; }
+  StringRef getName() const override { return "Fa3Pipeline"; }
+  StringRef getDescription() const override {
+    return "FA3's warp specialization: a producer role fills K/V ring slots (tile.copy_async arriving on full "
+           "barriers, after the slot's empty barrier), a consumer role computes (waits on full barriers, releases "
+           "slots on empty barriers)";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override { registry.insert<arith::ArithDialect>(); }
+
+  Option<int> producerRegs{*this, "producer-regs", llvm::cl::desc("registers per producer thread"),
+                           llvm::cl::init(24)};
+  Option<int> consumerRegs{*this, "consumer-regs", llvm::cl::desc("registers per consumer thread"),
+                           llvm::cl::init(240)};
+
+  void runOnOperation() override {
+    FuncOp func = getOperation();
+    ScheduleAttr schedule = func.getScheduleAttr();
+    if (!schedule) {
+      func.emitOpError() << "must be scheduled before pipelining (run tile-apply-schedule)";
+      return signalPassFailure();
+    }
+    if (!func.getBody().getOps<BufferOp>().empty() || !func.getBody().getOps<RoleOp>().empty()) {
+      func.emitOpError() << "is already pipelined";
+      return signalPassFailure();
+    }
+    if (schedule.getWarps() < 8 || schedule.getWarps() % 4 != 0) {
+      func.emitOpError() << "has " << schedule.getWarps()
+                         << " warps; fa3 needs a producer warpgroup and at least one consumer warpgroup (4 warps each)";
+      return signalPassFailure();
+    }
+    SmallVector<KvLoopOp> loops(func.getBody().getOps<KvLoopOp>());
+    auto qLoads = llvm::to_vector(func.getBody().getOps<LoadOp>());
+    if (loops.empty() || qLoads.size() != 1 || qLoads.front().getOperand() != "q") {
+      func.emitOpError() << "needs one Q load and at least one K/V loop at top level";
+      return signalPassFailure();
+    }
+    for (KvLoopOp loop : loops)
+      if (!loop.isBounded() || loop.getOrder() != "descending" || !loop.getCarried().empty()) {
+        loop.emitOpError() << "must be a bounded, descending segment carrying only the state (run "
+                              "tile-split-boundary first)";
+        return signalPassFailure();
+      }
+    Value highest = loops.front().getUpper(), lowest = loops.back().getLower();
+    if (!highest.getDefiningOp() || !lowest.getDefiningOp()) {
+      func.emitOpError() << "K/V loop bounds must be computed in the program body";
+      return signalPassFailure();
+    }
+    LoadOp loadQ = qLoads.front();
+    Location loc = loadQ.getLoc();
+    MLIRContext *ctx = &getContext();
+
+    // The K and V loads of each segment, before anything moves.
+    struct Body {
+      KvLoopOp loop;
+      LoadOp k, v;
+    };
+    SmallVector<Body> bodies;
+    for (KvLoopOp loop : loops) {
+      Body b{loop, {}, {}};
+      for (LoadOp load : loop.getBody().front().getOps<LoadOp>())
+        (load.getOperand() == "k" ? b.k : b.v) = load;
+      if (!b.k || !b.v || !b.k->hasOneUse() || !b.v->hasOneUse() || !isa<QkOp>(*b.k->user_begin()) ||
+          !isa<PvOp>(*b.v->user_begin())) {
+        loop.emitOpError() << "must load K for one tile.qk and V for one tile.pv";
+        return signalPassFailure();
+      }
+      bodies.push_back(b);
+    }
+
+    // Buffers and barriers at the top.
+    Block &top = func.getBody().front();
+    OpBuilder b(&top, top.begin());
+    auto bufferOf = [&](StringRef operand, Type tile, int64_t slots) {
+      return BufferOp::create(b, loc, BufferType::get(ctx, cast<RankedTensorType>(tile), slots), operand).getResult();
+    };
+    auto fullOf = [&](Value buffer) {
+      RankedTensorType tile = cast<BufferType>(buffer.getType()).getTile();
+      int64_t bytes = tile.getNumElements() * (tile.getElementTypeBitWidth() / 8);
+      return BarrierOp::create(b, loc, buffer, b.getI64IntegerAttr(bytes), IntegerAttr()).getResult();
+    };
+    auto emptyOf = [&](Value buffer) {
+      // The consumer role releases each slot once.
+      return BarrierOp::create(b, loc, buffer, IntegerAttr(), b.getI64IntegerAttr(1)).getResult();
+    };
+    int64_t stages = schedule.getStages();
+    Value qBuffer = bufferOf("q", loadQ.getType(), 1);
+    Value kBuffer = bufferOf("k", bodies.front().k.getType(), stages);
+    Value vBuffer = bufferOf("v", bodies.front().v.getType(), stages);
+    Value qFull = fullOf(qBuffer), kFull = fullOf(kBuffer), kEmpty = emptyOf(kBuffer);
+    Value vFull = fullOf(vBuffer), vEmpty = emptyOf(vBuffer);
+
+    // The consumer's ops: the state, Q, the segments, finalize and the stores; the rest (rules, bounds, scalars)
+    // stays in front of the roles.
+    SmallVector<Operation *> consumerOps;
+    for (Operation &op : top)
+      if (isa<InitStateOp, LoadOp, KvLoopOp, FinalizeOp, StoreOp>(op))
+        consumerOps.push_back(&op);
+
+    b.setInsertionPointToEnd(&top);
+    auto makeRole = [&](StringRef name, int64_t warps, int regs) {
+      auto role = RoleOp::create(b, loc, name, static_cast<uint64_t>(warps), static_cast<uint64_t>(regs));
+      Block *body = new Block();
+      role.getBody().push_back(body);
+      OpBuilder rb(body, body->end());
+      YieldOp::create(rb, loc);
+      return role;
+    };
+    RoleOp producer = makeRole("producer", 4, producerRegs);
+    RoleOp consumer = makeRole("consumer", schedule.getWarps() - 4, consumerRegs);
+
+    // Producer: Q, then every tile of the walk in order.
+    OpBuilder pb(producer.getBody().front().getTerminator());
+    Value zero = arith::ConstantIntOp::create(pb, loc, 0, 32);
+    Value one = arith::ConstantIntOp::create(pb, loc, 1, 32);
+    Value qSlot = SlotOp::create(pb, loc, qBuffer, Value()).getResult();
+    CopyAsyncOp::create(pb, loc, "q", Value(), qSlot, qFull, zero, Value());
+    auto walk = KvWalkOp::create(pb, loc, lowest, highest, "descending");
+    Block *walkBody = new Block();
+    walk.getBody().push_back(walkBody);
+    Value j = walkBody->addArgument(b.getI32Type(), loc);
+    OpBuilder wb(walkBody, walkBody->end());
+    Value position = ringPosition(wb, loc, highest, j, one);
+    for (auto [operand, buffer, full, empty] : {std::tuple{StringRef("k"), kBuffer, kFull, kEmpty},
+                                                {StringRef("v"), vBuffer, vFull, vEmpty}}) {
+      Value slot = SlotOp::create(wb, loc, buffer, position).getResult();
+      BarrierWaitOp::create(wb, loc, empty, position);
+      CopyAsyncOp::create(wb, loc, operand, j, slot, full, position, Value());
+    }
+    YieldOp::create(wb, loc);
+
+    // Consumer: the program's ops, with the waits and releases around each read.
+    Operation *consumerEnd = consumer.getBody().front().getTerminator();
+    for (Operation *op : consumerOps)
+      op->moveBefore(consumerEnd);
+    OpBuilder cb(loadQ);
+    BarrierWaitOp::create(cb, loc, qFull, arith::ConstantIntOp::create(cb, loc, 0, 32));
+    loadQ.getSlotMutable().assign(SlotOp::create(cb, loc, qBuffer, Value()).getResult());
+    for (Body &body : bodies) {
+      Block &block = body.loop.getBody().front();
+      OpBuilder lb(&block, block.begin());
+      Value i = ringPosition(lb, loc, highest, body.loop.getTileIndex(), arith::ConstantIntOp::create(lb, loc, 1, 32));
+      readSlot(body.k, kBuffer, kFull, kEmpty, i);
+      // V is read right before P·V (the softmax does not wait for it).
+      body.v->moveBefore(*body.v->user_begin());
+      readSlot(body.v, vBuffer, vFull, vEmpty, i);
+    }
+  }
+
+  /// i = highest − 1 − j: the ring position of tile j in the descending walk from `highest`.
+  static Value ringPosition(OpBuilder &b, Location loc, Value highest, Value j, Value one) {
+    Value last = arith::SubIOp::create(b, loc, highest, one);
+    return arith::SubIOp::create(b, loc, last, j).getResult();
+  }
+
+  /// Makes `load` read position i's slot after its full barrier, and release the slot after its one user (the
+  /// GEMM that reads it).
+  static void readSlot(LoadOp load, Value buffer, Value full, Value empty, Value i) {
+    OpBuilder b(load);
+    BarrierWaitOp::create(b, load.getLoc(), full, i);
+    load.getSlotMutable().assign(SlotOp::create(b, load.getLoc(), buffer, i).getResult());
+    b.setInsertionPointAfter(*load->user_begin());
+    BarrierArriveOp::create(b, load.getLoc(), empty, i);
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createPipelinePass(RoleRegisters registers) {
+  return std::make_unique<Fa3PipelinePass>(registers);
+}
+
+} // namespace flashtile::fa3

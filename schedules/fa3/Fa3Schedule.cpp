@@ -1,0 +1,123 @@
+//===- Fa3Schedule.cpp - the FA3 schedule as a plug-in --------------------===//
+//
+// FlashAttention-3 (Shah et al., 2024) registered with the schedule registry: warp specialization (a producer
+// warpgroup moves K/V tiles through a ring of shared-memory slots, consumer warpgroups compute), full/empty barrier
+// pairs per slot, register budgets per role. Its pass pipeline ends in the FA3-scheduled IR; the SM90 instruction
+// family (wgmma, TMA, mbarriers) that will lower it is not written yet, so tile-lower-to-target reports that fa3
+// has no lowering, and the interpreter is where fa3 runs today.
+//===----------------------------------------------------------------------===//
+#include "schedules/fa3/Fa3Pipeline.h"
+#include "schedules/fa3/Fa3Register.h"
+
+#include "passes/Transforms/Passes.h"
+
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+namespace flashtile::fa3 {
+namespace {
+
+using namespace mlir;
+using namespace flashtile::tile;
+
+constexpr int kWarpgroupWarps = 4;
+
+/// The knob's value, else `fallback`.
+int64_t knob(const schedule::Knobs &knobs, const char *name, int64_t fallback) {
+  auto it = knobs.find(name);
+  return it == knobs.end() ? fallback : it->second;
+}
+
+class Fa3Schedule final : public schedule::Schedule {
+public:
+  std::string_view name() const override { return kName; }
+  std::string_view summary() const override {
+    return "FlashAttention-3: a producer warpgroup fills a ring of K/V slots guarded by full/empty barriers, "
+           "consumer warpgroups compute (SM90 wgmma/TMA target not written yet: the interpreter runs it)";
+  }
+  const std::vector<schedule::OptionSpec> &options() const override {
+    static const std::vector<schedule::OptionSpec> specs = {
+        {kBlockM, "query rows per thread block (a multiple of 64 per consumer warpgroup)", 64, 256},
+        {kBlockN, "keys per K/V tile", 16, 256},
+        {kStages, "slots of the K and V rings", 2, 8},
+        {kConsumerWarpgroups, "consumer warpgroups (each owns block-m / consumer-warpgroups rows)", 1, 3},
+        {kProducerRegs, "registers per producer thread (setmaxnreg)", 24, 256},
+        {kConsumerRegs, "registers per consumer thread (setmaxnreg)", 24, 256},
+    };
+    return specs;
+  }
+
+  FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs,
+                                    std::string_view shapeClass) const override {
+    int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
+    // FA3's tiles on the H100: 128 query rows over two consumer warpgroups; fewer keys per tile as the head dim
+    // grows (the register file holds S and O).
+    int64_t blockM = knob(knobs, kBlockM, 128);
+    int64_t blockN = knob(knobs, kBlockN, headDim <= 128 ? 128 : 80);
+    int64_t stages = knob(knobs, kStages, 2);
+    int64_t consumers = knob(knobs, kConsumerWarpgroups, 2);
+    if (blockM % (64 * consumers) != 0)
+      return func.emitOpError() << "fa3: block-m = " << blockM << " must be a multiple of 64 x consumer-warpgroups ("
+                                << 64 * consumers << ")";
+    if (blockN % 16 != 0)
+      return func.emitOpError() << "fa3: block-n = " << blockN << " must be a multiple of 16";
+    RoleRegisters regs = registersFor(knobs, consumers);
+    for (auto [name, value] : {std::pair{kProducerRegs, regs.producer}, {kConsumerRegs, regs.consumer}})
+      if (value % 8 != 0)
+        return func.emitOpError() << "fa3: " << name << " = " << value << " must be a multiple of 8 (setmaxnreg)";
+    // 64K registers per SM, at most one FA3 block per SM.
+    int64_t total = kWarpgroupWarps * 32 * (regs.producer + consumers * regs.consumer);
+    if (total > 65536)
+      return func.emitOpError() << "fa3: the roles ask for " << total << " registers (producer-regs "
+                                << regs.producer << ", consumer-regs " << regs.consumer << " x " << consumers
+                                << " warpgroups of 128 threads); an SM has 65536";
+    int64_t warps = kWarpgroupWarps * (consumers + 1);
+    return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, warps, stages, /*rescaleThreshold=*/0,
+                             /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, llvm::StringRef(shapeClass.empty()
+                                                                                            ? "default"
+                                                                                            : shapeClass));
+  }
+
+  bool walkDescending() const override { return true; }
+
+  std::string targetFamilyFor(std::string_view) const override {
+    return ""; // the sm90 family (wgmma, TMA, mbarriers) is not written yet
+  }
+
+  void buildPipeline(OpPassManager &pm, const schedule::Request &request) const override {
+    buildSchedulePipeline(pm, request);
+    pm.nest<FuncOp>().addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
+  }
+
+  static RoleRegisters registersFor(const schedule::Knobs &knobs, int64_t consumers) {
+    // FA3's budgets: the producer keeps 24 (32 with three consumer warpgroups), the consumers share the rest.
+    RoleRegisters regs;
+    regs.producer = static_cast<int>(knob(knobs, kProducerRegs, consumers >= 3 ? 32 : 24));
+    regs.consumer = static_cast<int>(knob(knobs, kConsumerRegs, consumers == 1 ? 256 : consumers == 2 ? 240 : 160));
+    return regs;
+  }
+};
+
+} // namespace
+
+void buildSchedulePipeline(OpPassManager &pm, const schedule::Request &request) {
+  OpPassManager &func = pm.nest<FuncOp>();
+  func.addPass(createTileVerifyProgram());
+  func.addPass(createCanonicalizerPass());
+  TileApplyScheduleOptions apply;
+  apply.scheduleName = kName;
+  for (const auto &[knob, value] : request.knobs)
+    apply.knobs.push_back(knob + "=" + std::to_string(value));
+  apply.shapeClass = request.shapeClass;
+  func.addPass(createTileApplySchedule(apply));
+  func.addPass(createTileSplitBoundary());
+  int64_t consumers = knob(request.knobs, kConsumerWarpgroups, 2);
+  func.addPass(createPipelinePass(Fa3Schedule::registersFor(request.knobs, consumers)));
+}
+
+void registerSchedule() {
+  schedule::registerSchedule(std::make_unique<Fa3Schedule>());
+  mlir::registerPass([] { return createPipelinePass(); }); // tile-fa3-pipeline, for flashtile-opt
+}
+
+} // namespace flashtile::fa3
