@@ -53,7 +53,8 @@ def Tile_FuncOp : Tile_Op<"func", [IsolatedFromAbove, Symbol, SingleBlock, NoTer
 }
 
 def Tile_YieldOp : Tile_Op<"yield", [Pure, Terminator, ReturnLike,
-    ParentOneOf<["KvRangeOp", "ScoreModOp", "MaskOp", "KvLoopOp", "FinalizeOp", "RoleOp", "KvWalkOp", "StoreSplitOp"]>]> {
+    ParentOneOf<["KvRangeOp", "ScoreModOp", "MaskOp", "KvLoopOp", "FinalizeOp", "RoleOp", "KvWalkOp",
+                 "StoreSplitOp"]>]> {
   let summary = "ends a tile region, yielding its values";
   let description = [{ `tile.yield %a, %b : i32, i32` }];
   let arguments = (ins Variadic<AnyType>:$values);
@@ -506,6 +507,8 @@ def Tile_KvWalkOp : Tile_Op<"kv_walk", [SingleBlockImplicitTerminator<"YieldOp">
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     ::mlir::Value getTileIndex() { return getBody().front().getArgument(0); }
+  }];
+}
 
 //===----------------------------------------------------------------------===//
 // Split-KV (the decode schedule)
