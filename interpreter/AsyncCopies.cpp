@@ -180,6 +180,11 @@ std::optional<std::string> AsyncCopies::barrierArrive(int64_t barrier, int64_t p
   return std::nullopt;
 }
 
+bool AsyncCopies::isSlotOf(int64_t barrier, int64_t position, Slot slot) const {
+  const Barrier &b = barriers.at(barrier);
+  return b.buffer == slot.first && slotOf(position, b.slots) == slot.second;
+}
+
 std::string AsyncCopies::describeWait(int64_t barrier, int64_t position) const {
   const Barrier &b = barriers.at(barrier);
   int64_t s = slotOf(position, b.slots), round = roundOf(position, b.slots);

@@ -53,6 +53,8 @@ public:
   bool barrierReady(int64_t barrier, int64_t position, int role);
   /// `barrier_arrive %empty[position]` by `role`.
   std::optional<std::string> barrierArrive(int64_t barrier, int64_t position, int role);
+  /// Whether ring position `position` of `barrier` is `slot`.
+  bool isSlotOf(int64_t barrier, int64_t position, Slot slot) const;
   /// Describes what `barrier_wait %b[position]` waits for (for deadlock reports).
   std::string describeWait(int64_t barrier, int64_t position) const;
 

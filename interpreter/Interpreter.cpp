@@ -207,6 +207,10 @@ private:
   LogicalResult exec(WaitOp op);
   LogicalResult exec(BarrierOp op);
   LogicalResult exec(KvWalkOp op);
+  LogicalResult exec(MmaWaitOp op);
+  /// An asynchronous MMA (a tile.qk / tile.pv with a token) issued: its result `data` is pending until its token is
+  /// waited on, and the slots its operands were read from stay in use.
+  void startMma(Value token, const void *data, std::initializer_list<const void *> operands);
   LogicalResult exec(BarrierWaitOp op);
   LogicalResult exec(BarrierArriveOp op);
   /// Runs the roles of a block side by side (RoleScheduler), each on its own thread, one at a time.
@@ -276,6 +280,12 @@ private:
   llvm::DenseMap<Value, AsyncCopies::Slot> slots;     ///< tile.slot -> (buffer, slot)
   llvm::DenseMap<Value, int64_t> tokens;              ///< token -> the copy it stands for
   llvm::DenseMap<Value, int64_t> barriers;            ///< tile.barrier -> its number
+  /// Asynchronous MMAs: tokens get ids from kFirstMmaToken down (copies count up from 0).
+  static constexpr int64_t kFirstMmaToken = -2;
+  int64_t nextMma = kFirstMmaToken;
+  llvm::DenseMap<const void *, int64_t> pendingResults;             ///< an MMA's result -> its id, until waited
+  llvm::DenseMap<int64_t, SmallVector<AsyncCopies::Slot>> mmaSlots; ///< an MMA in flight -> slots it reads
+  llvm::DenseMap<const void *, AsyncCopies::Slot> loadedFrom;       ///< a tile read from a slot -> the slot
   RoleScheduler *roles = nullptr;                     ///< while roles run
   int role = 0;                                       ///< the running role (0 outside roles)
   uint64_t opsExecuted = 0;                           ///< progress, for deadlock detection
@@ -359,6 +369,10 @@ LogicalResult Interpreter::runInstance() {
   slots.clear();
   tokens.clear();
   barriers.clear();
+  pendingResults.clear();
+  mmaSlots.clear();
+  loadedFrom.clear();
+  nextMma = kFirstMmaToken;
   copies = AsyncCopies();
   storesO = storesLse = 0;
   if (failed(execBlock(func.getBodyBlock())))
@@ -390,7 +404,7 @@ LogicalResult Interpreter::execBlock(Block &block) {
 
 LogicalResult Interpreter::exec(Operation &op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(&op)
-      .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, BufferOp, SlotOp, CopyAsyncOp, WaitOp, BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, StoreOp, QkOp,
+      .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, BufferOp, SlotOp, CopyAsyncOp, WaitOp, BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, MmaWaitOp, StoreOp, QkOp,
             ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp,
             StoreSplitOp>(
           [&](auto tileOp) { return exec(tileOp); })
@@ -442,6 +456,9 @@ FailureOr<TilePtr> Interpreter::tile(Operation *user, Value value) {
   auto it = tiles.find(value);
   if (it == tiles.end())
     return fail(user, "uses a tile the interpreter has not computed");
+  // A loop carries a pending result to the next iteration, which may wait for it there.
+  if (!isa<YieldOp, KvLoopOp>(user) && pendingResults.contains(it->second.get()) && AsyncCopies::enabled())
+    return fail(user, "pipeline hazard: reads the result of an asynchronous MMA before tile.mma_wait on its token");
   return it->second;
 }
 
@@ -449,7 +466,37 @@ FailureOr<StatePtr> Interpreter::state(Operation *user, Value value) {
   auto it = states.find(value);
   if (it == states.end())
     return fail(user, "uses a softmax state the interpreter has not computed");
+  if (!isa<YieldOp, KvLoopOp>(user) && pendingResults.contains(it->second.get()) && AsyncCopies::enabled())
+    return fail(user, "pipeline hazard: reads the state an asynchronous P·V accumulates into before tile.mma_wait "
+                      "on its token");
   return it->second;
+}
+
+void Interpreter::startMma(Value token, const void *data, std::initializer_list<const void *> operands) {
+  int64_t id = nextMma--;
+  tokens[token] = id;
+  pendingResults[data] = id;
+  for (const void *operand : operands)
+    if (auto it = loadedFrom.find(operand); it != loadedFrom.end())
+      mmaSlots[id].push_back(it->second);
+}
+
+LogicalResult Interpreter::exec(MmaWaitOp op) {
+  for (Value token : op.getTokens()) {
+    int64_t id = tokens.lookup_or(token, AsyncCopies::kNoToken);
+    if (id > kFirstMmaToken) {
+      if (AsyncCopies::enabled())
+        return fail(op, "pipeline hazard: tile.mma_wait on a token that no asynchronous MMA produced");
+      continue;
+    }
+    mmaSlots.erase(id);
+    for (auto it = pendingResults.begin(); it != pendingResults.end();) {
+      auto current = it++;
+      if (current->second == id)
+        pendingResults.erase(current);
+    }
+  }
+  return success();
 }
 
 LogicalResult Interpreter::define(Operation *op, Value result, Tile value) {
@@ -667,7 +714,11 @@ LogicalResult Interpreter::exec(LoadOp op) {
     for (int64_t d = 0; d < source.width; ++d)
       t.at(r, d) = source.at(inst.entry, row0 + row, rowHead, d);
   }
-  return define(op, op.getResult(), std::move(t));
+  if (failed(define(op, op.getResult(), std::move(t))))
+    return failure();
+  if (Value slot = op.getSlot())
+    loadedFrom[tiles[op.getResult()].get()] = slots.lookup(slot);
+  return success();
 }
 
 LogicalResult Interpreter::exec(BufferOp op) {
@@ -780,7 +831,14 @@ LogicalResult Interpreter::exec(BarrierArriveOp op) {
   FailureOr<Scalar> position = scalar(op, op.getPosition());
   if (failed(position))
     return failure();
-  if (auto hazard = copies.barrierArrive(barriers.lookup(op.getBarrier()), position->i, role))
+  int64_t barrier = barriers.lookup(op.getBarrier());
+  if (AsyncCopies::enabled())
+    for (const auto &[id, used] : mmaSlots)
+      for (AsyncCopies::Slot slot : used)
+        if (copies.isSlotOf(barrier, position->i, slot))
+          return fail(op, "pipeline hazard: releases slot " + Twine(slot.second) + " of buffer " + Twine(slot.first) +
+                              " while an asynchronous MMA still reads it (no tile.mma_wait on its token)");
+  if (auto hazard = copies.barrierArrive(barrier, position->i, role))
     return fail(op, *hazard);
   return success();
 }
@@ -815,8 +873,12 @@ LogicalResult Interpreter::execRoles(ArrayRef<RoleOp> roleOps) {
 
 LogicalResult Interpreter::exec(WaitOp op) {
   std::vector<int64_t> waited;
-  for (Value token : op.getTokens())
-    waited.push_back(tokens.lookup_or(token, AsyncCopies::kNoToken));
+  for (Value token : op.getTokens()) {
+    int64_t id = tokens.lookup_or(token, AsyncCopies::kNoToken);
+    if (id <= kFirstMmaToken)
+      return fail(op, "waits for an asynchronous MMA's token; MMAs are waited by tile.mma_wait");
+    waited.push_back(id);
+  }
   if (auto hazard = copies.wait(waited))
     return fail(op, *hazard);
   return success();
@@ -951,7 +1013,11 @@ LogicalResult Interpreter::exec(QkOp op) {
     return failure();
   if ((*qt)->cols != (*kt)->cols)
     return fail(op, "Q has " + Twine((*qt)->cols) + " columns but K has " + Twine((*kt)->cols));
-  return define(op, op.getS(), qk(**qt, **kt));
+  if (failed(define(op, op.getS(), qk(**qt, **kt))))
+    return failure();
+  if (Value token = op.getToken())
+    startMma(token, tiles[op.getS()].get(), {qt->get(), kt->get()});
+  return success();
 }
 
 LogicalResult Interpreter::exec(ScaleOp op) {
@@ -1050,7 +1116,11 @@ LogicalResult Interpreter::exec(PvOp op) {
   // P and V must come from the same K/V tile.
   if (pT.colBase != vT.rowBase)
     return fail(op, "P covers keys from " + Twine(pT.colBase) + " but V rows from " + Twine(vT.rowBase));
-  return define(op, op.getResult(), pv(pT, vT, s));
+  if (failed(define(op, op.getResult(), pv(pT, vT, s))))
+    return failure();
+  if (Value token = op.getToken())
+    startMma(token, states[op.getResult()].get(), {p->get(), vt->get()});
+  return success();
 }
 
 LogicalResult Interpreter::exec(FinalizeOp op) {

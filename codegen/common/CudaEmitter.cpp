@@ -138,7 +138,17 @@ LogicalResult checkInPlace(FuncOp func) {
                                    "be used exactly once";
   };
   WalkResult result = func.walk([&](Operation *op) -> WalkResult {
+    if ((isa<QkOp>(op) && cast<QkOp>(op).getToken()) || (isa<PvOp>(op) && cast<PvOp>(op).getToken())) {
+      op->emitOpError() << "is an asynchronous MMA (it returns a token); the CUDA printer's targets issue "
+                           "synchronous MMAs (mma.sync)";
+      return WalkResult::interrupt();
+    }
     for (Value v : op->getResults()) {
+      if (auto state = dyn_cast<StateType>(v.getType()); state && state.getAcc() != MemorySpace::Registers) {
+        op->emitOpError() << "keeps the accumulator in " << memorySpaceName(state.getAcc())
+                          << " memory; the CUDA printer's targets keep the whole state in registers";
+        return WalkResult::interrupt();
+      }
       if (isa<StateType>(v.getType()) && failed(usedOnce(v, "an online-softmax state")))
         return WalkResult::interrupt();
       if (isa<QkOp, ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, FinalizeOp>(op) &&

@@ -183,7 +183,7 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
     return failure();
 
   Value q = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), "q", Value(), Value(), Value());
-  auto stateType = tile::StateType::get(&ctx, dyn, options.headDimV);
+  auto stateType = tile::StateType::get(&ctx, dyn, options.headDimV, tile::MemorySpace::Registers);
   Value init = tile::InitStateOp::create(b, loc, stateType);
   auto loop =
       tile::KvLoopOp::create(b, loc, stateType, TypeRange(), Value(), Value(), init, ValueRange(), "all", "ascending");
@@ -193,7 +193,7 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
     Value j = body->getArgument(0), state = body->getArgument(1);
     Value k = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), "k", j, Value(), Value());
     auto scoreType = RankedTensorType::get({dyn, dyn}, f32);
-    Value s = tile::QkOp::create(b, loc, scoreType, q, k);
+    Value s = tile::QkOp::create(b, loc, scoreType, Type(), q, k).getS();
     s = tile::ScaleOp::create(b, loc, s);
     if (variant.scoreFn()) {
       auto mod = tile::ScoreModOp::create(b, loc, scoreType, s);
@@ -231,7 +231,7 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
     auto update = tile::SoftmaxUpdateOp::create(b, loc, s, state, dtype);
     Value rescaled = tile::RescaleOp::create(b, loc, update.getNewState(), update.getAlpha());
     Value v = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, dtype), "v", j, Value(), Value());
-    Value next = tile::PvOp::create(b, loc, update.getP(), v, rescaled);
+    Value next = tile::PvOp::create(b, loc, update.getP(), v, rescaled).getResult();
     tile::YieldOp::create(b, loc, ValueRange{next});
   }
   auto fin = tile::FinalizeOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, f32),

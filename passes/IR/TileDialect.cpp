@@ -98,17 +98,45 @@ bool flashtile::tile::isComputedFrom(Value v, Value target) {
 // StateType: `!tile.state<?x128>`
 //===----------------------------------------------------------------------===//
 
+llvm::StringRef flashtile::tile::memorySpaceName(MemorySpace space) {
+  switch (space) {
+  case MemorySpace::Registers:
+    return "registers";
+  case MemorySpace::Shared:
+    return "shared";
+  case MemorySpace::Tensor:
+    return "tensor";
+  }
+  return "registers";
+}
+
 Type StateType::parse(AsmParser &parser) {
   SmallVector<int64_t, 2> dims;
-  if (parser.parseLess() || parser.parseDimensionList(dims, /*allowDynamic=*/true, /*withTrailingX=*/false) ||
-      parser.parseGreater())
+  if (parser.parseLess() || parser.parseDimensionList(dims, /*allowDynamic=*/true, /*withTrailingX=*/false))
     return {};
   if (dims.size() != 2) {
     parser.emitError(parser.getNameLoc(), "expected !tile.state<ROWSxCOLS>");
     return {};
   }
+  MemorySpace acc = MemorySpace::Registers;
+  if (succeeded(parser.parseOptionalComma())) {
+    std::string space;
+    if (parser.parseKeyword("acc") || parser.parseEqual() || parser.parseKeywordOrString(&space))
+      return {};
+    if (space == "shared")
+      acc = MemorySpace::Shared;
+    else if (space == "tensor")
+      acc = MemorySpace::Tensor;
+    else if (space != "registers") {
+      parser.emitError(parser.getNameLoc(), "the accumulator's memory space is registers, shared or tensor; got '")
+          << space << "'";
+      return {};
+    }
+  }
+  if (parser.parseGreater())
+    return {};
   return StateType::getChecked([&] { return parser.emitError(parser.getNameLoc()); }, parser.getContext(), dims[0],
-                               dims[1]);
+                               dims[1], acc);
 }
 
 void StateType::print(AsmPrinter &printer) const {
@@ -117,10 +145,14 @@ void StateType::print(AsmPrinter &printer) const {
     printer << getRows();
   else
     printer << "?";
-  printer << "x" << getCols() << ">";
+  printer << "x" << getCols();
+  if (getAcc() != MemorySpace::Registers)
+    printer << ", acc = " << memorySpaceName(getAcc());
+  printer << ">";
 }
 
-LogicalResult StateType::verify(function_ref<InFlightDiagnostic()> emitError, int64_t rows, int64_t cols) {
+LogicalResult StateType::verify(function_ref<InFlightDiagnostic()> emitError, int64_t rows, int64_t cols,
+                                MemorySpace) {
   if (cols <= 0 || cols == ShapedType::kDynamic)
     return emitError() << "state columns (head_dim_v) must be static and positive, got " << cols;
   if (rows != ShapedType::kDynamic && rows <= 0)
@@ -400,6 +432,17 @@ LogicalResult SlotOp::verify() {
   return success();
 }
 
+/// Whether `token` comes from an asynchronous MMA (tile.qk / tile.pv) or a copy, where its producer is visible (a
+/// token carried by a loop is checked where it is made).
+static std::optional<bool> isMmaToken(Value token) {
+  Operation *def = token.getDefiningOp();
+  if (isa_and_nonnull<QkOp, PvOp>(def))
+    return true;
+  if (isa_and_nonnull<CopyAsyncOp>(def))
+    return false;
+  return std::nullopt;
+}
+
 /// The buffer behind a slot or barrier value, when a tile.slot / tile.barrier of a tile.buffer made it.
 static Value bufferBehind(Value v) {
   if (auto slot = v.getDefiningOp<SlotOp>())
@@ -431,9 +474,21 @@ LogicalResult CopyAsyncOp::verify() {
 LogicalResult WaitOp::verify() {
   if (getTokens().empty())
     return emitOpError() << "waits for at least one token";
+  for (Value token : getTokens())
+    if (isMmaToken(token) == std::optional<bool>(true))
+      return emitOpError() << "waits for an MMA's token; asynchronous MMAs are waited by tile.mma_wait";
   if ((*this)->getParentOfType<RoleOp>())
     return emitOpError() << "is a block-wide barrier, which roles do not share; a role waits on a full barrier "
                             "(tile.barrier_wait)";
+  return success();
+}
+
+LogicalResult MmaWaitOp::verify() {
+  if (getTokens().empty())
+    return emitOpError() << "waits for at least one token";
+  for (Value token : getTokens())
+    if (isMmaToken(token) == std::optional<bool>(false))
+      return emitOpError() << "waits for a copy's token; copies are waited by tile.wait or a full barrier";
   return success();
 }
 

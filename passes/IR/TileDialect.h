@@ -15,6 +15,13 @@
 
 #include "passes/IR/TileDialect.h.inc"
 
+namespace flashtile::tile {
+/// Where a part of the online-softmax state lives (StateType's accumulator).
+enum class MemorySpace { Registers, Shared, Tensor };
+/// "registers", "shared", "tensor".
+llvm::StringRef memorySpaceName(MemorySpace space);
+} // namespace flashtile::tile
+
 #define GET_TYPEDEF_CLASSES
 #include "passes/IR/TileTypes.h.inc"
 

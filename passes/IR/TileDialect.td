@@ -39,12 +39,20 @@ def Tile_StateType : Tile_Type<"State", "state"> {
   let description = [{
     `!tile.state<?x128>` holds, for each of `rows` query rows, the running maximum `m` (log2 domain), the running
     sum `l` and the unnormalized output row `acc` of `cols` fp32 values. `rows` is `?` until scheduled.
+    The parts are separable: `tile.softmax_update` reads and writes m and l (and gives the rescale factor),
+    `tile.rescale` and `tile.pv` touch acc only, so the two may live in different memory spaces. The row statistics
+    live in registers; the accumulator in registers (default), shared memory or tensor memory (SM100's TMEM, where
+    FA4 keeps it while a correction role rescales it): `!tile.state<128x128, acc = tensor>`.
   }];
-  let parameters = (ins "int64_t":$rows, "int64_t":$cols);
+  let parameters = (ins "int64_t":$rows, "int64_t":$cols,
+                        DefaultValuedParameter<"::flashtile::tile::MemorySpace",
+                                               "::flashtile::tile::MemorySpace::Registers">:$acc);
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
     bool hasStaticRows() const { return getRows() != ::mlir::ShapedType::kDynamic; }
+    /// The same state with `rows` rows (the accumulator where it was).
+    StateType withRows(int64_t rows) const { return get(getContext(), rows, getCols(), getAcc()); }
   }];
 }
 

@@ -279,6 +279,17 @@ def Tile_RoleOp : Tile_Op<"role", [SingleBlockImplicitTerminator<"YieldOp">, Rec
   let hasVerifier = 1;
 }
 
+def Tile_MmaWaitOp : Tile_Op<"mma_wait", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "waits for asynchronous MMAs (their results readable, their shared-memory operands free)";
+  let description = [{
+    `tile.mma_wait %t0, %t1` returns once the MMAs behind the tokens completed (SM90: wgmma.wait_group, for the
+    issuing warpgroup only; no block-wide barrier).
+  }];
+  let arguments = (ins Variadic<Tile_TokenType>:$tokens);
+  let assemblyFormat = "$tokens attr-dict";
+  let hasVerifier = 1;
+}
+
 def Tile_StoreOp : Tile_Op<"store", [MemoryEffects<[MemWrite]>]> {
   let summary = "writes the O tile (converted to the program's dtype) or the LSE rows";
   let description = [{ `tile.store o %o : tensor<?x128xf32>`, `tile.store lse %lse : tensor<?xf32>`. Rows past seqlen_q are not written. }];
@@ -292,11 +303,16 @@ def Tile_StoreOp : Tile_Op<"store", [MemoryEffects<[MemWrite]>]> {
 //===----------------------------------------------------------------------===//
 
 def Tile_QkOp : Tile_Op<"qk", [Pure]> {
-  let summary = "S = Q·Kᵀ, fp32 accumulation";
-  let description = [{ `%s = tile.qk %q, %k : tensor<?x128xbf16>, tensor<?x128xbf16> -> tensor<?x?xf32>` }];
+  let summary = "S = Q·Kᵀ, fp32 accumulation; asynchronous when it returns a token";
+  let description = [{
+    `%s = tile.qk %q, %k : tensor<?x128xbf16>, tensor<?x128xbf16> -> tensor<?x?xf32>`.
+    `%s, %t = tile.qk %q, %k : ... -> tensor<128x128xf32>, !tile.token` is issued asynchronously (SM90's
+    wgmma.mma_async): %s may be read, and the shared-memory tiles it reads overwritten, only after
+    `tile.mma_wait %t`.
+  }];
   let arguments = (ins Tile_TileLowp:$q, Tile_TileLowp:$k);
-  let results = (outs Tile_TileF32:$s);
-  let assemblyFormat = "$q `,` $k attr-dict `:` type($q) `,` type($k) `->` type($s)";
+  let results = (outs Tile_TileF32:$s, Optional<Tile_TokenType>:$token);
+  let assemblyFormat = "$q `,` $k attr-dict `:` type($q) `,` type($k) `->` type($s) (`,` type($token)^)?";
   let hasVerifier = 1;
 }
 
@@ -401,13 +417,22 @@ def Tile_RescaleOp : Tile_Op<"rescale", [Pure, AllTypesMatch<["state", "result"]
   let hasVerifier = 1;
 }
 
-def Tile_PvOp : Tile_Op<"pv", [Pure, AllTypesMatch<["state", "result"]>]> {
-  let summary = "acc += P·V, fp32 accumulation";
-  let description = [{ `%st3 = tile.pv %p, %v, %st2 : tensor<?x?xbf16>, tensor<?x128xbf16>, !tile.state<?x128>` }];
+def Tile_PvOp : Tile_Op<"pv", [Pure, TypesMatchWith<"the result is the state's type", "state", "result", "$_self">]> {
+  let summary = "acc += P·V, fp32 accumulation; asynchronous when it returns a token";
+  let description = [{
+    `%st3 = tile.pv %p, %v, %st2 : tensor<?x?xbf16>, tensor<?x128xbf16>, !tile.state<?x128>`.
+    `%st3, %t = tile.pv ... -> !tile.token` is issued asynchronously: %st3 may be read, and V's slot overwritten,
+    only after `tile.mma_wait %t`.
+  }];
   let arguments = (ins Tile_TileLowp:$p, Tile_TileLowp:$v, Tile_StateType:$state);
-  let results = (outs Tile_StateType:$result);
-  let assemblyFormat = "$p `,` $v `,` $state attr-dict `:` type($p) `,` type($v) `,` type($state)";
+  let results = (outs Tile_StateType:$result, Optional<Tile_TokenType>:$token);
+  let assemblyFormat = [{
+    $p `,` $v `,` $state attr-dict `:` type($p) `,` type($v) `,` type($state) (`->` type($token)^)?
+  }];
   let hasVerifier = 1;
+  let builders = [OpBuilder<(ins "::mlir::Value":$p, "::mlir::Value":$v, "::mlir::Value":$state), [{
+    build($_builder, $_state, state.getType(), ::mlir::Type(), p, v, state);
+  }]>];
 }
 
 def Tile_FinalizeOp : Tile_Op<"finalize", [RecursiveMemoryEffects]> {

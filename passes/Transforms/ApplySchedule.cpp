@@ -35,7 +35,7 @@ FailureOr<Type> scheduledType(Operation *op, Type type, int64_t blockM, int64_t 
     auto rows = fixDim(op, state.getRows(), blockM, "state rows");
     if (failed(rows))
       return failure();
-    return Type(StateType::get(type.getContext(), *rows, state.getCols()));
+    return Type(state.withRows(*rows));
   }
   auto tensor = dyn_cast<RankedTensorType>(type);
   if (!tensor || tensor.hasStaticShape())

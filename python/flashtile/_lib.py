@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import glob
 import os
+import struct
 import threading
 from typing import Optional
 
@@ -29,7 +29,16 @@ def _nvrtc_in_toolkit() -> bool:
     for home in filter(None, homes):
         if glob.glob(os.path.join(home, "lib64", "libnvrtc.so*")):
             return True
-    return bool(ctypes.util.find_library("nvrtc"))
+    # What the loader finds by soname: LD_LIBRARY_PATH, then ld.so's cache (read directly: ctypes.util.find_library
+    # runs ldconfig in a subprocess, milliseconds on every process's first call).
+    for folder in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep):
+        if folder and glob.glob(os.path.join(folder, "libnvrtc.so*")):
+            return True
+    try:
+        with open("/etc/ld.so.cache", "rb") as cache:
+            return b"libnvrtc.so" in cache.read()
+    except OSError:
+        return False
 
 
 def _preload_pip_nvrtc() -> Optional[str]:
@@ -61,6 +70,39 @@ class VariantArgs(ctypes.Structure):
         ("inputs", ctypes.POINTER(ctypes.c_void_p)),
         ("num_inputs", ctypes.c_int),
     ]
+
+
+MAX_PARAMS = 8  # FLASHTILE_CALL_MAX_PARAMS
+MAX_INPUTS = 4  # FLASHTILE_CALL_MAX_INPUTS
+
+
+class Call(ctypes.Structure):
+    """flashtile_call (CApi.h): one forward call in one struct. The eight pointers come first (q, k, v, o, lse,
+    cu_seqlens_q, cu_seqlens_k, stream), so that one struct.pack_into writes them (POINTERS)."""
+
+    _fields_ = [
+        ("size", ctypes.c_ulonglong),
+        ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("o", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p), ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+        ("inputs", ctypes.c_void_p * MAX_INPUTS),
+        ("variant", ctypes.c_char_p),
+        ("q_stride", ctypes.c_longlong * 4), ("k_stride", ctypes.c_longlong * 4),
+        ("v_stride", ctypes.c_longlong * 4), ("o_stride", ctypes.c_longlong * 4),
+        ("dtype", ctypes.c_int), ("batch", ctypes.c_int), ("seqlen_q", ctypes.c_int), ("seqlen_k", ctypes.c_int),
+        ("max_seqlen_q", ctypes.c_int), ("max_seqlen_k", ctypes.c_int), ("heads_q", ctypes.c_int),
+        ("heads_kv", ctypes.c_int), ("head_dim", ctypes.c_int), ("head_dim_v", ctypes.c_int),
+        ("num_params", ctypes.c_int), ("num_inputs", ctypes.c_int),
+        ("softmax_scale", ctypes.c_float),
+        ("params", ctypes.c_float * MAX_PARAMS),
+    ]
+
+
+# q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, stream at Call.q's offset.
+POINTERS = struct.Struct("8Q")
+POINTERS_OFFSET = Call.q.offset
+INPUTS = [struct.Struct(f"{n}Q") for n in range(MAX_INPUTS + 1)]
+INPUTS_OFFSET = Call.inputs.offset
 
 
 class _Library:
@@ -96,6 +138,8 @@ class _Library:
         lib.flashtile_forward_varlen_variant.argtypes = (
             [c_void_p] * 8 + [c_int] * 10 + [ll_p] * 4 + [c_float, c_char_p, c_void_p, c_void_p]
         )
+        lib.flashtile_forward_call.restype = c_int
+        lib.flashtile_forward_call.argtypes = [c_void_p, c_void_p]
         self.lib = lib
         self._runtime = None
         self._lock = threading.Lock()

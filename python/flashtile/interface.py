@@ -1,6 +1,5 @@
 """Attention on torch tensors: flash-attn 2.x's calls, flashtile's variants, and the torch.library custom op."""
 
-import contextlib
 import ctypes
 import math
 import operator
@@ -18,8 +17,6 @@ _SUPPORTED_HEAD_DIM_SET = frozenset(SUPPORTED_HEAD_DIMS)
 _DTYPE_CODES = {torch.float16: 0, torch.bfloat16: 1}
 _INPUT_DTYPES = {"f32": torch.float32, "i32": torch.int32}
 _BUILTINS = set(_variants.names())
-_LongLong4 = ctypes.c_longlong * 4
-_LongLong3 = ctypes.c_longlong * 3
 
 VariantLike = Union[str, Variant]
 
@@ -210,8 +207,9 @@ _runtime = None
 
 
 def _first_library():
-    global _library
+    global _library, _forward_call
     _library = _lib.library()
+    _forward_call = _library.lib.flashtile_forward_call
     return _library
 
 
@@ -227,14 +225,74 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def _current_stream(index: int) -> int:
-    if _raw_stream is not None:
-        return _raw_stream(index)
     return torch.cuda.current_stream(index).cuda_stream
 
 
+if _raw_stream is not None:
+    _current_stream = _raw_stream  # noqa: F811  (one call less on every launch)
+
+
+# The current device's index: torch.cuda.current_device() without its lazy-initialization check (a CUDA tensor in
+# hand means CUDA is initialized).
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
+def _call_fields(q, k, v, out, cu_seqlens_q, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
+                 variant_id: bytes, params: Sequence[float], num_inputs: int) -> "_lib.Call":
+    """The flashtile_call of a launch without its pointers and stream (what one call shape shares)."""
+    call = _lib.Call()
+    call.size = _CALL_SIZE
+    call.variant = variant_id
+    call.dtype = _DTYPE_CODES[q.dtype]
+    call.head_dim, call.head_dim_v = q.shape[-1], v.shape[-1]
+    if cu_seqlens_q is not None:
+        call.batch = cu_seqlens_q.shape[0] - 1
+        call.seqlen_q, call.seqlen_k = q.shape[0], k.shape[0]
+        call.max_seqlen_q, call.max_seqlen_k = max_seqlen_q, max_seqlen_k
+        call.heads_q, call.heads_kv = q.shape[1], k.shape[1]
+        call.q_stride[1:], call.k_stride[1:] = q.stride(), k.stride()
+        call.v_stride[1:], call.o_stride[1:] = v.stride(), out.stride()
+    else:
+        call.batch, call.seqlen_q, call.heads_q = q.shape[0], q.shape[1], q.shape[2]
+        call.seqlen_k, call.heads_kv = k.shape[1], k.shape[2]
+        call.q_stride[:], call.k_stride[:] = q.stride(), k.stride()
+        call.v_stride[:], call.o_stride[:] = v.stride(), out.stride()
+    call.softmax_scale = softmax_scale
+    if len(params) > _lib.MAX_PARAMS or num_inputs > _lib.MAX_INPUTS:
+        raise ValueError(f"a variant takes at most {_lib.MAX_PARAMS} numbers and {_lib.MAX_INPUTS} input arrays; "
+                         f"got {len(params)} and {num_inputs}")
+    call.num_params, call.num_inputs = len(params), num_inputs
+    call.params[:len(params)] = params
+    return call
+
+
+# The calls' fields without pointers, by everything they are made of (a template is a pure function of its key),
+# with the variant bytes the template's variant pointer points into. Bounded like _prepared.
+_templates: Dict[tuple, Tuple[bytes, bytes]] = {}
+
+
+def _call_for(q, k, v, out, cu_seqlens_q, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
+              variant_id: bytes, params: Sequence[float], num_inputs: int):
+    """_call_fields' struct, copied from a template when this call shape was seen before; and the variant bytes the
+    struct points into, for the caller to hold while the call runs."""
+    key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
+           None if cu_seqlens_q is None else cu_seqlens_q.shape[0], max_seqlen_q, max_seqlen_k, softmax_scale,
+           variant_id, tuple(params), num_inputs)
+    cached = _templates.get(key)
+    if cached is not None:
+        return _call_from(cached[0]), cached[1]
+    call = _call_fields(q, k, v, out, cu_seqlens_q, max_seqlen_q, max_seqlen_k, softmax_scale, variant_id, params,
+                        num_inputs)
+    if len(_templates) >= _PREPARED_LIMIT:
+        _templates.clear()
+    _templates[key] = (bytes(call), variant_id)
+    return call, variant_id
+
+
 def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
-            variant_id: bytes, params: Sequence[float], inputs: Sequence[torch.Tensor]):
-    """Allocates O and LSE and launches on the current stream of q's device. Inputs are checked already."""
+            variant_id: bytes, params: Sequence[float], inputs: Sequence[torch.Tensor], remember=None):
+    """Allocates O and LSE and launches on the current stream of q's device. Inputs are checked already.
+    `remember`: a key under which flash_attn_func files this call shape for its warm path (_Prepared)."""
     lib = _library or _first_library()
     runtime = _runtime or _first_runtime()
     varlen = cu_seqlens_q is not None
@@ -247,7 +305,8 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k
     if q.numel() == 0 or out.numel() == 0:
         return out, lse
     q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
-    if (q_ptr | k_ptr | v_ptr) % 16:
+    aligned = not (q_ptr | k_ptr | v_ptr) % 16
+    if not aligned:
         q, k, v = _aligned(q), _aligned(k), _aligned(v)
         q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
     # No keys (seqlen_k or total_k 0): the kernel reads none, but the runtime wants device pointers.
@@ -255,33 +314,94 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k
         k_ptr = q_ptr
     if not v_ptr:
         v_ptr = q_ptr
-    vargs = None
-    if params or inputs:
-        param_array = (ctypes.c_float * len(params))(*params)
-        input_array = (ctypes.c_void_p * len(inputs))(*[t.data_ptr() for t in inputs])
-        vargs = ctypes.byref(_lib.VariantArgs(param_array, len(params), input_array, len(inputs)))
+    call, variant_id = _call_for(q, k, v, out, cu_seqlens_q, max_seqlen_q, max_seqlen_k, softmax_scale, variant_id,
+                                 params, len(inputs))
+    if inputs:
+        _lib.INPUTS[len(inputs)].pack_into(call, _lib.INPUTS_OFFSET, *[t.data_ptr() for t in inputs])
     index = q.get_device()
     stream = _current_stream(index)
-    dtype = _DTYPE_CODES[q.dtype]
+    cu_q, cu_k = (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()) if varlen else (0, 0)
+    _lib.POINTERS.pack_into(call, _lib.POINTERS_OFFSET, q_ptr, k_ptr, v_ptr, out.data_ptr(), lse.data_ptr(), cu_q,
+                            cu_k, stream)
     # The runtime launches on the calling thread's current device: make it q's (a context switch only when needed).
-    switch = index != torch.cuda.current_device()
-    with torch.cuda.device(index) if switch else contextlib.nullcontext():
-        if varlen:
-            rc = lib.lib.flashtile_forward_varlen_variant(
-                runtime, q_ptr, k_ptr, v_ptr, out.data_ptr(), lse.data_ptr(),
-                cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), dtype, cu_seqlens_q.shape[0] - 1, q.shape[0],
-                k.shape[0], max_seqlen_q, max_seqlen_k, q.shape[1], k.shape[1], q.shape[2], dv,
-                _LongLong3(*q.stride()), _LongLong3(*k.stride()), _LongLong3(*v.stride()), _LongLong3(*out.stride()),
-                softmax_scale, variant_id, vargs, stream)
-        else:
-            rc = lib.lib.flashtile_forward_variant(
-                runtime, q_ptr, k_ptr, v_ptr, out.data_ptr(), lse.data_ptr(), dtype,
-                q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], dv,
-                _LongLong4(*q.stride()), _LongLong4(*k.stride()), _LongLong4(*v.stride()), _LongLong4(*out.stride()),
-                softmax_scale, variant_id, vargs, stream)
+    if index != _current_device():
+        with torch.cuda.device(index):
+            rc = lib.lib.flashtile_forward_call(runtime, ctypes.addressof(call))
+    else:
+        rc = lib.lib.flashtile_forward_call(runtime, ctypes.addressof(call))
     if rc != 0:
         raise lib.error("flashtile forward")
+    if remember is not None and aligned and not inputs and not varlen:
+        _remember(remember, call, variant_id, out, lse, index)
     return out, lse
+
+
+# flash_attn_func's warm path -------------------------------------------------------------------------------------
+
+class _Prepared:
+    """A call shape flash_attn_func checked and launched once: everything it derived from the tensors' shapes,
+    strides, dtypes and device and from the flags, as the fields of a flashtile_call without pointers."""
+
+    __slots__ = ("template", "variant_id", "out_shape", "lse_shape", "device_index")
+
+    def __init__(self, template: bytes, variant_id: bytes, out_shape, lse_shape, device_index: int):
+        self.template, self.out_shape, self.lse_shape, self.device_index = template, out_shape, lse_shape, device_index
+        self.variant_id = variant_id  # the bytes the template's variant pointer points into
+
+
+# Keyed by _dense_key(...). Bounded: a program that cycles through more shapes than this starts afresh.
+_prepared: Dict[tuple, _Prepared] = {}
+_PREPARED_LIMIT = 1024
+
+
+def _dense_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap) -> tuple:
+    # Everything flash_attn_func's checks and its choice of variant, numbers and layouts read. Values that compare
+    # equal (True and 1, (3, 0) as ints or NumPy ints) mean the same to those checks, so they may share an entry.
+    return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
+            k.device, v.device, dropout_p, softmax_scale, causal, window_size, softcap)
+
+
+def _plain_flags(dropout_p, softmax_scale, causal, window_size, softcap) -> bool:
+    """Whether a key of these flags may be filed: built-in Python numbers only (a tensor flag hashes by identity)."""
+    numbers = (int, float)
+    return (type(causal) is bool and type(dropout_p) in numbers and type(softcap) in numbers
+            and (softmax_scale is None or type(softmax_scale) in numbers) and type(window_size) is tuple
+            and len(window_size) == 2 and type(window_size[0]) is int and type(window_size[1]) is int)
+
+
+def _remember(key, call, variant_id: bytes, out, lse, index: int) -> None:
+    call.q = call.k = call.v = call.o = call.lse = call.stream = None
+    if len(_prepared) >= _PREPARED_LIMIT:
+        _prepared.clear()
+    _prepared[key] = _Prepared(bytes(call), variant_id, tuple(out.shape), tuple(lse.shape), index)
+
+
+def _launch_prepared(prepared: _Prepared, q, k, v):
+    """The launch of a call shape checked before: new pointers and stream only. None when the call needs the
+    checked path after all (an unaligned view, another current device)."""
+    q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    index = prepared.device_index
+    if (q_ptr | k_ptr | v_ptr) % 16 or index != _current_device():
+        return None
+    out = q.new_empty(prepared.out_shape)
+    lse = q.new_empty(prepared.lse_shape, dtype=torch.float32)
+    call = _call_from(prepared.template)
+    _pack_pointers(call, _POINTERS_OFFSET, q_ptr, k_ptr, v_ptr, out.data_ptr(), lse.data_ptr(), 0, 0,
+                   _current_stream(index))
+    if _forward_call(_runtime, _addressof(call)) != 0:
+        raise _library.error("flashtile forward")
+    return out, lse
+
+
+_CALL_SIZE = ctypes.sizeof(_lib.Call)
+_call_from = _lib.Call.from_buffer_copy
+_pack_pointers = _lib.POINTERS.pack_into
+_POINTERS_OFFSET = _lib.POINTERS_OFFSET
+_addressof = ctypes.addressof
+_forward_call = None  # bound with the library on first use (_first_library)
+_Tensor = torch.Tensor
+_grad_enabled = torch.is_grad_enabled
+_is_compiling = torch.compiler.is_compiling
 
 
 @torch.library.custom_op("flashtile::fwd", mutates_args=(), device_types="cuda")
@@ -313,14 +433,13 @@ def _no_backward(ctx, grad_out, grad_lse):
 _fwd_op.register_autograd(_no_backward, setup_context=lambda ctx, inputs, output: None)
 
 
-def _run(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved: _Resolved, params, inputs):
+def _run(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved: _Resolved, params, inputs, remember=None):
     # The custom op under torch.compile (no graph break) and when autograd must see the call (so backward
     # raises instead of silently giving no gradient); the direct call otherwise, for the shortest eager path.
-    needs_op = torch.compiler.is_compiling() or (
-        torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+    needs_op = _is_compiling() or (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
     if needs_op:
         return torch.ops.flashtile.fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id, params, inputs)
-    return _launch(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id_bytes, params, inputs)
+    return _launch(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id_bytes, params, inputs, remember)
 
 
 # Public calls ---------------------------------------------------------------------------------------------------
@@ -373,6 +492,30 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     without dropout. dropout_p > 0 and the backward pass raise NotImplementedError; `deterministic` only concerns
     the backward pass.
     """
+    # The warm path: a call whose tensors' shapes, strides, dtypes and devices and whose flags equal those of a call
+    # checked and launched before passes the same checks and takes the same variant, numbers and layouts; only its
+    # pointers (alignment), the current device and autograd are looked at again. Anything else is checked in full.
+    # Under torch.compile the first test is a constant: the checked path alone is traced.
+    if not _is_compiling() and alibi_slopes is None and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor:
+        try:
+            prepared = _prepared.get(_dense_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap))
+        except TypeError:  # an unhashable flag (window_size as a list): the checked path
+            prepared = None
+        if prepared is not None and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+            launched = _launch_prepared(prepared, q, k, v)
+            if launched is not None:
+                return (launched[0], launched[1], None) if return_attn_probs else launched[0]
+    return _flash_attn_func_checked(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                    return_attn_probs)
+
+
+def _flash_attn_func_checked(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                             return_attn_probs):
+    """flash_attn_func with every check; files the call shape for the warm path where it can serve it."""
+    remember = None
+    if (not _is_compiling() and alibi_slopes is None and type(q) is _Tensor and type(k) is _Tensor
+            and type(v) is _Tensor and _plain_flags(dropout_p, softmax_scale, causal, window_size, softcap)):
+        remember = _dense_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap)
     q = _check_tensor("q", q, 4, "(batch, seqlen_q, nheads, headdim)")
     k = _check_tensor("k", k, 4, "(batch, seqlen_k, nheads_k, headdim)")
     v = _check_tensor("v", v, 4, "(batch, seqlen_k, nheads_k, headdim_v)")
@@ -396,12 +539,13 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     inputs = [] if alibi_slopes is None else [alibi_slopes.contiguous()]
     pd, pdv = _head_dims(d, dv)
     scale = float(softmax_scale) if softmax_scale is not None else d ** -0.5
-    if pd != d:
-        q, k = _pad_last(q, pd), _pad_last(k, pd)
-    if pdv != dv:
-        v = _pad_last(v, pdv)
-    out, lse = _run(_kernel_ready(q), _kernel_ready(k), _kernel_ready(v), None, None, 0, 0, scale, resolved, params,
-                    inputs)
+    if pd != d or pdv != dv:
+        remember = None  # padded copies: not the caller's tensors
+        q, k, v = _pad_last(q, pd), _pad_last(k, pd), _pad_last(v, pdv)
+    qr, kr, vr = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
+    if qr is not q or kr is not k or vr is not v:
+        remember = None  # contiguous copies
+    out, lse = _run(qr, kr, vr, None, None, 0, 0, scale, resolved, params, inputs, remember)
     if pdv != dv:
         out = out[..., :dv]
     return (out, lse, None) if return_attn_probs else out

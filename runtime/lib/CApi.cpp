@@ -2,11 +2,18 @@
 #include "flashtile/runtime/CApi.h"
 
 #include "CApiInternal.h"
+#include "flashtile/runtime/KernelAbi.h"
 #include "flashtile/runtime/Runtime.h"
 #include "flashtile/runtime/Version.h"
 
 #include <exception>
 #include <string>
+#include <utility>
+#include <vector>
+
+static_assert(FLASHTILE_CALL_MAX_PARAMS == FLASHTILE_MAX_VARIANT_PARAMS &&
+                  FLASHTILE_CALL_MAX_INPUTS == FLASHTILE_MAX_VARIANT_INPUTS,
+              "flashtile_call carries as many numbers and inputs as a kernel takes");
 
 namespace {
 thread_local std::string lastError;
@@ -16,6 +23,26 @@ int report(const flashtile::Status &status) {
     return 0;
   lastError = status.message();
   return -1;
+}
+
+/// The arguments of this thread's calls, reset field by field for each: the variant string and the vectors keep
+/// their capacity, so that a call allocates nothing once warm.
+flashtile::AttentionArgs &scratchArgs() {
+  thread_local flashtile::AttentionArgs args;
+  return args;
+}
+
+/// Resets every field of `args` to an AttentionArgs{}'s value, keeping the buffers.
+void resetArgs(flashtile::AttentionArgs &args) {
+  std::string variant = std::move(args.variant);
+  std::vector<float> params = std::move(args.variantParams);
+  std::vector<const void *> inputs = std::move(args.inputs);
+  args = flashtile::AttentionArgs();
+  args.variant = std::move(variant);
+  args.variantParams = std::move(params);
+  args.inputs = std::move(inputs);
+  args.variantParams.clear();
+  args.inputs.clear();
 }
 
 /// Copies a C caller's variant numbers and inputs into `args` (NULL: none).
@@ -95,7 +122,8 @@ int flashtile_forward_variant(flashtile_runtime *rt, const void *q, const void *
     if (dtype != FLASHTILE_F16 && dtype != FLASHTILE_BF16)
       return report(flashtile::Status::error("dtype: " + std::to_string(dtype) +
                                              " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)"));
-    flashtile::AttentionArgs args;
+    flashtile::AttentionArgs &args = scratchArgs();
+    resetArgs(args);
     args.q = q;
     args.k = k;
     args.v = v;
@@ -116,7 +144,7 @@ int flashtile_forward_variant(flashtile_runtime *rt, const void *q, const void *
       args.oStride[i] = o_stride[i];
     }
     args.softmaxScale = softmax_scale;
-    args.variant = variant ? variant : "none";
+    args.variant.assign(variant ? variant : "none");
     if (flashtile::Status s = applyVariantArgs(variant_args, args); !s.ok())
       return report(s);
     return report(rt->runtime.forward(args, static_cast<CUstream>(stream)));
@@ -137,9 +165,26 @@ int flashtile_forward_varlen_variant(flashtile_runtime *rt, const void *q, const
     if (dtype != FLASHTILE_F16 && dtype != FLASHTILE_BF16)
       return report(flashtile::Status::error("dtype: " + std::to_string(dtype) +
                                              " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)"));
-    flashtile::AttentionArgs args = flashtile::AttentionArgs::varlen(
-        dtype == FLASHTILE_BF16 ? flashtile::DType::BF16 : flashtile::DType::F16, q, k, v, o, lse, cu_seqlens_q,
-        cu_seqlens_k, batch, total_q, total_k, max_seqlen_q, max_seqlen_k, heads_q, heads_kv, head_dim, head_dim_v);
+    flashtile::AttentionArgs &args = scratchArgs();
+    resetArgs(args);
+    // AttentionArgs::varlen's fields, set in place: the scratch's buffers are kept.
+    args.dtype = dtype == FLASHTILE_BF16 ? flashtile::DType::BF16 : flashtile::DType::F16;
+    args.q = q;
+    args.k = k;
+    args.v = v;
+    args.o = o;
+    args.lse = lse;
+    args.cuSeqlensQ = cu_seqlens_q;
+    args.cuSeqlensK = cu_seqlens_k;
+    args.batch = batch;
+    args.seqlenQ = total_q;
+    args.seqlenK = total_k;
+    args.maxSeqlenQ = max_seqlen_q;
+    args.maxSeqlenK = max_seqlen_k;
+    args.headsQ = heads_q;
+    args.headsKv = heads_kv;
+    args.headDim = head_dim;
+    args.headDimV = head_dim_v == 0 ? head_dim : head_dim_v;
     for (int i = 0; i < 3; ++i) {
       args.qStride[i + 1] = q_stride[i];
       args.kStride[i + 1] = k_stride[i];
@@ -147,10 +192,66 @@ int flashtile_forward_varlen_variant(flashtile_runtime *rt, const void *q, const
       args.oStride[i + 1] = o_stride[i];
     }
     args.softmaxScale = softmax_scale;
-    args.variant = variant ? variant : "none";
+    args.variant.assign(variant ? variant : "none");
     if (flashtile::Status s = applyVariantArgs(variant_args, args); !s.ok())
       return report(s);
     return report(rt->runtime.forward(args, static_cast<CUstream>(stream)));
+  });
+}
+
+int flashtile_forward_call(flashtile_runtime *rt, const flashtile_call *call) {
+  return guarded([&] {
+    if (!rt || !call)
+      return report(flashtile::Status::error("flashtile_forward_call: rt and call must not be NULL"));
+    if (call->size != sizeof(flashtile_call))
+      return report(
+          flashtile::Status::error("flashtile_forward_call: call->size is " + std::to_string(call->size) +
+                                   "; expected sizeof(flashtile_call) = " + std::to_string(sizeof(flashtile_call)) +
+                                   " (a caller built for another version of CApi.h)"));
+    if (call->dtype != FLASHTILE_F16 && call->dtype != FLASHTILE_BF16)
+      return report(flashtile::Status::error("dtype: " + std::to_string(call->dtype) +
+                                             " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)"));
+    if (call->num_params < 0 || call->num_params > FLASHTILE_CALL_MAX_PARAMS || call->num_inputs < 0 ||
+        call->num_inputs > FLASHTILE_CALL_MAX_INPUTS)
+      return report(flashtile::Status::error("num_params (" + std::to_string(call->num_params) + ") and num_inputs (" +
+                                             std::to_string(call->num_inputs) + ") must be in [0, " +
+                                             std::to_string(FLASHTILE_CALL_MAX_PARAMS) + "] and [0, " +
+                                             std::to_string(FLASHTILE_CALL_MAX_INPUTS) + "]"));
+    flashtile::AttentionArgs &args = scratchArgs();
+    resetArgs(args);
+    args.q = call->q;
+    args.k = call->k;
+    args.v = call->v;
+    args.o = call->o;
+    args.lse = call->lse;
+    args.cuSeqlensQ = call->cu_seqlens_q;
+    args.cuSeqlensK = call->cu_seqlens_k;
+    args.dtype = call->dtype == FLASHTILE_BF16 ? flashtile::DType::BF16 : flashtile::DType::F16;
+    args.batch = call->batch;
+    args.seqlenQ = call->seqlen_q;
+    args.seqlenK = call->seqlen_k;
+    args.headsQ = call->heads_q;
+    args.headsKv = call->heads_kv;
+    args.headDim = call->head_dim;
+    args.headDimV = call->head_dim_v == 0 ? call->head_dim : call->head_dim_v;
+    const bool varlen = call->cu_seqlens_q || call->cu_seqlens_k;
+    if (varlen) {
+      args.maxSeqlenQ = call->max_seqlen_q;
+      args.maxSeqlenK = call->max_seqlen_k;
+    }
+    for (int i = 0; i < 4; ++i) {
+      // Varlen ignores the batch strides; 0 as AttentionArgs::varlen sets them.
+      bool ignored = varlen && i == 0;
+      args.qStride[i] = ignored ? 0 : call->q_stride[i];
+      args.kStride[i] = ignored ? 0 : call->k_stride[i];
+      args.vStride[i] = ignored ? 0 : call->v_stride[i];
+      args.oStride[i] = ignored ? 0 : call->o_stride[i];
+    }
+    args.softmaxScale = call->softmax_scale;
+    args.variant.assign(call->variant ? call->variant : "none");
+    args.variantParams.assign(call->params, call->params + call->num_params);
+    args.inputs.assign(call->inputs, call->inputs + call->num_inputs);
+    return report(rt->runtime.forward(args, static_cast<CUstream>(call->stream)));
   });
 }
 

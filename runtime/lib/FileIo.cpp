@@ -120,6 +120,10 @@ StatusOr<Resolved> resolveLinks(const std::string &path) {
 
 } // namespace
 
+Status flashtile::replaceFileAtomically(const std::string &path, std::string_view bytes) {
+  return replaceAtomically(path, path, bytes, -1);
+}
+
 Status flashtile::writeOutputFile(const std::string &path, std::string_view bytes) {
   if (path.empty())
     return Status::error("cannot write '': the output path is empty");

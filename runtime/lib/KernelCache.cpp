@@ -3,9 +3,12 @@
 // Disk entry layout (integers little-endian):
 //   magic "FTKCACHE" | u32 format version | u64 key length | u64 info length | u64 payload length |
 //   key text | KernelInfo::serialize() text | cubin | u64 FNV-1a of every preceding byte
+// Note layout (`<hash>.ftn`, a short text such as the compiler's shape-class answer):
+//   magic "FTKCNOTE" | u32 format version | u64 key length | u64 value length | key text | value | u64 FNV-1a
 #include "flashtile/runtime/KernelCache.h"
 
 #include "RegularFile.h"
+#include "flashtile/runtime/FileIo.h"
 #include "flashtile/runtime/Log.h"
 
 #include <fcntl.h>
@@ -36,6 +39,11 @@ constexpr uint32_t kFormatVersion = 1;
 constexpr size_t kHeaderBytes = kMagic.size() + sizeof(uint32_t) + 3 * sizeof(uint64_t);
 constexpr size_t kChecksumBytes = sizeof(uint64_t);
 constexpr std::string_view kEntrySuffix = ".ftk";
+constexpr std::string_view kNoteMagic = "FTKCNOTE";
+constexpr size_t kNoteHeaderBytes = kNoteMagic.size() + sizeof(uint32_t) + 2 * sizeof(uint64_t);
+constexpr std::string_view kNoteSuffix = ".ftn";
+/// Larger than any note; a bigger file is damage.
+constexpr size_t kMaxNoteBytes = 64 * 1024;
 constexpr std::string_view kTempPrefix = ".tmp-";
 
 constexpr uint64_t kFnvOffsetBasis = 0xcbf29ce484222325ull;
@@ -112,13 +120,42 @@ std::optional<CachedKernel> decodeEntry(std::string_view bytes, const std::strin
   return CachedKernel{std::move(*info), std::string(bytes.substr(kHeaderBytes + lengths[0] + lengths[1], lengths[2]))};
 }
 
+std::string encodeNote(const std::string &key, const std::string &value) {
+  std::string bytes(kNoteMagic);
+  appendLittleEndian<uint32_t>(bytes, kFormatVersion);
+  appendLittleEndian<uint64_t>(bytes, key.size());
+  appendLittleEndian<uint64_t>(bytes, value.size());
+  bytes += key;
+  bytes += value;
+  appendLittleEndian<uint64_t>(bytes, fnv1a64(bytes));
+  return bytes;
+}
+
+/// The note's value, or nothing when `bytes` is not a complete, intact note for exactly `key`.
+std::optional<std::string> decodeNote(std::string_view bytes, const std::string &key) {
+  if (bytes.size() < kNoteHeaderBytes + kChecksumBytes || bytes.substr(0, kNoteMagic.size()) != kNoteMagic ||
+      readLittleEndian<uint32_t>(bytes, kNoteMagic.size()) != kFormatVersion)
+    return std::nullopt;
+  uint64_t keyBytes = readLittleEndian<uint64_t>(bytes, kNoteMagic.size() + sizeof(uint32_t));
+  uint64_t valueBytes = readLittleEndian<uint64_t>(bytes, kNoteMagic.size() + sizeof(uint32_t) + sizeof(uint64_t));
+  uint64_t remaining = bytes.size() - kNoteHeaderBytes - kChecksumBytes;
+  if (keyBytes > remaining || valueBytes != remaining - keyBytes)
+    return std::nullopt;
+  size_t checked = bytes.size() - kChecksumBytes;
+  if (readLittleEndian<uint64_t>(bytes, checked) != fnv1a64(bytes.substr(0, checked)))
+    return std::nullopt;
+  if (bytes.substr(kNoteHeaderBytes, keyBytes) != key)
+    return std::nullopt;
+  return std::string(bytes.substr(kNoteHeaderBytes + keyBytes, valueBytes));
+}
+
 /// A temporary file older than this was left by a writer that died before its rename (a kill, a crash): every
 /// live writer renames within seconds of creating its file.
 constexpr auto kStaleTempAge = std::chrono::minutes(10);
 /// Larger than any entry (a cubin is a few MB at most); a bigger file is damage, never read whole.
 constexpr size_t kMaxEntryBytes = 256 * 1024 * 1024;
 
-/// Removes `.tmp-*` files in `dir` last modified more than kStaleTempAge ago. Other entries, and temporary files
+/// Removes temporary files (isTempFileName) in `dir` last modified more than kStaleTempAge ago. Other entries, and temporary files
 /// being written now, are left alone; errors are ignored (another process may be cleaning too).
 void removeStaleTempFiles(const std::string &dir) {
   std::error_code error;
@@ -126,7 +163,7 @@ void removeStaleTempFiles(const std::string &dir) {
   const auto now = fs::file_time_type::clock::now();
   for (fs::directory_iterator end; !error && entries != end; entries.increment(error)) {
     const fs::path &path = entries->path();
-    if (!path.filename().string().starts_with(kTempPrefix))
+    if (!isTempFileName(path.filename().string()))
       continue;
     std::error_code statError;
     if (!fs::is_regular_file(fs::symlink_status(path, statError)) || statError)
@@ -143,7 +180,6 @@ void removeStaleTempFiles(const std::string &dir) {
 /// is (rename replaces a FIFO or a symlink itself, never its target), except a non-empty directory: that is left
 /// alone and reported. The error says what failed and why.
 Status writeFileAtomically(const std::string &path, const std::string &bytes) {
-  static std::atomic<uint64_t> counter{0};
   fs::path target(path);
   std::error_code error;
   fs::create_directories(target.parent_path(), error);
@@ -153,32 +189,7 @@ Status writeFileAtomically(const std::string &path, const std::string &bytes) {
   if (lstat(path.c_str(), &existing) == 0 && S_ISDIR(existing.st_mode) && rmdir(path.c_str()) != 0)
     return Status::error(path + " is a directory that cannot be removed (" + std::strerror(errno) +
                          "); the entry is not stored");
-  std::string tempPath = (target.parent_path() / (std::string(kTempPrefix) + std::to_string(getpid()) + "-" +
-                                                  std::to_string(counter++) + "-" + hex64(std::random_device()())))
-                             .string();
-  int fd = open(tempPath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return Status::error("cannot create a file in " + target.parent_path().string() + ": " + std::strerror(errno));
-  size_t written = 0;
-  int writeError = 0;
-  while (written < bytes.size()) {
-    ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      writeError = n < 0 ? errno : ENOSPC;
-      break;
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (close(fd) != 0 && writeError == 0)
-    writeError = errno;
-  if (writeError == 0 && std::rename(tempPath.c_str(), path.c_str()) == 0)
-    return Status();
-  std::string why = writeError ? std::string("cannot write ") + tempPath + ": " + std::strerror(writeError)
-                               : "cannot rename a finished entry to " + path + ": " + std::strerror(errno);
-  unlink(tempPath.c_str());
-  return Status::error(why);
+  return replaceFileAtomically(path, bytes);
 }
 
 /// Marks an entry as just used, for the size cap's least-recently-used order (modification time: access times
@@ -202,14 +213,23 @@ void readSizeCap(KernelCache::Options &options) {
   options.maxBytes = megabytes << 20;
 }
 
-/// The key text in an entry's header, or "" when `path` does not start like an entry.
+/// The key text in an entry's or a note's header, or "" when `path` does not start like either.
 std::string readEntryKey(const fs::path &path) {
   constexpr uint64_t kMaxKeyBytes = 1 << 16;
+  static_assert(kNoteHeaderBytes <= kHeaderBytes && kNoteMagic.size() == kMagic.size());
   std::ifstream in(path, std::ios::binary);
-  std::string header(kHeaderBytes, '\0');
-  if (!in.read(header.data(), std::streamsize(header.size())) || header.substr(0, kMagic.size()) != kMagic ||
+  std::string header(kNoteHeaderBytes, '\0');
+  if (!in.read(header.data(), std::streamsize(header.size())) ||
       readLittleEndian<uint32_t>(header, kMagic.size()) != kFormatVersion)
     return "";
+  std::string_view magic = std::string_view(header).substr(0, kMagic.size());
+  if (magic == kMagic) {
+    header.resize(kHeaderBytes);
+    if (!in.read(header.data() + kNoteHeaderBytes, std::streamsize(kHeaderBytes - kNoteHeaderBytes)))
+      return "";
+  } else if (magic != kNoteMagic) {
+    return "";
+  }
   uint64_t keyBytes = readLittleEndian<uint64_t>(header, kMagic.size() + sizeof(uint32_t));
   if (keyBytes == 0 || keyBytes > kMaxKeyBytes)
     return "";
@@ -227,9 +247,11 @@ CacheFile classify(const fs::directory_entry &file) {
   if (ec || !fs::is_regular_file(status)) // links and special files are never the cache's own
     return CacheFile::Other;
   std::string name = file.path().filename().string();
-  if (name.starts_with(kTempPrefix))
+  if (isTempFileName(name))
     return CacheFile::Temp;
-  return file.path().extension() == kEntrySuffix ? CacheFile::Entry : CacheFile::Other;
+  // Notes are entries too: listed, counted, evicted and cleared with the kernels.
+  fs::path extension = file.path().extension();
+  return extension == kEntrySuffix || extension == kNoteSuffix ? CacheFile::Entry : CacheFile::Other;
 }
 
 /// Calls `visit` for each of the cache's files in `dir`; a missing directory has none.
@@ -276,6 +298,44 @@ KernelCache::Stats KernelCache::stats() const {
 
 std::string KernelCache::entryPath(const std::string &key) const {
   return (fs::path(config.dir) / (hex64(fnv1a64(key)) + std::string(kEntrySuffix))).string();
+}
+
+std::string KernelCache::notePath(const std::string &key) const {
+  return (fs::path(config.dir) / (hex64(fnv1a64(key)) + std::string(kNoteSuffix))).string();
+}
+
+std::optional<std::string> KernelCache::readNote(const std::string &key) {
+  if (!config.diskEnabled || key.empty())
+    return std::nullopt;
+  try {
+    std::string path = notePath(key);
+    FileProblem problem = FileProblem::None;
+    StatusOr<std::string> bytes = readRegularFile(path, kMaxNoteBytes, &problem);
+    if (!bytes.ok()) {
+      if (problem != FileProblem::Missing)
+        ++rejectedEntries;
+      return std::nullopt;
+    }
+    std::optional<std::string> value = decodeNote(*bytes, key);
+    if (!value) {
+      ++rejectedEntries;
+      return std::nullopt;
+    }
+    touchEntry(path);
+    return value;
+  } catch (const std::exception &) {
+    return std::nullopt; // a note is only a shortcut: without it the answer is computed again
+  }
+}
+
+void KernelCache::writeNote(const std::string &key, const std::string &value) {
+  if (!config.diskEnabled || key.empty())
+    return;
+  try {
+    store(notePath(key), encodeNote(key, value));
+  } catch (const std::exception &) {
+    ++diskWriteFailures;
+  }
 }
 
 StatusOr<std::shared_ptr<const CachedKernel>> KernelCache::getOrCompile(const std::string &key,
@@ -330,7 +390,8 @@ KernelCache::Result KernelCache::load(const std::string &key, const Compile &com
       } else if (problem != FileProblem::Missing) {
         // A directory, FIFO, device or oversized file where an entry belongs: never read, rebuilt and replaced.
         ++rejectedEntries;
-        logWarning("kernel cache: " + bytes.status().message() + "; the kernel is compiled again and the entry replaced");
+        logWarning("kernel cache: " + bytes.status().message() +
+                   "; the kernel is compiled again and the entry replaced");
       }
     }
 

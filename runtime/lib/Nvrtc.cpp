@@ -244,7 +244,9 @@ StatusOr<std::string> flashtile::compileCuda(const std::string &source, const st
     return s;
   ProgramGuard guard(api, program);
 
-  std::vector<std::string> options = {"--gpu-architecture=" + *target, "-std=c++17", "-default-device"};
+  // -minimal: generated kernels include nothing and use no texture, device-runtime or runtime-API types, so NVRTC
+  // skips declaring them (about 10 ms less front end per compile; the cubin is the same).
+  std::vector<std::string> options = {"--gpu-architecture=" + *target, "-std=c++17", "-default-device", "-minimal"};
   options.insert(options.end(), extraOptions.begin(), extraOptions.end());
   std::vector<const char *> optionPointers;
   for (const std::string &option : options)

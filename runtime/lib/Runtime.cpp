@@ -9,12 +9,16 @@
 #include "flashtile/runtime/Version.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <unordered_map>
 
 using namespace flashtile;
 namespace fs = std::filesystem;
@@ -109,6 +113,63 @@ Status checkDeviceCuSeqlens(const CudaDriver &driver, const AttentionArgs &args,
   return Runtime::validateCuSeqlens(args, offsetsQ.data(), offsetsK.data()).withContext("FLASHTILE_CHECK_VARLEN");
 }
 
+/// Whether two lists of variant numbers are the same bit for bit: a rule may tell -0 from 0 (1 / x), and NaN is
+/// never a number a rule accepted before.
+bool sameBits(const std::vector<float> &a, const std::vector<float> &b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
+           return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y) && !std::isnan(x);
+         });
+}
+
+/// Fills the kernel's parameter block from `args` and launches it on `stream`; the error text is built only
+/// for a failed launch.
+Status launchKernel(const CudaDriver &driver, CUfunction function, const KernelInfo &info, const AttentionArgs &args,
+                    CUstream stream) {
+  const bool varlen = args.isVarlen();
+  const int gridRows = varlen ? args.maxSeqlenQ : args.seqlenQ;
+  FlashtileFwdParams params{};
+  params.q = args.q;
+  params.k = args.k;
+  params.v = args.v;
+  params.o = args.o;
+  params.lse = args.lse;
+  // Varlen: the kernel starts each sequence at its cu_seqlens offset; the batch strides are 0 (KernelAbi.h).
+  params.qBatchStride = varlen ? 0 : args.qStride[0];
+  params.qRowStride = args.qStride[1];
+  params.qHeadStride = args.qStride[2];
+  params.kBatchStride = varlen ? 0 : args.kStride[0];
+  params.kRowStride = args.kStride[1];
+  params.kHeadStride = args.kStride[2];
+  params.vBatchStride = varlen ? 0 : args.vStride[0];
+  params.vRowStride = args.vStride[1];
+  params.vHeadStride = args.vStride[2];
+  params.oBatchStride = varlen ? 0 : args.oStride[0];
+  params.oRowStride = args.oStride[1];
+  params.oHeadStride = args.oStride[2];
+  // LSE: B x Hq x Sq, or Hq x total_q for varlen (each sequence's rows start at its offset).
+  params.lseBatchStride = varlen ? 0 : static_cast<long long>(args.headsQ) * args.seqlenQ;
+  params.lseHeadStride = args.seqlenQ;
+  params.cuSeqlensQ = args.cuSeqlensQ;
+  params.cuSeqlensK = args.cuSeqlensK;
+  params.batch = args.batch;
+  params.headsQ = args.headsQ;
+  params.headsKv = args.headsKv;
+  params.seqlenQ = args.seqlenQ;
+  params.seqlenK = args.seqlenK;
+  params.softmaxScale = args.effectiveScale();
+  params.scaleLog2 = params.softmaxScale * kLog2e;
+  std::copy(args.variantParams.begin(), args.variantParams.end(), params.variantParams);
+  std::copy(args.inputs.begin(), args.inputs.end(), params.inputs);
+
+  unsigned gridX = static_cast<unsigned>((static_cast<long long>(gridRows) + info.blockM - 1) / info.blockM);
+  void *kernelParams[] = {&params};
+  CUresult launched = driver.cuLaunchKernel(function, gridX, args.headsQ, args.batch, info.threads, 1, 1,
+                                            info.smemBytes, stream, kernelParams, nullptr);
+  if (launched == CUDA_SUCCESS)
+    return Status();
+  return driver.check(launched, "cuLaunchKernel(" + info.entry + ")");
+}
+
 std::string listOrNone(const std::vector<std::string> &items) {
   std::string text;
   for (const std::string &item : items)
@@ -142,6 +203,51 @@ struct Runtime::Impl {
 
   /// The SM count of the current context's device.
   StatusOr<int> smCount(const CudaDriver &driver);
+
+  /// What a launched call resolved to, for the calls after it (the warm path): the kernel and function for its
+  /// variant, dtype, head dims and shape class on one context, and the variant numbers last accepted for it. The
+  /// spec, its key strings and the maps above are then skipped; every argument check still runs, only the
+  /// variant-number rules are not evaluated again for numbers they accepted before. Emptied whenever the
+  /// configuration (compiler, variant check, schedule, ahead-of-time kernels) changes.
+  struct Dispatch {
+    CUcontext context = nullptr;
+    DType dtype = DType::BF16;
+    int headDim = 0;
+    int headDimV = 0;
+    std::string_view shapeClass; // one of the kShapeClasses constants, as shapeClassFor returns it
+    std::shared_ptr<const CachedKernel> kernel;
+    CUfunction function = nullptr;
+    std::vector<float> acceptedParams;
+
+    bool serves(CUcontext ctx, const AttentionArgs &args, std::string_view cls) const {
+      return context == ctx && dtype == args.dtype && headDim == args.headDim && headDimV == args.headDimV &&
+             shapeClass.data() == cls.data();
+    }
+  };
+  std::mutex dispatchMutex; // guards the two fields below
+  std::unordered_map<std::string, std::vector<Dispatch>> dispatchByVariant;
+  /// Counts clearDispatch() calls, so that a call resolved under an older configuration files nothing.
+  uint64_t dispatchGeneration = 0;
+
+  void clearDispatch() {
+    std::lock_guard<std::mutex> lock(dispatchMutex);
+    dispatchByVariant.clear();
+    ++dispatchGeneration;
+  }
+  uint64_t currentDispatchGeneration() {
+    std::lock_guard<std::mutex> lock(dispatchMutex);
+    return dispatchGeneration;
+  }
+  /// Files the dispatch of a call that passed every check on `context` and resolved `kernel` (null: only refresh
+  /// the accepted numbers of a dispatch filed before), unless the configuration changed since `generation`.
+  void remember(CUcontext context, const AttentionArgs &args, std::shared_ptr<const CachedKernel> kernel,
+                CUfunction function, uint64_t generation);
+  /// The variant-number checks of forward(): the compiler's variant check, then the rules of an ahead-of-time
+  /// kernel of the variant.
+  Status checkVariantNumbers(const AttentionArgs &args);
+  /// forward() for a call whose kernel a previous call resolved on this thread's context; nothing when there is no
+  /// such dispatch (or no current context), and the slow path must run.
+  std::optional<Status> forwardWarm(const AttentionArgs &args, CUstream stream);
 
   StatusOr<std::string> arch(const CudaDriver &driver);
   /// The ahead-of-time kernel for `spec` in the default shape class, or null; configMutex held.
@@ -255,6 +361,95 @@ StatusOr<LoadedModule> Runtime::Impl::function(const CudaDriver &driver,
   return loaded;
 }
 
+void Runtime::Impl::remember(CUcontext context, const AttentionArgs &args, std::shared_ptr<const CachedKernel> kernel,
+                             CUfunction function, uint64_t generation) {
+  const std::string_view shapeClass = shapeClassFor(args);
+  std::lock_guard<std::mutex> lock(dispatchMutex);
+  if (generation != dispatchGeneration)
+    return;
+  std::vector<Dispatch> &known = dispatchByVariant[args.variant];
+  for (Dispatch &dispatch : known)
+    if (dispatch.serves(context, args, shapeClass)) {
+      dispatch.acceptedParams = args.variantParams;
+      return;
+    }
+  if (!kernel)
+    return;
+  known.push_back(Dispatch{context, args.dtype, args.headDim, args.headDimV, shapeClass, std::move(kernel), function,
+                           args.variantParams});
+}
+
+Status Runtime::Impl::checkVariantNumbers(const AttentionArgs &args) {
+  VariantCheckFn check;
+  {
+    std::lock_guard<std::mutex> lock(configMutex);
+    check = variantCheck;
+  }
+  if (check)
+    if (Status s = check(args); !s.ok())
+      return s;
+  // Variant numbers are checked before anything touches the GPU, with or without one: every kernel of a variant
+  // carries the variant's rules, so any of its ahead-of-time kernels can judge them.
+  if (std::shared_ptr<const CachedKernel> ofVariant = aotKernelOfVariant(args.variant))
+    if (Status s = validateVariantArgs(args, ofVariant->info); !s.ok())
+      return s;
+  return Status();
+}
+
+std::optional<Status> Runtime::Impl::forwardWarm(const AttentionArgs &args, CUstream stream) {
+  StatusOr<const CudaDriver *> loaded = CudaDriver::get();
+  if (!loaded.ok())
+    return std::nullopt;
+  const CudaDriver &driver = **loaded;
+  CUcontext context = nullptr;
+  if (driver.cuCtxGetCurrent(&context) != CUDA_SUCCESS || !context)
+    return std::nullopt; // the slow path makes a context current (or reports why it cannot)
+  const std::string_view shapeClass = shapeClassFor(args);
+  const CachedKernel *kernel = nullptr;
+  CUfunction function = nullptr;
+  bool numbersAccepted = false;
+  uint64_t generation = 0;
+  {
+    std::lock_guard<std::mutex> lock(dispatchMutex);
+    generation = dispatchGeneration;
+    auto known = dispatchByVariant.find(args.variant);
+    if (known == dispatchByVariant.end())
+      return std::nullopt;
+    for (const Dispatch &dispatch : known->second)
+      if (dispatch.serves(context, args, shapeClass)) {
+        kernel = dispatch.kernel.get(); // kept alive by the module table and the caches, as long as the runtime
+        function = dispatch.function;
+        numbersAccepted = sameBits(dispatch.acceptedParams, args.variantParams);
+        break;
+      }
+  }
+  if (!kernel)
+    return std::nullopt;
+  const KernelInfo &info = kernel->info;
+  if (!numbersAccepted)
+    if (Status s = checkVariantNumbers(args); !s.ok())
+      return s;
+  if (args.isVarlen() && checkVarlenOffsetsOnDevice())
+    if (Status s = checkDeviceCuSeqlens(driver, args, stream); !s.ok())
+      return s;
+  if (numbersAccepted) {
+    // The same checks as validateFor, minus the rules that accepted these numbers already; its message on failure.
+    bool inputsOk = args.inputs.size() == info.inputNames.size();
+    for (size_t i = 0; inputsOk && i < args.inputs.size(); ++i)
+      inputsOk = args.inputs[i] && reinterpret_cast<uintptr_t>(args.inputs[i]) % sizeof(float) == 0;
+    const long long gridRows = args.isVarlen() ? args.maxSeqlenQ : args.seqlenQ;
+    const long long blocks = (gridRows + info.blockM - 1) / std::max(info.blockM, 1) * args.headsQ * args.batch;
+    if (!inputsOk || blocks > std::numeric_limits<int>::max())
+      if (Status s = validateFor(args, info); !s.ok())
+        return s;
+  } else {
+    if (Status s = validateFor(args, info); !s.ok())
+      return s;
+    remember(context, args, nullptr, function, generation);
+  }
+  return launchKernel(driver, function, info, args, stream);
+}
+
 Runtime::Runtime() : Runtime(KernelCache::optionsFromEnvironment()) {}
 
 Runtime::Runtime(KernelCache::Options cacheOptions) : impl(std::make_unique<Impl>(std::move(cacheOptions))) {}
@@ -286,16 +481,19 @@ void Runtime::setCompiler(CompileFn compile, ShapeClassFn shapeClassOf) {
   impl->compile = std::move(compile);
   impl->shapeClassOf = std::move(shapeClassOf);
   impl->ownShapeClass.clear();
+  impl->clearDispatch();
 }
 
 void Runtime::setVariantCheck(VariantCheckFn check) {
   std::lock_guard<std::mutex> lock(impl->configMutex);
   impl->variantCheck = std::move(check);
+  impl->clearDispatch();
 }
 
 void Runtime::setSchedule(std::string schedule) {
   std::lock_guard<std::mutex> lock(impl->configMutex);
   impl->schedule = std::move(schedule);
+  impl->clearDispatch();
 }
 
 void Runtime::setDecodeSchedule(std::string schedule) {
@@ -344,6 +542,7 @@ Status Runtime::loadAotDirectoryUnguarded(const std::string &dir) {
   for (const AotKernel &aot : added)
     impl->aotKernelByVariant.emplace(aot.kernel->info.variant, aot.kernel);
   impl->aotDirs.push_back(dir);
+  impl->clearDispatch(); // ahead-of-time kernels come before the JIT's
   return Status();
 }
 
@@ -415,8 +614,15 @@ StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernelUnguarded(const
     }
   }
   if (shapeClassOf) {
-    // Asked outside the lock: the compiler may take milliseconds (it schedules the variant's program).
-    StatusOr<std::string> own = shapeClassOf(spec);
+    // Asked outside the lock: the compiler may take milliseconds (it schedules the variant's program). Its answer
+    // is filed in the disk cache beside the kernels, so that a fresh process asks only the disk.
+    const std::string noteKey = "flashtile-shape-class;" + spec.key() + ";compiler=" + std::string(compilerVersion());
+    std::optional<std::string> noted = impl->cache.readNote(noteKey);
+    if (noted && *noted != spec.shapeClass && *noted != kDefaultShapeClass)
+      noted.reset(); // not an answer the hook could give: asked again
+    StatusOr<std::string> own = noted ? StatusOr<std::string>(*noted) : shapeClassOf(spec);
+    if (own.ok() && !noted && (*own == spec.shapeClass || *own == kDefaultShapeClass))
+      impl->cache.writeNote(noteKey, *own);
     if (!own.ok()) {
       // The compiler cannot tell (e.g. a variant only a kernel library has): the default class's kernel, if any.
       std::lock_guard<std::mutex> lock(impl->configMutex);
@@ -466,23 +672,17 @@ Status Runtime::forward(const AttentionArgs &args, CUstream stream) {
 Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
   if (Status s = validate(args); !s.ok())
     return s;
-  VariantCheckFn variantCheck;
-  {
-    std::lock_guard<std::mutex> lock(impl->configMutex);
-    variantCheck = impl->variantCheck;
-  }
-  if (variantCheck)
-    if (Status s = variantCheck(args); !s.ok())
-      return s;
-  // Variant numbers are checked before anything touches the GPU, with or without one: every kernel of a variant
-  // carries the variant's rules, so any of its ahead-of-time kernels can judge them.
-  if (std::shared_ptr<const CachedKernel> ofVariant = impl->aotKernelOfVariant(args.variant))
-    if (Status s = validateVariantArgs(args, ofVariant->info); !s.ok())
-      return s;
   const bool varlen = args.isVarlen();
   // Varlen: the grid covers the longest sequence; with none longer than 0 rows there is nothing to write.
   const int gridRows = varlen ? args.maxSeqlenQ : args.seqlenQ;
-  if (args.seqlenQ == 0 || gridRows == 0)
+  const bool empty = args.seqlenQ == 0 || gridRows == 0;
+  if (!empty && !isDecodeCall(args))
+    if (std::optional<Status> warm = impl->forwardWarm(args, stream))
+      return *warm;
+  const uint64_t generation = impl->currentDispatchGeneration();
+  if (Status s = impl->checkVariantNumbers(args); !s.ok())
+    return s;
+  if (empty)
     return Status();
   StatusOr<const CudaDriver *> loadedDriver = CudaDriver::get();
   if (!loadedDriver.ok())
@@ -516,7 +716,17 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
   StatusOr<LoadedModule> function = impl->function(driver, *kernel);
   if (!function.ok())
     return function.status();
+  if (!info.splitKv()) {
+    // Decode-sized calls resolve their kernel every time (their schedule differs from that of a longer call with
+    // the same variant and shapes, and split-KV kernels launch differently), so only other calls are filed for the
+    // warm path.
+    CUcontext context = nullptr;
+    if (!isDecodeCall(args) && driver.cuCtxGetCurrent(&context) == CUDA_SUCCESS && context)
+      impl->remember(context, args, *kernel, function->function, generation);
+    return launchKernel(driver, function->function, info, args, stream);
+  }
 
+  // Split-KV: the parameter block, with the split count and the workspace.
   FlashtileFwdParams params{};
   params.q = args.q;
   params.k = args.k;
@@ -553,10 +763,6 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
 
   unsigned gridX = static_cast<unsigned>((static_cast<long long>(gridRows) + info.blockM - 1) / info.blockM);
   void *kernelParams[] = {&params};
-  if (!info.splitKv())
-    return driver.check(driver.cuLaunchKernel(function->function, gridX, args.headsQ, args.batch, info.threads, 1, 1,
-                                              info.smemBytes, stream, kernelParams, nullptr),
-                        "cuLaunchKernel(" + info.entry + ")");
 
   // Split-KV: numSplits blocks per Q tile; with more than one, partials in the workspace and the combine kernel.
   // GQA packing: a block's rows are a K/V head's query heads x query rows, grid.y the K/V heads.

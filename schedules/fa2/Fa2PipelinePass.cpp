@@ -264,7 +264,7 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
     Type kType = bodies.front().k.getType(), sType = bodies.front().qk.getType();
     auto kFirst = LoadOp::create(b, loc, kType, "k", p.first, Value(), p.anyTile);
     buffers.readFromSlot(kFirst, p.copyK.getSlot());
-    Value scores = QkOp::create(b, loc, sType, loadQ.getResult(), kFirst);
+    Value scores = QkOp::create(b, loc, sType, Type(), loadQ.getResult(), kFirst).getS();
 
     for (auto [constLoop, l] : llvm::zip(loops, bodies)) {
       // The same segment, now also carrying the scores of its tile j, the token of V(j) and that of K(next).
@@ -294,9 +294,9 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
         lb.setInsertionPoint(*softmaxes.begin());
       auto kNext = LoadOp::create(lb, loc, kType, "k", next, Value(), hasNext);
       buffers.readFromSlot(kNext);
-      Value scoresNext = QkOp::create(lb, loc, sType, loadQ.getResult(), kNext);
+      Value scoresNext = QkOp::create(lb, loc, sType, Type(), loadQ.getResult(), kNext).getS();
       // This tile's scores arrive through the loop instead of its own Q·Kᵀ.
-      l.qk.getResult().replaceAllUsesWith(scoresJ);
+      l.qk.getS().replaceAllUsesWith(scoresJ);
       l.qk.erase();
       l.k.erase();
       l.v->moveBefore(l.pv);

@@ -17,7 +17,9 @@
 //       wait V's full[i], read V(j), acc += P·V(j), release V's slot
 //     finalize, store
 //
-// Slots are released as soon as their GEMM has read them, so the producer runs up to `stages` tiles ahead. The
+// Slots are released as soon as their GEMM has completed, so the producer runs up to `stages` tiles ahead. Each GEMM
+// is waited on right after it is issued: overlapping P·V(j) with the softmax of tile j + 1 (FA3's intra-warpgroup
+// overlap) needs the state's m and l apart from acc (P·V writes acc only), which the IR does not split yet. The
 // consumer warpgroups are one role here: how they split the block's rows, and whether they ping-pong, is below this
 // IR (the target's).
 //===----------------------------------------------------------------------===//
@@ -195,14 +197,30 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     return arith::SubIOp::create(b, loc, last, j).getResult();
   }
 
-  /// Makes `load` read position i's slot after its full barrier, and release the slot after its one user (the
-  /// GEMM that reads it).
+  /// Makes `load` read position i's slot after its full barrier; its one user, the GEMM that reads it, becomes
+  /// asynchronous (wgmma), and the slot is released once that GEMM completed.
   static void readSlot(LoadOp load, Value buffer, Value full, Value empty, Value i) {
     OpBuilder b(load);
-    BarrierWaitOp::create(b, load.getLoc(), full, i);
-    load.getSlotMutable().assign(SlotOp::create(b, load.getLoc(), buffer, i).getResult());
-    b.setInsertionPointAfter(*load->user_begin());
-    BarrierArriveOp::create(b, load.getLoc(), empty, i);
+    Location loc = load.getLoc();
+    BarrierWaitOp::create(b, loc, full, i);
+    load.getSlotMutable().assign(SlotOp::create(b, loc, buffer, i).getResult());
+    Operation *gemm = *load->user_begin();
+    b.setInsertionPoint(gemm);
+    Type token = TokenType::get(b.getContext());
+    Value done;
+    if (auto qk = dyn_cast<QkOp>(gemm)) {
+      auto async = QkOp::create(b, loc, qk.getS().getType(), token, qk.getQ(), qk.getK());
+      qk.getS().replaceAllUsesWith(async.getS());
+      done = async.getToken();
+    } else {
+      auto pv = cast<PvOp>(gemm);
+      auto async = PvOp::create(b, loc, pv.getResult().getType(), token, pv.getP(), pv.getV(), pv.getState());
+      pv.getResult().replaceAllUsesWith(async.getResult());
+      done = async.getToken();
+    }
+    gemm->erase();
+    MmaWaitOp::create(b, loc, ValueRange{done});
+    BarrierArriveOp::create(b, loc, empty, i);
   }
 };
 

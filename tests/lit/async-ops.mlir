@@ -231,3 +231,23 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
     tile.yield
   }
 }
+
+// -----
+
+// The online-softmax state's accumulator may live outside registers (FA4: tensor memory); m and l stay in registers.
+// CHECK-LABEL: tile.func @separable
+// CHECK: tile.init_state : <64x64, acc = tensor>
+// CHECK: tile.init_state : <64x64, acc = shared>
+// CHECK: tile.init_state : <64x64>
+tile.func @separable attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %a = tile.init_state : !tile.state<64x64, acc = tensor>
+  %b = tile.init_state : !tile.state<64x64, acc = shared>
+  %c = tile.init_state : !tile.state<64x64, acc = registers>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{the accumulator's memory space is registers, shared or tensor; got 'global'}}
+  %a = tile.init_state : !tile.state<64x64, acc = global>
+}

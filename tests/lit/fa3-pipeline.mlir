@@ -24,8 +24,8 @@
 // CHECK-NEXT: %[[VS:.*]] = tile.slot %[[VB]][%[[I]]]
 // CHECK-NEXT: tile.barrier_wait %[[VE]][%[[I]]]
 // CHECK-NEXT: tile.copy_async "v"[%[[J]]] into %[[VS]] arrive %[[VF]][%[[I]]]
-// The consumer warpgroups: Q after its full barrier; per tile, K after its full barrier, released after Q·Kᵀ; V the
-// same around P·V. No block-wide tile.wait anywhere.
+// The consumer warpgroups: Q after its full barrier; per tile, K after its full barrier, Q·Kᵀ issued asynchronously
+// and waited on, then K's slot released; V the same around P·V. No block-wide tile.wait anywhere.
 // CHECK: tile.role "consumer" attributes {regs = 240 : i64, warps = 8 : i64} {
 // CHECK: tile.barrier_wait %[[QF]]
 // CHECK: tile.load "q" from
@@ -34,12 +34,14 @@
 // CHECK: tile.barrier_wait %[[KF]][%[[CI]]]
 // CHECK-NEXT: %[[CKS:.*]] = tile.slot %[[KB]][%[[CI]]]
 // CHECK-NEXT: tile.load "k"[%{{.*}}] from %[[CKS]]
-// CHECK-NEXT: tile.qk
+// CHECK-NEXT: %{{.*}}, %[[TQK:.*]] = tile.qk {{.*}} -> tensor<128x64xf32>, !tile.token
+// CHECK-NEXT: tile.mma_wait %[[TQK]]
 // CHECK-NEXT: tile.barrier_arrive %[[KE]][%[[CI]]]
 // CHECK: tile.barrier_wait %[[VF]][%[[CI]]]
 // CHECK-NEXT: %[[CVS:.*]] = tile.slot %[[VB]][%[[CI]]]
 // CHECK-NEXT: tile.load "v"[%{{.*}}] from %[[CVS]]
-// CHECK-NEXT: tile.pv
+// CHECK-NEXT: %{{.*}}, %[[TPV:.*]] = tile.pv {{.*}} -> !tile.token
+// CHECK-NEXT: tile.mma_wait %[[TPV]]
 // CHECK-NEXT: tile.barrier_arrive %[[VE]][%[[CI]]]
 // CHECK: tile.finalize
 // CHECK: tile.store "lse"

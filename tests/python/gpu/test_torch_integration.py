@@ -73,6 +73,33 @@ def test_cuda_graph_capture_and_replay():
         torch.testing.assert_close(static_out, expected, atol=0, rtol=0)
 
 
+def test_warm_path_matches_the_checked_path():
+    # flash_attn_func files each call shape it checked; later calls of that shape (other tensors, same shapes,
+    # strides, dtypes, device and flags) take the warm path, which must launch exactly what the checked path does.
+    from flashtile import interface
+
+    cases = (dict(causal=True), dict(window_size=(64, 16)), dict(softcap=30.0), dict(causal=True, softmax_scale=0.1))
+    for flags in cases:
+        q, k, v = qkv(seqlen_q=300, seqlen_k=500)
+        flashtile.flash_attn_func(q, k, v, **flags)
+        key = interface._dense_key(q, k, v, 0.0, flags.get("softmax_scale"), flags.get("causal", False),
+                                   flags.get("window_size", (-1, -1)), flags.get("softcap", 0.0))
+        assert key in interface._prepared, f"{flags}: the call shape was not filed"
+        q2, k2, v2 = (torch.randn_like(t) for t in (q, k, v))
+        warm, lse, _ = flashtile.flash_attn_func(q2, k2, v2, return_attn_probs=True, **flags)
+        checked, checked_lse, _ = interface._flash_attn_func_checked(
+            q2, k2, v2, 0.0, flags.get("softmax_scale"), flags.get("causal", False), flags.get("window_size", (-1, -1)),
+            flags.get("softcap", 0.0), None, True)
+        torch.testing.assert_close(warm, checked, atol=0, rtol=0)
+        torch.testing.assert_close(lse, checked_lse, atol=0, rtol=0)
+    # A strided view of the same shape is another call shape (its strides differ): checked, then warm.
+    q, k, v = qkv(seqlen_q=256, seqlen_k=256, heads=4, heads_k=4)
+    qs = torch.randn(2, 256, 8, 64, device="cuda", dtype=torch.bfloat16)[:, :, ::2]
+    expected = interface._flash_attn_func_checked(qs, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
+    for _ in range(2):
+        torch.testing.assert_close(flashtile.flash_attn_func(qs, k, v, causal=True), expected, atol=0, rtol=0)
+
+
 def test_current_stream_is_used():
     q, k, v = qkv(seqlen_q=2048, seqlen_k=2048)
     expected = flashtile.flash_attn_func(q, k, v, causal=True)

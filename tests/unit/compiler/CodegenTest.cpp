@@ -268,6 +268,29 @@ TEST(Codegen, ScoreModifierAndParameters) {
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
 }
 
+/// A state whose accumulator lives outside registers (FA4's tensor memory) is refused by name: the registered
+/// targets keep the whole state in registers.
+TEST(Codegen, AnAccumulatorOutsideRegistersIsRefused) {
+  Compiler compiler;
+  tile::FuncOp func = compiler.build(Variant("plain"), ElementType::BF16, 64, "sm_90a");
+  ASSERT_TRUE(func);
+  func.walk([](mlir::Operation *op) {
+    for (mlir::Value v : op->getResults())
+      if (auto state = mlir::dyn_cast<tile::StateType>(v.getType()))
+        v.setType(tile::StateType::get(v.getContext(), state.getRows(), state.getCols(), tile::MemorySpace::Tensor));
+    for (mlir::Region &region : op->getRegions())
+      for (mlir::BlockArgument arg : region.getArguments())
+        if (auto state = mlir::dyn_cast<tile::StateType>(arg.getType()))
+          arg.setType(tile::StateType::get(arg.getContext(), state.getRows(), state.getCols(), tile::MemorySpace::Tensor));
+  });
+  auto kernel = codegen::emitCuda(func);
+  EXPECT_TRUE(mlir::failed(kernel));
+  EXPECT_NE(compiler.diagnostics.find("keeps the accumulator in tensor memory; the CUDA printer's targets keep the "
+                                      "whole state in registers"),
+            std::string::npos)
+      << compiler.diagnostics;
+}
+
 /// Builds `variant`, prints its kernel into `src` and NVRTC-compiles that for `arch` (fails the test on any error).
 void emitAndCompile(Compiler &compiler, const Variant &variant, int headDim, const char *arch, std::string &src) {
   tile::FuncOp func = compiler.build(variant, ElementType::BF16, headDim, arch);

@@ -8,12 +8,15 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <latch>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 using namespace flashtile;
@@ -112,6 +115,52 @@ TEST(KernelCache, EntryFileIsNamedByHashAndLeavesNoTempFiles) {
     names.push_back(entry.path().filename().string());
   ASSERT_EQ(names.size(), 1u);
   EXPECT_THAT(names[0], testing::MatchesRegex("[0-9a-f]{16}\\.ftk"));
+}
+
+TEST(KernelCache, NotesAreReadBackCheckedAndListedWithTheEntries) {
+  test::TempDir dir;
+  {
+    KernelCache cache(onDisk(dir.path()));
+    EXPECT_FALSE(cache.readNote("class of x").has_value());
+    cache.writeNote("class of x", "short");
+    cache.writeNote("class of y", "default");
+  }
+  KernelCache fresh(onDisk(dir.path()));
+  EXPECT_EQ(fresh.readNote("class of x"), std::optional<std::string>("short"));
+  EXPECT_EQ(fresh.readNote("class of y"), std::optional<std::string>("default"));
+  EXPECT_EQ(fresh.stats().rejectedEntries, 0u);
+  StatusOr<std::vector<KernelCache::DiskEntry>> listed = fresh.listDiskEntries();
+  ASSERT_TRUE(listed.ok()) << listed.status().message();
+  std::vector<std::string> keys;
+  for (const KernelCache::DiskEntry &entry : *listed)
+    keys.push_back(entry.key);
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{"class of x", "class of y"}));
+
+  // A damaged note reads as none (the answer is asked again), and is counted.
+  std::vector<fs::path> notes;
+  for (const fs::directory_entry &file : fs::directory_iterator(dir.path()))
+    notes.push_back(file.path());
+  ASSERT_EQ(notes.size(), 2u);
+  for (const fs::path &note : notes) {
+    std::string bytes;
+    {
+      std::ifstream in(note, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    bytes[bytes.size() - 10] ^= 1;
+    std::ofstream(note, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  EXPECT_FALSE(fresh.readNote("class of x").has_value());
+  EXPECT_EQ(fresh.stats().rejectedEntries, 1u);
+  StatusOr<uint64_t> cleared = fresh.clearDisk();
+  ASSERT_TRUE(cleared.ok());
+  EXPECT_EQ(*cleared, 2u);
+
+  KernelCache memoryOnly(test::cacheOptions(dir.path().string(), false));
+  memoryOnly.writeNote("class of x", "short");
+  EXPECT_FALSE(memoryOnly.readNote("class of x").has_value());
+  EXPECT_TRUE(fs::is_empty(dir.path()));
 }
 
 TEST(KernelCache, TruncatedEntryIsRebuilt) {

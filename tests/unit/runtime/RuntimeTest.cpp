@@ -453,6 +453,44 @@ TEST(Runtime, TheJitsShapeClassHookDecidesWhetherAClassIsCompiledAndIsAskedOnceP
   EXPECT_THAT(bad.status().message(), HasSubstr("answered 'long'"));
 }
 
+TEST(Runtime, TheShapeClassAnswerIsFiledOnDiskSoThatAFreshRuntimeDoesNotAskAgain) {
+  test::TempDir cacheDir;
+  int asked = 0, compiles = 0;
+  auto newRuntime = [&] {
+    auto runtime = std::make_unique<Runtime>(test::cacheOptions(cacheDir.path().string(), true));
+    runtime->setCompiler(
+        [&](const KernelSpec &spec) -> StatusOr<CachedKernel> {
+          ++compiles;
+          CachedKernel kernel = spec.shapeClass == kShortShapeClass ? shortKernel("jit") : test::fakeKernel("jit");
+          kernel.info.variant = spec.variant;
+          return kernel;
+        },
+        [&](const KernelSpec &spec) -> StatusOr<std::string> {
+          ++asked;
+          return std::string(spec.variant == "causal" ? kShortShapeClass : kDefaultShapeClass);
+        });
+    return runtime;
+  };
+  KernelSpec spec = test::fakeKernel().info.spec();
+  spec.shapeClass = std::string(kShortShapeClass);
+  for (const char *variant : {"causal", "none"}) {
+    spec.variant = variant;
+    StatusOr<std::shared_ptr<const CachedKernel>> found = newRuntime()->findKernel(spec);
+    ASSERT_TRUE(found.ok()) << found.status().message();
+  }
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(compiles, 2);
+  // Fresh runtimes on the same cache (a new process): the answers and the kernels come from the disk.
+  for (const char *variant : {"causal", "none"}) {
+    spec.variant = variant;
+    StatusOr<std::shared_ptr<const CachedKernel>> found = newRuntime()->findKernel(spec);
+    ASSERT_TRUE(found.ok()) << found.status().message();
+    EXPECT_EQ((*found)->info.shapeClass, spec.variant == "causal" ? kShortShapeClass : kDefaultShapeClass);
+  }
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(compiles, 2);
+}
+
 TEST(Runtime, JitResultMustMatchTheSpec) {
   std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
   runtime->setCompiler([](const KernelSpec &) -> StatusOr<CachedKernel> { return test::fakeKernel(); });

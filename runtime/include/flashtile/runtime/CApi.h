@@ -60,6 +60,33 @@ int flashtile_forward_varlen_variant(flashtile_runtime *rt, const void *q, const
                                      const long long *k_stride, const long long *v_stride, const long long *o_stride,
                                      float softmax_scale, const char *variant,
                                      const flashtile_variant_args *variant_args, void *stream);
+
+/* The most numbers and input arrays a variant has (KernelAbi.h's FLASHTILE_MAX_VARIANT_PARAMS/_INPUTS). */
+enum { FLASHTILE_CALL_MAX_PARAMS = 8, FLASHTILE_CALL_MAX_INPUTS = 4 };
+
+/* One forward call in one self-contained struct: the arguments of flashtile_forward_variant (dense: cu_seqlens_q
+ * and cu_seqlens_k NULL, seqlen_q/k the rows of every sequence, strides {batch, seq, head, dim}) or of
+ * flashtile_forward_varlen_variant (both set, seqlen_q/k = total_q/total_k, max_seqlen_q/k the longest sequences,
+ * stride[0] ignored). A caller that repeats one call shape fills it once, copies it per call and changes only the
+ * pointers and the stream (the pointers come first, so that they are contiguous); every field is checked at every
+ * call as the other entry points check theirs. `size` must be sizeof(flashtile_call). */
+typedef struct flashtile_call {
+  unsigned long long size;
+  const void *q, *k, *v;
+  void *o;
+  float *lse;
+  const int *cu_seqlens_q, *cu_seqlens_k;
+  void *stream;                                  /* a CUstream; NULL: the default stream */
+  const void *inputs[FLASHTILE_CALL_MAX_INPUTS]; /* num_inputs device pointers (flashtile_variant_args) */
+  const char *variant;                           /* NULL: "none" */
+  long long q_stride[4], k_stride[4], v_stride[4], o_stride[4];
+  int dtype, batch, seqlen_q, seqlen_k, max_seqlen_q, max_seqlen_k, heads_q, heads_kv, head_dim, head_dim_v;
+  int num_params, num_inputs;
+  float softmax_scale;                     /* 0: 1/sqrt(head_dim) */
+  float params[FLASHTILE_CALL_MAX_PARAMS]; /* num_params numbers (flashtile_variant_args) */
+} flashtile_call;
+int flashtile_forward_call(flashtile_runtime *rt, const flashtile_call *call);
+
 const char *flashtile_last_error(void);
 const char *flashtile_version(void);
 

@@ -24,8 +24,20 @@ namespace flashtile {
 /// Writes `bytes` to `path` as described above. The error names the path and the reason.
 Status writeOutputFile(const std::string &path, std::string_view bytes);
 
-/// The temporary files writeOutputFile makes start with "." + the target's name + this, then a unique suffix.
+/// The temporary files writeOutputFile and replaceFileAtomically make start with "." + the target's name + this,
+/// then a unique suffix.
 inline constexpr std::string_view kTempFileInfix = ".tmp-";
+
+/// Replaces what is at `path` itself (a symbolic link or FIFO there is replaced, not followed) with a regular file
+/// holding `bytes`: the bytes go to a fresh, uniquely named temporary file in the same directory, renamed over
+/// `path`; the temporary is removed on every failure. The one atomic write of the project: writeOutputFile uses it
+/// for regular files (after following links), the kernel cache for its entries.
+Status replaceFileAtomically(const std::string &path, std::string_view bytes);
+
+/// Whether a directory entry named `name` is one of those temporary files (a writer that died leaves one behind).
+inline bool isTempFileName(std::string_view name) {
+  return name.starts_with(".") && name.find(kTempFileInfix) != std::string_view::npos;
+}
 
 /// Reads a whole file the user named. Directories are refused; so are FIFOs, sockets and devices unless
 /// `allowSpecial` (a FIFO with no writer would block, a device may never end). Files larger than `maxBytes` are

@@ -18,6 +18,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -65,6 +66,13 @@ public:
   /// `compile` must return a kernel whose info passes KernelInfo::verify() and whose cubin is not empty.
   StatusOr<std::shared_ptr<const CachedKernel>> getOrCompile(const std::string &key, const Compile &compile);
 
+  /// Small texts filed beside the kernels (`<hash>.ftn`), for answers that cost the compiler time but no kernel:
+  /// the shape class a spec runs (Runtime::findKernel). Checked like entries (key, checksum; a damaged note reads
+  /// as none) and listed, evicted and cleared with them. Nothing without the disk layer.
+  std::optional<std::string> readNote(const std::string &key);
+  /// Stores a note atomically; a failure only counts in Stats::diskWriteFailures (the answer is asked again).
+  void writeNote(const std::string &key, const std::string &value);
+
   Stats stats() const;
   /// Why the last disk write failed ("cannot write ...: No space left on device"), or "" when none has. The first
   /// failure is also reported once through the runtime's log (Log.h).
@@ -100,6 +108,7 @@ public:
 private:
   using Result = StatusOr<std::shared_ptr<const CachedKernel>>;
   Result load(const std::string &key, const Compile &compile);
+  std::string notePath(const std::string &key) const;
   /// Writes one entry; on the first write, removes `.tmp-*` files that dead writers left behind.
   void store(const std::string &path, const std::string &bytes);
 

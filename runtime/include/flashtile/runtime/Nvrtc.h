@@ -17,7 +17,8 @@ enum class NvrtcOutput { Ptx, Cubin };
 /// Compiles `source` (a self-contained translation unit: generated code has no host includes) for `arch`, a
 /// target of the form sm_<NN>[a|f] such as sm_80, sm_90a, sm_100a. A cubin targets that SM; PTX targets the
 /// matching virtual architecture (compute_<NN>[a|f]). `name` labels the program in NVRTC's diagnostics.
-/// Options: --gpu-architecture, -std=c++17, -default-device (functions are __device__ unless marked), then
+/// Options: --gpu-architecture, -std=c++17, -default-device (functions are __device__ unless marked), -minimal (no
+/// texture, device-runtime or runtime-API declarations: generated code uses none, and NVRTC parses less), then
 /// `extraOptions`; fast math is off unless asked for. On failure the message contains NVRTC's full log.
 StatusOr<std::string> compileCuda(const std::string &source, const std::string &name, const std::string &arch,
                                   NvrtcOutput out, const std::vector<std::string> &extraOptions = {});

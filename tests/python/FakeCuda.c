@@ -1,0 +1,181 @@
+/* FakeCuda.c — a stand-in libcuda.so.1 for checking and timing flashtile's host path on a machine without a GPU.
+ *
+ * Every entry point the runtime resolves (CudaDriver.h) succeeds at once: one context on one device of compute
+ * capability 9.0, modules and functions are dummy handles, launches run nothing but are recorded (the grid, the
+ * block, the shared memory and the parameter block) for tests/python/test_warm_path.py to read back. Built with the
+ * soname libcuda.so.1 and loaded before the runtime first asks for the driver (or found through LD_LIBRARY_PATH,
+ * bench/host/overhead.sh), it stands in for the driver; the driver's own cost of a launch (about 2 µs on the
+ * H200) is missing from timings. Never installed. */
+#include "flashtile/runtime/KernelAbi.h"
+
+#include <cuda.h>
+#include <string.h>
+
+static int fakeContext, fakeModule, fakeFunction, fakeEvent;
+static unsigned long long launches;
+static unsigned lastGrid[3], lastBlock[3], lastSmem;
+static unsigned char lastParams[sizeof(struct FlashtileFwdParams)];
+
+CUresult cuInit(unsigned flags) {
+  (void)flags;
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice device) {
+  (void)device;
+  switch (attribute) {
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+    *value = 9;
+    break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+    *value = 0;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+    *value = 227 * 1024;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+    *value = 132;
+    break;
+  default:
+    *value = 0;
+    break;
+  }
+  return CUDA_SUCCESS;
+}
+CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device) {
+  (void)device;
+  *context = (CUcontext)&fakeContext;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxGetCurrent(CUcontext *context) {
+  *context = (CUcontext)&fakeContext;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxSetCurrent(CUcontext context) {
+  (void)context;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxGetDevice(CUdevice *device) {
+  *device = 0;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
+CUresult cuModuleLoadData(CUmodule *module, const void *image) {
+  (void)image;
+  *module = (CUmodule)&fakeModule;
+  return CUDA_SUCCESS;
+}
+CUresult cuModuleUnload(CUmodule module) {
+  (void)module;
+  return CUDA_SUCCESS;
+}
+CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name) {
+  (void)module, (void)name;
+  *function = (CUfunction)&fakeFunction;
+  return CUDA_SUCCESS;
+}
+CUresult cuFuncSetAttribute(CUfunction function, CUfunction_attribute attribute, int value) {
+  (void)function, (void)attribute, (void)value;
+  return CUDA_SUCCESS;
+}
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned smem, CUstream stream, void **params, void **extra) {
+  (void)f, (void)stream, (void)extra;
+  lastGrid[0] = gx, lastGrid[1] = gy, lastGrid[2] = gz;
+  lastBlock[0] = bx, lastBlock[1] = by, lastBlock[2] = bz;
+  lastSmem = smem;
+  memcpy(lastParams, params[0], sizeof(lastParams));
+  ++launches;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemAlloc_v2(CUdeviceptr *pointer, size_t bytes) {
+  (void)bytes;
+  *pointer = 256;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemFree_v2(CUdeviceptr pointer) {
+  (void)pointer;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
+  (void)dst, (void)src, (void)bytes;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
+  (void)src;
+  memset(dst, 0, bytes);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t bytes) {
+  (void)dst, (void)value, (void)bytes;
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamSynchronize(CUstream stream) {
+  (void)stream;
+  return CUDA_SUCCESS;
+}
+CUresult cuEventCreate(CUevent *event, unsigned flags) {
+  (void)flags;
+  *event = (CUevent)&fakeEvent;
+  return CUDA_SUCCESS;
+}
+CUresult cuEventRecord(CUevent event, CUstream stream) {
+  (void)event, (void)stream;
+  return CUDA_SUCCESS;
+}
+CUresult cuEventSynchronize(CUevent event) {
+  (void)event;
+  return CUDA_SUCCESS;
+}
+CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
+  (void)start, (void)end;
+  *ms = 0.f;
+  return CUDA_SUCCESS;
+}
+CUresult cuEventDestroy_v2(CUevent event) {
+  (void)event;
+  return CUDA_SUCCESS;
+}
+CUresult cuGetErrorString(CUresult error, const char **text) {
+  (void)error;
+  *text = "fake driver";
+  return CUDA_SUCCESS;
+}
+CUresult cuGetErrorName(CUresult error, const char **text) {
+  (void)error;
+  *text = "CUDA_ERROR_FAKE";
+  return CUDA_SUCCESS;
+}
+CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *address,
+                                const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+                                const cuuint32_t *elementStrides, CUtensorMapInterleave interleave,
+                                CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill fill) {
+  (void)type, (void)rank, (void)address, (void)dims, (void)strides, (void)box, (void)elementStrides, (void)interleave,
+      (void)swizzle, (void)l2, (void)fill;
+  memset(map, 0, sizeof(*map));
+  return CUDA_SUCCESS;
+}
+CUresult cuTensorMapReplaceAddress(CUtensorMap *map, void *address) {
+  (void)map, (void)address;
+  return CUDA_SUCCESS;
+}
+
+/* For tests and the benchmark: how many launches reached the driver, and the last one's configuration. */
+unsigned long long fakeCudaLaunches(void) { return launches; }
+void fakeCudaLastLaunch(unsigned grid[3], unsigned block[3], unsigned *smem) {
+  memcpy(grid, lastGrid, sizeof(lastGrid));
+  memcpy(block, lastBlock, sizeof(lastBlock));
+  *smem = lastSmem;
+}
+const unsigned char *fakeCudaLastParams(void) { return lastParams; }
+
+/* NVRTC looks for libcuda.so.1 too and asks it for its private tables: there are none here, so it goes on
+   without them, as on a machine with no driver. */
+CUresult cuGetExportTable(const void **table, const CUuuid *id) {
+  (void)id;
+  *table = NULL;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
