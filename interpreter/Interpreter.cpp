@@ -9,10 +9,12 @@
 #include "interpreter/ScalarOps.h"
 #include "interpreter/TileMath.h"
 #include "passes/IR/TileDialect.h"
+#include "passes/IR/TilePacking.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <limits>
@@ -56,6 +58,7 @@ struct Tensor {
 struct Instance {
   int64_t b = 0, h = 0, hKv = 0, qTile = 0, m0 = 0, rows = 0;
   int64_t seqlenQ = 0, seqlenK = 0, entry = 0, qRow0 = 0, kRow0 = 0;
+  int64_t split = 0, splitBegin = 0, splitEnd = 0; ///< split-KV: this instance's split and its keys
 };
 
 /// The sequence of batch b, as an instance with no head or tile yet.
@@ -177,7 +180,10 @@ class Interpreter {
 public:
   Interpreter(FuncOp func, const Problem &problem, Tensor q, Tensor k, Tensor v)
       : func(func), problem(problem), q(std::move(q)), k(std::move(k)), v(std::move(v)),
-        roundOut(roundFor(func.getDtype())), blockM(qTileRows(func, longestSeqlenQ(problem))) {}
+        roundOut(roundFor(func.getDtype())), blockM(qTileRows(func, longestSeqlenQ(problem))) {
+    packed = func->hasAttr(tile::kPackQueryHeadsAttr);
+    group = problem.headsKv > 0 ? problem.headsQ / problem.headsKv : 1;
+  }
 
   LogicalResult run(std::vector<float> &o, std::vector<float> &lse, RunStats *stats);
 
@@ -210,6 +216,7 @@ private:
   /// Runs the roles of a block side by side (RoleScheduler), each on its own thread, one at a time.
   LogicalResult execRoles(ArrayRef<RoleOp> roles);
   LogicalResult exec(StoreOp op);
+  LogicalResult exec(StoreSplitOp op);
   LogicalResult exec(QkOp op);
   LogicalResult exec(ScaleOp op);
   LogicalResult exec(ScoreModOp op);
@@ -230,13 +237,37 @@ private:
 
   /// Reports an error at `op`, with a note naming the program instance.
   LogicalResult fail(Operation *op, const Twine &message);
+  /// The query row (within the sequence) and query head of row `tileRow` (m0 + r) of this instance: itself and the
+  /// instance's head, or under GQA packing (tile.pack_query_heads) row tileRow / G of head hKv·G + tileRow % G.
+  std::pair<int64_t, int64_t> rowOf(int64_t tileRow) const {
+    if (!packed)
+      return {tileRow, inst.h};
+    return {tileRow / group, inst.hKv * group + tileRow % group};
+  }
+  /// Rows of this instance's sequence: its query rows, times the group's heads under GQA packing.
+  int64_t rowCount() const { return packed ? inst.seqlenQ * group : inst.seqlenQ; }
+  /// Writes row r of tile O (rounded) and of the LSE tile of this instance to the outputs.
+  void storeRow(int64_t r, const Tile *o, const Tile *lse) {
+    auto [query, head] = rowOf(inst.m0 + r);
+    storeRow(query, head, r, o, lse);
+  }
+  /// Writes row r of tile O (rounded) and of the LSE tile as query row `query` (of the sequence) of head `head`.
+  void storeRow(int64_t query, int64_t head, int64_t r, const Tile *o, const Tile *lse);
+  /// Split-KV: merges the partials of every row into O and LSE (the combine kernel).
+  LogicalResult combineSplits(StoreSplitOp store);
 
   FuncOp func;
   const Problem &problem;
   Tensor q, k, v;
   RoundFn roundOut;
   int64_t blockM;
+  bool packed = false; ///< tile.pack_query_heads: instances are (batch, K/V head, tile of the group's rows)
+  int64_t group = 1;   ///< query heads per K/V head
   std::vector<float> *outO = nullptr, *outLse = nullptr;
+  /// Split-KV partials: LSE of split s, LSE row r (as outLse is indexed) at s · lseRows + r; O's values of it at
+  /// (s · lseRows + r) · headDimV. Rows no instance wrote stay NaN.
+  std::vector<float> oAccum, lseAccum;
+  int64_t lseRows = 0;
   int64_t *kTileLoads = nullptr; ///< this instance's counter in the RunStats, if any
 
   Instance inst;
@@ -278,24 +309,55 @@ LogicalResult Interpreter::run(std::vector<float> &o, std::vector<float> &lse, R
   const int64_t longest = longestSeqlenQ(problem);
   if (longest > 0 && blockM <= 0)
     return func.emitError() << "the Q tile has " << blockM << " rows";
-  int64_t qTiles = longest > 0 ? ceilDiv(longest, blockM) : 0;
-  int64_t group = problem.headsQ / problem.headsKv;
+  // GQA packing: a sequence has seqlen_q x G rows, and instances run per K/V head.
+  const int64_t rowsPerQuery = packed ? group : 1, heads = packed ? problem.headsKv : problem.headsQ;
+  int64_t qTiles = longest > 0 ? ceilDiv(longest * rowsPerQuery, blockM) : 0;
   if (stats)
-    *stats = RunStats{qTiles, blockM, std::vector<int64_t>(problem.batch * problem.headsQ * qTiles)};
+    *stats = RunStats{qTiles, blockM, std::vector<int64_t>(problem.batch * heads * qTiles)};
+  auto splitStores = func.getBody().getOps<StoreSplitOp>();
+  StoreSplitOp splitStore = splitStores.empty() ? StoreSplitOp() : *splitStores.begin();
+  if (problem.numSplits < 1 || (!splitStore && problem.numSplits != 1))
+    return func.emitError() << "num_splits = " << problem.numSplits << " is not accepted: "
+                            << (splitStore ? "at least 1" : "1 (the program does not split its key range)");
+  if (splitStore && !func.getScheduleAttr())
+    return func.emitError() << "splits its key range (tile.store_split) but is not scheduled: splits are whole "
+                               "K/V tiles of the schedule's block_n";
+  const int64_t splits = problem.numSplits;
+  lseRows = static_cast<int64_t>(lse.size());
+  if (splits > 1) {
+    oAccum.assign(splits * lseRows * problem.headDimV, nan);
+    lseAccum.assign(splits * lseRows, nan);
+  }
   for (int64_t b = 0; b < problem.batch; ++b)
-    for (int64_t h = 0; h < problem.headsQ; ++h)
+    for (int64_t h = 0; h < heads; ++h)
       // Varlen: like the kernel's blocks past a shorter sequence, the tiles past it do not run.
-      for (int64_t t = 0; t * blockM < sequenceOf(problem, b).seqlenQ; ++t) {
-        inst = sequenceOf(problem, b);
-        inst.h = h;
-        inst.hKv = h / group;
-        inst.qTile = t;
-        inst.m0 = t * blockM;
-        inst.rows = blockM;
-        kTileLoads = stats ? &stats->kTileLoads[(b * problem.headsQ + h) * qTiles + t] : nullptr;
-        if (failed(runInstance()))
-          return failure();
-      }
+      for (int64_t t = 0; t * blockM < sequenceOf(problem, b).seqlenQ * rowsPerQuery; ++t)
+        for (int64_t s = 0; s < splits; ++s) {
+          inst = sequenceOf(problem, b);
+          // Packed: h is the K/V head, and the instance's head (what KV-range rules see) the group's first.
+          inst.h = packed ? h * group : h;
+          inst.hKv = packed ? h : h / group;
+          inst.qTile = t;
+          inst.m0 = t * blockM;
+          inst.rows = blockM;
+          // As the kernel computes it: numSplits ranges of equal length in whole K/V tiles, clamped to the keys.
+          inst.splitEnd = inst.seqlenK;
+          if (splitStore) {
+            int64_t blockN = func.getScheduleAttr().getBlockN();
+            int64_t splitTiles = ceilDiv(ceilDiv(inst.seqlenK, blockN), splits);
+            inst.split = s;
+            inst.splitBegin = std::min(s * splitTiles * blockN, inst.seqlenK);
+            inst.splitEnd = std::min(inst.splitBegin + splitTiles * blockN, inst.seqlenK);
+            // Past the keys: [0, 0), empty at a tile boundary (an empty range inside a tile would still visit it).
+            if (inst.splitBegin >= inst.seqlenK)
+              inst.splitBegin = inst.splitEnd = 0;
+          }
+          kTileLoads = stats ? &stats->kTileLoads[(b * heads + h) * qTiles + t] : nullptr;
+          if (failed(runInstance()))
+            return failure();
+        }
+  if (splits > 1)
+    return combineSplits(splitStore);
   return success();
 }
 
@@ -343,7 +405,8 @@ LogicalResult Interpreter::execBlock(Block &block) {
 LogicalResult Interpreter::exec(Operation &op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(&op)
       .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, BufferOp, SlotOp, CopyAsyncOp, WaitOp, BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, MmaWaitOp, StoreOp, QkOp,
-            ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp>(
+            ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp,
+            StoreSplitOp>(
           [&](auto tileOp) { return exec(tileOp); })
       .Default([&](Operation *other) { return execScalar(*other); });
 }
@@ -470,8 +533,10 @@ LogicalResult Interpreter::exec(DimOp op) {
                   : name == "seqlen_q" ? inst.seqlenQ
                   : name == "seqlen_k" ? inst.seqlenK
                   // b·seqlen_k dense (entry b, row 0); cu_seqlens_k[b] varlen (entry 0, row kRow0)
-                  : name == "key_offset" ? inst.entry * problem.seqlenK + inst.kRow0
-                                         : -1;
+                  : name == "key_offset"  ? inst.entry * problem.seqlenK + inst.kRow0
+                  : name == "split_begin" ? inst.splitBegin
+                  : name == "split_end"   ? inst.splitEnd
+                                          : -1;
   if (value < 0)
     return fail(op, "unknown dimension '" + name + "'");
   scalars[op.getResult()] = Scalar::integer(value);
@@ -511,9 +576,10 @@ LogicalResult Interpreter::exec(InputOp op) {
 }
 
 LogicalResult Interpreter::exec(KvRangeOp op) {
-  int64_t last = std::min<int64_t>(inst.m0 + inst.rows, inst.seqlenQ) - 1;
+  // The query rows the tile's rows span (packed: of the group's heads, which the rule must not tell apart).
+  int64_t first = rowOf(inst.m0).first, last = rowOf(std::min<int64_t>(inst.m0 + inst.rows, rowCount()) - 1).first;
   SmallVector<Scalar, 2> range;
-  Scalar args[] = {Scalar::integer(inst.m0), Scalar::integer(last), Scalar::integer(inst.b), Scalar::integer(inst.h)};
+  Scalar args[] = {Scalar::integer(first), Scalar::integer(last), Scalar::integer(inst.b), Scalar::integer(inst.h)};
   if (failed(evalRegion(op.getRule().front(), args, range)))
     return failure();
   scalars[op.getLo()] = range[0];
@@ -641,10 +707,13 @@ LogicalResult Interpreter::exec(LoadOp op) {
   Tile t = Tile::zeros(rows, source.width);
   t.rowBase = first;
   int64_t head = isQ ? inst.h : inst.hKv;
-  int64_t seqlen = isQ ? inst.seqlenQ : inst.seqlenK, row0 = isQ ? inst.qRow0 : inst.kRow0;
-  for (int64_t r = 0; r < rows && first + r < seqlen; ++r)
+  int64_t seqlen = isQ ? rowCount() : inst.seqlenK, row0 = isQ ? inst.qRow0 : inst.kRow0;
+  for (int64_t r = 0; r < rows && first + r < seqlen; ++r) {
+    // Q rows are (query row, head) pairs under GQA packing.
+    auto [row, rowHead] = isQ ? rowOf(first + r) : std::pair<int64_t, int64_t>{first + r, head};
     for (int64_t d = 0; d < source.width; ++d)
-      t.at(r, d) = source.at(inst.entry, row0 + first + r, head, d);
+      t.at(r, d) = source.at(inst.entry, row0 + row, rowHead, d);
+  }
   if (failed(define(op, op.getResult(), std::move(t))))
     return failure();
   if (Value slot = op.getSlot())
@@ -827,17 +896,110 @@ LogicalResult Interpreter::exec(StoreOp op) {
                         Twine(inst.rows) + " query rows of " + Twine(width) + " values");
   // Rows past the query sequence are not written.
   // O is entries x seqlenQ x headsQ x headDimV, LSE entries x headsQ x seqlenQ (varlen: 1 entry of total_q rows).
-  for (int64_t r = 0; r < t.rows && inst.m0 + r < inst.seqlenQ; ++r) {
-    int64_t row = inst.qRow0 + inst.m0 + r;
-    if (isO) {
-      float *out = &(*outO)[((inst.entry * problem.seqlenQ + row) * problem.headsQ + inst.h) * width];
-      for (int64_t d = 0; d < width; ++d)
-        out[d] = roundOut(t.at(r, d));
-    } else {
-      (*outLse)[(inst.entry * problem.headsQ + inst.h) * problem.seqlenQ + row] = t.at(r, 0);
-    }
-  }
+  for (int64_t r = 0; r < t.rows && inst.m0 + r < rowCount(); ++r)
+    storeRow(r, isO ? &t : nullptr, isO ? nullptr : &t);
   ++(isO ? storesO : storesLse);
+  return success();
+}
+
+void Interpreter::storeRow(int64_t query, int64_t head, int64_t r, const Tile *o, const Tile *lse) {
+  int64_t row = inst.qRow0 + query;
+  if (o) {
+    float *out = &(*outO)[((inst.entry * problem.seqlenQ + row) * problem.headsQ + head) * problem.headDimV];
+    for (int64_t d = 0; d < problem.headDimV; ++d)
+      out[d] = roundOut(o->at(r, d));
+  }
+  if (lse)
+    (*outLse)[(inst.entry * problem.headsQ + head) * problem.seqlenQ + row] = lse->at(r, 0);
+}
+
+/// ln(e^a + e^b) and e^(a - that), exact for -inf operands: (-inf, 0) when both are -inf.
+std::pair<float, float> joinLogits(float a, float b) {
+  const float negInf = -std::numeric_limits<float>::infinity();
+  float m = std::max(a, b);
+  if (m == negInf)
+    return {negInf, 0.f};
+  float ea = std::exp(a - m), eb = std::exp(b - m);
+  return {m + std::log(ea + eb), ea / (ea + eb)};
+}
+
+LogicalResult Interpreter::exec(StoreSplitOp op) {
+  FailureOr<TilePtr> oTile = tile(op, op.getO()), lseTile = tile(op, op.getLse());
+  if (failed(oTile) || failed(lseTile))
+    return failure();
+  const Tile &o = **oTile, &l = **lseTile;
+  if (o.rows != inst.rows || o.cols != problem.headDimV || l.rows != inst.rows || l.cols != 1)
+    return fail(op, "stores a " + Twine(o.rows) + "x" + Twine(o.cols) + " O tile and " + Twine(l.rows) +
+                        " LSE rows but the program instance owns " + Twine(inst.rows) + " query rows of " +
+                        Twine(problem.headDimV) + " values");
+  ++storesO;
+  ++storesLse;
+  if (problem.numSplits == 1) {
+    // Unsplit: the result, the sink joined here (tile.finalize's, moved).
+    Tile out = o, outLse = l;
+    if (op.hasSink()) {
+      SmallVector<Scalar, 1> logit;
+      for (int64_t r = 0; r < out.rows && inst.m0 + r < rowCount(); ++r) {
+        // Each row's own head (GQA packing) picks its sink.
+        if (failed(evalRegion(op.getSink().front(),
+                              {Scalar::integer(inst.b), Scalar::integer(rowOf(inst.m0 + r).second)}, logit)))
+          return failure();
+        auto [joined, keep] = joinLogits(outLse.at(r, 0), logit[0].f);
+        outLse.at(r, 0) = joined;
+        for (int64_t d = 0; d < out.cols; ++d)
+          out.at(r, d) *= keep;
+      }
+    }
+    for (int64_t r = 0; r < out.rows && inst.m0 + r < rowCount(); ++r)
+      storeRow(r, &out, &outLse);
+    return success();
+  }
+  // The split's partials, fp32, at the LSE row of each query row.
+  for (int64_t r = 0; r < o.rows && inst.m0 + r < rowCount(); ++r) {
+    auto [query, head] = rowOf(inst.m0 + r);
+    int64_t lseRow = (inst.entry * problem.headsQ + head) * problem.seqlenQ + inst.qRow0 + query;
+    int64_t slot = inst.split * lseRows + lseRow;
+    lseAccum[slot] = l.at(r, 0);
+    for (int64_t d = 0; d < o.cols; ++d)
+      oAccum[slot * problem.headDimV + d] = o.at(r, d);
+  }
+  return success();
+}
+
+LogicalResult Interpreter::combineSplits(StoreSplitOp store) {
+  const float negInf = -std::numeric_limits<float>::infinity();
+  const int64_t width = problem.headDimV, splits = problem.numSplits;
+  for (int64_t b = 0; b < problem.batch; ++b)
+    for (int64_t h = 0; h < problem.headsQ; ++h) {
+      inst = sequenceOf(problem, b);
+      inst.h = h;
+      inst.m0 = inst.qTile = 0;
+      inst.rows = inst.seqlenQ;
+      float sink = negInf;
+      if (store.hasSink()) {
+        SmallVector<Scalar, 1> logit;
+        if (failed(evalRegion(store.getSink().front(), {Scalar::integer(b), Scalar::integer(h)}, logit)))
+          return failure();
+        sink = logit[0].f;
+      }
+      Tile o = Tile::zeros(inst.seqlenQ, width), lse = Tile::zeros(inst.seqlenQ, 1);
+      for (int64_t r = 0; r < inst.seqlenQ; ++r) {
+        int64_t lseRow = (inst.entry * problem.headsQ + h) * problem.seqlenQ + inst.qRow0 + r;
+        // LSE = ln(Σ e^LSE_s + e^sink); O = Σ e^(LSE_s − LSE)·O_s. An empty split's LSE is -inf: weight 0.
+        float joined = sink;
+        for (int64_t s = 0; s < splits; ++s)
+          joined = joinLogits(joined, lseAccum[s * lseRows + lseRow]).first;
+        lse.at(r, 0) = joined;
+        for (int64_t s = 0; s < splits && joined != negInf; ++s) {
+          int64_t slot = s * lseRows + lseRow;
+          float weight = std::exp(lseAccum[slot] - joined);
+          for (int64_t d = 0; d < width; ++d)
+            o.at(r, d) += weight * oAccum[slot * width + d];
+        }
+      }
+      for (int64_t r = 0; r < inst.seqlenQ; ++r)
+        storeRow(r, h, r, &o, &lse);
+    }
   return success();
 }
 
@@ -880,8 +1042,9 @@ LogicalResult Interpreter::exec(ScoreModOp op) {
       // A tile's padding key past seqlen_k (its score is masked later) reaches the region as the last key, so
       // per-key input reads stay in range; the CUDA printer does the same.
       int64_t kv = std::min<int64_t>(out.colBase + c, std::max<int64_t>(inst.seqlenK - 1, 0));
-      Scalar args[] = {Scalar::real(out.at(r, c)), Scalar::integer(inst.b), Scalar::integer(inst.h),
-                       Scalar::integer(out.rowBase + r), Scalar::integer(kv)};
+      auto [query, head] = rowOf(out.rowBase + r);
+      Scalar args[] = {Scalar::real(out.at(r, c)), Scalar::integer(inst.b), Scalar::integer(head),
+                       Scalar::integer(query), Scalar::integer(kv)};
       if (failed(evalRegion(body, args, result)))
         return failure();
       out.at(r, c) = result[0].f;
@@ -901,8 +1064,8 @@ LogicalResult Interpreter::exec(MaskOp op) {
       int64_t kv = out.colBase + c;
       bool kept = kv < inst.seqlenK; // keys past the sequence are always dropped
       if (kept) {
-        Scalar args[] = {Scalar::integer(inst.b), Scalar::integer(inst.h), Scalar::integer(out.rowBase + r),
-                         Scalar::integer(kv)};
+        auto [query, head] = rowOf(out.rowBase + r);
+        Scalar args[] = {Scalar::integer(inst.b), Scalar::integer(head), Scalar::integer(query), Scalar::integer(kv)};
         if (failed(evalRegion(body, args, keep)))
           return failure();
         kept = keep[0].isTrue();
@@ -965,6 +1128,8 @@ LogicalResult Interpreter::exec(FinalizeOp op) {
   if (failed(st))
     return failure();
   std::optional<float> sink;
+  if (op.hasSink() && packed)
+    return fail(op, "has a sink in a program that packs query heads; the sink joins at tile.store_split there");
   if (op.hasSink()) {
     SmallVector<Scalar, 1> logit;
     if (failed(evalRegion(op.getSink().front(), {Scalar::integer(inst.b), Scalar::integer(inst.h)}, logit)))

@@ -34,6 +34,11 @@ struct Problem {
   /// cuSeqlensK[b + 1]) of K/V; seqlenQ/seqlenK are then total_q/total_k, and tile.dim "seqlen_q"/"seqlen_k" give
   /// each sequence's own length.
   std::vector<int32_t> cuSeqlensQ, cuSeqlensK;
+  /// Split-KV programs (tile.store_split, the decode schedule): the key range of every Q tile is split into
+  /// numSplits ranges of whole K/V tiles, one program instance each, and each row's partial O and LSE are merged
+  /// as the combine kernel merges them (numSplits = 1: the instances store O and LSE themselves). Other programs
+  /// take 1 only.
+  int numSplits = 1;
 
   bool isVarlen() const { return !cuSeqlensQ.empty(); }
 };
@@ -41,7 +46,9 @@ struct Problem {
 /// What a run did, for checks of a schedule's tile skipping.
 struct RunStats {
   int64_t qTiles = 0, blockM = 0; ///< Q tiles per (batch, head) (varlen: of the longest), rows per Q tile
-  /// K tiles each program instance loaded, at ((b · headsQ) + h) · qTiles + qTile.
+  /// K tiles each program instance loaded, at ((b · headsQ) + h) · qTiles + qTile (split-KV: summed over the
+  /// Q tile's splits; GQA packing, tile.pack_query_heads: ((b · headsKv) + hKv) · qTiles + qTile, qTiles counting
+  /// tiles of seqlen_q · headsQ / headsKv rows).
   std::vector<int64_t> kTileLoads;
 };
 

@@ -3,6 +3,7 @@
 // One line per schedule: adding a schedule is a folder schedules/<name>/ plus its line here.
 //===----------------------------------------------------------------------===//
 #include "schedules/Registry.h"
+#include "schedules/decode/DecodeRegister.h"
 #include "schedules/fa2/Fa2Register.h"
 #include "schedules/fa3/Fa3Register.h"
 
@@ -15,6 +16,7 @@ void registerBuiltinSchedules() {
   std::call_once(once, [] {
     fa2::registerSchedule();
     fa3::registerSchedule();
+    decode::registerSchedule();
   });
 }
 

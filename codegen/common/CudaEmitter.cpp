@@ -12,6 +12,7 @@
 #include "codegen/common/TargetRegistry.h"
 #include "codegen/common/TileTarget.h"
 #include "passes/IR/TileNames.h"
+#include "passes/IR/TilePacking.h"
 #include "flashtile/runtime/KernelAbi.h"
 #include "flashtile/runtime/Version.h"
 #include "passes/Transforms/ScheduleRegistry.h"
@@ -33,6 +34,8 @@ namespace flashtile::codegen {
 namespace {
 
 constexpr int kWarpSize = 32;
+/// Query rows a block of the split-KV combine kernel merges, one a warp.
+constexpr int kCombineRowsPerBlock = 4;
 
 /// `s` with every character outside [A-Za-z0-9_] replaced by '_': usable in a C identifier.
 std::string sanitize(StringRef s) {
@@ -341,6 +344,14 @@ public:
   LogicalResult printKernel(StringRef entry, const KernelShape &shape);
   /// The thread block's sequence: `p`, the view of the kernel's `params` the rest of the kernel reads.
   void printSequence();
+  /// `p` for batch entry blockBatch (varlen: its sequence's base pointers and lengths).
+  void printSequenceView();
+  /// Split-KV programs (tile.store_split): the kernel that merges each row's splits, entry `entry`.
+  LogicalResult printCombineKernel(StringRef entry);
+  /// Whether the program splits its key range (split-KV: it stores with tile.store_split).
+  bool splitKv() { return !func.getBody().getOps<StoreSplitOp>().empty(); }
+  /// Whether a block's rows are the query heads of one K/V head x its query rows (GQA packing).
+  bool packed() { return func->hasAttr(kPackQueryHeadsAttr); }
   const std::string &kernel() const { return w.str(); }
 
 private:
@@ -419,6 +430,8 @@ FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &bod
   functionByText[key] = name;
   std::string role = isa<MaskOp>(op)       ? "mask predicate (tile.mask): keep the score of query row q and key kv?"
                      : isa<FinalizeOp>(op) ? "attention sink (tile.finalize): the extra logit of head h's softmax"
+                     : isa<StoreSplitOp>(op)
+                         ? "attention sink (tile.store_split): the extra logit of head h's softmax, joined once"
                                            : "score modifier (tile.score_mod): the new score of query row q and key kv";
   out.comment("---- variant \"" + commentSafe(func.getVariant()) + "\": " + role + " ----");
   std::string params;
@@ -448,6 +461,8 @@ LogicalResult KernelPrinter::printVariantFunctions(CudaWriter &out) {
       name = variantFunction(op, mask.getBody(), "keep", "bool", {"b", "h", "q", "kv"}, out);
     else if (auto fin = dyn_cast<FinalizeOp>(op); fin && fin.hasSink())
       name = variantFunction(op, fin.getSink(), "sinkLogit", "float", {"b", "h"}, out);
+    else if (auto split = dyn_cast<StoreSplitOp>(op); split && split.hasSink())
+      name = variantFunction(op, split.getSink(), "sinkLogit", "float", {"b", "h"}, out);
     else
       return WalkResult::advance();
     if (failed(name))
@@ -466,7 +481,8 @@ void KernelPrinter::assignNames() {
   for (StringRef reserved :
        {"p",        "params",    "ceilDiv",    "floorDiv",   "qFirst",    "qLast",      "kBlockM",   "kBlockN",
         "kHeadDim", "kHeadDimV", "kWarps",     "kThreads",   "qTile",     "blockBatch", "blockHead", "blockLinear",
-        "qTiles",   "pairs",     "groupPairs", "groupFirst", "groupSize", "inGroup",    "pair"})
+        "qTiles",   "pairs",     "groupPairs", "groupFirst", "groupSize", "inGroup",    "pair",       "split",
+        "kvTiles",  "splitTiles", "blockKvHead", "headsPerKv"})
     names.reserve(reserved);
   for (const std::string &reserved : target.reservedNames())
     names.reserve(reserved);
@@ -587,6 +603,39 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
 
 void KernelPrinter::printSequence() {
   int64_t lptGroupBlocks = func.getScheduleAttr().getLptGroupBlocks();
+  if (splitKv()) {
+    w.comment("---- the tile of this thread block: split `split` of the keys of Q tile qTile of query head blockHead");
+    w.comment(std::string("of batch entry blockBatch (split-KV). The launch grid is (Q tiles x numSplits, ") +
+              (packed() ? "headsKv" : "headsQ") + ", batch), the");
+    w.comment("split fastest; Q tiles from the last to the first. ----");
+    w.line("const int split = blockIdx.x % params.numSplits;");
+    if (packed()) {
+      w.comment("GQA packing: grid.y runs over K/V heads; the block's rows are its headsPerKv query heads x the query");
+      w.comment("rows (row r: query row r / headsPerKv of head blockKvHead·headsPerKv + r % headsPerKv), so K/V are");
+      w.comment("read once per group. blockHead, the group's first query head, is what a KV-range rule would see");
+      w.comment("(the decode schedule packs only programs whose rules do not read the head).");
+      w.line("const int qTile = gridDim.x / params.numSplits - 1 - blockIdx.x / params.numSplits, blockBatch = "
+             "blockIdx.z, blockKvHead = blockIdx.y;");
+      w.line("const int headsPerKv = params.headsQ / params.headsKv, blockHead = blockKvHead * headsPerKv;");
+    } else {
+      w.line("const int qTile = gridDim.x / params.numSplits - 1 - blockIdx.x / params.numSplits, blockBatch = "
+             "blockIdx.z, blockHead = blockIdx.y;");
+    }
+    w.separate();
+    printSequenceView();
+    w.line(packed() ? "if (qTile * kBlockM >= p.seqlenQ * headsPerKv)" : "if (qTile * kBlockM >= p.seqlenQ)");
+    w.line("  return;  // varlen: the grid covers the longest sequence, and this one ends before this block's rows");
+    w.comment("The keys of this split (tile.dim \"split_begin\", \"split_end\"): whole K/V tiles, numSplits ranges of");
+    w.comment("equal length; a split past the sequence's end is [0, 0), empty at a tile boundary, so that no tile");
+    w.comment("is visited (its block stores O = 0, LSE = -inf).");
+    w.line("const long long kvTiles = (p.seqlenK + kBlockN - 1) / kBlockN;");
+    w.line("const long long splitTiles = (kvTiles + params.numSplits - 1) / params.numSplits;");
+    w.line("p.splitBegin = static_cast<int>(min(split * splitTiles * kBlockN, (long long)p.seqlenK));");
+    w.line("p.splitEnd = static_cast<int>(min(p.splitBegin + splitTiles * kBlockN, (long long)p.seqlenK));");
+    w.line("if (p.splitBegin >= p.seqlenK)");
+    w.line("  p.splitBegin = p.splitEnd = 0;");
+    return;
+  }
   w.comment("---- the tile of this thread block: Q tile qTile of query head blockHead of batch entry blockBatch ----");
   w.comment("The launch grid is (Q tiles, headsQ, batch); blocks start in about linear order (x fastest), and take");
   w.comment("Q tiles from the last (under causal masks the longest walk) to the first, so the last wave is light.");
@@ -610,6 +659,18 @@ void KernelPrinter::printSequence() {
     w.line("const int blockBatch = pair / gridDim.y, blockHead = pair % gridDim.y;");
   }
   w.separate();
+  printSequenceView();
+  w.line("if (qTile * kBlockM >= p.seqlenQ)");
+  w.line("  return;  // varlen: the grid covers the longest sequence, and this one ends before this block's rows");
+  bool readsSplit = func.walk([](DimOp dim) {
+                          return dim.getName().starts_with("split_") ? WalkResult::interrupt() : WalkResult::advance();
+                        })
+                        .wasInterrupted();
+  if (readsSplit)
+    w.line("p.splitBegin = 0, p.splitEnd = p.seqlenK;  // tile.dim \"split_begin\", \"split_end\": not split");
+}
+
+void KernelPrinter::printSequenceView() {
   w.comment("---- the sequence of this thread block: batch entry blockBatch ----");
   w.comment("Varlen (cuSeqlensQ set): sequence z = blockBatch is rows [cuSeqlensQ[z], cuSeqlensQ[z + 1]) of the");
   w.comment("packed Q, O and LSE and rows [cuSeqlensK[z], cuSeqlensK[z + 1]) of K and V, clamped to the packed rows");
@@ -634,8 +695,30 @@ void KernelPrinter::printSequence() {
   w.line("p.seqlenK = kEnd - kBegin;");
   w.line("p.keyOffset = kBegin;");
   w.close();
-  w.line("if (qTile * kBlockM >= p.seqlenQ)");
-  w.line("  return;  // varlen: the grid covers the longest sequence, and this one ends before this block's rows");
+}
+
+LogicalResult KernelPrinter::printCombineKernel(StringRef entry) {
+  StoreSplitOp store = *func.getBody().getOps<StoreSplitOp>().begin();
+  std::string sinkFn = store.hasSink() ? functionOf.lookup(store) : std::string();
+  w.line("");
+  w.comment("==== the combine step of split-KV: merges each query row's numSplits partial O and LSE ====");
+  w.comment("LSE = ln(sum_i e^LSE_i" + std::string(sinkFn.empty() ? "" : " + e^s") +
+            "), O = sum_i e^(LSE_i - LSE) O_i: exact, in fp32. Launch: grid (ceil(seqlenQ / kRows),");
+  w.comment("headsQ, batch), block (32 * kRows); varlen: grid.x = ceil(maxSeqlenQ / kRows). Launched only when");
+  w.comment("numSplits > 1 (with one split the attention kernel writes O and LSE itself).");
+  w.open("extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kCombineRowsPerBlock * kWarpSize) + ") " +
+         entry.str() + "(const FlashtileFwdParams params)");
+  w.line("constexpr int kHeadDimV = " + std::to_string(func.getHeadDimV()) + ";  // V/O head dim");
+  w.line("constexpr int kRows = " + std::to_string(kCombineRowsPerBlock) + ";  // query rows of a block: one a warp");
+  w.line("const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;");
+  w.line("const int blockBatch = blockIdx.z, blockHead = blockIdx.y;");
+  printSequenceView();
+  w.line("const int b = blockBatch, h = blockHead, q = blockIdx.x * kRows + warp;");
+  w.line("if (q >= p.seqlenQ)");
+  w.line("  return;  // past the (varlen: this sequence's) query rows");
+  target.combineRow(w, sinkFn);
+  w.close();
+  return success();
 }
 
 LogicalResult KernelPrinter::printBlock(Block &block) {
@@ -646,6 +729,14 @@ LogicalResult KernelPrinter::printBlock(Block &block) {
 }
 
 LogicalResult KernelPrinter::printKvRange(KvRangeOp range) {
+  if (!rowsDeclared && packed()) {
+    w.comment("---- the query rows of this thread block, as the variant's KV-range rules see them: block rows");
+    w.comment("[qTile·kBlockM, ...) are query rows row / headsPerKv of the group's heads ----");
+    w.line("const int qFirst = qTile * kBlockM / headsPerKv;");
+    w.line("const int qLast = (min(qTile * kBlockM + kBlockM, p.seqlenQ * headsPerKv) - 1) / headsPerKv;");
+    w.separate();
+    rowsDeclared = true;
+  }
   if (!rowsDeclared) {
     w.comment("---- the query rows of this thread block, as the variant's KV-range rules see them ----");
     w.line("const int qFirst = qTile * kBlockM;");
@@ -890,6 +981,18 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
               target.storeLse(w);
             return success();
           })
+          .Case([&](StoreSplitOp store) -> LogicalResult {
+            auto fin = store.getO().getDefiningOp<FinalizeOp>();
+            if (!fin || store.getLse().getDefiningOp<FinalizeOp>() != fin || fin.hasSink())
+              return store.emitOpError() << "stores values that are not the O and LSE of one tile.finalize without a "
+                                            "sink (the sink joins at tile.store_split)";
+            if (func.getScheduleAttr().getLptGroupBlocks() != 0)
+              return store.emitOpError() << "splits the key range, whose grid takes Q tiles per (batch, head) "
+                                            "(block order lptGroupBlocks 0), but the schedule asks for "
+                                         << func.getScheduleAttr().getLptGroupBlocks();
+            target.storeSplit(w, functionOf.lookup(op));
+            return success();
+          })
           .Default([&](Operation *other) -> LogicalResult {
             return other->emitOpError() << "cannot be printed as CUDA: the printer knows the tile ops and the "
                                            "scalar arith/math ops, not this one";
@@ -910,6 +1013,15 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   KernelShape shape = schedule::kernelShapeOf(func);
   if (std::optional<std::string> error = (*family)->checkShape(shape))
     return func.emitOpError() << *error;
+  shape.packQueryHeads = func->hasAttr(kPackQueryHeadsAttr);
+  if (shape.packQueryHeads && func.getBody().getOps<StoreSplitOp>().empty())
+    return func.emitOpError() << "packs query heads (" << kPackQueryHeadsAttr
+                              << ") without splitting its key range; the CUDA printer packs split-KV programs only";
+  if (shape.packQueryHeads)
+    for (FinalizeOp fin : func.getBody().getOps<FinalizeOp>())
+      if (fin.hasSink())
+        return fin.emitOpError() << "has a sink in a program that packs query heads; the sink joins at "
+                                    "tile.store_split there (one head per row)";
 
   EmittedKernel kernel;
   KernelInfo &info = kernel.info;
@@ -945,6 +1057,14 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   CudaWriter functions;
   if (failed(printer.printVariantFunctions(functions)) || failed(printer.printKernel(info.entry, shape)))
     return failure();
+  info.packQueryHeads = shape.packQueryHeads;
+  if (printer.splitKv()) {
+    info.combineEntry = info.entry + "_combine";
+    info.combineRows = kCombineRowsPerBlock;
+    info.combineThreads = kCombineRowsPerBlock * kWarpSize;
+    if (failed(printer.printCombineKernel(info.combineEntry)))
+      return failure();
+  }
 
   std::string &src = kernel.source;
   src = "// " + info.entry + ": attention forward generated by flashtile from tile IR.\n";
@@ -953,17 +1073,25 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
          commentSafe(info.arch) + " (" + commentSafe(targetAttr.getIsa()) + " instructions), variant \"" +
          commentSafe(info.variant) + "\", " + shape.dtype +
          ", head dims " + std::to_string(shape.headDim) + "/" + std::to_string(shape.headDimV) + ".\n";
-  src += "// Launch: grid (ceil(seqlenQ / " + std::to_string(shape.blockM) + "), headsQ, batch), block (" +
+  const std::string splits = info.combineEntry.empty() ? "" : " * numSplits";
+  // GQA packing: a sequence's rows are its query rows x the group's heads, grid.y the K/V heads.
+  const std::string rows = info.packQueryHeads ? "seqlenQ * headsQ / headsKv" : "seqlenQ";
+  const std::string varlenRows = info.packQueryHeads ? "maxSeqlenQ * headsQ / headsKv" : "maxSeqlenQ";
+  src += "// Launch: grid (ceil(" + rows + " / " + std::to_string(shape.blockM) + ")" + splits + ", " +
+         (info.packQueryHeads ? "headsKv" : "headsQ") + ", batch), block (" +
          std::to_string(info.threads) + "), " + std::to_string(info.smemBytes) +
-         " bytes of dynamic shared memory;\n// varlen: grid.x = ceil(maxSeqlenQ / " + std::to_string(shape.blockM) +
-         ").\n";
+         " bytes of dynamic shared memory;\n// varlen: grid.x = ceil(" + varlenRows + " / " +
+         std::to_string(shape.blockM) + ")" + splits + "." + (splits.empty() ? "" : " Then, when numSplits > 1, " + info.combineEntry + ".") + "\n";
   src += "\n// ==== kernel parameters: runtime/include/flashtile/runtime/KernelAbi.h, verbatim ====\n";
   src += kKernelAbiText;
   src += target->prelude();
   src += "\n// The sequence a thread block works on: the kernel parameters, base pointers and lengths rewritten for a\n"
          "// varlen sequence, the row of its first key among all sequences' keys (tile.dim \"key_offset\") and\n"
          "// 1 / softmax_scale (tile.softmax_scale inverse), computed once per block instead of per score.\n"
-         "struct FlashtileSequence : FlashtileFwdParams {\n  int keyOffset;\n  float invSoftmaxScale;\n};\n";
+         "// [splitBegin, splitEnd) are the keys of the block's split of the key range (tile.dim \"split_begin\",\n"
+         "// \"split_end\"; split-KV).\n"
+         "struct FlashtileSequence : FlashtileFwdParams {\n  int keyOffset;\n  float invSoftmaxScale;\n"
+         "  int splitBegin, splitEnd; // 0 unless set: members left out of p's initializer are zero\n};\n";
   if (std::string defs = helpers.definitions(); !defs.empty())
     src += "\n" + defs;
   src += "\n" + functions.str();

@@ -81,6 +81,9 @@ StringRef dimField(StringRef dim) {
       .Case("seqlen_k", "p.seqlenK")
       // Computed once per block (FlashtileSequence): per score, its load of cuSeqlensK was a branch.
       .Case("key_offset", "p.keyOffset")
+      // The keys of the block's split (split-KV), computed once per block like keyOffset.
+      .Case("split_begin", "p.splitBegin")
+      .Case("split_end", "p.splitEnd")
       .Default("");
 }
 

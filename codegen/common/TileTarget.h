@@ -28,6 +28,10 @@ struct KernelShape {
   int warps = 0;          ///< warps of a thread block
   int stages = 1;         ///< shared-memory buffers per K/V operand: tile j in buffer j % stages
   int minBlocksPerSm = 0; ///< occupancy request to the register allocator (0: none)
+  /// GQA packing (the func's `tile.pack_query_heads`): row r of a block is query row r / G of query head
+  /// hKv·G + r % G, G = headsQ / headsKv, for the block's K/V head hKv (blockKvHead); the printer declares
+  /// `headsPerKv` (G) and `blockKvHead`, and the rows of a block's sequence are p.seqlenQ·G.
+  bool packQueryHeads = false;
 };
 
 /// The tiles `tile.buffer`, `tile.copy_async` and `tile.load` name.
@@ -98,6 +102,15 @@ public:
   /// `tile.store "o"` and `tile.store "lse"`.
   virtual void storeO(CudaWriter &w) = 0;
   virtual void storeLse(CudaWriter &w) = 0;
+  /// `tile.store_split` (split-KV, after `finalize` without a sink): with p.numSplits == 1 the sink `sinkFn(b, h,
+  /// p)` (empty: none) joins O and LSE and both are stored as storeO/storeLse store them; else this split's fp32
+  /// O and its LSE go to the workspace (p.oAccum, p.lseAccum at split `split`, KernelAbi.h).
+  virtual void storeSplit(CudaWriter &w, const std::string &sinkFn) = 0;
+  /// The body of the combine kernel of a split-KV program: query row `q` (< p.seqlenQ) of head h in batch entry b
+  /// (names declared by the printer, with `p` the sequence's view and `warp`/`lane` the thread's place) is merged
+  /// from its p.numSplits partials, the sink `sinkFn` (empty: none) joined once, and written to O and LSE. One
+  /// warp a row.
+  virtual void combineRow(CudaWriter &w, const std::string &sinkFn) = 0;
 };
 
 } // namespace flashtile::codegen

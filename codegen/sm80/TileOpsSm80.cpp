@@ -56,7 +56,12 @@ public:
             "prob", "alpha", "acc", "rowMax", "rowSum", "lse", "scoreScale", "sO", "q", "kv", "sm80",
             // locals of the printed loops
             "mt", "nt", "np", "ks", "k", "r", "c", "i", "s", "l", "invL", "tileMax", "tileSum", "maxNew", "maxUsed",
-            "chunk", "row", "col", "seqRow", "inside", "tile", "sinkLog2", "carry"};
+            "chunk", "row", "col", "seqRow", "inside", "tile", "sinkLog2", "carry",
+            // split-KV (storeSplit, combineRow)
+            "lseRow", "lseLog2", "keep", "gOAccum", "gLseAccum", "splits", "maxLog2", "sum", "invSum", "weight", "part",
+            "o0", "o1", "off",
+            // GQA packing
+            "rowQuery", "rowHead", "hRow", "qi", "qh", "packedRows", "dst"};
   }
 
   void setup(CudaWriter &w, const std::vector<Operand> &copied) override;
@@ -75,6 +80,8 @@ public:
   void finalize(CudaWriter &w, const std::string &sinkFn) override;
   void storeO(CudaWriter &w) override;
   void storeLse(CudaWriter &w) override;
+  void storeSplit(CudaWriter &w, const std::string &sinkFn) override;
+  void combineRow(CudaWriter &w, const std::string &sinkFn) override;
 
 private:
   /// The C names of one operand's tile: shared buffer, global base, rows, sequence length, row stride, width.
@@ -88,6 +95,8 @@ private:
   /// Loops over every element [mt][nt][i] of a register tile of `nTiles` n8 tiles (kSTiles: scores, kOTiles: acc),
   /// around `body`.
   void forEachElement(CudaWriter &w, const char *nTiles, const std::vector<std::string> &body);
+  /// The C name of a score's query head in forEachScore: h, or the row's own head under GQA packing.
+  const char *head() const { return shape.packQueryHeads ? "hRow" : "h"; }
   /// Loops over every score of this thread with its query row `q` and key `kv`, around `body`.
   void forEachScore(CudaWriter &w, const std::string &kTile, const std::vector<std::string> &body);
 
@@ -120,10 +129,26 @@ void TileTargetSm80::setup(CudaWriter &w, const std::vector<Operand> &copied) {
   w.comment("An mma C fragment gives each lane rows fragRow and fragRow + 8 of an m16 tile, columns fragCol and");
   w.comment("fragCol + 1 of an n8 tile.");
   w.line("const int fragRow = lane / 4, fragCol = 2 * (lane % 4);");
-  w.line("const int b = blockBatch, h = blockHead;");
-  w.line("const int hKv = h / (p.headsQ / p.headsKv);  // grouped-query attention: K/V head of query head h");
-  w.line("const int m0 = qTile * kBlockM;              // first query row of this thread block");
-  w.line("const int warpRow0 = m0 + warp * kWarpRows;  // first query row of this warp");
+  if (shape.packQueryHeads) {
+    w.line("const int b = blockBatch, hKv = blockKvHead;");
+    w.line("const int m0 = qTile * kBlockM;              // first (packed) row of this thread block");
+    w.line("const int warpRow0 = m0 + warp * kWarpRows;  // first (packed) row of this warp");
+    w.line("const int packedRows = p.seqlenQ * headsPerKv;  // rows of the sequence: query rows x the group's heads");
+    w.comment("GQA packing: this thread's rows (mt, r) are query row rowQuery of query head rowHead");
+    w.line("int rowQuery[kMTiles][2], rowHead[kMTiles][2];");
+    w.openUnrolledFor("mt", "kMTiles");
+    w.openUnrolledFor("r", "2");
+    w.line("const int row = warpRow0 + 16 * mt + fragRow + 8 * r;");
+    w.line("rowQuery[mt][r] = row / headsPerKv;");
+    w.line("rowHead[mt][r] = hKv * headsPerKv + row % headsPerKv;");
+    w.close();
+    w.close();
+  } else {
+    w.line("const int b = blockBatch, h = blockHead;");
+    w.line("const int hKv = h / (p.headsQ / p.headsKv);  // grouped-query attention: K/V head of query head h");
+    w.line("const int m0 = qTile * kBlockM;              // first query row of this thread block");
+    w.line("const int warpRow0 = m0 + warp * kWarpRows;  // first query row of this warp");
+  }
   w.line("");
 
   if (shape.stages == 1) {
@@ -168,6 +193,11 @@ void TileTargetSm80::setup(CudaWriter &w, const std::vector<Operand> &copied) {
     const char *pointer = operand == Operand::Q ? "p.q" : operand == Operand::K ? "p.k" : "p.v";
     const char *head = operand == Operand::Q ? "h" : "hKv";
     std::string prefix = operand == Operand::Q ? "p.q" : operand == Operand::K ? "p.k" : "p.v";
+    if (operand == Operand::Q && shape.packQueryHeads) {
+      w.line(cat("const unsigned short *const ", n.global, " = static_cast<const unsigned short *>(", pointer,
+                 ") + b * ", prefix, "BatchStride;  // rows pick their own heads (GQA packing)"));
+      continue;
+    }
     w.line(cat("const unsigned short *const ", n.global, " = static_cast<const unsigned short *>(", pointer, ") + b * ",
                prefix, "BatchStride + ", head, " * ", prefix, "HeadStride;"));
   }
@@ -213,10 +243,18 @@ void TileTargetSm80::copyRoutine(CudaWriter &w, Operand operand) {
     w.open(cat("if (chunk < ", chunkCount, ")"));
   w.line(cat("const int row = chunk / (", n.width, " / 8), col = chunk % (", n.width, " / 8);"));
   w.line(cat("const int seqRow = ", isQ ? "m0" : cat("tile * ", n.rows), " + row;"));
-  w.line(cat("const bool inside = seqRow < ", n.seqlen, ";"));
-  w.line(cat("sm80::cpAsync16(", isQ ? std::string("sm80::smemAddress(sQ)") : bufferAddress(operand, "tile"),
-             " + sm80::swizzle<", n.width, " / 8>(row, col),"));
-  w.line(cat("                ", n.global, " + (inside ? seqRow : 0) * ", n.rowStride, " + col * 8, inside);"));
+  if (isQ && shape.packQueryHeads) {
+    w.line("const bool inside = seqRow < packedRows;");
+    w.line("const int qi = inside ? seqRow / headsPerKv : 0;");
+    w.line("const int qh = hKv * headsPerKv + (inside ? seqRow % headsPerKv : 0);");
+    w.line(cat("sm80::cpAsync16(sm80::smemAddress(sQ) + sm80::swizzle<", n.width, " / 8>(row, col),"));
+    w.line(cat("                ", n.global, " + qi * ", n.rowStride, " + qh * p.qHeadStride + col * 8, inside);"));
+  } else {
+    w.line(cat("const bool inside = seqRow < ", n.seqlen, ";"));
+    w.line(cat("sm80::cpAsync16(", isQ ? std::string("sm80::smemAddress(sQ)") : bufferAddress(operand, "tile"),
+               " + sm80::swizzle<", n.width, " / 8>(row, col),"));
+    w.line(cat("                ", n.global, " + (inside ? seqRow : 0) * ", n.rowStride, " + col * 8, inside);"));
+  }
   if (!even)
     w.close();
   w.close();
@@ -350,7 +388,9 @@ void TileTargetSm80::forEachElement(CudaWriter &w, const char *nTiles, const std
 }
 
 void TileTargetSm80::forEachScore(CudaWriter &w, const std::string &kTile, const std::vector<std::string> &body) {
-  std::vector<std::string> lines = {"const int q = warpRow0 + 16 * mt + fragRow + 8 * (i / 2);",
+  std::vector<std::string> lines = {shape.packQueryHeads
+                                        ? "const int q = rowQuery[mt][i / 2], hRow = rowHead[mt][i / 2];"
+                                        : "const int q = warpRow0 + 16 * mt + fragRow + 8 * (i / 2);",
                                     cat("const int kvTile = ", kTile, " * kBlockN + fragCol, kvStep = 8 * nt + i % 2;"),
                                     "const int kv = kvTile + kvStep;"};
   lines.insert(lines.end(), body.begin(), body.end());
@@ -374,7 +414,8 @@ void TileTargetSm80::scoreMod(CudaWriter &w, const std::string &kTile, const std
   w.comment(cat("score_mod: S = ", fn, "(S, b, h, q, kv) element by element"));
   if (key == KeyArg::Clamped)
     w.comment("(it reads per-key inputs: a key past seqlen_k, whose score the mask drops, reads key seqlen_k - 1's)");
-  forEachScore(w, kTile, {cat("score[mt][nt][i] = ", fn, "(score[mt][nt][i], b, h, q, ", keyArgs(key), ", p);")});
+  forEachScore(w, kTile, {cat("score[mt][nt][i] = ", fn, "(score[mt][nt][i], b, ", head(), ", q, ", keyArgs(key),
+                              ", p);")});
 }
 
 void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key,
@@ -387,7 +428,8 @@ void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::st
       w.comment(cat(fn, "() reads per-key inputs: a key past seqlen_k reaches it as key seqlen_k - 1."));
   }
   forEachScore(w, kTile,
-               {cat("if ((kv >= p.seqlenK) ", readsInputs ? "|" : "||", " !", fn, "(b, h, q, ", keyArgs(key), ", p))"),
+               {cat("if ((kv >= p.seqlenK) ", readsInputs ? "|" : "||", " !", fn, "(b, ", head(), ", q, ", keyArgs(key),
+                    ", p))"),
                 "  score[mt][nt][i] = sm80::kNegInf;"});
 }
 
@@ -530,6 +572,23 @@ void TileTargetSm80::finalize(CudaWriter &w, const std::string &sinkFn) {
 }
 
 void TileTargetSm80::storeO(CudaWriter &w) {
+  if (shape.packQueryHeads) {
+    w.comment(cat("store O: convert to ", shape.dtype, ", two adjacent columns (4 bytes) per store, each row to its"));
+    w.comment("own query row and head (GQA packing), rows < packedRows");
+    w.line("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride;");
+    w.openUnrolledFor("mt", "kMTiles");
+    w.openUnrolledFor("r", "2");
+    w.open("if (warpRow0 + 16 * mt + fragRow + 8 * r < packedRows)");
+    w.line("unsigned short *const dst = gO + rowQuery[mt][r] * p.oRowStride + rowHead[mt][r] * p.oHeadStride;");
+    w.openUnrolledFor("nt", "kOTiles");
+    w.line(cat("*reinterpret_cast<unsigned *>(dst + 8 * nt + fragCol) = ", pack,
+               "(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);"));
+    w.close();
+    w.close();
+    w.close();
+    w.close();
+    return;
+  }
   if (shape.headDimV > shape.headDim) {
     // The warp's rows of sQ are too narrow to stage O rows: store fragment pairs directly.
     w.comment(cat("store O: convert to ", shape.dtype, ", two adjacent columns (4 bytes) per store, rows < seqlen_q"));
@@ -582,6 +641,19 @@ void TileTargetSm80::storeO(CudaWriter &w) {
 }
 
 void TileTargetSm80::storeLse(CudaWriter &w) {
+  if (shape.packQueryHeads) {
+    w.comment("store LSE (fp32; B x Hq x Sq, varlen Hq x total_q): the first lane of each quad writes its two rows,");
+    w.comment("each at its own query row and head (GQA packing), rows < packedRows");
+    w.open("if (lane % 4 == 0)");
+    w.openUnrolledFor("mt", "kMTiles");
+    w.openUnrolledFor("r", "2");
+    w.line("if (warpRow0 + 16 * mt + fragRow + 8 * r < packedRows)");
+    w.line("  p.lse[b * p.lseBatchStride + rowHead[mt][r] * p.lseHeadStride + rowQuery[mt][r]] = lse[mt][r];");
+    w.close();
+    w.close();
+    w.close();
+    return;
+  }
   w.comment("store LSE (fp32; B x Hq x Sq, varlen Hq x total_q): the first lane of each quad writes its two rows,");
   w.comment("rows < seqlen_q");
   w.line("float *const gLse = p.lse + b * p.lseBatchStride + h * p.lseHeadStride;");
@@ -594,6 +666,110 @@ void TileTargetSm80::storeLse(CudaWriter &w) {
   w.close();
   w.close();
   w.close();
+}
+
+void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn) {
+  w.comment("---- store_split: one split (p.numSplits == 1) stores O and LSE itself; more store fp32 partials ----");
+  w.open("if (p.numSplits == 1)");
+  if (!sinkFn.empty()) {
+    w.comment(cat("the attention sink s = ", sinkFn,
+                  "(b, h) joins once: LSE' = ln(e^LSE + e^s), O' = O·e^(LSE - LSE')"));
+    w.comment("(log2 domain; a row with neither a key nor a finite sink keeps O = 0, LSE = -inf)");
+    if (!shape.packQueryHeads)
+      w.line(cat("const float sinkLog2 = ", sinkFn, "(b, h, p) * sm80::kLog2e;"));
+    w.openUnrolledFor("mt", "kMTiles");
+    w.openUnrolledFor("r", "2");
+    if (shape.packQueryHeads)
+      w.line(cat("const float sinkLog2 = ", sinkFn, "(b, rowHead[mt][r], p) * sm80::kLog2e;  // this row's head"));
+    w.line("const float lseLog2 = lse[mt][r] * sm80::kLog2e;");
+    w.line("const float maxLog2 = fmaxf(lseLog2, sinkLog2);");
+    w.line("const float maxUsed = maxLog2 == sm80::kNegInf ? 0.f : maxLog2;");
+    w.line("const float keep = sm80::exp2(lseLog2 - maxUsed), sum = keep + sm80::exp2(sinkLog2 - maxUsed);");
+    w.line("const float invSum = sum == 0.f ? 0.f : 1.f / sum;");
+    w.line("lse[mt][r] = sum == 0.f ? sm80::kNegInf : (maxUsed + log2f(sum)) * sm80::kLn2;");
+    w.openUnrolledFor("nt", "kOTiles");
+    w.line("acc[mt][nt][2 * r] *= keep * invSum;");
+    w.line("acc[mt][nt][2 * r + 1] *= keep * invSum;");
+    w.close();
+    w.close();
+    w.close();
+  }
+  storeO(w);
+  storeLse(w);
+  w.close();
+  w.open("else");
+  w.comment("split `split` of LSE row r = (b, h, q) (as p.lse is indexed; varlen rows included): O at");
+  w.comment("oAccum[(split * accumSplitStride + r) * kHeadDimV + d], LSE at lseAccum[split * accumSplitStride + r]");
+  if (shape.packQueryHeads) {
+    w.comment("GQA packing: each row's LSE row is that of its own query row and head");
+    w.line("const long long lseRow = (p.lse - params.lse) + b * p.lseBatchStride;");
+  } else {
+    w.line("const long long lseRow = (p.lse - params.lse) + b * p.lseBatchStride + h * p.lseHeadStride;");
+  }
+  w.line("float *const gOAccum = p.oAccum + (split * p.accumSplitStride + lseRow) * kHeadDimV;");
+  w.line("float *const gLseAccum = p.lseAccum + split * p.accumSplitStride + lseRow;");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("r", "2");
+  if (shape.packQueryHeads) {
+    w.line("const long long q = rowHead[mt][r] * p.lseHeadStride + rowQuery[mt][r];  // its LSE row, from lseRow");
+    w.open("if (warpRow0 + 16 * mt + fragRow + 8 * r < packedRows)");
+  } else {
+    w.line("const int q = warpRow0 + 16 * mt + fragRow + 8 * r;");
+    w.open("if (q < p.seqlenQ)");
+  }
+  w.openUnrolledFor("nt", "kOTiles");
+  w.line("*reinterpret_cast<float2 *>(gOAccum + q * (long long)kHeadDimV + 8 * nt + fragCol) =");
+  w.line("    make_float2(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);");
+  w.close();
+  w.line("if (lane % 4 == 0)");
+  w.line("  gLseAccum[q] = lse[mt][r];");
+  w.close();
+  w.close();
+  w.close();
+  w.close();
+}
+
+void TileTargetSm80::combineRow(CudaWriter &w, const std::string &sinkFn) {
+  w.line("const long long lseRow = (p.lse - params.lse) + b * p.lseBatchStride + h * p.lseHeadStride + q;");
+  w.line("const int splits = p.numSplits;");
+  w.line("const float *const gLseAccum = p.lseAccum + lseRow;");
+  w.line("const float *const gOAccum = p.oAccum + lseRow * kHeadDimV;");
+  w.comment(cat("the row's largest LSE over its splits", sinkFn.empty() ? "" : " and the sink",
+                " (log2 domain), over the warp"));
+  if (!sinkFn.empty())
+    w.line(cat("const float sinkLog2 = ", sinkFn, "(b, h, p) * sm80::kLog2e;"));
+  w.line(sinkFn.empty() ? "float maxLog2 = sm80::kNegInf;" : "float maxLog2 = sinkLog2;");
+  w.line("for (int s = lane; s < splits; s += 32)");
+  w.line("  maxLog2 = fmaxf(maxLog2, gLseAccum[s * p.accumSplitStride] * sm80::kLog2e);");
+  w.openUnrolledFor("off", "5");
+  w.line("maxLog2 = fmaxf(maxLog2, __shfl_xor_sync(0xffffffffu, maxLog2, 16 >> off));");
+  w.close();
+  w.comment("an empty split (LSE -inf) weighs 0; a row no split saw has sum 0: O = 0, LSE = -inf");
+  w.line("const float maxUsed = maxLog2 == sm80::kNegInf ? 0.f : maxLog2;");
+  w.line(sinkFn.empty() ? "float sum = 0.f;" : "float sum = lane == 0 ? sm80::exp2(sinkLog2 - maxUsed) : 0.f;");
+  w.line("for (int s = lane; s < splits; s += 32)");
+  w.line("  sum += sm80::exp2(gLseAccum[s * p.accumSplitStride] * sm80::kLog2e - maxUsed);");
+  w.openUnrolledFor("off", "5");
+  w.line("sum += __shfl_xor_sync(0xffffffffu, sum, 16 >> off);");
+  w.close();
+  w.line("const float invSum = sum == 0.f ? 0.f : 1.f / sum;");
+  w.comment(cat("O = sum_s weight_s O_s, weight_s = e^(LSE_s - LSE); two adjacent columns a lane, converted to ",
+                shape.dtype));
+  w.line("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * p.oHeadStride + "
+         "q * p.oRowStride;");
+  w.open("for (int c = 2 * lane; c < kHeadDimV; c += 64)");
+  w.line("float o0 = 0.f, o1 = 0.f;");
+  w.open("for (int s = 0; s < splits; ++s)");
+  w.line("const float weight = sm80::exp2(gLseAccum[s * p.accumSplitStride] * sm80::kLog2e - maxUsed) * invSum;");
+  w.line("const float2 part = *reinterpret_cast<const float2 *>(gOAccum + s * p.accumSplitStride * kHeadDimV + c);");
+  w.line("o0 = fmaf(weight, part.x, o0);");
+  w.line("o1 = fmaf(weight, part.y, o1);");
+  w.close();
+  w.line(cat("*reinterpret_cast<unsigned *>(gO + c) = ", pack, "(o0, o1);"));
+  w.close();
+  w.line("if (lane == 0)");
+  w.line("  p.lse[b * p.lseBatchStride + h * p.lseHeadStride + q] = sum == 0.f ? sm80::kNegInf : "
+         "(maxUsed + log2f(sum)) * sm80::kLn2;");
 }
 
 class FamilySm80 final : public TargetFamily {

@@ -313,8 +313,9 @@ LogicalResult FuncOp::verify() {
 LogicalResult DimOp::verify() {
   if (llvm::is_contained(kDimNames, getName()))
     return success();
-  return emitOpError() << "unknown dimension '" << getName()
-                       << "'; expected one of: batch, heads_q, heads_kv, seqlen_q, seqlen_k, key_offset";
+  InFlightDiagnostic diag = emitOpError() << "unknown dimension '" << getName() << "'; expected one of: ";
+  llvm::interleaveComma(kDimNames, diag);
+  return diag;
 }
 
 LogicalResult ParamOp::verify() {
@@ -643,6 +644,16 @@ LogicalResult FinalizeOp::verify() {
     return emitOpError() << "O must be " << dimStr(st.getRows()) << "x" << st.getCols();
   if (lse.getRank() != 1 || !dimsCompatible(lse.getDimSize(0), st.getRows()))
     return emitOpError() << "LSE must have one entry per row";
+  if (!hasSink())
+    return success();
+  Builder b(getContext());
+  return checkRegionSignature(*this, getSink(), {b.getI32Type(), b.getI32Type()}, {b.getF32Type()}, "sink");
+}
+
+LogicalResult StoreSplitOp::verify() {
+  auto o = cast<RankedTensorType>(getO().getType()), lse = cast<RankedTensorType>(getLse().getType());
+  if (o.getRank() != 2 || lse.getRank() != 1 || !dimsCompatible(o.getDimSize(0), lse.getDimSize(0)))
+    return emitOpError() << "takes an O tile (rows x head_dim_v) and an LSE tile of one entry per row";
   if (!hasSink())
     return success();
   Builder b(getContext());

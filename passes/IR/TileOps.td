@@ -53,7 +53,8 @@ def Tile_FuncOp : Tile_Op<"func", [IsolatedFromAbove, Symbol, SingleBlock, NoTer
 }
 
 def Tile_YieldOp : Tile_Op<"yield", [Pure, Terminator, ReturnLike,
-    ParentOneOf<["KvRangeOp", "ScoreModOp", "MaskOp", "KvLoopOp", "FinalizeOp", "RoleOp", "KvWalkOp"]>]> {
+    ParentOneOf<["KvRangeOp", "ScoreModOp", "MaskOp", "KvLoopOp", "FinalizeOp", "RoleOp", "KvWalkOp",
+                 "StoreSplitOp"]>]> {
   let summary = "ends a tile region, yielding its values";
   let description = [{ `tile.yield %a, %b : i32, i32` }];
   let arguments = (ins Variadic<AnyType>:$values);
@@ -73,6 +74,9 @@ def Tile_DimOp : Tile_Op<"dim", [Pure]> {
     key_offset + kv is (B, Sk) dense and (total_k) varlen. A score_mod or mask that reads such an array is only
     given keys of the sequence: the CUDA printer passes a tile's padding keys (past seqlen_k, masked either way)
     as key seqlen_k - 1.
+    "split_begin" and "split_end" are the keys [split_begin, split_end) of this program instance's split of the
+    key range (split-KV, inserted by the decode schedule's tile-decode-split-kv): whole K/V tiles, [0, 0) for a
+    split past the sequence's end, [0, seqlen_k) when the walk is not split.
   }];
   let arguments = (ins StrAttr:$name);
   let results = (outs I32:$result);
@@ -528,6 +532,38 @@ def Tile_KvWalkOp : Tile_Op<"kv_walk", [SingleBlockImplicitTerminator<"YieldOp">
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     ::mlir::Value getTileIndex() { return getBody().front().getArgument(0); }
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Split-KV (the decode schedule)
+//===----------------------------------------------------------------------===//
+
+def Tile_StoreSplitOp : Tile_Op<"store_split", [MemoryEffects<[MemWrite]>]> {
+  let summary = "writes one split's O and LSE: partials for the combine step, or the result when unsplit";
+  let description = [{
+    Under split-KV (flash-decoding) the key range of a Q tile is split across `num_splits` program instances
+    (`tile.dim "split_begin"`/`"split_end"`), each finalizing its own softmax. With num_splits = 1 this op is
+    `tile.store o` and `tile.store lse` of the instance's O and LSE, after the optional sink joins them
+    (LSE' = ln(e^LSE + e^s), O' = O·e^(LSE − LSE')). With num_splits > 1 it writes O (fp32, normalized by the
+    split's own sum) and LSE to the split's slice of the workspace, and the combine step merges a row's splits
+    exactly: LSE = ln(Σ e^LSE_i [+ e^s]), O = Σ e^(LSE_i − LSE)·O_i. An empty split (no key) contributes
+    LSE −inf and O 0; a row that no split sees gets O = 0 and LSE −inf (LSE = s with a sink). The sink region
+    is tile.finalize's, moved here so that it joins each row once, not once per split.
+    ```mlir
+    tile.store_split %o, %lse sink {
+    ^bb0(%b: i32, %h: i32):
+      %s = tile.input "sinks"[%h] : f32
+      tile.yield %s : f32
+    } : tensor<64x128xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Tile_TileF32:$o, Tile_TileF32:$lse);
+  let regions = (region MaxSizedRegion<1>:$sink);
+  let assemblyFormat = "$o `,` $lse (`sink` $sink^)? attr-dict `:` type($o) `,` type($lse)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    bool hasSink() { return !getSink().empty(); }
   }];
 }
 

@@ -17,6 +17,9 @@ constexpr std::string_view kFieldNames[] = {
     "entry",  "arch",    "dtype",     "headDim",    "headDimV",   "variant",    "schedule",       "shapeClass",
     "blockM", "blockN",  "threads",   "smemBytes",  "paramNames", "inputNames", "paramRules", "compilerVersion"};
 constexpr size_t kNumFields = std::size(kFieldNames);
+/// Fields only split-KV kernels have (serialized after the others when combineEntry is set).
+constexpr std::string_view kSplitKvFieldNames[] = {"combineEntry", "combineRows", "combineThreads",
+                                                   "packQueryHeads"};
 
 constexpr int kWarpSize = 32;
 constexpr int kMaxThreadsPerBlock = 1024;
@@ -171,6 +174,11 @@ std::string KernelInfo::serialize() const {
   std::string text;
   for (size_t i = 0; i < kNumFields; ++i)
     text += std::string(kFieldNames[i]) + "=" + values[i] + "\n";
+  if (!combineEntry.empty())
+    text += "combineEntry=" + combineEntry + "\ncombineRows=" + std::to_string(combineRows) +
+            "\ncombineThreads=" + std::to_string(combineThreads) + "\n";
+  if (packQueryHeads)
+    text += "packQueryHeads=1\n";
   return text;
 }
 
@@ -207,6 +215,19 @@ Status KernelInfo::verify() const {
   for (const ParamRule &rule : paramRules)
     if (Status s = verifyParamRule(rule, paramNames); !s.ok())
       return fieldError("paramRules", s.message());
+  if (packQueryHeads && combineEntry.empty())
+    return fieldError("packQueryHeads", "is set on a kernel without combineEntry; only split-KV kernels pack");
+  if (combineEntry.empty()) {
+    if (combineRows != 0 || combineThreads != 0)
+      return fieldError("combineEntry", "missing, but combineRows or combineThreads is set");
+  } else {
+    if (!isIdentifier(combineEntry) || combineEntry == entry)
+      return fieldError("combineEntry", "'" + combineEntry + "' is not a C identifier other than the entry");
+    if (combineRows < 1 || combineRows * kWarpSize != combineThreads || combineThreads > kMaxThreadsPerBlock)
+      return fieldError("combineThreads", std::to_string(combineThreads) + " is not 32 x combineRows (" +
+                                              std::to_string(combineRows) + ") in [32, " +
+                                              std::to_string(kMaxThreadsPerBlock) + "]");
+  }
   if (compilerVersion.empty() || !std::all_of(compilerVersion.begin(), compilerVersion.end(),
                                               [](char c) { return std::isgraph(static_cast<unsigned char>(c)); }))
     return fieldError("compilerVersion", "'" + compilerVersion + "' is empty or contains spaces");
@@ -228,9 +249,10 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
       return Status::error("line " + std::to_string(lineNumber) + ": expected 'field=value', got '" +
                            std::string(line) + "'");
     std::string_view name = trim(line.substr(0, equals));
-    if (!contains(kFieldNames, name))
+    if (!contains(kFieldNames, name) && !contains(kSplitKvFieldNames, name))
       return Status::error("line " + std::to_string(lineNumber) + ": unknown field '" + std::string(name) +
-                           "' (accepted: " + joined(kFieldNames) + ")");
+                           "' (accepted: " + joined(kFieldNames) + "; split-KV kernels: " +
+                           joined(kSplitKvFieldNames) + ")");
     if (!fields.emplace(name, trim(line.substr(equals + 1))).second)
       return fieldError(name, "appears twice (line " + std::to_string(lineNumber) + ")");
   }
@@ -248,6 +270,20 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
   info.paramNames = splitList(fields["paramNames"]);
   info.inputNames = splitList(fields["inputNames"]);
   info.compilerVersion = fields["compilerVersion"];
+  if (auto it = fields.find("combineEntry"); it != fields.end())
+    info.combineEntry = it->second;
+  if (auto it = fields.find("packQueryHeads"); it != fields.end()) {
+    if (it->second != "0" && it->second != "1")
+      return fieldError("packQueryHeads", quoted(it->second) + " is not 0 or 1");
+    info.packQueryHeads = it->second == "1";
+  }
+  for (auto [field, target] : {std::pair{"combineRows", &info.combineRows}, {"combineThreads", &info.combineThreads}})
+    if (auto it = fields.find(field); it != fields.end()) {
+      StatusOr<int> value = parseInt(field, it->second);
+      if (!value.ok())
+        return value.status();
+      *target = *value;
+    }
   StatusOr<std::vector<ParamRule>> rules = parseParamRules(fields["paramRules"]);
   if (!rules.ok())
     return fieldError("paramRules", rules.status().message());

@@ -1,9 +1,11 @@
 // Runtime.cpp — kernel selection (ahead-of-time directories, then the JIT cache), module loading and launch.
 #include "flashtile/runtime/Runtime.h"
 #include "RegularFile.h"
+#include "SplitKvInternal.h"
 #include "flashtile/runtime/CudaDriver.h"
 #include "flashtile/runtime/Elf.h"
 #include "flashtile/runtime/KernelAbi.h"
+#include "flashtile/runtime/SplitKv.h"
 #include "flashtile/runtime/Version.h"
 
 #include <algorithm>
@@ -41,6 +43,7 @@ struct LoadedModule {
   CUcontext context = nullptr;
   CUmodule module = nullptr;
   CUfunction function = nullptr;
+  CUfunction combine = nullptr; // split-KV kernels: KernelInfo::combineEntry
 };
 
 /// Larger than any manifest or kernel the compiler writes; a bigger file is damage, not a kernel.
@@ -70,6 +73,9 @@ StatusOr<AotKernel> loadAotKernel(const fs::path &manifestPath) {
     return cubin.status().withContext(manifestPath.string() + ": its cubin is missing or unreadable");
   if (Status s = checkCubin(*cubin, info->arch, info->entry); !s.ok())
     return s.withContext(cubinPath.string() + " (for " + manifestPath.filename().string() + ")");
+  if (info->splitKv())
+    if (Status s = checkCubin(*cubin, info->arch, info->combineEntry); !s.ok())
+      return s.withContext(cubinPath.string() + " (for " + manifestPath.filename().string() + ")");
   return AotKernel{std::make_shared<const CachedKernel>(CachedKernel{std::move(*info), std::move(*cubin)}),
                    manifestPath.string()};
 }
@@ -187,10 +193,16 @@ struct Runtime::Impl {
   std::map<std::string, std::string> ownShapeClass; // spec key -> shapeClassOf's answer
   VariantCheckFn variantCheck;
   std::string schedule{kDefaultSchedule};
+  std::string decodeSchedule{kDefaultDecodeSchedule};
 
   std::mutex gpuMutex; // guards the two maps below
   std::map<std::pair<CUcontext, const CachedKernel *>, LoadedModule> modules;
   std::map<CUdevice, std::string> archByDevice;
+  std::map<CUdevice, int> smCountByDevice;
+  detail::SplitKvWorkspaces workspaces;
+
+  /// The SM count of the current context's device.
+  StatusOr<int> smCount(const CudaDriver &driver);
 
   /// What a launched call resolved to, for the calls after it (the warm path): the kernel and function for its
   /// variant, dtype, head dims and shape class on one context, and the variant numbers last accepted for it. The
@@ -253,8 +265,24 @@ struct Runtime::Impl {
     auto it = aotKernelByVariant.find(variant);
     return it == aotKernelByVariant.end() ? nullptr : it->second;
   }
-  StatusOr<CUfunction> function(const CudaDriver &driver, const std::shared_ptr<const CachedKernel> &kernel);
+  StatusOr<LoadedModule> function(const CudaDriver &driver, const std::shared_ptr<const CachedKernel> &kernel);
 };
+
+StatusOr<int> Runtime::Impl::smCount(const CudaDriver &driver) {
+  StatusOr<CUdevice> device = driver.currentDevice();
+  if (!device.ok())
+    return device.status();
+  std::lock_guard<std::mutex> lock(gpuMutex);
+  if (auto it = smCountByDevice.find(*device); it != smCountByDevice.end())
+    return it->second;
+  int count = 0;
+  if (Status s = driver.check(driver.cuDeviceGetAttribute(&count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, *device),
+                              "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+      !s.ok())
+    return s;
+  smCountByDevice[*device] = count;
+  return count;
+}
 
 StatusOr<std::string> Runtime::Impl::arch(const CudaDriver &driver) {
   StatusOr<CUdevice> device = driver.currentDevice();
@@ -273,14 +301,14 @@ StatusOr<std::string> Runtime::Impl::arch(const CudaDriver &driver) {
   return detected;
 }
 
-StatusOr<CUfunction> Runtime::Impl::function(const CudaDriver &driver,
-                                             const std::shared_ptr<const CachedKernel> &kernel) {
+StatusOr<LoadedModule> Runtime::Impl::function(const CudaDriver &driver,
+                                               const std::shared_ptr<const CachedKernel> &kernel) {
   CUcontext context = nullptr;
   if (Status s = driver.check(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent"); !s.ok())
     return s;
   std::lock_guard<std::mutex> lock(gpuMutex);
   if (auto it = modules.find({context, kernel.get()}); it != modules.end())
-    return it->second.function;
+    return it->second;
 
   const KernelInfo &info = kernel->info;
   LoadedModule loaded{kernel, context};
@@ -305,6 +333,11 @@ StatusOr<CUfunction> Runtime::Impl::function(const CudaDriver &driver,
                               "cuModuleGetFunction(" + info.entry + ")");
       !s.ok())
     return fail(s);
+  if (info.splitKv())
+    if (Status s = driver.check(driver.cuModuleGetFunction(&loaded.combine, loaded.module, info.combineEntry.c_str()),
+                                "cuModuleGetFunction(" + info.combineEntry + ")");
+        !s.ok())
+      return fail(s);
   if (info.smemBytes > kDefaultDynamicSmemLimit) {
     CUdevice device = 0;
     int limit = 0;
@@ -325,7 +358,7 @@ StatusOr<CUfunction> Runtime::Impl::function(const CudaDriver &driver,
       return fail(s);
   }
   modules.emplace(std::pair{context, kernel.get()}, loaded);
-  return loaded.function;
+  return loaded;
 }
 
 void Runtime::Impl::remember(CUcontext context, const AttentionArgs &args, std::shared_ptr<const CachedKernel> kernel,
@@ -427,6 +460,7 @@ Runtime::~Runtime() {
   StatusOr<const CudaDriver *> driver = CudaDriver::get();
   if (!driver.ok())
     return;
+  impl->workspaces.release(**driver);
   // cuModuleUnload acts on the current context, so each module's own context is made current for it and the
   // caller's is restored afterwards. Errors are ignored: a context destroyed by its owner took its modules along.
   CUcontext callerContext = nullptr;
@@ -460,6 +494,11 @@ void Runtime::setSchedule(std::string schedule) {
   std::lock_guard<std::mutex> lock(impl->configMutex);
   impl->schedule = std::move(schedule);
   impl->clearDispatch();
+}
+
+void Runtime::setDecodeSchedule(std::string schedule) {
+  std::lock_guard<std::mutex> lock(impl->configMutex);
+  impl->decodeSchedule = std::move(schedule);
 }
 
 Status Runtime::loadAotDirectory(const std::string &dir) {
@@ -520,9 +559,13 @@ StatusOr<KernelSpec> Runtime::specForUnguarded(const AttentionArgs &args, const 
   {
     std::lock_guard<std::mutex> lock(impl->configMutex);
     schedule = impl->schedule;
+    // Decode-sized calls (a few query rows a sequence) run the decode schedule's split-KV kernels.
+    if (!impl->decodeSchedule.empty() && isDecodeCall(args))
+      schedule = impl->decodeSchedule;
   }
   if (!isValidId(schedule))
-    return Status::error("schedule '" + schedule + "' (set with setSchedule) is not an id such as \"fa2\"");
+    return Status::error("schedule '" + schedule + "' (set with setSchedule or setDecodeSchedule) is not an id such as "
+                         "\"fa2\"");
   return KernelSpec{arch,     std::string(dtypeName(args.dtype)), args.headDim, args.headDimV, args.variant,
                     schedule, std::string(shapeClassFor(args))};
 }
@@ -633,7 +676,7 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
   // Varlen: the grid covers the longest sequence; with none longer than 0 rows there is nothing to write.
   const int gridRows = varlen ? args.maxSeqlenQ : args.seqlenQ;
   const bool empty = args.seqlenQ == 0 || gridRows == 0;
-  if (!empty)
+  if (!empty && !isDecodeCall(args))
     if (std::optional<Status> warm = impl->forwardWarm(args, stream))
       return *warm;
   const uint64_t generation = impl->currentDispatchGeneration();
@@ -655,16 +698,135 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
   if (!spec.ok())
     return spec.status();
   StatusOr<std::shared_ptr<const CachedKernel>> kernel = findKernel(*spec);
+  {
+    // Without a JIT, a decode-sized call that no ahead-of-time directory has a decode kernel for runs the other
+    // schedule's kernel (a library built before the decode schedule, or without it).
+    std::unique_lock<std::mutex> lock(impl->configMutex);
+    if (!kernel.ok() && !impl->compile && spec->schedule == impl->decodeSchedule && spec->schedule != impl->schedule) {
+      spec->schedule = impl->schedule;
+      lock.unlock();
+      kernel = findKernel(*spec);
+    }
+  }
   if (!kernel.ok())
     return kernel.status();
   const KernelInfo &info = (*kernel)->info;
   if (Status s = validateFor(args, info); !s.ok())
     return s;
-  StatusOr<CUfunction> function = impl->function(driver, *kernel);
+  StatusOr<LoadedModule> function = impl->function(driver, *kernel);
   if (!function.ok())
     return function.status();
-  CUcontext context = nullptr;
-  if (driver.cuCtxGetCurrent(&context) == CUDA_SUCCESS && context)
-    impl->remember(context, args, *kernel, *function, generation);
-  return launchKernel(driver, *function, info, args, stream);
+  if (!info.splitKv()) {
+    // Decode-sized calls resolve their kernel every time (their schedule differs from that of a longer call with
+    // the same variant and shapes, and split-KV kernels launch differently), so only other calls are filed for the
+    // warm path.
+    CUcontext context = nullptr;
+    if (!isDecodeCall(args) && driver.cuCtxGetCurrent(&context) == CUDA_SUCCESS && context)
+      impl->remember(context, args, *kernel, function->function, generation);
+    return launchKernel(driver, function->function, info, args, stream);
+  }
+
+  // Split-KV: the parameter block, with the split count and the workspace.
+  FlashtileFwdParams params{};
+  params.q = args.q;
+  params.k = args.k;
+  params.v = args.v;
+  params.o = args.o;
+  params.lse = args.lse;
+  // Varlen: the kernel starts each sequence at its cu_seqlens offset; the batch strides are 0 (KernelAbi.h).
+  params.qBatchStride = varlen ? 0 : args.qStride[0];
+  params.qRowStride = args.qStride[1];
+  params.qHeadStride = args.qStride[2];
+  params.kBatchStride = varlen ? 0 : args.kStride[0];
+  params.kRowStride = args.kStride[1];
+  params.kHeadStride = args.kStride[2];
+  params.vBatchStride = varlen ? 0 : args.vStride[0];
+  params.vRowStride = args.vStride[1];
+  params.vHeadStride = args.vStride[2];
+  params.oBatchStride = varlen ? 0 : args.oStride[0];
+  params.oRowStride = args.oStride[1];
+  params.oHeadStride = args.oStride[2];
+  // LSE: B x Hq x Sq, or Hq x total_q for varlen (each sequence's rows start at its offset).
+  params.lseBatchStride = varlen ? 0 : static_cast<long long>(args.headsQ) * args.seqlenQ;
+  params.lseHeadStride = args.seqlenQ;
+  params.cuSeqlensQ = args.cuSeqlensQ;
+  params.cuSeqlensK = args.cuSeqlensK;
+  params.batch = args.batch;
+  params.headsQ = args.headsQ;
+  params.headsKv = args.headsKv;
+  params.seqlenQ = args.seqlenQ;
+  params.seqlenK = args.seqlenK;
+  params.softmaxScale = args.effectiveScale();
+  params.scaleLog2 = params.softmaxScale * kLog2e;
+  std::copy(args.variantParams.begin(), args.variantParams.end(), params.variantParams);
+  std::copy(args.inputs.begin(), args.inputs.end(), params.inputs);
+
+  unsigned gridX = static_cast<unsigned>((static_cast<long long>(gridRows) + info.blockM - 1) / info.blockM);
+  void *kernelParams[] = {&params};
+
+  // Split-KV: numSplits blocks per Q tile; with more than one, partials in the workspace and the combine kernel.
+  // GQA packing: a block's rows are a K/V head's query heads x query rows, grid.y the K/V heads.
+  const int group = args.headsQ / args.headsKv;
+  const unsigned gridY = static_cast<unsigned>(info.packQueryHeads ? args.headsKv : args.headsQ);
+  if (info.packQueryHeads)
+    gridX = static_cast<unsigned>((static_cast<long long>(gridRows) * group + info.blockM - 1) / info.blockM);
+  int smCount = 1;
+  if (args.numSplits == 0) {
+    StatusOr<int> counted = impl->smCount(driver);
+    if (!counted.ok())
+      return counted.status();
+    smCount = *counted;
+  }
+  params.numSplits = numSplitsFor(args, info, smCount);
+  if (params.numSplits > 1 && !args.workspace) {
+    // Under CUDA graph capture the runtime's own workspace cannot grow (no allocation, no synchronization), and a
+    // graph would keep a pointer to a buffer that a later growth frees: without a caller's workspace, one split.
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (Status s = driver.check(driver.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing"); !s.ok())
+      return s;
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+      params.numSplits = 1;
+  }
+  if (static_cast<long long>(gridX) * params.numSplits * gridY * args.batch > std::numeric_limits<int>::max())
+    return Status::error("the launch grid would have " + std::to_string(gridX) + " x " +
+                         std::to_string(params.numSplits) + " splits x heads x batch thread blocks; at most " +
+                         std::to_string(std::numeric_limits<int>::max()) + " are supported: use fewer splits "
+                         "(numSplits) or split the batch into several calls");
+  gridX *= static_cast<unsigned>(params.numSplits);
+  if (params.numSplits == 1)
+    return driver.check(driver.cuLaunchKernel(function->function, gridX, gridY, args.batch, info.threads, 1, 1,
+                                              info.smemBytes, stream, kernelParams, nullptr),
+                        "cuLaunchKernel(" + info.entry + ")");
+  const long long rows = detail::lseRows(args);
+  const size_t bytes = splitKvWorkspaceBytes(rows, args.headDimV, params.numSplits);
+  std::unique_lock<std::mutex> workspaceLock(impl->workspaces.mutex(), std::defer_lock);
+  CUdeviceptr workspace = reinterpret_cast<CUdeviceptr>(args.workspace);
+  if (args.workspace) {
+    if (args.workspaceBytes < bytes)
+      return Status::error("workspaceBytes is " + std::to_string(args.workspaceBytes) + "; this call's " +
+                           std::to_string(params.numSplits) + " splits need " + std::to_string(bytes) +
+                           " (splitKvWorkspaceBytes)");
+  } else {
+    CUcontext context = nullptr;
+    if (Status s = driver.check(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent"); !s.ok())
+      return s;
+    workspaceLock.lock(); // held until both kernels are queued: no other call frees this buffer meanwhile
+    StatusOr<CUdeviceptr> owned = impl->workspaces.buffer(driver, context, stream, bytes);
+    if (!owned.ok())
+      return owned.status();
+    workspace = *owned;
+  }
+  params.oAccum = reinterpret_cast<float *>(workspace);
+  params.lseAccum = reinterpret_cast<float *>(workspace + splitKvLseOffset(rows, args.headDimV, params.numSplits));
+  params.accumSplitStride = rows;
+  if (Status s = driver.check(driver.cuLaunchKernel(function->function, gridX, gridY, args.batch, info.threads, 1,
+                                                    1, info.smemBytes, stream, kernelParams, nullptr),
+                              "cuLaunchKernel(" + info.entry + ")");
+      !s.ok())
+    return s;
+  unsigned combineX =
+      static_cast<unsigned>((static_cast<long long>(gridRows) + info.combineRows - 1) / info.combineRows);
+  return driver.check(driver.cuLaunchKernel(function->combine, combineX, args.headsQ, args.batch, info.combineThreads,
+                                            1, 1, 0, stream, kernelParams, nullptr),
+                      "cuLaunchKernel(" + info.combineEntry + ")");
 }

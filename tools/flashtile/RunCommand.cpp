@@ -9,6 +9,7 @@
 #include "flashtile/runtime/CudaDriver.h"
 #include "flashtile/runtime/Nvrtc.h"
 #include "flashtile/runtime/Runtime.h"
+#include "flashtile/runtime/SplitKv.h"
 #include "flashtile/runtime/Version.h"
 
 #include <fmt/format.h>
@@ -48,6 +49,7 @@ struct RunOptions {
   float scale = 0.f; // 0: 1/sqrt(headDim)
   unsigned long long seed = kDefaultSeed;
   std::string aotDir; // empty: JIT
+  int numSplits = 0;  // split-KV kernels (decode schedule): 0 the runtime's choice, else forced
   bool causal() const { return variant == "causal"; }
 };
 
@@ -106,6 +108,11 @@ void addRunFlags(CLI::App &command, RunOptions &o, std::string &seed) {
           },
           "S"));
   command.add_option("--seed", seed, "Seed of the N(0, 1) inputs (0 to 2^64-1)");
+  command.add_option("--splits", o.numSplits,
+                     "Key-range splits of decode-sized calls (<= " + std::to_string(kDecodeMaxSeqlenQ) +
+                         " query rows: the decode schedule); 0: the runtime's choice")
+      ->check(intRange(0, kMaxSplits))
+      ->capture_default_str();
 }
 
 /// The (query, key) pairs a forward attends: all Sq x Sk, or for bottom-right causal masking the keys
@@ -140,6 +147,7 @@ struct InputSets {
         opt.headDim, opt.headDimV);
     a.softmaxScale = opt.scale;
     a.variant = opt.variant;
+    a.numSplits = opt.numSplits;
     return a;
   }
 };

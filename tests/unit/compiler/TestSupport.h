@@ -70,6 +70,24 @@ inline mlir::OwningOpRef<mlir::ModuleOp> scheduled(mlir::ModuleOp module, const 
   return copy;
 }
 
+/// A copy of `module` after the decode (split-KV) schedule's passes with `knobs`, or null (the diagnostics, or
+/// `error` for bad knobs, say why).
+inline mlir::OwningOpRef<mlir::ModuleOp> scheduledDecode(mlir::ModuleOp module, schedule::Knobs knobs = {},
+                                                         std::string *error = nullptr) {
+  mlir::OwningOpRef<mlir::ModuleOp> copy = module.clone();
+  mlir::PassManager pm(module.getContext());
+  std::string message;
+  if (mlir::failed(schedule::buildPipeline(pm, schedule::Request{"decode", "sm_80", "default", std::move(knobs)},
+                                           message))) {
+    if (error)
+      *error = message;
+    return {};
+  }
+  if (mlir::failed(pm.run(*copy)))
+    return {};
+  return copy;
+}
+
 /// The FA3 configurations the interpreter checks (the scheduled IR: roles, ring, barriers; no target lowers it yet):
 /// the defaults (128 x 128 or 128 x 80 tiles, two slots), and small tiles over a three-slot ring with one consumer
 /// warpgroup, so that the producer runs ahead and slots are reused within a walk.

@@ -3,7 +3,8 @@
 // The variants of examples/variants (causal alignments, sliding window, softcap, ALiBi, sinks, document mask and
 // their combinations), unscheduled and under FA2 schedules, in the CPU interpreter against a double reference
 // written independently of the DSL; the sliding window's tile skipping, counted; variant identity for cache
-// keys; and the errors bad variant arguments get. Inputs are random; FLASHTILE_TEST_SEED changes every seed.
+// keys; and the errors bad variant arguments get. Every variant also runs under the decode schedule's split-KV.
+// Inputs are random; FLASHTILE_TEST_SEED changes every seed.
 //===----------------------------------------------------------------------===//
 #include "AttentionReference.h"
 #include "TestSupport.h"
@@ -345,6 +346,16 @@ TEST_P(VariantVsReference, UnscheduledFa2AndFa3ScheduledMatchTheReference) {
     ASSERT_TRUE(succeeded(interp::run(funcOf(*sched), p, in.q, in.k, in.v, out.o, out.lse))) << label << "\n"
                                                                                              << diags.text;
     expectMatches(out, ref, p, c.variant.factor, label);
+  }
+  // The decode schedule (split-KV, DecodeTest.cpp): one split, several, and more splits than K/V tiles (empty
+  // splits), each merged by the combine step.
+  OwningOpRef<ModuleOp> decode = flashtile::testing::scheduledDecode(**program, {{"block-m", 64}, {"block-n", 32}});
+  ASSERT_TRUE(decode) << "the decode pipeline failed\n" << diags.text;
+  for (int splits : {1, 2, 5, 16}) {
+    p.numSplits = splits;
+    Outputs out;
+    ASSERT_TRUE(succeeded(interp::run(funcOf(*decode), p, in.q, in.k, in.v, out.o, out.lse))) << diags.text;
+    expectMatches(out, ref, p, c.variant.factor, "decode, " + std::to_string(splits) + " splits");
   }
 }
 

@@ -36,6 +36,7 @@ namespace flashtile {
   X(cuMemcpyDtoH_v2, "cuMemcpyDtoH_v2")                                                                                \
   X(cuMemsetD8_v2, "cuMemsetD8_v2")                                                                                    \
   X(cuStreamSynchronize, "cuStreamSynchronize")                                                                        \
+  X(cuStreamIsCapturing, "cuStreamIsCapturing")                                                                        \
   X(cuEventCreate, "cuEventCreate")                                                                                    \
   X(cuEventRecord, "cuEventRecord")                                                                                    \
   X(cuEventSynchronize, "cuEventSynchronize")                                                                          \

@@ -40,6 +40,17 @@ struct FlashtileFwdParams {
   /* A variant's extra input arrays (tile.input), in declaration order, of the element type each declares (f32 or
    * int32). The kernel does not know their lengths: the variant's index rule defines each one's shape. */
   const void *inputs[FLASHTILE_MAX_VARIANT_INPUTS];
+  /* Split-KV (kernels of the decode schedule; others ignore these fields). The keys of each (sequence, head, Q
+   * tile) are split into numSplits ranges of whole K/V tiles, one per thread block (grid.x = Q tiles x numSplits,
+   * the split fastest). numSplits = 1: blocks write O and LSE themselves. numSplits > 1: split s writes the fp32 O
+   * and LSE of LSE row r (r = b * lseBatchStride + h * lseHeadStride + i, as `lse` is indexed, varlen rows
+   * included) to oAccum[(s * accumSplitStride + r) * headDimV + d] and lseAccum[s * accumSplitStride + r], and
+   * the combine kernel merges them into O and LSE. accumSplitStride is the number of LSE rows (B * Hq * Sq dense,
+   * Hq * total_q varlen). */
+  float *oAccum;
+  float *lseAccum;
+  long long accumSplitStride;
+  int numSplits;
 };
 
 #endif /* FLASHTILE_RUNTIME_KERNELABI_H */

@@ -67,6 +67,19 @@ struct KernelInfo {
   std::vector<std::string> inputNames; // the variant's input arrays, in FlashtileFwdParams::inputs order
   std::vector<ParamRule> paramRules;   // the variant's rules for its params' values, checked at every call
   std::string compilerVersion;         // flashtile::compilerVersion() of the compiler that built it
+  // Split-KV kernels (the decode schedule): the key range is split across numSplits blocks, grid.x = Q tiles x
+  // numSplits, and when numSplits > 1 the combine kernel `combineEntry` (same cubin) merges the partials: grid
+  // (ceil(rows / combineRows), headsQ, batch) of combineThreads threads, no dynamic shared memory. Empty and 0
+  // for other kernels (the fields are then absent from the text form; packQueryHeads=1 only when set).
+  std::string combineEntry;
+  int combineRows = 0;
+  int combineThreads = 0;
+
+  // GQA packing (split-KV kernels only): a block's rows are the query heads of one K/V head x the query rows, the
+  // grid (ceil(rows x headsQ / headsKv / blockM) x numSplits, headsKv, batch).
+  bool packQueryHeads = false;
+
+  bool splitKv() const { return !combineEntry.empty(); }
 
   /// `key=value` lines, one per field, paramNames and inputNames comma-joined, paramRules in
   /// serializeParamRules' form. Round-trips through parse() when verify() is ok.

@@ -82,6 +82,16 @@ struct AttentionArgs {
   // no out-of-bounds access: kernels clamp every sequence to the packed rows.
   const int *cuSeqlensQHost = nullptr, *cuSeqlensKHost = nullptr;
 
+  // Split-KV (kernels of the decode schedule, which the runtime picks for calls of at most kDecodeMaxSeqlenQ query
+  // rows a sequence; SplitKv.h): 0 lets the runtime choose the number of splits of the key range
+  // (numSplitsHeuristic), 1..kMaxSplits forces it. Other kernels ignore it.
+  int numSplits = 0;
+  // The device memory split calls write their partials to (splitKvWorkspaceBytes, 256-byte aligned): null lets the
+  // runtime own it (one buffer per context and stream, grown as needed, which synchronizes the stream once when it
+  // grows). Under CUDA graph capture without a workspace a call runs unsplit (numSplits 1): pass one there.
+  void *workspace = nullptr;
+  size_t workspaceBytes = 0;
+
   bool isVarlen() const { return cuSeqlensQ || cuSeqlensK; }
 
   /// Arguments for packed B x S x H x D tensors (flash_attn_func's layout); headDimV 0 means headDim.
@@ -112,6 +122,8 @@ using ShapeClassFn = std::function<StatusOr<std::string>(const KernelSpec &)>;
 class Runtime {
 public:
   static constexpr std::string_view kDefaultSchedule = "fa2";
+  /// The schedule of decode-sized calls (isDecodeCall) unless setDecodeSchedule says otherwise.
+  static constexpr std::string_view kDefaultDecodeSchedule = "decode";
 
   /// The JIT cache takes its settings from the environment (KernelCache::optionsFromEnvironment).
   Runtime();
@@ -133,6 +145,16 @@ public:
   void setVariantCheck(VariantCheckFn check);
   /// The schedule asked for in specs; "fa2" unless set.
   void setSchedule(std::string schedule);
+  /// The schedule asked for in specs of decode-sized calls (isDecodeCall): "decode" unless set; empty sends them
+  /// to setSchedule's. Without a JIT, a call whose decode kernel no ahead-of-time directory has runs the other
+  /// schedule's kernel.
+  void setDecodeSchedule(std::string schedule);
+  /// Whether `args` is decode-sized: at most kDecodeMaxSeqlenQ query rows a sequence (dense seqlenQ, varlen
+  /// maxSeqlenQ).
+  static bool isDecodeCall(const AttentionArgs &args);
+  /// The number of splits forward() gives `args` on a kernel of `kernel`'s tiling (1 for kernels that do not
+  /// split the key range): args.numSplits when set, else numSplitsHeuristic for a GPU of `smCount` SMs.
+  static int numSplitsFor(const AttentionArgs &args, const KernelInfo &kernel, int smCount);
 
   /// Checks `args`, selects or builds the kernel for this GPU and launches it on `stream` (asynchronous).
   Status forward(const AttentionArgs &args, CUstream stream = nullptr);

@@ -1,0 +1,42 @@
+//===- DecodeConfig.cpp - defaults and validation of the decode schedule ---===//
+#include "schedules/decode/DecodeConfig.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace flashtile::decode {
+
+DecodeConfig DecodeConfig::defaultsFor(int headDim, int headDimV) {
+  DecodeConfig c;
+  c.blockN = std::max(headDim, headDimV) <= 128 ? 128 : 64;
+  return c;
+}
+
+std::optional<std::string> DecodeConfig::validate(int headDim, int headDimV) const {
+  auto bad = [](const std::string &knob, int value, const std::string &accepted) {
+    return "decode: " + knob + " = " + std::to_string(value) + " is not supported; accepted: " + accepted;
+  };
+  if (warps < 1 || warps > kMaxWarps)
+    return bad(kWarps, warps, "1 to " + std::to_string(kMaxWarps));
+  if (blockM < warps || blockM > kMaxBlockM || blockM % warps != 0)
+    return bad(kBlockM, blockM,
+               "a multiple of warps (" + std::to_string(warps) + ") up to " + std::to_string(kMaxBlockM) +
+                   ": every warp owns block-m / warps query rows");
+  if (blockN < 1 || blockN > kMaxBlockN)
+    return bad(kBlockN, blockN, "1 to " + std::to_string(kMaxBlockN));
+  if (stages < kMinStages || stages > kMaxStages)
+    return bad(kStages, stages,
+               "1 (one K and one V buffer) or 2 (two each; Q·Kᵀ of the next tile overlaps the "
+               "softmax)");
+  if (minBlocksPerSm < 0 || int64_t(minBlocksPerSm) * threads() > kMaxThreadsPerSm)
+    return bad(kMinBlocksPerSm, minBlocksPerSm,
+               "0 (no occupancy request) to " + std::to_string(kMaxThreadsPerSm / threads()) + " (" +
+                   std::to_string(kMaxThreadsPerSm) + " threads per SM at " + std::to_string(threads()) + " a block)");
+  if (headDim < 1 || headDim > 256)
+    return bad("head_dim", headDim, "1 to 256");
+  if (headDimV < 1 || headDimV > 256)
+    return bad("head_dim_v", headDimV, "1 to 256");
+  return std::nullopt;
+}
+
+} // namespace flashtile::decode

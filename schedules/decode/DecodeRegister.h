@@ -1,0 +1,17 @@
+//===- DecodeRegister.h - registers the decode schedule -------------------===//
+#ifndef FLASHTILE_SCHEDULES_DECODE_DECODEREGISTER_H
+#define FLASHTILE_SCHEDULES_DECODE_DECODEREGISTER_H
+
+#include "mlir/Pass/Pass.h"
+
+#include <memory>
+
+namespace flashtile::decode {
+/// Adds the decode schedule to the schedule registry and tile-decode-split-kv to MLIR's pass registry
+/// (schedules/Registry.cpp calls it once).
+void registerSchedule();
+/// tile-decode-split-kv (DecodeSplitKvPass.cpp); `packQueryHeads`: GQA packing where the program allows it.
+std::unique_ptr<mlir::Pass> createSplitKvPass(bool packQueryHeads = true);
+} // namespace flashtile::decode
+
+#endif // FLASHTILE_SCHEDULES_DECODE_DECODEREGISTER_H

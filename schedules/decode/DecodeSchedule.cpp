@@ -1,0 +1,98 @@
+//===- DecodeSchedule.cpp - the decode (split-KV) schedule as a plug-in ---===//
+//
+// Flash-decoding on FA2's tile orchestration: FA2's passes (tile-split-boundary, tile-fa2-pipeline) after this
+// schedule's own tile-decode-split-kv, which bounds each program instance's walk to its split of the key range
+// and makes it store a partial O and LSE (tile.store_split). Configuration: DecodeConfig.h.
+//===----------------------------------------------------------------------===//
+#include "schedules/decode/DecodeConfig.h"
+#include "schedules/decode/DecodeRegister.h"
+#include "schedules/fa2/Fa2Pipeline.h"
+
+#include "flashtile/runtime/KernelInfo.h"
+#include "passes/Transforms/Passes.h"
+
+#include "mlir/Transforms/Passes.h"
+
+namespace flashtile::decode {
+namespace {
+
+using namespace mlir;
+using namespace flashtile::tile;
+
+class DecodeSchedule final : public schedule::Schedule {
+public:
+  std::string_view name() const override { return kName; }
+  std::string_view summary() const override {
+    return "decode (flash-decoding): FA2's tiles with the key range of each Q tile split across thread blocks and "
+           "an exact LSE-weighted combine kernel; the runtime picks the number of splits (any arch, mma.sync)";
+  }
+  const std::vector<schedule::OptionSpec> &options() const override {
+    static const std::vector<schedule::OptionSpec> specs = {
+        {kBlockM, "query rows per thread block", 16, kMaxBlockM},
+        {kBlockN, "keys per K/V tile (splits are whole tiles)", 16, kMaxBlockN},
+        {kWarps, "warps per thread block; each owns block-m / warps query rows", 1, kMaxWarps},
+        {kStages, "K/V buffers: 1, or 2 to also run Q·Kᵀ one tile ahead of the softmax", kMinStages, kMaxStages},
+        {kMinBlocksPerSm, "registers capped so this many blocks fit an SM (0: no cap)", 0,
+         kMaxThreadsPerSm / kWarpSize},
+        {kPackGqa,
+         "1: a tile's rows are a K/V head's query heads x query rows (K/V read once per group); 0: one "
+         "query head a tile",
+         0, 1},
+    };
+    return specs;
+  }
+
+  FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, std::string_view) const override {
+    int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
+    DecodeConfig config = DecodeConfig::defaultsFor(headDim, headDimV);
+    auto set = [&](const char *knob, int &field) {
+      if (auto it = knobs.find(knob); it != knobs.end())
+        field = static_cast<int>(it->second); // in range: the registry checked the option's bounds
+    };
+    set(kBlockM, config.blockM);
+    set(kBlockN, config.blockN);
+    set(kWarps, config.warps);
+    set(kStages, config.stages);
+    set(kMinBlocksPerSm, config.minBlocksPerSm);
+    if (auto error = config.validate(headDim, headDimV))
+      return func.emitOpError() << *error;
+    // One tiling serves every shape class (the split count, a kernel argument, adapts to the shape); the grid
+    // takes Q tiles per (batch, head), splits fastest (block order 0); every tile is rescaled (FA2's policy).
+    return ScheduleAttr::get(func.getContext(), kName, config.blockM, config.blockN, config.warps, config.stages,
+                             /*rescaleThreshold=*/0, config.minBlocksPerSm, /*lptGroupBlocks=*/0,
+                             llvm::StringRef(kDefaultShapeClass));
+  }
+
+  // Descending as FA2: within a split, the masked tiles near the diagonal come first.
+  bool walkDescending() const override { return true; }
+
+  std::string targetFamilyFor(std::string_view) const override { return "sm80"; }
+
+  void buildPipeline(OpPassManager &pm, const schedule::Request &request) const override {
+    OpPassManager &func = pm.nest<FuncOp>();
+    func.addPass(createTileVerifyProgram());
+    func.addPass(createCanonicalizerPass());
+    TileApplyScheduleOptions apply;
+    apply.scheduleName = kName;
+    for (const auto &[knob, value] : request.knobs)
+      apply.knobs.push_back(knob + "=" + std::to_string(value));
+    apply.shapeClass = request.shapeClass;
+    func.addPass(createTileApplySchedule(apply));
+    auto pack = request.knobs.find(kPackGqa);
+    func.addPass(createSplitKvPass(pack == request.knobs.end() || pack->second != 0));
+    func.addPass(createTileSplitBoundary());
+    func.addPass(fa2::createPipelinePass());
+    func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
+    func.addPass(createCanonicalizerPass());
+    func.addPass(createCSEPass());
+  }
+};
+
+} // namespace
+
+void registerSchedule() {
+  schedule::registerSchedule(std::make_unique<DecodeSchedule>());
+  mlir::registerPass([] { return createSplitKvPass(/*packQueryHeads=*/true); });
+}
+
+} // namespace flashtile::decode

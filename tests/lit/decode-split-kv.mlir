@@ -1,0 +1,49 @@
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=decode" --tile-decode-split-kv | FileCheck %s
+
+// The decode schedule: FA2's tiling defaults for decode (64 query rows, 128-key tiles), block order 0.
+// CHECK: schedule = #tile.schedule<name = "decode", blockM = 64, blockN = 128, warps = 4, stages = 1>
+// The causal rules do not read the head: rows pack the query heads of a K/V head.
+// CHECK-SAME: tile.pack_query_heads
+// The "may" rule is bounded by the instance's split of the key range; the "full" rule is unchanged.
+// CHECK: tile.kv_range "may"
+// CHECK:   %[[BEGIN:.*]] = tile.dim "split_begin"
+// CHECK:   %[[END:.*]] = tile.dim "split_end"
+// CHECK:   %[[LO:.*]] = arith.maxsi %{{.*}}, %[[BEGIN]] : i32
+// CHECK:   %[[HI:.*]] = arith.minsi %{{.*}}, %[[END]] : i32
+// CHECK:   tile.yield %[[LO]], %[[HI]] : i32, i32
+// CHECK: tile.kv_range "full"
+// CHECK-NOT: split_begin
+// CHECK: %[[O:.*]], %[[LSE:.*]] = tile.finalize
+// O and LSE leave together, as partials of the split (or the result when unsplit).
+// CHECK-NEXT: tile.store_split %[[O]], %[[LSE]] : tensor<64x64xf32>, tensor<64xf32>
+// CHECK-NOT: tile.store "
+
+// The whole pipeline: the split head segment appears (the lower bound is the split's), each segment bounded.
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=decode" --tile-decode-split-kv --tile-split-boundary --tile-fa2-pipeline --tile-lower-to-target | FileCheck %s --check-prefix=PIPE
+// PIPE: target = #tile.target<arch = "sm_80", isa = "sm80">
+// PIPE: segment = "tail_boundary"
+// PIPE: segment = "interior"
+// PIPE: segment = "head_boundary"
+// PIPE: tile.store_split
+
+// pack-gqa=0 (the pass option pack-query-heads=false): one query head a tile.
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=decode" --tile-decode-split-kv="pack-query-heads=false" | FileCheck %s --check-prefix=NOPACK
+// NOPACK-NOT: tile.pack_query_heads
+
+// Knobs go through the registry: decode has no block order knob.
+// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=decode options=lpt-group-blocks=4" 2>&1 | FileCheck %s --check-prefix=KNOB
+// KNOB: lpt-group-blocks
+
+// RUN: flashtile-opt %s --tile-decode-split-kv --verify-diagnostics
+// expected-error @+1 {{'tile.func' op must be scheduled before splitting the key range (run tile-apply-schedule)}}
+tile.func @unscheduled attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %q = tile.load "q" : tensor<?x64xbf16>
+  %st0 = tile.init_state : !tile.state<?x64>
+  %st = tile.kv_loop iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
+  ^bb0(%j: i32, %s: !tile.state<?x64>):
+    tile.yield %s : !tile.state<?x64>
+  }
+  %o, %lse = tile.finalize %st : !tile.state<?x64> -> tensor<?x64xf32>, tensor<?xf32>
+  tile.store "o" %o : tensor<?x64xf32>
+  tile.store "lse" %lse : tensor<?xf32>
+}
