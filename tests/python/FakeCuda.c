@@ -117,6 +117,11 @@ CUresult cuStreamSynchronize(CUstream stream) {
   (void)stream;
   return CUDA_SUCCESS;
 }
+CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status) {
+  (void)stream;
+  *status = CU_STREAM_CAPTURE_STATUS_NONE; /* never inside a CUDA graph capture */
+  return CUDA_SUCCESS;
+}
 CUresult cuEventCreate(CUevent *event, unsigned flags) {
   (void)flags;
   *event = (CUevent)&fakeEvent;
