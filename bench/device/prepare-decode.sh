@@ -15,7 +15,7 @@ VARIANTS=${FLASHTILE_VARIANTS:-none,causal,causal_top_left,sliding_window,slidin
 bash scripts/build.sh
 cmake -S . -B build-rt -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHTILE_RUNTIME_ONLY=ON >/dev/null
 cmake --build build-rt -j "${FLASHTILE_JOBS:-2}"
-rm -rf .device/aot .device/aot-decode .device/bin .device/lib
+rm -rf .device/aot .device/aot-decode .device/aot-variants .device/aot-decode-variants .device/bin .device/lib
 mkdir -p .device/bin .device/lib
 # fa2: none and causal at both dtypes (the fallback and the prefill check), the other variants at bf16 head dim 128
 # (the decode kernels' comparison); decode: the same.
