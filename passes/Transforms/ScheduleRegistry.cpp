@@ -1,5 +1,8 @@
 //===- ScheduleRegistry.cpp - schedules by name ---------------------------===//
 #include "passes/Transforms/ScheduleRegistry.h"
+#include "passes/Transforms/Passes.h"
+
+#include "mlir/Transforms/Passes.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
@@ -149,6 +152,17 @@ codegen::KernelShape kernelShapeOf(tile::FuncOp func) {
       static_cast<int>(func.getHeadDimV()),      static_cast<int>(schedule.getBlockM()),
       static_cast<int>(schedule.getBlockN()),    static_cast<int>(schedule.getWarps()),
       static_cast<int>(schedule.getStages()),    static_cast<int>(schedule.getMinBlocksPerSm())};
+}
+
+void addApplySchedule(mlir::OpPassManager &funcPm, std::string_view name, const Request &request) {
+  funcPm.addPass(tile::createTileVerifyProgram());
+  funcPm.addPass(mlir::createCanonicalizerPass());
+  tile::TileApplyScheduleOptions apply;
+  apply.scheduleName = std::string(name);
+  for (const auto &[knob, value] : request.knobs)
+    apply.knobs.push_back(knob + "=" + std::to_string(value));
+  apply.shapeClass = request.shapeClass;
+  funcPm.addPass(tile::createTileApplySchedule(apply));
 }
 
 } // namespace flashtile::schedule

@@ -91,6 +91,10 @@ mlir::LogicalResult buildPipeline(mlir::OpPassManager &pm, const Request &reques
 /// verifier bounds every number, so the narrowing to int is exact.
 codegen::KernelShape kernelShapeOf(tile::FuncOp func);
 
+/// The passes every schedule's pipeline starts with, on a tile.func pass manager: verify the program, canonicalize,
+/// and apply the schedule named `name` with the request's knobs and shape class (tile-apply-schedule).
+void addApplySchedule(mlir::OpPassManager &funcPm, std::string_view name, const Request &request);
+
 } // namespace flashtile::schedule
 
 #endif // FLASHTILE_PASSES_TRANSFORMS_SCHEDULEREGISTRY_H

@@ -121,12 +121,10 @@ bool sameBits(const std::vector<float> &a, const std::vector<float> &b) {
          });
 }
 
-/// Fills the kernel's parameter block from `args` and launches it on `stream`; the error text is built only
-/// for a failed launch.
-Status launchKernel(const CudaDriver &driver, CUfunction function, const KernelInfo &info, const AttentionArgs &args,
-                    CUstream stream) {
+/// The kernel parameter block of a call (KernelAbi.h): pointers, strides, sizes, scales and the variant's numbers.
+/// Split-KV fields (split count, workspace) stay zero; the split launch sets them.
+FlashtileFwdParams paramsFor(const AttentionArgs &args) {
   const bool varlen = args.isVarlen();
-  const int gridRows = varlen ? args.maxSeqlenQ : args.seqlenQ;
   FlashtileFwdParams params{};
   params.q = args.q;
   params.k = args.k;
@@ -160,6 +158,16 @@ Status launchKernel(const CudaDriver &driver, CUfunction function, const KernelI
   params.scaleLog2 = params.softmaxScale * kLog2e;
   std::copy(args.variantParams.begin(), args.variantParams.end(), params.variantParams);
   std::copy(args.inputs.begin(), args.inputs.end(), params.inputs);
+  return params;
+}
+
+/// Fills the kernel's parameter block from `args` and launches it on `stream`; the error text is built only
+/// for a failed launch.
+Status launchKernel(const CudaDriver &driver, CUfunction function, const KernelInfo &info, const AttentionArgs &args,
+                    CUstream stream) {
+  const bool varlen = args.isVarlen();
+  const int gridRows = varlen ? args.maxSeqlenQ : args.seqlenQ;
+  FlashtileFwdParams params = paramsFor(args);
 
   unsigned gridX = static_cast<unsigned>((static_cast<long long>(gridRows) + info.blockM - 1) / info.blockM);
   void *kernelParams[] = {&params};
@@ -727,39 +735,7 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
   }
 
   // Split-KV: the parameter block, with the split count and the workspace.
-  FlashtileFwdParams params{};
-  params.q = args.q;
-  params.k = args.k;
-  params.v = args.v;
-  params.o = args.o;
-  params.lse = args.lse;
-  // Varlen: the kernel starts each sequence at its cu_seqlens offset; the batch strides are 0 (KernelAbi.h).
-  params.qBatchStride = varlen ? 0 : args.qStride[0];
-  params.qRowStride = args.qStride[1];
-  params.qHeadStride = args.qStride[2];
-  params.kBatchStride = varlen ? 0 : args.kStride[0];
-  params.kRowStride = args.kStride[1];
-  params.kHeadStride = args.kStride[2];
-  params.vBatchStride = varlen ? 0 : args.vStride[0];
-  params.vRowStride = args.vStride[1];
-  params.vHeadStride = args.vStride[2];
-  params.oBatchStride = varlen ? 0 : args.oStride[0];
-  params.oRowStride = args.oStride[1];
-  params.oHeadStride = args.oStride[2];
-  // LSE: B x Hq x Sq, or Hq x total_q for varlen (each sequence's rows start at its offset).
-  params.lseBatchStride = varlen ? 0 : static_cast<long long>(args.headsQ) * args.seqlenQ;
-  params.lseHeadStride = args.seqlenQ;
-  params.cuSeqlensQ = args.cuSeqlensQ;
-  params.cuSeqlensK = args.cuSeqlensK;
-  params.batch = args.batch;
-  params.headsQ = args.headsQ;
-  params.headsKv = args.headsKv;
-  params.seqlenQ = args.seqlenQ;
-  params.seqlenK = args.seqlenK;
-  params.softmaxScale = args.effectiveScale();
-  params.scaleLog2 = params.softmaxScale * kLog2e;
-  std::copy(args.variantParams.begin(), args.variantParams.end(), params.variantParams);
-  std::copy(args.inputs.begin(), args.inputs.end(), params.inputs);
+  FlashtileFwdParams params = paramsFor(args);
 
   unsigned gridX = static_cast<unsigned>((static_cast<long long>(gridRows) + info.blockM - 1) / info.blockM);
   void *kernelParams[] = {&params};

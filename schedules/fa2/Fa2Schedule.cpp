@@ -90,14 +90,7 @@ public:
 
   void buildPipeline(OpPassManager &pm, const schedule::Request &request) const override {
     OpPassManager &func = pm.nest<FuncOp>();
-    func.addPass(createTileVerifyProgram());
-    func.addPass(createCanonicalizerPass());
-    TileApplyScheduleOptions apply;
-    apply.scheduleName = kName;
-    for (const auto &[knob, value] : request.knobs)
-      apply.knobs.push_back(knob + "=" + std::to_string(value));
-    apply.shapeClass = request.shapeClass;
-    func.addPass(createTileApplySchedule(apply));
+    schedule::addApplySchedule(func, kName, request);
     func.addPass(createTileSplitBoundary());
     func.addPass(createPipelinePass());
     func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));

@@ -102,14 +102,7 @@ public:
 
 void buildSchedulePipeline(OpPassManager &pm, const schedule::Request &request) {
   OpPassManager &func = pm.nest<FuncOp>();
-  func.addPass(createTileVerifyProgram());
-  func.addPass(createCanonicalizerPass());
-  TileApplyScheduleOptions apply;
-  apply.scheduleName = kName;
-  for (const auto &[knob, value] : request.knobs)
-    apply.knobs.push_back(knob + "=" + std::to_string(value));
-  apply.shapeClass = request.shapeClass;
-  func.addPass(createTileApplySchedule(apply));
+  schedule::addApplySchedule(func, kName, request);
   func.addPass(createTileSplitBoundary());
   int64_t consumers = knob(request.knobs, kConsumerWarpgroups, 2);
   func.addPass(createPipelinePass(Fa3Schedule::registersFor(request.knobs, consumers)));
