@@ -79,6 +79,11 @@ struct KernelInfo {
   // grid (ceil(rows x headsQ / headsKv / blockM) x numSplits, headsKv, batch).
   bool packQueryHeads = false;
 
+  // TMA kernels (the sm90 family): the kernel's second parameter is the TMA descriptors of Q, K and V
+  // (AttentionTensorMaps, TensorMap.h), one box of blockM (Q) or blockN (K, V) rows x the whole head dim each,
+  // 128-byte swizzled; the runtime encodes them per call. Absent from the text form unless set (tensorMaps=1).
+  bool tensorMaps = false;
+
   bool splitKv() const { return !combineEntry.empty(); }
 
   /// `key=value` lines, one per field, paramNames and inputNames comma-joined, paramRules in
