@@ -390,6 +390,9 @@ private:
   LogicalResult printKvRange(KvRangeOp range);
   LogicalResult printKvLoop(KvLoopOp loop);
   LogicalResult printKvWalk(KvWalkOp walk);
+  /// Whether `mma` (an asynchronous tile.qk / tile.pv) opens (`first`) or closes the MMAs its block issues, in a
+  /// role whose warpgroups take turns (pingpong).
+  bool mmaTurnEdge(Operation *mma, bool first);
   /// Collects the program's roles and barriers (IR order) and names the barriers.
   void collectRoles();
   /// The C expression of the index of the tile.slot that `load` reads (fa2: its tile index).
@@ -653,7 +656,7 @@ void KernelPrinter::collectRoles() {
       bool computes = !role.getBody().getOps<InitStateOp>().empty();
       roleIndex[role] = static_cast<int>(roles.size());
       roles.push_back({role.getName().str(), static_cast<int>(role.getWarps()), static_cast<int>(role.getRegs()),
-                       computes});
+                       computes, role.getPingpong()});
     } else if (auto barrier = dyn_cast<BarrierOp>(op)) {
       auto buffer = barrier.getBuffer().getDefiningOp<BufferOp>();
       FailureOr<Operand> which = buffer ? operandOf(buffer, buffer.getOperand()) : FailureOr<Operand>(Operand::K);
@@ -668,6 +671,21 @@ void KernelPrinter::collectRoles() {
       barriers.push_back(info);
     }
   }
+}
+
+bool KernelPrinter::mmaTurnEdge(Operation *mma, bool first) {
+  RoleOp role = mma->getParentOfType<RoleOp>();
+  if (!role || !role.getPingpong())
+    return false;
+  auto isAsyncMma = [](Operation &op) {
+    return (isa<QkOp>(op) && cast<QkOp>(op).getToken()) || (isa<PvOp>(op) && cast<PvOp>(op).getToken());
+  };
+  Block *block = mma->getBlock();
+  Operation *edge = nullptr;
+  for (Operation &op : *block)
+    if (isAsyncMma(op) && (!edge || !first))
+      edge = &op;
+  return edge == mma;
 }
 
 FailureOr<std::string> KernelPrinter::slotOf(LoadOp load, Operation *user) {
@@ -1097,7 +1115,11 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             // Scores yielded to the next iteration are "scoreNext"; the ones the softmax reads (here or,
             // carried, in the loops) are "score".
             bool next = llvm::any_of(qk->getUsers(), [](Operation *u) { return isa<YieldOp>(u); });
+            if (mmaTurnEdge(op, /*first=*/true))
+              target.mmaTurn(w, /*begin=*/true);
             target.qk(w, *kTile, next ? "scoreNext" : "score");
+            if (mmaTurnEdge(op, /*first=*/false))
+              target.mmaTurn(w, /*begin=*/false);
             return success();
           })
           .Case([&](ScaleOp) {
@@ -1143,7 +1165,11 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
               return failure();
             if (pv.getP().getDefiningOp<SoftmaxUpdateOp>())
               target.roundProbabilities(w, /*carried=*/false);
+            if (mmaTurnEdge(op, /*first=*/true))
+              target.mmaTurn(w, /*begin=*/true);
             target.pv(w, *vSlot);
+            if (mmaTurnEdge(op, /*first=*/false))
+              target.mmaTurn(w, /*begin=*/false);
             return success();
           })
           .Case([&](FinalizeOp) {

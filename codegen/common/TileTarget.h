@@ -55,6 +55,8 @@ struct RoleInfo {
   int warps = 0;
   int regs = 0;
   bool computes = false;
+  /// Its warpgroups take turns issuing their asynchronous MMAs (tile.role's pingpong).
+  bool pingpong = false;
 };
 
 /// The result of an asynchronous MMA that `tile.mma_wait` retires: the score tile of tile.qk or the accumulator of
@@ -156,6 +158,9 @@ public:
   /// `tile.copy_async ... arrive %full[position]`: copies `operand`'s tile `tile` (empty for Q) into the slot of
   /// ring position `position`; its bytes complete the phase of barrier `barrier`.
   virtual void copyToSlot(CudaWriter &, Operand, const std::string &, const std::string &, int) {}
+  /// Around the asynchronous MMAs one iteration of a pingpong role issues (`begin`: before the first, else after
+  /// the last): the warpgroup waits for its turn, then hands the turn to the next one.
+  virtual void mmaTurn(CudaWriter &, bool) {}
   /// `tile.mma_wait` of the asynchronous MMA whose result is `result`; MMAs complete in the order they were issued,
   /// and `newerInFlight` issued after it may stay in flight.
   virtual void mmaWait(CudaWriter &, MmaResult, int) {}

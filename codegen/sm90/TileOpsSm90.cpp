@@ -29,6 +29,9 @@ constexpr int kWarpSize = 32, kWarpgroupWarps = 4, kRowsPerWarp = 16;
 /// Shared memory kept past the tiles: the alignment of the first tile to the swizzle atom (the dynamic
 /// shared-memory base is only 16-byte aligned) and the barriers (8 bytes each, at most 1 + 4 x 8 slots).
 constexpr int kSmemReserve = 2 * kSwizzleAtomBytes;
+/// Named barrier of consumer warpgroup 0's GEMM turn (ping-pong); warpgroup g uses this + g. Barrier 0 is
+/// __syncthreads'.
+constexpr int kFirstTurnBarrier = 1;
 /// Registers per thread at launch with one block of `threads` threads an SM (what ptxas fixes for
 /// __launch_bounds__(threads, 1)); roles move from there with setmaxnreg.
 int launchRegisters(int threads) { return std::min(kMaxRegisters - 1, kRegisterFile / threads) / 8 * 8; }
@@ -134,6 +137,7 @@ public:
   void copyToSlot(CudaWriter &w, Operand operand, const std::string &tile, const std::string &position,
                   int barrier) override;
   void mmaWait(CudaWriter &w, MmaResult result, int newerInFlight) override;
+  void mmaTurn(CudaWriter &w, bool begin) override;
 
 private:
   /// The slot of ring position `position` of a buffer of `slots` slots, as C.
@@ -239,6 +243,13 @@ void TileTargetSm90::openRole(CudaWriter &w, int index) {
     w.line(cat("sm90::warpgroup::decreaseRegisters<", role.regs, ">();  // from ", regs, " at launch"));
   else if (role.regs > regs)
     w.line(cat("sm90::warpgroup::increaseRegisters<", role.regs, ">();  // from ", regs, " at launch"));
+  if (role.computes && role.pingpong) {
+    w.comment(cat("ping-pong: warpgroup g issues its GEMMs after named barrier ", kFirstTurnBarrier,
+                  " + g completes (its own 128 threads and the previous warpgroup's arrival), then arrives on the"));
+    w.comment("next one's; the first warpgroup's first turn is pre-arrived here");
+    w.line("if (warp / 4 == 0)");
+    w.line(cat("  sm90::namedBarrier::arrive(", kFirstTurnBarrier, ", 256);"));
+  }
   if (!role.computes) {
     w.comment("one thread issues the role's copies and waits (TMA copies are issued by a thread, not a warp)");
     w.open(cat("if (threadIdx.x == ", first * kWarpSize, ")"));
@@ -347,6 +358,17 @@ void TileTargetSm90::mmaWait(CudaWriter &w, MmaResult result, int newerInFlight)
     // The RS operand too: the compiler sees the wgmma read `prob` at issue and must not reuse its registers before
     // the hardware has.
     w.line("sm90::warpgroup::fenceOperands(reinterpret_cast<unsigned (&)[kBlockN / 16 * 4]>(prob[0]));");
+  }
+}
+
+void TileTargetSm90::mmaTurn(CudaWriter &w, bool begin) {
+  const int groups = consumerWarps / kWarpgroupWarps;
+  if (begin) {
+    w.comment("wait for this warpgroup's turn to issue GEMMs (ping-pong)");
+    w.line(cat("sm90::namedBarrier::sync(", kFirstTurnBarrier, " + warp / 4, 256);"));
+  } else {
+    w.comment("hand the turn to the next warpgroup");
+    w.line(cat("sm90::namedBarrier::arrive(", kFirstTurnBarrier, " + (warp / 4 + 1) % ", groups, ", 256);"));
   }
 }
 

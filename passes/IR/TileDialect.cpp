@@ -527,6 +527,9 @@ LogicalResult RoleOp::verify() {
     return emitOpError() << "regs must be a multiple of 8 in [24, 256] (setmaxnreg), got " << getRegs();
   if (!isa_and_nonnull<FuncOp>((*this)->getParentOp()))
     return emitOpError() << "must be at the top level of a tile.func";
+  if (getPingpong() && getWarps() < 8)
+    return emitOpError() << "takes turns (pingpong) between warpgroups but has " << getWarps()
+                         << " warps; it needs at least two warpgroups (8 warps)";
   int64_t warps = 0;
   for (RoleOp role : (*this)->getBlock()->getOps<RoleOp>()) {
     warps += role.getWarps();

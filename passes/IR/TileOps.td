@@ -271,9 +271,11 @@ def Tile_RoleOp : Tile_Op<"role", [SingleBlockImplicitTerminator<"YieldOp">, Rec
     The roles of a block run at the same time; they synchronize only through barriers (`tile.barrier_wait` /
     `tile.barrier_arrive`, full/empty pairs), never through `tile.wait`'s block-wide barrier. `warps` is the role's
     share of the block, `regs` the registers per thread it asks for (setmaxnreg on SM90: 24 to 256, a multiple
-    of 8).
+    of 8). `pingpong`: the role's warpgroups take turns issuing their asynchronous MMAs, one iteration's at a time
+    (FA3's inter-warpgroup overlap: one warpgroup's softmax runs while the other's GEMMs use the tensor cores); it
+    orders issue only, so the role's results do not change.
   }];
-  let arguments = (ins StrAttr:$name, I64Attr:$warps, I64Attr:$regs);
+  let arguments = (ins StrAttr:$name, I64Attr:$warps, I64Attr:$regs, UnitAttr:$pingpong);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "$name attr-dict-with-keyword custom<TileRegion>($body)";
   let hasVerifier = 1;

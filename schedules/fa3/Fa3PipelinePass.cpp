@@ -44,6 +44,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     producerRegs = regs.producer;
     consumerRegs = regs.consumer;
     overlap = order.overlap;
+    pingpong = order.pingpong;
   }
   StringRef getArgument() const override { return "tile-fa3-pipeline"; }
   StringRef getName() const override { return "Fa3Pipeline"; }
@@ -61,6 +62,10 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
   Option<bool> overlap{*this, "intra-wg-overlap",
                        llvm::cl::desc("run P·V of tile j + 1 under the softmax of tile j (FA3's intra-warpgroup overlap)"),
                        llvm::cl::init(true)};
+  Option<int> pingpong{*this, "pingpong",
+                       llvm::cl::desc("the consumer warpgroups take turns issuing their GEMMs (FA3's ping-pong): 1, 0, "
+                                      "or -1 where FA3 does (two or more consumer warpgroups, head dims up to 128)"),
+                       llvm::cl::init(-1)};
 
   /// A K/V loop segment and its K and V loads.
   struct Body {
@@ -159,6 +164,15 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     };
     RoleOp producer = makeRole("producer", 4, producerRegs);
     RoleOp consumer = makeRole("consumer", schedule.getWarps() - 4, consumerRegs);
+    bool turns = pingpong == 1 || (pingpong < 0 && schedule.getWarps() - 4 >= 8 &&
+                                   std::max(func.getHeadDim(), func.getHeadDimV()) <= 128);
+    if (turns) {
+      if (schedule.getWarps() - 4 < 8) {
+        func.emitOpError() << "fa3: pingpong needs at least two consumer warpgroups";
+        return signalPassFailure();
+      }
+      consumer.setPingpong(true);
+    }
 
     // Producer: Q, then every tile of the walk in order.
     OpBuilder pb(producer.getBody().front().getTerminator());

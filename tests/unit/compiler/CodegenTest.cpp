@@ -9,6 +9,7 @@
 #include "flashtile/runtime/Nvrtc.h"
 #include "flashtile/runtime/Version.h"
 #include "passes/Transforms/Passes.h"
+#include "passes/Transforms/ScheduleRegistry.h"
 #include "schedules/fa2/Fa2Pipeline.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -52,6 +53,24 @@ public:
           diagnostics += d.str() + "\n";
           return mlir::success();
         }) {}
+
+  /// The schedule's whole pipeline from the registry (`schedule`, e.g. "fa3"), down to its target.
+  tile::FuncOp buildWith(const std::string &schedule, const Variant &variant, ElementType dtype, int headDim,
+                         const std::string &arch) {
+    auto built = buildAttentionProgram(context, variant, ProgramOptions{dtype, headDim, headDimV ? headDimV : headDim});
+    EXPECT_TRUE(mlir::succeeded(built)) << diagnostics;
+    if (mlir::failed(built))
+      return {};
+    module = std::move(*built);
+    mlir::PassManager pm(&context);
+    schedule::Request request;
+    request.schedule = schedule;
+    request.arch = arch;
+    schedule::lookupSchedule(schedule)->buildPipeline(pm, request);
+    if (mlir::failed(pm.run(*module)))
+      return {}; // the diagnostics say why
+    return *module->getOps<tile::FuncOp>().begin();
+  }
 
   tile::FuncOp build(const Variant &variant, ElementType dtype, int headDim, const std::string &arch,
                      Upto upto = Upto::Lowered) {
@@ -129,6 +148,57 @@ INSTANTIATE_TEST_SUITE_P(Fa2CombinedVariants, CodegenCompiles,
                                           testing::Values(ElementType::BF16), testing::Values(128),
                                           testing::Values("sm_90a")),
                          configName);
+
+// fa3 lowered to the sm90 family (wgmma, TMA, mbarriers, setmaxnreg): every built-in variant compiles to an sm_90a
+// cubin, and the kernel takes the TMA descriptors of Q, K and V. bench/device/fa3-bench.sh runs them on the H200.
+using Fa3Config = std::tuple<std::string, ElementType, int, int>; // variant, dtype, head dim, head dim v
+
+class Fa3Compiles : public testing::TestWithParam<Fa3Config> {};
+
+TEST_P(Fa3Compiles, ToAnSm90aCubin) {
+  auto [variantName, dtype, headDim, headDimV] = GetParam();
+  Compiler compiler;
+  compiler.headDimV = headDimV;
+  tile::FuncOp func = compiler.buildWith("fa3", *variants::byName(variantName), dtype, headDim, "sm_90a");
+  ASSERT_TRUE(func) << compiler.diagnostics;
+  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  EXPECT_TRUE(kernel->info.tensorMaps);
+  EXPECT_EQ(kernel->info.threads, 384);
+  EXPECT_TRUE(kernel->info.verify().ok()) << kernel->info.verify().message();
+  EXPECT_NE(kernel->source.find("const __grid_constant__ sm90::TensorMaps maps"), std::string::npos);
+  StatusOr<std::string> cubin = compileCuda(kernel->source, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << kernel->source;
+  EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
+}
+
+std::string fa3ConfigName(const testing::TestParamInfo<Fa3Config> &info) {
+  auto [variant, dtype, headDim, headDimV] = info.param;
+  return variant + (dtype == ElementType::BF16 ? "_bf16_d" : "_f16_d") + std::to_string(headDim) +
+         (headDimV != headDim ? "_dv" + std::to_string(headDimV) : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fa3Variants, Fa3Compiles,
+                         testing::Combine(testing::Values("none", "causal", "causal_top_left", "sliding_window",
+                                                          "sliding_window_causal", "softcap", "softcap_causal",
+                                                          "alibi", "alibi_per_batch", "alibi_causal", "sinks",
+                                                          "sinks_causal", "document_mask"),
+                                          testing::Values(ElementType::BF16), testing::Values(128),
+                                          testing::Values(128)),
+                         fa3ConfigName);
+INSTANTIATE_TEST_SUITE_P(Fa3HeadDims, Fa3Compiles,
+                         testing::Values(Fa3Config{"causal", ElementType::F16, 64, 64},
+                                         Fa3Config{"none", ElementType::BF16, 256, 256},
+                                         Fa3Config{"causal", ElementType::BF16, 192, 128}),
+                         fa3ConfigName);
+
+TEST(Codegen, Fa3NamesTheHeadDimsTheSm90FamilyCannotPrint) {
+  Compiler compiler;
+  // Head dim 96 is not whole 128-byte swizzle blocks: the sm90 family names the rule.
+  EXPECT_FALSE(compiler.buildWith("fa3", variants::causal(), ElementType::BF16, 96, "sm_90a"));
+  EXPECT_NE(compiler.diagnostics.find("sm90: head_dim (96) must be a multiple of 64"), std::string::npos)
+      << compiler.diagnostics;
+}
 
 // Every other supported head dim and the 192/128 pair (Runtime.h): all on sm_90a, a subset on sm_80 and sm_100a
 // (NVRTC takes 0.3-0.9 s a kernel). Causal, so that the masked boundary segments are printed too.
@@ -471,11 +541,23 @@ TEST(Codegen, RejectsUnknownInstructionFamily) {
   Compiler compiler;
   tile::FuncOp func = compiler.build(variants::causal(), ElementType::BF16, 64, "sm_90a");
   ASSERT_TRUE(func);
+  func.setTargetAttr(tile::TargetAttr::get(&compiler.context, "sm_90a", "sm100"));
+  EXPECT_TRUE(mlir::failed(codegen::emitCuda(func)));
+  EXPECT_NE(compiler.diagnostics.find(
+                "targets the 'sm100' instruction family, which is not registered; registered: sm80, sm90"),
+            std::string::npos)
+      << compiler.diagnostics;
+}
+
+TEST(Codegen, TheSm90FamilyRefusesFa2sBlocks) {
+  // fa2's program (no roles, cp.async waits) handed to the sm90 family: its shape check names the rule.
+  Compiler compiler;
+  tile::FuncOp func = compiler.build(variants::causal(), ElementType::BF16, 64, "sm_90a");
+  ASSERT_TRUE(func);
   func.setTargetAttr(tile::TargetAttr::get(&compiler.context, "sm_90a", "sm90"));
   EXPECT_TRUE(mlir::failed(codegen::emitCuda(func)));
-  EXPECT_NE(
-      compiler.diagnostics.find("targets the 'sm90' instruction family, which is not registered; registered: sm80"),
-      std::string::npos)
+  EXPECT_NE(compiler.diagnostics.find("a block is one producer warpgroup plus consumer warpgroups of 64 rows each"),
+            std::string::npos)
       << compiler.diagnostics;
 }
 
