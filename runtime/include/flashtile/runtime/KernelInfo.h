@@ -79,7 +79,12 @@ struct KernelInfo {
   // grid (ceil(rows x headsQ / headsKv / blockM) x numSplits, headsKv, batch).
   bool packQueryHeads = false;
 
+  // KV-cache kernels (split-KV kernels that read caches, KernelAbi.h's kvCache fields): the entry (same cubin) that
+  // appends a call's new keys and values to the cache before the attention kernel runs; empty otherwise.
+  std::string appendEntry;
+
   bool splitKv() const { return !combineEntry.empty(); }
+  bool readsKvCache() const { return !appendEntry.empty(); }
 
   /// `key=value` lines, one per field, paramNames and inputNames comma-joined, paramRules in
   /// serializeParamRules' form. Round-trips through parse() when verify() is ok.
