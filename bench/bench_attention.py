@@ -52,7 +52,7 @@ DTYPES = {"bf16": (torch.bfloat16, 1), "f16": (torch.float16, 0)}
 
 
 class Flashtile:
-    def __init__(self, lib, aot_dir):
+    def __init__(self, lib, aot_dir, schedule=None):
         self.lib = ctypes.CDLL(lib)
         self.lib.flashtile_create.restype = ctypes.c_void_p
         self.lib.flashtile_last_error.restype = ctypes.c_char_p
@@ -65,6 +65,8 @@ class Flashtile:
             [ll4, ll4, ll4, ll4, ctypes.c_float, ctypes.c_char_p, ctypes.c_void_p])
         self.rt = self.lib.flashtile_create()
         if not self.rt or self.lib.flashtile_load_aot(self.rt, aot_dir.encode()) != 0:
+            raise RuntimeError("flashtile: " + self.lib.flashtile_last_error().decode())
+        if schedule and self.lib.flashtile_set_schedule(ctypes.c_void_p(self.rt), schedule.encode()) != 0:
             raise RuntimeError("flashtile: " + self.lib.flashtile_last_error().decode())
         self.version = self.lib.flashtile_version().decode()
 
@@ -250,6 +252,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True, help="path to libflashtile.so")
     ap.add_argument("--aot-dir", required=True, help="kernels written by `flashtile aot`")
+    ap.add_argument("--schedule", default=None, help="run this schedule's kernels (fa2, fa3); default: the runtime's")
     ap.add_argument("--dtypes", default="bf16,f16")
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
@@ -263,7 +266,7 @@ def main():
                     help="`flashtile aot` output from the build machine: its MLIR times per kernel")
     args = ap.parse_args()
 
-    ft = Flashtile(args.lib, args.aot_dir)
+    ft = Flashtile(args.lib, args.aot_dir, args.schedule)
     gpu = torch.cuda.get_device_name()
     mm, copy = ceilings()
     print(f"flashtile {ft.version} on {gpu}, torch {torch.__version__}; ceilings: bf16 matmul {mm:.0f} TFLOP/s, "

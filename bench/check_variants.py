@@ -240,6 +240,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True)
     ap.add_argument("--aot-dir", required=True)
+    ap.add_argument("--schedule", default=None, help="run this schedule's kernels (fa2, fa3); default: the runtime's")
     ap.add_argument("--flex", action="store_true")
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--speed-seqlen", type=int, default=8192)
@@ -248,7 +249,7 @@ def main():
     ap.add_argument("--variants", default=None, help="comma-separated subset of the built-in variants")
     args = ap.parse_args()
     selected = [v for v in VARIANTS if args.variants is None or v.name in args.variants.split(",")]
-    ft = Flashtile(args.lib, args.aot_dir)
+    ft = Flashtile(args.lib, args.aot_dir, args.schedule)
     setup_argtypes(ft)
     gen = torch.Generator(device="cuda")
     gen.seed()

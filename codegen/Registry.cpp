@@ -4,6 +4,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/Registry.h"
 #include "codegen/sm80/TileOpsSm80.h"
+#include "codegen/sm90/TileOpsSm90.h"
 
 #include <mutex>
 
@@ -11,7 +12,10 @@ namespace flashtile::codegen {
 
 void registerBuiltinTargets() {
   static std::once_flag once;
-  std::call_once(once, [] { registerTarget(sm80::createFamily()); });
+  std::call_once(once, [] {
+    registerTarget(sm80::createFamily());
+    registerTarget(sm90::createFamily());
+  });
 }
 
 } // namespace flashtile::codegen

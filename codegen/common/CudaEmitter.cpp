@@ -97,7 +97,7 @@ FailureOr<const TargetFamily *> checkReady(FuncOp func) {
   if (!schedule)
     return func.emitOpError() << "is not scheduled; run the schedule's passes (tile-apply-schedule, "
                                  "tile-split-boundary, its pipeline pass, tile-lower-to-target) before emitting CUDA";
-  if (func.getBody().getOps<CopyAsyncOp>().empty())
+  if (!func.getBody().walk([](CopyAsyncOp) { return WalkResult::interrupt(); }).wasInterrupted())
     return func.emitOpError() << "is not pipelined (no tile.copy_async); run the schedule's pipeline pass before "
                                  "emitting CUDA (its pipeline: Schedule::buildPipeline)";
   // Names are printed into the kernel's source and its manifest; IR built without the verifier must not slip one
@@ -130,7 +130,7 @@ FailureOr<const TargetFamily *> checkReady(FuncOp func) {
 
 /// Register tiles are updated in place: a state, score or probability value may be used once (the op that
 /// consumes it takes over its registers), and a K/V loop computes one score tile per iteration.
-LogicalResult checkInPlace(FuncOp func) {
+LogicalResult checkInPlace(FuncOp func, bool asyncProtocol) {
   auto usedOnce = [](Value v, StringRef what) -> LogicalResult {
     if (v.hasOneUse())
       return success();
@@ -140,9 +140,14 @@ LogicalResult checkInPlace(FuncOp func) {
                                    "be used exactly once";
   };
   WalkResult result = func.walk([&](Operation *op) -> WalkResult {
-    if ((isa<QkOp>(op) && cast<QkOp>(op).getToken()) || (isa<PvOp>(op) && cast<PvOp>(op).getToken())) {
-      op->emitOpError() << "is an asynchronous MMA (it returns a token); the CUDA printer's targets issue "
-                           "synchronous MMAs (mma.sync)";
+    if (!asyncProtocol && ((isa<QkOp>(op) && cast<QkOp>(op).getToken()) || (isa<PvOp>(op) && cast<PvOp>(op).getToken()))) {
+      op->emitOpError() << "is an asynchronous MMA (it returns a token); the target's family issues synchronous MMAs "
+                           "(mma.sync): lower the schedule to a family that runs the asynchronous protocol";
+      return WalkResult::interrupt();
+    }
+    if (!asyncProtocol && isa<RoleOp, BarrierOp, MmaWaitOp, KvWalkOp>(op)) {
+      op->emitOpError() << "belongs to the asynchronous protocol (roles, barriers, asynchronous MMAs), which the "
+                           "target's family does not run; it runs cp.async-style copies and tile.wait";
       return WalkResult::interrupt();
     }
     for (Value v : op->getResults()) {
@@ -337,8 +342,8 @@ SmallVector<CopyAsyncOp> copiesBehind(Value token) {
 
 class KernelPrinter {
 public:
-  KernelPrinter(FuncOp func, TileTarget &target, ScalarHelpers &helpers)
-      : func(func), target(target), helpers(helpers), scalars(w, names, helpers, func) {}
+  KernelPrinter(FuncOp func, TileTarget &target, ScalarHelpers &helpers, bool asyncProtocol)
+      : func(func), target(target), helpers(helpers), scalars(w, names, helpers, func), asyncProtocol(asyncProtocol) {}
 
   /// The variant's score_mod, mask and sink regions as __device__ functions (identical regions share one).
   LogicalResult printVariantFunctions(CudaWriter &out);
@@ -362,6 +367,11 @@ private:
   LogicalResult printOp(Operation *op);
   LogicalResult printKvRange(KvRangeOp range);
   LogicalResult printKvLoop(KvLoopOp loop);
+  LogicalResult printKvWalk(KvWalkOp walk);
+  /// Collects the program's roles and barriers (IR order) and names the barriers.
+  void collectRoles();
+  /// The C expression of the index of the tile.slot that `load` reads (fa2: its tile index).
+  FailureOr<std::string> slotOf(LoadOp load, Operation *user);
   /// The C expression of `v`, safe as an operand of any operator.
   FailureOr<std::string> operand(Value v, Operation *user);
   /// The index expression of the K tile a score tile was computed from.
@@ -385,6 +395,12 @@ private:
   llvm::StringMap<std::string> functionByText;         ///< printed body -> function name
   bool rowsDeclared = false;
   bool boundsCommented = false;
+  /// The target's family runs roles, barriers, ring slots and asynchronous MMAs (TargetFamily::asyncProtocol).
+  bool asyncProtocol = false;
+  std::vector<RoleInfo> roles;
+  std::vector<BarrierInfo> barriers;
+  llvm::DenseMap<Operation *, int> roleIndex;
+  llvm::DenseMap<Value, int> barrierIndex;
 };
 
 //===----------------------------------------------------------------------===//
@@ -558,7 +574,7 @@ FailureOr<std::string> KernelPrinter::kTileOf(Value scores, Operation *user) {
 LogicalResult KernelPrinter::checkSlot(Operation *op, Value slot, Value index) {
   auto select = slot.getDefiningOp<SlotOp>();
   auto buffer = select ? select.getBuffer().getDefiningOp<BufferOp>() : BufferOp();
-  if (!buffer || select.getIndex() != index)
+  if (!buffer || (!asyncProtocol && select.getIndex() != index))
     return op->emitOpError() << "moves its tile through a slot that is not tile.slot of its own tile index in a "
                                 "tile.buffer; the CUDA printer puts tile j in slot j mod slots";
   int64_t slots = buffer.getBuffer().getType().getSlots();
@@ -573,11 +589,13 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
   assignNames();
   ScheduleAttr schedule = func.getScheduleAttr();
   // __launch_bounds__(threads[, min blocks per SM]): the second caps registers so that many blocks fit on an SM.
+  collectRoles();
   std::string bounds = std::to_string(shape.warps * kWarpSize);
-  if (shape.minBlocksPerSm > 0)
-    bounds += ", " + std::to_string(shape.minBlocksPerSm);
+  // Roles change their register budgets (setmaxnreg), which needs the count at launch fixed: one block an SM.
+  if (shape.minBlocksPerSm > 0 || !roles.empty())
+    bounds += ", " + std::to_string(roles.empty() ? shape.minBlocksPerSm : 1);
   w.open("extern \"C\" __global__ void __launch_bounds__(" + bounds + ") " + entry.str() +
-         "(const FlashtileFwdParams params)");
+         "(const FlashtileFwdParams params" + target.extraKernelParams() + ")");
   w.comment("---- schedule " + commentSafe(schedule.getName()) + " (#tile.schedule): tile sizes and warps ----");
   w.line("constexpr int kBlockM = " + std::to_string(shape.blockM) + ";  // query rows of this thread block (split-Q)");
   w.line("constexpr int kBlockN = " + std::to_string(shape.blockN) + ";  // keys of a K/V tile");
@@ -597,10 +615,44 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
   });
   target.setup(w, copied);
   w.separate();
+  if (!roles.empty() || !barriers.empty()) {
+    target.setupRoles(w, roles, barriers);
+    w.separate();
+  }
   if (failed(printBlock(func.getBodyBlock())))
     return failure();
   w.close();
   return success();
+}
+
+void KernelPrinter::collectRoles() {
+  for (Operation &op : func.getBodyBlock()) {
+    if (auto role = dyn_cast<RoleOp>(op)) {
+      bool computes = !role.getBody().getOps<InitStateOp>().empty();
+      roleIndex[role] = static_cast<int>(roles.size());
+      roles.push_back({role.getName().str(), static_cast<int>(role.getWarps()), static_cast<int>(role.getRegs()),
+                       computes});
+    } else if (auto barrier = dyn_cast<BarrierOp>(op)) {
+      auto buffer = barrier.getBuffer().getDefiningOp<BufferOp>();
+      FailureOr<Operand> which = buffer ? operandOf(buffer, buffer.getOperand()) : FailureOr<Operand>(Operand::K);
+      BarrierInfo info;
+      info.operand = succeeded(which) ? *which : Operand::K;
+      info.slots = static_cast<int>(barrier.getBarrier().getType().getSlots());
+      info.bytes = barrier.getBytes().value_or(0);
+      info.arrivals = barrier.getArrivals().value_or(0);
+      static const char *kOperandNames[] = {"Q", "K", "V"};
+      info.name = std::string(info.bytes > 0 ? "full" : "empty") + kOperandNames[static_cast<int>(info.operand)];
+      barrierIndex[barrier.getBarrier()] = static_cast<int>(barriers.size());
+      barriers.push_back(info);
+    }
+  }
+}
+
+FailureOr<std::string> KernelPrinter::slotOf(LoadOp load, Operation *user) {
+  auto select = load.getSlot() ? load.getSlot().getDefiningOp<SlotOp>() : SlotOp();
+  if (!select || !select.getIndex())
+    return user->emitOpError() << "reads a tile whose tile.load is not from a tile.slot of a K/V ring position";
+  return operand(select.getIndex(), user);
 }
 
 void KernelPrinter::printSequence() {
@@ -809,6 +861,25 @@ LogicalResult KernelPrinter::printKvLoop(KvLoopOp loop) {
   return printed;
 }
 
+LogicalResult KernelPrinter::printKvWalk(KvWalkOp walk) {
+  FailureOr<std::string> lo = operand(walk.getLower(), walk), hi = operand(walk.getUpper(), walk);
+  if (failed(lo) || failed(hi))
+    return failure();
+  bool descending = walk.getOrder() == "descending";
+  w.comment("---- K/V tiles [" + *lo + ", " + *hi + "), walked " + walk.getOrder().str() +
+            ": every tile the loop segments visit, in their order ----");
+  names.push();
+  std::string j = names.unique("j");
+  w.open(descending ? "for (int " + j + " = " + *hi + " - 1; " + j + " >= " + *lo + "; --" + j + ")"
+                    : "for (int " + j + " = " + *lo + "; " + j + " < " + *hi + "; ++" + j + ")");
+  scalars.bind(walk.getBody().front().getArgument(0), j);
+  LogicalResult printed = printBlock(walk.getBody().front());
+  w.close();
+  names.pop();
+  w.separate();
+  return printed;
+}
+
 /// Whether `v` (a top-level scalar) is, or feeds through scalar ops, the bound of a K/V loop segment.
 bool feedsLoopBound(Value v) {
   SmallVector<Value> work = {v};
@@ -838,11 +909,11 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
     return scalars.emit(op);
   }
   // Buffers and slots print nothing: a target places its buffers in setup and addresses tile j's slot itself.
-  if (isa<BufferOp, SlotOp>(op))
+  if (isa<BufferOp, SlotOp, BarrierOp>(op))
     return success();
   // A stage reads apart from scalar code that does not feed it (its own index and predicate stay with it).
   Operation *prev = op->getPrevNode();
-  while (prev && isa<BufferOp, SlotOp>(prev))
+  while (prev && isa<BufferOp, SlotOp, BarrierOp>(prev))
     prev = prev->getPrevNode();
   if (prev && ScalarEmitter::isScalarOp(prev) && !llvm::is_contained(op->getOperands(), prev->getResult(0)))
     w.separate();
@@ -855,6 +926,40 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
       llvm::TypeSwitch<Operation *, LogicalResult>(op)
           .Case([&](KvRangeOp range) { return printKvRange(range); })
           .Case([&](KvLoopOp loop) { return printKvLoop(loop); })
+          .Case([&](KvWalkOp walk) { return printKvWalk(walk); })
+          .Case([&](RoleOp role) -> LogicalResult {
+            int i = roleIndex.lookup(role);
+            target.openRole(w, i);
+            names.push();
+            LogicalResult printed = printBlock(role.getBody().front());
+            names.pop();
+            target.closeRole(w, i);
+            return printed;
+          })
+          .Case([&](BarrierWaitOp wait) -> LogicalResult {
+            FailureOr<std::string> position = index(wait.getPosition());
+            if (failed(position))
+              return failure();
+            target.barrierWait(w, barrierIndex.lookup(wait.getBarrier()), *position);
+            return success();
+          })
+          .Case([&](BarrierArriveOp arrive) -> LogicalResult {
+            FailureOr<std::string> position = index(arrive.getPosition());
+            if (failed(position))
+              return failure();
+            target.barrierArrive(w, barrierIndex.lookup(arrive.getBarrier()), *position);
+            return success();
+          })
+          .Case([&](MmaWaitOp wait) -> LogicalResult {
+            for (Value token : wait.getTokens()) {
+              Operation *mma = token.getDefiningOp();
+              if (!isa_and_nonnull<QkOp, PvOp>(mma))
+                return wait.emitOpError() << "waits on a token that no tile.qk or tile.pv in this scope produced; the "
+                                             "CUDA printer retires each MMA where it is issued";
+              target.mmaWait(w, isa<QkOp>(mma) ? MmaResult::Scores : MmaResult::Acc);
+            }
+            return success();
+          })
           .Case([&](YieldOp yield) {
             // A K/V loop's state: the registers carry it over; carried scores move into "score".
             bool carriesTile = llvm::any_of(yield.getValues().drop_front(),
@@ -873,6 +978,21 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             FailureOr<CExpr> pred = copy.getPred() ? scalars.expr(copy.getPred(), op) : CExpr{};
             if (failed(which) || failed(tile) || failed(pred) || failed(checkSlot(op, copy.getSlot(), copy.getIndex())))
               return failure();
+            if (copy.getFull()) {
+              auto select = copy.getSlot().getDefiningOp<SlotOp>();
+              if (!asyncProtocol || copy.getPred() ||
+                  (select.getIndex() ? select.getIndex() != copy.getPosition() : !matchPattern(copy.getPosition(), m_Zero())))
+                return copy.emitOpError() << "arrives on a barrier from a slot other than its ring position's, or "
+                                             "under a predicate, or on a family without barriers; the CUDA printer "
+                                             "copies into tile.slot %buf[%i] arriving on %full[%i]";
+              FailureOr<std::string> position = index(copy.getPosition());
+              if (failed(position))
+                return failure();
+              target.copyToSlot(w, *which, *tile, *position, barrierIndex.lookup(copy.getFull()));
+              return success();
+            }
+            if (asyncProtocol && op->getParentOfType<RoleOp>())
+              return copy.emitOpError() << "copies inside a role without arriving on a barrier";
             target.copyAsync(w, *which, *tile, pred->text);
             return success();
           })
@@ -922,7 +1042,10 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             auto q = qk.getQ().getDefiningOp<LoadOp>();
             if (!q || q.getOperand() != "q")
               return qk.emitOpError() << "takes a Q operand that is not tile.load \"q\"";
-            FailureOr<std::string> kTile = kTileOf(qk.getS(), op);
+            auto kLoad = qk.getK().getDefiningOp<LoadOp>();
+            if (!kLoad || kLoad.getOperand() != "k")
+              return qk.emitOpError() << "takes a K operand that is not tile.load \"k\"";
+            FailureOr<std::string> kTile = slotOf(kLoad, op);
             if (failed(kTile))
               return failure();
             // Scores yielded to the next iteration are "scoreNext"; the ones the softmax reads (here or,
@@ -966,10 +1089,10 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             auto v = pv.getV().getDefiningOp<LoadOp>();
             if (!v || v.getOperand() != "v" || !v.getIndex() || !pv.getP().getDefiningOp<SoftmaxUpdateOp>())
               return pv.emitOpError() << "needs P from tile.softmax_update and V from tile.load \"v\"[index]";
-            FailureOr<std::string> vTile = operand(v.getIndex(), op);
-            if (failed(vTile))
+            FailureOr<std::string> vSlot = slotOf(v, op);
+            if (failed(vSlot))
               return failure();
-            target.pv(w, *vTile);
+            target.pv(w, *vSlot);
             return success();
           })
           .Case([&](FinalizeOp) {
@@ -1010,7 +1133,7 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
 
 FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   FailureOr<const TargetFamily *> family = checkReady(func);
-  if (failed(family) || failed(checkInPlace(func)))
+  if (failed(family) || failed(checkInPlace(func, (*family)->asyncProtocol())))
     return failure();
   ScheduleAttr schedule = func.getScheduleAttr();
   TargetAttr targetAttr = func.getTargetAttr();
@@ -1062,11 +1185,12 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
 
   std::unique_ptr<TileTarget> target = (*family)->createPrinter(shape);
   ScalarHelpers helpers;
-  KernelPrinter printer(func, *target, helpers);
+  KernelPrinter printer(func, *target, helpers, (*family)->asyncProtocol());
   CudaWriter functions;
   if (failed(printer.printVariantFunctions(functions)) || failed(printer.printKernel(info.entry, shape)))
     return failure();
   info.packQueryHeads = shape.packQueryHeads;
+  info.tensorMaps = !target->extraKernelParams().empty();
   if (printer.splitKv()) {
     info.combineEntry = info.entry + "_combine";
     info.combineRows = kCombineRowsPerBlock;

@@ -45,6 +45,10 @@ public:
   virtual std::optional<std::string> checkShape(const KernelShape &shape) const = 0;
   /// Dynamic shared memory of `shape`'s buffers in this family's layout (row padding, swizzle), in 64 bits.
   virtual int64_t smemBytes(const KernelShape &shape) const = 0;
+  /// Whether its printer runs the asynchronous protocol: roles, barriers, copies into ring slots that arrive on
+  /// barriers, and asynchronous MMAs (TileTarget's openRole ... mmaWait). Families that do not get programs with
+  /// cp.async-style waits only.
+  virtual bool asyncProtocol() const { return false; }
   /// The printer of `shape`'s tile ops; checkShape(shape) must have passed.
   virtual std::unique_ptr<TileTarget> createPrinter(const KernelShape &shape) const = 0;
 };

@@ -40,6 +40,30 @@ struct KernelShape {
 /// The tiles `tile.buffer`, `tile.copy_async` and `tile.load` name.
 enum class Operand { Q, K, V };
 
+/// A `tile.barrier`: one phase ring per slot of `operand`'s buffer. A barrier with `bytes` > 0 completes a phase
+/// when that many bytes of a copy landed in the slot (a full barrier: it starts pending); one with `arrivals` > 0
+/// when that many roles arrived (an empty barrier: it starts released, so the first round of waits passes).
+struct BarrierInfo {
+  std::string name; ///< C name the target declares ("fullK", "emptyV", ...)
+  Operand operand = Operand::K;
+  int slots = 1;
+  int64_t bytes = 0;
+  int64_t arrivals = 0;
+};
+
+/// A `tile.role`: `warps` warps of the block running its region with `regs` registers a thread; `computes`: the
+/// region holds the tile math (a consumer), else it only moves tiles (a producer).
+struct RoleInfo {
+  std::string name;
+  int warps = 0;
+  int regs = 0;
+  bool computes = false;
+};
+
+/// The result of an asynchronous MMA that `tile.mma_wait` retires: the score tile of tile.qk or the accumulator of
+/// tile.pv.
+enum class MmaResult { Scores, Acc };
+
 /// How the K/V loops pass a score's key coordinate to a variant function (scoreMod, mask).
 enum class KeyArg { Kv, Clamped, Split };
 
@@ -75,10 +99,11 @@ public:
 
   /// `tile.init_state`. All state values (loop arguments and results included) share this one register state.
   virtual void initState(CudaWriter &w) = 0;
-  /// `tile.qk` of Q and K tile `kTile` into the score tile `scores` ("score" or "scoreNext"), which it declares in
-  /// the current scope. The score tile is updated in place until the softmax; score_mod, mask and softmax always
+  /// `tile.qk` of Q and the K tile in slot `kSlot` into the score tile `scores` ("score" or "scoreNext"), which it
+  /// declares in the current scope. `kSlot` is the index of the K tile's tile.slot: the tile index j in a pipeline
+  /// that keeps tile j in slot j mod stages (fa2), the ring position in one whose roles walk a ring (fa3). The score tile is updated in place until the softmax; score_mod, mask and softmax always
   /// work on "score".
-  virtual void qk(CudaWriter &w, const std::string &kTile, const std::string &scores) = 0;
+  virtual void qk(CudaWriter &w, const std::string &kSlot, const std::string &scores) = 0;
   /// End of a K/V iteration whose loop carries scores: the next tile's `from` become "score".
   virtual void carryScores(CudaWriter &w, const std::string &from) = 0;
   /// `tile.scale`: scores times softmax_scale.
@@ -97,8 +122,8 @@ public:
   /// `tile.rescale`: acc *= alpha; `onlyWhenMoved`: its alpha comes from a softmax_update with a rescale
   /// threshold, and the multiply is skipped where that step kept every max.
   virtual void rescale(CudaWriter &w, bool onlyWhenMoved) = 0;
-  /// `tile.pv`: acc += P·V of V tile `vTile` in shared memory.
-  virtual void pv(CudaWriter &w, const std::string &vTile) = 0;
+  /// `tile.pv`: acc += P·V of the V tile in slot `vSlot` (as qk's kSlot).
+  virtual void pv(CudaWriter &w, const std::string &vSlot) = 0;
   /// `tile.finalize`: O = acc / l and the LSE rows; `sinkFn` is the variant's sink `fn(b, h, p)`, a logit that
   /// joins every row's softmax denominator (empty: no sink).
   virtual void finalize(CudaWriter &w, const std::string &sinkFn) = 0;
@@ -114,6 +139,28 @@ public:
   /// from its p.numSplits partials, the sink `sinkFn` (empty: none) joined once, and written to O and LSE. One
   /// warp a row.
   virtual void combineRow(CudaWriter &w, const std::string &sinkFn) = 0;
+
+  // ---- The asynchronous protocol (roles, barriers, copies into ring slots, asynchronous MMAs). Only targets whose
+  // family says asyncProtocol() get these calls; the generic printer refuses such IR for the others, so the
+  // defaults are never reached.
+
+  /// Extra kernel parameters after `params` (e.g. TMA descriptors), as C text starting with ", "; empty: none.
+  virtual std::string extraKernelParams() const { return {}; }
+  /// After setup, for a program with roles: declares and initializes `barriers` and lays out `roles` (in IR order)
+  /// over the block's warps.
+  virtual void setupRoles(CudaWriter &, const std::vector<RoleInfo> &, const std::vector<BarrierInfo> &) {}
+  /// Opens and closes role `role` (an index into setupRoles' list): the threads of other roles skip its region.
+  virtual void openRole(CudaWriter &, int) {}
+  virtual void closeRole(CudaWriter &, int) {}
+  /// `tile.barrier_wait` / `tile.barrier_arrive` on ring position `position` (slot position mod slots, round
+  /// position div slots) of barrier `barrier` (an index into setupRoles' list).
+  virtual void barrierWait(CudaWriter &, int, const std::string &) {}
+  virtual void barrierArrive(CudaWriter &, int, const std::string &) {}
+  /// `tile.copy_async ... arrive %full[position]`: copies `operand`'s tile `tile` (empty for Q) into the slot of
+  /// ring position `position`; its bytes complete the phase of barrier `barrier`.
+  virtual void copyToSlot(CudaWriter &, Operand, const std::string &, const std::string &, int) {}
+  /// `tile.mma_wait` of the asynchronous MMA whose result is `result`.
+  virtual void mmaWait(CudaWriter &, MmaResult) {}
 };
 
 } // namespace flashtile::codegen

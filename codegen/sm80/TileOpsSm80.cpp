@@ -859,6 +859,8 @@ public:
 
 std::unique_ptr<TargetFamily> createFamily() { return std::make_unique<FamilySm80>(); }
 
+std::unique_ptr<TileTarget> createPrinter(const KernelShape &shape) { return std::make_unique<TileTargetSm80>(shape); }
+
 int64_t rowBytes(int64_t width) {
   int64_t chunks = (width + kChunkElements - 1) / kChunkElements;
   return (chunks % 8 == 0 ? chunks : (chunks | 1)) * 16;

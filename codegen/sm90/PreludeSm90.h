@@ -35,6 +35,11 @@ namespace sm90 {
 struct alignas(64) TensorMap {
   unsigned long long opaque[16];
 };
+// The TMA descriptors of an attention kernel's Q, K and V tiles, its second parameter (`const __grid_constant__
+// sm90::TensorMaps maps`), built per call by the runtime (runtime/TensorMap.h, attentionTensorMaps).
+struct TensorMaps {
+  TensorMap q, k, v;
+};
 // An mbarrier: one 64-bit word in shared memory (8-byte aligned).
 using Mbarrier = unsigned long long;
 

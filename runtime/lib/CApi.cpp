@@ -102,6 +102,18 @@ int flashtile_load_aot(flashtile_runtime *rt, const char *dir) {
   });
 }
 
+int flashtile_set_schedule(flashtile_runtime *rt, const char *schedule) {
+  return guarded([&] {
+    if (!rt || !schedule)
+      return report(flashtile::Status::error("flashtile_set_schedule: rt and schedule must not be NULL"));
+    if (!flashtile::isValidId(schedule))
+      return report(flashtile::Status::error(std::string("flashtile_set_schedule: '") + schedule +
+                                             "' is not a schedule id such as \"fa2\" or \"fa3\""));
+    rt->runtime.setSchedule(schedule);
+    return 0;
+  });
+}
+
 int flashtile_forward(flashtile_runtime *rt, const void *q, const void *k, const void *v, void *o, float *lse,
                       int dtype, int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim,
                       int head_dim_v, const long long *q_stride, const long long *k_stride, const long long *v_stride,

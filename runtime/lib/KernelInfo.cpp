@@ -20,6 +20,8 @@ constexpr size_t kNumFields = std::size(kFieldNames);
 /// Fields only split-KV kernels have (serialized after the others when combineEntry is set).
 constexpr std::string_view kSplitKvFieldNames[] = {"combineEntry", "combineRows", "combineThreads",
                                                    "packQueryHeads", "appendEntry"};
+/// Fields only TMA kernels have.
+constexpr std::string_view kTmaFieldNames[] = {"tensorMaps"};
 
 constexpr int kWarpSize = 32;
 constexpr int kMaxThreadsPerBlock = 1024;
@@ -181,6 +183,8 @@ std::string KernelInfo::serialize() const {
     text += "packQueryHeads=1\n";
   if (!appendEntry.empty())
     text += "appendEntry=" + appendEntry + "\n";
+  if (tensorMaps)
+    text += "tensorMaps=1\n";
   return text;
 }
 
@@ -217,6 +221,10 @@ Status KernelInfo::verify() const {
   for (const ParamRule &rule : paramRules)
     if (Status s = verifyParamRule(rule, paramNames); !s.ok())
       return fieldError("paramRules", s.message());
+  if (tensorMaps && (arch != "sm_90a" || !combineEntry.empty()))
+    return fieldError("tensorMaps", "is set on a kernel for " + arch +
+                                        (combineEntry.empty() ? "" : " with a combine kernel") +
+                                        "; TMA kernels are sm_90a kernels without split-KV");
   if (packQueryHeads && combineEntry.empty())
     return fieldError("packQueryHeads", "is set on a kernel without combineEntry; only split-KV kernels pack");
   if (combineEntry.empty()) {
@@ -255,10 +263,10 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
       return Status::error("line " + std::to_string(lineNumber) + ": expected 'field=value', got '" +
                            std::string(line) + "'");
     std::string_view name = trim(line.substr(0, equals));
-    if (!contains(kFieldNames, name) && !contains(kSplitKvFieldNames, name))
+    if (!contains(kFieldNames, name) && !contains(kSplitKvFieldNames, name) && !contains(kTmaFieldNames, name))
       return Status::error("line " + std::to_string(lineNumber) + ": unknown field '" + std::string(name) +
                            "' (accepted: " + joined(kFieldNames) + "; split-KV kernels: " +
-                           joined(kSplitKvFieldNames) + ")");
+                           joined(kSplitKvFieldNames) + "; TMA kernels: " + joined(kTmaFieldNames) + ")");
     if (!fields.emplace(name, trim(line.substr(equals + 1))).second)
       return fieldError(name, "appears twice (line " + std::to_string(lineNumber) + ")");
   }
@@ -284,6 +292,11 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
     if (it->second != "0" && it->second != "1")
       return fieldError("packQueryHeads", quoted(it->second) + " is not 0 or 1");
     info.packQueryHeads = it->second == "1";
+  }
+  if (auto it = fields.find("tensorMaps"); it != fields.end()) {
+    if (it->second != "0" && it->second != "1")
+      return fieldError("tensorMaps", quoted(it->second) + " is not 0 or 1");
+    info.tensorMaps = it->second == "1";
   }
   for (auto [field, target] : {std::pair{"combineRows", &info.combineRows}, {"combineThreads", &info.combineThreads}})
     if (auto it = fields.find(field); it != fields.end()) {

@@ -1,6 +1,7 @@
 // Runtime.cpp — kernel selection (ahead-of-time directories, then the JIT cache), module loading and launch.
 #include "flashtile/runtime/Runtime.h"
 #include "KvCacheInternal.h"
+#include "flashtile/runtime/TensorMap.h"
 #include "RegularFile.h"
 #include "SplitKvInternal.h"
 #include "flashtile/runtime/CudaDriver.h"
@@ -176,7 +177,15 @@ Status launchKernel(const CudaDriver &driver, CUfunction function, const KernelI
   FlashtileFwdParams params = paramsFor(args);
 
   unsigned gridX = static_cast<unsigned>((static_cast<long long>(gridRows) + info.blockM - 1) / info.blockM);
-  void *kernelParams[] = {&params};
+  // TMA kernels take the descriptors of Q, K and V as a second parameter, encoded for this call's tensors.
+  AttentionTensorMaps maps{};
+  if (info.tensorMaps) {
+    StatusOr<AttentionTensorMaps> encoded = attentionTensorMaps(args, info.blockM, info.blockN);
+    if (!encoded.ok())
+      return Status::error("TMA descriptors of " + info.entry + ": " + encoded.status().message());
+    maps = *encoded;
+  }
+  void *kernelParams[] = {&params, &maps};
   CUresult launched = driver.cuLaunchKernel(function, gridX, args.headsQ, args.batch, info.threads, 1, 1,
                                             info.smemBytes, stream, kernelParams, nullptr);
   if (launched == CUDA_SUCCESS)

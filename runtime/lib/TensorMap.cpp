@@ -214,3 +214,39 @@ Status flashtile::replaceTensorMapAddress(CUtensorMap &map, const void *address)
   return (*driver)->check((*driver)->cuTensorMapReplaceAddress(&map, const_cast<void *>(address)),
                           "cuTensorMapReplaceAddress");
 }
+
+StatusOr<AttentionTensorMaps> flashtile::attentionTensorMaps(const AttentionArgs &args, int blockM, int blockN) {
+  const bool varlen = args.isVarlen();
+  auto tile = [&](const char *name, const void *data, int seqlen, int heads, int headDim,
+                  const std::array<long long, 4> &strides, int rows) {
+    AttentionTileSpec spec;
+    spec.name = name;
+    spec.dtype = args.dtype;
+    spec.data = data;
+    spec.batch = varlen ? 1 : args.batch;
+    spec.seqlen = seqlen;
+    spec.heads = heads;
+    spec.headDim = headDim;
+    spec.strides = strides;
+    if (varlen)
+      spec.strides[0] = 0;
+    spec.boxRows = rows;
+    return encodeAttentionTileMap(spec);
+  };
+  AttentionTensorMaps maps{};
+  StatusOr<CUtensorMap> q = tile("q", args.q, args.seqlenQ, args.headsQ, args.headDim, args.qStride, blockM);
+  if (!q.ok())
+    return q.status();
+  maps.q = *q;
+  if (args.seqlenK == 0)
+    return maps;
+  StatusOr<CUtensorMap> k = tile("k", args.k, args.seqlenK, args.headsKv, args.headDim, args.kStride, blockN);
+  if (!k.ok())
+    return k.status();
+  StatusOr<CUtensorMap> v = tile("v", args.v, args.seqlenK, args.headsKv, args.headDimV, args.vStride, blockN);
+  if (!v.ok())
+    return v.status();
+  maps.k = *k;
+  maps.v = *v;
+  return maps;
+}

@@ -2,9 +2,8 @@
 //
 // FlashAttention-3 (Shah et al., 2024) registered with the schedule registry: warp specialization (a producer
 // warpgroup moves K/V tiles through a ring of shared-memory slots, consumer warpgroups compute), full/empty barrier
-// pairs per slot, register budgets per role. Its pass pipeline ends in the FA3-scheduled IR; the SM90 instruction
-// family (wgmma, TMA, mbarriers) that will lower it is not written yet, so tile-lower-to-target reports that fa3
-// has no lowering, and the interpreter is where fa3 runs today.
+// pairs per slot, register budgets per role. tile-lower-to-target hands it to the sm90 family (wgmma, TMA,
+// mbarriers, setmaxnreg) on sm_90a; other architectures have no fa3 lowering.
 //===----------------------------------------------------------------------===//
 #include "schedules/fa3/Fa3Pipeline.h"
 #include "schedules/fa3/Fa3Register.h"
@@ -32,8 +31,8 @@ class Fa3Schedule final : public schedule::Schedule {
 public:
   std::string_view name() const override { return kName; }
   std::string_view summary() const override {
-    return "FlashAttention-3: a producer warpgroup fills a ring of K/V slots guarded by full/empty barriers, "
-           "consumer warpgroups compute (SM90 wgmma/TMA target not written yet: the interpreter runs it)";
+    return "FlashAttention-3: a producer warpgroup fills a ring of K/V slots with TMA, guarded by full/empty "
+           "barriers; consumer warpgroups compute with wgmma (sm_90a only)";
   }
   const std::vector<schedule::OptionSpec> &options() const override {
     static const std::vector<schedule::OptionSpec> specs = {
@@ -80,8 +79,9 @@ public:
 
   bool walkDescending() const override { return true; }
 
-  std::string targetFamilyFor(std::string_view) const override {
-    return ""; // the sm90 family (wgmma, TMA, mbarriers) is not written yet
+  std::string targetFamilyFor(std::string_view arch) const override {
+    // wgmma and setmaxnreg are sm_90a's alone (sm_100a has tcgen05 instead: the fa4 schedule's); sm_80 has neither.
+    return arch == "sm_90a" ? "sm90" : "";
   }
 
   void buildPipeline(OpPassManager &pm, const schedule::Request &request) const override {

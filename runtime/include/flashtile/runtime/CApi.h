@@ -16,6 +16,10 @@ flashtile_runtime *flashtile_create(void);
 void flashtile_destroy(flashtile_runtime *rt);
 /* Adds the kernels `flashtile aot` wrote to `dir`. */
 int flashtile_load_aot(flashtile_runtime *rt, const char *dir);
+/* The schedule whose kernels calls run: "fa2" (the default), "fa3" (sm_90a: TMA, wgmma, warp specialization);
+ * decode-sized calls keep the decode schedule where a kernel of it is loaded. A name that is not an id is an error;
+ * a schedule none of the loaded kernels has makes a call fail naming the kernel it looked for. */
+int flashtile_set_schedule(flashtile_runtime *rt, const char *schedule);
 /* Attention forward (flash_attn_func layout): q B x Sq x Hq x D, k B x Sk x Hkv x D, v B x Sk x Hkv x Dv, o
  * B x Sq x Hq x Dv (head_dim_v: Dv, 0 = head_dim). Strides are in elements, {batch, seq, head, dim}; lse is fp32
  * B x Hq x Sq. softmax_scale 0 selects 1/sqrt(head_dim). `stream` is a CUstream (NULL: the default stream). */

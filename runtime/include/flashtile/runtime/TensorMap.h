@@ -80,6 +80,17 @@ StatusOr<CUtensorMap> encodeTensorMap(const TensorMapSpec &spec);
 /// attentionTileMapSpec + encodeTensorMap.
 StatusOr<CUtensorMap> encodeAttentionTileMap(const AttentionTileSpec &tile);
 
+/// The TMA descriptors of an sm90 attention kernel (KernelInfo::tensorMaps): its second kernel parameter, laid out
+/// as the device's `sm90::TensorMaps` (codegen/sm90/PreludeSm90.h).
+struct AttentionTensorMaps {
+  CUtensorMap q, k, v;
+};
+
+/// Encodes Q, K and V of `args` with boxes of `blockM` (Q) and `blockN` (K, V) rows x the whole head dim, 128-byte
+/// swizzled; dense tensors as (batch, seq, head, dim), varlen ones as batch 1 over the packed rows. With no keys
+/// (seqlenK 0) K and V are never read, and their descriptors are left zero.
+StatusOr<AttentionTensorMaps> attentionTensorMaps(const AttentionArgs &args, int blockM, int blockN);
+
 /// Points an encoded map at another tensor of the same shape and strides (cuTensorMapReplaceAddress): a cached
 /// descriptor reused for a new call's pointer. `address` must be non-null and 16-byte aligned; `map` is unchanged
 /// on error.

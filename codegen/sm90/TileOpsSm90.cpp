@@ -1,0 +1,399 @@
+//===- TileOpsSm90.cpp - tile ops as wgmma, TMA and mbarriers -------------===//
+//
+// Prints warp-specialized programs for sm_90a. What changes from the sm80 family is the orchestration, not the
+// math:
+//   roles          consecutive warpgroups in IR order; each sets its register budget (setmaxnreg) once; a role that
+//                  only moves tiles (the producer) runs its region in one thread, which issues every TMA copy
+//   barriers       one mbarrier per ring slot: full (the producer's arrive.expect_tx plus the copy's bytes complete a
+//                  phase) and empty (one arrival per consumer warp once it is done with the slot)
+//   copies         one TMA box per tile (cp.async.bulk.tensor.5d: the whole head dim of `rows` rows, 128-byte
+//                  swizzled), the descriptors in the kernel's second parameter
+//   Q·Kᵀ, P·V      wgmma m64nNk16: SS with Q and K from their slots, RS with P from registers and V from its slot
+// The register tiles of a consumer warp (its 16 rows: score, prob, acc, rowMax, rowSum) have the layout of the
+// sm80 family's with one m16 tile a warp — a wgmma accumulator is mma.sync's C fragment per warp — so the softmax,
+// masks, score mods, finalize and LSE are printed by the sm80 printer (sm80::createPrinter).
+//===----------------------------------------------------------------------===//
+#include "codegen/sm90/TileOpsSm90.h"
+#include "codegen/sm80/PreludeSm80.h"
+#include "codegen/sm80/TileOpsSm80.h"
+#include "codegen/sm90/InstructionsSm90.h"
+#include "codegen/sm90/PreludeSm90.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace flashtile::codegen::sm90 {
+namespace {
+
+constexpr int kWarpSize = 32, kWarpgroupWarps = 4, kRowsPerWarp = 16;
+/// Shared memory kept past the tiles: the alignment of the first tile to the swizzle atom (the dynamic
+/// shared-memory base is only 16-byte aligned) and the barriers (8 bytes each, at most 1 + 4 x 8 slots).
+constexpr int kSmemReserve = 2 * kSwizzleAtomBytes;
+/// Registers per thread at launch with one block of `threads` threads an SM (what ptxas fixes for
+/// __launch_bounds__(threads, 1)); roles move from there with setmaxnreg.
+int launchRegisters(int threads) { return std::min(kMaxRegisters - 1, kRegisterFile / threads) / 8 * 8; }
+
+void append(std::string &s, const char *part) { s.append(part); }
+void append(std::string &s, const std::string &part) { s.append(part); }
+void append(std::string &s, int64_t value) { s.append(std::to_string(value)); }
+void append(std::string &s, int value) { s.append(std::to_string(value)); }
+
+/// Concatenates strings and integers.
+template <typename... Parts> std::string cat(const Parts &...parts) {
+  std::string s;
+  (append(s, parts), ...);
+  return s;
+}
+
+const char *operandName(Operand operand) {
+  switch (operand) {
+  case Operand::Q:
+    return "Q";
+  case Operand::K:
+    return "K";
+  case Operand::V:
+    return "V";
+  }
+  return "?";
+}
+
+class TileTargetSm90 final : public TileTarget {
+public:
+  explicit TileTargetSm90(const KernelShape &shape) : shape(shape) {
+    consumerWarps = shape.blockM / kRowsPerWarp;
+    KernelShape fragmentShape = shape;
+    fragmentShape.warps = consumerWarps; // one m16 tile a consumer warp
+    fragments = sm80::createPrinter(fragmentShape);
+    bool bf16 = shape.dtype == "bf16";
+    mmaType = bf16 ? "bf16" : "f16";
+    pack = bf16 ? "sm80::packBf16x2" : "sm80::packF16x2";
+    const int widths[] = {shape.blockN, shape.headDimV};
+    preludeText = std::string(sm80::kPrelude) + ::flashtile::codegen::sm90::prelude(widths);
+  }
+
+  std::string_view prelude() const override { return preludeText; }
+  std::string_view preludeNamespace() const override { return "sm90"; }
+  std::vector<std::string> reservedNames() const override {
+    std::vector<std::string> names = fragments->reservedNames();
+    for (const char *name : {"sm90", "maps", "smemRaw", "kQTileBytes", "qRow0", "kRow0", "tmaBatch", "qAddr", "kAddr",
+                             "vAddr", "slot", "fullQ", "fullK", "fullV", "emptyQ", "emptyK", "emptyV"})
+      names.push_back(name);
+    return names;
+  }
+
+  void setup(CudaWriter &w, const std::vector<Operand> &copied) override;
+  void copyAsync(CudaWriter &w, Operand, const std::string &, const std::string &) override {
+    w.line("#error \"sm90: copies that arrive on no barrier (cp.async groups) are the sm80 family's\"");
+  }
+  void wait(CudaWriter &w, const std::vector<Operand> &, int64_t) override {
+    w.line("#error \"sm90: tile.wait (cp.async groups) is the sm80 family's; sm90 waits on barriers\"");
+  }
+  void load(CudaWriter &w, Operand operand, const std::string &tile) override;
+  void initState(CudaWriter &w) override { fragments->initState(w); }
+  void qk(CudaWriter &w, const std::string &kSlot, const std::string &scores) override;
+  void carryScores(CudaWriter &w, const std::string &from) override { fragments->carryScores(w, from); }
+  void scale(CudaWriter &w) override { fragments->scale(w); }
+  void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key) override {
+    fragments->scoreMod(w, kTile, fn, key);
+  }
+  void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key, bool readsInputs) override {
+    fragments->mask(w, kTile, fn, key, readsInputs);
+  }
+  void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) override {
+    fragments->softmaxUpdate(w, foldScale, rescaleThreshold);
+  }
+  void rescale(CudaWriter &w, bool onlyWhenMoved) override { fragments->rescale(w, onlyWhenMoved); }
+  void pv(CudaWriter &w, const std::string &vSlot) override;
+  void finalize(CudaWriter &w, const std::string &sinkFn) override { fragments->finalize(w, sinkFn); }
+  void storeO(CudaWriter &w) override;
+  void storeLse(CudaWriter &w) override { fragments->storeLse(w); }
+  void storeSplit(CudaWriter &w, const std::string &) override {
+    w.line("#error \"sm90: split-KV stores (tile.store_split) are printed by the sm80 family\"");
+  }
+  void combineRow(CudaWriter &w, const std::string &) override {
+    w.line("#error \"sm90: the split-KV combine kernel is printed by the sm80 family\"");
+  }
+
+  std::string extraKernelParams() const override { return ", const __grid_constant__ sm90::TensorMaps maps"; }
+  void setupRoles(CudaWriter &w, const std::vector<RoleInfo> &roles, const std::vector<BarrierInfo> &barriers) override;
+  void openRole(CudaWriter &w, int role) override;
+  void closeRole(CudaWriter &w, int role) override;
+  void barrierWait(CudaWriter &w, int barrier, const std::string &position) override;
+  void barrierArrive(CudaWriter &w, int barrier, const std::string &position) override;
+  void copyToSlot(CudaWriter &w, Operand operand, const std::string &tile, const std::string &position,
+                  int barrier) override;
+  void mmaWait(CudaWriter &w, MmaResult result) override;
+
+private:
+  /// The slot of ring position `position` of a buffer of `slots` slots, as C.
+  static std::string slotOf(const std::string &position, int slots) {
+    return slots == 1 ? std::string("0") : cat("(", position, ") % ", slots);
+  }
+
+  KernelShape shape;
+  int consumerWarps = 0;
+  std::unique_ptr<TileTarget> fragments;
+  std::string mmaType, pack, preludeText;
+  std::vector<RoleInfo> roles;
+  std::vector<BarrierInfo> barriers;
+  std::vector<int> firstWarp; ///< per role
+};
+
+void TileTargetSm90::setup(CudaWriter &w, const std::vector<Operand> &) {
+  w.comment("---- shared memory: sQ, then kStages K tiles and kStages V tiles, each a TMA box of its rows x the whole");
+  w.comment("head dim in 128-byte-swizzled column blocks of 64 columns (block c of a tile of R rows at c·R·128 bytes,");
+  w.comment("row r's 16-byte chunk k at r·128 + (k ^ r % 8)·16: the layout wgmma's descriptors read). Tiles start on");
+  w.comment("1024-byte boundaries (the swizzle repeats every 8 rows); the dynamic base is only 16-byte aligned. ----");
+  w.line(cat("constexpr int kStages = ", shape.stages, ";"));
+  w.line("constexpr unsigned kQTileBytes = kBlockM * kHeadDim * 2, kKTileBytes = kBlockN * kHeadDim * 2,");
+  w.line("                   kVTileBytes = kBlockN * kHeadDimV * 2;");
+  w.line("extern __shared__ __align__(1024) unsigned char smemRaw[];");
+  w.line("unsigned char *const sQ = smemRaw + ((1024 - sm90::smemAddress(smemRaw) % 1024) % 1024);");
+  w.line("unsigned char *const sK = sQ + kQTileBytes;");
+  w.line("unsigned char *const sV = sK + kStages * kKTileBytes;");
+  w.line("sm90::Mbarrier *const barriers = reinterpret_cast<sm90::Mbarrier *>(sV + kStages * kVTileBytes);");
+  w.line("");
+  w.comment("---- this block's (batch, head) and the TMA coordinates of its tiles: {0, row, 0, head, batch}; a varlen");
+  w.comment("sequence is rows [cuSeqlens[b], cuSeqlens[b + 1]) of one packed tensor (batch coordinate 0) ----");
+  w.line("const int b = blockBatch, h = blockHead;");
+  w.line("const int hKv = h / (p.headsQ / p.headsKv);  // grouped-query attention: K/V head of query head h");
+  w.line("const int m0 = qTile * kBlockM;              // first query row of this thread block");
+  w.line("const int qRow0 = params.cuSeqlensQ ? min(max(params.cuSeqlensQ[b], 0), params.seqlenQ) : 0;");
+  w.line("const int kRow0 = params.cuSeqlensK ? p.keyOffset : 0;");
+  w.line("const int tmaBatch = params.cuSeqlensQ ? 0 : b;");
+}
+
+void TileTargetSm90::setupRoles(CudaWriter &w, const std::vector<RoleInfo> &roleList,
+                                const std::vector<BarrierInfo> &barrierList) {
+  roles = roleList;
+  barriers = barrierList;
+  int warp = 0, computing = -1;
+  for (size_t i = 0; i < roles.size(); ++i) {
+    firstWarp.push_back(warp);
+    warp += roles[i].warps;
+    if (roles[i].computes)
+      computing = static_cast<int>(i);
+  }
+  w.comment("---- roles: consecutive warpgroups in IR order ----");
+  for (size_t i = 0; i < roles.size(); ++i)
+    w.comment(cat("\"", roles[i].name, "\": warps [", firstWarp[i], ", ", firstWarp[i] + roles[i].warps, "), ",
+                  roles[i].regs, " registers a thread", roles[i].computes ? "" : ", its region in one thread"));
+  for (const RoleInfo &role : roles)
+    if (role.warps % kWarpgroupWarps != 0)
+      w.line(cat("#error \"sm90: role '", role.name, "' has ", role.warps,
+                 " warps; roles are whole warpgroups (setmaxnreg)\""));
+  if (computing < 0 || roles[computing].warps != consumerWarps ||
+      std::count_if(roles.begin(), roles.end(), [](const RoleInfo &r) { return r.computes; }) != 1)
+    w.line(cat("#error \"sm90: the kernel needs one computing role of ", consumerWarps,
+               " warps (16 query rows a warp)\""));
+  const int consumerFirst = computing < 0 ? 0 : firstWarp[computing];
+  w.comment("The computing role's warp w owns query rows [16w, 16w + 16) of the block (warpgroup w / 4 issues the");
+  w.comment("m64 wgmmas of rows [64 (w / 4), 64 (w / 4) + 64)); a wgmma accumulator gives lane l rows fragRow and");
+  w.comment("fragRow + 8 of the warp's 16, columns fragCol and fragCol + 1 of every n8 block, as mma.sync's C fragment.");
+  w.line("constexpr int kWarpRows = 16, kMTiles = 1;");
+  w.line("constexpr int kSTiles = kBlockN / 8;     // n8 blocks of a score row");
+  w.line("constexpr int kOTiles = kHeadDimV / 8;   // n8 blocks of an output row");
+  w.line(cat("const int warp = threadIdx.x / 32 - ", consumerFirst, ", lane = threadIdx.x % 32;"));
+  w.line("const int fragRow = lane / 4, fragCol = 2 * (lane % 4);");
+  w.line("const int warpRow0 = m0 + warp * kWarpRows;  // first query row of this warp");
+  w.line("");
+
+  w.comment("---- barriers, one per ring slot: full (one arrival, the producer's arrive.expect_tx, plus the copy's");
+  w.comment("bytes), empty (one arrival per computing warp and arriving role; a slot starts released) ----");
+  int offset = 0;
+  for (const BarrierInfo &barrier : barriers) {
+    w.line(cat("sm90::Mbarrier *const ", barrier.name, " = barriers + ", offset, ";  // ", barrier.slots,
+               barrier.slots == 1 ? " slot" : " slots", " of ", operandName(barrier.operand),
+               barrier.bytes > 0 ? cat(", ", barrier.bytes, " bytes a phase") : std::string(", released by consumers")));
+    offset += barrier.slots;
+  }
+  w.open("if (threadIdx.x == 0)");
+  for (const BarrierInfo &barrier : barriers) {
+    int count = barrier.bytes > 0 ? 1 : static_cast<int>(barrier.arrivals) * consumerWarps;
+    w.openUnrolledFor("i", std::to_string(barrier.slots));
+    w.line(cat("sm90::mbarrier::init(&", barrier.name, "[i], ", count, ");"));
+    w.close();
+  }
+  w.line("sm90::mbarrier::initFence();");
+  w.close();
+  w.line("__syncthreads();");
+}
+
+void TileTargetSm90::openRole(CudaWriter &w, int index) {
+  const RoleInfo &role = roles[index];
+  const int first = firstWarp[index], regs = launchRegisters(shape.warps * kWarpSize);
+  w.comment(cat("==== role \"", role.name, "\": warps [", first, ", ", first + role.warps, ") ===="));
+  w.open(cat("if (threadIdx.x / 32 >= ", first, " && threadIdx.x / 32 < ", first + role.warps, ")"));
+  if (role.regs < regs)
+    w.line(cat("sm90::warpgroup::decreaseRegisters<", role.regs, ">();  // from ", regs, " at launch"));
+  else if (role.regs > regs)
+    w.line(cat("sm90::warpgroup::increaseRegisters<", role.regs, ">();  // from ", regs, " at launch"));
+  if (!role.computes) {
+    w.comment("one thread issues the role's copies and waits (TMA copies are issued by a thread, not a warp)");
+    w.open(cat("if (threadIdx.x == ", first * kWarpSize, ")"));
+  }
+}
+
+void TileTargetSm90::closeRole(CudaWriter &w, int index) {
+  if (!roles[index].computes)
+    w.close();
+  w.close();
+}
+
+void TileTargetSm90::barrierWait(CudaWriter &w, int index, const std::string &position) {
+  const BarrierInfo &barrier = barriers[index];
+  std::string round = barrier.slots == 1 ? cat("(", position, ")") : cat("(", position, ") / ", barrier.slots);
+  if (barrier.bytes > 0) {
+    w.comment(cat("wait until ", operandName(barrier.operand), " has landed in the slot of ring position ", position,
+                  " (phase parity of its round)"));
+    w.line(cat("sm90::mbarrier::wait(&", barrier.name, "[", slotOf(position, barrier.slots), "], (", round,
+               ") & 1);"));
+  } else {
+    w.comment(cat("wait until the consumers released the slot of ring position ", position,
+                  " from the round before (round 0: a fresh barrier's parity-1 wait passes)"));
+    w.line(cat("sm90::mbarrier::wait(&", barrier.name, "[", slotOf(position, barrier.slots), "], ((", round,
+               ") & 1) ^ 1);"));
+  }
+}
+
+void TileTargetSm90::barrierArrive(CudaWriter &w, int index, const std::string &position) {
+  const BarrierInfo &barrier = barriers[index];
+  w.comment(cat("release the ", operandName(barrier.operand), " slot of ring position ", position,
+                ": one arrival per warp, after all its lanes are done with it"));
+  w.line("__syncwarp();");
+  w.line("if (lane == 0)");
+  w.line(cat("  sm90::mbarrier::arrive(&", barrier.name, "[", slotOf(position, barrier.slots), "]);"));
+}
+
+void TileTargetSm90::copyToSlot(CudaWriter &w, Operand operand, const std::string &tile, const std::string &position,
+                                int index) {
+  const BarrierInfo &barrier = barriers[index];
+  std::string slot = slotOf(position, barrier.slots);
+  const char *smem = operand == Operand::Q ? "sQ" : operand == Operand::K ? "sK" : "sV";
+  const char *bytes = operand == Operand::Q ? "kQTileBytes" : operand == Operand::K ? "kKTileBytes" : "kVTileBytes";
+  const char *map = operand == Operand::Q ? "maps.q" : operand == Operand::K ? "maps.k" : "maps.v";
+  std::string row = operand == Operand::Q ? "qRow0 + m0" : cat("kRow0 + ", tile, " * kBlockN");
+  const char *head = operand == Operand::Q ? "h" : "hKv";
+  w.comment(cat("TMA: ", operandName(operand), operand == Operand::Q ? "" : cat(" tile ", tile),
+                " into the slot of ring position ", position, "; its bytes complete the phase of ", barrier.name,
+                " (rows past the tensor read as zeros)"));
+  w.open("");
+  w.line(cat("const int slot = ", slot, ";"));
+  w.line(cat("sm90::mbarrier::arriveExpectTx(&", barrier.name, "[slot], ", bytes, ");"));
+  w.line(cat("sm90::tma::load5d(", smem, " + slot * ", bytes, ", &", map, ", &", barrier.name, "[slot], 0, ", row,
+             ", 0, ", head, ", tmaBatch);"));
+  w.close();
+}
+
+void TileTargetSm90::load(CudaWriter &w, Operand operand, const std::string &tile) {
+  w.comment(cat(operandName(operand), operand == Operand::Q ? "" : cat(" tile ", tile),
+                " stays in its slot: wgmma reads it there through a descriptor"));
+}
+
+void TileTargetSm90::qk(CudaWriter &w, const std::string &kSlot, const std::string &scores) {
+  w.comment(cat(scores, " = Q·Kᵀ: wgmma m64n", shape.blockN, "k16 ", mmaType,
+                " SS, this warpgroup's 64 rows of sQ and the K tile in slot ", kSlot, " % kStages, both K-major;"));
+  w.comment("issued here, read after its wait");
+  w.line(cat("float ", scores, "[kMTiles][kSTiles][4];"));
+  w.open("");
+  w.line("const unsigned qAddr = sm90::smemAddress(sQ) + (warp / 4) * 64 * 128;");
+  w.line(cat("const unsigned kAddr = sm90::smemAddress(sK) + (", kSlot, ") % kStages * kKTileBytes;"));
+  w.line("sm90::warpgroup::arrive();");
+  w.openUnrolledFor("ks", "kHeadDim / 16");
+  w.line(cat("sm90::warpgroup::Wgmma<kBlockN>::", mmaType, "SS<sm90::warpgroup::kKMajor>("));
+  w.line(cat("    reinterpret_cast<float (&)[kSTiles * 4]>(", scores, "[0]), sm90::desc::kMajorStep(qAddr, ks, kBlockM),"));
+  w.line("    sm90::desc::kMajorStep(kAddr, ks, kBlockN), ks > 0);");
+  w.close();
+  w.line("sm90::warpgroup::commitGroup();");
+  w.close();
+}
+
+void TileTargetSm90::pv(CudaWriter &w, const std::string &vSlot) {
+  w.comment(cat("acc += P·V: wgmma m64n", shape.headDimV, "k16 ", mmaType,
+                " RS, P from registers (prob: the A fragments in place), the V tile in slot ", vSlot,
+                " % kStages MN-major"));
+  w.open("");
+  w.line(cat("const unsigned vAddr = sm90::smemAddress(sV) + (", vSlot, ") % kStages * kVTileBytes;"));
+  w.line("sm90::warpgroup::fenceOperands(reinterpret_cast<float (&)[kOTiles * 4]>(acc[0]));");
+  w.line("sm90::warpgroup::arrive();");
+  w.openUnrolledFor("k", "kBlockN / 16");
+  w.line(cat("sm90::warpgroup::Wgmma<kHeadDimV>::", mmaType, "RS<sm90::warpgroup::kMNMajor>("));
+  w.line("    reinterpret_cast<float (&)[kOTiles * 4]>(acc[0]), prob[0][k], sm90::desc::mnMajorStep(vAddr, k, kBlockN), 1);");
+  w.close();
+  w.line("sm90::warpgroup::commitGroup();");
+  w.close();
+}
+
+void TileTargetSm90::mmaWait(CudaWriter &w, MmaResult result) {
+  const char *tile = result == MmaResult::Scores ? "score" : "acc";
+  const char *count = result == MmaResult::Scores ? "kSTiles" : "kOTiles";
+  w.comment(cat("retire the wgmma group: ", tile, " is readable and its shared-memory operands are free"));
+  w.line("sm90::warpgroup::wait<0>();");
+  w.line(cat("sm90::warpgroup::fenceOperands(reinterpret_cast<float (&)[", count, " * 4]>(", tile, "[0]));"));
+}
+
+void TileTargetSm90::storeO(CudaWriter &w) {
+  w.comment(cat("store O: convert to ", shape.dtype, ", two adjacent columns (4 bytes) per store, rows < seqlen_q"));
+  w.line("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * p.oHeadStride;");
+  w.openUnrolledFor("r", "2");
+  w.line("const int q = warpRow0 + fragRow + 8 * r;");
+  w.open("if (q < p.seqlenQ)");
+  w.openUnrolledFor("nt", "kOTiles");
+  w.line(cat("*reinterpret_cast<unsigned *>(gO + q * p.oRowStride + 8 * nt + fragCol) = ", pack,
+             "(acc[0][nt][2 * r], acc[0][nt][2 * r + 1]);"));
+  w.close();
+  w.close();
+  w.close();
+}
+
+class FamilySm90 final : public TargetFamily {
+public:
+  std::string_view name() const override { return kIsa; }
+  std::string_view summary() const override {
+    return "wgmma.mma_async, TMA (cp.async.bulk.tensor), mbarrier, setmaxnreg (sm_90a)";
+  }
+  const std::vector<ArchLimits> &archs() const override {
+    static const std::vector<ArchLimits> limits = {{kArch, kMaxSmemBytes}};
+    return limits;
+  }
+  MmaShape mmaShape() const override { return {kWgmmaM, kWgmmaNStep, kWgmmaK}; }
+  bool asyncProtocol() const override { return true; }
+
+  std::optional<std::string> checkShape(const KernelShape &shape) const override {
+    if (shape.dtype != "bf16" && shape.dtype != "f16")
+      return "sm90 wgmmas take bf16 or f16 tiles here, got " + shape.dtype;
+    for (auto [name, value] : {std::pair{"head_dim", shape.headDim}, {"head_dim_v", shape.headDimV}})
+      if (value % kSwizzleColumns != 0 || value < kSwizzleColumns || value > kWgmmaMaxN)
+        return cat("sm90: ", name, " (", value, ") must be a multiple of ", kSwizzleColumns, " up to ", kWgmmaMaxN,
+                   " (whole 128-byte swizzle column blocks)");
+    if (shape.blockN < 16 || shape.blockN % 16 != 0 || shape.blockN > kWgmmaMaxN)
+      return cat("sm90: block-n (", shape.blockN, ") must be a multiple of 16 up to ", kWgmmaMaxN,
+                 " (the n of Q·Kᵀ's wgmma and the k16 steps of P·V)");
+    if (shape.warps % kWarpgroupWarps != 0 || shape.blockM % kWgmmaM != 0 ||
+        shape.blockM != kRowsPerWarp * (shape.warps - kWarpgroupWarps))
+      return cat("sm90: block-m (", shape.blockM, ") with ", shape.warps,
+                 " warps: a block is one producer warpgroup plus consumer warpgroups of 64 rows each");
+    if (shape.stages < 1 || shape.stages > 8)
+      return cat("sm90: stages (", shape.stages, ") must be 1 to 8 slots per K/V ring");
+    if (shape.packQueryHeads)
+      return std::string("sm90: GQA packing is printed by the sm80 family");
+    return std::nullopt;
+  }
+
+  int64_t smemBytes(const KernelShape &shape) const override {
+    return int64_t(2) * (int64_t(shape.blockM) * shape.headDim +
+                         int64_t(shape.stages) * shape.blockN * (shape.headDim + shape.headDimV)) +
+           kSmemReserve;
+  }
+
+  std::unique_ptr<TileTarget> createPrinter(const KernelShape &shape) const override {
+    assert(!checkShape(shape) && "createPrinter needs a shape checkShape accepts");
+    return std::make_unique<TileTargetSm90>(shape);
+  }
+};
+
+} // namespace
+
+std::unique_ptr<TargetFamily> createFamily() { return std::make_unique<FamilySm90>(); }
+
+} // namespace flashtile::codegen::sm90
