@@ -11,6 +11,8 @@
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/TilePacking.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -408,7 +410,19 @@ LogicalResult Interpreter::exec(Operation &op) {
             ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp,
             StoreSplitOp>(
           [&](auto tileOp) { return exec(tileOp); })
-      .Default([&](Operation *other) { return execScalar(*other); });
+      .Default([&](Operation *other) -> LogicalResult {
+        // A constant tile (a pipeline's carried P before the first tile): the splat value everywhere.
+        if (auto constant = dyn_cast<arith::ConstantOp>(other); constant && isa<RankedTensorType>(constant.getType())) {
+          auto splat = dyn_cast<SplatElementsAttr>(constant.getValue());
+          auto type = cast<RankedTensorType>(constant.getType());
+          if (!splat || !isa<FloatType>(type.getElementType()) || type.getRank() > 2)
+            return fail(other, "is a tile constant the interpreter does not evaluate (it evaluates float splats)");
+          Tile t = Tile::zeros(type.getDimSize(0), type.getRank() == 2 ? type.getDimSize(1) : 1);
+          std::fill(t.data.begin(), t.data.end(), splat.getSplatValue<APFloat>().convertToFloat());
+          return define(other, constant.getResult(), std::move(t));
+        }
+        return execScalar(*other);
+      });
 }
 
 LogicalResult Interpreter::execScalar(Operation &op) {
@@ -1078,8 +1092,17 @@ LogicalResult Interpreter::exec(MaskOp op) {
 
 LogicalResult Interpreter::exec(SoftmaxUpdateOp op) {
   FailureOr<TilePtr> s = tile(op, op.getS());
-  FailureOr<StatePtr> st = state(op, op.getState());
-  if (failed(s) || failed(st))
+  // The softmax reads and writes m and l only; acc passes through to the new state untouched, so it may still be
+  // the pending result of an asynchronous P·V (FA3's intra-warpgroup overlap) and stays pending in the new state.
+  auto found = states.find(op.getState());
+  if (found == states.end())
+    return fail(op, "uses a softmax state the interpreter has not computed");
+  FailureOr<StatePtr> st = found->second;
+  auto pendingAcc = pendingResults.find(found->second.get());
+  std::optional<int64_t> pendingId;
+  if (pendingAcc != pendingResults.end())
+    pendingId = pendingAcc->second;
+  if (failed(s))
     return failure();
   if ((*s)->rows != (*st)->rows)
     return fail(op, "the score tile has " + Twine((*s)->rows) + " rows but the state " + Twine((*st)->rows));
@@ -1088,9 +1111,12 @@ LogicalResult Interpreter::exec(SoftmaxUpdateOp op) {
   if (op.getFoldScale())
     c = problem.softmaxScale * std::numbers::log2e_v<float>;
   SoftmaxStep step = softmaxUpdate(**s, **st, c, roundP, static_cast<int>(op.getRescaleThreshold().value_or(0)));
-  if (failed(define(op, op.getP(), std::move(step.p))) || failed(define(op, op.getAlpha(), std::move(step.alpha))))
+  if (failed(define(op, op.getP(), std::move(step.p))) || failed(define(op, op.getAlpha(), std::move(step.alpha))) ||
+      failed(define(op, op.getNewState(), std::move(step.state))))
     return failure();
-  return define(op, op.getNewState(), std::move(step.state));
+  if (pendingId)
+    pendingResults[states[op.getNewState()].get()] = *pendingId;
+  return success();
 }
 
 LogicalResult Interpreter::exec(RescaleOp op) {

@@ -168,7 +168,31 @@ LogicalResult checkInPlace(FuncOp func, bool asyncProtocol) {
       // Carried tiles are the scores of the loop's own tile j: "score" in the kernel, refilled from the
       // "scoreNext" of the iteration before (or the prologue's Q·Kᵀ).
       auto yield = cast<YieldOp>(loop.getBody().front().getTerminator());
-      auto carriesTile = [](Value v) { return isa<RankedTensorType>(v.getType()); };
+      // P (a 16-bit tile) carried to the next iteration's asynchronous P·V: from a constant or the loop before
+      // in, this iteration's softmax (or itself) out, read by one tile.pv.
+      auto isP = [](Value v) {
+        auto type = dyn_cast<RankedTensorType>(v.getType());
+        return type && !type.getElementType().isF32();
+      };
+      for (auto [arg, init, yielded] : llvm::zip(loop.getCarriedArgs(), loop.getCarried(),
+                                                 cast<YieldOp>(loop.getBody().front().getTerminator())
+                                                     .getValues()
+                                                     .drop_front())) {
+        if (!isP(init))
+          continue;
+        bool initOk = init.getDefiningOp<arith::ConstantOp>() || isa_and_nonnull<KvLoopOp>(init.getDefiningOp());
+        bool yieldOk = yielded == arg || (yielded.getDefiningOp<SoftmaxUpdateOp>() &&
+                                          yielded.getParentBlock() == &loop.getBody().front());
+        int64_t pvs = llvm::count_if(arg.getUsers(), [](Operation *user) { return isa<PvOp>(user); });
+        bool usesOk = pvs <= 1 && llvm::all_of(arg.getUsers(), [](Operation *u) { return isa<PvOp, YieldOp>(u); });
+        if (!asyncProtocol || !initOk || !yieldOk || !usesOk) {
+          loop.emitOpError() << "carries P in a way the CUDA printer cannot keep in registers: on a target with "
+                                "asynchronous MMAs a loop carries P from a constant or the loop before, out of its "
+                                "softmax, into one tile.pv";
+          return WalkResult::interrupt();
+        }
+      }
+      auto carriesTile = [&](Value v) { return isa<RankedTensorType>(v.getType()) && !isP(v); };
       int64_t tiles = llvm::count_if(loop.getCarried(), carriesTile);
       for (auto [arg, init, yielded, result] : llvm::zip(loop.getCarriedArgs(), loop.getCarried(),
                                                          yield.getValues().drop_front(), loop.getCarriedResults())) {
@@ -899,6 +923,14 @@ bool feedsLoopBound(Value v) {
 }
 
 LogicalResult KernelPrinter::printOp(Operation *op) {
+  if (auto constant = dyn_cast<arith::ConstantOp>(op); constant && isa<RankedTensorType>(constant.getType())) {
+    if (!asyncProtocol || !llvm::all_of(op->getUsers(), [](Operation *user) { return isa<KvLoopOp>(user); }))
+      return op->emitOpError() << "is a constant tile; the CUDA printer takes one only as the initial P a K/V loop "
+                                  "carries, on a target with asynchronous MMAs";
+    target.declareCarriedProbabilities(w);
+    w.separate();
+    return success();
+  }
   if (ScalarEmitter::isScalarOp(op)) {
     if (!boundsCommented && isa<FuncOp>(op->getParentOp()) && scalars.declares(op) &&
         feedsLoopBound(op->getResult(0))) {
@@ -956,7 +988,18 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
               if (!isa_and_nonnull<QkOp, PvOp>(mma))
                 return wait.emitOpError() << "waits on a token that no tile.qk or tile.pv in this scope produced; the "
                                              "CUDA printer retires each MMA where it is issued";
-              target.mmaWait(w, isa<QkOp>(mma) ? MmaResult::Scores : MmaResult::Acc);
+              // MMAs issued after this one (in this block, before the wait) and not waited on yet stay in flight.
+              int newer = 0;
+              if (mma->getBlock() == op->getBlock())
+                for (Operation *at = mma->getNextNode(); at && at != op; at = at->getNextNode()) {
+                  Value later = isa<QkOp>(at) ? cast<QkOp>(at).getToken()
+                                : isa<PvOp>(at) ? cast<PvOp>(at).getToken() : Value();
+                  bool waited = later && llvm::any_of(later.getUsers(), [&](Operation *user) {
+                    return isa<MmaWaitOp>(user) && user->getBlock() == op->getBlock() && user->isBeforeInBlock(op);
+                  });
+                  newer += later && !waited;
+                }
+              target.mmaWait(w, isa<QkOp>(mma) ? MmaResult::Scores : MmaResult::Acc, newer);
             }
             return success();
           })
@@ -964,8 +1007,15 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             // A K/V loop's state: the registers carry it over; carried scores move into "score".
             bool carriesTile = llvm::any_of(yield.getValues().drop_front(),
                                             [](Value v) { return isa<RankedTensorType>(v.getType()); });
-            if (carriesTile && isa<KvLoopOp>(yield->getParentOp()))
+            bool carriesScores = llvm::any_of(yield.getValues().drop_front(), [](Value v) {
+              return isa<RankedTensorType>(v.getType()) && v.getDefiningOp<QkOp>();
+            });
+            if (carriesTile && carriesScores && isa<KvLoopOp>(yield->getParentOp()))
               target.carryScores(w, "scoreNext");
+            if (isa<KvLoopOp>(yield->getParentOp()) &&
+                llvm::any_of(yield.getValues().drop_front(),
+                             [](Value v) { return static_cast<bool>(v.getDefiningOp<SoftmaxUpdateOp>()); }))
+              target.roundProbabilities(w, /*carried=*/true);
             return success();
           })
           .Case([&](InitStateOp) {
@@ -1087,11 +1137,16 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
           })
           .Case([&](PvOp pv) -> LogicalResult {
             auto v = pv.getV().getDefiningOp<LoadOp>();
-            if (!v || v.getOperand() != "v" || !v.getIndex() || !pv.getP().getDefiningOp<SoftmaxUpdateOp>())
-              return pv.emitOpError() << "needs P from tile.softmax_update and V from tile.load \"v\"[index]";
+            auto carriedP = dyn_cast<BlockArgument>(pv.getP());
+            bool pCarried = asyncProtocol && carriedP && isa<KvLoopOp>(carriedP.getOwner()->getParentOp());
+            if (!v || v.getOperand() != "v" || !v.getIndex() || !(pv.getP().getDefiningOp<SoftmaxUpdateOp>() || pCarried))
+              return pv.emitOpError() << "needs P from tile.softmax_update (or carried by the loop, on a target with "
+                                         "asynchronous MMAs) and V from tile.load \"v\"[index]";
             FailureOr<std::string> vSlot = slotOf(v, op);
             if (failed(vSlot))
               return failure();
+            if (pv.getP().getDefiningOp<SoftmaxUpdateOp>())
+              target.roundProbabilities(w, /*carried=*/false);
             target.pv(w, *vSlot);
             return success();
           })

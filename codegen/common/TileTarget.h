@@ -159,8 +159,18 @@ public:
   /// `tile.copy_async ... arrive %full[position]`: copies `operand`'s tile `tile` (empty for Q) into the slot of
   /// ring position `position`; its bytes complete the phase of barrier `barrier`.
   virtual void copyToSlot(CudaWriter &, Operand, const std::string &, const std::string &, int) {}
-  /// `tile.mma_wait` of the asynchronous MMA whose result is `result`.
-  virtual void mmaWait(CudaWriter &, MmaResult) {}
+  /// `tile.mma_wait` of the asynchronous MMA whose result is `result`; MMAs complete in the order they were issued,
+  /// and `newerInFlight` issued after it may stay in flight.
+  virtual void mmaWait(CudaWriter &, MmaResult, int) {}
+  /// Targets whose softmaxUpdate leaves P unrounded in the score registers round it here: right before the tile.pv
+  /// of the same iteration (`carried` false: into registers declared here), or at the end of the iteration that
+  /// computed it when a loop carries P to the next iteration's tile.pv (`carried` true: into the registers
+  /// declareCarriedProbabilities declared before the loops). The default: nothing (softmaxUpdate rounded P).
+  virtual void roundProbabilities(CudaWriter &, bool) {}
+  /// The registers of a P that K/V loops carry (its initial value, a constant tile, is never read).
+  virtual void declareCarriedProbabilities(CudaWriter &w) {
+    w.line("#error \"this target keeps P in the registers of the iteration that computed it\"");
+  }
 };
 
 } // namespace flashtile::codegen

@@ -35,7 +35,7 @@ template <typename... Parts> std::string cat(const Parts &...parts) {
   return s;
 }
 
-class TileTargetSm80 final : public TileTarget {
+class TileTargetSm80 final : public RegisterTiles {
 public:
   explicit TileTargetSm80(const KernelShape &shape) : shape(shape) {
     bool bf16 = shape.dtype == "bf16";
@@ -76,7 +76,12 @@ public:
   void scale(CudaWriter &w) override;
   void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key) override;
   void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key, bool readsInputs) override;
-  void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) override;
+  void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) override {
+    softmaxUpdateInScores(w, foldScale, rescaleThreshold);
+    packProbabilities(w, true);
+  }
+  void softmaxUpdateInScores(CudaWriter &w, bool foldScale, int rescaleThreshold) override;
+  void packProbabilities(CudaWriter &w, bool declare) override;
   void rescale(CudaWriter &w, bool onlyWhenMoved) override;
   void pv(CudaWriter &w, const std::string &vTile) override;
   void finalize(CudaWriter &w, const std::string &sinkFn) override;
@@ -474,7 +479,7 @@ void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::st
                 "  score[mt][nt][i] = sm80::kNegInf;"});
 }
 
-void TileTargetSm80::softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) {
+void TileTargetSm80::softmaxUpdateInScores(CudaWriter &w, bool foldScale, int rescaleThreshold) {
   w.comment("online softmax, in the exp2 domain with c = scoreScale: m' = max(m, rowmax(S)·c), alpha = exp2(m - m'),");
   w.comment("P = exp2(S·c - m'), l' = alpha·l + rowsum(P); a row with no key yet (m' = -inf) subtracts 0, not -inf,");
   w.comment("so it gets P = 0 and alpha = 0 instead of NaN. Rows are reduced over the 4 lanes of a quad; l stays a");
@@ -527,9 +532,13 @@ void TileTargetSm80::softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThr
   w.line("rowSum[mt][r] = alpha[mt][r] * rowSum[mt][r] + tileSum;");
   w.close();
   w.close();
+}
+
+void TileTargetSm80::packProbabilities(CudaWriter &w, bool declare) {
   w.comment(cat("P as ", shape.dtype,
                 " A fragments of P·V: the C layout of n8 tiles 2k and 2k + 1 is the A layout of k16 step k"));
-  w.line("unsigned prob[kMTiles][kBlockN / 16][4];");
+  if (declare)
+    w.line("unsigned prob[kMTiles][kBlockN / 16][4];");
   w.openUnrolledFor("mt", "kMTiles");
   w.openUnrolledFor("k", "kBlockN / 16");
   w.line(cat("prob[mt][k][0] = ", pack, "(score[mt][2 * k][0], score[mt][2 * k][1]);"));
@@ -859,7 +868,7 @@ public:
 
 std::unique_ptr<TargetFamily> createFamily() { return std::make_unique<FamilySm80>(); }
 
-std::unique_ptr<TileTarget> createPrinter(const KernelShape &shape) { return std::make_unique<TileTargetSm80>(shape); }
+std::unique_ptr<RegisterTiles> createPrinter(const KernelShape &shape) { return std::make_unique<TileTargetSm80>(shape); }
 
 int64_t rowBytes(int64_t width) {
   int64_t chunks = (width + kChunkElements - 1) / kChunkElements;

@@ -18,11 +18,20 @@ namespace flashtile::codegen::sm80 {
 /// The sm80 family, for codegen/Registry.cpp.
 std::unique_ptr<TargetFamily> createFamily();
 
+/// The sm80 printer of register tiles, with its softmax in two halves for targets that round P later.
+class RegisterTiles : public TileTarget {
+public:
+  /// `tile.softmax_update` leaving P in fp32 in `score` (softmaxUpdate = this + packProbabilities(w, true)).
+  virtual void softmaxUpdateInScores(CudaWriter &w, bool foldScale, int rescaleThreshold) = 0;
+  /// Rounds `score` into `prob`, the A fragments of P·V (declaring `prob` when `declare`).
+  virtual void packProbabilities(CudaWriter &w, bool declare) = 0;
+};
+
 /// The sm80 printer of `shape` without the family's checks. The sm90 family prints its register-tile math (scale,
 /// score_mod, mask, softmax, rescale, finalize, LSE) with it: a wgmma accumulator holds each warp's 16 rows in the
 /// layout of mma.sync's C fragment, so with `shape.warps` = the consumer warps (16 rows each) the register tiles
 /// are the same arrays.
-std::unique_ptr<TileTarget> createPrinter(const KernelShape &shape);
+std::unique_ptr<RegisterTiles> createPrinter(const KernelShape &shape);
 
 /// Bytes of one shared-memory row of `width` 16-bit elements: 16-byte chunks, padded to an odd number of chunks
 /// unless a multiple of 8 (the prelude's sm80::rowPitch: bank-conflict-free ldmatrix without a swizzle; head dim

@@ -99,8 +99,19 @@ public:
   void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key, bool readsInputs) override {
     fragments->mask(w, kTile, fn, key, readsInputs);
   }
+  /// P stays fp32 in `score` until roundProbabilities: with the intra-warpgroup overlap the P·V that reads `prob`
+  /// (the previous tile's) is still in flight during this softmax.
   void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) override {
-    fragments->softmaxUpdate(w, foldScale, rescaleThreshold);
+    fragments->softmaxUpdateInScores(w, foldScale, rescaleThreshold);
+  }
+  void roundProbabilities(CudaWriter &w, bool carried) override {
+    if (carried)
+      w.comment("the P·V that read prob has completed: this tile's P goes there for the next iteration");
+    fragments->packProbabilities(w, !carried);
+  }
+  void declareCarriedProbabilities(CudaWriter &w) override {
+    w.comment("P carried from one K/V iteration to the next one's P·V (A fragments, rounded)");
+    w.line("unsigned prob[kMTiles][kBlockN / 16][4] = {};");
   }
   void rescale(CudaWriter &w, bool onlyWhenMoved) override { fragments->rescale(w, onlyWhenMoved); }
   void pv(CudaWriter &w, const std::string &vSlot) override;
@@ -122,7 +133,7 @@ public:
   void barrierArrive(CudaWriter &w, int barrier, const std::string &position) override;
   void copyToSlot(CudaWriter &w, Operand operand, const std::string &tile, const std::string &position,
                   int barrier) override;
-  void mmaWait(CudaWriter &w, MmaResult result) override;
+  void mmaWait(CudaWriter &w, MmaResult result, int newerInFlight) override;
 
 private:
   /// The slot of ring position `position` of a buffer of `slots` slots, as C.
@@ -132,7 +143,7 @@ private:
 
   KernelShape shape;
   int consumerWarps = 0;
-  std::unique_ptr<TileTarget> fragments;
+  std::unique_ptr<sm80::RegisterTiles> fragments;
   std::string mmaType, pack, preludeText;
   std::vector<RoleInfo> roles;
   std::vector<BarrierInfo> barriers;
@@ -324,12 +335,19 @@ void TileTargetSm90::pv(CudaWriter &w, const std::string &vSlot) {
   w.close();
 }
 
-void TileTargetSm90::mmaWait(CudaWriter &w, MmaResult result) {
+void TileTargetSm90::mmaWait(CudaWriter &w, MmaResult result, int newerInFlight) {
   const char *tile = result == MmaResult::Scores ? "score" : "acc";
   const char *count = result == MmaResult::Scores ? "kSTiles" : "kOTiles";
-  w.comment(cat("retire the wgmma group: ", tile, " is readable and its shared-memory operands are free"));
-  w.line("sm90::warpgroup::wait<0>();");
+  w.comment(cat("retire the wgmma group: ", tile, " is readable and its shared-memory operands are free",
+                newerInFlight ? cat(" (", newerInFlight, " newer group", newerInFlight > 1 ? "s" : "", " stay in flight)")
+                              : std::string()));
+  w.line(cat("sm90::warpgroup::wait<", newerInFlight, ">();"));
   w.line(cat("sm90::warpgroup::fenceOperands(reinterpret_cast<float (&)[", count, " * 4]>(", tile, "[0]));"));
+  if (result == MmaResult::Acc) {
+    // The RS operand too: the compiler sees the wgmma read `prob` at issue and must not reuse its registers before
+    // the hardware has.
+    w.line("sm90::warpgroup::fenceOperands(reinterpret_cast<unsigned (&)[kBlockN / 16 * 4]>(prob[0]));");
+  }
 }
 
 void TileTargetSm90::storeO(CudaWriter &w) {

@@ -168,6 +168,52 @@ FlashtileFwdParams paramsFor(const AttentionArgs &args) {
   return params;
 }
 
+/// The TMA descriptors of `args` for boxes of blockM/blockN rows. Encoding three descriptors costs a few
+/// microseconds of driver calls; a thread's last call usually repeats (the same tensors, or the same shapes with new
+/// pointers), so each thread keeps its last set and re-points it when only the pointers changed.
+StatusOr<AttentionTensorMaps> tensorMapsFor(const AttentionArgs &args, int blockM, int blockN) {
+  struct Key {
+    const void *q, *k, *v;
+    int dtype, batch, seqlenQ, seqlenK, headsQ, headsKv, headDim, headDimV, blockM, blockN;
+    bool varlen;
+    std::array<long long, 4> qStride, kStride, vStride;
+    bool sameShape(const Key &o) const {
+      return dtype == o.dtype && batch == o.batch && seqlenQ == o.seqlenQ && seqlenK == o.seqlenK &&
+             headsQ == o.headsQ && headsKv == o.headsKv && headDim == o.headDim && headDimV == o.headDimV &&
+             blockM == o.blockM && blockN == o.blockN && varlen == o.varlen && qStride == o.qStride &&
+             kStride == o.kStride && vStride == o.vStride;
+    }
+  };
+  struct Last {
+    bool valid = false;
+    Key key{};
+    AttentionTensorMaps maps{};
+  };
+  thread_local Last last;
+  const Key key{args.q,          args.k,       args.v,       static_cast<int>(args.dtype), args.batch, args.seqlenQ,
+                args.seqlenK,    args.headsQ,  args.headsKv, args.headDim, args.headDimV, blockM, blockN,
+                args.isVarlen(), args.qStride, args.kStride, args.vStride};
+  if (last.valid && last.key.sameShape(key)) {
+    if (key.q == last.key.q && key.k == last.key.k && key.v == last.key.v)
+      return last.maps;
+    AttentionTensorMaps maps = last.maps;
+    bool repointed = replaceTensorMapAddress(maps.q, args.q).ok();
+    if (repointed && args.seqlenK > 0)
+      repointed = replaceTensorMapAddress(maps.k, args.k).ok() && replaceTensorMapAddress(maps.v, args.v).ok();
+    if (repointed) {
+      last.key = key;
+      last.maps = maps;
+      return maps;
+    }
+  }
+  last.valid = false;
+  StatusOr<AttentionTensorMaps> maps = attentionTensorMaps(args, blockM, blockN);
+  if (!maps.ok())
+    return maps.status();
+  last = Last{true, key, *maps};
+  return *maps;
+}
+
 /// Fills the kernel's parameter block from `args` and launches it on `stream`; the error text is built only
 /// for a failed launch.
 Status launchKernel(const CudaDriver &driver, CUfunction function, const KernelInfo &info, const AttentionArgs &args,
@@ -180,7 +226,7 @@ Status launchKernel(const CudaDriver &driver, CUfunction function, const KernelI
   // TMA kernels take the descriptors of Q, K and V as a second parameter, encoded for this call's tensors.
   AttentionTensorMaps maps{};
   if (info.tensorMaps) {
-    StatusOr<AttentionTensorMaps> encoded = attentionTensorMaps(args, info.blockM, info.blockN);
+    StatusOr<AttentionTensorMaps> encoded = tensorMapsFor(args, info.blockM, info.blockN);
     if (!encoded.ok())
       return Status::error("TMA descriptors of " + info.entry + ": " + encoded.status().message());
     maps = *encoded;
@@ -735,6 +781,16 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
       spec->schedule = impl->schedule;
       lock.unlock();
       kernel = findKernel(*spec);
+      lock.lock();
+    }
+    // Likewise a call the chosen schedule has no kernel for (fa3 has none for head dims that are not multiples of
+    // 64, nor off sm_90a) runs the default schedule's, when a directory has one.
+    if (!kernel.ok() && !impl->compile && spec->schedule != kDefaultSchedule) {
+      KernelSpec fallback = *spec;
+      fallback.schedule = kDefaultSchedule;
+      lock.unlock();
+      if (StatusOr<std::shared_ptr<const CachedKernel>> other = findKernel(fallback); other.ok())
+        kernel = std::move(other);
     }
   }
   if (!kernel.ok())

@@ -27,6 +27,7 @@
 
 #include "passes/IR/TileDialect.h"
 
+#include "mlir/IR/IRMapping.h"
 #include "mlir/Pass/Pass.h"
 
 using namespace mlir;
@@ -39,9 +40,10 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(Fa3PipelinePass)
   Fa3PipelinePass() = default;
   Fa3PipelinePass(const Fa3PipelinePass &other) : PassWrapper(other) {}
-  explicit Fa3PipelinePass(RoleRegisters regs) {
+  explicit Fa3PipelinePass(RoleRegisters regs, ConsumerOrder order) {
     producerRegs = regs.producer;
     consumerRegs = regs.consumer;
+    overlap = order.overlap;
   }
   StringRef getArgument() const override { return "tile-fa3-pipeline"; }
   StringRef getName() const override { return "Fa3Pipeline"; }
@@ -56,6 +58,15 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
                            llvm::cl::init(24)};
   Option<int> consumerRegs{*this, "consumer-regs", llvm::cl::desc("registers per consumer thread"),
                            llvm::cl::init(240)};
+  Option<bool> overlap{*this, "intra-wg-overlap",
+                       llvm::cl::desc("run P·V of tile j + 1 under the softmax of tile j (FA3's intra-warpgroup overlap)"),
+                       llvm::cl::init(true)};
+
+  /// A K/V loop segment and its K and V loads.
+  struct Body {
+    KvLoopOp loop;
+    LoadOp k, v;
+  };
 
   void runOnOperation() override {
     FuncOp func = getOperation();
@@ -95,10 +106,6 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     MLIRContext *ctx = &getContext();
 
     // The K and V loads of each segment, before anything moves.
-    struct Body {
-      KvLoopOp loop;
-      LoadOp k, v;
-    };
     SmallVector<Body> bodies;
     for (KvLoopOp loop : loops) {
       Body b{loop, {}, {}};
@@ -180,6 +187,10 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     OpBuilder cb(loadQ);
     BarrierWaitOp::create(cb, loc, qFull, arith::ConstantIntOp::create(cb, loc, 0, 32));
     loadQ.getSlotMutable().assign(SlotOp::create(cb, loc, qBuffer, Value()).getResult());
+    if (overlap) {
+      overlapSoftmaxWithPv(bodies, highest, lowest, Ring{kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty});
+      return;
+    }
     for (Body &body : bodies) {
       Block &block = body.loop.getBody().front();
       OpBuilder lb(&block, block.begin());
@@ -189,6 +200,167 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       body.v->moveBefore(*body.v->user_begin());
       readSlot(body.v, vBuffer, vFull, vEmpty, i);
     }
+  }
+
+  struct Ring {
+    Value kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty;
+  };
+
+  /// FA3's intra-warpgroup overlap. Iteration j issues Q·K(j)ᵀ, then P(j + 1)·V(j + 1) with the probabilities the
+  /// iteration before computed (carried), and runs the softmax of tile j while that P·V is in flight; only the
+  /// rescale of acc waits for it:
+  ///
+  ///   prologue, tile highest − 1 alone (a segment of at most one tile, masked): S, softmax, P carried out
+  ///   each segment, its tiles below highest − 1:
+  ///     wait K full[i]; S = Q·K(j)ᵀ (async); wait V full[i − 1]; acc += P·V(j + 1) (async)
+  ///     wait S; release K[i]; mask ...; softmax_update reads m and l (acc is still being written)
+  ///     wait P·V; release V[i − 1]; acc *= alpha; carry P(j)
+  ///   epilogue, tile lowest alone: acc += P·V(lowest)
+  ///
+  /// The prologue runs the first masked segment's body: a mask is exact on any tile, so a first tile that at run
+  /// time belongs to an unmasked segment stays right. Empty walks run none of the three.
+  void overlapSoftmaxWithPv(MutableArrayRef<Body> bodies, Value highest, Value lowest, Ring ring) {
+    KvLoopOp first = bodies.front().loop;
+    Location loc = first.getLoc();
+    MLIRContext *ctx = first.getContext();
+    Type i32 = IntegerType::get(ctx, 32), token = TokenType::get(ctx);
+    OpBuilder b(first);
+    Value one = arith::ConstantIntOp::create(b, loc, 1, 32);
+    Value firstTile = arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, highest, one), lowest);
+
+    Body *masked = &bodies.front();
+    for (Body &body : bodies)
+      if (!body.loop.getBody().front().getOps<MaskOp>().empty()) {
+        masked = &body;
+        break;
+      }
+    auto update = *masked->loop.getBody().front().getOps<SoftmaxUpdateOp>().begin();
+    auto pType = cast<RankedTensorType>(update.getP().getType());
+    Type stateType = first.getInit().getType();
+    // P before the first tile: never read (P·V(j + 1) runs only where tile j + 1 was the prologue's or a loop's).
+    Value noP = arith::ConstantOp::create(
+        b, loc, pType, DenseElementsAttr::get(pType, ArrayRef<Attribute>{b.getFloatAttr(pType.getElementType(), 0.0)}));
+
+    // Prologue: the masked body without its P·V.
+    auto prologue = KvLoopOp::create(b, loc, stateType, TypeRange{pType}, firstTile, highest, first.getInit(),
+                                     ValueRange{noP}, masked->loop.getSegment(), "descending");
+    Block *pro = b.createBlock(&prologue.getBody(), {}, {i32, stateType, pType}, {loc, loc, loc});
+    {
+      Block &from = masked->loop.getBody().front();
+      IRMapping map;
+      map.map(from.getArgument(0), pro->getArgument(0));
+      map.map(from.getArgument(1), pro->getArgument(1));
+      OpBuilder pb(pro, pro->end());
+      PvOp pv = cast<PvOp>(*masked->v->user_begin());
+      for (Operation &op : from.without_terminator())
+        if (&op != masked->v.getOperation() && &op != pv.getOperation())
+          pb.clone(op, map);
+      Value state = map.lookup(pv.getState());
+      YieldOp::create(pb, loc, ValueRange{state, map.lookup(update.getP())});
+      OpBuilder ib(pro, pro->begin());
+      Value i = ringPosition(ib, loc, highest, pro->getArgument(0), one);
+      readSlot(cast<LoadOp>(map.lookup(masked->k.getResult()).getDefiningOp()), ring.kBuffer, ring.kFull, ring.kEmpty,
+               i);
+    }
+    first.getInitMutable().assign(prologue.getResult());
+
+    // The segments, below the prologue's tile, each carrying P.
+    Value carriedP = prologue.getCarriedResults().front();
+    KvLoopOp last;
+    for (Body &body : bodies) {
+      KvLoopOp loop = body.loop;
+      OpBuilder lb(loop);
+      Value upper = arith::MinSIOp::create(lb, loc, loop.getUpper(), firstTile);
+      Value lower = arith::MinSIOp::create(lb, loc, loop.getLower(), upper);
+      loop.getLowerMutable().assign(lower);
+      loop.getUpperMutable().assign(upper);
+      loop = withCarried(loop, ValueRange{carriedP});
+      Block &block = loop.getBody().front();
+      Value j = block.getArgument(0), stateArg = block.getArgument(1), pArg = block.getArguments().back();
+      auto qk = cast<QkOp>(*body.k->user_begin());
+      auto pv = cast<PvOp>(*body.v->user_begin());
+      auto upd = *block.getOps<SoftmaxUpdateOp>().begin();
+      auto rescale = cast<RescaleOp>(*upd.getNewState().user_begin());
+      auto yield = cast<YieldOp>(block.getTerminator());
+
+      OpBuilder bb(&block, block.begin());
+      Value i = ringPosition(bb, loc, highest, j, one);
+      Value iPrev = arith::SubIOp::create(bb, loc, i, one);
+      Value jPrev = arith::AddIOp::create(bb, loc, j, one);
+      // K(j) and the asynchronous Q·K(j)ᵀ.
+      bb.setInsertionPoint(body.k);
+      BarrierWaitOp::create(bb, loc, ring.kFull, i);
+      body.k.getSlotMutable().assign(SlotOp::create(bb, loc, ring.kBuffer, i).getResult());
+      bb.setInsertionPoint(qk);
+      auto qkAsync = QkOp::create(bb, loc, qk.getS().getType(), token, qk.getQ(), qk.getK());
+      qk.getS().replaceAllUsesWith(qkAsync.getS());
+      qk.erase();
+      // V(j + 1) and the asynchronous P(j + 1)·V(j + 1) into the state the loop received.
+      bb.setInsertionPointAfter(qkAsync);
+      BarrierWaitOp::create(bb, loc, ring.vFull, iPrev);
+      auto vSlot = SlotOp::create(bb, loc, ring.vBuffer, iPrev);
+      body.v->moveAfter(vSlot);
+      body.v.getIndexMutable().assign(jPrev);
+      body.v.getSlotMutable().assign(vSlot.getResult());
+      bb.setInsertionPointAfter(body.v);
+      auto pvAsync = PvOp::create(bb, loc, stateType, token, pArg, body.v.getResult(), stateArg);
+      // S is needed now; P·V stays in flight through the softmax.
+      MmaWaitOp::create(bb, loc, ValueRange{qkAsync.getToken()});
+      BarrierArriveOp::create(bb, loc, ring.kEmpty, i);
+      upd.getStateMutable().assign(pvAsync.getResult());
+      // The rescale touches acc: after P·V completed.
+      bb.setInsertionPoint(rescale);
+      MmaWaitOp::create(bb, loc, ValueRange{pvAsync.getToken()});
+      BarrierArriveOp::create(bb, loc, ring.vEmpty, iPrev);
+      bb.setInsertionPoint(yield);
+      YieldOp::create(bb, loc, ValueRange{rescale.getResult(), upd.getP()});
+      yield.erase();
+      pv.erase();
+      carriedP = loop.getCarriedResults().back();
+      last = loop;
+    }
+
+    // Epilogue: P·V of the lowest tile.
+    OpBuilder eb(last->getBlock(), std::next(last->getIterator()));
+    Value epilogueEnd = arith::MinSIOp::create(eb, loc, arith::AddIOp::create(eb, loc, lowest, one), highest);
+    auto epilogue = KvLoopOp::create(eb, loc, stateType, TypeRange{pType}, lowest, epilogueEnd, last.getResult(),
+                                     ValueRange{carriedP}, last.getSegment(), "descending");
+    last.getResult().replaceAllUsesExcept(epilogue.getResult(), epilogue);
+    Block *epi = eb.createBlock(&epilogue.getBody(), {}, {i32, stateType, pType}, {loc, loc, loc});
+    OpBuilder xb(epi, epi->end());
+    Value i = ringPosition(xb, loc, highest, epi->getArgument(0), one);
+    BarrierWaitOp::create(xb, loc, ring.vFull, i);
+    Value slot = SlotOp::create(xb, loc, ring.vBuffer, i).getResult();
+    auto vLoad = LoadOp::create(xb, loc, bodies.front().v.getType(), "v", epi->getArgument(0), slot, Value());
+    auto pvAsync = PvOp::create(xb, loc, stateType, token, epi->getArgument(2), vLoad.getResult(), epi->getArgument(1));
+    MmaWaitOp::create(xb, loc, ValueRange{pvAsync.getToken()});
+    BarrierArriveOp::create(xb, loc, ring.vEmpty, i);
+    YieldOp::create(xb, loc, ValueRange{pvAsync.getResult(), epi->getArgument(2)});
+  }
+
+  /// Replaces `loop` by the same segment carrying `carried` too (block arguments appended); the caller rewrites the
+  /// yield. Returns the new loop.
+  static KvLoopOp withCarried(KvLoopOp loop, ValueRange carried) {
+    OpBuilder b(loop);
+    SmallVector<Value> inits(loop.getCarried());
+    llvm::append_range(inits, carried);
+    auto piped = KvLoopOp::create(b, loop.getLoc(), loop.getResult().getType(), ValueRange(inits).getTypes(),
+                                  loop.getLower(), loop.getUpper(), loop.getInit(), inits, loop.getSegment(),
+                                  loop.getOrder());
+    Block &old = loop.getBody().front();
+    SmallVector<Type> argTypes(old.getArgumentTypes());
+    SmallVector<Location> argLocs(argTypes.size(), loop.getLoc());
+    for (Value v : carried) {
+      argTypes.push_back(v.getType());
+      argLocs.push_back(loop.getLoc());
+    }
+    Block *body = b.createBlock(&piped.getBody(), {}, argTypes, argLocs);
+    body->getOperations().splice(body->end(), old.getOperations());
+    for (auto [from, to] : llvm::zip(old.getArguments(), body->getArguments()))
+      from.replaceAllUsesWith(to);
+    loop.getResult().replaceAllUsesWith(piped.getResult());
+    loop.erase();
+    return piped;
   }
 
   /// i = highest − 1 − j: the ring position of tile j in the descending walk from `highest`.
@@ -227,8 +399,8 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
 
 } // namespace
 
-std::unique_ptr<Pass> createPipelinePass(RoleRegisters registers) {
-  return std::make_unique<Fa3PipelinePass>(registers);
+std::unique_ptr<Pass> createPipelinePass(RoleRegisters registers, ConsumerOrder order) {
+  return std::make_unique<Fa3PipelinePass>(registers, order);
 }
 
 } // namespace flashtile::fa3

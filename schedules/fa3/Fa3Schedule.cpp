@@ -42,6 +42,8 @@ public:
         {kConsumerWarpgroups, "consumer warpgroups (each owns block-m / consumer-warpgroups rows)", 1, 3},
         {kProducerRegs, "registers per producer thread (setmaxnreg)", 24, 256},
         {kConsumerRegs, "registers per consumer thread (setmaxnreg)", 24, 256},
+        {kOverlap, "1: P·V of tile j + 1 runs under the softmax of tile j (intra-warpgroup overlap); 0: each GEMM "
+                   "waited on when issued", 0, 1},
     };
     return specs;
   }
@@ -105,7 +107,9 @@ void buildSchedulePipeline(OpPassManager &pm, const schedule::Request &request) 
   schedule::addApplySchedule(func, kName, request);
   func.addPass(createTileSplitBoundary());
   int64_t consumers = knob(request.knobs, kConsumerWarpgroups, 2);
-  func.addPass(createPipelinePass(Fa3Schedule::registersFor(request.knobs, consumers)));
+  ConsumerOrder order;
+  order.overlap = knob(request.knobs, kOverlap, 1) != 0;
+  func.addPass(createPipelinePass(Fa3Schedule::registersFor(request.knobs, consumers), order));
 }
 
 void registerSchedule() {

@@ -12,7 +12,9 @@
 // replays it).
 //
 // Environment:
-//   FLASHTILE_AOT_DIR      ahead-of-time kernel directory (`flashtile aot --arch sm_90a --out DIR`); required
+//   FLASHTILE_AOT_DIR      ahead-of-time kernel directory (`flashtile aot --arch sm_90a --out DIR`), or several
+//                          separated by ':'; required
+//   FLASHTILE_SCHEDULE     the schedule the forward cases run (default fa2; e.g. fa3 with an fa3 library)
 //                          where a GPU is present — without it the forward tests fail, they never skip there.
 //   FLASHTILE_REQUIRE_GPU  "1": a missing GPU/driver fails instead of skipping (the GPU machine's script sets it).
 //   FLASHTILE_TEST_SEED    fixed base seed (decimal) to replay a failure.
@@ -139,9 +141,19 @@ Gpu makeGpu() {
     gpu.aotError = "FLASHTILE_AOT_DIR is not set: on a machine with a GPU these tests need ahead-of-time kernels "
                    "(made on the build machine with `flashtile aot --arch " +
                    gpu.arch + " --out DIR`); they do not skip here";
-  } else if (Status s = gpu.runtime->loadAotDirectory(gpu.aotDir); !s.ok()) {
-    gpu.aotError = "FLASHTILE_AOT_DIR=" + gpu.aotDir + " could not be loaded: " + s.message();
+  } else {
+    // A colon-separated list: e.g. fa2's library and fa3's.
+    for (size_t begin = 0; begin <= gpu.aotDir.size() && gpu.aotError.empty();) {
+      size_t end = std::min(gpu.aotDir.find(':', begin), gpu.aotDir.size());
+      std::string dir = gpu.aotDir.substr(begin, end - begin);
+      if (Status s = gpu.runtime->loadAotDirectory(dir); !s.ok())
+        gpu.aotError = "FLASHTILE_AOT_DIR: " + dir + " could not be loaded: " + s.message();
+      begin = end + 1;
+    }
   }
+  // The schedule whose kernels the forward cases run (default fa2); a call it has no kernel for runs fa2's.
+  if (const char *schedule = std::getenv("FLASHTILE_SCHEDULE"); schedule && *schedule)
+    gpu.runtime->setSchedule(schedule);
   std::string nvrtc = nvrtcVersion().ok() ? *nvrtcVersion() : "?";
   std::printf("[flashtile-gpu] arch %s, NVRTC %s, AOT dir %s, base seed %llu (FLASHTILE_TEST_SEED replays it)\n",
               gpu.arch.c_str(), nvrtc.c_str(), gpu.aotDir.empty() ? "(unset)" : gpu.aotDir.c_str(),

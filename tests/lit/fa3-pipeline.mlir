@@ -1,5 +1,7 @@
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3 options=block-m=128,block-n=64,stages=3" --tile-split-boundary --tile-fa3-pipeline | FileCheck %s
-// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline --tile-lower-to-target=arch=sm_90a 2>&1 | FileCheck %s --check-prefix=NOTARGET
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3 options=block-m=128,block-n=64,stages=3" --tile-split-boundary --tile-fa3-pipeline=intra-wg-overlap=false | FileCheck %s
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline | FileCheck %s --check-prefix=OVERLAP
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline --tile-lower-to-target=arch=sm_90a | FileCheck %s --check-prefix=SM90
+// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline --tile-lower-to-target=arch=sm_80 2>&1 | FileCheck %s --check-prefix=NOTARGET
 
 // FA3: buffers (Q one slot, K and V rings of `stages` slots) with their full/empty barriers at the top.
 // CHECK: #tile.schedule<name = "fa3", blockM = 128, blockN = 64, warps = 12, stages = 3>
@@ -47,4 +49,41 @@
 // CHECK: tile.store "lse"
 // CHECK-NOT: tile.wait
 
-// NOTARGET: schedule 'fa3' has no lowering for sm_90a
+// The intra-warpgroup overlap (the default): a prologue segment of at most one tile (the walk's first) computes S and
+// P; each later iteration issues Q·K(j)ᵀ, then P(j + 1)·V(j + 1) with the carried P, waits only for S, runs the
+// softmax (which reads m and l of the state P·V is still accumulating into), then waits for P·V, releases V's
+// slot and rescales; an epilogue segment of at most one tile (the walk's last) runs the last P·V.
+// OVERLAP: tile.role "consumer"
+// OVERLAP: %[[FIRST:.*]] = arith.maxsi
+// OVERLAP: %[[P0:.*]] = arith.constant dense<0.000000e+00> : tensor<128x128xbf16>
+// OVERLAP: tile.kv_loop from %[[FIRST]] to %{{.*}} iter_args(%{{.*}}, %[[P0]])
+// OVERLAP: tile.qk
+// OVERLAP-NEXT: tile.mma_wait
+// OVERLAP: tile.softmax_update
+// OVERLAP-NOT: tile.pv
+// OVERLAP: tile.yield %{{.*}}, %p
+// OVERLAP: tile.kv_loop
+// OVERLAP: ^bb0(%[[J:.*]]: i32, %[[ST:.*]]: !tile.state<128x128>, %[[P:.*]]: tensor<128x128xbf16>):
+// OVERLAP: %[[I:.*]] = arith.subi %{{.*}}, %[[J]] : i32
+// OVERLAP-NEXT: %[[IP:.*]] = arith.subi %[[I]], %{{.*}} : i32
+// OVERLAP-NEXT: %[[JN:.*]] = arith.addi %[[J]], %{{.*}} : i32
+// OVERLAP: %[[S:.*]], %[[TS:.*]] = tile.qk
+// OVERLAP-NEXT: tile.barrier_wait %{{.*}}[%[[IP]]]
+// OVERLAP-NEXT: %[[VS:.*]] = tile.slot %{{.*}}[%[[IP]]]
+// OVERLAP-NEXT: %[[V:.*]] = tile.load "v"[%[[JN]]] from %[[VS]]
+// OVERLAP-NEXT: %[[ACC:.*]], %[[TPV:.*]] = tile.pv %[[P]], %[[V]], %[[ST]]
+// OVERLAP-NEXT: tile.mma_wait %[[TS]]
+// OVERLAP-NEXT: tile.barrier_arrive %{{.*}}[%[[I]]]
+// OVERLAP: %[[PN:.*]], %[[ALPHA:.*]], %[[NEW:.*]] = tile.softmax_update %{{.*}}, %[[ACC]]
+// OVERLAP-NEXT: tile.mma_wait %[[TPV]]
+// OVERLAP-NEXT: tile.barrier_arrive %{{.*}}[%[[IP]]]
+// OVERLAP-NEXT: %[[R:.*]] = tile.rescale %[[NEW]], %[[ALPHA]]
+// OVERLAP-NEXT: tile.yield %[[R]], %[[PN]]
+// OVERLAP: tile.kv_loop from %[[LOWEST:.*]] to %{{.*}} iter_args
+// OVERLAP: tile.load "v"
+// OVERLAP-NEXT: %{{.*}}, %[[TLAST:.*]] = tile.pv
+// OVERLAP-NEXT: tile.mma_wait %[[TLAST]]
+// OVERLAP: tile.finalize
+
+// SM90: target = #tile.target<arch = "sm_90a", isa = "sm90">
+// NOTARGET: schedule 'fa3' has no lowering for sm_80

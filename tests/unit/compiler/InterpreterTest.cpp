@@ -525,6 +525,35 @@ TEST_F(Fa3Fixture, ReadingAnMmaResultBeforeItsWaitIsAPipelineHazard) {
       << text;
 }
 
+/// The waits for P·V that the intra-warpgroup overlap keeps in flight across the softmax.
+SmallVector<tile::MmaWaitOp> overlappedPvWaits(ModuleOp module) {
+  SmallVector<tile::MmaWaitOp> waits;
+  funcOf(module).walk([&](tile::MmaWaitOp wait) {
+    auto pv = wait.getTokens().front().getDefiningOp<tile::PvOp>();
+    if (pv && llvm::any_of(pv.getResult().getUsers(), [](Operation *u) { return isa<tile::SoftmaxUpdateOp>(u); }))
+      waits.push_back(wait);
+  });
+  return waits;
+}
+
+TEST_F(Fa3Fixture, TheSoftmaxRunsUnderPvButTheRescaleWaitsForIt) {
+  ASSERT_TRUE(fa3) << diags.text;
+  // The overlap is there: a softmax reads m and l of the state an asynchronous P·V is accumulating into.
+  auto waits = overlappedPvWaits(*fa3);
+  ASSERT_FALSE(waits.empty());
+  // Rescaling acc before that P·V completed is a hazard: its wait (and V's release) moved past the rescale.
+  for (auto wait : waits) {
+    Operation *release = wait->getNextNode(), *rescale = release->getNextNode();
+    ASSERT_TRUE(isa<tile::RescaleOp>(rescale));
+    wait->moveAfter(rescale);
+    release->moveAfter(wait);
+  }
+  std::string text = runExpectingFailure(*fa3);
+  EXPECT_NE(text.find("pipeline hazard: reads the state an asynchronous P·V accumulates into before tile.mma_wait"),
+            std::string::npos)
+      << text;
+}
+
 TEST_F(Fa3Fixture, TheBarrierHazardsAreCaughtByTheProtocolChecker) {
   ASSERT_TRUE(program) << diags.text;
   struct Off {
@@ -544,6 +573,13 @@ TEST_F(Fa3Fixture, TheBarrierHazardsAreCaughtByTheProtocolChecker) {
   for (auto wait : qkWaits(*earlyRelease))
     wait->moveAfter(wait->getNextNode());
   EXPECT_TRUE(succeeded(interp::run(funcOf(*earlyRelease), p, in.q, in.k, in.v, o, lse))) << diags.text;
+  OwningOpRef<ModuleOp> lateWait = flashtile::testing::scheduledFa3(*program, knobs);
+  for (auto wait : overlappedPvWaits(*lateWait)) {
+    Operation *release = wait->getNextNode(), *rescale = release->getNextNode();
+    wait->moveAfter(rescale);
+    release->moveAfter(wait);
+  }
+  EXPECT_TRUE(succeeded(interp::run(funcOf(*lateWait), p, in.q, in.k, in.v, o, lse))) << diags.text;
 }
 
 TEST_F(CausalFixture, BadSizesAndUnknownOpsAreDiagnosed) {

@@ -93,6 +93,7 @@ inline mlir::OwningOpRef<mlir::ModuleOp> scheduledDecode(mlir::ModuleOp module, 
 /// warpgroup, so that the producer runs ahead and slots are reused within a walk.
 inline std::vector<std::pair<std::string, schedule::Knobs>> fa3TestSchedules() {
   return {{"fa3 defaults", {}},
+          {"fa3 without intra-warpgroup overlap", {{fa3::kOverlap, 0}}},
           {"fa3 blockM 64 blockN 32, 3 slots, one consumer warpgroup",
            {{fa3::kBlockM, 64}, {fa3::kBlockN, 32}, {fa3::kStages, 3}, {fa3::kConsumerWarpgroups, 1}}}};
 }

@@ -47,6 +47,19 @@ TEST(CApi, VarlenRejectsBadArgumentsNamingThem) {
   flashtile_destroy(rt);
 }
 
+TEST(CApi, SetScheduleTakesAnIdAndNamesBadOnes) {
+  flashtile_runtime *rt = flashtile_create();
+  ASSERT_NE(rt, nullptr) << flashtile_last_error();
+  EXPECT_EQ(flashtile_set_schedule(rt, "fa3"), 0) << flashtile_last_error();
+  EXPECT_EQ(flashtile_set_schedule(rt, "fa2"), 0) << flashtile_last_error();
+  EXPECT_EQ(flashtile_set_schedule(rt, "fa 3"), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("'fa 3' is not a schedule id"));
+  EXPECT_EQ(flashtile_set_schedule(rt, nullptr), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("rt and schedule must not be NULL"));
+  EXPECT_EQ(flashtile_set_schedule(nullptr, "fa3"), -1);
+  flashtile_destroy(rt);
+}
+
 TEST(CApi, VarlenVariantArgumentsAreChecked) {
   flashtile_runtime *rt = flashtile_create();
   ASSERT_NE(rt, nullptr) << flashtile_last_error();

@@ -43,6 +43,26 @@ TEST(KernelInfo, RoundTrips) {
   expectSameInfo(*parsed, info);
 }
 
+TEST(KernelInfo, TmaKernelsSayTheyTakeTensorMaps) {
+  KernelInfo info = sampleInfo();
+  info.arch = "sm_90a";
+  EXPECT_THAT(info.serialize(), testing::Not(HasSubstr("tensorMaps")));
+  info.tensorMaps = true;
+  std::string text = info.serialize();
+  EXPECT_THAT(text, HasSubstr("tensorMaps=1\n"));
+  StatusOr<KernelInfo> parsed = KernelInfo::parse(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE(parsed->tensorMaps);
+  // Only sm_90a kernels without split-KV take TMA descriptors.
+  info.arch = "sm_80";
+  Status notSm90 = info.verify();
+  ASSERT_FALSE(notSm90.ok());
+  EXPECT_THAT(notSm90.message(), HasSubstr("field 'tensorMaps': is set on a kernel for sm_80"));
+  StatusOr<KernelInfo> badValue = KernelInfo::parse(replaceLine(text, "tensorMaps", "tensorMaps=yes"));
+  ASSERT_FALSE(badValue.ok());
+  EXPECT_THAT(badValue.status().message(), HasSubstr("field 'tensorMaps'"));
+}
+
 TEST(KernelInfo, RoundTripsParamRules) {
   KernelInfo info = sampleInfo();
   info.paramRules = {{"cap > 0 && isfinite(cap)", "a positive, finite number"},
