@@ -4,8 +4,8 @@
 #   .device/aot/         fa2 kernels (bf16/f16, head dims 64 and 128; FLASHTILE_HEAD_DIMS overrides), and the
 #                        built-in variants at bf16, head dim 128, in .device/aot-variants
 #   .device/aot-decode/  the decode schedule's split-KV kernels of the same variants and head dims
-#   .device/bin/         runtime-only binaries: flashtile, flashtile_decode_gpu_tests
-#   .device/lib/         libflashtile.so (C ABI with CApiDecode.h, for bench/decode_bench.py)
+#   .device/bin/         runtime-only binaries: flashtile, flashtile_decode_gpu_tests, flashtile_kvcache_gpu_tests
+#   .device/lib/         libflashtile.so (C ABI with CApiDecode.h and CApiKvCache.h, for bench/decode_bench.py)
 # Then run bench/device/run-decode-tests.sh and bench/device/decode-bench.sh on the GPU machine.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -31,6 +31,7 @@ cp .device/aot-decode-variants/* .device/aot-decode/ 2>/dev/null || true
 rm -rf .device/aot-variants .device/aot-decode-variants
 # index.txt lists one directory's kernels; the copies above merge two, so the merged ones are dropped.
 rm -f .device/aot/index.txt .device/aot-decode/index.txt
-cp build-rt/tools/flashtile build-rt/tests/gpu/flashtile_decode_gpu_tests .device/bin/
+cp build-rt/tools/flashtile build-rt/tests/gpu/flashtile_decode_gpu_tests build-rt/tests/gpu/flashtile_kvcache_gpu_tests \
+  .device/bin/
 cp build-rt/runtime/libflashtile.so .device/lib/
 du -sh .device

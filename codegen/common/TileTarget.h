@@ -32,6 +32,9 @@ struct KernelShape {
   /// hKv·G + r % G, G = headsQ / headsKv, for the block's K/V head hKv (blockKvHead); the printer declares
   /// `headsPerKv` (G) and `blockKvHead`, and the rows of a block's sequence are p.seqlenQ·G.
   bool packQueryHeads = false;
+  /// The program reads a KV cache (`tile.kv_cache`, passes/IR/TileKvCache.h): the kernel parameters' kvCache 2 makes
+  /// K/V tile copies find each key row through the sequence's block-table row p.blockTable (KernelAbi.h).
+  bool kvCache = false;
 };
 
 /// The tiles `tile.buffer`, `tile.copy_async` and `tile.load` name.

@@ -61,7 +61,9 @@ public:
             "lseRow", "lseLog2", "keep", "gOAccum", "gLseAccum", "splits", "maxLog2", "sum", "invSum", "weight", "part",
             "o0", "o1", "off",
             // GQA packing
-            "rowQuery", "rowHead", "hRow", "qi", "qh", "packedRows", "dst"};
+            "rowQuery", "rowHead", "hRow", "qi", "qh", "packedRows", "dst",
+            // paged KV caches (copyRoutine)
+            "key", "page", "pageMask"};
   }
 
   void setup(CudaWriter &w, const std::vector<Operand> &copied) override;
@@ -95,6 +97,11 @@ private:
   };
   static OperandNames names(Operand operand);
   void copyRoutine(CudaWriter &w, Operand operand);
+  /// In a K/V copy routine of a program that reads a KV cache, under `if (p.kvCache == 2)`: the cp.async of key row
+  /// `key` (a C expression) of the sequence, through its block-table row, into `dst` (shared address) — one page lookup
+  /// a row, as a page may be shorter than a tile.
+  void pagedCopy(CudaWriter &w, Operand operand, const std::string &key, const std::string &dst,
+                 const std::string &col);
   /// The shared-memory address (a C expression) of the buffer that holds K or V tile `tile`.
   std::string bufferAddress(Operand operand, const std::string &tile) const;
   /// Loops over every element [mt][nt][i] of a register tile of `nTiles` n8 tiles (kSTiles: scores, kOTiles: acc),
@@ -230,6 +237,16 @@ void TileTargetSm80::copyRoutine(CudaWriter &w, Operand operand) {
     std::string perRow = cat("(", n.width, " / 8)");
     w.line(cat("const int row0 = threadIdx.x / ", perRow, ", col = threadIdx.x % ", perRow, ";"));
     w.line(cat("const int seqRow0 = ", isQ ? "m0" : cat("tile * ", n.rows), " + row0;"));
+    if (!isQ && shape.kvCache) {
+      w.open("if (p.kvCache == 2)");
+      w.openUnrolledFor("i", cat(chunkCount, " / kThreads"));
+      w.line(cat("const int row = row0 + i * (kThreads / ", perRow, ");"));
+      pagedCopy(w, operand, cat("seqRow0 + i * (kThreads / ", perRow, ")"),
+                cat(bufferAddress(operand, "tile"), " + sm80::swizzle<", n.width, " / 8>(row, col)"), "col");
+      w.close();
+      w.line("return;");
+      w.close();
+    }
     w.line(cat("const unsigned short *src = ", n.global, " + seqRow0 * ", n.rowStride, " + col * 8;"));
     w.line(cat("const long long step = (kThreads / ", perRow, ") * ", n.rowStride, ";"));
     w.openUnrolledFor("i", cat(chunkCount, " / kThreads"));
@@ -255,15 +272,39 @@ void TileTargetSm80::copyRoutine(CudaWriter &w, Operand operand) {
     w.line(cat("sm80::cpAsync16(sm80::smemAddress(sQ) + sm80::swizzle<", n.width, " / 8>(row, col),"));
     w.line(cat("                ", n.global, " + qi * ", n.rowStride, " + qh * p.qHeadStride + col * 8, inside);"));
   } else {
+    if (!isQ && shape.kvCache) {
+      w.open("if (p.kvCache == 2)");
+      pagedCopy(w, operand, "seqRow",
+                cat(bufferAddress(operand, "tile"), " + sm80::swizzle<", n.width, " / 8>(row, col)"), "col");
+      w.close();
+      w.open("else");
+    }
     w.line(cat("const bool inside = seqRow < ", n.seqlen, ";"));
     w.line(cat("sm80::cpAsync16(", isQ ? std::string("sm80::smemAddress(sQ)") : bufferAddress(operand, "tile"),
                " + sm80::swizzle<", n.width, " / 8>(row, col),"));
     w.line(cat("                ", n.global, " + (inside ? seqRow : 0) * ", n.rowStride, " + col * 8, inside);"));
+    if (!isQ && shape.kvCache)
+      w.close();
   }
   if (!even)
     w.close();
   w.close();
   w.close(";");
+}
+
+void TileTargetSm80::pagedCopy(CudaWriter &w, Operand operand, const std::string &key, const std::string &dst,
+                               const std::string &col) {
+  OperandNames n = names(operand);
+  const char *pageStride = operand == Operand::K ? "p.kCacheBatchStride" : "p.vCacheBatchStride";
+  w.comment(
+      "paged cache: key row `key` is row key % pageSize of page blockTable[key / pageSize] (clamped to the pool)");
+  w.line(cat("const int key = ", key, ";"));
+  w.line(cat("const bool inside = key < ", n.seqlen, ";"));
+  w.line("const int page = inside ? min(max(p.blockTable[key >> p.pageShift], 0), p.cacheBatches - 1) : 0;");
+  w.line("const int pageMask = (1 << p.pageShift) - 1;");
+  w.line(cat("sm80::cpAsync16(", dst, ","));
+  w.line(cat("                ", n.global, " + page * ", pageStride, " + (inside ? key & pageMask : 0) * ", n.rowStride,
+             " + ", col, " * 8, inside);"));
 }
 
 std::string TileTargetSm80::bufferAddress(Operand operand, const std::string &tile) const {

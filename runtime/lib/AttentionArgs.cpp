@@ -1,6 +1,7 @@
 // AttentionArgs.cpp — building and checking an attention call's arguments; nothing here touches the GPU.
 #include "flashtile/runtime/KernelAbi.h"
 #include "flashtile/runtime/Runtime.h"
+#include "KvCacheInternal.h"
 #include "SplitKvInternal.h"
 
 #include <algorithm>
@@ -223,6 +224,8 @@ Status Runtime::validate(const AttentionArgs &args) {
     return Status::error("inputs has " + std::to_string(args.inputs.size()) + " pointers; at most " +
                          std::to_string(FLASHTILE_MAX_VARIANT_INPUTS) +
                          " (FLASHTILE_MAX_VARIANT_INPUTS) are supported");
+  if (Status s = detail::checkKvCacheArgs(args); !s.ok())
+    return s;
   return detail::checkSplitKvArgs(args);
 }
 

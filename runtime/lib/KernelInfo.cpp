@@ -19,7 +19,7 @@ constexpr std::string_view kFieldNames[] = {
 constexpr size_t kNumFields = std::size(kFieldNames);
 /// Fields only split-KV kernels have (serialized after the others when combineEntry is set).
 constexpr std::string_view kSplitKvFieldNames[] = {"combineEntry", "combineRows", "combineThreads",
-                                                   "packQueryHeads"};
+                                                   "packQueryHeads", "appendEntry"};
 /// Fields only TMA kernels have.
 constexpr std::string_view kTmaFieldNames[] = {"tensorMaps"};
 
@@ -181,6 +181,8 @@ std::string KernelInfo::serialize() const {
             "\ncombineThreads=" + std::to_string(combineThreads) + "\n";
   if (packQueryHeads)
     text += "packQueryHeads=1\n";
+  if (!appendEntry.empty())
+    text += "appendEntry=" + appendEntry + "\n";
   if (tensorMaps)
     text += "tensorMaps=1\n";
   return text;
@@ -236,6 +238,10 @@ Status KernelInfo::verify() const {
                                               std::to_string(combineRows) + ") in [32, " +
                                               std::to_string(kMaxThreadsPerBlock) + "]");
   }
+  if (!appendEntry.empty() &&
+      (combineEntry.empty() || !isIdentifier(appendEntry) || appendEntry == entry || appendEntry == combineEntry))
+    return fieldError("appendEntry", "'" + appendEntry + "' is not a C identifier other than the entry and the "
+                                     "combine entry of a split-KV kernel (only split-KV kernels read KV caches)");
   if (compilerVersion.empty() || !std::all_of(compilerVersion.begin(), compilerVersion.end(),
                                               [](char c) { return std::isgraph(static_cast<unsigned char>(c)); }))
     return fieldError("compilerVersion", "'" + compilerVersion + "' is empty or contains spaces");
@@ -280,6 +286,8 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
   info.compilerVersion = fields["compilerVersion"];
   if (auto it = fields.find("combineEntry"); it != fields.end())
     info.combineEntry = it->second;
+  if (auto it = fields.find("appendEntry"); it != fields.end())
+    info.appendEntry = it->second;
   if (auto it = fields.find("packQueryHeads"); it != fields.end()) {
     if (it->second != "0" && it->second != "1")
       return fieldError("packQueryHeads", quoted(it->second) + " is not 0 or 1");

@@ -1,5 +1,6 @@
 // Runtime.cpp — kernel selection (ahead-of-time directories, then the JIT cache), module loading and launch.
 #include "flashtile/runtime/Runtime.h"
+#include "KvCacheInternal.h"
 #include "flashtile/runtime/TensorMap.h"
 #include "RegularFile.h"
 #include "SplitKvInternal.h"
@@ -45,6 +46,7 @@ struct LoadedModule {
   CUmodule module = nullptr;
   CUfunction function = nullptr;
   CUfunction combine = nullptr; // split-KV kernels: KernelInfo::combineEntry
+  CUfunction append = nullptr;  // KV-cache kernels: KernelInfo::appendEntry
 };
 
 /// Larger than any manifest or kernel the compiler writes; a bigger file is damage, not a kernel.
@@ -76,6 +78,9 @@ StatusOr<AotKernel> loadAotKernel(const fs::path &manifestPath) {
     return s.withContext(cubinPath.string() + " (for " + manifestPath.filename().string() + ")");
   if (info->splitKv())
     if (Status s = checkCubin(*cubin, info->arch, info->combineEntry); !s.ok())
+      return s.withContext(cubinPath.string() + " (for " + manifestPath.filename().string() + ")");
+  if (!info->appendEntry.empty())
+    if (Status s = checkCubin(*cubin, info->arch, info->appendEntry); !s.ok())
       return s.withContext(cubinPath.string() + " (for " + manifestPath.filename().string() + ")");
   return AotKernel{std::make_shared<const CachedKernel>(CachedKernel{std::move(*info), std::move(*cubin)}),
                    manifestPath.string()};
@@ -159,6 +164,7 @@ FlashtileFwdParams paramsFor(const AttentionArgs &args) {
   params.scaleLog2 = params.softmaxScale * kLog2e;
   std::copy(args.variantParams.begin(), args.variantParams.end(), params.variantParams);
   std::copy(args.inputs.begin(), args.inputs.end(), params.inputs);
+  detail::fillKvCacheParams(args, params);
   return params;
 }
 
@@ -399,6 +405,11 @@ StatusOr<LoadedModule> Runtime::Impl::function(const CudaDriver &driver,
   if (info.splitKv())
     if (Status s = driver.check(driver.cuModuleGetFunction(&loaded.combine, loaded.module, info.combineEntry.c_str()),
                                 "cuModuleGetFunction(" + info.combineEntry + ")");
+        !s.ok())
+      return fail(s);
+  if (!info.appendEntry.empty())
+    if (Status s = driver.check(driver.cuModuleGetFunction(&loaded.append, loaded.module, info.appendEntry.c_str()),
+                                "cuModuleGetFunction(" + info.appendEntry + ")");
         !s.ok())
       return fail(s);
   if (info.smemBytes > kDefaultDynamicSmemLimit) {
@@ -765,7 +776,8 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
     // Without a JIT, a decode-sized call that no ahead-of-time directory has a decode kernel for runs the other
     // schedule's kernel (a library built before the decode schedule, or without it).
     std::unique_lock<std::mutex> lock(impl->configMutex);
-    if (!kernel.ok() && !impl->compile && spec->schedule == impl->decodeSchedule && spec->schedule != impl->schedule) {
+    if (!kernel.ok() && !impl->compile && !args.kvCache.enabled() && spec->schedule == impl->decodeSchedule &&
+        spec->schedule != impl->schedule) {
       spec->schedule = impl->schedule;
       lock.unlock();
       kernel = findKernel(*spec);
@@ -786,6 +798,10 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
   const KernelInfo &info = (*kernel)->info;
   if (Status s = validateFor(args, info); !s.ok())
     return s;
+  if (args.kvCache.enabled() && !info.readsKvCache())
+    return Status::error("kernel " + info.entry + " (schedule " + info.schedule + ") does not read a KV cache; "
+                         "cache calls run the decode schedule's kernels (setDecodeSchedule(\"decode\"), or an "
+                         "ahead-of-time library built by this version's `flashtile aot --schedule decode`)");
   StatusOr<LoadedModule> function = impl->function(driver, *kernel);
   if (!function.ok())
     return function.status();
@@ -834,6 +850,9 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
                          std::to_string(std::numeric_limits<int>::max()) + " are supported: use fewer splits "
                          "(numSplits) or split the batch into several calls");
   gridX *= static_cast<unsigned>(params.numSplits);
+  // KV cache: the new keys and values land in the cache before the attention kernel reads it (same stream).
+  if (Status s = detail::launchKvCacheAppend(driver, function->append, info.appendEntry, args, params, stream); !s.ok())
+    return s;
   if (params.numSplits == 1)
     return driver.check(driver.cuLaunchKernel(function->function, gridX, gridY, args.batch, info.threads, 1, 1,
                                               info.smemBytes, stream, kernelParams, nullptr),

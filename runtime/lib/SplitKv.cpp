@@ -123,7 +123,7 @@ void SplitKvWorkspaces::release(const CudaDriver &driver) {
 } // namespace detail
 
 bool Runtime::isDecodeCall(const AttentionArgs &args) {
-  return (args.isVarlen() ? args.maxSeqlenQ : args.seqlenQ) <= kDecodeMaxSeqlenQ;
+  return (args.isVarlen() ? args.maxSeqlenQ : args.seqlenQ) <= kDecodeMaxSeqlenQ || args.kvCache.enabled();
 }
 
 int Runtime::numSplitsFor(const AttentionArgs &args, const KernelInfo &kernel, int smCount) {

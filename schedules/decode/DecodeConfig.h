@@ -21,7 +21,7 @@ namespace flashtile::decode {
 inline constexpr const char *kName = "decode";
 /// The knobs' names: FA2's, for the knobs the two share.
 inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kWarps = "warps", *kStages = "stages",
-                            *kMinBlocksPerSm = "min-blocks-per-sm", *kPackGqa = "pack-gqa";
+                            *kMinBlocksPerSm = "min-blocks-per-sm", *kPackGqa = "pack-gqa", *kKvCache = "kv-cache";
 inline constexpr int kMaxBlockM = 256, kMaxBlockN = 256, kMaxWarps = 16, kMinStages = 1, kMaxStages = 2;
 inline constexpr int kWarpSize = 32, kMaxThreadsPerSm = 2048;
 

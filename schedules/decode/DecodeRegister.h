@@ -10,8 +10,9 @@ namespace flashtile::decode {
 /// Adds the decode schedule to the schedule registry and tile-decode-split-kv to MLIR's pass registry
 /// (schedules/Registry.cpp calls it once).
 void registerSchedule();
-/// tile-decode-split-kv (DecodeSplitKvPass.cpp); `packQueryHeads`: GQA packing where the program allows it.
-std::unique_ptr<mlir::Pass> createSplitKvPass(bool packQueryHeads = true);
+/// tile-decode-split-kv (DecodeSplitKvPass.cpp); `packQueryHeads`: GQA packing where the program allows it;
+/// `kvCache`: the kernel can read a KV cache (tile.kv_cache).
+std::unique_ptr<mlir::Pass> createSplitKvPass(bool packQueryHeads = true, bool kvCache = true);
 } // namespace flashtile::decode
 
 #endif // FLASHTILE_SCHEDULES_DECODE_DECODEREGISTER_H

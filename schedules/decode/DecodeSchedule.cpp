@@ -38,6 +38,10 @@ public:
          "1: a tile's rows are a K/V head's query heads x query rows (K/V read once per group); 0: one "
          "query head a tile",
          0, 1},
+        {kKvCache,
+         "1: the kernel also reads KV caches, contiguous or paged (flash_attn_with_kvcache), and appends new keys; "
+         "0: plain K/V only",
+         0, 1},
     };
     return specs;
   }
@@ -71,8 +75,11 @@ public:
   void buildPipeline(OpPassManager &pm, const schedule::Request &request) const override {
     OpPassManager &func = pm.nest<FuncOp>();
     schedule::addApplySchedule(func, kName, request);
-    auto pack = request.knobs.find(kPackGqa);
-    func.addPass(createSplitKvPass(pack == request.knobs.end() || pack->second != 0));
+    auto knobOn = [&](const char *knob) {
+      auto it = request.knobs.find(knob);
+      return it == request.knobs.end() || it->second != 0;
+    };
+    func.addPass(createSplitKvPass(knobOn(kPackGqa), knobOn(kKvCache)));
     func.addPass(createTileSplitBoundary());
     func.addPass(fa2::createPipelinePass());
     func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
@@ -85,7 +92,7 @@ public:
 
 void registerSchedule() {
   schedule::registerSchedule(std::make_unique<DecodeSchedule>());
-  mlir::registerPass([] { return createSplitKvPass(/*packQueryHeads=*/true); });
+  mlir::registerPass([] { return createSplitKvPass(/*packQueryHeads=*/true, /*kvCache=*/true); });
 }
 
 } // namespace flashtile::decode

@@ -9,11 +9,14 @@
 //    partial O and LSE for the combine kernel (or, unsplit, the result); finalize's sink moves onto it, so that it
 //    joins each row's softmax once rather than once per split;
 //  - with `pack-query-heads` (the default), rows pack the query heads of a K/V head (tile.pack_query_heads,
-//    passes/IR/TilePacking.h) unless a KV-range rule reads its head: one rule for the group's heads must hold.
+//    passes/IR/TilePacking.h) unless a KV-range rule reads its head: one rule for the group's heads must hold;
+//  - with `kv-cache` (the default), the program may read a KV cache, contiguous or paged (tile.kv_cache,
+//    passes/IR/TileKvCache.h): no op changes, the kernel's sequence view and K/V copies follow the cache.
 //===----------------------------------------------------------------------===//
 #include "schedules/decode/DecodeRegister.h"
 
 #include "passes/IR/TileDialect.h"
+#include "passes/IR/TileKvCache.h"
 #include "passes/IR/TilePacking.h"
 
 using namespace mlir;
@@ -26,11 +29,17 @@ struct DecodeSplitKvPass : PassWrapper<DecodeSplitKvPass, OperationPass<FuncOp>>
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(DecodeSplitKvPass)
   DecodeSplitKvPass() = default;
   DecodeSplitKvPass(const DecodeSplitKvPass &other) : PassWrapper(other) {}
-  explicit DecodeSplitKvPass(bool pack) { packQueryHeads = pack; }
+  DecodeSplitKvPass(bool pack, bool cache) {
+    packQueryHeads = pack;
+    kvCache = cache;
+  }
   Option<bool> packQueryHeads{*this, "pack-query-heads",
                               llvm::cl::desc("rows pack the query heads of a K/V head (GQA), where the program's "
                                              "KV-range rules do not read the head"),
                               llvm::cl::init(true)};
+  Option<bool> kvCache{*this, "kv-cache",
+                       llvm::cl::desc("the program may read a KV cache, contiguous or paged (tile.kv_cache)"),
+                       llvm::cl::init(true)};
   StringRef getArgument() const override { return "tile-decode-split-kv"; }
   StringRef getName() const override { return "DecodeSplitKv"; }
   StringRef getDescription() const override {
@@ -62,6 +71,8 @@ struct DecodeSplitKvPass : PassWrapper<DecodeSplitKvPass, OperationPass<FuncOp>>
     });
     if (packQueryHeads && !rulesReadHead)
       func->setAttr(kPackQueryHeadsAttr, UnitAttr::get(func.getContext()));
+    if (kvCache)
+      func->setAttr(kKvCacheAttr, UnitAttr::get(func.getContext()));
   }
 
   /// lo, hi of the "may" rule → max(lo, split_begin), min(hi, split_end).
@@ -109,8 +120,8 @@ struct DecodeSplitKvPass : PassWrapper<DecodeSplitKvPass, OperationPass<FuncOp>>
 
 } // namespace
 
-std::unique_ptr<Pass> createSplitKvPass(bool packQueryHeads) {
-  return std::make_unique<DecodeSplitKvPass>(packQueryHeads);
+std::unique_ptr<Pass> createSplitKvPass(bool packQueryHeads, bool kvCache) {
+  return std::make_unique<DecodeSplitKvPass>(packQueryHeads, kvCache);
 }
 
 } // namespace flashtile::decode

@@ -48,10 +48,18 @@ struct RunOptions {
   std::string scaleText;
   float scale = 0.f; // 0: 1/sqrt(headDim)
   unsigned long long seed = kDefaultSeed;
-  std::string aotDir; // empty: JIT
-  int numSplits = 0;  // split-KV kernels (decode schedule): 0 the runtime's choice, else forced
+  std::string aotDir;         // empty: JIT
+  int numSplits = 0;          // split-KV kernels (decode schedule): 0 the runtime's choice, else forced
+  std::string cache = "none"; // K/V read from a KV cache: none, contiguous or paged
+  int pageSize = 0;           // --cache paged; 0: kDefaultPageSize
+  int append = 0;             // --cache: the last `append` keys are new keys the call appends
   bool causal() const { return variant == "causal"; }
+  bool usesCache() const { return cache != "none"; }
+  bool paged() const { return cache == "paged"; }
 };
+
+/// The page size of `run --cache paged` without --page-size: the benchmark page.
+constexpr int kDefaultPageSize = 64;
 
 /// Limits of `run`'s shape flags: what one GPU's memory could hold, and what the kernels' int arithmetic allows.
 constexpr int kMaxDimension = 1 << 24;
@@ -69,6 +77,17 @@ Status checkRunOptions(RunOptions &o, const std::string &seed) {
   if (o.headsQ % o.headsKv != 0)
     return Status::error("--heads-kv " + std::to_string(o.headsKv) + " must divide --heads " +
                          std::to_string(o.headsQ) + " (each KV head serves a group of query heads)");
+  if (o.pageSize && !o.paged())
+    return Status::error("--page-size " + std::to_string(o.pageSize) + " needs --cache paged");
+  if (o.paged() && !o.pageSize)
+    o.pageSize = kDefaultPageSize;
+  if (!o.usesCache() && o.append)
+    return Status::error("--append " + std::to_string(o.append) +
+                         " needs --cache contiguous or paged (new keys are "
+                         "appended to a KV cache)");
+  if (o.usesCache() && (o.seqlenK < 1 || o.append > o.seqlenK))
+    return Status::error("--cache: --seqlen-k (" + std::to_string(o.seqlenK) + ") must be >= 1 and >= --append (" +
+                         std::to_string(o.append) + "): the cache holds seqlen-k keys after the call");
   if (!seed.empty()) {
     auto [end, ec] = std::from_chars(seed.data(), seed.data() + seed.size(), o.seed);
     if (ec != std::errc() || end != seed.data() + seed.size())
@@ -108,10 +127,27 @@ void addRunFlags(CLI::App &command, RunOptions &o, std::string &seed) {
           },
           "S"));
   command.add_option("--seed", seed, "Seed of the N(0, 1) inputs (0 to 2^64-1)");
-  command.add_option("--splits", o.numSplits,
-                     "Key-range splits of decode-sized calls (<= " + std::to_string(kDecodeMaxSeqlenQ) +
-                         " query rows: the decode schedule); 0: the runtime's choice")
+  command
+      .add_option("--splits", o.numSplits,
+                  "Key-range splits of decode-sized calls (<= " + std::to_string(kDecodeMaxSeqlenQ) +
+                      " query rows: the decode schedule); 0: the runtime's choice")
       ->check(intRange(0, kMaxSplits))
+      ->capture_default_str();
+  command
+      .add_option("--cache", o.cache,
+                  "Read K/V from a KV cache (flash_attn_with_kvcache): none, contiguous (a cache row a sequence), "
+                  "or paged (pages of --page-size keys in shuffled order through a block table)")
+      ->check(oneOf("cache layout", {"none", "contiguous", "paged"}))
+      ->capture_default_str();
+  command
+      .add_option("--page-size", o.pageSize,
+                  "Keys a page of --cache paged (default " + std::to_string(kDefaultPageSize) + ")")
+      ->check(oneOf("page size", {"16", "32", "64", "128", "256"}));
+  command
+      .add_option("--append", o.append,
+                  "With --cache: the last N of the --seqlen-k keys are new keys the call appends to the cache "
+                  "(the check then also proves the append)")
+      ->check(intRange(0, kMaxDimension))
       ->capture_default_str();
 }
 
@@ -137,9 +173,16 @@ struct InputSets {
   size_t copies = 0;
   size_t qElems = 0, kElems = 0, vElems = 0, oElems = 0, lseElems = 0; // per set
   DeviceBuffer q, k, v, o, lse;
+  // --cache: per set, caches that hold each sequence's first seqlenK - append keys (the rest are appended by the
+  // call from k/v), device cache_seqlens and, paged, a shuffled block table.
+  size_t kCacheElems = 0, vCacheElems = 0;
+  int pagesPerSeq = 0;
+  DeviceBuffer kCache, vCache, cacheSeqlens, blockTable;
 
   AttentionArgs args(const RunOptions &opt, size_t set) const {
     const size_t lowBytes = sizeof(uint16_t);
+    if (opt.usesCache())
+      return cacheArgs(opt, set);
     AttentionArgs a = AttentionArgs::contiguous(
         opt.dtype, q.as<const void>(set * qElems * lowBytes), k.as<const void>(set * kElems * lowBytes),
         v.as<const void>(set * vElems * lowBytes), o.as<void>(set * oElems * lowBytes),
@@ -150,7 +193,115 @@ struct InputSets {
     a.numSplits = opt.numSplits;
     return a;
   }
+
+  AttentionArgs cacheArgs(const RunOptions &opt, size_t set) const {
+    const size_t lowBytes = sizeof(uint16_t);
+    const int *seqlens = cacheSeqlens.as<const int>(set * opt.batch * sizeof(int));
+    const void *kc = kCache.as<const void>(set * kCacheElems * lowBytes),
+               *vc = vCache.as<const void>(set * vCacheElems * lowBytes);
+    void *out = o.as<void>(set * oElems * lowBytes);
+    float *lseOut = lse.as<float>(set * lseElems * sizeof(float));
+    const void *query = q.as<const void>(set * qElems * lowBytes);
+    AttentionArgs a =
+        opt.paged()
+            ? AttentionArgs::pagedCache(opt.dtype, query, kc, vc, out, lseOut, opt.batch, opt.seqlenQ,
+                                        opt.batch * pagesPerSeq, opt.pageSize,
+                                        blockTable.as<const int>(set * opt.batch * pagesPerSeq * sizeof(int)),
+                                        pagesPerSeq, opt.headsQ, opt.headsKv, opt.headDim, seqlens, opt.headDimV)
+            : AttentionArgs::contiguousCache(opt.dtype, query, kc, vc, out, lseOut, opt.batch, opt.seqlenQ, opt.batch,
+                                             opt.seqlenK, opt.headsQ, opt.headsKv, opt.headDim, seqlens, opt.headDimV);
+    if (opt.append > 0) {
+      // The new keys are the last `append` rows of each sequence of the dense K/V the reference reads.
+      const long long rowsK = static_cast<long long>(opt.headsKv) * opt.headDim,
+                      rowsV = static_cast<long long>(opt.headsKv) * opt.headDimV;
+      const size_t first = size_t(opt.seqlenK - opt.append);
+      a.kvCache.kNew = k.as<const void>((set * kElems + first * rowsK) * lowBytes);
+      a.kvCache.vNew = v.as<const void>((set * vElems + first * rowsV) * lowBytes);
+      a.kvCache.seqlenNew = opt.append;
+      a.kvCache.kNewStride = {opt.seqlenK * rowsK, rowsK, opt.headDim, 1};
+      a.kvCache.vNewStride = {opt.seqlenK * rowsV, rowsV, opt.headDimV, 1};
+    }
+    a.softmaxScale = opt.scale;
+    a.variant = opt.variant;
+    a.numSplits = opt.numSplits;
+    return a;
+  }
 };
+
+/// --cache: fills each set's caches from its dense K/V (the keys before the appended ones), cache_seqlens and, for
+/// a paged cache, a block table whose pages are a shuffled permutation of the pool.
+Status makeCaches(const RunOptions &opt, InputSets &sets) {
+  StatusOr<const CudaDriver *> driver = CudaDriver::get();
+  if (!driver.ok())
+    return driver.status();
+  const CudaDriver &d = **driver;
+  const size_t n = sets.copies, B = opt.batch, lowBytes = sizeof(uint16_t);
+  const size_t rowK = size_t(opt.headsKv) * opt.headDim * lowBytes,
+               rowV = size_t(opt.headsKv) * opt.headDimV * lowBytes;
+  sets.pagesPerSeq = opt.paged() ? (opt.seqlenK + opt.pageSize - 1) / opt.pageSize : 0;
+  const size_t rowsPerSeq = opt.paged() ? size_t(sets.pagesPerSeq) * opt.pageSize : size_t(opt.seqlenK);
+  sets.kCacheElems = B * rowsPerSeq * opt.headsKv * opt.headDim;
+  sets.vCacheElems = B * rowsPerSeq * opt.headsKv * opt.headDimV;
+  for (auto [buffer, bytes] : {std::pair{&sets.kCache, n * sets.kCacheElems * lowBytes},
+                               {&sets.vCache, n * sets.vCacheElems * lowBytes},
+                               {&sets.cacheSeqlens, n * B * sizeof(int)},
+                               {&sets.blockTable, n * B * std::max(sets.pagesPerSeq, 1) * sizeof(int)}})
+    if (Status s = buffer->allocate(bytes); !s.ok())
+      return s;
+  // Built on the host from the dense K/V (a copy there and back, once). Rows past the cached keys (where the call
+  // appends) start as NaN: a missed append fails the check.
+  std::vector<unsigned char> kDense, vDense;
+  if (Status s = sets.k.download(kDense); !s.ok())
+    return s;
+  if (Status s = sets.v.download(vDense); !s.ok())
+    return s;
+  std::vector<unsigned char> kHost(sets.kCache.bytes(), reference::kPoisonByte),
+      vHost(sets.vCache.bytes(), reference::kPoisonByte);
+  const int cached = opt.seqlenK - opt.append;
+  std::vector<int> seqlens(n * B, cached), table(n * B * std::max(sets.pagesPerSeq, 1));
+  unsigned long long state = opt.seed * 0x9E3779B97F4A7C15ULL + 1;
+  auto random = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return state >> 33;
+  };
+  for (size_t set = 0; set < n; ++set) {
+    const size_t pages = B * sets.pagesPerSeq;
+    std::vector<int> order(pages);
+    for (size_t i = 0; i < pages; ++i)
+      order[i] = int(i);
+    for (size_t i = pages; i > 1; --i)
+      std::swap(order[i - 1], order[random() % i]);
+    std::copy(order.begin(), order.end(), table.begin() + set * pages);
+    for (size_t b = 0; b < B; ++b) {
+      // Cached rows [0, cached) of sequence b, a page at a time (or all at once for a contiguous cache).
+      const size_t chunk = opt.paged() ? size_t(opt.pageSize) : size_t(opt.seqlenK);
+      for (size_t first = 0; first < size_t(cached); first += chunk) {
+        const size_t rows = std::min(chunk, size_t(cached) - first);
+        const size_t dstRow =
+            opt.paged() ? size_t(order[b * sets.pagesPerSeq + first / chunk]) * opt.pageSize : b * rowsPerSeq + first;
+        const size_t srcRow = b * opt.seqlenK + first;
+        for (auto [dst, src, row, cacheElems, elems] :
+             {std::tuple{&kHost, &kDense, rowK, sets.kCacheElems, sets.kElems},
+              {&vHost, &vDense, rowV, sets.vCacheElems, sets.vElems}})
+          std::copy_n(src->begin() + (set * elems * lowBytes + srcRow * row), rows * row,
+                      dst->begin() + (set * cacheElems * lowBytes + dstRow * row));
+      }
+    }
+  }
+  for (auto [buffer, host] : {std::pair{&sets.kCache, &kHost}, {&sets.vCache, &vHost}})
+    if (Status s = d.check(d.cuMemcpyHtoD_v2(buffer->address(), host->data(), host->size()), "cuMemcpyHtoD (KV cache)");
+        !s.ok())
+      return s;
+  if (Status s = d.check(d.cuMemcpyHtoD_v2(sets.cacheSeqlens.address(), seqlens.data(), seqlens.size() * sizeof(int)),
+                         "cuMemcpyHtoD (cache_seqlens)");
+      !s.ok())
+    return s;
+  if (Status s = d.check(d.cuMemcpyHtoD_v2(sets.blockTable.address(), table.data(), table.size() * sizeof(int)),
+                         "cuMemcpyHtoD (block table)");
+      !s.ok())
+    return s;
+  return reference::synchronize("KV cache set-up");
+}
 
 Status makeInputSets(const RunOptions &opt, const GpuReference &ref, InputSets &sets) {
   const size_t B = opt.batch, D = opt.headDim, Dv = opt.headDimV;
@@ -192,12 +343,17 @@ Status makeInputSets(const RunOptions &opt, const GpuReference &ref, InputSets &
                           opt.seed * 3 + 2);
       !s.ok())
     return s;
-  return reference::synchronize("fill_normal");
+  if (Status s = reference::synchronize("fill_normal"); !s.ok())
+    return s;
+  return opt.usesCache() ? makeCaches(opt, sets) : Status();
 }
 
-/// Checks set 0's forward output against both references.
+/// Checks set 0's forward output against both references (a cache call against the dense K/V its cache holds).
 StatusOr<reference::Comparison> check(const RunOptions &opt, const GpuReference &ref, const InputSets &sets) {
-  const AttentionArgs args = sets.args(opt, 0);
+  RunOptions dense = opt;
+  dense.cache = "none";
+  dense.append = 0;
+  const AttentionArgs args = sets.args(dense, 0);
   std::vector<uint16_t> o;
   std::vector<float> lse;
   if (Status s = sets.o.download(o, 0, sets.oElems); !s.ok())
@@ -329,8 +485,12 @@ int runCommand(RunOptions &opt, const std::string &seed) {
 
   const std::string headDims =
       std::to_string(opt.headDim) + (opt.headDimV != opt.headDim ? "/" + std::to_string(opt.headDimV) : "");
-  fmt::print("flashtile {}: {} {} hd={} B={} Hq={} Hkv={} Sq={} Sk={} on {}, {}\n", compilerVersion(), opt.variant,
-             dtypeName(opt.dtype), headDims, opt.batch, opt.headsQ, opt.headsKv, opt.seqlenQ, opt.seqlenK, *arch,
+  const std::string cache = !opt.usesCache() ? ""
+                            : opt.paged()
+                                ? fmt::format(", paged KV cache (page {}, {} appended)", opt.pageSize, opt.append)
+                                : fmt::format(", contiguous KV cache ({} appended)", opt.append);
+  fmt::print("flashtile {}: {} {} hd={} B={} Hq={} Hkv={} Sq={} Sk={}{} on {}, {}\n", compilerVersion(), opt.variant,
+             dtypeName(opt.dtype), headDims, opt.batch, opt.headsQ, opt.headsKv, opt.seqlenQ, opt.seqlenK, cache, *arch,
              kernels);
   std::fflush(stdout);
 

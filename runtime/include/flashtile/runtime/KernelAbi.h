@@ -51,6 +51,33 @@ struct FlashtileFwdParams {
   float *lseAccum;
   long long accumSplitStride;
   int numSplits;
+  /* KV cache (flash_attn_with_kvcache; kernels of the decode schedule, others ignore these fields). kvCache 0: K/V
+   * are plain tensors. 1 (contiguous): K/V are caches of cacheBatches rows of cacheCapacity keys, row
+   * cacheBatchIdx[b] (b when null, clamped to [0, cacheBatches)) at k + row * kCacheBatchStride. 2 (paged): K/V are
+   * pools of cacheBatches pages of 2^pageShift keys, page i at k + i * kCacheBatchStride; key row r of sequence b is
+   * row r % pageSize of page blockTable[b * blockTableStride + r / pageSize] (clamped to [0, cacheBatches)), and a
+   * sequence holds at most cacheCapacity keys (max pages per sequence x page size). Either way kBatchStride and
+   * vBatchStride are 0, and sequence b has min(max(cacheSeqlens[b], 0), cacheCapacity - seqlenNew) + seqlenNew keys
+   * (cacheCapacity when cacheSeqlens is null): when kNew/vNew are set, B x seqlenNew x Hkv x D rows that the append
+   * kernel (`<entry>_append`, before the attention kernel) wrote at rows cacheSeqlens[b]... of its cache. */
+  int kvCache;
+  int cacheBatches;
+  int cacheCapacity;
+  int pageShift;
+  long long kCacheBatchStride, vCacheBatchStride;
+  const int *cacheSeqlens;
+  const int *cacheBatchIdx;
+  const int *blockTable;
+  long long blockTableStride;
+  const void *kNew;
+  const void *vNew;
+  long long kNewBatchStride, kNewRowStride, kNewHeadStride;
+  long long vNewBatchStride, vNewRowStride, vNewHeadStride;
+  int seqlenNew;
 };
+
+/* Threads of a block of the KV cache's append kernel: grid (ceil(seqlenNew x (headDim + headDimV) / 8 /
+ * FLASHTILE_APPEND_THREADS), headsKv, batch), one 16-byte chunk of a new K or V row a thread. */
+#define FLASHTILE_APPEND_THREADS 128
 
 #endif /* FLASHTILE_RUNTIME_KERNELABI_H */

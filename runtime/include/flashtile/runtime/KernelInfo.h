@@ -79,12 +79,17 @@ struct KernelInfo {
   // grid (ceil(rows x headsQ / headsKv / blockM) x numSplits, headsKv, batch).
   bool packQueryHeads = false;
 
+  // KV-cache kernels (split-KV kernels that read caches, KernelAbi.h's kvCache fields): the entry (same cubin) that
+  // appends a call's new keys and values to the cache before the attention kernel runs; empty otherwise.
+  std::string appendEntry;
+
   // TMA kernels (the sm90 family): the kernel's second parameter is the TMA descriptors of Q, K and V
   // (AttentionTensorMaps, TensorMap.h), one box of blockM (Q) or blockN (K, V) rows x the whole head dim each,
   // 128-byte swizzled; the runtime encodes them per call. Absent from the text form unless set (tensorMaps=1).
   bool tensorMaps = false;
 
   bool splitKv() const { return !combineEntry.empty(); }
+  bool readsKvCache() const { return !appendEntry.empty(); }
 
   /// `key=value` lines, one per field, paramNames and inputNames comma-joined, paramRules in
   /// serializeParamRules' form. Round-trips through parse() when verify() is ok.

@@ -8,6 +8,7 @@
 
 #include "flashtile/runtime/KernelCache.h"
 #include "flashtile/runtime/KernelInfo.h"
+#include "flashtile/runtime/KvCache.h"
 #include "flashtile/runtime/Log.h"
 #include "flashtile/runtime/Status.h"
 
@@ -92,6 +93,10 @@ struct AttentionArgs {
   void *workspace = nullptr;
   size_t workspaceBytes = 0;
 
+  // KV cache (flash_attn_with_kvcache, KvCache.h): with kvCache.layout set, k/v/kStride/vStride/seqlenK describe
+  // the caches and the call runs the decode schedule's kernels (any seqlenQ; dense Q only).
+  KvCacheArgs kvCache;
+
   bool isVarlen() const { return cuSeqlensQ || cuSeqlensK; }
 
   /// Arguments for packed B x S x H x D tensors (flash_attn_func's layout); headDimV 0 means headDim.
@@ -103,6 +108,18 @@ struct AttentionArgs {
   static AttentionArgs varlen(DType dtype, const void *q, const void *k, const void *v, void *o, float *lse,
                               const int *cuSeqlensQ, const int *cuSeqlensK, int batch, int totalQ, int totalK,
                               int maxSeqlenQ, int maxSeqlenK, int headsQ, int headsKv, int headDim, int headDimV = 0);
+  /// Arguments over a contiguous KV cache: Q/O packed B x Sq x H x D, the caches packed cacheBatch x cacheSeqlen x
+  /// Hkv x D; cacheSeqlens (device, B int32) may be null (every sequence full). KvCacheArgs::append adds new keys.
+  static AttentionArgs contiguousCache(DType dtype, const void *q, const void *kCache, const void *vCache, void *o,
+                                       float *lse, int batch, int seqlenQ, int cacheBatch, int cacheSeqlen,
+                                       int headsQ, int headsKv, int headDim, const int *cacheSeqlens,
+                                       int headDimV = 0);
+  /// Arguments over a paged KV cache: the caches packed numPages x pageSize x Hkv x D, blockTable (device) packed
+  /// batch x maxPagesPerSeq int32.
+  static AttentionArgs pagedCache(DType dtype, const void *q, const void *kCache, const void *vCache, void *o,
+                                  float *lse, int batch, int seqlenQ, int numPages, int pageSize,
+                                  const int *blockTable, int maxPagesPerSeq, int headsQ, int headsKv, int headDim,
+                                  const int *cacheSeqlens, int headDimV = 0);
 };
 
 /// Checks a call's variant arguments (parameter values, inputs) against what the variant accepts; installed by
@@ -150,7 +167,7 @@ public:
   /// schedule's kernel.
   void setDecodeSchedule(std::string schedule);
   /// Whether `args` is decode-sized: at most kDecodeMaxSeqlenQ query rows a sequence (dense seqlenQ, varlen
-  /// maxSeqlenQ).
+  /// maxSeqlenQ), or a KV-cache call (only the decode schedule reads caches).
   static bool isDecodeCall(const AttentionArgs &args);
   /// The number of splits forward() gives `args` on a kernel of `kernel`'s tiling (1 for kernels that do not
   /// split the key range): args.numSplits when set, else numSplitsHeuristic for a GPU of `smCount` SMs.

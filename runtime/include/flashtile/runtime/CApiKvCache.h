@@ -1,0 +1,57 @@
+/* CApiKvCache.h — the C ABI of attention over a KV cache (flash_attn_with_kvcache) on top of CApi.h. The call runs
+ * the decode schedule's kernels (any number of query rows); see flashtile/runtime/KvCache.h for the semantics and
+ * what is checked where. Returns 0 on success or -1 with a message in flashtile_last_error(). */
+#ifndef FLASHTILE_RUNTIME_CAPIKVCACHE_H
+#define FLASHTILE_RUNTIME_CAPIKVCACHE_H
+
+#include "flashtile/runtime/CApi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One call over a KV cache in one self-contained struct; `size` must be sizeof(flashtile_kvcache_call). Zero the
+ * struct first: fields left 0/NULL are "not used". Strides are in elements; a stride array of four zeros means the
+ * packed layout of its tensor.
+ *   q (B, seqlen_q, Hq, D), o (B, seqlen_q, Hq, Dv), lse fp32 (B, Hq, seqlen_q): as flashtile_forward.
+ *   block_table NULL — contiguous caches: k_cache/v_cache (cache_batch, cache_seqlen, Hkv, D/Dv), strides {batch,
+ *     seq, head, dim}; batch entry b reads cache row cache_batch_idx[b] (NULL: b).
+ *   block_table set — paged caches: k_cache/v_cache (num_pages, page_size, Hkv, D/Dv), strides {page, row, head,
+ *     dim}; block_table (B, block_table_stride) int32 (0: max_pages_per_seq), page_size 16, 32, 64, 128 or 256.
+ *   cache_seqlens (B) int32: keys of each sequence in the cache before this call (NULL: all of them).
+ *   k_new/v_new (B, seqlen_new, Hkv, D/Dv) or NULL: appended to the cache at cache_seqlens[b] by this call.
+ *   *_host: optional host copies of cache_seqlens, cache_batch_idx, block_table whose values are checked.
+ *   num_splits 0 (the runtime's choice) or 1..128; workspace as flashtile_forward_decode's.
+ * Device values are clamped, never trusted (see KvCache.h): a bad one gives wrong numbers, not a bad access. */
+typedef struct flashtile_kvcache_call {
+  unsigned long long size;
+  const void *q, *k_cache, *v_cache;
+  void *o;
+  float *lse;
+  const void *k_new, *v_new;
+  const int *cache_seqlens, *cache_batch_idx, *block_table;
+  const int *cache_seqlens_host, *cache_batch_idx_host, *block_table_host;
+  void *workspace;
+  void *stream;                                  /* a CUstream; NULL: the default stream */
+  const void *inputs[FLASHTILE_CALL_MAX_INPUTS]; /* the variant's num_inputs device arrays */
+  const char *variant;                           /* NULL: "none" */
+  unsigned long long workspace_bytes;
+  long long q_stride[4], o_stride[4], k_cache_stride[4], v_cache_stride[4], k_new_stride[4], v_new_stride[4];
+  long long block_table_stride;
+  int dtype, batch, seqlen_q, heads_q, heads_kv, head_dim, head_dim_v;
+  int cache_batch, cache_seqlen;                /* contiguous caches */
+  int num_pages, page_size, max_pages_per_seq; /* paged caches */
+  int seqlen_new;
+  int num_splits;
+  int num_params, num_inputs;
+  float softmax_scale;                     /* 0: 1/sqrt(head_dim) */
+  float params[FLASHTILE_CALL_MAX_PARAMS]; /* the variant's num_params numbers */
+} flashtile_kvcache_call;
+
+int flashtile_forward_kvcache(flashtile_runtime *rt, const flashtile_kvcache_call *call);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHTILE_RUNTIME_CAPIKVCACHE_H */

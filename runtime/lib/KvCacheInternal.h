@@ -1,0 +1,25 @@
+// KvCacheInternal.h — the runtime's own pieces of KV-cache calls: argument checks, the kernel parameters, and the
+// launch of the append kernel.
+#ifndef FLASHTILE_RUNTIME_LIB_KVCACHEINTERNAL_H
+#define FLASHTILE_RUNTIME_LIB_KVCACHEINTERNAL_H
+
+#include "flashtile/runtime/CudaDriver.h"
+#include "flashtile/runtime/KernelAbi.h"
+#include "flashtile/runtime/Runtime.h"
+
+namespace flashtile::detail {
+
+/// Runtime::validate's checks of AttentionArgs::kvCache (and of the fields a cache call gives other meanings).
+Status checkKvCacheArgs(const AttentionArgs &args);
+
+/// The cache fields of the kernel parameter block (KernelAbi.h); leaves `params` alone for other calls.
+void fillKvCacheParams(const AttentionArgs &args, FlashtileFwdParams &params);
+
+/// Launches `<entry>_append` (`append`), which writes kNew/vNew into the caches, on `stream` ahead of the attention
+/// kernel; nothing when the call appends no rows.
+Status launchKvCacheAppend(const CudaDriver &driver, CUfunction append, const std::string &appendEntry,
+                           const AttentionArgs &args, FlashtileFwdParams &params, CUstream stream);
+
+} // namespace flashtile::detail
+
+#endif // FLASHTILE_RUNTIME_LIB_KVCACHEINTERNAL_H

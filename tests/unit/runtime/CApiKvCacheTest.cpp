@@ -1,0 +1,83 @@
+// CApiKvCacheTest.cpp — the KV-cache part of the C ABI (CApiKvCache.h), through libflashtile.so: its errors before
+// the GPU name the argument. No GPU needed.
+#include "flashtile/runtime/CApiKvCache.h"
+
+#include <gmock/gmock.h>
+
+using testing::HasSubstr;
+
+namespace {
+
+flashtile_kvcache_call pagedCall() {
+  flashtile_kvcache_call call{};
+  call.size = sizeof(call);
+  call.q = reinterpret_cast<const void *>(0x10000);
+  call.k_cache = reinterpret_cast<const void *>(0x20000);
+  call.v_cache = reinterpret_cast<const void *>(0x30000);
+  call.o = reinterpret_cast<void *>(0x40000);
+  call.lse = reinterpret_cast<float *>(0x50000);
+  call.cache_seqlens = reinterpret_cast<const int *>(0x60000);
+  call.block_table = reinterpret_cast<const int *>(0x70000);
+  call.dtype = FLASHTILE_BF16;
+  call.batch = 2;
+  call.seqlen_q = 1;
+  call.heads_q = 32;
+  call.heads_kv = 8;
+  call.head_dim = 128;
+  call.num_pages = 64;
+  call.page_size = 64;
+  call.max_pages_per_seq = 16;
+  call.variant = "causal";
+  return call;
+}
+
+TEST(CApiKvCache, BadArgumentsAreErrorsBeforeTheGpu) {
+  flashtile_kvcache_call call = pagedCall();
+  EXPECT_EQ(flashtile_forward_kvcache(nullptr, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("rt and call must not be NULL"));
+  flashtile_runtime *rt = flashtile_create();
+  ASSERT_NE(rt, nullptr) << flashtile_last_error();
+  EXPECT_EQ(flashtile_forward_kvcache(rt, nullptr), -1);
+
+  call.size = 8;
+  EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("flashtile_kvcache_call.size is 8"));
+
+  call = pagedCall();
+  call.page_size = 100;
+  EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("kvCache.pageSize is 100; accepted: 16, 32, 64, 128 or 256"));
+
+  call = pagedCall();
+  call.cache_batch_idx = reinterpret_cast<const int *>(0x80000);
+  EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("cacheBatchIdx is set on a paged cache"));
+
+  call = pagedCall();
+  const int table[2 * 16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 64};
+  call.block_table_host = table;
+  EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("kvCache.blockTable[0][15] = 64"));
+
+  call = pagedCall();
+  call.k_new = reinterpret_cast<const void *>(0x90000);
+  call.seqlen_new = 1;
+  EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("kvCache.vNew is null"));
+
+  // A contiguous cache (no block table) with paged-only fields is named too.
+  call = pagedCall();
+  call.block_table = nullptr;
+  call.cache_batch = 2;
+  call.cache_seqlen = 4096;
+  EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("belong to a paged cache"));
+
+  call = pagedCall();
+  call.dtype = 9;
+  EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("dtype: 9"));
+  flashtile_destroy(rt);
+}
+
+} // namespace
