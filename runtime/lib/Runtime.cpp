@@ -719,13 +719,27 @@ StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernelUnguarded(const
       if (std::shared_ptr<const CachedKernel> kernel = impl->aotKernelOfDefaultClass(spec))
         return kernel;
     if (!impl->compile) {
-      std::vector<std::string> available;
-      for (const AotKernel &aot : impl->aotKernels)
-        available.push_back(aot.kernel->info.spec().key());
+      // A few kernels are listed whole; a library of hundreds by the ones closest to the request (same arch,
+      // dtype and head dims), at most kListed of them, and a count.
+      constexpr size_t kListed = 8;
+      std::vector<std::string> available, close;
+      for (const AotKernel &aot : impl->aotKernels) {
+        const KernelInfo &info = aot.kernel->info;
+        available.push_back(info.spec().key());
+        if (info.arch == spec.arch && info.dtype == spec.dtype && info.headDim == spec.headDim &&
+            info.headDimV == spec.headDimV && close.size() < kListed)
+          close.push_back(available.back());
+      }
       std::string where = impl->aotDirs.empty() ? "(no ahead-of-time directory loaded)"
                                                 : "in the ahead-of-time directory " + listOrNone(impl->aotDirs);
-      return Status::error("no kernel for " + spec.key() + " " + where +
-                           " and no JIT compiler installed; available: " + listOrNone(available));
+      std::string listed = available.size() <= kListed
+                               ? "available: " + listOrNone(available)
+                               : std::to_string(available.size()) + " kernels loaded; with this arch, dtype and head "
+                                                                    "dims: " +
+                                     listOrNone(close) +
+                                     (close.size() == kListed ? ", ..." : "") +
+                                     " (`flashtile aot --check DIR` checks a library, its index.txt lists it)";
+      return Status::error("no kernel for " + spec.key() + " " + where + " and no JIT compiler installed; " + listed);
     }
     compile = impl->compile;
   }

@@ -129,6 +129,21 @@ TEST(Runtime, NoKernelAndNoCompilerListsWhatIsAvailable) {
   EXPECT_THAT(message, HasSubstr("no JIT compiler installed"));
   EXPECT_THAT(message, HasSubstr("available: " + test::fakeKernel().info.spec().key()));
 
+  // A large library is summarized: the kernels with the request's arch, dtype and head dims, and a count.
+  for (int i = 0; i < 12; ++i) {
+    CachedKernel other = test::fakeKernel("other" + std::to_string(i));
+    other.info.variant = "v" + std::to_string(i);
+    if (i >= 6)
+      other.info.headDim = other.info.headDimV = 64;
+    writeAotKernel(dir.path(), "other" + std::to_string(i), other);
+  }
+  std::unique_ptr<Runtime> large = memoryOnlyRuntime();
+  ASSERT_TRUE(large->loadAotDirectory(dir.path().string()).ok());
+  StatusOr<std::shared_ptr<const CachedKernel>> missing = large->findKernel(wanted);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("13 kernels loaded; with this arch, dtype and head dims: "));
+  EXPECT_THAT(missing.status().message(), testing::Not(HasSubstr("variant=v11")));
+
   StatusOr<std::shared_ptr<const CachedKernel>> nothing = memoryOnlyRuntime()->findKernel(wanted);
   ASSERT_FALSE(nothing.ok());
   EXPECT_THAT(nothing.status().message(), HasSubstr("no ahead-of-time directory loaded"));
