@@ -262,7 +262,18 @@ struct Runtime::Impl {
   std::map<std::string, std::string> ownShapeClass; // spec key -> shapeClassOf's answer
   VariantCheckFn variantCheck;
   std::string schedule{kDefaultSchedule};
+  bool scheduleSet = false; // setSchedule was called: no preference for kPreferredSm90Schedule
   std::string decodeSchedule{kDefaultDecodeSchedule};
+
+  /// Whether a loaded library has a kernel of `schedule` for `spec`'s arch, dtype, head dims and variant (any
+  /// shape class: the default class's serves every shape).
+  bool hasAotKernel(const KernelSpec &spec, std::string_view schedule) const {
+    return std::any_of(aotKernels.begin(), aotKernels.end(), [&](const AotKernel &aot) {
+      const KernelInfo &info = aot.kernel->info;
+      return info.schedule == schedule && info.arch == spec.arch && info.dtype == spec.dtype &&
+             info.headDim == spec.headDim && info.headDimV == spec.headDimV && info.variant == spec.variant;
+    });
+  }
 
   std::mutex gpuMutex; // guards the two maps below
   std::map<std::pair<CUcontext, const CachedKernel *>, LoadedModule> modules;
@@ -567,6 +578,7 @@ void Runtime::setVariantCheck(VariantCheckFn check) {
 void Runtime::setSchedule(std::string schedule) {
   std::lock_guard<std::mutex> lock(impl->configMutex);
   impl->schedule = std::move(schedule);
+  impl->scheduleSet = true;
   impl->clearDispatch();
 }
 
@@ -640,8 +652,15 @@ StatusOr<KernelSpec> Runtime::specForUnguarded(const AttentionArgs &args, const 
   if (!isValidId(schedule))
     return Status::error("schedule '" + schedule + "' (set with setSchedule or setDecodeSchedule) is not an id such as "
                          "\"fa2\"");
-  return KernelSpec{arch,     std::string(dtypeName(args.dtype)), args.headDim, args.headDimV, args.variant,
-                    schedule, std::string(shapeClassFor(args))};
+  KernelSpec spec{arch,     std::string(dtypeName(args.dtype)), args.headDim, args.headDimV, args.variant,
+                  schedule, std::string(shapeClassFor(args))};
+  {
+    std::lock_guard<std::mutex> lock(impl->configMutex);
+    if (!impl->scheduleSet && !impl->compile && arch == "sm_90a" && schedule == kDefaultSchedule &&
+        impl->hasAotKernel(spec, kPreferredSm90Schedule))
+      spec.schedule = kPreferredSm90Schedule;
+  }
+  return spec;
 }
 
 std::string_view Runtime::shapeClassFor(const AttentionArgs &args) {

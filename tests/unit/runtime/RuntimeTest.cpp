@@ -67,6 +67,33 @@ TEST(Runtime, SpecForUsesArgsScheduleAndShapeClass) {
   EXPECT_THAT(badSchedule.status().message(), HasSubstr("schedule 'fa 3'"));
 }
 
+TEST(Runtime, Sm90aPrefersALibrarysFa3KernelsUntilAScheduleIsSet) {
+  test::TempDir dir;
+  CachedKernel fa2 = test::fakeKernel("fa2"), fa3 = test::fakeKernel("fa3");
+  fa3.info.schedule = "fa3";
+  writeAotKernel(dir.path(), "fa2", fa2);
+  AttentionArgs args = validArgs();
+  args.variant = fa2.info.variant;
+  args.seqlenQ = args.seqlenK = 4096;
+
+  // Only fa2 in the library: fa2.
+  std::unique_ptr<Runtime> fa2Only = memoryOnlyRuntime();
+  ASSERT_TRUE(fa2Only->loadAotDirectory(dir.path().string()).ok());
+  EXPECT_EQ(fa2Only->specFor(args, "sm_90a")->schedule, "fa2");
+
+  // Both: fa3 on sm_90a, fa2 on sm_80 and for a variant fa3 lacks; setSchedule forces one.
+  writeAotKernel(dir.path(), "fa3", fa3);
+  std::unique_ptr<Runtime> both = memoryOnlyRuntime();
+  ASSERT_TRUE(both->loadAotDirectory(dir.path().string()).ok());
+  EXPECT_EQ(both->specFor(args, "sm_90a")->schedule, "fa3");
+  EXPECT_EQ(both->specFor(args, "sm_80")->schedule, "fa2");
+  AttentionArgs other = args;
+  other.variant = "none";
+  EXPECT_EQ(both->specFor(other, "sm_90a")->schedule, "fa2");
+  both->setSchedule("fa2");
+  EXPECT_EQ(both->specFor(args, "sm_90a")->schedule, "fa2");
+}
+
 TEST(Runtime, ShortSequencesAreTheirOwnShapeClass) {
   AttentionArgs args = validArgs();
   for (auto [seqlenQ, expected] : {std::pair{1, kShortShapeClass},
