@@ -18,6 +18,12 @@ struct RoleRegisters {
   int producer = 24, consumer = 240;
 };
 
+/// FA3's budgets for `consumers` consumer warpgroups: the producer keeps 24 (32 beside three consumer warpgroups),
+/// the consumers share the rest of the 64K registers (256, 240, 160).
+inline RoleRegisters defaultRegisters(int64_t consumers) {
+  return {consumers >= 3 ? 32 : 24, consumers == 1 ? 256 : consumers == 2 ? 240 : 160};
+}
+
 /// How the consumer orders its GEMMs: `overlap` runs P·V of tile j + 1 under the softmax of tile j (FA3's
 /// intra-warpgroup overlap), else each GEMM is waited on right after it is issued.
 struct ConsumerOrder {
@@ -30,7 +36,8 @@ struct ConsumerOrder {
 
 /// tile-fa3-pipeline (Fa3PipelinePass.cpp): a producer role copies K/V tiles into a ring of `stages` slots, full/empty
 /// barrier pairs hand each slot to the consumer role, which runs the program's math.
-std::unique_ptr<mlir::Pass> createPipelinePass(RoleRegisters registers = {}, ConsumerOrder order = {});
+/// A budget of 0 is defaultRegisters' for the schedule's consumer warpgroups.
+std::unique_ptr<mlir::Pass> createPipelinePass(RoleRegisters registers = {0, 0}, ConsumerOrder order = {});
 
 /// The passes that take a program to the FA3-scheduled IR (roles, ring, barriers), before any target: the
 /// interpreter runs it, and tile-lower-to-target then hands it to the sm90 family.

@@ -55,10 +55,12 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
   }
   void getDependentDialects(DialectRegistry &registry) const override { registry.insert<arith::ArithDialect>(); }
 
-  Option<int> producerRegs{*this, "producer-regs", llvm::cl::desc("registers per producer thread"),
-                           llvm::cl::init(24)};
-  Option<int> consumerRegs{*this, "consumer-regs", llvm::cl::desc("registers per consumer thread"),
-                           llvm::cl::init(240)};
+  Option<int> producerRegs{*this, "producer-regs",
+                           llvm::cl::desc("registers per producer thread (0: FA3's for the consumer warpgroups)"),
+                           llvm::cl::init(0)};
+  Option<int> consumerRegs{*this, "consumer-regs",
+                           llvm::cl::desc("registers per consumer thread (0: FA3's for the consumer warpgroups)"),
+                           llvm::cl::init(0)};
   Option<bool> overlap{*this, "intra-wg-overlap",
                        llvm::cl::desc("run P·V of tile j + 1 under the softmax of tile j (FA3's intra-warpgroup overlap)"),
                        llvm::cl::init(true)};
@@ -162,8 +164,9 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       YieldOp::create(rb, loc);
       return role;
     };
-    RoleOp producer = makeRole("producer", 4, producerRegs);
-    RoleOp consumer = makeRole("consumer", schedule.getWarps() - 4, consumerRegs);
+    RoleRegisters budget = defaultRegisters((schedule.getWarps() - 4) / 4);
+    RoleOp producer = makeRole("producer", 4, producerRegs ? producerRegs : budget.producer);
+    RoleOp consumer = makeRole("consumer", schedule.getWarps() - 4, consumerRegs ? consumerRegs : budget.consumer);
     bool turns = pingpong == 1 || (pingpong < 0 && schedule.getWarps() - 4 >= 8 &&
                                    std::max(func.getHeadDim(), func.getHeadDimV()) <= 128);
     if (turns) {

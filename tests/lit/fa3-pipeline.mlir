@@ -54,8 +54,10 @@
 // P; each later iteration issues Q·K(j)ᵀ, then P(j + 1)·V(j + 1) with the carried P, waits only for S, runs the
 // softmax (which reads m and l of the state P·V is still accumulating into), then waits for P·V, releases V's
 // slot and rescales; an epilogue segment of at most one tile (the walk's last) runs the last P·V.
-// With two consumer warpgroups at head dims up to 128 they take turns issuing their GEMMs (ping-pong).
-// OVERLAP: tile.role "consumer" attributes {pingpong, regs = 240 : i64, warps = 8 : i64}
+// Head dim 64: 192 rows over three consumer warpgroups (160 registers each, the producer 32), which take turns
+// issuing their GEMMs (ping-pong: the default at head dims up to 128).
+// OVERLAP: tile.role "producer" attributes {regs = 32 : i64, warps = 4 : i64}
+// OVERLAP: tile.role "consumer" attributes {pingpong, regs = 160 : i64, warps = 12 : i64}
 // OVERLAP: %[[FIRST:.*]] = arith.maxsi
 // OVERLAP: %[[P0:.*]] = arith.constant dense<0.000000e+00> : tensor<{{.*}}xbf16>
 // OVERLAP: tile.kv_loop from %[[FIRST]] to %{{.*}} iter_args(%{{.*}}, %[[P0]])

@@ -164,7 +164,9 @@ TEST_P(Fa3Compiles, ToAnSm90aCubin) {
   mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
   ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
   EXPECT_TRUE(kernel->info.tensorMaps);
-  EXPECT_EQ(kernel->info.threads, 384);
+  // A producer warpgroup and a consumer warpgroup per 64 rows (three at head dim 64, else two).
+  EXPECT_EQ(kernel->info.threads, 128 + 2 * kernel->info.blockM);
+  EXPECT_EQ(kernel->info.blockM, headDim == 64 ? 192 : 128);
   EXPECT_TRUE(kernel->info.verify().ok()) << kernel->info.verify().message();
   EXPECT_NE(kernel->source.find("const __grid_constant__ sm90::TensorMaps maps"), std::string::npos);
   StatusOr<std::string> cubin = compileCuda(kernel->source, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin);
