@@ -640,8 +640,11 @@ StatusOr<KernelSpec> Runtime::specForUnguarded(const AttentionArgs &args, const 
   if (!isValidId(schedule))
     return Status::error("schedule '" + schedule + "' (set with setSchedule or setDecodeSchedule) is not an id such as "
                          "\"fa2\"");
-  return KernelSpec{arch,     std::string(dtypeName(args.dtype)), args.headDim, args.headDimV, args.variant,
-                    schedule, std::string(shapeClassFor(args))};
+  KernelSpec spec{arch,     std::string(dtypeName(args.dtype)), args.headDim, args.headDimV, args.variant,
+                  schedule, std::string(shapeClassFor(args))};
+  // Cache calls run kernels compiled with the cache code, plain calls kernels without it.
+  spec.kvCache = args.kvCache.enabled();
+  return spec;
 }
 
 std::string_view Runtime::shapeClassFor(const AttentionArgs &args) {
