@@ -262,7 +262,18 @@ struct Runtime::Impl {
   std::map<std::string, std::string> ownShapeClass; // spec key -> shapeClassOf's answer
   VariantCheckFn variantCheck;
   std::string schedule{kDefaultSchedule};
+  bool scheduleSet = false; // setSchedule was called: no preference for kPreferredSm90Schedule
   std::string decodeSchedule{kDefaultDecodeSchedule};
+
+  /// Whether a loaded library has a kernel of `schedule` for `spec`'s arch, dtype, head dims and variant (any
+  /// shape class: the default class's serves every shape).
+  bool hasAotKernel(const KernelSpec &spec, std::string_view schedule) const {
+    return std::any_of(aotKernels.begin(), aotKernels.end(), [&](const AotKernel &aot) {
+      const KernelInfo &info = aot.kernel->info;
+      return info.schedule == schedule && info.arch == spec.arch && info.dtype == spec.dtype &&
+             info.headDim == spec.headDim && info.headDimV == spec.headDimV && info.variant == spec.variant;
+    });
+  }
 
   std::mutex gpuMutex; // guards the two maps below
   std::map<std::pair<CUcontext, const CachedKernel *>, LoadedModule> modules;
@@ -567,6 +578,7 @@ void Runtime::setVariantCheck(VariantCheckFn check) {
 void Runtime::setSchedule(std::string schedule) {
   std::lock_guard<std::mutex> lock(impl->configMutex);
   impl->schedule = std::move(schedule);
+  impl->scheduleSet = true;
   impl->clearDispatch();
 }
 
@@ -644,6 +656,12 @@ StatusOr<KernelSpec> Runtime::specForUnguarded(const AttentionArgs &args, const 
                   schedule, std::string(shapeClassFor(args))};
   // Cache calls run kernels compiled with the cache code, plain calls kernels without it.
   spec.kvCache = args.kvCache.enabled();
+  {
+    std::lock_guard<std::mutex> lock(impl->configMutex);
+    if (!impl->scheduleSet && !impl->compile && arch == "sm_90a" && schedule == kDefaultSchedule &&
+        impl->hasAotKernel(spec, kPreferredSm90Schedule))
+      spec.schedule = kPreferredSm90Schedule;
+  }
   return spec;
 }
 
@@ -722,13 +740,27 @@ StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernelUnguarded(const
       if (std::shared_ptr<const CachedKernel> kernel = impl->aotKernelOfDefaultClass(spec))
         return kernel;
     if (!impl->compile) {
-      std::vector<std::string> available;
-      for (const AotKernel &aot : impl->aotKernels)
-        available.push_back(aot.kernel->info.spec().key());
+      // A few kernels are listed whole; a library of hundreds by the ones closest to the request (same arch,
+      // dtype and head dims), at most kListed of them, and a count.
+      constexpr size_t kListed = 8;
+      std::vector<std::string> available, close;
+      for (const AotKernel &aot : impl->aotKernels) {
+        const KernelInfo &info = aot.kernel->info;
+        available.push_back(info.spec().key());
+        if (info.arch == spec.arch && info.dtype == spec.dtype && info.headDim == spec.headDim &&
+            info.headDimV == spec.headDimV && close.size() < kListed)
+          close.push_back(available.back());
+      }
       std::string where = impl->aotDirs.empty() ? "(no ahead-of-time directory loaded)"
                                                 : "in the ahead-of-time directory " + listOrNone(impl->aotDirs);
-      return Status::error("no kernel for " + spec.key() + " " + where +
-                           " and no JIT compiler installed; available: " + listOrNone(available));
+      std::string listed = available.size() <= kListed
+                               ? "available: " + listOrNone(available)
+                               : std::to_string(available.size()) + " kernels loaded; with this arch, dtype and head "
+                                                                    "dims: " +
+                                     listOrNone(close) +
+                                     (close.size() == kListed ? ", ..." : "") +
+                                     " (`flashtile aot --check DIR` checks a library, its index.txt lists it)";
+      return Status::error("no kernel for " + spec.key() + " " + where + " and no JIT compiler installed; " + listed);
     }
     compile = impl->compile;
   }

@@ -67,6 +67,33 @@ TEST(Runtime, SpecForUsesArgsScheduleAndShapeClass) {
   EXPECT_THAT(badSchedule.status().message(), HasSubstr("schedule 'fa 3'"));
 }
 
+TEST(Runtime, Sm90aPrefersALibrarysFa3KernelsUntilAScheduleIsSet) {
+  test::TempDir dir;
+  CachedKernel fa2 = test::fakeKernel("fa2"), fa3 = test::fakeKernel("fa3");
+  fa3.info.schedule = "fa3";
+  writeAotKernel(dir.path(), "fa2", fa2);
+  AttentionArgs args = validArgs();
+  args.variant = fa2.info.variant;
+  args.seqlenQ = args.seqlenK = 4096;
+
+  // Only fa2 in the library: fa2.
+  std::unique_ptr<Runtime> fa2Only = memoryOnlyRuntime();
+  ASSERT_TRUE(fa2Only->loadAotDirectory(dir.path().string()).ok());
+  EXPECT_EQ(fa2Only->specFor(args, "sm_90a")->schedule, "fa2");
+
+  // Both: fa3 on sm_90a, fa2 on sm_80 and for a variant fa3 lacks; setSchedule forces one.
+  writeAotKernel(dir.path(), "fa3", fa3);
+  std::unique_ptr<Runtime> both = memoryOnlyRuntime();
+  ASSERT_TRUE(both->loadAotDirectory(dir.path().string()).ok());
+  EXPECT_EQ(both->specFor(args, "sm_90a")->schedule, "fa3");
+  EXPECT_EQ(both->specFor(args, "sm_80")->schedule, "fa2");
+  AttentionArgs other = args;
+  other.variant = "none";
+  EXPECT_EQ(both->specFor(other, "sm_90a")->schedule, "fa2");
+  both->setSchedule("fa2");
+  EXPECT_EQ(both->specFor(args, "sm_90a")->schedule, "fa2");
+}
+
 TEST(Runtime, ShortSequencesAreTheirOwnShapeClass) {
   AttentionArgs args = validArgs();
   for (auto [seqlenQ, expected] : {std::pair{1, kShortShapeClass},
@@ -128,6 +155,21 @@ TEST(Runtime, NoKernelAndNoCompilerListsWhatIsAvailable) {
   EXPECT_THAT(message, HasSubstr("in the ahead-of-time directory " + dir.path().string()));
   EXPECT_THAT(message, HasSubstr("no JIT compiler installed"));
   EXPECT_THAT(message, HasSubstr("available: " + test::fakeKernel().info.spec().key()));
+
+  // A large library is summarized: the kernels with the request's arch, dtype and head dims, and a count.
+  for (int i = 0; i < 12; ++i) {
+    CachedKernel other = test::fakeKernel("other" + std::to_string(i));
+    other.info.variant = "v" + std::to_string(i);
+    if (i >= 6)
+      other.info.headDim = other.info.headDimV = 64;
+    writeAotKernel(dir.path(), "other" + std::to_string(i), other);
+  }
+  std::unique_ptr<Runtime> large = memoryOnlyRuntime();
+  ASSERT_TRUE(large->loadAotDirectory(dir.path().string()).ok());
+  StatusOr<std::shared_ptr<const CachedKernel>> missing = large->findKernel(wanted);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("13 kernels loaded; with this arch, dtype and head dims: "));
+  EXPECT_THAT(missing.status().message(), testing::Not(HasSubstr("variant=v11")));
 
   StatusOr<std::shared_ptr<const CachedKernel>> nothing = memoryOnlyRuntime()->findKernel(wanted);
   ASSERT_FALSE(nothing.ok());
