@@ -215,6 +215,15 @@ StatusOr<std::pair<Variant, CompileOptions>> Jit::optionsFor(const KernelSpec &s
     if (auto set = knobsBySchedule.find(spec.schedule); set != knobsBySchedule.end())
       knobs = set->second;
   }
+  // The spec decides whether the kernel carries the cache code (over a kKvCacheKnob set with setScheduleKnobs):
+  // cache calls need it, and plain calls must not pay for it.
+  const schedule::Schedule *schedule = schedule::lookupSchedule(spec.schedule);
+  if (schedule && schedule::hasKvCacheKnob(*schedule))
+    knobs[schedule::kKvCacheKnob] = spec.kvCache ? 1 : 0;
+  else if (spec.kvCache)
+    return Status::error("schedule '" + spec.schedule +
+                         "' has no kernels that read a KV cache; cache calls run the "
+                         "decode schedule's (setDecodeSchedule(\"decode\"))");
   auto dtype = parseElementType(spec.dtype);
   if (!dtype.ok())
     return dtype.status();

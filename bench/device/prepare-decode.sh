@@ -3,7 +3,8 @@
 # machine, next to prepare.sh's files:
 #   .device/aot/         fa2 kernels (bf16/f16, head dims 64 and 128; FLASHTILE_HEAD_DIMS overrides), and the
 #                        built-in variants at bf16, head dim 128, in .device/aot-variants
-#   .device/aot-decode/  the decode schedule's split-KV kernels of the same variants and head dims
+#   .device/aot-decode/  the decode schedule's split-KV kernels of the same variants and head dims, each twice:
+#                        without the KV-cache code (plain decode calls) and with it (`_kvcache` entries, cache calls)
 #   .device/bin/         runtime-only binaries: flashtile, flashtile_decode_gpu_tests, flashtile_kvcache_gpu_tests
 #   .device/lib/         libflashtile.so (C ABI with CApiDecode.h and CApiKvCache.h, for bench/decode_bench.py)
 # Then run bench/device/run-decode-tests.sh and bench/device/decode-bench.sh on the GPU machine.

@@ -1242,7 +1242,8 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
       "flashtile_" + sanitize(schedule.getName()) + "_" + sanitize(func.getVariant()) + "_" + shape.dtype + "_d" +
       std::to_string(shape.headDim) + (shape.headDimV != shape.headDim ? "_dv" + std::to_string(shape.headDimV) : "") +
       (std::string_view(schedule.getShapeClass()) != kDefaultShapeClass ? "_" + sanitize(schedule.getShapeClass())
-                                                                        : "");
+                                                                        : "") +
+      (shape.kvCache ? "_kvcache" : ""); // a library holds a variant's plain and KV-cache kernels side by side
   info.arch = targetAttr.getArch().str();
   info.dtype = shape.dtype;
   info.headDim = shape.headDim;

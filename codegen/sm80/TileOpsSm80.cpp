@@ -99,9 +99,13 @@ private:
   void copyRoutine(CudaWriter &w, Operand operand);
   /// In a K/V copy routine of a program that reads a KV cache, under `if (p.kvCache == 2)`: the cp.async of key row
   /// `key` (a C expression) of the sequence, through its block-table row, into `dst` (shared address) — one page lookup
-  /// a row, as a page may be shorter than a tile.
+  /// a chunk: for copy routines whose threads do not step down rows by a fixed count (else pagedTileCopy).
   void pagedCopy(CudaWriter &w, Operand operand, const std::string &key, const std::string &dst,
                  const std::string &col);
+  /// The paged-cache branch of a K/V copy routine whose threads each keep one column and step down rows
+  /// (`perRow`: a row's 16-byte chunks): a block-table lookup only where a thread's next row starts a page (once a
+  /// tile when a page holds the tile), the contiguous copy's pointer stepping in between.
+  void pagedTileCopy(CudaWriter &w, Operand operand, const std::string &perRow);
   /// The shared-memory address (a C expression) of the buffer that holds K or V tile `tile`.
   std::string bufferAddress(Operand operand, const std::string &tile) const;
   /// Loops over every element [mt][nt][i] of a register tile of `nTiles` n8 tiles (kSTiles: scores, kOTiles: acc),
@@ -237,16 +241,8 @@ void TileTargetSm80::copyRoutine(CudaWriter &w, Operand operand) {
     std::string perRow = cat("(", n.width, " / 8)");
     w.line(cat("const int row0 = threadIdx.x / ", perRow, ", col = threadIdx.x % ", perRow, ";"));
     w.line(cat("const int seqRow0 = ", isQ ? "m0" : cat("tile * ", n.rows), " + row0;"));
-    if (!isQ && shape.kvCache) {
-      w.open("if (p.kvCache == 2)");
-      w.openUnrolledFor("i", cat(chunkCount, " / kThreads"));
-      w.line(cat("const int row = row0 + i * (kThreads / ", perRow, ");"));
-      pagedCopy(w, operand, cat("seqRow0 + i * (kThreads / ", perRow, ")"),
-                cat(bufferAddress(operand, "tile"), " + sm80::swizzle<", n.width, " / 8>(row, col)"), "col");
-      w.close();
-      w.line("return;");
-      w.close();
-    }
+    if (!isQ && shape.kvCache)
+      pagedTileCopy(w, operand, perRow);
     w.line(cat("const unsigned short *src = ", n.global, " + seqRow0 * ", n.rowStride, " + col * 8;"));
     w.line(cat("const long long step = (kThreads / ", perRow, ") * ", n.rowStride, ";"));
     w.openUnrolledFor("i", cat(chunkCount, " / kThreads"));
@@ -307,6 +303,35 @@ void TileTargetSm80::pagedCopy(CudaWriter &w, Operand operand, const std::string
              " + ", col, " * 8, inside);"));
 }
 
+void TileTargetSm80::pagedTileCopy(CudaWriter &w, Operand operand, const std::string &perRow) {
+  OperandNames n = names(operand);
+  const char *pageStride = operand == Operand::K ? "p.kCacheBatchStride" : "p.vCacheBatchStride";
+  w.open("if (p.kvCache == 2)");
+  w.comment("paged cache: key row `key` is row key % pageSize of page blockTable[key / pageSize] (clamped to the");
+  w.comment("pool). This thread's rows are kRowStep apart, so consecutive ones share a page until one lands in the");
+  w.comment("first kRowStep rows of the next: only there (and at its first row) does it read the block table; in");
+  w.comment("between it steps its pointer as in a contiguous cache. Pages of kBlockN keys or more: one lookup a tile.");
+  w.line(cat("constexpr int kRowStep = kThreads / ", perRow, ";"));
+  w.line("const int pageMask = (1 << p.pageShift) - 1;");
+  w.line(cat("const long long step = kRowStep * ", n.rowStride, ";"));
+  w.line(cat("const unsigned short *src = ", n.global, ";"));
+  w.openUnrolledFor("i", cat(n.rows, " * ", n.width, " / 8 / kThreads"));
+  w.line("const int row = row0 + i * kRowStep, key = seqRow0 + i * kRowStep;");
+  w.line(cat("const bool inside = key < ", n.seqlen, ";"));
+  w.comment("keys grow with i: past the sequence here, past it for the rest of the tile (src is then unused)");
+  w.open("if (i == 0 || (key & pageMask) < kRowStep)");
+  w.line("const int page = inside ? min(max(p.blockTable[key >> p.pageShift], 0), p.cacheBatches - 1) : 0;");
+  w.line(cat("src = ", n.global, " + page * ", pageStride, " + (inside ? key & pageMask : 0) * ", n.rowStride,
+             " + col * 8;"));
+  w.close();
+  w.line(cat("sm80::cpAsync16(", bufferAddress(operand, "tile"), " + sm80::swizzle<", n.width,
+             " / 8>(row, col), inside ? src : ", n.global, ", inside);"));
+  w.line("src += step;");
+  w.close();
+  w.line("return;");
+  w.close();
+}
+
 std::string TileTargetSm80::bufferAddress(Operand operand, const std::string &tile) const {
   OperandNames n = names(operand);
   std::string base = cat("sm80::smemAddress(", n.smem, ")");
@@ -333,10 +358,10 @@ void TileTargetSm80::wait(CudaWriter &w, const std::vector<Operand> &operands, i
   std::string waited;
   for (size_t i = 0; i < operands.size(); ++i)
     waited += cat(i == 0 ? "" : i + 1 == operands.size() ? " and " : ", ", names(operands[i]).name);
-  std::string inFlight =
-      newerCopies == 0 ? ""
-                       : cat(" (", newerCopies, newerCopies == 1 ? " newer copy group" : " newer copy groups",
-                             " may stay in flight)");
+  std::string inFlight = newerCopies == 0
+                             ? ""
+                             : cat(" (", newerCopies, newerCopies == 1 ? " newer copy group" : " newer copy groups",
+                                   " may stay in flight)");
   bool onlyQ = operands.size() == 1 && operands.front() == Operand::Q;
   if (shape.stages > 1 && newerCopies == 0 && !onlyQ)
     w.comment("wait for every copy in flight (cp.async groups land in order: this K/V tile and the ones before it);");
@@ -460,8 +485,8 @@ void TileTargetSm80::scoreMod(CudaWriter &w, const std::string &kTile, const std
   w.comment(cat("score_mod: S = ", fn, "(S, b, h, q, kv) element by element"));
   if (key == KeyArg::Clamped)
     w.comment("(it reads per-key inputs: a key past seqlen_k, whose score the mask drops, reads key seqlen_k - 1's)");
-  forEachScore(w, kTile, {cat("score[mt][nt][i] = ", fn, "(score[mt][nt][i], b, ", head(), ", q, ", keyArgs(key),
-                              ", p);")});
+  forEachScore(w, kTile,
+               {cat("score[mt][nt][i] = ", fn, "(score[mt][nt][i], b, ", head(), ", q, ", keyArgs(key), ", p);")});
 }
 
 void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key,
@@ -722,8 +747,8 @@ void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn) {
   w.comment("---- store_split: one split (p.numSplits == 1) stores O and LSE itself; more store fp32 partials ----");
   w.open("if (p.numSplits == 1)");
   if (!sinkFn.empty()) {
-    w.comment(cat("the attention sink s = ", sinkFn,
-                  "(b, h) joins once: LSE' = ln(e^LSE + e^s), O' = O·e^(LSE - LSE')"));
+    w.comment(
+        cat("the attention sink s = ", sinkFn, "(b, h) joins once: LSE' = ln(e^LSE + e^s), O' = O·e^(LSE - LSE')"));
     w.comment("(log2 domain; a row with neither a key nor a finite sink keeps O = 0, LSE = -inf)");
     if (!shape.packQueryHeads)
       w.line(cat("const float sinkLog2 = ", sinkFn, "(b, h, p) * sm80::kLog2e;"));
@@ -868,7 +893,9 @@ public:
 
 std::unique_ptr<TargetFamily> createFamily() { return std::make_unique<FamilySm80>(); }
 
-std::unique_ptr<RegisterTiles> createPrinter(const KernelShape &shape) { return std::make_unique<TileTargetSm80>(shape); }
+std::unique_ptr<RegisterTiles> createPrinter(const KernelShape &shape) {
+  return std::make_unique<TileTargetSm80>(shape);
+}
 
 int64_t rowBytes(int64_t width) {
   int64_t chunks = (width + kChunkElements - 1) / kChunkElements;

@@ -80,6 +80,10 @@ std::string unknownScheduleMessage(std::string_view name) {
   return message + "; available: " + joined(names);
 }
 
+bool hasKvCacheKnob(const Schedule &schedule) {
+  return llvm::any_of(schedule.options(), [](const OptionSpec &o) { return o.name == kKvCacheKnob; });
+}
+
 std::string checkKnobs(const Schedule &schedule, const Knobs &knobs) {
   for (const auto &[name, value] : knobs) {
     auto spec = std::find_if(schedule.options().begin(), schedule.options().end(),

@@ -34,6 +34,11 @@ struct OptionSpec {
 /// The knobs a caller set, by name; the others take the schedule's defaults for the program.
 using Knobs = std::map<std::string, int64_t>;
 
+/// The knob of schedules whose kernels can read KV caches (the decode schedule): 1 compiles the cache code in, 0
+/// (the default) leaves it out. The JIT sets it from KernelSpec::kvCache; `flashtile aot` builds both kernels
+/// unless it is given.
+inline constexpr const char *kKvCacheKnob = "kv-cache";
+
 /// What a caller asks for: a schedule by name, the GPU it compiles for, the shape class and the knobs.
 struct Request {
   std::string schedule = "fa2";
@@ -81,6 +86,8 @@ std::string unknownScheduleMessage(std::string_view name);
 mlir::FailureOr<Knobs> parseKnobs(const Schedule &schedule, const std::vector<std::string> &items, std::string &error);
 /// Checks knob names and ranges against `schedule`'s options.
 std::string checkKnobs(const Schedule &schedule, const Knobs &knobs);
+/// Whether `schedule` has the kKvCacheKnob option (its kernels can read KV caches).
+bool hasKvCacheKnob(const Schedule &schedule);
 /// `items` form of `knobs` for tile-apply-schedule's `options`, e.g. "block-m=64,warps=4".
 std::string printKnobs(const Knobs &knobs);
 

@@ -136,10 +136,12 @@ bool flashtile::isValidId(std::string_view id) {
 std::string KernelSpec::key() const {
   return "arch=" + arch + ";dtype=" + dtype + ";headDim=" + std::to_string(headDim) +
          ";headDimV=" + std::to_string(headDimV) + ";variant=" + variant + ";schedule=" + schedule +
-         ";shapeClass=" + shapeClass;
+         ";shapeClass=" + shapeClass + (kvCache ? ";kvCache=1" : "");
 }
 
-KernelSpec KernelInfo::spec() const { return {arch, dtype, headDim, headDimV, variant, schedule, shapeClass}; }
+KernelSpec KernelInfo::spec() const {
+  return {arch, dtype, headDim, headDimV, variant, schedule, shapeClass, readsKvCache()};
+}
 
 int flashtile::maxSmemBytes(std::string_view arch) {
   constexpr int kKiB = 1024;
@@ -153,7 +155,7 @@ int flashtile::maxSmemBytes(std::string_view arch) {
 bool flashtile::matches(const KernelInfo &info, const KernelSpec &spec) {
   return info.arch == spec.arch && info.dtype == spec.dtype && info.headDim == spec.headDim &&
          info.headDimV == spec.headDimV && info.variant == spec.variant && info.schedule == spec.schedule &&
-         info.shapeClass == spec.shapeClass;
+         info.shapeClass == spec.shapeClass && info.readsKvCache() == spec.kvCache;
 }
 
 std::string KernelInfo::serialize() const {

@@ -654,6 +654,8 @@ StatusOr<KernelSpec> Runtime::specForUnguarded(const AttentionArgs &args, const 
                          "\"fa2\"");
   KernelSpec spec{arch,     std::string(dtypeName(args.dtype)), args.headDim, args.headDimV, args.variant,
                   schedule, std::string(shapeClassFor(args))};
+  // Cache calls run kernels compiled with the cache code, plain calls kernels without it.
+  spec.kvCache = args.kvCache.enabled();
   {
     std::lock_guard<std::mutex> lock(impl->configMutex);
     if (!impl->scheduleSet && !impl->compile && arch == "sm_90a" && schedule == kDefaultSchedule &&

@@ -13,6 +13,8 @@
 
 #include "mlir/Transforms/Passes.h"
 
+static_assert(std::string_view(flashtile::decode::kKvCache) == flashtile::schedule::kKvCacheKnob);
+
 namespace flashtile::decode {
 namespace {
 
@@ -40,7 +42,7 @@ public:
          0, 1},
         {kKvCache,
          "1: the kernel also reads KV caches, contiguous or paged (flash_attn_with_kvcache), and appends new keys; "
-         "0: plain K/V only",
+         "0 (the default): plain K/V only",
          0, 1},
     };
     return specs;
@@ -75,11 +77,13 @@ public:
   void buildPipeline(OpPassManager &pm, const schedule::Request &request) const override {
     OpPassManager &func = pm.nest<FuncOp>();
     schedule::addApplySchedule(func, kName, request);
-    auto knobOn = [&](const char *knob) {
-      auto it = request.knobs.find(knob);
-      return it == request.knobs.end() || it->second != 0;
+    auto knob = [&](const char *name, bool byDefault) {
+      auto it = request.knobs.find(name);
+      return it == request.knobs.end() ? byDefault : it->second != 0;
     };
-    func.addPass(createSplitKvPass(knobOn(kPackGqa), knobOn(kKvCache)));
+    // GQA packing on unless turned off; the cache code only in kernels asked for it (plain decode calls run
+    // kernels without it: KernelSpec::kvCache).
+    func.addPass(createSplitKvPass(knob(kPackGqa, true), knob(kKvCache, false)));
     func.addPass(createTileSplitBoundary());
     func.addPass(fa2::createPipelinePass());
     func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
@@ -92,7 +96,7 @@ public:
 
 void registerSchedule() {
   schedule::registerSchedule(std::make_unique<DecodeSchedule>());
-  mlir::registerPass([] { return createSplitKvPass(/*packQueryHeads=*/true, /*kvCache=*/true); });
+  mlir::registerPass([] { return createSplitKvPass(/*packQueryHeads=*/true, /*kvCache=*/false); });
 }
 
 } // namespace flashtile::decode

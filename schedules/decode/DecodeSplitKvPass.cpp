@@ -10,7 +10,7 @@
 //    joins each row's softmax once rather than once per split;
 //  - with `pack-query-heads` (the default), rows pack the query heads of a K/V head (tile.pack_query_heads,
 //    passes/IR/TilePacking.h) unless a KV-range rule reads its head: one rule for the group's heads must hold;
-//  - with `kv-cache` (the default), the program may read a KV cache, contiguous or paged (tile.kv_cache,
+//  - with `kv-cache` (off by default, as the schedule's knob), the program may read a KV cache, contiguous or paged (tile.kv_cache,
 //    passes/IR/TileKvCache.h): no op changes, the kernel's sequence view and K/V copies follow the cache.
 //===----------------------------------------------------------------------===//
 #include "schedules/decode/DecodeRegister.h"
@@ -39,7 +39,7 @@ struct DecodeSplitKvPass : PassWrapper<DecodeSplitKvPass, OperationPass<FuncOp>>
                               llvm::cl::init(true)};
   Option<bool> kvCache{*this, "kv-cache",
                        llvm::cl::desc("the program may read a KV cache, contiguous or paged (tile.kv_cache)"),
-                       llvm::cl::init(true)};
+                       llvm::cl::init(false)};
   StringRef getArgument() const override { return "tile-decode-split-kv"; }
   StringRef getName() const override { return "DecodeSplitKv"; }
   StringRef getDescription() const override {

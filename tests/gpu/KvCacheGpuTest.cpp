@@ -9,7 +9,7 @@
 //     decode kernel on the same keys as a plain tensor (4 units of the dtype's rounding at the largest |O|);
 //   - the cache afterwards: byte for byte the first calls' cache with the new rows written at cacheSeqlens[b], and
 //     nothing else touched (poison stays poison).
-// Cache lengths of 0, 1, odd and full; GQA ratios 1-16; page sizes 16, 64 and 256.
+// Cache lengths of 0, 1, odd and full; GQA ratios 1-16; page sizes 16, 32, 64, 128 and 256.
 //
 // Environment (bench/device/run-decode-tests.sh sets them): FLASHTILE_DECODE_AOT_DIR (decode kernels, `flashtile
 // aot --schedule decode`), FLASHTILE_REQUIRE_GPU, FLASHTILE_TEST_SEED. Without a GPU every test skips.
@@ -467,6 +467,10 @@ std::vector<Case> referenceCases() {
       {L::Paged, 64, false, 3, 32, 4, 16, 64 * 64, 16, {4000, 63, 1}},
       {L::Paged, 256, false, 2, 12, 4, 2, 256 * 9, 0, {0, 2303}},
       {L::Paged, 64, false, 1, 32, 2, 1, 64 * 512, 1, {32767}},
+      // Pages of 32 (two of a thread's row steps at head dim 64, four at 128) and of a whole K/V tile (128): the
+      // copies read the block table once a page a thread, and once a tile.
+      {L::Paged, 32, false, 2, 16, 2, 1, 32 * 40, 3, {1277, 33}},
+      {L::Paged, 128, false, 2, 8, 1, 1, 128 * 10, 1, {129, 1279}},
   };
   std::vector<Case> cases;
   int index = 0;

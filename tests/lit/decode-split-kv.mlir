@@ -1,8 +1,9 @@
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=decode" --tile-decode-split-kv | FileCheck %s
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=decode" --tile-decode-split-kv="kv-cache=true" | FileCheck %s
 
 // The decode schedule: FA2's tiling defaults for decode (64 query rows, 128-key tiles), block order 0.
 // CHECK: schedule = #tile.schedule<name = "decode", blockM = 64, blockN = 128, warps = 4, stages = 1>
-// The kernel may read a KV cache, contiguous or paged (no op changes; the printer follows the kernel parameters).
+// kv-cache=true: the kernel may read a KV cache, contiguous or paged (no op changes; the printer follows the kernel
+// parameters).
 // CHECK-SAME: tile.kv_cache
 // The causal rules do not read the head: rows pack the query heads of a K/V head.
 // CHECK-SAME: tile.pack_query_heads
@@ -32,7 +33,8 @@
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=decode" --tile-decode-split-kv="pack-query-heads=false" | FileCheck %s --check-prefix=NOPACK
 // NOPACK-NOT: tile.pack_query_heads
 
-// kv-cache=0 (the pass option kv-cache=false): plain K/V only, no append kernel.
+// kv-cache=false (the default, as the schedule's kv-cache knob): plain K/V only, no append kernel.
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=decode" --tile-decode-split-kv | FileCheck %s --check-prefix=NOCACHE
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=decode" --tile-decode-split-kv="kv-cache=false" | FileCheck %s --check-prefix=NOCACHE
 // NOCACHE: tile.pack_query_heads
 // NOCACHE-NOT: tile.kv_cache

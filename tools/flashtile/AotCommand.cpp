@@ -205,6 +205,12 @@ int runAot(const AotFlags &flags) {
     if (!list->ok())
       return fail(list->status());
 
+  // A schedule whose kernels can read KV caches: a plain and a KV-cache kernel of each request (the runtime runs
+  // plain calls on the first, cache calls on the second), unless --kv-cache picks one.
+  std::vector<std::optional<int64_t>> kvCacheKnobs = {std::nullopt};
+  if (const schedule::Schedule *s = schedule::lookupSchedule(flags.schedule.schedule);
+      s && schedule::hasKvCacheKnob(*s) && !flags.schedule.knobs.count(schedule::kKvCacheKnob))
+    kvCacheKnobs = {0, 1};
   std::vector<Request> requests;
   for (const std::string &variantName : *variantList)
     for (const std::string &dtypeName : *dtypeList)
@@ -223,7 +229,11 @@ int runAot(const AotFlags &flags) {
           options.dtype = *dtype;
           std::tie(options.headDim, options.headDimV) = *headDims;
           options.schedule.shapeClass = shapeClass;
-          requests.push_back({variantName, std::move(*variant), std::move(options)});
+          for (std::optional<int64_t> kvCache : kvCacheKnobs) {
+            if (kvCache)
+              options.schedule.knobs[schedule::kKvCacheKnob] = *kvCache;
+            requests.push_back({variantName, *variant, options});
+          }
         }
 
   const fs::path out = flags.out;

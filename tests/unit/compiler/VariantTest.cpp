@@ -799,4 +799,31 @@ TEST(ShapeClass, TheJitKnowsWhichClassesHaveKernelsOfTheirOwn) {
   EXPECT_TRUE(matches(kernel->info, spec));
 }
 
+/// KernelSpec::kvCache reaches the decode schedule's kv-cache knob: a plain decode spec compiles a kernel without
+/// the cache code (no append kernel), a cache spec one with it, under distinct entries; even when the schedule's
+/// knobs ask otherwise. Schedules without cache kernels refuse cache specs.
+TEST(KvCacheKernels, TheJitCompilesPlainAndCacheKernelsApart) {
+  jit::Jit jit;
+  ASSERT_TRUE(jit.setScheduleKnobs("decode", {{"kv-cache", 1}}).ok());
+  KernelSpec spec{"sm_90a", "bf16", 64, 64, "causal", "decode", std::string(kDefaultShapeClass)};
+  StatusOr<CachedKernel> plain = jit.compileFn()(spec);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->info.entry, "flashtile_decode_causal_bf16_d64");
+  EXPECT_FALSE(plain->info.readsKvCache());
+  EXPECT_TRUE(matches(plain->info, spec));
+
+  ASSERT_TRUE(jit.setScheduleKnobs("decode", {{"kv-cache", 0}}).ok());
+  spec.kvCache = true;
+  StatusOr<CachedKernel> cache = jit.compileFn()(spec);
+  ASSERT_TRUE(cache.ok()) << cache.status().message();
+  EXPECT_EQ(cache->info.entry, "flashtile_decode_causal_bf16_d64_kvcache");
+  EXPECT_EQ(cache->info.appendEntry, "flashtile_decode_causal_bf16_d64_kvcache_append");
+  EXPECT_TRUE(matches(cache->info, spec));
+
+  spec.schedule = "fa2";
+  StatusOr<std::string> refused = jit.shapeClassFn()(spec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("schedule 'fa2' has no kernels that read a KV cache"), std::string::npos);
+}
+
 } // namespace

@@ -171,6 +171,26 @@ TEST(KernelSpec, MatchesComparesEveryField) {
   EXPECT_FALSE(changed([](KernelSpec &s) { s.variant = "causal"; }));
   EXPECT_FALSE(changed([](KernelSpec &s) { s.schedule = "fa3"; }));
   EXPECT_FALSE(changed([](KernelSpec &s) { s.shapeClass = "long"; }));
+  EXPECT_FALSE(changed([](KernelSpec &s) { s.kvCache = true; }));
+}
+
+// Plain decode calls run kernels without the cache code and cache calls kernels with it: the two are distinct
+// specs, and each kernel serves only its own.
+TEST(KernelSpec, KvCacheKernelsServeOnlyCacheCalls) {
+  KernelInfo plain = sampleInfo();
+  plain.schedule = "decode";
+  plain.combineEntry = plain.entry + "_combine";
+  KernelInfo cache = plain;
+  cache.entry += "_kvcache";
+  cache.combineEntry = cache.entry + "_combine";
+  cache.appendEntry = cache.entry + "_append";
+  EXPECT_FALSE(plain.spec().kvCache);
+  EXPECT_TRUE(cache.spec().kvCache);
+  EXPECT_EQ(cache.spec().key(), plain.spec().key() + ";kvCache=1");
+  EXPECT_TRUE(matches(plain, plain.spec()));
+  EXPECT_TRUE(matches(cache, cache.spec()));
+  EXPECT_FALSE(matches(plain, cache.spec()));
+  EXPECT_FALSE(matches(cache, plain.spec()));
 }
 
 TEST(Status, CarriesMessagesAndValues) {

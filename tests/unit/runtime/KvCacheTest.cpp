@@ -62,6 +62,26 @@ TEST(KvCache, CacheCallsRunTheDecodeScheduleAtAnyQueryLength) {
   EXPECT_FALSE(Runtime::isDecodeCall(plain));
 }
 
+// Cache calls ask for kernels compiled with the cache code, plain decode calls for kernels without it (distinct
+// specs: KernelSpec::kvCache), both of the decode schedule.
+TEST(KvCache, CacheCallsAskForKvCacheKernelsAndPlainDecodeCallsForPlainOnes) {
+  Runtime rt;
+  for (AttentionArgs cache : {contiguousArgs(), pagedArgs()}) {
+    StatusOr<KernelSpec> spec = rt.specFor(cache, "sm_90a");
+    ASSERT_TRUE(spec.ok()) << spec.status().message();
+    EXPECT_TRUE(spec->kvCache);
+    EXPECT_EQ(spec->schedule, "decode");
+    EXPECT_THAT(spec->key(), HasSubstr(";kvCache=1"));
+  }
+  AttentionArgs plain = AttentionArgs::contiguous(DType::BF16, fake(0x10000), fake(0x20000), fake(0x30000),
+                                                  fake(0x40000), fake<float>(0x50000), 4, 1, 8192, 32, 8, 128);
+  StatusOr<KernelSpec> spec = rt.specFor(plain, "sm_90a");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_FALSE(spec->kvCache);
+  EXPECT_EQ(spec->schedule, "decode");
+  EXPECT_THAT(spec->key(), testing::Not(HasSubstr("kvCache")));
+}
+
 TEST(KvCache, PageSizesArePowersOfTwoFrom16To256) {
   for (int size : {16, 32, 64, 128, 256})
     EXPECT_TRUE(isSupportedPageSize(size)) << size;

@@ -43,9 +43,13 @@ struct KernelSpec {
   std::string variant;    // variant id: "none", "causal", or a JIT variant id that hashes the variant's IR
   std::string schedule;   // e.g. "fa2"
   std::string shapeClass; // one of kShapeClasses
+  // The call reads a KV cache (AttentionArgs::kvCache): it runs a kernel compiled with the cache code
+  // (KernelInfo::readsKvCache), and plain calls one without it, so that plain decode pays nothing for caches.
+  bool kvCache = false;
 
   /// One line naming every field, e.g.
-  /// "arch=sm_90a;dtype=bf16;headDim=128;headDimV=128;variant=causal;schedule=fa2;shapeClass=default".
+  /// "arch=sm_90a;dtype=bf16;headDim=128;headDimV=128;variant=causal;schedule=fa2;shapeClass=default", with
+  /// ";kvCache=1" appended for KV-cache calls.
   std::string key() const;
 };
 
@@ -109,7 +113,8 @@ struct KernelInfo {
 /// 227 KiB on sm_90a and sm_100a; 0 for other names.
 int maxSmemBytes(std::string_view arch);
 
-/// True when `info` implements exactly `spec`.
+/// True when `info` implements exactly `spec`: KV-cache specs only kernels that read caches, other specs only
+/// kernels without the cache code.
 bool matches(const KernelInfo &info, const KernelSpec &spec);
 
 /// True for ids usable as a variant, schedule or shape class: non-empty, at most 200 characters from
