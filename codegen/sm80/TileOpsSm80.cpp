@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/sm80/TileOpsSm80.h"
 #include "codegen/sm80/PreludeSm80.h"
+#include "codegen/common/Concat.h"
 
 #include <cassert>
 
@@ -22,18 +23,6 @@ constexpr int kChunkElements = 8; // 16-bit elements in a 16-byte chunk
 /// Q fragments stay in registers for the whole K/V walk when they take at most this many registers a thread;
 /// larger Q tiles (head dim 256, several m16 tiles a warp) are re-read from shared memory at every k-step.
 constexpr int kMaxQFragmentRegisters = 32;
-
-void append(std::string &s, const char *part) { s.append(part); }
-void append(std::string &s, const std::string &part) { s.append(part); }
-void append(std::string &s, int64_t value) { s.append(std::to_string(value)); }
-void append(std::string &s, int value) { s.append(std::to_string(value)); }
-
-/// Concatenates strings and integers.
-template <typename... Parts> std::string cat(const Parts &...parts) {
-  std::string s;
-  (append(s, parts), ...);
-  return s;
-}
 
 class TileTargetSm80 final : public RegisterTiles {
 public:
@@ -82,6 +71,7 @@ public:
   }
   void softmaxUpdateInScores(CudaWriter &w, bool foldScale, int rescaleThreshold) override;
   void packProbabilities(CudaWriter &w, bool declare) override;
+  void storeODirect(CudaWriter &w) override;
   void rescale(CudaWriter &w, bool onlyWhenMoved) override;
   void pv(CudaWriter &w, const std::string &vTile) override;
   void finalize(CudaWriter &w, const std::string &sinkFn) override;
@@ -666,20 +656,7 @@ void TileTargetSm80::storeO(CudaWriter &w) {
   }
   if (shape.headDimV > shape.headDim) {
     // The warp's rows of sQ are too narrow to stage O rows: store fragment pairs directly.
-    w.comment(cat("store O: convert to ", shape.dtype, ", two adjacent columns (4 bytes) per store, rows < seqlen_q"));
-    w.line(cat("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * "
-               "p.oHeadStride;"));
-    w.openUnrolledFor("mt", "kMTiles");
-    w.openUnrolledFor("r", "2");
-    w.line("const int q = warpRow0 + 16 * mt + fragRow + 8 * r;");
-    w.open("if (q < p.seqlenQ)");
-    w.openUnrolledFor("nt", "kOTiles");
-    w.line(cat("*reinterpret_cast<unsigned *>(gO + q * p.oRowStride + 8 * nt + fragCol) = ", pack,
-               "(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);"));
-    w.close();
-    w.close();
-    w.close();
-    w.close();
+    storeODirect(w);
     return;
   }
   w.comment(cat("store O: convert to ", shape.dtype, " and stage this warp's rows in its own rows of sQ (swizzled),"));
@@ -712,6 +689,23 @@ void TileTargetSm80::storeO(CudaWriter &w) {
   w.line("      *reinterpret_cast<const uint4 *>(sO + sm80::swizzle<kHeadDimV / 8>(row, col));");
   if (!even)
     w.close();
+  w.close();
+}
+
+void TileTargetSm80::storeODirect(CudaWriter &w) {
+  w.comment(cat("store O: convert to ", shape.dtype, ", two adjacent columns (4 bytes) per store, rows < seqlen_q"));
+  w.line(cat("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * "
+             "p.oHeadStride;"));
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("r", "2");
+  w.line("const int q = warpRow0 + 16 * mt + fragRow + 8 * r;");
+  w.open("if (q < p.seqlenQ)");
+  w.openUnrolledFor("nt", "kOTiles");
+  w.line(cat("*reinterpret_cast<unsigned *>(gO + q * p.oRowStride + 8 * nt + fragCol) = ", pack,
+             "(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);"));
+  w.close();
+  w.close();
+  w.close();
   w.close();
 }
 

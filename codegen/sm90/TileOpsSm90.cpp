@@ -14,6 +14,7 @@
 // masks, score mods, finalize and LSE are printed by the sm80 printer (sm80::createPrinter).
 //===----------------------------------------------------------------------===//
 #include "codegen/sm90/TileOpsSm90.h"
+#include "codegen/common/Concat.h"
 #include "codegen/sm80/PreludeSm80.h"
 #include "codegen/sm80/TileOpsSm80.h"
 #include "codegen/sm90/InstructionsSm90.h"
@@ -36,18 +37,6 @@ constexpr int kFirstTurnBarrier = 1;
 /// __launch_bounds__(threads, 1)); roles move from there with setmaxnreg.
 int launchRegisters(int threads) { return std::min(kMaxRegisters - 1, kRegisterFile / threads) / 8 * 8; }
 
-void append(std::string &s, const char *part) { s.append(part); }
-void append(std::string &s, const std::string &part) { s.append(part); }
-void append(std::string &s, int64_t value) { s.append(std::to_string(value)); }
-void append(std::string &s, int value) { s.append(std::to_string(value)); }
-
-/// Concatenates strings and integers.
-template <typename... Parts> std::string cat(const Parts &...parts) {
-  std::string s;
-  (append(s, parts), ...);
-  return s;
-}
-
 const char *operandName(Operand operand) {
   switch (operand) {
   case Operand::Q:
@@ -69,7 +58,6 @@ public:
     fragments = sm80::createPrinter(fragmentShape);
     bool bf16 = shape.dtype == "bf16";
     mmaType = bf16 ? "bf16" : "f16";
-    pack = bf16 ? "sm80::packBf16x2" : "sm80::packF16x2";
     const int widths[] = {shape.blockN, shape.headDimV};
     preludeText = std::string(sm80::kPrelude) + ::flashtile::codegen::sm90::prelude(widths);
   }
@@ -119,7 +107,8 @@ public:
   void rescale(CudaWriter &w, bool onlyWhenMoved) override { fragments->rescale(w, onlyWhenMoved); }
   void pv(CudaWriter &w, const std::string &vSlot) override;
   void finalize(CudaWriter &w, const std::string &sinkFn) override { fragments->finalize(w, sinkFn); }
-  void storeO(CudaWriter &w) override;
+  /// O from the accumulator registers (no shared-memory staging yet).
+  void storeO(CudaWriter &w) override { fragments->storeODirect(w); }
   void storeLse(CudaWriter &w) override { fragments->storeLse(w); }
   void storeSplit(CudaWriter &w, const std::string &) override {
     w.line("#error \"sm90: split-KV stores (tile.store_split) are printed by the sm80 family\"");
@@ -148,7 +137,7 @@ private:
   KernelShape shape;
   int consumerWarps = 0;
   std::unique_ptr<sm80::RegisterTiles> fragments;
-  std::string mmaType, pack, preludeText;
+  std::string mmaType, preludeText;
   std::vector<RoleInfo> roles;
   std::vector<BarrierInfo> barriers;
   std::vector<int> firstWarp; ///< per role
@@ -370,20 +359,6 @@ void TileTargetSm90::mmaTurn(CudaWriter &w, bool begin) {
     w.comment("hand the turn to the next warpgroup");
     w.line(cat("sm90::namedBarrier::arrive(", kFirstTurnBarrier, " + (warp / 4 + 1) % ", groups, ", 256);"));
   }
-}
-
-void TileTargetSm90::storeO(CudaWriter &w) {
-  w.comment(cat("store O: convert to ", shape.dtype, ", two adjacent columns (4 bytes) per store, rows < seqlen_q"));
-  w.line("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * p.oHeadStride;");
-  w.openUnrolledFor("r", "2");
-  w.line("const int q = warpRow0 + fragRow + 8 * r;");
-  w.open("if (q < p.seqlenQ)");
-  w.openUnrolledFor("nt", "kOTiles");
-  w.line(cat("*reinterpret_cast<unsigned *>(gO + q * p.oRowStride + 8 * nt + fragCol) = ", pack,
-             "(acc[0][nt][2 * r], acc[0][nt][2 * r + 1]);"));
-  w.close();
-  w.close();
-  w.close();
 }
 
 class FamilySm90 final : public TargetFamily {

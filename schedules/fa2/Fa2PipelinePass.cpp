@@ -27,6 +27,7 @@
 #include "schedules/fa2/Fa2Register.h"
 
 #include "passes/IR/TileDialect.h"
+#include "schedules/LoopCarry.h"
 
 #include "mlir/Pass/Pass.h"
 
@@ -177,32 +178,6 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
     return l;
   }
 
-  /// Replaces `loop` by the same segment carrying `carried` after its own carried values (their block arguments
-  /// appended); the caller extends the yield. Returns the new loop.
-  static KvLoopOp withCarried(KvLoopOp loop, ValueRange carried) {
-    OpBuilder b(loop);
-    SmallVector<Value> inits(loop.getCarried());
-    llvm::append_range(inits, carried);
-    auto piped = KvLoopOp::create(b, loop.getLoc(), loop.getResult().getType(), ValueRange(inits).getTypes(),
-                                  loop.getLower(), loop.getUpper(), loop.getInit(), inits, loop.getSegment(),
-                                  loop.getOrder());
-    Block &old = loop.getBody().front();
-    SmallVector<Type> argTypes(old.getArgumentTypes());
-    SmallVector<Location> argLocs(argTypes.size(), loop.getLoc());
-    for (Value v : carried) {
-      argTypes.push_back(v.getType());
-      argLocs.push_back(loop.getLoc());
-    }
-    Block *body = b.createBlock(&piped.getBody(), {}, argTypes, argLocs);
-    body->getOperations().splice(body->end(), old.getOperations());
-    for (auto [from, to] : llvm::zip(old.getArguments(), body->getArguments()))
-      from.replaceAllUsesWith(to);
-    loop.getResult().replaceAllUsesWith(piped.getResult());
-    for (auto [from, to] : llvm::zip(loop.getCarriedResults(), piped.getCarriedResults()))
-      from.replaceAllUsesWith(to);
-    loop.erase();
-    return piped;
-  }
   /// Appends `values` to the yield of `loop`'s body.
   static void yieldAlso(KvLoopOp loop, ValueRange values) {
     auto yield = cast<YieldOp>(loop.getBody().front().getTerminator());
@@ -226,7 +201,7 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
     // Each iteration gets the token of its K tile from the one before (the first from the prologue).
     Value tokenK = p.copyK.getToken();
     for (auto [constLoop, l] : llvm::zip(loops, bodies)) {
-      KvLoopOp loop = withCarried(constLoop, ValueRange{tokenK});
+      KvLoopOp loop = flashtile::schedule::withCarried(constLoop, ValueRange{tokenK});
       Block &body = loop.getBody().front();
       Value j = loop.getTileIndex();
       // K(j): wait for it, then start V(j) so it overlaps Q·Kᵀ.
@@ -268,7 +243,7 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
 
     for (auto [constLoop, l] : llvm::zip(loops, bodies)) {
       // The same segment, now also carrying the scores of its tile j, the token of V(j) and that of K(next).
-      KvLoopOp loop = withCarried(constLoop, ValueRange{scores, tokenV, tokenK});
+      KvLoopOp loop = flashtile::schedule::withCarried(constLoop, ValueRange{scores, tokenV, tokenK});
       Block *body = &loop.getBody().front();
       auto args = body->getArguments();
       Value j = loop.getTileIndex(), scoresJ = args[args.size() - 3];

@@ -26,6 +26,7 @@
 #include "schedules/fa3/Fa3Pipeline.h"
 
 #include "passes/IR/TileDialect.h"
+#include "schedules/LoopCarry.h"
 
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Pass/Pass.h"
@@ -291,7 +292,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       Value lower = arith::MinSIOp::create(lb, loc, loop.getLower(), upper);
       loop.getLowerMutable().assign(lower);
       loop.getUpperMutable().assign(upper);
-      loop = withCarried(loop, ValueRange{carriedP});
+      loop = flashtile::schedule::withCarried(loop, ValueRange{carriedP});
       Block &block = loop.getBody().front();
       Value j = block.getArgument(0), stateArg = block.getArgument(1), pArg = block.getArguments().back();
       auto qk = cast<QkOp>(*body.k->user_begin());
@@ -353,31 +354,6 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     MmaWaitOp::create(xb, loc, ValueRange{pvAsync.getToken()});
     BarrierArriveOp::create(xb, loc, ring.vEmpty, i);
     YieldOp::create(xb, loc, ValueRange{pvAsync.getResult(), epi->getArgument(2)});
-  }
-
-  /// Replaces `loop` by the same segment carrying `carried` too (block arguments appended); the caller rewrites the
-  /// yield. Returns the new loop.
-  static KvLoopOp withCarried(KvLoopOp loop, ValueRange carried) {
-    OpBuilder b(loop);
-    SmallVector<Value> inits(loop.getCarried());
-    llvm::append_range(inits, carried);
-    auto piped = KvLoopOp::create(b, loop.getLoc(), loop.getResult().getType(), ValueRange(inits).getTypes(),
-                                  loop.getLower(), loop.getUpper(), loop.getInit(), inits, loop.getSegment(),
-                                  loop.getOrder());
-    Block &old = loop.getBody().front();
-    SmallVector<Type> argTypes(old.getArgumentTypes());
-    SmallVector<Location> argLocs(argTypes.size(), loop.getLoc());
-    for (Value v : carried) {
-      argTypes.push_back(v.getType());
-      argLocs.push_back(loop.getLoc());
-    }
-    Block *body = b.createBlock(&piped.getBody(), {}, argTypes, argLocs);
-    body->getOperations().splice(body->end(), old.getOperations());
-    for (auto [from, to] : llvm::zip(old.getArguments(), body->getArguments()))
-      from.replaceAllUsesWith(to);
-    loop.getResult().replaceAllUsesWith(piped.getResult());
-    loop.erase();
-    return piped;
   }
 
   /// i = highest − 1 − j: the ring position of tile j in the descending walk from `highest`.
