@@ -74,6 +74,10 @@ struct FlashtileFwdParams {
   long long kNewBatchStride, kNewRowStride, kNewHeadStride;
   long long vNewBatchStride, vNewRowStride, vNewHeadStride;
   int seqlenNew;
+  /* Persistent kernels (KernelInfo::persistent): the grid is about one block per SM, and block x runs work tiles x,
+   * x + gridDim.x, ... of the qTiles x headsQ x batch (Q tile, head, sequence) tiles, qTiles = ceil(rows / blockM)
+   * with rows seqlenQ dense and the longest sequence's varlen. Other kernels ignore it (their grid is the tiles). */
+  int qTiles;
 };
 
 /* Threads of a block of the KV cache's append kernel: grid (ceil(seqlenNew x (headDim + headDimV) / 8 /
