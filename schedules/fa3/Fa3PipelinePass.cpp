@@ -239,12 +239,15 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       loopOverWorkTiles(func, {producer, consumer}, qEmpty, highest, lowest);
   }
 
-  /// Persistent blocks where they measured faster on the H200 (2026-12-01, bench/NOTES.md): programs whose every Q tile
-  /// walks the same keys (no KV-range rule reads the query rows: the tiles cost the same, so a static assignment is
-  /// balanced; +2-4% at hd128, 1k-16k), and the short shape class (sequences up to 1k: +8% causal at 1k). Causal and
-  /// banded programs of the default class keep a block a tile: the hardware's block scheduler balances their uneven
-  /// tiles better than a static assignment (causal 16k: 1.09x cuDNN against 0.83x).
+  /// Persistent blocks where they measured faster on the H200 (2026-12-01, bench/NOTES.md v17), at head dims up to 128:
+  /// programs whose every Q tile walks the same keys (no KV-range rule reads the query rows: the tiles cost the same,
+  /// so a static assignment is balanced; +2-4% at 2k-16k, +6-13% at 1k), and the short shape class (sequences up to
+  /// 1k: causal +7% at hd128, +21% at hd64). Causal and banded programs of the default class keep a block a tile: the
+  /// hardware's block scheduler balances their uneven tiles better than a static assignment (causal 16k: 1.09x cuDNN
+  /// against 0.83x). At head dim 256 persistent blocks measured 0-6% slower.
   static bool persistentByDefault(FuncOp func) {
+    if (std::max(func.getHeadDim(), func.getHeadDimV()) > 128)
+      return false;
     if (func.getScheduleAttr().getShapeClass() == "short")
       return true;
     return llvm::all_of(func.getBody().getOps<KvRangeOp>(), [](KvRangeOp range) {

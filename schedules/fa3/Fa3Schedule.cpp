@@ -47,8 +47,8 @@ public:
         {kPingpong, "1: the consumer warpgroups take turns issuing their GEMMs; 0: they issue freely (default: 1 at "
                     "head dims up to 128 with two or more consumer warpgroups)", 0, 1},
         {kPersistent, "1: about one thread block per SM, each running Q tile after Q tile, loading the next tile "
-                      "under the current one; 0: a block a tile (default: 1 where every Q tile walks the same keys, "
-                      "and for the short shape class)", 0, 1},
+                      "under the current one; 0: a block a tile (default: 1 at head dims up to 128 where every Q tile "
+                      "walks the same keys, and for the short shape class)", 0, 1},
     };
     return specs;
   }
