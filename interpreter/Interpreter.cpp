@@ -396,9 +396,13 @@ LogicalResult Interpreter::run(std::vector<float> &o, std::vector<float> &lse, R
 }
 
 bool Interpreter::decodeWorkTile(int64_t work, int64_t qTiles) {
-  // As the kernel numbers its tiles: pair by pair (batch-major, query head fastest), the last Q tile first.
-  const int64_t t = qTiles - 1 - work % qTiles;
-  const int64_t b = work / qTiles / problem.headsQ, h = work / qTiles % problem.headsQ;
+  // As the kernel numbers its tiles (printWorkTile): unit work / 2 of two Q tiles of one (batch, head) pair, the
+  // heavy tile qTiles - 1 - k (even work) then the light tile k; units pair by pair, query head fastest.
+  const int64_t halfTiles = (qTiles + 1) / 2, unit = work / 2, k = unit % halfTiles, pair = unit / halfTiles;
+  const int64_t t = work % 2 == 0 ? qTiles - 1 - k : k;
+  if (work % 2 == 1 && t == qTiles - 1 - k)
+    return false; // the middle tile of an odd qTiles is a unit alone
+  const int64_t b = pair / problem.headsQ, h = pair % problem.headsQ;
   inst = sequenceOf(problem, b);
   inst.h = h;
   inst.hKv = h / group;
@@ -416,16 +420,16 @@ LogicalResult Interpreter::runPersistent(int64_t qTiles) {
                                "the interpreter runs persistent blocks over whole Q tiles of one head";
   if (problem.persistentBlocks < 1)
     return func.emitError() << "persistent_blocks = " << problem.persistentBlocks << " is not accepted: at least 1";
-  const int64_t tiles = qTiles * problem.headsQ * problem.batch;
+  const int64_t units = (qTiles + 1) / 2 * problem.headsQ * problem.batch;
   persistentQTiles = qTiles;
-  persistentGrid = std::min<int64_t>(tiles, problem.persistentBlocks);
+  persistentGrid = std::min<int64_t>(units, problem.persistentBlocks);
   tileStores.clear();
   for (persistentBlock = 0; persistentBlock < persistentGrid; ++persistentBlock) {
     inst = Instance();
     if (failed(runInstance(/*checkStores=*/false)))
       return failure();
   }
-  for (int64_t work = 0; work < tiles; ++work) {
+  for (int64_t work = 0; work < 2 * units; ++work) {
     if (!decodeWorkTile(work, qTiles))
       continue;
     auto stored = tileStores.find({inst.b, inst.h, inst.qTile});
@@ -447,12 +451,11 @@ LogicalResult Interpreter::exec(WorkLoopOp op) {
   }
   Block &body = op.getBody().front();
   int64_t count = 0;
-  const int64_t tiles = persistentQTiles * problem.headsQ * problem.batch;
-  // As the kernel walks them: round r's tile r·blocks + block, snaking (odd rounds count the blocks backwards).
-  for (int64_t round = 0; round * persistentGrid < tiles; ++round) {
-    const int64_t work =
-        round * persistentGrid + (round % 2 == 0 ? persistentBlock : persistentGrid - 1 - persistentBlock);
-    if (work >= tiles || !decodeWorkTile(work, persistentQTiles))
+  // As the kernel walks them: units block, block + blocks, ..., two tiles each (decodeWorkTile).
+  const int64_t units = (persistentQTiles + 1) / 2 * problem.headsQ * problem.batch;
+  for (int64_t step = 0; persistentBlock + step / 2 * persistentGrid < units; ++step) {
+    const int64_t unit = persistentBlock + step / 2 * persistentGrid;
+    if (!decodeWorkTile(2 * unit + step % 2, persistentQTiles))
       continue;
     scalars[op.getTileCount()] = Scalar::integer(count);
     for (auto [arg, value] : llvm::zip(op.getCarriedArgs(), carried))

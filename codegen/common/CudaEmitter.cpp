@@ -538,7 +538,7 @@ void KernelPrinter::assignNames() {
        {"p",        "params",    "ceilDiv",    "floorDiv",   "qFirst",    "qLast",      "kBlockM",   "kBlockN",
         "kHeadDim", "kHeadDimV", "kWarps",     "kThreads",   "qTile",     "blockBatch", "blockHead", "blockLinear",
         "qTiles",   "pairs",     "groupPairs", "groupFirst", "groupSize", "inGroup",    "pair",       "split",
-        "kvTiles",  "splitTiles", "blockKvHead", "headsPerKv"})
+        "kvTiles",  "splitTiles", "blockKvHead", "headsPerKv", "halfTiles", "unit", "unitK"})
     names.reserve(reserved);
   for (const std::string &reserved : target.reservedNames())
     names.reserve(reserved);
@@ -817,14 +817,22 @@ void KernelPrinter::printSequenceView() {
   w.close();
 }
 
-void KernelPrinter::printWorkTile(const std::string &work) {
-  w.comment("---- work tile " + work + " of this persistent launch: Q tile qTile of query head blockHead of batch entry");
-  w.comment("blockBatch. Tiles are numbered (batch, head) pair by pair, query head fastest (the heads of a grouped-query");
-  w.comment("group, which read one K/V head, run side by side), and within a pair from the last Q tile (under a causal");
-  w.comment("mask the longest walk) to the first, as the grid of a block a tile orders them. ----");
-  w.line("const int qTile = params.qTiles - 1 - " + work + " % params.qTiles;");
-  w.line("const int blockBatch = " + work + " / params.qTiles / params.headsQ, blockHead = " + work +
-         " / params.qTiles % params.headsQ;");
+void KernelPrinter::printWorkTile(const std::string &step) {
+  w.comment("---- the work of this persistent block: units of two Q tiles of one (batch, head) pair, Q tile qTiles - 1 - k");
+  w.comment("then Q tile k, which together cost the same under a causal mask (qTiles + 1 tile walks), so that taking");
+  w.comment("one unit in every gridDim.x balances the blocks; the middle tile of an odd qTiles is a unit alone. Units");
+  w.comment("are numbered pair by pair, query head fastest (a grouped-query group's heads, which read one K/V head,");
+  w.comment("run side by side); step " + step + " is the heavy (even) or light (odd) tile of this block's unit " +
+            step + " / 2. ----");
+  w.line("const int halfTiles = (params.qTiles + 1) / 2;");
+  w.line("const int unit = blockIdx.x + " + step + " / 2 * gridDim.x;");
+  w.line("if (unit >= halfTiles * params.headsQ * params.batch)");
+  w.line("  break;  // no unit left for this block");
+  w.line("const int unitK = unit % halfTiles, pair = unit / halfTiles;");
+  w.line("const int qTile = " + step + " % 2 == 0 ? params.qTiles - 1 - unitK : unitK;");
+  w.line("if (" + step + " % 2 == 1 && qTile == params.qTiles - 1 - unitK)");
+  w.line("  continue;  // the middle tile of an odd qTiles: its unit has one tile");
+  w.line("const int blockBatch = pair / params.headsQ, blockHead = pair % params.headsQ;");
 }
 
 LogicalResult KernelPrinter::printWorkLoop(WorkLoopOp loop) {
@@ -833,7 +841,7 @@ LogicalResult KernelPrinter::printWorkLoop(WorkLoopOp loop) {
                                  "CUDA printer runs persistent blocks over whole Q tiles of one head";
   Block &body = loop.getBody().front();
   names.push();
-  std::string work = names.unique("work"), count = names.unique("tileCount");
+  std::string count = names.unique("tileCount");
   std::vector<std::string> carried;
   for (auto [arg, init] : llvm::zip(loop.getCarriedArgs(), loop.getInits())) {
     FailureOr<std::string> initial = operand(init, loop);
@@ -842,21 +850,13 @@ LogicalResult KernelPrinter::printWorkLoop(WorkLoopOp loop) {
     carried.push_back(names.unique("carried"));
     w.line("int " + carried.back() + " = " + *initial + ";  // carried from work tile to work tile");
   }
-  std::string round = names.unique("round");
-  w.comment("==== the work tiles of this persistent block: one of every gridDim.x of the qTiles x headsQ x batch tiles,");
-  w.comment("snaking: in even rounds tile blockIdx.x of the round, in odd ones tile gridDim.x - 1 - blockIdx.x, so that");
-  w.comment("a block given a heavier tile in one round tends to get a lighter one in the next; " + count +
-            ": the tiles this block ran before ====");
-  w.open("for (int " + round + " = 0, " + count + " = 0; " + round +
-         " * gridDim.x < params.qTiles * params.headsQ * params.batch; ++" + round + ")");
-  w.line("const int " + work + " = " + round + " * gridDim.x + (" + round +
-         " % 2 == 0 ? blockIdx.x : gridDim.x - 1 - blockIdx.x);");
-  w.line("if (" + work + " >= params.qTiles * params.headsQ * params.batch)");
-  w.line("  continue;  // the last round has fewer tiles than blocks");
+  std::string step = names.unique("step");
+  w.comment("==== the work tiles of this persistent block, two a unit; " + count + ": the tiles it ran before ====");
+  w.open("for (int " + step + " = 0, " + count + " = 0;; ++" + step + ")");
   scalars.bind(loop.getTileCount(), count);
   for (auto [arg, name] : llvm::zip(loop.getCarriedArgs(), carried))
     scalars.bind(arg, name);
-  printWorkTile(work);
+  printWorkTile(step);
   w.separate();
   printSequenceView();
   w.line("if (qTile * kBlockM >= p.seqlenQ)");
@@ -1407,8 +1407,8 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   const std::string rows = info.packQueryHeads ? "seqlenQ * headsQ / headsKv" : "seqlenQ";
   const std::string varlenRows = info.packQueryHeads ? "maxSeqlenQ * headsQ / headsKv" : "maxSeqlenQ";
   if (info.persistent)
-    src += "// Launch (persistent): grid (min(ceil(seqlenQ / " + std::to_string(shape.blockM) +
-           ") x headsQ x batch, SMs)), block (" + std::to_string(info.threads) + "), " +
+    src += "// Launch (persistent): grid (min(ceil(ceil(seqlenQ / " + std::to_string(shape.blockM) +
+           ") / 2) x headsQ x batch, SMs)), block (" + std::to_string(info.threads) + "), " +
            std::to_string(info.smemBytes) + " bytes of dynamic shared memory; params.qTiles = ceil(seqlenQ / " +
            std::to_string(shape.blockM) + ")\n// (varlen: maxSeqlenQ).\n";
   else

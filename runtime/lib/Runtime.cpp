@@ -226,11 +226,12 @@ Status launchKernel(const CudaDriver &driver, CUfunction function, const KernelI
   unsigned gridX = static_cast<unsigned>((static_cast<long long>(gridRows) + info.blockM - 1) / info.blockM);
   unsigned gridY = static_cast<unsigned>(args.headsQ), gridZ = static_cast<unsigned>(args.batch);
   if (info.persistent) {
-    // One block an SM (a persistent block holds the SM's shared memory), never more blocks than tiles; the tile count
-    // fits an int (validateFor bounds the grid of the non-persistent launch, the same tiles).
-    const long long tiles = static_cast<long long>(gridX) * args.headsQ * args.batch;
+    // One block an SM (a persistent block holds the SM's shared memory), never more blocks than units of work (two
+    // Q tiles of a (batch, head) pair each, KernelInfo::persistent); the counts fit an int (validateFor bounds the
+    // grid of the non-persistent launch, the same tiles).
+    const long long units = (static_cast<long long>(gridX) + 1) / 2 * args.headsQ * args.batch;
     params.qTiles = static_cast<int>(gridX);
-    gridX = static_cast<unsigned>(std::min<long long>(tiles, std::max(smCount, 1)));
+    gridX = static_cast<unsigned>(std::min<long long>(units, std::max(smCount, 1)));
     gridY = gridZ = 1;
   }
   // TMA kernels take the descriptors of Q, K and V as a second parameter, encoded for this call's tensors.

@@ -74,9 +74,10 @@ struct FlashtileFwdParams {
   long long kNewBatchStride, kNewRowStride, kNewHeadStride;
   long long vNewBatchStride, vNewRowStride, vNewHeadStride;
   int seqlenNew;
-  /* Persistent kernels (KernelInfo::persistent): the grid is about one block per SM, and block x runs work tiles x,
-   * x + gridDim.x, ... of the qTiles x headsQ x batch (Q tile, head, sequence) tiles, qTiles = ceil(rows / blockM)
-   * with rows seqlenQ dense and the longest sequence's varlen. Other kernels ignore it (their grid is the tiles). */
+  /* Persistent kernels (KernelInfo::persistent): the grid is about one block per SM, and block x runs units x,
+   * x + gridDim.x, ... of the ceil(qTiles / 2) x headsQ x batch units of two Q tiles (qTiles - 1 - k, then k) of one
+   * (head, sequence), qTiles = ceil(rows / blockM) with rows seqlenQ dense and the longest sequence's varlen. Other
+   * kernels ignore it (their grid is the tiles). */
   int qTiles;
 };
 

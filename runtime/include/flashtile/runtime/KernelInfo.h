@@ -92,9 +92,9 @@ struct KernelInfo {
   // 128-byte swizzled; the runtime encodes them per call. Absent from the text form unless set (tensorMaps=1).
   bool tensorMaps = false;
 
-  // Persistent kernels (the fa3 schedule's tile.work_loop): the grid is min(tiles, SMs) blocks, each running work
-  // tiles of FlashtileFwdParams::qTiles x headsQ x batch, one in every gridDim.x (the kernel decodes them). Absent
-  // from the text form unless set (persistent=1).
+  // Persistent kernels (the fa3 schedule's tile.work_loop): the grid is min(units, SMs) blocks, a unit being two Q
+  // tiles of one (batch, head) pair (ceil(FlashtileFwdParams::qTiles / 2) x headsQ x batch units); a block runs one
+  // unit in every gridDim.x (the kernel decodes them). Absent from the text form unless set (persistent=1).
   bool persistent = false;
 
   bool splitKv() const { return !combineEntry.empty(); }
