@@ -2,6 +2,7 @@
 #include "passes/IR/TileDialect.h"
 #include "flashtile/runtime/KernelInfo.h"
 #include "passes/IR/TileNames.h"
+#include "passes/IR/TileRotary.h"
 
 #include "mlir/IR/Matchers.h"
 
@@ -381,6 +382,13 @@ LogicalResult LoadOp::verify() {
   if (type.getDimSize(1) != width)
     return emitOpError() << getOperand() << " tile must have " << width << " columns (head dim), got "
                          << dimStr(type.getDimSize(1));
+  if (Attribute rotary = (*this)->getAttr(kRotaryAttr)) {
+    std::string error;
+    if (getOperand() != "q")
+      return emitOpError() << kRotaryAttr << " rotates the Q tile only (the appended keys follow Q's attribute)";
+    if (!parseRotary(rotary, &error))
+      return emitOpError() << kRotaryAttr << " " << error << ", got " << rotary;
+  }
   if (Value slot = getSlot()) {
     if (cast<SlotType>(slot.getType()).getTile() != type)
       return emitOpError() << "reads a " << type << " from a slot of " << cast<SlotType>(slot.getType()).getTile();
