@@ -656,6 +656,7 @@ StatusOr<KernelSpec> Runtime::specForUnguarded(const AttentionArgs &args, const 
                   schedule, std::string(shapeClassFor(args))};
   // Cache calls run kernels compiled with the cache code, plain calls kernels without it.
   spec.kvCache = args.kvCache.enabled();
+  spec.rotary = detail::rotaryPairs(args);
   {
     std::lock_guard<std::mutex> lock(impl->configMutex);
     if (!impl->scheduleSet && !impl->compile && arch == "sm_90a" && schedule == kDefaultSchedule &&
