@@ -81,6 +81,12 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
   auto id = variantId(variant);
   if (mlir::failed(id))
     return Status::error("variant '" + variant.name() + "' does not build a valid program");
+  if (options.rotary != RotaryMode::None) {
+    auto knob = options.schedule.knobs.find(schedule::kKvCacheKnob);
+    if (!schedule::hasKvCacheKnob(*schedule) || knob == options.schedule.knobs.end() || knob->second != 1)
+      return Status::error("rotary embedding comes with the keys a KV-cache call appends: only KV-cache kernels "
+                           "rotate (the decode schedule with kv-cache = 1)");
+  }
 
   mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
   context.printOpOnDiagnostic(options.debug || options.printIrAfterAll);
