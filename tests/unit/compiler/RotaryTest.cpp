@@ -13,6 +13,7 @@
 #include "codegen/common/CudaEmitter.h"
 #include "flashtile/dsl/Program.h"
 #include "flashtile/runtime/Nvrtc.h"
+#include "jit/Jit.h"
 #include "interpreter/Interpreter.h"
 #include "interpreter/Rounding.h"
 #include "passes/IR/TileDialect.h"
@@ -81,6 +82,9 @@ OwningOpRef<ModuleOp> buildProgram(MLIRContext &context, const std::string &vari
   EXPECT_TRUE(succeeded(module));
   return succeeded(module) ? std::move(*module) : OwningOpRef<ModuleOp>();
 }
+
+/// As the DSL decides (ProgramOptions::rotary): the variants that mask put query rows at consecutive positions.
+bool rotatesRowsApart(const std::string &variant) { return variants::byName(variant)->maskFn() != nullptr; }
 
 tile::LoadOp qLoadOf(ModuleOp module) {
   tile::LoadOp q;
@@ -252,5 +256,52 @@ TEST(RotaryInterpreter, RefusesBadTablesAndPositionsPastThem) {
   ropeTables(p.seqlenRo, p.rotaryDim, p.rotaryCos, p.rotarySin);
   EXPECT_TRUE(succeeded(interp::run(funcOf(*program), p, in.q, in.k, in.v, out.o, out.lse))) << diags.text;
 }
+
+} // namespace
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// The printed kernels compile
+//===----------------------------------------------------------------------===//
+
+using KernelCase = std::tuple<std::string, std::string, int, std::string, bool>; // variant, dtype, hd, arch, interleaved
+
+class RotaryCompiles : public ::testing::TestWithParam<KernelCase> {};
+
+TEST_P(RotaryCompiles, AttentionCombineAndAppendKernelsToACubin) {
+  auto [variant, dtype, headDim, arch, interleaved] = GetParam();
+  jit::CompileOptions options;
+  options.dtype = dtype == "bf16" ? ElementType::BF16 : ElementType::F16;
+  options.headDim = options.headDimV = headDim;
+  options.rotary = interleaved ? RotaryMode::Interleaved : RotaryMode::Halves;
+  options.schedule = schedule::Request{"decode", arch, "default", {{"kv-cache", 1}}};
+  StatusOr<jit::CompileResult> result = jit::compile(*variants::byName(variant), options, jit::Stage::Cubin);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  const KernelInfo &info = result->info;
+  EXPECT_EQ(info.rotary, interleaved ? kRotaryInterleaved : kRotaryHalves);
+  EXPECT_EQ(info.appendEntry, info.entry + "_append");
+  EXPECT_NE(info.entry.find(interleaved ? "_kvcache_rotary_interleaved" : "_kvcache_rotary"), std::string::npos);
+  EXPECT_TRUE(info.verify().ok()) << info.verify().message();
+  for (const std::string &entry : {info.entry, info.combineEntry, info.appendEntry})
+    EXPECT_NE(result->cubin.find(entry), std::string::npos) << entry;
+  // Q is rotated before the first ldmatrix of sQ, with the pairs and positions of the program.
+  const std::string &cuda = result->cuda;
+  size_t rotation = cuda.find("rotary embedding of Q in sQ"), firstRead = cuda.find("ldmatrixX4(qFrag");
+  ASSERT_NE(rotation, std::string::npos);
+  EXPECT_LT(rotation, firstRead);
+  EXPECT_NE(cuda.find(interleaved ? "c0 = 2 * i, c1 = 2 * i + 1" : "c0 = i, c1 = i + half"), std::string::npos);
+  EXPECT_NE(cuda.find(rotatesRowsApart(variant) ? "min(max(cached + " : "min(max(cached, 0)"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Decode, RotaryCompiles,
+    ::testing::Values(KernelCase{"causal", "bf16", 128, "sm_90a", false}, KernelCase{"none", "f16", 64, "sm_80", true},
+                      KernelCase{"softcap", "bf16", 256, "sm_90a", false},
+                      KernelCase{"sliding_window", "f16", 96, "sm_100a", true}),
+    [](const ::testing::TestParamInfo<KernelCase> &info) {
+      return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_d" + std::to_string(std::get<2>(info.param)) +
+             "_" + std::get<3>(info.param) + (std::get<4>(info.param) ? "_interleaved" : "_halves");
+    });
 
 } // namespace
