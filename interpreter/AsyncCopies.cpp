@@ -26,6 +26,7 @@ std::optional<std::string> AsyncCopies::copy(const std::string &operand, int64_t
     return std::nullopt;
   }
   SlotState &s = slots[slot];
+  ++s.fills;
   if (enabled()) {
     if (s.incoming)
       return "pipeline hazard: copy of " + tileName(operand, tile) + " into " + slotName(slot) + " starts while the " +
@@ -140,9 +141,15 @@ std::optional<std::string> AsyncCopies::copyArriving(const std::string &operand,
   if (pred) {
     slots[slot].landed = std::make_pair(operand, tile);
     slots[slot].incoming.reset();
+    ++slots[slot].fills;
     landedRound[slot] = round;
   }
   return std::nullopt;
+}
+
+int64_t AsyncCopies::fills(Slot slot) const {
+  auto it = slots.find(slot);
+  return it == slots.end() ? 0 : it->second.fills;
 }
 
 bool AsyncCopies::barrierReady(int64_t barrier, int64_t position, int role) {

@@ -55,6 +55,9 @@ public:
   std::optional<std::string> barrierArrive(int64_t barrier, int64_t position, int role);
   /// Whether ring position `position` of `barrier` is `slot`.
   bool isSlotOf(int64_t barrier, int64_t position, Slot slot) const;
+  /// How many copies started filling `slot` so far: a tile read from the slot is still there while this is unchanged
+  /// (an asynchronous MMA reads its shared-memory operands when it runs, not when they were loaded).
+  int64_t fills(Slot slot) const;
   /// Describes what `barrier_wait %b[position]` waits for (for deadlock reports).
   std::string describeWait(int64_t barrier, int64_t position) const;
 
@@ -74,6 +77,7 @@ private:
     std::optional<std::pair<std::string, int64_t>> landed; // the tile the slot holds
     std::optional<int64_t> incoming;                        // the copy filling it
     bool readSinceBarrier = false;                          // some thread may still be reading `landed`
+    int64_t fills = 0;                                      // copies started into the slot
   };
   struct Barrier {
     int64_t buffer, slots, arrivals; // arrivals 0: a full barrier

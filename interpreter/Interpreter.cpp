@@ -18,9 +18,11 @@
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <condition_variable>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <memory>
@@ -143,6 +145,17 @@ public:
     ready.wait(lock, [&] { return current == me - 1 || aborted; });
     return aborted ? Resumed::Aborted : Resumed::Running;
   }
+  /// Role `me` (1-based) released a slot: the other roles run until they wait (a producer refills the slot at once,
+  /// the worst case for a release that came too early), then `me` continues. False when the run was aborted.
+  bool yieldAfterRelease(int me) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (live <= 1)
+      return !aborted;
+    waitsInARow = 0;
+    handOver(me - 1);
+    ready.wait(lock, [&] { return current == me - 1 || aborted; });
+    return !aborted;
+  }
   void finish(int me) {
     std::unique_lock<std::mutex> lock(mutex);
     finished[me] = true;
@@ -191,7 +204,14 @@ public:
   LogicalResult run(std::vector<float> &o, std::vector<float> &lse, RunStats *stats);
 
 private:
-  LogicalResult runInstance();
+  /// Runs the program for the block `inst` names (a persistent block: its work tiles); `checkStores`: the block's
+  /// one tile stored O and LSE once each.
+  LogicalResult runInstance(bool checkStores = true);
+  /// A persistent program (tile.work_loop): runs its blocks, then checks that every tile stored O and LSE once.
+  LogicalResult runPersistent(int64_t qTiles);
+  /// Work tile `work` of a persistent launch as this instance (batch, head, Q tile), in the kernel's order (the
+  /// CUDA printer's printWorkTile); false for a tile past its sequence's rows (varlen), which no block runs.
+  bool decodeWorkTile(int64_t work, int64_t qTiles);
   LogicalResult execBlock(Block &block);
   LogicalResult exec(Operation &op);
   LogicalResult execScalar(Operation &op);
@@ -212,10 +232,13 @@ private:
   LogicalResult exec(WaitOp op);
   LogicalResult exec(BarrierOp op);
   LogicalResult exec(KvWalkOp op);
+  LogicalResult exec(WorkLoopOp op);
   LogicalResult exec(MmaWaitOp op);
   /// An asynchronous MMA (a tile.qk / tile.pv with a token) issued: its result `data` is pending until its token is
   /// waited on, and the slots its operands were read from stay in use.
-  void startMma(Value token, const void *data, std::initializer_list<const void *> operands);
+  /// A shared-memory operand (a tile read from a slot) must still be in its slot: a slot released and refilled
+  /// since the tile.load would feed the MMA the next tile's data.
+  LogicalResult startMma(Operation *op, Value token, const void *data, std::initializer_list<const void *> operands);
   LogicalResult exec(BarrierWaitOp op);
   LogicalResult exec(BarrierArriveOp op);
   /// Runs the roles of a block side by side (RoleScheduler), each on its own thread, one at a time.
@@ -274,6 +297,11 @@ private:
   std::vector<float> oAccum, lseAccum;
   int64_t lseRows = 0;
   int64_t *kTileLoads = nullptr; ///< this instance's counter in the RunStats, if any
+  RunStats *runStats = nullptr;
+
+  /// Persistent programs: this block's number and the launch's block count; the O and LSE stores of each tile.
+  int64_t persistentBlock = 0, persistentGrid = 0, persistentQTiles = 0;
+  std::map<std::array<int64_t, 3>, std::pair<int, int>> tileStores;
 
   Instance inst;
   AsyncCopies copies;
@@ -291,6 +319,7 @@ private:
   llvm::DenseMap<const void *, int64_t> pendingResults;             ///< an MMA's result -> its id, until waited
   llvm::DenseMap<int64_t, SmallVector<AsyncCopies::Slot>> mmaSlots; ///< an MMA in flight -> slots it reads
   llvm::DenseMap<const void *, AsyncCopies::Slot> loadedFrom;       ///< a tile read from a slot -> the slot
+  llvm::DenseMap<const void *, int64_t> loadedFills;                ///< ... and the slot's fills when it was read
   RoleScheduler *roles = nullptr;                     ///< while roles run
   int role = 0;                                       ///< the running role (0 outside roles)
   uint64_t opsExecuted = 0;                           ///< progress, for deadlock detection
@@ -319,6 +348,9 @@ LogicalResult Interpreter::run(std::vector<float> &o, std::vector<float> &lse, R
   int64_t qTiles = longest > 0 ? ceilDiv(longest * rowsPerQuery, blockM) : 0;
   if (stats)
     *stats = RunStats{qTiles, blockM, std::vector<int64_t>(problem.batch * heads * qTiles)};
+  runStats = stats;
+  if (func.walk([](WorkLoopOp) { return WalkResult::interrupt(); }).wasInterrupted())
+    return runPersistent(qTiles);
   auto splitStores = func.getBody().getOps<StoreSplitOp>();
   StoreSplitOp splitStore = splitStores.empty() ? StoreSplitOp() : *splitStores.begin();
   if (problem.numSplits < 1 || (!splitStore && problem.numSplits != 1))
@@ -366,7 +398,91 @@ LogicalResult Interpreter::run(std::vector<float> &o, std::vector<float> &lse, R
   return success();
 }
 
-LogicalResult Interpreter::runInstance() {
+bool Interpreter::decodeWorkTile(int64_t work, int64_t qTiles) {
+  // As the kernel numbers its tiles: groups of (batch, head) pairs whose K/V fit 32 MiB, in a group the heaviest Q
+  // tiles first, query head fastest.
+  const int64_t pairs = problem.batch * problem.headsQ;
+  const int64_t keys = problem.isVarlen() ? problem.seqlenK / problem.batch : problem.seqlenK;
+  const int64_t kvBytesPerHead =
+      std::max<int64_t>(1, keys * (func.getHeadDim() + func.getHeadDimV()) * 2 / group);
+  const int64_t groupPairs = std::min(pairs, std::max<int64_t>(1, (int64_t(32) << 20) / kvBytesPerHead));
+  const int64_t groupFirst = work / (groupPairs * qTiles) * groupPairs;
+  const int64_t groupSize = std::min(groupPairs, pairs - groupFirst);
+  const int64_t inGroup = work - groupFirst * qTiles;
+  const int64_t t = qTiles - 1 - inGroup / groupSize, pair = groupFirst + inGroup % groupSize;
+  const int64_t b = pair / problem.headsQ, h = pair % problem.headsQ;
+  inst = sequenceOf(problem, b);
+  inst.h = h;
+  inst.hKv = h / group;
+  inst.qTile = t;
+  inst.m0 = t * blockM;
+  inst.rows = blockM;
+  inst.splitEnd = inst.seqlenK;
+  kTileLoads = runStats ? &runStats->kTileLoads[(b * problem.headsQ + h) * qTiles + t] : nullptr;
+  return t * blockM < inst.seqlenQ;
+}
+
+LogicalResult Interpreter::runPersistent(int64_t qTiles) {
+  if (packed || problem.numSplits != 1)
+    return func.emitError() << "loops over work tiles (tile.work_loop) and packs query heads or splits its keys; "
+                               "the interpreter runs persistent blocks over whole Q tiles of one head";
+  if (problem.persistentBlocks < 1)
+    return func.emitError() << "persistent_blocks = " << problem.persistentBlocks << " is not accepted: at least 1";
+  const int64_t tiles = qTiles * problem.headsQ * problem.batch;
+  persistentQTiles = qTiles;
+  persistentGrid = std::min<int64_t>(tiles, problem.persistentBlocks);
+  tileStores.clear();
+  for (persistentBlock = 0; persistentBlock < persistentGrid; ++persistentBlock) {
+    inst = Instance();
+    if (failed(runInstance(/*checkStores=*/false)))
+      return failure();
+  }
+  for (int64_t work = 0; work < tiles; ++work) {
+    if (!decodeWorkTile(work, qTiles))
+      continue;
+    auto stored = tileStores.find({inst.b, inst.h, inst.qTile});
+    auto [o, l] = stored == tileStores.end() ? std::pair{0, 0} : stored->second;
+    if (o != 1 || l != 1)
+      return fail(func, "a work tile must store O and LSE once each; it stored O " + Twine(o) + " times and LSE " +
+                            Twine(l) + " times");
+  }
+  return success();
+}
+
+LogicalResult Interpreter::exec(WorkLoopOp op) {
+  SmallVector<int64_t> carried;
+  for (Value init : op.getInits()) {
+    FailureOr<Scalar> value = scalar(op, init);
+    if (failed(value))
+      return failure();
+    carried.push_back(value->i);
+  }
+  Block &body = op.getBody().front();
+  int64_t count = 0;
+  const int64_t tiles = persistentQTiles * problem.headsQ * problem.batch;
+  for (int64_t work = persistentBlock; work < tiles; work += persistentGrid) {
+    if (!decodeWorkTile(work, persistentQTiles))
+      continue;
+    scalars[op.getTileCount()] = Scalar::integer(count);
+    for (auto [arg, value] : llvm::zip(op.getCarriedArgs(), carried))
+      scalars[arg] = Scalar::integer(value);
+    if (failed(execBlock(body)))
+      return failure();
+    auto yield = cast<YieldOp>(body.getTerminator());
+    for (auto [i, value] : llvm::enumerate(yield.getValues())) {
+      FailureOr<Scalar> next = scalar(yield, value);
+      if (failed(next))
+        return failure();
+      carried[i] = next->i;
+    }
+    ++count;
+  }
+  for (auto [result, value] : llvm::zip(op.getResults(), carried))
+    scalars[result] = Scalar::integer(value);
+  return success();
+}
+
+LogicalResult Interpreter::runInstance(bool checkStores) {
   scalars.clear();
   tiles.clear();
   states.clear();
@@ -377,12 +493,13 @@ LogicalResult Interpreter::runInstance() {
   pendingResults.clear();
   mmaSlots.clear();
   loadedFrom.clear();
+  loadedFills.clear();
   nextMma = kFirstMmaToken;
   copies = AsyncCopies();
   storesO = storesLse = 0;
   if (failed(execBlock(func.getBodyBlock())))
     return failure();
-  if (storesO != 1 || storesLse != 1)
+  if (checkStores && (storesO != 1 || storesLse != 1))
     return fail(func, "a program instance must store O and LSE once each; it stored O " + Twine(storesO) +
                           " times and LSE " + Twine(storesLse) + " times");
   return success();
@@ -409,7 +526,7 @@ LogicalResult Interpreter::execBlock(Block &block) {
 
 LogicalResult Interpreter::exec(Operation &op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(&op)
-      .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, BufferOp, SlotOp, CopyAsyncOp, WaitOp, BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, MmaWaitOp, StoreOp, QkOp,
+      .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, BufferOp, SlotOp, CopyAsyncOp, WaitOp, BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, WorkLoopOp, MmaWaitOp, StoreOp, QkOp,
             ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp,
             StoreSplitOp>(
           [&](auto tileOp) { return exec(tileOp); })
@@ -489,13 +606,20 @@ FailureOr<StatePtr> Interpreter::state(Operation *user, Value value) {
   return it->second;
 }
 
-void Interpreter::startMma(Value token, const void *data, std::initializer_list<const void *> operands) {
+LogicalResult Interpreter::startMma(Operation *op, Value token, const void *data,
+                                    std::initializer_list<const void *> operands) {
   int64_t id = nextMma--;
   tokens[token] = id;
   pendingResults[data] = id;
   for (const void *operand : operands)
-    if (auto it = loadedFrom.find(operand); it != loadedFrom.end())
+    if (auto it = loadedFrom.find(operand); it != loadedFrom.end()) {
       mmaSlots[id].push_back(it->second);
+      if (AsyncCopies::enabled() && copies.fills(it->second) != loadedFills.lookup(operand))
+        return fail(op, "pipeline hazard: reads slot " + Twine(it->second.second) + " of buffer " +
+                            Twine(it->second.first) + ", which a copy refilled after its tile.load (the slot was "
+                            "released on its empty barrier before this MMA)");
+    }
+  return success();
 }
 
 LogicalResult Interpreter::exec(MmaWaitOp op) {
@@ -524,7 +648,11 @@ LogicalResult Interpreter::define(Operation *op, Value result, Tile value) {
     if (want[d] != ShapedType::kDynamic && want[d] != got[d])
       return fail(op, "computes a " + Twine(value.rows) + "x" + Twine(value.cols) +
                           " tile but its result type has dimension " + Twine(d) + " = " + Twine(want[d]));
-  tiles[result] = std::make_shared<const Tile>(std::move(value));
+  TilePtr &defined = tiles[result];
+  defined = std::make_shared<const Tile>(std::move(value));
+  // A new tile may sit where a freed one read from a slot did: it was read from no slot (yet).
+  loadedFrom.erase(defined.get());
+  loadedFills.erase(defined.get());
   return success();
 }
 
@@ -735,8 +863,10 @@ LogicalResult Interpreter::exec(LoadOp op) {
     return failure();
   if (failed(define(op, op.getResult(), std::move(t))))
     return failure();
-  if (Value slot = op.getSlot())
+  if (Value slot = op.getSlot()) {
     loadedFrom[tiles[op.getResult()].get()] = slots.lookup(slot);
+    loadedFills[tiles[op.getResult()].get()] = copies.fills(slots.lookup(slot));
+  }
   return success();
 }
 
@@ -852,8 +982,13 @@ LogicalResult Interpreter::exec(BarrierWaitOp op) {
     std::string waited = copies.describeWait(barrier, position->i);
     if (!roles)
       return fail(op, "pipeline deadlock: waits for " + waited + ", which nothing before it completes");
+    // Other roles run meanwhile, each on its own tile (persistent blocks): this role's comes back with it.
+    Instance mine = inst;
+    int64_t *myLoads = kTileLoads;
     RoleScheduler::Resumed resumed = roles->yieldBlocked(me, opsExecuted);
-    role = me; // other roles ran meanwhile
+    role = me;
+    inst = mine;
+    kTileLoads = myLoads;
     if (resumed == RoleScheduler::Resumed::Aborted)
       return failure(); // another role failed and said why
     if (resumed == RoleScheduler::Resumed::Deadlock)
@@ -878,6 +1013,16 @@ LogicalResult Interpreter::exec(BarrierArriveOp op) {
                               " while an asynchronous MMA still reads it (no tile.mma_wait on its token)");
   if (auto hazard = copies.barrierArrive(barrier, position->i, role))
     return fail(op, *hazard);
+  if (roles) {
+    const int me = role;
+    Instance mine = inst;
+    int64_t *myLoads = kTileLoads;
+    if (!roles->yieldAfterRelease(me))
+      return failure(); // another role failed and said why
+    role = me;
+    inst = mine;
+    kTileLoads = myLoads;
+  }
   return success();
 }
 
@@ -937,6 +1082,10 @@ LogicalResult Interpreter::exec(StoreOp op) {
   for (int64_t r = 0; r < t.rows && inst.m0 + r < rowCount(); ++r)
     storeRow(r, isO ? &t : nullptr, isO ? nullptr : &t);
   ++(isO ? storesO : storesLse);
+  if (persistentGrid > 0) {
+    auto &stored = tileStores[{inst.b, inst.h, inst.qTile}];
+    ++(isO ? stored.first : stored.second);
+  }
   return success();
 }
 
@@ -1054,7 +1203,7 @@ LogicalResult Interpreter::exec(QkOp op) {
   if (failed(define(op, op.getS(), qk(**qt, **kt))))
     return failure();
   if (Value token = op.getToken())
-    startMma(token, tiles[op.getS()].get(), {qt->get(), kt->get()});
+    return startMma(op, token, tiles[op.getS()].get(), {qt->get(), kt->get()});
   return success();
 }
 
@@ -1169,7 +1318,7 @@ LogicalResult Interpreter::exec(PvOp op) {
   if (failed(define(op, op.getResult(), pv(pT, vT, s))))
     return failure();
   if (Value token = op.getToken())
-    startMma(token, states[op.getResult()].get(), {p->get(), vt->get()});
+    return startMma(op, token, states[op.getResult()].get(), {p->get(), vt->get()});
   return success();
 }
 

@@ -39,6 +39,10 @@ struct Problem {
   /// as the combine kernel merges them (numSplits = 1: the instances store O and LSE themselves). Other programs
   /// take 1 only.
   int numSplits = 1;
+  /// Persistent programs (tile.work_loop): the thread blocks of the launch, each running work tiles g, g + blocks,
+  /// ... in the kernel's order (heaviest Q tiles first); min(tiles, persistentBlocks) run. Few blocks make each run
+  /// many tiles, so that ring positions and phases carry across tiles as on the GPU. Other programs ignore it.
+  int persistentBlocks = 3;
   /// Programs whose Q load rotates (tile.rotary, passes/IR/TileRotary.h): the cos and sin tables, seqlenRo x
   /// rotaryDim / 2 each (rounded to the program's dtype, as the kernels read them), and rotaryDim (even, at most
   /// headDim). seqlenNew: the keys at the end of each sequence that a KV-cache call appended (K/V hold them already

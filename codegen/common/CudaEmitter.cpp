@@ -146,7 +146,7 @@ LogicalResult checkInPlace(FuncOp func, bool asyncProtocol) {
                            "(mma.sync): lower the schedule to a family that runs the asynchronous protocol";
       return WalkResult::interrupt();
     }
-    if (!asyncProtocol && isa<RoleOp, BarrierOp, MmaWaitOp, KvWalkOp>(op)) {
+    if (!asyncProtocol && isa<RoleOp, BarrierOp, MmaWaitOp, KvWalkOp, WorkLoopOp>(op)) {
       op->emitOpError() << "belongs to the asynchronous protocol (roles, barriers, asynchronous MMAs), which the "
                            "target's family does not run; it runs cp.async-style copies and tile.wait";
       return WalkResult::interrupt();
@@ -378,6 +378,17 @@ public:
   void printSequence();
   /// `p` for batch entry blockBatch (varlen: its sequence's base pointers and lengths).
   void printSequenceView();
+  /// A persistent block's loop over its work tiles (tile.work_loop), each decoded into the tile printSequence
+  /// declares for a block that runs one.
+  LogicalResult printWorkLoop(WorkLoopOp loop);
+  /// The work tile `work` of a persistent kernel as qTile, blockBatch and blockHead, in the launch's order.
+  void printWorkTile(const std::string &work);
+  /// p.splitBegin/splitEnd of a kernel that does not split its keys, when the program reads them.
+  void printUnsplit();
+  /// Whether the kernel is persistent (tile.work_loop): its blocks decode their tiles in the loop.
+  bool persistent() {
+    return func.walk([](WorkLoopOp) { return WalkResult::interrupt(); }).wasInterrupted();
+  }
   /// Split-KV programs (tile.store_split): the kernel that merges each row's splits, entry `entry`.
   LogicalResult printCombineKernel(StringRef entry);
   /// Whether the program splits its key range (split-KV: it stores with tile.store_split).
@@ -528,7 +539,7 @@ void KernelPrinter::assignNames() {
        {"p",        "params",    "ceilDiv",    "floorDiv",   "qFirst",    "qLast",      "kBlockM",   "kBlockN",
         "kHeadDim", "kHeadDimV", "kWarps",     "kThreads",   "qTile",     "blockBatch", "blockHead", "blockLinear",
         "qTiles",   "pairs",     "groupPairs", "groupFirst", "groupSize", "inGroup",    "pair",       "split",
-        "kvTiles",  "splitTiles", "blockKvHead", "headsPerKv"})
+        "kvTiles",  "splitTiles", "blockKvHead", "headsPerKv", "kL2Bytes", "kvBytesPerHead"})
     names.reserve(reserved);
   for (const std::string &reserved : target.reservedNames())
     names.reserve(reserved);
@@ -632,8 +643,11 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
   w.line("constexpr int kWarps = " + std::to_string(shape.warps) + ";");
   w.line("constexpr int kThreads = kWarps * 32;");
   w.line("");
-  printSequence();
-  w.separate();
+  const bool loopsOverTiles = persistent();
+  if (!loopsOverTiles) {
+    printSequence();
+    w.separate();
+  }
 
   std::vector<Operand> copied; // in IR order: Q and the first K tile before the loops, V inside them
   func.walk([&](CopyAsyncOp copy) {
@@ -647,6 +661,10 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
     target.setupRoles(w, roles, barriers);
     w.separate();
   }
+  if (!loopsOverTiles) {
+    target.setupTile(w);
+    w.separate();
+  }
   if (failed(printBlock(func.getBodyBlock())))
     return failure();
   w.close();
@@ -656,7 +674,7 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
 void KernelPrinter::collectRoles() {
   for (Operation &op : func.getBodyBlock()) {
     if (auto role = dyn_cast<RoleOp>(op)) {
-      bool computes = !role.getBody().getOps<InitStateOp>().empty();
+      bool computes = role.walk([](InitStateOp) { return WalkResult::interrupt(); }).wasInterrupted();
       roleIndex[role] = static_cast<int>(roles.size());
       roles.push_back({role.getName().str(), static_cast<int>(role.getWarps()), static_cast<int>(role.getRegs()),
                        computes, role.getPingpong()});
@@ -761,6 +779,10 @@ void KernelPrinter::printSequence() {
   printSequenceView();
   w.line("if (qTile * kBlockM >= p.seqlenQ)");
   w.line("  return;  // varlen: the grid covers the longest sequence, and this one ends before this block's rows");
+  printUnsplit();
+}
+
+void KernelPrinter::printUnsplit() {
   bool readsSplit = func.walk([](DimOp dim) {
                           return dim.getName().starts_with("split_") ? WalkResult::interrupt() : WalkResult::advance();
                         })
@@ -794,6 +816,90 @@ void KernelPrinter::printSequenceView() {
   w.line("p.seqlenK = kEnd - kBegin;");
   w.line("p.keyOffset = kBegin;");
   w.close();
+}
+
+void KernelPrinter::printWorkTile(const std::string &work) {
+  w.comment("---- work tile " + work + " of this persistent block: Q tile qTile of query head blockHead of batch entry");
+  w.comment("blockBatch. Tiles are numbered heaviest first (Q tiles from the last: under causal masks the longest");
+  w.comment("walks, so the last tiles of the launch are light), over groups of (batch, head) pairs whose K/V fit in");
+  w.comment("about kL2Bytes of L2 (a group's tiles run at about the same time and read the same K/V), query head");
+  w.comment("fastest within a group (the heads of a grouped-query group read one K/V head). ----");
+  w.line("constexpr long long kL2Bytes = 32ll << 20;");
+  w.line("const int pairs = params.batch * params.headsQ;");
+  w.line("const long long kvBytesPerHead = max(1ll, (long long)(params.cuSeqlensK ? params.seqlenK / params.batch : "
+         "params.seqlenK) * (kHeadDim + kHeadDimV) * 2 / (params.headsQ / params.headsKv));");
+  w.line("const int groupPairs = static_cast<int>(min((long long)pairs, max(1ll, kL2Bytes / kvBytesPerHead)));");
+  w.line("const int groupFirst = " + work + " / (groupPairs * params.qTiles) * groupPairs;  // first pair of this group");
+  w.line("const int groupSize = min(groupPairs, pairs - groupFirst);  // the last group may be smaller");
+  w.line("const int inGroup = " + work + " - groupFirst * params.qTiles;");
+  w.line("const int qTile = params.qTiles - 1 - inGroup / groupSize;");
+  w.line("const int pair = groupFirst + inGroup % groupSize;");
+  w.line("const int blockBatch = pair / params.headsQ, blockHead = pair % params.headsQ;");
+}
+
+LogicalResult KernelPrinter::printWorkLoop(WorkLoopOp loop) {
+  if (splitKv() || packed())
+    return loop.emitOpError() << "loops over work tiles in a program that splits its keys or packs query heads; the "
+                                 "CUDA printer runs persistent blocks over whole Q tiles of one head";
+  Block &body = loop.getBody().front();
+  names.push();
+  std::string work = names.unique("work"), count = names.unique("tileCount");
+  std::vector<std::string> carried;
+  for (auto [arg, init] : llvm::zip(loop.getCarriedArgs(), loop.getInits())) {
+    FailureOr<std::string> initial = operand(init, loop);
+    if (failed(initial))
+      return failure();
+    carried.push_back(names.unique("carried"));
+    w.line("int " + carried.back() + " = " + *initial + ";  // carried from work tile to work tile");
+  }
+  w.comment("==== the work tiles of this persistent block: " + work + " = blockIdx.x, blockIdx.x + gridDim.x, ... of "
+            "the qTiles x headsQ x batch tiles; " + count + ": the tiles it ran before ====");
+  w.open("for (int " + work + " = blockIdx.x, " + count + " = 0; " + work +
+         " < params.qTiles * params.headsQ * params.batch; " + work + " += gridDim.x)");
+  scalars.bind(loop.getTileCount(), count);
+  for (auto [arg, name] : llvm::zip(loop.getCarriedArgs(), carried))
+    scalars.bind(arg, name);
+  printWorkTile(work);
+  w.separate();
+  printSequenceView();
+  w.line("if (qTile * kBlockM >= p.seqlenQ)");
+  w.line("  continue;  // varlen: the tiles cover the longest sequence, and this one ends before this tile's rows");
+  printUnsplit();
+  w.separate();
+  target.setupTile(w);
+  w.separate();
+  bool savedRows = rowsDeclared, savedBounds = boundsCommented;
+  rowsDeclared = boundsCommented = false;
+  LogicalResult printed = success();
+  for (Operation &op : body.without_terminator())
+    if (failed(printed = printOp(&op)))
+      break;
+  rowsDeclared = savedRows;
+  boundsCommented = savedBounds;
+  if (failed(printed)) {
+    names.pop();
+    return failure();
+  }
+  auto yield = cast<YieldOp>(body.getTerminator());
+  std::vector<std::string> next;
+  for (Value v : yield.getValues()) {
+    FailureOr<std::string> e = operand(v, yield);
+    if (failed(e))
+      return failure();
+    next.push_back(*e);
+  }
+  // Every carried value is computed from this tile's before any is replaced.
+  for (size_t i = 0; i < carried.size(); ++i)
+    w.line("const int next" + std::to_string(i) + " = " + next[i] + ";");
+  for (size_t i = 0; i < carried.size(); ++i)
+    w.line(carried[i] + " = next" + std::to_string(i) + ";");
+  w.line("++" + count + ";");
+  w.close();
+  names.pop();
+  for (auto [result, name] : llvm::zip(loop.getResults(), carried))
+    scalars.bind(result, name);
+  w.separate();
+  return success();
 }
 
 LogicalResult KernelPrinter::printCombineKernel(StringRef entry) {
@@ -951,7 +1057,7 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
     return success();
   }
   if (ScalarEmitter::isScalarOp(op)) {
-    if (!boundsCommented && isa<FuncOp>(op->getParentOp()) && scalars.declares(op) &&
+    if (!boundsCommented && isa<FuncOp, WorkLoopOp>(op->getParentOp()) && scalars.declares(op) &&
         feedsLoopBound(op->getResult(0))) {
       w.comment("---- K/V loop segments: the rules' key ranges in whole tiles of kBlockN keys, clamped to [0, "
                 "seqlen_k) ----");
@@ -978,6 +1084,7 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
           .Case([&](KvRangeOp range) { return printKvRange(range); })
           .Case([&](KvLoopOp loop) { return printKvLoop(loop); })
           .Case([&](KvWalkOp walk) { return printKvWalk(walk); })
+          .Case([&](WorkLoopOp loop) { return printWorkLoop(loop); })
           .Case([&](RoleOp role) -> LogicalResult {
             int i = roleIndex.lookup(role);
             target.openRole(w, i);
@@ -1048,9 +1155,12 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             if (failed(which) || failed(tile) || failed(pred) || failed(checkSlot(op, copy.getSlot(), copy.getIndex())))
               return failure();
             if (copy.getFull()) {
+              // A one-slot buffer (Q) has one slot at every ring position (a persistent block's Q: one a tile).
               auto select = copy.getSlot().getDefiningOp<SlotOp>();
+              bool oneSlot = select.getBuffer().getType().getSlots() == 1;
               if (!asyncProtocol || copy.getPred() ||
-                  (select.getIndex() ? select.getIndex() != copy.getPosition() : !matchPattern(copy.getPosition(), m_Zero())))
+                  (select.getIndex() ? select.getIndex() != copy.getPosition()
+                                     : !oneSlot && !matchPattern(copy.getPosition(), m_Zero())))
                 return copy.emitOpError() << "arrives on a barrier from a slot other than its ring position's, or "
                                              "under a predicate, or on a family without barriers; the CUDA printer "
                                              "copies into tile.slot %buf[%i] arriving on %full[%i]";
@@ -1292,6 +1402,7 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
     return failure();
   info.packQueryHeads = shape.packQueryHeads;
   info.tensorMaps = !target->extraKernelParams().empty();
+  info.persistent = printer.persistent();
   if (printer.splitKv()) {
     info.combineEntry = info.entry + "_combine";
     info.combineRows = kCombineRowsPerBlock;
@@ -1317,7 +1428,13 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   // GQA packing: a sequence's rows are its query rows x the group's heads, grid.y the K/V heads.
   const std::string rows = info.packQueryHeads ? "seqlenQ * headsQ / headsKv" : "seqlenQ";
   const std::string varlenRows = info.packQueryHeads ? "maxSeqlenQ * headsQ / headsKv" : "maxSeqlenQ";
-  src += "// Launch: grid (ceil(" + rows + " / " + std::to_string(shape.blockM) + ")" + splits + ", " +
+  if (info.persistent)
+    src += "// Launch (persistent): grid (min(ceil(seqlenQ / " + std::to_string(shape.blockM) +
+           ") x headsQ x batch, SMs)), block (" + std::to_string(info.threads) + "), " +
+           std::to_string(info.smemBytes) + " bytes of dynamic shared memory; params.qTiles = ceil(seqlenQ / " +
+           std::to_string(shape.blockM) + ")\n// (varlen: maxSeqlenQ).\n";
+  else
+    src += "// Launch: grid (ceil(" + rows + " / " + std::to_string(shape.blockM) + ")" + splits + ", " +
          (info.packQueryHeads ? "headsKv" : "headsQ") + ", batch), block (" +
          std::to_string(info.threads) + "), " + std::to_string(info.smemBytes) +
          " bytes of dynamic shared memory;\n// varlen: grid.x = ceil(" + varlenRows + " / " +

@@ -88,6 +88,10 @@ public:
   /// Kernel setup, after the schedule's constants: thread coordinates, shared-memory buffers and the copy
   /// routines of the operands in `copied` (the ones the IR copies with tile.copy_async).
   virtual void setup(CudaWriter &w, const std::vector<Operand> &copied) = 0;
+  /// What depends on the block's tile (qTile, blockBatch, blockHead and the sequence view `p` are declared): after
+  /// setup and setupRoles in a kernel whose blocks run one tile, at the start of each tile in a persistent one
+  /// (tile.work_loop). Targets that declare everything in setup print nothing here.
+  virtual void setupTile(CudaWriter &) {}
 
   /// `tile.copy_async`: `tile` is the K/V tile index (empty for Q), `pred` a C condition (empty: always).
   virtual void copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) = 0;

@@ -73,6 +73,7 @@ public:
   }
 
   void setup(CudaWriter &w, const std::vector<Operand> &copied) override;
+  void setupTile(CudaWriter &w) override;
   void copyAsync(CudaWriter &w, Operand, const std::string &, const std::string &) override {
     w.line("#error \"sm90: copies that arrive on no barrier (cp.async groups) are the sm80 family's\"");
   }
@@ -156,15 +157,18 @@ void TileTargetSm90::setup(CudaWriter &w, const std::vector<Operand> &) {
   w.line("unsigned char *const sK = sQ + kQTileBytes;");
   w.line("unsigned char *const sV = sK + kStages * kKTileBytes;");
   w.line("sm90::Mbarrier *const barriers = reinterpret_cast<sm90::Mbarrier *>(sV + kStages * kVTileBytes);");
-  w.line("");
-  w.comment("---- this block's (batch, head) and the TMA coordinates of its tiles: {0, row, 0, head, batch}; a varlen");
+}
+
+void TileTargetSm90::setupTile(CudaWriter &w) {
+  w.comment("---- this tile's (batch, head) and the TMA coordinates of its tiles: {0, row, 0, head, batch}; a varlen");
   w.comment("sequence is rows [cuSeqlens[b], cuSeqlens[b + 1]) of one packed tensor (batch coordinate 0) ----");
   w.line("const int b = blockBatch, h = blockHead;");
   w.line("const int hKv = h / (p.headsQ / p.headsKv);  // grouped-query attention: K/V head of query head h");
-  w.line("const int m0 = qTile * kBlockM;              // first query row of this thread block");
+  w.line("const int m0 = qTile * kBlockM;              // first query row of this tile");
   w.line("const int qRow0 = params.cuSeqlensQ ? min(max(params.cuSeqlensQ[b], 0), params.seqlenQ) : 0;");
   w.line("const int kRow0 = params.cuSeqlensK ? p.keyOffset : 0;");
   w.line("const int tmaBatch = params.cuSeqlensQ ? 0 : b;");
+  w.line("const int warpRow0 = m0 + warp * kWarpRows;  // first query row of this (computing) warp");
 }
 
 void TileTargetSm90::setupRoles(CudaWriter &w, const std::vector<RoleInfo> &roleList,
@@ -199,7 +203,6 @@ void TileTargetSm90::setupRoles(CudaWriter &w, const std::vector<RoleInfo> &role
   w.line("constexpr int kOTiles = kHeadDimV / 8;   // n8 blocks of an output row");
   w.line(cat("const int warp = threadIdx.x / 32 - ", consumerFirst, ", lane = threadIdx.x % 32;"));
   w.line("const int fragRow = lane / 4, fragCol = 2 * (lane % 4);");
-  w.line("const int warpRow0 = m0 + warp * kWarpRows;  // first query row of this warp");
   w.line("");
 
   w.comment("---- barriers, one per ring slot: full (one arrival, the producer's arrive.expect_tx, plus the copy's");

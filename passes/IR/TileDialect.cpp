@@ -526,6 +526,28 @@ LogicalResult KvWalkOp::verify() {
   return success();
 }
 
+LogicalResult WorkLoopOp::verify() {
+  Block &body = getBody().front();
+  size_t carried = getInits().size();
+  if (body.getNumArguments() != carried + 1 ||
+      llvm::any_of(body.getArgumentTypes(), [](Type t) { return !t.isInteger(32); }))
+    return emitOpError() << "body takes the tile count and one i32 per iter_arg (" << carried + 1
+                         << " i32 arguments), got " << body.getNumArguments();
+  if (getResults().size() != carried)
+    return emitOpError() << "has " << getResults().size() << " results for " << carried << " iter_args";
+  if (cast<YieldOp>(body.getTerminator()).getValues().size() != carried)
+    return emitOpError() << "body yields one i32 per iter_arg (" << carried << ")";
+  Operation *parent = (*this)->getParentOp();
+  if (!isa_and_nonnull<FuncOp, RoleOp>(parent) || (isa<RoleOp>(parent) && !isa<FuncOp>(parent->getParentOp())))
+    return emitOpError() << "must be at the top level of a tile.func or of one of its tile.role regions";
+  if (!isa<FuncOp>(parent))
+    for (RoleOp role : parent->getBlock()->getOps<RoleOp>())
+      if (role.getBody().getOps<WorkLoopOp>().empty())
+        return emitOpError() << "is in role '" << cast<RoleOp>(parent).getName() << "' but role '"
+                             << role.getName() << "' has none: the roles of a block walk the same tiles";
+  return success();
+}
+
 LogicalResult RoleOp::verify() {
   if (!isIdentifierName(getName()))
     return emitOpError() << "role name '" << getName() << "' is not an identifier";

@@ -54,7 +54,7 @@ def Tile_FuncOp : Tile_Op<"func", [IsolatedFromAbove, Symbol, SingleBlock, NoTer
 
 def Tile_YieldOp : Tile_Op<"yield", [Pure, Terminator, ReturnLike,
     ParentOneOf<["KvRangeOp", "ScoreModOp", "MaskOp", "KvLoopOp", "FinalizeOp", "RoleOp", "KvWalkOp",
-                 "StoreSplitOp"]>]> {
+                 "StoreSplitOp", "WorkLoopOp"]>]> {
   let summary = "ends a tile region, yielding its values";
   let description = [{ `tile.yield %a, %b : i32, i32` }];
   let arguments = (ins Variadic<AnyType>:$values);
@@ -534,6 +534,38 @@ def Tile_KvWalkOp : Tile_Op<"kv_walk", [SingleBlockImplicitTerminator<"YieldOp">
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     ::mlir::Value getTileIndex() { return getBody().front().getArgument(0); }
+  }];
+}
+
+def Tile_WorkLoopOp : Tile_Op<"work_loop", [SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects]> {
+  let summary = "a persistent thread block's loop over the work tiles the launch gives it";
+  let description = [{
+    ```mlir
+    %ring = tile.work_loop iter_args(%c0) : i32 -> i32 {
+    ^bb0(%n: i32, %base: i32):
+      ...   // the tile's KV ranges and bounds, the role's copies or math for it; ring positions from %base
+      tile.yield %next : i32
+    }
+    ```
+    A persistent kernel launches about one thread block per SM, and each block runs tile after tile (a Q tile
+    of a (batch, head) pair each) instead of one: the ops of the body see the iteration's tile as the block's
+    (tile.kv_range rules, tile.dim, loads and stores), so the body is the program for one tile. `%n` counts
+    the tiles this block ran before this one (the ring position of one-slot buffers such as Q's); the
+    iter_args carry i32 values from tile to tile (a K/V ring's running position), and the results are their
+    values after the last tile. Which tiles a block gets, and in which order, is the launch's: every role of a
+    block walks the same tiles in the same order, so their ring positions agree. Inside a tile.role (the roles
+    stay, with their register budgets, for the whole kernel), or at the top level of a tile.func; not nested.
+  }];
+  let arguments = (ins Variadic<I32>:$inits);
+  let results = (outs Variadic<I32>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat =
+      "(`iter_args` `(` $inits^ `)` `:` type($inits) `->` type($results))? attr-dict-with-keyword custom<TileRegion>($body)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The number of tiles this block ran before the current one.
+    ::mlir::Value getTileCount() { return getBody().front().getArgument(0); }
+    ::mlir::Block::BlockArgListType getCarriedArgs() { return getBody().front().getArguments().drop_front(); }
   }];
 }
 

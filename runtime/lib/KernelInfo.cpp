@@ -20,8 +20,8 @@ constexpr size_t kNumFields = std::size(kFieldNames);
 /// Fields only split-KV kernels have (serialized after the others when combineEntry is set).
 constexpr std::string_view kSplitKvFieldNames[] = {"combineEntry", "combineRows", "combineThreads",
                                                    "packQueryHeads", "appendEntry", "rotary"};
-/// Fields only TMA kernels have.
-constexpr std::string_view kTmaFieldNames[] = {"tensorMaps"};
+/// Fields only TMA kernels have (persistent kernels are TMA kernels for now: the fa3 schedule's).
+constexpr std::string_view kTmaFieldNames[] = {"tensorMaps", "persistent"};
 
 constexpr int kWarpSize = 32;
 constexpr int kMaxThreadsPerBlock = 1024;
@@ -189,6 +189,8 @@ std::string KernelInfo::serialize() const {
     text += "rotary=" + rotary + "\n";
   if (tensorMaps)
     text += "tensorMaps=1\n";
+  if (persistent)
+    text += "persistent=1\n";
   return text;
 }
 
@@ -229,6 +231,8 @@ Status KernelInfo::verify() const {
     return fieldError("tensorMaps", "is set on a kernel for " + arch +
                                         (combineEntry.empty() ? "" : " with a combine kernel") +
                                         "; TMA kernels are sm_90a kernels without split-KV");
+  if (persistent && !combineEntry.empty())
+    return fieldError("persistent", "is set on a kernel with a combine kernel; split-KV kernels are not persistent");
   if (packQueryHeads && combineEntry.empty())
     return fieldError("packQueryHeads", "is set on a kernel without combineEntry; only split-KV kernels pack");
   if (combineEntry.empty()) {
@@ -302,11 +306,12 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
       return fieldError("packQueryHeads", quoted(it->second) + " is not 0 or 1");
     info.packQueryHeads = it->second == "1";
   }
-  if (auto it = fields.find("tensorMaps"); it != fields.end()) {
-    if (it->second != "0" && it->second != "1")
-      return fieldError("tensorMaps", quoted(it->second) + " is not 0 or 1");
-    info.tensorMaps = it->second == "1";
-  }
+  for (auto [field, flag] : {std::pair{"tensorMaps", &info.tensorMaps}, {"persistent", &info.persistent}})
+    if (auto it = fields.find(field); it != fields.end()) {
+      if (it->second != "0" && it->second != "1")
+        return fieldError(field, quoted(it->second) + " is not 0 or 1");
+      *flag = it->second == "1";
+    }
   for (auto [field, target] : {std::pair{"combineRows", &info.combineRows}, {"combineThreads", &info.combineThreads}})
     if (auto it = fields.find(field); it != fields.end()) {
       StatusOr<int> value = parseInt(field, it->second);

@@ -216,13 +216,23 @@ StatusOr<AttentionTensorMaps> tensorMapsFor(const AttentionArgs &args, int block
 
 /// Fills the kernel's parameter block from `args` and launches it on `stream`; the error text is built only
 /// for a failed launch.
+/// `smCount` is the device's SM count (read for persistent kernels only).
 Status launchKernel(const CudaDriver &driver, CUfunction function, const KernelInfo &info, const AttentionArgs &args,
-                    CUstream stream) {
+                    CUstream stream, int smCount) {
   const bool varlen = args.isVarlen();
   const int gridRows = varlen ? args.maxSeqlenQ : args.seqlenQ;
   FlashtileFwdParams params = paramsFor(args);
 
   unsigned gridX = static_cast<unsigned>((static_cast<long long>(gridRows) + info.blockM - 1) / info.blockM);
+  unsigned gridY = static_cast<unsigned>(args.headsQ), gridZ = static_cast<unsigned>(args.batch);
+  if (info.persistent) {
+    // One block an SM (a persistent block holds the SM's shared memory), never more blocks than tiles; the tile count
+    // fits an int (validateFor bounds the grid of the non-persistent launch, the same tiles).
+    const long long tiles = static_cast<long long>(gridX) * args.headsQ * args.batch;
+    params.qTiles = static_cast<int>(gridX);
+    gridX = static_cast<unsigned>(std::min<long long>(tiles, std::max(smCount, 1)));
+    gridY = gridZ = 1;
+  }
   // TMA kernels take the descriptors of Q, K and V as a second parameter, encoded for this call's tensors.
   AttentionTensorMaps maps{};
   if (info.tensorMaps) {
@@ -232,8 +242,8 @@ Status launchKernel(const CudaDriver &driver, CUfunction function, const KernelI
     maps = *encoded;
   }
   void *kernelParams[] = {&params, &maps};
-  CUresult launched = driver.cuLaunchKernel(function, gridX, args.headsQ, args.batch, info.threads, 1, 1,
-                                            info.smemBytes, stream, kernelParams, nullptr);
+  CUresult launched = driver.cuLaunchKernel(function, gridX, gridY, gridZ, info.threads, 1, 1, info.smemBytes, stream,
+                                            kernelParams, nullptr);
   if (launched == CUDA_SUCCESS)
     return Status();
   return driver.check(launched, "cuLaunchKernel(" + info.entry + ")");
@@ -532,7 +542,14 @@ std::optional<Status> Runtime::Impl::forwardWarm(const AttentionArgs &args, CUst
       return s;
     remember(context, args, nullptr, function, generation);
   }
-  return launchKernel(driver, function, info, args, stream);
+  int sms = 0;
+  if (info.persistent) {
+    StatusOr<int> counted = smCount(driver);
+    if (!counted.ok())
+      return counted.status();
+    sms = *counted;
+  }
+  return launchKernel(driver, function, info, args, stream, sms);
 }
 
 Runtime::Runtime() : Runtime(KernelCache::optionsFromEnvironment()) {}
@@ -853,7 +870,14 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
     CUcontext context = nullptr;
     if (!isDecodeCall(args) && driver.cuCtxGetCurrent(&context) == CUDA_SUCCESS && context)
       impl->remember(context, args, *kernel, function->function, generation);
-    return launchKernel(driver, function->function, info, args, stream);
+    int smCount = 0;
+    if (info.persistent) {
+      StatusOr<int> counted = impl->smCount(driver);
+      if (!counted.ok())
+        return counted.status();
+      smCount = *counted;
+    }
+    return launchKernel(driver, function->function, info, args, stream, smCount);
   }
 
   // Split-KV: the parameter block, with the split count and the workspace.

@@ -11,7 +11,7 @@ inline constexpr const char *kName = "fa3";
 inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kStages = "stages",
                             *kConsumerWarpgroups = "consumer-warpgroups", *kProducerRegs = "producer-regs",
                             *kConsumerRegs = "consumer-regs", *kOverlap = "intra-wg-overlap",
-                            *kPingpong = "pingpong";
+                            *kPingpong = "pingpong", *kPersistent = "persistent";
 
 /// The roles' register budgets (setmaxnreg): the producer gives registers up, the consumers take them.
 struct RoleRegisters {
@@ -32,6 +32,9 @@ struct ConsumerOrder {
   /// does (two or more consumer warpgroups, head dims up to 128; measured on the H200: +5-8% causal, +1-3%
   /// otherwise at hd 64-128, mixed at 256).
   int pingpong = -1;
+  /// A persistent kernel: about one thread block per SM, each looping over work tiles (tile.work_loop), so that the
+  /// producer loads the next tile's Q and K/V while the consumers finish the current one.
+  bool persistent = false;
 };
 
 /// tile-fa3-pipeline (Fa3PipelinePass.cpp): a producer role copies K/V tiles into a ring of `stages` slots, full/empty

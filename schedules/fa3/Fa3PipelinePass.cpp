@@ -46,6 +46,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     consumerRegs = regs.consumer;
     overlap = order.overlap;
     pingpong = order.pingpong;
+    persistent = order.persistent;
   }
   StringRef getArgument() const override { return "tile-fa3-pipeline"; }
   StringRef getName() const override { return "Fa3Pipeline"; }
@@ -69,6 +70,20 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
                        llvm::cl::desc("the consumer warpgroups take turns issuing their GEMMs (FA3's ping-pong): 1, 0, "
                                       "or -1 where FA3 does (two or more consumer warpgroups, head dims up to 128)"),
                        llvm::cl::init(-1)};
+
+  Option<bool> persistent{*this, "persistent",
+                          llvm::cl::desc("each role loops over the work tiles of a persistent thread block "
+                                         "(tile.work_loop): Q gets an empty barrier, ring positions run on"),
+                          llvm::cl::init(false)};
+
+  /// Persistent pipelines: stand-ins for the ring position of this tile's first K/V tile and for the number of tiles
+  /// the block ran before it (Q's ring position), replaced by each role's tile.work_loop arguments; null otherwise.
+  Value ringBase, tileCount;
+
+  /// The K/V rings: their buffers and full/empty barriers.
+  struct Ring {
+    Value kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty;
+  };
 
   /// A K/V loop segment and its K and V loads.
   struct Body {
@@ -148,6 +163,12 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     Value vBuffer = bufferOf("v", bodies.front().v.getType(), stages);
     Value qFull = fullOf(qBuffer), kFull = fullOf(kBuffer), kEmpty = emptyOf(kBuffer);
     Value vFull = fullOf(vBuffer), vEmpty = emptyOf(vBuffer);
+    // A persistent block copies Q once a tile into its one slot: the consumers release it like a K/V slot.
+    Value qEmpty = persistent ? emptyOf(qBuffer) : Value();
+    if (persistent) {
+      ringBase = arith::ConstantIntOp::create(b, loc, 0, 32);
+      tileCount = arith::ConstantIntOp::create(b, loc, 0, 32);
+    }
 
     // The consumer's ops: the state, Q, the segments, finalize and the stores; the rest (rules, bounds, scalars)
     // stays in front of the roles.
@@ -183,7 +204,10 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     Value zero = arith::ConstantIntOp::create(pb, loc, 0, 32);
     Value one = arith::ConstantIntOp::create(pb, loc, 1, 32);
     Value qSlot = SlotOp::create(pb, loc, qBuffer, Value()).getResult();
-    CopyAsyncOp::create(pb, loc, "q", Value(), qSlot, qFull, zero, Value());
+    Value qPosition = persistent ? tileCount : zero;
+    if (persistent)
+      BarrierWaitOp::create(pb, loc, qEmpty, qPosition);
+    CopyAsyncOp::create(pb, loc, "q", Value(), qSlot, qFull, qPosition, Value());
     auto walk = KvWalkOp::create(pb, loc, lowest, highest, "descending");
     Block *walkBody = new Block();
     walk.getBody().push_back(walkBody);
@@ -203,26 +227,89 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     for (Operation *op : consumerOps)
       op->moveBefore(consumerEnd);
     OpBuilder cb(loadQ);
-    BarrierWaitOp::create(cb, loc, qFull, arith::ConstantIntOp::create(cb, loc, 0, 32));
+    BarrierWaitOp::create(cb, loc, qFull, persistent ? tileCount : arith::ConstantIntOp::create(cb, loc, 0, 32));
     loadQ.getSlotMutable().assign(SlotOp::create(cb, loc, qBuffer, Value()).getResult());
-    if (overlap) {
+    if (overlap)
       overlapSoftmaxWithPv(bodies, highest, lowest, Ring{kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty});
-      return;
-    }
+    else
+      waitEachGemm(bodies, highest, Ring{kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty});
+    if (persistent)
+      loopOverWorkTiles(func, {producer, consumer}, qEmpty, highest, lowest);
+  }
+
+  /// Each GEMM waited on right after it is issued.
+  void waitEachGemm(MutableArrayRef<Body> bodies, Value highest, const Ring &ring) {
     for (Body &body : bodies) {
+      Location loc = body.loop.getLoc();
       Block &block = body.loop.getBody().front();
       OpBuilder lb(&block, block.begin());
       Value i = ringPosition(lb, loc, highest, body.loop.getTileIndex(), arith::ConstantIntOp::create(lb, loc, 1, 32));
-      readSlot(body.k, kBuffer, kFull, kEmpty, i);
+      readSlot(body.k, ring.kBuffer, ring.kFull, ring.kEmpty, i);
       // V is read right before P·V (the softmax does not wait for it).
       body.v->moveBefore(*body.v->user_begin());
-      readSlot(body.v, vBuffer, vFull, vEmpty, i);
+      readSlot(body.v, ring.vBuffer, ring.vFull, ring.vEmpty, i);
     }
   }
 
-  struct Ring {
-    Value kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty;
-  };
+  /// A persistent block: each role's ops become the body of a tile.work_loop, preceded by a copy of the per-tile
+  /// ops before the roles (the KV-range rules and the walk's bounds, which read the iteration's tile). Ring positions
+  /// continue from tile to tile (the loop carries the first position of the next tile: this one's plus the tiles it
+  /// walked), Q's ring position is the loop's tile count, and the consumers release Q's slot once the last loop
+  /// that reads Q (a Q·Kᵀ) is done, so that the producer copies the next tile's Q while they finish this one.
+  void loopOverWorkTiles(FuncOp func, ArrayRef<RoleOp> roles, Value qEmpty, Value highest, Value lowest) {
+    Block &top = func.getBody().front();
+    Location loc = func.getLoc();
+    Type i32 = IntegerType::get(func.getContext(), 32);
+    SmallVector<Operation *> perTile;
+    for (Operation &op : top)
+      if (!isa<BufferOp, BarrierOp, RoleOp>(op) && &op != ringBase.getDefiningOp() && &op != tileCount.getDefiningOp())
+        perTile.push_back(&op);
+    for (RoleOp role : roles) {
+      Block &body = role.getBody().front();
+      SmallVector<Operation *> ops;
+      for (Operation &op : body.without_terminator())
+        ops.push_back(&op);
+      OpBuilder rb(&body, body.begin());
+      Value zero = arith::ConstantIntOp::create(rb, loc, 0, 32);
+      auto loop = WorkLoopOp::create(rb, loc, TypeRange{i32}, ValueRange{zero});
+      Block *tile = new Block();
+      loop.getBody().push_back(tile);
+      Value count = tile->addArgument(i32, loc), base = tile->addArgument(i32, loc);
+      for (Operation *op : ops)
+        op->moveBefore(tile, tile->end());
+      OpBuilder tb(tile, tile->begin());
+      IRMapping map;
+      for (Operation *op : perTile)
+        tb.clone(*op, map);
+      auto inLoop = [&](OpOperand &use) { return loop->isProperAncestor(use.getOwner()); };
+      for (Operation *op : perTile)
+        for (Value result : op->getResults())
+          result.replaceUsesWithIf(map.lookup(result), inLoop);
+      ringBase.replaceUsesWithIf(base, inLoop);
+      tileCount.replaceUsesWithIf(count, inLoop);
+      if (!tile->getOps<InitStateOp>().empty()) {
+        // The consumers: Q is free after the last top-level loop with a Q·Kᵀ.
+        Operation *lastQk = nullptr;
+        for (KvLoopOp kv : tile->getOps<KvLoopOp>())
+          if (!kv.getBody().front().getOps<QkOp>().empty())
+            lastQk = kv;
+        if (lastQk) {
+          OpBuilder ab(lastQk->getBlock(), std::next(lastQk->getIterator()));
+          BarrierArriveOp::create(ab, loc, qEmpty, count);
+        }
+      }
+      OpBuilder yb(tile, tile->end());
+      Value walked = arith::MaxSIOp::create(yb, loc, arith::SubIOp::create(yb, loc, map.lookup(highest),
+                                                                           map.lookup(lowest)),
+                                            arith::ConstantIntOp::create(yb, loc, 0, 32));
+      YieldOp::create(yb, loc, ValueRange{arith::AddIOp::create(yb, loc, base, walked).getResult()});
+    }
+    for (Operation *op : llvm::reverse(perTile))
+      op->erase();
+    ringBase.getDefiningOp()->erase();
+    tileCount.getDefiningOp()->erase();
+  }
+
 
   /// FA3's intra-warpgroup overlap. Iteration j issues Q·K(j)ᵀ, then P(j + 1)·V(j + 1) with the probabilities the
   /// iteration before computed (carried), and runs the softmax of tile j while that P·V is in flight; only the
@@ -356,10 +443,12 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     YieldOp::create(xb, loc, ValueRange{pvAsync.getResult(), epi->getArgument(2)});
   }
 
-  /// i = highest − 1 − j: the ring position of tile j in the descending walk from `highest`.
-  static Value ringPosition(OpBuilder &b, Location loc, Value highest, Value j, Value one) {
+  /// i = highest − 1 − j: the ring position of tile j in the descending walk from `highest` (persistent: plus the
+  /// position the tile's walk starts at).
+  Value ringPosition(OpBuilder &b, Location loc, Value highest, Value j, Value one) {
     Value last = arith::SubIOp::create(b, loc, highest, one);
-    return arith::SubIOp::create(b, loc, last, j).getResult();
+    Value i = arith::SubIOp::create(b, loc, last, j);
+    return ringBase ? arith::AddIOp::create(b, loc, ringBase, i).getResult() : i;
   }
 
   /// Makes `load` read position i's slot after its full barrier; its one user, the GEMM that reads it, becomes

@@ -287,3 +287,85 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
   // expected-error @+1 {{'tile.wait' op waits for an MMA's token; asynchronous MMAs are waited by tile.mma_wait}}
   tile.wait %t
 }
+
+// -----
+
+// Persistent blocks: each role loops over its block's work tiles, carrying a ring position from tile to tile.
+// CHECK-LABEL: tile.func @work_loop
+// CHECK: tile.role "producer"
+// CHECK: %{{.*}} = tile.work_loop iter_args(%{{.*}}) : i32 -> i32 {
+// CHECK-NEXT: ^bb0(%[[N:.*]]: i32, %[[BASE:.*]]: i32):
+// CHECK: tile.yield %{{.*}} : i32
+// CHECK: tile.role "consumer"
+// CHECK: tile.work_loop {
+tile.func @work_loop attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %c0 = arith.constant 0 : i32
+  %c4 = arith.constant 4 : i32
+  tile.role "producer" attributes {warps = 4 : i64, regs = 24 : i64} {
+    %end = tile.work_loop iter_args(%c0) : i32 -> i32 {
+    ^bb0(%n: i32, %base: i32):
+      %next = arith.addi %base, %c4 : i32
+      tile.yield %next : i32
+    }
+    tile.yield
+  }
+  tile.role "consumer" attributes {warps = 8 : i64, regs = 240 : i64} {
+    tile.work_loop {
+    ^bb0(%n: i32):
+      tile.yield
+    }
+    tile.yield
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %c0 = arith.constant 0 : i32
+  // expected-error @+1 {{'tile.work_loop' op body takes the tile count and one i32 per iter_arg (2 i32 arguments), got 1}}
+  %end = tile.work_loop iter_args(%c0) : i32 -> i32 {
+  ^bb0(%n: i32):
+    tile.yield %n : i32
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %c0 = arith.constant 0 : i32
+  // expected-error @+1 {{'tile.work_loop' op body yields one i32 per iter_arg (1)}}
+  %end = tile.work_loop iter_args(%c0) : i32 -> i32 {
+  ^bb0(%n: i32, %base: i32):
+    tile.yield
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  tile.work_loop {
+  ^bb0(%n: i32):
+    // expected-error @+1 {{'tile.work_loop' op must be at the top level of a tile.func or of one of its tile.role regions}}
+    tile.work_loop {
+    ^bb0(%m: i32):
+      tile.yield
+    }
+    tile.yield
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  tile.role "producer" attributes {warps = 4 : i64, regs = 24 : i64} {
+    // expected-error @+1 {{'tile.work_loop' op is in role 'producer' but role 'consumer' has none: the roles of a block walk the same tiles}}
+    tile.work_loop {
+    ^bb0(%n: i32):
+      tile.yield
+    }
+    tile.yield
+  }
+  tile.role "consumer" attributes {warps = 8 : i64, regs = 240 : i64} {
+    tile.yield
+  }
+}

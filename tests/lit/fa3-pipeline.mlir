@@ -97,3 +97,39 @@
 
 // SM90: target = #tile.target<arch = "sm_90a", isa = "sm90">
 // NOTARGET: schedule 'fa3' has no lowering for sm_80
+
+// Persistent blocks (persistent=true): each role's ops become a tile.work_loop over the block's tiles, the rules and
+// bounds copied into both; Q has an empty barrier the consumers arrive on after the last loop with a Q·Kᵀ (before
+// the P·V-only epilogue), and the producer waits on it before each tile's Q, at ring position = the tile count; K/V
+// ring positions start where the tile before stopped.
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="persistent=true" | FileCheck %s --check-prefix=PERSISTENT
+// PERSISTENT: %[[QB:.*]] = tile.buffer "q"
+// PERSISTENT: %[[QF:.*]] = tile.barrier %[[QB]] {bytes = 24576 : i64}
+// PERSISTENT: %[[QE:.*]] = tile.barrier %[[QB]] {arrivals = 1 : i64}
+// PERSISTENT-NEXT: tile.role "producer"
+// PERSISTENT-NEXT: %[[Z:.*]] = arith.constant 0 : i32
+// PERSISTENT-NEXT: %{{.*}} = tile.work_loop iter_args(%[[Z]]) : i32 -> i32 {
+// PERSISTENT-NEXT: ^bb0(%[[N:.*]]: i32, %[[BASE:.*]]: i32):
+// PERSISTENT: tile.kv_range "may"
+// PERSISTENT: tile.barrier_wait %[[QE]][%[[N]]]
+// PERSISTENT-NEXT: tile.copy_async "q" into %{{.*}} arrive %[[QF]][%[[N]]]
+// PERSISTENT: tile.kv_walk from %[[LO:.*]] to %[[HI:.*]] {order = "descending"}
+// PERSISTENT: %[[I:.*]] = arith.addi %[[BASE]], %{{.*}} : i32
+// PERSISTENT-NEXT: tile.slot %{{.*}}[%[[I]]]
+// PERSISTENT: %[[W:.*]] = arith.subi %[[HI]], %[[LO]] : i32
+// PERSISTENT-NEXT: %[[C:.*]] = arith.maxsi %[[W]], %{{.*}} : i32
+// PERSISTENT-NEXT: %[[NEXT:.*]] = arith.addi %[[BASE]], %[[C]] : i32
+// PERSISTENT-NEXT: tile.yield %[[NEXT]] : i32
+// PERSISTENT: tile.role "consumer"
+// PERSISTENT: tile.work_loop iter_args
+// PERSISTENT-NEXT: ^bb0(%[[CN:.*]]: i32, %{{.*}}: i32):
+// PERSISTENT: tile.kv_range "may"
+// PERSISTENT: tile.barrier_wait %[[QF]][%[[CN]]]
+// PERSISTENT: segment = "interior"
+// PERSISTENT: tile.barrier_arrive %[[QE]][%[[CN]]]
+// PERSISTENT-NEXT: arith.addi
+// PERSISTENT-NEXT: arith.minsi
+// PERSISTENT-NEXT: tile.kv_loop
+// PERSISTENT-NOT: tile.qk
+// PERSISTENT: tile.pv
+// PERSISTENT: tile.store "o"

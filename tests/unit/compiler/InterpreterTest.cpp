@@ -582,6 +582,94 @@ TEST_F(Fa3Fixture, TheBarrierHazardsAreCaughtByTheProtocolChecker) {
   EXPECT_TRUE(succeeded(interp::run(funcOf(*lateWait), p, in.q, in.k, in.v, o, lse))) << diags.text;
 }
 
+/// The same program in persistent blocks (tile.work_loop): two blocks over the 2 x 2 x 2 tiles, so each runs four
+/// tiles and its ring positions and Q's phases carry from tile to tile.
+struct Fa3PersistentFixture : Fa3Fixture {
+  Fa3PersistentFixture() {
+    knobs[fa3::kPersistent] = 1;
+    fa3 = program ? flashtile::testing::scheduledFa3(*program, knobs) : nullptr;
+    p.persistentBlocks = 2;
+  }
+  /// The consumer's release of Q's slot.
+  tile::BarrierArriveOp qRelease(ModuleOp module) {
+    auto arrives = barrierOps<tile::BarrierArriveOp>(module, "consumer", "q", /*full=*/false);
+    return arrives.size() == 1 ? arrives.front() : tile::BarrierArriveOp();
+  }
+};
+
+TEST_F(Fa3PersistentFixture, EachRoleLoopsOverTheWorkTilesAndMatchesTheReference) {
+  ASSERT_TRUE(fa3) << diags.text;
+  for (StringRef name : {"producer", "consumer"})
+    EXPECT_EQ(llvm::range_size(role(*fa3, name).getBody().getOps<tile::WorkLoopOp>()), 1u) << name.str();
+  ASSERT_TRUE(qRelease(*fa3));
+  test::Reference ref = test::referenceAttention(p, in, test::Mask::Causal, interp::roundToBf16);
+  interp::RunStats stats;
+  Outputs out;
+  ASSERT_TRUE(succeeded(interp::run(funcOf(*fa3), p, in.q, in.k, in.v, out.o, out.lse, &stats))) << diags.text;
+  expectMatchesReference(out, ref, p, "fa3 persistent");
+  // Every tile ran once, in one of the two blocks: causal Q tile t of 64 rows loads the 4 (t + 1) K tiles of 16 keys
+  // up to its last row.
+  for (size_t i = 0; i < stats.kTileLoads.size(); ++i)
+    EXPECT_EQ(stats.kTileLoads[i], 4 * (static_cast<int64_t>(i % stats.qTiles) + 1)) << "tile " << i;
+  // One block, or one per tile, gives the same numbers.
+  for (int blocks : {1, 8}) {
+    p.persistentBlocks = blocks;
+    expectMatchesReference(runChecked(funcOf(*fa3), p, in, diags), ref, p, "fa3 persistent");
+  }
+}
+
+TEST_F(Fa3PersistentFixture, ReleasingQBeforeItsLastReadIsAPipelineHazard) {
+  ASSERT_TRUE(fa3) << diags.text;
+  // Q released before the K/V loops: the producer copies the next tile's Q over it while Q·Kᵀ still reads it.
+  tile::BarrierArriveOp release = qRelease(*fa3);
+  ASSERT_TRUE(release);
+  tile::LoadOp loadQ;
+  role(*fa3, "consumer").walk([&](tile::LoadOp load) {
+    if (load.getOperand() == "q")
+      loadQ = load;
+  });
+  ASSERT_TRUE(loadQ);
+  release->moveAfter(loadQ);
+  std::string text = runExpectingFailure(*fa3);
+  EXPECT_NE(text.find("which a copy refilled after its tile.load"), std::string::npos) << text;
+}
+
+TEST_F(Fa3PersistentFixture, QNeverReleasedDeadlocks) {
+  ASSERT_TRUE(fa3) << diags.text;
+  qRelease(*fa3).erase();
+  std::string text = runExpectingFailure(*fa3);
+  EXPECT_NE(text.find("pipeline deadlock: every role waits on a barrier no other role will complete"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(Fa3PersistentFixture, RingPositionsThatRestartEachTileAreCaught) {
+  ASSERT_TRUE(fa3) << diags.text;
+  // The producer's K/V ring restarts at position 0 each tile while the consumers' runs on: their phases disagree.
+  auto loop = *role(*fa3, "producer").getBody().getOps<tile::WorkLoopOp>().begin();
+  OpBuilder b(loop);
+  Value zero = arith::ConstantIntOp::create(b, loop.getLoc(), 0, 32);
+  loop.getCarriedArgs()[0].replaceAllUsesWith(zero);
+  std::string text = runExpectingFailure(*fa3);
+  EXPECT_NE(text.find("pipeline"), std::string::npos) << text;
+}
+
+TEST_F(Fa3PersistentFixture, TheHazardsAboveAreCaughtByTheProtocolChecker) {
+  ASSERT_TRUE(fa3) << diags.text;
+  struct Off {
+    Off() { interp::AsyncCopies::enabled() = false; }
+    ~Off() { interp::AsyncCopies::enabled() = true; }
+  } off;
+  std::vector<float> o, lse;
+  tile::LoadOp loadQ;
+  role(*fa3, "consumer").walk([&](tile::LoadOp load) {
+    if (load.getOperand() == "q")
+      loadQ = load;
+  });
+  qRelease(*fa3)->moveAfter(loadQ);
+  EXPECT_TRUE(succeeded(interp::run(funcOf(*fa3), p, in.q, in.k, in.v, o, lse))) << diags.text;
+}
+
 TEST_F(CausalFixture, BadSizesAndUnknownOpsAreDiagnosed) {
   ASSERT_TRUE(program) << diags.text;
   Problem wrongHeads = p;

@@ -95,7 +95,13 @@ inline std::vector<std::pair<std::string, schedule::Knobs>> fa3TestSchedules() {
   return {{"fa3 defaults", {}},
           {"fa3 without intra-warpgroup overlap", {{fa3::kOverlap, 0}}},
           {"fa3 blockM 64 blockN 32, 3 slots, one consumer warpgroup",
-           {{fa3::kBlockM, 64}, {fa3::kBlockN, 32}, {fa3::kStages, 3}, {fa3::kConsumerWarpgroups, 1}}}};
+           {{fa3::kBlockM, 64}, {fa3::kBlockN, 32}, {fa3::kStages, 3}, {fa3::kConsumerWarpgroups, 1}}},
+          // Persistent blocks run several tiles each (the interpreter's Problem::persistentBlocks): ring positions and
+          // Q's barrier phases carry from tile to tile.
+          {"fa3 persistent", {{fa3::kPersistent, 1}}},
+          {"fa3 persistent without overlap, blockM 64 blockN 32, 3 slots",
+           {{fa3::kPersistent, 1}, {fa3::kOverlap, 0}, {fa3::kBlockM, 64}, {fa3::kBlockN, 32}, {fa3::kStages, 3},
+            {fa3::kConsumerWarpgroups, 1}}}};
 }
 
 /// A copy of `module` after the FA3 schedule's passes (up to its pipeline), or null.

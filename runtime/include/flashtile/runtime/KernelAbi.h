@@ -74,6 +74,10 @@ struct FlashtileFwdParams {
   long long kNewBatchStride, kNewRowStride, kNewHeadStride;
   long long vNewBatchStride, vNewRowStride, vNewHeadStride;
   int seqlenNew;
+  /* Persistent kernels (KernelInfo::persistent): the grid is about one block per SM, and block x runs work tiles x,
+   * x + gridDim.x, ... of the qTiles x headsQ x batch (Q tile, head, sequence) tiles, qTiles = ceil(rows / blockM)
+   * with rows seqlenQ dense and the longest sequence's varlen. Other kernels ignore it (their grid is the tiles). */
+  int qTiles;
   /* Rotary embedding (flash_attn_with_kvcache's rotary_cos/rotary_sin; kernels whose Q load carries tile.rotary,
    * others ignore these fields): rotaryCos and rotarySin are seqlenRo x rotaryDim / 2 tables of the kernel's dtype
    * (packed rows); rotaryDim is even, 2 to the head dim. Sequence b's query rows are rotated at positions from

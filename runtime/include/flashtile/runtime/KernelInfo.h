@@ -102,6 +102,12 @@ struct KernelInfo {
   // 128-byte swizzled; the runtime encodes them per call. Absent from the text form unless set (tensorMaps=1).
   bool tensorMaps = false;
 
+  // Persistent kernels (the fa3 schedule's tile.work_loop): the grid is min(tiles, SMs) blocks, each running work
+  // tiles blockIdx.x, blockIdx.x + gridDim.x, ... of FlashtileFwdParams::qTiles x headsQ x batch, in the order the
+  // kernel decodes (heaviest Q tiles first, (batch, head) pairs in groups whose K/V fit the L2). Absent from the
+  // text form unless set (persistent=1).
+  bool persistent = false;
+
   bool splitKv() const { return !combineEntry.empty(); }
   bool readsKvCache() const { return !appendEntry.empty(); }
 
