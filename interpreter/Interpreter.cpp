@@ -1383,7 +1383,8 @@ LogicalResult validate(FuncOp func, const Problem &p, size_t qSize, size_t kSize
   bool rotates = false;
   func.walk([&](LoadOp load) { rotates |= rotaryOf(load).has_value(); });
   if (rotates) {
-    const size_t table = static_cast<size_t>(std::max(p.seqlenRo, 0)) * static_cast<size_t>(std::max(p.rotaryDim / 2, 0));
+    const size_t table =
+        static_cast<size_t>(std::max(p.seqlenRo, 0)) * static_cast<size_t>(std::max(p.rotaryDim / 2, 0));
     if (p.rotaryDim < 2 || p.rotaryDim % 2 != 0 || p.rotaryDim > p.headDim)
       return func.emitError() << "rotary_dim is " << p.rotaryDim << "; a program that rotates Q (" << kRotaryAttr
                               << ") takes an even rotary_dim from 2 to head_dim = " << p.headDim;

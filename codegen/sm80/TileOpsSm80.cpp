@@ -55,8 +55,7 @@ public:
             "key", "page", "pageMask",
             // rotary embedding of Q (rotateQ)
             "t", "half", "cached", "cosTable", "sinTable", "pos", "x0", "x1", "c0", "c1", "v0", "v1", "cr", "sr",
-            "rotated",
-            "rotaryOut", "rotaryToFloat", "rotaryRound"};
+            "rotated", "rotaryOut", "rotaryToFloat", "rotaryRound"};
   }
 
   void setup(CudaWriter &w, const std::vector<Operand> &copied) override;
@@ -398,7 +397,8 @@ bool TileTargetSm80::rotateQ(CudaWriter &w, bool interleaved, bool perRow) {
   w.comment(std::string("any read of it: pair i of the first rotaryDim columns, ") +
             (interleaved ? "(2i, 2i + 1)" : "(i, i + rotaryDim / 2)") + ", of query row q at position " +
             (perRow ? "cached + q" : "cached"));
-  w.comment("(cached = the keys before this call's new ones: cacheSeqlens[b]), clamped to the tables' rows; one pair a");
+  w.comment(
+      "(cached = the keys before this call's new ones: cacheSeqlens[b]), clamped to the tables' rows; one pair a");
   w.comment("thread at a time, so no pair is read after another thread wrote it ----");
   w.open("");
   w.line("const int half = min(p.rotaryDim, kHeadDim) / 2, cached = p.seqlenK - p.seqlenNew;");

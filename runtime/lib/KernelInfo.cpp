@@ -18,7 +18,7 @@ constexpr std::string_view kFieldNames[] = {
     "blockM", "blockN",  "threads",   "smemBytes",  "paramNames", "inputNames", "paramRules", "compilerVersion"};
 constexpr size_t kNumFields = std::size(kFieldNames);
 /// Fields only split-KV kernels have (serialized after the others when combineEntry is set).
-constexpr std::string_view kSplitKvFieldNames[] = {"combineEntry", "combineRows", "combineThreads",
+constexpr std::string_view kSplitKvFieldNames[] = {"combineEntry",   "combineRows", "combineThreads",
                                                    "packQueryHeads", "appendEntry", "rotary"};
 /// Fields only TMA kernels have (persistent kernels are TMA kernels for now: the fa3 schedule's).
 constexpr std::string_view kTmaFieldNames[] = {"tensorMaps", "persistent"};

@@ -135,8 +135,8 @@ Status checkRotary(const AttentionArgs &args) {
     return Status::error("kvCache.rotaryDim is " + str(c.rotaryDim) +
                          " but kNew/vNew are null; rotary embedding rotates Q and the keys a call appends (as "
                          "flash_attn_with_kvcache), so it needs new keys");
-  for (auto [name, pointer] : {std::pair<std::string_view, const void *>{"rotaryCos", c.rotaryCos},
-                               {"rotarySin", c.rotarySin}}) {
+  for (auto [name, pointer] :
+       {std::pair<std::string_view, const void *>{"rotaryCos", c.rotaryCos}, {"rotarySin", c.rotarySin}}) {
     if (!pointer)
       return Status::error("kvCache." + std::string(name) + " is null but rotaryDim is " + str(c.rotaryDim) +
                            "; pass the device table (seqlenRo x rotaryDim / 2, the call's dtype)");
@@ -149,12 +149,14 @@ Status checkRotary(const AttentionArgs &args) {
   if (c.cacheSeqlensHost) {
     for (int b = 0; b < args.batch; ++b)
       if (c.cacheSeqlensHost[b] + rows > c.seqlenRo)
-        return Status::error("kvCache.seqlenRo is " + str(c.seqlenRo) + " but sequence " + str(b) + " rotates rows at " +
-                             "positions up to cacheSeqlens[" + str(b) + "] + max(seqlenNew, seqlenQ) - 1 = " +
-                             str(c.cacheSeqlensHost[b] + rows - 1) + "; the tables need that many rows plus one");
+        return Status::error("kvCache.seqlenRo is " + str(c.seqlenRo) + " but sequence " + str(b) +
+                             " rotates rows at " + "positions up to cacheSeqlens[" + str(b) +
+                             "] + max(seqlenNew, seqlenQ) - 1 = " + str(c.cacheSeqlensHost[b] + rows - 1) +
+                             "; the tables need that many rows plus one");
   } else if (c.seqlenRo < args.seqlenK) {
-    return Status::error("kvCache.seqlenRo is " + str(c.seqlenRo) + " but the cache holds seqlenK = " +
-                         str(args.seqlenK) + " keys; without cacheSeqlensHost the rotary tables must cover every "
+    return Status::error("kvCache.seqlenRo is " + str(c.seqlenRo) +
+                         " but the cache holds seqlenK = " + str(args.seqlenK) +
+                         " keys; without cacheSeqlensHost the rotary tables must cover every "
                          "position the cache holds (as flash-attn asks), or pass cacheSeqlensHost");
   }
   return Status();
@@ -234,8 +236,8 @@ Status checkKvCacheArgs(const AttentionArgs &args) {
     KvCacheArgs unset;
     if (c.cacheSeqlens || c.cacheBatchIdx || c.blockTable || c.kNew || c.vNew || c.seqlenNew || c.cacheBatch ||
         c.numPages || c.pageSize || c.maxPagesPerSeq || c.cacheSeqlensHost || c.cacheBatchIdxHost || c.blockTableHost ||
-        c.blockTableStride || c.kNewStride != unset.kNewStride || c.vNewStride != unset.vNewStride ||
-        c.rotaryCos || c.rotarySin || c.rotaryDim || c.seqlenRo || c.rotaryInterleaved)
+        c.blockTableStride || c.kNewStride != unset.kNewStride || c.vNewStride != unset.vNewStride || c.rotaryCos ||
+        c.rotarySin || c.rotaryDim || c.seqlenRo || c.rotaryInterleaved)
       return Status::error("kvCache has fields set but kvCache.layout is None; set layout to "
                            "KvCacheLayout::Contiguous or Paged for a call over a KV cache");
     return Status();

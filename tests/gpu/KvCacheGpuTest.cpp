@@ -361,8 +361,8 @@ AttentionArgs cacheArgs(const Case &c, CacheSetup &s) {
   if (c.seqlenNew > 0)
     args.kvCache.append(s.kNew.as<const void>(), s.vNew.as<const void>(), c.seqlenNew, c.headsKv, c.headDim);
   if (c.rotaryDim)
-    args.kvCache.rotary(s.rotaryCos.as<const void>(), s.rotarySin.as<const void>(), c.capacity + c.seqlenQ,
-                        c.rotaryDim, c.interleaved);
+    args.kvCache.rotary(s.rotaryCos.as<const void>(), s.rotarySin.as<const void>(), c.capacity + c.seqlenQ, c.rotaryDim,
+                        c.interleaved);
   // The host copies are checked too (the device values are what the kernels read).
   args.kvCache.cacheSeqlensHost = c.cached.data();
   if (c.batchIdx)
@@ -552,17 +552,20 @@ std::vector<Case> rotaryCases() {
       for (bool interleaved : {false, true})
         for (int rotaryDim : {128, 64}) {
           // Contiguous with cache_batch_idx (query rows past the new keys under causal), and paged (page 64).
-          cases.push_back({dtype, 128, variant, L::Contiguous, 0, true, 3, 16, 4, 4, 1000, 2, {0, 37, 998}, index++,
-                           rotaryDim, interleaved});
-          cases.push_back({dtype, 128, variant, L::Paged, 64, false, 2, 32, 8, 1, 64 * 16, 1, {1023, 130}, index++,
-                           rotaryDim, interleaved});
+          Case contiguous{dtype, 128, variant, L::Contiguous, 0, true, 3, 16, 4, 4, 1000, 2, {0, 37, 998}, index++};
+          Case paged{dtype, 128, variant, L::Paged, 64, false, 2, 32, 8, 1, 64 * 16, 1, {1023, 130}, index++};
+          for (Case *c : {&contiguous, &paged}) {
+            c->rotaryDim = rotaryDim;
+            c->interleaved = interleaved;
+            cases.push_back(*c);
+          }
         }
   // Head dim 64, a short rotary_dim, and variants checked against the plain decode kernel on the rotated keys.
-  cases.push_back({DType::BF16, 64, "causal", L::Paged, 16, false, 2, 8, 2, 3, 16 * 20, 3, {5, 317}, index++, 16,
-                   false});
+  cases.push_back(
+      {DType::BF16, 64, "causal", L::Paged, 16, false, 2, 8, 2, 3, 16 * 20, 3, {5, 317}, index++, 16, false});
   for (const char *variant : {"sliding_window_causal", "softcap", "alibi_causal"})
-    cases.push_back({DType::BF16, 128, variant, L::Paged, 64, false, 2, 16, 4, 4, 64 * 16, 4, {700, 3}, index++, 32,
-                     true});
+    cases.push_back(
+        {DType::BF16, 128, variant, L::Paged, 64, false, 2, 16, 4, 4, 64 * 16, 4, {700, 3}, index++, 32, true});
   return cases;
 }
 

@@ -247,7 +247,8 @@ int runAot(const AotFlags &flags) {
             for (RotaryMode mode : rotaryModes) {
               if (mode != RotaryMode::None && !readsCache) {
                 if (kvCacheKnobs.size() == 1)
-                  return fail("--rotary " + flags.rotary + ": rotary kernels are KV-cache kernels (--schedule "
+                  return fail("--rotary " + flags.rotary +
+                              ": rotary kernels are KV-cache kernels (--schedule "
                               "decode, --kv-cache 1 or unset)");
                 continue;
               }

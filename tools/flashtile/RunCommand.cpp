@@ -98,8 +98,10 @@ Status checkRunOptions(RunOptions &o, const std::string &seed) {
                          " needs --cache contiguous or paged and --append >= 1 (Q and the appended keys are rotated, "
                          "as flash_attn_with_kvcache's rotary_cos/rotary_sin)");
   if (o.rotaryDim % 2 != 0 || o.rotaryDim > o.headDim)
-    return Status::error("--rotary-dim " + std::to_string(o.rotaryDim) + ": accepted an even number from 2 to "
-                         "--head-dim (" + std::to_string(o.headDim) + ")");
+    return Status::error("--rotary-dim " + std::to_string(o.rotaryDim) +
+                         ": accepted an even number from 2 to "
+                         "--head-dim (" +
+                         std::to_string(o.headDim) + ")");
   if (!seed.empty()) {
     auto [end, ec] = std::from_chars(seed.data(), seed.data() + seed.size(), o.seed);
     if (ec != std::errc() || end != seed.data() + seed.size())

@@ -13,9 +13,9 @@
 #include "codegen/common/CudaEmitter.h"
 #include "flashtile/dsl/Program.h"
 #include "flashtile/runtime/Nvrtc.h"
-#include "jit/Jit.h"
 #include "interpreter/Interpreter.h"
 #include "interpreter/Rounding.h"
+#include "jit/Jit.h"
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/TileRotary.h"
 
@@ -100,16 +100,18 @@ TEST(RotaryReference, RotatesPairsByTheTablesAngle) {
   std::vector<float> cos = {1, 1, 0, 0}, sin = {0, 0, 1, 1};
   std::vector<float> halves = {1, 2, 3, 4, 5}, interleaved = halves;
   auto identity = [](float x) { return x; };
-  applyRope(halves, 1, 1, 1, 5, cos, sin, 4, false, [](int, int) { return 1; }, identity);
+  applyRope(
+      halves, 1, 1, 1, 5, cos, sin, 4, false, [](int, int) { return 1; }, identity);
   EXPECT_EQ(halves, (std::vector<float>{-3, -4, 1, 2, 5})); // pairs (0, 2), (1, 3); column 4 untouched
-  applyRope(interleaved, 1, 1, 1, 5, cos, sin, 4, true, [](int, int) { return 1; }, identity);
+  applyRope(
+      interleaved, 1, 1, 1, 5, cos, sin, 4, true, [](int, int) { return 1; }, identity);
   EXPECT_EQ(interleaved, (std::vector<float>{-2, 1, -4, 3, 5})); // pairs (0, 1), (2, 3)
 }
 
 TEST(RotaryProgram, TheDslPutsTheRotationOnQsLoad) {
   MLIRContext context;
-  for (auto [variant, perRow] : {std::pair{"causal", true}, {"sliding_window", true}, {"none", false},
-                                 {"softcap", false}}) {
+  for (auto [variant, perRow] :
+       {std::pair{"causal", true}, {"sliding_window", true}, {"none", false}, {"softcap", false}}) {
     OwningOpRef<ModuleOp> module = buildProgram(context, variant, 64, RotaryMode::Interleaved);
     ASSERT_TRUE(module);
     std::optional<tile::Rotary> rotary = tile::rotaryOf(qLoadOf(*module));
@@ -202,10 +204,11 @@ TEST_P(RotaryVsReference, QIsRotatedAtTheCachePositions) {
   test::Inputs rotated = in;
   const int cached = p.seqlenK - kSeqlenNew;
   const bool perRow = c.variant == "causal";
-  applyRope(rotated.q, p.batch, p.seqlenQ, p.headsQ, kHeadDim, p.rotaryCos, p.rotarySin, p.rotaryDim, c.interleaved,
-            [&](int, int s) { return cached + (perRow ? s : 0); }, interp::roundToBf16);
-  test::Reference ref = test::referenceAttention(p, rotated, perRow ? test::Mask::Causal : test::Mask::None,
-                                                 interp::roundToBf16);
+  applyRope(
+      rotated.q, p.batch, p.seqlenQ, p.headsQ, kHeadDim, p.rotaryCos, p.rotarySin, p.rotaryDim, c.interleaved,
+      [&](int, int s) { return cached + (perRow ? s : 0); }, interp::roundToBf16);
+  test::Reference ref =
+      test::referenceAttention(p, rotated, perRow ? test::Mask::Causal : test::Mask::None, interp::roundToBf16);
   Outputs out;
   ASSERT_TRUE(succeeded(interp::run(func, p, in.q, in.k, in.v, out.o, out.lse))) << diags.text;
   double bound = test::errorBound(ref), err = test::maxAbsDiff(out.o, ref.o);
@@ -250,8 +253,7 @@ TEST(RotaryInterpreter, RefusesBadTablesAndPositionsPastThem) {
   ropeTables(p.seqlenRo, p.rotaryDim, p.rotaryCos, p.rotarySin);
   diags.text.clear();
   EXPECT_TRUE(failed(interp::run(funcOf(*program), p, in.q, in.k, in.v, out.o, out.lse)));
-  EXPECT_NE(diags.text.find("rotates query row 1 at position 9, outside the 9 rows"), std::string::npos)
-      << diags.text;
+  EXPECT_NE(diags.text.find("rotates query row 1 at position 9, outside the 9 rows"), std::string::npos) << diags.text;
   p.seqlenRo = 10;
   ropeTables(p.seqlenRo, p.rotaryDim, p.rotaryCos, p.rotarySin);
   EXPECT_TRUE(succeeded(interp::run(funcOf(*program), p, in.q, in.k, in.v, out.o, out.lse))) << diags.text;
@@ -265,7 +267,8 @@ namespace {
 // The printed kernels compile
 //===----------------------------------------------------------------------===//
 
-using KernelCase = std::tuple<std::string, std::string, int, std::string, bool>; // variant, dtype, hd, arch, interleaved
+using KernelCase =
+    std::tuple<std::string, std::string, int, std::string, bool>; // variant, dtype, hd, arch, interleaved
 
 class RotaryCompiles : public ::testing::TestWithParam<KernelCase> {};
 
@@ -294,14 +297,15 @@ TEST_P(RotaryCompiles, AttentionCombineAndAppendKernelsToACubin) {
   EXPECT_NE(cuda.find(rotatesRowsApart(variant) ? "min(max(cached + " : "min(max(cached, 0)"), std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Decode, RotaryCompiles,
-    ::testing::Values(KernelCase{"causal", "bf16", 128, "sm_90a", false}, KernelCase{"none", "f16", 64, "sm_80", true},
-                      KernelCase{"softcap", "bf16", 256, "sm_90a", false},
-                      KernelCase{"sliding_window", "f16", 96, "sm_100a", true}),
-    [](const ::testing::TestParamInfo<KernelCase> &info) {
-      return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_d" + std::to_string(std::get<2>(info.param)) +
-             "_" + std::get<3>(info.param) + (std::get<4>(info.param) ? "_interleaved" : "_halves");
-    });
+INSTANTIATE_TEST_SUITE_P(Decode, RotaryCompiles,
+                         ::testing::Values(KernelCase{"causal", "bf16", 128, "sm_90a", false},
+                                           KernelCase{"none", "f16", 64, "sm_80", true},
+                                           KernelCase{"softcap", "bf16", 256, "sm_90a", false},
+                                           KernelCase{"sliding_window", "f16", 96, "sm_100a", true}),
+                         [](const ::testing::TestParamInfo<KernelCase> &info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_d" +
+                                  std::to_string(std::get<2>(info.param)) + "_" + std::get<3>(info.param) +
+                                  (std::get<4>(info.param) ? "_interleaved" : "_halves");
+                         });
 
 } // namespace

@@ -26,10 +26,10 @@ constexpr int kBatch = 2, kCacheSeqlen = 512, kHeadDim = 128, kSeqlenNew = 2;
 
 /// A contiguous cache call that appends two keys and rotates 64 columns with 512-row tables.
 AttentionArgs rotaryArgs() {
-  AttentionArgs args = AttentionArgs::contiguousCache(
-      DType::BF16, fake(0x10000), fake(0x20000), fake(0x30000), fake(0x40000), fake<float>(0x50000), kBatch,
-      /*seqlenQ=*/kSeqlenNew, /*cacheBatch=*/kBatch, kCacheSeqlen, /*headsQ=*/16, /*headsKv=*/4, kHeadDim,
-      fake<const int>(0x60000));
+  AttentionArgs args = AttentionArgs::contiguousCache(DType::BF16, fake(0x10000), fake(0x20000), fake(0x30000),
+                                                      fake(0x40000), fake<float>(0x50000), kBatch,
+                                                      /*seqlenQ=*/kSeqlenNew, /*cacheBatch=*/kBatch, kCacheSeqlen,
+                                                      /*headsQ=*/16, /*headsKv=*/4, kHeadDim, fake<const int>(0x60000));
   args.kvCache.append(fake(0x80000), fake(0x90000), kSeqlenNew, 4, kHeadDim);
   args.kvCache.rotary(fake(0xa0000), fake(0xb0000), /*seqlenRo=*/kCacheSeqlen, /*rotaryDim=*/64);
   return args;
