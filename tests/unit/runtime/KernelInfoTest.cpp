@@ -63,6 +63,30 @@ TEST(KernelInfo, TmaKernelsSayTheyTakeTensorMaps) {
   EXPECT_THAT(badValue.status().message(), HasSubstr("field 'tensorMaps'"));
 }
 
+TEST(KernelInfo, PersistentKernelsSaySo) {
+  KernelInfo info = sampleInfo();
+  info.arch = "sm_90a";
+  info.tensorMaps = true;
+  EXPECT_THAT(info.serialize(), testing::Not(HasSubstr("persistent")));
+  info.persistent = true;
+  std::string text = info.serialize();
+  EXPECT_THAT(text, HasSubstr("persistent=1\n"));
+  StatusOr<KernelInfo> parsed = KernelInfo::parse(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE(parsed->persistent);
+  StatusOr<KernelInfo> badValue = KernelInfo::parse(replaceLine(text, "persistent", "persistent=2"));
+  ASSERT_FALSE(badValue.ok());
+  EXPECT_THAT(badValue.status().message(), HasSubstr("field 'persistent': '2' is not 0 or 1"));
+  // Split-KV kernels launch a grid of splits, not persistent blocks.
+  info.combineEntry = info.entry + "_combine";
+  info.combineRows = 4;
+  info.combineThreads = 128;
+  info.tensorMaps = false;
+  Status split = info.verify();
+  ASSERT_FALSE(split.ok());
+  EXPECT_THAT(split.message(), HasSubstr("field 'persistent': is set on a kernel with a combine kernel"));
+}
+
 TEST(KernelInfo, RoundTripsParamRules) {
   KernelInfo info = sampleInfo();
   info.paramRules = {{"cap > 0 && isfinite(cap)", "a positive, finite number"},
