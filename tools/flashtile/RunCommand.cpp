@@ -64,6 +64,10 @@ struct RunOptions {
 /// The page size of `run --cache paged` without --page-size: the benchmark page.
 constexpr int kDefaultPageSize = 64;
 
+/// Rows of run's rotary tables: every key position, and the query rows a causal call puts past the last key
+/// (seqlenQ > --append).
+int rotaryRows(const RunOptions &o) { return o.seqlenK + o.seqlenQ; }
+
 /// Limits of `run`'s shape flags: what one GPU's memory could hold, and what the kernels' int arithmetic allows.
 constexpr int kMaxDimension = 1 << 24;
 constexpr int kMaxIters = 1 << 20;
@@ -165,7 +169,7 @@ void addRunFlags(CLI::App &command, RunOptions &o, std::string &seed) {
       ->capture_default_str();
   command
       .add_option("--rotary-dim", o.rotaryDim,
-                  "With --append: rotary embedding (RoPE, base 10000 tables of --seqlen-k positions) of the first N "
+                  "With --append: rotary embedding (RoPE, base 10000 tables of --seqlen-k + --seqlen-q positions) of the first N "
                   "columns of Q and the appended keys; 0: none")
       ->check(intRange(0, kMaxDimension))
       ->capture_default_str();
@@ -245,7 +249,7 @@ struct InputSets {
       a.kvCache.vNewStride = {opt.seqlenK * rowsV, rowsV, opt.headDimV, 1};
     }
     if (opt.rotaryDim > 0)
-      a.kvCache.rotary(rotaryCos.as<const void>(), rotarySin.as<const void>(), opt.seqlenK, opt.rotaryDim,
+      a.kvCache.rotary(rotaryCos.as<const void>(), rotarySin.as<const void>(), rotaryRows(opt), opt.rotaryDim,
                        opt.rotaryInterleaved);
     a.softmaxScale = opt.scale;
     a.variant = opt.variant;
@@ -328,7 +332,7 @@ Status makeCaches(const RunOptions &opt, InputSets &sets) {
     return s;
   if (opt.rotaryDim > 0) {
     std::vector<uint16_t> cos, sin;
-    reference::ropeTables(opt.seqlenK, opt.rotaryDim, opt.dtype, cos, sin);
+    reference::ropeTables(rotaryRows(opt), opt.rotaryDim, opt.dtype, cos, sin);
     for (auto [buffer, host] : {std::pair{&sets.rotaryCos, &cos}, {&sets.rotarySin, &sin}}) {
       if (Status s = buffer->allocate(host->size() * sizeof(uint16_t)); !s.ok())
         return s;
@@ -353,7 +357,7 @@ Status rotatedInputs(const RunOptions &opt, const InputSets &sets, DeviceBuffer 
     return s;
   if (Status s = sets.k.download(kHost, 0, sets.kElems); !s.ok())
     return s;
-  reference::ropeTables(opt.seqlenK, opt.rotaryDim, opt.dtype, cos, sin);
+  reference::ropeTables(rotaryRows(opt), opt.rotaryDim, opt.dtype, cos, sin);
   const int cached = opt.seqlenK - opt.append;
   for (int b = 0; b < opt.batch; ++b) {
     for (int i = 0; i < opt.seqlenQ; ++i)
