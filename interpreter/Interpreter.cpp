@@ -399,18 +399,9 @@ LogicalResult Interpreter::run(std::vector<float> &o, std::vector<float> &lse, R
 }
 
 bool Interpreter::decodeWorkTile(int64_t work, int64_t qTiles) {
-  // As the kernel numbers its tiles: groups of (batch, head) pairs whose K/V fit 32 MiB, in a group the heaviest Q
-  // tiles first, query head fastest.
-  const int64_t pairs = problem.batch * problem.headsQ;
-  const int64_t keys = problem.isVarlen() ? problem.seqlenK / problem.batch : problem.seqlenK;
-  const int64_t kvBytesPerHead =
-      std::max<int64_t>(1, keys * (func.getHeadDim() + func.getHeadDimV()) * 2 / group);
-  const int64_t groupPairs = std::min(pairs, std::max<int64_t>(1, (int64_t(32) << 20) / kvBytesPerHead));
-  const int64_t groupFirst = work / (groupPairs * qTiles) * groupPairs;
-  const int64_t groupSize = std::min(groupPairs, pairs - groupFirst);
-  const int64_t inGroup = work - groupFirst * qTiles;
-  const int64_t t = qTiles - 1 - inGroup / groupSize, pair = groupFirst + inGroup % groupSize;
-  const int64_t b = pair / problem.headsQ, h = pair % problem.headsQ;
+  // As the kernel numbers its tiles: pair by pair (batch-major, query head fastest), the last Q tile first.
+  const int64_t t = qTiles - 1 - work % qTiles;
+  const int64_t b = work / qTiles / problem.headsQ, h = work / qTiles % problem.headsQ;
   inst = sequenceOf(problem, b);
   inst.h = h;
   inst.hKv = h / group;
@@ -460,8 +451,11 @@ LogicalResult Interpreter::exec(WorkLoopOp op) {
   Block &body = op.getBody().front();
   int64_t count = 0;
   const int64_t tiles = persistentQTiles * problem.headsQ * problem.batch;
-  for (int64_t work = persistentBlock; work < tiles; work += persistentGrid) {
-    if (!decodeWorkTile(work, persistentQTiles))
+  // As the kernel walks them: round r's tile r·blocks + block, snaking (odd rounds count the blocks backwards).
+  for (int64_t round = 0; round * persistentGrid < tiles; ++round) {
+    const int64_t work =
+        round * persistentGrid + (round % 2 == 0 ? persistentBlock : persistentGrid - 1 - persistentBlock);
+    if (work >= tiles || !decodeWorkTile(work, persistentQTiles))
       continue;
     scalars[op.getTileCount()] = Scalar::integer(count);
     for (auto [arg, value] : llvm::zip(op.getCarriedArgs(), carried))

@@ -1,30 +1,31 @@
 #!/usr/bin/env bash
-# persistent-bench.sh — on the GPU machine, after bench/device/prepare-persistent.sh: fa3 with persistent blocks,
-# checked and timed beside fa3 with a block a tile and torch SDPA (FLASH, CUDNN) in the same run. Writes to $OUT:
-#   gpu-tests.log      flashtile_gpu_tests with FLASHTILE_SCHEDULE=fa3 on the persistent library
-#   check.log, variants.md   every built-in variant under persistent fa3 (FlashAttention's error rule, GQA, varlen)
-#   memcheck.log       compute-sanitizer memcheck on a subset of the GPU tests (FLASHTILE_MEMCHECK=1)
-#   bench-p.md / bench-np.md   bf16, batch·seqlen = 16k, hidden 2048: persistent / a block a tile
+# persistent-bench.sh — on the GPU machine, after bench/device/prepare-fa3.sh and prepare-persistent.sh: fa3 with its
+# default knobs (persistent blocks where they measured faster) checked, and timed beside fa3 with a block a tile and
+# torch SDPA (FLASH, CUDNN) in the same run. Writes to $OUT:
+#   gpu-tests.log      flashtile_gpu_tests with FLASHTILE_SCHEDULE=fa3 on .device/aot-fa3
+#   memcheck.log       compute-sanitizer memcheck on a subset of those tests (step "memcheck")
+#   check.log, variants.md   every built-in variant under fa3 (FlashAttention's error rule, GQA, varlen)
+#   bench-p.md / bench-np.md   bf16, batch·seqlen = 16k, hidden 2048: default knobs / --persistent 0
 # FLASHTILE_STEPS (default "tests,check,bench") picks the steps; each is bounded in time.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT=${OUT:-$PWD/.device/out}
 mkdir -p "$OUT"
 LIB=.device/lib/libflashtile.so
-STEPS=${FLASHTILE_STEPS:-tests,check,bench}
+STEPS=${FLASHTILE_STEPS:-tests,memcheck,check,bench}
 export FLASHTILE_CACHE_DIR=${FLASHTILE_CACHE_DIR:-/tmp/flashtile-cache}
 status=0
 has() { [[ ,$STEPS, == *,$1,* ]]; }
 nvidia-smi -L || true
 if has tests; then
-  FLASHTILE_AOT_DIR=$PWD/.device/aot-fa3p FLASHTILE_SCHEDULE=fa3 FLASHTILE_REQUIRE_GPU=1 FLASHTILE_DISABLE_CACHE=1 \
+  FLASHTILE_AOT_DIR=$PWD/.device/aot-fa3 FLASHTILE_SCHEDULE=fa3 FLASHTILE_REQUIRE_GPU=1 FLASHTILE_DISABLE_CACHE=1 \
     timeout -k 5 "${FLASHTILE_TESTS_TIMEOUT:-200}" .device/bin/flashtile_gpu_tests ${FLASHTILE_GTEST_FILTER:+--gtest_filter="$FLASHTILE_GTEST_FILTER"} \
     >"$OUT/gpu-tests.log" 2>&1 || status=1
   tail -3 "$OUT/gpu-tests.log"
 fi
 if has memcheck; then
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  FLASHTILE_AOT_DIR=$PWD/.device/aot-fa3p FLASHTILE_SCHEDULE=fa3 FLASHTILE_REQUIRE_GPU=1 FLASHTILE_DISABLE_CACHE=1 \
+  FLASHTILE_AOT_DIR=$PWD/.device/aot-fa3 FLASHTILE_SCHEDULE=fa3 FLASHTILE_REQUIRE_GPU=1 FLASHTILE_DISABLE_CACHE=1 \
     timeout -k 5 "${FLASHTILE_TESTS_TIMEOUT:-200}" "$sanitizer" --tool memcheck --error-exitcode 9 \
     .device/bin/flashtile_gpu_tests --gtest_filter="${FLASHTILE_MEMCHECK_FILTER:-Cases/*hd128*}" \
     >"$OUT/memcheck.log" 2>&1 || status=1
@@ -32,13 +33,13 @@ if has memcheck; then
 fi
 if has check; then
   timeout -k 5 "${FLASHTILE_CHECK_TIMEOUT:-200}" python3 bench/check_variants.py --lib $LIB \
-    --aot-dir .device/aot-fa3p --schedule fa3 --markdown "$OUT/variants.md" >"$OUT/check.log" 2>&1 || status=1
+    --aot-dir .device/aot-fa3 --schedule fa3 --markdown "$OUT/variants.md" >"$OUT/check.log" 2>&1 || status=1
   grep -c PASS "$OUT/check.log"; grep FAIL "$OUT/check.log" | head
 fi
 if has bench; then
   for lib in p np; do
     timeout -k 5 "${FLASHTILE_BENCH_TIMEOUT:-150}" python3 bench/bench_attention.py --lib $LIB \
-      --aot-dir .device/aot-fa3$lib --schedule fa3 --dtypes bf16 --head-dims "${FLASHTILE_BENCH_HEAD_DIMS:-64,128,256}" \
+      --aot-dir .device/$([[ $lib == p ]] && echo aot-fa3 || echo aot-fa3np) --schedule fa3 --dtypes bf16 --head-dims "${FLASHTILE_BENCH_HEAD_DIMS:-64,128,256}" \
       --seqlens "${FLASHTILE_BENCH_SEQLENS:-1024,2048,4096,8192,16384}" --markdown "$OUT/bench-$lib.md" \
       >"$OUT/bench-$lib.log" 2>&1 || status=1
   done

@@ -539,7 +539,7 @@ void KernelPrinter::assignNames() {
        {"p",        "params",    "ceilDiv",    "floorDiv",   "qFirst",    "qLast",      "kBlockM",   "kBlockN",
         "kHeadDim", "kHeadDimV", "kWarps",     "kThreads",   "qTile",     "blockBatch", "blockHead", "blockLinear",
         "qTiles",   "pairs",     "groupPairs", "groupFirst", "groupSize", "inGroup",    "pair",       "split",
-        "kvTiles",  "splitTiles", "blockKvHead", "headsPerKv", "kL2Bytes", "kvBytesPerHead"})
+        "kvTiles",  "splitTiles", "blockKvHead", "headsPerKv"})
     names.reserve(reserved);
   for (const std::string &reserved : target.reservedNames())
     names.reserve(reserved);
@@ -819,22 +819,13 @@ void KernelPrinter::printSequenceView() {
 }
 
 void KernelPrinter::printWorkTile(const std::string &work) {
-  w.comment("---- work tile " + work + " of this persistent block: Q tile qTile of query head blockHead of batch entry");
-  w.comment("blockBatch. Tiles are numbered heaviest first (Q tiles from the last: under causal masks the longest");
-  w.comment("walks, so the last tiles of the launch are light), over groups of (batch, head) pairs whose K/V fit in");
-  w.comment("about kL2Bytes of L2 (a group's tiles run at about the same time and read the same K/V), query head");
-  w.comment("fastest within a group (the heads of a grouped-query group read one K/V head). ----");
-  w.line("constexpr long long kL2Bytes = 32ll << 20;");
-  w.line("const int pairs = params.batch * params.headsQ;");
-  w.line("const long long kvBytesPerHead = max(1ll, (long long)(params.cuSeqlensK ? params.seqlenK / params.batch : "
-         "params.seqlenK) * (kHeadDim + kHeadDimV) * 2 / (params.headsQ / params.headsKv));");
-  w.line("const int groupPairs = static_cast<int>(min((long long)pairs, max(1ll, kL2Bytes / kvBytesPerHead)));");
-  w.line("const int groupFirst = " + work + " / (groupPairs * params.qTiles) * groupPairs;  // first pair of this group");
-  w.line("const int groupSize = min(groupPairs, pairs - groupFirst);  // the last group may be smaller");
-  w.line("const int inGroup = " + work + " - groupFirst * params.qTiles;");
-  w.line("const int qTile = params.qTiles - 1 - inGroup / groupSize;");
-  w.line("const int pair = groupFirst + inGroup % groupSize;");
-  w.line("const int blockBatch = pair / params.headsQ, blockHead = pair % params.headsQ;");
+  w.comment("---- work tile " + work + " of this persistent launch: Q tile qTile of query head blockHead of batch entry");
+  w.comment("blockBatch. Tiles are numbered (batch, head) pair by pair, query head fastest (the heads of a grouped-query");
+  w.comment("group, which read one K/V head, run side by side), and within a pair from the last Q tile (under a causal");
+  w.comment("mask the longest walk) to the first, as the grid of a block a tile orders them. ----");
+  w.line("const int qTile = params.qTiles - 1 - " + work + " % params.qTiles;");
+  w.line("const int blockBatch = " + work + " / params.qTiles / params.headsQ, blockHead = " + work +
+         " / params.qTiles % params.headsQ;");
 }
 
 LogicalResult KernelPrinter::printWorkLoop(WorkLoopOp loop) {
@@ -852,10 +843,17 @@ LogicalResult KernelPrinter::printWorkLoop(WorkLoopOp loop) {
     carried.push_back(names.unique("carried"));
     w.line("int " + carried.back() + " = " + *initial + ";  // carried from work tile to work tile");
   }
-  w.comment("==== the work tiles of this persistent block: " + work + " = blockIdx.x, blockIdx.x + gridDim.x, ... of "
-            "the qTiles x headsQ x batch tiles; " + count + ": the tiles it ran before ====");
-  w.open("for (int " + work + " = blockIdx.x, " + count + " = 0; " + work +
-         " < params.qTiles * params.headsQ * params.batch; " + work + " += gridDim.x)");
+  std::string round = names.unique("round");
+  w.comment("==== the work tiles of this persistent block: one of every gridDim.x of the qTiles x headsQ x batch tiles,");
+  w.comment("snaking: in even rounds tile blockIdx.x of the round, in odd ones tile gridDim.x - 1 - blockIdx.x, so that");
+  w.comment("a block given a heavier tile in one round tends to get a lighter one in the next; " + count +
+            ": the tiles this block ran before ====");
+  w.open("for (int " + round + " = 0, " + count + " = 0; " + round +
+         " * gridDim.x < params.qTiles * params.headsQ * params.batch; ++" + round + ")");
+  w.line("const int " + work + " = " + round + " * gridDim.x + (" + round +
+         " % 2 == 0 ? blockIdx.x : gridDim.x - 1 - blockIdx.x);");
+  w.line("if (" + work + " >= params.qTiles * params.headsQ * params.batch)");
+  w.line("  continue;  // the last round has fewer tiles than blocks");
   scalars.bind(loop.getTileCount(), count);
   for (auto [arg, name] : llvm::zip(loop.getCarriedArgs(), carried))
     scalars.bind(arg, name);

@@ -33,8 +33,9 @@ struct ConsumerOrder {
   /// otherwise at hd 64-128, mixed at 256).
   int pingpong = -1;
   /// A persistent kernel: about one thread block per SM, each looping over work tiles (tile.work_loop), so that the
-  /// producer loads the next tile's Q and K/V while the consumers finish the current one.
-  bool persistent = false;
+  /// producer loads the next tile's Q and K/V while the consumers finish the current one. 1 yes, 0 no, -1 where it
+  /// measured faster (Fa3PipelinePass.cpp, persistentByDefault).
+  int persistent = -1;
 };
 
 /// tile-fa3-pipeline (Fa3PipelinePass.cpp): a producer role copies K/V tiles into a ring of `stages` slots, full/empty

@@ -71,10 +71,11 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
                                       "or -1 where FA3 does (two or more consumer warpgroups, head dims up to 128)"),
                        llvm::cl::init(-1)};
 
-  Option<bool> persistent{*this, "persistent",
-                          llvm::cl::desc("each role loops over the work tiles of a persistent thread block "
-                                         "(tile.work_loop): Q gets an empty barrier, ring positions run on"),
-                          llvm::cl::init(false)};
+  Option<int> persistent{*this, "persistent",
+                         llvm::cl::desc("each role loops over the work tiles of a persistent thread block "
+                                        "(tile.work_loop): Q gets an empty barrier, ring positions run on. 1, 0, or -1 "
+                                        "where it measured faster (walks of one length, or the short shape class)"),
+                         llvm::cl::init(-1)};
 
   /// Persistent pipelines: stand-ins for the ring position of this tile's first K/V tile and for the number of tiles
   /// the block ran before it (Q's ring position), replaced by each role's tile.work_loop arguments; null otherwise.
@@ -164,8 +165,9 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     Value qFull = fullOf(qBuffer), kFull = fullOf(kBuffer), kEmpty = emptyOf(kBuffer);
     Value vFull = fullOf(vBuffer), vEmpty = emptyOf(vBuffer);
     // A persistent block copies Q once a tile into its one slot: the consumers release it like a K/V slot.
-    Value qEmpty = persistent ? emptyOf(qBuffer) : Value();
-    if (persistent) {
+    const bool loopsOverTiles = persistent == 1 || (persistent < 0 && persistentByDefault(func));
+    Value qEmpty = loopsOverTiles ? emptyOf(qBuffer) : Value();
+    if (loopsOverTiles) {
       ringBase = arith::ConstantIntOp::create(b, loc, 0, 32);
       tileCount = arith::ConstantIntOp::create(b, loc, 0, 32);
     }
@@ -204,8 +206,8 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     Value zero = arith::ConstantIntOp::create(pb, loc, 0, 32);
     Value one = arith::ConstantIntOp::create(pb, loc, 1, 32);
     Value qSlot = SlotOp::create(pb, loc, qBuffer, Value()).getResult();
-    Value qPosition = persistent ? tileCount : zero;
-    if (persistent)
+    Value qPosition = loopsOverTiles ? tileCount : zero;
+    if (loopsOverTiles)
       BarrierWaitOp::create(pb, loc, qEmpty, qPosition);
     CopyAsyncOp::create(pb, loc, "q", Value(), qSlot, qFull, qPosition, Value());
     auto walk = KvWalkOp::create(pb, loc, lowest, highest, "descending");
@@ -227,14 +229,31 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     for (Operation *op : consumerOps)
       op->moveBefore(consumerEnd);
     OpBuilder cb(loadQ);
-    BarrierWaitOp::create(cb, loc, qFull, persistent ? tileCount : arith::ConstantIntOp::create(cb, loc, 0, 32));
+    BarrierWaitOp::create(cb, loc, qFull, loopsOverTiles ? tileCount : arith::ConstantIntOp::create(cb, loc, 0, 32));
     loadQ.getSlotMutable().assign(SlotOp::create(cb, loc, qBuffer, Value()).getResult());
     if (overlap)
       overlapSoftmaxWithPv(bodies, highest, lowest, Ring{kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty});
     else
       waitEachGemm(bodies, highest, Ring{kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty});
-    if (persistent)
+    if (loopsOverTiles)
       loopOverWorkTiles(func, {producer, consumer}, qEmpty, highest, lowest);
+  }
+
+  /// Persistent blocks where they measured faster on the H200 (2026-12-01, bench/NOTES.md v17), at head dims up to 128:
+  /// programs whose every Q tile walks the same keys (no KV-range rule reads the query rows: the tiles cost the same,
+  /// so a static assignment is balanced; +2-4% at 2k-16k, +6-13% at 1k), and the short shape class (sequences up to
+  /// 1k: causal +7% at hd128, +21% at hd64). Causal and banded programs of the default class keep a block a tile: the
+  /// hardware's block scheduler balances their uneven tiles better than a static assignment (causal 16k: 1.09x cuDNN
+  /// against 0.83x). At head dim 256 persistent blocks measured 0-6% slower.
+  static bool persistentByDefault(FuncOp func) {
+    if (std::max(func.getHeadDim(), func.getHeadDimV()) > 128)
+      return false;
+    if (func.getScheduleAttr().getShapeClass() == "short")
+      return true;
+    return llvm::all_of(func.getBody().getOps<KvRangeOp>(), [](KvRangeOp range) {
+      Block &rule = range.getRule().front();
+      return rule.getArgument(0).use_empty() && rule.getArgument(1).use_empty();
+    });
   }
 
   /// Each GEMM waited on right after it is issued.

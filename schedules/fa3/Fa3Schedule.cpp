@@ -46,9 +46,9 @@ public:
                    "waited on when issued", 0, 1},
         {kPingpong, "1: the consumer warpgroups take turns issuing their GEMMs; 0: they issue freely (default: 1 at "
                     "head dims up to 128 with two or more consumer warpgroups)", 0, 1},
-        {kPersistent, "1: about one thread block per SM, each running Q tile after Q tile (heaviest first, (batch, "
-                      "head) pairs grouped for the L2), loading the next tile under the current one; 0: a block a "
-                      "tile", 0, 1},
+        {kPersistent, "1: about one thread block per SM, each running Q tile after Q tile, loading the next tile "
+                      "under the current one; 0: a block a tile (default: 1 at head dims up to 128 where every Q tile "
+                      "walks the same keys, and for the short shape class)", 0, 1},
     };
     return specs;
   }
@@ -126,7 +126,7 @@ void buildSchedulePipeline(OpPassManager &pm, const schedule::Request &request) 
   ConsumerOrder order;
   order.overlap = knob(request.knobs, kOverlap, 1) != 0;
   order.pingpong = static_cast<int>(knob(request.knobs, kPingpong, -1));
-  order.persistent = knob(request.knobs, kPersistent, 0) != 0;
+  order.persistent = static_cast<int>(knob(request.knobs, kPersistent, -1));
   // 0: the budget for the consumer warpgroups the schedule chose (configure may pick three at head dim 64).
   RoleRegisters regs{static_cast<int>(knob(request.knobs, kProducerRegs, 0)),
                      static_cast<int>(knob(request.knobs, kConsumerRegs, 0))};

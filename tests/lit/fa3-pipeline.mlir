@@ -98,11 +98,11 @@
 // SM90: target = #tile.target<arch = "sm_90a", isa = "sm90">
 // NOTARGET: schedule 'fa3' has no lowering for sm_80
 
-// Persistent blocks (persistent=true): each role's ops become a tile.work_loop over the block's tiles, the rules and
+// Persistent blocks (persistent=1): each role's ops become a tile.work_loop over the block's tiles, the rules and
 // bounds copied into both; Q has an empty barrier the consumers arrive on after the last loop with a Q·Kᵀ (before
 // the P·V-only epilogue), and the producer waits on it before each tile's Q, at ring position = the tile count; K/V
 // ring positions start where the tile before stopped.
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="persistent=true" | FileCheck %s --check-prefix=PERSISTENT
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="persistent=1" | FileCheck %s --check-prefix=PERSISTENT
 // PERSISTENT: %[[QB:.*]] = tile.buffer "q"
 // PERSISTENT: %[[QF:.*]] = tile.barrier %[[QB]] {bytes = 24576 : i64}
 // PERSISTENT: %[[QE:.*]] = tile.barrier %[[QB]] {arrivals = 1 : i64}

@@ -103,9 +103,8 @@ struct KernelInfo {
   bool tensorMaps = false;
 
   // Persistent kernels (the fa3 schedule's tile.work_loop): the grid is min(tiles, SMs) blocks, each running work
-  // tiles blockIdx.x, blockIdx.x + gridDim.x, ... of FlashtileFwdParams::qTiles x headsQ x batch, in the order the
-  // kernel decodes (heaviest Q tiles first, (batch, head) pairs in groups whose K/V fit the L2). Absent from the
-  // text form unless set (persistent=1).
+  // tiles of FlashtileFwdParams::qTiles x headsQ x batch, one in every gridDim.x (the kernel decodes them). Absent
+  // from the text form unless set (persistent=1).
   bool persistent = false;
 
   bool splitKv() const { return !combineEntry.empty(); }
