@@ -74,7 +74,9 @@ class KvCacheCall(ctypes.Structure):
                                                "head_dim_v", "cache_batch", "cache_seqlen", "num_pages", "page_size",
                                                "max_pages_per_seq", "seqlen_new", "num_splits", "num_params",
                                                "num_inputs")]
-                + [("softmax_scale", ctypes.c_float), ("params", ctypes.c_float * 8)])
+                + [("softmax_scale", ctypes.c_float), ("params", ctypes.c_float * 8)]
+                + [("rotary_cos", ctypes.c_void_p), ("rotary_sin", ctypes.c_void_p)]
+                + [(n, ctypes.c_int) for n in ("rotary_dim", "seqlen_ro", "rotary_interleaved")])
 
 
 class Flashtile:

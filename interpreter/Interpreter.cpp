@@ -10,6 +10,7 @@
 #include "interpreter/TileMath.h"
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/TilePacking.h"
+#include "passes/IR/TileRotary.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -223,6 +224,8 @@ private:
   LogicalResult exec(InputOp op);
   LogicalResult exec(KvRangeOp op);
   LogicalResult exec(LoadOp op);
+  /// Rotates the rows of Q tile `t` that `op` (tile.load q {tile.rotary}) loaded, in place.
+  LogicalResult rotate(LoadOp op, const Rotary &rotary, Tile &t);
   LogicalResult exec(BufferOp op);
   LogicalResult exec(SlotOp op);
   LogicalResult exec(CopyAsyncOp op);
@@ -853,11 +856,32 @@ LogicalResult Interpreter::exec(LoadOp op) {
     for (int64_t d = 0; d < source.width; ++d)
       t.at(r, d) = source.at(inst.entry, row0 + row, rowHead, d);
   }
+  if (std::optional<Rotary> rotary = rotaryOf(op); rotary && failed(rotate(op, *rotary, t)))
+    return failure();
   if (failed(define(op, op.getResult(), std::move(t))))
     return failure();
   if (Value slot = op.getSlot()) {
     loadedFrom[tiles[op.getResult()].get()] = slots.lookup(slot);
     loadedFills[tiles[op.getResult()].get()] = copies.fills(slots.lookup(slot));
+  }
+  return success();
+}
+
+LogicalResult Interpreter::rotate(LoadOp op, const Rotary &rotary, Tile &t) {
+  const int64_t half = problem.rotaryDim / 2, cached = inst.seqlenK - problem.seqlenNew;
+  for (int64_t r = 0; r < t.rows && t.rowBase + r < rowCount(); ++r) {
+    const int64_t position = cached + (rotary.perRow ? rowOf(t.rowBase + r).first : 0);
+    if (position < 0 || position >= problem.seqlenRo)
+      return fail(op, "rotates query row " + Twine(rowOf(t.rowBase + r).first) + " at position " + Twine(position) +
+                          ", outside the " + Twine(problem.seqlenRo) + " rows of the cos/sin tables");
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t c0 = rotary.interleaved ? 2 * i : i, c1 = rotary.interleaved ? 2 * i + 1 : i + half;
+      const float cos = roundOut(problem.rotaryCos[position * half + i]);
+      const float sin = roundOut(problem.rotarySin[position * half + i]);
+      const float x0 = t.at(r, c0), x1 = t.at(r, c1);
+      t.at(r, c0) = roundOut(x0 * cos - x1 * sin);
+      t.at(r, c1) = roundOut(x0 * sin + x1 * cos);
+    }
   }
   return success();
 }
@@ -1353,6 +1377,21 @@ LogicalResult validate(FuncOp func, const Problem &p, size_t qSize, size_t kSize
       return func.emitError() << "input '" << input.getName() << "' has " << input.getElementType()
                               << " elements but the problem gives " << (isF32 ? "f32" : "i32") << " values";
   }
+  bool rotates = false;
+  func.walk([&](LoadOp load) { rotates |= rotaryOf(load).has_value(); });
+  if (rotates) {
+    const size_t table =
+        static_cast<size_t>(std::max(p.seqlenRo, 0)) * static_cast<size_t>(std::max(p.rotaryDim / 2, 0));
+    if (p.rotaryDim < 2 || p.rotaryDim % 2 != 0 || p.rotaryDim > p.headDim)
+      return func.emitError() << "rotary_dim is " << p.rotaryDim << "; a program that rotates Q (" << kRotaryAttr
+                              << ") takes an even rotary_dim from 2 to head_dim = " << p.headDim;
+    if (p.seqlenRo < 1 || p.rotaryCos.size() != table || p.rotarySin.size() != table)
+      return func.emitError() << "rotary_cos and rotary_sin hold " << p.rotaryCos.size() << " and "
+                              << p.rotarySin.size() << " values; seqlen_ro (" << p.seqlenRo
+                              << ", at least 1) x rotary_dim / 2 = " << table << " each";
+  }
+  if (p.seqlenNew < 0 || p.seqlenNew > p.seqlenK)
+    return func.emitError() << "seqlen_new is " << p.seqlenNew << "; accepted: 0 to seqlen_k = " << p.seqlenK;
   if (!roundFor(func.getDtype()))
     return func.emitError() << "the interpreter runs bf16 and f16 programs, not " << func.getDtype();
   if (p.isVarlen() || !p.cuSeqlensK.empty()) {

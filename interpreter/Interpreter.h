@@ -43,6 +43,12 @@ struct Problem {
   /// ... in the kernel's order (heaviest Q tiles first); min(tiles, persistentBlocks) run. Few blocks make each run
   /// many tiles, so that ring positions and phases carry across tiles as on the GPU. Other programs ignore it.
   int persistentBlocks = 3;
+  /// Programs whose Q load rotates (tile.rotary, passes/IR/TileRotary.h): the cos and sin tables, seqlenRo x
+  /// rotaryDim / 2 each (rounded to the program's dtype, as the kernels read them), and rotaryDim (even, at most
+  /// headDim). seqlenNew: the keys at the end of each sequence that a KV-cache call appended (K/V hold them already
+  /// here); positions count from seqlen_k − seqlenNew.
+  int rotaryDim = 0, seqlenRo = 0, seqlenNew = 0;
+  std::vector<float> rotaryCos, rotarySin;
 
   bool isVarlen() const { return !cuSeqlensQ.empty(); }
 };

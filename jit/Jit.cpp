@@ -55,6 +55,17 @@ StatusOr<ElementType> parseElementType(const std::string &name) {
   return Status::error("dtype: unknown '" + name + "'; accepted: bf16, f16");
 }
 
+StatusOr<RotaryMode> parseRotaryMode(const std::string &name) {
+  if (name.empty() || name == "none")
+    return RotaryMode::None;
+  if (name == kRotaryHalves)
+    return RotaryMode::Halves;
+  if (name == kRotaryInterleaved)
+    return RotaryMode::Interleaved;
+  return Status::error("rotary: unknown '" + name + "'; accepted: none, " + std::string(kRotaryHalves) + ", " +
+                       std::string(kRotaryInterleaved));
+}
+
 void registerBuiltins() {
   schedule::registerBuiltinSchedules();
   codegen::registerBuiltinTargets();
@@ -70,6 +81,12 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
   auto id = variantId(variant);
   if (mlir::failed(id))
     return Status::error("variant '" + variant.name() + "' does not build a valid program");
+  if (options.rotary != RotaryMode::None) {
+    auto knob = options.schedule.knobs.find(schedule::kKvCacheKnob);
+    if (!schedule::hasKvCacheKnob(*schedule) || knob == options.schedule.knobs.end() || knob->second != 1)
+      return Status::error("rotary embedding comes with the keys a KV-cache call appends: only KV-cache kernels "
+                           "rotate (the decode schedule with kv-cache = 1)");
+  }
 
   mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
   context.printOpOnDiagnostic(options.debug || options.printIrAfterAll);
@@ -85,8 +102,8 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
 
   auto start = std::chrono::steady_clock::now();
   CompileResult result;
-  auto module =
-      buildAttentionProgram(context, variant, ProgramOptions{options.dtype, options.headDim, options.headDimV});
+  auto module = buildAttentionProgram(context, variant,
+                                      ProgramOptions{options.dtype, options.headDim, options.headDimV, options.rotary});
   if (mlir::failed(module))
     return failedWith("building the tile program for variant '" + variant.name() + "' failed");
   result.tileIr = print(module->get());
@@ -227,7 +244,13 @@ StatusOr<std::pair<Variant, CompileOptions>> Jit::optionsFor(const KernelSpec &s
   auto dtype = parseElementType(spec.dtype);
   if (!dtype.ok())
     return dtype.status();
+  auto rotary = parseRotaryMode(spec.rotary);
+  if (!rotary.ok())
+    return rotary.status();
+  if (*rotary != RotaryMode::None && !spec.kvCache)
+    return Status::error("rotary embedding (rotary=" + spec.rotary + ") comes with KV-cache kernels only");
   CompileOptions options;
+  options.rotary = *rotary;
   options.dtype = *dtype;
   options.headDim = spec.headDim;
   options.headDimV = spec.headDimV;

@@ -25,6 +25,7 @@ struct CompileOptions {
   ElementType dtype = ElementType::BF16;
   int headDim = 128;
   int headDimV = 128;
+  RotaryMode rotary = RotaryMode::None; ///< rotary embedding of Q and the appended keys (KV-cache kernels only)
   schedule::Request schedule;   ///< the schedule by name, the arch, the shape class and the knobs set
   bool printIrAfterAll = false; ///< print the IR after every pass to stderr
   bool debug = false;           ///< errors carry the operation they are about (MLIR's op dump); also printIrAfterAll
@@ -47,6 +48,8 @@ void registerBuiltins();
 StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &options, Stage upTo);
 
 StatusOr<ElementType> parseElementType(const std::string &name); // f16|bf16
+/// "" or "none", "halves", "interleaved" (KernelSpec::rotary).
+StatusOr<RotaryMode> parseRotaryMode(const std::string &name);
 
 /// JIT-compiles registered variants for a Runtime. Built-in names ("none", "causal") resolve without
 /// registration; a registered variant is asked for by the id `add` returns (name#hash of its IR).

@@ -3,8 +3,9 @@
 # machine, next to prepare.sh's files:
 #   .device/aot/         fa2 kernels (bf16/f16, head dims 64 and 128; FLASHTILE_HEAD_DIMS overrides), and the
 #                        built-in variants at bf16, head dim 128, in .device/aot-variants
-#   .device/aot-decode/  the decode schedule's split-KV kernels of the same variants and head dims, each twice:
-#                        without the KV-cache code (plain decode calls) and with it (`_kvcache` entries, cache calls)
+#   .device/aot-decode/  the decode schedule's split-KV kernels of the same variants and head dims: without the
+#                        KV-cache code (plain decode calls) and with it (`_kvcache` entries, cache calls), the latter
+#                        also rotating Q and the appended keys (`_kvcache_rotary[_interleaved]`, rotary calls)
 #   .device/bin/         runtime-only binaries: flashtile, flashtile_decode_gpu_tests, flashtile_kvcache_gpu_tests
 #   .device/lib/         libflashtile.so (C ABI with CApiDecode.h and CApiKvCache.h, for bench/decode_bench.py)
 # Then run bench/device/run-decode-tests.sh and bench/device/decode-bench.sh on the GPU machine.
@@ -23,9 +24,9 @@ mkdir -p .device/bin .device/lib
 build/tools/flashtile aot --arch "$ARCH" --out .device/aot --variants none,causal --head-dims "$HEAD_DIMS"
 build/tools/flashtile aot --arch "$ARCH" --out .device/aot-variants --dtypes bf16 --head-dims 128 --variants "$VARIANTS"
 build/tools/flashtile aot --arch "$ARCH" --schedule decode --out .device/aot-decode --variants none,causal \
-  --head-dims "$HEAD_DIMS"
+  --head-dims "$HEAD_DIMS" --rotary none,halves,interleaved
 build/tools/flashtile aot --arch "$ARCH" --schedule decode --out .device/aot-decode-variants --dtypes bf16 \
-  --head-dims 128 --variants "$VARIANTS"
+  --head-dims 128 --variants "$VARIANTS" --rotary none,halves,interleaved
 # One directory per runtime: the variant kernels next to the none/causal ones (distinct specs).
 cp .device/aot-variants/* .device/aot/ 2>/dev/null || true
 cp .device/aot-decode-variants/* .device/aot-decode/ 2>/dev/null || true

@@ -3,7 +3,7 @@
 # (none, causal) and against FA2 (the other variants), every split count, dense shapes with GQA ratios 1-16, with
 # kernels from .device/aot and .device/aot-decode (bench/device/prepare-decode.sh). Writes $OUT/decode-tests.log;
 # then the KV-cache tests (flashtile_kvcache_gpu_tests: contiguous and paged caches, appended keys) to
-# $OUT/kvcache-tests.log. Extra arguments go to both test binaries (e.g. --gtest_filter='Cases/*hd128*'). With
+# $OUT/kvcache-tests.log (Rotary/* cases: rotary embedding of Q and the appended keys). Extra arguments go to both test binaries (e.g. --gtest_filter='Cases/*hd128*'). With
 # FLASHTILE_MEMCHECK=1 both run under compute-sanitizer memcheck instead (a subset: the first shapes of each kind,
 # and the KV-cache call with out-of-range device values), to $OUT/decode-memcheck.log and kvcache-memcheck.log.
 # FLASHTILE_SUITE=decode or kvcache runs one of the two (each fits one 10-minute GPU session; default: both).
@@ -37,7 +37,7 @@ if [[ ${FLASHTILE_MEMCHECK:-0} == 1 ]]; then
   fi
   if runs kvcache; then
     timeout -k 10 "${FLASHTILE_TESTS_TIMEOUT:-540}" "$sanitizer" --tool memcheck --error-exitcode 9 "$KVBIN" \
-      --gtest_filter='Cases/*bf16_hd128_causal_contiguous_idx*:Cases/*bf16_hd128_causal_paged16*:Cases/*bf16_hd64_none_paged256*:Variants/*sinks_causal*:KvCacheGpuBadValues.*' \
+      --gtest_filter='Cases/*bf16_hd128_causal_contiguous_idx*:Cases/*bf16_hd128_causal_paged16*:Cases/*bf16_hd64_none_paged256*:Variants/*sinks_causal*:Rotary/*bf16_hd128_causal_paged64*rotary64_interleaved:KvCacheGpuBadValues.*' \
       "$@" 2>&1 | tee "$OUT/kvcache-memcheck.log"
     kvrc=${PIPESTATUS[0]}
   fi

@@ -13,6 +13,7 @@
 #include "codegen/common/TargetRegistry.h"
 #include "codegen/common/TileTarget.h"
 #include "passes/IR/TileKvCache.h"
+#include "passes/IR/TileRotary.h"
 #include "passes/IR/TileNames.h"
 #include "passes/IR/TilePacking.h"
 #include "flashtile/runtime/KernelAbi.h"
@@ -1211,6 +1212,10 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
               w.comment("unless " + pred->text + ", there is no tile " + *tile +
                         ": what follows reads a stale buffer and its result is never used");
             }
+            if (std::optional<Rotary> rotary = rotaryOf(load);
+                rotary && !target.rotateQ(w, rotary->interleaved, rotary->perRow))
+              return load.emitOpError() << "rotates Q (" << kRotaryAttr << "), which the "
+                                        << func.getTargetAttr().getIsa() << " printer does not do";
             target.load(w, *which, *tile);
             return success();
           })
@@ -1344,6 +1349,15 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
         return fin.emitOpError() << "has a sink in a program that packs query heads; the sink joins at "
                                     "tile.store_split there (one head per row)";
 
+  std::optional<Rotary> rotary;
+  func.walk([&](LoadOp load) {
+    if (std::optional<Rotary> r = rotaryOf(load))
+      rotary = r;
+  });
+  if (rotary && !shape.kvCache)
+    return func.emitOpError() << "rotates Q (" << kRotaryAttr << ") without reading a KV cache (" << kKvCacheAttr
+                              << "); rotary embedding comes with the keys a cache call appends";
+
   EmittedKernel kernel;
   KernelInfo &info = kernel.info;
   info.entry =
@@ -1351,7 +1365,8 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
       std::to_string(shape.headDim) + (shape.headDimV != shape.headDim ? "_dv" + std::to_string(shape.headDimV) : "") +
       (std::string_view(schedule.getShapeClass()) != kDefaultShapeClass ? "_" + sanitize(schedule.getShapeClass())
                                                                         : "") +
-      (shape.kvCache ? "_kvcache" : ""); // a library holds a variant's plain and KV-cache kernels side by side
+      (shape.kvCache ? "_kvcache" : "") + // a library holds a variant's plain and KV-cache kernels side by side
+      (rotary ? (rotary->interleaved ? "_rotary_interleaved" : "_rotary") : "");
   info.arch = targetAttr.getArch().str();
   info.dtype = shape.dtype;
   info.headDim = shape.headDim;
@@ -1377,6 +1392,10 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   ScalarHelpers helpers;
   KernelPrinter printer(func, *target, helpers, (*family)->asyncProtocol());
   CudaWriter functions;
+  if (rotary) {
+    printRotaryFunctions(functions, shape.dtype == "bf16");
+    info.rotary = rotary->interleaved ? "interleaved" : "halves";
+  }
   if (failed(printer.printVariantFunctions(functions)) || failed(printer.printKernel(info.entry, shape)))
     return failure();
   info.packQueryHeads = shape.packQueryHeads;
@@ -1392,7 +1411,8 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   CudaWriter append;
   if (shape.kvCache) {
     info.appendEntry = info.entry + "_append";
-    printKvCacheAppendKernel(append, info.appendEntry, shape.headDim, shape.headDimV);
+    printKvCacheAppendKernel(append, info.appendEntry, shape.headDim, shape.headDimV,
+                             rotary ? std::optional<bool>(rotary->interleaved) : std::nullopt);
   }
 
   std::string &src = kernel.source;

@@ -24,7 +24,59 @@ void printKvCacheView(CudaWriter &w) {
   w.close();
 }
 
-void printKvCacheAppendKernel(CudaWriter &w, const std::string &entry, int headDim, int headDimV) {
+void printRotaryFunctions(CudaWriter &w, bool bf16) {
+  w.comment("---- rotary embedding (tile.rotary): the dtype's 16-bit values <-> fp32, and one element of a rotated");
+  w.comment("pair (x0, x1) at angle (c, s): x0·c − x1·s (`first`) or x0·s + x1·c, each product and the sum rounded");
+  w.comment("in fp32 (no FMA contraction, as the reference computes), then to the nearest 16-bit value ----");
+  w.open("__device__ __forceinline__ float rotaryToFloat(unsigned short x)");
+  if (bf16) {
+    w.line("return __builtin_bit_cast(float, static_cast<unsigned>(x) << 16);  // bf16 is fp32's upper half");
+  } else {
+    w.line("const unsigned sign = (x & 0x8000u) << 16, exponent = (x >> 10) & 0x1fu, mantissa = x & 0x3ffu;");
+    w.line("if (exponent == 31)  // inf, NaN");
+    w.line("  return __builtin_bit_cast(float, sign | 0x7f800000u | (mantissa << 13));");
+    w.line("if (exponent == 0)  // zero and subnormals: mantissa x 2^-24, exact in fp32");
+    w.line("  return (sign ? -1.f : 1.f) * static_cast<float>(mantissa) * 5.9604644775390625e-8f;");
+    w.line("return __builtin_bit_cast(float, sign | ((exponent + 112) << 23) | (mantissa << 13));");
+  }
+  w.close();
+  w.open("__device__ __forceinline__ unsigned short rotaryRound(float x)");
+  w.line("const unsigned u = __builtin_bit_cast(unsigned, x);");
+  if (bf16) {
+    w.line("if ((u & 0x7fffffffu) > 0x7f800000u)");
+    w.line("  return static_cast<unsigned short>((u >> 16) | 0x40u);  // NaN stays NaN");
+    w.line("return static_cast<unsigned short>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // ties to even");
+  } else {
+    w.line("const unsigned sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;");
+    w.line("if (a >= 0x7f800000u)  // inf, NaN");
+    w.line("  return static_cast<unsigned short>(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));");
+    w.line("if (a >= 0x477ff000u)  // 65520 and up round to inf");
+    w.line("  return static_cast<unsigned short>(sign | 0x7c00u);");
+    w.open("if (a >= 0x38800000u)");
+    w.comment("a normal f16: rebias the exponent (127 - 15), round the 13 dropped bits to even");
+    w.line("const unsigned r = a - 0x38000000u;");
+    w.line("return static_cast<unsigned short>(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));");
+    w.close();
+    w.line("const int exponent = static_cast<int>(a >> 23);");
+    w.line("if (exponent < 102)  // below 2^-25: rounds to zero");
+    w.line("  return static_cast<unsigned short>(sign);");
+    w.comment("a subnormal f16 (units of 2^-24; rounding up may give the smallest normal, which is its encoding)");
+    w.line("const unsigned mantissa = (a & 0x7fffffu) | 0x800000u;");
+    w.line("const int shift = 126 - exponent;");
+    w.line("const unsigned q = mantissa >> shift, rest = mantissa & ((1u << shift) - 1u), tie = 1u << (shift - 1);");
+    w.line("return static_cast<unsigned short>(sign | (q + (rest > tie || (rest == tie && (q & 1u)) ? 1u : 0u)));");
+  }
+  w.close();
+  w.open("__device__ __forceinline__ unsigned short rotaryOut(unsigned short x0, unsigned short x1, unsigned short c, "
+         "unsigned short s, bool first)");
+  w.line("const float a = rotaryToFloat(x0), b = rotaryToFloat(x1), cf = rotaryToFloat(c), sf = rotaryToFloat(s);");
+  w.line("return rotaryRound(first ? __fsub_rn(__fmul_rn(a, cf), __fmul_rn(b, sf)) : __fadd_rn(__fmul_rn(a, sf), "
+         "__fmul_rn(b, cf)));");
+  w.close();
+}
+
+void printKvCacheAppendKernel(CudaWriter &w, const std::string &entry, int headDim, int headDimV,
+                              std::optional<bool> rotaryInterleaved) {
   w.line("");
   w.comment("==== the append step of a KV-cache call: new keys and values into the cache ====");
   w.comment("Row i of kNew/vNew (batch entry b, K/V head hKv) becomes key row cacheSeqlens[b] + i of the sequence's");
@@ -67,7 +119,40 @@ void printKvCacheAppendKernel(CudaWriter &w, const std::string &entry, int headD
   w.line("    base * (isK ? params.kCacheBatchStride : params.vCacheBatchStride) + row * (isK ? params.kRowStride : "
          "params.vRowStride) +");
   w.line("    hKv * (isK ? params.kHeadStride : params.vHeadStride) + col * 8;");
-  w.line("*reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);");
+  if (!rotaryInterleaved) {
+    w.line("*reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);");
+    w.close();
+    return;
+  }
+  const bool interleaved = *rotaryInterleaved;
+  w.line("uint4 rotated = *reinterpret_cast<const uint4 *>(src);");
+  w.open("if (isK && col * 8 < params.rotaryDim)");
+  w.comment(std::string("rotary embedding (tile.rotary) of the new key at its position `key` in the cache, pairs ") +
+            (interleaved ? "(2i, 2i + 1)" : "(i, i + rotaryDim / 2)") + " of the first");
+  w.comment("rotaryDim columns; a partner outside this chunk is read from the same row of kNew. Values are not "
+            "rotated.");
+  w.line("const int half = min(params.rotaryDim, kHeadDim) / 2, pos = min(key, params.seqlenRo - 1);");
+  w.line("const unsigned short *const kRow = src - col * 8;");
+  w.line("const unsigned short *const cosRow = static_cast<const unsigned short *>(params.rotaryCos) + pos * half;");
+  w.line("const unsigned short *const sinRow = static_cast<const unsigned short *>(params.rotarySin) + pos * half;");
+  w.line("unsigned short *const x = reinterpret_cast<unsigned short *>(&rotated);");
+  w.line("#pragma unroll");
+  w.open("for (int e = 0; e < 8; ++e)");
+  w.line("const int c = col * 8 + e;");
+  w.line("if (c >= 2 * half)");
+  w.line("  break;");
+  if (interleaved) {
+    w.line("const bool first = c % 2 == 0;");
+    w.line("const int i = c / 2, partner = c ^ 1;");
+  } else {
+    w.line("const bool first = c < half;");
+    w.line("const int i = first ? c : c - half, partner = first ? c + half : c - half;");
+  }
+  w.line("x[e] = first ? rotaryOut(kRow[c], kRow[partner], cosRow[i], sinRow[i], true)");
+  w.line("             : rotaryOut(kRow[partner], kRow[c], cosRow[i], sinRow[i], false);");
+  w.close();
+  w.close();
+  w.line("*reinterpret_cast<uint4 *>(dst) = rotated;");
   w.close();
 }
 

@@ -9,6 +9,7 @@
 
 #include "codegen/common/CudaWriter.h"
 
+#include <optional>
 #include <string>
 
 namespace flashtile::codegen {
@@ -19,8 +20,17 @@ namespace flashtile::codegen {
 void printKvCacheView(CudaWriter &w);
 
 /// The append kernel `entry` (KernelAbi.h: FLASHTILE_APPEND_THREADS threads a block, grid (chunks, headsKv,
-/// batch)): copies kNew/vNew rows into the cache at each sequence's cacheSeqlens[b], 16 bytes a thread.
-void printKvCacheAppendKernel(CudaWriter &w, const std::string &entry, int headDim, int headDimV);
+/// batch)): copies kNew/vNew rows into the cache at each sequence's cacheSeqlens[b], 16 bytes a thread. With
+/// `rotaryInterleaved` set (the program's Q load carries tile.rotary, passes/IR/TileRotary.h) the key rows are
+/// rotated on the way, at their positions in the cache, with the pairs it names (printRotaryFunctions first).
+void printKvCacheAppendKernel(CudaWriter &w, const std::string &entry, int headDim, int headDimV,
+                              std::optional<bool> rotaryInterleaved = std::nullopt);
+
+/// The device functions of rotary embedding (tile.rotary), for the kernel's Q and the append kernel's keys:
+/// rotaryToFloat / rotaryRound between the kernel's 16-bit dtype (`bf16`, else f16) and fp32, and rotaryOut, one
+/// element of a rotated pair. Plain C (no instruction of any target), rounded like the interpreter: each product
+/// and sum in fp32 (no FMA contraction), the result to the nearest 16-bit value (ties to even).
+void printRotaryFunctions(CudaWriter &w, bool bf16);
 
 } // namespace flashtile::codegen
 

@@ -103,6 +103,10 @@ public:
   /// Q).
   virtual void load(CudaWriter &w, Operand operand, const std::string &tile) = 0;
 
+  /// `tile.load q` with `tile.rotary` (passes/IR/TileRotary.h), printed before `load`: rotates the Q tile where
+  /// the wait left it, visible to every thread afterwards, with the kernel's rotaryOut (printRotaryFunctions,
+  /// KvCacheCuda.h). Returns false when the target does not (the printer then refuses the program).
+  virtual bool rotateQ(CudaWriter &, bool /*interleaved*/, bool /*perRow*/) { return false; }
   /// `tile.init_state`. All state values (loop arguments and results included) share this one register state.
   virtual void initState(CudaWriter &w) = 0;
   /// `tile.qk` of Q and the K tile in slot `kSlot` into the score tile `scores` ("score" or "scoreNext"), which it

@@ -52,13 +52,17 @@ public:
             // GQA packing
             "rowQuery", "rowHead", "hRow", "qi", "qh", "packedRows", "dst",
             // paged KV caches (copyRoutine)
-            "key", "page", "pageMask"};
+            "key", "page", "pageMask",
+            // rotary embedding of Q (rotateQ)
+            "t", "half", "cached", "cosTable", "sinTable", "pos", "x0", "x1", "c0", "c1", "v0", "v1", "cr", "sr",
+            "rotated", "rotaryOut", "rotaryToFloat", "rotaryRound"};
   }
 
   void setup(CudaWriter &w, const std::vector<Operand> &copied) override;
   void copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) override;
   void wait(CudaWriter &w, const std::vector<Operand> &operands, int64_t newerCopies) override;
   void load(CudaWriter &w, Operand operand, const std::string &tile) override;
+  bool rotateQ(CudaWriter &w, bool interleaved, bool perRow) override;
   void initState(CudaWriter &w) override;
   void qk(CudaWriter &w, const std::string &kTile, const std::string &scores) override;
   void carryScores(CudaWriter &w, const std::string &from) override;
@@ -386,6 +390,46 @@ void TileTargetSm80::load(CudaWriter &w, Operand operand, const std::string &til
                   ": ldmatrix.x4.trans reads its B fragments inside P·V"));
     return;
   }
+}
+
+bool TileTargetSm80::rotateQ(CudaWriter &w, bool interleaved, bool perRow) {
+  w.comment("---- rotary embedding of Q in sQ (tile.rotary; flash_attn_with_kvcache's rotary_cos/rotary_sin), before");
+  w.comment(std::string("any read of it: pair i of the first rotaryDim columns, ") +
+            (interleaved ? "(2i, 2i + 1)" : "(i, i + rotaryDim / 2)") + ", of query row q at position " +
+            (perRow ? "cached + q" : "cached"));
+  w.comment(
+      "(cached = the keys before this call's new ones: cacheSeqlens[b]), clamped to the tables' rows; one pair a");
+  w.comment("thread at a time, so no pair is read after another thread wrote it ----");
+  w.open("");
+  w.line("const int half = min(p.rotaryDim, kHeadDim) / 2, cached = p.seqlenK - p.seqlenNew;");
+  w.line("const unsigned short *const cosTable = static_cast<const unsigned short *>(p.rotaryCos);");
+  w.line("const unsigned short *const sinTable = static_cast<const unsigned short *>(p.rotarySin);");
+  w.open("for (int t = threadIdx.x; t < kBlockM * half; t += kThreads)");
+  w.line("const int row = t / half, i = t % half;");
+  if (shape.packQueryHeads) {
+    w.line("if (m0 + row >= packedRows)");
+    w.line("  break;  // rows past the sequence (zero-filled) are never stored: rows only grow with t");
+  } else {
+    w.line("if (m0 + row >= p.seqlenQ)");
+    w.line("  break;  // rows past the sequence (zero-filled) are never stored: rows only grow with t");
+  }
+  if (perRow)
+    w.line(cat("const int pos = min(max(cached + ", shape.packQueryHeads ? "(m0 + row) / headsPerKv" : "m0 + row",
+               ", 0), p.seqlenRo - 1);  // the row's query row"));
+  else
+    w.line("const int pos = min(max(cached, 0), p.seqlenRo - 1);  // every row at the first position");
+  w.line(interleaved ? "const int c0 = 2 * i, c1 = 2 * i + 1;" : "const int c0 = i, c1 = i + half;");
+  w.line("unsigned short *const x0 = reinterpret_cast<unsigned short *>(sQ + sm80::swizzle<kHeadDim / 8>(row, c0 / "
+         "8)) + c0 % 8;");
+  w.line("unsigned short *const x1 = reinterpret_cast<unsigned short *>(sQ + sm80::swizzle<kHeadDim / 8>(row, c1 / "
+         "8)) + c1 % 8;");
+  w.line("const unsigned short v0 = *x0, v1 = *x1, cr = cosTable[pos * half + i], sr = sinTable[pos * half + i];");
+  w.line("*x0 = rotaryOut(v0, v1, cr, sr, true);");
+  w.line("*x1 = rotaryOut(v0, v1, cr, sr, false);");
+  w.close();
+  w.close();
+  w.line("__syncthreads();  // rotated Q visible to every warp");
+  return true;
 }
 
 void TileTargetSm80::initState(CudaWriter &w) {

@@ -1,6 +1,7 @@
 //===- Program.cpp - the attention-forward tile program -------------------===//
 #include "flashtile/dsl/Program.h"
 #include "passes/IR/TileDialect.h"
+#include "passes/IR/TileRotary.h"
 
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/DenseSet.h"
@@ -182,7 +183,12 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
       failed(kvRange("full", variant.fullRangeFn(), variant.maskFn() ? noKeys : allKeys)))
     return failure();
 
-  Value q = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), "q", Value(), Value(), Value());
+  auto loadQ = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), "q", Value(), Value(),
+                                    Value());
+  if (options.rotary != RotaryMode::None)
+    loadQ->setAttr(tile::kRotaryAttr,
+                   tile::rotaryAttr(&ctx, {options.rotary == RotaryMode::Interleaved, variant.maskFn() != nullptr}));
+  Value q = loadQ;
   auto stateType = tile::StateType::get(&ctx, dyn, options.headDimV, tile::MemorySpace::Registers);
   Value init = tile::InitStateOp::create(b, loc, stateType);
   auto loop =

@@ -2,6 +2,7 @@
 #include "passes/IR/TileDialect.h"
 #include "flashtile/runtime/KernelInfo.h"
 #include "passes/IR/TileNames.h"
+#include "passes/IR/TileRotary.h"
 
 #include "mlir/IR/Matchers.h"
 
@@ -33,8 +34,28 @@ namespace flashtile::tile {
 /// (found by fuzz-ir: a use-after-free in flashtile-opt on malformed input). Dropping every use of the region's
 /// values before it goes leaves such users with no operand instead.
 static mlir::ParseResult parseTileRegion(mlir::OpAsmParser &parser, mlir::Region &region) {
-  if (succeeded(parser.parseRegion(region)))
+  const llvm::SMLoc loc = parser.getCurrentLocation();
+  const bool parsed = succeeded(parser.parseRegion(region));
+  // The same resolution can happen when the region parses: a use before it, outside, then holds a value of the
+  // region, which a later error in the op's own syntax (after the region) frees with it. Such uses are dropped here,
+  // and the region is an error.
+  bool escapes = false;
+  llvm::SmallPtrSet<mlir::Operation *, 16> inside;
+  region.walk([&](mlir::Operation *op) { inside.insert(op); });
+  auto dropOutsideUses = [&](mlir::Value value) {
+    for (mlir::OpOperand &use : llvm::make_early_inc_range(value.getUses()))
+      if (!inside.contains(use.getOwner())) {
+        use.drop();
+        escapes = true;
+      }
+  };
+  for (mlir::Operation *op : inside)
+    llvm::for_each(op->getResults(), dropOutsideUses);
+  region.walk([&](mlir::Block *block) { llvm::for_each(block->getArguments(), dropOutsideUses); });
+  if (parsed && !escapes)
     return mlir::success();
+  if (parsed)
+    parser.emitError(loc, "a value defined in this region is used outside it");
   for (mlir::Block &block : region) {
     for (mlir::BlockArgument arg : block.getArguments())
       arg.dropAllUses();
@@ -381,6 +402,13 @@ LogicalResult LoadOp::verify() {
   if (type.getDimSize(1) != width)
     return emitOpError() << getOperand() << " tile must have " << width << " columns (head dim), got "
                          << dimStr(type.getDimSize(1));
+  if (Attribute rotary = (*this)->getAttr(kRotaryAttr)) {
+    std::string error;
+    if (getOperand() != "q")
+      return emitOpError() << kRotaryAttr << " rotates the Q tile only (the appended keys follow Q's attribute)";
+    if (!parseRotary(rotary, &error))
+      return emitOpError() << kRotaryAttr << " " << error << ", got " << rotary;
+  }
   if (Value slot = getSlot()) {
     if (cast<SlotType>(slot.getType()).getTile() != type)
       return emitOpError() << "reads a " << type << " from a slot of " << cast<SlotType>(slot.getType()).getTile();

@@ -457,7 +457,7 @@ def Tile_FinalizeOp : Tile_Op<"finalize", [RecursiveMemoryEffects]> {
   let arguments = (ins Tile_StateType:$state);
   let results = (outs Tile_TileF32:$o, Tile_TileF32:$lse);
   let regions = (region MaxSizedRegion<1>:$sink);
-  let assemblyFormat = "$state (`sink` $sink^)? attr-dict `:` type($state) `->` type($o) `,` type($lse)";
+  let assemblyFormat = "$state (`sink` custom<TileRegion>($sink)^)? attr-dict `:` type($state) `->` type($o) `,` type($lse)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     bool hasSink() { return !getSink().empty(); }
@@ -594,7 +594,7 @@ def Tile_StoreSplitOp : Tile_Op<"store_split", [MemoryEffects<[MemWrite]>]> {
   }];
   let arguments = (ins Tile_TileF32:$o, Tile_TileF32:$lse);
   let regions = (region MaxSizedRegion<1>:$sink);
-  let assemblyFormat = "$o `,` $lse (`sink` $sink^)? attr-dict `:` type($o) `,` type($lse)";
+  let assemblyFormat = "$o `,` $lse (`sink` custom<TileRegion>($sink)^)? attr-dict `:` type($o) `,` type($lse)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     bool hasSink() { return !getSink().empty(); }

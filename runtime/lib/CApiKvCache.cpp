@@ -81,6 +81,9 @@ Status forwardKvCache(flashtile_runtime *rt, const flashtile_kvcache_call *call)
     cache.kNewStride = stridesOr(call->k_new_stride, call->seqlen_new, call->heads_kv, call->head_dim);
     cache.vNewStride = stridesOr(call->v_new_stride, call->seqlen_new, call->heads_kv, headDimV);
   }
+  if (call->rotary_interleaved != 0 && call->rotary_interleaved != 1)
+    return Status::error("rotary_interleaved is " + std::to_string(call->rotary_interleaved) + "; accepted: 0 or 1");
+  cache.rotary(call->rotary_cos, call->rotary_sin, call->seqlen_ro, call->rotary_dim, call->rotary_interleaved == 1);
   args.softmaxScale = call->softmax_scale;
   args.variant = call->variant ? call->variant : "none";
   args.variantParams.assign(call->params, call->params + call->num_params);

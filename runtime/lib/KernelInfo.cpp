@@ -18,8 +18,8 @@ constexpr std::string_view kFieldNames[] = {
     "blockM", "blockN",  "threads",   "smemBytes",  "paramNames", "inputNames", "paramRules", "compilerVersion"};
 constexpr size_t kNumFields = std::size(kFieldNames);
 /// Fields only split-KV kernels have (serialized after the others when combineEntry is set).
-constexpr std::string_view kSplitKvFieldNames[] = {"combineEntry", "combineRows", "combineThreads",
-                                                   "packQueryHeads", "appendEntry"};
+constexpr std::string_view kSplitKvFieldNames[] = {"combineEntry",   "combineRows", "combineThreads",
+                                                   "packQueryHeads", "appendEntry", "rotary"};
 /// Fields only TMA kernels have (persistent kernels are TMA kernels for now: the fa3 schedule's).
 constexpr std::string_view kTmaFieldNames[] = {"tensorMaps", "persistent"};
 
@@ -136,11 +136,11 @@ bool flashtile::isValidId(std::string_view id) {
 std::string KernelSpec::key() const {
   return "arch=" + arch + ";dtype=" + dtype + ";headDim=" + std::to_string(headDim) +
          ";headDimV=" + std::to_string(headDimV) + ";variant=" + variant + ";schedule=" + schedule +
-         ";shapeClass=" + shapeClass + (kvCache ? ";kvCache=1" : "");
+         ";shapeClass=" + shapeClass + (kvCache ? ";kvCache=1" : "") + (rotary.empty() ? "" : ";rotary=" + rotary);
 }
 
 KernelSpec KernelInfo::spec() const {
-  return {arch, dtype, headDim, headDimV, variant, schedule, shapeClass, readsKvCache()};
+  return {arch, dtype, headDim, headDimV, variant, schedule, shapeClass, readsKvCache(), rotary};
 }
 
 int flashtile::maxSmemBytes(std::string_view arch) {
@@ -155,7 +155,7 @@ int flashtile::maxSmemBytes(std::string_view arch) {
 bool flashtile::matches(const KernelInfo &info, const KernelSpec &spec) {
   return info.arch == spec.arch && info.dtype == spec.dtype && info.headDim == spec.headDim &&
          info.headDimV == spec.headDimV && info.variant == spec.variant && info.schedule == spec.schedule &&
-         info.shapeClass == spec.shapeClass && info.readsKvCache() == spec.kvCache;
+         info.shapeClass == spec.shapeClass && info.readsKvCache() == spec.kvCache && info.rotary == spec.rotary;
 }
 
 std::string KernelInfo::serialize() const {
@@ -185,6 +185,8 @@ std::string KernelInfo::serialize() const {
     text += "packQueryHeads=1\n";
   if (!appendEntry.empty())
     text += "appendEntry=" + appendEntry + "\n";
+  if (!rotary.empty())
+    text += "rotary=" + rotary + "\n";
   if (tensorMaps)
     text += "tensorMaps=1\n";
   if (persistent)
@@ -248,6 +250,9 @@ Status KernelInfo::verify() const {
       (combineEntry.empty() || !isIdentifier(appendEntry) || appendEntry == entry || appendEntry == combineEntry))
     return fieldError("appendEntry", "'" + appendEntry + "' is not a C identifier other than the entry and the "
                                      "combine entry of a split-KV kernel (only split-KV kernels read KV caches)");
+  if (!rotary.empty() && ((rotary != kRotaryHalves && rotary != kRotaryInterleaved) || appendEntry.empty()))
+    return fieldError("rotary", "'" + rotary + "' is not " + std::string(kRotaryHalves) + " or " +
+                                    std::string(kRotaryInterleaved) + " on a KV-cache kernel (one with appendEntry)");
   if (compilerVersion.empty() || !std::all_of(compilerVersion.begin(), compilerVersion.end(),
                                               [](char c) { return std::isgraph(static_cast<unsigned char>(c)); }))
     return fieldError("compilerVersion", "'" + compilerVersion + "' is empty or contains spaces");
@@ -294,6 +299,8 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
     info.combineEntry = it->second;
   if (auto it = fields.find("appendEntry"); it != fields.end())
     info.appendEntry = it->second;
+  if (auto it = fields.find("rotary"); it != fields.end())
+    info.rotary = it->second;
   if (auto it = fields.find("packQueryHeads"); it != fields.end()) {
     if (it->second != "0" && it->second != "1")
       return fieldError("packQueryHeads", quoted(it->second) + " is not 0 or 1");

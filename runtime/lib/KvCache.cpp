@@ -3,6 +3,7 @@
 // touches the GPU.
 #include "flashtile/runtime/KvCache.h"
 #include "KvCacheInternal.h"
+#include "flashtile/runtime/KernelInfo.h"
 
 #include <algorithm>
 #include <bit>
@@ -116,6 +117,51 @@ Status checkPaged(const AttentionArgs &args) {
   return Status();
 }
 
+/// The rotary fields (KvCacheArgs::rotaryDim > 0): with new keys only, the tables' shape and pointers, and their
+/// length against every position a call reads.
+Status checkRotary(const AttentionArgs &args) {
+  const KvCacheArgs &c = args.kvCache;
+  if (c.rotaryDim < 0 || c.rotaryDim % 2 != 0 || c.rotaryDim > args.headDim)
+    return Status::error("kvCache.rotaryDim is " + str(c.rotaryDim) +
+                         "; accepted: 0 (no rotary embedding) or an even number from 2 to headDim = " +
+                         str(args.headDim) + " (columns rotated in pairs)");
+  if (c.rotaryDim == 0) {
+    if (c.rotaryCos || c.rotarySin || c.seqlenRo || c.rotaryInterleaved)
+      return Status::error("kvCache.rotaryCos, rotarySin, seqlenRo or rotaryInterleaved is set but rotaryDim is 0; "
+                           "set rotaryDim (even, at most headDim) for rotary embedding, else leave them unset");
+    return Status();
+  }
+  if (!c.kNew)
+    return Status::error("kvCache.rotaryDim is " + str(c.rotaryDim) +
+                         " but kNew/vNew are null; rotary embedding rotates Q and the keys a call appends (as "
+                         "flash_attn_with_kvcache), so it needs new keys");
+  for (auto [name, pointer] :
+       {std::pair<std::string_view, const void *>{"rotaryCos", c.rotaryCos}, {"rotarySin", c.rotarySin}}) {
+    if (!pointer)
+      return Status::error("kvCache." + std::string(name) + " is null but rotaryDim is " + str(c.rotaryDim) +
+                           "; pass the device table (seqlenRo x rotaryDim / 2, the call's dtype)");
+    if (Status s = checkAlignment(name, pointer, 2); !s.ok())
+      return s;
+  }
+  if (c.seqlenRo < 1)
+    return Status::error("kvCache.seqlenRo is " + str(c.seqlenRo) + "; the rotary tables have at least one row");
+  const long long rows = std::max(c.seqlenNew, args.seqlenQ);
+  if (c.cacheSeqlensHost) {
+    for (int b = 0; b < args.batch; ++b)
+      if (c.cacheSeqlensHost[b] + rows > c.seqlenRo)
+        return Status::error("kvCache.seqlenRo is " + str(c.seqlenRo) + " but sequence " + str(b) +
+                             " rotates rows at " + "positions up to cacheSeqlens[" + str(b) +
+                             "] + max(seqlenNew, seqlenQ) - 1 = " + str(c.cacheSeqlensHost[b] + rows - 1) +
+                             "; the tables need that many rows plus one");
+  } else if (c.seqlenRo < args.seqlenK) {
+    return Status::error("kvCache.seqlenRo is " + str(c.seqlenRo) +
+                         " but the cache holds seqlenK = " + str(args.seqlenK) +
+                         " keys; without cacheSeqlensHost the rotary tables must cover every "
+                         "position the cache holds (as flash-attn asks), or pass cacheSeqlensHost");
+  }
+  return Status();
+}
+
 } // namespace
 
 bool isSupportedPageSize(int pageSize) {
@@ -132,6 +178,14 @@ void KvCacheArgs::append(const void *k, const void *v, int seqlen, int headsKv, 
                 1};
   vNewStride = {static_cast<long long>(seqlen) * headsKv * headDimV, static_cast<long long>(headsKv) * headDimV,
                 headDimV, 1};
+}
+
+void KvCacheArgs::rotary(const void *cos, const void *sin, int rows, int dim, bool interleaved) {
+  rotaryCos = cos;
+  rotarySin = sin;
+  seqlenRo = rows;
+  rotaryDim = dim;
+  rotaryInterleaved = interleaved;
 }
 
 long long pagedCacheRow(const int *blockTableRow, int pageSize, int numPages, int key) {
@@ -182,7 +236,8 @@ Status checkKvCacheArgs(const AttentionArgs &args) {
     KvCacheArgs unset;
     if (c.cacheSeqlens || c.cacheBatchIdx || c.blockTable || c.kNew || c.vNew || c.seqlenNew || c.cacheBatch ||
         c.numPages || c.pageSize || c.maxPagesPerSeq || c.cacheSeqlensHost || c.cacheBatchIdxHost || c.blockTableHost ||
-        c.blockTableStride || c.kNewStride != unset.kNewStride || c.vNewStride != unset.vNewStride)
+        c.blockTableStride || c.kNewStride != unset.kNewStride || c.vNewStride != unset.vNewStride || c.rotaryCos ||
+        c.rotarySin || c.rotaryDim || c.seqlenRo || c.rotaryInterleaved)
       return Status::error("kvCache has fields set but kvCache.layout is None; set layout to "
                            "KvCacheLayout::Contiguous or Paged for a call over a KV cache");
     return Status();
@@ -239,7 +294,15 @@ Status checkKvCacheArgs(const AttentionArgs &args) {
         return Status::error("kvCache.cacheSeqlens[" + str(b) + "] = " + str(c.cacheSeqlensHost[b]) +
                              "; accepted: 0 to seqlenK - seqlenNew = " + str(args.seqlenK - c.seqlenNew) +
                              " (the cache must hold the cached and the new keys)");
+  if (Status s = checkRotary(args); !s.ok())
+    return s;
   return c.layout == KvCacheLayout::Contiguous ? checkContiguous(args) : checkPaged(args);
+}
+
+std::string rotaryPairs(const AttentionArgs &args) {
+  if (!args.kvCache.enabled() || args.kvCache.rotaryDim == 0)
+    return "";
+  return std::string(args.kvCache.rotaryInterleaved ? kRotaryInterleaved : kRotaryHalves);
 }
 
 void fillKvCacheParams(const AttentionArgs &args, FlashtileFwdParams &params) {
@@ -268,6 +331,10 @@ void fillKvCacheParams(const AttentionArgs &args, FlashtileFwdParams &params) {
   params.vNewBatchStride = c.vNewStride[0];
   params.vNewRowStride = c.vNewStride[1];
   params.vNewHeadStride = c.vNewStride[2];
+  params.rotaryCos = c.rotaryCos;
+  params.rotarySin = c.rotarySin;
+  params.rotaryDim = c.rotaryDim;
+  params.seqlenRo = c.seqlenRo;
 }
 
 Status launchKvCacheAppend(const CudaDriver &driver, CUfunction append, const std::string &appendEntry,

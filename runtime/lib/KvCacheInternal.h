@@ -12,6 +12,9 @@ namespace flashtile::detail {
 /// Runtime::validate's checks of AttentionArgs::kvCache (and of the fields a cache call gives other meanings).
 Status checkKvCacheArgs(const AttentionArgs &args);
 
+/// KernelSpec::rotary of a call: kRotaryHalves or kRotaryInterleaved when kvCache.rotaryDim > 0, else empty.
+std::string rotaryPairs(const AttentionArgs &args);
+
 /// The cache fields of the kernel parameter block (KernelAbi.h); leaves `params` alone for other calls.
 void fillKvCacheParams(const AttentionArgs &args, FlashtileFwdParams &params);
 

@@ -674,6 +674,7 @@ StatusOr<KernelSpec> Runtime::specForUnguarded(const AttentionArgs &args, const 
                   schedule, std::string(shapeClassFor(args))};
   // Cache calls run kernels compiled with the cache code, plain calls kernels without it.
   spec.kvCache = args.kvCache.enabled();
+  spec.rotary = detail::rotaryPairs(args);
   {
     std::lock_guard<std::mutex> lock(impl->configMutex);
     if (!impl->scheduleSet && !impl->compile && arch == "sm_90a" && schedule == kDefaultSchedule &&
@@ -855,6 +856,11 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
     return Status::error("kernel " + info.entry + " (schedule " + info.schedule + ") does not read a KV cache; "
                          "cache calls run the decode schedule's kernels (setDecodeSchedule(\"decode\"), or an "
                          "ahead-of-time library built by this version's `flashtile aot --schedule decode`)");
+  if (info.rotary != detail::rotaryPairs(args))
+    return Status::error("kernel " + info.entry + " rotates " + (info.rotary.empty() ? "nothing" : info.rotary) +
+                         " but the call's kvCache.rotaryDim asks for " +
+                         (args.kvCache.rotaryDim ? detail::rotaryPairs(args) : std::string("no rotation")) +
+                         "; rotary calls run `flashtile aot --schedule decode --rotary halves,interleaved` kernels");
   StatusOr<LoadedModule> function = impl->function(driver, *kernel);
   if (!function.ok())
     return function.status();

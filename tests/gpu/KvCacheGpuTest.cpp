@@ -10,10 +10,16 @@
 //   - the cache afterwards: byte for byte the first calls' cache with the new rows written at cacheSeqlens[b], and
 //     nothing else touched (poison stays poison).
 // Cache lengths of 0, 1, odd and full; GQA ratios 1-16; page sizes 16, 32, 64, 128 and 256.
+// Rotary embedding (rotary_cos/rotary_sin, Rotary cases; tables of capacity + seqlenQ rows): the expected keys and
+// Q are rotated on the host
+// (HostRotary.h: the new keys at their cache rows, query rows at cacheSeqlens[b] + i under masks, else all at
+// cacheSeqlens[b]); the reference reads them, and the cache must then hold the rotated new keys and the unrotated
+// new values, bit for bit. Interleaved and not, rotary_dim below and at the head dim, contiguous and paged caches.
 //
 // Environment (bench/device/run-decode-tests.sh sets them): FLASHTILE_DECODE_AOT_DIR (decode kernels, `flashtile
 // aot --schedule decode`), FLASHTILE_REQUIRE_GPU, FLASHTILE_TEST_SEED. Without a GPU every test skips.
 #include "GpuReference.h"
+#include "HostRotary.h"
 
 #include "flashtile/runtime/CudaDriver.h"
 #include "flashtile/runtime/KvCache.h"
@@ -132,7 +138,15 @@ struct Case {
   int seqlenNew;
   std::vector<int> cached; // cacheSeqlens, one per batch entry
   int index;
+  int rotaryDim = 0; // rotary embedding of Q and the new keys over this many columns (0: none)
+  bool interleaved = false;
 };
+
+/// Variants whose query rows sit at consecutive positions under rotary embedding (they mask: flash-attn's causal or
+/// local); the others put every query row at cacheSeqlens[b].
+bool rotatesRowsApart(const std::string &variant) {
+  return variant.find("causal") != std::string::npos || variant.find("sliding_window") != std::string::npos;
+}
 
 std::string caseName(const Case &c) {
   std::ostringstream name;
@@ -143,6 +157,8 @@ std::string caseName(const Case &c) {
        << "_new" << c.seqlenNew << "_c";
   for (int s : c.cached)
     name << "_" << s;
+  if (c.rotaryDim)
+    name << "_rotary" << c.rotaryDim << (c.interleaved ? "_interleaved" : "");
   return name.str();
 }
 
@@ -159,6 +175,8 @@ Status upload(DeviceBuffer &buffer, const void *data, size_t bytes) {
 struct CacheSetup {
   long long rowElems = 0; // Hkv x D of one key row (D = Dv here)
   DeviceBuffer q, o, lse, truth, truthV, kCache, vCache, kNew, vNew, seqlens, batchIdx, table;
+  // Rotary cases: the tables (capacity rows), and Q and the keys as the call rotates them (what the reference reads).
+  DeviceBuffer rotaryCos, rotarySin, qRotated, truthRotated;
   std::vector<uint16_t> truthHost, truthVHost, kCacheHost, vCacheHost; // caches: as expected after the call
   std::vector<int> rowOf;                                              // contiguous: the cache row of batch entry b
   std::vector<int> tableHost;                                          // paged: B x pagesPerSeq
@@ -205,6 +223,34 @@ Status makeSetup(const Case &c, uint64_t seed, CacheSetup &s) {
     return st;
   if (Status st = s.truthV.download(s.truthVHost); !st.ok())
     return st;
+  // The keys the cache holds after the call: rotated where the call appends them (rotary cases).
+  std::vector<uint16_t> truthAfter = s.truthHost;
+  if (c.rotaryDim) {
+    std::vector<uint16_t> cos, sin, qHost;
+    // Query rows past the new keys (causal, seqlenQ > seqlenNew) reach seqlenQ - 1 past the last cached row.
+    reference::ropeTables(c.capacity + c.seqlenQ, c.rotaryDim, c.dtype, cos, sin);
+    if (Status st = upload(s.rotaryCos, cos.data(), cos.size() * 2); !st.ok())
+      return st;
+    if (Status st = upload(s.rotarySin, sin.data(), sin.size() * 2); !st.ok())
+      return st;
+    if (Status st = s.q.download(qHost, 0, qElems); !st.ok())
+      return st;
+    for (int b = 0; b < c.batch; ++b) {
+      for (int i = 0; i < c.seqlenQ; ++i)
+        for (int h = 0; h < c.headsQ; ++h)
+          reference::rotateRow(&qHost[((size_t(b) * c.seqlenQ + i) * c.headsQ + h) * D],
+                               c.cached[b] + (rotatesRowsApart(c.variant) ? i : 0), cos, sin, c.rotaryDim,
+                               c.interleaved, c.dtype);
+      for (int key = c.cached[b]; key < c.cached[b] + c.seqlenNew; ++key)
+        for (int h = 0; h < c.headsKv; ++h)
+          reference::rotateRow(&truthAfter[(size_t(b) * c.capacity + key) * s.rowElems + h * D], key, cos, sin,
+                               c.rotaryDim, c.interleaved, c.dtype);
+    }
+    if (Status st = upload(s.qRotated, qHost.data(), qHost.size() * 2); !st.ok())
+      return st;
+    if (Status st = upload(s.truthRotated, truthAfter.data(), truthAfter.size() * 2); !st.ok())
+      return st;
+  }
 
   // The cache's shape and where each sequence lives in it.
   uint64_t state = seed * 0x9E3779B97F4A7C15ULL + 7;
@@ -264,7 +310,7 @@ Status makeSetup(const Case &c, uint64_t seed, CacheSetup &s) {
   for (int b = 0; b < c.batch; ++b)
     for (int key = c.cached[b]; key < c.cached[b] + c.seqlenNew; ++key) {
       const size_t from = (size_t(b) * c.capacity + key) * s.rowElems;
-      std::copy_n(&s.truthHost[from], s.rowElems, &s.kCacheHost[cacheRowOffset(c, s, b, key)]);
+      std::copy_n(&truthAfter[from], s.rowElems, &s.kCacheHost[cacheRowOffset(c, s, b, key)]);
       std::copy_n(&s.truthVHost[from], s.rowElems, &s.vCacheHost[cacheRowOffset(c, s, b, key)]);
     }
   return Status();
@@ -314,6 +360,9 @@ AttentionArgs cacheArgs(const Case &c, CacheSetup &s) {
     args.kvCache.cacheBatchIdx = s.batchIdx.as<const int>();
   if (c.seqlenNew > 0)
     args.kvCache.append(s.kNew.as<const void>(), s.vNew.as<const void>(), c.seqlenNew, c.headsKv, c.headDim);
+  if (c.rotaryDim)
+    args.kvCache.rotary(s.rotaryCos.as<const void>(), s.rotarySin.as<const void>(), c.capacity + c.seqlenQ, c.rotaryDim,
+                        c.interleaved);
   // The host copies are checked too (the device values are what the kernels read).
   args.kvCache.cacheSeqlensHost = c.cached.data();
   if (c.batchIdx)
@@ -328,7 +377,8 @@ AttentionArgs cacheArgs(const Case &c, CacheSetup &s) {
 AttentionArgs sequenceArgs(const Case &c, CacheSetup &s, int b, DeviceBuffer &o, DeviceBuffer &lse) {
   const size_t qOffset = size_t(b) * c.seqlenQ * c.headsQ * c.headDim * 2;
   const size_t kOffset = size_t(b) * c.capacity * s.rowElems * 2;
-  AttentionArgs args = AttentionArgs::contiguous(c.dtype, s.q.as<const void>(qOffset), s.truth.as<const void>(kOffset),
+  const DeviceBuffer &q = c.rotaryDim ? s.qRotated : s.q, &keys = c.rotaryDim ? s.truthRotated : s.truth;
+  AttentionArgs args = AttentionArgs::contiguous(c.dtype, q.as<const void>(qOffset), keys.as<const void>(kOffset),
                                                  s.truthV.as<const void>(kOffset), o.as<void>(), lse.as<float>(), 1,
                                                  c.seqlenQ, c.cached[b] + c.seqlenNew, c.headsQ, c.headsKv, c.headDim);
   args.kStride[0] = args.vStride[0] = c.capacity * s.rowElems;
@@ -493,6 +543,32 @@ std::vector<Case> variantCases() {
   return cases;
 }
 
+std::vector<Case> rotaryCases() {
+  using L = KvCacheLayout;
+  std::vector<Case> cases;
+  int index = 7000;
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (const char *variant : {"none", "causal"})
+      for (bool interleaved : {false, true})
+        for (int rotaryDim : {128, 64}) {
+          // Contiguous with cache_batch_idx (query rows past the new keys under causal), and paged (page 64).
+          Case contiguous{dtype, 128, variant, L::Contiguous, 0, true, 3, 16, 4, 4, 1000, 2, {0, 37, 998}, index++};
+          Case paged{dtype, 128, variant, L::Paged, 64, false, 2, 32, 8, 1, 64 * 16, 1, {1023, 130}, index++};
+          for (Case *c : {&contiguous, &paged}) {
+            c->rotaryDim = rotaryDim;
+            c->interleaved = interleaved;
+            cases.push_back(*c);
+          }
+        }
+  // Head dim 64, a short rotary_dim, and variants checked against the plain decode kernel on the rotated keys.
+  cases.push_back(
+      {DType::BF16, 64, "causal", L::Paged, 16, false, 2, 8, 2, 3, 16 * 20, 3, {5, 317}, index++, 16, false});
+  for (const char *variant : {"sliding_window_causal", "softcap", "alibi_causal"})
+    cases.push_back(
+        {DType::BF16, 128, variant, L::Paged, 64, false, 2, 16, 4, 4, 64 * 16, 4, {700, 3}, index++, 32, true});
+  return cases;
+}
+
 class KvCacheGpu : public testing::TestWithParam<Case> {};
 TEST_P(KvCacheGpu, EverySplitCountMatchesAndTheCacheHoldsTheNewKeys) {
   REQUIRE_GPU();
@@ -501,6 +577,8 @@ TEST_P(KvCacheGpu, EverySplitCountMatchesAndTheCacheHoldsTheNewKeys) {
 INSTANTIATE_TEST_SUITE_P(Cases, KvCacheGpu, testing::ValuesIn(referenceCases()),
                          [](const testing::TestParamInfo<Case> &info) { return caseName(info.param); });
 INSTANTIATE_TEST_SUITE_P(Variants, KvCacheGpu, testing::ValuesIn(variantCases()),
+                         [](const testing::TestParamInfo<Case> &info) { return caseName(info.param); });
+INSTANTIATE_TEST_SUITE_P(Rotary, KvCacheGpu, testing::ValuesIn(rotaryCases()),
                          [](const testing::TestParamInfo<Case> &info) { return caseName(info.param); });
 
 // Device values are never trusted: block-table entries and cache_seqlens out of range are clamped, so the call

@@ -47,6 +47,7 @@ struct AotFlags {
   std::string out, check;
   int jobs = 0; // 0: every core this process may run on
   std::string variants = "none,causal", dtypes = "bf16,f16", headDims = "64,128", shapeClasses = "default,short";
+  std::string rotary = "none"; // KV-cache kernels: also those that rotate Q and the appended keys (tile.rotary)
   bool archGiven = false;
 };
 
@@ -201,9 +202,17 @@ int runAot(const AotFlags &flags) {
   StatusOr<std::vector<std::string>> dtypeList = splitList("--dtypes", flags.dtypes);
   StatusOr<std::vector<std::string>> headDimList = splitList("--head-dims", flags.headDims);
   StatusOr<std::vector<std::string>> classList = splitList("--shape-classes", flags.shapeClasses);
-  for (const auto *list : {&variantList, &dtypeList, &headDimList, &classList})
+  StatusOr<std::vector<std::string>> rotaryList = splitList("--rotary", flags.rotary);
+  for (const auto *list : {&variantList, &dtypeList, &headDimList, &classList, &rotaryList})
     if (!list->ok())
       return fail(list->status());
+  std::vector<RotaryMode> rotaryModes;
+  for (const std::string &name : *rotaryList) {
+    StatusOr<RotaryMode> mode = jit::parseRotaryMode(name);
+    if (!mode.ok())
+      return fail(mode.status().withContext("--rotary"));
+    rotaryModes.push_back(*mode);
+  }
 
   // A schedule whose kernels can read KV caches: a plain and a KV-cache kernel of each request (the runtime runs
   // plain calls on the first, cache calls on the second), unless --kv-cache picks one.
@@ -232,7 +241,20 @@ int runAot(const AotFlags &flags) {
           for (std::optional<int64_t> kvCache : kvCacheKnobs) {
             if (kvCache)
               options.schedule.knobs[schedule::kKvCacheKnob] = *kvCache;
-            requests.push_back({variantName, *variant, options});
+            // Rotary kernels are KV-cache kernels: each --rotary mode once per KV-cache request.
+            auto knob = options.schedule.knobs.find(schedule::kKvCacheKnob);
+            const bool readsCache = knob != options.schedule.knobs.end() && knob->second == 1;
+            for (RotaryMode mode : rotaryModes) {
+              if (mode != RotaryMode::None && !readsCache) {
+                if (kvCacheKnobs.size() == 1)
+                  return fail("--rotary " + flags.rotary +
+                              ": rotary kernels are KV-cache kernels (--schedule "
+                              "decode, --kv-cache 1 or unset)");
+                continue;
+              }
+              options.rotary = mode;
+              requests.push_back({variantName, *variant, options});
+            }
           }
         }
 
@@ -371,6 +393,12 @@ void registerAotCommand(CLI::App &app, Registry &registry) {
       ->add_option("--shape-classes", flags->shapeClasses,
                    "Comma list; a class gets a kernel only where its tiling differs from the default class's")
       ->check(listOf("shape class", shapeClassNames()))
+      ->capture_default_str();
+  command
+      ->add_option("--rotary", flags->rotary,
+                   "Comma list of none, halves, interleaved: KV-cache kernels (decode) for each, halves and "
+                   "interleaved rotating Q and the appended keys (rotary embedding)")
+      ->check(listOf("rotary", {"none", std::string(kRotaryHalves), std::string(kRotaryInterleaved)}))
       ->capture_default_str();
   addScheduleFlags(*command, flags->schedule);
   registry.add(command, [flags, command] {

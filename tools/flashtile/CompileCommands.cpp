@@ -111,6 +111,7 @@ namespace {
 struct CompileFlags {
   ScheduleFlags schedule;
   std::string variant = "none", dtype = "bf16", shapeClass = std::string(kDefaultShapeClass), emit, output;
+  std::string rotary = "none"; // rotary embedding of Q and the appended keys (KV-cache kernels)
   int headDim = 128, headDimV = 0;
   bool printIrAfterAll = false;
 };
@@ -147,6 +148,10 @@ int runCompile(const CompileFlags &flags, bool emitDefaultsToCuda) {
   options.headDimV = headDimV;
   options.schedule.shapeClass = flags.shapeClass;
   options.printIrAfterAll = flags.printIrAfterAll;
+  StatusOr<RotaryMode> rotary = jit::parseRotaryMode(flags.rotary);
+  if (!rotary.ok())
+    return fail(rotary.status());
+  options.rotary = *rotary;
   StatusOr<jit::CompileResult> result = jit::compile(*variant, options, *stage);
   if (!result.ok())
     return fail(explainDefaults(result.status(), flags.schedule));
@@ -198,6 +203,12 @@ void registerCompile(CLI::App &app, Registry &registry, const std::string &name,
       ->check(oneOf("stage", stageNames()));
   command->add_option("-o,--output", flags->output, "Output file (written through links and devices; - = stdout)")
       ->check(nonEmpty());
+  command
+      ->add_option("--rotary", flags->rotary,
+                   "Rotary embedding of Q and the appended keys (KV-cache kernels: --schedule decode --kv-cache 1): "
+                   "none, halves (pairs i, i + rotary_dim / 2) or interleaved (pairs 2i, 2i + 1)")
+      ->check(oneOf("rotary", {"none", std::string(kRotaryHalves), std::string(kRotaryInterleaved)}))
+      ->capture_default_str();
   addSwitch(*command, "--print-ir-after-all", flags->printIrAfterAll, "Print the IR after every pass on stderr");
   addScheduleFlags(*command, flags->schedule);
   registry.add(command, [flags, emitDefaultsToCuda] { return runCompile(*flags, emitDefaultsToCuda); });

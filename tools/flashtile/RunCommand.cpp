@@ -5,6 +5,7 @@
 #include "Commands.h"
 
 #include "GpuReference.h"
+#include "HostRotary.h"
 #include "flashtile/runtime/ArchNames.h"
 #include "flashtile/runtime/CudaDriver.h"
 #include "flashtile/runtime/Nvrtc.h"
@@ -53,6 +54,8 @@ struct RunOptions {
   std::string cache = "none"; // K/V read from a KV cache: none, contiguous or paged
   int pageSize = 0;           // --cache paged; 0: kDefaultPageSize
   int append = 0;             // --cache: the last `append` keys are new keys the call appends
+  int rotaryDim = 0;          // --append: rotary embedding of Q and the appended keys over this many columns
+  bool rotaryInterleaved = false;
   bool causal() const { return variant == "causal"; }
   bool usesCache() const { return cache != "none"; }
   bool paged() const { return cache == "paged"; }
@@ -60,6 +63,10 @@ struct RunOptions {
 
 /// The page size of `run --cache paged` without --page-size: the benchmark page.
 constexpr int kDefaultPageSize = 64;
+
+/// Rows of run's rotary tables: every key position, and the query rows a causal call puts past the last key
+/// (seqlenQ > --append).
+int rotaryRows(const RunOptions &o) { return o.seqlenK + o.seqlenQ; }
 
 /// Limits of `run`'s shape flags: what one GPU's memory could hold, and what the kernels' int arithmetic allows.
 constexpr int kMaxDimension = 1 << 24;
@@ -88,6 +95,17 @@ Status checkRunOptions(RunOptions &o, const std::string &seed) {
   if (o.usesCache() && (o.seqlenK < 1 || o.append > o.seqlenK))
     return Status::error("--cache: --seqlen-k (" + std::to_string(o.seqlenK) + ") must be >= 1 and >= --append (" +
                          std::to_string(o.append) + "): the cache holds seqlen-k keys after the call");
+  if (o.rotaryInterleaved && !o.rotaryDim)
+    return Status::error("--rotary-interleaved needs --rotary-dim");
+  if (o.rotaryDim && (!o.usesCache() || o.append < 1))
+    return Status::error("--rotary-dim " + std::to_string(o.rotaryDim) +
+                         " needs --cache contiguous or paged and --append >= 1 (Q and the appended keys are rotated, "
+                         "as flash_attn_with_kvcache's rotary_cos/rotary_sin)");
+  if (o.rotaryDim % 2 != 0 || o.rotaryDim > o.headDim)
+    return Status::error("--rotary-dim " + std::to_string(o.rotaryDim) +
+                         ": accepted an even number from 2 to "
+                         "--head-dim (" +
+                         std::to_string(o.headDim) + ")");
   if (!seed.empty()) {
     auto [end, ec] = std::from_chars(seed.data(), seed.data() + seed.size(), o.seed);
     if (ec != std::errc() || end != seed.data() + seed.size())
@@ -149,6 +167,14 @@ void addRunFlags(CLI::App &command, RunOptions &o, std::string &seed) {
                   "(the check then also proves the append)")
       ->check(intRange(0, kMaxDimension))
       ->capture_default_str();
+  command
+      .add_option("--rotary-dim", o.rotaryDim,
+                  "With --append: rotary embedding (RoPE, base 10000 tables of --seqlen-k + --seqlen-q positions) of the first N "
+                  "columns of Q and the appended keys; 0: none")
+      ->check(intRange(0, kMaxDimension))
+      ->capture_default_str();
+  addSwitch(command, "--rotary-interleaved", o.rotaryInterleaved,
+            "With --rotary-dim: rotate pairs (2i, 2i + 1) (GPT-J) instead of (i, i + N / 2) (GPT-NeoX)");
 }
 
 /// The (query, key) pairs a forward attends: all Sq x Sk, or for bottom-right causal masking the keys
@@ -178,6 +204,7 @@ struct InputSets {
   size_t kCacheElems = 0, vCacheElems = 0;
   int pagesPerSeq = 0;
   DeviceBuffer kCache, vCache, cacheSeqlens, blockTable;
+  DeviceBuffer rotaryCos, rotarySin; // --rotary-dim: seqlenK x rotaryDim / 2 tables, shared by the sets
 
   AttentionArgs args(const RunOptions &opt, size_t set) const {
     const size_t lowBytes = sizeof(uint16_t);
@@ -221,6 +248,9 @@ struct InputSets {
       a.kvCache.kNewStride = {opt.seqlenK * rowsK, rowsK, opt.headDim, 1};
       a.kvCache.vNewStride = {opt.seqlenK * rowsV, rowsV, opt.headDimV, 1};
     }
+    if (opt.rotaryDim > 0)
+      a.kvCache.rotary(rotaryCos.as<const void>(), rotarySin.as<const void>(), rotaryRows(opt), opt.rotaryDim,
+                       opt.rotaryInterleaved);
     a.softmaxScale = opt.scale;
     a.variant = opt.variant;
     a.numSplits = opt.numSplits;
@@ -300,7 +330,55 @@ Status makeCaches(const RunOptions &opt, InputSets &sets) {
                          "cuMemcpyHtoD (block table)");
       !s.ok())
     return s;
+  if (opt.rotaryDim > 0) {
+    std::vector<uint16_t> cos, sin;
+    reference::ropeTables(rotaryRows(opt), opt.rotaryDim, opt.dtype, cos, sin);
+    for (auto [buffer, host] : {std::pair{&sets.rotaryCos, &cos}, {&sets.rotarySin, &sin}}) {
+      if (Status s = buffer->allocate(host->size() * sizeof(uint16_t)); !s.ok())
+        return s;
+      if (Status s = d.check(d.cuMemcpyHtoD_v2(buffer->address(), host->data(), host->size() * sizeof(uint16_t)),
+                             "cuMemcpyHtoD (rotary tables)");
+          !s.ok())
+        return s;
+    }
+  }
   return reference::synchronize("KV cache set-up");
+}
+
+/// --rotary-dim: set 0's Q and K rotated on the host as the call rotates them (query row i at cached + i under
+/// causal masking, else every row at cached; appended key row j >= cached at j), into `q` and `k`.
+Status rotatedInputs(const RunOptions &opt, const InputSets &sets, DeviceBuffer &q, DeviceBuffer &k) {
+  StatusOr<const CudaDriver *> driver = CudaDriver::get();
+  if (!driver.ok())
+    return driver.status();
+  const CudaDriver &d = **driver;
+  std::vector<uint16_t> qHost, kHost, cos, sin;
+  if (Status s = sets.q.download(qHost, 0, sets.qElems); !s.ok())
+    return s;
+  if (Status s = sets.k.download(kHost, 0, sets.kElems); !s.ok())
+    return s;
+  reference::ropeTables(rotaryRows(opt), opt.rotaryDim, opt.dtype, cos, sin);
+  const int cached = opt.seqlenK - opt.append;
+  for (int b = 0; b < opt.batch; ++b) {
+    for (int i = 0; i < opt.seqlenQ; ++i)
+      for (int h = 0; h < opt.headsQ; ++h)
+        reference::rotateRow(&qHost[((size_t(b) * opt.seqlenQ + i) * opt.headsQ + h) * opt.headDim],
+                             cached + (opt.causal() ? i : 0), cos, sin, opt.rotaryDim, opt.rotaryInterleaved,
+                             opt.dtype);
+    for (int j = cached; j < opt.seqlenK; ++j)
+      for (int h = 0; h < opt.headsKv; ++h)
+        reference::rotateRow(&kHost[((size_t(b) * opt.seqlenK + j) * opt.headsKv + h) * opt.headDim], j, cos, sin,
+                             opt.rotaryDim, opt.rotaryInterleaved, opt.dtype);
+  }
+  for (auto [buffer, host] : {std::pair{&q, &qHost}, {&k, &kHost}}) {
+    if (Status s = buffer->allocate(host->size() * sizeof(uint16_t)); !s.ok())
+      return s;
+    if (Status s = d.check(d.cuMemcpyHtoD_v2(buffer->address(), host->data(), host->size() * sizeof(uint16_t)),
+                           "cuMemcpyHtoD (rotated Q and K)");
+        !s.ok())
+      return s;
+  }
+  return Status();
 }
 
 Status makeInputSets(const RunOptions &opt, const GpuReference &ref, InputSets &sets) {
@@ -353,7 +431,16 @@ StatusOr<reference::Comparison> check(const RunOptions &opt, const GpuReference 
   RunOptions dense = opt;
   dense.cache = "none";
   dense.append = 0;
-  const AttentionArgs args = sets.args(dense, 0);
+  dense.rotaryDim = 0;
+  AttentionArgs args = sets.args(dense, 0);
+  // With rotary embedding the reference reads Q and K as the call rotated them.
+  DeviceBuffer rotatedQ, rotatedK;
+  if (opt.rotaryDim > 0) {
+    if (Status s = rotatedInputs(opt, sets, rotatedQ, rotatedK); !s.ok())
+      return s;
+    args.q = rotatedQ.as<const void>();
+    args.k = rotatedK.as<const void>();
+  }
   std::vector<uint16_t> o;
   std::vector<float> lse;
   if (Status s = sets.o.download(o, 0, sets.oElems); !s.ok())

@@ -73,6 +73,31 @@ TEST(CApiKvCache, BadArgumentsAreErrorsBeforeTheGpu) {
   EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);
   EXPECT_THAT(flashtile_last_error(), HasSubstr("belong to a paged cache"));
 
+  // Rotary embedding: its fields reach the checks, which name them.
+  call = pagedCall();
+  call.k_new = reinterpret_cast<const void *>(0x90000);
+  call.v_new = reinterpret_cast<const void *>(0xa0000);
+  call.seqlen_new = 1;
+  call.rotary_dim = 65;
+  call.rotary_cos = reinterpret_cast<const void *>(0xb0000);
+  call.rotary_sin = reinterpret_cast<const void *>(0xc0000);
+  call.seqlen_ro = 1024;
+  EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("kvCache.rotaryDim is 65; accepted: 0 (no rotary embedding) or an "
+                                                "even number from 2 to headDim = 128"));
+  call.rotary_dim = 64;
+  call.rotary_sin = nullptr;
+  EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("kvCache.rotarySin is null but rotaryDim is 64"));
+  call.rotary_sin = reinterpret_cast<const void *>(0xc0000);
+  call.rotary_interleaved = 2;
+  EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("rotary_interleaved is 2; accepted: 0 or 1"));
+  call.rotary_interleaved = 1;
+  call.seqlen_ro = 1000;
+  EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("kvCache.seqlenRo is 1000 but the cache holds seqlenK = 1024"));
+
   call = pagedCall();
   call.dtype = 9;
   EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);

@@ -14,10 +14,18 @@ namespace flashtile {
 
 enum class ElementType { F16, BF16 };
 
+/// Rotary position embedding of Q and of the keys a KV-cache call appends (flash_attn_with_kvcache's rotary_cos
+/// and rotary_sin, passes/IR/TileRotary.h): pairs (i, i + rotary_dim / 2) (Halves, GPT-NeoX) or (2i, 2i + 1)
+/// (Interleaved, GPT-J).
+enum class RotaryMode { None, Halves, Interleaved };
+
 struct ProgramOptions {
   ElementType dtype = ElementType::BF16;
   int headDim = 128;
   int headDimV = 128;
+  /// Not None: Q's load carries `tile.rotary`, rows at consecutive positions when the variant masks (causal,
+  /// windows: flash-attn's causal or local), else all at the first.
+  RotaryMode rotary = RotaryMode::None;
 };
 
 /// Registers the dialects tile programs use.

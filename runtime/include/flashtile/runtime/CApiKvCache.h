@@ -22,6 +22,7 @@ extern "C" {
  *   k_new/v_new (B, seqlen_new, Hkv, D/Dv) or NULL: appended to the cache at cache_seqlens[b] by this call.
  *   *_host: optional host copies of cache_seqlens, cache_batch_idx, block_table whose values are checked.
  *   num_splits 0 (the runtime's choice) or 1..128; workspace as flashtile_forward_decode's.
+ *   rotary_*: rotary embedding of q and k_new (KvCache.h's KvCacheArgs::rotaryDim and what it checks).
  * Device values are clamped, never trusted (see KvCache.h): a bad one gives wrong numbers, not a bad access. */
 typedef struct flashtile_kvcache_call {
   unsigned long long size;
@@ -46,6 +47,11 @@ typedef struct flashtile_kvcache_call {
   int num_params, num_inputs;
   float softmax_scale;                     /* 0: 1/sqrt(head_dim) */
   float params[FLASHTILE_CALL_MAX_PARAMS]; /* the variant's num_params numbers */
+  /* Rotary embedding of q and k_new (flash_attn_with_kvcache's rotary_cos/rotary_sin; needs k_new/v_new):
+   * rotary_dim 0 (none) or even, at most head_dim; rotary_cos/rotary_sin (seqlen_ro, rotary_dim / 2) of dtype;
+   * rotary_interleaved 1: pairs (2i, 2i + 1), 0: (i, i + rotary_dim / 2). */
+  const void *rotary_cos, *rotary_sin;
+  int rotary_dim, seqlen_ro, rotary_interleaved;
 } flashtile_kvcache_call;
 
 int flashtile_forward_kvcache(flashtile_runtime *rt, const flashtile_kvcache_call *call);

@@ -79,6 +79,15 @@ struct FlashtileFwdParams {
    * (head, sequence), qTiles = ceil(rows / blockM) with rows seqlenQ dense and the longest sequence's varlen. Other
    * kernels ignore it (their grid is the tiles). */
   int qTiles;
+  /* Rotary embedding (flash_attn_with_kvcache's rotary_cos/rotary_sin; kernels whose Q load carries tile.rotary,
+   * others ignore these fields): rotaryCos and rotarySin are seqlenRo x rotaryDim / 2 tables of the kernel's dtype
+   * (packed rows); rotaryDim is even, 2 to the head dim. Sequence b's query rows are rotated at positions from
+   * c = (its keys) - seqlenNew (cacheSeqlens[b] in a cache call), and the append kernel rotates new key row i at
+   * c + i; a position past the tables reads their last row. */
+  const void *rotaryCos;
+  const void *rotarySin;
+  int rotaryDim;
+  int seqlenRo;
 };
 
 /* Threads of a block of the KV cache's append kernel: grid (ceil(seqlenNew x (headDim + headDimV) / 8 /

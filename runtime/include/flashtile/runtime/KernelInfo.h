@@ -21,6 +21,10 @@ inline constexpr std::array<std::string_view, 3> kSupportedArchs = {"sm_80", "sm
 /// Element types of Q, K, V and O, as spelled in specs and manifests.
 inline constexpr std::array<std::string_view, 2> kSupportedDtypes = {"f16", "bf16"};
 
+/// The pairs a rotary kernel rotates (KernelSpec::rotary, KernelInfo::rotary).
+inline constexpr std::string_view kRotaryHalves = "halves";
+inline constexpr std::string_view kRotaryInterleaved = "interleaved";
+
 /// Shape classes: kernels for one (arch, dtype, head dims, variant, schedule) may be tiled differently for the
 /// shapes they run. The runtime picks a call's class (Runtime::shapeClassFor); the compiler's schedules give each
 /// class its defaults, and a class whose defaults equal the "default" class's has no kernel of its own.
@@ -46,10 +50,13 @@ struct KernelSpec {
   // The call reads a KV cache (AttentionArgs::kvCache): it runs a kernel compiled with the cache code
   // (KernelInfo::readsKvCache), and plain calls one without it, so that plain decode pays nothing for caches.
   bool kvCache = false;
+  // KV-cache calls with rotary embedding (KvCacheArgs::rotaryDim > 0): kRotaryHalves or kRotaryInterleaved, the
+  // pairs its kernel rotates (KernelInfo::rotary); empty for every other call.
+  std::string rotary;
 
   /// One line naming every field, e.g.
   /// "arch=sm_90a;dtype=bf16;headDim=128;headDimV=128;variant=causal;schedule=fa2;shapeClass=default", with
-  /// ";kvCache=1" appended for KV-cache calls.
+  /// ";kvCache=1" appended for KV-cache calls and ";rotary=<pairs>" for rotary ones.
   std::string key() const;
 };
 
@@ -86,6 +93,9 @@ struct KernelInfo {
   // KV-cache kernels (split-KV kernels that read caches, KernelAbi.h's kvCache fields): the entry (same cubin) that
   // appends a call's new keys and values to the cache before the attention kernel runs; empty otherwise.
   std::string appendEntry;
+  // KV-cache kernels that rotate Q and the appended keys (tile.rotary, KernelAbi.h's rotary fields): the pairs,
+  // kRotaryHalves (i, i + rotaryDim / 2) or kRotaryInterleaved (2i, 2i + 1); empty for kernels without rotation.
+  std::string rotary;
 
   // TMA kernels (the sm90 family): the kernel's second parameter is the TMA descriptors of Q, K and V
   // (AttentionTensorMaps, TensorMap.h), one box of blockM (Q) or blockN (K, V) rows x the whole head dim each,

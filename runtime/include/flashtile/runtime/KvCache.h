@@ -58,11 +58,26 @@ struct KvCacheArgs {
   const int *cacheSeqlensHost = nullptr;
   const int *cacheBatchIdxHost = nullptr;
   const int *blockTableHost = nullptr;
+  /// Rotary embedding of Q and the new keys (flash_attn_with_kvcache's rotary_cos/rotary_sin), with kNew/vNew only:
+  /// rotaryDim > 0 (even, at most headDim) rotates the first rotaryDim columns of each row, in pairs (2i, 2i + 1)
+  /// when rotaryInterleaved (GPT-J), else (i, i + rotaryDim / 2) (GPT-NeoX); the other columns and V are not rotated.
+  /// Pair i at position `pos` turns by cos = rotaryCos[pos][i], sin = rotarySin[pos][i]: device tables of the call's
+  /// dtype, seqlenRo x rotaryDim / 2, packed rows. New key row i sits at cacheSeqlens[b] + i; query row i at
+  /// cacheSeqlens[b] + i when the variant masks (causal, windows: flash-attn's causal or local), else every query
+  /// row at cacheSeqlens[b]. Checked: seqlenRo covers cacheSeqlens[b] + max(seqlenNew, seqlenQ) for every b given
+  /// cacheSeqlensHost, else seqlenRo >= seqlenK (every position the cache holds, as flash-attn asks).
+  const void *rotaryCos = nullptr;
+  const void *rotarySin = nullptr;
+  int rotaryDim = 0;
+  int seqlenRo = 0;
+  bool rotaryInterleaved = false;
 
   bool enabled() const { return layout != KvCacheLayout::None; }
   long long blockTableRowStride() const { return blockTableStride ? blockTableStride : maxPagesPerSeq; }
   /// Sets kNew/vNew with packed strides for `batch` x seqlenNew x headsKv x headDim (headDimV) tensors.
   void append(const void *k, const void *v, int seqlen, int headsKv, int headDim, int headDimV = 0);
+  /// Sets the rotary tables (seqlenRo x rotaryDim / 2 each) and the pairs.
+  void rotary(const void *cos, const void *sin, int seqlenRo, int rotaryDim, bool interleaved = false);
 };
 
 /// The key row a paged cache holds key `key` of a sequence at, as the kernels compute it: page
