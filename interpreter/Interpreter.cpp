@@ -241,6 +241,19 @@ private:
   LogicalResult startMma(Operation *op, Value token, const void *data, std::initializer_list<const void *> operands);
   LogicalResult exec(BarrierWaitOp op);
   LogicalResult exec(BarrierArriveOp op);
+  /// Hands over to the other roles (`handOver` blocks until this role runs again) and returns what it returned.
+  /// They run on their own tiles meanwhile (persistent blocks): this role's role number, instance and counter come
+  /// back with it.
+  template <typename HandOver> auto whileOthersRun(HandOver handOver) {
+    const int me = role;
+    Instance mine = inst;
+    int64_t *myLoads = kTileLoads;
+    auto result = handOver();
+    role = me;
+    inst = mine;
+    kTileLoads = myLoads;
+    return result;
+  }
   /// Runs the roles of a block side by side (RoleScheduler), each on its own thread, one at a time.
   LogicalResult execRoles(ArrayRef<RoleOp> roles);
   LogicalResult exec(StoreOp op);
@@ -979,13 +992,7 @@ LogicalResult Interpreter::exec(BarrierWaitOp op) {
     std::string waited = copies.describeWait(barrier, position->i);
     if (!roles)
       return fail(op, "pipeline deadlock: waits for " + waited + ", which nothing before it completes");
-    // Other roles run meanwhile, each on its own tile (persistent blocks): this role's comes back with it.
-    Instance mine = inst;
-    int64_t *myLoads = kTileLoads;
-    RoleScheduler::Resumed resumed = roles->yieldBlocked(me, opsExecuted);
-    role = me;
-    inst = mine;
-    kTileLoads = myLoads;
+    RoleScheduler::Resumed resumed = whileOthersRun([&] { return roles->yieldBlocked(me, opsExecuted); });
     if (resumed == RoleScheduler::Resumed::Aborted)
       return failure(); // another role failed and said why
     if (resumed == RoleScheduler::Resumed::Deadlock)
@@ -1010,16 +1017,8 @@ LogicalResult Interpreter::exec(BarrierArriveOp op) {
                               " while an asynchronous MMA still reads it (no tile.mma_wait on its token)");
   if (auto hazard = copies.barrierArrive(barrier, position->i, role))
     return fail(op, *hazard);
-  if (roles) {
-    const int me = role;
-    Instance mine = inst;
-    int64_t *myLoads = kTileLoads;
-    if (!roles->yieldAfterRelease(me))
-      return failure(); // another role failed and said why
-    role = me;
-    inst = mine;
-    kTileLoads = myLoads;
-  }
+  if (roles && !whileOthersRun([&, me = role] { return roles->yieldAfterRelease(me); }))
+    return failure(); // another role failed and said why
   return success();
 }
 
