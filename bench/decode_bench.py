@@ -223,8 +223,9 @@ def run_case(ft, label, b, hq, hk, sq, sk, d, dtype, splits):
     return row
 
 
-def paged_copy(k, v, page_size, generator):
-    """The pool (pages in shuffled order) and block table of a paged cache holding dense K/V (B, Sk, H, D)."""
+def paged_copy(k, v, page_size, generator, in_order=False):
+    """The pool (pages in shuffled order, or in order) and block table of a paged cache holding dense K/V (B, Sk, H,
+    D)."""
     b, sk, hk, d = k.shape
     per_seq = (sk + page_size - 1) // page_size
     pad = per_seq * page_size - sk
@@ -232,7 +233,7 @@ def paged_copy(k, v, page_size, generator):
         k = torch.cat([k, k.new_zeros(b, pad, hk, d)], 1)
         v = torch.cat([v, v.new_zeros(b, pad, hk, v.shape[3])], 1)
     n = b * per_seq
-    perm = torch.randperm(n, generator=generator).cuda()
+    perm = (torch.arange(n) if in_order else torch.randperm(n, generator=generator)).cuda()
     k_pool = torch.empty(n, page_size, hk, d, device=k.device, dtype=k.dtype)
     v_pool = torch.empty(n, page_size, hk, v.shape[3], device=v.device, dtype=v.dtype)
     k_pool[perm] = k.reshape(n, page_size, hk, d)
@@ -240,7 +241,7 @@ def paged_copy(k, v, page_size, generator):
     return k_pool, v_pool, perm.to(torch.int32).reshape(b, per_seq).contiguous()
 
 
-def run_kvcache_case(ft, label, b, hq, hk, sq, sk, d, dtype, page_size, splits):
+def run_kvcache_case(ft, label, b, hq, hk, sq, sk, d, dtype, page_size, splits, in_order=False):
     """One of issue 13's decode cases on a contiguous and on a paged KV cache, with SDPA on the same K/V."""
     torch.manual_seed(0)
     q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
@@ -249,7 +250,7 @@ def run_kvcache_case(ft, label, b, hq, hk, sq, sk, d, dtype, page_size, splits):
     o = torch.empty_like(q)
     lse = torch.empty(b, hq, sq, device="cuda", dtype=torch.float32)
     seqlens = torch.full((b,), sk, device="cuda", dtype=torch.int32)
-    k_pool, v_pool, table = paged_copy(k, v, page_size, torch.Generator().manual_seed(1))
+    k_pool, v_pool, table = paged_copy(k, v, page_size, torch.Generator().manual_seed(1), in_order)
     contiguous = ft.kvcache_call(q, k, v, o, lse, seqlens, splits=splits)
     paged = ft.kvcache_call(q, k_pool, v_pool, o, lse, seqlens, block_table=table, splits=splits)
     row = {"case": label + f" kvcache page {page_size}", "batch": b, "heads_q": hq, "heads_kv": hk, "seqlen_q": sq,
@@ -297,6 +298,8 @@ def main():
     ap.add_argument("--cases", default=None, help="substring filter on the case labels")
     ap.add_argument("--kvcache", type=int, default=1, help="1: also the KV-cache rows (contiguous vs paged)")
     ap.add_argument("--page-size", type=int, default=64, help="page size of the paged KV-cache rows")
+    ap.add_argument("--pages-in-order", action="store_true",
+                    help="paged rows: pages in the pool in sequence order (identity block table) instead of shuffled")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     ft = Flashtile(args.lib, [args.aot_dir, args.decode_aot_dir])
@@ -321,14 +324,15 @@ def main():
                   f"{ratio:>8.2f} {check:>13}")
     if args.kvcache:
         print(f"\nKV cache (flashtile_forward_kvcache, causal): contiguous vs paged (page {args.page_size}, "
-              f"shuffled pages), SDPA on the same K/V")
+              f"{'pages in order' if args.pages_in_order else 'shuffled pages'}), SDPA on the same K/V")
         print(f"{'case':<30} {'splits':>6} {'contig GB/s':>12} {'paged GB/s':>11} {'paged/contig':>13} "
               f"{'FLASH GB/s':>11} {'CUDNN GB/s':>11} {'paged x cuDNN':>14} {'check':>6}")
         for label, b, hq, hk, sq, sk in CASES:
             if sq > 16 or (args.cases and args.cases not in label):
                 continue
             for splits in [int(s) for s in args.splits.split(",")]:
-                row = run_kvcache_case(ft, label, b, hq, hk, sq, sk, args.head_dim, dtype, args.page_size, splits)
+                row = run_kvcache_case(ft, label, b, hq, hk, sq, sk, args.head_dim, dtype, args.page_size, splits,
+                                       args.pages_in_order)
                 rows.append(row)
                 gbs = lambda key: f"{row[key + '_gbs']:.0f}" + ("*" if row.get(key + "_expanded") else "") \
                     if key + "_gbs" in row else "-"
