@@ -97,6 +97,12 @@ __device__ __forceinline__ unsigned packF16x2(float lo, float hi) {
   return r;
 }
 
+// A page size (log2) as a type: paged K/V copies are unrolled once per page size, which rows start a page then known
+// at compile time.
+template <int N> struct PageShift {
+  static constexpr int value = N;
+};
+
 // cp.async.cg: a 16-byte global-to-shared copy that bypasses L1; when `valid` is false no byte is read and the
 // 16 bytes are zero-filled (src-size 0).
 __device__ __forceinline__ void cpAsync16(unsigned dst, const void *src, bool valid) {

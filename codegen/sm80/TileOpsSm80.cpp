@@ -302,25 +302,35 @@ void TileTargetSm80::pagedTileCopy(CudaWriter &w, Operand operand, const std::st
   const char *pageStride = operand == Operand::K ? "p.kCacheBatchStride" : "p.vCacheBatchStride";
   w.open("if (p.kvCache == 2)");
   w.comment("paged cache: key row `key` is row key % pageSize of page blockTable[key / pageSize] (clamped to the");
-  w.comment("pool). This thread's rows are kRowStep apart, so consecutive ones share a page until one lands in the");
-  w.comment("first kRowStep rows of the next: only there (and at its first row) does it read the block table; in");
-  w.comment("between it steps its pointer as in a contiguous cache. Pages of kBlockN keys or more: one lookup a tile.");
-  w.line(cat("constexpr int kRowStep = kThreads / ", perRow, ";"));
-  w.line("const int pageMask = (1 << p.pageShift) - 1;");
+  w.comment("pool). This thread's rows are kRowStep apart, so consecutive ones share a page until one lands on a page");
+  w.comment("start: only there (and at its first row) does it read the block table; in between it steps its pointer");
+  w.comment("as in a contiguous cache. The body is unrolled once per page size (16 to 256 keys, powers of two, as are");
+  w.comment("kBlockN and kRowStep; tiles start at multiples of kBlockN): row i starts a page when i * kRowStep is a");
+  w.comment("multiple of it, known at compile time, so the copies issue back to back with no per-row branch.");
+  w.line(cat("constexpr int kRowStep = kThreads / ", perRow, ", kCopies = ", n.rows, " * ", n.width, " / 8 / kThreads;"));
+  w.open("auto copyPages = [&](auto pageShift)");
+  w.line("constexpr int kPageShift = decltype(pageShift)::value, kPageMask = (1 << kPageShift) - 1;");
   w.line(cat("const long long step = kRowStep * ", n.rowStride, ";"));
   w.line(cat("const unsigned short *src = ", n.global, ";"));
-  w.openUnrolledFor("i", cat(n.rows, " * ", n.width, " / 8 / kThreads"));
+  w.openUnrolledFor("i", "kCopies");
   w.line("const int row = row0 + i * kRowStep, key = seqRow0 + i * kRowStep;");
   w.line(cat("const bool inside = key < ", n.seqlen, ";"));
   w.comment("keys grow with i: past the sequence here, past it for the rest of the tile (src is then unused)");
-  w.open("if (i == 0 || (key & pageMask) < kRowStep)");
-  w.line("const int page = inside ? min(max(p.blockTable[key >> p.pageShift], 0), p.cacheBatches - 1) : 0;");
-  w.line(cat("src = ", n.global, " + page * ", pageStride, " + (inside ? key & pageMask : 0) * ", n.rowStride,
+  w.open("if (i * kRowStep % (1 << kPageShift) == 0)");
+  w.line("const int page = inside ? min(max(p.blockTable[key >> kPageShift], 0), p.cacheBatches - 1) : 0;");
+  w.line(cat("src = ", n.global, " + page * ", pageStride, " + (inside ? key & kPageMask : 0) * ", n.rowStride,
              " + col * 8;"));
   w.close();
   w.line(cat("sm80::cpAsync16(", bufferAddress(operand, "tile"), " + sm80::swizzle<", n.width,
              " / 8>(row, col), inside ? src : ", n.global, ", inside);"));
   w.line("src += step;");
+  w.close();
+  w.close(";");
+  w.comment("the host accepts pages of 16 to 256 keys (KvCache.h): shifts 4 to 8");
+  w.open("switch (p.pageShift)");
+  for (int shift = 4; shift <= 8; ++shift)
+    w.line(cat("case ", shift, ": copyPages(sm80::PageShift<", shift, ">{}); break;"));
+  w.line("default: break;  // rejected on the host; no copy rather than one through a wrong page size");
   w.close();
   w.line("return;");
   w.close();
