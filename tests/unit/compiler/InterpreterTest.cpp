@@ -193,6 +193,13 @@ INSTANTIATE_TEST_SUITE_P(Variants, InterpreterVsReference, ::testing::ValuesIn(c
 // The oracle can fail
 //===----------------------------------------------------------------------===//
 
+/// Switches the interpreter's protocol checker off for a scope: the tests that plant a hazard show, with it off, that
+/// the checker (not something else) catches it.
+struct ProtocolCheckerOff {
+  ProtocolCheckerOff() { interp::AsyncCopies::enabled() = false; }
+  ~ProtocolCheckerOff() { interp::AsyncCopies::enabled() = true; }
+};
+
 /// Causal attention, FA2 with small tiles so that the walk has a masked tail and an unmasked interior; one K and
 /// one V buffer (stages = 1), the pipeline the published FA2 uses.
 struct CausalFixture : ::testing::Test {
@@ -334,10 +341,7 @@ TEST_F(CausalFixture, TheHazardsAboveAreCaughtByTheProtocolChecker) {
   ASSERT_TRUE(program) << diags.text;
   // With the checker off, each planted hazard runs to the end (the interpreter reads the tiles from global memory,
   // so the numbers even match): the tests above fail without the checker.
-  struct Off {
-    Off() { interp::AsyncCopies::enabled() = false; }
-    ~Off() { interp::AsyncCopies::enabled() = true; }
-  } off;
+  ProtocolCheckerOff off;
   auto fresh = [&] {
     return scheduled(*program, fa2::Fa2Options{.blockM = 64, .blockN = 32, .warps = 4, .stages = 1});
   };
@@ -556,10 +560,7 @@ TEST_F(Fa3Fixture, TheSoftmaxRunsUnderPvButTheRescaleWaitsForIt) {
 
 TEST_F(Fa3Fixture, TheBarrierHazardsAreCaughtByTheProtocolChecker) {
   ASSERT_TRUE(program) << diags.text;
-  struct Off {
-    Off() { interp::AsyncCopies::enabled() = false; }
-    ~Off() { interp::AsyncCopies::enabled() = true; }
-  } off;
+  ProtocolCheckerOff off;
   std::vector<float> o, lse;
   OwningOpRef<ModuleOp> noFullWait = flashtile::testing::scheduledFa3(*program, knobs);
   for (auto wait : barrierOps<tile::BarrierWaitOp>(*noFullWait, "consumer", "k", true))
@@ -656,10 +657,7 @@ TEST_F(Fa3PersistentFixture, RingPositionsThatRestartEachTileAreCaught) {
 
 TEST_F(Fa3PersistentFixture, TheHazardsAboveAreCaughtByTheProtocolChecker) {
   ASSERT_TRUE(fa3) << diags.text;
-  struct Off {
-    Off() { interp::AsyncCopies::enabled() = false; }
-    ~Off() { interp::AsyncCopies::enabled() = true; }
-  } off;
+  ProtocolCheckerOff off;
   std::vector<float> o, lse;
   tile::LoadOp loadQ;
   role(*fa3, "consumer").walk([&](tile::LoadOp load) {
