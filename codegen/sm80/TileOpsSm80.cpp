@@ -822,6 +822,7 @@ void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn) {
   storeLse(w);
   w.close();
   w.open("else");
+  w.line("sm80::launchDependents();  // the combine kernel may launch now; it waits for this grid's partials");
   w.comment("split `split` of LSE row r = (b, h, q) (as p.lse is indexed; varlen rows included): O at");
   w.comment("oAccum[(split * accumSplitStride + r) * kHeadDimV + d], LSE at lseAccum[split * accumSplitStride + r]");
   if (shape.packQueryHeads) {
@@ -863,6 +864,7 @@ void TileTargetSm80::combineRow(CudaWriter &w, const std::string &sinkFn) {
   w.line(cat("const int splits = p.numSplits;  // 2..", kMaxSplits, " (the runtime checks numSplits)"));
   w.line("const float *const gLseAccum = p.lseAccum + lseRow;");
   w.line("const float *const gOAccum = p.oAccum + lseRow * kHeadDimV;");
+  w.line("sm80::gridDependencyWait();  // launched early (programmatic dependent launch): the partials are complete");
   w.line(cat("constexpr int kSplitsPerLane = ", kMaxSplits / 32, ";  // lane l holds splits l, l + 32, ..."));
   w.comment("every split's LSE in registers, log2 domain (an absent split: -inf)");
   w.line("float weight[kSplitsPerLane];");
