@@ -110,7 +110,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if block_table.shape[1] < 1:
             raise ValueError("block_table must have at least one block per sequence, got shape "
                              f"{tuple(block_table.shape)}")
-        if block_table.stride(1) != 1:
+        if block_table.stride()[1] != 1:
             block_table = block_table.contiguous()
         num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
         if page_size not in SUPPORTED_PAGE_SIZES:
@@ -236,7 +236,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     call.k_cache_stride[:], call.v_cache_stride[:] = k_cache.stride(), v_cache.stride()
     if paged:
         call.block_table = block_table.data_ptr()
-        call.block_table_stride = block_table.stride(0)
+        call.block_table_stride = block_table.stride()[0]
         call.num_pages, call.page_size = k_cache.shape[0], k_cache.shape[1]
         call.max_pages_per_seq = block_table.shape[1]
     else:
