@@ -7,6 +7,7 @@ error naming the argument; the call then goes through flashtile_forward_kvcache 
 import ctypes
 import math
 import operator
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -43,20 +44,22 @@ def _check_cache(name: str, t, q) -> torch.Tensor:
     strides = t.stride()
     if strides[-1] != 1:
         raise ValueError(f"{name} must have a contiguous last dimension (stride 1), got strides {strides}")
-    if any(s < 0 or s % _STRIDE_MULTIPLE for s in strides[:3]):
+    # A loop, not a generator: torch.compile traces these checks.
+    bad_stride = False
+    for stride in strides[:3]:
+        bad_stride = bad_stride or stride < 0 or stride % _STRIDE_MULTIPLE != 0
+    if bad_stride:
         raise ValueError(f"{name}: strides {strides} are not supported; the first three must be non-negative "
                          f"multiples of {_STRIDE_MULTIPLE} elements (16-byte rows). The cache is updated in place, "
                          "so flashtile does not copy it")
-    if t.numel() and t.data_ptr() % 16:
-        raise ValueError(f"{name} must start at a 16-byte aligned address (the cache is updated in place, so "
-                         "flashtile does not copy it)")
     return t
 
 
-def _ready(t: torch.Tensor) -> torch.Tensor:
-    """A tensor the call only reads (q, k, v), in a layout and at an address kernels take (copied otherwise)."""
-    t = _interface._kernel_ready(t)
-    return _interface._aligned(t) if t.numel() else t
+def _check_cache_address(name: str, t: torch.Tensor) -> None:
+    # At the launch: data_ptr() cannot be traced by torch.compile.
+    if t.data_ptr() % 16:
+        raise ValueError(f"{name} must start at a 16-byte aligned address (the cache is updated in place, so "
+                         "flashtile does not copy it)")
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
@@ -156,7 +159,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                              "query row")
 
     # cache_seqlens: None (every sequence holds `capacity` keys), an int, or an int32 (batch,) tensor.
-    seqlens_host = None
+    held = -1  # the one length of every sequence when cache_seqlens is an int (its values are then checked on the host)
     if cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor):
         if isinstance(cache_seqlens, bool) or not hasattr(cache_seqlens, "__index__"):
             raise TypeError(f"cache_seqlens must be an int or an int32 tensor of shape ({batch},), got "
@@ -165,7 +168,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if held < 0 or held > capacity - seqlen_new:
             raise ValueError(f"cache_seqlens is {held}; accepted: 0 to {capacity - seqlen_new} (the cache holds "
                              f"{capacity} keys a sequence, {seqlen_new} of them appended by this call)")
-        seqlens_host = (ctypes.c_int * max(batch, 1))(*([held] * batch))
         cache_seqlens = torch.full((batch,), held, dtype=torch.int32, device=q.device)
     elif cache_seqlens is not None:
         cache_seqlens = _check_int32("cache_seqlens", cache_seqlens, (batch,), q.device, "(batch,)").contiguous()
@@ -192,7 +194,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             raise ValueError(f"rotary_cos: rotary_dim (2 x dimension 1) is {rotary_dim}; accepted: 2 to headdim = {d}")
         if seqlen_ro < 1:
             raise ValueError("rotary_cos: seqlen_ro is 0; the tables have at least one row")
-        if seqlens_host is not None:
+        if held >= 0:
             needed = held + max(seqlen_new, seqlen_q)
             if seqlen_ro < needed:
                 raise ValueError(f"rotary_cos: seqlen_ro is {seqlen_ro} but rows are rotated at positions up to "
@@ -208,33 +210,61 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             0 <= operator.index(num_splits) <= MAX_SPLITS):
         raise ValueError(f"num_splits must be 0 (flashtile's heuristic) or 1 to {MAX_SPLITS}, got {num_splits!r}")
     window = _interface._check_flags(window_size, softcap, alibi_slopes, batch, heads_q, q.device)
-    # A single query row sees every key of its sequence under bottom-right causal: the unmasked kernel does the same
-    # (flash-attn does this too). ALiBi keeps the flag: it does not change the keys seen.
+    # A single query row sees every key of its sequence under bottom-right causal, so the unmasked kernel computes
+    # the same; flash-attn drops the flag there too, except with ALiBi (kept here likewise).
     use_causal = bool(causal) and not (seqlen_q == 1 and alibi_slopes is None)
     resolved, values = _interface._flash_attn_variant(use_causal, window, float(softcap), alibi_slopes, capacity)
     params = [float(values[n]) for n in resolved.param_names]
     inputs = [] if alibi_slopes is None else [alibi_slopes.contiguous()]
 
+    if len(params) > _lib.MAX_PARAMS or len(inputs) > _lib.MAX_INPUTS:
+        raise ValueError(f"a variant takes at most {_lib.MAX_PARAMS} numbers and {_lib.MAX_INPUTS} input arrays; "
+                         f"got {len(params)} and {len(inputs)}")
+    q = _interface._kernel_ready(q)
+    if k is not None:
+        k, v = _interface._kernel_ready(k), _interface._kernel_ready(v)
+    scale = float(softmax_scale) if softmax_scale is not None else d ** -0.5
+    args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, held,
+            cache_batch_idx, block_table, scale, resolved.id, params, inputs, bool(rotary_interleaved),
+            operator.index(num_splits))
+    # The custom op under torch.compile (no graph break; the caches are declared mutated), the direct call otherwise.
+    if _interface._is_compiling():
+        out, lse = torch.ops.flashtile.fwd_kvcache(*args)
+    else:
+        out, lse = _launch(*args)
+    return (out, lse) if return_softmax_lse else out
+
+
+def _launch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value: int,
+            cache_batch_idx, block_table, softmax_scale: float, variant: str, params, inputs, rotary_interleaved: bool,
+            num_splits: int):
+    """Allocates O and LSE and launches on the current stream of q's device; the arguments are checked already.
+    cache_seqlens_value: the one length every sequence holds when the caller gave an int (checked by the runtime on
+    the host too), else -1."""
+    batch, seqlen_q, heads_q, d = q.shape
+    dv = v_cache.shape[3]
     out = torch.empty((batch, seqlen_q, heads_q, dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
     if batch == 0 or heads_q == 0 or (seqlen_q == 0 and k is None):
-        return (out, lse) if return_softmax_lse else out
-    q = _ready(q)
+        return out, lse
+    _check_cache_address("k_cache", k_cache)
+    _check_cache_address("v_cache", v_cache)
+    q = _interface._aligned(q)
     if k is not None:
-        k, v = _ready(k), _ready(v)
+        k, v = _interface._aligned(k), _interface._aligned(v)
 
     call = _lib.KvCacheCall()
     call.size = _KVCACHE_CALL_SIZE
-    call.variant = resolved.id_bytes
+    variant_id = variant.encode()  # held until the call returns: the struct points into it
+    call.variant = variant_id
     call.dtype = _interface._DTYPE_CODES[q.dtype]
-    call.batch, call.seqlen_q, call.heads_q, call.heads_kv = batch, seqlen_q, heads_q, heads_kv
+    call.batch, call.seqlen_q, call.heads_q, call.heads_kv = batch, seqlen_q, heads_q, k_cache.shape[2]
     call.head_dim, call.head_dim_v = d, dv
-    call.q = q.data_ptr() if q.numel() else 0
-    call.o, call.lse = out.data_ptr() or 0, lse.data_ptr() or 0
+    call.q, call.o, call.lse = q.data_ptr(), out.data_ptr(), lse.data_ptr()
     call.q_stride[:], call.o_stride[:] = q.stride(), out.stride()
     call.k_cache, call.v_cache = k_cache.data_ptr(), v_cache.data_ptr()
     call.k_cache_stride[:], call.v_cache_stride[:] = k_cache.stride(), v_cache.stride()
-    if paged:
+    if block_table is not None:
         call.block_table = block_table.data_ptr()
         call.block_table_stride = block_table.stride()[0]
         call.num_pages, call.page_size = k_cache.shape[0], k_cache.shape[1]
@@ -245,20 +275,19 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             call.cache_batch_idx = cache_batch_idx.data_ptr()
     if cache_seqlens is not None:
         call.cache_seqlens = cache_seqlens.data_ptr()
-    if seqlens_host is not None:
+    seqlens_host = None
+    if cache_seqlens_value >= 0:
+        seqlens_host = (ctypes.c_int * batch)(*([cache_seqlens_value] * batch))
         call.cache_seqlens_host = ctypes.addressof(seqlens_host)
     if k is not None:
-        call.k_new, call.v_new, call.seqlen_new = k.data_ptr(), v.data_ptr(), seqlen_new
+        call.k_new, call.v_new, call.seqlen_new = k.data_ptr(), v.data_ptr(), k.shape[1]
         call.k_new_stride[:], call.v_new_stride[:] = k.stride(), v.stride()
-    if rotary_dim:
+    if rotary_cos is not None:
         call.rotary_cos, call.rotary_sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
-        call.rotary_dim, call.seqlen_ro = rotary_dim, seqlen_ro
+        call.rotary_dim, call.seqlen_ro = 2 * rotary_cos.shape[1], rotary_cos.shape[0]
         call.rotary_interleaved = 1 if rotary_interleaved else 0
-    call.num_splits = operator.index(num_splits)
-    call.softmax_scale = float(softmax_scale) if softmax_scale is not None else d ** -0.5
-    if len(params) > _lib.MAX_PARAMS or len(inputs) > _lib.MAX_INPUTS:
-        raise ValueError(f"a variant takes at most {_lib.MAX_PARAMS} numbers and {_lib.MAX_INPUTS} input arrays; "
-                         f"got {len(params)} and {len(inputs)}")
+    call.num_splits = num_splits
+    call.softmax_scale = softmax_scale
     call.num_params, call.num_inputs = len(params), len(inputs)
     call.params[:len(params)] = params
     for i, t in enumerate(inputs):
@@ -276,4 +305,27 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         rc = lib.lib.flashtile_forward_kvcache(runtime, ctypes.addressof(call))
     if rc != 0:
         raise lib.error("flashtile flash_attn_with_kvcache")
-    return (out, lse) if return_softmax_lse else out
+    return out, lse
+
+
+@torch.library.custom_op("flashtile::fwd_kvcache", mutates_args=("k_cache", "v_cache"), device_types="cuda")
+def _fwd_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: Optional[torch.Tensor],
+                    v: Optional[torch.Tensor], rotary_cos: Optional[torch.Tensor], rotary_sin: Optional[torch.Tensor],
+                    cache_seqlens: Optional[torch.Tensor], cache_seqlens_value: int,
+                    cache_batch_idx: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
+                    softmax_scale: float, variant: str, params: List[float], inputs: List[torch.Tensor],
+                    rotary_interleaved: bool, num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Attention over a KV cache: (O, LSE); k/v, when given, are written into k_cache/v_cache. Arguments are
+    checked by flash_attn_with_kvcache."""
+    return _launch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value,
+                   cache_batch_idx, block_table, softmax_scale, variant, params, inputs, rotary_interleaved, num_splits)
+
+
+@_fwd_kvcache_op.register_fake
+def _fwd_kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value,
+                      cache_batch_idx, block_table, softmax_scale, variant, params, inputs, rotary_interleaved,
+                      num_splits):
+    batch, seqlen_q, heads_q, _ = q.shape
+    out = q.new_empty((batch, seqlen_q, heads_q, v_cache.shape[3]))
+    lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)
+    return out, lse

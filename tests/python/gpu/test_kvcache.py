@@ -173,3 +173,66 @@ def test_forced_splits(num_splits):
 
 def test_long_cache_split_by_the_heuristic():
     run_case(lengths=[32767], capacity=32768, heads_kv=2, paged=True, page_size=256)
+
+
+def decode_inputs(seqlen_q=1, capacity=1024):
+    torch.random.manual_seed(0)
+    q = torch.randn(BATCH, seqlen_q, HEADS, 128, device="cuda", dtype=torch.bfloat16)
+    k_cache = torch.randn(BATCH, capacity, 2, 128, device="cuda", dtype=torch.bfloat16)
+    v_cache = torch.randn_like(k_cache)
+    k, v = (torch.randn(BATCH, seqlen_q, 2, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    cache_seqlens = torch.tensor([5, 300, 0, capacity - seqlen_q], dtype=torch.int32, device="cuda")
+    return q, k_cache, v_cache, k, v, cache_seqlens
+
+
+def test_compile_fullgraph():
+    q, k_cache, v_cache, k, v, cache_seqlens = decode_inputs(seqlen_q=2)
+
+    def f(q, k_cache, v_cache, k, v, cache_seqlens):
+        return flashtile.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, causal=True,
+                                                 return_softmax_lse=True)
+
+    eager_k, eager_v = k_cache.clone(), v_cache.clone()
+    expected, expected_lse = f(q, eager_k, eager_v, k, v, cache_seqlens)
+    torch._dynamo.reset()
+    out, lse = torch.compile(f, fullgraph=True)(q, k_cache, v_cache, k, v, cache_seqlens)  # a graph break fails
+    torch.testing.assert_close(out, expected, atol=0, rtol=0)
+    torch.testing.assert_close(lse, expected_lse, atol=0, rtol=0)
+    assert torch.equal(k_cache, eager_k) and torch.equal(v_cache, eager_v), "the compiled call must append in place"
+
+
+def test_cuda_graph_capture_and_replay():
+    q, k_cache, v_cache, k, v, cache_seqlens = decode_inputs()
+    start_k, start_v = k_cache.clone(), v_cache.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up: compiles and loads the kernels
+        flashtile.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, num_splits=1)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.set_sync_debug_mode("error")  # any synchronizing call inside raises
+    try:
+        with torch.cuda.graph(graph):
+            static_out = flashtile.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens,
+                                                           num_splits=1)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for step in range(2):  # a decode step: new query, key and value at the next position
+        for t in (q, k, v):
+            t.copy_(torch.randn_like(t))
+        cache_seqlens.copy_(torch.tensor([6 + step, 301 + step, 1 + step, 1020 + step], dtype=torch.int32))
+        k_ref, v_ref = k_cache.clone(), v_cache.clone()
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = flashtile.flash_attn_with_kvcache(q, k_ref, v_ref, k, v, cache_seqlens=cache_seqlens, num_splits=1)
+        torch.testing.assert_close(static_out, expected, atol=0, rtol=0)
+        assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)
+    assert not torch.equal(k_cache, start_k), "the replays must have appended keys"
+
+
+def test_opcheck():
+    q, k_cache, v_cache, k, v, cache_seqlens = decode_inputs(seqlen_q=2)
+    torch.library.opcheck(torch.ops.flashtile.fwd_kvcache.default,
+                          (q, k_cache, v_cache, k, v, None, None, cache_seqlens, -1, None, None, 0.125, "causal", [],
+                           [], True, 0))

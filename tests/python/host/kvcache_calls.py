@@ -122,6 +122,28 @@ slopes = t((HQ,), torch.float32)
 kvc(q, k_cache, v_cache, cache_seqlens=seqlens, alibi_slopes=slopes, causal=True, num_splits=1)
 expect_params("alibi", inputs=[slopes.data_ptr()])
 
+# Under torch.compile the call goes through the custom op flashtile::fwd_kvcache (the caches declared mutated),
+# which launches the same call; its fake implementation gives the output shapes.
+from flashtile import interface, kvcache  # noqa: E402
+
+op = torch.ops.flashtile.fwd_kvcache
+op_calls = []
+torch.ops.flashtile.fwd_kvcache = lambda *args: op_calls.append(args) or op(*args)
+interface._is_compiling = lambda: True
+try:
+    out, lse = kvc(q, pool, pool, k_new, v_new, cache_seqlens=seqlens, block_table=table, num_splits=1,
+                   return_softmax_lse=True)
+finally:
+    interface._is_compiling = lambda: False
+    torch.ops.flashtile.fwd_kvcache = op
+if len(op_calls) != 1:
+    raise SystemExit("a call while compiling must go through torch.ops.flashtile.fwd_kvcache")
+expect_params("custom op", q=q.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(), kvCache=2, kNew=k_new.data_ptr())
+fake_out, fake_lse = kvcache._fwd_kvcache_fake(*op_calls[0])
+if tuple(fake_out.shape) != tuple(out.shape) or tuple(fake_lse.shape) != tuple(lse.shape):
+    raise SystemExit(f"the fake implementation gives {tuple(fake_out.shape)}, {tuple(fake_lse.shape)}; the call "
+                     f"{tuple(out.shape)}, {tuple(lse.shape)}")
+
 # Every bad argument is an error naming it, before any launch.
 ok = dict(q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=seqlens)
 
