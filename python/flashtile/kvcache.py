@@ -113,7 +113,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if block_table.shape[1] < 1:
             raise ValueError("block_table must have at least one block per sequence, got shape "
                              f"{tuple(block_table.shape)}")
-        if block_table.stride()[1] != 1:
+        # Rows of max_num_blocks_per_seq entries one row stride apart (the C ABI reads a row stride of 0 as packed,
+        # so a broadcast table is copied, not followed).
+        if block_table.stride()[1] != 1 or block_table.stride()[0] < block_table.shape[1]:
             block_table = block_table.contiguous()
         num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
         if page_size not in SUPPORTED_PAGE_SIZES:

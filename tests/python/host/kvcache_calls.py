@@ -117,6 +117,14 @@ expect_params("paged", kvCache=2, cacheBatches=7, cacheCapacity=192, pageShift=6
               blockTableStride=3, kCacheBatchStride=64 * HKV * D, cacheSeqlens=seqlens.data_ptr(), rotaryDim=64,
               seqlenRo=256, rotaryCos=cos.data_ptr(), rotarySin=sin.data_ptr())
 
+# A broadcast block table (row stride 0) is copied into a packed one: the C ABI reads a row stride of 0 as packed.
+broadcast = torch.Tensor((B, 3), i32, torch.device("cuda"), strides=(0, 1))
+kvc(q, pool, pool, cache_seqlens=seqlens, block_table=broadcast, num_splits=1)
+params = last_params()
+if params["blockTable"] == broadcast.data_ptr() or params["blockTableStride"] != 3:
+    raise SystemExit(f"a broadcast block table reached the kernel as {params['blockTable']:#x} with row stride "
+                     f"{params['blockTableStride']}")
+
 # ALiBi slopes reach the kernel as its input; splits are the caller's when forced.
 slopes = t((HQ,), torch.float32)
 kvc(q, k_cache, v_cache, cache_seqlens=seqlens, alibi_slopes=slopes, causal=True, num_splits=1)
