@@ -105,9 +105,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if cache_batch_idx is not None:
             raise ValueError("cache_batch_idx: a paged cache (block_table given) takes its rows from block_table; "
                              "cache_batch_idx selects rows of a contiguous cache only")
-        if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
+        if not isinstance(block_table, torch.Tensor):
+            raise TypeError(f"block_table must be an int32 tensor of shape (batch, max_num_blocks_per_seq), got "
+                            f"{type(block_table).__name__}")
+        if block_table.dim() != 2:
             raise ValueError(f"block_table must be an int32 tensor of shape (batch, max_num_blocks_per_seq), got "
-                             f"{tuple(block_table.shape) if isinstance(block_table, torch.Tensor) else type(block_table).__name__}")
+                             f"shape {tuple(block_table.shape)}")
         block_table = _check_int32("block_table", block_table, (batch, block_table.shape[1]), q.device,
                                    "(batch, max_num_blocks_per_seq)")
         if block_table.shape[1] < 1:
