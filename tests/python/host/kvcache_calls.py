@@ -152,6 +152,20 @@ if tuple(fake_out.shape) != tuple(out.shape) or tuple(fake_lse.shape) != tuple(l
     raise SystemExit(f"the fake implementation gives {tuple(fake_out.shape)}, {tuple(fake_lse.shape)}; the call "
                      f"{tuple(out.shape)}, {tuple(lse.shape)}")
 
+# What the C ABI refuses comes back as a FlashtileError with its message (here a variant no one registered, handed to
+# the launch directly: flash_attn_with_kvcache itself only passes variants it resolved).
+before = fake.fakeCudaLaunches()
+try:
+    kvcache._launch(q, k_cache, v_cache, None, None, None, None, seqlens, -1, None, None, 0.125, "no_such_variant", [],
+                    [], True, 0)
+except flashtile.FlashtileError as e:
+    if "flash_attn_with_kvcache" not in str(e) or "no_such_variant" not in str(e):
+        raise SystemExit(f"the C ABI's error does not name the call and the variant: {e}")
+else:
+    raise SystemExit("an unknown variant was launched")
+if fake.fakeCudaLaunches() != before:
+    raise SystemExit("a refused call launched a kernel")
+
 # Every bad argument is an error naming it, before any launch.
 ok = dict(q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=seqlens)
 
