@@ -9,6 +9,11 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 OUT=${OUT:-$PWD/.device/out}
+only=${PYTHON_CHECK_ONLY:-}
+case "$only" in
+  "" | kvcache) ;;
+  *) echo "PYTHON_CHECK_ONLY=$only: accepted: kvcache, or unset (every step)" >&2; exit 2 ;;
+esac
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/python-check.log"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/flashtile-site .device/python/flashtile-*.whl || exit 2
@@ -17,11 +22,6 @@ export FLASHTILE_CACHE_DIR=/tmp/flashtile-cache
 rm -rf "$FLASHTILE_CACHE_DIR"
 python3 -c "import flashtile, torch; print('flashtile', flashtile.version(), 'torch', torch.__version__)" 2>&1 | tee -a "$OUT/python-check.log"
 status=0
-only=${PYTHON_CHECK_ONLY:-}
-case "$only" in
-  "" | kvcache) ;;
-  *) echo "PYTHON_CHECK_ONLY=$only: accepted: kvcache, or unset (every step)" >&2; exit 2 ;;
-esac
 if [ -z "$only" ]; then
 ( cd tests/python/gpu && timeout 120 python3 warm_cache.py 16 ) 2>&1 | tee -a "$OUT/python-check.log" || status=1
 ( cd tests/python/gpu && timeout 240 python3 -m pytest -q -n 16 -p no:cacheprovider --maxfail=50 --junitxml="$OUT/python-port.xml" \
