@@ -152,6 +152,14 @@ if tuple(fake_out.shape) != tuple(out.shape) or tuple(fake_lse.shape) != tuple(l
     raise SystemExit(f"the fake implementation gives {tuple(fake_out.shape)}, {tuple(fake_lse.shape)}; the call "
                      f"{tuple(out.shape)}, {tuple(lse.shape)}")
 
+# An empty batch returns empty tensors and launches nothing.
+before = fake.fakeCudaLaunches()
+out, lse = kvc(t((0, 1, HQ, D)), t((0, CACHE, HKV, D)), t((0, CACHE, HKV, D)), t((0, 1, HKV, D)), t((0, 1, HKV, D)),
+               cache_seqlens=t((0,), i32), return_softmax_lse=True)
+if fake.fakeCudaLaunches() != before or tuple(out.shape) != (0, 1, HQ, D) or tuple(lse.shape) != (0, HQ, 1):
+    raise SystemExit(f"an empty batch: shapes {tuple(out.shape)}, {tuple(lse.shape)}, "
+                     f"{fake.fakeCudaLaunches() - before} launches")
+
 # What the C ABI refuses comes back as a FlashtileError with its message (here a variant no one registered, handed to
 # the launch directly: flash_attn_with_kvcache itself only passes variants it resolved).
 before = fake.fakeCudaLaunches()
