@@ -106,6 +106,10 @@ struct KernelInfo {
   // tiles of one (batch, head) pair (ceil(FlashtileFwdParams::qTiles / 2) x headsQ x batch units); a block runs one
   // unit in every gridDim.x (the kernel decodes them). Absent from the text form unless set (persistent=1).
   bool persistent = false;
+  // The dispatch rule its schedule records (Schedule::preferredOver): while no schedule is set (Runtime::setSchedule)
+  // and no JIT is installed, a call whose spec asks for schedule `preferredOver` runs this kernel instead when it
+  // matches the call's spec otherwise (arch, dtype, head dims, variant). Empty: none; absent from the text form.
+  std::string preferredOver;
 
   bool splitKv() const { return !combineEntry.empty(); }
   bool readsKvCache() const { return !appendEntry.empty(); }
