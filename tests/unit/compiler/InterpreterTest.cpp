@@ -184,6 +184,14 @@ TEST_P(InterpreterVsReference, UnscheduledFa2AndFa3ScheduledMatchTheReference) {
     expectMatchesReference(out, ref, p, label);
     expectAgree(out, unscheduled, test::errorBound(ref) + outputUlp(ref, c.dtype), label);
   }
+  for (const auto &[label, knobs] : flashtile::testing::fa1TestSchedules()) {
+    OwningOpRef<ModuleOp> sched = flashtile::testing::scheduledFa1(*program, knobs);
+    ASSERT_TRUE(sched) << label << ": the FA1 pipeline failed\n" << diags.text;
+    ASSERT_FALSE(funcOf(*sched).getBody().getOps<tile::StateLoadOp>().empty()) << label << ": no K/V steps";
+    Outputs out = runChecked(funcOf(*sched), p, in, diags);
+    expectMatchesReference(out, ref, p, label);
+    expectAgree(out, unscheduled, test::errorBound(ref) + outputUlp(ref, c.dtype), label);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, InterpreterVsReference, ::testing::ValuesIn(cases()),

@@ -339,6 +339,8 @@ TEST_P(VariantVsReference, UnscheduledFa2AndFa3ScheduledMatchTheReference) {
     runs.emplace_back(label, [&, options = options] { return scheduled(**program, options); });
   for (auto &[label, knobs] : flashtile::testing::fa3TestSchedules())
     runs.emplace_back(label, [&, knobs = knobs] { return flashtile::testing::scheduledFa3(**program, knobs); });
+  for (auto &[label, knobs] : flashtile::testing::fa1TestSchedules())
+    runs.emplace_back(label, [&, knobs = knobs] { return flashtile::testing::scheduledFa1(**program, knobs); });
   for (const auto &[label, schedule] : runs) {
     OwningOpRef<ModuleOp> sched = schedule();
     ASSERT_TRUE(sched) << label << ": the schedule's pipeline failed\n" << diags.text;
