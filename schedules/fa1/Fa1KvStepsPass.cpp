@@ -6,7 +6,7 @@
 //  - tile.init_state becomes tile.state_load: the state the previous step stored for these rows (empty at step 0);
 //  - the "may" KV-range rule is intersected with the step's tile, [kv_step·block_n, kv_step·block_n + block_n), so
 //    tile-split-boundary bounds every loop segment by it: a step visits its tile if the variant lets some row of
-//    the Q tile see it, and masks it only where the rules say;
+//    the Q tile see it, and masks it only where the rules say; a step past the sequence's keys (varlen) is [0, 0);
 //  - the state the K/V loops leave goes through tile.state_store before tile.finalize: every step writes m, l and
 //    acc back, and O and LSE of the keys seen so far (FA1 writes O_i every step), so after the last step O and LSE
 //    are the result.
@@ -70,7 +70,9 @@ struct Fa1KvStepsPass : PassWrapper<Fa1KvStepsPass, OperationPass<FuncOp>> {
     fin.getStateMutable().assign(store.getResult());
   }
 
-  /// lo, hi of the "may" rule → max(lo, kv_step·N), min(hi, kv_step·N + N).
+  /// lo, hi of the "may" rule → max(lo, kv_step·N), min(hi, kv_step·N + N), or [0, 0) for a step past the
+  /// sequence's keys (varlen: shorter sequences run out of tiles first). Clamped to seqlen_k, a range past the keys
+  /// would land inside a partial last tile, which the walk would then visit again at every later step.
   LogicalResult boundByStep(FuncOp func, int64_t blockN) {
     KvRangeOp may;
     for (KvRangeOp range : func.getBody().getOps<KvRangeOp>())
@@ -87,7 +89,10 @@ struct Fa1KvStepsPass : PassWrapper<Fa1KvStepsPass, OperationPass<FuncOp>> {
     Value end = arith::AddIOp::create(b, loc, begin, n);
     Value lo = arith::MaxSIOp::create(b, loc, yield.getValues()[0], begin);
     Value hi = arith::MinSIOp::create(b, loc, yield.getValues()[1], end);
-    yield->setOperands({lo, hi});
+    Value past = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, begin, DimOp::create(b, loc, "seqlen_k"));
+    Value zero = arith::ConstantIntOp::create(b, loc, 0, 32);
+    yield->setOperands({arith::SelectOp::create(b, loc, past, zero, lo).getResult(),
+                        arith::SelectOp::create(b, loc, past, zero, hi).getResult()});
     return success();
   }
 };

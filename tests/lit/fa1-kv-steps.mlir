@@ -10,14 +10,20 @@
 // CHECK:   %[[END:.*]] = arith.addi %[[BEGIN]], %[[N]] : i32
 // CHECK:   %[[LO:.*]] = arith.maxsi %{{.*}}, %[[BEGIN]] : i32
 // CHECK:   %[[HI:.*]] = arith.minsi %{{.*}}, %[[END]] : i32
-// CHECK:   tile.yield %[[LO]], %[[HI]] : i32, i32
+// A step past the sequence's keys (varlen) walks nothing: [0, 0), not a range clamped into its last partial tile.
+// CHECK:   %[[SK:.*]] = tile.dim "seqlen_k"
+// CHECK:   %[[PAST:.*]] = arith.cmpi sge, %[[BEGIN]], %[[SK]] : i32
+// CHECK:   %[[ZERO:.*]] = arith.constant 0 : i32
+// CHECK:   %[[LO2:.*]] = arith.select %[[PAST]], %[[ZERO]], %[[LO]] : i32
+// CHECK:   %[[HI2:.*]] = arith.select %[[PAST]], %[[ZERO]], %[[HI]] : i32
+// CHECK:   tile.yield %[[LO2]], %[[HI2]] : i32, i32
 // CHECK: tile.kv_range "full"
 // CHECK-NOT: kv_step
 // The state comes from the previous step (empty at step 0) and goes back before it is finalized.
 // CHECK-NOT: tile.init_state
-// CHECK: %[[ST0:.*]] = tile.state_load : !tile.state<64x64>
+// CHECK: %[[ST0:.*]] = tile.state_load : <64x64>
 // CHECK: %[[ST:.*]] = tile.kv_loop iter_args(%[[ST0]])
-// CHECK: %[[STORED:.*]] = tile.state_store %[[ST]] : !tile.state<64x64>
+// CHECK: %[[STORED:.*]] = tile.state_store %[[ST]] : <64x64>
 // CHECK-NEXT: %[[O:.*]], %[[LSE:.*]] = tile.finalize %[[STORED]]
 // CHECK-NEXT: tile.store "o" %[[O]]
 // CHECK-NEXT: tile.store "lse" %[[LSE]]
