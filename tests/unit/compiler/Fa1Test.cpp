@@ -144,6 +144,27 @@ TEST(Fa1Steps, VisitsTheTilesFa2VisitsOnPackedSequences) {
   EXPECT_EQ(stepStats.kTileLoads, fa2Stats.kTileLoads);
 }
 
+TEST(Fa1Steps, AStepThatForgetsToStoreItsStateIsReported) {
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  OwningOpRef<ModuleOp> program = buildProgram(context, "none", ElementType::BF16, 64);
+  OwningOpRef<ModuleOp> fa1 = scheduledFa1(*program, {{"block-n", 16}});
+  ASSERT_TRUE(fa1) << diags.text;
+  // Planted past the verifier (the interpreter runs what it is given): the state goes straight to finalize, so
+  // step 1 would start from nothing.
+  tile::FuncOp func = funcOf(*fa1);
+  tile::StateStoreOp store = *func.getBody().getOps<tile::StateStoreOp>().begin();
+  store.getResult().replaceAllUsesWith(store.getState());
+  store.erase();
+  Problem p = problem(1, 20, 40, 1, 1, 64);
+  test::Inputs in = test::randomInputs(p, 3);
+  Outputs out;
+  EXPECT_TRUE(failed(interp::run(func, p, in.q, in.k, in.v, out.o, out.lse)));
+  EXPECT_NE(diags.text.find("K/V step 1 reads a state that step 0 did not store (tile.state_store) for these rows"),
+            std::string::npos)
+      << diags.text;
+}
+
 //===----------------------------------------------------------------------===//
 // The kernels compile with NVRTC and say how they are launched
 //===----------------------------------------------------------------------===//
