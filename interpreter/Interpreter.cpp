@@ -402,34 +402,34 @@ LogicalResult Interpreter::run(std::vector<float> &o, std::vector<float> &lse, R
       stepped ? std::max<int64_t>(1, ceilDiv(longestSeqlenK(problem), func.getScheduleAttr().getBlockN())) : 1;
   stepStates.clear();
   for (kvStep = 0; kvStep < kvSteps; ++kvStep)
-  for (int64_t b = 0; b < problem.batch; ++b)
-    for (int64_t h = 0; h < heads; ++h)
-      // Varlen: like the kernel's blocks past a shorter sequence, the tiles past it do not run.
-      for (int64_t t = 0; t * blockM < sequenceOf(problem, b).seqlenQ * rowsPerQuery; ++t)
-        for (int64_t s = 0; s < splits; ++s) {
-          inst = sequenceOf(problem, b);
-          // Packed: h is the K/V head, and the instance's head (what KV-range rules see) the group's first.
-          inst.h = packed ? h * group : h;
-          inst.hKv = packed ? h : h / group;
-          inst.qTile = t;
-          inst.m0 = t * blockM;
-          inst.rows = blockM;
-          // As the kernel computes it: numSplits ranges of equal length in whole K/V tiles, clamped to the keys.
-          inst.splitEnd = inst.seqlenK;
-          if (splitStore) {
-            int64_t blockN = func.getScheduleAttr().getBlockN();
-            int64_t splitTiles = ceilDiv(ceilDiv(inst.seqlenK, blockN), splits);
-            inst.split = s;
-            inst.splitBegin = std::min(s * splitTiles * blockN, inst.seqlenK);
-            inst.splitEnd = std::min(inst.splitBegin + splitTiles * blockN, inst.seqlenK);
-            // Past the keys: [0, 0), empty at a tile boundary (an empty range inside a tile would still visit it).
-            if (inst.splitBegin >= inst.seqlenK)
-              inst.splitBegin = inst.splitEnd = 0;
+    for (int64_t b = 0; b < problem.batch; ++b)
+      for (int64_t h = 0; h < heads; ++h)
+        // Varlen: like the kernel's blocks past a shorter sequence, the tiles past it do not run.
+        for (int64_t t = 0; t * blockM < sequenceOf(problem, b).seqlenQ * rowsPerQuery; ++t)
+          for (int64_t s = 0; s < splits; ++s) {
+            inst = sequenceOf(problem, b);
+            // Packed: h is the K/V head, and the instance's head (what KV-range rules see) the group's first.
+            inst.h = packed ? h * group : h;
+            inst.hKv = packed ? h : h / group;
+            inst.qTile = t;
+            inst.m0 = t * blockM;
+            inst.rows = blockM;
+            // As the kernel computes it: numSplits ranges of equal length in whole K/V tiles, clamped to the keys.
+            inst.splitEnd = inst.seqlenK;
+            if (splitStore) {
+              int64_t blockN = func.getScheduleAttr().getBlockN();
+              int64_t splitTiles = ceilDiv(ceilDiv(inst.seqlenK, blockN), splits);
+              inst.split = s;
+              inst.splitBegin = std::min(s * splitTiles * blockN, inst.seqlenK);
+              inst.splitEnd = std::min(inst.splitBegin + splitTiles * blockN, inst.seqlenK);
+              // Past the keys: [0, 0), empty at a tile boundary (an empty range inside a tile would still visit it).
+              if (inst.splitBegin >= inst.seqlenK)
+                inst.splitBegin = inst.splitEnd = 0;
+            }
+            kTileLoads = stats ? &stats->kTileLoads[(b * heads + h) * qTiles + t] : nullptr;
+            if (failed(runInstance()))
+              return failure();
           }
-          kTileLoads = stats ? &stats->kTileLoads[(b * heads + h) * qTiles + t] : nullptr;
-          if (failed(runInstance()))
-            return failure();
-        }
   if (splits > 1)
     return combineSplits(splitStore);
   return success();
@@ -560,10 +560,10 @@ LogicalResult Interpreter::execBlock(Block &block) {
 
 LogicalResult Interpreter::exec(Operation &op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(&op)
-      .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, BufferOp, SlotOp, CopyAsyncOp, WaitOp, BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, WorkLoopOp, MmaWaitOp, StoreOp, QkOp,
-            ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, StateLoadOp, StateStoreOp, KvLoopOp,
-            StoreSplitOp>(
-          [&](auto tileOp) { return exec(tileOp); })
+      .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, BufferOp, SlotOp, CopyAsyncOp, WaitOp,
+            BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, WorkLoopOp, MmaWaitOp, StoreOp, QkOp, ScaleOp,
+            ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, StateLoadOp, StateStoreOp,
+            KvLoopOp, StoreSplitOp>([&](auto tileOp) { return exec(tileOp); })
       .Default([&](Operation *other) -> LogicalResult {
         // A constant tile (a pipeline's carried P before the first tile): the splat value everywhere.
         if (auto constant = dyn_cast<arith::ConstantOp>(other); constant && isa<RankedTensorType>(constant.getType())) {

@@ -1457,7 +1457,8 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
     src += "// KV-cache calls that append keys launch " + info.appendEntry + " first.\n";
   if (info.kvSteps)
     src += "// K/V steps: launched once per K/V tile, params.kvStep = 0 .. ceil(seqlenK / " +
-           std::to_string(shape.blockN) + ") - 1 (varlen: maxSeqlenK; one launch\n// when there is no key), with the "
+           std::to_string(shape.blockN) +
+           ") - 1 (varlen: maxSeqlenK; one launch\n// when there is no key), with the "
            "state workspace params.stateAcc, stateMax, stateSum (KernelAbi.h).\n";
   src += "\n// ==== kernel parameters: runtime/include/flashtile/runtime/KernelAbi.h, verbatim ====\n";
   src += kKernelAbiText;

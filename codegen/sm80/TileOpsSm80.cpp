@@ -473,7 +473,8 @@ bool TileTargetSm80::stateLoad(CudaWriter &w) {
   w.line("rowMax[mt][r] = p.stateMax[lseRow + q];");
   w.line("rowSum[mt][r] = lane % 4 == 0 ? p.stateSum[lseRow + q] : 0.f;");
   w.openUnrolledFor("nt", "kOTiles");
-  w.line("const float2 c = *reinterpret_cast<const float2 *>(p.stateAcc + (lseRow + q) * kHeadDimV + 8 * nt + fragCol);");
+  w.line(
+      "const float2 c = *reinterpret_cast<const float2 *>(p.stateAcc + (lseRow + q) * kHeadDimV + 8 * nt + fragCol);");
   w.line("acc[mt][nt][2 * r] = c.x;");
   w.line("acc[mt][nt][2 * r + 1] = c.y;");
   w.close();
@@ -487,8 +488,10 @@ bool TileTargetSm80::stateLoad(CudaWriter &w) {
 bool TileTargetSm80::stateStore(CudaWriter &w) {
   if (shape.packQueryHeads)
     return false;
-  w.comment("---- state_store: this thread's rows of the state (rows < seqlen_q) to the workspace for the next K/V step:");
-  w.comment("m and the quad's sum of l by the quad's first lane, acc from the fragments; the registers stay the state ----");
+  w.comment(
+      "---- state_store: this thread's rows of the state (rows < seqlen_q) to the workspace for the next K/V step:");
+  w.comment(
+      "m and the quad's sum of l by the quad's first lane, acc from the fragments; the registers stay the state ----");
   w.open("");
   w.line("const long long lseRow = (p.lse - params.lse) + b * p.lseBatchStride + h * p.lseHeadStride;");
   w.openUnrolledFor("mt", "kMTiles");

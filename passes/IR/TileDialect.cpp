@@ -715,8 +715,7 @@ LogicalResult StoreSplitOp::verify() {
 
 /// tile.state_load and tile.state_store come as a pair at the top level of a tile.func: the program is launched once
 /// per K/V tile, and the state one step stores is the state the next one loads.
-template <typename Self, typename Other>
-static LogicalResult verifyStatePair(Self op, StringRef other) {
+template <typename Self, typename Other> static LogicalResult verifyStatePair(Self op, StringRef other) {
   auto func = dyn_cast_or_null<FuncOp>(op->getParentOp());
   if (!func)
     return op.emitOpError() << "must be at the top level of a tile.func: the state moves through global memory "

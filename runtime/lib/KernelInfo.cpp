@@ -283,8 +283,8 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
     if (!contains(kFieldNames, name) && !contains(kSplitKvFieldNames, name) && !contains(kTmaFieldNames, name) &&
         !contains(kStepFieldNames, name))
       return Status::error("line " + std::to_string(lineNumber) + ": unknown field '" + std::string(name) +
-                           "' (accepted: " + joined(kFieldNames) + "; split-KV kernels: " +
-                           joined(kSplitKvFieldNames) + "; TMA kernels: " + joined(kTmaFieldNames) +
+                           "' (accepted: " + joined(kFieldNames) + "; split-KV kernels: " + joined(kSplitKvFieldNames) +
+                           "; TMA kernels: " + joined(kTmaFieldNames) +
                            "; K/V-step kernels: " + joined(kStepFieldNames) + ")");
     if (!fields.emplace(name, trim(line.substr(equals + 1))).second)
       return fieldError(name, "appears twice (line " + std::to_string(lineNumber) + ")");
@@ -314,8 +314,8 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
       return fieldError("packQueryHeads", quoted(it->second) + " is not 0 or 1");
     info.packQueryHeads = it->second == "1";
   }
-  for (auto [field, flag] : {std::pair{"tensorMaps", &info.tensorMaps}, {"persistent", &info.persistent},
-                             {"kvSteps", &info.kvSteps}})
+  for (auto [field, flag] :
+       {std::pair{"tensorMaps", &info.tensorMaps}, {"persistent", &info.persistent}, {"kvSteps", &info.kvSteps}})
     if (auto it = fields.find(field); it != fields.end()) {
       if (it->second != "0" && it->second != "1")
         return fieldError(field, quoted(it->second) + " is not 0 or 1");

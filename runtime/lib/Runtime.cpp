@@ -898,18 +898,22 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
     if (args.workspace) {
       if (args.workspaceBytes < bytes)
         return Status::error("workspaceBytes is " + std::to_string(args.workspaceBytes) + "; kernel " + info.entry +
-                             " (schedule " + info.schedule + ", K/V steps) keeps each query row's state there and "
-                             "needs " + std::to_string(bytes) + " (LSE rows x (headDimV + 2) x 4)");
-      return launchSteps(driver, function->function, info, args, stream,
-                         reinterpret_cast<CUdeviceptr>(args.workspace), rows);
+                             " (schedule " + info.schedule +
+                             ", K/V steps) keeps each query row's state there and "
+                             "needs " +
+                             std::to_string(bytes) + " (LSE rows x (headDimV + 2) x 4)");
+      return launchSteps(driver, function->function, info, args, stream, reinterpret_cast<CUdeviceptr>(args.workspace),
+                         rows);
     }
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
     if (Status s = driver.check(driver.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing"); !s.ok())
       return s;
     if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
-      return Status::error("kernel " + info.entry + " (schedule " + info.schedule + ") keeps each query row's state "
+      return Status::error("kernel " + info.entry + " (schedule " + info.schedule +
+                           ") keeps each query row's state "
                            "in a workspace between its K/V steps; under CUDA graph capture pass one (workspace, "
-                           "workspaceBytes >= " + std::to_string(bytes) + ")");
+                           "workspaceBytes >= " +
+                           std::to_string(bytes) + ")");
     CUcontext context = nullptr;
     if (Status s = driver.check(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent"); !s.ok())
       return s;

@@ -13,8 +13,8 @@ Fa1Config Fa1Config::defaultsFor(int headDim, int headDimV) {
 
 std::optional<std::string> Fa1Config::validate(int headDim, int headDimV) const {
   auto bad = [](const std::string &knob, int value, const std::string &accepted) {
-    return std::string(kName) + ": " + knob + " = " + std::to_string(value) + " is not supported; accepted: " +
-           accepted;
+    return std::string(kName) + ": " + knob + " = " + std::to_string(value) +
+           " is not supported; accepted: " + accepted;
   };
   if (warps < 1 || warps > kMaxWarps)
     return bad(kWarps, warps, "1 to " + std::to_string(kMaxWarps));

@@ -114,8 +114,8 @@ TEST(Fa1Steps, VisitsTheTilesFa2VisitsOnPackedSequences) {
   OwningOpRef<ModuleOp> program = buildProgram(context, "causal", ElementType::F16, 64);
   OwningOpRef<ModuleOp> fa1 = scheduledFa1(*program, {{"block-m", 32}, {"block-n", 16}, {"warps", 2}});
   ASSERT_TRUE(fa1) << diags.text;
-  OwningOpRef<ModuleOp> fa2 = flashtile::testing::scheduled(*program, fa2::Fa2Options{.blockM = 32, .blockN = 16,
-                                                                                       .warps = 2, .stages = 1});
+  OwningOpRef<ModuleOp> fa2 =
+      flashtile::testing::scheduled(*program, fa2::Fa2Options{.blockM = 32, .blockN = 16, .warps = 2, .stages = 1});
   ASSERT_TRUE(fa2) << diags.text;
   // Four sequences: 1 query over no key, 2 over 1, 40 over 100, 70 over 77.
   Problem p = problem(4, 113, 178, 4, 2, 64);
@@ -130,8 +130,7 @@ TEST(Fa1Steps, VisitsTheTilesFa2VisitsOnPackedSequences) {
       << diags.text;
   ASSERT_TRUE(succeeded(interp::run(funcOf(*fa1), p, in.q, in.k, in.v, stepped.o, stepped.lse, &stepStats)))
       << diags.text;
-  ASSERT_TRUE(succeeded(interp::run(funcOf(*fa2), p, in.q, in.k, in.v, split.o, split.lse, &fa2Stats)))
-      << diags.text;
+  ASSERT_TRUE(succeeded(interp::run(funcOf(*fa2), p, in.q, in.k, in.v, split.o, split.lse, &fa2Stats))) << diags.text;
   EXPECT_LE(test::maxAbsDiff(split.o, unscheduled.o), 2e-3) << "fa2";
   EXPECT_LE(test::maxAbsDiff(stepped.o, unscheduled.o), 2e-3);
   for (size_t i = 0; i < stepped.lse.size(); ++i)
