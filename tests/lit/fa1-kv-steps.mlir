@@ -73,3 +73,38 @@ tile.func @noRule attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64
   tile.store "o" %o : tensor<64x64xf32>
   tile.store "lse" %lse : tensor<64xf32>
 }
+
+// -----
+
+// expected-error @+1 {{'tile.func' op already walks K/V steps (it has a tile.state_load)}}
+tile.func @twice attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
+                             schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, stages = 1>} {
+  %q = tile.load "q" : tensor<64x64xbf16>
+  %st0 = tile.state_load : !tile.state<64x64>
+  %st = tile.kv_loop iter_args(%st0) : !tile.state<64x64> -> !tile.state<64x64> {
+  ^bb0(%j: i32, %s: !tile.state<64x64>):
+    tile.yield %s : !tile.state<64x64>
+  }
+  %st2 = tile.state_store %st : !tile.state<64x64>
+  %o, %lse = tile.finalize %st2 : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
+  tile.store "o" %o : tensor<64x64xf32>
+  tile.store "lse" %lse : tensor<64xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'tile.func' op has bounded K/V loops; split the walk into K/V steps before tile-split-boundary}}
+tile.func @bounded attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
+                               schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, stages = 1>} {
+  %c0 = arith.constant 0 : i32
+  %c4 = arith.constant 4 : i32
+  %q = tile.load "q" : tensor<64x64xbf16>
+  %st0 = tile.init_state : !tile.state<64x64>
+  %st = tile.kv_loop from %c0 to %c4 iter_args(%st0) : !tile.state<64x64> -> !tile.state<64x64> {
+  ^bb0(%j: i32, %s: !tile.state<64x64>):
+    tile.yield %s : !tile.state<64x64>
+  }
+  %o, %lse = tile.finalize %st : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
+  tile.store "o" %o : tensor<64x64xf32>
+  tile.store "lse" %lse : tensor<64xf32>
+}

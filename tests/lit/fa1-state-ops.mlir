@@ -70,3 +70,28 @@ tile.func @nested attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64
     tile.yield %s : !tile.state<64x64>
   }
 }
+
+// -----
+
+tile.func @twoStores attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{'tile.state_load' op needs exactly one tile.state_store in its tile.func, found 2}}
+  %a = tile.state_load : !tile.state<64x64>
+  %st = tile.kv_loop iter_args(%a) : !tile.state<64x64> -> !tile.state<64x64> {
+  ^bb0(%j: i32, %s: !tile.state<64x64>):
+    tile.yield %s : !tile.state<64x64>
+  }
+  %st2 = tile.state_store %st : !tile.state<64x64>
+  %st3 = tile.state_store %st2 : !tile.state<64x64>
+}
+
+// -----
+
+tile.func @storeInALoop attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %a = tile.init_state : !tile.state<64x64>
+  %st = tile.kv_loop iter_args(%a) : !tile.state<64x64> -> !tile.state<64x64> {
+  ^bb0(%j: i32, %s: !tile.state<64x64>):
+    // expected-error @+1 {{'tile.state_store' op must be at the top level of a tile.func}}
+    %s2 = tile.state_store %s : !tile.state<64x64>
+    tile.yield %s2 : !tile.state<64x64>
+  }
+}
