@@ -37,8 +37,9 @@ namespace flashtile::codegen {
 namespace {
 
 constexpr int kWarpSize = 32;
-/// Query rows a block of the split-KV combine kernel merges, one a warp.
-constexpr int kCombineRowsPerBlock = 4;
+/// The split-KV combine kernel: a block merges one query row, its warps sharing the row's splits (a decode row's
+/// partials are a few KiB: the combine is latency-bound, so a row gets more loads in flight, not fewer blocks).
+constexpr int kCombineRowsPerBlock = 1, kCombineWarps = 4;
 
 /// `s` with every character outside [A-Za-z0-9_] replaced by '_': usable in a C identifier.
 std::string sanitize(StringRef s) {
@@ -906,17 +907,18 @@ LogicalResult KernelPrinter::printCombineKernel(StringRef entry) {
   w.line("");
   w.comment("==== the combine step of split-KV: merges each query row's numSplits partial O and LSE ====");
   w.comment("LSE = ln(sum_i e^LSE_i" + std::string(sinkFn.empty() ? "" : " + e^s") +
-            "), O = sum_i e^(LSE_i - LSE) O_i: exact, in fp32. Launch: grid (ceil(seqlenQ / kRows),");
-  w.comment("headsQ, batch), block (32 * kRows); varlen: grid.x = ceil(maxSeqlenQ / kRows). Launched only when");
+            "), O = sum_i e^(LSE_i - LSE) O_i: exact, in fp32. Launch: grid (seqlenQ, headsQ, batch), one");
+  w.comment("query row a block, block (32 * kWarps); varlen: grid.x = maxSeqlenQ. Launched only when");
   w.comment("numSplits > 1 (with one split the attention kernel writes O and LSE itself).");
-  w.open("extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kCombineRowsPerBlock * kWarpSize) + ") " +
+  w.open("extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kCombineWarps * kWarpSize) + ") " +
          entry.str() + "(const FlashtileFwdParams params)");
   w.line("constexpr int kHeadDimV = " + std::to_string(func.getHeadDimV()) + ";  // V/O head dim");
-  w.line("constexpr int kRows = " + std::to_string(kCombineRowsPerBlock) + ";  // query rows of a block: one a warp");
+  w.line("constexpr int kRows = " + std::to_string(kCombineRowsPerBlock) + ", kWarps = " + std::to_string(kCombineWarps) +
+         ";  // query rows of a block; its warps share the row's splits");
   w.line("const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;");
   w.line("const int blockBatch = blockIdx.z, blockHead = blockIdx.y;");
   printSequenceView();
-  w.line("const int b = blockBatch, h = blockHead, q = blockIdx.x * kRows + warp;");
+  w.line("const int b = blockBatch, h = blockHead, q = blockIdx.x * kRows;");
   w.line("if (q >= p.seqlenQ)");
   w.line("  return;  // past the (varlen: this sequence's) query rows");
   target.combineRow(w, sinkFn);
@@ -1420,7 +1422,7 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   if (printer.splitKv()) {
     info.combineEntry = info.entry + "_combine";
     info.combineRows = kCombineRowsPerBlock;
-    info.combineThreads = kCombineRowsPerBlock * kWarpSize;
+    info.combineThreads = kCombineWarps * kWarpSize;
     if (failed(printer.printCombineKernel(info.combineEntry)))
       return failure();
   }

@@ -154,7 +154,7 @@ public:
   /// The body of the combine kernel of a split-KV program: query row `q` (< p.seqlenQ) of head h in batch entry b
   /// (names declared by the printer, with `p` the sequence's view and `warp`/`lane` the thread's place) is merged
   /// from its p.numSplits partials, the sink `sinkFn` (empty: none) joined once, and written to O and LSE. One
-  /// warp a row.
+  /// row a block: its `kWarps` warps share the row's splits.
   virtual void combineRow(CudaWriter &w, const std::string &sinkFn) = 0;
 
   // ---- The asynchronous protocol (roles, barriers, copies into ring slots, asynchronous MMAs). Only targets whose

@@ -140,6 +140,21 @@ __device__ __forceinline__ float exp2(float x) {
   return r;
 }
 
+// Programmatic dependent launch (sm_90+; no-ops before): a kernel launched after this one with programmatic stream
+// serialization (the split-KV combine) may start once every block of this grid called launchDependents() or
+// exited, and gridDependencyWait() in it returns when this grid has completed and its writes are visible. Launched
+// without that attribute, the wait returns at once (the stream already ordered the two).
+__device__ __forceinline__ void launchDependents() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void gridDependencyWait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 } // namespace sm80
 
 // Scalar math the variant regions call (TileTarget.h).

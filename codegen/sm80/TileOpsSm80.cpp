@@ -12,6 +12,7 @@
 #include "codegen/sm80/TileOpsSm80.h"
 #include "codegen/sm80/PreludeSm80.h"
 #include "codegen/common/Concat.h"
+#include "flashtile/runtime/SplitKv.h"
 
 #include <cassert>
 
@@ -48,7 +49,7 @@ public:
             "chunk", "row", "col", "seqRow", "inside", "tile", "sinkLog2", "carry",
             // split-KV (storeSplit, combineRow)
             "lseRow", "lseLog2", "keep", "gOAccum", "gLseAccum", "splits", "maxLog2", "sum", "invSum", "weight", "part",
-            "o0", "o1", "off",
+            "o0", "o1", "off", "kSplitsPerLane", "scaled", "wt", "x", "o", "kVec", "kChunks", "v", "kWarps",
             // GQA packing
             "rowQuery", "rowHead", "hRow", "qi", "qh", "packedRows", "dst",
             // paged KV caches (copyRoutine)
@@ -880,6 +881,7 @@ void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn) {
   storeLse(w);
   w.close();
   w.open("else");
+  w.line("sm80::launchDependents();  // the combine kernel may launch now; it waits for this grid's partials");
   w.comment("split `split` of LSE row r = (b, h, q) (as p.lse is indexed; varlen rows included): O at");
   w.comment("oAccum[(split * accumSplitStride + r) * kHeadDimV + d], LSE at lseAccum[split * accumSplitStride + r]");
   if (shape.packQueryHeads) {
@@ -912,44 +914,101 @@ void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn) {
 }
 
 void TileTargetSm80::combineRow(CudaWriter &w, const std::string &sinkFn) {
+  // Latency, not bandwidth, is the combine's cost (a row's partials are a few KiB): every load a lane makes is
+  // issued in as few dependent rounds as possible — the LSEs in one, the partial O rows eight splits at a time.
+  const int headDimV = static_cast<int>(shape.headDimV);
+  const int vec = headDimV % 128 == 0 ? 4 : 2; // fp32 columns a lane loads at once (float4 / float2)
+  const int chunks = (headDimV + 32 * vec - 1) / (32 * vec);
   w.line("const long long lseRow = (p.lse - params.lse) + b * p.lseBatchStride + h * p.lseHeadStride + q;");
-  w.line("const int splits = p.numSplits;");
+  w.line(cat("const int splits = p.numSplits;  // 2..", kMaxSplits, " (the runtime checks numSplits)"));
   w.line("const float *const gLseAccum = p.lseAccum + lseRow;");
   w.line("const float *const gOAccum = p.oAccum + lseRow * kHeadDimV;");
-  w.comment(cat("the row's largest LSE over its splits", sinkFn.empty() ? "" : " and the sink",
-                " (log2 domain), over the warp"));
+  w.line("sm80::gridDependencyWait();  // launched early (programmatic dependent launch): the partials are complete");
+  w.line(cat("constexpr int kSplitsPerLane = ", kMaxSplits / 32, ";  // lane l holds splits l, l + 32, ..."));
+  w.comment("every split's LSE in registers, log2 domain (an absent split: -inf)");
+  w.line("float weight[kSplitsPerLane];");
+  w.openUnrolledFor("i", "kSplitsPerLane");
+  w.line("const int s = lane + 32 * i;");
+  w.line("weight[i] = s < splits ? gLseAccum[s * p.accumSplitStride] * sm80::kLog2e : sm80::kNegInf;");
+  w.close();
+  w.comment(cat("the row's largest LSE over its splits", sinkFn.empty() ? "" : " and the sink", ", over the warp"));
   if (!sinkFn.empty())
     w.line(cat("const float sinkLog2 = ", sinkFn, "(b, h, p) * sm80::kLog2e;"));
   w.line(sinkFn.empty() ? "float maxLog2 = sm80::kNegInf;" : "float maxLog2 = sinkLog2;");
-  w.line("for (int s = lane; s < splits; s += 32)");
-  w.line("  maxLog2 = fmaxf(maxLog2, gLseAccum[s * p.accumSplitStride] * sm80::kLog2e);");
+  w.openUnrolledFor("i", "kSplitsPerLane");
+  w.line("maxLog2 = fmaxf(maxLog2, weight[i]);");
+  w.close();
   w.openUnrolledFor("off", "5");
   w.line("maxLog2 = fmaxf(maxLog2, __shfl_xor_sync(0xffffffffu, maxLog2, 16 >> off));");
   w.close();
   w.comment("an empty split (LSE -inf) weighs 0; a row no split saw has sum 0: O = 0, LSE = -inf");
   w.line("const float maxUsed = maxLog2 == sm80::kNegInf ? 0.f : maxLog2;");
   w.line(sinkFn.empty() ? "float sum = 0.f;" : "float sum = lane == 0 ? sm80::exp2(sinkLog2 - maxUsed) : 0.f;");
-  w.line("for (int s = lane; s < splits; s += 32)");
-  w.line("  sum += sm80::exp2(gLseAccum[s * p.accumSplitStride] * sm80::kLog2e - maxUsed);");
+  w.openUnrolledFor("i", "kSplitsPerLane");
+  w.line("weight[i] = sm80::exp2(weight[i] - maxUsed);");
+  w.line("sum += weight[i];");
+  w.close();
   w.openUnrolledFor("off", "5");
   w.line("sum += __shfl_xor_sync(0xffffffffu, sum, 16 >> off);");
   w.close();
   w.line("const float invSum = sum == 0.f ? 0.f : 1.f / sum;");
-  w.comment(cat("O = sum_s weight_s O_s, weight_s = e^(LSE_s - LSE); two adjacent columns a lane, converted to ",
-                shape.dtype));
+  w.comment(cat("O = sum_s weight_s O_s, weight_s = e^(LSE_s - LSE): warp w sums splits w, w + kWarps, ...; lane l ",
+                "columns [", vec, "l, ", vec, "l + ", vec, ") of every chunk of ", 32 * vec,
+                " columns; weight_s comes from lane s mod 32"));
+  w.line(cat("constexpr int kVec = ", vec, ", kChunks = ", chunks, ";"));
+  w.line("float o[kChunks][kVec] = {};");
+  w.openUnrolledFor("i", "kSplitsPerLane");
+  w.line("if (32 * i >= splits)");
+  w.line("  break;  // uniform over the block");
+  w.line("const float scaled = weight[i] * invSum;");
+  w.comment("all of a warp's loads of these 32 splits issue before the first is used");
+  w.openUnrolledFor("t", "32 / kWarps");
+  w.line("const int s = 32 * i + warp + kWarps * t;");
+  w.line("const float wt = __shfl_sync(0xffffffffu, scaled, warp + kWarps * t);");
+  w.line("if (s >= splits)");
+  w.line("  continue;");
+  w.line("const float *const part = gOAccum + s * p.accumSplitStride * kHeadDimV;");
+  w.openUnrolledFor("c", "kChunks");
+  w.line("const int col = (32 * c + lane) * kVec;");
+  w.open("if (col < kHeadDimV)");
+  if (vec == 4) {
+    w.line("const float4 x = *reinterpret_cast<const float4 *>(part + col);");
+    w.line("o[c][0] = fmaf(wt, x.x, o[c][0]);");
+    w.line("o[c][1] = fmaf(wt, x.y, o[c][1]);");
+    w.line("o[c][2] = fmaf(wt, x.z, o[c][2]);");
+    w.line("o[c][3] = fmaf(wt, x.w, o[c][3]);");
+  } else {
+    w.line("const float2 x = *reinterpret_cast<const float2 *>(part + col);");
+    w.line("o[c][0] = fmaf(wt, x.x, o[c][0]);");
+    w.line("o[c][1] = fmaf(wt, x.y, o[c][1]);");
+  }
+  w.close();
+  w.close();
+  w.close();
+  w.close();
+  w.comment("the warps' sums added in shared memory, then converted to " + shape.dtype +
+            ", two adjacent columns a 32-bit store");
+  w.line("__shared__ float sO[kWarps][kHeadDimV];");
+  w.openUnrolledFor("c", "kChunks");
+  w.line("const int col = (32 * c + lane) * kVec;");
+  w.open("if (col < kHeadDimV)");
+  w.openUnrolledFor("k", "kVec");
+  w.line("sO[warp][col + k] = o[c][k];");
+  w.close();
+  w.close();
+  w.close();
+  w.line("__syncthreads();");
   w.line("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * p.oHeadStride + "
          "q * p.oRowStride;");
-  w.open("for (int c = 2 * lane; c < kHeadDimV; c += 64)");
+  w.open("for (int col = 2 * threadIdx.x; col < kHeadDimV; col += 64 * kWarps)");
   w.line("float o0 = 0.f, o1 = 0.f;");
-  w.open("for (int s = 0; s < splits; ++s)");
-  w.line("const float weight = sm80::exp2(gLseAccum[s * p.accumSplitStride] * sm80::kLog2e - maxUsed) * invSum;");
-  w.line("const float2 part = *reinterpret_cast<const float2 *>(gOAccum + s * p.accumSplitStride * kHeadDimV + c);");
-  w.line("o0 = fmaf(weight, part.x, o0);");
-  w.line("o1 = fmaf(weight, part.y, o1);");
+  w.openUnrolledFor("v", "kWarps");
+  w.line("o0 += sO[v][col];");
+  w.line("o1 += sO[v][col + 1];");
   w.close();
-  w.line(cat("*reinterpret_cast<unsigned *>(gO + c) = ", pack, "(o0, o1);"));
+  w.line(cat("*reinterpret_cast<unsigned *>(gO + col) = ", pack, "(o0, o1);"));
   w.close();
-  w.line("if (lane == 0)");
+  w.line("if (threadIdx.x == 0)");
   w.line("  p.lse[b * p.lseBatchStride + h * p.lseHeadStride + q] = sum == 0.f ? sm80::kNegInf : "
          "(maxUsed + log2f(sum)) * sm80::kLn2;");
 }

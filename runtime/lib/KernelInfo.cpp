@@ -247,9 +247,11 @@ Status KernelInfo::verify() const {
   } else {
     if (!isIdentifier(combineEntry) || combineEntry == entry)
       return fieldError("combineEntry", "'" + combineEntry + "' is not a C identifier other than the entry");
-    if (combineRows < 1 || combineRows * kWarpSize != combineThreads || combineThreads > kMaxThreadsPerBlock)
-      return fieldError("combineThreads", std::to_string(combineThreads) + " is not 32 x combineRows (" +
-                                              std::to_string(combineRows) + ") in [32, " +
+    if (combineRows < 1 || combineRows > kMaxThreadsPerBlock)
+      return fieldError("combineRows", std::to_string(combineRows) + " is not in [1, " +
+                                           std::to_string(kMaxThreadsPerBlock) + "]");
+    if (combineThreads < kWarpSize || combineThreads % kWarpSize != 0 || combineThreads > kMaxThreadsPerBlock)
+      return fieldError("combineThreads", std::to_string(combineThreads) + " is not a multiple of 32 in [32, " +
                                               std::to_string(kMaxThreadsPerBlock) + "]");
   }
   if (!appendEntry.empty() &&

@@ -1011,7 +1011,23 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
     return s;
   unsigned combineX =
       static_cast<unsigned>((static_cast<long long>(gridRows) + info.combineRows - 1) / info.combineRows);
-  return driver.check(driver.cuLaunchKernel(function->combine, combineX, args.headsQ, args.batch, info.combineThreads,
-                                            1, 1, 0, stream, kernelParams, nullptr),
-                      "cuLaunchKernel(" + info.combineEntry + ")");
+  CUlaunchConfig combine{};
+  combine.gridDimX = combineX;
+  combine.gridDimY = static_cast<unsigned>(args.headsQ);
+  combine.gridDimZ = static_cast<unsigned>(args.batch);
+  combine.blockDimX = static_cast<unsigned>(info.combineThreads);
+  combine.blockDimY = combine.blockDimZ = 1;
+  combine.hStream = stream;
+  // sm_90 kernels: programmatic dependent launch — the combine grid launches while the attention grid's last
+  // blocks write their partials (they call griddepcontrol.launch_dependents) and waits in griddepcontrol.wait
+  // until that grid completed, instead of launching after it. sm_80 cubins run on 8.x GPUs, which have no PDL.
+  CUlaunchAttribute overlap{};
+  overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  overlap.value.programmaticStreamSerializationAllowed = 1;
+  if (info.arch != "sm_80") {
+    combine.attrs = &overlap;
+    combine.numAttrs = 1;
+  }
+  return driver.check(driver.cuLaunchKernelEx(&combine, function->combine, kernelParams, nullptr),
+                      "cuLaunchKernelEx(" + info.combineEntry + ")");
 }

@@ -91,6 +91,10 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
   ++launches;
   return CUDA_SUCCESS;
 }
+CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra) {
+  return cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+                        config->blockDimZ, config->sharedMemBytes, config->hStream, params, extra);
+}
 CUresult cuMemAlloc_v2(CUdeviceptr *pointer, size_t bytes) {
   (void)bytes;
   *pointer = 256;

@@ -257,3 +257,18 @@ TEST(Status, CarriesMessagesAndValues) {
 }
 
 } // namespace
+
+TEST(KernelInfo, CombineKernelGeometryIsChecked) {
+  KernelInfo info = sampleInfo();
+  info.combineEntry = info.entry + "_combine";
+  info.combineRows = 1;
+  info.combineThreads = 128; // one row a block, four warps sharing its splits
+  ASSERT_TRUE(info.verify().ok()) << info.verify().message();
+  info.combineThreads = 100;
+  EXPECT_THAT(info.verify().message(), HasSubstr("field 'combineThreads': 100 is not a multiple of 32 in [32, 1024]"));
+  info.combineThreads = 2048;
+  EXPECT_THAT(info.verify().message(), HasSubstr("field 'combineThreads': 2048 is not a multiple of 32"));
+  info.combineThreads = 128;
+  info.combineRows = 0;
+  EXPECT_THAT(info.verify().message(), HasSubstr("field 'combineRows': 0 is not in [1, 1024]"));
+}

@@ -34,7 +34,7 @@ KernelInfo splitKvKernel() {
   info.smemBytes = 82944;
   info.compilerVersion = "test";
   info.combineEntry = info.entry + "_combine";
-  info.combineRows = 4;
+  info.combineRows = 1;
   info.combineThreads = 128;
   return info;
 }
@@ -139,7 +139,7 @@ TEST(SplitKvKernelInfo, CombineFieldsRoundTripAndAreChecked) {
   StatusOr<KernelInfo> parsed = KernelInfo::parse(info.serialize());
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
   EXPECT_EQ(parsed->combineEntry, info.combineEntry);
-  EXPECT_EQ(parsed->combineRows, 4);
+  EXPECT_EQ(parsed->combineRows, 1);
   EXPECT_EQ(parsed->combineThreads, 128);
   EXPECT_TRUE(parsed->splitKv());
   EXPECT_FALSE(parsed->packQueryHeads);
@@ -150,7 +150,7 @@ TEST(SplitKvKernelInfo, CombineFieldsRoundTripAndAreChecked) {
   info.packQueryHeads = false;
 
   KernelInfo bad = info;
-  bad.combineThreads = 96;
+  bad.combineThreads = 100;
   EXPECT_THAT(bad.verify().message(), HasSubstr("combineThreads"));
   bad = info;
   bad.combineEntry = info.entry;

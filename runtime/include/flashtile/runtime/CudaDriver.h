@@ -30,6 +30,7 @@ namespace flashtile {
   X(cuModuleGetFunction, "cuModuleGetFunction")                                                                        \
   X(cuFuncSetAttribute, "cuFuncSetAttribute")                                                                          \
   X(cuLaunchKernel, "cuLaunchKernel")                                                                                  \
+  X(cuLaunchKernelEx, "cuLaunchKernelEx")                                                                              \
   X(cuMemAlloc_v2, "cuMemAlloc_v2")                                                                                    \
   X(cuMemFree_v2, "cuMemFree_v2")                                                                                      \
   X(cuMemcpyHtoD_v2, "cuMemcpyHtoD_v2")                                                                                \
