@@ -56,4 +56,34 @@ expect("stateSum", probe.probeStateSum(), WORKSPACE + rows * 65 * FLOAT)
 expect("launches for 64 keys", forward(100, 64), 1)
 expect("its kvStep", probe.probeKvStep(), 0)
 expect("launches for 65 keys", forward(17, 65, variant=b"none"), 2)
+
+# A caller's workspace (flashtile_forward_decode's; the decode schedule off, so these few rows run fa1): used when it
+# holds (head_dim_v + 2) floats per LSE row, refused with the size it needs otherwise.
+lib.lib.flashtile_set_decode_schedule.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+lib.lib.flashtile_set_decode_schedule(lib.runtime(), b"")
+decode = lib.lib.flashtile_forward_decode
+decode.restype = ctypes.c_int
+decode.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 8 + [ctypes.c_void_p] * 4 + [
+    ctypes.c_float, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+
+
+def forward_with_workspace(workspace_bytes, sq=4, sk=130, batch=1, hq=2, hkv=2, d=64):
+    stride = (ctypes.c_longlong * 4)(sq * hq * d, hq * d, d, 1)
+    kstride = (ctypes.c_longlong * 4)(sk * hkv * d, hkv * d, d, 1)
+    q, k, v, o, lse, workspace = (n << 24 for n in range(1, 7))
+    rc = decode(lib.runtime(), q, k, v, o, lse, 1, batch, sq, sk, hq, hkv, d, 0, stride, kstride, kstride, stride, 0.0,
+                b"none", None, 0, workspace, workspace_bytes, None)
+    return rc, workspace, lib.lib.flashtile_last_error().decode()
+
+
+needed = 1 * 2 * 4 * (64 + 2) * FLOAT
+rc, workspace, error = forward_with_workspace(needed - 1)
+expect("a workspace one byte short", rc, -1)
+if f"needs {needed}" not in error or "fa1" not in error:
+    raise SystemExit("a workspace one byte short: " + error)
+before = fake.fakeCudaLaunches()
+rc, workspace, error = forward_with_workspace(needed)
+expect("a workspace of the size needed: " + error, rc, 0)
+expect("launches for 130 keys", fake.fakeCudaLaunches() - before, 3)
+expect("stateAcc in the caller's workspace", probe.probeStateAcc(), workspace)
 print(f"fa1 steps: ok ({fake.fakeCudaLaunches()} launches)")
