@@ -27,6 +27,11 @@ build/tools/flashtile aot --arch "$ARCH" --schedule decode --out .device/aot-dec
   --head-dims "$HEAD_DIMS" --rotary none,halves,interleaved
 build/tools/flashtile aot --arch "$ARCH" --schedule decode --out .device/aot-decode-variants --dtypes bf16 \
   --head-dims 128 --variants "$VARIANTS" --rotary none,halves,interleaved
+# Head dims 96 and 256 (bf16, none/causal): their combine kernels read partials in other widths (DecodeGpuTest).
+build/tools/flashtile aot --arch "$ARCH" --schedule decode --out .device/aot-decode-hd --variants none,causal \
+  --dtypes bf16 --head-dims 96,256
+cp .device/aot-decode-hd/* .device/aot-decode/ 2>/dev/null || true
+rm -rf .device/aot-decode-hd
 # One directory per runtime: the variant kernels next to the none/causal ones (distinct specs).
 cp .device/aot-variants/* .device/aot/ 2>/dev/null || true
 cp .device/aot-decode-variants/* .device/aot-decode/ 2>/dev/null || true

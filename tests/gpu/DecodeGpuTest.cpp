@@ -307,7 +307,8 @@ void checkAgainstFa2(const Case &c) {
 }
 
 std::vector<Case> referenceCases() {
-  // GQA ratios 1-16, 1-16 query rows, keys from 1 (one partial tile) over odd lengths to 32k.
+  // GQA ratios 1-16, 1-16 query rows, keys from 1 (one partial tile) over odd lengths to 32k; head dims 64 and 128
+  // at both dtypes, 96 and 256 at bf16 on four of the shapes.
   const std::tuple<int, int, int, int, int> shapes[] = {// batch, Hq, Hkv, Sq, Sk
                                                         {1, 32, 8, 1, 1},     {2, 32, 8, 1, 127},  {4, 8, 8, 1, 1000},
                                                         {1, 32, 2, 1, 32768}, {3, 16, 1, 4, 4097}, {2, 16, 16, 8, 333},
@@ -319,6 +320,11 @@ std::vector<Case> referenceCases() {
       for (const char *variant : {"none", "causal"})
         for (auto [b, hq, hkv, sq, sk] : shapes)
           cases.push_back({dtype, headDim, variant, b, hq, hkv, sq, sk, index++});
+  // The other head dims' combine kernels load a row's partials in other widths (float2 chunks, a partial last one).
+  for (int headDim : {96, 256})
+    for (const char *variant : {"none", "causal"})
+      for (auto [b, hq, hkv, sq, sk] : {shapes[1], shapes[3], shapes[4], shapes[6]})
+        cases.push_back({DType::BF16, headDim, variant, b, hq, hkv, sq, sk, index++});
   return cases;
 }
 
