@@ -1387,6 +1387,8 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   info.headDimV = shape.headDimV;
   info.variant = func.getVariant().str();
   info.schedule = schedule.getName().str();
+  if (const schedule::Schedule *registered = schedule::lookupSchedule(info.schedule))
+    info.preferredOver = registered->preferredOver(info.arch);
   info.shapeClass = schedule.getShapeClass().str();
   info.blockM = shape.blockM;
   info.blockN = shape.blockN;

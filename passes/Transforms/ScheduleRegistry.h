@@ -69,6 +69,13 @@ public:
   virtual std::string targetFamilyFor(std::string_view arch) const = 0;
   /// The passes that take an unscheduled program to target-lowered IR, ending with tile-lower-to-target.
   virtual void buildPipeline(mlir::OpPassManager &pm, const Request &request) const = 0;
+  /// The dispatch rule recorded in this schedule's kernels for `arch` (KernelInfo::preferredOver): the schedule
+  /// whose kernels a runtime with no schedule set runs this one's instead of, where a library has both for a call;
+  /// empty (the default): none.
+  virtual std::string preferredOver(std::string_view arch) const {
+    (void)arch;
+    return {};
+  }
 };
 
 /// Registers `schedule` under its name; a second schedule with the same name replaces nothing and is an

@@ -24,6 +24,8 @@ constexpr std::string_view kSplitKvFieldNames[] = {"combineEntry",   "combineRow
 constexpr std::string_view kTmaFieldNames[] = {"tensorMaps", "persistent"};
 /// Fields only K/V-step kernels have (the fa1 schedule's).
 constexpr std::string_view kStepFieldNames[] = {"kvSteps"};
+/// Fields of the dispatch rule a schedule records in its kernels (Schedule::preferredOver).
+constexpr std::string_view kDispatchFieldNames[] = {"preferredOver"};
 
 constexpr int kWarpSize = 32;
 constexpr int kMaxThreadsPerBlock = 1024;
@@ -195,6 +197,8 @@ std::string KernelInfo::serialize() const {
     text += "persistent=1\n";
   if (kvSteps)
     text += "kvSteps=1\n";
+  if (!preferredOver.empty())
+    text += "preferredOver=" + preferredOver + "\n";
   return text;
 }
 
@@ -235,6 +239,10 @@ Status KernelInfo::verify() const {
     return fieldError("tensorMaps", "is set on a kernel for " + arch +
                                         (combineEntry.empty() ? "" : " with a combine kernel") +
                                         "; TMA kernels are sm_90a kernels without split-KV");
+  if (!preferredOver.empty() && (!isIdentifier(preferredOver) || preferredOver.size() > kMaxNameLength ||
+                                 preferredOver == schedule))
+    return fieldError("preferredOver", "'" + preferredOver + "' is not a schedule name other than this kernel's ('" +
+                                           schedule + "')");
   if (persistent && !combineEntry.empty())
     return fieldError("persistent", "is set on a kernel with a combine kernel; split-KV kernels are not persistent");
   if (kvSteps && (!combineEntry.empty() || persistent || tensorMaps))
@@ -283,11 +291,11 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
                            std::string(line) + "'");
     std::string_view name = trim(line.substr(0, equals));
     if (!contains(kFieldNames, name) && !contains(kSplitKvFieldNames, name) && !contains(kTmaFieldNames, name) &&
-        !contains(kStepFieldNames, name))
+        !contains(kStepFieldNames, name) && !contains(kDispatchFieldNames, name))
       return Status::error("line " + std::to_string(lineNumber) + ": unknown field '" + std::string(name) +
                            "' (accepted: " + joined(kFieldNames) + "; split-KV kernels: " + joined(kSplitKvFieldNames) +
-                           "; TMA kernels: " + joined(kTmaFieldNames) +
-                           "; K/V-step kernels: " + joined(kStepFieldNames) + ")");
+                           "; TMA kernels: " + joined(kTmaFieldNames) + "; K/V-step kernels: " +
+                           joined(kStepFieldNames) + "; dispatch: " + joined(kDispatchFieldNames) + ")");
     if (!fields.emplace(name, trim(line.substr(equals + 1))).second)
       return fieldError(name, "appears twice (line " + std::to_string(lineNumber) + ")");
   }
@@ -311,6 +319,8 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
     info.appendEntry = it->second;
   if (auto it = fields.find("rotary"); it != fields.end())
     info.rotary = it->second;
+  if (auto it = fields.find("preferredOver"); it != fields.end())
+    info.preferredOver = it->second;
   if (auto it = fields.find("packQueryHeads"); it != fields.end()) {
     if (it->second != "0" && it->second != "1")
       return fieldError("packQueryHeads", quoted(it->second) + " is not 0 or 1");

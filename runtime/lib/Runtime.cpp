@@ -299,17 +299,21 @@ struct Runtime::Impl {
   std::map<std::string, std::string> ownShapeClass; // spec key -> shapeClassOf's answer
   VariantCheckFn variantCheck;
   std::string schedule{kDefaultSchedule};
-  bool scheduleSet = false; // setSchedule was called: no preference for kPreferredSm90Schedule
+  bool scheduleSet = false; // setSchedule was called: the libraries' dispatch rules (preferredOver) are not used
   std::string decodeSchedule{kDefaultDecodeSchedule};
 
   /// Whether a loaded library has a kernel of `schedule` for `spec`'s arch, dtype, head dims and variant (any
   /// shape class: the default class's serves every shape).
-  bool hasAotKernel(const KernelSpec &spec, std::string_view schedule) const {
-    return std::any_of(aotKernels.begin(), aotKernels.end(), [&](const AotKernel &aot) {
+  /// The schedule of a loaded kernel whose dispatch rule prefers it over `spec`'s schedule for `spec`'s arch,
+  /// dtype, head dims and variant (KernelInfo::preferredOver), or empty.
+  std::string preferredSchedule(const KernelSpec &spec) const {
+    auto it = std::find_if(aotKernels.begin(), aotKernels.end(), [&](const AotKernel &aot) {
       const KernelInfo &info = aot.kernel->info;
-      return info.schedule == schedule && info.arch == spec.arch && info.dtype == spec.dtype &&
-             info.headDim == spec.headDim && info.headDimV == spec.headDimV && info.variant == spec.variant;
+      return info.preferredOver == spec.schedule && info.arch == spec.arch && info.dtype == spec.dtype &&
+             info.headDim == spec.headDim && info.headDimV == spec.headDimV && info.variant == spec.variant &&
+             info.readsKvCache() == spec.kvCache;
     });
+    return it == aotKernels.end() ? std::string() : it->kernel->info.schedule;
   }
 
   std::mutex gpuMutex; // guards the two maps below
@@ -703,9 +707,9 @@ StatusOr<KernelSpec> Runtime::specForUnguarded(const AttentionArgs &args, const 
   spec.rotary = detail::rotaryPairs(args);
   {
     std::lock_guard<std::mutex> lock(impl->configMutex);
-    if (!impl->scheduleSet && !impl->compile && arch == "sm_90a" && schedule == kDefaultSchedule &&
-        impl->hasAotKernel(spec, kPreferredSm90Schedule))
-      spec.schedule = kPreferredSm90Schedule;
+    if (!impl->scheduleSet && !impl->compile && schedule == kDefaultSchedule)
+      if (std::string preferred = impl->preferredSchedule(spec); !preferred.empty())
+        spec.schedule = preferred;
   }
   return spec;
 }

@@ -105,6 +105,12 @@ public:
     return arch == "sm_90a" ? "sm90" : "";
   }
 
+  std::string preferredOver(std::string_view arch) const override {
+    // Measured on the H200 (bench/RESULTS.md, 2026-12-01): fa3 runs 1.4-2.2x fa2's kernels at every head dim,
+    // length, mask and variant both have kernels for, so an sm_90a library's fa3 kernel replaces fa2's.
+    return arch == "sm_90a" ? "fa2" : "";
+  }
+
   void buildPipeline(OpPassManager &pm, const schedule::Request &request) const override {
     buildSchedulePipeline(pm, request);
     pm.nest<FuncOp>().addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));

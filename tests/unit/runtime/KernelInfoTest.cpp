@@ -272,3 +272,21 @@ TEST(KernelInfo, CombineKernelGeometryIsChecked) {
   info.combineRows = 0;
   EXPECT_THAT(info.verify().message(), HasSubstr("field 'combineRows': 0 is not in [1, 1024]"));
 }
+
+TEST(KernelInfo, TheDispatchRuleRoundTripsAndIsChecked) {
+  KernelInfo info = sampleInfo();
+  EXPECT_THAT(info.serialize(), testing::Not(HasSubstr("preferredOver")));
+  info.schedule = "fa3";
+  info.preferredOver = "fa2";
+  std::string text = info.serialize();
+  EXPECT_THAT(text, HasSubstr("preferredOver=fa2\n"));
+  StatusOr<KernelInfo> parsed = KernelInfo::parse(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->preferredOver, "fa2");
+  StatusOr<KernelInfo> self = KernelInfo::parse(replaceLine(text, "preferredOver", "preferredOver=fa3"));
+  ASSERT_FALSE(self.ok());
+  EXPECT_THAT(self.status().message(), HasSubstr("field 'preferredOver': 'fa3' is not a schedule name other than"));
+  StatusOr<KernelInfo> notAName = KernelInfo::parse(replaceLine(text, "preferredOver", "preferredOver=fa 2"));
+  ASSERT_FALSE(notAName.ok());
+  EXPECT_THAT(notAName.status().message(), HasSubstr("field 'preferredOver'"));
+}

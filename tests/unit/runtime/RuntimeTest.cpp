@@ -67,9 +67,10 @@ TEST(Runtime, SpecForUsesArgsScheduleAndShapeClass) {
   EXPECT_THAT(badSchedule.status().message(), HasSubstr("schedule 'fa 3'"));
 }
 
-TEST(Runtime, Sm90aPrefersALibrarysFa3KernelsUntilAScheduleIsSet) {
+TEST(Runtime, ALibrarysDispatchRulePicksItsKernelsUntilAScheduleIsSet) {
   test::TempDir dir;
   CachedKernel fa2 = test::fakeKernel("fa2"), fa3 = test::fakeKernel("fa3");
+  ASSERT_EQ(fa3.info.arch, "sm_90a");
   fa3.info.schedule = "fa3";
   writeAotKernel(dir.path(), "fa2", fa2);
   AttentionArgs args = validArgs();
@@ -81,7 +82,15 @@ TEST(Runtime, Sm90aPrefersALibrarysFa3KernelsUntilAScheduleIsSet) {
   ASSERT_TRUE(fa2Only->loadAotDirectory(dir.path().string()).ok());
   EXPECT_EQ(fa2Only->specFor(args, "sm_90a")->schedule, "fa2");
 
-  // Both: fa3 on sm_90a, fa2 on sm_80 and for a variant fa3 lacks; setSchedule forces one.
+  // Both, but the fa3 kernel records no rule: fa2 (the runtime names no schedule to prefer).
+  writeAotKernel(dir.path(), "fa3", fa3);
+  std::unique_ptr<Runtime> noRule = memoryOnlyRuntime();
+  ASSERT_TRUE(noRule->loadAotDirectory(dir.path().string()).ok());
+  EXPECT_EQ(noRule->specFor(args, "sm_90a")->schedule, "fa2");
+
+  // Both, fa3's kernel preferred over fa2's (the rule the fa3 schedule records on sm_90a): fa3 on sm_90a, fa2 on
+  // sm_80 and for a variant fa3 lacks; setSchedule forces one.
+  fa3.info.preferredOver = "fa2";
   writeAotKernel(dir.path(), "fa3", fa3);
   std::unique_ptr<Runtime> both = memoryOnlyRuntime();
   ASSERT_TRUE(both->loadAotDirectory(dir.path().string()).ok());

@@ -106,6 +106,10 @@ struct KernelInfo {
   // tiles of one (batch, head) pair (ceil(FlashtileFwdParams::qTiles / 2) x headsQ x batch units); a block runs one
   // unit in every gridDim.x (the kernel decodes them). Absent from the text form unless set (persistent=1).
   bool persistent = false;
+  // The dispatch rule its schedule records (Schedule::preferredOver): while no schedule is set (Runtime::setSchedule)
+  // and no JIT is installed, a call whose spec asks for schedule `preferredOver` runs this kernel instead when it
+  // matches the call's spec otherwise (arch, dtype, head dims, variant). Empty: none; absent from the text form.
+  std::string preferredOver;
 
   // K/V-step kernels (the fa1 schedule's tile.state_load / tile.state_store): launched once per K/V tile
   // (FlashtileFwdParams::kvStep = 0 .. ceil(max seqlen_k / blockN) - 1, one launch when there is no key) on the

@@ -141,8 +141,6 @@ using ShapeClassFn = std::function<StatusOr<std::string>(const KernelSpec &)>;
 class Runtime {
 public:
   static constexpr std::string_view kDefaultSchedule = "fa2";
-  /// The schedule a library's sm_90a kernels are preferred from while no schedule is set (setSchedule).
-  static constexpr std::string_view kPreferredSm90Schedule = "fa3";
   /// The schedule of decode-sized calls (isDecodeCall) unless setDecodeSchedule says otherwise.
   static constexpr std::string_view kDefaultDecodeSchedule = "decode";
 
@@ -164,9 +162,11 @@ public:
   /// compiled as asked.
   void setCompiler(CompileFn compile, ShapeClassFn shapeClassOf = {});
   void setVariantCheck(VariantCheckFn check);
-  /// The schedule asked for in specs; "fa2" unless set. Until it is set, a runtime without a JIT compiler runs
-  /// kPreferredSm90Schedule's kernel on sm_90a wherever a loaded library has one for the call (fa3: 1.4-2.2x fa2 on
-  /// the H200 at every measured shape, bench/RESULTS.md), fa2's elsewhere; setSchedule forces one.
+  /// The schedule asked for in specs; "fa2" unless set. Until it is set, a runtime without a JIT compiler follows
+  /// the dispatch rules the libraries record: a loaded kernel whose KernelInfo::preferredOver names the call's
+  /// schedule runs instead, where it matches the call's arch, dtype, head dims and variant (the fa3 schedule
+  /// records preferredOver=fa2 in its sm_90a kernels: 1.4-2.2x fa2 on the H200, bench/RESULTS.md); setSchedule
+  /// forces one.
   void setSchedule(std::string schedule);
   /// The schedule asked for in specs of decode-sized calls (isDecodeCall): "decode" unless set; empty sends them
   /// to setSchedule's. Without a JIT, a call whose decode kernel no ahead-of-time directory has runs the other
