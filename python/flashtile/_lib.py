@@ -105,6 +105,39 @@ INPUTS = [struct.Struct(f"{n}Q") for n in range(MAX_INPUTS + 1)]
 INPUTS_OFFSET = Call.inputs.offset
 
 
+class KvCacheCall(ctypes.Structure):
+    """flashtile_kvcache_call (CApiKvCache.h): one call over a KV cache (flash_attn_with_kvcache)."""
+
+    _fields_ = [
+        ("size", ctypes.c_ulonglong),
+        ("q", ctypes.c_void_p), ("k_cache", ctypes.c_void_p), ("v_cache", ctypes.c_void_p), ("o", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p), ("k_new", ctypes.c_void_p), ("v_new", ctypes.c_void_p),
+        ("cache_seqlens", ctypes.c_void_p), ("cache_batch_idx", ctypes.c_void_p), ("block_table", ctypes.c_void_p),
+        ("cache_seqlens_host", ctypes.c_void_p), ("cache_batch_idx_host", ctypes.c_void_p),
+        ("block_table_host", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+        ("inputs", ctypes.c_void_p * MAX_INPUTS),
+        ("variant", ctypes.c_char_p),
+        ("workspace_bytes", ctypes.c_ulonglong),
+        ("q_stride", ctypes.c_longlong * 4), ("o_stride", ctypes.c_longlong * 4),
+        ("k_cache_stride", ctypes.c_longlong * 4), ("v_cache_stride", ctypes.c_longlong * 4),
+        ("k_new_stride", ctypes.c_longlong * 4), ("v_new_stride", ctypes.c_longlong * 4),
+        ("block_table_stride", ctypes.c_longlong),
+        ("dtype", ctypes.c_int), ("batch", ctypes.c_int), ("seqlen_q", ctypes.c_int), ("heads_q", ctypes.c_int),
+        ("heads_kv", ctypes.c_int), ("head_dim", ctypes.c_int), ("head_dim_v", ctypes.c_int),
+        ("cache_batch", ctypes.c_int), ("cache_seqlen", ctypes.c_int),
+        ("num_pages", ctypes.c_int), ("page_size", ctypes.c_int), ("max_pages_per_seq", ctypes.c_int),
+        ("seqlen_new", ctypes.c_int),
+        ("num_splits", ctypes.c_int),
+        ("num_params", ctypes.c_int), ("num_inputs", ctypes.c_int),
+        ("softmax_scale", ctypes.c_float),
+        ("params", ctypes.c_float * MAX_PARAMS),
+        ("rotary_cos", ctypes.c_void_p), ("rotary_sin", ctypes.c_void_p),
+        ("rotary_dim", ctypes.c_int), ("seqlen_ro", ctypes.c_int), ("rotary_interleaved", ctypes.c_int),
+    ]
+
+
 class _Library:
     def __init__(self, path: str):
         if not os.path.exists(path):
@@ -140,6 +173,8 @@ class _Library:
         )
         lib.flashtile_forward_call.restype = c_int
         lib.flashtile_forward_call.argtypes = [c_void_p, c_void_p]
+        lib.flashtile_forward_kvcache.restype = c_int
+        lib.flashtile_forward_kvcache.argtypes = [c_void_p, c_void_p]
         self.lib = lib
         self._runtime = None
         self._lock = threading.Lock()

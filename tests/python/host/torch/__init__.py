@@ -118,6 +118,10 @@ def empty(*shape, dtype=None, device=None):
 zeros = empty
 
 
+def full(shape, value, dtype=None, device=None):
+    return empty(shape, dtype=dtype, device=device)
+
+
 randn = zeros
 
 
