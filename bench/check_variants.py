@@ -240,7 +240,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True)
     ap.add_argument("--aot-dir", required=True)
-    ap.add_argument("--schedule", default=None, help="run this schedule's kernels (fa2, fa3); default: the runtime's")
+    ap.add_argument("--schedule", default=None, help="run this schedule's kernels (fa1, fa2, fa3); default: the runtime's")
     ap.add_argument("--flex", action="store_true")
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--speed-seqlen", type=int, default=8192)

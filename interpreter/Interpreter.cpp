@@ -91,6 +91,13 @@ int64_t longestSeqlenQ(const Problem &p) {
   return longest;
 }
 
+int64_t longestSeqlenK(const Problem &p) {
+  int64_t longest = p.isVarlen() ? 0 : p.seqlenK;
+  for (size_t b = 0; p.isVarlen() && b + 1 < p.cuSeqlensK.size(); ++b)
+    longest = std::max<int64_t>(longest, p.cuSeqlensK[b + 1] - p.cuSeqlensK[b]);
+  return longest;
+}
+
 /// The Q tile's static row count after scheduling; unscheduled, the whole query sequence is one tile.
 int64_t qTileRows(FuncOp func, int64_t seqlenQ) {
   int64_t rows = ShapedType::kDynamic;
@@ -267,6 +274,8 @@ private:
   LogicalResult exec(PvOp op);
   LogicalResult exec(FinalizeOp op);
   LogicalResult exec(InitStateOp op);
+  LogicalResult exec(StateLoadOp op);
+  LogicalResult exec(StateStoreOp op);
   LogicalResult exec(KvLoopOp op);
 
   FailureOr<Scalar> scalar(Operation *user, Value value);
@@ -315,6 +324,11 @@ private:
   /// Persistent programs: this block's number and the launch's block count; the O and LSE stores of each tile.
   int64_t persistentBlock = 0, persistentGrid = 0, persistentQTiles = 0;
   std::map<std::array<int64_t, 3>, std::pair<int, int>> tileStores;
+
+  /// K/V-step programs (tile.state_load): the launch's K/V tile, and the state each instance (batch, head, Q tile)
+  /// stored last, with the step that stored it: the global-memory workspace between launches.
+  int64_t kvStep = 0;
+  std::map<std::array<int64_t, 3>, std::pair<int64_t, SoftmaxState>> stepStates;
 
   Instance inst;
   AsyncCopies copies;
@@ -378,34 +392,44 @@ LogicalResult Interpreter::run(std::vector<float> &o, std::vector<float> &lse, R
     oAccum.assign(splits * lseRows * problem.headDimV, nan);
     lseAccum.assign(splits * lseRows, nan);
   }
-  for (int64_t b = 0; b < problem.batch; ++b)
-    for (int64_t h = 0; h < heads; ++h)
-      // Varlen: like the kernel's blocks past a shorter sequence, the tiles past it do not run.
-      for (int64_t t = 0; t * blockM < sequenceOf(problem, b).seqlenQ * rowsPerQuery; ++t)
-        for (int64_t s = 0; s < splits; ++s) {
-          inst = sequenceOf(problem, b);
-          // Packed: h is the K/V head, and the instance's head (what KV-range rules see) the group's first.
-          inst.h = packed ? h * group : h;
-          inst.hKv = packed ? h : h / group;
-          inst.qTile = t;
-          inst.m0 = t * blockM;
-          inst.rows = blockM;
-          // As the kernel computes it: numSplits ranges of equal length in whole K/V tiles, clamped to the keys.
-          inst.splitEnd = inst.seqlenK;
-          if (splitStore) {
-            int64_t blockN = func.getScheduleAttr().getBlockN();
-            int64_t splitTiles = ceilDiv(ceilDiv(inst.seqlenK, blockN), splits);
-            inst.split = s;
-            inst.splitBegin = std::min(s * splitTiles * blockN, inst.seqlenK);
-            inst.splitEnd = std::min(inst.splitBegin + splitTiles * blockN, inst.seqlenK);
-            // Past the keys: [0, 0), empty at a tile boundary (an empty range inside a tile would still visit it).
-            if (inst.splitBegin >= inst.seqlenK)
-              inst.splitBegin = inst.splitEnd = 0;
+  // K/V-step programs run once per K/V tile of the longest sequence (one launch when there is no key), every
+  // instance in each, as the runtime launches them; the others once.
+  const bool stepped = !func.getBody().getOps<StateLoadOp>().empty();
+  if (stepped && !func.getScheduleAttr())
+    return func.emitError() << "walks K/V steps (tile.state_load) but is not scheduled: a step is one K/V tile of "
+                               "the schedule's block_n";
+  const int64_t kvSteps =
+      stepped ? std::max<int64_t>(1, ceilDiv(longestSeqlenK(problem), func.getScheduleAttr().getBlockN())) : 1;
+  stepStates.clear();
+  for (kvStep = 0; kvStep < kvSteps; ++kvStep)
+    for (int64_t b = 0; b < problem.batch; ++b)
+      for (int64_t h = 0; h < heads; ++h)
+        // Varlen: like the kernel's blocks past a shorter sequence, the tiles past it do not run.
+        for (int64_t t = 0; t * blockM < sequenceOf(problem, b).seqlenQ * rowsPerQuery; ++t)
+          for (int64_t s = 0; s < splits; ++s) {
+            inst = sequenceOf(problem, b);
+            // Packed: h is the K/V head, and the instance's head (what KV-range rules see) the group's first.
+            inst.h = packed ? h * group : h;
+            inst.hKv = packed ? h : h / group;
+            inst.qTile = t;
+            inst.m0 = t * blockM;
+            inst.rows = blockM;
+            // As the kernel computes it: numSplits ranges of equal length in whole K/V tiles, clamped to the keys.
+            inst.splitEnd = inst.seqlenK;
+            if (splitStore) {
+              int64_t blockN = func.getScheduleAttr().getBlockN();
+              int64_t splitTiles = ceilDiv(ceilDiv(inst.seqlenK, blockN), splits);
+              inst.split = s;
+              inst.splitBegin = std::min(s * splitTiles * blockN, inst.seqlenK);
+              inst.splitEnd = std::min(inst.splitBegin + splitTiles * blockN, inst.seqlenK);
+              // Past the keys: [0, 0), empty at a tile boundary (an empty range inside a tile would still visit it).
+              if (inst.splitBegin >= inst.seqlenK)
+                inst.splitBegin = inst.splitEnd = 0;
+            }
+            kTileLoads = stats ? &stats->kTileLoads[(b * heads + h) * qTiles + t] : nullptr;
+            if (failed(runInstance()))
+              return failure();
           }
-          kTileLoads = stats ? &stats->kTileLoads[(b * heads + h) * qTiles + t] : nullptr;
-          if (failed(runInstance()))
-            return failure();
-        }
   if (splits > 1)
     return combineSplits(splitStore);
   return success();
@@ -536,10 +560,10 @@ LogicalResult Interpreter::execBlock(Block &block) {
 
 LogicalResult Interpreter::exec(Operation &op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(&op)
-      .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, BufferOp, SlotOp, CopyAsyncOp, WaitOp, BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, WorkLoopOp, MmaWaitOp, StoreOp, QkOp,
-            ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, KvLoopOp,
-            StoreSplitOp>(
-          [&](auto tileOp) { return exec(tileOp); })
+      .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, BufferOp, SlotOp, CopyAsyncOp, WaitOp,
+            BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, WorkLoopOp, MmaWaitOp, StoreOp, QkOp, ScaleOp,
+            ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, StateLoadOp, StateStoreOp,
+            KvLoopOp, StoreSplitOp>([&](auto tileOp) { return exec(tileOp); })
       .Default([&](Operation *other) -> LogicalResult {
         // A constant tile (a pipeline's carried P before the first tile): the splat value everywhere.
         if (auto constant = dyn_cast<arith::ConstantOp>(other); constant && isa<RankedTensorType>(constant.getType())) {
@@ -691,6 +715,7 @@ LogicalResult Interpreter::exec(DimOp op) {
                   : name == "key_offset"  ? inst.entry * problem.seqlenK + inst.kRow0
                   : name == "split_begin" ? inst.splitBegin
                   : name == "split_end"   ? inst.splitEnd
+                  : name == "kv_step"     ? kvStep
                                           : -1;
   if (value < 0)
     return fail(op, "unknown dimension '" + name + "'");
@@ -1343,6 +1368,28 @@ LogicalResult Interpreter::exec(InitStateOp op) {
     return fail(op, "the state has " + Twine(type.getRows()) + " rows but the program instance owns " +
                         Twine(inst.rows) + " query rows");
   return define(op, op.getState(), SoftmaxState::empty(inst.rows, type.getCols()));
+}
+
+LogicalResult Interpreter::exec(StateLoadOp op) {
+  auto type = cast<StateType>(op.getType());
+  if (type.hasStaticRows() && type.getRows() != inst.rows)
+    return fail(op, "the state has " + Twine(type.getRows()) + " rows but the program instance owns " +
+                        Twine(inst.rows) + " query rows");
+  if (kvStep == 0)
+    return define(op, op.getState(), SoftmaxState::empty(inst.rows, type.getCols()));
+  auto it = stepStates.find({inst.b, inst.h, inst.qTile});
+  if (it == stepStates.end() || it->second.first != kvStep - 1)
+    return fail(op, "K/V step " + Twine(kvStep) + " reads a state that step " + Twine(kvStep - 1) +
+                        " did not store (tile.state_store) for these rows");
+  return define(op, op.getState(), it->second.second);
+}
+
+LogicalResult Interpreter::exec(StateStoreOp op) {
+  FailureOr<StatePtr> st = state(op, op.getState());
+  if (failed(st))
+    return failure();
+  stepStates[{inst.b, inst.h, inst.qTile}] = {kvStep, **st};
+  return define(op, op.getResult(), **st);
 }
 
 //===----------------------------------------------------------------------===//

@@ -4,6 +4,9 @@
 // passes) once per (batch, head, Q tile), op by op, in fp32 with the program's bf16/f16 roundings where the
 // GPU stores 16-bit values (inputs, P before P·V, O). Pipelined programs are also checked against their
 // asynchronous-copy protocol: a load from a buffer its copy has not filled is an error, not a wrong number.
+// Programs launched once per K/V tile (tile.state_load / tile.state_store, the fa1 schedule) run every instance at
+// every step, in step order, with each instance's state kept between steps as the kernel's workspace keeps it; a
+// step that reads a state the step before did not store is an error.
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_INTERPRETER_INTERPRETER_H
 #define FLASHTILE_INTERPRETER_INTERPRETER_H

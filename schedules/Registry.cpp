@@ -4,6 +4,7 @@
 //===----------------------------------------------------------------------===//
 #include "schedules/Registry.h"
 #include "schedules/decode/DecodeRegister.h"
+#include "schedules/fa1/Fa1Register.h"
 #include "schedules/fa2/Fa2Register.h"
 #include "schedules/fa3/Fa3Register.h"
 
@@ -14,6 +15,7 @@ namespace flashtile::schedule {
 void registerBuiltinSchedules() {
   static std::once_flag once;
   std::call_once(once, [] {
+    fa1::registerSchedule();
     fa2::registerSchedule();
     fa3::registerSchedule();
     decode::registerSchedule();

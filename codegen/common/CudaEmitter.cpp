@@ -1148,6 +1148,18 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             target.initState(w);
             return success();
           })
+          .Case([&](StateLoadOp load) -> LogicalResult {
+            if (!target.stateLoad(w))
+              return load.emitOpError() << "reads the state from global memory (a K/V-step program); the "
+                                           "target's printer does not print it";
+            return success();
+          })
+          .Case([&](StateStoreOp store) -> LogicalResult {
+            if (!target.stateStore(w))
+              return store.emitOpError() << "writes the state to global memory (a K/V-step program); the "
+                                            "target's printer does not print it";
+            return success();
+          })
           .Case([&](CopyAsyncOp copy) -> LogicalResult {
             FailureOr<Operand> which = operandOf(op, copy.getOperand());
             FailureOr<std::string> tile = index(copy.getIndex());
@@ -1405,6 +1417,10 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   info.packQueryHeads = shape.packQueryHeads;
   info.tensorMaps = !target->extraKernelParams().empty();
   info.persistent = printer.persistent();
+  info.kvSteps = !func.getBody().getOps<StateLoadOp>().empty();
+  if (info.kvSteps && (printer.splitKv() || info.persistent || shape.packQueryHeads))
+    return func.emitOpError() << "walks K/V steps (tile.state_load) and splits its keys, packs query heads or is "
+                                 "persistent; the CUDA printer runs K/V steps over whole Q tiles of one head";
   if (printer.splitKv()) {
     info.combineEntry = info.entry + "_combine";
     info.combineRows = kCombineRowsPerBlock;
@@ -1443,6 +1459,11 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
          std::to_string(shape.blockM) + ")" + splits + "." + (splits.empty() ? "" : " Then, when numSplits > 1, " + info.combineEntry + ".") + "\n";
   if (shape.kvCache)
     src += "// KV-cache calls that append keys launch " + info.appendEntry + " first.\n";
+  if (info.kvSteps)
+    src += "// K/V steps: launched once per K/V tile, params.kvStep = 0 .. ceil(seqlenK / " +
+           std::to_string(shape.blockN) +
+           ") - 1 (varlen: maxSeqlenK; one launch\n// when there is no key), with the "
+           "state workspace params.stateAcc, stateMax, stateSum (KernelAbi.h).\n";
   src += "\n// ==== kernel parameters: runtime/include/flashtile/runtime/KernelAbi.h, verbatim ====\n";
   src += kKernelAbiText;
   src += target->prelude();

@@ -84,6 +84,8 @@ StringRef dimField(StringRef dim) {
       // The keys of the block's split (split-KV), computed once per block like keyOffset.
       .Case("split_begin", "p.splitBegin")
       .Case("split_end", "p.splitEnd")
+      // The launch's K/V tile (K/V-step programs; 0 in other launches).
+      .Case("kv_step", "p.kvStep")
       .Default("");
 }
 

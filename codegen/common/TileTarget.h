@@ -109,6 +109,13 @@ public:
   virtual bool rotateQ(CudaWriter &, bool /*interleaved*/, bool /*perRow*/) { return false; }
   /// `tile.init_state`. All state values (loop arguments and results included) share this one register state.
   virtual void initState(CudaWriter &w) = 0;
+  /// `tile.state_load` (a K/V-step program, KernelAbi.h's kvStep and state workspace): declares the state as
+  /// initState does and, at p.kvStep > 0, reads its rows' m, l and acc that the previous step stored. Returns false
+  /// when the target does not (the printer then refuses the program).
+  virtual bool stateLoad(CudaWriter &) { return false; }
+  /// `tile.state_store`: writes the state's rows (< seqlen_q) to the workspace for the next step; the registers
+  /// stay the state. Returns false when the target does not.
+  virtual bool stateStore(CudaWriter &) { return false; }
   /// `tile.qk` of Q and the K tile in slot `kSlot` into the score tile `scores` ("score" or "scoreNext"), which it
   /// declares in the current scope. `kSlot` is the index of the K tile's tile.slot: the tile index j in a pipeline
   /// that keeps tile j in slot j mod stages (fa2), the ring position in one whose roles walk a ring (fa3). The score tile is updated in place until the softmax; score_mod, mask and softmax always

@@ -65,6 +65,8 @@ public:
   void load(CudaWriter &w, Operand operand, const std::string &tile) override;
   bool rotateQ(CudaWriter &w, bool interleaved, bool perRow) override;
   void initState(CudaWriter &w) override;
+  bool stateLoad(CudaWriter &w) override;
+  bool stateStore(CudaWriter &w) override;
   void qk(CudaWriter &w, const std::string &kTile, const std::string &scores) override;
   void carryScores(CudaWriter &w, const std::string &from) override;
   void scale(CudaWriter &w) override;
@@ -454,6 +456,63 @@ void TileTargetSm80::initState(CudaWriter &w) {
   w.line("rowSum[mt][r] = 0.f;");
   w.close();
   w.close();
+}
+
+bool TileTargetSm80::stateLoad(CudaWriter &w) {
+  if (shape.packQueryHeads)
+    return false; // the workspace is indexed by LSE row, one head a block
+  initState(w);
+  w.comment("---- K/V step p.kvStep > 0: the state of this thread's rows as the previous step stored it (fp32, at LSE");
+  w.comment("row r = (b, h, q) as p.lse is indexed): m in every lane of the row's quad, the row's l in its first lane");
+  w.comment("(finalize sums the quad's partial sums), acc in the fragments' own columns ----");
+  w.open("if (p.kvStep > 0)");
+  w.line("const long long lseRow = (p.lse - params.lse) + b * p.lseBatchStride + h * p.lseHeadStride;");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("r", "2");
+  w.line("const int q = warpRow0 + 16 * mt + fragRow + 8 * r;");
+  w.open("if (q < p.seqlenQ)");
+  w.line("rowMax[mt][r] = p.stateMax[lseRow + q];");
+  w.line("rowSum[mt][r] = lane % 4 == 0 ? p.stateSum[lseRow + q] : 0.f;");
+  w.openUnrolledFor("nt", "kOTiles");
+  w.line(
+      "const float2 c = *reinterpret_cast<const float2 *>(p.stateAcc + (lseRow + q) * kHeadDimV + 8 * nt + fragCol);");
+  w.line("acc[mt][nt][2 * r] = c.x;");
+  w.line("acc[mt][nt][2 * r + 1] = c.y;");
+  w.close();
+  w.close();
+  w.close();
+  w.close();
+  w.close();
+  return true;
+}
+
+bool TileTargetSm80::stateStore(CudaWriter &w) {
+  if (shape.packQueryHeads)
+    return false;
+  w.comment(
+      "---- state_store: this thread's rows of the state (rows < seqlen_q) to the workspace for the next K/V step:");
+  w.comment(
+      "m and the quad's sum of l by the quad's first lane, acc from the fragments; the registers stay the state ----");
+  w.open("");
+  w.line("const long long lseRow = (p.lse - params.lse) + b * p.lseBatchStride + h * p.lseHeadStride;");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("r", "2");
+  w.line("const float l = sm80::quadSum(rowSum[mt][r]);  // every lane of the quad takes part in the shuffles");
+  w.line("const int q = warpRow0 + 16 * mt + fragRow + 8 * r;");
+  w.open("if (q < p.seqlenQ)");
+  w.open("if (lane % 4 == 0)");
+  w.line("p.stateMax[lseRow + q] = rowMax[mt][r];");
+  w.line("p.stateSum[lseRow + q] = l;");
+  w.close();
+  w.openUnrolledFor("nt", "kOTiles");
+  w.line("*reinterpret_cast<float2 *>(p.stateAcc + (lseRow + q) * kHeadDimV + 8 * nt + fragCol) =");
+  w.line("    make_float2(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);");
+  w.close();
+  w.close();
+  w.close();
+  w.close();
+  w.close();
+  return true;
 }
 
 void TileTargetSm80::qk(CudaWriter &w, const std::string &kTile, const std::string &scores) {

@@ -713,6 +713,34 @@ LogicalResult StoreSplitOp::verify() {
   return checkRegionSignature(*this, getSink(), {b.getI32Type(), b.getI32Type()}, {b.getF32Type()}, "sink");
 }
 
+/// tile.state_load and tile.state_store come as a pair at the top level of a tile.func: the program is launched once
+/// per K/V tile, and the state one step stores is the state the next one loads.
+template <typename Self, typename Other> static LogicalResult verifyStatePair(Self op, StringRef other) {
+  auto func = dyn_cast_or_null<FuncOp>(op->getParentOp());
+  if (!func)
+    return op.emitOpError() << "must be at the top level of a tile.func: the state moves through global memory "
+                               "between launches, once per program instance";
+  auto ops = func.getBody().template getOps<Other>();
+  int64_t n = std::distance(ops.begin(), ops.end());
+  if (n != 1)
+    return op.emitOpError() << "needs exactly one " << other << " in its tile.func, found " << n;
+  auto self = func.getBody().template getOps<Self>();
+  if (std::distance(self.begin(), self.end()) != 1)
+    return op.emitOpError() << "appears more than once in its tile.func";
+  return success();
+}
+
+LogicalResult StateLoadOp::verify() { return verifyStatePair<StateLoadOp, StateStoreOp>(*this, "tile.state_store"); }
+
+LogicalResult StateStoreOp::verify() {
+  if (failed(verifyStatePair<StateStoreOp, StateLoadOp>(*this, "tile.state_load")))
+    return failure();
+  if (getState().getDefiningOp<StateLoadOp>())
+    return emitOpError() << "stores the state it loaded, unchanged: a K/V step must visit its tile (tile.kv_loop) "
+                            "between tile.state_load and tile.state_store";
+  return success();
+}
+
 bool KvRangeOp::lowerBoundIs(int64_t key) {
   auto yield = cast<YieldOp>(getRule().front().getTerminator());
   APInt value;

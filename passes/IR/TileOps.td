@@ -77,6 +77,8 @@ def Tile_DimOp : Tile_Op<"dim", [Pure]> {
     "split_begin" and "split_end" are the keys [split_begin, split_end) of this program instance's split of the
     key range (split-KV, inserted by the decode schedule's tile-decode-split-kv): whole K/V tiles, [0, 0) for a
     split past the sequence's end, [0, seqlen_k) when the walk is not split.
+    "kv_step" is the K/V tile of this launch in a program launched once per K/V tile (`tile.state_load`); 0 in
+    other programs.
   }];
   let arguments = (ins StrAttr:$name);
   let results = (outs I32:$result);
@@ -567,6 +569,44 @@ def Tile_WorkLoopOp : Tile_Op<"work_loop", [SingleBlockImplicitTerminator<"Yield
     ::mlir::Value getTileCount() { return getBody().front().getArgument(0); }
     ::mlir::Block::BlockArgListType getCarriedArgs() { return getBody().front().getArguments().drop_front(); }
   }];
+}
+
+//===----------------------------------------------------------------------===//
+// K/V steps: the state in global memory between launches (the fa1 schedule)
+//===----------------------------------------------------------------------===//
+
+def Tile_StateLoadOp : Tile_Op<"state_load", [MemoryEffects<[MemRead]>]> {
+  let summary = "reads the Q tile's online-softmax state that the previous K/V step left in global memory";
+  let description = [{
+    A program with `tile.state_load` and `tile.state_store` is launched once per K/V tile: launch s
+    (`tile.dim "kv_step"` = s, s = 0 .. ceil(seqlen_k / block_n) - 1, at least one launch) runs every Q tile
+    against K/V tile s only, so the K/V loop is the sequence of launches and the Q tiles are the blocks of each
+    (FlashAttention-1's orchestration). Between launches each query row's state (m, l, acc in fp32) lives in a
+    global-memory workspace. At step 0 this op gives the empty state (as `tile.init_state`); at step s > 0 the
+    state that `tile.state_store` wrote for the same rows at step s - 1.
+    ```mlir
+    %st0 = tile.state_load : !tile.state<64x128>
+    ```
+  }];
+  let results = (outs Tile_StateType:$state);
+  let assemblyFormat = "attr-dict `:` type($state)";
+  let hasVerifier = 1;
+}
+
+def Tile_StateStoreOp : Tile_Op<"state_store", [MemoryEffects<[MemWrite]>, AllTypesMatch<["state", "result"]>]> {
+  let summary = "writes the online-softmax state to global memory for the next K/V step, and passes it on";
+  let description = [{
+    Writes m, l and the unnormalized acc of the Q tile's rows (fp32; rows past seqlen_q are not written) to the
+    workspace that `tile.state_load` of the next K/V step reads; the result is the same state, so that the step
+    can still finalize it (O and LSE of the keys seen so far).
+    ```mlir
+    %st2 = tile.state_store %st1 : !tile.state<64x128>
+    ```
+  }];
+  let arguments = (ins Tile_StateType:$state);
+  let results = (outs Tile_StateType:$result);
+  let assemblyFormat = "$state attr-dict `:` type($state)";
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//

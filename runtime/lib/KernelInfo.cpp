@@ -22,6 +22,8 @@ constexpr std::string_view kSplitKvFieldNames[] = {"combineEntry",   "combineRow
                                                    "packQueryHeads", "appendEntry", "rotary"};
 /// Fields only TMA kernels have (persistent kernels are TMA kernels for now: the fa3 schedule's).
 constexpr std::string_view kTmaFieldNames[] = {"tensorMaps", "persistent"};
+/// Fields only K/V-step kernels have (the fa1 schedule's).
+constexpr std::string_view kStepFieldNames[] = {"kvSteps"};
 /// Fields of the dispatch rule a schedule records in its kernels (Schedule::preferredOver).
 constexpr std::string_view kDispatchFieldNames[] = {"preferredOver"};
 
@@ -193,6 +195,8 @@ std::string KernelInfo::serialize() const {
     text += "tensorMaps=1\n";
   if (persistent)
     text += "persistent=1\n";
+  if (kvSteps)
+    text += "kvSteps=1\n";
   if (!preferredOver.empty())
     text += "preferredOver=" + preferredOver + "\n";
   return text;
@@ -241,6 +245,8 @@ Status KernelInfo::verify() const {
                                            schedule + "')");
   if (persistent && !combineEntry.empty())
     return fieldError("persistent", "is set on a kernel with a combine kernel; split-KV kernels are not persistent");
+  if (kvSteps && (!combineEntry.empty() || persistent || tensorMaps))
+    return fieldError("kvSteps", "is set on a split-KV, persistent or TMA kernel; K/V-step kernels are none of these");
   if (packQueryHeads && combineEntry.empty())
     return fieldError("packQueryHeads", "is set on a kernel without combineEntry; only split-KV kernels pack");
   if (combineEntry.empty()) {
@@ -285,11 +291,11 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
                            std::string(line) + "'");
     std::string_view name = trim(line.substr(0, equals));
     if (!contains(kFieldNames, name) && !contains(kSplitKvFieldNames, name) && !contains(kTmaFieldNames, name) &&
-        !contains(kDispatchFieldNames, name))
+        !contains(kStepFieldNames, name) && !contains(kDispatchFieldNames, name))
       return Status::error("line " + std::to_string(lineNumber) + ": unknown field '" + std::string(name) +
-                           "' (accepted: " + joined(kFieldNames) + "; split-KV kernels: " +
-                           joined(kSplitKvFieldNames) + "; TMA kernels: " + joined(kTmaFieldNames) +
-                           "; dispatch: " + joined(kDispatchFieldNames) + ")");
+                           "' (accepted: " + joined(kFieldNames) + "; split-KV kernels: " + joined(kSplitKvFieldNames) +
+                           "; TMA kernels: " + joined(kTmaFieldNames) + "; K/V-step kernels: " +
+                           joined(kStepFieldNames) + "; dispatch: " + joined(kDispatchFieldNames) + ")");
     if (!fields.emplace(name, trim(line.substr(equals + 1))).second)
       return fieldError(name, "appears twice (line " + std::to_string(lineNumber) + ")");
   }
@@ -320,7 +326,8 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
       return fieldError("packQueryHeads", quoted(it->second) + " is not 0 or 1");
     info.packQueryHeads = it->second == "1";
   }
-  for (auto [field, flag] : {std::pair{"tensorMaps", &info.tensorMaps}, {"persistent", &info.persistent}})
+  for (auto [field, flag] :
+       {std::pair{"tensorMaps", &info.tensorMaps}, {"persistent", &info.persistent}, {"kvSteps", &info.kvSteps}})
     if (auto it = fields.find(field); it != fields.end()) {
       if (it->second != "0" && it->second != "1")
         return fieldError(field, quoted(it->second) + " is not 0 or 1");

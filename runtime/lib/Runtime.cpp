@@ -250,6 +250,32 @@ Status launchKernel(const CudaDriver &driver, CUfunction function, const KernelI
   return driver.check(launched, "cuLaunchKernel(" + info.entry + ")");
 }
 
+/// K/V-step kernels (KernelInfo::kvSteps, the fa1 schedule): one launch per K/V tile of the longest sequence (one
+/// when there is no key), in order on `stream`, the online-softmax state of every LSE row in `workspace` between
+/// launches (KernelAbi.h: stateAcc, then stateMax, then stateSum).
+Status launchSteps(const CudaDriver &driver, CUfunction function, const KernelInfo &info, const AttentionArgs &args,
+                   CUstream stream, CUdeviceptr workspace, long long rows) {
+  const long long keys = args.isVarlen() ? args.maxSeqlenK : args.seqlenK;
+  const long long steps = std::max(1LL, (keys + info.blockN - 1) / info.blockN);
+  const long long gridRows = args.isVarlen() ? args.maxSeqlenQ : args.seqlenQ;
+  const unsigned gridX = static_cast<unsigned>((gridRows + info.blockM - 1) / info.blockM);
+  FlashtileFwdParams params = paramsFor(args);
+  params.stateAcc = reinterpret_cast<float *>(workspace);
+  params.stateMax = reinterpret_cast<float *>(workspace + rows * args.headDimV * sizeof(float));
+  params.stateSum = reinterpret_cast<float *>(workspace + rows * (args.headDimV + 1) * sizeof(float));
+  void *kernelParams[] = {&params};
+  // cuLaunchKernel copies the parameter block, so each launch keeps its own step.
+  for (long long step = 0; step < steps; ++step) {
+    params.kvStep = static_cast<int>(step);
+    if (Status s = driver.check(driver.cuLaunchKernel(function, gridX, args.headsQ, args.batch, info.threads, 1, 1,
+                                                      info.smemBytes, stream, kernelParams, nullptr),
+                                "cuLaunchKernel(" + info.entry + ", K/V step " + std::to_string(step) + ")");
+        !s.ok())
+      return s;
+  }
+  return Status();
+}
+
 std::string listOrNone(const std::vector<std::string> &items) {
   std::string text;
   for (const std::string &item : items)
@@ -868,6 +894,39 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
   StatusOr<LoadedModule> function = impl->function(driver, *kernel);
   if (!function.ok())
     return function.status();
+  if (info.kvSteps) {
+    // K/V-step kernels (fa1): the state of every LSE row lives in a workspace between the launches, headDimV + 2 fp32
+    // values a row: the caller's (workspace, workspaceBytes) or the runtime's own buffer for the stream.
+    const long long rows = detail::lseRows(args);
+    const size_t bytes = static_cast<size_t>(rows) * (static_cast<size_t>(args.headDimV) + 2) * sizeof(float);
+    if (args.workspace) {
+      if (args.workspaceBytes < bytes)
+        return Status::error("workspaceBytes is " + std::to_string(args.workspaceBytes) + "; kernel " + info.entry +
+                             " (schedule " + info.schedule +
+                             ", K/V steps) keeps each query row's state there and "
+                             "needs " +
+                             std::to_string(bytes) + " (LSE rows x (headDimV + 2) x 4)");
+      return launchSteps(driver, function->function, info, args, stream, reinterpret_cast<CUdeviceptr>(args.workspace),
+                         rows);
+    }
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (Status s = driver.check(driver.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing"); !s.ok())
+      return s;
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+      return Status::error("kernel " + info.entry + " (schedule " + info.schedule +
+                           ") keeps each query row's state "
+                           "in a workspace between its K/V steps; under CUDA graph capture pass one (workspace, "
+                           "workspaceBytes >= " +
+                           std::to_string(bytes) + ")");
+    CUcontext context = nullptr;
+    if (Status s = driver.check(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent"); !s.ok())
+      return s;
+    std::lock_guard<std::mutex> workspaceLock(impl->workspaces.mutex()); // until every step is queued
+    StatusOr<CUdeviceptr> owned = impl->workspaces.buffer(driver, context, stream, bytes);
+    if (!owned.ok())
+      return owned.status();
+    return launchSteps(driver, function->function, info, args, stream, *owned, rows);
+  }
   if (!info.splitKv()) {
     // Decode-sized calls resolve their kernel every time (their schedule differs from that of a longer call with
     // the same variant and shapes, and split-KV kernels launch differently), so only other calls are filed for the

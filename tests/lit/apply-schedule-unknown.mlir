@@ -1,5 +1,5 @@
 // RUN: flashtile-opt %s --tile-apply-schedule="schedule=fa9" --verify-diagnostics
-// expected-error @+1 {{'tile.func' op unknown schedule 'fa9' (did you mean 'fa2'?); available: decode, fa2}}
+// expected-error @+1 {{'tile.func' op unknown schedule 'fa9' (did you mean 'fa1'?); available: decode, fa1, fa2}}
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %q = tile.load "q" : tensor<?x64xbf16>
   %st0 = tile.init_state : !tile.state<?x64>

@@ -1,7 +1,8 @@
 //===- InterpreterTest.cpp - the CPU interpreter against naive attention --===//
 //
-// Every variant, unscheduled and under FA2 schedules, against a double-precision reference with FlashAttention's
-// tolerance rule; then mutated programs that the oracle must reject (a dropped mask, pipeline hazards).
+// Every variant, unscheduled and under the fa1, fa2 and fa3 schedules, against a double-precision reference with
+// FlashAttention's tolerance rule; then mutated programs that the oracle must reject (a dropped mask, pipeline
+// hazards).
 // Inputs are random; FLASHTILE_TEST_SEED changes every case's seed.
 //===----------------------------------------------------------------------===//
 #include "AttentionReference.h"
@@ -146,7 +147,7 @@ std::vector<Case> cases() {
 
 class InterpreterVsReference : public ::testing::TestWithParam<Case> {};
 
-TEST_P(InterpreterVsReference, UnscheduledFa2AndFa3ScheduledMatchTheReference) {
+TEST_P(InterpreterVsReference, UnscheduledFa1Fa2AndFa3ScheduledMatchTheReference) {
   const Case &c = GetParam();
   MLIRContext context;
   DiagnosticCapture diags(context);
@@ -180,6 +181,14 @@ TEST_P(InterpreterVsReference, UnscheduledFa2AndFa3ScheduledMatchTheReference) {
     OwningOpRef<ModuleOp> sched = flashtile::testing::scheduledFa3(*program, knobs);
     ASSERT_TRUE(sched) << label << ": the FA3 pipeline failed\n" << diags.text;
     ASSERT_FALSE(funcOf(*sched).getBody().getOps<tile::RoleOp>().empty()) << label << ": no roles";
+    Outputs out = runChecked(funcOf(*sched), p, in, diags);
+    expectMatchesReference(out, ref, p, label);
+    expectAgree(out, unscheduled, test::errorBound(ref) + outputUlp(ref, c.dtype), label);
+  }
+  for (const auto &[label, knobs] : flashtile::testing::fa1TestSchedules()) {
+    OwningOpRef<ModuleOp> sched = flashtile::testing::scheduledFa1(*program, knobs);
+    ASSERT_TRUE(sched) << label << ": the FA1 pipeline failed\n" << diags.text;
+    ASSERT_FALSE(funcOf(*sched).getBody().getOps<tile::StateLoadOp>().empty()) << label << ": no K/V steps";
     Outputs out = runChecked(funcOf(*sched), p, in, diags);
     expectMatchesReference(out, ref, p, label);
     expectAgree(out, unscheduled, test::errorBound(ref) + outputUlp(ref, c.dtype), label);

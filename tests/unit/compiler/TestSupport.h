@@ -117,6 +117,30 @@ inline mlir::OwningOpRef<mlir::ModuleOp> scheduledFa3(mlir::ModuleOp module, con
   return copy;
 }
 
+/// The FA1 configurations the interpreter checks (the whole pipeline, one launch per K/V tile): the defaults, and
+/// small tiles of two warps (more K/V steps and Q tiles on small problems).
+inline std::vector<std::pair<std::string, schedule::Knobs>> fa1TestSchedules() {
+  return {{"fa1 defaults", {}}, {"fa1 blockM 32 blockN 16 warps 2", {{"block-m", 32}, {"block-n", 16}, {"warps", 2}}}};
+}
+
+/// A copy of `module` after the FA1 schedule's pipeline (down to its target) with `knobs`, or null (the
+/// diagnostics, or `error` for bad knobs, say why).
+inline mlir::OwningOpRef<mlir::ModuleOp> scheduledFa1(mlir::ModuleOp module, schedule::Knobs knobs = {},
+                                                      std::string *error = nullptr) {
+  mlir::OwningOpRef<mlir::ModuleOp> copy = module.clone();
+  mlir::PassManager pm(module.getContext());
+  std::string message;
+  if (mlir::failed(
+          schedule::buildPipeline(pm, schedule::Request{"fa1", "sm_80", "default", std::move(knobs)}, message))) {
+    if (error)
+      *error = message;
+    return {};
+  }
+  if (mlir::failed(pm.run(*copy)))
+    return {};
+  return copy;
+}
+
 /// What the interpreter writes: O and LSE.
 struct Outputs {
   std::vector<float> o, lse;

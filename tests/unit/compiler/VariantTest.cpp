@@ -1,9 +1,10 @@
 //===- VariantTest.cpp - every built-in variant against a naive reference --===//
 //
 // The variants of examples/variants (causal alignments, sliding window, softcap, ALiBi, sinks, document mask and
-// their combinations), unscheduled and under FA2 schedules, in the CPU interpreter against a double reference
-// written independently of the DSL; the sliding window's tile skipping, counted; variant identity for cache
-// keys; and the errors bad variant arguments get. Every variant also runs under the decode schedule's split-KV.
+// their combinations), unscheduled and under the fa1, fa2 and fa3 schedules, in the CPU interpreter against a
+// double reference written independently of the DSL; the sliding window's tile skipping, counted; variant identity
+// for cache keys; and the errors bad variant arguments get. Every variant also runs under the decode schedule's
+// split-KV.
 // Inputs are random; FLASHTILE_TEST_SEED changes every seed.
 //===----------------------------------------------------------------------===//
 #include "AttentionReference.h"
@@ -317,7 +318,7 @@ std::vector<Case> cases() {
 
 class VariantVsReference : public ::testing::TestWithParam<Case> {};
 
-TEST_P(VariantVsReference, UnscheduledFa2AndFa3ScheduledMatchTheReference) {
+TEST_P(VariantVsReference, UnscheduledFa1Fa2AndFa3ScheduledMatchTheReference) {
   const Case &c = GetParam();
   MLIRContext context;
   DiagnosticCapture diags(context);
@@ -339,6 +340,8 @@ TEST_P(VariantVsReference, UnscheduledFa2AndFa3ScheduledMatchTheReference) {
     runs.emplace_back(label, [&, options = options] { return scheduled(**program, options); });
   for (auto &[label, knobs] : flashtile::testing::fa3TestSchedules())
     runs.emplace_back(label, [&, knobs = knobs] { return flashtile::testing::scheduledFa3(**program, knobs); });
+  for (auto &[label, knobs] : flashtile::testing::fa1TestSchedules())
+    runs.emplace_back(label, [&, knobs = knobs] { return flashtile::testing::scheduledFa1(**program, knobs); });
   for (const auto &[label, schedule] : runs) {
     OwningOpRef<ModuleOp> sched = schedule();
     ASSERT_TRUE(sched) << label << ": the schedule's pipeline failed\n" << diags.text;

@@ -87,6 +87,27 @@ TEST(KernelInfo, PersistentKernelsSaySo) {
   EXPECT_THAT(split.message(), HasSubstr("field 'persistent': is set on a kernel with a combine kernel"));
 }
 
+TEST(KernelInfo, KvStepKernelsSaySo) {
+  KernelInfo info = sampleInfo();
+  EXPECT_THAT(info.serialize(), testing::Not(HasSubstr("kvSteps")));
+  info.kvSteps = true;
+  std::string text = info.serialize();
+  EXPECT_THAT(text, HasSubstr("kvSteps=1\n"));
+  StatusOr<KernelInfo> parsed = KernelInfo::parse(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE(parsed->kvSteps);
+  StatusOr<KernelInfo> badValue = KernelInfo::parse(replaceLine(text, "kvSteps", "kvSteps=yes"));
+  ASSERT_FALSE(badValue.ok());
+  EXPECT_THAT(badValue.status().message(), HasSubstr("field 'kvSteps': 'yes' is not 0 or 1"));
+  // A K/V-step kernel is launched once per K/V tile over the Q tiles: never split, persistent or TMA.
+  info.combineEntry = info.entry + "_combine";
+  info.combineRows = 4;
+  info.combineThreads = 128;
+  Status split = info.verify();
+  ASSERT_FALSE(split.ok());
+  EXPECT_THAT(split.message(), HasSubstr("field 'kvSteps': is set on a split-KV, persistent or TMA kernel"));
+}
+
 TEST(KernelInfo, RoundTripsParamRules) {
   KernelInfo info = sampleInfo();
   info.paramRules = {{"cap > 0 && isfinite(cap)", "a positive, finite number"},

@@ -16,7 +16,8 @@ flashtile_runtime *flashtile_create(void);
 void flashtile_destroy(flashtile_runtime *rt);
 /* Adds the kernels `flashtile aot` wrote to `dir`. */
 int flashtile_load_aot(flashtile_runtime *rt, const char *dir);
-/* The schedule whose kernels calls run: "fa2" (the default), "fa3" (sm_90a: TMA, wgmma, warp specialization);
+/* The schedule whose kernels calls run: "fa2" (the default), "fa3" (sm_90a: TMA, wgmma, warp specialization), "fa1"
+ * (the teaching schedule: one launch per K/V tile, each row's state in a workspace between them);
  * decode-sized calls keep the decode schedule where a kernel of it is loaded. A name that is not an id is an error;
  * a schedule none of the loaded kernels has makes a call fail naming the kernel it looked for. */
 int flashtile_set_schedule(flashtile_runtime *rt, const char *schedule);

@@ -18,7 +18,9 @@ int flashtile_set_decode_schedule(flashtile_runtime *rt, const char *schedule);
 /* flashtile_forward_variant with split-KV controls: num_splits 0 lets the runtime choose (FlashAttention's
  * heuristic, from the shape and the SM count), 1..128 forces it; workspace (256-byte aligned device memory of
  * workspace_bytes, see flashtile_split_kv_workspace_bytes) NULL lets the runtime own one per stream (it synchronizes
- * the stream once when that grows; under CUDA graph capture such a call runs unsplit: pass one there). Kernels of other schedules ignore both. */
+ * the stream once when that grows; under CUDA graph capture such a call runs unsplit: pass one there). The fa1
+ * schedule's kernels keep each query row's state in the workspace between their K/V steps ((head_dim_v + 2) x 4 bytes
+ * per LSE row); kernels of other schedules ignore both. */
 int flashtile_forward_decode(flashtile_runtime *rt, const void *q, const void *k, const void *v, void *o, float *lse,
                              int dtype, int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim,
                              int head_dim_v, const long long *q_stride, const long long *k_stride,

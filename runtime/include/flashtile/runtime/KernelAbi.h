@@ -88,6 +88,16 @@ struct FlashtileFwdParams {
   const void *rotarySin;
   int rotaryDim;
   int seqlenRo;
+  /* K/V-step kernels (KernelInfo::kvSteps; the fa1 schedule, others ignore these fields): the kernel is launched
+   * once per K/V tile, kvStep = 0 .. ceil(seqlenK / blockN) - 1 (varlen: of the longest sequence; one launch when
+   * there is no key), and each launch runs every Q tile against K/V tile kvStep only. Between launches the
+   * online-softmax state of LSE row r (r as `lse` is indexed, varlen rows included) is fp32 workspace: running max
+   * stateMax[r] (log2 domain), running sum stateSum[r], unnormalized output stateAcc[r * headDimV + d]. Launch 0
+   * reads no state; every launch writes it back, and O and LSE of the keys seen so far. */
+  float *stateAcc;
+  float *stateMax;
+  float *stateSum;
+  int kvStep;
 };
 
 /* Threads of a block of the KV cache's append kernel: grid (ceil(seqlenNew x (headDim + headDimV) / 8 /

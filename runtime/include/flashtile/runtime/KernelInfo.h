@@ -111,6 +111,12 @@ struct KernelInfo {
   // matches the call's spec otherwise (arch, dtype, head dims, variant). Empty: none; absent from the text form.
   std::string preferredOver;
 
+  // K/V-step kernels (the fa1 schedule's tile.state_load / tile.state_store): launched once per K/V tile
+  // (FlashtileFwdParams::kvStep = 0 .. ceil(max seqlen_k / blockN) - 1, one launch when there is no key) on the
+  // grid (ceil(seqlenQ / blockM), headsQ, batch), with the state workspace of KernelAbi.h (stateAcc, stateMax,
+  // stateSum: headDimV + 2 fp32 values per LSE row). Absent from the text form unless set (kvSteps=1).
+  bool kvSteps = false;
+
   bool splitKv() const { return !combineEntry.empty(); }
   bool readsKvCache() const { return !appendEntry.empty(); }
 

@@ -90,6 +90,8 @@ struct AttentionArgs {
   // The device memory split calls write their partials to (splitKvWorkspaceBytes, 256-byte aligned): null lets the
   // runtime own it (one buffer per context and stream, grown as needed, which synchronizes the stream once when it
   // grows). Under CUDA graph capture without a workspace a call runs unsplit (numSplits 1): pass one there.
+  // K/V-step kernels (KernelInfo::kvSteps, the fa1 schedule) keep each query row's online-softmax state here between
+  // their launches: (headDimV + 2) x 4 bytes per LSE row; under CUDA graph capture they need one.
   void *workspace = nullptr;
   size_t workspaceBytes = 0;
 
