@@ -32,10 +32,11 @@ struct DecodeConfig {
   int stages = 1;         ///< shared-memory buffers per K/V operand (tile-fa2-pipeline)
   int minBlocksPerSm = 0; ///< `__launch_bounds__` minimum blocks per SM (0: no request)
 
-  /// The configuration used when the caller sets no knob. Not yet tuned on the GPU: FlashAttention-2's split-KV
-  /// kernel's tiles (64 query rows of 4 warps; 128 keys a tile up to head dim 128, 64 above, where a 16 x 256 fp32
-  /// accumulator a warp leaves no registers for larger score tiles) and one K/V buffer each (the walks of a split
-  /// are a few tiles long, and the second buffer would halve the blocks an SM holds at head dim 128).
+  /// The configuration used when the caller sets no knob: FlashAttention-2's split-KV kernel's tiles (64 query
+  /// rows of 4 warps; 128 keys a tile up to head dim 128, 64 above, where a 16 x 256 fp32 accumulator a warp leaves
+  /// no registers for larger score tiles) and one K/V buffer each (the walks of a split are a few tiles long, and
+  /// the second buffer would halve the blocks an SM holds at head dim 128). A sweep on the H200 (bench/NOTES.md
+  /// v19) kept it: 32 rows on 2 warps gains 1.5-3% on long packed GQA calls but loses 3-14% on wide unsplit grids.
   static DecodeConfig defaultsFor(int headDim, int headDimV);
   /// An error naming the offending knob and the accepted values, or nothing when valid.
   std::optional<std::string> validate(int headDim, int headDimV) const;
