@@ -14,6 +14,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "passes/IR/TileDialect.h.inc"
+#include "passes/IR/TileEnums.h.inc"
 
 namespace flashtile::tile {
 /// Where a part of the online-softmax state lives (StateType's accumulator).

@@ -115,19 +115,20 @@ def Tile_KvRangeOp : Tile_Op<"kv_range", []> {
   let summary = "the variant's KV-range rule for the Q tile this instance owns";
   let description = [{
     The region receives the first and last query row of the Q tile (unaligned indices), its batch entry and
-    query head, and yields a key range [lo, hi) (which may read variant inputs, e.g. per-token document starts). `kind = "may"`: keys outside can never be attended by any row of the tile, so their tiles are
-    skipped. `kind = "full"`: every row attends every key inside, so tiles inside need no mask. Schedules clamp
+    query head, and yields a key range [lo, hi) (which may read variant inputs, e.g. per-token document starts). `may`: keys
+    outside can never be attended by any row of the tile, so their tiles are skipped. `full`: every row attends
+    every key inside, so tiles inside need no mask. Schedules clamp
     both to [0, seqlen_k) and derive loop segments from them. The op declares no memory effects on purpose:
     its results are unused until a schedule splits the loop, and it must survive canonicalization until then.
     ```mlir
-    %lo, %hi = tile.kv_range "may" {
+    %lo, %hi = tile.kv_range may {
     ^bb0(%first: i32, %last: i32, %b: i32, %h: i32):
       ...
       tile.yield %c0, %end : i32, i32
     }
     ```
   }];
-  let arguments = (ins StrAttr:$kind);
+  let arguments = (ins Tile_RangeKindAttr:$kind);
   let results = (outs I32:$lo, I32:$hi);
   let regions = (region SizedRegion<1>:$rule);
   let assemblyFormat = "$kind attr-dict-with-keyword custom<TileRegion>($rule)";
@@ -156,7 +157,8 @@ def Tile_LoadOp : Tile_Op<"load", [MemoryEffects<[MemRead]>, AttrSizedOperandSeg
     looked one tile past its end); the result is unspecified, a target may read a stale buffer, and nothing
     computed from it may reach the output (the interpreter gives NaNs, so a leak shows).
   }];
-  let arguments = (ins StrAttr:$operand, Optional<I32>:$index, Optional<Tile_SlotType>:$slot, Optional<I1>:$pred);
+  let arguments = (ins Tile_OperandAttr:$operand, Optional<I32>:$index, Optional<Tile_SlotType>:$slot,
+                       Optional<I1>:$pred);
   let results = (outs Tile_TileLowp:$result);
   let assemblyFormat = [{
     $operand (`[` $index^ `]`)? (`from` $slot^ `:` type($slot))? (`if` $pred^)? attr-dict `:` type($result)
@@ -171,10 +173,10 @@ def Tile_LoadOp : Tile_Op<"load", [MemoryEffects<[MemRead]>, AttrSizedOperandSeg
 def Tile_BufferOp : Tile_Op<"buffer", [MemoryEffects<[MemAlloc]>]> {
   let summary = "allocates the shared-memory ring of one operand (placed by a schedule's pipeline pass)";
   let description = [{
-    `%kbuf = tile.buffer "k" : !tile.buffer<tensor<64x128xbf16>, slots = 2>`: `slots` tiles of K in shared memory.
+    `%kbuf = tile.buffer k : !tile.buffer<tensor<64x128xbf16>, slots = 2>`: `slots` tiles of K in shared memory.
     Q's buffer has one slot. Its tile type is the operand's scheduled tile.
   }];
-  let arguments = (ins StrAttr:$operand);
+  let arguments = (ins Tile_OperandAttr:$operand);
   let results = (outs Tile_BufferType:$buffer);
   let assemblyFormat = "$operand attr-dict `:` type($buffer)";
   let hasVerifier = 1;
@@ -196,13 +198,13 @@ def Tile_SlotOp : Tile_Op<"slot", [Pure, TypesMatchWith<"the slot holds the buff
 def Tile_CopyAsyncOp : Tile_Op<"copy_async", [MemoryEffects<[MemRead, MemWrite]>, AttrSizedOperandSegments]> {
   let summary = "starts an asynchronous global-to-shared copy of a tile into a slot; returns its token";
   let description = [{
-    `%t = tile.copy_async "k"[%j] into %slot if %valid : !tile.slot<...>` starts copying K tile `j` into `%slot`;
+    `%t = tile.copy_async k[%j] into %slot if %valid : !tile.slot<...>` starts copying K tile `j` into `%slot`;
     nothing is copied when the optional predicate is false (the token then completes at once). The slot's contents
     are undefined until a `tile.wait` consumes `%t`, and the slot must not be read by any thread while the copy is
     in flight. `... into %slot arrive %full[%i]` (a TMA copy) also completes the phase of ring position `%i` of
     the slot's "full" barrier with the tile's bytes: consumers wait for that phase instead of the token.
   }];
-  let arguments = (ins StrAttr:$operand, Optional<I32>:$index, Tile_SlotType:$slot, Optional<Tile_BarrierType>:$full,
+  let arguments = (ins Tile_OperandAttr:$operand, Optional<I32>:$index, Tile_SlotType:$slot, Optional<Tile_BarrierType>:$full,
                        Optional<I32>:$position, Optional<I1>:$pred);
   let results = (outs Tile_TokenType:$token);
   let assemblyFormat = [{
@@ -297,7 +299,7 @@ def Tile_MmaWaitOp : Tile_Op<"mma_wait", [MemoryEffects<[MemRead, MemWrite]>]> {
 def Tile_StoreOp : Tile_Op<"store", [MemoryEffects<[MemWrite]>]> {
   let summary = "writes the O tile (converted to the program's dtype) or the LSE rows";
   let description = [{ `tile.store o %o : tensor<?x128xf32>`, `tile.store lse %lse : tensor<?xf32>`. Rows past seqlen_q are not written. }];
-  let arguments = (ins StrAttr:$operand, Tile_TileF32:$value);
+  let arguments = (ins Tile_OutputAttr:$operand, Tile_TileF32:$value);
   let assemblyFormat = "$operand $value attr-dict `:` type($value)";
   let hasVerifier = 1;
 }
@@ -482,10 +484,10 @@ def Tile_KvLoopOp : Tile_Op<"kv_loop", [SingleBlockImplicitTerminator<"YieldOp">
   let summary = "walks K/V tiles, threading the online-softmax state";
   let description = [{
     Unscheduled (no bounds), the loop visits every K/V tile in order. Scheduled, it visits tiles
-    [from, to) in `order` ("ascending" or "descending"); `segment` says which part of the KV range it covers
-    ("all", "tail_boundary", "interior", "head_boundary"), interior segments carry no mask.
+    [from, to) in `order` (`ascending`, omitted, or `descending`); `segment` says which part of the KV range it
+    covers (`all`, omitted, `tail_boundary`, `interior`, `head_boundary`), interior segments carry no mask.
     ```mlir
-    %st = tile.kv_loop from %lo to %hi iter_args(%st0) {segment = "interior", order = "descending"}
+    %st = tile.kv_loop from %lo to %hi segment interior order descending iter_args(%st0)
           : !tile.state<128x128> -> !tile.state<128x128> {
     ^bb0(%j: i32, %s: !tile.state<128x128>):
       ...
@@ -500,12 +502,13 @@ def Tile_KvLoopOp : Tile_Op<"kv_loop", [SingleBlockImplicitTerminator<"YieldOp">
   }];
   let arguments = (ins Optional<I32>:$lower, Optional<I32>:$upper, Tile_StateType:$init,
                        Variadic<Tile_Carried>:$carried,
-                       DefaultValuedStrAttr<StrAttr, "all">:$segment,
-                       DefaultValuedStrAttr<StrAttr, "ascending">:$order);
+                       DefaultValuedAttr<Tile_SegmentAttr, "::flashtile::tile::Segment::All">:$segment,
+                       DefaultValuedAttr<Tile_KvOrderAttr, "::flashtile::tile::KvOrder::Ascending">:$order);
   let results = (outs Tile_StateType:$result, Variadic<Tile_Carried>:$carriedResults);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    (`from` $lower^)? (`to` $upper^)? `iter_args` `(` $init (`,` $carried^)? `)` attr-dict `:` type($init)
+    (`from` $lower^)? (`to` $upper^)? (`segment` $segment^)? (`order` $order^)? `iter_args` `(` $init
+    (`,` $carried^)? `)` attr-dict `:` type($init)
     (`,` type($carried)^)? `->` type($result) (`,` type($carriedResults)^)? custom<TileRegion>($body)
   }];
   let hasVerifier = 1;
@@ -522,7 +525,7 @@ def Tile_KvWalkOp : Tile_Op<"kv_walk", [SingleBlockImplicitTerminator<"YieldOp">
   let summary = "visits K/V tiles [from, to) in order with no softmax state: a producer's loop";
   let description = [{
     ```mlir
-    tile.kv_walk from %lo to %hi {order = "descending"} {
+    tile.kv_walk from %lo to %hi order descending {
     ^bb0(%j: i32):
       ...   // e.g. wait for a slot's empty barrier, copy K tile j into it
     }
@@ -530,9 +533,10 @@ def Tile_KvWalkOp : Tile_Op<"kv_walk", [SingleBlockImplicitTerminator<"YieldOp">
     The loop of a role that moves tiles rather than computing on them (FA3's producer): the same tiles, in the same
     order, as the consumers' `tile.kv_loop` segments, without their state.
   }];
-  let arguments = (ins I32:$lower, I32:$upper, DefaultValuedStrAttr<StrAttr, "ascending">:$order);
+  let arguments = (ins I32:$lower, I32:$upper,
+                       DefaultValuedAttr<Tile_KvOrderAttr, "::flashtile::tile::KvOrder::Ascending">:$order);
   let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = "`from` $lower `to` $upper attr-dict custom<TileRegion>($body)";
+  let assemblyFormat = "`from` $lower `to` $upper (`order` $order^)? attr-dict custom<TileRegion>($body)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     ::mlir::Value getTileIndex() { return getBody().front().getArgument(0); }
