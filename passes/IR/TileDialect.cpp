@@ -778,7 +778,7 @@ LogicalResult KvLoopOp::verify() {
   if (static_cast<bool>(getLower()) != static_cast<bool>(getUpper()))
     return emitOpError() << "takes both bounds (from %lo to %hi) or neither";
   if (getSegment() != Segment::All && !getLower())
-    return emitOpError() << "a " << stringifySegment(getSegment()) << " segment needs bounds";
+    return emitOpError() << "segment " << stringifySegment(getSegment()) << " needs bounds (from %lo to %hi)";
   Type i32 = IntegerType::get(getContext(), 32);
   SmallVector<Type> carried(getCarried().getTypes());
   SmallVector<Type> args = {i32, getInit().getType()}, yields = {getInit().getType()};

@@ -29,6 +29,8 @@ class Tile_Enum<string name, string what, string summary, list<I32EnumAttrCase> 
   }()}];
 }
 
+/// Printed as ` word` (the leading space separates it from the mnemonic in the generic form, `#tile<order
+/// descending>`), so op formats put an empty literal before one: "`` $operand" prints `tile.load k[%j]`.
 class Tile_EnumAttr<Tile_Enum enum, string mnemonic> : EnumAttr<Tile_Dialect, enum, mnemonic>;
 
 def Tile_Operand : Tile_Enum<"Operand", "an input operand", "a tile read from the inputs: q, k or v", [

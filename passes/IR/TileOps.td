@@ -131,7 +131,7 @@ def Tile_KvRangeOp : Tile_Op<"kv_range", []> {
   let arguments = (ins Tile_RangeKindAttr:$kind);
   let results = (outs I32:$lo, I32:$hi);
   let regions = (region SizedRegion<1>:$rule);
-  let assemblyFormat = "$kind attr-dict-with-keyword custom<TileRegion>($rule)";
+  let assemblyFormat = "`` $kind attr-dict-with-keyword custom<TileRegion>($rule)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// Whether the rule's lower bound is the constant `key` for every Q tile (e.g. 0 for causal masks).
@@ -161,7 +161,7 @@ def Tile_LoadOp : Tile_Op<"load", [MemoryEffects<[MemRead]>, AttrSizedOperandSeg
                        Optional<I1>:$pred);
   let results = (outs Tile_TileLowp:$result);
   let assemblyFormat = [{
-    $operand (`[` $index^ `]`)? (`from` $slot^ `:` type($slot))? (`if` $pred^)? attr-dict `:` type($result)
+    `` $operand (`[` $index^ `]`)? (`from` $slot^ `:` type($slot))? (`if` $pred^)? attr-dict `:` type($result)
   }];
   let hasVerifier = 1;
 }
@@ -178,7 +178,7 @@ def Tile_BufferOp : Tile_Op<"buffer", [MemoryEffects<[MemAlloc]>]> {
   }];
   let arguments = (ins Tile_OperandAttr:$operand);
   let results = (outs Tile_BufferType:$buffer);
-  let assemblyFormat = "$operand attr-dict `:` type($buffer)";
+  let assemblyFormat = "`` $operand attr-dict `:` type($buffer)";
   let hasVerifier = 1;
 }
 
@@ -208,7 +208,7 @@ def Tile_CopyAsyncOp : Tile_Op<"copy_async", [MemoryEffects<[MemRead, MemWrite]>
                        Optional<I32>:$position, Optional<I1>:$pred);
   let results = (outs Tile_TokenType:$token);
   let assemblyFormat = [{
-    $operand (`[` $index^ `]`)? `into` $slot (`arrive` $full^ `[` $position `]`)? (`if` $pred^)? attr-dict `:`
+    `` $operand (`[` $index^ `]`)? `into` $slot (`arrive` $full^ `[` $position `]`)? (`if` $pred^)? attr-dict `:`
     type($slot) (`,` type($full)^)?
   }];
   let hasVerifier = 1;
@@ -300,7 +300,7 @@ def Tile_StoreOp : Tile_Op<"store", [MemoryEffects<[MemWrite]>]> {
   let summary = "writes the O tile (converted to the program's dtype) or the LSE rows";
   let description = [{ `tile.store o %o : tensor<?x128xf32>`, `tile.store lse %lse : tensor<?xf32>`. Rows past seqlen_q are not written. }];
   let arguments = (ins Tile_OutputAttr:$operand, Tile_TileF32:$value);
-  let assemblyFormat = "$operand $value attr-dict `:` type($value)";
+  let assemblyFormat = "`` $operand $value attr-dict `:` type($value)";
   let hasVerifier = 1;
 }
 
@@ -507,7 +507,7 @@ def Tile_KvLoopOp : Tile_Op<"kv_loop", [SingleBlockImplicitTerminator<"YieldOp">
   let results = (outs Tile_StateType:$result, Variadic<Tile_Carried>:$carriedResults);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    (`from` $lower^)? (`to` $upper^)? (`segment` $segment^)? (`order` $order^)? `iter_args` `(` $init
+    (`from` $lower^)? (`to` $upper^)? (`segment` `` $segment^)? (`order` `` $order^)? `iter_args` `(` $init
     (`,` $carried^)? `)` attr-dict `:` type($init)
     (`,` type($carried)^)? `->` type($result) (`,` type($carriedResults)^)? custom<TileRegion>($body)
   }];
@@ -536,7 +536,7 @@ def Tile_KvWalkOp : Tile_Op<"kv_walk", [SingleBlockImplicitTerminator<"YieldOp">
   let arguments = (ins I32:$lower, I32:$upper,
                        DefaultValuedAttr<Tile_KvOrderAttr, "::flashtile::tile::KvOrder::Ascending">:$order);
   let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = "`from` $lower `to` $upper (`order` $order^)? attr-dict custom<TileRegion>($body)";
+  let assemblyFormat = "`from` $lower `to` $upper (`order` `` $order^)? attr-dict-with-keyword custom<TileRegion>($body)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     ::mlir::Value getTileIndex() { return getBody().front().getArgument(0); }

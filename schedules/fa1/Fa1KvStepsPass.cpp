@@ -76,10 +76,10 @@ struct Fa1KvStepsPass : PassWrapper<Fa1KvStepsPass, OperationPass<FuncOp>> {
   LogicalResult boundByStep(FuncOp func, int64_t blockN) {
     KvRangeOp may;
     for (KvRangeOp range : func.getBody().getOps<KvRangeOp>())
-      if (range.getKind() == "may")
+      if (range.getKind() == RangeKind::May)
         may = range;
     if (!may)
-      return func.emitOpError() << "has no kv_range \"may\" rule to bound by the K/V step";
+      return func.emitOpError() << "has no tile.kv_range may rule to bound by the K/V step";
     auto yield = cast<YieldOp>(may.getRule().front().getTerminator());
     OpBuilder b(yield);
     Location loc = yield.getLoc();
