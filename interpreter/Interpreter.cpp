@@ -971,10 +971,11 @@ LogicalResult Interpreter::exec(CopyAsyncOp op) {
       return failure();
     if (!barriers.contains(full))
       return fail(op, "arrives on a value that is not a tile.barrier");
-    if (auto hazard = copies.copyArriving(stringifyOperand(op.getOperand()).str(), index, slots.lookup(op.getSlot()), pred,
-                                          barriers.lookup(full), position->i, role, token))
+    if (auto hazard = copies.copyArriving(stringifyOperand(op.getOperand()).str(), index, slots.lookup(op.getSlot()),
+                                          pred, barriers.lookup(full), position->i, role, token))
       return fail(op, *hazard);
-  } else if (auto hazard = copies.copy(stringifyOperand(op.getOperand()).str(), index, slots.lookup(op.getSlot()), pred, token)) {
+  } else if (auto hazard =
+                 copies.copy(stringifyOperand(op.getOperand()).str(), index, slots.lookup(op.getSlot()), pred, token)) {
     return fail(op, *hazard);
   }
   tokens[op.getResult()] = token;

@@ -1289,7 +1289,8 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             auto v = pv.getV().getDefiningOp<LoadOp>();
             auto carriedP = dyn_cast<BlockArgument>(pv.getP());
             bool pCarried = asyncProtocol && carriedP && isa<KvLoopOp>(carriedP.getOwner()->getParentOp());
-            if (!v || v.getOperand() != tile::Operand::V || !v.getIndex() || !(pv.getP().getDefiningOp<SoftmaxUpdateOp>() || pCarried))
+            if (!v || v.getOperand() != tile::Operand::V || !v.getIndex() ||
+                !(pv.getP().getDefiningOp<SoftmaxUpdateOp>() || pCarried))
               return pv.emitOpError() << "needs P from tile.softmax_update (or carried by the loop, on a target with "
                                          "asynchronous MMAs) and V from tile.load v[index]";
             FailureOr<std::string> vSlot = slotOf(v, op);

@@ -142,8 +142,9 @@ LogicalResult ProgramBuilder::kvRange(tile::RangeKind kind, const dsl::RangeFn &
   dsl::Sizes s = sizes();
   auto arg = [&](unsigned i) { return dsl::Expr(b, block->getArgument(i)); };
   const Variant::HookSites &sites = variant.hookSites();
-  dsl::HookTrace traced(siteOf(kind == tile::RangeKind::May ? sites.kvRange : sites.fullRange),
-                        ("kvRange rule \"" + tile::stringifyRangeKind(kind) + "\" of variant '" + variant.name() + "'").str());
+  dsl::HookTrace traced(
+      siteOf(kind == tile::RangeKind::May ? sites.kvRange : sites.fullRange),
+      ("kvRange rule \"" + tile::stringifyRangeKind(kind) + "\" of variant '" + variant.name() + "'").str());
   dsl::Range range = rule ? rule(dsl::QTile{arg(0), arg(1), arg(2), arg(3), s}, params()) : fallback(s);
   if (traced.failed())
     return failure();
@@ -183,22 +184,22 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
       failed(kvRange(tile::RangeKind::Full, variant.fullRangeFn(), variant.maskFn() ? noKeys : allKeys)))
     return failure();
 
-  auto loadQ = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), tile::Operand::Q, Value(), Value(),
-                                    Value());
+  auto loadQ = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), tile::Operand::Q,
+                                    Value(), Value(), Value());
   if (options.rotary != RotaryMode::None)
     loadQ->setAttr(tile::kRotaryAttr,
                    tile::rotaryAttr(&ctx, {options.rotary == RotaryMode::Interleaved, variant.maskFn() != nullptr}));
   Value q = loadQ;
   auto stateType = tile::StateType::get(&ctx, dyn, options.headDimV, tile::MemorySpace::Registers);
   Value init = tile::InitStateOp::create(b, loc, stateType);
-  auto loop =
-      tile::KvLoopOp::create(b, loc, stateType, TypeRange(), Value(), Value(), init, ValueRange(), tile::Segment::All,
-                                     tile::KvOrder::Ascending);
+  auto loop = tile::KvLoopOp::create(b, loc, stateType, TypeRange(), Value(), Value(), init, ValueRange(),
+                                     tile::Segment::All, tile::KvOrder::Ascending);
   {
     OpBuilder::InsertionGuard guard(b);
     Block *body = b.createBlock(&loop.getBody(), {}, {i32, stateType}, {loc, loc});
     Value j = body->getArgument(0), state = body->getArgument(1);
-    Value k = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), tile::Operand::K, j, Value(), Value());
+    Value k = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), tile::Operand::K, j,
+                                   Value(), Value());
     auto scoreType = RankedTensorType::get({dyn, dyn}, f32);
     Value s = tile::QkOp::create(b, loc, scoreType, Type(), q, k).getS();
     s = tile::ScaleOp::create(b, loc, s);
@@ -237,7 +238,8 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
     }
     auto update = tile::SoftmaxUpdateOp::create(b, loc, s, state, dtype);
     Value rescaled = tile::RescaleOp::create(b, loc, update.getNewState(), update.getAlpha());
-    Value v = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, dtype), tile::Operand::V, j, Value(), Value());
+    Value v = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, dtype), tile::Operand::V, j,
+                                   Value(), Value());
     Value next = tile::PvOp::create(b, loc, update.getP(), v, rescaled).getResult();
     tile::YieldOp::create(b, loc, ValueRange{next});
   }

@@ -385,8 +385,8 @@ static LogicalResult verifyOperandIndex(Operation *op, Operand operand, Value in
   if (operand == Operand::Q && index)
     return op->emitOpError() << "the Q tile takes no tile index";
   if (operand != Operand::Q && !index)
-    return op->emitOpError() << "the " << stringifyOperand(operand) << " tile needs a tile index: "
-                             << stringifyOperand(operand) << "[%j]";
+    return op->emitOpError() << "the " << stringifyOperand(operand)
+                             << " tile needs a tile index: " << stringifyOperand(operand) << "[%j]";
   return success();
 }
 
@@ -607,7 +607,8 @@ LogicalResult StoreOp::verify() {
   auto type = cast<RankedTensorType>(getValue().getType());
   int64_t rank = getOperand() == Output::O ? 2 : 1;
   if (type.getRank() != rank)
-    return emitOpError() << "the " << stringifyOutput(getOperand()) << " tile must have rank " << rank << ", got " << type.getRank();
+    return emitOpError() << "the " << stringifyOutput(getOperand()) << " tile must have rank " << rank << ", got "
+                         << type.getRank();
   return success();
 }
 

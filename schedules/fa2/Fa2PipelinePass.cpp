@@ -254,7 +254,8 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
       WaitOp::create(lb, loc, ValueRange{args[args.size() - 2], args[args.size() - 1]});
       Value next = minus(lb, loc, j, 1), afterNext = minus(lb, loc, j, 2);
       Value hasNext = isVisited(lb, loc, next, lowest);
-      Value tokenKAfter = buffers.copy(lb, loc, Operand::K, afterNext, isVisited(lb, loc, afterNext, lowest)).getToken();
+      Value tokenKAfter =
+          buffers.copy(lb, loc, Operand::K, afterNext, isVisited(lb, loc, afterNext, lowest)).getToken();
       Value tokenVNext = buffers.copy(lb, loc, Operand::V, next, hasNext).getToken();
       // The next tile's Q·Kᵀ goes right after the copies, or, where the variant modifies scores (score_mod, in
       // every tile), right before this tile's softmax: the score_mod touches every score of the tile, and with

@@ -50,8 +50,7 @@ public:
     return specs;
   }
 
-  FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs,
-                                    ShapeClass shapeClass) const override {
+  FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass shapeClass) const override {
     int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
     ProgramTraits traits = traitsOf(func);
     // The knobs set override the class's defaults; a class that ends up with the default class's configuration

@@ -216,8 +216,8 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     Value j = walkBody->addArgument(b.getI32Type(), loc);
     OpBuilder wb(walkBody, walkBody->end());
     Value position = ringPosition(wb, loc, highest, j, one);
-    for (auto [operand, buffer, full, empty] : {std::tuple{Operand::K, kBuffer, kFull, kEmpty},
-                                                {Operand::V, vBuffer, vFull, vEmpty}}) {
+    for (auto [operand, buffer, full, empty] :
+         {std::tuple{Operand::K, kBuffer, kFull, kEmpty}, {Operand::V, vBuffer, vFull, vEmpty}}) {
       Value slot = SlotOp::create(wb, loc, buffer, position).getResult();
       BarrierWaitOp::create(wb, loc, empty, position);
       CopyAsyncOp::create(wb, loc, operand, j, slot, full, position, Value());

@@ -53,8 +53,7 @@ public:
     return specs;
   }
 
-  FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs,
-                                    ShapeClass shapeClass) const override {
+  FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass shapeClass) const override {
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
     // 128 query rows over two consumer warpgroups; keys per tile by head dim (the registers hold S, P and O): 128 at
     // 64, 176 at 128 (measured on the H200, 2026-12-01: +3-5% over 128 at 8k-16k with ping-pong, causal too), 80

@@ -324,7 +324,8 @@ void copyBeforeTheLoad(SmallVector<tile::CopyAsyncOp> copies, SmallVector<tile::
 
 TEST_F(CausalFixture, OverwritingTheSingleKSlotBeforeItIsReadIsAPipelineHazard) {
   ASSERT_TRUE(sched) << diags.text;
-  copyBeforeTheLoad(inLoops<tile::CopyAsyncOp>(*sched, tile::Operand::K), inLoops<tile::LoadOp>(*sched, tile::Operand::K));
+  copyBeforeTheLoad(inLoops<tile::CopyAsyncOp>(*sched, tile::Operand::K),
+                    inLoops<tile::LoadOp>(*sched, tile::Operand::K));
   std::string text = runExpectingFailure(*sched);
   EXPECT_NE(text.find("pipeline hazard: load of k tile 1 from slot 0 of buffer 1 but the slot holds k tile 1 and "
                       "the copy of k tile 0 into it is in flight"),
@@ -363,7 +364,8 @@ TEST_F(CausalFixture, TheHazardsAboveAreCaughtByTheProtocolChecker) {
     wait.erase();
   EXPECT_TRUE(succeeded(interp::run(funcOf(*noBarrier), p, in.q, in.k, in.v, o, lse))) << diags.text;
   OwningOpRef<ModuleOp> early = fresh();
-  copyBeforeTheLoad(inLoops<tile::CopyAsyncOp>(*early, tile::Operand::K), inLoops<tile::LoadOp>(*early, tile::Operand::K));
+  copyBeforeTheLoad(inLoops<tile::CopyAsyncOp>(*early, tile::Operand::K),
+                    inLoops<tile::LoadOp>(*early, tile::Operand::K));
   EXPECT_TRUE(succeeded(interp::run(funcOf(*early), p, in.q, in.k, in.v, o, lse))) << diags.text;
 }
 
