@@ -3,8 +3,8 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
   ^bb0(%first: i32, %last: i32, %b: i32, %h: i32):
     %c0 = arith.constant 0 : i32
     %c1 = arith.constant 1 : i32
-    %sq = tile.dim "seqlen_q"
-    %sk = tile.dim "seqlen_k"
+    %sq = tile.dim seqlen_q
+    %sk = tile.dim seqlen_k
     %d = arith.subi %sk, %sq : i32
     %la = arith.addi %last, %d : i32
     %hi = arith.addi %la, %c1 : i32
@@ -14,8 +14,8 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
   ^bb0(%first: i32, %last: i32, %b: i32, %h: i32):
     %c0 = arith.constant 0 : i32
     %c1 = arith.constant 1 : i32
-    %sq = tile.dim "seqlen_q"
-    %sk = tile.dim "seqlen_k"
+    %sq = tile.dim seqlen_q
+    %sk = tile.dim seqlen_k
     %d = arith.subi %sk, %sq : i32
     %fa = arith.addi %first, %d : i32
     %hi = arith.addi %fa, %c1 : i32
@@ -30,8 +30,8 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
     %s1 = tile.scale %sc : tensor<?x?xf32>
     %s2 = tile.mask %s1 : tensor<?x?xf32> {
     ^bb0(%b: i32, %h: i32, %qi: i32, %kv: i32):
-      %sq = tile.dim "seqlen_q"
-      %sk = tile.dim "seqlen_k"
+      %sq = tile.dim seqlen_q
+      %sk = tile.dim seqlen_k
       %d = arith.subi %sk, %sq : i32
       %qa = arith.addi %qi, %d : i32
       %keep = arith.cmpi sle, %kv, %qa : i32

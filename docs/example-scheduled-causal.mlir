@@ -12,8 +12,8 @@ module {
     %2 = tile.buffer v : <tensor<64x64xbf16>, slots = 2>
     %lo, %hi = tile.kv_range may {
     ^bb0(%arg0: i32, %arg1: i32, %arg2: i32, %arg3: i32):
-      %36 = tile.dim "seqlen_q"
-      %37 = tile.dim "seqlen_k"
+      %36 = tile.dim seqlen_q
+      %37 = tile.dim seqlen_k
       %38 = arith.subi %37, %36 : i32
       %39 = arith.addi %arg1, %38 : i32
       %40 = arith.addi %39, %c1_i32 : i32
@@ -21,15 +21,15 @@ module {
     }
     %lo_0, %hi_1 = tile.kv_range full {
     ^bb0(%arg0: i32, %arg1: i32, %arg2: i32, %arg3: i32):
-      %36 = tile.dim "seqlen_q"
-      %37 = tile.dim "seqlen_k"
+      %36 = tile.dim seqlen_q
+      %37 = tile.dim seqlen_k
       %38 = arith.subi %37, %36 : i32
       %39 = arith.addi %arg0, %38 : i32
       %40 = arith.addi %39, %c1_i32 : i32
       tile.yield %c0_i32, %40 : i32, i32
     }
     %3 = tile.init_state : <128x64>
-    %4 = tile.dim "seqlen_k"
+    %4 = tile.dim seqlen_k
     %5 = arith.maxsi %lo, %c0_i32 : i32
     %6 = arith.minsi %5, %4 : i32
     %7 = arith.maxsi %hi, %c0_i32 : i32
@@ -79,7 +79,7 @@ module {
       %s_4 = tile.qk %28, %45 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
       %46 = tile.mask %arg2 : tensor<128x64xf32> {
       ^bb0(%arg5: i32, %arg6: i32, %arg7: i32, %arg8: i32):
-        %50 = tile.dim "seqlen_q"
+        %50 = tile.dim seqlen_q
         %51 = arith.subi %4, %50 : i32
         %52 = arith.addi %arg7, %51 : i32
         %53 = arith.cmpi sle, %arg8, %52 : i32

@@ -704,22 +704,33 @@ LogicalResult Interpreter::define(Operation *op, Value result, SoftmaxState valu
 // Program structure
 //===----------------------------------------------------------------------===//
 
+/// The value of a problem size for the current program instance.
+int64_t dimValue(Dim dim, const Problem &problem, const Instance &inst, int64_t kvStep) {
+  switch (dim) {
+  case Dim::Batch:
+    return problem.batch;
+  case Dim::HeadsQ:
+    return problem.headsQ;
+  case Dim::HeadsKv:
+    return problem.headsKv;
+  case Dim::SeqlenQ:
+    return inst.seqlenQ;
+  case Dim::SeqlenK:
+    return inst.seqlenK;
+  case Dim::KeyOffset: // b·seqlen_k dense (entry b, row 0); cu_seqlens_k[b] varlen (entry 0, row kRow0)
+    return inst.entry * problem.seqlenK + inst.kRow0;
+  case Dim::SplitBegin:
+    return inst.splitBegin;
+  case Dim::SplitEnd:
+    return inst.splitEnd;
+  case Dim::KvStep:
+    return kvStep;
+  }
+  llvm_unreachable("a tile.dim the interpreter does not know");
+}
+
 LogicalResult Interpreter::exec(DimOp op) {
-  StringRef name = op.getName();
-  int64_t value = name == "batch"      ? problem.batch
-                  : name == "heads_q"  ? problem.headsQ
-                  : name == "heads_kv" ? problem.headsKv
-                  : name == "seqlen_q" ? inst.seqlenQ
-                  : name == "seqlen_k" ? inst.seqlenK
-                  // b·seqlen_k dense (entry b, row 0); cu_seqlens_k[b] varlen (entry 0, row kRow0)
-                  : name == "key_offset"  ? inst.entry * problem.seqlenK + inst.kRow0
-                  : name == "split_begin" ? inst.splitBegin
-                  : name == "split_end"   ? inst.splitEnd
-                  : name == "kv_step"     ? kvStep
-                                          : -1;
-  if (value < 0)
-    return fail(op, "unknown dimension '" + name + "'");
-  scalars[op.getResult()] = Scalar::integer(value);
+  scalars[op.getResult()] = Scalar::integer(dimValue(op.getDim(), problem, inst, kvStep));
   return success();
 }
 

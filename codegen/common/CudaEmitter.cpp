@@ -787,7 +787,8 @@ void KernelPrinter::printSequence() {
 
 void KernelPrinter::printUnsplit() {
   bool readsSplit = func.walk([](DimOp dim) {
-                          return dim.getName().starts_with("split_") ? WalkResult::interrupt() : WalkResult::advance();
+                          return dim.getDim() == Dim::SplitBegin || dim.getDim() == Dim::SplitEnd ? WalkResult::interrupt()
+                                                                                                  : WalkResult::advance();
                         })
                         .wasInterrupted();
   if (readsSplit)

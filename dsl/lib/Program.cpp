@@ -29,15 +29,15 @@ std::string hashHex(llvm::StringRef text) {
 
 namespace dsl {
 namespace {
-Expr dim(const Expr &anchor, StringRef name) {
+Expr dim(const Expr &anchor, tile::Dim which) {
   OpBuilder &b = anchor.getBuilder();
-  return Expr(b, tile::DimOp::create(b, b.getUnknownLoc(), name));
+  return Expr(b, tile::DimOp::create(b, b.getUnknownLoc(), which));
 }
 } // namespace
-Expr Sizes::batch() const { return dim(seqlenQ, "batch"); }
-Expr Sizes::headsQ() const { return dim(seqlenQ, "heads_q"); }
-Expr Sizes::headsKv() const { return dim(seqlenQ, "heads_kv"); }
-Expr Sizes::keyOffset() const { return dim(seqlenQ, "key_offset"); }
+Expr Sizes::batch() const { return dim(seqlenQ, tile::Dim::Batch); }
+Expr Sizes::headsQ() const { return dim(seqlenQ, tile::Dim::HeadsQ); }
+Expr Sizes::headsKv() const { return dim(seqlenQ, tile::Dim::HeadsKv); }
+Expr Sizes::keyOffset() const { return dim(seqlenQ, tile::Dim::KeyOffset); }
 } // namespace dsl
 
 namespace {
@@ -102,8 +102,8 @@ private:
                        });
   }
   dsl::Sizes sizes() {
-    return {dsl::Expr(b, tile::DimOp::create(b, loc, "seqlen_q")),
-            dsl::Expr(b, tile::DimOp::create(b, loc, "seqlen_k"))};
+    return {dsl::Expr(b, tile::DimOp::create(b, loc, tile::Dim::SeqlenQ)),
+            dsl::Expr(b, tile::DimOp::create(b, loc, tile::Dim::SeqlenK))};
   }
   dsl::Expr constant(int64_t v) { return dsl::Expr(b, arith::ConstantIntOp::create(b, loc, v, 32)); }
 

@@ -340,14 +340,6 @@ LogicalResult FuncOp::verify() {
   return success();
 }
 
-LogicalResult DimOp::verify() {
-  if (llvm::is_contained(kDimNames, getName()))
-    return success();
-  InFlightDiagnostic diag = emitOpError() << "unknown dimension '" << getName() << "'; expected one of: ";
-  llvm::interleaveComma(kDimNames, diag);
-  return diag;
-}
-
 LogicalResult ParamOp::verify() {
   FuncOp func = getEnclosingFunc(*this);
   if (!func)

@@ -72,6 +72,19 @@ def Tile_KvOrder : Tile_Enum<"KvOrder", "a K/V walk order", "the order K/V tiles
 ]>;
 def Tile_KvOrderAttr : Tile_EnumAttr<Tile_KvOrder, "order">;
 
+def Tile_Dim : Tile_Enum<"Dim", "a dimension", "a problem size read from the kernel arguments (tile.dim)", [
+  I32EnumAttrCase<"Batch", 0, "batch">,
+  I32EnumAttrCase<"HeadsQ", 1, "heads_q">,
+  I32EnumAttrCase<"HeadsKv", 2, "heads_kv">,
+  I32EnumAttrCase<"SeqlenQ", 3, "seqlen_q">,
+  I32EnumAttrCase<"SeqlenK", 4, "seqlen_k">,
+  I32EnumAttrCase<"KeyOffset", 5, "key_offset">,
+  I32EnumAttrCase<"SplitBegin", 6, "split_begin">,
+  I32EnumAttrCase<"SplitEnd", 7, "split_end">,
+  I32EnumAttrCase<"KvStep", 8, "kv_step">
+]>;
+def Tile_DimAttr : Tile_EnumAttr<Tile_Dim, "dim">;
+
 // The runtime picks a call's shape class with one generic rule (Runtime::shapeClassFor) from a fixed list
 // (runtime/KernelInfo.h: kShapeClasses); a schedule only decides whether it tiles a class differently. The values
 // and their order equal kShapeClasses (checked by a static_assert and a unit test).

@@ -65,25 +65,24 @@ def Tile_YieldOp : Tile_Op<"yield", [Pure, Terminator, ReturnLike,
 def Tile_DimOp : Tile_Op<"dim", [Pure]> {
   let summary = "a problem size, read from the kernel arguments";
   let description = [{
-    `%sk = tile.dim "seqlen_k"`: one of "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "key_offset".
-    "seqlen_q" and "seqlen_k" are the lengths of this program instance's own sequence: with packed sequences
+    `%sk = tile.dim seqlen_k`: one of `batch`, `heads_q`, `heads_kv`, `seqlen_q`, `seqlen_k`, `key_offset`,
+    `split_begin`, `split_end`, `kv_step`. `seqlen_q` and `seqlen_k` are the lengths of this program instance's own sequence: with packed sequences
     (varlen, cu_seqlens) each sequence has its own, so masks and KV-range rules (e.g. causal's bottom-right
-    alignment) and the bounds of loads and stores follow that sequence. "batch" is the number of sequences.
-    "key_offset" is the row of the sequence's first key among all sequences' keys: b·seqlen_k dense,
+    alignment) and the bounds of loads and stores follow that sequence. `batch` is the number of sequences.
+    `key_offset` is the row of the sequence's first key among all sequences' keys: b·seqlen_k dense,
     cu_seqlens_k[b] varlen (clamped to [0, total_k] like the sequence's K rows); a per-key input array indexed
     key_offset + kv is (B, Sk) dense and (total_k) varlen. A score_mod or mask that reads such an array is only
     given keys of the sequence: the CUDA printer passes a tile's padding keys (past seqlen_k, masked either way)
     as key seqlen_k - 1.
-    "split_begin" and "split_end" are the keys [split_begin, split_end) of this program instance's split of the
+    `split_begin` and `split_end` are the keys [split_begin, split_end) of this program instance's split of the
     key range (split-KV, inserted by the decode schedule's tile-decode-split-kv): whole K/V tiles, [0, 0) for a
     split past the sequence's end, [0, seqlen_k) when the walk is not split.
-    "kv_step" is the K/V tile of this launch in a program launched once per K/V tile (`tile.state_load`); 0 in
+    `kv_step` is the K/V tile of this launch in a program launched once per K/V tile (`tile.state_load`); 0 in
     other programs.
   }];
-  let arguments = (ins StrAttr:$name);
+  let arguments = (ins Tile_DimAttr:$dim);
   let results = (outs I32:$result);
-  let assemblyFormat = "$name attr-dict";
-  let hasVerifier = 1;
+  let assemblyFormat = "`` $dim attr-dict";
 }
 
 def Tile_ParamOp : Tile_Op<"param", [Pure]> {
@@ -583,7 +582,7 @@ def Tile_StateLoadOp : Tile_Op<"state_load", [MemoryEffects<[MemRead]>]> {
   let summary = "reads the Q tile's online-softmax state that the previous K/V step left in global memory";
   let description = [{
     A program with `tile.state_load` and `tile.state_store` is launched once per K/V tile: launch s
-    (`tile.dim "kv_step"` = s, s = 0 .. ceil(seqlen_k / block_n) - 1, at least one launch) runs every Q tile
+    (`tile.dim kv_step` = s, s = 0 .. ceil(seqlen_k / block_n) - 1, at least one launch) runs every Q tile
     against K/V tile s only, so the K/V loop is the sequence of launches and the Q tiles are the blocks of each
     (FlashAttention-1's orchestration). Between launches each query row's state (m, l, acc in fp32) lives in a
     global-memory workspace. At step 0 this op gives the empty state (as `tile.init_state`); at step s > 0 the
@@ -621,7 +620,7 @@ def Tile_StoreSplitOp : Tile_Op<"store_split", [MemoryEffects<[MemWrite]>]> {
   let summary = "writes one split's O and LSE: partials for the combine step, or the result when unsplit";
   let description = [{
     Under split-KV (flash-decoding) the key range of a Q tile is split across `num_splits` program instances
-    (`tile.dim "split_begin"`/`"split_end"`), each finalizing its own softmax. With num_splits = 1 this op is
+    (`tile.dim split_begin`/`split_end`), each finalizing its own softmax. With num_splits = 1 this op is
     `tile.store o` and `tile.store lse` of the instance's O and LSE, after the optional sink joins them
     (LSE' = ln(e^LSE + e^s), O' = O·e^(LSE − LSE')). With num_splits > 1 it writes O (fp32, normalized by the
     split's own sum) and LSE to the split's slice of the workspace, and the combine step merges a row's splits

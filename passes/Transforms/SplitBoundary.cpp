@@ -30,7 +30,7 @@ struct TileBounds {
 TileBounds tileBounds(OpBuilder &b, Location loc, KvRangeOp may, KvRangeOp full, int64_t blockN) {
   auto c = [&](int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 32).getResult(); };
   Value zero = c(0), bn = c(blockN);
-  Value seqlenK = DimOp::create(b, loc, "seqlen_k");
+  Value seqlenK = DimOp::create(b, loc, Dim::SeqlenK);
   auto clampKeys = [&](Value key) {
     return arith::MinSIOp::create(b, loc, arith::MaxSIOp::create(b, loc, key, zero), seqlenK).getResult();
   };

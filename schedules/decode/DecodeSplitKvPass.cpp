@@ -2,8 +2,8 @@
 //
 // The decode schedule's split of the key range (flash-decoding), on a scheduled program before
 // tile-split-boundary:
-//  - the "may" KV-range rule is intersected with the program instance's split, [tile.dim "split_begin",
-//    tile.dim "split_end"), so tile-split-boundary bounds every loop segment by it: a split walks only its own
+//  - the "may" KV-range rule is intersected with the program instance's split, [tile.dim split_begin,
+//    tile.dim split_end), so tile-split-boundary bounds every loop segment by it: a split walks only its own
 //    whole K/V tiles (an empty split walks none), and the variant's masks stay where they were;
 //  - tile.store o and lse of the finalized state become one tile.store_split, which writes the split's
 //    partial O and LSE for the combine kernel (or, unsplit, the result); finalize's sink moves onto it, so that it
@@ -86,7 +86,7 @@ struct DecodeSplitKvPass : PassWrapper<DecodeSplitKvPass, OperationPass<FuncOp>>
     auto yield = cast<YieldOp>(may.getRule().front().getTerminator());
     OpBuilder b(yield);
     Location loc = yield.getLoc();
-    Value begin = DimOp::create(b, loc, "split_begin"), end = DimOp::create(b, loc, "split_end");
+    Value begin = DimOp::create(b, loc, Dim::SplitBegin), end = DimOp::create(b, loc, Dim::SplitEnd);
     Value lo = arith::MaxSIOp::create(b, loc, yield.getValues()[0], begin);
     Value hi = arith::MinSIOp::create(b, loc, yield.getValues()[1], end);
     yield->setOperands({lo, hi});

@@ -9,8 +9,8 @@
 // CHECK-SAME: tile.pack_query_heads
 // The "may" rule is bounded by the instance's split of the key range; the "full" rule is unchanged.
 // CHECK: tile.kv_range may
-// CHECK:   %[[BEGIN:.*]] = tile.dim "split_begin"
-// CHECK:   %[[END:.*]] = tile.dim "split_end"
+// CHECK:   %[[BEGIN:.*]] = tile.dim split_begin
+// CHECK:   %[[END:.*]] = tile.dim split_end
 // CHECK:   %[[LO:.*]] = arith.maxsi %{{.*}}, %[[BEGIN]] : i32
 // CHECK:   %[[HI:.*]] = arith.minsi %{{.*}}, %[[END]] : i32
 // CHECK:   tile.yield %[[LO]], %[[HI]] : i32, i32

@@ -4,14 +4,14 @@
 // CHECK: schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, stages = 1>
 // The "may" rule is bounded by the launch's K/V tile, [kv_step·64, kv_step·64 + 64); the "full" rule is unchanged.
 // CHECK: tile.kv_range may
-// CHECK:   %[[STEP:.*]] = tile.dim "kv_step"
+// CHECK:   %[[STEP:.*]] = tile.dim kv_step
 // CHECK:   %[[N:.*]] = arith.constant 64 : i32
 // CHECK:   %[[BEGIN:.*]] = arith.muli %[[STEP]], %[[N]] : i32
 // CHECK:   %[[END:.*]] = arith.addi %[[BEGIN]], %[[N]] : i32
 // CHECK:   %[[LO:.*]] = arith.maxsi %{{.*}}, %[[BEGIN]] : i32
 // CHECK:   %[[HI:.*]] = arith.minsi %{{.*}}, %[[END]] : i32
 // A step past the sequence's keys (varlen) walks nothing: [0, 0), not a range clamped into its last partial tile.
-// CHECK:   %[[SK:.*]] = tile.dim "seqlen_k"
+// CHECK:   %[[SK:.*]] = tile.dim seqlen_k
 // CHECK:   %[[PAST:.*]] = arith.cmpi sge, %[[BEGIN]], %[[SK]] : i32
 // CHECK:   %[[ZERO:.*]] = arith.constant 0 : i32
 // CHECK:   %[[LO2:.*]] = arith.select %[[PAST]], %[[ZERO]], %[[LO]] : i32

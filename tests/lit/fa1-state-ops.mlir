@@ -2,12 +2,12 @@
 
 // tile.state_load / tile.state_store round-trip; the K/V step is a tile.dim.
 // CHECK-LABEL: tile.func @step
-// CHECK: tile.dim "kv_step"
+// CHECK: tile.dim kv_step
 // CHECK: %[[ST0:.*]] = tile.state_load : <64x64>
 // CHECK: %[[ST:.*]] = tile.kv_loop
 // CHECK: tile.state_store %[[ST]] : <64x64>
 tile.func @step attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %step = tile.dim "kv_step"
+  %step = tile.dim kv_step
   %q = tile.load q : tensor<64x64xbf16>
   %st0 = tile.state_load : !tile.state<64x64>
   %st = tile.kv_loop iter_args(%st0) : !tile.state<64x64> -> !tile.state<64x64> {

@@ -7,6 +7,8 @@
 // CHECK-LABEL: tile.func @words
 // CHECK-SAME: shapeClass = short
 // CHECK-SAME: #tile.target<arch = "sm_80", isa = "sm80">
+// CHECK: tile.dim seqlen_k
+// CHECK: tile.dim key_offset
 // CHECK: tile.kv_range may attributes
 // CHECK: tile.kv_range full {
 // CHECK: tile.load q : tensor<64x64xbf16>
@@ -24,6 +26,8 @@ tile.func @words attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 
     target = #tile.target<arch = "sm_80", isa = "sm80">} {
   %c0 = arith.constant 0 : i32
   %c2 = arith.constant 2 : i32
+  %sk = tile.dim seqlen_k
+  %ko = tile.dim "key_offset"
   %lo, %hi = tile.kv_range may attributes {note = "kept"} {
   ^bb0(%first: i32, %last: i32, %b: i32, %h: i32):
     tile.yield %first, %last : i32, i32

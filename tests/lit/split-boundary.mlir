@@ -4,7 +4,7 @@
 // (tail boundary), then the unmasked interior.
 // CHECK: %[[MLO:.*]], %[[MHI:.*]] = tile.kv_range may
 // CHECK: %[[FLO:.*]], %[[FHI:.*]] = tile.kv_range full
-// CHECK: %[[SK:.*]] = tile.dim "seqlen_k"
+// CHECK: %[[SK:.*]] = tile.dim seqlen_k
 // CHECK: arith.ceildivsi
 // CHECK: %[[TAIL:.*]] = tile.kv_loop from %{{.*}} to %{{.*}} segment tail_boundary order descending iter_args(%{{.*}})
 // CHECK:   tile.mask

@@ -4,8 +4,8 @@ module {
   tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, params = ["left", "right"], variant = "sliding_window"} {
     %lo, %hi = tile.kv_range may {
     ^bb0(%arg0: i32, %arg1: i32, %arg2: i32, %arg3: i32):
-      %3 = tile.dim "seqlen_q"
-      %4 = tile.dim "seqlen_k"
+      %3 = tile.dim seqlen_q
+      %4 = tile.dim seqlen_k
       %5 = tile.param "left"
       %6 = arith.fptosi %5 : f32 to i32
       %7 = tile.param "right"
@@ -29,8 +29,8 @@ module {
     }
     %lo_0, %hi_1 = tile.kv_range full {
     ^bb0(%arg0: i32, %arg1: i32, %arg2: i32, %arg3: i32):
-      %3 = tile.dim "seqlen_q"
-      %4 = tile.dim "seqlen_k"
+      %3 = tile.dim seqlen_q
+      %4 = tile.dim seqlen_k
       %5 = tile.param "left"
       %6 = arith.fptosi %5 : f32 to i32
       %7 = tile.param "right"
@@ -61,8 +61,8 @@ module {
       %5 = tile.scale %4 : tensor<?x?xf32>
       %6 = tile.mask %5 : tensor<?x?xf32> {
       ^bb0(%arg2: i32, %arg3: i32, %arg4: i32, %arg5: i32):
-        %10 = tile.dim "seqlen_q"
-        %11 = tile.dim "seqlen_k"
+        %10 = tile.dim seqlen_q
+        %11 = tile.dim seqlen_k
         %12 = arith.addi %arg4, %11 : i32
         %13 = arith.subi %12, %10 : i32
         %14 = tile.param "left"
