@@ -47,6 +47,7 @@ struct LoadedModule {
   CUfunction function = nullptr;
   CUfunction combine = nullptr; // split-KV kernels: KernelInfo::combineEntry
   CUfunction append = nullptr;  // KV-cache kernels: KernelInfo::appendEntry
+  int blocksPerSm = kSplitKvBlocksPerSm; // split-KV kernels: the driver's occupancy, for the split heuristic
 };
 
 /// Larger than any manifest or kernel the compiler writes; a bigger file is damage, not a kernel.
@@ -482,6 +483,21 @@ StatusOr<LoadedModule> Runtime::Impl::function(const CudaDriver &driver,
             "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, " + info.entry + ")");
         !s.ok())
       return fail(s);
+  }
+  if (info.splitKv()) {
+    // The split heuristic counts waves of this kernel's blocks: its registers and shared memory decide how many an
+    // SM holds (2 for 64-row blocks at head dim 128, 3 for 32-row ones).
+    int blocks = 0;
+    if (Status s = driver.check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, loaded.function,
+                                                                                 info.threads, info.smemBytes),
+                                "cuOccupancyMaxActiveBlocksPerMultiprocessor(" + info.entry + ")");
+        !s.ok())
+      return fail(s);
+    if (blocks < 1)
+      return fail(Status::error("kernel " + info.entry + " fits no thread block on an SM of this GPU (" +
+                                std::to_string(info.threads) + " threads, " + std::to_string(info.smemBytes) +
+                                " bytes of shared memory)"));
+    loaded.blocksPerSm = blocks;
   }
   modules.emplace(std::pair{context, kernel.get()}, loaded);
   return loaded;
@@ -963,7 +979,7 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
       return counted.status();
     smCount = *counted;
   }
-  params.numSplits = numSplitsFor(args, info, smCount);
+  params.numSplits = numSplitsFor(args, info, smCount, function->blocksPerSm);
   if (params.numSplits > 1 && !args.workspace) {
     // Under CUDA graph capture the runtime's own workspace cannot grow (no allocation, no synchronization), and a
     // graph would keep a pointer to a buffer that a later growth frees: without a caller's workspace, one split.

@@ -13,7 +13,7 @@ namespace flashtile {
 namespace {
 
 constexpr size_t kAlign = 256;
-/// A grid that fills this share of the GPU's block slots is not split.
+/// A grid whose last wave fills this share of the GPU's block slots is not split.
 constexpr double kFullGrid = 0.8;
 /// The smallest split count whose wave efficiency is within this share of the best wins.
 constexpr double kGoodEnough = 0.85;
@@ -24,7 +24,15 @@ long long ceilDiv(long long a, long long b) { return (a + b - 1) / b; }
 } // namespace
 
 int numSplitsHeuristic(long long blocks, int slots, int kvTiles, int maxSplits) {
-  if (blocks <= 0 || slots <= 0 || kvTiles <= 1 || maxSplits <= 1 || blocks >= kFullGrid * slots)
+  if (blocks <= 0 || slots <= 0 || kvTiles <= 1 || maxSplits <= 1)
+    return 1;
+  auto waveEfficiency = [&](int s) {
+    double waves = double(blocks) * s / slots;
+    return waves / std::ceil(waves);
+  };
+  // FlashAttention stops at a grid that fills 80% of one wave; a grid of 1.3 waves idles most of the GPU in its
+  // second wave just the same, so it is the last wave that counts.
+  if (waveEfficiency(1) >= kFullGrid)
     return 1;
   const int most = std::min({maxSplits, slots, kvTiles});
   // A count is worth trying only if it changes the tiles per split: 64 tiles in 11 or 12 splits are both 6 a
@@ -35,8 +43,7 @@ int numSplitsHeuristic(long long blocks, int slots, int kvTiles, int maxSplits) 
   for (int s = 1; s <= most; ++s) {
     if (!distinct(s))
       continue;
-    double waves = double(blocks) * s / slots;
-    efficiency[s] = waves / std::ceil(waves);
+    efficiency[s] = waveEfficiency(s);
     best = std::max(best, efficiency[s]);
   }
   for (int s = 1; s <= most; ++s)
@@ -126,7 +133,7 @@ bool Runtime::isDecodeCall(const AttentionArgs &args) {
   return (args.isVarlen() ? args.maxSeqlenQ : args.seqlenQ) <= kDecodeMaxSeqlenQ || args.kvCache.enabled();
 }
 
-int Runtime::numSplitsFor(const AttentionArgs &args, const KernelInfo &kernel, int smCount) {
+int Runtime::numSplitsFor(const AttentionArgs &args, const KernelInfo &kernel, int smCount, int blocksPerSm) {
   if (!kernel.splitKv())
     return 1;
   if (args.numSplits > 0)
@@ -138,7 +145,7 @@ int Runtime::numSplitsFor(const AttentionArgs &args, const KernelInfo &kernel, i
   const long long heads = kernel.packQueryHeads ? args.headsKv : args.headsQ;
   const long long qTiles = (rows * group + kernel.blockM - 1) / kernel.blockM;
   const long long kvTiles = (keys + kernel.blockN - 1) / kernel.blockN;
-  return numSplitsHeuristic(qTiles * heads * args.batch, smCount * kSplitKvBlocksPerSm,
+  return numSplitsHeuristic(qTiles * heads * args.batch, smCount * std::max(blocksPerSm, 1),
                             static_cast<int>(std::min<long long>(kvTiles, INT_MAX)));
 }
 

@@ -26,17 +26,18 @@ inline constexpr int kMaxBlockM = 256, kMaxBlockN = 256, kMaxWarps = 16, kMinSta
 inline constexpr int kWarpSize = 32, kMaxThreadsPerSm = 2048;
 
 struct DecodeConfig {
-  int blockM = 64;        ///< query rows of a thread block (a decode call has 1-16 per head)
-  int blockN = 128;       ///< keys per K/V tile: splits are whole tiles
-  int warps = 4;          ///< each warp owns blockM / warps query rows (split-Q)
+  int blockM = 32;        ///< query rows of a thread block (a decode call has 1-16 per head)
+  int blockN = 64;        ///< keys per K/V tile: splits are whole tiles
+  int warps = 2;          ///< each warp owns blockM / warps query rows (split-Q)
   int stages = 1;         ///< shared-memory buffers per K/V operand (tile-fa2-pipeline)
   int minBlocksPerSm = 0; ///< `__launch_bounds__` minimum blocks per SM (0: no request)
 
-  /// The configuration used when the caller sets no knob: FlashAttention-2's split-KV kernel's tiles (64 query
-  /// rows of 4 warps; 128 keys a tile up to head dim 128, 64 above, where a 16 x 256 fp32 accumulator a warp leaves
-  /// no registers for larger score tiles) and one K/V buffer each (the walks of a split are a few tiles long, and
-  /// the second buffer would halve the blocks an SM holds at head dim 128). A sweep on the H200 (bench/NOTES.md
-  /// v19) kept it: 32 rows on 2 warps gains 1.5-3% on long packed GQA calls but loses 3-14% on wide unsplit grids.
+  /// The configuration used when the caller sets no knob, measured on the H200 at head dims 64, 128 and 256
+  /// (bench/NOTES.md v21): 32 query rows on 2 warps, 64 keys a tile, one K and one V buffer. A decode call's rows
+  /// fill few of a block's rows, so small blocks: at head dim 128, 40 KB of shared memory and four blocks an SM,
+  /// and the split heuristic spreads four times the blocks of FlashAttention-2's split-KV tiles (64 rows of 4
+  /// warps, 128 keys), which it beats by 0-3% at head dim 128 and 5-15% at 64 and 256. Not at 16 query rows of a
+  /// 4-head group (64 packed rows: two Q tiles read the K/V tiles twice): 13% slower there.
   static DecodeConfig defaultsFor(int headDim, int headDimV);
   /// An error naming the offending knob and the accepted values, or nothing when valid.
   std::optional<std::string> validate(int headDim, int headDimV) const;

@@ -42,6 +42,7 @@ KernelInfo splitKvKernel() {
 TEST(SplitKvHeuristic, AGridThatFillsTheGpuIsNotSplit) {
   EXPECT_EQ(numSplitsHeuristic(/*blocks=*/264, /*slots=*/264, /*kvTiles=*/1024), 1);
   EXPECT_EQ(numSplitsHeuristic(212, 264, 1024), 1); // >= 80% of the slots
+  EXPECT_EQ(numSplitsHeuristic(500, 264, 64), 1);   // the second wave 89% full
   EXPECT_EQ(numSplitsHeuristic(32, 264, 1), 1);     // one K/V tile cannot be split
   EXPECT_EQ(numSplitsHeuristic(32, 264, 1024, 1), 1);
   EXPECT_EQ(numSplitsHeuristic(0, 264, 1024), 1);
@@ -57,6 +58,13 @@ TEST(SplitKvHeuristic, TakesTheSmallestCountWithin85PercentOfTheBestWaveEfficien
   // of the most the bounds allow (kMaxSplits: 128 / 264; the slots: 64 / 64).
   EXPECT_EQ(numSplitsHeuristic(1, 264, 100000), 109);
   EXPECT_EQ(numSplitsHeuristic(1, 64, 100000), 55);
+}
+
+TEST(SplitKvHeuristic, SplitsAGridWhoseLastWaveIsMostlyIdle) {
+  // 512 blocks on 396 slots (3 blocks an SM): 1.29 waves, the second 29% full. Two splits fill 2.59 waves (86%).
+  EXPECT_EQ(numSplitsHeuristic(512, 396, 64), 2);
+  // The same grid on 264 slots is 1.94 waves: not split.
+  EXPECT_EQ(numSplitsHeuristic(512, 264, 64), 1);
 }
 
 TEST(SplitKvHeuristic, NeverMoreSplitsThanTilesAndSkipsCountsThatOnlyAddEmptySplits) {
@@ -114,6 +122,9 @@ TEST(SplitKvSplits, ForcedOrFromTheHeuristic) {
   KernelInfo packed = info;
   packed.packQueryHeads = true;
   EXPECT_EQ(Runtime::numSplitsFor(args, packed, 132), 28);
+  // The slots are SMs x the blocks of this kernel an SM holds (the driver's occupancy at launch): at 3 an SM, 43
+  // splits of the 8 blocks fill 344 / 396 (the smallest count within 85% of the best wave).
+  EXPECT_EQ(Runtime::numSplitsFor(args, packed, 132, 3), 43);
 }
 
 TEST(SplitKvSchedule, DecodeSizedCallsAskForTheDecodeSchedule) {

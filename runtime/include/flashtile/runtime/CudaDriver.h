@@ -29,6 +29,7 @@ namespace flashtile {
   X(cuModuleUnload, "cuModuleUnload")                                                                                  \
   X(cuModuleGetFunction, "cuModuleGetFunction")                                                                        \
   X(cuFuncSetAttribute, "cuFuncSetAttribute")                                                                          \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor")                        \
   X(cuLaunchKernel, "cuLaunchKernel")                                                                                  \
   X(cuLaunchKernelEx, "cuLaunchKernelEx")                                                                              \
   X(cuMemAlloc_v2, "cuMemAlloc_v2")                                                                                    \

@@ -10,6 +10,7 @@
 #include "flashtile/runtime/KernelInfo.h"
 #include "flashtile/runtime/KvCache.h"
 #include "flashtile/runtime/Log.h"
+#include "flashtile/runtime/SplitKv.h"
 #include "flashtile/runtime/Status.h"
 
 #include <cuda.h>
@@ -176,8 +177,10 @@ public:
   /// maxSeqlenQ), or a KV-cache call (only the decode schedule reads caches).
   static bool isDecodeCall(const AttentionArgs &args);
   /// The number of splits forward() gives `args` on a kernel of `kernel`'s tiling (1 for kernels that do not
-  /// split the key range): args.numSplits when set, else numSplitsHeuristic for a GPU of `smCount` SMs.
-  static int numSplitsFor(const AttentionArgs &args, const KernelInfo &kernel, int smCount);
+  /// split the key range): args.numSplits when set, else numSplitsHeuristic for a GPU of `smCount` SMs that each
+  /// hold `blocksPerSm` of the kernel's thread blocks at once (forward() asks the driver).
+  static int numSplitsFor(const AttentionArgs &args, const KernelInfo &kernel, int smCount,
+                          int blocksPerSm = kSplitKvBlocksPerSm);
 
   /// Checks `args`, selects or builds the kernel for this GPU and launches it on `stream` (asynchronous).
   Status forward(const AttentionArgs &args, CUstream stream = nullptr);

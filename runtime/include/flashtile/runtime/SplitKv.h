@@ -13,16 +13,17 @@ namespace flashtile {
 
 /// The most splits a call may have (FlashAttention's bound too: the combine step reads every split's LSE).
 inline constexpr int kMaxSplits = 128;
-/// Thread blocks of a split-KV kernel assumed to run at once on an SM when the heuristic counts waves
-/// (FlashAttention-2 counts 2 for its split-KV kernel, whose shared memory is about ours).
+/// Thread blocks of a split-KV kernel assumed to run at once on an SM when the heuristic counts waves and the
+/// driver was not asked (FlashAttention-2 counts 2 for its split-KV kernel, whose shared memory is about ours). A
+/// launch asks the driver how many of its kernel's blocks fit an SM (cuOccupancyMaxActiveBlocksPerMultiprocessor).
 inline constexpr int kSplitKvBlocksPerSm = 2;
 /// Calls whose sequences have at most this many query rows go to the decode schedule (Runtime::setDecodeSchedule).
 inline constexpr int kDecodeMaxSeqlenQ = 16;
 
 /// The number of splits for `blocks` thread blocks without splitting (Q tiles x heads x batch entries), each
 /// walking `kvTiles` K/V tiles, on a GPU that runs `slots` blocks at once (SMs x kSplitKvBlocksPerSm); at most
-/// `maxSplits`. After FlashAttention's num_splits_heuristic: a grid that already fills 80% of the slots is not
-/// split; else the split count s (at most min(maxSplits, slots, kvTiles)) whose last wave is fullest — wave
+/// `maxSplits`. After FlashAttention's num_splits_heuristic: a grid whose last wave already fills 80% of the slots
+/// is not split (FlashAttention looks at the first wave only: 1.3 waves would stay unsplit there); else the split count s (at most min(maxSplits, slots, kvTiles)) whose last wave is fullest — wave
 /// efficiency e(s) = w / ceil(w) with w = blocks·s / slots — and, among those within 85% of the best efficiency,
 /// the smallest (every split costs a partial O written and read again). Counts that give the same tiles per split
 /// as a smaller count are skipped: they only add empty splits. Returns at least 1.
