@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check-hardening.sh — run on the GPU machine after bench/device/prepare.sh (carry .device):
+# check-hardening.sh — run on the GPU machine after bench/device/prepare.sh (with .device/ copied there):
 #   1. bench/device/bad_aot.py: every kind of bad ahead-of-time kernel and bad variant numbers through the C ABI
 #      (each must be a clear error; O untouched), and an all-empty varlen call with null tensors;
 #   2. compute-sanitizer memcheck over flashtile_gpu_tests (every head dim, dtype, causal or not, varlen) against

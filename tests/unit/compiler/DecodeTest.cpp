@@ -33,29 +33,13 @@ using flashtile::interp::Problem;
 
 namespace {
 
+using flashtile::testing::buildProgram;
 using flashtile::testing::DiagnosticCapture;
 using flashtile::testing::funcOf;
 using flashtile::testing::Outputs;
+using flashtile::testing::problem;
 using flashtile::testing::scheduledDecode;
 using flashtile::testing::seedFor;
-
-OwningOpRef<ModuleOp> buildProgram(MLIRContext &context, const std::string &variant, ElementType dtype, int headDim) {
-  auto module = buildAttentionProgram(context, *variants::byName(variant), ProgramOptions{dtype, headDim, headDim});
-  EXPECT_TRUE(succeeded(module));
-  return succeeded(module) ? std::move(*module) : OwningOpRef<ModuleOp>();
-}
-
-Problem problem(int batch, int seqlenQ, int seqlenK, int headsQ, int headsKv, int headDim) {
-  Problem p;
-  p.batch = batch;
-  p.seqlenQ = seqlenQ;
-  p.seqlenK = seqlenK;
-  p.headsQ = headsQ;
-  p.headsKv = headsKv;
-  p.headDim = p.headDimV = headDim;
-  p.softmaxScale = 1.0f / std::sqrt(float(headDim));
-  return p;
-}
 
 /// O within FlashAttention's bound, LSE within 1e-4 relative; rows that see no key O = 0 and LSE = -inf exactly.
 void expectMatches(const Outputs &out, const test::Reference &ref, const std::string &what) {

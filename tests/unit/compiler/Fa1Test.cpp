@@ -33,29 +33,13 @@ using flashtile::interp::Problem;
 
 namespace {
 
+using flashtile::testing::buildProgram;
 using flashtile::testing::DiagnosticCapture;
 using flashtile::testing::funcOf;
 using flashtile::testing::Outputs;
+using flashtile::testing::problem;
 using flashtile::testing::scheduledFa1;
 using flashtile::testing::seedFor;
-
-OwningOpRef<ModuleOp> buildProgram(MLIRContext &context, const std::string &variant, ElementType dtype, int headDim) {
-  auto module = buildAttentionProgram(context, *variants::byName(variant), ProgramOptions{dtype, headDim, headDim});
-  EXPECT_TRUE(succeeded(module));
-  return succeeded(module) ? std::move(*module) : OwningOpRef<ModuleOp>();
-}
-
-Problem problem(int batch, int seqlenQ, int seqlenK, int headsQ, int headsKv, int headDim) {
-  Problem p;
-  p.batch = batch;
-  p.seqlenQ = seqlenQ;
-  p.seqlenK = seqlenK;
-  p.headsQ = headsQ;
-  p.headsKv = headsKv;
-  p.headDim = p.headDimV = headDim;
-  p.softmaxScale = 1.0f / std::sqrt(float(headDim));
-  return p;
-}
 
 TEST(Fa1Config, BadKnobsNameTheKnobAndTheAcceptedValues) {
   fa1::Fa1Config c = fa1::Fa1Config::defaultsFor(128, 128);

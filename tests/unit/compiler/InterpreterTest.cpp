@@ -36,6 +36,7 @@ using flashtile::interp::Scalar;
 
 namespace {
 
+using flashtile::testing::buildProgram;
 using flashtile::testing::DiagnosticCapture;
 using flashtile::testing::fa2TestSchedules;
 using flashtile::testing::funcOf;
@@ -46,16 +47,6 @@ using flashtile::testing::seedFor;
 //===----------------------------------------------------------------------===//
 // Helpers
 //===----------------------------------------------------------------------===//
-
-OwningOpRef<ModuleOp> buildProgram(MLIRContext &context, const std::string &variant, ElementType dtype, int headDim) {
-  std::optional<Variant> v = variants::byName(variant);
-  EXPECT_TRUE(v.has_value()) << "no variant " << variant;
-  if (!v)
-    return {};
-  auto module = buildAttentionProgram(context, *v, ProgramOptions{dtype, headDim, headDim});
-  EXPECT_TRUE(succeeded(module));
-  return succeeded(module) ? std::move(*module) : OwningOpRef<ModuleOp>();
-}
 
 Outputs runChecked(tile::FuncOp func, const Problem &p, const test::Inputs &in, DiagnosticCapture &diags) {
   Outputs out;

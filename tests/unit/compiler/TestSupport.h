@@ -3,18 +3,25 @@
 #ifndef FLASHTILE_TESTS_UNIT_COMPILER_TESTSUPPORT_H
 #define FLASHTILE_TESTS_UNIT_COMPILER_TESTSUPPORT_H
 
+#include "Variants.h"
+#include "flashtile/dsl/Program.h"
+#include "interpreter/Interpreter.h"
 #include "passes/IR/TileDialect.h"
 #include "schedules/fa2/Fa2Pipeline.h"
 #include "schedules/fa3/Fa3Pipeline.h"
 
 #include "mlir/Pass/PassManager.h"
 
+#include <gtest/gtest.h>
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,6 +146,33 @@ inline mlir::OwningOpRef<mlir::ModuleOp> scheduledFa1(mlir::ModuleOp module, sch
   if (mlir::failed(pm.run(*copy)))
     return {};
   return copy;
+}
+
+/// The program of built-in variant `variant` (head dim = head dim V), or null after a test failure naming it.
+inline mlir::OwningOpRef<mlir::ModuleOp> buildProgram(mlir::MLIRContext &context, const std::string &variant,
+                                                      ElementType dtype, int headDim) {
+  std::optional<Variant> v = variants::byName(variant);
+  EXPECT_TRUE(v.has_value()) << "no variant " << variant;
+  if (!v)
+    return {};
+  auto module = buildAttentionProgram(context, *v, ProgramOptions{dtype, headDim, headDim});
+  EXPECT_TRUE(mlir::succeeded(module));
+  return mlir::succeeded(module) ? std::move(*module) : mlir::OwningOpRef<mlir::ModuleOp>();
+}
+
+/// A dense problem: head dim = head dim V, the softmax scale 1/sqrt(head dim), the variant's numbers `params`.
+inline interp::Problem problem(int batch, int seqlenQ, int seqlenK, int headsQ, int headsKv, int headDim,
+                               std::vector<float> params = {}) {
+  interp::Problem p;
+  p.batch = batch;
+  p.seqlenQ = seqlenQ;
+  p.seqlenK = seqlenK;
+  p.headsQ = headsQ;
+  p.headsKv = headsKv;
+  p.headDim = p.headDimV = headDim;
+  p.softmaxScale = 1.0f / std::sqrt(float(headDim));
+  p.params = std::move(params);
+  return p;
 }
 
 /// What the interpreter writes: O and LSE.

@@ -39,26 +39,13 @@ using flashtile::testing::DiagnosticCapture;
 using flashtile::testing::fa2TestSchedules;
 using flashtile::testing::funcOf;
 using flashtile::testing::Outputs;
+using flashtile::testing::problem;
 using flashtile::testing::scheduled;
 using flashtile::testing::seedFor;
 
 //===----------------------------------------------------------------------===//
 // Helpers
 //===----------------------------------------------------------------------===//
-
-Problem problem(int batch, int seqlenQ, int seqlenK, int headsQ, int headsKv, int headDim,
-                std::vector<float> params = {}) {
-  Problem p;
-  p.batch = batch;
-  p.seqlenQ = seqlenQ;
-  p.seqlenK = seqlenK;
-  p.headsQ = headsQ;
-  p.headsKv = headsKv;
-  p.headDim = p.headDimV = headDim;
-  p.softmaxScale = 1.0f / std::sqrt(float(headDim));
-  p.params = std::move(params);
-  return p;
-}
 
 /// O within `factor`·(FlashAttention's rounding budget); LSE within 1e-4 relative (or both -inf); rows that see
 /// no key exactly O = 0.

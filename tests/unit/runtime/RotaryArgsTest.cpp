@@ -2,6 +2,8 @@
 // rotary_cos/rotary_sin) without a GPU: the checks name each argument, rotary calls ask for rotary kernels (and other
 // calls for kernels without the rotation), the kernel parameters carry the tables, and kernel metadata records the
 // pairs. Pointers are fake (never dereferenced).
+#include "TestUtil.h"
+
 #include "runtime/lib/KvCacheInternal.h"
 
 #include "flashtile/runtime/KernelAbi.h"
@@ -77,21 +79,7 @@ TEST(RotaryArgs, ParamsCarryTheTables) {
 }
 
 TEST(RotaryArgs, KernelMetadataRecordsThePairs) {
-  KernelInfo info;
-  info.entry = "flashtile_decode_causal_bf16_d128_kvcache_rotary";
-  info.arch = "sm_90a";
-  info.dtype = "bf16";
-  info.headDim = info.headDimV = 128;
-  info.variant = "causal";
-  info.schedule = "decode";
-  info.shapeClass = "default";
-  info.blockM = 64;
-  info.blockN = 128;
-  info.threads = 128;
-  info.compilerVersion = "test";
-  info.combineEntry = info.entry + "_combine";
-  info.combineRows = 4;
-  info.combineThreads = 128;
+  KernelInfo info = test::splitKvKernel("flashtile_decode_causal_bf16_d128_kvcache_rotary");
   info.appendEntry = info.entry + "_append";
   info.rotary = std::string(kRotaryHalves);
   ASSERT_TRUE(info.verify().ok()) << info.verify().message();

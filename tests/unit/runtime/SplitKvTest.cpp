@@ -19,26 +19,6 @@ AttentionArgs decodeArgs(int batch, int seqlenK, int headsQ, int headsKv) {
                                    seqlenK, headsQ, headsKv, 128);
 }
 
-KernelInfo splitKvKernel() {
-  KernelInfo info;
-  info.entry = "flashtile_decode_causal_bf16_d128";
-  info.arch = "sm_90a";
-  info.dtype = "bf16";
-  info.headDim = info.headDimV = 128;
-  info.variant = "causal";
-  info.schedule = "decode";
-  info.shapeClass = "default";
-  info.blockM = 64;
-  info.blockN = 128;
-  info.threads = 128;
-  info.smemBytes = 82944;
-  info.compilerVersion = "test";
-  info.combineEntry = info.entry + "_combine";
-  info.combineRows = 1;
-  info.combineThreads = 128;
-  return info;
-}
-
 TEST(SplitKvHeuristic, AGridThatFillsTheGpuIsNotSplit) {
   EXPECT_EQ(numSplitsHeuristic(/*blocks=*/264, /*slots=*/264, /*kvTiles=*/1024), 1);
   EXPECT_EQ(numSplitsHeuristic(212, 264, 1024), 1); // >= 80% of the slots
@@ -106,7 +86,7 @@ TEST(SplitKvArgs, AreCheckedBeforeTheGpu) {
 }
 
 TEST(SplitKvSplits, ForcedOrFromTheHeuristic) {
-  KernelInfo info = splitKvKernel();
+  KernelInfo info = test::splitKvKernel();
   AttentionArgs args = decodeArgs(1, 131072, 32, 8); // 1024 tiles of 128 keys, 32 blocks
   EXPECT_EQ(Runtime::numSplitsFor(args, info, 132), 7);
   args.numSplits = 3;
@@ -145,7 +125,7 @@ TEST(SplitKvSchedule, DecodeSizedCallsAskForTheDecodeSchedule) {
 }
 
 TEST(SplitKvKernelInfo, CombineFieldsRoundTripAndAreChecked) {
-  KernelInfo info = splitKvKernel();
+  KernelInfo info = test::splitKvKernel();
   ASSERT_TRUE(info.verify().ok()) << info.verify().message();
   StatusOr<KernelInfo> parsed = KernelInfo::parse(info.serialize());
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();

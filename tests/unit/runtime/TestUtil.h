@@ -92,6 +92,28 @@ inline CachedKernel fakeKernel(const std::string &tag = "a") {
   return {info, fakeCubin(90, {info.entry})};
 }
 
+/// A split-KV kernel of the decode schedule (hd128 causal bf16, sm_90a: 64-row blocks of 4 warps, 128-key tiles, a
+/// combine entry) whose fields verify; `entry` names it.
+inline KernelInfo splitKvKernel(const std::string &entry = "flashtile_decode_causal_bf16_d128") {
+  KernelInfo info;
+  info.entry = entry;
+  info.arch = "sm_90a";
+  info.dtype = "bf16";
+  info.headDim = info.headDimV = 128;
+  info.variant = "causal";
+  info.schedule = "decode";
+  info.shapeClass = "default";
+  info.blockM = 64;
+  info.blockN = 128;
+  info.threads = 128;
+  info.smemBytes = 82944;
+  info.compilerVersion = "test";
+  info.combineEntry = info.entry + "_combine";
+  info.combineRows = 1;
+  info.combineThreads = 128;
+  return info;
+}
+
 } // namespace flashtile::test
 
 #endif // FLASHTILE_TESTS_UNIT_RUNTIME_TESTUTIL_H
