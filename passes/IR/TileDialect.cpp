@@ -212,7 +212,8 @@ LogicalResult checkRegionSignature(Operation *op, Region &region, TypeRange args
     llvm::interleaveComma(args, os);
     return op->emitOpError() << what << " region must take (" << expect << ")";
   }
-  auto yield = dyn_cast<YieldOp>(block.getTerminator());
+  // A region without an implicit terminator (tile.kv_range's) may end without one: getTerminator() needs one.
+  auto yield = block.empty() ? YieldOp() : dyn_cast<YieldOp>(block.back());
   if (!yield || yield.getValues().getTypes() != yields) {
     std::string expect;
     llvm::raw_string_ostream os(expect);

@@ -278,3 +278,13 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
                          target = #tile.target<arch = "sm_100a", isa = "sm100">} {
 }
+
+// -----
+
+// A rule region that ends without tile.yield (found by fuzz-ir: the verifier read a terminator that was not there).
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{'tile.kv_range' op kv_range region must yield (i32, i32)}}
+  %lo, %hi = tile.kv_range may {
+  ^bb0(%a: i32, %b: i32, %c: i32, %d: i32):
+  }
+}
