@@ -102,7 +102,7 @@ int64_t longestSeqlenK(const Problem &p) {
 int64_t qTileRows(FuncOp func, int64_t seqlenQ) {
   int64_t rows = ShapedType::kDynamic;
   func.walk([&](LoadOp load) {
-    if (load.getOperand() == "q")
+    if (load.getOperand() == Operand::Q)
       rows = cast<RankedTensorType>(load.getType()).getDimSize(0);
   });
   if (rows != ShapedType::kDynamic)
@@ -116,7 +116,7 @@ int64_t qTileRows(FuncOp func, int64_t seqlenQ) {
 int64_t kvTileRows(KvLoopOp loop, int64_t seqlenK) {
   int64_t rows = ShapedType::kDynamic;
   loop.getBody().walk([&](LoadOp load) {
-    if (load.getOperand() != "q")
+    if (load.getOperand() != Operand::Q)
       rows = cast<RankedTensorType>(load.getType()).getDimSize(0);
   });
   return rows == ShapedType::kDynamic ? seqlenK : rows;
@@ -704,22 +704,33 @@ LogicalResult Interpreter::define(Operation *op, Value result, SoftmaxState valu
 // Program structure
 //===----------------------------------------------------------------------===//
 
+/// The value of a problem size for the current program instance.
+int64_t dimValue(Dim dim, const Problem &problem, const Instance &inst, int64_t kvStep) {
+  switch (dim) {
+  case Dim::Batch:
+    return problem.batch;
+  case Dim::HeadsQ:
+    return problem.headsQ;
+  case Dim::HeadsKv:
+    return problem.headsKv;
+  case Dim::SeqlenQ:
+    return inst.seqlenQ;
+  case Dim::SeqlenK:
+    return inst.seqlenK;
+  case Dim::KeyOffset: // b·seqlen_k dense (entry b, row 0); cu_seqlens_k[b] varlen (entry 0, row kRow0)
+    return inst.entry * problem.seqlenK + inst.kRow0;
+  case Dim::SplitBegin:
+    return inst.splitBegin;
+  case Dim::SplitEnd:
+    return inst.splitEnd;
+  case Dim::KvStep:
+    return kvStep;
+  }
+  llvm_unreachable("a tile.dim the interpreter does not know");
+}
+
 LogicalResult Interpreter::exec(DimOp op) {
-  StringRef name = op.getName();
-  int64_t value = name == "batch"      ? problem.batch
-                  : name == "heads_q"  ? problem.headsQ
-                  : name == "heads_kv" ? problem.headsKv
-                  : name == "seqlen_q" ? inst.seqlenQ
-                  : name == "seqlen_k" ? inst.seqlenK
-                  // b·seqlen_k dense (entry b, row 0); cu_seqlens_k[b] varlen (entry 0, row kRow0)
-                  : name == "key_offset"  ? inst.entry * problem.seqlenK + inst.kRow0
-                  : name == "split_begin" ? inst.splitBegin
-                  : name == "split_end"   ? inst.splitEnd
-                  : name == "kv_step"     ? kvStep
-                                          : -1;
-  if (value < 0)
-    return fail(op, "unknown dimension '" + name + "'");
-  scalars[op.getResult()] = Scalar::integer(value);
+  scalars[op.getResult()] = Scalar::integer(dimValue(op.getDim(), problem, inst, kvStep));
   return success();
 }
 
@@ -808,7 +819,7 @@ LogicalResult Interpreter::exec(KvLoopOp op) {
     int64_t rows = kvTileRows(op, inst.seqlenK);
     to = rows > 0 ? ceilDiv(inst.seqlenK, rows) : 0;
   }
-  bool descending = op.getOrder() == "descending";
+  bool descending = op.getOrder() == KvOrder::Descending;
   Block &body = op.getBody().front();
   auto yield = cast<YieldOp>(body.getTerminator());
   StatePtr current = *init;
@@ -842,9 +853,9 @@ LogicalResult Interpreter::exec(KvLoopOp op) {
 
 LogicalResult Interpreter::exec(LoadOp op) {
   auto type = cast<RankedTensorType>(op.getType());
-  StringRef name = op.getOperand();
-  bool isQ = name == "q";
-  const Tensor &source = isQ ? q : name == "k" ? k : v;
+  StringRef name = stringifyOperand(op.getOperand());
+  bool isQ = op.getOperand() == Operand::Q;
+  const Tensor &source = isQ ? q : op.getOperand() == Operand::K ? k : v;
   int64_t index = inst.qTile, rows = inst.rows, first = inst.m0;
   if (isQ) {
     if (!type.isDynamicDim(0) && type.getDimSize(0) != inst.rows)
@@ -874,7 +885,7 @@ LogicalResult Interpreter::exec(LoadOp op) {
       return fail(op, "load of " + name + " tile " + Twine(index) + " outside the key sequence: seqlen_k = " +
                           Twine(inst.seqlenK) + " makes " + Twine(count) + " tiles of " + Twine(rows) + " keys");
     first = index * rows;
-    if (name == "k" && kTileLoads)
+    if (op.getOperand() == Operand::K && kTileLoads)
       ++*kTileLoads;
   }
   if (Value slot = op.getSlot()) {
@@ -961,7 +972,7 @@ LogicalResult Interpreter::exec(CopyAsyncOp op) {
   }
   // Loads check the upper end of the range; a copy has no tile type to derive the tile count from.
   if (pred && index < 0)
-    return fail(op, "copy of " + op.getOperand() + " tile " + Twine(index) + " outside the sequence");
+    return fail(op, "copy of " + stringifyOperand(op.getOperand()) + " tile " + Twine(index) + " outside the sequence");
   if (!slots.contains(op.getSlot()))
     return fail(op, "copies into a slot no tile.slot selected");
   int64_t token = AsyncCopies::kNoToken;
@@ -971,10 +982,11 @@ LogicalResult Interpreter::exec(CopyAsyncOp op) {
       return failure();
     if (!barriers.contains(full))
       return fail(op, "arrives on a value that is not a tile.barrier");
-    if (auto hazard = copies.copyArriving(op.getOperand().str(), index, slots.lookup(op.getSlot()), pred,
-                                          barriers.lookup(full), position->i, role, token))
+    if (auto hazard = copies.copyArriving(stringifyOperand(op.getOperand()).str(), index, slots.lookup(op.getSlot()),
+                                          pred, barriers.lookup(full), position->i, role, token))
       return fail(op, *hazard);
-  } else if (auto hazard = copies.copy(op.getOperand().str(), index, slots.lookup(op.getSlot()), pred, token)) {
+  } else if (auto hazard =
+                 copies.copy(stringifyOperand(op.getOperand()).str(), index, slots.lookup(op.getSlot()), pred, token)) {
     return fail(op, *hazard);
   }
   tokens[op.getResult()] = token;
@@ -985,7 +997,7 @@ LogicalResult Interpreter::exec(KvWalkOp op) {
   FailureOr<Scalar> lo = scalar(op, op.getLower()), hi = scalar(op, op.getUpper());
   if (failed(lo) || failed(hi))
     return failure();
-  bool descending = op.getOrder() == "descending";
+  bool descending = op.getOrder() == KvOrder::Descending;
   for (int64_t step = 0; step < hi->i - lo->i; ++step) {
     scalars[op.getTileIndex()] = Scalar::integer(descending ? hi->i - 1 - step : lo->i + step);
     if (failed(execBlock(op.getBody().front())))
@@ -1093,7 +1105,7 @@ LogicalResult Interpreter::exec(StoreOp op) {
   if (failed(value))
     return failure();
   const Tile &t = **value;
-  bool isO = op.getOperand() == "o";
+  bool isO = op.getOperand() == Output::O;
   int64_t width = isO ? problem.headDimV : 1;
   if (t.rows != inst.rows || t.cols != width)
     return fail(op, "stores a " + Twine(t.rows) + "x" + Twine(t.cols) + " tile but the program instance owns " +

@@ -34,7 +34,7 @@ struct Problem {
   std::vector<InputArray> inputs{}; ///< the variant's input arrays, in the order of the tile.func's `inputs`
   /// Varlen (flash_attn_varlen_func): empty (dense), or batch + 1 non-decreasing offsets each, starting at 0.
   /// Sequence b is rows [cuSeqlensQ[b], cuSeqlensQ[b + 1]) of the packed Q/O and [cuSeqlensK[b],
-  /// cuSeqlensK[b + 1]) of K/V; seqlenQ/seqlenK are then total_q/total_k, and tile.dim "seqlen_q"/"seqlen_k" give
+  /// cuSeqlensK[b + 1]) of K/V; seqlenQ/seqlenK are then total_q/total_k, and tile.dim seqlen_q/"seqlen_k" give
   /// each sequence's own length.
   std::vector<int32_t> cuSeqlensQ, cuSeqlensK;
   /// Split-KV programs (tile.store_split, the decode schedule): the key range of every Q tile is split into

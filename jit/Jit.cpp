@@ -123,7 +123,7 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
   result.scheduledIr = print(module->get());
   for (tile::FuncOp func : module->get().getOps<tile::FuncOp>())
     if (tile::ScheduleAttr attr = func.getScheduleAttr())
-      result.shapeClass = attr.getShapeClass().str();
+      result.shapeClass = tile::stringifyShapeClass(attr.getShapeClass()).str();
   if (upTo == Stage::Scheduled) {
     result.mlirSeconds = secondsSince(start);
     return result;

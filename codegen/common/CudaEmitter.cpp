@@ -83,14 +83,17 @@ std::string camel(StringRef snake) {
 
 std::string dtypeName(Type type) { return type.isBF16() ? "bf16" : "f16"; }
 
-FailureOr<Operand> operandOf(Operation *op, StringRef name) {
-  if (name == "q")
+/// The targets' name (TileTarget.h, MLIR-free) of an operand of the IR.
+Operand operandOf(tile::Operand operand) {
+  switch (operand) {
+  case tile::Operand::Q:
     return Operand::Q;
-  if (name == "k")
+  case tile::Operand::K:
     return Operand::K;
-  if (name == "v")
+  case tile::Operand::V:
     return Operand::V;
-  return op->emitOpError() << "names operand '" << name << "'; the CUDA printer knows q, k and v";
+  }
+  llvm_unreachable("an operand the targets do not name");
 }
 
 /// The IR must be scheduled, pipelined and lowered to a registered instruction family.
@@ -550,11 +553,11 @@ void KernelPrinter::assignNames() {
   // and the copies' tile indices. The first hint a value gets wins.
   func.walk([&](Operation *op) {
     if (auto range = dyn_cast<KvRangeOp>(op)) {
-      scalars.hint(range.getLo(), range.getKind().str() + "Lo");
-      scalars.hint(range.getHi(), range.getKind().str() + "Hi");
+      scalars.hint(range.getLo(), stringifyRangeKind(range.getKind()).str() + "Lo");
+      scalars.hint(range.getHi(), stringifyRangeKind(range.getKind()).str() + "Hi");
     } else if (auto loop = dyn_cast<KvLoopOp>(op); loop && loop.isBounded()) {
-      scalars.hint(loop.getUpper(), camel(loop.getSegment()) + "End");
-      scalars.hint(loop.getLower(), camel(loop.getSegment()) + "Begin");
+      scalars.hint(loop.getUpper(), camel(stringifySegment(loop.getSegment())) + "End");
+      scalars.hint(loop.getLower(), camel(stringifySegment(loop.getSegment())) + "Begin");
     } else if (isa<CopyAsyncOp, LoadOp>(op)) {
       // K/V tile indices of the pipeline, by their distance from the loop's tile (or the walk's first tile).
       auto copy = dyn_cast<CopyAsyncOp>(op);
@@ -598,7 +601,7 @@ FailureOr<std::string> KernelPrinter::kTileOf(Value scores, Operation *user) {
   while (Operation *def = v.getDefiningOp()) {
     if (auto qk = dyn_cast<QkOp>(def)) {
       auto load = qk.getK().getDefiningOp<LoadOp>();
-      if (load && load.getOperand() == "k" && load.getIndex())
+      if (load && load.getOperand() == tile::Operand::K && load.getIndex())
         return operand(load.getIndex(), user);
       break;
     }
@@ -608,7 +611,7 @@ FailureOr<std::string> KernelPrinter::kTileOf(Value scores, Operation *user) {
   }
   if (KvLoopOp loop = carriedOf(v))
     return operand(loop.getTileIndex(), user);
-  return user->emitOpError() << "works on scores that do not come from tile.qk of a tile.load \"k\"[index]";
+  return user->emitOpError() << "works on scores that do not come from tile.qk of a tile.load k[index]";
 }
 
 LogicalResult KernelPrinter::checkSlot(Operation *op, Value slot, Value index) {
@@ -652,9 +655,9 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
 
   std::vector<Operand> copied; // in IR order: Q and the first K tile before the loops, V inside them
   func.walk([&](CopyAsyncOp copy) {
-    FailureOr<Operand> which = operandOf(copy, copy.getOperand());
-    if (succeeded(which) && !llvm::is_contained(copied, *which))
-      copied.push_back(*which);
+    Operand which = operandOf(copy.getOperand());
+    if (!llvm::is_contained(copied, which))
+      copied.push_back(which);
   });
   target.setup(w, copied);
   w.separate();
@@ -681,9 +684,8 @@ void KernelPrinter::collectRoles() {
                        computes, role.getPingpong()});
     } else if (auto barrier = dyn_cast<BarrierOp>(op)) {
       auto buffer = barrier.getBuffer().getDefiningOp<BufferOp>();
-      FailureOr<Operand> which = buffer ? operandOf(buffer, buffer.getOperand()) : FailureOr<Operand>(Operand::K);
       BarrierInfo info;
-      info.operand = succeeded(which) ? *which : Operand::K;
+      info.operand = buffer ? operandOf(buffer.getOperand()) : Operand::K;
       info.slots = static_cast<int>(barrier.getBarrier().getType().getSlots());
       info.bytes = barrier.getBytes().value_or(0);
       info.arrivals = barrier.getArrivals().value_or(0);
@@ -785,7 +787,8 @@ void KernelPrinter::printSequence() {
 
 void KernelPrinter::printUnsplit() {
   bool readsSplit = func.walk([](DimOp dim) {
-                          return dim.getName().starts_with("split_") ? WalkResult::interrupt() : WalkResult::advance();
+                          return dim.getDim() == Dim::SplitBegin || dim.getDim() == Dim::SplitEnd ? WalkResult::interrupt()
+                                                                                                  : WalkResult::advance();
                         })
                         .wasInterrupted();
   if (readsSplit)
@@ -949,9 +952,10 @@ LogicalResult KernelPrinter::printKvRange(KvRangeOp range) {
     w.separate();
     rowsDeclared = true;
   }
-  std::string lo = range.getKind().str() + "Lo", hi = range.getKind().str() + "Hi";
+  std::string kind = stringifyRangeKind(range.getKind()).str();
+  std::string lo = kind + "Lo", hi = kind + "Hi";
   std::string keys = "[" + lo + ", " + hi + ")";
-  if (range.getKind() == "may")
+  if (range.getKind() == RangeKind::May)
     w.comment("---- KV-range rule \"may\" (variant): no row of this block attends a key outside " + keys +
               ": tiles out there are skipped ----");
   else
@@ -993,11 +997,11 @@ LogicalResult KernelPrinter::printKvLoop(KvLoopOp loop) {
     return failure();
   Block &body = loop.getBody().front();
   bool masked = !body.getOps<MaskOp>().empty();
-  std::string segment = loop.getSegment().str();
+  std::string segment = stringifySegment(loop.getSegment()).str();
   std::replace(segment.begin(), segment.end(), '_', ' ');
-  bool descending = loop.getOrder() == "descending";
+  bool descending = loop.getOrder() == KvOrder::Descending;
   w.comment("---- K/V tiles [" + *lo + ", " + *hi + "): " + segment + " segment, " + (masked ? "masked" : "no mask") +
-            ", walked " + loop.getOrder().str() + " ----");
+            ", walked " + stringifyKvOrder(loop.getOrder()).str() + " ----");
   names.push();
   std::string j = names.unique("j");
   w.open(descending ? "for (int " + j + " = " + *hi + " - 1; " + j + " >= " + *lo + "; --" + j + ")"
@@ -1014,8 +1018,8 @@ LogicalResult KernelPrinter::printKvWalk(KvWalkOp walk) {
   FailureOr<std::string> lo = operand(walk.getLower(), walk), hi = operand(walk.getUpper(), walk);
   if (failed(lo) || failed(hi))
     return failure();
-  bool descending = walk.getOrder() == "descending";
-  w.comment("---- K/V tiles [" + *lo + ", " + *hi + "), walked " + walk.getOrder().str() +
+  bool descending = walk.getOrder() == KvOrder::Descending;
+  w.comment("---- K/V tiles [" + *lo + ", " + *hi + "), walked " + stringifyKvOrder(walk.getOrder()).str() +
             ": every tile the loop segments visit, in their order ----");
   names.push();
   std::string j = names.unique("j");
@@ -1161,10 +1165,10 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             return success();
           })
           .Case([&](CopyAsyncOp copy) -> LogicalResult {
-            FailureOr<Operand> which = operandOf(op, copy.getOperand());
+            Operand which = operandOf(copy.getOperand());
             FailureOr<std::string> tile = index(copy.getIndex());
             FailureOr<CExpr> pred = copy.getPred() ? scalars.expr(copy.getPred(), op) : CExpr{};
-            if (failed(which) || failed(tile) || failed(pred) || failed(checkSlot(op, copy.getSlot(), copy.getIndex())))
+            if (failed(tile) || failed(pred) || failed(checkSlot(op, copy.getSlot(), copy.getIndex())))
               return failure();
             if (copy.getFull()) {
               // A one-slot buffer (Q) has one slot at every ring position (a persistent block's Q: one a tile).
@@ -1179,12 +1183,12 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
               FailureOr<std::string> position = index(copy.getPosition());
               if (failed(position))
                 return failure();
-              target.copyToSlot(w, *which, *tile, *position, barrierIndex.lookup(copy.getFull()));
+              target.copyToSlot(w, which, *tile, *position, barrierIndex.lookup(copy.getFull()));
               return success();
             }
             if (asyncProtocol && op->getParentOfType<RoleOp>())
               return copy.emitOpError() << "copies inside a role without arriving on a barrier";
-            target.copyAsync(w, *which, *tile, pred->text);
+            target.copyAsync(w, which, *tile, pred->text);
             return success();
           })
           .Case([&](WaitOp wait) -> LogicalResult {
@@ -1198,11 +1202,9 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
                 return failure();
               newer = std::min(newer, *since);
               for (CopyAsyncOp copy : copiesBehind(token)) {
-                FailureOr<Operand> which = operandOf(copy, copy.getOperand());
-                if (failed(which))
-                  return failure();
-                if (!llvm::is_contained(waited, *which))
-                  waited.push_back(*which);
+                Operand which = operandOf(copy.getOperand());
+                if (!llvm::is_contained(waited, which))
+                  waited.push_back(which);
               }
             }
             std::sort(waited.begin(), waited.end());
@@ -1210,9 +1212,9 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             return success();
           })
           .Case([&](LoadOp load) -> LogicalResult {
-            FailureOr<Operand> which = operandOf(op, load.getOperand());
+            Operand which = operandOf(load.getOperand());
             FailureOr<std::string> tile = index(load.getIndex());
-            if (failed(which) || failed(tile))
+            if (failed(tile))
               return failure();
             if (!load.getSlot())
               return load.emitOpError() << "reads global memory directly; the CUDA printer reads tiles from the "
@@ -1230,16 +1232,16 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
                 rotary && !target.rotateQ(w, rotary->interleaved, rotary->perRow))
               return load.emitOpError() << "rotates Q (" << kRotaryAttr << "), which the "
                                         << func.getTargetAttr().getIsa() << " printer does not do";
-            target.load(w, *which, *tile);
+            target.load(w, which, *tile);
             return success();
           })
           .Case([&](QkOp qk) -> LogicalResult {
             auto q = qk.getQ().getDefiningOp<LoadOp>();
-            if (!q || q.getOperand() != "q")
-              return qk.emitOpError() << "takes a Q operand that is not tile.load \"q\"";
+            if (!q || q.getOperand() != tile::Operand::Q)
+              return qk.emitOpError() << "takes a Q operand that is not tile.load q";
             auto kLoad = qk.getK().getDefiningOp<LoadOp>();
-            if (!kLoad || kLoad.getOperand() != "k")
-              return qk.emitOpError() << "takes a K operand that is not tile.load \"k\"";
+            if (!kLoad || kLoad.getOperand() != tile::Operand::K)
+              return qk.emitOpError() << "takes a K operand that is not tile.load k";
             FailureOr<std::string> kTile = slotOf(kLoad, op);
             if (failed(kTile))
               return failure();
@@ -1288,9 +1290,10 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             auto v = pv.getV().getDefiningOp<LoadOp>();
             auto carriedP = dyn_cast<BlockArgument>(pv.getP());
             bool pCarried = asyncProtocol && carriedP && isa<KvLoopOp>(carriedP.getOwner()->getParentOp());
-            if (!v || v.getOperand() != "v" || !v.getIndex() || !(pv.getP().getDefiningOp<SoftmaxUpdateOp>() || pCarried))
+            if (!v || v.getOperand() != tile::Operand::V || !v.getIndex() ||
+                !(pv.getP().getDefiningOp<SoftmaxUpdateOp>() || pCarried))
               return pv.emitOpError() << "needs P from tile.softmax_update (or carried by the loop, on a target with "
-                                         "asynchronous MMAs) and V from tile.load \"v\"[index]";
+                                         "asynchronous MMAs) and V from tile.load v[index]";
             FailureOr<std::string> vSlot = slotOf(v, op);
             if (failed(vSlot))
               return failure();
@@ -1310,7 +1313,7 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
           .Case([&](StoreOp store) -> LogicalResult {
             if (!store.getValue().getDefiningOp<FinalizeOp>())
               return store.emitOpError() << "stores a value that is not a tile.finalize result";
-            if (store.getOperand() == "o")
+            if (store.getOperand() == Output::O)
               target.storeO(w);
             else
               target.storeLse(w);
@@ -1377,8 +1380,8 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   info.entry =
       "flashtile_" + sanitize(schedule.getName()) + "_" + sanitize(func.getVariant()) + "_" + shape.dtype + "_d" +
       std::to_string(shape.headDim) + (shape.headDimV != shape.headDim ? "_dv" + std::to_string(shape.headDimV) : "") +
-      (std::string_view(schedule.getShapeClass()) != kDefaultShapeClass ? "_" + sanitize(schedule.getShapeClass())
-                                                                        : "") +
+      (schedule.getShapeClass() != ShapeClass::Default ? "_" + sanitize(stringifyShapeClass(schedule.getShapeClass()))
+                                                       : "") +
       (shape.kvCache ? "_kvcache" : "") + // a library holds a variant's plain and KV-cache kernels side by side
       (rotary ? (rotary->interleaved ? "_rotary_interleaved" : "_rotary") : "");
   info.arch = targetAttr.getArch().str();
@@ -1389,7 +1392,7 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   info.schedule = schedule.getName().str();
   if (const schedule::Schedule *registered = schedule::lookupSchedule(info.schedule))
     info.preferredOver = registered->preferredOver(info.arch);
-  info.shapeClass = schedule.getShapeClass().str();
+  info.shapeClass = stringifyShapeClass(schedule.getShapeClass()).str();
   info.blockM = shape.blockM;
   info.blockN = shape.blockN;
   info.threads = shape.warps * kWarpSize;

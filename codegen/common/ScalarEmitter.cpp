@@ -2,7 +2,6 @@
 #include "codegen/common/ScalarEmitter.h"
 
 #include "mlir/IR/Matchers.h"
-#include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <cstdio>
@@ -72,21 +71,28 @@ FailureOr<CExpr> integerLiteral(const APInt &value, unsigned width) {
   return CExpr{std::to_string(v) + suffix, v >= 0};
 }
 
-StringRef dimField(StringRef dim) {
-  return llvm::StringSwitch<StringRef>(dim)
-      .Case("batch", "p.batch")
-      .Case("heads_q", "p.headsQ")
-      .Case("heads_kv", "p.headsKv")
-      .Case("seqlen_q", "p.seqlenQ")
-      .Case("seqlen_k", "p.seqlenK")
-      // Computed once per block (FlashtileSequence): per score, its load of cuSeqlensK was a branch.
-      .Case("key_offset", "p.keyOffset")
-      // The keys of the block's split (split-KV), computed once per block like keyOffset.
-      .Case("split_begin", "p.splitBegin")
-      .Case("split_end", "p.splitEnd")
-      // The launch's K/V tile (K/V-step programs; 0 in other launches).
-      .Case("kv_step", "p.kvStep")
-      .Default("");
+StringRef dimField(tile::Dim dim) {
+  switch (dim) {
+  case tile::Dim::Batch:
+    return "p.batch";
+  case tile::Dim::HeadsQ:
+    return "p.headsQ";
+  case tile::Dim::HeadsKv:
+    return "p.headsKv";
+  case tile::Dim::SeqlenQ:
+    return "p.seqlenQ";
+  case tile::Dim::SeqlenK:
+    return "p.seqlenK";
+  case tile::Dim::KeyOffset: // computed once per block (FlashtileSequence): per score, its load of cuSeqlensK was a branch
+    return "p.keyOffset";
+  case tile::Dim::SplitBegin: // the keys of the block's split (split-KV), computed once per block like keyOffset
+    return "p.splitBegin";
+  case tile::Dim::SplitEnd:
+    return "p.splitEnd";
+  case tile::Dim::KvStep: // the launch's K/V tile (K/V-step programs; 0 in other launches)
+    return "p.kvStep";
+  }
+  llvm_unreachable("a tile.dim the CUDA printer does not know");
 }
 
 std::string join(ArrayRef<CExpr> args) {
@@ -216,7 +222,7 @@ FailureOr<CExpr> ScalarEmitter::print(Operation *op) {
         return c.emitOpError() << "has a value the CUDA printer cannot spell: " << c.getValue();
       })
       .Case([&](tile::DimOp d) {
-        return CExpr{dimField(d.getName()).str(), true};
+        return CExpr{dimField(d.getDim()).str(), true};
       })
       .Case([&](tile::SoftmaxScaleOp c) {
         return CExpr{c.getInverse() ? "p.invSoftmaxScale" : "p.softmaxScale", true};

@@ -144,7 +144,7 @@ public:
   /// `tile.finalize`: O = acc / l and the LSE rows; `sinkFn` is the variant's sink `fn(b, h, p)`, a logit that
   /// joins every row's softmax denominator (empty: no sink).
   virtual void finalize(CudaWriter &w, const std::string &sinkFn) = 0;
-  /// `tile.store "o"` and `tile.store "lse"`.
+  /// `tile.store o` and `tile.store lse`.
   virtual void storeO(CudaWriter &w) = 0;
   virtual void storeLse(CudaWriter &w) = 0;
   /// `tile.store_split` (split-KV, after `finalize` without a sink): with p.numSplits == 1 the sink `sinkFn(b, h,

@@ -25,7 +25,7 @@ public:
   virtual void softmaxUpdateInScores(CudaWriter &w, bool foldScale, int rescaleThreshold) = 0;
   /// Rounds `score` into `prob`, the A fragments of P·V (declaring `prob` when `declare`).
   virtual void packProbabilities(CudaWriter &w, bool declare) = 0;
-  /// `tile.store "o"` from the registers: two adjacent columns (4 bytes) a store, rows < seqlen_q.
+  /// `tile.store o` from the registers: two adjacent columns (4 bytes) a store, rows < seqlen_q.
   virtual void storeODirect(CudaWriter &w) = 0;
 };
 

@@ -29,15 +29,15 @@ std::string hashHex(llvm::StringRef text) {
 
 namespace dsl {
 namespace {
-Expr dim(const Expr &anchor, StringRef name) {
+Expr dim(const Expr &anchor, tile::Dim which) {
   OpBuilder &b = anchor.getBuilder();
-  return Expr(b, tile::DimOp::create(b, b.getUnknownLoc(), name));
+  return Expr(b, tile::DimOp::create(b, b.getUnknownLoc(), which));
 }
 } // namespace
-Expr Sizes::batch() const { return dim(seqlenQ, "batch"); }
-Expr Sizes::headsQ() const { return dim(seqlenQ, "heads_q"); }
-Expr Sizes::headsKv() const { return dim(seqlenQ, "heads_kv"); }
-Expr Sizes::keyOffset() const { return dim(seqlenQ, "key_offset"); }
+Expr Sizes::batch() const { return dim(seqlenQ, tile::Dim::Batch); }
+Expr Sizes::headsQ() const { return dim(seqlenQ, tile::Dim::HeadsQ); }
+Expr Sizes::headsKv() const { return dim(seqlenQ, tile::Dim::HeadsKv); }
+Expr Sizes::keyOffset() const { return dim(seqlenQ, tile::Dim::KeyOffset); }
 } // namespace dsl
 
 namespace {
@@ -102,13 +102,13 @@ private:
                        });
   }
   dsl::Sizes sizes() {
-    return {dsl::Expr(b, tile::DimOp::create(b, loc, "seqlen_q")),
-            dsl::Expr(b, tile::DimOp::create(b, loc, "seqlen_k"))};
+    return {dsl::Expr(b, tile::DimOp::create(b, loc, tile::Dim::SeqlenQ)),
+            dsl::Expr(b, tile::DimOp::create(b, loc, tile::Dim::SeqlenK))};
   }
   dsl::Expr constant(int64_t v) { return dsl::Expr(b, arith::ConstantIntOp::create(b, loc, v, 32)); }
 
   /// `tile.kv_range kind { (first, last, b, h) -> (lo, hi) }`; `rule` may be empty, then `fallback` gives the range.
-  LogicalResult kvRange(StringRef kind, const dsl::RangeFn &rule,
+  LogicalResult kvRange(tile::RangeKind kind, const dsl::RangeFn &rule,
                         const std::function<dsl::Range(dsl::Sizes)> &fallback);
   LogicalResult expectType(dsl::Expr e, Type type, StringRef what);
   /// Where the user gave a hook, as an MLIR location (diagnostics of its trace point there).
@@ -132,7 +132,7 @@ LogicalResult ProgramBuilder::expectType(dsl::Expr e, Type type, StringRef what)
                         << e.get().getType();
 }
 
-LogicalResult ProgramBuilder::kvRange(StringRef kind, const dsl::RangeFn &rule,
+LogicalResult ProgramBuilder::kvRange(tile::RangeKind kind, const dsl::RangeFn &rule,
                                       const std::function<dsl::Range(dsl::Sizes)> &fallback) {
   OpBuilder::InsertionGuard guard(b);
   auto op = tile::KvRangeOp::create(b, loc, b.getI32Type(), b.getI32Type(), kind);
@@ -142,12 +142,13 @@ LogicalResult ProgramBuilder::kvRange(StringRef kind, const dsl::RangeFn &rule,
   dsl::Sizes s = sizes();
   auto arg = [&](unsigned i) { return dsl::Expr(b, block->getArgument(i)); };
   const Variant::HookSites &sites = variant.hookSites();
-  dsl::HookTrace traced(siteOf(kind == "may" ? sites.kvRange : sites.fullRange),
-                        ("kvRange rule \"" + kind + "\" of variant '" + variant.name() + "'").str());
+  dsl::HookTrace traced(
+      siteOf(kind == tile::RangeKind::May ? sites.kvRange : sites.fullRange),
+      ("kvRange rule \"" + tile::stringifyRangeKind(kind) + "\" of variant '" + variant.name() + "'").str());
   dsl::Range range = rule ? rule(dsl::QTile{arg(0), arg(1), arg(2), arg(3), s}, params()) : fallback(s);
   if (traced.failed())
     return failure();
-  std::string what = ("kvRange rule \"" + kind + "\" bounds").str();
+  std::string what = ("kvRange rule \"" + tile::stringifyRangeKind(kind) + "\" bounds").str();
   if (failed(expectType(range.lo, b.getI32Type(), what)) || failed(expectType(range.hi, b.getI32Type(), what)))
     return failure();
   tile::YieldOp::create(b, loc, ValueRange{range.lo.get(), range.hi.get()});
@@ -179,25 +180,26 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
   // KV-range rules: without a mask every key is attended; a mask without a full-range rule masks every tile.
   std::function<dsl::Range(dsl::Sizes)> allKeys = [this](dsl::Sizes s) { return dsl::Range{constant(0), s.seqlenK}; };
   std::function<dsl::Range(dsl::Sizes)> noKeys = [this](dsl::Sizes) { return dsl::Range{constant(0), constant(0)}; };
-  if (failed(kvRange("may", variant.kvRangeFn(), allKeys)) ||
-      failed(kvRange("full", variant.fullRangeFn(), variant.maskFn() ? noKeys : allKeys)))
+  if (failed(kvRange(tile::RangeKind::May, variant.kvRangeFn(), allKeys)) ||
+      failed(kvRange(tile::RangeKind::Full, variant.fullRangeFn(), variant.maskFn() ? noKeys : allKeys)))
     return failure();
 
-  auto loadQ = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), "q", Value(), Value(),
-                                    Value());
+  auto loadQ = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), tile::Operand::Q,
+                                    Value(), Value(), Value());
   if (options.rotary != RotaryMode::None)
     loadQ->setAttr(tile::kRotaryAttr,
                    tile::rotaryAttr(&ctx, {options.rotary == RotaryMode::Interleaved, variant.maskFn() != nullptr}));
   Value q = loadQ;
   auto stateType = tile::StateType::get(&ctx, dyn, options.headDimV, tile::MemorySpace::Registers);
   Value init = tile::InitStateOp::create(b, loc, stateType);
-  auto loop =
-      tile::KvLoopOp::create(b, loc, stateType, TypeRange(), Value(), Value(), init, ValueRange(), "all", "ascending");
+  auto loop = tile::KvLoopOp::create(b, loc, stateType, TypeRange(), Value(), Value(), init, ValueRange(),
+                                     tile::Segment::All, tile::KvOrder::Ascending);
   {
     OpBuilder::InsertionGuard guard(b);
     Block *body = b.createBlock(&loop.getBody(), {}, {i32, stateType}, {loc, loc});
     Value j = body->getArgument(0), state = body->getArgument(1);
-    Value k = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), "k", j, Value(), Value());
+    Value k = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), tile::Operand::K, j,
+                                   Value(), Value());
     auto scoreType = RankedTensorType::get({dyn, dyn}, f32);
     Value s = tile::QkOp::create(b, loc, scoreType, Type(), q, k).getS();
     s = tile::ScaleOp::create(b, loc, s);
@@ -236,7 +238,8 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
     }
     auto update = tile::SoftmaxUpdateOp::create(b, loc, s, state, dtype);
     Value rescaled = tile::RescaleOp::create(b, loc, update.getNewState(), update.getAlpha());
-    Value v = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, dtype), "v", j, Value(), Value());
+    Value v = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, dtype), tile::Operand::V, j,
+                                   Value(), Value());
     Value next = tile::PvOp::create(b, loc, update.getP(), v, rescaled).getResult();
     tile::YieldOp::create(b, loc, ValueRange{next});
   }
@@ -252,8 +255,8 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
       return failure();
     tile::YieldOp::create(b, loc, ValueRange{sink.get()});
   }
-  tile::StoreOp::create(b, loc, "o", fin.getO());
-  tile::StoreOp::create(b, loc, "lse", fin.getLse());
+  tile::StoreOp::create(b, loc, tile::Output::O, fin.getO());
+  tile::StoreOp::create(b, loc, tile::Output::Lse, fin.getLse());
   func.walk([](Operation *op) {
     if (isa<tile::ScoreModOp, tile::MaskOp, tile::KvRangeOp, tile::FinalizeOp>(op))
       for (Region &region : op->getRegions())

@@ -1,5 +1,6 @@
 //===- TileDialect.cpp - types, attributes, verifiers, canonicalization ---===//
 #include "passes/IR/TileDialect.h"
+#include "codegen/common/TargetRegistry.h"
 #include "flashtile/runtime/KernelInfo.h"
 #include "passes/IR/TileNames.h"
 #include "passes/IR/TileRotary.h"
@@ -20,6 +21,7 @@ using namespace mlir;
 using namespace flashtile::tile;
 
 #include "passes/IR/TileDialect.cpp.inc"
+#include "passes/IR/TileEnums.cpp.inc"
 
 #define GET_TYPEDEF_CLASSES
 #include "passes/IR/TileTypes.cpp.inc"
@@ -201,15 +203,6 @@ bool dimsCompatible(int64_t a, int64_t b) { return a == ShapedType::kDynamic || 
 
 std::string dimStr(int64_t d) { return d == ShapedType::kDynamic ? "?" : std::to_string(d); }
 
-LogicalResult checkOperandName(Operation *op, StringRef name, ArrayRef<StringRef> accepted) {
-  if (llvm::is_contained(accepted, name))
-    return success();
-  std::string list;
-  for (StringRef a : accepted)
-    list += (list.empty() ? "" : ", ") + a.str();
-  return op->emitOpError() << "operand '" << name << "' is not one of: " << list;
-}
-
 /// Checks a region's entry block signature: `types` block arguments and a terminator yielding `yields`.
 LogicalResult checkRegionSignature(Operation *op, Region &region, TypeRange args, TypeRange yields, StringRef what) {
   Block &block = region.front();
@@ -219,7 +212,8 @@ LogicalResult checkRegionSignature(Operation *op, Region &region, TypeRange args
     llvm::interleaveComma(args, os);
     return op->emitOpError() << what << " region must take (" << expect << ")";
   }
-  auto yield = dyn_cast<YieldOp>(block.getTerminator());
+  // A region without an implicit terminator (tile.kv_range's) may end without one: getTerminator() needs one.
+  auto yield = block.empty() ? YieldOp() : dyn_cast<YieldOp>(block.back());
   if (!yield || yield.getValues().getTypes() != yields) {
     std::string expect;
     llvm::raw_string_ostream os(expect);
@@ -250,7 +244,7 @@ int64_t FuncOp::inputIndex(StringRef name) {
 
 LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef name, int64_t blockM,
                                    int64_t blockN, int64_t warps, int64_t stages, int64_t rescaleThreshold,
-                                   int64_t minBlocksPerSm, int64_t lptGroupBlocks, StringRef shapeClass) {
+                                   int64_t minBlocksPerSm, int64_t lptGroupBlocks, ShapeClass) {
   // Every number a schedule can set, bounded here once: the printer and the runtime compute sizes, launch bounds
   // and grids from them in 32-bit ints. A schedule checks its own, tighter, rules on top.
   struct Bound {
@@ -270,9 +264,25 @@ LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                          << " to " << b.max;
   if (name.empty() || !llvm::all_of(name, [](char c) { return llvm::isAlnum(c) || c == '_'; }))
     return emitError() << "schedule name '" << name << "' is not an identifier ([A-Za-z0-9_]+)";
-  if (!llvm::is_contained(flashtile::kShapeClasses, std::string_view(shapeClass)))
-    return emitError() << "schedule shapeClass = '" << shapeClass << "' is not supported; accepted: default, short";
   return success();
+}
+
+// The IR's shape classes are the runtime's (kShapeClasses), in the same order: the runtime picks a call's class and
+// finds the kernel of that name. The names are compared by a unit test (ShapeClassNamesAreTheRuntimes).
+static_assert(getMaxEnumValForShapeClass() + 1 == flashtile::kShapeClasses.size(),
+              "tile::ShapeClass and the runtime's kShapeClasses list different classes");
+
+LogicalResult TargetAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef arch, StringRef isa) {
+  // The instruction families are plug-ins (codegen/<family>/): the registry, not the IR, knows their names.
+  if (codegen::lookupTarget(std::string_view(isa)))
+    return success();
+  std::vector<std::string> names = codegen::targetNames();
+  InFlightDiagnostic diag = emitError() << "target isa '" << isa << "' is not a registered instruction family; ";
+  if (names.empty())
+    return diag << "none is registered (the tool must call codegen::registerBuiltinTargets)";
+  diag << "registered: ";
+  llvm::interleaveComma(names, diag);
+  return diag;
 }
 
 /// `name` with quotes, backslashes and unprintable characters escaped (\\XX): safe to quote in a diagnostic.
@@ -331,14 +341,6 @@ LogicalResult FuncOp::verify() {
   return success();
 }
 
-LogicalResult DimOp::verify() {
-  if (llvm::is_contained(kDimNames, getName()))
-    return success();
-  InFlightDiagnostic diag = emitOpError() << "unknown dimension '" << getName() << "'; expected one of: ";
-  llvm::interleaveComma(kDimNames, diag);
-  return diag;
-}
-
 LogicalResult ParamOp::verify() {
   FuncOp func = getEnclosingFunc(*this);
   if (!func)
@@ -365,23 +367,25 @@ LogicalResult InputOp::verify() {
 }
 
 LogicalResult KvRangeOp::verify() {
-  if (getKind() != "may" && getKind() != "full")
-    return emitOpError() << "kind must be \"may\" or \"full\", got \"" << getKind() << "\"";
   Type i32 = IntegerType::get(getContext(), 32);
   return checkRegionSignature(*this, getRule(), {i32, i32, i32, i32}, {i32, i32}, "kv_range");
 }
 
-static LogicalResult checkSlotOperand(Operation *op, StringRef operand, Value slot);
+static LogicalResult checkSlotOperand(Operation *op, Operand operand, Value slot);
 
 /// Shared by load and copy_async: Q has no tile index, K and V have one.
-static LogicalResult verifyOperandIndex(Operation *op, StringRef operand, Value index) {
-  if (failed(checkOperandName(op, operand, {"q", "k", "v"})))
-    return failure();
-  if (operand == "q" && index)
+static LogicalResult verifyOperandIndex(Operation *op, Operand operand, Value index) {
+  if (operand == Operand::Q && index)
     return op->emitOpError() << "the Q tile takes no tile index";
-  if (operand != "q" && !index)
-    return op->emitOpError() << "the " << operand << " tile needs a tile index: " << operand << "[%j]";
+  if (operand != Operand::Q && !index)
+    return op->emitOpError() << "the " << stringifyOperand(operand)
+                             << " tile needs a tile index: " << stringifyOperand(operand) << "[%j]";
   return success();
+}
+
+/// The width of an operand's tiles: V's head dim for V, Q and K's for the others.
+static int64_t headDimOf(FuncOp func, Operand operand) {
+  return operand == Operand::V ? func.getHeadDimV() : func.getHeadDim();
 }
 
 LogicalResult LoadOp::verify() {
@@ -398,13 +402,13 @@ LogicalResult LoadOp::verify() {
   if (type.getElementType() != func.getDtype())
     return emitOpError() << "element type " << type.getElementType() << " differs from the program's dtype "
                          << func.getDtype();
-  int64_t width = getOperand() == "v" ? func.getHeadDimV() : func.getHeadDim();
+  int64_t width = headDimOf(func, getOperand());
   if (type.getDimSize(1) != width)
-    return emitOpError() << getOperand() << " tile must have " << width << " columns (head dim), got "
+    return emitOpError() << stringifyOperand(getOperand()) << " tile must have " << width << " columns (head dim), got "
                          << dimStr(type.getDimSize(1));
   if (Attribute rotary = (*this)->getAttr(kRotaryAttr)) {
     std::string error;
-    if (getOperand() != "q")
+    if (getOperand() != Operand::Q)
       return emitOpError() << kRotaryAttr << " rotates the Q tile only (the appended keys follow Q's attribute)";
     if (!parseRotary(rotary, &error))
       return emitOpError() << kRotaryAttr << " " << error << ", got " << rotary;
@@ -420,24 +424,23 @@ LogicalResult LoadOp::verify() {
 
 /// The staged operand a slot's buffer holds, when the slot comes from tile.slot of a tile.buffer (the only way
 /// a pipeline makes them); a slot from elsewhere (a block argument) is not checked here.
-static std::optional<StringRef> slotOperand(Value slot) {
+static std::optional<Operand> slotOperand(Value slot) {
   auto select = slot.getDefiningOp<SlotOp>();
   auto buffer = select ? select.getBuffer().getDefiningOp<BufferOp>() : BufferOp();
-  return buffer ? std::optional<StringRef>(buffer.getOperand()) : std::nullopt;
+  return buffer ? std::optional<Operand>(buffer.getOperand()) : std::nullopt;
 }
 
-static LogicalResult checkSlotOperand(Operation *op, StringRef operand, Value slot) {
-  std::optional<StringRef> holds = slotOperand(slot);
+static LogicalResult checkSlotOperand(Operation *op, Operand operand, Value slot) {
+  std::optional<Operand> holds = slotOperand(slot);
   if (holds && *holds != operand)
-    return op->emitOpError() << "moves a " << operand << " tile through a slot of the \"" << *holds << "\" buffer";
+    return op->emitOpError() << "moves a " << stringifyOperand(operand) << " tile through a slot of the "
+                             << stringifyOperand(*holds) << " buffer";
   return success();
 }
 
 LogicalResult BufferOp::verify() {
-  if (failed(checkOperandName(*this, getOperand(), {"q", "k", "v"})))
-    return failure();
   BufferType type = getBuffer().getType();
-  if (getOperand() == "q" && type.getSlots() != 1)
+  if (getOperand() == Operand::Q && type.getSlots() != 1)
     return emitOpError() << "Q's buffer holds the instance's one Q tile: slots = 1, got " << type.getSlots();
   FuncOp func = getEnclosingFunc(*this);
   if (!func)
@@ -446,9 +449,9 @@ LogicalResult BufferOp::verify() {
   if (tile.getElementType() != func.getDtype())
     return emitOpError() << "holds " << tile.getElementType() << " tiles but the program's dtype is "
                          << func.getDtype();
-  int64_t width = getOperand() == "v" ? func.getHeadDimV() : func.getHeadDim();
+  int64_t width = headDimOf(func, getOperand());
   if (tile.getDimSize(1) != width)
-    return emitOpError() << "holds " << getOperand() << " tiles of " << tile.getDimSize(1)
+    return emitOpError() << "holds " << stringifyOperand(getOperand()) << " tiles of " << tile.getDimSize(1)
                          << " columns; the head dim is " << width;
   return success();
 }
@@ -484,7 +487,7 @@ LogicalResult CopyAsyncOp::verify() {
   if (failed(verifyOperandIndex(*this, getOperand(), getIndex())))
     return failure();
   if (getPred() && !getIndex())
-    return emitOpError() << "a predicate only applies to a K/V tile index (tile.copy_async \"k\"[%j] into %s if %valid)";
+    return emitOpError() << "a predicate only applies to a K/V tile index (tile.copy_async k[%j] into %s if %valid)";
   if (Value full = getFull()) {
     auto barrier = full.getDefiningOp<BarrierOp>();
     if (barrier && !barrier.isFull())
@@ -536,8 +539,6 @@ LogicalResult BarrierOp::verify() {
 }
 
 LogicalResult KvWalkOp::verify() {
-  if (getOrder() != "ascending" && getOrder() != "descending")
-    return emitOpError() << "order must be \"ascending\" or \"descending\", got \"" << getOrder() << "\"";
   Block &body = getBody().front();
   if (body.getNumArguments() != 1 || !body.getArgument(0).getType().isInteger(32))
     return emitOpError() << "body takes the tile index (i32) only";
@@ -596,12 +597,11 @@ LogicalResult RoleOp::verify() {
 }
 
 LogicalResult StoreOp::verify() {
-  if (failed(checkOperandName(*this, getOperand(), {"o", "lse"})))
-    return failure();
   auto type = cast<RankedTensorType>(getValue().getType());
-  int64_t rank = getOperand() == "o" ? 2 : 1;
+  int64_t rank = getOperand() == Output::O ? 2 : 1;
   if (type.getRank() != rank)
-    return emitOpError() << "the " << getOperand() << " tile must have rank " << rank << ", got " << type.getRank();
+    return emitOpError() << "the " << stringifyOutput(getOperand()) << " tile must have rank " << rank << ", got "
+                         << type.getRank();
   return success();
 }
 
@@ -771,14 +771,8 @@ bool KvRangeOp::upperBoundFollowsRows() {
 LogicalResult KvLoopOp::verify() {
   if (static_cast<bool>(getLower()) != static_cast<bool>(getUpper()))
     return emitOpError() << "takes both bounds (from %lo to %hi) or neither";
-  static constexpr StringRef kSegments[] = {"all", "tail_boundary", "interior", "head_boundary"};
-  if (!llvm::is_contained(kSegments, getSegment()))
-    return emitOpError() << "segment must be one of: all, tail_boundary, interior, head_boundary; got \""
-                         << getSegment() << "\"";
-  if (getOrder() != "ascending" && getOrder() != "descending")
-    return emitOpError() << "order must be \"ascending\" or \"descending\", got \"" << getOrder() << "\"";
-  if (getSegment() != "all" && !getLower())
-    return emitOpError() << "a \"" << getSegment() << "\" segment needs bounds";
+  if (getSegment() != Segment::All && !getLower())
+    return emitOpError() << "segment " << stringifySegment(getSegment()) << " needs bounds (from %lo to %hi)";
   Type i32 = IntegerType::get(getContext(), 32);
   SmallVector<Type> carried(getCarried().getTypes());
   SmallVector<Type> args = {i32, getInit().getType()}, yields = {getInit().getType()};

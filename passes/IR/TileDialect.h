@@ -14,6 +14,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "passes/IR/TileDialect.h.inc"
+#include "passes/IR/TileEnums.h.inc"
 
 namespace flashtile::tile {
 /// Where a part of the online-softmax state lives (StateType's accumulator).
@@ -36,12 +37,6 @@ namespace flashtile::tile {
 /// threads), buffers per operand, blocks per SM asked of the register allocator.
 inline constexpr int64_t kMaxScheduleRows = 1024, kMaxScheduleWarps = 32, kMaxScheduleStages = 16,
                          kMaxScheduleBlocksPerSm = 32;
-/// Names accepted by `tile.dim`, in one place for the verifier, the interpreter and codegen.
-/// "split_begin" and "split_end" bound the keys of this program instance's split of the key range (split-KV: the
-/// decode schedule's tile-decode-split-kv); [0, seqlen_k) when the walk is not split. "kv_step" is the K/V tile of
-/// this launch in a program launched once per K/V tile (tile.state_load / tile.state_store; 0 otherwise).
-inline constexpr const char *kDimNames[] = {"batch",      "heads_q",     "heads_kv",  "seqlen_q", "seqlen_k",
-                                            "key_offset", "split_begin", "split_end", "kv_step"};
 /// The enclosing program of an op, or null.
 FuncOp getEnclosingFunc(mlir::Operation *op);
 /// Whether `v` is `target` or computed from it (walking operands through their defining ops).

@@ -26,6 +26,8 @@ def Tile_Dialect : Dialect {
   let useDefaultAttributePrinterParser = 1;
 }
 
+include "passes/IR/TileEnums.td"
+
 //===----------------------------------------------------------------------===//
 // Types
 //===----------------------------------------------------------------------===//
@@ -102,6 +104,10 @@ class Tile_Attr<string name, string attrMnemonic> : AttrDef<Tile_Dialect, name> 
   let mnemonic = attrMnemonic;
 }
 
+def Tile_ShapeClassParameter : EnumParameter<Tile_ShapeClass> {
+  let defaultValue = "::flashtile::tile::ShapeClass::Default";
+}
+
 def Tile_ScheduleAttr : Tile_Attr<"Schedule", "schedule"> {
   let summary = "the schedule a program was scheduled with";
   let description = [{
@@ -111,15 +117,16 @@ def Tile_ScheduleAttr : Tile_Attr<"Schedule", "schedule"> {
     omitted: acc is rescaled every tile; τ > 0: only when a row max grows by more than τ, in log2 units),
     `minBlocksPerSm` the occupancy the register allocation must allow (0, omitted: no request), `lptGroupBlocks`
     the block order (0, omitted: Q tiles heaviest first within each batch entry and head; N: heaviest first across
-    groups of (batch, head) pairs of at least N blocks), `shapeClass` the shapes the kernel is for ("default",
-    omitted: any; "short": at most 1024 query and key rows per sequence on average), which the kernel's name carries.
-    Example: `#tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 2, rescaleThreshold = 8>`.
+    groups of (batch, head) pairs of at least N blocks), `shapeClass` the shapes the kernel is for (`default`,
+    omitted: any; `short`: at most 1024 query and key rows per sequence on average), which the kernel's name carries.
+    Example: `#tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 2, rescaleThreshold = 8>`,
+    `#tile.schedule<name = "fa2", blockM = 64, blockN = 64, warps = 4, stages = 2, shapeClass = short>`.
   }];
   let parameters = (ins StringRefParameter<>:$name, "int64_t":$blockM, "int64_t":$blockN, "int64_t":$warps,
                         "int64_t":$stages, DefaultValuedParameter<"int64_t", "0">:$rescaleThreshold,
                         DefaultValuedParameter<"int64_t", "0">:$minBlocksPerSm,
                         DefaultValuedParameter<"int64_t", "0">:$lptGroupBlocks,
-                        StringRefParameter<"the shape class", "\"default\"">:$shapeClass);
+                        Tile_ShapeClassParameter:$shapeClass);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }
@@ -128,11 +135,13 @@ def Tile_TargetAttr : Tile_Attr<"Target", "target"> {
   let summary = "the GPU target and the instruction family a program was lowered to";
   let description = [{
     Attached to `tile.func` by `tile-lower-to-target`: `arch` is what NVRTC compiles for (sm_80, sm_90a, sm_100a),
-    `isa` the instruction family the schedule's tile ops were lowered to (sm80: mma.sync, ldmatrix, cp.async).
+    `isa` the instruction family the schedule's tile ops were lowered to (sm80: mma.sync, ldmatrix, cp.async), one
+    of the families registered with codegen/common/TargetRegistry.h (the verifier names them).
     Example: `#tile.target<arch = "sm_90a", isa = "sm80">`.
   }];
   let parameters = (ins StringRefParameter<>:$arch, StringRefParameter<>:$isa);
   let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
 }
 
 def Tile_InputAttr : Tile_Attr<"Input", "input"> {

@@ -65,25 +65,24 @@ def Tile_YieldOp : Tile_Op<"yield", [Pure, Terminator, ReturnLike,
 def Tile_DimOp : Tile_Op<"dim", [Pure]> {
   let summary = "a problem size, read from the kernel arguments";
   let description = [{
-    `%sk = tile.dim "seqlen_k"`: one of "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "key_offset".
-    "seqlen_q" and "seqlen_k" are the lengths of this program instance's own sequence: with packed sequences
+    `%sk = tile.dim seqlen_k`: one of `batch`, `heads_q`, `heads_kv`, `seqlen_q`, `seqlen_k`, `key_offset`,
+    `split_begin`, `split_end`, `kv_step`. `seqlen_q` and `seqlen_k` are the lengths of this program instance's own sequence: with packed sequences
     (varlen, cu_seqlens) each sequence has its own, so masks and KV-range rules (e.g. causal's bottom-right
-    alignment) and the bounds of loads and stores follow that sequence. "batch" is the number of sequences.
-    "key_offset" is the row of the sequence's first key among all sequences' keys: b·seqlen_k dense,
+    alignment) and the bounds of loads and stores follow that sequence. `batch` is the number of sequences.
+    `key_offset` is the row of the sequence's first key among all sequences' keys: b·seqlen_k dense,
     cu_seqlens_k[b] varlen (clamped to [0, total_k] like the sequence's K rows); a per-key input array indexed
     key_offset + kv is (B, Sk) dense and (total_k) varlen. A score_mod or mask that reads such an array is only
     given keys of the sequence: the CUDA printer passes a tile's padding keys (past seqlen_k, masked either way)
     as key seqlen_k - 1.
-    "split_begin" and "split_end" are the keys [split_begin, split_end) of this program instance's split of the
+    `split_begin` and `split_end` are the keys [split_begin, split_end) of this program instance's split of the
     key range (split-KV, inserted by the decode schedule's tile-decode-split-kv): whole K/V tiles, [0, 0) for a
     split past the sequence's end, [0, seqlen_k) when the walk is not split.
-    "kv_step" is the K/V tile of this launch in a program launched once per K/V tile (`tile.state_load`); 0 in
+    `kv_step` is the K/V tile of this launch in a program launched once per K/V tile (`tile.state_load`); 0 in
     other programs.
   }];
-  let arguments = (ins StrAttr:$name);
+  let arguments = (ins Tile_DimAttr:$dim);
   let results = (outs I32:$result);
-  let assemblyFormat = "$name attr-dict";
-  let hasVerifier = 1;
+  let assemblyFormat = "`` $dim attr-dict";
 }
 
 def Tile_ParamOp : Tile_Op<"param", [Pure]> {
@@ -115,22 +114,23 @@ def Tile_KvRangeOp : Tile_Op<"kv_range", []> {
   let summary = "the variant's KV-range rule for the Q tile this instance owns";
   let description = [{
     The region receives the first and last query row of the Q tile (unaligned indices), its batch entry and
-    query head, and yields a key range [lo, hi) (which may read variant inputs, e.g. per-token document starts). `kind = "may"`: keys outside can never be attended by any row of the tile, so their tiles are
-    skipped. `kind = "full"`: every row attends every key inside, so tiles inside need no mask. Schedules clamp
+    query head, and yields a key range [lo, hi) (which may read variant inputs, e.g. per-token document starts). `may`: keys
+    outside can never be attended by any row of the tile, so their tiles are skipped. `full`: every row attends
+    every key inside, so tiles inside need no mask. Schedules clamp
     both to [0, seqlen_k) and derive loop segments from them. The op declares no memory effects on purpose:
     its results are unused until a schedule splits the loop, and it must survive canonicalization until then.
     ```mlir
-    %lo, %hi = tile.kv_range "may" {
+    %lo, %hi = tile.kv_range may {
     ^bb0(%first: i32, %last: i32, %b: i32, %h: i32):
       ...
       tile.yield %c0, %end : i32, i32
     }
     ```
   }];
-  let arguments = (ins StrAttr:$kind);
+  let arguments = (ins Tile_RangeKindAttr:$kind);
   let results = (outs I32:$lo, I32:$hi);
   let regions = (region SizedRegion<1>:$rule);
-  let assemblyFormat = "$kind attr-dict-with-keyword custom<TileRegion>($rule)";
+  let assemblyFormat = "`` $kind attr-dict-with-keyword custom<TileRegion>($rule)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// Whether the rule's lower bound is the constant `key` for every Q tile (e.g. 0 for causal masks).
@@ -156,10 +156,11 @@ def Tile_LoadOp : Tile_Op<"load", [MemoryEffects<[MemRead]>, AttrSizedOperandSeg
     looked one tile past its end); the result is unspecified, a target may read a stale buffer, and nothing
     computed from it may reach the output (the interpreter gives NaNs, so a leak shows).
   }];
-  let arguments = (ins StrAttr:$operand, Optional<I32>:$index, Optional<Tile_SlotType>:$slot, Optional<I1>:$pred);
+  let arguments = (ins Tile_OperandAttr:$operand, Optional<I32>:$index, Optional<Tile_SlotType>:$slot,
+                       Optional<I1>:$pred);
   let results = (outs Tile_TileLowp:$result);
   let assemblyFormat = [{
-    $operand (`[` $index^ `]`)? (`from` $slot^ `:` type($slot))? (`if` $pred^)? attr-dict `:` type($result)
+    `` $operand (`[` $index^ `]`)? (`from` $slot^ `:` type($slot))? (`if` $pred^)? attr-dict `:` type($result)
   }];
   let hasVerifier = 1;
 }
@@ -171,12 +172,12 @@ def Tile_LoadOp : Tile_Op<"load", [MemoryEffects<[MemRead]>, AttrSizedOperandSeg
 def Tile_BufferOp : Tile_Op<"buffer", [MemoryEffects<[MemAlloc]>]> {
   let summary = "allocates the shared-memory ring of one operand (placed by a schedule's pipeline pass)";
   let description = [{
-    `%kbuf = tile.buffer "k" : !tile.buffer<tensor<64x128xbf16>, slots = 2>`: `slots` tiles of K in shared memory.
+    `%kbuf = tile.buffer k : !tile.buffer<tensor<64x128xbf16>, slots = 2>`: `slots` tiles of K in shared memory.
     Q's buffer has one slot. Its tile type is the operand's scheduled tile.
   }];
-  let arguments = (ins StrAttr:$operand);
+  let arguments = (ins Tile_OperandAttr:$operand);
   let results = (outs Tile_BufferType:$buffer);
-  let assemblyFormat = "$operand attr-dict `:` type($buffer)";
+  let assemblyFormat = "`` $operand attr-dict `:` type($buffer)";
   let hasVerifier = 1;
 }
 
@@ -196,17 +197,17 @@ def Tile_SlotOp : Tile_Op<"slot", [Pure, TypesMatchWith<"the slot holds the buff
 def Tile_CopyAsyncOp : Tile_Op<"copy_async", [MemoryEffects<[MemRead, MemWrite]>, AttrSizedOperandSegments]> {
   let summary = "starts an asynchronous global-to-shared copy of a tile into a slot; returns its token";
   let description = [{
-    `%t = tile.copy_async "k"[%j] into %slot if %valid : !tile.slot<...>` starts copying K tile `j` into `%slot`;
+    `%t = tile.copy_async k[%j] into %slot if %valid : !tile.slot<...>` starts copying K tile `j` into `%slot`;
     nothing is copied when the optional predicate is false (the token then completes at once). The slot's contents
     are undefined until a `tile.wait` consumes `%t`, and the slot must not be read by any thread while the copy is
     in flight. `... into %slot arrive %full[%i]` (a TMA copy) also completes the phase of ring position `%i` of
     the slot's "full" barrier with the tile's bytes: consumers wait for that phase instead of the token.
   }];
-  let arguments = (ins StrAttr:$operand, Optional<I32>:$index, Tile_SlotType:$slot, Optional<Tile_BarrierType>:$full,
+  let arguments = (ins Tile_OperandAttr:$operand, Optional<I32>:$index, Tile_SlotType:$slot, Optional<Tile_BarrierType>:$full,
                        Optional<I32>:$position, Optional<I1>:$pred);
   let results = (outs Tile_TokenType:$token);
   let assemblyFormat = [{
-    $operand (`[` $index^ `]`)? `into` $slot (`arrive` $full^ `[` $position `]`)? (`if` $pred^)? attr-dict `:`
+    `` $operand (`[` $index^ `]`)? `into` $slot (`arrive` $full^ `[` $position `]`)? (`if` $pred^)? attr-dict `:`
     type($slot) (`,` type($full)^)?
   }];
   let hasVerifier = 1;
@@ -297,8 +298,8 @@ def Tile_MmaWaitOp : Tile_Op<"mma_wait", [MemoryEffects<[MemRead, MemWrite]>]> {
 def Tile_StoreOp : Tile_Op<"store", [MemoryEffects<[MemWrite]>]> {
   let summary = "writes the O tile (converted to the program's dtype) or the LSE rows";
   let description = [{ `tile.store o %o : tensor<?x128xf32>`, `tile.store lse %lse : tensor<?xf32>`. Rows past seqlen_q are not written. }];
-  let arguments = (ins StrAttr:$operand, Tile_TileF32:$value);
-  let assemblyFormat = "$operand $value attr-dict `:` type($value)";
+  let arguments = (ins Tile_OutputAttr:$operand, Tile_TileF32:$value);
+  let assemblyFormat = "`` $operand $value attr-dict `:` type($value)";
   let hasVerifier = 1;
 }
 
@@ -482,10 +483,10 @@ def Tile_KvLoopOp : Tile_Op<"kv_loop", [SingleBlockImplicitTerminator<"YieldOp">
   let summary = "walks K/V tiles, threading the online-softmax state";
   let description = [{
     Unscheduled (no bounds), the loop visits every K/V tile in order. Scheduled, it visits tiles
-    [from, to) in `order` ("ascending" or "descending"); `segment` says which part of the KV range it covers
-    ("all", "tail_boundary", "interior", "head_boundary"), interior segments carry no mask.
+    [from, to) in `order` (`ascending`, omitted, or `descending`); `segment` says which part of the KV range it
+    covers (`all`, omitted, `tail_boundary`, `interior`, `head_boundary`), interior segments carry no mask.
     ```mlir
-    %st = tile.kv_loop from %lo to %hi iter_args(%st0) {segment = "interior", order = "descending"}
+    %st = tile.kv_loop from %lo to %hi segment interior order descending iter_args(%st0)
           : !tile.state<128x128> -> !tile.state<128x128> {
     ^bb0(%j: i32, %s: !tile.state<128x128>):
       ...
@@ -500,12 +501,13 @@ def Tile_KvLoopOp : Tile_Op<"kv_loop", [SingleBlockImplicitTerminator<"YieldOp">
   }];
   let arguments = (ins Optional<I32>:$lower, Optional<I32>:$upper, Tile_StateType:$init,
                        Variadic<Tile_Carried>:$carried,
-                       DefaultValuedStrAttr<StrAttr, "all">:$segment,
-                       DefaultValuedStrAttr<StrAttr, "ascending">:$order);
+                       DefaultValuedAttr<Tile_SegmentAttr, "::flashtile::tile::Segment::All">:$segment,
+                       DefaultValuedAttr<Tile_KvOrderAttr, "::flashtile::tile::KvOrder::Ascending">:$order);
   let results = (outs Tile_StateType:$result, Variadic<Tile_Carried>:$carriedResults);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    (`from` $lower^)? (`to` $upper^)? `iter_args` `(` $init (`,` $carried^)? `)` attr-dict `:` type($init)
+    (`from` $lower^)? (`to` $upper^)? (`segment` `` $segment^)? (`order` `` $order^)? `iter_args` `(` $init
+    (`,` $carried^)? `)` attr-dict `:` type($init)
     (`,` type($carried)^)? `->` type($result) (`,` type($carriedResults)^)? custom<TileRegion>($body)
   }];
   let hasVerifier = 1;
@@ -522,7 +524,7 @@ def Tile_KvWalkOp : Tile_Op<"kv_walk", [SingleBlockImplicitTerminator<"YieldOp">
   let summary = "visits K/V tiles [from, to) in order with no softmax state: a producer's loop";
   let description = [{
     ```mlir
-    tile.kv_walk from %lo to %hi {order = "descending"} {
+    tile.kv_walk from %lo to %hi order descending {
     ^bb0(%j: i32):
       ...   // e.g. wait for a slot's empty barrier, copy K tile j into it
     }
@@ -530,9 +532,10 @@ def Tile_KvWalkOp : Tile_Op<"kv_walk", [SingleBlockImplicitTerminator<"YieldOp">
     The loop of a role that moves tiles rather than computing on them (FA3's producer): the same tiles, in the same
     order, as the consumers' `tile.kv_loop` segments, without their state.
   }];
-  let arguments = (ins I32:$lower, I32:$upper, DefaultValuedStrAttr<StrAttr, "ascending">:$order);
+  let arguments = (ins I32:$lower, I32:$upper,
+                       DefaultValuedAttr<Tile_KvOrderAttr, "::flashtile::tile::KvOrder::Ascending">:$order);
   let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = "`from` $lower `to` $upper attr-dict custom<TileRegion>($body)";
+  let assemblyFormat = "`from` $lower `to` $upper (`order` `` $order^)? attr-dict-with-keyword custom<TileRegion>($body)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     ::mlir::Value getTileIndex() { return getBody().front().getArgument(0); }
@@ -579,7 +582,7 @@ def Tile_StateLoadOp : Tile_Op<"state_load", [MemoryEffects<[MemRead]>]> {
   let summary = "reads the Q tile's online-softmax state that the previous K/V step left in global memory";
   let description = [{
     A program with `tile.state_load` and `tile.state_store` is launched once per K/V tile: launch s
-    (`tile.dim "kv_step"` = s, s = 0 .. ceil(seqlen_k / block_n) - 1, at least one launch) runs every Q tile
+    (`tile.dim kv_step` = s, s = 0 .. ceil(seqlen_k / block_n) - 1, at least one launch) runs every Q tile
     against K/V tile s only, so the K/V loop is the sequence of launches and the Q tiles are the blocks of each
     (FlashAttention-1's orchestration). Between launches each query row's state (m, l, acc in fp32) lives in a
     global-memory workspace. At step 0 this op gives the empty state (as `tile.init_state`); at step s > 0 the
@@ -617,7 +620,7 @@ def Tile_StoreSplitOp : Tile_Op<"store_split", [MemoryEffects<[MemWrite]>]> {
   let summary = "writes one split's O and LSE: partials for the combine step, or the result when unsplit";
   let description = [{
     Under split-KV (flash-decoding) the key range of a Q tile is split across `num_splits` program instances
-    (`tile.dim "split_begin"`/`"split_end"`), each finalizing its own softmax. With num_splits = 1 this op is
+    (`tile.dim split_begin`/`split_end`), each finalizing its own softmax. With num_splits = 1 this op is
     `tile.store o` and `tile.store lse` of the instance's O and LSE, after the optional sink joins them
     (LSE' = ln(e^LSE + e^s), O' = O·e^(LSE − LSE')). With num_splits > 1 it writes O (fp32, normalized by the
     split's own sum) and LSE to the split's slice of the workspace, and the combine step merges a row's splits

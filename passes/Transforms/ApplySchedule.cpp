@@ -4,7 +4,6 @@
 // it as `#tile.schedule`, fixes the `?` tile dimensions (query rows become blockM, keys blockN) and sets the
 // rescale policy on the online-softmax steps. Nothing here knows a particular schedule.
 //===----------------------------------------------------------------------===//
-#include "flashtile/runtime/KernelInfo.h"
 #include "passes/Transforms/Passes.h"
 #include "passes/Transforms/ScheduleRegistry.h"
 
@@ -71,12 +70,14 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
       func.emitOpError() << error;
       return signalPassFailure();
     }
-    if (!llvm::is_contained(kShapeClasses, std::string_view(shapeClass))) {
-      func.emitOpError() << "unknown shape class '" << shapeClass << "'; accepted: " << kDefaultShapeClass << ", "
-                         << kShortShapeClass;
+    std::optional<ShapeClass> shape = symbolizeShapeClass(shapeClass);
+    if (!shape) {
+      InFlightDiagnostic diag = func.emitOpError() << "unknown shape class '" << shapeClass << "'; accepted: ";
+      for (uint32_t c = 0; c <= getMaxEnumValForShapeClass(); ++c)
+        diag << (c ? ", " : "") << stringifyShapeClass(static_cast<ShapeClass>(c));
       return signalPassFailure();
     }
-    FailureOr<ScheduleAttr> configured = schedule->configure(func, *set, shapeClass);
+    FailureOr<ScheduleAttr> configured = schedule->configure(func, *set, *shape);
     if (failed(configured))
       return signalPassFailure();
     ScheduleAttr config = *configured;
@@ -97,8 +98,8 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
         FailureOr<Type> type;
         if (auto load = dyn_cast<LoadOp>(op)) {
           auto t = cast<RankedTensorType>(load.getType());
-          int64_t rows = load.getOperand() == "q" ? config.getBlockM() : config.getBlockN();
-          auto fixed = fixDim(op, t.getDimSize(0), rows, load.getOperand().str() + " tile rows");
+          int64_t rows = load.getOperand() == Operand::Q ? config.getBlockM() : config.getBlockN();
+          auto fixed = fixDim(op, t.getDimSize(0), rows, (stringifyOperand(load.getOperand()) + " tile rows").str());
           if (failed(fixed))
             return WalkResult::interrupt();
           type = RankedTensorType::get({*fixed, t.getDimSize(1)}, t.getElementType());

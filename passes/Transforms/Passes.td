@@ -32,7 +32,7 @@ def TileApplySchedule : Pass<"tile-apply-schedule", "::flashtile::tile::FuncOp">
 def TileSplitBoundary : Pass<"tile-split-boundary", "::flashtile::tile::FuncOp"> {
   let summary = "Splits the K/V loop into masked boundary segments and an unmasked interior";
   let description = [{
-    Uses the variant's `tile.kv_range "may"` and `"full"` rules to bound the loop (tiles outside "may" are
+    Uses the variant's `tile.kv_range may` and `full` rules to bound the loop (tiles outside the may range are
     skipped entirely) and to find the tiles every row attends fully (no mask needed). The result is up to
     three bounded loops walked in the schedule's order: tail boundary, interior (mask removed), head boundary.
   }];

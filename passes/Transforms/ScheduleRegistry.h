@@ -61,7 +61,7 @@ public:
   /// program (head dims, traits), overridden by `knobs`, validated (a diagnostic on `func` naming the knob and
   /// the accepted values otherwise). A class tiled like the default class comes back as the default class.
   virtual mlir::FailureOr<tile::ScheduleAttr> configure(tile::FuncOp func, const Knobs &knobs,
-                                                        std::string_view shapeClass) const = 0;
+                                                        tile::ShapeClass shapeClass) const = 0;
   /// tile-split-boundary: whether K/V tiles are walked from the last to the first.
   virtual bool walkDescending() const = 0;
   /// tile-lower-to-target: the instruction family (a registered target, codegen/TargetRegistry.h) that lowers

@@ -30,7 +30,7 @@ struct TileBounds {
 TileBounds tileBounds(OpBuilder &b, Location loc, KvRangeOp may, KvRangeOp full, int64_t blockN) {
   auto c = [&](int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 32).getResult(); };
   Value zero = c(0), bn = c(blockN);
-  Value seqlenK = DimOp::create(b, loc, "seqlen_k");
+  Value seqlenK = DimOp::create(b, loc, Dim::SeqlenK);
   auto clampKeys = [&](Value key) {
     return arith::MinSIOp::create(b, loc, arith::MaxSIOp::create(b, loc, key, zero), seqlenK).getResult();
   };
@@ -49,12 +49,12 @@ TileBounds tileBounds(OpBuilder &b, Location loc, KvRangeOp may, KvRangeOp full,
 }
 
 /// A copy of `loop` over [lo, hi) of one segment; interior copies drop their masks.
-KvLoopOp cloneSegment(OpBuilder &b, KvLoopOp loop, Value init, Value lo, Value hi, StringRef segment, StringRef order) {
+KvLoopOp cloneSegment(OpBuilder &b, KvLoopOp loop, Value init, Value lo, Value hi, Segment segment, KvOrder order) {
   auto seg = KvLoopOp::create(b, loop.getLoc(), loop.getResult().getType(), TypeRange(), lo, hi, init, ValueRange(),
                               segment, order);
   IRMapping map;
   loop.getBody().cloneInto(&seg.getBody(), map);
-  if (segment == "interior")
+  if (segment == Segment::Interior)
     seg.getBody().walk([](MaskOp mask) {
       mask.getResult().replaceAllUsesWith(mask.getS());
       mask.erase();
@@ -79,9 +79,9 @@ struct TileSplitBoundaryPass : flashtile::tile::impl::TileSplitBoundaryBase<Tile
     bool walkDescending = owner->walkDescending();
     KvRangeOp may, full;
     for (auto range : func.getBody().getOps<KvRangeOp>())
-      (range.getKind() == "may" ? may : full) = range;
+      (range.getKind() == RangeKind::May ? may : full) = range;
     if (!may || !full) {
-      func.emitOpError() << "needs both kv_range rules (\"may\" and \"full\") to split boundary tiles";
+      func.emitOpError() << "needs both kv_range rules (may and full) to split boundary tiles";
       return signalPassFailure();
     }
     SmallVector<KvLoopOp> loops(func.getBody().getOps<KvLoopOp>());
@@ -100,19 +100,19 @@ struct TileSplitBoundaryPass : flashtile::tile::impl::TileSplitBoundaryBase<Tile
       TileBounds t = tileBounds(b, loop.getLoc(), may, full, schedule.getBlockN());
       // Rules that start both ranges at key 0 (no mask, causal) provably leave the head segment empty.
       bool headEmpty = may.lowerBoundIs(0) && full.lowerBoundIs(0);
-      StringRef order = walkDescending ? "descending" : "ascending";
-      struct Segment {
-        StringRef name;
+      KvOrder order = walkDescending ? KvOrder::Descending : KvOrder::Ascending;
+      struct Part {
+        Segment segment;
         Value lo, hi;
       };
-      SmallVector<Segment, 3> segments = {{"tail_boundary", t.fullHi, t.hi}, {"interior", t.fullLo, t.fullHi}};
+      SmallVector<Part, 3> parts = {{Segment::TailBoundary, t.fullHi, t.hi}, {Segment::Interior, t.fullLo, t.fullHi}};
       if (!headEmpty)
-        segments.push_back({"head_boundary", t.lo, t.fullLo});
+        parts.push_back({Segment::HeadBoundary, t.lo, t.fullLo});
       if (!walkDescending)
-        std::reverse(segments.begin(), segments.end());
+        std::reverse(parts.begin(), parts.end());
       Value state = loop.getInit();
-      for (const Segment &s : segments)
-        state = cloneSegment(b, loop, state, s.lo, s.hi, s.name, order).getResult();
+      for (const Part &p : parts)
+        state = cloneSegment(b, loop, state, p.lo, p.hi, p.segment, order).getResult();
       loop.getResult().replaceAllUsesWith(state);
       loop.erase();
     }

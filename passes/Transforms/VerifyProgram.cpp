@@ -23,7 +23,7 @@ struct TileVerifyProgramPass : flashtile::tile::impl::TileVerifyProgramBase<Tile
     };
     for (Operation &op : func.getBodyBlock()) {
       if (auto load = dyn_cast<LoadOp>(op)) {
-        if (load.getOperand() != "q")
+        if (load.getOperand() != Operand::Q)
           fail(load, "K/V tiles can only be loaded inside a tile.kv_loop");
         ++qLoads;
       } else if (isa<InitStateOp>(op)) {
@@ -31,11 +31,11 @@ struct TileVerifyProgramPass : flashtile::tile::impl::TileVerifyProgramBase<Tile
       } else if (isa<FinalizeOp>(op)) {
         ++finalizes;
       } else if (auto store = dyn_cast<StoreOp>(op)) {
-        (store.getOperand() == "o" ? storesO : storesLse) = true;
+        (store.getOperand() == Output::O ? storesO : storesLse) = true;
       } else if (auto loop = dyn_cast<KvLoopOp>(op)) {
         ++loops;
         loop.getBody().walk([&](LoadOp load) {
-          if (load.getOperand() == "q")
+          if (load.getOperand() == Operand::Q)
             fail(load, "the Q tile is loaded once, outside the K/V loop");
           else if (load.getIndex() != loop.getTileIndex())
             fail(load, "must load the loop's own tile (the loop's first block argument)");

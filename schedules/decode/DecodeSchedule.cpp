@@ -8,7 +8,6 @@
 #include "schedules/decode/DecodeRegister.h"
 #include "schedules/fa2/Fa2Pipeline.h"
 
-#include "flashtile/runtime/KernelInfo.h"
 #include "passes/Transforms/Passes.h"
 
 #include "mlir/Transforms/Passes.h"
@@ -48,7 +47,7 @@ public:
     return specs;
   }
 
-  FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, std::string_view) const override {
+  FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass) const override {
     int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
     DecodeConfig config = DecodeConfig::defaultsFor(headDim, headDimV);
     auto set = [&](const char *knob, int &field) {
@@ -65,8 +64,7 @@ public:
     // One tiling serves every shape class (the split count, a kernel argument, adapts to the shape); the grid
     // takes Q tiles per (batch, head), splits fastest (block order 0); every tile is rescaled (FA2's policy).
     return ScheduleAttr::get(func.getContext(), kName, config.blockM, config.blockN, config.warps, config.stages,
-                             /*rescaleThreshold=*/0, config.minBlocksPerSm, /*lptGroupBlocks=*/0,
-                             llvm::StringRef(kDefaultShapeClass));
+                             /*rescaleThreshold=*/0, config.minBlocksPerSm, /*lptGroupBlocks=*/0, ShapeClass::Default);
   }
 
   // Descending as FA2: within a split, the masked tiles near the diagonal come first.

@@ -2,10 +2,10 @@
 //
 // The decode schedule's split of the key range (flash-decoding), on a scheduled program before
 // tile-split-boundary:
-//  - the "may" KV-range rule is intersected with the program instance's split, [tile.dim "split_begin",
-//    tile.dim "split_end"), so tile-split-boundary bounds every loop segment by it: a split walks only its own
+//  - the "may" KV-range rule is intersected with the program instance's split, [tile.dim split_begin,
+//    tile.dim split_end), so tile-split-boundary bounds every loop segment by it: a split walks only its own
 //    whole K/V tiles (an empty split walks none), and the variant's masks stay where they were;
-//  - tile.store "o" and "lse" of the finalized state become one tile.store_split, which writes the split's
+//  - tile.store o and lse of the finalized state become one tile.store_split, which writes the split's
 //    partial O and LSE for the combine kernel (or, unsplit, the result); finalize's sink moves onto it, so that it
 //    joins each row's softmax once rather than once per split;
 //  - with `pack-query-heads` (the default), rows pack the query heads of a K/V head (tile.pack_query_heads,
@@ -79,27 +79,27 @@ struct DecodeSplitKvPass : PassWrapper<DecodeSplitKvPass, OperationPass<FuncOp>>
   LogicalResult boundBySplit(FuncOp func) {
     KvRangeOp may;
     for (KvRangeOp range : func.getBody().getOps<KvRangeOp>())
-      if (range.getKind() == "may")
+      if (range.getKind() == RangeKind::May)
         may = range;
     if (!may)
-      return func.emitOpError() << "has no kv_range \"may\" rule to bound by the split";
+      return func.emitOpError() << "has no tile.kv_range may rule to bound by the split";
     auto yield = cast<YieldOp>(may.getRule().front().getTerminator());
     OpBuilder b(yield);
     Location loc = yield.getLoc();
-    Value begin = DimOp::create(b, loc, "split_begin"), end = DimOp::create(b, loc, "split_end");
+    Value begin = DimOp::create(b, loc, Dim::SplitBegin), end = DimOp::create(b, loc, Dim::SplitEnd);
     Value lo = arith::MaxSIOp::create(b, loc, yield.getValues()[0], begin);
     Value hi = arith::MinSIOp::create(b, loc, yield.getValues()[1], end);
     yield->setOperands({lo, hi});
     return success();
   }
 
-  /// tile.store "o" %o; tile.store "lse" %lse (of one tile.finalize) → tile.store_split %o, %lse [sink].
+  /// tile.store o %o; tile.store lse %lse (of one tile.finalize) → tile.store_split %o, %lse [sink].
   LogicalResult storeSplits(FuncOp func) {
     SmallVector<StoreOp> stores(func.getBody().getOps<StoreOp>());
     FinalizeOp fin;
     StoreOp storeO, storeLse;
     for (StoreOp store : stores) {
-      (store.getOperand() == "o" ? storeO : storeLse) = store;
+      (store.getOperand() == Output::O ? storeO : storeLse) = store;
       auto from = store.getValue().getDefiningOp<FinalizeOp>();
       if (!from || (fin && from != fin))
         return store.emitOpError() << "stores a value that is not a result of the program's one tile.finalize; "

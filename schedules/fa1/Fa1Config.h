@@ -3,7 +3,7 @@
 // FlashAttention-1 (Dao et al. 2022, Algorithm 1): the K/V loop outside, the Q loop inside. For each K/V tile j, for
 // each Q tile i: load Q_i and the row statistics m_i, l_i and the running output O_i from global memory,
 // S = Q_i K_jᵀ, mask, online-softmax update, rescale O_i, add P V_j, write O_i, m_i, l_i back. Here the K/V loop is
-// the sequence of launches (one per K/V tile, `tile.dim "kv_step"`) and the Q loop the thread blocks of each
+// the sequence of launches (one per K/V tile, `tile.dim kv_step`) and the Q loop the thread blocks of each
 // launch; the state between steps lives in a global-memory workspace (tile.state_load / tile.state_store). Its
 // speed is not a target: it is the smallest worked example of a schedule plug-in (docs/architecture.md).
 //

@@ -1,7 +1,7 @@
 //===- Fa1KvStepsPass.cpp - tile-fa1-kv-steps -----------------------------===//
 //
 // FA1's outer loop, on a scheduled program before tile-split-boundary. The program becomes one step of the walk over
-// K/V tiles: it is launched once per K/V tile (tile.dim "kv_step"), and each of its instances (a Q tile) visits
+// K/V tiles: it is launched once per K/V tile (tile.dim kv_step), and each of its instances (a Q tile) visits
 // that tile only, with the online-softmax state carried from step to step through global memory:
 //  - tile.init_state becomes tile.state_load: the state the previous step stored for these rows (empty at step 0);
 //  - the "may" KV-range rule is intersected with the step's tile, [kv_step·block_n, kv_step·block_n + block_n), so
@@ -26,7 +26,7 @@ struct Fa1KvStepsPass : PassWrapper<Fa1KvStepsPass, OperationPass<FuncOp>> {
   StringRef getArgument() const override { return "tile-fa1-kv-steps"; }
   StringRef getName() const override { return "Fa1KvSteps"; }
   StringRef getDescription() const override {
-    return "FA1's outer loop: one K/V tile per launch (tile.dim \"kv_step\"), the online-softmax state loaded from "
+    return "FA1's outer loop: one K/V tile per launch (tile.dim kv_step), the online-softmax state loaded from "
            "and stored to global memory around it (tile.state_load, tile.state_store)";
   }
 
@@ -76,20 +76,20 @@ struct Fa1KvStepsPass : PassWrapper<Fa1KvStepsPass, OperationPass<FuncOp>> {
   LogicalResult boundByStep(FuncOp func, int64_t blockN) {
     KvRangeOp may;
     for (KvRangeOp range : func.getBody().getOps<KvRangeOp>())
-      if (range.getKind() == "may")
+      if (range.getKind() == RangeKind::May)
         may = range;
     if (!may)
-      return func.emitOpError() << "has no kv_range \"may\" rule to bound by the K/V step";
+      return func.emitOpError() << "has no tile.kv_range may rule to bound by the K/V step";
     auto yield = cast<YieldOp>(may.getRule().front().getTerminator());
     OpBuilder b(yield);
     Location loc = yield.getLoc();
-    Value step = DimOp::create(b, loc, "kv_step");
+    Value step = DimOp::create(b, loc, Dim::KvStep);
     Value n = arith::ConstantIntOp::create(b, loc, blockN, 32);
     Value begin = arith::MulIOp::create(b, loc, step, n);
     Value end = arith::AddIOp::create(b, loc, begin, n);
     Value lo = arith::MaxSIOp::create(b, loc, yield.getValues()[0], begin);
     Value hi = arith::MinSIOp::create(b, loc, yield.getValues()[1], end);
-    Value past = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, begin, DimOp::create(b, loc, "seqlen_k"));
+    Value past = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, begin, DimOp::create(b, loc, Dim::SeqlenK));
     Value zero = arith::ConstantIntOp::create(b, loc, 0, 32);
     yield->setOperands({arith::SelectOp::create(b, loc, past, zero, lo).getResult(),
                         arith::SelectOp::create(b, loc, past, zero, hi).getResult()});

@@ -13,7 +13,6 @@
 #include "schedules/fa1/Fa1Register.h"
 #include "schedules/fa2/Fa2Pipeline.h"
 
-#include "flashtile/runtime/KernelInfo.h"
 #include "passes/Transforms/Passes.h"
 
 #include "mlir/Transforms/Passes.h"
@@ -40,7 +39,7 @@ public:
     return specs;
   }
 
-  FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, std::string_view) const override {
+  FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass) const override {
     int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
     Fa1Config config = Fa1Config::defaultsFor(headDim, headDimV);
     auto set = [&](const char *knob, int &field) {
@@ -55,8 +54,7 @@ public:
     // One tiling for every shape class; one K and one V buffer; every tile rescaled; no occupancy request; Q tiles
     // in grid order (the steps, not the blocks, are what is ordered).
     return ScheduleAttr::get(func.getContext(), kName, config.blockM, config.blockN, config.warps, /*stages=*/1,
-                             /*rescaleThreshold=*/0, /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0,
-                             llvm::StringRef(kDefaultShapeClass));
+                             /*rescaleThreshold=*/0, /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, ShapeClass::Default);
   }
 
   // A step visits at most one tile, so the order only matters to tile-fa2-pipeline, which walks descending.

@@ -50,12 +50,12 @@ struct Buffers {
   Value q, k, v;
 
   /// The slot tile `index` of `operand` lives in (Q: its one slot).
-  Value slot(OpBuilder &b, Location loc, StringRef operand, Value index) const {
-    Value buffer = operand == "q" ? q : operand == "k" ? k : v;
+  Value slot(OpBuilder &b, Location loc, Operand operand, Value index) const {
+    Value buffer = operand == Operand::Q ? q : operand == Operand::K ? k : v;
     return SlotOp::create(b, loc, buffer, index).getResult();
   }
   /// Starts copying tile `index` of `operand` into its slot; returns the copy's token.
-  CopyAsyncOp copy(OpBuilder &b, Location loc, StringRef operand, Value index, Value pred) const {
+  CopyAsyncOp copy(OpBuilder &b, Location loc, Operand operand, Value index, Value pred) const {
     return CopyAsyncOp::create(b, loc, operand, index, slot(b, loc, operand, index), /*full=*/Value(),
                                /*position=*/Value(), pred);
   }
@@ -75,10 +75,10 @@ struct Prologue {
 };
 Prologue startQAndFirstK(OpBuilder &b, Location loc, const Buffers &buffers, Value highest, Value lowest) {
   Prologue p;
-  p.copyQ = buffers.copy(b, loc, "q", Value(), Value());
+  p.copyQ = buffers.copy(b, loc, Operand::Q, Value(), Value());
   p.first = minus(b, loc, highest, 1);
   p.anyTile = isVisited(b, loc, p.first, lowest);
-  p.copyK = buffers.copy(b, loc, "k", p.first, p.anyTile);
+  p.copyK = buffers.copy(b, loc, Operand::K, p.first, p.anyTile);
   return p;
 }
 
@@ -105,12 +105,12 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
     }
     SmallVector<KvLoopOp> loops(func.getBody().getOps<KvLoopOp>());
     auto qLoads = llvm::to_vector(func.getBody().getOps<LoadOp>());
-    if (loops.empty() || qLoads.size() != 1 || qLoads.front().getOperand() != "q") {
+    if (loops.empty() || qLoads.size() != 1 || qLoads.front().getOperand() != Operand::Q) {
       func.emitOpError() << "needs one Q load and at least one K/V loop at top level";
       return signalPassFailure();
     }
     for (KvLoopOp loop : loops)
-      if (!loop.isBounded() || loop.getOrder() != "descending") {
+      if (!loop.isBounded() || loop.getOrder() != KvOrder::Descending) {
         loop.emitOpError() << "must be a bounded, descending segment (run tile-split-boundary first)";
         return signalPassFailure();
       }
@@ -138,12 +138,12 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
     // The buffers, at the top of the program: their tiles are the scheduled loads'.
     OpBuilder top(&func.getBody().front(), func.getBody().front().begin());
     Location loc = loadQ.getLoc();
-    auto bufferOf = [&](StringRef operand, Type tile, int64_t slots) {
+    auto bufferOf = [&](Operand operand, Type tile, int64_t slots) {
       auto type = BufferType::get(&getContext(), cast<RankedTensorType>(tile), slots);
       return BufferOp::create(top, loc, type, operand).getResult();
     };
-    Buffers buffers{bufferOf("q", loadQ.getType(), 1), bufferOf("k", bodies.front().k.getType(), stages),
-                    bufferOf("v", bodies.front().v.getType(), stages)};
+    Buffers buffers{bufferOf(Operand::Q, loadQ.getType(), 1), bufferOf(Operand::K, bodies.front().k.getType(), stages),
+                    bufferOf(Operand::V, bodies.front().v.getType(), stages)};
     if (stages == 1)
       pipelineSingleBuffers(loops, bodies, buffers, loadQ, highest, lowest);
     else
@@ -168,7 +168,7 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
   FailureOr<BodyLoads> bodyLoads(KvLoopOp loop) {
     BodyLoads l;
     for (LoadOp load : loop.getBody().front().getOps<LoadOp>())
-      (load.getOperand() == "k" ? l.k : l.v) = load;
+      (load.getOperand() == Operand::K ? l.k : l.v) = load;
     if (!l.k || !l.v)
       return fail(loop, "must load both a K and a V tile");
     l.qk = dyn_cast_or_null<QkOp>(*l.k->getUsers().begin());
@@ -207,14 +207,14 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
       // K(j): wait for it, then start V(j) so it overlaps Q·Kᵀ.
       OpBuilder lb(&body, body.begin());
       WaitOp::create(lb, loc, ValueRange{body.getArguments().back()});
-      CopyAsyncOp copyV = buffers.copy(lb, loc, "v", j, Value());
+      CopyAsyncOp copyV = buffers.copy(lb, loc, Operand::V, j, Value());
       l.k->moveBefore(l.qk);
       buffers.readFromSlot(l.k);
       // V(j): wait for it right before P·V, then start K(next) so it overlaps P·V and the next softmax.
       lb.setInsertionPoint(l.pv);
       WaitOp::create(lb, loc, ValueRange{copyV.getToken()});
       Value next = minus(lb, loc, j, 1);
-      Value tokenNext = buffers.copy(lb, loc, "k", next, isVisited(lb, loc, next, lowest)).getToken();
+      Value tokenNext = buffers.copy(lb, loc, Operand::K, next, isVisited(lb, loc, next, lowest)).getToken();
       l.v->moveBefore(l.pv);
       buffers.readFromSlot(l.v, copyV.getSlot());
       yieldAlso(loop, ValueRange{tokenNext});
@@ -233,11 +233,11 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
     loadQ->moveAfter(waitQK);
     buffers.readFromSlot(loadQ, p.copyQ.getSlot());
     b.setInsertionPointAfter(loadQ);
-    Value tokenV = buffers.copy(b, loc, "v", p.first, p.anyTile).getToken();
+    Value tokenV = buffers.copy(b, loc, Operand::V, p.first, p.anyTile).getToken();
     Value second = minus(b, loc, p.first, 1);
-    Value tokenK = buffers.copy(b, loc, "k", second, isVisited(b, loc, second, lowest)).getToken();
+    Value tokenK = buffers.copy(b, loc, Operand::K, second, isVisited(b, loc, second, lowest)).getToken();
     Type kType = bodies.front().k.getType(), sType = bodies.front().qk.getS().getType();
-    auto kFirst = LoadOp::create(b, loc, kType, "k", p.first, Value(), p.anyTile);
+    auto kFirst = LoadOp::create(b, loc, kType, Operand::K, p.first, Value(), p.anyTile);
     buffers.readFromSlot(kFirst, p.copyK.getSlot());
     Value scores = QkOp::create(b, loc, sType, Type(), loadQ.getResult(), kFirst).getS();
 
@@ -254,8 +254,9 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
       WaitOp::create(lb, loc, ValueRange{args[args.size() - 2], args[args.size() - 1]});
       Value next = minus(lb, loc, j, 1), afterNext = minus(lb, loc, j, 2);
       Value hasNext = isVisited(lb, loc, next, lowest);
-      Value tokenKAfter = buffers.copy(lb, loc, "k", afterNext, isVisited(lb, loc, afterNext, lowest)).getToken();
-      Value tokenVNext = buffers.copy(lb, loc, "v", next, hasNext).getToken();
+      Value tokenKAfter =
+          buffers.copy(lb, loc, Operand::K, afterNext, isVisited(lb, loc, afterNext, lowest)).getToken();
+      Value tokenVNext = buffers.copy(lb, loc, Operand::V, next, hasNext).getToken();
       // The next tile's Q·Kᵀ goes right after the copies, or, where the variant modifies scores (score_mod, in
       // every tile), right before this tile's softmax: the score_mod touches every score of the tile, and with
       // both score tiles live the registers overflow (H200, hd128: softcap +6%, causal softcap +2%; placing it
@@ -267,7 +268,7 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
       }
       if (!body->getOps<ScoreModOp>().empty())
         lb.setInsertionPoint(*softmaxes.begin());
-      auto kNext = LoadOp::create(lb, loc, kType, "k", next, Value(), hasNext);
+      auto kNext = LoadOp::create(lb, loc, kType, Operand::K, next, Value(), hasNext);
       buffers.readFromSlot(kNext);
       Value scoresNext = QkOp::create(lb, loc, sType, Type(), loadQ.getResult(), kNext).getS();
       // This tile's scores arrive through the loop instead of its own Q·Kᵀ.

@@ -6,7 +6,6 @@
 #include "schedules/fa2/Fa2Pipeline.h"
 #include "schedules/fa2/Fa2Register.h"
 
-#include "flashtile/runtime/KernelInfo.h"
 #include "passes/Transforms/Passes.h"
 
 #include "mlir/Transforms/Passes.h"
@@ -23,7 +22,7 @@ ProgramTraits traitsOf(FuncOp func) {
   traits.scoreMod = func.walk([](ScoreModOp) { return WalkResult::interrupt(); }).wasInterrupted();
   for (KvRangeOp range : func.getBody().getOps<KvRangeOp>()) {
     traits.headBoundary |= !range.lowerBoundIs(0);
-    traits.growingWalks |= range.getKind() == "may" && range.upperBoundFollowsRows();
+    traits.growingWalks |= range.getKind() == RangeKind::May && range.upperBoundFollowsRows();
   }
   return traits;
 }
@@ -51,8 +50,7 @@ public:
     return specs;
   }
 
-  FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs,
-                                    std::string_view shapeClass) const override {
+  FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass shapeClass) const override {
     int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
     ProgramTraits traits = traitsOf(func);
     // The knobs set override the class's defaults; a class that ends up with the default class's configuration
@@ -72,13 +70,12 @@ public:
       set(kLptGroupBlocks, config.lptGroupBlocks);
       return config;
     };
-    Fa2Config config = configureFor(shapeClass == kShortShapeClass);
-    std::string_view effectiveClass = config == configureFor(false) ? kDefaultShapeClass : shapeClass;
+    Fa2Config config = configureFor(shapeClass == ShapeClass::Short);
+    ShapeClass effectiveClass = config == configureFor(false) ? ShapeClass::Default : shapeClass;
     if (auto error = config.validate(headDim, headDimV))
       return func.emitOpError() << *error;
     return ScheduleAttr::get(func.getContext(), kName, config.blockM, config.blockN, config.warps, config.stages,
-                             config.rescaleThreshold, config.minBlocksPerSm, config.lptGroupBlocks,
-                             llvm::StringRef(effectiveClass));
+                             config.rescaleThreshold, config.minBlocksPerSm, config.lptGroupBlocks, effectiveClass);
   }
 
   bool walkDescending() const override { return true; }

@@ -110,12 +110,12 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     }
     SmallVector<KvLoopOp> loops(func.getBody().getOps<KvLoopOp>());
     auto qLoads = llvm::to_vector(func.getBody().getOps<LoadOp>());
-    if (loops.empty() || qLoads.size() != 1 || qLoads.front().getOperand() != "q") {
+    if (loops.empty() || qLoads.size() != 1 || qLoads.front().getOperand() != Operand::Q) {
       func.emitOpError() << "needs one Q load and at least one K/V loop at top level";
       return signalPassFailure();
     }
     for (KvLoopOp loop : loops)
-      if (!loop.isBounded() || loop.getOrder() != "descending" || !loop.getCarried().empty()) {
+      if (!loop.isBounded() || loop.getOrder() != KvOrder::Descending || !loop.getCarried().empty()) {
         loop.emitOpError() << "must be a bounded, descending segment carrying only the state (run "
                               "tile-split-boundary first)";
         return signalPassFailure();
@@ -134,7 +134,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     for (KvLoopOp loop : loops) {
       Body b{loop, {}, {}};
       for (LoadOp load : loop.getBody().front().getOps<LoadOp>())
-        (load.getOperand() == "k" ? b.k : b.v) = load;
+        (load.getOperand() == Operand::K ? b.k : b.v) = load;
       if (!b.k || !b.v || !b.k->hasOneUse() || !b.v->hasOneUse() || !isa<QkOp>(*b.k->user_begin()) ||
           !isa<PvOp>(*b.v->user_begin())) {
         loop.emitOpError() << "must load K for one tile.qk and V for one tile.pv";
@@ -146,7 +146,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     // Buffers and barriers at the top.
     Block &top = func.getBody().front();
     OpBuilder b(&top, top.begin());
-    auto bufferOf = [&](StringRef operand, Type tile, int64_t slots) {
+    auto bufferOf = [&](Operand operand, Type tile, int64_t slots) {
       return BufferOp::create(b, loc, BufferType::get(ctx, cast<RankedTensorType>(tile), slots), operand).getResult();
     };
     auto fullOf = [&](Value buffer) {
@@ -159,9 +159,9 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       return BarrierOp::create(b, loc, buffer, IntegerAttr(), b.getI64IntegerAttr(1)).getResult();
     };
     int64_t stages = schedule.getStages();
-    Value qBuffer = bufferOf("q", loadQ.getType(), 1);
-    Value kBuffer = bufferOf("k", bodies.front().k.getType(), stages);
-    Value vBuffer = bufferOf("v", bodies.front().v.getType(), stages);
+    Value qBuffer = bufferOf(Operand::Q, loadQ.getType(), 1);
+    Value kBuffer = bufferOf(Operand::K, bodies.front().k.getType(), stages);
+    Value vBuffer = bufferOf(Operand::V, bodies.front().v.getType(), stages);
     Value qFull = fullOf(qBuffer), kFull = fullOf(kBuffer), kEmpty = emptyOf(kBuffer);
     Value vFull = fullOf(vBuffer), vEmpty = emptyOf(vBuffer);
     // A persistent block copies Q once a tile into its one slot: the consumers release it like a K/V slot.
@@ -209,15 +209,15 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     Value qPosition = loopsOverTiles ? tileCount : zero;
     if (loopsOverTiles)
       BarrierWaitOp::create(pb, loc, qEmpty, qPosition);
-    CopyAsyncOp::create(pb, loc, "q", Value(), qSlot, qFull, qPosition, Value());
-    auto walk = KvWalkOp::create(pb, loc, lowest, highest, "descending");
+    CopyAsyncOp::create(pb, loc, Operand::Q, Value(), qSlot, qFull, qPosition, Value());
+    auto walk = KvWalkOp::create(pb, loc, lowest, highest, KvOrder::Descending);
     Block *walkBody = new Block();
     walk.getBody().push_back(walkBody);
     Value j = walkBody->addArgument(b.getI32Type(), loc);
     OpBuilder wb(walkBody, walkBody->end());
     Value position = ringPosition(wb, loc, highest, j, one);
-    for (auto [operand, buffer, full, empty] : {std::tuple{StringRef("k"), kBuffer, kFull, kEmpty},
-                                                {StringRef("v"), vBuffer, vFull, vEmpty}}) {
+    for (auto [operand, buffer, full, empty] :
+         {std::tuple{Operand::K, kBuffer, kFull, kEmpty}, {Operand::V, vBuffer, vFull, vEmpty}}) {
       Value slot = SlotOp::create(wb, loc, buffer, position).getResult();
       BarrierWaitOp::create(wb, loc, empty, position);
       CopyAsyncOp::create(wb, loc, operand, j, slot, full, position, Value());
@@ -248,7 +248,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
   static bool persistentByDefault(FuncOp func) {
     if (std::max(func.getHeadDim(), func.getHeadDimV()) > 128)
       return false;
-    if (func.getScheduleAttr().getShapeClass() == "short")
+    if (func.getScheduleAttr().getShapeClass() == ShapeClass::Short)
       return true;
     return llvm::all_of(func.getBody().getOps<KvRangeOp>(), [](KvRangeOp range) {
       Block &rule = range.getRule().front();
@@ -367,7 +367,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
 
     // Prologue: the masked body without its P·V.
     auto prologue = KvLoopOp::create(b, loc, stateType, TypeRange{pType}, firstTile, highest, first.getInit(),
-                                     ValueRange{noP}, masked->loop.getSegment(), "descending");
+                                     ValueRange{noP}, masked->loop.getSegment(), KvOrder::Descending);
     Block *pro = b.createBlock(&prologue.getBody(), {}, {i32, stateType, pType}, {loc, loc, loc});
     {
       Block &from = masked->loop.getBody().front();
@@ -448,14 +448,14 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     OpBuilder eb(last->getBlock(), std::next(last->getIterator()));
     Value epilogueEnd = arith::MinSIOp::create(eb, loc, arith::AddIOp::create(eb, loc, lowest, one), highest);
     auto epilogue = KvLoopOp::create(eb, loc, stateType, TypeRange{pType}, lowest, epilogueEnd, last.getResult(),
-                                     ValueRange{carriedP}, last.getSegment(), "descending");
+                                     ValueRange{carriedP}, last.getSegment(), KvOrder::Descending);
     last.getResult().replaceAllUsesExcept(epilogue.getResult(), epilogue);
     Block *epi = eb.createBlock(&epilogue.getBody(), {}, {i32, stateType, pType}, {loc, loc, loc});
     OpBuilder xb(epi, epi->end());
     Value i = ringPosition(xb, loc, highest, epi->getArgument(0), one);
     BarrierWaitOp::create(xb, loc, ring.vFull, i);
     Value slot = SlotOp::create(xb, loc, ring.vBuffer, i).getResult();
-    auto vLoad = LoadOp::create(xb, loc, bodies.front().v.getType(), "v", epi->getArgument(0), slot, Value());
+    auto vLoad = LoadOp::create(xb, loc, bodies.front().v.getType(), Operand::V, epi->getArgument(0), slot, Value());
     auto pvAsync = PvOp::create(xb, loc, stateType, token, epi->getArgument(2), vLoad.getResult(), epi->getArgument(1));
     MmaWaitOp::create(xb, loc, ValueRange{pvAsync.getToken()});
     BarrierArriveOp::create(xb, loc, ring.vEmpty, i);

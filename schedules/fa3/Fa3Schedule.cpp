@@ -53,8 +53,7 @@ public:
     return specs;
   }
 
-  FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs,
-                                    std::string_view shapeClass) const override {
+  FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass shapeClass) const override {
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
     // 128 query rows over two consumer warpgroups; keys per tile by head dim (the registers hold S, P and O): 128 at
     // 64, 176 at 128 (measured on the H200, 2026-12-01: +3-5% over 128 at 8k-16k with ping-pong, causal too), 80
@@ -64,7 +63,7 @@ public:
     // At head dim 64, 192 rows over three consumer warpgroups (FA3's hdim-64 tile; measured on the H200: 16k
     // non-causal 426 -> 489 TFLOP/s, causal 424 -> 460, 4k +10% / +3%; 1k causal -6%, so the short class and
     // banded programs keep two).
-    bool shortClass = shapeClass == "short";
+    bool shortClass = shapeClass == ShapeClass::Short;
     bool banded = llvm::any_of(func.getBody().getOps<KvRangeOp>(), [](KvRangeOp r) { return !r.lowerBoundIs(0); });
     int64_t consumers = knobs.count(kConsumerWarpgroups)
                             ? knobs.at(kConsumerWarpgroups)
@@ -93,9 +92,7 @@ public:
                                 << " warpgroups of 128 threads); an SM has 65536";
     int64_t warps = kWarpgroupWarps * (consumers + 1);
     return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, warps, stages, /*rescaleThreshold=*/0,
-                             /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, llvm::StringRef(shapeClass.empty()
-                                                                                            ? "default"
-                                                                                            : shapeClass));
+                             /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, shapeClass);
   }
 
   bool walkDescending() const override { return true; }

@@ -7,9 +7,9 @@
 // Defaults for head dim 64: 128 query rows, 64-key tiles, 4 warps (32 rows each), one K and one V buffer, and
 // FA2's rescale policy (every tile; the default value 0 is not printed, and the softmax step has no threshold).
 // DEFAULT: tile.func @attention attributes {{.*}}schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, lptGroupBlocks = 512>
-// DEFAULT: tile.load "q" : tensor<128x64xbf16>
+// DEFAULT: tile.load q : tensor<128x64xbf16>
 // DEFAULT: tile.init_state : <128x64>
-// DEFAULT: tile.load "k"[%{{.*}}] : tensor<64x64xbf16>
+// DEFAULT: tile.load k[%{{.*}}] : tensor<64x64xbf16>
 // DEFAULT: tile.qk {{.*}} -> tensor<128x64xf32>
 // DEFAULT-NOT: rescale_threshold
 // DEFAULT: tile.softmax_update {{.*}} -> tensor<128x64xbf16>, tensor<128xf32>
@@ -23,8 +23,8 @@
 // LAZY: schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, rescaleThreshold = 8, lptGroupBlocks = 512>
 // LAZY: tile.softmax_update {{.*}} {rescale_threshold = 8 : i64} : tensor<128x64xf32>
 // BADRESCALE: fa2: rescale-threshold = 16 is out of range; accepted: 0 to 15 (0: rescale acc every tile; N: only when a row max grows by more than N (log2))
-// CUSTOM: tile.load "q" : tensor<64x64xbf16>
-// CUSTOM: tile.load "k"[%{{.*}}] : tensor<32x64xbf16>
+// CUSTOM: tile.load q : tensor<64x64xbf16>
+// CUSTOM: tile.load k[%{{.*}}] : tensor<32x64xbf16>
 // CUSTOM: tile.qk {{.*}} -> tensor<64x32xf32>
 
 // Knobs are checked by the schedule registry (names, ranges, repeats) and by the schedule (combinations); what
@@ -43,13 +43,13 @@
 // RUN: flashtile-opt %s --tile-apply-schedule="options=block-m=100,warps=8" --verify-diagnostics
 // expected-error @+1 {{'tile.func' op fa2: block-m = 100 is not supported; accepted: a multiple of warps (8) up to 256: every warp owns block-m / warps query rows}}
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %q = tile.load "q" : tensor<?x64xbf16>
+  %q = tile.load q : tensor<?x64xbf16>
   %st0 = tile.init_state : !tile.state<?x64>
   %st = tile.kv_loop iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
   ^bb0(%j: i32, %s: !tile.state<?x64>):
     tile.yield %s : !tile.state<?x64>
   }
   %o, %lse = tile.finalize %st : !tile.state<?x64> -> tensor<?x64xf32>, tensor<?xf32>
-  tile.store "o" %o : tensor<?x64xf32>
-  tile.store "lse" %lse : tensor<?xf32>
+  tile.store o %o : tensor<?x64xf32>
+  tile.store lse %lse : tensor<?xf32>
 }

@@ -3,26 +3,26 @@
 // loops that carry tokens. Round trip, then each verifier.
 
 // CHECK-LABEL: tile.func @roundtrip
-// CHECK: %[[B:.*]] = tile.buffer "k" : <tensor<64x64xbf16>, slots = 2>
+// CHECK: %[[B:.*]] = tile.buffer k : <tensor<64x64xbf16>, slots = 2>
 // CHECK: %[[S:.*]] = tile.slot %[[B]][%{{.*}}] : <tensor<64x64xbf16>, slots = 2>
-// CHECK: %[[T:.*]] = tile.copy_async "k"[%{{.*}}] into %[[S]] if %{{.*}} : <tensor<64x64xbf16>>
+// CHECK: %[[T:.*]] = tile.copy_async k[%{{.*}}] into %[[S]] if %{{.*}} : <tensor<64x64xbf16>>
 // CHECK: %{{.*}}, %[[TOUT:.*]] = tile.kv_loop from %{{.*}} to %{{.*}} iter_args(%{{.*}}, %[[T]]) : <64x64>, !tile.token -> <64x64>, !tile.token
 // CHECK: tile.wait %{{.*}}
-// CHECK: tile.load "k"[%{{.*}}] from %{{.*}} : !tile.slot<tensor<64x64xbf16>> : tensor<64x64xbf16>
+// CHECK: tile.load k[%{{.*}}] from %{{.*}} : !tile.slot<tensor<64x64xbf16>> : tensor<64x64xbf16>
 // CHECK: tile.wait %[[TOUT]]
 tile.func @roundtrip attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %kb = tile.buffer k : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   %c0 = arith.constant 0 : i32
   %c2 = arith.constant 2 : i32
   %true = arith.constant true
   %s0 = tile.slot %kb[%c0] : !tile.buffer<tensor<64x64xbf16>, slots = 2>
-  %t0 = tile.copy_async "k"[%c0] into %s0 if %true : !tile.slot<tensor<64x64xbf16>>
+  %t0 = tile.copy_async k[%c0] into %s0 if %true : !tile.slot<tensor<64x64xbf16>>
   %st0 = tile.init_state : !tile.state<64x64>
   %st, %tout = tile.kv_loop from %c0 to %c2 iter_args(%st0, %t0) : !tile.state<64x64>, !tile.token -> !tile.state<64x64>, !tile.token {
   ^bb0(%j: i32, %s: !tile.state<64x64>, %t: !tile.token):
     tile.wait %t
     %slot = tile.slot %kb[%j] : !tile.buffer<tensor<64x64xbf16>, slots = 2>
-    %k = tile.load "k"[%j] from %slot : !tile.slot<tensor<64x64xbf16>> : tensor<64x64xbf16>
+    %k = tile.load k[%j] from %slot : !tile.slot<tensor<64x64xbf16>> : tensor<64x64xbf16>
     tile.yield %s, %t : !tile.state<64x64>, !tile.token
   }
   tile.wait %tout
@@ -32,48 +32,49 @@ tile.func @roundtrip attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   // expected-error @+1 {{'tile.buffer' op Q's buffer holds the instance's one Q tile: slots = 1, got 2}}
-  %qb = tile.buffer "q" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %qb = tile.buffer q : !tile.buffer<tensor<64x64xbf16>, slots = 2>
 }
 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   // expected-error @+1 {{'tile.buffer' op holds k tiles of 128 columns; the head dim is 64}}
-  %kb = tile.buffer "k" : !tile.buffer<tensor<64x128xbf16>, slots = 2>
+  %kb = tile.buffer k : !tile.buffer<tensor<64x128xbf16>, slots = 2>
 }
 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   // expected-error @+1 {{'tile.buffer' op holds 'f16' tiles but the program's dtype is 'bf16'}}
-  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xf16>, slots = 2>
+  %kb = tile.buffer k : !tile.buffer<tensor<64x64xf16>, slots = 2>
 }
 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  // expected-error @+1 {{'tile.buffer' op operand 'o' is not one of: q, k, v}}
-  %kb = tile.buffer "o" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  // expected-error @+2 {{expected an input operand (q, k, v), got 'o'}}
+  // expected-error @+1 {{failed to parse Tile_OperandAttr parameter 'value'}}
+  %kb = tile.buffer o : !tile.buffer<tensor<64x64xbf16>, slots = 2>
 }
 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   // expected-error @+1 {{a buffer has 1 to 16 slots, got 0}}
-  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 0>
+  %kb = tile.buffer k : !tile.buffer<tensor<64x64xbf16>, slots = 0>
 }
 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   // expected-error @+1 {{a buffer holds static rank-2 tiles (a scheduled program's), got 'tensor<?x64xbf16>'}}
-  %kb = tile.buffer "k" : !tile.buffer<tensor<?x64xbf16>, slots = 2>
+  %kb = tile.buffer k : !tile.buffer<tensor<?x64xbf16>, slots = 2>
 }
 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %kb = tile.buffer k : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   // expected-error @+1 {{'tile.slot' op a buffer of 2 slots needs a tile index: tile.slot %buffer[%j]}}
   %s = tile.slot %kb : !tile.buffer<tensor<64x64xbf16>, slots = 2>
 }
@@ -81,40 +82,40 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %kb = tile.buffer k : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   %c0 = arith.constant 0 : i32
   %s = tile.slot %kb[%c0] : !tile.buffer<tensor<64x64xbf16>, slots = 2>
-  // expected-error @+1 {{'tile.copy_async' op moves a v tile through a slot of the "k" buffer}}
-  %t = tile.copy_async "v"[%c0] into %s : !tile.slot<tensor<64x64xbf16>>
+  // expected-error @+1 {{'tile.copy_async' op moves a v tile through a slot of the k buffer}}
+  %t = tile.copy_async v[%c0] into %s : !tile.slot<tensor<64x64xbf16>>
 }
 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %kb = tile.buffer k : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   %c0 = arith.constant 0 : i32
   %s = tile.slot %kb[%c0] : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   // expected-error @+1 {{'tile.copy_async' op the k tile needs a tile index: k[%j]}}
-  %t = tile.copy_async "k" into %s : !tile.slot<tensor<64x64xbf16>>
+  %t = tile.copy_async k into %s : !tile.slot<tensor<64x64xbf16>>
 }
 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %kb = tile.buffer k : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   %c0 = arith.constant 0 : i32
   %s = tile.slot %kb[%c0] : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   // expected-error @+1 {{'tile.load' op reads a 'tensor<32x64xbf16>' from a slot of 'tensor<64x64xbf16>'}}
-  %k = tile.load "k"[%c0] from %s : !tile.slot<tensor<64x64xbf16>> : tensor<32x64xbf16>
+  %k = tile.load k[%c0] from %s : !tile.slot<tensor<64x64xbf16>> : tensor<32x64xbf16>
 }
 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %qb = tile.buffer "q" : !tile.buffer<tensor<64x64xbf16>, slots = 1>
+  %qb = tile.buffer q : !tile.buffer<tensor<64x64xbf16>, slots = 1>
   %s = tile.slot %qb : !tile.buffer<tensor<64x64xbf16>, slots = 1>
-  // expected-error @+1 {{'tile.load' op moves a k tile through a slot of the "q" buffer}}
-  %k = tile.load "k"[%c0] from %s : !tile.slot<tensor<64x64xbf16>> : tensor<64x64xbf16>
+  // expected-error @+1 {{'tile.load' op moves a k tile through a slot of the q buffer}}
+  %k = tile.load k[%c0] from %s : !tile.slot<tensor<64x64xbf16>> : tensor<64x64xbf16>
   %c0 = arith.constant 0 : i32
 }
 
@@ -132,23 +133,23 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // CHECK: %[[F:.*]] = tile.barrier %{{.*}} {bytes = 8192 : i64} : <tensor<64x64xbf16>, slots = 2>
 // CHECK: %[[E:.*]] = tile.barrier %{{.*}} {arrivals = 1 : i64}
 // CHECK: tile.role "producer" attributes {regs = 24 : i64, warps = 4 : i64}
-// CHECK: tile.kv_walk from %{{.*}} to %{{.*}} {order = "descending"}
+// CHECK: tile.kv_walk from %{{.*}} to %{{.*}} order descending
 // CHECK: tile.barrier_wait %[[E]][%{{.*}}] : <slots = 2>
-// CHECK: tile.copy_async "k"[%{{.*}}] into %{{.*}} arrive %[[F]][%{{.*}}] : <tensor<64x64xbf16>>, !tile.barrier<slots = 2>
+// CHECK: tile.copy_async k[%{{.*}}] into %{{.*}} arrive %[[F]][%{{.*}}] : <tensor<64x64xbf16>>, !tile.barrier<slots = 2>
 // CHECK: tile.role "consumer" attributes {regs = 240 : i64, warps = 8 : i64}
 // CHECK: tile.barrier_arrive %[[E]][%{{.*}}] : <slots = 2>
 tile.func @roles attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %kb = tile.buffer k : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   %full = tile.barrier %kb {bytes = 8192 : i64} : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   %empty = tile.barrier %kb {arrivals = 1 : i64} : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   %c0 = arith.constant 0 : i32
   %c4 = arith.constant 4 : i32
   tile.role "producer" attributes {warps = 4 : i64, regs = 24 : i64} {
-    tile.kv_walk from %c0 to %c4 {order = "descending"} {
+    tile.kv_walk from %c0 to %c4 order descending {
     ^bb0(%j: i32):
       %s = tile.slot %kb[%j] : !tile.buffer<tensor<64x64xbf16>, slots = 2>
       tile.barrier_wait %empty[%j] : !tile.barrier<slots = 2>
-      %t = tile.copy_async "k"[%j] into %s arrive %full[%j] : !tile.slot<tensor<64x64xbf16>>, !tile.barrier<slots = 2>
+      %t = tile.copy_async k[%j] into %s arrive %full[%j] : !tile.slot<tensor<64x64xbf16>>, !tile.barrier<slots = 2>
       tile.yield
     }
     tile.yield
@@ -163,7 +164,7 @@ tile.func @roles attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %kb = tile.buffer k : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   // expected-error @+1 {{'tile.barrier' op expects 4096 bytes per phase, but a 'tensor<64x64xbf16>' tile is 8192}}
   %full = tile.barrier %kb {bytes = 4096 : i64} : !tile.buffer<tensor<64x64xbf16>, slots = 2>
 }
@@ -171,7 +172,7 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %kb = tile.buffer k : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   // expected-error @+1 {{'tile.barrier' op is a full barrier (bytes = the tile's bytes) or an empty one (arrivals = consumers): give exactly one}}
   %b = tile.barrier %kb : !tile.buffer<tensor<64x64xbf16>, slots = 2>
 }
@@ -200,12 +201,12 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %kb = tile.buffer k : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   %c0 = arith.constant 0 : i32
   tile.role "producer" attributes {warps = 4 : i64, regs = 24 : i64} {
     %s = tile.slot %kb[%c0] : !tile.buffer<tensor<64x64xbf16>, slots = 2>
     // expected-error @+1 {{'tile.copy_async' op inside a tile.role must arrive on a full barrier}}
-    %t = tile.copy_async "k"[%c0] into %s : !tile.slot<tensor<64x64xbf16>>
+    %t = tile.copy_async k[%c0] into %s : !tile.slot<tensor<64x64xbf16>>
     tile.yield
   }
 }
@@ -213,20 +214,21 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %kb = tile.buffer k : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   %empty = tile.barrier %kb {arrivals = 1 : i64} : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   %c0 = arith.constant 0 : i32
   %s = tile.slot %kb[%c0] : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   // expected-error @+1 {{'tile.copy_async' op arrives on an empty barrier}}
-  %t = tile.copy_async "k"[%c0] into %s arrive %empty[%c0] : !tile.slot<tensor<64x64xbf16>>, !tile.barrier<slots = 2>
+  %t = tile.copy_async k[%c0] into %s arrive %empty[%c0] : !tile.slot<tensor<64x64xbf16>>, !tile.barrier<slots = 2>
 }
 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %c0 = arith.constant 0 : i32
-  // expected-error @+1 {{'tile.kv_walk' op order must be "ascending" or "descending", got "sideways"}}
-  tile.kv_walk from %c0 to %c0 {order = "sideways"} {
+  // expected-error @+2 {{expected a K/V walk order (ascending, descending), got 'sideways'}}
+  // expected-error @+1 {{failed to parse Tile_KvOrderAttr parameter 'value'}}
+  tile.kv_walk from %c0 to %c0 order sideways {
   ^bb0(%j: i32):
     tile.yield
   }
@@ -259,9 +261,9 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // CHECK: %[[S:.*]], %[[T:.*]] = tile.qk %{{.*}}, %{{.*}} : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>, !tile.token
 // CHECK-NEXT: tile.mma_wait %[[T]]
 tile.func @mma attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %q = tile.load "q" : tensor<64x64xbf16>
+  %q = tile.load q : tensor<64x64xbf16>
   %c0 = arith.constant 0 : i32
-  %k = tile.load "k"[%c0] : tensor<64x64xbf16>
+  %k = tile.load k[%c0] : tensor<64x64xbf16>
   %s, %t = tile.qk %q, %k : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>, !tile.token
   tile.mma_wait %t
 }
@@ -269,10 +271,10 @@ tile.func @mma attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %kb = tile.buffer "k" : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %kb = tile.buffer k : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   %c0 = arith.constant 0 : i32
   %s = tile.slot %kb[%c0] : !tile.buffer<tensor<64x64xbf16>, slots = 2>
-  %t = tile.copy_async "k"[%c0] into %s : !tile.slot<tensor<64x64xbf16>>
+  %t = tile.copy_async k[%c0] into %s : !tile.slot<tensor<64x64xbf16>>
   // expected-error @+1 {{'tile.mma_wait' op waits for a copy's token; copies are waited by tile.wait or a full barrier}}
   tile.mma_wait %t
 }
@@ -280,9 +282,9 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %q = tile.load "q" : tensor<64x64xbf16>
+  %q = tile.load q : tensor<64x64xbf16>
   %c0 = arith.constant 0 : i32
-  %k = tile.load "k"[%c0] : tensor<64x64xbf16>
+  %k = tile.load k[%c0] : tensor<64x64xbf16>
   %s, %t = tile.qk %q, %k : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>, !tile.token
   // expected-error @+1 {{'tile.wait' op waits for an MMA's token; asynchronous MMAs are waited by tile.mma_wait}}
   tile.wait %t

@@ -16,11 +16,11 @@
 // CHECK-NOT: tile.scale
 // CHECK: tile.softmax_update %{{.*}}, %{{.*}} {fold_scale}
 tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, inputs = [#tile.input<"slopes" : f32>], params = [], variant = "alibi"} {
-  %q = tile.load "q" : tensor<?x64xbf16>
+  %q = tile.load q : tensor<?x64xbf16>
   %init = tile.init_state : <?x64>
   %result = tile.kv_loop iter_args(%init) : <?x64> -> <?x64> {
   ^bb0(%j: i32, %st: !tile.state<?x64>):
-    %k = tile.load "k"[%j] : tensor<?x64xbf16>
+    %k = tile.load k[%j] : tensor<?x64xbf16>
     %s = tile.qk %q, %k : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
     %s1 = tile.scale %s : tensor<?x?xf32>
     %s2 = tile.score_mod %s1 : tensor<?x?xf32> {
@@ -35,13 +35,13 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
     }
     %p, %alpha, %st1 = tile.softmax_update %s2, %st : tensor<?x?xf32>, <?x64> -> tensor<?x?xbf16>, tensor<?xf32>
     %st2 = tile.rescale %st1, %alpha : <?x64>, tensor<?xf32>
-    %v = tile.load "v"[%j] : tensor<?x64xbf16>
+    %v = tile.load v[%j] : tensor<?x64xbf16>
     %st3 = tile.pv %p, %v, %st2 : tensor<?x?xbf16>, tensor<?x64xbf16>, <?x64>
     tile.yield %st3 : !tile.state<?x64>
   }
   %o, %lse = tile.finalize %result : <?x64> -> tensor<?x64xf32>, tensor<?xf32>
-  tile.store "o" %o : tensor<?x64xf32>
-  tile.store "lse" %lse : tensor<?xf32>
+  tile.store o %o : tensor<?x64xf32>
+  tile.store lse %lse : tensor<?xf32>
 }
 
 // -----
@@ -57,11 +57,11 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
 // CHECK-NOT: tile.scale
 // CHECK: tile.softmax_update %{{.*}}, %{{.*}} {fold_scale}
 tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, inputs = [#tile.input<"bias" : f32>], params = [], variant = "key_bias"} {
-  %q = tile.load "q" : tensor<?x64xbf16>
+  %q = tile.load q : tensor<?x64xbf16>
   %init = tile.init_state : <?x64>
   %result = tile.kv_loop iter_args(%init) : <?x64> -> <?x64> {
   ^bb0(%j: i32, %st: !tile.state<?x64>):
-    %k = tile.load "k"[%j] : tensor<?x64xbf16>
+    %k = tile.load k[%j] : tensor<?x64xbf16>
     %s = tile.qk %q, %k : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
     %s1 = tile.scale %s : tensor<?x?xf32>
     %s2 = tile.score_mod %s1 : tensor<?x?xf32> {
@@ -72,13 +72,13 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
     }
     %p, %alpha, %st1 = tile.softmax_update %s2, %st : tensor<?x?xf32>, <?x64> -> tensor<?x?xbf16>, tensor<?xf32>
     %st2 = tile.rescale %st1, %alpha : <?x64>, tensor<?xf32>
-    %v = tile.load "v"[%j] : tensor<?x64xbf16>
+    %v = tile.load v[%j] : tensor<?x64xbf16>
     %st3 = tile.pv %p, %v, %st2 : tensor<?x?xbf16>, tensor<?x64xbf16>, <?x64>
     tile.yield %st3 : !tile.state<?x64>
   }
   %o, %lse = tile.finalize %result : <?x64> -> tensor<?x64xf32>, tensor<?xf32>
-  tile.store "o" %o : tensor<?x64xf32>
-  tile.store "lse" %lse : tensor<?xf32>
+  tile.store o %o : tensor<?x64xf32>
+  tile.store lse %lse : tensor<?xf32>
 }
 
 // -----
@@ -97,11 +97,11 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
 // CHECK-NOT: fold_scale
 // CHECK: tile.finalize
 tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, params = ["cap"], variant = "softcap"} {
-  %q = tile.load "q" : tensor<?x64xbf16>
+  %q = tile.load q : tensor<?x64xbf16>
   %init = tile.init_state : <?x64>
   %result = tile.kv_loop iter_args(%init) : <?x64> -> <?x64> {
   ^bb0(%j: i32, %st: !tile.state<?x64>):
-    %k = tile.load "k"[%j] : tensor<?x64xbf16>
+    %k = tile.load k[%j] : tensor<?x64xbf16>
     %s = tile.qk %q, %k : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
     %s1 = tile.scale %s : tensor<?x?xf32>
     %s2 = tile.score_mod %s1 : tensor<?x?xf32> {
@@ -114,13 +114,13 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
     }
     %p, %alpha, %st1 = tile.softmax_update %s2, %st : tensor<?x?xf32>, <?x64> -> tensor<?x?xbf16>, tensor<?xf32>
     %st2 = tile.rescale %st1, %alpha : <?x64>, tensor<?xf32>
-    %v = tile.load "v"[%j] : tensor<?x64xbf16>
+    %v = tile.load v[%j] : tensor<?x64xbf16>
     %st3 = tile.pv %p, %v, %st2 : tensor<?x?xbf16>, tensor<?x64xbf16>, <?x64>
     tile.yield %st3 : !tile.state<?x64>
   }
   %o, %lse = tile.finalize %result : <?x64> -> tensor<?x64xf32>, tensor<?xf32>
-  tile.store "o" %o : tensor<?x64xf32>
-  tile.store "lse" %lse : tensor<?xf32>
+  tile.store o %o : tensor<?x64xf32>
+  tile.store lse %lse : tensor<?xf32>
 }
 
 // -----
@@ -132,11 +132,11 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
 // CHECK-NOT: tile.softmax_scale
 // CHECK: tile.finalize
 tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, params = [], variant = "self_term"} {
-  %q = tile.load "q" : tensor<?x64xbf16>
+  %q = tile.load q : tensor<?x64xbf16>
   %init = tile.init_state : <?x64>
   %result = tile.kv_loop iter_args(%init) : <?x64> -> <?x64> {
   ^bb0(%j: i32, %st: !tile.state<?x64>):
-    %k = tile.load "k"[%j] : tensor<?x64xbf16>
+    %k = tile.load k[%j] : tensor<?x64xbf16>
     %s = tile.qk %q, %k : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
     %s1 = tile.scale %s : tensor<?x?xf32>
     %s2 = tile.score_mod %s1 : tensor<?x?xf32> {
@@ -149,13 +149,13 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
     }
     %p, %alpha, %st1 = tile.softmax_update %s2, %st : tensor<?x?xf32>, <?x64> -> tensor<?x?xbf16>, tensor<?xf32>
     %st2 = tile.rescale %st1, %alpha : <?x64>, tensor<?xf32>
-    %v = tile.load "v"[%j] : tensor<?x64xbf16>
+    %v = tile.load v[%j] : tensor<?x64xbf16>
     %st3 = tile.pv %p, %v, %st2 : tensor<?x?xbf16>, tensor<?x64xbf16>, <?x64>
     tile.yield %st3 : !tile.state<?x64>
   }
   %o, %lse = tile.finalize %result : <?x64> -> tensor<?x64xf32>, tensor<?xf32>
-  tile.store "o" %o : tensor<?x64xf32>
-  tile.store "lse" %lse : tensor<?xf32>
+  tile.store o %o : tensor<?x64xf32>
+  tile.store lse %lse : tensor<?xf32>
 }
 
 // -----
@@ -166,11 +166,11 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
 // CHECK-NOT: tile.softmax_scale
 // CHECK: tile.finalize
 tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, params = [], variant = "row_factor"} {
-  %q = tile.load "q" : tensor<?x64xbf16>
+  %q = tile.load q : tensor<?x64xbf16>
   %init = tile.init_state : <?x64>
   %result = tile.kv_loop iter_args(%init) : <?x64> -> <?x64> {
   ^bb0(%j: i32, %st: !tile.state<?x64>):
-    %k = tile.load "k"[%j] : tensor<?x64xbf16>
+    %k = tile.load k[%j] : tensor<?x64xbf16>
     %s = tile.qk %q, %k : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
     %s1 = tile.scale %s : tensor<?x?xf32>
     %s2 = tile.score_mod %s1 : tensor<?x?xf32> {
@@ -181,11 +181,11 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
     }
     %p, %alpha, %st1 = tile.softmax_update %s2, %st : tensor<?x?xf32>, <?x64> -> tensor<?x?xbf16>, tensor<?xf32>
     %st2 = tile.rescale %st1, %alpha : <?x64>, tensor<?xf32>
-    %v = tile.load "v"[%j] : tensor<?x64xbf16>
+    %v = tile.load v[%j] : tensor<?x64xbf16>
     %st3 = tile.pv %p, %v, %st2 : tensor<?x?xbf16>, tensor<?x64xbf16>, <?x64>
     tile.yield %st3 : !tile.state<?x64>
   }
   %o, %lse = tile.finalize %result : <?x64> -> tensor<?x64xf32>, tensor<?xf32>
-  tile.store "o" %o : tensor<?x64xf32>
-  tile.store "lse" %lse : tensor<?xf32>
+  tile.store o %o : tensor<?x64xf32>
+  tile.store lse %lse : tensor<?xf32>
 }

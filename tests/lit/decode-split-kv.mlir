@@ -8,25 +8,25 @@
 // The causal rules do not read the head: rows pack the query heads of a K/V head.
 // CHECK-SAME: tile.pack_query_heads
 // The "may" rule is bounded by the instance's split of the key range; the "full" rule is unchanged.
-// CHECK: tile.kv_range "may"
-// CHECK:   %[[BEGIN:.*]] = tile.dim "split_begin"
-// CHECK:   %[[END:.*]] = tile.dim "split_end"
+// CHECK: tile.kv_range may
+// CHECK:   %[[BEGIN:.*]] = tile.dim split_begin
+// CHECK:   %[[END:.*]] = tile.dim split_end
 // CHECK:   %[[LO:.*]] = arith.maxsi %{{.*}}, %[[BEGIN]] : i32
 // CHECK:   %[[HI:.*]] = arith.minsi %{{.*}}, %[[END]] : i32
 // CHECK:   tile.yield %[[LO]], %[[HI]] : i32, i32
-// CHECK: tile.kv_range "full"
+// CHECK: tile.kv_range full
 // CHECK-NOT: split_begin
 // CHECK: %[[O:.*]], %[[LSE:.*]] = tile.finalize
 // O and LSE leave together, as partials of the split (or the result when unsplit).
 // CHECK-NEXT: tile.store_split %[[O]], %[[LSE]] : tensor<32x64xf32>, tensor<32xf32>
-// CHECK-NOT: tile.store "
+// CHECK-NOT: tile.store {{o|lse}}
 
 // The whole pipeline: the split head segment appears (the lower bound is the split's), each segment bounded.
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=decode" --tile-decode-split-kv --tile-split-boundary --tile-fa2-pipeline --tile-lower-to-target | FileCheck %s --check-prefix=PIPE
 // PIPE: target = #tile.target<arch = "sm_80", isa = "sm80">
-// PIPE: segment = "tail_boundary"
-// PIPE: segment = "interior"
-// PIPE: segment = "head_boundary"
+// PIPE: segment tail_boundary
+// PIPE: segment interior
+// PIPE: segment head_boundary
 // PIPE: tile.store_split
 
 // pack-gqa=0 (the pass option pack-query-heads=false): one query head a tile.
@@ -46,13 +46,13 @@
 // RUN: flashtile-opt %s --tile-decode-split-kv --verify-diagnostics
 // expected-error @+1 {{'tile.func' op must be scheduled before splitting the key range (run tile-apply-schedule)}}
 tile.func @unscheduled attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %q = tile.load "q" : tensor<?x64xbf16>
+  %q = tile.load q : tensor<?x64xbf16>
   %st0 = tile.init_state : !tile.state<?x64>
   %st = tile.kv_loop iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
   ^bb0(%j: i32, %s: !tile.state<?x64>):
     tile.yield %s : !tile.state<?x64>
   }
   %o, %lse = tile.finalize %st : !tile.state<?x64> -> tensor<?x64xf32>, tensor<?xf32>
-  tile.store "o" %o : tensor<?x64xf32>
-  tile.store "lse" %lse : tensor<?xf32>
+  tile.store o %o : tensor<?x64xf32>
+  tile.store lse %lse : tensor<?xf32>
 }

@@ -3,21 +3,21 @@
 // The fa1 schedule's defaults at head dim 64: 64 x 64 tiles of 4 warps, one K and one V buffer.
 // CHECK: schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, stages = 1>
 // The "may" rule is bounded by the launch's K/V tile, [kv_step·64, kv_step·64 + 64); the "full" rule is unchanged.
-// CHECK: tile.kv_range "may"
-// CHECK:   %[[STEP:.*]] = tile.dim "kv_step"
+// CHECK: tile.kv_range may
+// CHECK:   %[[STEP:.*]] = tile.dim kv_step
 // CHECK:   %[[N:.*]] = arith.constant 64 : i32
 // CHECK:   %[[BEGIN:.*]] = arith.muli %[[STEP]], %[[N]] : i32
 // CHECK:   %[[END:.*]] = arith.addi %[[BEGIN]], %[[N]] : i32
 // CHECK:   %[[LO:.*]] = arith.maxsi %{{.*}}, %[[BEGIN]] : i32
 // CHECK:   %[[HI:.*]] = arith.minsi %{{.*}}, %[[END]] : i32
 // A step past the sequence's keys (varlen) walks nothing: [0, 0), not a range clamped into its last partial tile.
-// CHECK:   %[[SK:.*]] = tile.dim "seqlen_k"
+// CHECK:   %[[SK:.*]] = tile.dim seqlen_k
 // CHECK:   %[[PAST:.*]] = arith.cmpi sge, %[[BEGIN]], %[[SK]] : i32
 // CHECK:   %[[ZERO:.*]] = arith.constant 0 : i32
 // CHECK:   %[[LO2:.*]] = arith.select %[[PAST]], %[[ZERO]], %[[LO]] : i32
 // CHECK:   %[[HI2:.*]] = arith.select %[[PAST]], %[[ZERO]], %[[HI]] : i32
 // CHECK:   tile.yield %[[LO2]], %[[HI2]] : i32, i32
-// CHECK: tile.kv_range "full"
+// CHECK: tile.kv_range full
 // CHECK-NOT: kv_step
 // The state comes from the previous step (empty at step 0) and goes back before it is finalized.
 // CHECK-NOT: tile.init_state
@@ -25,15 +25,15 @@
 // CHECK: %[[ST:.*]] = tile.kv_loop iter_args(%[[ST0]])
 // CHECK: %[[STORED:.*]] = tile.state_store %[[ST]] : <64x64>
 // CHECK-NEXT: %[[O:.*]], %[[LSE:.*]] = tile.finalize %[[STORED]]
-// CHECK-NEXT: tile.store "o" %[[O]]
-// CHECK-NEXT: tile.store "lse" %[[LSE]]
+// CHECK-NEXT: tile.store o %[[O]]
+// CHECK-NEXT: tile.store lse %[[LSE]]
 
 // The whole pipeline: the step's tile is walked in the three segments of the rules, each bounded by the step.
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa1" --tile-fa1-kv-steps --tile-split-boundary --tile-fa2-pipeline --tile-lower-to-target | FileCheck %s --check-prefix=PIPE
 // PIPE: target = #tile.target<arch = "sm_80", isa = "sm80">
 // PIPE: tile.state_load
-// PIPE: segment = "tail_boundary"
-// PIPE: segment = "interior"
+// PIPE: segment tail_boundary
+// PIPE: segment interior
 // PIPE: tile.state_store
 
 // Knobs go through the registry: fa1 has no stages knob; a block-m that does not give each warp whole 16-row MMA
@@ -47,31 +47,31 @@
 
 // expected-error @+1 {{'tile.func' op must be scheduled before splitting the walk into K/V steps (run tile-apply-schedule)}}
 tile.func @unscheduled attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %q = tile.load "q" : tensor<?x64xbf16>
+  %q = tile.load q : tensor<?x64xbf16>
   %st0 = tile.init_state : !tile.state<?x64>
   %st = tile.kv_loop iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
   ^bb0(%j: i32, %s: !tile.state<?x64>):
     tile.yield %s : !tile.state<?x64>
   }
   %o, %lse = tile.finalize %st : !tile.state<?x64> -> tensor<?x64xf32>, tensor<?xf32>
-  tile.store "o" %o : tensor<?x64xf32>
-  tile.store "lse" %lse : tensor<?xf32>
+  tile.store o %o : tensor<?x64xf32>
+  tile.store lse %lse : tensor<?xf32>
 }
 
 // -----
 
-// expected-error @+1 {{'tile.func' op has no kv_range "may" rule to bound by the K/V step}}
+// expected-error @+1 {{'tile.func' op has no tile.kv_range may rule to bound by the K/V step}}
 tile.func @noRule attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
                               schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, stages = 1>} {
-  %q = tile.load "q" : tensor<64x64xbf16>
+  %q = tile.load q : tensor<64x64xbf16>
   %st0 = tile.init_state : !tile.state<64x64>
   %st = tile.kv_loop iter_args(%st0) : !tile.state<64x64> -> !tile.state<64x64> {
   ^bb0(%j: i32, %s: !tile.state<64x64>):
     tile.yield %s : !tile.state<64x64>
   }
   %o, %lse = tile.finalize %st : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
-  tile.store "o" %o : tensor<64x64xf32>
-  tile.store "lse" %lse : tensor<64xf32>
+  tile.store o %o : tensor<64x64xf32>
+  tile.store lse %lse : tensor<64xf32>
 }
 
 // -----
@@ -79,7 +79,7 @@ tile.func @noRule attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64
 // expected-error @+1 {{'tile.func' op already walks K/V steps (it has a tile.state_load)}}
 tile.func @twice attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
                              schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, stages = 1>} {
-  %q = tile.load "q" : tensor<64x64xbf16>
+  %q = tile.load q : tensor<64x64xbf16>
   %st0 = tile.state_load : !tile.state<64x64>
   %st = tile.kv_loop iter_args(%st0) : !tile.state<64x64> -> !tile.state<64x64> {
   ^bb0(%j: i32, %s: !tile.state<64x64>):
@@ -87,8 +87,8 @@ tile.func @twice attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 
   }
   %st2 = tile.state_store %st : !tile.state<64x64>
   %o, %lse = tile.finalize %st2 : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
-  tile.store "o" %o : tensor<64x64xf32>
-  tile.store "lse" %lse : tensor<64xf32>
+  tile.store o %o : tensor<64x64xf32>
+  tile.store lse %lse : tensor<64xf32>
 }
 
 // -----
@@ -98,13 +98,13 @@ tile.func @bounded attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 6
                                schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, stages = 1>} {
   %c0 = arith.constant 0 : i32
   %c4 = arith.constant 4 : i32
-  %q = tile.load "q" : tensor<64x64xbf16>
+  %q = tile.load q : tensor<64x64xbf16>
   %st0 = tile.init_state : !tile.state<64x64>
   %st = tile.kv_loop from %c0 to %c4 iter_args(%st0) : !tile.state<64x64> -> !tile.state<64x64> {
   ^bb0(%j: i32, %s: !tile.state<64x64>):
     tile.yield %s : !tile.state<64x64>
   }
   %o, %lse = tile.finalize %st : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
-  tile.store "o" %o : tensor<64x64xf32>
-  tile.store "lse" %lse : tensor<64xf32>
+  tile.store o %o : tensor<64x64xf32>
+  tile.store lse %lse : tensor<64xf32>
 }

@@ -2,13 +2,13 @@
 
 // tile.state_load / tile.state_store round-trip; the K/V step is a tile.dim.
 // CHECK-LABEL: tile.func @step
-// CHECK: tile.dim "kv_step"
+// CHECK: tile.dim kv_step
 // CHECK: %[[ST0:.*]] = tile.state_load : <64x64>
 // CHECK: %[[ST:.*]] = tile.kv_loop
 // CHECK: tile.state_store %[[ST]] : <64x64>
 tile.func @step attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %step = tile.dim "kv_step"
-  %q = tile.load "q" : tensor<64x64xbf16>
+  %step = tile.dim kv_step
+  %q = tile.load q : tensor<64x64xbf16>
   %st0 = tile.state_load : !tile.state<64x64>
   %st = tile.kv_loop iter_args(%st0) : !tile.state<64x64> -> !tile.state<64x64> {
   ^bb0(%j: i32, %s: !tile.state<64x64>):
@@ -16,8 +16,8 @@ tile.func @step attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 :
   }
   %st2 = tile.state_store %st : !tile.state<64x64>
   %o, %lse = tile.finalize %st2 : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
-  tile.store "o" %o : tensor<64x64xf32>
-  tile.store "lse" %lse : tensor<64xf32>
+  tile.store o %o : tensor<64x64xf32>
+  tile.store lse %lse : tensor<64xf32>
 }
 
 // -----
@@ -26,8 +26,8 @@ tile.func @loadWithoutStore attributes {dtype = bf16, head_dim = 64 : i64, head_
   // expected-error @+1 {{'tile.state_load' op needs exactly one tile.state_store in its tile.func, found 0}}
   %st0 = tile.state_load : !tile.state<64x64>
   %o, %lse = tile.finalize %st0 : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
-  tile.store "o" %o : tensor<64x64xf32>
-  tile.store "lse" %lse : tensor<64xf32>
+  tile.store o %o : tensor<64x64xf32>
+  tile.store lse %lse : tensor<64xf32>
 }
 
 // -----

@@ -6,9 +6,9 @@
 
 // FA3: buffers (Q one slot, K and V rings of `stages` slots) with their full/empty barriers at the top.
 // CHECK: #tile.schedule<name = "fa3", blockM = 128, blockN = 64, warps = 12, stages = 3>
-// CHECK: %[[QB:.*]] = tile.buffer "q" : <tensor<128x64xbf16>, slots = 1>
-// CHECK-NEXT: %[[KB:.*]] = tile.buffer "k" : <tensor<64x64xbf16>, slots = 3>
-// CHECK-NEXT: %[[VB:.*]] = tile.buffer "v" : <tensor<64x64xbf16>, slots = 3>
+// CHECK: %[[QB:.*]] = tile.buffer q : <tensor<128x64xbf16>, slots = 1>
+// CHECK-NEXT: %[[KB:.*]] = tile.buffer k : <tensor<64x64xbf16>, slots = 3>
+// CHECK-NEXT: %[[VB:.*]] = tile.buffer v : <tensor<64x64xbf16>, slots = 3>
 // CHECK-NEXT: %[[QF:.*]] = tile.barrier %[[QB]] {bytes = 16384 : i64}
 // CHECK-NEXT: %[[KF:.*]] = tile.barrier %[[KB]] {bytes = 8192 : i64}
 // CHECK-NEXT: %[[KE:.*]] = tile.barrier %[[KB]] {arrivals = 1 : i64}
@@ -17,37 +17,37 @@
 // The producer warpgroup: Q, then each tile of the walk into ring position i = highest - 1 - j, after the slot's
 // empty barrier, arriving on its full barrier.
 // CHECK: tile.role "producer" attributes {regs = 24 : i64, warps = 4 : i64} {
-// CHECK: tile.copy_async "q" into %{{.*}} arrive %[[QF]][%{{.*}}]
-// CHECK: tile.kv_walk from %[[LO:.*]] to %[[HI:.*]] {order = "descending"} {
+// CHECK: tile.copy_async q into %{{.*}} arrive %[[QF]][%{{.*}}]
+// CHECK: tile.kv_walk from %[[LO:.*]] to %[[HI:.*]] order descending {
 // CHECK-NEXT: ^bb0(%[[J:.*]]: i32):
 // CHECK: %[[I:.*]] = arith.subi %{{.*}}, %[[J]] : i32
 // CHECK-NEXT: %[[KS:.*]] = tile.slot %[[KB]][%[[I]]]
 // CHECK-NEXT: tile.barrier_wait %[[KE]][%[[I]]]
-// CHECK-NEXT: tile.copy_async "k"[%[[J]]] into %[[KS]] arrive %[[KF]][%[[I]]]
+// CHECK-NEXT: tile.copy_async k[%[[J]]] into %[[KS]] arrive %[[KF]][%[[I]]]
 // CHECK-NEXT: %[[VS:.*]] = tile.slot %[[VB]][%[[I]]]
 // CHECK-NEXT: tile.barrier_wait %[[VE]][%[[I]]]
-// CHECK-NEXT: tile.copy_async "v"[%[[J]]] into %[[VS]] arrive %[[VF]][%[[I]]]
+// CHECK-NEXT: tile.copy_async v[%[[J]]] into %[[VS]] arrive %[[VF]][%[[I]]]
 // The consumer warpgroups: Q after its full barrier; per tile, K after its full barrier, Q·Kᵀ issued asynchronously
 // and waited on, then K's slot released; V the same around P·V. No block-wide tile.wait anywhere.
 // CHECK: tile.role "consumer" attributes {regs = 240 : i64, warps = 8 : i64} {
 // CHECK: tile.barrier_wait %[[QF]]
-// CHECK: tile.load "q" from
+// CHECK: tile.load q from
 // CHECK: tile.kv_loop from %{{.*}} to %[[HI]]
 // CHECK: %[[CI:.*]] = arith.subi %{{.*}}, %arg{{[0-9]+}} : i32
 // CHECK: tile.barrier_wait %[[KF]][%[[CI]]]
 // CHECK-NEXT: %[[CKS:.*]] = tile.slot %[[KB]][%[[CI]]]
-// CHECK-NEXT: tile.load "k"[%{{.*}}] from %[[CKS]]
+// CHECK-NEXT: tile.load k[%{{.*}}] from %[[CKS]]
 // CHECK-NEXT: %{{.*}}, %[[TQK:.*]] = tile.qk {{.*}} -> tensor<128x64xf32>, !tile.token
 // CHECK-NEXT: tile.mma_wait %[[TQK]]
 // CHECK-NEXT: tile.barrier_arrive %[[KE]][%[[CI]]]
 // CHECK: tile.barrier_wait %[[VF]][%[[CI]]]
 // CHECK-NEXT: %[[CVS:.*]] = tile.slot %[[VB]][%[[CI]]]
-// CHECK-NEXT: tile.load "v"[%{{.*}}] from %[[CVS]]
+// CHECK-NEXT: tile.load v[%{{.*}}] from %[[CVS]]
 // CHECK-NEXT: %{{.*}}, %[[TPV:.*]] = tile.pv {{.*}} -> !tile.token
 // CHECK-NEXT: tile.mma_wait %[[TPV]]
 // CHECK-NEXT: tile.barrier_arrive %[[VE]][%[[CI]]]
 // CHECK: tile.finalize
-// CHECK: tile.store "lse"
+// CHECK: tile.store lse
 // CHECK-NOT: tile.wait
 
 // The intra-warpgroup overlap (the default): a prologue segment of at most one tile (the walk's first) computes S and
@@ -74,7 +74,7 @@
 // OVERLAP: %[[S:.*]], %[[TS:.*]] = tile.qk
 // OVERLAP-NEXT: tile.barrier_wait %{{.*}}[%[[IP]]]
 // OVERLAP-NEXT: %[[VS:.*]] = tile.slot %{{.*}}[%[[IP]]]
-// OVERLAP-NEXT: %[[V:.*]] = tile.load "v"[%[[JN]]] from %[[VS]]
+// OVERLAP-NEXT: %[[V:.*]] = tile.load v[%[[JN]]] from %[[VS]]
 // OVERLAP-NEXT: %[[ACC:.*]], %[[TPV:.*]] = tile.pv %[[P]], %[[V]], %[[ST]]
 // OVERLAP-NEXT: tile.mma_wait %[[TS]]
 // OVERLAP-NEXT: tile.barrier_arrive %{{.*}}[%[[I]]]
@@ -84,7 +84,7 @@
 // OVERLAP-NEXT: %[[R:.*]] = tile.rescale %[[NEW]], %[[ALPHA]]
 // OVERLAP-NEXT: tile.yield %[[R]], %[[PN]]
 // The epilogue: P·V of the last tile, P passed through.
-// OVERLAP: tile.load "v"[%arg{{[0-9]+}}]
+// OVERLAP: tile.load v[%arg{{[0-9]+}}]
 // OVERLAP-NEXT: tile.pv %arg{{[0-9]+}}, %{{.*}}, %arg{{[0-9]+}}
 // OVERLAP-NEXT: tile.mma_wait
 // OVERLAP-NEXT: tile.barrier_arrive
@@ -103,17 +103,17 @@
 // the P·V-only epilogue), and the producer waits on it before each tile's Q, at ring position = the tile count; K/V
 // ring positions start where the tile before stopped.
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="persistent=1" | FileCheck %s --check-prefix=PERSISTENT
-// PERSISTENT: %[[QB:.*]] = tile.buffer "q"
+// PERSISTENT: %[[QB:.*]] = tile.buffer q
 // PERSISTENT: %[[QF:.*]] = tile.barrier %[[QB]] {bytes = 24576 : i64}
 // PERSISTENT: %[[QE:.*]] = tile.barrier %[[QB]] {arrivals = 1 : i64}
 // PERSISTENT-NEXT: tile.role "producer"
 // PERSISTENT-NEXT: %[[Z:.*]] = arith.constant 0 : i32
 // PERSISTENT-NEXT: %{{.*}} = tile.work_loop iter_args(%[[Z]]) : i32 -> i32 {
 // PERSISTENT-NEXT: ^bb0(%[[N:.*]]: i32, %[[BASE:.*]]: i32):
-// PERSISTENT: tile.kv_range "may"
+// PERSISTENT: tile.kv_range may
 // PERSISTENT: tile.barrier_wait %[[QE]][%[[N]]]
-// PERSISTENT-NEXT: tile.copy_async "q" into %{{.*}} arrive %[[QF]][%[[N]]]
-// PERSISTENT: tile.kv_walk from %[[LO:.*]] to %[[HI:.*]] {order = "descending"}
+// PERSISTENT-NEXT: tile.copy_async q into %{{.*}} arrive %[[QF]][%[[N]]]
+// PERSISTENT: tile.kv_walk from %[[LO:.*]] to %[[HI:.*]] order descending
 // PERSISTENT: %[[I:.*]] = arith.addi %[[BASE]], %{{.*}} : i32
 // PERSISTENT-NEXT: tile.slot %{{.*}}[%[[I]]]
 // PERSISTENT: %[[W:.*]] = arith.subi %[[HI]], %[[LO]] : i32
@@ -123,13 +123,13 @@
 // PERSISTENT: tile.role "consumer"
 // PERSISTENT: tile.work_loop iter_args
 // PERSISTENT-NEXT: ^bb0(%[[CN:.*]]: i32, %{{.*}}: i32):
-// PERSISTENT: tile.kv_range "may"
+// PERSISTENT: tile.kv_range may
 // PERSISTENT: tile.barrier_wait %[[QF]][%[[CN]]]
-// PERSISTENT: segment = "interior"
+// PERSISTENT: segment interior
 // PERSISTENT: tile.barrier_arrive %[[QE]][%[[CN]]]
 // PERSISTENT-NEXT: arith.addi
 // PERSISTENT-NEXT: arith.minsi
 // PERSISTENT-NEXT: tile.kv_loop
 // PERSISTENT-NOT: tile.qk
 // PERSISTENT: tile.pv
-// PERSISTENT: tile.store "o"
+// PERSISTENT: tile.store o

@@ -13,8 +13,10 @@ tile.func @f attributes {dtype = bf16, head_dim = 60 : i64, head_dim_v = 64 : i6
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  // expected-error @+1 {{'tile.dim' op unknown dimension 'seqlen'; expected one of: batch, heads_q, heads_kv, seqlen_q, seqlen_k}}
-  %x = tile.dim "seqlen"
+  // expected-error @+1 {{expected a dimension (batch, heads_q, heads_kv, seqlen_q, seqlen_k, key_offset, split_begin, split_end, kv_step), got 'seqlen'}}
+  %x = tile.dim seqlen
+// MLIR's note on the failed attribute points at the token after the word.
+// expected-error @+1 {{failed to parse Tile_DimAttr parameter 'value'}}
 }
 
 // -----
@@ -28,28 +30,29 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   // expected-error @+1 {{'tile.load' op element type 'f16' differs from the program's dtype 'bf16'}}
-  %q = tile.load "q" : tensor<?x64xf16>
+  %q = tile.load q : tensor<?x64xf16>
 }
 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   // expected-error @+1 {{'tile.load' op the k tile needs a tile index: k[%j]}}
-  %k = tile.load "k" : tensor<?x64xbf16>
+  %k = tile.load k : tensor<?x64xbf16>
 }
 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  // expected-error @+1 {{'tile.load' op operand 'x' is not one of: q, k, v}}
-  %k = tile.load "x" : tensor<?x64xbf16>
+  // expected-error @+2 {{expected an input operand (q, k, v), got 'x'}}
+  // expected-error @+1 {{failed to parse Tile_OperandAttr parameter 'value'}}
+  %k = tile.load x : tensor<?x64xbf16>
 }
 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %q = tile.load "q" : tensor<128x64xbf16>
-  %k = tile.load "q" : tensor<64x64xbf16>
+  %q = tile.load q : tensor<128x64xbf16>
+  %k = tile.load q : tensor<64x64xbf16>
   // expected-error @+1 {{'tile.qk' op result must be 128x64 (Q rows x K rows), got 128x32}}
   %s = tile.qk %q, %k : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x32xf32>
 }
@@ -57,8 +60,8 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %q = tile.load "q" : tensor<128x64xbf16>
-  %k = tile.load "q" : tensor<128x64xbf16>
+  %q = tile.load q : tensor<128x64xbf16>
+  %k = tile.load q : tensor<128x64xbf16>
   %s = tile.qk %q, %k : tensor<128x64xbf16>, tensor<128x64xbf16> -> tensor<128x128xf32>
   // expected-error @+1 {{'tile.mask' op mask region must yield (i1)}}
   %m = tile.mask %s : tensor<128x128xf32> {
@@ -70,8 +73,9 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  // expected-error @+1 {{'tile.kv_range' op kind must be "may" or "full", got "some"}}
-  %lo, %hi = tile.kv_range "some" {
+  // expected-error @+2 {{expected a KV-range kind (may, full), got 'some'}}
+  // expected-error @+1 {{failed to parse Tile_RangeKindAttr parameter 'value'}}
+  %lo, %hi = tile.kv_range some {
   ^bb0(%a: i32, %b: i32, %c: i32, %d: i32):
     tile.yield %a, %b : i32, i32
   }
@@ -81,7 +85,7 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   // expected-error @+1 {{'tile.kv_range' op kv_range region must take (i32, i32, i32, i32)}}
-  %lo, %hi = tile.kv_range "may" {
+  %lo, %hi = tile.kv_range may {
   ^bb0(%first: i32, %last: i32):
     tile.yield %first, %last : i32, i32
   }
@@ -91,8 +95,8 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %st0 = tile.init_state : !tile.state<?x64>
-  // expected-error @+1 {{'tile.kv_loop' op a "interior" segment needs bounds}}
-  %st = tile.kv_loop iter_args(%st0) {segment = "interior"} : !tile.state<?x64> -> !tile.state<?x64> {
+  // expected-error @+1 {{'tile.kv_loop' op segment interior needs bounds (from %lo to %hi)}}
+  %st = tile.kv_loop segment interior iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
   ^bb0(%j: i32, %s: !tile.state<?x64>):
     tile.yield %s : !tile.state<?x64>
   }
@@ -115,7 +119,7 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %t = arith.constant true
   // expected-error @+1 {{'tile.load' op a predicate only applies to a K/V tile index (tile.load k[%j] if %valid)}}
-  %q = tile.load "q" if %t : tensor<?x64xbf16>
+  %q = tile.load q if %t : tensor<?x64xbf16>
 }
 
 // -----
@@ -202,9 +206,9 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %st = tile.init_state : !tile.state<?x64>
-  %q = tile.load "q" : tensor<?x64xbf16>
+  %q = tile.load q : tensor<?x64xbf16>
   %j = arith.constant 0 : i32
-  %k = tile.load "k"[%j] : tensor<?x64xbf16>
+  %k = tile.load k[%j] : tensor<?x64xbf16>
   %s = tile.qk %q, %k : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
   // expected-error @+1 {{'tile.softmax_update' op rescale_threshold = 16 is not supported; accepted: 1 to 15 (log2 units; omit it to rescale every tile)}}
   %p, %alpha, %st1 = tile.softmax_update %s, %st {rescale_threshold = 16 : i64} : tensor<?x?xf32>, !tile.state<?x64> -> tensor<?x?xbf16>, tensor<?xf32>
@@ -219,9 +223,10 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 
 // -----
 
-// expected-error @+2 {{schedule shapeClass = 'long' is not supported; accepted: default, short}}
+// expected-error @+3 {{expected a shape class (default, short), got 'long'}}
+// expected-error @+2 {{failed to parse Tile_ScheduleAttr parameter 'shapeClass'}}
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
-                         schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, shapeClass = "long">} {
+                         schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, shapeClass = long>} {
 }
 
 // -----
@@ -229,4 +234,57 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // expected-error @+2 {{schedule rescaleThreshold = 16 is not supported; accepted: 0 to 15}}
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
                          schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, rescaleThreshold = 16>} {
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %o = arith.constant dense<0.0> : tensor<64x64xf32>
+  // expected-error @+2 {{expected an output (o, lse), got 'q'}}
+  // expected-error @+1 {{failed to parse Tile_OutputAttr parameter 'value'}}
+  tile.store q %o : tensor<64x64xf32>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %c0 = arith.constant 0 : i32
+  %st0 = tile.init_state : !tile.state<?x64>
+  // expected-error @+2 {{expected a K/V loop segment (all, tail_boundary, interior, head_boundary), got 'middle'}}
+  // expected-error @+1 {{failed to parse Tile_SegmentAttr parameter 'value'}}
+  %st = tile.kv_loop from %c0 to %c0 segment middle iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
+  ^bb0(%j: i32, %s: !tile.state<?x64>):
+    tile.yield %s : !tile.state<?x64>
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %c0 = arith.constant 0 : i32
+  %st0 = tile.init_state : !tile.state<?x64>
+  // expected-error @+2 {{expected a K/V walk order (ascending, descending), got 'backwards'}}
+  // expected-error @+1 {{failed to parse Tile_KvOrderAttr parameter 'value'}}
+  %st = tile.kv_loop from %c0 to %c0 order backwards iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
+  ^bb0(%j: i32, %s: !tile.state<?x64>):
+    tile.yield %s : !tile.state<?x64>
+  }
+}
+
+// -----
+
+// The instruction families are plug-ins: #tile.target's isa is checked against the registry, which names them.
+// expected-error @+2 {{target isa 'sm100' is not a registered instruction family; registered: sm80, sm90}}
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
+                         target = #tile.target<arch = "sm_100a", isa = "sm100">} {
+}
+
+// -----
+
+// A rule region that ends without tile.yield (found by fuzz-ir: the verifier read a terminator that was not there).
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{'tile.kv_range' op kv_range region must yield (i32, i32)}}
+  %lo, %hi = tile.kv_range may {
+  ^bb0(%a: i32, %b: i32, %c: i32, %d: i32):
+  }
 }

@@ -2,19 +2,19 @@
 // RUN: flashtile-opt %s --tile-verify-program --split-input-file --verify-diagnostics
 
 // CHECK: tile.func @attention
-// CHECK: tile.store "lse"
+// CHECK: tile.store lse
 
 // A program must store both outputs.
 // expected-error @+1 {{'tile.func' op must store both O and LSE}}
 tile.func @no_lse attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %q = tile.load "q" : tensor<?x64xbf16>
+  %q = tile.load q : tensor<?x64xbf16>
   %st0 = tile.init_state : !tile.state<?x64>
   %st = tile.kv_loop iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
   ^bb0(%j: i32, %s: !tile.state<?x64>):
     tile.yield %s : !tile.state<?x64>
   }
   %o, %lse = tile.finalize %st : !tile.state<?x64> -> tensor<?x64xf32>, tensor<?xf32>
-  tile.store "o" %o : tensor<?x64xf32>
+  tile.store o %o : tensor<?x64xf32>
 }
 
 // -----
@@ -22,15 +22,15 @@ tile.func @no_lse attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64
 // K/V tiles come from the loop's own index.
 tile.func @wrong_index attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %c0 = arith.constant 0 : i32
-  %q = tile.load "q" : tensor<?x64xbf16>
+  %q = tile.load q : tensor<?x64xbf16>
   %st0 = tile.init_state : !tile.state<?x64>
   %st = tile.kv_loop iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
   ^bb0(%j: i32, %s: !tile.state<?x64>):
     // expected-error @+1 {{'tile.load' op must load the loop's own tile (the loop's first block argument)}}
-    %k = tile.load "k"[%c0] : tensor<?x64xbf16>
+    %k = tile.load k[%c0] : tensor<?x64xbf16>
     tile.yield %s : !tile.state<?x64>
   }
   %o, %lse = tile.finalize %st : !tile.state<?x64> -> tensor<?x64xf32>, tensor<?xf32>
-  tile.store "o" %o : tensor<?x64xf32>
-  tile.store "lse" %lse : tensor<?xf32>
+  tile.store o %o : tensor<?x64xf32>
+  tile.store lse %lse : tensor<?xf32>
 }

@@ -2,10 +2,10 @@
 // `flashtile compile --variant sliding_window --head-dim 64 --emit tile` prints it.
 module {
   tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, params = ["left", "right"], variant = "sliding_window"} {
-    %lo, %hi = tile.kv_range "may" {
+    %lo, %hi = tile.kv_range may {
     ^bb0(%arg0: i32, %arg1: i32, %arg2: i32, %arg3: i32):
-      %3 = tile.dim "seqlen_q"
-      %4 = tile.dim "seqlen_k"
+      %3 = tile.dim seqlen_q
+      %4 = tile.dim seqlen_k
       %5 = tile.param "left"
       %6 = arith.fptosi %5 : f32 to i32
       %7 = tile.param "right"
@@ -27,10 +27,10 @@ module {
       %19 = arith.select %18, %4, %17 : i32
       tile.yield %13, %19 : i32, i32
     }
-    %lo_0, %hi_1 = tile.kv_range "full" {
+    %lo_0, %hi_1 = tile.kv_range full {
     ^bb0(%arg0: i32, %arg1: i32, %arg2: i32, %arg3: i32):
-      %3 = tile.dim "seqlen_q"
-      %4 = tile.dim "seqlen_k"
+      %3 = tile.dim seqlen_q
+      %4 = tile.dim seqlen_k
       %5 = tile.param "left"
       %6 = arith.fptosi %5 : f32 to i32
       %7 = tile.param "right"
@@ -52,17 +52,17 @@ module {
       %19 = arith.select %18, %4, %17 : i32
       tile.yield %13, %19 : i32, i32
     }
-    %0 = tile.load "q" : tensor<?x64xbf16>
+    %0 = tile.load q : tensor<?x64xbf16>
     %1 = tile.init_state : <?x64>
     %2 = tile.kv_loop iter_args(%1) : <?x64> -> <?x64> {
     ^bb0(%arg0: i32, %arg1: !tile.state<?x64>):
-      %3 = tile.load "k"[%arg0] : tensor<?x64xbf16>
+      %3 = tile.load k[%arg0] : tensor<?x64xbf16>
       %4 = tile.qk %0, %3 : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
       %5 = tile.scale %4 : tensor<?x?xf32>
       %6 = tile.mask %5 : tensor<?x?xf32> {
       ^bb0(%arg2: i32, %arg3: i32, %arg4: i32, %arg5: i32):
-        %10 = tile.dim "seqlen_q"
-        %11 = tile.dim "seqlen_k"
+        %10 = tile.dim seqlen_q
+        %11 = tile.dim seqlen_k
         %12 = arith.addi %arg4, %11 : i32
         %13 = arith.subi %12, %10 : i32
         %14 = tile.param "left"
@@ -84,12 +84,12 @@ module {
       }
       %p, %alpha, %new_state = tile.softmax_update %6, %arg1 : tensor<?x?xf32>, <?x64> -> tensor<?x?xbf16>, tensor<?xf32>
       %7 = tile.rescale %new_state, %alpha : <?x64>, tensor<?xf32>
-      %8 = tile.load "v"[%arg0] : tensor<?x64xbf16>
+      %8 = tile.load v[%arg0] : tensor<?x64xbf16>
       %9 = tile.pv %p, %8, %7 : tensor<?x?xbf16>, tensor<?x64xbf16>, <?x64>
       tile.yield %9 : !tile.state<?x64>
     }
     %o, %lse = tile.finalize %2 : <?x64> -> tensor<?x64xf32>, tensor<?xf32>
-    tile.store "o" %o : tensor<?x64xf32>
-    tile.store "lse" %lse : tensor<?xf32>
+    tile.store o %o : tensor<?x64xf32>
+    tile.store lse %lse : tensor<?xf32>
   }
 }

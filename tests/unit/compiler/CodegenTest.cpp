@@ -6,6 +6,7 @@
 #include "codegen/common/KernelAbiText.h"
 #include "codegen/sm80/TileOpsSm80.h"
 #include "flashtile/dsl/Program.h"
+#include "flashtile/runtime/KernelInfo.h"
 #include "flashtile/runtime/Nvrtc.h"
 #include "flashtile/runtime/Version.h"
 #include "passes/Transforms/Passes.h"
@@ -537,6 +538,17 @@ TEST(Codegen, RejectsIrWithoutTarget) {
   EXPECT_TRUE(mlir::failed(codegen::emitCuda(func)));
   EXPECT_NE(compiler.diagnostics.find("has no #tile.target; run tile-lower-to-target"), std::string::npos)
       << compiler.diagnostics;
+}
+
+TEST(Codegen, ShapeClassNamesAreTheRuntimes) {
+  // The IR's shape classes are the runtime's: kernel names and manifests carry the IR's name of a class, and the
+  // runtime looks kernels up by its own (kShapeClasses). The count is also a static_assert in TileDialect.cpp.
+  ASSERT_EQ(tile::getMaxEnumValForShapeClass() + 1, kShapeClasses.size());
+  for (uint32_t c = 0; c < kShapeClasses.size(); ++c) {
+    auto shapeClass = static_cast<tile::ShapeClass>(c);
+    EXPECT_EQ(tile::stringifyShapeClass(shapeClass).str(), std::string(kShapeClasses[c]));
+    EXPECT_EQ(tile::symbolizeShapeClass(kShapeClasses[c]), shapeClass);
+  }
 }
 
 TEST(Codegen, RejectsUnknownInstructionFamily) {

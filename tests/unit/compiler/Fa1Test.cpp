@@ -88,7 +88,7 @@ TEST(Fa1Steps, TheProgramIsOneKvStep) {
   EXPECT_EQ((*fins.begin()).getState(), store.getResult());
   // The walk is bounded by the launch's K/V step.
   bool readsStep = false;
-  func.walk([&](tile::DimOp dim) { readsStep |= dim.getName() == "kv_step"; });
+  func.walk([&](tile::DimOp dim) { readsStep |= dim.getDim() == tile::Dim::KvStep; });
   EXPECT_TRUE(readsStep);
 }
 

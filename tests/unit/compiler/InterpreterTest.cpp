@@ -215,7 +215,7 @@ struct CausalFixture : ::testing::Test {
               : nullptr;
 
   /// The scheduled program's ops of type T with a given operand name, in every K/V loop.
-  template <typename T> SmallVector<T> inLoops(ModuleOp module, StringRef operand) {
+  template <typename T> SmallVector<T> inLoops(ModuleOp module, tile::Operand operand) {
     SmallVector<T> ops;
     funcOf(module).walk([&](T op) {
       if (op->template getParentOfType<tile::KvLoopOp>() && op.getOperand() == operand)
@@ -240,8 +240,8 @@ TEST_F(CausalFixture, DroppingTheMaskOfABoundarySegmentBreaksTheResult) {
 
   int interiors = 0, masksDropped = 0;
   for (auto loop : funcOf(*sched).getBody().getOps<tile::KvLoopOp>()) {
-    interiors += loop.getSegment() == "interior";
-    if (loop.getSegment() != "tail_boundary")
+    interiors += loop.getSegment() == tile::Segment::Interior;
+    if (loop.getSegment() != tile::Segment::TailBoundary)
       continue;
     loop.getBody().walk([&](tile::MaskOp mask) {
       mask.getResult().replaceAllUsesWith(mask.getS());
@@ -278,7 +278,7 @@ void waitAfterTheLoad(ModuleOp module, SmallVector<tile::LoadOp> loads) {
 
 TEST_F(CausalFixture, WaitingAfterTheLoadIsAPipelineHazard) {
   ASSERT_TRUE(sched) << diags.text;
-  waitAfterTheLoad(*sched, inLoops<tile::LoadOp>(*sched, "k"));
+  waitAfterTheLoad(*sched, inLoops<tile::LoadOp>(*sched, tile::Operand::K));
   EXPECT_NE(runExpectingFailure(*sched).find(
                 "pipeline hazard: load of k tile 1 from slot 0 of buffer 1 but its copy has not landed"),
             std::string::npos)
@@ -315,7 +315,8 @@ void copyBeforeTheLoad(SmallVector<tile::CopyAsyncOp> copies, SmallVector<tile::
 
 TEST_F(CausalFixture, OverwritingTheSingleKSlotBeforeItIsReadIsAPipelineHazard) {
   ASSERT_TRUE(sched) << diags.text;
-  copyBeforeTheLoad(inLoops<tile::CopyAsyncOp>(*sched, "k"), inLoops<tile::LoadOp>(*sched, "k"));
+  copyBeforeTheLoad(inLoops<tile::CopyAsyncOp>(*sched, tile::Operand::K),
+                    inLoops<tile::LoadOp>(*sched, tile::Operand::K));
   std::string text = runExpectingFailure(*sched);
   EXPECT_NE(text.find("pipeline hazard: load of k tile 1 from slot 0 of buffer 1 but the slot holds k tile 1 and "
                       "the copy of k tile 0 into it is in flight"),
@@ -329,7 +330,7 @@ TEST_F(CausalFixture, WaitingOnAnotherCopysTokenIsAPipelineHazard) {
   auto waitQ = *funcOf(*sched).getBody().getOps<tile::WaitOp>().begin();
   auto copies = llvm::to_vector(funcOf(*sched).getBody().getOps<tile::CopyAsyncOp>());
   ASSERT_EQ(copies.size(), 2u);
-  ASSERT_EQ(copies[1].getOperand(), "k");
+  ASSERT_EQ(copies[1].getOperand(), tile::Operand::K);
   waitQ.getTokensMutable().assign(copies[1].getToken());
   std::string text = runExpectingFailure(*sched);
   EXPECT_NE(text.find("pipeline hazard: load of q tile 0 from slot 0 of buffer 0 but its copy has not landed"),
@@ -347,14 +348,15 @@ TEST_F(CausalFixture, TheHazardsAboveAreCaughtByTheProtocolChecker) {
   };
   std::vector<float> o, lse;
   OwningOpRef<ModuleOp> late = fresh();
-  waitAfterTheLoad(*late, inLoops<tile::LoadOp>(*late, "k"));
+  waitAfterTheLoad(*late, inLoops<tile::LoadOp>(*late, tile::Operand::K));
   EXPECT_TRUE(succeeded(interp::run(funcOf(*late), p, in.q, in.k, in.v, o, lse))) << diags.text;
   OwningOpRef<ModuleOp> noBarrier = fresh();
   for (auto wait : waitsInLoops(*noBarrier, 1))
     wait.erase();
   EXPECT_TRUE(succeeded(interp::run(funcOf(*noBarrier), p, in.q, in.k, in.v, o, lse))) << diags.text;
   OwningOpRef<ModuleOp> early = fresh();
-  copyBeforeTheLoad(inLoops<tile::CopyAsyncOp>(*early, "k"), inLoops<tile::LoadOp>(*early, "k"));
+  copyBeforeTheLoad(inLoops<tile::CopyAsyncOp>(*early, tile::Operand::K),
+                    inLoops<tile::LoadOp>(*early, tile::Operand::K));
   EXPECT_TRUE(succeeded(interp::run(funcOf(*early), p, in.q, in.k, in.v, o, lse))) << diags.text;
 }
 
@@ -437,7 +439,8 @@ struct Fa3Fixture : CausalFixture {
     return {};
   }
   /// The barrier ops of `role` of type T on the barrier of the `operand` buffer that is full (or empty).
-  template <typename T> SmallVector<T> barrierOps(ModuleOp module, StringRef roleName, StringRef operand, bool full) {
+  template <typename T>
+  SmallVector<T> barrierOps(ModuleOp module, StringRef roleName, tile::Operand operand, bool full) {
     SmallVector<T> ops;
     role(module, roleName).walk([&](T op) {
       auto barrier = op.getBarrier().template getDefiningOp<tile::BarrierOp>();
@@ -459,7 +462,7 @@ TEST_F(Fa3Fixture, RolesMatchTheReference) {
 
 TEST_F(Fa3Fixture, ReadingASlotBeforeItsFullBarrierIsAPipelineHazard) {
   ASSERT_TRUE(fa3) << diags.text;
-  auto waits = barrierOps<tile::BarrierWaitOp>(*fa3, "consumer", "k", /*full=*/true);
+  auto waits = barrierOps<tile::BarrierWaitOp>(*fa3, "consumer", tile::Operand::K, /*full=*/true);
   ASSERT_FALSE(waits.empty());
   for (auto wait : waits)
     wait.erase();
@@ -471,7 +474,7 @@ TEST_F(Fa3Fixture, ReadingASlotBeforeItsFullBarrierIsAPipelineHazard) {
 
 TEST_F(Fa3Fixture, OverwritingASlotBeforeItsEmptyBarrierIsAPipelineHazard) {
   ASSERT_TRUE(fa3) << diags.text;
-  auto waits = barrierOps<tile::BarrierWaitOp>(*fa3, "producer", "v", /*full=*/false);
+  auto waits = barrierOps<tile::BarrierWaitOp>(*fa3, "producer", tile::Operand::V, /*full=*/false);
   ASSERT_EQ(waits.size(), 1u);
   waits.front().erase();
   std::string text = runExpectingFailure(*fa3);
@@ -484,7 +487,7 @@ TEST_F(Fa3Fixture, ASlotNeverReleasedDeadlocks) {
   ASSERT_TRUE(fa3) << diags.text;
   // The consumer never releases V's slots: once the ring is full the producer waits forever, and so does the
   // consumer for the next tile.
-  for (auto arrive : barrierOps<tile::BarrierArriveOp>(*fa3, "consumer", "v", /*full=*/false))
+  for (auto arrive : barrierOps<tile::BarrierArriveOp>(*fa3, "consumer", tile::Operand::V, /*full=*/false))
     arrive.erase();
   std::string text = runExpectingFailure(*fa3);
   EXPECT_NE(text.find("pipeline deadlock: every role waits on a barrier no other role will complete"),
@@ -563,11 +566,11 @@ TEST_F(Fa3Fixture, TheBarrierHazardsAreCaughtByTheProtocolChecker) {
   ProtocolCheckerOff off;
   std::vector<float> o, lse;
   OwningOpRef<ModuleOp> noFullWait = flashtile::testing::scheduledFa3(*program, knobs);
-  for (auto wait : barrierOps<tile::BarrierWaitOp>(*noFullWait, "consumer", "k", true))
+  for (auto wait : barrierOps<tile::BarrierWaitOp>(*noFullWait, "consumer", tile::Operand::K, true))
     wait.erase();
   EXPECT_TRUE(succeeded(interp::run(funcOf(*noFullWait), p, in.q, in.k, in.v, o, lse))) << diags.text;
   OwningOpRef<ModuleOp> noEmptyWait = flashtile::testing::scheduledFa3(*program, knobs);
-  for (auto wait : barrierOps<tile::BarrierWaitOp>(*noEmptyWait, "producer", "v", false))
+  for (auto wait : barrierOps<tile::BarrierWaitOp>(*noEmptyWait, "producer", tile::Operand::V, false))
     wait.erase();
   EXPECT_TRUE(succeeded(interp::run(funcOf(*noEmptyWait), p, in.q, in.k, in.v, o, lse))) << diags.text;
   OwningOpRef<ModuleOp> earlyRelease = flashtile::testing::scheduledFa3(*program, knobs);
@@ -593,7 +596,7 @@ struct Fa3PersistentFixture : Fa3Fixture {
   }
   /// The consumer's release of Q's slot.
   tile::BarrierArriveOp qRelease(ModuleOp module) {
-    auto arrives = barrierOps<tile::BarrierArriveOp>(module, "consumer", "q", /*full=*/false);
+    auto arrives = barrierOps<tile::BarrierArriveOp>(module, "consumer", tile::Operand::Q, /*full=*/false);
     return arrives.size() == 1 ? arrives.front() : tile::BarrierArriveOp();
   }
 };
@@ -626,7 +629,7 @@ TEST_F(Fa3PersistentFixture, ReleasingQBeforeItsLastReadIsAPipelineHazard) {
   ASSERT_TRUE(release);
   tile::LoadOp loadQ;
   role(*fa3, "consumer").walk([&](tile::LoadOp load) {
-    if (load.getOperand() == "q")
+    if (load.getOperand() == tile::Operand::Q)
       loadQ = load;
   });
   ASSERT_TRUE(loadQ);
@@ -661,7 +664,7 @@ TEST_F(Fa3PersistentFixture, TheHazardsAboveAreCaughtByTheProtocolChecker) {
   std::vector<float> o, lse;
   tile::LoadOp loadQ;
   role(*fa3, "consumer").walk([&](tile::LoadOp load) {
-    if (load.getOperand() == "q")
+    if (load.getOperand() == tile::Operand::Q)
       loadQ = load;
   });
   qRelease(*fa3)->moveAfter(loadQ);

@@ -89,7 +89,7 @@ bool rotatesRowsApart(const std::string &variant) { return variants::byName(vari
 tile::LoadOp qLoadOf(ModuleOp module) {
   tile::LoadOp q;
   module.walk([&](tile::LoadOp load) {
-    if (load.getOperand() == "q")
+    if (load.getOperand() == tile::Operand::Q)
       q = load;
   });
   return q;
@@ -141,7 +141,7 @@ TEST(RotaryProgram, TheVerifierNamesBadAttributes) {
   EXPECT_TRUE(succeeded(verify(*module))) << diags.text;
   diags.text.clear();
   module->walk([&](tile::LoadOp load) {
-    if (load.getOperand() == "k")
+    if (load.getOperand() == tile::Operand::K)
       load->setAttr(tile::kRotaryAttr, tile::rotaryAttr(&context, {false, true}));
   });
   EXPECT_TRUE(failed(verify(*module)));

@@ -400,7 +400,7 @@ TEST(SlidingWindow, VisitsExactlyTheKTilesThatIntersectTheWindow) {
 //===----------------------------------------------------------------------===//
 
 /// Varlen: doc_start is one entry per packed key row (total_k), each sequence's positions its own; every sequence
-/// must match a dense document-masked reference built from its own slice of starts (tile.dim "key_offset").
+/// must match a dense document-masked reference built from its own slice of starts (tile.dim key_offset).
 TEST(DocumentMask, VarlenReadsEachSequencesStartsFromItsFirstKeyRow) {
   MLIRContext context;
   DiagnosticCapture diags(context);

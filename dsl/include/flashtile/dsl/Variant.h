@@ -31,11 +31,11 @@ namespace dsl {
 /// Sizes of the problem, read from the kernel arguments.
 struct Sizes {
   Expr seqlenQ, seqlenK;
-  /// The other sizes (tile.dim "batch", "heads_q", "heads_kv"), read where a hook asks for them.
+  /// The other sizes (tile.dim batch, "heads_q", "heads_kv"), read where a hook asks for them.
   Expr batch() const;
   Expr headsQ() const;
   Expr headsKv() const;
-  /// The row of this sequence's first key among all sequences' keys (tile.dim "key_offset"): b·seqlen_k dense,
+  /// The row of this sequence's first key among all sequences' keys (tile.dim key_offset): b·seqlen_k dense,
   /// cu_seqlens_k[b] varlen. Index per-key inputs with keyOffset() + kv to accept both layouts (kv is always a key
   /// of the sequence there: kernels pass a tile's padding keys as the last key).
   Expr keyOffset() const;

@@ -1,0 +1,98 @@
+//===- TileEnums.td - the closed vocabularies of the tile dialect --------===//
+//
+// Every word of the IR that names one of a fixed set of things is an enum: the parser accepts only its values
+// (a bad one is a parse error listing them), C++ compares enum values and switches over them (the compiler checks
+// the cases), and the generated stringify/symbolize functions are the one map between names and values.
+// Included by TileDialect.td after Tile_Dialect. Names plug-ins register (`#tile.target`'s isa, a schedule's name)
+// stay strings checked against their registries: docs/ir.md, "Why these stay strings".
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_TILE_ENUMS
+#define FLASHTILE_TILE_ENUMS
+
+include "mlir/IR/EnumAttr.td"
+
+/// An enum of the tile dialect. `what` names it in the parse error of a value outside the set:
+/// "expected a K/V walk order (ascending, descending), got 'sideways'".
+class Tile_Enum<string name, string what, string summary, list<I32EnumAttrCase> cases>
+    : I32EnumAttr<name, summary, cases> {
+  let cppNamespace = "::flashtile::tile";
+  let genSpecializedAttr = 0;
+  let parameterParser = [{[&]() -> ::mlir::FailureOr<}] # cppType # [{> {
+    ::llvm::SMLoc loc = $_parser.getCurrentLocation();
+    std::string keyword;
+    if (::mlir::succeeded($_parser.parseOptionalKeywordOrString(&keyword)))
+      if (std::optional<}] # cppType # [{> value = }] # cppNamespace # "::" # stringToSymbolFnName # [{(keyword))
+        return *value;
+    return {(::llvm::LogicalResult)($_parser.emitError(loc) << "expected }] # what # [{ (}] #
+        !interleave(!foreach(c, cases, c.str), ", ") # [{)" << (keyword.empty() ? "" : ", got '" + keyword + "'"))};
+  }()}];
+}
+
+/// Printed as ` word` (the leading space separates it from the mnemonic in the generic form, `#tile<order
+/// descending>`), so op formats put an empty literal before one: "`` $operand" prints `tile.load k[%j]`.
+class Tile_EnumAttr<Tile_Enum enum, string mnemonic> : EnumAttr<Tile_Dialect, enum, mnemonic>;
+
+def Tile_Operand : Tile_Enum<"Operand", "an input operand", "a tile read from the inputs: q, k or v", [
+  I32EnumAttrCase<"Q", 0, "q">,
+  I32EnumAttrCase<"K", 1, "k">,
+  I32EnumAttrCase<"V", 2, "v">
+]>;
+def Tile_OperandAttr : Tile_EnumAttr<Tile_Operand, "operand">;
+
+def Tile_Output : Tile_Enum<"Output", "an output", "a tile written to the outputs: o or lse", [
+  I32EnumAttrCase<"O", 0, "o">,
+  I32EnumAttrCase<"Lse", 1, "lse">
+]>;
+def Tile_OutputAttr : Tile_EnumAttr<Tile_Output, "output">;
+
+def Tile_RangeKind : Tile_Enum<"RangeKind", "a KV-range kind", "which keys a tile.kv_range rule bounds", [
+  // Keys outside can never be attended by any row of the Q tile: their tiles are skipped.
+  I32EnumAttrCase<"May", 0, "may">,
+  // Every row of the Q tile attends every key inside: those tiles need no mask.
+  I32EnumAttrCase<"Full", 1, "full">
+]>;
+def Tile_RangeKindAttr : Tile_EnumAttr<Tile_RangeKind, "range_kind">;
+
+def Tile_Segment : Tile_Enum<"Segment", "a K/V loop segment", "the part of the KV range a tile.kv_loop covers", [
+  // The whole range (an unsplit loop).
+  I32EnumAttrCase<"All", 0, "all">,
+  // The masked tiles at the high end: from the end of the "full" range to the end of the "may" range.
+  I32EnumAttrCase<"TailBoundary", 1, "tail_boundary">,
+  // The tiles inside the "full" range: no mask.
+  I32EnumAttrCase<"Interior", 2, "interior">,
+  // The masked tiles at the low end, when the "may" range starts below the "full" range.
+  I32EnumAttrCase<"HeadBoundary", 3, "head_boundary">
+]>;
+def Tile_SegmentAttr : Tile_EnumAttr<Tile_Segment, "segment">;
+
+def Tile_KvOrder : Tile_Enum<"KvOrder", "a K/V walk order", "the order K/V tiles are visited in", [
+  I32EnumAttrCase<"Ascending", 0, "ascending">,
+  I32EnumAttrCase<"Descending", 1, "descending">
+]>;
+def Tile_KvOrderAttr : Tile_EnumAttr<Tile_KvOrder, "order">;
+
+def Tile_Dim : Tile_Enum<"Dim", "a dimension", "a problem size read from the kernel arguments (tile.dim)", [
+  I32EnumAttrCase<"Batch", 0, "batch">,
+  I32EnumAttrCase<"HeadsQ", 1, "heads_q">,
+  I32EnumAttrCase<"HeadsKv", 2, "heads_kv">,
+  I32EnumAttrCase<"SeqlenQ", 3, "seqlen_q">,
+  I32EnumAttrCase<"SeqlenK", 4, "seqlen_k">,
+  I32EnumAttrCase<"KeyOffset", 5, "key_offset">,
+  I32EnumAttrCase<"SplitBegin", 6, "split_begin">,
+  I32EnumAttrCase<"SplitEnd", 7, "split_end">,
+  I32EnumAttrCase<"KvStep", 8, "kv_step">
+]>;
+def Tile_DimAttr : Tile_EnumAttr<Tile_Dim, "dim">;
+
+// The runtime picks a call's shape class with one generic rule (Runtime::shapeClassFor) from a fixed list
+// (runtime/KernelInfo.h: kShapeClasses); a schedule only decides whether it tiles a class differently. The values
+// and their order equal kShapeClasses (checked by a static_assert and a unit test).
+def Tile_ShapeClass : Tile_Enum<"ShapeClass", "a shape class", "the shapes a kernel is tiled for", [
+  // Any shape.
+  I32EnumAttrCase<"Default", 0, "default">,
+  // At most 1024 query and key rows per sequence on average.
+  I32EnumAttrCase<"Short", 1, "short">
+]>;
+
+#endif // FLASHTILE_TILE_ENUMS
