@@ -95,6 +95,12 @@ mlir::FailureOr<Knobs> parseKnobs(const Schedule &schedule, const std::vector<st
 std::string checkKnobs(const Schedule &schedule, const Knobs &knobs);
 /// Whether `schedule` has the kKvCacheKnob option (its kernels can read KV caches).
 bool hasKvCacheKnob(const Schedule &schedule);
+/// Overrides `field` (a config's default) with the knob `name` when `knobs` sets it; the registry checked the
+/// option's bounds (an int fits).
+inline void applyKnob(const Knobs &knobs, const char *name, int &field) {
+  if (auto it = knobs.find(name); it != knobs.end())
+    field = static_cast<int>(it->second);
+}
 /// `items` form of `knobs` for tile-apply-schedule's `options`, e.g. "block-m=64,warps=4".
 std::string printKnobs(const Knobs &knobs);
 

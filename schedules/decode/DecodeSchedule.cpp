@@ -50,15 +50,11 @@ public:
   FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass) const override {
     int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
     DecodeConfig config = DecodeConfig::defaultsFor(headDim, headDimV);
-    auto set = [&](const char *knob, int &field) {
-      if (auto it = knobs.find(knob); it != knobs.end())
-        field = static_cast<int>(it->second); // in range: the registry checked the option's bounds
-    };
-    set(kBlockM, config.blockM);
-    set(kBlockN, config.blockN);
-    set(kWarps, config.warps);
-    set(kStages, config.stages);
-    set(kMinBlocksPerSm, config.minBlocksPerSm);
+    schedule::applyKnob(knobs, kBlockM, config.blockM);
+    schedule::applyKnob(knobs, kBlockN, config.blockN);
+    schedule::applyKnob(knobs, kWarps, config.warps);
+    schedule::applyKnob(knobs, kStages, config.stages);
+    schedule::applyKnob(knobs, kMinBlocksPerSm, config.minBlocksPerSm);
     if (auto error = config.validate(headDim, headDimV))
       return func.emitOpError() << *error;
     // One tiling serves every shape class (the split count, a kernel argument, adapts to the shape); the grid

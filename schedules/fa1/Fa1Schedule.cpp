@@ -42,13 +42,9 @@ public:
   FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass) const override {
     int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
     Fa1Config config = Fa1Config::defaultsFor(headDim, headDimV);
-    auto set = [&](const char *knob, int &field) {
-      if (auto it = knobs.find(knob); it != knobs.end())
-        field = static_cast<int>(it->second); // in range: the registry checked the option's bounds
-    };
-    set(kBlockM, config.blockM);
-    set(kBlockN, config.blockN);
-    set(kWarps, config.warps);
+    schedule::applyKnob(knobs, kBlockM, config.blockM);
+    schedule::applyKnob(knobs, kBlockN, config.blockN);
+    schedule::applyKnob(knobs, kWarps, config.warps);
     if (auto error = config.validate(headDim, headDimV))
       return func.emitOpError() << *error;
     // One tiling for every shape class; one K and one V buffer; every tile rescaled; no occupancy request; Q tiles

@@ -57,17 +57,13 @@ public:
     // is that class (one kernel serves both).
     auto configureFor = [&](bool shortSequences) {
       Fa2Config config = Fa2Config::defaultsFor(headDim, headDimV, traits, shortSequences);
-      auto set = [&](const char *knob, int &field) {
-        if (auto it = knobs.find(knob); it != knobs.end())
-          field = static_cast<int>(it->second); // in range: the registry checked the option's bounds
-      };
-      set(kBlockM, config.blockM);
-      set(kBlockN, config.blockN);
-      set(kWarps, config.warps);
-      set(kStages, config.stages);
-      set(kRescaleThreshold, config.rescaleThreshold);
-      set(kMinBlocksPerSm, config.minBlocksPerSm);
-      set(kLptGroupBlocks, config.lptGroupBlocks);
+      schedule::applyKnob(knobs, kBlockM, config.blockM);
+      schedule::applyKnob(knobs, kBlockN, config.blockN);
+      schedule::applyKnob(knobs, kWarps, config.warps);
+      schedule::applyKnob(knobs, kStages, config.stages);
+      schedule::applyKnob(knobs, kRescaleThreshold, config.rescaleThreshold);
+      schedule::applyKnob(knobs, kMinBlocksPerSm, config.minBlocksPerSm);
+      schedule::applyKnob(knobs, kLptGroupBlocks, config.lptGroupBlocks);
       return config;
     };
     Fa2Config config = configureFor(shapeClass == ShapeClass::Short);
