@@ -561,11 +561,50 @@ LogicalResult WorkLoopOp::verify() {
   Operation *parent = (*this)->getParentOp();
   if (!isa_and_nonnull<FuncOp, RoleOp>(parent) || (isa<RoleOp>(parent) && !isa<FuncOp>(parent->getParentOp())))
     return emitOpError() << "must be at the top level of a tile.func or of one of its tile.role regions";
-  if (!isa<FuncOp>(parent))
-    for (RoleOp role : parent->getBlock()->getOps<RoleOp>())
-      if (role.getBody().getOps<WorkLoopOp>().empty())
-        return emitOpError() << "is in role '" << cast<RoleOp>(parent).getName() << "' but role '"
-                             << role.getName() << "' has none: the roles of a block walk the same tiles";
+  if (static_cast<bool>(getQueueFull()) != static_cast<bool>(getQueueEmpty()))
+    return emitOpError() << "takes the full and the empty barrier of its tile.work_queue, or neither";
+  if (getTake() && !isDynamic())
+    return emitOpError() << "takes units (take) but is not dynamic: only a dynamic loop takes them from a counter";
+  if (isDynamic()) {
+    auto queue = getQueueFull().getDefiningOp<WorkQueueOp>();
+    if (!queue || queue.getFull() != getQueueFull() || queue.getEmpty() != getQueueEmpty())
+      return emitOpError() << "dynamic(full, empty) must be the two barriers of one tile.work_queue, in that order";
+    if (isa<FuncOp>(parent) && !getTake())
+      return emitOpError() << "is dynamic outside roles, so it must take its units itself (take)";
+  }
+  if (isa<FuncOp>(parent))
+    return success();
+  int takers = 0;
+  for (RoleOp role : parent->getBlock()->getOps<RoleOp>()) {
+    auto loops = role.getBody().getOps<WorkLoopOp>();
+    if (loops.empty())
+      return emitOpError() << "is in role '" << cast<RoleOp>(parent).getName() << "' but role '" << role.getName()
+                           << "' has none: the roles of a block walk the same tiles";
+    WorkLoopOp other = *loops.begin();
+    if (other.getQueueFull() != getQueueFull())
+      return emitOpError() << "is " << (isDynamic() ? "dynamic" : "static") << " in role '"
+                           << cast<RoleOp>(parent).getName() << "' but role '" << role.getName() << "' loops "
+                           << (other.isDynamic() ? "dynamically" : "statically")
+                           << (isDynamic() && other.isDynamic() ? " on another tile.work_queue" : "")
+                           << ": the roles of a block walk the same tiles";
+    takers += other.getTake() ? 1 : 0;
+  }
+  if (isDynamic() && takers != 1)
+    return emitOpError() << "is dynamic in roles of which " << takers
+                         << " take units; exactly one role takes them (take) and hands them to the others";
+  return success();
+}
+
+LogicalResult WorkQueueOp::verify() {
+  for (Value barrier : {getFull(), getEmpty()})
+    if (cast<BarrierType>(barrier.getType()).getSlots() != 1)
+      return emitOpError() << "hands over one unit at a time: its barriers have 1 slot, got "
+                           << cast<BarrierType>(barrier.getType()).getSlots();
+  if (getArrivals() < 1 || getArrivals() > kMaxScheduleWarps)
+    return emitOpError() << "expects 1 to " << kMaxScheduleWarps << " releasing roles (arrivals), got "
+                         << getArrivals();
+  if (!isa_and_nonnull<FuncOp>((*this)->getParentOp()))
+    return emitOpError() << "must be at the top level of a tile.func";
   return success();
 }
 

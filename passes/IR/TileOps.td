@@ -542,7 +542,27 @@ def Tile_KvWalkOp : Tile_Op<"kv_walk", [SingleBlockImplicitTerminator<"YieldOp">
   }];
 }
 
-def Tile_WorkLoopOp : Tile_Op<"work_loop", [SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects]> {
+def Tile_WorkQueueOp : Tile_Op<"work_queue", [MemoryEffects<[MemAlloc]>]> {
+  let summary = "the one-slot hand-off of a dynamic persistent block's work units, with its full/empty barriers";
+  let description = [{
+    ```mlir
+    %wfull, %wempty = tile.work_queue {arrivals = 1} : !tile.barrier<1>, !tile.barrier<1>
+    ```
+    A shared-memory cell holding one work unit and the barrier pair that guards it, for `tile.work_loop
+    dynamic(%wfull, %wempty)`: at the start of the block's n-th tile the role that takes units (`take`) waits for
+    `%wempty[%n]` (every other role released the unit of tile n - 1; position 0 passes at once), takes the next unit
+    from the launch's counter, writes it to the cell and completes `%wfull[%n]`; the other roles wait for
+    `%wfull[%n]`, read the unit, and release the cell with `tile.barrier_arrive %wempty[%n]` (`arrivals`: how many
+    roles release it). So every role of the block runs the same units in the same order.
+  }];
+  let arguments = (ins DefaultValuedAttr<I64Attr, "1">:$arrivals);
+  let results = (outs Tile_BarrierType:$full, Tile_BarrierType:$empty);
+  let assemblyFormat = "attr-dict `:` type($full) `,` type($empty)";
+  let hasVerifier = 1;
+}
+
+def Tile_WorkLoopOp : Tile_Op<"work_loop", [SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects,
+                                             AttrSizedOperandSegments]> {
   let summary = "a persistent thread block's loop over the work tiles the launch gives it";
   let description = [{
     ```mlir
@@ -551,26 +571,39 @@ def Tile_WorkLoopOp : Tile_Op<"work_loop", [SingleBlockImplicitTerminator<"Yield
       ...   // the tile's KV ranges and bounds, the role's copies or math for it; ring positions from %base
       tile.yield %next : i32
     }
+    %ring = tile.work_loop dynamic(%wfull, %wempty : !tile.barrier<1>, !tile.barrier<1>) take iter_args(%c0) ...
     ```
     A persistent kernel launches about one thread block per SM, and each block runs tile after tile (a Q tile
     of a (batch, head) pair each) instead of one: the ops of the body see the iteration's tile as the block's
     (tile.kv_range rules, tile.dim, loads and stores), so the body is the program for one tile. `%n` counts
     the tiles this block ran before this one (the ring position of one-slot buffers such as Q's); the
     iter_args carry i32 values from tile to tile (a K/V ring's running position), and the results are their
-    values after the last tile. Which tiles a block gets, and in which order, is the launch's: every role of a
-    block walks the same tiles in the same order, so their ring positions agree. Inside a tile.role (the roles
-    stay, with their register budgets, for the whole kernel), or at the top level of a tile.func; not nested.
+    values after the last tile. Every role of a block walks the same tiles in the same order, so their ring
+    positions agree. Inside a tile.role (the roles stay, with their register budgets, for the whole kernel), or at
+    the top level of a tile.func; not nested.
+
+    Which tiles a block gets is the launch's. Static (no `dynamic`): the printer's fixed assignment (units of two
+    Q tiles, one unit in every gridDim.x). `dynamic(%wfull, %wempty)`: units of one Q tile, heaviest first,
+    taken at run time from a counter the launch shares: the role marked `take` takes the next unit for tile `%n`
+    and hands it to the other roles through the cell of a `tile.work_queue` (see there); a unit past the last
+    one ends every role's loop. The roles other than the taker release the cell with `tile.barrier_arrive
+    %wempty[%n]` in their body. Either every role's loop is dynamic, on one queue, with one taker, or none is.
   }];
-  let arguments = (ins Variadic<I32>:$inits);
+  let arguments = (ins Optional<Tile_BarrierType>:$queueFull, Optional<Tile_BarrierType>:$queueEmpty,
+                       UnitAttr:$take, Variadic<I32>:$inits);
   let results = (outs Variadic<I32>:$results);
   let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat =
-      "(`iter_args` `(` $inits^ `)` `:` type($inits) `->` type($results))? attr-dict-with-keyword custom<TileRegion>($body)";
+  let assemblyFormat = [{
+    (`dynamic` `(` $queueFull^ `,` $queueEmpty `:` type($queueFull) `,` type($queueEmpty) `)`)? (`take` $take^)?
+    (`iter_args` `(` $inits^ `)` `:` type($inits) `->` type($results))? attr-dict-with-keyword custom<TileRegion>($body)
+  }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// The number of tiles this block ran before the current one.
     ::mlir::Value getTileCount() { return getBody().front().getArgument(0); }
     ::mlir::Block::BlockArgListType getCarriedArgs() { return getBody().front().getArguments().drop_front(); }
+    /// Units taken at run time from the launch's counter (tile.work_queue), not assigned by the printer.
+    bool isDynamic() { return static_cast<bool>(getQueueFull()); }
   }];
 }
 

@@ -25,10 +25,10 @@ Registry &registry() {
   return instance;
 }
 
-std::string joined(const std::vector<std::string> &items) {
+std::string joined(const std::vector<std::string> &items, const char *separator = ", ") {
   std::string text;
   for (const std::string &item : items)
-    text += (text.empty() ? "" : ", ") + item;
+    text += (text.empty() ? "" : separator) + item;
   return text.empty() ? "none" : text;
 }
 
@@ -84,6 +84,17 @@ bool hasKvCacheKnob(const Schedule &schedule) {
   return llvm::any_of(schedule.options(), [](const OptionSpec &o) { return o.name == kKvCacheKnob; });
 }
 
+std::optional<int64_t> knobValue(const OptionSpec &spec, std::string_view text) {
+  for (size_t i = 0; i < spec.values.size(); ++i)
+    if (spec.values[i] == text)
+      return static_cast<int64_t>(i);
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+    return std::nullopt;
+  return value;
+}
+
 std::string checkKnobs(const Schedule &schedule, const Knobs &knobs) {
   for (const auto &[name, value] : knobs) {
     auto spec = std::find_if(schedule.options().begin(), schedule.options().end(),
@@ -97,6 +108,9 @@ std::string checkKnobs(const Schedule &schedule, const Knobs &knobs) {
         message += " (did you mean '" + guess + "'?)";
       return message + "; accepted: " + joined(names);
     }
+    if (!spec->values.empty() && (value < spec->min || value > spec->max))
+      return std::string(schedule.name()) + ": " + name + " = " + std::to_string(value) +
+             " is not accepted; accepted: " + joined(spec->values) + " (" + spec->help + ")";
     if (value < spec->min || value > spec->max)
       return std::string(schedule.name()) + ": " + name + " = " + std::to_string(value) +
              " is out of range; accepted: " + std::to_string(spec->min) + " to " + std::to_string(spec->max) + " (" +
@@ -111,12 +125,22 @@ mlir::FailureOr<Knobs> parseKnobs(const Schedule &schedule, const std::vector<st
     auto [name, text] = llvm::StringRef(item).split('=');
     name = name.trim();
     text = text.trim();
-    int64_t value = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (name.empty() || text.empty() || ec != std::errc() || end != text.data() + text.size()) {
-      error = std::string(schedule.name()) + ": option '" + item + "' is not of the form name=integer";
+    auto spec = std::find_if(schedule.options().begin(), schedule.options().end(),
+                             [&](const OptionSpec &o) { return o.name == name; });
+    std::optional<int64_t> parsed;
+    if (spec != schedule.options().end())
+      parsed = knobValue(*spec, text);
+    else if (int64_t v = 0; !text.empty())
+      if (auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+          ec == std::errc() && end == text.data() + text.size())
+        parsed = v;
+    if (name.empty() || text.empty() || !parsed) {
+      error = std::string(schedule.name()) + ": option '" + item + "' is not of the form name=" +
+              (spec != schedule.options().end() && !spec->values.empty() ? joined(spec->values, "|")
+                                                                         : std::string("integer"));
       return mlir::failure();
     }
+    int64_t value = *parsed;
     if (!knobs.emplace(name.str(), value).second) {
       error = std::string(schedule.name()) + ": option '" + name.str() + "' is given twice";
       return mlir::failure();

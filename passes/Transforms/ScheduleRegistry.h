@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,7 +30,13 @@ struct OptionSpec {
   std::string name;
   std::string help;
   int64_t min = 0, max = 0; ///< the accepted range (the schedule may check combinations further)
+  /// A knob that names one of a few policies: value i is values[i] (min 0, max values.size() - 1); the CLI and
+  /// tile-apply-schedule accept the word as well as the number. Empty for numeric knobs.
+  std::vector<std::string> values = {};
 };
+/// The knob value `text` names for `spec`: one of its words, or an integer; nullopt otherwise (the range is
+/// checkKnobs').
+std::optional<int64_t> knobValue(const OptionSpec &spec, std::string_view text);
 
 /// The knobs a caller set, by name; the others take the schedule's defaults for the program.
 using Knobs = std::map<std::string, int64_t>;

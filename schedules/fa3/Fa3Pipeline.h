@@ -11,7 +11,14 @@ inline constexpr const char *kName = "fa3";
 inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kStages = "stages",
                             *kConsumerWarpgroups = "consumer-warpgroups", *kProducerRegs = "producer-regs",
                             *kConsumerRegs = "consumer-regs", *kOverlap = "intra-wg-overlap",
-                            *kPingpong = "pingpong", *kPersistent = "persistent";
+                            *kPingpong = "pingpong", *kPersistent = "persistent",
+                            *kScheduler = "scheduler";
+
+/// The values of the `scheduler` knob, by index: how a persistent kernel's blocks get their work tiles.
+/// static: the printer's fixed assignment (units of two Q tiles, one unit in every gridDim.x); dynamic: units of
+/// one Q tile, heaviest first, taken at run time from a per-launch counter (tile.work_queue).
+inline constexpr const char *kSchedulerNames[] = {"static", "dynamic"};
+inline constexpr int64_t kStaticScheduler = 0, kDynamicScheduler = 1;
 
 /// The roles' register budgets (setmaxnreg): the producer gives registers up, the consumers take them.
 struct RoleRegisters {
@@ -36,6 +43,10 @@ struct ConsumerOrder {
   /// producer loads the next tile's Q and K/V while the consumers finish the current one. 1 yes, 0 no, -1 where it
   /// measured faster (Fa3PipelinePass.cpp, persistentByDefault).
   int persistent = -1;
+  /// Persistent blocks take their tiles from a per-launch counter at run time (the `scheduler` knob's dynamic),
+  /// heaviest first, instead of the printer's fixed assignment. Implies persistent blocks; with persistent = 0 it
+  /// is an error.
+  bool dynamic = false;
 };
 
 /// tile-fa3-pipeline (Fa3PipelinePass.cpp): a producer role copies K/V tiles into a ring of `stages` slots, full/empty

@@ -17,6 +17,11 @@
 //       wait V's full[i], read V(j), acc += P·V(j), release V's slot
 //     finalize, store
 //
+// Persistent blocks (`persistent`, `scheduler`): each role's ops become the body of a tile.work_loop over the
+// block's tiles (loopOverWorkTiles). With the dynamic scheduler a tile.work_queue hands each tile's unit from the
+// producer, which takes it from the launch's counter, to the consumer role, which releases the queue's cell at the
+// start of the tile.
+//
 // Slots are released as soon as their GEMM has completed, so the producer runs up to `stages` tiles ahead. Each GEMM
 // is waited on right after it is issued: overlapping P·V(j) with the softmax of tile j + 1 (FA3's intra-warpgroup
 // overlap) needs the state's m and l apart from acc (P·V writes acc only), which the IR does not split yet. The
@@ -47,6 +52,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     overlap = order.overlap;
     pingpong = order.pingpong;
     persistent = order.persistent;
+    scheduler = order.dynamic ? "dynamic" : "static";
   }
   StringRef getArgument() const override { return "tile-fa3-pipeline"; }
   StringRef getName() const override { return "Fa3Pipeline"; }
@@ -76,6 +82,11 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
                                         "(tile.work_loop): Q gets an empty barrier, ring positions run on. 1, 0, or -1 "
                                         "where it measured faster (walks of one length, or the short shape class)"),
                          llvm::cl::init(-1)};
+  Option<std::string> scheduler{*this, "scheduler",
+                                llvm::cl::desc("how persistent blocks get their Q tiles: static (a fixed assignment) or "
+                                               "dynamic (a per-launch counter, heaviest tiles first; implies "
+                                               "persistent blocks)"),
+                                llvm::cl::init("static")};
 
   /// Persistent pipelines: stand-ins for the ring position of this tile's first K/V tile and for the number of tiles
   /// the block ran before it (Q's ring position), replaced by each role's tile.work_loop arguments; null otherwise.
@@ -125,6 +136,15 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       func.emitOpError() << "K/V loop bounds must be computed in the program body";
       return signalPassFailure();
     }
+    if (scheduler != "static" && scheduler != "dynamic") {
+      func.emitOpError() << "fa3: scheduler = '" << scheduler << "' is not accepted; accepted: static, dynamic";
+      return signalPassFailure();
+    }
+    const bool dynamic = scheduler == "dynamic";
+    if (dynamic && persistent == 0) {
+      func.emitOpError() << "fa3: scheduler = dynamic hands tiles to persistent blocks, but persistent = 0";
+      return signalPassFailure();
+    }
     LoadOp loadQ = qLoads.front();
     Location loc = loadQ.getLoc();
     MLIRContext *ctx = &getContext();
@@ -165,7 +185,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     Value qFull = fullOf(qBuffer), kFull = fullOf(kBuffer), kEmpty = emptyOf(kBuffer);
     Value vFull = fullOf(vBuffer), vEmpty = emptyOf(vBuffer);
     // A persistent block copies Q once a tile into its one slot: the consumers release it like a K/V slot.
-    const bool loopsOverTiles = persistent == 1 || (persistent < 0 && persistentByDefault(func));
+    const bool loopsOverTiles = dynamic || persistent == 1 || (persistent < 0 && persistentByDefault(func));
     Value qEmpty = loopsOverTiles ? emptyOf(qBuffer) : Value();
     if (loopsOverTiles) {
       ringBase = arith::ConstantIntOp::create(b, loc, 0, 32);
@@ -235,8 +255,17 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       overlapSoftmaxWithPv(bodies, highest, lowest, Ring{kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty});
     else
       waitEachGemm(bodies, highest, Ring{kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty});
-    if (loopsOverTiles)
-      loopOverWorkTiles(func, {producer, consumer}, qEmpty, highest, lowest);
+    if (loopsOverTiles) {
+      // Dynamic: the producer takes each unit and hands it to the consumers through a work queue (its own
+      // full/empty barrier pair, like a one-slot ring); the consumers release it once they have read it.
+      WorkQueueOp queue;
+      if (dynamic) {
+        OpBuilder qb(producer);
+        Type one = BarrierType::get(ctx, 1);
+        queue = WorkQueueOp::create(qb, loc, one, one, qb.getI64IntegerAttr(1));
+      }
+      loopOverWorkTiles(func, {producer, consumer}, qEmpty, highest, lowest, queue);
+    }
   }
 
   /// Persistent blocks where they measured faster on the H200 (2026-12-01, bench/NOTES.md v17), at head dims up to 128:
@@ -254,6 +283,11 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       Block &rule = range.getRule().front();
       return rule.getArgument(0).use_empty() && rule.getArgument(1).use_empty();
     });
+  }
+
+  /// Whether a role computes (has the state, tile.init_state) rather than only moving tiles.
+  static bool computes(RoleOp role) {
+    return role.walk([](InitStateOp) { return WalkResult::interrupt(); }).wasInterrupted();
   }
 
   /// Each GEMM waited on right after it is issued.
@@ -275,13 +309,15 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
   /// continue from tile to tile (the loop carries the first position of the next tile: this one's plus the tiles it
   /// walked), Q's ring position is the loop's tile count, and the consumers release Q's slot once the last loop
   /// that reads Q (a Q·Kᵀ) is done, so that the producer copies the next tile's Q while they finish this one.
-  void loopOverWorkTiles(FuncOp func, ArrayRef<RoleOp> roles, Value qEmpty, Value highest, Value lowest) {
+  void loopOverWorkTiles(FuncOp func, ArrayRef<RoleOp> roles, Value qEmpty, Value highest, Value lowest,
+                         WorkQueueOp queue) {
     Block &top = func.getBody().front();
     Location loc = func.getLoc();
     Type i32 = IntegerType::get(func.getContext(), 32);
     SmallVector<Operation *> perTile;
     for (Operation &op : top)
-      if (!isa<BufferOp, BarrierOp, RoleOp>(op) && &op != ringBase.getDefiningOp() && &op != tileCount.getDefiningOp())
+      if (!isa<BufferOp, BarrierOp, RoleOp, WorkQueueOp>(op) && &op != ringBase.getDefiningOp() &&
+          &op != tileCount.getDefiningOp())
         perTile.push_back(&op);
     for (RoleOp role : roles) {
       Block &body = role.getBody().front();
@@ -290,7 +326,10 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
         ops.push_back(&op);
       OpBuilder rb(&body, body.begin());
       Value zero = arith::ConstantIntOp::create(rb, loc, 0, 32);
-      auto loop = WorkLoopOp::create(rb, loc, TypeRange{i32}, ValueRange{zero});
+      // The producer (the role that only moves tiles) takes the units of a dynamic loop.
+      const bool takes = queue && !computes(role);
+      auto loop = WorkLoopOp::create(rb, loc, TypeRange{i32}, queue ? queue.getFull() : Value(),
+                                     queue ? queue.getEmpty() : Value(), takes, ValueRange{zero});
       Block *tile = new Block();
       loop.getBody().push_back(tile);
       Value count = tile->addArgument(i32, loc), base = tile->addArgument(i32, loc);
@@ -306,6 +345,11 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
           result.replaceUsesWithIf(map.lookup(result), inLoop);
       ringBase.replaceUsesWithIf(base, inLoop);
       tileCount.replaceUsesWithIf(count, inLoop);
+      if (queue && !takes) {
+        // The unit of this tile has been read (at the loop's head): the cell is free for the next one at once.
+        OpBuilder ab(tile, tile->begin());
+        BarrierArriveOp::create(ab, loc, queue.getEmpty(), count);
+      }
       if (!tile->getOps<InitStateOp>().empty()) {
         // The consumers: Q is free after the last top-level loop with a Q·Kᵀ.
         Operation *lastQk = nullptr;

@@ -49,6 +49,9 @@ public:
         {kPersistent, "1: about one thread block per SM, each running Q tile after Q tile, loading the next tile "
                       "under the current one; 0: a block a tile (default: 1 at head dims up to 128 where every Q tile "
                       "walks the same keys, and for the short shape class)", 0, 1},
+        {kScheduler, "how persistent blocks get their Q tiles: static (a fixed assignment, two tiles a unit, the "
+                     "default) or dynamic (one atomic counter per launch, heaviest tiles first; implies persistent "
+                     "blocks)", kStaticScheduler, kDynamicScheduler, {std::begin(kSchedulerNames), std::end(kSchedulerNames)}},
     };
     return specs;
   }
@@ -90,6 +93,9 @@ public:
       return func.emitOpError() << "fa3: the roles ask for " << total << " registers (producer-regs "
                                 << regs.producer << ", consumer-regs " << regs.consumer << " x " << consumers
                                 << " warpgroups of 128 threads); an SM has 65536";
+    if (knob(knobs, kScheduler, kStaticScheduler) == kDynamicScheduler && knob(knobs, kPersistent, -1) == 0)
+      return func.emitOpError() << "fa3: scheduler = dynamic hands tiles to persistent blocks, but persistent = 0; "
+                                   "accepted: scheduler = static with persistent = 0, or persistent = 1 (or unset)";
     int64_t warps = kWarpgroupWarps * (consumers + 1);
     return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, warps, stages, /*rescaleThreshold=*/0,
                              /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, shapeClass);
@@ -130,6 +136,7 @@ void buildSchedulePipeline(OpPassManager &pm, const schedule::Request &request) 
   order.overlap = knob(request.knobs, kOverlap, 1) != 0;
   order.pingpong = static_cast<int>(knob(request.knobs, kPingpong, -1));
   order.persistent = static_cast<int>(knob(request.knobs, kPersistent, -1));
+  order.dynamic = knob(request.knobs, kScheduler, kStaticScheduler) == kDynamicScheduler;
   // 0: the budget for the consumer warpgroups the schedule chose (configure may pick three at head dim 64).
   RoleRegisters regs{static_cast<int>(knob(request.knobs, kProducerRegs, 0)),
                      static_cast<int>(knob(request.knobs, kConsumerRegs, 0))};

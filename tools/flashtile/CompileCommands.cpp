@@ -39,24 +39,37 @@ void addScheduleFlags(CLI::App &command, ScheduleFlags &flags) {
   struct Knob {
     std::string help;
     int64_t min, max;
+    std::vector<std::string> values; // a policy knob's words (value i is values[i])
   };
   std::vector<std::pair<std::string, Knob>> knobs;
   for (const std::string &name : names)
     for (const schedule::OptionSpec &spec : schedule::lookupSchedule(name)->options()) {
       auto it = std::find_if(knobs.begin(), knobs.end(), [&](const auto &k) { return k.first == spec.name; });
       if (it == knobs.end()) {
-        knobs.push_back({spec.name, Knob{name + ": " + spec.help, spec.min, spec.max}});
+        knobs.push_back({spec.name, Knob{name + ": " + spec.help, spec.min, spec.max, spec.values}});
         continue;
       }
       it->second.help += "; " + name + ": " + spec.help;
       it->second.min = std::min(it->second.min, spec.min);
       it->second.max = std::max(it->second.max, spec.max);
     }
-  for (const auto &[name, knob] : knobs)
+  for (const auto &[name, knob] : knobs) {
+    if (!knob.values.empty()) {
+      command
+          .add_option_function<std::string>(
+              "--" + name,
+              [&flags, name = name, values = knob.values](const std::string &word) {
+                flags.knobs[name] = std::find(values.begin(), values.end(), word) - values.begin();
+              },
+              knob.help)
+          ->check(oneOf(name, knob.values));
+      continue;
+    }
     command
         .add_option_function<int64_t>(
             "--" + name, [&flags, name = name](int64_t value) { flags.knobs[name] = value; }, knob.help)
         ->check(intRange(knob.min, knob.max));
+  }
   addDebugFlag(command, flags.debug);
 }
 
