@@ -27,6 +27,7 @@
 #include <thread>
 #include <memory>
 #include <numbers>
+#include <random>
 
 using namespace mlir;
 using namespace flashtile::tile;
@@ -219,6 +220,18 @@ private:
   /// Work tile `work` of a persistent launch as this instance (batch, head, Q tile), in the kernel's order (the
   /// CUDA printer's printWorkTile); false for a tile past its sequence's rows (varlen), which no block runs.
   bool decodeWorkTile(int64_t work, int64_t qTiles);
+  /// Unit `unit` of a dynamic work loop as this instance (the CUDA printer's printDynamicWorkTile: Q tile
+  /// qTiles - 1 - unit / pairs of pair unit % pairs); false for a tile past its sequence's rows (varlen).
+  bool decodeDynamicUnit(int64_t unit, int64_t qTiles);
+  /// Whether the program's work loops take their units at run time (tile.work_loop dynamic).
+  bool dynamicWorkLoops() {
+    return func.walk([](WorkLoopOp loop) { return loop.isDynamic() ? WalkResult::interrupt() : WalkResult::advance(); })
+        .wasInterrupted();
+  }
+  /// A dynamic loop's iterations: the taking role takes units, the others receive them from the work queue.
+  LogicalResult execDynamic(WorkLoopOp op, SmallVectorImpl<int64_t> &carried);
+  /// Waits (handing over to the other roles) until phase `position` of barrier `barrier` completes, for `op`.
+  LogicalResult waitFor(Operation *op, int64_t barrier, int64_t position);
   LogicalResult execBlock(Block &block);
   LogicalResult exec(Operation &op);
   LogicalResult execScalar(Operation &op);
@@ -238,6 +251,7 @@ private:
   LogicalResult exec(CopyAsyncOp op);
   LogicalResult exec(WaitOp op);
   LogicalResult exec(BarrierOp op);
+  LogicalResult exec(WorkQueueOp op);
   LogicalResult exec(KvWalkOp op);
   LogicalResult exec(WorkLoopOp op);
   LogicalResult exec(MmaWaitOp op);
@@ -324,6 +338,13 @@ private:
   /// Persistent programs: this block's number and the launch's block count; the O and LSE stores of each tile.
   int64_t persistentBlock = 0, persistentGrid = 0, persistentQTiles = 0;
   std::map<std::array<int64_t, 3>, std::pair<int, int>> tileStores;
+  /// Dynamic work loops: the counter values each block takes, in order (a deal of 0 .. units - 1 that keeps each
+  /// block's values increasing, as an atomic counter hands them out), the next one this block takes, and the unit in
+  /// the work queue's cell.
+  std::vector<std::vector<int64_t>> dealtUnits;
+  size_t nextDealt = 0;
+  int64_t workCell = 0;
+  llvm::DenseMap<Value, int64_t> workQueueBuffers; ///< a tile.work_queue's full barrier -> its cell's buffer number
 
   /// K/V-step programs (tile.state_load): the launch's K/V tile, and the state each instance (batch, head, Q tile)
   /// stored last, with the step that stored it: the global-memory workspace between launches.
@@ -454,29 +475,124 @@ bool Interpreter::decodeWorkTile(int64_t work, int64_t qTiles) {
   return t * blockM < inst.seqlenQ;
 }
 
+bool Interpreter::decodeDynamicUnit(int64_t unit, int64_t qTiles) {
+  const int64_t pairs = problem.headsQ * problem.batch, t = qTiles - 1 - unit / pairs, pair = unit % pairs;
+  const int64_t b = pair / problem.headsQ, h = pair % problem.headsQ;
+  inst = sequenceOf(problem, b);
+  inst.h = h;
+  inst.hKv = h / group;
+  inst.qTile = t;
+  inst.m0 = t * blockM;
+  inst.rows = blockM;
+  inst.splitEnd = inst.seqlenK;
+  kTileLoads = runStats ? &runStats->kTileLoads[(b * problem.headsQ + h) * qTiles + t] : nullptr;
+  return t * blockM < inst.seqlenQ;
+}
+
 LogicalResult Interpreter::runPersistent(int64_t qTiles) {
   if (packed || problem.numSplits != 1)
     return func.emitError() << "loops over work tiles (tile.work_loop) and packs query heads or splits its keys; "
                                "the interpreter runs persistent blocks over whole Q tiles of one head";
   if (problem.persistentBlocks < 1)
     return func.emitError() << "persistent_blocks = " << problem.persistentBlocks << " is not accepted: at least 1";
-  const int64_t units = (qTiles + 1) / 2 * problem.headsQ * problem.batch;
+  const bool dynamic = dynamicWorkLoops();
+  // Static: units of two Q tiles; dynamic: one Q tile a unit.
+  const int64_t pairs = problem.headsQ * problem.batch;
+  const int64_t units = dynamic ? qTiles * pairs : (qTiles + 1) / 2 * pairs;
   persistentQTiles = qTiles;
   persistentGrid = std::min<int64_t>(units, problem.persistentBlocks);
   tileStores.clear();
+  if (dynamic) {
+    // Which block takes which counter value depends on timing on the GPU: here block g takes values g, g + blocks,
+    // ... (equally fast blocks), or, with a seed, each value goes to a random block (any order is valid: every
+    // tile is independent, and the roles of a block agree through the work queue).
+    dealtUnits.assign(persistentGrid, {});
+    std::mt19937 random(problem.workOrderSeed);
+    for (int64_t value = 0; value < units; ++value)
+      dealtUnits[problem.workOrderSeed == 0 ? value % persistentGrid
+                                            : std::uniform_int_distribution<int64_t>(0, persistentGrid - 1)(random)]
+          .push_back(value);
+  }
   for (persistentBlock = 0; persistentBlock < persistentGrid; ++persistentBlock) {
     inst = Instance();
+    nextDealt = 0;
     if (failed(runInstance(/*checkStores=*/false)))
       return failure();
   }
-  for (int64_t work = 0; work < 2 * units; ++work) {
-    if (!decodeWorkTile(work, qTiles))
+  for (int64_t work = 0; work < (dynamic ? units : 2 * units); ++work) {
+    if (!(dynamic ? decodeDynamicUnit(work, qTiles) : decodeWorkTile(work, qTiles)))
       continue;
     auto stored = tileStores.find({inst.b, inst.h, inst.qTile});
     auto [o, l] = stored == tileStores.end() ? std::pair{0, 0} : stored->second;
     if (o != 1 || l != 1)
       return fail(func, "a work tile must store O and LSE once each; it stored O " + Twine(o) + " times and LSE " +
                             Twine(l) + " times");
+  }
+  return success();
+}
+
+LogicalResult Interpreter::execDynamic(WorkLoopOp op, SmallVectorImpl<int64_t> &carried) {
+  if (!barriers.contains(op.getQueueFull()) || !barriers.contains(op.getQueueEmpty()) ||
+      !workQueueBuffers.contains(op.getQueueFull()))
+    return fail(op, "loops dynamically on barriers that are not a tile.work_queue's");
+  const int64_t full = barriers.lookup(op.getQueueFull()), empty = barriers.lookup(op.getQueueEmpty());
+  const AsyncCopies::Slot cell{workQueueBuffers.lookup(op.getQueueFull()), 0};
+  const int64_t units = persistentQTiles * problem.headsQ * problem.batch;
+  const std::vector<int64_t> &mine = dealtUnits[persistentBlock];
+  Block &body = op.getBody().front();
+  for (int64_t count = 0;; ++count) {
+    int64_t unit = units; // past the last: the end
+    if (op.getTake()) {
+      // The cell of tile count - 1 must be released before it holds this tile's unit.
+      if (failed(waitFor(op, empty, count)))
+        return failure();
+      // As the kernel's producer: take counter values until one is a tile with rows (varlen) or none is left.
+      while (nextDealt < mine.size()) {
+        int64_t value = mine[nextDealt++];
+        if (decodeDynamicUnit(value, persistentQTiles)) {
+          unit = value;
+          break;
+        }
+      }
+      int64_t token = AsyncCopies::kNoToken;
+      if (auto hazard = copies.copyArriving("work unit", unit, cell, true, full, count, role, token))
+        return fail(op, *hazard);
+      workCell = unit;
+    } else {
+      if (failed(waitFor(op, full, count)))
+        return failure();
+      if (auto hazard = copies.load("work unit", workCell, cell, role))
+        return fail(op, *hazard);
+      unit = workCell;
+    }
+    if (unit >= units)
+      break;
+    if (!decodeDynamicUnit(unit, persistentQTiles))
+      return fail(op, "received unit " + Twine(unit) + ", a tile past its sequence's rows, which no role runs");
+    scalars[op.getTileCount()] = Scalar::integer(count);
+    for (auto [arg, value] : llvm::zip(op.getCarriedArgs(), carried))
+      scalars[arg] = Scalar::integer(value);
+    if (failed(execBlock(body)))
+      return failure();
+    auto yield = cast<YieldOp>(body.getTerminator());
+    for (auto [i, value] : llvm::enumerate(yield.getValues())) {
+      FailureOr<Scalar> next = scalar(yield, value);
+      if (failed(next))
+        return failure();
+      carried[i] = next->i;
+    }
+  }
+  return success();
+}
+
+LogicalResult Interpreter::exec(WorkQueueOp op) {
+  // The cell is a one-slot buffer of its own (negative numbers: tile.buffer numbers count up from 0).
+  const int64_t buffer = -1 - static_cast<int64_t>(workQueueBuffers.size());
+  workQueueBuffers[op.getFull()] = buffer;
+  for (auto [value, arrivals] : {std::pair{op.getFull(), int64_t(0)}, {op.getEmpty(), int64_t(op.getArrivals())}}) {
+    int64_t number = static_cast<int64_t>(barriers.size());
+    barriers[value] = number;
+    copies.addBarrier(number, buffer, 1, arrivals);
   }
   return success();
 }
@@ -488,6 +604,13 @@ LogicalResult Interpreter::exec(WorkLoopOp op) {
     if (failed(value))
       return failure();
     carried.push_back(value->i);
+  }
+  if (op.isDynamic()) {
+    if (failed(execDynamic(op, carried)))
+      return failure();
+    for (auto [result, value] : llvm::zip(op.getResults(), carried))
+      scalars[result] = Scalar::integer(value);
+    return success();
   }
   Block &body = op.getBody().front();
   int64_t count = 0;
@@ -524,6 +647,7 @@ LogicalResult Interpreter::runInstance(bool checkStores) {
   slots.clear();
   tokens.clear();
   barriers.clear();
+  workQueueBuffers.clear();
   pendingResults.clear();
   mmaSlots.clear();
   loadedFrom.clear();
@@ -561,7 +685,7 @@ LogicalResult Interpreter::execBlock(Block &block) {
 LogicalResult Interpreter::exec(Operation &op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(&op)
       .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, BufferOp, SlotOp, CopyAsyncOp, WaitOp,
-            BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, WorkLoopOp, MmaWaitOp, StoreOp, QkOp, ScaleOp,
+            BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, WorkLoopOp, WorkQueueOp, MmaWaitOp, StoreOp, QkOp, ScaleOp,
             ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, StateLoadOp, StateStoreOp,
             KvLoopOp, StoreSplitOp>([&](auto tileOp) { return exec(tileOp); })
       .Default([&](Operation *other) -> LogicalResult {
@@ -1022,11 +1146,14 @@ LogicalResult Interpreter::exec(BarrierWaitOp op) {
   FailureOr<Scalar> position = scalar(op, op.getPosition());
   if (failed(position))
     return failure();
-  int64_t barrier = barriers.lookup(op.getBarrier());
+  return waitFor(op, barriers.lookup(op.getBarrier()), position->i);
+}
+
+LogicalResult Interpreter::waitFor(Operation *op, int64_t barrier, int64_t at) {
   const int me = role;
-  while (!copies.barrierReady(barrier, position->i, me)) {
+  while (!copies.barrierReady(barrier, at, me)) {
     // Another role may complete the phase; with none left that can, the program deadlocks.
-    std::string waited = copies.describeWait(barrier, position->i);
+    std::string waited = copies.describeWait(barrier, at);
     if (!roles)
       return fail(op, "pipeline deadlock: waits for " + waited + ", which nothing before it completes");
     RoleScheduler::Resumed resumed = whileOthersRun([&] { return roles->yieldBlocked(me, opsExecuted); });

@@ -46,6 +46,10 @@ struct Problem {
   /// ... in the kernel's order (heaviest Q tiles first); min(tiles, persistentBlocks) run. Few blocks make each run
   /// many tiles, so that ring positions and phases carry across tiles as on the GPU. Other programs ignore it.
   int persistentBlocks = 3;
+  /// Dynamic work loops (tile.work_loop dynamic): 0, block g takes counter values g, g + blocks, ... (blocks of equal
+  /// speed); else the seed of a random split of the counter values among the blocks, each block's increasing (any
+  /// split is an order a GPU may produce: the results must not depend on it).
+  unsigned workOrderSeed = 0;
   /// Programs whose Q load rotates (tile.rotary, passes/IR/TileRotary.h): the cos and sin tables, seqlenRo x
   /// rotaryDim / 2 each (rounded to the program's dtype, as the kernels read them), and rotaryDim (even, at most
   /// headDim). seqlenNew: the keys at the end of each sequence that a KV-cache call appended (K/V hold them already

@@ -150,7 +150,7 @@ LogicalResult checkInPlace(FuncOp func, bool asyncProtocol) {
                            "(mma.sync): lower the schedule to a family that runs the asynchronous protocol";
       return WalkResult::interrupt();
     }
-    if (!asyncProtocol && isa<RoleOp, BarrierOp, MmaWaitOp, KvWalkOp, WorkLoopOp>(op)) {
+    if (!asyncProtocol && isa<RoleOp, BarrierOp, MmaWaitOp, KvWalkOp, WorkLoopOp, WorkQueueOp>(op)) {
       op->emitOpError() << "belongs to the asynchronous protocol (roles, barriers, asynchronous MMAs), which the "
                            "target's family does not run; it runs cp.async-style copies and tile.wait";
       return WalkResult::interrupt();
@@ -387,6 +387,9 @@ public:
   LogicalResult printWorkLoop(WorkLoopOp loop);
   /// The work tile `work` of a persistent kernel as qTile, blockBatch and blockHead, in the launch's order.
   void printWorkTile(const std::string &work);
+  /// The unit of tile `count` of a dynamic tile.work_loop (taken from the launch's counter, or received from the
+  /// taking role through the work queue) as qTile, blockBatch and blockHead; the loop ends past the last unit.
+  void printDynamicWorkTile(WorkLoopOp loop, const std::string &count);
   /// p.splitBegin/splitEnd of a kernel that does not split its keys, when the program reads them.
   void printUnsplit();
   /// Whether the kernel is persistent (tile.work_loop): its blocks decode their tiles in the loop.
@@ -693,6 +696,16 @@ void KernelPrinter::collectRoles() {
       info.name = std::string(info.bytes > 0 ? "full" : "empty") + kOperandNames[static_cast<int>(info.operand)];
       barrierIndex[barrier.getBarrier()] = static_cast<int>(barriers.size());
       barriers.push_back(info);
+    } else if (auto queue = dyn_cast<WorkQueueOp>(op)) {
+      for (bool full : {true, false}) {
+        BarrierInfo info;
+        info.workUnit = true;
+        info.bytes = full ? static_cast<int64_t>(sizeof(int32_t)) : 0;
+        info.arrivals = full ? 0 : static_cast<int64_t>(queue.getArrivals());
+        info.name = full ? "fullWork" : "emptyWork";
+        barrierIndex[full ? queue.getFull() : queue.getEmpty()] = static_cast<int>(barriers.size());
+        barriers.push_back(info);
+      }
     }
   }
 }
@@ -840,6 +853,35 @@ void KernelPrinter::printWorkTile(const std::string &step) {
   w.line("const int blockBatch = pair / params.headsQ, blockHead = pair % params.headsQ;");
 }
 
+void KernelPrinter::printDynamicWorkTile(WorkLoopOp loop, const std::string &count) {
+  w.comment("---- the dynamic scheduler: unit u is Q tile qTiles - 1 - u / pairs of (batch, head) pair u % pairs (query");
+  w.comment("head fastest), so the counter hands out the tiles with the most keys under a causal mask first, across");
+  w.comment("all pairs (longest-processing-time first; varlen: the highest tile index first, as its sequence's rows");
+  w.comment("allow). The producer takes each unit with one atomicAdd on the launch's counter (params.tileCounter,");
+  w.comment("zeroed on the launch's stream before the kernel) and hands it to the consumers through the work queue's");
+  w.comment("cell (fullWork/emptyWork); a unit past the last ends every role's loop. ----");
+  w.line("const int pairs = params.headsQ * params.batch, units = params.qTiles * pairs;");
+  if (loop.getTake()) {
+    target.barrierWait(w, barrierIndex.lookup(loop.getQueueEmpty()), count);
+    w.line("int unit = atomicAdd(params.tileCounter, 1);");
+    w.comment("varlen: a tile past its sequence's rows has no work; the producer takes the next unit instead");
+    w.open("while (params.cuSeqlensQ && unit < units)");
+    w.line("const int z = unit % pairs / params.headsQ, t = params.qTiles - 1 - unit / pairs;");
+    w.line("const int qBegin = min(max(params.cuSeqlensQ[z], 0), params.seqlenQ);");
+    w.line("if (t * kBlockM < min(max(params.cuSeqlensQ[z + 1], qBegin), params.seqlenQ) - qBegin)");
+    w.line("  break;");
+    w.line("unit = atomicAdd(params.tileCounter, 1);");
+    w.close();
+    target.publishWorkUnit(w, barrierIndex.lookup(loop.getQueueFull()), "unit");
+  } else {
+    target.receiveWorkUnit(w, barrierIndex.lookup(loop.getQueueFull()), count, "unit");
+  }
+  w.line("if (unit >= units)");
+  w.line("  break;  // the launch's tiles are all taken");
+  w.line("const int qTile = params.qTiles - 1 - unit / pairs, pair = unit % pairs;");
+  w.line("const int blockBatch = pair / params.headsQ, blockHead = pair % params.headsQ;");
+}
+
 LogicalResult KernelPrinter::printWorkLoop(WorkLoopOp loop) {
   if (splitKv() || packed())
     return loop.emitOpError() << "loops over work tiles in a program that splits its keys or packs query heads; the "
@@ -856,16 +898,28 @@ LogicalResult KernelPrinter::printWorkLoop(WorkLoopOp loop) {
     w.line("int " + carried.back() + " = " + *initial + ";  // carried from work tile to work tile");
   }
   std::string step = names.unique("step");
-  w.comment("==== the work tiles of this persistent block, two a unit; " + count + ": the tiles it ran before ====");
-  w.open("for (int " + step + " = 0, " + count + " = 0;; ++" + step + ")");
+  if (loop.isDynamic()) {
+    w.comment("==== the work tiles of this persistent block, one a unit taken at run time (dynamic scheduler); " +
+              count + ": the tiles it ran before ====");
+    w.open("for (int " + count + " = 0;;)");
+  } else {
+    w.comment("==== the work tiles of this persistent block, two a unit; " + count + ": the tiles it ran before ====");
+    w.open("for (int " + step + " = 0, " + count + " = 0;; ++" + step + ")");
+  }
   scalars.bind(loop.getTileCount(), count);
   for (auto [arg, name] : llvm::zip(loop.getCarriedArgs(), carried))
     scalars.bind(arg, name);
-  printWorkTile(step);
-  w.separate();
-  printSequenceView();
-  w.line("if (qTile * kBlockM >= p.seqlenQ)");
-  w.line("  continue;  // varlen: the tiles cover the longest sequence, and this one ends before this tile's rows");
+  if (loop.isDynamic()) {
+    printDynamicWorkTile(loop, count);
+    w.separate();
+    printSequenceView();
+  } else {
+    printWorkTile(step);
+    w.separate();
+    printSequenceView();
+    w.line("if (qTile * kBlockM >= p.seqlenQ)");
+    w.line("  continue;  // varlen: the tiles cover the longest sequence, and this one ends before this tile's rows");
+  }
   printUnsplit();
   w.separate();
   target.setupTile(w);
@@ -1070,11 +1124,11 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
     return scalars.emit(op);
   }
   // Buffers and slots print nothing: a target places its buffers in setup and addresses tile j's slot itself.
-  if (isa<BufferOp, SlotOp, BarrierOp>(op))
+  if (isa<BufferOp, SlotOp, BarrierOp, WorkQueueOp>(op))
     return success();
   // A stage reads apart from scalar code that does not feed it (its own index and predicate stay with it).
   Operation *prev = op->getPrevNode();
-  while (prev && isa<BufferOp, SlotOp, BarrierOp>(prev))
+  while (prev && isa<BufferOp, SlotOp, BarrierOp, WorkQueueOp>(prev))
     prev = prev->getPrevNode();
   if (prev && ScalarEmitter::isScalarOp(prev) && !llvm::is_contained(op->getOperands(), prev->getResult(0)))
     w.separate();
@@ -1420,6 +1474,9 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   info.packQueryHeads = shape.packQueryHeads;
   info.tensorMaps = !target->extraKernelParams().empty();
   info.persistent = printer.persistent();
+  info.tileCounter =
+      func.walk([](WorkLoopOp loop) { return loop.isDynamic() ? WalkResult::interrupt() : WalkResult::advance(); })
+          .wasInterrupted();
   info.kvSteps = !func.getBody().getOps<StateLoadOp>().empty();
   if (info.kvSteps && (printer.splitKv() || info.persistent || shape.packQueryHeads))
     return func.emitOpError() << "walks K/V steps (tile.state_load) and splits its keys, packs query heads or is "
@@ -1449,7 +1506,13 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   // GQA packing: a sequence's rows are its query rows x the group's heads, grid.y the K/V heads.
   const std::string rows = info.packQueryHeads ? "seqlenQ * headsQ / headsKv" : "seqlenQ";
   const std::string varlenRows = info.packQueryHeads ? "maxSeqlenQ * headsQ / headsKv" : "maxSeqlenQ";
-  if (info.persistent)
+  if (info.tileCounter)
+    src += "// Launch (persistent, dynamic scheduler): grid (min(ceil(seqlenQ / " + std::to_string(shape.blockM) +
+           ") x headsQ x batch, SMs)), block (" + std::to_string(info.threads) + "), " +
+           std::to_string(info.smemBytes) + " bytes of dynamic shared memory; params.qTiles = ceil(seqlenQ / " +
+           std::to_string(shape.blockM) + ")\n// (varlen: maxSeqlenQ); params.tileCounter: an int zeroed on the "
+           "launch's stream before the kernel, used by no other launch meanwhile.\n";
+  else if (info.persistent)
     src += "// Launch (persistent): grid (min(ceil(ceil(seqlenQ / " + std::to_string(shape.blockM) +
            ") / 2) x headsQ x batch, SMs)), block (" + std::to_string(info.threads) + "), " +
            std::to_string(info.smemBytes) + " bytes of dynamic shared memory; params.qTiles = ceil(seqlenQ / " +

@@ -49,6 +49,9 @@ struct BarrierInfo {
   int slots = 1;
   int64_t bytes = 0;
   int64_t arrivals = 0;
+  /// A barrier of the `tile.work_queue` cell (one work unit, not a tile of `operand`): the full one completes a
+  /// phase at the taking role's one arrival (bytes is the unit's 4), the empty one as an empty barrier does.
+  bool workUnit = false;
 };
 
 /// A `tile.role`: `warps` warps of the block running its region with `regs` registers a thread; `computes`: the
@@ -176,6 +179,16 @@ public:
   /// `tile.copy_async ... arrive %full[position]`: copies `operand`'s tile `tile` (empty for Q) into the slot of
   /// ring position `position`; its bytes complete the phase of barrier `barrier`.
   virtual void copyToSlot(CudaWriter &, Operand, const std::string &, const std::string &, int) {}
+  /// A dynamic `tile.work_loop`: the taking role (its one thread) writes work unit `unit` (an int expression) to the
+  /// work queue's cell and arrives on its full barrier `barrier`; the other roles wait for ring position
+  /// `position` of that barrier and declare `const int <unit> = ` the cell. The taking role waited for the queue's
+  /// empty barrier (barrierWait) before.
+  virtual void publishWorkUnit(CudaWriter &w, int, const std::string &) {
+    w.line("#error \"this target has no work queue (dynamic tile.work_loop)\"");
+  }
+  virtual void receiveWorkUnit(CudaWriter &w, int, const std::string &, const std::string &) {
+    w.line("#error \"this target has no work queue (dynamic tile.work_loop)\"");
+  }
   /// Around the asynchronous MMAs one iteration of a pingpong role issues (`begin`: before the first, else after
   /// the last): the warpgroup waits for its turn, then hands the turn to the next one.
   virtual void mmaTurn(CudaWriter &, bool) {}

@@ -28,7 +28,8 @@ namespace {
 
 constexpr int kWarpSize = 32, kWarpgroupWarps = 4, kRowsPerWarp = 16;
 /// Shared memory kept past the tiles: the alignment of the first tile to the swizzle atom (the dynamic
-/// shared-memory base is only 16-byte aligned) and the barriers (8 bytes each, at most 1 + 4 x 8 slots).
+/// shared-memory base is only 16-byte aligned) and the barriers (8 bytes each, at most 2 + 4 x 8 slots, 2 more for a
+/// work queue) with the work queue's 4-byte cell.
 constexpr int kSmemReserve = 2 * kSwizzleAtomBytes;
 /// Named barrier of consumer warpgroup 0's GEMM turn (ping-pong); warpgroup g uses this + g. Barrier 0 is
 /// __syncthreads'.
@@ -67,7 +68,8 @@ public:
   std::vector<std::string> reservedNames() const override {
     std::vector<std::string> names = fragments->reservedNames();
     for (const char *name : {"sm90", "maps", "smemRaw", "kQTileBytes", "qRow0", "kRow0", "tmaBatch", "qAddr", "kAddr",
-                             "vAddr", "slot", "fullQ", "fullK", "fullV", "emptyQ", "emptyK", "emptyV"})
+                             "vAddr", "slot", "fullQ", "fullK", "fullV", "emptyQ", "emptyK", "emptyV", "fullWork", "emptyWork",
+                             "workCell"})
       names.push_back(name);
     return names;
   }
@@ -126,6 +128,8 @@ public:
   void barrierArrive(CudaWriter &w, int barrier, const std::string &position) override;
   void copyToSlot(CudaWriter &w, Operand operand, const std::string &tile, const std::string &position,
                   int barrier) override;
+  void publishWorkUnit(CudaWriter &w, int barrier, const std::string &unit) override;
+  void receiveWorkUnit(CudaWriter &w, int barrier, const std::string &position, const std::string &unit) override;
   void mmaWait(CudaWriter &w, MmaResult result, int newerInFlight) override;
   void mmaTurn(CudaWriter &w, bool begin) override;
 
@@ -133,6 +137,10 @@ private:
   /// The slot of ring position `position` of a buffer of `slots` slots, as C.
   static std::string slotOf(const std::string &position, int slots) {
     return slots == 1 ? std::string("0") : cat("(", position, ") % ", slots);
+  }
+  /// What a barrier's slots hold, for comments.
+  static std::string holds(const BarrierInfo &barrier) {
+    return barrier.workUnit ? std::string("the work unit") : std::string(operandName(barrier.operand));
   }
 
   KernelShape shape;
@@ -210,9 +218,13 @@ void TileTargetSm90::setupRoles(CudaWriter &w, const std::vector<RoleInfo> &role
   int offset = 0;
   for (const BarrierInfo &barrier : barriers) {
     w.line(cat("sm90::Mbarrier *const ", barrier.name, " = barriers + ", offset, ";  // ", barrier.slots,
-               barrier.slots == 1 ? " slot" : " slots", " of ", operandName(barrier.operand),
+               barrier.slots == 1 ? " slot" : " slots", " of ", holds(barrier),
                barrier.bytes > 0 ? cat(", ", barrier.bytes, " bytes a phase") : std::string(", released by consumers")));
     offset += barrier.slots;
+  }
+  if (std::any_of(barriers.begin(), barriers.end(), [](const BarrierInfo &b) { return b.workUnit; })) {
+    w.comment("the work queue's cell: the unit the producer took for the block's next tile (dynamic scheduler)");
+    w.line(cat("volatile int *const workCell = reinterpret_cast<volatile int *>(barriers + ", offset, ");"));
   }
   w.open("if (threadIdx.x == 0)");
   for (const BarrierInfo &barrier : barriers) {
@@ -258,7 +270,7 @@ void TileTargetSm90::barrierWait(CudaWriter &w, int index, const std::string &po
   const BarrierInfo &barrier = barriers[index];
   std::string round = barrier.slots == 1 ? cat("(", position, ")") : cat("(", position, ") / ", barrier.slots);
   if (barrier.bytes > 0) {
-    w.comment(cat("wait until ", operandName(barrier.operand), " has landed in the slot of ring position ", position,
+    w.comment(cat("wait until ", holds(barrier), " has landed in the slot of ring position ", position,
                   " (phase parity of its round)"));
     w.line(cat("sm90::mbarrier::wait(&", barrier.name, "[", slotOf(position, barrier.slots), "], (", round,
                ") & 1);"));
@@ -272,7 +284,7 @@ void TileTargetSm90::barrierWait(CudaWriter &w, int index, const std::string &po
 
 void TileTargetSm90::barrierArrive(CudaWriter &w, int index, const std::string &position) {
   const BarrierInfo &barrier = barriers[index];
-  w.comment(cat("release the ", operandName(barrier.operand), " slot of ring position ", position,
+  w.comment(cat("release the ", holds(barrier), " slot of ring position ", position,
                 ": one arrival per warp, after all its lanes are done with it"));
   w.line("__syncwarp();");
   w.line("if (lane == 0)");
@@ -297,6 +309,21 @@ void TileTargetSm90::copyToSlot(CudaWriter &w, Operand operand, const std::strin
   w.line(cat("sm90::tma::load5d(", smem, " + slot * ", bytes, ", &", map, ", &", barrier.name, "[slot], 0, ", row,
              ", 0, ", head, ", tmaBatch);"));
   w.close();
+}
+
+void TileTargetSm90::publishWorkUnit(CudaWriter &w, int index, const std::string &unit) {
+  const BarrierInfo &barrier = barriers[index];
+  w.comment(cat("hand ", unit, " to the consumers: the cell, then one arrival on ", barrier.name,
+                " (its release orders the write before the phase completes)"));
+  w.line(cat("*workCell = ", unit, ";"));
+  w.line(cat("sm90::mbarrier::arrive(&", barrier.name, "[0]);"));
+}
+
+void TileTargetSm90::receiveWorkUnit(CudaWriter &w, int index, const std::string &position, const std::string &unit) {
+  const BarrierInfo &barrier = barriers[index];
+  w.comment(cat("wait until the producer handed over the unit of tile ", position, " (phase parity), then read it"));
+  w.line(cat("sm90::mbarrier::wait(&", barrier.name, "[0], (", position, ") & 1);"));
+  w.line(cat("const int ", unit, " = *workCell;"));
 }
 
 void TileTargetSm90::load(CudaWriter &w, Operand operand, const std::string &tile) {

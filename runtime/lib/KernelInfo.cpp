@@ -21,7 +21,7 @@ constexpr size_t kNumFields = std::size(kFieldNames);
 constexpr std::string_view kSplitKvFieldNames[] = {"combineEntry",   "combineRows", "combineThreads",
                                                    "packQueryHeads", "appendEntry", "rotary"};
 /// Fields only TMA kernels have (persistent kernels are TMA kernels for now: the fa3 schedule's).
-constexpr std::string_view kTmaFieldNames[] = {"tensorMaps", "persistent"};
+constexpr std::string_view kTmaFieldNames[] = {"tensorMaps", "persistent", "tileCounter"};
 /// Fields only K/V-step kernels have (the fa1 schedule's).
 constexpr std::string_view kStepFieldNames[] = {"kvSteps"};
 /// Fields of the dispatch rule a schedule records in its kernels (Schedule::preferredOver).
@@ -195,6 +195,8 @@ std::string KernelInfo::serialize() const {
     text += "tensorMaps=1\n";
   if (persistent)
     text += "persistent=1\n";
+  if (tileCounter)
+    text += "tileCounter=1\n";
   if (kvSteps)
     text += "kvSteps=1\n";
   if (!preferredOver.empty())
@@ -243,6 +245,9 @@ Status KernelInfo::verify() const {
                                  preferredOver == schedule))
     return fieldError("preferredOver", "'" + preferredOver + "' is not a schedule name other than this kernel's ('" +
                                            schedule + "')");
+  if (tileCounter && !persistent)
+    return fieldError("tileCounter", "is set on a kernel that is not persistent; only persistent blocks take tiles "
+                                     "from a counter");
   if (persistent && !combineEntry.empty())
     return fieldError("persistent", "is set on a kernel with a combine kernel; split-KV kernels are not persistent");
   if (kvSteps && (!combineEntry.empty() || persistent || tensorMaps))
@@ -327,7 +332,8 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
     info.packQueryHeads = it->second == "1";
   }
   for (auto [field, flag] :
-       {std::pair{"tensorMaps", &info.tensorMaps}, {"persistent", &info.persistent}, {"kvSteps", &info.kvSteps}})
+       {std::pair{"tensorMaps", &info.tensorMaps}, {"persistent", &info.persistent}, {"tileCounter", &info.tileCounter},
+        {"kvSteps", &info.kvSteps}})
     if (auto it = fields.find(field); it != fields.end()) {
       if (it->second != "0" && it->second != "1")
         return fieldError(field, quoted(it->second) + " is not 0 or 1");

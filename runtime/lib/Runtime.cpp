@@ -217,9 +217,10 @@ StatusOr<AttentionTensorMaps> tensorMapsFor(const AttentionArgs &args, int block
 
 /// Fills the kernel's parameter block from `args` and launches it on `stream`; the error text is built only
 /// for a failed launch.
-/// `smCount` is the device's SM count (read for persistent kernels only).
+/// `smCount` is the device's SM count (read for persistent kernels only); `tileCounter` the zeroed counter of a
+/// dynamic-scheduler kernel (tileCounterFor), else 0.
 Status launchKernel(const CudaDriver &driver, CUfunction function, const KernelInfo &info, const AttentionArgs &args,
-                    CUstream stream, int smCount) {
+                    CUstream stream, int smCount, CUdeviceptr tileCounter = 0) {
   const bool varlen = args.isVarlen();
   const int gridRows = varlen ? args.maxSeqlenQ : args.seqlenQ;
   FlashtileFwdParams params = paramsFor(args);
@@ -228,9 +229,11 @@ Status launchKernel(const CudaDriver &driver, CUfunction function, const KernelI
   unsigned gridY = static_cast<unsigned>(args.headsQ), gridZ = static_cast<unsigned>(args.batch);
   if (info.persistent) {
     // One block an SM (a persistent block holds the SM's shared memory), never more blocks than units of work (two
-    // Q tiles of a (batch, head) pair each, KernelInfo::persistent); the counts fit an int (validateFor bounds the
-    // grid of the non-persistent launch, the same tiles).
-    const long long units = (static_cast<long long>(gridX) + 1) / 2 * args.headsQ * args.batch;
+    // Q tiles of a (batch, head) pair each, KernelInfo::persistent; one Q tile each for the dynamic scheduler); the
+    // counts fit an int (validateFor bounds the grid of the non-persistent launch, the same tiles).
+    const long long pairs = static_cast<long long>(args.headsQ) * args.batch;
+    const long long units = info.tileCounter ? gridX * pairs : (static_cast<long long>(gridX) + 1) / 2 * pairs;
+    params.tileCounter = reinterpret_cast<int *>(tileCounter);
     params.qTiles = static_cast<int>(gridX);
     gridX = static_cast<unsigned>(std::min<long long>(units, std::max(smCount, 1)));
     gridY = gridZ = 1;
@@ -249,6 +252,48 @@ Status launchKernel(const CudaDriver &driver, CUfunction function, const KernelI
   if (launched == CUDA_SUCCESS)
     return Status();
   return driver.check(launched, "cuLaunchKernel(" + info.entry + ")");
+}
+
+/// Dynamic-scheduler kernels (KernelInfo::tileCounter): the launch's tile counter, an int zeroed on `stream` before
+/// the kernel (cuMemsetD32Async, ordered after the stream's earlier work and before this launch), so each launch
+/// starts at unit 0 and no two launches in flight share one: the first 4 bytes of the caller's workspace (the
+/// caller keeps one workspace per stream, as for split-KV), else of the runtime's own buffer for (context, stream),
+/// whose mutex `lock` then holds until the kernel is queued (another call on the stream may not grow it meanwhile).
+/// Under CUDA graph capture the caller must pass a workspace: the runtime's buffer may move between replays.
+StatusOr<CUdeviceptr> tileCounterFor(const CudaDriver &driver, detail::SplitKvWorkspaces &workspaces,
+                                     std::unique_lock<std::mutex> &lock, const KernelInfo &info,
+                                     const AttentionArgs &args, CUstream stream) {
+  constexpr size_t kCounterBytes = sizeof(int);
+  CUdeviceptr counter = reinterpret_cast<CUdeviceptr>(args.workspace);
+  if (args.workspace) {
+    if (args.workspaceBytes < kCounterBytes)
+      return Status::error("workspaceBytes is " + std::to_string(args.workspaceBytes) + "; kernel " + info.entry +
+                           " (schedule " + info.schedule + ", dynamic scheduler) keeps its tile counter there and "
+                           "needs " + std::to_string(kCounterBytes));
+    if (reinterpret_cast<uintptr_t>(args.workspace) % kCounterBytes != 0)
+      return Status::error("workspace is not 4-byte aligned; kernel " + info.entry +
+                           " (dynamic scheduler) keeps an int tile counter at its start");
+  } else {
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (Status s = driver.check(driver.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing"); !s.ok())
+      return s;
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+      return Status::error("kernel " + info.entry + " (schedule " + info.schedule +
+                           ", dynamic scheduler) takes its tiles from a counter in a workspace; under CUDA graph "
+                           "capture pass one (workspace, workspaceBytes >= " + std::to_string(kCounterBytes) + ")");
+    CUcontext context = nullptr;
+    if (Status s = driver.check(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent"); !s.ok())
+      return s;
+    lock = std::unique_lock<std::mutex>(workspaces.mutex());
+    StatusOr<CUdeviceptr> owned = workspaces.buffer(driver, context, stream, kCounterBytes);
+    if (!owned.ok())
+      return owned.status();
+    counter = *owned;
+  }
+  if (Status s = driver.check(driver.cuMemsetD32Async(counter, 0, 1, stream), "cuMemsetD32Async (tile counter)");
+      !s.ok())
+    return s;
+  return counter;
 }
 
 /// K/V-step kernels (KernelInfo::kvSteps, the fa1 schedule): one launch per K/V tile of the longest sequence (one
@@ -596,7 +641,15 @@ std::optional<Status> Runtime::Impl::forwardWarm(const AttentionArgs &args, CUst
       return counted.status();
     sms = *counted;
   }
-  return launchKernel(driver, function, info, args, stream, sms);
+  std::unique_lock<std::mutex> workspaceLock;
+  CUdeviceptr counter = 0;
+  if (info.tileCounter) {
+    StatusOr<CUdeviceptr> zeroed = tileCounterFor(driver, workspaces, workspaceLock, info, args, stream);
+    if (!zeroed.ok())
+      return zeroed.status();
+    counter = *zeroed;
+  }
+  return launchKernel(driver, function, info, args, stream, sms, counter);
 }
 
 Runtime::Runtime() : Runtime(KernelCache::optionsFromEnvironment()) {}
@@ -957,7 +1010,15 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
         return counted.status();
       smCount = *counted;
     }
-    return launchKernel(driver, function->function, info, args, stream, smCount);
+    std::unique_lock<std::mutex> workspaceLock;
+    CUdeviceptr counter = 0;
+    if (info.tileCounter) {
+      StatusOr<CUdeviceptr> zeroed = tileCounterFor(driver, impl->workspaces, workspaceLock, info, args, stream);
+      if (!zeroed.ok())
+        return zeroed.status();
+      counter = *zeroed;
+    }
+    return launchKernel(driver, function->function, info, args, stream, smCount, counter);
   }
 
   // Split-KV: the parameter block, with the split count and the workspace.

@@ -371,3 +371,125 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
     tile.yield
   }
 }
+
+// -----
+
+// The dynamic scheduler: a work queue hands each tile's unit from the role that takes it to the other role, which
+// releases the queue's cell (its empty barrier) at the tile count.
+// CHECK-LABEL: tile.func @dynamic_work_loop
+// CHECK: %[[F:.*]], %[[E:.*]] = tile.work_queue : <slots = 1>, <slots = 1>
+// CHECK: tile.role "producer"
+// CHECK: tile.work_loop dynamic(%[[F]], %[[E]] : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>) take iter_args(%{{.*}}) : i32 -> i32 {
+// CHECK: tile.role "consumer"
+// CHECK: tile.work_loop dynamic(%[[F]], %[[E]] : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>) {
+// CHECK-NEXT: ^bb0(%[[N:.*]]: i32):
+// CHECK-NEXT: tile.barrier_arrive %[[E]][%[[N]]]
+tile.func @dynamic_work_loop attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %c0 = arith.constant 0 : i32
+  %c4 = arith.constant 4 : i32
+  %full, %empty = tile.work_queue {arrivals = 1} : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>
+  tile.role "producer" attributes {warps = 4 : i64, regs = 24 : i64} {
+    %end = tile.work_loop dynamic(%full, %empty : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>) take iter_args(%c0) : i32 -> i32 {
+    ^bb0(%n: i32, %base: i32):
+      %next = arith.addi %base, %c4 : i32
+      tile.yield %next : i32
+    }
+    tile.yield
+  }
+  tile.role "consumer" attributes {warps = 8 : i64, regs = 240 : i64} {
+    tile.work_loop dynamic(%full, %empty : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>) {
+    ^bb0(%n: i32):
+      tile.barrier_arrive %empty[%n] : !tile.barrier<slots = 1>
+      tile.yield
+    }
+    tile.yield
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{'tile.work_loop' op takes units (take) but is not dynamic: only a dynamic loop takes them from a counter}}
+  tile.work_loop take {
+  ^bb0(%n: i32):
+    tile.yield
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %full, %empty = tile.work_queue : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>
+  // expected-error @+1 {{'tile.work_loop' op dynamic(full, empty) must be the two barriers of one tile.work_queue, in that order}}
+  tile.work_loop dynamic(%empty, %full : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>) take {
+  ^bb0(%n: i32):
+    tile.yield
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %full, %empty = tile.work_queue : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>
+  // expected-error @+1 {{'tile.work_loop' op is dynamic outside roles, so it must take its units itself (take)}}
+  tile.work_loop dynamic(%full, %empty : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>) {
+  ^bb0(%n: i32):
+    tile.yield
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %full, %empty = tile.work_queue : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>
+  tile.role "producer" attributes {warps = 4 : i64, regs = 24 : i64} {
+    // expected-error @+1 {{'tile.work_loop' op is dynamic in role 'producer' but role 'consumer' loops statically: the roles of a block walk the same tiles}}
+    tile.work_loop dynamic(%full, %empty : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>) take {
+    ^bb0(%n: i32):
+      tile.yield
+    }
+    tile.yield
+  }
+  tile.role "consumer" attributes {warps = 8 : i64, regs = 240 : i64} {
+    tile.work_loop {
+    ^bb0(%n: i32):
+      tile.yield
+    }
+    tile.yield
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %full, %empty = tile.work_queue : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>
+  tile.role "producer" attributes {warps = 4 : i64, regs = 24 : i64} {
+    // expected-error @+1 {{'tile.work_loop' op is dynamic in roles of which 2 take units; exactly one role takes them (take) and hands them to the others}}
+    tile.work_loop dynamic(%full, %empty : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>) take {
+    ^bb0(%n: i32):
+      tile.yield
+    }
+    tile.yield
+  }
+  tile.role "consumer" attributes {warps = 8 : i64, regs = 240 : i64} {
+    tile.work_loop dynamic(%full, %empty : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>) take {
+    ^bb0(%n: i32):
+      tile.yield
+    }
+    tile.yield
+  }
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{'tile.work_queue' op hands over one unit at a time: its barriers have 1 slot, got 2}}
+  %full, %empty = tile.work_queue : !tile.barrier<slots = 2>, !tile.barrier<slots = 1>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{'tile.work_queue' op expects 1 to 32 releasing roles (arrivals), got 0}}
+  %full, %empty = tile.work_queue {arrivals = 0} : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>
+}

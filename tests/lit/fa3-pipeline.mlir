@@ -133,3 +133,22 @@
 // PERSISTENT-NOT: tile.qk
 // PERSISTENT: tile.pv
 // PERSISTENT: tile.store o
+
+// The dynamic scheduler (scheduler=dynamic, persistent implied): a tile.work_queue before the roles; the producer's
+// loop takes the units, the consumer's receives them and releases the queue's cell first thing in each tile.
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="scheduler=dynamic" | FileCheck %s --check-prefix=DYNAMIC
+// DYNAMIC: %[[WF:.*]], %[[WE:.*]] = tile.work_queue : <slots = 1>, <slots = 1>
+// DYNAMIC-NEXT: tile.role "producer"
+// DYNAMIC: tile.work_loop dynamic(%[[WF]], %[[WE]] : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>) take iter_args
+// DYNAMIC: tile.role "consumer"
+// DYNAMIC: tile.work_loop dynamic(%[[WF]], %[[WE]] : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>) iter_args
+// DYNAMIC-NEXT: ^bb0(%[[DN:.*]]: i32, %{{.*}}: i32):
+// DYNAMIC-NEXT: tile.barrier_arrive %[[WE]][%[[DN]]]
+// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="scheduler=dynamic persistent=0" 2>&1 | FileCheck %s --check-prefix=DYNOFF
+// DYNOFF: fa3: scheduler = dynamic hands tiles to persistent blocks, but persistent = 0
+// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="scheduler=lpt" 2>&1 | FileCheck %s --check-prefix=DYNBAD
+// DYNBAD: fa3: scheduler = 'lpt' is not accepted; accepted: static, dynamic
+// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3 options=scheduler=lpt" 2>&1 | FileCheck %s --check-prefix=KNOBBAD
+// KNOBBAD: fa3: option 'scheduler=lpt' is not of the form name=static|dynamic
+// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3 options=scheduler=dynamic,persistent=0" 2>&1 | FileCheck %s --check-prefix=KNOBOFF
+// KNOBOFF: fa3: scheduler = dynamic hands tiles to persistent blocks, but persistent = 0; accepted: scheduler = static with persistent = 0, or persistent = 1 (or unset)

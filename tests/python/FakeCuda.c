@@ -123,6 +123,24 @@ CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t bytes) {
   (void)dst, (void)value, (void)bytes;
   return CUDA_SUCCESS;
 }
+/* The tile counter of dynamic-scheduler kernels: recorded, for tests/python/host/dynsched_counter.py. */
+static unsigned long long memsets32, lastMemset32Dst;
+static unsigned lastMemset32Value;
+static size_t lastMemset32Count;
+CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t count, CUstream stream) {
+  (void)stream;
+  ++memsets32;
+  lastMemset32Dst = dst;
+  lastMemset32Value = value;
+  lastMemset32Count = count;
+  return CUDA_SUCCESS;
+}
+unsigned long long fakeCudaMemsetsD32(void) { return memsets32; }
+unsigned long long fakeCudaLastMemsetD32(unsigned *value, size_t *count) {
+  *value = lastMemset32Value;
+  *count = lastMemset32Count;
+  return lastMemset32Dst;
+}
 CUresult cuStreamSynchronize(CUstream stream) {
   (void)stream;
   return CUDA_SUCCESS;

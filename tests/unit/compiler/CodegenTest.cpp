@@ -57,7 +57,7 @@ public:
 
   /// The schedule's whole pipeline from the registry (`schedule`, e.g. "fa3"), down to its target.
   tile::FuncOp buildWith(const std::string &schedule, const Variant &variant, ElementType dtype, int headDim,
-                         const std::string &arch) {
+                         const std::string &arch, const schedule::Knobs &knobs = {}) {
     auto built = buildAttentionProgram(context, variant, ProgramOptions{dtype, headDim, headDimV ? headDimV : headDim});
     EXPECT_TRUE(mlir::succeeded(built)) << diagnostics;
     if (mlir::failed(built))
@@ -67,6 +67,7 @@ public:
     schedule::Request request;
     request.schedule = schedule;
     request.arch = arch;
+    request.knobs = knobs;
     schedule::lookupSchedule(schedule)->buildPipeline(pm, request);
     if (mlir::failed(pm.run(*module)))
       return {}; // the diagnostics say why
@@ -191,6 +192,48 @@ INSTANTIATE_TEST_SUITE_P(Fa3Variants, Fa3Compiles,
                          fa3ConfigName);
 INSTANTIATE_TEST_SUITE_P(Fa3HeadDims, Fa3Compiles,
                          testing::Values(Fa3Config{"causal", ElementType::F16, 64, 64},
+                                         Fa3Config{"none", ElementType::BF16, 256, 256},
+                                         Fa3Config{"causal", ElementType::BF16, 192, 128}),
+                         fa3ConfigName);
+
+// fa3's dynamic scheduler (--scheduler dynamic): every built-in variant's persistent kernel takes its Q tiles from
+// the launch's counter (one atomicAdd by the producer) and hands them to the consumers through the work queue's
+// cell and barriers; each compiles to an sm_90a cubin and says in its KernelInfo that it needs the counter.
+class Fa3DynamicCompiles : public testing::TestWithParam<Fa3Config> {};
+
+TEST_P(Fa3DynamicCompiles, ToAnSm90aCubin) {
+  auto [variantName, dtype, headDim, headDimV] = GetParam();
+  Compiler compiler;
+  compiler.headDimV = headDimV;
+  tile::FuncOp func = compiler.buildWith("fa3", *variants::byName(variantName), dtype, headDim, "sm_90a",
+                                         {{"scheduler", 1}});
+  ASSERT_TRUE(func) << compiler.diagnostics;
+  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  EXPECT_TRUE(kernel->info.persistent);
+  EXPECT_TRUE(kernel->info.tileCounter);
+  EXPECT_TRUE(kernel->info.verify().ok()) << kernel->info.verify().message();
+  EXPECT_TRUE(KernelInfo::parse(kernel->info.serialize()).ok());
+  EXPECT_EQ(KernelInfo::parse(kernel->info.serialize())->tileCounter, true);
+  EXPECT_EQ(count(kernel->source, "atomicAdd(params.tileCounter, 1)"), 2); // the first take, and past empty tiles
+  EXPECT_EQ(count(kernel->source, "*workCell = unit;"), 1);
+  EXPECT_EQ(count(kernel->source, "const int unit = *workCell;"), 1);
+  StatusOr<std::string> cubin = compileCuda(kernel->source, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << kernel->source;
+  EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fa3DynamicVariants, Fa3DynamicCompiles,
+                         testing::Combine(testing::Values("none", "causal", "causal_top_left", "sliding_window",
+                                                          "sliding_window_causal", "softcap", "softcap_causal",
+                                                          "alibi", "alibi_per_batch", "alibi_causal", "sinks",
+                                                          "sinks_causal", "document_mask"),
+                                          testing::Values(ElementType::BF16), testing::Values(128),
+                                          testing::Values(128)),
+                         fa3ConfigName);
+INSTANTIATE_TEST_SUITE_P(Fa3DynamicHeadDims, Fa3DynamicCompiles,
+                         testing::Values(Fa3Config{"causal", ElementType::F16, 64, 64},
+                                         Fa3Config{"sliding_window_causal", ElementType::BF16, 64, 64},
                                          Fa3Config{"none", ElementType::BF16, 256, 256},
                                          Fa3Config{"causal", ElementType::BF16, 192, 128}),
                          fa3ConfigName);

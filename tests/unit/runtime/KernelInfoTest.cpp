@@ -87,6 +87,33 @@ TEST(KernelInfo, PersistentKernelsSaySo) {
   EXPECT_THAT(split.message(), HasSubstr("field 'persistent': is set on a kernel with a combine kernel"));
 }
 
+TEST(KernelInfo, DynamicSchedulerKernelsSayTheyNeedATileCounter) {
+  KernelInfo info = sampleInfo();
+  info.arch = "sm_90a";
+  info.tensorMaps = true;
+  info.persistent = true;
+  // A manifest written before the field (or by a static kernel) has no line and loads as a static kernel.
+  std::string before = info.serialize();
+  EXPECT_THAT(before, testing::Not(HasSubstr("tileCounter")));
+  StatusOr<KernelInfo> old = KernelInfo::parse(before);
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_FALSE(old->tileCounter);
+  info.tileCounter = true;
+  std::string text = info.serialize();
+  EXPECT_THAT(text, HasSubstr("tileCounter=1\n"));
+  StatusOr<KernelInfo> parsed = KernelInfo::parse(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE(parsed->tileCounter);
+  StatusOr<KernelInfo> badValue = KernelInfo::parse(replaceLine(text, "tileCounter", "tileCounter=on"));
+  ASSERT_FALSE(badValue.ok());
+  EXPECT_THAT(badValue.status().message(), HasSubstr("field 'tileCounter': 'on' is not 0 or 1"));
+  // Only persistent blocks take tiles from a counter.
+  info.persistent = false;
+  Status notPersistent = info.verify();
+  ASSERT_FALSE(notPersistent.ok());
+  EXPECT_THAT(notPersistent.message(), HasSubstr("field 'tileCounter': is set on a kernel that is not persistent"));
+}
+
 TEST(KernelInfo, KvStepKernelsSaySo) {
   KernelInfo info = sampleInfo();
   EXPECT_THAT(info.serialize(), testing::Not(HasSubstr("kvSteps")));

@@ -37,6 +37,7 @@ namespace flashtile {
   X(cuMemcpyHtoD_v2, "cuMemcpyHtoD_v2")                                                                                \
   X(cuMemcpyDtoH_v2, "cuMemcpyDtoH_v2")                                                                                \
   X(cuMemsetD8_v2, "cuMemsetD8_v2")                                                                                    \
+  X(cuMemsetD32Async, "cuMemsetD32Async")                                                                              \
   X(cuStreamSynchronize, "cuStreamSynchronize")                                                                        \
   X(cuStreamIsCapturing, "cuStreamIsCapturing")                                                                        \
   X(cuEventCreate, "cuEventCreate")                                                                                    \

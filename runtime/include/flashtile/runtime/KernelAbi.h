@@ -98,6 +98,10 @@ struct FlashtileFwdParams {
   float *stateMax;
   float *stateSum;
   int kvStep;
+  /* Persistent kernels of the dynamic scheduler (KernelInfo::tileCounter; others ignore it): one int, zero at the
+   * launch's start, that the blocks' producers atomically increment to take units u = 0, 1, ... of one Q tile each:
+   * Q tile qTiles - 1 - u / (headsQ * batch) of (batch, head) pair u % (headsQ * batch), query head fastest. */
+  int *tileCounter;
 };
 
 /* Threads of a block of the KV cache's append kernel: grid (ceil(seqlenNew x (headDim + headDimV) / 8 /

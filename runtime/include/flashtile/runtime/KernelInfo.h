@@ -106,6 +106,12 @@ struct KernelInfo {
   // tiles of one (batch, head) pair (ceil(FlashtileFwdParams::qTiles / 2) x headsQ x batch units); a block runs one
   // unit in every gridDim.x (the kernel decodes them). Absent from the text form unless set (persistent=1).
   bool persistent = false;
+  // Persistent kernels of the dynamic scheduler (tile.work_loop dynamic): the blocks take units of one Q tile from
+  // a counter, FlashtileFwdParams::tileCounter, which the runtime zeroes on the launch's stream before each launch
+  // in a workspace no other launch uses meanwhile (the caller's `workspace`, else the runtime's own buffer for the
+  // stream; under CUDA graph capture the caller's). The grid is min(qTiles x headsQ x batch, SMs) blocks. Absent
+  // from the text form unless set (tileCounter=1).
+  bool tileCounter = false;
   // The dispatch rule its schedule records (Schedule::preferredOver): while no schedule is set (Runtime::setSchedule)
   // and no JIT is installed, a call whose spec asks for schedule `preferredOver` runs this kernel instead when it
   // matches the call's spec otherwise (arch, dtype, head dims, variant). Empty: none; absent from the text form.

@@ -93,6 +93,8 @@ struct AttentionArgs {
   // grows). Under CUDA graph capture without a workspace a call runs unsplit (numSplits 1): pass one there.
   // K/V-step kernels (KernelInfo::kvSteps, the fa1 schedule) keep each query row's online-softmax state here between
   // their launches: (headDimV + 2) x 4 bytes per LSE row; under CUDA graph capture they need one.
+  // Kernels of fa3's dynamic scheduler (KernelInfo::tileCounter) keep their tile counter in its first 4 bytes, which
+  // each launch zeroes on its stream first; a workspace serves one stream at a time. Under graph capture: needed.
   void *workspace = nullptr;
   size_t workspaceBytes = 0;
 
