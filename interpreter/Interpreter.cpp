@@ -23,11 +23,11 @@
 #include <condition_variable>
 #include <limits>
 #include <map>
-#include <mutex>
-#include <thread>
 #include <memory>
+#include <mutex>
 #include <numbers>
 #include <random>
+#include <thread>
 
 using namespace mlir;
 using namespace flashtile::tile;
@@ -685,9 +685,9 @@ LogicalResult Interpreter::execBlock(Block &block) {
 LogicalResult Interpreter::exec(Operation &op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(&op)
       .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, BufferOp, SlotOp, CopyAsyncOp, WaitOp,
-            BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, WorkLoopOp, WorkQueueOp, MmaWaitOp, StoreOp, QkOp, ScaleOp,
-            ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, StateLoadOp, StateStoreOp,
-            KvLoopOp, StoreSplitOp>([&](auto tileOp) { return exec(tileOp); })
+            BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, WorkLoopOp, WorkQueueOp, MmaWaitOp, StoreOp, QkOp,
+            ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, StateLoadOp,
+            StateStoreOp, KvLoopOp, StoreSplitOp>([&](auto tileOp) { return exec(tileOp); })
       .Default([&](Operation *other) -> LogicalResult {
         // A constant tile (a pipeline's carried P before the first tile): the splat value everywhere.
         if (auto constant = dyn_cast<arith::ConstantOp>(other); constant && isa<RankedTensorType>(constant.getType())) {

@@ -854,7 +854,8 @@ void KernelPrinter::printWorkTile(const std::string &step) {
 }
 
 void KernelPrinter::printDynamicWorkTile(WorkLoopOp loop, const std::string &count) {
-  w.comment("---- the dynamic scheduler: unit u is Q tile qTiles - 1 - u / pairs of (batch, head) pair u % pairs (query");
+  w.comment(
+      "---- the dynamic scheduler: unit u is Q tile qTiles - 1 - u / pairs of (batch, head) pair u % pairs (query");
   w.comment("head fastest), so the counter hands out the tiles with the most keys under a causal mask first, across");
   w.comment("all pairs (longest-processing-time first; varlen: the highest tile index first, as its sequence's rows");
   w.comment("allow). The producer takes each unit with one atomicAdd on the launch's counter (params.tileCounter,");
@@ -1510,7 +1511,8 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
     src += "// Launch (persistent, dynamic scheduler): grid (min(ceil(seqlenQ / " + std::to_string(shape.blockM) +
            ") x headsQ x batch, SMs)), block (" + std::to_string(info.threads) + "), " +
            std::to_string(info.smemBytes) + " bytes of dynamic shared memory; params.qTiles = ceil(seqlenQ / " +
-           std::to_string(shape.blockM) + ")\n// (varlen: maxSeqlenQ); params.tileCounter: an int zeroed on the "
+           std::to_string(shape.blockM) +
+           ")\n// (varlen: maxSeqlenQ); params.tileCounter: an int zeroed on the "
            "launch's stream before the kernel, used by no other launch meanwhile.\n";
   else if (info.persistent)
     src += "// Launch (persistent): grid (min(ceil(ceil(seqlenQ / " + std::to_string(shape.blockM) +

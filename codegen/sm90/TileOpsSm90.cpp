@@ -67,9 +67,9 @@ public:
   std::string_view preludeNamespace() const override { return "sm90"; }
   std::vector<std::string> reservedNames() const override {
     std::vector<std::string> names = fragments->reservedNames();
-    for (const char *name : {"sm90", "maps", "smemRaw", "kQTileBytes", "qRow0", "kRow0", "tmaBatch", "qAddr", "kAddr",
-                             "vAddr", "slot", "fullQ", "fullK", "fullV", "emptyQ", "emptyK", "emptyV", "fullWork", "emptyWork",
-                             "workCell"})
+    for (const char *name : {"sm90",   "maps",   "smemRaw", "kQTileBytes", "qRow0",     "kRow0",   "tmaBatch",
+                             "qAddr",  "kAddr",  "vAddr",   "slot",        "fullQ",     "fullK",   "fullV",
+                             "emptyQ", "emptyK", "emptyV",  "fullWork",    "emptyWork", "workCell"})
       names.push_back(name);
     return names;
   }
@@ -217,9 +217,10 @@ void TileTargetSm90::setupRoles(CudaWriter &w, const std::vector<RoleInfo> &role
   w.comment("bytes), empty (one arrival per computing warp and arriving role; a slot starts released) ----");
   int offset = 0;
   for (const BarrierInfo &barrier : barriers) {
-    w.line(cat("sm90::Mbarrier *const ", barrier.name, " = barriers + ", offset, ";  // ", barrier.slots,
-               barrier.slots == 1 ? " slot" : " slots", " of ", holds(barrier),
-               barrier.bytes > 0 ? cat(", ", barrier.bytes, " bytes a phase") : std::string(", released by consumers")));
+    w.line(
+        cat("sm90::Mbarrier *const ", barrier.name, " = barriers + ", offset, ";  // ", barrier.slots,
+            barrier.slots == 1 ? " slot" : " slots", " of ", holds(barrier),
+            barrier.bytes > 0 ? cat(", ", barrier.bytes, " bytes a phase") : std::string(", released by consumers")));
     offset += barrier.slots;
   }
   if (std::any_of(barriers.begin(), barriers.end(), [](const BarrierInfo &b) { return b.workUnit; })) {
@@ -284,8 +285,8 @@ void TileTargetSm90::barrierWait(CudaWriter &w, int index, const std::string &po
 
 void TileTargetSm90::barrierArrive(CudaWriter &w, int index, const std::string &position) {
   const BarrierInfo &barrier = barriers[index];
-  w.comment(cat("release the ", holds(barrier), " slot of ring position ", position,
-                ": one arrival per warp, after all its lanes are done with it"));
+  w.comment(cat("release the ", barrier.workUnit ? "work unit" : operandName(barrier.operand),
+                " slot of ring position ", position, ": one arrival per warp, after all its lanes are done with it"));
   w.line("__syncwarp();");
   w.line("if (lane == 0)");
   w.line(cat("  sm90::mbarrier::arrive(&", barrier.name, "[", slotOf(position, barrier.slots), "]);"));

@@ -331,9 +331,10 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
       return fieldError("packQueryHeads", quoted(it->second) + " is not 0 or 1");
     info.packQueryHeads = it->second == "1";
   }
-  for (auto [field, flag] :
-       {std::pair{"tensorMaps", &info.tensorMaps}, {"persistent", &info.persistent}, {"tileCounter", &info.tileCounter},
-        {"kvSteps", &info.kvSteps}})
+  for (auto [field, flag] : {std::pair{"tensorMaps", &info.tensorMaps},
+                             {"persistent", &info.persistent},
+                             {"tileCounter", &info.tileCounter},
+                             {"kvSteps", &info.kvSteps}})
     if (auto it = fields.find(field); it != fields.end()) {
       if (it->second != "0" && it->second != "1")
         return fieldError(field, quoted(it->second) + " is not 0 or 1");

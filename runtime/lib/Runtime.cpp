@@ -268,8 +268,10 @@ StatusOr<CUdeviceptr> tileCounterFor(const CudaDriver &driver, detail::SplitKvWo
   if (args.workspace) {
     if (args.workspaceBytes < kCounterBytes)
       return Status::error("workspaceBytes is " + std::to_string(args.workspaceBytes) + "; kernel " + info.entry +
-                           " (schedule " + info.schedule + ", dynamic scheduler) keeps its tile counter there and "
-                           "needs " + std::to_string(kCounterBytes));
+                           " (schedule " + info.schedule +
+                           ", dynamic scheduler) keeps its tile counter there and "
+                           "needs " +
+                           std::to_string(kCounterBytes));
     if (reinterpret_cast<uintptr_t>(args.workspace) % kCounterBytes != 0)
       return Status::error("workspace is not 4-byte aligned; kernel " + info.entry +
                            " (dynamic scheduler) keeps an int tile counter at its start");
@@ -280,7 +282,8 @@ StatusOr<CUdeviceptr> tileCounterFor(const CudaDriver &driver, detail::SplitKvWo
     if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
       return Status::error("kernel " + info.entry + " (schedule " + info.schedule +
                            ", dynamic scheduler) takes its tiles from a counter in a workspace; under CUDA graph "
-                           "capture pass one (workspace, workspaceBytes >= " + std::to_string(kCounterBytes) + ")");
+                           "capture pass one (workspace, workspaceBytes >= " +
+                           std::to_string(kCounterBytes) + ")");
     CUcontext context = nullptr;
     if (Status s = driver.check(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent"); !s.ok())
       return s;

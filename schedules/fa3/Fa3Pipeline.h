@@ -10,9 +10,8 @@ inline constexpr const char *kName = "fa3";
 /// Knob names (the CLI's flags without dashes, tile-apply-schedule's option items).
 inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kStages = "stages",
                             *kConsumerWarpgroups = "consumer-warpgroups", *kProducerRegs = "producer-regs",
-                            *kConsumerRegs = "consumer-regs", *kOverlap = "intra-wg-overlap",
-                            *kPingpong = "pingpong", *kPersistent = "persistent",
-                            *kScheduler = "scheduler";
+                            *kConsumerRegs = "consumer-regs", *kOverlap = "intra-wg-overlap", *kPingpong = "pingpong",
+                            *kPersistent = "persistent", *kScheduler = "scheduler";
 
 /// The values of the `scheduler` knob, by index: how a persistent kernel's blocks get their work tiles.
 /// static: the printer's fixed assignment (units of two Q tiles, one unit in every gridDim.x); dynamic: units of

@@ -82,11 +82,12 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
                                         "(tile.work_loop): Q gets an empty barrier, ring positions run on. 1, 0, or -1 "
                                         "where it measured faster (walks of one length, or the short shape class)"),
                          llvm::cl::init(-1)};
-  Option<std::string> scheduler{*this, "scheduler",
-                                llvm::cl::desc("how persistent blocks get their Q tiles: static (a fixed assignment) or "
-                                               "dynamic (a per-launch counter, heaviest tiles first; implies "
-                                               "persistent blocks)"),
-                                llvm::cl::init("static")};
+  Option<std::string> scheduler{
+      *this, "scheduler",
+      llvm::cl::desc("how persistent blocks get their Q tiles: static (a fixed assignment) or "
+                     "dynamic (a per-launch counter, heaviest tiles first; implies "
+                     "persistent blocks)"),
+      llvm::cl::init("static")};
 
   /// Persistent pipelines: stand-ins for the ring position of this tile's first K/V tile and for the number of tiles
   /// the block ran before it (Q's ring position), replaced by each role's tile.work_loop arguments; null otherwise.
@@ -372,7 +373,6 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     ringBase.getDefiningOp()->erase();
     tileCount.getDefiningOp()->erase();
   }
-
 
   /// FA3's intra-warpgroup overlap. Iteration j issues Q·K(j)ᵀ, then P(j + 1)·V(j + 1) with the probabilities the
   /// iteration before computed (carried), and runs the softmax of tile j while that P·V is in flight; only the

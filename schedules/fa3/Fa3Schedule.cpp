@@ -51,7 +51,8 @@ public:
                       "walks the same keys, and for the short shape class)", 0, 1},
         {kScheduler, "how persistent blocks get their Q tiles: static (a fixed assignment, two tiles a unit, the "
                      "default) or dynamic (one atomic counter per launch, heaviest tiles first; implies persistent "
-                     "blocks)", kStaticScheduler, kDynamicScheduler, {std::begin(kSchedulerNames), std::end(kSchedulerNames)}},
+                     "blocks)", kStaticScheduler, kDynamicScheduler,
+         {std::begin(kSchedulerNames), std::end(kSchedulerNames)}},
     };
     return specs;
   }

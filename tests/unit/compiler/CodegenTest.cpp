@@ -205,8 +205,8 @@ TEST_P(Fa3DynamicCompiles, ToAnSm90aCubin) {
   auto [variantName, dtype, headDim, headDimV] = GetParam();
   Compiler compiler;
   compiler.headDimV = headDimV;
-  tile::FuncOp func = compiler.buildWith("fa3", *variants::byName(variantName), dtype, headDim, "sm_90a",
-                                         {{"scheduler", 1}});
+  tile::FuncOp func =
+      compiler.buildWith("fa3", *variants::byName(variantName), dtype, headDim, "sm_90a", {{"scheduler", 1}});
   ASSERT_TRUE(func) << compiler.diagnostics;
   mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
   ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
@@ -225,9 +225,9 @@ TEST_P(Fa3DynamicCompiles, ToAnSm90aCubin) {
 
 INSTANTIATE_TEST_SUITE_P(Fa3DynamicVariants, Fa3DynamicCompiles,
                          testing::Combine(testing::Values("none", "causal", "causal_top_left", "sliding_window",
-                                                          "sliding_window_causal", "softcap", "softcap_causal",
-                                                          "alibi", "alibi_per_batch", "alibi_causal", "sinks",
-                                                          "sinks_causal", "document_mask"),
+                                                          "sliding_window_causal", "softcap", "softcap_causal", "alibi",
+                                                          "alibi_per_batch", "alibi_causal", "sinks", "sinks_causal",
+                                                          "document_mask"),
                                           testing::Values(ElementType::BF16), testing::Values(128),
                                           testing::Values(128)),
                          fa3ConfigName);
