@@ -238,6 +238,40 @@ INSTANTIATE_TEST_SUITE_P(Fa3DynamicHeadDims, Fa3DynamicCompiles,
                                          Fa3Config{"causal", ElementType::BF16, 192, 128}),
                          fa3ConfigName);
 
+TEST(Codegen, Fa3SchedulerKnobTakesItsWordsAndNamesThemOtherwise) {
+  const schedule::Schedule *fa3 = schedule::lookupSchedule("fa3");
+  ASSERT_TRUE(fa3);
+  std::string error;
+  mlir::FailureOr<schedule::Knobs> dynamic = schedule::parseKnobs(*fa3, {"scheduler=dynamic"}, error);
+  ASSERT_TRUE(mlir::succeeded(dynamic)) << error;
+  EXPECT_EQ(dynamic->at("scheduler"), 1);
+  mlir::FailureOr<schedule::Knobs> numeric = schedule::parseKnobs(*fa3, {"scheduler=0"}, error);
+  ASSERT_TRUE(mlir::succeeded(numeric)) << error;
+  EXPECT_EQ(numeric->at("scheduler"), 0);
+  EXPECT_TRUE(mlir::failed(schedule::parseKnobs(*fa3, {"scheduler=lpt"}, error)));
+  EXPECT_EQ(error, "fa3: option 'scheduler=lpt' is not of the form name=static|dynamic");
+  error = schedule::checkKnobs(*fa3, {{"scheduler", 2}});
+  EXPECT_NE(error.find("fa3: scheduler = 2 is not accepted; accepted: static, dynamic"), std::string::npos) << error;
+  // Numeric knobs keep their messages.
+  EXPECT_TRUE(mlir::failed(schedule::parseKnobs(*fa3, {"stages=two"}, error)));
+  EXPECT_EQ(error, "fa3: option 'stages=two' is not of the form name=integer");
+  // Dynamic hands tiles to persistent blocks: with persistent 0 it is refused, naming both knobs.
+  Compiler compiler;
+  EXPECT_FALSE(compiler.buildWith("fa3", variants::causal(), ElementType::BF16, 128, "sm_90a",
+                                  {{"scheduler", 1}, {"persistent", 0}}));
+  EXPECT_NE(compiler.diagnostics.find("fa3: scheduler = dynamic hands tiles to persistent blocks, but persistent = 0"),
+            std::string::npos)
+      << compiler.diagnostics;
+  // The default stays static: no kernel asks for a counter.
+  Compiler defaults;
+  tile::FuncOp func = defaults.buildWith("fa3", variants::causal(), ElementType::BF16, 128, "sm_90a");
+  ASSERT_TRUE(func) << defaults.diagnostics;
+  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << defaults.diagnostics;
+  EXPECT_FALSE(kernel->info.tileCounter);
+  EXPECT_EQ(kernel->source.find("atomicAdd"), std::string::npos);
+}
+
 TEST(Codegen, Fa3NamesTheHeadDimsTheSm90FamilyCannotPrint) {
   Compiler compiler;
   // Head dim 96 is not whole 128-byte swizzle blocks: the sm90 family names the rule.
