@@ -70,11 +70,14 @@ std::optional<std::string> AsyncCopies::stage(Slot slot, int role) {
     hazard = what + "while the copy of " + tileName(copies[*s.incoming].operand, copies[*s.incoming].tile) +
              " into it is in flight";
   } else if (enabled()) {
-    auto round = landedRound.find(slot);
-    if (Barrier *empty = barrierOf(slot.first, false); empty && round != landedRound.end()) {
+    // The role's tile in the slot is the round it last observed on the full barrier (the slot may hold a later
+    // round's tile already, refilled after the role released it).
+    Barrier *full = barrierOf(slot.first, true), *empty = barrierOf(slot.first, false);
+    if (full && empty) {
+      auto seen = full->observed.find({role, slot.second});
       auto last = empty->lastArrived.find({role, slot.second});
-      if (last != empty->lastArrived.end() && last->second >= round->second)
-        hazard = what + "after this role released its tile (round " + std::to_string(round->second) +
+      if (seen != full->observed.end() && last != empty->lastArrived.end() && last->second >= seen->second)
+        hazard = what + "after this role released its tile (round " + std::to_string(seen->second) +
                  ") on the empty barrier: a producer may already be refilling it";
     }
   }
