@@ -82,9 +82,9 @@ public:
   void rescale(CudaWriter &w, bool onlyWhenMoved) override;
   void pv(CudaWriter &w, const std::string &vTile) override;
   void finalize(CudaWriter &w, const std::string &sinkFn) override;
-  void storeO(CudaWriter &w) override;
+  void storeO(CudaWriter &w, bool stagedInQ) override;
   void storeLse(CudaWriter &w) override;
-  void storeSplit(CudaWriter &w, const std::string &sinkFn) override;
+  void storeSplit(CudaWriter &w, const std::string &sinkFn, bool stagedInQ) override;
   void combineRow(CudaWriter &w, const std::string &sinkFn) override;
 
 private:
@@ -750,7 +750,7 @@ void TileTargetSm80::finalize(CudaWriter &w, const std::string &sinkFn) {
   w.close();
 }
 
-void TileTargetSm80::storeO(CudaWriter &w) {
+void TileTargetSm80::storeO(CudaWriter &w, bool stagedInQ) {
   if (shape.packQueryHeads) {
     w.comment(cat("store O: convert to ", shape.dtype, ", two adjacent columns (4 bytes) per store, each row to its"));
     w.comment("own query row and head (GQA packing), rows < packedRows");
@@ -768,8 +768,7 @@ void TileTargetSm80::storeO(CudaWriter &w) {
     w.close();
     return;
   }
-  if (shape.headDimV > shape.headDim) {
-    // The warp's rows of sQ are too narrow to stage O rows: store fragment pairs directly.
+  if (!stagedInQ) {
     storeODirect(w);
     return;
   }
@@ -851,7 +850,7 @@ void TileTargetSm80::storeLse(CudaWriter &w) {
   w.close();
 }
 
-void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn) {
+void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn, bool stagedInQ) {
   w.comment("---- store_split: one split (p.numSplits == 1) stores O and LSE itself; more store fp32 partials ----");
   w.open("if (p.numSplits == 1)");
   if (!sinkFn.empty()) {
@@ -877,7 +876,7 @@ void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn) {
     w.close();
     w.close();
   }
-  storeO(w);
+  storeO(w, stagedInQ);
   storeLse(w);
   w.close();
   w.open("else");

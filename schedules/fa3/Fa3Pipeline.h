@@ -11,7 +11,7 @@ inline constexpr const char *kName = "fa3";
 inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kStages = "stages",
                             *kConsumerWarpgroups = "consumer-warpgroups", *kProducerRegs = "producer-regs",
                             *kConsumerRegs = "consumer-regs", *kOverlap = "intra-wg-overlap", *kPingpong = "pingpong",
-                            *kPersistent = "persistent", *kScheduler = "scheduler";
+                            *kPersistent = "persistent", *kStageO = "stage-o", *kScheduler = "scheduler";
 
 /// The values of the `scheduler` knob, by index: how a persistent kernel's blocks get their work tiles.
 /// static: the printer's fixed assignment (units of two Q tiles, one unit in every gridDim.x); dynamic: units of
@@ -46,6 +46,10 @@ struct ConsumerOrder {
   /// heaviest first, instead of the printer's fixed assignment. Implies persistent blocks; with persistent = 0 it
   /// is an error.
   bool dynamic = false;
+  /// O staging (tile.store o ... through): 1 O leaves through the consumer's Q rows of shared memory (whole rows, 16
+  /// bytes a store), 0 each thread stores its accumulator fragments, -1 staged where the block runs one tile (a
+  /// persistent block's Q slot is refilled for its next tile once the last Q·Kᵀ released it).
+  int stageO = -1;
 };
 
 /// tile-fa3-pipeline (Fa3PipelinePass.cpp): a producer role copies K/V tiles into a ring of `stages` slots, full/empty

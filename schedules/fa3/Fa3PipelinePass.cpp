@@ -53,6 +53,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     pingpong = order.pingpong;
     persistent = order.persistent;
     scheduler = order.dynamic ? "dynamic" : "static";
+    stageO = order.stageO;
   }
   StringRef getArgument() const override { return "tile-fa3-pipeline"; }
   StringRef getName() const override { return "Fa3Pipeline"; }
@@ -88,6 +89,11 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
                      "dynamic (a per-launch counter, heaviest tiles first; implies "
                      "persistent blocks)"),
       llvm::cl::init("static")};
+
+  Option<int> stageO{*this, "stage-o",
+                     llvm::cl::desc("O leaves through the consumer's Q rows of shared memory (tile.store o ... through): "
+                                    "1, 0, or -1 where a block runs one tile (not persistent)"),
+                     llvm::cl::init(-1)};
 
   /// Persistent pipelines: stand-ins for the ring position of this tile's first K/V tile and for the number of tiles
   /// the block ran before it (Q's ring position), replaced by each role's tile.work_loop arguments; null otherwise.
@@ -256,6 +262,17 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       overlapSoftmaxWithPv(bodies, highest, lowest, Ring{kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty});
     else
       waitEachGemm(bodies, highest, Ring{kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty});
+    // O staging: Q's tile is dead after the last Q·Kᵀ, so O can leave through its shared memory; a persistent block
+    // releases Q's slot then (the producer refills it with the next tile's Q), so there O is stored directly.
+    if (stageO == 1 && loopsOverTiles) {
+      func.emitOpError() << "fa3: stage-o = 1 stages O in Q's slot, which a persistent block (persistent = 1) "
+                            "releases for the next tile's Q; accepted: stage-o 0 with persistent blocks";
+      return signalPassFailure();
+    }
+    if (stageO == 1 || (stageO < 0 && !loopsOverTiles))
+      for (StoreOp store : consumer.getBody().front().getOps<StoreOp>())
+        if (store.getOperand() == Output::O)
+          store.getStagingMutable().assign(loadQ.getSlot());
     if (loopsOverTiles) {
       // Dynamic: the producer takes each unit and hands it to the consumers through a work queue (its own
       // full/empty barrier pair, like a one-slot ring); the consumers release it once they have read it.
