@@ -671,108 +671,6 @@ TEST_F(Fa3PersistentFixture, TheHazardsAboveAreCaughtByTheProtocolChecker) {
   EXPECT_TRUE(succeeded(interp::run(funcOf(*fa3), p, in.q, in.k, in.v, o, lse))) << diags.text;
 }
 
-/// The dynamic scheduler (tile.work_loop dynamic): the producer takes one Q tile a unit, heaviest first, and hands it
-/// to the consumers through the work queue; the blocks split the counter's values among them in any order.
-struct Fa3DynamicFixture : Fa3Fixture {
-  Fa3DynamicFixture() {
-    knobs[fa3::kScheduler] = fa3::kDynamicScheduler;
-    fa3 = program ? flashtile::testing::scheduledFa3(*program, knobs) : nullptr;
-    p.persistentBlocks = 3;
-  }
-  /// The consumer's release of the work queue's cell.
-  SmallVector<tile::BarrierArriveOp> unitReleases(ModuleOp module) {
-    SmallVector<tile::BarrierArriveOp> ops;
-    role(module, "consumer").walk([&](tile::BarrierArriveOp op) {
-      if (op.getBarrier().getDefiningOp<tile::WorkQueueOp>())
-        ops.push_back(op);
-    });
-    return ops;
-  }
-};
-
-TEST_F(Fa3DynamicFixture, TheProducerHandsOutUnitsAndAnyOrderMatchesTheReference) {
-  ASSERT_TRUE(fa3) << diags.text;
-  for (StringRef name : {"producer", "consumer"}) {
-    auto loops = role(*fa3, name).getBody().getOps<tile::WorkLoopOp>();
-    ASSERT_EQ(llvm::range_size(loops), 1u) << name.str();
-    EXPECT_TRUE((*loops.begin()).isDynamic()) << name.str();
-    EXPECT_EQ((*loops.begin()).getTake(), name == "producer") << name.str();
-  }
-  ASSERT_EQ(unitReleases(*fa3).size(), 1u);
-  test::Reference ref = test::referenceAttention(p, in, test::Mask::Causal, interp::roundToBf16);
-  interp::RunStats stats;
-  Outputs out;
-  ASSERT_TRUE(succeeded(interp::run(funcOf(*fa3), p, in.q, in.k, in.v, out.o, out.lse, &stats))) << diags.text;
-  expectMatchesReference(out, ref, p, "fa3 dynamic");
-  // Every tile ran once: causal Q tile t of 64 rows loads the 4 (t + 1) K tiles of 16 keys up to its last row.
-  for (size_t i = 0; i < stats.kTileLoads.size(); ++i)
-    EXPECT_EQ(stats.kTileLoads[i], 4 * (static_cast<int64_t>(i % stats.qTiles) + 1)) << "tile " << i;
-  // One block, one per tile, and random splits of the counter's values among the blocks give the same numbers.
-  for (int blocks : {1, 2, 8})
-    for (unsigned seed : {0u, 7u, 2026u}) {
-      p.persistentBlocks = blocks;
-      p.workOrderSeed = seed;
-      expectMatchesReference(runChecked(funcOf(*fa3), p, in, diags), ref, p,
-                             "fa3 dynamic, " + std::to_string(blocks) + " blocks, seed " + std::to_string(seed));
-    }
-}
-
-TEST_F(Fa3DynamicFixture, AVarlenLaunchSkipsTilesPastEachSequence) {
-  ASSERT_TRUE(fa3) << diags.text;
-  // Three packed sequences of 100, 28 and 0 query rows (keys 90, 40, 5): the tiles cover the longest, and the
-  // producer skips the tiles past the shorter sequences instead of handing them over.
-  Problem v = p;
-  v.batch = 3;
-  v.seqlenQ = 128;
-  v.seqlenK = 135;
-  v.cuSeqlensQ = {0, 100, 128, 128};
-  v.cuSeqlensK = {0, 90, 130, 135};
-  Problem packed = v;
-  packed.batch = 1; // randomInputs sizes by batch: the packed tensors are one entry of total rows
-  test::Inputs pin = test::randomInputs(packed, 11);
-  // The same tiles under the static persistent order compute the same numbers; the unscheduled program differs by
-  // the schedule's roundings (P in bf16) only.
-  schedule::Knobs staticKnobs = knobs;
-  staticKnobs.erase(fa3::kScheduler);
-  staticKnobs[fa3::kPersistent] = 1;
-  OwningOpRef<ModuleOp> persistent = flashtile::testing::scheduledFa3(*program, staticKnobs);
-  ASSERT_TRUE(persistent) << diags.text;
-  Outputs unscheduled, fixed;
-  ASSERT_TRUE(succeeded(interp::run(funcOf(*program), v, pin.q, pin.k, pin.v, unscheduled.o, unscheduled.lse)))
-      << diags.text;
-  ASSERT_TRUE(succeeded(interp::run(funcOf(*persistent), v, pin.q, pin.k, pin.v, fixed.o, fixed.lse))) << diags.text;
-  EXPECT_LE(test::maxAbsDiff(fixed.o, unscheduled.o), 1.6e-2);
-  for (int blocks : {1, 3})
-    for (unsigned seed : {0u, 5u}) {
-      v.persistentBlocks = blocks;
-      v.workOrderSeed = seed;
-      Outputs dynamic;
-      ASSERT_TRUE(succeeded(interp::run(funcOf(*fa3), v, pin.q, pin.k, pin.v, dynamic.o, dynamic.lse))) << diags.text;
-      EXPECT_EQ(dynamic.o, fixed.o) << blocks << " blocks, seed " << seed;
-      EXPECT_EQ(dynamic.lse, fixed.lse) << blocks << " blocks, seed " << seed;
-    }
-}
-
-TEST_F(Fa3DynamicFixture, AUnitNeverReleasedDeadlocks) {
-  ASSERT_TRUE(fa3) << diags.text;
-  for (auto release : unitReleases(*fa3))
-    release.erase();
-  std::string text = runExpectingFailure(*fa3);
-  EXPECT_NE(text.find("pipeline deadlock"), std::string::npos) << text;
-  EXPECT_NE(text.find("barrier of slot 0 of buffer -1"), std::string::npos) << text; // the work queue's cell
-}
-
-TEST_F(Fa3DynamicFixture, AUnitReleasedTwiceIsAHazardTheCheckerCatches) {
-  ASSERT_TRUE(fa3) << diags.text;
-  // Released twice per tile: on the GPU the second arrival completes the next phase early, and the producer
-  // overwrites the cell before the consumers read the next unit.
-  auto releases = unitReleases(*fa3);
-  ASSERT_EQ(releases.size(), 1u);
-  OpBuilder b(releases.front());
-  b.clone(*releases.front());
-  std::string text = runExpectingFailure(*fa3);
-  EXPECT_NE(text.find("releases round 0 of slot 0 twice"), std::string::npos) << text;
-  // The protocol checker, not something else, catches it.
 //===----------------------------------------------------------------------===//
 // O staged through Q's slot (tile.store o ... through)
 //===----------------------------------------------------------------------===//
@@ -879,6 +777,113 @@ TEST_F(Fa3PersistentFixture, StagingOInTheReleasedQSlotIsAPipelineHazard) {
                       "refilling it"),
             std::string::npos)
       << text;
+  ProtocolCheckerOff off;
+  std::vector<float> o, lse;
+  EXPECT_TRUE(succeeded(interp::run(funcOf(*fa3), p, in.q, in.k, in.v, o, lse))) << diags.text;
+}
+
+/// The dynamic scheduler (tile.work_loop dynamic): the producer takes one Q tile a unit, heaviest first, and hands it
+/// to the consumers through the work queue; the blocks split the counter's values among them in any order.
+struct Fa3DynamicFixture : Fa3Fixture {
+  Fa3DynamicFixture() {
+    knobs[fa3::kScheduler] = fa3::kDynamicScheduler;
+    fa3 = program ? flashtile::testing::scheduledFa3(*program, knobs) : nullptr;
+    p.persistentBlocks = 3;
+  }
+  /// The consumer's release of the work queue's cell.
+  SmallVector<tile::BarrierArriveOp> unitReleases(ModuleOp module) {
+    SmallVector<tile::BarrierArriveOp> ops;
+    role(module, "consumer").walk([&](tile::BarrierArriveOp op) {
+      if (op.getBarrier().getDefiningOp<tile::WorkQueueOp>())
+        ops.push_back(op);
+    });
+    return ops;
+  }
+};
+
+TEST_F(Fa3DynamicFixture, TheProducerHandsOutUnitsAndAnyOrderMatchesTheReference) {
+  ASSERT_TRUE(fa3) << diags.text;
+  for (StringRef name : {"producer", "consumer"}) {
+    auto loops = role(*fa3, name).getBody().getOps<tile::WorkLoopOp>();
+    ASSERT_EQ(llvm::range_size(loops), 1u) << name.str();
+    EXPECT_TRUE((*loops.begin()).isDynamic()) << name.str();
+    EXPECT_EQ((*loops.begin()).getTake(), name == "producer") << name.str();
+  }
+  ASSERT_EQ(unitReleases(*fa3).size(), 1u);
+  test::Reference ref = test::referenceAttention(p, in, test::Mask::Causal, interp::roundToBf16);
+  interp::RunStats stats;
+  Outputs out;
+  ASSERT_TRUE(succeeded(interp::run(funcOf(*fa3), p, in.q, in.k, in.v, out.o, out.lse, &stats))) << diags.text;
+  expectMatchesReference(out, ref, p, "fa3 dynamic");
+  // Every tile ran once: causal Q tile t of 64 rows loads the 4 (t + 1) K tiles of 16 keys up to its last row.
+  for (size_t i = 0; i < stats.kTileLoads.size(); ++i)
+    EXPECT_EQ(stats.kTileLoads[i], 4 * (static_cast<int64_t>(i % stats.qTiles) + 1)) << "tile " << i;
+  // One block, one per tile, and random splits of the counter's values among the blocks give the same numbers.
+  for (int blocks : {1, 2, 8})
+    for (unsigned seed : {0u, 7u, 2026u}) {
+      p.persistentBlocks = blocks;
+      p.workOrderSeed = seed;
+      expectMatchesReference(runChecked(funcOf(*fa3), p, in, diags), ref, p,
+                             "fa3 dynamic, " + std::to_string(blocks) + " blocks, seed " + std::to_string(seed));
+    }
+}
+
+TEST_F(Fa3DynamicFixture, AVarlenLaunchSkipsTilesPastEachSequence) {
+  ASSERT_TRUE(fa3) << diags.text;
+  // Three packed sequences of 100, 28 and 0 query rows (keys 90, 40, 5): the tiles cover the longest, and the
+  // producer skips the tiles past the shorter sequences instead of handing them over.
+  Problem v = p;
+  v.batch = 3;
+  v.seqlenQ = 128;
+  v.seqlenK = 135;
+  v.cuSeqlensQ = {0, 100, 128, 128};
+  v.cuSeqlensK = {0, 90, 130, 135};
+  Problem packed = v;
+  packed.batch = 1; // randomInputs sizes by batch: the packed tensors are one entry of total rows
+  test::Inputs pin = test::randomInputs(packed, 11);
+  // The same tiles under the static persistent order compute the same numbers; the unscheduled program differs by
+  // the schedule's roundings (P in bf16) only.
+  schedule::Knobs staticKnobs = knobs;
+  staticKnobs.erase(fa3::kScheduler);
+  staticKnobs[fa3::kPersistent] = 1;
+  OwningOpRef<ModuleOp> persistent = flashtile::testing::scheduledFa3(*program, staticKnobs);
+  ASSERT_TRUE(persistent) << diags.text;
+  Outputs unscheduled, fixed;
+  ASSERT_TRUE(succeeded(interp::run(funcOf(*program), v, pin.q, pin.k, pin.v, unscheduled.o, unscheduled.lse)))
+      << diags.text;
+  ASSERT_TRUE(succeeded(interp::run(funcOf(*persistent), v, pin.q, pin.k, pin.v, fixed.o, fixed.lse))) << diags.text;
+  EXPECT_LE(test::maxAbsDiff(fixed.o, unscheduled.o), 1.6e-2);
+  for (int blocks : {1, 3})
+    for (unsigned seed : {0u, 5u}) {
+      v.persistentBlocks = blocks;
+      v.workOrderSeed = seed;
+      Outputs dynamic;
+      ASSERT_TRUE(succeeded(interp::run(funcOf(*fa3), v, pin.q, pin.k, pin.v, dynamic.o, dynamic.lse))) << diags.text;
+      EXPECT_EQ(dynamic.o, fixed.o) << blocks << " blocks, seed " << seed;
+      EXPECT_EQ(dynamic.lse, fixed.lse) << blocks << " blocks, seed " << seed;
+    }
+}
+
+TEST_F(Fa3DynamicFixture, AUnitNeverReleasedDeadlocks) {
+  ASSERT_TRUE(fa3) << diags.text;
+  for (auto release : unitReleases(*fa3))
+    release.erase();
+  std::string text = runExpectingFailure(*fa3);
+  EXPECT_NE(text.find("pipeline deadlock"), std::string::npos) << text;
+  EXPECT_NE(text.find("barrier of slot 0 of buffer -1"), std::string::npos) << text; // the work queue's cell
+}
+
+TEST_F(Fa3DynamicFixture, AUnitReleasedTwiceIsAHazardTheCheckerCatches) {
+  ASSERT_TRUE(fa3) << diags.text;
+  // Released twice per tile: on the GPU the second arrival completes the next phase early, and the producer
+  // overwrites the cell before the consumers read the next unit.
+  auto releases = unitReleases(*fa3);
+  ASSERT_EQ(releases.size(), 1u);
+  OpBuilder b(releases.front());
+  b.clone(*releases.front());
+  std::string text = runExpectingFailure(*fa3);
+  EXPECT_NE(text.find("releases round 0 of slot 0 twice"), std::string::npos) << text;
+  // The protocol checker, not something else, catches it.
   ProtocolCheckerOff off;
   std::vector<float> o, lse;
   EXPECT_TRUE(succeeded(interp::run(funcOf(*fa3), p, in.q, in.k, in.v, o, lse))) << diags.text;
