@@ -2,7 +2,7 @@
 # profile-fa3.sh — on the GPU machine, after bench/device/prepare-fa3.sh and prepare-stage-o.sh (.device/aot-fa3,
 # .device/bin/flashtile): Nsight Compute counters of fa3's kernel and of cuDNN's (torch SDPA's CUDNN backend) on the
 # same shapes, bf16 hd128, batch·seqlen = 16k, hidden 2048: non-causal 1k and 4k, causal 4k. Per kernel: duration,
-# the tensor pipe's (wgmma) active cycles, issue slots, and the warp-stall reasons per issued instruction.
+# the tensor pipe's active cycles (wgmma), instructions, issue slots, and the warp-stall reasons per issued instruction.
 # Clocks are left alone (--clock-control none). Writes $OUT/ncu-fa3-*.txt and $OUT/ncu-cudnn-*.txt.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
@@ -31,5 +31,5 @@ torch.cuda.synchronize()
 done
 for f in "$OUT"/ncu-fa3-*.txt "$OUT"/ncu-cudnn-*.txt; do
   echo "== $f"
-  grep -E "ERROR|gpu__time_duration.sum |sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active |sm__inst_executed_pipe_tensor_op_gmma|smsp__issue_active.avg.pct_of_peak_sustained_active |sm__throughput.avg.pct_of_peak_sustained_elapsed |smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active.ratio " "$f" | head -40
+  grep -E "ERROR|gpu__time_duration.sum |sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active |smsp__inst_executed.sum |smsp__issue_active.avg.pct_of_peak_sustained_active |smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active.ratio " "$f" | awk '{print $1, $NF}' | head -40
 done

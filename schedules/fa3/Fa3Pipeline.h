@@ -48,7 +48,8 @@ struct ConsumerOrder {
   bool dynamic = false;
   /// O staging (tile.store o ... through): 1 O leaves through the consumer's Q rows of shared memory (whole rows, 16
   /// bytes a store; a persistent block releases Q's slot after it, not after its last Q·Kᵀ, so the next tile's Q
-  /// lands later), 0 each thread stores its accumulator fragments, -1 staged where the block runs one tile.
+  /// lands later), 0 each thread stores its accumulator fragments, -1 staged where it measured faster (a block a
+  /// tile; persistent blocks above head dim 64).
   int stageO = -1;
 };
 

@@ -92,8 +92,8 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
 
   Option<int> stageO{*this, "stage-o",
                      llvm::cl::desc("O leaves through the consumer's Q rows of shared memory (tile.store o ... through; a "
-                                    "persistent block then releases Q after it): 1, 0, or -1 where a block runs one "
-                                    "tile (not persistent)"),
+                                    "persistent block then releases Q after it): 1, 0, or -1 where it measured faster "
+                                    "(a block a tile; persistent blocks above head dim 64)"),
                      llvm::cl::init(-1)};
 
   /// Persistent pipelines: stand-ins for the ring position of this tile's first K/V tile and for the number of tiles
@@ -265,8 +265,12 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       waitEachGemm(bodies, highest, Ring{kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty});
     // O staging: Q's tile is dead after the last Q·Kᵀ, so O can leave through its shared memory. A persistent block
     // releases Q's slot for the next tile's Q: after its last Q·Kᵀ when O is stored from the registers, after O
-    // left through the slot when staged (the next tile's Q then lands after this tile's epilogue).
-    const bool staged = stageO == 1 || (stageO < 0 && !loopsOverTiles);
+    // left through the slot when staged (the next tile's Q then lands after this tile's epilogue). Measured on the
+    // H200 (bench/NOTES.md v22): a block a tile +2-11% (head dim 256 most), persistent blocks +1-2% at head dim 128
+    // but -7% at 64 for 1k sequences (a short walk waits for Q behind the epilogue), so those store directly.
+    const bool staged =
+        stageO == 1 ||
+        (stageO < 0 && (!loopsOverTiles || std::max(func.getHeadDim(), func.getHeadDimV()) > 64));
     if (staged)
       for (StoreOp store : consumer.getBody().front().getOps<StoreOp>())
         if (store.getOperand() == Output::O)

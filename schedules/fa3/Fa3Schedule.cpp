@@ -51,7 +51,7 @@ public:
                       "walks the same keys, and for the short shape class)", 0, 1},
         {kStageO, "1: O leaves through shared memory (the warp's dead Q rows, stmatrix) in 16-byte row stores (a "
                   "persistent block releases Q after it); 0: each thread stores its fragments (default: 1 where a "
-                  "block runs one tile)",
+                  "block runs one tile, and for persistent blocks above head dim 64)",
          0, 1},
         {kScheduler, "how persistent blocks get their Q tiles: static (a fixed assignment, two tiles a unit, the "
                      "default) or dynamic (one atomic counter per launch, heaviest tiles first; implies persistent "
