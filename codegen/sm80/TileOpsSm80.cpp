@@ -21,6 +21,7 @@ namespace {
 
 constexpr int kWarpSize = 32;
 constexpr int kChunkElements = 8; // 16-bit elements in a 16-byte chunk
+constexpr int kMmaM = 16;         // rows of mma.sync.m16n8k16: a warp's rows come in m16 tiles
 /// Q fragments stay in registers for the whole K/V walk when they take at most this many registers a thread;
 /// larger Q tiles (head dim 256, several m16 tiles a warp) are re-read from shared memory at every k-step.
 constexpr int kMaxQFragmentRegisters = 32;
@@ -31,7 +32,7 @@ public:
     bool bf16 = shape.dtype == "bf16";
     mma = bf16 ? "sm80::mmaBf16" : "sm80::mmaF16";
     pack = bf16 ? "sm80::packBf16x2" : "sm80::packF16x2";
-    mTiles = shape.blockM / shape.warps / 16;
+    mTiles = shape.warpRows / kMmaM;
     qInRegisters = mTiles * (shape.headDim / 16) * 4 <= kMaxQFragmentRegisters;
   }
 
@@ -790,7 +791,7 @@ void TileTargetSm80::storeO(CudaWriter &w) {
   w.close();
   w.close();
   w.line("__syncwarp();");
-  bool even = shape.blockM / shape.warps * shape.headDimV / kChunkElements % kWarpSize == 0;
+  bool even = shape.warpRows * shape.headDimV / kChunkElements % kWarpSize == 0;
   std::string chunkCount = "kWarpRows * kHeadDimV / 8";
   w.openUnrolledFor("i", even ? chunkCount + " / 32" : "(" + chunkCount + " + 31) / 32");
   w.line("const int chunk = lane + 32 * i;");
@@ -1024,14 +1025,21 @@ public:
         {"sm_80", 163 * 1024}, {"sm_90a", 227 * 1024}, {"sm_100a", 227 * 1024}};
     return limits;
   }
-  MmaShape mmaShape() const override { return {16, 8, 16}; }
+  MmaShape mmaShape() const override { return {kMmaM, 8, 16}; }
 
   std::optional<std::string> checkShape(const KernelShape &shape) const override {
     if (shape.dtype != "bf16" && shape.dtype != "f16")
       return "sm80 MMAs take bf16 or f16 tiles, got " + shape.dtype;
-    if (shape.warps < 1 || shape.blockM % (16 * shape.warps) != 0)
-      return cat("sm80: block-m (", shape.blockM, ") must give every one of the ", shape.warps,
-                 " warps a multiple of 16 rows");
+    if (shape.warpLayout != WarpLayout::SplitQ)
+      return cat("sm80: warp layout ", warpLayoutName(shape.warpLayout),
+                 " is not printed; accepted: ", warpLayoutName(WarpLayout::SplitQ));
+    // The register tiles are a warp's m16 tiles of its own rows, and every warp of the block holds rows.
+    if (shape.warps < 1 || shape.warpRows * shape.warps != shape.blockM)
+      return cat("sm80: split_q needs every one of the ", shape.warps, " warps to own warpRows (", shape.warpRows,
+                 ") rows of block-m (", shape.blockM, ")");
+    if (shape.warpRows % kMmaM != 0)
+      return cat("sm80: block-m (", shape.blockM, ") must give every one of the ", shape.warps, " warps a multiple of ",
+                 kMmaM, " rows");
     if (shape.blockN < 16 || shape.blockN % 16 != 0)
       return cat("sm80: block-n (", shape.blockN, ") must be a positive multiple of 16");
     if (shape.stages < 1 || shape.stages > 2)

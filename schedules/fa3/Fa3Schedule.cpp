@@ -91,7 +91,11 @@ public:
                                 << regs.producer << ", consumer-regs " << regs.consumer << " x " << consumers
                                 << " warpgroups of 128 threads); an SM has 65536";
     int64_t warps = kWarpgroupWarps * (consumers + 1);
-    return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, warps, stages, /*rescaleThreshold=*/0,
+    // Split-Q over the consumer role's warps (the producer warpgroup holds no rows): each consumer warpgroup owns
+    // blockM / consumers rows, a quarter of them a warp.
+    int64_t warpRows = blockM / (kWarpgroupWarps * consumers);
+    return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, warps, WarpLayout::SplitQ, warpRows, stages,
+                             /*rescaleThreshold=*/0,
                              /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, shapeClass);
   }
 
