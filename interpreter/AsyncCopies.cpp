@@ -57,10 +57,36 @@ std::optional<std::string> AsyncCopies::wait(const std::vector<int64_t> &tokens)
     SlotState &s = slots[c.slot];
     s.landed = std::make_pair(c.operand, c.tile);
     s.incoming.reset();
+    s.stagedO = false;
   }
   for (auto &entry : slots)
     entry.second.readSinceBarrier = false;
   return std::nullopt;
+}
+
+std::optional<std::string> AsyncCopies::stage(Slot slot, int role) {
+  SlotState &s = slots[slot];
+  std::optional<std::string> hazard;
+  std::string what = "pipeline hazard: tile.store stages O in " + slotName(slot) + " ";
+  if (enabled() && s.incoming) {
+    hazard = what + "while the copy of " + tileName(copies[*s.incoming].operand, copies[*s.incoming].tile) +
+             " into it is in flight";
+  } else if (enabled()) {
+    // The role's tile in the slot is the round it last observed on the full barrier (the slot may hold a later
+    // round's tile already, refilled after the role released it).
+    Barrier *full = barrierOf(slot.first, true), *empty = barrierOf(slot.first, false);
+    if (full && empty) {
+      auto seen = full->observed.find({role, slot.second});
+      auto last = empty->lastArrived.find({role, slot.second});
+      if (seen != full->observed.end() && last != empty->lastArrived.end() && last->second >= seen->second)
+        hazard = what + "after this role released its tile (round " + std::to_string(seen->second) +
+                 ") on the empty barrier: a producer may already be refilling it";
+    }
+  }
+  s.landed.reset();
+  s.stagedO = true;
+  ++s.fills;
+  return hazard;
 }
 
 std::optional<std::string> AsyncCopies::load(tile::Operand operand, int64_t tile, Slot slot, int role) {
@@ -68,6 +94,9 @@ std::optional<std::string> AsyncCopies::load(tile::Operand operand, int64_t tile
   s.readSinceBarrier = true;
   if (!enabled())
     return std::nullopt;
+  if (s.stagedO && !s.incoming && !s.landed)
+    return "pipeline hazard: load of " + tileName(operand, tile) + " from " + slotName(slot) +
+           " but tile.store staged O in the slot since its tile landed (the staged tile is dead)";
   if (Barrier *full = barrierOf(slot.first, true)) {
     // The role must have observed the full phase of the round the slot holds.
     auto seen = full->observed.find({role, slot.second});
@@ -143,6 +172,7 @@ std::optional<std::string> AsyncCopies::copyArriving(tile::Operand operand, int6
   if (pred) {
     slots[slot].landed = std::make_pair(operand, tile);
     slots[slot].incoming.reset();
+    slots[slot].stagedO = false;
     ++slots[slot].fills;
     landedRound[slot] = round;
   }

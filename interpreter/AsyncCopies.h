@@ -55,6 +55,10 @@ public:
   bool barrierReady(int64_t barrier, int64_t position, int role);
   /// `barrier_arrive %empty[position]` by `role`.
   std::optional<std::string> barrierArrive(int64_t barrier, int64_t position, int role);
+  /// `tile.store o ... through slot` by `role`: O is written into the slot, whose tile is dead from here on. A hazard
+  /// when a copy into the slot is in flight or the role released the slot's tile on its empty barrier (a producer
+  /// may be refilling it); afterwards the slot holds no tile (a later load of it is a hazard).
+  std::optional<std::string> stage(Slot slot, int role);
   /// Whether ring position `position` of `barrier` is `slot`.
   bool isSlotOf(int64_t barrier, int64_t position, Slot slot) const;
   /// How many copies started filling `slot` so far: a tile read from the slot is still there while this is unchanged
@@ -79,7 +83,8 @@ private:
     std::optional<std::pair<tile::Operand, int64_t>> landed; // the tile the slot holds
     std::optional<int64_t> incoming;                        // the copy filling it
     bool readSinceBarrier = false;                          // some thread may still be reading `landed`
-    int64_t fills = 0;                                      // copies started into the slot
+    int64_t fills = 0;                                      // copies started into the slot (and O stagings)
+    bool stagedO = false;                                   // O was staged in it since its last copy
   };
   struct Barrier {
     int64_t buffer, slots, arrivals; // arrivals 0: a full barrier

@@ -265,6 +265,9 @@ private:
   LogicalResult execRoles(ArrayRef<RoleOp> roles);
   LogicalResult exec(StoreOp op);
   LogicalResult exec(StoreSplitOp op);
+  /// `through %slot` of a store of O: the slot's tile must be dead (AsyncCopies::stage), and no asynchronous MMA
+  /// may still read it.
+  LogicalResult stageO(Operation *op, Value staging);
   LogicalResult exec(QkOp op);
   LogicalResult exec(ScaleOp op);
   LogicalResult exec(ScoreModOp op);
@@ -1099,9 +1102,26 @@ LogicalResult Interpreter::exec(WaitOp op) {
   return success();
 }
 
+LogicalResult Interpreter::stageO(Operation *op, Value staging) {
+  if (!staging)
+    return success();
+  if (!slots.contains(staging))
+    return fail(op, "stages O in a slot no tile.slot selected");
+  AsyncCopies::Slot slot = slots.lookup(staging);
+  if (AsyncCopies::enabled())
+    for (const auto &[id, used] : mmaSlots)
+      if (llvm::is_contained(used, slot))
+        return fail(op, "pipeline hazard: tile.store stages O in slot " + Twine(slot.second) + " of buffer " +
+                            Twine(slot.first) + " while an asynchronous MMA still reads it (no tile.mma_wait on its "
+                            "token)");
+  if (auto hazard = copies.stage(slot, role))
+    return fail(op, *hazard);
+  return success();
+}
+
 LogicalResult Interpreter::exec(StoreOp op) {
   FailureOr<TilePtr> value = tile(op, op.getValue());
-  if (failed(value))
+  if (failed(value) || failed(stageO(op, op.getStaging())))
     return failure();
   const Tile &t = **value;
   bool isO = op.getOperand() == Output::O;
@@ -1144,7 +1164,7 @@ std::pair<float, float> joinLogits(float a, float b) {
 
 LogicalResult Interpreter::exec(StoreSplitOp op) {
   FailureOr<TilePtr> oTile = tile(op, op.getO()), lseTile = tile(op, op.getLse());
-  if (failed(oTile) || failed(lseTile))
+  if (failed(oTile) || failed(lseTile) || failed(stageO(op, op.getStaging())))
     return failure();
   const Tile &o = **oTile, &l = **lseTile;
   if (o.rows != inst.rows || o.cols != problem.headDimV || l.rows != inst.rows || l.cols != 1)

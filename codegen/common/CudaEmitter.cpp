@@ -430,6 +430,9 @@ private:
   /// A copy or load of tile `index` through `slot`: targets address tile j's slot as j mod stages, so the slot must
   /// be tile.slot of the same index in a buffer of the schedule's stages (Q: one slot).
   LogicalResult checkSlot(Operation *op, Value slot, Value index);
+  /// Where `tile.store o` / `tile.store_split` stages O (`through %slot`): true for the slot of Q's one-slot buffer,
+  /// false without staging; an error for any other slot, or for packed rows (stored row by row to their heads).
+  FailureOr<bool> stagedInQ(Operation *store, Value staging);
   /// Prints `region` as `returnType base(args..., const FlashtileSequence &p)` (args[0] may be a float
   /// score; the others are int coordinates) unless an identical function exists; returns its name.
   FailureOr<std::string> variantFunction(Operation *op, Region &body, StringRef base, StringRef returnType,
@@ -634,6 +637,20 @@ LogicalResult KernelPrinter::checkSlot(Operation *op, Value slot, Value index) {
     return op->emitOpError() << "moves its tile through a buffer of " << slots << " slots; the schedule's kernel has "
                              << expected << " (#tile.schedule stages for K and V, 1 for Q)";
   return success();
+}
+
+FailureOr<bool> KernelPrinter::stagedInQ(Operation *store, Value staging) {
+  if (!staging)
+    return false;
+  auto select = staging.getDefiningOp<SlotOp>();
+  auto buffer = select ? select.getBuffer().getDefiningOp<BufferOp>() : BufferOp();
+  if (!buffer || buffer.getOperand() != tile::Operand::Q || buffer.getBuffer().getType().getSlots() != 1)
+    return store->emitOpError() << "stages O through a slot that is not the one slot of Q's tile.buffer; the CUDA "
+                                   "printer stages O in Q's shared memory only";
+  if (packed())
+    return store->emitOpError() << "stages O of a program that packs query heads; packed rows go to their own "
+                                   "query heads, stored from the registers";
+  return true;
 }
 
 LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &shape) {
@@ -1324,8 +1341,12 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
           .Case([&](StoreOp store) -> LogicalResult {
             if (!store.getValue().getDefiningOp<FinalizeOp>())
               return store.emitOpError() << "stores a value that is not a tile.finalize result";
-            if (store.getOperand() == Output::O)
-              target.storeO(w);
+            if (store.getOperand() == Output::O) {
+              FailureOr<bool> staged = stagedInQ(store, store.getStaging());
+              if (failed(staged))
+                return failure();
+              target.storeO(w, *staged);
+            }
             else
               target.storeLse(w);
             return success();
@@ -1339,7 +1360,10 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
               return store.emitOpError() << "splits the key range, whose grid takes Q tiles per (batch, head) "
                                             "(block order lptGroupBlocks 0), but the schedule asks for "
                                          << func.getScheduleAttr().getLptGroupBlocks();
-            target.storeSplit(w, functionOf.lookup(op));
+            FailureOr<bool> staged = stagedInQ(store, store.getStaging());
+            if (failed(staged))
+              return failure();
+            target.storeSplit(w, functionOf.lookup(op), *staged);
             return success();
           })
           .Default([&](Operation *other) -> LogicalResult {

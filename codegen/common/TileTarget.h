@@ -165,13 +165,15 @@ public:
   /// `tile.finalize`: O = acc / l and the LSE rows; `sinkFn` is the variant's sink `fn(b, h, p)`, a logit that
   /// joins every row's softmax denominator (empty: no sink).
   virtual void finalize(CudaWriter &w, const std::string &sinkFn) = 0;
-  /// `tile.store o` and `tile.store lse`.
-  virtual void storeO(CudaWriter &w) = 0;
+  /// `tile.store o` and `tile.store lse`. `stagedInQ`: `tile.store o ... through` the slot of Q's buffer (the
+  /// schedule decided that Q's tile is dead here): O goes through that shared memory, each warp its own rows, and
+  /// leaves in whole rows; else each thread stores its fragments directly.
+  virtual void storeO(CudaWriter &w, bool stagedInQ) = 0;
   virtual void storeLse(CudaWriter &w) = 0;
   /// `tile.store_split` (split-KV, after `finalize` without a sink): with p.numSplits == 1 the sink `sinkFn(b, h,
   /// p)` (empty: none) joins O and LSE and both are stored as storeO/storeLse store them; else this split's fp32
   /// O and its LSE go to the workspace (p.oAccum, p.lseAccum at split `split`, KernelAbi.h).
-  virtual void storeSplit(CudaWriter &w, const std::string &sinkFn) = 0;
+  virtual void storeSplit(CudaWriter &w, const std::string &sinkFn, bool stagedInQ) = 0;
   /// The body of the combine kernel of a split-KV program: query row `q` (< p.seqlenQ) of head h in batch entry b
   /// (names declared by the printer, with `p` the sequence's view and `warp`/`lane` the thread's place) is merged
   /// from its p.numSplits partials, the sink `sinkFn` (empty: none) joined once, and written to O and LSE. One

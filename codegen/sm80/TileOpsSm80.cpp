@@ -84,9 +84,9 @@ public:
   void rescale(CudaWriter &w, bool onlyWhenMoved) override;
   void pv(CudaWriter &w, const std::string &vTile) override;
   void finalize(CudaWriter &w, const std::string &sinkFn) override;
-  void storeO(CudaWriter &w) override;
+  void storeO(CudaWriter &w, bool stagedInQ) override;
   void storeLse(CudaWriter &w) override;
-  void storeSplit(CudaWriter &w, const std::string &sinkFn) override;
+  void storeSplit(CudaWriter &w, const std::string &sinkFn, bool stagedInQ) override;
   void combineRow(CudaWriter &w, const std::string &sinkFn) override;
 
 private:
@@ -753,7 +753,7 @@ void TileTargetSm80::finalize(CudaWriter &w, const std::string &sinkFn) {
   });
 }
 
-void TileTargetSm80::storeO(CudaWriter &w) {
+void TileTargetSm80::storeO(CudaWriter &w, bool stagedInQ) {
   if (shape.packQueryHeads) {
     w.comment(cat("store O: convert to ", shape.dtype, ", two adjacent columns (4 bytes) per store, each row to its"));
     w.comment("own query row and head (GQA packing), rows < packedRows");
@@ -769,8 +769,7 @@ void TileTargetSm80::storeO(CudaWriter &w) {
     });
     return;
   }
-  if (shape.headDimV > shape.headDim) {
-    // The warp's rows of sQ are too narrow to stage O rows: store fragment pairs directly.
+  if (!stagedInQ) {
     storeODirect(w);
     return;
   }
@@ -846,7 +845,7 @@ void TileTargetSm80::storeLse(CudaWriter &w) {
   w.close();
 }
 
-void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn) {
+void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn, bool stagedInQ) {
   w.comment("---- store_split: one split (p.numSplits == 1) stores O and LSE itself; more store fp32 partials ----");
   w.open("if (p.numSplits == 1)");
   if (!sinkFn.empty()) {
@@ -870,7 +869,7 @@ void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn) {
       w.close();
     });
   }
-  storeO(w);
+  storeO(w, stagedInQ);
   storeLse(w);
   w.close();
   w.open("else");

@@ -110,10 +110,10 @@ public:
   void rescale(CudaWriter &w, bool onlyWhenMoved) override { fragments->rescale(w, onlyWhenMoved); }
   void pv(CudaWriter &w, const std::string &vSlot) override;
   void finalize(CudaWriter &w, const std::string &sinkFn) override { fragments->finalize(w, sinkFn); }
-  /// O from the accumulator registers (no shared-memory staging yet).
-  void storeO(CudaWriter &w) override { fragments->storeODirect(w); }
+  /// O from the accumulator registers, or staged in this warp's rows of sQ (stmatrix) and written in whole rows.
+  void storeO(CudaWriter &w, bool stagedInQ) override;
   void storeLse(CudaWriter &w) override { fragments->storeLse(w); }
-  void storeSplit(CudaWriter &w, const std::string &) override {
+  void storeSplit(CudaWriter &w, const std::string &, bool) override {
     w.line("#error \"sm90: split-KV stores (tile.store_split) are printed by the sm80 family\"");
   }
   void combineRow(CudaWriter &w, const std::string &) override {
@@ -298,6 +298,47 @@ void TileTargetSm90::copyToSlot(CudaWriter &w, Operand operand, const std::strin
   w.line(cat("sm90::mbarrier::arriveExpectTx(&", barrier.name, "[slot], ", bytes, ");"));
   w.line(cat("sm90::tma::load5d(", smem, " + slot * ", bytes, ", &", map, ", &", barrier.name, "[slot], 0, ", row,
              ", 0, ", head, ", tmaBatch);"));
+  w.close();
+}
+
+void TileTargetSm90::storeO(CudaWriter &w, bool stagedInQ) {
+  if (!stagedInQ) {
+    fragments->storeODirect(w);
+    return;
+  }
+  const char *pack = shape.dtype == "bf16" ? "sm90::warpgroup::packBf16x2" : "sm90::warpgroup::packF16x2";
+  w.comment(cat("store O staged in sQ: this warp's Q rows are dead (its warpgroup's last Q·Kᵀ wgmma was waited on);"));
+  w.comment("stmatrix writes the accumulator fragments, converted, in sQ's swizzled layout (each 8x8 matrix row one");
+  w.comment("16-byte chunk), then each lane copies 16-byte chunks of whole rows < seqlen_q to O: 128-byte row");
+  w.comment("segments instead of 4-byte fragment pairs. Only this warp touches these rows: __syncwarp suffices.");
+  w.line(cat("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * "
+             "p.oHeadStride;"));
+  w.line("const int stageRow0 = warpRow0 - m0;  // this warp's first row of sQ");
+  w.open("");
+  w.comment("lane l addresses row l % 8 of matrix l / 8: matrices (rows 0-7, n8 tile nt), (8-15, nt), (0-7, nt + 1),");
+  w.comment("(8-15, nt + 1), whose lane pairs are acc[mt][nt][0..1], [2..3], acc[mt][nt + 1][0..1], [2..3]");
+  w.line("const int matrixRow = (lane / 8 % 2) * 8 + lane % 8, matrixTile = lane / 16;");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("np", "kOTiles / 2");
+  w.line("const int nt = 2 * np;");
+  w.line(cat("const unsigned pairs[4] = {", pack, "(acc[mt][nt][0], acc[mt][nt][1]), ", pack,
+             "(acc[mt][nt][2], acc[mt][nt][3]),"));
+  w.line(cat("                           ", pack, "(acc[mt][nt + 1][0], acc[mt][nt + 1][1]), ", pack,
+             "(acc[mt][nt + 1][2], acc[mt][nt + 1][3])};"));
+  w.line("sm90::warp::stmatrixX4(sm90::smemAddress(sQ) + sm90::swizzle128Offset(stageRow0 + 16 * mt + matrixRow,");
+  w.line("                                                                        8 * (nt + matrixTile), kBlockM),");
+  w.line("                       pairs);");
+  w.close();
+  w.close();
+  w.close();
+  w.line("__syncwarp();");
+  w.line("constexpr int kRowChunks = kHeadDimV / 8, kChunks = kWarpRows * kRowChunks;  // 16-byte chunks");
+  w.openUnrolledFor("i", "(kChunks + 31) / 32");
+  w.line("const int chunk = lane + 32 * i, row = chunk / kRowChunks, col = chunk % kRowChunks;");
+  w.line("const int q = warpRow0 + row;");
+  w.line("if ((kChunks % 32 == 0 || chunk < kChunks) && q < p.seqlenQ)");
+  w.line("  *reinterpret_cast<uint4 *>(gO + q * p.oRowStride + 8 * col) = *reinterpret_cast<const uint4 *>(");
+  w.line("      sQ + sm90::swizzle128Offset(stageRow0 + row, 8 * col, kBlockM));");
   w.close();
 }
 

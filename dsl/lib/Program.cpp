@@ -255,8 +255,8 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
       return failure();
     tile::YieldOp::create(b, loc, ValueRange{sink.get()});
   }
-  tile::StoreOp::create(b, loc, tile::Output::O, fin.getO());
-  tile::StoreOp::create(b, loc, tile::Output::Lse, fin.getLse());
+  tile::StoreOp::create(b, loc, tile::Output::O, fin.getO(), /*staging=*/Value());
+  tile::StoreOp::create(b, loc, tile::Output::Lse, fin.getLse(), /*staging=*/Value());
   func.walk([](Operation *op) {
     if (isa<tile::ScoreModOp, tile::MaskOp, tile::KvRangeOp, tile::FinalizeOp>(op))
       for (Region &region : op->getRegions())

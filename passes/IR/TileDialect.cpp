@@ -613,13 +613,34 @@ LogicalResult RoleOp::verify() {
   return success();
 }
 
+/// `through %slot` of tile.store o / tile.store_split: the slot holds O's rows and at least its columns, 16 bits an
+/// element (O is stored in the program's dtype).
+static LogicalResult verifyStaging(Operation *op, Value staging, RankedTensorType o) {
+  if (!staging)
+    return success();
+  RankedTensorType slot = cast<SlotType>(staging.getType()).getTile();
+  if (slot.getRank() != 2 || !slot.getElementType().isIntOrFloat() ||
+      slot.getElementType().getIntOrFloatBitWidth() != 16)
+    return op->emitOpError() << "stages O through a slot of " << slot << "; a staging slot holds a rank-2 tile of a "
+                             << "16-bit type (O is stored in the program's dtype)";
+  if (!dimsCompatible(slot.getDimSize(0), o.getDimSize(0)) ||
+      (!ShapedType::isDynamic(slot.getDimSize(1)) && !ShapedType::isDynamic(o.getDimSize(1)) &&
+       slot.getDimSize(1) < o.getDimSize(1)))
+    return op->emitOpError() << "stages a " << dimStr(o.getDimSize(0)) << "x" << dimStr(o.getDimSize(1))
+                             << " O tile through a slot of " << dimStr(slot.getDimSize(0)) << "x"
+                             << dimStr(slot.getDimSize(1)) << "; the slot needs O's rows and at least its columns";
+  return success();
+}
+
 LogicalResult StoreOp::verify() {
   auto type = cast<RankedTensorType>(getValue().getType());
   int64_t rank = getOperand() == Output::O ? 2 : 1;
   if (type.getRank() != rank)
     return emitOpError() << "the " << stringifyOutput(getOperand()) << " tile must have rank " << rank << ", got "
                          << type.getRank();
-  return success();
+  if (getStaging() && getOperand() != Output::O)
+    return emitOpError() << "stages LSE through shared memory; only O is staged (`tile.store o ... through`)";
+  return verifyStaging(*this, getStaging(), type);
 }
 
 LogicalResult QkOp::verify() {
@@ -724,6 +745,8 @@ LogicalResult StoreSplitOp::verify() {
   auto o = cast<RankedTensorType>(getO().getType()), lse = cast<RankedTensorType>(getLse().getType());
   if (o.getRank() != 2 || lse.getRank() != 1 || !dimsCompatible(o.getDimSize(0), lse.getDimSize(0)))
     return emitOpError() << "takes an O tile (rows x head_dim_v) and an LSE tile of one entry per row";
+  if (failed(verifyStaging(*this, getStaging(), o)))
+    return failure();
   if (!hasSink())
     return success();
   Builder b(getContext());

@@ -297,9 +297,20 @@ def Tile_MmaWaitOp : Tile_Op<"mma_wait", [MemoryEffects<[MemRead, MemWrite]>]> {
 
 def Tile_StoreOp : Tile_Op<"store", [MemoryEffects<[MemWrite]>]> {
   let summary = "writes the O tile (converted to the program's dtype) or the LSE rows";
-  let description = [{ `tile.store o %o : tensor<?x128xf32>`, `tile.store lse %lse : tensor<?xf32>`. Rows past seqlen_q are not written. }];
-  let arguments = (ins Tile_OutputAttr:$operand, Tile_TileF32:$value);
-  let assemblyFormat = "`` $operand $value attr-dict `:` type($value)";
+  let description = [{
+    `tile.store o %o : tensor<?x128xf32>`, `tile.store lse %lse : tensor<?xf32>`. Rows past seqlen_q are not
+    written.
+
+    O staging is the schedule's decision: `tile.store o %o through %slot : tensor<128x128xf32>,
+    !tile.slot<tensor<128x128xbf16>>` converts O into the shared memory of `%slot` first (each warp its own rows)
+    and writes whole rows from there (16-byte stores), instead of storing each thread's fragments directly. The
+    slot's tile must have O's rows and at least its columns in a 16-bit type, and its contents are dead from here
+    on: nothing may read the slot's tile afterwards, no copy may be filling it, no asynchronous MMA may still read
+    it, and a role must not have released it on its empty barrier (a producer may be refilling it). The
+    interpreter checks all four.
+  }];
+  let arguments = (ins Tile_OutputAttr:$operand, Tile_TileF32:$value, Optional<Tile_SlotType>:$staging);
+  let assemblyFormat = "`` $operand $value (`through` $staging^)? attr-dict `:` type($value) (`,` type($staging)^)?";
   let hasVerifier = 1;
 }
 
@@ -634,10 +645,12 @@ def Tile_StoreSplitOp : Tile_Op<"store_split", [MemoryEffects<[MemWrite]>]> {
       tile.yield %s : f32
     } : tensor<64x128xf32>, tensor<64xf32>
     ```
+    `through %slot` stages O in shared memory as `tile.store o ... through` does (where O is stored: unsplit).
   }];
-  let arguments = (ins Tile_TileF32:$o, Tile_TileF32:$lse);
+  let arguments = (ins Tile_TileF32:$o, Tile_TileF32:$lse, Optional<Tile_SlotType>:$staging);
   let regions = (region MaxSizedRegion<1>:$sink);
-  let assemblyFormat = "$o `,` $lse (`sink` custom<TileRegion>($sink)^)? attr-dict `:` type($o) `,` type($lse)";
+  let assemblyFormat = "$o `,` $lse (`through` $staging^)? (`sink` custom<TileRegion>($sink)^)? attr-dict `:` "
+                       "type($o) `,` type($lse) (`,` type($staging)^)?";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     bool hasSink() { return !getSink().empty(); }

@@ -110,7 +110,7 @@ struct DecodeSplitKvPass : PassWrapper<DecodeSplitKvPass, OperationPass<FuncOp>>
       return func.emitOpError() << "must store O and LSE once each to split its key range";
     Operation *last = storeO->isBeforeInBlock(storeLse) ? storeLse : storeO;
     OpBuilder b(last);
-    auto split = StoreSplitOp::create(b, last->getLoc(), fin.getO(), fin.getLse());
+    auto split = StoreSplitOp::create(b, last->getLoc(), fin.getO(), fin.getLse(), /*staging=*/Value());
     split.getSink().takeBody(fin.getSink());
     storeO.erase();
     storeLse.erase();

@@ -27,6 +27,7 @@
 #include "schedules/fa2/Fa2Register.h"
 
 #include "passes/IR/TileDialect.h"
+#include "passes/IR/TilePacking.h"
 #include "schedules/LoopCarry.h"
 
 #include "mlir/Pass/Pass.h"
@@ -150,6 +151,23 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
       pipelineQkAhead(loops, bodies, buffers, loadQ, highest, lowest);
     if (failed(status))
       return signalPassFailure();
+    stageOThroughQ(func, loadQ);
+  }
+
+  /// O staging, the schedule's decision: Q's tile is dead once the walk is over, so O leaves through its slot
+  /// (`through`: whole rows, 16-byte stores, where a thread would store 4-byte fragment pairs) — unless O's rows are
+  /// wider than Q's (a V head dim above Q's) or the rows are query heads packed into one tile, each stored to its own
+  /// head from the registers.
+  static void stageOThroughQ(FuncOp func, LoadOp loadQ) {
+    auto q = cast<RankedTensorType>(loadQ.getType());
+    if (func->hasAttr(kPackQueryHeadsAttr) || func.getHeadDimV() > q.getDimSize(1))
+      return;
+    for (Operation &op : func.getBody().front()) {
+      if (auto store = dyn_cast<StoreOp>(op); store && store.getOperand() == Output::O)
+        store.getStagingMutable().assign(loadQ.getSlot());
+      if (auto store = dyn_cast<StoreSplitOp>(op))
+        store.getStagingMutable().assign(loadQ.getSlot());
+    }
   }
 
   LogicalResult status = success();

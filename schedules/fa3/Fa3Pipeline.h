@@ -11,7 +11,7 @@ inline constexpr const char *kName = "fa3";
 inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kStages = "stages",
                             *kConsumerWarpgroups = "consumer-warpgroups", *kProducerRegs = "producer-regs",
                             *kConsumerRegs = "consumer-regs", *kOverlap = "intra-wg-overlap",
-                            *kPingpong = "pingpong", *kPersistent = "persistent";
+                            *kPingpong = "pingpong", *kPersistent = "persistent", *kStageO = "stage-o";
 
 /// The roles' register budgets (setmaxnreg): the producer gives registers up, the consumers take them.
 struct RoleRegisters {
@@ -36,6 +36,10 @@ struct ConsumerOrder {
   /// producer loads the next tile's Q and K/V while the consumers finish the current one. 1 yes, 0 no, -1 where it
   /// measured faster (Fa3PipelinePass.cpp, persistentByDefault).
   int persistent = -1;
+  /// O staging (tile.store o ... through): 1 O leaves through the consumer's Q rows of shared memory (whole rows, 16
+  /// bytes a store), 0 each thread stores its accumulator fragments, -1 staged where the block runs one tile (a
+  /// persistent block's Q slot is refilled for its next tile once the last Q·Kᵀ released it).
+  int stageO = -1;
 };
 
 /// tile-fa3-pipeline (Fa3PipelinePass.cpp): a producer role copies K/V tiles into a ring of `stages` slots, full/empty

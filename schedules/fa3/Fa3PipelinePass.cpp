@@ -47,6 +47,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     overlap = order.overlap;
     pingpong = order.pingpong;
     persistent = order.persistent;
+    stageO = order.stageO;
   }
   StringRef getArgument() const override { return "tile-fa3-pipeline"; }
   StringRef getName() const override { return "Fa3Pipeline"; }
@@ -76,6 +77,11 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
                                         "(tile.work_loop): Q gets an empty barrier, ring positions run on. 1, 0, or -1 "
                                         "where it measured faster (walks of one length, or the short shape class)"),
                          llvm::cl::init(-1)};
+
+  Option<int> stageO{*this, "stage-o",
+                     llvm::cl::desc("O leaves through the consumer's Q rows of shared memory (tile.store o ... through): "
+                                    "1, 0, or -1 where a block runs one tile (not persistent)"),
+                     llvm::cl::init(-1)};
 
   /// Persistent pipelines: stand-ins for the ring position of this tile's first K/V tile and for the number of tiles
   /// the block ran before it (Q's ring position), replaced by each role's tile.work_loop arguments; null otherwise.
@@ -235,6 +241,17 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       overlapSoftmaxWithPv(bodies, highest, lowest, Ring{kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty});
     else
       waitEachGemm(bodies, highest, Ring{kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty});
+    // O staging: Q's tile is dead after the last Q·Kᵀ, so O can leave through its shared memory; a persistent block
+    // releases Q's slot then (the producer refills it with the next tile's Q), so there O is stored directly.
+    if (stageO == 1 && loopsOverTiles) {
+      func.emitOpError() << "fa3: stage-o = 1 stages O in Q's slot, which a persistent block (persistent = 1) "
+                            "releases for the next tile's Q; accepted: stage-o 0 with persistent blocks";
+      return signalPassFailure();
+    }
+    if (stageO == 1 || (stageO < 0 && !loopsOverTiles))
+      for (StoreOp store : consumer.getBody().front().getOps<StoreOp>())
+        if (store.getOperand() == Output::O)
+          store.getStagingMutable().assign(loadQ.getSlot());
     if (loopsOverTiles)
       loopOverWorkTiles(func, {producer, consumer}, qEmpty, highest, lowest);
   }

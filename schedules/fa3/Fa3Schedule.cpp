@@ -49,6 +49,9 @@ public:
         {kPersistent, "1: about one thread block per SM, each running Q tile after Q tile, loading the next tile "
                       "under the current one; 0: a block a tile (default: 1 at head dims up to 128 where every Q tile "
                       "walks the same keys, and for the short shape class)", 0, 1},
+        {kStageO, "1: O leaves through shared memory (the warp's dead Q rows, stmatrix) in 16-byte row stores; 0: "
+                  "each thread stores its fragments (default: 1 where a block runs one tile, not with --persistent 1)",
+         0, 1},
     };
     return specs;
   }
@@ -134,6 +137,7 @@ void buildSchedulePipeline(OpPassManager &pm, const schedule::Request &request) 
   order.overlap = knob(request.knobs, kOverlap, 1) != 0;
   order.pingpong = static_cast<int>(knob(request.knobs, kPingpong, -1));
   order.persistent = static_cast<int>(knob(request.knobs, kPersistent, -1));
+  order.stageO = static_cast<int>(knob(request.knobs, kStageO, -1));
   // 0: the budget for the consumer warpgroups the schedule chose (configure may pick three at head dim 64).
   RoleRegisters regs{static_cast<int>(knob(request.knobs, kProducerRegs, 0)),
                      static_cast<int>(knob(request.knobs, kConsumerRegs, 0))};

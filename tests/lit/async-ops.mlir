@@ -371,3 +371,51 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
     tile.yield
   }
 }
+
+// -----
+
+// O staged through Q's slot (tile.store o ... through, tile.store_split ... through): round trip.
+// CHECK-LABEL: tile.func @staged
+// CHECK: tile.store o %{{.*}} through %[[QS:.*]] : tensor<64x64xf32>, !tile.slot<tensor<64x64xbf16>>
+// CHECK: tile.store_split %{{.*}}, %{{.*}} through %{{.*}} : tensor<64x64xf32>, tensor<64xf32>, !tile.slot<tensor<64x64xbf16>>
+tile.func @staged attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %qb = tile.buffer q : !tile.buffer<tensor<64x64xbf16>, slots = 1>
+  %qs = tile.slot %qb : !tile.buffer<tensor<64x64xbf16>, slots = 1>
+  %st = tile.init_state : !tile.state<64x64>
+  %o, %lse = tile.finalize %st : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
+  tile.store o %o through %qs : tensor<64x64xf32>, !tile.slot<tensor<64x64xbf16>>
+  tile.store_split %o, %lse through %qs : tensor<64x64xf32>, tensor<64xf32>, !tile.slot<tensor<64x64xbf16>>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %qb = tile.buffer q : !tile.buffer<tensor<64x64xbf16>, slots = 1>
+  %qs = tile.slot %qb : !tile.buffer<tensor<64x64xbf16>, slots = 1>
+  %st = tile.init_state : !tile.state<64x64>
+  %o, %lse = tile.finalize %st : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
+  // expected-error @+1 {{'tile.store' op stages LSE through shared memory; only O is staged (`tile.store o ... through`)}}
+  tile.store lse %lse through %qs : tensor<64xf32>, !tile.slot<tensor<64x64xbf16>>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 128 : i64, variant = "none", params = []} {
+  %qb = tile.buffer q : !tile.buffer<tensor<64x64xbf16>, slots = 1>
+  %qs = tile.slot %qb : !tile.buffer<tensor<64x64xbf16>, slots = 1>
+  %st = tile.init_state : !tile.state<64x128>
+  %o, %lse = tile.finalize %st : !tile.state<64x128> -> tensor<64x128xf32>, tensor<64xf32>
+  // expected-error @+1 {{'tile.store' op stages a 64x128 O tile through a slot of 64x64; the slot needs O's rows and at least its columns}}
+  tile.store o %o through %qs : tensor<64x128xf32>, !tile.slot<tensor<64x64xbf16>>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %qb = tile.buffer q : !tile.buffer<tensor<32x64xbf16>, slots = 1>
+  %qs = tile.slot %qb : !tile.buffer<tensor<32x64xbf16>, slots = 1>
+  %st = tile.init_state : !tile.state<64x64>
+  %o, %lse = tile.finalize %st : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
+  // expected-error @+1 {{'tile.store_split' op stages a 64x64 O tile through a slot of 32x64; the slot needs O's rows and at least its columns}}
+  tile.store_split %o, %lse through %qs : tensor<64x64xf32>, tensor<64xf32>, !tile.slot<tensor<32x64xbf16>>
+}

@@ -32,6 +32,9 @@
 // CHECK-NEXT: tile.yield %{{.*}}, %[[TKN]] : !tile.state<128x64>, !tile.token
 // The next segment takes the token out of the first.
 // CHECK: tile.kv_loop from %{{.*}} to %{{.*}} iter_args(%{{.*}}, %[[TOUT]])
+// O staging, the schedule's decision: Q's tile is dead after the walk, so O leaves through Q's slot.
+// CHECK: tile.store o %{{.*}} through %[[QS]] : tensor<128x64xf32>, !tile.slot<tensor<128x64xbf16>>
+// CHECK-NEXT: tile.store lse %{{.*}} : tensor<128xf32>
 
 // stages = 2 (chosen; the default at head dims 96 and 128): two K/V slots, Q·Kᵀ one tile ahead. Prologue: Q and
 // K(first) land (one wait names both tokens), V(first) and K(second) start, the first tile's scores are computed.

@@ -47,6 +47,8 @@
 // CHECK-NEXT: tile.mma_wait %[[TPV]]
 // CHECK-NEXT: tile.barrier_arrive %[[VE]][%[[CI]]]
 // CHECK: tile.finalize
+// A block a tile: O leaves through the consumer's Q slot (its tile is dead after the last Q·Kᵀ's wait).
+// CHECK: tile.store o %{{.*}} through %[[CQS:[A-Za-z_0-9]+]] : tensor<128x64xf32>, !tile.slot<tensor<128x64xbf16>>
 // CHECK: tile.store lse
 // CHECK-NOT: tile.wait
 
@@ -132,4 +134,12 @@
 // PERSISTENT-NEXT: tile.kv_loop
 // PERSISTENT-NOT: tile.qk
 // PERSISTENT: tile.pv
-// PERSISTENT: tile.store o
+// A persistent block released Q's slot for the next tile's Q: O is stored from the registers.
+// PERSISTENT: tile.store o %{{[A-Za-z_0-9]+}} : tensor<{{[0-9x]+}}xf32>{{$}}
+
+// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="persistent=1 stage-o=1" 2>&1 | FileCheck %s --check-prefix=STAGEPERSISTENT
+// STAGEPERSISTENT: error: 'tile.func' op fa3: stage-o = 1 stages O in Q's slot, which a persistent block (persistent = 1) releases for the next tile's Q; accepted: stage-o 0 with persistent blocks
+
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="stage-o=0" | FileCheck %s --check-prefix=DIRECT
+// DIRECT: tile.role "consumer"
+// DIRECT: tile.store o %{{[A-Za-z_0-9]+}} : tensor<{{[0-9x]+}}xf32>{{$}}

@@ -671,6 +671,117 @@ TEST_F(Fa3PersistentFixture, TheHazardsAboveAreCaughtByTheProtocolChecker) {
   EXPECT_TRUE(succeeded(interp::run(funcOf(*fa3), p, in.q, in.k, in.v, o, lse))) << diags.text;
 }
 
+//===----------------------------------------------------------------------===//
+// O staged through Q's slot (tile.store o ... through)
+//===----------------------------------------------------------------------===//
+
+/// The store of O and the slot it is staged through, if any.
+tile::StoreOp storeOf(ModuleOp module) {
+  tile::StoreOp found;
+  funcOf(module).walk([&](tile::StoreOp store) {
+    if (store.getOperand() == tile::Output::O)
+      found = store;
+  });
+  return found;
+}
+
+TEST_F(CausalFixture, OIsStagedThroughQsSlotAndMatchesTheReference) {
+  ASSERT_TRUE(sched) << diags.text;
+  tile::StoreOp store = storeOf(*sched);
+  ASSERT_TRUE(store && store.getStaging()) << "the fa2 pipeline stages O through Q's slot";
+  test::Reference ref = test::referenceAttention(p, in, test::Mask::Causal, interp::roundToBf16);
+  expectMatchesReference(runChecked(funcOf(*sched), p, in, diags), ref, p, "fa2, O staged");
+}
+
+/// Reads Q's slot again after O was staged in it.
+void readQAfterTheStore(tile::StoreOp store) {
+  auto slot = store.getStaging().getDefiningOp<tile::SlotOp>();
+  OpBuilder b(store->getContext());
+  b.setInsertionPointAfter(store);
+  RankedTensorType tileType = cast<tile::SlotType>(slot.getType()).getTile();
+  tile::LoadOp::create(b, store.getLoc(), tileType, tile::Operand::Q, Value(), slot, Value());
+}
+
+TEST_F(CausalFixture, ReadingQAfterOWasStagedInItsSlotIsAPipelineHazard) {
+  ASSERT_TRUE(sched) << diags.text;
+  readQAfterTheStore(storeOf(*sched));
+  std::string text = runExpectingFailure(*sched);
+  EXPECT_NE(text.find("but tile.store staged O in the slot since its tile landed (the staged tile is dead)"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(CausalFixture, StagingOWhileACopyFillsTheSlotIsAPipelineHazard) {
+  ASSERT_TRUE(sched) << diags.text;
+  tile::StoreOp store = storeOf(*sched);
+  OpBuilder b(store);
+  tile::CopyAsyncOp::create(b, store.getLoc(), tile::Operand::Q, Value(), store.getStaging(), Value(), Value(),
+                            Value());
+  std::string text = runExpectingFailure(*sched);
+  EXPECT_NE(text.find("pipeline hazard: tile.store stages O in slot 0 of buffer 0 while the copy of q tile"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(CausalFixture, TheStagingHazardsAreCaughtByTheProtocolChecker) {
+  ASSERT_TRUE(sched) << diags.text;
+  ProtocolCheckerOff off;
+  readQAfterTheStore(storeOf(*sched));
+  std::vector<float> o, lse;
+  EXPECT_TRUE(succeeded(interp::run(funcOf(*sched), p, in.q, in.k, in.v, o, lse))) << diags.text;
+}
+
+TEST_F(Fa3Fixture, ABlockATileStagesOInTheConsumersQSlot) {
+  ASSERT_TRUE(fa3) << diags.text;
+  tile::StoreOp store = storeOf(*fa3);
+  ASSERT_TRUE(store && store.getStaging());
+  EXPECT_TRUE(store->getParentOfType<tile::RoleOp>().getName() == "consumer");
+  test::Reference ref = test::referenceAttention(p, in, test::Mask::Causal, interp::roundToBf16);
+  expectMatchesReference(runChecked(funcOf(*fa3), p, in, diags), ref, p, "fa3, O staged");
+}
+
+TEST_F(Fa3Fixture, StagingOInASlotAnMmaStillReadsIsAPipelineHazard) {
+  ASSERT_TRUE(fa3) << diags.text;
+  // An asynchronous Q·Qᵀ issued before the store and never waited on still reads Q's slot when O overwrites it.
+  tile::StoreOp store = storeOf(*fa3);
+  tile::LoadOp loadQ;
+  role(*fa3, "consumer").walk([&](tile::LoadOp load) {
+    if (load.getOperand() == tile::Operand::Q)
+      loadQ = load;
+  });
+  ASSERT_TRUE(loadQ);
+  OpBuilder b(store);
+  auto q = cast<RankedTensorType>(loadQ.getType());
+  auto scores = RankedTensorType::get({q.getDimSize(0), q.getDimSize(0)}, b.getF32Type());
+  tile::QkOp::create(b, store.getLoc(), scores, tile::TokenType::get(&context), loadQ, loadQ);
+  std::string text = runExpectingFailure(*fa3);
+  EXPECT_NE(text.find("while an asynchronous MMA still reads it (no tile.mma_wait on its token)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tile.store stages O in slot"), std::string::npos) << text;
+}
+
+TEST_F(Fa3PersistentFixture, StagingOInTheReleasedQSlotIsAPipelineHazard) {
+  ASSERT_TRUE(fa3) << diags.text;
+  // A persistent block releases Q's slot after its last Q·Kᵀ (the producer refills it for the next tile): staging O
+  // there would race with that copy. The pipeline stores O directly; staging it anyway is caught.
+  tile::StoreOp store = storeOf(*fa3);
+  ASSERT_TRUE(store && !store.getStaging());
+  tile::LoadOp loadQ;
+  role(*fa3, "consumer").walk([&](tile::LoadOp load) {
+    if (load.getOperand() == tile::Operand::Q)
+      loadQ = load;
+  });
+  store.getStagingMutable().assign(loadQ.getSlot());
+  std::string text = runExpectingFailure(*fa3);
+  EXPECT_NE(text.find("after this role released its tile (round 0) on the empty barrier: a producer may already be "
+                      "refilling it"),
+            std::string::npos)
+      << text;
+  ProtocolCheckerOff off;
+  std::vector<float> o, lse;
+  EXPECT_TRUE(succeeded(interp::run(funcOf(*fa3), p, in.q, in.k, in.v, o, lse))) << diags.text;
+}
+
 TEST_F(CausalFixture, BadSizesAndUnknownOpsAreDiagnosed) {
   ASSERT_TRUE(program) << diags.text;
   Problem wrongHeads = p;
