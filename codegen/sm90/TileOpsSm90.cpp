@@ -433,13 +433,13 @@ public:
     if (shape.warpLayout != WarpLayout::SplitQ)
       return cat("sm90: warp layout ", warpLayoutName(shape.warpLayout),
                  " is not printed; accepted: ", warpLayoutName(WarpLayout::SplitQ));
-    if (shape.warpRows != kRowsPerWarp)
-      return cat("sm90: split_q warpRows (", shape.warpRows, ") must be ", kRowsPerWarp,
-                 ": a consumer warp holds its quarter of an m", kWgmmaM, " wgmma's rows");
     if (shape.warps % kWarpgroupWarps != 0 || shape.blockM % kWgmmaM != 0 ||
         shape.blockM != kRowsPerWarp * (shape.warps - kWarpgroupWarps))
       return cat("sm90: block-m (", shape.blockM, ") with ", shape.warps,
                  " warps: a block is one producer warpgroup plus consumer warpgroups of 64 rows each");
+    if (shape.warpRows != kRowsPerWarp)
+      return cat("sm90: split_q warpRows (", shape.warpRows, ") must be ", kRowsPerWarp,
+                 ": a consumer warp holds its quarter of an m", kWgmmaM, " wgmma's rows");
     if (shape.stages < 1 || shape.stages > 8)
       return cat("sm90: stages (", shape.stages, ") must be 1 to 8 slots per K/V ring");
     if (shape.packQueryHeads)
