@@ -340,6 +340,7 @@ void TileTargetSm90::storeO(CudaWriter &w, bool stagedInQ) {
   w.line("  *reinterpret_cast<uint4 *>(gO + q * p.oRowStride + 8 * col) = *reinterpret_cast<const uint4 *>(");
   w.line("      sQ + sm90::swizzle128Offset(stageRow0 + row, 8 * col, kBlockM));");
   w.close();
+  w.line("sm90::fence::proxyAsync();  // these generic writes to sQ before a later TMA copy of Q into it (persistent)");
 }
 
 void TileTargetSm90::load(CudaWriter &w, Operand operand, const std::string &tile) {

@@ -37,8 +37,9 @@ struct ConsumerOrder {
   /// measured faster (Fa3PipelinePass.cpp, persistentByDefault).
   int persistent = -1;
   /// O staging (tile.store o ... through): 1 O leaves through the consumer's Q rows of shared memory (whole rows, 16
-  /// bytes a store), 0 each thread stores its accumulator fragments, -1 staged where the block runs one tile (a
-  /// persistent block's Q slot is refilled for its next tile once the last Q·Kᵀ released it).
+  /// bytes a store; a persistent block releases Q's slot after it, not after its last Q·Kᵀ, so the next tile's Q
+  /// lands later), 0 each thread stores its accumulator fragments, -1 staged where it measured faster (a block a
+  /// tile; persistent blocks above head dim 64).
   int stageO = -1;
 };
 

@@ -79,8 +79,9 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
                          llvm::cl::init(-1)};
 
   Option<int> stageO{*this, "stage-o",
-                     llvm::cl::desc("O leaves through the consumer's Q rows of shared memory (tile.store o ... through): "
-                                    "1, 0, or -1 where a block runs one tile (not persistent)"),
+                     llvm::cl::desc("O leaves through the consumer's Q rows of shared memory (tile.store o ... through; a "
+                                    "persistent block then releases Q after it): 1, 0, or -1 where it measured faster "
+                                    "(a block a tile; persistent blocks above head dim 64)"),
                      llvm::cl::init(-1)};
 
   /// Persistent pipelines: stand-ins for the ring position of this tile's first K/V tile and for the number of tiles
@@ -241,19 +242,20 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       overlapSoftmaxWithPv(bodies, highest, lowest, Ring{kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty});
     else
       waitEachGemm(bodies, highest, Ring{kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty});
-    // O staging: Q's tile is dead after the last Q·Kᵀ, so O can leave through its shared memory; a persistent block
-    // releases Q's slot then (the producer refills it with the next tile's Q), so there O is stored directly.
-    if (stageO == 1 && loopsOverTiles) {
-      func.emitOpError() << "fa3: stage-o = 1 stages O in Q's slot, which a persistent block (persistent = 1) "
-                            "releases for the next tile's Q; accepted: stage-o 0 with persistent blocks";
-      return signalPassFailure();
-    }
-    if (stageO == 1 || (stageO < 0 && !loopsOverTiles))
+    // O staging: Q's tile is dead after the last Q·Kᵀ, so O can leave through its shared memory. A persistent block
+    // releases Q's slot for the next tile's Q: after its last Q·Kᵀ when O is stored from the registers, after O
+    // left through the slot when staged (the next tile's Q then lands after this tile's epilogue). Measured on the
+    // H200 (bench/NOTES.md v22): a block a tile +2-11% (head dim 256 most), persistent blocks +1-2% at head dim 128
+    // but -7% at 64 for 1k sequences (a short walk waits for Q behind the epilogue), so those store directly.
+    const bool staged =
+        stageO == 1 ||
+        (stageO < 0 && (!loopsOverTiles || std::max(func.getHeadDim(), func.getHeadDimV()) > 64));
+    if (staged)
       for (StoreOp store : consumer.getBody().front().getOps<StoreOp>())
         if (store.getOperand() == Output::O)
           store.getStagingMutable().assign(loadQ.getSlot());
     if (loopsOverTiles)
-      loopOverWorkTiles(func, {producer, consumer}, qEmpty, highest, lowest);
+      loopOverWorkTiles(func, {producer, consumer}, qEmpty, highest, lowest, staged);
   }
 
   /// Persistent blocks where they measured faster on the H200 (2026-12-01, bench/NOTES.md v17), at head dims up to 128:
@@ -292,7 +294,8 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
   /// continue from tile to tile (the loop carries the first position of the next tile: this one's plus the tiles it
   /// walked), Q's ring position is the loop's tile count, and the consumers release Q's slot once the last loop
   /// that reads Q (a Q·Kᵀ) is done, so that the producer copies the next tile's Q while they finish this one.
-  void loopOverWorkTiles(FuncOp func, ArrayRef<RoleOp> roles, Value qEmpty, Value highest, Value lowest) {
+  void loopOverWorkTiles(FuncOp func, ArrayRef<RoleOp> roles, Value qEmpty, Value highest, Value lowest,
+                         bool oStagedInQ) {
     Block &top = func.getBody().front();
     Location loc = func.getLoc();
     Type i32 = IntegerType::get(func.getContext(), 32);
@@ -324,13 +327,17 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       ringBase.replaceUsesWithIf(base, inLoop);
       tileCount.replaceUsesWithIf(count, inLoop);
       if (!tile->getOps<InitStateOp>().empty()) {
-        // The consumers: Q is free after the last top-level loop with a Q·Kᵀ.
-        Operation *lastQk = nullptr;
+        // The consumers: Q is free after the last top-level loop with a Q·Kᵀ, or after O was staged in its slot.
+        Operation *release = nullptr;
         for (KvLoopOp kv : tile->getOps<KvLoopOp>())
           if (!kv.getBody().front().getOps<QkOp>().empty())
-            lastQk = kv;
-        if (lastQk) {
-          OpBuilder ab(lastQk->getBlock(), std::next(lastQk->getIterator()));
+            release = kv;
+        if (oStagedInQ)
+          for (StoreOp store : tile->getOps<StoreOp>())
+            if (store.getStaging())
+              release = store;
+        if (release) {
+          OpBuilder ab(release->getBlock(), std::next(release->getIterator()));
           BarrierArriveOp::create(ab, loc, qEmpty, count);
         }
       }

@@ -49,8 +49,9 @@ public:
         {kPersistent, "1: about one thread block per SM, each running Q tile after Q tile, loading the next tile "
                       "under the current one; 0: a block a tile (default: 1 at head dims up to 128 where every Q tile "
                       "walks the same keys, and for the short shape class)", 0, 1},
-        {kStageO, "1: O leaves through shared memory (the warp's dead Q rows, stmatrix) in 16-byte row stores; 0: "
-                  "each thread stores its fragments (default: 1 where a block runs one tile, not with --persistent 1)",
+        {kStageO, "1: O leaves through shared memory (the warp's dead Q rows, stmatrix) in 16-byte row stores (a "
+                  "persistent block releases Q after it); 0: each thread stores its fragments (default: 1 where a "
+                  "block runs one tile, and for persistent blocks above head dim 64)",
          0, 1},
     };
     return specs;

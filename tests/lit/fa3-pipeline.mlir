@@ -137,8 +137,15 @@
 // A persistent block released Q's slot for the next tile's Q: O is stored from the registers.
 // PERSISTENT: tile.store o %{{[A-Za-z_0-9]+}} : tensor<{{[0-9x]+}}xf32>{{$}}
 
-// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="persistent=1 stage-o=1" 2>&1 | FileCheck %s --check-prefix=STAGEPERSISTENT
-// STAGEPERSISTENT: error: 'tile.func' op fa3: stage-o = 1 stages O in Q's slot, which a persistent block (persistent = 1) releases for the next tile's Q; accepted: stage-o 0 with persistent blocks
+// A persistent block that stages O in Q's slot releases the slot after O left through it, not after the last Q·Kᵀ.
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="persistent=1 stage-o=1" | FileCheck %s --check-prefix=STAGEPERSISTENT
+// STAGEPERSISTENT: %[[QE:.*]] = tile.barrier %{{.*}} {arrivals = 1 : i64} : <tensor<{{[0-9x]+}}xbf16>, slots = 1>
+// STAGEPERSISTENT: tile.role "consumer"
+// STAGEPERSISTENT: tile.work_loop
+// STAGEPERSISTENT-NEXT: ^bb0(%[[CN:.*]]: i32, %{{.*}}: i32):
+// STAGEPERSISTENT-NOT: tile.barrier_arrive %[[QE]]
+// STAGEPERSISTENT: tile.store o %{{.*}} through %{{.*}} : tensor<{{[0-9x]+}}xf32>, !tile.slot<tensor<{{[0-9x]+}}xbf16>>
+// STAGEPERSISTENT-NEXT: tile.barrier_arrive %[[QE]][%[[CN]]]
 
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="stage-o=0" | FileCheck %s --check-prefix=DIRECT
 // DIRECT: tile.role "consumer"

@@ -760,6 +760,22 @@ TEST_F(Fa3Fixture, StagingOInASlotAnMmaStillReadsIsAPipelineHazard) {
   EXPECT_NE(text.find("tile.store stages O in slot"), std::string::npos) << text;
 }
 
+TEST_F(Fa3PersistentFixture, StagingOReleasesQAfterTheStoreAndMatchesTheReference) {
+  knobs[fa3::kStageO] = 1;
+  fa3 = flashtile::testing::scheduledFa3(*program, knobs);
+  ASSERT_TRUE(fa3) << diags.text;
+  tile::StoreOp store = storeOf(*fa3);
+  ASSERT_TRUE(store && store.getStaging());
+  tile::BarrierArriveOp release = qRelease(*fa3);
+  ASSERT_TRUE(release);
+  EXPECT_EQ(release->getPrevNode(), store.getOperation()) << "Q's slot is released right after O left through it";
+  test::Reference ref = test::referenceAttention(p, in, test::Mask::Causal, interp::roundToBf16);
+  for (int blocks : {1, 2, 8}) {
+    p.persistentBlocks = blocks;
+    expectMatchesReference(runChecked(funcOf(*fa3), p, in, diags), ref, p, "fa3 persistent, O staged");
+  }
+}
+
 TEST_F(Fa3PersistentFixture, StagingOInTheReleasedQSlotIsAPipelineHazard) {
   ASSERT_TRUE(fa3) << diags.text;
   // A persistent block releases Q's slot after its last Q·Kᵀ (the producer refills it for the next tile): staging O
