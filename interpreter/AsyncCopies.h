@@ -7,8 +7,8 @@
 // not been waited on (or that holds another tile), a copy into a slot whose previous copy is still in flight or
 // whose contents some thread may still be reading (no barrier since the read), a wait on a token no copy produced.
 // A wait lands only the copies it names: a program that relies on a target's copy order (cp.async groups complete
-// in order) to land an unnamed copy is wrong on targets whose copies complete independently (TMA). No MLIR
-// dependency.
+// in order) to land an unnamed copy is wrong on targets whose copies complete independently (TMA). Operands are the
+// dialect's enum (tile::Operand), named in messages by its stringify, as the IR spells them.
 //
 // Producer/consumer barriers (tile.barrier, SM90's mbarriers): a buffer may have a "full" barrier (a copy that
 // arrives on it completes its slot's phase) and an "empty" one (consumers release a slot with
@@ -18,6 +18,8 @@
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_INTERPRETER_ASYNCCOPIES_H
 #define FLASHTILE_INTERPRETER_ASYNCCOPIES_H
+
+#include "passes/IR/TileDialect.h"
 
 #include <cstdint>
 #include <map>
@@ -37,17 +39,17 @@ public:
 
   /// `copy_async X[tile] into slot if pred`: returns the copy's token. A predicated-off copy moves no data and its
   /// token completes at once.
-  std::optional<std::string> copy(const std::string &operand, int64_t tile, Slot slot, bool pred, int64_t &token);
+  std::optional<std::string> copy(tile::Operand operand, int64_t tile, Slot slot, bool pred, int64_t &token);
   /// `wait %tokens`: lands the tokens' copies; then a block-wide barrier.
   std::optional<std::string> wait(const std::vector<int64_t> &tokens);
   /// `load X[tile] from slot`: the slot must hold X's tile `tile`, landed, with no copy into it in flight.
-  std::optional<std::string> load(const std::string &operand, int64_t tile, Slot slot, int role = 0);
+  std::optional<std::string> load(tile::Operand operand, int64_t tile, Slot slot, int role = 0);
   /// Declares barrier `barrier` over the slots of buffer `buffer`: a full barrier (arrivals = 0) or an empty one
   /// that completes a phase after `arrivals` consumers released the slot.
   void addBarrier(int64_t barrier, int64_t buffer, int64_t slots, int64_t arrivals);
   /// `copy_async X[tile] into slot arrive %full[position]` by `role`: the copy lands and completes its slot's phase.
-  std::optional<std::string> copyArriving(const std::string &operand, int64_t tile, Slot slot, bool pred,
-                                          int64_t barrier, int64_t position, int role, int64_t &token);
+  std::optional<std::string> copyArriving(tile::Operand operand, int64_t tile, Slot slot, bool pred, int64_t barrier,
+                                          int64_t position, int role, int64_t &token);
   /// `barrier_wait %b[position]` by `role`: whether the phase has completed (then the role has observed it). A phase
   /// that has not completed yet is no error: another role may complete it.
   bool barrierReady(int64_t barrier, int64_t position, int role);
@@ -71,14 +73,14 @@ public:
 
 private:
   struct Copy {
-    std::string operand;
+    tile::Operand operand;
     int64_t tile;
     Slot slot;
     bool moves; // false: predicated off
     bool landed = false;
   };
   struct SlotState {
-    std::optional<std::pair<std::string, int64_t>> landed; // the tile the slot holds
+    std::optional<std::pair<tile::Operand, int64_t>> landed; // the tile the slot holds
     std::optional<int64_t> incoming;                        // the copy filling it
     bool readSinceBarrier = false;                          // some thread may still be reading `landed`
     int64_t fills = 0;                                      // copies started into the slot (and O stagings)

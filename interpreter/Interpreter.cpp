@@ -1018,7 +1018,7 @@ LogicalResult Interpreter::exec(LoadOp op) {
   if (Value slot = op.getSlot()) {
     if (!slots.contains(slot))
       return fail(op, "reads a slot no tile.slot selected");
-    if (auto hazard = copies.load(name.str(), index, slots.lookup(slot), role))
+    if (auto hazard = copies.load(op.getOperand(), index, slots.lookup(slot), role))
       return fail(op, *hazard);
   }
   // Rows past the sequence read as zero.
@@ -1109,11 +1109,10 @@ LogicalResult Interpreter::exec(CopyAsyncOp op) {
       return failure();
     if (!barriers.contains(full))
       return fail(op, "arrives on a value that is not a tile.barrier");
-    if (auto hazard = copies.copyArriving(stringifyOperand(op.getOperand()).str(), index, slots.lookup(op.getSlot()),
-                                          pred, barriers.lookup(full), position->i, role, token))
+    if (auto hazard = copies.copyArriving(op.getOperand(), index, slots.lookup(op.getSlot()), pred,
+                                          barriers.lookup(full), position->i, role, token))
       return fail(op, *hazard);
-  } else if (auto hazard =
-                 copies.copy(stringifyOperand(op.getOperand()).str(), index, slots.lookup(op.getSlot()), pred, token)) {
+  } else if (auto hazard = copies.copy(op.getOperand(), index, slots.lookup(op.getSlot()), pred, token)) {
     return fail(op, *hazard);
   }
   tokens[op.getResult()] = token;

@@ -50,6 +50,14 @@ std::string sanitize(StringRef s) {
   return out;
 }
 
+/// `tile.dim a, b`, the dims spelled as the IR writes them: the comments that say which tile.dim a kernel value is.
+std::string tileDimWords(std::initializer_list<Dim> dims) {
+  std::string text = "tile.dim ";
+  for (const Dim &dim : dims)
+    text += (&dim == dims.begin() ? "" : ", ") + stringifyDim(dim).str();
+  return text;
+}
+
 /// `text` for a `//` comment of the generated source: bytes outside printable ASCII, and the backslash (which
 /// would continue the comment onto the next line), as \xNN, so that no name can end a comment and become code.
 std::string commentSafe(StringRef text) {
@@ -775,7 +783,8 @@ void KernelPrinter::printSequence() {
       printKvCacheView(w);
     w.line(packed() ? "if (qTile * kBlockM >= p.seqlenQ * headsPerKv)" : "if (qTile * kBlockM >= p.seqlenQ)");
     w.line("  return;  // varlen: the grid covers the longest sequence, and this one ends before this block's rows");
-    w.comment("The keys of this split (tile.dim \"split_begin\", \"split_end\"): whole K/V tiles, numSplits ranges of");
+    w.comment("The keys of this split (" + tileDimWords({Dim::SplitBegin, Dim::SplitEnd}) +
+              "): whole K/V tiles, numSplits ranges of");
     w.comment("equal length; a split past the sequence's end is [0, 0), empty at a tile boundary, so that no tile");
     w.comment("is visited (its block stores O = 0, LSE = -inf).");
     w.line("const long long kvTiles = (p.seqlenK + kBlockN - 1) / kBlockN;");
@@ -822,7 +831,8 @@ void KernelPrinter::printUnsplit() {
                         })
                         .wasInterrupted();
   if (readsSplit)
-    w.line("p.splitBegin = 0, p.splitEnd = p.seqlenK;  // tile.dim \"split_begin\", \"split_end\": not split");
+    w.line("p.splitBegin = 0, p.splitEnd = p.seqlenK;  // " + tileDimWords({Dim::SplitBegin, Dim::SplitEnd}) +
+           ": not split");
 }
 
 void KernelPrinter::printSequenceView() {
@@ -830,7 +840,8 @@ void KernelPrinter::printSequenceView() {
   w.comment("Varlen (cuSeqlensQ set): sequence z = blockBatch is rows [cuSeqlensQ[z], cuSeqlensQ[z + 1]) of the");
   w.comment("packed Q, O and LSE and rows [cuSeqlensK[z], cuSeqlensK[z + 1]) of K and V, clamped to the packed rows");
   w.comment("(seqlenQ and seqlenK hold total_q and total_k). p is that sequence's view, base pointers and lengths, so");
-  w.comment("every seqlen below (tile.dim \"seqlen_q\", \"seqlen_k\"), in the variant's functions too, is its own.");
+  w.comment("every seqlen below (" + tileDimWords({Dim::SeqlenQ, Dim::SeqlenK}) +
+            "), in the variant's functions too, is its own.");
   w.comment("Only fields that differ are rewritten: the others stay kernel-argument reads. p.keyOffset is");
   w.comment("b·seqlen_k dense and the sequence's first key row (cuSeqlensK[z], clamped) varlen; p.invSoftmaxScale");
   w.comment("is tile.softmax_scale inverse.");
@@ -1560,10 +1571,14 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   src += kKernelAbiText;
   src += target->prelude();
   src += "\n// The sequence a thread block works on: the kernel parameters, base pointers and lengths rewritten for a\n"
-         "// varlen sequence, the row of its first key among all sequences' keys (tile.dim \"key_offset\") and\n"
+         "// varlen sequence, the row of its first key among all sequences' keys (" +
+         tileDimWords({Dim::KeyOffset}) +
+         ") and\n"
          "// 1 / softmax_scale (tile.softmax_scale inverse), computed once per block instead of per score.\n"
-         "// [splitBegin, splitEnd) are the keys of the block's split of the key range (tile.dim \"split_begin\",\n"
-         "// \"split_end\"; split-KV).\n"
+         "// [splitBegin, splitEnd) are the keys of the block's split of the key range (" +
+         tileDimWords({Dim::SplitBegin, Dim::SplitEnd}) +
+         ";\n"
+         "// split-KV).\n"
          "struct FlashtileSequence : FlashtileFwdParams {\n  int keyOffset;\n  float invSoftmaxScale;\n"
          "  int splitBegin, splitEnd; // 0 unless set: members left out of p's initializer are zero\n};\n";
   if (std::string defs = helpers.definitions(); !defs.empty())

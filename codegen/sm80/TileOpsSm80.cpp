@@ -15,12 +15,14 @@
 #include "flashtile/runtime/SplitKv.h"
 
 #include <cassert>
+#include <functional>
 
 namespace flashtile::codegen::sm80 {
 namespace {
 
 constexpr int kWarpSize = 32;
 constexpr int kChunkElements = 8; // 16-bit elements in a 16-byte chunk
+constexpr int kMmaM = 16;         // rows of mma.sync.m16n8k16: a warp's rows come in m16 tiles
 /// Q fragments stay in registers for the whole K/V walk when they take at most this many registers a thread;
 /// larger Q tiles (head dim 256, several m16 tiles a warp) are re-read from shared memory at every k-step.
 constexpr int kMaxQFragmentRegisters = 32;
@@ -31,7 +33,7 @@ public:
     bool bf16 = shape.dtype == "bf16";
     mma = bf16 ? "sm80::mmaBf16" : "sm80::mmaF16";
     pack = bf16 ? "sm80::packBf16x2" : "sm80::packF16x2";
-    mTiles = shape.blockM / shape.warps / 16;
+    mTiles = shape.warpRows / kMmaM;
     qInRegisters = mTiles * (shape.headDim / 16) * 4 <= kMaxQFragmentRegisters;
   }
 
@@ -105,6 +107,13 @@ private:
   void pagedTileCopy(CudaWriter &w, Operand operand, const std::string &perRow);
   /// The shared-memory address (a C expression) of the buffer that holds K or V tile `tile`.
   std::string bufferAddress(Operand operand, const std::string &tile) const;
+  /// Loops over this thread's query rows, around `body`: m16 tile `mt` of the warp's split-Q rows, then fragment
+  /// half `r` (the C fragment's rows fragRow and fragRow + 8), the row's block-wide index threadRow(). Every per-row
+  /// step (state, softmax statistics, finalize, stores) walks the rows through here.
+  void forEachRow(CudaWriter &w, const std::function<void()> &body);
+  /// The block row (a C expression) of fragment half `half` ("r" inside forEachRow, "(i / 2)" over a tile's elements
+  /// [mt][nt][i]) of this thread's m16 tile mt: the warp's rows start at warpRow0 (split-Q, `shape.warpRows` a warp).
+  static std::string threadRow(const char *half = "r") { return cat("warpRow0 + 16 * mt + fragRow + 8 * ", half); }
   /// Loops over every element [mt][nt][i] of a register tile of `nTiles` n8 tiles (kSTiles: scores, kOTiles: acc),
   /// around `body`.
   void forEachElement(CudaWriter &w, const char *nTiles, const std::vector<std::string> &body);
@@ -149,13 +158,11 @@ void TileTargetSm80::setup(CudaWriter &w, const std::vector<Operand> &copied) {
     w.line("const int packedRows = p.seqlenQ * headsPerKv;  // rows of the sequence: query rows x the group's heads");
     w.comment("GQA packing: this thread's rows (mt, r) are query row rowQuery of query head rowHead");
     w.line("int rowQuery[kMTiles][2], rowHead[kMTiles][2];");
-    w.openUnrolledFor("mt", "kMTiles");
-    w.openUnrolledFor("r", "2");
-    w.line("const int row = warpRow0 + 16 * mt + fragRow + 8 * r;");
-    w.line("rowQuery[mt][r] = row / headsPerKv;");
-    w.line("rowHead[mt][r] = hKv * headsPerKv + row % headsPerKv;");
-    w.close();
-    w.close();
+    forEachRow(w, [&] {
+      w.line(cat("const int row = ", threadRow(), ";"));
+      w.line("rowQuery[mt][r] = row / headsPerKv;");
+      w.line("rowHead[mt][r] = hKv * headsPerKv + row % headsPerKv;");
+    });
   } else {
     w.line("const int b = blockBatch, h = blockHead;");
     w.line("const int hKv = h / (p.headsQ / p.headsKv);  // grouped-query attention: K/V head of query head h");
@@ -450,12 +457,10 @@ void TileTargetSm80::initState(CudaWriter &w) {
   w.comment("Every K/V loop argument and result is this one state: the loops update it in place.");
   w.line("float acc[kMTiles][kOTiles][4] = {};");
   w.line("float rowMax[kMTiles][2], rowSum[kMTiles][2];");
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("r", "2");
-  w.line("rowMax[mt][r] = sm80::kNegInf;");
-  w.line("rowSum[mt][r] = 0.f;");
-  w.close();
-  w.close();
+  forEachRow(w, [&] {
+    w.line("rowMax[mt][r] = sm80::kNegInf;");
+    w.line("rowSum[mt][r] = 0.f;");
+  });
 }
 
 bool TileTargetSm80::stateLoad(CudaWriter &w) {
@@ -467,21 +472,19 @@ bool TileTargetSm80::stateLoad(CudaWriter &w) {
   w.comment("(finalize sums the quad's partial sums), acc in the fragments' own columns ----");
   w.open("if (p.kvStep > 0)");
   w.line("const long long lseRow = (p.lse - params.lse) + b * p.lseBatchStride + h * p.lseHeadStride;");
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("r", "2");
-  w.line("const int q = warpRow0 + 16 * mt + fragRow + 8 * r;");
-  w.open("if (q < p.seqlenQ)");
-  w.line("rowMax[mt][r] = p.stateMax[lseRow + q];");
-  w.line("rowSum[mt][r] = lane % 4 == 0 ? p.stateSum[lseRow + q] : 0.f;");
-  w.openUnrolledFor("nt", "kOTiles");
-  w.line(
-      "const float2 c = *reinterpret_cast<const float2 *>(p.stateAcc + (lseRow + q) * kHeadDimV + 8 * nt + fragCol);");
-  w.line("acc[mt][nt][2 * r] = c.x;");
-  w.line("acc[mt][nt][2 * r + 1] = c.y;");
-  w.close();
-  w.close();
-  w.close();
-  w.close();
+  forEachRow(w, [&] {
+    w.line(cat("const int q = ", threadRow(), ";"));
+    w.open("if (q < p.seqlenQ)");
+    w.line("rowMax[mt][r] = p.stateMax[lseRow + q];");
+    w.line("rowSum[mt][r] = lane % 4 == 0 ? p.stateSum[lseRow + q] : 0.f;");
+    w.openUnrolledFor("nt", "kOTiles");
+    w.line("const float2 c = *reinterpret_cast<const float2 *>(p.stateAcc + (lseRow + q) * kHeadDimV + 8 * nt + "
+           "fragCol);");
+    w.line("acc[mt][nt][2 * r] = c.x;");
+    w.line("acc[mt][nt][2 * r + 1] = c.y;");
+    w.close();
+    w.close();
+  });
   w.close();
   return true;
 }
@@ -495,22 +498,20 @@ bool TileTargetSm80::stateStore(CudaWriter &w) {
       "m and the quad's sum of l by the quad's first lane, acc from the fragments; the registers stay the state ----");
   w.open("");
   w.line("const long long lseRow = (p.lse - params.lse) + b * p.lseBatchStride + h * p.lseHeadStride;");
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("r", "2");
-  w.line("const float l = sm80::quadSum(rowSum[mt][r]);  // every lane of the quad takes part in the shuffles");
-  w.line("const int q = warpRow0 + 16 * mt + fragRow + 8 * r;");
-  w.open("if (q < p.seqlenQ)");
-  w.open("if (lane % 4 == 0)");
-  w.line("p.stateMax[lseRow + q] = rowMax[mt][r];");
-  w.line("p.stateSum[lseRow + q] = l;");
-  w.close();
-  w.openUnrolledFor("nt", "kOTiles");
-  w.line("*reinterpret_cast<float2 *>(p.stateAcc + (lseRow + q) * kHeadDimV + 8 * nt + fragCol) =");
-  w.line("    make_float2(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);");
-  w.close();
-  w.close();
-  w.close();
-  w.close();
+  forEachRow(w, [&] {
+    w.line("const float l = sm80::quadSum(rowSum[mt][r]);  // every lane of the quad takes part in the shuffles");
+    w.line(cat("const int q = ", threadRow(), ";"));
+    w.open("if (q < p.seqlenQ)");
+    w.open("if (lane % 4 == 0)");
+    w.line("p.stateMax[lseRow + q] = rowMax[mt][r];");
+    w.line("p.stateSum[lseRow + q] = l;");
+    w.close();
+    w.openUnrolledFor("nt", "kOTiles");
+    w.line("*reinterpret_cast<float2 *>(p.stateAcc + (lseRow + q) * kHeadDimV + 8 * nt + fragCol) =");
+    w.line("    make_float2(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);");
+    w.close();
+    w.close();
+  });
   w.close();
   return true;
 }
@@ -562,10 +563,18 @@ void TileTargetSm80::forEachElement(CudaWriter &w, const char *nTiles, const std
   w.close();
 }
 
+void TileTargetSm80::forEachRow(CudaWriter &w, const std::function<void()> &body) {
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("r", "2");
+  body();
+  w.close();
+  w.close();
+}
+
 void TileTargetSm80::forEachScore(CudaWriter &w, const std::string &kTile, const std::vector<std::string> &body) {
   std::vector<std::string> lines = {shape.packQueryHeads
                                         ? "const int q = rowQuery[mt][i / 2], hRow = rowHead[mt][i / 2];"
-                                        : "const int q = warpRow0 + 16 * mt + fragRow + 8 * (i / 2);",
+                                        : cat("const int q = ", threadRow("(i / 2)"), ";"),
                                     cat("const int kvTile = ", kTile, " * kBlockN + fragCol, kvStep = 8 * nt + i % 2;"),
                                     "const int kv = kvTile + kvStep;"};
   lines.insert(lines.end(), body.begin(), body.end());
@@ -630,37 +639,33 @@ void TileTargetSm80::softmaxUpdateInScores(CudaWriter &w, bool foldScale, int re
                   ", and tile.rescale skips acc *= alpha. The vote is warp-uniform: no divergence."));
     w.line("float maxFresh[kMTiles][2];");
     w.line("bool maxMoved = false;");
-    w.openUnrolledFor("mt", "kMTiles");
-    w.openUnrolledFor("r", "2");
-    tileMax();
-    w.line("maxFresh[mt][r] = fmaxf(rowMax[mt][r], sm80::quadMax(tileMax) * scoreScale);");
-    w.line(cat("maxMoved |= maxFresh[mt][r] > rowMax[mt][r] + ", rescaleThreshold, ".f;"));
-    w.close();
-    w.close();
+    forEachRow(w, [&] {
+      tileMax();
+      w.line("maxFresh[mt][r] = fmaxf(rowMax[mt][r], sm80::quadMax(tileMax) * scoreScale);");
+      w.line(cat("maxMoved |= maxFresh[mt][r] > rowMax[mt][r] + ", rescaleThreshold, ".f;"));
+    });
     w.line("maxMoved = __any_sync(0xffffffffu, maxMoved);");
   }
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("r", "2");
-  if (rescaleThreshold > 0) {
-    w.line("const float maxNew = maxMoved ? maxFresh[mt][r] : rowMax[mt][r];");
-  } else {
-    tileMax();
-    w.line("const float maxNew = fmaxf(rowMax[mt][r], sm80::quadMax(tileMax) * scoreScale);");
-  }
-  w.line("const float maxUsed = maxNew == sm80::kNegInf ? 0.f : maxNew;");
-  w.line("alpha[mt][r] = sm80::exp2(rowMax[mt][r] - maxUsed);");
-  w.line("float tileSum = 0.f;");
-  w.openUnrolledFor("nt", "kSTiles");
-  w.openUnrolledFor("c", "2");
-  w.line("float &s = score[mt][nt][2 * r + c];");
-  w.line("s = sm80::exp2(fmaf(s, scoreScale, -maxUsed));");
-  w.line("tileSum += s;");
-  w.close();
-  w.close();
-  w.line("rowMax[mt][r] = maxNew;");
-  w.line("rowSum[mt][r] = alpha[mt][r] * rowSum[mt][r] + tileSum;");
-  w.close();
-  w.close();
+  forEachRow(w, [&] {
+    if (rescaleThreshold > 0) {
+      w.line("const float maxNew = maxMoved ? maxFresh[mt][r] : rowMax[mt][r];");
+    } else {
+      tileMax();
+      w.line("const float maxNew = fmaxf(rowMax[mt][r], sm80::quadMax(tileMax) * scoreScale);");
+    }
+    w.line("const float maxUsed = maxNew == sm80::kNegInf ? 0.f : maxNew;");
+    w.line("alpha[mt][r] = sm80::exp2(rowMax[mt][r] - maxUsed);");
+    w.line("float tileSum = 0.f;");
+    w.openUnrolledFor("nt", "kSTiles");
+    w.openUnrolledFor("c", "2");
+    w.line("float &s = score[mt][nt][2 * r + c];");
+    w.line("s = sm80::exp2(fmaf(s, scoreScale, -maxUsed));");
+    w.line("tileSum += s;");
+    w.close();
+    w.close();
+    w.line("rowMax[mt][r] = maxNew;");
+    w.line("rowSum[mt][r] = alpha[mt][r] * rowSum[mt][r] + tileSum;");
+  });
 }
 
 void TileTargetSm80::packProbabilities(CudaWriter &w, bool declare) {
@@ -728,26 +733,24 @@ void TileTargetSm80::finalize(CudaWriter &w, const std::string &sinkFn) {
     w.line(cat("const float sinkLog2 = ", sinkFn, "(b, h, p) * sm80::kLog2e;"));
   }
   w.line("float lse[kMTiles][2];");
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("r", "2");
-  if (sinkFn.empty()) {
-    w.line("const float l = sm80::quadSum(rowSum[mt][r]);");
-    w.line("const float invL = l == 0.f ? 0.f : 1.f / l;");
-    w.line("lse[mt][r] = l == 0.f ? sm80::kNegInf : (rowMax[mt][r] + log2f(l)) * sm80::kLn2;");
-  } else {
-    w.line("const float maxNew = fmaxf(rowMax[mt][r], sinkLog2);");
-    w.line("const float maxUsed = maxNew == sm80::kNegInf ? 0.f : maxNew;");
-    w.line("const float carry = sm80::exp2(rowMax[mt][r] - maxUsed);");
-    w.line("const float l = sm80::quadSum(rowSum[mt][r]) * carry + sm80::exp2(sinkLog2 - maxUsed);");
-    w.line("const float invL = l == 0.f ? 0.f : carry / l;");
-    w.line("lse[mt][r] = l == 0.f ? sm80::kNegInf : (maxUsed + log2f(l)) * sm80::kLn2;");
-  }
-  w.openUnrolledFor("nt", "kOTiles");
-  w.line("acc[mt][nt][2 * r] *= invL;");
-  w.line("acc[mt][nt][2 * r + 1] *= invL;");
-  w.close();
-  w.close();
-  w.close();
+  forEachRow(w, [&] {
+    if (sinkFn.empty()) {
+      w.line("const float l = sm80::quadSum(rowSum[mt][r]);");
+      w.line("const float invL = l == 0.f ? 0.f : 1.f / l;");
+      w.line("lse[mt][r] = l == 0.f ? sm80::kNegInf : (rowMax[mt][r] + log2f(l)) * sm80::kLn2;");
+    } else {
+      w.line("const float maxNew = fmaxf(rowMax[mt][r], sinkLog2);");
+      w.line("const float maxUsed = maxNew == sm80::kNegInf ? 0.f : maxNew;");
+      w.line("const float carry = sm80::exp2(rowMax[mt][r] - maxUsed);");
+      w.line("const float l = sm80::quadSum(rowSum[mt][r]) * carry + sm80::exp2(sinkLog2 - maxUsed);");
+      w.line("const float invL = l == 0.f ? 0.f : carry / l;");
+      w.line("lse[mt][r] = l == 0.f ? sm80::kNegInf : (maxUsed + log2f(l)) * sm80::kLn2;");
+    }
+    w.openUnrolledFor("nt", "kOTiles");
+    w.line("acc[mt][nt][2 * r] *= invL;");
+    w.line("acc[mt][nt][2 * r + 1] *= invL;");
+    w.close();
+  });
 }
 
 void TileTargetSm80::storeO(CudaWriter &w, bool stagedInQ) {
@@ -755,17 +758,15 @@ void TileTargetSm80::storeO(CudaWriter &w, bool stagedInQ) {
     w.comment(cat("store O: convert to ", shape.dtype, ", two adjacent columns (4 bytes) per store, each row to its"));
     w.comment("own query row and head (GQA packing), rows < packedRows");
     w.line("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride;");
-    w.openUnrolledFor("mt", "kMTiles");
-    w.openUnrolledFor("r", "2");
-    w.open("if (warpRow0 + 16 * mt + fragRow + 8 * r < packedRows)");
-    w.line("unsigned short *const dst = gO + rowQuery[mt][r] * p.oRowStride + rowHead[mt][r] * p.oHeadStride;");
-    w.openUnrolledFor("nt", "kOTiles");
-    w.line(cat("*reinterpret_cast<unsigned *>(dst + 8 * nt + fragCol) = ", pack,
-               "(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);"));
-    w.close();
-    w.close();
-    w.close();
-    w.close();
+    forEachRow(w, [&] {
+      w.open(cat("if (", threadRow(), " < packedRows)"));
+      w.line("unsigned short *const dst = gO + rowQuery[mt][r] * p.oRowStride + rowHead[mt][r] * p.oHeadStride;");
+      w.openUnrolledFor("nt", "kOTiles");
+      w.line(cat("*reinterpret_cast<unsigned *>(dst + 8 * nt + fragCol) = ", pack,
+                 "(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);"));
+      w.close();
+      w.close();
+    });
     return;
   }
   if (!stagedInQ) {
@@ -789,7 +790,7 @@ void TileTargetSm80::storeO(CudaWriter &w, bool stagedInQ) {
   w.close();
   w.close();
   w.line("__syncwarp();");
-  bool even = shape.blockM / shape.warps * shape.headDimV / kChunkElements % kWarpSize == 0;
+  bool even = shape.warpRows * shape.headDimV / kChunkElements % kWarpSize == 0;
   std::string chunkCount = "kWarpRows * kHeadDimV / 8";
   w.openUnrolledFor("i", even ? chunkCount + " / 32" : "(" + chunkCount + " + 31) / 32");
   w.line("const int chunk = lane + 32 * i;");
@@ -809,17 +810,15 @@ void TileTargetSm80::storeODirect(CudaWriter &w) {
   w.comment(cat("store O: convert to ", shape.dtype, ", two adjacent columns (4 bytes) per store, rows < seqlen_q"));
   w.line(cat("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * "
              "p.oHeadStride;"));
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("r", "2");
-  w.line("const int q = warpRow0 + 16 * mt + fragRow + 8 * r;");
-  w.open("if (q < p.seqlenQ)");
-  w.openUnrolledFor("nt", "kOTiles");
-  w.line(cat("*reinterpret_cast<unsigned *>(gO + q * p.oRowStride + 8 * nt + fragCol) = ", pack,
-             "(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);"));
-  w.close();
-  w.close();
-  w.close();
-  w.close();
+  forEachRow(w, [&] {
+    w.line(cat("const int q = ", threadRow(), ";"));
+    w.open("if (q < p.seqlenQ)");
+    w.openUnrolledFor("nt", "kOTiles");
+    w.line(cat("*reinterpret_cast<unsigned *>(gO + q * p.oRowStride + 8 * nt + fragCol) = ", pack,
+               "(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);"));
+    w.close();
+    w.close();
+  });
 }
 
 void TileTargetSm80::storeLse(CudaWriter &w) {
@@ -827,12 +826,10 @@ void TileTargetSm80::storeLse(CudaWriter &w) {
     w.comment("store LSE (fp32; B x Hq x Sq, varlen Hq x total_q): the first lane of each quad writes its two rows,");
     w.comment("each at its own query row and head (GQA packing), rows < packedRows");
     w.open("if (lane % 4 == 0)");
-    w.openUnrolledFor("mt", "kMTiles");
-    w.openUnrolledFor("r", "2");
-    w.line("if (warpRow0 + 16 * mt + fragRow + 8 * r < packedRows)");
-    w.line("  p.lse[b * p.lseBatchStride + rowHead[mt][r] * p.lseHeadStride + rowQuery[mt][r]] = lse[mt][r];");
-    w.close();
-    w.close();
+    forEachRow(w, [&] {
+      w.line(cat("if (", threadRow(), " < packedRows)"));
+      w.line("  p.lse[b * p.lseBatchStride + rowHead[mt][r] * p.lseHeadStride + rowQuery[mt][r]] = lse[mt][r];");
+    });
     w.close();
     return;
   }
@@ -840,13 +837,11 @@ void TileTargetSm80::storeLse(CudaWriter &w) {
   w.comment("rows < seqlen_q");
   w.line("float *const gLse = p.lse + b * p.lseBatchStride + h * p.lseHeadStride;");
   w.open("if (lane % 4 == 0)");
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("r", "2");
-  w.line("const int q = warpRow0 + 16 * mt + fragRow + 8 * r;");
-  w.line("if (q < p.seqlenQ)");
-  w.line("  gLse[q] = lse[mt][r];");
-  w.close();
-  w.close();
+  forEachRow(w, [&] {
+    w.line(cat("const int q = ", threadRow(), ";"));
+    w.line("if (q < p.seqlenQ)");
+    w.line("  gLse[q] = lse[mt][r];");
+  });
   w.close();
 }
 
@@ -859,22 +854,20 @@ void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn, bool s
     w.comment("(log2 domain; a row with neither a key nor a finite sink keeps O = 0, LSE = -inf)");
     if (!shape.packQueryHeads)
       w.line(cat("const float sinkLog2 = ", sinkFn, "(b, h, p) * sm80::kLog2e;"));
-    w.openUnrolledFor("mt", "kMTiles");
-    w.openUnrolledFor("r", "2");
-    if (shape.packQueryHeads)
-      w.line(cat("const float sinkLog2 = ", sinkFn, "(b, rowHead[mt][r], p) * sm80::kLog2e;  // this row's head"));
-    w.line("const float lseLog2 = lse[mt][r] * sm80::kLog2e;");
-    w.line("const float maxLog2 = fmaxf(lseLog2, sinkLog2);");
-    w.line("const float maxUsed = maxLog2 == sm80::kNegInf ? 0.f : maxLog2;");
-    w.line("const float keep = sm80::exp2(lseLog2 - maxUsed), sum = keep + sm80::exp2(sinkLog2 - maxUsed);");
-    w.line("const float invSum = sum == 0.f ? 0.f : 1.f / sum;");
-    w.line("lse[mt][r] = sum == 0.f ? sm80::kNegInf : (maxUsed + log2f(sum)) * sm80::kLn2;");
-    w.openUnrolledFor("nt", "kOTiles");
-    w.line("acc[mt][nt][2 * r] *= keep * invSum;");
-    w.line("acc[mt][nt][2 * r + 1] *= keep * invSum;");
-    w.close();
-    w.close();
-    w.close();
+    forEachRow(w, [&] {
+      if (shape.packQueryHeads)
+        w.line(cat("const float sinkLog2 = ", sinkFn, "(b, rowHead[mt][r], p) * sm80::kLog2e;  // this row's head"));
+      w.line("const float lseLog2 = lse[mt][r] * sm80::kLog2e;");
+      w.line("const float maxLog2 = fmaxf(lseLog2, sinkLog2);");
+      w.line("const float maxUsed = maxLog2 == sm80::kNegInf ? 0.f : maxLog2;");
+      w.line("const float keep = sm80::exp2(lseLog2 - maxUsed), sum = keep + sm80::exp2(sinkLog2 - maxUsed);");
+      w.line("const float invSum = sum == 0.f ? 0.f : 1.f / sum;");
+      w.line("lse[mt][r] = sum == 0.f ? sm80::kNegInf : (maxUsed + log2f(sum)) * sm80::kLn2;");
+      w.openUnrolledFor("nt", "kOTiles");
+      w.line("acc[mt][nt][2 * r] *= keep * invSum;");
+      w.line("acc[mt][nt][2 * r + 1] *= keep * invSum;");
+      w.close();
+    });
   }
   storeO(w, stagedInQ);
   storeLse(w);
@@ -891,24 +884,22 @@ void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn, bool s
   }
   w.line("float *const gOAccum = p.oAccum + (split * p.accumSplitStride + lseRow) * kHeadDimV;");
   w.line("float *const gLseAccum = p.lseAccum + split * p.accumSplitStride + lseRow;");
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("r", "2");
-  if (shape.packQueryHeads) {
-    w.line("const long long q = rowHead[mt][r] * p.lseHeadStride + rowQuery[mt][r];  // its LSE row, from lseRow");
-    w.open("if (warpRow0 + 16 * mt + fragRow + 8 * r < packedRows)");
-  } else {
-    w.line("const int q = warpRow0 + 16 * mt + fragRow + 8 * r;");
-    w.open("if (q < p.seqlenQ)");
-  }
-  w.openUnrolledFor("nt", "kOTiles");
-  w.line("*reinterpret_cast<float2 *>(gOAccum + q * (long long)kHeadDimV + 8 * nt + fragCol) =");
-  w.line("    make_float2(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);");
-  w.close();
-  w.line("if (lane % 4 == 0)");
-  w.line("  gLseAccum[q] = lse[mt][r];");
-  w.close();
-  w.close();
-  w.close();
+  forEachRow(w, [&] {
+    if (shape.packQueryHeads) {
+      w.line("const long long q = rowHead[mt][r] * p.lseHeadStride + rowQuery[mt][r];  // its LSE row, from lseRow");
+      w.open(cat("if (", threadRow(), " < packedRows)"));
+    } else {
+      w.line(cat("const int q = ", threadRow(), ";"));
+      w.open("if (q < p.seqlenQ)");
+    }
+    w.openUnrolledFor("nt", "kOTiles");
+    w.line("*reinterpret_cast<float2 *>(gOAccum + q * (long long)kHeadDimV + 8 * nt + fragCol) =");
+    w.line("    make_float2(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);");
+    w.close();
+    w.line("if (lane % 4 == 0)");
+    w.line("  gLseAccum[q] = lse[mt][r];");
+    w.close();
+  });
   w.close();
 }
 
@@ -1023,14 +1014,21 @@ public:
         {"sm_80", 163 * 1024}, {"sm_90a", 227 * 1024}, {"sm_100a", 227 * 1024}};
     return limits;
   }
-  MmaShape mmaShape() const override { return {16, 8, 16}; }
+  MmaShape mmaShape() const override { return {kMmaM, 8, 16}; }
 
   std::optional<std::string> checkShape(const KernelShape &shape) const override {
     if (shape.dtype != "bf16" && shape.dtype != "f16")
       return "sm80 MMAs take bf16 or f16 tiles, got " + shape.dtype;
-    if (shape.warps < 1 || shape.blockM % (16 * shape.warps) != 0)
-      return cat("sm80: block-m (", shape.blockM, ") must give every one of the ", shape.warps,
-                 " warps a multiple of 16 rows");
+    if (shape.warpLayout != WarpLayout::SplitQ)
+      return cat("sm80: warp layout ", warpLayoutName(shape.warpLayout),
+                 " is not printed; accepted: ", warpLayoutName(WarpLayout::SplitQ));
+    // The register tiles are a warp's m16 tiles of its own rows, and every warp of the block holds rows.
+    if (shape.warps < 1 || shape.warpRows * shape.warps != shape.blockM)
+      return cat("sm80: split_q needs every one of the ", shape.warps, " warps to own warpRows (", shape.warpRows,
+                 ") rows of block-m (", shape.blockM, ")");
+    if (shape.warpRows % kMmaM != 0)
+      return cat("sm80: block-m (", shape.blockM, ") must give every one of the ", shape.warps, " warps a multiple of ",
+                 kMmaM, " rows");
     if (shape.blockN < 16 || shape.blockN % 16 != 0)
       return cat("sm80: block-n (", shape.blockN, ") must be a positive multiple of 16");
     if (shape.stages < 1 || shape.stages > 2)

@@ -1,7 +1,8 @@
 //===- TileOpsSm80.h - the sm80 instruction family ------------------------===//
 //
 // mma.sync, ldmatrix and cp.async: sm_80, and sm_90a/sm_100a, which run them too. Register layout of a warp's
-// rows: each warp owns blockM / warps query rows, in m16 tiles; each lane holds two rows of every m16 tile
+// rows: the schedule's warp layout (#tile.schedule's warpLayout, KernelShape::warpLayout), of which this family
+// prints split_q: each warp owns warpRows query rows, in m16 tiles; each lane holds two rows of every m16 tile
 // (lane / 4 and lane / 4 + 8), the layout of an mma.sync C fragment. Shared memory holds one Q tile and `stages`
 // K and V tiles.
 //===----------------------------------------------------------------------===//
@@ -31,8 +32,8 @@ public:
 
 /// The sm80 printer of `shape` without the family's checks. The sm90 family prints its register-tile math (scale,
 /// score_mod, mask, softmax, rescale, finalize, LSE) with it: a wgmma accumulator holds each warp's 16 rows in the
-/// layout of mma.sync's C fragment, so with `shape.warps` = the consumer warps (16 rows each) the register tiles
-/// are the same arrays.
+/// layout of mma.sync's C fragment, so with `shape.warps` = the consumer warps (`shape.warpRows` = 16 rows each) the
+/// register tiles are the same arrays.
 std::unique_ptr<RegisterTiles> createPrinter(const KernelShape &shape);
 
 /// Bytes of one shared-memory row of `width` 16-bit elements: 16-byte chunks, padded to an odd number of chunks

@@ -26,7 +26,9 @@
 namespace flashtile::codegen::sm90 {
 namespace {
 
-constexpr int kWarpSize = 32, kWarpgroupWarps = 4, kRowsPerWarp = 16;
+constexpr int kWarpSize = 32, kWarpgroupWarps = 4;
+/// Rows of an m64 wgmma accumulator a warp of the issuing warpgroup holds: the split-Q warpRows this family prints.
+constexpr int kRowsPerWarp = kWgmmaM / kWarpgroupWarps;
 /// Shared memory kept past the tiles: the alignment of the first tile to the swizzle atom (the dynamic
 /// shared-memory base is only 16-byte aligned) and the barriers (8 bytes each, at most 2 + 4 x 8 slots, 2 more for a
 /// work queue) with the work queue's 4-byte cell.
@@ -53,7 +55,7 @@ const char *operandName(Operand operand) {
 class TileTargetSm90 final : public TileTarget {
 public:
   explicit TileTargetSm90(const KernelShape &shape) : shape(shape) {
-    consumerWarps = shape.blockM / kRowsPerWarp;
+    consumerWarps = shape.blockM / shape.warpRows; // the schedule's split-Q over its computing role
     KernelShape fragmentShape = shape;
     fragmentShape.warps = consumerWarps; // one m16 tile a consumer warp
     fragments = sm80::createPrinter(fragmentShape);
@@ -457,10 +459,16 @@ public:
     if (shape.blockN < 16 || shape.blockN % 16 != 0 || shape.blockN > kWgmmaMaxN)
       return cat("sm90: block-n (", shape.blockN, ") must be a multiple of 16 up to ", kWgmmaMaxN,
                  " (the n of Q·Kᵀ's wgmma and the k16 steps of P·V)");
+    if (shape.warpLayout != WarpLayout::SplitQ)
+      return cat("sm90: warp layout ", warpLayoutName(shape.warpLayout),
+                 " is not printed; accepted: ", warpLayoutName(WarpLayout::SplitQ));
     if (shape.warps % kWarpgroupWarps != 0 || shape.blockM % kWgmmaM != 0 ||
         shape.blockM != kRowsPerWarp * (shape.warps - kWarpgroupWarps))
       return cat("sm90: block-m (", shape.blockM, ") with ", shape.warps,
                  " warps: a block is one producer warpgroup plus consumer warpgroups of 64 rows each");
+    if (shape.warpRows != kRowsPerWarp)
+      return cat("sm90: split_q warpRows (", shape.warpRows, ") must be ", kRowsPerWarp,
+                 ": a consumer warp holds its quarter of an m", kWgmmaM, " wgmma's rows");
     if (shape.stages < 1 || shape.stages > 8)
       return cat("sm90: stages (", shape.stages, ") must be 1 to 8 slots per K/V ring");
     if (shape.packQueryHeads)

@@ -243,8 +243,9 @@ int64_t FuncOp::inputIndex(StringRef name) {
 }
 
 LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef name, int64_t blockM,
-                                   int64_t blockN, int64_t warps, int64_t stages, int64_t rescaleThreshold,
-                                   int64_t minBlocksPerSm, int64_t lptGroupBlocks, ShapeClass) {
+                                   int64_t blockN, int64_t warps, WarpLayout warpLayout, int64_t warpRows,
+                                   int64_t stages, int64_t rescaleThreshold, int64_t minBlocksPerSm,
+                                   int64_t lptGroupBlocks, ShapeClass) {
   // Every number a schedule can set, bounded here once: the printer and the runtime compute sizes, launch bounds
   // and grids from them in 32-bit ints. A schedule checks its own, tighter, rules on top.
   struct Bound {
@@ -264,6 +265,22 @@ LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                          << " to " << b.max;
   if (name.empty() || !llvm::all_of(name, [](char c) { return llvm::isAlnum(c) || c == '_'; }))
     return emitError() << "schedule name '" << name << "' is not an identifier ([A-Za-z0-9_]+)";
+  // The layout's own arithmetic; that warpRows is a multiple of an MMA's rows is the target family's check (its MMA
+  // shape), in tile-lower-to-target and the printer.
+  if (warpRows < 1 || blockM % warpRows != 0)
+    return emitError() << "schedule warpRows = " << warpRows << " must divide blockM (" << blockM << ")";
+  switch (warpLayout) {
+  case WarpLayout::SplitQ:
+    if (blockM / warpRows > warps)
+      return emitError() << "schedule warp layout split_q: blockM / warpRows = " << blockM / warpRows
+                         << " computing warps, but the block has " << warps;
+    break;
+  case WarpLayout::SplitKeys:
+    if (warpRows != blockM)
+      return emitError() << "schedule warp layout split_keys: every warp holds all blockM (" << blockM
+                         << ") rows, got warpRows = " << warpRows;
+    break;
+  }
   return success();
 }
 

@@ -108,6 +108,8 @@ def Tile_ShapeClassParameter : EnumParameter<Tile_ShapeClass> {
   let defaultValue = "::flashtile::tile::ShapeClass::Default";
 }
 
+def Tile_WarpLayoutParameter : EnumParameter<Tile_WarpLayout>;
+
 def Tile_ScheduleAttr : Tile_Attr<"Schedule", "schedule"> {
   let summary = "the schedule a program was scheduled with";
   let description = [{
@@ -119,10 +121,13 @@ def Tile_ScheduleAttr : Tile_Attr<"Schedule", "schedule"> {
     the block order (0, omitted: Q tiles heaviest first within each batch entry and head; N: heaviest first across
     groups of (batch, head) pairs of at least N blocks), `shapeClass` the shapes the kernel is for (`default`,
     omitted: any; `short`: at most 1024 query and key rows per sequence on average), which the kernel's name carries.
-    Example: `#tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 2, rescaleThreshold = 8>`,
-    `#tile.schedule<name = "fa2", blockM = 64, blockN = 64, warps = 4, stages = 2, shapeClass = short>`.
+    `warpLayout` and `warpRows` are how the block's query rows are spread over the warps that compute them
+    (`split_q`: each computing warp owns `warpRows` rows of its own, blockM / warpRows warps compute; docs/ir.md).
+    Example: `#tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 32,
+    stages = 2, rescaleThreshold = 8>`.
   }];
   let parameters = (ins StringRefParameter<>:$name, "int64_t":$blockM, "int64_t":$blockN, "int64_t":$warps,
+                        Tile_WarpLayoutParameter:$warpLayout, "int64_t":$warpRows,
                         "int64_t":$stages, DefaultValuedParameter<"int64_t", "0">:$rescaleThreshold,
                         DefaultValuedParameter<"int64_t", "0">:$minBlocksPerSm,
                         DefaultValuedParameter<"int64_t", "0">:$lptGroupBlocks,

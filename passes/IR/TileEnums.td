@@ -95,4 +95,16 @@ def Tile_ShapeClass : Tile_Enum<"ShapeClass", "a shape class", "the shapes a ker
   I32EnumAttrCase<"Short", 1, "short">
 ]>;
 
+// How a schedule spreads a block's query rows over the warps that compute (the schedule's decision; the printers
+// lay out registers and shared-memory reads by it and reject a layout they do not print).
+def Tile_WarpLayout : Tile_Enum<"WarpLayout", "a warp layout", "how a block's query rows are spread over its warps", [
+  // Split-Q (FA2): computing warp w owns rows [w·warpRows, (w + 1)·warpRows) of the block, in MMA-m tiles; the
+  // warps never exchange row statistics.
+  I32EnumAttrCase<"SplitQ", 0, "split_q">,
+  // Split-keys, for decode's few query rows: every computing warp holds all warpRows = blockM rows and takes its
+  // share of each K/V tile's keys; the warps merge m, l and acc at the end. Reserved: no schedule sets it and no
+  // target prints it yet (the printers reject it, naming split_q).
+  I32EnumAttrCase<"SplitKeys", 1, "split_keys">
+]>;
+
 #endif // FLASHTILE_TILE_ENUMS

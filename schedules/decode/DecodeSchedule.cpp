@@ -59,8 +59,10 @@ public:
       return func.emitOpError() << *error;
     // One tiling serves every shape class (the split count, a kernel argument, adapts to the shape); the grid
     // takes Q tiles per (batch, head), splits fastest (block order 0); every tile is rescaled (FA2's policy).
-    return ScheduleAttr::get(func.getContext(), kName, config.blockM, config.blockN, config.warps, config.stages,
-                             /*rescaleThreshold=*/0, config.minBlocksPerSm, /*lptGroupBlocks=*/0, ShapeClass::Default);
+    // Split-Q as fa2: every warp owns blockM / warps query rows.
+    return ScheduleAttr::get(func.getContext(), kName, config.blockM, config.blockN, config.warps, WarpLayout::SplitQ,
+                             config.blockM / config.warps, config.stages, /*rescaleThreshold=*/0, config.minBlocksPerSm,
+                             /*lptGroupBlocks=*/0, ShapeClass::Default);
   }
 
   // Descending as FA2: within a split, the masked tiles near the diagonal come first.

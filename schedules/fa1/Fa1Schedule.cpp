@@ -49,8 +49,10 @@ public:
       return func.emitOpError() << *error;
     // One tiling for every shape class; one K and one V buffer; every tile rescaled; no occupancy request; Q tiles
     // in grid order (the steps, not the blocks, are what is ordered).
-    return ScheduleAttr::get(func.getContext(), kName, config.blockM, config.blockN, config.warps, /*stages=*/1,
-                             /*rescaleThreshold=*/0, /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, ShapeClass::Default);
+    // Split-Q as fa2: every warp owns blockM / warps query rows.
+    return ScheduleAttr::get(func.getContext(), kName, config.blockM, config.blockN, config.warps, WarpLayout::SplitQ,
+                             config.blockM / config.warps, /*stages=*/1, /*rescaleThreshold=*/0, /*minBlocksPerSm=*/0,
+                             /*lptGroupBlocks=*/0, ShapeClass::Default);
   }
 
   // A step visits at most one tile, so the order only matters to tile-fa2-pipeline, which walks descending.

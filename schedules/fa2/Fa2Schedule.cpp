@@ -70,8 +70,10 @@ public:
     ShapeClass effectiveClass = config == configureFor(false) ? ShapeClass::Default : shapeClass;
     if (auto error = config.validate(headDim, headDimV))
       return func.emitOpError() << *error;
-    return ScheduleAttr::get(func.getContext(), kName, config.blockM, config.blockN, config.warps, config.stages,
-                             config.rescaleThreshold, config.minBlocksPerSm, config.lptGroupBlocks, effectiveClass);
+    // Split-Q (FA2): every warp owns blockM / warps query rows (validate checked the division).
+    return ScheduleAttr::get(func.getContext(), kName, config.blockM, config.blockN, config.warps, WarpLayout::SplitQ,
+                             config.blockM / config.warps, config.stages, config.rescaleThreshold,
+                             config.minBlocksPerSm, config.lptGroupBlocks, effectiveClass);
   }
 
   bool walkDescending() const override { return true; }

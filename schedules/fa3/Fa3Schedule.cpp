@@ -102,7 +102,11 @@ public:
       return func.emitOpError() << "fa3: scheduler = dynamic hands tiles to persistent blocks, but persistent = 0; "
                                    "accepted: scheduler = static with persistent = 0, or persistent = 1 (or unset)";
     int64_t warps = kWarpgroupWarps * (consumers + 1);
-    return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, warps, stages, /*rescaleThreshold=*/0,
+    // Split-Q over the consumer role's warps (the producer warpgroup holds no rows): each consumer warpgroup owns
+    // blockM / consumers rows, a quarter of them a warp.
+    int64_t warpRows = blockM / (kWarpgroupWarps * consumers);
+    return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, warps, WarpLayout::SplitQ, warpRows, stages,
+                             /*rescaleThreshold=*/0,
                              /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, shapeClass);
   }
 

@@ -6,7 +6,7 @@
 
 // Defaults for head dim 64: 128 query rows, 64-key tiles, 4 warps (32 rows each), one K and one V buffer, and
 // FA2's rescale policy (every tile; the default value 0 is not printed, and the softmax step has no threshold).
-// DEFAULT: tile.func @attention attributes {{.*}}schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, lptGroupBlocks = 512>
+// DEFAULT: tile.func @attention attributes {{.*}}schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 32, stages = 1, lptGroupBlocks = 512>
 // DEFAULT: tile.load q : tensor<128x64xbf16>
 // DEFAULT: tile.init_state : <128x64>
 // DEFAULT: tile.load k[%{{.*}}] : tensor<64x64xbf16>
@@ -16,11 +16,11 @@
 // DEFAULT: tile.finalize {{.*}} -> tensor<128x64xf32>, tensor<128xf32>
 
 // Knobs not given keep the head dim's default (stages = 1 at head dim 64); stages = 2: two K/V buffers.
-// CUSTOM: schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 32, warps = 4, stages = 1, lptGroupBlocks = 512>
-// STAGES2: schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 32, warps = 4, stages = 2, lptGroupBlocks = 512>
+// CUSTOM: schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 32, warps = 4, warpLayout = split_q, warpRows = 16, stages = 1, lptGroupBlocks = 512>
+// STAGES2: schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 32, warps = 4, warpLayout = split_q, warpRows = 16, stages = 2, lptGroupBlocks = 512>
 
 // rescale-threshold = 8: FA4's conditional rescaling, on the schedule and on every softmax step.
-// LAZY: schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, rescaleThreshold = 8, lptGroupBlocks = 512>
+// LAZY: schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 32, stages = 1, rescaleThreshold = 8, lptGroupBlocks = 512>
 // LAZY: tile.softmax_update {{.*}} {rescale_threshold = 8 : i64} : tensor<128x64xf32>
 // BADRESCALE: fa2: rescale-threshold = 16 is out of range; accepted: 0 to 15 (0: rescale acc every tile; N: only when a row max grows by more than N (log2))
 // CUSTOM: tile.load q : tensor<64x64xbf16>

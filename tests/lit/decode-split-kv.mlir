@@ -1,7 +1,7 @@
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=decode" --tile-decode-split-kv="kv-cache=true" | FileCheck %s
 
 // The decode schedule: FA2's tiling defaults for decode (64 query rows, 128-key tiles), block order 0.
-// CHECK: schedule = #tile.schedule<name = "decode", blockM = 32, blockN = 64, warps = 2, stages = 1>
+// CHECK: schedule = #tile.schedule<name = "decode", blockM = 32, blockN = 64, warps = 2, warpLayout = split_q, warpRows = 16, stages = 1>
 // kv-cache=true: the kernel may read a KV cache, contiguous or paged (no op changes; the printer follows the kernel
 // parameters).
 // CHECK-SAME: tile.kv_cache

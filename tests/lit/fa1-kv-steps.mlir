@@ -1,7 +1,7 @@
 // RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa1" --tile-fa1-kv-steps | FileCheck %s
 
 // The fa1 schedule's defaults at head dim 64: 64 x 64 tiles of 4 warps, one K and one V buffer.
-// CHECK: schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, stages = 1>
+// CHECK: schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 16, stages = 1>
 // The "may" rule is bounded by the launch's K/V tile, [kv_step·64, kv_step·64 + 64); the "full" rule is unchanged.
 // CHECK: tile.kv_range may
 // CHECK:   %[[STEP:.*]] = tile.dim kv_step
@@ -62,7 +62,7 @@ tile.func @unscheduled attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v
 
 // expected-error @+1 {{'tile.func' op has no tile.kv_range may rule to bound by the K/V step}}
 tile.func @noRule attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
-                              schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, stages = 1>} {
+                              schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 16, stages = 1>} {
   %q = tile.load q : tensor<64x64xbf16>
   %st0 = tile.init_state : !tile.state<64x64>
   %st = tile.kv_loop iter_args(%st0) : !tile.state<64x64> -> !tile.state<64x64> {
@@ -78,7 +78,7 @@ tile.func @noRule attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64
 
 // expected-error @+1 {{'tile.func' op already walks K/V steps (it has a tile.state_load)}}
 tile.func @twice attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
-                             schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, stages = 1>} {
+                             schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 16, stages = 1>} {
   %q = tile.load q : tensor<64x64xbf16>
   %st0 = tile.state_load : !tile.state<64x64>
   %st = tile.kv_loop iter_args(%st0) : !tile.state<64x64> -> !tile.state<64x64> {
@@ -95,7 +95,7 @@ tile.func @twice attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 
 
 // expected-error @+1 {{'tile.func' op has bounded K/V loops; split the walk into K/V steps before tile-split-boundary}}
 tile.func @bounded attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
-                               schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, stages = 1>} {
+                               schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 16, stages = 1>} {
   %c0 = arith.constant 0 : i32
   %c4 = arith.constant 4 : i32
   %q = tile.load q : tensor<64x64xbf16>

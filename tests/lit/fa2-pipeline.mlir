@@ -38,7 +38,7 @@
 
 // stages = 2 (chosen; the default at head dims 96 and 128): two K/V slots, Q·Kᵀ one tile ahead. Prologue: Q and
 // K(first) land (one wait names both tokens), V(first) and K(second) start, the first tile's scores are computed.
-// AHEAD: #tile.schedule<name = "fa2", blockM = 64, blockN = 64, warps = 4, stages = 2, lptGroupBlocks = 512>
+// AHEAD: #tile.schedule<name = "fa2", blockM = 64, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 16, stages = 2, lptGroupBlocks = 512>
 // AHEAD: %[[QB:.*]] = tile.buffer q : <tensor<64x64xbf16>, slots = 1>
 // AHEAD-NEXT: %[[KB:.*]] = tile.buffer k : <tensor<64x64xbf16>, slots = 2>
 // AHEAD-NEXT: %[[VB:.*]] = tile.buffer v : <tensor<64x64xbf16>, slots = 2>

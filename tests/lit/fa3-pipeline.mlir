@@ -5,7 +5,7 @@
 // RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline --tile-lower-to-target=arch=sm_80 2>&1 | FileCheck %s --check-prefix=NOTARGET
 
 // FA3: buffers (Q one slot, K and V rings of `stages` slots) with their full/empty barriers at the top.
-// CHECK: #tile.schedule<name = "fa3", blockM = 128, blockN = 64, warps = 12, stages = 3>
+// CHECK: #tile.schedule<name = "fa3", blockM = 128, blockN = 64, warps = 12, warpLayout = split_q, warpRows = 16, stages = 3>
 // CHECK: %[[QB:.*]] = tile.buffer q : <tensor<128x64xbf16>, slots = 1>
 // CHECK-NEXT: %[[KB:.*]] = tile.buffer k : <tensor<64x64xbf16>, slots = 3>
 // CHECK-NEXT: %[[VB:.*]] = tile.buffer v : <tensor<64x64xbf16>, slots = 3>

@@ -218,7 +218,7 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 
 // expected-error @+2 {{schedule lptGroupBlocks = -5 is not supported; accepted: 0 to 1048576}}
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
-                         schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, lptGroupBlocks = -5>} {
+                         schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 32, stages = 1, lptGroupBlocks = -5>} {
 }
 
 // -----
@@ -226,14 +226,44 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // expected-error @+3 {{expected a shape class (default, short), got 'long'}}
 // expected-error @+2 {{failed to parse Tile_ScheduleAttr parameter 'shapeClass'}}
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
-                         schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, shapeClass = long>} {
+                         schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 32, stages = 1, shapeClass = long>} {
 }
 
 // -----
 
 // expected-error @+2 {{schedule rescaleThreshold = 16 is not supported; accepted: 0 to 15}}
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
-                         schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, stages = 1, rescaleThreshold = 16>} {
+                         schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 32, stages = 1, rescaleThreshold = 16>} {
+}
+
+// -----
+
+// The warp layout is the schedule's: its own arithmetic is checked here, the MMA rows by the target (lower-to-target).
+// expected-error @+2 {{schedule warpRows = 48 must divide blockM (128)}}
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
+                         schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 48, stages = 1>} {
+}
+
+// -----
+
+// expected-error @+2 {{schedule warp layout split_q: blockM / warpRows = 8 computing warps, but the block has 4}}
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
+                         schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 16, stages = 1>} {
+}
+
+// -----
+
+// expected-error @+2 {{schedule warp layout split_keys: every warp holds all blockM (16) rows, got warpRows = 8}}
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
+                         schedule = #tile.schedule<name = "decode", blockM = 16, blockN = 64, warps = 4, warpLayout = split_keys, warpRows = 8, stages = 1>} {
+}
+
+// -----
+
+// expected-error @+3 {{expected a warp layout (split_q, split_keys), got 'split_m'}}
+// expected-error @+2 {{failed to parse Tile_ScheduleAttr parameter 'warpLayout'}}
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
+                         schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, warpLayout = split_m, warpRows = 32, stages = 1>} {
 }
 
 // -----

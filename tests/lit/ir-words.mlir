@@ -5,7 +5,7 @@
 // word parses too (MLIR's keyword-or-string). Bad words: invalid.mlir, async-ops.mlir.
 
 // CHECK-LABEL: tile.func @words
-// CHECK-SAME: shapeClass = short
+// CHECK-SAME: warps = 4, warpLayout = split_q, warpRows = 16, stages = 1, shapeClass = short
 // CHECK-SAME: #tile.target<arch = "sm_80", isa = "sm80">
 // CHECK: tile.dim seqlen_k
 // CHECK: tile.dim key_offset
@@ -22,7 +22,7 @@
 // CHECK: tile.store o %{{.*}} : tensor<64x64xf32>
 // CHECK: tile.store lse %{{.*}} : tensor<64xf32>
 tile.func @words attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
-    schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 64, warps = 4, stages = 1, shapeClass = short>,
+    schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 16, stages = 1, shapeClass = short>,
     target = #tile.target<arch = "sm_80", isa = "sm80">} {
   %c0 = arith.constant 0 : i32
   %c2 = arith.constant 2 : i32

@@ -9,6 +9,7 @@
 #include "flashtile/runtime/KernelAbi.h"
 
 #include <cuda.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int fakeContext, fakeModule, fakeFunction, fakeEvent;
@@ -81,10 +82,21 @@ CUresult cuFuncSetAttribute(CUfunction function, CUfunction_attribute attribute,
   (void)function, (void)attribute, (void)value;
   return CUDA_SUCCESS;
 }
-/* Two blocks an SM: the split heuristic's assumption before it asked the driver. */
+/* Blocks of any kernel an SM holds at once: FLASHTILE_FAKE_BLOCKS_PER_SM (a non-negative integer; the split-KV
+   tests set it to show that forward() asks the driver), else two, the split heuristic's assumption before it asked.
+   A value that is not such an integer is CUDA_ERROR_INVALID_VALUE, so that a mistyped test cannot pass. */
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfunction function, int threads, size_t smem) {
   (void)function, (void)threads, (void)smem;
-  *blocks = 2;
+  const char *text = getenv("FLASHTILE_FAKE_BLOCKS_PER_SM");
+  if (!text) {
+    *blocks = 2;
+    return CUDA_SUCCESS;
+  }
+  char *end = NULL;
+  long value = strtol(text, &end, 10);
+  if (end == text || *end != '\0' || value < 0 || value > 64)
+    return CUDA_ERROR_INVALID_VALUE;
+  *blocks = (int)value;
   return CUDA_SUCCESS;
 }
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,

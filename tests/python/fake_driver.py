@@ -19,10 +19,11 @@ def cuda_include():
     return None
 
 
-def run_host_script(test, script, ok_line, probes=(), stand_in_torch=True):
+def run_host_script(test, script, ok_line, probes=(), stand_in_torch=True, env=None):
     """Builds the fake driver (and each C file of `probes` into a shared library), runs host/`script` with their
-    paths as arguments, and asserts it exits 0 printing `ok_line`. With `stand_in_torch`, the child imports the
-    stand-in torch (host/torch) and the package under test from this process's flashtile."""
+    paths as arguments, asserts it exits 0 printing `ok_line` and returns its standard output. With
+    `stand_in_torch`, the child imports the stand-in torch (host/torch) and the package under test from this
+    process's flashtile; `env` adds variables to the child's environment (FakeCuda.c reads some)."""
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("cc")
     include = cuda_include()
     if not compiler or not include:
@@ -37,17 +38,18 @@ def run_host_script(test, script, ok_line, probes=(), stand_in_torch=True):
             subprocess.run([compiler, "-O1", "-shared", "-fPIC", *headers, "-o", library, os.path.join(HERE, source)],
                            check=True)
             libraries.append(library)
-        env = dict(os.environ, FLASHTILE_CACHE_DIR=os.path.join(work, "cache"))
+        child_env = {**os.environ, "FLASHTILE_CACHE_DIR": os.path.join(work, "cache"), **(env or {})}
         if stand_in_torch:
             import flashtile  # the package under test: its folder goes on the child's path after the stand-in
 
             package_root = os.path.dirname(os.path.dirname(os.path.abspath(flashtile.__file__)))
-            env.update(PYTHONPATH=os.pathsep.join([os.path.join(HERE, "host"), package_root]),
-                       FLASHTILE_LIBRARY=flashtile.library_path())
-        env.pop("FLASHTILE_DISABLE_CACHE", None)
-        child = subprocess.run([sys.executable, os.path.join(HERE, "host", script), *libraries], env=env,
+            child_env.update(PYTHONPATH=os.pathsep.join([os.path.join(HERE, "host"), package_root]),
+                             FLASHTILE_LIBRARY=flashtile.library_path())
+        child_env.pop("FLASHTILE_DISABLE_CACHE", None)
+        child = subprocess.run([sys.executable, os.path.join(HERE, "host", script), *libraries], env=child_env,
                                capture_output=True, text=True, timeout=600)
     if child.returncode != 0 and "NVRTC could not be loaded" in child.stdout + child.stderr:
         test.skipTest("no NVRTC here")
     test.assertEqual(child.returncode, 0, child.stdout + child.stderr)
     test.assertIn(ok_line, child.stdout)
+    return child.stdout

@@ -628,6 +628,25 @@ TEST(Codegen, ShapeClassNamesAreTheRuntimes) {
   }
 }
 
+TEST(Codegen, KernelShapeCarriesTheIrsWarpLayout) {
+  // The printers take the warp layout from KernelShape, not from blockM / warps: kernelShapeOf maps every layout the
+  // IR can state to codegen's, under the IR's name (the families' refusals print it), with the IR's rows per warp.
+  Compiler compiler;
+  tile::FuncOp func = compiler.build(variants::causal(), ElementType::BF16, 64, "sm_80");
+  ASSERT_TRUE(func);
+  tile::ScheduleAttr s = func.getScheduleAttr();
+  for (uint32_t v = 0; v <= tile::getMaxEnumValForWarpLayout(); ++v) {
+    auto layout = static_cast<tile::WarpLayout>(v);
+    int64_t rows = layout == tile::WarpLayout::SplitKeys ? s.getBlockM() : s.getBlockM() / 2;
+    func.setScheduleAttr(tile::ScheduleAttr::get(&compiler.context, s.getName(), s.getBlockM(), s.getBlockN(),
+                                                 s.getWarps(), layout, rows, s.getStages(), s.getRescaleThreshold(),
+                                                 s.getMinBlocksPerSm(), s.getLptGroupBlocks(), s.getShapeClass()));
+    codegen::KernelShape shape = schedule::kernelShapeOf(func);
+    EXPECT_EQ(std::string(codegen::warpLayoutName(shape.warpLayout)), tile::stringifyWarpLayout(layout).str());
+    EXPECT_EQ(shape.warpRows, rows);
+  }
+}
+
 TEST(Codegen, RejectsUnknownInstructionFamily) {
   Compiler compiler;
   tile::FuncOp func = compiler.build(variants::causal(), ElementType::BF16, 64, "sm_90a");
