@@ -6,8 +6,10 @@
 namespace flashtile::interp {
 
 namespace {
-std::string tileName(tile::Operand operand, int64_t tile) {
-  return tile::stringifyOperand(operand).str() + " tile " + std::to_string(tile);
+std::string tileName(AsyncCopies::Content operand, int64_t tile) {
+  if (!operand)
+    return "work unit " + std::to_string(tile);
+  return tile::stringifyOperand(*operand).str() + " tile " + std::to_string(tile);
 }
 std::string slotName(AsyncCopies::Slot slot) {
   return "slot " + std::to_string(slot.second) + " of buffer " + std::to_string(slot.first);
@@ -19,7 +21,7 @@ bool &AsyncCopies::enabled() {
   return on;
 }
 
-std::optional<std::string> AsyncCopies::copy(tile::Operand operand, int64_t tile, Slot slot, bool pred,
+std::optional<std::string> AsyncCopies::copy(Content operand, int64_t tile, Slot slot, bool pred,
                                              int64_t &token) {
   token = static_cast<int64_t>(copies.size());
   copies.push_back({operand, tile, slot, pred});
@@ -89,7 +91,7 @@ std::optional<std::string> AsyncCopies::stage(Slot slot, int role) {
   return hazard;
 }
 
-std::optional<std::string> AsyncCopies::load(tile::Operand operand, int64_t tile, Slot slot, int role) {
+std::optional<std::string> AsyncCopies::load(Content operand, int64_t tile, Slot slot, int role) {
   SlotState &s = slots[slot];
   s.readSinceBarrier = true;
   if (!enabled())
@@ -143,7 +145,7 @@ int64_t roundOf(int64_t position, int64_t slots) {
 }
 } // namespace
 
-std::optional<std::string> AsyncCopies::copyArriving(tile::Operand operand, int64_t tile, Slot slot, bool pred,
+std::optional<std::string> AsyncCopies::copyArriving(Content operand, int64_t tile, Slot slot, bool pred,
                                                      int64_t barrier, int64_t position, int role, int64_t &token) {
   token = static_cast<int64_t>(copies.size());
   copies.push_back({operand, tile, slot, pred, /*landed=*/true});

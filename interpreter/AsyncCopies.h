@@ -36,19 +36,23 @@ public:
   using Slot = std::pair<int64_t, int64_t>;
   /// What a token stands for: a copy's number (0, 1, ...), or kNoToken for a value no copy produced.
   static constexpr int64_t kNoToken = -1;
+  /// What a slot holds: a tile of an operand (Q, K, V), or, without one, a work unit (the one-unit cell of a dynamic
+  /// tile scheduler, tile.work_queue); numbered by its index.
+  using Content = std::optional<tile::Operand>;
+  static constexpr Content kWorkUnit = std::nullopt;
 
   /// `copy_async X[tile] into slot if pred`: returns the copy's token. A predicated-off copy moves no data and its
   /// token completes at once.
-  std::optional<std::string> copy(tile::Operand operand, int64_t tile, Slot slot, bool pred, int64_t &token);
+  std::optional<std::string> copy(Content operand, int64_t tile, Slot slot, bool pred, int64_t &token);
   /// `wait %tokens`: lands the tokens' copies; then a block-wide barrier.
   std::optional<std::string> wait(const std::vector<int64_t> &tokens);
   /// `load X[tile] from slot`: the slot must hold X's tile `tile`, landed, with no copy into it in flight.
-  std::optional<std::string> load(tile::Operand operand, int64_t tile, Slot slot, int role = 0);
+  std::optional<std::string> load(Content operand, int64_t tile, Slot slot, int role = 0);
   /// Declares barrier `barrier` over the slots of buffer `buffer`: a full barrier (arrivals = 0) or an empty one
   /// that completes a phase after `arrivals` consumers released the slot.
   void addBarrier(int64_t barrier, int64_t buffer, int64_t slots, int64_t arrivals);
   /// `copy_async X[tile] into slot arrive %full[position]` by `role`: the copy lands and completes its slot's phase.
-  std::optional<std::string> copyArriving(tile::Operand operand, int64_t tile, Slot slot, bool pred, int64_t barrier,
+  std::optional<std::string> copyArriving(Content operand, int64_t tile, Slot slot, bool pred, int64_t barrier,
                                           int64_t position, int role, int64_t &token);
   /// `barrier_wait %b[position]` by `role`: whether the phase has completed (then the role has observed it). A phase
   /// that has not completed yet is no error: another role may complete it.
@@ -73,14 +77,14 @@ public:
 
 private:
   struct Copy {
-    tile::Operand operand;
+    Content operand;
     int64_t tile;
     Slot slot;
     bool moves; // false: predicated off
     bool landed = false;
   };
   struct SlotState {
-    std::optional<std::pair<tile::Operand, int64_t>> landed; // the tile the slot holds
+    std::optional<std::pair<Content, int64_t>> landed; // the tile (or work unit) the slot holds
     std::optional<int64_t> incoming;                        // the copy filling it
     bool readSinceBarrier = false;                          // some thread may still be reading `landed`
     int64_t fills = 0;                                      // copies started into the slot (and O stagings)

@@ -558,13 +558,13 @@ LogicalResult Interpreter::execDynamic(WorkLoopOp op, SmallVectorImpl<int64_t> &
         }
       }
       int64_t token = AsyncCopies::kNoToken;
-      if (auto hazard = copies.copyArriving("work unit", unit, cell, true, full, count, role, token))
+      if (auto hazard = copies.copyArriving(AsyncCopies::kWorkUnit, unit, cell, true, full, count, role, token))
         return fail(op, *hazard);
       workCell = unit;
     } else {
       if (failed(waitFor(op, full, count)))
         return failure();
-      if (auto hazard = copies.load("work unit", workCell, cell, role))
+      if (auto hazard = copies.load(AsyncCopies::kWorkUnit, workCell, cell, role))
         return fail(op, *hazard);
       unit = workCell;
     }
