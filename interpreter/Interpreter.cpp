@@ -230,6 +230,8 @@ private:
   }
   /// A dynamic loop's iterations: the taking role takes units, the others receive them from the work queue.
   LogicalResult execDynamic(WorkLoopOp op, SmallVectorImpl<int64_t> &carried);
+  /// One work tile of a work loop: binds its tile count and carried values, runs the body, takes the yielded values.
+  LogicalResult runWorkTile(WorkLoopOp op, int64_t count, SmallVectorImpl<int64_t> &carried);
   /// Waits (handing over to the other roles) until phase `position` of barrier `barrier` completes, for `op`.
   LogicalResult waitFor(Operation *op, int64_t barrier, int64_t position);
   LogicalResult execBlock(Block &block);
@@ -534,6 +536,23 @@ LogicalResult Interpreter::runPersistent(int64_t qTiles) {
   return success();
 }
 
+LogicalResult Interpreter::runWorkTile(WorkLoopOp op, int64_t count, SmallVectorImpl<int64_t> &carried) {
+  Block &body = op.getBody().front();
+  scalars[op.getTileCount()] = Scalar::integer(count);
+  for (auto [arg, value] : llvm::zip(op.getCarriedArgs(), carried))
+    scalars[arg] = Scalar::integer(value);
+  if (failed(execBlock(body)))
+    return failure();
+  auto yield = cast<YieldOp>(body.getTerminator());
+  for (auto [i, value] : llvm::enumerate(yield.getValues())) {
+    FailureOr<Scalar> next = scalar(yield, value);
+    if (failed(next))
+      return failure();
+    carried[i] = next->i;
+  }
+  return success();
+}
+
 LogicalResult Interpreter::execDynamic(WorkLoopOp op, SmallVectorImpl<int64_t> &carried) {
   if (!barriers.contains(op.getQueueFull()) || !barriers.contains(op.getQueueEmpty()) ||
       !workQueueBuffers.contains(op.getQueueFull()))
@@ -542,7 +561,6 @@ LogicalResult Interpreter::execDynamic(WorkLoopOp op, SmallVectorImpl<int64_t> &
   const AsyncCopies::Slot cell{workQueueBuffers.lookup(op.getQueueFull()), 0};
   const int64_t units = persistentQTiles * problem.headsQ * problem.batch;
   const std::vector<int64_t> &mine = dealtUnits[persistentBlock];
-  Block &body = op.getBody().front();
   for (int64_t count = 0;; ++count) {
     int64_t unit = units; // past the last: the end
     if (op.getTake()) {
@@ -572,18 +590,8 @@ LogicalResult Interpreter::execDynamic(WorkLoopOp op, SmallVectorImpl<int64_t> &
       break;
     if (!decodeDynamicUnit(unit, persistentQTiles))
       return fail(op, "received unit " + Twine(unit) + ", a tile past its sequence's rows, which no role runs");
-    scalars[op.getTileCount()] = Scalar::integer(count);
-    for (auto [arg, value] : llvm::zip(op.getCarriedArgs(), carried))
-      scalars[arg] = Scalar::integer(value);
-    if (failed(execBlock(body)))
+    if (failed(runWorkTile(op, count, carried)))
       return failure();
-    auto yield = cast<YieldOp>(body.getTerminator());
-    for (auto [i, value] : llvm::enumerate(yield.getValues())) {
-      FailureOr<Scalar> next = scalar(yield, value);
-      if (failed(next))
-        return failure();
-      carried[i] = next->i;
-    }
   }
   return success();
 }
@@ -615,7 +623,6 @@ LogicalResult Interpreter::exec(WorkLoopOp op) {
       scalars[result] = Scalar::integer(value);
     return success();
   }
-  Block &body = op.getBody().front();
   int64_t count = 0;
   // As the kernel walks them: units block, block + blocks, ..., two tiles each (decodeWorkTile).
   const int64_t units = (persistentQTiles + 1) / 2 * problem.headsQ * problem.batch;
@@ -623,18 +630,8 @@ LogicalResult Interpreter::exec(WorkLoopOp op) {
     const int64_t unit = persistentBlock + step / 2 * persistentGrid;
     if (!decodeWorkTile(2 * unit + step % 2, persistentQTiles))
       continue;
-    scalars[op.getTileCount()] = Scalar::integer(count);
-    for (auto [arg, value] : llvm::zip(op.getCarriedArgs(), carried))
-      scalars[arg] = Scalar::integer(value);
-    if (failed(execBlock(body)))
+    if (failed(runWorkTile(op, count, carried)))
       return failure();
-    auto yield = cast<YieldOp>(body.getTerminator());
-    for (auto [i, value] : llvm::enumerate(yield.getValues())) {
-      FailureOr<Scalar> next = scalar(yield, value);
-      if (failed(next))
-        return failure();
-      carried[i] = next->i;
-    }
     ++count;
   }
   for (auto [result, value] : llvm::zip(op.getResults(), carried))

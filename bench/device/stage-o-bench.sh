@@ -8,34 +8,9 @@
 #   bench-staged.md / bench-direct.md   bf16, batch·seqlen = 16k, hidden 2048, alternating FLASHTILE_REPEATS times
 # FLASHTILE_STEPS (default "tests,memcheck,check,bench") picks the steps; each is bounded in time.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-OUT=${OUT:-$PWD/.device/out}
-mkdir -p "$OUT"
-LIB=.device/lib/libflashtile.so
 STEPS=${FLASHTILE_STEPS:-tests,memcheck,check,bench}
-export FLASHTILE_CACHE_DIR=${FLASHTILE_CACHE_DIR:-/tmp/flashtile-cache}
-status=0
-has() { [[ ,$STEPS, == *,$1,* ]]; }
-nvidia-smi -L || true
-if has tests; then
-  FLASHTILE_AOT_DIR=$PWD/.device/aot-fa3 FLASHTILE_SCHEDULE=fa3 FLASHTILE_REQUIRE_GPU=1 FLASHTILE_DISABLE_CACHE=1 \
-    timeout -k 5 "${FLASHTILE_TESTS_TIMEOUT:-200}" .device/bin/flashtile_gpu_tests ${FLASHTILE_GTEST_FILTER:+--gtest_filter="$FLASHTILE_GTEST_FILTER"} \
-    >"$OUT/gpu-tests.log" 2>&1 || status=1
-  tail -3 "$OUT/gpu-tests.log"
-fi
-if has memcheck; then
-  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  FLASHTILE_AOT_DIR=$PWD/.device/aot-fa3 FLASHTILE_SCHEDULE=fa3 FLASHTILE_REQUIRE_GPU=1 FLASHTILE_DISABLE_CACHE=1 \
-    timeout -k 5 "${FLASHTILE_TESTS_TIMEOUT:-200}" "$sanitizer" --tool memcheck --error-exitcode 9 \
-    .device/bin/flashtile_gpu_tests --gtest_filter="${FLASHTILE_MEMCHECK_FILTER:-Cases/*bf16_hd256*:Varlen/*bf16_hd256*}" \
-    >"$OUT/memcheck.log" 2>&1 || status=1
-  tail -3 "$OUT/memcheck.log"
-fi
-if has check; then
-  timeout -k 5 "${FLASHTILE_CHECK_TIMEOUT:-200}" python3 bench/check_variants.py --lib $LIB \
-    --aot-dir .device/aot-fa3 --schedule fa3 --markdown "$OUT/variants.md" >"$OUT/check.log" 2>&1 || status=1
-  grep -c PASS "$OUT/check.log"; grep FAIL "$OUT/check.log" | head
-fi
+MEMCHECK_DEFAULT='Cases/*bf16_hd256*:Varlen/*bf16_hd256*'
+source "$(dirname "${BASH_SOURCE[0]}")/fa3-steps.sh"
 if has bench; then
   for round in $(seq "${FLASHTILE_REPEATS:-2}"); do
     for lib in staged direct; do
