@@ -223,6 +223,9 @@ private:
   /// Unit `unit` of a dynamic work loop as this instance (the CUDA printer's printDynamicWorkTile: Q tile
   /// qTiles - 1 - unit / pairs of pair unit % pairs); false for a tile past its sequence's rows (varlen).
   bool decodeDynamicUnit(int64_t unit, int64_t qTiles);
+  /// Q tile `t` of (batch, head) pair `pair` (query head fastest) as this instance, for both orders above; false
+  /// when the tile starts past its sequence's rows.
+  bool enterTile(int64_t pair, int64_t t, int64_t qTiles);
   /// Whether the program's work loops take their units at run time (tile.work_loop dynamic).
   bool dynamicWorkLoops() {
     return func.walk([](WorkLoopOp loop) { return loop.isDynamic() ? WalkResult::interrupt() : WalkResult::advance(); })
@@ -468,6 +471,10 @@ bool Interpreter::decodeWorkTile(int64_t work, int64_t qTiles) {
   const int64_t t = work % 2 == 0 ? qTiles - 1 - k : k;
   if (work % 2 == 1 && t == qTiles - 1 - k)
     return false; // the middle tile of an odd qTiles is a unit alone
+  return enterTile(pair, t, qTiles);
+}
+
+bool Interpreter::enterTile(int64_t pair, int64_t t, int64_t qTiles) {
   const int64_t b = pair / problem.headsQ, h = pair % problem.headsQ;
   inst = sequenceOf(problem, b);
   inst.h = h;
@@ -482,16 +489,7 @@ bool Interpreter::decodeWorkTile(int64_t work, int64_t qTiles) {
 
 bool Interpreter::decodeDynamicUnit(int64_t unit, int64_t qTiles) {
   const int64_t pairs = problem.headsQ * problem.batch, t = qTiles - 1 - unit / pairs, pair = unit % pairs;
-  const int64_t b = pair / problem.headsQ, h = pair % problem.headsQ;
-  inst = sequenceOf(problem, b);
-  inst.h = h;
-  inst.hKv = h / group;
-  inst.qTile = t;
-  inst.m0 = t * blockM;
-  inst.rows = blockM;
-  inst.splitEnd = inst.seqlenK;
-  kTileLoads = runStats ? &runStats->kTileLoads[(b * problem.headsQ + h) * qTiles + t] : nullptr;
-  return t * blockM < inst.seqlenQ;
+  return enterTile(pair, t, qTiles);
 }
 
 LogicalResult Interpreter::runPersistent(int64_t qTiles) {
