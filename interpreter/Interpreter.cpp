@@ -37,7 +37,8 @@ namespace flashtile::interp {
 namespace {
 
 using TilePtr = std::shared_ptr<const Tile>;
-using StatePtr = std::shared_ptr<const SoftmaxState>;
+using StatsPtr = std::shared_ptr<const RowStats>;
+using AccPtr = std::shared_ptr<const Accumulator>;
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -302,10 +303,17 @@ private:
 
   FailureOr<Scalar> scalar(Operation *user, Value value);
   FailureOr<TilePtr> tile(Operation *user, Value value);
-  FailureOr<StatePtr> state(Operation *user, Value value);
-  /// Binds a computed tile (state) to a result, checking it against the result's static shape.
+  FailureOr<StatsPtr> rowStats(Operation *user, Value value);
+  /// An accumulator, which must not be the pending result of an asynchronous P·V (unless carried on or yielded).
+  FailureOr<AccPtr> accumulator(Operation *user, Value value);
+  /// Binds a computed tile (row statistics, accumulator) to a result, checking it against the result's static shape.
   LogicalResult define(Operation *op, Value result, Tile value);
-  LogicalResult define(Operation *op, Value result, SoftmaxState value);
+  LogicalResult define(Operation *op, Value result, RowStats value);
+  LogicalResult define(Operation *op, Value result, Accumulator value);
+  /// A state (tile.init_state, tile.state_load) of the instance's rows.
+  LogicalResult checkStateRows(Operation *op, Value acc);
+  /// Binds the empty state (m = -inf, l = 0, acc = 0) of the instance's rows to `stats` and `acc`.
+  LogicalResult defineEmptyState(Operation *op, Value stats, Value acc);
 
   /// Reports an error at `op`, with a note naming the program instance.
   LogicalResult fail(Operation *op, const Twine &message);
@@ -357,14 +365,20 @@ private:
   /// K/V-step programs (tile.state_load): the launch's K/V tile, and the state each instance (batch, head, Q tile)
   /// stored last, with the step that stored it: the global-memory workspace between launches.
   int64_t kvStep = 0;
-  std::map<std::array<int64_t, 3>, std::pair<int64_t, SoftmaxState>> stepStates;
+  struct StepState {
+    int64_t step;
+    RowStats stats;
+    Accumulator acc;
+  };
+  std::map<std::array<int64_t, 3>, StepState> stepStates;
 
   Instance inst;
   AsyncCopies copies;
   int storesO = 0, storesLse = 0;
   llvm::DenseMap<Value, Scalar> scalars;
   llvm::DenseMap<Value, TilePtr> tiles;
-  llvm::DenseMap<Value, StatePtr> states;
+  llvm::DenseMap<Value, StatsPtr> stats;
+  llvm::DenseMap<Value, AccPtr> accs;
   llvm::DenseMap<Value, int64_t> buffers;             ///< tile.buffer -> its number
   llvm::DenseMap<Value, AsyncCopies::Slot> slots;     ///< tile.slot -> (buffer, slot)
   llvm::DenseMap<Value, int64_t> tokens;              ///< token -> the copy it stands for
@@ -640,7 +654,8 @@ LogicalResult Interpreter::exec(WorkLoopOp op) {
 LogicalResult Interpreter::runInstance(bool checkStores) {
   scalars.clear();
   tiles.clear();
-  states.clear();
+  stats.clear();
+  accs.clear();
   buffers.clear();
   slots.clear();
   tokens.clear();
@@ -752,13 +767,20 @@ FailureOr<TilePtr> Interpreter::tile(Operation *user, Value value) {
   return it->second;
 }
 
-FailureOr<StatePtr> Interpreter::state(Operation *user, Value value) {
-  auto it = states.find(value);
-  if (it == states.end())
-    return fail(user, "uses a softmax state the interpreter has not computed");
+FailureOr<StatsPtr> Interpreter::rowStats(Operation *user, Value value) {
+  auto it = stats.find(value);
+  if (it == stats.end())
+    return fail(user, "uses row statistics the interpreter has not computed");
+  return it->second;
+}
+
+FailureOr<AccPtr> Interpreter::accumulator(Operation *user, Value value) {
+  auto it = accs.find(value);
+  if (it == accs.end())
+    return fail(user, "uses an accumulator the interpreter has not computed");
   if (!isa<YieldOp, KvLoopOp>(user) && pendingResults.contains(it->second.get()) && AsyncCopies::enabled())
-    return fail(user, "pipeline hazard: reads the state an asynchronous P·V accumulates into before tile.mma_wait "
-                      "on its token");
+    return fail(user, "pipeline hazard: reads the accumulator an asynchronous P·V writes before tile.mma_wait on "
+                      "its token");
   return it->second;
 }
 
@@ -812,13 +834,22 @@ LogicalResult Interpreter::define(Operation *op, Value result, Tile value) {
   return success();
 }
 
-LogicalResult Interpreter::define(Operation *op, Value result, SoftmaxState value) {
-  auto type = cast<StateType>(result.getType());
+LogicalResult Interpreter::define(Operation *op, Value result, RowStats value) {
+  auto type = cast<StatsType>(result.getType());
+  if (type.hasStaticRows() && type.getRows() != value.rows)
+    return fail(op, "computes row statistics of " + Twine(value.rows) + " rows but its type says " +
+                        Twine(type.getRows()));
+  stats[result] = std::make_shared<const RowStats>(std::move(value));
+  return success();
+}
+
+LogicalResult Interpreter::define(Operation *op, Value result, Accumulator value) {
+  auto type = cast<AccType>(result.getType());
   if ((type.hasStaticRows() && type.getRows() != value.rows) || type.getCols() != value.cols)
-    return fail(op, "computes a softmax state of " + Twine(value.rows) + "x" + Twine(value.cols) +
+    return fail(op, "computes an accumulator of " + Twine(value.rows) + "x" + Twine(value.cols) +
                         " but its type says " + Twine(type.hasStaticRows() ? type.getRows() : value.rows) + "x" +
                         Twine(type.getCols()));
-  states[result] = std::make_shared<const SoftmaxState>(std::move(value));
+  accs[result] = std::make_shared<const Accumulator>(std::move(value));
   return success();
 }
 
@@ -901,8 +932,9 @@ LogicalResult Interpreter::exec(KvRangeOp op) {
 }
 
 LogicalResult Interpreter::exec(KvLoopOp op) {
-  FailureOr<StatePtr> init = state(op, op.getInit());
-  if (failed(init))
+  FailureOr<StatsPtr> initStats = rowStats(op, op.getInitStats());
+  FailureOr<AccPtr> initAcc = accumulator(op, op.getInitAcc());
+  if (failed(initStats) || failed(initAcc))
     return failure();
   // Carried tiles, and tokens (the copies they stand for).
   struct Carried {
@@ -944,26 +976,31 @@ LogicalResult Interpreter::exec(KvLoopOp op) {
   bool descending = op.getOrder() == KvOrder::Descending;
   Block &body = op.getBody().front();
   auto yield = cast<YieldOp>(body.getTerminator());
-  StatePtr current = *init;
+  StatsPtr currentStats = *initStats;
+  AccPtr currentAcc = *initAcc;
   for (int64_t step = 0; step < to - from; ++step) {
     scalars[op.getTileIndex()] = Scalar::integer(descending ? to - 1 - step : from + step);
-    states[op.getStateArg()] = current;
+    stats[op.getStatsArg()] = currentStats;
+    accs[op.getAccArg()] = currentAcc;
     for (auto [arg, value] : llvm::zip(op.getCarriedArgs(), carried))
       bind(arg, value);
     if (failed(execBlock(body)))
       return failure();
-    FailureOr<StatePtr> next = state(yield, yield.getValues()[0]);
-    if (failed(next))
+    FailureOr<StatsPtr> nextStats = rowStats(yield, yield.getValues()[0]);
+    FailureOr<AccPtr> nextAcc = accumulator(yield, yield.getValues()[1]);
+    if (failed(nextStats) || failed(nextAcc))
       return failure();
-    current = *next;
-    for (auto [i, value] : llvm::enumerate(yield.getValues().drop_front())) {
+    currentStats = *nextStats;
+    currentAcc = *nextAcc;
+    for (auto [i, value] : llvm::enumerate(yield.getValues().drop_front(2))) {
       FailureOr<Carried> c = carriedValue(yield, value);
       if (failed(c))
         return failure();
       carried[i] = *c;
     }
   }
-  states[op.getResult()] = current;
+  stats[op.getStats()] = currentStats;
+  accs[op.getAcc()] = currentAcc;
   for (auto [result, value] : llvm::zip(op.getCarriedResults(), carried))
     bind(result, value);
   return success();
@@ -1438,67 +1475,60 @@ LogicalResult Interpreter::exec(MaskOp op) {
 }
 
 LogicalResult Interpreter::exec(SoftmaxUpdateOp op) {
+  // The softmax reads and writes m and l only: an asynchronous P·V may still be writing the accumulator (FA3's
+  // intra-warpgroup overlap).
   FailureOr<TilePtr> s = tile(op, op.getS());
-  // The softmax reads and writes m and l only; acc passes through to the new state untouched, so it may still be
-  // the pending result of an asynchronous P·V (FA3's intra-warpgroup overlap) and stays pending in the new state.
-  auto found = states.find(op.getState());
-  if (found == states.end())
-    return fail(op, "uses a softmax state the interpreter has not computed");
-  FailureOr<StatePtr> st = found->second;
-  auto pendingAcc = pendingResults.find(found->second.get());
-  std::optional<int64_t> pendingId;
-  if (pendingAcc != pendingResults.end())
-    pendingId = pendingAcc->second;
-  if (failed(s))
+  FailureOr<StatsPtr> st = rowStats(op, op.getStats());
+  if (failed(s) || failed(st))
     return failure();
   if ((*s)->rows != (*st)->rows)
-    return fail(op, "the score tile has " + Twine((*s)->rows) + " rows but the state " + Twine((*st)->rows));
+    return fail(op, "the score tile has " + Twine((*s)->rows) + " rows but the row statistics " +
+                        Twine((*st)->rows));
   RoundFn roundP = roundFor(cast<RankedTensorType>(op.getP().getType()).getElementType());
   float c = std::numbers::log2e_v<float>;
   if (op.getFoldScale())
     c = problem.softmaxScale * std::numbers::log2e_v<float>;
   SoftmaxStep step = softmaxUpdate(**s, **st, c, roundP, static_cast<int>(op.getRescaleThreshold().value_or(0)));
-  if (failed(define(op, op.getP(), std::move(step.p))) || failed(define(op, op.getAlpha(), std::move(step.alpha))) ||
-      failed(define(op, op.getNewState(), std::move(step.state))))
+  if (failed(define(op, op.getP(), std::move(step.p))) || failed(define(op, op.getAlpha(), std::move(step.alpha))))
     return failure();
-  if (pendingId)
-    pendingResults[states[op.getNewState()].get()] = *pendingId;
-  return success();
+  return define(op, op.getNewStats(), std::move(step.stats));
 }
 
 LogicalResult Interpreter::exec(RescaleOp op) {
-  FailureOr<StatePtr> st = state(op, op.getState());
+  FailureOr<AccPtr> acc = accumulator(op, op.getAcc());
   FailureOr<TilePtr> alpha = tile(op, op.getAlpha());
-  if (failed(st) || failed(alpha))
+  if (failed(acc) || failed(alpha))
     return failure();
-  if ((*alpha)->rows != (*st)->rows)
-    return fail(op, "alpha has " + Twine((*alpha)->rows) + " rows but the state " + Twine((*st)->rows));
-  return define(op, op.getResult(), rescale(**st, **alpha));
+  if ((*alpha)->rows != (*acc)->rows)
+    return fail(op, "alpha has " + Twine((*alpha)->rows) + " rows but the accumulator " + Twine((*acc)->rows));
+  return define(op, op.getResult(), rescale(**acc, **alpha));
 }
 
 LogicalResult Interpreter::exec(PvOp op) {
   FailureOr<TilePtr> p = tile(op, op.getP()), vt = tile(op, op.getV());
-  FailureOr<StatePtr> st = state(op, op.getState());
-  if (failed(p) || failed(vt) || failed(st))
+  FailureOr<AccPtr> acc = accumulator(op, op.getAcc());
+  if (failed(p) || failed(vt) || failed(acc))
     return failure();
   const Tile &pT = **p, &vT = **vt;
-  const SoftmaxState &s = **st;
-  if (pT.cols != vT.rows || pT.rows != s.rows || vT.cols != s.cols)
+  const Accumulator &a = **acc;
+  if (pT.cols != vT.rows || pT.rows != a.rows || vT.cols != a.cols)
     return fail(op, "P is " + Twine(pT.rows) + "x" + Twine(pT.cols) + ", V " + Twine(vT.rows) + "x" + Twine(vT.cols) +
-                        " and the state " + Twine(s.rows) + "x" + Twine(s.cols) + ": P·V does not fit the state");
+                        " and the accumulator " + Twine(a.rows) + "x" + Twine(a.cols) +
+                        ": P·V does not fit the accumulator");
   // P and V must come from the same K/V tile.
   if (pT.colBase != vT.rowBase)
     return fail(op, "P covers keys from " + Twine(pT.colBase) + " but V rows from " + Twine(vT.rowBase));
-  if (failed(define(op, op.getResult(), pv(pT, vT, s))))
+  if (failed(define(op, op.getResult(), pv(pT, vT, a))))
     return failure();
   if (Value token = op.getToken())
-    return startMma(op, token, states[op.getResult()].get(), {p->get(), vt->get()});
+    return startMma(op, token, accs[op.getResult()].get(), {p->get(), vt->get()});
   return success();
 }
 
 LogicalResult Interpreter::exec(FinalizeOp op) {
-  FailureOr<StatePtr> st = state(op, op.getState());
-  if (failed(st))
+  FailureOr<StatsPtr> st = rowStats(op, op.getStats());
+  FailureOr<AccPtr> acc = accumulator(op, op.getAcc());
+  if (failed(st) || failed(acc))
     return failure();
   std::optional<float> sink;
   if (op.hasSink() && packed)
@@ -1509,40 +1539,55 @@ LogicalResult Interpreter::exec(FinalizeOp op) {
       return failure();
     sink = logit[0].f;
   }
-  Finalized out = finalize(**st, sink);
+  Finalized out = finalize(**st, **acc, sink);
   if (failed(define(op, op.getO(), std::move(out.o))))
     return failure();
   return define(op, op.getLse(), std::move(out.lse));
 }
 
-LogicalResult Interpreter::exec(InitStateOp op) {
-  auto type = cast<StateType>(op.getType());
+LogicalResult Interpreter::checkStateRows(Operation *op, Value acc) {
+  auto type = cast<AccType>(acc.getType());
   if (type.hasStaticRows() && type.getRows() != inst.rows)
     return fail(op, "the state has " + Twine(type.getRows()) + " rows but the program instance owns " +
                         Twine(inst.rows) + " query rows");
-  return define(op, op.getState(), SoftmaxState::empty(inst.rows, type.getCols()));
+  return success();
+}
+
+LogicalResult Interpreter::defineEmptyState(Operation *op, Value stats, Value acc) {
+  if (failed(define(op, stats, RowStats::empty(inst.rows))))
+    return failure();
+  return define(op, acc, Accumulator::zeros(inst.rows, cast<AccType>(acc.getType()).getCols()));
+}
+
+LogicalResult Interpreter::exec(InitStateOp op) {
+  if (failed(checkStateRows(op, op.getAcc())))
+    return failure();
+  return defineEmptyState(op, op.getStats(), op.getAcc());
 }
 
 LogicalResult Interpreter::exec(StateLoadOp op) {
-  auto type = cast<StateType>(op.getType());
-  if (type.hasStaticRows() && type.getRows() != inst.rows)
-    return fail(op, "the state has " + Twine(type.getRows()) + " rows but the program instance owns " +
-                        Twine(inst.rows) + " query rows");
+  if (failed(checkStateRows(op, op.getAcc())))
+    return failure();
   if (kvStep == 0)
-    return define(op, op.getState(), SoftmaxState::empty(inst.rows, type.getCols()));
+    return defineEmptyState(op, op.getStats(), op.getAcc());
   auto it = stepStates.find({inst.b, inst.h, inst.qTile});
-  if (it == stepStates.end() || it->second.first != kvStep - 1)
+  if (it == stepStates.end() || it->second.step != kvStep - 1)
     return fail(op, "K/V step " + Twine(kvStep) + " reads a state that step " + Twine(kvStep - 1) +
                         " did not store (tile.state_store) for these rows");
-  return define(op, op.getState(), it->second.second);
+  if (failed(define(op, op.getStats(), it->second.stats)))
+    return failure();
+  return define(op, op.getAcc(), it->second.acc);
 }
 
 LogicalResult Interpreter::exec(StateStoreOp op) {
-  FailureOr<StatePtr> st = state(op, op.getState());
-  if (failed(st))
+  FailureOr<StatsPtr> st = rowStats(op, op.getStats());
+  FailureOr<AccPtr> acc = accumulator(op, op.getAcc());
+  if (failed(st) || failed(acc))
     return failure();
-  stepStates[{inst.b, inst.h, inst.qTile}] = {kvStep, **st};
-  return define(op, op.getResult(), **st);
+  stepStates[{inst.b, inst.h, inst.qTile}] = {kvStep, **st, **acc};
+  if (failed(define(op, op.getStatsOut(), **st)))
+    return failure();
+  return define(op, op.getAccOut(), **acc);
 }
 
 //===----------------------------------------------------------------------===//

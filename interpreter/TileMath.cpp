@@ -11,9 +11,12 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 } // namespace
 
-SoftmaxState SoftmaxState::empty(int64_t rows, int64_t cols) {
-  return SoftmaxState{rows, cols, std::vector<float>(rows, -kInf), std::vector<float>(rows, 0.0f),
-                      std::vector<float>(rows * cols, 0.0f)};
+RowStats RowStats::empty(int64_t rows) {
+  return RowStats{rows, std::vector<float>(rows, -kInf), std::vector<float>(rows, 0.0f)};
+}
+
+Accumulator Accumulator::zeros(int64_t rows, int64_t cols) {
+  return Accumulator{rows, cols, std::vector<float>(rows * cols, 0.0f)};
 }
 
 Tile qk(const Tile &q, const Tile &k) {
@@ -33,13 +36,13 @@ Tile qk(const Tile &q, const Tile &k) {
   return s;
 }
 
-SoftmaxStep softmaxUpdate(const Tile &s, const SoftmaxState &state, float c, RoundFn roundP, int rescaleThreshold) {
-  SoftmaxStep step{Tile::zeros(s.rows, s.cols), Tile::zeros(s.rows, 1), state};
+SoftmaxStep softmaxUpdate(const Tile &s, const RowStats &stats, float c, RoundFn roundP, int rescaleThreshold) {
+  SoftmaxStep step{Tile::zeros(s.rows, s.cols), Tile::zeros(s.rows, 1), stats};
   step.p.rowBase = s.rowBase;
   step.p.colBase = s.colBase;
   step.alpha.rowBase = s.rowBase;
   for (int64_t r = 0; r < s.rows; ++r) {
-    float m = state.m[r];
+    float m = stats.m[r];
     float mNew = m;
     for (int64_t j = 0; j < s.cols; ++j)
       mNew = std::max(mNew, s.at(r, j) * c);
@@ -54,21 +57,21 @@ SoftmaxStep softmaxUpdate(const Tile &s, const SoftmaxState &state, float c, Rou
       step.p.at(r, j) = roundP(p);
     }
     step.alpha.at(r, 0) = alpha;
-    step.state.m[r] = mNew;
-    step.state.l[r] = alpha * state.l[r] + rowSum;
+    step.stats.m[r] = mNew;
+    step.stats.l[r] = alpha * stats.l[r] + rowSum;
   }
   return step;
 }
 
-SoftmaxState rescale(SoftmaxState state, const Tile &alpha) {
-  for (int64_t r = 0; r < state.rows; ++r)
-    for (int64_t d = 0; d < state.cols; ++d)
-      state.acc[r * state.cols + d] *= alpha.at(r, 0);
-  return state;
+Accumulator rescale(Accumulator acc, const Tile &alpha) {
+  for (int64_t r = 0; r < acc.rows; ++r)
+    for (int64_t d = 0; d < acc.cols; ++d)
+      acc.acc[r * acc.cols + d] *= alpha.at(r, 0);
+  return acc;
 }
 
-SoftmaxState pv(const Tile &p, const Tile &v, SoftmaxState state) {
-  std::vector<float> row(state.cols);
+Accumulator pv(const Tile &p, const Tile &v, Accumulator acc) {
+  std::vector<float> row(acc.cols);
   for (int64_t r = 0; r < p.rows; ++r) {
     std::fill(row.begin(), row.end(), 0.0f);
     for (int64_t j = 0; j < p.cols; ++j) {
@@ -77,27 +80,27 @@ SoftmaxState pv(const Tile &p, const Tile &v, SoftmaxState state) {
       for (int64_t d = 0; d < v.cols; ++d)
         row[d] += pj * vRow[d];
     }
-    for (int64_t d = 0; d < state.cols; ++d)
-      state.acc[r * state.cols + d] += row[d];
+    for (int64_t d = 0; d < acc.cols; ++d)
+      acc.acc[r * acc.cols + d] += row[d];
   }
-  return state;
+  return acc;
 }
 
-Finalized finalize(const SoftmaxState &state, std::optional<float> sink) {
-  Finalized out{Tile::zeros(state.rows, state.cols), Tile::zeros(state.rows, 1)};
+Finalized finalize(const RowStats &stats, const Accumulator &acc, std::optional<float> sink) {
+  Finalized out{Tile::zeros(acc.rows, acc.cols), Tile::zeros(acc.rows, 1)};
   const float sinkLog2 = sink ? *sink * std::numbers::log2e_v<float> : -kInf;
-  for (int64_t r = 0; r < state.rows; ++r) {
+  for (int64_t r = 0; r < acc.rows; ++r) {
     // The sink is one more score: take it into the max, then rescale l and acc to the new max.
-    float m = std::max(state.m[r], sinkLog2);
+    float m = std::max(stats.m[r], sinkLog2);
     float mUse = m == -kInf ? 0.0f : m;
-    float carry = std::exp2(state.m[r] - mUse);
-    float l = state.l[r] * carry + std::exp2(sinkLog2 - mUse);
+    float carry = std::exp2(stats.m[r] - mUse);
+    float l = stats.l[r] * carry + std::exp2(sinkLog2 - mUse);
     if (l == 0.0f) {
       out.lse.at(r, 0) = -kInf;
       continue;
     }
-    for (int64_t d = 0; d < state.cols; ++d)
-      out.o.at(r, d) = state.acc[r * state.cols + d] * carry / l;
+    for (int64_t d = 0; d < acc.cols; ++d)
+      out.o.at(r, d) = acc.acc[r * acc.cols + d] * carry / l;
     out.lse.at(r, 0) = (mUse + std::log2(l)) * std::numbers::ln2_v<float>;
   }
   return out;

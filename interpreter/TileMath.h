@@ -27,12 +27,21 @@ struct Tile {
   float at(int64_t r, int64_t c) const { return data[r * cols + c]; }
 };
 
-/// The online-softmax state of `rows` query rows: running max m (log2 domain), running sum l, accumulator acc.
-struct SoftmaxState {
-  int64_t rows = 0, cols = 0;
-  std::vector<float> m, l, acc;
+/// The online softmax's row statistics of `rows` query rows (!tile.stats): running max m (log2 domain), running
+/// sum l.
+struct RowStats {
+  int64_t rows = 0;
+  std::vector<float> m, l;
 
-  static SoftmaxState empty(int64_t rows, int64_t cols);
+  static RowStats empty(int64_t rows);
+};
+
+/// The accumulator of `rows` query rows (!tile.acc): rows x cols fp32, Σ P·V so far.
+struct Accumulator {
+  int64_t rows = 0, cols = 0;
+  std::vector<float> acc;
+
+  static Accumulator zeros(int64_t rows, int64_t cols);
 };
 
 /// S = Q·Kᵀ with fp32 accumulation; S's coordinates are (Q's first row, K's first row).
@@ -41,20 +50,20 @@ Tile qk(const Tile &q, const Tile &k);
 struct SoftmaxStep {
   Tile p;     // exp2(S·c − m'), rounded with `roundP`
   Tile alpha; // exp2(m − m'), one per row
-  SoftmaxState state;
+  RowStats stats;
 };
 /// One online-softmax step with multiplier c (log2 e, times softmax_scale when folded). Rows whose running max
 /// is still −inf subtract 0 instead, so they give P = 0 and alpha = 0, never NaN. l sums the unrounded P, as the
 /// GPU sums its fp32 registers. With `rescaleThreshold` τ > 0 a row's max moves only when the tile's
 /// rowmax(S)·c exceeds it by more than τ (else m' = m, alpha = 1 and P may reach 2^τ): tile.softmax_update's
 /// rule, row by row.
-SoftmaxStep softmaxUpdate(const Tile &s, const SoftmaxState &state, float c, RoundFn roundP, int rescaleThreshold = 0);
+SoftmaxStep softmaxUpdate(const Tile &s, const RowStats &stats, float c, RoundFn roundP, int rescaleThreshold = 0);
 
 /// acc *= alpha, row by row.
-SoftmaxState rescale(SoftmaxState state, const Tile &alpha);
+Accumulator rescale(Accumulator acc, const Tile &alpha);
 
 /// acc += P·V, fp32 accumulation.
-SoftmaxState pv(const Tile &p, const Tile &v, SoftmaxState state);
+Accumulator pv(const Tile &p, const Tile &v, Accumulator acc);
 
 struct Finalized {
   Tile o, lse;
@@ -62,7 +71,7 @@ struct Finalized {
 /// O = acc / l and LSE = (m + log2 l)·ln 2; rows with l = 0 (no key seen) give O = 0 and LSE = −inf.
 /// A `sink` logit s joins every row's softmax with no value (tile.finalize's sink): with m' = max(m, s·log2 e),
 /// l' = l·2^(m − m') + 2^(s·log2 e − m'), O = acc·2^(m − m') / l', LSE = (m' + log2 l')·ln 2.
-Finalized finalize(const SoftmaxState &state, std::optional<float> sink = std::nullopt);
+Finalized finalize(const RowStats &stats, const Accumulator &acc, std::optional<float> sink = std::nullopt);
 
 } // namespace flashtile::interp
 

@@ -18,9 +18,8 @@ inline tile::KvLoopOp withCarried(tile::KvLoopOp loop, mlir::ValueRange carried)
   mlir::OpBuilder b(loop);
   llvm::SmallVector<mlir::Value> inits(loop.getCarried());
   llvm::append_range(inits, carried);
-  auto piped = tile::KvLoopOp::create(b, loop.getLoc(), loop.getResult().getType(),
-                                      mlir::ValueRange(inits).getTypes(), loop.getLower(), loop.getUpper(),
-                                      loop.getInit(), inits, loop.getSegment(), loop.getOrder());
+  auto piped = tile::KvLoopOp::create(b, loop.getLoc(), loop.getLower(), loop.getUpper(), loop.getInitStats(),
+                                      loop.getInitAcc(), inits, loop.getSegment(), loop.getOrder());
   mlir::Block &old = loop.getBody().front();
   llvm::SmallVector<mlir::Type> argTypes(old.getArgumentTypes());
   llvm::SmallVector<mlir::Location> argLocs(argTypes.size(), loop.getLoc());
@@ -32,7 +31,8 @@ inline tile::KvLoopOp withCarried(tile::KvLoopOp loop, mlir::ValueRange carried)
   body->getOperations().splice(body->end(), old.getOperations());
   for (auto [from, to] : llvm::zip(old.getArguments(), body->getArguments()))
     from.replaceAllUsesWith(to);
-  loop.getResult().replaceAllUsesWith(piped.getResult());
+  loop.getStats().replaceAllUsesWith(piped.getStats());
+  loop.getAcc().replaceAllUsesWith(piped.getAcc());
   for (auto [from, to] : llvm::zip(loop.getCarriedResults(), piped.getCarriedResults()))
     from.replaceAllUsesWith(to);
   loop.erase();

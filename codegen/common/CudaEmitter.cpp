@@ -141,8 +141,8 @@ FailureOr<const TargetFamily *> checkReady(FuncOp func) {
   return family;
 }
 
-/// Register tiles are updated in place: a state, score or probability value may be used once (the op that
-/// consumes it takes over its registers), and a K/V loop computes one score tile per iteration.
+/// Register tiles are updated in place: row statistics, an accumulator, a score or a probability value may be used
+/// once (the op that consumes it takes over its registers), and a K/V loop computes one score tile per iteration.
 LogicalResult checkInPlace(FuncOp func, bool asyncProtocol) {
   auto usedOnce = [](Value v, StringRef what) -> LogicalResult {
     if (v.hasOneUse())
@@ -164,19 +164,21 @@ LogicalResult checkInPlace(FuncOp func, bool asyncProtocol) {
       return WalkResult::interrupt();
     }
     for (Value v : op->getResults()) {
-      if (auto state = dyn_cast<StateType>(v.getType()); state && state.getAcc() != MemorySpace::Registers) {
-        op->emitOpError() << "keeps the accumulator in " << memorySpaceName(state.getAcc())
+      if (auto acc = dyn_cast<AccType>(v.getType()); acc && acc.getSpace() != MemorySpace::Registers) {
+        op->emitOpError() << "keeps the accumulator in " << memorySpaceName(acc.getSpace())
                           << " memory; the CUDA printer's targets keep the whole state in registers";
         return WalkResult::interrupt();
       }
-      if (isa<StateType>(v.getType()) && failed(usedOnce(v, "an online-softmax state")))
+      if (isa<StatsType>(v.getType()) && failed(usedOnce(v, "row statistics")))
+        return WalkResult::interrupt();
+      if (isa<AccType>(v.getType()) && failed(usedOnce(v, "an accumulator")))
         return WalkResult::interrupt();
       if (isa<QkOp, ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, FinalizeOp>(op) &&
           failed(usedOnce(v, "a register tile")))
         return WalkResult::interrupt();
     }
     if (auto loop = dyn_cast<KvLoopOp>(op)) {
-      if (failed(usedOnce(loop.getStateArg(), "an online-softmax state")))
+      if (failed(usedOnce(loop.getStatsArg(), "row statistics")) || failed(usedOnce(loop.getAccArg(), "an accumulator")))
         return WalkResult::interrupt();
       // Carried tiles are the scores of the loop's own tile j: "score" in the kernel, refilled from the
       // "scoreNext" of the iteration before (or the prologue's Q·Kᵀ).
@@ -190,7 +192,7 @@ LogicalResult checkInPlace(FuncOp func, bool asyncProtocol) {
       for (auto [arg, init, yielded] : llvm::zip(loop.getCarriedArgs(), loop.getCarried(),
                                                  cast<YieldOp>(loop.getBody().front().getTerminator())
                                                      .getValues()
-                                                     .drop_front())) {
+                                                     .drop_front(2))) {
         if (!isP(init))
           continue;
         bool initOk = init.getDefiningOp<arith::ConstantOp>() || isa_and_nonnull<KvLoopOp>(init.getDefiningOp());
@@ -208,7 +210,7 @@ LogicalResult checkInPlace(FuncOp func, bool asyncProtocol) {
       auto carriesTile = [&](Value v) { return isa<RankedTensorType>(v.getType()) && !isP(v); };
       int64_t tiles = llvm::count_if(loop.getCarried(), carriesTile);
       for (auto [arg, init, yielded, result] : llvm::zip(loop.getCarriedArgs(), loop.getCarried(),
-                                                         yield.getValues().drop_front(), loop.getCarriedResults())) {
+                                                         yield.getValues().drop_front(2), loop.getCarriedResults())) {
         if (!carriesTile(init))
           continue; // a token: no registers
         auto fromQk = [](Value v) { return v.getDefiningOp<QkOp>() && v.hasOneUse(); };
@@ -319,24 +321,23 @@ FailureOr<int64_t> copiesSince(Value token, Operation *point, llvm::SmallPtrSetI
     return after(copy->getBlock(), copy);
   if (auto arg = dyn_cast<BlockArgument>(token)) {
     auto loop = dyn_cast<KvLoopOp>(arg.getOwner()->getParentOp());
-    if (loop && arg.getArgNumber() >= 2) {
-      unsigned i = arg.getArgNumber() - 2;
-      auto yield = cast<YieldOp>(arg.getOwner()->getTerminator());
+    if (std::optional<unsigned> i = loop ? loop.carriedNumber(arg) : std::nullopt) {
+      Value yielded = loop.getYieldedCarried(*i);
       FailureOr<int64_t> inside = after(arg.getOwner(), nullptr);
-      FailureOr<int64_t> path = minOf(copiesSince(loop.getCarried()[i], loop, visiting),
-                                      copiesSince(yield.getValues()[i + 1], yield, visiting));
+      FailureOr<int64_t> path = minOf(copiesSince(loop.getCarried()[*i], loop, visiting),
+                                      copiesSince(yielded, loop.getBody().front().getTerminator(), visiting));
       if (failed(inside) || failed(path))
         return failure();
       return *path + *inside;
     }
   }
   if (auto result = dyn_cast<OpResult>(token)) {
-    if (auto loop = dyn_cast<KvLoopOp>(result.getOwner()); loop && result.getResultNumber() >= 1) {
-      unsigned i = result.getResultNumber() - 1;
-      auto yield = cast<YieldOp>(loop.getBody().front().getTerminator());
+    auto loop = dyn_cast<KvLoopOp>(result.getOwner());
+    if (std::optional<unsigned> i = loop ? loop.carriedNumber(result) : std::nullopt) {
+      Operation *yield = loop.getBody().front().getTerminator();
       FailureOr<int64_t> outside = after(loop->getBlock(), loop);
-      FailureOr<int64_t> path = minOf(copiesSince(yield.getValues()[i + 1], yield, visiting),
-                                      copiesSince(loop.getCarried()[i], loop, visiting));
+      FailureOr<int64_t> path = minOf(copiesSince(loop.getYieldedCarried(*i), yield, visiting),
+                                      copiesSince(loop.getCarried()[*i], loop, visiting));
       if (failed(outside) || failed(path))
         return failure();
       return *path + *outside;
@@ -363,15 +364,13 @@ SmallVector<CopyAsyncOp> copiesBehind(Value token) {
       continue;
     if (auto copy = v.getDefiningOp<CopyAsyncOp>()) {
       copies.push_back(copy);
-    } else if (auto arg = dyn_cast<BlockArgument>(v)) {
-      if (auto loop = dyn_cast<KvLoopOp>(arg.getOwner()->getParentOp()); loop && arg.getArgNumber() >= 2) {
-        work.push_back(loop.getCarried()[arg.getArgNumber() - 2]);
-        work.push_back(cast<YieldOp>(arg.getOwner()->getTerminator()).getValues()[arg.getArgNumber() - 1]);
+    } else {
+      auto loop = dyn_cast<KvLoopOp>(isa<BlockArgument>(v) ? cast<BlockArgument>(v).getOwner()->getParentOp()
+                                                            : v.getDefiningOp());
+      if (std::optional<unsigned> i = loop ? loop.carriedNumber(v) : std::nullopt) {
+        work.push_back(loop.getCarried()[*i]);
+        work.push_back(loop.getYieldedCarried(*i));
       }
-    } else if (auto loop = dyn_cast<KvLoopOp>(v.getDefiningOp()); loop && cast<OpResult>(v).getResultNumber() >= 1) {
-      unsigned i = cast<OpResult>(v).getResultNumber() - 1;
-      work.push_back(loop.getCarried()[i]);
-      work.push_back(cast<YieldOp>(loop.getBody().front().getTerminator()).getValues()[i + 1]);
     }
   }
   return copies;
@@ -610,7 +609,7 @@ FailureOr<std::string> KernelPrinter::kTileOf(Value scores, Operation *user) {
   auto carriedOf = [](Value v) -> KvLoopOp {
     auto arg = dyn_cast<BlockArgument>(v);
     auto loop = arg ? dyn_cast<KvLoopOp>(arg.getOwner()->getParentOp()) : KvLoopOp();
-    return loop && arg.getArgNumber() >= 2 ? loop : KvLoopOp();
+    return loop && loop.carriedNumber(arg) ? loop : KvLoopOp();
   };
   while (Operation *def = v.getDefiningOp()) {
     if (auto qk = dyn_cast<QkOp>(def)) {
@@ -1218,16 +1217,15 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
           })
           .Case([&](YieldOp yield) {
             // A K/V loop's state: the registers carry it over; carried scores move into "score".
-            bool carriesTile = llvm::any_of(yield.getValues().drop_front(),
-                                            [](Value v) { return isa<RankedTensorType>(v.getType()); });
-            bool carriesScores = llvm::any_of(yield.getValues().drop_front(), [](Value v) {
+            auto carried = isa<KvLoopOp>(yield->getParentOp()) ? yield.getValues().drop_front(2) : yield.getValues();
+            bool carriesTile = llvm::any_of(carried, [](Value v) { return isa<RankedTensorType>(v.getType()); });
+            bool carriesScores = llvm::any_of(carried, [](Value v) {
               return isa<RankedTensorType>(v.getType()) && v.getDefiningOp<QkOp>();
             });
             if (carriesTile && carriesScores && isa<KvLoopOp>(yield->getParentOp()))
               target.carryScores(w, "scoreNext");
             if (isa<KvLoopOp>(yield->getParentOp()) &&
-                llvm::any_of(yield.getValues().drop_front(),
-                             [](Value v) { return static_cast<bool>(v.getDefiningOp<SoftmaxUpdateOp>()); }))
+                llvm::any_of(carried, [](Value v) { return static_cast<bool>(v.getDefiningOp<SoftmaxUpdateOp>()); }))
               target.roundProbabilities(w, /*carried=*/true);
             return success();
           })

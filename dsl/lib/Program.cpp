@@ -190,14 +190,15 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
     loadQ->setAttr(tile::kRotaryAttr,
                    tile::rotaryAttr(&ctx, {options.rotary == RotaryMode::Interleaved, variant.maskFn() != nullptr}));
   Value q = loadQ;
-  auto stateType = tile::StateType::get(&ctx, dyn, options.headDimV, tile::MemorySpace::Registers);
-  Value init = tile::InitStateOp::create(b, loc, stateType);
-  auto loop = tile::KvLoopOp::create(b, loc, stateType, TypeRange(), Value(), Value(), init, ValueRange(),
+  auto statsType = tile::StatsType::get(&ctx, dyn);
+  auto accType = tile::AccType::get(&ctx, dyn, options.headDimV, tile::MemorySpace::Registers);
+  auto init = tile::InitStateOp::create(b, loc, statsType, accType);
+  auto loop = tile::KvLoopOp::create(b, loc, Value(), Value(), init.getStats(), init.getAcc(), ValueRange(),
                                      tile::Segment::All, tile::KvOrder::Ascending);
   {
     OpBuilder::InsertionGuard guard(b);
-    Block *body = b.createBlock(&loop.getBody(), {}, {i32, stateType}, {loc, loc});
-    Value j = body->getArgument(0), state = body->getArgument(1);
+    Block *body = b.createBlock(&loop.getBody(), {}, {i32, statsType, accType}, {loc, loc, loc});
+    Value j = body->getArgument(0), stats = body->getArgument(1), acc = body->getArgument(2);
     Value k = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), tile::Operand::K, j,
                                    Value(), Value());
     auto scoreType = RankedTensorType::get({dyn, dyn}, f32);
@@ -236,15 +237,15 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
       tile::YieldOp::create(b, loc, ValueRange{keep});
       s = mask.getResult();
     }
-    auto update = tile::SoftmaxUpdateOp::create(b, loc, s, state, dtype);
-    Value rescaled = tile::RescaleOp::create(b, loc, update.getNewState(), update.getAlpha());
+    auto update = tile::SoftmaxUpdateOp::create(b, loc, s, stats, dtype);
+    Value rescaled = tile::RescaleOp::create(b, loc, acc, update.getAlpha());
     Value v = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, dtype), tile::Operand::V, j,
                                    Value(), Value());
     Value next = tile::PvOp::create(b, loc, update.getP(), v, rescaled).getResult();
-    tile::YieldOp::create(b, loc, ValueRange{next});
+    tile::YieldOp::create(b, loc, ValueRange{update.getNewStats(), next});
   }
   auto fin = tile::FinalizeOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, f32),
-                                      RankedTensorType::get({dyn}, f32), loop.getResult());
+                                      RankedTensorType::get({dyn}, f32), loop.getStats(), loop.getAcc());
   if (variant.sinkFn()) {
     OpBuilder::InsertionGuard guard(b);
     Block *blk = b.createBlock(&fin.getSink(), {}, {i32, i32}, {loc, loc});

@@ -118,7 +118,7 @@ bool flashtile::tile::isComputedFrom(Value v, Value target) {
 }
 
 //===----------------------------------------------------------------------===//
-// StateType: `!tile.state<?x128>`
+// The online softmax's state: row statistics and accumulator
 //===----------------------------------------------------------------------===//
 
 llvm::StringRef flashtile::tile::memorySpaceName(MemorySpace space) {
@@ -133,54 +133,86 @@ llvm::StringRef flashtile::tile::memorySpaceName(MemorySpace space) {
   return "registers";
 }
 
-Type StateType::parse(AsmParser &parser) {
+/// `?` or a positive row count, as `!tile.stats<...>` and `!tile.acc<...>` spell it.
+static void printRows(AsmPrinter &printer, int64_t rows) {
+  if (rows == ShapedType::kDynamic)
+    printer << "?";
+  else
+    printer << rows;
+}
+
+static LogicalResult verifyRows(function_ref<InFlightDiagnostic()> emitError, int64_t rows, StringRef what) {
+  if (rows != ShapedType::kDynamic && rows <= 0)
+    return emitError() << what << " rows must be positive or '?', got " << rows;
+  return success();
+}
+
+// StatsType: `!tile.stats<?>`, `!tile.stats<128>`
+Type StatsType::parse(AsmParser &parser) {
+  int64_t rows = ShapedType::kDynamic;
+  if (parser.parseLess())
+    return {};
+  if (failed(parser.parseOptionalQuestion()) && parser.parseInteger(rows))
+    return {};
+  if (parser.parseGreater())
+    return {};
+  return StatsType::getChecked([&] { return parser.emitError(parser.getNameLoc()); }, parser.getContext(), rows);
+}
+
+void StatsType::print(AsmPrinter &printer) const {
+  printer << "<";
+  printRows(printer, getRows());
+  printer << ">";
+}
+
+LogicalResult StatsType::verify(function_ref<InFlightDiagnostic()> emitError, int64_t rows) {
+  return verifyRows(emitError, rows, "row statistics");
+}
+
+// AccType: `!tile.acc<?x128>`, `!tile.acc<128x128, tensor>`
+Type AccType::parse(AsmParser &parser) {
   SmallVector<int64_t, 2> dims;
   if (parser.parseLess() || parser.parseDimensionList(dims, /*allowDynamic=*/true, /*withTrailingX=*/false))
     return {};
   if (dims.size() != 2) {
-    parser.emitError(parser.getNameLoc(), "expected !tile.state<ROWSxCOLS>");
+    parser.emitError(parser.getNameLoc(), "expected !tile.acc<ROWSxCOLS> or !tile.acc<ROWSxCOLS, SPACE>");
     return {};
   }
-  MemorySpace acc = MemorySpace::Registers;
+  MemorySpace space = MemorySpace::Registers;
   if (succeeded(parser.parseOptionalComma())) {
-    std::string space;
-    if (parser.parseKeyword("acc") || parser.parseEqual() || parser.parseKeywordOrString(&space))
+    std::string name;
+    if (parser.parseKeywordOrString(&name))
       return {};
-    if (space == "shared")
-      acc = MemorySpace::Shared;
-    else if (space == "tensor")
-      acc = MemorySpace::Tensor;
-    else if (space != "registers") {
+    if (name == "shared")
+      space = MemorySpace::Shared;
+    else if (name == "tensor")
+      space = MemorySpace::Tensor;
+    else if (name != "registers") {
       parser.emitError(parser.getNameLoc(), "the accumulator's memory space is registers, shared or tensor; got '")
-          << space << "'";
+          << name << "'";
       return {};
     }
   }
   if (parser.parseGreater())
     return {};
-  return StateType::getChecked([&] { return parser.emitError(parser.getNameLoc()); }, parser.getContext(), dims[0],
-                               dims[1], acc);
+  return AccType::getChecked([&] { return parser.emitError(parser.getNameLoc()); }, parser.getContext(), dims[0],
+                             dims[1], space);
 }
 
-void StateType::print(AsmPrinter &printer) const {
+void AccType::print(AsmPrinter &printer) const {
   printer << "<";
-  if (hasStaticRows())
-    printer << getRows();
-  else
-    printer << "?";
+  printRows(printer, getRows());
   printer << "x" << getCols();
-  if (getAcc() != MemorySpace::Registers)
-    printer << ", acc = " << memorySpaceName(getAcc());
+  if (getSpace() != MemorySpace::Registers)
+    printer << ", " << memorySpaceName(getSpace());
   printer << ">";
 }
 
-LogicalResult StateType::verify(function_ref<InFlightDiagnostic()> emitError, int64_t rows, int64_t cols,
-                                MemorySpace) {
+LogicalResult AccType::verify(function_ref<InFlightDiagnostic()> emitError, int64_t rows, int64_t cols,
+                              MemorySpace) {
   if (cols <= 0 || cols == ShapedType::kDynamic)
-    return emitError() << "state columns (head_dim_v) must be static and positive, got " << cols;
-  if (rows != ShapedType::kDynamic && rows <= 0)
-    return emitError() << "state rows must be positive or '?', got " << rows;
-  return success();
+    return emitError() << "accumulator columns (head_dim_v) must be static and positive, got " << cols;
+  return verifyRows(emitError, rows, "accumulator");
 }
 
 LogicalResult BufferType::verify(function_ref<InFlightDiagnostic()> emitError, RankedTensorType tile,
@@ -714,25 +746,24 @@ LogicalResult MaskOp::verify() {
   return checkRegionSignature(*this, getBody(), {i32, i32, i32, i32}, {b.getI1Type()}, "mask");
 }
 
-void SoftmaxUpdateOp::build(OpBuilder &builder, OperationState &state, Value s, Value st, Type pElement) {
+void SoftmaxUpdateOp::build(OpBuilder &builder, OperationState &state, Value s, Value stats, Type pElement) {
   auto sType = cast<RankedTensorType>(s.getType());
   auto pType = RankedTensorType::get(sType.getShape(), pElement);
   auto alphaType = RankedTensorType::get({sType.getDimSize(0)}, builder.getF32Type());
-  build(builder, state, pType, alphaType, st.getType(), s, st, /*fold_scale=*/false, /*rescale_threshold=*/nullptr);
+  build(builder, state, pType, alphaType, stats.getType(), s, stats, /*fold_scale=*/false,
+        /*rescale_threshold=*/nullptr);
 }
 
 LogicalResult SoftmaxUpdateOp::verify() {
   auto s = cast<RankedTensorType>(getS().getType());
   auto p = cast<RankedTensorType>(getP().getType());
   auto alpha = cast<RankedTensorType>(getAlpha().getType());
-  auto st = cast<StateType>(getState().getType());
+  auto stats = cast<StatsType>(getStats().getType());
   if (s.getRank() != 2 || p.getShape() != s.getShape())
     return emitOpError() << "P must have the score tile's shape";
   if (alpha.getRank() != 1 || !dimsCompatible(alpha.getDimSize(0), s.getDimSize(0)) ||
-      !dimsCompatible(st.getRows(), s.getDimSize(0)))
-    return emitOpError() << "alpha and the state must have one entry per score row";
-  if (getNewState().getType() != st)
-    return emitOpError() << "the new state must have the state's type";
+      !dimsCompatible(stats.getRows(), s.getDimSize(0)))
+    return emitOpError() << "alpha and the row statistics must have one entry per score row";
   // P may reach 2^τ: τ ≤ 15 keeps it finite in fp16 (largest finite 65504).
   if (auto threshold = getRescaleThreshold(); threshold && (*threshold < 1 || *threshold > 15))
     return emitOpError() << "rescale_threshold = " << *threshold
@@ -741,18 +772,16 @@ LogicalResult SoftmaxUpdateOp::verify() {
 }
 
 LogicalResult RescaleOp::verify() {
-  auto st = cast<StateType>(getState().getType());
+  auto acc = cast<AccType>(getAcc().getType());
   auto alpha = cast<RankedTensorType>(getAlpha().getType());
-  if (alpha.getRank() != 1 || !dimsCompatible(alpha.getDimSize(0), st.getRows()))
-    return emitOpError() << "alpha must have one entry per state row";
-  if (getResult().getType() != st)
-    return emitOpError() << "result must have the state's type";
+  if (alpha.getRank() != 1 || !dimsCompatible(alpha.getDimSize(0), acc.getRows()))
+    return emitOpError() << "alpha must have one entry per accumulator row";
   return success();
 }
 
 LogicalResult PvOp::verify() {
   auto p = cast<RankedTensorType>(getP().getType()), v = cast<RankedTensorType>(getV().getType());
-  auto st = cast<StateType>(getState().getType());
+  auto acc = cast<AccType>(getAcc().getType());
   if (p.getRank() != 2 || v.getRank() != 2)
     return emitOpError() << "expects rank-2 P and V tiles";
   if (p.getElementType() != v.getElementType())
@@ -760,19 +789,31 @@ LogicalResult PvOp::verify() {
   if (!dimsCompatible(p.getDimSize(1), v.getDimSize(0)))
     return emitOpError() << "P columns (" << dimStr(p.getDimSize(1)) << ") must equal V rows ("
                          << dimStr(v.getDimSize(0)) << ")";
-  if (v.getDimSize(1) != st.getCols() || !dimsCompatible(p.getDimSize(0), st.getRows()))
-    return emitOpError() << "the state must be (P rows) x (V columns)";
-  if (getResult().getType() != st)
-    return emitOpError() << "result must have the state's type";
+  if (v.getDimSize(1) != acc.getCols() || !dimsCompatible(p.getDimSize(0), acc.getRows()))
+    return emitOpError() << "the accumulator must be (P rows) x (V columns)";
   return success();
 }
 
+/// The row statistics and the accumulator of one Q tile have the same rows.
+static LogicalResult verifyStateRows(Operation *op, Value stats, Value acc) {
+  auto s = cast<StatsType>(stats.getType());
+  auto a = cast<AccType>(acc.getType());
+  if (s.getRows() != a.getRows())
+    return op->emitOpError() << "row statistics of " << dimStr(s.getRows()) << " rows with an accumulator of "
+                             << dimStr(a.getRows()) << " rows: they must belong to the same Q rows";
+  return success();
+}
+
+LogicalResult InitStateOp::verify() { return verifyStateRows(*this, getStats(), getAcc()); }
+
 LogicalResult FinalizeOp::verify() {
-  auto st = cast<StateType>(getState().getType());
+  if (failed(verifyStateRows(*this, getStats(), getAcc())))
+    return failure();
+  auto acc = cast<AccType>(getAcc().getType());
   auto o = cast<RankedTensorType>(getO().getType()), lse = cast<RankedTensorType>(getLse().getType());
-  if (o.getRank() != 2 || o.getDimSize(1) != st.getCols() || !dimsCompatible(o.getDimSize(0), st.getRows()))
-    return emitOpError() << "O must be " << dimStr(st.getRows()) << "x" << st.getCols();
-  if (lse.getRank() != 1 || !dimsCompatible(lse.getDimSize(0), st.getRows()))
+  if (o.getRank() != 2 || o.getDimSize(1) != acc.getCols() || !dimsCompatible(o.getDimSize(0), acc.getRows()))
+    return emitOpError() << "O must be " << dimStr(acc.getRows()) << "x" << acc.getCols();
+  if (lse.getRank() != 1 || !dimsCompatible(lse.getDimSize(0), acc.getRows()))
     return emitOpError() << "LSE must have one entry per row";
   if (!hasSink())
     return success();
@@ -809,12 +850,17 @@ template <typename Self, typename Other> static LogicalResult verifyStatePair(Se
   return success();
 }
 
-LogicalResult StateLoadOp::verify() { return verifyStatePair<StateLoadOp, StateStoreOp>(*this, "tile.state_store"); }
+LogicalResult StateLoadOp::verify() {
+  if (failed(verifyStateRows(*this, getStats(), getAcc())))
+    return failure();
+  return verifyStatePair<StateLoadOp, StateStoreOp>(*this, "tile.state_store");
+}
 
 LogicalResult StateStoreOp::verify() {
-  if (failed(verifyStatePair<StateStoreOp, StateLoadOp>(*this, "tile.state_load")))
+  if (failed(verifyStateRows(*this, getStats(), getAcc())) ||
+      failed(verifyStatePair<StateStoreOp, StateLoadOp>(*this, "tile.state_load")))
     return failure();
-  if (getState().getDefiningOp<StateLoadOp>())
+  if (getStats().getDefiningOp<StateLoadOp>() && getAcc().getDefiningOp<StateLoadOp>())
     return emitOpError() << "stores the state it loaded, unchanged: a K/V step must visit its tile (tile.kv_loop) "
                             "between tile.state_load and tile.state_store";
   return success();
@@ -854,13 +900,16 @@ LogicalResult KvLoopOp::verify() {
     return emitOpError() << "segment " << stringifySegment(getSegment()) << " needs bounds (from %lo to %hi)";
   Type i32 = IntegerType::get(getContext(), 32);
   SmallVector<Type> carried(getCarried().getTypes());
-  SmallVector<Type> args = {i32, getInit().getType()}, yields = {getInit().getType()};
+  if (failed(verifyStateRows(*this, getInitStats(), getInitAcc())))
+    return failure();
+  Type stats = getInitStats().getType(), acc = getInitAcc().getType();
+  SmallVector<Type> args = {i32, stats, acc}, yields = {stats, acc};
   args.append(carried);
   yields.append(carried);
   if (failed(checkRegionSignature(*this, getBody(), args, yields, "kv_loop")))
     return failure();
-  if (getResult().getType() != getInit().getType())
-    return emitOpError() << "result type must equal the state type";
+  if (getStats().getType() != stats || getAcc().getType() != acc)
+    return emitOpError() << "results must have the types of the state it starts from (row statistics, accumulator)";
   if (SmallVector<Type>(getCarriedResults().getTypes()) != carried)
     return emitOpError() << "carried results must have the types of the carried operands";
   return success();

@@ -17,7 +17,7 @@
 #include "passes/IR/TileEnums.h.inc"
 
 namespace flashtile::tile {
-/// Where a part of the online-softmax state lives (StateType's accumulator).
+/// Where the online softmax's accumulator lives (AccType's memory space).
 enum class MemorySpace { Registers, Shared, Tensor };
 /// "registers", "shared", "tensor".
 llvm::StringRef memorySpaceName(MemorySpace space);

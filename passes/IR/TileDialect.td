@@ -18,7 +18,8 @@ def Tile_Dialect : Dialect {
   let description = [{
     Values are register/shared-memory tiles, written as builtin ranked tensors whose leading dimension is `?`
     until a schedule fixes the tile size (`tensor<?x128xbf16>` becomes `tensor<128x128xbf16>`), and the online
-    softmax state `!tile.state<RxD>` (running max m, running sum l, unnormalized accumulator acc).
+    softmax state as two values: the row statistics `!tile.stats<R>` (running max m, running sum l) and the
+    unnormalized accumulator `!tile.acc<RxD>` (in a memory space).
   }];
   let cppNamespace = "::flashtile::tile";
   let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
@@ -36,25 +37,41 @@ class Tile_Type<string name, string typeMnemonic> : TypeDef<Tile_Dialect, name> 
   let mnemonic = typeMnemonic;
 }
 
-def Tile_StateType : Tile_Type<"State", "state"> {
-  let summary = "online-softmax state of a Q tile: running max m, running sum l, accumulator acc";
+def Tile_StatsType : Tile_Type<"Stats", "stats"> {
+  let summary = "the online softmax's row statistics of a Q tile: running max m and running sum l";
   let description = [{
-    `!tile.state<?x128>` holds, for each of `rows` query rows, the running maximum `m` (log2 domain), the running
-    sum `l` and the unnormalized output row `acc` of `cols` fp32 values. `rows` is `?` until scheduled.
-    The parts are separable: `tile.softmax_update` reads and writes m and l (and gives the rescale factor),
-    `tile.rescale` and `tile.pv` touch acc only, so the two may live in different memory spaces. The row statistics
-    live in registers; the accumulator in registers (default), shared memory or tensor memory (SM100's TMEM, where
-    FA4 keeps it while a correction role rescales it): `!tile.state<128x128, acc = tensor>`.
+    `!tile.stats<?>` holds, for each of `rows` query rows, the running maximum `m` (log2 domain) and the running
+    sum `l`, in fp32 registers. `rows` is `?` until scheduled. `tile.softmax_update` reads and writes them,
+    `tile.finalize` reads them; they are a value of their own, apart from the accumulator (`!tile.acc`), so that a
+    softmax step depends on the previous step's statistics only, never on the P·V that writes the accumulator (FA3
+    runs the two side by side; FA4 keeps the accumulator in tensor memory and these in registers).
   }];
-  let parameters = (ins "int64_t":$rows, "int64_t":$cols,
-                        DefaultValuedParameter<"::flashtile::tile::MemorySpace",
-                                               "::flashtile::tile::MemorySpace::Registers">:$acc);
+  let parameters = (ins "int64_t":$rows);
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
     bool hasStaticRows() const { return getRows() != ::mlir::ShapedType::kDynamic; }
-    /// The same state with `rows` rows (the accumulator where it was).
-    StateType withRows(int64_t rows) const { return get(getContext(), rows, getCols(), getAcc()); }
+    StatsType withRows(int64_t rows) const { return get(getContext(), rows); }
+  }];
+}
+
+def Tile_AccType : Tile_Type<"Acc", "acc"> {
+  let summary = "the unnormalized output accumulator of a Q tile, in a memory space";
+  let description = [{
+    `!tile.acc<?x128>` holds `rows` x `cols` fp32 values: Σ P·V of the tiles seen so far, rescaled by
+    `tile.rescale` whenever a row's max moved. `rows` is `?` until scheduled. It lives in registers (the default),
+    shared memory or tensor memory (SM100's TMEM, where FA4 keeps it while a correction role rescales it):
+    `!tile.acc<128x128, tensor>`. `tile.rescale` and `tile.pv` are its only writers.
+  }];
+  let parameters = (ins "int64_t":$rows, "int64_t":$cols,
+                        DefaultValuedParameter<"::flashtile::tile::MemorySpace",
+                                               "::flashtile::tile::MemorySpace::Registers">:$space);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    bool hasStaticRows() const { return getRows() != ::mlir::ShapedType::kDynamic; }
+    /// The same accumulator with `rows` rows (in the same memory space).
+    AccType withRows(int64_t rows) const { return get(getContext(), rows, getCols(), getSpace()); }
   }];
 }
 

@@ -398,80 +398,82 @@ def Tile_MaskOp : Tile_Op<"mask", [AllTypesMatch<["s", "result"]>, SingleBlockIm
   let hasVerifier = 1;
 }
 
-def Tile_SoftmaxUpdateOp : Tile_Op<"softmax_update", [Pure, AllTypesMatch<["state", "new_state"]>]> {
+def Tile_SoftmaxUpdateOp : Tile_Op<"softmax_update", [Pure, AllTypesMatch<["stats", "new_stats"]>]> {
   let summary = "online softmax step: new running max and sum, probabilities P, and the correction factor";
   let description = [{
     For each row: m' = max(m, rowmax(S)), alpha = exp2(m − m'), P = exp2(S·c − m') with c = log2(e)
     (c = softmax_scale·log2(e) with `fold_scale`), l' = alpha·l + rowsum(P). P is rounded to `p`'s element
-    type for P·V. The accumulator is not touched: `tile.rescale` applies alpha, so schedules can place or
-    skip that step (FA4 rescales conditionally).
+    type for P·V. It reads and writes the row statistics only: `tile.rescale` applies alpha to the accumulator,
+    so schedules can place or skip that step (FA4 rescales conditionally), and a P·V may still be writing the
+    accumulator while this runs (FA3's intra-warpgroup overlap).
 
     With `rescale_threshold = τ` (1 to 15, set by the schedule) a row's max moves only when the tile needs more
     than τ of headroom: m' = max(m, rowmax(S)·c) if rowmax(S)·c > m + τ, else m' = m (alpha = 1, P ≤ 2^τ). A
     target may also move the max of rows that do not need it (e.g. all rows of a warp when one must move):
     any m' between those two gives the same O and LSE up to rounding, since P and l share it.
     ```mlir
-    %p, %alpha, %st1 = tile.softmax_update %s, %st : tensor<?x?xf32>, !tile.state<?x128>
-                                                   -> tensor<?x?xbf16>, tensor<?xf32>
+    %p, %alpha, %m1 = tile.softmax_update %s, %m0 : tensor<?x?xf32>, !tile.stats<?> -> tensor<?x?xbf16>, tensor<?xf32>
     ```
   }];
-  let arguments = (ins Tile_TileF32:$s, Tile_StateType:$state, UnitAttr:$fold_scale,
+  let arguments = (ins Tile_TileF32:$s, Tile_StatsType:$stats, UnitAttr:$fold_scale,
                        OptionalAttr<I64Attr>:$rescale_threshold);
-  let results = (outs Tile_TileLowp:$p, Tile_TileF32:$alpha, Tile_StateType:$new_state);
-  let assemblyFormat = "$s `,` $state attr-dict `:` type($s) `,` type($state) `->` type($p) `,` type($alpha)";
+  let results = (outs Tile_TileLowp:$p, Tile_TileF32:$alpha, Tile_StatsType:$new_stats);
+  let assemblyFormat = "$s `,` $stats attr-dict `:` type($s) `,` qualified(type($stats)) `->` type($p) `,` "
+                       "type($alpha)";
   let hasVerifier = 1;
   let hasCanonicalizer = 1;
-  let builders = [OpBuilder<(ins "::mlir::Value":$s, "::mlir::Value":$state, "::mlir::Type":$pType)>];
+  let builders = [OpBuilder<(ins "::mlir::Value":$s, "::mlir::Value":$stats, "::mlir::Type":$pType)>];
 }
 
-def Tile_RescaleOp : Tile_Op<"rescale", [Pure, AllTypesMatch<["state", "result"]>]> {
+def Tile_RescaleOp : Tile_Op<"rescale", [Pure, AllTypesMatch<["acc", "result"]>]> {
   let summary = "acc *= alpha, row by row";
-  let description = [{ `%st2 = tile.rescale %st1, %alpha : !tile.state<?x128>, tensor<?xf32>` }];
-  let arguments = (ins Tile_StateType:$state, Tile_TileF32:$alpha);
-  let results = (outs Tile_StateType:$result);
-  let assemblyFormat = "$state `,` $alpha attr-dict `:` type($state) `,` type($alpha)";
+  let description = [{ `%a1 = tile.rescale %a0, %alpha : !tile.acc<?x128>, tensor<?xf32>` }];
+  let arguments = (ins Tile_AccType:$acc, Tile_TileF32:$alpha);
+  let results = (outs Tile_AccType:$result);
+  let assemblyFormat = "$acc `,` $alpha attr-dict `:` qualified(type($acc)) `,` type($alpha)";
   let hasVerifier = 1;
 }
 
-def Tile_PvOp : Tile_Op<"pv", [Pure, TypesMatchWith<"the result is the state's type", "state", "result", "$_self">]> {
+def Tile_PvOp : Tile_Op<"pv", [Pure, TypesMatchWith<"the result is the accumulator's type", "acc", "result", "$_self">]> {
   let summary = "acc += P·V, fp32 accumulation; asynchronous when it returns a token";
   let description = [{
-    `%st3 = tile.pv %p, %v, %st2 : tensor<?x?xbf16>, tensor<?x128xbf16>, !tile.state<?x128>`.
-    `%st3, %t = tile.pv ... -> !tile.token` is issued asynchronously: %st3 may be read, and V's slot overwritten,
+    `%a2 = tile.pv %p, %v, %a1 : tensor<?x?xbf16>, tensor<?x128xbf16>, !tile.acc<?x128>`.
+    `%a2, %t = tile.pv ... -> !tile.token` is issued asynchronously: %a2 may be read, and V's slot overwritten,
     only after `tile.mma_wait %t`.
   }];
-  let arguments = (ins Tile_TileLowp:$p, Tile_TileLowp:$v, Tile_StateType:$state);
-  let results = (outs Tile_StateType:$result, Optional<Tile_TokenType>:$token);
+  let arguments = (ins Tile_TileLowp:$p, Tile_TileLowp:$v, Tile_AccType:$acc);
+  let results = (outs Tile_AccType:$result, Optional<Tile_TokenType>:$token);
   let assemblyFormat = [{
-    $p `,` $v `,` $state attr-dict `:` type($p) `,` type($v) `,` type($state) (`->` type($token)^)?
+    $p `,` $v `,` $acc attr-dict `:` type($p) `,` type($v) `,` qualified(type($acc)) (`->` type($token)^)?
   }];
   let hasVerifier = 1;
-  let builders = [OpBuilder<(ins "::mlir::Value":$p, "::mlir::Value":$v, "::mlir::Value":$state), [{
-    build($_builder, $_state, state.getType(), ::mlir::Type(), p, v, state);
+  let builders = [OpBuilder<(ins "::mlir::Value":$p, "::mlir::Value":$v, "::mlir::Value":$acc), [{
+    build($_builder, $_state, acc.getType(), ::mlir::Type(), p, v, acc);
   }]>];
 }
 
 def Tile_FinalizeOp : Tile_Op<"finalize", [RecursiveMemoryEffects]> {
   let summary = "O = acc / l and LSE = ln(l) + m·ln(2); rows that saw no key give O = 0, LSE = -inf";
   let description = [{
-    `%o, %lse = tile.finalize %st : !tile.state<?x128> -> tensor<?x128xf32>, tensor<?xf32>`
+    `%o, %lse = tile.finalize %m, %acc : !tile.stats<?>, !tile.acc<?x128> -> tensor<?x128xf32>, tensor<?xf32>`
 
     The optional `sink` region is the variant's attention sink: it maps (b, h) to a logit s in the units of the
     scaled scores, which joins every row's softmax as one more score with no value. With m' = max(m, s·log2 e):
     l' = l·2^(m − m') + 2^(s·log2 e − m'), O = acc·2^(m − m') / l', LSE = (m' + log2 l')·ln 2. A row that saw
     no key gets O = 0 and LSE = s; a sink of -inf changes nothing.
     ```mlir
-    %o, %lse = tile.finalize %st sink {
+    %o, %lse = tile.finalize %m, %acc sink {
     ^bb0(%b: i32, %h: i32):
       %s = tile.input "sinks"[%h] : f32
       tile.yield %s : f32
-    } : !tile.state<?x128> -> tensor<?x128xf32>, tensor<?xf32>
+    } : !tile.stats<?>, !tile.acc<?x128> -> tensor<?x128xf32>, tensor<?xf32>
     ```
   }];
-  let arguments = (ins Tile_StateType:$state);
+  let arguments = (ins Tile_StatsType:$stats, Tile_AccType:$acc);
   let results = (outs Tile_TileF32:$o, Tile_TileF32:$lse);
   let regions = (region MaxSizedRegion<1>:$sink);
-  let assemblyFormat = "$state (`sink` custom<TileRegion>($sink)^)? attr-dict `:` type($state) `->` type($o) `,` type($lse)";
+  let assemblyFormat = "$stats `,` $acc (`sink` custom<TileRegion>($sink)^)? attr-dict `:` qualified(type($stats)) `,` "
+                       "qualified(type($acc)) `->` type($o) `,` type($lse)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     bool hasSink() { return !getSink().empty(); }
@@ -479,10 +481,11 @@ def Tile_FinalizeOp : Tile_Op<"finalize", [RecursiveMemoryEffects]> {
 }
 
 def Tile_InitStateOp : Tile_Op<"init_state", [Pure]> {
-  let summary = "empty online-softmax state: m = -inf, l = 0, acc = 0";
-  let description = [{ `%st0 = tile.init_state : !tile.state<?x128>` }];
-  let results = (outs Tile_StateType:$state);
-  let assemblyFormat = "attr-dict `:` type($state)";
+  let summary = "empty online-softmax state: row statistics m = -inf, l = 0 and accumulator acc = 0";
+  let description = [{ `%m0, %acc0 = tile.init_state : !tile.stats<?>, !tile.acc<?x128>` }];
+  let results = (outs Tile_StatsType:$stats, Tile_AccType:$acc);
+  let assemblyFormat = "attr-dict `:` qualified(type($stats)) `,` qualified(type($acc))";
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//
@@ -491,42 +494,66 @@ def Tile_InitStateOp : Tile_Op<"init_state", [Pure]> {
 
 def Tile_KvLoopOp : Tile_Op<"kv_loop", [SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects,
                                          AttrSizedOperandSegments]> {
-  let summary = "walks K/V tiles, threading the online-softmax state";
+  let summary = "walks K/V tiles, threading the online-softmax state (row statistics and accumulator)";
   let description = [{
     Unscheduled (no bounds), the loop visits every K/V tile in order. Scheduled, it visits tiles
     [from, to) in `order` (`ascending`, omitted, or `descending`); `segment` says which part of the KV range it
     covers (`all`, omitted, `tail_boundary`, `interior`, `head_boundary`), interior segments carry no mask.
     ```mlir
-    %st = tile.kv_loop from %lo to %hi segment interior order descending iter_args(%st0)
-          : !tile.state<128x128> -> !tile.state<128x128> {
-    ^bb0(%j: i32, %s: !tile.state<128x128>):
+    %m, %acc = tile.kv_loop from %lo to %hi segment interior order descending iter_args(%m0, %acc0)
+          : !tile.stats<128>, !tile.acc<128x128> -> !tile.stats<128>, !tile.acc<128x128> {
+    ^bb0(%j: i32, %mj: !tile.stats<128>, %aj: !tile.acc<128x128>):
       ...
-      tile.yield %s3 : !tile.state<128x128>
+      tile.yield %m1, %a2 : !tile.stats<128>, !tile.acc<128x128>
     }
     ```
     A software-pipelined loop also carries tiles from one iteration to the next after the state (tile-fa2-pipeline
     with stages = 2 carries the scores of tile j, computed during iteration j + 1's softmax):
-    `iter_args(%st0, %s0) : !tile.state<128x128>, tensor<128x64xf32> -> !tile.state<128x128>, tensor<128x64xf32>`.
+    `iter_args(%m0, %acc0, %s0) : !tile.stats<128>, !tile.acc<128x128>, tensor<128x64xf32> -> ...`.
     It carries tokens too: the copies an iteration starts for the next one are waited on there
-    (`iter_args(%st0, %tk) : !tile.state<128x128>, !tile.token -> ...`).
+    (`iter_args(%m0, %acc0, %tk) : !tile.stats<128>, !tile.acc<128x128>, !tile.token -> ...`).
   }];
-  let arguments = (ins Optional<I32>:$lower, Optional<I32>:$upper, Tile_StateType:$init,
-                       Variadic<Tile_Carried>:$carried,
+  let arguments = (ins Optional<I32>:$lower, Optional<I32>:$upper, Tile_StatsType:$init_stats,
+                       Tile_AccType:$init_acc, Variadic<Tile_Carried>:$carried,
                        DefaultValuedAttr<Tile_SegmentAttr, "::flashtile::tile::Segment::All">:$segment,
                        DefaultValuedAttr<Tile_KvOrderAttr, "::flashtile::tile::KvOrder::Ascending">:$order);
-  let results = (outs Tile_StateType:$result, Variadic<Tile_Carried>:$carriedResults);
+  let results = (outs Tile_StatsType:$stats, Tile_AccType:$acc, Variadic<Tile_Carried>:$carriedResults);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    (`from` $lower^)? (`to` $upper^)? (`segment` `` $segment^)? (`order` `` $order^)? `iter_args` `(` $init
-    (`,` $carried^)? `)` attr-dict `:` type($init)
-    (`,` type($carried)^)? `->` type($result) (`,` type($carriedResults)^)? custom<TileRegion>($body)
+    (`from` $lower^)? (`to` $upper^)? (`segment` `` $segment^)? (`order` `` $order^)? `iter_args` `(` $init_stats
+    `,` $init_acc (`,` $carried^)? `)` attr-dict `:` qualified(type($init_stats)) `,` qualified(type($init_acc))
+    (`,` type($carried)^)? `->` qualified(type($stats)) `,` qualified(type($acc)) (`,` type($carriedResults)^)?
+    custom<TileRegion>($body)
   }];
   let hasVerifier = 1;
+  let builders = [OpBuilder<(ins "::mlir::Value":$lower, "::mlir::Value":$upper, "::mlir::Value":$initStats,
+                                 "::mlir::Value":$initAcc, "::mlir::ValueRange":$carried,
+                                 "::flashtile::tile::Segment":$segment, "::flashtile::tile::KvOrder":$order), [{
+    ::llvm::SmallVector<::mlir::Type> types = {initStats.getType(), initAcc.getType()};
+    ::llvm::append_range(types, carried.getTypes());
+    build($_builder, $_state, types, lower, upper, initStats, initAcc, carried, segment, order);
+  }]>];
   let extraClassDeclaration = [{
     ::mlir::Value getTileIndex() { return getBody().front().getArgument(0); }
-    ::mlir::Value getStateArg() { return getBody().front().getArgument(1); }
+    ::mlir::Value getStatsArg() { return getBody().front().getArgument(1); }
+    ::mlir::Value getAccArg() { return getBody().front().getArgument(2); }
     /// The block arguments of the carried tiles and tokens, after the tile index and the state.
-    ::mlir::Block::BlockArgListType getCarriedArgs() { return getBody().front().getArguments().drop_front(2); }
+    ::mlir::Block::BlockArgListType getCarriedArgs() { return getBody().front().getArguments().drop_front(3); }
+    /// The number of the carried value `v` stands for (0: the first carried tile or token): `v` one of the body's
+    /// carried arguments or one of the loop's carried results; none for anything else (the state, the tile index).
+    std::optional<unsigned> carriedNumber(::mlir::Value v) {
+      if (auto arg = ::llvm::dyn_cast<::mlir::BlockArgument>(v);
+          arg && arg.getOwner() == &getBody().front() && arg.getArgNumber() >= 3)
+        return arg.getArgNumber() - 3;
+      if (auto result = ::llvm::dyn_cast<::mlir::OpResult>(v);
+          result && result.getOwner() == getOperation() && result.getResultNumber() >= 2)
+        return result.getResultNumber() - 2;
+      return std::nullopt;
+    }
+    /// What the body yields as carried value i (after the row statistics and the accumulator).
+    ::mlir::Value getYieldedCarried(unsigned i) {
+      return getBody().front().getTerminator()->getOperand(2 + i);
+    }
     bool isBounded() { return getLower() != nullptr; }
   }];
 }
@@ -632,27 +659,28 @@ def Tile_StateLoadOp : Tile_Op<"state_load", [MemoryEffects<[MemRead]>]> {
     global-memory workspace. At step 0 this op gives the empty state (as `tile.init_state`); at step s > 0 the
     state that `tile.state_store` wrote for the same rows at step s - 1.
     ```mlir
-    %st0 = tile.state_load : !tile.state<64x128>
+    %m0, %acc0 = tile.state_load : !tile.stats<64>, !tile.acc<64x128>
     ```
   }];
-  let results = (outs Tile_StateType:$state);
-  let assemblyFormat = "attr-dict `:` type($state)";
+  let results = (outs Tile_StatsType:$stats, Tile_AccType:$acc);
+  let assemblyFormat = "attr-dict `:` qualified(type($stats)) `,` qualified(type($acc))";
   let hasVerifier = 1;
 }
 
-def Tile_StateStoreOp : Tile_Op<"state_store", [MemoryEffects<[MemWrite]>, AllTypesMatch<["state", "result"]>]> {
+def Tile_StateStoreOp : Tile_Op<"state_store", [MemoryEffects<[MemWrite]>, AllTypesMatch<["stats", "stats_out"]>,
+                                                 AllTypesMatch<["acc", "acc_out"]>]> {
   let summary = "writes the online-softmax state to global memory for the next K/V step, and passes it on";
   let description = [{
     Writes m, l and the unnormalized acc of the Q tile's rows (fp32; rows past seqlen_q are not written) to the
     workspace that `tile.state_load` of the next K/V step reads; the result is the same state, so that the step
-    can still finalize it (O and LSE of the keys seen so far).
+    can still finalize it (O and LSE of the keys seen so far) after the store read it.
     ```mlir
-    %st2 = tile.state_store %st1 : !tile.state<64x128>
+    %m2, %acc2 = tile.state_store %m1, %acc1 : !tile.stats<64>, !tile.acc<64x128>
     ```
   }];
-  let arguments = (ins Tile_StateType:$state);
-  let results = (outs Tile_StateType:$result);
-  let assemblyFormat = "$state attr-dict `:` type($state)";
+  let arguments = (ins Tile_StatsType:$stats, Tile_AccType:$acc);
+  let results = (outs Tile_StatsType:$stats_out, Tile_AccType:$acc_out);
+  let assemblyFormat = "$stats `,` $acc attr-dict `:` qualified(type($stats)) `,` qualified(type($acc))";
   let hasVerifier = 1;
 }
 

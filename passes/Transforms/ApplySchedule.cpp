@@ -30,11 +30,17 @@ FailureOr<int64_t> fixDim(Operation *op, int64_t current, int64_t wanted, String
 /// static second dim are O tiles (rows = query rows); with a dynamic one, score tiles (query rows x keys).
 /// Loads are handled by the caller, since Q and K/V tiles look alike.
 FailureOr<Type> scheduledType(Operation *op, Type type, int64_t blockM, int64_t blockN) {
-  if (auto state = dyn_cast<StateType>(type)) {
-    auto rows = fixDim(op, state.getRows(), blockM, "state rows");
+  if (auto stats = dyn_cast<StatsType>(type)) {
+    auto rows = fixDim(op, stats.getRows(), blockM, "row statistics rows");
     if (failed(rows))
       return failure();
-    return Type(state.withRows(*rows));
+    return Type(stats.withRows(*rows));
+  }
+  if (auto acc = dyn_cast<AccType>(type)) {
+    auto rows = fixDim(op, acc.getRows(), blockM, "accumulator rows");
+    if (failed(rows))
+      return failure();
+    return Type(acc.withRows(*rows));
   }
   auto tensor = dyn_cast<RankedTensorType>(type);
   if (!tensor || tensor.hasStaticShape())

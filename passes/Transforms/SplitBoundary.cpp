@@ -49,9 +49,9 @@ TileBounds tileBounds(OpBuilder &b, Location loc, KvRangeOp may, KvRangeOp full,
 }
 
 /// A copy of `loop` over [lo, hi) of one segment; interior copies drop their masks.
-KvLoopOp cloneSegment(OpBuilder &b, KvLoopOp loop, Value init, Value lo, Value hi, Segment segment, KvOrder order) {
-  auto seg = KvLoopOp::create(b, loop.getLoc(), loop.getResult().getType(), TypeRange(), lo, hi, init, ValueRange(),
-                              segment, order);
+KvLoopOp cloneSegment(OpBuilder &b, KvLoopOp loop, Value stats, Value acc, Value lo, Value hi, Segment segment,
+                      KvOrder order) {
+  auto seg = KvLoopOp::create(b, loop.getLoc(), lo, hi, stats, acc, ValueRange(), segment, order);
   IRMapping map;
   loop.getBody().cloneInto(&seg.getBody(), map);
   if (segment == Segment::Interior)
@@ -110,10 +110,14 @@ struct TileSplitBoundaryPass : flashtile::tile::impl::TileSplitBoundaryBase<Tile
         parts.push_back({Segment::HeadBoundary, t.lo, t.fullLo});
       if (!walkDescending)
         std::reverse(parts.begin(), parts.end());
-      Value state = loop.getInit();
-      for (const Part &p : parts)
-        state = cloneSegment(b, loop, state, p.lo, p.hi, p.segment, order).getResult();
-      loop.getResult().replaceAllUsesWith(state);
+      Value stats = loop.getInitStats(), acc = loop.getInitAcc();
+      for (const Part &p : parts) {
+        KvLoopOp seg = cloneSegment(b, loop, stats, acc, p.lo, p.hi, p.segment, order);
+        stats = seg.getStats();
+        acc = seg.getAcc();
+      }
+      loop.getStats().replaceAllUsesWith(stats);
+      loop.getAcc().replaceAllUsesWith(acc);
       loop.erase();
     }
   }

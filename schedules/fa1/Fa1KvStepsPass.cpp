@@ -60,14 +60,17 @@ struct Fa1KvStepsPass : PassWrapper<Fa1KvStepsPass, OperationPass<FuncOp>> {
       return signalPassFailure();
 
     OpBuilder b(inits.front());
-    auto load = StateLoadOp::create(b, inits.front().getLoc(), inits.front().getType());
-    inits.front().replaceAllUsesWith(load.getState());
+    auto load = StateLoadOp::create(b, inits.front().getLoc(), inits.front().getStats().getType(),
+                                    inits.front().getAcc().getType());
+    inits.front().replaceAllUsesWith(load);
     inits.front().erase();
 
     FinalizeOp fin = finalizes.front();
     b.setInsertionPoint(fin);
-    auto store = StateStoreOp::create(b, fin.getLoc(), fin.getState().getType(), fin.getState());
-    fin.getStateMutable().assign(store.getResult());
+    auto store = StateStoreOp::create(b, fin.getLoc(), fin.getStats().getType(), fin.getAcc().getType(),
+                                      fin.getStats(), fin.getAcc());
+    fin.getStatsMutable().assign(store.getStatsOut());
+    fin.getAccMutable().assign(store.getAccOut());
   }
 
   /// lo, hi of the "may" rule → max(lo, kv_step·N), min(hi, kv_step·N + N), or [0, 0) for a step past the

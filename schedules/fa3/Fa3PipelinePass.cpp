@@ -428,33 +428,35 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       }
     auto update = *masked->loop.getBody().front().getOps<SoftmaxUpdateOp>().begin();
     auto pType = cast<RankedTensorType>(update.getP().getType());
-    Type stateType = first.getInit().getType();
+    Type accType = first.getInitAcc().getType();
     // P before the first tile: never read (P·V(j + 1) runs only where tile j + 1 was the prologue's or a loop's).
     Value noP = arith::ConstantOp::create(
         b, loc, pType, DenseElementsAttr::get(pType, ArrayRef<Attribute>{b.getFloatAttr(pType.getElementType(), 0.0)}));
 
     // Prologue: the masked body without its P·V.
-    auto prologue = KvLoopOp::create(b, loc, stateType, TypeRange{pType}, firstTile, highest, first.getInit(),
+    auto prologue = KvLoopOp::create(b, loc, firstTile, highest, first.getInitStats(), first.getInitAcc(),
                                      ValueRange{noP}, masked->loop.getSegment(), KvOrder::Descending);
-    Block *pro = b.createBlock(&prologue.getBody(), {}, {i32, stateType, pType}, {loc, loc, loc});
+    Type statsType = first.getInitStats().getType();
+    Block *pro = b.createBlock(&prologue.getBody(), {}, {i32, statsType, accType, pType}, {loc, loc, loc, loc});
     {
       Block &from = masked->loop.getBody().front();
       IRMapping map;
-      map.map(from.getArgument(0), pro->getArgument(0));
-      map.map(from.getArgument(1), pro->getArgument(1));
+      for (unsigned arg = 0; arg < 3; ++arg) // the tile index, the row statistics, the accumulator
+        map.map(from.getArgument(arg), pro->getArgument(arg));
       OpBuilder pb(pro, pro->end());
       PvOp pv = cast<PvOp>(*masked->v->user_begin());
       for (Operation &op : from.without_terminator())
         if (&op != masked->v.getOperation() && &op != pv.getOperation())
           pb.clone(op, map);
-      Value state = map.lookup(pv.getState());
-      YieldOp::create(pb, loc, ValueRange{state, map.lookup(update.getP())});
+      YieldOp::create(pb, loc,
+                      ValueRange{map.lookup(update.getNewStats()), map.lookup(pv.getAcc()), map.lookup(update.getP())});
       OpBuilder ib(pro, pro->begin());
       Value i = ringPosition(ib, loc, highest, pro->getArgument(0), one);
       readSlot(cast<LoadOp>(map.lookup(masked->k.getResult()).getDefiningOp()), ring.kBuffer, ring.kFull, ring.kEmpty,
                i);
     }
-    first.getInitMutable().assign(prologue.getResult());
+    first.getInitStatsMutable().assign(prologue.getStats());
+    first.getInitAccMutable().assign(prologue.getAcc());
 
     // The segments, below the prologue's tile, each carrying P.
     Value carriedP = prologue.getCarriedResults().front();
@@ -468,11 +470,11 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       loop.getUpperMutable().assign(upper);
       loop = flashtile::schedule::withCarried(loop, ValueRange{carriedP});
       Block &block = loop.getBody().front();
-      Value j = block.getArgument(0), stateArg = block.getArgument(1), pArg = block.getArguments().back();
+      Value j = loop.getTileIndex(), accArg = loop.getAccArg(), pArg = block.getArguments().back();
       auto qk = cast<QkOp>(*body.k->user_begin());
       auto pv = cast<PvOp>(*body.v->user_begin());
       auto upd = *block.getOps<SoftmaxUpdateOp>().begin();
-      auto rescale = cast<RescaleOp>(*upd.getNewState().user_begin());
+      auto rescale = *block.getOps<RescaleOp>().begin();
       auto yield = cast<YieldOp>(block.getTerminator());
 
       OpBuilder bb(&block, block.begin());
@@ -487,7 +489,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       auto qkAsync = QkOp::create(bb, loc, qk.getS().getType(), token, qk.getQ(), qk.getK());
       qk.getS().replaceAllUsesWith(qkAsync.getS());
       qk.erase();
-      // V(j + 1) and the asynchronous P(j + 1)·V(j + 1) into the state the loop received.
+      // V(j + 1) and the asynchronous P(j + 1)·V(j + 1) into the accumulator the loop received.
       bb.setInsertionPointAfter(qkAsync);
       BarrierWaitOp::create(bb, loc, ring.vFull, iPrev);
       auto vSlot = SlotOp::create(bb, loc, ring.vBuffer, iPrev);
@@ -495,17 +497,17 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       body.v.getIndexMutable().assign(jPrev);
       body.v.getSlotMutable().assign(vSlot.getResult());
       bb.setInsertionPointAfter(body.v);
-      auto pvAsync = PvOp::create(bb, loc, stateType, token, pArg, body.v.getResult(), stateArg);
-      // S is needed now; P·V stays in flight through the softmax.
+      auto pvAsync = PvOp::create(bb, loc, accType, token, pArg, body.v.getResult(), accArg);
+      // S is needed now; P·V stays in flight through the softmax, which reads the row statistics only.
       MmaWaitOp::create(bb, loc, ValueRange{qkAsync.getToken()});
       BarrierArriveOp::create(bb, loc, ring.kEmpty, i);
-      upd.getStateMutable().assign(pvAsync.getResult());
       // The rescale touches acc: after P·V completed.
       bb.setInsertionPoint(rescale);
       MmaWaitOp::create(bb, loc, ValueRange{pvAsync.getToken()});
       BarrierArriveOp::create(bb, loc, ring.vEmpty, iPrev);
+      rescale.getAccMutable().assign(pvAsync.getResult());
       bb.setInsertionPoint(yield);
-      YieldOp::create(bb, loc, ValueRange{rescale.getResult(), upd.getP()});
+      YieldOp::create(bb, loc, ValueRange{upd.getNewStats(), rescale.getResult(), upd.getP()});
       yield.erase();
       pv.erase();
       carriedP = loop.getCarriedResults().back();
@@ -515,19 +517,22 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     // Epilogue: P·V of the lowest tile.
     OpBuilder eb(last->getBlock(), std::next(last->getIterator()));
     Value epilogueEnd = arith::MinSIOp::create(eb, loc, arith::AddIOp::create(eb, loc, lowest, one), highest);
-    auto epilogue = KvLoopOp::create(eb, loc, stateType, TypeRange{pType}, lowest, epilogueEnd, last.getResult(),
-                                     ValueRange{carriedP}, last.getSegment(), KvOrder::Descending);
-    last.getResult().replaceAllUsesExcept(epilogue.getResult(), epilogue);
-    Block *epi = eb.createBlock(&epilogue.getBody(), {}, {i32, stateType, pType}, {loc, loc, loc});
+    auto epilogue = KvLoopOp::create(eb, loc, lowest, epilogueEnd, last.getStats(), last.getAcc(), ValueRange{carriedP},
+                                     last.getSegment(), KvOrder::Descending);
+    last.getStats().replaceAllUsesExcept(epilogue.getStats(), epilogue);
+    last.getAcc().replaceAllUsesExcept(epilogue.getAcc(), epilogue);
+    Block *epi = eb.createBlock(&epilogue.getBody(), {}, {i32, statsType, accType, pType}, {loc, loc, loc, loc});
     OpBuilder xb(epi, epi->end());
     Value i = ringPosition(xb, loc, highest, epi->getArgument(0), one);
     BarrierWaitOp::create(xb, loc, ring.vFull, i);
     Value slot = SlotOp::create(xb, loc, ring.vBuffer, i).getResult();
     auto vLoad = LoadOp::create(xb, loc, bodies.front().v.getType(), Operand::V, epi->getArgument(0), slot, Value());
-    auto pvAsync = PvOp::create(xb, loc, stateType, token, epi->getArgument(2), vLoad.getResult(), epi->getArgument(1));
+    auto pvAsync = PvOp::create(xb, loc, accType, token, epilogue.getCarriedArgs().front(), vLoad.getResult(),
+                                epilogue.getAccArg());
     MmaWaitOp::create(xb, loc, ValueRange{pvAsync.getToken()});
     BarrierArriveOp::create(xb, loc, ring.vEmpty, i);
-    YieldOp::create(xb, loc, ValueRange{pvAsync.getResult(), epi->getArgument(2)});
+    YieldOp::create(xb, loc,
+                    ValueRange{epilogue.getStatsArg(), pvAsync.getResult(), epilogue.getCarriedArgs().front()});
   }
 
   /// i = highest − 1 − j: the ring position of tile j in the descending walk from `highest` (persistent: plus the
@@ -555,7 +560,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       done = async.getToken();
     } else {
       auto pv = cast<PvOp>(gemm);
-      auto async = PvOp::create(b, loc, pv.getResult().getType(), token, pv.getP(), pv.getV(), pv.getState());
+      auto async = PvOp::create(b, loc, pv.getResult().getType(), token, pv.getP(), pv.getV(), pv.getAcc());
       pv.getResult().replaceAllUsesWith(async.getResult());
       done = async.getToken();
     }

@@ -8,7 +8,7 @@
 // FA2's rescale policy (every tile; the default value 0 is not printed, and the softmax step has no threshold).
 // DEFAULT: tile.func @attention attributes {{.*}}schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 32, stages = 1, lptGroupBlocks = 512>
 // DEFAULT: tile.load q : tensor<128x64xbf16>
-// DEFAULT: tile.init_state : <128x64>
+// DEFAULT: tile.init_state : !tile.stats<128>, !tile.acc<128x64>
 // DEFAULT: tile.load k[%{{.*}}] : tensor<64x64xbf16>
 // DEFAULT: tile.qk {{.*}} -> tensor<128x64xf32>
 // DEFAULT-NOT: rescale_threshold
@@ -44,12 +44,12 @@
 // expected-error @+1 {{'tile.func' op fa2: block-m = 100 is not supported; accepted: a multiple of warps (8) up to 256: every warp owns block-m / warps query rows}}
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %q = tile.load q : tensor<?x64xbf16>
-  %st0 = tile.init_state : !tile.state<?x64>
-  %st = tile.kv_loop iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
-  ^bb0(%j: i32, %s: !tile.state<?x64>):
-    tile.yield %s : !tile.state<?x64>
+  %st0_m, %st0_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
+  %st_m, %st_acc = tile.kv_loop iter_args(%st0_m, %st0_acc) : !tile.stats<?>, !tile.acc<?x64> -> !tile.stats<?>, !tile.acc<?x64> {
+  ^bb0(%j: i32, %s_m: !tile.stats<?>, %s_acc: !tile.acc<?x64>):
+    tile.yield %s_m, %s_acc : !tile.stats<?>, !tile.acc<?x64>
   }
-  %o, %lse = tile.finalize %st : !tile.state<?x64> -> tensor<?x64xf32>, tensor<?xf32>
+  %o, %lse = tile.finalize %st_m, %st_acc : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
   tile.store o %o : tensor<?x64xf32>
   tile.store lse %lse : tensor<?xf32>
 }

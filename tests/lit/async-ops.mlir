@@ -6,7 +6,7 @@
 // CHECK: %[[B:.*]] = tile.buffer k : <tensor<64x64xbf16>, slots = 2>
 // CHECK: %[[S:.*]] = tile.slot %[[B]][%{{.*}}] : <tensor<64x64xbf16>, slots = 2>
 // CHECK: %[[T:.*]] = tile.copy_async k[%{{.*}}] into %[[S]] if %{{.*}} : <tensor<64x64xbf16>>
-// CHECK: %{{.*}}, %[[TOUT:.*]] = tile.kv_loop from %{{.*}} to %{{.*}} iter_args(%{{.*}}, %[[T]]) : <64x64>, !tile.token -> <64x64>, !tile.token
+// CHECK: %{{.*}}, %{{.*}}, %[[TOUT:.*]] = tile.kv_loop from %{{.*}} to %{{.*}} iter_args(%{{.*}}, %{{.*}}, %[[T]]) : !tile.stats<64>, !tile.acc<64x64>, !tile.token -> !tile.stats<64>, !tile.acc<64x64>, !tile.token
 // CHECK: tile.wait %{{.*}}
 // CHECK: tile.load k[%{{.*}}] from %{{.*}} : !tile.slot<tensor<64x64xbf16>> : tensor<64x64xbf16>
 // CHECK: tile.wait %[[TOUT]]
@@ -17,13 +17,13 @@ tile.func @roundtrip attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
   %true = arith.constant true
   %s0 = tile.slot %kb[%c0] : !tile.buffer<tensor<64x64xbf16>, slots = 2>
   %t0 = tile.copy_async k[%c0] into %s0 if %true : !tile.slot<tensor<64x64xbf16>>
-  %st0 = tile.init_state : !tile.state<64x64>
-  %st, %tout = tile.kv_loop from %c0 to %c2 iter_args(%st0, %t0) : !tile.state<64x64>, !tile.token -> !tile.state<64x64>, !tile.token {
-  ^bb0(%j: i32, %s: !tile.state<64x64>, %t: !tile.token):
+  %st0_m, %st0_acc = tile.init_state : !tile.stats<64>, !tile.acc<64x64>
+  %st_m, %st_acc, %tout = tile.kv_loop from %c0 to %c2 iter_args(%st0_m, %st0_acc, %t0) : !tile.stats<64>, !tile.acc<64x64>, !tile.token -> !tile.stats<64>, !tile.acc<64x64>, !tile.token {
+  ^bb0(%j: i32, %s_m: !tile.stats<64>, %s_acc: !tile.acc<64x64>, %t: !tile.token):
     tile.wait %t
     %slot = tile.slot %kb[%j] : !tile.buffer<tensor<64x64xbf16>, slots = 2>
     %k = tile.load k[%j] from %slot : !tile.slot<tensor<64x64xbf16>> : tensor<64x64xbf16>
-    tile.yield %s, %t : !tile.state<64x64>, !tile.token
+    tile.yield %s_m, %s_acc, %t : !tile.stats<64>, !tile.acc<64x64>, !tile.token
   }
   tile.wait %tout
 }
@@ -238,20 +238,20 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 
 // The online-softmax state's accumulator may live outside registers (FA4: tensor memory); m and l stay in registers.
 // CHECK-LABEL: tile.func @separable
-// CHECK: tile.init_state : <64x64, acc = tensor>
-// CHECK: tile.init_state : <64x64, acc = shared>
-// CHECK: tile.init_state : <64x64>
+// CHECK: tile.init_state : !tile.stats<64>, !tile.acc<64x64, tensor>
+// CHECK: tile.init_state : !tile.stats<64>, !tile.acc<64x64, shared>
+// CHECK: tile.init_state : !tile.stats<64>, !tile.acc<64x64>
 tile.func @separable attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %a = tile.init_state : !tile.state<64x64, acc = tensor>
-  %b = tile.init_state : !tile.state<64x64, acc = shared>
-  %c = tile.init_state : !tile.state<64x64, acc = registers>
+  %a_m, %a_acc = tile.init_state : !tile.stats<64>, !tile.acc<64x64, tensor>
+  %b_m, %b_acc = tile.init_state : !tile.stats<64>, !tile.acc<64x64, shared>
+  %c_m, %c_acc = tile.init_state : !tile.stats<64>, !tile.acc<64x64, registers>
 }
 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   // expected-error @+1 {{the accumulator's memory space is registers, shared or tensor; got 'global'}}
-  %a = tile.init_state : !tile.state<64x64, acc = global>
+  %a_m, %a_acc = tile.init_state : !tile.stats<64>, !tile.acc<64x64, global>
 }
 
 // -----
@@ -381,8 +381,8 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 tile.func @staged attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %qb = tile.buffer q : !tile.buffer<tensor<64x64xbf16>, slots = 1>
   %qs = tile.slot %qb : !tile.buffer<tensor<64x64xbf16>, slots = 1>
-  %st = tile.init_state : !tile.state<64x64>
-  %o, %lse = tile.finalize %st : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
+  %st_m, %st_acc = tile.init_state : !tile.stats<64>, !tile.acc<64x64>
+  %o, %lse = tile.finalize %st_m, %st_acc : !tile.stats<64>, !tile.acc<64x64> -> tensor<64x64xf32>, tensor<64xf32>
   tile.store o %o through %qs : tensor<64x64xf32>, !tile.slot<tensor<64x64xbf16>>
   tile.store_split %o, %lse through %qs : tensor<64x64xf32>, tensor<64xf32>, !tile.slot<tensor<64x64xbf16>>
 }
@@ -392,8 +392,8 @@ tile.func @staged attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %qb = tile.buffer q : !tile.buffer<tensor<64x64xbf16>, slots = 1>
   %qs = tile.slot %qb : !tile.buffer<tensor<64x64xbf16>, slots = 1>
-  %st = tile.init_state : !tile.state<64x64>
-  %o, %lse = tile.finalize %st : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
+  %st_m, %st_acc = tile.init_state : !tile.stats<64>, !tile.acc<64x64>
+  %o, %lse = tile.finalize %st_m, %st_acc : !tile.stats<64>, !tile.acc<64x64> -> tensor<64x64xf32>, tensor<64xf32>
   // expected-error @+1 {{'tile.store' op stages LSE through shared memory; only O is staged (`tile.store o ... through`)}}
   tile.store lse %lse through %qs : tensor<64xf32>, !tile.slot<tensor<64x64xbf16>>
 }
@@ -403,8 +403,8 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 128 : i64, variant = "none", params = []} {
   %qb = tile.buffer q : !tile.buffer<tensor<64x64xbf16>, slots = 1>
   %qs = tile.slot %qb : !tile.buffer<tensor<64x64xbf16>, slots = 1>
-  %st = tile.init_state : !tile.state<64x128>
-  %o, %lse = tile.finalize %st : !tile.state<64x128> -> tensor<64x128xf32>, tensor<64xf32>
+  %st_m, %st_acc = tile.init_state : !tile.stats<64>, !tile.acc<64x128>
+  %o, %lse = tile.finalize %st_m, %st_acc : !tile.stats<64>, !tile.acc<64x128> -> tensor<64x128xf32>, tensor<64xf32>
   // expected-error @+1 {{'tile.store' op stages a 64x128 O tile through a slot of 64x64; the slot needs O's rows and at least its columns}}
   tile.store o %o through %qs : tensor<64x128xf32>, !tile.slot<tensor<64x64xbf16>>
 }
@@ -414,8 +414,8 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 128 : i
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %qb = tile.buffer q : !tile.buffer<tensor<32x64xbf16>, slots = 1>
   %qs = tile.slot %qb : !tile.buffer<tensor<32x64xbf16>, slots = 1>
-  %st = tile.init_state : !tile.state<64x64>
-  %o, %lse = tile.finalize %st : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
+  %st_m, %st_acc = tile.init_state : !tile.stats<64>, !tile.acc<64x64>
+  %o, %lse = tile.finalize %st_m, %st_acc : !tile.stats<64>, !tile.acc<64x64> -> tensor<64x64xf32>, tensor<64xf32>
   // expected-error @+1 {{'tile.store_split' op stages a 64x64 O tile through a slot of 32x64; the slot needs O's rows and at least its columns}}
   tile.store_split %o, %lse through %qs : tensor<64x64xf32>, tensor<64xf32>, !tile.slot<tensor<32x64xbf16>>
 }

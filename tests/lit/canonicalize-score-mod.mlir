@@ -17,9 +17,9 @@
 // CHECK: tile.softmax_update %{{.*}}, %{{.*}} {fold_scale}
 tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, inputs = [#tile.input<"slopes" : f32>], params = [], variant = "alibi"} {
   %q = tile.load q : tensor<?x64xbf16>
-  %init = tile.init_state : <?x64>
-  %result = tile.kv_loop iter_args(%init) : <?x64> -> <?x64> {
-  ^bb0(%j: i32, %st: !tile.state<?x64>):
+  %init_m, %init_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
+  %result_m, %result_acc = tile.kv_loop iter_args(%init_m, %init_acc) : !tile.stats<?>, !tile.acc<?x64> -> !tile.stats<?>, !tile.acc<?x64> {
+  ^bb0(%j: i32, %st_m: !tile.stats<?>, %st_acc: !tile.acc<?x64>):
     %k = tile.load k[%j] : tensor<?x64xbf16>
     %s = tile.qk %q, %k : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
     %s1 = tile.scale %s : tensor<?x?xf32>
@@ -33,13 +33,13 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
       %y = arith.subf %score, %bias : f32
       tile.yield %y : f32
     }
-    %p, %alpha, %st1 = tile.softmax_update %s2, %st : tensor<?x?xf32>, <?x64> -> tensor<?x?xbf16>, tensor<?xf32>
-    %st2 = tile.rescale %st1, %alpha : <?x64>, tensor<?xf32>
+    %p, %alpha, %st1_m = tile.softmax_update %s2, %st_m : tensor<?x?xf32>, !tile.stats<?> -> tensor<?x?xbf16>, tensor<?xf32>
+    %st2_acc = tile.rescale %st_acc, %alpha : !tile.acc<?x64>, tensor<?xf32>
     %v = tile.load v[%j] : tensor<?x64xbf16>
-    %st3 = tile.pv %p, %v, %st2 : tensor<?x?xbf16>, tensor<?x64xbf16>, <?x64>
-    tile.yield %st3 : !tile.state<?x64>
+    %st3_acc = tile.pv %p, %v, %st2_acc : tensor<?x?xbf16>, tensor<?x64xbf16>, !tile.acc<?x64>
+    tile.yield %st1_m, %st3_acc : !tile.stats<?>, !tile.acc<?x64>
   }
-  %o, %lse = tile.finalize %result : <?x64> -> tensor<?x64xf32>, tensor<?xf32>
+  %o, %lse = tile.finalize %result_m, %result_acc : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
   tile.store o %o : tensor<?x64xf32>
   tile.store lse %lse : tensor<?xf32>
 }
@@ -58,9 +58,9 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
 // CHECK: tile.softmax_update %{{.*}}, %{{.*}} {fold_scale}
 tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, inputs = [#tile.input<"bias" : f32>], params = [], variant = "key_bias"} {
   %q = tile.load q : tensor<?x64xbf16>
-  %init = tile.init_state : <?x64>
-  %result = tile.kv_loop iter_args(%init) : <?x64> -> <?x64> {
-  ^bb0(%j: i32, %st: !tile.state<?x64>):
+  %init_m, %init_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
+  %result_m, %result_acc = tile.kv_loop iter_args(%init_m, %init_acc) : !tile.stats<?>, !tile.acc<?x64> -> !tile.stats<?>, !tile.acc<?x64> {
+  ^bb0(%j: i32, %st_m: !tile.stats<?>, %st_acc: !tile.acc<?x64>):
     %k = tile.load k[%j] : tensor<?x64xbf16>
     %s = tile.qk %q, %k : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
     %s1 = tile.scale %s : tensor<?x?xf32>
@@ -70,13 +70,13 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
       %y = arith.addf %bias, %score : f32
       tile.yield %y : f32
     }
-    %p, %alpha, %st1 = tile.softmax_update %s2, %st : tensor<?x?xf32>, <?x64> -> tensor<?x?xbf16>, tensor<?xf32>
-    %st2 = tile.rescale %st1, %alpha : <?x64>, tensor<?xf32>
+    %p, %alpha, %st1_m = tile.softmax_update %s2, %st_m : tensor<?x?xf32>, !tile.stats<?> -> tensor<?x?xbf16>, tensor<?xf32>
+    %st2_acc = tile.rescale %st_acc, %alpha : !tile.acc<?x64>, tensor<?xf32>
     %v = tile.load v[%j] : tensor<?x64xbf16>
-    %st3 = tile.pv %p, %v, %st2 : tensor<?x?xbf16>, tensor<?x64xbf16>, <?x64>
-    tile.yield %st3 : !tile.state<?x64>
+    %st3_acc = tile.pv %p, %v, %st2_acc : tensor<?x?xbf16>, tensor<?x64xbf16>, !tile.acc<?x64>
+    tile.yield %st1_m, %st3_acc : !tile.stats<?>, !tile.acc<?x64>
   }
-  %o, %lse = tile.finalize %result : <?x64> -> tensor<?x64xf32>, tensor<?xf32>
+  %o, %lse = tile.finalize %result_m, %result_acc : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
   tile.store o %o : tensor<?x64xf32>
   tile.store lse %lse : tensor<?xf32>
 }
@@ -98,9 +98,9 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
 // CHECK: tile.finalize
 tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, params = ["cap"], variant = "softcap"} {
   %q = tile.load q : tensor<?x64xbf16>
-  %init = tile.init_state : <?x64>
-  %result = tile.kv_loop iter_args(%init) : <?x64> -> <?x64> {
-  ^bb0(%j: i32, %st: !tile.state<?x64>):
+  %init_m, %init_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
+  %result_m, %result_acc = tile.kv_loop iter_args(%init_m, %init_acc) : !tile.stats<?>, !tile.acc<?x64> -> !tile.stats<?>, !tile.acc<?x64> {
+  ^bb0(%j: i32, %st_m: !tile.stats<?>, %st_acc: !tile.acc<?x64>):
     %k = tile.load k[%j] : tensor<?x64xbf16>
     %s = tile.qk %q, %k : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
     %s1 = tile.scale %s : tensor<?x?xf32>
@@ -112,13 +112,13 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
       %y = arith.mulf %cap, %t : f32
       tile.yield %y : f32
     }
-    %p, %alpha, %st1 = tile.softmax_update %s2, %st : tensor<?x?xf32>, <?x64> -> tensor<?x?xbf16>, tensor<?xf32>
-    %st2 = tile.rescale %st1, %alpha : <?x64>, tensor<?xf32>
+    %p, %alpha, %st1_m = tile.softmax_update %s2, %st_m : tensor<?x?xf32>, !tile.stats<?> -> tensor<?x?xbf16>, tensor<?xf32>
+    %st2_acc = tile.rescale %st_acc, %alpha : !tile.acc<?x64>, tensor<?xf32>
     %v = tile.load v[%j] : tensor<?x64xbf16>
-    %st3 = tile.pv %p, %v, %st2 : tensor<?x?xbf16>, tensor<?x64xbf16>, <?x64>
-    tile.yield %st3 : !tile.state<?x64>
+    %st3_acc = tile.pv %p, %v, %st2_acc : tensor<?x?xbf16>, tensor<?x64xbf16>, !tile.acc<?x64>
+    tile.yield %st1_m, %st3_acc : !tile.stats<?>, !tile.acc<?x64>
   }
-  %o, %lse = tile.finalize %result : <?x64> -> tensor<?x64xf32>, tensor<?xf32>
+  %o, %lse = tile.finalize %result_m, %result_acc : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
   tile.store o %o : tensor<?x64xf32>
   tile.store lse %lse : tensor<?xf32>
 }
@@ -133,9 +133,9 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
 // CHECK: tile.finalize
 tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, params = [], variant = "self_term"} {
   %q = tile.load q : tensor<?x64xbf16>
-  %init = tile.init_state : <?x64>
-  %result = tile.kv_loop iter_args(%init) : <?x64> -> <?x64> {
-  ^bb0(%j: i32, %st: !tile.state<?x64>):
+  %init_m, %init_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
+  %result_m, %result_acc = tile.kv_loop iter_args(%init_m, %init_acc) : !tile.stats<?>, !tile.acc<?x64> -> !tile.stats<?>, !tile.acc<?x64> {
+  ^bb0(%j: i32, %st_m: !tile.stats<?>, %st_acc: !tile.acc<?x64>):
     %k = tile.load k[%j] : tensor<?x64xbf16>
     %s = tile.qk %q, %k : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
     %s1 = tile.scale %s : tensor<?x?xf32>
@@ -147,13 +147,13 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
       %y = arith.subf %score, %t : f32
       tile.yield %y : f32
     }
-    %p, %alpha, %st1 = tile.softmax_update %s2, %st : tensor<?x?xf32>, <?x64> -> tensor<?x?xbf16>, tensor<?xf32>
-    %st2 = tile.rescale %st1, %alpha : <?x64>, tensor<?xf32>
+    %p, %alpha, %st1_m = tile.softmax_update %s2, %st_m : tensor<?x?xf32>, !tile.stats<?> -> tensor<?x?xbf16>, tensor<?xf32>
+    %st2_acc = tile.rescale %st_acc, %alpha : !tile.acc<?x64>, tensor<?xf32>
     %v = tile.load v[%j] : tensor<?x64xbf16>
-    %st3 = tile.pv %p, %v, %st2 : tensor<?x?xbf16>, tensor<?x64xbf16>, <?x64>
-    tile.yield %st3 : !tile.state<?x64>
+    %st3_acc = tile.pv %p, %v, %st2_acc : tensor<?x?xbf16>, tensor<?x64xbf16>, !tile.acc<?x64>
+    tile.yield %st1_m, %st3_acc : !tile.stats<?>, !tile.acc<?x64>
   }
-  %o, %lse = tile.finalize %result : <?x64> -> tensor<?x64xf32>, tensor<?xf32>
+  %o, %lse = tile.finalize %result_m, %result_acc : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
   tile.store o %o : tensor<?x64xf32>
   tile.store lse %lse : tensor<?xf32>
 }
@@ -167,9 +167,9 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
 // CHECK: tile.finalize
 tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, params = [], variant = "row_factor"} {
   %q = tile.load q : tensor<?x64xbf16>
-  %init = tile.init_state : <?x64>
-  %result = tile.kv_loop iter_args(%init) : <?x64> -> <?x64> {
-  ^bb0(%j: i32, %st: !tile.state<?x64>):
+  %init_m, %init_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
+  %result_m, %result_acc = tile.kv_loop iter_args(%init_m, %init_acc) : !tile.stats<?>, !tile.acc<?x64> -> !tile.stats<?>, !tile.acc<?x64> {
+  ^bb0(%j: i32, %st_m: !tile.stats<?>, %st_acc: !tile.acc<?x64>):
     %k = tile.load k[%j] : tensor<?x64xbf16>
     %s = tile.qk %q, %k : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
     %s1 = tile.scale %s : tensor<?x?xf32>
@@ -179,13 +179,13 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
       %y = arith.mulf %score, %f : f32
       tile.yield %y : f32
     }
-    %p, %alpha, %st1 = tile.softmax_update %s2, %st : tensor<?x?xf32>, <?x64> -> tensor<?x?xbf16>, tensor<?xf32>
-    %st2 = tile.rescale %st1, %alpha : <?x64>, tensor<?xf32>
+    %p, %alpha, %st1_m = tile.softmax_update %s2, %st_m : tensor<?x?xf32>, !tile.stats<?> -> tensor<?x?xbf16>, tensor<?xf32>
+    %st2_acc = tile.rescale %st_acc, %alpha : !tile.acc<?x64>, tensor<?xf32>
     %v = tile.load v[%j] : tensor<?x64xbf16>
-    %st3 = tile.pv %p, %v, %st2 : tensor<?x?xbf16>, tensor<?x64xbf16>, <?x64>
-    tile.yield %st3 : !tile.state<?x64>
+    %st3_acc = tile.pv %p, %v, %st2_acc : tensor<?x?xbf16>, tensor<?x64xbf16>, !tile.acc<?x64>
+    tile.yield %st1_m, %st3_acc : !tile.stats<?>, !tile.acc<?x64>
   }
-  %o, %lse = tile.finalize %result : <?x64> -> tensor<?x64xf32>, tensor<?xf32>
+  %o, %lse = tile.finalize %result_m, %result_acc : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
   tile.store o %o : tensor<?x64xf32>
   tile.store lse %lse : tensor<?xf32>
 }

@@ -21,10 +21,10 @@
 // CHECK-NOT: kv_step
 // The state comes from the previous step (empty at step 0) and goes back before it is finalized.
 // CHECK-NOT: tile.init_state
-// CHECK: %[[ST0:.*]] = tile.state_load : <64x64>
-// CHECK: %[[ST:.*]] = tile.kv_loop iter_args(%[[ST0]])
-// CHECK: %[[STORED:.*]] = tile.state_store %[[ST]] : <64x64>
-// CHECK-NEXT: %[[O:.*]], %[[LSE:.*]] = tile.finalize %[[STORED]]
+// CHECK: %[[M0:[A-Za-z_0-9]+]], %[[A0:[A-Za-z_0-9]+]] = tile.state_load : !tile.stats<64>, !tile.acc<64x64>
+// CHECK: %[[M:[A-Za-z_0-9]+]], %[[A:[A-Za-z_0-9]+]] = tile.kv_loop iter_args(%[[M0]], %[[A0]])
+// CHECK: %[[SM:[A-Za-z_0-9]+]], %[[SA:[A-Za-z_0-9]+]] = tile.state_store %[[M]], %[[A]] : !tile.stats<64>, !tile.acc<64x64>
+// CHECK-NEXT: %[[O:.*]], %[[LSE:.*]] = tile.finalize %[[SM]], %[[SA]]
 // CHECK-NEXT: tile.store o %[[O]]
 // CHECK-NEXT: tile.store lse %[[LSE]]
 
@@ -48,12 +48,12 @@
 // expected-error @+1 {{'tile.func' op must be scheduled before splitting the walk into K/V steps (run tile-apply-schedule)}}
 tile.func @unscheduled attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %q = tile.load q : tensor<?x64xbf16>
-  %st0 = tile.init_state : !tile.state<?x64>
-  %st = tile.kv_loop iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
-  ^bb0(%j: i32, %s: !tile.state<?x64>):
-    tile.yield %s : !tile.state<?x64>
+  %st0_m, %st0_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
+  %st_m, %st_acc = tile.kv_loop iter_args(%st0_m, %st0_acc) : !tile.stats<?>, !tile.acc<?x64> -> !tile.stats<?>, !tile.acc<?x64> {
+  ^bb0(%j: i32, %s_m: !tile.stats<?>, %s_acc: !tile.acc<?x64>):
+    tile.yield %s_m, %s_acc : !tile.stats<?>, !tile.acc<?x64>
   }
-  %o, %lse = tile.finalize %st : !tile.state<?x64> -> tensor<?x64xf32>, tensor<?xf32>
+  %o, %lse = tile.finalize %st_m, %st_acc : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
   tile.store o %o : tensor<?x64xf32>
   tile.store lse %lse : tensor<?xf32>
 }
@@ -64,12 +64,12 @@ tile.func @unscheduled attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v
 tile.func @noRule attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
                               schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 16, stages = 1>} {
   %q = tile.load q : tensor<64x64xbf16>
-  %st0 = tile.init_state : !tile.state<64x64>
-  %st = tile.kv_loop iter_args(%st0) : !tile.state<64x64> -> !tile.state<64x64> {
-  ^bb0(%j: i32, %s: !tile.state<64x64>):
-    tile.yield %s : !tile.state<64x64>
+  %st0_m, %st0_acc = tile.init_state : !tile.stats<64>, !tile.acc<64x64>
+  %st_m, %st_acc = tile.kv_loop iter_args(%st0_m, %st0_acc) : !tile.stats<64>, !tile.acc<64x64> -> !tile.stats<64>, !tile.acc<64x64> {
+  ^bb0(%j: i32, %s_m: !tile.stats<64>, %s_acc: !tile.acc<64x64>):
+    tile.yield %s_m, %s_acc : !tile.stats<64>, !tile.acc<64x64>
   }
-  %o, %lse = tile.finalize %st : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
+  %o, %lse = tile.finalize %st_m, %st_acc : !tile.stats<64>, !tile.acc<64x64> -> tensor<64x64xf32>, tensor<64xf32>
   tile.store o %o : tensor<64x64xf32>
   tile.store lse %lse : tensor<64xf32>
 }
@@ -80,13 +80,13 @@ tile.func @noRule attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64
 tile.func @twice attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
                              schedule = #tile.schedule<name = "fa1", blockM = 64, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 16, stages = 1>} {
   %q = tile.load q : tensor<64x64xbf16>
-  %st0 = tile.state_load : !tile.state<64x64>
-  %st = tile.kv_loop iter_args(%st0) : !tile.state<64x64> -> !tile.state<64x64> {
-  ^bb0(%j: i32, %s: !tile.state<64x64>):
-    tile.yield %s : !tile.state<64x64>
+  %st0_m, %st0_acc = tile.state_load : !tile.stats<64>, !tile.acc<64x64>
+  %st_m, %st_acc = tile.kv_loop iter_args(%st0_m, %st0_acc) : !tile.stats<64>, !tile.acc<64x64> -> !tile.stats<64>, !tile.acc<64x64> {
+  ^bb0(%j: i32, %s_m: !tile.stats<64>, %s_acc: !tile.acc<64x64>):
+    tile.yield %s_m, %s_acc : !tile.stats<64>, !tile.acc<64x64>
   }
-  %st2 = tile.state_store %st : !tile.state<64x64>
-  %o, %lse = tile.finalize %st2 : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
+  %st2_m, %st2_acc = tile.state_store %st_m, %st_acc : !tile.stats<64>, !tile.acc<64x64>
+  %o, %lse = tile.finalize %st2_m, %st2_acc : !tile.stats<64>, !tile.acc<64x64> -> tensor<64x64xf32>, tensor<64xf32>
   tile.store o %o : tensor<64x64xf32>
   tile.store lse %lse : tensor<64xf32>
 }
@@ -99,12 +99,12 @@ tile.func @bounded attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 6
   %c0 = arith.constant 0 : i32
   %c4 = arith.constant 4 : i32
   %q = tile.load q : tensor<64x64xbf16>
-  %st0 = tile.init_state : !tile.state<64x64>
-  %st = tile.kv_loop from %c0 to %c4 iter_args(%st0) : !tile.state<64x64> -> !tile.state<64x64> {
-  ^bb0(%j: i32, %s: !tile.state<64x64>):
-    tile.yield %s : !tile.state<64x64>
+  %st0_m, %st0_acc = tile.init_state : !tile.stats<64>, !tile.acc<64x64>
+  %st_m, %st_acc = tile.kv_loop from %c0 to %c4 iter_args(%st0_m, %st0_acc) : !tile.stats<64>, !tile.acc<64x64> -> !tile.stats<64>, !tile.acc<64x64> {
+  ^bb0(%j: i32, %s_m: !tile.stats<64>, %s_acc: !tile.acc<64x64>):
+    tile.yield %s_m, %s_acc : !tile.stats<64>, !tile.acc<64x64>
   }
-  %o, %lse = tile.finalize %st : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
+  %o, %lse = tile.finalize %st_m, %st_acc : !tile.stats<64>, !tile.acc<64x64> -> tensor<64x64xf32>, tensor<64xf32>
   tile.store o %o : tensor<64x64xf32>
   tile.store lse %lse : tensor<64xf32>
 }

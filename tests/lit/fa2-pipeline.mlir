@@ -14,8 +14,8 @@
 // CHECK-NEXT: tile.load q from %[[QS]]
 // Each tile: wait K(j) (its token carried in), start V(j), S = Q·Kᵀ, ..., wait V(j), start K(j-1), P·V; K(j-1)'s
 // token goes to the next iteration.
-// CHECK: %{{[A-Za-z_0-9]+}}, %[[TOUT:[A-Za-z_0-9]+]] = tile.kv_loop from %{{.*}} to %{{.*}} iter_args(%{{.*}}, %[[TK0]])
-// CHECK-NEXT: ^bb0(%[[J:.*]]: i32, %{{.*}}: !tile.state<128x64>, %[[TK:.*]]: !tile.token):
+// CHECK: %{{[A-Za-z_0-9]+}}, %{{[A-Za-z_0-9]+}}, %[[TOUT:[A-Za-z_0-9]+]] = tile.kv_loop from %{{.*}} to %{{.*}} iter_args(%{{.*}}, %{{.*}}, %[[TK0]])
+// CHECK-NEXT: ^bb0(%[[J:.*]]: i32, %{{.*}}: !tile.stats<128>, %{{.*}}: !tile.acc<128x64>, %[[TK:.*]]: !tile.token):
 // CHECK-NEXT: tile.wait %[[TK]]{{$}}
 // CHECK-NEXT: %[[VS:.*]] = tile.slot %[[VB]][%[[J]]]
 // CHECK-NEXT: %[[TV:.*]] = tile.copy_async v[%[[J]]] into %[[VS]] :
@@ -29,9 +29,9 @@
 // CHECK-NEXT: %[[TKN:.*]] = tile.copy_async k[%[[NEXT]]] into %[[KSN]] if %[[HAS]]
 // CHECK-NEXT: tile.load v[%[[J]]] from %[[VS]]
 // CHECK-NEXT: tile.pv
-// CHECK-NEXT: tile.yield %{{.*}}, %[[TKN]] : !tile.state<128x64>, !tile.token
+// CHECK-NEXT: tile.yield %{{.*}}, %{{.*}}, %[[TKN]] : !tile.stats<128>, !tile.acc<128x64>, !tile.token
 // The next segment takes the token out of the first.
-// CHECK: tile.kv_loop from %{{.*}} to %{{.*}} iter_args(%{{.*}}, %[[TOUT]])
+// CHECK: tile.kv_loop from %{{.*}} to %{{.*}} iter_args(%{{.*}}, %{{.*}}, %[[TOUT]])
 // O staging, the schedule's decision: Q's tile is dead after the walk, so O leaves through Q's slot.
 // CHECK: tile.store o %{{.*}} through %[[QS]] : tensor<128x64xf32>, !tile.slot<tensor<128x64xbf16>>
 // CHECK-NEXT: tile.store lse %{{.*}} : tensor<128xf32>
@@ -54,8 +54,8 @@
 // AHEAD-NEXT: %[[S0:.*]] = tile.qk %[[Q]], %[[K0]]
 // Each segment carries the scores of its tile j and the tokens of V(j) and K(next), and computes the next tile's
 // scores next to the softmax; one wait per tile.
-// AHEAD: %[[ST1:.*]], %[[C1:.*]]:3 = tile.kv_loop from %{{.*}} to %{{.*}} segment tail_boundary order descending iter_args(%{{.*}}, %[[S0]], %[[TV0]], %[[TK1]])
-// AHEAD-NEXT: ^bb0(%[[J:.*]]: i32, %{{.*}}: !tile.state<64x64>, %[[S:.*]]: tensor<64x64xf32>, %[[TV:.*]]: !tile.token, %[[TKN:.*]]: !tile.token):
+// AHEAD: %[[M1:[A-Za-z_0-9]+]], %[[A1:[A-Za-z_0-9]+]], %[[C1:.*]]:3 = tile.kv_loop from %{{.*}} to %{{.*}} segment tail_boundary order descending iter_args(%{{.*}}, %{{.*}}, %[[S0]], %[[TV0]], %[[TK1]])
+// AHEAD-NEXT: ^bb0(%[[J:.*]]: i32, %{{.*}}: !tile.stats<64>, %{{.*}}: !tile.acc<64x64>, %[[S:.*]]: tensor<64x64xf32>, %[[TV:.*]]: !tile.token, %[[TKN:.*]]: !tile.token):
 // AHEAD-NEXT: tile.wait %[[TV]], %[[TKN]]{{$}}
 // AHEAD-DAG: %[[NEXT:.*]] = arith.subi %[[J]], %c1
 // AHEAD-DAG: %[[AFTER:.*]] = arith.subi %[[J]], %c2
@@ -73,21 +73,21 @@
 // AHEAD-NOT: tile.wait
 // AHEAD: tile.load v[%[[J]]] from
 // AHEAD-NEXT: tile.pv
-// AHEAD-NEXT: tile.yield %{{.*}}, %[[SN]], %[[TVN]], %[[TKA]]
-// AHEAD: tile.kv_loop from %{{.*}} to %{{.*}} segment interior order descending iter_args(%[[ST1]], %[[C1]]#0, %[[C1]]#1, %[[C1]]#2)
+// AHEAD-NEXT: tile.yield %{{.*}}, %{{.*}}, %[[SN]], %[[TVN]], %[[TKA]]
+// AHEAD: tile.kv_loop from %{{.*}} to %{{.*}} segment interior order descending iter_args(%[[M1]], %[[A1]], %[[C1]]#0, %[[C1]]#1, %[[C1]]#2)
 // AHEAD-NOT: tile.mask
 // AHEAD: tile.softmax_update
 
 // RUN: flashtile-opt %s --tile-apply-schedule --tile-fa2-pipeline --verify-diagnostics
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %q = tile.load q : tensor<?x64xbf16>
-  %st0 = tile.init_state : !tile.state<?x64>
+  %st0_m, %st0_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
   // expected-error @+1 {{'tile.kv_loop' op must be a bounded, descending segment (run tile-split-boundary first)}}
-  %st = tile.kv_loop iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
-  ^bb0(%j: i32, %s: !tile.state<?x64>):
-    tile.yield %s : !tile.state<?x64>
+  %st_m, %st_acc = tile.kv_loop iter_args(%st0_m, %st0_acc) : !tile.stats<?>, !tile.acc<?x64> -> !tile.stats<?>, !tile.acc<?x64> {
+  ^bb0(%j: i32, %s_m: !tile.stats<?>, %s_acc: !tile.acc<?x64>):
+    tile.yield %s_m, %s_acc : !tile.stats<?>, !tile.acc<?x64>
   }
-  %o, %lse = tile.finalize %st : !tile.state<?x64> -> tensor<?x64xf32>, tensor<?xf32>
+  %o, %lse = tile.finalize %st_m, %st_acc : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
   tile.store o %o : tensor<?x64xf32>
   tile.store lse %lse : tensor<?xf32>
 }

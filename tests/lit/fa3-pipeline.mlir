@@ -54,22 +54,22 @@
 
 // The intra-warpgroup overlap (the default): a prologue segment of at most one tile (the walk's first) computes S and
 // P; each later iteration issues Q·K(j)ᵀ, then P(j + 1)·V(j + 1) with the carried P, waits only for S, runs the
-// softmax (which reads m and l of the state P·V is still accumulating into), then waits for P·V, releases V's
-// slot and rescales; an epilogue segment of at most one tile (the walk's last) runs the last P·V.
+// softmax (which reads and writes the row statistics only, while P·V writes the accumulator), then waits for P·V,
+// releases V's slot and rescales the accumulator; an epilogue segment of at most one tile (the walk's last) runs the last P·V.
 // Head dim 64: 192 rows over three consumer warpgroups (160 registers each, the producer 32), which take turns
 // issuing their GEMMs (ping-pong: the default at head dims up to 128).
 // OVERLAP: tile.role "producer" attributes {regs = 32 : i64, warps = 4 : i64}
 // OVERLAP: tile.role "consumer" attributes {pingpong, regs = 160 : i64, warps = 12 : i64}
 // OVERLAP: %[[FIRST:.*]] = arith.maxsi
 // OVERLAP: %[[P0:.*]] = arith.constant dense<0.000000e+00> : tensor<{{.*}}xbf16>
-// OVERLAP: tile.kv_loop from %[[FIRST]] to %{{.*}} iter_args(%{{.*}}, %[[P0]])
+// OVERLAP: tile.kv_loop from %[[FIRST]] to %{{.*}} iter_args(%{{.*}}, %{{.*}}, %[[P0]])
 // OVERLAP: tile.qk
 // OVERLAP-NEXT: tile.mma_wait
 // OVERLAP: tile.softmax_update
 // OVERLAP-NOT: tile.pv
-// OVERLAP: tile.yield %{{.*}}, %p
+// OVERLAP: tile.yield %{{.*}}, %{{.*}}, %p
 // OVERLAP: tile.kv_loop
-// OVERLAP: ^bb0(%[[J:.*]]: i32, %[[ST:.*]]: !tile.state<{{.*}}>, %[[P:.*]]: tensor<{{.*}}xbf16>):
+// OVERLAP: ^bb0(%[[J:.*]]: i32, %[[M:.*]]: !tile.stats<{{.*}}>, %[[A:.*]]: !tile.acc<{{.*}}>, %[[P:.*]]: tensor<{{.*}}xbf16>):
 // OVERLAP: %[[I:.*]] = arith.subi %{{.*}}, %[[J]] : i32
 // OVERLAP-NEXT: %[[IP:.*]] = arith.subi %[[I]], %{{.*}} : i32
 // OVERLAP-NEXT: %[[JN:.*]] = arith.addi %[[J]], %{{.*}} : i32
@@ -77,20 +77,20 @@
 // OVERLAP-NEXT: tile.barrier_wait %{{.*}}[%[[IP]]]
 // OVERLAP-NEXT: %[[VS:.*]] = tile.slot %{{.*}}[%[[IP]]]
 // OVERLAP-NEXT: %[[V:.*]] = tile.load v[%[[JN]]] from %[[VS]]
-// OVERLAP-NEXT: %[[ACC:.*]], %[[TPV:.*]] = tile.pv %[[P]], %[[V]], %[[ST]]
+// OVERLAP-NEXT: %[[ACC:.*]], %[[TPV:.*]] = tile.pv %[[P]], %[[V]], %[[A]]
 // OVERLAP-NEXT: tile.mma_wait %[[TS]]
 // OVERLAP-NEXT: tile.barrier_arrive %{{.*}}[%[[I]]]
-// OVERLAP: %[[PN:.*]], %[[ALPHA:.*]], %[[NEW:.*]] = tile.softmax_update %{{.*}}, %[[ACC]]
+// OVERLAP: %[[PN:.*]], %[[ALPHA:.*]], %[[NEW:.*]] = tile.softmax_update %{{.*}}, %[[M]]
 // OVERLAP-NEXT: tile.mma_wait %[[TPV]]
 // OVERLAP-NEXT: tile.barrier_arrive %{{.*}}[%[[IP]]]
-// OVERLAP-NEXT: %[[R:.*]] = tile.rescale %[[NEW]], %[[ALPHA]]
-// OVERLAP-NEXT: tile.yield %[[R]], %[[PN]]
+// OVERLAP-NEXT: %[[R:.*]] = tile.rescale %[[ACC]], %[[ALPHA]]
+// OVERLAP-NEXT: tile.yield %[[NEW]], %[[R]], %[[PN]]
 // The epilogue: P·V of the last tile, P passed through.
 // OVERLAP: tile.load v[%arg{{[0-9]+}}]
 // OVERLAP-NEXT: tile.pv %arg{{[0-9]+}}, %{{.*}}, %arg{{[0-9]+}}
 // OVERLAP-NEXT: tile.mma_wait
 // OVERLAP-NEXT: tile.barrier_arrive
-// OVERLAP-NEXT: tile.yield %{{[0-9a-z_]+}}, %arg{{[0-9]+}} : !tile.state
+// OVERLAP-NEXT: tile.yield %arg{{[0-9]+}}, %{{[0-9a-z_]+}}, %arg{{[0-9]+}} : !tile.stats
 // OVERLAP-NEXT: }
 // OVERLAP-NEXT: tile.finalize
 // Four segments for causal: the prologue, tail boundary, interior, the epilogue.

@@ -94,23 +94,23 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %st0 = tile.init_state : !tile.state<?x64>
+  %st0_m, %st0_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
   // expected-error @+1 {{'tile.kv_loop' op segment interior needs bounds (from %lo to %hi)}}
-  %st = tile.kv_loop segment interior iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
-  ^bb0(%j: i32, %s: !tile.state<?x64>):
-    tile.yield %s : !tile.state<?x64>
+  %st_m, %st_acc = tile.kv_loop segment interior iter_args(%st0_m, %st0_acc) : !tile.stats<?>, !tile.acc<?x64> -> !tile.stats<?>, !tile.acc<?x64> {
+  ^bb0(%j: i32, %s_m: !tile.stats<?>, %s_acc: !tile.acc<?x64>):
+    tile.yield %s_m, %s_acc : !tile.stats<?>, !tile.acc<?x64>
   }
 }
 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %st0 = tile.init_state : !tile.state<?x64>
+  %st0_m, %st0_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
   %s0 = arith.constant dense<0.0> : tensor<128x64xf32>
   // expected-error @+1 {{'tile.kv_loop' op carried results must have the types of the carried operands}}
-  %st, %s = tile.kv_loop iter_args(%st0, %s0) : !tile.state<?x64>, tensor<128x64xf32> -> !tile.state<?x64>, tensor<128x32xf32> {
-  ^bb0(%j: i32, %a: !tile.state<?x64>, %b: tensor<128x64xf32>):
-    tile.yield %a, %b : !tile.state<?x64>, tensor<128x64xf32>
+  %st_m, %st_acc, %s = tile.kv_loop iter_args(%st0_m, %st0_acc, %s0) : !tile.stats<?>, !tile.acc<?x64>, tensor<128x64xf32> -> !tile.stats<?>, !tile.acc<?x64>, tensor<128x32xf32> {
+  ^bb0(%j: i32, %a_m: !tile.stats<?>, %a_acc: !tile.acc<?x64>, %b: tensor<128x64xf32>):
+    tile.yield %a_m, %a_acc, %b : !tile.stats<?>, !tile.acc<?x64>, tensor<128x64xf32>
   }
 }
 
@@ -125,8 +125,63 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  // expected-error @+1 {{state columns (head_dim_v) must be static and positive, got 0}}
-  %st0 = tile.init_state : !tile.state<?x0>
+  // expected-error @+1 {{accumulator columns (head_dim_v) must be static and positive, got 0}}
+  %st0_m, %st0_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x0>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{row statistics rows must be positive or '?', got 0}}
+  %m, %acc = tile.init_state : !tile.stats<0>, !tile.acc<?x64>
+}
+
+// -----
+
+// The row statistics and the accumulator are separate values, but of the same Q rows.
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{'tile.init_state' op row statistics of 64 rows with an accumulator of 32 rows: they must belong to the same Q rows}}
+  %m, %acc = tile.init_state : !tile.stats<64>, !tile.acc<32x64>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %m, %acc = tile.init_state : !tile.stats<64>, !tile.acc<64x64>
+  %m2, %acc2 = tile.init_state : !tile.stats<32>, !tile.acc<32x64>
+  // expected-error @+1 {{'tile.finalize' op row statistics of 32 rows with an accumulator of 64 rows: they must belong to the same Q rows}}
+  %o, %lse = tile.finalize %m2, %acc : !tile.stats<32>, !tile.acc<64x64> -> tensor<64x64xf32>, tensor<64xf32>
+}
+
+// -----
+
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %m, %acc = tile.init_state : !tile.stats<64>, !tile.acc<64x64>
+  // expected-error @+1 {{'tile.kv_loop' op results must have the types of the state it starts from (row statistics, accumulator)}}
+  %m1, %acc1 = tile.kv_loop iter_args(%m, %acc) : !tile.stats<64>, !tile.acc<64x64> -> !tile.stats<64>, !tile.acc<64x64, tensor> {
+  ^bb0(%j: i32, %mj: !tile.stats<64>, %aj: !tile.acc<64x64>):
+    tile.yield %mj, %aj : !tile.stats<64>, !tile.acc<64x64>
+  }
+}
+
+// -----
+
+// A softmax step updates the statistics of its score tile's rows.
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %m, %acc = tile.init_state : !tile.stats<32>, !tile.acc<32x64>
+  %s = arith.constant dense<0.0> : tensor<64x64xf32>
+  // expected-error @+1 {{'tile.softmax_update' op alpha and the row statistics must have one entry per score row}}
+  %p, %alpha, %m1 = tile.softmax_update %s, %m : tensor<64x64xf32>, !tile.stats<32> -> tensor<64x64xbf16>, tensor<64xf32>
+}
+
+// -----
+
+// tile.rescale and tile.pv write the accumulator; the row statistics are not theirs.
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %m, %acc = tile.init_state : !tile.stats<64>, !tile.acc<64x64>
+  %alpha = arith.constant dense<1.0> : tensor<64xf32>
+  // expected-error @+1 {{'tile.rescale' op operand #0 must be the unnormalized output accumulator of a Q tile, in a memory space, but got '!tile.stats<64>'}}
+  %r = tile.rescale %m, %alpha : !tile.stats<64>, tensor<64xf32>
 }
 
 // -----
@@ -193,25 +248,25 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "sinks", params = [],
                          inputs = [#tile.input<"sinks" : f32>]} {
-  %st = tile.init_state : !tile.state<?x64>
+  %st_m, %st_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
   // expected-error @+1 {{'tile.finalize' op sink region must take (i32, i32)}}
-  %o, %lse = tile.finalize %st sink {
+  %o, %lse = tile.finalize %st_m, %st_acc sink {
   ^bb0(%h: i32):
     %s = tile.input "sinks"[%h] : f32
     tile.yield %s : f32
-  } : !tile.state<?x64> -> tensor<?x64xf32>, tensor<?xf32>
+  } : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
 }
 
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  %st = tile.init_state : !tile.state<?x64>
+  %st_m, %st_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
   %q = tile.load q : tensor<?x64xbf16>
   %j = arith.constant 0 : i32
   %k = tile.load k[%j] : tensor<?x64xbf16>
   %s = tile.qk %q, %k : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
   // expected-error @+1 {{'tile.softmax_update' op rescale_threshold = 16 is not supported; accepted: 1 to 15 (log2 units; omit it to rescale every tile)}}
-  %p, %alpha, %st1 = tile.softmax_update %s, %st {rescale_threshold = 16 : i64} : tensor<?x?xf32>, !tile.state<?x64> -> tensor<?x?xbf16>, tensor<?xf32>
+  %p, %alpha, %st1_m = tile.softmax_update %s, %st_m {rescale_threshold = 16 : i64} : tensor<?x?xf32>, !tile.stats<?> -> tensor<?x?xbf16>, tensor<?xf32>
 }
 
 // -----
@@ -279,12 +334,12 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %c0 = arith.constant 0 : i32
-  %st0 = tile.init_state : !tile.state<?x64>
+  %st0_m, %st0_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
   // expected-error @+2 {{expected a K/V loop segment (all, tail_boundary, interior, head_boundary), got 'middle'}}
   // expected-error @+1 {{failed to parse Tile_SegmentAttr parameter 'value'}}
-  %st = tile.kv_loop from %c0 to %c0 segment middle iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
-  ^bb0(%j: i32, %s: !tile.state<?x64>):
-    tile.yield %s : !tile.state<?x64>
+  %st_m, %st_acc = tile.kv_loop from %c0 to %c0 segment middle iter_args(%st0_m, %st0_acc) : !tile.stats<?>, !tile.acc<?x64> -> !tile.stats<?>, !tile.acc<?x64> {
+  ^bb0(%j: i32, %s_m: !tile.stats<?>, %s_acc: !tile.acc<?x64>):
+    tile.yield %s_m, %s_acc : !tile.stats<?>, !tile.acc<?x64>
   }
 }
 
@@ -292,12 +347,12 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %c0 = arith.constant 0 : i32
-  %st0 = tile.init_state : !tile.state<?x64>
+  %st0_m, %st0_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
   // expected-error @+2 {{expected a K/V walk order (ascending, descending), got 'backwards'}}
   // expected-error @+1 {{failed to parse Tile_KvOrderAttr parameter 'value'}}
-  %st = tile.kv_loop from %c0 to %c0 order backwards iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
-  ^bb0(%j: i32, %s: !tile.state<?x64>):
-    tile.yield %s : !tile.state<?x64>
+  %st_m, %st_acc = tile.kv_loop from %c0 to %c0 order backwards iter_args(%st0_m, %st0_acc) : !tile.stats<?>, !tile.acc<?x64> -> !tile.stats<?>, !tile.acc<?x64> {
+  ^bb0(%j: i32, %s_m: !tile.stats<?>, %s_acc: !tile.acc<?x64>):
+    tile.yield %s_m, %s_acc : !tile.stats<?>, !tile.acc<?x64>
   }
 }
 

@@ -37,22 +37,22 @@ tile.func @words attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 
     tile.yield %first, %last : i32, i32
   }
   %q = tile.load q : tensor<64x64xbf16>
-  %st0 = tile.init_state : !tile.state<64x64>
-  %st1 = tile.kv_loop from %c0 to %c2 segment tail_boundary order descending iter_args(%st0)
-      : !tile.state<64x64> -> !tile.state<64x64> {
-  ^bb0(%j: i32, %s: !tile.state<64x64>):
+  %st0_m, %st0_acc = tile.init_state : !tile.stats<64>, !tile.acc<64x64>
+  %st1_m, %st1_acc = tile.kv_loop from %c0 to %c2 segment tail_boundary order descending iter_args(%st0_m, %st0_acc)
+      : !tile.stats<64>, !tile.acc<64x64> -> !tile.stats<64>, !tile.acc<64x64> {
+  ^bb0(%j: i32, %s_m: !tile.stats<64>, %s_acc: !tile.acc<64x64>):
     %k = tile.load k[%j] : tensor<64x64xbf16>
-    tile.yield %s : !tile.state<64x64>
+    tile.yield %s_m, %s_acc : !tile.stats<64>, !tile.acc<64x64>
   }
-  %st2 = tile.kv_loop from %c0 to %c2 segment interior order ascending iter_args(%st1)
-      : !tile.state<64x64> -> !tile.state<64x64> {
-  ^bb0(%j: i32, %s: !tile.state<64x64>):
+  %st2_m, %st2_acc = tile.kv_loop from %c0 to %c2 segment interior order ascending iter_args(%st1_m, %st1_acc)
+      : !tile.stats<64>, !tile.acc<64x64> -> !tile.stats<64>, !tile.acc<64x64> {
+  ^bb0(%j: i32, %s_m: !tile.stats<64>, %s_acc: !tile.acc<64x64>):
     %v = tile.load "v"[%j] : tensor<64x64xbf16>
-    tile.yield %s : !tile.state<64x64>
+    tile.yield %s_m, %s_acc : !tile.stats<64>, !tile.acc<64x64>
   }
-  %st3 = tile.kv_loop iter_args(%st2) : !tile.state<64x64> -> !tile.state<64x64> {
-  ^bb0(%j: i32, %s: !tile.state<64x64>):
-    tile.yield %s : !tile.state<64x64>
+  %st3_m, %st3_acc = tile.kv_loop iter_args(%st2_m, %st2_acc) : !tile.stats<64>, !tile.acc<64x64> -> !tile.stats<64>, !tile.acc<64x64> {
+  ^bb0(%j: i32, %s_m: !tile.stats<64>, %s_acc: !tile.acc<64x64>):
+    tile.yield %s_m, %s_acc : !tile.stats<64>, !tile.acc<64x64>
   }
   tile.kv_walk from %c0 to %c2 {
   ^bb0(%j: i32):
@@ -62,7 +62,7 @@ tile.func @words attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 
   ^bb0(%j: i32):
     tile.yield
   }
-  %o, %lse = tile.finalize %st3 : !tile.state<64x64> -> tensor<64x64xf32>, tensor<64xf32>
+  %o, %lse = tile.finalize %st3_m, %st3_acc : !tile.stats<64>, !tile.acc<64x64> -> tensor<64x64xf32>, tensor<64xf32>
   tile.store o %o : tensor<64x64xf32>
   tile.store lse %lse : tensor<64xf32>
 }

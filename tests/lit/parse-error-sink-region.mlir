@@ -7,11 +7,11 @@
 // CHECK: error: custom op 'tile.finalize' a value defined in this region is used outside it
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "sinks", params = [],
                          inputs = [#tile.input<"sinks" : f32>]} {
-  %st = tile.init_state : !tile.state<?x64>
+  %st_m, %st_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
   %twice = arith.addf %s, %s : f32
-  %o, %lse = tile.finalize %st sink {
+  %o, %lse = tile.finalize %st_m, %st_acc sink {
   ^bb0(%b: i32, %h: i32):
     %s = tile.input "sinks"[%h] : f32
     tile.yield %s : f32
-  } : !tile.state<?x64>
+  } : !tile.stats<?>, !tile.acc<?x64>
 }

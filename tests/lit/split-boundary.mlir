@@ -6,9 +6,9 @@
 // CHECK: %[[FLO:.*]], %[[FHI:.*]] = tile.kv_range full
 // CHECK: %[[SK:.*]] = tile.dim seqlen_k
 // CHECK: arith.ceildivsi
-// CHECK: %[[TAIL:.*]] = tile.kv_loop from %{{.*}} to %{{.*}} segment tail_boundary order descending iter_args(%{{.*}})
+// CHECK: %[[TAILM:[A-Za-z_0-9]+]], %[[TAILA:[A-Za-z_0-9]+]] = tile.kv_loop from %{{.*}} to %{{.*}} segment tail_boundary order descending iter_args(%{{.*}}, %{{.*}})
 // CHECK:   tile.mask
-// CHECK: tile.kv_loop from %{{.*}} to %{{.*}} segment interior order descending iter_args(%[[TAIL]])
+// CHECK: tile.kv_loop from %{{.*}} to %{{.*}} segment interior order descending iter_args(%[[TAILM]], %[[TAILA]])
 // CHECK-NOT: tile.mask
 // CHECK: tile.finalize
 // CHECK-NOT: head_boundary
@@ -20,11 +20,11 @@
 // WINDOW: %[[MLO:.*]], %[[MHI:.*]] = tile.kv_range may
 // WINDOW: %[[FLO:.*]], %[[FHI:.*]] = tile.kv_range full
 // WINDOW: arith.maxsi %[[MLO]]
-// WINDOW: %[[TAIL:.*]] = tile.kv_loop from %{{.*}} to %{{.*}} segment tail_boundary order descending iter_args(%{{.*}})
+// WINDOW: %[[TAILM:[A-Za-z_0-9]+]], %[[TAILA:[A-Za-z_0-9]+]] = tile.kv_loop from %{{.*}} to %{{.*}} segment tail_boundary order descending iter_args(%{{.*}}, %{{.*}})
 // WINDOW:   tile.mask
-// WINDOW: %[[MID:.*]] = tile.kv_loop from %{{.*}} to %{{.*}} segment interior order descending iter_args(%[[TAIL]])
+// WINDOW: %[[MIDM:[A-Za-z_0-9]+]], %[[MIDA:[A-Za-z_0-9]+]] = tile.kv_loop from %{{.*}} to %{{.*}} segment interior order descending iter_args(%[[TAILM]], %[[TAILA]])
 // WINDOW-NOT: tile.mask
-// WINDOW: tile.kv_loop from %{{.*}} to %{{.*}} segment head_boundary order descending iter_args(%[[MID]])
+// WINDOW: tile.kv_loop from %{{.*}} to %{{.*}} segment head_boundary order descending iter_args(%[[MIDM]], %[[MIDA]])
 // WINDOW:   tile.mask
 // WINDOW: tile.finalize
 
@@ -32,12 +32,12 @@
 // expected-error @+1 {{'tile.func' op must be scheduled before splitting boundary tiles (run tile-apply-schedule)}}
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %q = tile.load q : tensor<?x64xbf16>
-  %st0 = tile.init_state : !tile.state<?x64>
-  %st = tile.kv_loop iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
-  ^bb0(%j: i32, %s: !tile.state<?x64>):
-    tile.yield %s : !tile.state<?x64>
+  %st0_m, %st0_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
+  %st_m, %st_acc = tile.kv_loop iter_args(%st0_m, %st0_acc) : !tile.stats<?>, !tile.acc<?x64> -> !tile.stats<?>, !tile.acc<?x64> {
+  ^bb0(%j: i32, %s_m: !tile.stats<?>, %s_acc: !tile.acc<?x64>):
+    tile.yield %s_m, %s_acc : !tile.stats<?>, !tile.acc<?x64>
   }
-  %o, %lse = tile.finalize %st : !tile.state<?x64> -> tensor<?x64xf32>, tensor<?xf32>
+  %o, %lse = tile.finalize %st_m, %st_acc : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
   tile.store o %o : tensor<?x64xf32>
   tile.store lse %lse : tensor<?xf32>
 }

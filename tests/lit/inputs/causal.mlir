@@ -22,9 +22,9 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
     tile.yield %c0, %hi : i32, i32
   }
   %q = tile.load q : tensor<?x64xbf16>
-  %st0 = tile.init_state : !tile.state<?x64>
-  %st = tile.kv_loop iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
-  ^bb0(%j: i32, %s: !tile.state<?x64>):
+  %st0_m, %st0_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
+  %st_m, %st_acc = tile.kv_loop iter_args(%st0_m, %st0_acc) : !tile.stats<?>, !tile.acc<?x64> -> !tile.stats<?>, !tile.acc<?x64> {
+  ^bb0(%j: i32, %s_m: !tile.stats<?>, %s_acc: !tile.acc<?x64>):
     %k = tile.load k[%j] : tensor<?x64xbf16>
     %sc = tile.qk %q, %k : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
     %s1 = tile.scale %sc : tensor<?x?xf32>
@@ -37,13 +37,13 @@ tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v =
       %keep = arith.cmpi sle, %kv, %qa : i32
       tile.yield %keep : i1
     }
-    %p, %alpha, %s3 = tile.softmax_update %s2, %s : tensor<?x?xf32>, !tile.state<?x64> -> tensor<?x?xbf16>, tensor<?xf32>
-    %s4 = tile.rescale %s3, %alpha : !tile.state<?x64>, tensor<?xf32>
+    %p, %alpha, %s3_m = tile.softmax_update %s2, %s_m : tensor<?x?xf32>, !tile.stats<?> -> tensor<?x?xbf16>, tensor<?xf32>
+    %s4_acc = tile.rescale %s_acc, %alpha : !tile.acc<?x64>, tensor<?xf32>
     %v = tile.load v[%j] : tensor<?x64xbf16>
-    %s5 = tile.pv %p, %v, %s4 : tensor<?x?xbf16>, tensor<?x64xbf16>, !tile.state<?x64>
-    tile.yield %s5 : !tile.state<?x64>
+    %s5_acc = tile.pv %p, %v, %s4_acc : tensor<?x?xbf16>, tensor<?x64xbf16>, !tile.acc<?x64>
+    tile.yield %s3_m, %s5_acc : !tile.stats<?>, !tile.acc<?x64>
   }
-  %o, %lse = tile.finalize %st : !tile.state<?x64> -> tensor<?x64xf32>, tensor<?xf32>
+  %o, %lse = tile.finalize %st_m, %st_acc : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
   tile.store o %o : tensor<?x64xf32>
   tile.store lse %lse : tensor<?xf32>
 }

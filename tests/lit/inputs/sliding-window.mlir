@@ -53,9 +53,9 @@ module {
       tile.yield %13, %19 : i32, i32
     }
     %0 = tile.load q : tensor<?x64xbf16>
-    %1 = tile.init_state : <?x64>
-    %2 = tile.kv_loop iter_args(%1) : <?x64> -> <?x64> {
-    ^bb0(%arg0: i32, %arg1: !tile.state<?x64>):
+    %m1, %acc1 = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
+    %m2, %acc2 = tile.kv_loop iter_args(%m1, %acc1) : !tile.stats<?>, !tile.acc<?x64> -> !tile.stats<?>, !tile.acc<?x64> {
+    ^bb0(%arg0: i32, %arg1_m: !tile.stats<?>, %arg1_acc: !tile.acc<?x64>):
       %3 = tile.load k[%arg0] : tensor<?x64xbf16>
       %4 = tile.qk %0, %3 : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
       %5 = tile.scale %4 : tensor<?x?xf32>
@@ -82,13 +82,13 @@ module {
         %26 = arith.andi %21, %25 : i1
         tile.yield %26 : i1
       }
-      %p, %alpha, %new_state = tile.softmax_update %6, %arg1 : tensor<?x?xf32>, <?x64> -> tensor<?x?xbf16>, tensor<?xf32>
-      %7 = tile.rescale %new_state, %alpha : <?x64>, tensor<?xf32>
+      %p, %alpha, %new_state_m = tile.softmax_update %6, %arg1_m : tensor<?x?xf32>, !tile.stats<?> -> tensor<?x?xbf16>, tensor<?xf32>
+      %acc7 = tile.rescale %arg1_acc, %alpha : !tile.acc<?x64>, tensor<?xf32>
       %8 = tile.load v[%arg0] : tensor<?x64xbf16>
-      %9 = tile.pv %p, %8, %7 : tensor<?x?xbf16>, tensor<?x64xbf16>, <?x64>
-      tile.yield %9 : !tile.state<?x64>
+      %acc9 = tile.pv %p, %8, %acc7 : tensor<?x?xbf16>, tensor<?x64xbf16>, !tile.acc<?x64>
+      tile.yield %new_state_m, %acc9 : !tile.stats<?>, !tile.acc<?x64>
     }
-    %o, %lse = tile.finalize %2 : <?x64> -> tensor<?x64xf32>, tensor<?xf32>
+    %o, %lse = tile.finalize %m2, %acc2 : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
     tile.store o %o : tensor<?x64xf32>
     tile.store lse %lse : tensor<?xf32>
   }

@@ -418,20 +418,22 @@ TEST(Codegen, ScoreModifierAndParameters) {
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n" << src;
 }
 
-/// A state whose accumulator lives outside registers (FA4's tensor memory) is refused by name: the registered
-/// targets keep the whole state in registers.
+/// An accumulator outside registers (FA4's tensor memory) is refused by name: the registered targets keep the whole
+/// state in registers.
 TEST(Codegen, AnAccumulatorOutsideRegistersIsRefused) {
   Compiler compiler;
   tile::FuncOp func = compiler.build(Variant("plain"), ElementType::BF16, 64, "sm_90a");
   ASSERT_TRUE(func);
-  func.walk([](mlir::Operation *op) {
+  auto inTensorMemory = [](mlir::Value v) {
+    if (auto acc = mlir::dyn_cast<tile::AccType>(v.getType()))
+      v.setType(tile::AccType::get(v.getContext(), acc.getRows(), acc.getCols(), tile::MemorySpace::Tensor));
+  };
+  func.walk([&](mlir::Operation *op) {
     for (mlir::Value v : op->getResults())
-      if (auto state = mlir::dyn_cast<tile::StateType>(v.getType()))
-        v.setType(tile::StateType::get(v.getContext(), state.getRows(), state.getCols(), tile::MemorySpace::Tensor));
+      inTensorMemory(v);
     for (mlir::Region &region : op->getRegions())
       for (mlir::BlockArgument arg : region.getArguments())
-        if (auto state = mlir::dyn_cast<tile::StateType>(arg.getType()))
-          arg.setType(tile::StateType::get(arg.getContext(), state.getRows(), state.getCols(), tile::MemorySpace::Tensor));
+        inTensorMemory(arg);
   });
   auto kernel = codegen::emitCuda(func);
   EXPECT_TRUE(mlir::failed(kernel));

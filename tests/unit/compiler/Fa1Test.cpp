@@ -85,7 +85,8 @@ TEST(Fa1Steps, TheProgramIsOneKvStep) {
     EXPECT_TRUE(loop->isBeforeInBlock(store));
   auto fins = func.getBody().getOps<tile::FinalizeOp>();
   ASSERT_EQ(std::distance(fins.begin(), fins.end()), 1);
-  EXPECT_EQ((*fins.begin()).getState(), store.getResult());
+  EXPECT_EQ((*fins.begin()).getStats(), store.getStatsOut());
+  EXPECT_EQ((*fins.begin()).getAcc(), store.getAccOut());
   // The walk is bounded by the launch's K/V step.
   bool readsStep = false;
   func.walk([&](tile::DimOp dim) { readsStep |= dim.getDim() == tile::Dim::KvStep; });
@@ -137,7 +138,8 @@ TEST(Fa1Steps, AStepThatForgetsToStoreItsStateIsReported) {
   // step 1 would start from nothing.
   tile::FuncOp func = funcOf(*fa1);
   tile::StateStoreOp store = *func.getBody().getOps<tile::StateStoreOp>().begin();
-  store.getResult().replaceAllUsesWith(store.getState());
+  store.getStatsOut().replaceAllUsesWith(store.getStats());
+  store.getAccOut().replaceAllUsesWith(store.getAcc());
   store.erase();
   Problem p = problem(1, 20, 40, 1, 1, 64);
   test::Inputs in = test::randomInputs(p, 3);

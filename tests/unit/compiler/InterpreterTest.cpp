@@ -416,8 +416,7 @@ TEST_F(CausalQkAheadFixture, SoftmaxOfTheNextTilesScoresIsCaught) {
   // Feed the softmax the scores computed for the next tile instead of the carried ones: P no longer matches V.
   auto loop = *funcOf(*sched).getBody().getOps<tile::KvLoopOp>().begin();
   Value carried = loop.getCarriedArgs()[0];
-  auto yield = cast<tile::YieldOp>(loop.getBody().front().getTerminator());
-  Value next = yield.getValues()[1]; // computed at the top of the body, before the softmax's first use
+  Value next = loop.getYieldedCarried(0); // computed at the top of the body, before the softmax's first use
   carried.replaceAllUsesWith(next);
   std::string text = runExpectingFailure(*sched);
   EXPECT_NE(text.find("P covers keys from"), std::string::npos) << text;
@@ -532,20 +531,26 @@ TEST_F(Fa3Fixture, ReadingAnMmaResultBeforeItsWaitIsAPipelineHazard) {
       << text;
 }
 
-/// The waits for P·V that the intra-warpgroup overlap keeps in flight across the softmax.
+/// The waits for P·V that the intra-warpgroup overlap keeps in flight across the softmax (a tile.softmax_update
+/// between the P·V and its wait).
 SmallVector<tile::MmaWaitOp> overlappedPvWaits(ModuleOp module) {
   SmallVector<tile::MmaWaitOp> waits;
   funcOf(module).walk([&](tile::MmaWaitOp wait) {
     auto pv = wait.getTokens().front().getDefiningOp<tile::PvOp>();
-    if (pv && llvm::any_of(pv.getResult().getUsers(), [](Operation *u) { return isa<tile::SoftmaxUpdateOp>(u); }))
-      waits.push_back(wait);
+    if (!pv || pv->getBlock() != wait->getBlock())
+      return;
+    for (Operation *op = pv->getNextNode(); op != wait.getOperation(); op = op->getNextNode())
+      if (isa<tile::SoftmaxUpdateOp>(op)) {
+        waits.push_back(wait);
+        return;
+      }
   });
   return waits;
 }
 
 TEST_F(Fa3Fixture, TheSoftmaxRunsUnderPvButTheRescaleWaitsForIt) {
   ASSERT_TRUE(fa3) << diags.text;
-  // The overlap is there: a softmax reads m and l of the state an asynchronous P·V is accumulating into.
+  // The overlap is there: a softmax updates m and l while an asynchronous P·V writes the accumulator.
   auto waits = overlappedPvWaits(*fa3);
   ASSERT_FALSE(waits.empty());
   // Rescaling acc before that P·V completed is a hazard: its wait (and V's release) moved past the rescale.
@@ -556,7 +561,7 @@ TEST_F(Fa3Fixture, TheSoftmaxRunsUnderPvButTheRescaleWaitsForIt) {
     release->moveAfter(wait);
   }
   std::string text = runExpectingFailure(*fa3);
-  EXPECT_NE(text.find("pipeline hazard: reads the state an asynchronous P·V accumulates into before tile.mma_wait"),
+  EXPECT_NE(text.find("pipeline hazard: reads the accumulator an asynchronous P·V writes before tile.mma_wait"),
             std::string::npos)
       << text;
 }
@@ -940,28 +945,29 @@ TEST(InterpreterSoftmax, ARescaleThresholdKeepsMaxesWithHeadroomAndGivesTheSameR
   interp::RoundFn exact = [](float x) { return x; };
   // Rows: max 1 and scores up to 5 (4 of headroom needed: kept at threshold 8), max 1 and scores up to 10 (9:
   // moves), no key yet (moves from -inf).
-  interp::SoftmaxState state = interp::SoftmaxState::empty(3, 2);
+  interp::RowStats state = interp::RowStats::empty(3);
   state.m = {1.0f, 1.0f, -std::numeric_limits<float>::infinity()};
   state.l = {2.0f, 2.0f, 0.0f};
-  state.acc = {1.0f, 2.0f, 3.0f, 4.0f, 0.0f, 0.0f};
+  interp::Accumulator acc = interp::Accumulator::zeros(3, 2);
+  acc.acc = {1.0f, 2.0f, 3.0f, 4.0f, 0.0f, 0.0f};
   interp::Tile s = interp::Tile::zeros(3, 2);
   s.data = {5.0f, -1.0f, 10.0f, 0.0f, 0.5f, 0.25f};
   interp::SoftmaxStep lazy = interp::softmaxUpdate(s, state, 1.0f, exact, 8);
-  EXPECT_EQ(lazy.state.m[0], 1.0f);
+  EXPECT_EQ(lazy.stats.m[0], 1.0f);
   EXPECT_EQ(lazy.alpha.at(0, 0), 1.0f);
   EXPECT_EQ(lazy.p.at(0, 0), 16.0f); // exp2(5 - 1): P above 1, at most 2^8
-  EXPECT_EQ(lazy.state.m[1], 10.0f);
+  EXPECT_EQ(lazy.stats.m[1], 10.0f);
   EXPECT_FLOAT_EQ(lazy.alpha.at(1, 0), std::exp2(1.0f - 10.0f));
-  EXPECT_EQ(lazy.state.m[2], 0.5f);
+  EXPECT_EQ(lazy.stats.m[2], 0.5f);
   EXPECT_EQ(lazy.alpha.at(2, 0), 0.0f);
   interp::SoftmaxStep eager = interp::softmaxUpdate(s, state, 1.0f, exact, 0);
-  EXPECT_EQ(eager.state.m[0], 5.0f);
+  EXPECT_EQ(eager.stats.m[0], 5.0f);
 
   // Both policies finalize to the same O and LSE (up to fp32 rounding): P and l share the max.
   interp::Tile v = interp::Tile::zeros(2, 2);
   v.data = {0.5f, -1.0f, 2.0f, 0.25f};
   auto finish = [&](const interp::SoftmaxStep &step) {
-    return interp::finalize(interp::pv(step.p, v, interp::rescale(step.state, step.alpha)), std::nullopt);
+    return interp::finalize(step.stats, interp::pv(step.p, v, interp::rescale(acc, step.alpha)), std::nullopt);
   };
   interp::Finalized a = finish(lazy), b = finish(eager);
   for (int r = 0; r < 3; ++r) {
