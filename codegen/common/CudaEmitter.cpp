@@ -28,6 +28,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 
 using namespace mlir;
@@ -457,6 +458,13 @@ private:
   std::vector<BarrierInfo> barriers;
   llvm::DenseMap<Operation *, int> roleIndex;
   llvm::DenseMap<Value, int> barrierIndex;
+  /// The registers of each !tile.stats and !tile.acc value (and of O, which finalize computes in the accumulator's),
+  /// one StateNames a state: named where tile.init_state or tile.state_load makes it, then passed along its chain.
+  std::deque<StateNames> stateNames;
+  llvm::DenseMap<Value, const StateNames *> stateOf;
+  void nameStates();
+  /// The registers of the state `v` belongs to; an error at `user` if the printer did not name it.
+  FailureOr<const StateNames *> state(Value v, Operation *user);
 };
 
 //===----------------------------------------------------------------------===//
@@ -551,6 +559,42 @@ LogicalResult KernelPrinter::printVariantFunctions(CudaWriter &out) {
 // The kernel
 //===----------------------------------------------------------------------===//
 
+void KernelPrinter::nameStates() {
+  func.walk<WalkOrder::PreOrder>([&](Operation *op) {
+    auto same = [&](Value to, Value from) {
+      if (const StateNames *st = stateOf.lookup(from))
+        stateOf[to] = st;
+    };
+    if (isa<InitStateOp, StateLoadOp>(op)) {
+      stateNames.push_back({names.unique("acc"), names.unique("rowMax"), names.unique("rowSum")});
+      for (Value v : op->getResults())
+        stateOf[v] = &stateNames.back();
+    } else if (auto loop = dyn_cast<KvLoopOp>(op)) {
+      same(loop.getStatsArg(), loop.getInitStats());
+      same(loop.getStats(), loop.getInitStats());
+      same(loop.getAccArg(), loop.getInitAcc());
+      same(loop.getAcc(), loop.getInitAcc());
+    } else if (auto update = dyn_cast<SoftmaxUpdateOp>(op)) {
+      same(update.getNewStats(), update.getStats());
+    } else if (auto rescale = dyn_cast<RescaleOp>(op)) {
+      same(rescale.getResult(), rescale.getAcc());
+    } else if (auto pv = dyn_cast<PvOp>(op)) {
+      same(pv.getResult(), pv.getAcc());
+    } else if (auto store = dyn_cast<StateStoreOp>(op)) {
+      same(store.getStatsOut(), store.getStats());
+      same(store.getAccOut(), store.getAcc());
+    } else if (auto fin = dyn_cast<FinalizeOp>(op)) {
+      same(fin.getO(), fin.getAcc());
+    }
+  });
+}
+
+FailureOr<const StateNames *> KernelPrinter::state(Value v, Operation *user) {
+  if (const StateNames *st = stateOf.lookup(v))
+    return st;
+  return user->emitOpError() << "uses an online-softmax state that no tile.init_state or tile.state_load made";
+}
+
 void KernelPrinter::assignNames() {
   for (StringRef reserved :
        {"p",        "params",    "ceilDiv",    "floorDiv",   "qFirst",    "qLast",      "kBlockM",   "kBlockN",
@@ -562,6 +606,7 @@ void KernelPrinter::assignNames() {
     names.reserve(reserved);
   for (const auto &entry : functionOf)
     names.reserve(entry.second);
+  nameStates();
   // Readable names for the values a reader looks for: the KV-range rules' results, the loop segments' bounds
   // and the copies' tile indices. The first hint a value gets wins.
   func.walk([&](Operation *op) {
@@ -805,7 +850,7 @@ void KernelPrinter::printSequence() {
     w.comment("Block order lptGroupBlocks = " + group +
               ": heaviest first across the grid, in groups of (batch, head) pairs");
     w.comment("of at least " + group + " blocks (a group's K/V stay in L2), Q tile by Q tile, pair by pair");
-    w.comment("(fa2::gridTile computes the same on the host).");
+    w.comment("(the block-order model on the host, Fa2Config.h gridTile, is tested against this code).");
     w.line("const int blockLinear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);");
     w.line("const int qTiles = gridDim.x, pairs = gridDim.y * gridDim.z;");
     w.line("const int groupPairs = min(pairs, (" + group + " + qTiles - 1) / qTiles);");
@@ -1211,7 +1256,14 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
                   });
                   newer += later && !waited;
                 }
-              target.mmaWait(w, isa<QkOp>(mma) ? MmaResult::Scores : MmaResult::Acc, newer);
+              if (auto pv = dyn_cast<PvOp>(mma)) {
+                FailureOr<const StateNames *> st = state(pv.getAcc(), pv);
+                if (failed(st))
+                  return failure();
+                target.mmaWait(w, MmaResult::Acc, **st, newer);
+              } else {
+                target.mmaWait(w, MmaResult::Scores, StateNames{}, newer);
+              }
             }
             return success();
           })
@@ -1229,18 +1281,27 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
               target.roundProbabilities(w, /*carried=*/true);
             return success();
           })
-          .Case([&](InitStateOp) {
-            target.initState(w);
+          .Case([&](InitStateOp init) -> LogicalResult {
+            FailureOr<const StateNames *> st = state(init.getAcc(), op);
+            if (failed(st))
+              return failure();
+            target.initState(w, **st);
             return success();
           })
           .Case([&](StateLoadOp load) -> LogicalResult {
-            if (!target.stateLoad(w))
+            FailureOr<const StateNames *> st = state(load.getAcc(), op);
+            if (failed(st))
+              return failure();
+            if (!target.stateLoad(w, **st))
               return load.emitOpError() << "reads the state from global memory (a K/V-step program); the "
                                            "target's printer does not print it";
             return success();
           })
           .Case([&](StateStoreOp store) -> LogicalResult {
-            if (!target.stateStore(w))
+            FailureOr<const StateNames *> st = state(store.getAcc(), op);
+            if (failed(st))
+              return failure();
+            if (!target.stateStore(w, **st))
               return store.emitOpError() << "writes the state to global memory (a K/V-step program); the "
                                             "target's printer does not print it";
             return success();
@@ -1359,12 +1420,18 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             if (cast<RankedTensorType>(update.getP().getType()).getElementType() != func.getDtype())
               return update.emitOpError() << "rounds P to a type other than the program's dtype " << func.getDtype()
                                           << "; the CUDA printer feeds P to the same MMA as V";
-            target.softmaxUpdate(w, update.getFoldScale(), update.getRescaleThreshold().value_or(0));
+            FailureOr<const StateNames *> st = state(update.getStats(), op);
+            if (failed(st))
+              return failure();
+            target.softmaxUpdate(w, **st, update.getFoldScale(), update.getRescaleThreshold().value_or(0));
             return success();
           })
-          .Case([&](RescaleOp rescale) {
+          .Case([&](RescaleOp rescale) -> LogicalResult {
+            FailureOr<const StateNames *> st = state(rescale.getAcc(), op);
+            if (failed(st))
+              return failure();
             auto update = rescale.getAlpha().getDefiningOp<SoftmaxUpdateOp>();
-            target.rescale(w, update && update.getRescaleThreshold());
+            target.rescale(w, **st, update && update.getRescaleThreshold());
             return success();
           })
           .Case([&](PvOp pv) -> LogicalResult {
@@ -1376,19 +1443,23 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
               return pv.emitOpError() << "needs P from tile.softmax_update (or carried by the loop, on a target with "
                                          "asynchronous MMAs) and V from tile.load v[index]";
             FailureOr<std::string> vSlot = slotOf(v, op);
-            if (failed(vSlot))
+            FailureOr<const StateNames *> st = state(pv.getAcc(), op);
+            if (failed(vSlot) || failed(st))
               return failure();
             if (pv.getP().getDefiningOp<SoftmaxUpdateOp>())
               target.roundProbabilities(w, /*carried=*/false);
             if (mmaTurnEdge(op, /*first=*/true))
               target.mmaTurn(w, /*begin=*/true);
-            target.pv(w, *vSlot);
+            target.pv(w, **st, *vSlot);
             if (mmaTurnEdge(op, /*first=*/false))
               target.mmaTurn(w, /*begin=*/false);
             return success();
           })
-          .Case([&](FinalizeOp) {
-            target.finalize(w, functionOf.lookup(op));
+          .Case([&](FinalizeOp fin) -> LogicalResult {
+            FailureOr<const StateNames *> st = state(fin.getAcc(), op);
+            if (failed(st))
+              return failure();
+            target.finalize(w, **st, functionOf.lookup(op));
             return success();
           })
           .Case([&](StoreOp store) -> LogicalResult {
@@ -1396,9 +1467,10 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
               return store.emitOpError() << "stores a value that is not a tile.finalize result";
             if (store.getOperand() == Output::O) {
               FailureOr<bool> staged = stagedInQ(store, store.getStaging());
-              if (failed(staged))
+              FailureOr<const StateNames *> st = state(store.getValue(), op);
+              if (failed(staged) || failed(st))
                 return failure();
-              target.storeO(w, *staged);
+              target.storeO(w, **st, *staged);
             }
             else
               target.storeLse(w);
@@ -1414,9 +1486,10 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
                                             "(block order lptGroupBlocks 0), but the schedule asks for "
                                          << func.getScheduleAttr().getLptGroupBlocks();
             FailureOr<bool> staged = stagedInQ(store, store.getStaging());
-            if (failed(staged))
+            FailureOr<const StateNames *> st = state(store.getO(), op);
+            if (failed(staged) || failed(st))
               return failure();
-            target.storeSplit(w, functionOf.lookup(op), *staged);
+            target.storeSplit(w, **st, functionOf.lookup(op), *staged);
             return success();
           })
           .Default([&](Operation *other) -> LogicalResult {

@@ -90,6 +90,17 @@ struct RoleInfo {
 /// tile.pv.
 enum class MmaResult { Scores, Acc };
 
+/// The registers of an online-softmax state, named by the CUDA printer after the IR's values: the !tile.stats
+/// values of one chain (tile.init_state or tile.state_load, then the softmax steps, the loops that carry them, the
+/// state store) are the arrays `rowMax` and `rowSum`, the !tile.acc values of the same state the array `acc`, which
+/// tile.finalize turns into O in place. The printer checks that each value is used once (the op that consumes it
+/// takes over its registers), so one array stands for a whole chain.
+struct StateNames {
+  std::string acc;    ///< the accumulator, then O
+  std::string rowMax; ///< the running max m of each row (log2 domain)
+  std::string rowSum; ///< the running sum l of each row (this lane's part)
+};
+
 /// How the K/V loops pass a score's key coordinate to a variant function (scoreMod, mask).
 enum class KeyArg { Kv, Clamped, Split };
 
@@ -131,15 +142,15 @@ public:
   /// the wait left it, visible to every thread afterwards, with the kernel's rotaryOut (printRotaryFunctions,
   /// KvCacheCuda.h). Returns false when the target does not (the printer then refuses the program).
   virtual bool rotateQ(CudaWriter &, bool /*interleaved*/, bool /*perRow*/) { return false; }
-  /// `tile.init_state`. All state values (loop arguments and results included) share this one register state.
-  virtual void initState(CudaWriter &w) = 0;
+  /// `tile.init_state`: declares the state `st` (m = -inf, l = 0, acc = 0).
+  virtual void initState(CudaWriter &w, const StateNames &st) = 0;
   /// `tile.state_load` (a K/V-step program, KernelAbi.h's kvStep and state workspace): declares the state as
   /// initState does and, at p.kvStep > 0, reads its rows' m, l and acc that the previous step stored. Returns false
   /// when the target does not (the printer then refuses the program).
-  virtual bool stateLoad(CudaWriter &) { return false; }
+  virtual bool stateLoad(CudaWriter &, const StateNames &) { return false; }
   /// `tile.state_store`: writes the state's rows (< seqlen_q) to the workspace for the next step; the registers
   /// stay the state. Returns false when the target does not.
-  virtual bool stateStore(CudaWriter &) { return false; }
+  virtual bool stateStore(CudaWriter &, const StateNames &) { return false; }
   /// `tile.qk` of Q and the K tile in slot `kSlot` into the score tile `scores` ("score" or "scoreNext"), which it
   /// declares in the current scope. `kSlot` is the index of the K tile's tile.slot: the tile index j in a pipeline
   /// that keeps tile j in slot j mod stages (fa2), the ring position in one whose roles walk a ring (fa3). The score tile is updated in place until the softmax; score_mod, mask and softmax always
@@ -159,24 +170,25 @@ public:
   virtual void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key, bool readsInputs) = 0;
   /// `tile.softmax_update`; `foldScale`: the exp2 multiplier is softmax_scale·log2(e), else log2(e);
   /// `rescaleThreshold` τ > 0: maxes move only when a row needs more than 2^τ of headroom (0: every tile).
-  virtual void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) = 0;
-  /// `tile.rescale`: acc *= alpha; `onlyWhenMoved`: its alpha comes from a softmax_update with a rescale
+  /// The row statistics are st.rowMax and st.rowSum.
+  virtual void softmaxUpdate(CudaWriter &w, const StateNames &st, bool foldScale, int rescaleThreshold) = 0;
+  /// `tile.rescale`: st.acc *= alpha; `onlyWhenMoved`: its alpha comes from a softmax_update with a rescale
   /// threshold, and the multiply is skipped where that step kept every max.
-  virtual void rescale(CudaWriter &w, bool onlyWhenMoved) = 0;
-  /// `tile.pv`: acc += P·V of the V tile in slot `vSlot` (as qk's kSlot).
-  virtual void pv(CudaWriter &w, const std::string &vSlot) = 0;
-  /// `tile.finalize`: O = acc / l and the LSE rows; `sinkFn` is the variant's sink `fn(b, h, p)`, a logit that
-  /// joins every row's softmax denominator (empty: no sink).
-  virtual void finalize(CudaWriter &w, const std::string &sinkFn) = 0;
+  virtual void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) = 0;
+  /// `tile.pv`: st.acc += P·V of the V tile in slot `vSlot` (as qk's kSlot).
+  virtual void pv(CudaWriter &w, const StateNames &st, const std::string &vSlot) = 0;
+  /// `tile.finalize`: O = acc / l in st.acc and the LSE rows; `sinkFn` is the variant's sink `fn(b, h, p)`, a
+  /// logit that joins every row's softmax denominator (empty: no sink).
+  virtual void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) = 0;
   /// `tile.store o` and `tile.store lse`. `stagedInQ`: `tile.store o ... through` the slot of Q's buffer (the
   /// schedule decided that Q's tile is dead here): O goes through that shared memory, each warp its own rows, and
   /// leaves in whole rows; else each thread stores its fragments directly.
-  virtual void storeO(CudaWriter &w, bool stagedInQ) = 0;
+  virtual void storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) = 0;
   virtual void storeLse(CudaWriter &w) = 0;
   /// `tile.store_split` (split-KV, after `finalize` without a sink): with p.numSplits == 1 the sink `sinkFn(b, h,
   /// p)` (empty: none) joins O and LSE and both are stored as storeO/storeLse store them; else this split's fp32
   /// O and its LSE go to the workspace (p.oAccum, p.lseAccum at split `split`, KernelAbi.h).
-  virtual void storeSplit(CudaWriter &w, const std::string &sinkFn, bool stagedInQ) = 0;
+  virtual void storeSplit(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool stagedInQ) = 0;
   /// The body of the combine kernel of a split-KV program: query row `q` (< p.seqlenQ) of head h in batch entry b
   /// (names declared by the printer, with `p` the sequence's view and `warp`/`lane` the thread's place) is merged
   /// from its p.numSplits partials, the sink `sinkFn` (empty: none) joined once, and written to O and LSE. One
@@ -215,9 +227,9 @@ public:
   /// Around the asynchronous MMAs one iteration of a pingpong role issues (`begin`: before the first, else after
   /// the last): the warpgroup waits for its turn, then hands the turn to the next one.
   virtual void mmaTurn(CudaWriter &, bool) {}
-  /// `tile.mma_wait` of the asynchronous MMA whose result is `result`; MMAs complete in the order they were issued,
-  /// and `newerInFlight` issued after it may stay in flight.
-  virtual void mmaWait(CudaWriter &, MmaResult, int) {}
+  /// `tile.mma_wait` of the asynchronous MMA whose result is `result` (MmaResult::Acc: the accumulator of state
+  /// `st`); MMAs complete in the order they were issued, and `newerInFlight` issued after it may stay in flight.
+  virtual void mmaWait(CudaWriter &, MmaResult, const StateNames &, int) {}
   /// Targets whose softmaxUpdate leaves P unrounded in the score registers round it here: right before the tile.pv
   /// of the same iteration (`carried` false: into registers declared here), or at the end of the iteration that
   /// computed it when a loop carries P to the next iteration's tile.pv (`carried` true: into the registers

@@ -5,7 +5,8 @@
 //   score[kMTiles][kSTiles][4]      S = Q·Kᵀ in the mma C layout, updated in place by scale, score_mod, mask
 //   prob[kMTiles][kBlockN/16][4]    P packed to 16-bit pairs: the C layout of n8 tiles 2k, 2k+1 is the A layout
 //                                   of k16 step k, so P·V needs no data exchange between lanes
-//   acc[kMTiles][kOTiles][4], rowMax[kMTiles][2], rowSum[kMTiles][2]   the online-softmax state
+//   acc[kMTiles][kOTiles][4], rowMax[kMTiles][2], rowSum[kMTiles][2]   the online-softmax state (named by the
+//                                   printer after the IR's !tile.acc and !tile.stats values: StateNames)
 // Every index into these arrays is a constant once the `#pragma unroll` loops are unrolled: nothing spills to
 // local memory for indexing.
 //===----------------------------------------------------------------------===//
@@ -45,7 +46,7 @@ public:
             "warpRow0", "smem", "sQ", "sK", "sV", "ldRowQ", "ldChunkQ", "ldRowK", "ldChunkK", "ldRowV", "ldChunkV",
             "gQ", "gK", "gV", "gO", "gLse", "copyQ", "copyKTile", "copyVTile", "qFrag", "kFrag", "vFrag", "score",
             "scoreNext", "kStages", "kKTileBytes", "kVTileBytes", "kRowBytesQK", "kRowBytesV", "maxFresh", "maxMoved",
-            "prob", "alpha", "acc", "rowMax", "rowSum", "lse", "scoreScale", "sO", "q", "kv", "sm80",
+            "prob", "alpha", "lse", "scoreScale", "sO", "q", "kv", "sm80",
             // locals of the printed loops
             "mt", "nt", "np", "ks", "k", "r", "c", "i", "s", "l", "invL", "tileMax", "tileSum", "maxNew", "maxUsed",
             "chunk", "row", "col", "seqRow", "inside", "tile", "sinkLog2", "carry",
@@ -66,27 +67,27 @@ public:
   void wait(CudaWriter &w, const std::vector<Operand> &operands, int64_t newerCopies) override;
   void load(CudaWriter &w, Operand operand, const std::string &tile) override;
   bool rotateQ(CudaWriter &w, bool interleaved, bool perRow) override;
-  void initState(CudaWriter &w) override;
-  bool stateLoad(CudaWriter &w) override;
-  bool stateStore(CudaWriter &w) override;
+  void initState(CudaWriter &w, const StateNames &st) override;
+  bool stateLoad(CudaWriter &w, const StateNames &st) override;
+  bool stateStore(CudaWriter &w, const StateNames &st) override;
   void qk(CudaWriter &w, const std::string &kTile, const std::string &scores) override;
   void carryScores(CudaWriter &w, const std::string &from) override;
   void scale(CudaWriter &w) override;
   void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key) override;
   void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key, bool readsInputs) override;
-  void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) override {
-    softmaxUpdateInScores(w, foldScale, rescaleThreshold);
+  void softmaxUpdate(CudaWriter &w, const StateNames &st, bool foldScale, int rescaleThreshold) override {
+    softmaxUpdateInScores(w, st, foldScale, rescaleThreshold);
     packProbabilities(w, true);
   }
-  void softmaxUpdateInScores(CudaWriter &w, bool foldScale, int rescaleThreshold) override;
+  void softmaxUpdateInScores(CudaWriter &w, const StateNames &st, bool foldScale, int rescaleThreshold) override;
   void packProbabilities(CudaWriter &w, bool declare) override;
-  void storeODirect(CudaWriter &w) override;
-  void rescale(CudaWriter &w, bool onlyWhenMoved) override;
-  void pv(CudaWriter &w, const std::string &vTile) override;
-  void finalize(CudaWriter &w, const std::string &sinkFn) override;
-  void storeO(CudaWriter &w, bool stagedInQ) override;
+  void storeODirect(CudaWriter &w, const StateNames &st) override;
+  void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) override;
+  void pv(CudaWriter &w, const StateNames &st, const std::string &vTile) override;
+  void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) override;
+  void storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) override;
   void storeLse(CudaWriter &w) override;
-  void storeSplit(CudaWriter &w, const std::string &sinkFn, bool stagedInQ) override;
+  void storeSplit(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool stagedInQ) override;
   void combineRow(CudaWriter &w, const std::string &sinkFn) override;
 
 private:
@@ -452,21 +453,21 @@ bool TileTargetSm80::rotateQ(CudaWriter &w, bool interleaved, bool perRow) {
   return true;
 }
 
-void TileTargetSm80::initState(CudaWriter &w) {
+void TileTargetSm80::initState(CudaWriter &w, const StateNames &st) {
   w.comment("---- online-softmax state of this thread's rows: running max m (log2 domain), running sum l, acc ----");
   w.comment("Every K/V loop argument and result is this one state: the loops update it in place.");
-  w.line("float acc[kMTiles][kOTiles][4] = {};");
-  w.line("float rowMax[kMTiles][2], rowSum[kMTiles][2];");
+  w.line(cat("float ", st.acc, "[kMTiles][kOTiles][4] = {};"));
+  w.line(cat("float ", st.rowMax, "[kMTiles][2], ", st.rowSum, "[kMTiles][2];"));
   forEachRow(w, [&] {
-    w.line("rowMax[mt][r] = sm80::kNegInf;");
-    w.line("rowSum[mt][r] = 0.f;");
+    w.line(cat(st.rowMax, "[mt][r] = sm80::kNegInf;"));
+    w.line(cat(st.rowSum, "[mt][r] = 0.f;"));
   });
 }
 
-bool TileTargetSm80::stateLoad(CudaWriter &w) {
+bool TileTargetSm80::stateLoad(CudaWriter &w, const StateNames &st) {
   if (shape.packQueryHeads)
     return false; // the workspace is indexed by LSE row, one head a block
-  initState(w);
+  initState(w, st);
   w.comment("---- K/V step p.kvStep > 0: the state of this thread's rows as the previous step stored it (fp32, at LSE");
   w.comment("row r = (b, h, q) as p.lse is indexed): m in every lane of the row's quad, the row's l in its first lane");
   w.comment("(finalize sums the quad's partial sums), acc in the fragments' own columns ----");
@@ -475,13 +476,13 @@ bool TileTargetSm80::stateLoad(CudaWriter &w) {
   forEachRow(w, [&] {
     w.line(cat("const int q = ", threadRow(), ";"));
     w.open("if (q < p.seqlenQ)");
-    w.line("rowMax[mt][r] = p.stateMax[lseRow + q];");
-    w.line("rowSum[mt][r] = lane % 4 == 0 ? p.stateSum[lseRow + q] : 0.f;");
+    w.line(cat(st.rowMax, "[mt][r] = p.stateMax[lseRow + q];"));
+    w.line(cat(st.rowSum, "[mt][r] = lane % 4 == 0 ? p.stateSum[lseRow + q] : 0.f;"));
     w.openUnrolledFor("nt", "kOTiles");
     w.line("const float2 c = *reinterpret_cast<const float2 *>(p.stateAcc + (lseRow + q) * kHeadDimV + 8 * nt + "
            "fragCol);");
-    w.line("acc[mt][nt][2 * r] = c.x;");
-    w.line("acc[mt][nt][2 * r + 1] = c.y;");
+    w.line(cat(st.acc, "[mt][nt][2 * r] = c.x;"));
+    w.line(cat(st.acc, "[mt][nt][2 * r + 1] = c.y;"));
     w.close();
     w.close();
   });
@@ -489,7 +490,7 @@ bool TileTargetSm80::stateLoad(CudaWriter &w) {
   return true;
 }
 
-bool TileTargetSm80::stateStore(CudaWriter &w) {
+bool TileTargetSm80::stateStore(CudaWriter &w, const StateNames &st) {
   if (shape.packQueryHeads)
     return false;
   w.comment(
@@ -499,16 +500,16 @@ bool TileTargetSm80::stateStore(CudaWriter &w) {
   w.open("");
   w.line("const long long lseRow = (p.lse - params.lse) + b * p.lseBatchStride + h * p.lseHeadStride;");
   forEachRow(w, [&] {
-    w.line("const float l = sm80::quadSum(rowSum[mt][r]);  // every lane of the quad takes part in the shuffles");
+    w.line(cat("const float l = sm80::quadSum(", st.rowSum, "[mt][r]);  // every lane of the quad takes part in the shuffles"));
     w.line(cat("const int q = ", threadRow(), ";"));
     w.open("if (q < p.seqlenQ)");
     w.open("if (lane % 4 == 0)");
-    w.line("p.stateMax[lseRow + q] = rowMax[mt][r];");
+    w.line(cat("p.stateMax[lseRow + q] = ", st.rowMax, "[mt][r];"));
     w.line("p.stateSum[lseRow + q] = l;");
     w.close();
     w.openUnrolledFor("nt", "kOTiles");
     w.line("*reinterpret_cast<float2 *>(p.stateAcc + (lseRow + q) * kHeadDimV + 8 * nt + fragCol) =");
-    w.line("    make_float2(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);");
+    w.line(cat("    make_float2(", st.acc, "[mt][nt][2 * r], ", st.acc, "[mt][nt][2 * r + 1]);"));
     w.close();
     w.close();
   });
@@ -617,7 +618,8 @@ void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::st
                 "  score[mt][nt][i] = sm80::kNegInf;"});
 }
 
-void TileTargetSm80::softmaxUpdateInScores(CudaWriter &w, bool foldScale, int rescaleThreshold) {
+void TileTargetSm80::softmaxUpdateInScores(CudaWriter &w, const StateNames &st, bool foldScale,
+                                           int rescaleThreshold) {
   w.comment("online softmax, in the exp2 domain with c = scoreScale: m' = max(m, rowmax(S)·c), alpha = exp2(m - m'),");
   w.comment("P = exp2(S·c - m'), l' = alpha·l + rowsum(P); a row with no key yet (m' = -inf) subtracts 0, not -inf,");
   w.comment("so it gets P = 0 and alpha = 0 instead of NaN. Rows are reduced over the 4 lanes of a quad; l stays a");
@@ -641,20 +643,20 @@ void TileTargetSm80::softmaxUpdateInScores(CudaWriter &w, bool foldScale, int re
     w.line("bool maxMoved = false;");
     forEachRow(w, [&] {
       tileMax();
-      w.line("maxFresh[mt][r] = fmaxf(rowMax[mt][r], sm80::quadMax(tileMax) * scoreScale);");
-      w.line(cat("maxMoved |= maxFresh[mt][r] > rowMax[mt][r] + ", rescaleThreshold, ".f;"));
+      w.line(cat("maxFresh[mt][r] = fmaxf(", st.rowMax, "[mt][r], sm80::quadMax(tileMax) * scoreScale);"));
+      w.line(cat("maxMoved |= maxFresh[mt][r] > ", st.rowMax, "[mt][r] + ", rescaleThreshold, ".f;"));
     });
     w.line("maxMoved = __any_sync(0xffffffffu, maxMoved);");
   }
   forEachRow(w, [&] {
     if (rescaleThreshold > 0) {
-      w.line("const float maxNew = maxMoved ? maxFresh[mt][r] : rowMax[mt][r];");
+      w.line(cat("const float maxNew = maxMoved ? maxFresh[mt][r] : ", st.rowMax, "[mt][r];"));
     } else {
       tileMax();
-      w.line("const float maxNew = fmaxf(rowMax[mt][r], sm80::quadMax(tileMax) * scoreScale);");
+      w.line(cat("const float maxNew = fmaxf(", st.rowMax, "[mt][r], sm80::quadMax(tileMax) * scoreScale);"));
     }
     w.line("const float maxUsed = maxNew == sm80::kNegInf ? 0.f : maxNew;");
-    w.line("alpha[mt][r] = sm80::exp2(rowMax[mt][r] - maxUsed);");
+    w.line(cat("alpha[mt][r] = sm80::exp2(", st.rowMax, "[mt][r] - maxUsed);"));
     w.line("float tileSum = 0.f;");
     w.openUnrolledFor("nt", "kSTiles");
     w.openUnrolledFor("c", "2");
@@ -663,8 +665,8 @@ void TileTargetSm80::softmaxUpdateInScores(CudaWriter &w, bool foldScale, int re
     w.line("tileSum += s;");
     w.close();
     w.close();
-    w.line("rowMax[mt][r] = maxNew;");
-    w.line("rowSum[mt][r] = alpha[mt][r] * rowSum[mt][r] + tileSum;");
+    w.line(cat(st.rowMax, "[mt][r] = maxNew;"));
+    w.line(cat(st.rowSum, "[mt][r] = alpha[mt][r] * ", st.rowSum, "[mt][r] + tileSum;"));
   });
 }
 
@@ -683,19 +685,19 @@ void TileTargetSm80::packProbabilities(CudaWriter &w, bool declare) {
   w.close();
 }
 
-void TileTargetSm80::rescale(CudaWriter &w, bool onlyWhenMoved) {
+void TileTargetSm80::rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) {
   w.comment("rescale: acc *= alpha, row by row (the division by l waits until finalize)");
   if (!onlyWhenMoved) {
-    forEachElement(w, "kOTiles", {"acc[mt][nt][i] *= alpha[mt][i / 2];"});
+    forEachElement(w, "kOTiles", {cat(st.acc, "[mt][nt][i] *= alpha[mt][i / 2];")});
     return;
   }
   w.comment("only when the softmax step moved this warp's maxes: else every alpha is 1");
   w.open("if (maxMoved)");
-  forEachElement(w, "kOTiles", {"acc[mt][nt][i] *= alpha[mt][i / 2];"});
+  forEachElement(w, "kOTiles", {cat(st.acc, "[mt][nt][i] *= alpha[mt][i / 2];")});
   w.close();
 }
 
-void TileTargetSm80::pv(CudaWriter &w, const std::string &vTile) {
+void TileTargetSm80::pv(CudaWriter &w, const StateNames &st, const std::string &vTile) {
   w.comment("acc += P·V (mma.sync m16n8k16, fp32): ldmatrix.x4.trans of sV gives the B fragments of two n8 tiles");
   w.openUnrolledFor("k", "kBlockN / 16");
   w.openUnrolledFor("np", "kHeadDimV / 16");
@@ -703,8 +705,8 @@ void TileTargetSm80::pv(CudaWriter &w, const std::string &vTile) {
   w.line(cat("sm80::ldmatrixX4Trans(vFrag, ", bufferAddress(Operand::V, vTile),
              " + ldRowV + k * 16 * kRowBytesV + (ldChunkV ^ (32 * np)));"));
   w.openUnrolledFor("mt", "kMTiles");
-  w.line(cat(mma, "(acc[mt][2 * np], prob[mt][k], vFrag[0], vFrag[1]);"));
-  w.line(cat(mma, "(acc[mt][2 * np + 1], prob[mt][k], vFrag[2], vFrag[3]);"));
+  w.line(cat(mma, "(", st.acc, "[mt][2 * np], prob[mt][k], vFrag[0], vFrag[1]);"));
+  w.line(cat(mma, "(", st.acc, "[mt][2 * np + 1], prob[mt][k], vFrag[2], vFrag[3]);"));
   w.close();
   w.close();
   if (shape.headDimV % 16 != 0) {
@@ -714,14 +716,14 @@ void TileTargetSm80::pv(CudaWriter &w, const std::string &vTile) {
     w.line(cat("sm80::ldmatrixX2Trans(vFrag, ", bufferAddress(Operand::V, vTile),
                " + ldRowV + k * 16 * kRowBytesV + sm80::swizzledChunk<kHeadDimV / 8>(lane % 8, kOTiles - 1));"));
     w.openUnrolledFor("mt", "kMTiles");
-    w.line(cat(mma, "(acc[mt][kOTiles - 1], prob[mt][k], vFrag[0], vFrag[1]);"));
+    w.line(cat(mma, "(", st.acc, "[mt][kOTiles - 1], prob[mt][k], vFrag[0], vFrag[1]);"));
     w.close();
     w.close();
   }
   w.close();
 }
 
-void TileTargetSm80::finalize(CudaWriter &w, const std::string &sinkFn) {
+void TileTargetSm80::finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) {
   if (sinkFn.empty()) {
     w.comment("---- finalize: l = quad sum of the partial sums, O = acc / l, LSE = (m + log2 l)·ln 2 ----");
     w.comment("m is in the log2 domain; a row that saw no key (l = 0) gets O = 0 and LSE = -inf.");
@@ -735,25 +737,25 @@ void TileTargetSm80::finalize(CudaWriter &w, const std::string &sinkFn) {
   w.line("float lse[kMTiles][2];");
   forEachRow(w, [&] {
     if (sinkFn.empty()) {
-      w.line("const float l = sm80::quadSum(rowSum[mt][r]);");
+      w.line(cat("const float l = sm80::quadSum(", st.rowSum, "[mt][r]);"));
       w.line("const float invL = l == 0.f ? 0.f : 1.f / l;");
-      w.line("lse[mt][r] = l == 0.f ? sm80::kNegInf : (rowMax[mt][r] + log2f(l)) * sm80::kLn2;");
+      w.line(cat("lse[mt][r] = l == 0.f ? sm80::kNegInf : (", st.rowMax, "[mt][r] + log2f(l)) * sm80::kLn2;"));
     } else {
-      w.line("const float maxNew = fmaxf(rowMax[mt][r], sinkLog2);");
+      w.line(cat("const float maxNew = fmaxf(", st.rowMax, "[mt][r], sinkLog2);"));
       w.line("const float maxUsed = maxNew == sm80::kNegInf ? 0.f : maxNew;");
-      w.line("const float carry = sm80::exp2(rowMax[mt][r] - maxUsed);");
-      w.line("const float l = sm80::quadSum(rowSum[mt][r]) * carry + sm80::exp2(sinkLog2 - maxUsed);");
+      w.line(cat("const float carry = sm80::exp2(", st.rowMax, "[mt][r] - maxUsed);"));
+      w.line(cat("const float l = sm80::quadSum(", st.rowSum, "[mt][r]) * carry + sm80::exp2(sinkLog2 - maxUsed);"));
       w.line("const float invL = l == 0.f ? 0.f : carry / l;");
       w.line("lse[mt][r] = l == 0.f ? sm80::kNegInf : (maxUsed + log2f(l)) * sm80::kLn2;");
     }
     w.openUnrolledFor("nt", "kOTiles");
-    w.line("acc[mt][nt][2 * r] *= invL;");
-    w.line("acc[mt][nt][2 * r + 1] *= invL;");
+    w.line(cat(st.acc, "[mt][nt][2 * r] *= invL;"));
+    w.line(cat(st.acc, "[mt][nt][2 * r + 1] *= invL;"));
     w.close();
   });
 }
 
-void TileTargetSm80::storeO(CudaWriter &w, bool stagedInQ) {
+void TileTargetSm80::storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) {
   if (shape.packQueryHeads) {
     w.comment(cat("store O: convert to ", shape.dtype, ", two adjacent columns (4 bytes) per store, each row to its"));
     w.comment("own query row and head (GQA packing), rows < packedRows");
@@ -763,14 +765,14 @@ void TileTargetSm80::storeO(CudaWriter &w, bool stagedInQ) {
       w.line("unsigned short *const dst = gO + rowQuery[mt][r] * p.oRowStride + rowHead[mt][r] * p.oHeadStride;");
       w.openUnrolledFor("nt", "kOTiles");
       w.line(cat("*reinterpret_cast<unsigned *>(dst + 8 * nt + fragCol) = ", pack,
-                 "(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);"));
+                 "(", st.acc, "[mt][nt][2 * r], ", st.acc, "[mt][nt][2 * r + 1]);"));
       w.close();
       w.close();
     });
     return;
   }
   if (!stagedInQ) {
-    storeODirect(w);
+    storeODirect(w, st);
     return;
   }
   w.comment(cat("store O: convert to ", shape.dtype, " and stage this warp's rows in its own rows of sQ (swizzled),"));
@@ -785,7 +787,7 @@ void TileTargetSm80::storeO(CudaWriter &w, bool stagedInQ) {
   w.openUnrolledFor("r", "2");
   w.line("const int row = 16 * mt + fragRow + 8 * r;");
   w.line(cat("*reinterpret_cast<unsigned *>(sO + sm80::swizzle<kHeadDimV / 8>(row, nt) + 2 * fragCol) = ", pack,
-             "(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);"));
+             "(", st.acc, "[mt][nt][2 * r], ", st.acc, "[mt][nt][2 * r + 1]);"));
   w.close();
   w.close();
   w.close();
@@ -806,7 +808,7 @@ void TileTargetSm80::storeO(CudaWriter &w, bool stagedInQ) {
   w.close();
 }
 
-void TileTargetSm80::storeODirect(CudaWriter &w) {
+void TileTargetSm80::storeODirect(CudaWriter &w, const StateNames &st) {
   w.comment(cat("store O: convert to ", shape.dtype, ", two adjacent columns (4 bytes) per store, rows < seqlen_q"));
   w.line(cat("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * "
              "p.oHeadStride;"));
@@ -815,7 +817,7 @@ void TileTargetSm80::storeODirect(CudaWriter &w) {
     w.open("if (q < p.seqlenQ)");
     w.openUnrolledFor("nt", "kOTiles");
     w.line(cat("*reinterpret_cast<unsigned *>(gO + q * p.oRowStride + 8 * nt + fragCol) = ", pack,
-               "(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);"));
+               "(", st.acc, "[mt][nt][2 * r], ", st.acc, "[mt][nt][2 * r + 1]);"));
     w.close();
     w.close();
   });
@@ -845,7 +847,7 @@ void TileTargetSm80::storeLse(CudaWriter &w) {
   w.close();
 }
 
-void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn, bool stagedInQ) {
+void TileTargetSm80::storeSplit(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool stagedInQ) {
   w.comment("---- store_split: one split (p.numSplits == 1) stores O and LSE itself; more store fp32 partials ----");
   w.open("if (p.numSplits == 1)");
   if (!sinkFn.empty()) {
@@ -864,12 +866,12 @@ void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn, bool s
       w.line("const float invSum = sum == 0.f ? 0.f : 1.f / sum;");
       w.line("lse[mt][r] = sum == 0.f ? sm80::kNegInf : (maxUsed + log2f(sum)) * sm80::kLn2;");
       w.openUnrolledFor("nt", "kOTiles");
-      w.line("acc[mt][nt][2 * r] *= keep * invSum;");
-      w.line("acc[mt][nt][2 * r + 1] *= keep * invSum;");
+      w.line(cat(st.acc, "[mt][nt][2 * r] *= keep * invSum;"));
+      w.line(cat(st.acc, "[mt][nt][2 * r + 1] *= keep * invSum;"));
       w.close();
     });
   }
-  storeO(w, stagedInQ);
+  storeO(w, st, stagedInQ);
   storeLse(w);
   w.close();
   w.open("else");
@@ -894,7 +896,7 @@ void TileTargetSm80::storeSplit(CudaWriter &w, const std::string &sinkFn, bool s
     }
     w.openUnrolledFor("nt", "kOTiles");
     w.line("*reinterpret_cast<float2 *>(gOAccum + q * (long long)kHeadDimV + 8 * nt + fragCol) =");
-    w.line("    make_float2(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);");
+    w.line(cat("    make_float2(", st.acc, "[mt][nt][2 * r], ", st.acc, "[mt][nt][2 * r + 1]);"));
     w.close();
     w.line("if (lane % 4 == 0)");
     w.line("  gLseAccum[q] = lse[mt][r];");

@@ -23,11 +23,11 @@ std::unique_ptr<TargetFamily> createFamily();
 class RegisterTiles : public TileTarget {
 public:
   /// `tile.softmax_update` leaving P in fp32 in `score` (softmaxUpdate = this + packProbabilities(w, true)).
-  virtual void softmaxUpdateInScores(CudaWriter &w, bool foldScale, int rescaleThreshold) = 0;
+  virtual void softmaxUpdateInScores(CudaWriter &w, const StateNames &st, bool foldScale, int rescaleThreshold) = 0;
   /// Rounds `score` into `prob`, the A fragments of P·V (declaring `prob` when `declare`).
   virtual void packProbabilities(CudaWriter &w, bool declare) = 0;
   /// `tile.store o` from the registers: two adjacent columns (4 bytes) a store, rows < seqlen_q.
-  virtual void storeODirect(CudaWriter &w) = 0;
+  virtual void storeODirect(CudaWriter &w, const StateNames &st) = 0;
 };
 
 /// The sm80 printer of `shape` without the family's checks. The sm90 family prints its register-tile math (scale,

@@ -85,7 +85,7 @@ public:
     w.line("#error \"sm90: tile.wait (cp.async groups) is the sm80 family's; sm90 waits on barriers\"");
   }
   void load(CudaWriter &w, Operand operand, const std::string &tile) override;
-  void initState(CudaWriter &w) override { fragments->initState(w); }
+  void initState(CudaWriter &w, const StateNames &st) override { fragments->initState(w, st); }
   void qk(CudaWriter &w, const std::string &kSlot, const std::string &scores) override;
   void carryScores(CudaWriter &w, const std::string &from) override { fragments->carryScores(w, from); }
   void scale(CudaWriter &w) override { fragments->scale(w); }
@@ -97,8 +97,8 @@ public:
   }
   /// P stays fp32 in `score` until roundProbabilities: with the intra-warpgroup overlap the P·V that reads `prob`
   /// (the previous tile's) is still in flight during this softmax.
-  void softmaxUpdate(CudaWriter &w, bool foldScale, int rescaleThreshold) override {
-    fragments->softmaxUpdateInScores(w, foldScale, rescaleThreshold);
+  void softmaxUpdate(CudaWriter &w, const StateNames &st, bool foldScale, int rescaleThreshold) override {
+    fragments->softmaxUpdateInScores(w, st, foldScale, rescaleThreshold);
   }
   void roundProbabilities(CudaWriter &w, bool carried) override {
     if (carried)
@@ -109,13 +109,17 @@ public:
     w.comment("P carried from one K/V iteration to the next one's P·V (A fragments, rounded)");
     w.line("unsigned prob[kMTiles][kBlockN / 16][4] = {};");
   }
-  void rescale(CudaWriter &w, bool onlyWhenMoved) override { fragments->rescale(w, onlyWhenMoved); }
-  void pv(CudaWriter &w, const std::string &vSlot) override;
-  void finalize(CudaWriter &w, const std::string &sinkFn) override { fragments->finalize(w, sinkFn); }
+  void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) override {
+    fragments->rescale(w, st, onlyWhenMoved);
+  }
+  void pv(CudaWriter &w, const StateNames &st, const std::string &vSlot) override;
+  void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) override {
+    fragments->finalize(w, st, sinkFn);
+  }
   /// O from the accumulator registers, or staged in this warp's rows of sQ (stmatrix) and written in whole rows.
-  void storeO(CudaWriter &w, bool stagedInQ) override;
+  void storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) override;
   void storeLse(CudaWriter &w) override { fragments->storeLse(w); }
-  void storeSplit(CudaWriter &w, const std::string &, bool) override {
+  void storeSplit(CudaWriter &w, const StateNames &, const std::string &, bool) override {
     w.line("#error \"sm90: split-KV stores (tile.store_split) are printed by the sm80 family\"");
   }
   void combineRow(CudaWriter &w, const std::string &) override {
@@ -132,7 +136,7 @@ public:
                   int barrier) override;
   void publishWorkUnit(CudaWriter &w, int barrier, const std::string &unit) override;
   void receiveWorkUnit(CudaWriter &w, int barrier, const std::string &position, const std::string &unit) override;
-  void mmaWait(CudaWriter &w, MmaResult result, int newerInFlight) override;
+  void mmaWait(CudaWriter &w, MmaResult result, const StateNames &st, int newerInFlight) override;
   void mmaTurn(CudaWriter &w, bool begin) override;
 
 private:
@@ -329,9 +333,9 @@ void TileTargetSm90::receiveWorkUnit(CudaWriter &w, int index, const std::string
   w.line(cat("const int ", unit, " = *workCell;"));
 }
 
-void TileTargetSm90::storeO(CudaWriter &w, bool stagedInQ) {
+void TileTargetSm90::storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) {
   if (!stagedInQ) {
-    fragments->storeODirect(w);
+    fragments->storeODirect(w, st);
     return;
   }
   const char *pack = shape.dtype == "bf16" ? "sm90::warpgroup::packBf16x2" : "sm90::warpgroup::packF16x2";
@@ -349,10 +353,11 @@ void TileTargetSm90::storeO(CudaWriter &w, bool stagedInQ) {
   w.openUnrolledFor("mt", "kMTiles");
   w.openUnrolledFor("np", "kOTiles / 2");
   w.line("const int nt = 2 * np;");
-  w.line(cat("const unsigned pairs[4] = {", pack, "(acc[mt][nt][0], acc[mt][nt][1]), ", pack,
-             "(acc[mt][nt][2], acc[mt][nt][3]),"));
-  w.line(cat("                           ", pack, "(acc[mt][nt + 1][0], acc[mt][nt + 1][1]), ", pack,
-             "(acc[mt][nt + 1][2], acc[mt][nt + 1][3])};"));
+  const std::string &acc = st.acc;
+  w.line(cat("const unsigned pairs[4] = {", pack, "(", acc, "[mt][nt][0], ", acc, "[mt][nt][1]), ", pack, "(", acc,
+             "[mt][nt][2], ", acc, "[mt][nt][3]),"));
+  w.line(cat("                           ", pack, "(", acc, "[mt][nt + 1][0], ", acc, "[mt][nt + 1][1]), ", pack, "(",
+             acc, "[mt][nt + 1][2], ", acc, "[mt][nt + 1][3])};"));
   w.line("sm90::warp::stmatrixX4(sm90::smemAddress(sQ) + sm90::swizzle128Offset(stageRow0 + 16 * mt + matrixRow,");
   w.line("                                                                        8 * (nt + matrixTile), kBlockM),");
   w.line("                       pairs);");
@@ -394,24 +399,25 @@ void TileTargetSm90::qk(CudaWriter &w, const std::string &kSlot, const std::stri
   w.close();
 }
 
-void TileTargetSm90::pv(CudaWriter &w, const std::string &vSlot) {
+void TileTargetSm90::pv(CudaWriter &w, const StateNames &st, const std::string &vSlot) {
   w.comment(cat("acc += P·V: wgmma m64n", shape.headDimV, "k16 ", mmaType,
                 " RS, P from registers (prob: the A fragments in place), the V tile in slot ", vSlot,
                 " % kStages MN-major"));
   w.open("");
   w.line(cat("const unsigned vAddr = sm90::smemAddress(sV) + (", vSlot, ") % kStages * kVTileBytes;"));
-  w.line("sm90::warpgroup::fenceOperands(reinterpret_cast<float (&)[kOTiles * 4]>(acc[0]));");
+  w.line(cat("sm90::warpgroup::fenceOperands(reinterpret_cast<float (&)[kOTiles * 4]>(", st.acc, "[0]));"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("k", "kBlockN / 16");
   w.line(cat("sm90::warpgroup::Wgmma<kHeadDimV>::", mmaType, "RS<sm90::warpgroup::kMNMajor>("));
-  w.line("    reinterpret_cast<float (&)[kOTiles * 4]>(acc[0]), prob[0][k], sm90::desc::mnMajorStep(vAddr, k, kBlockN), 1);");
+  w.line(cat("    reinterpret_cast<float (&)[kOTiles * 4]>(", st.acc,
+             "[0]), prob[0][k], sm90::desc::mnMajorStep(vAddr, k, kBlockN), 1);"));
   w.close();
   w.line("sm90::warpgroup::commitGroup();");
   w.close();
 }
 
-void TileTargetSm90::mmaWait(CudaWriter &w, MmaResult result, int newerInFlight) {
-  const char *tile = result == MmaResult::Scores ? "score" : "acc";
+void TileTargetSm90::mmaWait(CudaWriter &w, MmaResult result, const StateNames &st, int newerInFlight) {
+  const std::string tile = result == MmaResult::Scores ? "score" : st.acc;
   const char *count = result == MmaResult::Scores ? "kSTiles" : "kOTiles";
   w.comment(cat("retire the wgmma group: ", tile, " is readable and its shared-memory operands are free",
                 newerInFlight ? cat(" (", newerInFlight, " newer group", newerInFlight > 1 ? "s" : "", " stay in flight)")

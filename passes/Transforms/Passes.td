@@ -23,7 +23,7 @@ def TileApplySchedule : Pass<"tile-apply-schedule", "::flashtile::tile::FuncOp">
     `tile.softmax_update` as `rescale_threshold`.
   }];
   let options = [
-    Option<"scheduleName", "schedule", "std::string", /*default=*/"\"fa2\"", "a registered schedule (fa1, fa2)">,
+    Option<"scheduleName", "schedule", "std::string", /*default=*/"\"fa2\"", "the name of a registered schedule (schedules/Registry.cpp registers the built-in ones)">,
     ListOption<"knobs", "options", "std::string", "the schedule's knobs as name=value items, e.g. options=block-m=64,warps=4 (unset knobs take the schedule's defaults)">,
     Option<"shapeClass", "shape-class", "std::string", /*default=*/"\"default\"", "the shapes the kernel is for: default (any) or short (at most 1024 query and key rows per sequence on average); a class whose configuration equals the default class's is scheduled as default">,
   ];

@@ -92,7 +92,7 @@ void registerSchedule(std::unique_ptr<Schedule> schedule);
 const Schedule *lookupSchedule(std::string_view name);
 /// Registered names, sorted.
 std::vector<std::string> scheduleNames();
-/// "unknown schedule 'x'; available: fa1, fa2" (with the nearest name when one is close).
+/// "unknown schedule 'x'; available: decode, fa1, fa2, fa3" (with the nearest name when one is close).
 std::string unknownScheduleMessage(std::string_view name);
 
 /// Parses `name=value` items (the pass option, the CLI) into knobs of `schedule`, checking names and ranges;
