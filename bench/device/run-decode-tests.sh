@@ -6,7 +6,7 @@
 # $OUT/kvcache-tests.log (Rotary/* cases: rotary embedding of Q and the appended keys). Extra arguments go to both test binaries (e.g. --gtest_filter='Cases/*hd128*'). With
 # FLASHTILE_MEMCHECK=1 both run under compute-sanitizer memcheck instead (a subset: the first shapes of each kind,
 # and the KV-cache call with out-of-range device values), to $OUT/decode-memcheck.log and kvcache-memcheck.log.
-# FLASHTILE_SUITE=decode or kvcache runs one of the two (each fits one 10-minute GPU session; default: both).
+# FLASHTILE_SUITE=decode or kvcache runs one of the two (each fits one 10-minute run on the GPU machine; default: both).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 DEVICE_DIR=${FLASHTILE_DEVICE_DIR:-.device}

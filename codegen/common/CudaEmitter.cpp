@@ -462,9 +462,15 @@ private:
   /// one StateNames a state: named where tile.init_state or tile.state_load makes it, then passed along its chain.
   std::deque<StateNames> stateNames;
   llvm::DenseMap<Value, const StateNames *> stateOf;
-  void nameStates();
+  /// The registers of each score and probability tile: a tile.qk's scores and what scale, score_mod and mask make of
+  /// them, in place; the scores a loop carries to its next iteration in registers of their own until the iteration
+  /// ends (carryScores); P in its own.
+  llvm::DenseMap<Value, std::string> tileOf;
+  void nameRegisters();
   /// The registers of the state `v` belongs to; an error at `user` if the printer did not name it.
   FailureOr<const StateNames *> state(Value v, Operation *user);
+  /// The registers of the score or probability tile `v`; an error at `user` if the printer did not name it.
+  FailureOr<std::string> registers(Value v, Operation *user);
 };
 
 //===----------------------------------------------------------------------===//
@@ -559,12 +565,41 @@ LogicalResult KernelPrinter::printVariantFunctions(CudaWriter &out) {
 // The kernel
 //===----------------------------------------------------------------------===//
 
-void KernelPrinter::nameStates() {
+void KernelPrinter::nameRegisters() {
+  const std::string scores = names.unique("score"), nextScores = names.unique("scoreNext");
+  const std::string probabilities = names.unique("prob");
+  auto isScores = [](Type type) {
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    return tensor && tensor.getRank() == 2 && tensor.getElementType().isF32();
+  };
+  auto isProbabilities = [](Type type) {
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    return tensor && tensor.getRank() == 2 && !tensor.getElementType().isF32();
+  };
   func.walk<WalkOrder::PreOrder>([&](Operation *op) {
     auto same = [&](Value to, Value from) {
       if (const StateNames *st = stateOf.lookup(from))
         stateOf[to] = st;
     };
+    if (auto qk = dyn_cast<QkOp>(op)) {
+      // Scores yielded to the next iteration have registers of their own; the ones the softmax reads (here or,
+      // carried, in the loops) share one set.
+      bool next = llvm::any_of(qk->getUsers(), [](Operation *u) { return isa<YieldOp>(u); });
+      tileOf[qk.getS()] = next ? nextScores : scores;
+    } else if (isa<ScaleOp, ScoreModOp, MaskOp>(op)) {
+      tileOf[op->getResult(0)] = tileOf.lookup(op->getOperand(0));
+    } else if (auto update = dyn_cast<SoftmaxUpdateOp>(op)) {
+      tileOf[update.getP()] = probabilities;
+    } else if (auto constant = dyn_cast<arith::ConstantOp>(op); constant && isProbabilities(constant.getType())) {
+      tileOf[constant.getResult()] = probabilities; // the P a loop carries in, never read
+    }
+    if (auto loop = dyn_cast<KvLoopOp>(op))
+      for (auto [arg, result] : llvm::zip(loop.getCarriedArgs(), loop.getCarriedResults())) {
+        if (isScores(arg.getType()))
+          tileOf[arg] = tileOf[result] = scores;
+        else if (isProbabilities(arg.getType()))
+          tileOf[arg] = tileOf[result] = probabilities;
+      }
     if (isa<InitStateOp, StateLoadOp>(op)) {
       stateNames.push_back({names.unique("acc"), names.unique("rowMax"), names.unique("rowSum")});
       for (Value v : op->getResults())
@@ -589,6 +624,14 @@ void KernelPrinter::nameStates() {
   });
 }
 
+FailureOr<std::string> KernelPrinter::registers(Value v, Operation *user) {
+  auto it = tileOf.find(v);
+  if (it != tileOf.end() && !it->second.empty())
+    return it->second;
+  return user->emitOpError() << "uses a score or probability tile that the CUDA printer did not name (one made by "
+                                "tile.qk, tile.softmax_update or a K/V loop that carries it)";
+}
+
 FailureOr<const StateNames *> KernelPrinter::state(Value v, Operation *user) {
   if (const StateNames *st = stateOf.lookup(v))
     return st;
@@ -606,7 +649,7 @@ void KernelPrinter::assignNames() {
     names.reserve(reserved);
   for (const auto &entry : functionOf)
     names.reserve(entry.second);
-  nameStates();
+  nameRegisters();
   // Readable names for the values a reader looks for: the KV-range rules' results, the loop segments' bounds
   // and the copies' tile indices. The first hint a value gets wins.
   func.walk([&](Operation *op) {
@@ -1183,7 +1226,10 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
     if (!asyncProtocol || !llvm::all_of(op->getUsers(), [](Operation *user) { return isa<KvLoopOp>(user); }))
       return op->emitOpError() << "is a constant tile; the CUDA printer takes one only as the initial P a K/V loop "
                                   "carries, on a target with asynchronous MMAs";
-    target.declareCarriedProbabilities(w);
+    FailureOr<std::string> p = registers(constant.getResult(), op);
+    if (failed(p))
+      return failure();
+    target.declareCarriedProbabilities(w, *p);
     w.separate();
     return success();
   }
@@ -1258,27 +1304,39 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
                 }
               if (auto pv = dyn_cast<PvOp>(mma)) {
                 FailureOr<const StateNames *> st = state(pv.getAcc(), pv);
-                if (failed(st))
+                FailureOr<std::string> p = registers(pv.getP(), pv);
+                if (failed(st) || failed(p))
                   return failure();
-                target.mmaWait(w, MmaResult::Acc, **st, newer);
+                target.mmaWait(w, MmaResult::Acc, (*st)->acc, *p, newer);
               } else {
-                target.mmaWait(w, MmaResult::Scores, StateNames{}, newer);
+                FailureOr<std::string> s = registers(cast<QkOp>(mma).getS(), mma);
+                if (failed(s))
+                  return failure();
+                target.mmaWait(w, MmaResult::Scores, *s, std::string(), newer);
               }
             }
             return success();
           })
-          .Case([&](YieldOp yield) {
-            // A K/V loop's state: the registers carry it over; carried scores move into "score".
-            auto carried = isa<KvLoopOp>(yield->getParentOp()) ? yield.getValues().drop_front(2) : yield.getValues();
-            bool carriesTile = llvm::any_of(carried, [](Value v) { return isa<RankedTensorType>(v.getType()); });
-            bool carriesScores = llvm::any_of(carried, [](Value v) {
-              return isa<RankedTensorType>(v.getType()) && v.getDefiningOp<QkOp>();
-            });
-            if (carriesTile && carriesScores && isa<KvLoopOp>(yield->getParentOp()))
-              target.carryScores(w, "scoreNext");
-            if (isa<KvLoopOp>(yield->getParentOp()) &&
-                llvm::any_of(carried, [](Value v) { return static_cast<bool>(v.getDefiningOp<SoftmaxUpdateOp>()); }))
-              target.roundProbabilities(w, /*carried=*/true);
+          .Case([&](YieldOp yield) -> LogicalResult {
+            // A K/V loop's state: the registers carry it over. Carried scores (the next tile's, from its tile.qk) move
+            // into the loop's; a carried P is rounded into the loop's P registers.
+            auto loop = dyn_cast<KvLoopOp>(yield->getParentOp());
+            if (!loop)
+              return success();
+            for (auto [arg, value] : llvm::zip(loop.getCarriedArgs(), yield.getValues().drop_front(2))) {
+              auto qk = value.getDefiningOp<QkOp>();
+              auto update = value.getDefiningOp<SoftmaxUpdateOp>();
+              if (!qk && !update)
+                continue;
+              FailureOr<std::string> to = registers(arg, op);
+              FailureOr<std::string> from = registers(qk ? qk.getS() : update.getS(), op);
+              if (failed(to) || failed(from))
+                return failure();
+              if (qk)
+                target.carryScores(w, *to, *from);
+              else
+                target.roundProbabilities(w, *from, *to, /*carried=*/true);
+            }
             return success();
           })
           .Case([&](InitStateOp init) -> LogicalResult {
@@ -1385,35 +1443,38 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
             if (!kLoad || kLoad.getOperand() != tile::Operand::K)
               return qk.emitOpError() << "takes a K operand that is not tile.load k";
             FailureOr<std::string> kTile = slotOf(kLoad, op);
-            if (failed(kTile))
+            FailureOr<std::string> s = registers(qk.getS(), op);
+            if (failed(kTile) || failed(s))
               return failure();
-            // Scores yielded to the next iteration are "scoreNext"; the ones the softmax reads (here or,
-            // carried, in the loops) are "score".
-            bool next = llvm::any_of(qk->getUsers(), [](Operation *u) { return isa<YieldOp>(u); });
             if (mmaTurnEdge(op, /*first=*/true))
               target.mmaTurn(w, /*begin=*/true);
-            target.qk(w, *kTile, next ? "scoreNext" : "score");
+            target.qk(w, *kTile, *s);
             if (mmaTurnEdge(op, /*first=*/false))
               target.mmaTurn(w, /*begin=*/false);
             return success();
           })
-          .Case([&](ScaleOp) {
-            target.scale(w);
+          .Case([&](ScaleOp scale) -> LogicalResult {
+            FailureOr<std::string> s = registers(scale.getS(), op);
+            if (failed(s))
+              return failure();
+            target.scale(w, *s);
             return success();
           })
           .Case([&](ScoreModOp mod) -> LogicalResult {
             FailureOr<std::string> kTile = kTileOf(mod.getS(), op);
-            if (failed(kTile))
+            FailureOr<std::string> s = registers(mod.getS(), op);
+            if (failed(kTile) || failed(s))
               return failure();
-            target.scoreMod(w, *kTile, functionOf.lookup(op), keyArgOf(mod.getBody()));
+            target.scoreMod(w, *s, *kTile, functionOf.lookup(op), keyArgOf(mod.getBody()));
             return success();
           })
           .Case([&](MaskOp mask) -> LogicalResult {
             FailureOr<std::string> kTile = kTileOf(mask.getS(), op);
-            if (failed(kTile))
+            FailureOr<std::string> s = registers(mask.getS(), op);
+            if (failed(kTile) || failed(s))
               return failure();
             bool readsInputs = mask.getBody().walk([](InputOp) { return WalkResult::interrupt(); }).wasInterrupted();
-            target.mask(w, *kTile, functionOf.lookup(op), keyArgOf(mask.getBody()), readsInputs);
+            target.mask(w, *s, *kTile, functionOf.lookup(op), keyArgOf(mask.getBody()), readsInputs);
             return success();
           })
           .Case([&](SoftmaxUpdateOp update) -> LogicalResult {
@@ -1421,9 +1482,10 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
               return update.emitOpError() << "rounds P to a type other than the program's dtype " << func.getDtype()
                                           << "; the CUDA printer feeds P to the same MMA as V";
             FailureOr<const StateNames *> st = state(update.getStats(), op);
-            if (failed(st))
+            FailureOr<std::string> s = registers(update.getS(), op), p = registers(update.getP(), op);
+            if (failed(st) || failed(s) || failed(p))
               return failure();
-            target.softmaxUpdate(w, **st, update.getFoldScale(), update.getRescaleThreshold().value_or(0));
+            target.softmaxUpdate(w, **st, *s, *p, update.getFoldScale(), update.getRescaleThreshold().value_or(0));
             return success();
           })
           .Case([&](RescaleOp rescale) -> LogicalResult {
@@ -1444,13 +1506,18 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
                                          "asynchronous MMAs) and V from tile.load v[index]";
             FailureOr<std::string> vSlot = slotOf(v, op);
             FailureOr<const StateNames *> st = state(pv.getAcc(), op);
-            if (failed(vSlot) || failed(st))
+            FailureOr<std::string> p = registers(pv.getP(), op);
+            if (failed(vSlot) || failed(st) || failed(p))
               return failure();
-            if (pv.getP().getDefiningOp<SoftmaxUpdateOp>())
-              target.roundProbabilities(w, /*carried=*/false);
+            if (auto update = pv.getP().getDefiningOp<SoftmaxUpdateOp>()) {
+              FailureOr<std::string> s = registers(update.getS(), op);
+              if (failed(s))
+                return failure();
+              target.roundProbabilities(w, *s, *p, /*carried=*/false);
+            }
             if (mmaTurnEdge(op, /*first=*/true))
               target.mmaTurn(w, /*begin=*/true);
-            target.pv(w, **st, *vSlot);
+            target.pv(w, **st, *p, *vSlot);
             if (mmaTurnEdge(op, /*first=*/false))
               target.mmaTurn(w, /*begin=*/false);
             return success();

@@ -90,6 +90,10 @@ struct RoleInfo {
 /// tile.pv.
 enum class MmaResult { Scores, Acc };
 
+/// Register tiles are named by the CUDA printer after the IR's values (KernelPrinter::nameRegisters) and handed to
+/// the target with each op: a score tile (`s` below: S from tile.qk through scale, score_mod and mask into the
+/// softmax, which may leave P there in fp32), a probability tile (`p`: P rounded to the MMA's type, the A operand of
+/// P·V) and a state.
 /// The registers of an online-softmax state, named by the CUDA printer after the IR's values: the !tile.stats
 /// values of one chain (tile.init_state or tile.state_load, then the softmax steps, the loops that carry them, the
 /// state store) are the arrays `rowMax` and `rowSum`, the !tile.acc values of the same state the array `acc`, which
@@ -151,32 +155,36 @@ public:
   /// `tile.state_store`: writes the state's rows (< seqlen_q) to the workspace for the next step; the registers
   /// stay the state. Returns false when the target does not.
   virtual bool stateStore(CudaWriter &, const StateNames &) { return false; }
-  /// `tile.qk` of Q and the K tile in slot `kSlot` into the score tile `scores` ("score" or "scoreNext"), which it
-  /// declares in the current scope. `kSlot` is the index of the K tile's tile.slot: the tile index j in a pipeline
-  /// that keeps tile j in slot j mod stages (fa2), the ring position in one whose roles walk a ring (fa3). The score tile is updated in place until the softmax; score_mod, mask and softmax always
-  /// work on "score".
+  /// `tile.qk` of Q and the K tile in slot `kSlot` into the score tile `scores`, which it declares in the current
+  /// scope. `kSlot` is the index of the K tile's tile.slot: the tile index j in a pipeline that keeps tile j in slot
+  /// j mod stages (fa2), the ring position in one whose roles walk a ring (fa3). The score tile is updated in place
+  /// until the softmax.
   virtual void qk(CudaWriter &w, const std::string &kSlot, const std::string &scores) = 0;
-  /// End of a K/V iteration whose loop carries scores: the next tile's `from` become "score".
-  virtual void carryScores(CudaWriter &w, const std::string &from) = 0;
-  /// `tile.scale`: scores times softmax_scale.
-  virtual void scale(CudaWriter &w) = 0;
+  /// End of a K/V iteration whose loop carries scores: the next tile's scores `from` move into `to`, the loop's.
+  virtual void carryScores(CudaWriter &w, const std::string &to, const std::string &from) = 0;
+  /// `tile.scale`: the scores `s` times softmax_scale.
+  virtual void scale(CudaWriter &w, const std::string &s) = 0;
   /// `tile.score_mod` with the variant's function `fn(score, b, h, q, kv, p)`; `kTile` locates the keys.
   /// `key`: how fn takes the key, kv = kvTile + kvStep (kvTile = kTile·kBlockN + the lane's first column, kvStep
   /// a constant once unrolled): KeyArg::Kv; KeyArg::Clamped, min(kv, seqlen_k - 1) (fn reads per-key inputs: a
   /// tile's padding keys, masked later, index inside the arrays); KeyArg::Split, kvTile and kvStep.
-  virtual void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key) = 0;
+  virtual void scoreMod(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn,
+                        KeyArg key) = 0;
   /// `tile.mask` with the variant's predicate `fn(b, h, q, key..., p)`, plus the seqlen_k bound; `key` as for
   /// scoreMod. `readsInputs`: fn reads variant inputs, so both tests are evaluated for every score (no branch).
-  virtual void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key, bool readsInputs) = 0;
+  virtual void mask(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn, KeyArg key,
+                    bool readsInputs) = 0;
   /// `tile.softmax_update`; `foldScale`: the exp2 multiplier is softmax_scale·log2(e), else log2(e);
   /// `rescaleThreshold` τ > 0: maxes move only when a row needs more than 2^τ of headroom (0: every tile).
-  /// The row statistics are st.rowMax and st.rowSum.
-  virtual void softmaxUpdate(CudaWriter &w, const StateNames &st, bool foldScale, int rescaleThreshold) = 0;
+  /// The scores are `s`, P goes to `p` (or stays in `s` until roundProbabilities), the row statistics are st.rowMax
+  /// and st.rowSum.
+  virtual void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, const std::string &p,
+                             bool foldScale, int rescaleThreshold) = 0;
   /// `tile.rescale`: st.acc *= alpha; `onlyWhenMoved`: its alpha comes from a softmax_update with a rescale
   /// threshold, and the multiply is skipped where that step kept every max.
   virtual void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) = 0;
-  /// `tile.pv`: st.acc += P·V of the V tile in slot `vSlot` (as qk's kSlot).
-  virtual void pv(CudaWriter &w, const StateNames &st, const std::string &vSlot) = 0;
+  /// `tile.pv`: st.acc += `p`·V of the V tile in slot `vSlot` (as qk's kSlot).
+  virtual void pv(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vSlot) = 0;
   /// `tile.finalize`: O = acc / l in st.acc and the LSE rows; `sinkFn` is the variant's sink `fn(b, h, p)`, a
   /// logit that joins every row's softmax denominator (empty: no sink).
   virtual void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) = 0;
@@ -227,16 +235,19 @@ public:
   /// Around the asynchronous MMAs one iteration of a pingpong role issues (`begin`: before the first, else after
   /// the last): the warpgroup waits for its turn, then hands the turn to the next one.
   virtual void mmaTurn(CudaWriter &, bool) {}
-  /// `tile.mma_wait` of the asynchronous MMA whose result is `result` (MmaResult::Acc: the accumulator of state
-  /// `st`); MMAs complete in the order they were issued, and `newerInFlight` issued after it may stay in flight.
-  virtual void mmaWait(CudaWriter &, MmaResult, const StateNames &, int) {}
+  /// `tile.mma_wait` of the asynchronous MMA whose result is `result`, in the registers `tile` (the scores, or the
+  /// accumulator of a P·V whose register operand was `operand`); MMAs complete in the order they were issued, and
+  /// `newerInFlight` issued after it may stay in flight.
+  virtual void mmaWait(CudaWriter &, MmaResult /*result*/, const std::string & /*tile*/,
+                       const std::string & /*operand*/, int /*newerInFlight*/) {}
   /// Targets whose softmaxUpdate leaves P unrounded in the score registers round it here: right before the tile.pv
   /// of the same iteration (`carried` false: into registers declared here), or at the end of the iteration that
   /// computed it when a loop carries P to the next iteration's tile.pv (`carried` true: into the registers
   /// declareCarriedProbabilities declared before the loops). The default: nothing (softmaxUpdate rounded P).
-  virtual void roundProbabilities(CudaWriter &, bool) {}
-  /// The registers of a P that K/V loops carry (its initial value, a constant tile, is never read).
-  virtual void declareCarriedProbabilities(CudaWriter &w) {
+  /// The scores `s` are rounded into `p`.
+  virtual void roundProbabilities(CudaWriter &, const std::string & /*s*/, const std::string & /*p*/, bool) {}
+  /// The registers `p` of a P that K/V loops carry (its initial value, a constant tile, is never read).
+  virtual void declareCarriedProbabilities(CudaWriter &w, const std::string & /*p*/) {
     w.line("#error \"this target keeps P in the registers of the iteration that computed it\"");
   }
 };

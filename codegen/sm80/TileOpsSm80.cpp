@@ -1,12 +1,12 @@
 //===- TileOpsSm80.cpp - tile ops as mma.sync, ldmatrix and cp.async ------===//
 //
-// Prints the CUDA of each tile op for the sm80 instruction family. Register tiles of one warp:
+// Prints the CUDA of each tile op for the sm80 instruction family. Register tiles of one warp (the names are the
+// CUDA printer's, after the IR's values, passed with each op; these are the ones it gives):
 //   qFrag[kMTiles][kHeadDim/16][4]  Q as mma A fragments (or re-read per k-step when that would not fit)
 //   score[kMTiles][kSTiles][4]      S = Q·Kᵀ in the mma C layout, updated in place by scale, score_mod, mask
 //   prob[kMTiles][kBlockN/16][4]    P packed to 16-bit pairs: the C layout of n8 tiles 2k, 2k+1 is the A layout
 //                                   of k16 step k, so P·V needs no data exchange between lanes
-//   acc[kMTiles][kOTiles][4], rowMax[kMTiles][2], rowSum[kMTiles][2]   the online-softmax state (named by the
-//                                   printer after the IR's !tile.acc and !tile.stats values: StateNames)
+//   acc[kMTiles][kOTiles][4], rowMax[kMTiles][2], rowSum[kMTiles][2]   the online-softmax state (StateNames)
 // Every index into these arrays is a constant once the `#pragma unroll` loops are unrolled: nothing spills to
 // local memory for indexing.
 //===----------------------------------------------------------------------===//
@@ -44,9 +44,9 @@ public:
   std::vector<std::string> reservedNames() const override {
     return {"kWarpRows", "kMTiles", "kSTiles", "kOTiles", "warp", "lane", "fragRow", "fragCol", "b", "h", "hKv", "m0",
             "warpRow0", "smem", "sQ", "sK", "sV", "ldRowQ", "ldChunkQ", "ldRowK", "ldChunkK", "ldRowV", "ldChunkV",
-            "gQ", "gK", "gV", "gO", "gLse", "copyQ", "copyKTile", "copyVTile", "qFrag", "kFrag", "vFrag", "score",
-            "scoreNext", "kStages", "kKTileBytes", "kVTileBytes", "kRowBytesQK", "kRowBytesV", "maxFresh", "maxMoved",
-            "prob", "alpha", "lse", "scoreScale", "sO", "q", "kv", "sm80",
+            "gQ", "gK", "gV", "gO", "gLse", "copyQ", "copyKTile", "copyVTile", "qFrag", "kFrag", "vFrag", "kStages",
+            "kKTileBytes", "kVTileBytes", "kRowBytesQK", "kRowBytesV", "maxFresh", "maxMoved", "alpha", "lse",
+            "scoreScale", "sO", "q", "kv", "sm80",
             // locals of the printed loops
             "mt", "nt", "np", "ks", "k", "r", "c", "i", "s", "l", "invL", "tileMax", "tileSum", "maxNew", "maxUsed",
             "chunk", "row", "col", "seqRow", "inside", "tile", "sinkLog2", "carry",
@@ -71,19 +71,23 @@ public:
   bool stateLoad(CudaWriter &w, const StateNames &st) override;
   bool stateStore(CudaWriter &w, const StateNames &st) override;
   void qk(CudaWriter &w, const std::string &kTile, const std::string &scores) override;
-  void carryScores(CudaWriter &w, const std::string &from) override;
-  void scale(CudaWriter &w) override;
-  void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key) override;
-  void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key, bool readsInputs) override;
-  void softmaxUpdate(CudaWriter &w, const StateNames &st, bool foldScale, int rescaleThreshold) override {
-    softmaxUpdateInScores(w, st, foldScale, rescaleThreshold);
-    packProbabilities(w, true);
+  void carryScores(CudaWriter &w, const std::string &to, const std::string &from) override;
+  void scale(CudaWriter &w, const std::string &s) override;
+  void scoreMod(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn,
+                KeyArg key) override;
+  void mask(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn, KeyArg key,
+            bool readsInputs) override;
+  void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, const std::string &p, bool foldScale,
+                     int rescaleThreshold) override {
+    softmaxUpdateInScores(w, st, s, foldScale, rescaleThreshold);
+    packProbabilities(w, s, p, true);
   }
-  void softmaxUpdateInScores(CudaWriter &w, const StateNames &st, bool foldScale, int rescaleThreshold) override;
-  void packProbabilities(CudaWriter &w, bool declare) override;
+  void softmaxUpdateInScores(CudaWriter &w, const StateNames &st, const std::string &s, bool foldScale,
+                             int rescaleThreshold) override;
+  void packProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool declare) override;
   void storeODirect(CudaWriter &w, const StateNames &st) override;
   void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) override;
-  void pv(CudaWriter &w, const StateNames &st, const std::string &vTile) override;
+  void pv(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vTile) override;
   void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) override;
   void storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) override;
   void storeLse(CudaWriter &w) override;
@@ -543,14 +547,14 @@ void TileTargetSm80::qk(CudaWriter &w, const std::string &kTile, const std::stri
   w.close();
 }
 
-void TileTargetSm80::carryScores(CudaWriter &w, const std::string &from) {
+void TileTargetSm80::carryScores(CudaWriter &w, const std::string &to, const std::string &from) {
   w.comment(cat("the next tile's scores become this loop's scores (register moves the compiler folds away)"));
-  forEachElement(w, "kSTiles", {cat("score[mt][nt][i] = ", from, "[mt][nt][i];")});
+  forEachElement(w, "kSTiles", {cat(to, "[mt][nt][i] = ", from, "[mt][nt][i];")});
 }
 
-void TileTargetSm80::scale(CudaWriter &w) {
+void TileTargetSm80::scale(CudaWriter &w, const std::string &s) {
   w.comment("scale: S *= softmax_scale");
-  forEachElement(w, "kSTiles", {"score[mt][nt][i] *= p.softmaxScale;"});
+  forEachElement(w, "kSTiles", {cat(s, "[mt][nt][i] *= p.softmaxScale;")});
 }
 
 void TileTargetSm80::forEachElement(CudaWriter &w, const char *nTiles, const std::vector<std::string> &body) {
@@ -595,16 +599,17 @@ std::string keyArgs(KeyArg key) {
   return "kv";
 }
 
-void TileTargetSm80::scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key) {
+void TileTargetSm80::scoreMod(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn,
+                              KeyArg key) {
   w.comment(cat("score_mod: S = ", fn, "(S, b, h, q, kv) element by element"));
   if (key == KeyArg::Clamped)
     w.comment("(it reads per-key inputs: a key past seqlen_k, whose score the mask drops, reads key seqlen_k - 1's)");
   forEachScore(w, kTile,
-               {cat("score[mt][nt][i] = ", fn, "(score[mt][nt][i], b, ", head(), ", q, ", keyArgs(key), ", p);")});
+               {cat(s, "[mt][nt][i] = ", fn, "(", s, "[mt][nt][i], b, ", head(), ", q, ", keyArgs(key), ", p);")});
 }
 
-void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key,
-                          bool readsInputs) {
+void TileTargetSm80::mask(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn,
+                          KeyArg key, bool readsInputs) {
   w.comment(cat("mask: keys past seqlen_k and keys ", fn, "() drops get -inf"));
   if (readsInputs) {
     w.comment(cat("Both tests run for every score (| is not ||): no branch around ", fn, "()'s reads, so the"));
@@ -615,10 +620,10 @@ void TileTargetSm80::mask(CudaWriter &w, const std::string &kTile, const std::st
   forEachScore(w, kTile,
                {cat("if ((kv >= p.seqlenK) ", readsInputs ? "|" : "||", " !", fn, "(b, ", head(), ", q, ", keyArgs(key),
                     ", p))"),
-                "  score[mt][nt][i] = sm80::kNegInf;"});
+                cat("  ", s, "[mt][nt][i] = sm80::kNegInf;")});
 }
 
-void TileTargetSm80::softmaxUpdateInScores(CudaWriter &w, const StateNames &st, bool foldScale,
+void TileTargetSm80::softmaxUpdateInScores(CudaWriter &w, const StateNames &st, const std::string &s, bool foldScale,
                                            int rescaleThreshold) {
   w.comment("online softmax, in the exp2 domain with c = scoreScale: m' = max(m, rowmax(S)·c), alpha = exp2(m - m'),");
   w.comment("P = exp2(S·c - m'), l' = alpha·l + rowsum(P); a row with no key yet (m' = -inf) subtracts 0, not -inf,");
@@ -630,7 +635,7 @@ void TileTargetSm80::softmaxUpdateInScores(CudaWriter &w, const StateNames &st, 
   auto tileMax = [&] {
     w.line("float tileMax = sm80::kNegInf;");
     w.openUnrolledFor("nt", "kSTiles");
-    w.line("tileMax = fmaxf(tileMax, fmaxf(score[mt][nt][2 * r], score[mt][nt][2 * r + 1]));");
+    w.line(cat("tileMax = fmaxf(tileMax, fmaxf(", s, "[mt][nt][2 * r], ", s, "[mt][nt][2 * r + 1]));"));
     w.close();
   };
   if (rescaleThreshold > 0) {
@@ -660,7 +665,7 @@ void TileTargetSm80::softmaxUpdateInScores(CudaWriter &w, const StateNames &st, 
     w.line("float tileSum = 0.f;");
     w.openUnrolledFor("nt", "kSTiles");
     w.openUnrolledFor("c", "2");
-    w.line("float &s = score[mt][nt][2 * r + c];");
+    w.line(cat("float &s = ", s, "[mt][nt][2 * r + c];"));
     w.line("s = sm80::exp2(fmaf(s, scoreScale, -maxUsed));");
     w.line("tileSum += s;");
     w.close();
@@ -670,17 +675,17 @@ void TileTargetSm80::softmaxUpdateInScores(CudaWriter &w, const StateNames &st, 
   });
 }
 
-void TileTargetSm80::packProbabilities(CudaWriter &w, bool declare) {
+void TileTargetSm80::packProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool declare) {
   w.comment(cat("P as ", shape.dtype,
                 " A fragments of P·V: the C layout of n8 tiles 2k and 2k + 1 is the A layout of k16 step k"));
   if (declare)
-    w.line("unsigned prob[kMTiles][kBlockN / 16][4];");
+    w.line(cat("unsigned ", p, "[kMTiles][kBlockN / 16][4];"));
   w.openUnrolledFor("mt", "kMTiles");
   w.openUnrolledFor("k", "kBlockN / 16");
-  w.line(cat("prob[mt][k][0] = ", pack, "(score[mt][2 * k][0], score[mt][2 * k][1]);"));
-  w.line(cat("prob[mt][k][1] = ", pack, "(score[mt][2 * k][2], score[mt][2 * k][3]);"));
-  w.line(cat("prob[mt][k][2] = ", pack, "(score[mt][2 * k + 1][0], score[mt][2 * k + 1][1]);"));
-  w.line(cat("prob[mt][k][3] = ", pack, "(score[mt][2 * k + 1][2], score[mt][2 * k + 1][3]);"));
+  w.line(cat(p, "[mt][k][0] = ", pack, "(", s, "[mt][2 * k][0], ", s, "[mt][2 * k][1]);"));
+  w.line(cat(p, "[mt][k][1] = ", pack, "(", s, "[mt][2 * k][2], ", s, "[mt][2 * k][3]);"));
+  w.line(cat(p, "[mt][k][2] = ", pack, "(", s, "[mt][2 * k + 1][0], ", s, "[mt][2 * k + 1][1]);"));
+  w.line(cat(p, "[mt][k][3] = ", pack, "(", s, "[mt][2 * k + 1][2], ", s, "[mt][2 * k + 1][3]);"));
   w.close();
   w.close();
 }
@@ -697,7 +702,7 @@ void TileTargetSm80::rescale(CudaWriter &w, const StateNames &st, bool onlyWhenM
   w.close();
 }
 
-void TileTargetSm80::pv(CudaWriter &w, const StateNames &st, const std::string &vTile) {
+void TileTargetSm80::pv(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vTile) {
   w.comment("acc += P·V (mma.sync m16n8k16, fp32): ldmatrix.x4.trans of sV gives the B fragments of two n8 tiles");
   w.openUnrolledFor("k", "kBlockN / 16");
   w.openUnrolledFor("np", "kHeadDimV / 16");
@@ -705,8 +710,8 @@ void TileTargetSm80::pv(CudaWriter &w, const StateNames &st, const std::string &
   w.line(cat("sm80::ldmatrixX4Trans(vFrag, ", bufferAddress(Operand::V, vTile),
              " + ldRowV + k * 16 * kRowBytesV + (ldChunkV ^ (32 * np)));"));
   w.openUnrolledFor("mt", "kMTiles");
-  w.line(cat(mma, "(", st.acc, "[mt][2 * np], prob[mt][k], vFrag[0], vFrag[1]);"));
-  w.line(cat(mma, "(", st.acc, "[mt][2 * np + 1], prob[mt][k], vFrag[2], vFrag[3]);"));
+  w.line(cat(mma, "(", st.acc, "[mt][2 * np], ", p, "[mt][k], vFrag[0], vFrag[1]);"));
+  w.line(cat(mma, "(", st.acc, "[mt][2 * np + 1], ", p, "[mt][k], vFrag[2], vFrag[3]);"));
   w.close();
   w.close();
   if (shape.headDimV % 16 != 0) {
@@ -716,7 +721,7 @@ void TileTargetSm80::pv(CudaWriter &w, const StateNames &st, const std::string &
     w.line(cat("sm80::ldmatrixX2Trans(vFrag, ", bufferAddress(Operand::V, vTile),
                " + ldRowV + k * 16 * kRowBytesV + sm80::swizzledChunk<kHeadDimV / 8>(lane % 8, kOTiles - 1));"));
     w.openUnrolledFor("mt", "kMTiles");
-    w.line(cat(mma, "(", st.acc, "[mt][kOTiles - 1], prob[mt][k], vFrag[0], vFrag[1]);"));
+    w.line(cat(mma, "(", st.acc, "[mt][kOTiles - 1], ", p, "[mt][k], vFrag[0], vFrag[1]);"));
     w.close();
     w.close();
   }

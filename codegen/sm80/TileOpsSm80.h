@@ -22,10 +22,11 @@ std::unique_ptr<TargetFamily> createFamily();
 /// The sm80 printer of register tiles, with its softmax in two halves for targets that round P later.
 class RegisterTiles : public TileTarget {
 public:
-  /// `tile.softmax_update` leaving P in fp32 in `score` (softmaxUpdate = this + packProbabilities(w, true)).
-  virtual void softmaxUpdateInScores(CudaWriter &w, const StateNames &st, bool foldScale, int rescaleThreshold) = 0;
-  /// Rounds `score` into `prob`, the A fragments of P·V (declaring `prob` when `declare`).
-  virtual void packProbabilities(CudaWriter &w, bool declare) = 0;
+  /// `tile.softmax_update` leaving P in fp32 in the scores `s` (softmaxUpdate = this + packProbabilities).
+  virtual void softmaxUpdateInScores(CudaWriter &w, const StateNames &st, const std::string &s, bool foldScale,
+                                     int rescaleThreshold) = 0;
+  /// Rounds the scores `s` into `p`, the A fragments of P·V (declaring `p` when `declare`).
+  virtual void packProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool declare) = 0;
   /// `tile.store o` from the registers: two adjacent columns (4 bytes) a store, rows < seqlen_q.
   virtual void storeODirect(CudaWriter &w, const StateNames &st) = 0;
 };

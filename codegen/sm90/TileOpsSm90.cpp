@@ -87,32 +87,37 @@ public:
   void load(CudaWriter &w, Operand operand, const std::string &tile) override;
   void initState(CudaWriter &w, const StateNames &st) override { fragments->initState(w, st); }
   void qk(CudaWriter &w, const std::string &kSlot, const std::string &scores) override;
-  void carryScores(CudaWriter &w, const std::string &from) override { fragments->carryScores(w, from); }
-  void scale(CudaWriter &w) override { fragments->scale(w); }
-  void scoreMod(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key) override {
-    fragments->scoreMod(w, kTile, fn, key);
+  void carryScores(CudaWriter &w, const std::string &to, const std::string &from) override {
+    fragments->carryScores(w, to, from);
   }
-  void mask(CudaWriter &w, const std::string &kTile, const std::string &fn, KeyArg key, bool readsInputs) override {
-    fragments->mask(w, kTile, fn, key, readsInputs);
+  void scale(CudaWriter &w, const std::string &s) override { fragments->scale(w, s); }
+  void scoreMod(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn,
+                KeyArg key) override {
+    fragments->scoreMod(w, s, kTile, fn, key);
   }
-  /// P stays fp32 in `score` until roundProbabilities: with the intra-warpgroup overlap the P·V that reads `prob`
-  /// (the previous tile's) is still in flight during this softmax.
-  void softmaxUpdate(CudaWriter &w, const StateNames &st, bool foldScale, int rescaleThreshold) override {
-    fragments->softmaxUpdateInScores(w, st, foldScale, rescaleThreshold);
+  void mask(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn, KeyArg key,
+            bool readsInputs) override {
+    fragments->mask(w, s, kTile, fn, key, readsInputs);
   }
-  void roundProbabilities(CudaWriter &w, bool carried) override {
+  /// P stays fp32 in the scores until roundProbabilities: with the intra-warpgroup overlap the P·V that reads the
+  /// probabilities (the previous tile's) is still in flight during this softmax.
+  void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, const std::string &, bool foldScale,
+                     int rescaleThreshold) override {
+    fragments->softmaxUpdateInScores(w, st, s, foldScale, rescaleThreshold);
+  }
+  void roundProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool carried) override {
     if (carried)
-      w.comment("the P·V that read prob has completed: this tile's P goes there for the next iteration");
-    fragments->packProbabilities(w, !carried);
+      w.comment(cat("the P·V that read ", p, " has completed: this tile's P goes there for the next iteration"));
+    fragments->packProbabilities(w, s, p, !carried);
   }
-  void declareCarriedProbabilities(CudaWriter &w) override {
+  void declareCarriedProbabilities(CudaWriter &w, const std::string &p) override {
     w.comment("P carried from one K/V iteration to the next one's P·V (A fragments, rounded)");
-    w.line("unsigned prob[kMTiles][kBlockN / 16][4] = {};");
+    w.line(cat("unsigned ", p, "[kMTiles][kBlockN / 16][4] = {};"));
   }
   void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) override {
     fragments->rescale(w, st, onlyWhenMoved);
   }
-  void pv(CudaWriter &w, const StateNames &st, const std::string &vSlot) override;
+  void pv(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vSlot) override;
   void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) override {
     fragments->finalize(w, st, sinkFn);
   }
@@ -136,7 +141,8 @@ public:
                   int barrier) override;
   void publishWorkUnit(CudaWriter &w, int barrier, const std::string &unit) override;
   void receiveWorkUnit(CudaWriter &w, int barrier, const std::string &position, const std::string &unit) override;
-  void mmaWait(CudaWriter &w, MmaResult result, const StateNames &st, int newerInFlight) override;
+  void mmaWait(CudaWriter &w, MmaResult result, const std::string &tile, const std::string &operand,
+               int newerInFlight) override;
   void mmaTurn(CudaWriter &w, bool begin) override;
 
 private:
@@ -399,9 +405,9 @@ void TileTargetSm90::qk(CudaWriter &w, const std::string &kSlot, const std::stri
   w.close();
 }
 
-void TileTargetSm90::pv(CudaWriter &w, const StateNames &st, const std::string &vSlot) {
+void TileTargetSm90::pv(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vSlot) {
   w.comment(cat("acc += P·V: wgmma m64n", shape.headDimV, "k16 ", mmaType,
-                " RS, P from registers (prob: the A fragments in place), the V tile in slot ", vSlot,
+                " RS, P from registers (", p, ": the A fragments in place), the V tile in slot ", vSlot,
                 " % kStages MN-major"));
   w.open("");
   w.line(cat("const unsigned vAddr = sm90::smemAddress(sV) + (", vSlot, ") % kStages * kVTileBytes;"));
@@ -410,14 +416,14 @@ void TileTargetSm90::pv(CudaWriter &w, const StateNames &st, const std::string &
   w.openUnrolledFor("k", "kBlockN / 16");
   w.line(cat("sm90::warpgroup::Wgmma<kHeadDimV>::", mmaType, "RS<sm90::warpgroup::kMNMajor>("));
   w.line(cat("    reinterpret_cast<float (&)[kOTiles * 4]>(", st.acc,
-             "[0]), prob[0][k], sm90::desc::mnMajorStep(vAddr, k, kBlockN), 1);"));
+             "[0]), ", p, "[0][k], sm90::desc::mnMajorStep(vAddr, k, kBlockN), 1);"));
   w.close();
   w.line("sm90::warpgroup::commitGroup();");
   w.close();
 }
 
-void TileTargetSm90::mmaWait(CudaWriter &w, MmaResult result, const StateNames &st, int newerInFlight) {
-  const std::string tile = result == MmaResult::Scores ? "score" : st.acc;
+void TileTargetSm90::mmaWait(CudaWriter &w, MmaResult result, const std::string &tile, const std::string &operand,
+                             int newerInFlight) {
   const char *count = result == MmaResult::Scores ? "kSTiles" : "kOTiles";
   w.comment(cat("retire the wgmma group: ", tile, " is readable and its shared-memory operands are free",
                 newerInFlight ? cat(" (", newerInFlight, " newer group", newerInFlight > 1 ? "s" : "", " stay in flight)")
@@ -425,9 +431,9 @@ void TileTargetSm90::mmaWait(CudaWriter &w, MmaResult result, const StateNames &
   w.line(cat("sm90::warpgroup::wait<", newerInFlight, ">();"));
   w.line(cat("sm90::warpgroup::fenceOperands(reinterpret_cast<float (&)[", count, " * 4]>(", tile, "[0]));"));
   if (result == MmaResult::Acc) {
-    // The RS operand too: the compiler sees the wgmma read `prob` at issue and must not reuse its registers before
+    // The RS operand (P) too: the compiler sees the wgmma read it at issue and must not reuse its registers before
     // the hardware has.
-    w.line("sm90::warpgroup::fenceOperands(reinterpret_cast<unsigned (&)[kBlockN / 16 * 4]>(prob[0]));");
+    w.line(cat("sm90::warpgroup::fenceOperands(reinterpret_cast<unsigned (&)[kBlockN / 16 * 4]>(", operand, "[0]));"));
   }
 }
 
