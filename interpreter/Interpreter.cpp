@@ -304,6 +304,11 @@ private:
   FailureOr<Scalar> scalar(Operation *user, Value value);
   FailureOr<TilePtr> tile(Operation *user, Value value);
   FailureOr<StatsPtr> rowStats(Operation *user, Value value);
+  /// What the interpreter computed for `value` in `map`, or an error at `user` naming `what`.
+  template <typename Map>
+  FailureOr<typename Map::mapped_type> computed(const Map &map, Operation *user, Value value, StringRef what);
+  /// Whether `user` reads `result` while an asynchronous MMA still writes it (carrying it on is no read).
+  bool readsPending(Operation *user, const void *result) const;
   /// An accumulator, which must not be the pending result of an asynchronous P·V (unless carried on or yielded).
   FailureOr<AccPtr> accumulator(Operation *user, Value value);
   /// Binds a computed tile (row statistics, accumulator) to a result, checking it against the result's static shape.
@@ -750,38 +755,41 @@ LogicalResult Interpreter::evalRegion(Block &block, ArrayRef<Scalar> args, Small
 // Values
 //===----------------------------------------------------------------------===//
 
-FailureOr<Scalar> Interpreter::scalar(Operation *user, Value value) {
-  auto it = scalars.find(value);
-  if (it == scalars.end())
-    return fail(user, "uses a scalar the interpreter has not computed");
+template <typename Map>
+FailureOr<typename Map::mapped_type> Interpreter::computed(const Map &map, Operation *user, Value value,
+                                                          StringRef what) {
+  auto it = map.find(value);
+  if (it == map.end())
+    return fail(user, "uses " + what + " the interpreter has not computed");
   return it->second;
+}
+
+bool Interpreter::readsPending(Operation *user, const void *result) const {
+  // A loop carries a pending result to the next iteration, which may wait for it there.
+  return !isa<YieldOp, KvLoopOp>(user) && pendingResults.contains(result) && AsyncCopies::enabled();
+}
+
+FailureOr<Scalar> Interpreter::scalar(Operation *user, Value value) {
+  return computed(scalars, user, value, "a scalar");
 }
 
 FailureOr<TilePtr> Interpreter::tile(Operation *user, Value value) {
-  auto it = tiles.find(value);
-  if (it == tiles.end())
-    return fail(user, "uses a tile the interpreter has not computed");
-  // A loop carries a pending result to the next iteration, which may wait for it there.
-  if (!isa<YieldOp, KvLoopOp>(user) && pendingResults.contains(it->second.get()) && AsyncCopies::enabled())
+  FailureOr<TilePtr> t = computed(tiles, user, value, "a tile");
+  if (succeeded(t) && readsPending(user, t->get()))
     return fail(user, "pipeline hazard: reads the result of an asynchronous MMA before tile.mma_wait on its token");
-  return it->second;
+  return t;
 }
 
 FailureOr<StatsPtr> Interpreter::rowStats(Operation *user, Value value) {
-  auto it = stats.find(value);
-  if (it == stats.end())
-    return fail(user, "uses row statistics the interpreter has not computed");
-  return it->second;
+  return computed(stats, user, value, "row statistics");
 }
 
 FailureOr<AccPtr> Interpreter::accumulator(Operation *user, Value value) {
-  auto it = accs.find(value);
-  if (it == accs.end())
-    return fail(user, "uses an accumulator the interpreter has not computed");
-  if (!isa<YieldOp, KvLoopOp>(user) && pendingResults.contains(it->second.get()) && AsyncCopies::enabled())
+  FailureOr<AccPtr> acc = computed(accs, user, value, "an accumulator");
+  if (succeeded(acc) && readsPending(user, acc->get()))
     return fail(user, "pipeline hazard: reads the accumulator an asynchronous P·V writes before tile.mma_wait on "
                       "its token");
-  return it->second;
+  return acc;
 }
 
 LogicalResult Interpreter::startMma(Operation *op, Value token, const void *data,
