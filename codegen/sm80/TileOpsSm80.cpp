@@ -122,6 +122,11 @@ private:
   /// Loops over every element [mt][nt][i] of a register tile of `nTiles` n8 tiles (kSTiles: scores, kOTiles: acc),
   /// around `body`.
   void forEachElement(CudaWriter &w, const char *nTiles, const std::vector<std::string> &body);
+  /// O's columns 8·nt + fragCol and + 1 of fragment half r (inside forEachRow and a loop over nt), converted and
+  /// packed into one 32-bit word: what every store of O writes.
+  std::string packedPair(const StateNames &st) const {
+    return cat(pack, "(", st.acc, "[mt][nt][2 * r], ", st.acc, "[mt][nt][2 * r + 1])");
+  }
   /// The C name of a score's query head in forEachScore: h, or the row's own head under GQA packing.
   const char *head() const { return shape.packQueryHeads ? "hRow" : "h"; }
   /// Loops over every score of this thread with its query row `q` and key `kv`, around `body`.
@@ -769,8 +774,7 @@ void TileTargetSm80::storeO(CudaWriter &w, const StateNames &st, bool stagedInQ)
       w.open(cat("if (", threadRow(), " < packedRows)"));
       w.line("unsigned short *const dst = gO + rowQuery[mt][r] * p.oRowStride + rowHead[mt][r] * p.oHeadStride;");
       w.openUnrolledFor("nt", "kOTiles");
-      w.line(cat("*reinterpret_cast<unsigned *>(dst + 8 * nt + fragCol) = ", pack,
-                 "(", st.acc, "[mt][nt][2 * r], ", st.acc, "[mt][nt][2 * r + 1]);"));
+      w.line(cat("*reinterpret_cast<unsigned *>(dst + 8 * nt + fragCol) = ", packedPair(st), ";"));
       w.close();
       w.close();
     });
@@ -791,8 +795,8 @@ void TileTargetSm80::storeO(CudaWriter &w, const StateNames &st, bool stagedInQ)
   w.openUnrolledFor("nt", "kOTiles");
   w.openUnrolledFor("r", "2");
   w.line("const int row = 16 * mt + fragRow + 8 * r;");
-  w.line(cat("*reinterpret_cast<unsigned *>(sO + sm80::swizzle<kHeadDimV / 8>(row, nt) + 2 * fragCol) = ", pack,
-             "(", st.acc, "[mt][nt][2 * r], ", st.acc, "[mt][nt][2 * r + 1]);"));
+  w.line(cat("*reinterpret_cast<unsigned *>(sO + sm80::swizzle<kHeadDimV / 8>(row, nt) + 2 * fragCol) = ",
+             packedPair(st), ";"));
   w.close();
   w.close();
   w.close();
@@ -821,8 +825,7 @@ void TileTargetSm80::storeODirect(CudaWriter &w, const StateNames &st) {
     w.line(cat("const int q = ", threadRow(), ";"));
     w.open("if (q < p.seqlenQ)");
     w.openUnrolledFor("nt", "kOTiles");
-    w.line(cat("*reinterpret_cast<unsigned *>(gO + q * p.oRowStride + 8 * nt + fragCol) = ", pack,
-               "(", st.acc, "[mt][nt][2 * r], ", st.acc, "[mt][nt][2 * r + 1]);"));
+    w.line(cat("*reinterpret_cast<unsigned *>(gO + q * p.oRowStride + 8 * nt + fragCol) = ", packedPair(st), ";"));
     w.close();
     w.close();
   });
