@@ -14,6 +14,9 @@
 
 namespace flashtile::codegen {
 
+/// Elements of K or V one thread of the append kernel copies: one 16-byte chunk of 16-bit values.
+inline constexpr int kAppendChunkElements = 8;
+
 /// After the sequence view `p` of batch entry `blockBatch` is declared: with params.kvCache set, p.seqlenK becomes
 /// the sequence's cached plus new keys, and p.k/p.v its cache row (contiguous) or p.blockTable its row of the block
 /// table (paged). Device values are clamped (KernelAbi.h), so that no value reads outside the tensors.

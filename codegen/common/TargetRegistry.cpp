@@ -86,10 +86,16 @@ std::string unknownArchMessage(std::string_view arch) {
   return message + "; accepted: " + accepted;
 }
 
-std::optional<int64_t> maxSmemBytes(const TargetFamily &family, std::string_view arch) {
+const ArchLimits *archLimits(const TargetFamily &family, std::string_view arch) {
   for (const ArchLimits &limits : family.archs())
     if (limits.arch == arch)
-      return limits.maxSmemBytes;
+      return &limits;
+  return nullptr;
+}
+
+std::optional<int64_t> maxSmemBytes(const TargetFamily &family, std::string_view arch) {
+  if (const ArchLimits *limits = archLimits(family, arch))
+    return limits->maxSmemBytes;
   return std::nullopt;
 }
 

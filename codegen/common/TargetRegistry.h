@@ -24,6 +24,9 @@ namespace flashtile::codegen {
 struct ArchLimits {
   std::string_view arch; ///< canonical name: what NVRTC compiles for and the runtime dispatches on
   int64_t maxSmemBytes = 0;
+  /// Programmatic dependent launch (griddepcontrol; sm_90 and later): a launch may start while the one before it
+  /// finishes, its kernel waiting for that grid where it reads its results.
+  bool dependentLaunch = false;
 };
 
 /// The MMA instruction shape a family computes tiles with.
@@ -52,6 +55,9 @@ public:
   /// The printer of `shape`'s tile ops; checkShape(shape) must have passed.
   virtual std::unique_ptr<TileTarget> createPrinter(const KernelShape &shape) const = 0;
 };
+
+/// The limits of `arch` in `family`, or null when the family does not run on it.
+const ArchLimits *archLimits(const TargetFamily &family, std::string_view arch);
 
 void registerTarget(std::unique_ptr<TargetFamily> family);
 /// The family named `name`, or null.

@@ -209,6 +209,9 @@ public:
 
   /// Extra kernel parameters after `params` (e.g. TMA descriptors), as C text starting with ", "; empty: none.
   virtual std::string extraKernelParams() const { return {}; }
+  /// Whether the kernel's second parameter is the TMA descriptors of Q, K and V (boxes of a Q tile's and a K/V
+  /// tile's rows, the whole head dim, 128-byte swizzled), which the launch plan then asks the runtime for.
+  virtual bool takesTensorMaps() const { return false; }
   /// After setup, for a program with roles: declares and initializes `barriers` and lays out `roles` (in IR order)
   /// over the block's warps.
   virtual void setupRoles(CudaWriter &, const std::vector<RoleInfo> &, const std::vector<BarrierInfo> &) {}

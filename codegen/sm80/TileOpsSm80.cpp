@@ -1021,7 +1021,9 @@ public:
     // Per-block opt-in dynamic shared memory; the 8.x GPUs all run sm_80 cubins, the smallest limit (A100: 163
     // KB) is the one that holds for all of them that have one this large.
     static const std::vector<ArchLimits> limits = {
-        {"sm_80", 163 * 1024}, {"sm_90a", 227 * 1024}, {"sm_100a", 227 * 1024}};
+        {"sm_80", 163 * 1024, /*dependentLaunch=*/false},
+        {"sm_90a", 227 * 1024, /*dependentLaunch=*/true},
+        {"sm_100a", 227 * 1024, /*dependentLaunch=*/true}};
     return limits;
   }
   MmaShape mmaShape() const override { return {kMmaM, 8, 16}; }

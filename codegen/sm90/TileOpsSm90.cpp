@@ -132,6 +132,7 @@ public:
   }
 
   std::string extraKernelParams() const override { return ", const __grid_constant__ sm90::TensorMaps maps"; }
+  bool takesTensorMaps() const override { return true; }
   void setupRoles(CudaWriter &w, const std::vector<RoleInfo> &roles, const std::vector<BarrierInfo> &barriers) override;
   void openRole(CudaWriter &w, int role) override;
   void closeRole(CudaWriter &w, int role) override;
@@ -455,7 +456,7 @@ public:
     return "wgmma.mma_async, TMA (cp.async.bulk.tensor), mbarrier, setmaxnreg (sm_90a)";
   }
   const std::vector<ArchLimits> &archs() const override {
-    static const std::vector<ArchLimits> limits = {{kArch, kMaxSmemBytes}};
+    static const std::vector<ArchLimits> limits = {{kArch, kMaxSmemBytes, /*dependentLaunch=*/true}};
     return limits;
   }
   MmaShape mmaShape() const override { return {kWgmmaM, kWgmmaNStep, kWgmmaK}; }

@@ -12,23 +12,15 @@ using namespace flashtile;
 
 namespace {
 
-/// Serialization order; also the list of accepted fields.
-constexpr std::string_view kFieldNames[] = {
-    "entry",  "arch",    "dtype",     "headDim",    "headDimV",   "variant",    "schedule",       "shapeClass",
-    "blockM", "blockN",  "threads",   "smemBytes",  "paramNames", "inputNames", "paramRules", "compilerVersion"};
+/// Serialization order (after `format`); also the list of required fields.
+constexpr std::string_view kFieldNames[] = {"entry",      "arch",       "dtype",      "headDim",         "headDimV",
+                                            "variant",    "schedule",   "shapeClass", "blockM",          "blockN",
+                                            "paramNames", "inputNames", "paramRules", "compilerVersion", "kind"};
 constexpr size_t kNumFields = std::size(kFieldNames);
-/// Fields only split-KV kernels have (serialized after the others when combineEntry is set).
-constexpr std::string_view kSplitKvFieldNames[] = {"combineEntry",   "combineRows", "combineThreads",
-                                                   "packQueryHeads", "appendEntry", "rotary"};
-/// Fields only TMA kernels have (persistent kernels are TMA kernels for now: the fa3 schedule's).
-constexpr std::string_view kTmaFieldNames[] = {"tensorMaps", "persistent", "tileCounter"};
-/// Fields only K/V-step kernels have (the fa1 schedule's).
-constexpr std::string_view kStepFieldNames[] = {"kvSteps"};
-/// Fields of the dispatch rule a schedule records in its kernels (Schedule::preferredOver).
-constexpr std::string_view kDispatchFieldNames[] = {"preferredOver"};
+/// Fields present only when set.
+constexpr std::string_view kOptionalFieldNames[] = {"kvCache", "rotary", "preferredOver"};
+constexpr std::string_view kFormatField = "format";
 
-constexpr int kWarpSize = 32;
-constexpr int kMaxThreadsPerBlock = 1024;
 constexpr size_t kMaxIdLength = 200;
 // Head dims: what the tile dialect accepts (multiples of 8 up to 512). Tiles: multiples of the 16-row MMA tile, up
 // to 1024 rows (a block of 1024 threads); anything else in a manifest is damage, not a kernel.
@@ -140,11 +132,12 @@ bool flashtile::isValidId(std::string_view id) {
 std::string KernelSpec::key() const {
   return "arch=" + arch + ";dtype=" + dtype + ";headDim=" + std::to_string(headDim) +
          ";headDimV=" + std::to_string(headDimV) + ";variant=" + variant + ";schedule=" + schedule +
-         ";shapeClass=" + shapeClass + (kvCache ? ";kvCache=1" : "") + (rotary.empty() ? "" : ";rotary=" + rotary);
+         ";shapeClass=" + shapeClass + (kvCache ? ";kvCache=1" : "") + (rotary.empty() ? "" : ";rotary=" + rotary) +
+         (kind == kForwardKind ? "" : ";kind=" + kind);
 }
 
 KernelSpec KernelInfo::spec() const {
-  return {arch, dtype, headDim, headDimV, variant, schedule, shapeClass, readsKvCache(), rotary};
+  return {arch, dtype, headDim, headDimV, variant, schedule, shapeClass, kvCache, rotary, kind};
 }
 
 int flashtile::maxSmemBytes(std::string_view arch) {
@@ -159,7 +152,8 @@ int flashtile::maxSmemBytes(std::string_view arch) {
 bool flashtile::matches(const KernelInfo &info, const KernelSpec &spec) {
   return info.arch == spec.arch && info.dtype == spec.dtype && info.headDim == spec.headDim &&
          info.headDimV == spec.headDimV && info.variant == spec.variant && info.schedule == spec.schedule &&
-         info.shapeClass == spec.shapeClass && info.readsKvCache() == spec.kvCache && info.rotary == spec.rotary;
+         info.shapeClass == spec.shapeClass && info.kvCache == spec.kvCache && info.rotary == spec.rotary &&
+         info.kind == spec.kind;
 }
 
 std::string KernelInfo::serialize() const {
@@ -173,40 +167,28 @@ std::string KernelInfo::serialize() const {
                                                       shapeClass,
                                                       std::to_string(blockM),
                                                       std::to_string(blockN),
-                                                      std::to_string(threads),
-                                                      std::to_string(smemBytes),
                                                       joinedNames(paramNames),
                                                       joinedNames(inputNames),
                                                       serializeParamRules(paramRules),
-                                                      compilerVersion};
-  std::string text;
+                                                      compilerVersion,
+                                                      kind};
+  std::string text = std::string(kFormatField) + "=" + std::to_string(kManifestFormat) + "\n";
   for (size_t i = 0; i < kNumFields; ++i)
     text += std::string(kFieldNames[i]) + "=" + values[i] + "\n";
-  if (!combineEntry.empty())
-    text += "combineEntry=" + combineEntry + "\ncombineRows=" + std::to_string(combineRows) +
-            "\ncombineThreads=" + std::to_string(combineThreads) + "\n";
-  if (packQueryHeads)
-    text += "packQueryHeads=1\n";
-  if (!appendEntry.empty())
-    text += "appendEntry=" + appendEntry + "\n";
+  if (kvCache)
+    text += "kvCache=1\n";
   if (!rotary.empty())
     text += "rotary=" + rotary + "\n";
-  if (tensorMaps)
-    text += "tensorMaps=1\n";
-  if (persistent)
-    text += "persistent=1\n";
-  if (tileCounter)
-    text += "tileCounter=1\n";
-  if (kvSteps)
-    text += "kvSteps=1\n";
   if (!preferredOver.empty())
     text += "preferredOver=" + preferredOver + "\n";
-  return text;
+  return text + plan.serialize();
 }
 
 Status KernelInfo::verify() const {
   if (!isIdentifier(entry))
     return fieldError("entry", "'" + entry + "' is not a C identifier");
+  if (!contains(kProgramKinds, kind))
+    return fieldError("kind", "'" + kind + "' is not one of " + joined(kProgramKinds));
   if (!contains(kSupportedArchs, arch))
     return fieldError("arch", "'" + arch + "' is not one of " + joined(kSupportedArchs));
   if (!contains(kSupportedDtypes, dtype))
@@ -221,13 +203,6 @@ Status KernelInfo::verify() const {
     if (!isValidId(*value))
       return fieldError(field, "'" + *value + "' is not a non-empty id of at most " + std::to_string(kMaxIdLength) +
                                    " characters from [A-Za-z0-9_.:#-]");
-  if (threads < kWarpSize || threads > kMaxThreadsPerBlock || threads % kWarpSize != 0)
-    return fieldError("threads", std::to_string(threads) + " is not a multiple of " + std::to_string(kWarpSize) +
-                                     " in [" + std::to_string(kWarpSize) + ", " + std::to_string(kMaxThreadsPerBlock) +
-                                     "]");
-  if (smemBytes < 0 || smemBytes > maxSmemBytes(arch))
-    return fieldError("smemBytes", std::to_string(smemBytes) + " is not in [0, " + std::to_string(maxSmemBytes(arch)) +
-                                       "] (the most a block may use on " + arch + ")");
   if (Status s = checkNames("paramNames", paramNames, FLASHTILE_MAX_VARIANT_PARAMS, "FLASHTILE_MAX_VARIANT_PARAMS");
       !s.ok())
     return s;
@@ -237,43 +212,18 @@ Status KernelInfo::verify() const {
   for (const ParamRule &rule : paramRules)
     if (Status s = verifyParamRule(rule, paramNames); !s.ok())
       return fieldError("paramRules", s.message());
-  if (tensorMaps && (arch != "sm_90a" || !combineEntry.empty()))
-    return fieldError("tensorMaps", "is set on a kernel for " + arch +
-                                        (combineEntry.empty() ? "" : " with a combine kernel") +
-                                        "; TMA kernels are sm_90a kernels without split-KV");
   if (!preferredOver.empty() && (!isIdentifier(preferredOver) || preferredOver.size() > kMaxNameLength ||
                                  preferredOver == schedule))
     return fieldError("preferredOver", "'" + preferredOver + "' is not a schedule name other than this kernel's ('" +
                                            schedule + "')");
-  if (tileCounter && !persistent)
-    return fieldError("tileCounter", "is set on a kernel that is not persistent; only persistent blocks take tiles "
-                                     "from a counter");
-  if (persistent && !combineEntry.empty())
-    return fieldError("persistent", "is set on a kernel with a combine kernel; split-KV kernels are not persistent");
-  if (kvSteps && (!combineEntry.empty() || persistent || tensorMaps))
-    return fieldError("kvSteps", "is set on a split-KV, persistent or TMA kernel; K/V-step kernels are none of these");
-  if (packQueryHeads && combineEntry.empty())
-    return fieldError("packQueryHeads", "is set on a kernel without combineEntry; only split-KV kernels pack");
-  if (combineEntry.empty()) {
-    if (combineRows != 0 || combineThreads != 0)
-      return fieldError("combineEntry", "missing, but combineRows or combineThreads is set");
-  } else {
-    if (!isIdentifier(combineEntry) || combineEntry == entry)
-      return fieldError("combineEntry", "'" + combineEntry + "' is not a C identifier other than the entry");
-    if (combineRows < 1 || combineRows > kMaxThreadsPerBlock)
-      return fieldError("combineRows", std::to_string(combineRows) + " is not in [1, " +
-                                           std::to_string(kMaxThreadsPerBlock) + "]");
-    if (combineThreads < kWarpSize || combineThreads % kWarpSize != 0 || combineThreads > kMaxThreadsPerBlock)
-      return fieldError("combineThreads", std::to_string(combineThreads) + " is not a multiple of 32 in [32, " +
-                                              std::to_string(kMaxThreadsPerBlock) + "]");
-  }
-  if (!appendEntry.empty() &&
-      (combineEntry.empty() || !isIdentifier(appendEntry) || appendEntry == entry || appendEntry == combineEntry))
-    return fieldError("appendEntry", "'" + appendEntry + "' is not a C identifier other than the entry and the "
-                                     "combine entry of a split-KV kernel (only split-KV kernels read KV caches)");
-  if (!rotary.empty() && ((rotary != kRotaryHalves && rotary != kRotaryInterleaved) || appendEntry.empty()))
+  if (!rotary.empty() && ((rotary != kRotaryHalves && rotary != kRotaryInterleaved) || !kvCache))
     return fieldError("rotary", "'" + rotary + "' is not " + std::string(kRotaryHalves) + " or " +
-                                    std::string(kRotaryInterleaved) + " on a KV-cache kernel (one with appendEntry)");
+                                    std::string(kRotaryInterleaved) + " on a KV-cache kernel (kvCache=1)");
+  if (Status s = plan.verify(maxSmemBytes(arch)); !s.ok())
+    return s;
+  if (!plan.launchOf(entry))
+    return fieldError("entry", "'" + entry + "' is not a kernel the launch plan launches (the module's name is its "
+                                             "main kernel's)");
   if (compilerVersion.empty() || !std::all_of(compilerVersion.begin(), compilerVersion.end(),
                                               [](char c) { return std::isgraph(static_cast<unsigned char>(c)); }))
     return fieldError("compilerVersion", "'" + compilerVersion + "' is empty or contains spaces");
@@ -295,73 +245,73 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
       return Status::error("line " + std::to_string(lineNumber) + ": expected 'field=value', got '" +
                            std::string(line) + "'");
     std::string_view name = trim(line.substr(0, equals));
-    if (!contains(kFieldNames, name) && !contains(kSplitKvFieldNames, name) && !contains(kTmaFieldNames, name) &&
-        !contains(kStepFieldNames, name) && !contains(kDispatchFieldNames, name))
-      return Status::error("line " + std::to_string(lineNumber) + ": unknown field '" + std::string(name) +
-                           "' (accepted: " + joined(kFieldNames) + "; split-KV kernels: " + joined(kSplitKvFieldNames) +
-                           "; TMA kernels: " + joined(kTmaFieldNames) + "; K/V-step kernels: " +
-                           joined(kStepFieldNames) + "; dispatch: " + joined(kDispatchFieldNames) + ")");
     if (!fields.emplace(name, trim(line.substr(equals + 1))).second)
       return fieldError(name, "appears twice (line " + std::to_string(lineNumber) + ")");
   }
+  // The version first: a manifest of another format has other fields, and the version is what to tell.
+  // Format 1 had no `format` field and a `threads` field in every manifest.
+  auto format = fields.find(kFormatField);
+  const bool formatOne = format == fields.end() && fields.count("threads");
+  if (formatOne || (format != fields.end() && format->second != std::to_string(kManifestFormat)))
+    return Status::error("manifest format " + (formatOne ? std::string("1") : format->second) +
+                         " (written before launch plans, or by another version); this runtime reads format " +
+                         std::to_string(kManifestFormat) + ": rebuild the kernels with this version's `flashtile aot`");
   for (size_t i = 0; i < kNumFields; ++i)
     if (!fields.count(kFieldNames[i]))
       return fieldError(kFieldNames[i], "missing");
+  if (format == fields.end())
+    return fieldError(kFormatField, "missing");
+  fields.erase(format);
 
   KernelInfo info;
-  info.entry = fields["entry"];
-  info.arch = fields["arch"];
-  info.dtype = fields["dtype"];
-  info.variant = fields["variant"];
-  info.schedule = fields["schedule"];
-  info.shapeClass = fields["shapeClass"];
-  info.paramNames = splitList(fields["paramNames"]);
-  info.inputNames = splitList(fields["inputNames"]);
-  info.compilerVersion = fields["compilerVersion"];
-  if (auto it = fields.find("combineEntry"); it != fields.end())
-    info.combineEntry = it->second;
-  if (auto it = fields.find("appendEntry"); it != fields.end())
-    info.appendEntry = it->second;
-  if (auto it = fields.find("rotary"); it != fields.end())
-    info.rotary = it->second;
-  if (auto it = fields.find("preferredOver"); it != fields.end())
-    info.preferredOver = it->second;
-  if (auto it = fields.find("packQueryHeads"); it != fields.end()) {
-    if (it->second != "0" && it->second != "1")
-      return fieldError("packQueryHeads", quoted(it->second) + " is not 0 or 1");
-    info.packQueryHeads = it->second == "1";
+  auto take = [&](std::string_view name) {
+    auto it = fields.find(name);
+    if (it == fields.end())
+      return std::string();
+    std::string value = std::move(it->second);
+    fields.erase(it);
+    return value;
+  };
+  info.kind = take("kind");
+  info.entry = take("entry");
+  info.arch = take("arch");
+  info.dtype = take("dtype");
+  info.variant = take("variant");
+  info.schedule = take("schedule");
+  info.shapeClass = take("shapeClass");
+  info.paramNames = splitList(take("paramNames"));
+  info.inputNames = splitList(take("inputNames"));
+  info.compilerVersion = take("compilerVersion");
+  info.rotary = take("rotary");
+  info.preferredOver = take("preferredOver");
+  if (fields.count("kvCache")) {
+    std::string flag = take("kvCache");
+    if (flag != "0" && flag != "1")
+      return fieldError("kvCache", quoted(flag) + " is not 0 or 1");
+    info.kvCache = flag == "1";
   }
-  for (auto [field, flag] : {std::pair{"tensorMaps", &info.tensorMaps},
-                             {"persistent", &info.persistent},
-                             {"tileCounter", &info.tileCounter},
-                             {"kvSteps", &info.kvSteps}})
-    if (auto it = fields.find(field); it != fields.end()) {
-      if (it->second != "0" && it->second != "1")
-        return fieldError(field, quoted(it->second) + " is not 0 or 1");
-      *flag = it->second == "1";
-    }
-  for (auto [field, target] : {std::pair{"combineRows", &info.combineRows}, {"combineThreads", &info.combineThreads}})
-    if (auto it = fields.find(field); it != fields.end()) {
-      StatusOr<int> value = parseInt(field, it->second);
-      if (!value.ok())
-        return value.status();
-      *target = *value;
-    }
-  StatusOr<std::vector<ParamRule>> rules = parseParamRules(fields["paramRules"]);
-  if (!rules.ok())
-    return fieldError("paramRules", rules.status().message());
-  info.paramRules = std::move(*rules);
+  std::string ruleText = take("paramRules");
   for (auto [field, target] : {std::pair{"headDim", &info.headDim},
                                {"headDimV", &info.headDimV},
                                {"blockM", &info.blockM},
-                               {"blockN", &info.blockN},
-                               {"threads", &info.threads},
-                               {"smemBytes", &info.smemBytes}}) {
-    StatusOr<int> value = parseInt(field, fields[field]);
+                               {"blockN", &info.blockN}}) {
+    StatusOr<int> value = parseInt(field, take(field));
     if (!value.ok())
       return value.status();
     *target = *value;
   }
+  StatusOr<LaunchPlan> plan = LaunchPlan::parse(fields);
+  if (!plan.ok())
+    return plan.status();
+  info.plan = std::move(*plan);
+  if (!fields.empty())
+    return Status::error("unknown field '" + fields.begin()->first + "' (accepted: " + joined(kFieldNames) + ", " +
+                         joined(kOptionalFieldNames) +
+                         ", and the launch plan's launch.N.*, workspace.N.*, set.*, splits.*)");
+  StatusOr<std::vector<ParamRule>> rules = parseParamRules(ruleText);
+  if (!rules.ok())
+    return fieldError("paramRules", rules.status().message());
+  info.paramRules = std::move(*rules);
   if (Status s = info.verify(); !s.ok())
     return s;
   return info;

@@ -337,22 +337,6 @@ void fillKvCacheParams(const AttentionArgs &args, FlashtileFwdParams &params) {
   params.seqlenRo = c.seqlenRo;
 }
 
-Status launchKvCacheAppend(const CudaDriver &driver, CUfunction append, const std::string &appendEntry,
-                           const AttentionArgs &args, FlashtileFwdParams &params, CUstream stream) {
-  if (!args.kvCache.enabled() || args.kvCache.seqlenNew == 0)
-    return Status();
-  if (!append)
-    return Status::error("the kernel for this call has no append entry; it cannot write kvCache.kNew/vNew into the "
-                         "cache (rebuild the kernel library with this version's `flashtile aot --schedule decode`)");
-  const long long chunks =
-      static_cast<long long>(args.kvCache.seqlenNew) * (args.headDim + args.headDimV) / kChunkElements;
-  const unsigned gridX = static_cast<unsigned>((chunks + FLASHTILE_APPEND_THREADS - 1) / FLASHTILE_APPEND_THREADS);
-  void *kernelParams[] = {&params};
-  return driver.check(driver.cuLaunchKernel(append, gridX, args.headsKv, args.batch, FLASHTILE_APPEND_THREADS, 1, 1, 0,
-                                            stream, kernelParams, nullptr),
-                      "cuLaunchKernel(" + appendEntry + ")");
-}
-
 } // namespace detail
 
 } // namespace flashtile

@@ -18,11 +18,6 @@ std::string rotaryPairs(const AttentionArgs &args);
 /// The cache fields of the kernel parameter block (KernelAbi.h); leaves `params` alone for other calls.
 void fillKvCacheParams(const AttentionArgs &args, FlashtileFwdParams &params);
 
-/// Launches `<entry>_append` (`append`), which writes kNew/vNew into the caches, on `stream` ahead of the attention
-/// kernel; nothing when the call appends no rows.
-Status launchKvCacheAppend(const CudaDriver &driver, CUfunction append, const std::string &appendEntry,
-                           const AttentionArgs &args, FlashtileFwdParams &params, CUstream stream);
-
 } // namespace flashtile::detail
 
 #endif // FLASHTILE_RUNTIME_LIB_KVCACHEINTERNAL_H

@@ -1,6 +1,7 @@
 // Runtime.cpp — kernel selection (ahead-of-time directories, then the JIT cache), module loading and launch.
 #include "flashtile/runtime/Runtime.h"
 #include "KvCacheInternal.h"
+#include "PlanRunner.h"
 #include "flashtile/runtime/TensorMap.h"
 #include "RegularFile.h"
 #include "SplitKvInternal.h"
@@ -23,31 +24,17 @@
 #include <unordered_map>
 
 using namespace flashtile;
+using flashtile::detail::LoadedModule;
 namespace fs = std::filesystem;
 
 namespace {
 
-/// exp(x) == exp2(x * log2(e)): kernels fold this factor into the scale and use exp2.
-constexpr float kLog2e = 1.44269504088896340736f;
-/// Above this much dynamic shared memory a kernel must opt in (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
-constexpr int kDefaultDynamicSmemLimit = 48 * 1024;
 constexpr std::string_view kManifestExtension = ".manifest";
 constexpr std::string_view kCubinExtension = ".cubin";
 
 struct AotKernel {
   std::shared_ptr<const CachedKernel> kernel;
   std::string manifestPath;
-};
-
-/// A cubin loaded into one context.
-struct LoadedModule {
-  std::shared_ptr<const CachedKernel> kernel; // keeps the map key's address from being reused
-  CUcontext context = nullptr;
-  CUmodule module = nullptr;
-  CUfunction function = nullptr;
-  CUfunction combine = nullptr; // split-KV kernels: KernelInfo::combineEntry
-  CUfunction append = nullptr;  // KV-cache kernels: KernelInfo::appendEntry
-  int blocksPerSm = kSplitKvBlocksPerSm; // split-KV kernels: the driver's occupancy, for the split heuristic
 };
 
 /// Larger than any manifest or kernel the compiler writes; a bigger file is damage, not a kernel.
@@ -75,13 +62,8 @@ StatusOr<AotKernel> loadAotKernel(const fs::path &manifestPath) {
   StatusOr<std::string> cubin = readRegularFile(cubinPath.string(), kMaxCubinBytes);
   if (!cubin.ok())
     return cubin.status().withContext(manifestPath.string() + ": its cubin is missing or unreadable");
-  if (Status s = checkCubin(*cubin, info->arch, info->entry); !s.ok())
-    return s.withContext(cubinPath.string() + " (for " + manifestPath.filename().string() + ")");
-  if (info->splitKv())
-    if (Status s = checkCubin(*cubin, info->arch, info->combineEntry); !s.ok())
-      return s.withContext(cubinPath.string() + " (for " + manifestPath.filename().string() + ")");
-  if (!info->appendEntry.empty())
-    if (Status s = checkCubin(*cubin, info->arch, info->appendEntry); !s.ok())
+  for (const PlanLaunch &launch : info->plan.launches)
+    if (Status s = checkCubin(*cubin, info->arch, launch.entry); !s.ok())
       return s.withContext(cubinPath.string() + " (for " + manifestPath.filename().string() + ")");
   return AotKernel{std::make_shared<const CachedKernel>(CachedKernel{std::move(*info), std::move(*cubin)}),
                    manifestPath.string()};
@@ -126,203 +108,6 @@ bool sameBits(const std::vector<float> &a, const std::vector<float> &b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
            return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y) && !std::isnan(x);
          });
-}
-
-/// The kernel parameter block of a call (KernelAbi.h): pointers, strides, sizes, scales and the variant's numbers.
-/// Split-KV fields (split count, workspace) stay zero; the split launch sets them.
-FlashtileFwdParams paramsFor(const AttentionArgs &args) {
-  const bool varlen = args.isVarlen();
-  FlashtileFwdParams params{};
-  params.q = args.q;
-  params.k = args.k;
-  params.v = args.v;
-  params.o = args.o;
-  params.lse = args.lse;
-  // Varlen: the kernel starts each sequence at its cu_seqlens offset; the batch strides are 0 (KernelAbi.h).
-  params.qBatchStride = varlen ? 0 : args.qStride[0];
-  params.qRowStride = args.qStride[1];
-  params.qHeadStride = args.qStride[2];
-  params.kBatchStride = varlen ? 0 : args.kStride[0];
-  params.kRowStride = args.kStride[1];
-  params.kHeadStride = args.kStride[2];
-  params.vBatchStride = varlen ? 0 : args.vStride[0];
-  params.vRowStride = args.vStride[1];
-  params.vHeadStride = args.vStride[2];
-  params.oBatchStride = varlen ? 0 : args.oStride[0];
-  params.oRowStride = args.oStride[1];
-  params.oHeadStride = args.oStride[2];
-  // LSE: B x Hq x Sq, or Hq x total_q for varlen (each sequence's rows start at its offset).
-  params.lseBatchStride = varlen ? 0 : static_cast<long long>(args.headsQ) * args.seqlenQ;
-  params.lseHeadStride = args.seqlenQ;
-  params.cuSeqlensQ = args.cuSeqlensQ;
-  params.cuSeqlensK = args.cuSeqlensK;
-  params.batch = args.batch;
-  params.headsQ = args.headsQ;
-  params.headsKv = args.headsKv;
-  params.seqlenQ = args.seqlenQ;
-  params.seqlenK = args.seqlenK;
-  params.softmaxScale = args.effectiveScale();
-  params.scaleLog2 = params.softmaxScale * kLog2e;
-  std::copy(args.variantParams.begin(), args.variantParams.end(), params.variantParams);
-  std::copy(args.inputs.begin(), args.inputs.end(), params.inputs);
-  detail::fillKvCacheParams(args, params);
-  return params;
-}
-
-/// The TMA descriptors of `args` for boxes of blockM/blockN rows. Encoding three descriptors costs a few
-/// microseconds of driver calls; a thread's last call usually repeats (the same tensors, or the same shapes with new
-/// pointers), so each thread keeps its last set and re-points it when only the pointers changed.
-StatusOr<AttentionTensorMaps> tensorMapsFor(const AttentionArgs &args, int blockM, int blockN) {
-  struct Key {
-    const void *q, *k, *v;
-    int dtype, batch, seqlenQ, seqlenK, headsQ, headsKv, headDim, headDimV, blockM, blockN;
-    bool varlen;
-    std::array<long long, 4> qStride, kStride, vStride;
-    bool sameShape(const Key &o) const {
-      return dtype == o.dtype && batch == o.batch && seqlenQ == o.seqlenQ && seqlenK == o.seqlenK &&
-             headsQ == o.headsQ && headsKv == o.headsKv && headDim == o.headDim && headDimV == o.headDimV &&
-             blockM == o.blockM && blockN == o.blockN && varlen == o.varlen && qStride == o.qStride &&
-             kStride == o.kStride && vStride == o.vStride;
-    }
-  };
-  struct Last {
-    bool valid = false;
-    Key key{};
-    AttentionTensorMaps maps{};
-  };
-  thread_local Last last;
-  const Key key{args.q,          args.k,       args.v,       static_cast<int>(args.dtype), args.batch, args.seqlenQ,
-                args.seqlenK,    args.headsQ,  args.headsKv, args.headDim, args.headDimV, blockM, blockN,
-                args.isVarlen(), args.qStride, args.kStride, args.vStride};
-  if (last.valid && last.key.sameShape(key)) {
-    if (key.q == last.key.q && key.k == last.key.k && key.v == last.key.v)
-      return last.maps;
-    AttentionTensorMaps maps = last.maps;
-    bool repointed = replaceTensorMapAddress(maps.q, args.q).ok();
-    if (repointed && args.seqlenK > 0)
-      repointed = replaceTensorMapAddress(maps.k, args.k).ok() && replaceTensorMapAddress(maps.v, args.v).ok();
-    if (repointed) {
-      last.key = key;
-      last.maps = maps;
-      return maps;
-    }
-  }
-  last.valid = false;
-  StatusOr<AttentionTensorMaps> maps = attentionTensorMaps(args, blockM, blockN);
-  if (!maps.ok())
-    return maps.status();
-  last = Last{true, key, *maps};
-  return *maps;
-}
-
-/// Fills the kernel's parameter block from `args` and launches it on `stream`; the error text is built only
-/// for a failed launch.
-/// `smCount` is the device's SM count (read for persistent kernels only); `tileCounter` the zeroed counter of a
-/// dynamic-scheduler kernel (tileCounterFor), else 0.
-Status launchKernel(const CudaDriver &driver, CUfunction function, const KernelInfo &info, const AttentionArgs &args,
-                    CUstream stream, int smCount, CUdeviceptr tileCounter = 0) {
-  const bool varlen = args.isVarlen();
-  const int gridRows = varlen ? args.maxSeqlenQ : args.seqlenQ;
-  FlashtileFwdParams params = paramsFor(args);
-
-  unsigned gridX = static_cast<unsigned>((static_cast<long long>(gridRows) + info.blockM - 1) / info.blockM);
-  unsigned gridY = static_cast<unsigned>(args.headsQ), gridZ = static_cast<unsigned>(args.batch);
-  if (info.persistent) {
-    // One block an SM (a persistent block holds the SM's shared memory), never more blocks than units of work (two
-    // Q tiles of a (batch, head) pair each, KernelInfo::persistent; one Q tile each for the dynamic scheduler); the
-    // counts fit an int (validateFor bounds the grid of the non-persistent launch, the same tiles).
-    const long long pairs = static_cast<long long>(args.headsQ) * args.batch;
-    const long long units = info.tileCounter ? gridX * pairs : (static_cast<long long>(gridX) + 1) / 2 * pairs;
-    params.tileCounter = reinterpret_cast<int *>(tileCounter);
-    params.qTiles = static_cast<int>(gridX);
-    gridX = static_cast<unsigned>(std::min<long long>(units, std::max(smCount, 1)));
-    gridY = gridZ = 1;
-  }
-  // TMA kernels take the descriptors of Q, K and V as a second parameter, encoded for this call's tensors.
-  AttentionTensorMaps maps{};
-  if (info.tensorMaps) {
-    StatusOr<AttentionTensorMaps> encoded = tensorMapsFor(args, info.blockM, info.blockN);
-    if (!encoded.ok())
-      return Status::error("TMA descriptors of " + info.entry + ": " + encoded.status().message());
-    maps = *encoded;
-  }
-  void *kernelParams[] = {&params, &maps};
-  CUresult launched = driver.cuLaunchKernel(function, gridX, gridY, gridZ, info.threads, 1, 1, info.smemBytes, stream,
-                                            kernelParams, nullptr);
-  if (launched == CUDA_SUCCESS)
-    return Status();
-  return driver.check(launched, "cuLaunchKernel(" + info.entry + ")");
-}
-
-/// Dynamic-scheduler kernels (KernelInfo::tileCounter): the launch's tile counter, an int zeroed on `stream` before
-/// the kernel (cuMemsetD32Async, ordered after the stream's earlier work and before this launch), so each launch
-/// starts at unit 0 and no two launches in flight share one: the first 4 bytes of the caller's workspace (the
-/// caller keeps one workspace per stream, as for split-KV), else of the runtime's own buffer for (context, stream),
-/// whose mutex `lock` then holds until the kernel is queued (another call on the stream may not grow it meanwhile).
-/// Under CUDA graph capture the caller must pass a workspace: the runtime's buffer may move between replays.
-StatusOr<CUdeviceptr> tileCounterFor(const CudaDriver &driver, detail::SplitKvWorkspaces &workspaces,
-                                     std::unique_lock<std::mutex> &lock, const KernelInfo &info,
-                                     const AttentionArgs &args, CUstream stream) {
-  constexpr size_t kCounterBytes = sizeof(int);
-  CUdeviceptr counter = reinterpret_cast<CUdeviceptr>(args.workspace);
-  if (args.workspace) {
-    if (args.workspaceBytes < kCounterBytes)
-      return Status::error("workspaceBytes is " + std::to_string(args.workspaceBytes) + "; kernel " + info.entry +
-                           " (schedule " + info.schedule +
-                           ", dynamic scheduler) keeps its tile counter there and "
-                           "needs " +
-                           std::to_string(kCounterBytes));
-    if (reinterpret_cast<uintptr_t>(args.workspace) % kCounterBytes != 0)
-      return Status::error("workspace is not 4-byte aligned; kernel " + info.entry +
-                           " (dynamic scheduler) keeps an int tile counter at its start");
-  } else {
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (Status s = driver.check(driver.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing"); !s.ok())
-      return s;
-    if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
-      return Status::error("kernel " + info.entry + " (schedule " + info.schedule +
-                           ", dynamic scheduler) takes its tiles from a counter in a workspace; under CUDA graph "
-                           "capture pass one (workspace, workspaceBytes >= " +
-                           std::to_string(kCounterBytes) + ")");
-    CUcontext context = nullptr;
-    if (Status s = driver.check(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent"); !s.ok())
-      return s;
-    lock = std::unique_lock<std::mutex>(workspaces.mutex());
-    StatusOr<CUdeviceptr> owned = workspaces.buffer(driver, context, stream, kCounterBytes);
-    if (!owned.ok())
-      return owned.status();
-    counter = *owned;
-  }
-  if (Status s = driver.check(driver.cuMemsetD32Async(counter, 0, 1, stream), "cuMemsetD32Async (tile counter)");
-      !s.ok())
-    return s;
-  return counter;
-}
-
-/// K/V-step kernels (KernelInfo::kvSteps, the fa1 schedule): one launch per K/V tile of the longest sequence (one
-/// when there is no key), in order on `stream`, the online-softmax state of every LSE row in `workspace` between
-/// launches (KernelAbi.h: stateAcc, then stateMax, then stateSum).
-Status launchSteps(const CudaDriver &driver, CUfunction function, const KernelInfo &info, const AttentionArgs &args,
-                   CUstream stream, CUdeviceptr workspace, long long rows) {
-  const long long keys = args.isVarlen() ? args.maxSeqlenK : args.seqlenK;
-  const long long steps = std::max(1LL, (keys + info.blockN - 1) / info.blockN);
-  const long long gridRows = args.isVarlen() ? args.maxSeqlenQ : args.seqlenQ;
-  const unsigned gridX = static_cast<unsigned>((gridRows + info.blockM - 1) / info.blockM);
-  FlashtileFwdParams params = paramsFor(args);
-  params.stateAcc = reinterpret_cast<float *>(workspace);
-  params.stateMax = reinterpret_cast<float *>(workspace + rows * args.headDimV * sizeof(float));
-  params.stateSum = reinterpret_cast<float *>(workspace + rows * (args.headDimV + 1) * sizeof(float));
-  void *kernelParams[] = {&params};
-  // cuLaunchKernel copies the parameter block, so each launch keeps its own step.
-  for (long long step = 0; step < steps; ++step) {
-    params.kvStep = static_cast<int>(step);
-    if (Status s = driver.check(driver.cuLaunchKernel(function, gridX, args.headsQ, args.batch, info.threads, 1, 1,
-                                                      info.smemBytes, stream, kernelParams, nullptr),
-                                "cuLaunchKernel(" + info.entry + ", K/V step " + std::to_string(step) + ")");
-        !s.ok())
-      return s;
-  }
-  return Status();
 }
 
 std::string listOrNone(const std::vector<std::string> &items) {
@@ -386,7 +171,7 @@ struct Runtime::Impl {
     int headDimV = 0;
     std::string_view shapeClass; // one of the kShapeClasses constants, as shapeClassFor returns it
     std::shared_ptr<const CachedKernel> kernel;
-    CUfunction function = nullptr;
+    LoadedModule module;
     std::vector<float> acceptedParams;
 
     bool serves(CUcontext ctx, const AttentionArgs &args, std::string_view cls) const {
@@ -411,7 +196,12 @@ struct Runtime::Impl {
   /// Files the dispatch of a call that passed every check on `context` and resolved `kernel` (null: only refresh
   /// the accepted numbers of a dispatch filed before), unless the configuration changed since `generation`.
   void remember(CUcontext context, const AttentionArgs &args, std::shared_ptr<const CachedKernel> kernel,
-                CUfunction function, uint64_t generation);
+                const LoadedModule &module, uint64_t generation);
+  /// Executes `module`'s launch plan for `args` (PlanRunner.h) with this runtime's workspaces and SM counts.
+  Status run(const CudaDriver &driver, const LoadedModule &module, const AttentionArgs &args, CUstream stream) {
+    detail::PlanServices services{workspaces, [&] { return smCount(driver); }};
+    return detail::runPlan(driver, module, args, stream, services);
+  }
   /// The variant-number checks of forward(): the compiler's variant check, then the rules of an ahead-of-time
   /// kernel of the variant.
   Status checkVariantNumbers(const AttentionArgs &args);
@@ -479,80 +269,22 @@ StatusOr<LoadedModule> Runtime::Impl::function(const CudaDriver &driver,
   std::lock_guard<std::mutex> lock(gpuMutex);
   if (auto it = modules.find({context, kernel.get()}); it != modules.end())
     return it->second;
-
-  const KernelInfo &info = kernel->info;
-  LoadedModule loaded{kernel, context};
-  // Ahead-of-time kernels were checked without a GPU (Elf.h); what only the driver can tell (a cubin it will not
-  // load here, an entry it cannot find) still names the file.
-  auto withOrigin = [&](const Status &status) {
+  StatusOr<LoadedModule> loaded = detail::loadModule(driver, context, kernel);
+  if (!loaded.ok()) {
+    // Ahead-of-time kernels were checked without a GPU (Elf.h); what only the driver can tell (a cubin it will not
+    // load here, an entry it cannot find) still names the file.
     std::lock_guard<std::mutex> configLock(configMutex);
     for (const AotKernel &aot : aotKernels)
       if (aot.kernel == kernel)
-        return status.withContext(aot.manifestPath);
-    return status;
-  };
-  if (Status s = driver.check(driver.cuModuleLoadData(&loaded.module, kernel->cubin.data()),
-                              "cuModuleLoadData(" + info.entry + ")");
-      !s.ok())
-    return withOrigin(s);
-  auto fail = [&](Status status) {
-    driver.cuModuleUnload(loaded.module);
-    return withOrigin(status);
-  };
-  if (Status s = driver.check(driver.cuModuleGetFunction(&loaded.function, loaded.module, info.entry.c_str()),
-                              "cuModuleGetFunction(" + info.entry + ")");
-      !s.ok())
-    return fail(s);
-  if (info.splitKv())
-    if (Status s = driver.check(driver.cuModuleGetFunction(&loaded.combine, loaded.module, info.combineEntry.c_str()),
-                                "cuModuleGetFunction(" + info.combineEntry + ")");
-        !s.ok())
-      return fail(s);
-  if (!info.appendEntry.empty())
-    if (Status s = driver.check(driver.cuModuleGetFunction(&loaded.append, loaded.module, info.appendEntry.c_str()),
-                                "cuModuleGetFunction(" + info.appendEntry + ")");
-        !s.ok())
-      return fail(s);
-  if (info.smemBytes > kDefaultDynamicSmemLimit) {
-    CUdevice device = 0;
-    int limit = 0;
-    if (Status s = driver.check(driver.cuCtxGetDevice(&device), "cuCtxGetDevice"); !s.ok())
-      return fail(s);
-    if (Status s = driver.check(
-            driver.cuDeviceGetAttribute(&limit, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device),
-            "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)");
-        !s.ok())
-      return fail(s);
-    if (info.smemBytes > limit)
-      return fail(Status::error("kernel " + info.entry + " needs " + std::to_string(info.smemBytes) +
-                                " bytes of dynamic shared memory; this GPU allows " + std::to_string(limit)));
-    if (Status s = driver.check(
-            driver.cuFuncSetAttribute(loaded.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, info.smemBytes),
-            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, " + info.entry + ")");
-        !s.ok())
-      return fail(s);
+        return loaded.status().withContext(aot.manifestPath);
+    return loaded.status();
   }
-  if (info.splitKv()) {
-    // The split heuristic counts waves of this kernel's blocks: its registers and shared memory decide how many an
-    // SM holds (2 for 64-row blocks at head dim 128, 3 for 32-row ones).
-    int blocks = 0;
-    if (Status s = driver.check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, loaded.function,
-                                                                                 info.threads, info.smemBytes),
-                                "cuOccupancyMaxActiveBlocksPerMultiprocessor(" + info.entry + ")");
-        !s.ok())
-      return fail(s);
-    if (blocks < 1)
-      return fail(Status::error("kernel " + info.entry + " fits no thread block on an SM of this GPU (" +
-                                std::to_string(info.threads) + " threads, " + std::to_string(info.smemBytes) +
-                                " bytes of shared memory)"));
-    loaded.blocksPerSm = blocks;
-  }
-  modules.emplace(std::pair{context, kernel.get()}, loaded);
+  modules.emplace(std::pair{context, kernel.get()}, *loaded);
   return loaded;
 }
 
 void Runtime::Impl::remember(CUcontext context, const AttentionArgs &args, std::shared_ptr<const CachedKernel> kernel,
-                             CUfunction function, uint64_t generation) {
+                             const LoadedModule &module, uint64_t generation) {
   const std::string_view shapeClass = shapeClassFor(args);
   std::lock_guard<std::mutex> lock(dispatchMutex);
   if (generation != dispatchGeneration)
@@ -565,7 +297,7 @@ void Runtime::Impl::remember(CUcontext context, const AttentionArgs &args, std::
     }
   if (!kernel)
     return;
-  known.push_back(Dispatch{context, args.dtype, args.headDim, args.headDimV, shapeClass, std::move(kernel), function,
+  known.push_back(Dispatch{context, args.dtype, args.headDim, args.headDimV, shapeClass, std::move(kernel), module,
                            args.variantParams});
 }
 
@@ -596,7 +328,7 @@ std::optional<Status> Runtime::Impl::forwardWarm(const AttentionArgs &args, CUst
     return std::nullopt; // the slow path makes a context current (or reports why it cannot)
   const std::string_view shapeClass = shapeClassFor(args);
   const CachedKernel *kernel = nullptr;
-  CUfunction function = nullptr;
+  LoadedModule module;
   bool numbersAccepted = false;
   uint64_t generation = 0;
   {
@@ -608,7 +340,7 @@ std::optional<Status> Runtime::Impl::forwardWarm(const AttentionArgs &args, CUst
     for (const Dispatch &dispatch : known->second)
       if (dispatch.serves(context, args, shapeClass)) {
         kernel = dispatch.kernel.get(); // kept alive by the module table and the caches, as long as the runtime
-        function = dispatch.function;
+        module = dispatch.module;
         numbersAccepted = sameBits(dispatch.acceptedParams, args.variantParams);
         break;
       }
@@ -635,24 +367,9 @@ std::optional<Status> Runtime::Impl::forwardWarm(const AttentionArgs &args, CUst
   } else {
     if (Status s = validateFor(args, info); !s.ok())
       return s;
-    remember(context, args, nullptr, function, generation);
+    remember(context, args, nullptr, module, generation);
   }
-  int sms = 0;
-  if (info.persistent) {
-    StatusOr<int> counted = smCount(driver);
-    if (!counted.ok())
-      return counted.status();
-    sms = *counted;
-  }
-  std::unique_lock<std::mutex> workspaceLock;
-  CUdeviceptr counter = 0;
-  if (info.tileCounter) {
-    StatusOr<CUdeviceptr> zeroed = tileCounterFor(driver, workspaces, workspaceLock, info, args, stream);
-    if (!zeroed.ok())
-      return zeroed.status();
-    counter = *zeroed;
-  }
-  return launchKernel(driver, function, info, args, stream, sms, counter);
+  return run(driver, module, args, stream);
 }
 
 Runtime::Runtime() : Runtime(KernelCache::optionsFromEnvironment()) {}
@@ -963,155 +680,14 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
                          " but the call's kvCache.rotaryDim asks for " +
                          (args.kvCache.rotaryDim ? detail::rotaryPairs(args) : std::string("no rotation")) +
                          "; rotary calls run `flashtile aot --schedule decode --rotary halves,interleaved` kernels");
-  StatusOr<LoadedModule> function = impl->function(driver, *kernel);
-  if (!function.ok())
-    return function.status();
-  if (info.kvSteps) {
-    // K/V-step kernels (fa1): the state of every LSE row lives in a workspace between the launches, headDimV + 2 fp32
-    // values a row: the caller's (workspace, workspaceBytes) or the runtime's own buffer for the stream.
-    const long long rows = detail::lseRows(args);
-    const size_t bytes = static_cast<size_t>(rows) * (static_cast<size_t>(args.headDimV) + 2) * sizeof(float);
-    if (args.workspace) {
-      if (args.workspaceBytes < bytes)
-        return Status::error("workspaceBytes is " + std::to_string(args.workspaceBytes) + "; kernel " + info.entry +
-                             " (schedule " + info.schedule +
-                             ", K/V steps) keeps each query row's state there and "
-                             "needs " +
-                             std::to_string(bytes) + " (LSE rows x (headDimV + 2) x 4)");
-      return launchSteps(driver, function->function, info, args, stream, reinterpret_cast<CUdeviceptr>(args.workspace),
-                         rows);
-    }
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (Status s = driver.check(driver.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing"); !s.ok())
-      return s;
-    if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
-      return Status::error("kernel " + info.entry + " (schedule " + info.schedule +
-                           ") keeps each query row's state "
-                           "in a workspace between its K/V steps; under CUDA graph capture pass one (workspace, "
-                           "workspaceBytes >= " +
-                           std::to_string(bytes) + ")");
-    CUcontext context = nullptr;
-    if (Status s = driver.check(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent"); !s.ok())
-      return s;
-    std::lock_guard<std::mutex> workspaceLock(impl->workspaces.mutex()); // until every step is queued
-    StatusOr<CUdeviceptr> owned = impl->workspaces.buffer(driver, context, stream, bytes);
-    if (!owned.ok())
-      return owned.status();
-    return launchSteps(driver, function->function, info, args, stream, *owned, rows);
-  }
-  if (!info.splitKv()) {
-    // Decode-sized calls resolve their kernel every time (their schedule differs from that of a longer call with
-    // the same variant and shapes, and split-KV kernels launch differently), so only other calls are filed for the
-    // warm path.
-    CUcontext context = nullptr;
-    if (!isDecodeCall(args) && driver.cuCtxGetCurrent(&context) == CUDA_SUCCESS && context)
-      impl->remember(context, args, *kernel, function->function, generation);
-    int smCount = 0;
-    if (info.persistent) {
-      StatusOr<int> counted = impl->smCount(driver);
-      if (!counted.ok())
-        return counted.status();
-      smCount = *counted;
-    }
-    std::unique_lock<std::mutex> workspaceLock;
-    CUdeviceptr counter = 0;
-    if (info.tileCounter) {
-      StatusOr<CUdeviceptr> zeroed = tileCounterFor(driver, impl->workspaces, workspaceLock, info, args, stream);
-      if (!zeroed.ok())
-        return zeroed.status();
-      counter = *zeroed;
-    }
-    return launchKernel(driver, function->function, info, args, stream, smCount, counter);
-  }
-
-  // Split-KV: the parameter block, with the split count and the workspace.
-  FlashtileFwdParams params = paramsFor(args);
-
-  unsigned gridX = static_cast<unsigned>((static_cast<long long>(gridRows) + info.blockM - 1) / info.blockM);
-  void *kernelParams[] = {&params};
-
-  // Split-KV: numSplits blocks per Q tile; with more than one, partials in the workspace and the combine kernel.
-  // GQA packing: a block's rows are a K/V head's query heads x query rows, grid.y the K/V heads.
-  const int group = args.headsQ / args.headsKv;
-  const unsigned gridY = static_cast<unsigned>(info.packQueryHeads ? args.headsKv : args.headsQ);
-  if (info.packQueryHeads)
-    gridX = static_cast<unsigned>((static_cast<long long>(gridRows) * group + info.blockM - 1) / info.blockM);
-  int smCount = 1;
-  if (args.numSplits == 0) {
-    StatusOr<int> counted = impl->smCount(driver);
-    if (!counted.ok())
-      return counted.status();
-    smCount = *counted;
-  }
-  params.numSplits = numSplitsFor(args, info, smCount, function->blocksPerSm);
-  if (params.numSplits > 1 && !args.workspace) {
-    // Under CUDA graph capture the runtime's own workspace cannot grow (no allocation, no synchronization), and a
-    // graph would keep a pointer to a buffer that a later growth frees: without a caller's workspace, one split.
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (Status s = driver.check(driver.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing"); !s.ok())
-      return s;
-    if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
-      params.numSplits = 1;
-  }
-  if (static_cast<long long>(gridX) * params.numSplits * gridY * args.batch > std::numeric_limits<int>::max())
-    return Status::error("the launch grid would have " + std::to_string(gridX) + " x " +
-                         std::to_string(params.numSplits) + " splits x heads x batch thread blocks; at most " +
-                         std::to_string(std::numeric_limits<int>::max()) + " are supported: use fewer splits "
-                         "(numSplits) or split the batch into several calls");
-  gridX *= static_cast<unsigned>(params.numSplits);
-  // KV cache: the new keys and values land in the cache before the attention kernel reads it (same stream).
-  if (Status s = detail::launchKvCacheAppend(driver, function->append, info.appendEntry, args, params, stream); !s.ok())
-    return s;
-  if (params.numSplits == 1)
-    return driver.check(driver.cuLaunchKernel(function->function, gridX, gridY, args.batch, info.threads, 1, 1,
-                                              info.smemBytes, stream, kernelParams, nullptr),
-                        "cuLaunchKernel(" + info.entry + ")");
-  const long long rows = detail::lseRows(args);
-  const size_t bytes = splitKvWorkspaceBytes(rows, args.headDimV, params.numSplits);
-  std::unique_lock<std::mutex> workspaceLock(impl->workspaces.mutex(), std::defer_lock);
-  CUdeviceptr workspace = reinterpret_cast<CUdeviceptr>(args.workspace);
-  if (args.workspace) {
-    if (args.workspaceBytes < bytes)
-      return Status::error("workspaceBytes is " + std::to_string(args.workspaceBytes) + "; this call's " +
-                           std::to_string(params.numSplits) + " splits need " + std::to_string(bytes) +
-                           " (splitKvWorkspaceBytes)");
-  } else {
-    CUcontext context = nullptr;
-    if (Status s = driver.check(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent"); !s.ok())
-      return s;
-    workspaceLock.lock(); // held until both kernels are queued: no other call frees this buffer meanwhile
-    StatusOr<CUdeviceptr> owned = impl->workspaces.buffer(driver, context, stream, bytes);
-    if (!owned.ok())
-      return owned.status();
-    workspace = *owned;
-  }
-  params.oAccum = reinterpret_cast<float *>(workspace);
-  params.lseAccum = reinterpret_cast<float *>(workspace + splitKvLseOffset(rows, args.headDimV, params.numSplits));
-  params.accumSplitStride = rows;
-  if (Status s = driver.check(driver.cuLaunchKernel(function->function, gridX, gridY, args.batch, info.threads, 1,
-                                                    1, info.smemBytes, stream, kernelParams, nullptr),
-                              "cuLaunchKernel(" + info.entry + ")");
-      !s.ok())
-    return s;
-  unsigned combineX =
-      static_cast<unsigned>((static_cast<long long>(gridRows) + info.combineRows - 1) / info.combineRows);
-  CUlaunchConfig combine{};
-  combine.gridDimX = combineX;
-  combine.gridDimY = static_cast<unsigned>(args.headsQ);
-  combine.gridDimZ = static_cast<unsigned>(args.batch);
-  combine.blockDimX = static_cast<unsigned>(info.combineThreads);
-  combine.blockDimY = combine.blockDimZ = 1;
-  combine.hStream = stream;
-  // sm_90 kernels: programmatic dependent launch — the combine grid launches while the attention grid's last
-  // blocks write their partials (they call griddepcontrol.launch_dependents) and waits in griddepcontrol.wait
-  // until that grid completed, instead of launching after it. sm_80 cubins run on 8.x GPUs, which have no PDL.
-  CUlaunchAttribute overlap{};
-  overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  overlap.value.programmaticStreamSerializationAllowed = 1;
-  if (info.arch != "sm_80") {
-    combine.attrs = &overlap;
-    combine.numAttrs = 1;
-  }
-  return driver.check(driver.cuLaunchKernelEx(&combine, function->combine, kernelParams, nullptr),
-                      "cuLaunchKernelEx(" + info.combineEntry + ")");
+  StatusOr<LoadedModule> module = impl->function(driver, *kernel);
+  if (!module.ok())
+    return module.status();
+  // Calls whose kernel depends on more than the variant, dtype, head dims and shape class (decode-sized calls run
+  // another schedule than longer ones with the same shapes; KV-cache calls kernels with the cache code) resolve
+  // their kernel every time; the others are filed for the warm path.
+  CUcontext context = nullptr;
+  if (!isDecodeCall(args) && !args.kvCache.enabled() && driver.cuCtxGetCurrent(&context) == CUDA_SUCCESS && context)
+    impl->remember(context, args, *kernel, *module, generation);
+  return impl->run(driver, *module, args, stream);
 }

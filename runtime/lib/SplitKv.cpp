@@ -1,5 +1,6 @@
 // SplitKv.cpp — the split count heuristic and the workspace layout of split-KV calls.
 #include "flashtile/runtime/SplitKv.h"
+#include "PlanRunner.h"
 #include "SplitKvInternal.h"
 
 #include <algorithm>
@@ -134,19 +135,8 @@ bool Runtime::isDecodeCall(const AttentionArgs &args) {
 }
 
 int Runtime::numSplitsFor(const AttentionArgs &args, const KernelInfo &kernel, int smCount, int blocksPerSm) {
-  if (!kernel.splitKv())
-    return 1;
-  if (args.numSplits > 0)
-    return args.numSplits;
-  const long long rows = args.isVarlen() ? args.maxSeqlenQ : args.seqlenQ;
-  const long long keys = args.isVarlen() ? args.maxSeqlenK : args.seqlenK;
-  // GQA packing: a block's rows are a K/V head's query heads x query rows.
-  const long long group = kernel.packQueryHeads ? args.headsQ / args.headsKv : 1;
-  const long long heads = kernel.packQueryHeads ? args.headsKv : args.headsQ;
-  const long long qTiles = (rows * group + kernel.blockM - 1) / kernel.blockM;
-  const long long kvTiles = (keys + kernel.blockN - 1) / kernel.blockN;
-  return numSplitsHeuristic(qTiles * heads * args.batch, smCount * std::max(blocksPerSm, 1),
-                            static_cast<int>(std::min<long long>(kvTiles, INT_MAX)));
+  StatusOr<int> splits = detail::planSplits(kernel, args, smCount, blocksPerSm);
+  return splits.ok() ? *splits : 1;
 }
 
 } // namespace flashtile

@@ -281,10 +281,11 @@ int runSummary(const SummaryFlags &flags) {
       continue;
     }
     const KernelInfo &i = result->info;
+    const PlanLaunch &main = *i.plan.launchOf(i.entry); // the planner launches the module's entry
     std::string hd = c.headDim == c.headDimV ? std::to_string(c.headDim) : fmt::format("{}:{}", c.headDim, c.headDimV);
     long lines = std::count(result->cuda.begin(), result->cuda.end(), '\n');
     fmt::print("{:<22} {:<5} {:>7} {:<8} {:<26} {:>8} {:>9} {:>9.1f} {:>10.1f}\n", c.variant, i.dtype, hd, c.arch,
-               fmt::format("{} ({},{},{})", i.schedule, i.blockM, i.blockN, i.threads / 32), i.smemBytes, lines,
+               fmt::format("{} ({},{},{})", i.schedule, i.blockM, i.blockN, main.threads / 32), main.smemBytes, lines,
                result->mlirSeconds * 1e3, result->nvrtcSeconds * 1e3);
     std::fflush(stdout);
   }

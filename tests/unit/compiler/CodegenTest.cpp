@@ -1,6 +1,7 @@
 // CodegenTest.cpp — CUDA printing of FA2-scheduled tile IR: every built-in variant, dtype, head dim and target
 // compiles with NVRTC to a cubin (no GPU needed), KernelInfo describes the launch, and IR the printer cannot
 // handle is rejected with a diagnostic that says what to run.
+#include "PlanSupport.h"
 #include "Variants.h"
 #include "codegen/common/CudaEmitter.h"
 #include "codegen/common/KernelAbiText.h"
@@ -165,9 +166,9 @@ TEST_P(Fa3Compiles, ToAnSm90aCubin) {
   ASSERT_TRUE(func) << compiler.diagnostics;
   mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
   ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
-  EXPECT_TRUE(kernel->info.tensorMaps);
+  EXPECT_EQ(plans::mainLaunch(kernel->info).tensorMaps.size(), 3u);
   // A producer warpgroup and a consumer warpgroup per 64 rows (three at head dim 64, else two).
-  EXPECT_EQ(kernel->info.threads, 128 + 2 * kernel->info.blockM);
+  EXPECT_EQ(plans::mainLaunch(kernel->info).threads, 128 + 2 * kernel->info.blockM);
   EXPECT_EQ(kernel->info.blockM, headDim == 64 ? 192 : 128);
   EXPECT_TRUE(kernel->info.verify().ok()) << kernel->info.verify().message();
   EXPECT_NE(kernel->source.find("const __grid_constant__ sm90::TensorMaps maps"), std::string::npos);
@@ -210,11 +211,11 @@ TEST_P(Fa3DynamicCompiles, ToAnSm90aCubin) {
   ASSERT_TRUE(func) << compiler.diagnostics;
   mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
   ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
-  EXPECT_TRUE(kernel->info.persistent);
-  EXPECT_TRUE(kernel->info.tileCounter);
+  EXPECT_TRUE(plans::setsField(kernel->info, "qTiles"));
+  EXPECT_TRUE(plans::bindsField(kernel->info, "tileCounter"));
   EXPECT_TRUE(kernel->info.verify().ok()) << kernel->info.verify().message();
   EXPECT_TRUE(KernelInfo::parse(kernel->info.serialize()).ok());
-  EXPECT_EQ(KernelInfo::parse(kernel->info.serialize())->tileCounter, true);
+  EXPECT_TRUE(plans::bindsField(*KernelInfo::parse(kernel->info.serialize()), "tileCounter"));
   EXPECT_EQ(count(kernel->source, "atomicAdd(params.tileCounter, 1)"), 2); // the first take, and past empty tiles
   EXPECT_EQ(count(kernel->source, "*workCell = unit;"), 1);
   EXPECT_EQ(count(kernel->source, "const int unit = *workCell;"), 1);
@@ -268,7 +269,7 @@ TEST(Codegen, Fa3SchedulerKnobTakesItsWordsAndNamesThemOtherwise) {
   ASSERT_TRUE(func) << defaults.diagnostics;
   mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
   ASSERT_TRUE(mlir::succeeded(kernel)) << defaults.diagnostics;
-  EXPECT_FALSE(kernel->info.tileCounter);
+  EXPECT_FALSE(plans::bindsField(kernel->info, "tileCounter"));
   EXPECT_EQ(kernel->source.find("atomicAdd"), std::string::npos);
 }
 
@@ -300,7 +301,7 @@ TEST_P(CodegenCompilesHeadDims, ToACubin) {
   EXPECT_EQ(info.entry, "flashtile_fa2_causal_bf16_d" + std::to_string(headDim) +
                             (headDimV != headDim ? "_dv" + std::to_string(headDimV) : ""));
   fa2::Fa2Config config = fa2::Fa2Config::defaultsFor(headDim, headDimV);
-  EXPECT_EQ(info.smemBytes, sm80SmemBytes(config, headDim, headDimV));
+  EXPECT_EQ(plans::mainLaunch(info).smemBytes, sm80SmemBytes(config, headDim, headDimV));
   StatusOr<std::string> cubin = compileCuda(kernel->source, info.entry + ".cu", arch, NvrtcOutput::Cubin);
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << kernel->source;
   EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
@@ -348,8 +349,8 @@ TEST(Codegen, KernelInfoDescribesTheLaunch) {
   fa2::Fa2Config config = fa2::Fa2Config::defaultsFor(128, 128);
   EXPECT_EQ(info.blockM, config.blockM);
   EXPECT_EQ(info.blockN, config.blockN);
-  EXPECT_EQ(info.threads, config.threads());
-  EXPECT_EQ(info.smemBytes, sm80SmemBytes(config, 128, 128));
+  EXPECT_EQ(plans::mainLaunch(info).threads, config.threads());
+  EXPECT_EQ(plans::mainLaunch(info).smemBytes, sm80SmemBytes(config, 128, 128));
   EXPECT_TRUE(info.paramNames.empty());
   EXPECT_EQ(info.compilerVersion, compilerVersion());
   Status valid = info.verify();

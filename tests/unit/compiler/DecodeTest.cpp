@@ -8,6 +8,7 @@
 // split-KV in VariantTest.cpp. Inputs are random; FLASHTILE_TEST_SEED changes every case's seed.
 //===----------------------------------------------------------------------===//
 #include "AttentionReference.h"
+#include "PlanSupport.h"
 #include "TestSupport.h"
 
 #include "Variants.h"
@@ -224,21 +225,26 @@ TEST_P(DecodeCompiles, AttentionAndCombineKernelsToACubin) {
   ASSERT_TRUE(succeeded(kernel)) << diags.text;
   const KernelInfo &info = kernel->info;
   EXPECT_EQ(info.schedule, "decode");
-  EXPECT_EQ(info.combineEntry, info.entry + "_combine");
-  // One query row a combine block, its four warps sharing the row's splits.
-  EXPECT_EQ(info.combineRows, 1);
-  EXPECT_EQ(info.combineThreads, 128);
+  EXPECT_EQ(plans::launchedEntries(info), (std::vector<std::string>{info.entry, info.entry + "_combine"}));
+  EXPECT_TRUE(info.splitKv());
+  // One query row a combine block, its four warps sharing the row's splits, launched only when the keys split.
+  const PlanLaunch &combine = info.plan.launches.back();
+  EXPECT_EQ(combine.grid[0].text(), "cdiv(rows, 1)");
+  EXPECT_EQ(combine.threads, 128);
+  ASSERT_TRUE(combine.when.has_value());
+  EXPECT_EQ(combine.when->text(), "splits > 1");
+  EXPECT_EQ(combine.dependent, arch != "sm_80") << "programmatic dependent launch where the arch has it";
   EXPECT_TRUE(info.verify().ok()) << info.verify().message();
   StatusOr<KernelInfo> parsed = KernelInfo::parse(info.serialize());
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  EXPECT_EQ(parsed->combineEntry, info.combineEntry);
+  EXPECT_EQ(parsed->plan.serialize(), info.plan.serialize());
   // The sink joins in the store and the combine kernel, never per split in finalize.
   if (variant.find("sinks") != std::string::npos)
     EXPECT_NE(kernel->source.find("joins once"), std::string::npos);
   StatusOr<std::string> cubin = compileCuda(kernel->source, info.entry + ".cu", arch, NvrtcOutput::Cubin);
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << kernel->source;
   EXPECT_NE(cubin->find(info.entry), std::string::npos);
-  EXPECT_NE(cubin->find(info.combineEntry), std::string::npos);
+  EXPECT_NE(cubin->find(info.entry + "_combine"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -344,14 +350,14 @@ TEST(DecodeGqa, PackedKernelsPrintEachRowsHead) {
   ASSERT_TRUE(succeeded(pm.run(**built))) << diags.text;
   FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(funcOf(**built));
   ASSERT_TRUE(succeeded(kernel)) << diags.text;
-  EXPECT_TRUE(kernel->info.packQueryHeads);
+  EXPECT_EQ(plans::mainLaunch(kernel->info).grid[1].text(), "heads_kv");
   const std::string &src = kernel->source;
   EXPECT_NE(src.find("blockKvHead = blockIdx.y"), std::string::npos);
   EXPECT_NE(src.find("rowHead[mt][r] = hKv * headsPerKv + row % headsPerKv;"), std::string::npos);
   EXPECT_NE(src.find("(score[mt][nt][i], b, hRow, q, "), std::string::npos) << src;
   StatusOr<KernelInfo> parsed = KernelInfo::parse(kernel->info.serialize());
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  EXPECT_TRUE(parsed->packQueryHeads);
+  EXPECT_EQ(plans::mainLaunch(*parsed).grid[1].text(), "heads_kv");
 }
 
 } // namespace

@@ -9,6 +9,7 @@
 // VariantTest.cpp and InterpreterTest.cpp.
 //===----------------------------------------------------------------------===//
 #include "AttentionReference.h"
+#include "PlanSupport.h"
 #include "TestSupport.h"
 
 #include "Variants.h"
@@ -172,14 +173,16 @@ TEST_P(Fa1Compiles, ToACubin) {
   ASSERT_TRUE(succeeded(kernel)) << diags.text;
   const KernelInfo &info = kernel->info;
   EXPECT_EQ(info.schedule, "fa1");
-  EXPECT_TRUE(info.kvSteps);
+  ASSERT_TRUE(plans::mainLaunch(info).repeat.has_value());
+  EXPECT_EQ(plans::mainLaunch(info).repeatField, "kvStep");
+  EXPECT_TRUE(plans::bindsField(info, "stateAcc"));
   EXPECT_FALSE(info.splitKv());
-  EXPECT_FALSE(info.persistent);
+  EXPECT_FALSE(plans::setsField(info, "qTiles"));
   Status valid = info.verify();
   EXPECT_TRUE(valid.ok()) << valid.message();
   StatusOr<KernelInfo> parsed = KernelInfo::parse(info.serialize());
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  EXPECT_TRUE(parsed->kvSteps);
+  EXPECT_EQ(plans::mainLaunch(*parsed).repeatField, "kvStep");
   // The state moves through the workspace, and the step bounds the walk.
   EXPECT_NE(kernel->source.find("p.stateAcc"), std::string::npos);
   EXPECT_NE(kernel->source.find("p.kvStep"), std::string::npos);

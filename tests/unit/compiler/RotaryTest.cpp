@@ -7,6 +7,7 @@
 // that carry it rotate Q in shared memory and the appended keys in the append kernel, compiled with NVRTC.
 //===----------------------------------------------------------------------===//
 #include "AttentionReference.h"
+#include "PlanSupport.h"
 #include "TestSupport.h"
 
 #include "Variants.h"
@@ -283,10 +284,11 @@ TEST_P(RotaryCompiles, AttentionCombineAndAppendKernelsToACubin) {
   ASSERT_TRUE(result.ok()) << result.status().message();
   const KernelInfo &info = result->info;
   EXPECT_EQ(info.rotary, interleaved ? kRotaryInterleaved : kRotaryHalves);
-  EXPECT_EQ(info.appendEntry, info.entry + "_append");
+  EXPECT_EQ(plans::launchedEntries(info),
+            (std::vector<std::string>{info.entry + "_append", info.entry, info.entry + "_combine"}));
   EXPECT_NE(info.entry.find(interleaved ? "_kvcache_rotary_interleaved" : "_kvcache_rotary"), std::string::npos);
   EXPECT_TRUE(info.verify().ok()) << info.verify().message();
-  for (const std::string &entry : {info.entry, info.combineEntry, info.appendEntry})
+  for (const std::string &entry : plans::launchedEntries(info))
     EXPECT_NE(result->cubin.find(entry), std::string::npos) << entry;
   // Q is rotated before the first ldmatrix of sQ, with the pairs and positions of the program.
   const std::string &cuda = result->cuda;

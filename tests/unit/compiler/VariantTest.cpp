@@ -8,6 +8,7 @@
 // Inputs are random; FLASHTILE_TEST_SEED changes every seed.
 //===----------------------------------------------------------------------===//
 #include "AttentionReference.h"
+#include "PlanSupport.h"
 #include "TestSupport.h"
 
 #include "Variants.h"
@@ -807,7 +808,8 @@ TEST(KvCacheKernels, TheJitCompilesPlainAndCacheKernelsApart) {
   StatusOr<CachedKernel> cache = jit.compileFn()(spec);
   ASSERT_TRUE(cache.ok()) << cache.status().message();
   EXPECT_EQ(cache->info.entry, "flashtile_decode_causal_bf16_d64_kvcache");
-  EXPECT_EQ(cache->info.appendEntry, "flashtile_decode_causal_bf16_d64_kvcache_append");
+  EXPECT_EQ(cache->info.plan.launches.front().entry, "flashtile_decode_causal_bf16_d64_kvcache_append");
+  EXPECT_TRUE(cache->info.kvCache);
   EXPECT_TRUE(matches(cache->info, spec));
 
   spec.schedule = "fa2";

@@ -266,7 +266,7 @@ TEST(KernelCache, InvalidCompilerOutputIsRejected) {
   KernelCache cache(onDisk(dir.path()));
   StatusOr<std::shared_ptr<const CachedKernel>> badInfo = cache.getOrCompile(kKey, []() -> StatusOr<CachedKernel> {
     CachedKernel kernel = test::fakeKernel();
-    kernel.info.threads = 0;
+    kernel.info.plan.launches[0].threads = 0;
     return kernel;
   });
   ASSERT_FALSE(badInfo.ok());

@@ -5,6 +5,8 @@
 
 #include <gmock/gmock.h>
 
+#include <functional>
+
 using namespace flashtile;
 using testing::HasSubstr;
 
@@ -29,7 +31,7 @@ void expectSameInfo(const KernelInfo &a, const KernelInfo &b) {
   EXPECT_EQ(a.serialize(), b.serialize());
   EXPECT_EQ(a.entry, b.entry);
   EXPECT_EQ(a.paramNames, b.paramNames);
-  EXPECT_EQ(a.smemBytes, b.smemBytes);
+  EXPECT_EQ(a.plan.serialize(), b.plan.serialize());
   EXPECT_EQ(a.compilerVersion, b.compilerVersion);
 }
 
@@ -43,96 +45,105 @@ TEST(KernelInfo, RoundTrips) {
   expectSameInfo(*parsed, info);
 }
 
-TEST(KernelInfo, TmaKernelsSayTheyTakeTensorMaps) {
-  KernelInfo info = sampleInfo();
-  info.arch = "sm_90a";
-  EXPECT_THAT(info.serialize(), testing::Not(HasSubstr("tensorMaps")));
-  info.tensorMaps = true;
-  std::string text = info.serialize();
-  EXPECT_THAT(text, HasSubstr("tensorMaps=1\n"));
-  StatusOr<KernelInfo> parsed = KernelInfo::parse(text);
-  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  EXPECT_TRUE(parsed->tensorMaps);
-  // Only sm_90a kernels without split-KV take TMA descriptors.
-  info.arch = "sm_80";
-  Status notSm90 = info.verify();
-  ASSERT_FALSE(notSm90.ok());
-  EXPECT_THAT(notSm90.message(), HasSubstr("field 'tensorMaps': is set on a kernel for sm_80"));
-  StatusOr<KernelInfo> badValue = KernelInfo::parse(replaceLine(text, "tensorMaps", "tensorMaps=yes"));
-  ASSERT_FALSE(badValue.ok());
-  EXPECT_THAT(badValue.status().message(), HasSubstr("field 'tensorMaps'"));
+/// `info` with the plan the compiler writes for a module of these facts (its entry and tiles, 128 threads).
+KernelInfo withPlan(KernelInfo info, const std::function<void(codegen::ModuleFacts &)> &facts) {
+  codegen::ModuleFacts f = test::mainFacts(info, 128, 65536);
+  facts(f);
+  info.plan = codegen::planLaunches(f);
+  return info;
 }
 
-TEST(KernelInfo, PersistentKernelsSaySo) {
-  KernelInfo info = sampleInfo();
-  info.arch = "sm_90a";
-  info.tensorMaps = true;
-  EXPECT_THAT(info.serialize(), testing::Not(HasSubstr("persistent")));
-  info.persistent = true;
-  std::string text = info.serialize();
-  EXPECT_THAT(text, HasSubstr("persistent=1\n"));
-  StatusOr<KernelInfo> parsed = KernelInfo::parse(text);
-  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  EXPECT_TRUE(parsed->persistent);
-  StatusOr<KernelInfo> badValue = KernelInfo::parse(replaceLine(text, "persistent", "persistent=2"));
-  ASSERT_FALSE(badValue.ok());
-  EXPECT_THAT(badValue.status().message(), HasSubstr("field 'persistent': '2' is not 0 or 1"));
-  // Split-KV kernels launch a grid of splits, not persistent blocks.
-  info.combineEntry = info.entry + "_combine";
-  info.combineRows = 4;
-  info.combineThreads = 128;
-  info.tensorMaps = false;
-  Status split = info.verify();
-  ASSERT_FALSE(split.ok());
-  EXPECT_THAT(split.message(), HasSubstr("field 'persistent': is set on a kernel with a combine kernel"));
+// Every kind of module the schedules print has a plan that round-trips through the manifest's text.
+TEST(KernelInfo, PlansOfEveryModuleRoundTrip) {
+  const std::vector<std::pair<std::string, std::function<void(codegen::ModuleFacts &)>>> modules = {
+      {"plain", [](codegen::ModuleFacts &) {}},
+      {"tma", [](codegen::ModuleFacts &f) { f.tensorMaps = true; }},
+      {"persistent",
+       [](codegen::ModuleFacts &f) {
+         f.tensorMaps = true;
+         f.persistent = true;
+       }},
+      {"dynamic",
+       [](codegen::ModuleFacts &f) {
+         f.tensorMaps = f.persistent = f.dynamicWork = true;
+       }},
+      {"kv steps", [](codegen::ModuleFacts &f) { f.kvSteps = true; }},
+      {"split kv with append", [](codegen::ModuleFacts &f) {
+         f.packQueryHeads = true;
+         f.combineEntry = f.entry + "_combine";
+         f.combineRows = 1;
+         f.combineThreads = 128;
+         f.appendEntry = f.entry + "_append";
+         f.appendThreads = 128;
+         f.appendChunkElements = 8;
+         f.dependentLaunch = true;
+       }}};
+  for (const auto &[name, facts] : modules) {
+    KernelInfo info = withPlan(sampleInfo(), facts);
+    ASSERT_TRUE(info.verify().ok()) << name << ": " << info.verify().message();
+    std::string text = info.serialize();
+    EXPECT_THAT(text, HasSubstr("launch.0.entry=")) << name;
+    StatusOr<KernelInfo> parsed = KernelInfo::parse(text);
+    ASSERT_TRUE(parsed.ok()) << name << ": " << parsed.status().message();
+    expectSameInfo(*parsed, info);
+  }
 }
 
-TEST(KernelInfo, DynamicSchedulerKernelsSayTheyNeedATileCounter) {
-  KernelInfo info = sampleInfo();
-  info.arch = "sm_90a";
-  info.tensorMaps = true;
-  info.persistent = true;
-  // A manifest written before the field (or by a static kernel) has no line and loads as a static kernel.
-  std::string before = info.serialize();
-  EXPECT_THAT(before, testing::Not(HasSubstr("tileCounter")));
-  StatusOr<KernelInfo> old = KernelInfo::parse(before);
-  ASSERT_TRUE(old.ok()) << old.status().message();
-  EXPECT_FALSE(old->tileCounter);
-  info.tileCounter = true;
+TEST(KernelInfo, PlanFieldsAreChecked) {
+  KernelInfo info = withPlan(sampleInfo(), [](codegen::ModuleFacts &f) { f.tensorMaps = true; });
   std::string text = info.serialize();
-  EXPECT_THAT(text, HasSubstr("tileCounter=1\n"));
-  StatusOr<KernelInfo> parsed = KernelInfo::parse(text);
-  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  EXPECT_TRUE(parsed->tileCounter);
-  StatusOr<KernelInfo> badValue = KernelInfo::parse(replaceLine(text, "tileCounter", "tileCounter=on"));
-  ASSERT_FALSE(badValue.ok());
-  EXPECT_THAT(badValue.status().message(), HasSubstr("field 'tileCounter': 'on' is not 0 or 1"));
-  // Only persistent blocks take tiles from a counter.
-  info.persistent = false;
-  Status notPersistent = info.verify();
-  ASSERT_FALSE(notPersistent.ok());
-  EXPECT_THAT(notPersistent.message(), HasSubstr("field 'tileCounter': is set on a kernel that is not persistent"));
+  EXPECT_THAT(text, HasSubstr("launch.0.tensorMaps=q:128:128,k:64:128,v:64:128\n"));
+  auto parseError = [&](const std::string &field, const std::string &line) {
+    StatusOr<KernelInfo> parsed = KernelInfo::parse(replaceLine(text, field, line));
+    EXPECT_FALSE(parsed.ok()) << line;
+    return parsed.ok() ? std::string() : parsed.status().message();
+  };
+  EXPECT_THAT(parseError("launch.0.grid", "launch.0.grid=cdiv(rows, 128);heads_q"),
+              HasSubstr("field 'launch.0.grid': 'cdiv(rows, 128);heads_q' is not three rules"));
+  EXPECT_THAT(parseError("launch.0.grid", "launch.0.grid=cdiv(rows, 128);heads;batch"),
+              HasSubstr("unknown size 'heads'"));
+  EXPECT_THAT(parseError("launch.0.threads", "launch.0.threads=100"),
+              HasSubstr("field 'launch.0.threads': 100 is not a multiple of 32 in [32, 1024]"));
+  EXPECT_THAT(parseError("launch.0.smemBytes", "launch.0.smemBytes=999999"),
+              HasSubstr("field 'launch.0.smemBytes': 999999 is not in [0, 232448]"));
+  EXPECT_THAT(parseError("launch.0.tensorMaps", "launch.0.tensorMaps=q:128:64,k:64:128,v:64:128"),
+              HasSubstr("field 'launch.0.tensorMaps'"));
+  EXPECT_THAT(parseError("launch.0.entry", "launch.0.entry=not an identifier"),
+              HasSubstr("field 'launch.0.entry': 'not an identifier' is not a C identifier"));
+  EXPECT_THAT(parseError("launch.0.entry", ""), HasSubstr("launch.0.grid"));
+  EXPECT_THAT(parseError("launch.0.threads", "launch.0.threads=128\nlaunch.0.cluster=2x1"), HasSubstr("is not XxYxZ"));
+  // A field no plan has is named.
+  EXPECT_THAT(parseError("launch.0.threads", "launch.0.threads=128\nlaunch.0.color=blue"),
+              HasSubstr("unknown field 'launch.0.color'"));
+  // set.* names int fields of the parameter block only.
+  EXPECT_THAT(parseError("launch.0.threads", "launch.0.threads=128\nset.q=1"),
+              HasSubstr("field 'set.q': 'q' is not an int field"));
 }
 
-TEST(KernelInfo, KvStepKernelsSaySo) {
+// A manifest of the format before launch plans (its per-schedule fields) is refused with the version named.
+TEST(KernelInfo, OldManifestsAreRefusedByVersion) {
+  std::string text = sampleInfo().serialize();
+  std::string old = replaceLine(text, "format", "");
+  StatusOr<KernelInfo> parsed = KernelInfo::parse(old + "threads=128\ncombineEntry=x_combine\n");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(parsed.status().message(), HasSubstr("manifest format 1"));
+  EXPECT_THAT(parsed.status().message(), HasSubstr("this runtime reads format 2"));
+  StatusOr<KernelInfo> future = KernelInfo::parse(replaceLine(text, "format", "format=3"));
+  ASSERT_FALSE(future.ok());
+  EXPECT_THAT(future.status().message(), HasSubstr("manifest format 3"));
+}
+
+TEST(KernelInfo, TheProgramKindIsCarried) {
   KernelInfo info = sampleInfo();
-  EXPECT_THAT(info.serialize(), testing::Not(HasSubstr("kvSteps")));
-  info.kvSteps = true;
-  std::string text = info.serialize();
-  EXPECT_THAT(text, HasSubstr("kvSteps=1\n"));
-  StatusOr<KernelInfo> parsed = KernelInfo::parse(text);
-  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  EXPECT_TRUE(parsed->kvSteps);
-  StatusOr<KernelInfo> badValue = KernelInfo::parse(replaceLine(text, "kvSteps", "kvSteps=yes"));
-  ASSERT_FALSE(badValue.ok());
-  EXPECT_THAT(badValue.status().message(), HasSubstr("field 'kvSteps': 'yes' is not 0 or 1"));
-  // A K/V-step kernel is launched once per K/V tile over the Q tiles: never split, persistent or TMA.
-  info.combineEntry = info.entry + "_combine";
-  info.combineRows = 4;
-  info.combineThreads = 128;
-  Status split = info.verify();
-  ASSERT_FALSE(split.ok());
-  EXPECT_THAT(split.message(), HasSubstr("field 'kvSteps': is set on a split-KV, persistent or TMA kernel"));
+  EXPECT_THAT(info.serialize(), HasSubstr("kind=forward\n"));
+  EXPECT_EQ(info.spec().kind, "forward");
+  EXPECT_THAT(info.spec().key(), testing::Not(HasSubstr("kind=")));
+  KernelSpec other = info.spec();
+  other.kind = "backward_main";
+  EXPECT_THAT(other.key(), HasSubstr(";kind=backward_main"));
+  EXPECT_FALSE(matches(info, other));
+  info.kind = "sideways";
+  EXPECT_THAT(info.verify().message(), HasSubstr("field 'kind': 'sideways' is not one of forward"));
 }
 
 TEST(KernelInfo, RoundTripsParamRules) {
@@ -176,7 +187,7 @@ TEST(KernelInfo, ParseRejectsBadFieldsNamingThem) {
     std::vector<std::string> expected;
   };
   const std::vector<Case> cases = {
-      {"smemBytes", "", {"smemBytes", "missing"}},
+      {"launch.0.smemBytes", "", {"launch.0.smemBytes", "missing"}},
       {"compilerVersion", "", {"compilerVersion", "missing"}},
       {"blockM", "blockM=12x", {"blockM", "not an integer"}},
       {"headDim", "headDim=", {"headDim", "not an integer"}},
@@ -185,16 +196,16 @@ TEST(KernelInfo, ParseRejectsBadFieldsNamingThem) {
       {"headDim", "headDim=100", {"headDim", "not a multiple of 8"}},
       {"blockM", "blockM=1", {"blockM", "1 is not a multiple of 16 in [16, 1024]"}},
       {"blockN", "blockN=4096", {"blockN", "[16, 1024]"}},
-      {"smemBytes", "smemBytes=2147483647", {"smemBytes", "2147483647 is not in [0, 232448]", "sm_90a"}},
+      {"launch.0.smemBytes", "launch.0.smemBytes=2147483647", {"launch.0.smemBytes", "2147483647 is not in [0, 232448]"}},
       {"paramRules", "paramRules=cap > \"positive\"", {"paramRules", "value was expected"}},
       {"paramRules", "paramRules=slope > 0 \"positive\"", {"paramRules", "'slope' is not a parameter"}},
       {"paramRules", "paramRules=cap + 1 \"x\"", {"paramRules", "a number, not a condition"}},
       {"paramRules", "paramRules=cap > 0", {"paramRules", "is not 'condition \"accepted values\"'"}},
       {"arch", "arch=sm_75", {"arch", "sm_75", "sm_80, sm_90a, sm_100a"}},
       {"dtype", "dtype=fp8", {"dtype", "f16, bf16"}},
-      {"threads", "threads=100", {"threads", "multiple of 32"}},
-      {"threads", "threads=2048", {"threads", "[32, 1024]"}},
-      {"smemBytes", "smemBytes=-1", {"smemBytes", "-1 is not in [0, "}},
+      {"launch.0.threads", "launch.0.threads=100", {"launch.0.threads", "multiple of 32"}},
+      {"launch.0.threads", "launch.0.threads=2048", {"launch.0.threads", "[32, 1024]"}},
+      {"launch.0.smemBytes", "launch.0.smemBytes=-1", {"launch.0.smemBytes", "-1 is not in [0, "}},
       {"entry", "entry=1kernel", {"entry", "C identifier"}},
       {"variant", "variant=", {"variant", "id"}},
       {"schedule", "schedule=fa 2", {"schedule"}},
@@ -202,7 +213,7 @@ TEST(KernelInfo, ParseRejectsBadFieldsNamingThem) {
       {"paramNames", "paramNames=cap,cap", {"paramNames", "twice"}},
       {"paramNames", "paramNames=a,b,c,d,e,f,g,h,i", {"paramNames", "at most 8"}},
       {"arch", "arch=sm_90a\narch=sm_80", {"arch", "twice"}},
-      {"arch", "colour=blue", {"unknown field 'colour'", "accepted: entry"}},
+      {"launch.0.threads", "launch.0.threads=128\ncolour=blue", {"unknown field 'colour'", "accepted: entry"}},
       {"arch", "sm_90a", {"line", "expected 'field=value'"}},
   };
   const std::string text = sampleInfo().serialize();
@@ -251,11 +262,9 @@ TEST(KernelSpec, MatchesComparesEveryField) {
 TEST(KernelSpec, KvCacheKernelsServeOnlyCacheCalls) {
   KernelInfo plain = sampleInfo();
   plain.schedule = "decode";
-  plain.combineEntry = plain.entry + "_combine";
   KernelInfo cache = plain;
   cache.entry += "_kvcache";
-  cache.combineEntry = cache.entry + "_combine";
-  cache.appendEntry = cache.entry + "_append";
+  cache.kvCache = true;
   EXPECT_FALSE(plain.spec().kvCache);
   EXPECT_TRUE(cache.spec().kvCache);
   EXPECT_EQ(cache.spec().key(), plain.spec().key() + ";kvCache=1");
@@ -284,21 +293,6 @@ TEST(Status, CarriesMessagesAndValues) {
 }
 
 } // namespace
-
-TEST(KernelInfo, CombineKernelGeometryIsChecked) {
-  KernelInfo info = sampleInfo();
-  info.combineEntry = info.entry + "_combine";
-  info.combineRows = 1;
-  info.combineThreads = 128; // one row a block, four warps sharing its splits
-  ASSERT_TRUE(info.verify().ok()) << info.verify().message();
-  info.combineThreads = 100;
-  EXPECT_THAT(info.verify().message(), HasSubstr("field 'combineThreads': 100 is not a multiple of 32 in [32, 1024]"));
-  info.combineThreads = 2048;
-  EXPECT_THAT(info.verify().message(), HasSubstr("field 'combineThreads': 2048 is not a multiple of 32"));
-  info.combineThreads = 128;
-  info.combineRows = 0;
-  EXPECT_THAT(info.verify().message(), HasSubstr("field 'combineRows': 0 is not in [1, 1024]"));
-}
 
 TEST(KernelInfo, TheDispatchRuleRoundTripsAndIsChecked) {
   KernelInfo info = sampleInfo();

@@ -79,8 +79,7 @@ TEST(RotaryArgs, ParamsCarryTheTables) {
 }
 
 TEST(RotaryArgs, KernelMetadataRecordsThePairs) {
-  KernelInfo info = test::splitKvKernel("flashtile_decode_causal_bf16_d128_kvcache_rotary");
-  info.appendEntry = info.entry + "_append";
+  KernelInfo info = test::splitKvKernel("flashtile_decode_causal_bf16_d128_kvcache_rotary", false, true);
   info.rotary = std::string(kRotaryHalves);
   ASSERT_TRUE(info.verify().ok()) << info.verify().message();
   StatusOr<KernelInfo> parsed = KernelInfo::parse(info.serialize());
@@ -97,8 +96,8 @@ TEST(RotaryArgs, KernelMetadataRecordsThePairs) {
   info.rotary = "sideways";
   EXPECT_THAT(info.verify().message(), HasSubstr("field 'rotary': 'sideways' is not halves or interleaved"));
   info.rotary = std::string(kRotaryHalves);
-  info.appendEntry.clear();
-  EXPECT_THAT(info.verify().message(), HasSubstr("on a KV-cache kernel (one with appendEntry)"));
+  info.kvCache = false;
+  EXPECT_THAT(info.verify().message(), HasSubstr("on a KV-cache kernel (kvCache=1)"));
 }
 
 struct Rejection {

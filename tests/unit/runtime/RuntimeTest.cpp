@@ -288,7 +288,7 @@ TEST(Runtime, AheadOfTimeErrorsNameTheFile) {
       {"entry naming no symbol",
        [](const fs::path &dir) {
          CachedKernel kernel = test::fakeKernel("a");
-         kernel.info.entry = "flashtile_missing";
+         kernel.info.entry = kernel.info.plan.launches[0].entry = "flashtile_missing";
          writeAotKernel(dir, "k", kernel);
        },
        {"k.cubin", "defines no kernel 'flashtile_missing'"}},
@@ -309,7 +309,7 @@ TEST(Runtime, AheadOfTimeErrorsNameTheFile) {
          text.replace(text.find("smemBytes=65536"), 15, "smemBytes=2147483647");
          writeFile(dir / "k.manifest", text);
        },
-       {"k.manifest: field 'smemBytes': 2147483647 is not in [0, 232448]"}},
+       {"k.manifest: field 'launch.0.smemBytes': 2147483647 is not in [0, 232448]"}},
       {"another compiler version",
        [](const fs::path &dir) {
          CachedKernel kernel = test::fakeKernel();

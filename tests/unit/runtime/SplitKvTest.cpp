@@ -94,13 +94,11 @@ TEST(SplitKvSplits, ForcedOrFromTheHeuristic) {
   args = decodeArgs(64, 8192, 32, 8); // 2048 blocks fill the GPU
   EXPECT_EQ(Runtime::numSplitsFor(args, info, 132), 1);
   KernelInfo unsplit = info;
-  unsplit.combineEntry.clear();
-  unsplit.combineRows = unsplit.combineThreads = 0;
+  unsplit.plan.splits.reset();
   args = decodeArgs(1, 131072, 32, 8);
   EXPECT_EQ(Runtime::numSplitsFor(args, unsplit, 132), 1);
   // GQA packing: one block per K/V head (8), so more splits fill the GPU: 28 splits fill 224 / 264 of a wave.
-  KernelInfo packed = info;
-  packed.packQueryHeads = true;
+  KernelInfo packed = test::splitKvKernel("flashtile_decode_causal_bf16_d128", /*pack=*/true);
   EXPECT_EQ(Runtime::numSplitsFor(args, packed, 132), 28);
   // The slots are SMs x the blocks of this kernel an SM holds (the driver's occupancy at launch): at 3 an SM, 43
   // splits of the 8 blocks fill 344 / 396 (the smallest count within 85% of the best wave).
@@ -124,40 +122,47 @@ TEST(SplitKvSchedule, DecodeSizedCallsAskForTheDecodeSchedule) {
   EXPECT_EQ(runtime.specFor(args, "sm_90a")->schedule, "fa2");
 }
 
-TEST(SplitKvKernelInfo, CombineFieldsRoundTripAndAreChecked) {
-  KernelInfo info = test::splitKvKernel();
-  ASSERT_TRUE(info.verify().ok()) << info.verify().message();
-  StatusOr<KernelInfo> parsed = KernelInfo::parse(info.serialize());
-  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  EXPECT_EQ(parsed->combineEntry, info.combineEntry);
-  EXPECT_EQ(parsed->combineRows, 1);
-  EXPECT_EQ(parsed->combineThreads, 128);
-  EXPECT_TRUE(parsed->splitKv());
-  EXPECT_FALSE(parsed->packQueryHeads);
-  info.packQueryHeads = true;
-  parsed = KernelInfo::parse(info.serialize());
-  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  EXPECT_TRUE(parsed->packQueryHeads);
-  info.packQueryHeads = false;
+TEST(SplitKvKernelInfo, ThePlanRoundTripsAndIsChecked) {
+  for (bool pack : {false, true}) {
+    KernelInfo info = test::splitKvKernel("flashtile_decode_causal_bf16_d128", pack, /*kvCache=*/true);
+    ASSERT_TRUE(info.verify().ok()) << info.verify().message();
+    StatusOr<KernelInfo> parsed = KernelInfo::parse(info.serialize());
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    EXPECT_TRUE(parsed->splitKv());
+    EXPECT_EQ(parsed->plan.serialize(), info.plan.serialize());
+    ASSERT_EQ(parsed->plan.launches.size(), 3u); // append, attention, combine
+    EXPECT_EQ(parsed->plan.launches[0].entry, info.entry + "_append");
+    EXPECT_EQ(parsed->plan.launches[1].grid[1].text(), pack ? "heads_kv" : "heads_q");
+    EXPECT_TRUE(parsed->plan.launches[2].dependent);
+  }
+  KernelInfo bad = test::splitKvKernel();
+  bad.plan.splits->occupancyOf = 7;
+  EXPECT_THAT(bad.verify().message(), HasSubstr("field 'splits.occupancyOf': 7 is not a launch of the plan"));
+  bad = test::splitKvKernel();
+  bad.plan.splits.reset(); // rules still read the split count
+  EXPECT_THAT(bad.verify().message(), HasSubstr("rules read the split count, but the plan has no split rule"));
+  bad = test::splitKvKernel();
+  bad.plan.launches[1].threads = 100;
+  EXPECT_THAT(bad.verify().message(), HasSubstr("field 'launch.1.threads': 100 is not a multiple of 32"));
+  bad = test::splitKvKernel();
+  bad.plan.launches[0].dependent = true;
+  EXPECT_THAT(bad.verify().message(), HasSubstr("the first launch has no launch before it"));
+}
 
-  KernelInfo bad = info;
-  bad.combineThreads = 100;
-  EXPECT_THAT(bad.verify().message(), HasSubstr("combineThreads"));
-  bad = info;
-  bad.combineEntry = info.entry;
-  EXPECT_THAT(bad.verify().message(), HasSubstr("combineEntry"));
-  bad = info;
-  bad.combineEntry.clear();
-  EXPECT_THAT(bad.verify().message(), HasSubstr("combineEntry"));
-  bad = info;
-  bad.combineEntry.clear();
-  bad.combineRows = bad.combineThreads = 0;
-  bad.packQueryHeads = true;
-  EXPECT_THAT(bad.verify().message(), HasSubstr("packQueryHeads"));
-  bad.packQueryHeads = false;
-  // Kernels that do not split write no combine fields.
-  bad.combineRows = bad.combineThreads = 0;
-  EXPECT_EQ(bad.serialize().find("combine"), std::string::npos);
+// The plan's partials workspace is the one splitKvWorkspaceBytes (the C ABI's size for callers) describes.
+TEST(SplitKvKernelInfo, ThePlanWorkspaceIsSplitKvWorkspaceBytes) {
+  KernelInfo info = test::splitKvKernel();
+  for (int splits : {2, 3, 7}) {
+    PlanSymbols symbols;
+    symbols.lseRows = 1000 * 32 + 17;
+    symbols.headDimV = 128;
+    symbols.splits = splits;
+    const PlanWorkspace &partials = info.plan.workspaces.at(0);
+    EXPECT_EQ(*partials.bytes.eval(symbols),
+              static_cast<long long>(splitKvWorkspaceBytes(symbols.lseRows, 128, splits)));
+    EXPECT_EQ(*partials.bind.at(1).second.eval(symbols),
+              static_cast<long long>(splitKvLseOffset(symbols.lseRows, 128, splits)));
+  }
 }
 
 } // namespace

@@ -3,6 +3,7 @@
 #define FLASHTILE_TESTS_UNIT_RUNTIME_TESTUTIL_H
 
 #include "FakeCubin.h"
+#include "codegen/common/LaunchPlanner.h"
 #include "flashtile/runtime/KernelCache.h"
 #include "flashtile/runtime/Version.h"
 
@@ -72,6 +73,17 @@ inline KernelCache::Options cacheOptions(std::string dir, bool diskEnabled) {
   return options;
 }
 
+/// The planner's facts of a plain module of `info`'s entry and tiles, as the compiler states them.
+inline codegen::ModuleFacts mainFacts(const KernelInfo &info, int threads, int smemBytes) {
+  codegen::ModuleFacts facts;
+  facts.entry = info.entry;
+  facts.blockM = info.blockM;
+  facts.blockN = info.blockN;
+  facts.threads = threads;
+  facts.smemBytes = smemBytes;
+  return facts;
+}
+
 /// A kernel whose fields are all valid, built by this compiler version, with a cubin for its arch (sm_90a) that
 /// defines its entry; `tag` makes entry and cubin distinct per test kernel.
 inline CachedKernel fakeKernel(const std::string &tag = "a") {
@@ -86,15 +98,15 @@ inline CachedKernel fakeKernel(const std::string &tag = "a") {
   info.shapeClass = "default";
   info.blockM = 128;
   info.blockN = 64;
-  info.threads = 128;
-  info.smemBytes = 65536;
   info.compilerVersion = std::string(compilerVersion());
+  info.plan = codegen::planLaunches(mainFacts(info, 128, 65536));
   return {info, fakeCubin(90, {info.entry})};
 }
 
 /// A split-KV kernel of the decode schedule (hd128 causal bf16, sm_90a: 64-row blocks of 4 warps, 128-key tiles, a
-/// combine entry) whose fields verify; `entry` names it.
-inline KernelInfo splitKvKernel(const std::string &entry = "flashtile_decode_causal_bf16_d128") {
+/// combine entry) whose fields verify; `entry` names it. `pack`: GQA packing; `kvCache`: an append kernel first.
+inline KernelInfo splitKvKernel(const std::string &entry = "flashtile_decode_causal_bf16_d128", bool pack = false,
+                                bool kvCache = false) {
   KernelInfo info;
   info.entry = entry;
   info.arch = "sm_90a";
@@ -105,12 +117,20 @@ inline KernelInfo splitKvKernel(const std::string &entry = "flashtile_decode_cau
   info.shapeClass = "default";
   info.blockM = 64;
   info.blockN = 128;
-  info.threads = 128;
-  info.smemBytes = 82944;
   info.compilerVersion = "test";
-  info.combineEntry = info.entry + "_combine";
-  info.combineRows = 1;
-  info.combineThreads = 128;
+  codegen::ModuleFacts facts = mainFacts(info, 128, 82944);
+  facts.combineEntry = info.entry + "_combine";
+  facts.combineRows = 1;
+  facts.combineThreads = 128;
+  facts.dependentLaunch = true;
+  facts.packQueryHeads = pack;
+  if (kvCache) {
+    info.kvCache = true;
+    facts.appendEntry = info.entry + "_append";
+    facts.appendThreads = 128;
+    facts.appendChunkElements = 8;
+  }
+  info.plan = codegen::planLaunches(facts);
   return info;
 }
 

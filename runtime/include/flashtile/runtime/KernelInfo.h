@@ -6,6 +6,7 @@
 #ifndef FLASHTILE_RUNTIME_KERNELINFO_H
 #define FLASHTILE_RUNTIME_KERNELINFO_H
 
+#include "flashtile/runtime/LaunchPlan.h"
 #include "flashtile/runtime/ParamRule.h"
 #include "flashtile/runtime/Status.h"
 
@@ -38,6 +39,14 @@ inline constexpr std::string_view kShortShapeClass = "short";
 inline constexpr std::array<std::string_view, 2> kShapeClasses = {kDefaultShapeClass, kShortShapeClass};
 inline constexpr int kShortSeqlen = 1024;
 
+/// Program kinds: what a module computes. A call asks for one kind; kernels of another kind never serve it.
+inline constexpr std::string_view kForwardKind = "forward";
+inline constexpr std::array<std::string_view, 1> kProgramKinds = {kForwardKind};
+
+/// The version of the manifest's text form. 2: launch plans (LaunchPlan.h) instead of per-schedule fields; a
+/// manifest of another version is refused with a message naming both.
+inline constexpr int kManifestFormat = 2;
+
 /// The kernel the runtime needs for one call.
 struct KernelSpec {
   std::string arch;       // one of kSupportedArchs
@@ -53,16 +62,19 @@ struct KernelSpec {
   // KV-cache calls with rotary embedding (KvCacheArgs::rotaryDim > 0): kRotaryHalves or kRotaryInterleaved, the
   // pairs its kernel rotates (KernelInfo::rotary); empty for every other call.
   std::string rotary;
+  std::string kind{kForwardKind}; // what the program computes: one of kProgramKinds
 
   /// One line naming every field, e.g.
   /// "arch=sm_90a;dtype=bf16;headDim=128;headDimV=128;variant=causal;schedule=fa2;shapeClass=default", with
-  /// ";kvCache=1" appended for KV-cache calls and ";rotary=<pairs>" for rotary ones.
+  /// ";kvCache=1" appended for KV-cache calls, ";rotary=<pairs>" for rotary ones and ";kind=<kind>" for programs
+  /// of a kind other than the forward.
   std::string key() const;
 };
 
 /// Metadata of one compiled kernel.
 struct KernelInfo {
-  std::string entry; // the kernel's symbol name in the cubin (extern "C")
+  std::string kind{kForwardKind}; // one of kProgramKinds
+  std::string entry; // the module's name: its main kernel's symbol in the cubin (extern "C"), and its files' stem
   std::string arch;  // one of kSupportedArchs
   std::string dtype; // one of kSupportedDtypes
   int headDim = 0;
@@ -70,61 +82,29 @@ struct KernelInfo {
   std::string variant; // see KernelSpec::variant
   std::string schedule;
   std::string shapeClass;
-  int blockM = 0;                      // query rows per thread block: grid.x = ceil(seqlenQ / blockM)
-  int blockN = 0;                      // keys per K/V tile (informational for the runtime)
-  int threads = 0;                     // threads per block
-  int smemBytes = 0;                   // dynamic shared memory per block
+  int blockM = 0; // query rows per Q tile (the argument checks bound the tiles a call has)
+  int blockN = 0; // keys per K/V tile (informational for the runtime)
   std::vector<std::string> paramNames; // the variant's numeric params, in FlashtileFwdParams::variantParams order
   std::vector<std::string> inputNames; // the variant's input arrays, in FlashtileFwdParams::inputs order
   std::vector<ParamRule> paramRules;   // the variant's rules for its params' values, checked at every call
   std::string compilerVersion;         // flashtile::compilerVersion() of the compiler that built it
-  // Split-KV kernels (the decode schedule): the key range is split across numSplits blocks, grid.x = Q tiles x
-  // numSplits, and when numSplits > 1 the combine kernel `combineEntry` (same cubin) merges the partials: grid
-  // (ceil(rows / combineRows), headsQ, batch) of combineThreads threads, no dynamic shared memory. Empty and 0
-  // for other kernels (the fields are then absent from the text form; packQueryHeads=1 only when set).
-  std::string combineEntry;
-  int combineRows = 0;
-  int combineThreads = 0;
-
-  // GQA packing (split-KV kernels only): a block's rows are the query heads of one K/V head x the query rows, the
-  // grid (ceil(rows x headsQ / headsKv / blockM) x numSplits, headsKv, batch).
-  bool packQueryHeads = false;
-
-  // KV-cache kernels (split-KV kernels that read caches, KernelAbi.h's kvCache fields): the entry (same cubin) that
-  // appends a call's new keys and values to the cache before the attention kernel runs; empty otherwise.
-  std::string appendEntry;
   // KV-cache kernels that rotate Q and the appended keys (tile.rotary, KernelAbi.h's rotary fields): the pairs,
   // kRotaryHalves (i, i + rotaryDim / 2) or kRotaryInterleaved (2i, 2i + 1); empty for kernels without rotation.
   std::string rotary;
-
-  // TMA kernels (the sm90 family): the kernel's second parameter is the TMA descriptors of Q, K and V
-  // (AttentionTensorMaps, TensorMap.h), one box of blockM (Q) or blockN (K, V) rows x the whole head dim each,
-  // 128-byte swizzled; the runtime encodes them per call. Absent from the text form unless set (tensorMaps=1).
-  bool tensorMaps = false;
-
-  // Persistent kernels (the fa3 schedule's tile.work_loop): the grid is min(units, SMs) blocks, a unit being two Q
-  // tiles of one (batch, head) pair (ceil(FlashtileFwdParams::qTiles / 2) x headsQ x batch units); a block runs one
-  // unit in every gridDim.x (the kernel decodes them). Absent from the text form unless set (persistent=1).
-  bool persistent = false;
-  // Persistent kernels of the dynamic scheduler (tile.work_loop dynamic): the blocks take units of one Q tile from
-  // a counter, FlashtileFwdParams::tileCounter, which the runtime zeroes on the launch's stream before each launch
-  // in a workspace no other launch uses meanwhile (the caller's `workspace`, else the runtime's own buffer for the
-  // stream; under CUDA graph capture the caller's). The grid is min(qTiles x headsQ x batch, SMs) blocks. Absent
-  // from the text form unless set (tileCounter=1).
-  bool tileCounter = false;
+  // The module reads a KV cache (KernelAbi.h's kvCache fields): only KV-cache calls run it. Absent from the text
+  // form unless set (kvCache=1).
+  bool kvCache = false;
   // The dispatch rule its schedule records (Schedule::preferredOver): while no schedule is set (Runtime::setSchedule)
   // and no JIT is installed, a call whose spec asks for schedule `preferredOver` runs this kernel instead when it
   // matches the call's spec otherwise (arch, dtype, head dims, variant). Empty: none; absent from the text form.
   std::string preferredOver;
+  // How a call runs this module: its kernels in order, their grids, blocks, clusters, shared memory, tensor maps,
+  // workspaces and dependencies (LaunchPlan.h). Serialized as `launch.N.*`, `workspace.N.*`, `set.*`, `splits.*`.
+  LaunchPlan plan;
 
-  // K/V-step kernels (the fa1 schedule's tile.state_load / tile.state_store): launched once per K/V tile
-  // (FlashtileFwdParams::kvStep = 0 .. ceil(max seqlen_k / blockN) - 1, one launch when there is no key) on the
-  // grid (ceil(seqlenQ / blockM), headsQ, batch), with the state workspace of KernelAbi.h (stateAcc, stateMax,
-  // stateSum: headDimV + 2 fp32 values per LSE row). Absent from the text form unless set (kvSteps=1).
-  bool kvSteps = false;
-
-  bool splitKv() const { return !combineEntry.empty(); }
-  bool readsKvCache() const { return !appendEntry.empty(); }
+  /// Whether the call's split count matters (the plan has a split rule: split-KV modules).
+  bool splitKv() const { return plan.splits.has_value(); }
+  bool readsKvCache() const { return kvCache; }
 
   /// `key=value` lines, one per field, paramNames and inputNames comma-joined, paramRules in
   /// serializeParamRules' form. Round-trips through parse() when verify() is ok.

@@ -1,0 +1,93 @@
+//===- LaunchPlanner.cpp - the launch plan of a printed module -----------===//
+#include "codegen/common/LaunchPlanner.h"
+
+#include <cassert>
+
+using namespace flashtile;
+
+namespace {
+
+PlanExpr rule(const std::string &text) {
+  StatusOr<PlanExpr> parsed = PlanExpr::parse(text);
+  assert(parsed.ok() && "the planner writes rules the runtime parses");
+  return parsed.ok() ? *parsed : PlanExpr();
+}
+
+std::string str(long long value) { return std::to_string(value); }
+
+/// Bytes rounded up to the runtime's workspace alignment (SplitKv.h: splitKvWorkspaceBytes lays partials out so).
+std::string aligned(const std::string &bytes) { return "cdiv(" + bytes + ", 256) * 256"; }
+
+} // namespace
+
+LaunchPlan flashtile::codegen::planLaunches(const ModuleFacts &f) {
+  LaunchPlan plan;
+  const std::string qTiles = "cdiv(rows, " + str(f.blockM) + ")";
+  PlanLaunch main;
+  main.entry = f.entry;
+  main.threads = f.threads;
+  main.smemBytes = f.smemBytes;
+  main.grid = {rule(qTiles), rule("heads_q"), rule("batch")};
+  if (f.tensorMaps)
+    main.tensorMaps = {{"q", f.blockM, 128}, {"k", f.blockN, 128}, {"v", f.blockN, 128}};
+
+  if (f.persistent) {
+    // One block an SM at most, never more blocks than units: two Q tiles of one (batch, head) pair each, or one
+    // Q tile each when the blocks take them from the counter.
+    const std::string units = f.dynamicWork ? qTiles + " * heads_q * batch" : "cdiv(" + qTiles + ", 2) * heads_q * batch";
+    main.grid = {rule("min(" + units + ", max(sms, 1))"), rule("1"), rule("1")};
+    plan.set.emplace_back("qTiles", rule(qTiles));
+    if (f.dynamicWork)
+      plan.workspaces.push_back({"tile_counter", PlanExpr::constant(4), std::nullopt, /*zeroed=*/true,
+                                 {{"tileCounter", PlanExpr::constant(0)}}});
+  }
+  if (f.kvSteps) {
+    // One launch per K/V tile of the longest sequence (one when there is no key); each LSE row's state (acc, then
+    // the running max, then the running sum) waits in the workspace between launches.
+    main.repeat = rule("max(1, cdiv(keys, " + str(f.blockN) + "))");
+    main.repeatField = "kvStep";
+    plan.workspaces.push_back({"state", rule("lse_rows * (head_dim_v + 2) * 4"), std::nullopt, /*zeroed=*/false,
+                               {{"stateAcc", PlanExpr::constant(0)},
+                                {"stateMax", rule("lse_rows * head_dim_v * 4")},
+                                {"stateSum", rule("lse_rows * (head_dim_v + 1) * 4")}}});
+  }
+  if (!f.appendEntry.empty()) {
+    PlanLaunch append;
+    append.entry = f.appendEntry;
+    append.threads = f.appendThreads;
+    append.grid = {rule("cdiv(new_rows * (head_dim + head_dim_v) / " + str(f.appendChunkElements) + ", " +
+                        str(f.appendThreads) + ")"),
+                   rule("heads_kv"), rule("batch")};
+    append.when = rule("new_rows > 0");
+    plan.launches.push_back(append);
+  }
+  if (!f.combineEntry.empty()) {
+    // The key range of each Q tile is split over `splits` blocks (the split fastest in grid.x); with more than
+    // one, the splits' fp32 partials go to the workspace and the combine kernel merges them.
+    const std::string rows = f.packQueryHeads ? "rows * (heads_q / heads_kv)" : "rows";
+    const std::string heads = f.packQueryHeads ? "heads_kv" : "heads_q";
+    const std::string tiles = "cdiv(" + rows + ", " + str(f.blockM) + ")";
+    main.grid = {rule(tiles + " * splits"), rule(heads), rule("batch")};
+    plan.splits = PlanSplits{rule(tiles + " * " + heads + " * batch"), rule("cdiv(keys, " + str(f.blockN) + ")"),
+                             static_cast<int>(plan.launches.size())};
+    plan.set.emplace_back("numSplits", rule("splits"));
+    plan.set.emplace_back("accumSplitStride", rule("lse_rows"));
+    const std::string accBytes = aligned("splits * lse_rows * head_dim_v * 4");
+    plan.workspaces.push_back({"partials", rule(accBytes + " + " + aligned("splits * lse_rows * 4")),
+                               rule("splits > 1"), /*zeroed=*/false,
+                               {{"oAccum", PlanExpr::constant(0)}, {"lseAccum", rule(accBytes)}}});
+    plan.launches.push_back(main);
+    PlanLaunch combine;
+    combine.entry = f.combineEntry;
+    combine.threads = f.combineThreads;
+    combine.grid = {rule("cdiv(rows, " + str(f.combineRows) + ")"), rule("heads_q"), rule("batch")};
+    combine.when = rule("splits > 1");
+    // The combine grid may start while the attention grid's last blocks write their partials: it waits for that
+    // grid in griddepcontrol.wait.
+    combine.dependent = f.dependentLaunch;
+    plan.launches.push_back(combine);
+    return plan;
+  }
+  plan.launches.push_back(main);
+  return plan;
+}

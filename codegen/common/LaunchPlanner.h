@@ -1,0 +1,38 @@
+//===- LaunchPlanner.h - the launch plan of a printed module -------------===//
+//
+// The CUDA printer knows the structure of the module it printed (a persistent kernel, K/V steps, a split key range
+// with its combine kernel, a KV-cache append kernel, TMA descriptors); this turns those facts into the plan the
+// runtime executes (flashtile/runtime/LaunchPlan.h), so that nothing of them reaches the runtime as a flag.
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_CODEGEN_COMMON_LAUNCHPLANNER_H
+#define FLASHTILE_CODEGEN_COMMON_LAUNCHPLANNER_H
+
+#include "flashtile/runtime/LaunchPlan.h"
+
+#include <string>
+
+namespace flashtile::codegen {
+
+/// What the printer made of a program.
+struct ModuleFacts {
+  std::string entry; // the attention kernel
+  int blockM = 0, blockN = 0, threads = 0, smemBytes = 0;
+  bool tensorMaps = false;     // takes the TMA descriptors of Q, K, V (TileTarget::takesTensorMaps)
+  bool persistent = false;     // tile.work_loop: about one block an SM looping over units of work
+  bool dynamicWork = false;    // tile.work_loop dynamic: units of one Q tile taken from a zeroed counter
+  bool kvSteps = false;        // tile.state_load: one launch per K/V tile, the state in a workspace between them
+  bool packQueryHeads = false; // a block's rows are a K/V head's query heads x query rows
+  std::string combineEntry;    // split key range: the kernel that merges the splits' partials
+  int combineRows = 0, combineThreads = 0;
+  std::string appendEntry; // KV cache: the kernel that appends new keys and values first
+  int appendThreads = 0;
+  int appendChunkElements = 0; // elements of K or V one append thread copies
+  bool dependentLaunch = false; // the arch has programmatic dependent launch
+};
+
+/// The plan of a module with these facts.
+LaunchPlan planLaunches(const ModuleFacts &facts);
+
+} // namespace flashtile::codegen
+
+#endif // FLASHTILE_CODEGEN_COMMON_LAUNCHPLANNER_H

@@ -1,0 +1,303 @@
+// PlanRunnerTest.cpp — the runtime executes launch plans as data: the order of a module's kernels, their grids,
+// the workspaces and the fields that point into them, repeated launches and programmatic dependent launch, against
+// stand-ins of the driver's calls (no GPU, no libcuda).
+#include "TestUtil.h"
+#include "runtime/lib/PlanRunner.h"
+
+#include "flashtile/runtime/SplitKv.h"
+
+#include <gmock/gmock.h>
+
+#include <cstring>
+#include <map>
+
+using namespace flashtile;
+using testing::HasSubstr;
+
+namespace {
+
+/// One launch the stand-in driver saw.
+struct Launch {
+  std::string entry;
+  std::array<unsigned, 3> grid{};
+  unsigned threads = 0, smem = 0;
+  bool dependent = false;
+  FlashtileFwdParams params{};
+};
+
+/// What the stand-in calls record; one test at a time.
+struct Recorder {
+  std::vector<std::string> functionNames; // a function handle is its index + 1
+  std::vector<Launch> launches;
+  std::vector<std::pair<CUdeviceptr, size_t>> memsets; // (address, 32-bit words)
+  size_t allocated = 0;
+  bool capturing = false;
+} recorder;
+
+constexpr CUdeviceptr kOwnBuffer = 0x100000;
+
+CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem, void **params,
+                bool dependent) {
+  Launch l;
+  l.entry = recorder.functionNames.at(reinterpret_cast<uintptr_t>(f) - 1);
+  l.grid = {gx, gy, gz};
+  l.threads = bx;
+  l.smem = smem;
+  l.dependent = dependent;
+  std::memcpy(&l.params, params[0], sizeof(l.params));
+  recorder.launches.push_back(l);
+  return CUDA_SUCCESS;
+}
+
+CudaDriver standIn() {
+  CudaDriver d = CudaDriver::unloaded();
+  d.cuModuleLoadData = [](CUmodule *module, const void *) {
+    *module = reinterpret_cast<CUmodule>(0x1);
+    return CUDA_SUCCESS;
+  };
+  d.cuModuleUnload = [](CUmodule) { return CUDA_SUCCESS; };
+  d.cuModuleGetFunction = [](CUfunction *function, CUmodule, const char *name) {
+    recorder.functionNames.push_back(name);
+    *function = reinterpret_cast<CUfunction>(static_cast<uintptr_t>(recorder.functionNames.size()));
+    return CUDA_SUCCESS;
+  };
+  d.cuCtxGetDevice = [](CUdevice *device) {
+    *device = 0;
+    return CUDA_SUCCESS;
+  };
+  d.cuDeviceGetAttribute = [](int *value, CUdevice_attribute, CUdevice) {
+    *value = 227 * 1024;
+    return CUDA_SUCCESS;
+  };
+  d.cuFuncSetAttribute = [](CUfunction, CUfunction_attribute, int) { return CUDA_SUCCESS; };
+  d.cuOccupancyMaxActiveBlocksPerMultiprocessor = [](int *blocks, CUfunction, int, size_t) {
+    *blocks = 2;
+    return CUDA_SUCCESS;
+  };
+  d.cuCtxGetCurrent = [](CUcontext *context) {
+    *context = reinterpret_cast<CUcontext>(0x2);
+    return CUDA_SUCCESS;
+  };
+  d.cuStreamIsCapturing = [](CUstream, CUstreamCaptureStatus *status) {
+    *status = recorder.capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+  };
+  d.cuStreamSynchronize = [](CUstream) { return CUDA_SUCCESS; };
+  d.cuMemAlloc_v2 = [](CUdeviceptr *pointer, size_t bytes) {
+    recorder.allocated = bytes;
+    *pointer = kOwnBuffer;
+    return CUDA_SUCCESS;
+  };
+  d.cuMemFree_v2 = [](CUdeviceptr) { return CUDA_SUCCESS; };
+  d.cuMemsetD32Async = [](CUdeviceptr address, unsigned, size_t words, CUstream) {
+    recorder.memsets.emplace_back(address, words);
+    return CUDA_SUCCESS;
+  };
+  d.cuLaunchKernel = [](CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned, unsigned,
+                        unsigned smem, CUstream, void **params, void **) {
+    return launch(f, gx, gy, gz, bx, smem, params, false);
+  };
+  d.cuLaunchKernelEx = [](const CUlaunchConfig *c, CUfunction f, void **params, void **) {
+    bool dependent = false;
+    for (unsigned i = 0; i < c->numAttrs; ++i)
+      dependent |= c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION &&
+                   c->attrs[i].value.programmaticStreamSerializationAllowed;
+    return launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->sharedMemBytes, params, dependent);
+  };
+  return d;
+}
+
+class PlanRunner : public ::testing::Test {
+protected:
+  void SetUp() override { recorder = Recorder(); }
+
+  Status run(const KernelInfo &info, const AttentionArgs &args) {
+    auto kernel = std::make_shared<const CachedKernel>(CachedKernel{info, ""});
+    StatusOr<detail::LoadedModule> module = detail::loadModule(driver, reinterpret_cast<CUcontext>(0x2), kernel);
+    if (!module.ok())
+      return module.status();
+    detail::PlanServices services{workspaces, [] { return StatusOr<int>(132); }};
+    return detail::runPlan(driver, *module, args, nullptr, services);
+  }
+
+  CudaDriver driver = standIn();
+  detail::SplitKvWorkspaces workspaces;
+};
+
+/// One query row of 32 heads over 8 K/V heads and `keys` keys, batch `batch`, head dim 128.
+AttentionArgs decodeCall(int batch, int keys) {
+  alignas(256) static char tensor[256];
+  AttentionArgs args = AttentionArgs::contiguous(DType::BF16, tensor, tensor, tensor, tensor,
+                                                 reinterpret_cast<float *>(tensor), batch, 1, keys, 32, 8, 128);
+  args.variant = "causal";
+  return args;
+}
+
+TEST_F(PlanRunner, SplitModulesRunAttentionThenCombineWithTheirWorkspace) {
+  const KernelInfo info = test::splitKvKernel();
+  AttentionArgs args = decodeCall(2, 8192);
+  args.numSplits = 3;
+  ASSERT_TRUE(run(info, args).ok());
+  ASSERT_EQ(recorder.launches.size(), 2u);
+  const Launch &attention = recorder.launches[0], &combine = recorder.launches[1];
+  EXPECT_EQ(attention.entry, info.entry);
+  EXPECT_EQ(combine.entry, info.entry + "_combine");
+  // One 64-row Q tile x 3 splits per (query head, batch); the combine grid one row a block.
+  EXPECT_EQ(attention.grid, (std::array<unsigned, 3>{3, 32, 2}));
+  EXPECT_EQ(attention.threads, 128u);
+  EXPECT_EQ(attention.smem, 82944u);
+  EXPECT_FALSE(attention.dependent);
+  EXPECT_EQ(combine.grid, (std::array<unsigned, 3>{1, 32, 2}));
+  EXPECT_TRUE(combine.dependent) << "the combine grid launches by programmatic dependent launch";
+  // The partials live in the runtime's buffer for the stream, laid out as splitKvWorkspaceBytes says.
+  const long long rows = 2 * 32 * 1;
+  EXPECT_GE(recorder.allocated, splitKvWorkspaceBytes(rows, 128, 3));
+  for (const Launch &l : recorder.launches) {
+    EXPECT_EQ(l.params.numSplits, 3);
+    EXPECT_EQ(l.params.accumSplitStride, rows);
+    EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.oAccum), kOwnBuffer);
+    EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.lseAccum), kOwnBuffer + splitKvLseOffset(rows, 128, 3));
+  }
+  EXPECT_TRUE(recorder.memsets.empty()) << "partials are written whole; nothing is zeroed";
+}
+
+TEST_F(PlanRunner, OneSplitRunsTheAttentionKernelAlone) {
+  AttentionArgs args = decodeCall(2, 8192);
+  args.numSplits = 1;
+  ASSERT_TRUE(run(test::splitKvKernel(), args).ok());
+  ASSERT_EQ(recorder.launches.size(), 1u);
+  EXPECT_EQ(recorder.launches[0].params.numSplits, 1);
+  EXPECT_EQ(recorder.allocated, 0u);
+}
+
+TEST_F(PlanRunner, CacheModulesAppendFirstOnlyWhenThereAreNewKeys) {
+  const KernelInfo info = test::splitKvKernel("flashtile_decode_causal_bf16_d128_kvcache", true, true);
+  AttentionArgs args = decodeCall(2, 8192);
+  args.numSplits = 2;
+  ASSERT_TRUE(run(info, args).ok());
+  ASSERT_EQ(recorder.launches.size(), 2u) << "no new keys: no append";
+  EXPECT_EQ(recorder.launches[0].entry, info.entry);
+  // GQA packing: the 4 query heads of a K/V head are rows of one block, grid.y the K/V heads.
+  EXPECT_EQ(recorder.launches[0].grid, (std::array<unsigned, 3>{2, 8, 2}));
+}
+
+TEST_F(PlanRunner, ACallersWorkspaceMustHoldThePlansWorkspaces) {
+  AttentionArgs args = decodeCall(2, 8192);
+  args.numSplits = 3;
+  static float small[16];
+  args.workspace = small;
+  args.workspaceBytes = sizeof(small);
+  Status status = run(test::splitKvKernel(), args);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("workspaceBytes is 64; kernel flashtile_decode_causal_bf16_d128 (schedule "
+                                          "decode) needs "));
+  EXPECT_THAT(status.message(), HasSubstr("(partials "));
+  EXPECT_TRUE(recorder.launches.empty()) << "a call launches whole or not at all";
+}
+
+TEST_F(PlanRunner, UnderCaptureWithoutAWorkspaceASplitPlanRunsUnsplit) {
+  recorder.capturing = true;
+  AttentionArgs args = decodeCall(2, 8192);
+  args.numSplits = 3;
+  ASSERT_TRUE(run(test::splitKvKernel(), args).ok());
+  ASSERT_EQ(recorder.launches.size(), 1u);
+  EXPECT_EQ(recorder.launches[0].params.numSplits, 1);
+  EXPECT_EQ(recorder.allocated, 0u);
+}
+
+TEST_F(PlanRunner, ZeroedWorkspacesAreSetBeforeTheLaunch) {
+  KernelInfo info = test::fakeKernel().info;
+  codegen::ModuleFacts facts = test::mainFacts(info, 384, 200000);
+  facts.tensorMaps = false; // descriptors need the driver's encoder; the counter is what this test is about
+  facts.persistent = facts.dynamicWork = true;
+  info.plan = codegen::planLaunches(facts);
+  AttentionArgs args = decodeCall(2, 8192);
+  args.seqlenQ = 1000;
+  ASSERT_TRUE(run(info, args).ok());
+  ASSERT_EQ(recorder.memsets.size(), 1u);
+  EXPECT_EQ(recorder.memsets[0], (std::pair<CUdeviceptr, size_t>{kOwnBuffer, 1}));
+  ASSERT_EQ(recorder.launches.size(), 1u);
+  const Launch &l = recorder.launches[0];
+  EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.tileCounter), kOwnBuffer);
+  EXPECT_EQ(l.params.qTiles, 8);                                  // ceil(1000 / 128)
+  EXPECT_EQ(l.grid, (std::array<unsigned, 3>{132, 1, 1}));       // min(8 x 32 x 2 units, 132 SMs)
+  // Under capture a plan that needs a workspace the runtime would own is an error naming what it needs.
+  recorder.capturing = true;
+  Status captured = run(info, args);
+  ASSERT_FALSE(captured.ok());
+  EXPECT_THAT(captured.message(), HasSubstr("needs a workspace (tile_counter 4 bytes); under CUDA graph capture"));
+}
+
+TEST_F(PlanRunner, RepeatedLaunchesCountTheirStep) {
+  KernelInfo info = test::fakeKernel().info;
+  codegen::ModuleFacts facts = test::mainFacts(info, 128, 40000);
+  facts.kvSteps = true;
+  info.plan = codegen::planLaunches(facts);
+  AttentionArgs args = decodeCall(1, 200); // ceil(200 / 64) = 4 K/V tiles
+  ASSERT_TRUE(run(info, args).ok());
+  ASSERT_EQ(recorder.launches.size(), 4u);
+  for (int step = 0; step < 4; ++step) {
+    EXPECT_EQ(recorder.launches[step].params.kvStep, step);
+    EXPECT_EQ(reinterpret_cast<CUdeviceptr>(recorder.launches[step].params.stateAcc), kOwnBuffer);
+    EXPECT_EQ(reinterpret_cast<CUdeviceptr>(recorder.launches[step].params.stateMax), kOwnBuffer + 32 * 128 * 4);
+  }
+}
+
+} // namespace
+
+namespace {
+
+long long evalText(const std::string &text, PlanSymbols symbols = {}) {
+  StatusOr<PlanExpr> rule = PlanExpr::parse(text);
+  EXPECT_TRUE(rule.ok()) << text << ": " << (rule.ok() ? "" : rule.status().message());
+  if (!rule.ok())
+    return -1;
+  StatusOr<long long> value = rule->eval(symbols);
+  EXPECT_TRUE(value.ok()) << text;
+  return value.ok() ? *value : -1;
+}
+
+std::string parseError(const std::string &text) {
+  StatusOr<PlanExpr> rule = PlanExpr::parse(text);
+  EXPECT_FALSE(rule.ok()) << text;
+  return rule.ok() ? std::string() : rule.status().message();
+}
+
+TEST(PlanExpr, ReadsSizesWithTheUsualPrecedence) {
+  PlanSymbols s;
+  s.rows = 1000;
+  s.headsQ = 32;
+  s.headsKv = 8;
+  s.batch = 2;
+  s.splits = 3;
+  s.sms = 132;
+  EXPECT_EQ(evalText("cdiv(rows, 128) * heads_q * batch", s), 8 * 32 * 2);
+  EXPECT_EQ(evalText("1 + 2 * 3 - 4 / 2", s), 5);
+  EXPECT_EQ(evalText("(1 + 2) * 3", s), 9);
+  EXPECT_EQ(evalText("min(cdiv(cdiv(rows, 128), 2) * heads_q * batch, max(sms, 1))", s), 132);
+  EXPECT_EQ(evalText("rows * (heads_q / heads_kv)", s), 4000);
+  EXPECT_EQ(evalText("splits > 1", s), 1);
+  EXPECT_EQ(evalText("splits >= 4", s), 0);
+  EXPECT_EQ(evalText("splits == 3", s), 1);
+  EXPECT_EQ(PlanExpr::parse("cdiv(rows,  64)")->text(), "cdiv(rows,  64)") << "a rule prints as written";
+  EXPECT_TRUE(PlanExpr::parse("splits * 2")->reads("splits"));
+  EXPECT_FALSE(PlanExpr::parse("rows * 2")->reads("splits"));
+}
+
+TEST(PlanExpr, BadRulesAreNamedWhereTheyFail) {
+  EXPECT_THAT(parseError("rows +"), HasSubstr("expected a number, a size, a call or '('"));
+  EXPECT_THAT(parseError("cdiv(rows)"), HasSubstr("cdiv takes two arguments"));
+  EXPECT_THAT(parseError("rows rows"), HasSubstr("at character 6: unexpected 'r'"));
+  EXPECT_THAT(parseError("colour * 2"), HasSubstr("unknown size 'colour'"));
+  EXPECT_THAT(parseError("99999999999999999999"), HasSubstr("a literal past 2^62"));
+  // Nesting is bounded before any recursion could exhaust the stack.
+  EXPECT_THAT(parseError(std::string(100000, '(') + "1" + std::string(100000, ')')), HasSubstr("nested deeper than 32"));
+  // Evaluation errors: division by zero and overflow come back as errors, never as a wrapped number.
+  EXPECT_FALSE(PlanExpr::parse("rows / 0")->eval({}).ok());
+  EXPECT_FALSE(PlanExpr::parse("cdiv(rows, batch)")->eval({}).ok());
+  PlanSymbols huge;
+  huge.rows = 1LL << 40;
+  EXPECT_FALSE(PlanExpr::parse("rows * rows")->eval(huge).ok());
+}
+
+} // namespace
