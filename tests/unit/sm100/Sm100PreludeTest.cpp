@@ -407,6 +407,8 @@ TEST(Sm100Prelude, SassHasTcgen05Instructions) {
       missing += std::string(missing.empty() ? "" : ", ") + opcode;
   EXPECT_TRUE(missing.empty()) << "not in the SASS (" << sass->size() << " characters from " << nvdisasm
                                << "): " << missing;
+  // No local-memory traffic: the wrappers keep every operand in registers.
+  EXPECT_THAT(*sass, testing::Not(testing::ContainsRegex("[[:space:]](LDL|STL)[. ]")));
 }
 
 } // namespace
