@@ -119,6 +119,34 @@ TEST(Sm100Exp2Poly, BelowTheNormalRange) {
   EXPECT_EQ(sm100::exp2Poly3(-1000.0f), 0.0f);
 }
 
+/// The device form's operation sequence (sm100::math::exp2Poly3 in PreludeSm100.h), step by step on the host; the
+/// rounded-down addition (__fadd_rd, add.rm) is done exactly in double and rounded toward -inf by hand.
+float deviceSequence(float x) {
+  x = std::fmax(x, sm100::kExp2PolyMinInput);
+  const double exactSum = static_cast<double>(x) + static_cast<double>(sm100::kExp2PolyRoundingShift);
+  float shifted = static_cast<float>(exactSum);
+  if (static_cast<double>(shifted) > exactSum)
+    shifted = std::nextafter(shifted, -std::numeric_limits<float>::infinity());
+  const float fraction = x - (shifted - sm100::kExp2PolyRoundingShift);
+  const float p = std::fma(std::fma(std::fma(sm100::kExp2PolyC3, fraction, sm100::kExp2PolyC2), fraction,
+                                    sm100::kExp2PolyC1),
+                           fraction, sm100::kExp2PolyC0);
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(p) +
+                              (std::bit_cast<uint32_t>(shifted) << sm100::kFloatMantissaBits));
+}
+
+TEST(Sm100Exp2Poly, TheTwinComputesWhatTheDeviceSequenceComputes) {
+  // The device finds floor(x) by a rounded-down addition and shifts the sum's bits into the exponent; the twin uses
+  // std::floor and an integer shift. Bit for bit the same over [-127, 8], -inf included.
+  constexpr int kFractionBits = 16;
+  for (int64_t k = int64_t{-127} << kFractionBits; k <= int64_t{8} << kFractionBits; ++k) {
+    const float x = std::ldexp(static_cast<float>(k), -kFractionBits);
+    ASSERT_EQ(std::bit_cast<uint32_t>(deviceSequence(x)), std::bit_cast<uint32_t>(sm100::exp2Poly3(x))) << x;
+  }
+  const float negativeInfinity = -std::numeric_limits<float>::infinity();
+  EXPECT_EQ(std::bit_cast<uint32_t>(deviceSequence(negativeInfinity)), 0u);
+}
+
 /// fp32 to bf16 bits, rounded to nearest even.
 uint32_t bf16Bits(float value) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
