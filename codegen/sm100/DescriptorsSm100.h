@@ -53,11 +53,11 @@ inline constexpr uint32_t kBaseOffsetShift = 7, kBaseOffsetMask = 0x7;
 
 /// One field per row of Table 40, named after its description there; reserved bits are named too (they must be 0).
 struct SharedMemoryDescriptor {
-  uint64_t matrixStartAddress : 14 = 0;         ///< bits 0-13: matrix-descriptor-encode(matrix start address)
-  uint64_t reserved14 : 2 = 0;                  ///< bits 14-15
-  uint64_t leadingDimensionByteOffset : 14 = 0; ///< bits 16-29: matrix-descriptor-encode(LBO), relative mode
-  uint64_t reserved30 : 2 = 0;                  ///< bits 30-31
-  uint64_t strideDimensionByteOffset : 14 = 0;  ///< bits 32-45: matrix-descriptor-encode(SBO)
+  uint64_t matrixStartAddress : 14 = 0;                  ///< bits 0-13: matrix-descriptor-encode(matrix start address)
+  uint64_t reserved14 : 2 = 0;                           ///< bits 14-15
+  uint64_t leadingDimensionByteOffset : 14 = 0;          ///< bits 16-29: matrix-descriptor-encode(LBO), relative mode
+  uint64_t reserved30 : 2 = 0;                           ///< bits 30-31
+  uint64_t strideDimensionByteOffset : 14 = 0;           ///< bits 32-45: matrix-descriptor-encode(SBO)
   uint64_t version : 3 = kSharedMemoryDescriptorVersion; ///< bits 46-48: fixed constant 0b001
   uint64_t matrixBaseOffset : 3 = 0;                     ///< bits 49-51
   uint64_t leadingDimensionStrideMode : 1 = 0;           ///< bit 52: LeadingDimensionStrideMode

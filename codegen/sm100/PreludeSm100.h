@@ -298,9 +298,10 @@ inline std::string hexFloatLiteral(float value) {
 /// coefficients and constants of Exp2PolySm100.h.
 inline std::string exp2PolyText() {
   std::string text = "namespace sm100::math {\n";
-  text += "// FA4's partial software exp2 (codegen/sm100/Exp2PolySm100.h has the derivation and the host twin): 2^x =\n"
-          "// 2^floor(x) · p(x - floor(x)) with a cubic p on FMAs, for a share of the exponentials that would\n"
-          "// otherwise queue on MUFU. Inputs are clamped to -127 (exp2(-inf) = +0); results are normal for x >= -126.\n";
+  text +=
+      "// FA4's partial software exp2 (codegen/sm100/Exp2PolySm100.h has the derivation and the host twin): 2^x =\n"
+      "// 2^floor(x) · p(x - floor(x)) with a cubic p on FMAs, for a share of the exponentials that would\n"
+      "// otherwise queue on MUFU. Inputs are clamped to -127 (exp2(-inf) = +0); results are normal for x >= -126.\n";
   const auto constant = [&text](const char *name, float value) {
     text.append("inline constexpr float ").append(name).append(" = ").append(hexFloatLiteral(value)).append(";\n");
   };
@@ -311,8 +312,8 @@ inline std::string exp2PolyText() {
   constant("kExp2MinInput", kExp2PolyMinInput);
   constant("kExp2RoundingShift", kExp2PolyRoundingShift);
   text += "inline constexpr unsigned kExp2MantissaBits = " + std::to_string(kFloatMantissaBits) + "u;\n";
-  text += R"cuda(// floor(x) lands in the low mantissa bits of x + 1.5 * 2^23 rounded down; shifted by 23 they are 2^floor(x)'s
-// exponent, added to p's bits (p is in [1, 2): its own exponent is 0).
+  text += R"cuda(// floor(x) lands in the low mantissa bits of x + 1.5 * 2^23 rounded down; shifted by 23 they are
+// 2^floor(x)'s exponent, added to p's bits (p is in [1, 2): its own exponent is 0).
 __device__ __forceinline__ float exp2Poly3(float x) {
   x = fmaxf(x, kExp2MinInput);
   const float shifted = __fadd_rd(x, kExp2RoundingShift);
@@ -374,12 +375,12 @@ inline std::string tmemAccessText(int width) {
   const std::string shape = ".32x32b.x" + n + ".b32";
   std::string text = "namespace sm100::tmem {\ntemplate <>\nstruct Access32x32b<" + n + "> {\n";
   text += "  static __device__ __forceinline__ void load(unsigned taddr, unsigned (&r)[" + n + "]) {\n";
-  text += "    asm volatile(\"tcgen05.ld.sync.aligned" + shape + " {" + joined(slots) + "}, [" + addressSlot +
-          "];\\n\"\n";
+  text +=
+      "    asm volatile(\"tcgen05.ld.sync.aligned" + shape + " {" + joined(slots) + "}, [" + addressSlot + "];\\n\"\n";
   text += "                 : " + joined(loadBindings) + "\n                 : \"r\"(taddr));\n  }\n";
   text += "  static __device__ __forceinline__ void store(unsigned taddr, const unsigned (&r)[" + n + "]) {\n";
-  text += "    asm volatile(\"tcgen05.st.sync.aligned" + shape + " [" + addressSlot + "], {" + joined(slots) +
-          "};\\n\"\n";
+  text +=
+      "    asm volatile(\"tcgen05.st.sync.aligned" + shape + " [" + addressSlot + "], {" + joined(slots) + "};\\n\"\n";
   text += "                 :: " + joined(storeBindings) + ", \"r\"(taddr)\n                 : \"memory\");\n  }\n";
   return text + "};\n} // namespace sm100::tmem\n";
 }

@@ -18,8 +18,7 @@ using testing::HasSubstr;
 namespace {
 
 /// One row of a PTX descriptor table: the field's first bit and width, and how our struct reads and writes it.
-template <class Descriptor>
-struct TableRow {
+template <class Descriptor> struct TableRow {
   const char *field;
   int lowBit;
   int width;
@@ -29,8 +28,9 @@ struct TableRow {
 
 #define FLASHTILE_ROW(Descriptor, field, lowBit, width)                                                                \
   TableRow<Descriptor> {                                                                                               \
-    #field, lowBit, width, [](Descriptor &d, uint64_t v) { d.field = v; },                                             \
-        [](const Descriptor &d) { return static_cast<uint64_t>(d.field); }                                             \
+#field, lowBit, width,                                                                                             \
+        [](Descriptor & d,                                                                                             \
+           uint64_t v) { d.field = v; }, [](const Descriptor &d) { return static_cast<uint64_t>(d.field); }            \
   }
 
 /// PTX ISA Table 40, "Shared memory descriptor layout".
@@ -66,8 +66,7 @@ std::vector<TableRow<sm100::InstructionDescriptor>> table42() {
 uint64_t ones(int width) { return width == 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1; }
 
 /// A descriptor with every field 0, the fixed ones included (the defaults set the version to 0b001).
-template <class Descriptor>
-Descriptor allZero(const std::vector<TableRow<Descriptor>> &table) {
+template <class Descriptor> Descriptor allZero(const std::vector<TableRow<Descriptor>> &table) {
   Descriptor d;
   for (const TableRow<Descriptor> &row : table)
     row.set(d, 0);
@@ -76,8 +75,7 @@ Descriptor allZero(const std::vector<TableRow<Descriptor>> &table) {
 
 /// Each field alone, at its lowest and highest value, lands on the table's bits and reads back; the rows cover the
 /// descriptor's bits exactly once.
-template <class Descriptor>
-void expectLayout(const std::vector<TableRow<Descriptor>> &table, int bits) {
+template <class Descriptor> void expectLayout(const std::vector<TableRow<Descriptor>> &table, int bits) {
   uint64_t covered = 0;
   for (const TableRow<Descriptor> &row : table) {
     SCOPED_TRACE(row.field);

@@ -128,9 +128,9 @@ float deviceSequence(float x) {
   if (static_cast<double>(shifted) > exactSum)
     shifted = std::nextafter(shifted, -std::numeric_limits<float>::infinity());
   const float fraction = x - (shifted - sm100::kExp2PolyRoundingShift);
-  const float p = std::fma(std::fma(std::fma(sm100::kExp2PolyC3, fraction, sm100::kExp2PolyC2), fraction,
-                                    sm100::kExp2PolyC1),
-                           fraction, sm100::kExp2PolyC0);
+  const float p =
+      std::fma(std::fma(std::fma(sm100::kExp2PolyC3, fraction, sm100::kExp2PolyC2), fraction, sm100::kExp2PolyC1),
+               fraction, sm100::kExp2PolyC0);
   return std::bit_cast<float>(std::bit_cast<uint32_t>(p) +
                               (std::bit_cast<uint32_t>(shifted) << sm100::kFloatMantissaBits));
 }

@@ -213,9 +213,7 @@ extern "C" __global__ void softwareExp2(float *x, int n) {
 }
 )cuda";
 
-std::string exerciseSource() {
-  return sm100::prelude(kExerciseWidths) + descriptorConstants() + kExerciseKernels;
-}
+std::string exerciseSource() { return sm100::prelude(kExerciseWidths) + descriptorConstants() + kExerciseKernels; }
 
 TEST(Sm100Prelude, EveryPrimitiveCompilesToACubinForSm100a) {
   StatusOr<std::string> cubin = compileCuda(exerciseSource(), "sm100_exercise.cu", sm100::kArch, NvrtcOutput::Cubin);
@@ -297,8 +295,8 @@ TEST(Sm100Prelude, PrintsEachWidthOnceAndRejectsBadWidths) {
     EXPECT_THAT(sm100::tmemAccessText(bad), HasSubstr("#error \"tcgen05.ld/st .32x32b.xN: N = " + std::to_string(bad) +
                                                       " is not a power of two in [1, 128]\""));
   }
-  StatusOr<std::string> ptx = compileCuda(sm100::prelude(std::vector<int>{8, 24}), "bad_width.cu", sm100::kArch,
-                                          NvrtcOutput::Ptx);
+  StatusOr<std::string> ptx =
+      compileCuda(sm100::prelude(std::vector<int>{8, 24}), "bad_width.cu", sm100::kArch, NvrtcOutput::Ptx);
   ASSERT_FALSE(ptx.ok());
   EXPECT_THAT(ptx.status().message(), HasSubstr("N = 24 is not a power of two"));
 }
@@ -388,10 +386,10 @@ TEST(Sm100Prelude, SassHasTcgen05Instructions) {
   ASSERT_TRUE(cubin.ok()) << cubin.status().message();
   // scripts/sm100-sass.sh asks for the cubin (FLASHTILE_SM100_CUBIN) to report the opcodes itself.
   const char *keep = std::getenv("FLASHTILE_SM100_CUBIN");
-  const std::filesystem::path file = keep != nullptr && *keep != '\0'
-                                         ? std::filesystem::path(keep)
-                                         : std::filesystem::temp_directory_path() /
-                                               ("flashtile-sm100-" + std::to_string(getpid()) + ".cubin");
+  const std::filesystem::path file =
+      keep != nullptr && *keep != '\0'
+          ? std::filesystem::path(keep)
+          : std::filesystem::temp_directory_path() / ("flashtile-sm100-" + std::to_string(getpid()) + ".cubin");
   std::ofstream(file, std::ios::binary).write(cubin->data(), std::streamsize(cubin->size()));
   const std::optional<std::string> sass = capture("'" + nvdisasm + "' -c '" + file.string() + "' 2>&1");
   if (keep == nullptr || *keep == '\0')
