@@ -109,28 +109,27 @@ constexpr uint64_t matrixBaseOffset(SwizzlingMode mode, uint32_t patternStartAdd
   return (patternStartAddress >> kBaseOffsetShift) & kBaseOffsetMask;
 }
 
-/// A K-major operand (A = Q, B = K of Q·Kᵀ: the reduction dimension is contiguous) in the column-block layout TMA's
-/// swizzle leaves (README.md): rows of `span` bytes, 8-row groups 8·span apart (SBO). The
-/// PTX ISA leaves LBO unused for swizzled K-major layouts ("assumed 1"): it is set to 1 (16 bytes). `startAddress` 0
-/// leaves the field for the kernel to fill.
-constexpr SharedMemoryDescriptor kMajorDescriptor(SwizzlingMode mode, uint32_t startAddress = 0) {
+/// A tile in the column-block layout TMA's swizzle leaves (README.md): rows of `span` bytes, 8-row groups 8·span
+/// apart (SBO, both majors), the leading dimension's stride `leadingBytes` (LBO). `startAddress` 0 leaves the start
+/// address for the kernel to fill.
+constexpr SharedMemoryDescriptor swizzledDescriptor(SwizzlingMode mode, uint32_t leadingBytes, uint32_t startAddress) {
   SharedMemoryDescriptor d;
   d.matrixStartAddress = matrixDescriptorEncode(startAddress);
-  d.leadingDimensionByteOffset = matrixDescriptorEncode(kMatrixDescriptorGranuleBytes);
+  d.leadingDimensionByteOffset = matrixDescriptorEncode(leadingBytes);
   d.strideDimensionByteOffset = matrixDescriptorEncode(swizzleRepeatBytes(mode));
   d.swizzlingMode = static_cast<uint64_t>(mode);
   return d;
 }
-/// An MN-major operand (B = V of P·V: the output dimension N is contiguous): k rows of `span` bytes of N, 8-row groups
-/// 8·span apart (SBO), and the next `span`-byte block of N `blockBytes` away (LBO: rows x span in the column-block
-/// layout, where a block holds every k row of its N columns).
+/// A K-major operand (A = Q, B = K of Q·Kᵀ: the reduction dimension is contiguous). The PTX ISA leaves LBO unused for
+/// swizzled K-major layouts ("assumed 1"): it is set to 1 (16 bytes).
+constexpr SharedMemoryDescriptor kMajorDescriptor(SwizzlingMode mode, uint32_t startAddress = 0) {
+  return swizzledDescriptor(mode, kMatrixDescriptorGranuleBytes, startAddress);
+}
+/// An MN-major operand (B = V of P·V: the output dimension N is contiguous): k rows of `span` bytes of N, and the next
+/// `span`-byte block of N `blockBytes` away (LBO: rows x span in the column-block layout, where a block holds every k
+/// row of its N columns).
 constexpr SharedMemoryDescriptor mnMajorDescriptor(SwizzlingMode mode, uint32_t blockBytes, uint32_t startAddress = 0) {
-  SharedMemoryDescriptor d;
-  d.matrixStartAddress = matrixDescriptorEncode(startAddress);
-  d.leadingDimensionByteOffset = matrixDescriptorEncode(blockBytes);
-  d.strideDimensionByteOffset = matrixDescriptorEncode(swizzleRepeatBytes(mode));
-  d.swizzlingMode = static_cast<uint64_t>(mode);
-  return d;
+  return swizzledDescriptor(mode, blockBytes, startAddress);
 }
 
 /// The 64-bit value tcgen05.mma takes. (Not constexpr: GCC 12 cannot constant-evaluate a bit_cast of bit-fields.)

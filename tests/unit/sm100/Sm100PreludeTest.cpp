@@ -62,26 +62,28 @@ constexpr unsigned kTileBytes = 128 * 128 * 2;    // a 128 x 128 bf16 tile: two 
 constexpr unsigned kBlockBytes = 128 * 128;       // one column block of 128 rows x 128 bytes
 constexpr unsigned kSColumn = 0, kPColumn = 0, kOColumn = 256;
 
-// Tensor-memory allocation: one warp allocates, relinquishes the permit, publishes the base through shared memory
-// with the tcgen05 fences around the barrier, and frees it at the end.
+// Tensor-memory allocation: two warps allocate (256 + 32 of the 512 columns), publish their bases through shared
+// memory with the tcgen05 fences around the barrier, the CTA gives up its permit to allocate (after the last alloc),
+// and each warp frees what it allocated at the end.
 extern "C" __global__ void tmemAllocation(unsigned *out) {
   __shared__ unsigned base[2];
-  if (threadIdx.x / 32 == 0) {
-    sm100::tmem::alloc<512>(&base[0]);
-    sm100::tmem::relinquishAllocPermit();
-  } else if (threadIdx.x / 32 == 1) {
+  const unsigned warp = threadIdx.x / 32;
+  if (warp == 0)
+    sm100::tmem::alloc<256>(&base[0]);
+  else if (warp == 1)
     sm100::tmem::alloc<32>(&base[1]);
-  }
   sm100::fence::beforeThreadSync();
   __syncthreads();
   sm100::fence::afterThreadSync();
-  out[threadIdx.x] = sm100::tmem::address(base[0], threadIdx.x % sm100::tmem::kLanes, kOColumn);
+  if (warp == 0)
+    sm100::tmem::relinquishAllocPermit();
+  out[threadIdx.x] = sm100::tmem::address(base[0], threadIdx.x % sm100::tmem::kLanes, kOColumn / 2) ^ base[1];
   sm100::fence::beforeThreadSync();
   __syncthreads();
   sm100::fence::afterThreadSync();
-  if (threadIdx.x / 32 == 0)
-    sm100::tmem::dealloc<512>(base[0]);
-  else if (threadIdx.x / 32 == 1)
+  if (warp == 0)
+    sm100::tmem::dealloc<256>(base[0]);
+  else if (warp == 1)
     sm100::tmem::dealloc<32>(base[1]);
 }
 
