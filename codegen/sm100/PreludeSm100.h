@@ -1,0 +1,404 @@
+//===- PreludeSm100.h - device primitives of the SM100 instruction family -===//
+//
+// The CUDA text printed ahead of a kernel lowered to the sm100 family (tcgen05.mma, tensor memory, TMA, mbarrier),
+// which only sm_100a runs. Instruction-level primitives only — one inline-PTX wrapper, a descriptor or address helper,
+// or FA4's software exp2 each; a kernel's roles, rings, barrier protocol and loops are generated from its IR. It
+// compiles under NVRTC with no headers and includes nothing of the other families (its TMA and mbarrier wrappers are
+// its own).
+//
+// No SM100 GPU exists here and nothing can run tcgen05 code: every primitive below is verified by NVRTC and ptxas
+// compiling it for sm_100a and by reading the SASS (tests/unit/sm100, scripts/sm100-sass.sh), never by running it.
+//
+// Three parts: kPreludeCore (fixed text), exp2PolyText() (the software exp2, its coefficients printed from
+// Exp2PolySm100.h so that the device function and the host twin cannot drift apart) and the tensor-memory access
+// wrappers, one `sm100::tmem::Access32x32b<N>` per width a kernel uses (inline PTX numbers its operands, so each width
+// is printed by tmemAccessText(N)). Layouts and ordering rules: codegen/sm100/README.md.
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_CODEGEN_SM100_PRELUDESM100_H
+#define FLASHTILE_CODEGEN_SM100_PRELUDESM100_H
+
+#include "codegen/sm100/Exp2PolySm100.h"
+#include "codegen/sm100/InstructionsSm100.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flashtile::codegen::sm100 {
+
+inline constexpr std::string_view kPreludeCore = R"cuda(
+// ==== sm100 device primitives: tcgen05 (MMA, tensor memory), TMA, mbarrier (instruction wrappers only) ====
+// Compiled for sm_100a by NVRTC and ptxas only: no SM100 GPU was available to run any of it.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM100_ALL)
+#error "the sm100 prelude (tcgen05, tensor memory) needs --gpu-architecture=sm_100a"
+#endif
+namespace sm100 {
+
+// A CUtensorMap as a kernel parameter (`const __grid_constant__ sm100::TensorMap`): 128 opaque bytes, 64-byte aligned,
+// read by TMA from the parameter space.
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+// An mbarrier: one 64-bit word of shared memory.
+using Mbarrier = unsigned long long;
+
+// The 32-bit shared::cta address every shared-memory operand below takes.
+__device__ __forceinline__ unsigned smemAddress(const void *ptr) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(ptr));
+}
+
+namespace warp {
+// True in exactly one lane of a converged warp: the lane that issues the warp's tcgen05.mma, commit or TMA copy.
+__device__ __forceinline__ bool elect() {
+  unsigned one;
+  asm volatile("{\n"
+               ".reg .pred elected;\n"
+               "elect.sync _|elected, 0xffffffff;\n"
+               "selp.u32 %0, 1, 0, elected;\n"
+               "}\n"
+               : "=r"(one));
+  return one == 1u;
+}
+// Which quarter of tensor memory's 128 lanes this warp may access: warp w reaches lanes [32 (w % 4), +32). Shuffled
+// from lane 0 so the compiler sees a warp-uniform value.
+__device__ __forceinline__ unsigned laneQuarter() { return __shfl_sync(0xffffffffu, (threadIdx.x / 32u) % 4u, 0); }
+} // namespace warp
+
+// ---- fences ----
+namespace fence {
+// This thread's generic-proxy shared-memory writes before later async-proxy reads (TMA stores, tcgen05.mma operands
+// written by threads), and async writes before later generic reads.
+__device__ __forceinline__ void proxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// tcgen05 operations are asynchronous and not ordered by barriers on their own: a thread's tcgen05 work before a
+// thread synchronization (bar.sync, an mbarrier arrive) is ordered before other threads' tcgen05 work after it only
+// with beforeThreadSync() ahead of the synchronization and afterThreadSync() behind it (e.g. around the __syncthreads
+// that publishes a tensor-memory allocation, or between the MMA warp's commit and the softmax warps' tcgen05.ld).
+__device__ __forceinline__ void beforeThreadSync() {
+  asm volatile("tcgen05.fence::before_thread_sync;\n" ::: "memory");
+}
+__device__ __forceinline__ void afterThreadSync() { asm volatile("tcgen05.fence::after_thread_sync;\n" ::: "memory"); }
+} // namespace fence
+
+// ---- mbarrier: a phase with an arrival count and a transaction (byte) count ----
+// Waiters name the phase by its parity (0, 1, 0, ...). Completion of a TMA load (complete_tx) and of tcgen05.mma
+// (tcgen05.commit) both arrive on mbarriers.
+namespace mbarrier {
+// Arrivals per phase; one thread, before any use, then initFence() and a block-wide barrier.
+__device__ __forceinline__ void init(Mbarrier *bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smemAddress(bar)), "r"(arrivals) : "memory");
+}
+// Makes the initializations visible to the async proxy (TMA's complete_tx, tcgen05.commit).
+__device__ __forceinline__ void initFence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// One arrival, release: this thread's earlier shared-memory accesses happen before the phase completes.
+__device__ __forceinline__ void arrive(Mbarrier *bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(smemAddress(bar)) : "memory");
+}
+// One arrival that also expects `bytes` more of TMA traffic in this phase: the producer, before its loads.
+__device__ __forceinline__ void arriveExpectTx(Mbarrier *bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(smemAddress(bar)),
+               "r"(bytes)
+               : "memory");
+}
+// One probe: true once the phase of this parity completed (acquire: its data is visible afterwards).
+__device__ __forceinline__ bool tryWait(Mbarrier *bar, unsigned parity) {
+  unsigned complete;
+  asm volatile("{\n"
+               ".reg .pred done;\n"
+               "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%1], %2;\n"
+               "selp.u32 %0, 1, 0, done;\n"
+               "}\n"
+               : "=r"(complete)
+               : "r"(smemAddress(bar)), "r"(parity)
+               : "memory");
+  return complete == 1u;
+}
+// Blocks until the phase of this parity completed; the retry loop is inside the PTX (its label is local to the
+// braces, so every inlined copy has its own).
+__device__ __forceinline__ void wait(Mbarrier *bar, unsigned parity) {
+  asm volatile("{\n"
+               ".reg .pred done;\n"
+               "retry:\n"
+               "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
+               "@!done bra retry;\n"
+               "}\n" ::"r"(smemAddress(bar)),
+               "r"(parity)
+               : "memory");
+}
+} // namespace mbarrier
+
+// ---- TMA: tiles of the 5-D attention tensor maps (innermost first: {columns, rows, column blocks, head, batch}) ----
+// Loads count their bytes on `bar` (complete_tx) and zero-fill outside the tensor; the destination is aligned to the
+// swizzle's repeat (1024 bytes for 128-byte swizzle). Stores skip what lies outside the tensor.
+namespace tma {
+__device__ __forceinline__ void prefetch(const TensorMap *map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+__device__ __forceinline__ void load5d(void *dst, const TensorMap *map, Mbarrier *bar, int column, int row, int block,
+                                       int head, int batch) {
+  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(smemAddress(dst)),
+               "l"(map), "r"(column), "r"(row), "r"(block), "r"(head), "r"(batch), "r"(smemAddress(bar))
+               : "memory");
+}
+// Reads shared memory asynchronously: fence::proxyAsync() after the threads' writes and a barrier before the issuing
+// thread's store; storeCommit() closes a group, storeWaitRead<N>() returns once at most N groups still read their
+// source (before it is overwritten, and before the block exits).
+__device__ __forceinline__ void store5d(const TensorMap *map, const void *src, int column, int row, int block, int head,
+                                        int batch) {
+  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3, %4, %5}], [%6];\n" ::"l"(
+                   map),
+               "r"(column), "r"(row), "r"(block), "r"(head), "r"(batch), "r"(smemAddress(src))
+               : "memory");
+}
+__device__ __forceinline__ void storeCommit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int kGroupsInFlight>
+__device__ __forceinline__ void storeWaitRead() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kGroupsInFlight) : "memory");
+}
+} // namespace tma
+
+// ---- shared-memory matrix descriptors (tcgen05 layout, PTX ISA Table 40) ----
+// Every field but the start address is known when the kernel is generated: the host encodes it
+// (codegen/sm100/DescriptorsSm100.h: version 0b001, LBO, SBO, base offset, swizzling mode) and prints the value;
+// make() adds the tile's address as matrix-descriptor-encode(addr) = (addr & 0x3FFFF) >> 4 in bits 0-13.
+namespace desc {
+inline constexpr unsigned kAddressMask = 0x3FFFFu, kGranuleShift = 4u;
+__device__ __forceinline__ unsigned long long make(unsigned long long fixedFields, unsigned smemAddr) {
+  return fixedFields | static_cast<unsigned long long>((smemAddr & kAddressMask) >> kGranuleShift);
+}
+// The same descriptor `bytes` further (a k16 step inside a swizzled row: 32 bytes; the next column block): the start
+// address field is the low bits, and tiles sit below 256 KB, so the addition never carries out of it.
+__device__ __forceinline__ unsigned long long advance(unsigned long long d, unsigned bytes) {
+  return d + static_cast<unsigned long long>(bytes >> kGranuleShift);
+}
+} // namespace desc
+
+// ---- tensor memory (TMEM): 128 lanes x 512 columns of 32 bits per CTA ----
+// An address is (lane << 16) | column. alloc/dealloc/relinquishAllocPermit and the loads and stores are
+// warp-collective (.sync.aligned: every lane, converged, the same address); a warp reaches only the 32 lanes of its
+// quarter (warp::laneQuarter()).
+namespace tmem {
+inline constexpr unsigned kLanes = 128u, kColumns = 512u, kMinAllocColumns = 32u, kLaneShift = 16u;
+inline constexpr unsigned kLanesPerWarp = 32u;
+template <unsigned kAllocColumns>
+struct CheckAllocColumns {
+  static_assert(kAllocColumns >= kMinAllocColumns && kAllocColumns <= kColumns &&
+                    (kAllocColumns & (kAllocColumns - 1u)) == 0u,
+                "tcgen05.alloc: a power of two of columns in [32, 512]");
+  static constexpr unsigned value = kAllocColumns;
+};
+// Allocates columns for all 128 lanes and writes the base address to shared memory at `dst` (blocking until that
+// many columns are free). One warp; publish the address with fence::beforeThreadSync(), a barrier, then
+// fence::afterThreadSync() in the readers.
+template <unsigned kAllocColumns>
+__device__ __forceinline__ void alloc(unsigned *dst) {
+  asm volatile("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%0], %1;\n" ::"r"(smemAddress(dst)),
+               "n"(CheckAllocColumns<kAllocColumns>::value)
+               : "memory");
+}
+// Frees what alloc<kAllocColumns> returned at `base`; the same warp that allocated, after every tcgen05 use finished.
+template <unsigned kAllocColumns>
+__device__ __forceinline__ void dealloc(unsigned base) {
+  asm volatile("tcgen05.dealloc.cta_group::1.sync.aligned.b32 %0, %1;\n" ::"r"(base),
+               "n"(CheckAllocColumns<kAllocColumns>::value)
+               : "memory");
+}
+// This CTA will allocate no more: other CTAs on the SM blocked in alloc may proceed.
+__device__ __forceinline__ void relinquishAllocPermit() {
+  asm volatile("tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ unsigned address(unsigned base, unsigned lane, unsigned column) {
+  return base + (lane << kLaneShift) + column;
+}
+// Column `column` of the first lane the calling warp reaches: the address its 32x32b loads and stores take.
+__device__ __forceinline__ unsigned warpAddress(unsigned base, unsigned column) {
+  return address(base, warp::laneQuarter() * kLanesPerWarp, column);
+}
+// tcgen05.ld results may be read, and tcgen05.st sources rewritten, only after these.
+__device__ __forceinline__ void waitLoad() { asm volatile("tcgen05.wait::ld.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void waitStore() { asm volatile("tcgen05.wait::st.sync.aligned;\n" ::: "memory"); }
+// Keeps the compiler from moving uses of loaded registers above waitLoad(): it sees them redefined here.
+template <int kCount>
+__device__ __forceinline__ void fenceRegisters(unsigned (&r)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i)
+    asm volatile("" : "+r"(r[i])::"memory");
+}
+// tcgen05.ld/st .32x32b.xN (printed per N by tmemAccessText): thread t of the warp moves lane (lane of taddr) + t,
+// columns [column of taddr, + N), one 32-bit register each.
+template <int kWidth>
+struct Access32x32b {
+  static_assert(kWidth != kWidth, "this tcgen05 32x32b width was not printed into the prelude");
+};
+} // namespace tmem
+
+// ---- tcgen05.mma.cta_group::1.kind::f16: D (TMEM, fp32 or f16) += A · B, issued by one thread for the CTA ----
+// `idesc` is the 32-bit instruction descriptor (Table 42: types, majors, N >> 3, M >> 4), encoded on the host;
+// `accumulate` 0 overwrites D (the first k16 step). .kind::f16 covers f16 and bf16 inputs: the descriptor says which.
+// Completion is asynchronous: commit() makes an mbarrier track every MMA this thread issued before it.
+namespace mma {
+// A and B from shared memory (Q·Kᵀ into S).
+__device__ __forceinline__ void f16SS(unsigned dTmem, unsigned long long aDesc, unsigned long long bDesc,
+                                      unsigned idesc, unsigned accumulate) {
+  asm volatile("{\n"
+               ".reg .pred accumulate;\n"
+               "setp.ne.u32 accumulate, %4, 0;\n"
+               "tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, accumulate;\n"
+               "}\n" ::"r"(dTmem),
+               "l"(aDesc), "l"(bDesc), "r"(idesc), "r"(accumulate)
+               : "memory");
+}
+// A from tensor memory, B from shared memory (P·V: P written over S as 16-bit pairs, one k16 step = 8 columns).
+__device__ __forceinline__ void f16TS(unsigned dTmem, unsigned aTmem, unsigned long long bDesc, unsigned idesc,
+                                      unsigned accumulate) {
+  asm volatile("{\n"
+               ".reg .pred accumulate;\n"
+               "setp.ne.u32 accumulate, %4, 0;\n"
+               "tcgen05.mma.cta_group::1.kind::f16 [%0], [%1], %2, %3, accumulate;\n"
+               "}\n" ::"r"(dTmem),
+               "r"(aTmem), "l"(bDesc), "r"(idesc), "r"(accumulate)
+               : "memory");
+}
+// The mbarrier gets one arrival once every tcgen05.mma this thread issued so far has completed (its D written, its
+// shared-memory operands read): S ready for the softmax, a K/V slot free for the producer.
+__device__ __forceinline__ void commit(Mbarrier *bar) {
+  asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];\n" ::"r"(smemAddress(bar))
+               : "memory");
+}
+} // namespace mma
+
+// ---- register packing: two fp32 values rounded to nearest into one 32-bit register, `lo` in the low half ----
+namespace pack {
+__device__ __forceinline__ unsigned bf16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ unsigned f16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+} // namespace pack
+
+} // namespace sm100
+)cuda";
+
+/// A float as a CUDA hexadecimal literal ("0x1.63e658p-1f"): exact, so the device reads the host's value.
+inline std::string hexFloatLiteral(float value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%af", static_cast<double>(value));
+  return text;
+}
+
+/// `sm100::math::exp2Poly3(x)` and its packed form `exp2Poly3x2(a, b)` (two values through FADD2/FFMA2), with the
+/// coefficients and constants of Exp2PolySm100.h.
+inline std::string exp2PolyText() {
+  std::string text = "namespace sm100::math {\n";
+  text +=
+      "// FA4's partial software exp2 (codegen/sm100/Exp2PolySm100.h has the derivation and the host twin): 2^x =\n"
+      "// 2^floor(x) · p(x - floor(x)) with a cubic p on FMAs, for a share of the exponentials that would\n"
+      "// otherwise queue on MUFU. Inputs are clamped to -127 (exp2(-inf) = +0); results are normal for x >= -126.\n";
+  const auto constant = [&text](const char *name, float value) {
+    text.append("inline constexpr float ").append(name).append(" = ").append(hexFloatLiteral(value)).append(";\n");
+  };
+  constant("kExp2C0", kExp2PolyC0);
+  constant("kExp2C1", kExp2PolyC1);
+  constant("kExp2C2", kExp2PolyC2);
+  constant("kExp2C3", kExp2PolyC3);
+  constant("kExp2MinInput", kExp2PolyMinInput);
+  constant("kExp2RoundingShift", kExp2PolyRoundingShift);
+  text += "inline constexpr unsigned kExp2MantissaBits = " + std::to_string(kFloatMantissaBits) + "u;\n";
+  text += R"cuda(// floor(x) lands in the low mantissa bits of x + 1.5 * 2^23 rounded down; shifted by 23 they are
+// 2^floor(x)'s exponent, added to p's bits (p is in [1, 2): its own exponent is 0).
+__device__ __forceinline__ float exp2Poly3(float x) {
+  x = fmaxf(x, kExp2MinInput);
+  const float shifted = __fadd_rd(x, kExp2RoundingShift);
+  const float fraction = x - (shifted - kExp2RoundingShift);
+  const float p = __fmaf_rn(__fmaf_rn(__fmaf_rn(kExp2C3, fraction, kExp2C2), fraction, kExp2C1), fraction, kExp2C0);
+  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(shifted) << kExp2MantissaBits));
+}
+// The same on two values at once with sm_100's packed fp32 instructions (add/sub/fma .f32x2: FADD2, FFMA2), as FA4
+// issues it; lane by lane the same operations as exp2Poly3. In place: a and b become 2^a and 2^b.
+__device__ __forceinline__ unsigned long long splat(float value) {
+  const unsigned long long bits = __float_as_uint(value);
+  return (bits << 32) | bits;
+}
+__device__ __forceinline__ void exp2Poly3x2(float &a, float &b) {
+  unsigned long long x, shifted, whole, fraction, p;
+  asm("mov.b64 %0, {%1, %2};\n" : "=l"(x) : "f"(fmaxf(a, kExp2MinInput)), "f"(fmaxf(b, kExp2MinInput)));
+  asm("add.rm.f32x2 %0, %1, %2;\n" : "=l"(shifted) : "l"(x), "l"(splat(kExp2RoundingShift)));
+  asm("sub.rn.f32x2 %0, %1, %2;\n" : "=l"(whole) : "l"(shifted), "l"(splat(kExp2RoundingShift)));
+  asm("sub.rn.f32x2 %0, %1, %2;\n" : "=l"(fraction) : "l"(x), "l"(whole));
+  asm("fma.rn.f32x2 %0, %1, %2, %3;\n" : "=l"(p) : "l"(splat(kExp2C3)), "l"(fraction), "l"(splat(kExp2C2)));
+  asm("fma.rn.f32x2 %0, %1, %2, %3;\n" : "=l"(p) : "l"(p), "l"(fraction), "l"(splat(kExp2C1)));
+  asm("fma.rn.f32x2 %0, %1, %2, %3;\n" : "=l"(p) : "l"(p), "l"(fraction), "l"(splat(kExp2C0)));
+  unsigned pLo, pHi, shiftedLo, shiftedHi;
+  asm("mov.b64 {%0, %1}, %2;\n" : "=r"(pLo), "=r"(pHi) : "l"(p));
+  asm("mov.b64 {%0, %1}, %2;\n" : "=r"(shiftedLo), "=r"(shiftedHi) : "l"(shifted));
+  a = __uint_as_float(pLo + (shiftedLo << kExp2MantissaBits));
+  b = __uint_as_float(pHi + (shiftedHi << kExp2MantissaBits));
+}
+} // namespace sm100::math
+)cuda";
+  return text;
+}
+
+/// Whether `width` is an N of tcgen05.ld/st .32x32b.xN.
+inline bool isTmemAccessWidth(int width) {
+  return std::find(kTmemAccessWidths.begin(), kTmemAccessWidths.end(), width) != kTmemAccessWidths.end();
+}
+
+/// The `sm100::tmem::Access32x32b<width>` specialization: load (tcgen05.ld) and store (tcgen05.st) of `width`
+/// registers. A width that tcgen05 does not have prints an #error naming it, so the NVRTC compile fails with it.
+inline std::string tmemAccessText(int width) {
+  const std::string n = std::to_string(width);
+  if (!isTmemAccessWidth(width))
+    return "#error \"tcgen05.ld/st .32x32b.xN: N = " + n + " is not a power of two in [1, 128]\"\n";
+  // Operand k of the register list, and the register it binds.
+  std::vector<std::string> slots, loadBindings, storeBindings;
+  for (int i = 0; i < width; ++i) {
+    slots.push_back("%" + std::to_string(i));
+    loadBindings.push_back("\"=r\"(r[" + std::to_string(i) + "])");
+    storeBindings.push_back("\"r\"(r[" + std::to_string(i) + "])");
+  }
+  const auto joined = [](const std::vector<std::string> &items) {
+    std::string out;
+    for (const std::string &item : items)
+      out.append(out.empty() ? "" : ", ").append(item);
+    return out;
+  };
+  const std::string addressSlot = "%" + n; // the address follows the registers in both forms
+  const std::string shape = ".32x32b.x" + n + ".b32";
+  std::string text = "namespace sm100::tmem {\ntemplate <>\nstruct Access32x32b<" + n + "> {\n";
+  text += "  static __device__ __forceinline__ void load(unsigned taddr, unsigned (&r)[" + n + "]) {\n";
+  text +=
+      "    asm volatile(\"tcgen05.ld.sync.aligned" + shape + " {" + joined(slots) + "}, [" + addressSlot + "];\\n\"\n";
+  text += "                 : " + joined(loadBindings) + "\n                 : \"r\"(taddr));\n  }\n";
+  text += "  static __device__ __forceinline__ void store(unsigned taddr, const unsigned (&r)[" + n + "]) {\n";
+  text +=
+      "    asm volatile(\"tcgen05.st.sync.aligned" + shape + " [" + addressSlot + "], {" + joined(slots) + "};\\n\"\n";
+  text += "                 :: " + joined(storeBindings) + ", \"r\"(taddr)\n                 : \"memory\");\n  }\n";
+  return text + "};\n} // namespace sm100::tmem\n";
+}
+
+/// The prelude of a kernel whose tensor-memory loads and stores use `tmemWidths` (each printed once).
+inline std::string prelude(std::span<const int> tmemWidths) {
+  std::string text(kPreludeCore);
+  text += exp2PolyText();
+  std::vector<int> printed;
+  for (int width : tmemWidths) {
+    if (std::find(printed.begin(), printed.end(), width) != printed.end())
+      continue;
+    printed.push_back(width);
+    text += tmemAccessText(width);
+  }
+  return text;
+}
+
+} // namespace flashtile::codegen::sm100
+
+#endif // FLASHTILE_CODEGEN_SM100_PRELUDESM100_H
