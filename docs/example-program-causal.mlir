@@ -1,49 +1,54 @@
-tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "causal", params = []} {
-  %mlo, %mhi = tile.kv_range may {
-  ^bb0(%first: i32, %last: i32, %b: i32, %h: i32):
-    %c0 = arith.constant 0 : i32
-    %c1 = arith.constant 1 : i32
-    %sq = tile.dim seqlen_q
-    %sk = tile.dim seqlen_k
-    %d = arith.subi %sk, %sq : i32
-    %la = arith.addi %last, %d : i32
-    %hi = arith.addi %la, %c1 : i32
-    tile.yield %c0, %hi : i32, i32
-  }
-  %flo, %fhi = tile.kv_range full {
-  ^bb0(%first: i32, %last: i32, %b: i32, %h: i32):
-    %c0 = arith.constant 0 : i32
-    %c1 = arith.constant 1 : i32
-    %sq = tile.dim seqlen_q
-    %sk = tile.dim seqlen_k
-    %d = arith.subi %sk, %sq : i32
-    %fa = arith.addi %first, %d : i32
-    %hi = arith.addi %fa, %c1 : i32
-    tile.yield %c0, %hi : i32, i32
-  }
-  %q = tile.load q : tensor<?x64xbf16>
-  %st0 = tile.init_state : !tile.state<?x64>
-  %st = tile.kv_loop iter_args(%st0) : !tile.state<?x64> -> !tile.state<?x64> {
-  ^bb0(%j: i32, %s: !tile.state<?x64>):
-    %k = tile.load k[%j] : tensor<?x64xbf16>
-    %sc = tile.qk %q, %k : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
-    %s1 = tile.scale %sc : tensor<?x?xf32>
-    %s2 = tile.mask %s1 : tensor<?x?xf32> {
-    ^bb0(%b: i32, %h: i32, %qi: i32, %kv: i32):
-      %sq = tile.dim seqlen_q
-      %sk = tile.dim seqlen_k
-      %d = arith.subi %sk, %sq : i32
-      %qa = arith.addi %qi, %d : i32
-      %keep = arith.cmpi sle, %kv, %qa : i32
-      tile.yield %keep : i1
+// The causal variant's tile program (bf16, head dim 64) as the DSL builds it; docs/ir.md explains the ops.
+// Made by: flashtile compile --variant causal --head-dim 64 --emit tile
+// tests/lit/docs-examples.test checks that it parses, verifies and is still what that command prints.
+module {
+  tile.func @attention attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, params = [], variant = "causal"} {
+    %lo, %hi = tile.kv_range may {
+    ^bb0(%arg0: i32, %arg1: i32, %arg2: i32, %arg3: i32):
+      %c0_i32 = arith.constant 0 : i32
+      %1 = tile.dim seqlen_k
+      %2 = arith.addi %arg1, %1 : i32
+      %3 = tile.dim seqlen_q
+      %4 = arith.subi %2, %3 : i32
+      %c1_i32 = arith.constant 1 : i32
+      %5 = arith.addi %4, %c1_i32 : i32
+      tile.yield %c0_i32, %5 : i32, i32
     }
-    %p, %alpha, %s3 = tile.softmax_update %s2, %s : tensor<?x?xf32>, !tile.state<?x64> -> tensor<?x?xbf16>, tensor<?xf32>
-    %s4 = tile.rescale %s3, %alpha : !tile.state<?x64>, tensor<?xf32>
-    %v = tile.load v[%j] : tensor<?x64xbf16>
-    %s5 = tile.pv %p, %v, %s4 : tensor<?x?xbf16>, tensor<?x64xbf16>, !tile.state<?x64>
-    tile.yield %s5 : !tile.state<?x64>
+    %lo_0, %hi_1 = tile.kv_range full {
+    ^bb0(%arg0: i32, %arg1: i32, %arg2: i32, %arg3: i32):
+      %c0_i32 = arith.constant 0 : i32
+      %1 = tile.dim seqlen_k
+      %2 = arith.addi %arg0, %1 : i32
+      %3 = tile.dim seqlen_q
+      %4 = arith.subi %2, %3 : i32
+      %c1_i32 = arith.constant 1 : i32
+      %5 = arith.addi %4, %c1_i32 : i32
+      tile.yield %c0_i32, %5 : i32, i32
+    }
+    %0 = tile.load q : tensor<?x64xbf16>
+    %stats, %acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
+    %stats_2, %acc_3 = tile.kv_loop iter_args(%stats, %acc) : !tile.stats<?>, !tile.acc<?x64> -> !tile.stats<?>, !tile.acc<?x64> {
+    ^bb0(%arg0: i32, %arg1: !tile.stats<?>, %arg2: !tile.acc<?x64>):
+      %1 = tile.load k[%arg0] : tensor<?x64xbf16>
+      %s = tile.qk %0, %1 : tensor<?x64xbf16>, tensor<?x64xbf16> -> tensor<?x?xf32>
+      %2 = tile.scale %s : tensor<?x?xf32>
+      %3 = tile.mask %2 : tensor<?x?xf32> {
+      ^bb0(%arg3: i32, %arg4: i32, %arg5: i32, %arg6: i32):
+        %6 = tile.dim seqlen_k
+        %7 = arith.addi %arg5, %6 : i32
+        %8 = tile.dim seqlen_q
+        %9 = arith.subi %7, %8 : i32
+        %10 = arith.cmpi sle, %arg6, %9 : i32
+        tile.yield %10 : i1
+      }
+      %p, %alpha, %new_stats = tile.softmax_update %3, %arg1 : tensor<?x?xf32>, !tile.stats<?> -> tensor<?x?xbf16>, tensor<?xf32>
+      %4 = tile.rescale %arg2, %alpha : !tile.acc<?x64>, tensor<?xf32>
+      %5 = tile.load v[%arg0] : tensor<?x64xbf16>
+      %result = tile.pv %p, %5, %4 : tensor<?x?xbf16>, tensor<?x64xbf16>, !tile.acc<?x64>
+      tile.yield %new_stats, %result : !tile.stats<?>, !tile.acc<?x64>
+    }
+    %o, %lse = tile.finalize %stats_2, %acc_3 : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
+    tile.store o %o : tensor<?x64xf32>
+    tile.store lse %lse : tensor<?xf32>
   }
-  %o, %lse = tile.finalize %st : !tile.state<?x64> -> tensor<?x64xf32>, tensor<?xf32>
-  tile.store o %o : tensor<?x64xf32>
-  tile.store lse %lse : tensor<?xf32>
 }

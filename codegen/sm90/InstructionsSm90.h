@@ -2,7 +2,7 @@
 //
 // What a lowering to the sm90 family (wgmma, TMA, mbarrier, setmaxnreg) needs to know without depending on the
 // printer: the wgmma shape, the swizzle both TMA and wgmma use, the register and shared-memory budgets, and the
-// instruction each tile op becomes. Header-only and MLIR-free, like InstructionsSm80.h.
+// instruction each tile op becomes. Header-only and MLIR-free: the printer and the device prelude share it.
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_CODEGEN_SM90_INSTRUCTIONSSM90_H
 #define FLASHTILE_CODEGEN_SM90_INSTRUCTIONSSM90_H

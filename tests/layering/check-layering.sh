@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The plug-in rule of DESIGN.md, checked: the generic layers (passes/, codegen/common/, runtime/, jit/) and what is
-# built on them (tools/, capi/, interpreter/, dsl/, examples/) include no schedule's headers (schedules/<name>/...)
-# and no instruction family's (codegen/<family>/...), and use neither's C++ namespace; they reach both
-# through the registries (passes/Transforms/ScheduleRegistry.h, codegen/common/TargetRegistry.h, and the
+# The plug-in rule of docs/architecture.md, checked: the generic layers (passes/, codegen/common/, runtime/, jit/) and
+# what is built on them (tools/, capi/, interpreter/, dsl/, examples/) include no schedule's headers
+# (schedules/<name>/...) and no instruction family's (codegen/<family>/...), and use neither's C++ namespace; they
+# reach both through the registries (passes/Transforms/ScheduleRegistry.h, codegen/common/TargetRegistry.h, and the
 # registration files schedules/Registry.h, codegen/Registry.h). Usage: check-layering.sh [ROOT]; exit 1 on a leak.
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
