@@ -68,9 +68,10 @@ LogicalResult rewriteHook(Region &region, std::optional<unsigned> wrtArg, String
   YieldOp::create(b, old.getTerminator()->getLoc(), ValueRange{chosen(b, *d, wrt)});
   old.erase();
   // The pieces the chosen derivative does not use (the others' partials, the recomputed result).
-  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(fresh->without_terminator())))
-    if (isOpTriviallyDead(&op))
-      op.erase();
+  SmallVector<Operation *> built = llvm::map_to_vector(fresh->without_terminator(), [](Operation &op) { return &op; });
+  for (Operation *op : llvm::reverse(built))
+    if (isOpTriviallyDead(op))
+      op->erase();
   return success();
 }
 
