@@ -9,7 +9,19 @@ using namespace mlir;
 
 namespace flashtile::interp {
 
-FailureOr<WideScalar> HookEvaluator::evalTileOp(Operation *op) {
+FailureOr<WideScalar> HookEvaluator::read(Operation *user, Value v) {
+  if (auto it = values.find(v); it != values.end())
+    return it->second;
+  Operation *def = v.getDefiningOp();
+  if (!def || def->getNumRegions() != 0 || def->getNumResults() != 1)
+    return user->emitError() << "reads a value the hook evaluator cannot compute";
+  FailureOr<WideScalar> result = evalOp(def);
+  if (succeeded(result))
+    values[v] = *result;
+  return result;
+}
+
+FailureOr<WideScalar> HookEvaluator::evalOp(Operation *op) {
   using namespace tile;
   return llvm::TypeSwitch<Operation *, FailureOr<WideScalar>>(op)
       .Case([&](DimOp dim) -> FailureOr<WideScalar> {
@@ -43,7 +55,10 @@ FailureOr<WideScalar> HookEvaluator::evalTileOp(Operation *op) {
         auto it = env.inputs.find(input.getName().str());
         if (it == env.inputs.end())
           return op->emitError() << "reads input '" << input.getName() << "', which the call does not give";
-        int64_t index = values.lookup(input.getIndex()).i;
+        FailureOr<WideScalar> at = read(op, input.getIndex());
+        if (failed(at))
+          return failure();
+        int64_t index = at->i;
         int64_t size = std::visit([](const auto &a) { return static_cast<int64_t>(a.size()); }, it->second);
         if (index < 0 || index >= size)
           return op->emitError() << "reads element " << index << " of input '" << input.getName() << "', which has "
@@ -54,8 +69,12 @@ FailureOr<WideScalar> HookEvaluator::evalTileOp(Operation *op) {
       })
       .Default([&](Operation *) -> FailureOr<WideScalar> {
         SmallVector<WideScalar, 3> operands;
-        for (Value operand : op->getOperands())
-          operands.push_back(values.lookup(operand));
+        for (Value operand : op->getOperands()) {
+          FailureOr<WideScalar> value = read(op, operand);
+          if (failed(value))
+            return failure();
+          operands.push_back(*value);
+        }
         return evalScalarOpWide(op, operands, [&](const Twine &message) { op->emitError() << message; });
       });
 }
@@ -67,7 +86,7 @@ LogicalResult HookEvaluator::run(Block &block, ArrayRef<WideScalar> args) {
   for (Operation &op : block) {
     if (op.hasTrait<OpTrait::IsTerminator>())
       break;
-    FailureOr<WideScalar> result = evalTileOp(&op);
+    FailureOr<WideScalar> result = evalOp(&op);
     if (failed(result))
       return failure();
     values[op.getResult(0)] = *result;
@@ -79,8 +98,12 @@ FailureOr<SmallVector<WideScalar>> HookEvaluator::yielded(Block &block, ArrayRef
   if (failed(run(block, args)))
     return failure();
   SmallVector<WideScalar> out;
-  for (Value v : block.getTerminator()->getOperands())
-    out.push_back(values.lookup(v));
+  for (Value v : block.getTerminator()->getOperands()) {
+    FailureOr<WideScalar> value = read(block.getTerminator(), v);
+    if (failed(value))
+      return failure();
+    out.push_back(*value);
+  }
   return out;
 }
 

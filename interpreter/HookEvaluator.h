@@ -46,7 +46,10 @@ public:
   mlir::FailureOr<llvm::SmallVector<WideScalar>> yielded(mlir::Block &block, llvm::ArrayRef<WideScalar> args);
 
 private:
-  mlir::FailureOr<WideScalar> evalTileOp(mlir::Operation *op);
+  mlir::FailureOr<WideScalar> evalOp(mlir::Operation *op);
+  /// A value the block reads: computed, or the result of an op outside the block (canonicalization hoists a
+  /// hook's constants into the tile.func), evaluated when first read.
+  mlir::FailureOr<WideScalar> read(mlir::Operation *user, mlir::Value v);
   const HookEnv &env;
   llvm::DenseMap<mlir::Value, WideScalar> values;
 };

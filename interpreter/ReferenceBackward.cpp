@@ -87,7 +87,8 @@ FailureOr<DerivativeBlock> derivativeBlock(MLIRContext *ctx, TypeRange types, Bu
   DerivativeBlock out{std::make_unique<Block>(), {}};
   for (Type type : types)
     out.block->addArgument(type, UnknownLoc::get(ctx));
-  OpBuilder b = OpBuilder::atBlockEnd(out.block.get());
+  OpBuilder b(ctx); // a block without a parent region: the builder cannot take the context from it
+  b.setInsertionPointToEnd(out.block.get());
   FailureOr<tile::HookDerivative> d = build(b, out.block->getArguments());
   if (failed(d))
     return failure();

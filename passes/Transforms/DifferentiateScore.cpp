@@ -9,7 +9,8 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
 #include "llvm/ADT/MapVector.h"
-#include "llvm/ADT/SetVector.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <numbers>
@@ -22,19 +23,48 @@ namespace {
 
 bool isFloat(Value v) { return isa<FloatType>(v.getType()); }
 
-/// The ops of `body` that `root` is computed from, in block order.
-SmallVector<Operation *> opsReaching(Block &body, Value root) {
-  llvm::SetVector<Operation *> reached;
-  SmallVector<Value> work = {root};
-  while (!work.empty()) {
-    Operation *def = work.pop_back_val().getDefiningOp();
-    if (!def || def->getBlock() != &body || !reached.insert(def))
+/// The ops `root` is computed from, operands before users: those of `body`, and the pure ops outside it that the
+/// hook reads (canonicalization hoists the hook's constants into the enclosing tile.func), which are rebuilt too.
+/// A hook that reads another value from outside (a loop's index) cannot be rebuilt elsewhere.
+FailureOr<SmallVector<Operation *>> opsReaching(Block &body, Value root, StringRef hook, StringRef variant) {
+  SmallVector<Operation *> order;
+  llvm::DenseSet<Operation *> placed;
+  // Depth first with an explicit stack (traced hooks can be deep): an op is placed once its operands' are.
+  SmallVector<std::pair<Operation *, unsigned>> stack;
+  auto visit = [&](Value v) -> LogicalResult {
+    Operation *def = v.getDefiningOp();
+    if (!def) {
+      if (cast<BlockArgument>(v).getOwner() == &body)
+        return success();
+      return emitError(v.getLoc()) << "variant '" << variant << "''s " << hook
+                                   << " reads a block argument from outside it: it cannot be differentiated";
+    }
+    if (placed.contains(def))
+      return success();
+    if (def->getBlock() != &body && (def->getNumRegions() != 0 || !isMemoryEffectFree(def)))
+      return def->emitError() << "is read by variant '" << variant << "''s " << hook
+                              << " from outside it and cannot be rebuilt with its derivative";
+    stack.push_back({def, 0});
+    return success();
+  };
+  if (failed(visit(root)))
+    return failure();
+  while (!stack.empty()) {
+    auto &[op, next] = stack.back();
+    if (placed.contains(op)) {
+      stack.pop_back();
       continue;
-    work.append(def->operand_begin(), def->operand_end());
+    }
+    if (next < op->getNumOperands()) {
+      if (failed(visit(op->getOperand(next++))))
+        return failure();
+      continue;
+    }
+    placed.insert(op);
+    order.push_back(op);
+    stack.pop_back();
   }
-  SmallVector<Operation *> ordered(reached.begin(), reached.end());
-  llvm::sort(ordered, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
-  return ordered;
+  return order;
 }
 
 class Differentiator {
@@ -193,13 +223,15 @@ FailureOr<HookDerivative> Differentiator::run(Block &body, ValueRange args, std:
   Value root = yield.getValues()[0];
   for (auto [arg, value] : llvm::zip_equal(body.getArguments(), args))
     primal.map(arg, value);
-  SmallVector<Operation *> ops = opsReaching(body, root);
-  for (Operation *op : ops)
+  FailureOr<SmallVector<Operation *>> ops = opsReaching(body, root, hook, variant);
+  if (failed(ops))
+    return failure();
+  for (Operation *op : *ops)
     b.clone(*op, primal);
   out.value = primal.lookup(root);
 
   adjoints[root] = constant(root.getType(), 1.0);
-  for (Operation *op : llvm::reverse(ops)) {
+  for (Operation *op : llvm::reverse(*ops)) {
     // Only float results carry an adjoint; integer and i1 ops (indices, comparisons) are constants here.
     if (op->getNumResults() != 1 || !isFloat(op->getResult(0)))
       continue;
