@@ -139,4 +139,27 @@ QueryRows buildQueryRows(OpBuilder &builder, KvRangeOp rule, Value keyFirst, Val
   return rows;
 }
 
+QueryTiles buildQueryTiles(OpBuilder &builder, const QueryRows &may, const QueryRows &full, int64_t blockM) {
+  Location loc = builder.getUnknownLoc();
+  auto c = [&](int64_t v) { return arith::ConstantIntOp::create(builder, loc, v, 32).getResult(); };
+  auto clamp = [&](Value v, Value lo, Value hi) {
+    return arith::MinSIOp::create(builder, loc, arith::MaxSIOp::create(builder, loc, v, lo), hi).getResult();
+  };
+  Value bm = c(blockM), seqlenQ = DimOp::create(builder, loc, Dim::SeqlenQ);
+  QueryTiles t;
+  t.lo = arith::DivSIOp::create(builder, loc, may.lo, bm); // rows are nonnegative: division floors
+  // No row, no tile (an empty [lo, lo) of rows may sit inside a tile).
+  Value anyRow = arith::CmpIOp::create(builder, loc, arith::CmpIPredicate::slt, may.lo, may.hi);
+  t.hi = arith::SelectOp::create(builder, loc, anyRow, arith::CeilDivSIOp::create(builder, loc, may.hi, bm), t.lo);
+  // A tile is full when its rows of the sequence lie in [full.lo, full.hi): the last, partial tile too when
+  // full.hi reaches seqlen_q.
+  Value fullLo = arith::CeilDivSIOp::create(builder, loc, full.lo, bm);
+  Value reachesEnd = arith::CmpIOp::create(builder, loc, arith::CmpIPredicate::sge, full.hi, seqlenQ);
+  Value fullHi = arith::SelectOp::create(builder, loc, reachesEnd, arith::CeilDivSIOp::create(builder, loc, full.hi, bm),
+                                         arith::DivSIOp::create(builder, loc, full.hi, bm));
+  t.fullLo = clamp(fullLo, t.lo, t.hi);
+  t.fullHi = clamp(fullHi, t.fullLo, t.hi);
+  return t;
+}
+
 } // namespace flashtile::tile

@@ -34,10 +34,19 @@ struct QueryRows {
 
 /// Builds at `builder`'s insertion point the rows that `rule` (a may or full tile.kv_range) lets see the keys
 /// [keyFirst, keyLast] (i32, both ends inclusive) of batch entry `batch` and query head `head`: for `may`, every
-/// row that may attend one of the keys; for `full`, rows that attend all of them. The backward's Q tiles are
-/// then [lo / blockM, ceil(hi / blockM)).
+/// row that may attend one of the keys; for `full`, rows that attend all of them.
 QueryRows buildQueryRows(mlir::OpBuilder &builder, KvRangeOp rule, mlir::Value keyFirst, mlir::Value keyLast,
                          mlir::Value batch, mlir::Value head);
+
+/// The Q tiles (blockM rows each, the last one partial) a backward program instance walks for one K/V tile, as
+/// SplitBoundary's K/V tiles for a Q tile: [lo, hi) may see a key of it, [fullLo, fullHi) (inside [lo, hi)) have
+/// every row attend every key of it, so they skip the mask. i32 tile indices.
+struct QueryTiles {
+  mlir::Value lo, fullLo, fullHi, hi;
+};
+
+/// The Q tiles of `may` and `full` rows (buildQueryRows of the two rules for the same keys).
+QueryTiles buildQueryTiles(mlir::OpBuilder &builder, const QueryRows &may, const QueryRows &full, int64_t blockM);
 
 } // namespace flashtile::tile
 

@@ -16,46 +16,73 @@ using namespace flashtile::backward_test;
 
 namespace {
 
-/// Rows [lo, hi) as built for one rule, in a block of their own whose arguments are (k0, k1, b, h).
+constexpr int kBlockM = 4; // Q tiles of 4 rows: at the test's 1 to 13 rows, tiles partial, whole and several
+
+/// The converse of a variant's rules for the keys [k0, k1] of (b, h), built in a block of its own whose arguments
+/// are (k0, k1, b, h): the rows of each rule and the Q tiles of kBlockM rows.
 struct Inverse {
   std::unique_ptr<Block> block;
-  tile::QueryRows rows;
+  tile::QueryRows may, full;
+  tile::QueryTiles tiles;
 };
 
-Inverse invert(tile::KvRangeOp rule) {
-  Inverse out{std::make_unique<Block>(), {}};
-  Type i32 = IntegerType::get(rule.getContext(), 32);
+Inverse invert(tile::KvRangeOp may, tile::KvRangeOp full) {
+  Inverse out{std::make_unique<Block>(), {}, {}, {}};
+  Type i32 = IntegerType::get(may.getContext(), 32);
   for (int i = 0; i < 4; ++i)
-    out.block->addArgument(i32, rule.getLoc());
-  OpBuilder b(rule.getContext()); // the block has no parent region to take the context from
+    out.block->addArgument(i32, may.getLoc());
+  OpBuilder b(may.getContext()); // the block has no parent region to take the context from
   b.setInsertionPointToEnd(out.block.get());
   ValueRange args = out.block->getArguments();
-  out.rows = tile::buildQueryRows(b, rule, args[0], args[1], args[2], args[3]);
+  out.may = tile::buildQueryRows(b, may, args[0], args[1], args[2], args[3]);
+  out.full = tile::buildQueryRows(b, full, args[0], args[1], args[2], args[3]);
+  out.tiles = tile::buildQueryTiles(b, out.may, out.full, kBlockM);
   return out;
 }
 
-/// The rows of one evaluation.
-struct Rows {
+/// A half-open range of rows or tiles.
+struct Span {
   int64_t lo = 0, hi = 0;
+  bool operator==(const Span &) const = default;
+  bool empty() const { return lo >= hi; }
+  friend void PrintTo(const Span &s, std::ostream *os) { *os << "[" << s.lo << ", " << s.hi << ")"; }
 };
 
-Rows evaluate(interp::HookEvaluator &eval, Inverse &inverse, int k0, int k1, int b, int h) {
+/// `got` is `want`, or both are empty (an empty converse may sit anywhere).
+void expectSpan(const char *what, const Span &got, const Span &want) {
+  if (want.empty())
+    EXPECT_TRUE(got.empty()) << what;
+  else
+    EXPECT_EQ(got, want) << what;
+}
+
+/// One evaluation: may rows, full rows, may tiles, full tiles.
+struct Evaluated {
+  Span may, full, tiles, fullTiles;
+};
+
+Evaluated evaluate(interp::HookEvaluator &eval, Inverse &inverse, int k0, int k1, int b, int h) {
   using interp::WideScalar;
   WideScalar args[] = {WideScalar::integer(k0), WideScalar::integer(k1), WideScalar::integer(b),
                        WideScalar::integer(h)};
   EXPECT_TRUE(succeeded(eval.run(*inverse.block, args)));
-  return {eval.value(inverse.rows.lo).i, eval.value(inverse.rows.hi).i};
+  auto at = [&](Value v) { return eval.value(v).i; };
+  const tile::QueryTiles &t = inverse.tiles;
+  return {{at(inverse.may.lo), at(inverse.may.hi)},
+          {at(inverse.full.lo), at(inverse.full.hi)},
+          {at(t.lo), at(t.hi)},
+          {at(t.fullLo), at(t.fullHi)}};
 }
 
-/// The first and one-past-last row for which `pred` holds, {0, 0} when none does.
-template <typename Pred> Rows rowsWhere(int seqlenQ, Pred pred) {
-  Rows r{seqlenQ, -1};
-  for (int q = 0; q < seqlenQ; ++q)
-    if (pred(q)) {
-      r.lo = std::min<int64_t>(r.lo, q);
-      r.hi = q + 1;
+/// The first and one-past-last of [0, count) where `pred` holds, {0, 0} when it holds nowhere.
+template <typename Pred> Span spanWhere(int count, Pred pred) {
+  Span r{count, -1};
+  for (int x = 0; x < count; ++x)
+    if (pred(x)) {
+      r.lo = std::min<int64_t>(r.lo, x);
+      r.hi = x + 1;
     }
-  return r.hi < 0 ? Rows{0, 0} : r;
+  return r.hi < 0 ? Span{0, 0} : r;
 }
 
 void checkVariant(const std::string &name) {
@@ -69,12 +96,12 @@ void checkVariant(const std::string &name) {
   tile::MaskOp mask;
   funcOf(*module).walk([&](tile::MaskOp op) { mask = op; });
   ASSERT_TRUE(may && full && mask);
-  Inverse mayRows = invert(may), fullRows = invert(full);
+  Inverse inverse = invert(may, full);
   // Only document starts (an input array) cannot be inverted: that side stays every row, and no row is "full".
   bool documents = name == "document_mask";
-  EXPECT_TRUE(mayRows.rows.exactLo);
-  EXPECT_EQ(mayRows.rows.exactHi, !documents);
-  EXPECT_EQ(fullRows.rows.exactLo && fullRows.rows.exactHi, !documents);
+  EXPECT_TRUE(inverse.may.exactLo);
+  EXPECT_EQ(inverse.may.exactHi, !documents);
+  EXPECT_EQ(inverse.full.exactLo && inverse.full.exactHi, !documents);
 
   const int shapes[][2] = {{1, 1}, {5, 9}, {9, 5}, {8, 8}, {13, 6}};
   for (auto [seqlenQ, seqlenK] : shapes) {
@@ -87,6 +114,7 @@ void checkVariant(const std::string &name) {
     for (size_t i = 0; i < p.inputs.size(); ++i)
       env.inputs[variant.inputs()[i].first] = p.inputs[i];
     interp::HookEvaluator eval(env);
+    int qTiles = (seqlenQ + kBlockM - 1) / kBlockM;
     for (int b = 0; b < shape.batch; ++b) {
       env.keyOffset = int64_t{b} * seqlenK;
       for (int h = 0; h < shape.headsQ; ++h) {
@@ -107,27 +135,42 @@ void checkVariant(const std::string &name) {
                          std::to_string(k1) + "]");
             auto anyKey = [&](int q) { return std::any_of(&sees[q][k0], &sees[q][k1] + 1, [](char x) { return x != 0; }); };
             auto allKeys = [&](int q) { return std::all_of(&sees[q][k0], &sees[q][k1] + 1, [](char x) { return x != 0; }); };
-            Rows rows = evaluate(eval, mayRows, k0, k1, b, h);
-            ASSERT_TRUE(0 <= rows.lo && rows.lo <= rows.hi && rows.hi <= seqlenQ) << rows.lo << ", " << rows.hi;
+            auto rowsOf = [&](int t) { return std::pair{t * kBlockM, std::min((t + 1) * kBlockM, seqlenQ)}; };
+            auto tileAny = [&](int t) {
+              auto [first, end] = rowsOf(t);
+              for (int q = first; q < end; ++q)
+                if (anyKey(q))
+                  return true;
+              return false;
+            };
+            auto tileAll = [&](int t) {
+              auto [first, end] = rowsOf(t);
+              for (int q = first; q < end; ++q)
+                if (!allKeys(q))
+                  return false;
+              return true;
+            };
+            Evaluated got = evaluate(eval, inverse, k0, k1, b, h);
+            for (Span span : {got.may, got.full})
+              ASSERT_TRUE(0 <= span.lo && span.lo <= span.hi && span.hi <= seqlenQ) << span.lo << ", " << span.hi;
+            ASSERT_TRUE(0 <= got.tiles.lo && got.tiles.lo <= got.fullTiles.lo && got.fullTiles.lo <= got.fullTiles.hi &&
+                        got.fullTiles.hi <= got.tiles.hi && got.tiles.hi <= qTiles);
+            // Safe: no attending row or tile is left out; every row or tile said to be full is.
             for (int q = 0; q < seqlenQ; ++q)
-              EXPECT_TRUE(!anyKey(q) || (rows.lo <= q && q < rows.hi))
-                  << "row " << q << " attends the tile but is left out";
-            Rows needed = rowsWhere(seqlenQ, anyKey);
-            if (!documents && needed.lo < needed.hi) {
-              EXPECT_EQ(rows.lo, needed.lo);
-              EXPECT_EQ(rows.hi, needed.hi);
-            } else if (!documents) {
-              EXPECT_EQ(rows.lo, rows.hi) << "no row attends the tile";
-            }
-            Rows fullyRows = evaluate(eval, fullRows, k0, k1, b, h);
-            ASSERT_TRUE(0 <= fullyRows.lo && fullyRows.lo <= fullyRows.hi && fullyRows.hi <= seqlenQ);
-            for (int64_t q = fullyRows.lo; q < fullyRows.hi; ++q)
+              EXPECT_TRUE(!anyKey(q) || (got.may.lo <= q && q < got.may.hi)) << "row " << q << " is left out";
+            for (int64_t q = got.full.lo; q < got.full.hi; ++q)
               EXPECT_TRUE(allKeys(q)) << "row " << q << " is said to attend every key of the tile";
-            Rows complete = rowsWhere(seqlenQ, allKeys);
-            if (!documents && complete.lo < complete.hi) {
-              EXPECT_EQ(fullyRows.lo, complete.lo);
-              EXPECT_EQ(fullyRows.hi, complete.hi);
-            }
+            for (int t = 0; t < qTiles; ++t)
+              EXPECT_TRUE(!tileAny(t) || (got.tiles.lo <= t && t < got.tiles.hi)) << "Q tile " << t << " is left out";
+            for (int64_t t = got.fullTiles.lo; t < got.fullTiles.hi; ++t)
+              EXPECT_TRUE(tileAll(t)) << "Q tile " << t << " is said to need no mask";
+            if (documents)
+              continue;
+            // Exact: the attending rows and tiles are an interval, and the converse is that interval.
+            expectSpan("may rows", got.may, spanWhere(seqlenQ, anyKey));
+            expectSpan("full rows", got.full, spanWhere(seqlenQ, allKeys));
+            expectSpan("may tiles", got.tiles, spanWhere(qTiles, tileAny));
+            expectSpan("full tiles", got.fullTiles, spanWhere(qTiles, tileAll));
           }
       }
     }
