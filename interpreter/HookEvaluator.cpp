@@ -25,22 +25,13 @@ FailureOr<WideScalar> HookEvaluator::evalOp(Operation *op) {
   using namespace tile;
   return llvm::TypeSwitch<Operation *, FailureOr<WideScalar>>(op)
       .Case([&](DimOp dim) -> FailureOr<WideScalar> {
-        switch (dim.getDim()) {
-        case Dim::Batch:
-          return WideScalar::integer(env.batch);
-        case Dim::HeadsQ:
-          return WideScalar::integer(env.headsQ);
-        case Dim::HeadsKv:
-          return WideScalar::integer(env.headsKv);
-        case Dim::SeqlenQ:
-          return WideScalar::integer(env.seqlenQ);
-        case Dim::SeqlenK:
-          return WideScalar::integer(env.seqlenK);
-        case Dim::KeyOffset:
-          return WideScalar::integer(env.keyOffset);
-        default:
-          return op->emitError() << "is not a size a variant's hook reads";
-        }
+        const std::pair<Dim, int64_t> sizes[] = {{Dim::Batch, env.batch},     {Dim::HeadsQ, env.headsQ},
+                                                 {Dim::HeadsKv, env.headsKv}, {Dim::SeqlenQ, env.seqlenQ},
+                                                 {Dim::SeqlenK, env.seqlenK}, {Dim::KeyOffset, env.keyOffset}};
+        for (auto [which, value] : sizes)
+          if (which == dim.getDim())
+            return WideScalar::integer(value);
+        return op->emitError() << "is not a size a variant's hook reads";
       })
       .Case([&](ParamOp param) -> FailureOr<WideScalar> {
         auto it = env.params.find(param.getName().str());

@@ -5,12 +5,12 @@
 // derivative times its result's adjoint into its float operands' adjoints. Values without an adjoint are zero.
 //===----------------------------------------------------------------------===//
 #include "passes/Transforms/DifferentiateScore.h"
+#include "passes/IR/ProducerOrder.h"
 
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
 #include "llvm/ADT/MapVector.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
-#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <numbers>
@@ -27,44 +27,26 @@ bool isFloat(Value v) { return isa<FloatType>(v.getType()); }
 /// hook reads (canonicalization hoists the hook's constants into the enclosing tile.func), which are rebuilt too.
 /// A hook that reads another value from outside (a loop's index) cannot be rebuilt elsewhere.
 FailureOr<SmallVector<Operation *>> opsReaching(Block &body, Value root, StringRef hook, StringRef variant) {
-  SmallVector<Operation *> order;
-  llvm::DenseSet<Operation *> placed;
-  // Depth first with an explicit stack (traced hooks can be deep): an op is placed once its operands' are.
-  SmallVector<std::pair<Operation *, unsigned>> stack;
-  auto visit = [&](Value v) -> LogicalResult {
-    Operation *def = v.getDefiningOp();
-    if (!def) {
-      if (cast<BlockArgument>(v).getOwner() == &body)
-        return success();
-      return emitError(v.getLoc()) << "variant '" << variant << "''s " << hook
-                                   << " reads a block argument from outside it: it cannot be differentiated";
-    }
-    if (placed.contains(def))
-      return success();
-    if (def->getBlock() != &body && (def->getNumRegions() != 0 || !isMemoryEffectFree(def)))
+  auto rebuildable = [&](Operation *def) {
+    return def->getBlock() == &body || (def->getNumRegions() == 0 && isMemoryEffectFree(def));
+  };
+  SmallVector<Operation *> ops = producersFirst(root, rebuildable);
+  auto reachable = [&](Value v) -> LogicalResult {
+    if (Operation *def = v.getDefiningOp(); def && !rebuildable(def))
       return def->emitError() << "is read by variant '" << variant << "''s " << hook
                               << " from outside it and cannot be rebuilt with its derivative";
-    stack.push_back({def, 0});
+    if (auto arg = dyn_cast<BlockArgument>(v); arg && arg.getOwner() != &body)
+      return emitError(v.getLoc()) << "variant '" << variant << "''s " << hook
+                                   << " reads a block argument from outside it: it cannot be differentiated";
     return success();
   };
-  if (failed(visit(root)))
+  if (failed(reachable(root)))
     return failure();
-  while (!stack.empty()) {
-    auto &[op, next] = stack.back();
-    if (placed.contains(op)) {
-      stack.pop_back();
-      continue;
-    }
-    if (next < op->getNumOperands()) {
-      if (failed(visit(op->getOperand(next++))))
+  for (Operation *op : ops)
+    for (Value operand : op->getOperands())
+      if (failed(reachable(operand)))
         return failure();
-      continue;
-    }
-    placed.insert(op);
-    order.push_back(op);
-    stack.pop_back();
-  }
-  return order;
+  return ops;
 }
 
 class Differentiator {

@@ -1,5 +1,5 @@
 // BackwardTestSupport.h — what the backward tests share: a variant's program, and a small problem whose numbers
-// make every variant's rules bite at a handful of rows and keys.
+// make every variant's rules bite at a handful of rows and keys (diagnostics capture: the compiler tests').
 #ifndef FLASHTILE_TESTS_UNIT_BACKWARD_BACKWARDTESTSUPPORT_H
 #define FLASHTILE_TESTS_UNIT_BACKWARD_BACKWARDTESTSUPPORT_H
 
@@ -7,9 +7,9 @@
 #include "flashtile/dsl/Program.h"
 #include "interpreter/ReferenceBackward.h"
 #include "passes/IR/TileDialect.h"
+#include "tests/unit/compiler/TestSupport.h"
 
 #include "mlir/IR/BuiltinOps.h"
-#include "mlir/IR/Diagnostics.h"
 
 #include <gtest/gtest.h>
 
@@ -20,26 +20,13 @@
 
 namespace flashtile::backward_test {
 
-/// Collects the diagnostics emitted in a context while alive.
-class Diagnostics {
-public:
-  explicit Diagnostics(mlir::MLIRContext &context)
-      : handler(&context, [this](mlir::Diagnostic &d) {
-          text += d.str() + "\n";
-          return mlir::success();
-        }) {}
-  std::string text;
-
-private:
-  mlir::ScopedDiagnosticHandler handler;
-};
+using testing::DiagnosticCapture;
+using testing::funcOf;
 
 /// The sizes of a test problem.
 struct Shape {
   int batch, seqlenQ, seqlenK, headsQ, headsKv, headDim, headDimV;
 };
-
-inline tile::FuncOp funcOf(mlir::ModuleOp module) { return *module.getOps<tile::FuncOp>().begin(); }
 
 /// The variant's forward program (bf16, head dims `headDim`), or null after a test failure.
 inline mlir::OwningOpRef<mlir::ModuleOp> programOf(mlir::MLIRContext &context, const Variant &variant,

@@ -182,7 +182,7 @@ TEST(ReferenceBackwardTest, UndifferentiableHookIsNamed) {
   std::mt19937_64 rng(1);
   interp::ReferenceProblem p{1, 2, 2, 1, 1, 8, 8, 0.5, {}, {}};
   std::vector<double> q = uniform(16, -1, 1, rng), k = q, v = q, dO = q;
-  Diagnostics diagnostics(context);
+  DiagnosticCapture diagnostics(context);
   EXPECT_TRUE(failed(interp::referenceBackward(funcOf(*module), p, q, k, v, dO)));
   EXPECT_NE(diagnostics.text.find("cannot differentiate 'math.sin' in variant 'wavy''s score hook"), std::string::npos)
       << diagnostics.text;
