@@ -29,8 +29,8 @@ struct Partial {
 struct KeyTerm {
   int j = 0;
   double logit = 0;
-  double dLogitDRaw = 1;          ///< through the scales and the score hook
-  double dLogitDHook = 1;         ///< d logit / d s' (the scale folded after the hook, or 1)
+  double dLogitDRaw = 1;  ///< through the scales and the score hook
+  double dLogitDHook = 1; ///< d logit / d s' (the scale folded after the hook, or 1)
   llvm::SmallVector<Partial> partials;
 };
 
@@ -42,8 +42,8 @@ struct DerivativeBlock {
 
 class Reference {
 public:
-  Reference(tile::FuncOp func, const ReferenceProblem &p, const std::vector<double> &q,
-            const std::vector<double> &k, const std::vector<double> &v)
+  Reference(tile::FuncOp func, const ReferenceProblem &p, const std::vector<double> &q, const std::vector<double> &k,
+            const std::vector<double> &v)
       : func(func), p(p), q(q), k(k), v(v), eval(env) {}
 
   LogicalResult prepare(bool gradients);
@@ -55,9 +55,7 @@ public:
 
   size_t qAt(int b, int i, int h) const { return ((size_t(b) * p.seqlenQ + i) * p.headsQ + h) * p.headDim; }
   size_t kAt(int b, int j, int h) const { return ((size_t(b) * p.seqlenK + j) * p.headsKv + kvHead(h)) * p.headDim; }
-  size_t vAt(int b, int j, int h) const {
-    return ((size_t(b) * p.seqlenK + j) * p.headsKv + kvHead(h)) * p.headDimV;
-  }
+  size_t vAt(int b, int j, int h) const { return ((size_t(b) * p.seqlenK + j) * p.headsKv + kvHead(h)) * p.headDimV; }
   size_t oAt(int b, int i, int h) const { return ((size_t(b) * p.seqlenQ + i) * p.headsQ + h) * p.headDimV; }
   size_t rowAt(int b, int h, int i) const { return (size_t(b) * p.headsQ + h) * p.seqlenQ + i; }
 
@@ -82,8 +80,7 @@ private:
 };
 
 /// Builds `build`'s derivative IR in a fresh block with arguments of `types`.
-template <typename Build>
-FailureOr<DerivativeBlock> derivativeBlock(MLIRContext *ctx, TypeRange types, Build build) {
+template <typename Build> FailureOr<DerivativeBlock> derivativeBlock(MLIRContext *ctx, TypeRange types, Build build) {
   DerivativeBlock out{std::make_unique<Block>(), {}};
   for (Type type : types)
     out.block->addArgument(type, UnknownLoc::get(ctx));
@@ -149,7 +146,8 @@ LogicalResult Reference::prepare(bool gradients) {
 
 void Reference::collectPartials(const tile::HookDerivative &d, double scale, SmallVectorImpl<Partial> &out) {
   for (const tile::InputPartial &partial : d.inputs)
-    out.push_back({false, inputIndex(partial.name), eval.value(partial.index).i, scale * eval.value(partial.partial).f});
+    out.push_back(
+        {false, inputIndex(partial.name), eval.value(partial.index).i, scale * eval.value(partial.partial).f});
   for (const tile::ParamPartial &partial : d.params)
     out.push_back({true, paramIndex(partial.name), 0, scale * eval.value(partial.partial).f});
 }

@@ -13,8 +13,7 @@ namespace flashtile::tile {
 /// The ops `roots` are computed from, through producers `follow(op)` accepts, each op after the accepted producers
 /// of its operands: depth first over operands left to right, from each root in turn. The order depends only on
 /// what the roots compute, not on where the ops stand. An explicit stack: traced hooks (Python's) can be deep.
-template <typename Follow>
-llvm::SmallVector<mlir::Operation *> producersFirst(mlir::ValueRange roots, Follow follow) {
+template <typename Follow> llvm::SmallVector<mlir::Operation *> producersFirst(mlir::ValueRange roots, Follow follow) {
   llvm::SmallVector<mlir::Operation *> order;
   llvm::DenseSet<mlir::Operation *> placed;
   llvm::SmallVector<std::pair<mlir::Operation *, unsigned>> stack;

@@ -9,8 +9,8 @@
 
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
-#include "llvm/ADT/MapVector.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <numbers>
@@ -59,9 +59,7 @@ public:
 private:
   // Builders that fold the trivial cases (a unit adjoint, a zero term), so a hook like ALiBi's gets ds'/ds = 1
   // as a constant rather than a chain of multiplications by one.
-  Value constant(Type type, double v) {
-    return arith::ConstantFloatOp::create(b, loc, cast<FloatType>(type), APFloat(static_cast<float>(v)));
-  }
+  Value constant(Type type, double v) { return arith::ConstantOp::create(b, loc, b.getFloatAttr(type, v)); }
   Value mul(Value x, Value y) {
     if (matchPattern(x, m_OneFloat()))
       return y;
@@ -92,7 +90,7 @@ private:
   OpBuilder &b;
   Location loc;
   StringRef hook, variant;
-  IRMapping primal;                 // original value -> its rebuilt value
+  IRMapping primal;                      // original value -> its rebuilt value
   llvm::DenseMap<Value, Value> adjoints; // original value -> d result / d value
   HookDerivative out;
   llvm::MapVector<StringRef, Value> paramPartials;
@@ -191,8 +189,7 @@ LogicalResult Differentiator::backpropagate(Operation *op, Value adj) {
                    .Default([](Operation *) { return false; });
   if (known)
     return success();
-  return op->emitError() << "cannot differentiate '" << op->getName() << "' in variant '" << variant << "''s "
-                         << hook;
+  return op->emitError() << "cannot differentiate '" << op->getName() << "' in variant '" << variant << "''s " << hook;
 }
 
 FailureOr<HookDerivative> Differentiator::run(Block &body, ValueRange args, std::optional<unsigned> wrtArg) {
@@ -200,8 +197,8 @@ FailureOr<HookDerivative> Differentiator::run(Block &body, ValueRange args, std:
   if (!yield || yield.getValues().size() != 1 || !isFloat(yield.getValues()[0]))
     return emitError(loc) << "variant '" << variant << "''s " << hook << " must yield one float to be differentiated";
   if (args.size() != body.getNumArguments())
-    return emitError(loc) << "differentiating variant '" << variant << "''s " << hook << ": "
-                          << body.getNumArguments() << " block arguments, " << args.size() << " values given";
+    return emitError(loc) << "differentiating variant '" << variant << "''s " << hook << ": " << body.getNumArguments()
+                          << " block arguments, " << args.size() << " values given";
   Value root = yield.getValues()[0];
   for (auto [arg, value] : llvm::zip_equal(body.getArguments(), args))
     primal.map(arg, value);

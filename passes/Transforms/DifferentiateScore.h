@@ -49,8 +49,8 @@ struct ParamPartial {
 
 /// What differentiateHook builds.
 struct HookDerivative {
-  mlir::Value value;  ///< the hook's result, recomputed (the backward needs s' as well as its derivatives)
-  mlir::Value dArg;   ///< d value / d the argument asked for (the score of a score_mod); null when none was
+  mlir::Value value; ///< the hook's result, recomputed (the backward needs s' as well as its derivatives)
+  mlir::Value dArg;  ///< d value / d the argument asked for (the score of a score_mod); null when none was
   llvm::SmallVector<InputPartial> inputs;
   llvm::SmallVector<ParamPartial> params;
 };

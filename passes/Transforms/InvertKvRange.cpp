@@ -30,7 +30,9 @@ public:
   Value seqlenQ;
 
 private:
-  bool dependsOnRow(Value v) { return isComputedFrom(v, rule.getArgument(0)) || isComputedFrom(v, rule.getArgument(1)); }
+  bool dependsOnRow(Value v) {
+    return isComputedFrom(v, rule.getArgument(0)) || isComputedFrom(v, rule.getArgument(1));
+  }
   /// `v` (independent of the row) rebuilt at the insertion point.
   Value rebuilt(Value v);
   Value c(int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 32); }
@@ -56,8 +58,8 @@ FailureOr<Value> Inverter::invert(Value e, Value k, Side side) {
   bool above = side == Side::FirstAbove;
   if (!dependsOnRow(e)) {
     // A constant bound holds for every row or for none.
-    Value holds = arith::CmpIOp::create(b, loc, above ? arith::CmpIPredicate::sgt : arith::CmpIPredicate::sle,
-                                        rebuilt(e), k);
+    Value holds =
+        arith::CmpIOp::create(b, loc, above ? arith::CmpIPredicate::sgt : arith::CmpIPredicate::sle, rebuilt(e), k);
     Value all = above ? c(0) : arith::SubIOp::create(b, loc, seqlenQ, c(1)).getResult();
     Value none = above ? seqlenQ : c(-1);
     return arith::SelectOp::create(b, loc, holds, all, none).getResult();
@@ -106,8 +108,7 @@ FailureOr<Value> Inverter::invert(Value e, Value k, Side side) {
 
 } // namespace
 
-QueryRows buildQueryRows(OpBuilder &builder, KvRangeOp rule, Value keyFirst, Value keyLast, Value batch,
-                         Value head) {
+QueryRows buildQueryRows(OpBuilder &builder, KvRangeOp rule, Value keyFirst, Value keyLast, Value batch, Value head) {
   Block &body = rule.getRule().front();
   auto yield = cast<YieldOp>(body.getTerminator());
   Value lo = yield.getValues()[0], hi = yield.getValues()[1];
@@ -127,10 +128,10 @@ QueryRows buildQueryRows(OpBuilder &builder, KvRangeOp rule, Value keyFirst, Val
     return rows;
   }
   Value begin = rows.exactLo ? *from : zero;
-  Value end = rows.exactHi ? arith::AddIOp::create(builder, loc, *last,
-                                                   arith::ConstantIntOp::create(builder, loc, 1, 32))
-                                 .getResult()
-                           : seqlenQ;
+  Value end =
+      rows.exactHi
+          ? arith::AddIOp::create(builder, loc, *last, arith::ConstantIntOp::create(builder, loc, 1, 32)).getResult()
+          : seqlenQ;
   auto clamp = [&](Value v, Value min, Value max) {
     return arith::MinSIOp::create(builder, loc, arith::MaxSIOp::create(builder, loc, v, min), max).getResult();
   };
@@ -155,8 +156,9 @@ QueryTiles buildQueryTiles(OpBuilder &builder, const QueryRows &may, const Query
   // full.hi reaches seqlen_q.
   Value fullLo = arith::CeilDivSIOp::create(builder, loc, full.lo, bm);
   Value reachesEnd = arith::CmpIOp::create(builder, loc, arith::CmpIPredicate::sge, full.hi, seqlenQ);
-  Value fullHi = arith::SelectOp::create(builder, loc, reachesEnd, arith::CeilDivSIOp::create(builder, loc, full.hi, bm),
-                                         arith::DivSIOp::create(builder, loc, full.hi, bm));
+  Value fullHi =
+      arith::SelectOp::create(builder, loc, reachesEnd, arith::CeilDivSIOp::create(builder, loc, full.hi, bm),
+                              arith::DivSIOp::create(builder, loc, full.hi, bm));
   t.fullLo = clamp(fullLo, t.lo, t.hi);
   t.fullHi = clamp(fullHi, t.fullLo, t.hi);
   return t;

@@ -59,8 +59,9 @@ inline double testValue(const std::string &param, double declared) {
 /// elements away from 0 (enough for any built-in index rule: per head, per (batch, head), per key), int32 inputs as
 /// document starts (documents of random lengths, restarting at each sequence).
 inline interp::ReferenceProblem problemFor(const Variant &variant, const Shape &s, std::mt19937_64 &rng) {
-  interp::ReferenceProblem p{s.batch, s.seqlenQ, s.seqlenK, s.headsQ, s.headsKv, s.headDim, s.headDimV,
-                             1.0 / std::sqrt(double(s.headDim)), {}, {}};
+  interp::ReferenceProblem p{s.batch,   s.seqlenQ, s.seqlenK,  s.headsQ,
+                             s.headsKv, s.headDim, s.headDimV, 1.0 / std::sqrt(double(s.headDim)),
+                             {},        {}};
   for (const auto &[name, value] : variant.params())
     p.params.push_back(testValue(name, value));
   std::bernoulli_distribution newDocument(0.3);

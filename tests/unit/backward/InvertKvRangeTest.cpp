@@ -7,6 +7,9 @@
 #include "interpreter/HookEvaluator.h"
 #include "passes/Transforms/InvertKvRange.h"
 
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
+
 #include <algorithm>
 #include <memory>
 
@@ -85,11 +88,17 @@ template <typename Pred> Span spanWhere(int count, Pred pred) {
   return r.hi < 0 ? Span{0, 0} : r;
 }
 
-void checkVariant(const std::string &name) {
+/// `canonical`: after canonicalization, which hoists the rules' constants out of their regions.
+void checkVariant(const std::string &name, bool canonical) {
   Variant variant = *variants::byName(name);
   MLIRContext context;
   OwningOpRef<ModuleOp> module = programOf(context, variant);
   ASSERT_TRUE(module);
+  if (canonical) {
+    PassManager pm(&context);
+    pm.addPass(createCanonicalizerPass());
+    ASSERT_TRUE(succeeded(pm.run(*module)));
+  }
   tile::KvRangeOp may, full;
   for (tile::KvRangeOp rule : funcOf(*module).getBody().getOps<tile::KvRangeOp>())
     (rule.getKind() == tile::RangeKind::May ? may : full) = rule;
@@ -133,8 +142,12 @@ void checkVariant(const std::string &name) {
             SCOPED_TRACE(name + ": Sq " + std::to_string(seqlenQ) + ", Sk " + std::to_string(seqlenK) + ", b " +
                          std::to_string(b) + ", h " + std::to_string(h) + ", keys [" + std::to_string(k0) + ", " +
                          std::to_string(k1) + "]");
-            auto anyKey = [&](int q) { return std::any_of(&sees[q][k0], &sees[q][k1] + 1, [](char x) { return x != 0; }); };
-            auto allKeys = [&](int q) { return std::all_of(&sees[q][k0], &sees[q][k1] + 1, [](char x) { return x != 0; }); };
+            auto anyKey = [&](int q) {
+              return std::any_of(&sees[q][k0], &sees[q][k1] + 1, [](char x) { return x != 0; });
+            };
+            auto allKeys = [&](int q) {
+              return std::all_of(&sees[q][k0], &sees[q][k1] + 1, [](char x) { return x != 0; });
+            };
             auto rowsOf = [&](int t) { return std::pair{t * kBlockM, std::min((t + 1) * kBlockM, seqlenQ)}; };
             auto tileAny = [&](int t) {
               auto [first, end] = rowsOf(t);
@@ -179,7 +192,12 @@ void checkVariant(const std::string &name) {
 
 class InvertKvRangeTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(InvertKvRangeTest, CoversEveryAttendingRow) { checkVariant(GetParam()); }
+TEST_P(InvertKvRangeTest, CoversEveryAttendingRow) {
+  for (bool canonical : {false, true}) {
+    SCOPED_TRACE(canonical ? "canonicalized" : "as built");
+    checkVariant(GetParam(), canonical);
+  }
+}
 
 INSTANTIATE_TEST_SUITE_P(BuiltinVariants, InvertKvRangeTest, ::testing::ValuesIn(variants::names()),
                          [](const auto &info) { return info.param; });

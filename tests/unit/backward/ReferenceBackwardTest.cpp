@@ -19,8 +19,8 @@ using namespace flashtile::backward_test;
 
 namespace {
 
-constexpr double kStep = 1e-5;          // central differences: truncation ~ kStep², rounding ~ 1e-16 / kStep
-constexpr double kRelTolerance = 1e-6;  // of max(1, |gradient|)
+constexpr double kStep = 1e-5;         // central differences: truncation ~ kStep², rounding ~ 1e-16 / kStep
+constexpr double kRelTolerance = 1e-6; // of max(1, |gradient|)
 const Shape kShapes[] = {
     {2, 5, 7, 4, 2, 3, 2}, // GQA (2 query heads per K/V head), Sq < Sk
     {1, 7, 4, 2, 1, 2, 3}, // MQA, Sq > Sk: bottom-right causal rows before the first key see nothing
@@ -72,7 +72,8 @@ void expectGradient(const std::string &what, const std::vector<double> &analytic
 void checkGradients(tile::FuncOp func, const Variant &variant, const Shape &shape, uint64_t seed) {
   std::mt19937_64 rng(seed);
   interp::ReferenceProblem p = problemFor(variant, shape, rng);
-  size_t qn = size_t(shape.batch) * shape.seqlenQ * shape.headsQ, kn = size_t(shape.batch) * shape.seqlenK * shape.headsKv;
+  size_t qn = size_t(shape.batch) * shape.seqlenQ * shape.headsQ,
+         kn = size_t(shape.batch) * shape.seqlenK * shape.headsKv;
   Tensors t{uniform(qn * shape.headDim, -1.5, 1.5, rng), uniform(kn * shape.headDim, -1.5, 1.5, rng),
             uniform(kn * shape.headDimV, -1, 1, rng), uniform(qn * shape.headDimV, -1, 1, rng)};
   auto grads = interp::referenceBackward(func, p, t.q, t.k, t.v, t.dO);
@@ -88,15 +89,19 @@ void checkGradients(tile::FuncOp func, const Variant &variant, const Shape &shap
           d += t.dO[o + e] * grads->o[o + e];
         EXPECT_NEAR(grads->d[(size_t(b) * shape.headsQ + h) * shape.seqlenQ + i], d, 1e-12);
       }
-  expectGradient("dQ", grads->dq, [&](size_t i) -> double & { return t.q[i]; }, lossNow);
-  expectGradient("dK", grads->dk, [&](size_t i) -> double & { return t.k[i]; }, lossNow);
-  expectGradient("dV", grads->dv, [&](size_t i) -> double & { return t.v[i]; }, lossNow);
+  expectGradient(
+      "dQ", grads->dq, [&](size_t i) -> double & { return t.q[i]; }, lossNow);
+  expectGradient(
+      "dK", grads->dk, [&](size_t i) -> double & { return t.k[i]; }, lossNow);
+  expectGradient(
+      "dV", grads->dv, [&](size_t i) -> double & { return t.v[i]; }, lossNow);
   for (size_t n = 0; n < p.inputs.size(); ++n) {
     auto *values = std::get_if<std::vector<double>>(&p.inputs[n]);
     if (!values)
       continue; // int32 inputs get no gradient
     std::string name = variant.inputs()[n].first;
-    expectGradient("d" + name, grads->dInputs[n], [&](size_t i) -> double & { return (*values)[i]; }, lossNow);
+    expectGradient(
+        "d" + name, grads->dInputs[n], [&](size_t i) -> double & { return (*values)[i]; }, lossNow);
     double largest = 0;
     for (double g : grads->dInputs[n])
       largest = std::max(largest, std::abs(g));
@@ -110,7 +115,8 @@ void checkGradients(tile::FuncOp func, const Variant &variant, const Shape &shap
       EXPECT_EQ(grads->dParams[n], 0.0) << name;
       continue;
     }
-    expectGradient("d" + name, {grads->dParams[n]}, [&](size_t) -> double & { return p.params[n]; }, lossNow);
+    expectGradient(
+        "d" + name, {grads->dParams[n]}, [&](size_t) -> double & { return p.params[n]; }, lossNow);
   }
 }
 
@@ -207,7 +213,8 @@ TEST(ReferenceBackwardTest, ForwardMatchesInterpreter) {
       return x;
     };
     std::vector<double> q = bf16(uniform(qn * s.headDim, -1.5, 1.5, rng)),
-                        k = bf16(uniform(kn * s.headDim, -1.5, 1.5, rng)), v = bf16(uniform(kn * s.headDimV, -1, 1, rng));
+                        k = bf16(uniform(kn * s.headDim, -1.5, 1.5, rng)),
+                        v = bf16(uniform(kn * s.headDimV, -1, 1, rng));
     auto reference = interp::referenceForward(funcOf(*module), p, q, k, v);
     ASSERT_TRUE(succeeded(reference));
 
