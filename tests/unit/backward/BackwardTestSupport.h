@@ -10,6 +10,8 @@
 #include "tests/unit/compiler/TestSupport.h"
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
 
 #include <gtest/gtest.h>
 
@@ -28,12 +30,26 @@ struct Shape {
   int batch, seqlenQ, seqlenK, headsQ, headsKv, headDim, headDimV;
 };
 
-/// The variant's forward program (bf16, head dims `headDim`), or null after a test failure.
+/// How a program is checked: as the DSL builds it, or after canonicalization, which moves the scale into the score
+/// hook (the inverse scale inside it, fold_scale on the softmax) and hoists the hooks' constants out of their regions.
+enum class Form { AsBuilt, Canonical };
+
+/// The variant's forward program (bf16, head dims `headDim`) in `form`, or null after a test failure.
 inline mlir::OwningOpRef<mlir::ModuleOp> programOf(mlir::MLIRContext &context, const Variant &variant,
-                                                   int headDim = 128) {
+                                                   Form form = Form::AsBuilt, int headDim = 128) {
   auto module = buildAttentionProgram(context, variant, ProgramOptions{ElementType::BF16, headDim, headDim});
   EXPECT_TRUE(mlir::succeeded(module)) << "variant " << variant.name();
-  return mlir::succeeded(module) ? std::move(*module) : mlir::OwningOpRef<mlir::ModuleOp>();
+  if (mlir::failed(module))
+    return {};
+  if (form == Form::Canonical) {
+    mlir::PassManager pm(&context);
+    pm.addPass(mlir::createCanonicalizerPass());
+    if (mlir::failed(pm.run(**module))) {
+      ADD_FAILURE() << "canonicalizing variant " << variant.name();
+      return {};
+    }
+  }
+  return std::move(*module);
 }
 
 inline std::vector<double> uniform(size_t n, double lo, double hi, std::mt19937_64 &rng) {
