@@ -60,7 +60,7 @@ bool compareInt(arith::CmpIPredicate pred, int64_t a, int64_t b, unsigned width)
   llvm_unreachable("unknown cmpi predicate");
 }
 
-bool compareFloat(arith::CmpFPredicate pred, float a, float b) {
+template <typename Real> bool compareFloat(arith::CmpFPredicate pred, Real a, Real b) {
   using P = arith::CmpFPredicate;
   bool unordered = std::isnan(a) || std::isnan(b);
   switch (pred) {
@@ -101,16 +101,16 @@ bool compareFloat(arith::CmpFPredicate pred, float a, float b) {
 }
 
 // arith.maximumf / minimumf: NaN propagates and -0 < +0.
-float maximum(float a, float b) {
+template <typename Real> Real maximum(Real a, Real b) {
   if (std::isnan(a) || std::isnan(b))
-    return std::numeric_limits<float>::quiet_NaN();
+    return std::numeric_limits<Real>::quiet_NaN();
   if (a == b)
     return std::signbit(a) ? b : a;
   return a > b ? a : b;
 }
-float minimum(float a, float b) {
+template <typename Real> Real minimum(Real a, Real b) {
   if (std::isnan(a) || std::isnan(b))
-    return std::numeric_limits<float>::quiet_NaN();
+    return std::numeric_limits<Real>::quiet_NaN();
   if (a == b)
     return std::signbit(a) ? a : b;
   return a < b ? a : b;
@@ -123,10 +123,10 @@ std::string typeString(Type type) {
   return s;
 }
 
-} // namespace
-
-FailureOr<Scalar> evalScalarOp(Operation *op, ArrayRef<Scalar> in,
-                               llvm::function_ref<void(const llvm::Twine &)> error) {
+template <typename Real>
+FailureOr<BasicScalar<Real>> evalScalar(Operation *op, ArrayRef<BasicScalar<Real>> in,
+                                        llvm::function_ref<void(const llvm::Twine &)> error) {
+  using Scalar = BasicScalar<Real>;
   auto fail = [&](const Twine &message) -> FailureOr<Scalar> {
     error(message);
     return failure();
@@ -146,7 +146,7 @@ FailureOr<Scalar> evalScalarOp(Operation *op, ArrayRef<Scalar> in,
 
   const unsigned width = type.isF32() ? 32 : bitWidth(type);
   auto integer = [&](uint64_t v) -> FailureOr<Scalar> { return Scalar::integer(wrap(v, width)); };
-  auto real = [](float v) -> FailureOr<Scalar> { return Scalar::real(v); };
+  auto real = [](Real v) -> FailureOr<Scalar> { return Scalar::real(v); };
   auto boolean = [](bool v) -> FailureOr<Scalar> { return Scalar::integer(v ? -1 : 0); }; // i1 true is -1
   auto i = [&](unsigned k) { return in[k].i; };
   auto u = [&](unsigned k) { return static_cast<uint64_t>(in[k].i); };
@@ -163,7 +163,7 @@ FailureOr<Scalar> evalScalarOp(Operation *op, ArrayRef<Scalar> in,
         if (auto v = dyn_cast<IntegerAttr>(c.getValue()))
           return integer(static_cast<uint64_t>(v.getValue().getSExtValue()));
         if (auto v = dyn_cast<FloatAttr>(c.getValue()))
-          return real(static_cast<float>(v.getValueAsDouble()));
+          return real(static_cast<Real>(v.getValueAsDouble()));
         return fail("'arith.constant' of a non-scalar value");
       })
       // Integer arithmetic wraps around, as on the GPU.
@@ -196,7 +196,7 @@ FailureOr<Scalar> evalScalarOp(Operation *op, ArrayRef<Scalar> in,
       .Case([&](MaxNumFOp) { return real(std::fmax(f(0), f(1))); })
       .Case([&](MinNumFOp) { return real(std::fmin(f(0), f(1))); })
       .Case([&](CmpFOp c) { return boolean(compareFloat(c.getPredicate(), f(0), f(1))); })
-      .Case([&](SIToFPOp) { return real(static_cast<float>(i(0))); })
+      .Case([&](SIToFPOp) { return real(static_cast<Real>(i(0))); })
       .Case([&](FPToSIOp) -> FailureOr<Scalar> {
         double t = std::trunc(static_cast<double>(f(0)));
         double limit = std::ldexp(1.0, static_cast<int>(width) - 1);
@@ -210,10 +210,22 @@ FailureOr<Scalar> evalScalarOp(Operation *op, ArrayRef<Scalar> in,
       .Case([&](math::LogOp) { return real(std::log(f(0))); })
       .Case([&](math::Log2Op) { return real(std::log2(f(0))); })
       .Case([&](math::SqrtOp) { return real(std::sqrt(f(0))); })
-      .Case([&](math::RsqrtOp) { return real(1.0f / std::sqrt(f(0))); })
+      .Case([&](math::RsqrtOp) { return real(Real(1) / std::sqrt(f(0))); })
       .Case([&](math::AbsFOp) { return real(std::fabs(f(0))); })
       .Case([&](math::FmaOp) { return real(std::fma(f(0), f(1), f(2))); })
       .Default([&](Operation *) { return unsupported(); });
+}
+
+} // namespace
+
+FailureOr<Scalar> evalScalarOp(Operation *op, ArrayRef<Scalar> in,
+                               llvm::function_ref<void(const llvm::Twine &)> error) {
+  return evalScalar<float>(op, in, error);
+}
+
+FailureOr<WideScalar> evalScalarOpWide(Operation *op, ArrayRef<WideScalar> in,
+                                       llvm::function_ref<void(const llvm::Twine &)> error) {
+  return evalScalar<double>(op, in, error);
 }
 
 } // namespace flashtile::interp

@@ -13,21 +13,27 @@
 
 namespace flashtile::interp {
 
-/// An integer (sign-extended from its bit width; i1 true is -1) or an f32.
-struct Scalar {
+/// An integer (sign-extended from its bit width; i1 true is -1) or a float: f32 values are held as `Real`, float
+/// (the interpreter, one f32 rounding per op as on the GPU) or double (the fp64 reference of the backward pass).
+template <typename Real> struct BasicScalar {
   bool isFloat = false;
   int64_t i = 0;
-  float f = 0.0f;
+  Real f = 0;
 
-  static Scalar integer(int64_t v) { return Scalar{false, v, 0.0f}; }
-  static Scalar real(float v) { return Scalar{true, 0, v}; }
+  static BasicScalar integer(int64_t v) { return BasicScalar{false, v, 0}; }
+  static BasicScalar real(Real v) { return BasicScalar{true, 0, v}; }
   bool isTrue() const { return i != 0; }
 };
+using Scalar = BasicScalar<float>;
+using WideScalar = BasicScalar<double>;
 
 /// Evaluates an arith or math op on `operands` (one per op operand). Unknown ops, non-scalar types and
 /// undefined results (division by zero, fptosi out of range) are reported through `error`, then failure().
 mlir::FailureOr<Scalar> evalScalarOp(mlir::Operation *op, llvm::ArrayRef<Scalar> operands,
                                      llvm::function_ref<void(const llvm::Twine &)> error);
+/// The same op semantics with f32 values computed in fp64 (integers are unchanged): the backward's reference.
+mlir::FailureOr<WideScalar> evalScalarOpWide(mlir::Operation *op, llvm::ArrayRef<WideScalar> operands,
+                                             llvm::function_ref<void(const llvm::Twine &)> error);
 
 } // namespace flashtile::interp
 

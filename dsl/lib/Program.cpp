@@ -1,5 +1,6 @@
 //===- Program.cpp - the attention-forward tile program -------------------===//
 #include "flashtile/dsl/Program.h"
+#include "passes/IR/ProducerOrder.h"
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/TileRotary.h"
 
@@ -49,36 +50,8 @@ namespace {
 /// Ops the terminator does not reach keep their place, before the others.
 void orderHookBody(Block &block) {
   Operation *terminator = block.getTerminator();
-  SmallVector<Operation *> order;
-  llvm::DenseSet<Operation *> placed;
-  // Depth-first over operands with an explicit stack (traced Python hooks can be deep): an op is placed once
-  // all its operands' producers in this block are.
-  SmallVector<std::pair<Operation *, unsigned>> stack;
-  auto producerInBlock = [&](Value v) -> Operation * {
-    Operation *def = v.getDefiningOp();
-    return def && def->getBlock() == &block && !placed.contains(def) ? def : nullptr;
-  };
-  for (Value root : terminator->getOperands()) {
-    if (Operation *op = producerInBlock(root))
-      stack.push_back({op, 0});
-    while (!stack.empty()) {
-      auto &[op, next] = stack.back();
-      if (placed.contains(op)) {
-        stack.pop_back();
-        continue;
-      }
-      if (next < op->getNumOperands()) {
-        Value operand = op->getOperand(next++);
-        if (Operation *producer = producerInBlock(operand))
-          stack.push_back({producer, 0});
-        continue;
-      }
-      placed.insert(op);
-      order.push_back(op);
-      stack.pop_back();
-    }
-  }
-  for (Operation *op : order)
+  auto inBlock = [&](Operation *def) { return def->getBlock() == &block; };
+  for (Operation *op : tile::producersFirst(terminator->getOperands(), inBlock))
     op->moveBefore(terminator);
 }
 

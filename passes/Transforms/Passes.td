@@ -51,4 +51,18 @@ def TileLowerToTarget : Pass<"tile-lower-to-target", "::flashtile::tile::FuncOp"
   ];
 }
 
+def TileTestDifferentiateScore : Pass<"tile-test-differentiate-score", "::flashtile::tile::FuncOp"> {
+  let summary = "Replaces each score hook (and sink) by its derivative, to test the backward's chain rule";
+  let description = [{
+    Each `tile.score_mod` region is rebuilt to yield the derivative of its result that `wrt` names, computed
+    by passes/Transforms/DifferentiateScore.h (the IR the backward programs embed): `score` (d s' / d score),
+    `input:NAME` (the sum of the partials of the f32 input's reads) or `param:NAME`. With `input:` or `param:`,
+    a `tile.finalize` sink region is rebuilt the same way. The result is again a valid program: the interpreter
+    runs it. A hook op without a derivative rule is an error naming it.
+  }];
+  let options = [
+    Option<"wrt", "wrt", "std::string", /*default=*/"\"score\"", "score, input:NAME or param:NAME">,
+  ];
+}
+
 #endif // FLASHTILE_TILE_PASSES

@@ -1,0 +1,313 @@
+//===- ReferenceBackward.cpp - attention forward and backward in fp64 -----===//
+#include "interpreter/ReferenceBackward.h"
+
+#include "passes/IR/TileDialect.h"
+#include "passes/Transforms/DifferentiateScore.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+
+using namespace mlir;
+
+namespace flashtile::interp {
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+/// A partial derivative of a hook at one score: d hook / d (element `element` of input `which`, or parameter
+/// `which`).
+struct Partial {
+  bool isParam = false;
+  int which = 0;
+  int64_t element = 0;
+  double value = 0;
+};
+
+/// One kept key of a row: its logit and, for the backward, d logit / d (Q·Kᵀ) and the hook's partials.
+struct KeyTerm {
+  int j = 0;
+  double logit = 0;
+  double dLogitDRaw = 1;  ///< through the scales and the score hook
+  double dLogitDHook = 1; ///< d logit / d s' (the scale folded after the hook, or 1)
+  llvm::SmallVector<Partial> partials;
+};
+
+/// A hook's derivative IR, built in a block of its own that only the reference evaluates.
+struct DerivativeBlock {
+  std::unique_ptr<Block> block;
+  tile::HookDerivative derivative;
+};
+
+class Reference {
+public:
+  Reference(tile::FuncOp func, const ReferenceProblem &p, const std::vector<double> &q, const std::vector<double> &k,
+            const std::vector<double> &v)
+      : func(func), p(p), q(q), k(k), v(v), eval(env) {}
+
+  LogicalResult prepare(bool gradients);
+  /// The kept keys of row i of (b, h), and the sink's logit (-inf without one).
+  LogicalResult row(int b, int h, int i, SmallVectorImpl<KeyTerm> &keys, double &sink);
+  /// The sink's partials at (b, h), scaled by `adjoint`, added into the gradients.
+  LogicalResult sinkPartials(int b, int h, double adjoint, ReferenceGradients &grads);
+  void beginBatch(int b) { env.keyOffset = int64_t{b} * p.seqlenK; }
+
+  size_t qAt(int b, int i, int h) const { return ((size_t(b) * p.seqlenQ + i) * p.headsQ + h) * p.headDim; }
+  size_t kAt(int b, int j, int h) const { return ((size_t(b) * p.seqlenK + j) * p.headsKv + kvHead(h)) * p.headDim; }
+  size_t vAt(int b, int j, int h) const { return ((size_t(b) * p.seqlenK + j) * p.headsKv + kvHead(h)) * p.headDimV; }
+  size_t oAt(int b, int i, int h) const { return ((size_t(b) * p.seqlenQ + i) * p.headsQ + h) * p.headDimV; }
+  size_t rowAt(int b, int h, int i) const { return (size_t(b) * p.headsQ + h) * p.seqlenQ + i; }
+
+  tile::FuncOp func;
+  const ReferenceProblem &p;
+  const std::vector<double> &q, &k, &v;
+
+private:
+  int kvHead(int h) const { return h / (p.headsQ / p.headsKv); }
+  LogicalResult fail(const Twine &message) { return func.emitError() << "reference attention: " << message; }
+  void collectPartials(const tile::HookDerivative &d, double scale, SmallVectorImpl<Partial> &out);
+  int inputIndex(StringRef name) { return static_cast<int>(func.inputIndex(name)); }
+  int paramIndex(StringRef name) { return static_cast<int>(func.paramIndex(name)); }
+
+  HookEnv env;
+  HookEvaluator eval;
+  tile::ScoreModOp scoreMod;
+  tile::MaskOp mask;
+  Region *sink = nullptr;
+  double scaleBeforeHook = 1, scaleAfterHook = 1;
+  std::optional<DerivativeBlock> scoreGrad, sinkGrad;
+};
+
+/// Builds `build`'s derivative IR in a fresh block with arguments of `types`.
+template <typename Build> FailureOr<DerivativeBlock> derivativeBlock(MLIRContext *ctx, TypeRange types, Build build) {
+  DerivativeBlock out{std::make_unique<Block>(), {}};
+  for (Type type : types)
+    out.block->addArgument(type, UnknownLoc::get(ctx));
+  OpBuilder b(ctx); // a block without a parent region: the builder cannot take the context from it
+  b.setInsertionPointToEnd(out.block.get());
+  FailureOr<tile::HookDerivative> d = build(b, out.block->getArguments());
+  if (failed(d))
+    return failure();
+  out.derivative = std::move(*d);
+  return out;
+}
+
+LogicalResult Reference::prepare(bool gradients) {
+  if (p.headsKv <= 0 || p.headsQ % p.headsKv != 0)
+    return fail("heads_q (" + Twine(p.headsQ) + ") must be a multiple of heads_kv (" + Twine(p.headsKv) + ")");
+  size_t rowsQ = size_t(p.batch) * p.seqlenQ * p.headsQ, rowsK = size_t(p.batch) * p.seqlenK * p.headsKv;
+  if (q.size() != rowsQ * p.headDim || k.size() != rowsK * p.headDim || v.size() != rowsK * p.headDimV)
+    return fail("Q, K or V does not have the problem's size");
+  if (p.params.size() != func.getParams().size() || p.inputs.size() != func.getInputs().size())
+    return fail("the call gives " + Twine(p.params.size()) + " parameters and " + Twine(p.inputs.size()) +
+                " inputs; the program declares " + Twine(func.getParams().size()) + " and " +
+                Twine(func.getInputs().size()));
+  env = HookEnv{p.batch, p.headsQ, p.headsKv, p.seqlenQ, p.seqlenK, 0, p.softmaxScale, {}, {}};
+  for (auto [name, value] : llvm::zip_equal(func.getParams(), p.params))
+    env.params[cast<StringAttr>(name).str()] = value;
+  for (auto [input, value] : llvm::zip_equal(func.getInputs(), p.inputs))
+    env.inputs[cast<tile::InputAttr>(input).getName().str()] = value;
+  // Where the program applies softmax_scale: before the hook (tile.scale) or after it (fold_scale).
+  func.walk([&](Operation *op) {
+    if (isa<tile::ScaleOp>(op))
+      scaleBeforeHook = p.softmaxScale;
+    if (auto update = dyn_cast<tile::SoftmaxUpdateOp>(op); update && update.getFoldScale())
+      scaleAfterHook = p.softmaxScale;
+    if (auto op2 = dyn_cast<tile::ScoreModOp>(op); op2 && !scoreMod)
+      scoreMod = op2;
+    if (auto op2 = dyn_cast<tile::MaskOp>(op); op2 && !mask)
+      mask = op2;
+    if (auto fin = dyn_cast<tile::FinalizeOp>(op); fin && fin.hasSink())
+      sink = &fin.getSink();
+  });
+  if (!gradients)
+    return success();
+  MLIRContext *ctx = func.getContext();
+  Builder types(ctx);
+  Type i32 = types.getI32Type(), f32 = types.getF32Type();
+  if (scoreMod) {
+    auto built = derivativeBlock(ctx, {f32, i32, i32, i32, i32}, [&](OpBuilder &b, ValueRange args) {
+      return tile::differentiateScoreMod(b, scoreMod, args);
+    });
+    if (failed(built))
+      return failure();
+    scoreGrad = std::move(*built);
+  }
+  if (sink) {
+    auto built = derivativeBlock(
+        ctx, {i32, i32}, [&](OpBuilder &b, ValueRange args) { return tile::differentiateSink(b, *sink, args); });
+    if (failed(built))
+      return failure();
+    sinkGrad = std::move(*built);
+  }
+  return success();
+}
+
+void Reference::collectPartials(const tile::HookDerivative &d, double scale, SmallVectorImpl<Partial> &out) {
+  for (const tile::InputPartial &partial : d.inputs)
+    out.push_back(
+        {false, inputIndex(partial.name), eval.value(partial.index).i, scale * eval.value(partial.partial).f});
+  for (const tile::ParamPartial &partial : d.params)
+    out.push_back({true, paramIndex(partial.name), 0, scale * eval.value(partial.partial).f});
+}
+
+LogicalResult Reference::row(int b, int h, int i, SmallVectorImpl<KeyTerm> &keys, double &sinkLogit) {
+  keys.clear();
+  sinkLogit = kNegInf;
+  for (int j = 0; j < p.seqlenK; ++j) {
+    WideScalar coords[] = {WideScalar::integer(b), WideScalar::integer(h), WideScalar::integer(i),
+                           WideScalar::integer(j)};
+    if (mask) {
+      FailureOr<SmallVector<WideScalar>> keep = eval.yielded(mask.getBody().front(), coords);
+      if (failed(keep))
+        return failure();
+      if (!(*keep)[0].isTrue())
+        continue;
+    }
+    double raw = 0;
+    for (int d = 0; d < p.headDim; ++d)
+      raw += q[qAt(b, i, h) + d] * k[kAt(b, j, h) + d];
+    KeyTerm key{j, raw * scaleBeforeHook, scaleBeforeHook * scaleAfterHook, scaleAfterHook, {}};
+    WideScalar args[] = {WideScalar::real(key.logit), coords[0], coords[1], coords[2], coords[3]};
+    if (scoreGrad) {
+      const tile::HookDerivative &d = scoreGrad->derivative;
+      if (failed(eval.run(*scoreGrad->block, args)))
+        return failure();
+      key.logit = eval.value(d.value).f;
+      key.dLogitDRaw *= eval.value(d.dArg).f;
+      collectPartials(d, 1.0, key.partials);
+    } else if (scoreMod) {
+      FailureOr<SmallVector<WideScalar>> modified = eval.yielded(scoreMod.getBody().front(), args);
+      if (failed(modified))
+        return failure();
+      key.logit = (*modified)[0].f;
+    }
+    key.logit *= scaleAfterHook;
+    keys.push_back(std::move(key));
+  }
+  if (sink) {
+    WideScalar head[] = {WideScalar::integer(b), WideScalar::integer(h)};
+    FailureOr<SmallVector<WideScalar>> logit = eval.yielded(sink->front(), head);
+    if (failed(logit))
+      return failure();
+    sinkLogit = (*logit)[0].f;
+  }
+  return success();
+}
+
+LogicalResult Reference::sinkPartials(int b, int h, double adjoint, ReferenceGradients &grads) {
+  if (!sinkGrad)
+    return success();
+  WideScalar head[] = {WideScalar::integer(b), WideScalar::integer(h)};
+  if (failed(eval.run(*sinkGrad->block, head)))
+    return failure();
+  SmallVector<Partial> partials;
+  collectPartials(sinkGrad->derivative, adjoint, partials);
+  for (const Partial &partial : partials)
+    (partial.isParam ? grads.dParams[partial.which] : grads.dInputs[partial.which][partial.element]) += partial.value;
+  return success();
+}
+
+/// LSE of a row: ln(Σ e^logit + e^sink), -inf when there is neither a key nor a sink.
+double logSumExp(ArrayRef<KeyTerm> keys, double sink) {
+  double m = sink;
+  for (const KeyTerm &key : keys)
+    m = std::max(m, key.logit);
+  if (m == kNegInf)
+    return kNegInf;
+  double l = std::exp(sink - m);
+  for (const KeyTerm &key : keys)
+    l += std::exp(key.logit - m);
+  return m + std::log(l);
+}
+
+/// Runs the forward (and with dO the backward) over every row.
+FailureOr<ReferenceGradients> attention(Reference &ref, const std::vector<double> *dO) {
+  const ReferenceProblem &p = ref.p;
+  if (failed(ref.prepare(dO != nullptr)))
+    return failure();
+  ReferenceGradients g;
+  size_t rows = size_t(p.batch) * p.headsQ * p.seqlenQ;
+  g.o.assign(rows * p.headDimV, 0.0);
+  g.lse.assign(rows, kNegInf);
+  if (dO && dO->size() != g.o.size())
+    return ref.func.emitError() << "reference attention: dO does not have O's size";
+  if (dO) {
+    g.d.assign(rows, 0.0);
+    g.dq.assign(ref.q.size(), 0.0);
+    g.dk.assign(ref.k.size(), 0.0);
+    g.dv.assign(ref.v.size(), 0.0);
+    g.dParams.assign(p.params.size(), 0.0);
+    for (const WideInput &input : p.inputs)
+      g.dInputs.push_back(std::vector<double>(
+          std::holds_alternative<std::vector<double>>(input) ? std::get<std::vector<double>>(input).size() : 0, 0.0));
+  }
+  SmallVector<KeyTerm> keys;
+  for (int b = 0; b < p.batch; ++b) {
+    ref.beginBatch(b);
+    for (int h = 0; h < p.headsQ; ++h) {
+      double dSink = 0; // d loss / d the head's sink logit
+      for (int i = 0; i < p.seqlenQ; ++i) {
+        double sink = kNegInf;
+        if (failed(ref.row(b, h, i, keys, sink)))
+          return failure();
+        double lse = logSumExp(keys, sink);
+        g.lse[ref.rowAt(b, h, i)] = lse;
+        if (lse == kNegInf)
+          continue; // no key and no sink: O = 0 and no gradient
+        double *o = &g.o[ref.oAt(b, i, h)];
+        for (const KeyTerm &key : keys)
+          for (int d = 0; d < p.headDimV; ++d)
+            o[d] += std::exp(key.logit - lse) * ref.v[ref.vAt(b, key.j, h) + d];
+        if (!dO)
+          continue;
+        const double *dOi = &(*dO)[ref.oAt(b, i, h)];
+        double D = 0;
+        for (int d = 0; d < p.headDimV; ++d)
+          D += dOi[d] * o[d];
+        g.d[ref.rowAt(b, h, i)] = D;
+        dSink -= std::exp(sink - lse) * D;
+        for (const KeyTerm &key : keys) {
+          double prob = std::exp(key.logit - lse), dP = 0;
+          for (int d = 0; d < p.headDimV; ++d) {
+            dP += dOi[d] * ref.v[ref.vAt(b, key.j, h) + d];
+            g.dv[ref.vAt(b, key.j, h) + d] += prob * dOi[d];
+          }
+          double dLogit = prob * (dP - D), dRaw = dLogit * key.dLogitDRaw;
+          for (int d = 0; d < p.headDim; ++d) {
+            g.dq[ref.qAt(b, i, h) + d] += dRaw * ref.k[ref.kAt(b, key.j, h) + d];
+            g.dk[ref.kAt(b, key.j, h) + d] += dRaw * ref.q[ref.qAt(b, i, h) + d];
+          }
+          for (const Partial &partial : key.partials)
+            (partial.isParam ? g.dParams[partial.which] : g.dInputs[partial.which][partial.element]) +=
+                dLogit * key.dLogitDHook * partial.value;
+        }
+      }
+      if (dO && failed(ref.sinkPartials(b, h, dSink, g)))
+        return failure();
+    }
+  }
+  return g;
+}
+
+} // namespace
+
+FailureOr<ReferenceForward> referenceForward(tile::FuncOp func, const ReferenceProblem &problem,
+                                             const std::vector<double> &q, const std::vector<double> &k,
+                                             const std::vector<double> &v) {
+  Reference ref(func, problem, q, k, v);
+  FailureOr<ReferenceGradients> out = attention(ref, nullptr);
+  if (failed(out))
+    return failure();
+  return ReferenceForward{std::move(out->o), std::move(out->lse)};
+}
+
+FailureOr<ReferenceGradients> referenceBackward(tile::FuncOp func, const ReferenceProblem &problem,
+                                                const std::vector<double> &q, const std::vector<double> &k,
+                                                const std::vector<double> &v, const std::vector<double> &dO) {
+  Reference ref(func, problem, q, k, v);
+  return attention(ref, &dO);
+}
+
+} // namespace flashtile::interp

@@ -1,0 +1,64 @@
+//===- ReferenceBackward.h - attention forward and backward in fp64 -------===//
+//
+// The oracle the backward programs are checked against: for any variant's tile.func (as built, or after
+// canonicalization moved the scale into the score hook), straight from the definitions in fp64, row by row, with
+// the hooks evaluated by HookEvaluator:
+//   S = Q·Kᵀ (·scale unless the program folds it later), S' = score_mod(S), masked; logits = S' (·scale under
+//   tile.softmax_update {fold_scale}); P = e^(logits − LSE) with LSE = ln(Σ e^logits + e^sink); O = P·V.
+//   D = rowsum(dO∘O); dLogits = P∘(dO·Vᵀ − D); dS = dLogits·ds'/ds (chain rule of the scales); dQ = dS·K,
+//   dK = dSᵀ·Q (summed over a K/V head's query heads), dV = Pᵀ·dO; the sink gets −Σ_rows P_sink·D.
+// The derivatives of the hooks come from the derivative IR (passes/Transforms/DifferentiateScore.h), not from a
+// formula per variant, so this checks that IR too. Dense BSHD layouts only (no varlen).
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_INTERPRETER_REFERENCEBACKWARD_H
+#define FLASHTILE_INTERPRETER_REFERENCEBACKWARD_H
+
+#include "interpreter/HookEvaluator.h"
+
+#include "mlir/Support/LogicalResult.h"
+
+#include <vector>
+
+namespace flashtile::tile {
+class FuncOp;
+} // namespace flashtile::tile
+
+namespace flashtile::interp {
+
+/// One call's sizes and the variant's numbers, in fp64. Layouts as interp::run's: Q batch x seqlenQ x headsQ x
+/// headDim, K batch x seqlenK x headsKv x headDim, V (and dV) ... x headDimV, O and dO batch x seqlenQ x headsQ x
+/// headDimV, LSE and D batch x headsQ x seqlenQ.
+struct ReferenceProblem {
+  int batch = 1, seqlenQ = 0, seqlenK = 0, headsQ = 1, headsKv = 1, headDim = 0, headDimV = 0;
+  double softmaxScale = 1;
+  std::vector<double> params;    ///< in the order of the tile.func's `params`
+  std::vector<WideInput> inputs; ///< in the order of the tile.func's `inputs`
+};
+
+struct ReferenceForward {
+  std::vector<double> o, lse; ///< a row that sees no key and no sink: O = 0, LSE = -inf
+};
+
+struct ReferenceGradients {
+  std::vector<double> o, lse, d;
+  std::vector<double> dq, dk, dv;
+  /// The gradient of each input, in the tile.func's order: of its f32 elements, empty for an i32 input.
+  std::vector<std::vector<double>> dInputs;
+  /// The gradient of each parameter, in the tile.func's order.
+  std::vector<double> dParams;
+};
+
+/// O and LSE of `func` on these tensors. Errors (sizes, a hook the evaluator cannot run) are diagnostics.
+mlir::FailureOr<ReferenceForward> referenceForward(tile::FuncOp func, const ReferenceProblem &problem,
+                                                   const std::vector<double> &q, const std::vector<double> &k,
+                                                   const std::vector<double> &v);
+
+/// O, LSE, D and the gradients of the loss Σ dO∘O with respect to Q, K, V, the f32 inputs and the parameters.
+/// A hook the compiler cannot differentiate fails with that diagnostic.
+mlir::FailureOr<ReferenceGradients> referenceBackward(tile::FuncOp func, const ReferenceProblem &problem,
+                                                      const std::vector<double> &q, const std::vector<double> &k,
+                                                      const std::vector<double> &v, const std::vector<double> &dO);
+
+} // namespace flashtile::interp
+
+#endif // FLASHTILE_INTERPRETER_REFERENCEBACKWARD_H
