@@ -217,6 +217,10 @@ Status Jit::setScheduleKnobs(const std::string &name, schedule::Knobs knobs) {
 }
 
 StatusOr<std::pair<Variant, CompileOptions>> Jit::optionsFor(const KernelSpec &spec) {
+  // The DSL builds forward programs from a variant's hooks; other kinds are built once their programs exist.
+  if (spec.kind != kForwardKind)
+    return Status::error("program kind '" + spec.kind + "' has no program the JIT builds; it builds: " +
+                         std::string(kForwardKind));
   std::optional<Variant> variant;
   schedule::Knobs knobs;
   {

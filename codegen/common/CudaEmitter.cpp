@@ -1613,6 +1613,7 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
                                                        : "") +
       (shape.kvCache ? "_kvcache" : "") + // a library holds a variant's plain and KV-cache kernels side by side
       (rotary ? (rotary->interleaved ? "_rotary_interleaved" : "_rotary") : "");
+  info.kind = func.getKind().str();
   info.arch = targetAttr.getArch().str();
   info.dtype = shape.dtype;
   info.headDim = shape.headDim;

@@ -1,5 +1,6 @@
 //===- TileDialect.cpp - types, attributes, verifiers, canonicalization ---===//
 #include "passes/IR/TileDialect.h"
+#include "passes/IR/ProgramKinds.h"
 #include "codegen/common/TargetRegistry.h"
 #include "flashtile/runtime/KernelInfo.h"
 #include "passes/IR/TileNames.h"
@@ -353,6 +354,12 @@ bool flashtile::tile::isVariantName(StringRef name) {
 }
 
 LogicalResult FuncOp::verify() {
+  if (!lookupProgramKind(getKind())) {
+    std::string known;
+    for (const std::string &name : programKindNames())
+      known += (known.empty() ? "" : ", ") + name;
+    return emitOpError() << "program kind '" << getKind() << "' is not registered; known: " << known;
+  }
   Type dtype = getDtype();
   if (!dtype.isF16() && !dtype.isBF16())
     return emitOpError() << "dtype must be f16 or bf16, got " << dtype;

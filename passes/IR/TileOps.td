@@ -23,10 +23,11 @@ def Tile_Carried : AnyTypeOf<[AnyRankedTensor, Tile_TokenType]>;
 //===----------------------------------------------------------------------===//
 
 def Tile_FuncOp : Tile_Op<"func", [IsolatedFromAbove, Symbol, SingleBlock, NoTerminator]> {
-  let summary = "an attention-forward tile program: what one program instance computes for its Q tile";
+  let summary = "a tile program: what one program instance computes for its tile";
   let description = [{
-    The body runs once per (batch, head, Q tile). Before scheduling the Q tile is the whole sequence; after
-    `tile-apply-schedule` it is `blockM` rows. `params` names the variant's numbers (kernel arguments), `inputs`
+    `kind` names what the program computes (passes/IR/ProgramKinds.h; "forward" when omitted): the kind's
+    verifier runs in `tile-verify-program`. A forward program's body runs once per (batch, head, Q tile). Before
+    scheduling the Q tile is the whole sequence; after `tile-apply-schedule` it is `blockM` rows. `params` names the variant's numbers (kernel arguments), `inputs`
     its extra device arrays (`#tile.input<"slopes" : f32>`, read with `tile.input`; omitted when empty).
     ```mlir
     tile.func @attention attributes {dtype = bf16, head_dim = 128 : i64, head_dim_v = 128 : i64,
@@ -39,7 +40,8 @@ def Tile_FuncOp : Tile_Op<"func", [IsolatedFromAbove, Symbol, SingleBlock, NoTer
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$dtype, I64Attr:$head_dim, I64Attr:$head_dim_v,
                        StrAttr:$variant, StrArrayAttr:$params,
                        OptionalAttr<Tile_ScheduleAttr>:$schedule, OptionalAttr<Tile_TargetAttr>:$target,
-                       DefaultValuedAttr<TypedArrayAttrBase<Tile_InputAttr, "variant inputs">, "{}">:$inputs);
+                       DefaultValuedAttr<TypedArrayAttrBase<Tile_InputAttr, "variant inputs">, "{}">:$inputs,
+                       DefaultValuedAttr<StrAttr, "\"forward\"">:$kind);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "$sym_name attr-dict-with-keyword custom<TileBody>($body)";
   let hasVerifier = 1;

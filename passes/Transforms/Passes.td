@@ -5,10 +5,11 @@
 include "mlir/Pass/PassBase.td"
 
 def TileVerifyProgram : Pass<"tile-verify-program", "::flashtile::tile::FuncOp"> {
-  let summary = "Checks that a tile program has the attention-forward structure schedules rely on";
+  let summary = "Checks that a tile program has the structure its kind declares";
   let description = [{
-    One `tile.load q`, one `tile.init_state`, K/V loops whose K/V loads index the loop's own tile, one
-    `tile.finalize`, and stores of both O and LSE. Op verifiers check each op; this pass checks the whole.
+    Runs the verifier of the program's kind (passes/IR/ProgramKinds.h). A forward program: one `tile.load q`,
+    one `tile.init_state`, K/V loops whose K/V loads index the loop's own tile, one `tile.finalize`, and stores
+    of both O and LSE. Op verifiers check each op; this pass checks the whole.
   }];
 }
 

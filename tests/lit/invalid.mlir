@@ -1,5 +1,12 @@
 // RUN: flashtile-opt %s --split-input-file --verify-diagnostics
 
+// A program's kind must be registered (passes/IR/ProgramKinds.h).
+// expected-error @+1 {{'tile.func' op program kind 'sideways' is not registered; known: forward}}
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [], kind = "sideways"} {
+}
+
+// -----
+
 // expected-error @+1 {{'tile.func' op dtype must be f16 or bf16, got 'f32'}}
 tile.func @f attributes {dtype = f32, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
 }

@@ -1,6 +1,8 @@
 // DslTest.cpp — the variant DSL builds the program the design describes, and rejects ill-typed hooks.
 #include "examples/variants/Variants.h"
 #include "flashtile/dsl/Program.h"
+#include "flashtile/runtime/KernelInfo.h"
+#include "passes/IR/ProgramKinds.h"
 #include "passes/IR/TileDialect.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -9,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -178,4 +181,30 @@ TEST(Dsl, MisuseInAHookIsReportedAtTheUsersLine) {
   EXPECT_NE(diagnostics.find("kvRange rule \"may\" of variant 'br': tanh takes an f32 expression, got i32"),
             std::string::npos)
       << diagnostics;
+}
+
+// The runtime dispatches the kinds the compiler registers: a kind on one side only would be a module nobody loads
+// or a call nobody can build.
+TEST(ProgramKinds, TheRegistryAndTheRuntimeAgree) {
+  std::vector<std::string> runtime(kProgramKinds.begin(), kProgramKinds.end());
+  std::sort(runtime.begin(), runtime.end());
+  EXPECT_EQ(tile::programKindNames(), runtime);
+  const tile::ProgramKind *forward = tile::lookupProgramKind(tile::kForwardProgram);
+  ASSERT_NE(forward, nullptr);
+  EXPECT_EQ(forward->name, kForwardKind);
+  EXPECT_NE(forward->verify, nullptr);
+  EXPECT_EQ(tile::lookupProgramKind("sideways"), nullptr);
+}
+
+// Programs the DSL builds are forward programs, and their kernels say so.
+TEST(ProgramKinds, BuiltProgramsAreForward) {
+  mlir::MLIRContext context;
+  auto module = buildAttentionProgram(context, variants::causal(), ProgramOptions{});
+  ASSERT_TRUE(mlir::succeeded(module));
+  int funcs = 0;
+  (*module)->walk([&](tile::FuncOp func) {
+    ++funcs;
+    EXPECT_EQ(func.getKind(), tile::kForwardProgram);
+  });
+  EXPECT_EQ(funcs, 1);
 }
