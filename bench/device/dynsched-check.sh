@@ -18,7 +18,7 @@ export FLASHTILE_CACHE_DIR=${FLASHTILE_CACHE_DIR:-/tmp/flashtile-cache}
 status=0
 has() { [[ ,$STEPS, == *,$1,* ]]; }
 nvidia-smi -L || true
-grep -l "tileCounter=1" .device/aot-fa3dyn/*.manifest | wc -l | xargs echo "dynamic-scheduler manifests:"
+grep -l "bind=tileCounter@0" .device/aot-fa3dyn/*.manifest | wc -l | xargs echo "dynamic-scheduler manifests:"
 if has check; then
   timeout -k 5 "${FLASHTILE_CHECK_TIMEOUT:-200}" python3 bench/check_variants.py --lib $LIB \
     --aot-dir .device/aot-fa3dyn --schedule fa3 --variants "$VARIANTS" --markdown "$OUT/variants-dyn.md" \

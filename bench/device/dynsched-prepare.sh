@@ -21,6 +21,6 @@ build/tools/flashtile aot --schedule fa3 --persistent 1 --scheduler dynamic --ou
   --shape-classes default,short --dtypes bf16 --head-dims "$HEAD_DIMS" --variants "$VARIANTS" "$@"
 build/tools/flashtile aot --schedule fa3 --out .device/aot-fa3def \
   --shape-classes default,short --dtypes bf16 --head-dims "$HEAD_DIMS" --variants "$VARIANTS" "$@"
-grep -l "tileCounter=1" .device/aot-fa3dyn/*.manifest | wc -l | xargs echo "dynamic-scheduler manifests:"
+grep -l "bind=tileCounter@0" .device/aot-fa3dyn/*.manifest | wc -l | xargs echo "dynamic-scheduler manifests:"
 cp build-rt/runtime/libflashtile.so .device/lib/
 du -sh .device/aot-fa3dyn .device/aot-fa3def .device/lib

@@ -31,6 +31,8 @@
 
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -388,6 +390,9 @@ struct TmaCase {
   TmaSwizzle swizzle = TmaSwizzle::Bytes128;
 };
 
+// gtest prints a parameter in its test's name: the case's own name, not its bytes.
+void PrintTo(const TmaCase &c, std::ostream *out) { *out << c.name; }
+
 class TmaTile : public testing::TestWithParam<TmaCase> {};
 
 TEST_P(TmaTile, LoadsSwizzledAndStoresBack) {
@@ -608,6 +613,8 @@ std::string wgmmaCaseName(const testing::TestParamInfo<WgmmaCase> &info) {
   return name.append(c.integers ? "_integers" : "_normal");
 }
 
+void PrintTo(const WgmmaCase &c, std::ostream *out) { *out << wgmmaCaseName({c, 0}); }
+
 class WgmmaChain : public testing::TestWithParam<WgmmaCase> {};
 
 TEST_P(WgmmaChain, MatchesCpuReference) {
@@ -788,6 +795,10 @@ struct RingCase {
   int stages, tiles, slowNs;
 };
 
+void PrintTo(const RingCase &c, std::ostream *out) {
+  *out << c.stages << " stages, " << c.tiles << " tiles, " << c.slowNs << " ns";
+}
+
 class Ring : public testing::TestWithParam<RingCase> {};
 
 TEST_P(Ring, ConsumersSumEveryTileExactly) {
@@ -955,6 +966,8 @@ std::string pipelineSource(const PipelineCase &c) {
   source.append(";\nconstexpr bool kPingPong = ").append(c.pingPong ? "true" : "false").append(";\n");
   return source.append(kPipelineKernel);
 }
+
+void PrintTo(const PipelineCase &c, std::ostream *out) { *out << pipelineCaseName({c, 0}); }
 
 class PipelinedGemms : public testing::TestWithParam<PipelineCase> {};
 

@@ -29,8 +29,8 @@ if built.returncode != 0:
         print("NVRTC could not be loaded")
     raise SystemExit("flashtile aot --scheduler dynamic: " + built.stdout + built.stderr)
 manifests = [name for name in os.listdir(library) if name.endswith(".manifest")]
-if not manifests or not all("tileCounter=1" in open(os.path.join(library, m)).read() for m in manifests):
-    raise SystemExit(f"the manifests of {library} do not all say tileCounter=1")
+if not manifests or not all("bind=tileCounter@0" in open(os.path.join(library, m)).read() for m in manifests):
+    raise SystemExit(f"the manifests of {library} do not all bind a tile counter (workspace.N.bind=tileCounter@0)")
 
 lib = _lib.library()
 lib.lib.flashtile_set_schedule.argtypes = [ctypes.c_void_p, ctypes.c_char_p]

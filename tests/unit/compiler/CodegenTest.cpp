@@ -1,6 +1,7 @@
 // CodegenTest.cpp — CUDA printing of FA2-scheduled tile IR: every built-in variant, dtype, head dim and target
 // compiles with NVRTC to a cubin (no GPU needed), KernelInfo describes the launch, and IR the printer cannot
 // handle is rejected with a diagnostic that says what to run.
+#include "Printers.h"
 #include "PlanSupport.h"
 #include "Variants.h"
 #include "codegen/common/CudaEmitter.h"

@@ -7,6 +7,7 @@
 // one tile's rows) computes what one head a tile does, reading K/V once per group. Every built-in variant runs under
 // split-KV in VariantTest.cpp. Inputs are random; FLASHTILE_TEST_SEED changes every case's seed.
 //===----------------------------------------------------------------------===//
+#include "Printers.h"
 #include "AttentionReference.h"
 #include "PlanSupport.h"
 #include "TestSupport.h"

@@ -1,4 +1,5 @@
 // DslTest.cpp — the variant DSL builds the program the design describes, and rejects ill-typed hooks.
+#include "Printers.h"
 #include "examples/variants/Variants.h"
 #include "flashtile/dsl/Program.h"
 #include "flashtile/runtime/KernelInfo.h"

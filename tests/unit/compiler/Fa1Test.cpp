@@ -8,6 +8,7 @@
 // says it is launched per K/V step. Every built-in variant is checked against the reference under fa1 in
 // VariantTest.cpp and InterpreterTest.cpp.
 //===----------------------------------------------------------------------===//
+#include "Printers.h"
 #include "AttentionReference.h"
 #include "PlanSupport.h"
 #include "TestSupport.h"

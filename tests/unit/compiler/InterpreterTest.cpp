@@ -5,6 +5,7 @@
 // hazards).
 // Inputs are random; FLASHTILE_TEST_SEED changes every case's seed.
 //===----------------------------------------------------------------------===//
+#include "Printers.h"
 #include "AttentionReference.h"
 #include "TestSupport.h"
 

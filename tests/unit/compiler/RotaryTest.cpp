@@ -6,6 +6,7 @@
 // reference on host-rotated Q, unscheduled and under the decode schedule with GQA packing), and the decode kernels
 // that carry it rotate Q in shared memory and the appended keys in the append kernel, compiled with NVRTC.
 //===----------------------------------------------------------------------===//
+#include "Printers.h"
 #include "AttentionReference.h"
 #include "PlanSupport.h"
 #include "TestSupport.h"

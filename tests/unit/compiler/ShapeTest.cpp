@@ -5,6 +5,7 @@
 // sequences (flash_attn_varlen_func) checked sequence by sequence against a dense reference of that sequence alone,
 // empty sequences included. Inputs are random; FLASHTILE_TEST_SEED changes every case's seed.
 //===----------------------------------------------------------------------===//
+#include "Printers.h"
 #include "AttentionReference.h"
 #include "TestSupport.h"
 

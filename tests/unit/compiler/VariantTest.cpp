@@ -7,6 +7,7 @@
 // split-KV.
 // Inputs are random; FLASHTILE_TEST_SEED changes every seed.
 //===----------------------------------------------------------------------===//
+#include "Printers.h"
 #include "AttentionReference.h"
 #include "PlanSupport.h"
 #include "TestSupport.h"

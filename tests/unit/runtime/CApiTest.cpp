@@ -120,9 +120,12 @@ public:
                  const std::string &rules) {
     std::string entry = "flashtile_fa2_" + name;
     std::ofstream(root / (name + ".manifest"))
-        << "entry=" << entry << "\narch=sm_90a\ndtype=bf16\nheadDim=128\nheadDimV=128\nvariant=" << variant
-        << "\nschedule=fa2\nshapeClass=default\nblockM=128\nblockN=64\nthreads=128\nsmemBytes=65536\nparamNames="
-        << params << "\ninputNames=\nparamRules=" << rules << "\ncompilerVersion=" << flashtile_version() << "\n";
+        << "format=2\nkind=forward\nentry=" << entry
+        << "\narch=sm_90a\ndtype=bf16\nheadDim=128\nheadDimV=128\nvariant=" << variant
+        << "\nschedule=fa2\nshapeClass=default\nblockM=128\nblockN=64\nparamNames=" << params
+        << "\ninputNames=\nparamRules=" << rules << "\ncompilerVersion=" << flashtile_version()
+        << "\nlaunch.0.entry=" << entry
+        << "\nlaunch.0.grid=cdiv(rows, 128);heads_q;batch\nlaunch.0.threads=128\nlaunch.0.smemBytes=65536\n";
     std::ofstream(root / (name + ".cubin"), std::ios::binary) << flashtile::test::fakeCubin(90, {entry});
   }
   const fs::path &path() const { return root; }
