@@ -8,18 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
-if ! find .whl/nvdisasm -name nvdisasm -type f 2>/dev/null | grep -q .; then
-  mkdir -p .whl
-  wheel=$(ls .whl/nvidia_cuda_nvdisasm-*.whl 2>/dev/null | head -n 1 || true)
-  if [[ -z $wheel ]]; then
-    python3 -m pip download --no-deps --only-binary=:all: -d .whl nvidia-cuda-nvdisasm
-    wheel=$(ls .whl/nvidia_cuda_nvdisasm-*.whl | head -n 1)
-  fi
-  rm -rf .whl/nvdisasm
-  python3 -m zipfile -e "$wheel" .whl/nvdisasm
-fi
-nvdisasm=$PWD/$(find .whl/nvdisasm -name nvdisasm -type f | head -n 1)
-chmod +x "$nvdisasm"
+source scripts/nvdisasm-wheel.sh
 echo "nvdisasm: $nvdisasm ($("$nvdisasm" --version | tail -n 1))"
 cmake --build "$BUILD" --target flashtile_sm100_tests
 cubin=$(mktemp --suffix=.cubin)
