@@ -276,19 +276,24 @@ int runAot(const AotFlags &flags) {
   std::atomic<bool> stop{false};
   std::mutex mutex;
   std::vector<std::string> errors;
+  bool usage = false; // an error is the command line's (checkKernelFlags): exit kExitUsage
   std::vector<std::optional<Built>> built(requests.size());
   parallelFor(requests.size(), jobs, stop, [&](size_t i) {
-    StatusOr<jit::CompileResult> result = jit::compile(requests[i].variant, requests[i].options, jit::Stage::Cuda);
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!result.ok()) {
-      const jit::CompileOptions &o = requests[i].options;
-      errors.push_back(explainDefaults(result.status(), flags.schedule)
-                           .withContext(fmt::format("{} {} hd {} {}", requests[i].variantName, o.schedule.arch,
-                                                    headDimsText(o.headDim, o.headDimV), o.schedule.shapeClass))
+    const jit::CompileOptions &o = requests[i].options;
+    auto failed = [&](const Status &s, bool commandLine) {
+      std::lock_guard<std::mutex> lock(mutex);
+      errors.push_back(s.withContext(fmt::format("{} {} hd {} {}", requests[i].variantName, o.schedule.arch,
+                                                 headDimsText(o.headDim, o.headDimV), o.schedule.shapeClass))
                            .message());
+      usage |= commandLine;
       stop = true;
-      return;
-    }
+    };
+    if (Status s = checkKernelFlags(requests[i].variant, o, flags.schedule); !s.ok())
+      return failed(s, true);
+    StatusOr<jit::CompileResult> result = jit::compile(requests[i].variant, o, jit::Stage::Cuda);
+    if (!result.ok())
+      return failed(explainDefaults(result.status(), flags.schedule), false);
+    std::lock_guard<std::mutex> lock(mutex);
     // A class scheduled like the default class has no kernel of its own: the runtime runs the default's.
     if (result->shapeClass == requests[i].options.schedule.shapeClass)
       built[i] = Built{std::move(*result)};
@@ -340,7 +345,7 @@ int runAot(const AotFlags &flags) {
   if (!errors.empty()) {
     for (const std::string &error : errors)
       fail("aot: " + error);
-    return kExitFailure;
+    return usage ? kExitUsage : kExitFailure;
   }
 
   StatusOr<std::vector<std::pair<std::string, KernelInfo>>> manifests = readManifests(out);
