@@ -257,6 +257,11 @@ int runAot(const AotFlags &flags) {
                 continue;
               }
               options.rotary = mode;
+              // Before anything is built, and the first one only: a command line not understood is one line.
+              if (Status s = checkKernelFlags(*variant, options, flags.schedule); !s.ok())
+                return failUsage(s.withContext(fmt::format("aot: {} {} hd {} {}", variantName, options.schedule.arch,
+                                                           headDimsText(options.headDim, options.headDimV),
+                                                           shapeClass)));
               requests.push_back({variantName, *variant, options});
             }
           }
@@ -276,24 +281,19 @@ int runAot(const AotFlags &flags) {
   std::atomic<bool> stop{false};
   std::mutex mutex;
   std::vector<std::string> errors;
-  bool usage = false; // an error is the command line's (checkKernelFlags): exit kExitUsage
   std::vector<std::optional<Built>> built(requests.size());
   parallelFor(requests.size(), jobs, stop, [&](size_t i) {
-    const jit::CompileOptions &o = requests[i].options;
-    auto failed = [&](const Status &s, bool commandLine) {
-      std::lock_guard<std::mutex> lock(mutex);
-      errors.push_back(s.withContext(fmt::format("{} {} hd {} {}", requests[i].variantName, o.schedule.arch,
-                                                 headDimsText(o.headDim, o.headDimV), o.schedule.shapeClass))
-                           .message());
-      usage |= commandLine;
-      stop = true;
-    };
-    if (Status s = checkKernelFlags(requests[i].variant, o, flags.schedule); !s.ok())
-      return failed(s, true);
-    StatusOr<jit::CompileResult> result = jit::compile(requests[i].variant, o, jit::Stage::Cuda);
-    if (!result.ok())
-      return failed(explainDefaults(result.status(), flags.schedule), false);
+    StatusOr<jit::CompileResult> result = jit::compile(requests[i].variant, requests[i].options, jit::Stage::Cuda);
     std::lock_guard<std::mutex> lock(mutex);
+    if (!result.ok()) {
+      const jit::CompileOptions &o = requests[i].options;
+      errors.push_back(explainDefaults(result.status(), flags.schedule)
+                           .withContext(fmt::format("{} {} hd {} {}", requests[i].variantName, o.schedule.arch,
+                                                    headDimsText(o.headDim, o.headDimV), o.schedule.shapeClass))
+                           .message());
+      stop = true;
+      return;
+    }
     // A class scheduled like the default class has no kernel of its own: the runtime runs the default's.
     if (result->shapeClass == requests[i].options.schedule.shapeClass)
       built[i] = Built{std::move(*result)};
@@ -345,7 +345,7 @@ int runAot(const AotFlags &flags) {
   if (!errors.empty()) {
     for (const std::string &error : errors)
       fail("aot: " + error);
-    return usage ? kExitUsage : kExitFailure;
+    return kExitFailure;
   }
 
   StatusOr<std::vector<std::pair<std::string, KernelInfo>>> manifests = readManifests(out);
