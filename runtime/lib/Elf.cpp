@@ -44,6 +44,19 @@ template <class T> T readLittleEndian(std::string_view bytes, size_t offset) {
 /// Whether [offset, offset + size) lies inside an image of `total` bytes, without overflow.
 bool inside(uint64_t offset, uint64_t size, size_t total) { return offset <= total && size <= total - offset; }
 
+/// A table of `count` headers of `entrySize` bytes at `offset` (program or section headers): entries of at least
+/// ELF64's `minEntrySize`, all inside the image. `headers` and `table` name them in the error.
+Status checkTable(std::string_view bytes, uint64_t offset, uint16_t entrySize, uint16_t count, size_t minEntrySize,
+                  const char *headers, const char *table) {
+  if (entrySize < minEntrySize)
+    return Status::error(std::string(headers) + " of " + std::to_string(entrySize) + " bytes; ELF64 has " +
+                         std::to_string(minEntrySize));
+  if (!inside(offset, uint64_t(entrySize) * count, bytes.size()))
+    return Status::error(std::string("truncated: the ") + table + " ends past the file's " +
+                         std::to_string(bytes.size()) + " bytes");
+  return Status();
+}
+
 struct Section {
   uint32_t type = 0;
   uint64_t offset = 0, size = 0, entsize = 0;
@@ -91,12 +104,10 @@ StatusOr<CubinInfo> flashtile::readCubin(std::string_view bytes) {
     return Status::error("no program headers; a cubin's segments are what the driver loads");
   if (programCount == kExtendedCount)
     return Status::error("an extended program header count (e_phnum 0xffff); no cubin has that many segments");
-  if (programEntrySize < kProgramHeaderBytes)
-    return Status::error("program headers of " + std::to_string(programEntrySize) + " bytes; ELF64 has " +
-                         std::to_string(kProgramHeaderBytes));
-  if (!inside(programOffset, uint64_t(programEntrySize) * programCount, bytes.size()))
-    return Status::error("truncated: the program header table ends past the file's " + std::to_string(bytes.size()) +
-                         " bytes");
+  if (Status s = checkTable(bytes, programOffset, programEntrySize, programCount, kProgramHeaderBytes,
+                            "program headers", "program header table");
+      !s.ok())
+    return s;
   for (uint16_t i = 0; i < programCount; ++i) {
     size_t at = static_cast<size_t>(programOffset + uint64_t(i) * programEntrySize);
     uint64_t offset = readLittleEndian<uint64_t>(bytes, at + kSegmentDataOffset);
@@ -111,12 +122,10 @@ StatusOr<CubinInfo> flashtile::readCubin(std::string_view bytes) {
   uint16_t count = readLittleEndian<uint16_t>(bytes, kSectionCountOffset);
   if (count == 0)
     return Status::error("no section table");
-  if (entrySize < kSectionHeaderBytes)
-    return Status::error("section headers of " + std::to_string(entrySize) + " bytes; ELF64 has " +
-                         std::to_string(kSectionHeaderBytes));
-  if (!inside(tableOffset, uint64_t(entrySize) * count, bytes.size()))
-    return Status::error("truncated: the section table ends past the file's " + std::to_string(bytes.size()) +
-                         " bytes");
+  if (Status s =
+          checkTable(bytes, tableOffset, entrySize, count, kSectionHeaderBytes, "section headers", "section table");
+      !s.ok())
+    return s;
   std::vector<Section> sections(count);
   for (uint16_t i = 0; i < count; ++i) {
     size_t at = static_cast<size_t>(tableOffset + uint64_t(i) * entrySize);

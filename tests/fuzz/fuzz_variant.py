@@ -12,7 +12,6 @@ the run fails.
 
   fuzz_variant.py --worker build/tests/fuzz/flashtile_variant_fuzz_worker --python python --seconds 60 [--seed N]
 """
-import argparse
 import copy
 import json
 import os
@@ -24,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import fuzzing
 
 INTERESTING_INTS = [0, -1, 1, 2, 3, 7, 8, 9, 63, 64, 65, 255, 256, 257, 1024, 1025, 2**31 - 1, 2**31, -2**31,
                     -2**31 - 1, 2**32 + 64, 2**53, 2**63 - 1, 2**63, -2**63, 10**30]
@@ -41,8 +42,6 @@ HOOKS = ["score", "mask", "kv_range", "full_range", "sink", "scores"]
 DEPTHS = [1, 5, 31, 32, 33, 64, 1000, 40000, 200000]
 # A deep value is spliced into the text in place of this string: Python's JSON encoder recurses too.
 DEEP = "\u0001deep:%d\u0001"
-CRASH_MARKERS = ["AddressSanitizer", "LeakSanitizer", "runtime error:", "LLVM ERROR", "Stack dump", "terminate called",
-                 "Assertion", "UNREACHABLE", "Segmentation fault"]
 # The worst accepted description compiles in seconds: minutes mean a hang.
 BATCH_TIMEOUT_S = 120
 CASE_TIMEOUT_S = 60
@@ -230,14 +229,10 @@ def frames(cases):
 
 
 def crashed(returncode, stderr):
-    if returncode < 0 or returncode >= 128:
-        return "exit status %d" % returncode
-    if returncode != 0:
-        return "exit status %d (the worker could not read its input)" % returncode
-    for marker in CRASH_MARKERS:
-        if marker in stderr:
-            return "stderr reports '%s'" % marker
-    return None
+    why = fuzzing.crashed(returncode, stderr)
+    if not why and returncode != 0:
+        why = "exit status %d (the worker could not read its input)" % returncode
+    return why
 
 
 def run(worker, cases, env, accepted=None):
@@ -256,18 +251,13 @@ def run(worker, cases, env, accepted=None):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = fuzzing.arguments(__doc__, "--cases", "descriptions")
     parser.add_argument("--worker", required=True, help="the flashtile_variant_fuzz_worker binary")
     parser.add_argument("--python", required=True, help="the Python package's folder (for the seed variants)")
-    parser.add_argument("--seconds", type=float, default=60, help="time budget (default 60)")
-    parser.add_argument("--seed", type=int, default=None, help="random seed (default: from the clock, printed)")
-    parser.add_argument("--cases", type=int, default=0,
-                        help="stop after this many cases (default 0: only the time budget stops)")
-    parser.add_argument("--out", default=None, help="where crashing descriptions are saved (default: a temp dir)")
     args = parser.parse_args()
 
     seeds = load_seeds(args.python)
-    seed = args.seed if args.seed is not None else int(time.time() * 1000) % (2**31)
+    seed = fuzzing.seed_of(args)
     rng = random.Random(seed)
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="flashtile-fuzz-variant-"))
     out.mkdir(parents=True, exist_ok=True)
