@@ -1,6 +1,8 @@
 //===- VariantDescription.cpp - JSON expression graphs -> DSL hooks --------===//
 #include "capi/VariantDescription.h"
 
+#include "flashtile/runtime/KernelAbi.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "llvm/Support/JSON.h"
 
@@ -114,7 +116,6 @@ bool isIdentifier(llvm::StringRef s, size_t maxLength) {
 }
 
 constexpr size_t kMaxNameLength = 64;
-constexpr size_t kMaxNodes = 1 << 16; // far beyond any real hook; bounds the work a description can ask for
 
 struct ParamBounds {
   std::string name;
@@ -122,6 +123,31 @@ struct ParamBounds {
   bool minExclusive = false;
   bool integer = false;
 };
+
+/// The offset of the first bracket nested deeper than `limit` arrays and objects, if any. llvm::json::parse
+/// recurses once per level, so a deep enough text overflows any thread's stack: the nesting is measured first, in
+/// one loop (brackets inside strings do not count).
+std::optional<size_t> tooDeep(std::string_view text, int limit) {
+  int depth = 0;
+  bool inString = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (inString) {
+      if (c == '\\')
+        ++i; // the escaped character, whatever it is, cannot end the string
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit)
+        return i;
+    } else if (c == ']' || c == '}') {
+      --depth; // unbalanced text is the JSON parser's to report
+    }
+  }
+  return std::nullopt;
+}
 
 std::string formatNumber(double v) {
   std::ostringstream os;
@@ -162,6 +188,7 @@ private:
 
   std::map<std::string, Ty> inputTypes;
   std::vector<std::string> paramNames;
+  size_t totalNodes = 0; // over the hooks parsed so far
 };
 
 /// An operand index: an integer naming an earlier node.
@@ -353,8 +380,11 @@ StatusOr<Graph> Parser::parseGraph(const llvm::json::Object &hook, const HookSig
   const llvm::json::Array *results = hook.getArray("results");
   if (!nodes || !results)
     return fail(path, "a hook is {\"nodes\": [...], \"results\": [...]}");
-  if (nodes->size() > kMaxNodes)
-    return fail(path, "more than " + std::to_string(kMaxNodes) + " nodes");
+  if (nodes->size() > kMaxHookNodes)
+    return fail(path, std::to_string(nodes->size()) + " nodes; a hook has at most " + std::to_string(kMaxHookNodes));
+  totalNodes += nodes->size();
+  if (totalNodes > kMaxDescriptionNodes)
+    return fail(path, "the hooks have more than " + std::to_string(kMaxDescriptionNodes) + " nodes together");
   Graph graph;
   for (size_t i = 0; i < nodes->size(); ++i) {
     auto node = parseNode((*nodes)[i], graph.nodes, signature, path + ".nodes[" + std::to_string(i) + "]");
@@ -447,6 +477,13 @@ std::vector<Expr> evaluate(const Graph &graph, const std::vector<Expr> &args, co
 }
 
 StatusOr<Variant> Parser::parse(std::string_view text) {
+  if (text.size() > kMaxDescriptionBytes)
+    return Status::error("variant description: " + std::to_string(text.size()) + " bytes; at most " +
+                         std::to_string(kMaxDescriptionBytes) + " are accepted");
+  if (std::optional<size_t> at = tooDeep(text, kMaxDescriptionDepth))
+    return Status::error("variant description: arrays and objects nested more than " +
+                         std::to_string(kMaxDescriptionDepth) + " levels deep (at byte " + std::to_string(*at) +
+                         "); a description needs 5");
   llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(llvm::StringRef(text.data(), text.size()));
   if (!parsed)
     return Status::error("variant description: not JSON: " + llvm::toString(parsed.takeError()));
@@ -467,6 +504,9 @@ StatusOr<Variant> Parser::parse(std::string_view text) {
     const llvm::json::Array *list = params->getAsArray();
     if (!list)
       return Status::error("params: expected an array");
+    if (list->size() > FLASHTILE_MAX_VARIANT_PARAMS)
+      return Status::error("params: " + std::to_string(list->size()) + " parameters; a kernel takes at most " +
+                           std::to_string(FLASHTILE_MAX_VARIANT_PARAMS) + " (FLASHTILE_MAX_VARIANT_PARAMS)");
     for (size_t i = 0; i < list->size(); ++i) {
       std::string path = "params[" + std::to_string(i) + "]";
       const llvm::json::Object *p = (*list)[i].getAsObject();
@@ -491,6 +531,9 @@ StatusOr<Variant> Parser::parse(std::string_view text) {
     const llvm::json::Array *list = rules->getAsArray();
     if (!list)
       return Status::error("rules: expected an array");
+    if (list->size() > kMaxDescriptionRules)
+      return Status::error("rules: " + std::to_string(list->size()) + " rules; at most " +
+                           std::to_string(kMaxDescriptionRules));
     for (size_t i = 0; i < list->size(); ++i) {
       const llvm::json::Object *r = (*list)[i].getAsObject();
       std::optional<llvm::StringRef> text = r ? r->getString("rule") : std::nullopt;
@@ -506,6 +549,9 @@ StatusOr<Variant> Parser::parse(std::string_view text) {
     const llvm::json::Array *list = inputs->getAsArray();
     if (!list)
       return Status::error("inputs: expected an array");
+    if (list->size() > FLASHTILE_MAX_VARIANT_INPUTS)
+      return Status::error("inputs: " + std::to_string(list->size()) + " inputs; a kernel takes at most " +
+                           std::to_string(FLASHTILE_MAX_VARIANT_INPUTS) + " (FLASHTILE_MAX_VARIANT_INPUTS)");
     for (size_t i = 0; i < list->size(); ++i) {
       std::string path = "inputs[" + std::to_string(i) + "]";
       const llvm::json::Object *in = (*list)[i].getAsObject();

@@ -30,13 +30,29 @@
 #include "flashtile/dsl/Variant.h"
 #include "flashtile/runtime/Status.h"
 
+#include <cstddef>
 #include <string_view>
 
 namespace flashtile {
 
 inline constexpr std::string_view kVariantDescriptionFormat = "flashtile.variant.v1";
 
-/// The variant `text` describes, or an error naming the offending field (e.g. "hooks.mask.nodes[3]: ...").
+/// What a description may ask for. Each limit is far beyond a real variant (the built-in ones have at most a few
+/// dozen nodes per hook) and bounds the work and memory one description costs: parsing (the JSON parser recurses
+/// once per nesting level), building the IR, and compiling it (MLIR and NVRTC) on a user's first call.
+inline constexpr size_t kMaxDescriptionBytes = size_t(1) << 20;
+/// Nesting of JSON arrays and objects; a description needs 5 (root, hooks, a hook, nodes, a node).
+inline constexpr int kMaxDescriptionDepth = 32;
+/// Nodes of one hook, and of all hooks together: NVRTC's time grows faster than linearly with a hook's size (a
+/// chain of 1024 logf took it 58 s, of 4096 expf 380 s; of 256, seconds).
+inline constexpr size_t kMaxHookNodes = 256;
+inline constexpr size_t kMaxDescriptionNodes = 1024;
+/// Entries of "rules".
+inline constexpr size_t kMaxDescriptionRules = 64;
+
+/// The variant `text` describes, or an error naming the offending field (e.g. "hooks.mask.nodes[3]: ...") or the
+/// limit it exceeds. At most FLASHTILE_MAX_VARIANT_PARAMS params and FLASHTILE_MAX_VARIANT_INPUTS inputs (what a
+/// kernel takes, KernelAbi.h).
 StatusOr<Variant> parseVariantDescription(std::string_view text);
 
 } // namespace flashtile

@@ -2,8 +2,8 @@
 # The Python package and the installation, as users get them (no GPU needed); run by scripts/test.sh after the
 # build. Builds the wheel from ./build (pip wheel . -C build-dir=build: scikit-build-core from PyPI, the compiled
 # objects reused), installs it into a fresh virtual environment, checks what the library needs and exports, runs
-# tests/python against the installed package, then `cmake --install`s into a scratch prefix and builds and runs a
-# find_package(flashtile) consumer.
+# tests/python against the installed package, then `cmake --install`s into a scratch prefix, runs the installed CLI
+# and builds and runs a find_package(flashtile) consumer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -61,6 +61,8 @@ tests=$PWD/tests/python
 
 echo "== cmake --install and find_package(flashtile)"
 cmake --install build --prefix "$work/prefix" --component devel >/dev/null
+"$work/prefix/bin/flashtile" --version
+"$work/prefix/bin/flashtile" compile --variant causal --head-dim 64 --arch sm_80 -o "$work/installed.cubin"
 cmake -S tests/python/consumer -B "$work/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$PWD/$work/prefix" \
   -DCUDAToolkit_ROOT=/usr/local/cuda >/dev/null
 cmake --build "$work/consumer" >/dev/null

@@ -3,6 +3,7 @@
 #include "capi/VariantDescription.h"
 #include "examples/variants/Variants.h"
 #include "flashtile/dsl/Program.h"
+#include "flashtile/runtime/KernelAbi.h"
 
 #include <gtest/gtest.h>
 
@@ -108,4 +109,76 @@ TEST(VariantDescription, ScoreModifierWithInputsBuildsAProgram) {
   mlir::MLIRContext context;
   auto module = buildAttentionProgram(context, *v, ProgramOptions{});
   ASSERT_TRUE(mlir::succeeded(module));
+}
+
+TEST(VariantDescription, DeepNestingIsAnErrorBeforeAnyRecursion) {
+  // 200,000 levels overflowed the JSON parser's stack (about 35,000 do on an 8 MB stack).
+  for (const char *open : {"[", "{\"a\":"}) {
+    std::string text;
+    for (int i = 0; i < 200000; ++i)
+      text += open;
+    EXPECT_NE(errorOf(text).find("nested more than " + std::to_string(kMaxDescriptionDepth) + " levels deep"),
+              std::string::npos)
+        << errorOf(text).substr(0, 200);
+  }
+  // Brackets inside strings are text, not nesting.
+  std::string brackets(3 * kMaxDescriptionDepth, '[');
+  EXPECT_NE(errorOf(R"({"format": "flashtile.variant.v1", "name": ")" + brackets + R"("})").find("\"name\" must be"),
+            std::string::npos);
+  std::string escaped = R"({"format": "flashtile.variant.v1", "name": "\")" + brackets + R"("})";
+  EXPECT_NE(errorOf(escaped).find("\"name\" must be"), std::string::npos) << errorOf(escaped);
+}
+
+TEST(VariantDescription, SizesAreBoundedAtRegistration) {
+  std::string big = withHooks("[]", "{}");
+  big.insert(big.size() - 1, ", \"pad\": \"" + std::string(kMaxDescriptionBytes, 'x') + "\"");
+  EXPECT_NE(errorOf(big).find("bytes; at most"), std::string::npos);
+
+  // Kernels take at most 8 numbers and 4 arrays: more is an error here, not at CUDA emission, and at once (100,000
+  // params took 28 s to register; that many no longer fit in a description's bytes either).
+  auto params = [](int n) {
+    std::string list = "[";
+    for (int i = 0; i < n; ++i)
+      list += (i ? ", " : "") + std::string(R"({"name": "p)") + std::to_string(i) + R"(", "value": 1})";
+    return list + "]";
+  };
+  EXPECT_EQ(errorOf(withHooks(params(FLASHTILE_MAX_VARIANT_PARAMS), "{}")), "");
+  std::string nine = errorOf(withHooks(params(FLASHTILE_MAX_VARIANT_PARAMS + 1), "{}"));
+  EXPECT_NE(nine.find("params: 9 parameters; a kernel takes at most 8"), std::string::npos) << nine;
+  EXPECT_NE(errorOf(withHooks(params(20000), "{}")).find("params: 20000 parameters"), std::string::npos);
+  std::string inputs = R"({"format": "flashtile.variant.v1", "name": "v", "inputs": [)";
+  for (int i = 0; i <= FLASHTILE_MAX_VARIANT_INPUTS; ++i)
+    inputs += (i ? ", " : "") + std::string(R"({"name": "in)") + std::to_string(i) + R"(", "type": "f32"})";
+  EXPECT_NE(errorOf(inputs + "]}").find("inputs: 5 inputs; a kernel takes at most 4"), std::string::npos);
+  std::string rules = R"({"format": "flashtile.variant.v1", "name": "v", "rules": [)";
+  for (size_t i = 0; i <= kMaxDescriptionRules; ++i)
+    rules += (i ? ", " : "") + std::string(R"({"rule": "1", "accepted": "any"})");
+  EXPECT_NE(errorOf(rules + "]}").find("rules: 65 rules; at most 64"), std::string::npos);
+
+  // Nodes: per hook and over all hooks.
+  auto chain = [](size_t n) {
+    std::string nodes = R"({"nodes": [["arg", 0])";
+    for (size_t i = 1; i < n; ++i)
+      nodes += R"(, ["neg", )" + std::to_string(i - 1) + "]";
+    return nodes + R"(], "results": [)" + std::to_string(n - 1) + "]}";
+  };
+  EXPECT_EQ(errorOf(withHooks("[]", R"({"score": )" + chain(kMaxHookNodes) + "}")), "");
+  EXPECT_NE(errorOf(withHooks("[]", R"({"score": )" + chain(kMaxHookNodes + 1) + "}"))
+                .find("hooks.score: " + std::to_string(kMaxHookNodes + 1) + " nodes; a hook has at most " +
+                      std::to_string(kMaxHookNodes)),
+            std::string::npos);
+  std::string sink = R"({"nodes": [["arg", 0], ["to_float", 0])";
+  for (size_t i = 2; i < kMaxHookNodes; ++i)
+    sink += R"(, ["neg", )" + std::to_string(i - 1) + "]";
+  sink += R"(], "results": [)" + std::to_string(kMaxHookNodes - 1) + "]}";
+  std::string range = R"({"nodes": [["arg", 0])";
+  for (size_t i = 1; i < kMaxHookNodes; ++i)
+    range += R"(, ["neg", )" + std::to_string(i - 1) + "]";
+  range += R"(], "results": [0, )" + std::to_string(kMaxHookNodes - 1) + "]}";
+  std::string mask = R"({"nodes": [["arg", 0], ["arg", 1], ["lt", 0, 1]], "results": [2]})";
+  std::string full = R"({"score": )" + chain(kMaxHookNodes) + R"(, "sink": )" + sink + R"(, "kv_range": )" + range +
+                     R"(, "full_range": )" + range;
+  static_assert(4 * kMaxHookNodes <= kMaxDescriptionNodes && 4 * kMaxHookNodes + 3 > kMaxDescriptionNodes);
+  EXPECT_EQ(errorOf(withHooks("[]", full + "}")), "");
+  EXPECT_NE(errorOf(withHooks("[]", full + R"(, "mask": )" + mask + "}")).find("nodes together"), std::string::npos);
 }

@@ -528,8 +528,7 @@ FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &bod
     params += splitKey && arg == block.getArguments().back()
                   ? std::string("int kvTile, int kvStep, ")
                   : *ScalarEmitter::cType(arg.getType()) + " " + argName.str() + ", ";
-  out.line("__device__ __forceinline__ " + returnType.str() + " " + name + "(" + params +
-           "const FlashtileSequence &p) {");
+  out.line(fs.functionQualifiers() + returnType.str() + " " + name + "(" + params + "const FlashtileSequence &p) {");
   std::string bodyText = fw.str();
   for (StringRef line : llvm::split(StringRef(bodyText).rtrim('\n'), '\n'))
     out.line("  " + line.str());

@@ -176,7 +176,29 @@ bool ScalarEmitter::floatOfKey(Operation *op, Value kv, Value &a, bool &keyFirst
 // Printing ops
 //===----------------------------------------------------------------------===//
 
+int ScalarEmitter::foldDepth(Operation *op) const {
+  int depth = 0;
+  for (Value operand : op->getOperands())
+    if (auto it = exprs.find(operand); it != exprs.end())
+      depth = std::max(depth, it->second.depth);
+  return depth + 1;
+}
+
 FailureOr<CExpr> ScalarEmitter::print(Operation *op) {
+  FailureOr<CExpr> e = printText(op);
+  if (succeeded(e))
+    e->depth = foldDepth(op);
+  bool libraryCall = isa<math::ExpOp, math::LogOp, math::SqrtOp, arith::DivFOp, arith::DivSIOp, arith::RemSIOp,
+                         arith::CeilDivSIOp, arith::FloorDivSIOp>(op);
+  printedCost += libraryCall ? kLibraryCallCost : 1;
+  return e;
+}
+
+std::string ScalarEmitter::functionQualifiers() const {
+  return printedCost > kMaxInlinedCost ? "__device__ __noinline__ " : "__device__ __forceinline__ ";
+}
+
+FailureOr<CExpr> ScalarEmitter::printText(Operation *op) {
   for (Type type : llvm::concat<const Type>(op->getOperandTypes(), op->getResultTypes()))
     if (failed(cType(type)))
       return op->emitOpError() << "works on " << type
@@ -395,7 +417,7 @@ bool ScalarEmitter::declares(Operation *op) const {
     return false;
   Value result = op->getResult(0);
   bool foldable = !hints.contains(result) && result.hasOneUse() &&
-                  result.getUses().begin()->getOwner()->getBlock() == op->getBlock();
+                  result.getUses().begin()->getOwner()->getBlock() == op->getBlock() && foldDepth(op) <= kMaxFoldDepth;
   return !foldable;
 }
 

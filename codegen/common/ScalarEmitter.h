@@ -45,14 +45,16 @@ struct ScalarHelpers {
 struct CExpr {
   std::string text;
   bool atom = true;
+  /// Ops folded into it along its longest chain (0 for a name or a literal).
+  int depth = 0;
   /// The text, parenthesized unless atomic: safe as an operand of any C operator.
   std::string operand() const { return atom ? text : "(" + text + ")"; }
 };
 
 /// Prints scalar ops into a CudaWriter. An op whose one result has one use in the same block, and no name hint,
-/// is folded into its user's expression; other results become `const T name = ...;` lines. Constants, tile.dim
-/// and tile.param are always folded (`64`, `p.seqlenK`, `p.variantParams[0]`); tile.input reads its array
-/// (`static_cast<const float *>(p.inputs[0])[h]`).
+/// is folded into its user's expression unless that makes the expression more than kMaxFoldDepth ops deep; other
+/// results become `const T name = ...;` lines. Constants, tile.dim and tile.param are always folded (`64`,
+/// `p.seqlenK`, `p.variantParams[0]`); tile.input reads its array (`static_cast<const float *>(p.inputs[0])[h]`).
 class ScalarEmitter {
 public:
   /// `isolated`: when set, the region being printed as a function of its own; values it uses from outside are
@@ -60,6 +62,17 @@ public:
   ScalarEmitter(CudaWriter &w, NameScopes &names, ScalarHelpers &helpers, tile::FuncOp func,
                 mlir::Region *isolated = nullptr)
       : w(w), names(names), helpers(helpers), func(func), isolated(isolated) {}
+
+  /// Expressions nest at most this many folded ops: a chain of N single-use ops (a variant's hook of N additions)
+  /// becomes a named value every kMaxFoldDepth ops, not one expression N parentheses deep for NVRTC to take apart.
+  static constexpr int kMaxFoldDepth = 16;
+  /// A variant's hook is called once per score element (128 calls in an fa2 kernel) and NVRTC optimizes every
+  /// inlined copy: a function body is inlined only up to this cost (a hook of 256 chained tanh took NVRTC 49 s
+  /// inlined, 1 s called). An op that expands to branchy library code (expf, logf, sqrtf, IEEE and integer
+  /// division) costs kLibraryCallCost, any other 1: an fa2 kernel that took NVRTC 5 s took 10 s with 3 chained
+  /// logf inlined, 28 s with 7.
+  static constexpr int kMaxInlinedCost = 32;
+  static constexpr int kLibraryCallCost = 16;
 
   /// Whether `op` is a scalar op this emitter prints (arith, math, tile.dim, tile.param, tile.input).
   static bool isScalarOp(mlir::Operation *op);
@@ -94,9 +107,16 @@ public:
   /// The expression of a value already printed (or re-materialized in an isolated region); emits an error
   /// at `user` when there is none.
   mlir::FailureOr<CExpr> expr(mlir::Value value, mlir::Operation *user);
+  /// The qualifiers of a function whose body is what this emitter printed: "__device__ __forceinline__ ", or
+  /// "__device__ __noinline__ " past kMaxInlinedCost.
+  std::string functionQualifiers() const;
 
 private:
+  /// `op` as an expression over its operands' expressions, with its depth.
   mlir::FailureOr<CExpr> print(mlir::Operation *op);
+  mlir::FailureOr<CExpr> printText(mlir::Operation *op);
+  /// The depth `op`'s expression has when its operands' (printed already) are folded into it.
+  int foldDepth(mlir::Operation *op) const;
   mlir::FailureOr<CExpr> materialize(mlir::Value value, mlir::Operation *user);
 
   CudaWriter &w;
@@ -108,7 +128,8 @@ private:
   llvm::DenseMap<mlir::Value, std::string> hints;
   mlir::Value keyValue; ///< splitKey's kv, or null
   std::string keyTile, keyStep;
-  int nextTemp = 0; ///< suffix of the next unhinted name (t0, t1, ...)
+  int nextTemp = 0;    ///< suffix of the next unhinted name (t0, t1, ...)
+  int printedCost = 0; ///< of the ops printed so far, folded or declared (kMaxInlinedCost)
 };
 
 } // namespace flashtile::codegen

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import operator
 import os
 import struct
 import threading
@@ -59,6 +60,26 @@ def _preload_pip_nvrtc() -> Optional[str]:
         except OSError:
             continue
     return None
+
+
+C_INT_MIN, C_INT_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def c_int(name: str, value) -> int:
+    """`value` for a C int argument or field, or an error naming `name`: ctypes keeps only the low 32 bits of a
+    larger Python int, without a word (head_dim=2**32 + 64 would reach the library as 64)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    value = operator.index(value)
+    if not C_INT_MIN <= value <= C_INT_MAX:
+        raise ValueError(f"{name} is {value}; accepted: {C_INT_MIN} to {C_INT_MAX} (a C int)")
+    return value
+
+
+def set_ints(struct_, **fields) -> None:
+    """Sets C int fields of a ctypes structure, each checked by c_int."""
+    for name, value in fields.items():
+        setattr(struct_, name, c_int(name, value))
 
 
 class VariantArgs(ctypes.Structure):
@@ -251,7 +272,8 @@ def compile_variant(variant: str, stage: str = "tile", dtype: str = "bf16", head
     """The tile IR ("tile"), scheduled IR ("scheduled") or CUDA ("cuda") of a built-in name or a description."""
     if dtype not in _DTYPES:
         raise ValueError(f"dtype: {dtype!r} is not one of bf16, f16")
+    head_dim, head_dim_v = c_int("head_dim", head_dim), c_int("head_dim_v", head_dim_v)
     lib = library()
-    pointer = lib.lib.flashtile_compile_variant(variant.encode(), stage.encode(), _DTYPES[dtype], int(head_dim),
-                                                int(head_dim_v), arch.encode())
+    pointer = lib.lib.flashtile_compile_variant(variant.encode(), stage.encode(), _DTYPES[dtype], head_dim,
+                                                head_dim_v, arch.encode())
     return lib.string(pointer, f"compiling to {stage}")

@@ -244,17 +244,16 @@ def _call_fields(q, k, v, out, cu_seqlens_q, max_seqlen_q: int, max_seqlen_k: in
     call.size = _CALL_SIZE
     call.variant = variant_id
     call.dtype = _DTYPE_CODES[q.dtype]
-    call.head_dim, call.head_dim_v = q.shape[-1], v.shape[-1]
+    # Sizes past a C int are errors here: ctypes would keep their low 32 bits.
+    _lib.set_ints(call, head_dim=q.shape[-1], head_dim_v=v.shape[-1])
     if cu_seqlens_q is not None:
-        call.batch = cu_seqlens_q.shape[0] - 1
-        call.seqlen_q, call.seqlen_k = q.shape[0], k.shape[0]
-        call.max_seqlen_q, call.max_seqlen_k = max_seqlen_q, max_seqlen_k
-        call.heads_q, call.heads_kv = q.shape[1], k.shape[1]
+        _lib.set_ints(call, batch=cu_seqlens_q.shape[0] - 1, seqlen_q=q.shape[0], seqlen_k=k.shape[0],
+                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, heads_q=q.shape[1], heads_kv=k.shape[1])
         call.q_stride[1:], call.k_stride[1:] = q.stride(), k.stride()
         call.v_stride[1:], call.o_stride[1:] = v.stride(), out.stride()
     else:
-        call.batch, call.seqlen_q, call.heads_q = q.shape[0], q.shape[1], q.shape[2]
-        call.seqlen_k, call.heads_kv = k.shape[1], k.shape[2]
+        _lib.set_ints(call, batch=q.shape[0], seqlen_q=q.shape[1], heads_q=q.shape[2], seqlen_k=k.shape[1],
+                      heads_kv=k.shape[2])
         call.q_stride[:], call.k_stride[:] = q.stride(), k.stride()
         call.v_stride[:], call.o_stride[:] = v.stride(), out.stride()
     call.softmax_scale = softmax_scale

@@ -263,8 +263,9 @@ def _launch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
     variant_id = variant.encode()  # held until the call returns: the struct points into it
     call.variant = variant_id
     call.dtype = _interface._DTYPE_CODES[q.dtype]
-    call.batch, call.seqlen_q, call.heads_q, call.heads_kv = batch, seqlen_q, heads_q, k_cache.shape[2]
-    call.head_dim, call.head_dim_v = d, dv
+    # Sizes past a C int are errors here: ctypes would keep their low 32 bits.
+    _lib.set_ints(call, batch=batch, seqlen_q=seqlen_q, heads_q=heads_q, heads_kv=k_cache.shape[2], head_dim=d,
+                  head_dim_v=dv)
     call.q, call.o, call.lse = q.data_ptr(), out.data_ptr(), lse.data_ptr()
     call.q_stride[:], call.o_stride[:] = q.stride(), out.stride()
     call.k_cache, call.v_cache = k_cache.data_ptr(), v_cache.data_ptr()
@@ -272,24 +273,25 @@ def _launch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
     if block_table is not None:
         call.block_table = block_table.data_ptr()
         call.block_table_stride = block_table.stride()[0]
-        call.num_pages, call.page_size = k_cache.shape[0], k_cache.shape[1]
-        call.max_pages_per_seq = block_table.shape[1]
+        _lib.set_ints(call, num_pages=k_cache.shape[0], page_size=k_cache.shape[1],
+                      max_pages_per_seq=block_table.shape[1])
     else:
-        call.cache_batch, call.cache_seqlen = k_cache.shape[0], k_cache.shape[1]
+        _lib.set_ints(call, cache_batch=k_cache.shape[0], cache_seqlen=k_cache.shape[1])
         if cache_batch_idx is not None:
             call.cache_batch_idx = cache_batch_idx.data_ptr()
     if cache_seqlens is not None:
         call.cache_seqlens = cache_seqlens.data_ptr()
     seqlens_host = None
     if cache_seqlens_value >= 0:
-        seqlens_host = (ctypes.c_int * batch)(*([cache_seqlens_value] * batch))
+        seqlens_host = (ctypes.c_int * batch)(*([_lib.c_int("cache_seqlens", cache_seqlens_value)] * batch))
         call.cache_seqlens_host = ctypes.addressof(seqlens_host)
     if k is not None:
-        call.k_new, call.v_new, call.seqlen_new = k.data_ptr(), v.data_ptr(), k.shape[1]
+        call.k_new, call.v_new = k.data_ptr(), v.data_ptr()
+        _lib.set_ints(call, seqlen_new=k.shape[1])
         call.k_new_stride[:], call.v_new_stride[:] = k.stride(), v.stride()
     if rotary_cos is not None:
         call.rotary_cos, call.rotary_sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
-        call.rotary_dim, call.seqlen_ro = 2 * rotary_cos.shape[1], rotary_cos.shape[0]
+        _lib.set_ints(call, rotary_dim=2 * rotary_cos.shape[1], seqlen_ro=rotary_cos.shape[0])
         call.rotary_interleaved = 1 if rotary_interleaved else 0
     call.num_splits = num_splits
     call.softmax_scale = softmax_scale

@@ -3,6 +3,7 @@
 #include "CApiInternal.h"
 #include "flashtile/runtime/SplitKv.h"
 
+#include <cstdint>
 #include <exception>
 #include <string>
 
@@ -88,7 +89,12 @@ int flashtile_split_kv_workspace_bytes(long long lse_rows, int head_dim_v, int n
           "flashtile_split_kv_workspace_bytes: lse_rows (" + std::to_string(lse_rows) + ") must be >= 0, head_dim_v (" +
           std::to_string(head_dim_v) + ") >= 1 and num_splits (" + std::to_string(num_splits) + ") in [0, " +
           std::to_string(flashtile::kMaxSplits) + "]"));
-    *bytes = flashtile::splitKvWorkspaceBytes(lse_rows, head_dim_v, num_splits);
+    size_t needed = flashtile::splitKvWorkspaceBytes(lse_rows, head_dim_v, num_splits);
+    if (needed == SIZE_MAX)
+      return report(flashtile::Status::error("flashtile_split_kv_workspace_bytes: " + std::to_string(num_splits) +
+                                             " splits of " + std::to_string(lse_rows) + " LSE rows at head_dim_v " +
+                                             std::to_string(head_dim_v) + " need more bytes than a size_t holds"));
+    *bytes = needed;
     return 0;
   });
 }

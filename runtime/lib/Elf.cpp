@@ -1,6 +1,6 @@
-// Elf.cpp — a bounds-checked reader of the few ELF structures a cubin check needs (header, section table,
-// symbol table). Offsets and sizes come from an untrusted file: every one is checked against the image before use,
-// with arithmetic that cannot wrap.
+// Elf.cpp — a bounds-checked reader of the few ELF structures a cubin check needs (header, program headers, section
+// table, symbol table). Offsets and sizes come from an untrusted file: every one is checked against the image before
+// use, with arithmetic that cannot wrap.
 #include "flashtile/runtime/Elf.h"
 
 #include <charconv>
@@ -16,9 +16,14 @@ constexpr std::string_view kElfMagic = "\x7f"
 constexpr size_t kClassOffset = 4, kDataOffset = 5, kAbiVersionOffset = 8;
 constexpr uint8_t kClass64 = 2, kLittleEndian = 1;
 constexpr size_t kHeaderBytes = 64;
-constexpr size_t kMachineOffset = 18, kSectionTableOffset = 40, kFlagsOffset = 48, kSectionEntrySizeOffset = 58,
+constexpr size_t kMachineOffset = 18, kProgramTableOffset = 32, kSectionTableOffset = 40, kFlagsOffset = 48,
+                 kProgramEntrySizeOffset = 54, kProgramCountOffset = 56, kSectionEntrySizeOffset = 58,
                  kSectionCountOffset = 60;
 constexpr uint16_t kMachineCuda = 190; // EM_CUDA
+constexpr size_t kProgramHeaderBytes = 56;
+constexpr size_t kSegmentDataOffset = 8, kSegmentFileSizeOffset = 32;
+// e_phnum's escape to a count stored elsewhere (sh_info of section 0); no cubin has that many segments.
+constexpr uint16_t kExtendedCount = 0xffff;
 constexpr size_t kSectionHeaderBytes = 64;
 constexpr size_t kSectionTypeOffset = 4, kSectionDataOffset = 24, kSectionSizeOffset = 32, kSectionLinkOffset = 40,
                  kSectionEntsizeOffset = 56;
@@ -38,6 +43,19 @@ template <class T> T readLittleEndian(std::string_view bytes, size_t offset) {
 
 /// Whether [offset, offset + size) lies inside an image of `total` bytes, without overflow.
 bool inside(uint64_t offset, uint64_t size, size_t total) { return offset <= total && size <= total - offset; }
+
+/// A table of `count` headers of `entrySize` bytes at `offset` (program or section headers): entries of at least
+/// ELF64's `minEntrySize`, all inside the image. `headers` and `table` name them in the error.
+Status checkTable(std::string_view bytes, uint64_t offset, uint16_t entrySize, uint16_t count, size_t minEntrySize,
+                  const char *headers, const char *table) {
+  if (entrySize < minEntrySize)
+    return Status::error(std::string(headers) + " of " + std::to_string(entrySize) + " bytes; ELF64 has " +
+                         std::to_string(minEntrySize));
+  if (!inside(offset, uint64_t(entrySize) * count, bytes.size()))
+    return Status::error(std::string("truncated: the ") + table + " ends past the file's " +
+                         std::to_string(bytes.size()) + " bytes");
+  return Status();
+}
 
 struct Section {
   uint32_t type = 0;
@@ -77,17 +95,37 @@ StatusOr<CubinInfo> flashtile::readCubin(std::string_view bytes) {
   uint8_t abiVersion = static_cast<uint8_t>(bytes[kAbiVersionOffset]);
   info.smVersion = static_cast<int>(abiVersion >= kCudaAbiVersionV2 ? (flags >> 8) & 0xff : flags & 0xff);
 
+  // The program headers are what the driver loads: a cubin cut anywhere, even in its last bytes (where NVRTC
+  // puts this table), must not pass.
+  uint64_t programOffset = readLittleEndian<uint64_t>(bytes, kProgramTableOffset);
+  uint16_t programEntrySize = readLittleEndian<uint16_t>(bytes, kProgramEntrySizeOffset);
+  uint16_t programCount = readLittleEndian<uint16_t>(bytes, kProgramCountOffset);
+  if (programCount == 0)
+    return Status::error("no program headers; a cubin's segments are what the driver loads");
+  if (programCount == kExtendedCount)
+    return Status::error("an extended program header count (e_phnum 0xffff); no cubin has that many segments");
+  if (Status s = checkTable(bytes, programOffset, programEntrySize, programCount, kProgramHeaderBytes,
+                            "program headers", "program header table");
+      !s.ok())
+    return s;
+  for (uint16_t i = 0; i < programCount; ++i) {
+    size_t at = static_cast<size_t>(programOffset + uint64_t(i) * programEntrySize);
+    uint64_t offset = readLittleEndian<uint64_t>(bytes, at + kSegmentDataOffset);
+    uint64_t fileSize = readLittleEndian<uint64_t>(bytes, at + kSegmentFileSizeOffset);
+    if (!inside(offset, fileSize, bytes.size()))
+      return Status::error("truncated: segment " + std::to_string(i) + " ends past the file's " +
+                           std::to_string(bytes.size()) + " bytes");
+  }
+
   uint64_t tableOffset = readLittleEndian<uint64_t>(bytes, kSectionTableOffset);
   uint16_t entrySize = readLittleEndian<uint16_t>(bytes, kSectionEntrySizeOffset);
   uint16_t count = readLittleEndian<uint16_t>(bytes, kSectionCountOffset);
   if (count == 0)
     return Status::error("no section table");
-  if (entrySize < kSectionHeaderBytes)
-    return Status::error("section headers of " + std::to_string(entrySize) + " bytes; ELF64 has " +
-                         std::to_string(kSectionHeaderBytes));
-  if (!inside(tableOffset, uint64_t(entrySize) * count, bytes.size()))
-    return Status::error("truncated: the section table ends past the file's " + std::to_string(bytes.size()) +
-                         " bytes");
+  if (Status s =
+          checkTable(bytes, tableOffset, entrySize, count, kSectionHeaderBytes, "section headers", "section table");
+      !s.ok())
+    return s;
   std::vector<Section> sections(count);
   for (uint16_t i = 0; i < count; ++i) {
     size_t at = static_cast<size_t>(tableOffset + uint64_t(i) * entrySize);

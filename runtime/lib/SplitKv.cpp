@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,15 @@ constexpr double kFullGrid = 0.8;
 constexpr double kGoodEnough = 0.85;
 
 size_t alignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+/// a * b * c * d rounded up to kAlign, or nothing when that does not fit in size_t.
+std::optional<size_t> alignedProduct(size_t a, size_t b, size_t c, size_t d) {
+  size_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product) || __builtin_mul_overflow(product, c, &product) ||
+      __builtin_mul_overflow(product, d, &product) || product > SIZE_MAX - (kAlign - 1))
+    return std::nullopt;
+  return alignUp(product);
+}
 long long ceilDiv(long long a, long long b) { return (a + b - 1) / b; }
 
 } // namespace
@@ -54,15 +64,19 @@ int numSplitsHeuristic(long long blocks, int slots, int kvTiles, int maxSplits) 
 }
 
 size_t splitKvLseOffset(long long lseRows, int headDimV, int numSplits) {
-  if (numSplits <= 1 || lseRows <= 0)
+  if (numSplits <= 1 || lseRows <= 0 || headDimV <= 0)
     return 0;
-  return alignUp(size_t(numSplits) * size_t(lseRows) * size_t(headDimV) * sizeof(float));
+  return alignedProduct(size_t(numSplits), size_t(lseRows), size_t(headDimV), sizeof(float)).value_or(SIZE_MAX);
 }
 
 size_t splitKvWorkspaceBytes(long long lseRows, int headDimV, int numSplits) {
-  if (numSplits <= 1 || lseRows <= 0)
+  if (numSplits <= 1 || lseRows <= 0 || headDimV <= 0)
     return 0;
-  return splitKvLseOffset(lseRows, headDimV, numSplits) + alignUp(size_t(numSplits) * size_t(lseRows) * sizeof(float));
+  std::optional<size_t> partials = alignedProduct(size_t(numSplits), size_t(lseRows), size_t(headDimV), sizeof(float));
+  std::optional<size_t> lse = alignedProduct(size_t(numSplits), size_t(lseRows), 1, sizeof(float));
+  if (!partials || !lse || *partials > SIZE_MAX - *lse)
+    return SIZE_MAX;
+  return *partials + *lse;
 }
 
 } // namespace flashtile

@@ -9,7 +9,6 @@ signal, a sanitizer report, an LLVM fatal error) or a hang is a bug: the input i
 
   fuzz_ir.py --opt build/tools/flashtile-opt --corpus tests/lit --seconds 60 [--seed N] [--out DIR]
 """
-import argparse
 import os
 import pathlib
 import random
@@ -19,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import fuzzing
 
 INTERESTING_INTS = ["0", "-1", "1", "2", "7", "15", "16", "17", "255", "256", "1023", "1024", "65535", "16777216",
                     "2147483647", "2147483648", "-2147483648", "4294967295", "4294967360", "9223372036854775807",
@@ -42,8 +43,6 @@ PIPELINES = [
     ["--tile-split-boundary", "--tile-pipeline", "--tile-lower-to-target=arch=sm_100a", "--tile-emit-cuda"],
     ["--tile-emit-cuda"],
 ]
-CRASH_MARKERS = ["Stack dump", "LLVM ERROR", "Assertion", "UNREACHABLE", "AddressSanitizer", "LeakSanitizer",
-                 "runtime error:", "terminate called", "Segmentation fault"]
 RUN_TIMEOUT_S = 30
 BATCH = 25
 
@@ -109,31 +108,17 @@ def mutate(text, rng):
     return text
 
 
-def crashed(result):
-    if result.returncode < 0 or result.returncode >= 128:
-        return "exit status %d" % result.returncode
-    for marker in CRASH_MARKERS:
-        if marker in result.stderr:
-            return "stderr reports '%s'" % marker
-    return None
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = fuzzing.arguments(__doc__, "--programs", "mutated programs")
     parser.add_argument("--opt", required=True, help="the flashtile-opt binary")
     parser.add_argument("--corpus", required=True, help="directory of .mlir seed programs (tests/lit)")
-    parser.add_argument("--seconds", type=float, default=60, help="time budget (default 60)")
-    parser.add_argument("--seed", type=int, default=None, help="random seed (default: from the clock, printed)")
-    parser.add_argument("--programs", type=int, default=0,
-                        help="stop after this many mutated programs (default 0: only the time budget stops)")
-    parser.add_argument("--out", default=None, help="where crashing inputs are saved (default: a temp dir)")
     args = parser.parse_args()
 
     seeds = load_seeds(args.corpus)
     if not seeds:
         print("fuzz-ir: no seed programs under %s" % args.corpus, file=sys.stderr)
         return 2
-    seed = args.seed if args.seed is not None else int(time.time() * 1000) % (2**31)
+    seed = fuzzing.seed_of(args)
     rng = random.Random(seed)
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="flashtile-fuzz-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -154,7 +139,7 @@ def main():
         try:
             result = subprocess.run(command, input="\n// -----\n".join(chunks), capture_output=True, text=True,
                                     errors="replace", timeout=RUN_TIMEOUT_S, env=env)
-            return crashed(result), result.stderr
+            return fuzzing.crashed(result.returncode, result.stderr), result.stderr
         except subprocess.TimeoutExpired as e:
             stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
             return "no answer in %d s (a hang)" % RUN_TIMEOUT_S, stderr

@@ -5,6 +5,10 @@
 // the runtime files it under). Kernels are built in two parallel phases: the MLIR half of every request (one
 // MLIRContext per compile), which also says which shape classes share the default class's tiling and so have no
 // kernel of their own, then NVRTC for the kernels that remain, one progress line per kernel as it finishes.
+//
+// The files aot names itself are replaced atomically as regular files, as the disk cache's entries are: whatever
+// stands at such a name in DIR (a FIFO, which would block the write; a symbolic link, which would send it outside
+// DIR) is replaced, never opened. Writing through links and into devices is for a path the user names (-o).
 //===----------------------------------------------------------------------===//
 #include "Commands.h"
 #include "KernelFlags.h"
@@ -253,6 +257,11 @@ int runAot(const AotFlags &flags) {
                 continue;
               }
               options.rotary = mode;
+              // Before anything is built, and the first one only: a command line not understood is one line.
+              if (Status s = checkKernelFlags(*variant, options, flags.schedule); !s.ok())
+                return failUsage(s.withContext(fmt::format("aot: {} {} hd {} {}", variantName, options.schedule.arch,
+                                                           headDimsText(options.headDim, options.headDimV),
+                                                           shapeClass)));
               requests.push_back({variantName, *variant, options});
             }
           }
@@ -315,11 +324,11 @@ int runAot(const AotFlags &flags) {
     const fs::path stem = out / info.entry;
     // The cubin and the source before the manifest: the loader only looks for kernels through manifests.
     if (s.ok())
-      s = writeOutputFile(stem.string() + ".cubin", *cubin);
+      s = replaceFileAtomically(stem.string() + ".cubin", *cubin);
     if (s.ok())
-      s = writeOutputFile(stem.string() + ".cu", b.result.cuda);
+      s = replaceFileAtomically(stem.string() + ".cu", b.result.cuda);
     if (s.ok())
-      s = writeOutputFile(stem.string() + std::string(kManifestExtension), info.serialize());
+      s = replaceFileAtomically(stem.string() + std::string(kManifestExtension), info.serialize());
     std::lock_guard<std::mutex> lock(mutex);
     if (!s.ok()) {
       errors.push_back(s.message());
@@ -342,7 +351,7 @@ int runAot(const AotFlags &flags) {
   StatusOr<std::vector<std::pair<std::string, KernelInfo>>> manifests = readManifests(out);
   if (!manifests.ok())
     return fail(manifests.status().withContext("aot: writing the index"));
-  if (Status s = writeOutputFile((out / kIndexFile).string(), indexText(*manifests)); !s.ok())
+  if (Status s = replaceFileAtomically((out / kIndexFile).string(), indexText(*manifests)); !s.ok())
     return fail(s.withContext("aot"));
   fmt::print("{} kernels written to {} in {:.1f} s with {} job{} (summed over kernels: mlir {:.1f} s, nvrtc {:.1f} s); "
              "{} lists the {} kernels there\n",

@@ -24,6 +24,11 @@ int fail(std::string_view message) {
   return kExitFailure;
 }
 
+int failUsage(const Status &status) {
+  fail(status);
+  return kExitUsage;
+}
+
 namespace {
 
 /// Optimal string alignment distance: insertions, deletions, substitutions and swaps of neighbours cost 1.

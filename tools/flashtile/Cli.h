@@ -27,6 +27,8 @@ inline constexpr int kExitUsage = 2;
 /// Prints "flashtile: error: <message>" on stderr; returns kExitFailure.
 int fail(const Status &status);
 int fail(std::string_view message);
+/// The same line for a command line that is not understood; returns kExitUsage.
+int failUsage(const Status &status);
 
 /// The name in `names` nearest to `typo` (edit distance, a swap of two neighbours counting once), or "" when
 /// none is close enough to be what was meant.

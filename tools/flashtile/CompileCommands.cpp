@@ -2,7 +2,9 @@
 #include "Commands.h"
 #include "KernelFlags.h"
 
+#include "codegen/common/TargetRegistry.h"
 #include "examples/variants/Variants.h"
+#include "flashtile/dsl/Program.h"
 #include "flashtile/runtime/FileIo.h"
 #include "flashtile/runtime/Nvrtc.h"
 #include "flashtile/runtime/Runtime.h"
@@ -82,6 +84,44 @@ jit::CompileOptions compileOptions(const ScheduleFlags &flags) {
     o.schedule.knobs[knob] = value;
   o.debug = flags.debug;
   return o;
+}
+
+Status checkKernelFlags(const Variant &variant, const jit::CompileOptions &options, const ScheduleFlags &flags) {
+  jit::registerBuiltins();
+  const schedule::Request &request = options.schedule;
+  if (!codegen::canonicalArch(request.arch))
+    return Status::error("--arch: " + codegen::unknownArchMessage(request.arch));
+  const schedule::Schedule *schedule = schedule::lookupSchedule(request.schedule);
+  if (!schedule)
+    return Status::error("--schedule: " + schedule::unknownScheduleMessage(request.schedule));
+  if (std::string error = schedule::checkKnobs(*schedule, request.knobs); !error.empty())
+    return Status::error(error);
+  std::optional<tile::ShapeClass> shapeClass = tile::symbolizeShapeClass(request.shapeClass);
+  if (!shapeClass)
+    return Status::error(unknownName("shape class", request.shapeClass, shapeClassNames()));
+  // The schedule's own check of its configuration: the one tile-apply-schedule makes, on the same program.
+  mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+  context.printOpOnDiagnostic(false);
+  std::string first;
+  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
+    if (first.empty())
+      first = d.str();
+    return mlir::success();
+  });
+  auto module = buildAttentionProgram(context, variant,
+                                      ProgramOptions{options.dtype, options.headDim, options.headDimV, options.rotary});
+  if (mlir::failed(module))
+    return Status(); // not the command line's doing: compiling reports it in full
+  for (tile::FuncOp func : module->get().getOps<tile::FuncOp>()) {
+    if (mlir::succeeded(schedule->configure(func, request.knobs, *shapeClass)))
+      continue;
+    // "'tile.func' op fa2: block-m = 17 is not supported; ...": the op is no flag's concern.
+    std::string_view message = first;
+    if (size_t op = message.find("' op "); message.starts_with("'") && op != std::string_view::npos)
+      message.remove_prefix(op + 5);
+    return explainDefaults(Status::error(std::string(message.substr(0, message.find('\n')))), flags);
+  }
+  return Status();
 }
 
 Status explainDefaults(const Status &error, const ScheduleFlags &flags) {
@@ -165,6 +205,8 @@ int runCompile(const CompileFlags &flags, bool emitDefaultsToCuda) {
   if (!rotary.ok())
     return fail(rotary.status());
   options.rotary = *rotary;
+  if (Status s = checkKernelFlags(*variant, options, flags.schedule); !s.ok())
+    return failUsage(s);
   StatusOr<jit::CompileResult> result = jit::compile(*variant, options, *stage);
   if (!result.ok())
     return fail(explainDefaults(result.status(), flags.schedule));

@@ -35,6 +35,12 @@ Status explainDefaults(const Status &error, const ScheduleFlags &flags);
 /// Compile options from the schedule flags (dtype, head dims and shape class are the caller's).
 jit::CompileOptions compileOptions(const ScheduleFlags &flags);
 
+/// The kernel a command line asks for, checked before anything is compiled: --arch names a target, the knobs are
+/// the schedule's and in range, and together with the schedule's defaults they configure `variant`'s program
+/// (--block-m a multiple of --warps, ...). The error is one line naming the flag or knob and what it accepts, for
+/// failUsage: a command line the compiler would refuse is a command line not understood.
+Status checkKernelFlags(const Variant &variant, const jit::CompileOptions &options, const ScheduleFlags &flags);
+
 /// Names of the built-in variants, the element types and the schedules, as the flags accept them.
 std::vector<std::string> variantNames();
 std::vector<std::string> dtypeNames();

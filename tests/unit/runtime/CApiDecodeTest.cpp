@@ -19,6 +19,10 @@ TEST(CApiDecode, WorkspaceBytesFollowSplitKvWorkspaceBytes) {
   EXPECT_EQ(flashtile_split_kv_workspace_bytes(32, 128, 129, &bytes), -1);
   EXPECT_THAT(flashtile_last_error(), HasSubstr("num_splits (129) in [0, 128]"));
   EXPECT_EQ(flashtile_split_kv_workspace_bytes(32, 128, 2, nullptr), -1);
+  bytes = 1;
+  EXPECT_EQ(flashtile_split_kv_workspace_bytes(1LL << 62, 128, 2, &bytes), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("need more bytes than a size_t holds"));
+  EXPECT_EQ(bytes, 1u);
 }
 
 TEST(CApiDecode, BadArgumentsAreErrorsBeforeTheGpu) {

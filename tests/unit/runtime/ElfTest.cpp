@@ -71,9 +71,28 @@ TEST(Elf, DamagedImagesSayWhatIsWrong) {
   const std::vector<Case> cases = {
       {"empty", "", "not an ELF image"},
       {"PTX text", ".version 8.0\n.target sm_90a\n", "not an ELF image"},
-      {"magic and garbage", std::string("\x7f" "ELF") + std::string(200, 'g'), "not a 64-bit little-endian"},
-      {"magic only", "\x7f" "ELF", "truncated"},
-      {"truncated in the section table", good.substr(0, good.size() - 10), "truncated: the section table"},
+      {"magic and garbage",
+       std::string("\x7f"
+                   "ELF") +
+           std::string(200, 'g'),
+       "not a 64-bit little-endian"},
+      {"magic only",
+       "\x7f"
+       "ELF",
+       "truncated"},
+      {"cut in its last bytes (the program headers)", good.substr(0, good.size() - 10),
+       "truncated: the program header table"},
+      {"section table past the end", withByte(44, 1), "truncated: the section table"},
+      {"segment past the end", withByte(good.size() - 56 + 32 + 3, 0x7f), "truncated: segment 1"},
+      {"no program headers", withByte(56, 0), "no program headers"},
+      {"extended program header count",
+       [&] {
+         std::string bytes = withByte(56, static_cast<char>(0xff));
+         bytes[57] = static_cast<char>(0xff);
+         return bytes;
+       }(),
+       "extended program header count"},
+      {"short program headers", withByte(54, 40), "program headers of 40 bytes"},
       {"32-bit", withByte(4, 1), "not a 64-bit little-endian"},
       {"big endian", withByte(5, 2), "not a 64-bit little-endian"},
       {"x86 image", withByte(18, 62), "machine 62, not a cubin"},
@@ -87,6 +106,18 @@ TEST(Elf, DamagedImagesSayWhatIsWrong) {
     EXPECT_THAT(status.message(), HasSubstr(c.expected));
   }
   EXPECT_TRUE(checkCubin(good, "sm_90a", "flashtile_fwd_a").ok());
+}
+
+TEST(Elf, CubinsCutAnywhereAreRejected) {
+  // NVRTC ends a cubin with its program headers (336 bytes for this one): the section table alone does not notice
+  // a cut there.
+  StatusOr<std::string> cubin = compileCuda(kKernels, "probe.cu", "sm_90a", NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message();
+  ASSERT_TRUE(checkCubin(*cubin, "sm_90a", "flashtile_probe").ok());
+  for (size_t size = 0; size < cubin->size(); ++size) {
+    std::string cut = cubin->substr(0, size);
+    ASSERT_FALSE(checkCubin(cut, "sm_90a", "flashtile_probe").ok()) << "cut to " << size << " of " << cubin->size();
+  }
 }
 
 TEST(Elf, MutatedImagesNeverReadOutOfBounds) {

@@ -16,9 +16,10 @@ template <class T> void appendLe(std::string &out, T value) {
 }
 
 /// A minimal cubin: a 64-bit ELF image for EM_CUDA with CUDA's ELF ABI version 8 e_flags for `smVersion`
-/// (or version 7 with `abiV1`), a string table and a symbol table defining the global functions `functions`.
+/// (or version 7 with `abiV1`), a string table and a symbol table defining the global functions `functions`, and
+/// at the end, as NVRTC places them, program headers (PT_PHDR and a PT_LOAD over the symbol table).
 inline std::string fakeCubin(int smVersion, const std::vector<std::string> &functions, bool abiV1 = false) {
-  constexpr size_t kHeader = 64, kSection = 64, kSymbol = 24;
+  constexpr size_t kHeader = 64, kSection = 64, kSymbol = 24, kSegment = 56, kSegments = 2;
   std::string strtab(1, '\0');
   std::vector<uint32_t> nameOffsets;
   for (const std::string &f : functions) {
@@ -59,6 +60,19 @@ inline std::string fakeCubin(int smVersion, const std::vector<std::string> &func
   section(3, strtabOffset, strtab.size(), 0, 0);         // SHT_STRTAB
   section(2, symtabOffset, symtab.size(), 1, kSymbol);   // SHT_SYMTAB, names in section 1
   section(1, 0, 0, 0, 0);                                // SHT_PROGBITS standing in for the code
+  size_t segmentsOffset = image.size();
+  auto segment = [&](uint32_t type, uint64_t offset, uint64_t size) {
+    appendLe<uint32_t>(image, type);
+    appendLe<uint32_t>(image, 4); // PF_R
+    appendLe<uint64_t>(image, offset);
+    appendLe<uint64_t>(image, 0);
+    appendLe<uint64_t>(image, 0);
+    appendLe<uint64_t>(image, size); // p_filesz
+    appendLe<uint64_t>(image, size); // p_memsz
+    appendLe<uint64_t>(image, 8);
+  };
+  segment(6, segmentsOffset, kSegment * kSegments); // PT_PHDR
+  segment(1, symtabOffset, symtab.size());          // PT_LOAD
   std::string header = "\x7f"
                        "ELF";
   header += '\x02'; // ELFCLASS64
@@ -71,13 +85,13 @@ inline std::string fakeCubin(int smVersion, const std::vector<std::string> &func
   appendLe<uint16_t>(header, 190); // EM_CUDA
   appendLe<uint32_t>(header, 1);
   appendLe<uint64_t>(header, 0);
-  appendLe<uint64_t>(header, 0);
+  appendLe<uint64_t>(header, segmentsOffset);
   appendLe<uint64_t>(header, sectionsOffset);
   uint32_t flags = abiV1 ? (0x500 | smVersion | (smVersion << 16)) : (0x6000004 | (smVersion << 8));
   appendLe<uint32_t>(header, flags);
   appendLe<uint16_t>(header, kHeader);
-  appendLe<uint16_t>(header, 0);
-  appendLe<uint16_t>(header, 0);
+  appendLe<uint16_t>(header, kSegment);
+  appendLe<uint16_t>(header, kSegments);
   appendLe<uint16_t>(header, kSection);
   appendLe<uint16_t>(header, 4);
   appendLe<uint16_t>(header, 1);

@@ -7,6 +7,8 @@
 
 #include <gmock/gmock.h>
 
+#include <cstdint>
+
 using namespace flashtile;
 using testing::HasSubstr;
 
@@ -66,6 +68,15 @@ TEST(SplitKvWorkspace, PartialOThenLseAligned) {
   EXPECT_EQ(lseOffset % 256, 0u);
   EXPECT_EQ(splitKvWorkspaceBytes(1000, 128, 3), lseOffset + 12032); // 3 x 1000 floats, rounded up to 256
   EXPECT_EQ(splitKvLseOffset(3, 8, 2) % 256, 0u);
+}
+
+TEST(SplitKvWorkspace, SizesPastSizeTAreSizeMax) {
+  // 2 x 2^62 rows x 4 bytes wraps to 0 in 64 bits: a caller would allocate nothing and the kernels write past it.
+  EXPECT_EQ(splitKvWorkspaceBytes(1LL << 62, 1, 2), SIZE_MAX);
+  EXPECT_EQ(splitKvLseOffset(1LL << 62, 128, 2), SIZE_MAX);
+  EXPECT_EQ(splitKvWorkspaceBytes(1LL << 55, 256, 128), SIZE_MAX);
+  // The largest that fits still adds up.
+  EXPECT_EQ(splitKvWorkspaceBytes(1LL << 40, 1, 2), (size_t(2) << 42) + (size_t(2) << 42));
 }
 
 TEST(SplitKvArgs, AreCheckedBeforeTheGpu) {

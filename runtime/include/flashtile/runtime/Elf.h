@@ -22,9 +22,10 @@ struct CubinInfo {
   std::vector<std::string> functions; // defined global function symbols: the kernels' entry names
 };
 
-/// Parses `bytes` as a cubin: a 64-bit little-endian ELF image for EM_CUDA whose section and symbol tables lie
-/// inside the image. The SM version comes from e_flags (bits 0-7 for the ELF ABI version 7 that CUDA 12 writes,
-/// bits 8-15 for version 8, CUDA 12.8+ and 13). The error says what is wrong ("truncated", "not an ELF image", ...).
+/// Parses `bytes` as a cubin: a 64-bit little-endian ELF image for EM_CUDA whose program headers, segments, section
+/// and symbol tables lie inside the image. The SM version comes from e_flags (bits 0-7 for the ELF ABI version 7 that
+/// CUDA 12 writes, bits 8-15 for version 8, CUDA 12.8+ and 13). The error says what is wrong ("truncated", "not an ELF
+/// image", ...).
 StatusOr<CubinInfo> readCubin(std::string_view bytes);
 
 /// The SM version a target name stands for: "sm_80" -> 80, "sm_90a" -> 90, "sm_100a" -> 100; nothing for other

@@ -30,9 +30,10 @@ inline constexpr int kDecodeMaxSeqlenQ = 16;
 int numSplitsHeuristic(long long blocks, int slots, int kvTiles, int maxSplits = kMaxSplits);
 
 /// Bytes of the split-KV workspace for `numSplits` splits of `lseRows` LSE rows (B x Hq x Sq dense, Hq x total_q
-/// varlen) at V head dim `headDimV`: fp32 partial O and LSE, 256-byte aligned parts. 0 when numSplits <= 1.
+/// varlen) at V head dim `headDimV`: fp32 partial O and LSE, 256-byte aligned parts. 0 when numSplits <= 1;
+/// SIZE_MAX when the size does not fit in size_t (no allocation or caller's workspace is that large).
 size_t splitKvWorkspaceBytes(long long lseRows, int headDimV, int numSplits);
-/// Byte offset of the LSE part inside the workspace (after the partial O).
+/// Byte offset of the LSE part inside the workspace (after the partial O); SIZE_MAX when it does not fit.
 size_t splitKvLseOffset(long long lseRows, int headDimV, int numSplits);
 
 } // namespace flashtile
