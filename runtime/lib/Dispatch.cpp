@@ -8,7 +8,7 @@
 using namespace flashtile;
 
 namespace {
-constexpr std::string_view kAllName = "all", kDecodeName = "decode";
+constexpr std::string_view kAllName = "all", kDecodeName = "decode-sized";
 } // namespace
 
 std::string_view flashtile::defaultCallsName(DefaultCalls calls) {

@@ -295,7 +295,7 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
     std::string calls = take("defaultFor");
     std::optional<DefaultCalls> parsed = parseDefaultCalls(calls);
     if (!parsed || *parsed == DefaultCalls::None)
-      return fieldError("defaultFor", quoted(calls) + " is not all or decode");
+      return fieldError("defaultFor", quoted(calls) + " is not all or decode-sized");
     info.defaultFor = *parsed;
   }
   if (fields.count("kvCache")) {

@@ -310,12 +310,12 @@ TEST(KernelInfo, TheDispatchRuleRoundTripsAndIsChecked) {
   EXPECT_EQ(parsed->preferredOver, (std::vector<std::string>{"fa2", "fa1"}));
   EXPECT_EQ(parsed->dispatchRule().schedule, "fa3");
   EXPECT_EQ(parsed->dispatchRule().arch, info.arch);
-  StatusOr<KernelInfo> decode = KernelInfo::parse(replaceLine(text, "defaultFor", "defaultFor=decode"));
+  StatusOr<KernelInfo> decode = KernelInfo::parse(replaceLine(text, "defaultFor", "defaultFor=decode-sized"));
   ASSERT_TRUE(decode.ok()) << decode.status().message();
   EXPECT_EQ(decode->defaultFor, DefaultCalls::Decode);
   StatusOr<KernelInfo> badCalls = KernelInfo::parse(replaceLine(text, "defaultFor", "defaultFor=sometimes"));
   ASSERT_FALSE(badCalls.ok());
-  EXPECT_THAT(badCalls.status().message(), HasSubstr("field 'defaultFor': 'sometimes' is not all or decode"));
+  EXPECT_THAT(badCalls.status().message(), HasSubstr("field 'defaultFor': 'sometimes' is not all or decode-sized"));
   StatusOr<KernelInfo> self = KernelInfo::parse(replaceLine(text, "preferredOver", "preferredOver=fa2,fa3"));
   ASSERT_FALSE(self.ok());
   EXPECT_THAT(self.status().message(), HasSubstr("field 'preferredOver': 'fa3' is this kernel's own schedule"));

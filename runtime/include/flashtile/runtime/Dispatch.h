@@ -21,7 +21,7 @@ enum class DefaultCalls {
   Decode, ///< decode-sized calls (Runtime::isDecodeCall): what the schedule was made for, so it comes first there
 };
 
-/// The spelling in manifests (KernelInfo::defaultFor): "" (None), "all", "decode".
+/// The spelling in manifests (KernelInfo::defaultFor): "" (None), "all", "decode-sized".
 std::string_view defaultCallsName(DefaultCalls calls);
 /// The inverse of defaultCallsName; nullopt for other text.
 std::optional<DefaultCalls> parseDefaultCalls(std::string_view name);

@@ -96,7 +96,7 @@ struct KernelInfo {
   // form unless set (kvCache=1).
   bool kvCache = false;
   // The dispatch rule its schedule records for its arch (Schedule::dispatchRule, Dispatch.h): the calls naming no
-  // schedule that run it (defaultFor: "all", "decode"; absent: only calls naming its schedule) and the schedules
+  // schedule that run it (defaultFor: "all", "decode-sized"; absent: only calls naming its schedule) and the schedules
   // whose kernels it replaces where both have one for a call (preferredOver, comma-joined; absent when none).
   DefaultCalls defaultFor = DefaultCalls::None;
   std::vector<std::string> preferredOver;
