@@ -155,6 +155,17 @@ struct Runtime::Impl {
     bool decodeSized = false;
   };
   StatusOr<Plan> plan(const AttentionArgs &args, std::string_view arch) const; // configMutex held
+  /// defaultSchedules of the compiler's rules and the libraries', kept per (arch, decode-sized) until the
+  /// configuration changes: calls that resolve every time (decode-sized ones) do not order the rules again.
+  const std::vector<std::string> &rulesOrder(std::string_view arch, bool decodeSized) const { // configMutex held
+    auto key = std::pair{std::string(arch), decodeSized};
+    if (auto it = orderByArch.find(key); it != orderByArch.end())
+      return it->second;
+    std::vector<DispatchRule> rules = compilerRules;
+    rules.insert(rules.end(), aotRules.begin(), aotRules.end());
+    return orderByArch.emplace(std::move(key), defaultSchedules(rules, arch, decodeSized)).first->second;
+  }
+  mutable std::map<std::pair<std::string, bool>, std::vector<std::string>> orderByArch;
 
   /// What resolve() found for a call, by what decides it (the spec without its schedule and the plan's order), so
   /// that later calls neither try again the schedules that failed nor log the fallback again.
@@ -173,6 +184,7 @@ struct Runtime::Impl {
   /// Forgets the resolutions (the configuration they depend on changed); configMutex held.
   void configurationChanged() {
     resolvedByKey.clear();
+    orderByArch.clear();
     clearDispatch();
   }
 
@@ -589,15 +601,13 @@ StatusOr<Runtime::Impl::Plan> Runtime::Impl::plan(const AttentionArgs &args, std
   if (!plan.forced.empty() && !isValidId(plan.forced))
     return Status::error("schedule '" + plan.forced + "' (named by " + plan.forcedBy +
                          ") is not a schedule id of characters [A-Za-z0-9_.:#-]");
-  std::vector<DispatchRule> rules = compilerRules;
-  rules.insert(rules.end(), aotRules.begin(), aotRules.end());
-  const std::vector<std::string> byRules = defaultSchedules(rules, arch, plan.decodeSized);
+  const std::vector<std::string> &byRules = rulesOrder(arch, plan.decodeSized);
   auto add = [&](const std::string &name) {
     if (!name.empty() && std::find(plan.order.begin(), plan.order.end(), name) == plan.order.end())
       plan.order.push_back(name);
   };
   if (plan.decodeSized && forcedOnRuntime) {
-    const std::vector<std::string> forAll = defaultSchedules(rules, arch, false);
+    const std::vector<std::string> &forAll = rulesOrder(arch, false);
     for (const std::string &name : byRules)
       if (std::find(forAll.begin(), forAll.end(), name) == forAll.end())
         add(name);
