@@ -250,6 +250,13 @@ struct Runtime::Impl {
   std::optional<Status> forwardWarm(const AttentionArgs &args, CUstream stream);
 
   StatusOr<std::string> arch(const CudaDriver &driver);
+  /// The arch of this thread's GPU (the driver loaded first).
+  StatusOr<std::string> currentArch() {
+    StatusOr<const CudaDriver *> driver = CudaDriver::get();
+    if (!driver.ok())
+      return driver.status();
+    return arch(**driver);
+  }
   /// The ahead-of-time kernel for `spec` in the default shape class, or null; configMutex held.
   std::shared_ptr<const CachedKernel> aotKernelOfDefaultClass(const KernelSpec &spec) const {
     KernelSpec fallback = spec;
@@ -754,10 +761,7 @@ StatusOr<ScheduleChoice> Runtime::explain(const AttentionArgs &args) {
   return guarded("explain", [&]() -> StatusOr<ScheduleChoice> {
     if (Status s = validate(args); !s.ok())
       return s;
-    StatusOr<const CudaDriver *> driver = CudaDriver::get();
-    if (!driver.ok())
-      return driver.status();
-    StatusOr<std::string> arch = impl->arch(**driver);
+    StatusOr<std::string> arch = impl->currentArch();
     if (!arch.ok())
       return arch.status();
     return explain(args, *arch);
@@ -784,10 +788,7 @@ StatusOr<KernelSpec> Runtime::specFor(const AttentionArgs &args) {
   return guarded("specFor", [&]() -> StatusOr<KernelSpec> {
     if (Status s = validate(args); !s.ok())
       return s;
-    StatusOr<const CudaDriver *> driver = CudaDriver::get();
-    if (!driver.ok())
-      return driver.status();
-    StatusOr<std::string> arch = impl->arch(**driver);
+    StatusOr<std::string> arch = impl->currentArch();
     if (!arch.ok())
       return arch.status();
     return specFor(args, *arch);
