@@ -90,7 +90,7 @@ typedef struct flashtile_call {
   void *stream;                                  /* a CUstream; NULL: the default stream */
   const void *inputs[FLASHTILE_CALL_MAX_INPUTS]; /* num_inputs device pointers (flashtile_variant_args) */
   const char *variant;                           /* NULL: "none" */
-  const char *schedule; /* NULL or "": the runtime's choice; a name forces it for this call (falls back, see below) */
+  const char *schedule; /* NULL or "": the runtime's choice; a name: that schedule (as flashtile_set_schedule's) */
   long long q_stride[4], k_stride[4], v_stride[4], o_stride[4];
   int dtype, batch, seqlen_q, seqlen_k, max_seqlen_q, max_seqlen_k, heads_q, heads_kv, head_dim, head_dim_v;
   int num_params, num_inputs;
