@@ -483,18 +483,18 @@ _is_compiling = torch.compiler.is_compiling
 @torch.library.custom_op("flashtile::fwd", mutates_args=(), device_types="cuda")
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
             cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
-            variant: str, params: List[float], inputs: List[torch.Tensor], schedule: str,
-            strict: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+            variant: str, params: List[float], inputs: List[torch.Tensor], schedule: Optional[str] = None,
+            strict: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """Attention forward: (O, LSE). Dense: q (B, Sq, Hq, D), LSE (B, Hq, Sq); varlen: q (total_q, Hq, D),
-    LSE (Hq, total_q). `variant` is a built-in name or a registered id; `schedule` a schedule's name or "" (the
+    LSE (Hq, total_q). `variant` is a built-in name or a registered id; `schedule` a schedule's name or None (the
     runtime's choice); arguments are checked by the callers."""
     return _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, variant.encode(),
-                   params, inputs, None, _schedule_option(schedule or None, strict)[0], int(strict))
+                   params, inputs, None, _schedule_option(schedule, strict)[0], int(strict))
 
 
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, variant, params,
-              inputs, schedule, strict):
+              inputs, schedule=None, strict=False):
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
     if cu_seqlens_q is not None:
         lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
@@ -518,7 +518,7 @@ def _run(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved: _Resolved, params, 
     needs_op = _is_compiling() or (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
     if needs_op:
         return torch.ops.flashtile.fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id, params, inputs,
-                                       schedule.decode() if schedule else "", bool(strict))
+                                       schedule.decode() if schedule else None, bool(strict))
     return _launch(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id_bytes, params, inputs, remember, schedule,
                    strict)
 

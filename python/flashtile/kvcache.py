@@ -235,7 +235,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     scale = float(softmax_scale) if softmax_scale is not None else d ** -0.5
     args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, held,
             cache_batch_idx, block_table, scale, resolved.id, params, inputs, bool(rotary_interleaved),
-            operator.index(num_splits), schedule_name.decode() if schedule_name else "", bool(strict_flag))
+            operator.index(num_splits), schedule_name.decode() if schedule_name else None, bool(strict_flag))
     # The custom op under torch.compile (no graph break; the caches are declared mutated), the direct call otherwise.
     if _interface._is_compiling():
         out, lse = torch.ops.flashtile.fwd_kvcache(*args)
@@ -246,7 +246,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
 
 def _launch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value: int,
             cache_batch_idx, block_table, softmax_scale: float, variant: str, params, inputs, rotary_interleaved: bool,
-            num_splits: int, schedule: str = "", strict: bool = False):
+            num_splits: int, schedule: Optional[str] = None, strict: bool = False):
     """Allocates O and LSE and launches on the current stream of q's device; the arguments are checked already.
     cache_seqlens_value: the one length every sequence holds when the caller gave an int (checked by the runtime on
     the host too), else -1."""
@@ -266,7 +266,7 @@ def _launch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
     call.size = _KVCACHE_CALL_SIZE
     variant_id = variant.encode()  # held until the call returns: the struct points into it
     call.variant = variant_id
-    call.schedule = _interface._schedule_option(schedule or None, strict)[0]  # held for the process
+    call.schedule = _interface._schedule_option(schedule, strict)[0]  # held for the process
     call.strict_schedule = int(strict)
     call.dtype = _interface._DTYPE_CODES[q.dtype]
     call.batch, call.seqlen_q, call.heads_q, call.heads_kv = batch, seqlen_q, heads_q, k_cache.shape[2]
@@ -325,8 +325,8 @@ def _fwd_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                     cache_seqlens: Optional[torch.Tensor], cache_seqlens_value: int,
                     cache_batch_idx: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
                     softmax_scale: float, variant: str, params: List[float], inputs: List[torch.Tensor],
-                    rotary_interleaved: bool, num_splits: int, schedule: str,
-                    strict: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+                    rotary_interleaved: bool, num_splits: int, schedule: Optional[str] = None,
+                    strict: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """Attention over a KV cache: (O, LSE); k/v, when given, are written into k_cache/v_cache. Arguments are
     checked by flash_attn_with_kvcache."""
     return _launch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value,
@@ -337,7 +337,7 @@ def _fwd_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
 @_fwd_kvcache_op.register_fake
 def _fwd_kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value,
                       cache_batch_idx, block_table, softmax_scale, variant, params, inputs, rotary_interleaved,
-                      num_splits, schedule, strict):
+                      num_splits, schedule=None, strict=False):
     batch, seqlen_q, heads_q, _ = q.shape
     out = q.new_empty((batch, seqlen_q, heads_q, v_cache.shape[3]))
     lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)
