@@ -526,6 +526,25 @@ std::vector<VarlenCase> varlenCases() {
   return cases;
 }
 
+/// Allocates each buffer with its size in bytes, every byte kPoisonByte (unwritten elements read as NaN).
+Status allocatePoisoned(std::initializer_list<std::pair<DeviceBuffer *, size_t>> buffers) {
+  for (auto [buffer, bytes] : buffers) {
+    if (Status s = buffer->allocate(bytes); !s.ok())
+      return s;
+    if (Status s = buffer->fill(reference::kPoisonByte); !s.ok())
+      return s;
+  }
+  return Status();
+}
+
+/// `offsets` (varlen's cu_seqlens) in a new device buffer.
+Status uploadOffsets(DeviceBuffer &buffer, const std::vector<int> &offsets) {
+  if (Status s = buffer.allocate(offsets.size() * sizeof(int)); !s.ok())
+    return s;
+  const CudaDriver &d = *gpu().driver;
+  return d.check(d.cuMemcpyHtoD_v2(buffer.address(), offsets.data(), offsets.size() * sizeof(int)), "cuMemcpyHtoD");
+}
+
 /// Runs flashtile once on all sequences, then the references sequence by sequence, and checks FlashAttention's
 /// rule on each sequence's rows of O and LSE (LSE is Hq x total_q).
 void checkVarlen(const VarlenCase &c) {
@@ -549,19 +568,13 @@ void checkVarlen(const VarlenCase &c) {
   const Tensor q = makeTensor(Layout::Packed, 1, totalQ, Hq, D), k = makeTensor(Layout::Packed, 1, totalK, Hkv, D),
                v = makeTensor(Layout::Packed, 1, totalK, Hkv, Dv), o = makeTensor(Layout::Packed, 1, totalQ, Hq, Dv);
   DeviceBuffer qBuf, kBuf, vBuf, oBuf, lseBuf, cuQBuf, cuKBuf;
-  for (auto [buffer, bytes] : {std::pair{&qBuf, q.elements * sizeof(uint16_t)},
-                               {&kBuf, k.elements * sizeof(uint16_t)},
-                               {&vBuf, v.elements * sizeof(uint16_t)},
-                               {&oBuf, o.elements * sizeof(uint16_t)},
-                               {&lseBuf, size_t(Hq) * totalQ * sizeof(float)},
-                               {&cuQBuf, cuQ.size() * sizeof(int)},
-                               {&cuKBuf, cuK.size() * sizeof(int)}}) {
-    ASSERT_OK(buffer->allocate(bytes));
-    ASSERT_OK(buffer->fill(reference::kPoisonByte));
-  }
-  const CudaDriver &d = *gpu().driver;
-  ASSERT_OK(d.check(d.cuMemcpyHtoD_v2(cuQBuf.address(), cuQ.data(), cuQ.size() * sizeof(int)), "cuMemcpyHtoD"));
-  ASSERT_OK(d.check(d.cuMemcpyHtoD_v2(cuKBuf.address(), cuK.data(), cuK.size() * sizeof(int)), "cuMemcpyHtoD"));
+  ASSERT_OK(allocatePoisoned({{&qBuf, q.elements * sizeof(uint16_t)},
+                              {&kBuf, k.elements * sizeof(uint16_t)},
+                              {&vBuf, v.elements * sizeof(uint16_t)},
+                              {&oBuf, o.elements * sizeof(uint16_t)},
+                              {&lseBuf, size_t(Hq) * totalQ * sizeof(float)}}));
+  ASSERT_OK(uploadOffsets(cuQBuf, cuQ));
+  ASSERT_OK(uploadOffsets(cuKBuf, cuK));
   int t = 0;
   for (auto [buffer, tensor] : {std::pair{&qBuf, &q}, {&kBuf, &k}, {&vBuf, &v}})
     ASSERT_OK(gpu().reference->fill(buffer->as<void>(), c.dtype, 1, tensor->seqlen, tensor->heads, tensor->dim,
@@ -656,17 +669,11 @@ TEST(ForwardGpuEdge, VarlenWithoutKeysGivesZeroOutputAndMinusInfLseWithNullKAndV
         SCOPED_TRACE(std::string(dtypeName(dtype)) + " hd" + std::to_string(headDim) + (causal ? " causal" : ""));
         DeviceBuffer qBuf, oBuf, lseBuf, cuQBuf, cuKBuf;
         const size_t rows = size_t(kTotalQ) * kHeadsQ * headDim;
-        for (auto [buffer, bytes] : {std::pair{&qBuf, rows * sizeof(uint16_t)},
-                                     {&oBuf, rows * sizeof(uint16_t)},
-                                     {&lseBuf, size_t(kHeadsQ) * kTotalQ * sizeof(float)},
-                                     {&cuQBuf, cuQ.size() * sizeof(int)},
-                                     {&cuKBuf, cuK.size() * sizeof(int)}}) {
-          ASSERT_OK(buffer->allocate(bytes));
-          ASSERT_OK(buffer->fill(reference::kPoisonByte));
-        }
-        const CudaDriver &d = *gpu().driver;
-        ASSERT_OK(d.check(d.cuMemcpyHtoD_v2(cuQBuf.address(), cuQ.data(), cuQ.size() * sizeof(int)), "cuMemcpyHtoD"));
-        ASSERT_OK(d.check(d.cuMemcpyHtoD_v2(cuKBuf.address(), cuK.data(), cuK.size() * sizeof(int)), "cuMemcpyHtoD"));
+        ASSERT_OK(allocatePoisoned({{&qBuf, rows * sizeof(uint16_t)},
+                                    {&oBuf, rows * sizeof(uint16_t)},
+                                    {&lseBuf, size_t(kHeadsQ) * kTotalQ * sizeof(float)}}));
+        ASSERT_OK(uploadOffsets(cuQBuf, cuQ));
+        ASSERT_OK(uploadOffsets(cuKBuf, cuK));
         AttentionArgs args = AttentionArgs::varlen(
             dtype, qBuf.as<const void>(), nullptr, nullptr, oBuf.as<void>(), lseBuf.as<float>(), cuQBuf.as<const int>(),
             cuKBuf.as<const int>(), 2, kTotalQ, /*totalK=*/0, kMaxQ, /*maxSeqlenK=*/0, kHeadsQ, kHeadsKv, headDim);
