@@ -82,8 +82,7 @@ int flashtile_enable_jit(flashtile_runtime *rt) {
     if (!rt)
       return report(Status::error("flashtile_enable_jit: rt must not be NULL"));
     jit::Jit &jit = processJit();
-    rt->runtime.setCompiler(jit.compileFn(), jit.shapeClassFn());
-    rt->runtime.setVariantCheck(jit.checkFn());
+    jit.install(rt->runtime);
     return 0;
   } catch (const std::exception &e) {
     capi::setLastError(std::string("flashtile_enable_jit: internal error: ") + e.what());

@@ -175,6 +175,14 @@ StatusOr<std::string> Jit::add(const Variant &variant) {
   return *id;
 }
 
+void Jit::install(Runtime &runtime) {
+  runtime.setCompiler(compileFn(), shapeClassFn());
+  runtime.setVariantCheck(checkFn());
+  runtime.setDispatchRules(dispatchRules());
+}
+
+std::vector<DispatchRule> Jit::dispatchRules() const { return schedule::dispatchRules(); }
+
 CompileFn Jit::compileFn() {
   return [this](const KernelSpec &spec) { return compileSpec(spec); };
 }
@@ -243,8 +251,8 @@ StatusOr<std::pair<Variant, CompileOptions>> Jit::optionsFor(const KernelSpec &s
     knobs[schedule::kKvCacheKnob] = spec.kvCache ? 1 : 0;
   else if (spec.kvCache)
     return Status::error("schedule '" + spec.schedule +
-                         "' has no kernels that read a KV cache; cache calls run the "
-                         "decode schedule's (setDecodeSchedule(\"decode\"))");
+                         "' has no kernels that read a KV cache; cache calls run those of a schedule with the " +
+                         std::string(schedule::kKvCacheKnob) + " option");
   auto dtype = parseElementType(spec.dtype);
   if (!dtype.ok())
     return dtype.status();

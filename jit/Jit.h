@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace flashtile::jit {
 
@@ -58,6 +59,12 @@ public:
   Jit();
   /// Registers a variant; returns the id to put in AttentionArgs::variant.
   StatusOr<std::string> add(const Variant &variant);
+  /// Makes this Jit `runtime`'s compiler: compileFn and shapeClassFn (setCompiler), checkFn (setVariantCheck) and
+  /// the schedules' dispatch rules (setDispatchRules), so that calls naming no schedule run the fastest one with a
+  /// kernel. This Jit must outlive the runtime.
+  void install(Runtime &runtime);
+  /// The dispatch rules of every registered schedule on every arch (schedule::dispatchRules()), as data.
+  std::vector<DispatchRule> dispatchRules() const;
   /// The hook to pass to Runtime::setCompiler; this Jit must outlive the runtime that holds it.
   CompileFn compileFn();
   /// The shape-class hook to pass with it: whether a spec's shape class is scheduled differently from the

@@ -1619,8 +1619,7 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   info.headDimV = shape.headDimV;
   info.variant = func.getVariant().str();
   info.schedule = schedule.getName().str();
-  if (const schedule::Schedule *registered = schedule::lookupSchedule(info.schedule))
-    info.preferredOver = registered->preferredOver(info.arch);
+  schedule::recordDispatchRule(info); // for runtimes that load the kernel without the compiler
   info.shapeClass = stringifyShapeClass(schedule.getShapeClass()).str();
   info.blockM = shape.blockM;
   info.blockN = shape.blockN;

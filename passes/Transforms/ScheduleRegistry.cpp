@@ -80,6 +80,35 @@ std::string unknownScheduleMessage(std::string_view name) {
   return message + "; available: " + joined(names);
 }
 
+DispatchRule dispatchRuleOf(const Schedule &schedule, std::string_view arch) {
+  if (schedule.targetFamilyFor(arch).empty())
+    return DispatchRule{std::string(schedule.name()), std::string(arch)};
+  DispatchRule rule = schedule.dispatchRule(arch);
+  rule.schedule = std::string(schedule.name());
+  rule.arch = std::string(arch);
+  return rule;
+}
+
+std::vector<DispatchRule> dispatchRules() {
+  std::vector<DispatchRule> rules;
+  for (const std::string &name : scheduleNames())
+    if (const Schedule *schedule = lookupSchedule(name))
+      for (std::string_view arch : kSupportedArchs)
+        if (DispatchRule rule = dispatchRuleOf(*schedule, arch);
+            rule.calls != DefaultCalls::None || !rule.preferredOver.empty())
+          rules.push_back(std::move(rule));
+  return rules;
+}
+
+void recordDispatchRule(KernelInfo &info) {
+  const Schedule *schedule = lookupSchedule(info.schedule);
+  if (!schedule)
+    return;
+  DispatchRule rule = dispatchRuleOf(*schedule, info.arch);
+  info.defaultFor = rule.calls;
+  info.preferredOver = std::move(rule.preferredOver);
+}
+
 bool hasKvCacheKnob(const Schedule &schedule) {
   return llvm::any_of(schedule.options(), [](const OptionSpec &o) { return o.name == kKvCacheKnob; });
 }

@@ -10,6 +10,8 @@
 #define FLASHTILE_PASSES_TRANSFORMS_SCHEDULEREGISTRY_H
 
 #include "codegen/common/TileTarget.h"
+#include "flashtile/runtime/Dispatch.h"
+#include "flashtile/runtime/KernelInfo.h"
 #include "passes/IR/TileDialect.h"
 
 #include "mlir/Pass/PassManager.h"
@@ -76,10 +78,10 @@ public:
   virtual std::string targetFamilyFor(std::string_view arch) const = 0;
   /// The passes that take an unscheduled program to target-lowered IR, ending with tile-lower-to-target.
   virtual void buildPipeline(mlir::OpPassManager &pm, const Request &request) const = 0;
-  /// The dispatch rule recorded in this schedule's kernels for `arch` (KernelInfo::preferredOver): the schedule
-  /// whose kernels a runtime with no schedule set runs this one's instead of, where a library has both for a call;
-  /// empty (the default): none.
-  virtual std::string preferredOver(std::string_view arch) const {
+  /// The dispatch rule of this schedule on `arch` (flashtile/runtime/Dispatch.h): which calls that name no schedule
+  /// run its kernels, and whose kernels its own replace where both have one for a call. Only `calls` and
+  /// `preferredOver` are read (dispatchRuleOf fills in the names). The default: none, run only when named.
+  virtual DispatchRule dispatchRule(std::string_view arch) const {
     (void)arch;
     return {};
   }
@@ -94,6 +96,16 @@ const Schedule *lookupSchedule(std::string_view name);
 std::vector<std::string> scheduleNames();
 /// "unknown schedule 'x'; available: decode, fa1, fa2, fa3" (with the nearest name when one is close).
 std::string unknownScheduleMessage(std::string_view name);
+
+/// `schedule`'s dispatch rule on `arch` with its names filled in; none where the schedule has no lowering for
+/// `arch` (targetFamilyFor is empty).
+DispatchRule dispatchRuleOf(const Schedule &schedule, std::string_view arch);
+/// The dispatch rules of every registered schedule on every supported arch (kSupportedArchs): what the JIT hands to
+/// the runtime (jit::Jit::install), so that calls naming no schedule run the fastest one with a kernel.
+std::vector<DispatchRule> dispatchRules();
+/// Writes the dispatch rule of `info`'s schedule on `info`'s arch into its manifest fields (defaultFor,
+/// preferredOver), for runtimes that load the kernel without the compiler. A schedule not registered: none.
+void recordDispatchRule(KernelInfo &info);
 
 /// Parses `name=value` items (the pass option, the CLI) into knobs of `schedule`, checking names and ranges;
 /// the error names the item and the accepted names or values.

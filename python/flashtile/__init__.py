@@ -3,6 +3,7 @@
 - flash_attn_func / flash_attn_varlen_func / flash_attn_with_kvcache: flash-attn 2.x's calls (forward) on torch
   tensors.
 - attention(q, k, v, variant, params=..., inputs=...): any variant, built in or written in Python.
+- explain(q, k, v, ...): which kernel (schedule) a call runs, and why; every call takes schedule= and strict=.
 - Variant, dsl, both: variants written in Python (FlexAttention-style hooks traced into the C++ DSL).
 - variants: the built-in variants, written with the same Python API.
 
@@ -22,16 +23,16 @@ except ImportError:  # the tracer and the compiler work without torch; the atten
     _torch = None
 
 if _torch is not None:
-    from .interface import attention, flash_attn_func, flash_attn_varlen_func
+    from .interface import attention, explain, flash_attn_func, flash_attn_varlen_func
     from .kvcache import flash_attn_with_kvcache
 else:
     def _needs_torch(*args, **kwargs):
         raise ImportError("flashtile's attention calls take torch tensors: install PyTorch")
 
-    attention = flash_attn_func = flash_attn_varlen_func = flash_attn_with_kvcache = _needs_torch
+    attention = explain = flash_attn_func = flash_attn_varlen_func = flash_attn_with_kvcache = _needs_torch
 
 __all__ = [
-    "FlashtileError", "Variant", "attention", "both", "builtin_variants", "compile_variant", "dsl",
+    "FlashtileError", "Variant", "attention", "both", "builtin_variants", "compile_variant", "dsl", "explain",
     "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "library_path", "variant_id", "variants",
     "version",
 ]

@@ -108,12 +108,14 @@ class Call(ctypes.Structure):
         ("stream", ctypes.c_void_p),
         ("inputs", ctypes.c_void_p * MAX_INPUTS),
         ("variant", ctypes.c_char_p),
+        ("schedule", ctypes.c_char_p),
         ("q_stride", ctypes.c_longlong * 4), ("k_stride", ctypes.c_longlong * 4),
         ("v_stride", ctypes.c_longlong * 4), ("o_stride", ctypes.c_longlong * 4),
         ("dtype", ctypes.c_int), ("batch", ctypes.c_int), ("seqlen_q", ctypes.c_int), ("seqlen_k", ctypes.c_int),
         ("max_seqlen_q", ctypes.c_int), ("max_seqlen_k", ctypes.c_int), ("heads_q", ctypes.c_int),
         ("heads_kv", ctypes.c_int), ("head_dim", ctypes.c_int), ("head_dim_v", ctypes.c_int),
         ("num_params", ctypes.c_int), ("num_inputs", ctypes.c_int),
+        ("strict_schedule", ctypes.c_int),
         ("softmax_scale", ctypes.c_float),
         ("params", ctypes.c_float * MAX_PARAMS),
     ]
@@ -140,6 +142,7 @@ class KvCacheCall(ctypes.Structure):
         ("stream", ctypes.c_void_p),
         ("inputs", ctypes.c_void_p * MAX_INPUTS),
         ("variant", ctypes.c_char_p),
+        ("schedule", ctypes.c_char_p),
         ("workspace_bytes", ctypes.c_ulonglong),
         ("q_stride", ctypes.c_longlong * 4), ("o_stride", ctypes.c_longlong * 4),
         ("k_cache_stride", ctypes.c_longlong * 4), ("v_cache_stride", ctypes.c_longlong * 4),
@@ -152,6 +155,7 @@ class KvCacheCall(ctypes.Structure):
         ("seqlen_new", ctypes.c_int),
         ("num_splits", ctypes.c_int),
         ("num_params", ctypes.c_int), ("num_inputs", ctypes.c_int),
+        ("strict_schedule", ctypes.c_int),
         ("softmax_scale", ctypes.c_float),
         ("params", ctypes.c_float * MAX_PARAMS),
         ("rotary_cos", ctypes.c_void_p), ("rotary_sin", ctypes.c_void_p),
@@ -196,6 +200,12 @@ class _Library:
         lib.flashtile_forward_call.argtypes = [c_void_p, c_void_p]
         lib.flashtile_forward_kvcache.restype = c_int
         lib.flashtile_forward_kvcache.argtypes = [c_void_p, c_void_p]
+        lib.flashtile_explain.restype = c_int
+        lib.flashtile_explain.argtypes = [c_void_p, c_void_p, c_char_p, c_void_p, ctypes.c_ulonglong]
+        for name in ("flashtile_set_schedule", "flashtile_set_strict_schedule"):
+            getattr(lib, name).restype = c_int
+        lib.flashtile_set_schedule.argtypes = [c_void_p, c_char_p]
+        lib.flashtile_set_strict_schedule.argtypes = [c_void_p, c_int]
         self.lib = lib
         self._runtime = None
         self._lock = threading.Lock()

@@ -200,6 +200,33 @@ def _builtin_input_counts(name: str, batch: int, heads_q: int, keys: int) -> Dic
     return counts
 
 
+# Schedules ------------------------------------------------------------------------------------------------------
+
+_ID_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:#-")
+# The bytes of each schedule name a call named, held for the process: call structs (and their templates) point
+# into them.
+_schedule_names: Dict[str, bytes] = {}
+
+
+def _schedule_option(schedule, strict) -> Tuple[Optional[bytes], int]:
+    """A call's schedule= and strict=, checked: the schedule's name as the C ABI takes it (None: the runtime's
+    choice) and the strict flag as 0 or 1."""
+    if type(strict) not in (bool, int) or strict not in (0, 1):
+        raise TypeError(f"strict must be True or False, got {strict!r}")
+    if schedule is None:
+        return None, int(strict)
+    if not isinstance(schedule, str):
+        raise TypeError(f"schedule must be a schedule name such as 'fa3', or None (the fastest schedule with a kernel "
+                        f"for the call), got {type(schedule).__name__}")
+    name = _schedule_names.get(schedule)
+    if name is None:
+        if not schedule or len(schedule) > 200 or not set(schedule) <= _ID_CHARACTERS:
+            raise ValueError(f"schedule: {schedule!r} is not a schedule name (letters, digits and _.:#-, such as "
+                             "'fa2' or 'fa3'), or None (the fastest schedule with a kernel for the call)")
+        name = _schedule_names.setdefault(schedule, schedule.encode())
+    return name, int(strict)
+
+
 # The launch -----------------------------------------------------------------------------------------------------
 
 _library = None
@@ -238,11 +265,14 @@ _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.curre
 
 
 def _call_fields(q, k, v, out, cu_seqlens_q, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
-                 variant_id: bytes, params: Sequence[float], num_inputs: int) -> "_lib.Call":
+                 variant_id: bytes, params: Sequence[float], num_inputs: int, schedule: Optional[bytes] = None,
+                 strict: int = 0) -> "_lib.Call":
     """The flashtile_call of a launch without its pointers and stream (what one call shape shares)."""
     call = _lib.Call()
     call.size = _CALL_SIZE
     call.variant = variant_id
+    call.schedule = schedule
+    call.strict_schedule = strict
     call.dtype = _DTYPE_CODES[q.dtype]
     # Sizes past a C int are errors here: ctypes would keep their low 32 bits.
     _lib.set_ints(call, head_dim=q.shape[-1], head_dim_v=v.shape[-1])
@@ -271,57 +301,72 @@ _templates: Dict[tuple, Tuple[bytes, bytes]] = {}
 
 
 def _call_for(q, k, v, out, cu_seqlens_q, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
-              variant_id: bytes, params: Sequence[float], num_inputs: int):
+              variant_id: bytes, params: Sequence[float], num_inputs: int, schedule: Optional[bytes] = None,
+              strict: int = 0):
     """_call_fields' struct, copied from a template when this call shape was seen before; and the variant bytes the
-    struct points into, for the caller to hold while the call runs."""
+    struct points into, for the caller to hold while the call runs (the schedule's are held for the process)."""
     key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
            None if cu_seqlens_q is None else cu_seqlens_q.shape[0], max_seqlen_q, max_seqlen_k, softmax_scale,
-           variant_id, tuple(params), num_inputs)
+           variant_id, tuple(params), num_inputs, schedule, strict)
     cached = _templates.get(key)
     if cached is not None:
         return _call_from(cached[0]), cached[1]
     call = _call_fields(q, k, v, out, cu_seqlens_q, max_seqlen_q, max_seqlen_k, softmax_scale, variant_id, params,
-                        num_inputs)
+                        num_inputs, schedule, strict)
     if len(_templates) >= _PREPARED_LIMIT:
         _templates.clear()
     _templates[key] = (bytes(call), variant_id)
     return call, variant_id
 
 
-def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
-            variant_id: bytes, params: Sequence[float], inputs: Sequence[torch.Tensor], remember=None):
-    """Allocates O and LSE and launches on the current stream of q's device. Inputs are checked already.
-    `remember`: a key under which flash_attn_func files this call shape for its warm path (_Prepared)."""
-    lib = _library or _first_library()
-    runtime = _runtime or _first_runtime()
-    varlen = cu_seqlens_q is not None
-    dv = v.shape[-1]
-    out = torch.empty(q.shape[:-1] + (dv,), dtype=q.dtype, device=q.device)
+def _outputs(q, v, varlen: bool):
+    """O and LSE of a call, from PyTorch's allocator."""
+    out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
     if varlen:
         lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
     else:
         lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-    if q.numel() == 0 or out.numel() == 0:
-        return out, lse
+    return out, lse
+
+
+def _filled_call(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
+                 softmax_scale: float, variant_id: bytes, params: Sequence[float], inputs: Sequence[torch.Tensor],
+                 schedule: Optional[bytes], strict: int):
+    """The flashtile_call of a launch, pointers and stream included; the variant bytes it points into (hold them
+    while it is used); whether q, k and v were aligned as given (else copies are launched); q's device index."""
     q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
     aligned = not (q_ptr | k_ptr | v_ptr) % 16
     if not aligned:
         q, k, v = _aligned(q), _aligned(k), _aligned(v)
         q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
-    # No keys (seqlen_k or total_k 0): the kernel reads none, but the runtime wants device pointers.
-    if not k_ptr:
-        k_ptr = q_ptr
-    if not v_ptr:
-        v_ptr = q_ptr
+    # No keys (seqlen_k or total_k 0): k and v may be null (PyTorch's empty tensors); the kernels read no key.
     call, variant_id = _call_for(q, k, v, out, cu_seqlens_q, max_seqlen_q, max_seqlen_k, softmax_scale, variant_id,
-                                 params, len(inputs))
+                                 params, len(inputs), schedule, strict)
     if inputs:
         _lib.INPUTS[len(inputs)].pack_into(call, _lib.INPUTS_OFFSET, *[t.data_ptr() for t in inputs])
     index = q.get_device()
     stream = _current_stream(index)
+    varlen = cu_seqlens_q is not None
     cu_q, cu_k = (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()) if varlen else (0, 0)
     _lib.POINTERS.pack_into(call, _lib.POINTERS_OFFSET, q_ptr, k_ptr, v_ptr, out.data_ptr(), lse.data_ptr(), cu_q,
                             cu_k, stream)
+    return call, variant_id, aligned, index
+
+
+def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
+            variant_id: bytes, params: Sequence[float], inputs: Sequence[torch.Tensor], remember=None,
+            schedule: Optional[bytes] = None, strict: int = 0):
+    """Allocates O and LSE and launches on the current stream of q's device. Inputs are checked already.
+    `remember`: a key under which flash_attn_func files this call shape for its warm path (_Prepared)."""
+    lib = _library or _first_library()
+    runtime = _runtime or _first_runtime()
+    varlen = cu_seqlens_q is not None
+    out, lse = _outputs(q, v, varlen)
+    if q.numel() == 0 or out.numel() == 0:
+        return out, lse
+    call, variant_id, aligned, index = _filled_call(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                    max_seqlen_k, softmax_scale, variant_id, params, inputs, schedule,
+                                                    strict)
     # The runtime launches on the calling thread's current device: make it q's (a context switch only when needed).
     if index != _current_device():
         with torch.cuda.device(index):
@@ -333,6 +378,34 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k
     if remember is not None and aligned and not inputs and not varlen:
         _remember(remember, call, variant_id, out, lse, index)
     return out, lse
+
+
+_EXPLAIN_BYTES = 4096  # more than an explanation takes (the C ABI says so if not)
+
+
+def _explain_launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
+                    softmax_scale: float, variant_id: bytes, params: Sequence[float], inputs: Sequence[torch.Tensor],
+                    schedule: Optional[bytes], strict: int, arch: Optional[str]) -> Dict[str, object]:
+    """What _launch would run, from flashtile_explain: the kernel is found (or compiled) but not launched."""
+    lib = _library or _first_library()
+    runtime = _runtime or _first_runtime()
+    out, lse = _outputs(q, v, cu_seqlens_q is not None)
+    call, variant_id, _, index = _filled_call(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                              max_seqlen_k, softmax_scale, variant_id, params, inputs, schedule,
+                                              strict)
+    text = ctypes.create_string_buffer(_EXPLAIN_BYTES)
+    target = None if arch is None else arch.encode()
+    if arch is None and index != _current_device():
+        with torch.cuda.device(index):
+            rc = lib.lib.flashtile_explain(runtime, ctypes.addressof(call), target, text, _EXPLAIN_BYTES)
+    else:
+        rc = lib.lib.flashtile_explain(runtime, ctypes.addressof(call), target, text, _EXPLAIN_BYTES)
+    if rc != 0:
+        raise lib.error("flashtile explain")
+    fields = dict(line.split("=", 1) for line in text.value.decode().splitlines())
+    return {"schedule": fields["schedule"], "entry": fields["entry"], "source": fields["source"],
+            "order": fields["order"].split(",") if fields["order"] else [], "forced_by": fields["forced_by"] or None,
+            "fell_back": fields["fell_back"] == "1", "reason": fields["reason"]}
 
 
 # flash_attn_func's warm path -------------------------------------------------------------------------------------
@@ -353,19 +426,22 @@ _prepared: Dict[tuple, _Prepared] = {}
 _PREPARED_LIMIT = 1024
 
 
-def _dense_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap) -> tuple:
-    # Everything flash_attn_func's checks and its choice of variant, numbers and layouts read. Values that compare
-    # equal (True and 1, (3, 0) as ints or NumPy ints) mean the same to those checks, so they may share an entry.
+def _dense_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, schedule, strict) -> tuple:
+    # Everything flash_attn_func's checks and its choice of variant, numbers, layouts and schedule read. Values that
+    # compare equal (True and 1, (3, 0) as ints or NumPy ints) mean the same to those checks, so they may share an
+    # entry.
     return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
-            k.device, v.device, dropout_p, softmax_scale, causal, window_size, softcap)
+            k.device, v.device, dropout_p, softmax_scale, causal, window_size, softcap, schedule, strict)
 
 
-def _plain_flags(dropout_p, softmax_scale, causal, window_size, softcap) -> bool:
-    """Whether a key of these flags may be filed: built-in Python numbers only (a tensor flag hashes by identity)."""
+def _plain_flags(dropout_p, softmax_scale, causal, window_size, softcap, schedule, strict) -> bool:
+    """Whether a key of these flags may be filed: built-in Python numbers and strings only (a tensor flag hashes by
+    identity)."""
     numbers = (int, float)
     return (type(causal) is bool and type(dropout_p) in numbers and type(softcap) in numbers
             and (softmax_scale is None or type(softmax_scale) in numbers) and type(window_size) is tuple
-            and len(window_size) == 2 and type(window_size[0]) is int and type(window_size[1]) is int)
+            and len(window_size) == 2 and type(window_size[0]) is int and type(window_size[1]) is int
+            and (schedule is None or type(schedule) is str) and type(strict) is bool)
 
 
 def _remember(key, call, variant_id: bytes, out, lse, index: int) -> None:
@@ -406,16 +482,18 @@ _is_compiling = torch.compiler.is_compiling
 @torch.library.custom_op("flashtile::fwd", mutates_args=(), device_types="cuda")
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
             cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
-            variant: str, params: List[float], inputs: List[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+            variant: str, params: List[float], inputs: List[torch.Tensor], schedule: Optional[str] = None,
+            strict: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """Attention forward: (O, LSE). Dense: q (B, Sq, Hq, D), LSE (B, Hq, Sq); varlen: q (total_q, Hq, D),
-    LSE (Hq, total_q). `variant` is a built-in name or a registered id; arguments are checked by the callers."""
+    LSE (Hq, total_q). `variant` is a built-in name or a registered id; `schedule` a schedule's name or None (the
+    runtime's choice); arguments are checked by the callers."""
     return _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, variant.encode(),
-                   params, inputs)
+                   params, inputs, None, _schedule_option(schedule, strict)[0], int(strict))
 
 
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, variant, params,
-              inputs):
+              inputs, schedule=None, strict=False):
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
     if cu_seqlens_q is not None:
         lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
@@ -432,13 +510,16 @@ def _no_backward(ctx, grad_out, grad_lse):
 _fwd_op.register_autograd(_no_backward, setup_context=lambda ctx, inputs, output: None)
 
 
-def _run(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved: _Resolved, params, inputs, remember=None):
+def _run(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved: _Resolved, params, inputs, remember=None,
+         schedule: Optional[bytes] = None, strict: int = 0):
     # The custom op under torch.compile (no graph break) and when autograd must see the call (so backward
     # raises instead of silently giving no gradient); the direct call otherwise, for the shortest eager path.
     needs_op = _is_compiling() or (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
     if needs_op:
-        return torch.ops.flashtile.fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id, params, inputs)
-    return _launch(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id_bytes, params, inputs, remember)
+        return torch.ops.flashtile.fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id, params, inputs,
+                                       schedule.decode() if schedule else None, bool(strict))
+    return _launch(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id_bytes, params, inputs, remember, schedule,
+                   strict)
 
 
 # Public calls ---------------------------------------------------------------------------------------------------
@@ -482,7 +563,7 @@ def _check_flags(window_size, softcap, alibi_slopes, batch, heads_q, device):
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, schedule=None, strict=False):
     """flash-attn 2.x's flash_attn_func, forward only.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads % nheads_k == 0
@@ -490,6 +571,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     or with return_attn_probs=True (out, softmax_lse (batch, nheads, seqlen_q) fp32, None) as flash-attn does
     without dropout. dropout_p > 0 and the backward pass raise NotImplementedError; `deterministic` only concerns
     the backward pass.
+    schedule=/strict=: the schedule to run instead of the fastest with a kernel for the call, and whether a
+    missing kernel is an error rather than a fallback (docs/python.md, "Schedules"; flashtile.explain says which).
     """
     # The warm path: a call whose tensors' shapes, strides, dtypes and devices and whose flags equal those of a call
     # checked and launched before passes the same checks and takes the same variant, numbers and layouts; only its
@@ -497,7 +580,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     # Under torch.compile the first test is a constant: the checked path alone is traced.
     if not _is_compiling() and alibi_slopes is None and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor:
         try:
-            prepared = _prepared.get(_dense_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap))
+            prepared = _prepared.get(_dense_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                                                schedule, strict))
         except TypeError:  # an unhashable flag (window_size as a list): the checked path
             prepared = None
         if prepared is not None and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
@@ -505,16 +589,31 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
             if launched is not None:
                 return (launched[0], launched[1], None) if return_attn_probs else launched[0]
     return _flash_attn_func_checked(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                                    return_attn_probs)
+                                    return_attn_probs, schedule, strict)
 
 
 def _flash_attn_func_checked(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                             return_attn_probs):
+                             return_attn_probs, schedule=None, strict=False):
     """flash_attn_func with every check; files the call shape for the warm path where it can serve it."""
     remember = None
     if (not _is_compiling() and alibi_slopes is None and type(q) is _Tensor and type(k) is _Tensor
-            and type(v) is _Tensor and _plain_flags(dropout_p, softmax_scale, causal, window_size, softcap)):
-        remember = _dense_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap)
+            and type(v) is _Tensor and _plain_flags(dropout_p, softmax_scale, causal, window_size, softcap, schedule,
+                                                    strict)):
+        remember = _dense_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, schedule, strict)
+    name, strict_flag = _schedule_option(schedule, strict)
+    launch, as_given = _dense_call(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                   return_attn_probs)
+    dv = launch[-1]
+    out, lse = _run(*launch[:-1], remember if as_given else None, name, strict_flag)
+    if out.shape[-1] != dv:
+        out = out[..., :dv]
+    return (out, lse, None) if return_attn_probs else out
+
+
+def _dense_call(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs):
+    """flash_attn_func's checks, and what its launch takes: (q, k, v as the kernels read them, cu_seqlens_q/k,
+    max_seqlen_q/k, scale, variant, numbers, inputs, head dim of V as given); whether q, k, v are the caller's
+    (neither padded nor copied)."""
     q = _check_tensor("q", q, 4, "(batch, seqlen_q, nheads, headdim)")
     k = _check_tensor("k", k, 4, "(batch, seqlen_k, nheads_k, headdim)")
     v = _check_tensor("v", v, 4, "(batch, seqlen_k, nheads_k, headdim_v)")
@@ -538,28 +637,40 @@ def _flash_attn_func_checked(q, k, v, dropout_p, softmax_scale, causal, window_s
     inputs = [] if alibi_slopes is None else [alibi_slopes.contiguous()]
     pd, pdv = _head_dims(d, dv)
     scale = float(softmax_scale) if softmax_scale is not None else d ** -0.5
-    if pd != d or pdv != dv:
-        remember = None  # padded copies: not the caller's tensors
+    as_given = pd == d and pdv == dv
+    if not as_given:
         q, k, v = _pad_last(q, pd), _pad_last(k, pd), _pad_last(v, pdv)
     qr, kr, vr = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
-    if qr is not q or kr is not k or vr is not v:
-        remember = None  # contiguous copies
-    out, lse = _run(qr, kr, vr, None, None, 0, 0, scale, resolved, params, inputs, remember)
-    if pdv != dv:
-        out = out[..., :dv]
-    return (out, lse, None) if return_attn_probs else out
+    as_given = as_given and qr is q and kr is k and vr is v
+    return (qr, kr, vr, None, None, 0, 0, scale, resolved, params, inputs, dv), as_given
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_attn_probs=False, block_table=None):
+                           deterministic=False, return_attn_probs=False, block_table=None, *, schedule=None,
+                           strict=False):
     """flash-attn 2.x's flash_attn_varlen_func, forward only.
 
     q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim); cu_seqlens_q/k: int32 (batch + 1,) on q's
     device; masks align to each sequence's own lengths. Returns out (total_q, nheads, headdim), or with
     return_attn_probs=True (out, softmax_lse (nheads, total_q) fp32, None). block_table (paged KV) is not
-    supported yet.
+    supported yet. Empty key sequences (total_k 0: k and v may be empty) give out 0 and softmax_lse -inf.
+    schedule=/strict=: the schedule to run instead of the fastest with a kernel for the call, and whether a
+    missing kernel is an error rather than a fallback (docs/python.md, "Schedules"; flashtile.explain says which).
     """
+    name, strict_flag = _schedule_option(schedule, strict)
+    launch = _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                          causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table)
+    dv = launch[-1]
+    out, lse = _run(*launch[:-1], None, name, strict_flag)
+    if out.shape[-1] != dv:
+        out = out[..., :dv]
+    return (out, lse, None) if return_attn_probs else out
+
+
+def _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                 window_size, softcap, alibi_slopes, return_attn_probs, block_table):
+    """flash_attn_varlen_func's checks, and what its launch takes (as _dense_call's)."""
     q = _check_tensor("q", q, 3, "(total_q, nheads, headdim)")
     k = _check_tensor("k", k, 3, "(total_k, nheads_k, headdim)")
     v = _check_tensor("v", v, 3, "(total_k, nheads_k, headdim_v)")
@@ -592,22 +703,35 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     pd, pdv = _head_dims(d, dv)
     scale = _scale(softmax_scale, d)
     qp, kp, vp = (_kernel_ready(_pad_last(t, size)) for t, size in ((q, pd), (k, pd), (v, pdv)))
-    out, lse = _run(qp, kp, vp, cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), max_seqlen_q, max_seqlen_k,
-                    scale, resolved, params, inputs)
-    if pdv != dv:
-        out = out[..., :dv]
-    return (out, lse, None) if return_attn_probs else out
+    return (qp, kp, vp, cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), max_seqlen_q, max_seqlen_k, scale,
+            resolved, params, inputs, dv)
 
 
 def attention(q, k, v, variant: VariantLike = "none", *, params=None, inputs=None, softmax_scale=None,
-              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, return_lse=False):
+              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, return_lse=False,
+              schedule=None, strict=False):
     """Attention with any variant: a built-in name ("causal", "sliding_window", ...) or a flashtile.Variant.
 
     Layouts are flash_attn_func's (dense) or, with cu_seqlens_q/k, flash_attn_varlen_func's. `params`: the
     variant's numbers by name (missing ones take the declared values) or in declaration order; `inputs`: its
     arrays by name or in order (CUDA tensors of the declared dtype; the hooks' indices define their shapes).
     Returns out, or (out, lse) with return_lse=True. A new Variant is compiled on first use and cached on disk.
+    schedule=/strict=: the schedule to run instead of the fastest with a kernel for the call, and whether a
+    missing kernel is an error rather than a fallback (docs/python.md, "Schedules"; flashtile.explain says which).
     """
+    name, strict_flag = _schedule_option(schedule, strict)
+    launch = _attention_call(q, k, v, variant, params, inputs, softmax_scale, cu_seqlens_q, cu_seqlens_k,
+                             max_seqlen_q, max_seqlen_k)
+    dv = launch[-1]
+    out, lse = _run(*launch[:-1], None, name, strict_flag)
+    if out.shape[-1] != dv:
+        out = out[..., :dv]
+    return (out, lse) if return_lse else out
+
+
+def _attention_call(q, k, v, variant, params, inputs, softmax_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                    max_seqlen_k):
+    """attention()'s checks, and what its launch takes (as _dense_call's)."""
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     dims = 3 if varlen else 4
     q = _check_tensor("q", q, dims, "(total_q, nheads, headdim)" if varlen else "(batch, seqlen_q, nheads, headdim)")
@@ -637,8 +761,43 @@ def attention(q, k, v, variant: VariantLike = "none", *, params=None, inputs=Non
     d, dv = q.shape[-1], v.shape[-1]
     pd, pdv = _head_dims(d, dv)
     qp, kp, vp = (_kernel_ready(_pad_last(t, size)) for t, size in ((q, pd), (k, pd), (v, pdv)))
-    out, lse = _run(qp, kp, vp, cu_seqlens_q, cu_seqlens_k, max_q, max_k, _scale(softmax_scale, d), resolved, values,
-                    arrays)
-    if pdv != dv:
-        out = out[..., :dv]
-    return (out, lse) if return_lse else out
+    return (qp, kp, vp, cu_seqlens_q, cu_seqlens_k, max_q, max_k, _scale(softmax_scale, d), resolved, values, arrays,
+            dv)
+
+
+def explain(q, k, v, variant: Optional[VariantLike] = None, *, causal=False, window_size=(-1, -1), softcap=0.0,
+            alibi_slopes=None, softmax_scale=None, params=None, inputs=None, cu_seqlens_q=None, cu_seqlens_k=None,
+            max_seqlen_q=None, max_seqlen_k=None, schedule=None, strict=False, arch=None) -> Dict[str, object]:
+    """Which kernel a call with these arguments runs, and why, without running it.
+
+    The arguments are flash_attn_func's (flash_attn_varlen_func's with cu_seqlens_q/k and max_seqlen_q/k), or, with
+    `variant`, attention()'s (params, inputs); schedule= and strict= as theirs. `arch`: None for q's GPU, or
+    "sm_80", "sm_90a", "sm_100a" to ask what a GPU of that target would run. Returns a dict: schedule, entry (the
+    kernel's name), source ("aot": an ahead-of-time library, "jit": compiled in process), order (the schedules tried,
+    best first), forced_by (what named the schedule: "the call", "setSchedule", "FLASHTILE_SCHEDULE"; None when
+    nothing did), fell_back (an earlier schedule of `order` has no kernel for the call) and reason (one line: why).
+    The kernel is found as the call finds it (the JIT compiles what the caches lack, so the call is then warm); a
+    call that would fail raises the same error here.
+    """
+    name, strict_flag = _schedule_option(schedule, strict)
+    if arch is not None and not isinstance(arch, str):
+        raise TypeError(f"arch must be None (q's GPU) or a target such as 'sm_90a', got {type(arch).__name__}")
+    if variant is not None:
+        if causal or softcap or alibi_slopes is not None or tuple(window_size) != (-1, -1):
+            raise ValueError("explain: pass a variant (attention's call) or flash-attn's flags (causal, window_size, "
+                             "softcap, alibi_slopes), not both")
+        launch = _attention_call(q, k, v, variant, params, inputs, softmax_scale, cu_seqlens_q, cu_seqlens_k,
+                                 max_seqlen_q, max_seqlen_k)
+    elif params is not None or inputs is not None:
+        raise ValueError("explain: params and inputs are a variant's; pass variant= too")
+    elif cu_seqlens_q is not None or cu_seqlens_k is not None:
+        if max_seqlen_q is None or max_seqlen_k is None:
+            raise ValueError("explain: varlen calls pass cu_seqlens_q, cu_seqlens_k, max_seqlen_q and max_seqlen_k")
+        launch = _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale,
+                              causal, window_size, softcap, alibi_slopes, False, None)
+    else:
+        launch = _dense_call(q, k, v, 0.0, softmax_scale, causal, window_size, softcap, alibi_slopes, False)[0]
+    qp, kp, vp, cu_q, cu_k, max_q, max_k, scale, resolved, values, arrays, _ = launch
+    return _explain_launch(qp, kp, vp, cu_q, cu_k, max_q, max_k, scale, resolved.id_bytes, values, arrays, name,
+                           strict_flag, arch)
+

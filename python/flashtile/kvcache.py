@@ -65,7 +65,8 @@ def _check_cache_address(name: str, t: torch.Tensor) -> None:
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
+                            schedule=None, strict=False):
     """flash-attn 2.x's flash_attn_with_kvcache (forward only; the cache tensors are updated in place).
 
     q: (batch, seqlen_q, nheads, headdim). k_cache/v_cache: (batch_size_cache, seqlen_cache, nheads_k, headdim)
@@ -76,7 +77,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     cache_batch_idx (batch,) int32 selects rows of a contiguous cache. Causal and windows align to the bottom-right
     corner of each sequence's cache_seqlens + seqlen_new keys. Returns out (batch, seqlen_q, nheads, headdim), or
     (out, softmax_lse (batch, nheads, seqlen_q) fp32) with return_softmax_lse=True. cache_leftpad is not supported.
+    schedule=/strict= as flash_attn_func's: only schedules whose kernels read KV caches serve these calls (decode),
+    so another named schedule falls back with a log line, or raises with strict=True.
     """
+    schedule_name, strict_flag = _interface._schedule_option(schedule, strict)
     q = _interface._check_tensor("q", q, 4, "(batch, seqlen_q, nheads, headdim)")
     k_cache = _check_cache("k_cache", k_cache, q)
     v_cache = _check_cache("v_cache", v_cache, q)
@@ -231,7 +235,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     scale = float(softmax_scale) if softmax_scale is not None else d ** -0.5
     args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, held,
             cache_batch_idx, block_table, scale, resolved.id, params, inputs, bool(rotary_interleaved),
-            operator.index(num_splits))
+            operator.index(num_splits), schedule_name.decode() if schedule_name else None, bool(strict_flag))
     # The custom op under torch.compile (no graph break; the caches are declared mutated), the direct call otherwise.
     if _interface._is_compiling():
         out, lse = torch.ops.flashtile.fwd_kvcache(*args)
@@ -242,7 +246,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
 
 def _launch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value: int,
             cache_batch_idx, block_table, softmax_scale: float, variant: str, params, inputs, rotary_interleaved: bool,
-            num_splits: int):
+            num_splits: int, schedule: Optional[str] = None, strict: bool = False):
     """Allocates O and LSE and launches on the current stream of q's device; the arguments are checked already.
     cache_seqlens_value: the one length every sequence holds when the caller gave an int (checked by the runtime on
     the host too), else -1."""
@@ -262,6 +266,8 @@ def _launch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
     call.size = _KVCACHE_CALL_SIZE
     variant_id = variant.encode()  # held until the call returns: the struct points into it
     call.variant = variant_id
+    call.schedule = _interface._schedule_option(schedule, strict)[0]  # held for the process
+    call.strict_schedule = int(strict)
     call.dtype = _interface._DTYPE_CODES[q.dtype]
     # Sizes past a C int are errors here: ctypes would keep their low 32 bits.
     _lib.set_ints(call, batch=batch, seqlen_q=seqlen_q, heads_q=heads_q, heads_kv=k_cache.shape[2], head_dim=d,
@@ -321,17 +327,19 @@ def _fwd_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                     cache_seqlens: Optional[torch.Tensor], cache_seqlens_value: int,
                     cache_batch_idx: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
                     softmax_scale: float, variant: str, params: List[float], inputs: List[torch.Tensor],
-                    rotary_interleaved: bool, num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
+                    rotary_interleaved: bool, num_splits: int, schedule: Optional[str] = None,
+                    strict: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """Attention over a KV cache: (O, LSE); k/v, when given, are written into k_cache/v_cache. Arguments are
     checked by flash_attn_with_kvcache."""
     return _launch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value,
-                   cache_batch_idx, block_table, softmax_scale, variant, params, inputs, rotary_interleaved, num_splits)
+                   cache_batch_idx, block_table, softmax_scale, variant, params, inputs, rotary_interleaved, num_splits,
+                   schedule, strict)
 
 
 @_fwd_kvcache_op.register_fake
 def _fwd_kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value,
                       cache_batch_idx, block_table, softmax_scale, variant, params, inputs, rotary_interleaved,
-                      num_splits):
+                      num_splits, schedule=None, strict=False):
     batch, seqlen_q, heads_q, _ = q.shape
     out = q.new_empty((batch, seqlen_q, heads_q, v_cache.shape[3]))
     lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)

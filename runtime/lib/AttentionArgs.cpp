@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <tuple>
 
 using namespace flashtile;
 
@@ -164,15 +165,19 @@ AttentionArgs AttentionArgs::varlen(DType dtype, const void *q, const void *k, c
 
 Status Runtime::validate(const AttentionArgs &args) {
   // A call without query rows (dense seqlenQ = 0, or varlen total_q = 0: every sequence empty) reads and writes
-  // nothing, and PyTorch hands such empty tensors over as null pointers.
+  // nothing, and PyTorch hands such empty tensors over as null pointers. Likewise K and V without keys (dense
+  // seqlenK = 0, or varlen total_k = 0): the kernels read no key and write O = 0 and LSE = -inf, as flash-attn.
+  // KV-cache calls always read their caches.
+  const bool keysRead = args.seqlenK != 0 || args.kvCache.enabled();
   if (args.seqlenQ != 0)
-    for (auto [name, pointer] : {std::pair<std::string_view, const void *>{"q", args.q},
-                                 {"k", args.k},
-                                 {"v", args.v},
-                                 {"o", args.o},
-                                 {"lse", args.lse}})
-      if (!pointer)
-        return Status::error(std::string(name) + " is null; q, k, v, o and lse must all be device pointers");
+    for (auto [name, pointer, needed] : {std::tuple<std::string_view, const void *, bool>{"q", args.q, true},
+                                         {"k", args.k, keysRead},
+                                         {"v", args.v, keysRead},
+                                         {"o", args.o, true},
+                                         {"lse", args.lse, true}})
+      if (needed && !pointer)
+        return Status::error(std::string(name) + " is null; q, k, v, o and lse must all be device pointers (k and v " +
+                             "may be null without keys: seqlenK = 0)");
   if (dtypeName(args.dtype) == "invalid")
     return Status::error("dtype has value " + std::to_string(static_cast<int>(args.dtype)) +
                          "; accepted: DType::F16, DType::BF16");

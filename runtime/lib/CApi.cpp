@@ -6,6 +6,7 @@
 #include "flashtile/runtime/Runtime.h"
 #include "flashtile/runtime/Version.h"
 
+#include <cstring>
 #include <exception>
 #include <string>
 #include <utility>
@@ -37,8 +38,11 @@ void resetArgs(flashtile::AttentionArgs &args) {
   std::string variant = std::move(args.variant);
   std::vector<float> params = std::move(args.variantParams);
   std::vector<const void *> inputs = std::move(args.inputs);
+  std::string schedule = std::move(args.schedule);
   args = flashtile::AttentionArgs();
   args.variant = std::move(variant);
+  args.schedule = std::move(schedule);
+  args.schedule.clear();
   args.variantParams = std::move(params);
   args.inputs = std::move(inputs);
   args.variantParams.clear();
@@ -56,6 +60,60 @@ flashtile::Status applyVariantArgs(const flashtile_variant_args *in, flashtile::
                                     ") must be >= 0, with non-NULL params/inputs arrays when positive");
   args.variantParams.assign(in->params, in->params + in->num_params);
   args.inputs.assign(in->inputs, in->inputs + in->num_inputs);
+  return flashtile::Status();
+}
+
+/// Checks `call`'s struct-level fields and fills `args` (reset first) from it: flashtile_forward_call's and
+/// flashtile_explain's arguments.
+flashtile::Status argsFromCall(const flashtile_call *call, flashtile::AttentionArgs &args) {
+  if (call->size != sizeof(flashtile_call))
+    return flashtile::Status::error("flashtile_forward_call: call->size is " + std::to_string(call->size) +
+                                    "; expected sizeof(flashtile_call) = " + std::to_string(sizeof(flashtile_call)) +
+                                    " (a caller built for another version of CApi.h)");
+  if (call->dtype != FLASHTILE_F16 && call->dtype != FLASHTILE_BF16)
+    return flashtile::Status::error("dtype: " + std::to_string(call->dtype) +
+                                    " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)");
+  if (call->num_params < 0 || call->num_params > FLASHTILE_CALL_MAX_PARAMS || call->num_inputs < 0 ||
+      call->num_inputs > FLASHTILE_CALL_MAX_INPUTS)
+    return flashtile::Status::error("num_params (" + std::to_string(call->num_params) + ") and num_inputs (" +
+                                    std::to_string(call->num_inputs) + ") must be in [0, " +
+                                    std::to_string(FLASHTILE_CALL_MAX_PARAMS) + "] and [0, " +
+                                    std::to_string(FLASHTILE_CALL_MAX_INPUTS) + "]");
+  resetArgs(args);
+  args.q = call->q;
+  args.k = call->k;
+  args.v = call->v;
+  args.o = call->o;
+  args.lse = call->lse;
+  args.cuSeqlensQ = call->cu_seqlens_q;
+  args.cuSeqlensK = call->cu_seqlens_k;
+  args.dtype = call->dtype == FLASHTILE_BF16 ? flashtile::DType::BF16 : flashtile::DType::F16;
+  args.batch = call->batch;
+  args.seqlenQ = call->seqlen_q;
+  args.seqlenK = call->seqlen_k;
+  args.headsQ = call->heads_q;
+  args.headsKv = call->heads_kv;
+  args.headDim = call->head_dim;
+  args.headDimV = call->head_dim_v == 0 ? call->head_dim : call->head_dim_v;
+  const bool varlen = call->cu_seqlens_q || call->cu_seqlens_k;
+  if (varlen) {
+    args.maxSeqlenQ = call->max_seqlen_q;
+    args.maxSeqlenK = call->max_seqlen_k;
+  }
+  for (int i = 0; i < 4; ++i) {
+    // Varlen ignores the batch strides; 0 as AttentionArgs::varlen sets them.
+    bool ignored = varlen && i == 0;
+    args.qStride[i] = ignored ? 0 : call->q_stride[i];
+    args.kStride[i] = ignored ? 0 : call->k_stride[i];
+    args.vStride[i] = ignored ? 0 : call->v_stride[i];
+    args.oStride[i] = ignored ? 0 : call->o_stride[i];
+  }
+  args.softmaxScale = call->softmax_scale;
+  args.variant.assign(call->variant ? call->variant : "none");
+  args.variantParams.assign(call->params, call->params + call->num_params);
+  args.inputs.assign(call->inputs, call->inputs + call->num_inputs);
+  args.schedule.assign(call->schedule ? call->schedule : "");
+  args.strictSchedule = call->strict_schedule != 0;
   return flashtile::Status();
 }
 
@@ -106,10 +164,20 @@ int flashtile_set_schedule(flashtile_runtime *rt, const char *schedule) {
   return guarded([&] {
     if (!rt || !schedule)
       return report(flashtile::Status::error("flashtile_set_schedule: rt and schedule must not be NULL"));
-    if (!flashtile::isValidId(schedule))
+    if (*schedule && !flashtile::isValidId(schedule))
       return report(flashtile::Status::error(std::string("flashtile_set_schedule: '") + schedule +
-                                             "' is not a schedule id such as \"fa2\" or \"fa3\""));
+                                             "' is not a schedule id of characters [A-Za-z0-9_.:#-], or \"\" (the "
+                                             "dispatch rules' choice)"));
     rt->runtime.setSchedule(schedule);
+    return 0;
+  });
+}
+
+int flashtile_set_strict_schedule(flashtile_runtime *rt, int strict) {
+  return guarded([&] {
+    if (!rt)
+      return report(flashtile::Status::error("flashtile_set_strict_schedule: rt must not be NULL"));
+    rt->runtime.setStrictSchedule(strict != 0);
     return 0;
   });
 }
@@ -215,55 +283,32 @@ int flashtile_forward_call(flashtile_runtime *rt, const flashtile_call *call) {
   return guarded([&] {
     if (!rt || !call)
       return report(flashtile::Status::error("flashtile_forward_call: rt and call must not be NULL"));
-    if (call->size != sizeof(flashtile_call))
-      return report(
-          flashtile::Status::error("flashtile_forward_call: call->size is " + std::to_string(call->size) +
-                                   "; expected sizeof(flashtile_call) = " + std::to_string(sizeof(flashtile_call)) +
-                                   " (a caller built for another version of CApi.h)"));
-    if (call->dtype != FLASHTILE_F16 && call->dtype != FLASHTILE_BF16)
-      return report(flashtile::Status::error("dtype: " + std::to_string(call->dtype) +
-                                             " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)"));
-    if (call->num_params < 0 || call->num_params > FLASHTILE_CALL_MAX_PARAMS || call->num_inputs < 0 ||
-        call->num_inputs > FLASHTILE_CALL_MAX_INPUTS)
-      return report(flashtile::Status::error("num_params (" + std::to_string(call->num_params) + ") and num_inputs (" +
-                                             std::to_string(call->num_inputs) + ") must be in [0, " +
-                                             std::to_string(FLASHTILE_CALL_MAX_PARAMS) + "] and [0, " +
-                                             std::to_string(FLASHTILE_CALL_MAX_INPUTS) + "]"));
     flashtile::AttentionArgs &args = scratchArgs();
-    resetArgs(args);
-    args.q = call->q;
-    args.k = call->k;
-    args.v = call->v;
-    args.o = call->o;
-    args.lse = call->lse;
-    args.cuSeqlensQ = call->cu_seqlens_q;
-    args.cuSeqlensK = call->cu_seqlens_k;
-    args.dtype = call->dtype == FLASHTILE_BF16 ? flashtile::DType::BF16 : flashtile::DType::F16;
-    args.batch = call->batch;
-    args.seqlenQ = call->seqlen_q;
-    args.seqlenK = call->seqlen_k;
-    args.headsQ = call->heads_q;
-    args.headsKv = call->heads_kv;
-    args.headDim = call->head_dim;
-    args.headDimV = call->head_dim_v == 0 ? call->head_dim : call->head_dim_v;
-    const bool varlen = call->cu_seqlens_q || call->cu_seqlens_k;
-    if (varlen) {
-      args.maxSeqlenQ = call->max_seqlen_q;
-      args.maxSeqlenK = call->max_seqlen_k;
-    }
-    for (int i = 0; i < 4; ++i) {
-      // Varlen ignores the batch strides; 0 as AttentionArgs::varlen sets them.
-      bool ignored = varlen && i == 0;
-      args.qStride[i] = ignored ? 0 : call->q_stride[i];
-      args.kStride[i] = ignored ? 0 : call->k_stride[i];
-      args.vStride[i] = ignored ? 0 : call->v_stride[i];
-      args.oStride[i] = ignored ? 0 : call->o_stride[i];
-    }
-    args.softmaxScale = call->softmax_scale;
-    args.variant.assign(call->variant ? call->variant : "none");
-    args.variantParams.assign(call->params, call->params + call->num_params);
-    args.inputs.assign(call->inputs, call->inputs + call->num_inputs);
+    if (flashtile::Status s = argsFromCall(call, args); !s.ok())
+      return report(s);
     return report(rt->runtime.forward(args, static_cast<CUstream>(call->stream)));
+  });
+}
+
+int flashtile_explain(flashtile_runtime *rt, const flashtile_call *call, const char *arch, char *buffer,
+                      unsigned long long size) {
+  return guarded([&] {
+    if (!rt || !call || !buffer)
+      return report(flashtile::Status::error("flashtile_explain: rt, call and buffer must not be NULL"));
+    flashtile::AttentionArgs args;
+    if (flashtile::Status s = argsFromCall(call, args); !s.ok())
+      return report(s);
+    flashtile::StatusOr<flashtile::ScheduleChoice> choice =
+        arch ? rt->runtime.explain(args, arch) : rt->runtime.explain(args);
+    if (!choice.ok())
+      return report(choice.status());
+    const std::string text = choice->text();
+    if (text.size() >= size)
+      return report(flashtile::Status::error("flashtile_explain: the explanation needs " +
+                                             std::to_string(text.size() + 1) + " bytes; buffer has " +
+                                             std::to_string(size)));
+    std::memcpy(buffer, text.c_str(), text.size() + 1);
+    return 0;
   });
 }
 

@@ -86,6 +86,8 @@ Status forwardKvCache(flashtile_runtime *rt, const flashtile_kvcache_call *call)
   cache.rotary(call->rotary_cos, call->rotary_sin, call->seqlen_ro, call->rotary_dim, call->rotary_interleaved == 1);
   args.softmaxScale = call->softmax_scale;
   args.variant = call->variant ? call->variant : "none";
+  args.schedule = call->schedule ? call->schedule : "";
+  args.strictSchedule = call->strict_schedule != 0;
   args.variantParams.assign(call->params, call->params + call->num_params);
   args.inputs.assign(call->inputs, call->inputs + call->num_inputs);
   args.numSplits = call->num_splits;

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <initializer_list>
 
 using namespace flashtile;
@@ -21,7 +22,15 @@ void *findSymbol(void *library, std::initializer_list<const char *> candidates) 
 
 } // namespace
 
+namespace {
+std::atomic<const CudaDriver *> standIn{nullptr};
+} // namespace
+
+void CudaDriver::useInsteadForTesting(const CudaDriver *driver) { standIn = driver; }
+
 StatusOr<const CudaDriver *> CudaDriver::get() {
+  if (const CudaDriver *driver = standIn.load(std::memory_order_relaxed))
+    return driver;
   // Function-local statics give thread-safe one-time loading. The library is never closed: kernels and contexts
   // created through it may outlive any owner we could tie dlclose to.
   static CudaDriver driver;

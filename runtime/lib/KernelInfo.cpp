@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <map>
+#include <optional>
 #include <span>
 
 using namespace flashtile;
@@ -18,7 +19,7 @@ constexpr std::string_view kFieldNames[] = {"entry",      "arch",       "dtype",
                                             "paramNames", "inputNames", "paramRules", "compilerVersion", "kind"};
 constexpr size_t kNumFields = std::size(kFieldNames);
 /// Fields present only when set.
-constexpr std::string_view kOptionalFieldNames[] = {"kvCache", "rotary", "preferredOver"};
+constexpr std::string_view kOptionalFieldNames[] = {"kvCache", "rotary", "defaultFor", "preferredOver"};
 constexpr std::string_view kFormatField = "format";
 
 constexpr size_t kMaxIdLength = 200;
@@ -27,6 +28,8 @@ constexpr size_t kMaxIdLength = 200;
 constexpr int kHeadDimAlign = 8, kMaxHeadDim = 512;
 constexpr int kTileAlign = 16, kMaxTile = 1024;
 constexpr size_t kMaxNameLength = 128;
+/// More schedules than a dispatch rule could name: a longer list is damage.
+constexpr size_t kMaxPreferredOver = 16;
 
 std::string joined(std::span<const std::string_view> items) {
   std::string out;
@@ -179,8 +182,10 @@ std::string KernelInfo::serialize() const {
     text += "kvCache=1\n";
   if (!rotary.empty())
     text += "rotary=" + rotary + "\n";
+  if (defaultFor != DefaultCalls::None)
+    text += "defaultFor=" + std::string(defaultCallsName(defaultFor)) + "\n";
   if (!preferredOver.empty())
-    text += "preferredOver=" + preferredOver + "\n";
+    text += "preferredOver=" + joinedNames(preferredOver) + "\n";
   return text + plan.serialize();
 }
 
@@ -212,10 +217,12 @@ Status KernelInfo::verify() const {
   for (const ParamRule &rule : paramRules)
     if (Status s = verifyParamRule(rule, paramNames); !s.ok())
       return fieldError("paramRules", s.message());
-  if (!preferredOver.empty() && (!isIdentifier(preferredOver) || preferredOver.size() > kMaxNameLength ||
-                                 preferredOver == schedule))
-    return fieldError("preferredOver", "'" + preferredOver + "' is not a schedule name other than this kernel's ('" +
-                                           schedule + "')");
+  if (Status s = checkNames("preferredOver", preferredOver, kMaxPreferredOver, "kMaxPreferredOver"); !s.ok())
+    return s;
+  if (std::find(preferredOver.begin(), preferredOver.end(), schedule) != preferredOver.end())
+    return fieldError("preferredOver", "'" + schedule +
+                                           "' is this kernel's own schedule; a rule prefers it over "
+                                           "other schedules");
   if (!rotary.empty() && ((rotary != kRotaryHalves && rotary != kRotaryInterleaved) || !kvCache))
     return fieldError("rotary", "'" + rotary + "' is not " + std::string(kRotaryHalves) + " or " +
                                     std::string(kRotaryInterleaved) + " on a KV-cache kernel (kvCache=1)");
@@ -283,7 +290,14 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
   info.inputNames = splitList(take("inputNames"));
   info.compilerVersion = take("compilerVersion");
   info.rotary = take("rotary");
-  info.preferredOver = take("preferredOver");
+  info.preferredOver = splitList(take("preferredOver"));
+  if (fields.count("defaultFor")) {
+    std::string calls = take("defaultFor");
+    std::optional<DefaultCalls> parsed = parseDefaultCalls(calls);
+    if (!parsed || *parsed == DefaultCalls::None)
+      return fieldError("defaultFor", quoted(calls) + " is not all or decode-sized");
+    info.defaultFor = *parsed;
+  }
   if (fields.count("kvCache")) {
     std::string flag = take("kvCache");
     if (flag != "0" && flag != "1")

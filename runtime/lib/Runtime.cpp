@@ -12,6 +12,7 @@
 #include "flashtile/runtime/Version.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -120,11 +121,18 @@ std::string listOrNone(const std::vector<std::string> &items) {
 } // namespace
 
 struct Runtime::Impl {
-  explicit Impl(KernelCache::Options cacheOptions) : cache(std::move(cacheOptions)) {}
+  explicit Impl(KernelCache::Options cacheOptions) : cache(std::move(cacheOptions)) {
+    if (const char *forced = std::getenv("FLASHTILE_SCHEDULE"); forced && *forced) {
+      schedule = forced;
+      scheduleSource = "FLASHTILE_SCHEDULE";
+    }
+    const char *strictSetting = std::getenv("FLASHTILE_STRICT_SCHEDULE");
+    strict = strictSetting && *strictSetting && std::string_view(strictSetting) != "0";
+  }
 
   KernelCache cache;
 
-  std::mutex configMutex; // guards the eight fields below
+  std::mutex configMutex; // guards the fields below up to gpuMutex
   std::vector<AotKernel> aotKernels;
   std::map<std::string, std::shared_ptr<const CachedKernel>> aotKernelByVariant; // one kernel of each variant
   std::vector<std::string> aotDirs;
@@ -132,22 +140,52 @@ struct Runtime::Impl {
   ShapeClassFn shapeClassOf;
   std::map<std::string, std::string> ownShapeClass; // spec key -> shapeClassOf's answer
   VariantCheckFn variantCheck;
-  std::string schedule{kDefaultSchedule};
-  bool scheduleSet = false; // setSchedule was called: the libraries' dispatch rules (preferredOver) are not used
-  std::string decodeSchedule{kDefaultDecodeSchedule};
+  std::vector<DispatchRule> compilerRules; // setDispatchRules
+  std::vector<DispatchRule> aotRules;      // recorded by loaded ahead-of-time kernels, one per (schedule, arch)
+  std::string schedule;                    // forced on calls that name none; empty: the dispatch rules
+  std::string scheduleSource = "setSchedule";
+  std::optional<std::string> decodeSchedule; // setDecodeSchedule; unset: the rules
+  std::atomic<bool> strict{false};
 
-  /// Whether a loaded library has a kernel of `schedule` for `spec`'s arch, dtype, head dims and variant (any
-  /// shape class: the default class's serves every shape).
-  /// The schedule of a loaded kernel whose dispatch rule prefers it over `spec`'s schedule for `spec`'s arch,
-  /// dtype, head dims and variant (KernelInfo::preferredOver), or empty.
-  std::string preferredSchedule(const KernelSpec &spec) const {
-    auto it = std::find_if(aotKernels.begin(), aotKernels.end(), [&](const AotKernel &aot) {
-      const KernelInfo &info = aot.kernel->info;
-      return info.preferredOver == spec.schedule && info.arch == spec.arch && info.dtype == spec.dtype &&
-             info.headDim == spec.headDim && info.headDimV == spec.headDimV && info.variant == spec.variant &&
-             info.readsKvCache() == spec.kvCache;
-    });
-    return it == aotKernels.end() ? std::string() : it->kernel->info.schedule;
+  /// The schedules a call tries on an arch, in order, and what named a schedule for it (plan()).
+  struct Plan {
+    std::vector<std::string> order;
+    std::string forced;   // the named schedule, empty when none
+    std::string forcedBy; // who named it
+    bool decodeSized = false;
+  };
+  StatusOr<Plan> plan(const AttentionArgs &args, std::string_view arch) const; // configMutex held
+  /// defaultSchedules of the compiler's rules and the libraries', kept per (arch, decode-sized) until the
+  /// configuration changes: calls that resolve every time (decode-sized ones) do not order the rules again.
+  const std::vector<std::string> &rulesOrder(std::string_view arch, bool decodeSized) const { // configMutex held
+    auto key = std::pair{std::string(arch), decodeSized};
+    if (auto it = orderByArch.find(key); it != orderByArch.end())
+      return it->second;
+    std::vector<DispatchRule> rules = compilerRules;
+    rules.insert(rules.end(), aotRules.begin(), aotRules.end());
+    return orderByArch.emplace(std::move(key), defaultSchedules(rules, arch, decodeSized)).first->second;
+  }
+  mutable std::map<std::pair<std::string, bool>, std::vector<std::string>> orderByArch;
+
+  /// What resolve() found for a call, by what decides it (the spec without its schedule and the plan's order), so
+  /// that later calls neither try again the schedules that failed nor log the fallback again.
+  struct Resolved {
+    ScheduleChoice choice;
+    std::string firstFailure; // why order[0] has no kernel, when the choice fell back
+  };
+  std::map<std::string, Resolved> resolvedByKey;
+
+  /// The kernel of a call and why (Runtime::explain): the plan's schedules tried in order through findKernel.
+  struct Resolution {
+    std::shared_ptr<const CachedKernel> kernel;
+    ScheduleChoice choice;
+  };
+  StatusOr<Resolution> resolve(Runtime &runtime, const AttentionArgs &args, const std::string &arch);
+  /// Forgets the resolutions (the configuration they depend on changed); configMutex held.
+  void configurationChanged() {
+    resolvedByKey.clear();
+    orderByArch.clear();
+    clearDispatch();
   }
 
   std::mutex gpuMutex; // guards the two maps below
@@ -170,13 +208,15 @@ struct Runtime::Impl {
     int headDim = 0;
     int headDimV = 0;
     std::string_view shapeClass; // one of the kShapeClasses constants, as shapeClassFor returns it
+    std::string schedule;        // the schedule the call named (AttentionArgs::schedule), empty when none
+    bool fellBack = false;       // the kernel is a fallback's: a strict call resolves again (and fails)
     std::shared_ptr<const CachedKernel> kernel;
     LoadedModule module;
     std::vector<float> acceptedParams;
 
     bool serves(CUcontext ctx, const AttentionArgs &args, std::string_view cls) const {
       return context == ctx && dtype == args.dtype && headDim == args.headDim && headDimV == args.headDimV &&
-             shapeClass.data() == cls.data();
+             shapeClass.data() == cls.data() && schedule == args.schedule && !(fellBack && args.strictSchedule);
     }
   };
   std::mutex dispatchMutex; // guards the two fields below
@@ -196,7 +236,7 @@ struct Runtime::Impl {
   /// Files the dispatch of a call that passed every check on `context` and resolved `kernel` (null: only refresh
   /// the accepted numbers of a dispatch filed before), unless the configuration changed since `generation`.
   void remember(CUcontext context, const AttentionArgs &args, std::shared_ptr<const CachedKernel> kernel,
-                const LoadedModule &module, uint64_t generation);
+                const LoadedModule &module, uint64_t generation, bool fellBack = false);
   /// Executes `module`'s launch plan for `args` (PlanRunner.h) with this runtime's workspaces and SM counts.
   Status run(const CudaDriver &driver, const LoadedModule &module, const AttentionArgs &args, CUstream stream) {
     detail::PlanServices services{workspaces, [&] { return smCount(driver); }};
@@ -210,6 +250,13 @@ struct Runtime::Impl {
   std::optional<Status> forwardWarm(const AttentionArgs &args, CUstream stream);
 
   StatusOr<std::string> arch(const CudaDriver &driver);
+  /// The arch of this thread's GPU (the driver loaded first).
+  StatusOr<std::string> currentArch() {
+    StatusOr<const CudaDriver *> driver = CudaDriver::get();
+    if (!driver.ok())
+      return driver.status();
+    return arch(**driver);
+  }
   /// The ahead-of-time kernel for `spec` in the default shape class, or null; configMutex held.
   std::shared_ptr<const CachedKernel> aotKernelOfDefaultClass(const KernelSpec &spec) const {
     KernelSpec fallback = spec;
@@ -284,7 +331,7 @@ StatusOr<LoadedModule> Runtime::Impl::function(const CudaDriver &driver,
 }
 
 void Runtime::Impl::remember(CUcontext context, const AttentionArgs &args, std::shared_ptr<const CachedKernel> kernel,
-                             const LoadedModule &module, uint64_t generation) {
+                             const LoadedModule &module, uint64_t generation, bool fellBack) {
   const std::string_view shapeClass = shapeClassFor(args);
   std::lock_guard<std::mutex> lock(dispatchMutex);
   if (generation != dispatchGeneration)
@@ -297,8 +344,8 @@ void Runtime::Impl::remember(CUcontext context, const AttentionArgs &args, std::
     }
   if (!kernel)
     return;
-  known.push_back(Dispatch{context, args.dtype, args.headDim, args.headDimV, shapeClass, std::move(kernel), module,
-                           args.variantParams});
+  known.push_back(Dispatch{context, args.dtype, args.headDim, args.headDimV, shapeClass, args.schedule, fellBack,
+                           std::move(kernel), module, args.variantParams});
 }
 
 Status Runtime::Impl::checkVariantNumbers(const AttentionArgs &args) {
@@ -403,7 +450,7 @@ void Runtime::setCompiler(CompileFn compile, ShapeClassFn shapeClassOf) {
   impl->compile = std::move(compile);
   impl->shapeClassOf = std::move(shapeClassOf);
   impl->ownShapeClass.clear();
-  impl->clearDispatch();
+  impl->configurationChanged();
 }
 
 void Runtime::setVariantCheck(VariantCheckFn check) {
@@ -412,16 +459,29 @@ void Runtime::setVariantCheck(VariantCheckFn check) {
   impl->clearDispatch();
 }
 
+void Runtime::setDispatchRules(std::vector<DispatchRule> rules) {
+  std::lock_guard<std::mutex> lock(impl->configMutex);
+  impl->compilerRules = std::move(rules);
+  impl->configurationChanged();
+}
+
 void Runtime::setSchedule(std::string schedule) {
   std::lock_guard<std::mutex> lock(impl->configMutex);
   impl->schedule = std::move(schedule);
-  impl->scheduleSet = true;
-  impl->clearDispatch();
+  impl->scheduleSource = "setSchedule";
+  impl->configurationChanged();
 }
 
 void Runtime::setDecodeSchedule(std::string schedule) {
   std::lock_guard<std::mutex> lock(impl->configMutex);
   impl->decodeSchedule = std::move(schedule);
+  impl->configurationChanged();
+}
+
+void Runtime::setStrictSchedule(bool strict) {
+  std::lock_guard<std::mutex> lock(impl->configMutex);
+  impl->strict = strict;
+  impl->clearDispatch(); // dispatches filed from fallbacks must resolve again (and fail)
 }
 
 Status Runtime::loadAotDirectory(const std::string &dir) {
@@ -462,10 +522,18 @@ Status Runtime::loadAotDirectoryUnguarded(const std::string &dir) {
     added.push_back(std::move(*kernel));
   }
   impl->aotKernels.insert(impl->aotKernels.end(), added.begin(), added.end());
-  for (const AotKernel &aot : added)
+  for (const AotKernel &aot : added) {
     impl->aotKernelByVariant.emplace(aot.kernel->info.variant, aot.kernel);
+    // The dispatch rules the library records, one per (schedule, arch): every kernel of one carries the same.
+    DispatchRule rule = aot.kernel->info.dispatchRule();
+    bool known = std::any_of(impl->aotRules.begin(), impl->aotRules.end(), [&](const DispatchRule &other) {
+      return other.schedule == rule.schedule && other.arch == rule.arch;
+    });
+    if (!known && (rule.calls != DefaultCalls::None || !rule.preferredOver.empty()))
+      impl->aotRules.push_back(std::move(rule));
+  }
   impl->aotDirs.push_back(dir);
-  impl->clearDispatch(); // ahead-of-time kernels come before the JIT's
+  impl->configurationChanged(); // ahead-of-time kernels come before the JIT's
   return Status();
 }
 
@@ -473,34 +541,240 @@ StatusOr<KernelSpec> Runtime::specFor(const AttentionArgs &args, const std::stri
   return guarded("specFor", [&] { return specForUnguarded(args, arch); });
 }
 
+namespace {
+
+/// The spec of `args` on `arch` without its schedule.
+KernelSpec specWithoutSchedule(const AttentionArgs &args, const std::string &arch) {
+  KernelSpec spec;
+  spec.arch = arch;
+  spec.dtype = dtypeName(args.dtype);
+  spec.headDim = args.headDim;
+  spec.headDimV = args.headDimV;
+  spec.variant = args.variant;
+  spec.shapeClass = Runtime::shapeClassFor(args);
+  // Cache calls run kernels compiled with the cache code, plain calls kernels without it.
+  spec.kvCache = args.kvCache.enabled();
+  spec.rotary = detail::rotaryPairs(args);
+  return spec;
+}
+
+/// `text` on one line (a compiler's diagnostics span several): its non-empty lines, trimmed, joined by a space.
+std::string oneLine(std::string_view text) {
+  std::string line;
+  while (!text.empty()) {
+    size_t newline = text.find('\n');
+    std::string_view part = text.substr(0, newline);
+    text = newline == std::string_view::npos ? std::string_view() : text.substr(newline + 1);
+    while (!part.empty() && (part.front() == ' ' || part.front() == '\t'))
+      part.remove_prefix(1);
+    while (!part.empty() && (part.back() == ' ' || part.back() == '\t' || part.back() == '\r'))
+      part.remove_suffix(1);
+    if (!part.empty())
+      line += (line.empty() ? "" : " ") + std::string(part);
+  }
+  return line;
+}
+
+std::string joinedOrder(const std::vector<std::string> &order) {
+  std::string text;
+  for (const std::string &name : order)
+    text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
+} // namespace
+
+StatusOr<Runtime::Impl::Plan> Runtime::Impl::plan(const AttentionArgs &args, std::string_view arch) const {
+  Plan plan;
+  plan.decodeSized = isDecodeCall(args);
+  bool forcedOnRuntime = false; // setSchedule's: decode-sized calls keep the schedules made for them first
+  if (!args.schedule.empty()) {
+    plan.forced = args.schedule;
+    plan.forcedBy = "the call";
+  } else if (plan.decodeSized && decodeSchedule) {
+    if (!decodeSchedule->empty()) {
+      plan.forced = *decodeSchedule;
+      plan.forcedBy = "setDecodeSchedule";
+    } else {
+      plan.decodeSized = false;
+      plan.forced = schedule;
+      plan.forcedBy = schedule.empty() ? "" : scheduleSource;
+    }
+  } else if (!schedule.empty()) {
+    plan.forced = schedule;
+    plan.forcedBy = scheduleSource;
+    forcedOnRuntime = true;
+  }
+  if (!plan.forced.empty() && !isValidId(plan.forced))
+    return Status::error("schedule '" + plan.forced + "' (named by " + plan.forcedBy +
+                         ") is not a schedule id of characters [A-Za-z0-9_.:#-]");
+  const std::vector<std::string> &byRules = rulesOrder(arch, plan.decodeSized);
+  auto add = [&](const std::string &name) {
+    if (!name.empty() && std::find(plan.order.begin(), plan.order.end(), name) == plan.order.end())
+      plan.order.push_back(name);
+  };
+  if (plan.decodeSized && forcedOnRuntime) {
+    const std::vector<std::string> &forAll = rulesOrder(arch, false);
+    for (const std::string &name : byRules)
+      if (std::find(forAll.begin(), forAll.end(), name) == forAll.end())
+        add(name);
+  }
+  add(plan.forced);
+  for (const std::string &name : byRules)
+    add(name);
+  if (plan.order.empty())
+    return Status::error(
+        "no schedule for this call on " + std::string(arch) +
+        ": none is named (AttentionArgs::schedule, setSchedule, FLASHTILE_SCHEDULE) and no dispatch rule says "
+        "which runs by default (" +
+        (compile || !aotKernels.empty() ? std::string("the compiler installed no rules: jit::Jit::install does")
+                                        : std::string("no ahead-of-time directory loaded and no JIT compiler "
+                                                      "installed")) +
+        ")");
+  return plan;
+}
+
+StatusOr<Runtime::Impl::Resolution> Runtime::Impl::resolve(Runtime &runtime, const AttentionArgs &args,
+                                                           const std::string &arch) {
+  KernelSpec spec = specWithoutSchedule(args, arch);
+  const bool strictCall = args.strictSchedule || strict;
+  StatusOr<Plan> planned = [&] {
+    std::lock_guard<std::mutex> lock(configMutex);
+    return plan(args, arch);
+  }();
+  if (!planned.ok())
+    return planned.status();
+  const Plan &p = *planned;
+  const std::string key = spec.key() + ";order=" + joinedOrder(p.order) + ";forcedBy=" + p.forcedBy;
+  const std::string strictNote = "strict schedule mode (setStrictSchedule, FLASHTILE_STRICT_SCHEDULE=1)";
+  auto firstLabel = [&] {
+    return "schedule '" + p.order.front() + "' (" +
+           (p.order.front() == p.forced ? "named by " + p.forcedBy
+                                        : "preferred on " + arch + (p.decodeSized ? " for decode-sized calls" : "")) +
+           ")";
+  };
+  auto strictError = [&](const std::string &failure) {
+    KernelSpec first = spec;
+    first.schedule = p.order.front();
+    return Status::error(firstLabel() + " has no kernel for " + first.key() + ": " + failure + "; " + strictNote +
+                         " does not fall back" + (p.order.size() > 1 ? " to '" + p.order[1] + "'" : ""));
+  };
+  std::optional<Resolved> known;
+  {
+    std::lock_guard<std::mutex> lock(configMutex);
+    if (auto it = resolvedByKey.find(key); it != resolvedByKey.end())
+      known = it->second;
+  }
+  if (known) {
+    if (strictCall && known->choice.fellBack)
+      return strictError(known->firstFailure);
+    KernelSpec resolved = spec;
+    resolved.schedule = known->choice.spec.schedule;
+    if (StatusOr<std::shared_ptr<const CachedKernel>> kernel = runtime.findKernel(resolved); kernel.ok())
+      return Resolution{std::move(*kernel), std::move(known->choice)};
+  }
+
+  std::vector<Status> failures;
+  for (size_t i = 0; i < p.order.size(); ++i) {
+    spec.schedule = p.order[i];
+    StatusOr<std::shared_ptr<const CachedKernel>> kernel = runtime.findKernel(spec);
+    if (!kernel.ok()) {
+      if (strictCall && i == 0)
+        return strictError(oneLine(kernel.status().message()));
+      failures.push_back(kernel.status());
+      continue;
+    }
+    ScheduleChoice choice;
+    choice.spec = (*kernel)->info.spec();
+    choice.entry = (*kernel)->info.entry;
+    choice.order = p.order;
+    choice.forcedBy = p.order.front() == p.forced ? p.forcedBy : "";
+    choice.fellBack = i > 0;
+    std::string failuresText;
+    for (size_t f = 0; f < failures.size(); ++f)
+      failuresText += (f ? "; " : "") + p.order[f] + ": " + oneLine(failures[f].message());
+    if (i == 0)
+      choice.reason = p.order.front() == p.forced
+                          ? "named by " + p.forcedBy
+                          : "preferred on " + arch + (p.decodeSized ? " for decode-sized calls" : "") +
+                                " (order: " + joinedOrder(p.order) + ")";
+    else
+      choice.reason = "fell back: " + firstLabel() + " has no kernel for this call (" + failuresText + ")";
+    bool logFallback = false;
+    {
+      std::lock_guard<std::mutex> lock(configMutex);
+      choice.aheadOfTime = std::any_of(aotKernels.begin(), aotKernels.end(),
+                                       [&](const AotKernel &aot) { return aot.kernel == *kernel; });
+      logFallback =
+          resolvedByKey.emplace(key, Resolved{choice, failures.empty() ? "" : oneLine(failures[0].message())}).second &&
+          choice.fellBack;
+    }
+    if (logFallback) {
+      KernelSpec first = spec;
+      first.schedule = p.order.front();
+      logWarning(firstLabel() + " has no kernel for " + first.key() + " (" + failuresText + "); running '" +
+                 p.order[i] + "' instead (" + strictNote + " makes this an error)");
+    }
+    return Resolution{std::move(*kernel), std::move(choice)};
+  }
+  // Nothing has a kernel: one schedule's error as it is, or each schedule's when they differ.
+  bool same = std::all_of(failures.begin(), failures.end(),
+                          [&](const Status &f) { return f.message() == failures.front().message(); });
+  if (same)
+    return failures.front();
+  std::string text;
+  for (size_t f = 0; f < failures.size(); ++f)
+    text += (f ? "; " : "") + p.order[f] + ": " + oneLine(failures[f].message());
+  return Status::error("no schedule has a kernel for this call (tried " + joinedOrder(p.order) + "): " + text);
+}
+
 StatusOr<KernelSpec> Runtime::specForUnguarded(const AttentionArgs &args, const std::string &arch) const {
   if (Status s = validate(args); !s.ok())
     return s;
   if (std::find(kSupportedArchs.begin(), kSupportedArchs.end(), arch) == kSupportedArchs.end())
     return Status::error("arch '" + arch + "' is not supported; supported: sm_80, sm_90a, sm_100a");
-  std::string schedule;
-  {
-    std::lock_guard<std::mutex> lock(impl->configMutex);
-    schedule = impl->schedule;
-    // Decode-sized calls (a few query rows a sequence) run the decode schedule's split-KV kernels.
-    if (!impl->decodeSchedule.empty() && isDecodeCall(args))
-      schedule = impl->decodeSchedule;
-  }
-  if (!isValidId(schedule))
-    return Status::error("schedule '" + schedule + "' (set with setSchedule or setDecodeSchedule) is not an id such as "
-                         "\"fa2\"");
-  KernelSpec spec{arch,     std::string(dtypeName(args.dtype)), args.headDim, args.headDimV, args.variant,
-                  schedule, std::string(shapeClassFor(args))};
-  // Cache calls run kernels compiled with the cache code, plain calls kernels without it.
-  spec.kvCache = args.kvCache.enabled();
-  spec.rotary = detail::rotaryPairs(args);
-  {
-    std::lock_guard<std::mutex> lock(impl->configMutex);
-    if (!impl->scheduleSet && !impl->compile && schedule == kDefaultSchedule)
-      if (std::string preferred = impl->preferredSchedule(spec); !preferred.empty())
-        spec.schedule = preferred;
-  }
+  KernelSpec spec = specWithoutSchedule(args, arch);
+  std::lock_guard<std::mutex> lock(impl->configMutex);
+  StatusOr<Impl::Plan> plan = impl->plan(args, arch);
+  if (!plan.ok())
+    return plan.status();
+  spec.schedule = plan->order.front();
   return spec;
+}
+
+StatusOr<ScheduleChoice> Runtime::explain(const AttentionArgs &args, const std::string &arch) {
+  return guarded("explain", [&]() -> StatusOr<ScheduleChoice> {
+    if (Status s = validate(args); !s.ok())
+      return s;
+    if (std::find(kSupportedArchs.begin(), kSupportedArchs.end(), arch) == kSupportedArchs.end())
+      return Status::error("arch '" + arch + "' is not supported; supported: sm_80, sm_90a, sm_100a");
+    if (Status s = impl->checkVariantNumbers(args); !s.ok())
+      return s;
+    StatusOr<Impl::Resolution> resolved = impl->resolve(*this, args, arch);
+    if (!resolved.ok())
+      return resolved.status();
+    return std::move(resolved->choice);
+  });
+}
+
+StatusOr<ScheduleChoice> Runtime::explain(const AttentionArgs &args) {
+  return guarded("explain", [&]() -> StatusOr<ScheduleChoice> {
+    if (Status s = validate(args); !s.ok())
+      return s;
+    StatusOr<std::string> arch = impl->currentArch();
+    if (!arch.ok())
+      return arch.status();
+    return explain(args, *arch);
+  });
+}
+
+std::string ScheduleChoice::text() const {
+  std::string orderText;
+  for (const std::string &name : order)
+    orderText += (orderText.empty() ? "" : ",") + name;
+  return "schedule=" + spec.schedule + "\nentry=" + entry + "\nsource=" + (aheadOfTime ? "aot" : "jit") +
+         "\norder=" + orderText + "\nforced_by=" + forcedBy + "\nfell_back=" + (fellBack ? "1" : "0") +
+         "\nreason=" + reason + "\n";
 }
 
 std::string_view Runtime::shapeClassFor(const AttentionArgs &args) {
@@ -514,10 +788,7 @@ StatusOr<KernelSpec> Runtime::specFor(const AttentionArgs &args) {
   return guarded("specFor", [&]() -> StatusOr<KernelSpec> {
     if (Status s = validate(args); !s.ok())
       return s;
-    StatusOr<const CudaDriver *> driver = CudaDriver::get();
-    if (!driver.ok())
-      return driver.status();
-    StatusOr<std::string> arch = impl->arch(**driver);
+    StatusOr<std::string> arch = impl->currentArch();
     if (!arch.ok())
       return arch.status();
     return specFor(args, *arch);
@@ -641,46 +912,26 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
   StatusOr<std::string> arch = impl->arch(driver);
   if (!arch.ok())
     return arch.status();
-  StatusOr<KernelSpec> spec = specFor(args, *arch);
-  if (!spec.ok())
-    return spec.status();
-  StatusOr<std::shared_ptr<const CachedKernel>> kernel = findKernel(*spec);
-  {
-    // Without a JIT, a decode-sized call that no ahead-of-time directory has a decode kernel for runs the other
-    // schedule's kernel (a library built before the decode schedule, or without it).
-    std::unique_lock<std::mutex> lock(impl->configMutex);
-    if (!kernel.ok() && !impl->compile && !args.kvCache.enabled() && spec->schedule == impl->decodeSchedule &&
-        spec->schedule != impl->schedule) {
-      spec->schedule = impl->schedule;
-      lock.unlock();
-      kernel = findKernel(*spec);
-      lock.lock();
-    }
-    // Likewise a call the chosen schedule has no kernel for (fa3 has none for head dims that are not multiples of
-    // 64, nor off sm_90a) runs the default schedule's, when a directory has one.
-    if (!kernel.ok() && !impl->compile && spec->schedule != kDefaultSchedule) {
-      KernelSpec fallback = *spec;
-      fallback.schedule = kDefaultSchedule;
-      lock.unlock();
-      if (StatusOr<std::shared_ptr<const CachedKernel>> other = findKernel(fallback); other.ok())
-        kernel = std::move(other);
-    }
-  }
-  if (!kernel.ok())
-    return kernel.status();
-  const KernelInfo &info = (*kernel)->info;
+  // The schedules the call may run, tried in order (the one it names or the runtime's, then the dispatch rules').
+  StatusOr<Impl::Resolution> resolved = impl->resolve(*this, args, *arch);
+  if (!resolved.ok())
+    return resolved.status();
+  const std::shared_ptr<const CachedKernel> &kernel = resolved->kernel;
+  const KernelInfo &info = kernel->info;
   if (Status s = validateFor(args, info); !s.ok())
     return s;
   if (args.kvCache.enabled() && !info.readsKvCache())
-    return Status::error("kernel " + info.entry + " (schedule " + info.schedule + ") does not read a KV cache; "
-                         "cache calls run the decode schedule's kernels (setDecodeSchedule(\"decode\"), or an "
-                         "ahead-of-time library built by this version's `flashtile aot --schedule decode`)");
+    return Status::error("kernel " + info.entry + " (schedule " + info.schedule +
+                         ") does not read a KV cache; "
+                         "cache calls run kernels of a schedule whose kernels read KV caches (the dispatch rules "
+                         "choose one for decode-sized calls; an ahead-of-time library needs its cache kernels)");
   if (info.rotary != detail::rotaryPairs(args))
-    return Status::error("kernel " + info.entry + " rotates " + (info.rotary.empty() ? "nothing" : info.rotary) +
-                         " but the call's kvCache.rotaryDim asks for " +
-                         (args.kvCache.rotaryDim ? detail::rotaryPairs(args) : std::string("no rotation")) +
-                         "; rotary calls run `flashtile aot --schedule decode --rotary halves,interleaved` kernels");
-  StatusOr<LoadedModule> module = impl->function(driver, *kernel);
+    return Status::error(
+        "kernel " + info.entry + " rotates " + (info.rotary.empty() ? "nothing" : info.rotary) +
+        " but the call's kvCache.rotaryDim asks for " +
+        (args.kvCache.rotaryDim ? detail::rotaryPairs(args) : std::string("no rotation")) +
+        "; rotary calls run KV-cache kernels built for their pairs (`flashtile aot --rotary halves,interleaved`)");
+  StatusOr<LoadedModule> module = impl->function(driver, kernel);
   if (!module.ok())
     return module.status();
   // Calls whose kernel depends on more than the variant, dtype, head dims and shape class (decode-sized calls run
@@ -688,6 +939,6 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
   // their kernel every time; the others are filed for the warm path.
   CUcontext context = nullptr;
   if (!isDecodeCall(args) && !args.kvCache.enabled() && driver.cuCtxGetCurrent(&context) == CUDA_SUCCESS && context)
-    impl->remember(context, args, *kernel, *module, generation);
+    impl->remember(context, args, kernel, *module, generation, resolved->choice.fellBack);
   return impl->run(driver, *module, args, stream);
 }

@@ -70,6 +70,12 @@ public:
 
   std::string targetFamilyFor(std::string_view) const override { return "sm80"; }
 
+  DispatchRule dispatchRule(std::string_view) const override {
+    // Made for a few query rows over a long key range (split-KV): first for decode-sized calls on every arch, and
+    // the only schedule whose kernels read KV caches.
+    return {.calls = DefaultCalls::Decode};
+  }
+
   void buildPipeline(OpPassManager &pm, const schedule::Request &request) const override {
     OpPassManager &func = pm.nest<FuncOp>();
     schedule::addApplySchedule(func, kName, request);

@@ -117,10 +117,13 @@ public:
     return arch == "sm_90a" ? "sm90" : "";
   }
 
-  std::string preferredOver(std::string_view arch) const override {
+  DispatchRule dispatchRule(std::string_view arch) const override {
     // Measured on the H200 (bench/RESULTS.md, 2026-12-01): fa3 runs 1.4-2.2x fa2's kernels at every head dim,
-    // length, mask and variant both have kernels for, so an sm_90a library's fa3 kernel replaces fa2's.
-    return arch == "sm_90a" ? "fa2" : "";
+    // length, mask and variant both have kernels for, so on sm_90a every call naming no schedule runs fa3's kernel
+    // where it has one (head dims it cannot tile fall back to fa2's).
+    if (arch != "sm_90a")
+      return {};
+    return {.calls = DefaultCalls::All, .preferredOver = {"fa2"}};
   }
 
   void buildPipeline(OpPassManager &pm, const schedule::Request &request) const override {

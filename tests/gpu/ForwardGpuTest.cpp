@@ -14,8 +14,11 @@
 // Environment:
 //   FLASHTILE_AOT_DIR      ahead-of-time kernel directory (`flashtile aot --arch sm_90a --out DIR`), or several
 //                          separated by ':'; required
-//   FLASHTILE_SCHEDULE     the schedule the forward cases run (default fa2; e.g. fa3 with an fa3 library)
 //                          where a GPU is present — without it the forward tests fail, they never skip there.
+//   FLASHTILE_SCHEDULE     the schedule the forward cases run (default: the dispatch rules' choice among the
+//                          libraries' kernels, fa3's on sm_90a where it has one)
+//   FLASHTILE_STRICT_SCHEDULE  "1": a call whose preferred (or named) schedule has no kernel fails instead of
+//                          falling back (e.g. an fa2 + fa3 library at head dims fa3 has kernels for)
 //   FLASHTILE_REQUIRE_GPU  "1": a missing GPU/driver fails instead of skipping (the GPU machine's script sets it).
 //   FLASHTILE_TEST_SEED    fixed base seed (decimal) to replay a failure.
 //   FLASHTILE_TEST_CASE_TIMEOUT  seconds one case may take before the process exits (default 120; 0: none).
@@ -151,7 +154,9 @@ Gpu makeGpu() {
       begin = end + 1;
     }
   }
-  // The schedule whose kernels the forward cases run (default fa2); a call it has no kernel for runs fa2's.
+  // The schedule whose kernels the forward cases run (default: the dispatch rules' choice among the libraries'
+  // kernels, fa3's on sm_90a where it has one); a call it has no kernel for falls back with one log line, or fails
+  // with FLASHTILE_STRICT_SCHEDULE=1 (read by the runtime).
   if (const char *schedule = std::getenv("FLASHTILE_SCHEDULE"); schedule && *schedule)
     gpu.runtime->setSchedule(schedule);
   std::string nvrtc = nvrtcVersion().ok() ? *nvrtcVersion() : "?";
@@ -521,6 +526,25 @@ std::vector<VarlenCase> varlenCases() {
   return cases;
 }
 
+/// Allocates each buffer with its size in bytes, every byte kPoisonByte (unwritten elements read as NaN).
+Status allocatePoisoned(std::initializer_list<std::pair<DeviceBuffer *, size_t>> buffers) {
+  for (auto [buffer, bytes] : buffers) {
+    if (Status s = buffer->allocate(bytes); !s.ok())
+      return s;
+    if (Status s = buffer->fill(reference::kPoisonByte); !s.ok())
+      return s;
+  }
+  return Status();
+}
+
+/// `offsets` (varlen's cu_seqlens) in a new device buffer.
+Status uploadOffsets(DeviceBuffer &buffer, const std::vector<int> &offsets) {
+  if (Status s = buffer.allocate(offsets.size() * sizeof(int)); !s.ok())
+    return s;
+  const CudaDriver &d = *gpu().driver;
+  return d.check(d.cuMemcpyHtoD_v2(buffer.address(), offsets.data(), offsets.size() * sizeof(int)), "cuMemcpyHtoD");
+}
+
 /// Runs flashtile once on all sequences, then the references sequence by sequence, and checks FlashAttention's
 /// rule on each sequence's rows of O and LSE (LSE is Hq x total_q).
 void checkVarlen(const VarlenCase &c) {
@@ -544,19 +568,13 @@ void checkVarlen(const VarlenCase &c) {
   const Tensor q = makeTensor(Layout::Packed, 1, totalQ, Hq, D), k = makeTensor(Layout::Packed, 1, totalK, Hkv, D),
                v = makeTensor(Layout::Packed, 1, totalK, Hkv, Dv), o = makeTensor(Layout::Packed, 1, totalQ, Hq, Dv);
   DeviceBuffer qBuf, kBuf, vBuf, oBuf, lseBuf, cuQBuf, cuKBuf;
-  for (auto [buffer, bytes] : {std::pair{&qBuf, q.elements * sizeof(uint16_t)},
-                               {&kBuf, k.elements * sizeof(uint16_t)},
-                               {&vBuf, v.elements * sizeof(uint16_t)},
-                               {&oBuf, o.elements * sizeof(uint16_t)},
-                               {&lseBuf, size_t(Hq) * totalQ * sizeof(float)},
-                               {&cuQBuf, cuQ.size() * sizeof(int)},
-                               {&cuKBuf, cuK.size() * sizeof(int)}}) {
-    ASSERT_OK(buffer->allocate(bytes));
-    ASSERT_OK(buffer->fill(reference::kPoisonByte));
-  }
-  const CudaDriver &d = *gpu().driver;
-  ASSERT_OK(d.check(d.cuMemcpyHtoD_v2(cuQBuf.address(), cuQ.data(), cuQ.size() * sizeof(int)), "cuMemcpyHtoD"));
-  ASSERT_OK(d.check(d.cuMemcpyHtoD_v2(cuKBuf.address(), cuK.data(), cuK.size() * sizeof(int)), "cuMemcpyHtoD"));
+  ASSERT_OK(allocatePoisoned({{&qBuf, q.elements * sizeof(uint16_t)},
+                              {&kBuf, k.elements * sizeof(uint16_t)},
+                              {&vBuf, v.elements * sizeof(uint16_t)},
+                              {&oBuf, o.elements * sizeof(uint16_t)},
+                              {&lseBuf, size_t(Hq) * totalQ * sizeof(float)}}));
+  ASSERT_OK(uploadOffsets(cuQBuf, cuQ));
+  ASSERT_OK(uploadOffsets(cuKBuf, cuK));
   int t = 0;
   for (auto [buffer, tensor] : {std::pair{&qBuf, &q}, {&kBuf, &k}, {&vBuf, &v}})
     ASSERT_OK(gpu().reference->fill(buffer->as<void>(), c.dtype, 1, tensor->seqlen, tensor->heads, tensor->dim,
@@ -637,6 +655,40 @@ TEST(ForwardGpuEdge, EmptyKeysGiveZeroOutputAndMinusInfLse) {
     for (int headDim : {64, 128})
       for (bool causal : {false, true})
         checkForward(Case{dtype, headDim, headDim, causal, 2, 4, 2, 33, 0, Layout::Packed, Layout::Packed, index++});
+}
+
+// flash-attn's varlen call with every key sequence empty (total_k = 0): PyTorch passes null K and V; O = 0 and
+// LSE = -inf, as for dense seqlenK = 0.
+TEST(ForwardGpuEdge, VarlenWithoutKeysGivesZeroOutputAndMinusInfLseWithNullKAndV) {
+  REQUIRE_AOT();
+  const std::vector<int> cuQ = {0, 33, 40}, cuK = {0, 0, 0};
+  constexpr int kHeadsQ = 4, kHeadsKv = 2, kTotalQ = 40, kMaxQ = 33;
+  for (DType dtype : {DType::F16, DType::BF16})
+    for (int headDim : {64, 128})
+      for (bool causal : {false, true}) {
+        SCOPED_TRACE(std::string(dtypeName(dtype)) + " hd" + std::to_string(headDim) + (causal ? " causal" : ""));
+        DeviceBuffer qBuf, oBuf, lseBuf, cuQBuf, cuKBuf;
+        const size_t rows = size_t(kTotalQ) * kHeadsQ * headDim;
+        ASSERT_OK(allocatePoisoned({{&qBuf, rows * sizeof(uint16_t)},
+                                    {&oBuf, rows * sizeof(uint16_t)},
+                                    {&lseBuf, size_t(kHeadsQ) * kTotalQ * sizeof(float)}}));
+        ASSERT_OK(uploadOffsets(cuQBuf, cuQ));
+        ASSERT_OK(uploadOffsets(cuKBuf, cuK));
+        AttentionArgs args = AttentionArgs::varlen(
+            dtype, qBuf.as<const void>(), nullptr, nullptr, oBuf.as<void>(), lseBuf.as<float>(), cuQBuf.as<const int>(),
+            cuKBuf.as<const int>(), 2, kTotalQ, /*totalK=*/0, kMaxQ, /*maxSeqlenK=*/0, kHeadsQ, kHeadsKv, headDim);
+        args.variant = causal ? "causal" : "none";
+        ASSERT_OK(gpu().runtime->forward(args));
+        ASSERT_OK(synchronize("flashtile forward (varlen, no keys)"));
+        std::vector<uint16_t> o;
+        std::vector<float> lse;
+        ASSERT_OK(oBuf.download(o));
+        ASSERT_OK(lseBuf.download(lse));
+        EXPECT_TRUE(std::all_of(o.begin(), o.end(), [](uint16_t x) { return x == 0 || x == 0x8000; }))
+            << "O is not all zeros";
+        EXPECT_TRUE(std::all_of(lse.begin(), lse.end(), [](float x) { return std::isinf(x) && x < 0; }))
+            << "LSE is not all -inf";
+      }
 }
 
 class ForwardGpuVarlen : public testing::TestWithParam<VarlenCase> {};

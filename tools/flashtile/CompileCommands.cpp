@@ -344,7 +344,7 @@ bool hasCompiler() { return true; }
 
 bool installCompiler(Runtime &runtime) {
   static jit::Jit jit; // outlives every Runtime the CLI makes
-  runtime.setCompiler(jit.compileFn(), jit.shapeClassFn());
+  jit.install(runtime);
   return true;
 }
 

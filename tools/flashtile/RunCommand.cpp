@@ -20,6 +20,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -595,6 +596,8 @@ int runCommand(RunOptions &opt, const std::string &seed) {
   const double firstMs =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - firstStart).count();
   fmt::print("first call: {:.1f} ms ({})\n", firstMs, kernelSource(before, runtime.cache().stats()));
+  if (StatusOr<ScheduleChoice> choice = runtime.explain(sets.args(opt, 0)); choice.ok())
+    fmt::print("kernel: {} (schedule {}: {})\n", choice->entry, choice->spec.schedule, choice->reason);
 
   bool pass = false;
   StatusOr<reference::Comparison> compared = check(opt, *ref, sets);
@@ -637,7 +640,76 @@ int runCommand(RunOptions &opt, const std::string &seed) {
   return pass ? 0 : 1;
 }
 
-int runInfo() {
+/// `info`'s call flags: with --head-dim, info also says which kernel such a call runs, and why.
+struct InfoCall {
+  std::string variant = "none";
+  std::string dtypeName = "bf16";
+  std::string params; // the variant's numbers, comma-separated
+  int headDim = 0;    // 0: no call asked about
+  int headDimV = 0, batch = 1, headsQ = 16, headsKv = 0, seqlenQ = 4096, seqlenK = -1;
+  std::string schedule, arch, aotDir;
+  bool strict = false;
+};
+
+/// Fake device addresses for explain(): aligned as the checks want, never dereferenced (nothing is launched).
+const void *fakeAddress(int slot) { return reinterpret_cast<const void *>(uintptr_t(slot + 1) << 32); }
+
+/// "call ... / runs ... / why ..." for `call` on `arch` (empty: this GPU's, else sm_90a when there is none).
+int explainCall(const InfoCall &call, std::string arch) {
+  AttentionArgs args = AttentionArgs::contiguous(
+      call.dtypeName == "f16" ? DType::F16 : DType::BF16, fakeAddress(0), fakeAddress(1), fakeAddress(2),
+      const_cast<void *>(fakeAddress(3)), static_cast<float *>(const_cast<void *>(fakeAddress(4))), call.batch,
+      call.seqlenQ, call.seqlenK < 0 ? call.seqlenQ : call.seqlenK, call.headsQ,
+      call.headsKv ? call.headsKv : call.headsQ, call.headDim, call.headDimV);
+  args.variant = call.variant;
+  if (!call.params.empty()) {
+    StatusOr<std::vector<std::string>> items = splitList("--params", call.params);
+    if (!items.ok())
+      return fail(items.status());
+    for (const std::string &item : *items) {
+      char *end = nullptr;
+      const float value = std::strtof(item.c_str(), &end);
+      if (*end != '\0')
+        return fail("--params: '" + item + "' is not a number");
+      args.variantParams.push_back(value);
+    }
+  }
+  args.schedule = call.schedule;
+  args.strictSchedule = call.strict;
+  Runtime runtime;
+  if (!call.aotDir.empty()) {
+    if (Status s = runtime.loadAotDirectory(call.aotDir); !s.ok())
+      return fail(s);
+  }
+  if (call.aotDir.empty() && !installCompiler(runtime))
+    return fail("info --head-dim: this build has no compiler; pass --aot-dir DIR (kernels of flashtile aot)");
+  if (arch.empty()) {
+    StatusOr<std::string> detected = [&]() -> StatusOr<std::string> {
+      StatusOr<const CudaDriver *> driver = CudaDriver::get();
+      if (!driver.ok())
+        return driver.status();
+      return (*driver)->detectArch();
+    }();
+    arch = detected.ok() ? *detected : std::string("sm_90a");
+    if (!detected.ok())
+      fmt::print("call       (no usable GPU: asked for {}; --arch names another)\n", arch);
+  }
+  fmt::print("call       {} hd {}{}, variant {}, batch {} x {}/{} rows, {}/{} heads on {}{}{}\n", call.dtypeName,
+             args.headDim, args.headDimV != args.headDim ? "/" + std::to_string(args.headDimV) : "", args.variant,
+             args.batch, args.seqlenQ, args.seqlenK, args.headsQ, args.headsKv, arch,
+             call.schedule.empty() ? "" : ", schedule " + call.schedule, call.strict ? " (strict)" : "");
+  std::fflush(stdout);
+  StatusOr<ScheduleChoice> choice = runtime.explain(args, arch);
+  if (!choice.ok())
+    return fail(choice.status());
+  fmt::print("runs       schedule {}: {} ({})\n", choice->spec.schedule, choice->entry,
+             choice->aheadOfTime ? "ahead of time, --aot-dir" : "JIT");
+  fmt::print("why        {}\n", choice->reason);
+  return 0;
+}
+
+/// Versions, targets, NVRTC, the cache and the GPU.
+int printEnvironment() {
   fmt::print("flashtile  {}\n", compilerVersion());
   fmt::print("compiler   {}\n", hasCompiler() ? "built in: kernels are JIT-compiled on demand"
                                               : "not built in (runtime-only build): run kernels with --aot-dir DIR");
@@ -692,10 +764,16 @@ int runInfo() {
       fmt::print("GPU        unknown: {}\n", s.message());
       return 0;
     }
-  StatusOr<std::string> arch = archForComputeCapability(major, minor);
+  StatusOr<std::string> target = archForComputeCapability(major, minor);
   fmt::print("GPU        compute capability {}.{}, {} SMs, {} MiB L2: {}\n", major, minor, sms, l2Bytes >> 20,
-             arch.ok() ? "target " + *arch : arch.status().message());
+             target.ok() ? "target " + *target : target.status().message());
   return 0;
+}
+
+int runInfo(const InfoCall &call) {
+  if (int status = printEnvironment(); status != 0 || call.headDim == 0)
+    return status;
+  return explainCall(call, call.arch);
 }
 
 } // namespace
@@ -716,8 +794,41 @@ void registerRuntimeCommands(CLI::App &app, Registry &registry) {
   addRunFlags(*command, *run, *seed);
   registry.add(command, [run, seed] { return runCommand(*run, *seed); });
 
-  CLI::App *info = addCommand(app, "info", "Versions, targets, NVRTC, the kernel cache and the GPU");
-  registry.add(info, [] { return runInfo(); });
+  auto call = std::make_shared<InfoCall>();
+  CLI::App *info = addCommand(app, "info",
+                              "Versions, targets, NVRTC, the kernel cache and the GPU; with --head-dim, which kernel "
+                              "(schedule) such a call runs and why (the JIT compiles it if the cache lacks it)");
+  info->add_option("--head-dim", call->headDim, "Head dim of Q and K of the call to explain")->check(intRange(1, 1024));
+  info->add_option("--head-dim-v", call->headDimV, "Head dim of V (default: --head-dim)")->check(intRange(1, 1024));
+  info->add_option("--variant", call->variant, "A built-in variant or a JIT variant id")->capture_default_str();
+  info->add_option("--params", call->params, "The variant's numbers, comma-separated, in declaration order");
+  info->add_option("--dtype", call->dtypeName, "Element type")
+      ->check(oneOf("dtype", {"bf16", "f16"}))
+      ->capture_default_str();
+  info->add_option("--batch", call->batch, "Sequences")->check(intRange(1, kMaxDimension))->capture_default_str();
+  info->add_option("--heads", call->headsQ, "Query heads")->check(intRange(1, kMaxDimension))->capture_default_str();
+  info->add_option("--heads-kv", call->headsKv, "Key/value heads (default: --heads)")
+      ->check(intRange(1, kMaxDimension));
+  info->add_option("--seqlen-q", call->seqlenQ,
+                   "Query rows per sequence (at most " + std::to_string(kDecodeMaxSeqlenQ) + ": a decode-sized call)")
+      ->check(intRange(1, kMaxDimension))
+      ->capture_default_str();
+  info->add_option("--seqlen-k", call->seqlenK, "Key rows per sequence (default: --seqlen-q)")
+      ->check(intRange(0, kMaxDimension));
+  info->add_option("--schedule", call->schedule, "The schedule the call names (default: the dispatch rules' choice)")
+      ->check(nonEmpty());
+  addSwitch(*info, "--strict", call->strict, "Strict schedule mode: a missing kernel is an error, not a fallback");
+  info->add_option("--arch", call->arch, "Explain for this target (default: this GPU's, else sm_90a)")
+      ->check(archName());
+  info->add_option("--aot-dir", call->aotDir, "Kernels of this library (flashtile aot) instead of the JIT")
+      ->check(nonEmpty());
+  registry.add(info, [call] {
+    if (call->headDim == 0 && (!call->schedule.empty() || call->strict || !call->arch.empty() ||
+                               !call->aotDir.empty() || !call->params.empty() || call->headDimV))
+      return fail("info: --schedule, --strict, --arch, --aot-dir, --params and --head-dim-v describe a call; pass "
+                  "--head-dim too");
+    return runInfo(*call);
+  });
   registerNvrtcCommand(app, registry);
 }
 

@@ -124,7 +124,7 @@ public:
         << "\narch=sm_90a\ndtype=bf16\nheadDim=128\nheadDimV=128\nvariant=" << variant
         << "\nschedule=fa2\nshapeClass=default\nblockM=128\nblockN=64\nparamNames=" << params
         << "\ninputNames=\nparamRules=" << rules << "\ncompilerVersion=" << flashtile_version()
-        << "\nlaunch.0.entry=" << entry
+        << "\ndefaultFor=all\nlaunch.0.entry=" << entry
         << "\nlaunch.0.grid=cdiv(rows, 128);heads_q;batch\nlaunch.0.threads=128\nlaunch.0.smemBytes=65536\n";
     std::ofstream(root / (name + ".cubin"), std::ios::binary) << flashtile::test::fakeCubin(90, {entry});
   }
@@ -207,6 +207,103 @@ TEST(CApi, VarlenWithEverySequenceEmptyAcceptsNullTensors) {
                                      stride, stride, stride, 0.f, "causal", nullptr),
             -1);
   EXPECT_THAT(flashtile_last_error(), HasSubstr("q is null"));
+  flashtile_destroy(rt);
+}
+
+} // namespace
+
+namespace {
+
+/// A dense flashtile_call of B=1, Sq=Sk=128, 8 heads, head dim 128, fake pointers.
+flashtile_call denseCall() {
+  flashtile_call call{};
+  call.size = sizeof(flashtile_call);
+  call.q = fake<const void>(0x10000);
+  call.k = fake<const void>(0x20000);
+  call.v = fake<const void>(0x30000);
+  call.o = fake<void>(0x40000);
+  call.lse = fake<float>(0x50000);
+  call.dtype = FLASHTILE_BF16;
+  call.batch = 1;
+  call.seqlen_q = call.seqlen_k = 128;
+  call.heads_q = call.heads_kv = 8;
+  call.head_dim = 128;
+  for (long long *stride : {call.q_stride, call.k_stride, call.v_stride, call.o_stride}) {
+    stride[0] = 128LL * 8 * 128;
+    stride[1] = 8 * 128;
+    stride[2] = 128;
+    stride[3] = 1;
+  }
+  return call;
+}
+
+// flashtile_explain hands the call's schedule and strictness to the runtime and reports its errors; without a kernel
+// library or the JIT (libflashtile.so) no schedule has a kernel.
+TEST(CApi, ExplainTakesTheCallsScheduleAndStrictness) {
+  flashtile_runtime *rt = flashtile_create();
+  ASSERT_NE(rt, nullptr) << flashtile_last_error();
+  flashtile_call call = denseCall();
+  char text[512];
+  EXPECT_EQ(flashtile_explain(rt, &call, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("no schedule for this call on sm_90a: none is named"));
+  call.schedule = "fa3";
+  EXPECT_EQ(flashtile_explain(rt, &call, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("no kernel for arch=sm_90a;dtype=bf16;headDim=128;headDimV=128;"
+                                                "variant=none;schedule=fa3;shapeClass=short"));
+  call.strict_schedule = 1;
+  EXPECT_EQ(flashtile_explain(rt, &call, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("schedule 'fa3' (named by the call) has no kernel for"));
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("strict schedule mode"));
+  call.schedule = "fa 3";
+  EXPECT_EQ(flashtile_explain(rt, &call, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("schedule 'fa 3' (named by the call) is not a schedule id"));
+  EXPECT_EQ(flashtile_explain(rt, &call, "sm_75", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("arch 'sm_75' is not supported"));
+  EXPECT_EQ(flashtile_explain(rt, &call, "sm_90a", nullptr, 0), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("rt, call and buffer must not be NULL"));
+  call.size = 8;
+  EXPECT_EQ(flashtile_explain(rt, &call, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("expected sizeof(flashtile_call)"));
+  flashtile_destroy(rt);
+}
+
+TEST(CApi, StrictScheduleModeAndScheduleResetAreAccepted) {
+  flashtile_runtime *rt = flashtile_create();
+  ASSERT_NE(rt, nullptr) << flashtile_last_error();
+  EXPECT_EQ(flashtile_set_strict_schedule(rt, 1), 0) << flashtile_last_error();
+  EXPECT_EQ(flashtile_set_schedule(rt, "fa3"), 0) << flashtile_last_error();
+  flashtile_call call = denseCall();
+  char text[512];
+  EXPECT_EQ(flashtile_explain(rt, &call, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("schedule 'fa3' (named by setSchedule) has no kernel"));
+  EXPECT_EQ(flashtile_set_schedule(rt, ""), 0) << flashtile_last_error(); // back to the dispatch rules
+  EXPECT_EQ(flashtile_explain(rt, &call, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("none is named"));
+  EXPECT_EQ(flashtile_set_strict_schedule(nullptr, 1), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("flashtile_set_strict_schedule: rt must not be NULL"));
+  flashtile_destroy(rt);
+}
+
+// flash-attn's varlen call without keys (total_k = 0): null K and V pass the checks (O = 0 and LSE = -inf on a GPU).
+TEST(CApi, VarlenWithoutKeysAcceptsNullKAndV) {
+  flashtile_runtime *rt = flashtile_create();
+  ASSERT_NE(rt, nullptr) << flashtile_last_error();
+  flashtile_call call = denseCall();
+  call.k = call.v = nullptr;
+  call.cu_seqlens_q = fake<const int>(0x60000);
+  call.cu_seqlens_k = fake<const int>(0x70000);
+  call.batch = 2;
+  call.seqlen_k = call.max_seqlen_k = 0;
+  call.max_seqlen_q = 64;
+  call.schedule = "fa2";
+  char text[512];
+  // The checks pass: what fails is the kernel lookup (no library, no JIT here), not "k is null".
+  EXPECT_EQ(flashtile_explain(rt, &call, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("no kernel for arch=sm_90a"));
+  EXPECT_THAT(flashtile_last_error(), testing::Not(HasSubstr("is null")));
+  call.seqlen_k = 47;
+  EXPECT_EQ(flashtile_explain(rt, &call, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("k is null"));
   flashtile_destroy(rt);
 }
 

@@ -297,17 +297,32 @@ TEST(Status, CarriesMessagesAndValues) {
 TEST(KernelInfo, TheDispatchRuleRoundTripsAndIsChecked) {
   KernelInfo info = sampleInfo();
   EXPECT_THAT(info.serialize(), testing::Not(HasSubstr("preferredOver")));
+  EXPECT_THAT(info.serialize(), testing::Not(HasSubstr("defaultFor")));
   info.schedule = "fa3";
-  info.preferredOver = "fa2";
+  info.defaultFor = DefaultCalls::All;
+  info.preferredOver = {"fa2", "fa1"};
   std::string text = info.serialize();
-  EXPECT_THAT(text, HasSubstr("preferredOver=fa2\n"));
+  EXPECT_THAT(text, HasSubstr("defaultFor=all\n"));
+  EXPECT_THAT(text, HasSubstr("preferredOver=fa2,fa1\n"));
   StatusOr<KernelInfo> parsed = KernelInfo::parse(text);
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  EXPECT_EQ(parsed->preferredOver, "fa2");
-  StatusOr<KernelInfo> self = KernelInfo::parse(replaceLine(text, "preferredOver", "preferredOver=fa3"));
+  EXPECT_EQ(parsed->defaultFor, DefaultCalls::All);
+  EXPECT_EQ(parsed->preferredOver, (std::vector<std::string>{"fa2", "fa1"}));
+  EXPECT_EQ(parsed->dispatchRule().schedule, "fa3");
+  EXPECT_EQ(parsed->dispatchRule().arch, info.arch);
+  StatusOr<KernelInfo> decode = KernelInfo::parse(replaceLine(text, "defaultFor", "defaultFor=decode-sized"));
+  ASSERT_TRUE(decode.ok()) << decode.status().message();
+  EXPECT_EQ(decode->defaultFor, DefaultCalls::Decode);
+  StatusOr<KernelInfo> badCalls = KernelInfo::parse(replaceLine(text, "defaultFor", "defaultFor=sometimes"));
+  ASSERT_FALSE(badCalls.ok());
+  EXPECT_THAT(badCalls.status().message(), HasSubstr("field 'defaultFor': 'sometimes' is not all or decode-sized"));
+  StatusOr<KernelInfo> self = KernelInfo::parse(replaceLine(text, "preferredOver", "preferredOver=fa2,fa3"));
   ASSERT_FALSE(self.ok());
-  EXPECT_THAT(self.status().message(), HasSubstr("field 'preferredOver': 'fa3' is not a schedule name other than"));
+  EXPECT_THAT(self.status().message(), HasSubstr("field 'preferredOver': 'fa3' is this kernel's own schedule"));
   StatusOr<KernelInfo> notAName = KernelInfo::parse(replaceLine(text, "preferredOver", "preferredOver=fa 2"));
   ASSERT_FALSE(notAName.ok());
   EXPECT_THAT(notAName.status().message(), HasSubstr("field 'preferredOver'"));
+  StatusOr<KernelInfo> twice = KernelInfo::parse(replaceLine(text, "preferredOver", "preferredOver=fa2,fa2"));
+  ASSERT_FALSE(twice.ok());
+  EXPECT_THAT(twice.status().message(), HasSubstr("'fa2' appears twice"));
 }

@@ -1,6 +1,7 @@
 // KvCacheTest.cpp — calls over a KV cache without a GPU: every rejection of Runtime::validate names the argument and
 // what is accepted, the kernel parameters the runtime fills, and the paged address rule the kernels follow.
 // Pointers are fake (never dereferenced): validation must not touch the GPU.
+#include "TestUtil.h"
 #include "runtime/lib/KvCacheInternal.h"
 
 #include "flashtile/runtime/KernelAbi.h"
@@ -66,6 +67,7 @@ TEST(KvCache, CacheCallsRunTheDecodeScheduleAtAnyQueryLength) {
 // specs: KernelSpec::kvCache), both of the decode schedule.
 TEST(KvCache, CacheCallsAskForKvCacheKernelsAndPlainDecodeCallsForPlainOnes) {
   Runtime rt;
+  rt.setDispatchRules(test::dispatchRules());
   for (AttentionArgs cache : {contiguousArgs(), pagedArgs()}) {
     StatusOr<KernelSpec> spec = rt.specFor(cache, "sm_90a");
     ASSERT_TRUE(spec.ok()) << spec.status().message();

@@ -49,6 +49,7 @@ TEST(RotaryArgs, ACallWithTablesIsValid) {
 
 TEST(RotaryArgs, RotaryCallsAskForRotaryKernels) {
   Runtime rt;
+  rt.setDispatchRules(test::dispatchRules());
   AttentionArgs args = rotaryArgs();
   StatusOr<KernelSpec> spec = rt.specFor(args, "sm_90a");
   ASSERT_TRUE(spec.ok()) << spec.status().message();

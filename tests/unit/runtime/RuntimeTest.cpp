@@ -45,8 +45,16 @@ bool driverLoadable() {
   return library != nullptr;
 }
 
-/// A runtime whose JIT cache lives in memory only, so tests never touch ~/.cache.
-std::unique_ptr<Runtime> memoryOnlyRuntime() { return std::make_unique<Runtime>(test::cacheOptions("", false)); }
+/// A runtime whose JIT cache lives in memory only, so tests never touch ~/.cache, with no dispatch rule but those of
+/// the kernels it loads.
+std::unique_ptr<Runtime> bareRuntime() { return std::make_unique<Runtime>(test::cacheOptions("", false)); }
+
+/// bareRuntime with the built-in schedules' dispatch rules, as the JIT installs them.
+std::unique_ptr<Runtime> memoryOnlyRuntime() {
+  std::unique_ptr<Runtime> runtime = bareRuntime();
+  runtime->setDispatchRules(test::dispatchRules());
+  return runtime;
+}
 
 TEST(Runtime, SpecForUsesArgsScheduleAndShapeClass) {
   std::unique_ptr<Runtime> runtime = memoryOnlyRuntime();
@@ -54,23 +62,39 @@ TEST(Runtime, SpecForUsesArgsScheduleAndShapeClass) {
   args.variant = "causal";
   args.dtype = DType::F16;
   args.seqlenQ = args.seqlenK = 4096;
-  StatusOr<KernelSpec> spec = runtime->specFor(args, "sm_90a");
+  StatusOr<KernelSpec> spec = runtime->specFor(args, "sm_80");
   ASSERT_TRUE(spec.ok()) << spec.status().message();
   EXPECT_EQ(spec->key(),
-            "arch=sm_90a;dtype=f16;headDim=128;headDimV=128;variant=causal;schedule=fa2;shapeClass=default");
-
-  runtime->setSchedule("fa3");
+            "arch=sm_80;dtype=f16;headDim=128;headDimV=128;variant=causal;schedule=fa2;shapeClass=default");
   EXPECT_EQ(runtime->specFor(args, "sm_90a")->schedule, "fa3");
+
+  runtime->setSchedule("fa1");
+  EXPECT_EQ(runtime->specFor(args, "sm_90a")->schedule, "fa1");
+  args.schedule = "fa2"; // the call's own schedule comes first
+  EXPECT_EQ(runtime->specFor(args, "sm_90a")->schedule, "fa2");
+  args.schedule.clear();
   runtime->setSchedule("fa 3");
   StatusOr<KernelSpec> badSchedule = runtime->specFor(args, "sm_90a");
   ASSERT_FALSE(badSchedule.ok());
-  EXPECT_THAT(badSchedule.status().message(), HasSubstr("schedule 'fa 3'"));
+  EXPECT_THAT(badSchedule.status().message(), HasSubstr("schedule 'fa 3' (named by setSchedule)"));
 }
 
-TEST(Runtime, ALibrarysDispatchRulePicksItsKernelsUntilAScheduleIsSet) {
+TEST(Runtime, WithoutRulesACallMustNameItsSchedule) {
+  std::unique_ptr<Runtime> runtime = bareRuntime();
+  AttentionArgs args = validArgs();
+  StatusOr<KernelSpec> spec = runtime->specFor(args, "sm_90a");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("no schedule for this call on sm_90a: none is named"));
+  EXPECT_THAT(spec.status().message(), HasSubstr("no ahead-of-time directory loaded and no JIT compiler installed"));
+  args.schedule = "fa2";
+  EXPECT_EQ(runtime->specFor(args, "sm_90a")->schedule, "fa2");
+}
+
+TEST(Runtime, ALibrarysDispatchRulesPickItsKernelsUntilAScheduleIsSet) {
   test::TempDir dir;
   CachedKernel fa2 = test::fakeKernel("fa2"), fa3 = test::fakeKernel("fa3");
   ASSERT_EQ(fa3.info.arch, "sm_90a");
+  fa2.info.defaultFor = DefaultCalls::All;
   fa3.info.schedule = "fa3";
   writeAotKernel(dir.path(), "fa2", fa2);
   AttentionArgs args = validArgs();
@@ -78,27 +102,53 @@ TEST(Runtime, ALibrarysDispatchRulePicksItsKernelsUntilAScheduleIsSet) {
   args.seqlenQ = args.seqlenK = 4096;
 
   // Only fa2 in the library: fa2.
-  std::unique_ptr<Runtime> fa2Only = memoryOnlyRuntime();
+  std::unique_ptr<Runtime> fa2Only = bareRuntime();
   ASSERT_TRUE(fa2Only->loadAotDirectory(dir.path().string()).ok());
   EXPECT_EQ(fa2Only->specFor(args, "sm_90a")->schedule, "fa2");
 
   // Both, but the fa3 kernel records no rule: fa2 (the runtime names no schedule to prefer).
   writeAotKernel(dir.path(), "fa3", fa3);
-  std::unique_ptr<Runtime> noRule = memoryOnlyRuntime();
+  std::unique_ptr<Runtime> noRule = bareRuntime();
   ASSERT_TRUE(noRule->loadAotDirectory(dir.path().string()).ok());
   EXPECT_EQ(noRule->specFor(args, "sm_90a")->schedule, "fa2");
 
-  // Both, fa3's kernel preferred over fa2's (the rule the fa3 schedule records on sm_90a): fa3 on sm_90a, fa2 on
-  // sm_80 and for a variant fa3 lacks; setSchedule forces one.
-  fa3.info.preferredOver = "fa2";
+  // Both, fa3's kernel preferred over fa2's (the rule the fa3 schedule records on sm_90a): fa3 on sm_90a; a variant
+  // fa3 lacks falls back to fa2 with one log line; no rule for sm_80 in this library; setSchedule forces one.
+  fa3.info.defaultFor = DefaultCalls::All;
+  fa3.info.preferredOver = {"fa2"};
   writeAotKernel(dir.path(), "fa3", fa3);
-  std::unique_ptr<Runtime> both = memoryOnlyRuntime();
+  std::unique_ptr<Runtime> both = bareRuntime();
   ASSERT_TRUE(both->loadAotDirectory(dir.path().string()).ok());
   EXPECT_EQ(both->specFor(args, "sm_90a")->schedule, "fa3");
-  EXPECT_EQ(both->specFor(args, "sm_80")->schedule, "fa2");
+  StatusOr<ScheduleChoice> choice = both->explain(args, "sm_90a");
+  ASSERT_TRUE(choice.ok()) << choice.status().message();
+  EXPECT_EQ(choice->entry, "flashtile_fwd_fa3");
+  EXPECT_TRUE(choice->aheadOfTime);
+  EXPECT_FALSE(choice->fellBack);
+  EXPECT_THAT(both->specFor(args, "sm_80").status().message(), HasSubstr("no schedule for this call on sm_80"));
+
+  std::vector<std::string> logged;
+  LogHandler previous = Runtime::setLogHandler([&](std::string_view line) { logged.emplace_back(line); });
   AttentionArgs other = args;
   other.variant = "none";
-  EXPECT_EQ(both->specFor(other, "sm_90a")->schedule, "fa2");
+  CachedKernel fa2None = test::fakeKernel("fa2_none");
+  fa2None.info.variant = "none";
+  fa2None.info.defaultFor = DefaultCalls::All;
+  test::TempDir more;
+  writeAotKernel(more.path(), "fa2_none", fa2None);
+  ASSERT_TRUE(both->loadAotDirectory(more.path().string()).ok());
+  for (int call = 0; call < 2; ++call) {
+    choice = both->explain(other, "sm_90a");
+    ASSERT_TRUE(choice.ok()) << choice.status().message();
+    EXPECT_EQ(choice->spec.schedule, "fa2");
+    EXPECT_TRUE(choice->fellBack);
+    EXPECT_THAT(choice->reason, HasSubstr("fell back: schedule 'fa3' (preferred on sm_90a) has no kernel"));
+  }
+  Runtime::setLogHandler(previous);
+  ASSERT_EQ(logged.size(), 1u);
+  EXPECT_THAT(logged[0], HasSubstr("schedule 'fa3' (preferred on sm_90a) has no kernel for "));
+  EXPECT_THAT(logged[0], HasSubstr("running 'fa2' instead"));
+
   both->setSchedule("fa2");
   EXPECT_EQ(both->specFor(args, "sm_90a")->schedule, "fa2");
 }

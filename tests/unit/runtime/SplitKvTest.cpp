@@ -118,19 +118,26 @@ TEST(SplitKvSplits, ForcedOrFromTheHeuristic) {
 
 TEST(SplitKvSchedule, DecodeSizedCallsAskForTheDecodeSchedule) {
   Runtime runtime(test::cacheOptions("", false));
+  runtime.setDispatchRules(test::dispatchRules());
   AttentionArgs args = decodeArgs(2, 4096, 32, 8);
   EXPECT_EQ(runtime.specFor(args, "sm_90a")->schedule, "decode");
   args.seqlenQ = kDecodeMaxSeqlenQ;
   EXPECT_EQ(runtime.specFor(args, "sm_90a")->schedule, "decode");
   args.seqlenQ = kDecodeMaxSeqlenQ + 1;
-  EXPECT_EQ(runtime.specFor(args, "sm_90a")->schedule, "fa2");
+  EXPECT_EQ(runtime.specFor(args, "sm_80")->schedule, "fa2");
   int offsets[3] = {0, 0, 0};
   AttentionArgs packed = AttentionArgs::varlen(DType::BF16, args.q, args.k, args.v, args.o, args.lse, offsets, offsets,
                                                2, 8, 8000, 4, 4000, 32, 8, 128);
   EXPECT_EQ(runtime.specFor(packed, "sm_90a")->schedule, "decode");
-  runtime.setDecodeSchedule("");
+  // A schedule forced on the runtime leaves decode-sized calls to the schedules made for them, unless
+  // setDecodeSchedule("") sends them along.
+  runtime.setSchedule("fa1");
   args.seqlenQ = 1;
-  EXPECT_EQ(runtime.specFor(args, "sm_90a")->schedule, "fa2");
+  EXPECT_EQ(runtime.specFor(args, "sm_80")->schedule, "decode");
+  runtime.setDecodeSchedule("");
+  EXPECT_EQ(runtime.specFor(args, "sm_80")->schedule, "fa1");
+  runtime.setSchedule("");
+  EXPECT_EQ(runtime.specFor(args, "sm_80")->schedule, "fa2");
 }
 
 TEST(SplitKvKernelInfo, ThePlanRoundTripsAndIsChecked) {

@@ -4,6 +4,7 @@
 
 #include "FakeCubin.h"
 #include "codegen/common/LaunchPlanner.h"
+#include "flashtile/runtime/Dispatch.h"
 #include "flashtile/runtime/KernelCache.h"
 #include "flashtile/runtime/Version.h"
 
@@ -82,6 +83,19 @@ inline codegen::ModuleFacts mainFacts(const KernelInfo &info, int threads, int s
   facts.threads = threads;
   facts.smemBytes = smemBytes;
   return facts;
+}
+
+/// The dispatch rules the built-in schedules register (their dispatchRule), written out as the runtime tests' data
+/// (no compiler here; tests/unit/compiler checks the registered rules order the same way): fa2 for every call on
+/// every arch, fa3 preferred over it on sm_90a, decode first for decode-sized calls.
+inline std::vector<DispatchRule> dispatchRules() {
+  std::vector<DispatchRule> rules;
+  for (std::string_view arch : kSupportedArchs) {
+    rules.push_back({"fa2", std::string(arch), DefaultCalls::All, {}});
+    rules.push_back({"decode", std::string(arch), DefaultCalls::Decode, {}});
+  }
+  rules.push_back({"fa3", "sm_90a", DefaultCalls::All, {"fa2"}});
+  return rules;
 }
 
 /// A kernel whose fields are all valid, built by this compiler version, with a cubin for its arch (sm_90a) that

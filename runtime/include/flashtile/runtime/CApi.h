@@ -16,11 +16,17 @@ flashtile_runtime *flashtile_create(void);
 void flashtile_destroy(flashtile_runtime *rt);
 /* Adds the kernels `flashtile aot` wrote to `dir`. */
 int flashtile_load_aot(flashtile_runtime *rt, const char *dir);
-/* The schedule whose kernels calls run: "fa2" (the default), "fa3" (sm_90a: TMA, wgmma, warp specialization), "fa1"
- * (the teaching schedule: one launch per K/V tile, each row's state in a workspace between them);
- * decode-sized calls keep the decode schedule where a kernel of it is loaded. A name that is not an id is an error;
- * a schedule none of the loaded kernels has makes a call fail naming the kernel it looked for. */
+/* The schedule calls that name none run. Initially none is forced (unless FLASHTILE_SCHEDULE is set): each call runs
+ * the fastest schedule with a kernel for it, as the schedules' dispatch rules order them (fa3 on sm_90a, decode for
+ * decode-sized calls, fa2 elsewhere). A name forces that schedule ("fa3": sm_90a, TMA, wgmma, warp specialization;
+ * "fa1": the teaching schedule); "" returns to the rules; decode-sized calls keep the schedules made for them. A
+ * forced schedule without a kernel for a call falls back to the rules' order with one log line (strict mode: an
+ * error). A name that is not an id is an error. */
 int flashtile_set_schedule(flashtile_runtime *rt, const char *schedule);
+/* Strict schedule mode (Runtime::setStrictSchedule): `strict` non-zero makes a call whose first schedule (forced, or
+ * preferred by the rules) has no kernel for it fail, naming the schedule and the reason, instead of falling back.
+ * Initially on when FLASHTILE_STRICT_SCHEDULE is set to anything but "" or "0". */
+int flashtile_set_strict_schedule(flashtile_runtime *rt, int strict);
 /* Attention forward (flash_attn_func layout): q B x Sq x Hq x D, k B x Sk x Hkv x D, v B x Sk x Hkv x Dv, o
  * B x Sq x Hq x Dv (head_dim_v: Dv, 0 = head_dim). Strides are in elements, {batch, seq, head, dim}; lse is fp32
  * B x Hq x Sq. softmax_scale 0 selects 1/sqrt(head_dim). `stream` is a CUstream (NULL: the default stream). */
@@ -84,13 +90,23 @@ typedef struct flashtile_call {
   void *stream;                                  /* a CUstream; NULL: the default stream */
   const void *inputs[FLASHTILE_CALL_MAX_INPUTS]; /* num_inputs device pointers (flashtile_variant_args) */
   const char *variant;                           /* NULL: "none" */
+  const char *schedule; /* NULL or "": the runtime's choice; a name: that schedule (as flashtile_set_schedule's) */
   long long q_stride[4], k_stride[4], v_stride[4], o_stride[4];
   int dtype, batch, seqlen_q, seqlen_k, max_seqlen_q, max_seqlen_k, heads_q, heads_kv, head_dim, head_dim_v;
   int num_params, num_inputs;
+  int strict_schedule;                     /* non-zero: strict schedule mode for this call */
   float softmax_scale;                     /* 0: 1/sqrt(head_dim) */
   float params[FLASHTILE_CALL_MAX_PARAMS]; /* num_params numbers (flashtile_variant_args) */
 } flashtile_call;
 int flashtile_forward_call(flashtile_runtime *rt, const flashtile_call *call);
+
+/* Which kernel flashtile_forward_call(rt, call) runs, and why, as text of `key=value` lines: schedule, entry, source
+ * (aot or jit), order (the schedules tried, comma-separated), forced_by (what named the first, empty: nothing),
+ * fell_back (0 or 1), reason (one line). `arch` NULL: this thread's GPU; else "sm_80", "sm_90a" or "sm_100a" (no GPU
+ * needed). The kernel is found as the call would find it (the JIT builds what the caches lack); nothing runs. The
+ * text and its NUL fit `size` bytes of `buffer`, or -1 names the size needed; a call that would fail fails here. */
+int flashtile_explain(flashtile_runtime *rt, const flashtile_call *call, const char *arch, char *buffer,
+                      unsigned long long size);
 
 const char *flashtile_last_error(void);
 const char *flashtile_version(void);

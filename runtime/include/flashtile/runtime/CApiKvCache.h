@@ -36,6 +36,7 @@ typedef struct flashtile_kvcache_call {
   void *stream;                                  /* a CUstream; NULL: the default stream */
   const void *inputs[FLASHTILE_CALL_MAX_INPUTS]; /* the variant's num_inputs device arrays */
   const char *variant;                           /* NULL: "none" */
+  const char *schedule;                          /* NULL or "": the runtime's choice (flashtile_call's schedule) */
   unsigned long long workspace_bytes;
   long long q_stride[4], o_stride[4], k_cache_stride[4], v_cache_stride[4], k_new_stride[4], v_new_stride[4];
   long long block_table_stride;
@@ -45,6 +46,7 @@ typedef struct flashtile_kvcache_call {
   int seqlen_new;
   int num_splits;
   int num_params, num_inputs;
+  int strict_schedule;                     /* non-zero: strict schedule mode for this call */
   float softmax_scale;                     /* 0: 1/sqrt(head_dim) */
   float params[FLASHTILE_CALL_MAX_PARAMS]; /* the variant's num_params numbers */
   /* Rotary embedding of q and k_new (flash_attn_with_kvcache's rotary_cos/rotary_sin; needs k_new/v_new):

@@ -76,6 +76,9 @@ public:
 
   /// A table with no entry point resolved, for tests that install stand-ins of the calls they exercise.
   static CudaDriver unloaded() { return CudaDriver(); }
+  /// For tests without a GPU: get() returns `driver` (stand-ins on an unloaded() table, which must outlive its use)
+  /// instead of libcuda's table until this is called again with null.
+  static void useInsteadForTesting(const CudaDriver *driver);
 
 private:
   CudaDriver() = default;

@@ -6,6 +6,7 @@
 #ifndef FLASHTILE_RUNTIME_KERNELINFO_H
 #define FLASHTILE_RUNTIME_KERNELINFO_H
 
+#include "flashtile/runtime/Dispatch.h"
 #include "flashtile/runtime/LaunchPlan.h"
 #include "flashtile/runtime/ParamRule.h"
 #include "flashtile/runtime/Status.h"
@@ -94,10 +95,11 @@ struct KernelInfo {
   // The module reads a KV cache (KernelAbi.h's kvCache fields): only KV-cache calls run it. Absent from the text
   // form unless set (kvCache=1).
   bool kvCache = false;
-  // The dispatch rule its schedule records (Schedule::preferredOver): while no schedule is set (Runtime::setSchedule)
-  // and no JIT is installed, a call whose spec asks for schedule `preferredOver` runs this kernel instead when it
-  // matches the call's spec otherwise (arch, dtype, head dims, variant). Empty: none; absent from the text form.
-  std::string preferredOver;
+  // The dispatch rule its schedule records for its arch (Schedule::dispatchRule, Dispatch.h): the calls naming no
+  // schedule that run it (defaultFor: "all", "decode-sized"; absent: only calls naming its schedule) and the schedules
+  // whose kernels it replaces where both have one for a call (preferredOver, comma-joined; absent when none).
+  DefaultCalls defaultFor = DefaultCalls::None;
+  std::vector<std::string> preferredOver;
   // How a call runs this module: its kernels in order, their grids, blocks, clusters, shared memory, tensor maps,
   // workspaces and dependencies (LaunchPlan.h). Serialized as `launch.N.*`, `workspace.N.*`, `set.*`, `splits.*`.
   LaunchPlan plan;
@@ -118,6 +120,8 @@ struct KernelInfo {
   Status verify() const;
 
   KernelSpec spec() const;
+  /// The dispatch rule it records: its schedule and arch, defaultFor and preferredOver.
+  DispatchRule dispatchRule() const { return {schedule, arch, defaultFor, preferredOver}; }
 };
 
 /// The most dynamic shared memory a block may opt in to on `arch` (one of kSupportedArchs): 163 KiB on sm_80,

@@ -6,6 +6,7 @@
 #ifndef FLASHTILE_RUNTIME_RUNTIME_H
 #define FLASHTILE_RUNTIME_RUNTIME_H
 
+#include "flashtile/runtime/Dispatch.h"
 #include "flashtile/runtime/KernelCache.h"
 #include "flashtile/runtime/KernelInfo.h"
 #include "flashtile/runtime/KvCache.h"
@@ -102,6 +103,14 @@ struct AttentionArgs {
   // the caches and the call runs the decode schedule's kernels (any seqlenQ; dense Q only).
   KvCacheArgs kvCache;
 
+  // The schedule this call runs (e.g. Python's schedule=): empty lets the runtime choose (Runtime::setSchedule, or the
+  // schedules' dispatch rules). A named schedule without a kernel for the call falls back to the runtime's choice
+  // with one log line, or is an error when strictSchedule (or Runtime::setStrictSchedule) is set.
+  std::string schedule;
+  // Strict schedule mode for this call, on top of the runtime's (Runtime::setStrictSchedule): a call whose first
+  // schedule (named, or preferred by the rules) has no kernel for it is an error instead of a fallback.
+  bool strictSchedule = false;
+
   bool isVarlen() const { return cuSeqlensQ || cuSeqlensK; }
 
   /// Arguments for packed B x S x H x D tensors (flash_attn_func's layout); headDimV 0 means headDim.
@@ -140,14 +149,33 @@ using CompileFn = std::function<StatusOr<CachedKernel>(const KernelSpec &)>;
 /// one kernel). Installed with the JIT (jit::Jit::shapeClassFn); asked once per spec.
 using ShapeClassFn = std::function<StatusOr<std::string>(const KernelSpec &)>;
 
+/// Which kernel a call runs, and why (Runtime::explain).
+struct ScheduleChoice {
+  KernelSpec spec;                // the spec of the kernel that runs: its schedule is the one chosen
+  std::string entry;              // the kernel's entry (KernelInfo::entry)
+  bool aheadOfTime = false;       // from a loaded ahead-of-time directory; else built by the JIT (or from its cache)
+  std::vector<std::string> order; // the schedules tried for the call, in order
+  std::string forcedBy;  // what named the first schedule ("setSchedule", "FLASHTILE_SCHEDULE", ...); empty: none
+  bool fellBack = false; // a schedule before spec.schedule in `order` has no kernel for the call
+  std::string reason;    // one line: why spec.schedule (preferred, forced, or fell back because ...)
+
+  /// "schedule=...\nentry=...\nsource=aot|jit\norder=a,b\nforced_by=...\nfell_back=0|1\nreason=...\n": the text
+  /// form of the C ABI (flashtile_explain) and the CLI.
+  std::string text() const;
+};
+
 /// Thread-safe: forward() may be called concurrently from several threads (each with its own stream).
+///
+/// Which schedule runs a call: the one the call names (AttentionArgs::schedule), else the runtime's (setSchedule,
+/// FLASHTILE_SCHEDULE; decode-sized calls: setDecodeSchedule), else the fastest the dispatch rules know (Dispatch.h:
+/// the JIT's, installed by jit::Jit::install, and those recorded in loaded ahead-of-time kernels). A schedule with no
+/// kernel for the call (no ahead-of-time kernel and none the JIT can build: fa3 tiles no head dim 96) falls back to
+/// the next one with one log line, or fails in strict mode (setStrictSchedule, FLASHTILE_STRICT_SCHEDULE=1). The
+/// runtime names no schedule: the order is the rules', as data.
 class Runtime {
 public:
-  static constexpr std::string_view kDefaultSchedule = "fa2";
-  /// The schedule of decode-sized calls (isDecodeCall) unless setDecodeSchedule says otherwise.
-  static constexpr std::string_view kDefaultDecodeSchedule = "decode";
-
-  /// The JIT cache takes its settings from the environment (KernelCache::optionsFromEnvironment).
+  /// The JIT cache takes its settings from the environment (KernelCache::optionsFromEnvironment); the schedule
+  /// settings too: FLASHTILE_SCHEDULE (as setSchedule) and FLASHTILE_STRICT_SCHEDULE=1 (as setStrictSchedule(true)).
   Runtime();
   explicit Runtime(KernelCache::Options cacheOptions);
   ~Runtime();
@@ -165,16 +193,20 @@ public:
   /// compiled as asked.
   void setCompiler(CompileFn compile, ShapeClassFn shapeClassOf = {});
   void setVariantCheck(VariantCheckFn check);
-  /// The schedule asked for in specs; "fa2" unless set. Until it is set, a runtime without a JIT compiler follows
-  /// the dispatch rules the libraries record: a loaded kernel whose KernelInfo::preferredOver names the call's
-  /// schedule runs instead, where it matches the call's arch, dtype, head dims and variant (the fa3 schedule
-  /// records preferredOver=fa2 in its sm_90a kernels: 1.4-2.2x fa2 on the H200, bench/RESULTS.md); setSchedule
-  /// forces one.
+  /// The compiler's dispatch rules (schedule::dispatchRules(), installed with the JIT by jit::Jit::install): which
+  /// schedules run calls that name none, best first (Dispatch.h). Loaded ahead-of-time kernels add the rules their
+  /// manifests record. Without any rule, a call must name its schedule.
+  void setDispatchRules(std::vector<DispatchRule> rules);
+  /// Forces a schedule on calls that name none (decode-sized calls keep the schedules made for them, see
+  /// setDecodeSchedule); empty returns to the dispatch rules. Initially FLASHTILE_SCHEDULE's value, if set.
   void setSchedule(std::string schedule);
-  /// The schedule asked for in specs of decode-sized calls (isDecodeCall): "decode" unless set; empty sends them
-  /// to setSchedule's. Without a JIT, a call whose decode kernel no ahead-of-time directory has runs the other
-  /// schedule's kernel.
+  /// Forces a schedule on decode-sized calls (isDecodeCall) that name none. Unset (initially): the rules' schedules
+  /// for decode-sized calls first, then setSchedule's; empty: decode-sized calls are treated as any other call.
   void setDecodeSchedule(std::string schedule);
+  /// Strict schedule mode: a call whose first schedule (named, or preferred by the rules) has no kernel for it fails,
+  /// naming the schedule and the reason, instead of falling back with a log line. Initially on when
+  /// FLASHTILE_STRICT_SCHEDULE is set to anything but "" or "0".
+  void setStrictSchedule(bool strict);
   /// Whether `args` is decode-sized: at most kDecodeMaxSeqlenQ query rows a sequence (dense seqlenQ, varlen
   /// maxSeqlenQ), or a KV-cache call (only the decode schedule reads caches).
   static bool isDecodeCall(const AttentionArgs &args);
@@ -187,10 +219,15 @@ public:
   /// Checks `args`, selects or builds the kernel for this GPU and launches it on `stream` (asynchronous).
   Status forward(const AttentionArgs &args, CUstream stream = nullptr);
 
-  /// The spec forward() would ask for on this thread's GPU.
+  /// The spec forward() asks for first on this thread's GPU (the first schedule it tries).
   StatusOr<KernelSpec> specFor(const AttentionArgs &args);
   /// The spec for `arch` (one of kSupportedArchs); needs no GPU.
   StatusOr<KernelSpec> specFor(const AttentionArgs &args, const std::string &arch) const;
+  /// Which kernel forward() runs for `args` on this thread's GPU and why, found as forward() finds it (the JIT builds
+  /// what the caches lack; a fallback logs its line once); nothing is launched. Errors are forward()'s.
+  StatusOr<ScheduleChoice> explain(const AttentionArgs &args);
+  /// The same for `arch` (one of kSupportedArchs); needs no GPU.
+  StatusOr<ScheduleChoice> explain(const AttentionArgs &args, const std::string &arch);
   /// The shape class of a call (see kShapeClasses): kShortShapeClass when its sequences have at most
   /// kShortSeqlen query rows and key rows on average (dense: seqlenQ and seqlenK; varlen: over the batch's
   /// sequences, total_q / batch and total_k / batch), else kDefaultShapeClass.

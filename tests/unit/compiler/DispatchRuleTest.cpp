@@ -1,0 +1,50 @@
+// DispatchRuleTest.cpp — the built-in schedules' dispatch rules as the JIT hands them to the runtime and as their
+// kernels record them: fa3 first on sm_90a, fa2 elsewhere, decode first for decode-sized calls, fa1 only when named.
+// tests/unit/runtime's test::dispatchRules() writes the same rules out as data for the runtime's own tests.
+#include "examples/variants/Variants.h"
+#include "jit/Jit.h"
+
+#include <gtest/gtest.h>
+
+using namespace flashtile;
+
+namespace {
+
+using Order = std::vector<std::string>;
+
+TEST(DispatchRules, TheBuiltInSchedulesRankCallsAsTheDesignSays) {
+  const std::vector<DispatchRule> rules = jit::Jit().dispatchRules();
+  EXPECT_EQ(defaultSchedules(rules, "sm_90a", false), (Order{"fa3", "fa2"}));
+  EXPECT_EQ(defaultSchedules(rules, "sm_90a", true), (Order{"decode", "fa3", "fa2"}));
+  for (const char *arch : {"sm_80", "sm_100a"}) {
+    EXPECT_EQ(defaultSchedules(rules, arch, false), (Order{"fa2"})) << arch;
+    EXPECT_EQ(defaultSchedules(rules, arch, true), (Order{"decode", "fa2"})) << arch;
+  }
+}
+
+/// The manifest fields of `schedule`'s kernel of the "none" variant on `arch` (printed, not compiled by NVRTC).
+KernelInfo kernelOf(const std::string &schedule, const std::string &arch, int headDim) {
+  jit::CompileOptions options;
+  options.headDim = options.headDimV = headDim;
+  options.schedule.schedule = schedule;
+  options.schedule.arch = arch;
+  StatusOr<jit::CompileResult> result = jit::compile(*variants::byName("none"), options, jit::Stage::Cuda);
+  EXPECT_TRUE(result.ok()) << result.status().message();
+  return result.ok() ? result->info : KernelInfo();
+}
+
+TEST(DispatchRules, KernelsRecordTheirSchedulesRule) {
+  KernelInfo fa3 = kernelOf("fa3", "sm_90a", 128);
+  EXPECT_EQ(fa3.defaultFor, DefaultCalls::All);
+  EXPECT_EQ(fa3.preferredOver, (Order{"fa2"}));
+  EXPECT_EQ(fa3.dispatchRule().schedule, "fa3");
+  KernelInfo fa2 = kernelOf("fa2", "sm_90a", 96);
+  EXPECT_EQ(fa2.defaultFor, DefaultCalls::All);
+  EXPECT_TRUE(fa2.preferredOver.empty());
+  EXPECT_EQ(kernelOf("decode", "sm_80", 128).defaultFor, DefaultCalls::Decode);
+  KernelInfo fa1 = kernelOf("fa1", "sm_80", 64);
+  EXPECT_EQ(fa1.defaultFor, DefaultCalls::None);
+  EXPECT_TRUE(fa1.preferredOver.empty());
+}
+
+} // namespace
