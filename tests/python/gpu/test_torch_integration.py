@@ -83,7 +83,7 @@ def test_warm_path_matches_the_checked_path():
         q, k, v = qkv(seqlen_q=300, seqlen_k=500)
         flashtile.flash_attn_func(q, k, v, **flags)
         key = interface._dense_key(q, k, v, 0.0, flags.get("softmax_scale"), flags.get("causal", False),
-                                   flags.get("window_size", (-1, -1)), flags.get("softcap", 0.0))
+                                   flags.get("window_size", (-1, -1)), flags.get("softcap", 0.0), None, False)
         assert key in interface._prepared, f"{flags}: the call shape was not filed"
         q2, k2, v2 = (torch.randn_like(t) for t in (q, k, v))
         warm, lse, _ = flashtile.flash_attn_func(q2, k2, v2, return_attn_probs=True, **flags)
