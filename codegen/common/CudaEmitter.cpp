@@ -35,6 +35,12 @@
 using namespace mlir;
 using namespace flashtile::tile;
 
+// The IR's shape classes are the runtime's (kShapeClasses), in the same order: the runtime picks a call's class and
+// finds the kernel of that name, which emitCuda writes from the IR's. The names are compared by a unit test
+// (ShapeClassNamesAreTheRuntimes).
+static_assert(getMaxEnumValForShapeClass() + 1 == flashtile::kShapeClasses.size(),
+              "tile::ShapeClass and the runtime's kShapeClasses list different classes");
+
 namespace flashtile::codegen {
 namespace {
 

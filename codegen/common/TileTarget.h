@@ -9,6 +9,7 @@
 #define FLASHTILE_CODEGEN_COMMON_TILETARGET_H
 
 #include "codegen/common/CudaWriter.h"
+#include "passes/Target/TargetFamily.h"
 
 #include <cstdint>
 #include <optional>
@@ -18,45 +19,10 @@
 
 namespace flashtile::codegen {
 
-/// How a block's query rows are spread over the warps that compute them: #tile.schedule's warpLayout (the IR's
-/// WarpLayout, passes/IR/TileEnums.td, named alike), the schedule's decision. A target prints the layouts it knows
-/// and its family's checkShape rejects the others.
-enum class WarpLayout {
-  SplitQ,    ///< each computing warp owns warpRows query rows of its own (FA2's split-Q)
-  SplitKeys, ///< every computing warp holds all blockM rows and takes its share of each K/V tile's keys
-};
-
-/// The IR's keyword of `layout` ("split_q"), for messages.
-inline const char *warpLayoutName(WarpLayout layout) {
-  switch (layout) {
-  case WarpLayout::SplitQ:
-    return "split_q";
-  case WarpLayout::SplitKeys:
-    return "split_keys";
-  }
-  return "?";
-}
-
-/// The scheduled tile shape of one kernel, from the tile.func and its #tile.schedule.
-struct KernelShape {
-  std::string dtype;      ///< "bf16" or "f16"
-  int headDim = 0;        ///< Q/K head dim
-  int headDimV = 0;       ///< V/O head dim
-  int blockM = 0;         ///< query rows of a thread block
-  int blockN = 0;         ///< keys of a K/V tile
-  int warps = 0;          ///< warps of a thread block
-  int stages = 1;         ///< shared-memory buffers per K/V operand: tile j in buffer j % stages
-  int minBlocksPerSm = 0; ///< occupancy request to the register allocator (0: none)
-  WarpLayout warpLayout = WarpLayout::SplitQ; ///< how the rows are spread over the computing warps
-  int warpRows = 0;                           ///< query rows a computing warp holds (blockM / warpRows warps compute)
-  /// GQA packing (the func's `tile.pack_query_heads`): row r of a block is query row r / G of query head
-  /// hKv·G + r % G, G = headsQ / headsKv, for the block's K/V head hKv (blockKvHead); the printer declares
-  /// `headsPerKv` (G) and `blockKvHead`, and the rows of a block's sequence are p.seqlenQ·G.
-  bool packQueryHeads = false;
-  /// The program reads a KV cache (`tile.kv_cache`, passes/IR/TileKvCache.h): the kernel parameters' kvCache 2 makes
-  /// K/V tile copies find each key row through the sequence's block-table row p.blockTable (KernelAbi.h).
-  bool kvCache = false;
-};
+/// The scheduled tile shape and the warp layout are the target interface's (passes/Target/TargetFamily.h).
+using target::KernelShape;
+using target::WarpLayout;
+using target::warpLayoutName;
 
 /// The tiles `tile.buffer`, `tile.copy_async` and `tile.load` name.
 enum class Operand { Q, K, V };
