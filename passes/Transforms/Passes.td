@@ -39,6 +39,20 @@ def TileSplitBoundary : Pass<"tile-split-boundary", "::flashtile::tile::FuncOp">
   }];
 }
 
+def TilePipelineCopies : Pass<"tile-pipeline-copies", "::flashtile::tile::FuncOp"> {
+  let summary = "Reads K/V tiles from shared-memory slots that asynchronous copies fill while the warps compute";
+  let description = [{
+    FlashAttention-2's software pipeline, on a scheduled program whose K/V loop segments are bounded and walked
+    descending (after tile-split-boundary): the buffers become values (`tile.buffer`: one slot for Q, `stages` for
+    K and V, #tile.schedule's), every tile is copied into its slot by a `tile.copy_async` that returns a token, each
+    `tile.wait` names the tokens it needs, and the loops carry the tokens of copies started for the next iteration.
+    With one slot per operand, V(j) is copied during Q·K(j)ᵀ and K(next) during P·V(j); with two, Q·Kᵀ also runs one
+    tile ahead (the loops carry the next tile's scores). O leaves through Q's slot, dead after the walk
+    (`tile.store o ... through`), unless O's rows are wider than Q's.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+}
+
 def TileLowerToTarget : Pass<"tile-lower-to-target", "::flashtile::tile::FuncOp"> {
   let summary = "Chooses the instructions that realize each tile op on a GPU architecture";
   let description = [{

@@ -39,6 +39,7 @@ echo "check-layering.sh rejects planted includes and namespace uses, and accepts
 
 expect_rejected check-schedule-folders.sh CMakeLists.txt 'add_library(planted STATIC schedules/fa1/Fa1Config.cpp)'
 expect_rejected check-schedule-folders.sh runtime/lib/Runtime.cpp '#include "schedules/fa1/Fa1Config.h"'
+expect_rejected check-schedule-folders.sh schedules/fa1/Fa1Schedule.cpp '#include "schedules/fa2/Fa2Pipeline.h"'
 expect_rejected check-schedule-folders.sh schedules/Registry.cpp ''
 bash "$here/check-schedule-folders.sh" "$root" >/dev/null
 echo "check-schedule-folders.sh rejects a schedule named outside its folder or unregistered, and accepts the tree"
