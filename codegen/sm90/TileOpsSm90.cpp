@@ -9,14 +9,14 @@
 //   copies         one TMA box per tile (cp.async.bulk.tensor.5d: the whole head dim of `rows` rows, 128-byte
 //                  swizzled), the descriptors in the kernel's second parameter
 //   Q·Kᵀ, P·V      wgmma m64nNk16: SS with Q and K from their slots, RS with P from registers and V from its slot
-// The register tiles of a consumer warp (its 16 rows: score, prob, acc, rowMax, rowSum) have the layout of the
-// sm80 family's with one m16 tile a warp — a wgmma accumulator is mma.sync's C fragment per warp — so the softmax,
-// masks, score mods, finalize and LSE are printed by the sm80 printer (sm80::createPrinter).
+// The register tiles of a consumer warp (its 16 rows: score, prob, acc, rowMax, rowSum) are in the C-fragment layout
+// with one m16 tile a warp — a wgmma accumulator is mma.sync's C fragment per warp — so the softmax, masks, score
+// mods, finalize and LSE are the common register-tile math (FragmentTiles.h), as for the sm80 family.
 //===----------------------------------------------------------------------===//
 #include "codegen/sm90/TileOpsSm90.h"
 #include "codegen/common/Concat.h"
-#include "codegen/sm80/PreludeSm80.h"
-#include "codegen/sm80/TileOpsSm80.h"
+#include "codegen/common/FragmentPrelude.h"
+#include "codegen/common/FragmentTiles.h"
 #include "codegen/sm90/InstructionsSm90.h"
 #include "codegen/sm90/PreludeSm90.h"
 
@@ -26,6 +26,10 @@
 namespace flashtile::codegen::sm90 {
 namespace {
 
+/// The namespace of the fragment primitives (FragmentPrelude.h) in these kernels, ahead of the family's own (sm90): the
+/// name they had when this family printed its register tiles with the sm80 family's printer, kept so that the
+/// generated CUDA stays byte-identical; a change that may alter it can give them a name of this family's.
+constexpr const char *kFragmentNamespace = "sm80";
 constexpr int kWarpSize = 32, kWarpgroupWarps = 4;
 /// Rows of an m64 wgmma accumulator a warp of the issuing warpgroup holds: the split-Q warpRows this family prints.
 constexpr int kRowsPerWarp = kWgmmaM / kWarpgroupWarps;
@@ -54,21 +58,19 @@ const char *operandName(Operand operand) {
 
 class TileTargetSm90 final : public TileTarget {
 public:
-  explicit TileTargetSm90(const KernelShape &shape) : shape(shape) {
+  explicit TileTargetSm90(const KernelShape &shape)
+      : shape(shape), fragments({kFragmentNamespace, shape.dtype, shape.packQueryHeads}) {
     consumerWarps = shape.blockM / shape.warpRows; // the schedule's split-Q over its computing role
-    KernelShape fragmentShape = shape;
-    fragmentShape.warps = consumerWarps; // one m16 tile a consumer warp
-    fragments = sm80::createPrinter(fragmentShape);
     bool bf16 = shape.dtype == "bf16";
     mmaType = bf16 ? "bf16" : "f16";
     const int widths[] = {shape.blockN, shape.headDimV};
-    preludeText = std::string(sm80::kPrelude) + ::flashtile::codegen::sm90::prelude(widths);
+    preludeText = fragmentPrelude(kFragmentNamespace) + ::flashtile::codegen::sm90::prelude(widths);
   }
 
   std::string_view prelude() const override { return preludeText; }
   std::string_view preludeNamespace() const override { return "sm90"; }
   std::vector<std::string> reservedNames() const override {
-    std::vector<std::string> names = fragments->reservedNames();
+    std::vector<std::string> names = fragments.reservedNames();
     for (const char *name : {"sm90",   "maps",   "smemRaw", "kQTileBytes", "qRow0",     "kRow0",   "tmaBatch",
                              "qAddr",  "kAddr",  "vAddr",   "slot",        "fullQ",     "fullK",   "fullV",
                              "emptyQ", "emptyK", "emptyV",  "fullWork",    "emptyWork", "workCell"})
@@ -85,45 +87,45 @@ public:
     w.line("#error \"sm90: tile.wait (cp.async groups) is the sm80 family's; sm90 waits on barriers\"");
   }
   void load(CudaWriter &w, Operand operand, const std::string &tile) override;
-  void initState(CudaWriter &w, const StateNames &st) override { fragments->initState(w, st); }
+  void initState(CudaWriter &w, const StateNames &st) override { fragments.initState(w, st); }
   void qk(CudaWriter &w, const std::string &kSlot, const std::string &scores) override;
   void carryScores(CudaWriter &w, const std::string &to, const std::string &from) override {
-    fragments->carryScores(w, to, from);
+    fragments.carryScores(w, to, from);
   }
-  void scale(CudaWriter &w, const std::string &s) override { fragments->scale(w, s); }
+  void scale(CudaWriter &w, const std::string &s) override { fragments.scale(w, s); }
   void scoreMod(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn,
                 KeyArg key) override {
-    fragments->scoreMod(w, s, kTile, fn, key);
+    fragments.scoreMod(w, s, kTile, fn, key);
   }
   void mask(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn, KeyArg key,
             bool readsInputs) override {
-    fragments->mask(w, s, kTile, fn, key, readsInputs);
+    fragments.mask(w, s, kTile, fn, key, readsInputs);
   }
   /// P stays fp32 in the scores until roundProbabilities: with the intra-warpgroup overlap the P·V that reads the
   /// probabilities (the previous tile's) is still in flight during this softmax.
   void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, const std::string &, bool foldScale,
                      int rescaleThreshold) override {
-    fragments->softmaxUpdateInScores(w, st, s, foldScale, rescaleThreshold);
+    fragments.softmaxUpdate(w, st, s, foldScale, rescaleThreshold);
   }
   void roundProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool carried) override {
     if (carried)
       w.comment(cat("the P·V that read ", p, " has completed: this tile's P goes there for the next iteration"));
-    fragments->packProbabilities(w, s, p, !carried);
+    fragments.packProbabilities(w, s, p, !carried);
   }
   void declareCarriedProbabilities(CudaWriter &w, const std::string &p) override {
     w.comment("P carried from one K/V iteration to the next one's P·V (A fragments, rounded)");
     w.line(cat("unsigned ", p, "[kMTiles][kBlockN / 16][4] = {};"));
   }
   void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) override {
-    fragments->rescale(w, st, onlyWhenMoved);
+    fragments.rescale(w, st, onlyWhenMoved);
   }
   void pv(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vSlot) override;
   void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) override {
-    fragments->finalize(w, st, sinkFn);
+    fragments.finalize(w, st, sinkFn);
   }
   /// O from the accumulator registers, or staged in this warp's rows of sQ (stmatrix) and written in whole rows.
   void storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) override;
-  void storeLse(CudaWriter &w) override { fragments->storeLse(w); }
+  void storeLse(CudaWriter &w) override { fragments.storeLse(w); }
   void storeSplit(CudaWriter &w, const StateNames &, const std::string &, bool) override {
     w.line("#error \"sm90: split-KV stores (tile.store_split) are printed by the sm80 family\"");
   }
@@ -158,7 +160,7 @@ private:
 
   KernelShape shape;
   int consumerWarps = 0;
-  std::unique_ptr<sm80::RegisterTiles> fragments;
+  FragmentTiles fragments;
   std::string mmaType, preludeText;
   std::vector<RoleInfo> roles;
   std::vector<BarrierInfo> barriers;
@@ -342,7 +344,7 @@ void TileTargetSm90::receiveWorkUnit(CudaWriter &w, int index, const std::string
 
 void TileTargetSm90::storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) {
   if (!stagedInQ) {
-    fragments->storeODirect(w, st);
+    fragments.storeODirect(w, st);
     return;
   }
   const char *pack = shape.dtype == "bf16" ? "sm90::warpgroup::packBf16x2" : "sm90::warpgroup::packF16x2";

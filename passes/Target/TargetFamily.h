@@ -39,14 +39,14 @@ inline const char *warpLayoutName(WarpLayout layout) {
 
 /// The scheduled tile shape of one kernel, from the tile.func and its #tile.schedule.
 struct KernelShape {
-  std::string dtype;      ///< "bf16" or "f16"
-  int headDim = 0;        ///< Q/K head dim
-  int headDimV = 0;       ///< V/O head dim
-  int blockM = 0;         ///< query rows of a thread block
-  int blockN = 0;         ///< keys of a K/V tile
-  int warps = 0;          ///< warps of a thread block
-  int stages = 1;         ///< shared-memory buffers per K/V operand: tile j in buffer j % stages
-  int minBlocksPerSm = 0; ///< occupancy request to the register allocator (0: none)
+  std::string dtype;                          ///< "bf16" or "f16"
+  int headDim = 0;                            ///< Q/K head dim
+  int headDimV = 0;                           ///< V/O head dim
+  int blockM = 0;                             ///< query rows of a thread block
+  int blockN = 0;                             ///< keys of a K/V tile
+  int warps = 0;                              ///< warps of a thread block
+  int stages = 1;                             ///< shared-memory buffers per K/V operand: tile j in buffer j % stages
+  int minBlocksPerSm = 0;                     ///< occupancy request to the register allocator (0: none)
   WarpLayout warpLayout = WarpLayout::SplitQ; ///< how the rows are spread over the computing warps
   int warpRows = 0;                           ///< query rows a computing warp holds (blockM / warpRows warps compute)
   /// GQA packing (the func's `tile.pack_query_heads`): row r of a block is query row r / G of query head

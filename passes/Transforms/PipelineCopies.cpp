@@ -227,8 +227,8 @@ struct TilePipelineCopiesPass : flashtile::tile::impl::TilePipelineCopiesBase<Ti
     }
   }
 
-  void pipelineQkAhead(ArrayRef<KvLoopOp> loops, MutableArrayRef<BodyLoads> bodies, const Buffers &buffers, LoadOp loadQ,
-                       Value highest, Value lowest) {
+  void pipelineQkAhead(ArrayRef<KvLoopOp> loops, MutableArrayRef<BodyLoads> bodies, const Buffers &buffers,
+                       LoadOp loadQ, Value highest, Value lowest) {
     Location loc = loadQ.getLoc();
     // Prologue, after the bounds: Q and the first K tile; once both landed, start V(first) and K(second) and
     // compute the first tile's scores.
@@ -292,4 +292,3 @@ struct TilePipelineCopiesPass : flashtile::tile::impl::TilePipelineCopiesBase<Ti
 };
 
 } // namespace
-
