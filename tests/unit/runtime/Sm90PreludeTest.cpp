@@ -1,7 +1,7 @@
 // Sm90PreludeTest.cpp — the sm90 device prelude (codegen/sm90/PreludeSm90.h) compiled by NVRTC for sm_90a, no GPU:
 // a translation unit that calls every primitive, ptxas included (a cubin, so inline-PTX operand errors surface);
-// every wgmma width the prelude can print; the sm80 prelude next to it in one unit and alone, unchanged; the
-// arch guard. When nvdisasm is available (FLASHTILE_NVDISASM, PATH, or the pip wheel unpacked by
+// every wgmma width the prelude can print; the fragment prelude (FragmentPrelude.h) next to it in one unit and
+// alone; the arch guard. When nvdisasm is available (FLASHTILE_NVDISASM, PATH, or the pip wheel unpacked by
 // scripts/sm90-sass.sh), the SASS is checked for HGMMA, UTMALDG/UTMASTG, SYNCS and USETMAXREG; otherwise that test
 // skips.
 #include "codegen/common/FragmentPrelude.h"
