@@ -98,7 +98,7 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // A program that is already pipelined is refused.
 tile.func @twice attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   // expected-error @-1 {{'tile.func' op is already pipelined}}
-  %kb = tile.buffer k : <tensor<?x64xbf16>, slots = 1>
+  %kb = tile.buffer k : <tensor<64x64xbf16>, slots = 1>
   %q = tile.load q : tensor<?x64xbf16>
   %st0_m, %st0_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
   %o, %lse = tile.finalize %st0_m, %st0_acc : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
