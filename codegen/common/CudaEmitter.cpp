@@ -862,7 +862,7 @@ void KernelPrinter::printSequence() {
       w.comment("GQA packing: grid.y runs over K/V heads; the block's rows are its headsPerKv query heads x the query");
       w.comment("rows (row r: query row r / headsPerKv of head blockKvHead·headsPerKv + r % headsPerKv), so K/V are");
       w.comment("read once per group. blockHead, the group's first query head, is what a KV-range rule would see");
-      w.comment("(the decode schedule packs only programs whose rules do not read the head).");
+      w.comment("(rows are packed only in programs whose rules do not read the head).");
       w.line("const int qTile = gridDim.x / params.numSplits - 1 - blockIdx.x / params.numSplits, blockBatch = "
              "blockIdx.z, blockKvHead = blockIdx.y;");
       w.line("const int headsPerKv = params.headsQ / params.headsKv, blockHead = blockKvHead * headsPerKv;");

@@ -24,9 +24,10 @@ struct TileLowerToTargetPass : flashtile::tile::impl::TileLowerToTargetBase<Tile
 
   void runOnOperation() override {
     FuncOp func = getOperation();
-    std::optional<std::string> canonical = target::canonicalArch(arch);
+    const std::string archName = arch.empty() ? schedule::Request{}.arch : std::string(arch);
+    std::optional<std::string> canonical = target::canonicalArch(archName);
     if (!canonical) {
-      func.emitOpError() << target::unknownArchMessage(arch);
+      func.emitOpError() << target::unknownArchMessage(archName);
       return signalPassFailure();
     }
     ScheduleAttr scheduleAttr = func.getScheduleAttr();

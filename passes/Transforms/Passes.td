@@ -24,7 +24,7 @@ def TileApplySchedule : Pass<"tile-apply-schedule", "::flashtile::tile::FuncOp">
     `tile.softmax_update` as `rescale_threshold`.
   }];
   let options = [
-    Option<"scheduleName", "schedule", "std::string", /*default=*/"\"fa2\"", "the name of a registered schedule (schedules/Registry.cpp registers the built-in ones)">,
+    Option<"scheduleName", "schedule", "std::string", /*default=*/"", "the name of a registered schedule (schedules/Registry.cpp registers the built-in ones); unset: the default request's (schedule::Request, ScheduleRegistry.h)">,
     ListOption<"knobs", "options", "std::string", "the schedule's knobs as name=value items, e.g. options=block-m=64,warps=4 (unset knobs take the schedule's defaults)">,
     Option<"shapeClass", "shape-class", "std::string", /*default=*/"\"default\"", "the shapes the kernel is for: default (any) or short (at most 1024 query and key rows per sequence on average); a class whose configuration equals the default class's is scheduled as default">,
   ];
@@ -62,7 +62,7 @@ def TileLowerToTarget : Pass<"tile-lower-to-target", "::flashtile::tile::FuncOp"
     architecture's limit), and records `#tile.target<arch, isa>`.
   }];
   let options = [
-    Option<"arch", "arch", "std::string", /*default=*/"\"sm_80\"", "sm_80, sm_86, sm_87, sm_89, sm_90(a), sm_100(a)">,
+    Option<"arch", "arch", "std::string", /*default=*/"", "an architecture name users may write (kArchAliases, runtime/ArchNames.h); unset: the default request's (schedule::Request, ScheduleRegistry.h)">,
   ];
 }
 
