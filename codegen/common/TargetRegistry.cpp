@@ -28,6 +28,16 @@ void registerTarget(std::unique_ptr<TargetFamily> family) {
   target::registerTarget(std::move(family));
 }
 
+void unregisterTarget(std::string_view name) {
+  {
+    Printers &p = printers();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    if (auto it = p.families.find(name); it != p.families.end())
+      p.families.erase(it);
+  }
+  target::unregisterTarget(name);
+}
+
 const TargetFamily *lookupTarget(std::string_view name) {
   Printers &p = printers();
   std::lock_guard<std::mutex> lock(p.mutex);

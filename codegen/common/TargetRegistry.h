@@ -31,6 +31,8 @@ public:
 
 /// Registers `family` with the target registry (passes/Target/TargetFamily.h), its printer with it.
 void registerTarget(std::unique_ptr<TargetFamily> family);
+/// Removes the family named `name` from both registries (tests that register one of their own take it out again).
+void unregisterTarget(std::string_view name);
 /// The family named `name` with its printer, or null.
 const TargetFamily *lookupTarget(std::string_view name);
 

@@ -65,8 +65,8 @@ public:
   }
 
   void setup(CudaWriter &w, const std::vector<Operand> &copied) override;
-  void copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) override;
-  void wait(CudaWriter &w, const std::vector<Operand> &operands, int64_t newerCopies) override;
+  bool copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) override;
+  bool wait(CudaWriter &w, const std::vector<Operand> &operands, int64_t newerCopies) override;
   void load(CudaWriter &w, Operand operand, const std::string &tile) override;
   bool rotateQ(CudaWriter &w, bool interleaved, bool perRow) override;
   void initState(CudaWriter &w, const StateNames &st) override { fragments.initState(w, st); }
@@ -99,8 +99,8 @@ public:
   }
   void storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) override;
   void storeLse(CudaWriter &w) override { fragments.storeLse(w); }
-  void storeSplit(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool stagedInQ) override;
-  void combineRow(CudaWriter &w, const std::string &sinkFn) override;
+  bool storeSplit(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool stagedInQ) override;
+  bool combineRow(CudaWriter &w, const std::string &sinkFn) override;
 
 private:
   /// The C names of one operand's tile: shared buffer, global base, rows, sequence length, row stride, width.
@@ -359,7 +359,7 @@ std::string TileTargetSm80::bufferAddress(Operand operand, const std::string &ti
              ")");
 }
 
-void TileTargetSm80::copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) {
+bool TileTargetSm80::copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) {
   OperandNames n = names(operand);
   std::string call = cat(n.copy, "(", tile, ");");
   w.comment(cat("start copying ", n.name, operand == Operand::Q ? "" : cat(" tile ", tile), " into ", n.smem,
@@ -369,9 +369,10 @@ void TileTargetSm80::copyAsync(CudaWriter &w, Operand operand, const std::string
   if (!pred.empty())
     w.line("  " + call);
   w.line("sm80::cpAsyncCommit();");
+  return true;
 }
 
-void TileTargetSm80::wait(CudaWriter &w, const std::vector<Operand> &operands, int64_t newerCopies) {
+bool TileTargetSm80::wait(CudaWriter &w, const std::vector<Operand> &operands, int64_t newerCopies) {
   std::string waited;
   for (size_t i = 0; i < operands.size(); ++i)
     waited += cat(i == 0 ? "" : i + 1 == operands.size() ? " and " : ", ", names(operands[i]).name);
@@ -386,6 +387,7 @@ void TileTargetSm80::wait(CudaWriter &w, const std::vector<Operand> &operands, i
   w.comment("done with the buffers the next copies overwrite");
   w.line(cat("sm80::cpAsyncWait<", newerCopies, ">();"));
   w.line("__syncthreads();");
+  return true;
 }
 
 void TileTargetSm80::load(CudaWriter &w, Operand operand, const std::string &tile) {
@@ -612,7 +614,7 @@ void TileTargetSm80::storeO(CudaWriter &w, const StateNames &st, bool stagedInQ)
   w.close();
 }
 
-void TileTargetSm80::storeSplit(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool stagedInQ) {
+bool TileTargetSm80::storeSplit(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool stagedInQ) {
   w.comment("---- store_split: one split (p.numSplits == 1) stores O and LSE itself; more store fp32 partials ----");
   w.open("if (p.numSplits == 1)");
   if (!sinkFn.empty()) {
@@ -668,9 +670,10 @@ void TileTargetSm80::storeSplit(CudaWriter &w, const StateNames &st, const std::
     w.close();
   });
   w.close();
+  return true;
 }
 
-void TileTargetSm80::combineRow(CudaWriter &w, const std::string &sinkFn) {
+bool TileTargetSm80::combineRow(CudaWriter &w, const std::string &sinkFn) {
   // Latency, not bandwidth, is the combine's cost (a row's partials are a few KiB): every load a lane makes is
   // issued in as few dependent rounds as possible — the LSEs in one, the partial O rows eight splits at a time.
   const int headDimV = static_cast<int>(shape.headDimV);
@@ -768,6 +771,7 @@ void TileTargetSm80::combineRow(CudaWriter &w, const std::string &sinkFn) {
   w.line("if (threadIdx.x == 0)");
   w.line("  p.lse[b * p.lseBatchStride + h * p.lseHeadStride + q] = sum == 0.f ? sm80::kNegInf : "
          "(maxUsed + log2f(sum)) * sm80::kLn2;");
+  return true;
 }
 
 class FamilySm80 final : public TargetFamily {

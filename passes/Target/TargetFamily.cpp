@@ -47,6 +47,13 @@ void registerTarget(std::unique_ptr<TargetFamily> family) {
   assert(added && "two target families registered under one name");
 }
 
+void unregisterTarget(std::string_view name) {
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (auto it = r.families.find(name); it != r.families.end())
+    r.families.erase(it);
+}
+
 const TargetFamily *lookupTarget(std::string_view name) {
   Registry &r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);

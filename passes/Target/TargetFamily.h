@@ -100,6 +100,8 @@ const ArchLimits *archLimits(const TargetFamily &family, std::string_view arch);
 /// Registers `family` under its name (codegen::registerTarget does, with its printer); a second family with the same
 /// name is an internal error (asserted).
 void registerTarget(std::unique_ptr<TargetFamily> family);
+/// Removes the family named `name` (tests that register one of their own take it out again).
+void unregisterTarget(std::string_view name);
 /// The family named `name`, or null.
 const TargetFamily *lookupTarget(std::string_view name);
 /// Registered family names, sorted.

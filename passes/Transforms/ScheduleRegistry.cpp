@@ -205,9 +205,9 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   tile::ScheduleAttr schedule = func.getScheduleAttr();
   assert(schedule && "kernelShapeOf needs a scheduled program");
   target::KernelShape shape{func.getDtype().isBF16() ? "bf16" : "f16", static_cast<int>(func.getHeadDim()),
-                             static_cast<int>(func.getHeadDimV()),      static_cast<int>(schedule.getBlockM()),
-                             static_cast<int>(schedule.getBlockN()),    static_cast<int>(schedule.getWarps()),
-                             static_cast<int>(schedule.getStages()),    static_cast<int>(schedule.getMinBlocksPerSm())};
+                            static_cast<int>(func.getHeadDimV()),      static_cast<int>(schedule.getBlockM()),
+                            static_cast<int>(schedule.getBlockN()),    static_cast<int>(schedule.getWarps()),
+                            static_cast<int>(schedule.getStages()),    static_cast<int>(schedule.getMinBlocksPerSm())};
   switch (schedule.getWarpLayout()) {
   case tile::WarpLayout::SplitQ:
     shape.warpLayout = target::WarpLayout::SplitQ;
