@@ -130,9 +130,9 @@ char *flashtile_compile_variant(const char *variant, const char *stage, int dtyp
     if (!supportsHeadDims(head_dim, headDimV))
       return Status::error("head_dim/head_dim_v: " + std::to_string(head_dim) + "/" + std::to_string(headDimV) +
                            " is not supported; accepted: " + supportedHeadDimsText());
-    std::string archName = arch ? arch : "sm_90a";
+    std::string archName = arch ? arch : std::string(kDefaultCompileArch);
     if (std::find(kSupportedArchs.begin(), kSupportedArchs.end(), archName) == kSupportedArchs.end())
-      return Status::error("arch: '" + archName + "' is not one of sm_80, sm_90a, sm_100a");
+      return Status::error("arch: '" + archName + "' is not one of " + supportedArchsText());
     jit::CompileOptions options;
     options.dtype = dtype == FLASHTILE_BF16 ? ElementType::BF16 : ElementType::F16;
     options.headDim = head_dim;

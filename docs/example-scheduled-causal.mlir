@@ -1,6 +1,6 @@
 // docs/example-program-causal.mlir after the FA2 passes with stages = 2 (two K/V slots, Q·Kᵀ one tile ahead):
 // flashtile-opt docs/example-program-causal.mlir --tile-verify-program --canonicalize \
-//   --tile-apply-schedule="options=stages=2" --tile-split-boundary --tile-fa2-pipeline \
+//   --tile-apply-schedule="options=stages=2" --tile-split-boundary --tile-pipeline-copies \
 //   --tile-lower-to-target=arch=sm_90a --canonicalize --cse
 // (= flashtile compile --variant causal --head-dim 64 --stages 2 --arch sm_90a --emit scheduled);
 // tests/lit/docs-examples.test checks that it parses, verifies and is still what those passes print.

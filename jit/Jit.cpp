@@ -85,7 +85,8 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
     auto knob = options.schedule.knobs.find(schedule::kKvCacheKnob);
     if (!schedule::hasKvCacheKnob(*schedule) || knob == options.schedule.knobs.end() || knob->second != 1)
       return Status::error("rotary embedding comes with the keys a KV-cache call appends: only KV-cache kernels "
-                           "rotate (the decode schedule with kv-cache = 1)");
+                           "rotate (those of a schedule with the " +
+                           std::string(schedule::kKvCacheKnob) + " option set to 1)");
   }
 
   mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);

@@ -35,6 +35,12 @@
 using namespace mlir;
 using namespace flashtile::tile;
 
+// The IR's shape classes are the runtime's (kShapeClasses), in the same order: the runtime picks a call's class and
+// finds the kernel of that name, which emitCuda writes from the IR's. The names are compared by a unit test
+// (ShapeClassNamesAreTheRuntimes).
+static_assert(getMaxEnumValForShapeClass() + 1 == flashtile::kShapeClasses.size(),
+              "tile::ShapeClass and the runtime's kShapeClasses list different classes");
+
 namespace flashtile::codegen {
 namespace {
 
@@ -398,7 +404,7 @@ public:
   void printWorkTile(const std::string &work);
   /// The unit of tile `count` of a dynamic tile.work_loop (taken from the launch's counter, or received from the
   /// taking role through the work queue) as qTile, blockBatch and blockHead; the loop ends past the last unit.
-  void printDynamicWorkTile(WorkLoopOp loop, const std::string &count);
+  LogicalResult printDynamicWorkTile(WorkLoopOp loop, const std::string &count);
   /// p.splitBegin/splitEnd of a kernel that does not split its keys, when the program reads them.
   void printUnsplit();
   /// Whether the kernel is persistent (tile.work_loop): its blocks decode their tiles in the loop.
@@ -416,7 +422,27 @@ public:
 private:
   void assignNames();
   LogicalResult printBlock(Block &block);
+  /// One op: scalar code here, tile ops by family below (each family's ops, and only those, reach its printer).
   LogicalResult printOp(Operation *op);
+  /// The K/V loops (their rules and segments), a persistent block's work loop, and what a loop carries (yield).
+  LogicalResult printLoops(Operation *op);
+  /// The asynchronous pieces: roles, barrier waits and arrivals, copies, waits on copies and MMAs.
+  LogicalResult printAsync(Operation *op);
+  /// Tiles in and out: loads, the stores of O and LSE (whole or split), the state between K/V steps.
+  LogicalResult printLoadStore(Operation *op);
+  /// The GEMMs (Q·Kᵀ, P·V) and the variant's math on scores (scale, score_mod, mask).
+  LogicalResult printMath(Operation *op);
+  /// The online softmax: its state, its steps, rescaling and finalize.
+  LogicalResult printSoftmax(Operation *op);
+  /// A constant tile: the initial P a K/V loop carries (asynchronous MMAs only).
+  LogicalResult printConstantTile(arith::ConstantOp constant);
+  /// The C expression of `v`, or "" for a null value (an optional operand).
+  FailureOr<std::string> optionalOperand(Value v, Operation *user);
+  /// `op`, which the target's family does not print (`what`: what it does): an error naming the op, the schedule and
+  /// the family, instead of text in the kernel.
+  LogicalResult notPrinted(Operation *op, const Twine &what);
+  /// "the 'sm80' instruction family that schedule 'fa2' is lowered to", for errors.
+  std::string loweredTo();
   LogicalResult printKvRange(KvRangeOp range);
   LogicalResult printKvLoop(KvLoopOp loop);
   LogicalResult printKvWalk(KvWalkOp walk);
@@ -425,6 +451,9 @@ private:
   bool mmaTurnEdge(Operation *mma, bool first);
   /// Collects the program's roles and barriers (IR order) and names the barriers.
   void collectRoles();
+  /// Whether the target lays out the program's roles (TileTarget::checkRoles): an error on the role at fault, or the
+  /// function, otherwise.
+  LogicalResult checkRoles();
   /// The C expression of the index of the tile.slot that `load` reads (fa2: its tile index).
   FailureOr<std::string> slotOf(LoadOp load, Operation *user);
   /// The C expression of `v`, safe as an operand of any operator.
@@ -748,6 +777,8 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
   ScheduleAttr schedule = func.getScheduleAttr();
   // __launch_bounds__(threads[, min blocks per SM]): the second caps registers so that many blocks fit on an SM.
   collectRoles();
+  if (failed(checkRoles()))
+    return failure();
   std::string bounds = std::to_string(shape.warps * kWarpSize);
   // Roles change their register budgets (setmaxnreg), which needs the count at launch fixed: one block an SM.
   if (shape.minBlocksPerSm > 0 || !roles.empty())
@@ -788,6 +819,19 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
     return failure();
   w.close();
   return success();
+}
+
+LogicalResult KernelPrinter::checkRoles() {
+  if (roles.empty() && barriers.empty())
+    return success(); // no roles to lay out (setupRoles is not called either)
+  std::optional<RoleProblem> problem = target.checkRoles(roles);
+  if (!problem)
+    return success();
+  Operation *at = func;
+  for (auto [op, index] : roleIndex)
+    if (index == problem->role)
+      at = op;
+  return at->emitOpError() << problem->has << "; " << loweredTo() << " " << problem->needs;
 }
 
 void KernelPrinter::collectRoles() {
@@ -856,7 +900,7 @@ void KernelPrinter::printSequence() {
       w.comment("GQA packing: grid.y runs over K/V heads; the block's rows are its headsPerKv query heads x the query");
       w.comment("rows (row r: query row r / headsPerKv of head blockKvHead·headsPerKv + r % headsPerKv), so K/V are");
       w.comment("read once per group. blockHead, the group's first query head, is what a KV-range rule would see");
-      w.comment("(the decode schedule packs only programs whose rules do not read the head).");
+      w.comment("(rows are packed only in programs whose rules do not read the head).");
       w.line("const int qTile = gridDim.x / params.numSplits - 1 - blockIdx.x / params.numSplits, blockBatch = "
              "blockIdx.z, blockKvHead = blockIdx.y;");
       w.line("const int headsPerKv = params.headsQ / params.headsKv, blockHead = blockKvHead * headsPerKv;");
@@ -968,7 +1012,7 @@ void KernelPrinter::printWorkTile(const std::string &step) {
   w.line("const int blockBatch = pair / params.headsQ, blockHead = pair % params.headsQ;");
 }
 
-void KernelPrinter::printDynamicWorkTile(WorkLoopOp loop, const std::string &count) {
+LogicalResult KernelPrinter::printDynamicWorkTile(WorkLoopOp loop, const std::string &count) {
   w.comment(
       "---- the dynamic scheduler: unit u is Q tile qTiles - 1 - u / pairs of (batch, head) pair u % pairs (query");
   w.comment("head fastest), so the counter hands out the tiles with the most keys under a causal mask first, across");
@@ -988,14 +1032,16 @@ void KernelPrinter::printDynamicWorkTile(WorkLoopOp loop, const std::string &cou
     w.line("  break;");
     w.line("unit = atomicAdd(params.tileCounter, 1);");
     w.close();
-    target.publishWorkUnit(w, barrierIndex.lookup(loop.getQueueFull()), "unit");
-  } else {
-    target.receiveWorkUnit(w, barrierIndex.lookup(loop.getQueueFull()), count, "unit");
+    if (!target.publishWorkUnit(w, barrierIndex.lookup(loop.getQueueFull()), "unit"))
+      return notPrinted(loop, "takes its work tiles from a work queue (the dynamic scheduler)");
+  } else if (!target.receiveWorkUnit(w, barrierIndex.lookup(loop.getQueueFull()), count, "unit")) {
+    return notPrinted(loop, "receives its work tiles through a work queue (the dynamic scheduler)");
   }
   w.line("if (unit >= units)");
   w.line("  break;  // the launch's tiles are all taken");
   w.line("const int qTile = params.qTiles - 1 - unit / pairs, pair = unit % pairs;");
   w.line("const int blockBatch = pair / params.headsQ, blockHead = pair % params.headsQ;");
+  return success();
 }
 
 LogicalResult KernelPrinter::printWorkLoop(WorkLoopOp loop) {
@@ -1026,7 +1072,10 @@ LogicalResult KernelPrinter::printWorkLoop(WorkLoopOp loop) {
   for (auto [arg, name] : llvm::zip(loop.getCarriedArgs(), carried))
     scalars.bind(arg, name);
   if (loop.isDynamic()) {
-    printDynamicWorkTile(loop, count);
+    if (failed(printDynamicWorkTile(loop, count))) {
+      names.pop();
+      return failure();
+    }
     w.separate();
     printSequenceView();
   } else {
@@ -1094,7 +1143,8 @@ LogicalResult KernelPrinter::printCombineKernel(StringRef entry) {
   w.line("const int b = blockBatch, h = blockHead, q = blockIdx.x * kRows;");
   w.line("if (q >= p.seqlenQ)");
   w.line("  return;  // past the (varlen: this sequence's) query rows");
-  target.combineRow(w, sinkFn);
+  if (!target.combineRow(w, sinkFn))
+    return notPrinted(store, "splits the key range, whose partials a combine kernel merges");
   w.close();
   return success();
 }
@@ -1222,17 +1272,8 @@ bool feedsLoopBound(Value v) {
 }
 
 LogicalResult KernelPrinter::printOp(Operation *op) {
-  if (auto constant = dyn_cast<arith::ConstantOp>(op); constant && isa<RankedTensorType>(constant.getType())) {
-    if (!asyncProtocol || !llvm::all_of(op->getUsers(), [](Operation *user) { return isa<KvLoopOp>(user); }))
-      return op->emitOpError() << "is a constant tile; the CUDA printer takes one only as the initial P a K/V loop "
-                                  "carries, on a target with asynchronous MMAs";
-    FailureOr<std::string> p = registers(constant.getResult(), op);
-    if (failed(p))
-      return failure();
-    target.declareCarriedProbabilities(w, *p);
-    w.separate();
-    return success();
-  }
+  if (auto constant = dyn_cast<arith::ConstantOp>(op); constant && isa<RankedTensorType>(constant.getType()))
+    return printConstantTile(constant);
   if (ScalarEmitter::isScalarOp(op)) {
     if (!boundsCommented && isa<FuncOp, WorkLoopOp>(op->getParentOp()) && scalars.declares(op) &&
         feedsLoopBound(op->getResult(0))) {
@@ -1251,314 +1292,16 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
     prev = prev->getPrevNode();
   if (prev && ScalarEmitter::isScalarOp(prev) && !llvm::is_contained(op->getOperands(), prev->getResult(0)))
     w.separate();
-  auto index = [&](Value v) -> FailureOr<std::string> {
-    if (!v)
-      return std::string();
-    return operand(v, op);
-  };
   LogicalResult result =
       llvm::TypeSwitch<Operation *, LogicalResult>(op)
-          .Case([&](KvRangeOp range) { return printKvRange(range); })
-          .Case([&](KvLoopOp loop) { return printKvLoop(loop); })
-          .Case([&](KvWalkOp walk) { return printKvWalk(walk); })
-          .Case([&](WorkLoopOp loop) { return printWorkLoop(loop); })
-          .Case([&](RoleOp role) -> LogicalResult {
-            int i = roleIndex.lookup(role);
-            target.openRole(w, i);
-            names.push();
-            LogicalResult printed = printBlock(role.getBody().front());
-            names.pop();
-            target.closeRole(w, i);
-            return printed;
-          })
-          .Case([&](BarrierWaitOp wait) -> LogicalResult {
-            FailureOr<std::string> position = index(wait.getPosition());
-            if (failed(position))
-              return failure();
-            target.barrierWait(w, barrierIndex.lookup(wait.getBarrier()), *position);
-            return success();
-          })
-          .Case([&](BarrierArriveOp arrive) -> LogicalResult {
-            FailureOr<std::string> position = index(arrive.getPosition());
-            if (failed(position))
-              return failure();
-            target.barrierArrive(w, barrierIndex.lookup(arrive.getBarrier()), *position);
-            return success();
-          })
-          .Case([&](MmaWaitOp wait) -> LogicalResult {
-            for (Value token : wait.getTokens()) {
-              Operation *mma = token.getDefiningOp();
-              if (!isa_and_nonnull<QkOp, PvOp>(mma))
-                return wait.emitOpError() << "waits on a token that no tile.qk or tile.pv in this scope produced; the "
-                                             "CUDA printer retires each MMA where it is issued";
-              // MMAs issued after this one (in this block, before the wait) and not waited on yet stay in flight.
-              int newer = 0;
-              if (mma->getBlock() == op->getBlock())
-                for (Operation *at = mma->getNextNode(); at && at != op; at = at->getNextNode()) {
-                  Value later = isa<QkOp>(at) ? cast<QkOp>(at).getToken()
-                                : isa<PvOp>(at) ? cast<PvOp>(at).getToken() : Value();
-                  bool waited = later && llvm::any_of(later.getUsers(), [&](Operation *user) {
-                    return isa<MmaWaitOp>(user) && user->getBlock() == op->getBlock() && user->isBeforeInBlock(op);
-                  });
-                  newer += later && !waited;
-                }
-              if (auto pv = dyn_cast<PvOp>(mma)) {
-                FailureOr<const StateNames *> st = state(pv.getAcc(), pv);
-                FailureOr<std::string> p = registers(pv.getP(), pv);
-                if (failed(st) || failed(p))
-                  return failure();
-                target.mmaWait(w, MmaResult::Acc, (*st)->acc, *p, newer);
-              } else {
-                FailureOr<std::string> s = registers(cast<QkOp>(mma).getS(), mma);
-                if (failed(s))
-                  return failure();
-                target.mmaWait(w, MmaResult::Scores, *s, std::string(), newer);
-              }
-            }
-            return success();
-          })
-          .Case([&](YieldOp yield) -> LogicalResult {
-            // A K/V loop's state: the registers carry it over. Carried scores (the next tile's, from its tile.qk) move
-            // into the loop's; a carried P is rounded into the loop's P registers.
-            auto loop = dyn_cast<KvLoopOp>(yield->getParentOp());
-            if (!loop)
-              return success();
-            for (auto [arg, value] : llvm::zip(loop.getCarriedArgs(), yield.getValues().drop_front(2))) {
-              auto qk = value.getDefiningOp<QkOp>();
-              auto update = value.getDefiningOp<SoftmaxUpdateOp>();
-              if (!qk && !update)
-                continue;
-              FailureOr<std::string> to = registers(arg, op);
-              FailureOr<std::string> from = registers(qk ? qk.getS() : update.getS(), op);
-              if (failed(to) || failed(from))
-                return failure();
-              if (qk)
-                target.carryScores(w, *to, *from);
-              else
-                target.roundProbabilities(w, *from, *to, /*carried=*/true);
-            }
-            return success();
-          })
-          .Case([&](InitStateOp init) -> LogicalResult {
-            FailureOr<const StateNames *> st = state(init.getAcc(), op);
-            if (failed(st))
-              return failure();
-            target.initState(w, **st);
-            return success();
-          })
-          .Case([&](StateLoadOp load) -> LogicalResult {
-            FailureOr<const StateNames *> st = state(load.getAcc(), op);
-            if (failed(st))
-              return failure();
-            if (!target.stateLoad(w, **st))
-              return load.emitOpError() << "reads the state from global memory (a K/V-step program); the "
-                                           "target's printer does not print it";
-            return success();
-          })
-          .Case([&](StateStoreOp store) -> LogicalResult {
-            FailureOr<const StateNames *> st = state(store.getAcc(), op);
-            if (failed(st))
-              return failure();
-            if (!target.stateStore(w, **st))
-              return store.emitOpError() << "writes the state to global memory (a K/V-step program); the "
-                                            "target's printer does not print it";
-            return success();
-          })
-          .Case([&](CopyAsyncOp copy) -> LogicalResult {
-            Operand which = operandOf(copy.getOperand());
-            FailureOr<std::string> tile = index(copy.getIndex());
-            FailureOr<CExpr> pred = copy.getPred() ? scalars.expr(copy.getPred(), op) : CExpr{};
-            if (failed(tile) || failed(pred) || failed(checkSlot(op, copy.getSlot(), copy.getIndex())))
-              return failure();
-            if (copy.getFull()) {
-              // A one-slot buffer (Q) has one slot at every ring position (a persistent block's Q: one a tile).
-              auto select = copy.getSlot().getDefiningOp<SlotOp>();
-              bool oneSlot = select.getBuffer().getType().getSlots() == 1;
-              if (!asyncProtocol || copy.getPred() ||
-                  (select.getIndex() ? select.getIndex() != copy.getPosition()
-                                     : !oneSlot && !matchPattern(copy.getPosition(), m_Zero())))
-                return copy.emitOpError() << "arrives on a barrier from a slot other than its ring position's, or "
-                                             "under a predicate, or on a family without barriers; the CUDA printer "
-                                             "copies into tile.slot %buf[%i] arriving on %full[%i]";
-              FailureOr<std::string> position = index(copy.getPosition());
-              if (failed(position))
-                return failure();
-              target.copyToSlot(w, which, *tile, *position, barrierIndex.lookup(copy.getFull()));
-              return success();
-            }
-            if (asyncProtocol && op->getParentOfType<RoleOp>())
-              return copy.emitOpError() << "copies inside a role without arriving on a barrier";
-            target.copyAsync(w, which, *tile, pred->text);
-            return success();
-          })
-          .Case([&](WaitOp wait) -> LogicalResult {
-            // Copies complete in the order they started (a target's copy groups): the wait covers its tokens
-            // once at most `newer` copies, started after the newest of them on any path here, stay in flight.
-            int64_t newer = std::numeric_limits<int64_t>::max();
-            std::vector<Operand> waited;
-            for (Value token : wait.getTokens()) {
-              FailureOr<int64_t> since = copiesSince(token, op);
-              if (failed(since))
-                return failure();
-              newer = std::min(newer, *since);
-              for (CopyAsyncOp copy : copiesBehind(token)) {
-                Operand which = operandOf(copy.getOperand());
-                if (!llvm::is_contained(waited, which))
-                  waited.push_back(which);
-              }
-            }
-            std::sort(waited.begin(), waited.end());
-            target.wait(w, waited, newer);
-            return success();
-          })
-          .Case([&](LoadOp load) -> LogicalResult {
-            Operand which = operandOf(load.getOperand());
-            FailureOr<std::string> tile = index(load.getIndex());
-            if (failed(tile))
-              return failure();
-            if (!load.getSlot())
-              return load.emitOpError() << "reads global memory directly; the CUDA printer reads tiles from the "
-                                           "shared-memory slots a pipeline filled (tile.load ... from %slot)";
-            if (failed(checkSlot(op, load.getSlot(), load.getIndex())))
-              return failure();
-            if (load.getPred()) {
-              FailureOr<CExpr> pred = scalars.expr(load.getPred(), op);
-              if (failed(pred))
-                return failure();
-              w.comment("unless " + pred->text + ", there is no tile " + *tile +
-                        ": what follows reads a stale buffer and its result is never used");
-            }
-            if (std::optional<Rotary> rotary = rotaryOf(load);
-                rotary && !target.rotateQ(w, rotary->interleaved, rotary->perRow))
-              return load.emitOpError() << "rotates Q (" << kRotaryAttr << "), which the "
-                                        << func.getTargetAttr().getIsa() << " printer does not do";
-            target.load(w, which, *tile);
-            return success();
-          })
-          .Case([&](QkOp qk) -> LogicalResult {
-            auto q = qk.getQ().getDefiningOp<LoadOp>();
-            if (!q || q.getOperand() != tile::Operand::Q)
-              return qk.emitOpError() << "takes a Q operand that is not tile.load q";
-            auto kLoad = qk.getK().getDefiningOp<LoadOp>();
-            if (!kLoad || kLoad.getOperand() != tile::Operand::K)
-              return qk.emitOpError() << "takes a K operand that is not tile.load k";
-            FailureOr<std::string> kTile = slotOf(kLoad, op);
-            FailureOr<std::string> s = registers(qk.getS(), op);
-            if (failed(kTile) || failed(s))
-              return failure();
-            if (mmaTurnEdge(op, /*first=*/true))
-              target.mmaTurn(w, /*begin=*/true);
-            target.qk(w, *kTile, *s);
-            if (mmaTurnEdge(op, /*first=*/false))
-              target.mmaTurn(w, /*begin=*/false);
-            return success();
-          })
-          .Case([&](ScaleOp scale) -> LogicalResult {
-            FailureOr<std::string> s = registers(scale.getS(), op);
-            if (failed(s))
-              return failure();
-            target.scale(w, *s);
-            return success();
-          })
-          .Case([&](ScoreModOp mod) -> LogicalResult {
-            FailureOr<std::string> kTile = kTileOf(mod.getS(), op);
-            FailureOr<std::string> s = registers(mod.getS(), op);
-            if (failed(kTile) || failed(s))
-              return failure();
-            target.scoreMod(w, *s, *kTile, functionOf.lookup(op), keyArgOf(mod.getBody()));
-            return success();
-          })
-          .Case([&](MaskOp mask) -> LogicalResult {
-            FailureOr<std::string> kTile = kTileOf(mask.getS(), op);
-            FailureOr<std::string> s = registers(mask.getS(), op);
-            if (failed(kTile) || failed(s))
-              return failure();
-            bool readsInputs = mask.getBody().walk([](InputOp) { return WalkResult::interrupt(); }).wasInterrupted();
-            target.mask(w, *s, *kTile, functionOf.lookup(op), keyArgOf(mask.getBody()), readsInputs);
-            return success();
-          })
-          .Case([&](SoftmaxUpdateOp update) -> LogicalResult {
-            if (cast<RankedTensorType>(update.getP().getType()).getElementType() != func.getDtype())
-              return update.emitOpError() << "rounds P to a type other than the program's dtype " << func.getDtype()
-                                          << "; the CUDA printer feeds P to the same MMA as V";
-            FailureOr<const StateNames *> st = state(update.getStats(), op);
-            FailureOr<std::string> s = registers(update.getS(), op), p = registers(update.getP(), op);
-            if (failed(st) || failed(s) || failed(p))
-              return failure();
-            target.softmaxUpdate(w, **st, *s, *p, update.getFoldScale(), update.getRescaleThreshold().value_or(0));
-            return success();
-          })
-          .Case([&](RescaleOp rescale) -> LogicalResult {
-            FailureOr<const StateNames *> st = state(rescale.getAcc(), op);
-            if (failed(st))
-              return failure();
-            auto update = rescale.getAlpha().getDefiningOp<SoftmaxUpdateOp>();
-            target.rescale(w, **st, update && update.getRescaleThreshold());
-            return success();
-          })
-          .Case([&](PvOp pv) -> LogicalResult {
-            auto v = pv.getV().getDefiningOp<LoadOp>();
-            auto carriedP = dyn_cast<BlockArgument>(pv.getP());
-            bool pCarried = asyncProtocol && carriedP && isa<KvLoopOp>(carriedP.getOwner()->getParentOp());
-            if (!v || v.getOperand() != tile::Operand::V || !v.getIndex() ||
-                !(pv.getP().getDefiningOp<SoftmaxUpdateOp>() || pCarried))
-              return pv.emitOpError() << "needs P from tile.softmax_update (or carried by the loop, on a target with "
-                                         "asynchronous MMAs) and V from tile.load v[index]";
-            FailureOr<std::string> vSlot = slotOf(v, op);
-            FailureOr<const StateNames *> st = state(pv.getAcc(), op);
-            FailureOr<std::string> p = registers(pv.getP(), op);
-            if (failed(vSlot) || failed(st) || failed(p))
-              return failure();
-            if (auto update = pv.getP().getDefiningOp<SoftmaxUpdateOp>()) {
-              FailureOr<std::string> s = registers(update.getS(), op);
-              if (failed(s))
-                return failure();
-              target.roundProbabilities(w, *s, *p, /*carried=*/false);
-            }
-            if (mmaTurnEdge(op, /*first=*/true))
-              target.mmaTurn(w, /*begin=*/true);
-            target.pv(w, **st, *p, *vSlot);
-            if (mmaTurnEdge(op, /*first=*/false))
-              target.mmaTurn(w, /*begin=*/false);
-            return success();
-          })
-          .Case([&](FinalizeOp fin) -> LogicalResult {
-            FailureOr<const StateNames *> st = state(fin.getAcc(), op);
-            if (failed(st))
-              return failure();
-            target.finalize(w, **st, functionOf.lookup(op));
-            return success();
-          })
-          .Case([&](StoreOp store) -> LogicalResult {
-            if (!store.getValue().getDefiningOp<FinalizeOp>())
-              return store.emitOpError() << "stores a value that is not a tile.finalize result";
-            if (store.getOperand() == Output::O) {
-              FailureOr<bool> staged = stagedInQ(store, store.getStaging());
-              FailureOr<const StateNames *> st = state(store.getValue(), op);
-              if (failed(staged) || failed(st))
-                return failure();
-              target.storeO(w, **st, *staged);
-            }
-            else
-              target.storeLse(w);
-            return success();
-          })
-          .Case([&](StoreSplitOp store) -> LogicalResult {
-            auto fin = store.getO().getDefiningOp<FinalizeOp>();
-            if (!fin || store.getLse().getDefiningOp<FinalizeOp>() != fin || fin.hasSink())
-              return store.emitOpError() << "stores values that are not the O and LSE of one tile.finalize without a "
-                                            "sink (the sink joins at tile.store_split)";
-            if (func.getScheduleAttr().getLptGroupBlocks() != 0)
-              return store.emitOpError() << "splits the key range, whose grid takes Q tiles per (batch, head) "
-                                            "(block order lptGroupBlocks 0), but the schedule asks for "
-                                         << func.getScheduleAttr().getLptGroupBlocks();
-            FailureOr<bool> staged = stagedInQ(store, store.getStaging());
-            FailureOr<const StateNames *> st = state(store.getO(), op);
-            if (failed(staged) || failed(st))
-              return failure();
-            target.storeSplit(w, **st, functionOf.lookup(op), *staged);
-            return success();
-          })
+          .Case<KvRangeOp, KvLoopOp, KvWalkOp, WorkLoopOp, YieldOp>([&](Operation *loop) { return printLoops(loop); })
+          .Case<RoleOp, BarrierWaitOp, BarrierArriveOp, MmaWaitOp, CopyAsyncOp, WaitOp>(
+              [&](Operation *async) { return printAsync(async); })
+          .Case<LoadOp, StoreOp, StoreSplitOp, StateLoadOp, StateStoreOp>(
+              [&](Operation *move) { return printLoadStore(move); })
+          .Case<QkOp, ScaleOp, ScoreModOp, MaskOp, PvOp>([&](Operation *math) { return printMath(math); })
+          .Case<InitStateOp, SoftmaxUpdateOp, RescaleOp, FinalizeOp>(
+              [&](Operation *softmax) { return printSoftmax(softmax); })
           .Default([&](Operation *other) -> LogicalResult {
             return other->emitOpError() << "cannot be printed as CUDA: the printer knows the tile ops and the "
                                            "scalar arith/math ops, not this one";
@@ -1566,6 +1309,362 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
   if (succeeded(result) && !isa<YieldOp, KvRangeOp, KvLoopOp>(op))
     w.separate();
   return result;
+}
+
+LogicalResult KernelPrinter::printConstantTile(arith::ConstantOp constant) {
+  if (!asyncProtocol || !llvm::all_of(constant->getUsers(), [](Operation *user) { return isa<KvLoopOp>(user); }))
+    return constant.emitOpError() << "is a constant tile; the CUDA printer takes one only as the initial P a K/V loop "
+                                     "carries, on a target with asynchronous MMAs";
+  FailureOr<std::string> p = registers(constant.getResult(), constant);
+  if (failed(p))
+    return failure();
+  if (!target.declareCarriedProbabilities(w, *p))
+    return notPrinted(constant, "is the initial P a K/V loop carries to the next iteration's P·V");
+  w.separate();
+  return success();
+}
+
+FailureOr<std::string> KernelPrinter::optionalOperand(Value v, Operation *user) {
+  if (!v)
+    return std::string();
+  return operand(v, user);
+}
+
+LogicalResult KernelPrinter::notPrinted(Operation *op, const Twine &what) {
+  return op->emitOpError() << what << "; " << loweredTo() << " does not print it";
+}
+
+std::string KernelPrinter::loweredTo() {
+  return ("the '" + func.getTargetAttr().getIsa() + "' instruction family that schedule '" +
+          func.getScheduleAttr().getName() + "' is lowered to")
+      .str();
+}
+
+LogicalResult KernelPrinter::printLoops(Operation *op) {
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](KvRangeOp range) { return printKvRange(range); })
+      .Case([&](KvLoopOp loop) { return printKvLoop(loop); })
+      .Case([&](KvWalkOp walk) { return printKvWalk(walk); })
+      .Case([&](WorkLoopOp loop) { return printWorkLoop(loop); })
+      .Case([&](YieldOp yield) -> LogicalResult {
+        // A K/V loop's state: the registers carry it over. Carried scores (the next tile's, from its tile.qk) move
+        // into the loop's; a carried P is rounded into the loop's P registers.
+        auto loop = dyn_cast<KvLoopOp>(yield->getParentOp());
+        if (!loop)
+          return success();
+        for (auto [arg, value] : llvm::zip(loop.getCarriedArgs(), yield.getValues().drop_front(2))) {
+          auto qk = value.getDefiningOp<QkOp>();
+          auto update = value.getDefiningOp<SoftmaxUpdateOp>();
+          if (!qk && !update)
+            continue;
+          FailureOr<std::string> to = registers(arg, op);
+          FailureOr<std::string> from = registers(qk ? qk.getS() : update.getS(), op);
+          if (failed(to) || failed(from))
+            return failure();
+          if (qk)
+            target.carryScores(w, *to, *from);
+          else
+            target.roundProbabilities(w, *from, *to, /*carried=*/true);
+        }
+        return success();
+      })
+      .Default([](Operation *) -> LogicalResult { llvm_unreachable("printOp sends only these ops here"); });
+}
+
+LogicalResult KernelPrinter::printAsync(Operation *op) {
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](RoleOp role) -> LogicalResult {
+        int i = roleIndex.lookup(role);
+        target.openRole(w, i);
+        names.push();
+        LogicalResult printed = printBlock(role.getBody().front());
+        names.pop();
+        target.closeRole(w, i);
+        return printed;
+      })
+      .Case([&](BarrierWaitOp wait) -> LogicalResult {
+        FailureOr<std::string> position = optionalOperand(wait.getPosition(), op);
+        if (failed(position))
+          return failure();
+        target.barrierWait(w, barrierIndex.lookup(wait.getBarrier()), *position);
+        return success();
+      })
+      .Case([&](BarrierArriveOp arrive) -> LogicalResult {
+        FailureOr<std::string> position = optionalOperand(arrive.getPosition(), op);
+        if (failed(position))
+          return failure();
+        target.barrierArrive(w, barrierIndex.lookup(arrive.getBarrier()), *position);
+        return success();
+      })
+      .Case([&](MmaWaitOp wait) -> LogicalResult {
+        for (Value token : wait.getTokens()) {
+          Operation *mma = token.getDefiningOp();
+          if (!isa_and_nonnull<QkOp, PvOp>(mma))
+            return wait.emitOpError() << "waits on a token that no tile.qk or tile.pv in this scope produced; the "
+                                         "CUDA printer retires each MMA where it is issued";
+          // MMAs issued after this one (in this block, before the wait) and not waited on yet stay in flight.
+          int newer = 0;
+          if (mma->getBlock() == op->getBlock())
+            for (Operation *at = mma->getNextNode(); at && at != op; at = at->getNextNode()) {
+              Value later = isa<QkOp>(at)   ? cast<QkOp>(at).getToken()
+                            : isa<PvOp>(at) ? cast<PvOp>(at).getToken()
+                                            : Value();
+              bool waited =
+                  later && llvm::any_of(later.getUsers(), [&](Operation *user) {
+                    return isa<MmaWaitOp>(user) && user->getBlock() == op->getBlock() && user->isBeforeInBlock(op);
+                  });
+              newer += later && !waited;
+            }
+          if (auto pv = dyn_cast<PvOp>(mma)) {
+            FailureOr<const StateNames *> st = state(pv.getAcc(), pv);
+            FailureOr<std::string> p = registers(pv.getP(), pv);
+            if (failed(st) || failed(p))
+              return failure();
+            target.mmaWait(w, MmaResult::Acc, (*st)->acc, *p, newer);
+          } else {
+            FailureOr<std::string> s = registers(cast<QkOp>(mma).getS(), mma);
+            if (failed(s))
+              return failure();
+            target.mmaWait(w, MmaResult::Scores, *s, std::string(), newer);
+          }
+        }
+        return success();
+      })
+      .Case([&](CopyAsyncOp copy) -> LogicalResult {
+        Operand which = operandOf(copy.getOperand());
+        FailureOr<std::string> tile = optionalOperand(copy.getIndex(), op);
+        FailureOr<CExpr> pred = copy.getPred() ? scalars.expr(copy.getPred(), op) : CExpr{};
+        if (failed(tile) || failed(pred) || failed(checkSlot(op, copy.getSlot(), copy.getIndex())))
+          return failure();
+        if (copy.getFull()) {
+          // A one-slot buffer (Q) has one slot at every ring position (a persistent block's Q: one a tile).
+          auto select = copy.getSlot().getDefiningOp<SlotOp>();
+          bool oneSlot = select.getBuffer().getType().getSlots() == 1;
+          if (!asyncProtocol || copy.getPred() ||
+              (select.getIndex() ? select.getIndex() != copy.getPosition()
+                                 : !oneSlot && !matchPattern(copy.getPosition(), m_Zero())))
+            return copy.emitOpError() << "arrives on a barrier from a slot other than its ring position's, or "
+                                         "under a predicate, or on a family without barriers; the CUDA printer "
+                                         "copies into tile.slot %buf[%i] arriving on %full[%i]";
+          FailureOr<std::string> position = optionalOperand(copy.getPosition(), op);
+          if (failed(position))
+            return failure();
+          target.copyToSlot(w, which, *tile, *position, barrierIndex.lookup(copy.getFull()));
+          return success();
+        }
+        if (asyncProtocol && op->getParentOfType<RoleOp>())
+          return copy.emitOpError() << "copies inside a role without arriving on a barrier";
+        if (!target.copyAsync(w, which, *tile, pred->text))
+          return notPrinted(copy, "copies its tile without arriving on a barrier (a cp.async group)");
+        return success();
+      })
+      .Case([&](WaitOp wait) -> LogicalResult {
+        // Copies complete in the order they started (a target's copy groups): the wait covers its tokens
+        // once at most `newer` copies, started after the newest of them on any path here, stay in flight.
+        int64_t newer = std::numeric_limits<int64_t>::max();
+        std::vector<Operand> waited;
+        for (Value token : wait.getTokens()) {
+          FailureOr<int64_t> since = copiesSince(token, op);
+          if (failed(since))
+            return failure();
+          newer = std::min(newer, *since);
+          for (CopyAsyncOp copy : copiesBehind(token)) {
+            Operand which = operandOf(copy.getOperand());
+            if (!llvm::is_contained(waited, which))
+              waited.push_back(which);
+          }
+        }
+        std::sort(waited.begin(), waited.end());
+        if (!target.wait(w, waited, newer))
+          return notPrinted(wait, "waits for copy groups (cp.async)");
+        return success();
+      })
+      .Default([](Operation *) -> LogicalResult { llvm_unreachable("printOp sends only these ops here"); });
+}
+
+LogicalResult KernelPrinter::printLoadStore(Operation *op) {
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](LoadOp load) -> LogicalResult {
+        Operand which = operandOf(load.getOperand());
+        FailureOr<std::string> tile = optionalOperand(load.getIndex(), op);
+        if (failed(tile))
+          return failure();
+        if (!load.getSlot())
+          return load.emitOpError() << "reads global memory directly; the CUDA printer reads tiles from the "
+                                       "shared-memory slots a pipeline filled (tile.load ... from %slot)";
+        if (failed(checkSlot(op, load.getSlot(), load.getIndex())))
+          return failure();
+        if (load.getPred()) {
+          FailureOr<CExpr> pred = scalars.expr(load.getPred(), op);
+          if (failed(pred))
+            return failure();
+          w.comment("unless " + pred->text + ", there is no tile " + *tile +
+                    ": what follows reads a stale buffer and its result is never used");
+        }
+        if (std::optional<Rotary> rotary = rotaryOf(load);
+            rotary && !target.rotateQ(w, rotary->interleaved, rotary->perRow))
+          return notPrinted(load, "rotates Q (" + Twine(kRotaryAttr) + ")");
+        target.load(w, which, *tile);
+        return success();
+      })
+      .Case([&](StoreOp store) -> LogicalResult {
+        if (!store.getValue().getDefiningOp<FinalizeOp>())
+          return store.emitOpError() << "stores a value that is not a tile.finalize result";
+        if (store.getOperand() == Output::O) {
+          FailureOr<bool> staged = stagedInQ(store, store.getStaging());
+          FailureOr<const StateNames *> st = state(store.getValue(), op);
+          if (failed(staged) || failed(st))
+            return failure();
+          target.storeO(w, **st, *staged);
+        } else
+          target.storeLse(w);
+        return success();
+      })
+      .Case([&](StoreSplitOp store) -> LogicalResult {
+        auto fin = store.getO().getDefiningOp<FinalizeOp>();
+        if (!fin || store.getLse().getDefiningOp<FinalizeOp>() != fin || fin.hasSink())
+          return store.emitOpError() << "stores values that are not the O and LSE of one tile.finalize without a "
+                                        "sink (the sink joins at tile.store_split)";
+        if (func.getScheduleAttr().getLptGroupBlocks() != 0)
+          return store.emitOpError() << "splits the key range, whose grid takes Q tiles per (batch, head) "
+                                        "(block order lptGroupBlocks 0), but the schedule asks for "
+                                     << func.getScheduleAttr().getLptGroupBlocks();
+        FailureOr<bool> staged = stagedInQ(store, store.getStaging());
+        FailureOr<const StateNames *> st = state(store.getO(), op);
+        if (failed(staged) || failed(st))
+          return failure();
+        if (!target.storeSplit(w, **st, functionOf.lookup(op), *staged))
+          return notPrinted(store, "stores a split of the key range (split-KV partials for a combine kernel)");
+        return success();
+      })
+      .Case([&](StateLoadOp load) -> LogicalResult {
+        FailureOr<const StateNames *> st = state(load.getAcc(), op);
+        if (failed(st))
+          return failure();
+        if (!target.stateLoad(w, **st))
+          return notPrinted(load, "reads the state from global memory (a K/V-step program)");
+        return success();
+      })
+      .Case([&](StateStoreOp store) -> LogicalResult {
+        FailureOr<const StateNames *> st = state(store.getAcc(), op);
+        if (failed(st))
+          return failure();
+        if (!target.stateStore(w, **st))
+          return notPrinted(store, "writes the state to global memory (a K/V-step program)");
+        return success();
+      })
+      .Default([](Operation *) -> LogicalResult { llvm_unreachable("printOp sends only these ops here"); });
+}
+
+LogicalResult KernelPrinter::printMath(Operation *op) {
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](QkOp qk) -> LogicalResult {
+        auto q = qk.getQ().getDefiningOp<LoadOp>();
+        if (!q || q.getOperand() != tile::Operand::Q)
+          return qk.emitOpError() << "takes a Q operand that is not tile.load q";
+        auto kLoad = qk.getK().getDefiningOp<LoadOp>();
+        if (!kLoad || kLoad.getOperand() != tile::Operand::K)
+          return qk.emitOpError() << "takes a K operand that is not tile.load k";
+        FailureOr<std::string> kTile = slotOf(kLoad, op);
+        FailureOr<std::string> s = registers(qk.getS(), op);
+        if (failed(kTile) || failed(s))
+          return failure();
+        if (mmaTurnEdge(op, /*first=*/true))
+          target.mmaTurn(w, /*begin=*/true);
+        target.qk(w, *kTile, *s);
+        if (mmaTurnEdge(op, /*first=*/false))
+          target.mmaTurn(w, /*begin=*/false);
+        return success();
+      })
+      .Case([&](ScaleOp scale) -> LogicalResult {
+        FailureOr<std::string> s = registers(scale.getS(), op);
+        if (failed(s))
+          return failure();
+        target.scale(w, *s);
+        return success();
+      })
+      .Case([&](ScoreModOp mod) -> LogicalResult {
+        FailureOr<std::string> kTile = kTileOf(mod.getS(), op);
+        FailureOr<std::string> s = registers(mod.getS(), op);
+        if (failed(kTile) || failed(s))
+          return failure();
+        target.scoreMod(w, *s, *kTile, functionOf.lookup(op), keyArgOf(mod.getBody()));
+        return success();
+      })
+      .Case([&](MaskOp mask) -> LogicalResult {
+        FailureOr<std::string> kTile = kTileOf(mask.getS(), op);
+        FailureOr<std::string> s = registers(mask.getS(), op);
+        if (failed(kTile) || failed(s))
+          return failure();
+        bool readsInputs = mask.getBody().walk([](InputOp) { return WalkResult::interrupt(); }).wasInterrupted();
+        target.mask(w, *s, *kTile, functionOf.lookup(op), keyArgOf(mask.getBody()), readsInputs);
+        return success();
+      })
+      .Case([&](PvOp pv) -> LogicalResult {
+        auto v = pv.getV().getDefiningOp<LoadOp>();
+        auto carriedP = dyn_cast<BlockArgument>(pv.getP());
+        bool pCarried = asyncProtocol && carriedP && isa<KvLoopOp>(carriedP.getOwner()->getParentOp());
+        if (!v || v.getOperand() != tile::Operand::V || !v.getIndex() ||
+            !(pv.getP().getDefiningOp<SoftmaxUpdateOp>() || pCarried))
+          return pv.emitOpError() << "needs P from tile.softmax_update (or carried by the loop, on a target with "
+                                     "asynchronous MMAs) and V from tile.load v[index]";
+        FailureOr<std::string> vSlot = slotOf(v, op);
+        FailureOr<const StateNames *> st = state(pv.getAcc(), op);
+        FailureOr<std::string> p = registers(pv.getP(), op);
+        if (failed(vSlot) || failed(st) || failed(p))
+          return failure();
+        if (auto update = pv.getP().getDefiningOp<SoftmaxUpdateOp>()) {
+          FailureOr<std::string> s = registers(update.getS(), op);
+          if (failed(s))
+            return failure();
+          target.roundProbabilities(w, *s, *p, /*carried=*/false);
+        }
+        if (mmaTurnEdge(op, /*first=*/true))
+          target.mmaTurn(w, /*begin=*/true);
+        target.pv(w, **st, *p, *vSlot);
+        if (mmaTurnEdge(op, /*first=*/false))
+          target.mmaTurn(w, /*begin=*/false);
+        return success();
+      })
+      .Default([](Operation *) -> LogicalResult { llvm_unreachable("printOp sends only these ops here"); });
+}
+
+LogicalResult KernelPrinter::printSoftmax(Operation *op) {
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](InitStateOp init) -> LogicalResult {
+        FailureOr<const StateNames *> st = state(init.getAcc(), op);
+        if (failed(st))
+          return failure();
+        target.initState(w, **st);
+        return success();
+      })
+      .Case([&](SoftmaxUpdateOp update) -> LogicalResult {
+        if (cast<RankedTensorType>(update.getP().getType()).getElementType() != func.getDtype())
+          return update.emitOpError() << "rounds P to a type other than the program's dtype " << func.getDtype()
+                                      << "; the CUDA printer feeds P to the same MMA as V";
+        FailureOr<const StateNames *> st = state(update.getStats(), op);
+        FailureOr<std::string> s = registers(update.getS(), op), p = registers(update.getP(), op);
+        if (failed(st) || failed(s) || failed(p))
+          return failure();
+        target.softmaxUpdate(w, **st, *s, *p, update.getFoldScale(), update.getRescaleThreshold().value_or(0));
+        return success();
+      })
+      .Case([&](RescaleOp rescale) -> LogicalResult {
+        FailureOr<const StateNames *> st = state(rescale.getAcc(), op);
+        if (failed(st))
+          return failure();
+        auto update = rescale.getAlpha().getDefiningOp<SoftmaxUpdateOp>();
+        target.rescale(w, **st, update && update.getRescaleThreshold());
+        return success();
+      })
+      .Case([&](FinalizeOp fin) -> LogicalResult {
+        FailureOr<const StateNames *> st = state(fin.getAcc(), op);
+        if (failed(st))
+          return failure();
+        target.finalize(w, **st, functionOf.lookup(op));
+        return success();
+      })
+      .Default([](Operation *) -> LogicalResult { llvm_unreachable("printOp sends only these ops here"); });
 }
 
 } // namespace

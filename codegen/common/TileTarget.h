@@ -9,6 +9,7 @@
 #define FLASHTILE_CODEGEN_COMMON_TILETARGET_H
 
 #include "codegen/common/CudaWriter.h"
+#include "passes/Target/TargetFamily.h"
 
 #include <cstdint>
 #include <optional>
@@ -18,45 +19,10 @@
 
 namespace flashtile::codegen {
 
-/// How a block's query rows are spread over the warps that compute them: #tile.schedule's warpLayout (the IR's
-/// WarpLayout, passes/IR/TileEnums.td, named alike), the schedule's decision. A target prints the layouts it knows
-/// and its family's checkShape rejects the others.
-enum class WarpLayout {
-  SplitQ,    ///< each computing warp owns warpRows query rows of its own (FA2's split-Q)
-  SplitKeys, ///< every computing warp holds all blockM rows and takes its share of each K/V tile's keys
-};
-
-/// The IR's keyword of `layout` ("split_q"), for messages.
-inline const char *warpLayoutName(WarpLayout layout) {
-  switch (layout) {
-  case WarpLayout::SplitQ:
-    return "split_q";
-  case WarpLayout::SplitKeys:
-    return "split_keys";
-  }
-  return "?";
-}
-
-/// The scheduled tile shape of one kernel, from the tile.func and its #tile.schedule.
-struct KernelShape {
-  std::string dtype;      ///< "bf16" or "f16"
-  int headDim = 0;        ///< Q/K head dim
-  int headDimV = 0;       ///< V/O head dim
-  int blockM = 0;         ///< query rows of a thread block
-  int blockN = 0;         ///< keys of a K/V tile
-  int warps = 0;          ///< warps of a thread block
-  int stages = 1;         ///< shared-memory buffers per K/V operand: tile j in buffer j % stages
-  int minBlocksPerSm = 0; ///< occupancy request to the register allocator (0: none)
-  WarpLayout warpLayout = WarpLayout::SplitQ; ///< how the rows are spread over the computing warps
-  int warpRows = 0;                           ///< query rows a computing warp holds (blockM / warpRows warps compute)
-  /// GQA packing (the func's `tile.pack_query_heads`): row r of a block is query row r / G of query head
-  /// hKv·G + r % G, G = headsQ / headsKv, for the block's K/V head hKv (blockKvHead); the printer declares
-  /// `headsPerKv` (G) and `blockKvHead`, and the rows of a block's sequence are p.seqlenQ·G.
-  bool packQueryHeads = false;
-  /// The program reads a KV cache (`tile.kv_cache`, passes/IR/TileKvCache.h): the kernel parameters' kvCache 2 makes
-  /// K/V tile copies find each key row through the sequence's block-table row p.blockTable (KernelAbi.h).
-  bool kvCache = false;
-};
+/// The scheduled tile shape and the warp layout are the target interface's (passes/Target/TargetFamily.h).
+using target::KernelShape;
+using target::WarpLayout;
+using target::warpLayoutName;
 
 /// The tiles `tile.buffer`, `tile.copy_async` and `tile.load` name.
 enum class Operand { Q, K, V };
@@ -108,9 +74,21 @@ struct StateNames {
 /// How the K/V loops pass a score's key coordinate to a variant function (scoreMod, mask).
 enum class KeyArg { Kv, Clamped, Split };
 
+/// Why a target cannot lay out a program's roles: what `role` (an index into the list, -1: the roles together) has,
+/// and what the family needs instead. The generic printer reports it on that tile.role (or the tile.func).
+struct RoleProblem {
+  int role = -1;
+  std::string has;   ///< "has 6 warps"
+  std::string needs; ///< "lays roles out as whole warpgroups (setmaxnreg)"
+};
+
 /// Names the generic printer declares in the kernel before any target code: the schedule's constants
 /// (kBlockM, kBlockN, kHeadDim, kHeadDimV, kWarps, kThreads), the parameters `p` and the K/V tile index of
 /// each loop. A target must not redeclare them.
+///
+/// A tile op a target does not print is an error of the generic printer, never text in the kernel: the methods that
+/// return bool print nothing and return false for what their family does not do, and the printer then reports the op,
+/// the schedule and the family (an MLIR diagnostic).
 class TileTarget {
 public:
   virtual ~TileTarget() = default;
@@ -132,12 +110,14 @@ public:
   /// (tile.work_loop). Targets that declare everything in setup print nothing here.
   virtual void setupTile(CudaWriter &) {}
 
-  /// `tile.copy_async`: `tile` is the K/V tile index (empty for Q), `pred` a C condition (empty: always).
-  virtual void copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) = 0;
+  /// `tile.copy_async` arriving on no barrier (cp.async groups): `tile` is the K/V tile index (empty for Q), `pred` a
+  /// C condition (empty: always). False when the family copies only into ring slots that arrive on barriers.
+  virtual bool copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) = 0;
   /// `tile.wait` on the tokens of copies of `operands` (sorted, distinct): copies complete in the order they
   /// started, and the waited ones have landed once at most `newerCopies` copies stay in flight (the fewest started
-  /// after the newest waited copy on any path to the wait); then a block-wide barrier.
-  virtual void wait(CudaWriter &w, const std::vector<Operand> &operands, int64_t newerCopies) = 0;
+  /// after the newest waited copy on any path to the wait); then a block-wide barrier. False when the family waits on
+  /// barriers only.
+  virtual bool wait(CudaWriter &w, const std::vector<Operand> &operands, int64_t newerCopies) = 0;
   /// `tile.load`: the tile is in its shared-memory slot (tile j in slot j % stages); `tile` is its index (empty for
   /// Q).
   virtual void load(CudaWriter &w, Operand operand, const std::string &tile) = 0;
@@ -195,13 +175,14 @@ public:
   virtual void storeLse(CudaWriter &w) = 0;
   /// `tile.store_split` (split-KV, after `finalize` without a sink): with p.numSplits == 1 the sink `sinkFn(b, h,
   /// p)` (empty: none) joins O and LSE and both are stored as storeO/storeLse store them; else this split's fp32
-  /// O and its LSE go to the workspace (p.oAccum, p.lseAccum at split `split`, KernelAbi.h).
-  virtual void storeSplit(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool stagedInQ) = 0;
+  /// O and its LSE go to the workspace (p.oAccum, p.lseAccum at split `split`, KernelAbi.h). False when the family
+  /// does not split key ranges.
+  virtual bool storeSplit(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool stagedInQ) = 0;
   /// The body of the combine kernel of a split-KV program: query row `q` (< p.seqlenQ) of head h in batch entry b
   /// (names declared by the printer, with `p` the sequence's view and `warp`/`lane` the thread's place) is merged
   /// from its p.numSplits partials, the sink `sinkFn` (empty: none) joined once, and written to O and LSE. One
-  /// row a block: its `kWarps` warps share the row's splits.
-  virtual void combineRow(CudaWriter &w, const std::string &sinkFn) = 0;
+  /// row a block: its `kWarps` warps share the row's splits. False when the family does not split key ranges.
+  virtual bool combineRow(CudaWriter &w, const std::string &sinkFn) = 0;
 
   // ---- The asynchronous protocol (roles, barriers, copies into ring slots, asynchronous MMAs). Only targets whose
   // family says asyncProtocol() get these calls; the generic printer refuses such IR for the others, so the
@@ -212,8 +193,10 @@ public:
   /// Whether the kernel's second parameter is the TMA descriptors of Q, K and V (boxes of a Q tile's and a K/V
   /// tile's rows, the whole head dim, 128-byte swizzled), which the launch plan then asks the runtime for.
   virtual bool takesTensorMaps() const { return false; }
+  /// Why the target cannot lay out `roles` (in IR order), or nothing when it can; asked before printing.
+  virtual std::optional<RoleProblem> checkRoles(const std::vector<RoleInfo> &) const { return std::nullopt; }
   /// After setup, for a program with roles: declares and initializes `barriers` and lays out `roles` (in IR order)
-  /// over the block's warps.
+  /// over the block's warps; checkRoles(roles) passed.
   virtual void setupRoles(CudaWriter &, const std::vector<RoleInfo> &, const std::vector<BarrierInfo> &) {}
   /// Opens and closes role `role` (an index into setupRoles' list): the threads of other roles skip its region.
   virtual void openRole(CudaWriter &, int) {}
@@ -228,13 +211,9 @@ public:
   /// A dynamic `tile.work_loop`: the taking role (its one thread) writes work unit `unit` (an int expression) to the
   /// work queue's cell and arrives on its full barrier `barrier`; the other roles wait for ring position
   /// `position` of that barrier and declare `const int <unit> = ` the cell. The taking role waited for the queue's
-  /// empty barrier (barrierWait) before.
-  virtual void publishWorkUnit(CudaWriter &w, int, const std::string &) {
-    w.line("#error \"this target has no work queue (dynamic tile.work_loop)\"");
-  }
-  virtual void receiveWorkUnit(CudaWriter &w, int, const std::string &, const std::string &) {
-    w.line("#error \"this target has no work queue (dynamic tile.work_loop)\"");
-  }
+  /// empty barrier (barrierWait) before. False (the default) when the family has no work queue.
+  virtual bool publishWorkUnit(CudaWriter &, int, const std::string &) { return false; }
+  virtual bool receiveWorkUnit(CudaWriter &, int, const std::string &, const std::string &) { return false; }
   /// Around the asynchronous MMAs one iteration of a pingpong role issues (`begin`: before the first, else after
   /// the last): the warpgroup waits for its turn, then hands the turn to the next one.
   virtual void mmaTurn(CudaWriter &, bool) {}
@@ -249,10 +228,9 @@ public:
   /// declareCarriedProbabilities declared before the loops). The default: nothing (softmaxUpdate rounded P).
   /// The scores `s` are rounded into `p`.
   virtual void roundProbabilities(CudaWriter &, const std::string & /*s*/, const std::string & /*p*/, bool) {}
-  /// The registers `p` of a P that K/V loops carry (its initial value, a constant tile, is never read).
-  virtual void declareCarriedProbabilities(CudaWriter &w, const std::string & /*p*/) {
-    w.line("#error \"this target keeps P in the registers of the iteration that computed it\"");
-  }
+  /// The registers `p` of a P that K/V loops carry (its initial value, a constant tile, is never read). False (the
+  /// default) when the family keeps P in the registers of the iteration that computed it.
+  virtual bool declareCarriedProbabilities(CudaWriter &, const std::string & /*p*/) { return false; }
 };
 
 } // namespace flashtile::codegen

@@ -1,18 +1,16 @@
 //===- TileOpsSm80.cpp - tile ops as mma.sync, ldmatrix and cp.async ------===//
 //
-// Prints the CUDA of each tile op for the sm80 instruction family. Register tiles of one warp (the names are the
-// CUDA printer's, after the IR's values, passed with each op; these are the ones it gives):
+// Prints the CUDA of each tile op for the sm80 instruction family: the copies (cp.async), Q·Kᵀ and P·V (ldmatrix,
+// mma.sync), the state between K/V steps and the split-KV stores and combine. Its register tiles are mma.sync's C
+// fragments, whose math (scale, score_mod, mask, softmax, rescale, finalize, the stores from the registers) is the
+// common FragmentTiles'. Register tiles of its own:
 //   qFrag[kMTiles][kHeadDim/16][4]  Q as mma A fragments (or re-read per k-step when that would not fit)
-//   score[kMTiles][kSTiles][4]      S = Q·Kᵀ in the mma C layout, updated in place by scale, score_mod, mask
-//   prob[kMTiles][kBlockN/16][4]    P packed to 16-bit pairs: the C layout of n8 tiles 2k, 2k+1 is the A layout
-//                                   of k16 step k, so P·V needs no data exchange between lanes
-//   acc[kMTiles][kOTiles][4], rowMax[kMTiles][2], rowSum[kMTiles][2]   the online-softmax state (StateNames)
-// Every index into these arrays is a constant once the `#pragma unroll` loops are unrolled: nothing spills to
-// local memory for indexing.
+// Its prelude is the common fragment prelude (FragmentPrelude.h) in namespace sm80.
 //===----------------------------------------------------------------------===//
 #include "codegen/sm80/TileOpsSm80.h"
-#include "codegen/sm80/PreludeSm80.h"
 #include "codegen/common/Concat.h"
+#include "codegen/common/FragmentPrelude.h"
+#include "codegen/common/FragmentTiles.h"
 #include "flashtile/runtime/SplitKv.h"
 
 #include <cassert>
@@ -21,6 +19,8 @@
 namespace flashtile::codegen::sm80 {
 namespace {
 
+/// The namespace of the kernel's primitives (its prelude: FragmentPrelude.h).
+constexpr const char *kNamespace = "sm80";
 constexpr int kWarpSize = 32;
 constexpr int kChunkElements = 8; // 16-bit elements in a 16-byte chunk
 constexpr int kMmaM = 16;         // rows of mma.sync.m16n8k16: a warp's rows come in m16 tiles
@@ -28,9 +28,11 @@ constexpr int kMmaM = 16;         // rows of mma.sync.m16n8k16: a warp's rows co
 /// larger Q tiles (head dim 256, several m16 tiles a warp) are re-read from shared memory at every k-step.
 constexpr int kMaxQFragmentRegisters = 32;
 
-class TileTargetSm80 final : public RegisterTiles {
+class TileTargetSm80 final : public TileTarget {
 public:
-  explicit TileTargetSm80(const KernelShape &shape) : shape(shape) {
+  explicit TileTargetSm80(const KernelShape &shape)
+      : shape(shape), fragments({kNamespace, shape.dtype, shape.packQueryHeads}),
+        preludeText(fragmentPrelude(kNamespace)) {
     bool bf16 = shape.dtype == "bf16";
     mma = bf16 ? "sm80::mmaBf16" : "sm80::mmaF16";
     pack = bf16 ? "sm80::packBf16x2" : "sm80::packF16x2";
@@ -38,8 +40,8 @@ public:
     qInRegisters = mTiles * (shape.headDim / 16) * 4 <= kMaxQFragmentRegisters;
   }
 
-  std::string_view prelude() const override { return kPrelude; }
-  std::string_view preludeNamespace() const override { return "sm80"; }
+  std::string_view prelude() const override { return preludeText; }
+  std::string_view preludeNamespace() const override { return kNamespace; }
 
   std::vector<std::string> reservedNames() const override {
     return {"kWarpRows", "kMTiles", "kSTiles", "kOTiles", "warp", "lane", "fragRow", "fragCol", "b", "h", "hKv", "m0",
@@ -63,36 +65,42 @@ public:
   }
 
   void setup(CudaWriter &w, const std::vector<Operand> &copied) override;
-  void copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) override;
-  void wait(CudaWriter &w, const std::vector<Operand> &operands, int64_t newerCopies) override;
+  bool copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) override;
+  bool wait(CudaWriter &w, const std::vector<Operand> &operands, int64_t newerCopies) override;
   void load(CudaWriter &w, Operand operand, const std::string &tile) override;
   bool rotateQ(CudaWriter &w, bool interleaved, bool perRow) override;
-  void initState(CudaWriter &w, const StateNames &st) override;
+  void initState(CudaWriter &w, const StateNames &st) override { fragments.initState(w, st); }
   bool stateLoad(CudaWriter &w, const StateNames &st) override;
   bool stateStore(CudaWriter &w, const StateNames &st) override;
   void qk(CudaWriter &w, const std::string &kTile, const std::string &scores) override;
-  void carryScores(CudaWriter &w, const std::string &to, const std::string &from) override;
-  void scale(CudaWriter &w, const std::string &s) override;
+  void carryScores(CudaWriter &w, const std::string &to, const std::string &from) override {
+    fragments.carryScores(w, to, from);
+  }
+  void scale(CudaWriter &w, const std::string &s) override { fragments.scale(w, s); }
   void scoreMod(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn,
-                KeyArg key) override;
+                KeyArg key) override {
+    fragments.scoreMod(w, s, kTile, fn, key);
+  }
   void mask(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn, KeyArg key,
-            bool readsInputs) override;
+            bool readsInputs) override {
+    fragments.mask(w, s, kTile, fn, key, readsInputs);
+  }
   void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, const std::string &p, bool foldScale,
                      int rescaleThreshold) override {
-    softmaxUpdateInScores(w, st, s, foldScale, rescaleThreshold);
-    packProbabilities(w, s, p, true);
+    fragments.softmaxUpdate(w, st, s, foldScale, rescaleThreshold);
+    fragments.packProbabilities(w, s, p, true);
   }
-  void softmaxUpdateInScores(CudaWriter &w, const StateNames &st, const std::string &s, bool foldScale,
-                             int rescaleThreshold) override;
-  void packProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool declare) override;
-  void storeODirect(CudaWriter &w, const StateNames &st) override;
-  void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) override;
+  void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) override {
+    fragments.rescale(w, st, onlyWhenMoved);
+  }
   void pv(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vTile) override;
-  void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) override;
+  void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) override {
+    fragments.finalize(w, st, sinkFn);
+  }
   void storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) override;
-  void storeLse(CudaWriter &w) override;
-  void storeSplit(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool stagedInQ) override;
-  void combineRow(CudaWriter &w, const std::string &sinkFn) override;
+  void storeLse(CudaWriter &w) override { fragments.storeLse(w); }
+  bool storeSplit(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool stagedInQ) override;
+  bool combineRow(CudaWriter &w, const std::string &sinkFn) override;
 
 private:
   /// The C names of one operand's tile: shared buffer, global base, rows, sequence length, row stride, width.
@@ -112,28 +120,13 @@ private:
   void pagedTileCopy(CudaWriter &w, Operand operand, const std::string &perRow);
   /// The shared-memory address (a C expression) of the buffer that holds K or V tile `tile`.
   std::string bufferAddress(Operand operand, const std::string &tile) const;
-  /// Loops over this thread's query rows, around `body`: m16 tile `mt` of the warp's split-Q rows, then fragment
-  /// half `r` (the C fragment's rows fragRow and fragRow + 8), the row's block-wide index threadRow(). Every per-row
-  /// step (state, softmax statistics, finalize, stores) walks the rows through here.
-  void forEachRow(CudaWriter &w, const std::function<void()> &body);
-  /// The block row (a C expression) of fragment half `half` ("r" inside forEachRow, "(i / 2)" over a tile's elements
-  /// [mt][nt][i]) of this thread's m16 tile mt: the warp's rows start at warpRow0 (split-Q, `shape.warpRows` a warp).
-  static std::string threadRow(const char *half = "r") { return cat("warpRow0 + 16 * mt + fragRow + 8 * ", half); }
-  /// Loops over every element [mt][nt][i] of a register tile of `nTiles` n8 tiles (kSTiles: scores, kOTiles: acc),
-  /// around `body`.
-  void forEachElement(CudaWriter &w, const char *nTiles, const std::vector<std::string> &body);
-  /// O's columns 8·nt + fragCol and + 1 of fragment half r (inside forEachRow and a loop over nt), converted and
-  /// packed into one 32-bit word: what every store of O writes.
-  std::string packedPair(const StateNames &st) const {
-    return cat(pack, "(", st.acc, "[mt][nt][2 * r], ", st.acc, "[mt][nt][2 * r + 1])");
-  }
-  /// The C name of a score's query head in forEachScore: h, or the row's own head under GQA packing.
-  const char *head() const { return shape.packQueryHeads ? "hRow" : "h"; }
-  /// Loops over every score of this thread with its query row `q` and key `kv`, around `body`.
-  void forEachScore(CudaWriter &w, const std::string &kTile, const std::vector<std::string> &body);
+  /// The rows of this thread (FragmentTiles::forEachRow) and the block row of one (FragmentTiles::threadRow).
+  void forEachRow(CudaWriter &w, const std::function<void()> &body) const { fragments.forEachRow(w, body); }
+  static std::string threadRow(const char *half = "r") { return FragmentTiles::threadRow(half); }
 
   KernelShape shape;
-  std::string mma, pack;
+  FragmentTiles fragments;
+  std::string preludeText, mma, pack;
   int mTiles = 0;
   bool qInRegisters = true;
 };
@@ -366,7 +359,7 @@ std::string TileTargetSm80::bufferAddress(Operand operand, const std::string &ti
              ")");
 }
 
-void TileTargetSm80::copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) {
+bool TileTargetSm80::copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) {
   OperandNames n = names(operand);
   std::string call = cat(n.copy, "(", tile, ");");
   w.comment(cat("start copying ", n.name, operand == Operand::Q ? "" : cat(" tile ", tile), " into ", n.smem,
@@ -376,9 +369,10 @@ void TileTargetSm80::copyAsync(CudaWriter &w, Operand operand, const std::string
   if (!pred.empty())
     w.line("  " + call);
   w.line("sm80::cpAsyncCommit();");
+  return true;
 }
 
-void TileTargetSm80::wait(CudaWriter &w, const std::vector<Operand> &operands, int64_t newerCopies) {
+bool TileTargetSm80::wait(CudaWriter &w, const std::vector<Operand> &operands, int64_t newerCopies) {
   std::string waited;
   for (size_t i = 0; i < operands.size(); ++i)
     waited += cat(i == 0 ? "" : i + 1 == operands.size() ? " and " : ", ", names(operands[i]).name);
@@ -393,6 +387,7 @@ void TileTargetSm80::wait(CudaWriter &w, const std::vector<Operand> &operands, i
   w.comment("done with the buffers the next copies overwrite");
   w.line(cat("sm80::cpAsyncWait<", newerCopies, ">();"));
   w.line("__syncthreads();");
+  return true;
 }
 
 void TileTargetSm80::load(CudaWriter &w, Operand operand, const std::string &tile) {
@@ -460,17 +455,6 @@ bool TileTargetSm80::rotateQ(CudaWriter &w, bool interleaved, bool perRow) {
   w.close();
   w.line("__syncthreads();  // rotated Q visible to every warp");
   return true;
-}
-
-void TileTargetSm80::initState(CudaWriter &w, const StateNames &st) {
-  w.comment("---- online-softmax state of this thread's rows: running max m (log2 domain), running sum l, acc ----");
-  w.comment("Every K/V loop argument and result is this one state: the loops update it in place.");
-  w.line(cat("float ", st.acc, "[kMTiles][kOTiles][4] = {};"));
-  w.line(cat("float ", st.rowMax, "[kMTiles][2], ", st.rowSum, "[kMTiles][2];"));
-  forEachRow(w, [&] {
-    w.line(cat(st.rowMax, "[mt][r] = sm80::kNegInf;"));
-    w.line(cat(st.rowSum, "[mt][r] = 0.f;"));
-  });
 }
 
 bool TileTargetSm80::stateLoad(CudaWriter &w, const StateNames &st) {
@@ -552,161 +536,6 @@ void TileTargetSm80::qk(CudaWriter &w, const std::string &kTile, const std::stri
   w.close();
 }
 
-void TileTargetSm80::carryScores(CudaWriter &w, const std::string &to, const std::string &from) {
-  w.comment(cat("the next tile's scores become this loop's scores (register moves the compiler folds away)"));
-  forEachElement(w, "kSTiles", {cat(to, "[mt][nt][i] = ", from, "[mt][nt][i];")});
-}
-
-void TileTargetSm80::scale(CudaWriter &w, const std::string &s) {
-  w.comment("scale: S *= softmax_scale");
-  forEachElement(w, "kSTiles", {cat(s, "[mt][nt][i] *= p.softmaxScale;")});
-}
-
-void TileTargetSm80::forEachElement(CudaWriter &w, const char *nTiles, const std::vector<std::string> &body) {
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("nt", nTiles);
-  w.openUnrolledFor("i", "4");
-  for (const std::string &line : body)
-    w.line(line);
-  w.close();
-  w.close();
-  w.close();
-}
-
-void TileTargetSm80::forEachRow(CudaWriter &w, const std::function<void()> &body) {
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("r", "2");
-  body();
-  w.close();
-  w.close();
-}
-
-void TileTargetSm80::forEachScore(CudaWriter &w, const std::string &kTile, const std::vector<std::string> &body) {
-  std::vector<std::string> lines = {shape.packQueryHeads
-                                        ? "const int q = rowQuery[mt][i / 2], hRow = rowHead[mt][i / 2];"
-                                        : cat("const int q = ", threadRow("(i / 2)"), ";"),
-                                    cat("const int kvTile = ", kTile, " * kBlockN + fragCol, kvStep = 8 * nt + i % 2;"),
-                                    "const int kv = kvTile + kvStep;"};
-  lines.insert(lines.end(), body.begin(), body.end());
-  forEachElement(w, "kSTiles", lines);
-}
-
-/// The C arguments of a variant function's key, in forEachScore's names.
-std::string keyArgs(KeyArg key) {
-  switch (key) {
-  case KeyArg::Kv:
-    return "kv";
-  case KeyArg::Clamped:
-    return "min(kv, p.seqlenK - 1)";
-  case KeyArg::Split:
-    return "kvTile, kvStep";
-  }
-  return "kv";
-}
-
-void TileTargetSm80::scoreMod(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn,
-                              KeyArg key) {
-  w.comment(cat("score_mod: S = ", fn, "(S, b, h, q, kv) element by element"));
-  if (key == KeyArg::Clamped)
-    w.comment("(it reads per-key inputs: a key past seqlen_k, whose score the mask drops, reads key seqlen_k - 1's)");
-  forEachScore(w, kTile,
-               {cat(s, "[mt][nt][i] = ", fn, "(", s, "[mt][nt][i], b, ", head(), ", q, ", keyArgs(key), ", p);")});
-}
-
-void TileTargetSm80::mask(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn,
-                          KeyArg key, bool readsInputs) {
-  w.comment(cat("mask: keys past seqlen_k and keys ", fn, "() drops get -inf"));
-  if (readsInputs) {
-    w.comment(cat("Both tests run for every score (| is not ||): no branch around ", fn, "()'s reads, so the"));
-    w.comment("compiler can share them across a row's keys.");
-    if (key == KeyArg::Clamped)
-      w.comment(cat(fn, "() reads per-key inputs: a key past seqlen_k reaches it as key seqlen_k - 1."));
-  }
-  forEachScore(w, kTile,
-               {cat("if ((kv >= p.seqlenK) ", readsInputs ? "|" : "||", " !", fn, "(b, ", head(), ", q, ", keyArgs(key),
-                    ", p))"),
-                cat("  ", s, "[mt][nt][i] = sm80::kNegInf;")});
-}
-
-void TileTargetSm80::softmaxUpdateInScores(CudaWriter &w, const StateNames &st, const std::string &s, bool foldScale,
-                                           int rescaleThreshold) {
-  w.comment("online softmax, in the exp2 domain with c = scoreScale: m' = max(m, rowmax(S)·c), alpha = exp2(m - m'),");
-  w.comment("P = exp2(S·c - m'), l' = alpha·l + rowsum(P); a row with no key yet (m' = -inf) subtracts 0, not -inf,");
-  w.comment("so it gets P = 0 and alpha = 0 instead of NaN. Rows are reduced over the 4 lanes of a quad; l stays a");
-  w.comment("per-lane partial sum until finalize.");
-  w.line(foldScale ? "const float scoreScale = p.scaleLog2;  // softmax_scale·log2(e): tile.scale folded in here"
-                   : "const float scoreScale = sm80::kLog2e;  // scores are already scaled");
-  w.line("float alpha[kMTiles][2];");
-  auto tileMax = [&] {
-    w.line("float tileMax = sm80::kNegInf;");
-    w.openUnrolledFor("nt", "kSTiles");
-    w.line(cat("tileMax = fmaxf(tileMax, fmaxf(", s, "[mt][nt][2 * r], ", s, "[mt][nt][2 * r + 1]));"));
-    w.close();
-  };
-  if (rescaleThreshold > 0) {
-    w.comment(cat("conditional rescaling (rescale_threshold = ", rescaleThreshold, "): the maxes of this warp's rows"));
-    w.comment(cat("move only when one of them would need more than 2^", rescaleThreshold,
-                  " of headroom, and then all move; else m' = m, alpha = 1"));
-    w.comment(cat("and P <= 2^", rescaleThreshold,
-                  ", and tile.rescale skips acc *= alpha. The vote is warp-uniform: no divergence."));
-    w.line("float maxFresh[kMTiles][2];");
-    w.line("bool maxMoved = false;");
-    forEachRow(w, [&] {
-      tileMax();
-      w.line(cat("maxFresh[mt][r] = fmaxf(", st.rowMax, "[mt][r], sm80::quadMax(tileMax) * scoreScale);"));
-      w.line(cat("maxMoved |= maxFresh[mt][r] > ", st.rowMax, "[mt][r] + ", rescaleThreshold, ".f;"));
-    });
-    w.line("maxMoved = __any_sync(0xffffffffu, maxMoved);");
-  }
-  forEachRow(w, [&] {
-    if (rescaleThreshold > 0) {
-      w.line(cat("const float maxNew = maxMoved ? maxFresh[mt][r] : ", st.rowMax, "[mt][r];"));
-    } else {
-      tileMax();
-      w.line(cat("const float maxNew = fmaxf(", st.rowMax, "[mt][r], sm80::quadMax(tileMax) * scoreScale);"));
-    }
-    w.line("const float maxUsed = maxNew == sm80::kNegInf ? 0.f : maxNew;");
-    w.line(cat("alpha[mt][r] = sm80::exp2(", st.rowMax, "[mt][r] - maxUsed);"));
-    w.line("float tileSum = 0.f;");
-    w.openUnrolledFor("nt", "kSTiles");
-    w.openUnrolledFor("c", "2");
-    w.line(cat("float &s = ", s, "[mt][nt][2 * r + c];"));
-    w.line("s = sm80::exp2(fmaf(s, scoreScale, -maxUsed));");
-    w.line("tileSum += s;");
-    w.close();
-    w.close();
-    w.line(cat(st.rowMax, "[mt][r] = maxNew;"));
-    w.line(cat(st.rowSum, "[mt][r] = alpha[mt][r] * ", st.rowSum, "[mt][r] + tileSum;"));
-  });
-}
-
-void TileTargetSm80::packProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool declare) {
-  w.comment(cat("P as ", shape.dtype,
-                " A fragments of P·V: the C layout of n8 tiles 2k and 2k + 1 is the A layout of k16 step k"));
-  if (declare)
-    w.line(cat("unsigned ", p, "[kMTiles][kBlockN / 16][4];"));
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("k", "kBlockN / 16");
-  w.line(cat(p, "[mt][k][0] = ", pack, "(", s, "[mt][2 * k][0], ", s, "[mt][2 * k][1]);"));
-  w.line(cat(p, "[mt][k][1] = ", pack, "(", s, "[mt][2 * k][2], ", s, "[mt][2 * k][3]);"));
-  w.line(cat(p, "[mt][k][2] = ", pack, "(", s, "[mt][2 * k + 1][0], ", s, "[mt][2 * k + 1][1]);"));
-  w.line(cat(p, "[mt][k][3] = ", pack, "(", s, "[mt][2 * k + 1][2], ", s, "[mt][2 * k + 1][3]);"));
-  w.close();
-  w.close();
-}
-
-void TileTargetSm80::rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) {
-  w.comment("rescale: acc *= alpha, row by row (the division by l waits until finalize)");
-  if (!onlyWhenMoved) {
-    forEachElement(w, "kOTiles", {cat(st.acc, "[mt][nt][i] *= alpha[mt][i / 2];")});
-    return;
-  }
-  w.comment("only when the softmax step moved this warp's maxes: else every alpha is 1");
-  w.open("if (maxMoved)");
-  forEachElement(w, "kOTiles", {cat(st.acc, "[mt][nt][i] *= alpha[mt][i / 2];")});
-  w.close();
-}
-
 void TileTargetSm80::pv(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vTile) {
   w.comment("acc += P·V (mma.sync m16n8k16, fp32): ldmatrix.x4.trans of sV gives the B fragments of two n8 tiles");
   w.openUnrolledFor("k", "kBlockN / 16");
@@ -733,38 +562,6 @@ void TileTargetSm80::pv(CudaWriter &w, const StateNames &st, const std::string &
   w.close();
 }
 
-void TileTargetSm80::finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) {
-  if (sinkFn.empty()) {
-    w.comment("---- finalize: l = quad sum of the partial sums, O = acc / l, LSE = (m + log2 l)·ln 2 ----");
-    w.comment("m is in the log2 domain; a row that saw no key (l = 0) gets O = 0 and LSE = -inf.");
-  } else {
-    w.comment(cat("---- finalize with the attention sink s = ", sinkFn,
-                  "(b, h): one more score, with no value, in every row ----"));
-    w.comment("m' = max(m, s·log2 e) (log2 domain), l' = l·2^(m - m') + 2^(s·log2 e - m'), O = acc·2^(m - m') / l',");
-    w.comment("LSE = (m' + log2 l')·ln 2; a row that saw no key gets O = 0 and LSE = s.");
-    w.line(cat("const float sinkLog2 = ", sinkFn, "(b, h, p) * sm80::kLog2e;"));
-  }
-  w.line("float lse[kMTiles][2];");
-  forEachRow(w, [&] {
-    if (sinkFn.empty()) {
-      w.line(cat("const float l = sm80::quadSum(", st.rowSum, "[mt][r]);"));
-      w.line("const float invL = l == 0.f ? 0.f : 1.f / l;");
-      w.line(cat("lse[mt][r] = l == 0.f ? sm80::kNegInf : (", st.rowMax, "[mt][r] + log2f(l)) * sm80::kLn2;"));
-    } else {
-      w.line(cat("const float maxNew = fmaxf(", st.rowMax, "[mt][r], sinkLog2);"));
-      w.line("const float maxUsed = maxNew == sm80::kNegInf ? 0.f : maxNew;");
-      w.line(cat("const float carry = sm80::exp2(", st.rowMax, "[mt][r] - maxUsed);"));
-      w.line(cat("const float l = sm80::quadSum(", st.rowSum, "[mt][r]) * carry + sm80::exp2(sinkLog2 - maxUsed);"));
-      w.line("const float invL = l == 0.f ? 0.f : carry / l;");
-      w.line("lse[mt][r] = l == 0.f ? sm80::kNegInf : (maxUsed + log2f(l)) * sm80::kLn2;");
-    }
-    w.openUnrolledFor("nt", "kOTiles");
-    w.line(cat(st.acc, "[mt][nt][2 * r] *= invL;"));
-    w.line(cat(st.acc, "[mt][nt][2 * r + 1] *= invL;"));
-    w.close();
-  });
-}
-
 void TileTargetSm80::storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) {
   if (shape.packQueryHeads) {
     w.comment(cat("store O: convert to ", shape.dtype, ", two adjacent columns (4 bytes) per store, each row to its"));
@@ -774,14 +571,14 @@ void TileTargetSm80::storeO(CudaWriter &w, const StateNames &st, bool stagedInQ)
       w.open(cat("if (", threadRow(), " < packedRows)"));
       w.line("unsigned short *const dst = gO + rowQuery[mt][r] * p.oRowStride + rowHead[mt][r] * p.oHeadStride;");
       w.openUnrolledFor("nt", "kOTiles");
-      w.line(cat("*reinterpret_cast<unsigned *>(dst + 8 * nt + fragCol) = ", packedPair(st), ";"));
+      w.line(cat("*reinterpret_cast<unsigned *>(dst + 8 * nt + fragCol) = ", fragments.packedPair(st), ";"));
       w.close();
       w.close();
     });
     return;
   }
   if (!stagedInQ) {
-    storeODirect(w, st);
+    fragments.storeODirect(w, st);
     return;
   }
   w.comment(cat("store O: convert to ", shape.dtype, " and stage this warp's rows in its own rows of sQ (swizzled),"));
@@ -796,7 +593,7 @@ void TileTargetSm80::storeO(CudaWriter &w, const StateNames &st, bool stagedInQ)
   w.openUnrolledFor("r", "2");
   w.line("const int row = 16 * mt + fragRow + 8 * r;");
   w.line(cat("*reinterpret_cast<unsigned *>(sO + sm80::swizzle<kHeadDimV / 8>(row, nt) + 2 * fragCol) = ",
-             packedPair(st), ";"));
+             fragments.packedPair(st), ";"));
   w.close();
   w.close();
   w.close();
@@ -817,45 +614,7 @@ void TileTargetSm80::storeO(CudaWriter &w, const StateNames &st, bool stagedInQ)
   w.close();
 }
 
-void TileTargetSm80::storeODirect(CudaWriter &w, const StateNames &st) {
-  w.comment(cat("store O: convert to ", shape.dtype, ", two adjacent columns (4 bytes) per store, rows < seqlen_q"));
-  w.line(cat("unsigned short *const gO = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * "
-             "p.oHeadStride;"));
-  forEachRow(w, [&] {
-    w.line(cat("const int q = ", threadRow(), ";"));
-    w.open("if (q < p.seqlenQ)");
-    w.openUnrolledFor("nt", "kOTiles");
-    w.line(cat("*reinterpret_cast<unsigned *>(gO + q * p.oRowStride + 8 * nt + fragCol) = ", packedPair(st), ";"));
-    w.close();
-    w.close();
-  });
-}
-
-void TileTargetSm80::storeLse(CudaWriter &w) {
-  if (shape.packQueryHeads) {
-    w.comment("store LSE (fp32; B x Hq x Sq, varlen Hq x total_q): the first lane of each quad writes its two rows,");
-    w.comment("each at its own query row and head (GQA packing), rows < packedRows");
-    w.open("if (lane % 4 == 0)");
-    forEachRow(w, [&] {
-      w.line(cat("if (", threadRow(), " < packedRows)"));
-      w.line("  p.lse[b * p.lseBatchStride + rowHead[mt][r] * p.lseHeadStride + rowQuery[mt][r]] = lse[mt][r];");
-    });
-    w.close();
-    return;
-  }
-  w.comment("store LSE (fp32; B x Hq x Sq, varlen Hq x total_q): the first lane of each quad writes its two rows,");
-  w.comment("rows < seqlen_q");
-  w.line("float *const gLse = p.lse + b * p.lseBatchStride + h * p.lseHeadStride;");
-  w.open("if (lane % 4 == 0)");
-  forEachRow(w, [&] {
-    w.line(cat("const int q = ", threadRow(), ";"));
-    w.line("if (q < p.seqlenQ)");
-    w.line("  gLse[q] = lse[mt][r];");
-  });
-  w.close();
-}
-
-void TileTargetSm80::storeSplit(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool stagedInQ) {
+bool TileTargetSm80::storeSplit(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool stagedInQ) {
   w.comment("---- store_split: one split (p.numSplits == 1) stores O and LSE itself; more store fp32 partials ----");
   w.open("if (p.numSplits == 1)");
   if (!sinkFn.empty()) {
@@ -911,9 +670,10 @@ void TileTargetSm80::storeSplit(CudaWriter &w, const StateNames &st, const std::
     w.close();
   });
   w.close();
+  return true;
 }
 
-void TileTargetSm80::combineRow(CudaWriter &w, const std::string &sinkFn) {
+bool TileTargetSm80::combineRow(CudaWriter &w, const std::string &sinkFn) {
   // Latency, not bandwidth, is the combine's cost (a row's partials are a few KiB): every load a lane makes is
   // issued in as few dependent rounds as possible — the LSEs in one, the partial O rows eight splits at a time.
   const int headDimV = static_cast<int>(shape.headDimV);
@@ -1011,6 +771,7 @@ void TileTargetSm80::combineRow(CudaWriter &w, const std::string &sinkFn) {
   w.line("if (threadIdx.x == 0)");
   w.line("  p.lse[b * p.lseBatchStride + h * p.lseHeadStride + q] = sum == 0.f ? sm80::kNegInf : "
          "(maxUsed + log2f(sum)) * sm80::kLn2;");
+  return true;
 }
 
 class FamilySm80 final : public TargetFamily {
@@ -1067,10 +828,6 @@ public:
 } // namespace
 
 std::unique_ptr<TargetFamily> createFamily() { return std::make_unique<FamilySm80>(); }
-
-std::unique_ptr<RegisterTiles> createPrinter(const KernelShape &shape) {
-  return std::make_unique<TileTargetSm80>(shape);
-}
 
 int64_t rowBytes(int64_t width) {
   int64_t chunks = (width + kChunkElements - 1) / kChunkElements;

@@ -1,10 +1,11 @@
 //===- PreludeSm90.h - device primitives of the SM90 instruction family ---===//
 //
 // The CUDA text printed ahead of every kernel lowered to the sm90 family (wgmma, TMA, mbarrier, setmaxnreg), which
-// only sm_90a runs. Like the sm80 prelude it holds instruction-level primitives only — one inline-PTX wrapper, a
-// descriptor encoder or a fragment conversion each; a kernel's roles, rings, barrier protocol and loops are generated
-// from its IR. It compiles under NVRTC with no headers, and next to the sm80 prelude in one translation unit (the
-// FA3 lowering keeps using sm80's scalar functions: exp2, quad reductions).
+// only sm_90a runs. Like the fragment prelude (codegen/common/FragmentPrelude.h) it holds instruction-level primitives
+// only — one inline-PTX wrapper, a descriptor encoder or a fragment conversion each; a kernel's roles, rings, barrier
+// protocol and loops are generated from its IR. It compiles under NVRTC with no headers, and after the fragment
+// prelude in one translation unit (the register-tile math, codegen/common/FragmentTiles.h, calls its exp2 and quad
+// reductions).
 //
 // Two parts: kPreludeCore (fixed text) and the wgmma wrappers, one `sm90::Wgmma<N>` per accumulator width N that a
 // kernel uses. Inline PTX names operands by number only (NVCC rejects symbolic names), so a wrapper's operand list

@@ -9,14 +9,14 @@
 //   copies         one TMA box per tile (cp.async.bulk.tensor.5d: the whole head dim of `rows` rows, 128-byte
 //                  swizzled), the descriptors in the kernel's second parameter
 //   Q·Kᵀ, P·V      wgmma m64nNk16: SS with Q and K from their slots, RS with P from registers and V from its slot
-// The register tiles of a consumer warp (its 16 rows: score, prob, acc, rowMax, rowSum) have the layout of the
-// sm80 family's with one m16 tile a warp — a wgmma accumulator is mma.sync's C fragment per warp — so the softmax,
-// masks, score mods, finalize and LSE are printed by the sm80 printer (sm80::createPrinter).
+// The register tiles of a consumer warp (its 16 rows: score, prob, acc, rowMax, rowSum) are in the C-fragment layout
+// with one m16 tile a warp — a wgmma accumulator is mma.sync's C fragment per warp — so the softmax, masks, score
+// mods, finalize and LSE are the common register-tile math (FragmentTiles.h), as for the sm80 family.
 //===----------------------------------------------------------------------===//
 #include "codegen/sm90/TileOpsSm90.h"
 #include "codegen/common/Concat.h"
-#include "codegen/sm80/PreludeSm80.h"
-#include "codegen/sm80/TileOpsSm80.h"
+#include "codegen/common/FragmentPrelude.h"
+#include "codegen/common/FragmentTiles.h"
 #include "codegen/sm90/InstructionsSm90.h"
 #include "codegen/sm90/PreludeSm90.h"
 
@@ -26,6 +26,10 @@
 namespace flashtile::codegen::sm90 {
 namespace {
 
+/// The namespace of the fragment primitives (FragmentPrelude.h) in these kernels, ahead of the family's own (sm90): the
+/// name they had when this family printed its register tiles with the sm80 family's printer, kept so that the
+/// generated CUDA stays byte-identical; a change that may alter it can give them a name of this family's.
+constexpr const char *kFragmentNamespace = "sm80";
 constexpr int kWarpSize = 32, kWarpgroupWarps = 4;
 /// Rows of an m64 wgmma accumulator a warp of the issuing warpgroup holds: the split-Q warpRows this family prints.
 constexpr int kRowsPerWarp = kWgmmaM / kWarpgroupWarps;
@@ -54,21 +58,19 @@ const char *operandName(Operand operand) {
 
 class TileTargetSm90 final : public TileTarget {
 public:
-  explicit TileTargetSm90(const KernelShape &shape) : shape(shape) {
+  explicit TileTargetSm90(const KernelShape &shape)
+      : shape(shape), fragments({kFragmentNamespace, shape.dtype, shape.packQueryHeads}) {
     consumerWarps = shape.blockM / shape.warpRows; // the schedule's split-Q over its computing role
-    KernelShape fragmentShape = shape;
-    fragmentShape.warps = consumerWarps; // one m16 tile a consumer warp
-    fragments = sm80::createPrinter(fragmentShape);
     bool bf16 = shape.dtype == "bf16";
     mmaType = bf16 ? "bf16" : "f16";
     const int widths[] = {shape.blockN, shape.headDimV};
-    preludeText = std::string(sm80::kPrelude) + ::flashtile::codegen::sm90::prelude(widths);
+    preludeText = fragmentPrelude(kFragmentNamespace) + ::flashtile::codegen::sm90::prelude(widths);
   }
 
   std::string_view prelude() const override { return preludeText; }
   std::string_view preludeNamespace() const override { return "sm90"; }
   std::vector<std::string> reservedNames() const override {
-    std::vector<std::string> names = fragments->reservedNames();
+    std::vector<std::string> names = fragments.reservedNames();
     for (const char *name : {"sm90",   "maps",   "smemRaw", "kQTileBytes", "qRow0",     "kRow0",   "tmaBatch",
                              "qAddr",  "kAddr",  "vAddr",   "slot",        "fullQ",     "fullK",   "fullV",
                              "emptyQ", "emptyK", "emptyV",  "fullWork",    "emptyWork", "workCell"})
@@ -78,61 +80,57 @@ public:
 
   void setup(CudaWriter &w, const std::vector<Operand> &copied) override;
   void setupTile(CudaWriter &w) override;
-  void copyAsync(CudaWriter &w, Operand, const std::string &, const std::string &) override {
-    w.line("#error \"sm90: copies that arrive on no barrier (cp.async groups) are the sm80 family's\"");
-  }
-  void wait(CudaWriter &w, const std::vector<Operand> &, int64_t) override {
-    w.line("#error \"sm90: tile.wait (cp.async groups) is the sm80 family's; sm90 waits on barriers\"");
-  }
+  /// Copies arrive on barriers here (copyToSlot), and waits are barrier waits: no cp.async groups.
+  bool copyAsync(CudaWriter &, Operand, const std::string &, const std::string &) override { return false; }
+  bool wait(CudaWriter &, const std::vector<Operand> &, int64_t) override { return false; }
   void load(CudaWriter &w, Operand operand, const std::string &tile) override;
-  void initState(CudaWriter &w, const StateNames &st) override { fragments->initState(w, st); }
+  void initState(CudaWriter &w, const StateNames &st) override { fragments.initState(w, st); }
   void qk(CudaWriter &w, const std::string &kSlot, const std::string &scores) override;
   void carryScores(CudaWriter &w, const std::string &to, const std::string &from) override {
-    fragments->carryScores(w, to, from);
+    fragments.carryScores(w, to, from);
   }
-  void scale(CudaWriter &w, const std::string &s) override { fragments->scale(w, s); }
+  void scale(CudaWriter &w, const std::string &s) override { fragments.scale(w, s); }
   void scoreMod(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn,
                 KeyArg key) override {
-    fragments->scoreMod(w, s, kTile, fn, key);
+    fragments.scoreMod(w, s, kTile, fn, key);
   }
   void mask(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn, KeyArg key,
             bool readsInputs) override {
-    fragments->mask(w, s, kTile, fn, key, readsInputs);
+    fragments.mask(w, s, kTile, fn, key, readsInputs);
   }
   /// P stays fp32 in the scores until roundProbabilities: with the intra-warpgroup overlap the P·V that reads the
   /// probabilities (the previous tile's) is still in flight during this softmax.
   void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, const std::string &, bool foldScale,
                      int rescaleThreshold) override {
-    fragments->softmaxUpdateInScores(w, st, s, foldScale, rescaleThreshold);
+    fragments.softmaxUpdate(w, st, s, foldScale, rescaleThreshold);
   }
   void roundProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool carried) override {
     if (carried)
       w.comment(cat("the P·V that read ", p, " has completed: this tile's P goes there for the next iteration"));
-    fragments->packProbabilities(w, s, p, !carried);
+    fragments.packProbabilities(w, s, p, !carried);
   }
-  void declareCarriedProbabilities(CudaWriter &w, const std::string &p) override {
+  bool declareCarriedProbabilities(CudaWriter &w, const std::string &p) override {
     w.comment("P carried from one K/V iteration to the next one's P·V (A fragments, rounded)");
     w.line(cat("unsigned ", p, "[kMTiles][kBlockN / 16][4] = {};"));
+    return true;
   }
   void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) override {
-    fragments->rescale(w, st, onlyWhenMoved);
+    fragments.rescale(w, st, onlyWhenMoved);
   }
   void pv(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vSlot) override;
   void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) override {
-    fragments->finalize(w, st, sinkFn);
+    fragments.finalize(w, st, sinkFn);
   }
   /// O from the accumulator registers, or staged in this warp's rows of sQ (stmatrix) and written in whole rows.
   void storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) override;
-  void storeLse(CudaWriter &w) override { fragments->storeLse(w); }
-  void storeSplit(CudaWriter &w, const StateNames &, const std::string &, bool) override {
-    w.line("#error \"sm90: split-KV stores (tile.store_split) are printed by the sm80 family\"");
-  }
-  void combineRow(CudaWriter &w, const std::string &) override {
-    w.line("#error \"sm90: the split-KV combine kernel is printed by the sm80 family\"");
-  }
+  void storeLse(CudaWriter &w) override { fragments.storeLse(w); }
+  /// No split of the key range (split-KV) here.
+  bool storeSplit(CudaWriter &, const StateNames &, const std::string &, bool) override { return false; }
+  bool combineRow(CudaWriter &, const std::string &) override { return false; }
 
   std::string extraKernelParams() const override { return ", const __grid_constant__ sm90::TensorMaps maps"; }
   bool takesTensorMaps() const override { return true; }
+  std::optional<RoleProblem> checkRoles(const std::vector<RoleInfo> &roles) const override;
   void setupRoles(CudaWriter &w, const std::vector<RoleInfo> &roles, const std::vector<BarrierInfo> &barriers) override;
   void openRole(CudaWriter &w, int role) override;
   void closeRole(CudaWriter &w, int role) override;
@@ -140,8 +138,8 @@ public:
   void barrierArrive(CudaWriter &w, int barrier, const std::string &position) override;
   void copyToSlot(CudaWriter &w, Operand operand, const std::string &tile, const std::string &position,
                   int barrier) override;
-  void publishWorkUnit(CudaWriter &w, int barrier, const std::string &unit) override;
-  void receiveWorkUnit(CudaWriter &w, int barrier, const std::string &position, const std::string &unit) override;
+  bool publishWorkUnit(CudaWriter &w, int barrier, const std::string &unit) override;
+  bool receiveWorkUnit(CudaWriter &w, int barrier, const std::string &position, const std::string &unit) override;
   void mmaWait(CudaWriter &w, MmaResult result, const std::string &tile, const std::string &operand,
                int newerInFlight) override;
   void mmaTurn(CudaWriter &w, bool begin) override;
@@ -158,7 +156,7 @@ private:
 
   KernelShape shape;
   int consumerWarps = 0;
-  std::unique_ptr<sm80::RegisterTiles> fragments;
+  FragmentTiles fragments;
   std::string mmaType, preludeText;
   std::vector<RoleInfo> roles;
   std::vector<BarrierInfo> barriers;
@@ -192,6 +190,22 @@ void TileTargetSm90::setupTile(CudaWriter &w) {
   w.line("const int warpRow0 = m0 + warp * kWarpRows;  // first query row of this (computing) warp");
 }
 
+std::optional<RoleProblem> TileTargetSm90::checkRoles(const std::vector<RoleInfo> &roleList) const {
+  for (size_t i = 0; i < roleList.size(); ++i)
+    if (roleList[i].warps % kWarpgroupWarps != 0)
+      return RoleProblem{static_cast<int>(i), cat("has ", roleList[i].warps, " warps"),
+                         "lays roles out as whole warpgroups (setmaxnreg)"};
+  auto computing = std::find_if(roleList.begin(), roleList.end(), [](const RoleInfo &r) { return r.computes; });
+  const int computingRoles =
+      static_cast<int>(std::count_if(roleList.begin(), roleList.end(), [](const RoleInfo &r) { return r.computes; }));
+  if (computingRoles != 1 || computing->warps != consumerWarps)
+    return RoleProblem{-1,
+                       computingRoles == 1 ? cat("has a computing role of ", computing->warps, " warps")
+                                           : cat("has ", computingRoles, " computing roles"),
+                       cat("needs one computing role of ", consumerWarps, " warps (16 query rows a warp)")};
+  return std::nullopt;
+}
+
 void TileTargetSm90::setupRoles(CudaWriter &w, const std::vector<RoleInfo> &roleList,
                                 const std::vector<BarrierInfo> &barrierList) {
   roles = roleList;
@@ -207,15 +221,7 @@ void TileTargetSm90::setupRoles(CudaWriter &w, const std::vector<RoleInfo> &role
   for (size_t i = 0; i < roles.size(); ++i)
     w.comment(cat("\"", roles[i].name, "\": warps [", firstWarp[i], ", ", firstWarp[i] + roles[i].warps, "), ",
                   roles[i].regs, " registers a thread", roles[i].computes ? "" : ", its region in one thread"));
-  for (const RoleInfo &role : roles)
-    if (role.warps % kWarpgroupWarps != 0)
-      w.line(cat("#error \"sm90: role '", role.name, "' has ", role.warps,
-                 " warps; roles are whole warpgroups (setmaxnreg)\""));
-  if (computing < 0 || roles[computing].warps != consumerWarps ||
-      std::count_if(roles.begin(), roles.end(), [](const RoleInfo &r) { return r.computes; }) != 1)
-    w.line(cat("#error \"sm90: the kernel needs one computing role of ", consumerWarps,
-               " warps (16 query rows a warp)\""));
-  const int consumerFirst = computing < 0 ? 0 : firstWarp[computing];
+  const int consumerFirst = firstWarp[computing];
   w.comment("The computing role's warp w owns query rows [16w, 16w + 16) of the block (warpgroup w / 4 issues the");
   w.comment("m64 wgmmas of rows [64 (w / 4), 64 (w / 4) + 64)); a wgmma accumulator gives lane l rows fragRow and");
   w.comment("fragRow + 8 of the warp's 16, columns fragCol and fragCol + 1 of every n8 block, as mma.sync's C fragment.");
@@ -325,24 +331,26 @@ void TileTargetSm90::copyToSlot(CudaWriter &w, Operand operand, const std::strin
   w.close();
 }
 
-void TileTargetSm90::publishWorkUnit(CudaWriter &w, int index, const std::string &unit) {
+bool TileTargetSm90::publishWorkUnit(CudaWriter &w, int index, const std::string &unit) {
   const BarrierInfo &barrier = barriers[index];
   w.comment(cat("hand ", unit, " to the consumers: the cell, then one arrival on ", barrier.name,
                 " (its release orders the write before the phase completes)"));
   w.line(cat("*workCell = ", unit, ";"));
   w.line(cat("sm90::mbarrier::arrive(&", barrier.name, "[0]);"));
+  return true;
 }
 
-void TileTargetSm90::receiveWorkUnit(CudaWriter &w, int index, const std::string &position, const std::string &unit) {
+bool TileTargetSm90::receiveWorkUnit(CudaWriter &w, int index, const std::string &position, const std::string &unit) {
   const BarrierInfo &barrier = barriers[index];
   w.comment(cat("wait until the producer handed over the unit of tile ", position, " (phase parity), then read it"));
   w.line(cat("sm90::mbarrier::wait(&", barrier.name, "[0], (", position, ") & 1);"));
   w.line(cat("const int ", unit, " = *workCell;"));
+  return true;
 }
 
 void TileTargetSm90::storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) {
   if (!stagedInQ) {
-    fragments->storeODirect(w, st);
+    fragments.storeODirect(w, st);
     return;
   }
   const char *pack = shape.dtype == "bf16" ? "sm90::warpgroup::packBf16x2" : "sm90::warpgroup::packF16x2";

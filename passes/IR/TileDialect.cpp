@@ -1,10 +1,9 @@
 //===- TileDialect.cpp - types, attributes, verifiers, canonicalization ---===//
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/ProgramKinds.h"
-#include "codegen/common/TargetRegistry.h"
-#include "flashtile/runtime/KernelInfo.h"
 #include "passes/IR/TileNames.h"
 #include "passes/IR/TileRotary.h"
+#include "passes/Target/TargetFamily.h"
 
 #include "mlir/IR/Matchers.h"
 
@@ -317,16 +316,11 @@ LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
-// The IR's shape classes are the runtime's (kShapeClasses), in the same order: the runtime picks a call's class and
-// finds the kernel of that name. The names are compared by a unit test (ShapeClassNamesAreTheRuntimes).
-static_assert(getMaxEnumValForShapeClass() + 1 == flashtile::kShapeClasses.size(),
-              "tile::ShapeClass and the runtime's kShapeClasses list different classes");
-
 LogicalResult TargetAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef arch, StringRef isa) {
   // The instruction families are plug-ins (codegen/<family>/): the registry, not the IR, knows their names.
-  if (codegen::lookupTarget(std::string_view(isa)))
+  if (target::lookupTarget(std::string_view(isa)))
     return success();
-  std::vector<std::string> names = codegen::targetNames();
+  std::vector<std::string> names = target::targetNames();
   InFlightDiagnostic diag = emitError() << "target isa '" << isa << "' is not a registered instruction family; ";
   if (names.empty())
     return diag << "none is registered (the tool must call codegen::registerBuiltinTargets)";

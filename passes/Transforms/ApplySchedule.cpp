@@ -64,9 +64,10 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
       func.emitOpError() << "is already scheduled with " << *func.getSchedule();
       return signalPassFailure();
     }
-    const schedule::Schedule *schedule = schedule::lookupSchedule(scheduleName);
+    const std::string name = scheduleName.empty() ? schedule::Request{}.schedule : std::string(scheduleName);
+    const schedule::Schedule *schedule = schedule::lookupSchedule(name);
     if (!schedule) {
-      func.emitOpError() << schedule::unknownScheduleMessage(scheduleName);
+      func.emitOpError() << schedule::unknownScheduleMessage(name);
       return signalPassFailure();
     }
     std::string error;

@@ -4,7 +4,7 @@
 // it on the asked architecture, and that family (the target registry) checks that the scheduled tiles fit its
 // instructions and the architecture's shared memory. Nothing here knows a particular schedule or family.
 //===----------------------------------------------------------------------===//
-#include "codegen/common/TargetRegistry.h"
+#include "passes/Target/TargetFamily.h"
 #include "passes/Transforms/Passes.h"
 #include "passes/Transforms/ScheduleRegistry.h"
 
@@ -24,9 +24,10 @@ struct TileLowerToTargetPass : flashtile::tile::impl::TileLowerToTargetBase<Tile
 
   void runOnOperation() override {
     FuncOp func = getOperation();
-    std::optional<std::string> canonical = codegen::canonicalArch(arch);
+    const std::string archName = arch.empty() ? schedule::Request{}.arch : std::string(arch);
+    std::optional<std::string> canonical = target::canonicalArch(archName);
     if (!canonical) {
-      func.emitOpError() << codegen::unknownArchMessage(arch);
+      func.emitOpError() << target::unknownArchMessage(archName);
       return signalPassFailure();
     }
     ScheduleAttr scheduleAttr = func.getScheduleAttr();
@@ -40,14 +41,14 @@ struct TileLowerToTargetPass : flashtile::tile::impl::TileLowerToTargetBase<Tile
       return signalPassFailure();
     }
     std::string familyName = schedule->targetFamilyFor(*canonical);
-    const codegen::TargetFamily *family = codegen::lookupTarget(familyName);
-    std::optional<int64_t> maxSmem = family ? codegen::maxSmemBytes(*family, *canonical) : std::nullopt;
+    const target::TargetFamily *family = target::lookupTarget(familyName);
+    std::optional<int64_t> maxSmem = family ? target::maxSmemBytes(*family, *canonical) : std::nullopt;
     if (!maxSmem) {
       func.emitOpError() << "schedule '" << scheduleAttr.getName() << "' has no lowering for " << *canonical
                          << (familyName.empty() ? " (" + std::string(schedule->summary()) + ")" : std::string());
       return signalPassFailure();
     }
-    codegen::KernelShape shape = schedule::kernelShapeOf(func);
+    target::KernelShape shape = schedule::kernelShapeOf(func);
     if (std::optional<std::string> error = family->checkShape(shape)) {
       func.emitOpError() << *error;
       return signalPassFailure();

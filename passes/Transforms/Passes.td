@@ -24,7 +24,7 @@ def TileApplySchedule : Pass<"tile-apply-schedule", "::flashtile::tile::FuncOp">
     `tile.softmax_update` as `rescale_threshold`.
   }];
   let options = [
-    Option<"scheduleName", "schedule", "std::string", /*default=*/"\"fa2\"", "the name of a registered schedule (schedules/Registry.cpp registers the built-in ones)">,
+    Option<"scheduleName", "schedule", "std::string", /*default=*/"", "the name of a registered schedule (schedules/Registry.cpp registers the built-in ones); unset: the default request's (schedule::Request, ScheduleRegistry.h)">,
     ListOption<"knobs", "options", "std::string", "the schedule's knobs as name=value items, e.g. options=block-m=64,warps=4 (unset knobs take the schedule's defaults)">,
     Option<"shapeClass", "shape-class", "std::string", /*default=*/"\"default\"", "the shapes the kernel is for: default (any) or short (at most 1024 query and key rows per sequence on average); a class whose configuration equals the default class's is scheduled as default">,
   ];
@@ -39,6 +39,20 @@ def TileSplitBoundary : Pass<"tile-split-boundary", "::flashtile::tile::FuncOp">
   }];
 }
 
+def TilePipelineCopies : Pass<"tile-pipeline-copies", "::flashtile::tile::FuncOp"> {
+  let summary = "Reads K/V tiles from shared-memory slots that asynchronous copies fill while the warps compute";
+  let description = [{
+    FlashAttention-2's software pipeline, on a scheduled program whose K/V loop segments are bounded and walked
+    descending (after tile-split-boundary): the buffers become values (`tile.buffer`: one slot for Q, `stages` for
+    K and V, #tile.schedule's), every tile is copied into its slot by a `tile.copy_async` that returns a token, each
+    `tile.wait` names the tokens it needs, and the loops carry the tokens of copies started for the next iteration.
+    With one slot per operand, V(j) is copied during Q·K(j)ᵀ and K(next) during P·V(j); with two, Q·Kᵀ also runs one
+    tile ahead (the loops carry the next tile's scores). O leaves through Q's slot, dead after the walk
+    (`tile.store o ... through`), unless O's rows are wider than Q's.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+}
+
 def TileLowerToTarget : Pass<"tile-lower-to-target", "::flashtile::tile::FuncOp"> {
   let summary = "Chooses the instructions that realize each tile op on a GPU architecture";
   let description = [{
@@ -48,7 +62,7 @@ def TileLowerToTarget : Pass<"tile-lower-to-target", "::flashtile::tile::FuncOp"
     architecture's limit), and records `#tile.target<arch, isa>`.
   }];
   let options = [
-    Option<"arch", "arch", "std::string", /*default=*/"\"sm_80\"", "sm_80, sm_86, sm_87, sm_89, sm_90(a), sm_100(a)">,
+    Option<"arch", "arch", "std::string", /*default=*/"", "an architecture name users may write (kArchAliases, runtime/ArchNames.h); unset: the default request's (schedule::Request, ScheduleRegistry.h)">,
   ];
 }
 

@@ -201,19 +201,19 @@ mlir::LogicalResult buildPipeline(mlir::OpPassManager &pm, const Request &reques
   return mlir::success();
 }
 
-codegen::KernelShape kernelShapeOf(tile::FuncOp func) {
+target::KernelShape kernelShapeOf(tile::FuncOp func) {
   tile::ScheduleAttr schedule = func.getScheduleAttr();
   assert(schedule && "kernelShapeOf needs a scheduled program");
-  codegen::KernelShape shape{func.getDtype().isBF16() ? "bf16" : "f16", static_cast<int>(func.getHeadDim()),
-                             static_cast<int>(func.getHeadDimV()),      static_cast<int>(schedule.getBlockM()),
-                             static_cast<int>(schedule.getBlockN()),    static_cast<int>(schedule.getWarps()),
-                             static_cast<int>(schedule.getStages()),    static_cast<int>(schedule.getMinBlocksPerSm())};
+  target::KernelShape shape{func.getDtype().isBF16() ? "bf16" : "f16", static_cast<int>(func.getHeadDim()),
+                            static_cast<int>(func.getHeadDimV()),      static_cast<int>(schedule.getBlockM()),
+                            static_cast<int>(schedule.getBlockN()),    static_cast<int>(schedule.getWarps()),
+                            static_cast<int>(schedule.getStages()),    static_cast<int>(schedule.getMinBlocksPerSm())};
   switch (schedule.getWarpLayout()) {
   case tile::WarpLayout::SplitQ:
-    shape.warpLayout = codegen::WarpLayout::SplitQ;
+    shape.warpLayout = target::WarpLayout::SplitQ;
     break;
   case tile::WarpLayout::SplitKeys:
-    shape.warpLayout = codegen::WarpLayout::SplitKeys;
+    shape.warpLayout = target::WarpLayout::SplitKeys;
     break;
   }
   shape.warpRows = static_cast<int>(schedule.getWarpRows());

@@ -9,10 +9,10 @@
 #ifndef FLASHTILE_PASSES_TRANSFORMS_SCHEDULEREGISTRY_H
 #define FLASHTILE_PASSES_TRANSFORMS_SCHEDULEREGISTRY_H
 
-#include "codegen/common/TileTarget.h"
 #include "flashtile/runtime/Dispatch.h"
 #include "flashtile/runtime/KernelInfo.h"
 #include "passes/IR/TileDialect.h"
+#include "passes/Target/TargetFamily.h"
 
 #include "mlir/Pass/PassManager.h"
 
@@ -73,7 +73,7 @@ public:
                                                         tile::ShapeClass shapeClass) const = 0;
   /// tile-split-boundary: whether K/V tiles are walked from the last to the first.
   virtual bool walkDescending() const = 0;
-  /// tile-lower-to-target: the instruction family (a registered target, codegen/TargetRegistry.h) that lowers
+  /// tile-lower-to-target: the instruction family (a registered target, passes/Target/TargetFamily.h) that lowers
   /// this schedule on `arch` (a canonical arch name), or empty when it has none there.
   virtual std::string targetFamilyFor(std::string_view arch) const = 0;
   /// The passes that take an unscheduled program to target-lowered IR, ending with tile-lower-to-target.
@@ -128,7 +128,7 @@ mlir::LogicalResult buildPipeline(mlir::OpPassManager &pm, const Request &reques
 
 /// The tile shape of a scheduled program (its `#tile.schedule` and head dims), as targets see it. The attribute's
 /// verifier bounds every number, so the narrowing to int is exact.
-codegen::KernelShape kernelShapeOf(tile::FuncOp func);
+target::KernelShape kernelShapeOf(tile::FuncOp func);
 
 /// The passes every schedule's pipeline starts with, on a tile.func pass manager: verify the program, canonicalize,
 /// and apply the schedule named `name` with the request's knobs and shape class (tile-apply-schedule).

@@ -1,5 +1,6 @@
 // CudaDriver.cpp — dlopen of libcuda.so.1, symbol resolution, context setup and arch detection.
 #include "flashtile/runtime/CudaDriver.h"
+#include "flashtile/runtime/KernelInfo.h"
 
 #include <dlfcn.h>
 
@@ -110,14 +111,22 @@ StatusOr<std::string> CudaDriver::detectArch() const {
 }
 
 StatusOr<std::string> flashtile::archForComputeCapability(int major, int minor) {
-  // sm_80 cubins run on every 8.x device. The "a" targets use arch-specific instructions (wgmma, tcgen05) and
-  // run only on exactly that compute capability, so 10.3 (which needs sm_103a) is not matched by 10.x.
-  if (major == 8)
-    return std::string("sm_80");
-  if (major == 9 && minor == 0)
-    return std::string("sm_90a");
-  if (major == 10 && minor == 0)
-    return std::string("sm_100a");
+  // A cubin for sm_XY runs on every X.Z device with Z >= Y (sm_80 on all of 8.x). The "a" targets use arch-specific
+  // instructions (wgmma, tcgen05) and run only on exactly that compute capability, so 10.3 (which needs sm_103a) is
+  // not matched by sm_100a. The major version is all but the last digit of the number: sm_100a is 10.0.
+  std::string supported;
+  for (std::string_view arch : kSupportedArchs) {
+    std::string_view number = arch.substr(arch.find('_') + 1);
+    const bool archSpecific = number.ends_with('a');
+    if (archSpecific)
+      number.remove_suffix(1);
+    const int archMajor = std::stoi(std::string(number.substr(0, number.size() - 1)));
+    const int archMinor = number.back() - '0';
+    if (major == archMajor && (archSpecific ? minor == archMinor : minor >= archMinor))
+      return std::string(arch);
+    supported += (supported.empty() ? "" : ", ") + std::to_string(archMajor) + "." +
+                 (archSpecific ? std::to_string(archMinor) : std::string("x")) + " (" + std::string(arch) + ")";
+  }
   return Status::error("GPU compute capability " + std::to_string(major) + "." + std::to_string(minor) +
-                       " is not supported; supported: 8.x (sm_80), 9.0 (sm_90a), 10.0 (sm_100a)");
+                       " is not supported; supported: " + supported);
 }

@@ -143,6 +143,8 @@ KernelSpec KernelInfo::spec() const {
   return {arch, dtype, headDim, headDimV, variant, schedule, shapeClass, kvCache, rotary, kind};
 }
 
+std::string flashtile::supportedArchsText() { return joined(kSupportedArchs); }
+
 int flashtile::maxSmemBytes(std::string_view arch) {
   constexpr int kKiB = 1024;
   if (arch == "sm_80")

@@ -1,5 +1,6 @@
 // Nvrtc.cpp — dlopen of libnvrtc and one compile call.
 #include "flashtile/runtime/Nvrtc.h"
+#include "flashtile/runtime/KernelInfo.h"
 
 #include <nvrtc.h>
 
@@ -187,7 +188,8 @@ StatusOr<std::string> gpuArchitecture(const std::string &arch, NvrtcOutput out) 
     return std::isdigit(static_cast<unsigned char>(c)) != 0;
   });
   if (!arch.starts_with(kPrefix) || !isNumber)
-    return Status::error("arch '" + arch + "' is not a target of the form sm_<NN>[a|f] (e.g. sm_80, sm_90a, sm_100a)");
+    return Status::error("arch '" + arch + "' is not a target of the form sm_<NN>[a|f] (e.g. " + supportedArchsText() +
+                         ")");
   return out == NvrtcOutput::Cubin ? arch : "compute_" + arch.substr(kPrefix.size());
 }
 

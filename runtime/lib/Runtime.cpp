@@ -732,7 +732,7 @@ StatusOr<KernelSpec> Runtime::specForUnguarded(const AttentionArgs &args, const 
   if (Status s = validate(args); !s.ok())
     return s;
   if (std::find(kSupportedArchs.begin(), kSupportedArchs.end(), arch) == kSupportedArchs.end())
-    return Status::error("arch '" + arch + "' is not supported; supported: sm_80, sm_90a, sm_100a");
+    return Status::error("arch '" + arch + "' is not supported; supported: " + supportedArchsText());
   KernelSpec spec = specWithoutSchedule(args, arch);
   std::lock_guard<std::mutex> lock(impl->configMutex);
   StatusOr<Impl::Plan> plan = impl->plan(args, arch);
@@ -747,7 +747,7 @@ StatusOr<ScheduleChoice> Runtime::explain(const AttentionArgs &args, const std::
     if (Status s = validate(args); !s.ok())
       return s;
     if (std::find(kSupportedArchs.begin(), kSupportedArchs.end(), arch) == kSupportedArchs.end())
-      return Status::error("arch '" + arch + "' is not supported; supported: sm_80, sm_90a, sm_100a");
+      return Status::error("arch '" + arch + "' is not supported; supported: " + supportedArchsText());
     if (Status s = impl->checkVariantNumbers(args); !s.ok())
       return s;
     StatusOr<Impl::Resolution> resolved = impl->resolve(*this, args, arch);

@@ -3,7 +3,7 @@
 // Decode: a few query rows over a long key range (serving). FA2's split-Q thread blocks would each walk the
 // whole key range of one (batch, head) with one useful row, so a long sequence runs on a handful of SMs. The
 // decode schedule keeps FA2's tile orchestration (split-Q warps, the K/V walk last to first, cp.async buffers,
-// tile-fa2-pipeline) and splits the key range of every Q tile across thread blocks (flash-decoding): the grid
+// tile-pipeline-copies) and splits the key range of every Q tile across thread blocks (flash-decoding): the grid
 // gets numSplits blocks per Q tile, each walks whole K/V tiles [split_begin, split_end) and writes a partial O
 // and LSE, and a combine kernel merges each row's partials exactly. The number of splits is the runtime's (from
 // the shape and the SM count, runtime/SplitKv.h), a kernel argument: one kernel serves every split count.
@@ -29,7 +29,7 @@ struct DecodeConfig {
   int blockM = 32;        ///< query rows of a thread block (a decode call has 1-16 per head)
   int blockN = 64;        ///< keys per K/V tile: splits are whole tiles
   int warps = 2;          ///< each warp owns blockM / warps query rows (split-Q)
-  int stages = 1;         ///< shared-memory buffers per K/V operand (tile-fa2-pipeline)
+  int stages = 1;         ///< shared-memory buffers per K/V operand (tile-pipeline-copies)
   int minBlocksPerSm = 0; ///< `__launch_bounds__` minimum blocks per SM (0: no request)
 
   /// The configuration used when the caller sets no knob, measured on the H200 at head dims 64, 128 and 256

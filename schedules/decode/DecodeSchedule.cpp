@@ -1,14 +1,15 @@
 //===- DecodeSchedule.cpp - the decode (split-KV) schedule as a plug-in ---===//
 //
-// Flash-decoding on FA2's tile orchestration: FA2's passes (tile-split-boundary, tile-fa2-pipeline) after this
-// schedule's own tile-decode-split-kv, which bounds each program instance's walk to its split of the key range
-// and makes it store a partial O and LSE (tile.store_split). Configuration: DecodeConfig.h.
+// Flash-decoding on FA2's tile orchestration: the generic passes FA2 runs (tile-split-boundary, tile-pipeline-copies)
+// around this schedule's own: tile-decode-split-kv, which bounds each program instance's walk to its split of the key
+// range and makes it store a partial O and LSE (tile.store_split), and tile-decode-stage-o, which sends that O
+// through Q's dead slot. Configuration: DecodeConfig.h.
 //===----------------------------------------------------------------------===//
 #include "schedules/decode/DecodeConfig.h"
 #include "schedules/decode/DecodeRegister.h"
-#include "schedules/fa2/Fa2Pipeline.h"
 
 #include "passes/Transforms/Passes.h"
+#include "passes/Transforms/ScheduleRegistry.h"
 
 #include "mlir/Transforms/Passes.h"
 
@@ -87,7 +88,8 @@ public:
     // kernels without it: KernelSpec::kvCache).
     func.addPass(createSplitKvPass(knob(kPackGqa, true), knob(kKvCache, false)));
     func.addPass(createTileSplitBoundary());
-    func.addPass(fa2::createPipelinePass());
+    func.addPass(createTilePipelineCopies());
+    func.addPass(createStageOPass());
     func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
     func.addPass(createCanonicalizerPass());
     func.addPass(createCSEPass());
@@ -99,6 +101,7 @@ public:
 void registerSchedule() {
   schedule::registerSchedule(std::make_unique<DecodeSchedule>());
   mlir::registerPass([] { return createSplitKvPass(/*packQueryHeads=*/true, /*kvCache=*/false); });
+  mlir::registerPass([] { return createStageOPass(); });
 }
 
 } // namespace flashtile::decode

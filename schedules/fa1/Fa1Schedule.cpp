@@ -5,15 +5,15 @@
 //   tile-fa1-kv-steps     the outer loop: one K/V tile a launch, the state (m, l, O) read from and written back to
 //                         global memory around it (Fa1KvStepsPass.cpp)
 //   tile-split-boundary   the step's one tile is masked or not as the variant's KV-range rules say
-//   tile-fa2-pipeline     copies through shared memory, one K and one V buffer (fa2's with stages = 1: fa1 has no
-//                         pipelining of its own to teach)
+//   tile-pipeline-copies  copies through shared memory, one K and one V buffer (the generic copy pipeline, as fa2's
+//                         with stages = 1: fa1 has no pipelining of its own to teach)
 //   tile-lower-to-target  the sm80 family (mma.sync, ldmatrix, cp.async) on every arch
 //===----------------------------------------------------------------------===//
 #include "schedules/fa1/Fa1Config.h"
 #include "schedules/fa1/Fa1Register.h"
-#include "schedules/fa2/Fa2Pipeline.h"
 
 #include "passes/Transforms/Passes.h"
+#include "passes/Transforms/ScheduleRegistry.h"
 
 #include "mlir/Transforms/Passes.h"
 
@@ -55,7 +55,7 @@ public:
                              /*lptGroupBlocks=*/0, ShapeClass::Default);
   }
 
-  // A step visits at most one tile, so the order only matters to tile-fa2-pipeline, which walks descending.
+  // A step visits at most one tile, so the order only matters to tile-pipeline-copies, which walks descending.
   bool walkDescending() const override { return true; }
 
   std::string targetFamilyFor(std::string_view) const override { return "sm80"; }
@@ -65,7 +65,7 @@ public:
     schedule::addApplySchedule(func, kName, request);
     func.addPass(createKvStepsPass());
     func.addPass(createTileSplitBoundary());
-    func.addPass(fa2::createPipelinePass());
+    func.addPass(createTilePipelineCopies());
     func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
     func.addPass(createCanonicalizerPass());
     func.addPass(createCSEPass());

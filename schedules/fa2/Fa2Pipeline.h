@@ -19,12 +19,9 @@ struct Fa2Options {
   schedule::Request request() const;
 };
 
-/// tile-fa2-pipeline: FA2's software pipeline (Fa2PipelinePass.cpp).
-std::unique_ptr<mlir::Pass> createPipelinePass();
-
 /// Adds the FA2 schedule's passes, in the order the paper describes the kernel:
 /// verify → canonicalize → fix tile sizes (split-Q) → split boundary tiles (mask only there, skip empty
-/// tiles) → pipeline K/V copies → lower to the target's instructions → clean up.
+/// tiles) → pipeline K/V copies (tile-pipeline-copies) → lower to the target's instructions → clean up.
 void buildPipeline(mlir::OpPassManager &pm, const Fa2Options &options);
 
 } // namespace flashtile::fa2

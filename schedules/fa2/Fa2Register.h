@@ -3,11 +3,8 @@
 #define FLASHTILE_SCHEDULES_FA2_FA2REGISTER_H
 
 namespace flashtile::fa2 {
-/// Adds the FA2 schedule to the schedule registry and its passes to MLIR's pass registry (schedules/Registry.cpp
-/// calls it once).
+/// Adds the FA2 schedule to the schedule registry (schedules/Registry.cpp calls it once).
 void registerSchedule();
-/// Registers FA2's own passes (tile-fa2-pipeline) with MLIR's pass registry.
-void registerPasses();
 } // namespace flashtile::fa2
 
 #endif // FLASHTILE_SCHEDULES_FA2_FA2REGISTER_H

@@ -92,7 +92,7 @@ public:
     OpPassManager &func = pm.nest<FuncOp>();
     schedule::addApplySchedule(func, kName, request);
     func.addPass(createTileSplitBoundary());
-    func.addPass(createPipelinePass());
+    func.addPass(createTilePipelineCopies());
     func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
     func.addPass(createCanonicalizerPass());
     func.addPass(createCSEPass());
@@ -103,7 +103,6 @@ public:
 
 void registerSchedule() {
   schedule::registerSchedule(std::make_unique<Fa2Schedule>());
-  registerPasses(); // tile-fa2-pipeline, for flashtile-opt
 }
 
 schedule::Request Fa2Options::request() const {

@@ -31,7 +31,7 @@
 #include "schedules/fa3/Fa3Pipeline.h"
 
 #include "passes/IR/TileDialect.h"
-#include "schedules/LoopCarry.h"
+#include "passes/Transforms/LoopCarry.h"
 
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Pass/Pass.h"
@@ -468,7 +468,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       Value lower = arith::MinSIOp::create(lb, loc, loop.getLower(), upper);
       loop.getLowerMutable().assign(lower);
       loop.getUpperMutable().assign(upper);
-      loop = flashtile::schedule::withCarried(loop, ValueRange{carriedP});
+      loop = flashtile::tile::withCarried(loop, ValueRange{carriedP});
       Block &block = loop.getBody().front();
       Value j = loop.getTileIndex(), accArg = loop.getAccArg(), pArg = block.getArguments().back();
       auto qk = cast<QkOp>(*body.k->user_begin());

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The plug-in checks must fail where the rule is broken: on a copy of the sources, plants one line at a time (an
-# include of a schedule's or a target's header in a generic layer, their namespace used there, a schedule's source
-# listed outside its folder) or takes fa1's registration out, and expects the check to reject each; both accept the
-# tree as it is.
+# include of a schedule's or a target's header in a generic layer, their namespace used there, codegen/ or the runtime
+# included by the passes, one family's header or namespace in another's, a schedule, family or arch name written as a
+# string in a generic layer, a schedule's source listed outside its folder, a schedule named in another's folder) or
+# takes fa1's registration out, and expects the check to reject each; both accept the tree as it is.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -34,11 +35,25 @@ expect_rejected check-layering.sh interpreter/Interpreter.cpp '#include "schedul
 expect_rejected check-layering.sh tools/flashtile/Main.cpp \
   'static const int planted = (flashtile::fa1::registerSchedule(), 0);'
 expect_rejected check-layering.sh codegen/common/CudaEmitter.cpp 'static const auto planted = sm90::createFamily();'
+expect_rejected check-layering.sh passes/IR/TileDialect.cpp '#include "codegen/common/TargetRegistry.h"'
+expect_rejected check-layering.sh passes/Transforms/ApplySchedule.cpp '#include "flashtile/runtime/KernelInfo.h"'
+expect_rejected check-layering.sh passes/Target/TargetFamily.cpp '#include "flashtile/runtime/KernelInfo.h"'
+expect_rejected check-layering.sh codegen/sm90/TileOpsSm90.cpp '#include "codegen/sm80/TileOpsSm80.h"'
+expect_rejected check-layering.sh codegen/sm90/TileOpsSm90.cpp 'static const auto planted = sm80::createFamily();'
+expect_rejected check-layering.sh codegen/sm80/TileOpsSm80.cpp '#include "codegen/sm90/InstructionsSm90.h"'
+expect_rejected check-layering.sh codegen/common/CudaEmitter.cpp 'static const char *planted = "sm_90a";'
+expect_rejected check-layering.sh runtime/lib/Runtime.cpp 'static const char *planted = "use fa3 here";'
+expect_rejected check-layering.sh jit/Jit.cpp 'static const std::string planted = std::string("decode");'
+expect_rejected check-layering.sh passes/Transforms/LowerToTarget.cpp 'static const char *planted = R"(sm80)";'
+expect_rejected check-layering.sh capi/CApiJit.cpp 'static const char *planted = "sm_100a";'
+expect_rejected check-layering.sh runtime/include/flashtile/runtime/KernelInfo.h \
+  'inline constexpr const char *kPlanted = "sm_80";'
 bash "$here/check-layering.sh" "$root" >/dev/null
-echo "check-layering.sh rejects planted includes and namespace uses, and accepts the tree"
+echo "check-layering.sh rejects planted includes, namespace uses and names in strings, and accepts the tree"
 
 expect_rejected check-schedule-folders.sh CMakeLists.txt 'add_library(planted STATIC schedules/fa1/Fa1Config.cpp)'
 expect_rejected check-schedule-folders.sh runtime/lib/Runtime.cpp '#include "schedules/fa1/Fa1Config.h"'
+expect_rejected check-schedule-folders.sh schedules/fa1/Fa1Schedule.cpp '#include "schedules/fa2/Fa2Pipeline.h"'
 expect_rejected check-schedule-folders.sh schedules/Registry.cpp ''
 bash "$here/check-schedule-folders.sh" "$root" >/dev/null
 echo "check-schedule-folders.sh rejects a schedule named outside its folder or unregistered, and accepts the tree"

@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
-# The plug-in rule of docs/architecture.md, checked: the generic layers (passes/, codegen/common/, runtime/, jit/) and
-# what is built on them (tools/, capi/, interpreter/, dsl/, examples/) include no schedule's headers
-# (schedules/<name>/...) and no instruction family's (codegen/<family>/...), and use neither's C++ namespace; they
-# reach both through the registries (passes/Transforms/ScheduleRegistry.h, codegen/common/TargetRegistry.h, and the
-# registration files schedules/Registry.h, codegen/Registry.h). Usage: check-layering.sh [ROOT]; exit 1 on a leak.
+# The plug-in rule of docs/architecture.md, checked:
+#  1. the generic layers (passes/, codegen/common/, runtime/, jit/) and what is built on them (tools/, capi/,
+#     interpreter/, dsl/, examples/) include no schedule's headers (schedules/<name>/...) and no instruction family's
+#     (codegen/<family>/...), and use neither's C++ namespace; they reach both through the registries
+#     (passes/Transforms/ScheduleRegistry.h, passes/Target/TargetFamily.h, codegen/common/TargetRegistry.h, and the
+#     registration files schedules/Registry.h, codegen/Registry.h);
+#  2. passes/ includes nothing of codegen/ and passes/IR and passes/Transforms nothing of the runtime: what they need
+#     of a target is the target interface, passes/Target (which reads the one table of arch names users may write,
+#     the runtime's ArchNames.h, shared with the runtime-only CLI);
+#  3. the instruction families stand side by side: codegen/<family>/ includes nothing of another family's folder and
+#     uses no other family's namespace (what they share is in codegen/common/);
+#  4. the generic layers (passes/IR, passes/Transforms, passes/Target, codegen/common, runtime, jit, capi) write no
+#     schedule name (fa1, fa2, fa3, fa4, decode), family name (sm80, sm90, sm100) or arch name (sm_80, sm_90a, sm_100a)
+#     in a string (names-in-strings.py; comments and TableGen descriptions may), but in the single declared lists,
+#     the exceptions below, which the rest of the code reads.
+# Usage: check-layering.sh [ROOT]; exit 1 on a leak.
 set -euo pipefail
-root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
+here=$(cd "$(dirname "$0")" && pwd)
+root=${1:-$(cd "$here/../.." && pwd)}
 cd "$root"
 # Everything but the plug-ins themselves: the generic layers and what is built on them (the CLI, the C ABI, the
 # interpreter, the DSL, the examples). Only schedules/Registry.cpp and codegen/Registry.cpp name the plug-ins.
@@ -24,9 +36,63 @@ for dir in schedules/*/ codegen/*/; do
   [ -n "$uses" ] && leaks="$leaks${leaks:+
 }$uses"
 done
+status=0
 if [ -n "$leaks" ]; then
   echo "generic layers name a schedule or a target (reach them through the registries):"
   echo "$leaks"
-  exit 1
+  status=1
 fi
-echo "layering: the generic layers, the tools, the C ABI, the interpreter and the DSL name no schedule or target"
+
+# 2. The passes and what they include.
+passes=$(grep -rnE '^\s*#\s*include\s*"codegen/' passes 2>/dev/null || true)
+passes="$passes${passes:+
+}$(grep -rnE '^\s*#\s*include\s*[<"]flashtile/runtime/' passes/IR passes/Transforms 2>/dev/null || true)"
+passes="$passes${passes:+
+}$(grep -rnE '^\s*#\s*include\s*[<"]flashtile/runtime/' passes/Target 2>/dev/null |
+     grep -v '"flashtile/runtime/ArchNames.h"' || true)"
+passes=$(echo "$passes" | sed '/^$/d')
+if [ -n "$passes" ]; then
+  echo "passes/ includes codegen/ or the runtime (the target interface is passes/Target/TargetFamily.h):"
+  echo "$passes"
+  status=1
+fi
+
+# 3. Families side by side.
+for dir in codegen/*/; do
+  family=$(basename "$dir")
+  [ "$family" = common ] && continue
+  for other in codegen/*/; do
+    name=$(basename "$other")
+    [ "$name" = common ] || [ "$name" = "$family" ] && continue
+    uses=$(grep -rnE "^\s*#\s*include\s*\"codegen/$name/|(^|[^A-Za-z0-9_])$name::" "$dir" --include='*.cpp' \
+             --include='*.h' 2>/dev/null | grep -vE '^[^:]+:[0-9]+:\s*//' | grep -vE '^[^:]+:[0-9]+:.*//.*'"$name::" ||
+           true)
+    if [ -n "$uses" ]; then
+      echo "the $family family names the $name family (what families share belongs in codegen/common/):"
+      echo "$uses"
+      status=1
+    fi
+  done
+done
+
+# 4. Names written as strings. The declared lists (file|first line|last line|why, regexes) the generic layers read:
+exempt='
+runtime/include/flashtile/runtime/KernelInfo.h|kSupportedArchs = |kDefaultCompileArch = |the archs kernels are built for, and the arch of a compile that names none
+runtime/include/flashtile/runtime/ArchNames.h|kArchAliases = |}}};|the arch names users may write and the arch each one builds
+runtime/lib/KernelInfo.cpp|^int flashtile::maxSmemBytes|^}|the shared-memory limit of each arch the runtime dispatches to
+passes/Transforms/ScheduleRegistry.h|^struct Request \{|^\};|the schedule and arch of a request that names none (pass options, tools)
+'
+strings=""
+for dir in passes/IR passes/Transforms passes/Target codegen/common runtime jit capi; do
+  [ -d "$dir" ] && strings="$strings $dir"
+done
+if ! named=$(python3 "$here/names-in-strings.py" --exempt "$exempt" $strings); then
+  echo "generic layers write a schedule, family or arch name in a string (read the declared lists, or the registries):"
+  echo "$named"
+  status=1
+fi
+
+[ $status = 0 ] &&
+  echo "layering: the generic layers, the tools, the C ABI, the interpreter and the DSL name no schedule or target;" \
+    "passes/ includes no codegen/; the families include nothing of each other"
+exit $status

@@ -37,7 +37,7 @@
 // HUGE: 'tile.func' op fa2: block-m = 16777216 is out of range; accepted: 16 to 256 (query rows per thread block)
 // RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="options=warps=x" 2>&1 | FileCheck %s --check-prefix=NOTINT
 // NOTINT: 'tile.func' op fa2: option 'warps=x' is not of the form name=integer
-// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="options=block-m=96,warps=4" --tile-split-boundary --tile-fa2-pipeline --tile-lower-to-target 2>&1 | FileCheck %s --check-prefix=MMA
+// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="options=block-m=96,warps=4" --tile-split-boundary --tile-pipeline-copies --tile-lower-to-target 2>&1 | FileCheck %s --check-prefix=MMA
 // MMA: 'tile.func' op sm80: block-m (96) must give every one of the 4 warps a multiple of 16 rows
 
 // RUN: flashtile-opt %s --tile-apply-schedule="options=block-m=100,warps=8" --verify-diagnostics

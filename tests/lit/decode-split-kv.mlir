@@ -22,7 +22,7 @@
 // CHECK-NOT: tile.store {{o|lse}}
 
 // The whole pipeline: the split head segment appears (the lower bound is the split's), each segment bounded.
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=decode" --tile-decode-split-kv --tile-split-boundary --tile-fa2-pipeline --tile-lower-to-target | FileCheck %s --check-prefix=PIPE
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=decode" --tile-decode-split-kv --tile-split-boundary --tile-pipeline-copies --tile-decode-stage-o --tile-lower-to-target | FileCheck %s --check-prefix=PIPE
 // PIPE: target = #tile.target<arch = "sm_80", isa = "sm80">
 // PIPE: segment tail_boundary
 // PIPE: segment interior

@@ -1,6 +1,6 @@
-// RUN: flashtile-opt %s --tile-verify-program --canonicalize --tile-apply-schedule --tile-split-boundary --tile-fa2-pipeline --tile-lower-to-target=arch=sm_90a --canonicalize --cse --tile-emit-cuda -o /dev/null | FileCheck %s
+// RUN: flashtile-opt %s --tile-verify-program --canonicalize --tile-apply-schedule --tile-split-boundary --tile-pipeline-copies --tile-lower-to-target=arch=sm_90a --canonicalize --cse --tile-emit-cuda -o /dev/null | FileCheck %s
 // RUN: not flashtile-opt %s --tile-emit-cuda -o /dev/null 2>&1 | FileCheck %s --check-prefix=UNSCHEDULED
-// RUN: not flashtile-opt %s --tile-apply-schedule --tile-split-boundary --tile-fa2-pipeline --tile-emit-cuda -o /dev/null 2>&1 | FileCheck %s --check-prefix=NOTARGET
+// RUN: not flashtile-opt %s --tile-apply-schedule --tile-split-boundary --tile-pipeline-copies --tile-emit-cuda -o /dev/null 2>&1 | FileCheck %s --check-prefix=NOTARGET
 
 // The kernel parameters are KernelAbi.h verbatim; the prelude holds the instruction wrappers.
 // CHECK: struct FlashtileFwdParams {

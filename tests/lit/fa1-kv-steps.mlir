@@ -29,7 +29,7 @@
 // CHECK-NEXT: tile.store lse %[[LSE]]
 
 // The whole pipeline: the step's tile is walked in the three segments of the rules, each bounded by the step.
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa1" --tile-fa1-kv-steps --tile-split-boundary --tile-fa2-pipeline --tile-lower-to-target | FileCheck %s --check-prefix=PIPE
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa1" --tile-fa1-kv-steps --tile-split-boundary --tile-pipeline-copies --tile-lower-to-target | FileCheck %s --check-prefix=PIPE
 // PIPE: target = #tile.target<arch = "sm_80", isa = "sm80">
 // PIPE: tile.state_load
 // PIPE: segment tail_boundary

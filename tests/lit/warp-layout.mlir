@@ -13,11 +13,11 @@
 
 // A layout the target does not print (split_keys, reserved for decode) is refused in tile-lower-to-target and by the
 // CUDA printer, on both families.
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule --tile-split-boundary --tile-fa2-pipeline \
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule --tile-split-boundary --tile-pipeline-copies \
 // RUN:   | sed 's/warpLayout = split_q, warpRows = 32/warpLayout = split_keys, warpRows = 128/' \
 // RUN:   | not flashtile-opt --tile-lower-to-target=arch=sm_80 2>&1 | FileCheck %s --check-prefix=LOWER80
 // LOWER80: error: 'tile.func' op sm80: warp layout split_keys is not printed; accepted: split_q
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule --tile-split-boundary --tile-fa2-pipeline --tile-lower-to-target=arch=sm_80 \
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule --tile-split-boundary --tile-pipeline-copies --tile-lower-to-target=arch=sm_80 \
 // RUN:   | sed 's/warpLayout = split_q, warpRows = 32/warpLayout = split_keys, warpRows = 128/' \
 // RUN:   | not flashtile-opt --tile-emit-cuda -o /dev/null 2>&1 | FileCheck %s --check-prefix=PRINT80
 // PRINT80: error: 'tile.func' op sm80: warp layout split_keys is not printed; accepted: split_q
@@ -28,11 +28,11 @@
 
 // split_q rows the target's MMAs cannot hold: sm80 wants every warp to own a multiple of its m16 tiles, sm90 a
 // quarter of an m64 wgmma (16 rows) a consumer warp.
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule --tile-split-boundary --tile-fa2-pipeline \
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule --tile-split-boundary --tile-pipeline-copies \
 // RUN:   | sed 's/warps = 4, warpLayout = split_q, warpRows = 32/warps = 16, warpLayout = split_q, warpRows = 8/' \
 // RUN:   | not flashtile-opt --tile-lower-to-target=arch=sm_80 2>&1 | FileCheck %s --check-prefix=ROWS80
 // ROWS80: error: 'tile.func' op sm80: block-m (128) must give every one of the 16 warps a multiple of 16 rows
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule --tile-split-boundary --tile-fa2-pipeline \
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule --tile-split-boundary --tile-pipeline-copies \
 // RUN:   | sed 's/warps = 4, warpLayout = split_q, warpRows = 32/warps = 8, warpLayout = split_q, warpRows = 32/' \
 // RUN:   | not flashtile-opt --tile-lower-to-target=arch=sm_80 2>&1 | FileCheck %s --check-prefix=IDLE80
 // IDLE80: error: 'tile.func' op sm80: split_q needs every one of the 8 warps to own warpRows (32) rows of block-m (128)

@@ -91,7 +91,7 @@ public:
       func.addPass(tile::createTileApplySchedule());
       func.addPass(tile::createTileSplitBoundary());
       if (upto == Upto::Pipelined)
-        func.addPass(fa2::createPipelinePass());
+        func.addPass(tile::createTilePipelineCopies());
     }
     EXPECT_TRUE(mlir::succeeded(pm.run(*module))) << diagnostics;
     return *module->getOps<tile::FuncOp>().begin();

@@ -1,10 +1,10 @@
 // Sm90PreludeTest.cpp — the sm90 device prelude (codegen/sm90/PreludeSm90.h) compiled by NVRTC for sm_90a, no GPU:
 // a translation unit that calls every primitive, ptxas included (a cubin, so inline-PTX operand errors surface);
-// every wgmma width the prelude can print; the sm80 prelude next to it in one unit and alone, unchanged; the
-// arch guard. When nvdisasm is available (FLASHTILE_NVDISASM, PATH, or the pip wheel unpacked by
+// every wgmma width the prelude can print; the fragment prelude (FragmentPrelude.h) next to it in one unit and
+// alone; the arch guard. When nvdisasm is available (FLASHTILE_NVDISASM, PATH, or the pip wheel unpacked by
 // scripts/sm90-sass.sh), the SASS is checked for HGMMA, UTMALDG/UTMASTG, SYNCS and USETMAXREG; otherwise that test
 // skips.
-#include "codegen/sm80/PreludeSm80.h"
+#include "codegen/common/FragmentPrelude.h"
 #include "codegen/sm90/PreludeSm90.h"
 #include "flashtile/runtime/Nvrtc.h"
 
@@ -283,7 +283,8 @@ TEST(Sm90Prelude, NeedsSm90a) {
   }
 }
 
-/// The sm80 prelude's own smoke kernel: one mma.sync and one cp.async, enough to run ptxas over its wrappers.
+/// The fragment prelude's own smoke kernel (in namespace sm80, as the sm80 and sm90 families print it): one mma.sync
+/// and one cp.async, enough to run ptxas over its wrappers.
 constexpr const char *kUsesSm80 = R"cuda(
 extern "C" __global__ void sm80Kernel(const unsigned short *in, float *out) {
   __shared__ __align__(16) unsigned short tile[64 * 8];
@@ -300,14 +301,14 @@ extern "C" __global__ void sm80Kernel(const unsigned short *in, float *out) {
 )cuda";
 
 TEST(Sm90Prelude, Sm80PreludeIsUnaffected) {
-  const std::string sm80Alone = std::string(codegen::sm80::kPrelude) + kUsesSm80;
+  const std::string sm80Alone = codegen::fragmentPrelude("sm80") + kUsesSm80;
   for (std::string_view arch : {"sm_80", "sm_90a", "sm_100a"}) {
     SCOPED_TRACE(arch);
     StatusOr<std::string> cubin = compileCuda(sm80Alone, "sm80.cu", std::string(arch), NvrtcOutput::Cubin);
     EXPECT_TRUE(cubin.ok()) << cubin.status().message();
   }
   // Both preludes in one unit (what an FA3 kernel includes): no name collides, both kernels build for sm_90a.
-  const std::string both = std::string(codegen::sm80::kPrelude) + everyPrimitiveSource() + kUsesSm80;
+  const std::string both = codegen::fragmentPrelude("sm80") + everyPrimitiveSource() + kUsesSm80;
   StatusOr<std::string> cubin = compileCuda(both, "sm80_and_sm90.cu", "sm_90a", NvrtcOutput::Cubin);
   EXPECT_TRUE(cubin.ok()) << cubin.status().message();
 }

@@ -18,8 +18,13 @@
 
 namespace flashtile {
 
-/// GPU targets the compiler emits and the runtime dispatches to.
+/// GPU targets the compiler emits and the runtime dispatches to: the one list of architecture names the generic
+/// layers read (tests/layering/check-layering.sh keeps them from writing one as a string elsewhere).
 inline constexpr std::array<std::string_view, 3> kSupportedArchs = {"sm_80", "sm_90a", "sm_100a"};
+/// The arch of a compile that names none (the C ABI's flashtile_compile_variant with a NULL arch).
+inline constexpr std::string_view kDefaultCompileArch = "sm_90a";
+/// kSupportedArchs for messages: "sm_80, sm_90a, sm_100a".
+std::string supportedArchsText();
 /// Element types of Q, K, V and O, as spelled in specs and manifests.
 inline constexpr std::array<std::string_view, 2> kSupportedDtypes = {"f16", "bf16"};
 

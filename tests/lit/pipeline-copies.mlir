@@ -1,5 +1,6 @@
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule --tile-split-boundary --tile-fa2-pipeline | FileCheck %s
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="options=block-m=64,warps=4,stages=2" --tile-split-boundary --tile-fa2-pipeline | FileCheck %s --check-prefix=AHEAD
+// tile-pipeline-copies: the copy pipeline of the schedules whose warps all compute (fa1, fa2 and decode name it).
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule --tile-split-boundary --tile-pipeline-copies | FileCheck %s
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="options=block-m=64,warps=4,stages=2" --tile-split-boundary --tile-pipeline-copies | FileCheck %s --check-prefix=AHEAD
 
 // stages = 1 (head dim 64's default). Buffers first: Q's one slot, one each for K and V.
 // CHECK: %[[QB:.*]] = tile.buffer q : <tensor<128x64xbf16>, slots = 1>
@@ -78,7 +79,7 @@
 // AHEAD-NOT: tile.mask
 // AHEAD: tile.softmax_update
 
-// RUN: flashtile-opt %s --tile-apply-schedule --tile-fa2-pipeline --verify-diagnostics
+// RUN: flashtile-opt %s --split-input-file --tile-apply-schedule --tile-pipeline-copies --verify-diagnostics
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %q = tile.load q : tensor<?x64xbf16>
   %st0_m, %st0_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
@@ -88,6 +89,31 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
     tile.yield %s_m, %s_acc : !tile.stats<?>, !tile.acc<?x64>
   }
   %o, %lse = tile.finalize %st_m, %st_acc : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
+  tile.store o %o : tensor<?x64xf32>
+  tile.store lse %lse : tensor<?xf32>
+}
+
+// -----
+
+// A program that is already pipelined is refused.
+tile.func @twice attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @-1 {{'tile.func' op is already pipelined}}
+  %kb = tile.buffer k : <tensor<64x64xbf16>, slots = 1>
+  %q = tile.load q : tensor<?x64xbf16>
+  %st0_m, %st0_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
+  %o, %lse = tile.finalize %st0_m, %st0_acc : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
+  tile.store o %o : tensor<?x64xf32>
+  tile.store lse %lse : tensor<?xf32>
+}
+
+// -----
+
+// Without a K/V loop there is nothing to pipeline.
+tile.func @noloop attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @-1 {{'tile.func' op needs one Q load and at least one K/V loop at top level}}
+  %q = tile.load q : tensor<?x64xbf16>
+  %st0_m, %st0_acc = tile.init_state : !tile.stats<?>, !tile.acc<?x64>
+  %o, %lse = tile.finalize %st0_m, %st0_acc : !tile.stats<?>, !tile.acc<?x64> -> tensor<?x64xf32>, tensor<?xf32>
   tile.store o %o : tensor<?x64xf32>
   tile.store lse %lse : tensor<?xf32>
 }

@@ -1,16 +1,16 @@
 //===- LoopCarry.h - a K/V loop segment that carries more values ----------===//
 //
-// Pipeline passes (fa2's Q·Kᵀ one tile ahead, fa3's intra-warpgroup overlap) make a K/V loop carry values from one
-// iteration to the next: tokens, scores, P. Header-only; included by the schedules' pipeline passes.
+// Pipeline passes (tile-pipeline-copies' Q·Kᵀ one tile ahead, fa3's intra-warpgroup overlap) make a K/V loop carry
+// values from one iteration to the next: tokens, scores, P. Header-only.
 //===----------------------------------------------------------------------===//
-#ifndef FLASHTILE_SCHEDULES_LOOPCARRY_H
-#define FLASHTILE_SCHEDULES_LOOPCARRY_H
+#ifndef FLASHTILE_PASSES_TRANSFORMS_LOOPCARRY_H
+#define FLASHTILE_PASSES_TRANSFORMS_LOOPCARRY_H
 
 #include "passes/IR/TileDialect.h"
 
 #include "mlir/IR/Builders.h"
 
-namespace flashtile::schedule {
+namespace flashtile::tile {
 
 /// Replaces `loop` by the same segment carrying `carried` after its own carried values (their block arguments
 /// appended); the caller extends the yield. Returns the new loop.
@@ -39,6 +39,6 @@ inline tile::KvLoopOp withCarried(tile::KvLoopOp loop, mlir::ValueRange carried)
   return piped;
 }
 
-} // namespace flashtile::schedule
+} // namespace flashtile::tile
 
-#endif // FLASHTILE_SCHEDULES_LOOPCARRY_H
+#endif // FLASHTILE_PASSES_TRANSFORMS_LOOPCARRY_H

@@ -1,20 +1,26 @@
-//===- PreludeSm80.h - device primitives of the SM80 instruction family ---===//
+//===- FragmentPrelude.h - the warp primitives of every kernel ------------===//
 //
-// The CUDA text printed ahead of every kernel lowered to the sm80 family (mma.sync, ldmatrix, cp.async), which
-// sm_80, sm_90a and sm_100a all run. It holds instruction-level primitives only, one inline-PTX wrapper or fragment
-// helper each: the loops, pipeline stages, barriers and masking of a kernel are generated from its IR. It compiles
-// under NVRTC with no headers at all (fragments are 32-bit registers, 16-bit elements are moved as raw bits).
+// The CUDA text printed ahead of every kernel, in a namespace its family names: warp-level primitives of the
+// m16n8k16 MMA generation (mma.sync, ldmatrix, cp.async, which sm_80, sm_90a and sm_100a all run) and the helpers of
+// its C-fragment layout that FragmentTiles.h prints the register-tile math with (row reductions over a lane quad,
+// exp2, packing two fp32 values into 16-bit pairs). A wgmma accumulator has that layout per warp, so the sm90 family's
+// kernels carry this text too, ahead of their own prelude. It holds instruction-level primitives only, one
+// inline-PTX wrapper or fragment helper each: the loops, pipeline stages, barriers and masking of a kernel are
+// generated from its IR. It compiles under NVRTC with no headers at all (fragments are 32-bit registers, 16-bit
+// elements are moved as raw bits).
 //===----------------------------------------------------------------------===//
-#ifndef FLASHTILE_CODEGEN_SM80_PRELUDESM80_H
-#define FLASHTILE_CODEGEN_SM80_PRELUDESM80_H
+#ifndef FLASHTILE_CODEGEN_COMMON_FRAGMENTPRELUDE_H
+#define FLASHTILE_CODEGEN_COMMON_FRAGMENTPRELUDE_H
 
+#include <string>
 #include <string_view>
 
-namespace flashtile::codegen::sm80 {
+namespace flashtile::codegen {
 
-inline constexpr std::string_view kPrelude = R"cuda(
-// ==== sm80 device primitives: mma.sync, ldmatrix, cp.async (instruction wrappers only) ====
-namespace sm80 {
+/// The primitives' text, `$ns` standing for the namespace they are printed in.
+inline constexpr std::string_view kFragmentPreludeText = R"cuda(
+// ==== $ns device primitives: mma.sync, ldmatrix, cp.async (instruction wrappers only) ====
+namespace $ns {
 
 inline constexpr float kLog2e = 1.4426950408889634f; // log2(e): exp(x) = exp2(x * log2(e))
 inline constexpr float kLn2 = 0.6931471805599453f;   // ln(2): ln(x) = log2(x) * ln(2)
@@ -155,12 +161,20 @@ __device__ __forceinline__ void gridDependencyWait() {
 #endif
 }
 
-} // namespace sm80
+} // namespace $ns
 
 // Scalar math the variant regions call (TileTarget.h).
-__device__ __forceinline__ float tileTanh(float x) { return sm80::tanhApprox(x); }
+__device__ __forceinline__ float tileTanh(float x) { return $ns::tanhApprox(x); }
 )cuda";
 
-} // namespace flashtile::codegen::sm80
+/// The primitives in namespace `ns` (the family's), as the kernel's source carries them.
+inline std::string fragmentPrelude(std::string_view ns) {
+  std::string text(kFragmentPreludeText);
+  for (size_t at = text.find("$ns"); at != std::string::npos; at = text.find("$ns", at + ns.size()))
+    text.replace(at, 3, ns);
+  return text;
+}
 
-#endif // FLASHTILE_CODEGEN_SM80_PRELUDESM80_H
+} // namespace flashtile::codegen
+
+#endif // FLASHTILE_CODEGEN_COMMON_FRAGMENTPRELUDE_H

@@ -1,7 +1,9 @@
-//===- Fa2PipelinePass.cpp - tile-fa2-pipeline ----------------------------===//
+//===- PipelineCopies.cpp - tile-pipeline-copies --------------------------===//
 //
-// The FA2 schedule's software pipeline (a pass of the schedule, registered with it: other schedules pipeline their
-// own way); `stages` (shared-memory buffers per K/V operand) picks one of two.
+// FlashAttention-2's software pipeline, for the schedules whose warps all compute (a schedule names it in its
+// buildPipeline): K/V loads read shared-memory slots that asynchronous copies fill while the warps compute.
+// Warp-specialized schedules pipeline their own way, with roles and barriers. `stages` (shared-memory buffers per K/V
+// operand, #tile.schedule) picks one of two.
 // Tiles are numbered in walk order below: "next" is the tile the walk visits after j (j − 1, descending).
 //
 // The buffers are values (tile.buffer, one slot for Q, `stages` for K and V; tile j in slot j mod stages, tile.slot),
@@ -23,14 +25,13 @@
 // here with mma.sync). The prologue computes the first tile's scores. On the walk's last tile there is no next
 // tile: its K load is predicated off and the scores it would give are never used.
 //===----------------------------------------------------------------------===//
-#include "schedules/fa2/Fa2Pipeline.h"
-#include "schedules/fa2/Fa2Register.h"
+#include "passes/Transforms/LoopCarry.h"
+#include "passes/Transforms/Passes.h"
 
-#include "passes/IR/TileDialect.h"
-#include "passes/IR/TilePacking.h"
-#include "schedules/LoopCarry.h"
-
-#include "mlir/Pass/Pass.h"
+namespace flashtile::tile {
+#define GEN_PASS_DEF_TILEPIPELINECOPIES
+#include "passes/Transforms/Passes.h.inc"
+} // namespace flashtile::tile
 
 using namespace mlir;
 using namespace flashtile::tile;
@@ -83,17 +84,7 @@ Prologue startQAndFirstK(OpBuilder &b, Location loc, const Buffers &buffers, Val
   return p;
 }
 
-struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(Fa2PipelinePass)
-  StringRef getArgument() const override { return "tile-fa2-pipeline"; }
-  StringRef getName() const override { return "Fa2Pipeline"; }
-  StringRef getDescription() const override {
-    return "FA2's software pipeline: K/V loads read shared-memory slots filled by asynchronous copies "
-           "(tile.buffer / tile.slot / tile.copy_async / tile.wait on tokens) overlapped with compute, with one or "
-           "two slots per operand (#tile.schedule stages)";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override { registry.insert<arith::ArithDialect>(); }
-
+struct TilePipelineCopiesPass : flashtile::tile::impl::TilePipelineCopiesBase<TilePipelineCopiesPass> {
   void runOnOperation() override {
     FuncOp func = getOperation();
     if (!func.getScheduleAttr()) {
@@ -133,7 +124,7 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
     }
     int64_t stages = func.getScheduleAttr().getStages();
     if (stages != 1 && stages != 2) {
-      func.emitOpError() << "has stages = " << stages << "; tile-fa2-pipeline knows 1 and 2";
+      func.emitOpError() << "has stages = " << stages << "; tile-pipeline-copies knows 1 and 2";
       return signalPassFailure();
     }
     // The buffers, at the top of the program: their tiles are the scheduled loads'.
@@ -154,20 +145,16 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
     stageOThroughQ(func, loadQ);
   }
 
-  /// O staging, the schedule's decision: Q's tile is dead once the walk is over, so O leaves through its slot
-  /// (`through`: whole rows, 16-byte stores, where a thread would store 4-byte fragment pairs) — unless O's rows are
-  /// wider than Q's (a V head dim above Q's) or the rows are query heads packed into one tile, each stored to its own
-  /// head from the registers.
+  /// O staging: Q's tile is dead once the walk is over, so `tile.store o` sends O through its slot (`through`: whole
+  /// rows, 16-byte stores, where a thread would store 4-byte fragment pairs) — unless O's rows are wider than Q's (a
+  /// V head dim above Q's).
   static void stageOThroughQ(FuncOp func, LoadOp loadQ) {
     auto q = cast<RankedTensorType>(loadQ.getType());
-    if (func->hasAttr(kPackQueryHeadsAttr) || func.getHeadDimV() > q.getDimSize(1))
+    if (func.getHeadDimV() > q.getDimSize(1))
       return;
-    for (Operation &op : func.getBody().front()) {
+    for (Operation &op : func.getBody().front())
       if (auto store = dyn_cast<StoreOp>(op); store && store.getOperand() == Output::O)
         store.getStagingMutable().assign(loadQ.getSlot());
-      if (auto store = dyn_cast<StoreSplitOp>(op))
-        store.getStagingMutable().assign(loadQ.getSlot());
-    }
   }
 
   LogicalResult status = success();
@@ -219,7 +206,7 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
     // Each iteration gets the token of its K tile from the one before (the first from the prologue).
     Value tokenK = p.copyK.getToken();
     for (auto [constLoop, l] : llvm::zip(loops, bodies)) {
-      KvLoopOp loop = flashtile::schedule::withCarried(constLoop, ValueRange{tokenK});
+      KvLoopOp loop = withCarried(constLoop, ValueRange{tokenK});
       Block &body = loop.getBody().front();
       Value j = loop.getTileIndex();
       // K(j): wait for it, then start V(j) so it overlaps Q·Kᵀ.
@@ -240,8 +227,8 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
     }
   }
 
-  void pipelineQkAhead(ArrayRef<KvLoopOp> loops, MutableArrayRef<BodyLoads> bodies, const Buffers &buffers, LoadOp loadQ,
-                       Value highest, Value lowest) {
+  void pipelineQkAhead(ArrayRef<KvLoopOp> loops, MutableArrayRef<BodyLoads> bodies, const Buffers &buffers,
+                       LoadOp loadQ, Value highest, Value lowest) {
     Location loc = loadQ.getLoc();
     // Prologue, after the bounds: Q and the first K tile; once both landed, start V(first) and K(second) and
     // compute the first tile's scores.
@@ -261,7 +248,7 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
 
     for (auto [constLoop, l] : llvm::zip(loops, bodies)) {
       // The same segment, now also carrying the scores of its tile j, the token of V(j) and that of K(next).
-      KvLoopOp loop = flashtile::schedule::withCarried(constLoop, ValueRange{scores, tokenV, tokenK});
+      KvLoopOp loop = withCarried(constLoop, ValueRange{scores, tokenV, tokenK});
       Block *body = &loop.getBody().front();
       auto args = body->getArguments();
       Value j = loop.getTileIndex(), scoresJ = args[args.size() - 3];
@@ -305,8 +292,3 @@ struct Fa2PipelinePass : PassWrapper<Fa2PipelinePass, OperationPass<FuncOp>> {
 };
 
 } // namespace
-
-namespace flashtile::fa2 {
-std::unique_ptr<Pass> createPipelinePass() { return std::make_unique<Fa2PipelinePass>(); }
-void registerPasses() { PassRegistration<Fa2PipelinePass>(); }
-} // namespace flashtile::fa2

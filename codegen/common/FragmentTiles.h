@@ -1,0 +1,95 @@
+//===- FragmentTiles.h - register-tile math in the C-fragment layout ------===//
+//
+// The math every family prints on register tiles whose warps hold rows in the C-fragment layout of an m16n8 MMA
+// (mma.sync's; a wgmma accumulator has it per warp): scale, score_mod, mask, the online softmax, rescaling,
+// finalize and the stores of O from the registers and of LSE. The families print the orchestration (copies, MMAs,
+// roles) and hand these ops here, parameterized by the layout. Register tiles of one warp (the names are the CUDA
+// printer's, after the IR's values, passed with each op):
+//   score[kMTiles][kSTiles][4]      S in the C layout, updated in place by scale, score_mod, mask
+//   prob[kMTiles][kBlockN/16][4]    P packed to 16-bit pairs: the C layout of n8 tiles 2k, 2k+1 is the A layout
+//                                   of k16 step k, so P·V needs no data exchange between lanes
+//   acc[kMTiles][kOTiles][4], rowMax[kMTiles][2], rowSum[kMTiles][2]   the online-softmax state (StateNames)
+// Every index into these arrays is a constant once the `#pragma unroll` loops are unrolled: nothing spills to
+// local memory for indexing.
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_CODEGEN_COMMON_FRAGMENTTILES_H
+#define FLASHTILE_CODEGEN_COMMON_FRAGMENTTILES_H
+
+#include "codegen/common/Concat.h"
+#include "codegen/common/TileTarget.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace flashtile::codegen {
+
+/// The layout of a family's register tiles, as the printed code names it. The family declares, before any of these
+/// ops: kMTiles (a warp's m16 tiles), kSTiles and kOTiles (n8 tiles of a score and an output row), warp, lane,
+/// fragRow and fragCol (lane l holds rows fragRow and fragRow + 8 of each m16 tile, columns fragCol and fragCol + 1
+/// of each n8 tile), warpRow0 (the warp's first block row), b and h; with packed query heads, rowQuery, rowHead and
+/// packedRows instead of h (and the rows' own heads).
+struct FragmentLayout {
+  /// The namespace the kernel's fragment primitives (FragmentPrelude.h) are printed in.
+  std::string primitives;
+  /// P's and O's 16-bit type: "bf16" or "f16".
+  std::string dtype;
+  /// Rows are the query rows of a K/V head's query heads (GQA packing, KernelShape::packQueryHeads).
+  bool packQueryHeads = false;
+};
+
+/// Prints the register-tile ops of `layout`'s tiles (TileTarget's, named alike).
+class FragmentTiles {
+public:
+  explicit FragmentTiles(FragmentLayout layout);
+
+  /// Identifiers the printed code declares or reads in kernel scope.
+  std::vector<std::string> reservedNames() const;
+
+  void initState(CudaWriter &w, const StateNames &st) const;
+  void carryScores(CudaWriter &w, const std::string &to, const std::string &from) const;
+  void scale(CudaWriter &w, const std::string &s) const;
+  void scoreMod(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn, KeyArg key) const;
+  void mask(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn, KeyArg key,
+            bool readsInputs) const;
+  /// `tile.softmax_update` leaving P in fp32 in the scores `s` (packProbabilities rounds it).
+  void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, bool foldScale,
+                     int rescaleThreshold) const;
+  /// Rounds the scores `s` into `p`, the A fragments of P·V (declaring `p` when `declare`).
+  void packProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool declare) const;
+  void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) const;
+  void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) const;
+  /// `tile.store o` from the registers: two adjacent columns (4 bytes) a store, rows < seqlen_q.
+  void storeODirect(CudaWriter &w, const StateNames &st) const;
+  void storeLse(CudaWriter &w) const;
+
+  /// Loops over this thread's query rows, around `body`: m16 tile `mt` of the warp's rows, then fragment half `r`
+  /// (the C fragment's rows fragRow and fragRow + 8), the row's block-wide index threadRow(). Every per-row step
+  /// (state, softmax statistics, finalize, stores) walks the rows through here.
+  void forEachRow(CudaWriter &w, const std::function<void()> &body) const;
+  /// Loops over every element [mt][nt][i] of a register tile of `nTiles` n8 tiles (kSTiles: scores, kOTiles: acc),
+  /// around `body`.
+  void forEachElement(CudaWriter &w, const char *nTiles, const std::vector<std::string> &body) const;
+  /// The block row (a C expression) of fragment half `half` ("r" inside forEachRow, "(i / 2)" over a tile's elements
+  /// [mt][nt][i]) of this thread's m16 tile mt: the warp's rows start at warpRow0.
+  static std::string threadRow(const char *half = "r") { return cat("warpRow0 + 16 * mt + fragRow + 8 * ", half); }
+  /// O's columns 8·nt + fragCol and + 1 of fragment half r (inside forEachRow and a loop over nt), converted and
+  /// packed into one 32-bit word: what every store of O writes.
+  std::string packedPair(const StateNames &st) const {
+    return cat(pack, "(", st.acc, "[mt][nt][2 * r], ", st.acc, "[mt][nt][2 * r + 1])");
+  }
+
+private:
+  /// The C name of a score's query head in forEachScore: h, or the row's own head under GQA packing.
+  const char *head() const { return layout.packQueryHeads ? "hRow" : "h"; }
+  /// Loops over every score of this thread with its query row `q` and key `kv`, around `body`.
+  void forEachScore(CudaWriter &w, const std::string &kTile, const std::vector<std::string> &body) const;
+
+  FragmentLayout layout;
+  /// The primitives the printed code calls, qualified: `primitives::kNegInf`, ...
+  std::string negInf, log2e, ln2, exp2, quadMax, quadSum, pack;
+};
+
+} // namespace flashtile::codegen
+
+#endif // FLASHTILE_CODEGEN_COMMON_FRAGMENTTILES_H

@@ -1,0 +1,120 @@
+//===- TargetFamily.h - the target interface the passes consume -----------===//
+//
+// A target is an instruction family (mma.sync, ldmatrix and cp.async; wgmma, TMA and mbarriers; ...) that
+// codegen/<family>/ implements and registers. What the generic passes need of it lives here, apart from the printer:
+// its name, the canonical architectures it runs on with their limits, its MMA shape, whether a scheduled tile shape
+// fits it and how much shared memory that shape takes. tile-lower-to-target and the dialect's verifiers look families
+// up by name here; codegen/common/TargetRegistry.h adds the printer of a family's tile ops. MLIR-free.
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_PASSES_TARGET_TARGETFAMILY_H
+#define FLASHTILE_PASSES_TARGET_TARGETFAMILY_H
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flashtile::target {
+
+/// How a block's query rows are spread over the warps that compute them: #tile.schedule's warpLayout (the IR's
+/// WarpLayout, passes/IR/TileEnums.td, named alike), the schedule's decision. A target prints the layouts it knows
+/// and its family's checkShape rejects the others.
+enum class WarpLayout {
+  SplitQ,    ///< each computing warp owns warpRows query rows of its own (FA2's split-Q)
+  SplitKeys, ///< every computing warp holds all blockM rows and takes its share of each K/V tile's keys
+};
+
+/// The IR's keyword of `layout` ("split_q"), for messages.
+inline const char *warpLayoutName(WarpLayout layout) {
+  switch (layout) {
+  case WarpLayout::SplitQ:
+    return "split_q";
+  case WarpLayout::SplitKeys:
+    return "split_keys";
+  }
+  return "?";
+}
+
+/// The scheduled tile shape of one kernel, from the tile.func and its #tile.schedule.
+struct KernelShape {
+  std::string dtype;                          ///< "bf16" or "f16"
+  int headDim = 0;                            ///< Q/K head dim
+  int headDimV = 0;                           ///< V/O head dim
+  int blockM = 0;                             ///< query rows of a thread block
+  int blockN = 0;                             ///< keys of a K/V tile
+  int warps = 0;                              ///< warps of a thread block
+  int stages = 1;                             ///< shared-memory buffers per K/V operand: tile j in buffer j % stages
+  int minBlocksPerSm = 0;                     ///< occupancy request to the register allocator (0: none)
+  WarpLayout warpLayout = WarpLayout::SplitQ; ///< how the rows are spread over the computing warps
+  int warpRows = 0;                           ///< query rows a computing warp holds (blockM / warpRows warps compute)
+  /// GQA packing (the func's `tile.pack_query_heads`): row r of a block is query row r / G of query head
+  /// hKv·G + r % G, G = headsQ / headsKv, for the block's K/V head hKv (blockKvHead); the printer declares
+  /// `headsPerKv` (G) and `blockKvHead`, and the rows of a block's sequence are p.seqlenQ·G.
+  bool packQueryHeads = false;
+  /// The program reads a KV cache (`tile.kv_cache`, passes/IR/TileKvCache.h): the kernel parameters' kvCache 2 makes
+  /// K/V tile copies find each key row through the sequence's block-table row p.blockTable (KernelAbi.h).
+  bool kvCache = false;
+};
+
+/// An architecture a family runs on, with the per-block (opt-in) dynamic shared memory limit.
+struct ArchLimits {
+  std::string_view arch; ///< canonical name: what NVRTC compiles for and the runtime dispatches on
+  int64_t maxSmemBytes = 0;
+  /// Programmatic dependent launch (griddepcontrol; sm_90 and later): a launch may start while the one before it
+  /// finishes, its kernel waiting for that grid where it reads its results.
+  bool dependentLaunch = false;
+};
+
+/// The MMA instruction shape a family computes tiles with.
+struct MmaShape {
+  int m = 0, n = 0, k = 0;
+};
+
+/// An instruction family as the passes see it; codegen::TargetFamily (codegen/common/TargetRegistry.h) adds its
+/// printer.
+class TargetFamily {
+public:
+  virtual ~TargetFamily() = default;
+  /// `#tile.target`'s isa.
+  virtual std::string_view name() const = 0;
+  /// One line: the instructions it uses.
+  virtual std::string_view summary() const = 0;
+  /// The canonical architectures it runs on.
+  virtual const std::vector<ArchLimits> &archs() const = 0;
+  virtual MmaShape mmaShape() const = 0;
+  /// Why `shape` cannot be printed with this family, or nothing when it can (MMA granularity, dtype, stages).
+  virtual std::optional<std::string> checkShape(const KernelShape &shape) const = 0;
+  /// Dynamic shared memory of `shape`'s buffers in this family's layout (row padding, swizzle), in 64 bits.
+  virtual int64_t smemBytes(const KernelShape &shape) const = 0;
+  /// Whether its printer runs the asynchronous protocol: roles, barriers, copies into ring slots that arrive on
+  /// barriers, and asynchronous MMAs (TileTarget's openRole ... mmaWait). Families that do not get programs with
+  /// cp.async-style waits only.
+  virtual bool asyncProtocol() const { return false; }
+};
+
+/// The limits of `arch` in `family`, or null when the family does not run on it.
+const ArchLimits *archLimits(const TargetFamily &family, std::string_view arch);
+
+/// Registers `family` under its name (codegen::registerTarget does, with its printer); a second family with the same
+/// name is an internal error (asserted).
+void registerTarget(std::unique_ptr<TargetFamily> family);
+/// Removes the family named `name` (tests that register one of their own take it out again).
+void unregisterTarget(std::string_view name);
+/// The family named `name`, or null.
+const TargetFamily *lookupTarget(std::string_view name);
+/// Registered family names, sorted.
+std::vector<std::string> targetNames();
+
+/// The canonical name of `arch` (runtime/ArchNames.h: sm_86 builds sm_80 kernels, sm_90 is sm_90a, ...), or nothing
+/// when it is not an accepted name.
+std::optional<std::string> canonicalArch(std::string_view arch);
+/// "unknown arch 'x' (did you mean 'sm_90a'?); accepted: sm_80, sm_86, ..."
+std::string unknownArchMessage(std::string_view arch);
+/// The shared-memory limit of `family` on canonical `arch`, or nothing when the family does not run there.
+std::optional<int64_t> maxSmemBytes(const TargetFamily &family, std::string_view arch);
+
+} // namespace flashtile::target
+
+#endif // FLASHTILE_PASSES_TARGET_TARGETFAMILY_H
