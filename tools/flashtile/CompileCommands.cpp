@@ -89,8 +89,8 @@ jit::CompileOptions compileOptions(const ScheduleFlags &flags) {
 Status checkKernelFlags(const Variant &variant, const jit::CompileOptions &options, const ScheduleFlags &flags) {
   jit::registerBuiltins();
   const schedule::Request &request = options.schedule;
-  if (!codegen::canonicalArch(request.arch))
-    return Status::error("--arch: " + codegen::unknownArchMessage(request.arch));
+  if (!target::canonicalArch(request.arch))
+    return Status::error("--arch: " + target::unknownArchMessage(request.arch));
   const schedule::Schedule *schedule = schedule::lookupSchedule(request.schedule);
   if (!schedule)
     return Status::error("--schedule: " + schedule::unknownScheduleMessage(request.schedule));
