@@ -36,6 +36,7 @@ expect_rejected check-layering.sh tools/flashtile/Main.cpp \
   'static const int planted = (flashtile::fa1::registerSchedule(), 0);'
 expect_rejected check-layering.sh codegen/common/CudaEmitter.cpp 'static const auto planted = sm90::createFamily();'
 expect_rejected check-layering.sh passes/IR/TileDialect.cpp '#include "codegen/common/TargetRegistry.h"'
+expect_rejected check-layering.sh passes/IR/TileDialect.cpp '#include "flashtile/runtime/KernelInfo.h"'
 expect_rejected check-layering.sh passes/Transforms/ApplySchedule.cpp '#include "flashtile/runtime/KernelInfo.h"'
 expect_rejected check-layering.sh passes/Target/TargetFamily.cpp '#include "flashtile/runtime/KernelInfo.h"'
 expect_rejected check-layering.sh codegen/sm90/TileOpsSm90.cpp '#include "codegen/sm80/TileOpsSm80.h"'

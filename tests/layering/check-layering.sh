@@ -5,15 +5,15 @@
 #     (codegen/<family>/...), and use neither's C++ namespace; they reach both through the registries
 #     (passes/Transforms/ScheduleRegistry.h, passes/Target/TargetFamily.h, codegen/common/TargetRegistry.h, and the
 #     registration files schedules/Registry.h, codegen/Registry.h);
-#  2. passes/ includes nothing of codegen/ and passes/IR and passes/Transforms nothing of the runtime: what they need
-#     of a target is the target interface, passes/Target (which reads the one table of arch names users may write,
-#     the runtime's ArchNames.h, shared with the runtime-only CLI);
+#  2. passes/ includes nothing of codegen/ and passes/IR and passes/Transforms nothing of the runtime but the schedule
+#     registry's dispatch-rule data (below): what they need of a target is the target interface, passes/Target (which
+#     reads the one table of arch names users may write, the runtime's ArchNames.h, shared with the runtime-only CLI);
 #  3. the instruction families stand side by side: codegen/<family>/ includes nothing of another family's folder and
 #     uses no other family's namespace (what they share is in codegen/common/);
 #  4. the generic layers (passes/IR, passes/Transforms, passes/Target, codegen/common, runtime, jit, capi) write no
 #     schedule name (fa1, fa2, fa3, fa4, decode), family name (sm80, sm90, sm100) or arch name (sm_80, sm_90a, sm_100a)
-#     in a string (names-in-strings.py; comments and TableGen descriptions may), but in the single declared lists,
-#     the exceptions below, which the rest of the code reads.
+#     in a string (names-in-strings.py; comments, TableGen descriptions and a layer's tests/ may), but in the single
+#     declared lists, the exceptions below, which the rest of the code reads.
 # Usage: check-layering.sh [ROOT]; exit 1 on a leak.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
