@@ -39,8 +39,8 @@ public:
                 codegen::KeyArg) override {}
   void mask(codegen::CudaWriter &, const std::string &, const std::string &, const std::string &, codegen::KeyArg,
             bool) override {}
-  void softmaxUpdate(codegen::CudaWriter &, const codegen::StateNames &, const std::string &, const std::string &,
-                     bool, int) override {}
+  void softmaxUpdate(codegen::CudaWriter &, const codegen::StateNames &, const std::string &, const std::string &, bool,
+                     int) override {}
   void rescale(codegen::CudaWriter &, const codegen::StateNames &, bool) override {}
   void pv(codegen::CudaWriter &, const codegen::StateNames &, const std::string &, const std::string &) override {}
   void finalize(codegen::CudaWriter &, const codegen::StateNames &, const std::string &) override {}
@@ -102,8 +102,8 @@ public:
     module = std::move(*built);
     mlir::PassManager pm(&context);
     std::string error;
-    EXPECT_TRUE(mlir::succeeded(
-        schedule::buildPipeline(pm, schedule::Request{schedule, "sm_90a", "default", knobs}, error)))
+    EXPECT_TRUE(
+        mlir::succeeded(schedule::buildPipeline(pm, schedule::Request{schedule, "sm_90a", "default", knobs}, error)))
         << error;
     EXPECT_TRUE(mlir::succeeded(pm.run(*module))) << capture.text;
     return flashtile::testing::funcOf(*module);
@@ -121,6 +121,15 @@ public:
     func.setTargetAttr(tile::TargetAttr::get(&context, "sm_90a", isa));
   }
 
+  /// emitCuda's diagnostics on `schedule`'s program lowered with `knobs`, then retargeted to the family `isa`.
+  std::string emitAs(const std::string &isa, const std::string &schedule, const schedule::Knobs &knobs = {}) {
+    tile::FuncOp func = lower(schedule, knobs);
+    if (!func)
+      return "not lowered: " + capture.text;
+    retarget(func, isa);
+    return emit(func);
+  }
+
   mlir::MLIRContext context;
   flashtile::testing::DiagnosticCapture capture;
   mlir::OwningOpRef<mlir::ModuleOp> module;
@@ -135,10 +144,9 @@ TEST(PrinterErrors, Sm90RefusesCopyGroups) {
   tile::FuncOp func = printer.lower("fa2", {{"block-m", 64}, {"warps", 4}});
   ASSERT_TRUE(func);
   tile::ScheduleAttr s = func.getScheduleAttr();
-  func.setScheduleAttr(tile::ScheduleAttr::get(&printer.context, s.getName(), s.getBlockM(), s.getBlockN(), 8,
-                                               s.getWarpLayout(), s.getWarpRows(), s.getStages(),
-                                               s.getRescaleThreshold(), s.getMinBlocksPerSm(), s.getLptGroupBlocks(),
-                                               s.getShapeClass()));
+  func.setScheduleAttr(tile::ScheduleAttr::get(
+      &printer.context, s.getName(), s.getBlockM(), s.getBlockN(), 8, s.getWarpLayout(), s.getWarpRows(), s.getStages(),
+      s.getRescaleThreshold(), s.getMinBlocksPerSm(), s.getLptGroupBlocks(), s.getShapeClass()));
   printer.retarget(func, "sm90");
   EXPECT_EQ(printer.emit(func), "'tile.copy_async' op copies its tile without arriving on a barrier (a cp.async "
                                 "group); the 'sm90' instruction family that schedule 'fa2' is lowered to does not "
@@ -209,34 +217,28 @@ TEST(PrinterErrors, Sm90NeedsOneComputingRoleOfTheConsumerWarps) {
 
 TEST(PrinterErrors, NoWorkQueueByDefault) {
   Printer printer;
-  tile::FuncOp func = printer.lower("fa3", {{"persistent", 1}, {"scheduler", 1}});
-  ASSERT_TRUE(func);
-  printer.retarget(func, "silent_async");
-  EXPECT_EQ(printer.emit(func), "'tile.work_loop' op takes its work tiles from a work queue (the dynamic scheduler); "
-                                "the 'silent_async' instruction family that schedule 'fa3' is lowered to does not "
-                                "print it\n");
+  EXPECT_EQ(printer.emitAs("silent_async", "fa3", {{"persistent", 1}, {"scheduler", 1}}),
+            "'tile.work_loop' op takes its work tiles from a work queue (the dynamic scheduler); "
+            "the 'silent_async' instruction family that schedule 'fa3' is lowered to does not "
+            "print it\n");
 }
 
 TEST(PrinterErrors, NoCarriedProbabilitiesByDefault) {
   // fa3's intra-warpgroup overlap carries P from one K/V iteration to the next one's P·V.
   Printer printer;
-  tile::FuncOp func = printer.lower("fa3");
-  ASSERT_TRUE(func);
-  printer.retarget(func, "silent_async");
-  EXPECT_EQ(printer.emit(func), "'arith.constant' op is the initial P a K/V loop carries to the next iteration's "
-                                "P·V; the 'silent_async' instruction family that schedule 'fa3' is lowered to does "
-                                "not print it\n");
+  EXPECT_EQ(printer.emitAs("silent_async", "fa3"),
+            "'arith.constant' op is the initial P a K/V loop carries to the next iteration's "
+            "P·V; the 'silent_async' instruction family that schedule 'fa3' is lowered to does "
+            "not print it\n");
 }
 
 TEST(PrinterErrors, NoCombineKernelWithoutOne) {
   // decode's split-KV program on a family that stores the partials but prints no combine kernel.
   Printer printer;
-  tile::FuncOp func = printer.lower("decode");
-  ASSERT_TRUE(func);
-  printer.retarget(func, "silent");
-  EXPECT_EQ(printer.emit(func), "'tile.store_split' op splits the key range, whose partials a combine kernel merges; "
-                                "the 'silent' instruction family that schedule 'decode' is lowered to does not print "
-                                "it\n");
+  EXPECT_EQ(printer.emitAs("silent", "decode"),
+            "'tile.store_split' op splits the key range, whose partials a combine kernel merges; "
+            "the 'silent' instruction family that schedule 'decode' is lowered to does not print "
+            "it\n");
 }
 
 } // namespace
