@@ -69,6 +69,16 @@ void setPointerField(FlashtileFwdParams &params, const std::string &field, CUdev
     params.stateSum = asFloat;
   else if (field == "tileCounter")
     params.tileCounter = reinterpret_cast<int *>(address);
+  else if (field == "delta")
+    params.delta = asFloat;
+  else if (field == "dqAccum")
+    params.dqAccum = asFloat;
+  else if (field == "dkAccum")
+    params.dkAccum = asFloat;
+  else if (field == "dvAccum")
+    params.dvAccum = asFloat;
+  else if (field == "semaphores")
+    params.semaphores = reinterpret_cast<int *>(address);
 }
 
 /// The TMA descriptors of `args` for boxes of `qRows` and `kvRows` rows. Encoding three descriptors costs a few

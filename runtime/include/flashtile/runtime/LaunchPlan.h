@@ -131,8 +131,9 @@ struct LaunchPlan {
 
 /// Kernel-parameter fields (KernelAbi.h) a plan may set: ints, and pointers into workspaces.
 inline constexpr std::array<std::string_view, 4> kPlanIntFields = {"qTiles", "numSplits", "kvStep", "accumSplitStride"};
-inline constexpr std::array<std::string_view, 6> kPlanPointerFields = {"oAccum",   "lseAccum", "stateAcc",
-                                                                       "stateMax", "stateSum", "tileCounter"};
+inline constexpr std::array<std::string_view, 11> kPlanPointerFields = {
+    "oAccum",  "lseAccum", "stateAcc", "stateMax", "stateSum",  "tileCounter", // forward
+    "delta",   "dqAccum",  "dkAccum",  "dvAccum",  "semaphores"};              // backward
 
 } // namespace flashtile
 
