@@ -653,11 +653,13 @@ StatusOr<Runtime::Impl::Resolution> Runtime::Impl::resolve(Runtime &runtime, con
         [this, driver](const std::shared_ptr<const CachedKernel> &k) { return function(*driver, k); }});
   }
   bool provisional = false; // a kernel's check could not run now (CUDA graph capture): the choice is not kept
+  bool refused = false;     // a kernel was found but its self-check refused it
   auto findVetted = [&](const KernelSpec &asked) -> StatusOr<std::shared_ptr<const CachedKernel>> {
     StatusOr<std::shared_ptr<const CachedKernel>> kernel = runtime.findKernel(asked);
     if (kernel.ok())
       if (Status vetted = selfChecks.vet(*kernel, args, gpu ? &*gpu : nullptr); !vetted.ok()) {
         provisional |= !selfChecks.judged(**kernel);
+        refused = true;
         return vetted;
       }
     return kernel;
@@ -697,8 +699,10 @@ StatusOr<Runtime::Impl::Resolution> Runtime::Impl::resolve(Runtime &runtime, con
     resolved.schedule = known->choice.spec.schedule;
     if (StatusOr<std::shared_ptr<const CachedKernel>> kernel = findVetted(resolved); kernel.ok())
       return Resolution{std::move(*kernel), std::move(known->choice)};
-    std::lock_guard<std::mutex> lock(configMutex);
-    resolvedByKey.erase(key); // resolved before its kernel's self-check failed: resolved again, with its log line
+    if (refused) { // resolved (by explain()) before its kernel's self-check failed: resolved again, with its log line
+      std::lock_guard<std::mutex> lock(configMutex);
+      resolvedByKey.erase(key);
+    }
   }
 
   std::vector<Status> failures;
