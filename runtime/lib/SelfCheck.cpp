@@ -227,10 +227,9 @@ StatusOr<Compared> runBoth(const SelfChecks::Gpu &gpu, const LoadedModule &candi
                                    oCandidate, oReference, lseCandidate, lseReference)};
 }
 
-} // namespace
-
-namespace {
+/// A kernel's verdict is kept by its spec and entry.
 std::string verdictKey(const KernelInfo &info) { return info.spec().key() + ";entry=" + info.entry; }
+
 } // namespace
 
 bool SelfChecks::judged(const CachedKernel &kernel) {
