@@ -20,7 +20,7 @@ sass=$("$nvdisasm" -c "$cubin")
 echo "sm_100a SASS of the exercise kernels (opcode: count):"
 echo "$sass" | grep -oE '^\s+/\*[0-9a-f]{4}\*/\s+(@!?U?P[0-9T] )?[A-Z][A-Za-z0-9_.]*' | awk '{print $NF}' |
   grep -E '^(UTC|LDTM|STTM|UTMA|SYNCS|FFMA2|FADD2|ELECT|FENCE)' | sort | uniq -c | sort -rn
-for kernel in tmemAllocation tmemAccess mmaIssue tmaLoads softwareExp2; do
+for kernel in tmemAllocation tmemAccess fragmentAccess mmaIssue tmaLoads softwareExp2; do
   ops=$(echo "$sass" | awk -v k=".text.$kernel:" '$1 == k {on = 1; next} /^[ \t]*\.section/ {on = 0} on' |
     grep -oE '(UTC[A-Z0-9_.]+|LDTM[A-Za-z0-9_.]*|STTM[A-Za-z0-9_.]*|UTMA[A-Z0-9_.]+|FFMA2|FADD2[A-Z0-9_.]*)' |
     sort | uniq -c | awk '{printf "%s %s x%s", sep, $2, $1; sep = ","}')

@@ -33,6 +33,32 @@ inline constexpr int kTmemLanesPerWarp = 32, kWarpsPerWarpgroup = 4, kWarpgroupT
 /// in [1, 128].
 inline constexpr std::array<int, 8> kTmemAccessWidths = {1, 2, 4, 8, 16, 32, 64, 128};
 
+/// Where register `reg` of lane `lane` lies in one tcgen05.ld/st access (PTX ISA 9.7.16.2.3.1, "Matrix fragments for
+/// shape ..."): the row relative to the access's first lane and the column (32-bit cells) relative to its first column.
+struct TmemCell {
+  int row = 0;
+  int column = 0;
+  constexpr bool operator==(const TmemCell &) const = default;
+};
+/// .32x32b.xN: 32 lanes, N columns; lane l holds its own lane's row, register r column r.
+constexpr TmemCell cell32x32b(int lane, int reg) { return {lane, reg}; }
+/// .16x256b.xN: 16 lanes, 8N columns; register r of lane l holds row l/4 + 8 ((r/2) % 2), column 2 (l % 4) + r % 2 +
+/// 8 (r/4). Per 8-column block j, registers 4j..4j+3 are mma.sync's m16n8 C fragment: rows l/4 and l/4 + 8, columns
+/// 2 (l % 4) and + 1. So S loads straight into the common register tiles' layout (FragmentTiles.h).
+constexpr TmemCell cell16x256b(int lane, int reg) {
+  return {lane / 4 + 8 * ((reg / 2) % 2), reg % 2 + 2 * (lane % 4) + 8 * (reg / 4)};
+}
+/// .16x128b.xN: 16 lanes, 4N columns; register r of lane l holds row l/4 + 8 (r % 2), column l % 4 + 4 (r/2). With
+/// 16-bit pairs in 32-bit cells (column c holds K elements 2c and 2c + 1 of a row), registers 4k..4k+3 are mma.sync's
+/// m16n8k16 A fragment of k16 step k (rows l/4, l/4 + 8; K pairs 2 (l % 4) and 2 (l % 4) + 8): P packed for P·V
+/// (FragmentTiles::packProbabilities) stores straight into the layout the TMEM-A form of tcgen05.mma reads.
+constexpr TmemCell cell16x128b(int lane, int reg) { return {lane / 4 + 8 * (reg % 2), lane % 4 + 4 * (reg / 2)}; }
+/// The rows a 16-lane access covers: a warp reaches its 32 lanes as two accesses, at its first lane and 16 after.
+inline constexpr int kFragmentAccessRows = 16;
+/// The n8 tiles (N of .16x256b.xN and .16x128b.xN) of the register-tile accesses the prelude prints
+/// (sm100::tmem::Fragments<N>): an even count (P's k16 steps are pairs of n8 tiles) up to 32 (128 registers).
+inline constexpr std::array<int, 5> kFragmentAccessTiles = {2, 4, 8, 16, 32};
+
 /// Shared-memory tiles use TMA's 128-byte swizzle (64 16-bit columns per column block), aligned to the swizzle's
 /// 1024-byte repeat so that descriptors need no base offset.
 inline constexpr int kSwizzleBytes = 128, kSwizzleAtomBytes = 1024, kSwizzleColumns = 64;
@@ -45,6 +71,8 @@ inline constexpr const char *kMmaTSInst = "tcgen05.mma.cta_group::1.kind::f16 (A
 inline constexpr const char *kCommitInst = "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64";
 inline constexpr const char *kTmemLoadInst = "tcgen05.ld.sync.aligned.32x32b";
 inline constexpr const char *kTmemStoreInst = "tcgen05.st.sync.aligned.32x32b";
+inline constexpr const char *kTmemFragmentLoadInst = "tcgen05.ld.sync.aligned.16x256b";
+inline constexpr const char *kTmemFragmentStoreInst = "tcgen05.st.sync.aligned.16x128b";
 inline constexpr const char *kLoadInst = "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes";
 inline constexpr const char *kWaitInst = "mbarrier.try_wait.parity.shared::cta.b64";
 

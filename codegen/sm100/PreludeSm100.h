@@ -217,6 +217,11 @@ __device__ __forceinline__ unsigned address(unsigned base, unsigned lane, unsign
 __device__ __forceinline__ unsigned warpAddress(unsigned base, unsigned column) {
   return address(base, warp::laneQuarter() * kLanesPerWarp, column);
 }
+// Column `column` of lane 16 `half` of the calling warp's quarter: where a 16-lane access (Fragments) of the warp's
+// rows [16 half, 16 half + 16) starts.
+__device__ __forceinline__ unsigned warpHalfAddress(unsigned base, unsigned half, unsigned column) {
+  return address(base, warp::laneQuarter() * kLanesPerWarp + 16u * half, column);
+}
 // tcgen05.ld results may be read, and tcgen05.st sources rewritten, only after these.
 __device__ __forceinline__ void waitLoad() { asm volatile("tcgen05.wait::ld.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void waitStore() { asm volatile("tcgen05.wait::st.sync.aligned;\n" ::: "memory"); }
@@ -232,6 +237,13 @@ __device__ __forceinline__ void fenceRegisters(unsigned (&r)[kCount]) {
 template <int kWidth>
 struct Access32x32b {
   static_assert(kWidth != kWidth, "this tcgen05 32x32b width was not printed into the prelude");
+};
+// Register tiles in mma.sync's fragment layouts, one 16-row access (printed per count of n8 tiles by
+// fragmentAccessText; layouts in codegen/sm100/InstructionsSm100.h): loadC (.16x256b) reads 16 rows x 8 kTiles columns
+// of fp32 into C fragments c[nt][4], storeA (.16x128b) writes k16 steps of 16-bit pairs from A fragments a[k][4].
+template <int kTiles>
+struct Fragments {
+  static_assert(kTiles != kTiles, "this tcgen05 16x256b/16x128b tile count was not printed into the prelude");
 };
 } // namespace tmem
 
@@ -385,8 +397,47 @@ inline std::string tmemAccessText(int width) {
   return text + "};\n} // namespace sm100::tmem\n";
 }
 
-/// The prelude of a kernel whose tensor-memory loads and stores use `tmemWidths` (each printed once).
-inline std::string prelude(std::span<const int> tmemWidths) {
+/// Whether `tiles` is an n8-tile count of sm100::tmem::Fragments (kFragmentAccessTiles).
+inline bool isFragmentAccessTiles(int tiles) {
+  return std::find(kFragmentAccessTiles.begin(), kFragmentAccessTiles.end(), tiles) != kFragmentAccessTiles.end();
+}
+
+/// The `sm100::tmem::Fragments<tiles>` specialization: loadC of `tiles` C fragments (tcgen05.ld.16x256b.x<tiles>, 4
+/// registers a tile), fenceC (its registers redefined after waitLoad, as fenceRegisters), and storeA of tiles / 2 A
+/// fragments (tcgen05.st.16x128b.x<tiles>, 2 registers a tile). A count that is not one prints an #error naming it.
+inline std::string fragmentAccessText(int tiles) {
+  const std::string n = std::to_string(tiles);
+  if (!isFragmentAccessTiles(tiles))
+    return "#error \"tcgen05 16x256b/16x128b fragments: " + n + " n8 tiles is not one of 2, 4, 8, 16, 32\"\n";
+  std::string loadSlots, loadBindings, fenceBindings, storeSlots, storeBindings;
+  for (int i = 0; i < 4 * tiles; ++i) {
+    const std::string element = "c[" + std::to_string(i / 4) + "][" + std::to_string(i % 4) + "]";
+    loadSlots += (i ? ", %" : "%") + std::to_string(i);
+    loadBindings += (i ? ", \"=f\"(" : "\"=f\"(") + element + ")";
+    fenceBindings += (i ? ", \"+f\"(" : "\"+f\"(") + element + ")";
+  }
+  for (int i = 0; i < 2 * tiles; ++i) {
+    storeSlots += (i ? ", %" : "%") + std::to_string(i);
+    storeBindings += "\"r\"(a[" + std::to_string(i / 4) + "][" + std::to_string(i % 4) + "]), ";
+  }
+  std::string text = "namespace sm100::tmem {\ntemplate <>\nstruct Fragments<" + n + "> {\n";
+  text += "  static __device__ __forceinline__ void loadC(unsigned taddr, float (&c)[" + n + "][4]) {\n";
+  text += "    asm volatile(\"tcgen05.ld.sync.aligned.16x256b.x" + n + ".b32 {" + loadSlots + "}, [%" +
+          std::to_string(4 * tiles) + "];\\n\"\n";
+  text += "                 : " + loadBindings + "\n                 : \"r\"(taddr));\n  }\n";
+  text += "  static __device__ __forceinline__ void fenceC(float (&c)[" + n + "][4]) {\n";
+  text += "    asm volatile(\"\" : " + fenceBindings + " :: \"memory\");\n  }\n";
+  text += "  static __device__ __forceinline__ void storeA(unsigned taddr, const unsigned (&a)[" +
+          std::to_string(tiles / 2) + "][4]) {\n";
+  text += "    asm volatile(\"tcgen05.st.sync.aligned.16x128b.x" + n + ".b32 [%" + std::to_string(2 * tiles) + "], {" +
+          storeSlots + "};\\n\"\n";
+  text += "                 :: " + storeBindings + "\"r\"(taddr)\n                 : \"memory\");\n  }\n";
+  return text + "};\n} // namespace sm100::tmem\n";
+}
+
+/// The prelude of a kernel whose tensor-memory loads and stores use `tmemWidths` (.32x32b, each printed once) and
+/// `fragmentTiles` (register tiles in fragment layouts, each count printed once).
+inline std::string prelude(std::span<const int> tmemWidths, std::span<const int> fragmentTiles = {}) {
   std::string text(kPreludeCore);
   text += exp2PolyText();
   std::vector<int> printed;
@@ -395,6 +446,13 @@ inline std::string prelude(std::span<const int> tmemWidths) {
       continue;
     printed.push_back(width);
     text += tmemAccessText(width);
+  }
+  printed.clear();
+  for (int tiles : fragmentTiles) {
+    if (std::find(printed.begin(), printed.end(), tiles) != printed.end())
+      continue;
+    printed.push_back(tiles);
+    text += fragmentAccessText(tiles);
   }
   return text;
 }

@@ -101,12 +101,17 @@ std::vector<DispatchRule> dispatchRules() {
 }
 
 void recordDispatchRule(KernelInfo &info) {
-  const Schedule *schedule = lookupSchedule(info.schedule);
-  if (!schedule)
-    return;
-  DispatchRule rule = dispatchRuleOf(*schedule, info.arch);
+  if (const Schedule *schedule = lookupSchedule(info.schedule))
+    recordDispatchRule(info, *schedule);
+}
+
+void recordDispatchRule(KernelInfo &info, const Schedule &schedule) {
+  DispatchRule rule = dispatchRuleOf(schedule, info.arch);
   info.defaultFor = rule.calls;
   info.preferredOver = std::move(rule.preferredOver);
+  // KV-cache kernels are not marked: the self-check runs dense calls (the schedules that read caches are proven).
+  info.checkAgainst = info.kvCache ? std::string() : schedule.checkAgainstOn(info.arch);
+  info.neverRunOnArch = !info.checkAgainst.empty();
 }
 
 bool hasKvCacheKnob(const Schedule &schedule) {

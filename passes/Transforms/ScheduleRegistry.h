@@ -85,6 +85,14 @@ public:
     (void)arch;
     return {};
   }
+  /// Honesty as data: when this schedule's kernels have never run on a GPU of `arch`, the proven schedule the runtime
+  /// checks them against before their first use (their manifests' neverRunOnArch and checkAgainst,
+  /// runtime/lib/SelfCheck.h); empty when they have (the default). A schedule clears it once its kernels have run
+  /// on that hardware and the run is recorded.
+  virtual std::string checkAgainstOn(std::string_view arch) const {
+    (void)arch;
+    return {};
+  }
 };
 
 /// Registers `schedule` under its name; a second schedule with the same name replaces nothing and is an
@@ -104,8 +112,11 @@ DispatchRule dispatchRuleOf(const Schedule &schedule, std::string_view arch);
 /// the runtime (jit::Jit::install), so that calls naming no schedule run the fastest one with a kernel.
 std::vector<DispatchRule> dispatchRules();
 /// Writes the dispatch rule of `info`'s schedule on `info`'s arch into its manifest fields (defaultFor,
-/// preferredOver), for runtimes that load the kernel without the compiler. A schedule not registered: none.
+/// preferredOver), and whether the schedule never ran there (neverRunOnArch, checkAgainst: Schedule::checkAgainstOn),
+/// for runtimes that load the kernel without the compiler. A schedule not registered: none.
 void recordDispatchRule(KernelInfo &info);
+/// The same for `schedule`, registered or not.
+void recordDispatchRule(KernelInfo &info, const Schedule &schedule);
 
 /// Parses `name=value` items (the pass option, the CLI) into knobs of `schedule`, checking names and ranges;
 /// the error names the item and the accepted names or values.

@@ -19,7 +19,8 @@ constexpr std::string_view kFieldNames[] = {"entry",      "arch",       "dtype",
                                             "paramNames", "inputNames", "paramRules", "compilerVersion", "kind"};
 constexpr size_t kNumFields = std::size(kFieldNames);
 /// Fields present only when set.
-constexpr std::string_view kOptionalFieldNames[] = {"kvCache", "rotary", "defaultFor", "preferredOver"};
+constexpr std::string_view kOptionalFieldNames[] = {"kvCache",       "rotary",         "defaultFor",
+                                                    "preferredOver", "neverRunOnArch", "checkAgainst"};
 constexpr std::string_view kFormatField = "format";
 
 constexpr size_t kMaxIdLength = 200;
@@ -188,6 +189,10 @@ std::string KernelInfo::serialize() const {
     text += "defaultFor=" + std::string(defaultCallsName(defaultFor)) + "\n";
   if (!preferredOver.empty())
     text += "preferredOver=" + joinedNames(preferredOver) + "\n";
+  if (neverRunOnArch)
+    text += "neverRunOnArch=1\n";
+  if (!checkAgainst.empty())
+    text += "checkAgainst=" + checkAgainst + "\n";
   return text + plan.serialize();
 }
 
@@ -228,6 +233,15 @@ Status KernelInfo::verify() const {
   if (!rotary.empty() && ((rotary != kRotaryHalves && rotary != kRotaryInterleaved) || !kvCache))
     return fieldError("rotary", "'" + rotary + "' is not " + std::string(kRotaryHalves) + " or " +
                                     std::string(kRotaryInterleaved) + " on a KV-cache kernel (kvCache=1)");
+  if (neverRunOnArch != !checkAgainst.empty())
+    return fieldError(neverRunOnArch ? "checkAgainst" : "neverRunOnArch",
+                      "neverRunOnArch=1 and checkAgainst=<a proven schedule> come together (a kernel never run on its "
+                      "arch is checked against a proven schedule's kernel before its first use)");
+  if (neverRunOnArch && (!isValidId(checkAgainst) || checkAgainst == schedule))
+    return fieldError("checkAgainst",
+                      quoted(checkAgainst) + " is not a schedule id other than the kernel's own ('" + schedule + "')");
+  if (neverRunOnArch && kvCache)
+    return fieldError("neverRunOnArch", "a KV-cache kernel cannot be self-checked (the check runs a dense call)");
   if (Status s = plan.verify(maxSmemBytes(arch)); !s.ok())
     return s;
   if (!plan.launchOf(entry))
@@ -299,6 +313,13 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
     if (!parsed || *parsed == DefaultCalls::None)
       return fieldError("defaultFor", quoted(calls) + " is not all or decode-sized");
     info.defaultFor = *parsed;
+  }
+  info.checkAgainst = take("checkAgainst");
+  if (fields.count("neverRunOnArch")) {
+    std::string flag = take("neverRunOnArch");
+    if (flag != "1")
+      return fieldError("neverRunOnArch", quoted(flag) + " is not 1 (a proven kernel omits the field)");
+    info.neverRunOnArch = true;
   }
   if (fields.count("kvCache")) {
     std::string flag = take("kvCache");

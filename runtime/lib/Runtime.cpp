@@ -4,6 +4,7 @@
 #include "PlanRunner.h"
 #include "flashtile/runtime/TensorMap.h"
 #include "RegularFile.h"
+#include "SelfCheck.h"
 #include "SplitKvInternal.h"
 #include "flashtile/runtime/CudaDriver.h"
 #include "flashtile/runtime/Elf.h"
@@ -179,11 +180,15 @@ struct Runtime::Impl {
   struct Resolution {
     std::shared_ptr<const CachedKernel> kernel;
     ScheduleChoice choice;
+    bool provisional = false; // a fallback from a kernel whose self-check could not run: not filed for later calls
   };
   /// A backward (kind kBackwardKind) tries the same order, skipping schedules without a kernel of that kind
-  /// quietly unless the call named one: a schedule may have a forward and no backward.
+  /// quietly unless the call named one: a schedule may have a forward and no backward. With `driver` (forward(),
+  /// backward()), a kernel never run on its arch is self-checked before it is chosen (SelfCheck.h).
   StatusOr<Resolution> resolve(Runtime &runtime, const AttentionArgs &args, const std::string &arch,
-                               std::string_view kind = kForwardKind);
+                               std::string_view kind = kForwardKind, const CudaDriver *driver = nullptr,
+                               CUstream stream = nullptr);
+  detail::SelfChecks selfChecks;
   /// Forgets the resolutions (the configuration they depend on changed); configMutex held.
   void configurationChanged() {
     resolvedByKey.clear();
@@ -641,8 +646,30 @@ StatusOr<Runtime::Impl::Plan> Runtime::Impl::plan(const AttentionArgs &args, std
 }
 
 StatusOr<Runtime::Impl::Resolution> Runtime::Impl::resolve(Runtime &runtime, const AttentionArgs &args,
-                                                           const std::string &arch, std::string_view kind) {
+                                                           const std::string &arch, std::string_view kind,
+                                                           const CudaDriver *driver, CUstream stream) {
   KernelSpec spec = specWithoutSchedule(args, arch, kind);
+  // A kernel never run on its arch that disagreed with its proven schedule's counts as no kernel for the call.
+  std::optional<detail::PlanServices> services;
+  std::optional<detail::SelfChecks::Gpu> gpu;
+  if (driver) {
+    services.emplace(detail::PlanServices{workspaces, [this, driver] { return smCount(*driver); }});
+    gpu.emplace(detail::SelfChecks::Gpu{
+        *driver, stream, *services, [&runtime](const KernelSpec &s) { return runtime.findKernel(s); },
+        [this, driver](const std::shared_ptr<const CachedKernel> &k) { return function(*driver, k); }});
+  }
+  bool provisional = false; // a kernel's check could not run now (CUDA graph capture): the choice is not kept
+  bool refused = false;     // a kernel was found but its self-check refused it
+  auto findVetted = [&](const KernelSpec &asked) -> StatusOr<std::shared_ptr<const CachedKernel>> {
+    StatusOr<std::shared_ptr<const CachedKernel>> kernel = runtime.findKernel(asked);
+    if (kernel.ok())
+      if (Status vetted = selfChecks.vet(*kernel, args, gpu ? &*gpu : nullptr); !vetted.ok()) {
+        provisional |= !selfChecks.judged(**kernel);
+        refused = true;
+        return vetted;
+      }
+    return kernel;
+  };
   StatusOr<Plan> planned = [&] {
     std::lock_guard<std::mutex> lock(configMutex);
     return plan(args, arch);
@@ -679,14 +706,18 @@ StatusOr<Runtime::Impl::Resolution> Runtime::Impl::resolve(Runtime &runtime, con
       return strictError(known->firstFailure);
     KernelSpec resolved = spec;
     resolved.schedule = known->choice.spec.schedule;
-    if (StatusOr<std::shared_ptr<const CachedKernel>> kernel = runtime.findKernel(resolved); kernel.ok())
+    if (StatusOr<std::shared_ptr<const CachedKernel>> kernel = findVetted(resolved); kernel.ok())
       return Resolution{std::move(*kernel), std::move(known->choice)};
+    if (refused) { // resolved (by explain()) before its kernel's self-check failed: resolved again, with its log line
+      std::lock_guard<std::mutex> lock(configMutex);
+      resolvedByKey.erase(key);
+    }
   }
 
   std::vector<Status> failures;
   for (size_t i = 0; i < p.order.size(); ++i) {
     spec.schedule = p.order[i];
-    StatusOr<std::shared_ptr<const CachedKernel>> kernel = runtime.findKernel(spec);
+    StatusOr<std::shared_ptr<const CachedKernel>> kernel = findVetted(spec);
     if (!kernel.ok()) {
       if (strictCall && i == 0)
         return strictError(oneLine(kernel.status().message()));
@@ -709,14 +740,18 @@ StatusOr<Runtime::Impl::Resolution> Runtime::Impl::resolve(Runtime &runtime, con
                                 " (order: " + joinedOrder(p.order) + ")";
     else
       choice.reason = "fell back: " + firstLabel() + " has no kernel for this call (" + failuresText + ")";
+    if ((*kernel)->info.neverRunOnArch)
+      choice.reason += "; its schedule never ran on " + arch + ": the kernel runs only after agreeing with schedule '" +
+                       (*kernel)->info.checkAgainst + "' in a first-use self-check";
     bool logFallback = false;
     {
       std::lock_guard<std::mutex> lock(configMutex);
       choice.aheadOfTime = std::any_of(aotKernels.begin(), aotKernels.end(),
                                        [&](const AotKernel &aot) { return aot.kernel == *kernel; });
-      logFallback =
-          resolvedByKey.emplace(key, Resolved{choice, failures.empty() ? "" : oneLine(failures[0].message())}).second &&
-          choice.fellBack && !quietFallback;
+      const bool filed =
+          !provisional &&
+          resolvedByKey.emplace(key, Resolved{choice, failures.empty() ? "" : oneLine(failures[0].message())}).second;
+      logFallback = (filed || provisional) && choice.fellBack && !quietFallback;
     }
     if (logFallback) {
       KernelSpec first = spec;
@@ -724,7 +759,7 @@ StatusOr<Runtime::Impl::Resolution> Runtime::Impl::resolve(Runtime &runtime, con
       logWarning(firstLabel() + " has no kernel for " + first.key() + " (" + failuresText + "); running '" +
                  p.order[i] + "' instead (" + strictNote + " makes this an error)");
     }
-    return Resolution{std::move(*kernel), std::move(choice)};
+    return Resolution{std::move(*kernel), std::move(choice), provisional};
   }
   // Nothing has a kernel: one schedule's error as it is, or each schedule's when they differ.
   bool same = std::all_of(failures.begin(), failures.end(),
@@ -922,7 +957,7 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
   if (!arch.ok())
     return arch.status();
   // The schedules the call may run, tried in order (the one it names or the runtime's, then the dispatch rules').
-  StatusOr<Impl::Resolution> resolved = impl->resolve(*this, args, *arch);
+  StatusOr<Impl::Resolution> resolved = impl->resolve(*this, args, *arch, kForwardKind, &driver, stream);
   if (!resolved.ok())
     return resolved.status();
   const std::shared_ptr<const CachedKernel> &kernel = resolved->kernel;
@@ -947,7 +982,8 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
   // another schedule than longer ones with the same shapes; KV-cache calls kernels with the cache code) resolve
   // their kernel every time; the others are filed for the warm path.
   CUcontext context = nullptr;
-  if (!isDecodeCall(args) && !args.kvCache.enabled() && driver.cuCtxGetCurrent(&context) == CUDA_SUCCESS && context)
+  if (!isDecodeCall(args) && !args.kvCache.enabled() && !resolved->provisional &&
+      driver.cuCtxGetCurrent(&context) == CUDA_SUCCESS && context)
     impl->remember(context, args, kernel, *module, generation, resolved->choice.fellBack);
   return impl->run(driver, *module, args, stream);
 }

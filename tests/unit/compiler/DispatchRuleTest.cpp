@@ -3,6 +3,7 @@
 // tests/unit/runtime's test::dispatchRules() writes the same rules out as data for the runtime's own tests.
 #include "examples/variants/Variants.h"
 #include "jit/Jit.h"
+#include "passes/Transforms/ScheduleRegistry.h"
 
 #include <gtest/gtest.h>
 
@@ -45,6 +46,51 @@ TEST(DispatchRules, KernelsRecordTheirSchedulesRule) {
   KernelInfo fa1 = kernelOf("fa1", "sm_80", 64);
   EXPECT_EQ(fa1.defaultFor, DefaultCalls::None);
   EXPECT_TRUE(fa1.preferredOver.empty());
+}
+
+/// A schedule never run on sm_100a, checked there against fa2 (what a new family's first schedule says).
+class UnprovenOnSm100 final : public schedule::Schedule {
+public:
+  std::string_view name() const override { return "unproven"; }
+  std::string_view summary() const override { return "a schedule whose sm_100a kernels never ran"; }
+  const std::vector<schedule::OptionSpec> &options() const override { return knobs; }
+  mlir::FailureOr<tile::ScheduleAttr> configure(tile::FuncOp, const schedule::Knobs &,
+                                                tile::ShapeClass) const override {
+    return mlir::failure();
+  }
+  bool walkDescending() const override { return false; }
+  std::string targetFamilyFor(std::string_view) const override { return "sm80"; }
+  void buildPipeline(mlir::OpPassManager &, const schedule::Request &) const override {}
+  std::string checkAgainstOn(std::string_view arch) const override { return arch == "sm_100a" ? "fa2" : ""; }
+
+private:
+  std::vector<schedule::OptionSpec> knobs;
+};
+
+TEST(DispatchRules, KernelsOfASchedulesNeverRunArchCarryTheMark) {
+  // The built-in schedules' kernels carry no mark on the archs they run on here.
+  for (const auto &[schedule, arch] : std::vector<std::pair<std::string, std::string>>{
+           {"fa2", "sm_100a"}, {"fa2", "sm_80"}, {"fa3", "sm_90a"}, {"decode", "sm_90a"}}) {
+    KernelInfo info = kernelOf(schedule, arch, 128);
+    EXPECT_FALSE(info.neverRunOnArch) << schedule << " " << arch;
+    EXPECT_TRUE(info.checkAgainst.empty()) << schedule << " " << arch;
+  }
+  UnprovenOnSm100 unproven;
+  KernelInfo info = kernelOf("fa2", "sm_100a", 128);
+  info.schedule = "unproven";
+  schedule::recordDispatchRule(info, unproven);
+  EXPECT_TRUE(info.neverRunOnArch);
+  EXPECT_EQ(info.checkAgainst, "fa2");
+  EXPECT_TRUE(info.verify().ok()) << info.verify().message();
+  // Elsewhere it is proven; a KV-cache kernel is never marked (the self-check runs dense calls).
+  info.arch = "sm_80";
+  schedule::recordDispatchRule(info, unproven);
+  EXPECT_FALSE(info.neverRunOnArch);
+  info.arch = "sm_100a";
+  info.kvCache = true;
+  schedule::recordDispatchRule(info, unproven);
+  EXPECT_FALSE(info.neverRunOnArch);
+  EXPECT_TRUE(info.checkAgainst.empty());
 }
 
 } // namespace

@@ -326,3 +326,37 @@ TEST(KernelInfo, TheDispatchRuleRoundTripsAndIsChecked) {
   ASSERT_FALSE(twice.ok());
   EXPECT_THAT(twice.status().message(), HasSubstr("'fa2' appears twice"));
 }
+
+TEST(KernelInfo, TheNeverRunMarkRoundTripsAndIsChecked) {
+  KernelInfo info = sampleInfo();
+  EXPECT_THAT(info.serialize(), testing::Not(HasSubstr("neverRunOnArch")));
+  EXPECT_THAT(info.serialize(), testing::Not(HasSubstr("checkAgainst")));
+  info.schedule = "fa4";
+  info.neverRunOnArch = true;
+  info.checkAgainst = "fa2";
+  std::string text = info.serialize();
+  EXPECT_THAT(text, HasSubstr("neverRunOnArch=1\ncheckAgainst=fa2\n"));
+  StatusOr<KernelInfo> parsed = KernelInfo::parse(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE(parsed->neverRunOnArch);
+  EXPECT_EQ(parsed->checkAgainst, "fa2");
+
+  for (auto [line, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"neverRunOnArch=0", "field 'neverRunOnArch': '0' is not 1 (a proven kernel omits the field)"},
+           {"neverRunOnArch=yes", "field 'neverRunOnArch': 'yes' is not 1"},
+           {"", "field 'neverRunOnArch': neverRunOnArch=1 and checkAgainst=<a proven schedule> come together"}}) {
+    StatusOr<KernelInfo> bad = KernelInfo::parse(replaceLine(text, "neverRunOnArch", line));
+    ASSERT_FALSE(bad.ok()) << line;
+    EXPECT_THAT(bad.status().message(), HasSubstr(expected)) << line;
+  }
+  for (auto [line, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"", "field 'checkAgainst': neverRunOnArch=1 and checkAgainst=<a proven schedule> come together"},
+           {"checkAgainst=fa4", "field 'checkAgainst': 'fa4' is not a schedule id other than the kernel's own ('fa4')"},
+           {"checkAgainst=fa 2", "field 'checkAgainst': 'fa 2' is not a schedule id"}}) {
+    StatusOr<KernelInfo> bad = KernelInfo::parse(replaceLine(text, "checkAgainst", line));
+    ASSERT_FALSE(bad.ok()) << line;
+    EXPECT_THAT(bad.status().message(), HasSubstr(expected)) << line;
+  }
+  info.kvCache = true;
+  EXPECT_THAT(info.verify().message(), HasSubstr("field 'neverRunOnArch': a KV-cache kernel cannot be self-checked"));
+}

@@ -112,6 +112,31 @@ extern "C" __global__ void tmemAccess(unsigned base, float *out) {
   out[threadIdx.x] = sum;
 }
 
+// Register tiles in fragment layouts: each warp of a warpgroup loads its 32 rows of 128 fp32 scores as two 16-row
+// accesses of 16 C fragments (tcgen05.ld.16x256b), packs them into 8 A fragments of bf16 P per 16 rows and stores
+// them over S (tcgen05.st.16x128b): the layouts of the common register-tile math (FragmentTiles.h).
+extern "C" __global__ void fragmentAccess(unsigned base, float *out) {
+  float sum = 0.0f;
+#pragma unroll
+  for (unsigned half = 0; half < 2; ++half) {
+    float c[16][4];
+    sm100::tmem::Fragments<16>::loadC(sm100::tmem::warpHalfAddress(base, half, kSColumn), c);
+    sm100::tmem::waitLoad();
+    sm100::tmem::Fragments<16>::fenceC(c);
+    unsigned a[8][4];
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        a[k][i] = sm100::pack::bf16x2(c[2 * k + i / 2][2 * (i % 2)], c[2 * k + i / 2][2 * (i % 2) + 1]);
+        sum += c[2 * k + i / 2][2 * (i % 2)];
+      }
+    sm100::tmem::Fragments<16>::storeA(sm100::tmem::warpHalfAddress(base, half, kPColumn), a);
+  }
+  sm100::tmem::waitStore();
+  out[threadIdx.x] = sum;
+}
+
 // MMA issue: one elected thread of the MMA warp issues S = Q·Kᵀ (SS, 8 k16 steps over a 128-column head dim) and
 // commits it to an mbarrier, then O += P·V (TS, P in tensor memory, 8 k16 steps over 128 keys) and commits again.
 extern "C" __global__ void mmaIssue(unsigned tmemBase, unsigned *out) {
@@ -215,7 +240,12 @@ extern "C" __global__ void softwareExp2(float *x, int n) {
 }
 )cuda";
 
-std::string exerciseSource() { return sm100::prelude(kExerciseWidths) + descriptorConstants() + kExerciseKernels; }
+/// The fragment accesses the exercise kernels use: 16 n8 tiles (128 score columns, 8 k16 steps of P).
+constexpr std::array<int, 1> kExerciseFragmentTiles = {16};
+
+std::string exerciseSource() {
+  return sm100::prelude(kExerciseWidths, kExerciseFragmentTiles) + descriptorConstants() + kExerciseKernels;
+}
 
 TEST(Sm100Prelude, EveryPrimitiveCompilesToACubinForSm100a) {
   StatusOr<std::string> cubin = compileCuda(exerciseSource(), "sm100_exercise.cu", sm100::kArch, NvrtcOutput::Cubin);
@@ -234,6 +264,8 @@ TEST(Sm100Prelude, PtxHasTheSm100Instructions) {
                                   "tcgen05.fence::after_thread_sync",
                                   "tcgen05.ld.sync.aligned.32x32b.x32.b32",
                                   "tcgen05.ld.sync.aligned.32x32b.x8.b32",
+                                  "tcgen05.ld.sync.aligned.16x256b.x16.b32",
+                                  "tcgen05.st.sync.aligned.16x128b.x16.b32",
                                   "tcgen05.st.sync.aligned.32x32b.x16.b32",
                                   "tcgen05.wait::ld.sync.aligned",
                                   "tcgen05.wait::st.sync.aligned",
