@@ -4,7 +4,8 @@
 # torch SDPA's FLASH and CUDNN backends. Run from the repository root, or from a copy of .device/fa3hd with
 # FLASHTILE_DEVICE_DIR=$PWD. Logs in $OUT, a summary line per step:
 #   gpu-tests.log   flashtile_gpu_tests on the fa2 + fa3 library, no schedule named, strict mode and
-#                   FLASHTILE_EXPECT_SCHEDULE=fa3: every case must run an fa3 kernel, never a fallback
+#                   FLASHTILE_EXPECT_SCHEDULE=fa3: every case must run an fa3 kernel, never a fallback (in
+#                   FLASHTILE_SHARDS gtest shards at once, 3 by default; their logs one after another)
 #   variants.log    bench/check_variants.py --strict: every built-in variant, bf16 and f16, every head dim, fa3
 #   control.log     the same GPU test binary on a library whose fa3 kernels are at head dim 128 alone (fa2's at every
 #                   head dim): the cases at 96 and 32 must fail, once by FLASHTILE_EXPECT_SCHEDULE=fa3 and once by
@@ -23,20 +24,33 @@ nvidia-smi -L | tee "$OUT/summary.log"
 summary() { # summary NAME RC LOG
   echo "$1: exit $2, $(grep -E '^\[  (PASSED|FAILED)|checks passed|FAILED TESTS' "$3" | tr '\n' ' ')" | tee -a "$OUT/summary.log"
 }
-# Correctness (the GPU tests and the variant checks side by side: neither is timed).
-env FLASHTILE_AOT_DIR="$D/fa2:$D/fa3" FLASHTILE_STRICT_SCHEDULE=1 FLASHTILE_EXPECT_SCHEDULE=fa3 \
-  timeout -k 5 "${FLASHTILE_GPU_TESTS_TIMEOUT:-200}" "$D/bin/flashtile_gpu_tests" >"$OUT/gpu-tests.log" 2>&1 &
-tests=$!
+# Correctness (the GPU tests, in FLASHTILE_SHARDS gtest shards, and the variant checks side by side: none is timed).
+SHARDS=${FLASHTILE_SHARDS:-3}
+pids=()
+for ((i = 0; i < SHARDS; ++i)); do
+  env FLASHTILE_AOT_DIR="$D/fa2:$D/fa3" FLASHTILE_STRICT_SCHEDULE=1 FLASHTILE_EXPECT_SCHEDULE=fa3 GTEST_TOTAL_SHARDS=$SHARDS \
+    GTEST_SHARD_INDEX=$i timeout -k 5 "${FLASHTILE_GPU_TESTS_TIMEOUT:-200}" "$D/bin/flashtile_gpu_tests" \
+    >"$OUT/gpu-tests-$i.log" 2>&1 &
+  pids+=($!)
+done
 timeout -k 5 "${FLASHTILE_VARIANTS_TIMEOUT:-200}" python3 bench/check_variants.py --lib "$LIB" \
   --aot-dir "$D/fa3-variants" --strict --no-speed --dtypes bf16,f16 --head-dims 32,64,96,128,192,256,192:128 \
   >"$OUT/variants.log" 2>&1
 rc=$?
 ((rc == 0)) || status=1
 summary variants $rc "$OUT/variants.log"
-wait $tests
-rc=$?
+rc=0
+for pid in "${pids[@]}"; do
+  wait "$pid" || rc=$?
+done
 ((rc == 0)) || status=1
-summary gpu-tests $rc "$OUT/gpu-tests.log"
+: >"$OUT/gpu-tests.log"
+for ((i = 0; i < SHARDS; ++i)); do
+  summary "gpu-tests shard $i" "$(grep -q '^\[  PASSED' "$OUT/gpu-tests-$i.log" && ! grep -q '^\[  FAILED' "$OUT/gpu-tests-$i.log" && echo 0 || echo 1)" "$OUT/gpu-tests-$i.log"
+  cat "$OUT/gpu-tests-$i.log" >>"$OUT/gpu-tests.log"
+  rm -f "$OUT/gpu-tests-$i.log"
+done
+echo "gpu-tests: exit $rc (the worst shard's)" | tee -a "$OUT/summary.log"
 # The control: fa3's rule is known (its hd128 kernels) but it has no kernel at 96 and 32: each way must fail.
 : >"$OUT/control.log"
 for mode in FLASHTILE_EXPECT_SCHEDULE=fa3 FLASHTILE_STRICT_SCHEDULE=1; do

@@ -14,7 +14,8 @@ export FLASHTILE_REQUIRE_GPU=1 FLASHTILE_DISABLE_CACHE=1 PYTHONUNBUFFERED=1
 LIB=$D/lib/libflashtile.so
 status=0
 : >"$OUT/options.log"
-for round in 1 2; do
+# FLASHTILE_ROUNDS (default 2) alternations of the two libraries: each figure is seen against the other in time.
+for ((round = 1; round <= ${FLASHTILE_ROUNDS:-2}; ++round)); do
   for dir in default lazy8; do
     echo "== $dir (round $round): plain and causal" >>"$OUT/options.log"
     timeout -k 5 90 python3 bench/bench_attention.py --lib "$LIB" --aot-dir "$D/$dir" --dtypes bf16 --head-dims 64,128 \
