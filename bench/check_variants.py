@@ -5,6 +5,8 @@ For every built-in variant (kernels from `flashtile aot --variants ...`, called 
   check   fresh random inputs, several shapes incl. Sq != Sk; max|out - ref_fp32| <= k * max|ref_lowp - ref_fp32| +
           1e-5 with k = 2 (3 for softcap), where ref_lowp runs the same math with bf16/f16 matmuls and P; LSE too.
           Then once more over packed sequences (flashtile_forward_varlen_variant), each against its own reference.
+          At every head dim of --head-dims (D or D:DV) and dtype of --dtypes; --strict makes a call whose preferred
+          (or named) schedule has no kernel fail instead of falling back (flashtile_set_strict_schedule).
   speed   bf16, head dim 128, B=2, H=16, Sq=Sk=8192: useful-FLOP TFLOP/s (4*D*attended pairs) of the variant, of our
           plain kernel with the same masking (causal or none) and of FlexAttention's version (torch.compile); for
           document_mask also of our plain causal kernel over the same documents as packed sequences (varlen), which
@@ -12,6 +14,7 @@ For every built-in variant (kernels from `flashtile aot --variants ...`, called 
 """
 import argparse
 import ctypes
+import itertools
 import math
 import sys
 
@@ -177,24 +180,31 @@ def call_varlen(ft, variant, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, params, 
         raise RuntimeError(f"flashtile {variant} (varlen): " + ft.lib.flashtile_last_error().decode())
 
 
-def check_varlen(ft, var, gen, h=4, hk=2, d=128, lengths=((300, 300), (0, 40), (129, 200), (64, 64), (1, 77))):
+def check_varlen(ft, var, gen, h=4, hk=2, d=128, dv=None, dtype="bf16",
+                 lengths=((300, 300), (0, 40), (129, 200), (64, 64), (1, 77))):
     """One packed batch of sequences of different lengths (one empty, Sq != Sk both ways); each sequence must match
     its own dense reference. Per-key inputs (doc_start) are packed per key row, positions within each sequence."""
-    dt = torch.bfloat16
+    dt = DTYPES[dtype][0]
+    dv = dv or d
     sq, sk = [a for a, _ in lengths], [b for _, b in lengths]
     cu_q = torch.tensor([0] + list(torch.tensor(sq).cumsum(0)), dtype=torch.int32, device="cuda")
     cu_k = torch.tensor([0] + list(torch.tensor(sk).cumsum(0)), dtype=torch.int32, device="cuda")
     q = torch.randn(sum(sq), h, d, device="cuda", dtype=dt, generator=gen)
-    k, v = (torch.randn(sum(sk), hk, d, device="cuda", dtype=dt, generator=gen) for _ in range(2))
+    k = torch.randn(sum(sk), hk, d, device="cuda", dtype=dt, generator=gen)
+    v = torch.randn(sum(sk), hk, dv, device="cuda", dtype=dt, generator=gen)
     per_seq = [var.inputs(1, h, n, gen) for n in sk]
     if var.docs:
         inputs = [torch.cat([x[0].reshape(-1) for x in per_seq]).contiguous()]
     else:
         inputs = per_seq[0]
         per_seq = [inputs] * len(sk)
-    o = torch.full_like(q, float("nan"))
+    o = torch.full((sum(sq), h, dv), float("nan"), device="cuda", dtype=dt)
     lse = torch.full((h, sum(sq)), float("nan"), device="cuda")
-    call_varlen(ft, var.name, q, k, v, o, lse, cu_q, cu_k, max(sq), max(sk), var.params, inputs)
+    try:
+        call_varlen(ft, var.name, q, k, v, o, lse, cu_q, cu_k, max(sq), max(sk), var.params, inputs)
+    except RuntimeError as e:
+        print(f"check {var.name:22} {dtype} hd={d}/{dv} varlen FAIL: {e}", flush=True)
+        return False
     torch.cuda.synchronize()
     worst, ok = 0.0, True
     for i, (nq, nk) in enumerate(lengths):
@@ -213,7 +223,8 @@ def check_varlen(ft, var, gen, h=4, hk=2, d=128, lengths=((300, 300), (0, 40), (
         lse_ok = bool(torch.equal(torch.isinf(got_lse), torch.isinf(ref_lse[0])))
         ok &= err <= var.tol * err_low + 1e-5 and lse_err <= 1e-3 and lse_ok and not math.isnan(err)
         worst = max(worst, err / max(err_low, 1e-12))
-    print(f"check {var.name:22} bf16 varlen {len(lengths)} sequences {list(lengths)} worst err/lowp={worst:.2f} "
+    print(f"check {var.name:22} {dtype} hd={d}/{dv} varlen {len(lengths)} sequences {list(lengths)} "
+          f"worst err/lowp={worst:.2f} "
           f"(<= {var.tol}) {'PASS' if ok else 'FAIL'}", flush=True)
     return ok
 
@@ -247,26 +258,48 @@ def main():
     ap.add_argument("--speed-seed", type=int, default=0,
                     help="seed of the speed inputs (document_mask's documents): fixed, so runs compare")
     ap.add_argument("--variants", default=None, help="comma-separated subset of the built-in variants")
+    ap.add_argument("--head-dims", default="128", help="comma-separated D or D:DV of the checks (default 128)")
+    ap.add_argument("--dtypes", default="bf16", help="comma-separated bf16, f16 of the checks (default bf16)")
+    ap.add_argument("--strict", action="store_true",
+                    help="a call whose preferred (or named) schedule has no kernel fails instead of falling back")
+    ap.add_argument("--no-speed", action="store_true", help="the checks only")
+    ap.add_argument("--no-check", action="store_true", help="the speed only")
+    ap.add_argument("--speed-head-dim", type=int, default=128, help="head dim of the speed runs (default 128)")
     args = ap.parse_args()
     selected = [v for v in VARIANTS if args.variants is None or v.name in args.variants.split(",")]
+    head_dims = [tuple(int(x) for x in (item.split(":") * 2)[:2]) for item in args.head_dims.split(",")]
+    dtypes = args.dtypes.split(",")
+    for dtype in dtypes:
+        if dtype not in DTYPES:
+            ap.error(f"--dtypes: {dtype!r}; accepted: {', '.join(DTYPES)}")
     ft = Flashtile(args.lib, args.aot_dir, args.schedule)
     setup_argtypes(ft)
+    if args.strict and ft.lib.flashtile_set_strict_schedule(ctypes.c_void_p(ft.rt), 1) != 0:
+        raise RuntimeError("flashtile: " + ft.lib.flashtile_last_error().decode())
     gen = torch.Generator(device="cuda")
     gen.seed()
     print(f"flashtile {ft.version} on {torch.cuda.get_device_name()}, seed {gen.initial_seed()}")
     failures, rows = 0, []
     shapes = [(2, 4, 2, 300, 300), (1, 4, 4, 128, 700), (2, 8, 2, 700, 128), (1, 16, 16, 1024, 1024)]
-    for var in selected:
-        for dtype in ("bf16",):
+    checks = 0
+    for var in [] if args.no_check else selected:
+        for (d, dv), dtype in itertools.product(head_dims, dtypes):
             for (b, h, hk, sq, sk) in shapes:
-                d = 128
                 dt = DTYPES[dtype][0]
                 q = torch.randn(b, sq, h, d, device="cuda", dtype=dt, generator=gen)
-                k, v = (torch.randn(b, sk, hk, d, device="cuda", dtype=dt, generator=gen) for _ in range(2))
+                k = torch.randn(b, sk, hk, d, device="cuda", dtype=dt, generator=gen)
+                v = torch.randn(b, sk, hk, dv, device="cuda", dtype=dt, generator=gen)
                 inputs = var.inputs(b, h, sk, gen)
-                o = torch.full_like(q, float("nan"))
+                o = torch.full((b, sq, h, dv), float("nan"), device="cuda", dtype=dt)
                 lse = torch.full((b, h, sq), float("nan"), device="cuda")
-                call(ft, var.name, q, k, v, o, lse, var.params, inputs)
+                checks += 1
+                try:
+                    call(ft, var.name, q, k, v, o, lse, var.params, inputs)
+                except RuntimeError as e:
+                    failures += 1
+                    print(f"check {var.name:22} {dtype} hd={d}/{dv} B={b} H={h}/{hk} Sq={sq:5} Sk={sk:5} FAIL: {e}",
+                          flush=True)
+                    continue
                 torch.cuda.synchronize()
                 kr, vr = (x.repeat_interleave(h // hk, 2) for x in (k, v))
                 ref, ref_lse = var.reference(q, kr, vr, inputs, lowp=False)
@@ -278,13 +311,20 @@ def main():
                 lse_ok = bool(torch.equal(torch.isinf(lse), torch.isinf(ref_lse)))
                 ok = err <= var.tol * err_low + 1e-5 and lse_err <= 1e-3 and lse_ok and not math.isnan(err)
                 failures += not ok
-                print(f"check {var.name:22} {dtype} B={b} H={h}/{hk} Sq={sq:5} Sk={sk:5} err={err:.2e} "
+                print(f"check {var.name:22} {dtype} hd={d}/{dv} B={b} H={h}/{hk} Sq={sq:5} Sk={sk:5} err={err:.2e} "
                       f"lowp={err_low:.2e} ratio={err / max(err_low, 1e-12):.2f} (<= {var.tol}) lse_err={lse_err:.1e} "
                       f"{'PASS' if ok else 'FAIL'}", flush=True)
-        failures += not check_varlen(ft, var, gen)
+            checks += 1
+            failures += not check_varlen(ft, var, gen, d=d, dv=dv, dtype=dtype)
+    print(f"{checks - failures}/{checks} checks passed", flush=True)
+    if args.no_speed:
+        if failures:
+            print(f"{failures} variant checks FAILED", file=sys.stderr)
+            sys.exit(1)
+        return
 
     # speed
-    b, h, d, s = 2, 16, 128, args.speed_seqlen
+    b, h, d, s = 2, 16, args.speed_head_dim, args.speed_seqlen
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     o = torch.empty_like(q)
     lse = torch.empty(b, h, s, device="cuda")

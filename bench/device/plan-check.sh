@@ -26,8 +26,8 @@ step() { # step NAME TIMEOUT ENV... -- COMMAND...
   ((rc == 0)) || status=1
   echo "$name: exit $rc, $(grep -c ' PASS' "$OUT/$name.log") PASS lines, $(grep -c 'splits=' "$OUT/$name.log") split lines, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$name.log" | tr '\n' ' ')"
 }
-step fa2 120 FLASHTILE_AOT_DIR=$D/fa2 -- $D/bin/flashtile_gpu_tests --gtest_filter="$HD:ForwardGpuEdge.*:ForwardGpuArgs.*"
-step fa3 150 FLASHTILE_AOT_DIR=$D/fa3 FLASHTILE_SCHEDULE=fa3 -- $D/bin/flashtile_gpu_tests --gtest_filter="$HD:ForwardGpuEdge.*"
+step fa2 120 FLASHTILE_AOT_DIR=$D/fa2 -- $D/bin/flashtile_gpu_tests --gtest_filter="$HD:ForwardGpuArgs.*"
+step fa3 150 FLASHTILE_AOT_DIR=$D/fa3 FLASHTILE_SCHEDULE=fa3 -- $D/bin/flashtile_gpu_tests --gtest_filter="$HD"
 step fa3-dynamic 90 FLASHTILE_AOT_DIR=$D/fa3-dynamic FLASHTILE_SCHEDULE=fa3 -- $D/bin/flashtile_gpu_tests \
   --gtest_filter='*bf16_hd128_*'
 step fa1 90 FLASHTILE_AOT_DIR=$D/fa1 FLASHTILE_SCHEDULE=fa1 -- $D/bin/flashtile_gpu_tests --gtest_filter='*bf16_hd64_*:*bf16_hd128_*'

@@ -1752,6 +1752,7 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
     return failure();
   facts.packQueryHeads = shape.packQueryHeads;
   facts.tensorMaps = target->takesTensorMaps();
+  facts.tensorMapSwizzle = target->tensorMapSwizzleBytes();
   facts.persistent = printer.persistent();
   facts.dynamicWork =
       func.walk([](WorkLoopOp loop) { return loop.isDynamic() ? WalkResult::interrupt() : WalkResult::advance(); })

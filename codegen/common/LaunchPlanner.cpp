@@ -29,7 +29,8 @@ LaunchPlan flashtile::codegen::planLaunches(const ModuleFacts &f) {
   main.smemBytes = f.smemBytes;
   main.grid = {rule(qTiles), rule("heads_q"), rule("batch")};
   if (f.tensorMaps)
-    main.tensorMaps = {{"q", f.blockM, 128}, {"k", f.blockN, 128}, {"v", f.blockN, 128}};
+    main.tensorMaps = {{"q", f.blockM, f.tensorMapSwizzle}, {"k", f.blockN, f.tensorMapSwizzle},
+                       {"v", f.blockN, f.tensorMapSwizzle}};
 
   if (f.persistent) {
     // One block an SM at most, never more blocks than units: two Q tiles of one (batch, head) pair each, or one

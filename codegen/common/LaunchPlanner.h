@@ -18,6 +18,7 @@ struct ModuleFacts {
   std::string entry; // the attention kernel
   int blockM = 0, blockN = 0, threads = 0, smemBytes = 0;
   bool tensorMaps = false;     // takes the TMA descriptors of Q, K, V (TileTarget::takesTensorMaps)
+  int tensorMapSwizzle = 128;  // their boxes' swizzle span in bytes (TileTarget::tensorMapSwizzleBytes)
   bool persistent = false;     // tile.work_loop: about one block an SM looping over units of work
   bool dynamicWork = false;    // tile.work_loop dynamic: units of one Q tile taken from a zeroed counter
   bool kvSteps = false;        // tile.state_load: one launch per K/V tile, the state in a workspace between them

@@ -191,8 +191,11 @@ public:
   /// Extra kernel parameters after `params` (e.g. TMA descriptors), as C text starting with ", "; empty: none.
   virtual std::string extraKernelParams() const { return {}; }
   /// Whether the kernel's second parameter is the TMA descriptors of Q, K and V (boxes of a Q tile's and a K/V
-  /// tile's rows, the whole head dim, 128-byte swizzled), which the launch plan then asks the runtime for.
+  /// tile's rows, the whole head dim, swizzled over tensorMapSwizzleBytes()), which the launch plan then asks the
+  /// runtime for.
   virtual bool takesTensorMaps() const { return false; }
+  /// The swizzle span (32, 64 or 128 bytes) of those descriptors' boxes: the layout the kernel reads its tiles in.
+  virtual int tensorMapSwizzleBytes() const { return 128; }
   /// Why the target cannot lay out `roles` (in IR order), or nothing when it can; asked before printing.
   virtual std::optional<RoleProblem> checkRoles(const std::vector<RoleInfo> &) const { return std::nullopt; }
   /// After setup, for a program with roles: declares and initializes `barriers` and lays out `roles` (in IR order)

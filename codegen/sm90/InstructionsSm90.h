@@ -20,6 +20,21 @@ inline constexpr int kWgmmaM = 64, kWgmmaK = 16, kWgmmaNStep = 8, kWgmmaMaxN = 2
 
 /// 128-byte swizzle: rows of 64 16-bit elements per column block, tiles 1024-byte aligned (README.md).
 inline constexpr int kSwizzleBytes = 128, kSwizzleAtomBytes = 1024, kSwizzleColumns = 64;
+/// The narrower span kernels whose head dims are not whole 64-column blocks use: rows of 32 16-bit elements per
+/// column block (head dims 32 and 96). TMA and wgmma also know a 32-byte span (16 columns); no head dim the runtime
+/// serves needs it.
+inline constexpr int kNarrowSwizzleBytes = 64;
+
+/// The swizzle span of a kernel's tiles — its TMA boxes, its wgmma descriptors and O staged in sQ — in bytes: the
+/// widest span whose column blocks (span / 2 columns) tile both head dims, 128 at 64, 128, 192, 256 and 192/128, 64
+/// at 32 and 96; 0 when no span of the family does. One span for Q, K and V: O staged in sQ keeps each warp's rows
+/// where its Q rows were only when both are laid out with the same span.
+constexpr int swizzleBytesFor(int headDim, int headDimV) {
+  for (int span : {kSwizzleBytes, kNarrowSwizzleBytes})
+    if (headDim % (span / 2) == 0 && headDimV % (span / 2) == 0)
+      return span;
+  return 0;
+}
 
 /// Dynamic shared memory one block may opt in to on sm_90 (227 KB), and the register file a block's warpgroups
 /// share through setmaxnreg (counts are multiples of 8 in [24, 256]).

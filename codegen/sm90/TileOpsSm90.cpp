@@ -6,8 +6,9 @@
 //                  only moves tiles (the producer) runs its region in one thread, which issues every TMA copy
 //   barriers       one mbarrier per ring slot: full (the producer's arrive.expect_tx plus the copy's bytes complete a
 //                  phase) and empty (one arrival per consumer warp once it is done with the slot)
-//   copies         one TMA box per tile (cp.async.bulk.tensor.5d: the whole head dim of `rows` rows, 128-byte
-//                  swizzled), the descriptors in the kernel's second parameter
+//   copies         one TMA box per tile (cp.async.bulk.tensor.5d: the whole head dim of `rows` rows, swizzled over
+//                  128 bytes, or 64 where the head dims are not whole 64-column blocks), the descriptors in the
+//                  kernel's second parameter
 //   Q·Kᵀ, P·V      wgmma m64nNk16: SS with Q and K from their slots, RS with P from registers and V from its slot
 // The register tiles of a consumer warp (its 16 rows: score, prob, acc, rowMax, rowSum) are in the C-fragment layout
 // with one m16 tile a warp — a wgmma accumulator is mma.sync's C fragment per warp — so the softmax, masks, score
@@ -59,7 +60,8 @@ const char *operandName(Operand operand) {
 class TileTargetSm90 final : public TileTarget {
 public:
   explicit TileTargetSm90(const KernelShape &shape)
-      : shape(shape), fragments({kFragmentNamespace, shape.dtype, shape.packQueryHeads}) {
+      : shape(shape), swizzle(swizzleBytesFor(shape.headDim, shape.headDimV)),
+        fragments({kFragmentNamespace, shape.dtype, shape.packQueryHeads}) {
     consumerWarps = shape.blockM / shape.warpRows; // the schedule's split-Q over its computing role
     bool bf16 = shape.dtype == "bf16";
     mmaType = bf16 ? "bf16" : "f16";
@@ -130,6 +132,7 @@ public:
 
   std::string extraKernelParams() const override { return ", const __grid_constant__ sm90::TensorMaps maps"; }
   bool takesTensorMaps() const override { return true; }
+  int tensorMapSwizzleBytes() const override { return swizzle; }
   std::optional<RoleProblem> checkRoles(const std::vector<RoleInfo> &roles) const override;
   void setupRoles(CudaWriter &w, const std::vector<RoleInfo> &roles, const std::vector<BarrierInfo> &barriers) override;
   void openRole(CudaWriter &w, int role) override;
@@ -154,7 +157,16 @@ private:
     return barrier.workUnit ? std::string("the work unit") : std::string(operandName(barrier.operand));
   }
 
+  /// The prelude's span template argument, as C: none for the 128-byte default (the text of kernels printed before
+  /// narrower spans existed stays as it was), "<64>" otherwise.
+  std::string spanArg() const { return swizzle == kSwizzleBytes ? std::string() : cat("<", swizzle, ">"); }
+  /// The prelude's byte offset of (row, column) in a swizzled tile of this kernel's span, as C.
+  std::string offsetFn() const {
+    return swizzle == kSwizzleBytes ? std::string("sm90::swizzle128Offset") : cat("sm90::swizzleOffset<", swizzle, ">");
+  }
+
   KernelShape shape;
+  int swizzle = kSwizzleBytes; ///< the span of every tile: swizzleBytesFor(head dims)
   int consumerWarps = 0;
   FragmentTiles fragments;
   std::string mmaType, preludeText;
@@ -165,9 +177,19 @@ private:
 
 void TileTargetSm90::setup(CudaWriter &w, const std::vector<Operand> &) {
   w.comment("---- shared memory: sQ, then kStages K tiles and kStages V tiles, each a TMA box of its rows x the whole");
-  w.comment("head dim in 128-byte-swizzled column blocks of 64 columns (block c of a tile of R rows at c·R·128 bytes,");
-  w.comment("row r's 16-byte chunk k at r·128 + (k ^ r % 8)·16: the layout wgmma's descriptors read). Tiles start on");
-  w.comment("1024-byte boundaries (the swizzle repeats every 8 rows); the dynamic base is only 16-byte aligned. ----");
+  if (swizzle == kSwizzleBytes) {
+    w.comment("head dim in 128-byte-swizzled column blocks of 64 columns (block c of a tile of R rows at c·R·128 bytes,");
+    w.comment("row r's 16-byte chunk k at r·128 + (k ^ r % 8)·16: the layout wgmma's descriptors read). Tiles start on");
+    w.comment("1024-byte boundaries (the swizzle repeats every 8 rows); the dynamic base is only 16-byte aligned. ----");
+  } else {
+    // 64-byte span (codegen/sm90/README.md): the head dims are not whole 64-column blocks.
+    w.comment(cat("head dim in ", swizzle, "-byte-swizzled column blocks of ", swizzle / 2,
+                  " columns (block c of a tile of R rows at c·R·", swizzle, " bytes,"));
+    w.comment(cat("row r's 16-byte chunk k at r·", swizzle, " + (k ^ r / ", kSwizzleBytes / swizzle, " % ", swizzle / 16,
+                  ")·16: the layout wgmma's descriptors read). Tiles start on"));
+    w.comment(cat("1024-byte boundaries (the swizzle repeats every ", 8 * swizzle,
+                  " bytes); the dynamic base is only 16-byte aligned. ----"));
+  }
   w.line(cat("constexpr int kStages = ", shape.stages, ";"));
   w.line("constexpr unsigned kQTileBytes = kBlockM * kHeadDim * 2, kKTileBytes = kBlockN * kHeadDim * 2,");
   w.line("                   kVTileBytes = kBlockN * kHeadDimV * 2;");
@@ -373,8 +395,10 @@ void TileTargetSm90::storeO(CudaWriter &w, const StateNames &st, bool stagedInQ)
              "[mt][nt][2], ", acc, "[mt][nt][3]),"));
   w.line(cat("                           ", pack, "(", acc, "[mt][nt + 1][0], ", acc, "[mt][nt + 1][1]), ", pack, "(",
              acc, "[mt][nt + 1][2], ", acc, "[mt][nt + 1][3])};"));
-  w.line("sm90::warp::stmatrixX4(sm90::smemAddress(sQ) + sm90::swizzle128Offset(stageRow0 + 16 * mt + matrixRow,");
-  w.line("                                                                        8 * (nt + matrixTile), kBlockM),");
+  const std::string offset = offsetFn();
+  const std::string call = cat("sm90::warp::stmatrixX4(sm90::smemAddress(sQ) + ", offset, "(");
+  w.line(cat(call, "stageRow0 + 16 * mt + matrixRow,"));
+  w.line(cat(std::string(call.size() + 2, ' '), "8 * (nt + matrixTile), kBlockM),")); // as the 128-byte text had it
   w.line("                       pairs);");
   w.close();
   w.close();
@@ -386,7 +410,7 @@ void TileTargetSm90::storeO(CudaWriter &w, const StateNames &st, bool stagedInQ)
   w.line("const int q = warpRow0 + row;");
   w.line("if ((kChunks % 32 == 0 || chunk < kChunks) && q < p.seqlenQ)");
   w.line("  *reinterpret_cast<uint4 *>(gO + q * p.oRowStride + 8 * col) = *reinterpret_cast<const uint4 *>(");
-  w.line("      sQ + sm90::swizzle128Offset(stageRow0 + row, 8 * col, kBlockM));");
+  w.line(cat("      sQ + ", offset, "(stageRow0 + row, 8 * col, kBlockM));"));
   w.close();
   w.line("sm90::fence::proxyAsync();  // these generic writes to sQ before a later TMA copy of Q into it (persistent)");
 }
@@ -402,13 +426,14 @@ void TileTargetSm90::qk(CudaWriter &w, const std::string &kSlot, const std::stri
   w.comment("issued here, read after its wait");
   w.line(cat("float ", scores, "[kMTiles][kSTiles][4];"));
   w.open("");
-  w.line("const unsigned qAddr = sm90::smemAddress(sQ) + (warp / 4) * 64 * 128;");
+  w.line(cat("const unsigned qAddr = sm90::smemAddress(sQ) + (warp / 4) * 64 * ", swizzle, ";"));
   w.line(cat("const unsigned kAddr = sm90::smemAddress(sK) + (", kSlot, ") % kStages * kKTileBytes;"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("ks", "kHeadDim / 16");
   w.line(cat("sm90::warpgroup::Wgmma<kBlockN>::", mmaType, "SS<sm90::warpgroup::kKMajor>("));
-  w.line(cat("    reinterpret_cast<float (&)[kSTiles * 4]>(", scores, "[0]), sm90::desc::kMajorStep(qAddr, ks, kBlockM),"));
-  w.line("    sm90::desc::kMajorStep(kAddr, ks, kBlockN), ks > 0);");
+  w.line(cat("    reinterpret_cast<float (&)[kSTiles * 4]>(", scores, "[0]), sm90::desc::kMajorStep", spanArg(),
+             "(qAddr, ks, kBlockM),"));
+  w.line(cat("    sm90::desc::kMajorStep", spanArg(), "(kAddr, ks, kBlockN), ks > 0);"));
   w.close();
   w.line("sm90::warpgroup::commitGroup();");
   w.close();
@@ -425,7 +450,7 @@ void TileTargetSm90::pv(CudaWriter &w, const StateNames &st, const std::string &
   w.openUnrolledFor("k", "kBlockN / 16");
   w.line(cat("sm90::warpgroup::Wgmma<kHeadDimV>::", mmaType, "RS<sm90::warpgroup::kMNMajor>("));
   w.line(cat("    reinterpret_cast<float (&)[kOTiles * 4]>(", st.acc,
-             "[0]), ", p, "[0][k], sm90::desc::mnMajorStep(vAddr, k, kBlockN), 1);"));
+             "[0]), ", p, "[0][k], sm90::desc::mnMajorStep", spanArg(), "(vAddr, k, kBlockN), 1);"));
   w.close();
   w.line("sm90::warpgroup::commitGroup();");
   w.close();
@@ -473,10 +498,11 @@ public:
   std::optional<std::string> checkShape(const KernelShape &shape) const override {
     if (shape.dtype != "bf16" && shape.dtype != "f16")
       return "sm90 wgmmas take bf16 or f16 tiles here, got " + shape.dtype;
+    constexpr int kNarrowColumns = kNarrowSwizzleBytes / 2;
     for (auto [name, value] : {std::pair{"head_dim", shape.headDim}, {"head_dim_v", shape.headDimV}})
-      if (value % kSwizzleColumns != 0 || value < kSwizzleColumns || value > kWgmmaMaxN)
-        return cat("sm90: ", name, " (", value, ") must be a multiple of ", kSwizzleColumns, " up to ", kWgmmaMaxN,
-                   " (whole 128-byte swizzle column blocks)");
+      if (value % kNarrowColumns != 0 || value < kNarrowColumns || value > kWgmmaMaxN)
+        return cat("sm90: ", name, " (", value, ") must be a multiple of ", kNarrowColumns, " up to ", kWgmmaMaxN,
+                   " (whole column blocks of the 128-byte or the ", kNarrowSwizzleBytes, "-byte swizzle)");
     if (shape.blockN < 16 || shape.blockN % 16 != 0 || shape.blockN > kWgmmaMaxN)
       return cat("sm90: block-n (", shape.blockN, ") must be a multiple of 16 up to ", kWgmmaMaxN,
                  " (the n of Q·Kᵀ's wgmma and the k16 steps of P·V)");

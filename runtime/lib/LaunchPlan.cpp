@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdint>
+#include <iterator>
 
 using namespace flashtile;
 
@@ -26,7 +27,7 @@ constexpr long long kMaxMagnitude = 1LL << 62;
 constexpr int kWarpSize = 32;
 constexpr int kMaxThreadsPerBlock = 1024;
 constexpr int kMaxClusterBlocks = 16; // the largest (non-portable) cluster a block may opt in to
-constexpr int kTmaSwizzleBytes = 128; // the only swizzle the runtime encodes attention maps with today
+constexpr int kTmaSwizzleBytes[] = {32, 64, 128}; // the spans TMA swizzles boxes over (TensorMap.h, TmaSwizzle)
 constexpr int kMaxTmaBoxRows = 256;
 constexpr std::string_view kCalls[] = {"cdiv", "min", "max"};
 constexpr std::string_view kComparisons[] = {">=", "<=", "==", "!=", ">", "<"};
@@ -566,12 +567,16 @@ Status LaunchPlan::verify(int maxSmem) const {
       // The kernel's second parameter is AttentionTensorMaps (q, k, v): the boxes of K and V are one tile's keys.
       const bool qkv = l.tensorMaps.size() == 3 && l.tensorMaps[0].tensor == "q" && l.tensorMaps[1].tensor == "k" &&
                        l.tensorMaps[2].tensor == "v" && l.tensorMaps[1].boxRows == l.tensorMaps[2].boxRows;
-      const bool boxes = std::all_of(l.tensorMaps.begin(), l.tensorMaps.end(), [](const PlanTensorMap &m) {
-        return m.boxRows >= 1 && m.boxRows <= kMaxTmaBoxRows && m.swizzleBytes == kTmaSwizzleBytes;
-      });
+      // One span for the three: the kernel reads every tile in one layout (codegen/sm90/README.md).
+      const int span = l.tensorMaps[0].swizzleBytes;
+      const bool boxes = std::find(std::begin(kTmaSwizzleBytes), std::end(kTmaSwizzleBytes), span) !=
+                             std::end(kTmaSwizzleBytes) &&
+                         std::all_of(l.tensorMaps.begin(), l.tensorMaps.end(), [span](const PlanTensorMap &m) {
+                           return m.boxRows >= 1 && m.boxRows <= kMaxTmaBoxRows && m.swizzleBytes == span;
+                         });
       if (!qkv || !boxes)
         return planError(p + "tensorMaps", "the runtime encodes q, k, v in that order, K's and V's boxes of the same "
-                                           "rows (1 to 256), 128-byte swizzled");
+                                           "rows (1 to 256), all swizzled over one span of 32, 64 or 128 bytes");
     }
     if (i == 0 && l.dependent)
       return planError(p + "dependent", "the first launch has no launch before it to depend on");

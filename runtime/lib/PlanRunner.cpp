@@ -82,19 +82,20 @@ void setPointerField(FlashtileFwdParams &params, const std::string &field, CUdev
     params.semaphores = reinterpret_cast<int *>(address);
 }
 
-/// The TMA descriptors of `args` for boxes of `qRows` and `kvRows` rows. Encoding three descriptors costs a few
+/// The TMA descriptors of `args` for boxes of `qRows` and `kvRows` rows swizzled over `swizzle`. Encoding three descriptors costs a few
 /// microseconds of driver calls; a thread's last call usually repeats (the same tensors, or the same shapes with
 /// new pointers), so each thread keeps its last set and re-points it when only the pointers changed.
-StatusOr<AttentionTensorMaps> tensorMapsFor(const AttentionArgs &args, int qRows, int kvRows) {
+StatusOr<AttentionTensorMaps> tensorMapsFor(const AttentionArgs &args, int qRows, int kvRows, TmaSwizzle swizzle) {
   struct Key {
     const void *q, *k, *v;
-    int dtype, batch, seqlenQ, seqlenK, headsQ, headsKv, headDim, headDimV, qRows, kvRows;
+    int dtype, batch, seqlenQ, seqlenK, headsQ, headsKv, headDim, headDimV, qRows, kvRows, swizzle;
     bool varlen;
     std::array<long long, 4> qStride, kStride, vStride;
     bool sameShape(const Key &o) const {
       return dtype == o.dtype && batch == o.batch && seqlenQ == o.seqlenQ && seqlenK == o.seqlenK &&
              headsQ == o.headsQ && headsKv == o.headsKv && headDim == o.headDim && headDimV == o.headDimV &&
-             qRows == o.qRows && kvRows == o.kvRows && varlen == o.varlen && qStride == o.qStride &&
+             qRows == o.qRows && kvRows == o.kvRows && swizzle == o.swizzle && varlen == o.varlen &&
+             qStride == o.qStride &&
              kStride == o.kStride && vStride == o.vStride;
     }
   };
@@ -106,7 +107,7 @@ StatusOr<AttentionTensorMaps> tensorMapsFor(const AttentionArgs &args, int qRows
   thread_local Last last;
   const Key key{args.q,          args.k,       args.v,       static_cast<int>(args.dtype), args.batch, args.seqlenQ,
                 args.seqlenK,    args.headsQ,  args.headsKv, args.headDim, args.headDimV, qRows, kvRows,
-                args.isVarlen(), args.qStride, args.kStride, args.vStride};
+                static_cast<int>(swizzle), args.isVarlen(), args.qStride, args.kStride, args.vStride};
   if (last.valid && last.key.sameShape(key)) {
     if (key.q == last.key.q && key.k == last.key.k && key.v == last.key.v)
       return last.maps;
@@ -121,7 +122,7 @@ StatusOr<AttentionTensorMaps> tensorMapsFor(const AttentionArgs &args, int qRows
     }
   }
   last.valid = false;
-  StatusOr<AttentionTensorMaps> maps = attentionTensorMaps(args, qRows, kvRows);
+  StatusOr<AttentionTensorMaps> maps = attentionTensorMaps(args, qRows, kvRows, swizzle);
   if (!maps.ok())
     return maps.status();
   last = Last{true, key, *maps};
@@ -478,8 +479,11 @@ Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &
   for (const ResolvedLaunch &resolved : launches) {
     const PlanLaunch &launch = plan.launches[resolved.index];
     if (!launch.tensorMaps.empty()) {
+      // The plan's maps share one span (LaunchPlan::verify).
+      StatusOr<TmaSwizzle> swizzle = tmaSwizzleOfBytes(launch.tensorMaps[0].swizzleBytes);
       StatusOr<AttentionTensorMaps> encoded =
-          tensorMapsFor(args, launch.tensorMaps[0].boxRows, launch.tensorMaps[1].boxRows);
+          swizzle.ok() ? tensorMapsFor(args, launch.tensorMaps[0].boxRows, launch.tensorMaps[1].boxRows, *swizzle)
+                       : StatusOr<AttentionTensorMaps>(swizzle.status());
       if (!encoded.ok())
         return Status::error("TMA descriptors of " + launch.entry + ": " + encoded.status().message());
       maps = *encoded;

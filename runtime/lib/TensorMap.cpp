@@ -55,6 +55,13 @@ int flashtile::tmaSwizzleBytes(TmaSwizzle swizzle) {
   return 0;
 }
 
+StatusOr<TmaSwizzle> flashtile::tmaSwizzleOfBytes(int bytes) {
+  for (TmaSwizzle swizzle : {TmaSwizzle::Bytes32, TmaSwizzle::Bytes64, TmaSwizzle::Bytes128})
+    if (tmaSwizzleBytes(swizzle) == bytes)
+      return swizzle;
+  return Status::error("swizzle span " + std::to_string(bytes) + " bytes: accepted 32, 64 or 128");
+}
+
 Status flashtile::validateTensorMapSpec(const TensorMapSpec &spec) {
   const std::string prefix = "tensor map: ";
   if (spec.dtype != DType::BF16 && spec.dtype != DType::F16)
@@ -215,7 +222,8 @@ Status flashtile::replaceTensorMapAddress(CUtensorMap &map, const void *address)
                           "cuTensorMapReplaceAddress");
 }
 
-StatusOr<AttentionTensorMaps> flashtile::attentionTensorMaps(const AttentionArgs &args, int blockM, int blockN) {
+StatusOr<AttentionTensorMaps> flashtile::attentionTensorMaps(const AttentionArgs &args, int blockM, int blockN,
+                                                             TmaSwizzle swizzle) {
   const bool varlen = args.isVarlen();
   auto tile = [&](const char *name, const void *data, int seqlen, int heads, int headDim,
                   const std::array<long long, 4> &strides, int rows) {
@@ -231,6 +239,7 @@ StatusOr<AttentionTensorMaps> flashtile::attentionTensorMaps(const AttentionArgs
     if (varlen)
       spec.strides[0] = 0;
     spec.boxRows = rows;
+    spec.swizzle = swizzle;
     return encodeAttentionTileMap(spec);
   };
   AttentionTensorMaps maps{};

@@ -11,7 +11,10 @@ inline constexpr const char *kName = "fa3";
 inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kStages = "stages",
                             *kConsumerWarpgroups = "consumer-warpgroups", *kProducerRegs = "producer-regs",
                             *kConsumerRegs = "consumer-regs", *kOverlap = "intra-wg-overlap", *kPingpong = "pingpong",
-                            *kPersistent = "persistent", *kStageO = "stage-o", *kScheduler = "scheduler";
+                            *kPersistent = "persistent", *kStageO = "stage-o", *kScheduler = "scheduler",
+                            *kRescaleThreshold = "rescale-threshold";
+/// The largest `rescale-threshold` (log2 units): P may reach 2^threshold, which stays finite in fp16 up to 15.
+inline constexpr int64_t kMaxRescaleThreshold = 15;
 
 /// The values of the `scheduler` knob, by index: how a persistent kernel's blocks get their work tiles.
 /// static: the printer's fixed assignment (units of two Q tiles, one unit in every gridDim.x); dynamic: units of

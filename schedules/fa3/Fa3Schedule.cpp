@@ -57,6 +57,9 @@ public:
                      "default) or dynamic (one atomic counter per launch, heaviest tiles first; implies persistent "
                      "blocks)", kStaticScheduler, kDynamicScheduler,
          {std::begin(kSchedulerNames), std::end(kSchedulerNames)}},
+        {kRescaleThreshold, "0: acc is rescaled every tile (FA3, the default); N: FA4's conditional rescaling, a warp's "
+                            "row maxes move (and acc *= alpha runs) only when one grew by more than N (log2 units)",
+         0, kMaxRescaleThreshold},
     };
     return specs;
   }
@@ -106,7 +109,7 @@ public:
     // blockM / consumers rows, a quarter of them a warp.
     int64_t warpRows = blockM / (kWarpgroupWarps * consumers);
     return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, warps, WarpLayout::SplitQ, warpRows, stages,
-                             /*rescaleThreshold=*/0,
+                             knob(knobs, kRescaleThreshold, 0),
                              /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, shapeClass);
   }
 
@@ -119,8 +122,9 @@ public:
 
   DispatchRule dispatchRule(std::string_view arch) const override {
     // Measured on the H200 (bench/RESULTS.md, 2026-12-01): fa3 runs 1.4-2.2x fa2's kernels at every head dim,
-    // length, mask and variant both have kernels for, so on sm_90a every call naming no schedule runs fa3's kernel
-    // where it has one (head dims it cannot tile fall back to fa2's).
+    // length, mask and variant both have kernels for, so on sm_90a every call naming no schedule runs fa3's kernel.
+    // The sm90 family tiles every head dim the runtime serves (32 and 96 with 64-byte swizzled blocks): fa2 runs
+    // there only where a library lacks fa3's kernel.
     if (arch != "sm_90a")
       return {};
     return {.calls = DefaultCalls::All, .preferredOver = {"fa2"}};

@@ -19,6 +19,9 @@
 //                          libraries' kernels, fa3's on sm_90a where it has one)
 //   FLASHTILE_STRICT_SCHEDULE  "1": a call whose preferred (or named) schedule has no kernel fails instead of
 //                          falling back (e.g. an fa2 + fa3 library at head dims fa3 has kernels for)
+//   FLASHTILE_EXPECT_SCHEDULE  a schedule name: every forward call must run that schedule's kernel, chosen without a
+//                          fallback (Runtime::explain), e.g. fa3 on sm_90a with no schedule named: a case the
+//                          library's fa3 kernels do not serve fails instead of passing on fa2's
 //   FLASHTILE_REQUIRE_GPU  "1": a missing GPU/driver fails instead of skipping (the GPU machine's script sets it).
 //   FLASHTILE_TEST_SEED    fixed base seed (decimal) to replay a failure.
 //   FLASHTILE_TEST_CASE_TIMEOUT  seconds one case may take before the process exits (default 120; 0: none).
@@ -432,6 +435,18 @@ private:
   std::thread thread;
 };
 
+/// With FLASHTILE_EXPECT_SCHEDULE set: `args` runs that schedule's kernel, and not as a fallback.
+void expectChosenSchedule(const AttentionArgs &args) {
+  const std::string expected = envOr("FLASHTILE_EXPECT_SCHEDULE", "");
+  if (expected.empty())
+    return;
+  StatusOr<ScheduleChoice> choice = gpu().runtime->explain(args);
+  ASSERT_TRUE(choice.ok()) << "explain: " << choice.status().message();
+  EXPECT_EQ(choice->spec.schedule, expected) << "FLASHTILE_EXPECT_SCHEDULE; the call runs " << choice->entry << ": "
+                                             << choice->reason;
+  EXPECT_FALSE(choice->fellBack) << choice->reason;
+}
+
 /// Runs flashtile and both references on fresh inputs and checks FlashAttention's rule.
 void checkForward(const Case &c) {
   const uint64_t seed = caseSeed(c);
@@ -445,6 +460,7 @@ void checkForward(const Case &c) {
 
   ASSERT_OK(gpu().runtime->forward(forwardArgs(c, in, scale)));
   ASSERT_OK(synchronize("flashtile forward"));
+  expectChosenSchedule(forwardArgs(c, in, scale));
   std::vector<uint16_t> oRaw;
   std::vector<float> lse;
   ASSERT_OK(in.oBuf.download(oRaw));
@@ -591,6 +607,7 @@ void checkVarlen(const VarlenCase &c) {
   args.variant = c.causal ? "causal" : "none";
   ASSERT_OK(gpu().runtime->forward(args));
   ASSERT_OK(synchronize("flashtile forward (varlen)"));
+  expectChosenSchedule(args);
   std::vector<uint16_t> oRaw;
   std::vector<float> lse;
   ASSERT_OK(oBuf.download(oRaw));
@@ -647,49 +664,69 @@ TEST_P(ForwardGpu, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Cases, ForwardGpu, testing::ValuesIn(allCases()),
                          [](const testing::TestParamInfo<Case> &info) { return caseName(info.param); });
 
+/// Every head-dim pair the runtime serves (kSupportedHeadDims, kSupportedHeadDimPairs), for the edge cases.
+std::vector<std::pair<int, int>> supportedHeadDimPairs() {
+  std::vector<std::pair<int, int>> pairs;
+  for (int headDim : kSupportedHeadDims)
+    pairs.emplace_back(headDim, headDim);
+  pairs.insert(pairs.end(), kSupportedHeadDimPairs.begin(), kSupportedHeadDimPairs.end());
+  return pairs;
+}
+
+/// The edge cases, per head-dim pair: named hdD_vDV, so that filters by head dim (`*hd64_*`) select them too.
+class ForwardGpuEdge : public testing::TestWithParam<std::pair<int, int>> {};
+
 // seqlenK = 0 is a valid call (Runtime.h): O = 0 and LSE = -inf, nothing NaN.
-TEST(ForwardGpuEdge, EmptyKeysGiveZeroOutputAndMinusInfLse) {
+TEST_P(ForwardGpuEdge, EmptyKeysGiveZeroOutputAndMinusInfLse) {
   REQUIRE_AOT();
+  const auto [headDim, headDimV] = GetParam();
   int index = 1000;
   for (DType dtype : {DType::F16, DType::BF16})
-    for (int headDim : {64, 128})
-      for (bool causal : {false, true})
-        checkForward(Case{dtype, headDim, headDim, causal, 2, 4, 2, 33, 0, Layout::Packed, Layout::Packed, index++});
+    for (bool causal : {false, true})
+      checkForward(Case{dtype, headDim, headDimV, causal, 2, 4, 2, 33, 0, Layout::Packed, Layout::Packed, index++});
 }
 
 // flash-attn's varlen call with every key sequence empty (total_k = 0): PyTorch passes null K and V; O = 0 and
 // LSE = -inf, as for dense seqlenK = 0.
-TEST(ForwardGpuEdge, VarlenWithoutKeysGivesZeroOutputAndMinusInfLseWithNullKAndV) {
+TEST_P(ForwardGpuEdge, VarlenWithoutKeysGivesZeroOutputAndMinusInfLseWithNullKAndV) {
   REQUIRE_AOT();
+  const auto [headDim, headDimV] = GetParam();
   const std::vector<int> cuQ = {0, 33, 40}, cuK = {0, 0, 0};
   constexpr int kHeadsQ = 4, kHeadsKv = 2, kTotalQ = 40, kMaxQ = 33;
   for (DType dtype : {DType::F16, DType::BF16})
-    for (int headDim : {64, 128})
-      for (bool causal : {false, true}) {
-        SCOPED_TRACE(std::string(dtypeName(dtype)) + " hd" + std::to_string(headDim) + (causal ? " causal" : ""));
-        DeviceBuffer qBuf, oBuf, lseBuf, cuQBuf, cuKBuf;
-        const size_t rows = size_t(kTotalQ) * kHeadsQ * headDim;
-        ASSERT_OK(allocatePoisoned({{&qBuf, rows * sizeof(uint16_t)},
-                                    {&oBuf, rows * sizeof(uint16_t)},
-                                    {&lseBuf, size_t(kHeadsQ) * kTotalQ * sizeof(float)}}));
-        ASSERT_OK(uploadOffsets(cuQBuf, cuQ));
-        ASSERT_OK(uploadOffsets(cuKBuf, cuK));
-        AttentionArgs args = AttentionArgs::varlen(
-            dtype, qBuf.as<const void>(), nullptr, nullptr, oBuf.as<void>(), lseBuf.as<float>(), cuQBuf.as<const int>(),
-            cuKBuf.as<const int>(), 2, kTotalQ, /*totalK=*/0, kMaxQ, /*maxSeqlenK=*/0, kHeadsQ, kHeadsKv, headDim);
-        args.variant = causal ? "causal" : "none";
-        ASSERT_OK(gpu().runtime->forward(args));
-        ASSERT_OK(synchronize("flashtile forward (varlen, no keys)"));
-        std::vector<uint16_t> o;
-        std::vector<float> lse;
-        ASSERT_OK(oBuf.download(o));
-        ASSERT_OK(lseBuf.download(lse));
-        EXPECT_TRUE(std::all_of(o.begin(), o.end(), [](uint16_t x) { return x == 0 || x == 0x8000; }))
-            << "O is not all zeros";
-        EXPECT_TRUE(std::all_of(lse.begin(), lse.end(), [](float x) { return std::isinf(x) && x < 0; }))
-            << "LSE is not all -inf";
-      }
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(std::string(dtypeName(dtype)) + " hd" + std::to_string(headDim) + "/" + std::to_string(headDimV) +
+                   (causal ? " causal" : ""));
+      DeviceBuffer qBuf, oBuf, lseBuf, cuQBuf, cuKBuf;
+      const size_t qElements = size_t(kTotalQ) * kHeadsQ * headDim, oElements = size_t(kTotalQ) * kHeadsQ * headDimV;
+      ASSERT_OK(allocatePoisoned({{&qBuf, qElements * sizeof(uint16_t)},
+                                  {&oBuf, oElements * sizeof(uint16_t)},
+                                  {&lseBuf, size_t(kHeadsQ) * kTotalQ * sizeof(float)}}));
+      ASSERT_OK(uploadOffsets(cuQBuf, cuQ));
+      ASSERT_OK(uploadOffsets(cuKBuf, cuK));
+      AttentionArgs args = AttentionArgs::varlen(
+          dtype, qBuf.as<const void>(), nullptr, nullptr, oBuf.as<void>(), lseBuf.as<float>(), cuQBuf.as<const int>(),
+          cuKBuf.as<const int>(), 2, kTotalQ, /*totalK=*/0, kMaxQ, /*maxSeqlenK=*/0, kHeadsQ, kHeadsKv, headDim,
+          headDimV);
+      args.variant = causal ? "causal" : "none";
+      ASSERT_OK(gpu().runtime->forward(args));
+      ASSERT_OK(synchronize("flashtile forward (varlen, no keys)"));
+      expectChosenSchedule(args);
+      std::vector<uint16_t> o;
+      std::vector<float> lse;
+      ASSERT_OK(oBuf.download(o));
+      ASSERT_OK(lseBuf.download(lse));
+      EXPECT_TRUE(std::all_of(o.begin(), o.end(), [](uint16_t x) { return x == 0 || x == 0x8000; }))
+          << "O is not all zeros";
+      EXPECT_TRUE(std::all_of(lse.begin(), lse.end(), [](float x) { return std::isinf(x) && x < 0; }))
+          << "LSE is not all -inf";
+    }
 }
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, ForwardGpuEdge, testing::ValuesIn(supportedHeadDimPairs()),
+                         [](const testing::TestParamInfo<std::pair<int, int>> &info) {
+                           return "hd" + std::to_string(info.param.first) + "_v" + std::to_string(info.param.second);
+                         });
 
 class ForwardGpuVarlen : public testing::TestWithParam<VarlenCase> {};
 

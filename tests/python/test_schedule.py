@@ -1,6 +1,6 @@
 """The choice of schedule per call through the Python package, on a machine without a GPU: host/schedule_calls.py
 runs in a child process with the stand-in torch (host/torch) and a fake libcuda.so.1 of an sm_90a device built from
-FakeCuda.c, and checks explain() and what reaches the launches: fa3 at head dim 128, fa2 at 96 with one log line,
+FakeCuda.c, and checks explain() and what reaches the launches: fa3 at head dims 128, 96 and 32, a fallback with one log line,
 decode for one query row, schedule= and strict=, and a varlen call without keys. Skipped without a C compiler, cuda.h
 or NVRTC (the JIT compiles the kernels for real)."""
 

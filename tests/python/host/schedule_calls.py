@@ -77,15 +77,24 @@ check(chosen["order"] == ["fa3", "fa2"] and chosen["source"] == "jit" and chosen
 check(chosen["reason"] == "preferred on sm_90a (order: fa3, fa2)", f"hd128 reason: {chosen['reason']}")
 check(launches_after(lambda: flashtile.flash_attn_func(q, k, v)) >= 1, "hd128: nothing launched")
 
-# fa2 at head dim 96 (fa3 tiles multiples of 64), with one log line for any number of calls.
+# fa3 at head dims 96 and 32 too (64-byte swizzled tiles), with no log line.
+for head_dim in (96, 32):
+    qd, kd, vd = tensors(head_dim)
+    at = flashtile.explain(qd, kd, vd)
+    check(at["schedule"] == "fa3" and not at["fell_back"] and at["entry"].startswith("flashtile_fa3_"),
+          f"hd{head_dim}: {at}")
+    check(flashtile.flash_attn_func(qd, kd, vd, strict=True) is not None, f"strict at hd{head_dim}")
 q96, k96, v96 = tensors(96)
+check(not warnings(), f"fa3 at hd96/hd32: log lines {warnings()}")
+
+# A schedule without a kernel for a call falls back with one log line for any number of calls: fa3 named where it has
+# no lowering (an sm_80 GPU, asked through arch=).
 for _ in range(2):
-    flashtile.flash_attn_func(q96, k96, v96)
-fell = flashtile.explain(q96, k96, v96)
-check(fell["schedule"] == "fa2" and fell["fell_back"] and fell["entry"].startswith("flashtile_fa2_"), f"hd96: {fell}")
-check("schedule 'fa3' (preferred on sm_90a) has no kernel" in fell["reason"] and "head_dim (96)" in fell["reason"],
-      f"hd96 reason: {fell['reason']}")
-check(len(warnings()) == 1 and "running 'fa2' instead" in warnings()[0], f"hd96 log lines: {warnings()}")
+    fell = flashtile.explain(q96, k96, v96, schedule="fa3", arch="sm_80")
+check(fell["schedule"] == "fa2" and fell["fell_back"] and fell["entry"].startswith("flashtile_fa2_"), f"sm_80: {fell}")
+check("schedule 'fa3' (named by the call) has no kernel" in fell["reason"] and "sm_80" in fell["reason"],
+      f"sm_80 reason: {fell['reason']}")
+check(len(warnings()) == 1 and "running 'fa2' instead" in warnings()[0], f"sm_80 log lines: {warnings()}")
 
 # Decode-sized calls: the decode schedule.
 q1, k1, v1 = tensors(128, seqlen_q=1)
@@ -99,15 +108,15 @@ check(launches_after(lambda: flashtile.flash_attn_func(q, k, v, schedule="fa2"))
 check(launches_after(lambda: flashtile.attention(q, k, v, "none", schedule="fa2", strict=True)) >= 1,
       "attention(schedule='fa2', strict=True): no launch")
 check(flashtile.flash_attn_func(q, k, v, strict=True) is not None, "strict at hd128")
-expect_error(flashtile.FlashtileError, "schedule 'fa3' (preferred on sm_90a) has no kernel for",
-             lambda: flashtile.flash_attn_func(q96, k96, v96, strict=True))
+check(flashtile.flash_attn_func(q96, k96, v96, schedule="fa3", strict=True) is not None, "strict fa3 at hd96")
 expect_error(flashtile.FlashtileError, "strict schedule mode",
-             lambda: flashtile.flash_attn_func(q96, k96, v96, schedule="fa3", strict=True))
+             lambda: flashtile.explain(q96, k96, v96, schedule="fa3", strict=True, arch="sm_80"))
 expect_error(flashtile.FlashtileError, "schedule 'fa3' (named by the call) has no kernel",
-             lambda: flashtile.explain(q96, k96, v96, schedule="fa3", strict=True))
-forced = flashtile.explain(q96, k96, v96, schedule="fa3")
-check(forced["schedule"] == "fa2" and forced["fell_back"] and forced["forced_by"] == "the call", f"{forced}")
-check(len(warnings()) == 2 and "(named by the call)" in warnings()[1], f"forced fallback log lines: {warnings()}")
+             lambda: flashtile.explain(q96, k96, v96, schedule="fa3", strict=True, arch="sm_80"))
+# Without a schedule named, sm_80's order is fa2 alone: no fallback, no log line.
+plain = flashtile.explain(q96, k96, v96, arch="sm_80")
+check(plain["schedule"] == "fa2" and not plain["fell_back"] and plain["order"] == ["fa2"], f"sm_80 default: {plain}")
+check(len(warnings()) == 1, f"log lines after the strict calls: {warnings()}")
 expect_error(ValueError, "schedule: 'fa 3' is not a schedule name",
              lambda: flashtile.flash_attn_func(q, k, v, schedule="fa 3"))
 expect_error(TypeError, "schedule must be a schedule name", lambda: flashtile.flash_attn_func(q, k, v, schedule=3))
@@ -133,5 +142,5 @@ check(launches_after(lambda: flashtile.flash_attn_varlen_func(qv, kv, vv, cu_q, 
 params = fake.fakeCudaLastParams().contents
 check(not params.k and not params.v and params.seqlen_k == 0 and params.seqlen_q == 4096,
       f"varlen without keys: k {params.k}, v {params.v}, rows {params.seqlen_q}/{params.seqlen_k}")
-check(len(warnings()) == 2, f"log lines at the end: {warnings()}")
+check(len(warnings()) == 1, f"log lines at the end: {warnings()}")
 print("schedule calls: ok")

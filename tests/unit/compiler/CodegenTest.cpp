@@ -168,9 +168,16 @@ TEST_P(Fa3Compiles, ToAnSm90aCubin) {
   mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
   ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
   EXPECT_EQ(plans::mainLaunch(kernel->info).tensorMaps.size(), 3u);
-  // A producer warpgroup and a consumer warpgroup per 64 rows (three at head dim 64, else two).
+  // A producer warpgroup and a consumer warpgroup per 64 rows (three at head dims up to 64 unless the program bounds
+  // keys from below, else two).
   EXPECT_EQ(plans::mainLaunch(kernel->info).threads, 128 + 2 * kernel->info.blockM);
-  EXPECT_EQ(kernel->info.blockM, headDim == 64 ? 192 : 128);
+  const bool banded = variantName.starts_with("sliding_window") || variantName == "document_mask";
+  EXPECT_EQ(kernel->info.blockM, headDim <= 64 && !banded ? 192 : 128);
+  // Head dims that are not whole 64-column blocks read 64-byte swizzled tiles: the descriptors say so to the runtime.
+  const int span = headDim % 64 == 0 && (headDimV ? headDimV : headDim) % 64 == 0 ? 128 : 64;
+  for (const PlanTensorMap &map : plans::mainLaunch(kernel->info).tensorMaps)
+    EXPECT_EQ(map.swizzleBytes, span) << map.tensor;
+  EXPECT_EQ(kernel->source.find("kMajorStep<64>(") != std::string::npos, span == 64);
   EXPECT_TRUE(kernel->info.verify().ok()) << kernel->info.verify().message();
   EXPECT_NE(kernel->source.find("const __grid_constant__ sm90::TensorMaps maps"), std::string::npos);
   StatusOr<std::string> cubin = compileCuda(kernel->source, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin);
@@ -181,7 +188,7 @@ TEST_P(Fa3Compiles, ToAnSm90aCubin) {
 std::string fa3ConfigName(const testing::TestParamInfo<Fa3Config> &info) {
   auto [variant, dtype, headDim, headDimV] = info.param;
   return variant + (dtype == ElementType::BF16 ? "_bf16_d" : "_f16_d") + std::to_string(headDim) +
-         (headDimV != headDim ? "_dv" + std::to_string(headDimV) : "");
+         (headDimV && headDimV != headDim ? "_dv" + std::to_string(headDimV) : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Fa3Variants, Fa3Compiles,
@@ -195,7 +202,18 @@ INSTANTIATE_TEST_SUITE_P(Fa3Variants, Fa3Compiles,
 INSTANTIATE_TEST_SUITE_P(Fa3HeadDims, Fa3Compiles,
                          testing::Values(Fa3Config{"causal", ElementType::F16, 64, 64},
                                          Fa3Config{"none", ElementType::BF16, 256, 256},
-                                         Fa3Config{"causal", ElementType::BF16, 192, 128}),
+                                         Fa3Config{"causal", ElementType::BF16, 192, 128},
+                                         Fa3Config{"causal", ElementType::F16, 96, 96},
+                                         Fa3Config{"none", ElementType::F16, 32, 32}),
+                         fa3ConfigName);
+// The head dims of 64-byte swizzled tiles (codegen/sm90/README.md): every built-in variant at 96 and 32.
+INSTANTIATE_TEST_SUITE_P(Fa3NarrowSwizzle, Fa3Compiles,
+                         testing::Combine(testing::Values("none", "causal", "causal_top_left", "sliding_window",
+                                                          "sliding_window_causal", "softcap", "softcap_causal",
+                                                          "alibi", "alibi_per_batch", "alibi_causal", "sinks",
+                                                          "sinks_causal", "document_mask"),
+                                          testing::Values(ElementType::BF16), testing::Values(96, 32),
+                                          testing::Values(0)), // 0: head dim v = head dim
                          fa3ConfigName);
 
 // fa3's dynamic scheduler (--scheduler dynamic): every built-in variant's persistent kernel takes its Q tiles from
@@ -276,9 +294,11 @@ TEST(Codegen, Fa3SchedulerKnobTakesItsWordsAndNamesThemOtherwise) {
 
 TEST(Codegen, Fa3NamesTheHeadDimsTheSm90FamilyCannotPrint) {
   Compiler compiler;
-  // Head dim 96 is not whole 128-byte swizzle blocks: the sm90 family names the rule.
-  EXPECT_FALSE(compiler.buildWith("fa3", variants::causal(), ElementType::BF16, 96, "sm_90a"));
-  EXPECT_NE(compiler.diagnostics.find("sm90: head_dim (96) must be a multiple of 64"), std::string::npos)
+  // Head dim 80 is neither whole 128-byte nor whole 64-byte swizzle blocks: the sm90 family names the rule.
+  EXPECT_FALSE(compiler.buildWith("fa3", variants::causal(), ElementType::BF16, 80, "sm_90a"));
+  EXPECT_NE(compiler.diagnostics.find("sm90: head_dim (80) must be a multiple of 32 up to 256 (whole column blocks "
+                                      "of the 128-byte or the 64-byte swizzle)"),
+            std::string::npos)
       << compiler.diagnostics;
 }
 

@@ -48,6 +48,7 @@ TEST(DispatchRules, KernelsRecordTheirSchedulesRule) {
   EXPECT_TRUE(fa1.preferredOver.empty());
 }
 
+<<<<<<< HEAD
 /// A schedule never run on sm_100a, checked there against fa2 (what a new family's first schedule says).
 class UnprovenOnSm100 final : public schedule::Schedule {
 public:
@@ -91,6 +92,30 @@ TEST(DispatchRules, KernelsOfASchedulesNeverRunArchCarryTheMark) {
   schedule::recordDispatchRule(info, unproven);
   EXPECT_FALSE(info.neverRunOnArch);
   EXPECT_TRUE(info.checkAgainst.empty());
+=======
+// fa3's rule serves every call on sm_90a, and the sm90 family prints a kernel at every head dim the runtime serves
+// (kSupportedHeadDims and kSupportedHeadDimPairs; 32 and 96 with 64-byte swizzled tiles): a call naming no schedule runs
+// fa3 there and never falls back to fa2 for its head dims.
+TEST(DispatchRules, Fa3HasAKernelAtEveryHeadDimTheRuntimeServes) {
+  std::vector<std::pair<int, int>> pairs;
+  for (int headDim : kSupportedHeadDims)
+    pairs.emplace_back(headDim, headDim);
+  pairs.insert(pairs.end(), kSupportedHeadDimPairs.begin(), kSupportedHeadDimPairs.end());
+  for (auto [headDim, headDimV] : pairs) {
+    ASSERT_TRUE(supportsHeadDims(headDim, headDimV));
+    for (const char *variant : {"none", "causal"}) {
+      jit::CompileOptions options;
+      options.headDim = headDim;
+      options.headDimV = headDimV;
+      options.schedule.schedule = "fa3";
+      options.schedule.arch = "sm_90a";
+      StatusOr<jit::CompileResult> result = jit::compile(*variants::byName(variant), options, jit::Stage::Cuda);
+      ASSERT_TRUE(result.ok()) << headDim << "/" << headDimV << " " << variant << ": " << result.status().message();
+      EXPECT_EQ(result->info.schedule, "fa3");
+      EXPECT_EQ(result->info.defaultFor, DefaultCalls::All);
+    }
+  }
+>>>>>>> fa3hd
 }
 
 } // namespace

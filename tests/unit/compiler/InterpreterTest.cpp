@@ -134,6 +134,13 @@ std::vector<Case> cases() {
           out.push_back({variant, dtype, headDim, sq, sk});
   out.push_back({"causal", ElementType::BF16, 128, 200, 256, 4, 2});
   out.push_back({"none", ElementType::F16, 64, 17, 300, 4, 2});
+  // Head dims 96 and 32 (fa3's 64-byte swizzled tiles on sm_90a; their own tile sizes under every schedule): fewer
+  // shapes, both dtypes.
+  for (const char *variant : {"none", "causal"})
+    for (auto [headDim, dtype] : {std::pair{96, ElementType::BF16}, {32, ElementType::F16}})
+      for (auto [sq, sk] : {std::pair{17, 17}, {128, 128}, {300, 300}, {17, 300}, {300, 17}})
+        out.push_back({variant, dtype, headDim, sq, sk});
+  out.push_back({"causal", ElementType::BF16, 96, 200, 256, 4, 2});
   return out;
 }
 

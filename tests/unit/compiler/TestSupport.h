@@ -108,7 +108,9 @@ inline std::vector<std::pair<std::string, schedule::Knobs>> fa3TestSchedules() {
           {"fa3 persistent", {{fa3::kPersistent, 1}}},
           {"fa3 persistent without overlap, blockM 64 blockN 32, 3 slots",
            {{fa3::kPersistent, 1}, {fa3::kOverlap, 0}, {fa3::kBlockM, 64}, {fa3::kBlockN, 32}, {fa3::kStages, 3},
-            {fa3::kConsumerWarpgroups, 1}}}};
+            {fa3::kConsumerWarpgroups, 1}}},
+          // FA4's conditional rescaling: maxes move only past 2^8 of headroom, the rescale of acc is skipped else.
+          {"fa3 rescale threshold 8, blockN 32", {{fa3::kRescaleThreshold, 8}, {fa3::kBlockN, 32}}}};
 }
 
 /// A copy of `module` after the FA3 schedule's passes (up to its pipeline), or null.

@@ -58,6 +58,11 @@ TEST(KernelInfo, PlansOfEveryModuleRoundTrip) {
   const std::vector<std::pair<std::string, std::function<void(codegen::ModuleFacts &)>>> modules = {
       {"plain", [](codegen::ModuleFacts &) {}},
       {"tma", [](codegen::ModuleFacts &f) { f.tensorMaps = true; }},
+      {"tma with 64-byte swizzle (head dims 32 and 96)",
+       [](codegen::ModuleFacts &f) {
+         f.tensorMaps = true;
+         f.tensorMapSwizzle = 64;
+       }},
       {"persistent",
        [](codegen::ModuleFacts &f) {
          f.tensorMaps = true;
@@ -106,8 +111,17 @@ TEST(KernelInfo, PlanFieldsAreChecked) {
               HasSubstr("field 'launch.0.threads': 100 is not a multiple of 32 in [32, 1024]"));
   EXPECT_THAT(parseError("launch.0.smemBytes", "launch.0.smemBytes=999999"),
               HasSubstr("field 'launch.0.smemBytes': 999999 is not in [0, 232448]"));
+  // One span of 32, 64 or 128 bytes for the three maps.
   EXPECT_THAT(parseError("launch.0.tensorMaps", "launch.0.tensorMaps=q:128:64,k:64:128,v:64:128"),
               HasSubstr("field 'launch.0.tensorMaps'"));
+  EXPECT_THAT(parseError("launch.0.tensorMaps", "launch.0.tensorMaps=q:128:48,k:64:48,v:64:48"),
+              HasSubstr("all swizzled over one span of 32, 64 or 128 bytes"));
+  for (const char *span : {"32", "64"}) {
+    const std::string maps = std::string("launch.0.tensorMaps=q:128:") + span + ",k:64:" + span + ",v:64:" + span;
+    StatusOr<KernelInfo> narrow = KernelInfo::parse(replaceLine(text, "launch.0.tensorMaps", maps));
+    ASSERT_TRUE(narrow.ok()) << maps << ": " << narrow.status().message();
+    EXPECT_EQ(narrow->plan.launches[0].tensorMaps[2].swizzleBytes, std::stoi(span));
+  }
   EXPECT_THAT(parseError("launch.0.entry", "launch.0.entry=not an identifier"),
               HasSubstr("field 'launch.0.entry': 'not an identifier' is not a C identifier"));
   EXPECT_THAT(parseError("launch.0.entry", ""), HasSubstr("launch.0.grid"));

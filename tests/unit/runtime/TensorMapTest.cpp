@@ -98,6 +98,18 @@ TEST(TensorMap, NarrowerSwizzleForHeadDim96And32) {
   EXPECT_TRUE(attentionTileMapSpec(hd32).ok());
 }
 
+// A launch plan names the span in bytes (its tensorMaps' third field); the runtime encodes the maps with that mode.
+TEST(TensorMap, SwizzleModeOfALaunchPlansSpan) {
+  for (TmaSwizzle swizzle : {TmaSwizzle::Bytes32, TmaSwizzle::Bytes64, TmaSwizzle::Bytes128}) {
+    StatusOr<TmaSwizzle> back = tmaSwizzleOfBytes(tmaSwizzleBytes(swizzle));
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(*back, swizzle);
+  }
+  StatusOr<TmaSwizzle> bad = tmaSwizzleOfBytes(48);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("swizzle span 48 bytes: accepted 32, 64 or 128"));
+}
+
 TEST(TensorMap, RejectsBadTilesWithTheirNames) {
   AttentionTileSpec tile = bshd(2, 128, 4, 128, 128);
   AttentionTileSpec nullData = tile;

@@ -33,6 +33,8 @@ enum class TmaSwizzle { Bytes32, Bytes64, Bytes128 };
 
 /// The span of a swizzle mode in bytes (32, 64, 128).
 int tmaSwizzleBytes(TmaSwizzle swizzle);
+/// The swizzle mode of a span of `bytes` (32, 64 or 128), or an error naming the accepted spans.
+StatusOr<TmaSwizzle> tmaSwizzleOfBytes(int bytes);
 
 /// A tiled TMA descriptor in the driver's terms: dimension 0 is the innermost (contiguous) one.
 struct TensorMapSpec {
@@ -86,10 +88,12 @@ struct AttentionTensorMaps {
   CUtensorMap q, k, v;
 };
 
-/// Encodes Q, K and V of `args` with boxes of `blockM` (Q) and `blockN` (K, V) rows x the whole head dim, 128-byte
-/// swizzled; dense tensors as (batch, seq, head, dim), varlen ones as batch 1 over the packed rows. With no keys
-/// (seqlenK 0) K and V are never read, and their descriptors are left zero.
-StatusOr<AttentionTensorMaps> attentionTensorMaps(const AttentionArgs &args, int blockM, int blockN);
+/// Encodes Q, K and V of `args` with boxes of `blockM` (Q) and `blockN` (K, V) rows x the whole head dim, swizzled
+/// over `swizzle` (the kernel's span: its launch plan's tensorMaps); dense tensors as (batch, seq, head, dim), varlen
+/// ones as batch 1 over the packed rows. With no keys (seqlenK 0) K and V are never read, and their descriptors are
+/// left zero.
+StatusOr<AttentionTensorMaps> attentionTensorMaps(const AttentionArgs &args, int blockM, int blockN,
+                                                  TmaSwizzle swizzle = TmaSwizzle::Bytes128);
 
 /// Points an encoded map at another tensor of the same shape and strides (cuTensorMapReplaceAddress): a cached
 /// descriptor reused for a new call's pointer. `address` must be non-null and 16-byte aligned; `map` is unchanged
