@@ -48,7 +48,6 @@ TEST(DispatchRules, KernelsRecordTheirSchedulesRule) {
   EXPECT_TRUE(fa1.preferredOver.empty());
 }
 
-<<<<<<< HEAD
 /// A schedule never run on sm_100a, checked there against fa2 (what a new family's first schedule says).
 class UnprovenOnSm100 final : public schedule::Schedule {
 public:
@@ -92,7 +91,8 @@ TEST(DispatchRules, KernelsOfASchedulesNeverRunArchCarryTheMark) {
   schedule::recordDispatchRule(info, unproven);
   EXPECT_FALSE(info.neverRunOnArch);
   EXPECT_TRUE(info.checkAgainst.empty());
-=======
+}
+
 // fa3's rule serves every call on sm_90a, and the sm90 family prints a kernel at every head dim the runtime serves
 // (kSupportedHeadDims and kSupportedHeadDimPairs; 32 and 96 with 64-byte swizzled tiles): a call naming no schedule runs
 // fa3 there and never falls back to fa2 for its head dims.
@@ -115,7 +115,6 @@ TEST(DispatchRules, Fa3HasAKernelAtEveryHeadDimTheRuntimeServes) {
       EXPECT_EQ(result->info.defaultFor, DefaultCalls::All);
     }
   }
->>>>>>> fa3hd
 }
 
 } // namespace
