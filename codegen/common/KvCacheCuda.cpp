@@ -36,34 +36,38 @@ void printKvErrorFunction(CudaWriter &w) {
 }
 
 void printKvCacheCheckFunction(CudaWriter &w) {
-  w.comment("---- the device values an attention block read, checked again at its end (the main loop's registers are");
-  w.comment("free there, so the check costs the loop nothing; the copies clamped them already): the sequence's");
-  w.comment("cacheSeqlens and cacheBatchIdx (by thread 0 of the first split) and the block-table entries of the");
-  w.comment("split's keys (all threads, a share each). The first one out of range goes to the error record. ----");
-  w.open("__device__ __noinline__ void kvCacheCheck(FlashtileKvError *record, int call, const int *cacheSeqlens, "
-         "const int *cacheBatchIdx, const int *blockTableRow, int z, int capacity, int seqlenNew, int cacheBatches, "
-         "int pageShift, int kvCache, bool firstSplit, int begin, int end)");
-  w.open("if (firstSplit && threadIdx.x == 0)");
+  w.comment("---- the device values of a sequence, checked again at the end of its attention blocks (nothing of the");
+  w.comment(
+      "main loop is kept for it: it starts from kernel parameters and the block's split, so the loop's registers");
+  w.comment("stay as they are; the copies clamped the values already): cacheSeqlens[z] and cacheBatchIdx[z] (thread 0");
+  w.comment("of split 0) and the block-table entries of the sequence's keys, the split's share of them (all threads).");
+  w.comment("The first one out of range goes to the error record. ----");
+  w.open("__device__ __noinline__ void kvCacheCheck(FlashtileKvError *record, int call, int kvCache, "
+         "const int *cacheSeqlens, const int *cacheBatchIdx, const int *blockTable, long long blockTableStride, "
+         "int pageShift, int capacity, int seqlenNew, int cacheBatches, int z, int split, int numSplits)");
+  w.line("int cached = capacity;");
   w.open("if (cacheSeqlens)");
   w.line("const int given = cacheSeqlens[z];");
-  w.line("if (given < 0 || given > capacity - seqlenNew)");
+  w.line("cached = min(max(given, 0), capacity - seqlenNew);");
+  w.line("if (given != cached && split == 0 && threadIdx.x == 0)");
   w.line(
       "  kvCacheError(record, call, FLASHTILE_KV_ERROR_CACHE_SEQLENS, FLASHTILE_KV_ERROR_IN_ATTENTION, z, -1, given, "
       "capacity - seqlenNew);");
   w.close();
-  w.open("if (kvCache == 1 && cacheBatchIdx)");
-  w.line("const int given = cacheBatchIdx[z];");
-  w.line("if (given < 0 || given >= cacheBatches)");
-  w.line(
-      "  kvCacheError(record, call, FLASHTILE_KV_ERROR_CACHE_BATCH_IDX, FLASHTILE_KV_ERROR_IN_ATTENTION, z, -1, given, "
-      "cacheBatches - 1);");
+  w.open("if (kvCache == 1)");
+  w.line("const int given = cacheBatchIdx ? cacheBatchIdx[z] : z;");
+  w.line("if ((given < 0 || given >= cacheBatches) && split == 0 && threadIdx.x == 0)");
+  w.line("  kvCacheError(record, call, FLASHTILE_KV_ERROR_CACHE_BATCH_IDX, FLASHTILE_KV_ERROR_IN_ATTENTION, z, -1, "
+         "given, cacheBatches - 1);");
+  w.line("return;");
   w.close();
-  w.close();
-  w.line("if (kvCache != 2 || begin >= end)");
-  w.line("  return;");
-  w.open(
-      "for (int column = (begin >> pageShift) + threadIdx.x; column <= (end - 1) >> pageShift; column += blockDim.x)");
-  w.line("const int entry = blockTableRow[column];");
+  w.comment("paged: the entries of keys [0, cached + seqlenNew), in numSplits equal shares");
+  w.line("const int columns = (cached + seqlenNew + (1 << pageShift) - 1) >> pageShift;");
+  w.line("const int share = (columns + numSplits - 1) / numSplits;");
+  w.line("const int *const row = blockTable + z * blockTableStride;");
+  w.open("for (int column = split * share + threadIdx.x; column < min(columns, (split + 1) * share); "
+         "column += blockDim.x)");
+  w.line("const int entry = row[column];");
   w.open("if (entry < 0 || entry >= cacheBatches)");
   w.line(
       "kvCacheError(record, call, FLASHTILE_KV_ERROR_BLOCK_TABLE, FLASHTILE_KV_ERROR_IN_ATTENTION, z, column, entry, "
@@ -83,13 +87,13 @@ void printKvErrorFunctions(CudaWriter &w) {
 
 void printKvCacheCheck(CudaWriter &w) {
   w.separate();
-  w.comment(
-      "---- KV cache: the device values this block read, checked for the error record (kvCacheCheck); one head's");
-  w.comment("blocks of the first Q tile check them for all heads ----");
-  w.line("if (params.kvErrors && blockIdx.y == 0 && qTile == 0)");
-  w.line("  kvCacheCheck(params.kvErrors, params.kvCall, params.cacheSeqlens, params.cacheBatchIdx, p.blockTable, "
-         "blockBatch, params.cacheCapacity, params.seqlenNew, params.cacheBatches, params.pageShift, params.kvCache, "
-         "split == 0, p.splitBegin, p.splitEnd);");
+  w.comment("---- KV cache: the blocks of the first Q tile of one head check their sequence's device values for the");
+  w.comment("error record (kvCacheCheck), each split its share of the block table ----");
+  w.line(
+      "if (params.kvErrors && blockIdx.y == 0 && blockIdx.x / params.numSplits == gridDim.x / params.numSplits - 1)");
+  w.line("  kvCacheCheck(params.kvErrors, params.kvCall, params.kvCache, params.cacheSeqlens, params.cacheBatchIdx, "
+         "params.blockTable, params.blockTableStride, params.pageShift, params.cacheCapacity, params.seqlenNew, "
+         "params.cacheBatches, blockIdx.z, blockIdx.x % params.numSplits, params.numSplits);");
 }
 
 void printKvCacheView(CudaWriter &w) {

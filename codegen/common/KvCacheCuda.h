@@ -25,14 +25,14 @@ void printKvCacheView(CudaWriter &w);
 
 /// The device functions of the KV cache's error record, printed before the kernels of a program that reads a KV
 /// cache: kvCacheError writes one out-of-range device value into params.kvErrors (KernelAbi.h: FlashtileKvError)
-/// unless the record holds one already; kvCacheCheck checks the values an attention block read. Neither is inlined:
-/// they run only on a bad value or at the kernel's end.
+/// unless the record holds one already; kvCacheCheck checks the values a sequence's attention blocks read. Neither
+/// is inlined: they run only on a bad value or at the kernel's end.
 void printKvErrorFunctions(CudaWriter &w);
 
-/// At the end of the attention kernel of a split-KV program that reads a KV cache (after its epilogue, where the
-/// main loop's registers are free, so that the check changes nothing of the loop): the blocks of one head and of the
-/// first Q tile check the cacheSeqlens and cacheBatchIdx values of their sequence and the block-table entries of
-/// their split's keys (kvCacheCheck). Reads `qTile`, `split`, `blockBatch` and the sequence view `p`.
+/// At the end of the attention kernel of a split-KV program that reads a KV cache (after its epilogue): the blocks
+/// of one head and of the first Q tile check the cacheSeqlens and cacheBatchIdx values of their sequence and, each
+/// split a share, the block-table entries of its keys (kvCacheCheck). It reads only the kernel parameters and the
+/// block's indices, so that nothing of the main loop stays live for it.
 void printKvCacheCheck(CudaWriter &w);
 
 /// The append kernel `entry` (KernelAbi.h: FLASHTILE_APPEND_THREADS threads a block, grid (chunks, headsKv,
