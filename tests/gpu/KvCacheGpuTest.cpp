@@ -669,8 +669,8 @@ TEST(KvCacheGpuBadValues, EachBadDeviceValueIsReportedWithItsArgument) {
   ASSERT_OK(upload(s.table, table.data(), table.size() * sizeof(int)));
   report = reportOf(args);
   EXPECT_NE(report.find("its append kernel read block_table[0][9] = -3"), std::string::npos) << report;
-  // Split calls: each split's blocks check the entries of its own keys. Sequence 0's 151 keys are three 64-key
-  // tiles, one a split; column 5 (keys 80..95) is the second split's.
+  // Split calls: each split's blocks check a share of the sequence's block-table entries. Sequence 0's 151 keys
+  // are 10 columns, 4 a split: column 5 (keys 80..95) is the second split's.
   table = s.tableHost;
   table[5] = s.numPages + 7;
   ASSERT_OK(upload(s.table, table.data(), table.size() * sizeof(int)));
