@@ -184,12 +184,11 @@ TEST(Dsl, MisuseInAHookIsReportedAtTheUsersLine) {
       << diagnostics;
 }
 
-// The runtime dispatches the kinds the compiler registers: a kind on one side only would be a module nobody loads
-// or a call nobody can build.
+// The runtime dispatches the kinds the compiler registers: a kind the compiler builds that the runtime does not know
+// would be a module nobody loads. (The runtime knows the backward module ahead of its programs.)
 TEST(ProgramKinds, TheRegistryAndTheRuntimeAgree) {
-  std::vector<std::string> runtime(kProgramKinds.begin(), kProgramKinds.end());
-  std::sort(runtime.begin(), runtime.end());
-  EXPECT_EQ(tile::programKindNames(), runtime);
+  for (const std::string &name : tile::programKindNames())
+    EXPECT_NE(std::find(kProgramKinds.begin(), kProgramKinds.end(), name), kProgramKinds.end()) << name;
   const tile::ProgramKind *forward = tile::lookupProgramKind(tile::kForwardProgram);
   ASSERT_NE(forward, nullptr);
   EXPECT_EQ(forward->name, kForwardKind);

@@ -1,4 +1,4 @@
-/* KernelAbi.h — the one struct every generated attention-forward kernel takes by value.
+/* KernelAbi.h — the one struct every generated kernel takes by value (forward and backward programs alike).
  *
  * This header is shared verbatim by the host runtime and by the generated CUDA (codegen embeds its text at build
  * time), so it must compile both as host C++ and under NVRTC: no includes, fixed-width types only.
@@ -130,6 +130,33 @@ struct FlashtileFwdParams {
    * launch's start, that the blocks' producers atomically increment to take units u = 0, 1, ... of one Q tile each:
    * Q tile qTiles - 1 - u / (headsQ * batch) of (batch, head) pair u % (headsQ * batch), query head fastest. */
   int *tileCounter;
+  /* Backward (modules of kind "backward": the plan runs their preprocess, main and postprocess kernels; forward
+   * kernels ignore these fields). q, k, v, o, lse and their strides above are the forward call's: o and lse are its
+   * results, which the backward reads. dO has O's shape, dQ Q's, dK K's and dV V's, each with its own strides (batch
+   * strides 0 in varlen mode, as above); the kernels write dQ, dK and dV in the call's dtype. */
+  const void *dO;
+  void *dQ;
+  void *dK;
+  void *dV;
+  long long dOBatchStride, dORowStride, dOHeadStride;
+  long long dQBatchStride, dQRowStride, dQHeadStride;
+  long long dKBatchStride, dKRowStride, dKHeadStride;
+  long long dVBatchStride, dVRowStride, dVHeadStride;
+  /* Gradients of the variant's fp32 inputs, in the order of `inputs` and shaped as each one: fp32, overwritten by
+   * the call. Null: not wanted (and always null for int32 inputs). */
+  float *inputGrads[FLASHTILE_MAX_VARIANT_INPUTS];
+  /* 1: every accumulation (dQ, dK/dV over a GQA group, input gradients) in a fixed order, so results are bitwise
+   * identical across runs; 0: atomics in arrival order. */
+  int deterministic;
+  /* Workspaces the backward's plan binds; their layouts are the schedule's and its plan's (docs/backward.md).
+   * delta: fp32 rowsum(dO * O), one per LSE row, indexed as lse. dqAccum: fp32 dQ accumulator, headDim per LSE row.
+   * dkAccum/dvAccum: fp32 partial dK/dV where a GQA group's heads are summed. semaphores: int32 counters that order
+   * the deterministic mode's accumulations. */
+  float *delta;
+  float *dqAccum;
+  float *dkAccum;
+  float *dvAccum;
+  int *semaphores;
 };
 
 /* Threads of a block of the KV cache's append kernel: grid (ceil(seqlenNew x (headDim + headDimV) / 8 /

@@ -47,7 +47,10 @@ inline constexpr int kShortSeqlen = 1024;
 
 /// Program kinds: what a module computes. A call asks for one kind; kernels of another kind never serve it.
 inline constexpr std::string_view kForwardKind = "forward";
-inline constexpr std::array<std::string_view, 1> kProgramKinds = {kForwardKind};
+/// The backward: one module of three kernels (preprocess, main, postprocess) whose plan computes dQ, dK, dV (and
+/// the variant's input gradients) of one call (Runtime::backward).
+inline constexpr std::string_view kBackwardKind = "backward";
+inline constexpr std::array<std::string_view, 2> kProgramKinds = {kForwardKind, kBackwardKind};
 
 /// The version of the manifest's text form. 2: launch plans (LaunchPlan.h) instead of per-schedule fields; a
 /// manifest of another version is refused with a message naming both.

@@ -136,6 +136,30 @@ struct AttentionArgs {
                                   const int *cacheSeqlens, int headDimV = 0);
 };
 
+/// One attention backward call (Runtime::backward): the gradients of a forward call's Q, K, V (and of its variant's
+/// fp32 inputs) given the gradient of its output. `forward` holds the forward call's arguments as it was made: q,
+/// k, v, the sizes, strides, variant, its numbers and inputs, varlen offsets; its `o` and `lse` are the forward's
+/// results (read, not written). The KV-cache mode has no backward (kvCache must be unset).
+struct BackwardArgs {
+  AttentionArgs forward;
+  const void *dO = nullptr;               // dL/dO: O's shape, strides dOStride
+  void *dQ = nullptr, *dK = nullptr, *dV = nullptr; // written: Q's, K's and V's shapes, in the call's dtype
+  // Strides in elements, ordered {batch, seq, head, dim}, with forward's rules (dim stride 1, others multiples of 8).
+  std::array<long long, 4> dOStride{}, dQStride{}, dKStride{}, dVStride{};
+  // Gradients of the variant's inputs, in its declaration order: empty, or one entry an input; an entry is null
+  // (not wanted) or a device fp32 array shaped as that input, overwritten. Int32 inputs have none (null).
+  std::vector<float *> inputGrads;
+  // Every accumulation in a fixed order: dQ, dK, dV and input gradients bitwise identical across runs and stream
+  // interleavings. Off (the default), accumulations run in arrival order (atomics): not bitwise reproducible.
+  bool deterministic = false;
+  // The backward's scratch memory (its plan's workspaces: dQ's fp32 accumulator, rowsum(dO * O), ...): null lets the
+  // runtime own it per context and stream (as AttentionArgs::workspace); under CUDA graph capture, pass one (a call
+  // without one there fails, naming the bytes it needs).
+  void *workspace = nullptr;
+  size_t workspaceBytes = 0;
+};
+
+
 /// Checks a call's variant arguments (parameter values, inputs) against what the variant accepts; installed by
 /// the compiler library (jit::Jit::checkFn), which knows the variants. Runs on every forward(), before the GPU.
 using VariantCheckFn = std::function<Status(const AttentionArgs &)>;
@@ -218,6 +242,11 @@ public:
 
   /// Checks `args`, selects or builds the kernel for this GPU and launches it on `stream` (asynchronous).
   Status forward(const AttentionArgs &args, CUstream stream = nullptr);
+  /// Checks `args`, selects or builds the backward module for this GPU (kind "backward"; the schedule as forward()
+  /// chooses it, among schedules with a backward) and runs its plan on `stream` (asynchronous).
+  Status backward(const BackwardArgs &args, CUstream stream = nullptr);
+  /// Every check on `args` that needs no GPU (validate(args.forward), then the gradients' pointers and strides).
+  static Status validateBackward(const BackwardArgs &args);
 
   /// The spec forward() asks for first on this thread's GPU (the first schedule it tries).
   StatusOr<KernelSpec> specFor(const AttentionArgs &args);
@@ -271,6 +300,7 @@ private:
   StatusOr<KernelSpec> specForUnguarded(const AttentionArgs &args, const std::string &arch) const;
   StatusOr<std::shared_ptr<const CachedKernel>> findKernelUnguarded(const KernelSpec &spec);
   Status forwardUnguarded(const AttentionArgs &args, CUstream stream);
+  Status backwardUnguarded(const BackwardArgs &args, CUstream stream);
 
   struct Impl;
   std::unique_ptr<Impl> impl;
