@@ -69,6 +69,11 @@ public:
   /// Runtime::checkErrors: synchronizes every context that has a record and reads it as readAfterSync does; the
   /// caller's current context is kept. Several errors (several contexts) are reported together.
   Status checkAll(const CudaDriver &driver);
+  /// Whether any context has a record (no KV-cache call has run otherwise).
+  bool empty() {
+    std::lock_guard<std::mutex> lock(guard);
+    return records.empty();
+  }
   /// Frees every record (each in its own context); for the runtime's destructor.
   void release(const CudaDriver &driver);
 

@@ -899,9 +899,11 @@ StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernelUnguarded(const
 
 Status Runtime::checkErrors() {
   return guarded("checkErrors", [&]() -> Status {
+    if (impl->kvErrors.empty())
+      return Status(); // no KV-cache call ran: nothing to read, and the driver is not needed
     StatusOr<const CudaDriver *> driver = CudaDriver::get();
     if (!driver.ok())
-      return Status(); // no driver: nothing ever ran
+      return driver.status();
     return impl->kvErrors.checkAll(**driver);
   });
 }
