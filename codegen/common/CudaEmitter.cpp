@@ -817,6 +817,8 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
   }
   if (failed(printBlock(func.getBodyBlock())))
     return failure();
+  if (func->hasAttr(kKvCacheAttr))
+    printKvCacheCheck(w);
   w.close();
   return success();
 }
@@ -1744,6 +1746,8 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   ScalarHelpers helpers;
   KernelPrinter printer(func, *target, helpers, (*family)->asyncProtocol());
   CudaWriter functions;
+  if (shape.kvCache)
+    printKvErrorFunctions(functions);
   if (rotary) {
     printRotaryFunctions(functions, shape.dtype == "bf16");
     info.rotary = rotary->interleaved ? "interleaved" : "halves";

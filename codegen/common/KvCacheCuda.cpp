@@ -3,6 +3,99 @@
 
 namespace flashtile::codegen {
 
+namespace {
+
+/// The statement that reports `value` of `argument` (FLASHTILE_KV_ERROR_*) at batch entry `row` (and `column` of the
+/// block table, else "-1"), of which at most `last` is accepted, read by `kernel` (FLASHTILE_KV_ERROR_IN_*).
+std::string kvErrorReport(const std::string &params, const std::string &argument, const std::string &kernel,
+                          const std::string &row, const std::string &column, const std::string &value,
+                          const std::string &last) {
+  return "kvCacheError(" + params + ".kvErrors, " + params + ".kvCall, " + argument + ", " + kernel + ", " + row +
+         ", " + column + ", " + value + ", " + last + ");";
+}
+
+void printKvErrorFunction(CudaWriter &w) {
+  w.comment("---- the KV cache's error record (KernelAbi.h: FlashtileKvError; params.kvErrors, null: none): the first");
+  w.comment("out-of-range cacheSeqlens, cacheBatchIdx or blockTable value a kernel clamps is written there for the");
+  w.comment("runtime to report. Claimed by a compare-and-swap, filled, then published after a fence, so that a reader");
+  w.comment("never sees a code without its fields; later values leave it alone until the runtime zeroes it. ----");
+  w.open("__device__ __noinline__ void kvCacheError(FlashtileKvError *record, int call, int argument, int kernel, int "
+         "row, int column, int value, int last)");
+  w.line("const volatile int *const published = record ? &record->argument : nullptr;");
+  w.line("if (!published || *published != 0 || atomicCAS(&record->argument, 0, FLASHTILE_KV_ERROR_CLAIMED) != 0)");
+  w.line("  return;  // no record, or one value is reported already");
+  w.line("record->call = call;");
+  w.line("record->kernel = kernel;");
+  w.line("record->row = row;");
+  w.line("record->column = column;");
+  w.line("record->value = value;");
+  w.line("record->last = last;");
+  w.line("__threadfence();");
+  w.line("atomicExch(&record->argument, argument);");
+  w.close();
+}
+
+void printKvCacheCheckFunction(CudaWriter &w) {
+  w.comment("---- the device values of a sequence, checked again at the end of its attention blocks (nothing of the");
+  w.comment(
+      "main loop is kept for it: it starts from kernel parameters and the block's split, so the loop's registers");
+  w.comment("stay as they are; the copies clamped the values already): cacheSeqlens[z] and cacheBatchIdx[z] (thread 0");
+  w.comment("of split 0) and the block-table entries of the sequence's keys, the split's share of them (all threads).");
+  w.comment("The first one out of range goes to the error record. ----");
+  w.open("__device__ __noinline__ void kvCacheCheck(FlashtileKvError *record, int call, int kvCache, "
+         "const int *cacheSeqlens, const int *cacheBatchIdx, const int *blockTable, long long blockTableStride, "
+         "int pageShift, int capacity, int seqlenNew, int cacheBatches, int z, int split, int numSplits)");
+  w.line("int cached = capacity;");
+  w.open("if (cacheSeqlens)");
+  w.line("const int given = cacheSeqlens[z];");
+  w.line("cached = min(max(given, 0), capacity - seqlenNew);");
+  w.line("if (given != cached && split == 0 && threadIdx.x == 0)");
+  w.line(
+      "  kvCacheError(record, call, FLASHTILE_KV_ERROR_CACHE_SEQLENS, FLASHTILE_KV_ERROR_IN_ATTENTION, z, -1, given, "
+      "capacity - seqlenNew);");
+  w.close();
+  w.open("if (kvCache == 1)");
+  w.line("const int given = cacheBatchIdx ? cacheBatchIdx[z] : z;");
+  w.line("if ((given < 0 || given >= cacheBatches) && split == 0 && threadIdx.x == 0)");
+  w.line("  kvCacheError(record, call, FLASHTILE_KV_ERROR_CACHE_BATCH_IDX, FLASHTILE_KV_ERROR_IN_ATTENTION, z, -1, "
+         "given, cacheBatches - 1);");
+  w.line("return;");
+  w.close();
+  w.comment("paged: the entries of keys [0, cached + seqlenNew), in numSplits equal shares");
+  w.line("const int columns = (cached + seqlenNew + (1 << pageShift) - 1) >> pageShift;");
+  w.line("const int share = (columns + numSplits - 1) / numSplits;");
+  w.line("const int *const row = blockTable + z * blockTableStride;");
+  w.open("for (int column = split * share + threadIdx.x; column < min(columns, (split + 1) * share); "
+         "column += blockDim.x)");
+  w.line("const int entry = row[column];");
+  w.open("if (entry < 0 || entry >= cacheBatches)");
+  w.line(
+      "kvCacheError(record, call, FLASHTILE_KV_ERROR_BLOCK_TABLE, FLASHTILE_KV_ERROR_IN_ATTENTION, z, column, entry, "
+      "cacheBatches - 1);");
+  w.line("return;");
+  w.close();
+  w.close();
+  w.close();
+}
+
+} // namespace
+
+void printKvErrorFunctions(CudaWriter &w) {
+  printKvErrorFunction(w);
+  printKvCacheCheckFunction(w);
+}
+
+void printKvCacheCheck(CudaWriter &w) {
+  w.separate();
+  w.comment("---- KV cache: the blocks of the first Q tile of one head check their sequence's device values for the");
+  w.comment("error record (kvCacheCheck), each split its share of the block table ----");
+  w.line(
+      "if (params.kvErrors && blockIdx.y == 0 && blockIdx.x / params.numSplits == gridDim.x / params.numSplits - 1)");
+  w.line("  kvCacheCheck(params.kvErrors, params.kvCall, params.kvCache, params.cacheSeqlens, params.cacheBatchIdx, "
+         "params.blockTable, params.blockTableStride, params.pageShift, params.cacheCapacity, params.seqlenNew, "
+         "params.cacheBatches, blockIdx.z, blockIdx.x % params.numSplits, params.numSplits);");
+}
+
 void printKvCacheView(CudaWriter &w) {
   w.comment("---- KV cache (params.kvCache: 1 contiguous, 2 paged; flash_attn_with_kvcache): the sequence holds its");
   w.comment("cached keys (cacheSeqlens[z], clamped so that the new ones fit) and the seqlenNew keys the append kernel");
@@ -81,10 +174,10 @@ void printKvCacheAppendKernel(CudaWriter &w, const std::string &entry, int headD
   w.comment("==== the append step of a KV-cache call: new keys and values into the cache ====");
   w.comment("Row i of kNew/vNew (batch entry b, K/V head hKv) becomes key row cacheSeqlens[b] + i of the sequence's");
   w.comment("cache (cacheSeqlens clamped so that the row is inside the cache; a paged cache's page from the block");
-  w.comment("table, clamped to the pool). Launch: grid (ceil(seqlenNew x (kHeadDim + kHeadDimV) / 8 /");
-  w.comment(
-      "FLASHTILE_APPEND_THREADS), headsKv, batch), block (FLASHTILE_APPEND_THREADS), before the attention kernel");
-  w.comment("on the same stream; one 16-byte chunk of a K or V row a thread.");
+  w.comment("table, clamped to the pool; a value out of range goes to the error record as well). Launch: grid");
+  w.comment("(ceil(seqlenNew x (kHeadDim + kHeadDimV) / 8 / FLASHTILE_APPEND_THREADS), headsKv, batch), block");
+  w.comment("(FLASHTILE_APPEND_THREADS), before the attention kernel on the same stream; one 16-byte chunk of a K or");
+  w.comment("V row a thread.");
   w.open("extern \"C\" __global__ void __launch_bounds__(FLASHTILE_APPEND_THREADS) " + entry +
          "(const FlashtileFwdParams params)");
   w.line("constexpr int kHeadDim = " + std::to_string(headDim) + ";  // Q/K head dim");
@@ -97,17 +190,30 @@ void printKvCacheAppendKernel(CudaWriter &w, const std::string &entry, int headD
   w.line("const int i = static_cast<int>(chunk / kChunksRow), c = static_cast<int>(chunk % kChunksRow);");
   w.line("const bool isK = c < kChunksK;");
   w.line("const int col = isK ? c : c - kChunksK;");
-  w.line("const int key = min(max(params.cacheSeqlens[b], 0), params.cacheCapacity - params.seqlenNew) + i;");
+  w.line("const int givenSeqlen = params.cacheSeqlens[b];");
+  w.line("const int cached = min(max(givenSeqlen, 0), params.cacheCapacity - params.seqlenNew);");
+  w.line("if (cached != givenSeqlen && chunk == 0)  // once per (batch entry, K/V head)");
+  w.line("  " + kvErrorReport("params", "FLASHTILE_KV_ERROR_CACHE_SEQLENS", "FLASHTILE_KV_ERROR_IN_APPEND", "b", "-1",
+                              "givenSeqlen", "params.cacheCapacity - params.seqlenNew"));
+  w.line("const int key = cached + i;");
   w.comment("the cache's key row: a page and a row inside it (paged), or row `key` of the sequence's cache row");
   w.line("long long base, row;");
   w.open("if (params.kvCache == 2)");
-  w.line("const int page = min(max(params.blockTable[b * params.blockTableStride + (key >> params.pageShift)], 0),");
-  w.line("                     params.cacheBatches - 1);");
+  w.line("const int column = key >> params.pageShift;");
+  w.line("const int entry = params.blockTable[b * params.blockTableStride + column];");
+  w.line("const int page = min(max(entry, 0), params.cacheBatches - 1);");
+  w.line("if (page != entry)");
+  w.line("  " + kvErrorReport("params", "FLASHTILE_KV_ERROR_BLOCK_TABLE", "FLASHTILE_KV_ERROR_IN_APPEND", "b", "column",
+                              "entry", "params.cacheBatches - 1"));
   w.line("base = page;");
   w.line("row = key & ((1 << params.pageShift) - 1);");
   w.close();
   w.open("else");
-  w.line("base = min(max(params.cacheBatchIdx ? params.cacheBatchIdx[b] : b, 0), params.cacheBatches - 1);");
+  w.line("const int given = params.cacheBatchIdx ? params.cacheBatchIdx[b] : b;");
+  w.line("base = min(max(given, 0), params.cacheBatches - 1);");
+  w.line("if (base != given && chunk == 0)");
+  w.line("  " + kvErrorReport("params", "FLASHTILE_KV_ERROR_CACHE_BATCH_IDX", "FLASHTILE_KV_ERROR_IN_APPEND", "b", "-1",
+                              "given", "params.cacheBatches - 1"));
   w.line("row = key;");
   w.close();
   w.line("const unsigned short *src = static_cast<const unsigned short *>(isK ? params.kNew : params.vNew) +");

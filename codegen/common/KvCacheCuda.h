@@ -19,8 +19,21 @@ inline constexpr int kAppendChunkElements = 8;
 
 /// After the sequence view `p` of batch entry `blockBatch` is declared: with params.kvCache set, p.seqlenK becomes
 /// the sequence's cached plus new keys, and p.k/p.v its cache row (contiguous) or p.blockTable its row of the block
-/// table (paged). Device values are clamped (KernelAbi.h), so that no value reads outside the tensors.
+/// table (paged). Device values are clamped (KernelAbi.h), so that no value reads outside the tensors; the kernel's
+/// end checks them again for the error record (printKvCacheCheck).
 void printKvCacheView(CudaWriter &w);
+
+/// The device functions of the KV cache's error record, printed before the kernels of a program that reads a KV
+/// cache: kvCacheError writes one out-of-range device value into params.kvErrors (KernelAbi.h: FlashtileKvError)
+/// unless the record holds one already; kvCacheCheck checks the values a sequence's attention blocks read. Neither
+/// is inlined: they run only on a bad value or at the kernel's end.
+void printKvErrorFunctions(CudaWriter &w);
+
+/// At the end of the attention kernel of a split-KV program that reads a KV cache (after its epilogue): the blocks
+/// of one head and of the first Q tile check the cacheSeqlens and cacheBatchIdx values of their sequence and, each
+/// split a share, the block-table entries of its keys (kvCacheCheck). It reads only the kernel parameters and the
+/// block's indices, so that nothing of the main loop stays live for it.
+void printKvCacheCheck(CudaWriter &w);
 
 /// The append kernel `entry` (KernelAbi.h: FLASHTILE_APPEND_THREADS threads a block, grid (chunks, headsKv,
 /// batch)): copies kNew/vNew rows into the cache at each sequence's cacheSeqlens[b], 16 bytes a thread. With

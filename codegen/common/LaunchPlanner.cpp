@@ -1,5 +1,6 @@
 //===- LaunchPlanner.cpp - the launch plan of a printed module -----------===//
 #include "codegen/common/LaunchPlanner.h"
+#include "flashtile/runtime/KernelAbi.h"
 
 #include <cassert>
 
@@ -61,6 +62,15 @@ LaunchPlan flashtile::codegen::planLaunches(const ModuleFacts &f) {
                    rule("heads_kv"), rule("batch")};
     append.when = rule("new_rows > 0");
     plan.launches.push_back(append);
+    // Both kernels report the first out-of-range cache_seqlens, cache_batch_idx or block_table value they clamp
+    // to the runtime's error record (KernelAbi.h: FlashtileKvError), which outlives the call.
+    PlanWorkspace errors{"kv_errors",
+                         PlanExpr::constant(sizeof(FlashtileKvError)),
+                         std::nullopt,
+                         /*zeroed=*/false,
+                         {{"kvErrors", PlanExpr::constant(0)}}};
+    errors.errorRecord = true;
+    plan.workspaces.push_back(errors);
   }
   if (!f.combineEntry.empty()) {
     // The key range of each Q tile is split over `splits` blocks (the split fastest in grid.x); with more than

@@ -223,6 +223,8 @@ class _Library:
         for name in ("flashtile_set_schedule", "flashtile_set_strict_schedule"):
             getattr(lib, name).restype = c_int
         lib.flashtile_set_schedule.argtypes = [c_void_p, c_char_p]
+        lib.flashtile_check_errors.restype = c_int
+        lib.flashtile_check_errors.argtypes = [c_void_p]
         lib.flashtile_set_strict_schedule.argtypes = [c_void_p, c_int]
         self.lib = lib
         self._runtime = None
@@ -270,6 +272,19 @@ def library() -> _Library:
             if _library is None:
                 _library = _Library(library_path())
     return _library
+
+
+def check_errors() -> None:
+    """Raises FlashtileError if a kernel of an earlier flash_attn_with_kvcache call met an out-of-range device value
+    (cache_seqlens, cache_batch_idx or block_table): the kernels clamp such values, so that call's output is wrong.
+    The message names the call (its number, kernel, sizes and stream), the argument (e.g. `block_table[1][7] =
+    1048576`) and the accepted range. Synchronizes the GPUs the package ran such calls on (flashtile_check_errors);
+    the record is cleared once reported. Returns None when nothing was recorded or nothing ran."""
+    lib = library()
+    if lib._runtime is None:
+        return
+    if lib.lib.flashtile_check_errors(lib._runtime) != 0:
+        raise lib.error("flashtile.check_errors")
 
 
 def version() -> str:

@@ -360,6 +360,14 @@ int flashtile_forward_varlen(flashtile_runtime *rt, const void *q, const void *k
                                           stream);
 }
 
+int flashtile_check_errors(flashtile_runtime *rt) {
+  return guarded([&] {
+    if (!rt)
+      return report(flashtile::Status::error("flashtile_check_errors: rt must not be NULL"));
+    return report(rt->runtime.checkErrors());
+  });
+}
+
 const char *flashtile_last_error(void) { return lastError.c_str(); }
 
 const char *flashtile_version(void) {

@@ -9,7 +9,10 @@
 #include <bit>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace flashtile {
 
@@ -335,6 +338,50 @@ void fillKvCacheParams(const AttentionArgs &args, FlashtileFwdParams &params) {
   params.rotarySin = c.rotarySin;
   params.rotaryDim = c.rotaryDim;
   params.seqlenRo = c.seqlenRo;
+}
+
+bool checkKvCacheValuesOnDevice() {
+  const char *value = std::getenv("FLASHTILE_CHECK_KVCACHE");
+  return value && *value && std::string_view(value) != "0";
+}
+
+Status checkDeviceKvCacheValues(const CudaDriver &driver, const AttentionArgs &args) {
+  const KvCacheArgs &c = args.kvCache;
+  auto copy = [&](const int *device, std::vector<int> &host, size_t count, long long offset,
+                  const char *name) -> Status {
+    return driver.check(
+        driver.cuMemcpyDtoH_v2(host.data() + offset, reinterpret_cast<CUdeviceptr>(device), count * sizeof(int)),
+        std::string("cuMemcpyDtoH(") + name + ")");
+  };
+  const size_t batch = static_cast<size_t>(args.batch);
+  std::vector<int> seqlens, batchIdx, table;
+  AttentionArgs checked = args;
+  if (c.cacheSeqlens) {
+    seqlens.resize(batch);
+    if (Status s = copy(c.cacheSeqlens, seqlens, batch, 0, "cache_seqlens"); !s.ok())
+      return s;
+    checked.kvCache.cacheSeqlensHost = seqlens.data();
+  }
+  if (c.cacheBatchIdx) {
+    batchIdx.resize(batch);
+    if (Status s = copy(c.cacheBatchIdx, batchIdx, batch, 0, "cache_batch_idx"); !s.ok())
+      return s;
+    checked.kvCache.cacheBatchIdxHost = batchIdx.data();
+  }
+  if (c.layout == KvCacheLayout::Paged) {
+    // Packed on the host (row stride maxPagesPerSeq): only the entries a sequence may read are copied.
+    const size_t columns = static_cast<size_t>(c.maxPagesPerSeq);
+    table.resize(batch * columns);
+    const bool packed = c.blockTableRowStride() == c.maxPagesPerSeq;
+    for (size_t b = 0; b < (packed ? 1 : batch); ++b)
+      if (Status s = copy(c.blockTable + b * c.blockTableRowStride(), table, packed ? batch * columns : columns,
+                          b * columns, "block_table");
+          !s.ok())
+        return s;
+    checked.kvCache.blockTableHost = table.data();
+    checked.kvCache.blockTableStride = 0;
+  }
+  return checkKvCacheArgs(checked);
 }
 
 } // namespace detail

@@ -18,6 +18,16 @@ std::string rotaryPairs(const AttentionArgs &args);
 /// The cache fields of the kernel parameter block (KernelAbi.h); leaves `params` alone for other calls.
 void fillKvCacheParams(const AttentionArgs &args, FlashtileFwdParams &params);
 
+/// FLASHTILE_CHECK_KVCACHE=1 (read at each KV-cache call): forward() copies the device cacheSeqlens, cacheBatchIdx
+/// and block table to the host and checks them before launching (as host copies are checked), after reading back
+/// the error record of earlier calls.
+bool checkKvCacheValuesOnDevice();
+
+/// Copies args' device cacheSeqlens, cacheBatchIdx and block table (the first maxPagesPerSeq entries of each row)
+/// to the host and runs checkKvCacheArgs with them as the host copies; the caller has waited for the work that
+/// writes them.
+Status checkDeviceKvCacheValues(const CudaDriver &driver, const AttentionArgs &args);
+
 } // namespace flashtile::detail
 
 #endif // FLASHTILE_RUNTIME_LIB_KVCACHEINTERNAL_H

@@ -1,5 +1,6 @@
 // LaunchPlan.cpp — the rules of a launch plan: parsing, evaluation and the plan's text form.
 #include "flashtile/runtime/LaunchPlan.h"
+#include "flashtile/runtime/KernelAbi.h"
 
 #include <algorithm>
 #include <cctype>
@@ -31,6 +32,8 @@ constexpr int kTmaSwizzleBytes[] = {32, 64, 128}; // the spans TMA swizzles boxe
 constexpr int kMaxTmaBoxRows = 256;
 constexpr std::string_view kCalls[] = {"cdiv", "min", "max"};
 constexpr std::string_view kComparisons[] = {">=", "<=", "==", "!=", ">", "<"};
+/// The pointer field of the KV cache's error record (FlashtileFwdParams::kvErrors).
+constexpr std::string_view kErrorRecordField = "kvErrors";
 
 class Parser {
 public:
@@ -381,6 +384,8 @@ std::string LaunchPlan::serialize() const {
       line(p + "when", w.when->text());
     if (w.zeroed)
       line(p + "zeroed", "1");
+    if (w.errorRecord)
+      line(p + "errorRecord", "1");
     line(p + "bind", joinBindings(w.bind));
   }
   // In name order, as parse() reads them back.
@@ -492,6 +497,11 @@ StatusOr<LaunchPlan> LaunchPlan::parse(std::map<std::string, std::string, std::l
         return planError(p + "zeroed", "'" + *zeroed + "' is not 0 or 1");
       workspace.zeroed = *zeroed == "1";
     }
+    if (std::optional<std::string> record = take(fields, p + "errorRecord")) {
+      if (*record != "0" && *record != "1")
+        return planError(p + "errorRecord", "'" + *record + "' is not 0 or 1");
+      workspace.errorRecord = *record == "1";
+    }
     std::optional<std::string> bind = take(fields, p + "bind");
     if (!bind)
       return planError(p + "bind", "missing");
@@ -588,10 +598,24 @@ Status LaunchPlan::verify(int maxSmem) const {
       return planError(p + "name", "'" + w.name + "' is not an identifier");
     if (w.bind.empty())
       return planError(p + "bind", "binds no field; a workspace no kernel reads is not needed");
-    for (const auto &[field, offset] : w.bind)
+    for (const auto &[field, offset] : w.bind) {
       if (!listed(kPlanPointerFields, field))
         return planError(p + "bind", "'" + field + "' is not a pointer field of the kernel parameters (" +
                                          joinedNames(kPlanPointerFields) + ")");
+      if ((field == kErrorRecordField) != w.errorRecord)
+        return planError(p + "bind", w.errorRecord ? "an error record binds kvErrors only"
+                                                   : "kvErrors points into the runtime's error record: only a "
+                                                     "workspace with errorRecord set binds it");
+    }
+    if (w.errorRecord) {
+      // The runtime keeps one record per context and reads it as a FlashtileKvError: its shape is fixed.
+      const bool atStart = w.bind.size() == 1 && w.bind[0].second.text() == "0";
+      const bool sized = w.bytes.text() == std::to_string(sizeof(FlashtileKvError));
+      if (!atStart || !sized || w.when || w.zeroed)
+        return planError(p + "errorRecord", "an error record binds kvErrors at 0, is " +
+                                                std::to_string(sizeof(FlashtileKvError)) +
+                                                " bytes (FlashtileKvError), and has no `when` and no per-call zeroing");
+    }
   }
   for (const auto &[field, rule] : set)
     if (!listed(kPlanIntFields, field))
@@ -650,6 +674,7 @@ std::string LaunchPlan::describe() const {
   }
   for (const PlanWorkspace &w : workspaces)
     text += "workspace " + w.name + ": " + w.bytes.text() + " bytes" + (w.zeroed ? ", zeroed" : "") +
+            (w.errorRecord ? ", the runtime's error record (kept across calls)" : "") +
             (w.when ? ", when " + w.when->text() : "") + " (" + joinBindings(w.bind) + ")\n";
   for (const auto &[field, rule] : set)
     text += "params." + field + " = " + rule.text() + "\n";

@@ -80,6 +80,8 @@ void setPointerField(FlashtileFwdParams &params, const std::string &field, CUdev
     params.dvAccum = asFloat;
   else if (field == "semaphores")
     params.semaphores = reinterpret_cast<int *>(address);
+  else if (field == "kvErrors")
+    params.kvErrors = reinterpret_cast<FlashtileKvError *>(address);
 }
 
 /// The TMA descriptors of `args` for boxes of `qRows` and `kvRows` rows swizzled over `swizzle`. Encoding three descriptors costs a few
@@ -166,6 +168,8 @@ StatusOr<std::vector<ResolvedWorkspace>> layOutWorkspaces(const KernelInfo &info
   total = 0;
   for (size_t i = 0; i < info.plan.workspaces.size(); ++i) {
     const PlanWorkspace &w = info.plan.workspaces[i];
+    if (w.errorRecord)
+      continue; // the runtime's own, kept across calls: bound below, after the launches are resolved
     StatusOr<bool> wanted = holds(w.when, symbols, info.entry);
     if (!wanted.ok())
       return wanted.status();
@@ -452,10 +456,16 @@ Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &
         return s;
       // Held until every launch is queued: no other call on the stream grows (frees) this buffer meanwhile.
       workspaceLock = std::unique_lock<std::mutex>(services.workspaces.mutex());
-      StatusOr<CUdeviceptr> owned = services.workspaces.buffer(driver, context, stream, static_cast<size_t>(total));
+      bool synchronized = false;
+      StatusOr<CUdeviceptr> owned =
+          services.workspaces.buffer(driver, context, stream, static_cast<size_t>(total), &synchronized);
       if (!owned.ok())
         return owned.status();
       base = *owned;
+      // The stream's earlier work is done: a bad device value an earlier call met is reported now.
+      if (synchronized && services.kvErrors)
+        if (Status s = services.kvErrors->readAfterSync(driver, context, stream); !s.ok())
+          return s;
     }
     for (const ResolvedWorkspace &w : *workspaces) {
       const PlanWorkspace &rule = plan.workspaces[w.index];
@@ -473,6 +483,20 @@ Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &
             !s.ok())
           return s;
     }
+  }
+
+  for (const PlanWorkspace &w : plan.workspaces) {
+    if (!w.errorRecord || !services.kvErrors)
+      continue;
+    CUcontext context = nullptr;
+    if (Status s = driver.check(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent"); !s.ok())
+      return s;
+    StatusOr<std::pair<FlashtileKvError *, int>> record =
+        services.kvErrors->bind(driver, context, stream, KvCallInfo::of(args, module.kernel, stream));
+    if (!record.ok())
+      return record.status().withContext("kernel " + info.entry);
+    params.kvErrors = record->first;
+    params.kvCall = record->second;
   }
 
   AttentionTensorMaps maps{};

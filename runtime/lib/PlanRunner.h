@@ -5,6 +5,7 @@
 #ifndef FLASHTILE_RUNTIME_LIB_PLANRUNNER_H
 #define FLASHTILE_RUNTIME_LIB_PLANRUNNER_H
 
+#include "KvErrors.h"
 #include "SplitKvInternal.h"
 #include "flashtile/runtime/CudaDriver.h"
 #include "flashtile/runtime/KernelAbi.h"
@@ -31,10 +32,12 @@ struct LoadedModule {
 StatusOr<LoadedModule> loadModule(const CudaDriver &driver, CUcontext context,
                                   const std::shared_ptr<const CachedKernel> &kernel);
 
-/// What a plan may need from the runtime beside the call: its own workspaces and the device's SM count.
+/// What a plan may need from the runtime beside the call: its own workspaces, the device's SM count and the KV
+/// cache's error records (null: kernels run without one).
 struct PlanServices {
   SplitKvWorkspaces &workspaces;
   std::function<StatusOr<int>()> smCount;
+  KvErrorRecords *kvErrors = nullptr;
 };
 
 /// The kernel parameter block of a call (KernelAbi.h): pointers, strides, sizes, scales and the variant's numbers;
@@ -49,8 +52,9 @@ FlashtileFwdParams paramsFor(const BackwardArgs &args);
 StatusOr<int> planSplits(const KernelInfo &info, const AttentionArgs &args, int sms, int blocksPerSm);
 
 /// Executes `module`'s plan for `args` on `stream`: the split count, the workspaces (the caller's `workspace`,
-/// else the runtime's buffer for the stream), the parameter fields, then every launch in order. Errors name the
-/// kernel and what it needed.
+/// else the runtime's buffer for the stream; an error record is always the runtime's), the parameter fields, then
+/// every launch in order. Errors name the kernel and what it needed. Where the runtime's buffer grows (which
+/// synchronizes the stream), the error record is read back too, and a value there fails the call before it launches.
 /// A backward call (`backward` non-null, its `forward` being `args`) fills the backward section too, takes its own
 /// workspace and sets the plan's `deterministic` symbol.
 Status runPlan(const CudaDriver &driver, const LoadedModule &module, const AttentionArgs &args, CUstream stream,

@@ -201,6 +201,10 @@ struct Runtime::Impl {
   std::map<CUdevice, std::string> archByDevice;
   std::map<CUdevice, int> smCountByDevice;
   detail::SplitKvWorkspaces workspaces;
+  detail::KvErrorRecords kvErrors; // the KV cache's device error records, one per context
+  /// FLASHTILE_CHECK_KVCACHE=1: waits for `stream`, reports what an earlier call's kernels recorded, then copies
+  /// args' device cache values to the host and checks them as host copies are checked.
+  Status checkKvCacheValues(const CudaDriver &driver, const AttentionArgs &args, CUstream stream);
 
   /// The SM count of the current context's device.
   StatusOr<int> smCount(const CudaDriver &driver);
@@ -248,7 +252,7 @@ struct Runtime::Impl {
   /// Executes `module`'s launch plan for `args` (PlanRunner.h) with this runtime's workspaces and SM counts.
   Status run(const CudaDriver &driver, const LoadedModule &module, const AttentionArgs &args, CUstream stream,
              const BackwardArgs *backward = nullptr) {
-    detail::PlanServices services{workspaces, [&] { return smCount(driver); }};
+    detail::PlanServices services{workspaces, [&] { return smCount(driver); }, &kvErrors};
     return detail::runPlan(driver, module, args, stream, services, backward);
   }
   /// The variant-number checks of forward(): the compiler's variant check, then the rules of an ahead-of-time
@@ -439,6 +443,7 @@ Runtime::~Runtime() {
   if (!driver.ok())
     return;
   impl->workspaces.release(**driver);
+  impl->kvErrors.release(**driver);
   // cuModuleUnload acts on the current context, so each module's own context is made current for it and the
   // caller's is restored afterwards. Errors are ignored: a context destroyed by its owner took its modules along.
   CUcontext callerContext = nullptr;
@@ -927,6 +932,30 @@ StatusOr<std::shared_ptr<const CachedKernel>> Runtime::findKernelUnguarded(const
   });
 }
 
+Status Runtime::checkErrors() {
+  return guarded("checkErrors", [&]() -> Status {
+    if (impl->kvErrors.empty())
+      return Status(); // no KV-cache call ran: nothing to read, and the driver is not needed
+    StatusOr<const CudaDriver *> driver = CudaDriver::get();
+    if (!driver.ok())
+      return driver.status();
+    return impl->kvErrors.checkAll(**driver);
+  });
+}
+
+Status Runtime::Impl::checkKvCacheValues(const CudaDriver &driver, const AttentionArgs &args, CUstream stream) {
+  // The values may come from work queued on the stream: it is waited for, which is also the moment to read back
+  // what an earlier call's kernels recorded.
+  if (Status s = driver.check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize"); !s.ok())
+    return s;
+  CUcontext context = nullptr;
+  if (Status s = driver.check(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent"); !s.ok())
+    return s;
+  if (Status s = kvErrors.readAfterSync(driver, context, stream); !s.ok())
+    return s;
+  return detail::checkDeviceKvCacheValues(driver, args).withContext("FLASHTILE_CHECK_KVCACHE");
+}
+
 Status Runtime::forward(const AttentionArgs &args, CUstream stream) {
   return guarded("forward", [&] { return forwardUnguarded(args, stream); });
 }
@@ -952,6 +981,9 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
   const CudaDriver &driver = **loadedDriver;
   if (varlen && checkVarlenOffsetsOnDevice())
     if (Status s = checkDeviceCuSeqlens(driver, args, stream); !s.ok())
+      return s;
+  if (args.kvCache.enabled() && detail::checkKvCacheValuesOnDevice())
+    if (Status s = impl->checkKvCacheValues(driver, args, stream); !s.ok())
       return s;
   StatusOr<std::string> arch = impl->arch(driver);
   if (!arch.ok())

@@ -108,7 +108,7 @@ long long lseRows(const AttentionArgs &args) {
 }
 
 StatusOr<CUdeviceptr> SplitKvWorkspaces::buffer(const CudaDriver &driver, CUcontext context, CUstream stream,
-                                                size_t bytes) {
+                                                size_t bytes, bool *synchronized) {
   Buffer &buffer = buffers[{context, stream}];
   if (buffer.bytes >= bytes)
     return buffer.pointer;
@@ -117,6 +117,8 @@ StatusOr<CUdeviceptr> SplitKvWorkspaces::buffer(const CudaDriver &driver, CUcont
     if (Status s = driver.check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize (split-KV workspace)");
         !s.ok())
       return s;
+    if (synchronized)
+      *synchronized = true;
     driver.cuMemFree_v2(buffer.pointer);
     buffer = Buffer{};
   }

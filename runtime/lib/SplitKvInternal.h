@@ -27,8 +27,10 @@ public:
   SplitKvWorkspaces &operator=(const SplitKvWorkspaces &) = delete;
 
   std::mutex &mutex() { return guard; }
-  /// A buffer of at least `bytes` for `stream` in the current context `context`; guard held.
-  StatusOr<CUdeviceptr> buffer(const CudaDriver &driver, CUcontext context, CUstream stream, size_t bytes);
+  /// A buffer of at least `bytes` for `stream` in the current context `context`; guard held. `synchronized` (when
+  /// given) is set when the buffer grew, which waited for the stream's queued work.
+  StatusOr<CUdeviceptr> buffer(const CudaDriver &driver, CUcontext context, CUstream stream, size_t bytes,
+                               bool *synchronized = nullptr);
   /// Frees every buffer (each in its own context); for the runtime's destructor.
   void release(const CudaDriver &driver);
 

@@ -482,6 +482,8 @@ void checkCase(const Case &c) {
       EXPECT_LE(errO, 4 * ulp) << splits << " splits";
       EXPECT_LE(errLse, 1e-3) << splits << " splits";
     }
+    // Every device value was in range: the kernels recorded nothing (no false alarm, at any split count).
+    ASSERT_OK(gpu().decode->checkErrors());
     if (!cacheChecked) {
       // The cache after the call: the new rows at cacheSeqlens[b], every other byte as it was (poison included).
       cacheChecked = true;
@@ -582,7 +584,8 @@ INSTANTIATE_TEST_SUITE_P(Rotary, KvCacheGpu, testing::ValuesIn(rotaryCases()),
                          [](const testing::TestParamInfo<Case> &info) { return caseName(info.param); });
 
 // Device values are never trusted: block-table entries and cache_seqlens out of range are clamped, so the call
-// reads and writes inside the tensors (compute-sanitizer memcheck runs this one) and its output is finite.
+// reads and writes inside the tensors (compute-sanitizer memcheck runs this one) and its output is finite; the first
+// one is recorded and reported once.
 TEST(KvCacheGpuBadValues, OutOfRangeDeviceValuesAreClampedNotFollowed) {
   REQUIRE_GPU();
   Case c{DType::BF16, 128, "causal", KvCacheLayout::Paged, 16, false, 2, 8, 2, 1, 16 * 8, 2, {10, 20}, 9000};
@@ -606,7 +609,111 @@ TEST(KvCacheGpuBadValues, OutOfRangeDeviceValuesAreClampedNotFollowed) {
     ASSERT_OK(s.lse.download(lse));
     lse.resize(size_t(c.batch) * c.headsQ * c.seqlenQ);
     EXPECT_TRUE(std::none_of(lse.begin(), lse.end(), [](float x) { return std::isnan(x); }));
+    Status reported = gpu().decode->checkErrors();
+    EXPECT_FALSE(reported.ok()) << splits << " splits: the bad values were not reported";
+    std::printf("[flashtile-kvcache] bad values, %d splits: %s\n", splits, reported.message().c_str());
+    EXPECT_TRUE(gpu().decode->checkErrors().ok()) << "reported once";
   }
+}
+
+/// Runs `args` once (one split: one attention block a sequence and head) and returns what checkErrors reports.
+std::string reportOf(const AttentionArgs &args) {
+  Status launched = gpu().decode->forward(args);
+  if (!launched.ok())
+    return "forward failed: " + launched.message();
+  Status reported = gpu().decode->checkErrors();
+  std::printf("[flashtile-kvcache] reported: %s\n", reported.ok() ? "(nothing)" : reported.message().c_str());
+  return reported.ok() ? "(nothing)" : reported.message();
+}
+
+// One bad value on the device, the host copies left out: the report names the argument, its index, the value and
+// the accepted range, and the kernel that read it. The append kernel reads cache_seqlens and the block-table entry of
+// the new key first; entries of cached keys only the attention kernel reads.
+TEST(KvCacheGpuBadValues, EachBadDeviceValueIsReportedWithItsArgument) {
+  REQUIRE_GPU();
+  ASSERT_OK(gpu().decode->checkErrors());
+  Case c{DType::BF16, 128, "causal", KvCacheLayout::Paged, 16, false, 2, 8, 2, 1, 16 * 16, 1, {150, 20}, 9100};
+  CacheSetup s;
+  ASSERT_OK(makeSetup(c, baseSeed(), s));
+  AttentionArgs args = cacheArgs(c, s);
+  args.kvCache.cacheSeqlensHost = nullptr;
+  args.kvCache.blockTableHost = nullptr;
+  args.numSplits = 1;
+  EXPECT_EQ(reportOf(args), "(nothing)");
+
+  // cache_seqlens[1] = -5: the append kernel meets it first (it runs first).
+  const std::vector<int> badSeqlens = {40, -5};
+  ASSERT_OK(upload(s.seqlens, badSeqlens.data(), badSeqlens.size() * sizeof(int)));
+  std::string report = reportOf(args);
+  EXPECT_NE(report.find("its append kernel read cache_seqlens[1] = -5; accepted: 0 to seqlen_k - seqlen_new = 255"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("(kernel flashtile_decode_causal_bf16_d128_kvcache, batch 2, seqlen_q 1, a paged cache of"),
+            std::string::npos)
+      << report;
+  ASSERT_OK(upload(s.seqlens, c.cached.data(), c.cached.size() * sizeof(int)));
+
+  // block_table[1][0] = 2^20: a page of sequence 1's cached keys (its new key is on page 1).
+  std::vector<int> table = s.tableHost;
+  table[size_t(s.pagesPerSeq) + 0] = 1 << 20;
+  ASSERT_OK(upload(s.table, table.data(), table.size() * sizeof(int)));
+  report = reportOf(args);
+  EXPECT_NE(report.find("its attention kernel read block_table[1][0] = 1048576; accepted: a page index from 0 to "
+                        "num_pages - 1 = " +
+                        std::to_string(s.numPages - 1)),
+            std::string::npos)
+      << report;
+  // ... and at the new key's page (column 150 / 16 = 9 of sequence 0), a negative entry: the append kernel's.
+  table = s.tableHost;
+  table[9] = -3;
+  ASSERT_OK(upload(s.table, table.data(), table.size() * sizeof(int)));
+  report = reportOf(args);
+  EXPECT_NE(report.find("its append kernel read block_table[0][9] = -3"), std::string::npos) << report;
+  // Split calls: each split's blocks check a share of the sequence's block-table entries. Sequence 0's 151 keys
+  // are 10 columns, 4 a split: column 5 (keys 80..95) is the second split's.
+  table = s.tableHost;
+  table[5] = s.numPages + 7;
+  ASSERT_OK(upload(s.table, table.data(), table.size() * sizeof(int)));
+  args.numSplits = 3;
+  report = reportOf(args);
+  EXPECT_NE(report.find("its attention kernel read block_table[0][5] = " + std::to_string(s.numPages + 7)),
+            std::string::npos)
+      << report;
+  ASSERT_OK(upload(s.table, s.tableHost.data(), s.tableHost.size() * sizeof(int)));
+  EXPECT_EQ(reportOf(args), "(nothing)");
+
+  // A contiguous cache's cache_batch_idx: row 5 of a cache of 3 rows, read by both kernels (the append kernel first).
+  Case contiguous{DType::BF16, 64, "none", KvCacheLayout::Contiguous, 0, true, 2, 8, 8, 1, 200, 1, {7, 90}, 9101};
+  CacheSetup cs;
+  ASSERT_OK(makeSetup(contiguous, baseSeed(), cs));
+  AttentionArgs cargs = cacheArgs(contiguous, cs);
+  cargs.kvCache.cacheSeqlensHost = nullptr;
+  cargs.kvCache.cacheBatchIdxHost = nullptr;
+  cargs.numSplits = 1;
+  const std::vector<int> badRows = {1, 5};
+  ASSERT_OK(upload(cs.batchIdx, badRows.data(), badRows.size() * sizeof(int)));
+  report = reportOf(cargs);
+  EXPECT_NE(report.find("its append kernel read cache_batch_idx[1] = 5; accepted: a cache row from 0 to "
+                        "cache_batch - 1 = 2"),
+            std::string::npos)
+      << report;
+  // Without new keys only the attention kernel reads it.
+  cargs.kvCache.kNew = cargs.kvCache.vNew = nullptr;
+  cargs.kvCache.seqlenNew = 0;
+  cargs.kvCache.kNewStride = cargs.kvCache.vNewStride = {};
+  report = reportOf(cargs);
+  EXPECT_NE(report.find("its attention kernel read cache_batch_idx[1] = 5"), std::string::npos) << report;
+
+  // FLASHTILE_CHECK_KVCACHE=1: the same values are copied to the host and refused before the launch.
+  setenv("FLASHTILE_CHECK_KVCACHE", "1", 1);
+  Status refused = gpu().decode->forward(cargs);
+  unsetenv("FLASHTILE_CHECK_KVCACHE");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("FLASHTILE_CHECK_KVCACHE: kvCache.cacheBatchIdx[1] = 5; accepted: 0 to "
+                                   "cacheBatch - 1 = 2"),
+            std::string::npos)
+      << refused.message();
+  ASSERT_OK(gpu().decode->checkErrors());
 }
 
 } // namespace

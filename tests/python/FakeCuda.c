@@ -126,9 +126,48 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
   (void)dst, (void)src, (void)bytes;
   return CUDA_SUCCESS;
 }
+/* Device memory the host tests plant (fakeCudaPlant): copies from it read the planted bytes, 32-bit memsets over it
+   write them (so a test sees what the runtime zeroed); everywhere else device memory reads as zeros. */
+enum { kPlantedRegions = 8, kPlantedBytes = 4096 };
+static struct {
+  CUdeviceptr address;
+  size_t bytes;
+  unsigned char data[kPlantedBytes];
+} planted[kPlantedRegions];
+/* The planted bytes of [address, address + bytes), or NULL. */
+static unsigned char *plantedAt(CUdeviceptr address, size_t bytes) {
+  for (int i = 0; i < kPlantedRegions; ++i)
+    if (planted[i].bytes && address >= planted[i].address && address + bytes <= planted[i].address + planted[i].bytes)
+      return planted[i].data + (address - planted[i].address);
+  return NULL;
+}
+/* Plants `bytes` (at most 4096) at `address`, replacing a region planted there before; 0 on success. */
+int fakeCudaPlant(CUdeviceptr address, const void *data, size_t bytes) {
+  int slot = -1;
+  for (int i = 0; i < kPlantedRegions && slot < 0; ++i)
+    if (planted[i].address == address || !planted[i].bytes)
+      slot = i;
+  if (slot < 0 || bytes > kPlantedBytes)
+    return -1;
+  planted[slot].address = address;
+  planted[slot].bytes = bytes;
+  memcpy(planted[slot].data, data, bytes);
+  return 0;
+}
+/* Copies planted bytes back (what the runtime left there); 0 on success, -1 where nothing is planted. */
+int fakeCudaPlanted(CUdeviceptr address, void *data, size_t bytes) {
+  const unsigned char *at = plantedAt(address, bytes);
+  if (!at)
+    return -1;
+  memcpy(data, at, bytes);
+  return 0;
+}
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
-  (void)src;
-  memset(dst, 0, bytes);
+  const unsigned char *at = plantedAt(src, bytes);
+  if (at)
+    memcpy(dst, at, bytes);
+  else
+    memset(dst, 0, bytes);
   return CUDA_SUCCESS;
 }
 CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t bytes) {
@@ -141,6 +180,9 @@ static unsigned lastMemset32Value;
 static size_t lastMemset32Count;
 CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t count, CUstream stream) {
   (void)stream;
+  unsigned char *at = plantedAt(dst, count * 4);
+  for (size_t i = 0; at && i < count; ++i)
+    memcpy(at + 4 * i, &value, 4);
   ++memsets32;
   lastMemset32Dst = dst;
   lastMemset32Value = value;

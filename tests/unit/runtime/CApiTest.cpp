@@ -284,6 +284,17 @@ TEST(CApi, StrictScheduleModeAndScheduleResetAreAccepted) {
   flashtile_destroy(rt);
 }
 
+// flashtile_check_errors: a runtime that ran no KV-cache call has no record to read (no GPU touched); a NULL runtime is
+// an error. What a record reports is KvErrorsTest.cpp's and the GPU tests'.
+TEST(CApi, CheckErrorsWithoutAnyCallIsOk) {
+  flashtile_runtime *rt = flashtile_create();
+  ASSERT_NE(rt, nullptr) << flashtile_last_error();
+  EXPECT_EQ(flashtile_check_errors(rt), 0) << flashtile_last_error();
+  EXPECT_EQ(flashtile_check_errors(nullptr), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("flashtile_check_errors: rt must not be NULL"));
+  flashtile_destroy(rt);
+}
+
 // flash-attn's varlen call without keys (total_k = 0): null K and V pass the checks (O = 0 and LSE = -inf on a GPU).
 TEST(CApi, VarlenWithoutKeysAcceptsNullKAndV) {
   flashtile_runtime *rt = flashtile_create();

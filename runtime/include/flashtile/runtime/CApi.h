@@ -130,6 +130,13 @@ typedef struct flashtile_bwd_call {
 } flashtile_bwd_call;
 int flashtile_backward_call(flashtile_runtime *rt, const flashtile_bwd_call *call);
 
+/* Reads back the device error records of the KV-cache calls this runtime made (Runtime::checkErrors): their kernels
+ * clamp every out-of-range cache_seqlens, cache_batch_idx or block_table value and record the first one. Synchronizes
+ * each GPU context the runtime ran such calls in; returns 0 when nothing was recorded, else -1 with a message naming
+ * the call (its number, kernel, sizes, stream), the argument (e.g. `block_table[1][7] = 1048576`) and the accepted
+ * range, and zeroes the record. A call that synchronizes anyway (FLASHTILE_CHECK_KVCACHE=1) reports it too. */
+int flashtile_check_errors(flashtile_runtime *rt);
+
 const char *flashtile_last_error(void);
 const char *flashtile_version(void);
 

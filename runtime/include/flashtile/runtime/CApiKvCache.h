@@ -23,7 +23,8 @@ extern "C" {
  *   *_host: optional host copies of cache_seqlens, cache_batch_idx, block_table whose values are checked.
  *   num_splits 0 (the runtime's choice) or 1..128; workspace as flashtile_forward_decode's.
  *   rotary_*: rotary embedding of q and k_new (KvCache.h's KvCacheArgs::rotaryDim and what it checks).
- * Device values are clamped, never trusted (see KvCache.h): a bad one gives wrong numbers, not a bad access. */
+ * Device values are clamped, never trusted (see KvCache.h): a bad one gives wrong numbers, not a bad access, and the
+ * kernels record the first one; flashtile_check_errors (CApi.h) reports it with the call that read it. */
 typedef struct flashtile_kvcache_call {
   unsigned long long size;
   const void *q, *k_cache, *v_cache;

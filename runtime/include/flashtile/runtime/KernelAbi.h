@@ -14,6 +14,29 @@
 #define FLASHTILE_MAX_VARIANT_PARAMS 8
 #define FLASHTILE_MAX_VARIANT_INPUTS 4
 
+/* The KV cache's device error record (FlashtileFwdParams::kvErrors). Kernels clamp every cacheSeqlens,
+ * cacheBatchIdx and blockTable value they read into range; the first one that was out of range is also written here,
+ * for the runtime to report (Runtime::checkErrors). The first kernel to meet one claims the record (argument 0 ->
+ * FLASHTILE_KV_ERROR_CLAIMED), writes the other fields, then publishes the argument's code; later values leave it
+ * alone until the runtime reads it and zeroes it again. */
+#define FLASHTILE_KV_ERROR_CLAIMED (-1)
+#define FLASHTILE_KV_ERROR_CACHE_SEQLENS 1    /* argument: cacheSeqlens[row] */
+#define FLASHTILE_KV_ERROR_CACHE_BATCH_IDX 2  /* argument: cacheBatchIdx[row] */
+#define FLASHTILE_KV_ERROR_BLOCK_TABLE 3      /* argument: blockTable[row][column] */
+#define FLASHTILE_KV_ERROR_IN_APPEND 1        /* kernel: the append kernel (`<entry>_append`) */
+#define FLASHTILE_KV_ERROR_IN_ATTENTION 2     /* kernel: the attention kernel */
+
+struct FlashtileKvError {
+  int argument; /* 0: none; FLASHTILE_KV_ERROR_CLAIMED: being written; else FLASHTILE_KV_ERROR_CACHE_SEQLENS ... */
+  int call;     /* the kvCall of the call whose kernel read it */
+  int kernel;   /* FLASHTILE_KV_ERROR_IN_APPEND or FLASHTILE_KV_ERROR_IN_ATTENTION */
+  int row;      /* the batch entry b */
+  int column;   /* blockTable: the entry of row b (key / pageSize); -1 for the others */
+  int value;    /* what the array held */
+  int last;     /* the largest value accepted there (the least is 0) */
+  int reserved;
+};
+
 struct FlashtileFwdParams {
   const void *q;
   const void *k;
@@ -74,6 +97,11 @@ struct FlashtileFwdParams {
   long long kNewBatchStride, kNewRowStride, kNewHeadStride;
   long long vNewBatchStride, vNewRowStride, vNewHeadStride;
   int seqlenNew;
+  /* The error record (FlashtileKvError above) the kernels report the first out-of-range cacheSeqlens, cacheBatchIdx or
+   * blockTable value to, or null (they clamp either way), and the number of this call, which goes into it. The
+   * runtime owns the record, one per context (a launch-plan workspace with errorRecord set, LaunchPlan.h). */
+  struct FlashtileKvError *kvErrors;
+  int kvCall;
   /* Persistent kernels (KernelInfo::persistent): the grid is about one block per SM, and block x runs units x,
    * x + gridDim.x, ... of the ceil(qTiles / 2) x headsQ x batch units of two Q tiles (qTiles - 1 - k, then k) of one
    * (head, sequence), qTiles = ceil(rows / blockM) with rows seqlenQ dense and the longest sequence's varlen. Other

@@ -15,7 +15,9 @@
 // caller passes host copies (cacheSeqlensHost, cacheBatchIdxHost, blockTableHost), their values. Device values are
 // never trusted to stay in range: kernels clamp cacheSeqlens[b] to [0, seqlenK - seqlenNew], cacheBatchIdx[b] to
 // [0, cacheBatch) and block-table entries to [0, numPages), so a bad value gives wrong numbers, never an access
-// outside the tensors.
+// outside the tensors, and they record the first such value in the runtime's error record (KernelAbi.h:
+// FlashtileKvError), which Runtime::checkErrors reports with the call that read it. FLASHTILE_CHECK_KVCACHE=1 copies
+// the device values to the host and checks them before every cache call.
 #ifndef FLASHTILE_RUNTIME_KVCACHE_H
 #define FLASHTILE_RUNTIME_KVCACHE_H
 

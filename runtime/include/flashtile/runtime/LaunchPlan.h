@@ -101,6 +101,11 @@ struct PlanWorkspace {
   std::optional<PlanExpr> when; // needed only where this is non-zero
   bool zeroed = false;          // set to zero on the stream before the first launch (a multiple of 4 bytes)
   std::vector<std::pair<std::string, PlanExpr>> bind; // pointer fields of the kernel parameters, byte offsets
+  /// The device error record of KV-cache kernels (KernelAbi.h, FlashtileKvError): not laid out per call but kept by
+  /// the runtime, one per context, zeroed when allocated and again only when the runtime reads it (at a call that
+  /// synchronizes anyway, or Runtime::checkErrors). Binds kvErrors at 0, is sizeof(FlashtileKvError) bytes, has no
+  /// `when` and is not zeroed per call; the runtime sets kvCall with it.
+  bool errorRecord = false;
 };
 
 /// The split count of split-KV modules: the caller's numSplits, else the runtime's heuristic over the blocks one
@@ -134,9 +139,10 @@ struct LaunchPlan {
 
 /// Kernel-parameter fields (KernelAbi.h) a plan may set: ints, and pointers into workspaces.
 inline constexpr std::array<std::string_view, 4> kPlanIntFields = {"qTiles", "numSplits", "kvStep", "accumSplitStride"};
-inline constexpr std::array<std::string_view, 11> kPlanPointerFields = {
+inline constexpr std::array<std::string_view, 12> kPlanPointerFields = {
     "oAccum",  "lseAccum", "stateAcc", "stateMax", "stateSum",  "tileCounter", // forward
-    "delta",   "dqAccum",  "dkAccum",  "dvAccum",  "semaphores"};              // backward
+    "delta",   "dqAccum",  "dkAccum",  "dvAccum",  "semaphores",               // backward
+    "kvErrors"};                                                              // the KV cache's error record
 
 } // namespace flashtile
 

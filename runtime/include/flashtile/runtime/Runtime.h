@@ -280,6 +280,14 @@ public:
   /// forward() on copies of the device offsets when FLASHTILE_CHECK_VARLEN=1.
   static Status validateCuSeqlens(const AttentionArgs &args, const int *cuSeqlensQHost, const int *cuSeqlensKHost);
 
+  /// Reads back the KV cache's device error records (KernelAbi.h: FlashtileKvError) of every context this runtime
+  /// ran KV-cache calls in, after synchronizing each context: an error names the call whose kernel met an
+  /// out-of-range cache_seqlens, cache_batch_idx or block_table value (its number, kernel, sizes and stream), the
+  /// value and the accepted range (the kernels clamped it: that call's output is wrong). The record is then zeroed.
+  /// The runtime also reads it where it synchronizes a stream anyway (FLASHTILE_CHECK_KVCACHE=1, a growing workspace),
+  /// and fails that call. Not under CUDA graph capture (it synchronizes).
+  Status checkErrors();
+
   KernelCache &cache();
 
   /// Where the runtime's warnings go (a kernel cache that cannot be written, an entry that is not a regular file):
