@@ -45,9 +45,12 @@ inline constexpr std::string_view kShortShapeClass = "short";
 inline constexpr std::array<std::string_view, 2> kShapeClasses = {kDefaultShapeClass, kShortShapeClass};
 inline constexpr int kShortSeqlen = 1024;
 
-/// Program kinds: what a module computes. A call asks for one kind; kernels of another kind never serve it.
+/// Module kinds: what a compiled module computes (the program kinds of its kernels belong to it, passes/IR/
+/// ProgramKinds.h: the backward module holds the backward_preprocess, backward_main and backward_postprocess
+/// kernels). A call asks for one kind; kernels of another kind never serve it.
 inline constexpr std::string_view kForwardKind = "forward";
-inline constexpr std::array<std::string_view, 1> kProgramKinds = {kForwardKind};
+inline constexpr std::string_view kBackwardKind = "backward";
+inline constexpr std::array<std::string_view, 2> kProgramKinds = {kForwardKind, kBackwardKind};
 
 /// The version of the manifest's text form. 2: launch plans (LaunchPlan.h) instead of per-schedule fields; a
 /// manifest of another version is refused with a message naming both.
