@@ -8,7 +8,6 @@
 #include "interpreter/AsyncCopies.h"
 #include "interpreter/ScalarOps.h"
 #include "interpreter/TileMath.h"
-#include "passes/IR/ProgramKinds.h"
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/TilePacking.h"
 #include "passes/IR/TileRotary.h"
@@ -409,10 +408,6 @@ LogicalResult Interpreter::fail(Operation *op, const Twine &message) {
 }
 
 LogicalResult Interpreter::run(std::vector<float> &o, std::vector<float> &lse, RunStats *stats) {
-  if (func.getKind() != kForwardProgram)
-    return func.emitOpError() << "is a " << func.getKind()
-                              << " program; the interpreter runs forward programs (the backward's are checked "
-                                 "against interpreter/ReferenceBackward.h once it runs them: docs/backward.md)";
   // Whatever no instance stores stays NaN, so a program that forgets rows cannot pass a comparison.
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const int64_t entries = problem.isVarlen() ? 1 : problem.batch; // batch entries of the tensors
