@@ -886,6 +886,12 @@ int64_t dimValue(Dim dim, const Problem &problem, const Instance &inst, int64_t 
     return inst.splitEnd;
   case Dim::KvStep:
     return kvStep;
+  case Dim::BatchIndex:
+    return inst.b;
+  case Dim::HeadIndex:
+    return inst.h;
+  case Dim::KvTile: // forward instances own Q tiles
+    return 0;
   }
   llvm_unreachable("a tile.dim the interpreter does not know");
 }

@@ -6,6 +6,7 @@
 #include "examples/variants/Variants.h"
 #include "flashtile/runtime/Nvrtc.h"
 #include "flashtile/runtime/Version.h"
+#include "passes/IR/ProgramKinds.h"
 #include "passes/IR/TileDialect.h"
 #include "schedules/Registry.h"
 
@@ -14,6 +15,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace flashtile::jit {
@@ -103,13 +105,22 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
 
   auto start = std::chrono::steady_clock::now();
   CompileResult result;
-  auto module = buildAttentionProgram(context, variant,
-                                      ProgramOptions{options.dtype, options.headDim, options.headDimV, options.rotary});
+  std::vector<std::string> kinds = moduleKinds();
+  if (std::find(kinds.begin(), kinds.end(), options.kind) == kinds.end())
+    return Status::error("kind: unknown '" + options.kind + "'; accepted: " + tile::joinNames(kinds));
+  if (options.kind != kForwardKind && options.rotary != RotaryMode::None)
+    return Status::error("rotary embedding belongs to forward KV-cache kernels; a " + options.kind +
+                         " module has none");
+  auto module = buildProgram(
+      context, variant, ProgramOptions{options.dtype, options.headDim, options.headDimV, options.rotary}, options.kind);
   if (mlir::failed(module))
-    return failedWith("building the tile program for variant '" + variant.name() + "' failed");
+    return failedWith("building the " + options.kind + " tile program for variant '" + variant.name() + "' failed");
   result.tileIr = print(module->get());
   if (upTo == Stage::Tile)
     return result;
+  if (options.kind != kForwardKind)
+    return Status::error("schedule '" + options.schedule.schedule + "' does not schedule " + options.kind +
+                         " programs yet (--emit tile prints them)");
 
   mlir::PassManager pm(&context);
   if (options.printIrAfterAll) {
@@ -226,10 +237,11 @@ Status Jit::setScheduleKnobs(const std::string &name, schedule::Knobs knobs) {
 }
 
 StatusOr<std::pair<Variant, CompileOptions>> Jit::optionsFor(const KernelSpec &spec) {
-  // The DSL builds forward programs from a variant's hooks; other kinds are built once their programs exist.
+  // The DSL builds the programs of every module kind (buildProgram); the schedules compile forward modules only so
+  // far (docs/backward.md).
   if (spec.kind != kForwardKind)
-    return Status::error("program kind '" + spec.kind + "' has no program the JIT builds; it builds: " +
-                         std::string(kForwardKind));
+    return Status::error("program kind '" + spec.kind +
+                         "' has no kernels the JIT builds yet; it builds: " + std::string(kForwardKind));
   std::optional<Variant> variant;
   schedule::Knobs knobs;
   {

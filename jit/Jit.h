@@ -28,6 +28,9 @@ struct CompileOptions {
   int headDimV = 128;
   RotaryMode rotary = RotaryMode::None; ///< rotary embedding of Q and the appended keys (KV-cache kernels only)
   schedule::Request schedule;   ///< the schedule by name, the arch, the shape class and the knobs set
+  /// The module kind to build (moduleKinds(): forward, backward; KernelSpec::kind): the backward is the three
+  /// programs of buildProgram, every one from the variant's hooks.
+  std::string kind = "forward";
   bool printIrAfterAll = false; ///< print the IR after every pass to stderr
   bool debug = false;           ///< errors carry the operation they are about (MLIR's op dump); also printIrAfterAll
 };

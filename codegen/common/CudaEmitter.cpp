@@ -13,6 +13,7 @@
 #include "codegen/common/ScalarEmitter.h"
 #include "codegen/common/TargetRegistry.h"
 #include "codegen/common/TileTarget.h"
+#include "passes/IR/ProgramKinds.h"
 #include "passes/IR/TileKvCache.h"
 #include "passes/IR/TileRotary.h"
 #include "passes/IR/TileNames.h"
@@ -108,8 +109,10 @@ Operand operandOf(tile::Operand operand) {
     return Operand::K;
   case tile::Operand::V:
     return Operand::V;
+  default:
+    break;
   }
-  llvm_unreachable("an operand the targets do not name");
+  llvm_unreachable("an operand the forward's kernels do not read (the program kind's verifier)");
 }
 
 /// The IR must be scheduled, pipelined and lowered to a registered instruction family.
@@ -1672,6 +1675,9 @@ LogicalResult KernelPrinter::printSoftmax(Operation *op) {
 } // namespace
 
 FailureOr<EmittedKernel> emitCuda(FuncOp func) {
+  if (func.getKind() != kForwardProgram)
+    return func.emitOpError() << "is a " << func.getKind()
+                              << " program; the CUDA printer prints forward programs (docs/backward.md)";
   FailureOr<const TargetFamily *> family = checkReady(func);
   if (failed(family) || failed(checkInPlace(func, (*family)->asyncProtocol())))
     return failure();

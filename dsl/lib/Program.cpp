@@ -1,10 +1,14 @@
-//===- Program.cpp - the attention-forward tile program -------------------===//
+//===- Program.cpp - the tile programs of a variant: forward and backward --===//
 #include "flashtile/dsl/Program.h"
 #include "passes/IR/ProducerOrder.h"
+#include "passes/IR/ProgramKinds.h"
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/TileRotary.h"
+#include "passes/Transforms/DifferentiateScore.h"
 
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/Verifier.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
@@ -60,7 +64,8 @@ public:
   ProgramBuilder(MLIRContext &context, const Variant &variant, const ProgramOptions &options)
       : ctx(context), variant(variant), options(options), b(&context), loc(b.getUnknownLoc()) {}
 
-  FailureOr<OwningOpRef<ModuleOp>> build();
+  /// `kind`: a module kind (forward, backward).
+  FailureOr<OwningOpRef<ModuleOp>> build(StringRef kind);
 
 private:
   dsl::Params params() {
@@ -84,6 +89,20 @@ private:
   LogicalResult kvRange(tile::RangeKind kind, const dsl::RangeFn &rule,
                         const std::function<dsl::Range(dsl::Sizes)> &fallback);
   LogicalResult expectType(dsl::Expr e, Type type, StringRef what);
+  /// The module and a `tile.func @name` of `kind` in it, the builder inside its body.
+  tile::FuncOp makeFunc(ModuleOp module, StringRef name, StringRef kind);
+  /// The variant's score modifier on the scores `s` (the op, null when the variant has none).
+  FailureOr<tile::ScoreModOp> scoreMod(Value s);
+  /// The mask on the scores `s`: the variant's predicate and the seqlen_k bound.
+  FailureOr<Value> mask(Value s);
+  /// The forward's body, and the backward's three programs.
+  LogicalResult buildForward(ModuleOp module);
+  LogicalResult buildBackwardPreprocess(ModuleOp module);
+  LogicalResult buildBackwardMain(ModuleOp module);
+  LogicalResult buildBackwardPostprocess(ModuleOp module);
+  /// Puts every hook body in its canonical order and verifies the module.
+  LogicalResult finish(ModuleOp module);
+  Type dtype() { return options.dtype == ElementType::BF16 ? Type(b.getBF16Type()) : Type(b.getF16Type()); }
   /// Where the user gave a hook, as an MLIR location (diagnostics of its trace point there).
   Location siteOf(const std::source_location &where) {
     if (!where.file_name() || !*where.file_name())
@@ -128,25 +147,98 @@ LogicalResult ProgramBuilder::kvRange(tile::RangeKind kind, const dsl::RangeFn &
   return success();
 }
 
-FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
-  loadProgramDialects(ctx);
-  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
-  b.setInsertionPointToEnd(module->getBody());
-  Type dtype = options.dtype == ElementType::BF16 ? Type(b.getBF16Type()) : Type(b.getF16Type());
-  if (std::string error = variant.checkParams(variant.paramValues()); !error.empty())
-    return emitError(loc) << error;
+tile::FuncOp ProgramBuilder::makeFunc(ModuleOp module, StringRef name, StringRef kind) {
+  b.setInsertionPointToEnd(module.getBody());
   SmallVector<StringRef> paramNames;
-  for (const auto &[name, value] : variant.params())
-    paramNames.push_back(name);
+  for (const auto &[param, value] : variant.params())
+    paramNames.push_back(param);
   SmallVector<Attribute> inputs;
-  for (const auto &[name, kind] : variant.inputs())
+  for (const auto &[input, kindOf] : variant.inputs())
     inputs.push_back(
-        tile::InputAttr::get(&ctx, name, kind == dsl::ElementKind::F32 ? Type(b.getF32Type()) : b.getI32Type()));
-  auto func = tile::FuncOp::create(b, loc, b.getStringAttr("attention"), TypeAttr::get(dtype),
+        tile::InputAttr::get(&ctx, input, kindOf == dsl::ElementKind::F32 ? Type(b.getF32Type()) : b.getI32Type()));
+  auto func = tile::FuncOp::create(b, loc, b.getStringAttr(name), TypeAttr::get(dtype()),
                                    b.getI64IntegerAttr(options.headDim), b.getI64IntegerAttr(options.headDimV),
                                    b.getStringAttr(variant.name()), b.getStrArrayAttr(paramNames), tile::ScheduleAttr(),
                                    tile::TargetAttr(), b.getArrayAttr(inputs));
+  if (kind != tile::kForwardProgram)
+    func.setKind(kind);
   b.setInsertionPointToStart(&func.getBody().emplaceBlock());
+  return func;
+}
+
+FailureOr<tile::ScoreModOp> ProgramBuilder::scoreMod(Value s) {
+  if (!variant.scoreFn())
+    return tile::ScoreModOp();
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  auto mod = tile::ScoreModOp::create(b, loc, s.getType(), s);
+  OpBuilder::InsertionGuard inner(b);
+  Block *blk = b.createBlock(&mod.getBody(), {}, {f32, i32, i32, i32, i32}, {loc, loc, loc, loc, loc});
+  dsl::Coords c{dsl::Expr(b, blk->getArgument(1)), dsl::Expr(b, blk->getArgument(2)), dsl::Expr(b, blk->getArgument(3)),
+                dsl::Expr(b, blk->getArgument(4)), sizes()};
+  dsl::HookTrace traced(siteOf(variant.hookSites().score), "score modifier of variant '" + variant.name() + "'");
+  dsl::Expr out = variant.scoreFn()(dsl::Expr(b, blk->getArgument(0)), c, params());
+  if (traced.failed() || failed(expectType(out, f32, "the score modifier's result")))
+    return failure();
+  tile::YieldOp::create(b, loc, ValueRange{out.get()});
+  return mod;
+}
+
+FailureOr<Value> ProgramBuilder::mask(Value s) {
+  // The mask op also drops keys past seqlen_k, so it is there even for variants without a mask rule.
+  Type i32 = b.getI32Type();
+  auto mask = tile::MaskOp::create(b, loc, s.getType(), s);
+  OpBuilder::InsertionGuard inner(b);
+  Block *blk = b.createBlock(&mask.getBody(), {}, {i32, i32, i32, i32}, {loc, loc, loc, loc});
+  Value keep;
+  if (variant.maskFn()) {
+    dsl::Coords c{dsl::Expr(b, blk->getArgument(0)), dsl::Expr(b, blk->getArgument(1)),
+                  dsl::Expr(b, blk->getArgument(2)), dsl::Expr(b, blk->getArgument(3)), sizes()};
+    dsl::HookTrace traced(siteOf(variant.hookSites().mask), "mask predicate of variant '" + variant.name() + "'");
+    dsl::Expr out = variant.maskFn()(c, params());
+    if (traced.failed() || failed(expectType(out, b.getI1Type(), "the mask predicate")))
+      return failure();
+    keep = out.get();
+  } else {
+    keep = arith::ConstantIntOp::create(b, loc, 1, 1);
+  }
+  tile::YieldOp::create(b, loc, ValueRange{keep});
+  return mask.getResult();
+}
+
+FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build(StringRef kind) {
+  loadProgramDialects(ctx);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  if (std::string error = variant.checkParams(variant.paramValues()); !error.empty())
+    return emitError(loc) << error;
+  if (kind == tile::kForwardProgram) {
+    if (failed(buildForward(*module)))
+      return failure();
+  } else if (kind == tile::kBackwardModule) {
+    if (failed(buildBackwardPreprocess(*module)) || failed(buildBackwardMain(*module)) ||
+        failed(buildBackwardPostprocess(*module)))
+      return failure();
+  } else {
+    return emitError(loc) << "unknown module kind '" << kind << "'; accepted: " << tile::joinNames(moduleKinds());
+  }
+  if (failed(finish(*module)))
+    return failure();
+  return module;
+}
+
+LogicalResult ProgramBuilder::finish(ModuleOp module) {
+  module.walk([](Operation *op) {
+    if (isa<tile::ScoreModOp, tile::MaskOp, tile::KvRangeOp, tile::FinalizeOp, tile::ScoreGradOp>(op))
+      for (Region &region : op->getRegions())
+        for (Block &block : region)
+          if (!block.empty() && block.back().hasTrait<OpTrait::IsTerminator>())
+            orderHookBody(block);
+  });
+  return verify(module);
+}
+
+LogicalResult ProgramBuilder::buildForward(ModuleOp module) {
+  makeFunc(module, "attention", tile::kForwardProgram);
+  Type dtype = this->dtype();
   Type i32 = b.getI32Type(), f32 = b.getF32Type();
   const int64_t dyn = ShapedType::kDynamic;
 
@@ -177,39 +269,15 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
     auto scoreType = RankedTensorType::get({dyn, dyn}, f32);
     Value s = tile::QkOp::create(b, loc, scoreType, Type(), q, k).getS();
     s = tile::ScaleOp::create(b, loc, s);
-    if (variant.scoreFn()) {
-      auto mod = tile::ScoreModOp::create(b, loc, scoreType, s);
-      OpBuilder::InsertionGuard inner(b);
-      Block *blk = b.createBlock(&mod.getBody(), {}, {f32, i32, i32, i32, i32}, {loc, loc, loc, loc, loc});
-      dsl::Coords c{dsl::Expr(b, blk->getArgument(1)), dsl::Expr(b, blk->getArgument(2)),
-                    dsl::Expr(b, blk->getArgument(3)), dsl::Expr(b, blk->getArgument(4)), sizes()};
-      dsl::HookTrace traced(siteOf(variant.hookSites().score), "score modifier of variant '" + variant.name() + "'");
-      dsl::Expr out = variant.scoreFn()(dsl::Expr(b, blk->getArgument(0)), c, params());
-      if (traced.failed() || failed(expectType(out, f32, "the score modifier's result")))
-        return failure();
-      tile::YieldOp::create(b, loc, ValueRange{out.get()});
-      s = mod.getResult();
-    }
-    {
-      // The mask op also drops keys past seqlen_k, so it is there even for variants without a mask rule.
-      auto mask = tile::MaskOp::create(b, loc, scoreType, s);
-      OpBuilder::InsertionGuard inner(b);
-      Block *blk = b.createBlock(&mask.getBody(), {}, {i32, i32, i32, i32}, {loc, loc, loc, loc});
-      Value keep;
-      if (variant.maskFn()) {
-        dsl::Coords c{dsl::Expr(b, blk->getArgument(0)), dsl::Expr(b, blk->getArgument(1)),
-                      dsl::Expr(b, blk->getArgument(2)), dsl::Expr(b, blk->getArgument(3)), sizes()};
-        dsl::HookTrace traced(siteOf(variant.hookSites().mask), "mask predicate of variant '" + variant.name() + "'");
-        dsl::Expr out = variant.maskFn()(c, params());
-        if (traced.failed() || failed(expectType(out, b.getI1Type(), "the mask predicate")))
-          return failure();
-        keep = out.get();
-      } else {
-        keep = arith::ConstantIntOp::create(b, loc, 1, 1);
-      }
-      tile::YieldOp::create(b, loc, ValueRange{keep});
-      s = mask.getResult();
-    }
+    FailureOr<tile::ScoreModOp> mod = scoreMod(s);
+    if (failed(mod))
+      return failure();
+    if (*mod)
+      s = mod->getResult();
+    FailureOr<Value> masked = mask(s);
+    if (failed(masked))
+      return failure();
+    s = *masked;
     auto update = tile::SoftmaxUpdateOp::create(b, loc, s, stats, dtype);
     Value rescaled = tile::RescaleOp::create(b, loc, acc, update.getAlpha());
     Value v = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, dtype), tile::Operand::V, j,
@@ -231,24 +299,123 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build() {
   }
   tile::StoreOp::create(b, loc, tile::Output::O, fin.getO(), /*staging=*/Value());
   tile::StoreOp::create(b, loc, tile::Output::Lse, fin.getLse(), /*staging=*/Value());
-  func.walk([](Operation *op) {
-    if (isa<tile::ScoreModOp, tile::MaskOp, tile::KvRangeOp, tile::FinalizeOp>(op))
-      for (Region &region : op->getRegions())
-        for (Block &block : region)
-          if (!block.empty() && block.back().hasTrait<OpTrait::IsTerminator>())
-            orderHookBody(block);
-  });
-  if (failed(verify(*module)))
+  return success();
+}
+
+LogicalResult ProgramBuilder::buildBackwardPreprocess(ModuleOp module) {
+  makeFunc(module, "attention_bwd_preprocess", tile::kBackwardPreprocess);
+  const int64_t dyn = ShapedType::kDynamic;
+  auto tileType = RankedTensorType::get({dyn, options.headDimV}, dtype());
+  Value o = tile::LoadOp::create(b, loc, tileType, tile::Operand::O, Value(), Value(), Value());
+  Value dO = tile::LoadOp::create(b, loc, tileType, tile::Operand::DO, Value(), Value(), Value());
+  Value d = tile::RowDotOp::create(b, loc, RankedTensorType::get({dyn}, b.getF32Type()), o, dO);
+  tile::StoreOp::create(b, loc, tile::Output::Delta, d, /*staging=*/Value());
+  return success();
+}
+
+LogicalResult ProgramBuilder::buildBackwardMain(ModuleOp module) {
+  makeFunc(module, "attention_bwd", tile::kBackwardMain);
+  Type dtype = this->dtype();
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  const int64_t dyn = ShapedType::kDynamic;
+  // The variant's KV-range rules, as the forward's: the schedule inverts them into the Q tiles that see a K/V tile.
+  std::function<dsl::Range(dsl::Sizes)> allKeys = [this](dsl::Sizes s) { return dsl::Range{constant(0), s.seqlenK}; };
+  std::function<dsl::Range(dsl::Sizes)> noKeys = [this](dsl::Sizes) { return dsl::Range{constant(0), constant(0)}; };
+  if (failed(kvRange(tile::RangeKind::May, variant.kvRangeFn(), allKeys)) ||
+      failed(kvRange(tile::RangeKind::Full, variant.fullRangeFn(), variant.maskFn() ? noKeys : allKeys)))
     return failure();
-  return module;
+
+  auto qkType = RankedTensorType::get({dyn, options.headDim}, dtype);
+  auto vType = RankedTensorType::get({dyn, options.headDimV}, dtype);
+  auto rowsType = RankedTensorType::get({dyn}, f32);
+  auto scoreType = RankedTensorType::get({dyn, dyn}, f32);
+  Value k = tile::LoadOp::create(b, loc, qkType, tile::Operand::K, Value(), Value(), Value());
+  Value v = tile::LoadOp::create(b, loc, vType, tile::Operand::V, Value(), Value(), Value());
+  auto dkType = tile::AccType::get(&ctx, dyn, options.headDim, tile::MemorySpace::Registers);
+  auto dvType = tile::AccType::get(&ctx, dyn, options.headDimV, tile::MemorySpace::Registers);
+  Value dk0 = tile::ZeroAccOp::create(b, loc, dkType);
+  Value dv0 = tile::ZeroAccOp::create(b, loc, dvType);
+  auto loop = tile::QLoopOp::create(b, loc, TypeRange{dkType, dvType}, Value(), Value(), ValueRange{dk0, dv0},
+                                    tile::Segment::All);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    Block *body = b.createBlock(&loop.getBody(), {}, {i32, dkType, dvType}, {loc, loc, loc});
+    Value i = body->getArgument(0), dk = body->getArgument(1), dv = body->getArgument(2);
+    // Recompute the forward's logits and probabilities: S = Q·Kᵀ·scale, the score hook, the mask, P = e^(S − LSE).
+    Value q = tile::LoadOp::create(b, loc, qkType, tile::Operand::Q, i, Value(), Value());
+    Value s = tile::QkOp::create(b, loc, scoreType, Type(), q, k).getS();
+    Value scaled = tile::ScaleOp::create(b, loc, s);
+    FailureOr<tile::ScoreModOp> mod = scoreMod(scaled);
+    if (failed(mod))
+      return failure();
+    FailureOr<Value> logits = mask(*mod ? mod->getResult() : scaled);
+    if (failed(logits))
+      return failure();
+    Value lse = tile::LoadOp::create(b, loc, rowsType, tile::Operand::Lse, i, Value(), Value());
+    Value p = tile::ProbsOp::create(b, loc, scoreType, *logits, lse);
+    // dV += Pᵀ·dO; dP = dO·Vᵀ; dS' = P∘(dP − D), through the score hook's derivative, times the scale.
+    Value dO = tile::LoadOp::create(b, loc, vType, tile::Operand::DO, i, Value(), Value());
+    Value dvNext = tile::DotTnOp::create(b, loc, dvType, p, dO, dv);
+    Value dp = tile::QkOp::create(b, loc, scoreType, Type(), dO, v).getS();
+    Value delta = tile::LoadOp::create(b, loc, rowsType, tile::Operand::Delta, i, Value(), Value());
+    Value ds = tile::SoftmaxGradOp::create(b, loc, scoreType, p, dp, delta);
+    if (*mod) {
+      auto grad = tile::ScoreGradOp::create(b, loc, scoreType, ds, scaled);
+      bool identity = false;
+      {
+        OpBuilder::InsertionGuard inner(b);
+        Block *blk = b.createBlock(&grad.getBody(), {}, {f32, i32, i32, i32, i32}, {loc, loc, loc, loc, loc});
+        FailureOr<tile::HookDerivative> derivative = tile::differentiateScoreMod(b, *mod, blk->getArguments());
+        if (failed(derivative))
+          return failure();
+        tile::YieldOp::create(b, loc, ValueRange{derivative->dArg});
+        // differentiateScoreMod also rebuilt the hook's value and its input partials: only d/dscore stays.
+        SmallVector<Operation *> ops;
+        for (Operation &op : blk->without_terminator())
+          ops.push_back(&op);
+        for (Operation *op : llvm::reverse(ops)) // users before their producers
+          if (isOpTriviallyDead(op))
+            op->erase();
+        identity = matchPattern(derivative->dArg, m_OneFloat());
+      }
+      // A hook that only adds a term (ALiBi, a bias table) has derivative 1: dS' passes through unchanged.
+      if (identity)
+        grad.erase();
+      else
+        ds = grad.getResult();
+    }
+    ds = tile::ScaleOp::create(b, loc, ds);
+    // dK += dSᵀ·Q; dQ += dS·K into the fp32 accumulator of Q tile i.
+    Value dkNext = tile::DotTnOp::create(b, loc, dkType, ds, q, dk);
+    tile::AccumulateOp::create(b, loc, tile::Operand::DqAccum, i, ds, k);
+    tile::YieldOp::create(b, loc, ValueRange{dkNext, dvNext});
+  }
+  tile::StoreOp::create(b, loc, tile::Output::Dk, loop.getResult(0), /*staging=*/Value());
+  tile::StoreOp::create(b, loc, tile::Output::Dv, loop.getResult(1), /*staging=*/Value());
+  return success();
+}
+
+LogicalResult ProgramBuilder::buildBackwardPostprocess(ModuleOp module) {
+  makeFunc(module, "attention_bwd_postprocess", tile::kBackwardPostprocess);
+  auto accType = RankedTensorType::get({ShapedType::kDynamic, options.headDim}, b.getF32Type());
+  Value dq = tile::LoadOp::create(b, loc, accType, tile::Operand::DqAccum, Value(), Value(), Value());
+  tile::StoreOp::create(b, loc, tile::Output::Dq, dq, /*staging=*/Value());
+  return success();
 }
 
 } // namespace
 
 FailureOr<OwningOpRef<ModuleOp>> buildAttentionProgram(MLIRContext &context, const Variant &variant,
                                                        const ProgramOptions &options) {
-  return ProgramBuilder(context, variant, options).build();
+  return ProgramBuilder(context, variant, options).build(tile::kForwardProgram);
 }
+
+FailureOr<OwningOpRef<ModuleOp>> buildProgram(MLIRContext &context, const Variant &variant,
+                                              const ProgramOptions &options, StringRef moduleKind) {
+  return ProgramBuilder(context, variant, options).build(moduleKind);
+}
+
+std::vector<std::string> moduleKinds() { return tile::moduleKindNames(); }
 
 FailureOr<std::string> variantId(const Variant &variant) {
   MLIRContext context;

@@ -423,20 +423,38 @@ LogicalResult KvRangeOp::verify() {
 
 static LogicalResult checkSlotOperand(Operation *op, Operand operand, Value slot);
 
-/// Shared by load and copy_async: Q has no tile index, K and V have one.
+/// The kind of the program around `op` (its named tensors); the forward's outside a tile.func or for an unknown
+/// kind (which FuncOp's verifier reports).
+static const ProgramKind &kindAround(Operation *op) {
+  FuncOp func = getEnclosingFunc(op);
+  const ProgramKind *kind = func ? lookupProgramKind(func.getKind()) : nullptr;
+  return kind ? *kind : *lookupProgramKind(kForwardProgram);
+}
+
+/// Shared by load and copy_async: the program's kind reads the tensor; its own tile (the forward's Q) has no tile
+/// index, the others (K and V in the forward) have one.
 static LogicalResult verifyOperandIndex(Operation *op, Operand operand, Value index) {
-  if (operand == Operand::Q && index)
-    return op->emitOpError() << "the Q tile takes no tile index";
-  if (operand != Operand::Q && !index)
-    return op->emitOpError() << "the " << stringifyOperand(operand)
-                             << " tile needs a tile index: " << stringifyOperand(operand) << "[%j]";
+  const ProgramKind &kind = kindAround(op);
+  StringRef name = stringifyOperand(operand);
+  if (!kind.readsTensor(name))
+    return op->emitOpError() << "a " << kind.name << " program reads " << joinNames(kind.reads) << ", not " << name;
+  bool own = kind.ownsTensor(name);
+  if (own && index)
+    return op->emitOpError() << "the " << (operand == Operand::Q ? StringRef("Q") : name)
+                             << " tile takes no tile index";
+  if (!own && !index)
+    return op->emitOpError() << "the " << name << " tile needs a tile index: " << name << "[%j]";
   return success();
 }
 
-/// The width of an operand's tiles: V's head dim for V, Q and K's for the others.
+/// The width of an operand's tiles: V's head dim for V, O and dO, Q and K's for the others.
 static int64_t headDimOf(FuncOp func, Operand operand) {
-  return operand == Operand::V ? func.getHeadDimV() : func.getHeadDim();
+  return operand == Operand::V || operand == Operand::O || operand == Operand::DO ? func.getHeadDimV()
+                                                                                  : func.getHeadDim();
 }
+
+/// The rank-1 fp32 rows a program reads (LSE and D), one per query row.
+static bool isRowTensor(Operand operand) { return operand == Operand::Lse || operand == Operand::Delta; }
 
 LogicalResult LoadOp::verify() {
   if (failed(verifyOperandIndex(*this, getOperand(), getIndex())))
@@ -445,13 +463,22 @@ LogicalResult LoadOp::verify() {
     return emitOpError() << "a predicate only applies to a K/V tile index (tile.load k[%j] if %valid)";
   auto type = cast<RankedTensorType>(getResult().getType());
   FuncOp func = getEnclosingFunc(*this);
+  if (isRowTensor(getOperand())) {
+    if (type.getRank() != 1 || !type.getElementType().isF32())
+      return emitOpError() << stringifyOperand(getOperand()) << " is read as fp32 rows (tensor<?xf32>), got " << type;
+    return success();
+  }
   if (type.getRank() != 2)
     return emitOpError() << "loads a rank-2 tile, got rank " << type.getRank();
   if (!func)
     return success();
-  if (type.getElementType() != func.getDtype())
+  if (getOperand() == Operand::DqAccum) {
+    if (!type.getElementType().isF32())
+      return emitOpError() << "the dq_accum tile is fp32, got " << type.getElementType();
+  } else if (type.getElementType() != func.getDtype()) {
     return emitOpError() << "element type " << type.getElementType() << " differs from the program's dtype "
                          << func.getDtype();
+  }
   int64_t width = headDimOf(func, getOperand());
   if (type.getDimSize(1) != width)
     return emitOpError() << stringifyOperand(getOperand()) << " tile must have " << width << " columns (head dim), got "
@@ -489,6 +516,10 @@ static LogicalResult checkSlotOperand(Operation *op, Operand operand, Value slot
 }
 
 LogicalResult BufferOp::verify() {
+  const ProgramKind &kind = kindAround(*this);
+  if (!kind.readsTensor(stringifyOperand(getOperand())))
+    return emitOpError() << "a " << kind.name << " program reads " << joinNames(kind.reads) << ", not "
+                         << stringifyOperand(getOperand());
   BufferType type = getBuffer().getType();
   if (getOperand() == Operand::Q && type.getSlots() != 1)
     return emitOpError() << "Q's buffer holds the instance's one Q tile: slots = 1, got " << type.getSlots();
@@ -705,13 +736,32 @@ static LogicalResult verifyStaging(Operation *op, Value staging, RankedTensorTyp
 }
 
 LogicalResult StoreOp::verify() {
-  auto type = cast<RankedTensorType>(getValue().getType());
-  int64_t rank = getOperand() == Output::O ? 2 : 1;
+  Output output = getOperand();
+  StringRef name = stringifyOutput(output);
+  const ProgramKind &kind = kindAround(*this);
+  if (!kind.writesTensor(name))
+    return emitOpError() << "a " << kind.name << " program writes " << joinNames(kind.writes) << ", not " << name;
+  if (output == Output::Dk || output == Output::Dv) {
+    auto acc = dyn_cast<AccType>(getValue().getType());
+    if (!acc)
+      return emitOpError() << "stores " << name << " from its accumulator (!tile.acc), got " << getValue().getType();
+    FuncOp func = getEnclosingFunc(*this);
+    int64_t width = !func ? acc.getCols() : output == Output::Dk ? func.getHeadDim() : func.getHeadDimV();
+    if (acc.getCols() != width)
+      return emitOpError() << name << " must have " << width << " columns (head dim), got " << acc.getCols();
+    if (getStaging())
+      return emitOpError() << "stages " << name << " through shared memory; only O is staged";
+    return success();
+  }
+  auto type = dyn_cast<RankedTensorType>(getValue().getType());
+  if (!type)
+    return emitOpError() << "stores " << name << " from an fp32 tile, got " << getValue().getType();
+  int64_t rank = output == Output::O || output == Output::Dq ? 2 : 1;
   if (type.getRank() != rank)
-    return emitOpError() << "the " << stringifyOutput(getOperand()) << " tile must have rank " << rank << ", got "
-                         << type.getRank();
-  if (getStaging() && getOperand() != Output::O)
-    return emitOpError() << "stages LSE through shared memory; only O is staged (`tile.store o ... through`)";
+    return emitOpError() << "the " << name << " tile must have rank " << rank << ", got " << type.getRank();
+  if (getStaging() && output != Output::O)
+    return emitOpError() << "stages " << (output == Output::Lse ? StringRef("LSE") : name)
+                         << " through shared memory; only O is staged (`tile.store o ... through`)";
   return verifyStaging(*this, getStaging(), type);
 }
 
@@ -913,6 +963,105 @@ LogicalResult KvLoopOp::verify() {
     return emitOpError() << "results must have the types of the state it starts from (row statistics, accumulator)";
   if (SmallVector<Type>(getCarriedResults().getTypes()) != carried)
     return emitOpError() << "carried results must have the types of the carried operands";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// The backward
+//===----------------------------------------------------------------------===//
+
+LogicalResult RowDotOp::verify() {
+  auto a = cast<RankedTensorType>(getA().getType()), b = cast<RankedTensorType>(getB().getType());
+  auto d = cast<RankedTensorType>(getResult().getType());
+  if (a != b || a.getRank() != 2)
+    return emitOpError() << "expects two rank-2 tiles of one type, got " << a << " and " << b;
+  if (d.getRank() != 1 || !dimsCompatible(d.getDimSize(0), a.getDimSize(0)))
+    return emitOpError() << "result must be one value per row (" << dimStr(a.getDimSize(0)) << "), got " << d;
+  return success();
+}
+
+LogicalResult QLoopOp::verify() {
+  if (static_cast<bool>(getLower()) != static_cast<bool>(getUpper()))
+    return emitOpError() << "takes both bounds (from %lo to %hi) or neither";
+  if (getSegment() != Segment::All && !getLower())
+    return emitOpError() << "segment " << stringifySegment(getSegment()) << " needs bounds (from %lo to %hi)";
+  SmallVector<Type> accs(getInits().getTypes());
+  SmallVector<Type> args = {IntegerType::get(getContext(), 32)};
+  args.append(accs);
+  if (failed(checkRegionSignature(*this, getBody(), args, accs, "q_loop")))
+    return failure();
+  if (SmallVector<Type>(getResults().getTypes()) != accs)
+    return emitOpError() << "results must have the types of the accumulators it starts from";
+  return success();
+}
+
+/// A score tile (rows x keys) and one fp32 value per row.
+static LogicalResult verifyRowsOf(Operation *op, Value tile, Value rows, StringRef what) {
+  auto t = cast<RankedTensorType>(tile.getType()), r = cast<RankedTensorType>(rows.getType());
+  if (t.getRank() != 2)
+    return op->emitOpError() << "expects a rank-2 score tile, got " << t;
+  if (r.getRank() != 1 || !dimsCompatible(r.getDimSize(0), t.getDimSize(0)))
+    return op->emitOpError() << what << " must be one value per row (" << dimStr(t.getDimSize(0)) << "), got " << r;
+  return success();
+}
+
+LogicalResult ProbsOp::verify() {
+  if (getP().getType() != getS().getType())
+    return emitOpError() << "P must have the score tile's type";
+  return verifyRowsOf(*this, getS(), getLse(), "LSE");
+}
+
+LogicalResult SoftmaxGradOp::verify() {
+  if (getP().getType() != getDp().getType() || getDs().getType() != getP().getType())
+    return emitOpError() << "P, dP and dS must have one type";
+  return verifyRowsOf(*this, getP(), getDelta(), "D");
+}
+
+LogicalResult ScoreGradOp::verify() {
+  if (getDs().getType() != getS().getType())
+    return emitOpError() << "dS and the scores must have one type";
+  Builder b(getContext());
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  return checkRegionSignature(*this, getBody(), {f32, i32, i32, i32, i32}, {f32}, "score_grad");
+}
+
+/// A and B of A·B (AccumulateOp) or Aᵀ·B (DotTnOp, `transposed`): rank 2, B's rows are A's columns (A's rows when
+/// transposed).
+static LogicalResult verifyProduct(Operation *op, Value aValue, Value bValue, bool transposed) {
+  auto a = cast<RankedTensorType>(aValue.getType()), b = cast<RankedTensorType>(bValue.getType());
+  if (a.getRank() != 2 || b.getRank() != 2)
+    return op->emitOpError() << "expects rank-2 tiles";
+  int64_t inner = a.getDimSize(transposed ? 0 : 1);
+  if (!dimsCompatible(inner, b.getDimSize(0)))
+    return op->emitOpError() << "A's " << (transposed ? "rows" : "columns") << " (" << dimStr(inner)
+                             << ") must equal B's rows (" << dimStr(b.getDimSize(0)) << ")";
+  return success();
+}
+
+LogicalResult DotTnOp::verify() {
+  if (failed(verifyProduct(*this, getA(), getB(), /*transposed=*/true)))
+    return failure();
+  auto a = cast<RankedTensorType>(getA().getType()), b = cast<RankedTensorType>(getB().getType());
+  auto acc = cast<AccType>(getAcc().getType());
+  if (b.getDimSize(1) != acc.getCols() || !dimsCompatible(a.getDimSize(1), acc.getRows()))
+    return emitOpError() << "the accumulator must be (A columns) x (B columns)";
+  return success();
+}
+
+LogicalResult AccumulateOp::verify() {
+  const ProgramKind &kind = kindAround(*this);
+  StringRef name = stringifyOperand(getOperand());
+  if (getOperand() != Operand::DqAccum)
+    return emitOpError() << "adds into an fp32 accumulator (dq_accum), not " << name;
+  if (!kind.writesTensor(name))
+    return emitOpError() << "a " << kind.name << " program writes " << joinNames(kind.writes) << ", not " << name;
+  if (failed(verifyProduct(*this, getA(), getB(), /*transposed=*/false)))
+    return failure();
+  FuncOp func = getEnclosingFunc(*this);
+  auto b = cast<RankedTensorType>(getB().getType());
+  if (func && b.getDimSize(1) != func.getHeadDim())
+    return emitOpError() << "B must have " << func.getHeadDim() << " columns (dQ's head dim), got "
+                         << dimStr(b.getDimSize(1));
   return success();
 }
 

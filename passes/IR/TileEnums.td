@@ -33,16 +33,36 @@ class Tile_Enum<string name, string what, string summary, list<I32EnumAttrCase> 
 /// descending>`), so op formats put an empty literal before one: "`` $operand" prints `tile.load k[%j]`.
 class Tile_EnumAttr<Tile_Enum enum, string mnemonic> : EnumAttr<Tile_Dialect, enum, mnemonic>;
 
-def Tile_Operand : Tile_Enum<"Operand", "an input operand", "a tile read from the inputs: q, k or v", [
+// The named tensors programs read (tile.load) and write (tile.store). Which ones a program may name is its kind's
+// (passes/IR/ProgramKinds.h): the forward reads q, k, v and writes o, lse; the backward's pieces read the forward's
+// tensors, its results and dO and write D (delta), the fp32 dQ accumulator, dQ, dK and dV.
+def Tile_Operand : Tile_Enum<"Operand", "an input operand", "a tile read from the inputs", [
   I32EnumAttrCase<"Q", 0, "q">,
   I32EnumAttrCase<"K", 1, "k">,
-  I32EnumAttrCase<"V", 2, "v">
+  I32EnumAttrCase<"V", 2, "v">,
+  // The forward's output (the backward reads it: D = rowsum(dO∘O)).
+  I32EnumAttrCase<"O", 3, "o">,
+  // The gradient of the loss with respect to O.
+  I32EnumAttrCase<"DO", 4, "do">,
+  // The forward's log-sum-exp rows (fp32).
+  I32EnumAttrCase<"Lse", 5, "lse">,
+  // D = rowsum(dO∘O) (fp32 rows), written by the backward's preprocess.
+  I32EnumAttrCase<"Delta", 6, "delta">,
+  // The fp32 dQ accumulator the backward's main program adds into (tile.accumulate).
+  I32EnumAttrCase<"DqAccum", 7, "dq_accum">
 ]>;
 def Tile_OperandAttr : Tile_EnumAttr<Tile_Operand, "operand">;
 
-def Tile_Output : Tile_Enum<"Output", "an output", "a tile written to the outputs: o or lse", [
+def Tile_Output : Tile_Enum<"Output", "an output", "a tile written to the outputs", [
   I32EnumAttrCase<"O", 0, "o">,
-  I32EnumAttrCase<"Lse", 1, "lse">
+  I32EnumAttrCase<"Lse", 1, "lse">,
+  // D = rowsum(dO∘O), one fp32 per query row (the backward's preprocess).
+  I32EnumAttrCase<"Delta", 2, "delta">,
+  // The gradients, converted to the program's dtype: dQ of a Q tile (the backward's postprocess), dK and dV of a
+  // K/V tile (the backward's main program; each query head's part, added over a GQA group).
+  I32EnumAttrCase<"Dq", 3, "dq">,
+  I32EnumAttrCase<"Dk", 4, "dk">,
+  I32EnumAttrCase<"Dv", 5, "dv">
 ]>;
 def Tile_OutputAttr : Tile_EnumAttr<Tile_Output, "output">;
 
@@ -81,7 +101,12 @@ def Tile_Dim : Tile_Enum<"Dim", "a dimension", "a problem size read from the ker
   I32EnumAttrCase<"KeyOffset", 5, "key_offset">,
   I32EnumAttrCase<"SplitBegin", 6, "split_begin">,
   I32EnumAttrCase<"SplitEnd", 7, "split_end">,
-  I32EnumAttrCase<"KvStep", 8, "kv_step">
+  I32EnumAttrCase<"KvStep", 8, "kv_step">,
+  // This program instance's batch entry and query head (what a forward instance's KV-range rules are given).
+  I32EnumAttrCase<"BatchIndex", 9, "batch_index">,
+  I32EnumAttrCase<"HeadIndex", 10, "head_index">,
+  // The K/V tile a backward_main instance owns (0 in other programs).
+  I32EnumAttrCase<"KvTile", 11, "kv_tile">
 ]>;
 def Tile_DimAttr : Tile_EnumAttr<Tile_Dim, "dim">;
 

@@ -56,7 +56,7 @@ def Tile_FuncOp : Tile_Op<"func", [IsolatedFromAbove, Symbol, SingleBlock, NoTer
 
 def Tile_YieldOp : Tile_Op<"yield", [Pure, Terminator, ReturnLike,
     ParentOneOf<["KvRangeOp", "ScoreModOp", "MaskOp", "KvLoopOp", "FinalizeOp", "RoleOp", "KvWalkOp",
-                 "StoreSplitOp", "WorkLoopOp"]>]> {
+                 "StoreSplitOp", "WorkLoopOp", "QLoopOp", "ScoreGradOp"]>]> {
   let summary = "ends a tile region, yielding its values";
   let description = [{ `tile.yield %a, %b : i32, i32` }];
   let arguments = (ins Variadic<AnyType>:$values);
@@ -68,7 +68,7 @@ def Tile_DimOp : Tile_Op<"dim", [Pure]> {
   let summary = "a problem size, read from the kernel arguments";
   let description = [{
     `%sk = tile.dim seqlen_k`: one of `batch`, `heads_q`, `heads_kv`, `seqlen_q`, `seqlen_k`, `key_offset`,
-    `split_begin`, `split_end`, `kv_step`. `seqlen_q` and `seqlen_k` are the lengths of this program instance's own sequence: with packed sequences
+    `split_begin`, `split_end`, `kv_step`, `batch_index`, `head_index`, `kv_tile`. `seqlen_q` and `seqlen_k` are the lengths of this program instance's own sequence: with packed sequences
     (varlen, cu_seqlens) each sequence has its own, so masks and KV-range rules (e.g. causal's bottom-right
     alignment) and the bounds of loads and stores follow that sequence. `batch` is the number of sequences.
     `key_offset` is the row of the sequence's first key among all sequences' keys: b·seqlen_k dense,
@@ -80,7 +80,8 @@ def Tile_DimOp : Tile_Op<"dim", [Pure]> {
     key range (split-KV, inserted by the decode schedule's tile-decode-split-kv): whole K/V tiles, [0, 0) for a
     split past the sequence's end, [0, seqlen_k) when the walk is not split.
     `kv_step` is the K/V tile of this launch in a program launched once per K/V tile (`tile.state_load`); 0 in
-    other programs.
+    other programs. `batch_index` and `head_index` are the program instance's batch entry and query head;
+    `kv_tile` is the K/V tile a backward_main instance owns (0 in other programs).
   }];
   let arguments = (ins Tile_DimAttr:$dim);
   let results = (outs I32:$result);
@@ -148,11 +149,14 @@ def Tile_KvRangeOp : Tile_Op<"kv_range", []> {
 //===----------------------------------------------------------------------===//
 
 def Tile_LoadOp : Tile_Op<"load", [MemoryEffects<[MemRead]>, AttrSizedOperandSegments]> {
-  let summary = "reads a Q, K or V tile";
+  let summary = "reads a tile of a named tensor (q, k, v; the backward's o, do, lse, delta, dq_accum)";
   let description = [{
     `tile.load q` reads this instance's Q tile; `tile.load k[%j]` / `tile.load v[%j]` read K/V tile `j` (rows
     j·N .. j·N+N-1 of the key sequence, where N is the tile's leading dimension). Rows past the sequence read
-    as zero. A pipelined program reads the tile from the shared-memory slot an asynchronous copy filled:
+    as zero. Which tensors a program reads, and which of them are the instance's own tile (no index), is its kind's
+    (passes/IR/ProgramKinds.h): a backward main program owns a K/V tile and reads `tile.load q[%i]`,
+    `tile.load do[%i]`, `tile.load lse[%i] : tensor<64xf32>` and `tile.load delta[%i]` per Q tile. q, k, v, o and
+    do are tiles of the program's dtype; lse and delta fp32 rows (rank 1); dq_accum an fp32 tile. A pipelined program reads the tile from the shared-memory slot an asynchronous copy filled:
     `tile.load k[%j] from %slot` (the copy's token must have been waited on).
     `tile.load k[%j] from %slot if %valid`: when the predicate is false there is no tile j (the pipelined walk
     looked one tile past its end); the result is unspecified, a target may read a stale buffer, and nothing
@@ -160,7 +164,7 @@ def Tile_LoadOp : Tile_Op<"load", [MemoryEffects<[MemRead]>, AttrSizedOperandSeg
   }];
   let arguments = (ins Tile_OperandAttr:$operand, Optional<I32>:$index, Optional<Tile_SlotType>:$slot,
                        Optional<I1>:$pred);
-  let results = (outs Tile_TileLowp:$result);
+  let results = (outs Tile_TileAny:$result);
   let assemblyFormat = [{
     `` $operand (`[` $index^ `]`)? (`from` $slot^ `:` type($slot))? (`if` $pred^)? attr-dict `:` type($result)
   }];
@@ -298,10 +302,14 @@ def Tile_MmaWaitOp : Tile_Op<"mma_wait", [MemoryEffects<[MemRead, MemWrite]>]> {
 }
 
 def Tile_StoreOp : Tile_Op<"store", [MemoryEffects<[MemWrite]>]> {
-  let summary = "writes the O tile (converted to the program's dtype) or the LSE rows";
+  let summary = "writes a tile of a named output: O (converted to the dtype), LSE, or the backward's D, dQ, dK, dV";
   let description = [{
     `tile.store o %o : tensor<?x128xf32>`, `tile.store lse %lse : tensor<?xf32>`. Rows past seqlen_q are not
-    written.
+    written. The backward's: `tile.store delta %d : tensor<?xf32>` (preprocess), `tile.store dq %dq :
+    tensor<?x128xf32>` (postprocess, converted to the dtype), and `tile.store dk %dk : !tile.acc<?x128>` /
+    `tile.store dv ...` (main: the accumulator of this instance's K/V tile, rows past seqlen_k not written). dK
+    and dV of a K/V head are the sum over the query heads of its group: each instance's store adds its query
+    head's part (how the sum is formed, in registers, partials or atomics, is the target's and the plan's).
 
     O staging is the schedule's decision: `tile.store o %o through %slot : tensor<128x128xf32>,
     !tile.slot<tensor<128x128xbf16>>` converts O into the shared memory of `%slot` first (each warp its own rows)
@@ -311,7 +319,8 @@ def Tile_StoreOp : Tile_Op<"store", [MemoryEffects<[MemWrite]>]> {
     it, and a role must not have released it on its empty barrier (a producer may be refilling it). The
     interpreter checks all four.
   }];
-  let arguments = (ins Tile_OutputAttr:$operand, Tile_TileF32:$value, Optional<Tile_SlotType>:$staging);
+  let arguments = (ins Tile_OutputAttr:$operand, AnyTypeOf<[Tile_TileF32, Tile_AccType]>:$value,
+                       Optional<Tile_SlotType>:$staging);
   let assemblyFormat = "`` $operand $value (`through` $staging^)? attr-dict `:` type($value) (`,` type($staging)^)?";
   let hasVerifier = 1;
 }
@@ -718,6 +727,138 @@ def Tile_StoreSplitOp : Tile_Op<"store_split", [MemoryEffects<[MemWrite]>]> {
   let extraClassDeclaration = [{
     bool hasSink() { return !getSink().empty(); }
   }];
+}
+
+
+//===----------------------------------------------------------------------===//
+// The backward (program kinds backward_preprocess, backward_main, backward_postprocess; docs/backward.md)
+//===----------------------------------------------------------------------===//
+
+def Tile_RowDotOp : Tile_Op<"row_dot", [Pure]> {
+  let summary = "D = rowsum(A∘B) in fp32: the backward's D = rowsum(dO∘O)";
+  let description = [{
+    `%d = tile.row_dot %o, %do : tensor<?x128xbf16>, tensor<?x128xbf16> -> tensor<?xf32>`
+  }];
+  let arguments = (ins Tile_TileLowp:$a, Tile_TileLowp:$b);
+  let results = (outs Tile_TileF32:$result);
+  let assemblyFormat = "$a `,` $b attr-dict `:` type($a) `,` type($b) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Tile_ZeroAccOp : Tile_Op<"zero_acc", [Pure]> {
+  let summary = "an accumulator of zeros (the backward's dK and dV before the Q-tile loop)";
+  let description = [{ `%dk0 = tile.zero_acc : !tile.acc<?x128>` }];
+  let results = (outs Tile_AccType:$acc);
+  let assemblyFormat = "attr-dict `:` qualified(type($acc))";
+}
+
+def Tile_QLoopOp : Tile_Op<"q_loop", [SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects,
+                                       AttrSizedOperandSegments]> {
+  let summary = "walks the Q tiles that see this instance's K/V tile, threading accumulators (dK, dV)";
+  let description = [{
+    The backward's main loop, the converse of tile.kv_loop: a program instance owns a K/V tile and visits Q tiles.
+    Unscheduled (no bounds) it visits every Q tile of the sequence; scheduled, the Q tiles [from, to) (the rows
+    that the variant's KV-range rules let see the instance's keys: passes/Transforms/InvertKvRange.h) in
+    ascending order; `segment` says which part of that range it covers, as for tile.kv_loop (`interior`: every row
+    sees every key of the tile, no mask).
+    ```mlir
+    %dk, %dv = tile.q_loop from %lo to %hi iter_args(%dk0, %dv0) : !tile.acc<128x128>, !tile.acc<128x128>
+          -> !tile.acc<128x128>, !tile.acc<128x128> {
+    ^bb0(%i: i32, %dka: !tile.acc<128x128>, %dva: !tile.acc<128x128>):
+      %q = tile.load q[%i] : tensor<64x128xbf16>
+      ...
+      tile.yield %dka1, %dva1 : !tile.acc<128x128>, !tile.acc<128x128>
+    }
+    ```
+  }];
+  let arguments = (ins Optional<I32>:$lower, Optional<I32>:$upper, Variadic<Tile_AccType>:$inits,
+                       DefaultValuedAttr<Tile_SegmentAttr, "::flashtile::tile::Segment::All">:$segment);
+  let results = (outs Variadic<Tile_AccType>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    (`from` $lower^)? (`to` $upper^)? (`segment` `` $segment^)? `iter_args` `(` $inits `)` attr-dict `:`
+    qualified(type($inits)) `->` qualified(type($results)) custom<TileRegion>($body)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::Value getTileIndex() { return getBody().front().getArgument(0); }
+    ::mlir::Block::BlockArgListType getAccArgs() { return getBody().front().getArguments().drop_front(); }
+    bool isBounded() { return getLower() != nullptr; }
+  }];
+}
+
+def Tile_ProbsOp : Tile_Op<"probs", [Pure]> {
+  let summary = "P = exp(S − LSE) row by row, in fp32: the forward's probabilities, recomputed";
+  let description = [{
+    `%p = tile.probs %s, %lse : tensor<?x?xf32>, tensor<?xf32> -> tensor<?x?xf32>`. S are the final logits (after
+    scale, score_mod and mask), LSE the forward's (natural log, the sink included). A masked score (-inf) and a
+    row whose LSE is -inf (it saw no key) give P = 0.
+  }];
+  let arguments = (ins Tile_TileF32:$s, Tile_TileF32:$lse);
+  let results = (outs Tile_TileF32:$p);
+  let assemblyFormat = "$s `,` $lse attr-dict `:` type($s) `,` type($lse) `->` type($p)";
+  let hasVerifier = 1;
+}
+
+def Tile_DotTnOp : Tile_Op<"dot_tn", [Pure, TypesMatchWith<"the result is the accumulator's type", "acc", "result",
+                                                            "$_self">]> {
+  let summary = "acc += Aᵀ·B, fp32 accumulation (dV += Pᵀ·dO, dK += dSᵀ·Q)";
+  let description = [{
+    A (rows x cols) is rounded to B's element type first (as P is for P·V); B has A's rows. The accumulator has A's
+    columns as rows and B's columns.
+    `%dv1 = tile.dot_tn %p, %do, %dv0 : tensor<64x128xf32>, tensor<64x128xbf16>, !tile.acc<128x128>`
+  }];
+  let arguments = (ins Tile_TileAny:$a, Tile_TileLowp:$b, Tile_AccType:$acc);
+  let results = (outs Tile_AccType:$result);
+  let assemblyFormat = "$a `,` $b `,` $acc attr-dict `:` type($a) `,` type($b) `,` qualified(type($acc))";
+  let hasVerifier = 1;
+}
+
+def Tile_SoftmaxGradOp : Tile_Op<"softmax_grad", [Pure]> {
+  let summary = "dS' = P∘(dP − D): the gradient of the logits through the softmax";
+  let description = [{
+    `%ds = tile.softmax_grad %p, %dp, %d : tensor<?x?xf32>, tensor<?x?xf32>, tensor<?xf32> -> tensor<?x?xf32>`,
+    dP = dO·Vᵀ (tile.qk %do, %v), D = rowsum(dO∘O) per row.
+  }];
+  let arguments = (ins Tile_TileF32:$p, Tile_TileF32:$dp, Tile_TileF32:$delta);
+  let results = (outs Tile_TileF32:$ds);
+  let assemblyFormat = "$p `,` $dp `,` $delta attr-dict `:` type($p) `,` type($dp) `,` type($delta) `->` type($ds)";
+  let hasVerifier = 1;
+}
+
+def Tile_ScoreGradOp : Tile_Op<"score_grad", [AllTypesMatch<["ds", "result"]>, SingleBlockImplicitTerminator<"YieldOp">,
+                                               RecursiveMemoryEffects]> {
+  let summary = "dS = dS'·(d score_mod / d score), elementwise: the chain rule through the variant's score hook";
+  let description = [{
+    The region is the derivative of the variant's score modifier with respect to its score, built by the compiler
+    from the hook's IR (passes/Transforms/DifferentiateScore.h); it maps (score, b, h, q_idx, kv_idx) as
+    tile.score_mod's region does, `score` being the element of `%s` (the modifier's input), and the result is
+    `%ds` times it.
+    ```mlir
+    %ds2 = tile.score_grad %ds, %s1 : tensor<?x?xf32>, tensor<?x?xf32> {
+    ^bb0(%score: f32, %b: i32, %h: i32, %q: i32, %kv: i32):
+      ...   // softcap: 1 − tanh²(score / cap)
+      tile.yield %d : f32
+    }
+    ```
+  }];
+  let arguments = (ins Tile_TileF32:$ds, Tile_TileF32:$s);
+  let results = (outs Tile_TileF32:$result);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$ds `,` $s attr-dict `:` type($ds) `,` type($s) custom<TileRegion>($body)";
+  let hasVerifier = 1;
+}
+
+def Tile_AccumulateOp : Tile_Op<"accumulate", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "adds A·B (fp32) into rows of a global fp32 accumulator: the backward's dQ += dS·K";
+  let description = [{
+    `tile.accumulate dq_accum[%i], %ds, %k : tensor<64x128xf32>, tensor<128x128xbf16>` adds dS·K (A rounded to
+    B's element type) into the rows of Q tile `i` of the dQ accumulator. Instances of other K/V tiles add into the
+    same rows: the order of the adds is the target's (atomics), or fixed under the call's deterministic mode.
+  }];
+  let arguments = (ins Tile_OperandAttr:$operand, I32:$index, Tile_TileAny:$a, Tile_TileLowp:$b);
+  let assemblyFormat = "`` $operand `[` $index `]` `,` $a `,` $b attr-dict `:` type($a) `,` type($b)";
+  let hasVerifier = 1;
 }
 
 #endif // FLASHTILE_TILE_OPS

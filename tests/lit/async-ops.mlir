@@ -52,9 +52,17 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  // expected-error @+2 {{expected an input operand (q, k, v), got 'o'}}
+  // expected-error @+2 {{expected an input operand (q, k, v, o, do, lse, delta, dq_accum), got 'x'}}
   // expected-error @+1 {{failed to parse Tile_OperandAttr parameter 'value'}}
-  %kb = tile.buffer o : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+  %kb = tile.buffer x : !tile.buffer<tensor<64x64xbf16>, slots = 2>
+}
+
+// -----
+
+// A buffer holds tiles of a tensor the program's kind reads.
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  // expected-error @+1 {{'tile.buffer' op a forward program reads q, k, v, not o}}
+  %ob = tile.buffer o : !tile.buffer<tensor<64x64xbf16>, slots = 2>
 }
 
 // -----

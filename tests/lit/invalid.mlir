@@ -1,7 +1,7 @@
 // RUN: flashtile-opt %s --split-input-file --verify-diagnostics
 
 // A program's kind must be registered (passes/IR/ProgramKinds.h).
-// expected-error @+1 {{'tile.func' op program kind 'sideways' is not registered; known: forward}}
+// expected-error @+1 {{'tile.func' op program kind 'sideways' is not registered; known: backward_main, backward_postprocess, backward_preprocess, forward}}
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [], kind = "sideways"} {
 }
 
@@ -20,7 +20,7 @@ tile.func @f attributes {dtype = bf16, head_dim = 60 : i64, head_dim_v = 64 : i6
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  // expected-error @+1 {{expected a dimension (batch, heads_q, heads_kv, seqlen_q, seqlen_k, key_offset, split_begin, split_end, kv_step), got 'seqlen'}}
+  // expected-error @+1 {{expected a dimension (batch, heads_q, heads_kv, seqlen_q, seqlen_k, key_offset, split_begin, split_end, kv_step, batch_index, head_index, kv_tile), got 'seqlen'}}
   %x = tile.dim seqlen
 // MLIR's note on the failed attribute points at the token after the word.
 // expected-error @+1 {{failed to parse Tile_DimAttr parameter 'value'}}
@@ -50,7 +50,7 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  // expected-error @+2 {{expected an input operand (q, k, v), got 'x'}}
+  // expected-error @+2 {{expected an input operand (q, k, v, o, do, lse, delta, dq_accum), got 'x'}}
   // expected-error @+1 {{failed to parse Tile_OperandAttr parameter 'value'}}
   %k = tile.load x : tensor<?x64xbf16>
 }
@@ -332,9 +332,18 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %o = arith.constant dense<0.0> : tensor<64x64xf32>
-  // expected-error @+2 {{expected an output (o, lse), got 'q'}}
+  // expected-error @+2 {{expected an output (o, lse, delta, dq, dk, dv), got 'q'}}
   // expected-error @+1 {{failed to parse Tile_OutputAttr parameter 'value'}}
   tile.store q %o : tensor<64x64xf32>
+}
+
+// -----
+
+// The outputs a program writes are its kind's.
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  %o = arith.constant dense<0.0> : tensor<64x64xf32>
+  // expected-error @+1 {{'tile.store' op a forward program writes o, lse, not dq}}
+  tile.store dq %o : tensor<64x64xf32>
 }
 
 // -----

@@ -165,6 +165,7 @@ struct CompileFlags {
   ScheduleFlags schedule;
   std::string variant = "none", dtype = "bf16", shapeClass = std::string(kDefaultShapeClass), emit, output;
   std::string rotary = "none"; // rotary embedding of Q and the appended keys (KV-cache kernels)
+  std::string kind = std::string(kForwardKind); // the module kind: forward or backward
   int headDim = 128, headDimV = 0;
   bool printIrAfterAll = false;
 };
@@ -201,6 +202,7 @@ int runCompile(const CompileFlags &flags, bool emitDefaultsToCuda) {
   options.headDimV = headDimV;
   options.schedule.shapeClass = flags.shapeClass;
   options.printIrAfterAll = flags.printIrAfterAll;
+  options.kind = flags.kind;
   StatusOr<RotaryMode> rotary = jit::parseRotaryMode(flags.rotary);
   if (!rotary.ok())
     return fail(rotary.status());
@@ -263,6 +265,12 @@ void registerCompile(CLI::App &app, Registry &registry, const std::string &name,
                    "Rotary embedding of Q and the appended keys (KV-cache kernels: --schedule decode --kv-cache 1): "
                    "none, halves (pairs i, i + rotary_dim / 2) or interleaved (pairs 2i, 2i + 1)")
       ->check(oneOf("rotary", {"none", std::string(kRotaryHalves), std::string(kRotaryInterleaved)}))
+      ->capture_default_str();
+  command
+      ->add_option("--kind", flags->kind,
+                   "Module to build: forward, or backward (its preprocess, main and postprocess programs, from the "
+                   "same variant hooks)")
+      ->check(oneOf("kind", moduleKinds()))
       ->capture_default_str();
   addSwitch(*command, "--print-ir-after-all", flags->printIrAfterAll, "Print the IR after every pass on stderr");
   addScheduleFlags(*command, flags->schedule);

@@ -184,16 +184,105 @@ TEST(Dsl, MisuseInAHookIsReportedAtTheUsersLine) {
       << diagnostics;
 }
 
-// The runtime dispatches the kinds the compiler registers: a kind the compiler builds that the runtime does not know
-// would be a module nobody loads. (The runtime knows the backward module ahead of its programs.)
+// The runtime dispatches modules (kProgramKinds); each registered program kind is a kernel of one of them, and every
+// module kind the runtime knows has programs.
 TEST(ProgramKinds, TheRegistryAndTheRuntimeAgree) {
-  for (const std::string &name : tile::programKindNames())
-    EXPECT_NE(std::find(kProgramKinds.begin(), kProgramKinds.end(), name), kProgramKinds.end()) << name;
+  std::vector<std::string> runtime(kProgramKinds.begin(), kProgramKinds.end());
+  std::sort(runtime.begin(), runtime.end());
+  EXPECT_EQ(tile::moduleKindNames(), runtime);
+  EXPECT_EQ(moduleKinds(), runtime); // what buildProgram builds
+  for (const std::string &name : tile::programKindNames()) {
+    const tile::ProgramKind *kind = tile::lookupProgramKind(name);
+    ASSERT_NE(kind, nullptr);
+    EXPECT_NE(kind->verify, nullptr) << name;
+    EXPECT_NE(std::find(runtime.begin(), runtime.end(), kind->module), runtime.end()) << name;
+    for (const std::string &own : kind->own)
+      EXPECT_TRUE(kind->readsTensor(own)) << name << " owns " << own << " but does not read it";
+  }
   const tile::ProgramKind *forward = tile::lookupProgramKind(tile::kForwardProgram);
   ASSERT_NE(forward, nullptr);
   EXPECT_EQ(forward->name, kForwardKind);
-  EXPECT_NE(forward->verify, nullptr);
+  EXPECT_EQ(forward->module, kForwardKind);
   EXPECT_EQ(tile::lookupProgramKind("sideways"), nullptr);
+  std::vector<std::string> backward;
+  for (const tile::ProgramKind *kind : tile::programKindsOfModule(kBackwardKind))
+    backward.push_back(kind->name);
+  EXPECT_EQ(backward, (std::vector<std::string>{"backward_preprocess", "backward_main", "backward_postprocess"}));
+}
+
+/// The kinds of the tile.funcs of `variant`'s backward module, in order, and its ops' names.
+struct BuiltModule {
+  bool ok = false;
+  std::string diagnostics;
+  std::vector<std::string> kinds, ops;
+};
+
+BuiltModule buildBackward(const Variant &variant, ProgramOptions options = {}) {
+  mlir::MLIRContext context;
+  BuiltModule out;
+  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
+    out.diagnostics += d.str() + "\n";
+    return mlir::success();
+  });
+  auto module = buildProgram(context, variant, options, kBackwardKind);
+  out.ok = mlir::succeeded(module);
+  if (!out.ok)
+    return out;
+  for (tile::FuncOp func : (*module)->getOps<tile::FuncOp>())
+    out.kinds.push_back(func.getKind().str());
+  (*module)->walk<mlir::WalkOrder::PreOrder>(
+      [&](mlir::Operation *op) { out.ops.push_back(op->getName().getStringRef().str()); });
+  return out;
+}
+
+// Every built-in variant builds its backward module from the hooks its forward is built from: three programs of
+// the backward kinds, in the order their kernels run, verified (the kinds' verifiers included).
+TEST(BackwardPrograms, EveryBuiltInVariantBuildsThem) {
+  for (const std::string &name : variants::names()) {
+    for (ProgramOptions options : {ProgramOptions{}, ProgramOptions{ElementType::F16, 192, 128}}) {
+      BuiltModule b = buildBackward(*variants::byName(name), options);
+      ASSERT_TRUE(b.ok) << name << ": " << b.diagnostics;
+      EXPECT_EQ(b.kinds, (std::vector<std::string>{"backward_preprocess", "backward_main", "backward_postprocess"}))
+          << name;
+      auto count = [&](const std::string &op) { return std::count(b.ops.begin(), b.ops.end(), op); };
+      EXPECT_EQ(count("tile.q_loop"), 1) << name;
+      EXPECT_EQ(count("tile.probs"), 1) << name;
+      EXPECT_EQ(count("tile.softmax_grad"), 1) << name;
+      EXPECT_EQ(count("tile.dot_tn"), 2) << name; // dV += Pᵀ·dO, dK += dSᵀ·Q
+      EXPECT_EQ(count("tile.qk"), 2) << name;     // S = Q·Kᵀ, dP = dO·Vᵀ
+      EXPECT_EQ(count("tile.accumulate"), 1) << name;
+      EXPECT_EQ(count("tile.kv_range"), 2) << name; // the forward's rules, which the schedule inverts
+      EXPECT_EQ(count("tile.score_mod"), variants::byName(name)->scoreFn() ? 1 : 0) << name;
+    }
+  }
+}
+
+// The chain rule through the score hook is there exactly where the hook's derivative is not 1.
+TEST(BackwardPrograms, TheScoreHooksDerivativeIsTheCompilers) {
+  auto count = [](const BuiltModule &b, const std::string &op) { return std::count(b.ops.begin(), b.ops.end(), op); };
+  BuiltModule softcap = buildBackward(*variants::byName("softcap"));
+  ASSERT_TRUE(softcap.ok) << softcap.diagnostics;
+  EXPECT_EQ(count(softcap, "tile.score_grad"), 1);
+  EXPECT_EQ(count(softcap, "math.tanh"), 2); // the hook and its derivative 1 − tanh²
+  BuiltModule alibi = buildBackward(*variants::byName("alibi_causal"));
+  ASSERT_TRUE(alibi.ok) << alibi.diagnostics;
+  EXPECT_EQ(count(alibi, "tile.score_grad"), 0); // score + bias: d/dscore = 1
+  BuiltModule none = buildBackward(*variants::byName("none"));
+  ASSERT_TRUE(none.ok) << none.diagnostics;
+  EXPECT_EQ(count(none, "tile.score_grad"), 0);
+  EXPECT_EQ(count(none, "tile.score_mod"), 0);
+}
+
+// buildProgram names the module kinds it accepts.
+TEST(BackwardPrograms, AnUnknownKindIsAnError) {
+  mlir::MLIRContext context;
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
+    diagnostics += d.str();
+    return mlir::success();
+  });
+  EXPECT_TRUE(mlir::failed(buildProgram(context, variants::causal(), ProgramOptions{}, "sideways")));
+  EXPECT_EQ(diagnostics, "unknown module kind 'sideways'; accepted: backward, forward");
 }
 
 // Programs the DSL builds are forward programs, and their kernels say so.

@@ -153,11 +153,14 @@ TEST(KernelInfo, TheProgramKindIsCarried) {
   EXPECT_EQ(info.spec().kind, "forward");
   EXPECT_THAT(info.spec().key(), testing::Not(HasSubstr("kind=")));
   KernelSpec other = info.spec();
-  other.kind = "backward_main";
-  EXPECT_THAT(other.key(), HasSubstr(";kind=backward_main"));
+  other.kind = "backward";
+  EXPECT_THAT(other.key(), HasSubstr(";kind=backward"));
   EXPECT_FALSE(matches(info, other));
+  KernelInfo backward = info;
+  backward.kind = "backward";
+  EXPECT_TRUE(backward.verify().ok()) << backward.verify().message();
   info.kind = "sideways";
-  EXPECT_THAT(info.verify().message(), HasSubstr("field 'kind': 'sideways' is not one of forward"));
+  EXPECT_THAT(info.verify().message(), HasSubstr("field 'kind': 'sideways' is not one of forward, backward"));
 }
 
 TEST(KernelInfo, RoundTripsParamRules) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace flashtile {
 
@@ -36,6 +37,21 @@ void loadProgramDialects(mlir::MLIRContext &context);
 /// are `?`. Fails (with a diagnostic) when a hook is ill-typed, e.g. a mask that returns a float.
 mlir::FailureOr<mlir::OwningOpRef<mlir::ModuleOp>>
 buildAttentionProgram(mlir::MLIRContext &context, const Variant &variant, const ProgramOptions &options);
+
+/// Builds the programs of a module kind (passes/IR/ProgramKinds.h) for a variant, every kind from the same hooks:
+/// "forward" is buildAttentionProgram's; "backward" is three tile.funcs, in the order their kernels run:
+///   @attention_bwd_preprocess (backward_preprocess): D = rowsum(dO∘O) of a Q tile;
+///   @attention_bwd (backward_main): for a K/V tile, every Q tile i: S = Q_i·Kᵀ·scale, the score hook, the mask,
+///     P = e^(S − LSE_i), dV += Pᵀ·dO_i, dP = dO_i·Vᵀ, dS = P∘(dP − D_i)·(d score_mod / d score)·scale,
+///     dK += dSᵀ·Q_i, dq_accum[i] += dS·K; then dK and dV stored;
+///   @attention_bwd_postprocess (backward_postprocess): dQ of a Q tile from its fp32 accumulator.
+/// The score hook's derivative is the compiler's (passes/Transforms/DifferentiateScore.h): a hook it cannot
+/// differentiate is an error naming the op. An unknown kind is an error naming the accepted ones.
+mlir::FailureOr<mlir::OwningOpRef<mlir::ModuleOp>> buildProgram(mlir::MLIRContext &context, const Variant &variant,
+                                                                const ProgramOptions &options,
+                                                                llvm::StringRef moduleKind);
+/// The module kinds buildProgram accepts, sorted.
+std::vector<std::string> moduleKinds();
 
 /// The variant's identity for cache keys: its name plus a hash of the IR its hooks produce, so two different
 /// lambdas under one name never share a kernel ("causal#9f1c...").

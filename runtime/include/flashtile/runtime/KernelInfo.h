@@ -45,7 +45,9 @@ inline constexpr std::string_view kShortShapeClass = "short";
 inline constexpr std::array<std::string_view, 2> kShapeClasses = {kDefaultShapeClass, kShortShapeClass};
 inline constexpr int kShortSeqlen = 1024;
 
-/// Program kinds: what a module computes. A call asks for one kind; kernels of another kind never serve it.
+/// Module kinds: what a compiled module computes (the program kinds of its kernels belong to it, passes/IR/
+/// ProgramKinds.h: the backward module holds the backward_preprocess, backward_main and backward_postprocess
+/// kernels). A call asks for one kind; kernels of another kind never serve it.
 inline constexpr std::string_view kForwardKind = "forward";
 /// The backward: one module of three kernels (preprocess, main, postprocess) whose plan computes dQ, dK, dV (and
 /// the variant's input gradients) of one call (Runtime::backward).
