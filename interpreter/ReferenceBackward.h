@@ -37,7 +37,7 @@ struct ReferenceProblem {
   std::vector<WideInput> inputs; ///< in the order of the tile.func's `inputs`
   /// Varlen: empty (dense), or batch + 1 offsets each, as interp::Problem's (seqlenQ/seqlenK are then the totals,
   /// the tensors hold one batch entry of packed rows, and tile.dim key_offset is cu_seqlens_k[b]).
-  std::vector<int32_t> cuSeqlensQ, cuSeqlensK;
+  std::vector<int32_t> cuSeqlensQ{}, cuSeqlensK{};
 
   bool isVarlen() const { return !cuSeqlensQ.empty(); }
 };
