@@ -11,7 +11,6 @@
 #include "interpreter/BackwardMath.h"
 #include "interpreter/ScalarOps.h"
 #include "interpreter/TileMath.h"
-#include "passes/IR/ProgramKinds.h"
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/TilePacking.h"
 #include "passes/IR/TileRotary.h"
@@ -942,6 +941,12 @@ int64_t dimValue(Dim dim, const Problem &problem, const Instance &inst, int64_t 
     return inst.splitEnd;
   case Dim::KvStep:
     return kvStep;
+  case Dim::BatchIndex:
+    return inst.b;
+  case Dim::HeadIndex:
+    return inst.h;
+  case Dim::KvTile: // the backward's main program: its K/V tile; other programs' instances own Q tiles
+    return inst.kvTile;
   }
   llvm_unreachable("a tile.dim the interpreter does not know");
 }

@@ -111,9 +111,8 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
   if (options.kind != kForwardKind && options.rotary != RotaryMode::None)
     return Status::error("rotary embedding belongs to forward KV-cache kernels; a " + options.kind +
                          " module has none");
-  auto module = buildProgram(context, variant,
-                             ProgramOptions{options.dtype, options.headDim, options.headDimV, options.rotary},
-                             options.kind);
+  auto module = buildProgram(
+      context, variant, ProgramOptions{options.dtype, options.headDim, options.headDimV, options.rotary}, options.kind);
   if (mlir::failed(module))
     return failedWith("building the " + options.kind + " tile program for variant '" + variant.name() + "' failed");
   result.tileIr = print(module->get());
@@ -241,8 +240,8 @@ StatusOr<std::pair<Variant, CompileOptions>> Jit::optionsFor(const KernelSpec &s
   // The DSL builds the programs of every module kind (buildProgram); the schedules compile forward modules only so
   // far (docs/backward.md).
   if (spec.kind != kForwardKind)
-    return Status::error("program kind '" + spec.kind + "' has no kernels the JIT builds yet; it builds: " +
-                         std::string(kForwardKind));
+    return Status::error("program kind '" + spec.kind +
+                         "' has no kernels the JIT builds yet; it builds: " + std::string(kForwardKind));
   std::optional<Variant> variant;
   schedule::Knobs knobs;
   {

@@ -91,6 +91,12 @@ StringRef dimField(tile::Dim dim) {
     return "p.splitEnd";
   case tile::Dim::KvStep: // the launch's K/V tile (K/V-step programs; 0 in other launches)
     return "p.kvStep";
+  case tile::Dim::BatchIndex:
+    return "blockBatch";
+  case tile::Dim::HeadIndex:
+    return "blockHead";
+  case tile::Dim::KvTile: // the K/V tile of a backward_main block; the forward's blocks own Q tiles
+    return "0";
   }
   llvm_unreachable("a tile.dim the CUDA printer does not know");
 }

@@ -1,9 +1,9 @@
 //===- Program.cpp - the tile programs of a variant: forward and backward --===//
 #include "flashtile/dsl/Program.h"
 #include "passes/IR/ProducerOrder.h"
+#include "passes/IR/ProgramKinds.h"
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/TileRotary.h"
-#include "passes/IR/ProgramKinds.h"
 #include "passes/Transforms/DifferentiateScore.h"
 
 #include "mlir/IR/Matchers.h"
@@ -173,8 +173,8 @@ FailureOr<tile::ScoreModOp> ProgramBuilder::scoreMod(Value s) {
   auto mod = tile::ScoreModOp::create(b, loc, s.getType(), s);
   OpBuilder::InsertionGuard inner(b);
   Block *blk = b.createBlock(&mod.getBody(), {}, {f32, i32, i32, i32, i32}, {loc, loc, loc, loc, loc});
-  dsl::Coords c{dsl::Expr(b, blk->getArgument(1)), dsl::Expr(b, blk->getArgument(2)),
-                dsl::Expr(b, blk->getArgument(3)), dsl::Expr(b, blk->getArgument(4)), sizes()};
+  dsl::Coords c{dsl::Expr(b, blk->getArgument(1)), dsl::Expr(b, blk->getArgument(2)), dsl::Expr(b, blk->getArgument(3)),
+                dsl::Expr(b, blk->getArgument(4)), sizes()};
   dsl::HookTrace traced(siteOf(variant.hookSites().score), "score modifier of variant '" + variant.name() + "'");
   dsl::Expr out = variant.scoreFn()(dsl::Expr(b, blk->getArgument(0)), c, params());
   if (traced.failed() || failed(expectType(out, f32, "the score modifier's result")))

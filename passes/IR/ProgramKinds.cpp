@@ -159,17 +159,35 @@ struct Registry {
       order.push_back(name);
   }
   Registry() {
-    add(ProgramKind{kForwardProgram.str(), "attention forward: O and LSE of a Q tile over its keys", verifyForward,
-                    kForwardProgram.str(), {"q", "k", "v"}, {"q"}, {"o", "lse"}});
-    add(ProgramKind{kBackwardPreprocess.str(), "attention backward, first: D = rowsum(dO∘O) of a Q tile",
-                    verifyBackwardPreprocess, kBackwardModule.str(), {"o", "do"}, {"o", "do"}, {"delta"}});
+    add(ProgramKind{kForwardProgram.str(),
+                    "attention forward: O and LSE of a Q tile over its keys",
+                    verifyForward,
+                    kForwardProgram.str(),
+                    {"q", "k", "v"},
+                    {"q"},
+                    {"o", "lse"}});
+    add(ProgramKind{kBackwardPreprocess.str(),
+                    "attention backward, first: D = rowsum(dO∘O) of a Q tile",
+                    verifyBackwardPreprocess,
+                    kBackwardModule.str(),
+                    {"o", "do"},
+                    {"o", "do"},
+                    {"delta"}});
     add(ProgramKind{kBackwardMain.str(),
                     "attention backward: dK and dV of a K/V tile over the Q tiles that see it, dQ added into an fp32 "
                     "accumulator",
-                    verifyBackwardMain, kBackwardModule.str(), {"q", "k", "v", "do", "lse", "delta"}, {"k", "v"},
+                    verifyBackwardMain,
+                    kBackwardModule.str(),
+                    {"q", "k", "v", "do", "lse", "delta"},
+                    {"k", "v"},
                     {"dk", "dv", "dq_accum"}});
-    add(ProgramKind{kBackwardPostprocess.str(), "attention backward, last: dQ of a Q tile from its fp32 accumulator",
-                    verifyBackwardPostprocess, kBackwardModule.str(), {"dq_accum"}, {"dq_accum"}, {"dq"}});
+    add(ProgramKind{kBackwardPostprocess.str(),
+                    "attention backward, last: dQ of a Q tile from its fp32 accumulator",
+                    verifyBackwardPostprocess,
+                    kBackwardModule.str(),
+                    {"dq_accum"},
+                    {"dq_accum"},
+                    {"dq"}});
   }
 };
 

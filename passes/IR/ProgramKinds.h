@@ -6,7 +6,8 @@
 // verifier of `tile-verify-program` is the kind's. A kind belongs to a module kind: the kernels of one call, compiled
 // into one module (forward; backward = preprocess + main + postprocess). Modules carry their kind into KernelInfo
 // and the cache key (flashtile/runtime/KernelInfo.h: kProgramKinds lists the module kinds the runtime dispatches),
-// so a module of one kind never serves a call of another. docs/architecture.md, "How to add a program kind", walks through adding one.
+// so a module of one kind never serves a call of another. docs/architecture.md, "How to add a program kind", walks
+// through adding one.
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_PASSES_IR_PROGRAMKINDS_H
 #define FLASHTILE_PASSES_IR_PROGRAMKINDS_H

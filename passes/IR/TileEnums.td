@@ -101,7 +101,12 @@ def Tile_Dim : Tile_Enum<"Dim", "a dimension", "a problem size read from the ker
   I32EnumAttrCase<"KeyOffset", 5, "key_offset">,
   I32EnumAttrCase<"SplitBegin", 6, "split_begin">,
   I32EnumAttrCase<"SplitEnd", 7, "split_end">,
-  I32EnumAttrCase<"KvStep", 8, "kv_step">
+  I32EnumAttrCase<"KvStep", 8, "kv_step">,
+  // This program instance's batch entry and query head (what a forward instance's KV-range rules are given).
+  I32EnumAttrCase<"BatchIndex", 9, "batch_index">,
+  I32EnumAttrCase<"HeadIndex", 10, "head_index">,
+  // The K/V tile a backward_main instance owns (0 in other programs).
+  I32EnumAttrCase<"KvTile", 11, "kv_tile">
 ]>;
 def Tile_DimAttr : Tile_EnumAttr<Tile_Dim, "dim">;
 

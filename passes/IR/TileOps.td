@@ -68,7 +68,7 @@ def Tile_DimOp : Tile_Op<"dim", [Pure]> {
   let summary = "a problem size, read from the kernel arguments";
   let description = [{
     `%sk = tile.dim seqlen_k`: one of `batch`, `heads_q`, `heads_kv`, `seqlen_q`, `seqlen_k`, `key_offset`,
-    `split_begin`, `split_end`, `kv_step`. `seqlen_q` and `seqlen_k` are the lengths of this program instance's own sequence: with packed sequences
+    `split_begin`, `split_end`, `kv_step`, `batch_index`, `head_index`, `kv_tile`. `seqlen_q` and `seqlen_k` are the lengths of this program instance's own sequence: with packed sequences
     (varlen, cu_seqlens) each sequence has its own, so masks and KV-range rules (e.g. causal's bottom-right
     alignment) and the bounds of loads and stores follow that sequence. `batch` is the number of sequences.
     `key_offset` is the row of the sequence's first key among all sequences' keys: b·seqlen_k dense,
@@ -80,7 +80,8 @@ def Tile_DimOp : Tile_Op<"dim", [Pure]> {
     key range (split-KV, inserted by the decode schedule's tile-decode-split-kv): whole K/V tiles, [0, 0) for a
     split past the sequence's end, [0, seqlen_k) when the walk is not split.
     `kv_step` is the K/V tile of this launch in a program launched once per K/V tile (`tile.state_load`); 0 in
-    other programs.
+    other programs. `batch_index` and `head_index` are the program instance's batch entry and query head;
+    `kv_tile` is the K/V tile a backward_main instance owns (0 in other programs).
   }];
   let arguments = (ins Tile_DimAttr:$dim);
   let results = (outs I32:$result);

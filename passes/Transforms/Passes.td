@@ -39,6 +39,19 @@ def TileSplitBoundary : Pass<"tile-split-boundary", "::flashtile::tile::FuncOp">
   }];
 }
 
+def TileBoundQLoop : Pass<"tile-bound-q-loop", "::flashtile::tile::FuncOp"> {
+  let summary = "Bounds a backward_main program's Q-tile loop by the inverse of the KV-range rules, in segments";
+  let description = [{
+    The backward's converse of tile-split-boundary, on a scheduled backward_main program: the instance's K/V tile
+    (`tile.dim kv_tile`, blockN keys) is seen by the Q tiles the inverted `tile.kv_range may` rule gives
+    (passes/Transforms/InvertKvRange.h: exact for causal in both alignments and windows, conservative otherwise), and
+    the inverted `full` rule gives those whose every row sees every key of it. The loop becomes three bounded ones,
+    ascending: head boundary, interior (mask removed), tail boundary; a K/V tile that runs past the sequence keeps its
+    mask everywhere. Other programs are left alone.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+}
+
 def TilePipelineCopies : Pass<"tile-pipeline-copies", "::flashtile::tile::FuncOp"> {
   let summary = "Reads K/V tiles from shared-memory slots that asynchronous copies fill while the warps compute";
   let description = [{

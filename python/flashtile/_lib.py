@@ -128,6 +128,22 @@ INPUTS = [struct.Struct(f"{n}Q") for n in range(MAX_INPUTS + 1)]
 INPUTS_OFFSET = Call.inputs.offset
 
 
+class BwdCall(ctypes.Structure):
+    """flashtile_bwd_call (CApi.h): one backward call; `forward` is the forward's flashtile_call as it was made."""
+
+    _fields_ = [
+        ("size", ctypes.c_ulonglong),
+        ("forward", Call),
+        ("d_o", ctypes.c_void_p), ("d_q", ctypes.c_void_p), ("d_k", ctypes.c_void_p), ("d_v", ctypes.c_void_p),
+        ("input_grads", ctypes.c_void_p * MAX_INPUTS),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_ulonglong),
+        ("d_o_stride", ctypes.c_longlong * 4), ("d_q_stride", ctypes.c_longlong * 4),
+        ("d_k_stride", ctypes.c_longlong * 4), ("d_v_stride", ctypes.c_longlong * 4),
+        ("deterministic", ctypes.c_int),
+    ]
+
+
 class KvCacheCall(ctypes.Structure):
     """flashtile_kvcache_call (CApiKvCache.h): one call over a KV cache (flash_attn_with_kvcache)."""
 
@@ -198,6 +214,8 @@ class _Library:
         )
         lib.flashtile_forward_call.restype = c_int
         lib.flashtile_forward_call.argtypes = [c_void_p, c_void_p]
+        lib.flashtile_backward_call.restype = c_int
+        lib.flashtile_backward_call.argtypes = [c_void_p, c_void_p]
         lib.flashtile_forward_kvcache.restype = c_int
         lib.flashtile_forward_kvcache.argtypes = [c_void_p, c_void_p]
         lib.flashtile_explain.restype = c_int

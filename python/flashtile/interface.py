@@ -483,17 +483,18 @@ _is_compiling = torch.compiler.is_compiling
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
             cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
             variant: str, params: List[float], inputs: List[torch.Tensor], schedule: Optional[str] = None,
-            strict: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+            strict: bool = False, deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """Attention forward: (O, LSE). Dense: q (B, Sq, Hq, D), LSE (B, Hq, Sq); varlen: q (total_q, Hq, D),
     LSE (Hq, total_q). `variant` is a built-in name or a registered id; `schedule` a schedule's name or None (the
-    runtime's choice); arguments are checked by the callers."""
+    runtime's choice); `deterministic` is the backward's (flash-attn's flag); arguments are checked by the
+    callers."""
     return _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, variant.encode(),
                    params, inputs, None, _schedule_option(schedule, strict)[0], int(strict))
 
 
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, variant, params,
-              inputs, schedule=None, strict=False):
+              inputs, schedule=None, strict=False, deterministic=False):
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
     if cu_seqlens_q is not None:
         lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
@@ -502,22 +503,101 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, s
     return out, lse
 
 
-def _no_backward(ctx, grad_out, grad_lse):
-    raise NotImplementedError("flashtile: the attention backward pass is not implemented yet; flashtile computes "
-                              "the forward only (call it under torch.no_grad() or on tensors without requires_grad)")
+def _backward_launch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
+                     softmax_scale: float, variant: str, params: Sequence[float], inputs: Sequence[torch.Tensor],
+                     wanted: Sequence[bool], schedule: Optional[str], strict: bool, deterministic: bool):
+    """dQ, dK, dV and the wanted inputs' gradients (an empty tensor for the others) of the forward call that gave
+    `out` and `lse`, on the current stream of q's device (flashtile_backward_call)."""
+    lib = _library or _first_library()
+    runtime = _runtime or _first_runtime()
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    grads = [torch.zeros_like(t, dtype=torch.float32) if want else t.new_empty((0,), dtype=torch.float32)
+             for t, want in zip(inputs, wanted)]
+    if q.numel() == 0 or k.numel() == 0:
+        # No query rows: no key is used (dK = dV = 0); no keys: O = 0 for every row (dQ = 0).
+        return dq.zero_(), dk.zero_(), dv.zero_(), grads
+    grad_out = _aligned(_kernel_ready(grad_out))
+    schedule_bytes = _schedule_option(schedule, strict)[0]
+    forward, variant_id, _, index = _filled_call(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                 max_seqlen_k, softmax_scale, variant.encode(), params, inputs,
+                                                 schedule_bytes, int(strict))
+    call = _lib.BwdCall()
+    call.size = ctypes.sizeof(_lib.BwdCall)
+    call.forward = forward
+    call.d_o, call.d_q, call.d_k, call.d_v = grad_out.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
+    for i, (grad, want) in enumerate(zip(grads, wanted)):
+        call.input_grads[i] = grad.data_ptr() if want else None
+    varlen = cu_seqlens_q is not None
+    for field, t in (("d_o_stride", grad_out), ("d_q_stride", dq), ("d_k_stride", dk), ("d_v_stride", dv)):
+        getattr(call, field)[1 if varlen else 0:] = t.stride()
+    call.deterministic = int(bool(deterministic))
+    if index != _current_device():
+        with torch.cuda.device(index):
+            rc = lib.lib.flashtile_backward_call(runtime, ctypes.addressof(call))
+    else:
+        rc = lib.lib.flashtile_backward_call(runtime, ctypes.addressof(call))
+    if rc != 0:
+        raise lib.error("flashtile backward")
+    del variant_id  # held until the call is queued
+    return dq, dk, dv, grads
 
 
-_fwd_op.register_autograd(_no_backward, setup_context=lambda ctx, inputs, output: None)
+@torch.library.custom_op("flashtile::bwd", mutates_args=(), device_types="cuda")
+def _bwd_op(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+            lse: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
+            max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, variant: str, params: List[float],
+            inputs: List[torch.Tensor], wanted: List[bool], schedule: Optional[str] = None, strict: bool = False,
+            deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, List[torch.Tensor]]:
+    """Attention backward: (dQ, dK, dV, input gradients) of the forward call that gave `out` and `lse`; an input's
+    gradient is an empty tensor where `wanted` says no."""
+    return _backward_launch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                            softmax_scale, variant, params, inputs, wanted, schedule, strict, deterministic)
+
+
+@_bwd_op.register_fake
+def _bwd_fake(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+              variant, params, inputs, wanted, schedule=None, strict=False, deterministic=False):
+    grads = [torch.empty_like(t, dtype=torch.float32) if want else t.new_empty((0,), dtype=torch.float32)
+             for t, want in zip(inputs, wanted)]
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), grads
+
+
+def _fwd_setup_context(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, max_q, max_k, scale, variant, params, arrays, schedule, strict, deterministic = inputs
+    out, lse = output
+    # flash-attn's LSE is a result, not a differentiable output: its gradient is not propagated (as flash-attn).
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, *arrays)
+    ctx.call = (max_q, max_k, scale, variant, params, len(arrays), schedule, strict, deterministic)
+    # Gradients of the variant's fp32 arrays (ALiBi slopes, sinks, a bias) where autograd asks for them.
+    ctx.wanted = [t.dtype == torch.float32 and t.requires_grad for t in arrays]
+
+
+def _fwd_backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse, cu_q, cu_k, *arrays = ctx.saved_tensors
+    max_q, max_k, scale, variant, params, _, schedule, strict, deterministic = ctx.call
+    dq, dk, dv, grads = torch.ops.flashtile.bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, variant,
+                                                params, list(arrays), list(ctx.wanted), schedule, strict,
+                                                deterministic)
+    input_grads = [grad if want else None for grad, want in zip(grads, ctx.wanted)]
+    return dq, dk, dv, None, None, None, None, None, None, None, input_grads, None, None, None
+
+
+_fwd_op.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
+
+
+def _needs_grad(q, k, v, inputs) -> bool:
+    return _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
+                                or any(t.requires_grad for t in inputs))
 
 
 def _run(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved: _Resolved, params, inputs, remember=None,
-         schedule: Optional[bytes] = None, strict: int = 0):
-    # The custom op under torch.compile (no graph break) and when autograd must see the call (so backward
-    # raises instead of silently giving no gradient); the direct call otherwise, for the shortest eager path.
-    needs_op = _is_compiling() or (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
-    if needs_op:
+         schedule: Optional[bytes] = None, strict: int = 0, deterministic: bool = False):
+    # The custom op under torch.compile (no graph break) and when autograd must see the call (its backward is
+    # registered); the direct call otherwise, for the shortest eager path.
+    if _is_compiling() or _needs_grad(q, k, v, inputs):
         return torch.ops.flashtile.fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id, params, inputs,
-                                       schedule.decode() if schedule else None, bool(strict))
+                                       schedule.decode() if schedule else None, bool(strict), bool(deterministic))
     return _launch(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id_bytes, params, inputs, remember, schedule,
                    strict)
 
@@ -564,13 +644,14 @@ def _check_flags(window_size, softcap, alibi_slopes, batch, heads_q, device):
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False, *, schedule=None, strict=False):
-    """flash-attn 2.x's flash_attn_func, forward only.
+    """flash-attn 2.x's flash_attn_func, differentiable.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads % nheads_k == 0
     (GQA/MQA). Causal and windows align to the bottom-right corner. Returns out (batch, seqlen_q, nheads, headdim),
     or with return_attn_probs=True (out, softmax_lse (batch, nheads, seqlen_q) fp32, None) as flash-attn does
-    without dropout. dropout_p > 0 and the backward pass raise NotImplementedError; `deterministic` only concerns
-    the backward pass.
+    without dropout. dropout_p > 0 raises NotImplementedError. The backward pass gives dq, dk, dv (and the gradient
+    of alibi_slopes when it requires grad); deterministic=True makes them bitwise reproducible (accumulations in a
+    fixed order), the default accumulates with atomics in arrival order. softmax_lse is not differentiable.
     schedule=/strict=: the schedule to run instead of the fastest with a kernel for the call, and whether a
     missing kernel is an error rather than a fallback (docs/python.md, "Schedules"; flashtile.explain says which).
     """
@@ -589,11 +670,11 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
             if launched is not None:
                 return (launched[0], launched[1], None) if return_attn_probs else launched[0]
     return _flash_attn_func_checked(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                                    return_attn_probs, schedule, strict)
+                                    return_attn_probs, schedule, strict, deterministic)
 
 
 def _flash_attn_func_checked(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                             return_attn_probs, schedule=None, strict=False):
+                             return_attn_probs, schedule=None, strict=False, deterministic=False):
     """flash_attn_func with every check; files the call shape for the warm path where it can serve it."""
     remember = None
     if (not _is_compiling() and alibi_slopes is None and type(q) is _Tensor and type(k) is _Tensor
@@ -604,7 +685,7 @@ def _flash_attn_func_checked(q, k, v, dropout_p, softmax_scale, causal, window_s
     launch, as_given = _dense_call(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                                    return_attn_probs)
     dv = launch[-1]
-    out, lse = _run(*launch[:-1], remember if as_given else None, name, strict_flag)
+    out, lse = _run(*launch[:-1], remember if as_given else None, name, strict_flag, deterministic)
     if out.shape[-1] != dv:
         out = out[..., :dv]
     return (out, lse, None) if return_attn_probs else out
@@ -649,7 +730,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None, *, schedule=None,
                            strict=False):
-    """flash-attn 2.x's flash_attn_varlen_func, forward only.
+    """flash-attn 2.x's flash_attn_varlen_func, differentiable (as flash_attn_func, `deterministic` included).
 
     q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim); cu_seqlens_q/k: int32 (batch + 1,) on q's
     device; masks align to each sequence's own lengths. Returns out (total_q, nheads, headdim), or with
@@ -662,7 +743,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     launch = _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                           causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table)
     dv = launch[-1]
-    out, lse = _run(*launch[:-1], None, name, strict_flag)
+    out, lse = _run(*launch[:-1], None, name, strict_flag, deterministic)
     if out.shape[-1] != dv:
         out = out[..., :dv]
     return (out, lse, None) if return_attn_probs else out
@@ -709,13 +790,15 @@ def _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
 
 def attention(q, k, v, variant: VariantLike = "none", *, params=None, inputs=None, softmax_scale=None,
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, return_lse=False,
-              schedule=None, strict=False):
+              schedule=None, strict=False, deterministic=False):
     """Attention with any variant: a built-in name ("causal", "sliding_window", ...) or a flashtile.Variant.
 
     Layouts are flash_attn_func's (dense) or, with cu_seqlens_q/k, flash_attn_varlen_func's. `params`: the
     variant's numbers by name (missing ones take the declared values) or in declaration order; `inputs`: its
     arrays by name or in order (CUDA tensors of the declared dtype; the hooks' indices define their shapes).
     Returns out, or (out, lse) with return_lse=True. A new Variant is compiled on first use and cached on disk.
+    Differentiable in q, k, v and the variant's fp32 inputs (lse is not); deterministic=True: bitwise reproducible
+    gradients.
     schedule=/strict=: the schedule to run instead of the fastest with a kernel for the call, and whether a
     missing kernel is an error rather than a fallback (docs/python.md, "Schedules"; flashtile.explain says which).
     """
@@ -723,7 +806,7 @@ def attention(q, k, v, variant: VariantLike = "none", *, params=None, inputs=Non
     launch = _attention_call(q, k, v, variant, params, inputs, softmax_scale, cu_seqlens_q, cu_seqlens_k,
                              max_seqlen_q, max_seqlen_k)
     dv = launch[-1]
-    out, lse = _run(*launch[:-1], None, name, strict_flag)
+    out, lse = _run(*launch[:-1], None, name, strict_flag, deterministic)
     if out.shape[-1] != dv:
         out = out[..., :dv]
     return (out, lse) if return_lse else out

@@ -317,3 +317,40 @@ Status Runtime::validateCuSeqlens(const AttentionArgs &args, const int *cuSeqlen
       return s;
   return Status();
 }
+
+Status Runtime::validateBackward(const BackwardArgs &args) {
+  const AttentionArgs &forward = args.forward;
+  if (forward.kvCache.enabled())
+    return Status::error("forward.kvCache is set; the KV-cache mode (flash_attn_with_kvcache) has no backward");
+  if (Status s = validate(forward); !s.ok())
+    return s.withContext("forward");
+  // As the forward's tensors: without query rows dO and dQ may be null, without keys dK and dV.
+  const bool rows = forward.seqlenQ != 0, keys = forward.seqlenK != 0;
+  for (auto [name, pointer, needed] : {std::tuple<std::string_view, const void *, bool>{"dO", args.dO, rows},
+                                       {"dQ", args.dQ, rows},
+                                       {"dK", args.dK, keys},
+                                       {"dV", args.dV, keys}})
+    if (needed && !pointer)
+      return Status::error(std::string(name) + " is null; dO and dQ must be device pointers when there are query rows, " +
+                           "dK and dV when there are keys");
+  for (auto [name, stride] : {std::pair<std::string_view, const std::array<long long, 4> &>{"dO", args.dOStride},
+                              {"dQ", args.dQStride},
+                              {"dK", args.dKStride},
+                              {"dV", args.dVStride}})
+    if (Status s = checkStrides(name, stride, forward.isVarlen()); !s.ok())
+      return s;
+  for (auto [name, pointer] : {std::pair<std::string_view, const void *>{"dO", args.dO},
+                               {"dQ", args.dQ},
+                               {"dK", args.dK},
+                               {"dV", args.dV}})
+    if (Status s = checkAligned(name, pointer, kTensorAlignmentBytes); !s.ok())
+      return s;
+  if (!args.inputGrads.empty() && args.inputGrads.size() != forward.inputs.size())
+    return Status::error("inputGrads has " + std::to_string(args.inputGrads.size()) +
+                         " entries; expected none or one per input of the variant (" +
+                         std::to_string(forward.inputs.size()) + ")");
+  for (size_t i = 0; i < args.inputGrads.size(); ++i)
+    if (Status s = checkAligned("inputGrads[" + std::to_string(i) + "]", args.inputGrads[i], sizeof(float)); !s.ok())
+      return s;
+  return Status();
+}

@@ -6,6 +6,7 @@
 #include "flashtile/runtime/Runtime.h"
 #include "flashtile/runtime/Version.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -287,6 +288,41 @@ int flashtile_forward_call(flashtile_runtime *rt, const flashtile_call *call) {
     if (flashtile::Status s = argsFromCall(call, args); !s.ok())
       return report(s);
     return report(rt->runtime.forward(args, static_cast<CUstream>(call->stream)));
+  });
+}
+
+int flashtile_backward_call(flashtile_runtime *rt, const flashtile_bwd_call *call) {
+  return guarded([&] {
+    if (!rt || !call)
+      return report(flashtile::Status::error("flashtile_backward_call: rt and call must not be NULL"));
+    if (call->size != sizeof(flashtile_bwd_call))
+      return report(flashtile::Status::error(
+          "flashtile_backward_call: call->size is " + std::to_string(call->size) +
+          "; expected sizeof(flashtile_bwd_call) = " + std::to_string(sizeof(flashtile_bwd_call)) +
+          " (a caller built for another version of CApi.h)"));
+    thread_local flashtile::BackwardArgs args;
+    if (flashtile::Status s = argsFromCall(&call->forward, args.forward); !s.ok())
+      return report(s.withContext("forward"));
+    const bool varlen = call->forward.cu_seqlens_q || call->forward.cu_seqlens_k;
+    args.dO = call->d_o;
+    args.dQ = call->d_q;
+    args.dK = call->d_k;
+    args.dV = call->d_v;
+    for (int i = 0; i < 4; ++i) {
+      const bool ignored = varlen && i == 0; // as the forward's strides
+      args.dOStride[i] = ignored ? 0 : call->d_o_stride[i];
+      args.dQStride[i] = ignored ? 0 : call->d_q_stride[i];
+      args.dKStride[i] = ignored ? 0 : call->d_k_stride[i];
+      args.dVStride[i] = ignored ? 0 : call->d_v_stride[i];
+    }
+    args.inputGrads.clear();
+    const int inputs = call->forward.num_inputs;
+    if (std::any_of(call->input_grads, call->input_grads + inputs, [](float *g) { return g != nullptr; }))
+      args.inputGrads.assign(call->input_grads, call->input_grads + inputs);
+    args.deterministic = call->deterministic != 0;
+    args.workspace = call->workspace;
+    args.workspaceBytes = static_cast<size_t>(call->workspace_bytes);
+    return report(rt->runtime.backward(args, static_cast<CUstream>(call->forward.stream)));
   });
 }
 

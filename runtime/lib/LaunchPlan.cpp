@@ -174,8 +174,8 @@ private:
 };
 
 long long symbolValue(const PlanSymbols &s, size_t index) {
-  const long long values[] = {s.batch,   s.headsQ,   s.headsKv, s.rows,    s.keys,
-                              s.newRows, s.headDim, s.headDimV, s.lseRows, s.sms};
+  const long long values[] = {s.batch,   s.headsQ,  s.headsKv,  s.rows,    s.keys,    s.newRows,
+                              s.headDim, s.headDimV, s.lseRows, s.sms, s.keyRows, s.deterministic};
   static_assert(std::size(values) == kPlanSymbols.size(), "a value for every symbol");
   return values[index];
 }
@@ -290,6 +290,14 @@ std::optional<std::string> take(std::map<std::string, std::string, std::less<>> 
   std::string value = std::move(it->second);
   fields.erase(it);
   return value;
+}
+
+/// `names` joined by ", ", for messages.
+template <size_t N> std::string joinedNames(const std::array<std::string_view, N> &names) {
+  std::string text;
+  for (std::string_view name : names)
+    text += (text.empty() ? "" : ", ") + std::string(name);
+  return text;
 }
 
 /// Field lists: `name@rule;name@rule` (workspace bindings).
@@ -577,13 +585,13 @@ Status LaunchPlan::verify(int maxSmem) const {
       return planError(p + "bind", "binds no field; a workspace no kernel reads is not needed");
     for (const auto &[field, offset] : w.bind)
       if (!listed(kPlanPointerFields, field))
-        return planError(p + "bind", "'" + field + "' is not a pointer field of the kernel parameters (oAccum, "
-                                                   "lseAccum, stateAcc, stateMax, stateSum, tileCounter)");
+        return planError(p + "bind", "'" + field + "' is not a pointer field of the kernel parameters (" +
+                                         joinedNames(kPlanPointerFields) + ")");
   }
   for (const auto &[field, rule] : set)
     if (!listed(kPlanIntFields, field))
-      return planError("set." + field, "'" + field + "' is not an int field of the kernel parameters (qTiles, "
-                                                     "numSplits, kvStep, accumSplitStride)");
+      return planError("set." + field, "'" + field + "' is not an int field of the kernel parameters (" +
+                                           joinedNames(kPlanIntFields) + ")");
   if (splits) {
     if (splits->occupancyOf < 0 || static_cast<size_t>(splits->occupancyOf) >= launches.size())
       return planError("splits.occupancyOf", std::to_string(splits->occupancyOf) + " is not a launch of the plan");

@@ -39,6 +39,7 @@ PlanSymbols symbolsFor(const AttentionArgs &args) {
   s.headDim = args.headDim;
   s.headDimV = args.headDimV;
   s.lseRows = lseRows(args);
+  s.keyRows = args.isVarlen() ? args.seqlenK : static_cast<long long>(args.batch) * args.seqlenK;
   return s;
 }
 
@@ -229,6 +230,31 @@ FlashtileFwdParams flashtile::detail::paramsFor(const AttentionArgs &args) {
   return params;
 }
 
+FlashtileFwdParams flashtile::detail::paramsFor(const BackwardArgs &args) {
+  FlashtileFwdParams params = paramsFor(args.forward);
+  const bool varlen = args.forward.isVarlen();
+  params.dO = args.dO;
+  params.dQ = args.dQ;
+  params.dK = args.dK;
+  params.dV = args.dV;
+  // Varlen: batch strides are 0, as the forward's (KernelAbi.h).
+  params.dOBatchStride = varlen ? 0 : args.dOStride[0];
+  params.dORowStride = args.dOStride[1];
+  params.dOHeadStride = args.dOStride[2];
+  params.dQBatchStride = varlen ? 0 : args.dQStride[0];
+  params.dQRowStride = args.dQStride[1];
+  params.dQHeadStride = args.dQStride[2];
+  params.dKBatchStride = varlen ? 0 : args.dKStride[0];
+  params.dKRowStride = args.dKStride[1];
+  params.dKHeadStride = args.dKStride[2];
+  params.dVBatchStride = varlen ? 0 : args.dVStride[0];
+  params.dVRowStride = args.dVStride[1];
+  params.dVHeadStride = args.dVStride[2];
+  std::copy(args.inputGrads.begin(), args.inputGrads.end(), params.inputGrads);
+  params.deterministic = args.deterministic ? 1 : 0;
+  return params;
+}
+
 StatusOr<LoadedModule> flashtile::detail::loadModule(const CudaDriver &driver, CUcontext context,
                                                      const std::shared_ptr<const CachedKernel> &kernel) {
   const KernelInfo &info = kernel->info;
@@ -311,10 +337,14 @@ StatusOr<int> flashtile::detail::planSplits(const KernelInfo &info, const Attent
 }
 
 Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &module, const AttentionArgs &args,
-                                  CUstream stream, PlanServices &services) {
+                                  CUstream stream, PlanServices &services, const BackwardArgs *backward) {
   const KernelInfo &info = module.kernel->info;
   const LaunchPlan &plan = info.plan;
   PlanSymbols symbols = symbolsFor(args);
+  symbols.deterministic = backward && backward->deterministic ? 1 : 0;
+  // The caller's workspace: the backward call's own, else the forward arguments'.
+  void *const callerWorkspace = backward ? backward->workspace : args.workspace;
+  const size_t callerWorkspaceBytes = backward ? backward->workspaceBytes : args.workspaceBytes;
   if (plan.reads("sms")) {
     StatusOr<int> sms = services.smCount();
     if (!sms.ok())
@@ -336,7 +366,7 @@ Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &
   StatusOr<std::vector<ResolvedWorkspace>> workspaces = layOutWorkspaces(info, symbols, total);
   if (!workspaces.ok())
     return workspaces.status();
-  const bool ownWorkspace = !workspaces->empty() && !args.workspace;
+  const bool ownWorkspace = !workspaces->empty() && !callerWorkspace;
   if (ownWorkspace) {
     // Under CUDA graph capture the runtime's own workspace cannot grow (no allocation, no synchronization), and a
     // graph would keep a pointer to a buffer that a later growth frees: without a caller's workspace, a split
@@ -358,12 +388,12 @@ Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &
                              std::to_string(total) + ")");
     }
   }
-  if (args.workspace && !workspaces->empty()) {
-    if (args.workspaceBytes < static_cast<size_t>(total))
-      return Status::error("workspaceBytes is " + std::to_string(args.workspaceBytes) + "; kernel " + info.entry +
+  if (callerWorkspace && !workspaces->empty()) {
+    if (callerWorkspaceBytes < static_cast<size_t>(total))
+      return Status::error("workspaceBytes is " + std::to_string(callerWorkspaceBytes) + "; kernel " + info.entry +
                            " (schedule " + info.schedule + ") needs " + std::to_string(total) + " for this call (" +
                            describeWorkspaces(info, *workspaces) + " bytes)");
-    if (reinterpret_cast<uintptr_t>(args.workspace) % kWorkspacePointerAlignment != 0)
+    if (reinterpret_cast<uintptr_t>(callerWorkspace) % kWorkspacePointerAlignment != 0)
       return Status::error("workspace is not 4-byte aligned; kernel " + info.entry + " keeps ints and floats there");
   }
 
@@ -405,7 +435,7 @@ Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &
     launches.push_back(resolved);
   }
 
-  FlashtileFwdParams params = paramsFor(args);
+  FlashtileFwdParams params = backward ? paramsFor(*backward) : paramsFor(args);
   for (const auto &[field, rule] : plan.set) {
     StatusOr<long long> value = evalRule(rule, symbols, info.entry);
     if (!value.ok())
@@ -414,8 +444,8 @@ Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &
   }
   std::unique_lock<std::mutex> workspaceLock;
   if (!workspaces->empty()) {
-    CUdeviceptr base = reinterpret_cast<CUdeviceptr>(args.workspace);
-    if (!args.workspace) {
+    CUdeviceptr base = reinterpret_cast<CUdeviceptr>(callerWorkspace);
+    if (!callerWorkspace) {
       CUcontext context = nullptr;
       if (Status s = driver.check(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent"); !s.ok())
         return s;

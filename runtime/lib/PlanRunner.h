@@ -40,6 +40,9 @@ struct PlanServices {
 /// The kernel parameter block of a call (KernelAbi.h): pointers, strides, sizes, scales and the variant's numbers;
 /// the fields a plan sets stay zero.
 FlashtileFwdParams paramsFor(const AttentionArgs &args);
+/// The parameter block of a backward call: paramsFor(args.forward) and the backward section (gradients and their
+/// strides, input gradients, determinism); the workspace fields stay for the plan.
+FlashtileFwdParams paramsFor(const BackwardArgs &args);
 
 /// The split count `info`'s plan gives `args` (1 for plans without a split rule): args.numSplits when set, else
 /// numSplitsHeuristic over the plan's split rule on `sms` SMs that hold `blocksPerSm` blocks of its launch each.
@@ -48,8 +51,10 @@ StatusOr<int> planSplits(const KernelInfo &info, const AttentionArgs &args, int 
 /// Executes `module`'s plan for `args` on `stream`: the split count, the workspaces (the caller's `workspace`,
 /// else the runtime's buffer for the stream), the parameter fields, then every launch in order. Errors name the
 /// kernel and what it needed.
+/// A backward call (`backward` non-null, its `forward` being `args`) fills the backward section too, takes its own
+/// workspace and sets the plan's `deterministic` symbol.
 Status runPlan(const CudaDriver &driver, const LoadedModule &module, const AttentionArgs &args, CUstream stream,
-               PlanServices &services);
+               PlanServices &services, const BackwardArgs *backward = nullptr);
 
 } // namespace flashtile::detail
 

@@ -180,7 +180,10 @@ struct Runtime::Impl {
     std::shared_ptr<const CachedKernel> kernel;
     ScheduleChoice choice;
   };
-  StatusOr<Resolution> resolve(Runtime &runtime, const AttentionArgs &args, const std::string &arch);
+  /// A backward (kind kBackwardKind) tries the same order, skipping schedules without a kernel of that kind
+  /// quietly unless the call named one: a schedule may have a forward and no backward.
+  StatusOr<Resolution> resolve(Runtime &runtime, const AttentionArgs &args, const std::string &arch,
+                               std::string_view kind = kForwardKind);
   /// Forgets the resolutions (the configuration they depend on changed); configMutex held.
   void configurationChanged() {
     resolvedByKey.clear();
@@ -238,9 +241,10 @@ struct Runtime::Impl {
   void remember(CUcontext context, const AttentionArgs &args, std::shared_ptr<const CachedKernel> kernel,
                 const LoadedModule &module, uint64_t generation, bool fellBack = false);
   /// Executes `module`'s launch plan for `args` (PlanRunner.h) with this runtime's workspaces and SM counts.
-  Status run(const CudaDriver &driver, const LoadedModule &module, const AttentionArgs &args, CUstream stream) {
+  Status run(const CudaDriver &driver, const LoadedModule &module, const AttentionArgs &args, CUstream stream,
+             const BackwardArgs *backward = nullptr) {
     detail::PlanServices services{workspaces, [&] { return smCount(driver); }};
-    return detail::runPlan(driver, module, args, stream, services);
+    return detail::runPlan(driver, module, args, stream, services, backward);
   }
   /// The variant-number checks of forward(): the compiler's variant check, then the rules of an ahead-of-time
   /// kernel of the variant.
@@ -543,9 +547,11 @@ StatusOr<KernelSpec> Runtime::specFor(const AttentionArgs &args, const std::stri
 
 namespace {
 
-/// The spec of `args` on `arch` without its schedule.
-KernelSpec specWithoutSchedule(const AttentionArgs &args, const std::string &arch) {
+/// The spec of `args` on `arch` without its schedule, for a module of `kind`.
+KernelSpec specWithoutSchedule(const AttentionArgs &args, const std::string &arch,
+                               std::string_view kind = kForwardKind) {
   KernelSpec spec;
+  spec.kind = std::string(kind);
   spec.arch = arch;
   spec.dtype = dtypeName(args.dtype);
   spec.headDim = args.headDim;
@@ -635,9 +641,8 @@ StatusOr<Runtime::Impl::Plan> Runtime::Impl::plan(const AttentionArgs &args, std
 }
 
 StatusOr<Runtime::Impl::Resolution> Runtime::Impl::resolve(Runtime &runtime, const AttentionArgs &args,
-                                                           const std::string &arch) {
-  KernelSpec spec = specWithoutSchedule(args, arch);
-  const bool strictCall = args.strictSchedule || strict;
+                                                           const std::string &arch, std::string_view kind) {
+  KernelSpec spec = specWithoutSchedule(args, arch, kind);
   StatusOr<Plan> planned = [&] {
     std::lock_guard<std::mutex> lock(configMutex);
     return plan(args, arch);
@@ -645,6 +650,10 @@ StatusOr<Runtime::Impl::Resolution> Runtime::Impl::resolve(Runtime &runtime, con
   if (!planned.ok())
     return planned.status();
   const Plan &p = *planned;
+  // Another kind than the forward: a schedule the rules prefer may have no program of that kind, which is not a
+  // fallback worth a log line or a strict-mode error; a schedule the caller named is held to both.
+  const bool quietFallback = kind != kForwardKind && p.order.front() != p.forced;
+  const bool strictCall = (args.strictSchedule || strict) && !quietFallback;
   const std::string key = spec.key() + ";order=" + joinedOrder(p.order) + ";forcedBy=" + p.forcedBy;
   const std::string strictNote = "strict schedule mode (setStrictSchedule, FLASHTILE_STRICT_SCHEDULE=1)";
   auto firstLabel = [&] {
@@ -707,7 +716,7 @@ StatusOr<Runtime::Impl::Resolution> Runtime::Impl::resolve(Runtime &runtime, con
                                        [&](const AotKernel &aot) { return aot.kernel == *kernel; });
       logFallback =
           resolvedByKey.emplace(key, Resolved{choice, failures.empty() ? "" : oneLine(failures[0].message())}).second &&
-          choice.fellBack;
+          choice.fellBack && !quietFallback;
     }
     if (logFallback) {
       KernelSpec first = spec;
@@ -941,4 +950,42 @@ Status Runtime::forwardUnguarded(const AttentionArgs &args, CUstream stream) {
   if (!isDecodeCall(args) && !args.kvCache.enabled() && driver.cuCtxGetCurrent(&context) == CUDA_SUCCESS && context)
     impl->remember(context, args, kernel, *module, generation, resolved->choice.fellBack);
   return impl->run(driver, *module, args, stream);
+}
+
+Status Runtime::backward(const BackwardArgs &args, CUstream stream) {
+  return guarded("backward", [&] { return backwardUnguarded(args, stream); });
+}
+
+Status Runtime::backwardUnguarded(const BackwardArgs &args, CUstream stream) {
+  if (Status s = validateBackward(args); !s.ok())
+    return s;
+  const AttentionArgs &forward = args.forward;
+  if (Status s = impl->checkVariantNumbers(forward); !s.ok())
+    return s;
+  // Nothing to read and nothing to write. A call with queries and no keys still writes dQ = 0, and one with keys
+  // and no queries dK = dV = 0: the module's plan does both.
+  const bool varlen = forward.isVarlen();
+  if ((forward.seqlenQ == 0 || (varlen && forward.maxSeqlenQ == 0)) &&
+      (forward.seqlenK == 0 || (varlen && forward.maxSeqlenK == 0)))
+    return Status();
+  StatusOr<const CudaDriver *> loadedDriver = CudaDriver::get();
+  if (!loadedDriver.ok())
+    return loadedDriver.status();
+  const CudaDriver &driver = **loadedDriver;
+  if (varlen && checkVarlenOffsetsOnDevice())
+    if (Status s = checkDeviceCuSeqlens(driver, forward, stream); !s.ok())
+      return s;
+  StatusOr<std::string> arch = impl->arch(driver);
+  if (!arch.ok())
+    return arch.status();
+  StatusOr<Impl::Resolution> resolved = impl->resolve(*this, forward, *arch, kBackwardKind);
+  if (!resolved.ok())
+    return resolved.status();
+  const KernelInfo &info = resolved->kernel->info;
+  if (Status s = validateFor(forward, info); !s.ok())
+    return s;
+  StatusOr<LoadedModule> module = impl->function(driver, resolved->kernel);
+  if (!module.ok())
+    return module.status();
+  return impl->run(driver, *module, forward, stream, &args);
 }

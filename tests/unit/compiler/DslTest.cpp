@@ -184,8 +184,6 @@ TEST(Dsl, MisuseInAHookIsReportedAtTheUsersLine) {
       << diagnostics;
 }
 
-// The runtime dispatches the kinds the compiler registers: a kind on one side only would be a module nobody loads
-// or a call nobody can build.
 // The runtime dispatches modules (kProgramKinds); each registered program kind is a kernel of one of them, and every
 // module kind the runtime knows has programs.
 TEST(ProgramKinds, TheRegistryAndTheRuntimeAgree) {

@@ -308,3 +308,46 @@ TEST(CApi, VarlenWithoutKeysAcceptsNullKAndV) {
 }
 
 } // namespace
+
+namespace {
+
+// flashtile_backward_call checks its struct and the gradients' arguments before any GPU work, naming them.
+TEST(CApi, BackwardCallRejectsBadArgumentsNamingThem) {
+  flashtile_runtime *rt = flashtile_create();
+  ASSERT_NE(rt, nullptr) << flashtile_last_error();
+  flashtile_bwd_call call{};
+  call.size = sizeof call;
+  call.forward = denseCall();
+  call.d_o = fake<const void>(0x90000);
+  call.d_q = fake<void>(0xa0000);
+  call.d_k = fake<void>(0xb0000);
+  call.d_v = fake<void>(0xc0000);
+  for (int i = 0; i < 4; ++i) {
+    call.d_o_stride[i] = call.d_q_stride[i] = call.forward.q_stride[i];
+    call.d_k_stride[i] = call.d_v_stride[i] = call.forward.k_stride[i];
+  }
+  EXPECT_EQ(flashtile_backward_call(nullptr, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("flashtile_backward_call: rt and call must not be NULL"));
+  flashtile_bwd_call wrongSize = call;
+  wrongSize.size = 8;
+  EXPECT_EQ(flashtile_backward_call(rt, &wrongSize), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("expected sizeof(flashtile_bwd_call)"));
+  flashtile_bwd_call badForward = call;
+  badForward.forward.dtype = 7;
+  EXPECT_EQ(flashtile_backward_call(rt, &badForward), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("forward: dtype: 7 is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)"));
+  flashtile_bwd_call noGrad = call;
+  noGrad.d_k = nullptr;
+  EXPECT_EQ(flashtile_backward_call(rt, &noGrad), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("dK is null"));
+  flashtile_bwd_call badStride = call;
+  badStride.d_v_stride[1] = 3;
+  EXPECT_EQ(flashtile_backward_call(rt, &badStride), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("dVStride[1]"));
+  // Valid arguments reach the kernel lookup: with no library and no JIT here, no schedule is known.
+  EXPECT_EQ(flashtile_backward_call(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), testing::Not(HasSubstr("is null")));
+  flashtile_destroy(rt);
+}
+
+} // namespace

@@ -243,6 +243,98 @@ TEST_F(PlanRunner, RepeatedLaunchesCountTheirStep) {
   }
 }
 
+// A backward module's plan: three kernels in order, workspaces bound to the backward's fields (one only in
+// deterministic mode), and the parameter block carrying the gradients and their strides.
+TEST_F(PlanRunner, BackwardPlansBindTheGradientsAndTheirWorkspaces) {
+  KernelInfo info = test::fakeKernel().info;
+  info.kind = std::string(kBackwardKind);
+  std::map<std::string, std::string, std::less<>> fields = {
+      {"launch.0.entry", "bwd_pre"},
+      {"launch.0.grid", "cdiv(rows, 64); heads_q; batch"},
+      {"launch.0.smemBytes", "0"},
+      {"launch.0.threads", "128"},
+      {"launch.1.entry", "bwd_main"},
+      {"launch.1.grid", "cdiv(keys, 64); heads_q; batch"},
+      {"launch.1.smemBytes", "0"},
+      {"launch.1.threads", "256"},
+      {"launch.2.entry", "bwd_post"},
+      {"launch.2.grid", "cdiv(rows, 64); heads_q; batch"},
+      {"launch.2.smemBytes", "0"},
+      {"launch.2.threads", "128"},
+      {"workspace.0.name", "delta"},
+      {"workspace.0.bytes", "lse_rows * 4"},
+      {"workspace.0.bind", "delta@0"},
+      {"workspace.1.name", "dq_accum"},
+      {"workspace.1.bytes", "lse_rows * head_dim * 4"},
+      {"workspace.1.zeroed", "1"},
+      {"workspace.1.bind", "dqAccum@0"},
+      {"workspace.2.name", "dkv_accum"},
+      {"workspace.2.bytes", "key_rows * heads_q * (head_dim + head_dim_v) * 4"},
+      {"workspace.2.when", "heads_q != heads_kv"},
+      {"workspace.2.bind", "dkAccum@0;dvAccum@key_rows * heads_q * head_dim * 4"},
+      {"workspace.3.name", "semaphores"},
+      {"workspace.3.bytes", "cdiv(rows, 64) * heads_q * batch * 4"},
+      {"workspace.3.when", "deterministic"},
+      {"workspace.3.zeroed", "1"},
+      {"workspace.3.bind", "semaphores@0"}};
+  StatusOr<LaunchPlan> plan = LaunchPlan::parse(fields);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  info.plan = *plan;
+  alignas(256) static char tensor[256];
+  BackwardArgs args;
+  args.forward = AttentionArgs::contiguous(DType::BF16, tensor, tensor, tensor, tensor,
+                                           reinterpret_cast<float *>(tensor), 2, 100, 300, 8, 2, 64);
+  args.dO = tensor + 16;
+  args.dQ = tensor + 32;
+  args.dK = tensor + 48;
+  args.dV = tensor + 64;
+  args.dOStride = {8 * 100 * 64, 8 * 64, 64, 1};
+  args.dQStride = {8 * 104 * 64, 8 * 64, 64, 1};
+  args.dKStride = {2 * 300 * 64, 2 * 64, 64, 1};
+  args.dVStride = {2 * 304 * 64, 2 * 64, 64, 1};
+  for (bool deterministic : {false, true}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : "atomics");
+    recorder = Recorder();
+    args.deterministic = deterministic;
+    auto kernel = std::make_shared<const CachedKernel>(CachedKernel{info, ""});
+    StatusOr<detail::LoadedModule> module = detail::loadModule(driver, reinterpret_cast<CUcontext>(0x2), kernel);
+    ASSERT_TRUE(module.ok()) << module.status().message();
+    detail::PlanServices services{workspaces, [] { return StatusOr<int>(132); }};
+    Status s = detail::runPlan(driver, *module, args.forward, nullptr, services, &args);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_EQ(recorder.launches.size(), 3u);
+    EXPECT_EQ(recorder.launches[0].entry, "bwd_pre");
+    EXPECT_EQ(recorder.launches[1].entry, "bwd_main");
+    EXPECT_EQ(recorder.launches[2].entry, "bwd_post");
+    EXPECT_EQ(recorder.launches[1].grid, (std::array<unsigned, 3>{5, 8, 2})); // ceil(300 / 64) K/V tiles
+    const long long lseRows = 2 * 8 * 100, keyRows = 2 * 300;
+    const CUdeviceptr dqAccum = kOwnBuffer + lseRows * 4;
+    const CUdeviceptr dkAccum = dqAccum + lseRows * 64 * 4;
+    const CUdeviceptr semaphores = dkAccum + keyRows * 8 * 128 * 4;
+    for (const Launch &l : recorder.launches) {
+      EXPECT_EQ(l.params.dO, args.dO);
+      EXPECT_EQ(l.params.dQ, args.dQ);
+      EXPECT_EQ(l.params.dK, args.dK);
+      EXPECT_EQ(l.params.dV, args.dV);
+      EXPECT_EQ(l.params.dQBatchStride, 8 * 104 * 64);
+      EXPECT_EQ(l.params.dVBatchStride, 2 * 304 * 64);
+      EXPECT_EQ(l.params.dORowStride, 8 * 64);
+      EXPECT_EQ(l.params.dKHeadStride, 64);
+      EXPECT_EQ(l.params.deterministic, deterministic ? 1 : 0);
+      EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.delta), kOwnBuffer);
+      EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.dqAccum), dqAccum);
+      EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.dkAccum), dkAccum);
+      EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.dvAccum), dkAccum + keyRows * 8 * 64 * 4);
+      EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.semaphores), deterministic ? semaphores : 0);
+    }
+    // The dQ accumulator, and the semaphores where they are needed, start at zero; delta and the partials do not.
+    std::vector<std::pair<CUdeviceptr, size_t>> zeroed = {{dqAccum, static_cast<size_t>(lseRows * 64)}};
+    if (deterministic)
+      zeroed.emplace_back(semaphores, 2 * 8 * 2);
+    EXPECT_EQ(recorder.memsets, zeroed);
+  }
+}
+
 } // namespace
 
 namespace {

@@ -11,6 +11,7 @@
 #include <gmock/gmock.h>
 
 #include <cstring>
+#include <functional>
 
 using namespace flashtile;
 using testing::ElementsAre;
@@ -56,11 +57,26 @@ struct FakeCompiler {
                              std::to_string(spec.headDim) +
                              ") must be a multiple of 64 up to "
                              "256\n");
-      const std::string entry = "flashtile_" + spec.schedule + "_" + spec.variant + "_d" + std::to_string(spec.headDim);
+      const bool backward = spec.kind == kBackwardKind;
+      if (backward && spec.schedule != "fa2")
+        return Status::error("schedule " + spec.schedule + " has no backward program");
+      const std::string entry = "flashtile_" + spec.schedule + "_" + spec.variant + "_d" +
+                                std::to_string(spec.headDim) + (backward ? "_bwd" : "");
       CachedKernel kernel = test::fakeKernel(spec.schedule);
       KernelInfo &info = kernel.info;
       info.entry = entry;
+      info.kind = spec.kind;
       info.plan = codegen::planLaunches(test::mainFacts(info, 128, 65536));
+      std::vector<std::string> entries = {entry};
+      if (backward) {
+        // preprocess, main, postprocess: the main kernel's launch with two more around it.
+        PlanLaunch pre = info.plan.launches[0], post = pre;
+        pre.entry = entry + "_pre";
+        post.entry = entry + "_post";
+        info.plan.launches.insert(info.plan.launches.begin(), pre);
+        info.plan.launches.push_back(post);
+        entries = {pre.entry, entry, post.entry};
+      }
       info.arch = spec.arch;
       info.dtype = spec.dtype;
       info.headDim = spec.headDim;
@@ -70,7 +86,7 @@ struct FakeCompiler {
       info.shapeClass = spec.shapeClass;
       info.kvCache = spec.kvCache;
       info.rotary = spec.rotary;
-      kernel.cubin = test::fakeCubin(90, {entry});
+      kernel.cubin = test::fakeCubin(90, entries);
       return kernel;
     };
   }
@@ -410,6 +426,86 @@ TEST_F(ForwardWithStandInDriver, VarlenWithoutKeysRunsWithNullKAndV) {
   Status missing = Runtime::validate(args);
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.message(), HasSubstr("k is null"));
+}
+
+// The backward runs the first schedule of the forward's order that has a backward program: fa3's absence on
+// sm_90a is no fallback worth a log line or a strict-mode error, unless the call named fa3.
+TEST_F(ForwardWithStandInDriver, BackwardRunsTheFirstScheduleWithABackwardProgram) {
+  FakeCompiler compiler;
+  std::unique_ptr<Runtime> runtime = jitRuntime(compiler);
+  runtime->setStrictSchedule(true);
+  LogCapture log;
+  BackwardArgs args;
+  args.forward = callWith(128);
+  auto *base = reinterpret_cast<char *>(0x900000);
+  args.dO = base;
+  args.dQ = base + 0x100000;
+  args.dK = base + 0x200000;
+  args.dV = base + 0x300000;
+  args.dOStride = args.dQStride = args.forward.qStride;
+  args.dKStride = args.dVStride = args.forward.kStride;
+  args.deterministic = true;
+  Status s = runtime->backward(args);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(launches.size(), 3u);
+  EXPECT_EQ(launches[0].entry, "flashtile_fa2_none_d128_bwd_pre");
+  EXPECT_EQ(launches[1].entry, "flashtile_fa2_none_d128_bwd");
+  EXPECT_EQ(launches[2].entry, "flashtile_fa2_none_d128_bwd_post");
+  EXPECT_EQ(launches[1].params.dK, args.dK);
+  EXPECT_EQ(launches[1].params.dKRowStride, 8 * 128);
+  EXPECT_EQ(launches[1].params.deterministic, 1);
+  EXPECT_TRUE(log.lines.empty());
+  // The forward of the same call still runs fa3.
+  EXPECT_EQ(launched(*runtime, args.forward), "flashtile_fa3_none_d128");
+
+  // Named, fa3 is held to the rules: an error in strict mode, else a fallback with its log line.
+  args.forward.schedule = "fa3";
+  Status refused = runtime->backward(args);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.message(), HasSubstr("schedule 'fa3' (named by the call) has no kernel"));
+  EXPECT_THAT(refused.message(), HasSubstr("kind=backward"));
+  EXPECT_THAT(refused.message(), HasSubstr("has no backward program"));
+  runtime->setStrictSchedule(false);
+  launches.clear();
+  ASSERT_TRUE(runtime->backward(args).ok());
+  ASSERT_EQ(launches.size(), 3u);
+  ASSERT_EQ(log.lines.size(), 1u);
+  EXPECT_THAT(log.lines[0], HasSubstr("running 'fa2' instead"));
+}
+
+TEST(BackwardArgs, RejectsBadArgumentsNamingThem) {
+  BackwardArgs good;
+  good.forward = callWith(64);
+  good.dO = good.dQ = good.dK = good.dV = reinterpret_cast<void *>(0x900000);
+  good.dOStride = good.dQStride = good.forward.qStride;
+  good.dKStride = good.dVStride = good.forward.kStride;
+  ASSERT_TRUE(Runtime::validateBackward(good).ok()) << Runtime::validateBackward(good).message();
+  std::vector<std::pair<std::string, std::function<void(BackwardArgs &)>>> cases = {
+      {"forward: q is null", [](BackwardArgs &a) { a.forward.q = nullptr; }},
+      {"dO is null", [](BackwardArgs &a) { a.dO = nullptr; }},
+      {"dK is null", [](BackwardArgs &a) { a.dK = nullptr; }},
+      {"dQStride[3]", [](BackwardArgs &a) { a.dQStride[3] = 2; }},
+      {"dVStride[1]", [](BackwardArgs &a) { a.dVStride[1] = 7; }},
+      {"dK (0x900002) is not 16-byte aligned", [](BackwardArgs &a) { a.dK = reinterpret_cast<void *>(0x900002); }},
+      {"inputGrads has 1 entries", [](BackwardArgs &a) { a.inputGrads = {nullptr}; }},
+      {"KV-cache mode", [](BackwardArgs &a) { a.forward.kvCache.layout = KvCacheLayout::Contiguous; }},
+  };
+  for (const auto &[expected, breakIt] : cases) {
+    BackwardArgs bad = good;
+    breakIt(bad);
+    Status s = Runtime::validateBackward(bad);
+    ASSERT_FALSE(s.ok()) << expected;
+    EXPECT_THAT(s.message(), HasSubstr(expected));
+  }
+  // Without keys, dK and dV may be null; without queries, dO and dQ.
+  BackwardArgs noKeys = good;
+  noKeys.forward.seqlenK = 0;
+  noKeys.dK = noKeys.dV = nullptr;
+  EXPECT_TRUE(Runtime::validateBackward(noKeys).ok()) << Runtime::validateBackward(noKeys).message();
+  BackwardArgs noRows = good;
+  noRows.forward.seqlenQ = 0;
+  noRows.dO = noRows.dQ = nullptr;
+  EXPECT_TRUE(Runtime::validateBackward(noRows).ok()) << Runtime::validateBackward(noRows).message();
 }
 
 } // namespace

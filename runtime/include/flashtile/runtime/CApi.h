@@ -108,6 +108,28 @@ int flashtile_forward_call(flashtile_runtime *rt, const flashtile_call *call);
 int flashtile_explain(flashtile_runtime *rt, const flashtile_call *call, const char *arch, char *buffer,
                       unsigned long long size);
 
+/* One attention backward call (flashtile::Runtime::backward): the gradients of the forward call `forward` given
+ * d_o, the gradient of its output. `forward` is the flashtile_call of the forward as it was made (its o and lse are
+ * the forward's results, read here; its stream is the one the backward runs on; its schedule and strict_schedule
+ * name the backward's schedule as they name the forward's). d_o has o's shape and d_q, d_k, d_v q's, k's and v's,
+ * each with its own strides ({batch, seq, head, dim} in elements, as the forward's). input_grads[i]: NULL (not
+ * wanted) or a device fp32 array shaped as the variant's input i, overwritten; int32 inputs have none.
+ * deterministic: non-zero for bitwise reproducible gradients (accumulations in a fixed order); 0 for atomics in
+ * arrival order. workspace: NULL lets the runtime own the backward's scratch memory; under CUDA graph capture pass
+ * one of workspace_bytes (an error names the size needed). `size` must be sizeof(flashtile_bwd_call). */
+typedef struct flashtile_bwd_call {
+  unsigned long long size;
+  flashtile_call forward;
+  const void *d_o;
+  void *d_q, *d_k, *d_v;
+  float *input_grads[FLASHTILE_CALL_MAX_INPUTS];
+  void *workspace;
+  unsigned long long workspace_bytes;
+  long long d_o_stride[4], d_q_stride[4], d_k_stride[4], d_v_stride[4];
+  int deterministic;
+} flashtile_bwd_call;
+int flashtile_backward_call(flashtile_runtime *rt, const flashtile_bwd_call *call);
+
 const char *flashtile_last_error(void);
 const char *flashtile_version(void);
 

@@ -49,6 +49,8 @@ inline constexpr int kShortSeqlen = 1024;
 /// ProgramKinds.h: the backward module holds the backward_preprocess, backward_main and backward_postprocess
 /// kernels). A call asks for one kind; kernels of another kind never serve it.
 inline constexpr std::string_view kForwardKind = "forward";
+/// The backward: one module of three kernels (preprocess, main, postprocess) whose plan computes dQ, dK, dV (and
+/// the variant's input gradients) of one call (Runtime::backward).
 inline constexpr std::string_view kBackwardKind = "backward";
 inline constexpr std::array<std::string_view, 2> kProgramKinds = {kForwardKind, kBackwardKind};
 

@@ -36,11 +36,14 @@ struct PlanSymbols {
   long long lseRows = 0; // rows of LSE: batch x heads_q x seqlen_q dense, heads_q x total_q varlen
   long long sms = 0;     // streaming multiprocessors of the device (read only when a rule names `sms`)
   long long splits = 1;  // the call's split count (split-KV modules; 1 otherwise)
+  long long keyRows = 0; // rows of K/V: batch x seqlen_k dense, total_k varlen
+  long long deterministic = 0; // backward calls asking for a fixed accumulation order: 1, else 0
 };
 
 /// The names rules spell the symbols with, in PlanSymbols' order.
-inline constexpr std::array<std::string_view, 10> kPlanSymbols = {
-    "batch", "heads_q", "heads_kv", "rows", "keys", "new_rows", "head_dim", "head_dim_v", "lse_rows", "sms"};
+inline constexpr std::array<std::string_view, 12> kPlanSymbols = {
+    "batch",      "heads_q",  "heads_kv", "rows", "keys",     "new_rows",
+    "head_dim", "head_dim_v", "lse_rows", "sms",  "key_rows", "deterministic"};
 /// The split count, a symbol of every rule but the split rule's own.
 inline constexpr std::string_view kSplitsSymbol = "splits";
 

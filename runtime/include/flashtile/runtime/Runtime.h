@@ -153,8 +153,8 @@ struct BackwardArgs {
   // interleavings. Off (the default), accumulations run in arrival order (atomics): not bitwise reproducible.
   bool deterministic = false;
   // The backward's scratch memory (its plan's workspaces: dQ's fp32 accumulator, rowsum(dO * O), ...): null lets the
-  // runtime own it per context and stream (as AttentionArgs::workspace); under CUDA graph capture, pass one of
-  // Runtime::backwardWorkspaceBytes bytes.
+  // runtime own it per context and stream (as AttentionArgs::workspace); under CUDA graph capture, pass one (a call
+  // without one there fails, naming the bytes it needs).
   void *workspace = nullptr;
   size_t workspaceBytes = 0;
 };
@@ -292,6 +292,7 @@ private:
   StatusOr<KernelSpec> specForUnguarded(const AttentionArgs &args, const std::string &arch) const;
   StatusOr<std::shared_ptr<const CachedKernel>> findKernelUnguarded(const KernelSpec &spec);
   Status forwardUnguarded(const AttentionArgs &args, CUstream stream);
+  Status backwardUnguarded(const BackwardArgs &args, CUstream stream);
 
   struct Impl;
   std::unique_ptr<Impl> impl;
