@@ -11,6 +11,7 @@
 #include "interpreter/BackwardMath.h"
 #include "interpreter/ScalarOps.h"
 #include "interpreter/TileMath.h"
+#include "passes/IR/ProgramKinds.h"
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/TilePacking.h"
 #include "passes/IR/TileRotary.h"
@@ -133,7 +134,7 @@ int64_t qTileRows(FuncOp func, int64_t seqlenQ, int64_t tileRows) {
 }
 
 /// Keys per K/V tile of `scope` (an unbounded loop, or the backward's main program): the static row count of its
-/// K/V loads, else `tileRows`, else the whole sequence.
+/// K/V loads, else the schedule's block_n, else `tileRows`, else the whole sequence.
 int64_t kvTileRows(Operation *scope, int64_t seqlenK, int64_t tileRows) {
   int64_t rows = ShapedType::kDynamic;
   scope->walk([&](LoadOp load) {
@@ -142,6 +143,9 @@ int64_t kvTileRows(Operation *scope, int64_t seqlenK, int64_t tileRows) {
   });
   if (rows != ShapedType::kDynamic)
     return rows;
+  auto func = isa<FuncOp>(scope) ? cast<FuncOp>(scope) : scope->getParentOfType<FuncOp>();
+  if (ScheduleAttr schedule = func ? func.getScheduleAttr() : ScheduleAttr())
+    return schedule.getBlockN();
   return tileRows > 0 ? tileRows : seqlenK;
 }
 
@@ -235,8 +239,9 @@ public:
   }
 
   LogicalResult run(std::vector<float> &o, std::vector<float> &lse, RunStats *stats);
-  /// Runs every instance of a backward program (its kind's) on the backward's tensors.
-  LogicalResult runBackwardProgram();
+  /// Runs every instance of a backward program (its kind's) on the backward's tensors; counts the main program's
+  /// Q-tile visits into `visits` when given.
+  LogicalResult runBackwardProgram(int64_t *visits = nullptr);
 
 private:
   /// Runs the program for the block `inst` names (a persistent block: its work tiles); `checkStores`: the block's
@@ -390,6 +395,7 @@ private:
   RoundFn roundOut;
   int64_t blockM;
   BackwardState *backward = nullptr;
+  int64_t *qTileVisits = nullptr; ///< the backward's main program: Q tiles its loops visited, all instances
   bool mainProgram = false; ///< a backward_main program: instances own K/V tiles
   std::map<Output, int> backwardStores; ///< the backward's stores of this instance, by output
   bool packed = false; ///< tile.pack_query_heads: instances are (batch, K/V head, tile of the group's rows)
@@ -1795,6 +1801,8 @@ LogicalResult Interpreter::exec(QLoopOp op) {
   Block &body = op.getBody().front();
   auto yield = cast<YieldOp>(body.getTerminator());
   for (int64_t i = from; i < to; ++i) {
+    if (qTileVisits)
+      ++*qTileVisits;
     scalars[op.getTileIndex()] = Scalar::integer(i);
     for (auto [arg, acc] : llvm::zip_equal(op.getAccArgs(), carried))
       accs[arg] = acc;
@@ -1912,7 +1920,8 @@ LogicalResult Interpreter::exec(AccumulateOp op) {
   return success();
 }
 
-LogicalResult Interpreter::runBackwardProgram() {
+LogicalResult Interpreter::runBackwardProgram(int64_t *visits) {
+  qTileVisits = visits;
   StringRef kind = func.getKind();
   const std::map<Output, int> expected =
       kind == kBackwardPreprocess ? std::map<Output, int>{{Output::Delta, 1}}
@@ -2089,7 +2098,8 @@ FailureOr<FuncOp> programOfKind(ModuleOp module, StringRef kind) {
 
 } // namespace
 
-LogicalResult runBackward(ModuleOp module, const Problem &problem, const BackwardTensors &tensors, Gradients &out) {
+LogicalResult runBackward(ModuleOp module, const Problem &problem, const BackwardTensors &tensors, Gradients &out,
+                          BackwardStats *stats) {
   FailureOr<FuncOp> programs[] = {programOfKind(module, kBackwardPreprocess), programOfKind(module, kBackwardMain),
                                   programOfKind(module, kBackwardPostprocess)};
   for (const FailureOr<FuncOp> &program : programs)
@@ -2132,11 +2142,13 @@ LogicalResult runBackward(ModuleOp module, const Problem &problem, const Backwar
   Tensor q = rounded(tensors.q, round, p.seqlenQ, p.headsQ, p.headDim);
   Tensor k = rounded(tensors.k, round, p.seqlenK, p.headsKv, p.headDim);
   Tensor v = rounded(tensors.v, round, p.seqlenK, p.headsKv, p.headDimV);
+  if (stats)
+    *stats = BackwardStats();
   // The kernels, in order: each sees what the one before wrote.
   for (FuncOp func : {*programs[0], *programs[1], *programs[2]}) {
     Interpreter interpreter(func, problem, func == main ? q : Tensor(), func == main ? k : Tensor(),
                             func == main ? v : Tensor(), &state);
-    if (failed(interpreter.runBackwardProgram()))
+    if (failed(interpreter.runBackwardProgram(stats && func == main ? &stats->qTileVisits : nullptr)))
       return failure();
   }
   // dK and dV of a K/V head: its query heads' fp32 parts summed in head order, then converted.

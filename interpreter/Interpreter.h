@@ -100,13 +100,18 @@ struct Gradients {
   std::vector<float> dq, dk, dv, delta;
 };
 
+/// What a backward run did, for checks of a schedule's tile skipping.
+struct BackwardStats {
+  int64_t qTileVisits = 0; ///< Q tiles the main program's loops visited, over all its instances
+};
+
 /// Runs a backward module (one tile.func of each kind backward_preprocess, backward_main, backward_postprocess) as
 /// its three kernels run: D per Q tile; per K/V tile of each query head, dK and dV in fp32 accumulators and dS·K added
 /// into a zeroed fp32 dQ accumulator (instances in K/V-tile order: the deterministic order); dQ converted per Q tile.
 /// dK and dV of a K/V head are the sums, in fp32 and in head order, of its query heads' parts, then converted (the
-/// per-query-head partials a deterministic plan sums). Errors as run's.
+/// per-query-head partials a deterministic plan sums). Errors as run's. `stats`, when given, receives what the run did.
 mlir::LogicalResult runBackward(mlir::ModuleOp module, const Problem &problem, const BackwardTensors &tensors,
-                                Gradients &out);
+                                Gradients &out, BackwardStats *stats = nullptr);
 
 } // namespace flashtile::interp
 

@@ -4,7 +4,9 @@
 // alignments), varlen with an empty key sequence and an empty query sequence, head dims 32, 64, 128 and 192/128, bf16
 // and fp16, whole-sequence tiles and small tiles (several Q tiles per K/V tile, padded rows). Planted errors in the
 // programs (a wrong sign in the score hook's derivative, a dropped scale, unmasked probabilities, a wrong D) must fail
-// the comparison they affect.
+// the comparison they affect. The main program also runs with its Q-tile walk bounded by tile-bound-q-loop (the
+// inverse of the variant's KV-range rules, in masked and unmasked segments), which must give the same gradients while
+// visiting fewer Q tiles where the variant skips some; a bound that drops tiles or a mask must fail.
 //
 // The tolerance is the rounding model's worst case, per element. Both sides get the same Q, K, V and dO (values of
 // the dtype) and the interpreter the oracle's O rounded to the dtype and LSE rounded to fp32, as the forward stores
@@ -23,6 +25,9 @@
 #include "interpreter/Rounding.h"
 #include "passes/IR/ProgramKinds.h"
 
+#include "passes/Transforms/Passes.h"
+
+#include "mlir/AsmParser/AsmParser.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 
 #include <algorithm>
@@ -46,11 +51,15 @@ struct Case {
   std::vector<int32_t> cuQ, cuK;      ///< varlen offsets, or empty
   int tileRowsQ = 0, tileRowsK = 0;   ///< the unscheduled programs' tile rows (0: whole sequences)
   ElementType dtype = ElementType::BF16;
+  /// The main program scheduled with blockM = tileRowsQ, blockN = tileRowsK and its Q-tile walk bounded
+  /// (tile-bound-q-loop).
+  bool bounded = false;
   std::string name() const {
     std::ostringstream out;
     out << variant << "_b" << shape.batch << "_q" << shape.seqlenQ << "_k" << shape.seqlenK << "_h" << shape.headsQ
         << "x" << shape.headsKv << "_d" << shape.headDim << "x" << shape.headDimV << (cuQ.empty() ? "" : "_varlen")
-        << "_t" << tileRowsQ << "x" << tileRowsK << (dtype == ElementType::BF16 ? "_bf16" : "_fp16");
+        << "_t" << tileRowsQ << "x" << tileRowsK << (dtype == ElementType::BF16 ? "_bf16" : "_fp16")
+        << (bounded ? "_bounded" : "");
     return out.str();
   }
 };
@@ -174,6 +183,7 @@ Comparison compare(const std::string &what, const std::vector<float> &got, const
 /// Everything one case computes: the oracle's gradients and the interpreter's comparisons (dQ, dK, dV, D).
 struct Outcome {
   bool ran = false;
+  int64_t qTileVisits = 0; ///< by the main program's loops
   std::vector<Comparison> comparisons;
   const Comparison *find(const std::string &what) const {
     for (const Comparison &c : comparisons)
@@ -185,6 +195,34 @@ struct Outcome {
 
 /// A change to the backward module before it runs (a planted error), or none.
 using Plant = std::function<bool(ModuleOp)>;
+
+tile::FuncOp mainProgram(ModuleOp module) {
+  for (tile::FuncOp func : module.getOps<tile::FuncOp>())
+    if (func.getKind() == tile::kBackwardMain)
+      return func;
+  return {};
+}
+
+/// Schedules the main program (blockM x blockN tiles; what the rest of a schedule sets does not matter here) and
+/// bounds its Q-tile walk: three segments, head boundary, interior, tail boundary.
+bool boundQLoop(ModuleOp module, const Case &c) {
+  MLIRContext *context = module.getContext();
+  std::string text = "#tile.schedule<name = \"interp\", blockM = " + std::to_string(c.tileRowsQ) +
+                     ", blockN = " + std::to_string(c.tileRowsK) + ", warps = 1, warpLayout = split_q, warpRows = " +
+                     std::to_string(c.tileRowsQ) + ", stages = 1>";
+  auto schedule = dyn_cast_or_null<tile::ScheduleAttr>(parseAttribute(text, context));
+  tile::FuncOp main = mainProgram(module);
+  if (!schedule || !main)
+    return false;
+  main.setScheduleAttr(schedule);
+  PassManager pm(context);
+  pm.addNestedPass<tile::FuncOp>(tile::createTileBoundQLoop());
+  if (failed(pm.run(module)))
+    return false;
+  int segments = 0;
+  main.walk([&](tile::QLoopOp loop) { segments += loop.isBounded(); });
+  return segments == 3;
+}
 
 Outcome runCase(const Case &c, const Plant &plant = {}) {
   Outcome outcome;
@@ -200,6 +238,10 @@ Outcome runCase(const Case &c, const Plant &plant = {}) {
   EXPECT_TRUE(succeeded(forward) && succeeded(backward)) << diagnostics.text;
   if (failed(forward) || failed(backward))
     return outcome;
+  if (c.bounded && !boundQLoop(**backward, c)) {
+    ADD_FAILURE() << "bounding the Q-tile walk of " << c.variant << "'s main program failed: " << diagnostics.text;
+    return outcome;
+  }
   if (plant && !plant(**backward)) {
     ADD_FAILURE() << "the planted error found nothing to change in " << c.variant << "'s backward programs";
     return outcome;
@@ -223,11 +265,13 @@ Outcome runCase(const Case &c, const Plant &plant = {}) {
   interp::BackwardTensors tensors{asFloats(q), asFloats(k), asFloats(v), asFloats(want->o), asFloats(dO),
                                   asFloats(want->lse)};
   interp::Gradients got;
-  const bool ran = succeeded(interp::runBackward(**backward, interpreterProblem(ref, c), tensors, got));
+  interp::BackwardStats stats;
+  const bool ran = succeeded(interp::runBackward(**backward, interpreterProblem(ref, c), tensors, got, &stats));
   EXPECT_TRUE(ran) << diagnostics.text;
   if (!ran)
     return outcome;
   outcome.ran = true;
+  outcome.qTileVisits = stats.qTileVisits;
 
   const double u = unitRoundoff(c.dtype);
   const auto &m = want->magnitudes;
@@ -290,6 +334,19 @@ std::vector<Case> matrix() {
   return cases;
 }
 
+/// Every variant with its Q-tile walk bounded: Sq = Sk and Sq != Sk (both causal alignments), GQA, varlen.
+std::vector<Case> boundedMatrix() {
+  std::vector<Case> cases;
+  for (const std::string &variant : allVariants()) {
+    cases.push_back({variant, {2, 16, 16, 4, 2, 32, 32}, {}, {}, 4, 4, ElementType::BF16, true});
+    cases.push_back({variant, {1, 7, 13, 2, 1, 64, 64}, {}, {}, 2, 3, ElementType::BF16, true});
+    cases.push_back({variant, {1, 13, 6, 2, 2, 32, 32}, {}, {}, 3, 2, ElementType::BF16, true});
+    cases.push_back({variant, {4, 16, 19, 4, 2, 64, 64}, {0, 5, 9, 9, 16}, {0, 7, 7, 10, 19}, 2, 3,
+                     ElementType::BF16, true});
+  }
+  return cases;
+}
+
 class BackwardInterpreter : public ::testing::TestWithParam<Case> {};
 
 TEST_P(BackwardInterpreter, MatchesTheFp64Oracle) { expectAllPass(runCase(GetParam()), GetParam().name()); }
@@ -297,16 +354,33 @@ TEST_P(BackwardInterpreter, MatchesTheFp64Oracle) { expectAllPass(runCase(GetPar
 INSTANTIATE_TEST_SUITE_P(Builtins, BackwardInterpreter, ::testing::ValuesIn(matrix()),
                          [](const ::testing::TestParamInfo<Case> &info) { return info.param.name(); });
 
+class BoundedBackwardInterpreter : public ::testing::TestWithParam<Case> {};
+
+/// The bounded walk gives what the oracle gives, visiting no more Q tiles than the unbounded one: fewer where the
+/// variant's rules let a K/V tile skip some (causal: the Q tiles above the diagonal; windows: those outside).
+TEST_P(BoundedBackwardInterpreter, MatchesTheFp64OracleAndSkipsQTiles) {
+  const Case &bounded = GetParam();
+  Outcome outcome = runCase(bounded);
+  expectAllPass(outcome, bounded.name());
+  Case unbounded = bounded;
+  unbounded.bounded = false;
+  Outcome all = runCase(unbounded);
+  ASSERT_TRUE(all.ran);
+  EXPECT_LE(outcome.qTileVisits, all.qTileVisits);
+  const bool skips = bounded.variant.find("causal") != std::string::npos ||
+                     bounded.variant.find("window") != std::string::npos || bounded.variant == "document_mask";
+  if (skips && bounded.cuQ.empty() && bounded.shape.seqlenQ == 16)
+    EXPECT_LT(outcome.qTileVisits, all.qTileVisits) << "the bounded walk skips no Q tile";
+  std::printf("  %-60s Q tiles visited %lld of %lld\n", bounded.name().c_str(),
+              static_cast<long long>(outcome.qTileVisits), static_cast<long long>(all.qTileVisits));
+}
+
+INSTANTIATE_TEST_SUITE_P(Builtins, BoundedBackwardInterpreter, ::testing::ValuesIn(boundedMatrix()),
+                         [](const ::testing::TestParamInfo<Case> &info) { return info.param.name(); });
+
 //===----------------------------------------------------------------------===//
 // Planted errors: each must fail the comparison it affects (and leave the others passing).
 //===----------------------------------------------------------------------===//
-
-tile::FuncOp mainProgram(ModuleOp module) {
-  for (tile::FuncOp func : module.getOps<tile::FuncOp>())
-    if (func.getKind() == tile::kBackwardMain)
-      return func;
-  return {};
-}
 
 /// The tile.scale of dS (after tile.softmax_grad / tile.score_grad) and the unscaled dS it reads.
 tile::ScaleOp dsScale(ModuleOp module) {
@@ -410,6 +484,41 @@ TEST(BackwardInterpreterPlanted, ADWithoutDoFailsDeltaDqAndDk) {
                         return changed;
                       }),
               {"dq", "dk", "delta"}, "D = rowsum(O∘O)");
+}
+
+const Case kBoundedPlantCase{"causal", {2, 16, 16, 4, 2, 32, 32}, {}, {}, 4, 4, ElementType::BF16, true};
+
+TEST(BackwardInterpreterPlanted, ABoundThatDropsTheInteriorQTilesFailsDqDkDv) {
+  expectFails(runCase(kBoundedPlantCase,
+                      [](ModuleOp module) {
+                        bool changed = false;
+                        mainProgram(module).walk([&](tile::QLoopOp loop) {
+                          if (loop.getSegment() == tile::Segment::Interior) {
+                            loop.getUpperMutable().assign(loop.getLower());
+                            changed = true;
+                          }
+                        });
+                        return changed;
+                      }),
+              {"dq", "dk", "dv"}, "interior segment [lo, lo)");
+}
+
+TEST(BackwardInterpreterPlanted, AMasklessHeadBoundaryFailsDqDkDv) {
+  expectFails(runCase(kBoundedPlantCase,
+                      [](ModuleOp module) {
+                        bool changed = false;
+                        mainProgram(module).walk([&](tile::QLoopOp loop) {
+                          if (loop.getSegment() != tile::Segment::HeadBoundary)
+                            return;
+                          loop.getBody().walk([&](tile::MaskOp mask) {
+                            mask.getResult().replaceAllUsesWith(mask.getS());
+                            mask.erase();
+                            changed = true;
+                          });
+                        });
+                        return changed;
+                      }),
+              {"dq", "dk", "dv"}, "head boundary without its mask");
 }
 
 //===----------------------------------------------------------------------===//
