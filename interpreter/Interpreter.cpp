@@ -395,8 +395,8 @@ private:
   RoundFn roundOut;
   int64_t blockM;
   BackwardState *backward = nullptr;
-  int64_t *qTileVisits = nullptr; ///< the backward's main program: Q tiles its loops visited, all instances
-  bool mainProgram = false; ///< a backward_main program: instances own K/V tiles
+  int64_t *qTileVisits = nullptr;       ///< the backward's main program: Q tiles its loops visited, all instances
+  bool mainProgram = false;             ///< a backward_main program: instances own K/V tiles
   std::map<Output, int> backwardStores; ///< the backward's stores of this instance, by output
   bool packed = false; ///< tile.pack_query_heads: instances are (batch, K/V head, tile of the group's rows)
   int64_t group = 1;   ///< query heads per K/V head
@@ -1163,9 +1163,9 @@ LogicalResult Interpreter::exec(LoadOp op) {
     }
     int64_t count = rows > 0 ? ceilDiv(seqlen, rows) : 0;
     if (index < 0 || index >= count)
-      return fail(op, "load of " + name + " tile " + Twine(index) + " outside the " +
-                          (querySide ? "query" : "key") + " sequence: seqlen_" + (querySide ? "q" : "k") + " = " +
-                          Twine(seqlen) + " makes " + Twine(count) + " tiles of " + Twine(rows) + " rows");
+      return fail(op, "load of " + name + " tile " + Twine(index) + " outside the " + (querySide ? "query" : "key") +
+                          " sequence: seqlen_" + (querySide ? "q" : "k") + " = " + Twine(seqlen) + " makes " +
+                          Twine(count) + " tiles of " + Twine(rows) + " rows");
     first = index * rows;
     if (op.getOperand() == Operand::K && kTileLoads)
       ++*kTileLoads;
@@ -1722,8 +1722,9 @@ LogicalResult Interpreter::storeBackward(StoreOp op) {
   const Output output = op.getOperand();
   StringRef name = stringifyOutput(output);
   if (!backward || op.getStaging())
-    return fail(op, "stores " + name + (backward ? " through a slot, which the interpreter stages for O only"
-                                                 : ", which a forward program does not write"));
+    return fail(op, "stores " + name +
+                        (backward ? " through a slot, which the interpreter stages for O only"
+                                  : ", which a forward program does not write"));
   ++backwardStores[output];
   if (output == Output::Dk || output == Output::Dv) {
     // The main program's accumulator of its K/V tile: this query head's part of the K/V head's gradient.
@@ -1850,8 +1851,7 @@ LogicalResult Interpreter::exec(ScoreGradOp op) {
   if (failed(ds) || failed(s))
     return failure();
   const Tile &sT = **s;
-  if ((*ds)->rows != sT.rows || (*ds)->cols != sT.cols || (*ds)->rowBase != sT.rowBase ||
-      (*ds)->colBase != sT.colBase)
+  if ((*ds)->rows != sT.rows || (*ds)->cols != sT.cols || (*ds)->rowBase != sT.rowBase || (*ds)->colBase != sT.colBase)
     return fail(op, "dS' and the scores the derivative is taken at are not the same query rows and keys");
   Tile out = **ds;
   Block &body = op.getBody().front();
@@ -1923,10 +1923,9 @@ LogicalResult Interpreter::exec(AccumulateOp op) {
 LogicalResult Interpreter::runBackwardProgram(int64_t *visits) {
   qTileVisits = visits;
   StringRef kind = func.getKind();
-  const std::map<Output, int> expected =
-      kind == kBackwardPreprocess ? std::map<Output, int>{{Output::Delta, 1}}
-      : mainProgram               ? std::map<Output, int>{{Output::Dk, 1}, {Output::Dv, 1}}
-                                  : std::map<Output, int>{{Output::Dq, 1}};
+  const std::map<Output, int> expected = kind == kBackwardPreprocess ? std::map<Output, int>{{Output::Delta, 1}}
+                                         : mainProgram ? std::map<Output, int>{{Output::Dk, 1}, {Output::Dv, 1}}
+                                                       : std::map<Output, int>{{Output::Dq, 1}};
   const int64_t longest = longestSeqlenQ(problem);
   if (longest > 0 && blockM <= 0)
     return func.emitError() << "the Q tile has " << blockM << " rows";
@@ -2131,14 +2130,11 @@ LogicalResult runBackward(ModuleOp module, const Problem &problem, const Backwar
   RoundFn round = roundFor(main.getDtype());
   const float nan = std::numeric_limits<float>::quiet_NaN();
   BackwardState state{rounded(tensors.o, round, p.seqlenQ, p.headsQ, p.headDimV),
-                      rounded(tensors.dO, round, p.seqlenQ, p.headsQ, p.headDimV),
-                      rowsAsTensor(tensors.lse, p),
+                      rounded(tensors.dO, round, p.seqlenQ, p.headsQ, p.headDimV), rowsAsTensor(tensors.lse, p),
                       filled(p, p.seqlenQ, p.headsQ, 1, nan),
                       // The plan zeroes the dQ accumulator before the main kernel adds into it.
-                      filled(p, p.seqlenQ, p.headsQ, p.headDim, 0.0f),
-                      filled(p, p.seqlenQ, p.headsQ, p.headDim, nan),
-                      filled(p, p.seqlenK, p.headsQ, p.headDim, nan),
-                      filled(p, p.seqlenK, p.headsQ, p.headDimV, nan)};
+                      filled(p, p.seqlenQ, p.headsQ, p.headDim, 0.0f), filled(p, p.seqlenQ, p.headsQ, p.headDim, nan),
+                      filled(p, p.seqlenK, p.headsQ, p.headDim, nan), filled(p, p.seqlenK, p.headsQ, p.headDimV, nan)};
   Tensor q = rounded(tensors.q, round, p.seqlenQ, p.headsQ, p.headDim);
   Tensor k = rounded(tensors.k, round, p.seqlenK, p.headsKv, p.headDim);
   Tensor v = rounded(tensors.v, round, p.seqlenK, p.headsKv, p.headDimV);

@@ -47,9 +47,9 @@ constexpr double kFp32Slack = 1.0 / (1 << 16);
 /// One problem the programs run on.
 struct Case {
   std::string variant;
-  Shape shape;                        ///< varlen: batch, and seqlenQ/seqlenK the totals
-  std::vector<int32_t> cuQ, cuK;      ///< varlen offsets, or empty
-  int tileRowsQ = 0, tileRowsK = 0;   ///< the unscheduled programs' tile rows (0: whole sequences)
+  Shape shape;                      ///< varlen: batch, and seqlenQ/seqlenK the totals
+  std::vector<int32_t> cuQ, cuK;    ///< varlen offsets, or empty
+  int tileRowsQ = 0, tileRowsK = 0; ///< the unscheduled programs' tile rows (0: whole sequences)
   ElementType dtype = ElementType::BF16;
   /// The main program scheduled with blockM = tileRowsQ, blockN = tileRowsK and its Q-tile walk bounded
   /// (tile-bound-q-loop).
@@ -208,8 +208,8 @@ tile::FuncOp mainProgram(ModuleOp module) {
 bool boundQLoop(ModuleOp module, const Case &c) {
   MLIRContext *context = module.getContext();
   std::string text = "#tile.schedule<name = \"interp\", blockM = " + std::to_string(c.tileRowsQ) +
-                     ", blockN = " + std::to_string(c.tileRowsK) + ", warps = 1, warpLayout = split_q, warpRows = " +
-                     std::to_string(c.tileRowsQ) + ", stages = 1>";
+                     ", blockN = " + std::to_string(c.tileRowsK) +
+                     ", warps = 1, warpLayout = split_q, warpRows = " + std::to_string(c.tileRowsQ) + ", stages = 1>";
   auto schedule = dyn_cast_or_null<tile::ScheduleAttr>(parseAttribute(text, context));
   tile::FuncOp main = mainProgram(module);
   if (!schedule || !main)
@@ -262,8 +262,8 @@ Outcome runCase(const Case &c, const Plant &plant = {}) {
     return outcome;
 
   // What the forward stored: O of the dtype, LSE in fp32.
-  interp::BackwardTensors tensors{asFloats(q), asFloats(k), asFloats(v), asFloats(want->o), asFloats(dO),
-                                  asFloats(want->lse)};
+  interp::BackwardTensors tensors{asFloats(q),       asFloats(k),  asFloats(v),
+                                  asFloats(want->o), asFloats(dO), asFloats(want->lse)};
   interp::Gradients got;
   interp::BackwardStats stats;
   const bool ran = succeeded(interp::runBackward(**backward, interpreterProblem(ref, c), tensors, got, &stats));
@@ -303,19 +303,17 @@ void expectAllPass(const Outcome &outcome, const std::string &name) {
 /// Shapes: GQA 4/2 with Sq < Sk, MQA 4/1 with Sq > Sk (bottom-right causal rows before the first key see nothing),
 /// varlen (sequence 1 has no key, sequence 2 no query).
 const std::vector<std::string> &allVariants() {
-  static const std::vector<std::string> names = {"none",         "causal",      "causal_top_left", "sliding_window",
-                                                 "sliding_window_causal", "softcap", "softcap_causal", "alibi",
-                                                 "alibi_per_batch", "alibi_causal", "sinks", "sinks_causal",
-                                                 "document_mask"};
+  static const std::vector<std::string> names = {
+      "none",    "causal",         "causal_top_left", "sliding_window",  "sliding_window_causal",
+      "softcap", "softcap_causal", "alibi",           "alibi_per_batch", "alibi_causal",
+      "sinks",   "sinks_causal",   "document_mask"};
   return names;
 }
 
 std::vector<Case> matrix() {
   std::vector<Case> cases;
-  const Shape headDims[] = {{2, 7, 11, 4, 2, 32, 32},
-                            {2, 7, 11, 4, 2, 64, 64},
-                            {2, 7, 11, 4, 2, 128, 128},
-                            {2, 7, 11, 4, 2, 192, 128}};
+  const Shape headDims[] = {
+      {2, 7, 11, 4, 2, 32, 32}, {2, 7, 11, 4, 2, 64, 64}, {2, 7, 11, 4, 2, 128, 128}, {2, 7, 11, 4, 2, 192, 128}};
   int n = 0;
   for (const std::string &variant : allVariants()) {
     // Dense GQA, Sq < Sk, small tiles (several per sequence, the last padded), a head dim per variant in turn.
@@ -341,8 +339,8 @@ std::vector<Case> boundedMatrix() {
     cases.push_back({variant, {2, 16, 16, 4, 2, 32, 32}, {}, {}, 4, 4, ElementType::BF16, true});
     cases.push_back({variant, {1, 7, 13, 2, 1, 64, 64}, {}, {}, 2, 3, ElementType::BF16, true});
     cases.push_back({variant, {1, 13, 6, 2, 2, 32, 32}, {}, {}, 3, 2, ElementType::BF16, true});
-    cases.push_back({variant, {4, 16, 19, 4, 2, 64, 64}, {0, 5, 9, 9, 16}, {0, 7, 7, 10, 19}, 2, 3,
-                     ElementType::BF16, true});
+    cases.push_back(
+        {variant, {4, 16, 19, 4, 2, 64, 64}, {0, 5, 9, 9, 16}, {0, 7, 7, 10, 19}, 2, 3, ElementType::BF16, true});
   }
   return cases;
 }
@@ -462,8 +460,8 @@ TEST(BackwardInterpreterPlanted, UnmaskedProbabilitiesInTheDvGemmFailDv) {
                             return;
                           // P of the logits before the mask, for dV alone.
                           OpBuilder b(op);
-                          Value unmasked = tile::ProbsOp::create(b, op.getLoc(), probs.getType(), mask.getS(),
-                                                                 probs.getLse());
+                          Value unmasked =
+                              tile::ProbsOp::create(b, op.getLoc(), probs.getType(), mask.getS(), probs.getLse());
                           op.getAMutable().set(unmasked);
                           changed = true;
                         });
@@ -551,7 +549,7 @@ TEST(BackwardInterpreterErrors, TensorsOfTheWrongSizeAreNamed) {
   p.seqlenQ = p.seqlenK = 4;
   p.headDim = p.headDimV = 32;
   const size_t n = 4 * 32;
-  interp::BackwardTensors t{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n),
+  interp::BackwardTensors t{std::vector<float>(n), std::vector<float>(n),     std::vector<float>(n),
                             std::vector<float>(n), std::vector<float>(n - 1), std::vector<float>(4)};
   interp::Gradients out;
   EXPECT_TRUE(failed(interp::runBackward(**module, p, t, out)));

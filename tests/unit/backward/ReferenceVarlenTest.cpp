@@ -64,8 +64,8 @@ TEST_P(ReferenceVarlen, GradientsMatchFiniteDifferences) {
     return sum;
   };
   double largest = 0;
-  for (auto [name, analytic, x] : {std::tuple{"dQ", &grads->dq, &q}, std::tuple{"dK", &grads->dk, &k},
-                                              std::tuple{"dV", &grads->dv, &v}})
+  for (auto [name, analytic, x] :
+       {std::tuple{"dQ", &grads->dq, &q}, std::tuple{"dK", &grads->dk, &k}, std::tuple{"dV", &grads->dv, &v}})
     for (size_t i = 0; i < analytic->size(); ++i) {
       const double saved = (*x)[i];
       (*x)[i] = saved + kStep;
@@ -129,8 +129,7 @@ TEST_P(ReferenceVarlen, ForwardMatchesTheInterpreter) {
   auto narrow = [](const std::vector<double> &x) { return std::vector<float>(x.begin(), x.end()); };
   std::vector<float> o, lse;
   DiagnosticCapture diagnostics(context);
-  ASSERT_TRUE(succeeded(interp::run(funcOf(*module), ip, narrow(q), narrow(k), narrow(v), o, lse)))
-      << diagnostics.text;
+  ASSERT_TRUE(succeeded(interp::run(funcOf(*module), ip, narrow(q), narrow(k), narrow(v), o, lse))) << diagnostics.text;
   constexpr double kBf16Tolerance = 2e-2;
   for (size_t i = 0; i < o.size(); ++i)
     EXPECT_NEAR(o[i], reference->o[i], kBf16Tolerance) << "O[" << i << "]";
