@@ -2,12 +2,16 @@
 //
 // One program instance per (batch, query head, Q tile) walks the function body with an environment mapping
 // SSA values to scalars, tiles and softmax states. Tile ops follow TileOps.td (numerics in TileMath.cpp),
-// arith/math ops ScalarOps.cpp, and pipelined programs replay their copies through AsyncCopies.
+// arith/math ops ScalarOps.cpp, and pipelined programs replay their copies through AsyncCopies. The backward's
+// programs run on the same machinery, their instances owning a Q tile (preprocess, postprocess) or a K/V tile (main);
+// the backward's ops' numerics are BackwardMath.cpp's.
 //===----------------------------------------------------------------------===//
 #include "interpreter/Interpreter.h"
 #include "interpreter/AsyncCopies.h"
+#include "interpreter/BackwardMath.h"
 #include "interpreter/ScalarOps.h"
 #include "interpreter/TileMath.h"
+#include "passes/IR/ProgramKinds.h"
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/TilePacking.h"
 #include "passes/IR/TileRotary.h"
@@ -57,7 +61,19 @@ struct Tensor {
   float at(int64_t b, int64_t s, int64_t h, int64_t d) const {
     return data[((b * seqlen + s) * heads + h) * width + d];
   }
+  float &at(int64_t b, int64_t s, int64_t h, int64_t d) { return data[((b * seqlen + s) * heads + h) * width + d]; }
 };
+
+/// The tensors the backward's programs share, as its kernels share global memory: O and dO (rounded to the dtype),
+/// LSE, D and the dQ accumulator (fp32; LSE and D as tensors of width 1), dQ (values of the dtype), and the
+/// per-query-head fp32 parts of dK and dV (entries x seqlen_k x heads_q x width), summed over a K/V head's group after
+/// the main program.
+struct BackwardState {
+  Tensor o, dO, lse, delta, dqAccum, dq, dkParts, dvParts;
+};
+
+/// Whether a named tensor has a row per query row (Q, O, dO, LSE, D, the dQ accumulator) rather than per key (K, V).
+bool isQuerySide(Operand operand) { return operand != Operand::K && operand != Operand::V; }
 
 /// The thread block that owns query rows [m0, m0 + rows) of head h (K/V head hKv) in batch b. Its sequence has
 /// seqlenQ queries and seqlenK keys, from rows qRow0 and kRow0 of the tensors' batch entry `entry` (dense: entry b,
@@ -66,6 +82,8 @@ struct Instance {
   int64_t b = 0, h = 0, hKv = 0, qTile = 0, m0 = 0, rows = 0;
   int64_t seqlenQ = 0, seqlenK = 0, entry = 0, qRow0 = 0, kRow0 = 0;
   int64_t split = 0, splitBegin = 0, splitEnd = 0; ///< split-KV: this instance's split and its keys
+  /// The backward's main program: the instance's K/V tile and its keys [n0, n0 + kvRows).
+  int64_t kvTile = 0, n0 = 0, kvRows = 0;
 };
 
 /// The sequence of batch b, as an instance with no head or tile yet.
@@ -100,28 +118,35 @@ int64_t longestSeqlenK(const Problem &p) {
   return longest;
 }
 
-/// The Q tile's static row count after scheduling; unscheduled, the whole query sequence is one tile.
-int64_t qTileRows(FuncOp func, int64_t seqlenQ) {
+/// The Q tile's static row count after scheduling (of the loads of query rows: Q, or the backward's O, dO, ...);
+/// unscheduled, `tileRows` rows, or the whole query sequence as one tile when it is 0.
+int64_t qTileRows(FuncOp func, int64_t seqlenQ, int64_t tileRows) {
   int64_t rows = ShapedType::kDynamic;
   func.walk([&](LoadOp load) {
-    if (load.getOperand() == Operand::Q)
+    if (isQuerySide(load.getOperand()) && !cast<RankedTensorType>(load.getType()).isDynamicDim(0))
       rows = cast<RankedTensorType>(load.getType()).getDimSize(0);
   });
   if (rows != ShapedType::kDynamic)
     return rows;
   if (ScheduleAttr schedule = func.getScheduleAttr())
     return schedule.getBlockM();
-  return seqlenQ;
+  return tileRows > 0 ? tileRows : seqlenQ;
 }
 
-/// Keys per K/V tile of an unbounded loop: the static row count of its K/V loads, else the whole sequence.
-int64_t kvTileRows(KvLoopOp loop, int64_t seqlenK) {
+/// Keys per K/V tile of `scope` (an unbounded loop, or the backward's main program): the static row count of its
+/// K/V loads, else the schedule's block_n, else `tileRows`, else the whole sequence.
+int64_t kvTileRows(Operation *scope, int64_t seqlenK, int64_t tileRows) {
   int64_t rows = ShapedType::kDynamic;
-  loop.getBody().walk([&](LoadOp load) {
-    if (load.getOperand() != Operand::Q)
+  scope->walk([&](LoadOp load) {
+    if (!isQuerySide(load.getOperand()))
       rows = cast<RankedTensorType>(load.getType()).getDimSize(0);
   });
-  return rows == ShapedType::kDynamic ? seqlenK : rows;
+  if (rows != ShapedType::kDynamic)
+    return rows;
+  auto func = isa<FuncOp>(scope) ? cast<FuncOp>(scope) : scope->getParentOfType<FuncOp>();
+  if (ScheduleAttr schedule = func ? func.getScheduleAttr() : ScheduleAttr())
+    return schedule.getBlockN();
+  return tileRows > 0 ? tileRows : seqlenK;
 }
 
 /// Runs the roles of a thread block one at a time, each on its own thread: a role runs until it finishes or waits on
@@ -203,14 +228,20 @@ private:
 
 class Interpreter {
 public:
-  Interpreter(FuncOp func, const Problem &problem, Tensor q, Tensor k, Tensor v)
+  /// `backward`: the backward's tensors, for a program of one of its kinds (Q, K, V are then its, and q, k, v empty).
+  Interpreter(FuncOp func, const Problem &problem, Tensor q, Tensor k, Tensor v, BackwardState *backward = nullptr)
       : func(func), problem(problem), q(std::move(q)), k(std::move(k)), v(std::move(v)),
-        roundOut(roundFor(func.getDtype())), blockM(qTileRows(func, longestSeqlenQ(problem))) {
+        roundOut(roundFor(func.getDtype())), blockM(qTileRows(func, longestSeqlenQ(problem), problem.tileRowsQ)),
+        backward(backward) {
     packed = func->hasAttr(tile::kPackQueryHeadsAttr);
     group = problem.headsKv > 0 ? problem.headsQ / problem.headsKv : 1;
+    mainProgram = func.getKind() == kBackwardMain;
   }
 
   LogicalResult run(std::vector<float> &o, std::vector<float> &lse, RunStats *stats);
+  /// Runs every instance of a backward program (its kind's) on the backward's tensors; counts the main program's
+  /// Q-tile visits into `visits` when given.
+  LogicalResult runBackwardProgram(int64_t *visits = nullptr);
 
 private:
   /// Runs the program for the block `inst` names (a persistent block: its work tiles); `checkStores`: the block's
@@ -300,6 +331,23 @@ private:
   LogicalResult exec(StateLoadOp op);
   LogicalResult exec(StateStoreOp op);
   LogicalResult exec(KvLoopOp op);
+  // The backward's ops.
+  LogicalResult exec(RowDotOp op);
+  LogicalResult exec(ZeroAccOp op);
+  LogicalResult exec(QLoopOp op);
+  LogicalResult exec(ProbsOp op);
+  LogicalResult exec(DotTnOp op);
+  LogicalResult exec(SoftmaxGradOp op);
+  LogicalResult exec(ScoreGradOp op);
+  LogicalResult exec(AccumulateOp op);
+  /// A store of the backward's (D, dQ, dK, dV) by this instance.
+  LogicalResult storeBackward(StoreOp op);
+  /// The tensor `operand` names for this program (the forward's Q, K, V; the backward's), or null.
+  Tensor *tensorOf(Operand operand);
+  /// The rows of the tensor a load names: the instance's own tile (no index), or tile `index` of the sequence.
+  struct TileRows {
+    int64_t index, first, rows;
+  };
 
   FailureOr<Scalar> scalar(Operation *user, Value value);
   FailureOr<TilePtr> tile(Operation *user, Value value);
@@ -346,6 +394,10 @@ private:
   Tensor q, k, v;
   RoundFn roundOut;
   int64_t blockM;
+  BackwardState *backward = nullptr;
+  int64_t *qTileVisits = nullptr;       ///< the backward's main program: Q tiles its loops visited, all instances
+  bool mainProgram = false;             ///< a backward_main program: instances own K/V tiles
+  std::map<Output, int> backwardStores; ///< the backward's stores of this instance, by output
   bool packed = false; ///< tile.pack_query_heads: instances are (batch, K/V head, tile of the group's rows)
   int64_t group = 1;   ///< query heads per K/V head
   std::vector<float> *outO = nullptr, *outLse = nullptr;
@@ -402,12 +454,19 @@ private:
 
 LogicalResult Interpreter::fail(Operation *op, const Twine &message) {
   InFlightDiagnostic diag = op->emitError(message);
-  diag.attachNote() << "in program instance batch " << inst.b << ", head " << inst.h << ", Q tile " << inst.qTile
-                    << " (query rows " << inst.m0 << ".." << inst.m0 + inst.rows - 1 << ")";
+  if (mainProgram)
+    diag.attachNote() << "in program instance batch " << inst.b << ", head " << inst.h << ", K/V tile " << inst.kvTile
+                      << " (keys " << inst.n0 << ".." << inst.n0 + inst.kvRows - 1 << ")";
+  else
+    diag.attachNote() << "in program instance batch " << inst.b << ", head " << inst.h << ", Q tile " << inst.qTile
+                      << " (query rows " << inst.m0 << ".." << inst.m0 + inst.rows - 1 << ")";
   return diag;
 }
 
 LogicalResult Interpreter::run(std::vector<float> &o, std::vector<float> &lse, RunStats *stats) {
+  if (func.getKind() != kForwardProgram)
+    return func.emitOpError() << "is a " << func.getKind()
+                              << " program; interp::run runs forward programs, interp::runBackward a backward module";
   // Whatever no instance stores stays NaN, so a program that forgets rows cannot pass a comparison.
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const int64_t entries = problem.isVarlen() ? 1 : problem.batch; // batch entries of the tensors
@@ -673,9 +732,10 @@ LogicalResult Interpreter::runInstance(bool checkStores) {
   nextMma = kFirstMmaToken;
   copies = AsyncCopies();
   storesO = storesLse = 0;
+  backwardStores.clear();
   if (failed(execBlock(func.getBodyBlock())))
     return failure();
-  if (checkStores && (storesO != 1 || storesLse != 1))
+  if (checkStores && !backward && (storesO != 1 || storesLse != 1))
     return fail(func, "a program instance must store O and LSE once each; it stored O " + Twine(storesO) +
                           " times and LSE " + Twine(storesLse) + " times");
   return success();
@@ -705,7 +765,8 @@ LogicalResult Interpreter::exec(Operation &op) {
       .Case<DimOp, ParamOp, SoftmaxScaleOp, InputOp, KvRangeOp, LoadOp, BufferOp, SlotOp, CopyAsyncOp, WaitOp,
             BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, WorkLoopOp, WorkQueueOp, MmaWaitOp, StoreOp, QkOp,
             ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, StateLoadOp,
-            StateStoreOp, KvLoopOp, StoreSplitOp>([&](auto tileOp) { return exec(tileOp); })
+            StateStoreOp, KvLoopOp, StoreSplitOp, RowDotOp, ZeroAccOp, QLoopOp, ProbsOp, DotTnOp, SoftmaxGradOp,
+            ScoreGradOp, AccumulateOp>([&](auto tileOp) { return exec(tileOp); })
       .Default([&](Operation *other) -> LogicalResult {
         // A constant tile (a pipeline's carried P before the first tile): the splat value everywhere.
         if (auto constant = dyn_cast<arith::ConstantOp>(other); constant && isa<RankedTensorType>(constant.getType())) {
@@ -890,8 +951,8 @@ int64_t dimValue(Dim dim, const Problem &problem, const Instance &inst, int64_t 
     return inst.b;
   case Dim::HeadIndex:
     return inst.h;
-  case Dim::KvTile: // forward instances own Q tiles
-    return 0;
+  case Dim::KvTile: // the backward's main program: its K/V tile; other programs' instances own Q tiles
+    return inst.kvTile;
   }
   llvm_unreachable("a tile.dim the interpreter does not know");
 }
@@ -984,7 +1045,7 @@ LogicalResult Interpreter::exec(KvLoopOp op) {
     from = lo->i;
     to = hi->i;
   } else {
-    int64_t rows = kvTileRows(op, inst.seqlenK);
+    int64_t rows = kvTileRows(op, inst.seqlenK, problem.tileRowsK);
     to = rows > 0 ? ceilDiv(inst.seqlenK, rows) : 0;
   }
   bool descending = op.getOrder() == KvOrder::Descending;
@@ -1024,22 +1085,69 @@ LogicalResult Interpreter::exec(KvLoopOp op) {
 // Data movement
 //===----------------------------------------------------------------------===//
 
+Tensor *Interpreter::tensorOf(Operand operand) {
+  if (!backward) {
+    switch (operand) {
+    case Operand::Q:
+      return &q;
+    case Operand::K:
+      return &k;
+    case Operand::V:
+      return &v;
+    default:
+      return nullptr;
+    }
+  }
+  // A backward program reads its kind's tensors only (the op verifiers check this; unverified IR may not).
+  const ProgramKind *kind = lookupProgramKind(func.getKind());
+  if (!kind || !kind->readsTensor(stringifyOperand(operand)))
+    return nullptr;
+  switch (operand) {
+  case Operand::Q:
+    return &q;
+  case Operand::K:
+    return &k;
+  case Operand::V:
+    return &v;
+  case Operand::O:
+    return &backward->o;
+  case Operand::DO:
+    return &backward->dO;
+  case Operand::Lse:
+    return &backward->lse;
+  case Operand::Delta:
+    return &backward->delta;
+  case Operand::DqAccum:
+    return &backward->dqAccum;
+  }
+  llvm_unreachable("a tensor the interpreter does not know");
+}
+
 LogicalResult Interpreter::exec(LoadOp op) {
   auto type = cast<RankedTensorType>(op.getType());
   StringRef name = stringifyOperand(op.getOperand());
-  bool isQ = op.getOperand() == Operand::Q;
-  const Tensor &source = isQ ? q : op.getOperand() == Operand::K ? k : v;
-  int64_t index = inst.qTile, rows = inst.rows, first = inst.m0;
-  if (isQ) {
-    if (!type.isDynamicDim(0) && type.getDimSize(0) != inst.rows)
-      return fail(op, "loads a Q tile of " + Twine(type.getDimSize(0)) + " rows but the program instance owns " +
-                          Twine(inst.rows));
+  const bool querySide = isQuerySide(op.getOperand());
+  const Tensor *source = tensorOf(op.getOperand());
+  if (!source)
+    return fail(op, "loads " + name + ", which a " + func.getKind() + " program does not read");
+  // The instance's own tile (no index): its Q tile's rows, or the main program's K/V tile; else tile `index` of the
+  // sequence, of the type's rows (dynamic: the program's tile rows).
+  int64_t index = querySide ? inst.qTile : inst.kvTile, rows = querySide ? inst.rows : inst.kvRows;
+  int64_t first = querySide ? inst.m0 : inst.n0;
+  const int64_t seqlen = querySide ? rowCount() : inst.seqlenK;
+  if (!op.getIndex()) {
+    if (!type.isDynamicDim(0) && type.getDimSize(0) != rows)
+      return fail(op, "loads " + Twine(querySide ? "a " : "a K/V ") + name + " tile of " + Twine(type.getDimSize(0)) +
+                          " rows but the program instance owns " + Twine(rows));
   } else {
     FailureOr<Scalar> j = scalar(op, op.getIndex());
     if (failed(j))
       return failure();
     index = j->i;
-    rows = type.isDynamicDim(0) ? inst.seqlenK : type.getDimSize(0);
+    if (!type.isDynamicDim(0))
+      rows = type.getDimSize(0);
+    else
+      rows = querySide ? blockM : kvTileRows(op, inst.seqlenK, problem.tileRowsK);
     if (op.getPred()) {
       FailureOr<Scalar> pred = scalar(op, op.getPred());
       if (failed(pred))
@@ -1047,16 +1155,17 @@ LogicalResult Interpreter::exec(LoadOp op) {
       if (!pred->isTrue()) {
         // No such tile: what a target reads here is unspecified, and nothing computed from it may reach the
         // output. NaNs make any leak visible in the result.
-        Tile t = Tile::zeros(rows, source.width);
+        Tile t = Tile::zeros(rows, source->width);
         t.rowBase = index * rows;
         std::fill(t.data.begin(), t.data.end(), std::numeric_limits<float>::quiet_NaN());
         return define(op, op.getResult(), std::move(t));
       }
     }
-    int64_t count = rows > 0 ? ceilDiv(inst.seqlenK, rows) : 0;
+    int64_t count = rows > 0 ? ceilDiv(seqlen, rows) : 0;
     if (index < 0 || index >= count)
-      return fail(op, "load of " + name + " tile " + Twine(index) + " outside the key sequence: seqlen_k = " +
-                          Twine(inst.seqlenK) + " makes " + Twine(count) + " tiles of " + Twine(rows) + " keys");
+      return fail(op, "load of " + name + " tile " + Twine(index) + " outside the " + (querySide ? "query" : "key") +
+                          " sequence: seqlen_" + (querySide ? "q" : "k") + " = " + Twine(seqlen) + " makes " +
+                          Twine(count) + " tiles of " + Twine(rows) + " rows");
     first = index * rows;
     if (op.getOperand() == Operand::K && kTileLoads)
       ++*kTileLoads;
@@ -1068,15 +1177,14 @@ LogicalResult Interpreter::exec(LoadOp op) {
       return fail(op, *hazard);
   }
   // Rows past the sequence read as zero.
-  Tile t = Tile::zeros(rows, source.width);
+  Tile t = Tile::zeros(rows, source->width);
   t.rowBase = first;
-  int64_t head = isQ ? inst.h : inst.hKv;
-  int64_t seqlen = isQ ? rowCount() : inst.seqlenK, row0 = isQ ? inst.qRow0 : inst.kRow0;
+  const int64_t row0 = querySide ? inst.qRow0 : inst.kRow0;
   for (int64_t r = 0; r < rows && first + r < seqlen; ++r) {
-    // Q rows are (query row, head) pairs under GQA packing.
-    auto [row, rowHead] = isQ ? rowOf(first + r) : std::pair<int64_t, int64_t>{first + r, head};
-    for (int64_t d = 0; d < source.width; ++d)
-      t.at(r, d) = source.at(inst.entry, row0 + row, rowHead, d);
+    // Query rows are (query row, head) pairs under GQA packing.
+    auto [row, rowHead] = querySide ? rowOf(first + r) : std::pair<int64_t, int64_t>{first + r, inst.hKv};
+    for (int64_t d = 0; d < source->width; ++d)
+      t.at(r, d) = source->at(inst.entry, row0 + row, rowHead, d);
   }
   if (std::optional<Rotary> rotary = rotaryOf(op); rotary && failed(rotate(op, *rotary, t)))
     return failure();
@@ -1293,6 +1401,8 @@ LogicalResult Interpreter::stageO(Operation *op, Value staging) {
 }
 
 LogicalResult Interpreter::exec(StoreOp op) {
+  if (op.getOperand() != Output::O && op.getOperand() != Output::Lse)
+    return storeBackward(op);
   FailureOr<TilePtr> value = tile(op, op.getValue());
   if (failed(value) || failed(stageO(op, op.getStaging())))
     return failure();
@@ -1605,6 +1715,256 @@ LogicalResult Interpreter::exec(StateStoreOp op) {
 }
 
 //===----------------------------------------------------------------------===//
+// The backward's ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult Interpreter::storeBackward(StoreOp op) {
+  const Output output = op.getOperand();
+  StringRef name = stringifyOutput(output);
+  if (!backward || op.getStaging())
+    return fail(op, "stores " + name +
+                        (backward ? " through a slot, which the interpreter stages for O only"
+                                  : ", which a forward program does not write"));
+  ++backwardStores[output];
+  if (output == Output::Dk || output == Output::Dv) {
+    // The main program's accumulator of its K/V tile: this query head's part of the K/V head's gradient.
+    FailureOr<AccPtr> acc = accumulator(op, op.getValue());
+    if (failed(acc))
+      return failure();
+    Tensor &parts = output == Output::Dk ? backward->dkParts : backward->dvParts;
+    if ((*acc)->rows != inst.kvRows || (*acc)->cols != parts.width)
+      return fail(op, "stores a " + Twine((*acc)->rows) + "x" + Twine((*acc)->cols) + " " + name +
+                          " accumulator but the program instance owns " + Twine(inst.kvRows) + " keys of " +
+                          Twine(parts.width) + " values");
+    // Keys past the sequence are not written.
+    for (int64_t r = 0; r < (*acc)->rows && inst.n0 + r < inst.seqlenK; ++r)
+      for (int64_t d = 0; d < parts.width; ++d)
+        parts.at(inst.entry, inst.kRow0 + inst.n0 + r, inst.h, d) = (*acc)->acc[r * parts.width + d];
+    return success();
+  }
+  FailureOr<TilePtr> value = tile(op, op.getValue());
+  if (failed(value))
+    return failure();
+  const Tile &t = **value;
+  // D (fp32 rows) of the preprocess, dQ (converted to the dtype) of the postprocess: the instance's Q tile.
+  Tensor &out = output == Output::Delta ? backward->delta : backward->dq;
+  if (t.rows != inst.rows || t.cols != out.width)
+    return fail(op, "stores a " + Twine(t.rows) + "x" + Twine(t.cols) + " " + name +
+                        " tile but the program instance owns " + Twine(inst.rows) + " query rows of " +
+                        Twine(out.width) + " values");
+  RoundFn round = output == Output::Dq ? roundOut : nullptr;
+  for (int64_t r = 0; r < t.rows && inst.m0 + r < rowCount(); ++r) {
+    auto [query, head] = rowOf(inst.m0 + r);
+    for (int64_t d = 0; d < out.width; ++d)
+      out.at(inst.entry, inst.qRow0 + query, head, d) = round ? round(t.at(r, d)) : t.at(r, d);
+  }
+  return success();
+}
+
+LogicalResult Interpreter::exec(RowDotOp op) {
+  FailureOr<TilePtr> a = tile(op, op.getA()), b = tile(op, op.getB());
+  if (failed(a) || failed(b))
+    return failure();
+  if ((*a)->rows != (*b)->rows || (*a)->cols != (*b)->cols || (*a)->rowBase != (*b)->rowBase)
+    return fail(op, "multiplies a " + Twine((*a)->rows) + "x" + Twine((*a)->cols) + " tile of rows from " +
+                        Twine((*a)->rowBase) + " by a " + Twine((*b)->rows) + "x" + Twine((*b)->cols) +
+                        " tile of rows from " + Twine((*b)->rowBase) + ": the tiles must be the same rows");
+  return define(op, op.getResult(), rowDot(**a, **b));
+}
+
+LogicalResult Interpreter::exec(ZeroAccOp op) {
+  auto type = cast<AccType>(op.getAcc().getType());
+  // The main program's dK and dV: a row per key of the instance's K/V tile.
+  const int64_t rows = mainProgram ? inst.kvRows : inst.rows;
+  if (type.hasStaticRows() && type.getRows() != rows)
+    return fail(op, "makes an accumulator of " + Twine(type.getRows()) + " rows but the program instance owns " +
+                        Twine(rows) + (mainProgram ? " keys" : " query rows"));
+  return define(op, op.getAcc(), Accumulator::zeros(rows, type.getCols()));
+}
+
+LogicalResult Interpreter::exec(QLoopOp op) {
+  SmallVector<AccPtr> carried;
+  for (Value init : op.getInits()) {
+    FailureOr<AccPtr> acc = accumulator(op, init);
+    if (failed(acc))
+      return failure();
+    carried.push_back(*acc);
+  }
+  // Unbounded: every Q tile of the sequence; bounded: the schedule's [from, to), ascending.
+  int64_t from = 0, to = blockM > 0 ? ceilDiv(rowCount(), blockM) : 0;
+  if (op.isBounded()) {
+    FailureOr<Scalar> lo = scalar(op, op.getLower()), hi = scalar(op, op.getUpper());
+    if (failed(lo) || failed(hi))
+      return failure();
+    from = lo->i;
+    to = hi->i;
+  }
+  Block &body = op.getBody().front();
+  auto yield = cast<YieldOp>(body.getTerminator());
+  for (int64_t i = from; i < to; ++i) {
+    if (qTileVisits)
+      ++*qTileVisits;
+    scalars[op.getTileIndex()] = Scalar::integer(i);
+    for (auto [arg, acc] : llvm::zip_equal(op.getAccArgs(), carried))
+      accs[arg] = acc;
+    if (failed(execBlock(body)))
+      return failure();
+    for (auto [slot, value] : llvm::zip_equal(carried, yield.getValues())) {
+      FailureOr<AccPtr> next = accumulator(yield, value);
+      if (failed(next))
+        return failure();
+      slot = *next;
+    }
+  }
+  for (auto [result, acc] : llvm::zip_equal(op.getResults(), carried))
+    accs[result] = acc;
+  return success();
+}
+
+LogicalResult Interpreter::exec(ProbsOp op) {
+  FailureOr<TilePtr> s = tile(op, op.getS()), lse = tile(op, op.getLse());
+  if (failed(s) || failed(lse))
+    return failure();
+  if ((*s)->rows != (*lse)->rows || (*s)->rowBase != (*lse)->rowBase)
+    return fail(op, "the scores are " + Twine((*s)->rows) + " rows from query row " + Twine((*s)->rowBase) +
+                        " but the LSE " + Twine((*lse)->rows) + " rows from " + Twine((*lse)->rowBase));
+  return define(op, op.getP(), probs(**s, **lse));
+}
+
+LogicalResult Interpreter::exec(SoftmaxGradOp op) {
+  FailureOr<TilePtr> p = tile(op, op.getP()), dp = tile(op, op.getDp()), delta = tile(op, op.getDelta());
+  if (failed(p) || failed(dp) || failed(delta))
+    return failure();
+  const Tile &pT = **p, &dpT = **dp, &dT = **delta;
+  if (pT.rows != dpT.rows || pT.cols != dpT.cols || pT.rowBase != dpT.rowBase || pT.colBase != dpT.colBase)
+    return fail(op, "P is " + Twine(pT.rows) + "x" + Twine(pT.cols) + " at (" + Twine(pT.rowBase) + ", " +
+                        Twine(pT.colBase) + ") but dP " + Twine(dpT.rows) + "x" + Twine(dpT.cols) + " at (" +
+                        Twine(dpT.rowBase) + ", " + Twine(dpT.colBase) + "): the same query rows and keys");
+  if (dT.rows != pT.rows || dT.rowBase != pT.rowBase)
+    return fail(op, "D has " + Twine(dT.rows) + " rows from query row " + Twine(dT.rowBase) + " but P " +
+                        Twine(pT.rows) + " from " + Twine(pT.rowBase));
+  return define(op, op.getDs(), softmaxGrad(pT, dpT, dT));
+}
+
+LogicalResult Interpreter::exec(ScoreGradOp op) {
+  FailureOr<TilePtr> ds = tile(op, op.getDs()), s = tile(op, op.getS());
+  if (failed(ds) || failed(s))
+    return failure();
+  const Tile &sT = **s;
+  if ((*ds)->rows != sT.rows || (*ds)->cols != sT.cols || (*ds)->rowBase != sT.rowBase || (*ds)->colBase != sT.colBase)
+    return fail(op, "dS' and the scores the derivative is taken at are not the same query rows and keys");
+  Tile out = **ds;
+  Block &body = op.getBody().front();
+  SmallVector<Scalar, 1> result;
+  for (int64_t r = 0; r < out.rows; ++r)
+    for (int64_t c = 0; c < out.cols; ++c) {
+      // As tile.score_mod: a padding key reaches the region as the last key.
+      int64_t kv = std::min<int64_t>(sT.colBase + c, std::max<int64_t>(inst.seqlenK - 1, 0));
+      auto [query, head] = rowOf(sT.rowBase + r);
+      Scalar args[] = {Scalar::real(sT.at(r, c)), Scalar::integer(inst.b), Scalar::integer(head),
+                       Scalar::integer(query), Scalar::integer(kv)};
+      if (failed(evalRegion(body, args, result)))
+        return failure();
+      out.at(r, c) *= result[0].f;
+    }
+  return define(op, op.getResult(), std::move(out));
+}
+
+LogicalResult Interpreter::exec(DotTnOp op) {
+  FailureOr<TilePtr> a = tile(op, op.getA()), b = tile(op, op.getB());
+  FailureOr<AccPtr> acc = accumulator(op, op.getAcc());
+  if (failed(a) || failed(b) || failed(acc))
+    return failure();
+  const Tile &aT = **a, &bT = **b;
+  const Accumulator &accT = **acc;
+  if (aT.rows != bT.rows || aT.cols != accT.rows || bT.cols != accT.cols)
+    return fail(op, "A is " + Twine(aT.rows) + "x" + Twine(aT.cols) + ", B " + Twine(bT.rows) + "x" + Twine(bT.cols) +
+                        " and the accumulator " + Twine(accT.rows) + "x" + Twine(accT.cols) +
+                        ": Aᵀ·B does not fit the accumulator");
+  // A and B are the same query rows; A's columns are the keys of the instance's K/V tile, the accumulator's rows.
+  if (aT.rowBase != bT.rowBase)
+    return fail(op, "A covers query rows from " + Twine(aT.rowBase) + " but B rows from " + Twine(bT.rowBase));
+  if (mainProgram && aT.colBase != inst.n0)
+    return fail(op, "A covers keys from " + Twine(aT.colBase) + " but the program instance's K/V tile starts at key " +
+                        Twine(inst.n0));
+  RoundFn roundA = roundFor(cast<RankedTensorType>(op.getB().getType()).getElementType());
+  return define(op, op.getResult(), dotTn(aT, roundA, bT, accT));
+}
+
+LogicalResult Interpreter::exec(AccumulateOp op) {
+  FailureOr<TilePtr> a = tile(op, op.getA()), b = tile(op, op.getB());
+  FailureOr<Scalar> index = scalar(op, op.getIndex());
+  if (failed(a) || failed(b) || failed(index))
+    return failure();
+  Tensor *target = backward && op.getOperand() == Operand::DqAccum ? &backward->dqAccum : nullptr;
+  if (!target)
+    return fail(op, "adds into " + stringifyOperand(op.getOperand()) + ", which is not the backward's dq_accum");
+  const Tile &aT = **a, &bT = **b;
+  if (aT.cols != bT.rows || bT.cols != target->width)
+    return fail(op, "A is " + Twine(aT.rows) + "x" + Twine(aT.cols) + " and B " + Twine(bT.rows) + "x" +
+                        Twine(bT.cols) + ": A·B does not fit rows of " + Twine(target->width) + " values");
+  // A's rows are Q tile `index`'s, its columns B's keys.
+  if (aT.rowBase != index->i * blockM || aT.rows != blockM)
+    return fail(op, "A is " + Twine(aT.rows) + " query rows from " + Twine(aT.rowBase) + " but Q tile " +
+                        Twine(index->i) + " is " + Twine(blockM) + " rows from " + Twine(index->i * blockM));
+  if (aT.colBase != bT.rowBase)
+    return fail(op, "A covers keys from " + Twine(aT.colBase) + " but B rows from " + Twine(bT.rowBase));
+  RoundFn roundA = roundFor(cast<RankedTensorType>(op.getB().getType()).getElementType());
+  // Rows past the query sequence are not added.
+  for (int64_t r = 0; r < aT.rows && aT.rowBase + r < rowCount(); ++r) {
+    auto [query, head] = rowOf(aT.rowBase + r);
+    std::vector<float> row = rowTimes(aT, roundA, bT, r);
+    for (int64_t d = 0; d < target->width; ++d)
+      target->at(inst.entry, inst.qRow0 + query, head, d) += row[d];
+  }
+  return success();
+}
+
+LogicalResult Interpreter::runBackwardProgram(int64_t *visits) {
+  qTileVisits = visits;
+  StringRef kind = func.getKind();
+  const std::map<Output, int> expected = kind == kBackwardPreprocess ? std::map<Output, int>{{Output::Delta, 1}}
+                                         : mainProgram ? std::map<Output, int>{{Output::Dk, 1}, {Output::Dv, 1}}
+                                                       : std::map<Output, int>{{Output::Dq, 1}};
+  const int64_t longest = longestSeqlenQ(problem);
+  if (longest > 0 && blockM <= 0)
+    return func.emitError() << "the Q tile has " << blockM << " rows";
+  for (int64_t b = 0; b < problem.batch; ++b)
+    for (int64_t h = 0; h < problem.headsQ; ++h) {
+      const Instance seq = sequenceOf(problem, b);
+      // The main program: one instance per K/V tile of the sequence (none without keys), its loop over the Q tiles;
+      // the others one per Q tile (varlen: none past a shorter sequence's rows, as the kernels' blocks).
+      const int64_t kvRows = mainProgram ? kvTileRows(func, seq.seqlenK, problem.tileRowsK) : 0;
+      const int64_t tiles = mainProgram ? (kvRows > 0 ? ceilDiv(seq.seqlenK, kvRows) : 0)
+                                        : (blockM > 0 ? ceilDiv(seq.seqlenQ, blockM) : 0);
+      for (int64_t t = 0; t < tiles; ++t) {
+        inst = seq;
+        inst.h = h;
+        inst.hKv = h / group;
+        inst.splitEnd = inst.seqlenK;
+        if (mainProgram) {
+          // Its Q rows are the whole sequence's (tile.kv_range, outside the loop, sees all of them).
+          inst.kvTile = t;
+          inst.n0 = t * kvRows;
+          inst.kvRows = kvRows;
+          inst.rows = inst.seqlenQ;
+        } else {
+          inst.qTile = t;
+          inst.m0 = t * blockM;
+          inst.rows = blockM;
+        }
+        if (failed(runInstance()))
+          return failure();
+        for (const auto &[output, count] : expected)
+          if (int stored = backwardStores[output]; stored != count)
+            return fail(func, "a program instance must store " + stringifyOutput(output) + " once; it stored it " +
+                                  Twine(stored) + " times");
+      }
+    }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Entry point
 //===----------------------------------------------------------------------===//
 
@@ -1692,7 +2052,120 @@ Tensor rounded(const std::vector<float> &data, RoundFn round, int64_t seqlen, in
   return t;
 }
 
+/// A tensor of `seqlen` x `heads` x `width` per batch entry, every value `fill`.
+Tensor filled(const Problem &p, int64_t seqlen, int64_t heads, int64_t width, float fill) {
+  const int64_t entries = p.isVarlen() ? 1 : p.batch;
+  return Tensor{std::vector<float>(entries * seqlen * heads * width, fill), seqlen, heads, width};
+}
+
+/// Rows laid out as LSE (entries x heads x seqlen) as a tensor of width 1 (entries x seqlen x heads), and back.
+Tensor rowsAsTensor(const std::vector<float> &rows, const Problem &p) {
+  Tensor t = filled(p, p.seqlenQ, p.headsQ, 1, 0.0f);
+  const int64_t entries = p.isVarlen() ? 1 : p.batch;
+  for (int64_t b = 0; b < entries; ++b)
+    for (int64_t h = 0; h < p.headsQ; ++h)
+      for (int64_t s = 0; s < p.seqlenQ; ++s)
+        t.at(b, s, h, 0) = rows[(b * p.headsQ + h) * p.seqlenQ + s];
+  return t;
+}
+std::vector<float> tensorAsRows(const Tensor &t, const Problem &p) {
+  std::vector<float> rows(t.data.size());
+  const int64_t entries = p.isVarlen() ? 1 : p.batch;
+  for (int64_t b = 0; b < entries; ++b)
+    for (int64_t h = 0; h < p.headsQ; ++h)
+      for (int64_t s = 0; s < p.seqlenQ; ++s)
+        rows[(b * p.headsQ + h) * p.seqlenQ + s] = t.at(b, s, h, 0);
+  return rows;
+}
+
+/// The backward module's program of `kind`: exactly one.
+FailureOr<FuncOp> programOfKind(ModuleOp module, StringRef kind) {
+  FuncOp found;
+  for (FuncOp func : module.getOps<FuncOp>()) {
+    if (func.getKind() != kind)
+      continue;
+    if (found)
+      return func.emitError() << "is a second " << kind << " program of the backward module (first: @"
+                              << found.getSymName() << ")";
+    found = func;
+  }
+  if (!found)
+    return module.emitError() << "the backward module has no " << kind << " program; it needs one each of "
+                              << kBackwardPreprocess << ", " << kBackwardMain << " and " << kBackwardPostprocess;
+  return found;
+}
+
 } // namespace
+
+LogicalResult runBackward(ModuleOp module, const Problem &problem, const BackwardTensors &tensors, Gradients &out,
+                          BackwardStats *stats) {
+  FailureOr<FuncOp> programs[] = {programOfKind(module, kBackwardPreprocess), programOfKind(module, kBackwardMain),
+                                  programOfKind(module, kBackwardPostprocess)};
+  for (const FailureOr<FuncOp> &program : programs)
+    if (failed(program))
+      return failure();
+  FuncOp main = *programs[1];
+  for (FuncOp func : {*programs[0], *programs[2]})
+    if (func.getDtype() != main.getDtype() || func.getHeadDim() != main.getHeadDim() ||
+        func.getHeadDimV() != main.getHeadDimV())
+      return func.emitError() << "has dtype " << func.getDtype() << " and head dims (" << func.getHeadDim() << ", "
+                              << func.getHeadDimV() << ") but the backward's main program " << main.getDtype()
+                              << " and (" << main.getHeadDim() << ", " << main.getHeadDimV() << ")";
+  for (FuncOp func : {*programs[0], *programs[1], *programs[2]})
+    if (failed(validate(func, problem, tensors.q.size(), tensors.k.size(), tensors.v.size())))
+      return failure();
+  const Problem &p = problem;
+  const int64_t entries = p.isVarlen() ? 1 : p.batch;
+  const struct {
+    const char *name, *formula;
+    size_t size;
+    int64_t expected;
+  } extra[] = {{"o", "O's", tensors.o.size(), entries * p.seqlenQ * p.headsQ * p.headDimV},
+               {"dO", "O's", tensors.dO.size(), entries * p.seqlenQ * p.headsQ * p.headDimV},
+               {"lse", "batch·heads_q·seqlen_q", tensors.lse.size(), entries * p.headsQ * p.seqlenQ}};
+  for (const auto &t : extra)
+    if (static_cast<int64_t>(t.size) != t.expected)
+      return main.emitError() << t.name << " holds " << t.size << " values but the backward takes " << t.formula
+                              << " size, " << t.expected;
+  RoundFn round = roundFor(main.getDtype());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  BackwardState state{rounded(tensors.o, round, p.seqlenQ, p.headsQ, p.headDimV),
+                      rounded(tensors.dO, round, p.seqlenQ, p.headsQ, p.headDimV), rowsAsTensor(tensors.lse, p),
+                      filled(p, p.seqlenQ, p.headsQ, 1, nan),
+                      // The plan zeroes the dQ accumulator before the main kernel adds into it.
+                      filled(p, p.seqlenQ, p.headsQ, p.headDim, 0.0f), filled(p, p.seqlenQ, p.headsQ, p.headDim, nan),
+                      filled(p, p.seqlenK, p.headsQ, p.headDim, nan), filled(p, p.seqlenK, p.headsQ, p.headDimV, nan)};
+  Tensor q = rounded(tensors.q, round, p.seqlenQ, p.headsQ, p.headDim);
+  Tensor k = rounded(tensors.k, round, p.seqlenK, p.headsKv, p.headDim);
+  Tensor v = rounded(tensors.v, round, p.seqlenK, p.headsKv, p.headDimV);
+  if (stats)
+    *stats = BackwardStats();
+  // The kernels, in order: each sees what the one before wrote.
+  for (FuncOp func : {*programs[0], *programs[1], *programs[2]}) {
+    Interpreter interpreter(func, problem, func == main ? q : Tensor(), func == main ? k : Tensor(),
+                            func == main ? v : Tensor(), &state);
+    if (failed(interpreter.runBackwardProgram(stats && func == main ? &stats->qTileVisits : nullptr)))
+      return failure();
+  }
+  // dK and dV of a K/V head: its query heads' fp32 parts summed in head order, then converted.
+  const int64_t group = p.headsQ / p.headsKv;
+  auto sumGroups = [&](const Tensor &parts, std::vector<float> &result) {
+    Tensor sum = filled(p, p.seqlenK, p.headsKv, parts.width, 0.0f);
+    for (int64_t b = 0; b < entries; ++b)
+      for (int64_t s = 0; s < p.seqlenK; ++s)
+        for (int64_t h = 0; h < p.headsQ; ++h)
+          for (int64_t d = 0; d < parts.width; ++d)
+            sum.at(b, s, h / group, d) += parts.at(b, s, h, d);
+    for (float &x : sum.data)
+      x = round(x);
+    result = std::move(sum.data);
+  };
+  sumGroups(state.dkParts, out.dk);
+  sumGroups(state.dvParts, out.dv);
+  out.dq = std::move(state.dq.data);
+  out.delta = tensorAsRows(state.delta, p);
+  return success();
+}
 
 LogicalResult run(FuncOp func, const Problem &problem, const std::vector<float> &q, const std::vector<float> &k,
                   const std::vector<float> &v, std::vector<float> &o, std::vector<float> &lse, RunStats *stats) {

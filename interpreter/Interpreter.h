@@ -7,10 +7,14 @@
 // Programs launched once per K/V tile (tile.state_load / tile.state_store, the fa1 schedule) run every instance at
 // every step, in step order, with each instance's state kept between steps as the kernel's workspace keeps it; a
 // step that reads a state the step before did not store is an error.
+// The backward's three programs (passes/IR/ProgramKinds.h, docs/backward.md) run as their kernels do, one after the
+// other (runBackward): the preprocess per (batch, head, Q tile), the main program per (batch, query head, K/V tile)
+// over its Q tiles, adding into the fp32 dQ accumulator, the postprocess per (batch, head, Q tile).
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_INTERPRETER_INTERPRETER_H
 #define FLASHTILE_INTERPRETER_INTERPRETER_H
 
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LogicalResult.h"
 
 #include <cstdint>
@@ -56,6 +60,9 @@ struct Problem {
   /// here); positions count from seqlen_k − seqlenNew.
   int rotaryDim = 0, seqlenRo = 0, seqlenNew = 0;
   std::vector<float> rotaryCos, rotarySin;
+  /// Programs whose tiles have dynamic rows (unscheduled ones): rows of a Q tile and of a K/V tile; 0 makes the
+  /// whole sequence one tile. A scheduled program's tiles are its schedule's (static tile types, block_m/block_n).
+  int tileRowsQ = 0, tileRowsK = 0;
 
   bool isVarlen() const { return !cuSeqlensQ.empty(); }
 };
@@ -80,6 +87,31 @@ struct RunStats {
 mlir::LogicalResult run(tile::FuncOp func, const Problem &problem, const std::vector<float> &q,
                         const std::vector<float> &k, const std::vector<float> &v, std::vector<float> &o,
                         std::vector<float> &lse, RunStats *stats = nullptr);
+
+/// The tensors of a backward call, laid out as run's: Q, K, V; the forward's O (values of the dtype) and LSE (fp32);
+/// dO, laid out as O. Q, K, V, O and dO are rounded to the programs' dtype first.
+struct BackwardTensors {
+  std::vector<float> q, k, v, o, dO, lse;
+};
+
+/// What the backward's programs compute: dQ, dK, dV (values of the dtype, laid out as Q, K, V) and D = rowsum(dO∘O)
+/// (fp32, laid out as LSE). A row no instance wrote stays NaN.
+struct Gradients {
+  std::vector<float> dq, dk, dv, delta;
+};
+
+/// What a backward run did, for checks of a schedule's tile skipping.
+struct BackwardStats {
+  int64_t qTileVisits = 0; ///< Q tiles the main program's loops visited, over all its instances
+};
+
+/// Runs a backward module (one tile.func of each kind backward_preprocess, backward_main, backward_postprocess) as
+/// its three kernels run: D per Q tile; per K/V tile of each query head, dK and dV in fp32 accumulators and dS·K added
+/// into a zeroed fp32 dQ accumulator (instances in K/V-tile order: the deterministic order); dQ converted per Q tile.
+/// dK and dV of a K/V head are the sums, in fp32 and in head order, of its query heads' parts, then converted (the
+/// per-query-head partials a deterministic plan sums). Errors as run's. `stats`, when given, receives what the run did.
+mlir::LogicalResult runBackward(mlir::ModuleOp module, const Problem &problem, const BackwardTensors &tensors,
+                                Gradients &out, BackwardStats *stats = nullptr);
 
 } // namespace flashtile::interp
 

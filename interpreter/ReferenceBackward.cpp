@@ -51,13 +51,29 @@ public:
   LogicalResult row(int b, int h, int i, SmallVectorImpl<KeyTerm> &keys, double &sink);
   /// The sink's partials at (b, h), scaled by `adjoint`, added into the gradients.
   LogicalResult sinkPartials(int b, int h, double adjoint, ReferenceGradients &grads);
-  void beginBatch(int b) { env.keyOffset = int64_t{b} * p.seqlenK; }
+  /// Enters sequence b: its lengths (what tile.dim seqlen_q / seqlen_k give) and where its rows are.
+  void beginBatch(int b) {
+    entry = p.isVarlen() ? 0 : b;
+    qRow0 = p.isVarlen() ? p.cuSeqlensQ[b] : 0;
+    kRow0 = p.isVarlen() ? p.cuSeqlensK[b] : 0;
+    seqlenQ = p.isVarlen() ? p.cuSeqlensQ[b + 1] - qRow0 : p.seqlenQ;
+    seqlenK = p.isVarlen() ? p.cuSeqlensK[b + 1] - kRow0 : p.seqlenK;
+    env.seqlenQ = seqlenQ;
+    env.seqlenK = seqlenK;
+    env.keyOffset = int64_t{entry} * p.seqlenK + kRow0;
+  }
 
-  size_t qAt(int b, int i, int h) const { return ((size_t(b) * p.seqlenQ + i) * p.headsQ + h) * p.headDim; }
-  size_t kAt(int b, int j, int h) const { return ((size_t(b) * p.seqlenK + j) * p.headsKv + kvHead(h)) * p.headDim; }
-  size_t vAt(int b, int j, int h) const { return ((size_t(b) * p.seqlenK + j) * p.headsKv + kvHead(h)) * p.headDimV; }
-  size_t oAt(int b, int i, int h) const { return ((size_t(b) * p.seqlenQ + i) * p.headsQ + h) * p.headDimV; }
-  size_t rowAt(int b, int h, int i) const { return (size_t(b) * p.headsQ + h) * p.seqlenQ + i; }
+  // Row i (key j) of the current sequence, batch b (b is the sequence's; its tensors' entry and rows are entered).
+  size_t qAt(int, int i, int h) const { return ((size_t(entry) * p.seqlenQ + qRow0 + i) * p.headsQ + h) * p.headDim; }
+  size_t kAt(int, int j, int h) const {
+    return ((size_t(entry) * p.seqlenK + kRow0 + j) * p.headsKv + kvHead(h)) * p.headDim;
+  }
+  size_t vAt(int, int j, int h) const {
+    return ((size_t(entry) * p.seqlenK + kRow0 + j) * p.headsKv + kvHead(h)) * p.headDimV;
+  }
+  size_t oAt(int, int i, int h) const { return ((size_t(entry) * p.seqlenQ + qRow0 + i) * p.headsQ + h) * p.headDimV; }
+  size_t rowAt(int, int h, int i) const { return (size_t(entry) * p.headsQ + h) * p.seqlenQ + qRow0 + i; }
+  int seqlenQ = 0, seqlenK = 0; ///< of the current sequence
 
   tile::FuncOp func;
   const ReferenceProblem &p;
@@ -70,6 +86,7 @@ private:
   int inputIndex(StringRef name) { return static_cast<int>(func.inputIndex(name)); }
   int paramIndex(StringRef name) { return static_cast<int>(func.paramIndex(name)); }
 
+  int entry = 0, qRow0 = 0, kRow0 = 0;
   HookEnv env;
   HookEvaluator eval;
   tile::ScoreModOp scoreMod;
@@ -96,9 +113,17 @@ template <typename Build> FailureOr<DerivativeBlock> derivativeBlock(MLIRContext
 LogicalResult Reference::prepare(bool gradients) {
   if (p.headsKv <= 0 || p.headsQ % p.headsKv != 0)
     return fail("heads_q (" + Twine(p.headsQ) + ") must be a multiple of heads_kv (" + Twine(p.headsKv) + ")");
-  size_t rowsQ = size_t(p.batch) * p.seqlenQ * p.headsQ, rowsK = size_t(p.batch) * p.seqlenK * p.headsKv;
+  const size_t entries = p.isVarlen() ? 1 : size_t(p.batch);
+  size_t rowsQ = entries * p.seqlenQ * p.headsQ, rowsK = entries * p.seqlenK * p.headsKv;
   if (q.size() != rowsQ * p.headDim || k.size() != rowsK * p.headDim || v.size() != rowsK * p.headDimV)
     return fail("Q, K or V does not have the problem's size");
+  if (p.isVarlen() || !p.cuSeqlensK.empty())
+    for (const auto &[offsets, total] : {std::pair{&p.cuSeqlensQ, p.seqlenQ}, std::pair{&p.cuSeqlensK, p.seqlenK}})
+      for (int b = 0; b <= p.batch; ++b)
+        if (offsets->size() != size_t(p.batch) + 1 || (*offsets)[b] < (b ? (*offsets)[b - 1] : 0) ||
+            (*offsets)[b] > total || (*offsets)[0] != 0)
+          return fail("cu_seqlens_q and cu_seqlens_k must be batch + 1 non-decreasing offsets from 0 to the packed "
+                      "rows");
   if (p.params.size() != func.getParams().size() || p.inputs.size() != func.getInputs().size())
     return fail("the call gives " + Twine(p.params.size()) + " parameters and " + Twine(p.inputs.size()) +
                 " inputs; the program declares " + Twine(func.getParams().size()) + " and " +
@@ -155,7 +180,7 @@ void Reference::collectPartials(const tile::HookDerivative &d, double scale, Sma
 LogicalResult Reference::row(int b, int h, int i, SmallVectorImpl<KeyTerm> &keys, double &sinkLogit) {
   keys.clear();
   sinkLogit = kNegInf;
-  for (int j = 0; j < p.seqlenK; ++j) {
+  for (int j = 0; j < seqlenK; ++j) {
     WideScalar coords[] = {WideScalar::integer(b), WideScalar::integer(h), WideScalar::integer(i),
                            WideScalar::integer(j)};
     if (mask) {
@@ -228,7 +253,7 @@ FailureOr<ReferenceGradients> attention(Reference &ref, const std::vector<double
   if (failed(ref.prepare(dO != nullptr)))
     return failure();
   ReferenceGradients g;
-  size_t rows = size_t(p.batch) * p.headsQ * p.seqlenQ;
+  size_t rows = (p.isVarlen() ? 1 : size_t(p.batch)) * p.headsQ * p.seqlenQ;
   g.o.assign(rows * p.headDimV, 0.0);
   g.lse.assign(rows, kNegInf);
   if (dO && dO->size() != g.o.size())
@@ -239,6 +264,7 @@ FailureOr<ReferenceGradients> attention(Reference &ref, const std::vector<double
     g.dk.assign(ref.k.size(), 0.0);
     g.dv.assign(ref.v.size(), 0.0);
     g.dParams.assign(p.params.size(), 0.0);
+    g.magnitudes = {g.dq, g.dk, g.dv, g.dq, g.dk};
     for (const WideInput &input : p.inputs)
       g.dInputs.push_back(std::vector<double>(
           std::holds_alternative<std::vector<double>>(input) ? std::get<std::vector<double>>(input).size() : 0, 0.0));
@@ -248,7 +274,7 @@ FailureOr<ReferenceGradients> attention(Reference &ref, const std::vector<double
     ref.beginBatch(b);
     for (int h = 0; h < p.headsQ; ++h) {
       double dSink = 0; // d loss / d the head's sink logit
-      for (int i = 0; i < p.seqlenQ; ++i) {
+      for (int i = 0; i < ref.seqlenQ; ++i) {
         double sink = kNegInf;
         if (failed(ref.row(b, h, i, keys, sink)))
           return failure();
@@ -263,9 +289,12 @@ FailureOr<ReferenceGradients> attention(Reference &ref, const std::vector<double
         if (!dO)
           continue;
         const double *dOi = &(*dO)[ref.oAt(b, i, h)];
-        double D = 0;
-        for (int d = 0; d < p.headDimV; ++d)
+        double D = 0, absD = 0;
+        for (int d = 0; d < p.headDimV; ++d) {
           D += dOi[d] * o[d];
+          absD += std::abs(dOi[d] * o[d]);
+        }
+        ReferenceGradients::Magnitudes &mag = g.magnitudes;
         g.d[ref.rowAt(b, h, i)] = D;
         dSink -= std::exp(sink - lse) * D;
         for (const KeyTerm &key : keys) {
@@ -273,11 +302,18 @@ FailureOr<ReferenceGradients> attention(Reference &ref, const std::vector<double
           for (int d = 0; d < p.headDimV; ++d) {
             dP += dOi[d] * ref.v[ref.vAt(b, key.j, h) + d];
             g.dv[ref.vAt(b, key.j, h) + d] += prob * dOi[d];
+            mag.dvAbs[ref.vAt(b, key.j, h) + d] += prob * std::abs(dOi[d]);
           }
           double dLogit = prob * (dP - D), dRaw = dLogit * key.dLogitDRaw;
+          double viaD = prob * std::abs(key.dLogitDRaw) * absD;
           for (int d = 0; d < p.headDim; ++d) {
-            g.dq[ref.qAt(b, i, h) + d] += dRaw * ref.k[ref.kAt(b, key.j, h) + d];
-            g.dk[ref.kAt(b, key.j, h) + d] += dRaw * ref.q[ref.qAt(b, i, h) + d];
+            const double kd = ref.k[ref.kAt(b, key.j, h) + d], qd = ref.q[ref.qAt(b, i, h) + d];
+            g.dq[ref.qAt(b, i, h) + d] += dRaw * kd;
+            g.dk[ref.kAt(b, key.j, h) + d] += dRaw * qd;
+            mag.dqAbs[ref.qAt(b, i, h) + d] += std::abs(dRaw * kd);
+            mag.dkAbs[ref.kAt(b, key.j, h) + d] += std::abs(dRaw * qd);
+            mag.dqViaD[ref.qAt(b, i, h) + d] += viaD * std::abs(kd);
+            mag.dkViaD[ref.kAt(b, key.j, h) + d] += viaD * std::abs(qd);
           }
           for (const Partial &partial : key.partials)
             (partial.isParam ? g.dParams[partial.which] : g.dInputs[partial.which][partial.element]) +=

@@ -8,7 +8,9 @@
 //   D = rowsum(dO∘O); dLogits = P∘(dO·Vᵀ − D); dS = dLogits·ds'/ds (chain rule of the scales); dQ = dS·K,
 //   dK = dSᵀ·Q (summed over a K/V head's query heads), dV = Pᵀ·dO; the sink gets −Σ_rows P_sink·D.
 // The derivatives of the hooks come from the derivative IR (passes/Transforms/DifferentiateScore.h), not from a
-// formula per variant, so this checks that IR too. Dense BSHD layouts only (no varlen).
+// formula per variant, so this checks that IR too. Dense BSHD layouts, or varlen (packed sequences, as interp::run's).
+// With the gradients come the magnitudes a rounding-error bound needs (Magnitudes): the sums of absolute products
+// behind each gradient element, so that a low-precision result can be checked against a bound per element.
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_INTERPRETER_REFERENCEBACKWARD_H
 #define FLASHTILE_INTERPRETER_REFERENCEBACKWARD_H
@@ -33,6 +35,11 @@ struct ReferenceProblem {
   double softmaxScale = 1;
   std::vector<double> params;    ///< in the order of the tile.func's `params`
   std::vector<WideInput> inputs; ///< in the order of the tile.func's `inputs`
+  /// Varlen: empty (dense), or batch + 1 offsets each, as interp::Problem's (seqlenQ/seqlenK are then the totals,
+  /// the tensors hold one batch entry of packed rows, and tile.dim key_offset is cu_seqlens_k[b]).
+  std::vector<int32_t> cuSeqlensQ{}, cuSeqlensK{};
+
+  bool isVarlen() const { return !cuSeqlensQ.empty(); }
 };
 
 struct ReferenceForward {
@@ -46,6 +53,14 @@ struct ReferenceGradients {
   std::vector<std::vector<double>> dInputs;
   /// The gradient of each parameter, in the tile.func's order.
   std::vector<double> dParams;
+  /// Per element of dQ, dK, dV (laid out as they are), with dS = dP∘ds/d(Q·Kᵀ) the gradient of the raw scores:
+  ///   dqAbs = Σ_j |dS_ij|·|K_j|, dkAbs = Σ_i |dS_ij|·|Q_i|, dvAbs = Σ_i P_ij·|dO_i|   (over a K/V head's query heads)
+  /// bound what rounding one GEMM operand (dS, P) to a relative error u changes (u·abs); and
+  ///   dqViaD = Σ_j P_ij·|ds_ij/dlogit_ij|·|K_j|·Σ|dO_i∘O_i|,  dkViaD = Σ_i (the same)·|Q_i|
+  /// bound what rounding O to a relative error u changes through D = rowsum(dO∘O) (u·viaD).
+  struct Magnitudes {
+    std::vector<double> dqAbs, dkAbs, dvAbs, dqViaD, dkViaD;
+  } magnitudes;
 };
 
 /// O and LSE of `func` on these tensors. Errors (sizes, a hook the evaluator cannot run) are diagnostics.
