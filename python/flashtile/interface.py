@@ -329,6 +329,15 @@ def _outputs(q, v, varlen: bool):
     return out, lse
 
 
+def _on_device(index: int, entry, *args) -> int:
+    """entry(*args) with device `index` current on this thread (the runtime launches on the calling thread's current
+    device): a context switch only when it is not current already."""
+    if index != _current_device():
+        with torch.cuda.device(index):
+            return entry(*args)
+    return entry(*args)
+
+
 def _filled_call(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
                  softmax_scale: float, variant_id: bytes, params: Sequence[float], inputs: Sequence[torch.Tensor],
                  schedule: Optional[bytes], strict: int):
@@ -367,12 +376,7 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k
     call, variant_id, aligned, index = _filled_call(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                     max_seqlen_k, softmax_scale, variant_id, params, inputs, schedule,
                                                     strict)
-    # The runtime launches on the calling thread's current device: make it q's (a context switch only when needed).
-    if index != _current_device():
-        with torch.cuda.device(index):
-            rc = lib.lib.flashtile_forward_call(runtime, ctypes.addressof(call))
-    else:
-        rc = lib.lib.flashtile_forward_call(runtime, ctypes.addressof(call))
+    rc = _on_device(index, lib.lib.flashtile_forward_call, runtime, ctypes.addressof(call))
     if rc != 0:
         raise lib.error("flashtile forward")
     if remember is not None and aligned and not inputs and not varlen:
@@ -395,11 +399,9 @@ def _explain_launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_
                                               strict)
     text = ctypes.create_string_buffer(_EXPLAIN_BYTES)
     target = None if arch is None else arch.encode()
-    if arch is None and index != _current_device():
-        with torch.cuda.device(index):
-            rc = lib.lib.flashtile_explain(runtime, ctypes.addressof(call), target, text, _EXPLAIN_BYTES)
-    else:
-        rc = lib.lib.flashtile_explain(runtime, ctypes.addressof(call), target, text, _EXPLAIN_BYTES)
+    explain_args = (runtime, ctypes.addressof(call), target, text, _EXPLAIN_BYTES)
+    rc = (_on_device(index, lib.lib.flashtile_explain, *explain_args) if arch is None
+          else lib.lib.flashtile_explain(*explain_args))
     if rc != 0:
         raise lib.error("flashtile explain")
     fields = dict(line.split("=", 1) for line in text.value.decode().splitlines())
@@ -531,11 +533,7 @@ def _backward_launch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, ma
     for field, t in (("d_o_stride", grad_out), ("d_q_stride", dq), ("d_k_stride", dk), ("d_v_stride", dv)):
         getattr(call, field)[1 if varlen else 0:] = t.stride()
     call.deterministic = int(bool(deterministic))
-    if index != _current_device():
-        with torch.cuda.device(index):
-            rc = lib.lib.flashtile_backward_call(runtime, ctypes.addressof(call))
-    else:
-        rc = lib.lib.flashtile_backward_call(runtime, ctypes.addressof(call))
+    rc = _on_device(index, lib.lib.flashtile_backward_call, runtime, ctypes.addressof(call))
     if rc != 0:
         raise lib.error("flashtile backward")
     del variant_id  # held until the call is queued
