@@ -118,9 +118,9 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
   result.tileIr = print(module->get());
   if (upTo == Stage::Tile)
     return result;
-  if (options.kind != kForwardKind)
+  if (!schedule->schedulesKind(options.kind))
     return Status::error("schedule '" + options.schedule.schedule + "' does not schedule " + options.kind +
-                         " programs yet (--emit tile prints them)");
+                         " programs (--emit tile prints them)");
 
   mlir::PassManager pm(&context);
   if (options.printIrAfterAll) {
@@ -129,7 +129,9 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
                         /*shouldPrintAfterPass=*/[](mlir::Pass *, mlir::Operation *) { return true; },
                         /*printModuleScope=*/false, /*printAfterOnlyOnChange=*/false);
   }
-  schedule->buildPipeline(pm, options.schedule);
+  schedule::Request request = options.schedule;
+  request.kind = options.kind;
+  schedule->buildPipeline(pm, request);
   if (mlir::failed(pm.run(module->get())))
     return failedWith("the " + options.schedule.schedule + " schedule failed on variant '" + variant.name() + "'");
   result.scheduledIr = print(module->get());
@@ -142,9 +144,10 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
   }
 
   auto funcs = module->get().getOps<tile::FuncOp>();
-  if (std::distance(funcs.begin(), funcs.end()) != 1)
+  if (options.kind == kForwardKind && std::distance(funcs.begin(), funcs.end()) != 1)
     return Status::error("internal: expected one tile.func after scheduling");
-  auto emitted = codegen::emitCuda(*funcs.begin());
+  auto emitted = options.kind == kForwardKind ? codegen::emitCuda(*funcs.begin())
+                                              : codegen::emitBackwardCuda(module->get());
   if (mlir::failed(emitted))
     return failedWith("emitting CUDA failed");
   result.cuda = std::move(emitted->source);
@@ -237,11 +240,10 @@ Status Jit::setScheduleKnobs(const std::string &name, schedule::Knobs knobs) {
 }
 
 StatusOr<std::pair<Variant, CompileOptions>> Jit::optionsFor(const KernelSpec &spec) {
-  // The DSL builds the programs of every module kind (buildProgram); the schedules compile forward modules only so
-  // far (docs/backward.md).
-  if (spec.kind != kForwardKind)
-    return Status::error("program kind '" + spec.kind +
-                         "' has no kernels the JIT builds yet; it builds: " + std::string(kForwardKind));
+  // The DSL builds the programs of every module kind (buildProgram); a schedule compiles the kinds it schedules.
+  if (const schedule::Schedule *named = schedule::lookupSchedule(spec.schedule);
+      named && !named->schedulesKind(spec.kind))
+    return Status::error("schedule '" + spec.schedule + "' has no " + spec.kind + " kernels");
   std::optional<Variant> variant;
   schedule::Knobs knobs;
   {
@@ -275,6 +277,7 @@ StatusOr<std::pair<Variant, CompileOptions>> Jit::optionsFor(const KernelSpec &s
   if (*rotary != RotaryMode::None && !spec.kvCache)
     return Status::error("rotary embedding (rotary=" + spec.rotary + ") comes with KV-cache kernels only");
   CompileOptions options;
+  options.kind = spec.kind;
   options.rotary = *rotary;
   options.dtype = *dtype;
   options.headDim = spec.headDim;

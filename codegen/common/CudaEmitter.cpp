@@ -116,12 +116,12 @@ Operand operandOf(tile::Operand operand) {
 }
 
 /// The IR must be scheduled, pipelined and lowered to a registered instruction family.
-FailureOr<const TargetFamily *> checkReady(FuncOp func) {
+FailureOr<const TargetFamily *> checkReady(FuncOp func, bool pipelined = true) {
   ScheduleAttr schedule = func.getScheduleAttr();
   if (!schedule)
     return func.emitOpError() << "is not scheduled; run the schedule's passes (tile-apply-schedule, "
                                  "tile-split-boundary, its pipeline pass, tile-lower-to-target) before emitting CUDA";
-  if (!func.getBody().walk([](CopyAsyncOp) { return WalkResult::interrupt(); }).wasInterrupted())
+  if (pipelined && !func.getBody().walk([](CopyAsyncOp) { return WalkResult::interrupt(); }).wasInterrupted())
     return func.emitOpError() << "is not pipelined (no tile.copy_async); run the schedule's pipeline pass before "
                                  "emitting CUDA (its pipeline: Schedule::buildPipeline)";
   // Names are printed into the kernel's source and its manifest; IR built without the verifier must not slip one
@@ -258,9 +258,8 @@ bool readsPerKeyInput(Region &region) {
       .wasInterrupted();
 }
 
-/// How a score_mod or mask function takes its key (TileTarget::KeyArg): clamped where it reads per-key inputs (a
-/// tile's padding keys must index inside the arrays), split where it converts kv-relative distances to float
-/// (ScalarEmitter::splitKey), else kv.
+} // namespace
+
 KeyArg keyArgOf(Region &region) {
   if (readsPerKeyInput(region))
     return KeyArg::Clamped;
@@ -275,6 +274,8 @@ KeyArg keyArgOf(Region &region) {
                       .wasInterrupted();
   return floatKey ? KeyArg::Split : KeyArg::Kv;
 }
+
+namespace {
 
 //===----------------------------------------------------------------------===//
 // Tokens: which copies a wait waits for, and how many copies started after them
@@ -421,6 +422,8 @@ public:
   /// Whether a block's rows are the query heads of one K/V head x its query rows (GQA packing).
   bool packed() { return func->hasAttr(kPackQueryHeadsAttr); }
   const std::string &kernel() const { return w.str(); }
+  /// The function printVariantFunctions printed for each hook op.
+  const llvm::DenseMap<Operation *, std::string> &variantFunctions() const { return functionOf; }
 
 private:
   void assignNames();
@@ -551,6 +554,8 @@ FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &bod
   functionByText[key] = name;
   std::string role = isa<MaskOp>(op)       ? "mask predicate (tile.mask): keep the score of query row q and key kv?"
                      : isa<FinalizeOp>(op) ? "attention sink (tile.finalize): the extra logit of head h's softmax"
+                     : isa<ScoreGradOp>(op)
+                         ? "derivative of the score modifier (tile.score_grad): d score_mod / d score at (q, kv)"
                      : isa<StoreSplitOp>(op)
                          ? "attention sink (tile.store_split): the extra logit of head h's softmax, joined once"
                                            : "score modifier (tile.score_mod): the new score of query row q and key kv";
@@ -579,6 +584,8 @@ LogicalResult KernelPrinter::printVariantFunctions(CudaWriter &out) {
       name = variantFunction(op, mod.getBody(), "scoreMod", "float", {"score", "b", "h", "q", "kv"}, out);
     else if (auto mask = dyn_cast<MaskOp>(op))
       name = variantFunction(op, mask.getBody(), "keep", "bool", {"b", "h", "q", "kv"}, out);
+    else if (auto grad = dyn_cast<ScoreGradOp>(op))
+      name = variantFunction(op, grad.getBody(), "scoreGrad", "float", {"score", "b", "h", "q", "kv"}, out);
     else if (auto fin = dyn_cast<FinalizeOp>(op); fin && fin.hasSink())
       name = variantFunction(op, fin.getSink(), "sinkLogit", "float", {"b", "h"}, out);
     else if (auto split = dyn_cast<StoreSplitOp>(op); split && split.hasSink())
@@ -1674,6 +1681,33 @@ LogicalResult KernelPrinter::printSoftmax(Operation *op) {
 
 } // namespace
 
+std::string sequenceStructText() {
+  return "\n// The sequence a thread block works on: the kernel parameters, base pointers and lengths rewritten for a\n"
+         "// varlen sequence, the row of its first key among all sequences' keys (" +
+         tileDimWords({Dim::KeyOffset}) +
+         ") and\n"
+         "// 1 / softmax_scale (tile.softmax_scale inverse), computed once per block instead of per score.\n"
+         "// [splitBegin, splitEnd) are the keys of the block's split of the key range (" +
+         tileDimWords({Dim::SplitBegin, Dim::SplitEnd}) +
+         ";\n"
+         "// split-KV).\n"
+         "struct FlashtileSequence : FlashtileFwdParams {\n  int keyOffset;\n  float invSoftmaxScale;\n"
+         "  int splitBegin, splitEnd; // 0 unless set: members left out of p's initializer are zero\n};\n";
+}
+
+FailureOr<const TargetFamily *> familyOf(FuncOp func, bool pipelined) { return checkReady(func, pipelined); }
+
+FailureOr<llvm::DenseMap<Operation *, std::string>> printVariantFunctions(FuncOp func, TileTarget &target,
+                                                                         ScalarHelpers &helpers, CudaWriter &out) {
+  KernelPrinter printer(func, target, helpers, /*asyncProtocol=*/false);
+  if (failed(printer.printVariantFunctions(out)))
+    return failure();
+  return printer.variantFunctions();
+}
+
+std::string commentText(StringRef text) { return commentSafe(text); }
+std::string identifierText(StringRef text) { return sanitize(text); }
+
 FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   if (func.getKind() != kForwardProgram)
     return func.emitOpError() << "is a " << func.getKind()
@@ -1808,17 +1842,7 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   src += "\n// ==== kernel parameters: runtime/include/flashtile/runtime/KernelAbi.h, verbatim ====\n";
   src += kKernelAbiText;
   src += target->prelude();
-  src += "\n// The sequence a thread block works on: the kernel parameters, base pointers and lengths rewritten for a\n"
-         "// varlen sequence, the row of its first key among all sequences' keys (" +
-         tileDimWords({Dim::KeyOffset}) +
-         ") and\n"
-         "// 1 / softmax_scale (tile.softmax_scale inverse), computed once per block instead of per score.\n"
-         "// [splitBegin, splitEnd) are the keys of the block's split of the key range (" +
-         tileDimWords({Dim::SplitBegin, Dim::SplitEnd}) +
-         ";\n"
-         "// split-KV).\n"
-         "struct FlashtileSequence : FlashtileFwdParams {\n  int keyOffset;\n  float invSoftmaxScale;\n"
-         "  int splitBegin, splitEnd; // 0 unless set: members left out of p's initializer are zero\n};\n";
+  src += sequenceStructText();
   if (std::string defs = helpers.definitions(); !defs.empty())
     src += "\n" + defs;
   src += "\n" + functions.str();

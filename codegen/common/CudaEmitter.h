@@ -8,8 +8,13 @@
 #ifndef FLASHTILE_CODEGEN_COMMON_CUDAEMITTER_H
 #define FLASHTILE_CODEGEN_COMMON_CUDAEMITTER_H
 
+#include "codegen/common/ScalarEmitter.h"
+#include "codegen/common/TargetRegistry.h"
 #include "flashtile/runtime/KernelInfo.h"
 #include "passes/IR/TileDialect.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseMap.h"
 
 #include <string>
 
@@ -24,6 +29,29 @@ struct EmittedKernel {
 /// #tile.target, an instruction family it has no printer for, ops it does not know, or register tiles the
 /// IR does not update in place.
 mlir::FailureOr<EmittedKernel> emitCuda(flashtile::tile::FuncOp func);
+
+/// The CUDA of a scheduled backward module (docs/backward.md): the kernels of its preprocess, main and postprocess
+/// programs in one unit, and the launch plan that runs the three (BackwardEmitter.cpp).
+mlir::FailureOr<EmittedKernel> emitBackwardCuda(mlir::ModuleOp module);
+
+// What the forward's printer shares with the backward's.
+/// The instruction family `func` is lowered to, after the checks of a printable program (scheduled, lowered, names
+/// that are identifiers; `pipelined`: its copies are IR).
+mlir::FailureOr<const TargetFamily *> familyOf(flashtile::tile::FuncOp func, bool pipelined);
+/// The variant's hook regions of `func` (score_mod, mask, score_grad, sinks) as __device__ functions in `out`,
+/// identical regions sharing one; the function printed for each hook op.
+mlir::FailureOr<llvm::DenseMap<mlir::Operation *, std::string>>
+printVariantFunctions(flashtile::tile::FuncOp func, TileTarget &target, ScalarHelpers &helpers, CudaWriter &out);
+/// How a score_mod, mask or score_grad function takes its key (TileTarget::KeyArg): clamped where it reads per-key
+/// inputs (a tile's padding keys must index inside the arrays), split where it converts kv-relative distances to
+/// float (ScalarEmitter::splitKey), else kv.
+KeyArg keyArgOf(mlir::Region &region);
+/// The FlashtileSequence struct (the kernel parameters as a block's sequence sees them) the variant functions take.
+std::string sequenceStructText();
+/// `text` safe inside a `//` comment of the generated source.
+std::string commentText(llvm::StringRef text);
+/// `text` with every character outside [A-Za-z0-9_] replaced by '_'.
+std::string identifierText(llvm::StringRef text);
 
 } // namespace flashtile::codegen
 

@@ -102,3 +102,30 @@ LaunchPlan flashtile::codegen::planLaunches(const ModuleFacts &f) {
   plan.launches.push_back(main);
   return plan;
 }
+
+LaunchPlan flashtile::codegen::planBackwardLaunches(const BackwardFacts &f) {
+  LaunchPlan plan;
+  auto launch = [&](const std::string &entry, const std::string &tiles, int smem) {
+    PlanLaunch l;
+    l.entry = entry;
+    l.threads = f.threads;
+    l.smemBytes = smem;
+    // One block at least: a call without queries still writes dK = dV = 0, one without keys dQ = 0.
+    l.grid = {rule("max(1, " + tiles + ")"), rule("heads_q"), rule("batch")};
+    return l;
+  };
+  plan.launches.push_back(launch(f.preprocessEntry, "cdiv(rows, " + str(f.blockM) + ")", 0));
+  plan.launches.push_back(launch(f.mainEntry, "cdiv(keys, " + str(f.blockN) + ")", f.mainSmemBytes));
+  plan.launches.push_back(launch(f.postprocessEntry, "cdiv(max(rows, keys), " + str(f.blockM) + ")", 0));
+  plan.workspaces.push_back({"delta", rule(aligned("lse_rows * 4")), std::nullopt, /*zeroed=*/false,
+                             {{"delta", PlanExpr::constant(0)}}});
+  plan.workspaces.push_back({"dq_accum", rule(aligned("lse_rows * head_dim * 4")), std::nullopt, /*zeroed=*/true,
+                             {{"dqAccum", PlanExpr::constant(0)}}});
+  // GQA/MQA: the query heads of a group add their dK and dV into fp32 rows of the K/V head, which the postprocess
+  // converts.
+  const std::string dkBytes = aligned("key_rows * heads_kv * head_dim * 4");
+  plan.workspaces.push_back({"dkv_accum", rule(dkBytes + " + " + aligned("key_rows * heads_kv * head_dim_v * 4")),
+                             rule("heads_q > heads_kv"), /*zeroed=*/true,
+                             {{"dkAccum", PlanExpr::constant(0)}, {"dvAccum", rule(dkBytes)}}});
+  return plan;
+}

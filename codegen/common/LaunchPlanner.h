@@ -34,6 +34,18 @@ struct ModuleFacts {
 /// The plan of a module with these facts.
 LaunchPlan planLaunches(const ModuleFacts &facts);
 
+/// What the printer made of a backward module (docs/backward.md): one kernel per program.
+struct BackwardFacts {
+  std::string preprocessEntry, mainEntry, postprocessEntry;
+  int blockM = 0, blockN = 0, threads = 0;
+  int mainSmemBytes = 0;
+};
+
+/// The backward's plan: D = rowsum(dO∘O) per Q tile, then one block per K/V tile of each (batch, query head) adding
+/// into the zeroed fp32 dQ accumulator (and, under GQA, into the zeroed dK/dV accumulators), then dQ (and GQA's
+/// dK/dV) converted per tile of blockM rows.
+LaunchPlan planBackwardLaunches(const BackwardFacts &facts);
+
 } // namespace flashtile::codegen
 
 #endif // FLASHTILE_CODEGEN_COMMON_LAUNCHPLANNER_H

@@ -96,7 +96,7 @@ StringRef dimField(tile::Dim dim) {
   case tile::Dim::HeadIndex:
     return "blockHead";
   case tile::Dim::KvTile: // the K/V tile of a backward_main block; the forward's blocks own Q tiles
-    return "0";
+    return "blockKvTile";
   }
   llvm_unreachable("a tile.dim the CUDA printer does not know");
 }

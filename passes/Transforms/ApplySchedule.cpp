@@ -4,6 +4,7 @@
 // it as `#tile.schedule`, fixes the `?` tile dimensions (query rows become blockM, keys blockN) and sets the
 // rescale policy on the online-softmax steps. Nothing here knows a particular schedule.
 //===----------------------------------------------------------------------===//
+#include "passes/IR/ProgramKinds.h"
 #include "passes/Transforms/Passes.h"
 #include "passes/Transforms/ScheduleRegistry.h"
 
@@ -29,7 +30,8 @@ FailureOr<int64_t> fixDim(Operation *op, int64_t current, int64_t wanted, String
 /// The scheduled type of a value: tile roles follow from shape and element type. Rank-2 fp32 tiles with a
 /// static second dim are O tiles (rows = query rows); with a dynamic one, score tiles (query rows x keys).
 /// Loads are handled by the caller, since Q and K/V tiles look alike.
-FailureOr<Type> scheduledType(Operation *op, Type type, int64_t blockM, int64_t blockN) {
+/// Accumulators have `accRows` rows (blockM: O; blockN: the backward's dK and dV).
+FailureOr<Type> scheduledType(Operation *op, Type type, int64_t blockM, int64_t blockN, int64_t accRows) {
   if (auto stats = dyn_cast<StatsType>(type)) {
     auto rows = fixDim(op, stats.getRows(), blockM, "row statistics rows");
     if (failed(rows))
@@ -37,7 +39,7 @@ FailureOr<Type> scheduledType(Operation *op, Type type, int64_t blockM, int64_t 
     return Type(stats.withRows(*rows));
   }
   if (auto acc = dyn_cast<AccType>(type)) {
-    auto rows = fixDim(op, acc.getRows(), blockM, "accumulator rows");
+    auto rows = fixDim(op, acc.getRows(), accRows, "accumulator rows");
     if (failed(rows))
       return failure();
     return Type(acc.withRows(*rows));
@@ -93,10 +95,12 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
     if (int64_t threshold = config.getRescaleThreshold(); threshold > 0)
       func.walk([&](SoftmaxUpdateOp update) { update.setRescaleThreshold(threshold); });
 
+    // A backward_main instance owns a K/V tile: its accumulators (dK, dV) have the tile's blockN rows.
+    const int64_t accRows = func.getKind() == kBackwardMain ? config.getBlockN() : config.getBlockM();
     WalkResult result = func.getBody().walk([&](Operation *op) -> WalkResult {
       for (Region &region : op->getRegions())
         for (BlockArgument arg : region.getArguments()) {
-          auto type = scheduledType(op, arg.getType(), config.getBlockM(), config.getBlockN());
+          auto type = scheduledType(op, arg.getType(), config.getBlockM(), config.getBlockN(), accRows);
           if (failed(type))
             return WalkResult::interrupt();
           arg.setType(*type);
@@ -105,13 +109,18 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
         FailureOr<Type> type;
         if (auto load = dyn_cast<LoadOp>(op)) {
           auto t = cast<RankedTensorType>(load.getType());
-          int64_t rows = load.getOperand() == Operand::Q ? config.getBlockM() : config.getBlockN();
+          // K and V tiles have blockN rows; Q tiles and every other per-row tensor (O, dO, LSE, D, the dQ
+          // accumulator) blockM.
+          bool keyRows = load.getOperand() == Operand::K || load.getOperand() == Operand::V;
+          int64_t rows = keyRows ? config.getBlockN() : config.getBlockM();
           auto fixed = fixDim(op, t.getDimSize(0), rows, (stringifyOperand(load.getOperand()) + " tile rows").str());
           if (failed(fixed))
             return WalkResult::interrupt();
-          type = RankedTensorType::get({*fixed, t.getDimSize(1)}, t.getElementType());
+          SmallVector<int64_t, 2> shape(t.getShape());
+          shape[0] = *fixed;
+          type = RankedTensorType::get(shape, t.getElementType());
         } else {
-          type = scheduledType(op, res.getType(), config.getBlockM(), config.getBlockN());
+          type = scheduledType(op, res.getType(), config.getBlockM(), config.getBlockN(), accRows);
         }
         if (failed(type))
           return WalkResult::interrupt();

@@ -54,6 +54,9 @@ struct Request {
   std::string arch = "sm_80";
   std::string shapeClass = "default"; ///< one of the runtime's kShapeClasses (KernelInfo.h)
   Knobs knobs;
+  /// The module kind being compiled (moduleKinds(): "forward", "backward"); a schedule builds the pipeline of the
+  /// kinds it schedules (Schedule::schedulesKind).
+  std::string kind = "forward";
 };
 
 class Schedule {
@@ -76,8 +79,11 @@ public:
   /// tile-lower-to-target: the instruction family (a registered target, passes/Target/TargetFamily.h) that lowers
   /// this schedule on `arch` (a canonical arch name), or empty when it has none there.
   virtual std::string targetFamilyFor(std::string_view arch) const = 0;
-  /// The passes that take an unscheduled program to target-lowered IR, ending with tile-lower-to-target.
+  /// The passes that take an unscheduled program to target-lowered IR, ending with tile-lower-to-target, for a
+  /// module of `request.kind` (one the schedule schedules).
   virtual void buildPipeline(mlir::OpPassManager &pm, const Request &request) const = 0;
+  /// Whether the schedule compiles modules of `kind` (every schedule compiles forward modules).
+  virtual bool schedulesKind(std::string_view kind) const { return kind == "forward"; }
   /// The dispatch rule of this schedule on `arch` (flashtile/runtime/Dispatch.h): which calls that name no schedule
   /// run its kernels, and whose kernels its own replace where both have one for a call. Only `calls` and
   /// `preferredOver` are read (dispatchRuleOf fills in the names). The default: none, run only when named.

@@ -110,6 +110,39 @@ std::optional<std::string> Fa2Config::validate(int headDim, int headDimV) const 
   return std::nullopt;
 }
 
+Fa2Config Fa2Config::backwardDefaultsFor(int headDim, int headDimV) {
+  // One m16 tile of Q rows and one of K/V rows a warp: a warp keeps 2 x 16 x head dim fp32 of dK and dV and 2 x 16 x
+  // blockN of S and dP in registers, which at head dim 128 is what 255 registers hold.
+  (void)headDim;
+  (void)headDimV;
+  Fa2Config c;
+  c.blockM = 64;
+  c.blockN = 64;
+  c.warps = 4;
+  c.stages = 1;
+  return c;
+}
+
+std::optional<std::string> Fa2Config::validateBackward(int headDim, int headDimV) const {
+  if (std::optional<std::string> error = validate(headDim, headDimV))
+    return error;
+  auto bad = [](const std::string &knob, int value, const std::string &accepted) {
+    return "fa2 backward: " + knob + " = " + std::to_string(value) + " is not supported; accepted: " + accepted;
+  };
+  const int granule = kBackwardRowGranule * warps;
+  if (blockM % granule != 0)
+    return bad(kBlockM, blockM,
+               "a multiple of 16 x warps (" + std::to_string(granule) + "): the warps split a Q tile in m16 tiles");
+  if (blockN % granule != 0)
+    return bad(kBlockN, blockN,
+               "a multiple of 16 x warps (" + std::to_string(granule) + "): the warps split a K/V tile in m16 tiles");
+  if (headDim % 16 != 0 || headDim > kMaxBackwardHeadDim)
+    return bad("head_dim", headDim, "multiples of 16 up to " + std::to_string(kMaxBackwardHeadDim));
+  if (headDimV % 16 != 0 || headDimV > kMaxBackwardHeadDim)
+    return bad("head_dim_v", headDimV, "multiples of 16 up to " + std::to_string(kMaxBackwardHeadDim));
+  return std::nullopt;
+}
+
 GridTile gridTile(int linear, int qTiles, int pairs, int lptGroupBlocks) {
   if (lptGroupBlocks == 0)
     return GridTile{qTiles - 1 - linear % qTiles, linear / qTiles};

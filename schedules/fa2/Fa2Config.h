@@ -45,6 +45,11 @@ inline constexpr int kMaxStages = 2;
 ///      128). Measured on causal programs: +5-7% at head dim 128, 1k-16k; on programs with equal walks: -1 to -4%.
 inline constexpr int kDefaultLptGroupBlocks = 512;
 inline constexpr int kMaxLptGroupBlocks = 1 << 20;
+/// The backward keeps a warp's rows of dK and dV (blockN / warps rows by the head dims, fp32) in registers: head dims
+/// up to this.
+inline constexpr int kMaxBackwardHeadDim = 128;
+/// Rows of an mma.sync tile: the backward's warps split both the Q and the K/V tile in whole m16 tiles.
+inline constexpr int kBackwardRowGranule = 16;
 
 /// The tile a thread block computes: block `linear` (x fastest) of a grid of `qTiles` Q tiles by `pairs` (batch,
 /// head) pairs, under block order `lptGroupBlocks`. The generated kernels compute exactly this (printSequence in
@@ -94,6 +99,13 @@ struct Fa2Config {
   /// The stages used when the caller does not choose them: 2 for head dims in (64, 128], else 1 (measured on
   /// the H200, bench/NOTES.md: elsewhere the second score tile costs more registers than the overlap gains).
   static int defaultStages(int headDim, int headDimV);
+  /// The backward's configuration when the caller sets no knob (docs/backward.md): a backward_main block owns
+  /// blockN keys and walks Q tiles of blockM rows; its warps split the Q tile's rows for S = Q·Kᵀ and dP = dO·Vᵀ
+  /// (blockM / warps each) and the K/V tile's rows for dV and dK (blockN / warps each), both in m16 tiles.
+  static Fa2Config backwardDefaultsFor(int headDim, int headDimV);
+  /// validate() and the backward's own rules: both splits in whole m16 tiles, head dims the printer keeps in
+  /// registers (dK and dV of a warp's rows).
+  std::optional<std::string> validateBackward(int headDim, int headDimV) const;
   /// An error message naming the offending knob and the accepted values, or nothing when valid. The target
   /// checks what depends on its instructions (MMA granularity, shared memory) at tile-lower-to-target.
   std::optional<std::string> validate(int headDim, int headDimV) const;

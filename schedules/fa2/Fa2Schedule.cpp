@@ -6,6 +6,7 @@
 #include "schedules/fa2/Fa2Pipeline.h"
 #include "schedules/fa2/Fa2Register.h"
 
+#include "passes/IR/ProgramKinds.h"
 #include "passes/Transforms/Passes.h"
 
 #include "mlir/Transforms/Passes.h"
@@ -52,6 +53,8 @@ public:
 
   FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass shapeClass) const override {
     int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
+    if (func.getKind() != kForwardProgram)
+      return configureBackward(func, knobs);
     ProgramTraits traits = traitsOf(func);
     // The knobs set override the class's defaults; a class that ends up with the default class's configuration
     // is that class (one kernel serves both).
@@ -76,7 +79,24 @@ public:
                              config.minBlocksPerSm, config.lptGroupBlocks, effectiveClass);
   }
 
+  /// The backward's three programs share one configuration (the main program's tiles: blockM-row Q tiles, blockN-key
+  /// K/V tiles; the preprocess and postprocess take Q tiles of blockM rows). Only block-m, block-n and warps apply.
+  FailureOr<ScheduleAttr> configureBackward(FuncOp func, const schedule::Knobs &knobs) const {
+    int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
+    Fa2Config config = Fa2Config::backwardDefaultsFor(headDim, headDimV);
+    schedule::applyKnob(knobs, kBlockM, config.blockM);
+    schedule::applyKnob(knobs, kBlockN, config.blockN);
+    schedule::applyKnob(knobs, kWarps, config.warps);
+    if (auto error = config.validateBackward(headDim, headDimV))
+      return func.emitOpError() << *error;
+    return ScheduleAttr::get(func.getContext(), kName, config.blockM, config.blockN, config.warps, WarpLayout::SplitQ,
+                             config.blockM / config.warps, config.stages, /*rescaleThreshold=*/0,
+                             /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, ShapeClass::Default);
+  }
+
   bool walkDescending() const override { return true; }
+
+  bool schedulesKind(std::string_view kind) const override { return kind == "forward" || kind == std::string_view(kBackwardModule); }
 
   std::string targetFamilyFor(std::string_view) const override {
     // mma.sync, ldmatrix and cp.async run on every architecture from sm_80 on.
@@ -91,6 +111,15 @@ public:
   void buildPipeline(OpPassManager &pm, const schedule::Request &request) const override {
     OpPassManager &func = pm.nest<FuncOp>();
     schedule::addApplySchedule(func, kName, request);
+    if (request.kind == kBackwardModule) {
+      // The backward (docs/backward.md): the main program walks the Q tiles that see its K/V tile, masked only on
+      // the boundary segments; its tiles stay in shared memory for the whole walk (the printer's copies).
+      func.addPass(createTileBoundQLoop());
+      func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
+      func.addPass(createCanonicalizerPass());
+      func.addPass(createCSEPass());
+      return;
+    }
     func.addPass(createTileSplitBoundary());
     func.addPass(createTilePipelineCopies());
     func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));

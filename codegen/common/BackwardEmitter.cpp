@@ -1,0 +1,837 @@
+//===- BackwardEmitter.cpp - scheduled backward programs to CUDA C++ ------===//
+//
+// Prints a scheduled backward module (docs/backward.md) as one CUDA unit of three kernels, one per program, op by op
+// from the IR:
+//   <entry>_preprocess   one block per (Q tile, query head, batch entry): tile.row_dot, D = rowsum(dO∘O)
+//   <entry>              one block per (K/V tile, query head, batch entry): the K and V tiles in shared memory for
+//                        the whole walk over the Q tiles that see them (tile.q_loop, its segments bounded by
+//                        tile-bound-q-loop), dK and dV in registers, dQ added into the fp32 accumulator
+//   <entry>_postprocess  one block per tile of rows: dQ (and, under GQA, dK and dV) converted to the call's dtype
+// The main kernel computes S = Q·Kᵀ and dP = dO·Vᵀ in the forward's split-Q fragment layout (warp w owns query rows
+// [w·kWarpRows, ...) of the Q tile), so the forward's printing of scale, score_mod and mask (FragmentTiles) applies
+// unchanged, and the variant's functions (score_mod, mask, score_grad) are the forward printer's. P and dS, rounded
+// to 16 bits, go through shared memory for the GEMMs whose rows are keys: dV += Pᵀ·dO and dK += dSᵀ·Q, where warp w
+// owns key rows [w·kKvWarpRows, ...) of the K/V tile (ldmatrix.trans of the staged tile), and dQ += dS·K, added
+// with fp32 reductions (red.global.add) into the dQ accumulator.
+//===----------------------------------------------------------------------===//
+#include "codegen/common/BackwardPrelude.h"
+#include "codegen/common/Concat.h"
+#include "codegen/common/CudaEmitter.h"
+#include "codegen/common/FragmentPrelude.h"
+#include "codegen/common/FragmentTiles.h"
+#include "codegen/common/KernelAbiText.h"
+#include "codegen/common/LaunchPlanner.h"
+#include "flashtile/runtime/KernelAbi.h"
+#include "flashtile/runtime/Version.h"
+#include "passes/IR/ProgramKinds.h"
+#include "passes/Transforms/ScheduleRegistry.h"
+
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace flashtile::tile;
+
+namespace flashtile::codegen {
+namespace {
+
+constexpr int kWarpSize = 32;
+
+/// Bytes of a shared-memory row of `width` 16-bit elements: the prelude's rowPitch (16-byte chunks, padded to an odd
+/// count unless a multiple of 8).
+int rowBytes(int64_t width) {
+  int chunks = static_cast<int>(width / 8);
+  return (chunks % 8 == 0 ? chunks : (chunks | 1)) * 16;
+}
+
+/// A 16-bit tile in shared memory: its buffer, its rows (a C constant) and its width in elements.
+struct SharedTile {
+  std::string name;
+  const char *rows;
+  int64_t width;
+};
+
+class BackwardPrinter {
+public:
+  BackwardPrinter(FuncOp func, const KernelShape &shape, std::string ns, ScalarHelpers &helpers,
+                  const llvm::DenseMap<Operation *, std::string> &functions)
+      : func(func), shape(shape), ns(std::move(ns)), fragments({this->ns, shape.dtype, false}),
+        scalars(w, names, helpers, func), functions(functions) {
+    pack = this->ns + (shape.dtype == "bf16" ? "::packBf16x2" : "::packF16x2");
+    unpack = this->ns + (shape.dtype == "bf16" ? "::unpackBf16x2" : "::unpackF16x2");
+    mma = this->ns + (shape.dtype == "bf16" ? "::mmaBf16" : "::mmaF16");
+    for (const std::string &name : fragments.reservedNames())
+      names.reserve(name);
+    for (const char *name :
+         {"kBlockM", "kBlockN", "kHeadDim", "kHeadDimV", "kWarps", "kThreads", "kWarpRows", "kKvWarpRows", "kKvMTiles",
+          "params", "p", "z", "qBegin", "qEnd", "kBegin", "kEnd", "blockBatch", "blockHead", "blockKvTile", "hKv",
+          "smem", "sK", "sV", "sQ", "sDO", "gQ", "gK", "gV", "gDO", "gLse", "gDelta", "gDqAccum", "gDK", "gDV", "aFrag",
+          "bFrag", "part", "ks", "np", "qt", "row", "col", "key", "dst", "e", "sum", "o0", "o1", "d0", "d1", "tile",
+          "gAcc", "gOut", "x", "fn", "kvTile", "kvStep"})
+      names.reserve(name);
+  }
+
+  LogicalResult printPreprocess(const std::string &entry);
+  LogicalResult printMain(const std::string &entry);
+  LogicalResult printPostprocess(const std::string &entry);
+  const std::string &text() const { return w.str(); }
+  int mainSmemBytes = 0;
+
+private:
+  /// `extern "C" __global__ ... {`, the schedule's constants and the block's sequence (`p`).
+  void printHeader(const std::string &entry, const std::string &what);
+  void printSequenceView();
+  LogicalResult printOp(Operation *op);
+  LogicalResult printQLoop(QLoopOp loop);
+  LogicalResult printLoad(LoadOp load);
+  LogicalResult printStore(StoreOp store);
+  /// The cp.async copies of `tile` (rows from `firstRow`, zero-filled past `seqlen`) from `global` (row stride).
+  void printCopy(const SharedTile &tile, const std::string &global, const std::string &firstRow,
+                 const std::string &seqlen, const std::string &rowStride);
+  /// S = A·Bᵀ of two shared tiles (A: the Q tile's rows, B: the K/V tile's), into a new score tile `acc`.
+  void printScoreGemm(const std::string &acc, const SharedTile &a, const SharedTile &b);
+  /// The registers of the fp32 tile `in`, for an op that overwrites them with its result: `in`'s own when the op is
+  /// its one use, else a copy named after `hint`.
+  std::string overwrite(Value in, Value result, const char *hint);
+  /// The shared buffer that holds `a` (an fp32 score-layout tile) rounded to 16 bits: staged by the first GEMM that
+  /// reads it in this iteration, behind a barrier.
+  FailureOr<std::string> staged(Value a, Operation *user);
+  FailureOr<SharedTile> sharedTile(Value v, Operation *user);
+  FailureOr<std::string> regs(Value v, Operation *user);
+
+  FuncOp func;
+  KernelShape shape;
+  std::string ns, pack, unpack, mma;
+  FragmentTiles fragments;
+  CudaWriter w;
+  NameScopes names;
+  ScalarEmitter scalars;
+  const llvm::DenseMap<Operation *, std::string> &functions;
+  llvm::DenseMap<Value, std::string> registers;  ///< fp32 register tiles (scores, row values, accumulators)
+  llvm::DenseMap<Value, SharedTile> shared;      ///< 16-bit tiles in shared memory (their loads)
+  llvm::DenseMap<Value, std::string> stagedIn;   ///< fp32 tiles staged in shared memory this iteration
+  int stagingBuffers = 0;                        ///< buffers the widest iteration stages in
+  int stagedThisIteration = 0;
+  bool topCopiesPending = false;
+};
+
+void BackwardPrinter::printHeader(const std::string &entry, const std::string &what) {
+  w.comment(what);
+  w.open("extern \"C\" __global__ void __launch_bounds__(" + std::to_string(shape.warps * kWarpSize) + ") " + entry +
+         "(const FlashtileFwdParams params)");
+  w.comment("---- schedule " + commentText(func.getScheduleAttr().getName()) + " (#tile.schedule): tile sizes and warps ----");
+  w.line(cat("constexpr int kBlockM = ", shape.blockM, ";  // rows of a Q tile"));
+  w.line(cat("constexpr int kBlockN = ", shape.blockN, ";  // keys of a K/V tile"));
+  w.line(cat("constexpr int kHeadDim = ", shape.headDim, ";  // Q/K head dim"));
+  w.line(cat("constexpr int kHeadDimV = ", shape.headDimV, ";  // V/O head dim"));
+  w.line(cat("constexpr int kWarps = ", shape.warps, ";"));
+  w.line("constexpr int kThreads = kWarps * 32;");
+  w.line("const int blockBatch = blockIdx.z, blockHead = blockIdx.y;");
+  w.separate();
+  printSequenceView();
+  w.separate();
+}
+
+void BackwardPrinter::printSequenceView() {
+  w.comment("---- the sequence of this thread block: batch entry blockBatch ----");
+  w.comment("Varlen (cuSeqlensQ set): its rows of the packed tensors; p is that sequence's view (base pointers, the");
+  w.comment("LSE, D and dQ-accumulator rows, lengths), so every seqlen below, in the variant's functions too, is its own.");
+  w.line("FlashtileSequence p{params, blockBatch * params.seqlenK, 1.f / params.softmaxScale};");
+  w.open("if (params.cuSeqlensQ)");
+  w.line("const int z = blockBatch;");
+  w.line("const int qBegin = min(max(params.cuSeqlensQ[z], 0), params.seqlenQ);");
+  w.line("const int qEnd = min(max(params.cuSeqlensQ[z + 1], qBegin), params.seqlenQ);");
+  w.line("const int kBegin = min(max(params.cuSeqlensK[z], 0), params.seqlenK);");
+  w.line("const int kEnd = min(max(params.cuSeqlensK[z + 1], kBegin), params.seqlenK);");
+  for (auto [field, begin, stride] :
+       {std::tuple{"q", "qBegin", "qRowStride"}, {"k", "kBegin", "kRowStride"}, {"v", "kBegin", "vRowStride"},
+        {"o", "qBegin", "oRowStride"}, {"dO", "qBegin", "dORowStride"}, {"dQ", "qBegin", "dQRowStride"},
+        {"dK", "kBegin", "dKRowStride"}, {"dV", "kBegin", "dVRowStride"}}) {
+    bool written = std::string_view(field) == "o" || field[0] == 'd';
+    bool input = std::string_view(field) == "dO";
+    w.line(cat("p.", field, " = static_cast<", written && !input ? "" : "const ", "unsigned short *>(params.", field,
+               ") + ", begin, " * params.", stride, ";"));
+  }
+  w.line("p.lse = params.lse + qBegin;");
+  w.line("p.delta = params.delta + qBegin;");
+  w.line("p.dqAccum = params.dqAccum + qBegin * kHeadDim;");
+  w.line("p.seqlenQ = qEnd - qBegin;");
+  w.line("p.seqlenK = kEnd - kBegin;");
+  w.line("p.keyOffset = kBegin;");
+  w.close();
+}
+
+//===----------------------------------------------------------------------===//
+// The preprocess and the postprocess
+//===----------------------------------------------------------------------===//
+
+LogicalResult BackwardPrinter::printPreprocess(const std::string &entry) {
+  // The program: tile.load o, tile.load do, tile.row_dot, tile.store delta (VerifyProgram checks the kind's shape).
+  RowDotOp dot;
+  for (Operation &op : func.getBodyBlock())
+    if (auto d = dyn_cast<RowDotOp>(op))
+      dot = d;
+  auto o = dot ? dot.getA().getDefiningOp<LoadOp>() : LoadOp();
+  auto dO = dot ? dot.getB().getDefiningOp<LoadOp>() : LoadOp();
+  if (!o || !dO)
+    return func.emitOpError() << "needs D = tile.row_dot of two tile.load (o, do) to be printed";
+  for (Operation &op : func.getBodyBlock())
+    if (!isa<LoadOp, RowDotOp, StoreOp>(op) && !ScalarEmitter::isScalarOp(&op))
+      return op.emitOpError() << "is not printed in a backward_preprocess program (tile.load, tile.row_dot, tile.store)";
+  printHeader(entry, "D = rowsum(dO∘O) of each query row (backward_preprocess)");
+  w.line("const int qTile = blockIdx.x;");
+  w.line("if (qTile * kBlockM >= p.seqlenQ)");
+  w.line("  return;");
+  w.line("const int b = blockBatch, h = blockHead;");
+  w.line("const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;");
+  auto operandBase = [&](LoadOp load) -> std::string {
+    return load.getOperand() == tile::Operand::O
+               ? "static_cast<const unsigned short *>(p.o) + b * p.oBatchStride + h * p.oHeadStride"
+               : "static_cast<const unsigned short *>(p.dO) + b * p.dOBatchStride + h * p.dOHeadStride";
+  };
+  auto rowStride = [](LoadOp load) { return load.getOperand() == tile::Operand::O ? "p.oRowStride" : "p.dORowStride"; };
+  w.comment("tile.load o, tile.load do: read row by row by tile.row_dot below");
+  w.line("const unsigned short *const gA = " + operandBase(o) + ";");
+  w.line("const unsigned short *const gB = " + operandBase(dO) + ";");
+  w.line("float *const gDelta = p.delta + b * p.lseBatchStride + h * p.lseHeadStride;");
+  w.comment("tile.row_dot: a warp a row, lanes over column pairs (fp32), summed over the warp; tile.store delta");
+  w.open("for (int row = warp; row < kBlockM; row += kWarps)");
+  w.line("const int i = qTile * kBlockM + row;");
+  w.line("if (i >= p.seqlenQ)");
+  w.line("  break;");
+  w.line("float sum = 0.f;");
+  w.open("for (int c = 2 * lane; c < kHeadDimV; c += 64)");
+  w.line("float a0, a1, b0, b1;");
+  w.line(cat(unpack, "(*reinterpret_cast<const unsigned *>(gA + i * ", rowStride(o), " + c), a0, a1);"));
+  w.line(cat(unpack, "(*reinterpret_cast<const unsigned *>(gB + i * ", rowStride(dO), " + c), b0, b1);"));
+  w.line("sum += a0 * b0 + a1 * b1;");
+  w.close();
+  w.line(cat("sum = ", ns, "::warpSum(sum);"));
+  w.line("if (lane == 0)");
+  w.line("  gDelta[i] = sum;");
+  w.close();
+  w.close();
+  w.line("");
+  return success();
+}
+
+LogicalResult BackwardPrinter::printPostprocess(const std::string &entry) {
+  for (Operation &op : func.getBodyBlock())
+    if (!isa<LoadOp, StoreOp>(op) && !ScalarEmitter::isScalarOp(&op))
+      return op.emitOpError() << "is not printed in a backward_postprocess program (tile.load, tile.store)";
+  printHeader(entry, "dQ converted from its fp32 accumulator; GQA's dK and dV from theirs (backward_postprocess)");
+  w.line("const int tile = blockIdx.x;");
+  w.line("const int b = blockBatch, h = blockHead;");
+  w.comment("tile.load dq_accum, tile.store dq: dQ = the accumulator (softmax_scale is in dS already), converted; two");
+  w.comment("columns a thread");
+  w.open("if (tile * kBlockM < p.seqlenQ)");
+  w.line("const float *const gAcc = p.dqAccum + (b * p.lseBatchStride + h * p.lseHeadStride) * kHeadDim;");
+  w.line("unsigned short *const gOut = static_cast<unsigned short *>(p.dQ) + b * p.dQBatchStride + h * p.dQHeadStride;");
+  w.open("for (int e = threadIdx.x; e < kBlockM * kHeadDim / 2; e += kThreads)");
+  w.line("const int i = tile * kBlockM + e / (kHeadDim / 2), c = 2 * (e % (kHeadDim / 2));");
+  w.open("if (i < p.seqlenQ)");
+  w.line("const float2 x = *reinterpret_cast<const float2 *>(gAcc + i * kHeadDim + c);");
+  w.line(cat("*reinterpret_cast<unsigned *>(gOut + i * p.dQRowStride + c) = ", pack, "(x.x, x.y);"));
+  w.close();
+  w.close();
+  w.close();
+  w.comment("GQA/MQA: the query heads of a K/V head added their dK and dV into fp32 rows (tile.store dk, dv of the");
+  w.comment("main kernel); block (tile, h < headsKv) converts rows [tile * kBlockM, ...) of K/V head h");
+  w.open("if (p.headsQ != p.headsKv && h < p.headsKv && tile * kBlockM < p.seqlenK)");
+  for (auto [acc, out, width] : {std::tuple{"dkAccum", "dK", "kHeadDim"}, {"dvAccum", "dV", "kHeadDimV"}}) {
+    w.open("");
+    w.line(cat("unsigned short *const gOut = static_cast<unsigned short *>(p.", out, ") + b * p.", out,
+               "BatchStride + h * p.", out, "HeadStride;"));
+    w.open(cat("for (int e = threadIdx.x; e < kBlockM * ", width, " / 2; e += kThreads)"));
+    w.line(cat("const int key = tile * kBlockM + e / (", width, " / 2), c = 2 * (e % (", width, " / 2));"));
+    w.open("if (key < p.seqlenK)");
+    w.line(cat("const float2 x = *reinterpret_cast<const float2 *>(p.", acc,
+               " + ((long long)(p.keyOffset + key) * p.headsKv + h) * ", width, " + c);"));
+    w.line(cat("*reinterpret_cast<unsigned *>(gOut + key * p.", out, "RowStride + c) = ", pack, "(x.x, x.y);"));
+    w.close();
+    w.close();
+    w.close();
+  }
+  w.close();
+  w.close();
+  w.line("");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// The main program
+//===----------------------------------------------------------------------===//
+
+FailureOr<std::string> BackwardPrinter::regs(Value v, Operation *user) {
+  auto it = registers.find(v);
+  if (it == registers.end())
+    return user->emitOpError() << "reads a tile the backward printer did not compute in registers";
+  return it->second;
+}
+
+FailureOr<SharedTile> BackwardPrinter::sharedTile(Value v, Operation *user) {
+  auto it = shared.find(v);
+  if (it == shared.end())
+    return user->emitOpError() << "reads a 16-bit tile that is not a tile.load the backward printer copied";
+  return it->second;
+}
+
+std::string BackwardPrinter::overwrite(Value in, Value result, const char *hint) {
+  std::string from = registers.lookup(in);
+  std::string to = from;
+  if (!in.hasOneUse()) {
+    to = names.unique(hint);
+    w.line(cat("float ", to, "[kMTiles][kSTiles][4];  // a copy: ", from, " is read again below"));
+    fragments.forEachElement(w, "kSTiles", {cat(to, "[mt][nt][i] = ", from, "[mt][nt][i];")});
+  }
+  registers[result] = to;
+  return to;
+}
+
+FailureOr<std::string> BackwardPrinter::staged(Value a, Operation *user) {
+  if (auto it = stagedIn.find(a); it != stagedIn.end())
+    return it->second;
+  FailureOr<std::string> from = regs(a, user);
+  if (failed(from))
+    return failure();
+  std::string buffer = cat("sStage", stagedThisIteration++);
+  stagedIn[a] = buffer;
+  w.comment(cat(*from, " rounded to 16 bits into ", buffer, " [kBlockM][kBlockN] (swizzled), this warp's rows, for"));
+  w.comment("the GEMMs whose rows are keys (ldmatrix.trans) and dQ's");
+  fragments.forEachRow(w, [&] {
+    w.line("const int row = warp * kWarpRows + 16 * mt + fragRow + 8 * r;");
+    w.openUnrolledFor("nt", "kSTiles");
+    w.line(cat("*reinterpret_cast<unsigned *>(", buffer, " + ", ns, "::swizzle<kBlockN / 8>(row, nt) + 2 * fragCol) = ",
+               pack, "(", *from, "[mt][nt][2 * r], ", *from, "[mt][nt][2 * r + 1]);"));
+    w.close();
+  });
+  w.line("__syncthreads();  // every warp's rows staged");
+  return buffer;
+}
+
+void BackwardPrinter::printCopy(const SharedTile &tile, const std::string &global, const std::string &firstRow,
+                                const std::string &seqlen, const std::string &rowStride) {
+  const std::string chunks = cat(tile.width / 8);
+  w.open(cat("for (int e = threadIdx.x; e < ", tile.rows, " * ", chunks, "; e += kThreads)"));
+  w.line(cat("const int row = e / ", chunks, ", col = e % ", chunks, ";"));
+  w.line(cat("const bool inside = ", firstRow, " + row < ", seqlen, ";"));
+  w.line(cat(ns, "::cpAsync16(", ns, "::smemAddress(", tile.name, ") + ", ns, "::swizzle<", chunks, ">(row, col), ",
+             global, " + (inside ? ", firstRow, " + row : 0) * ", rowStride, " + 8 * col, inside);"));
+  w.close();
+}
+
+void BackwardPrinter::printScoreGemm(const std::string &acc, const SharedTile &a, const SharedTile &b) {
+  const std::string chunks = cat(a.width / 8);
+  w.line(cat("float ", acc, "[kMTiles][kSTiles][4] = {};"));
+  w.openUnrolledFor("ks", cat(a.width / 16));
+  w.line("unsigned aFrag[kMTiles][4];");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.line(cat(ns, "::ldmatrixX4(aFrag[mt], ", ns, "::smemAddress(", a.name, ") + ", ns, "::swizzle<", chunks,
+             ">(warp * kWarpRows + 16 * mt + lane % 16, 2 * ks + lane / 16));"));
+  w.close();
+  w.openUnrolledFor("np", "kBlockN / 16");
+  w.line("unsigned bFrag[4];");
+  w.line(cat(ns, "::ldmatrixX4(bFrag, ", ns, "::smemAddress(", b.name, ") + ", ns, "::swizzle<", chunks,
+             ">(16 * np + 8 * (lane / 16) + lane % 8, 2 * ks + (lane / 8) % 2));"));
+  w.openUnrolledFor("mt", "kMTiles");
+  w.line(cat(mma, "(", acc, "[mt][2 * np], aFrag[mt], bFrag[0], bFrag[1]);"));
+  w.line(cat(mma, "(", acc, "[mt][2 * np + 1], aFrag[mt], bFrag[2], bFrag[3]);"));
+  w.close();
+  w.close();
+  w.close();
+}
+
+LogicalResult BackwardPrinter::printLoad(LoadOp load) {
+  auto type = cast<RankedTensorType>(load.getType());
+  tile::Operand operand = load.getOperand();
+  if (type.getRank() == 1) {
+    // LSE and D: this thread's rows, fp32. A padded row (past seqlen_q) reads LSE = -inf, a row that saw no key,
+    // whose P is 0 (tile.probs), and D = 0.
+    if (!load.getIndex() || (operand != tile::Operand::Lse && operand != tile::Operand::Delta))
+      return load.emitOpError() << "is not printed in a backward_main program (rank-1 loads: lse[i], delta[i])";
+    bool lse = operand == tile::Operand::Lse;
+    std::string name = names.unique(lse ? "lse" : "delta");
+    registers[load.getResult()] = name;
+    w.comment(cat("tile.load ", stringifyOperand(operand).str(), "[qt]: this thread's rows",
+                  lse ? " (a padded row: -inf, it saw no key)" : " (a padded row: 0)"));
+    w.line(cat("float ", name, "[kMTiles][2];"));
+    fragments.forEachRow(w, [&] {
+      w.line(cat("const int q = ", FragmentTiles::threadRow(), ";"));
+      w.line(cat(name, "[mt][r] = q < p.seqlenQ ? ", lse ? "gLse" : "gDelta", "[q] : ",
+                 lse ? ns + "::kNegInf" : std::string("0.f"), ";"));
+    });
+    return success();
+  }
+  // 16-bit tiles: K and V copied once before the walk, Q and dO at the top of each iteration (printQLoop).
+  if (!load.getIndex()) {
+    if (operand != tile::Operand::K && operand != tile::Operand::V)
+      return load.emitOpError() << "is not printed in a backward_main program (own tiles: k, v)";
+    bool k = operand == tile::Operand::K;
+    SharedTile tile{k ? "sK" : "sV", "kBlockN", type.getDimSize(1)};
+    shared[load.getResult()] = tile;
+    w.comment(cat("tile.load ", k ? "k" : "v", ": the block's K/V tile into ", tile.name,
+                  " (cp.async, zero-filled past seqlen_k), for the whole walk"));
+    printCopy(tile, k ? "gK" : "gV", "blockKvTile * kBlockN", "p.seqlenK", k ? "p.kRowStride" : "p.vRowStride");
+    w.line(cat(ns, "::cpAsyncCommit();"));
+    topCopiesPending = true;
+    return success();
+  }
+  // Copied by printQLoop.
+  return success();
+}
+
+LogicalResult BackwardPrinter::printStore(StoreOp store) {
+  if (store.getOperand() != tile::Output::Dk && store.getOperand() != tile::Output::Dv)
+    return store.emitOpError() << "is not printed in a backward_main program (stores: dk, dv)";
+  FailureOr<std::string> acc = regs(store.getValue(), store);
+  if (failed(acc))
+    return failure();
+  bool dk = store.getOperand() == tile::Output::Dk;
+  const char *out = dk ? "dK" : "dV", *accum = dk ? "dkAccum" : "dvAccum";
+  int64_t width = cast<AccType>(store.getValue().getType()).getCols();
+  w.comment(cat("tile.store ", dk ? "dk" : "dv", ": this warp's key rows of ", *acc, ", converted; under GQA/MQA added"));
+  w.comment(cat("into the fp32 rows of K/V head hKv (p.", accum, ", converted by the postprocess)"));
+  w.open("");
+  w.line(cat("unsigned short *const gOut = static_cast<unsigned short *>(p.", out, ") + b * p.", out,
+             "BatchStride + hKv * p.", out, "HeadStride;"));
+  w.openUnrolledFor("mt", "kKvMTiles");
+  w.openUnrolledFor("r", "2");
+  w.line("const int key = blockKvTile * kBlockN + warp * kKvWarpRows + 16 * mt + fragRow + 8 * r;");
+  w.line("if (key >= p.seqlenK)");
+  w.line("  continue;");
+  w.openUnrolledFor("nt", cat(width / 8));
+  w.line("const int col = 8 * nt + fragCol;");
+  w.open("if (p.headsQ == p.headsKv)");
+  w.line(cat("*reinterpret_cast<unsigned *>(gOut + key * p.", out, "RowStride + col) = ", pack, "(", *acc,
+             "[mt][nt][2 * r], ", *acc, "[mt][nt][2 * r + 1]);"));
+  w.close();
+  w.open("else");
+  w.line(cat("float *const dst = p.", accum, " + ((long long)(p.keyOffset + key) * p.headsKv + hKv) * ", width,
+             " + col;"));
+  w.line(cat(ns, "::redAdd(dst, ", *acc, "[mt][nt][2 * r]);"));
+  w.line(cat(ns, "::redAdd(dst + 1, ", *acc, "[mt][nt][2 * r + 1]);"));
+  w.close();
+  w.close();
+  w.close();
+  w.close();
+  w.close();
+  return success();
+}
+
+LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
+  if (!loop.isBounded())
+    return loop.emitOpError() << "is not bounded; run tile-bound-q-loop before emitting CUDA";
+  FailureOr<CExpr> lo = scalars.expr(loop.getLower(), loop), hi = scalars.expr(loop.getUpper(), loop);
+  if (failed(lo) || failed(hi))
+    return failure();
+  // The loop updates its accumulators in place: one carried twice (CSE merges dK's and dV's tile.zero_acc) gets
+  // registers of its own for its second place.
+  llvm::StringSet<> carried;
+  for (auto [arg, init, result] : llvm::zip(loop.getAccArgs(), loop.getInits(), loop.getResults())) {
+    FailureOr<std::string> acc = regs(init, loop);
+    if (failed(acc))
+      return failure();
+    std::string name = *acc;
+    if (!carried.insert(name).second) {
+      name = names.unique("acc");
+      int64_t width = cast<AccType>(init.getType()).getCols();
+      w.line(cat("float ", name, "[kKvMTiles][", width / 8, "][4];  // ", *acc, " carried a second time"));
+      w.openUnrolledFor("mt", "kKvMTiles");
+      w.openUnrolledFor("nt", cat(width / 8));
+      w.openUnrolledFor("i", "4");
+      w.line(cat(name, "[mt][nt][i] = ", *acc, "[mt][nt][i];"));
+      w.close();
+      w.close();
+      w.close();
+    }
+    registers[arg] = name;
+    registers[result] = name;
+  }
+  w.comment(cat("---- tile.q_loop segment ", stringifySegment(loop.getSegment()).str(),
+                ": the Q tiles qt that see this K/V tile, ascending ----"));
+  w.open(cat("for (int qt = ", lo->text, "; qt < ", hi->text, "; ++qt)"));
+  names.push();
+  scalars.bind(loop.getTileIndex(), "qt");
+  stagedThisIteration = 0;
+  stagedIn.clear();
+  w.line("const int warpRow0 = qt * kBlockM + warp * kWarpRows;  // first query row of this warp");
+  w.line("__syncthreads();  // the last iteration's reads of sQ, sDO and the staging buffers are done");
+  w.comment("this Q tile's 16-bit loads (tile.load q[qt], do[qt]): cp.async, zero-filled past seqlen_q");
+  for (Operation &op : loop.getBody().front()) {
+    auto load = dyn_cast<LoadOp>(op);
+    if (!load || cast<RankedTensorType>(load.getType()).getRank() != 2)
+      continue;
+    if (load.getIndex() != loop.getTileIndex() ||
+        (load.getOperand() != tile::Operand::Q && load.getOperand() != tile::Operand::DO))
+      return load.emitOpError() << "is not printed in a Q-tile loop (16-bit loads: q[i], do[i] of its tile i)";
+    bool q = load.getOperand() == tile::Operand::Q;
+    SharedTile tile{q ? "sQ" : "sDO", "kBlockM", cast<RankedTensorType>(load.getType()).getDimSize(1)};
+    shared[load.getResult()] = tile;
+    printCopy(tile, q ? "gQ" : "gDO", "qt * kBlockM", "p.seqlenQ", q ? "p.qRowStride" : "p.dORowStride");
+  }
+  w.line(cat(ns, "::cpAsyncCommit();"));
+  w.line(cat(ns, "::cpAsyncWait<0>();"));
+  w.line("__syncthreads();");
+  for (Operation &op : loop.getBody().front().without_terminator()) {
+    w.separate();
+    if (failed(printOp(&op)))
+      return failure();
+  }
+  names.pop();
+  w.close();
+  return success();
+}
+
+LogicalResult BackwardPrinter::printOp(Operation *op) {
+  if (ScalarEmitter::isScalarOp(op))
+    return scalars.emit(op);
+  if (topCopiesPending && isa<QLoopOp, StoreOp>(op)) {
+    w.line(cat(ns, "::cpAsyncWait<0>();"));
+    w.line("__syncthreads();  // K and V are in shared memory");
+    topCopiesPending = false;
+  }
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](LoadOp load) { return printLoad(load); })
+      .Case([&](StoreOp store) { return printStore(store); })
+      .Case([&](QLoopOp loop) { return printQLoop(loop); })
+      .Case([&](ZeroAccOp zero) -> LogicalResult {
+        std::string name = names.unique("acc");
+        registers[zero.getResult()] = name;
+        int64_t width = zero.getAcc().getType().getCols();
+        w.comment(cat("tile.zero_acc: ", name, ", this warp's key rows x ", width, " columns, fp32"));
+        w.line(cat("float ", name, "[kKvMTiles][", width / 8, "][4] = {};"));
+        return success();
+      })
+      .Case([&](QkOp qk) -> LogicalResult {
+        FailureOr<SharedTile> a = sharedTile(qk.getQ(), op), b = sharedTile(qk.getK(), op);
+        if (failed(a) || failed(b))
+          return failure();
+        std::string name = names.unique(a->name == "sQ" ? "s" : "dp");
+        registers[qk.getS()] = name;
+        w.comment(cat(name, " = ", a->name.substr(1), "·", b->name.substr(1),
+                      "ᵀ (tile.qk; mma.sync m16n8k16, fp32): this warp's query rows x the K/V tile's keys"));
+        printScoreGemm(name, *a, *b);
+        return success();
+      })
+      .Case([&](ScaleOp scale) -> LogicalResult {
+        if (failed(regs(scale.getS(), op)))
+          return failure();
+        fragments.scale(w, overwrite(scale.getS(), scale, "scaled"));
+        return success();
+      })
+      .Case([&](ScoreModOp mod) -> LogicalResult {
+        if (failed(regs(mod.getS(), op)))
+          return failure();
+        fragments.scoreMod(w, overwrite(mod.getS(), mod, "modded"), "blockKvTile", functions.lookup(op),
+                           keyArgOf(mod.getBody()));
+        return success();
+      })
+      .Case([&](MaskOp mask) -> LogicalResult {
+        if (failed(regs(mask.getS(), op)))
+          return failure();
+        bool readsInputs = mask.getBody().walk([](InputOp) { return WalkResult::interrupt(); }).wasInterrupted();
+        fragments.mask(w, overwrite(mask.getS(), mask, "masked"), "blockKvTile", functions.lookup(op),
+                       keyArgOf(mask.getBody()), readsInputs);
+        return success();
+      })
+      .Case([&](ProbsOp probs) -> LogicalResult {
+        FailureOr<std::string> lse = regs(probs.getLse(), op);
+        if (failed(lse) || failed(regs(probs.getS(), op)))
+          return failure();
+        std::string p = overwrite(probs.getS(), probs, "probs");
+        w.comment(cat("tile.probs: ", p, " = exp(S - LSE) = exp2(S·log2(e) - LSE·log2(e)); a masked score (-inf) and a"));
+        w.comment("row whose LSE is -inf give 0");
+        w.line(cat("float lseLog2[kMTiles][2];"));
+        fragments.forEachRow(w, [&] {
+          w.line(cat("lseLog2[mt][r] = ", *lse, "[mt][r] == ", ns, "::kNegInf ? ", ns, "::kPosInf : ", *lse,
+                     "[mt][r] * ", ns, "::kLog2e;"));
+        });
+        fragments.forEachElement(w, "kSTiles",
+                                 {cat(p, "[mt][nt][i] = ", ns, "::exp2(", p, "[mt][nt][i] * ", ns,
+                                      "::kLog2e - lseLog2[mt][i / 2]);")});
+        return success();
+      })
+      .Case([&](SoftmaxGradOp grad) -> LogicalResult {
+        FailureOr<std::string> p = regs(grad.getP(), op), delta = regs(grad.getDelta(), op);
+        if (failed(p) || failed(delta) || failed(regs(grad.getDp(), op)))
+          return failure();
+        std::string ds = overwrite(grad.getDp(), grad, "ds");
+        w.comment(cat("tile.softmax_grad: ", ds, " = P∘(dP - D)"));
+        fragments.forEachElement(w, "kSTiles",
+                                 {cat(ds, "[mt][nt][i] = ", *p, "[mt][nt][i] * (", ds, "[mt][nt][i] - ", *delta,
+                                      "[mt][i / 2]);")});
+        return success();
+      })
+      .Case([&](ScoreGradOp grad) -> LogicalResult {
+        FailureOr<std::string> s = regs(grad.getS(), op);
+        if (failed(s) || failed(regs(grad.getDs(), op)))
+          return failure();
+        std::string ds = overwrite(grad.getDs(), grad, "dsMod");
+        std::string fn = functions.lookup(op);
+        KeyArg key = keyArgOf(grad.getBody());
+        std::string kv = key == KeyArg::Clamped ? "min(kv, p.seqlenK - 1)" : "kv";
+        w.comment(cat("tile.score_grad: ", ds, " *= ", fn, "(S, b, h, q, kv), the score modifier's derivative at the"));
+        w.comment("unmodified score; where dS' is 0 (a masked score: P = 0) it stays 0 whatever the derivative is there");
+        fragments.forEachElement(
+            w, "kSTiles",
+            {cat("const int q = ", FragmentTiles::threadRow("(i / 2)"), ";"),
+             "const int kv = blockKvTile * kBlockN + 8 * nt + fragCol + i % 2;",
+             cat("if (", ds, "[mt][nt][i] != 0.f)"),
+             cat("  ", ds, "[mt][nt][i] *= ", fn, "(", *s, "[mt][nt][i], b, h, q, ", kv, ", p);")});
+        return success();
+      })
+      .Case([&](DotTnOp dot) -> LogicalResult {
+        FailureOr<std::string> acc = regs(dot.getAcc(), op);
+        FailureOr<SharedTile> b = sharedTile(dot.getB(), op);
+        if (failed(acc) || failed(b))
+          return failure();
+        FailureOr<std::string> a = staged(dot.getA(), op);
+        if (failed(a))
+          return failure();
+        registers[dot.getResult()] = *acc;
+        const std::string chunks = cat(b->width / 8);
+        w.comment(cat(*acc, " += Aᵀ·", b->name.substr(1), " (tile.dot_tn; mma.sync, fp32), A staged in ", *a,
+                      ": this warp's key rows; Aᵀ by"));
+        w.comment(cat("ldmatrix.x4.trans of ", *a, ", ", b->name.substr(1), " by ldmatrix.x4.trans as V in the forward's P·V"));
+        w.openUnrolledFor("ks", "kBlockM / 16");
+        w.line("unsigned aFrag[kKvMTiles][4];");
+        w.openUnrolledFor("mt", "kKvMTiles");
+        w.line(cat(ns, "::ldmatrixX4Trans(aFrag[mt], ", ns, "::smemAddress(", *a, ") + ", ns,
+                   "::swizzle<kBlockN / 8>(16 * ks + lane % 8 + 8 * (lane / 16), (warp * kKvWarpRows + 16 * mt) / 8 + "
+                   "(lane / 8) % 2));"));
+        w.close();
+        w.openUnrolledFor("np", cat(b->width / 16));
+        w.line("unsigned bFrag[4];");
+        w.line(cat(ns, "::ldmatrixX4Trans(bFrag, ", ns, "::smemAddress(", b->name, ") + ", ns, "::swizzle<", chunks,
+                   ">(16 * ks + 8 * ((lane / 8) % 2) + lane % 8, 2 * np + lane / 16));"));
+        w.openUnrolledFor("mt", "kKvMTiles");
+        w.line(cat(mma, "(", *acc, "[mt][2 * np], aFrag[mt], bFrag[0], bFrag[1]);"));
+        w.line(cat(mma, "(", *acc, "[mt][2 * np + 1], aFrag[mt], bFrag[2], bFrag[3]);"));
+        w.close();
+        w.close();
+        w.close();
+        return success();
+      })
+      .Case([&](AccumulateOp acc) -> LogicalResult {
+        FailureOr<SharedTile> b = sharedTile(acc.getB(), op);
+        if (failed(b))
+          return failure();
+        if (acc.getOperand() != tile::Operand::DqAccum || !b->name.starts_with("sK"))
+          return acc.emitOpError() << "is printed as dQ += dS·K only (dq_accum, B the K tile)";
+        FailureOr<std::string> a = staged(acc.getA(), op);
+        if (failed(a))
+          return failure();
+        const std::string chunks = cat(b->width / 8);
+        w.comment(cat("tile.accumulate dq_accum[qt]: dQ += A·K, A staged in ", *a,
+                      " (this warp's query rows, ldmatrix.x4), K by"));
+        w.comment("ldmatrix.x4.trans; 16 columns at a time, added to the fp32 accumulator (red.global.add)");
+        w.line("unsigned aFrag[kMTiles][kBlockN / 16][4];");
+        w.openUnrolledFor("mt", "kMTiles");
+        w.openUnrolledFor("ks", "kBlockN / 16");
+        w.line(cat(ns, "::ldmatrixX4(aFrag[mt][ks], ", ns, "::smemAddress(", *a, ") + ", ns,
+                   "::swizzle<kBlockN / 8>(warp * kWarpRows + 16 * mt + lane % 16, 2 * ks + lane / 16));"));
+        w.close();
+        w.close();
+        w.openUnrolledFor("np", cat(b->width / 16));
+        w.line("float part[kMTiles][2][4] = {};");
+        w.openUnrolledFor("ks", "kBlockN / 16");
+        w.line("unsigned bFrag[4];");
+        w.line(cat(ns, "::ldmatrixX4Trans(bFrag, ", ns, "::smemAddress(", b->name, ") + ", ns, "::swizzle<", chunks,
+                   ">(16 * ks + 8 * ((lane / 8) % 2) + lane % 8, 2 * np + lane / 16));"));
+        w.openUnrolledFor("mt", "kMTiles");
+        w.line(cat(mma, "(part[mt][0], aFrag[mt][ks], bFrag[0], bFrag[1]);"));
+        w.line(cat(mma, "(part[mt][1], aFrag[mt][ks], bFrag[2], bFrag[3]);"));
+        w.close();
+        w.close();
+        fragments.forEachRow(w, [&] {
+          w.line(cat("const int q = ", FragmentTiles::threadRow(), ";"));
+          w.line("if (q >= p.seqlenQ)");
+          w.line("  continue;");
+          w.openUnrolledFor("nt", "2");
+          w.line(cat("float *const dst = gDqAccum + (long long)q * ", b->width, " + 16 * np + 8 * nt + fragCol;"));
+          w.line(cat(ns, "::redAdd(dst, part[mt][nt][2 * r]);"));
+          w.line(cat(ns, "::redAdd(dst + 1, part[mt][nt][2 * r + 1]);"));
+          w.close();
+        });
+        w.close();
+        return success();
+      })
+      .Default([&](Operation *) -> LogicalResult {
+        return op->emitOpError() << "is not printed in a backward_main program by the backward printer";
+      });
+}
+
+LogicalResult BackwardPrinter::printMain(const std::string &entry) {
+  // Staging buffers: the score-layout tiles a Q-tile iteration hands to GEMMs through shared memory (P and dS).
+  for (QLoopOp loop : func.getBody().getOps<QLoopOp>()) {
+    llvm::SmallPtrSet<void *, 4> staging;
+    loop.getBody().walk([&](Operation *op) {
+      if (auto dot = dyn_cast<DotTnOp>(op))
+        staging.insert(dot.getA().getAsOpaquePointer());
+      if (auto acc = dyn_cast<AccumulateOp>(op))
+        staging.insert(acc.getA().getAsOpaquePointer());
+    });
+    stagingBuffers = std::max<int>(stagingBuffers, staging.size());
+  }
+  const int hd = static_cast<int>(shape.headDim), hdv = static_cast<int>(shape.headDimV);
+  mainSmemBytes = shape.blockN * (rowBytes(hd) + rowBytes(hdv)) + shape.blockM * (rowBytes(hd) + rowBytes(hdv)) +
+                  stagingBuffers * shape.blockM * rowBytes(shape.blockN);
+
+  printHeader(entry, "dK, dV of one K/V tile and its dQ terms (backward_main)");
+  w.comment("---- the tile of this thread block: K/V tile blockKvTile of query head blockHead (tile.dim kv_tile) ----");
+  w.line("const int blockKvTile = blockIdx.x;");
+  w.line("if (blockKvTile * kBlockN >= p.seqlenK)");
+  w.line("  return;  // varlen: the grid covers the longest sequence");
+  w.line("const int b = blockBatch, h = blockHead;");
+  w.line("const int hKv = h / (p.headsQ / p.headsKv);  // grouped-query attention: K/V head of query head h");
+  w.comment("---- warp layout: S, dP and dQ split the Q tile's rows (split-Q, as the forward), dK and dV the K/V");
+  w.comment("tile's rows ----");
+  w.line("constexpr int kWarpRows = kBlockM / kWarps, kMTiles = kWarpRows / 16, kSTiles = kBlockN / 8;");
+  w.line("constexpr int kKvWarpRows = kBlockN / kWarps, kKvMTiles = kKvWarpRows / 16;");
+  w.line("const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;");
+  w.line("const int fragRow = lane / 4, fragCol = 2 * (lane % 4);");
+  w.comment(cat("---- shared memory (", mainSmemBytes,
+                " bytes): sK, sV [kBlockN rows], sQ, sDO [kBlockM rows], 16-bit, rows swizzled"));
+  w.comment(cat("(sm80::rowPitch); ", stagingBuffers, " staging buffer(s) [kBlockM][kBlockN] for P and dS ----"));
+  w.line("extern __shared__ __align__(128) unsigned char smem[];");
+  std::string at = "smem";
+  for (auto [name, rows, width] : {std::tuple{"sK", "kBlockN", "kHeadDim"}, {"sV", "kBlockN", "kHeadDimV"},
+                                   {"sQ", "kBlockM", "kHeadDim"}, {"sDO", "kBlockM", "kHeadDimV"}}) {
+    w.line(cat("unsigned char *const ", name, " = ", at, ";"));
+    at = cat(name, " + ", rows, " * ", ns, "::rowPitch<", width, " / 8>() * 16");
+  }
+  for (int i = 0; i < stagingBuffers; ++i) {
+    w.line(cat("unsigned char *const sStage", i, " = ", at, ";"));
+    at = cat("sStage", i, " + kBlockM * ", ns, "::rowPitch<kBlockN / 8>() * 16");
+  }
+  w.comment("---- global tiles of this (batch, head): strides in elements ----");
+  w.line("const unsigned short *const gQ = static_cast<const unsigned short *>(p.q) + b * p.qBatchStride + h * "
+         "p.qHeadStride;");
+  w.line("const unsigned short *const gK = static_cast<const unsigned short *>(p.k) + b * p.kBatchStride + hKv * "
+         "p.kHeadStride;");
+  w.line("const unsigned short *const gV = static_cast<const unsigned short *>(p.v) + b * p.vBatchStride + hKv * "
+         "p.vHeadStride;");
+  w.line("const unsigned short *const gDO = static_cast<const unsigned short *>(p.dO) + b * p.dOBatchStride + h * "
+         "p.dOHeadStride;");
+  w.line("const float *const gLse = p.lse + b * p.lseBatchStride + h * p.lseHeadStride;");
+  w.line("const float *const gDelta = p.delta + b * p.lseBatchStride + h * p.lseHeadStride;");
+  w.line("float *const gDqAccum = p.dqAccum + (b * p.lseBatchStride + h * p.lseHeadStride) * kHeadDim;");
+  for (Operation &op : func.getBodyBlock()) {
+    w.separate();
+    if (failed(printOp(&op)))
+      return failure();
+  }
+  w.close();
+  w.line("");
+  return success();
+}
+
+} // namespace
+
+FailureOr<EmittedKernel> emitBackwardCuda(ModuleOp module) {
+  FuncOp pre, main, post;
+  for (FuncOp func : module.getOps<FuncOp>()) {
+    StringRef kind = func.getKind();
+    (kind == kBackwardPreprocess ? pre : kind == kBackwardMain ? main : post) = func;
+    if (kind != kBackwardPreprocess && kind != kBackwardMain && kind != kBackwardPostprocess)
+      return func.emitOpError() << "is a " << kind << " program in a backward module";
+  }
+  if (!pre || !main || !post)
+    return module.emitOpError() << "is not a backward module of three programs (preprocess, main, postprocess)";
+  FailureOr<const TargetFamily *> family = familyOf(main, /*pipelined=*/false);
+  if (failed(family) || failed(familyOf(pre, false)) || failed(familyOf(post, false)))
+    return failure();
+  MmaShape mmaShape = (*family)->mmaShape();
+  if (mmaShape.m != 16 || mmaShape.n != 8 || mmaShape.k != 16)
+    return main.emitOpError() << "is lowered to the '" << (*family)->name()
+                              << "' instruction family; the backward printer prints m16n8k16 (mma.sync) families";
+  KernelShape shape = schedule::kernelShapeOf(main);
+  for (FuncOp func : {pre, post})
+    if (func.getScheduleAttr() != main.getScheduleAttr())
+      return func.emitOpError() << "is scheduled unlike the backward's main program";
+  std::unique_ptr<TileTarget> target = (*family)->createPrinter(shape);
+  ScheduleAttr schedule = main.getScheduleAttr();
+  TargetAttr targetAttr = main.getTargetAttr();
+
+  EmittedKernel kernel;
+  KernelInfo &info = kernel.info;
+  info.entry = "flashtile_" + identifierText(schedule.getName()) + "_" + identifierText(main.getVariant()) + "_" +
+               shape.dtype + "_d" + std::to_string(shape.headDim) +
+               (shape.headDimV != shape.headDim ? "_dv" + std::to_string(shape.headDimV) : "") + "_bwd";
+  info.kind = kBackwardModule.str();
+  info.arch = targetAttr.getArch().str();
+  info.dtype = shape.dtype;
+  info.headDim = shape.headDim;
+  info.headDimV = shape.headDimV;
+  info.variant = main.getVariant().str();
+  info.schedule = schedule.getName().str();
+  schedule::recordDispatchRule(info);
+  info.shapeClass = stringifyShapeClass(schedule.getShapeClass()).str();
+  info.blockM = shape.blockM;
+  info.blockN = shape.blockN;
+  for (Attribute name : main.getParams())
+    info.paramNames.push_back(cast<StringAttr>(name).getValue().str());
+  for (Attribute input : main.getInputs())
+    info.inputNames.push_back(cast<InputAttr>(input).getName().str());
+  if (info.paramNames.size() > FLASHTILE_MAX_VARIANT_PARAMS || info.inputNames.size() > FLASHTILE_MAX_VARIANT_INPUTS)
+    return main.emitOpError() << "declares " << info.paramNames.size() << " parameters and " << info.inputNames.size()
+                              << " inputs; kernels take at most " << FLASHTILE_MAX_VARIANT_PARAMS << " and "
+                              << FLASHTILE_MAX_VARIANT_INPUTS << " (KernelAbi.h)";
+  info.compilerVersion = std::string(compilerVersion());
+
+  ScalarHelpers helpers;
+  CudaWriter functions;
+  FailureOr<llvm::DenseMap<Operation *, std::string>> hooks =
+      printVariantFunctions(main, *target, helpers, functions);
+  if (failed(hooks))
+    return failure();
+  std::string ns(target->preludeNamespace());
+  BackwardFacts facts;
+  facts.preprocessEntry = info.entry + "_preprocess";
+  facts.mainEntry = info.entry;
+  facts.postprocessEntry = info.entry + "_postprocess";
+  facts.blockM = shape.blockM;
+  facts.blockN = shape.blockN;
+  facts.threads = shape.warps * kWarpSize;
+  BackwardPrinter prePrinter(pre, shape, ns, helpers, *hooks);
+  BackwardPrinter mainPrinter(main, shape, ns, helpers, *hooks);
+  BackwardPrinter postPrinter(post, shape, ns, helpers, *hooks);
+  if (failed(prePrinter.printPreprocess(facts.preprocessEntry)) || failed(mainPrinter.printMain(facts.mainEntry)) ||
+      failed(postPrinter.printPostprocess(facts.postprocessEntry)))
+    return failure();
+  facts.mainSmemBytes = mainPrinter.mainSmemBytes;
+  const ArchLimits *limits = archLimits(**family, info.arch);
+  if (limits && facts.mainSmemBytes > limits->maxSmemBytes)
+    return main.emitOpError() << "needs " << facts.mainSmemBytes << " bytes of shared memory; " << info.arch
+                              << " allows " << limits->maxSmemBytes << " per block (reduce block-m or block-n)";
+  info.plan = planBackwardLaunches(facts);
+
+  std::string &src = kernel.source;
+  src = "// " + info.entry + ": attention backward generated by flashtile from tile IR (docs/backward.md).\n";
+  src += "// schedule " + commentText(info.schedule) + " (blockM " + std::to_string(shape.blockM) + ", blockN " +
+         std::to_string(shape.blockN) + ", " + std::to_string(shape.warps) + " warps), target " +
+         commentText(info.arch) + " (" + commentText(targetAttr.getIsa()) + " instructions), variant \"" +
+         commentText(info.variant) + "\", " + shape.dtype + ", head dims " + std::to_string(shape.headDim) + "/" +
+         std::to_string(shape.headDimV) + ".\n";
+  src += "// Launch plan:\n";
+  std::string described = info.plan.describe();
+  for (size_t start = 0; start < described.size();) {
+    size_t end = described.find('\n', start);
+    src += "//   " + described.substr(start, end - start) + "\n";
+    start = end == std::string::npos ? described.size() : end + 1;
+  }
+  src += "\n// ==== kernel parameters: runtime/include/flashtile/runtime/KernelAbi.h, verbatim ====\n";
+  src += kKernelAbiText;
+  src += target->prelude();
+  src += backwardPrelude(ns);
+  src += sequenceStructText();
+  if (std::string defs = helpers.definitions(); !defs.empty())
+    src += "\n" + defs;
+  src += "\n" + functions.str();
+  src += prePrinter.text();
+  src += mainPrinter.text();
+  src += postPrinter.text();
+  return kernel;
+}
+
+} // namespace flashtile::codegen

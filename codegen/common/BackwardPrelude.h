@@ -1,0 +1,58 @@
+//===- BackwardPrelude.h - the device primitives the backward adds --------===//
+//
+// Printed after the fragment prelude (FragmentPrelude.h) in backward modules: instruction-level helpers only — a
+// 16-bit pair read back as two floats, a sum over a warp's lanes, an fp32 add into global memory. The kernels'
+// loops, copies, barriers and masking are generated from their IR (BackwardEmitter.cpp).
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_CODEGEN_COMMON_BACKWARDPRELUDE_H
+#define FLASHTILE_CODEGEN_COMMON_BACKWARDPRELUDE_H
+
+#include <string>
+#include <string_view>
+
+namespace flashtile::codegen {
+
+inline constexpr std::string_view kBackwardPreludeText = R"cuda(
+// ==== $ns backward primitives: 16-bit pairs to fp32, warp sums, fp32 reductions into global memory ====
+namespace $ns {
+
+inline constexpr float kPosInf = __builtin_bit_cast(float, 0x7f800000u); // +infinity
+
+// The two 16-bit values of a 32-bit word (`lo` the lower column) as floats.
+__device__ __forceinline__ void unpackBf16x2(unsigned w, float &lo, float &hi) {
+  lo = __uint_as_float(w << 16);
+  hi = __uint_as_float(w & 0xffff0000u);
+}
+__device__ __forceinline__ void unpackF16x2(unsigned w, float &lo, float &hi) {
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
+      : "=f"(lo), "=f"(hi)
+      : "r"(w));
+}
+
+// The sum of `x` over the 32 lanes of a warp, in every lane.
+__device__ __forceinline__ float warpSum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// *dst += x, fp32, without reading the result back (red.global.add: the order of concurrent adds is the hardware's).
+__device__ __forceinline__ void redAdd(float *dst, float x) {
+  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(dst), "f"(x) : "memory");
+}
+
+} // namespace $ns
+)cuda";
+
+/// The backward primitives in namespace `ns` (the family's).
+inline std::string backwardPrelude(std::string_view ns) {
+  std::string text(kBackwardPreludeText);
+  for (size_t at = text.find("$ns"); at != std::string::npos; at = text.find("$ns", at + ns.size()))
+    text.replace(at, 3, ns);
+  return text;
+}
+
+} // namespace flashtile::codegen
+
+#endif // FLASHTILE_CODEGEN_COMMON_BACKWARDPRELUDE_H
