@@ -484,8 +484,10 @@ _is_compiling = torch.compiler.is_compiling
 @torch.library.custom_op("flashtile::fwd", mutates_args=(), device_types="cuda")
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
             cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
-            variant: str, params: List[float], inputs: List[torch.Tensor], schedule: Optional[str] = None,
-            strict: bool = False, deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+            variant: str, params: List[float], inputs: List[torch.Tensor], schedule: Optional[str], strict: bool,
+            deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    # No defaults: torch's dispatcher drops trailing arguments equal to their defaults, and the backward's
+    # gradients must match the arguments the call passed one for one.
     """Attention forward: (O, LSE). Dense: q (B, Sq, Hq, D), LSE (B, Hq, Sq); varlen: q (total_q, Hq, D),
     LSE (Hq, total_q). `variant` is a built-in name or a registered id; `schedule` a schedule's name or None (the
     runtime's choice); `deterministic` is the backward's (flash-attn's flag); arguments are checked by the
@@ -496,7 +498,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Opt
 
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, variant, params,
-              inputs, schedule=None, strict=False, deterministic=False):
+              inputs, schedule, strict, deterministic):
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
     if cu_seqlens_q is not None:
         lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
@@ -578,7 +580,9 @@ def _fwd_backward(ctx, grad_out, grad_lse):
                                                 params, list(arrays), list(ctx.wanted), schedule, strict,
                                                 deterministic)
     input_grads = [grad if want else None for grad, want in zip(grads, ctx.wanted)]
-    return dq, dk, dv, None, None, None, None, None, None, None, input_grads, None, None, None
+    # One entry per input in the structure torch flattened the call's arguments to: a list of floats is one leaf,
+    # an empty list an empty list. The variant's numbers get no gradient.
+    return dq, dk, dv, None, None, None, None, None, None, [] if not params else None, input_grads, None, None, None
 
 
 _fwd_op.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)

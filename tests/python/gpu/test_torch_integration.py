@@ -112,7 +112,7 @@ def test_current_stream_is_used():
 
 def test_opcheck():
     q, k, v = qkv()
-    torch.library.opcheck(torch.ops.flashtile.fwd.default, (q, k, v, None, None, 0, 0, 0.125, "causal", [], []))
+    torch.library.opcheck(torch.ops.flashtile.fwd.default, (q, k, v, None, None, 0, 0, 0.125, "causal", [], [], None, False, False))
 
 
 def test_backward_is_a_clear_error():
