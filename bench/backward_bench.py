@@ -103,6 +103,9 @@ def bench(head_dims, seqlens, dtype):
         from torch.nn.attention import SDPBackend, sdpa_kernel
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
         flex = torch.compile(flex_attention, dynamic=False)
+        # Every shape recompiles (dynamic=False): past the default limit of 8, torch falls back to an unfused
+        # flex_attention that materializes the scores.
+        torch._dynamo.config.recompile_limit = 64
     except Exception as e:  # pragma: no cover - torch without these
         print("torch backends unavailable:", e)
         return []
