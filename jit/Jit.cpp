@@ -146,8 +146,8 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
   auto funcs = module->get().getOps<tile::FuncOp>();
   if (options.kind == kForwardKind && std::distance(funcs.begin(), funcs.end()) != 1)
     return Status::error("internal: expected one tile.func after scheduling");
-  auto emitted = options.kind == kForwardKind ? codegen::emitCuda(*funcs.begin())
-                                              : codegen::emitBackwardCuda(module->get());
+  auto emitted =
+      options.kind == kForwardKind ? codegen::emitCuda(*funcs.begin()) : codegen::emitBackwardCuda(module->get());
   if (mlir::failed(emitted))
     return failedWith("emitting CUDA failed");
   result.cuda = std::move(emitted->source);

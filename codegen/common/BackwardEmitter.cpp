@@ -63,11 +63,14 @@ public:
     for (const std::string &name : fragments.reservedNames())
       names.reserve(name);
     for (const char *name :
-         {"kBlockM", "kBlockN", "kHeadDim", "kHeadDimV", "kWarps", "kThreads", "kWarpRows", "kKvWarpRows", "kKvMTiles",
-          "params", "p", "z", "qBegin", "qEnd", "kBegin", "kEnd", "blockBatch", "blockHead", "blockKvTile", "hKv",
-          "smem", "sK", "sV", "sQ", "sDO", "gQ", "gK", "gV", "gDO", "gLse", "gDelta", "gDqAccum", "gDK", "gDV", "aFrag",
-          "bFrag", "part", "ks", "np", "qt", "row", "col", "key", "dst", "e", "sum", "o0", "o1", "d0", "d1", "tile",
-          "gAcc", "gOut", "x", "fn", "kvTile", "kvStep"})
+         {"kBlockM",    "kBlockN",   "kHeadDim",    "kHeadDimV", "kWarps", "kThreads", "kWarpRows", "kKvWarpRows",
+          "kKvMTiles",  "params",    "p",           "z",         "qBegin", "qEnd",     "kBegin",    "kEnd",
+          "blockBatch", "blockHead", "blockKvTile", "hKv",       "smem",   "sK",       "sV",        "sQ",
+          "sDO",        "gQ",        "gK",          "gV",        "gDO",    "gLse",     "gDelta",    "gDqAccum",
+          "gDK",        "gDV",       "aFrag",       "bFrag",     "part",   "ks",       "np",        "qt",
+          "row",        "col",       "key",         "dst",       "e",      "sum",      "o0",        "o1",
+          "d0",         "d1",        "tile",        "gAcc",      "gOut",   "x",        "fn",        "kvTile",
+          "kvStep"})
       names.reserve(name);
   }
 
@@ -107,10 +110,10 @@ private:
   NameScopes names;
   ScalarEmitter scalars;
   const llvm::DenseMap<Operation *, std::string> &functions;
-  llvm::DenseMap<Value, std::string> registers;  ///< fp32 register tiles (scores, row values, accumulators)
-  llvm::DenseMap<Value, SharedTile> shared;      ///< 16-bit tiles in shared memory (their loads)
-  llvm::DenseMap<Value, std::string> stagedIn;   ///< fp32 tiles staged in shared memory this iteration
-  int stagingBuffers = 0;                        ///< buffers the widest iteration stages in
+  llvm::DenseMap<Value, std::string> registers; ///< fp32 register tiles (scores, row values, accumulators)
+  llvm::DenseMap<Value, SharedTile> shared;     ///< 16-bit tiles in shared memory (their loads)
+  llvm::DenseMap<Value, std::string> stagedIn;  ///< fp32 tiles staged in shared memory this iteration
+  int stagingBuffers = 0;                       ///< buffers the widest iteration stages in
   int stagedThisIteration = 0;
   bool topCopiesPending = false;
 };
@@ -119,7 +122,8 @@ void BackwardPrinter::printHeader(const std::string &entry, const std::string &w
   w.comment(what);
   w.open("extern \"C\" __global__ void __launch_bounds__(" + std::to_string(shape.warps * kWarpSize) + ") " + entry +
          "(const FlashtileFwdParams params)");
-  w.comment("---- schedule " + commentText(func.getScheduleAttr().getName()) + " (#tile.schedule): tile sizes and warps ----");
+  w.comment("---- schedule " + commentText(func.getScheduleAttr().getName()) +
+            " (#tile.schedule): tile sizes and warps ----");
   w.line(cat("constexpr int kBlockM = ", shape.blockM, ";  // rows of a Q tile"));
   w.line(cat("constexpr int kBlockN = ", shape.blockN, ";  // keys of a K/V tile"));
   w.line(cat("constexpr int kHeadDim = ", shape.headDim, ";  // Q/K head dim"));
@@ -135,7 +139,8 @@ void BackwardPrinter::printHeader(const std::string &entry, const std::string &w
 void BackwardPrinter::printSequenceView() {
   w.comment("---- the sequence of this thread block: batch entry blockBatch ----");
   w.comment("Varlen (cuSeqlensQ set): its rows of the packed tensors; p is that sequence's view (base pointers, the");
-  w.comment("LSE, D and dQ-accumulator rows, lengths), so every seqlen below, in the variant's functions too, is its own.");
+  w.comment(
+      "LSE, D and dQ-accumulator rows, lengths), so every seqlen below, in the variant's functions too, is its own.");
   w.line("FlashtileSequence p{params, blockBatch * params.seqlenK, 1.f / params.softmaxScale};");
   w.open("if (params.cuSeqlensQ)");
   w.line("const int z = blockBatch;");
@@ -143,10 +148,14 @@ void BackwardPrinter::printSequenceView() {
   w.line("const int qEnd = min(max(params.cuSeqlensQ[z + 1], qBegin), params.seqlenQ);");
   w.line("const int kBegin = min(max(params.cuSeqlensK[z], 0), params.seqlenK);");
   w.line("const int kEnd = min(max(params.cuSeqlensK[z + 1], kBegin), params.seqlenK);");
-  for (auto [field, begin, stride] :
-       {std::tuple{"q", "qBegin", "qRowStride"}, {"k", "kBegin", "kRowStride"}, {"v", "kBegin", "vRowStride"},
-        {"o", "qBegin", "oRowStride"}, {"dO", "qBegin", "dORowStride"}, {"dQ", "qBegin", "dQRowStride"},
-        {"dK", "kBegin", "dKRowStride"}, {"dV", "kBegin", "dVRowStride"}}) {
+  for (auto [field, begin, stride] : {std::tuple{"q", "qBegin", "qRowStride"},
+                                      {"k", "kBegin", "kRowStride"},
+                                      {"v", "kBegin", "vRowStride"},
+                                      {"o", "qBegin", "oRowStride"},
+                                      {"dO", "qBegin", "dORowStride"},
+                                      {"dQ", "qBegin", "dQRowStride"},
+                                      {"dK", "kBegin", "dKRowStride"},
+                                      {"dV", "kBegin", "dVRowStride"}}) {
     bool written = std::string_view(field) == "o" || field[0] == 'd';
     bool input = std::string_view(field) == "dO";
     w.line(cat("p.", field, " = static_cast<", written && !input ? "" : "const ", "unsigned short *>(params.", field,
@@ -177,7 +186,8 @@ LogicalResult BackwardPrinter::printPreprocess(const std::string &entry) {
     return func.emitOpError() << "needs D = tile.row_dot of two tile.load (o, do) to be printed";
   for (Operation &op : func.getBodyBlock())
     if (!isa<LoadOp, RowDotOp, StoreOp>(op) && !ScalarEmitter::isScalarOp(&op))
-      return op.emitOpError() << "is not printed in a backward_preprocess program (tile.load, tile.row_dot, tile.store)";
+      return op.emitOpError()
+             << "is not printed in a backward_preprocess program (tile.load, tile.row_dot, tile.store)";
   printHeader(entry, "D = rowsum(dO∘O) of each query row (backward_preprocess)");
   w.line("const int qTile = blockIdx.x;");
   w.line("if (qTile * kBlockM >= p.seqlenQ)");
@@ -226,7 +236,8 @@ LogicalResult BackwardPrinter::printPostprocess(const std::string &entry) {
   w.comment("columns a thread");
   w.open("if (tile * kBlockM < p.seqlenQ)");
   w.line("const float *const gAcc = p.dqAccum + (b * p.lseBatchStride + h * p.lseHeadStride) * kHeadDim;");
-  w.line("unsigned short *const gOut = static_cast<unsigned short *>(p.dQ) + b * p.dQBatchStride + h * p.dQHeadStride;");
+  w.line(
+      "unsigned short *const gOut = static_cast<unsigned short *>(p.dQ) + b * p.dQBatchStride + h * p.dQHeadStride;");
   w.open("for (int e = threadIdx.x; e < kBlockM * kHeadDim / 2; e += kThreads)");
   w.line("const int i = tile * kBlockM + e / (kHeadDim / 2), c = 2 * (e % (kHeadDim / 2));");
   w.open("if (i < p.seqlenQ)");
@@ -357,8 +368,8 @@ LogicalResult BackwardPrinter::printLoad(LoadOp load) {
     w.line(cat("float ", name, "[kMTiles][2];"));
     fragments.forEachRow(w, [&] {
       w.line(cat("const int q = ", FragmentTiles::threadRow(), ";"));
-      w.line(cat(name, "[mt][r] = q < p.seqlenQ ? ", lse ? "gLse" : "gDelta", "[q] : ",
-                 lse ? ns + "::kNegInf" : std::string("0.f"), ";"));
+      w.line(cat(name, "[mt][r] = q < p.seqlenQ ? ", lse ? "gLse" : "gDelta",
+                 "[q] : ", lse ? ns + "::kNegInf" : std::string("0.f"), ";"));
     });
     return success();
   }
@@ -389,7 +400,8 @@ LogicalResult BackwardPrinter::printStore(StoreOp store) {
   bool dk = store.getOperand() == tile::Output::Dk;
   const char *out = dk ? "dK" : "dV", *accum = dk ? "dkAccum" : "dvAccum";
   int64_t width = cast<AccType>(store.getValue().getType()).getCols();
-  w.comment(cat("tile.store ", dk ? "dk" : "dv", ": this warp's key rows of ", *acc, ", converted; under GQA/MQA added"));
+  w.comment(
+      cat("tile.store ", dk ? "dk" : "dv", ": this warp's key rows of ", *acc, ", converted; under GQA/MQA added"));
   w.comment(cat("into the fp32 rows of K/V head hKv (p.", accum, ", converted by the postprocess)"));
   w.open("");
   w.line(cat("unsigned short *const gOut = static_cast<unsigned short *>(p.", out, ") + b * p.", out,
@@ -539,16 +551,17 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
         if (failed(lse) || failed(regs(probs.getS(), op)))
           return failure();
         std::string p = overwrite(probs.getS(), probs, "probs");
-        w.comment(cat("tile.probs: ", p, " = exp(S - LSE) = exp2(S·log2(e) - LSE·log2(e)); a masked score (-inf) and a"));
+        w.comment(
+            cat("tile.probs: ", p, " = exp(S - LSE) = exp2(S·log2(e) - LSE·log2(e)); a masked score (-inf) and a"));
         w.comment("row whose LSE is -inf give 0");
         w.line(cat("float lseLog2[kMTiles][2];"));
         fragments.forEachRow(w, [&] {
           w.line(cat("lseLog2[mt][r] = ", *lse, "[mt][r] == ", ns, "::kNegInf ? ", ns, "::kPosInf : ", *lse,
                      "[mt][r] * ", ns, "::kLog2e;"));
         });
-        fragments.forEachElement(w, "kSTiles",
-                                 {cat(p, "[mt][nt][i] = ", ns, "::exp2(", p, "[mt][nt][i] * ", ns,
-                                      "::kLog2e - lseLog2[mt][i / 2]);")});
+        fragments.forEachElement(
+            w, "kSTiles",
+            {cat(p, "[mt][nt][i] = ", ns, "::exp2(", p, "[mt][nt][i] * ", ns, "::kLog2e - lseLog2[mt][i / 2]);")});
         return success();
       })
       .Case([&](SoftmaxGradOp grad) -> LogicalResult {
@@ -557,9 +570,9 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
           return failure();
         std::string ds = overwrite(grad.getDp(), grad, "ds");
         w.comment(cat("tile.softmax_grad: ", ds, " = P∘(dP - D)"));
-        fragments.forEachElement(w, "kSTiles",
-                                 {cat(ds, "[mt][nt][i] = ", *p, "[mt][nt][i] * (", ds, "[mt][nt][i] - ", *delta,
-                                      "[mt][i / 2]);")});
+        fragments.forEachElement(
+            w, "kSTiles",
+            {cat(ds, "[mt][nt][i] = ", *p, "[mt][nt][i] * (", ds, "[mt][nt][i] - ", *delta, "[mt][i / 2]);")});
         return success();
       })
       .Case([&](ScoreGradOp grad) -> LogicalResult {
@@ -571,12 +584,12 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
         KeyArg key = keyArgOf(grad.getBody());
         std::string kv = key == KeyArg::Clamped ? "min(kv, p.seqlenK - 1)" : "kv";
         w.comment(cat("tile.score_grad: ", ds, " *= ", fn, "(S, b, h, q, kv), the score modifier's derivative at the"));
-        w.comment("unmodified score; where dS' is 0 (a masked score: P = 0) it stays 0 whatever the derivative is there");
+        w.comment(
+            "unmodified score; where dS' is 0 (a masked score: P = 0) it stays 0 whatever the derivative is there");
         fragments.forEachElement(
             w, "kSTiles",
             {cat("const int q = ", FragmentTiles::threadRow("(i / 2)"), ";"),
-             "const int kv = blockKvTile * kBlockN + 8 * nt + fragCol + i % 2;",
-             cat("if (", ds, "[mt][nt][i] != 0.f)"),
+             "const int kv = blockKvTile * kBlockN + 8 * nt + fragCol + i % 2;", cat("if (", ds, "[mt][nt][i] != 0.f)"),
              cat("  ", ds, "[mt][nt][i] *= ", fn, "(", *s, "[mt][nt][i], b, h, q, ", kv, ", p);")});
         return success();
       })
@@ -592,7 +605,8 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
         const std::string chunks = cat(b->width / 8);
         w.comment(cat(*acc, " += Aᵀ·", b->name.substr(1), " (tile.dot_tn; mma.sync, fp32), A staged in ", *a,
                       ": this warp's key rows; Aᵀ by"));
-        w.comment(cat("ldmatrix.x4.trans of ", *a, ", ", b->name.substr(1), " by ldmatrix.x4.trans as V in the forward's P·V"));
+        w.comment(cat("ldmatrix.x4.trans of ", *a, ", ", b->name.substr(1),
+                      " by ldmatrix.x4.trans as V in the forward's P·V"));
         w.openUnrolledFor("ks", "kBlockM / 16");
         w.line("unsigned aFrag[kKvMTiles][4];");
         w.openUnrolledFor("mt", "kKvMTiles");
@@ -695,8 +709,10 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   w.comment(cat("(sm80::rowPitch); ", stagingBuffers, " staging buffer(s) [kBlockM][kBlockN] for P and dS ----"));
   w.line("extern __shared__ __align__(128) unsigned char smem[];");
   std::string at = "smem";
-  for (auto [name, rows, width] : {std::tuple{"sK", "kBlockN", "kHeadDim"}, {"sV", "kBlockN", "kHeadDimV"},
-                                   {"sQ", "kBlockM", "kHeadDim"}, {"sDO", "kBlockM", "kHeadDimV"}}) {
+  for (auto [name, rows, width] : {std::tuple{"sK", "kBlockN", "kHeadDim"},
+                                   {"sV", "kBlockN", "kHeadDimV"},
+                                   {"sQ", "kBlockM", "kHeadDim"},
+                                   {"sDO", "kBlockM", "kHeadDimV"}}) {
     w.line(cat("unsigned char *const ", name, " = ", at, ";"));
     at = cat(name, " + ", rows, " * ", ns, "::rowPitch<", width, " / 8>() * 16");
   }
@@ -781,8 +797,7 @@ FailureOr<EmittedKernel> emitBackwardCuda(ModuleOp module) {
 
   ScalarHelpers helpers;
   CudaWriter functions;
-  FailureOr<llvm::DenseMap<Operation *, std::string>> hooks =
-      printVariantFunctions(main, *target, helpers, functions);
+  FailureOr<llvm::DenseMap<Operation *, std::string>> hooks = printVariantFunctions(main, *target, helpers, functions);
   if (failed(hooks))
     return failure();
   std::string ns(target->preludeNamespace());

@@ -552,13 +552,12 @@ FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &bod
     return it->second;
   std::string name = functionNames.unique(base);
   functionByText[key] = name;
-  std::string role = isa<MaskOp>(op)       ? "mask predicate (tile.mask): keep the score of query row q and key kv?"
-                     : isa<FinalizeOp>(op) ? "attention sink (tile.finalize): the extra logit of head h's softmax"
-                     : isa<ScoreGradOp>(op)
-                         ? "derivative of the score modifier (tile.score_grad): d score_mod / d score at (q, kv)"
-                     : isa<StoreSplitOp>(op)
-                         ? "attention sink (tile.store_split): the extra logit of head h's softmax, joined once"
-                                           : "score modifier (tile.score_mod): the new score of query row q and key kv";
+  std::string role =
+      isa<MaskOp>(op)         ? "mask predicate (tile.mask): keep the score of query row q and key kv?"
+      : isa<FinalizeOp>(op)   ? "attention sink (tile.finalize): the extra logit of head h's softmax"
+      : isa<ScoreGradOp>(op)  ? "derivative of the score modifier (tile.score_grad): d score_mod / d score at (q, kv)"
+      : isa<StoreSplitOp>(op) ? "attention sink (tile.store_split): the extra logit of head h's softmax, joined once"
+                              : "score modifier (tile.score_mod): the new score of query row q and key kv";
   out.comment("---- variant \"" + commentSafe(func.getVariant()) + "\": " + role + " ----");
   std::string params;
   for (auto [arg, argName] : llvm::zip(block.getArguments(), args))
@@ -1698,7 +1697,7 @@ std::string sequenceStructText() {
 FailureOr<const TargetFamily *> familyOf(FuncOp func, bool pipelined) { return checkReady(func, pipelined); }
 
 FailureOr<llvm::DenseMap<Operation *, std::string>> printVariantFunctions(FuncOp func, TileTarget &target,
-                                                                         ScalarHelpers &helpers, CudaWriter &out) {
+                                                                          ScalarHelpers &helpers, CudaWriter &out) {
   KernelPrinter printer(func, target, helpers, /*asyncProtocol=*/false);
   if (failed(printer.printVariantFunctions(out)))
     return failure();

@@ -117,15 +117,20 @@ LaunchPlan flashtile::codegen::planBackwardLaunches(const BackwardFacts &f) {
   plan.launches.push_back(launch(f.preprocessEntry, "cdiv(rows, " + str(f.blockM) + ")", 0));
   plan.launches.push_back(launch(f.mainEntry, "cdiv(keys, " + str(f.blockN) + ")", f.mainSmemBytes));
   plan.launches.push_back(launch(f.postprocessEntry, "cdiv(max(rows, keys), " + str(f.blockM) + ")", 0));
-  plan.workspaces.push_back({"delta", rule(aligned("lse_rows * 4")), std::nullopt, /*zeroed=*/false,
-                             {{"delta", PlanExpr::constant(0)}}});
-  plan.workspaces.push_back({"dq_accum", rule(aligned("lse_rows * head_dim * 4")), std::nullopt, /*zeroed=*/true,
+  plan.workspaces.push_back(
+      {"delta", rule(aligned("lse_rows * 4")), std::nullopt, /*zeroed=*/false, {{"delta", PlanExpr::constant(0)}}});
+  plan.workspaces.push_back({"dq_accum",
+                             rule(aligned("lse_rows * head_dim * 4")),
+                             std::nullopt,
+                             /*zeroed=*/true,
                              {{"dqAccum", PlanExpr::constant(0)}}});
   // GQA/MQA: the query heads of a group add their dK and dV into fp32 rows of the K/V head, which the postprocess
   // converts.
   const std::string dkBytes = aligned("key_rows * heads_kv * head_dim * 4");
-  plan.workspaces.push_back({"dkv_accum", rule(dkBytes + " + " + aligned("key_rows * heads_kv * head_dim_v * 4")),
-                             rule("heads_q > heads_kv"), /*zeroed=*/true,
+  plan.workspaces.push_back({"dkv_accum",
+                             rule(dkBytes + " + " + aligned("key_rows * heads_kv * head_dim_v * 4")),
+                             rule("heads_q > heads_kv"),
+                             /*zeroed=*/true,
                              {{"dkAccum", PlanExpr::constant(0)}, {"dvAccum", rule(dkBytes)}}});
   return plan;
 }

@@ -96,7 +96,9 @@ public:
 
   bool walkDescending() const override { return true; }
 
-  bool schedulesKind(std::string_view kind) const override { return kind == "forward" || kind == std::string_view(kBackwardModule); }
+  bool schedulesKind(std::string_view kind) const override {
+    return kind == "forward" || kind == std::string_view(kBackwardModule);
+  }
 
   std::string targetFamilyFor(std::string_view) const override {
     // mma.sync, ldmatrix and cp.async run on every architecture from sm_80 on.

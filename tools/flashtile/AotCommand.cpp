@@ -14,6 +14,7 @@
 #include "KernelFlags.h"
 
 #include "examples/variants/Variants.h"
+#include "flashtile/dsl/Program.h"
 #include "flashtile/runtime/FileIo.h"
 #include "flashtile/runtime/Nvrtc.h"
 #include "flashtile/runtime/Runtime.h"
@@ -52,6 +53,7 @@ struct AotFlags {
   int jobs = 0; // 0: every core this process may run on
   std::string variants = "none,causal", dtypes = "bf16,f16", headDims = "64,128", shapeClasses = "default,short";
   std::string rotary = "none"; // KV-cache kernels: also those that rotate Q and the appended keys (tile.rotary)
+  std::string kinds = "forward"; // module kinds (moduleKinds()): forward, backward
   bool archGiven = false;
 };
 
@@ -207,7 +209,8 @@ int runAot(const AotFlags &flags) {
   StatusOr<std::vector<std::string>> headDimList = splitList("--head-dims", flags.headDims);
   StatusOr<std::vector<std::string>> classList = splitList("--shape-classes", flags.shapeClasses);
   StatusOr<std::vector<std::string>> rotaryList = splitList("--rotary", flags.rotary);
-  for (const auto *list : {&variantList, &dtypeList, &headDimList, &classList, &rotaryList})
+  StatusOr<std::vector<std::string>> kindList = splitList("--kinds", flags.kinds);
+  for (const auto *list : {&variantList, &dtypeList, &headDimList, &classList, &rotaryList, &kindList})
     if (!list->ok())
       return fail(list->status());
   std::vector<RotaryMode> rotaryModes;
@@ -225,47 +228,55 @@ int runAot(const AotFlags &flags) {
       s && schedule::hasKvCacheKnob(*s) && !flags.schedule.knobs.count(schedule::kKvCacheKnob))
     kvCacheKnobs = {0, 1};
   std::vector<Request> requests;
-  for (const std::string &variantName : *variantList)
-    for (const std::string &dtypeName : *dtypeList)
-      for (const std::string &item : *headDimList)
-        for (const std::string &shapeClass : *classList) {
-          std::optional<Variant> variant = variants::byName(variantName);
-          if (!variant)
-            return fail(unknownName("variant", variantName, variantNames()));
-          StatusOr<ElementType> dtype = jit::parseElementType(dtypeName);
-          if (!dtype.ok())
-            return fail(dtype.status().withContext("--dtypes"));
-          StatusOr<std::pair<int, int>> headDims = parseHeadDimItem(item);
-          if (!headDims.ok())
-            return fail(headDims.status());
-          jit::CompileOptions options = compileOptions(flags.schedule);
-          options.dtype = *dtype;
-          std::tie(options.headDim, options.headDimV) = *headDims;
-          options.schedule.shapeClass = shapeClass;
-          for (std::optional<int64_t> kvCache : kvCacheKnobs) {
-            if (kvCache)
-              options.schedule.knobs[schedule::kKvCacheKnob] = *kvCache;
-            // Rotary kernels are KV-cache kernels: each --rotary mode once per KV-cache request.
-            auto knob = options.schedule.knobs.find(schedule::kKvCacheKnob);
-            const bool readsCache = knob != options.schedule.knobs.end() && knob->second == 1;
-            for (RotaryMode mode : rotaryModes) {
-              if (mode != RotaryMode::None && !readsCache) {
-                if (kvCacheKnobs.size() == 1)
-                  return fail("--rotary " + flags.rotary +
-                              ": rotary kernels are KV-cache kernels (--schedule "
-                              "decode, --kv-cache 1 or unset)");
+  for (const std::string &kind : *kindList)
+    for (const std::string &variantName : *variantList)
+      for (const std::string &dtypeName : *dtypeList)
+        for (const std::string &item : *headDimList)
+          for (const std::string &shapeClass : *classList) {
+            std::optional<Variant> variant = variants::byName(variantName);
+            if (!variant)
+              return fail(unknownName("variant", variantName, variantNames()));
+            StatusOr<ElementType> dtype = jit::parseElementType(dtypeName);
+            if (!dtype.ok())
+              return fail(dtype.status().withContext("--dtypes"));
+            StatusOr<std::pair<int, int>> headDims = parseHeadDimItem(item);
+            if (!headDims.ok())
+              return fail(headDims.status());
+            jit::CompileOptions options = compileOptions(flags.schedule);
+            options.kind = kind;
+            options.dtype = *dtype;
+            std::tie(options.headDim, options.headDimV) = *headDims;
+            options.schedule.shapeClass = shapeClass;
+            // The KV cache and rotary embedding belong to forward modules: a backward module is one kernel set.
+            const bool forward = kind == kForwardKind;
+            for (std::optional<int64_t> kvCache : kvCacheKnobs) {
+              if (!forward && kvCache.value_or(0) != 0)
                 continue;
+              if (kvCache)
+                options.schedule.knobs[schedule::kKvCacheKnob] = *kvCache;
+              // Rotary kernels are KV-cache kernels: each --rotary mode once per KV-cache request.
+              auto knob = options.schedule.knobs.find(schedule::kKvCacheKnob);
+              const bool readsCache = knob != options.schedule.knobs.end() && knob->second == 1;
+              for (RotaryMode mode : rotaryModes) {
+                if (!forward && mode != RotaryMode::None)
+                  continue;
+                if (mode != RotaryMode::None && !readsCache) {
+                  if (kvCacheKnobs.size() == 1)
+                    return fail("--rotary " + flags.rotary +
+                                ": rotary kernels are KV-cache kernels (--schedule "
+                                "decode, --kv-cache 1 or unset)");
+                  continue;
+                }
+                options.rotary = mode;
+                // Before anything is built, and the first one only: a command line not understood is one line.
+                if (Status s = checkKernelFlags(*variant, options, flags.schedule); !s.ok())
+                  return failUsage(
+                      s.withContext(fmt::format("aot: {} {} hd {} {}", variantName, options.schedule.arch,
+                                                headDimsText(options.headDim, options.headDimV), shapeClass)));
+                requests.push_back({variantName, *variant, options});
               }
-              options.rotary = mode;
-              // Before anything is built, and the first one only: a command line not understood is one line.
-              if (Status s = checkKernelFlags(*variant, options, flags.schedule); !s.ok())
-                return failUsage(s.withContext(fmt::format("aot: {} {} hd {} {}", variantName, options.schedule.arch,
-                                                           headDimsText(options.headDim, options.headDimV),
-                                                           shapeClass)));
-              requests.push_back({variantName, *variant, options});
             }
           }
-        }
 
   const fs::path out = flags.out;
   std::error_code ec;
@@ -402,6 +413,12 @@ void registerAotCommand(CLI::App &app, Registry &registry) {
       ->add_option("--shape-classes", flags->shapeClasses,
                    "Comma list; a class gets a kernel only where its tiling differs from the default class's")
       ->check(listOf("shape class", shapeClassNames()))
+      ->capture_default_str();
+  command
+      ->add_option("--kinds", flags->kinds,
+                   "Comma list of module kinds: forward, backward (the backward's three kernels, one manifest, for "
+                   "the schedules that schedule it)")
+      ->check(listOf("kind", moduleKinds()))
       ->capture_default_str();
   command
       ->add_option("--rotary", flags->rotary,

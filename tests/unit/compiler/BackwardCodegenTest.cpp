@@ -135,9 +135,9 @@ TEST(BackwardCodegen, RefusesWhatThePrinterDoesNotServe) {
   ASSERT_FALSE(wide.ok());
   EXPECT_NE(wide.status().message().find("fa2 backward: head_dim = 256 is not supported"), std::string::npos)
       << wide.status().message();
-  StatusOr<jit::CompileResult> split = jit::compile(
-      *variants::byName("none"), backwardOptions(ElementType::BF16, 64, "sm_90a", {{"block-m", 48}}),
-      jit::Stage::Scheduled);
+  StatusOr<jit::CompileResult> split =
+      jit::compile(*variants::byName("none"), backwardOptions(ElementType::BF16, 64, "sm_90a", {{"block-m", 48}}),
+                   jit::Stage::Scheduled);
   ASSERT_FALSE(split.ok());
   EXPECT_NE(split.status().message().find("block-m = 48 is not supported"), std::string::npos)
       << split.status().message();
