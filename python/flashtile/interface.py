@@ -512,6 +512,10 @@ def _backward_launch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, ma
                      wanted: Sequence[bool], schedule: Optional[str], strict: bool, deterministic: bool):
     """dQ, dK, dV and the wanted inputs' gradients (an empty tensor for the others) of the forward call that gave
     `out` and `lse`, on the current stream of q's device (flashtile_backward_call)."""
+    if any(wanted):
+        # An error rather than zeros: the backward programs do not produce them yet (docs/backward.md).
+        raise NotImplementedError("flashtile backward: gradients of a variant's fp32 inputs (ALiBi slopes, sinks, a "
+                                  "bias) are not computed yet; pass them without requires_grad")
     lib = _library or _first_library()
     runtime = _runtime or _first_runtime()
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
