@@ -7,8 +7,7 @@
 #ifndef FLASHTILE_CODEGEN_COMMON_BACKWARDPRELUDE_H
 #define FLASHTILE_CODEGEN_COMMON_BACKWARDPRELUDE_H
 
-#include <string>
-#include <string_view>
+#include "codegen/common/FragmentPrelude.h"
 
 namespace flashtile::codegen {
 
@@ -46,12 +45,7 @@ __device__ __forceinline__ void redAdd(float *dst, float x) {
 )cuda";
 
 /// The backward primitives in namespace `ns` (the family's).
-inline std::string backwardPrelude(std::string_view ns) {
-  std::string text(kBackwardPreludeText);
-  for (size_t at = text.find("$ns"); at != std::string::npos; at = text.find("$ns", at + ns.size()))
-    text.replace(at, 3, ns);
-  return text;
-}
+inline std::string backwardPrelude(std::string_view ns) { return inNamespace(kBackwardPreludeText, ns); }
 
 } // namespace flashtile::codegen
 

@@ -1680,6 +1680,52 @@ LogicalResult KernelPrinter::printSoftmax(Operation *op) {
 
 } // namespace
 
+LogicalResult describeKernel(FuncOp func, const KernelShape &shape, StringRef kind, KernelInfo &info) {
+  ScheduleAttr schedule = func.getScheduleAttr();
+  info.kind = kind.str();
+  info.arch = func.getTargetAttr().getArch().str();
+  info.dtype = shape.dtype;
+  info.headDim = shape.headDim;
+  info.headDimV = shape.headDimV;
+  info.variant = func.getVariant().str();
+  info.schedule = schedule.getName().str();
+  schedule::recordDispatchRule(info); // for runtimes that load the kernel without the compiler
+  info.shapeClass = stringifyShapeClass(schedule.getShapeClass()).str();
+  info.blockM = shape.blockM;
+  info.blockN = shape.blockN;
+  for (Attribute name : func.getParams())
+    info.paramNames.push_back(cast<StringAttr>(name).getValue().str());
+  for (Attribute input : func.getInputs())
+    info.inputNames.push_back(cast<InputAttr>(input).getName().str());
+  if (info.paramNames.size() > FLASHTILE_MAX_VARIANT_PARAMS || info.inputNames.size() > FLASHTILE_MAX_VARIANT_INPUTS)
+    return func.emitOpError() << "declares " << info.paramNames.size() << " parameters and " << info.inputNames.size()
+                              << " inputs; kernels take at most " << FLASHTILE_MAX_VARIANT_PARAMS << " and "
+                              << FLASHTILE_MAX_VARIANT_INPUTS << " (KernelAbi.h)";
+  info.compilerVersion = std::string(compilerVersion());
+  return success();
+}
+
+std::string sourceHeading(const KernelInfo &info, const KernelShape &shape, StringRef isa, StringRef title) {
+  std::string src = "// " + info.entry + ": " + title.str() + "\n";
+  src += "// schedule " + commentSafe(info.schedule) + " (blockM " + std::to_string(shape.blockM) + ", blockN " +
+         std::to_string(shape.blockN) + ", " + std::to_string(shape.warps) + " warps), target " +
+         commentSafe(info.arch) + " (" + commentSafe(isa) + " instructions), variant \"" + commentSafe(info.variant) +
+         "\", " + shape.dtype + ", head dims " + std::to_string(shape.headDim) + "/" + std::to_string(shape.headDimV) +
+         ".\n";
+  // The launch plan (KernelInfo::plan), as the runtime executes it: rows and keys are those of the longest
+  // sequence.
+  src += "// Launch plan:\n";
+  std::string described = info.plan.describe();
+  for (size_t start = 0; start < described.size();) {
+    size_t end = described.find('\n', start);
+    src += "//   " + described.substr(start, end - start) + "\n";
+    start = end == std::string::npos ? described.size() : end + 1;
+  }
+  src += "\n// ==== kernel parameters: runtime/include/flashtile/runtime/KernelAbi.h, verbatim ====\n";
+  src += kKernelAbiText;
+  return src;
+}
+
 std::string sequenceStructText() {
   return "\n// The sequence a thread block works on: the kernel parameters, base pointers and lengths rewritten for a\n"
          "// varlen sequence, the row of its first key among all sequences' keys (" +
@@ -1752,17 +1798,8 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
                                                        : "") +
       (shape.kvCache ? "_kvcache" : "") + // a library holds a variant's plain and KV-cache kernels side by side
       (rotary ? (rotary->interleaved ? "_rotary_interleaved" : "_rotary") : "");
-  info.kind = func.getKind().str();
-  info.arch = targetAttr.getArch().str();
-  info.dtype = shape.dtype;
-  info.headDim = shape.headDim;
-  info.headDimV = shape.headDimV;
-  info.variant = func.getVariant().str();
-  info.schedule = schedule.getName().str();
-  schedule::recordDispatchRule(info); // for runtimes that load the kernel without the compiler
-  info.shapeClass = stringifyShapeClass(schedule.getShapeClass()).str();
-  info.blockM = shape.blockM;
-  info.blockN = shape.blockN;
+  if (failed(describeKernel(func, shape, func.getKind(), info)))
+    return failure();
   ModuleFacts facts;
   facts.entry = info.entry;
   facts.blockM = shape.blockM;
@@ -1771,15 +1808,6 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   facts.smemBytes = static_cast<int>((*family)->smemBytes(shape)); // tile-lower-to-target bounded it by the arch
   if (const ArchLimits *limits = archLimits(**family, info.arch))
     facts.dependentLaunch = limits->dependentLaunch;
-  for (Attribute name : func.getParams())
-    info.paramNames.push_back(cast<StringAttr>(name).getValue().str());
-  for (Attribute input : func.getInputs())
-    info.inputNames.push_back(cast<InputAttr>(input).getName().str());
-  if (info.paramNames.size() > FLASHTILE_MAX_VARIANT_PARAMS || info.inputNames.size() > FLASHTILE_MAX_VARIANT_INPUTS)
-    return func.emitOpError() << "declares " << info.paramNames.size() << " parameters and " << info.inputNames.size()
-                              << " inputs; kernels take at most " << FLASHTILE_MAX_VARIANT_PARAMS << " and "
-                              << FLASHTILE_MAX_VARIANT_INPUTS << " (KernelAbi.h)";
-  info.compilerVersion = std::string(compilerVersion());
 
   std::unique_ptr<TileTarget> target = (*family)->createPrinter(shape);
   ScalarHelpers helpers;
@@ -1823,23 +1851,7 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   info.plan = planLaunches(facts);
 
   std::string &src = kernel.source;
-  src = "// " + info.entry + ": attention forward generated by flashtile from tile IR.\n";
-  src += "// schedule " + commentSafe(info.schedule) + " (blockM " + std::to_string(shape.blockM) + ", blockN " +
-         std::to_string(shape.blockN) + ", " + std::to_string(shape.warps) + " warps), target " +
-         commentSafe(info.arch) + " (" + commentSafe(targetAttr.getIsa()) + " instructions), variant \"" +
-         commentSafe(info.variant) + "\", " + shape.dtype +
-         ", head dims " + std::to_string(shape.headDim) + "/" + std::to_string(shape.headDimV) + ".\n";
-  // The launch plan (KernelInfo::plan), as the runtime executes it: rows and keys are those of the longest
-  // sequence.
-  src += "// Launch plan:\n";
-  std::string described = info.plan.describe();
-  for (size_t start = 0; start < described.size();) {
-    size_t end = described.find('\n', start);
-    src += "//   " + described.substr(start, end - start) + "\n";
-    start = end == std::string::npos ? described.size() : end + 1;
-  }
-  src += "\n// ==== kernel parameters: runtime/include/flashtile/runtime/KernelAbi.h, verbatim ====\n";
-  src += kKernelAbiText;
+  src = sourceHeading(info, shape, targetAttr.getIsa(), "attention forward generated by flashtile from tile IR.");
   src += target->prelude();
   src += sequenceStructText();
   if (std::string defs = helpers.definitions(); !defs.empty())

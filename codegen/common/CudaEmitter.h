@@ -46,6 +46,14 @@ printVariantFunctions(flashtile::tile::FuncOp func, TileTarget &target, ScalarHe
 /// inputs (a tile's padding keys must index inside the arrays), split where it converts kv-relative distances to
 /// float (ScalarEmitter::splitKey), else kv.
 KeyArg keyArgOf(mlir::Region &region);
+/// The KernelInfo fields every module's manifest takes from its (main) program: `kind` (the module's), arch, dtype,
+/// head dims, variant, schedule and its dispatch rule, shape class, tile sizes, the variant's parameter and input
+/// names (an error past the kernel ABI's counts) and the compiler's version.
+mlir::LogicalResult describeKernel(flashtile::tile::FuncOp func, const KernelShape &shape, llvm::StringRef kind,
+                                   flashtile::KernelInfo &info);
+/// The first lines of a module's source: `title`, the configuration, the launch plan, then the kernel ABI's text.
+std::string sourceHeading(const flashtile::KernelInfo &info, const KernelShape &shape, llvm::StringRef isa,
+                          llvm::StringRef title);
 /// The FlashtileSequence struct (the kernel parameters as a block's sequence sees them) the variant functions take.
 std::string sequenceStructText();
 /// `text` safe inside a `//` comment of the generated source.

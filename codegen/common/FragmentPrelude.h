@@ -167,13 +167,16 @@ __device__ __forceinline__ void gridDependencyWait() {
 __device__ __forceinline__ float tileTanh(float x) { return $ns::tanhApprox(x); }
 )cuda";
 
-/// The primitives in namespace `ns` (the family's), as the kernel's source carries them.
-inline std::string fragmentPrelude(std::string_view ns) {
-  std::string text(kFragmentPreludeText);
+/// A prelude's `text` with `$ns` replaced by `ns`.
+inline std::string inNamespace(std::string_view prelude, std::string_view ns) {
+  std::string text(prelude);
   for (size_t at = text.find("$ns"); at != std::string::npos; at = text.find("$ns", at + ns.size()))
     text.replace(at, 3, ns);
   return text;
 }
+
+/// The primitives in namespace `ns` (the family's), as the kernel's source carries them.
+inline std::string fragmentPrelude(std::string_view ns) { return inNamespace(kFragmentPreludeText, ns); }
 
 } // namespace flashtile::codegen
 
