@@ -165,4 +165,8 @@ assert "is not 16-byte aligned" in lib.lib.flashtile_last_error().decode()
 call.size = 8
 if lib.lib.flashtile_forward_call(lib.runtime(), ctypes.addressof(call)) == 0:
     raise SystemExit("a call struct of the wrong size was accepted")
+# The stand-in torch has no C++ API: the C++ call path cannot be built, every call above took the ctypes path, and
+# call_path() says so.
+if not flashtile.call_path().startswith("ctypes: ") or interface._fast is not None:
+    raise SystemExit(f"the stand-in torch cannot build the C++ call path, yet call_path() is {flashtile.call_path()!r}")
 print(f"host calls: ok ({fake.fakeCudaLaunches()} launches)")
