@@ -8,7 +8,8 @@
 // which checks everything (and files the shape for next time).
 //
 // Built per PyTorch version on first use (flashtile/_extension.py); the package works without it (ctypes).
-// Exports one module, _fastpath, written against CPython's C API (no pybind11 in our code).
+// Exports one module, _fastpath, written against CPython's C API (no pybind11 in our code); PyTorch's C++ errors
+// (an out-of-memory allocation) reach Python as PyTorch's own exceptions (HANDLE_TH_ERRORS).
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -67,9 +68,7 @@ void dropEntries() {
 // A key is the bytes of everything the Python path's checks read. Numbers keep their Python type (an int and a float
 // are distinct keys) and their exact bits, so equal keys are calls the checked path treats identically.
 
-void putBytes(std::string &key, const void *data, size_t size) {
-  key.append(static_cast<const char *>(data), size);
-}
+void putBytes(std::string &key, const void *data, size_t size) { key.append(static_cast<const char *>(data), size); }
 
 template <typename T> void put(std::string &key, T value) { putBytes(key, &value, sizeof(value)); }
 
@@ -162,8 +161,7 @@ bool putParams(std::string &key, PyObject *o) {
       return false;
     items.emplace_back(std::move(text), value);
   }
-  std::sort(items.begin(), items.end(),
-            [](const auto &a, const auto &b) { return a.first < b.first; });
+  std::sort(items.begin(), items.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
   put<char>(key, 'd');
   put<int64_t>(key, static_cast<int64_t>(items.size()));
   for (auto &[text, number] : items) {
@@ -247,9 +245,7 @@ bool attentionKey(PyObject *const *args, std::string &key, const at::Tensor **te
 
 // Launch -------------------------------------------------------------------------------------------------------------
 
-int currentDevice() {
-  return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice().index();
-}
+int currentDevice() { return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice().index(); }
 
 /// The filed call with this call's tensors: O and LSE from PyTorch's allocator, launched on the current stream.
 /// NotImplemented when the call must take the checked path after all (an unaligned view, another current device).
@@ -275,18 +271,17 @@ PyObject *launch(const Entry &entry, const at::Tensor *const *tensors, bool with
   at::Tensor lse = at::empty(entry.lseSizes, q.options().dtype(c10::ScalarType::Float));
   alignas(16) unsigned char call[kMaxCallBytes];
   std::memcpy(call, entry.callBytes.data(), entry.callBytes.size());
-  const uint64_t pointers[kPointers] = {qPtr,
-                                        kPtr,
-                                        vPtr,
-                                        reinterpret_cast<uintptr_t>(out.data_ptr()),
-                                        reinterpret_cast<uintptr_t>(lse.data_ptr()),
-                                        0,
-                                        0,
-                                        stream};
+  auto outPtr = reinterpret_cast<uintptr_t>(out.data_ptr());
+  auto lsePtr = reinterpret_cast<uintptr_t>(lse.data_ptr());
+  const uint64_t pointers[kPointers] = {qPtr, kPtr, vPtr, outPtr, lsePtr, 0, 0, stream};
   std::memcpy(call + state.pointersOffset, pointers, sizeof(pointers));
-  int rc = 0;
-  Py_BEGIN_ALLOW_THREADS rc = state.forwardCall(state.runtime, call);
-  Py_END_ALLOW_THREADS if (rc != 0) {
+  // The call points into the entry's variant bytes: held while another thread may refile or drop the entry.
+  PyObject *held = Py_NewRef(entry.held);
+  PyThreadState *thread = PyEval_SaveThread(); // the GIL is released during the launch, as ctypes does
+  int rc = state.forwardCall(state.runtime, call);
+  PyEval_RestoreThread(thread);
+  Py_DECREF(held);
+  if (rc != 0) {
     PyObject *error = PyObject_CallNoArgs(state.forwardError);
     if (error) {
       PyErr_SetObject(reinterpret_cast<PyObject *>(Py_TYPE(error)), error);
@@ -380,6 +375,7 @@ PyObject *init(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
 /// dense(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, schedule, strict,
 ///       return_attn_probs): flash_attn_func's result, or NotImplemented.
 PyObject *dense(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
   if (!argCount("dense", nargs, 12) || !ready())
     return nullptr;
   std::string key;
@@ -393,11 +389,13 @@ PyObject *dense(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   if (withLse < 0)
     return nullptr;
   return launch(it->second, tensors, withLse, true);
+  END_HANDLE_TH_ERRORS
 }
 
 /// file_dense(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, schedule, strict, call bytes,
 ///            variant id bytes, out, lse, device index): True when filed (False: a call dense() does not serve).
 PyObject *fileDense(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
   if (!argCount("file_dense", nargs, 15) || !ready())
     return nullptr;
   PyObject *keyArgs[11] = {args[0], args[1], args[2], args[3], args[4], args[5],
@@ -412,11 +410,13 @@ PyObject *fileDense(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   PyObject *result = file(std::move(key), args[10], held, args[12], args[13], args[14]);
   Py_DECREF(held);
   return result;
+  END_HANDLE_TH_ERRORS
 }
 
 /// attention(q, k, v, variant, params, softmax_scale, schedule, strict, inputs, cu_seqlens_q, cu_seqlens_k,
 ///           max_seqlen_q, max_seqlen_k, return_lse): attention()'s result, or NotImplemented.
 PyObject *attention(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
   if (!argCount("attention", nargs, 14) || !ready())
     return nullptr;
   for (int i = 8; i < 13; ++i)
@@ -434,11 +434,13 @@ PyObject *attention(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   if (withLse < 0)
     return nullptr;
   return launch(it->second, tensors, withLse, false);
+  END_HANDLE_TH_ERRORS
 }
 
 /// file_attention(q, k, v, variant, params, softmax_scale, schedule, strict, call bytes, variant id bytes, out, lse,
 ///                device index): True when filed.
 PyObject *fileAttention(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
   if (!argCount("file_attention", nargs, 13) || !ready())
     return nullptr;
   std::string key;
@@ -453,6 +455,7 @@ PyObject *fileAttention(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   PyObject *result = file(std::move(key), args[8], held, args[10], args[11], args[12]);
   Py_DECREF(held);
   return result;
+  END_HANDLE_TH_ERRORS
 }
 
 PyObject *clear(PyObject *, PyObject *) {
@@ -478,7 +481,15 @@ PyMethodDef methods[] = {
     {nullptr, nullptr, 0, nullptr},
 };
 
-PyModuleDef moduleDef = {PyModuleDef_HEAD_INIT, "_fastpath", "flashtile's warm calls in C++", -1, methods};
+PyModuleDef moduleDef = {PyModuleDef_HEAD_INIT,
+                         "_fastpath",
+                         "flashtile's warm calls in C++",
+                         -1,
+                         methods,
+                         nullptr,
+                         nullptr,
+                         nullptr,
+                         nullptr};
 
 } // namespace
 
