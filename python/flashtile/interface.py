@@ -465,15 +465,41 @@ def _plain_flags(dropout_p, softmax_scale, causal, window_size, softcap, schedul
             and (schedule is None or type(schedule) is str) and type(strict) is bool)
 
 
+def _file_prepared(key, call: bytes, variant_id: bytes, out, lse, index: int) -> None:
+    if len(_prepared) >= _PREPARED_LIMIT:
+        _prepared.clear()
+    _prepared[key] = _Prepared(call, variant_id, tuple(out.shape), tuple(lse.shape), index)
+
+
+def _attention_key(q, k, v, variant, params, softmax_scale, schedule, strict) -> Optional[tuple]:
+    """The Python warm path's key of a dense attention() call without inputs (as _dense_key's), or None where the
+    call has none: a variant is a built-in's name, or a registered Variant by identity and id (a changed Variant
+    drops its id); params are None or a dict of int and float values, kept with their types."""
+    if type(variant) is str:
+        which = variant
+    elif isinstance(variant, Variant) and variant._id is not None:
+        which = (variant, variant._id)
+    else:
+        return None
+    if params is None:
+        numbers = None
+    elif type(params) is dict and all(type(n) is str and type(x) in (int, float) for n, x in params.items()):
+        numbers = tuple(sorted((n, type(x), x) for n, x in params.items()))
+    else:
+        return None
+    if not _plain_flags(0.0, softmax_scale, False, (-1, -1), 0.0, schedule, strict):
+        return None
+    return ("attention", q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
+            q.device, k.device, v.device, which, numbers, softmax_scale, schedule, strict)
+
+
 def _dense_filer(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, schedule, strict):
     """_launch's `remember` for a flash_attn_func call: files the call shape for the Python warm path and, when it
     is active, the C++ one."""
     key = _dense_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, schedule, strict)
 
     def remember(call: bytes, variant_id: bytes, out, lse, index: int) -> None:
-        if len(_prepared) >= _PREPARED_LIMIT:
-            _prepared.clear()
-        _prepared[key] = _Prepared(call, variant_id, tuple(out.shape), tuple(lse.shape), index)
+        _file_prepared(key, call, variant_id, out, lse, index)
         if _fast is not None:
             _fast.file_dense(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, schedule, strict, call,
                              variant_id, out, lse, index)
@@ -836,21 +862,34 @@ def attention(q, k, v, variant: VariantLike = "none", *, params=None, inputs=Non
     schedule=/strict=: the schedule to run instead of the fastest with a kernel for the call, and whether a
     missing kernel is an error rather than a fallback (docs/python.md, "Schedules"; flashtile.explain says which).
     """
-    if _fast is not None and not _is_compiling():  # the C++ call path's warm call (see flash_attn_func)
+    # The warm paths, as flash_attn_func's: the C++ one where it is built, else the Python one.
+    plain = (not _is_compiling() and inputs is None and cu_seqlens_q is None and cu_seqlens_k is None
+             and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor)
+    if _fast is not None and plain:
         launched = _fast.attention(q, k, v, variant, params, softmax_scale, schedule, strict, inputs, cu_seqlens_q,
                                    cu_seqlens_k, max_seqlen_q, max_seqlen_k, return_lse)
         if launched is not NotImplemented:
             return launched
+    elif plain and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        key = _attention_key(q, k, v, variant, params, softmax_scale, schedule, strict)
+        prepared = None if key is None else _prepared.get(key)
+        launched = None if prepared is None else _launch_prepared(prepared, q, k, v)
+        if launched is not None:
+            return launched if return_lse else launched[0]
     name, strict_flag = _schedule_option(schedule, strict)
     launch = _attention_call(q, k, v, variant, params, inputs, softmax_scale, cu_seqlens_q, cu_seqlens_k,
                              max_seqlen_q, max_seqlen_k)
     dv = launch[-1]
     remember = None
-    if (_fast is not None and not _is_compiling() and launch[0] is q and launch[1] is k and launch[2] is v
-            and cu_seqlens_q is None and cu_seqlens_k is None):
+    if plain and launch[0] is q and launch[1] is k and launch[2] is v:
+        key = _attention_key(q, k, v, variant, params, softmax_scale, schedule, strict)  # the Variant registered now
+
         def remember(call: bytes, variant_id: bytes, out, lse, index: int) -> None:
-            _fast.file_attention(q, k, v, variant, params, softmax_scale, schedule, strict, call, variant_id, out,
-                                 lse, index)
+            if key is not None:
+                _file_prepared(key, call, variant_id, out, lse, index)
+            if _fast is not None:
+                _fast.file_attention(q, k, v, variant, params, softmax_scale, schedule, strict, call, variant_id,
+                                     out, lse, index)
     out, lse = _run(*launch[:-1], remember, name, strict_flag, deterministic)
     if out.shape[-1] != dv:
         out = out[..., :dv]

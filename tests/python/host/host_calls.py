@@ -124,6 +124,37 @@ with torch.no_grad():
     flashtile.flash_attn_func(q, k, v, causal=True)
 expect_calls(fake.fakeCudaLaunches(), before + 3, "no_grad")
 
+# attention()'s warm path (the ctypes one here): checked once per call shape, variant and numbers, then warm.
+attention_checks = [0]
+attention_call = interface._attention_call
+
+
+def counting_attention(*args):
+    attention_checks[0] += 1
+    return attention_call(*args)
+
+
+interface._attention_call = counting_attention
+cases = (("causal", None, 0.125, []), ("sliding_window", {"left": 16}, 0.125, [16.0, 0.0]),
+         ("sliding_window", {"left": 16.0}, 0.5, [16.0, 0.0]))
+for variant, params, scale, numbers in cases:
+    before = attention_checks[0]
+    flashtile.attention(q, k, v, variant, params=params, softmax_scale=None if scale == 0.125 else scale)
+    out, lse = flashtile.attention(q2, k2, v2, variant, params=params, return_lse=True,
+                                   softmax_scale=None if scale == 0.125 else scale)
+    launched(q2, k2, v2, out, f"attention {variant} {params}, warm", softmax_scale=scale, variant_params=numbers)
+    if attention_checks[0] != before + 1 or tuple(lse.shape) != (2, 4, 128):
+        raise SystemExit(f"attention {variant} {params}: {attention_checks[0] - before} checked calls, expected 1")
+before = attention_checks[0]
+expect_error(ValueError, "params: variant 'sliding_window' has no parameter(s) width",
+             lambda: flashtile.attention(q, k, v, "sliding_window", params={"width": 16}))
+flashtile.attention(q, k, v, "sliding_window", params={"left": 8})  # another number: checked
+launched(q, k, v, flashtile.attention(q, k, v, "sliding_window", params={"left": 8}), "attention left 8",
+         variant_params=[8.0, 0.0])
+if attention_checks[0] != before + 2:
+    raise SystemExit(f"attention, bad and new params: {attention_checks[0] - before} checked calls, expected 2")
+interface._attention_call = attention_call
+
 # Varlen through the one-struct call: the offsets' pointers, the packed rows and the grid of the longest sequence.
 total_q, total_k = 300, 500
 qv, kv, vv = (torch.zeros((rows, 4, 64), dtype=torch.bfloat16, device="cuda") for rows in (total_q, total_k, total_k))
