@@ -37,7 +37,7 @@ else:
     attention = explain = flash_attn_func = flash_attn_varlen_func = flash_attn_with_kvcache = _needs_torch
 
 __all__ = [
-    "FlashtileError", "Variant", "attention", "both", "builtin_variants", "call_path", "check_errors", "compile_variant", "dsl",
-    "explain", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "library_path", "variant_id",
-    "variants", "version",
+    "FlashtileError", "Variant", "attention", "both", "builtin_variants", "call_path", "check_errors",
+    "compile_variant", "dsl", "explain", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
+    "library_path", "variant_id", "variants", "version",
 ]
