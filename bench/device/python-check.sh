@@ -23,7 +23,7 @@ export FLASHTILE_CACHE_DIR=/tmp/flashtile-cache
 # (test_torch_integration.py runs the ctypes path in a child process).
 export FLASHTILE_EXTENSION=${FLASHTILE_EXTENSION:-wait}
 rm -rf "$FLASHTILE_CACHE_DIR"
-python3 -m flashtile._extension 2>&1 | tee -a "$OUT/python-check.log"  # builds the C++ call path once, for every worker
+python3 -c "import flashtile; print(flashtile.build_extension())" 2>&1 | tee -a "$OUT/python-check.log"  # once, for every worker
 python3 -c "import flashtile, torch; print('flashtile', flashtile.version(), 'torch', torch.__version__)" 2>&1 | tee -a "$OUT/python-check.log"
 status=0
 if [ -z "$only" ]; then

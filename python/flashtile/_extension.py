@@ -8,7 +8,8 @@ C++ compiler, no Python.h, PyTorch without its headers) calls stay on ctypes, wi
 logger; flashtile.call_path() says which path is active and why.
 
 FLASHTILE_EXTENSION: auto (the default: build in a background thread), wait (build before the first call
-returns), require (as wait, and an error if it cannot be built), off (ctypes only).
+returns), require (as wait, and an error if it cannot be built), off (ctypes only). build_extension() builds it
+ahead of time.
 """
 
 from __future__ import annotations
@@ -220,7 +221,15 @@ def wait(timeout: Optional[float] = None) -> str:
     return call_path()
 
 
-if __name__ == "__main__":  # python -m flashtile._extension: builds the C++ call path now (e.g. at install time)
-    path = target_path()
-    _obtain(path)
-    print(path)
+def build_extension() -> str:
+    """Builds the C++ call path for the installed PyTorch now, unless it is cached (after installing the package or
+    PyTorch, say), and returns its file; raises FlashtileError with the reason where it cannot be built. The calls
+    of this process load it on their first call (FLASHTILE_EXTENSION other than off)."""
+    try:
+        path = target_path()
+        _obtain(path)
+    except FlashtileError:
+        raise
+    except Exception as error:
+        raise FlashtileError(f"the C++ call path cannot be built: {error}") from error
+    return path

@@ -58,6 +58,8 @@ class Extension(unittest.TestCase):
                 _extension.start(lambda module, path: self.fail("activated without PyTorch"))
             self.assertRegex(flashtile.call_path(), r"^ctypes: the C\+\+ call path is not available: .*torch")
             self.assertEqual(len(logged.output), 1, logged.output)
+        with self.assertRaisesRegex(flashtile.FlashtileError, r"^the C\+\+ call path cannot be built: .*torch"):
+            flashtile.build_extension()
         _extension._started = False
         with mock.patch.dict(os.environ, {"FLASHTILE_EXTENSION": "require"}):
             with self.assertRaisesRegex(flashtile.FlashtileError,
