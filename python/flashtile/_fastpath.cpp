@@ -56,6 +56,26 @@ struct Entry {
   std::vector<int64_t> outSizes, lseSizes;
 };
 
+/// What a launch reads of an entry, copied out of it before any Python code can run (and refile or drop it).
+struct Launch {
+  alignas(16) unsigned char call[kMaxCallBytes];
+  PyObject *held; // a new reference: the call points into it
+  int deviceIndex;
+  int64_t outSizes[4], lseSizes[4];
+  size_t outDims, lseDims;
+
+  explicit Launch(const Entry &entry)
+      : held(Py_NewRef(entry.held)), deviceIndex(entry.deviceIndex), outDims(entry.outSizes.size()),
+        lseDims(entry.lseSizes.size()) {
+    std::memcpy(call, entry.callBytes.data(), entry.callBytes.size());
+    std::copy(entry.outSizes.begin(), entry.outSizes.end(), outSizes);
+    std::copy(entry.lseSizes.begin(), entry.lseSizes.end(), lseSizes);
+  }
+  ~Launch() { Py_DECREF(held); }
+  Launch(const Launch &) = delete;
+  Launch &operator=(const Launch &) = delete;
+};
+
 std::unordered_map<std::string, Entry> entries;
 
 void dropEntries() {
@@ -249,14 +269,14 @@ int currentDevice() { return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA
 
 /// The filed call with this call's tensors: O and LSE from PyTorch's allocator, launched on the current stream.
 /// NotImplemented when the call must take the checked path after all (an unaligned view, another current device).
-PyObject *launch(const Entry &entry, const at::Tensor *const *tensors, bool withLse, bool flashAttnResult) {
+PyObject *launch(Launch &filed, const at::Tensor *const *tensors, bool withLse, bool flashAttnResult) {
   const at::Tensor &q = *tensors[0];
   auto qPtr = reinterpret_cast<uintptr_t>(q.data_ptr());
   auto kPtr = reinterpret_cast<uintptr_t>(tensors[1]->data_ptr());
   auto vPtr = reinterpret_cast<uintptr_t>(tensors[2]->data_ptr());
-  if ((qPtr | kPtr | vPtr) % 16 || entry.deviceIndex != currentDevice())
+  if ((qPtr | kPtr | vPtr) % 16 || filed.deviceIndex != currentDevice())
     Py_RETURN_NOTIMPLEMENTED;
-  PyObject *index = PyLong_FromLong(entry.deviceIndex);
+  PyObject *index = PyLong_FromLong(filed.deviceIndex);
   if (!index)
     return nullptr;
   PyObject *streamObject = PyObject_CallOneArg(state.currentStream, index);
@@ -267,20 +287,16 @@ PyObject *launch(const Entry &entry, const at::Tensor *const *tensors, bool with
   Py_DECREF(streamObject);
   if (PyErr_Occurred())
     return nullptr;
-  at::Tensor out = at::empty(entry.outSizes, q.options());
-  at::Tensor lse = at::empty(entry.lseSizes, q.options().dtype(c10::ScalarType::Float));
-  alignas(16) unsigned char call[kMaxCallBytes];
-  std::memcpy(call, entry.callBytes.data(), entry.callBytes.size());
+  at::Tensor out = at::empty(c10::IntArrayRef(filed.outSizes, filed.outDims), q.options());
+  at::Tensor lse =
+      at::empty(c10::IntArrayRef(filed.lseSizes, filed.lseDims), q.options().dtype(c10::ScalarType::Float));
   auto outPtr = reinterpret_cast<uintptr_t>(out.data_ptr());
   auto lsePtr = reinterpret_cast<uintptr_t>(lse.data_ptr());
   const uint64_t pointers[kPointers] = {qPtr, kPtr, vPtr, outPtr, lsePtr, 0, 0, stream};
-  std::memcpy(call + state.pointersOffset, pointers, sizeof(pointers));
-  // The call points into the entry's variant bytes: held while another thread may refile or drop the entry.
-  PyObject *held = Py_NewRef(entry.held);
+  std::memcpy(filed.call + state.pointersOffset, pointers, sizeof(pointers));
   PyThreadState *thread = PyEval_SaveThread(); // the GIL is released during the launch, as ctypes does
-  int rc = state.forwardCall(state.runtime, call);
+  int rc = state.forwardCall(state.runtime, filed.call);
   PyEval_RestoreThread(thread);
-  Py_DECREF(held);
   if (rc != 0) {
     PyObject *error = PyObject_CallNoArgs(state.forwardError);
     if (error) {
@@ -301,6 +317,20 @@ PyObject *launch(const Entry &entry, const at::Tensor *const *tensors, bool with
                          : Py_BuildValue("(NN)", outObject, lseObject);
 }
 
+/// The call shape filed under `key` launched with these tensors (withLse: the caller's flag for the LSE), or
+/// NotImplemented when none is filed.
+PyObject *launchFiled(const std::string &key, const at::Tensor *const *tensors, PyObject *withLse,
+                      bool flashAttnResult) {
+  int lse = PyObject_IsTrue(withLse);
+  if (lse < 0)
+    return nullptr;
+  auto it = entries.find(key);
+  if (it == entries.end())
+    Py_RETURN_NOTIMPLEMENTED;
+  Launch filed(it->second);
+  return launch(filed, tensors, lse, flashAttnResult);
+}
+
 bool ready() {
   if (state.forwardCall)
     return true;
@@ -315,19 +345,25 @@ bool argCount(const char *name, Py_ssize_t given, Py_ssize_t wanted) {
   return false;
 }
 
-/// Files `callBytes` (bytes), held (a tuple), O and LSE's sizes (from the tensors out and lse) and the device under
-/// `key`.
+/// Files `callBytes` (bytes), `held` (a new tuple, taken over; null: the error is set), O and LSE's sizes (from the
+/// tensors out and lse) and the device under `key`.
 PyObject *file(std::string &&key, PyObject *callBytes, PyObject *held, PyObject *out, PyObject *lse,
                PyObject *deviceIndex) {
+  if (!held)
+    return nullptr;
   auto *tensorType = reinterpret_cast<PyTypeObject *>(THPVariableClass);
   if (!PyBytes_CheckExact(callBytes) || static_cast<size_t>(PyBytes_GET_SIZE(callBytes)) != state.callBytes ||
-      !PyTuple_CheckExact(held) || Py_TYPE(out) != tensorType || Py_TYPE(lse) != tensorType) {
-    PyErr_SetString(PyExc_TypeError, "flashtile._fastpath: file(..., call bytes, held tuple, out, lse, device)");
+      Py_TYPE(out) != tensorType || Py_TYPE(lse) != tensorType || THPVariable_Unpack(out).dim() > 4 ||
+      THPVariable_Unpack(lse).dim() > 4) {
+    Py_DECREF(held);
+    PyErr_SetString(PyExc_TypeError, "flashtile._fastpath: file(..., call bytes, variant id, out, lse, device)");
     return nullptr;
   }
   long index = PyLong_AsLong(deviceIndex);
-  if (index == -1 && PyErr_Occurred())
+  if (index == -1 && PyErr_Occurred()) {
+    Py_DECREF(held);
     return nullptr;
+  }
   if (entries.size() >= kMaxEntries)
     dropEntries();
   Entry entry;
@@ -335,7 +371,6 @@ PyObject *file(std::string &&key, PyObject *callBytes, PyObject *held, PyObject 
   entry.deviceIndex = static_cast<int>(index);
   entry.outSizes = THPVariable_Unpack(out).sizes().vec();
   entry.lseSizes = THPVariable_Unpack(lse).sizes().vec();
-  Py_INCREF(held);
   entry.held = held;
   auto [it, inserted] = entries.try_emplace(std::move(key), std::move(entry));
   if (!inserted) {
@@ -382,13 +417,7 @@ PyObject *dense(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   const at::Tensor *tensors[3];
   if (!denseKey(args, key, tensors))
     Py_RETURN_NOTIMPLEMENTED;
-  auto it = entries.find(key);
-  if (it == entries.end())
-    Py_RETURN_NOTIMPLEMENTED;
-  int withLse = PyObject_IsTrue(args[11]);
-  if (withLse < 0)
-    return nullptr;
-  return launch(it->second, tensors, withLse, true);
+  return launchFiled(key, tensors, args[11], true);
   END_HANDLE_TH_ERRORS
 }
 
@@ -404,12 +433,7 @@ PyObject *fileDense(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   const at::Tensor *tensors[3];
   if (!denseKey(keyArgs, key, tensors))
     Py_RETURN_FALSE;
-  PyObject *held = PyTuple_Pack(1, args[11]);
-  if (!held)
-    return nullptr;
-  PyObject *result = file(std::move(key), args[10], held, args[12], args[13], args[14]);
-  Py_DECREF(held);
-  return result;
+  return file(std::move(key), args[10], PyTuple_Pack(1, args[11]), args[12], args[13], args[14]);
   END_HANDLE_TH_ERRORS
 }
 
@@ -427,13 +451,7 @@ PyObject *attention(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   PyObject *variantId = nullptr;
   if (!attentionKey(args, key, tensors, &variantId))
     Py_RETURN_NOTIMPLEMENTED;
-  auto it = entries.find(key);
-  if (it == entries.end())
-    Py_RETURN_NOTIMPLEMENTED;
-  int withLse = PyObject_IsTrue(args[13]);
-  if (withLse < 0)
-    return nullptr;
-  return launch(it->second, tensors, withLse, false);
+  return launchFiled(key, tensors, args[13], false);
   END_HANDLE_TH_ERRORS
 }
 
@@ -450,11 +468,7 @@ PyObject *fileAttention(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     Py_RETURN_FALSE;
   // A Variant's key holds its address and its id string's: the entry keeps both alive, so neither is reused.
   PyObject *held = variantId ? PyTuple_Pack(3, args[9], args[3], variantId) : PyTuple_Pack(1, args[9]);
-  if (!held)
-    return nullptr;
-  PyObject *result = file(std::move(key), args[8], held, args[10], args[11], args[12]);
-  Py_DECREF(held);
-  return result;
+  return file(std::move(key), args[8], held, args[10], args[11], args[12]);
   END_HANDLE_TH_ERRORS
 }
 

@@ -28,16 +28,20 @@ class Params(ctypes.Structure):
 
 fake.fakeCudaLaunches.restype = ctypes.c_ulonglong
 fake.fakeCudaLastParams.restype = ctypes.POINTER(Params)
+def counted(name: str, counter: list):
+    """Replaces interface.`name` with a wrapper that counts its calls in counter[0]; returns the original."""
+    original = getattr(interface, name)
+
+    def wrapper(*args):
+        counter[0] += 1
+        return original(*args)
+
+    setattr(interface, name, wrapper)
+    return original
+
+
 checked_calls = [0]
-checked = interface._flash_attn_func_checked
-
-
-def counting(*args):
-    checked_calls[0] += 1
-    return checked(*args)
-
-
-interface._flash_attn_func_checked = counting
+counted("_flash_attn_func_checked", checked_calls)
 
 
 def tensors(shape=(2, 128, 4, 64), dtype=torch.bfloat16, device="cuda"):
@@ -126,15 +130,7 @@ expect_calls(fake.fakeCudaLaunches(), before + 3, "no_grad")
 
 # attention()'s warm path (the ctypes one here): checked once per call shape, variant and numbers, then warm.
 attention_checks = [0]
-attention_call = interface._attention_call
-
-
-def counting_attention(*args):
-    attention_checks[0] += 1
-    return attention_call(*args)
-
-
-interface._attention_call = counting_attention
+attention_call = counted("_attention_call", attention_checks)
 cases = (("causal", None, 0.125, []), ("sliding_window", {"left": 16}, 0.125, [16.0, 0.0]),
          ("sliding_window", {"left": 16.0}, 0.5, [16.0, 0.0]))
 for variant, params, scale, numbers in cases:
