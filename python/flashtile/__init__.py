@@ -4,6 +4,8 @@
   tensors.
 - attention(q, k, v, variant, params=..., inputs=...): any variant, built in or written in Python.
 - explain(q, k, v, ...): which kernel (schedule) a call runs, and why; every call takes schedule= and strict=.
+- call_path(): which path warm calls take: the C++ one (built against the installed PyTorch on first use and
+  cached; FLASHTILE_EXTENSION) or ctypes, and why; build_extension() builds it ahead of time.
 - check_errors(): raises if a kernel of an earlier flash_attn_with_kvcache call met an out-of-range device value
   (cache_seqlens, cache_batch_idx, block_table), naming the call and the value.
 - Variant, dsl, both: variants written in Python (FlexAttention-style hooks traced into the C++ DSL).
@@ -14,6 +16,7 @@ The compiler (MLIR + NVRTC) runs in process on first use of a kernel; kernels ar
 """
 
 from . import dsl, variants
+from ._extension import build_extension, call_path
 from ._lib import FlashtileError, builtin_variants, check_errors, compile_variant, library_path, variant_id, version
 from .variant import Variant, both
 
@@ -34,7 +37,7 @@ else:
     attention = explain = flash_attn_func = flash_attn_varlen_func = flash_attn_with_kvcache = _needs_torch
 
 __all__ = [
-    "FlashtileError", "Variant", "attention", "both", "builtin_variants", "check_errors", "compile_variant", "dsl",
-    "explain", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "library_path", "variant_id",
-    "variants", "version",
+    "FlashtileError", "Variant", "attention", "both", "build_extension", "builtin_variants", "call_path",
+    "check_errors", "compile_variant", "dsl", "explain", "flash_attn_func", "flash_attn_varlen_func",
+    "flash_attn_with_kvcache", "library_path", "variant_id", "variants", "version",
 ]

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from . import _lib
+from . import _extension, _lib
 from . import variants as _variants
 from .variant import Variant, both
 
@@ -243,7 +243,24 @@ def _first_library():
 def _first_runtime():
     global _runtime
     _runtime = (_library or _first_library()).runtime()
+    _extension.start(_activate_fast_path)
     return _runtime
+
+
+# The C++ call path (_fastpath.cpp, flashtile/_extension.py) once loaded: flash_attn_func's and attention()'s warm
+# calls go through it; None while calls take the ctypes path.
+_fast = None
+
+
+def _activate_fast_path(module, path: str) -> None:
+    """Makes `module` the warm calls' path. The Python path's filed call shapes are dropped: each is filed again,
+    in both, by its next (checked) call."""
+    global _fast
+    forward_call = ctypes.cast(_library.lib.flashtile_forward_call, ctypes.c_void_p).value
+    module.init(forward_call, _runtime, _lib.POINTERS_OFFSET, _CALL_SIZE, _current_stream,
+                lambda: _library.error("flashtile forward"))
+    _prepared.clear()
+    _fast = module
 
 
 # The raw handle of a device's current stream: PyTorch's own accessor (what Triton's launcher uses) where present,
@@ -366,7 +383,8 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k
             variant_id: bytes, params: Sequence[float], inputs: Sequence[torch.Tensor], remember=None,
             schedule: Optional[bytes] = None, strict: int = 0):
     """Allocates O and LSE and launches on the current stream of q's device. Inputs are checked already.
-    `remember`: a key under which flash_attn_func files this call shape for its warm path (_Prepared)."""
+    `remember(call bytes, variant id bytes, out, lse, device index)`: files this call shape for a warm path (the
+    caller's tensors were launched as given: aligned, no inputs, dense)."""
     lib = _library or _first_library()
     runtime = _runtime or _first_runtime()
     varlen = cu_seqlens_q is not None
@@ -380,7 +398,8 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k
     if rc != 0:
         raise lib.error("flashtile forward")
     if remember is not None and aligned and not inputs and not varlen:
-        _remember(remember, call, variant_id, out, lse, index)
+        call.q = call.k = call.v = call.o = call.lse = call.stream = None
+        remember(bytes(call), variant_id, out, lse, index)
     return out, lse
 
 
@@ -446,11 +465,46 @@ def _plain_flags(dropout_p, softmax_scale, causal, window_size, softcap, schedul
             and (schedule is None or type(schedule) is str) and type(strict) is bool)
 
 
-def _remember(key, call, variant_id: bytes, out, lse, index: int) -> None:
-    call.q = call.k = call.v = call.o = call.lse = call.stream = None
+def _file_prepared(key, call: bytes, variant_id: bytes, out, lse, index: int) -> None:
     if len(_prepared) >= _PREPARED_LIMIT:
         _prepared.clear()
-    _prepared[key] = _Prepared(bytes(call), variant_id, tuple(out.shape), tuple(lse.shape), index)
+    _prepared[key] = _Prepared(call, variant_id, tuple(out.shape), tuple(lse.shape), index)
+
+
+def _attention_key(q, k, v, variant, params, softmax_scale, schedule, strict) -> Optional[tuple]:
+    """The Python warm path's key of a dense attention() call without inputs (as _dense_key's), or None where the
+    call has none: a variant is a built-in's name, or a registered Variant by identity and id (a changed Variant
+    drops its id); params are None or a dict of int and float values, kept with their types."""
+    if type(variant) is str:
+        which = variant
+    elif isinstance(variant, Variant) and variant._id is not None:
+        which = (variant, variant._id)
+    else:
+        return None
+    if params is None:
+        numbers = None
+    elif type(params) is dict and all(type(n) is str and type(x) in (int, float) for n, x in params.items()):
+        numbers = tuple(sorted((n, type(x), x) for n, x in params.items()))
+    else:
+        return None
+    if not _plain_flags(0.0, softmax_scale, False, (-1, -1), 0.0, schedule, strict):
+        return None
+    return ("attention", q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
+            q.device, k.device, v.device, which, numbers, softmax_scale, schedule, strict)
+
+
+def _dense_filer(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, schedule, strict):
+    """_launch's `remember` for a flash_attn_func call: files the call shape for the Python warm path and, when it
+    is active, the C++ one."""
+    key = _dense_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, schedule, strict)
+
+    def remember(call: bytes, variant_id: bytes, out, lse, index: int) -> None:
+        _file_prepared(key, call, variant_id, out, lse, index)
+        if _fast is not None:
+            _fast.file_dense(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, schedule, strict, call,
+                             variant_id, out, lse, index)
+
+    return remember
 
 
 def _launch_prepared(prepared: _Prepared, q, k, v):
@@ -664,17 +718,25 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     # The warm path: a call whose tensors' shapes, strides, dtypes and devices and whose flags equal those of a call
     # checked and launched before passes the same checks and takes the same variant, numbers and layouts; only its
     # pointers (alignment), the current device and autograd are looked at again. Anything else is checked in full.
-    # Under torch.compile the first test is a constant: the checked path alone is traced.
-    if not _is_compiling() and alibi_slopes is None and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor:
-        try:
-            prepared = _prepared.get(_dense_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
-                                                schedule, strict))
-        except TypeError:  # an unhashable flag (window_size as a list): the checked path
-            prepared = None
-        if prepared is not None and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
-            launched = _launch_prepared(prepared, q, k, v)
-            if launched is not None:
-                return (launched[0], launched[1], None) if return_attn_probs else launched[0]
+    # Under torch.compile the first test is a constant: the checked path alone is traced. The C++ call path, where
+    # it is built, does the same lookup and launch without Python (NotImplemented: not a call shape it has filed).
+    if not _is_compiling():
+        if _fast is not None:
+            launched = _fast.dense(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                   schedule, strict, return_attn_probs)
+            if launched is not NotImplemented:
+                return launched
+        if alibi_slopes is None and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor:
+            try:
+                prepared = _prepared.get(_dense_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                                                    schedule, strict))
+            except TypeError:  # an unhashable flag (window_size as a list): the checked path
+                prepared = None
+            if prepared is not None and not (_grad_enabled() and (q.requires_grad or k.requires_grad
+                                                                  or v.requires_grad)):
+                launched = _launch_prepared(prepared, q, k, v)
+                if launched is not None:
+                    return (launched[0], launched[1], None) if return_attn_probs else launched[0]
     return _flash_attn_func_checked(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                                     return_attn_probs, schedule, strict, deterministic)
 
@@ -686,7 +748,7 @@ def _flash_attn_func_checked(q, k, v, dropout_p, softmax_scale, causal, window_s
     if (not _is_compiling() and alibi_slopes is None and type(q) is _Tensor and type(k) is _Tensor
             and type(v) is _Tensor and _plain_flags(dropout_p, softmax_scale, causal, window_size, softcap, schedule,
                                                     strict)):
-        remember = _dense_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, schedule, strict)
+        remember = _dense_filer(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, schedule, strict)
     name, strict_flag = _schedule_option(schedule, strict)
     launch, as_given = _dense_call(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                                    return_attn_probs)
@@ -808,11 +870,35 @@ def attention(q, k, v, variant: VariantLike = "none", *, params=None, inputs=Non
     schedule=/strict=: the schedule to run instead of the fastest with a kernel for the call, and whether a
     missing kernel is an error rather than a fallback (docs/python.md, "Schedules"; flashtile.explain says which).
     """
+    # The warm paths, as flash_attn_func's: the C++ one where it is built, else the Python one.
+    plain = (not _is_compiling() and inputs is None and cu_seqlens_q is None and cu_seqlens_k is None
+             and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor)
+    if _fast is not None and plain:
+        launched = _fast.attention(q, k, v, variant, params, softmax_scale, schedule, strict, inputs, cu_seqlens_q,
+                                   cu_seqlens_k, max_seqlen_q, max_seqlen_k, return_lse)
+        if launched is not NotImplemented:
+            return launched
+    elif plain and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        key = _attention_key(q, k, v, variant, params, softmax_scale, schedule, strict)
+        prepared = None if key is None else _prepared.get(key)
+        launched = None if prepared is None else _launch_prepared(prepared, q, k, v)
+        if launched is not None:
+            return launched if return_lse else launched[0]
     name, strict_flag = _schedule_option(schedule, strict)
     launch = _attention_call(q, k, v, variant, params, inputs, softmax_scale, cu_seqlens_q, cu_seqlens_k,
                              max_seqlen_q, max_seqlen_k)
     dv = launch[-1]
-    out, lse = _run(*launch[:-1], None, name, strict_flag, deterministic)
+    remember = None
+    if plain and launch[0] is q and launch[1] is k and launch[2] is v:
+        key = _attention_key(q, k, v, variant, params, softmax_scale, schedule, strict)  # the Variant registered now
+
+        def remember(call: bytes, variant_id: bytes, out, lse, index: int) -> None:
+            if key is not None:
+                _file_prepared(key, call, variant_id, out, lse, index)
+            if _fast is not None:
+                _fast.file_attention(q, k, v, variant, params, softmax_scale, schedule, strict, call, variant_id,
+                                     out, lse, index)
+    out, lse = _run(*launch[:-1], remember, name, strict_flag, deterministic)
     if out.shape[-1] != dv:
         out = out[..., :dv]
     return (out, lse) if return_lse else out

@@ -175,3 +175,149 @@ def test_document_mask_and_sinks():
     out, lse = flashtile.attention(q, k, v, "sinks", inputs=[sinks], return_lse=True)
     _, plain_lse = attention_ref(q, k, v)
     torch.testing.assert_close(lse, torch.logaddexp(plain_lse, sinks[None, :, None]), atol=1e-3, rtol=1e-4)
+
+
+# The C++ call path (flashtile/_fastpath.cpp) -----------------------------------------------------------------------
+# bench/device/python-check.sh runs these tests with FLASHTILE_EXTENSION=wait: the module is built (or loaded from the
+# cache) before the first call returns, so every test above ran through it too.
+
+def _extension_expected():
+    import os
+    import shutil
+    import sysconfig
+
+    return (os.environ.get("FLASHTILE_EXTENSION", "auto") != "off" and shutil.which("c++") is not None
+            and os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))
+
+
+def _checked_paths_fail(monkeypatch):
+    """Makes the Python paths raise, so that a call that returns was served by the C++ call path."""
+    from flashtile import interface
+
+    def python_path(*args, **kwargs):
+        raise AssertionError("the call took the Python path")
+
+    monkeypatch.setattr(interface, "_flash_attn_func_checked", python_path)
+    monkeypatch.setattr(interface, "_launch_prepared", python_path)
+    monkeypatch.setattr(interface, "_attention_call", python_path)
+
+
+def test_extension_is_built_and_active():
+    from flashtile import _extension, interface
+
+    q, k, v = qkv()
+    flashtile.flash_attn_func(q, k, v)
+    line = _extension.wait(300)
+    if not _extension_expected():
+        pytest.skip(f"no C++ compiler or Python.h here, or FLASHTILE_EXTENSION=off: {line}")
+    assert line.startswith("extension: "), line
+    assert interface._fast is not None
+
+
+def test_extension_warm_calls_match_the_checked_path(monkeypatch):
+    from flashtile import _extension, interface
+
+    _extension.wait(300)
+    if interface._fast is None:
+        pytest.skip(f"the C++ call path is not active: {flashtile.call_path()}")
+    variant = flashtile.variants.softcap(20.0)
+    cases = [
+        ("flash_attn_func", dict(causal=True)), ("flash_attn_func", dict(window_size=(64, 16))),
+        ("flash_attn_func", dict(softcap=30.0, softmax_scale=0.1)), ("flash_attn_func", dict(schedule="fa2")),
+        ("attention", dict(variant="causal")), ("attention", dict(variant=variant, params={"cap": 20.0})),
+        ("attention", dict(variant="sliding_window", params={"left": 32, "right": 8}, softmax_scale=0.2)),
+    ]
+    for fn_name, flags in cases:
+        fn = getattr(flashtile, fn_name)
+        q, k, v = qkv(seqlen_q=300, seqlen_k=500)
+        fn(q, k, v, **flags)  # checked, filed in both paths
+        q2, k2, v2 = (torch.randn_like(t) for t in (q, k, v))
+        lse_flag = {"return_attn_probs": True} if fn_name == "flash_attn_func" else {"return_lse": True}
+        with monkeypatch.context() as patch:
+            patch.setattr(interface, "_fast", None)  # the Python path's result
+            expected = fn(q2, k2, v2, **flags, **lse_flag)
+        with monkeypatch.context() as patch:
+            _checked_paths_fail(patch)
+            warm = fn(q2, k2, v2, **flags, **lse_flag)
+            plain = fn(q2, k2, v2, **flags)  # without the LSE: the output alone
+        torch.testing.assert_close(warm[0], expected[0], atol=0, rtol=0)
+        torch.testing.assert_close(warm[1], expected[1], atol=0, rtol=0)
+        torch.testing.assert_close(plain, expected[0], atol=0, rtol=0)
+        if fn_name == "flash_attn_func":
+            assert warm[2] is None and len(warm) == 3
+        else:
+            assert len(warm) == 2
+    # Another value of a number is another call shape: checked (not the filed one), then warm.
+    q, k, v = qkv(seqlen_q=300, seqlen_k=500)
+    a = flashtile.attention(q, k, v, variant, params={"cap": 20.0})
+    b = flashtile.attention(q, k, v, variant, params={"cap": 5.0})
+    assert not torch.equal(a, b)
+
+
+def test_extension_sends_what_it_does_not_know_to_the_checked_path():
+    from flashtile import _extension, interface
+
+    _extension.wait(300)
+    if interface._fast is None:
+        pytest.skip(f"the C++ call path is not active: {flashtile.call_path()}")
+    q, k, v = qkv()
+    expected = flashtile.flash_attn_func(q, k, v, causal=True)
+    flashtile.flash_attn_func(q, k, v, causal=True)
+    # The same shape with a flag the checks refuse: their errors, word for word.
+    with pytest.raises(NotImplementedError, match="dropout"):
+        flashtile.flash_attn_func(q, k, v, dropout_p=0.1, causal=True)
+    with pytest.raises(ValueError, match="softmax_scale must be finite"):
+        flashtile.flash_attn_func(q, k, v, causal=True, softmax_scale=float("nan"))
+    with pytest.raises(ValueError, match="window_size"):
+        flashtile.flash_attn_func(q, k, v, causal=True, window_size=(-2, 0))
+    with pytest.raises(TypeError, match="strict must be True or False"):
+        flashtile.flash_attn_func(q, k, v, causal=True, strict=2)
+    # Flags of other types that mean the same (1 for True, a list window) take the checked path, with its result.
+    torch.testing.assert_close(flashtile.flash_attn_func(q, k, v, causal=1), expected, atol=0, rtol=0)
+    torch.testing.assert_close(flashtile.flash_attn_func(q, k, v, causal=True, window_size=[-1, -1]), expected,
+                               atol=0, rtol=0)
+    # An unaligned view of the filed shape: copied by the checked path, same result as the aligned copy.
+    storage = torch.empty(q.numel() + 1, device="cuda", dtype=q.dtype)
+    odd = storage[1:].view(q.shape)
+    odd.copy_(q)
+    torch.testing.assert_close(flashtile.flash_attn_func(odd, k, v, causal=True), expected, atol=0, rtol=0)
+    # Autograd: the custom op records the call (the C++ path serves calls without gradients only).
+    assert flashtile.flash_attn_func(q.clone().requires_grad_(), k, v, causal=True).grad_fn is not None
+    # A changed Variant is another variant (its id changes): never the filed kernel of the old one.
+    variant = flashtile.Variant("scaled_probe").param("gain", 1.0).score(lambda s, c, p: s * p["gain"])
+    first = flashtile.attention(q, k, v, variant, params={"gain": 0.5})
+    flashtile.attention(q, k, v, variant, params={"gain": 0.5})
+    variant.score(lambda s, c, p: s * p["gain"] * 2.0)
+    torch.testing.assert_close(flashtile.attention(q, k, v, variant, params={"gain": 0.25}), first)
+
+
+def test_ctypes_path_when_the_extension_is_off():
+    # The fallback: FLASHTILE_EXTENSION=off in a fresh process; the same results, and call_path() says why.
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import torch, flashtile\n"
+        "torch.manual_seed(0)\n"
+        "q, k, v = (torch.randn(2, 256, 4, 64, device='cuda', dtype=torch.bfloat16) for _ in range(3))\n"
+        "outs = [flashtile.flash_attn_func(q, k, v, causal=True) for _ in range(3)]\n"
+        "outs += [flashtile.attention(q, k, v, 'causal') for _ in range(3)]\n"
+        "assert all(torch.equal(o, outs[0]) for o in outs)\n"
+        "from flashtile import interface\n"
+        "assert interface._fast is None\n"
+        "print(flashtile.call_path())\n"
+        "torch.save(outs[0].cpu(), __import__('sys').argv[1])\n")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as work:
+        saved = os.path.join(work, "out.pt")
+        env = dict(os.environ, FLASHTILE_EXTENSION="off")
+        child = subprocess.run([sys.executable, "-c", script, saved], env=env, capture_output=True, text=True,
+                               timeout=300)
+        assert child.returncode == 0, child.stdout + child.stderr
+        assert "ctypes: FLASHTILE_EXTENSION=off" in child.stdout
+        torch.random.manual_seed(0)
+        q, k, v = (torch.randn(2, 256, 4, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        torch.testing.assert_close(torch.load(saved), flashtile.flash_attn_func(q, k, v, causal=True).cpu(), atol=0,
+                                   rtol=0)

@@ -28,16 +28,20 @@ class Params(ctypes.Structure):
 
 fake.fakeCudaLaunches.restype = ctypes.c_ulonglong
 fake.fakeCudaLastParams.restype = ctypes.POINTER(Params)
+def counted(name: str, counter: list):
+    """Replaces interface.`name` with a wrapper that counts its calls in counter[0]; returns the original."""
+    original = getattr(interface, name)
+
+    def wrapper(*args):
+        counter[0] += 1
+        return original(*args)
+
+    setattr(interface, name, wrapper)
+    return original
+
+
 checked_calls = [0]
-checked = interface._flash_attn_func_checked
-
-
-def counting(*args):
-    checked_calls[0] += 1
-    return checked(*args)
-
-
-interface._flash_attn_func_checked = counting
+counted("_flash_attn_func_checked", checked_calls)
 
 
 def tensors(shape=(2, 128, 4, 64), dtype=torch.bfloat16, device="cuda"):
@@ -124,6 +128,29 @@ with torch.no_grad():
     flashtile.flash_attn_func(q, k, v, causal=True)
 expect_calls(fake.fakeCudaLaunches(), before + 3, "no_grad")
 
+# attention()'s warm path (the ctypes one here): checked once per call shape, variant and numbers, then warm.
+attention_checks = [0]
+attention_call = counted("_attention_call", attention_checks)
+cases = (("causal", None, 0.125, []), ("sliding_window", {"left": 16}, 0.125, [16.0, 0.0]),
+         ("sliding_window", {"left": 16.0}, 0.5, [16.0, 0.0]))
+for variant, params, scale, numbers in cases:
+    before = attention_checks[0]
+    flashtile.attention(q, k, v, variant, params=params, softmax_scale=None if scale == 0.125 else scale)
+    out, lse = flashtile.attention(q2, k2, v2, variant, params=params, return_lse=True,
+                                   softmax_scale=None if scale == 0.125 else scale)
+    launched(q2, k2, v2, out, f"attention {variant} {params}, warm", softmax_scale=scale, variant_params=numbers)
+    if attention_checks[0] != before + 1 or tuple(lse.shape) != (2, 4, 128):
+        raise SystemExit(f"attention {variant} {params}: {attention_checks[0] - before} checked calls, expected 1")
+before = attention_checks[0]
+expect_error(ValueError, "params: variant 'sliding_window' has no parameter(s) width",
+             lambda: flashtile.attention(q, k, v, "sliding_window", params={"width": 16}))
+flashtile.attention(q, k, v, "sliding_window", params={"left": 8})  # another number: checked
+launched(q, k, v, flashtile.attention(q, k, v, "sliding_window", params={"left": 8}), "attention left 8",
+         variant_params=[8.0, 0.0])
+if attention_checks[0] != before + 2:
+    raise SystemExit(f"attention, bad and new params: {attention_checks[0] - before} checked calls, expected 2")
+interface._attention_call = attention_call
+
 # Varlen through the one-struct call: the offsets' pointers, the packed rows and the grid of the longest sequence.
 total_q, total_k = 300, 500
 qv, kv, vv = (torch.zeros((rows, 4, 64), dtype=torch.bfloat16, device="cuda") for rows in (total_q, total_k, total_k))
@@ -165,4 +192,8 @@ assert "is not 16-byte aligned" in lib.lib.flashtile_last_error().decode()
 call.size = 8
 if lib.lib.flashtile_forward_call(lib.runtime(), ctypes.addressof(call)) == 0:
     raise SystemExit("a call struct of the wrong size was accepted")
+# The stand-in torch has no C++ API: the C++ call path cannot be built, every call above took the ctypes path, and
+# call_path() says so.
+if not flashtile.call_path().startswith("ctypes: ") or interface._fast is not None:
+    raise SystemExit(f"the stand-in torch cannot build the C++ call path, yet call_path() is {flashtile.call_path()!r}")
 print(f"host calls: ok ({fake.fakeCudaLaunches()} launches)")
