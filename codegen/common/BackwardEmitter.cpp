@@ -703,7 +703,7 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   w.line("const int fragRow = lane / 4, fragCol = 2 * (lane % 4);");
   w.comment(cat("---- shared memory (", mainSmemBytes,
                 " bytes): sK, sV [kBlockN rows], sQ, sDO [kBlockM rows], 16-bit, rows swizzled"));
-  w.comment(cat("(sm80::rowPitch); ", stagingBuffers, " staging buffer(s) [kBlockM][kBlockN] for P and dS ----"));
+  w.comment(cat("(", ns, "::rowPitch); ", stagingBuffers, " staging buffer(s) [kBlockM][kBlockN] for P and dS ----"));
   w.line("extern __shared__ __align__(128) unsigned char smem[];");
   std::string at = "smem";
   for (auto [name, rows, width] : {std::tuple{"sK", "kBlockN", "kHeadDim"},

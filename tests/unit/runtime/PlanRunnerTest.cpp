@@ -2,6 +2,7 @@
 // the workspaces and the fields that point into them, repeated launches and programmatic dependent launch, against
 // stand-ins of the driver's calls (no GPU, no libcuda).
 #include "TestUtil.h"
+#include "codegen/common/LaunchPlanner.h"
 #include "runtime/lib/PlanRunner.h"
 
 #include "flashtile/runtime/SplitKv.h"
@@ -331,6 +332,51 @@ TEST_F(PlanRunner, BackwardPlansBindTheGradientsAndTheirWorkspaces) {
     std::vector<std::pair<CUdeviceptr, size_t>> zeroed = {{dqAccum, static_cast<size_t>(lseRows * 64)}};
     if (deterministic)
       zeroed.emplace_back(semaphores, 2 * 8 * 2);
+    EXPECT_EQ(recorder.memsets, zeroed);
+  }
+}
+
+TEST_F(PlanRunner, TheBackwardPlannersPlanRunsItsThreeKernelsAndZeroesItsAccumulators) {
+  KernelInfo info = test::fakeKernel().info;
+  info.kind = std::string(kBackwardKind);
+  info.plan = codegen::planBackwardLaunches({"bwd_pre", "bwd_main", "bwd_post", 64, 64, 128, 81920});
+  ASSERT_TRUE(info.plan.verify(227 * 1024).ok());
+  alignas(256) static char tensor[256];
+  for (int headsKv : {8, 2}) {
+    SCOPED_TRACE(headsKv == 8 ? "MHA" : "GQA");
+    recorder = Recorder();
+    BackwardArgs args;
+    args.forward = AttentionArgs::contiguous(DType::BF16, tensor, tensor, tensor, tensor,
+                                             reinterpret_cast<float *>(tensor), 2, 100, 300, 8, headsKv, 128);
+    args.dO = args.dQ = args.dK = args.dV = tensor;
+    args.dOStride = args.dQStride = {8 * 100 * 128, 8 * 128, 128, 1};
+    args.dKStride = args.dVStride = {headsKv * 300 * 128, headsKv * 128, 128, 1};
+    auto kernel = std::make_shared<const CachedKernel>(CachedKernel{info, ""});
+    StatusOr<detail::LoadedModule> module = detail::loadModule(driver, reinterpret_cast<CUcontext>(0x2), kernel);
+    ASSERT_TRUE(module.ok()) << module.status().message();
+    detail::PlanServices services{workspaces, [] { return StatusOr<int>(132); }};
+    Status s = detail::runPlan(driver, *module, args.forward, nullptr, services, &args);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_EQ(recorder.launches.size(), 3u);
+    // Q tiles of 64 rows, K/V tiles of 64 keys, and tiles of the longer of the two for the postprocess.
+    EXPECT_EQ(recorder.launches[0].grid, (std::array<unsigned, 3>{2, 8, 2}));
+    EXPECT_EQ(recorder.launches[1].grid, (std::array<unsigned, 3>{5, 8, 2}));
+    EXPECT_EQ(recorder.launches[2].grid, (std::array<unsigned, 3>{5, 8, 2}));
+    EXPECT_EQ(recorder.launches[1].smem, 81920u);
+    const long long lseRows = 2 * 8 * 100, keyRows = 2 * 300;
+    const CUdeviceptr dqAccum = kOwnBuffer + (lseRows * 4 + 255) / 256 * 256;
+    const CUdeviceptr dkAccum = dqAccum + (lseRows * 128 * 4 + 255) / 256 * 256;
+    const size_t dkWords = keyRows * headsKv * 128;
+    for (const Launch &l : recorder.launches) {
+      EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.delta), kOwnBuffer);
+      EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.dqAccum), dqAccum);
+      EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.dkAccum), headsKv == 8 ? 0 : dkAccum);
+      EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.dvAccum), headsKv == 8 ? 0 : dkAccum + dkWords * 4);
+    }
+    // The dQ accumulator starts at zero, and under GQA the dK and dV accumulators; D is written before it is read.
+    std::vector<std::pair<CUdeviceptr, size_t>> zeroed = {{dqAccum, static_cast<size_t>(lseRows * 128)}};
+    if (headsKv != 8)
+      zeroed.emplace_back(dkAccum, 2 * dkWords);
     EXPECT_EQ(recorder.memsets, zeroed);
   }
 }
