@@ -1176,8 +1176,10 @@ LogicalResult Interpreter::exec(LoadOp op) {
     if (auto hazard = copies.load(op.getOperand(), index, slots.lookup(slot), role))
       return fail(op, *hazard);
   }
-  // Rows past the sequence read as zero.
+  // Rows past the sequence read as zero; LSE's as -inf, rows that saw no key (tile.probs gives them P = 0).
   Tile t = Tile::zeros(rows, source->width);
+  if (op.getOperand() == Operand::Lse)
+    std::fill(t.data.begin(), t.data.end(), -std::numeric_limits<float>::infinity());
   t.rowBase = first;
   const int64_t row0 = querySide ? inst.qRow0 : inst.kRow0;
   for (int64_t r = 0; r < rows && first + r < seqlen; ++r) {
@@ -1858,6 +1860,9 @@ LogicalResult Interpreter::exec(ScoreGradOp op) {
   SmallVector<Scalar, 1> result;
   for (int64_t r = 0; r < out.rows; ++r)
     for (int64_t c = 0; c < out.cols; ++c) {
+      // Where dS' is 0 (a masked score, a padded row: P = 0) dS is 0, whatever the derivative is there.
+      if (out.at(r, c) == 0.f)
+        continue;
       // As tile.score_mod: a padding key reaches the region as the last key.
       int64_t kv = std::min<int64_t>(sT.colBase + c, std::max<int64_t>(inst.seqlenK - 1, 0));
       auto [query, head] = rowOf(sT.rowBase + r);

@@ -703,8 +703,11 @@ LogicalResult RoleOp::verify() {
                          << " warps; it needs at least two warpgroups (8 warps)";
   int64_t warps = 0;
   for (RoleOp role : (*this)->getBlock()->getOps<RoleOp>()) {
-    warps += role.getWarps();
-    if (role != *this && role.getName() == getName() && role->isBeforeInBlock(*this))
+    // A sibling is verified on its own: one without its attributes (invalid IR) counts no warps here.
+    auto roleWarps = role->getAttrOfType<IntegerAttr>(role.getWarpsAttrName());
+    auto roleName = role->getAttrOfType<StringAttr>(role.getNameAttrName());
+    warps += roleWarps ? roleWarps.getInt() : 0;
+    if (role != *this && roleName && roleName.getValue() == getName() && role->isBeforeInBlock(*this))
       return emitOpError() << "role '" << getName() << "' is defined twice";
   }
   // Said once, at the block's last role.

@@ -153,7 +153,7 @@ def Tile_LoadOp : Tile_Op<"load", [MemoryEffects<[MemRead]>, AttrSizedOperandSeg
   let description = [{
     `tile.load q` reads this instance's Q tile; `tile.load k[%j]` / `tile.load v[%j]` read K/V tile `j` (rows
     j·N .. j·N+N-1 of the key sequence, where N is the tile's leading dimension). Rows past the sequence read
-    as zero. Which tensors a program reads, and which of them are the instance's own tile (no index), is its kind's
+    as zero; LSE's as -inf (a row that saw no key, whose tile.probs are 0). Which tensors a program reads, and which of them are the instance's own tile (no index), is its kind's
     (passes/IR/ProgramKinds.h): a backward main program owns a K/V tile and reads `tile.load q[%i]`,
     `tile.load do[%i]`, `tile.load lse[%i] : tensor<64xf32>` and `tile.load delta[%i]` per Q tile. q, k, v, o and
     do are tiles of the program's dtype; lse and delta fp32 rows (rank 1); dq_accum an fp32 tile. A pipelined program reads the tile from the shared-memory slot an asynchronous copy filled:
@@ -833,7 +833,8 @@ def Tile_ScoreGradOp : Tile_Op<"score_grad", [AllTypesMatch<["ds", "result"]>, S
     The region is the derivative of the variant's score modifier with respect to its score, built by the compiler
     from the hook's IR (passes/Transforms/DifferentiateScore.h); it maps (score, b, h, q_idx, kv_idx) as
     tile.score_mod's region does, `score` being the element of `%s` (the modifier's input), and the result is
-    `%ds` times it.
+    `%ds` times it; where `%ds` is 0 (a masked score, a padded row: P = 0) the result is 0, whatever the
+    derivative is there (it may be infinite or NaN at a padding key).
     ```mlir
     %ds2 = tile.score_grad %ds, %s1 : tensor<?x?xf32>, tensor<?x?xf32> {
     ^bb0(%score: f32, %b: i32, %h: i32, %q: i32, %kv: i32):

@@ -389,3 +389,16 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
   ^bb0(%a: i32, %b: i32, %c: i32, %d: i32):
   }
 }
+
+// -----
+
+// A role without its warps (misspelled) is named by its own verifier; its siblings' count skips it.
+tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
+  tile.role "a" attributes {warps = 16 : i64, regs = 24 : i64} {
+    tile.yield
+  }
+  // expected-error @+1 {{'tile.role' op requires attribute 'warps'}}
+  tile.role "b" attributes {warxps = 20 : i64, regs = 24 : i64} {
+    tile.yield
+  }
+}
