@@ -138,13 +138,7 @@ void BackwardPrinter::printSequenceView() {
   w.comment("Varlen (cuSeqlensQ set): its rows of the packed tensors; p is that sequence's view (base pointers, the");
   w.comment(
       "LSE, D and dQ-accumulator rows, lengths), so every seqlen below, in the variant's functions too, is its own.");
-  w.line("FlashtileSequence p{params, blockBatch * params.seqlenK, 1.f / params.softmaxScale};");
-  w.open("if (params.cuSeqlensQ)");
-  w.line("const int z = blockBatch;");
-  w.line("const int qBegin = min(max(params.cuSeqlensQ[z], 0), params.seqlenQ);");
-  w.line("const int qEnd = min(max(params.cuSeqlensQ[z + 1], qBegin), params.seqlenQ);");
-  w.line("const int kBegin = min(max(params.cuSeqlensK[z], 0), params.seqlenK);");
-  w.line("const int kEnd = min(max(params.cuSeqlensK[z + 1], kBegin), params.seqlenK);");
+  openSequenceView(w);
   for (auto [field, begin, stride] : {std::tuple{"q", "qBegin", "qRowStride"},
                                       {"k", "kBegin", "kRowStride"},
                                       {"v", "kBegin", "vRowStride"},

@@ -987,13 +987,7 @@ void KernelPrinter::printSequenceView() {
   w.comment("Only fields that differ are rewritten: the others stay kernel-argument reads. p.keyOffset is");
   w.comment("b·seqlen_k dense and the sequence's first key row (cuSeqlensK[z], clamped) varlen; p.invSoftmaxScale");
   w.comment("is tile.softmax_scale inverse.");
-  w.line("FlashtileSequence p{params, blockBatch * params.seqlenK, 1.f / params.softmaxScale};");
-  w.open("if (params.cuSeqlensQ)");
-  w.line("const int z = blockBatch;");
-  w.line("const int qBegin = min(max(params.cuSeqlensQ[z], 0), params.seqlenQ);");
-  w.line("const int qEnd = min(max(params.cuSeqlensQ[z + 1], qBegin), params.seqlenQ);");
-  w.line("const int kBegin = min(max(params.cuSeqlensK[z], 0), params.seqlenK);");
-  w.line("const int kEnd = min(max(params.cuSeqlensK[z + 1], kBegin), params.seqlenK);");
+  openSequenceView(w);
   w.line("p.q = static_cast<const unsigned short *>(params.q) + qBegin * params.qRowStride;");
   w.line("p.k = static_cast<const unsigned short *>(params.k) + kBegin * params.kRowStride;");
   w.line("p.v = static_cast<const unsigned short *>(params.v) + kBegin * params.vRowStride;");
@@ -1724,6 +1718,16 @@ std::string sourceHeading(const KernelInfo &info, const KernelShape &shape, Stri
   src += "\n// ==== kernel parameters: runtime/include/flashtile/runtime/KernelAbi.h, verbatim ====\n";
   src += kKernelAbiText;
   return src;
+}
+
+void openSequenceView(CudaWriter &w) {
+  w.line("FlashtileSequence p{params, blockBatch * params.seqlenK, 1.f / params.softmaxScale};");
+  w.open("if (params.cuSeqlensQ)");
+  w.line("const int z = blockBatch;");
+  w.line("const int qBegin = min(max(params.cuSeqlensQ[z], 0), params.seqlenQ);");
+  w.line("const int qEnd = min(max(params.cuSeqlensQ[z + 1], qBegin), params.seqlenQ);");
+  w.line("const int kBegin = min(max(params.cuSeqlensK[z], 0), params.seqlenK);");
+  w.line("const int kEnd = min(max(params.cuSeqlensK[z + 1], kBegin), params.seqlenK);");
 }
 
 std::string sequenceStructText() {

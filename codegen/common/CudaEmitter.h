@@ -54,6 +54,9 @@ mlir::LogicalResult describeKernel(flashtile::tile::FuncOp func, const KernelSha
 /// The first lines of a module's source: `title`, the configuration, the launch plan, then the kernel ABI's text.
 std::string sourceHeading(const flashtile::KernelInfo &info, const KernelShape &shape, llvm::StringRef isa,
                           llvm::StringRef title);
+/// `FlashtileSequence p` of batch entry blockBatch, and the open `if (params.cuSeqlensQ) {` block of a varlen
+/// sequence with its rows [qBegin, qEnd) and keys [kBegin, kEnd) declared: the caller rewrites p's fields, then closes.
+void openSequenceView(CudaWriter &w);
 /// The FlashtileSequence struct (the kernel parameters as a block's sequence sees them) the variant functions take.
 std::string sequenceStructText();
 /// `text` safe inside a `//` comment of the generated source.

@@ -1,9 +1,9 @@
 // PlanRunnerTest.cpp — the runtime executes launch plans as data: the order of a module's kernels, their grids,
 // the workspaces and the fields that point into them, repeated launches and programmatic dependent launch, against
 // stand-ins of the driver's calls (no GPU, no libcuda).
+#include "runtime/lib/PlanRunner.h"
 #include "TestUtil.h"
 #include "codegen/common/LaunchPlanner.h"
-#include "runtime/lib/PlanRunner.h"
 
 #include "flashtile/runtime/SplitKv.h"
 
@@ -112,13 +112,13 @@ class PlanRunner : public ::testing::Test {
 protected:
   void SetUp() override { recorder = Recorder(); }
 
-  Status run(const KernelInfo &info, const AttentionArgs &args) {
+  Status run(const KernelInfo &info, const AttentionArgs &args, const BackwardArgs *backward = nullptr) {
     auto kernel = std::make_shared<const CachedKernel>(CachedKernel{info, ""});
     StatusOr<detail::LoadedModule> module = detail::loadModule(driver, reinterpret_cast<CUcontext>(0x2), kernel);
     if (!module.ok())
       return module.status();
     detail::PlanServices services{workspaces, [] { return StatusOr<int>(132); }};
-    return detail::runPlan(driver, *module, args, nullptr, services);
+    return detail::runPlan(driver, *module, args, nullptr, services, backward);
   }
 
   CudaDriver driver = standIn();
@@ -351,11 +351,7 @@ TEST_F(PlanRunner, TheBackwardPlannersPlanRunsItsThreeKernelsAndZeroesItsAccumul
     args.dO = args.dQ = args.dK = args.dV = tensor;
     args.dOStride = args.dQStride = {8 * 100 * 128, 8 * 128, 128, 1};
     args.dKStride = args.dVStride = {headsKv * 300 * 128, headsKv * 128, 128, 1};
-    auto kernel = std::make_shared<const CachedKernel>(CachedKernel{info, ""});
-    StatusOr<detail::LoadedModule> module = detail::loadModule(driver, reinterpret_cast<CUcontext>(0x2), kernel);
-    ASSERT_TRUE(module.ok()) << module.status().message();
-    detail::PlanServices services{workspaces, [] { return StatusOr<int>(132); }};
-    Status s = detail::runPlan(driver, *module, args.forward, nullptr, services, &args);
+    Status s = run(info, args.forward, &args);
     ASSERT_TRUE(s.ok()) << s.message();
     ASSERT_EQ(recorder.launches.size(), 3u);
     // Q tiles of 64 rows, K/V tiles of 64 keys, and tiles of the longer of the two for the postprocess.
