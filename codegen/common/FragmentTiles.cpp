@@ -196,7 +196,7 @@ void FragmentTiles::rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMo
   w.close();
 }
 
-void FragmentTiles::finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) const {
+void FragmentTiles::finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool scaleAcc) const {
   if (sinkFn.empty()) {
     w.comment("---- finalize: l = quad sum of the partial sums, O = acc / l, LSE = (m + log2 l)·ln 2 ----");
     w.comment("m is in the log2 domain; a row that saw no key (l = 0) gets O = 0 and LSE = -inf.");
@@ -208,19 +208,24 @@ void FragmentTiles::finalize(CudaWriter &w, const StateNames &st, const std::str
     w.line(cat("const float sinkLog2 = ", sinkFn, "(b, h, p) * ", log2e, ";"));
   }
   w.line("float lse[kMTiles][2];");
+  if (!scaleAcc)
+    w.line("float invL[kMTiles][2];  // 1 / l of each row: O is scaled where it is read (the accumulator is not here)");
+  const std::string invL = scaleAcc ? "const float invL" : "invL[mt][r]";
   forEachRow(w, [&] {
     if (sinkFn.empty()) {
       w.line(cat("const float l = ", quadSum, "(", st.rowSum, "[mt][r]);"));
-      w.line("const float invL = l == 0.f ? 0.f : 1.f / l;");
+      w.line(cat(invL, " = l == 0.f ? 0.f : 1.f / l;"));
       w.line(cat("lse[mt][r] = l == 0.f ? ", negInf, " : (", st.rowMax, "[mt][r] + log2f(l)) * ", ln2, ";"));
     } else {
       w.line(cat("const float maxNew = fmaxf(", st.rowMax, "[mt][r], sinkLog2);"));
       w.line(cat("const float maxUsed = maxNew == ", negInf, " ? 0.f : maxNew;"));
       w.line(cat("const float carry = ", exp2, "(", st.rowMax, "[mt][r] - maxUsed);"));
       w.line(cat("const float l = ", quadSum, "(", st.rowSum, "[mt][r]) * carry + ", exp2, "(sinkLog2 - maxUsed);"));
-      w.line("const float invL = l == 0.f ? 0.f : carry / l;");
+      w.line(cat(invL, " = l == 0.f ? 0.f : carry / l;"));
       w.line(cat("lse[mt][r] = l == 0.f ? ", negInf, " : (maxUsed + log2f(l)) * ", ln2, ";"));
     }
+    if (!scaleAcc)
+      return;
     w.openUnrolledFor("nt", "kOTiles");
     w.line(cat(st.acc, "[mt][nt][2 * r] *= invL;"));
     w.line(cat(st.acc, "[mt][nt][2 * r + 1] *= invL;"));

@@ -58,7 +58,9 @@ public:
   /// Rounds the scores `s` into `p`, the A fragments of P·V (declaring `p` when `declare`).
   void packProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool declare) const;
   void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) const;
-  void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) const;
+  /// O = acc / l and LSE; `scaleAcc` false leaves acc alone and declares invL[kMTiles][2] (1 / l of each row) for a
+  /// family whose accumulator is not in registers (sm100: tensor memory), which scales O where it reads it.
+  void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool scaleAcc = true) const;
   /// `tile.store o` from the registers: two adjacent columns (4 bytes) a store, rows < seqlen_q.
   void storeODirect(CudaWriter &w, const StateNames &st) const;
   void storeLse(CudaWriter &w) const;
