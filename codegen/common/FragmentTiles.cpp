@@ -118,11 +118,14 @@ void FragmentTiles::mask(CudaWriter &w, const std::string &s, const std::string 
 }
 
 void FragmentTiles::softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, bool foldScale,
-                                  int rescaleThreshold) const {
+                                  int rescaleThreshold, const std::string &softExp2, int softShare) const {
   w.comment("online softmax, in the exp2 domain with c = scoreScale: m' = max(m, rowmax(S)·c), alpha = exp2(m - m'),");
   w.comment("P = exp2(S·c - m'), l' = alpha·l + rowsum(P); a row with no key yet (m' = -inf) subtracts 0, not -inf,");
   w.comment("so it gets P = 0 and alpha = 0 instead of NaN. Rows are reduced over the 4 lanes of a quad; l stays a");
   w.comment("per-lane partial sum until finalize.");
+  if (softShare > 0)
+    w.comment(cat("Software exp2: n8 tiles nt with nt % 8 < ", softShare, " take ", softExp2,
+                  " (FMA pipe), the others the MUFU unit."));
   w.line(foldScale ? "const float scoreScale = p.scaleLog2;  // softmax_scale·log2(e): tile.scale folded in here"
                    : cat("const float scoreScale = ", log2e, ";  // scores are already scaled"));
   w.line("float alpha[kMTiles][2];");
@@ -160,7 +163,11 @@ void FragmentTiles::softmaxUpdate(CudaWriter &w, const StateNames &st, const std
     w.openUnrolledFor("nt", "kSTiles");
     w.openUnrolledFor("c", "2");
     w.line(cat("float &s = ", s, "[mt][nt][2 * r + c];"));
-    w.line(cat("s = ", exp2, "(fmaf(s, scoreScale, -maxUsed));"));
+    if (softShare > 0)
+      w.line(cat("s = nt % 8 < ", softShare, " ? ", softExp2, "(fmaf(s, scoreScale, -maxUsed)) : ", exp2,
+                 "(fmaf(s, scoreScale, -maxUsed));  // a constant choice once unrolled"));
+    else
+      w.line(cat("s = ", exp2, "(fmaf(s, scoreScale, -maxUsed));"));
     w.line("tileSum += s;");
     w.close();
     w.close();

@@ -150,7 +150,7 @@ public:
   /// P stays fp32 in the scores until roundProbabilities packs it and writes it over S in tensor memory.
   void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, const std::string &, bool foldScale,
                      int rescaleThreshold) override {
-    fragments.softmaxUpdate(w, st, s, foldScale, rescaleThreshold);
+    fragments.softmaxUpdate(w, st, s, foldScale, rescaleThreshold, "sm100::math::exp2Poly3", shape.exp2PolyShare);
   }
   void roundProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool carried) override;
   void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) override;
@@ -628,6 +628,8 @@ public:
       return cat("sm100: stages (", shape.stages, ") must be 1 to 8 slots per K/V ring");
     if (shape.packQueryHeads)
       return std::string("sm100: GQA packing is printed by the sm80 family");
+    if (shape.exp2PolyShare < 0 || shape.exp2PolyShare > 8)
+      return cat("sm100: exp2 poly share (", shape.exp2PolyShare, ") must be 0 to 8 eighths of the n8 tiles");
     for (const MmaF16Shape &mma : {qkShape(shape), pvShape(shape)})
       if (std::optional<std::string> why = checkMmaF16Shape(mma))
         return "sm100: " + *why;

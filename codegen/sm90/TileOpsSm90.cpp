@@ -498,6 +498,8 @@ public:
   std::optional<std::string> checkShape(const KernelShape &shape) const override {
     if (shape.dtype != "bf16" && shape.dtype != "f16")
       return "sm90 wgmmas take bf16 or f16 tiles here, got " + shape.dtype;
+    if (shape.exp2PolyShare != 0)
+      return std::string("sm90: no software exp2 here (tile.exp2_poly_share must be 0)");
     constexpr int kNarrowColumns = kNarrowSwizzleBytes / 2;
     for (auto [name, value] : {std::pair{"head_dim", shape.headDim}, {"head_dim_v", shape.headDimV}})
       if (value % kNarrowColumns != 0 || value < kNarrowColumns || value > kWgmmaMaxN)

@@ -23,11 +23,6 @@ std::optional<Fa4Config> configure(int64_t headDim, int64_t headDimV, const Fa4K
             "accepted: two-cta = 0";
     return std::nullopt;
   }
-  if (knob(knobs, kExp2PolyShare, 0) != 0) {
-    error = "fa4: exp2-poly-share > 0 (the share of exponentials on the FMA pipe, sm100::math::exp2Poly3) is not "
-            "printed yet; accepted: exp2-poly-share = 0 (every exp2 on MUFU)";
-    return std::nullopt;
-  }
   Fa4Config c;
   // 64 keys a tile: the softmax warps hold S in C fragments (a warp's 32 rows x block-n fp32: 64 registers a
   // thread at 64 keys), and 128 keys (FA4's) spill under the registers two softmax warpgroups get (ptxas for
@@ -38,9 +33,14 @@ std::optional<Fa4Config> configure(int64_t headDim, int64_t headDimV, const Fa4K
   c.blockM = kRowsPerWarpgroup * c.softmaxWarpgroups;
   c.stages = knob(knobs, kStages, 2);
   c.rescaleThreshold = knob(knobs, kRescaleThreshold, kDefaultRescaleThreshold);
+  c.exp2PolyShare = knob(knobs, kExp2PolyShare, 0);
 
   if (c.softmaxWarpgroups < 1 || c.softmaxWarpgroups > 2) {
     error = "fa4: softmax-warpgroups = " + std::to_string(c.softmaxWarpgroups) + " must be 1 or 2";
+    return std::nullopt;
+  }
+  if (c.exp2PolyShare < 0 || c.exp2PolyShare > 8) {
+    error = "fa4: exp2-poly-share = " + std::to_string(c.exp2PolyShare) + " must be 0 to 8 (eighths of S's n8 tiles)";
     return std::nullopt;
   }
   if (c.blockN < 16 || c.blockN > 256 || (c.blockN & (c.blockN - 1)) != 0) {

@@ -41,6 +41,9 @@ struct Fa4Config {
   int64_t stages = 2;            ///< slots of the K and V rings
   int64_t softmaxWarpgroups = 2; ///< Q tiles of 128 rows a block runs side by side, each with its own S and O
   int64_t rescaleThreshold = kDefaultRescaleThreshold; ///< 0: O is rescaled every tile
+  /// Of every 8 n8 tiles of a score row, how many take their exponentials from the software exp2 (FMA pipe) instead
+  /// of MUFU. 0 by default: FA4 moves 12-19% there to relieve MUFU, a trade no SM100 GPU here could measure.
+  int64_t exp2PolyShare = 0;
   int64_t warps() const { return kWarpgroupWarps * (softmaxWarpgroups + 1); }
 };
 

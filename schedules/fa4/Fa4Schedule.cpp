@@ -8,7 +8,7 @@
 //
 // What is not FA4 yet (schedules/fa4/README.md): the MMAs are issued by an elected thread of each softmax
 // warpgroup, not by a single MMA warp; O is rescaled by the softmax warps themselves, not by a correction warpgroup;
-// the epilogue is theirs too; no GEMM overlaps the softmax; the software exp2 and 2-CTA MMAs are not printed. The
+// the epilogue is theirs too; no GEMM overlaps the softmax; 2-CTA MMAs are not printed. The
 // role IR is the one tile-fa3-pipeline writes (a producer role and a consumer role over a ring), run with its
 // overlap, ping-pong, persistence and O staging off: FA4's own roles need the memory layer (channels between roles,
 // TMEM buffers as values) that the IR does not have yet.
@@ -19,6 +19,7 @@
 #include "schedules/fa4/Fa4Config.h"
 #include "schedules/fa4/Fa4Register.h"
 
+#include "passes/IR/TileExp2Poly.h"
 #include "passes/Transforms/Passes.h"
 #include "passes/Transforms/ScheduleRegistry.h"
 
@@ -57,8 +58,8 @@ public:
                              "while their S and O fit tensor memory, head dim v up to 192)", 1, 2},
         {kRescaleThreshold, "FA4's conditional rescaling: a warp's row maxes move (and O *= alpha runs) only when one "
                             "grew by more than N (log2 units); 0: every tile", 0, kMaxRescaleThreshold},
-        {kExp2PolyShare, "exponentials on the FMA pipe (software exp2) per 8 n8 tiles of S; only 0 (every exp2 on "
-                         "MUFU) is printed yet", 0, 8},
+        {kExp2PolyShare, "of every 8 n8 tiles of a score row, how many take their exponentials from the software "
+                         "exp2 on the FMA pipe (sm100::math::exp2Poly3) instead of MUFU; 0: none", 0, 8},
         {kTwoCta, "1: tcgen05.mma.cta_group::2 across a cluster of two CTAs (not implemented; 0 only)", 0, 1},
     };
     return specs;
@@ -69,6 +70,9 @@ public:
     std::optional<Fa4Config> c = fa4::configure(func.getHeadDim(), func.getHeadDimV(), knobs, error);
     if (!c)
       return func.emitOpError() << error;
+    // The share of software exponentials is the printer's business, not the program's: a func attribute.
+    if (c->exp2PolyShare > 0)
+      func->setAttr(kExp2PolyShareAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), c->exp2PolyShare));
     // Split-Q over the softmax warpgroups: a warp holds its TMEM lane quarter, 32 rows.
     const int64_t warpRows = kRowsPerWarpgroup / kWarpgroupWarps;
     return ScheduleAttr::get(func.getContext(), kName, c->blockM, c->blockN, c->warps(), WarpLayout::SplitQ, warpRows,

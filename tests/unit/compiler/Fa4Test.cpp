@@ -5,6 +5,7 @@
 // by NVRTC to an sm_100a cubin. No SM100 GPU exists here: nothing in this file runs a kernel; the manifests say so
 // (neverRunOnArch, checkAgainst fa2). The interpreter runs fa4-scheduled IR in VariantTest.cpp.
 //===----------------------------------------------------------------------===//
+#include "AttentionReference.h"
 #include "PlanSupport.h"
 #include "TestSupport.h"
 
@@ -13,11 +14,15 @@
 #include "flashtile/dsl/Program.h"
 #include "flashtile/runtime/KernelInfo.h"
 #include "flashtile/runtime/Nvrtc.h"
+#include "interpreter/Interpreter.h"
+#include "interpreter/Rounding.h"
 #include "passes/Transforms/ScheduleRegistry.h"
 #include "schedules/fa4/Fa4Config.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <numbers>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -62,8 +67,8 @@ TEST(Fa4Config, RefusesWhatItDoesNotPrint) {
                        "implemented"),
             std::string::npos)
       << error;
-  EXPECT_FALSE(fa4::configure(128, 128, {{fa4::kExp2PolyShare, 2}}, error));
-  EXPECT_NE(error.find("fa4: exp2-poly-share > 0"), std::string::npos) << error;
+  EXPECT_FALSE(fa4::configure(128, 128, {{fa4::kExp2PolyShare, 9}}, error));
+  EXPECT_EQ(error, "fa4: exp2-poly-share = 9 must be 0 to 8 (eighths of S's n8 tiles)");
   EXPECT_FALSE(fa4::configure(256, 256, {{fa4::kSoftmaxWarpgroups, 2}}, error));
   EXPECT_NE(error.find("exceed tensor memory's 512"), std::string::npos) << error;
   EXPECT_FALSE(fa4::configure(128, 128, {{fa4::kBlockN, 96}}, error));
@@ -81,6 +86,83 @@ TEST(Fa4Schedule, IsOfferedOnSm100aOnlyAndMarkedNeverRun) {
   EXPECT_EQ(fa4->checkAgainstOn("sm_100a"), "fa2");
   // Unproven: no call that names no schedule runs it.
   EXPECT_TRUE(schedule::dispatchRuleOf(*fa4, "sm_100a").preferredOver.empty());
+}
+
+// exp2-poly-share: the chosen share of a score row's n8 tiles takes the software exp2 (FMA pipe), the rest MUFU; the
+// kernel still compiles for sm_100a. The sm80 and sm90 families have no software exp2 and refuse the attribute.
+TEST(Fa4Schedule, Exp2PolyShareReachesTheSoftmax) {
+  mlir::MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto program = buildAttentionProgram(context, *variants::byName("softcap_causal"),
+                                       ProgramOptions{ElementType::BF16, 128, 128});
+  ASSERT_TRUE(mlir::succeeded(program)) << diags.text;
+  mlir::OwningOpRef<mlir::ModuleOp> lowered =
+      flashtile::testing::scheduledFa4(**program, {{fa4::kExp2PolyShare, 2}});
+  ASSERT_TRUE(lowered) << diags.text;
+  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(funcOf(*lowered));
+  ASSERT_TRUE(mlir::succeeded(kernel)) << diags.text;
+  EXPECT_NE(kernel->source.find("s = nt % 8 < 2 ? sm100::math::exp2Poly3(fmaf(s, scoreScale, -maxUsed)) : "
+                                "frag::exp2(fmaf(s, scoreScale, -maxUsed));"),
+            std::string::npos);
+  StatusOr<std::string> cubin =
+      compileCuda(kernel->source, kernel->info.entry + ".cu", "sm_100a", NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message();
+
+  // Without the knob the softmax has no software exp2 at all.
+  mlir::OwningOpRef<mlir::ModuleOp> plain = flashtile::testing::scheduledFa4(**program);
+  ASSERT_TRUE(plain) << diags.text;
+  mlir::FailureOr<codegen::EmittedKernel> mufuOnly = codegen::emitCuda(funcOf(*plain));
+  ASSERT_TRUE(mlir::succeeded(mufuOnly)) << diags.text;
+  EXPECT_EQ(mufuOnly->source.find("sm100::math::exp2Poly3("), std::string::npos);
+
+  for (const char *family : {"sm80", "sm90"}) {
+    target::KernelShape shape = schedule::kernelShapeOf(funcOf(*lowered));
+    ASSERT_EQ(shape.exp2PolyShare, 2);
+    std::optional<std::string> refused = target::lookupTarget(family)->checkShape(shape);
+    ASSERT_TRUE(refused) << family;
+    EXPECT_NE(refused->find("no software exp2 here"), std::string::npos) << *refused;
+  }
+}
+
+// Conditional rescaling on adversarial scores, through the whole fa4 pipeline in the interpreter: every row's scores
+// rise along fa4's walk (K/V tiles last to first), slowly (a 32-key tile raises the max by 3.2 log2 units: the stale
+// max is kept over tiles, P grows up to 2^8 before the max moves) and over a dynamic range of 1e4 (every tile moves
+// it). Threshold 8 and 0 both match the double-precision reference by the FlashAttention rule.
+TEST(Fa4Interpreter, ConditionalRescalingIsExactOnRisingScores) {
+  mlir::MLIRContext context;
+  DiagnosticCapture diags(context);
+  const int headDim = 64, seqlenQ = 48, seqlenK = 256;
+  auto program = buildAttentionProgram(context, *variants::byName("none"),
+                                       ProgramOptions{ElementType::BF16, headDim, headDim});
+  ASSERT_TRUE(mlir::succeeded(program)) << diags.text;
+  for (auto [label, log2PerKey] : {std::pair{"rising 0.1 log2 units a key", 0.1}, {"range 1e4", 1e4 / seqlenK}}) {
+    interp::Problem p = flashtile::testing::problem(1, seqlenQ, seqlenK, 1, 1, headDim);
+    test::Inputs in = test::randomInputs(p, flashtile::testing::seedFor(std::string("fa4 rising ") + label));
+    // Score (log2 units) of row i and key j: q_i0 · k_j0 · scale · log2 e = (1 + i / Sq) · log2PerKey · (Sk - 1 - j),
+    // plus the other dimensions' noise, scaled down.
+    const double keyUnit = log2PerKey / (p.softmaxScale * std::numbers::log2e);
+    for (int i = 0; i < seqlenQ; ++i) {
+      in.q[i * headDim] = 1.0f + float(i) / seqlenQ;
+      for (int d = 1; d < headDim; ++d)
+        in.q[i * headDim + d] *= 0.1f;
+    }
+    for (int j = 0; j < seqlenK; ++j)
+      in.k[j * headDim] = float(keyUnit * (seqlenK - 1 - j));
+    test::Reference ref = test::referenceAttention(p, in, test::Mask::None, interp::roundToBf16);
+    for (int64_t threshold : {int64_t{8}, int64_t{0}}) {
+      const std::string what = std::string(label) + ", rescale threshold " + std::to_string(threshold);
+      mlir::OwningOpRef<mlir::ModuleOp> lowered = flashtile::testing::scheduledFa4(
+          **program, {{fa4::kSoftmaxWarpgroups, 1}, {fa4::kBlockN, 32}, {fa4::kStages, 3},
+                      {fa4::kRescaleThreshold, threshold}});
+      ASSERT_TRUE(lowered) << diags.text;
+      flashtile::testing::Outputs out;
+      ASSERT_TRUE(mlir::succeeded(interp::run(funcOf(*lowered), p, in.q, in.k, in.v, out.o, out.lse))) << diags.text;
+      const double bound = test::errorBound(ref), err = test::maxAbsDiff(out.o, ref.o);
+      EXPECT_LE(err, bound) << what << ": max |O - ref| = " << err;
+      for (size_t row = 0; row < ref.lse.size(); ++row)
+        ASSERT_NEAR(out.lse[row], ref.lse[row], 1e-4 * std::max(1.0, std::fabs(ref.lse[row]))) << what << ", row " << row;
+    }
+  }
 }
 
 using Fa4Case = std::tuple<std::string, ElementType, int, int>; // variant, dtype, head dim, head dim v
