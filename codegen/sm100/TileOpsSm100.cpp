@@ -25,6 +25,7 @@
 #include "codegen/common/Concat.h"
 #include "codegen/common/FragmentPrelude.h"
 #include "codegen/common/FragmentTiles.h"
+#include "codegen/common/TmaRing.h"
 #include "codegen/sm100/DescriptorsSm100.h"
 #include "codegen/sm100/InstructionsSm100.h"
 #include "codegen/sm100/PreludeSm100.h"
@@ -57,18 +58,6 @@ constexpr int kFirstGroupBarrier = 1;
 constexpr int kMaxGroups = 2;
 
 int launchRegisters(int threads) { return std::min(kMaxRegisters - 1, kRegisterFile / threads) / 8 * 8; }
-
-const char *operandName(Operand operand) {
-  switch (operand) {
-  case Operand::Q:
-    return "Q";
-  case Operand::K:
-    return "K";
-  case Operand::V:
-    return "V";
-  }
-  return "?";
-}
 
 std::string hex64(uint64_t value) {
   char text[32];
@@ -179,9 +168,6 @@ public:
                int newerInFlight) override;
 
 private:
-  static std::string slotOf(const std::string &position, int slots) {
-    return slots == 1 ? std::string("0") : cat("(", position, ") % ", slots);
-  }
   /// Opens the block in which one elected thread of the calling warpgroup issues its MMAs: every thread's earlier
   /// tcgen05 accesses (the loads of S, the stores of P and O) are ordered before them by fence, warpgroup barrier,
   /// fence. Closed by closeIssue after the commit.
@@ -216,14 +202,7 @@ void TileTargetSm100::setup(CudaWriter &w, const std::vector<Operand> &) {
   w.comment("head dim in 128-byte-swizzled column blocks of 64 columns (block c of a tile of R rows at c·R·128 bytes,");
   w.comment("row r's 16-byte chunk k at r·128 + (k ^ r % 8)·16: what the descriptors below describe). Tiles start on");
   w.comment("1024-byte boundaries (the swizzle repeats every 8 rows); the dynamic base is only 16-byte aligned. ----");
-  w.line(cat("constexpr int kStages = ", shape.stages, ";"));
-  w.line("constexpr unsigned kQTileBytes = kBlockM * kHeadDim * 2, kKTileBytes = kBlockN * kHeadDim * 2,");
-  w.line("                   kVTileBytes = kBlockN * kHeadDimV * 2;");
-  w.line("extern __shared__ __align__(1024) unsigned char smemRaw[];");
-  w.line("unsigned char *const sQ = smemRaw + ((1024 - sm100::smemAddress(smemRaw) % 1024) % 1024);");
-  w.line("unsigned char *const sK = sQ + kQTileBytes;");
-  w.line("unsigned char *const sV = sK + kStages * kKTileBytes;");
-  w.line("sm100::Mbarrier *const barriers = reinterpret_cast<sm100::Mbarrier *>(sV + kStages * kVTileBytes);");
+  printRingTiles(w, kIsa, shape.stages);
   w.comment("---- tcgen05.mma descriptors, encoded on the host (codegen/sm100/DescriptorsSm100.h): every field but the");
   w.comment("tile's address (sm100::desc::make adds it). Shared-memory descriptors: 128-byte swizzle, SBO 1024 bytes");
   w.comment("(8 rows), version 1; Q and K K-major (LBO unused: 16 bytes), V MN-major (LBO: the next 64 columns of the");
@@ -239,17 +218,7 @@ void TileTargetSm100::setup(CudaWriter &w, const std::vector<Operand> &) {
              ";  // O += P·V: N = kHeadDimV, B MN-major"));
 }
 
-void TileTargetSm100::setupTile(CudaWriter &w) {
-  w.comment("---- this tile's (batch, head) and the TMA coordinates of its tiles: {0, row, 0, head, batch}; a varlen");
-  w.comment("sequence is rows [cuSeqlens[b], cuSeqlens[b + 1]) of one packed tensor (batch coordinate 0) ----");
-  w.line("const int b = blockBatch, h = blockHead;");
-  w.line("const int hKv = h / (p.headsQ / p.headsKv);  // grouped-query attention: K/V head of query head h");
-  w.line("const int m0 = qTile * kBlockM;              // first query row of this tile");
-  w.line("const int qRow0 = params.cuSeqlensQ ? min(max(params.cuSeqlensQ[b], 0), params.seqlenQ) : 0;");
-  w.line("const int kRow0 = params.cuSeqlensK ? p.keyOffset : 0;");
-  w.line("const int tmaBatch = params.cuSeqlensQ ? 0 : b;");
-  w.line("const int warpRow0 = m0 + warp * kWarpRows;  // first query row of this (computing) warp");
-}
+void TileTargetSm100::setupTile(CudaWriter &w) { printRingTileCoordinates(w); }
 
 std::optional<RoleProblem> TileTargetSm100::checkRoles(const std::vector<RoleInfo> &roleList) const {
   for (size_t i = 0; i < roleList.size(); ++i)
@@ -306,23 +275,12 @@ void TileTargetSm100::setupRoles(CudaWriter &w, const std::vector<RoleInfo> &rol
   w.comment("---- barriers, one per ring slot: full (one arrival, the producer's arrive.expect_tx, plus the copy's");
   w.comment("bytes), empty (one arrival per computing warp; a slot starts released); then one MMA barrier per");
   w.comment("warpgroup (tcgen05.commit's arrival: its GEMM completed) and the word tcgen05.alloc writes ----");
-  int offset = 0;
-  for (const BarrierInfo &barrier : barriers) {
-    w.line(cat("sm100::Mbarrier *const ", barrier.name, " = barriers + ", offset, ";  // ", barrier.slots,
-               barrier.slots == 1 ? " slot" : " slots", " of ", operandName(barrier.operand),
-               barrier.bytes > 0 ? cat(", ", barrier.bytes, " bytes a phase") : std::string(", released by consumers")));
-    offset += barrier.slots;
-  }
+  const int offset = printRingBarrierDeclarations(w, kIsa, barriers);
   w.line(cat("sm100::Mbarrier *const mmaDone = barriers + ", offset, ";  // kGroups: warpgroup g's Q·Kᵀ or P·V done"));
   w.line(cat("unsigned *const tmemCell = reinterpret_cast<unsigned *>(barriers + ", offset + groups, ");"));
   w.line("unsigned mmaPhase = 0;  // parity of this warpgroup's next MMA completion: every GEMM is waited on once");
   w.open("if (threadIdx.x == 0)");
-  for (const BarrierInfo &barrier : barriers) {
-    int count = barrier.bytes > 0 ? 1 : static_cast<int>(barrier.arrivals) * consumerWarps;
-    w.openUnrolledFor("i", std::to_string(barrier.slots));
-    w.line(cat("sm100::mbarrier::init(&", barrier.name, "[i], ", count, ");"));
-    w.close();
-  }
+  printRingBarrierInits(w, kIsa, barriers, consumerWarps);
   w.openUnrolledFor("i", "kGroups");
   w.line("sm100::mbarrier::init(&mmaDone[i], 1);");
   w.close();
@@ -381,47 +339,17 @@ void TileTargetSm100::closeRole(CudaWriter &w, int index) {
 }
 
 void TileTargetSm100::barrierWait(CudaWriter &w, int index, const std::string &position) {
-  const BarrierInfo &barrier = barriers[index];
-  std::string round = barrier.slots == 1 ? cat("(", position, ")") : cat("(", position, ") / ", barrier.slots);
-  if (barrier.bytes > 0) {
-    w.comment(cat("wait until ", operandName(barrier.operand), " has landed in the slot of ring position ", position,
-                  " (phase parity of its round)"));
-    w.line(cat("sm100::mbarrier::wait(&", barrier.name, "[", slotOf(position, barrier.slots), "], (", round,
-               ") & 1);"));
-  } else {
-    w.comment(cat("wait until the consumers released the slot of ring position ", position,
-                  " from the round before (round 0: a fresh barrier's parity-1 wait passes)"));
-    w.line(cat("sm100::mbarrier::wait(&", barrier.name, "[", slotOf(position, barrier.slots), "], ((", round,
-               ") & 1) ^ 1);"));
-  }
+  printRingWait(w, kIsa, barriers[index], position);
 }
 
 void TileTargetSm100::barrierArrive(CudaWriter &w, int index, const std::string &position) {
-  const BarrierInfo &barrier = barriers[index];
-  w.comment(cat("release the ", operandName(barrier.operand), " slot of ring position ", position,
-                ": its MMA completed (the commit covers the reads of its operands); one arrival per warp"));
-  w.line("__syncwarp();");
-  w.line("if (lane == 0)");
-  w.line(cat("  sm100::mbarrier::arrive(&", barrier.name, "[", slotOf(position, barrier.slots), "]);"));
+  printRingRelease(w, kIsa, barriers[index], position,
+                   "its MMA completed (the commit covers the reads of its operands); one arrival per warp");
 }
 
 void TileTargetSm100::copyToSlot(CudaWriter &w, Operand operand, const std::string &tile, const std::string &position,
                                  int index) {
-  const BarrierInfo &barrier = barriers[index];
-  const char *smem = operand == Operand::Q ? "sQ" : operand == Operand::K ? "sK" : "sV";
-  const char *bytes = operand == Operand::Q ? "kQTileBytes" : operand == Operand::K ? "kKTileBytes" : "kVTileBytes";
-  const char *map = operand == Operand::Q ? "maps.q" : operand == Operand::K ? "maps.k" : "maps.v";
-  std::string row = operand == Operand::Q ? "qRow0 + m0" : cat("kRow0 + ", tile, " * kBlockN");
-  const char *head = operand == Operand::Q ? "h" : "hKv";
-  w.comment(cat("TMA: ", operandName(operand), operand == Operand::Q ? "" : cat(" tile ", tile),
-                " into the slot of ring position ", position, "; its bytes complete the phase of ", barrier.name,
-                " (rows past the tensor read as zeros)"));
-  w.open("");
-  w.line(cat("const int slot = ", slotOf(position, barrier.slots), ";"));
-  w.line(cat("sm100::mbarrier::arriveExpectTx(&", barrier.name, "[slot], ", bytes, ");"));
-  w.line(cat("sm100::tma::load5d(", smem, " + slot * ", bytes, ", &", map, ", &", barrier.name, "[slot], 0, ", row,
-             ", 0, ", head, ", tmaBatch);"));
-  w.close();
+  printRingCopy(w, kIsa, operand, tile, position, barriers[index]);
 }
 
 void TileTargetSm100::forEachOChunk(CudaWriter &w, const std::function<void()> &body) const {
@@ -637,9 +565,7 @@ public:
   }
 
   int64_t smemBytes(const KernelShape &shape) const override {
-    return int64_t(2) * (int64_t(shape.blockM) * shape.headDim +
-                         int64_t(shape.stages) * shape.blockN * (shape.headDim + shape.headDimV)) +
-           kSmemReserve;
+    return ringSmemBytes(shape, kSmemReserve);
   }
 
   std::unique_ptr<TileTarget> createPrinter(const KernelShape &shape) const override {
