@@ -23,7 +23,8 @@ std::vector<std::string> FragmentTiles::reservedNames() const {
           "rowHead", "packedRows",
           // locals of the printed loops
           "mt", "nt", "k", "r", "c", "i", "s", "l", "q", "kv", "hRow", "invL", "tileMax", "tileSum", "maxNew",
-          "maxUsed", "maxFresh", "maxMoved", "alpha", "lse", "scoreScale", "sinkLog2", "carry", "gO", "gLse"};
+          "maxUsed", "maxFresh", "maxMoved", "alpha", "lse", "scoreScale", "sinkLog2", "carry", "gO", "gLse", "sLo",
+          "sHi"};
 }
 
 void FragmentTiles::initState(CudaWriter &w, const StateNames &st) const {
@@ -125,7 +126,7 @@ void FragmentTiles::softmaxUpdate(CudaWriter &w, const StateNames &st, const std
   w.comment("per-lane partial sum until finalize.");
   if (softShare > 0)
     w.comment(cat("Software exp2: n8 tiles nt with nt % 8 < ", softShare, " take ", softExp2,
-                  " (FMA pipe), the others the MUFU unit."));
+                  " (two values at a time on the FMA pipe), the others the MUFU unit."));
   w.line(foldScale ? "const float scoreScale = p.scaleLog2;  // softmax_scale·log2(e): tile.scale folded in here"
                    : cat("const float scoreScale = ", log2e, ";  // scores are already scaled"));
   w.line("float alpha[kMTiles][2];");
@@ -161,15 +162,25 @@ void FragmentTiles::softmaxUpdate(CudaWriter &w, const StateNames &st, const std
     w.line(cat("alpha[mt][r] = ", exp2, "(", st.rowMax, "[mt][r] - maxUsed);"));
     w.line("float tileSum = 0.f;");
     w.openUnrolledFor("nt", "kSTiles");
+    if (softShare > 0) {
+      w.comment("software exp2 for this n8 tile or not: a constant choice once unrolled");
+      w.open(cat("if (nt % 8 < ", softShare, ")"));
+      w.line(cat("float &sLo = ", s, "[mt][nt][2 * r], &sHi = ", s, "[mt][nt][2 * r + 1];"));
+      w.line("sLo = fmaf(sLo, scoreScale, -maxUsed);");
+      w.line("sHi = fmaf(sHi, scoreScale, -maxUsed);");
+      w.line(cat(softExp2, "(sLo, sHi);"));
+      w.line("tileSum += sLo;");
+      w.line("tileSum += sHi;");
+      w.close();
+      w.open("else");
+    }
     w.openUnrolledFor("c", "2");
     w.line(cat("float &s = ", s, "[mt][nt][2 * r + c];"));
-    if (softShare > 0)
-      w.line(cat("s = nt % 8 < ", softShare, " ? ", softExp2, "(fmaf(s, scoreScale, -maxUsed)) : ", exp2,
-                 "(fmaf(s, scoreScale, -maxUsed));  // a constant choice once unrolled"));
-    else
-      w.line(cat("s = ", exp2, "(fmaf(s, scoreScale, -maxUsed));"));
+    w.line(cat("s = ", exp2, "(fmaf(s, scoreScale, -maxUsed));"));
     w.line("tileSum += s;");
     w.close();
+    if (softShare > 0)
+      w.close();
     w.close();
     w.line(cat(st.rowMax, "[mt][r] = maxNew;"));
     w.line(cat(st.rowSum, "[mt][r] = alpha[mt][r] * ", st.rowSum, "[mt][r] + tileSum;"));

@@ -53,8 +53,9 @@ public:
   void mask(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn, KeyArg key,
             bool readsInputs) const;
   /// `tile.softmax_update` leaving P in fp32 in the scores `s` (packProbabilities rounds it).
-  /// `softExp2` (a device function float(float)) computes the exponentials of the n8 tiles nt with
-  /// nt % 8 < `softShare` (KernelShape::exp2PolyShare), the primitives' exp2 the others.
+  /// `softExp2` (a device function void(float &, float &): both values' exp2 in place) computes the exponentials of
+  /// the n8 tiles nt with nt % 8 < `softShare` (KernelShape::exp2PolyShare), a pair at a time; the primitives' exp2
+  /// the others.
   void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, bool foldScale, int rescaleThreshold,
                      const std::string &softExp2 = {}, int softShare = 0) const;
   /// Rounds the scores `s` into `p`, the A fragments of P·V (declaring `p` when `declare`).

@@ -139,7 +139,7 @@ public:
   /// P stays fp32 in the scores until roundProbabilities packs it and writes it over S in tensor memory.
   void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, const std::string &, bool foldScale,
                      int rescaleThreshold) override {
-    fragments.softmaxUpdate(w, st, s, foldScale, rescaleThreshold, "sm100::math::exp2Poly3", shape.exp2PolyShare);
+    fragments.softmaxUpdate(w, st, s, foldScale, rescaleThreshold, "sm100::math::exp2Poly3x2", shape.exp2PolyShare);
   }
   void roundProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool carried) override;
   void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) override;
