@@ -5,6 +5,7 @@
 #include "codegen/Registry.h"
 #include "codegen/sm80/TileOpsSm80.h"
 #include "codegen/sm90/TileOpsSm90.h"
+#include "codegen/sm100/TileOpsSm100.h"
 
 #include <mutex>
 
@@ -15,6 +16,7 @@ void registerBuiltinTargets() {
   std::call_once(once, [] {
     registerTarget(sm80::createFamily());
     registerTarget(sm90::createFamily());
+    registerTarget(sm100::createFamily());
   });
 }
 

@@ -7,6 +7,7 @@
 #include "schedules/fa1/Fa1Register.h"
 #include "schedules/fa2/Fa2Register.h"
 #include "schedules/fa3/Fa3Register.h"
+#include "schedules/fa4/Fa4Register.h"
 
 #include <mutex>
 
@@ -18,6 +19,7 @@ void registerBuiltinSchedules() {
     fa1::registerSchedule();
     fa2::registerSchedule();
     fa3::registerSchedule();
+    fa4::registerSchedule();
     decode::registerSchedule();
   });
 }

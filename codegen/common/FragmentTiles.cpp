@@ -23,7 +23,8 @@ std::vector<std::string> FragmentTiles::reservedNames() const {
           "rowHead", "packedRows",
           // locals of the printed loops
           "mt", "nt", "k", "r", "c", "i", "s", "l", "q", "kv", "hRow", "invL", "tileMax", "tileSum", "maxNew",
-          "maxUsed", "maxFresh", "maxMoved", "alpha", "lse", "scoreScale", "sinkLog2", "carry", "gO", "gLse"};
+          "maxUsed", "maxFresh", "maxMoved", "alpha", "lse", "scoreScale", "sinkLog2", "carry", "gO", "gLse", "sLo",
+          "sHi"};
 }
 
 void FragmentTiles::initState(CudaWriter &w, const StateNames &st) const {
@@ -118,11 +119,14 @@ void FragmentTiles::mask(CudaWriter &w, const std::string &s, const std::string 
 }
 
 void FragmentTiles::softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, bool foldScale,
-                                  int rescaleThreshold) const {
+                                  int rescaleThreshold, const std::string &softExp2, int softShare) const {
   w.comment("online softmax, in the exp2 domain with c = scoreScale: m' = max(m, rowmax(S)·c), alpha = exp2(m - m'),");
   w.comment("P = exp2(S·c - m'), l' = alpha·l + rowsum(P); a row with no key yet (m' = -inf) subtracts 0, not -inf,");
   w.comment("so it gets P = 0 and alpha = 0 instead of NaN. Rows are reduced over the 4 lanes of a quad; l stays a");
   w.comment("per-lane partial sum until finalize.");
+  if (softShare > 0)
+    w.comment(cat("Software exp2: n8 tiles nt with nt % 8 < ", softShare, " take ", softExp2,
+                  " (two values at a time on the FMA pipe), the others the MUFU unit."));
   w.line(foldScale ? "const float scoreScale = p.scaleLog2;  // softmax_scale·log2(e): tile.scale folded in here"
                    : cat("const float scoreScale = ", log2e, ";  // scores are already scaled"));
   w.line("float alpha[kMTiles][2];");
@@ -158,11 +162,25 @@ void FragmentTiles::softmaxUpdate(CudaWriter &w, const StateNames &st, const std
     w.line(cat("alpha[mt][r] = ", exp2, "(", st.rowMax, "[mt][r] - maxUsed);"));
     w.line("float tileSum = 0.f;");
     w.openUnrolledFor("nt", "kSTiles");
+    if (softShare > 0) {
+      w.comment("software exp2 for this n8 tile or not: a constant choice once unrolled");
+      w.open(cat("if (nt % 8 < ", softShare, ")"));
+      w.line(cat("float &sLo = ", s, "[mt][nt][2 * r], &sHi = ", s, "[mt][nt][2 * r + 1];"));
+      w.line("sLo = fmaf(sLo, scoreScale, -maxUsed);");
+      w.line("sHi = fmaf(sHi, scoreScale, -maxUsed);");
+      w.line(cat(softExp2, "(sLo, sHi);"));
+      w.line("tileSum += sLo;");
+      w.line("tileSum += sHi;");
+      w.close();
+      w.open("else");
+    }
     w.openUnrolledFor("c", "2");
     w.line(cat("float &s = ", s, "[mt][nt][2 * r + c];"));
     w.line(cat("s = ", exp2, "(fmaf(s, scoreScale, -maxUsed));"));
     w.line("tileSum += s;");
     w.close();
+    if (softShare > 0)
+      w.close();
     w.close();
     w.line(cat(st.rowMax, "[mt][r] = maxNew;"));
     w.line(cat(st.rowSum, "[mt][r] = alpha[mt][r] * ", st.rowSum, "[mt][r] + tileSum;"));
@@ -196,7 +214,7 @@ void FragmentTiles::rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMo
   w.close();
 }
 
-void FragmentTiles::finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) const {
+void FragmentTiles::finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool scaleAcc) const {
   if (sinkFn.empty()) {
     w.comment("---- finalize: l = quad sum of the partial sums, O = acc / l, LSE = (m + log2 l)·ln 2 ----");
     w.comment("m is in the log2 domain; a row that saw no key (l = 0) gets O = 0 and LSE = -inf.");
@@ -208,19 +226,24 @@ void FragmentTiles::finalize(CudaWriter &w, const StateNames &st, const std::str
     w.line(cat("const float sinkLog2 = ", sinkFn, "(b, h, p) * ", log2e, ";"));
   }
   w.line("float lse[kMTiles][2];");
+  if (!scaleAcc)
+    w.line("float invL[kMTiles][2];  // 1 / l of each row: O is scaled where it is read (the accumulator is not here)");
+  const std::string invL = scaleAcc ? "const float invL" : "invL[mt][r]";
   forEachRow(w, [&] {
     if (sinkFn.empty()) {
       w.line(cat("const float l = ", quadSum, "(", st.rowSum, "[mt][r]);"));
-      w.line("const float invL = l == 0.f ? 0.f : 1.f / l;");
+      w.line(cat(invL, " = l == 0.f ? 0.f : 1.f / l;"));
       w.line(cat("lse[mt][r] = l == 0.f ? ", negInf, " : (", st.rowMax, "[mt][r] + log2f(l)) * ", ln2, ";"));
     } else {
       w.line(cat("const float maxNew = fmaxf(", st.rowMax, "[mt][r], sinkLog2);"));
       w.line(cat("const float maxUsed = maxNew == ", negInf, " ? 0.f : maxNew;"));
       w.line(cat("const float carry = ", exp2, "(", st.rowMax, "[mt][r] - maxUsed);"));
       w.line(cat("const float l = ", quadSum, "(", st.rowSum, "[mt][r]) * carry + ", exp2, "(sinkLog2 - maxUsed);"));
-      w.line("const float invL = l == 0.f ? 0.f : carry / l;");
+      w.line(cat(invL, " = l == 0.f ? 0.f : carry / l;"));
       w.line(cat("lse[mt][r] = l == 0.f ? ", negInf, " : (maxUsed + log2f(l)) * ", ln2, ";"));
     }
+    if (!scaleAcc)
+      return;
     w.openUnrolledFor("nt", "kOTiles");
     w.line(cat(st.acc, "[mt][nt][2 * r] *= invL;"));
     w.line(cat(st.acc, "[mt][nt][2 * r + 1] *= invL;"));

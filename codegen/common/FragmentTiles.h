@@ -53,12 +53,17 @@ public:
   void mask(CudaWriter &w, const std::string &s, const std::string &kTile, const std::string &fn, KeyArg key,
             bool readsInputs) const;
   /// `tile.softmax_update` leaving P in fp32 in the scores `s` (packProbabilities rounds it).
-  void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, bool foldScale,
-                     int rescaleThreshold) const;
+  /// `softExp2` (a device function void(float &, float &): both values' exp2 in place) computes the exponentials of
+  /// the n8 tiles nt with nt % 8 < `softShare` (KernelShape::exp2PolyShare), a pair at a time; the primitives' exp2
+  /// the others.
+  void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, bool foldScale, int rescaleThreshold,
+                     const std::string &softExp2 = {}, int softShare = 0) const;
   /// Rounds the scores `s` into `p`, the A fragments of P·V (declaring `p` when `declare`).
   void packProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool declare) const;
   void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) const;
-  void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) const;
+  /// O = acc / l and LSE; `scaleAcc` false leaves acc alone and declares invL[kMTiles][2] (1 / l of each row) for a
+  /// family whose accumulator is not in registers (sm100: tensor memory), which scales O where it reads it.
+  void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool scaleAcc = true) const;
   /// `tile.store o` from the registers: two adjacent columns (4 bytes) a store, rows < seqlen_q.
   void storeODirect(CudaWriter &w, const StateNames &st) const;
   void storeLse(CudaWriter &w) const;

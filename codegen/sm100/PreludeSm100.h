@@ -42,6 +42,11 @@ namespace sm100 {
 struct alignas(64) TensorMap {
   unsigned long long opaque[16];
 };
+// The TMA descriptors of an attention kernel's Q, K and V tiles, its second parameter (`const __grid_constant__
+// sm100::TensorMaps maps`), built per call by the runtime.
+struct TensorMaps {
+  TensorMap q, k, v;
+};
 // An mbarrier: one 64-bit word of shared memory.
 using Mbarrier = unsigned long long;
 
@@ -49,6 +54,27 @@ using Mbarrier = unsigned long long;
 __device__ __forceinline__ unsigned smemAddress(const void *ptr) {
   return static_cast<unsigned>(__cvta_generic_to_shared(ptr));
 }
+
+// ---- register budgets and named barriers of warp-specialized roles ----
+namespace warpgroup {
+// setmaxnreg: a warpgroup's threads move to kRegisters registers each (a multiple of 8 in [24, 256]); a role that only
+// issues copies gives registers up for the roles that compute.
+template <int kRegisters>
+__device__ __forceinline__ void increaseRegisters() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void decreaseRegisters() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+} // namespace warpgroup
+// A subset of the block's warps (one warpgroup, the computing warpgroups) meets.
+namespace namedBarrier {
+// bar.sync on hardware barrier `id` (1-15; 0 is __syncthreads') until `threads` threads (a multiple of 32) arrived.
+__device__ __forceinline__ void sync(unsigned id, unsigned threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+} // namespace namedBarrier
 
 namespace warp {
 // True in exactly one lane of a converged warp: the lane that issues the warp's tcgen05.mma, commit or TMA copy.
@@ -403,18 +429,20 @@ inline bool isFragmentAccessTiles(int tiles) {
 }
 
 /// The `sm100::tmem::Fragments<tiles>` specialization: loadC of `tiles` C fragments (tcgen05.ld.16x256b.x<tiles>, 4
-/// registers a tile), fenceC (its registers redefined after waitLoad, as fenceRegisters), and storeA of tiles / 2 A
+/// registers a tile), fenceC (its registers redefined after waitLoad, as fenceRegisters), storeC of as many C fragments
+/// back (tcgen05.st.16x256b.x<tiles>: O rescaled in place) and storeA of tiles / 2 A
 /// fragments (tcgen05.st.16x128b.x<tiles>, 2 registers a tile). A count that is not one prints an #error naming it.
 inline std::string fragmentAccessText(int tiles) {
   const std::string n = std::to_string(tiles);
   if (!isFragmentAccessTiles(tiles))
     return "#error \"tcgen05 16x256b/16x128b fragments: " + n + " n8 tiles is not one of 2, 4, 8, 16, 32\"\n";
-  std::string loadSlots, loadBindings, fenceBindings, storeSlots, storeBindings;
+  std::string loadSlots, loadBindings, fenceBindings, storeCBindings, storeSlots, storeBindings;
   for (int i = 0; i < 4 * tiles; ++i) {
     const std::string element = "c[" + std::to_string(i / 4) + "][" + std::to_string(i % 4) + "]";
     loadSlots += (i ? ", %" : "%") + std::to_string(i);
     loadBindings += (i ? ", \"=f\"(" : "\"=f\"(") + element + ")";
     fenceBindings += (i ? ", \"+f\"(" : "\"+f\"(") + element + ")";
+    storeCBindings += "\"f\"(" + element + "), ";
   }
   for (int i = 0; i < 2 * tiles; ++i) {
     storeSlots += (i ? ", %" : "%") + std::to_string(i);
@@ -427,6 +455,10 @@ inline std::string fragmentAccessText(int tiles) {
   text += "                 : " + loadBindings + "\n                 : \"r\"(taddr));\n  }\n";
   text += "  static __device__ __forceinline__ void fenceC(float (&c)[" + n + "][4]) {\n";
   text += "    asm volatile(\"\" : " + fenceBindings + " :: \"memory\");\n  }\n";
+  text += "  static __device__ __forceinline__ void storeC(unsigned taddr, const float (&c)[" + n + "][4]) {\n";
+  text += "    asm volatile(\"tcgen05.st.sync.aligned.16x256b.x" + n + ".b32 [%" + std::to_string(4 * tiles) + "], {" +
+          loadSlots + "};\\n\"\n";
+  text += "                 :: " + storeCBindings + "\"r\"(taddr)\n                 : \"memory\");\n  }\n";
   text += "  static __device__ __forceinline__ void storeA(unsigned taddr, const unsigned (&a)[" +
           std::to_string(tiles / 2) + "][4]) {\n";
   text += "    asm volatile(\"tcgen05.st.sync.aligned.16x128b.x" + n + ".b32 [%" + std::to_string(2 * tiles) + "], {" +

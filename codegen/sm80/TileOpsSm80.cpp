@@ -792,6 +792,8 @@ public:
   std::optional<std::string> checkShape(const KernelShape &shape) const override {
     if (shape.dtype != "bf16" && shape.dtype != "f16")
       return "sm80 MMAs take bf16 or f16 tiles, got " + shape.dtype;
+    if (shape.exp2PolyShare != 0)
+      return std::string("sm80: no software exp2 here (tile.exp2_poly_share must be 0)");
     if (shape.warpLayout != WarpLayout::SplitQ)
       return cat("sm80: warp layout ", warpLayoutName(shape.warpLayout),
                  " is not printed; accepted: ", warpLayoutName(WarpLayout::SplitQ));

@@ -18,6 +18,7 @@
 #include "codegen/common/Concat.h"
 #include "codegen/common/FragmentPrelude.h"
 #include "codegen/common/FragmentTiles.h"
+#include "codegen/common/TmaRing.h"
 #include "codegen/sm90/InstructionsSm90.h"
 #include "codegen/sm90/PreludeSm90.h"
 
@@ -44,18 +45,6 @@ constexpr int kFirstTurnBarrier = 1;
 /// Registers per thread at launch with one block of `threads` threads an SM (what ptxas fixes for
 /// __launch_bounds__(threads, 1)); roles move from there with setmaxnreg.
 int launchRegisters(int threads) { return std::min(kMaxRegisters - 1, kRegisterFile / threads) / 8 * 8; }
-
-const char *operandName(Operand operand) {
-  switch (operand) {
-  case Operand::Q:
-    return "Q";
-  case Operand::K:
-    return "K";
-  case Operand::V:
-    return "V";
-  }
-  return "?";
-}
 
 class TileTargetSm90 final : public TileTarget {
 public:
@@ -148,15 +137,6 @@ public:
   void mmaTurn(CudaWriter &w, bool begin) override;
 
 private:
-  /// The slot of ring position `position` of a buffer of `slots` slots, as C.
-  static std::string slotOf(const std::string &position, int slots) {
-    return slots == 1 ? std::string("0") : cat("(", position, ") % ", slots);
-  }
-  /// What a barrier's slots hold, for comments.
-  static std::string holds(const BarrierInfo &barrier) {
-    return barrier.workUnit ? std::string("the work unit") : std::string(operandName(barrier.operand));
-  }
-
   /// The prelude's span template argument, as C: none for the 128-byte default (the text of kernels printed before
   /// narrower spans existed stays as it was), "<64>" otherwise.
   std::string spanArg() const { return swizzle == kSwizzleBytes ? std::string() : cat("<", swizzle, ">"); }
@@ -190,27 +170,10 @@ void TileTargetSm90::setup(CudaWriter &w, const std::vector<Operand> &) {
     w.comment(cat("1024-byte boundaries (the swizzle repeats every ", 8 * swizzle,
                   " bytes); the dynamic base is only 16-byte aligned. ----"));
   }
-  w.line(cat("constexpr int kStages = ", shape.stages, ";"));
-  w.line("constexpr unsigned kQTileBytes = kBlockM * kHeadDim * 2, kKTileBytes = kBlockN * kHeadDim * 2,");
-  w.line("                   kVTileBytes = kBlockN * kHeadDimV * 2;");
-  w.line("extern __shared__ __align__(1024) unsigned char smemRaw[];");
-  w.line("unsigned char *const sQ = smemRaw + ((1024 - sm90::smemAddress(smemRaw) % 1024) % 1024);");
-  w.line("unsigned char *const sK = sQ + kQTileBytes;");
-  w.line("unsigned char *const sV = sK + kStages * kKTileBytes;");
-  w.line("sm90::Mbarrier *const barriers = reinterpret_cast<sm90::Mbarrier *>(sV + kStages * kVTileBytes);");
+  printRingTiles(w, kIsa, shape.stages);
 }
 
-void TileTargetSm90::setupTile(CudaWriter &w) {
-  w.comment("---- this tile's (batch, head) and the TMA coordinates of its tiles: {0, row, 0, head, batch}; a varlen");
-  w.comment("sequence is rows [cuSeqlens[b], cuSeqlens[b + 1]) of one packed tensor (batch coordinate 0) ----");
-  w.line("const int b = blockBatch, h = blockHead;");
-  w.line("const int hKv = h / (p.headsQ / p.headsKv);  // grouped-query attention: K/V head of query head h");
-  w.line("const int m0 = qTile * kBlockM;              // first query row of this tile");
-  w.line("const int qRow0 = params.cuSeqlensQ ? min(max(params.cuSeqlensQ[b], 0), params.seqlenQ) : 0;");
-  w.line("const int kRow0 = params.cuSeqlensK ? p.keyOffset : 0;");
-  w.line("const int tmaBatch = params.cuSeqlensQ ? 0 : b;");
-  w.line("const int warpRow0 = m0 + warp * kWarpRows;  // first query row of this (computing) warp");
-}
+void TileTargetSm90::setupTile(CudaWriter &w) { printRingTileCoordinates(w); }
 
 std::optional<RoleProblem> TileTargetSm90::checkRoles(const std::vector<RoleInfo> &roleList) const {
   for (size_t i = 0; i < roleList.size(); ++i)
@@ -256,25 +219,13 @@ void TileTargetSm90::setupRoles(CudaWriter &w, const std::vector<RoleInfo> &role
 
   w.comment("---- barriers, one per ring slot: full (one arrival, the producer's arrive.expect_tx, plus the copy's");
   w.comment("bytes), empty (one arrival per computing warp and arriving role; a slot starts released) ----");
-  int offset = 0;
-  for (const BarrierInfo &barrier : barriers) {
-    w.line(
-        cat("sm90::Mbarrier *const ", barrier.name, " = barriers + ", offset, ";  // ", barrier.slots,
-            barrier.slots == 1 ? " slot" : " slots", " of ", holds(barrier),
-            barrier.bytes > 0 ? cat(", ", barrier.bytes, " bytes a phase") : std::string(", released by consumers")));
-    offset += barrier.slots;
-  }
+  const int offset = printRingBarrierDeclarations(w, kIsa, barriers);
   if (std::any_of(barriers.begin(), barriers.end(), [](const BarrierInfo &b) { return b.workUnit; })) {
     w.comment("the work queue's cell: the unit the producer took for the block's next tile (dynamic scheduler)");
     w.line(cat("volatile int *const workCell = reinterpret_cast<volatile int *>(barriers + ", offset, ");"));
   }
   w.open("if (threadIdx.x == 0)");
-  for (const BarrierInfo &barrier : barriers) {
-    int count = barrier.bytes > 0 ? 1 : static_cast<int>(barrier.arrivals) * consumerWarps;
-    w.openUnrolledFor("i", std::to_string(barrier.slots));
-    w.line(cat("sm90::mbarrier::init(&", barrier.name, "[i], ", count, ");"));
-    w.close();
-  }
+  printRingBarrierInits(w, kIsa, barriers, consumerWarps);
   w.line("sm90::mbarrier::initFence();");
   w.close();
   w.line("__syncthreads();");
@@ -309,48 +260,16 @@ void TileTargetSm90::closeRole(CudaWriter &w, int index) {
 }
 
 void TileTargetSm90::barrierWait(CudaWriter &w, int index, const std::string &position) {
-  const BarrierInfo &barrier = barriers[index];
-  std::string round = barrier.slots == 1 ? cat("(", position, ")") : cat("(", position, ") / ", barrier.slots);
-  if (barrier.bytes > 0) {
-    w.comment(cat("wait until ", holds(barrier), " has landed in the slot of ring position ", position,
-                  " (phase parity of its round)"));
-    w.line(cat("sm90::mbarrier::wait(&", barrier.name, "[", slotOf(position, barrier.slots), "], (", round,
-               ") & 1);"));
-  } else {
-    w.comment(cat("wait until the consumers released the slot of ring position ", position,
-                  " from the round before (round 0: a fresh barrier's parity-1 wait passes)"));
-    w.line(cat("sm90::mbarrier::wait(&", barrier.name, "[", slotOf(position, barrier.slots), "], ((", round,
-               ") & 1) ^ 1);"));
-  }
+  printRingWait(w, kIsa, barriers[index], position);
 }
 
 void TileTargetSm90::barrierArrive(CudaWriter &w, int index, const std::string &position) {
-  const BarrierInfo &barrier = barriers[index];
-  w.comment(cat("release the ", barrier.workUnit ? "work unit" : operandName(barrier.operand),
-                " slot of ring position ", position, ": one arrival per warp, after all its lanes are done with it"));
-  w.line("__syncwarp();");
-  w.line("if (lane == 0)");
-  w.line(cat("  sm90::mbarrier::arrive(&", barrier.name, "[", slotOf(position, barrier.slots), "]);"));
+  printRingRelease(w, kIsa, barriers[index], position, "one arrival per warp, after all its lanes are done with it");
 }
 
 void TileTargetSm90::copyToSlot(CudaWriter &w, Operand operand, const std::string &tile, const std::string &position,
                                 int index) {
-  const BarrierInfo &barrier = barriers[index];
-  std::string slot = slotOf(position, barrier.slots);
-  const char *smem = operand == Operand::Q ? "sQ" : operand == Operand::K ? "sK" : "sV";
-  const char *bytes = operand == Operand::Q ? "kQTileBytes" : operand == Operand::K ? "kKTileBytes" : "kVTileBytes";
-  const char *map = operand == Operand::Q ? "maps.q" : operand == Operand::K ? "maps.k" : "maps.v";
-  std::string row = operand == Operand::Q ? "qRow0 + m0" : cat("kRow0 + ", tile, " * kBlockN");
-  const char *head = operand == Operand::Q ? "h" : "hKv";
-  w.comment(cat("TMA: ", operandName(operand), operand == Operand::Q ? "" : cat(" tile ", tile),
-                " into the slot of ring position ", position, "; its bytes complete the phase of ", barrier.name,
-                " (rows past the tensor read as zeros)"));
-  w.open("");
-  w.line(cat("const int slot = ", slot, ";"));
-  w.line(cat("sm90::mbarrier::arriveExpectTx(&", barrier.name, "[slot], ", bytes, ");"));
-  w.line(cat("sm90::tma::load5d(", smem, " + slot * ", bytes, ", &", map, ", &", barrier.name, "[slot], 0, ", row,
-             ", 0, ", head, ", tmaBatch);"));
-  w.close();
+  printRingCopy(w, kIsa, operand, tile, position, barriers[index]);
 }
 
 bool TileTargetSm90::publishWorkUnit(CudaWriter &w, int index, const std::string &unit) {
@@ -498,6 +417,8 @@ public:
   std::optional<std::string> checkShape(const KernelShape &shape) const override {
     if (shape.dtype != "bf16" && shape.dtype != "f16")
       return "sm90 wgmmas take bf16 or f16 tiles here, got " + shape.dtype;
+    if (shape.exp2PolyShare != 0)
+      return std::string("sm90: no software exp2 here (tile.exp2_poly_share must be 0)");
     constexpr int kNarrowColumns = kNarrowSwizzleBytes / 2;
     for (auto [name, value] : {std::pair{"head_dim", shape.headDim}, {"head_dim_v", shape.headDimV}})
       if (value % kNarrowColumns != 0 || value < kNarrowColumns || value > kWgmmaMaxN)
@@ -524,9 +445,7 @@ public:
   }
 
   int64_t smemBytes(const KernelShape &shape) const override {
-    return int64_t(2) * (int64_t(shape.blockM) * shape.headDim +
-                         int64_t(shape.stages) * shape.blockN * (shape.headDim + shape.headDimV)) +
-           kSmemReserve;
+    return ringSmemBytes(shape, kSmemReserve);
   }
 
   std::unique_ptr<TileTarget> createPrinter(const KernelShape &shape) const override {

@@ -1,5 +1,6 @@
 //===- ScheduleRegistry.cpp - schedules by name ---------------------------===//
 #include "passes/Transforms/ScheduleRegistry.h"
+#include "passes/IR/TileExp2Poly.h"
 #include "passes/Transforms/Passes.h"
 
 #include "mlir/Transforms/Passes.h"
@@ -222,6 +223,8 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
     break;
   }
   shape.warpRows = static_cast<int>(schedule.getWarpRows());
+  if (auto share = func->getAttrOfType<mlir::IntegerAttr>(tile::kExp2PolyShareAttr))
+    shape.exp2PolyShare = static_cast<int>(share.getInt());
   return shape;
 }
 

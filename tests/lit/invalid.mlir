@@ -375,9 +375,9 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 // -----
 
 // The instruction families are plug-ins: #tile.target's isa is checked against the registry, which names them.
-// expected-error @+2 {{target isa 'sm100' is not a registered instruction family; registered: sm80, sm90}}
+// expected-error @+2 {{target isa 'sm120' is not a registered instruction family; registered: sm100, sm80, sm90}}
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [],
-                         target = #tile.target<arch = "sm_100a", isa = "sm100">} {
+                         target = #tile.target<arch = "sm_100a", isa = "sm120">} {
 }
 
 // -----

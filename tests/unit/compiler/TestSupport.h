@@ -126,6 +126,34 @@ inline mlir::OwningOpRef<mlir::ModuleOp> scheduledFa3(mlir::ModuleOp module, con
   return copy;
 }
 
+/// The FA4 configurations the interpreter checks (the whole pipeline down to the sm100 family; no SM100 GPU runs
+/// them): the defaults (two 128-row Q tiles, FA4's rescale threshold 8), rescaling every tile, and one Q tile with
+/// 32-key tiles over three slots (several K/V tiles and ring rounds on small problems).
+inline std::vector<std::pair<std::string, schedule::Knobs>> fa4TestSchedules() {
+  return {{"fa4 defaults", {}},
+          {"fa4 rescale threshold 0", {{"rescale-threshold", 0}}},
+          {"fa4 one softmax warpgroup, blockN 32, 3 slots",
+           {{"softmax-warpgroups", 1}, {"block-n", 32}, {"stages", 3}}}};
+}
+
+/// A copy of `module` after the FA4 schedule's pipeline for sm_100a with `knobs`, or null (the diagnostics, or
+/// `error` for bad knobs, say why).
+inline mlir::OwningOpRef<mlir::ModuleOp> scheduledFa4(mlir::ModuleOp module, schedule::Knobs knobs = {},
+                                                      std::string *error = nullptr) {
+  mlir::OwningOpRef<mlir::ModuleOp> copy = module.clone();
+  mlir::PassManager pm(module.getContext());
+  std::string message;
+  if (mlir::failed(
+          schedule::buildPipeline(pm, schedule::Request{"fa4", "sm_100a", "default", std::move(knobs)}, message))) {
+    if (error)
+      *error = message;
+    return {};
+  }
+  if (mlir::failed(pm.run(*copy)))
+    return {};
+  return copy;
+}
+
 /// The FA1 configurations the interpreter checks (the whole pipeline, one launch per K/V tile): the defaults, and
 /// small tiles of two warps (more K/V steps and Q tiles on small problems).
 inline std::vector<std::pair<std::string, schedule::Knobs>> fa1TestSchedules() {

@@ -1,7 +1,7 @@
 //===- VariantTest.cpp - every built-in variant against a naive reference --===//
 //
 // The variants of examples/variants (causal alignments, sliding window, softcap, ALiBi, sinks, document mask and
-// their combinations), unscheduled and under the fa1, fa2 and fa3 schedules, in the CPU interpreter against a
+// their combinations), unscheduled and under the fa1, fa2, fa3 and fa4 schedules, in the CPU interpreter against a
 // double reference written independently of the DSL; the sliding window's tile skipping, counted; variant identity
 // for cache keys; and the errors bad variant arguments get. Every variant also runs under the decode schedule's
 // split-KV.
@@ -341,6 +341,9 @@ TEST_P(VariantVsReference, UnscheduledFa1Fa2AndFa3ScheduledMatchTheReference) {
       continue;
     runs.emplace_back(label, [&, knobs = knobs] { return flashtile::testing::scheduledFa3(**program, knobs); });
   }
+  if (!c.fa3Only)
+    for (auto &[label, knobs] : flashtile::testing::fa4TestSchedules())
+      runs.emplace_back(label, [&, knobs = knobs] { return flashtile::testing::scheduledFa4(**program, knobs); });
   if (!c.fa3Only)
     for (auto &[label, knobs] : flashtile::testing::fa1TestSchedules())
       runs.emplace_back(label, [&, knobs = knobs] { return flashtile::testing::scheduledFa1(**program, knobs); });

@@ -1,0 +1,111 @@
+//===- Fa4Schedule.cpp - the FA4 schedule as a plug-in --------------------===//
+//
+// FlashAttention-4 (flash-attention's flash_attn/cute/flash_fwd_sm100.py) registered with the schedule registry, in
+// a first form: a load warpgroup fills K/V ring slots with TMA behind full/empty barriers, and softmax warpgroups of
+// 128 query rows each (two Q tiles a block) run the program's math with S and O in tensor memory, P written over S
+// as 16-bit, conditional rescaling with a threshold (FA4's 8 by default). tile-lower-to-target hands it to the sm100
+// family (tcgen05.mma, TMEM) on sm_100a; other architectures have no fa4 lowering.
+//
+// What is not FA4 yet (schedules/fa4/README.md): the MMAs are issued by an elected thread of each softmax
+// warpgroup, not by a single MMA warp; O is rescaled by the softmax warps themselves, not by a correction warpgroup;
+// the epilogue is theirs too; no GEMM overlaps the softmax; 2-CTA MMAs are not printed. The
+// role IR is the one tile-fa3-pipeline writes (a producer role and a consumer role over a ring), run with its
+// overlap, ping-pong, persistence and O staging off: FA4's own roles need the memory layer (channels between roles,
+// TMEM buffers as values) that the IR does not have yet.
+//
+// No SM100 GPU exists here: fa4's kernels are compiled by NVRTC for sm_100a and read as SASS, never run. Their
+// manifests say so (checkAgainstOn): a runtime on sm_100 checks each against fa2 on first use.
+//===----------------------------------------------------------------------===//
+#include "schedules/fa4/Fa4Config.h"
+#include "schedules/fa4/Fa4Register.h"
+
+#include "passes/IR/TileExp2Poly.h"
+#include "passes/Transforms/Passes.h"
+#include "passes/Transforms/ScheduleRegistry.h"
+
+#include "mlir/Pass/PassRegistry.h"
+#include "llvm/Support/ErrorHandling.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+
+namespace flashtile::fa4 {
+namespace {
+
+using namespace mlir;
+using namespace flashtile::tile;
+
+/// The role pipeline this form of fa4 runs, by its pass name (the pass is registered by the plug-in that owns it):
+/// a producer role of one warpgroup and a consumer role of the softmax warpgroups, every GEMM retired before the
+/// next (no overlap), no turns, a block a tile, O stored from the consumers. The roles' register budgets are the
+/// pass's defaults; the sm100 family keeps the launch's registers for every role (codegen/sm100/TileOpsSm100.cpp).
+constexpr const char *kRolePipeline =
+    "tile-fa3-pipeline{intra-wg-overlap=false pingpong=0 persistent=0 stage-o=0}";
+
+class Fa4Schedule final : public schedule::Schedule {
+public:
+  std::string_view name() const override { return kName; }
+  std::string_view summary() const override {
+    return "FlashAttention-4 (first form): a TMA load warpgroup, softmax warpgroups of 128 rows with S and O in "
+           "tensor memory, tcgen05.mma, conditional rescaling (sm_100a only; compiled, never run: no SM100 GPU)";
+  }
+  const std::vector<schedule::OptionSpec> &options() const override {
+    static const std::vector<schedule::OptionSpec> specs = {
+        {kBlockN, "keys per K/V tile, a power of two (default: 64; FA4's 128 spills registers with S in C "
+                  "fragments)", 16, 256},
+        {kStages, "slots of the K and V rings", 1, 8},
+        {kSoftmaxWarpgroups, "Q tiles of 128 rows a block runs side by side, one softmax warpgroup each (default: 2 "
+                             "while their S and O fit tensor memory, head dim v up to 192)", 1, 2},
+        {kRescaleThreshold, "FA4's conditional rescaling: a warp's row maxes move (and O *= alpha runs) only when one "
+                            "grew by more than N (log2 units); 0: every tile", 0, kMaxRescaleThreshold},
+        {kExp2PolyShare, "of every 8 n8 tiles of a score row, how many take their exponentials from the software "
+                         "exp2 on the FMA pipe (sm100::math::exp2Poly3) instead of MUFU; 0: none", 0, 8},
+        {kTwoCta, "1: tcgen05.mma.cta_group::2 across a cluster of two CTAs (not implemented; 0 only)", 0, 1},
+    };
+    return specs;
+  }
+
+  FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass shapeClass) const override {
+    std::string error;
+    std::optional<Fa4Config> c = fa4::configure(func.getHeadDim(), func.getHeadDimV(), knobs, error);
+    if (!c)
+      return func.emitOpError() << error;
+    // The share of software exponentials is the printer's business, not the program's: a func attribute.
+    if (c->exp2PolyShare > 0)
+      func->setAttr(kExp2PolyShareAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), c->exp2PolyShare));
+    // Split-Q over the softmax warpgroups: a warp holds its TMEM lane quarter, 32 rows.
+    const int64_t warpRows = kRowsPerWarpgroup / kWarpgroupWarps;
+    return ScheduleAttr::get(func.getContext(), kName, c->blockM, c->blockN, c->warps(), WarpLayout::SplitQ, warpRows,
+                             c->stages, c->rescaleThreshold, /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, shapeClass);
+  }
+
+  bool walkDescending() const override { return true; }
+
+  std::string targetFamilyFor(std::string_view arch) const override {
+    // tcgen05 and tensor memory are sm_100a's alone.
+    return arch == "sm_100a" ? "sm100" : "";
+  }
+
+  /// Offered on sm_100a when named only: no fa4 kernel has run on a GPU, so it replaces no proven schedule.
+  DispatchRule dispatchRule(std::string_view) const override { return {}; }
+
+  /// Never run on SM100 hardware: a runtime checks each fa4 kernel against fa2's on first use.
+  std::string checkAgainstOn(std::string_view arch) const override { return arch == "sm_100a" ? "fa2" : ""; }
+
+  void buildPipeline(OpPassManager &pm, const schedule::Request &request) const override {
+    OpPassManager &func = pm.nest<FuncOp>();
+    schedule::addApplySchedule(func, kName, request);
+    func.addPass(tile::createTileSplitBoundary());
+    std::string error;
+    llvm::raw_string_ostream errors(error);
+    if (failed(parsePassPipeline(kRolePipeline, func, errors)))
+      llvm::report_fatal_error(llvm::Twine("fa4: the role pipeline is not registered: ") + error);
+    func.addPass(tile::createTileLowerToTarget(tile::TileLowerToTargetOptions{request.arch}));
+  }
+};
+
+} // namespace
+
+void registerSchedule() { schedule::registerSchedule(std::make_unique<Fa4Schedule>()); }
+
+} // namespace flashtile::fa4

@@ -1,0 +1,219 @@
+//===- Fa4Test.cpp - the FA4 schedule on the sm100 family, compile-verified -===//
+//
+// fa4's configuration (defaults per head dim, the knobs it refuses), and its kernels: every built-in variant at head
+// dims 64, 128, 192/128 and 256, bf16 and f16, printed by the sm100 family (tcgen05.mma, tensor memory) and compiled
+// by NVRTC to an sm_100a cubin. No SM100 GPU exists here: nothing in this file runs a kernel; the manifests say so
+// (neverRunOnArch, checkAgainst fa2). The interpreter runs fa4-scheduled IR in VariantTest.cpp.
+//===----------------------------------------------------------------------===//
+#include "AttentionReference.h"
+#include "PlanSupport.h"
+#include "TestSupport.h"
+
+#include "Variants.h"
+#include "codegen/common/CudaEmitter.h"
+#include "flashtile/dsl/Program.h"
+#include "flashtile/runtime/KernelInfo.h"
+#include "flashtile/runtime/Nvrtc.h"
+#include "interpreter/Interpreter.h"
+#include "interpreter/Rounding.h"
+#include "passes/Transforms/ScheduleRegistry.h"
+#include "schedules/fa4/Fa4Config.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+using namespace flashtile;
+
+namespace {
+
+using flashtile::testing::DiagnosticCapture;
+using flashtile::testing::funcOf;
+
+constexpr std::string_view kElfMagic = "\x7f"
+                                       "ELF";
+
+TEST(Fa4Config, DefaultsFollowTensorMemoryAndSharedMemory) {
+  std::string error;
+  // Two 128-row Q tiles while 2 x (64 + head dim v) columns fit tensor memory's 512.
+  for (auto [headDim, headDimV] : {std::pair<int64_t, int64_t>{64, 64}, {128, 128}, {192, 128}}) {
+    std::optional<fa4::Fa4Config> c = fa4::configure(headDim, headDimV, {}, error);
+    ASSERT_TRUE(c) << error;
+    EXPECT_EQ(c->softmaxWarpgroups, 2);
+    EXPECT_EQ(c->blockM, 256);
+    EXPECT_EQ(c->blockN, 64);
+    EXPECT_EQ(c->stages, 2);
+    EXPECT_EQ(c->warps(), 12);
+    EXPECT_EQ(c->rescaleThreshold, fa4::kDefaultRescaleThreshold);
+  }
+  // 256: one Q tile (2 x (64 + 256) > 512 columns).
+  std::optional<fa4::Fa4Config> large = fa4::configure(256, 256, {}, error);
+  ASSERT_TRUE(large) << error;
+  EXPECT_EQ(large->softmaxWarpgroups, 1);
+  EXPECT_EQ(large->blockM, 128);
+  EXPECT_EQ(large->blockN, 64);
+  EXPECT_EQ(large->warps(), 8);
+}
+
+TEST(Fa4Config, RefusesWhatItDoesNotPrint) {
+  std::string error;
+  EXPECT_FALSE(fa4::configure(128, 128, {{fa4::kTwoCta, 1}}, error));
+  EXPECT_NE(error.find("fa4: two-cta = 1 (tcgen05.mma.cta_group::2, M = 256 across a cluster of two CTAs) is not "
+                       "implemented"),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(fa4::configure(128, 128, {{fa4::kExp2PolyShare, 9}}, error));
+  EXPECT_EQ(error, "fa4: exp2-poly-share = 9 must be 0 to 8 (eighths of S's n8 tiles)");
+  EXPECT_FALSE(fa4::configure(256, 256, {{fa4::kSoftmaxWarpgroups, 2}}, error));
+  EXPECT_NE(error.find("exceed tensor memory's 512"), std::string::npos) << error;
+  EXPECT_FALSE(fa4::configure(128, 128, {{fa4::kBlockN, 96}}, error));
+  EXPECT_EQ(error, "fa4: block-n = 96 must be a power of two in [16, 256]");
+  EXPECT_FALSE(fa4::configure(256, 256, {{fa4::kBlockN, 128}, {fa4::kStages, 2}}, error));
+  EXPECT_NE(error.find("bytes of shared memory"), std::string::npos) << error;
+}
+
+TEST(Fa4Schedule, IsOfferedOnSm100aOnlyAndMarkedNeverRun) {
+  const schedule::Schedule *fa4 = schedule::lookupSchedule(fa4::kName);
+  ASSERT_TRUE(fa4);
+  EXPECT_EQ(fa4->targetFamilyFor("sm_100a"), "sm100");
+  EXPECT_EQ(fa4->targetFamilyFor("sm_90a"), "");
+  EXPECT_EQ(fa4->targetFamilyFor("sm_80"), "");
+  EXPECT_EQ(fa4->checkAgainstOn("sm_100a"), "fa2");
+  // Unproven: no call that names no schedule runs it.
+  EXPECT_TRUE(schedule::dispatchRuleOf(*fa4, "sm_100a").preferredOver.empty());
+}
+
+// exp2-poly-share: the chosen share of a score row's n8 tiles takes the software exp2 (FMA pipe), the rest MUFU; the
+// kernel still compiles for sm_100a. The sm80 and sm90 families have no software exp2 and refuse the attribute.
+TEST(Fa4Schedule, Exp2PolyShareReachesTheSoftmax) {
+  mlir::MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto program = buildAttentionProgram(context, *variants::byName("softcap_causal"),
+                                       ProgramOptions{ElementType::BF16, 128, 128});
+  ASSERT_TRUE(mlir::succeeded(program)) << diags.text;
+  mlir::OwningOpRef<mlir::ModuleOp> lowered =
+      flashtile::testing::scheduledFa4(**program, {{fa4::kExp2PolyShare, 2}});
+  ASSERT_TRUE(lowered) << diags.text;
+  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(funcOf(*lowered));
+  ASSERT_TRUE(mlir::succeeded(kernel)) << diags.text;
+  EXPECT_NE(kernel->source.find("if (nt % 8 < 2) {"), std::string::npos);
+  EXPECT_NE(kernel->source.find("sm100::math::exp2Poly3x2(sLo, sHi);"), std::string::npos);
+  StatusOr<std::string> cubin =
+      compileCuda(kernel->source, kernel->info.entry + ".cu", "sm_100a", NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message();
+
+  // Without the knob the softmax has no software exp2 at all.
+  mlir::OwningOpRef<mlir::ModuleOp> plain = flashtile::testing::scheduledFa4(**program);
+  ASSERT_TRUE(plain) << diags.text;
+  mlir::FailureOr<codegen::EmittedKernel> mufuOnly = codegen::emitCuda(funcOf(*plain));
+  ASSERT_TRUE(mlir::succeeded(mufuOnly)) << diags.text;
+  EXPECT_EQ(mufuOnly->source.find("sm100::math::exp2Poly3x2("), std::string::npos);
+
+  for (const char *family : {"sm80", "sm90"}) {
+    target::KernelShape shape = schedule::kernelShapeOf(funcOf(*lowered));
+    ASSERT_EQ(shape.exp2PolyShare, 2);
+    std::optional<std::string> refused = target::lookupTarget(family)->checkShape(shape);
+    ASSERT_TRUE(refused) << family;
+    EXPECT_NE(refused->find("no software exp2 here"), std::string::npos) << *refused;
+  }
+}
+
+// Conditional rescaling on adversarial scores, through the whole fa4 pipeline in the interpreter: every row's scores
+// rise along fa4's walk (K/V tiles last to first), slowly (a 32-key tile raises the max by 3.2 log2 units: the stale
+// max is kept over tiles, P grows up to 2^8 before the max moves) and over a dynamic range of 1e4 (every tile moves
+// it). Threshold 8 and 0 both match the double-precision reference by the FlashAttention rule.
+TEST(Fa4Interpreter, ConditionalRescalingIsExactOnRisingScores) {
+  mlir::MLIRContext context;
+  DiagnosticCapture diags(context);
+  const int headDim = 64, seqlenQ = 48, seqlenK = 256;
+  auto program = buildAttentionProgram(context, *variants::byName("none"),
+                                       ProgramOptions{ElementType::BF16, headDim, headDim});
+  ASSERT_TRUE(mlir::succeeded(program)) << diags.text;
+  for (auto [label, log2PerKey] : {std::pair{"rising 0.1 log2 units a key", 0.1}, {"range 1e4", 1e4 / seqlenK}}) {
+    interp::Problem p = flashtile::testing::problem(1, seqlenQ, seqlenK, 1, 1, headDim);
+    test::Inputs in = test::randomInputs(p, flashtile::testing::seedFor(std::string("fa4 rising ") + label));
+    // Score (log2 units) of row i and key j: q_i0 · k_j0 · scale · log2 e = (1 + i / Sq) · log2PerKey · (Sk - 1 - j),
+    // plus the other dimensions' noise, scaled down.
+    const double keyUnit = log2PerKey / (p.softmaxScale * std::numbers::log2e);
+    for (int i = 0; i < seqlenQ; ++i) {
+      in.q[i * headDim] = 1.0f + float(i) / seqlenQ;
+      for (int d = 1; d < headDim; ++d)
+        in.q[i * headDim + d] *= 0.1f;
+    }
+    for (int j = 0; j < seqlenK; ++j)
+      in.k[j * headDim] = float(keyUnit * (seqlenK - 1 - j));
+    test::Reference ref = test::referenceAttention(p, in, test::Mask::None, interp::roundToBf16);
+    for (int64_t threshold : {int64_t{8}, int64_t{0}}) {
+      const std::string what = std::string(label) + ", rescale threshold " + std::to_string(threshold);
+      mlir::OwningOpRef<mlir::ModuleOp> lowered = flashtile::testing::scheduledFa4(
+          **program, {{fa4::kSoftmaxWarpgroups, 1}, {fa4::kBlockN, 32}, {fa4::kStages, 3},
+                      {fa4::kRescaleThreshold, threshold}});
+      ASSERT_TRUE(lowered) << diags.text;
+      flashtile::testing::Outputs out;
+      ASSERT_TRUE(mlir::succeeded(interp::run(funcOf(*lowered), p, in.q, in.k, in.v, out.o, out.lse))) << diags.text;
+      const double bound = test::errorBound(ref), err = test::maxAbsDiff(out.o, ref.o);
+      EXPECT_LE(err, bound) << what << ": max |O - ref| = " << err;
+      for (size_t row = 0; row < ref.lse.size(); ++row)
+        ASSERT_NEAR(out.lse[row], ref.lse[row], 1e-4 * std::max(1.0, std::fabs(ref.lse[row]))) << what << ", row " << row;
+    }
+  }
+}
+
+using Fa4Case = std::tuple<std::string, ElementType, int, int>; // variant, dtype, head dim, head dim v
+
+class Fa4Compiles : public ::testing::TestWithParam<Fa4Case> {};
+
+// Every built-in variant's hooks run in the softmax warpgroups unchanged: the kernel compiles for sm_100a, takes the
+// TMA descriptors of Q, K and V, and its manifest asks the runtime to check it against fa2 before its first use.
+TEST_P(Fa4Compiles, ToAnSm100aCubin) {
+  auto [variantName, dtype, headDim, headDimV] = GetParam();
+  mlir::MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto program =
+      buildAttentionProgram(context, *variants::byName(variantName), ProgramOptions{dtype, headDim, headDimV});
+  ASSERT_TRUE(mlir::succeeded(program)) << diags.text;
+  mlir::OwningOpRef<mlir::ModuleOp> lowered = flashtile::testing::scheduledFa4(**program);
+  ASSERT_TRUE(lowered) << diags.text;
+  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(funcOf(*lowered));
+  ASSERT_TRUE(mlir::succeeded(kernel)) << diags.text;
+  const KernelInfo &info = kernel->info;
+  EXPECT_TRUE(info.verify().ok()) << info.verify().message();
+  EXPECT_EQ(info.arch, "sm_100a");
+  EXPECT_TRUE(info.neverRunOnArch);
+  EXPECT_EQ(info.checkAgainst, "fa2");
+  EXPECT_EQ(plans::mainLaunch(info).tensorMaps.size(), 3u);
+  // A load warpgroup and a softmax warpgroup per 128 rows.
+  EXPECT_EQ(plans::mainLaunch(info).threads, 128 + info.blockM);
+  for (const char *primitive : {"sm100::tmem::alloc<", "sm100::tmem::dealloc<", "sm100::mma::f16SS(",
+                                "sm100::mma::f16TS(", "sm100::mma::commit(", "sm100::tma::load5d("})
+    EXPECT_NE(kernel->source.find(primitive), std::string::npos) << primitive;
+  StatusOr<std::string> cubin = compileCuda(kernel->source, info.entry + ".cu", "sm_100a", NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << kernel->source;
+  EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
+  EXPECT_NE(cubin->find(info.entry), std::string::npos);
+}
+
+std::string fa4CaseName(const ::testing::TestParamInfo<Fa4Case> &info) {
+  auto [variant, dtype, headDim, headDimV] = info.param;
+  return variant + (dtype == ElementType::BF16 ? "_bf16_d" : "_f16_d") + std::to_string(headDim) +
+         (headDimV != headDim ? "_dv" + std::to_string(headDimV) : "");
+}
+
+/// Every built-in variant x head dims {64, 128, 192/128, 256} x {bf16, f16}.
+std::vector<Fa4Case> fa4Cases() {
+  std::vector<Fa4Case> cases;
+  for (const std::string &variant : variants::names())
+    for (ElementType dtype : {ElementType::BF16, ElementType::F16})
+      for (auto [headDim, headDimV] : {std::pair{64, 64}, {128, 128}, {192, 128}, {256, 256}})
+        cases.emplace_back(variant, dtype, headDim, headDimV);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryVariant, Fa4Compiles, ::testing::ValuesIn(fa4Cases()), fa4CaseName);
+
+} // namespace
