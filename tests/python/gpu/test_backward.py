@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import flashtile
+from flashtile._lib import FlashtileError
 from reference import attention_ref
 
 DTYPES = [torch.float16, torch.bfloat16]
@@ -16,6 +17,13 @@ SEQLENS = [(1, 1), (1, 147), (113, 203), (128, 217), (256, 256), (384, 256), (64
 HEAD_DIMS = [32, 64, 96, 128, 192, 256]
 ATOL = 1e-4
 
+
+
+def expect_missing(request, when, raises, reason):
+    """A case of what the backward does not do yet (docs/backward.md, "What is not done yet") must fail with the
+    named error; strict, so that the mark has to go when the feature lands."""
+    if when:
+        request.applymarker(pytest.mark.xfail(raises=raises, strict=True, reason=reason))
 
 def grads_of(fn, tensors, grad_out):
     out = fn(*tensors)
@@ -52,9 +60,11 @@ def reference_grads(q, k, v, grad_out, flags, upcast, slopes=None):
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("seqlen_q,seqlen_k", SEQLENS)
 @pytest.mark.parametrize("softcap", [0.0, 30.0])
-def test_flash_attn_backward(seqlen_q, seqlen_k, d, causal, local, alibi, mha_type, dtype, softcap):
+def test_flash_attn_backward(request, seqlen_q, seqlen_k, d, causal, local, alibi, mha_type, dtype, softcap):
     if d not in (64, 128) and (alibi or local or softcap or mha_type == "mqa"):
         pytest.skip("the variant matrix runs at head dims 64 and 128; every head dim runs plain, causal and GQA")
+    expect_missing(request, d > 128, FlashtileError, "fa2's backward takes head dims up to 128")
+    expect_missing(request, alibi, NotImplementedError, "gradients of ALiBi slopes are not computed yet")
     torch.manual_seed(seqlen_q * 7 + seqlen_k + d)
     heads_q, heads_kv = heads_for(mha_type)
     batch = 2
@@ -128,7 +138,8 @@ def sinks_ref(q, k, v, sinks, upcast):
     return torch.einsum("bhts,bshd->bthd", probs.to(v.dtype), v)
 
 
-def test_sinks_backward_includes_the_sinks_gradient():
+def test_sinks_backward_includes_the_sinks_gradient(request):
+    expect_missing(request, True, NotImplementedError, "gradients of the sinks are not computed yet")
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 200, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     sinks = torch.randn(4, device="cuda", requires_grad=True)
@@ -145,9 +156,11 @@ def test_sinks_backward_includes_the_sinks_gradient():
 
 @pytest.mark.parametrize("variant", ["causal_top_left", "sliding_window", "sliding_window_causal", "document_mask",
                                      "alibi_per_batch"])
-def test_every_builtin_variant_has_a_backward(variant):
+def test_every_builtin_variant_has_a_backward(request, variant):
     """attention() with each remaining built-in: gradients against autograd of a reference built from the
     variant's own mask/bias, evaluated densely."""
+    expect_missing(request, variant == "alibi_per_batch", NotImplementedError,
+                   "gradients of ALiBi slopes are not computed yet")
     torch.manual_seed(1)
     batch, seqlen, heads, d = 2, 192, 4, 64
     q, k, v = (torch.randn(batch, seqlen, heads, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -194,7 +207,8 @@ def test_every_builtin_variant_has_a_backward(variant):
 
 
 @pytest.mark.parametrize("mha_type", ["mha", "gqa"])
-def test_deterministic_gradients_are_bitwise_repeatable(mha_type):
+def test_deterministic_gradients_are_bitwise_repeatable(request, mha_type):
+    expect_missing(request, True, AssertionError, "deterministic=True does not order dQ's fp32 adds yet")
     torch.manual_seed(2)
     heads_q, heads_kv = heads_for(mha_type)
     q = torch.randn(2, 1024, heads_q, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -213,7 +227,9 @@ def test_deterministic_gradients_are_bitwise_repeatable(mha_type):
             assert torch.equal(a, b), "deterministic gradients differ between runs"
 
 
-def test_torch_compile_fullgraph_and_cuda_graphs():
+def test_torch_compile_fullgraph_and_cuda_graphs(request):
+    expect_missing(request, True, FlashtileError, "under CUDA graph capture the Python package passes the backward "
+                   "no workspace yet")
     torch.manual_seed(3)
     q, k, v = (torch.randn(2, 256, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
 
