@@ -70,6 +70,9 @@ struct Tensor {
 /// the main program.
 struct BackwardState {
   Tensor o, dO, lse, delta, dqAccum, dq, dkParts, dvParts;
+  /// The gradients of the variant's inputs (tile.input_grad, tile.sink_grad), in the tile.func's order: fp32, sized
+  /// as each f32 input, empty for an i32 one.
+  std::vector<std::vector<float>> inputGrads{};
 };
 
 /// Whether a named tensor has a row per query row (Q, O, dO, LSE, D, the dQ accumulator) rather than per key (K, V).
@@ -340,6 +343,10 @@ private:
   LogicalResult exec(SoftmaxGradOp op);
   LogicalResult exec(ScoreGradOp op);
   LogicalResult exec(AccumulateOp op);
+  LogicalResult exec(InputGradOp op);
+  LogicalResult exec(SinkGradOp op);
+  /// Element `index` of the gradient of input `name`, or an error at `op`.
+  FailureOr<float *> inputGradAt(Operation *op, StringRef name, int64_t index);
   /// A store of the backward's (D, dQ, dK, dV) by this instance.
   LogicalResult storeBackward(StoreOp op);
   /// The tensor `operand` names for this program (the forward's Q, K, V; the backward's), or null.
@@ -766,7 +773,7 @@ LogicalResult Interpreter::exec(Operation &op) {
             BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, WorkLoopOp, WorkQueueOp, MmaWaitOp, StoreOp, QkOp,
             ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, StateLoadOp,
             StateStoreOp, KvLoopOp, StoreSplitOp, RowDotOp, ZeroAccOp, QLoopOp, ProbsOp, DotTnOp, SoftmaxGradOp,
-            ScoreGradOp, AccumulateOp>([&](auto tileOp) { return exec(tileOp); })
+            ScoreGradOp, AccumulateOp, InputGradOp, SinkGradOp>([&](auto tileOp) { return exec(tileOp); })
       .Default([&](Operation *other) -> LogicalResult {
         // A constant tile (a pipeline's carried P before the first tile): the splat value everywhere.
         if (auto constant = dyn_cast<arith::ConstantOp>(other); constant && isa<RankedTensorType>(constant.getType())) {
@@ -1925,6 +1932,79 @@ LogicalResult Interpreter::exec(AccumulateOp op) {
   return success();
 }
 
+FailureOr<float *> Interpreter::inputGradAt(Operation *op, StringRef name, int64_t index) {
+  const int64_t input = func.inputIndex(name);
+  if (!backward || input < 0 || static_cast<size_t>(input) >= backward->inputGrads.size())
+    return fail(op, "adds into the gradient of '" + name + "', which is not an input of the backward");
+  std::vector<float> &grad = backward->inputGrads[input];
+  if (index < 0 || index >= static_cast<int64_t>(grad.size()))
+    return fail(op, "adds into element " + Twine(index) + " of the gradient of '" + name + "', which has " +
+                        Twine(grad.size()) + " elements");
+  return &grad[index];
+}
+
+LogicalResult Interpreter::exec(InputGradOp op) {
+  FailureOr<TilePtr> ds = tile(op, op.getDs()), s = tile(op, op.getS());
+  if (failed(ds) || failed(s))
+    return failure();
+  const Tile &dsT = **ds, &sT = **s;
+  if (dsT.rows != sT.rows || dsT.cols != sT.cols || dsT.rowBase != sT.rowBase || dsT.colBase != sT.colBase)
+    return fail(op, "dS' and the scores the derivative is taken at are not the same query rows and keys");
+  Block &body = op.getBody().front();
+  SmallVector<Scalar, 2> result;
+  // The instance's terms, summed in fp32 per index (one index per (b, h): the verifier's rule), then added once, as
+  // a kernel's block adds its partial.
+  std::map<int64_t, float> sums;
+  for (int64_t r = 0; r < dsT.rows; ++r)
+    for (int64_t c = 0; c < dsT.cols; ++c) {
+      if (dsT.at(r, c) == 0.f) // a masked score, a padded row: nothing to add
+        continue;
+      int64_t kv = std::min<int64_t>(sT.colBase + c, std::max<int64_t>(inst.seqlenK - 1, 0));
+      auto [query, head] = rowOf(sT.rowBase + r);
+      Scalar args[] = {Scalar::real(sT.at(r, c)), Scalar::integer(inst.b), Scalar::integer(head),
+                       Scalar::integer(query), Scalar::integer(kv)};
+      if (failed(evalRegion(body, args, result)))
+        return failure();
+      sums[result[0].i] += dsT.at(r, c) * result[1].f;
+    }
+  for (auto [index, sum] : sums) {
+    FailureOr<float *> at = inputGradAt(op, op.getName(), index);
+    if (failed(at))
+      return failure();
+    **at += sum;
+  }
+  return success();
+}
+
+LogicalResult Interpreter::exec(SinkGradOp op) {
+  FailureOr<TilePtr> delta = tile(op, op.getDelta()), lse = tile(op, op.getLse());
+  if (failed(delta) || failed(lse))
+    return failure();
+  const Tile &dT = **delta, &lT = **lse;
+  if (dT.rows != lT.rows || dT.rowBase != lT.rowBase)
+    return fail(op, "D and LSE are not the same rows");
+  Block &body = op.getBody().front();
+  SmallVector<Scalar, 3> result;
+  std::map<int64_t, float> sums;
+  for (int64_t r = 0; r < dT.rows && dT.rowBase + r < rowCount(); ++r) {
+    auto [query, head] = rowOf(dT.rowBase + r);
+    Scalar args[] = {Scalar::integer(inst.b), Scalar::integer(head)};
+    if (failed(evalRegion(body, args, result)))
+      return failure();
+    // dσ's term of row i: −e^(σ − LSE_i)·D_i (0 for a row that saw nothing: LSE = −inf would give e^σ·0 only with
+    // a sink, whose LSE is finite).
+    const float pSink = std::exp(result[0].f - lT.at(r, 0));
+    sums[result[1].i] += -pSink * dT.at(r, 0) * result[2].f;
+  }
+  for (auto [index, sum] : sums) {
+    FailureOr<float *> at = inputGradAt(op, op.getName(), index);
+    if (failed(at))
+      return failure();
+    **at += sum;
+  }
+  return success();
+}
+
 LogicalResult Interpreter::runBackwardProgram(int64_t *visits) {
   qTileVisits = visits;
   StringRef kind = func.getKind();
@@ -2140,6 +2220,10 @@ LogicalResult runBackward(ModuleOp module, const Problem &problem, const Backwar
                       // The plan zeroes the dQ accumulator before the main kernel adds into it.
                       filled(p, p.seqlenQ, p.headsQ, p.headDim, 0.0f), filled(p, p.seqlenQ, p.headsQ, p.headDim, nan),
                       filled(p, p.seqlenK, p.headsQ, p.headDim, nan), filled(p, p.seqlenK, p.headsQ, p.headDimV, nan)};
+  for (const InputArray &input : p.inputs) {
+    const auto *f32 = std::get_if<std::vector<float>>(&input);
+    state.inputGrads.emplace_back(f32 ? f32->size() : 0, 0.0f);
+  }
   Tensor q = rounded(tensors.q, round, p.seqlenQ, p.headsQ, p.headDim);
   Tensor k = rounded(tensors.k, round, p.seqlenK, p.headsKv, p.headDim);
   Tensor v = rounded(tensors.v, round, p.seqlenK, p.headsKv, p.headDimV);
@@ -2169,6 +2253,7 @@ LogicalResult runBackward(ModuleOp module, const Problem &problem, const Backwar
   sumGroups(state.dvParts, out.dv);
   out.dq = std::move(state.dq.data);
   out.delta = tensorAsRows(state.delta, p);
+  out.dInputs = std::move(state.inputGrads);
   return success();
 }
 

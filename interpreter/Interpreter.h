@@ -98,6 +98,9 @@ struct BackwardTensors {
 /// (fp32, laid out as LSE). A row no instance wrote stays NaN.
 struct Gradients {
   std::vector<float> dq, dk, dv, delta;
+  /// The gradients of the variant's inputs, in the tile.func's order: fp32, sized as each f32 input (elements no
+  /// score or sink reads are 0), empty for an i32 input.
+  std::vector<std::vector<float>> dInputs{};
 };
 
 /// What a backward run did, for checks of a schedule's tile skipping.

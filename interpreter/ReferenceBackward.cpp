@@ -49,8 +49,10 @@ public:
   LogicalResult prepare(bool gradients);
   /// The kept keys of row i of (b, h), and the sink's logit (-inf without one).
   LogicalResult row(int b, int h, int i, SmallVectorImpl<KeyTerm> &keys, double &sink);
-  /// The sink's partials at (b, h), scaled by `adjoint`, added into the gradients.
-  LogicalResult sinkPartials(int b, int h, double adjoint, ReferenceGradients &grads);
+  /// The sink's partials at (b, h), scaled by `adjoint`, added into the gradients; with `magnitudes`, their
+  /// absolute values scaled by `absAdjoint` and `viaDAdjoint` added into the inputs' magnitudes.
+  LogicalResult sinkPartials(int b, int h, double adjoint, ReferenceGradients &grads, double absAdjoint = 0,
+                             double viaDAdjoint = 0);
   /// Enters sequence b: its lengths (what tile.dim seqlen_q / seqlen_k give) and where its rows are.
   void beginBatch(int b) {
     entry = p.isVarlen() ? 0 : b;
@@ -221,16 +223,25 @@ LogicalResult Reference::row(int b, int h, int i, SmallVectorImpl<KeyTerm> &keys
   return success();
 }
 
-LogicalResult Reference::sinkPartials(int b, int h, double adjoint, ReferenceGradients &grads) {
+LogicalResult Reference::sinkPartials(int b, int h, double adjoint, ReferenceGradients &grads, double absAdjoint,
+                                      double viaDAdjoint) {
   if (!sinkGrad)
     return success();
   WideScalar head[] = {WideScalar::integer(b), WideScalar::integer(h)};
   if (failed(eval.run(*sinkGrad->block, head)))
     return failure();
   SmallVector<Partial> partials;
-  collectPartials(sinkGrad->derivative, adjoint, partials);
-  for (const Partial &partial : partials)
-    (partial.isParam ? grads.dParams[partial.which] : grads.dInputs[partial.which][partial.element]) += partial.value;
+  collectPartials(sinkGrad->derivative, 1.0, partials);
+  ReferenceGradients::Magnitudes &mag = grads.magnitudes;
+  for (const Partial &partial : partials) {
+    if (partial.isParam) {
+      grads.dParams[partial.which] += adjoint * partial.value;
+      continue;
+    }
+    grads.dInputs[partial.which][partial.element] += adjoint * partial.value;
+    mag.dInputsAbs[partial.which][partial.element] += absAdjoint * std::abs(partial.value);
+    mag.dInputsViaD[partial.which][partial.element] += viaDAdjoint * std::abs(partial.value);
+  }
   return success();
 }
 
@@ -268,12 +279,13 @@ FailureOr<ReferenceGradients> attention(Reference &ref, const std::vector<double
     for (const WideInput &input : p.inputs)
       g.dInputs.push_back(std::vector<double>(
           std::holds_alternative<std::vector<double>>(input) ? std::get<std::vector<double>>(input).size() : 0, 0.0));
+    g.magnitudes.dInputsAbs = g.magnitudes.dInputsViaD = g.dInputs;
   }
   SmallVector<KeyTerm> keys;
   for (int b = 0; b < p.batch; ++b) {
     ref.beginBatch(b);
     for (int h = 0; h < p.headsQ; ++h) {
-      double dSink = 0; // d loss / d the head's sink logit
+      double dSink = 0, dSinkAbs = 0, dSinkViaD = 0; // d loss / d the head's sink logit, and its magnitudes
       for (int i = 0; i < ref.seqlenQ; ++i) {
         double sink = kNegInf;
         if (failed(ref.row(b, h, i, keys, sink)))
@@ -297,6 +309,8 @@ FailureOr<ReferenceGradients> attention(Reference &ref, const std::vector<double
         ReferenceGradients::Magnitudes &mag = g.magnitudes;
         g.d[ref.rowAt(b, h, i)] = D;
         dSink -= std::exp(sink - lse) * D;
+        dSinkAbs += std::exp(sink - lse) * std::abs(D);
+        dSinkViaD += std::exp(sink - lse) * absD;
         for (const KeyTerm &key : keys) {
           double prob = std::exp(key.logit - lse), dP = 0;
           for (int d = 0; d < p.headDimV; ++d) {
@@ -315,12 +329,19 @@ FailureOr<ReferenceGradients> attention(Reference &ref, const std::vector<double
             mag.dqViaD[ref.qAt(b, i, h) + d] += viaD * std::abs(kd);
             mag.dkViaD[ref.kAt(b, key.j, h) + d] += viaD * std::abs(qd);
           }
-          for (const Partial &partial : key.partials)
-            (partial.isParam ? g.dParams[partial.which] : g.dInputs[partial.which][partial.element]) +=
-                dLogit * key.dLogitDHook * partial.value;
+          for (const Partial &partial : key.partials) {
+            const double term = key.dLogitDHook * partial.value;
+            if (partial.isParam) {
+              g.dParams[partial.which] += dLogit * term;
+              continue;
+            }
+            g.dInputs[partial.which][partial.element] += dLogit * term;
+            mag.dInputsAbs[partial.which][partial.element] += std::abs(dLogit * term);
+            mag.dInputsViaD[partial.which][partial.element] += prob * std::abs(term) * absD;
+          }
         }
       }
-      if (dO && failed(ref.sinkPartials(b, h, dSink, g)))
+      if (dO && failed(ref.sinkPartials(b, h, dSink, g, dSinkAbs, dSinkViaD)))
         return failure();
     }
   }

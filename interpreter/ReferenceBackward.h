@@ -58,8 +58,13 @@ struct ReferenceGradients {
   /// bound what rounding one GEMM operand (dS, P) to a relative error u changes (u·abs); and
   ///   dqViaD = Σ_j P_ij·|ds_ij/dlogit_ij|·|K_j|·Σ|dO_i∘O_i|,  dkViaD = Σ_i (the same)·|Q_i|
   /// bound what rounding O to a relative error u changes through D = rowsum(dO∘O) (u·viaD).
+  /// For each f32 input, per element (empty for an i32 input), with t the terms of its gradient (dLogit·∂logit/∂x,
+  /// and the sink's e^(σ − LSE_i)·D_i·∂σ/∂x):
+  ///   dInputsAbs = Σ|t|, what fp32 sums of the terms are relative to;
+  ///   dInputsViaD = Σ P·|∂logit/∂x|·Σ|dO_i∘O_i| (the sink's with P_sink), what rounding O moves them by (u·viaD).
   struct Magnitudes {
     std::vector<double> dqAbs, dkAbs, dvAbs, dqViaD, dkViaD;
+    std::vector<std::vector<double>> dInputsAbs{}, dInputsViaD{};
   } magnitudes;
 };
 

@@ -59,6 +59,17 @@ void orderHookBody(Block &block) {
     op->moveBefore(terminator);
 }
 
+/// Erases the ops of `block` whose results nothing reads, users before their producers: what differentiating a
+/// hook rebuilt but the region does not yield.
+void eraseDeadOps(Block &block) {
+  SmallVector<Operation *> ops;
+  for (Operation &op : block.without_terminator())
+    ops.push_back(&op);
+  for (Operation *op : llvm::reverse(ops))
+    if (isOpTriviallyDead(op))
+      op->erase();
+}
+
 class ProgramBuilder {
 public:
   ProgramBuilder(MLIRContext &context, const Variant &variant, const ProgramOptions &options)
@@ -227,7 +238,8 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build(StringRef kind) {
 
 LogicalResult ProgramBuilder::finish(ModuleOp module) {
   module.walk([](Operation *op) {
-    if (isa<tile::ScoreModOp, tile::MaskOp, tile::KvRangeOp, tile::FinalizeOp, tile::ScoreGradOp>(op))
+    if (isa<tile::ScoreModOp, tile::MaskOp, tile::KvRangeOp, tile::FinalizeOp, tile::ScoreGradOp, tile::InputGradOp,
+            tile::SinkGradOp>(op))
       for (Region &region : op->getRegions())
         for (Block &block : region)
           if (!block.empty() && block.back().hasTrait<OpTrait::IsTerminator>())
@@ -308,8 +320,43 @@ LogicalResult ProgramBuilder::buildBackwardPreprocess(ModuleOp module) {
   auto tileType = RankedTensorType::get({dyn, options.headDimV}, dtype());
   Value o = tile::LoadOp::create(b, loc, tileType, tile::Operand::O, Value(), Value(), Value());
   Value dO = tile::LoadOp::create(b, loc, tileType, tile::Operand::DO, Value(), Value(), Value());
-  Value d = tile::RowDotOp::create(b, loc, RankedTensorType::get({dyn}, b.getF32Type()), o, dO);
+  auto rowsType = RankedTensorType::get({dyn}, b.getF32Type());
+  Value d = tile::RowDotOp::create(b, loc, rowsType, o, dO);
   tile::StoreOp::create(b, loc, tile::Output::Delta, d, /*staging=*/Value());
+  if (!variant.sinkFn())
+    return success();
+  // The sink's gradient dσ = −Σ_i e^(σ − LSE_i)·D_i, chained to each f32 input element the sink hook reads: one
+  // tile.sink_grad per read, its region (b, h) -> (σ, index, dσ/d element), derived from the hook's IR.
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  Value lse = tile::LoadOp::create(b, loc, rowsType, tile::Operand::Lse, Value(), Value(), Value());
+  auto hook = tile::SinkGradOp::create(b, loc, "", d, lse); // the traced hook, erased below
+  {
+    OpBuilder::InsertionGuard guard(b);
+    Block *blk = b.createBlock(&hook.getBody(), {}, {i32, i32}, {loc, loc});
+    dsl::HookTrace traced(siteOf(variant.hookSites().sink), "sink of variant '" + variant.name() + "'");
+    dsl::Expr sink = variant.sinkFn()(
+        dsl::HeadCoords{dsl::Expr(b, blk->getArgument(0)), dsl::Expr(b, blk->getArgument(1)), sizes()}, params());
+    if (traced.failed() || failed(expectType(sink, f32, "the sink")))
+      return failure();
+    tile::YieldOp::create(b, loc, ValueRange{sink.get()});
+  }
+  for (size_t read = 0;; ++read) {
+    auto grad = tile::SinkGradOp::create(b, loc, "", d, lse);
+    OpBuilder::InsertionGuard guard(b);
+    Block *blk = b.createBlock(&grad.getBody(), {}, {i32, i32}, {loc, loc});
+    FailureOr<tile::HookDerivative> derivative = tile::differentiateSink(b, hook.getBody(), blk->getArguments());
+    if (failed(derivative))
+      return failure();
+    if (read >= derivative->inputs.size()) {
+      grad.erase();
+      break;
+    }
+    const tile::InputPartial &partial = derivative->inputs[read];
+    grad.setName(partial.name);
+    tile::YieldOp::create(b, loc, ValueRange{derivative->value, partial.index, partial.partial});
+    eraseDeadOps(*blk);
+  }
+  hook.erase();
   return success();
 }
 
@@ -370,13 +417,27 @@ LogicalResult ProgramBuilder::buildBackwardMain(ModuleOp module) {
           return failure();
         tile::YieldOp::create(b, loc, ValueRange{derivative->dArg});
         // differentiateScoreMod also rebuilt the hook's value and its input partials: only d/dscore stays.
-        SmallVector<Operation *> ops;
-        for (Operation &op : blk->without_terminator())
-          ops.push_back(&op);
-        for (Operation *op : llvm::reverse(ops)) // users before their producers
-          if (isOpTriviallyDead(op))
-            op->erase();
+        eraseDeadOps(*blk);
         identity = matchPattern(derivative->dArg, m_OneFloat());
+      }
+      // Gradients of the f32 inputs the hook reads: dInput[index] += Σ dS'·(d s' / d element), one op a read.
+      for (size_t read = 0;; ++read) {
+        auto inputGrad = tile::InputGradOp::create(b, loc, "", ds, scaled);
+        OpBuilder::InsertionGuard inner(b);
+        Block *blk = b.createBlock(&inputGrad.getBody(), {}, {f32, i32, i32, i32, i32}, {loc, loc, loc, loc, loc});
+        FailureOr<tile::HookDerivative> derivative = tile::differentiateScoreMod(b, *mod, blk->getArguments());
+        if (failed(derivative))
+          return failure();
+        if (read >= derivative->inputs.size()) {
+          inputGrad.erase();
+          break;
+        }
+        const tile::InputPartial &partial = derivative->inputs[read];
+        inputGrad.setName(partial.name);
+        tile::YieldOp::create(b, loc, ValueRange{partial.index, partial.partial});
+        eraseDeadOps(*blk);
+        if (failed(mlir::verify(inputGrad)))
+          return failure();
       }
       // A hook that only adds a term (ALiBi, a bias table) has derivative 1: dS' passes through unchanged.
       if (identity)

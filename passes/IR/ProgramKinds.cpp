@@ -167,11 +167,11 @@ struct Registry {
                     {"q"},
                     {"o", "lse"}});
     add(ProgramKind{kBackwardPreprocess.str(),
-                    "attention backward, first: D = rowsum(dO∘O) of a Q tile",
+                    "attention backward, first: D = rowsum(dO∘O) of a Q tile (and its share of a sink's gradient)",
                     verifyBackwardPreprocess,
                     kBackwardModule.str(),
-                    {"o", "do"},
-                    {"o", "do"},
+                    {"o", "do", "lse"},
+                    {"o", "do", "lse"},
                     {"delta"}});
     add(ProgramKind{kBackwardMain.str(),
                     "attention backward: dK and dV of a K/V tile over the Q tiles that see it, dQ added into an fp32 "

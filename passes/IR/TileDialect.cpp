@@ -1028,6 +1028,67 @@ LogicalResult ScoreGradOp::verify() {
   return checkRegionSignature(*this, getBody(), {f32, i32, i32, i32, i32}, {f32}, "score_grad");
 }
 
+/// The f32 input `name` of the tile.func around `op`, and `op` inside a program of kind `kind`.
+static LogicalResult checkGradientTarget(Operation *op, StringRef name, StringRef kind) {
+  FuncOp func = getEnclosingFunc(op);
+  if (!func || func.getKind() != kind)
+    return op->emitOpError() << "belongs in a " << kind << " program";
+  int64_t index = func.inputIndex(name);
+  if (index < 0 || !cast<InputAttr>(func.getInputs()[index]).getElementType().isF32())
+    return op->emitOpError() << "'" << name << "' is not an f32 input of @" << func.getSymName()
+                             << " (declared: " << func.getInputs() << ")";
+  return success();
+}
+
+/// Whether `value` is computed, inside `block`, from one of `args` (block arguments of `block`).
+static bool dependsOnArgs(Value value, Block &block, ArrayRef<unsigned> args) {
+  llvm::SmallVector<Value> work{value};
+  llvm::DenseSet<Value> seen;
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    if (!seen.insert(v).second)
+      continue;
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      if (arg.getOwner() == &block && llvm::is_contained(args, arg.getArgNumber()))
+        return true;
+      continue;
+    }
+    if (Operation *def = v.getDefiningOp(); def && def->getBlock() == &block)
+      llvm::append_range(work, def->getOperands());
+  }
+  return false;
+}
+
+LogicalResult InputGradOp::verify() {
+  if (getDs().getType() != getS().getType())
+    return emitOpError() << "dS' and the scores must have one type";
+  if (failed(checkGradientTarget(*this, getName(), kBackwardMain)))
+    return failure();
+  Builder b(getContext());
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  if (failed(checkRegionSignature(*this, getBody(), {f32, i32, i32, i32, i32}, {i32, f32}, "input_grad")))
+    return failure();
+  Block &body = getBody().front();
+  // The index of (score, b, h, q, kv): from b and h only, so that an instance's terms share one element.
+  if (dependsOnArgs(cast<YieldOp>(body.getTerminator()).getValues()[0], body, {0, 3, 4}))
+    return emitOpError() << "cannot take the gradient of input '" << getName() << "' of variant '"
+                         << getEnclosingFunc(*this).getVariant()
+                         << "': the score hook reads it at an index that depends on the score, the query or the key, "
+                            "and input gradients are reduced deterministically per (batch, head), so the index may "
+                            "depend on b and h only";
+  return success();
+}
+
+LogicalResult SinkGradOp::verify() {
+  if (getDelta().getType() != getLse().getType() || cast<RankedTensorType>(getDelta().getType()).getRank() != 1)
+    return emitOpError() << "D and LSE must be rows of one type (rank 1)";
+  if (failed(checkGradientTarget(*this, getName(), kBackwardPreprocess)))
+    return failure();
+  Builder b(getContext());
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  return checkRegionSignature(*this, getBody(), {i32, i32}, {f32, i32, f32}, "sink_grad");
+}
+
 /// A and B of A·B (AccumulateOp) or Aᵀ·B (DotTnOp, `transposed`): rank 2, B's rows are A's columns (A's rows when
 /// transposed).
 static LogicalResult verifyProduct(Operation *op, Value aValue, Value bValue, bool transposed) {

@@ -56,7 +56,7 @@ def Tile_FuncOp : Tile_Op<"func", [IsolatedFromAbove, Symbol, SingleBlock, NoTer
 
 def Tile_YieldOp : Tile_Op<"yield", [Pure, Terminator, ReturnLike,
     ParentOneOf<["KvRangeOp", "ScoreModOp", "MaskOp", "KvLoopOp", "FinalizeOp", "RoleOp", "KvWalkOp",
-                 "StoreSplitOp", "WorkLoopOp", "QLoopOp", "ScoreGradOp"]>]> {
+                 "StoreSplitOp", "WorkLoopOp", "QLoopOp", "ScoreGradOp", "InputGradOp", "SinkGradOp"]>]> {
   let summary = "ends a tile region, yielding its values";
   let description = [{ `tile.yield %a, %b : i32, i32` }];
   let arguments = (ins Variadic<AnyType>:$values);
@@ -859,6 +859,53 @@ def Tile_AccumulateOp : Tile_Op<"accumulate", [MemoryEffects<[MemRead, MemWrite]
   }];
   let arguments = (ins Tile_OperandAttr:$operand, I32:$index, Tile_TileAny:$a, Tile_TileLowp:$b);
   let assemblyFormat = "`` $operand `[` $index `]` `,` $a `,` $b attr-dict `:` type($a) `,` type($b)";
+  let hasVerifier = 1;
+}
+
+def Tile_InputGradOp : Tile_Op<"input_grad", [SingleBlockImplicitTerminator<"YieldOp">, MemoryEffects<[MemWrite]>]> {
+  let summary = "adds Σ dS'·(d score_mod / d input) over a score tile into the gradient of one f32 input element";
+  let description = [{
+    The region is the chain rule through the variant's score modifier to one of its f32 `tile.input` reads, built
+    by the compiler from the hook's IR (passes/Transforms/DifferentiateScore.h): it maps (score, b, h, q_idx,
+    kv_idx), `score` being the element of `%s` (the modifier's input), to the index the hook read and the partial
+    derivative of the modified score with respect to that element. The op adds Σ_ij dS'_ij·partial_ij (`%ds` is
+    dS', the gradient of the modified score; where it is 0, a masked score, the element adds nothing) into the
+    gradient of input `name` at that index. The index depends on (b, h) only (the verifier checks it), so each
+    program instance reduces its terms to one number per input read, and the instances' numbers are summed in a
+    fixed order: the gradient is deterministic.
+    ```mlir
+    tile.input_grad "slopes", %ds, %s1 : tensor<?x?xf32>, tensor<?x?xf32> {
+    ^bb0(%score: f32, %b: i32, %h: i32, %q: i32, %kv: i32):
+      ...   // ALiBi: index h, partial −|q − kv|
+      tile.yield %index, %partial : i32, f32
+    }
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, Tile_TileF32:$ds, Tile_TileF32:$s);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$name `,` $ds `,` $s attr-dict `:` type($ds) `,` type($s) custom<TileRegion>($body)";
+  let hasVerifier = 1;
+}
+
+def Tile_SinkGradOp : Tile_Op<"sink_grad", [SingleBlockImplicitTerminator<"YieldOp">, MemoryEffects<[MemWrite]>]> {
+  let summary = "adds a Q tile's share of the sink's gradient, −Σ_i e^(σ − LSE_i)·D_i, times dσ/d input, into an input";
+  let description = [{
+    A sink σ(b, h) joins each row's softmax denominator with no value, so dσ = −Σ_i P_sink,i·D_i over the rows of
+    (b, h), with P_sink,i = e^(σ − LSE_i). The region, built by the compiler from the variant's sink hook and its
+    derivative, maps (b, h) to σ, the index of the f32 input element it read, and dσ/d that element; the op adds
+    −Σ_i e^(σ − LSE_i)·D_i·partial over the instance's rows (padded rows add nothing) into the gradient of input
+    `name` at that index, as one number per instance summed in a fixed order (deterministic).
+    ```mlir
+    tile.sink_grad "sinks", %d, %lse : tensor<?xf32>, tensor<?xf32> {
+    ^bb0(%b: i32, %h: i32):
+      %s = tile.input "sinks"[%h] : f32
+      tile.yield %s, %h, %one : f32, i32, f32
+    }
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, Tile_TileF32:$delta, Tile_TileF32:$lse);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$name `,` $delta `,` $lse attr-dict `:` type($delta) `,` type($lse) custom<TileRegion>($body)";
   let hasVerifier = 1;
 }
 

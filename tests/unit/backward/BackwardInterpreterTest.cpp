@@ -43,6 +43,9 @@ namespace {
 
 /// The fp32 arithmetic's share of the bound: relative to a tensor's largest magnitude.
 constexpr double kFp32Slack = 1.0 / (1 << 16);
+/// fp32 sums of an input gradient's terms (a few thousand, summed per instance then across instances): relative to
+/// the sum of their magnitudes.
+constexpr double kInputSumSlack = 1.0 / (1 << 14);
 
 /// One problem the programs run on.
 struct Case {
@@ -289,6 +292,19 @@ Outcome runCase(const Case &c, const Plant &plant = {}) {
     }
   }
   outcome.comparisons.push_back(compare("delta", got.delta, want->d, {&dAbs}, u));
+  // The f32 inputs' gradients (fp32 results): O's rounding through D (u·viaD), and fp32 sums of the terms, within
+  // kInputSumSlack of Σ|terms| (compare's u·mag, so scaled by kInputSumSlack / u).
+  for (size_t i = 0; i < want->dInputs.size(); ++i) {
+    if (want->dInputs[i].empty())
+      continue;
+    std::vector<double> sums = m.dInputsAbs[i];
+    for (double &e : sums)
+      e *= kInputSumSlack / u;
+    const std::string name = "d" + cast<tile::InputAttr>(funcOf(**forward).getInputs()[i]).getName().str();
+    outcome.comparisons.push_back(
+        compare(name, i < got.dInputs.size() ? got.dInputs[i] : std::vector<float>(), want->dInputs[i],
+                {&m.dInputsViaD[i], &sums}, u));
+  }
   return outcome;
 }
 
@@ -482,6 +498,53 @@ TEST(BackwardInterpreterPlanted, ADWithoutDoFailsDeltaDqAndDk) {
                         return changed;
                       }),
               {"dq", "dk", "delta"}, "D = rowsum(O∘O)");
+}
+
+/// An input gradient with its partial negated: the sink's (preprocess) or ALiBi's (main program).
+Plant negatedInputPartial() {
+  return [](ModuleOp module) {
+    bool changed = false;
+    module.walk([&](Operation *op) {
+      if (!isa<tile::InputGradOp, tile::SinkGradOp>(op))
+        return;
+      Block &body = op->getRegion(0).front();
+      auto yield = cast<tile::YieldOp>(body.getTerminator());
+      OpBuilder b(yield);
+      const unsigned last = yield.getValues().size() - 1;
+      yield->setOperand(last, arith::NegFOp::create(b, yield.getLoc(), yield.getValues()[last]));
+      changed = true;
+    });
+    return changed;
+  };
+}
+
+TEST(BackwardInterpreterPlanted, ANegatedSlopePartialFailsDslopes) {
+  Case alibi = kPlantCase;
+  alibi.variant = "alibi_causal";
+  expectFails(runCase(alibi, negatedInputPartial()), {"dslopes"}, "d score / d slope negated");
+}
+
+TEST(BackwardInterpreterPlanted, ANegatedSinkPartialFailsDsinks) {
+  Case sinks = kPlantCase;
+  sinks.variant = "sinks_causal";
+  expectFails(runCase(sinks, negatedInputPartial()), {"dsinks"}, "d sink / d sinks[h] negated");
+}
+
+/// A score hook that reads an f32 input at a key-dependent index: its gradient cannot be reduced per (batch, head),
+/// so the backward names the input instead of building.
+TEST(BackwardInterpreterErrors, AnInputReadAtAKeyDependentIndexIsNamed) {
+  MLIRContext context;
+  DiagnosticCapture diagnostics(context);
+  Variant bias = Variant("key_bias")
+                     .input("bias", dsl::ElementKind::F32)
+                     .score([](dsl::Expr s, const dsl::Coords &c, const dsl::Params &p) {
+                       return s + p.load("bias", c.kv);
+                     });
+  auto module = buildProgram(context, bias, ProgramOptions{ElementType::BF16, 32, 32}, tile::kBackwardModule);
+  EXPECT_TRUE(failed(module));
+  EXPECT_NE(diagnostics.text.find("cannot take the gradient of input 'bias' of variant 'key_bias'"),
+            std::string::npos)
+      << diagnostics.text;
 }
 
 const Case kBoundedPlantCase{"causal", {2, 16, 16, 4, 2, 32, 32}, {}, {}, 4, 4, ElementType::BF16, true};
