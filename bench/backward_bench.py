@@ -98,7 +98,7 @@ def backward_timer(forward, q, k, v):
     return lambda: torch.autograd.grad(out, (q, k, v), g, retain_graph=True)
 
 
-def bench(head_dims, seqlens, dtype):
+def bench(head_dims, seqlens, dtype, peers=("sdpa_flash", "sdpa_cudnn", "flex"), deterministic=False):
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -128,7 +128,7 @@ def bench(head_dims, seqlens, dtype):
                     return f
 
                 mask = None
-                if causal:
+                if causal and "flex" in peers:
                     mask = create_block_mask(lambda b_, h_, qi, ki: qi >= ki, None, None, s, s, device="cuda")
                 fns = {
                     "flashtile": lambda q, k, v: flashtile.flash_attn_func(q, k, v, causal=causal),
@@ -137,6 +137,10 @@ def bench(head_dims, seqlens, dtype):
                     "flex": lambda q, k, v: flex(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                  block_mask=mask),
                 }
+                if deterministic:
+                    fns["flashtile_det"] = lambda q, k, v: flashtile.flash_attn_func(q, k, v, causal=causal,
+                                                                                     deterministic=True)
+                fns = {name: fn for name, fn in fns.items() if name.startswith("flashtile") or name in peers}
                 for name, fn in fns.items():
                     try:
                         ms = time_ms(backward_timer(fn, q, k, v))
@@ -158,6 +162,9 @@ def main():
     parser.add_argument("--head-dims", default="64,128")
     parser.add_argument("--seqlens", default="1024,2048,4096,8192")
     parser.add_argument("--json", default="")
+    parser.add_argument("--peers", default="sdpa_flash,sdpa_cudnn,flex", help="the peers timed beside flashtile")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="also time flashtile's deterministic backward (column flashtile_det)")
     args = parser.parse_args()
     failures = 0
     if args.check:
@@ -177,7 +184,7 @@ def main():
         print(f"check: {failures} of {len(cases)} cases failed", flush=True)
     if args.bench:
         rows = bench([int(x) for x in args.head_dims.split(",")], [int(x) for x in args.seqlens.split(",")],
-                     torch.bfloat16)
+                     torch.bfloat16, tuple(args.peers.split(",")), args.deterministic)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)

@@ -26,6 +26,8 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <set>
+
 using namespace mlir;
 using namespace flashtile::tile;
 
@@ -39,6 +41,24 @@ constexpr int kWarpSize = 32;
 int rowBytes(int64_t width) {
   int chunks = static_cast<int>(width / 8);
   return (chunks % 8 == 0 ? chunks : (chunks | 1)) * 16;
+}
+
+/// The f32 input a read's gradient goes to (its index among the tile.func's inputs).
+int64_t inputOf(Operation *read) {
+  StringRef name = isa<InputGradOp>(read) ? cast<InputGradOp>(read).getName() : cast<SinkGradOp>(read).getName();
+  return getEnclosingFunc(read).inputIndex(name);
+}
+
+/// The input-gradient reads of `func` (tile.input_grad, tile.sink_grad), one for each distinct (input, function):
+/// the copies of one read in the segments of a split walk share a slot.
+SmallVector<Operation *> distinctReads(FuncOp func, const llvm::DenseMap<Operation *, std::string> &functions) {
+  SmallVector<Operation *> reads;
+  std::set<std::pair<int64_t, std::string>> seen;
+  func.walk([&](Operation *op) {
+    if (isa<InputGradOp, SinkGradOp>(op) && seen.insert({inputOf(op), functions.lookup(op)}).second)
+      reads.push_back(op);
+  });
+  return reads;
 }
 
 /// A 16-bit tile in shared memory: its buffer, its rows (a C constant) and its width in elements.
@@ -74,6 +94,10 @@ public:
   LogicalResult printPreprocess(const std::string &entry);
   LogicalResult printMain(const std::string &entry);
   LogicalResult printPostprocess(const std::string &entry);
+  /// The kernel that sums the blocks' shares of the input gradients (printed by a printer of the main program):
+  /// `mainReads` its tile.input_grad ops, `sinkReads` the preprocess's tile.sink_grad ops, in slot order.
+  LogicalResult printInputGradsKernel(const std::string &entry, ArrayRef<InputGradOp> mainReads,
+                                      ArrayRef<SinkGradOp> sinkReads);
   const std::string &text() const { return w.str(); }
   int mainSmemBytes = 0;
 
@@ -85,6 +109,21 @@ private:
   LogicalResult printQLoop(QLoopOp loop);
   LogicalResult printLoad(LoadOp load);
   LogicalResult printStore(StoreOp store);
+  /// Input gradients (tile.input_grad, tile.sink_grad): each read's fp32 share of this thread, in a register
+  /// declared before the program's ops; after them, each share summed over the block (blockSum) into the
+  /// workspace, at this block's `tile` of `tiles` in the region after `before` reads' regions.
+  void declareInputGradShares();
+  LogicalResult printInputGrad(InputGradOp op);
+  /// The preprocess's sink terms of row i (D in `d`, lane 0 of its warp).
+  void printSinkGradTerms(const std::string &d);
+  void printInputGradShares(const std::string &tile, const std::string &tiles, const std::string &before);
+  /// Deterministic mode (p.deterministic): the turn of this block on `counter` (a C expression of an int *): wait
+  /// until it reads `turn`, then, after the block's adds, pass it on.
+  void printTurnWait(const std::string &counter, const std::string &turn);
+  void printTurnPass(const std::string &counter);
+  /// Deterministic mode: after the walk, this K/V tile passes its turn on the dQ rows of every Q tile its walk
+  /// skipped, so that the next K/V tile's turn there comes.
+  void printSkippedTurns();
   /// The cp.async copies of `tile` (rows from `firstRow`, zero-filled past `seqlen`) from `global` (row stride).
   void printCopy(const SharedTile &tile, const std::string &global, const std::string &firstRow,
                  const std::string &seqlen, const std::string &rowStride);
@@ -110,6 +149,11 @@ private:
   llvm::DenseMap<Value, std::string> registers; ///< fp32 register tiles (scores, row values, accumulators)
   llvm::DenseMap<Value, SharedTile> shared;     ///< 16-bit tiles in shared memory (their loads)
   llvm::DenseMap<Value, std::string> stagedIn;  ///< fp32 tiles staged in shared memory this iteration
+  llvm::DenseMap<Operation *, std::string> inputShares; ///< tile.input_grad / tile.sink_grad -> its register
+  llvm::SmallVector<Operation *> inputReads;             ///< those ops, in slot order
+  /// The main program's Q-tile walk: each tile.q_loop segment's [lo, hi) (C expressions in the kernel's scope).
+  llvm::SmallVector<std::pair<std::string, std::string>> walkSegments;
+  int dkvStores = 0, dkvStoresPrinted = 0; ///< tile.store dk / dv of the main program (GQA's ordered adds)
   int stagingBuffers = 0;                       ///< buffers the widest iteration stages in
   int stagedThisIteration = 0;
   bool topCopiesPending = false;
@@ -176,9 +220,9 @@ LogicalResult BackwardPrinter::printPreprocess(const std::string &entry) {
   if (!o || !dO)
     return func.emitOpError() << "needs D = tile.row_dot of two tile.load (o, do) to be printed";
   for (Operation &op : func.getBodyBlock())
-    if (!isa<LoadOp, RowDotOp, StoreOp>(op) && !ScalarEmitter::isScalarOp(&op))
-      return op.emitOpError()
-             << "is not printed in a backward_preprocess program (tile.load, tile.row_dot, tile.store)";
+    if (!isa<LoadOp, RowDotOp, StoreOp, SinkGradOp>(op) && !ScalarEmitter::isScalarOp(&op))
+      return op.emitOpError() << "is not printed in a backward_preprocess program (tile.load, tile.row_dot, "
+                                 "tile.store, tile.sink_grad)";
   printHeader(entry, "D = rowsum(dO∘O) of each query row (backward_preprocess)");
   w.line("const int qTile = blockIdx.x;");
   w.line("if (qTile * kBlockM >= p.seqlenQ)");
@@ -195,6 +239,7 @@ LogicalResult BackwardPrinter::printPreprocess(const std::string &entry) {
   w.line("const unsigned short *const gA = " + operandBase(o) + ";");
   w.line("const unsigned short *const gB = " + operandBase(dO) + ";");
   w.line("float *const gDelta = p.delta + b * p.lseBatchStride + h * p.lseHeadStride;");
+  declareInputGradShares();
   w.comment("tile.row_dot: a warp a row, lanes over column pairs (fp32), summed over the warp; tile.store delta");
   w.open("for (int row = warp; row < kBlockM; row += kWarps)");
   w.line("const int i = qTile * kBlockM + row;");
@@ -210,7 +255,14 @@ LogicalResult BackwardPrinter::printPreprocess(const std::string &entry) {
   w.line(cat("sum = ", ns, "::warpSum(sum);"));
   w.line("if (lane == 0)");
   w.line("  gDelta[i] = sum;");
+  printSinkGradTerms("sum");
   w.close();
+  // The sink's slots follow the main kernel's (one region of kvTiles a tile.input_grad).
+  int64_t mainReads = 0;
+  for (FuncOp program : func->getParentOfType<ModuleOp>().getOps<FuncOp>())
+    if (program.getKind() == kBackwardMain)
+      mainReads = static_cast<int64_t>(distinctReads(program, functions).size());
+  printInputGradShares("qTile", "p.qTiles", cat(mainReads, " * p.kvTiles"));
   w.close();
   w.line("");
   return success();
@@ -394,6 +446,12 @@ LogicalResult BackwardPrinter::printStore(StoreOp store) {
   w.comment(
       cat("tile.store ", dk ? "dk" : "dv", ": this warp's key rows of ", *acc, ", converted; under GQA/MQA added"));
   w.comment(cat("into the fp32 rows of K/V head hKv (p.", accum, ", converted by the postprocess)"));
+  // GQA/MQA, deterministic: the query heads of a group add in ascending order, each store its own turn (the
+  // semaphores after the dQ ones: one per (batch, K/V head, K/V tile)).
+  const std::string dkvTurn = "p.semaphores + (long long)p.batch * p.headsQ * p.qTiles + ((long long)b * p.headsKv + "
+                              "hKv) * p.kvTiles + blockKvTile";
+  printTurnWait(cat("p.headsQ != p.headsKv ? ", dkvTurn, " : nullptr"),
+                cat("(h - hKv * (p.headsQ / p.headsKv)) * ", dkvStores, " + ", dkvStoresPrinted));
   w.open("");
   w.line(cat("unsigned short *const gOut = static_cast<unsigned short *>(p.", out, ") + b * p.", out,
              "BatchStride + hKv * p.", out, "HeadStride;"));
@@ -418,6 +476,8 @@ LogicalResult BackwardPrinter::printStore(StoreOp store) {
   w.close();
   w.close();
   w.close();
+  printTurnPass(dkvTurn);
+  ++dkvStoresPrinted;
   return success();
 }
 
@@ -450,6 +510,7 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
     registers[arg] = name;
     registers[result] = name;
   }
+  walkSegments.push_back({lo->text, hi->text});
   w.comment(cat("---- tile.q_loop segment ", stringifySegment(loop.getSegment()).str(),
                 ": the Q tiles qt that see this K/V tile, ascending ----"));
   w.open(cat("for (int qt = ", lo->text, "; qt < ", hi->text, "; ++qt)"));
@@ -637,6 +698,8 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
                    "::swizzle<kBlockN / 8>(warp * kWarpRows + 16 * mt + lane % 16, 2 * ks + lane / 16));"));
         w.close();
         w.close();
+        const std::string dqTurn = "p.semaphores + ((long long)b * p.headsQ + h) * p.qTiles + qt";
+        printTurnWait(dqTurn, "blockKvTile");
         w.openUnrolledFor("np", cat(b->width / 16));
         w.line("float part[kMTiles][2][4] = {};");
         w.openUnrolledFor("ks", "kBlockN / 16");
@@ -659,8 +722,10 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
           w.close();
         });
         w.close();
+        printTurnPass(dqTurn);
         return success();
       })
+      .Case([&](InputGradOp grad) { return printInputGrad(grad); })
       .Default([&](Operation *) -> LogicalResult {
         return op->emitOpError() << "is not printed in a backward_main program by the backward printer";
       });
@@ -723,10 +788,198 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   w.line("const float *const gLse = p.lse + b * p.lseBatchStride + h * p.lseHeadStride;");
   w.line("const float *const gDelta = p.delta + b * p.lseBatchStride + h * p.lseHeadStride;");
   w.line("float *const gDqAccum = p.dqAccum + (b * p.lseBatchStride + h * p.lseHeadStride) * kHeadDim;");
+  declareInputGradShares();
+  func.walk([&](StoreOp store) { dkvStores += store.getOperand() == tile::Output::Dk || store.getOperand() == tile::Output::Dv; });
   for (Operation &op : func.getBodyBlock()) {
     w.separate();
+    if (isa<StoreOp>(op) && !walkSegments.empty() && dkvStoresPrinted == 0)
+      printSkippedTurns();
     if (failed(printOp(&op)))
       return failure();
+  }
+  printInputGradShares("blockKvTile", "p.kvTiles", "0");
+  w.close();
+  w.line("");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Deterministic mode: ordered fp32 adds
+//===----------------------------------------------------------------------===//
+// Under p.deterministic the blocks that add into the same fp32 rows take turns, counted by an int semaphore of the
+// rows (zeroed by the plan): the blocks of K/V tiles 0, 1, ... of a (batch, query head) add into a Q tile's dQ
+// rows in that order, and the query heads of a GQA group into a K/V tile's dK and dV rows in head order. Every
+// turn's adds are the same adds in the same order each run, so the sums are bitwise repeatable.
+// Why the waits end: a block waits only for blocks of a lower linear index (K/V tile x - 1 of its head, or head
+// h - 1 of its K/V tile: grid.x is the K/V tile, grid.y the head), and the hardware starts a grid's blocks in
+// increasing linear index, so every block it waits for is running or done when it waits, whatever number of blocks
+// fit on the GPU at once; by induction from block 0, which waits for none, every wait ends. A K/V tile whose walk
+// skips a Q tile still passes its turn there (printSkippedTurns), after its walk, so the count never stalls.
+
+void BackwardPrinter::printTurnWait(const std::string &counter, const std::string &turn) {
+  w.comment("deterministic mode: wait for this block's turn on these rows (the blocks before it added theirs)");
+  w.open("if (p.deterministic)");
+  w.line(cat("int *const turnCounter = ", counter, ";"));
+  w.line("if (threadIdx.x == 0 && turnCounter)");
+  w.line(cat("  ", ns, "::waitTurn(turnCounter, ", turn, ");"));
+  w.line("__syncthreads();");
+  w.close();
+}
+
+void BackwardPrinter::printTurnPass(const std::string &counter) {
+  w.comment("deterministic mode: every thread's adds are issued; pass the turn on (fence, then release)");
+  w.open("if (p.deterministic)");
+  w.line(cat("int *const turnCounter = ", counter, ";"));
+  w.line("__syncthreads();");
+  w.open("if (threadIdx.x == 0 && turnCounter)");
+  w.line("__threadfence();");
+  w.line(cat(ns, "::passTurn(turnCounter);"));
+  w.close();
+  w.close();
+}
+
+void BackwardPrinter::printSkippedTurns() {
+  std::string visited;
+  for (const auto &[lo, hi] : walkSegments)
+    visited += cat(visited.empty() ? "" : " || ", "(qt >= ", lo, " && qt < ", hi, ")");
+  w.comment("deterministic mode: the Q tiles this walk skipped get this K/V tile's turn too, in order");
+  w.open("if (p.deterministic && threadIdx.x == 0)");
+  w.open("for (int qt = 0; qt * kBlockM < p.seqlenQ; ++qt)");
+  w.line(cat("if (", visited, ")"));
+  w.line("  continue;");
+  w.line("int *const turnCounter = p.semaphores + ((long long)b * p.headsQ + h) * p.qTiles + qt;");
+  w.line(cat(ns, "::waitTurn(turnCounter, blockKvTile);"));
+  w.line(cat(ns, "::passTurn(turnCounter);"));
+  w.close();
+  w.close();
+}
+
+//===----------------------------------------------------------------------===//
+// Gradients of the variant's f32 inputs
+//===----------------------------------------------------------------------===//
+// Deterministic by construction: each thread sums its terms in program order, each block its threads' sums in a
+// fixed order (blockSum) into its own workspace slot, and one block sums the slots in a fixed order (the
+// `_input_grads` kernel). No float atomics.
+
+void BackwardPrinter::declareInputGradShares() {
+  inputReads = distinctReads(func, functions);
+  for (Operation *read : inputReads) {
+    std::string name = names.unique("inputGradShare");
+    w.line(cat("float ", name, " = 0.f;  // this thread's terms of the gradient of input #", inputOf(read), " (",
+               isa<InputGradOp>(read) ? "tile.input_grad" : "tile.sink_grad", ")"));
+    func.walk([&](Operation *op) {
+      if (isa<InputGradOp, SinkGradOp>(op) && inputOf(op) == inputOf(read) &&
+          functions.lookup(op) == functions.lookup(read))
+        inputShares[op] = name;
+    });
+  }
+}
+
+LogicalResult BackwardPrinter::printInputGrad(InputGradOp op) {
+  FailureOr<std::string> ds = regs(op.getDs(), op), s = regs(op.getS(), op);
+  if (failed(ds) || failed(s))
+    return failure();
+  const std::string &share = inputShares.lookup(op);
+  std::string fn = functions.lookup(op);
+  std::string kv = keyArgOf(op.getBody()) == KeyArg::Clamped ? "min(kv, p.seqlenK - 1)" : "kv";
+  w.comment(cat("tile.input_grad \"", commentText(op.getName()), "\": ", share, " += Σ ", *ds, "·", fn,
+                "(...).partial, d score_mod / d the element"));
+  w.comment("the hook reads at (b, h), over this thread's scores (0 where dS' is 0: masked); only when it is wanted");
+  w.open(cat("if (p.inputGrads[", inputOf(op), "])"));
+  fragments.forEachElement(w, "kSTiles",
+                           {cat("const int q = ", FragmentTiles::threadRow("(i / 2)"), ";"),
+                            "const int kv = blockKvTile * kBlockN + 8 * nt + fragCol + i % 2;",
+                            cat("if (", *ds, "[mt][nt][i] != 0.f) {"), "  int index;", "  float partial;",
+                            cat("  ", fn, "(", *s, "[mt][nt][i], b, h, q, ", kv, ", p, index, partial);"),
+                            cat("  ", share, " += ", *ds, "[mt][nt][i] * partial;"), "}"});
+  w.close();
+  return success();
+}
+
+void BackwardPrinter::printSinkGradTerms(const std::string &d) {
+  for (Operation *op : inputReads) {
+    auto grad = dyn_cast<SinkGradOp>(op);
+    if (!grad)
+      continue;
+    w.comment(cat("tile.sink_grad \"", commentText(grad.getName()), "\": row i's term of dσ·dσ/d element, -e^(σ - LSE_i)·D_i·",
+                  "partial, into ", inputShares.lookup(op)));
+    w.open(cat("if (lane == 0 && p.inputGrads[", inputOf(op), "])"));
+    w.line("float sink, partial;");
+    w.line("int index;");
+    w.line(cat(functions.lookup(op), "(b, h, p, sink, index, partial);"));
+    w.line("const float lseI = p.lse[b * p.lseBatchStride + h * p.lseHeadStride + i];");
+    w.line(cat(inputShares.lookup(op), " -= ", ns, "::exp2((sink - lseI) * ", ns, "::kLog2e) * ", d, " * partial;"));
+    w.close();
+  }
+}
+
+void BackwardPrinter::printInputGradShares(const std::string &tile, const std::string &tiles,
+                                           const std::string &before) {
+  if (inputReads.empty())
+    return;
+  w.comment("---- input gradients: each read's share of this block, summed over its threads in a fixed order (blockSum),");
+  w.comment("into its workspace slot: read r of (b, h) at inputGradPartials[before + ((r * batch + b) * headsQ + h) *");
+  w.comment(cat("tiles + tile], ", tile, " of ", tiles, "; the _input_grads kernel sums the slots ----"));
+  w.line("__shared__ float inputGradScratch[kWarps];");
+  w.line(cat("float *const inputGradSlots = p.inputGradPartials + (long long)p.batch * p.headsQ * ", before, ";"));
+  for (auto [slot, op] : llvm::enumerate(inputReads)) {
+    const int64_t read = static_cast<int64_t>(slot);
+    w.open("");
+    w.line(cat("const float sum = ", ns, "::blockSum<kWarps>(", inputShares.lookup(op), ", inputGradScratch);"));
+    w.line("if (threadIdx.x == 0)");
+    w.line(cat("  inputGradSlots[((", read, "LL * p.batch + b) * p.headsQ + h) * ", tiles, " + ", tile, "] = sum;"));
+    w.close();
+  }
+}
+
+LogicalResult BackwardPrinter::printInputGradsKernel(const std::string &entry, ArrayRef<InputGradOp> mainReads,
+                                                     ArrayRef<SinkGradOp> sinkReads) {
+  printHeader(entry, "the gradients of the variant's f32 inputs from the blocks' shares (after the main kernel)");
+  w.comment("One block. Thread t owns the gradient elements e with e % kThreads == t: it zeroes those some (b, h)");
+  w.comment("reads, then adds each (b, h)'s shares, (b, h) ascending, tiles ascending: one fixed order, no atomics.");
+  w.line("const long long mainSlots = (long long)params.batch * params.headsQ * params.kvTiles;  // floats a read");
+  w.line("const long long sinkSlots = (long long)params.batch * params.headsQ * params.qTiles;");
+  std::map<int64_t, std::vector<std::pair<Operation *, int>>> byInput;
+  for (auto [slot, op] : llvm::enumerate(mainReads))
+    byInput[inputOf(op)].push_back({op, static_cast<int>(slot)});
+  for (auto [slot, op] : llvm::enumerate(sinkReads))
+    byInput[inputOf(op)].push_back({op, static_cast<int>(slot)});
+  for (const auto &[input, reads] : byInput) {
+    w.comment(cat("---- input #", input, " ----"));
+    w.open(cat("if (params.inputGrads[", input, "])"));
+    w.line(cat("float *const grad = params.inputGrads[", input, "];"));
+    w.open("for (int pass = 0; pass < 2; ++pass)");
+    w.open("for (int blockBatch = 0; blockBatch < params.batch; ++blockBatch)");
+    printSequenceView();
+    w.open("for (int h = 0; h < params.headsQ; ++h)");
+    w.line("const int b = blockBatch;");
+    for (auto [op, slot] : reads) {
+      bool sink = isa<SinkGradOp>(op);
+      w.open("");
+      w.line("int index;");
+      w.line(sink ? "float sink, partial;" : "float partial;");
+      w.line(cat(functions.lookup(op), sink ? "(b, h, p, sink, index, partial);" : "(0.f, b, h, 0, 0, p, index, partial);"));
+      w.line("if (static_cast<unsigned>(index) % kThreads != threadIdx.x)");
+      w.line("  continue;");
+      w.open("if (pass == 0)");
+      w.line("grad[index] = 0.f;");
+      w.line("continue;");
+      w.close();
+      const std::string tiles = sink ? "params.qTiles" : "params.kvTiles";
+      const std::string region = sink ? cat("mainSlots * ", static_cast<int64_t>(mainReads.size()), " + sinkSlots * ", slot)
+                                      : cat("mainSlots * ", slot);
+      w.line(cat("const float *const share = params.inputGradPartials + ", region, " + (b * params.headsQ + h) * ",
+                 tiles, ";"));
+      w.line("float sum = 0.f;");
+      w.line(cat("for (int t = 0; t < ", tiles, "; ++t)"));
+      w.line("  sum += share[t];");
+      w.line("grad[index] += sum;");
+      w.close();
+    }
+    w.close();
+    w.close();
+    w.close();
+    w.close();
   }
   w.close();
   w.line("");
@@ -773,6 +1026,10 @@ FailureOr<EmittedKernel> emitBackwardCuda(ModuleOp module) {
   FailureOr<llvm::DenseMap<Operation *, std::string>> hooks = printVariantFunctions(main, *target, helpers, functions);
   if (failed(hooks))
     return failure();
+  FailureOr<llvm::DenseMap<Operation *, std::string>> preHooks = printVariantFunctions(pre, *target, helpers, functions);
+  if (failed(preHooks))
+    return failure();
+  hooks->insert(preHooks->begin(), preHooks->end());
   std::string ns(target->preludeNamespace());
   BackwardFacts facts;
   facts.preprocessEntry = info.entry + "_preprocess";
@@ -788,6 +1045,20 @@ FailureOr<EmittedKernel> emitBackwardCuda(ModuleOp module) {
       failed(postPrinter.printPostprocess(facts.postprocessEntry)))
     return failure();
   facts.mainSmemBytes = mainPrinter.mainSmemBytes;
+  SmallVector<InputGradOp> mainReads;
+  SmallVector<SinkGradOp> sinkReads;
+  for (Operation *read : distinctReads(main, *hooks))
+    mainReads.push_back(cast<InputGradOp>(read));
+  for (Operation *read : distinctReads(pre, *hooks))
+    sinkReads.push_back(cast<SinkGradOp>(read));
+  BackwardPrinter sumPrinter(main, shape, ns, helpers, *hooks);
+  if (!mainReads.empty() || !sinkReads.empty()) {
+    facts.inputGradsEntry = info.entry + "_input_grads";
+    facts.mainInputTerms = static_cast<int>(mainReads.size());
+    facts.preprocessInputTerms = static_cast<int>(sinkReads.size());
+    if (failed(sumPrinter.printInputGradsKernel(facts.inputGradsEntry, mainReads, sinkReads)))
+      return failure();
+  }
   const ArchLimits *limits = archLimits(**family, info.arch);
   if (limits && facts.mainSmemBytes > limits->maxSmemBytes)
     return main.emitOpError() << "needs " << facts.mainSmemBytes << " bytes of shared memory; " << info.arch
@@ -806,6 +1077,7 @@ FailureOr<EmittedKernel> emitBackwardCuda(ModuleOp module) {
   src += prePrinter.text();
   src += mainPrinter.text();
   src += postPrinter.text();
+  src += sumPrinter.text();
   return kernel;
 }
 

@@ -12,7 +12,8 @@
 namespace flashtile::codegen {
 
 inline constexpr std::string_view kBackwardPreludeText = R"cuda(
-// ==== $ns backward primitives: 16-bit pairs to fp32, warp sums, fp32 reductions into global memory ====
+// ==== $ns backward primitives: 16-bit pairs to fp32, warp and block sums, fp32 reductions into global memory,
+// the deterministic mode's turns ====
 namespace $ns {
 
 inline constexpr float kPosInf = __builtin_bit_cast(float, 0x7f800000u); // +infinity
@@ -34,6 +35,34 @@ __device__ __forceinline__ float warpSum(float x) {
   for (int offset = 16; offset > 0; offset /= 2)
     x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
+}
+
+// The sum of `x` over a block of kWarps warps, in thread 0, in one fixed order (each warp's butterfly, then the warps
+// ascending); `scratch` holds a float a warp. Every thread of the block calls it.
+template <int kWarps> __device__ __forceinline__ float blockSum(float x, float *scratch) {
+  x = warpSum(x);
+  __syncthreads(); // the scratch's last readers are done
+  if (threadIdx.x % 32 == 0)
+    scratch[threadIdx.x / 32] = x;
+  __syncthreads();
+  float sum = 0.f;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < kWarps; ++w)
+      sum += scratch[w];
+  return sum;
+}
+
+// Deterministic mode's turns: one thread waits until the counter says `turn` (ld.acquire: what the blocks before
+// wrote is visible after it), and after the block's adds, publishes the next turn (red.release). A waiter only waits
+// for blocks scheduled before it (the emitter's comments say why), so the waits end.
+__device__ __forceinline__ void waitTurn(const int *counter, int turn) {
+  int now;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(now) : "l"(counter) : "memory");
+  } while (now != turn);
+}
+__device__ __forceinline__ void passTurn(int *counter) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
 }
 
 // *dst += x, fp32, without reading the result back (red.global.add: the order of concurrent adds is the hardware's).

@@ -474,8 +474,10 @@ private:
   FailureOr<bool> stagedInQ(Operation *store, Value staging);
   /// Prints `region` as `returnType base(args..., const FlashtileSequence &p)` (args[0] may be a float
   /// score; the others are int coordinates) unless an identical function exists; returns its name.
+  /// `outs`: a region that yields several values gives them through reference parameters of these names, after
+  /// `p`, and returnType is void.
   FailureOr<std::string> variantFunction(Operation *op, Region &body, StringRef base, StringRef returnType,
-                                         ArrayRef<StringRef> args, CudaWriter &out);
+                                         ArrayRef<StringRef> args, CudaWriter &out, ArrayRef<StringRef> outs = {});
 
   FuncOp func;
   TileTarget &target;
@@ -514,13 +516,14 @@ private:
 //===----------------------------------------------------------------------===//
 
 FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &body, StringRef base, StringRef returnType,
-                                                      ArrayRef<StringRef> args, CudaWriter &out) {
+                                                      ArrayRef<StringRef> args, CudaWriter &out,
+                                                      ArrayRef<StringRef> outs) {
   CudaWriter fw;
   NameScopes fnames;
   for (StringRef reserved : {"p", "ceilDiv", "floorDiv"})
     fnames.reserve(reserved);
   fnames.reserve(target.preludeNamespace());
-  for (StringRef arg : args)
+  for (StringRef arg : llvm::concat<const StringRef>(args, outs))
     fnames.reserve(arg);
   ScalarEmitter fs(fw, fnames, helpers, func, &body);
   Block &block = body.front();
@@ -542,10 +545,19 @@ FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &bod
       return failure();
   }
   auto yield = cast<YieldOp>(block.getTerminator());
-  FailureOr<CExpr> result = fs.expr(yield.getValues().front(), yield);
-  if (failed(result))
-    return failure();
-  fw.line("return " + result->text + ";");
+  if (outs.empty()) {
+    FailureOr<CExpr> result = fs.expr(yield.getValues().front(), yield);
+    if (failed(result))
+      return failure();
+    fw.line("return " + result->text + ";");
+  } else {
+    for (auto [value, outName] : llvm::zip_equal(yield.getValues(), outs)) {
+      FailureOr<CExpr> result = fs.expr(value, yield);
+      if (failed(result))
+        return failure();
+      fw.line(outName.str() + " = " + result->text + ";");
+    }
+  }
 
   std::string key = (base + "\n" + fw.str()).str();
   if (auto it = functionByText.find(key); it != functionByText.end())
@@ -557,6 +569,10 @@ FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &bod
       : isa<FinalizeOp>(op)   ? "attention sink (tile.finalize): the extra logit of head h's softmax"
       : isa<ScoreGradOp>(op)  ? "derivative of the score modifier (tile.score_grad): d score_mod / d score at (q, kv)"
       : isa<StoreSplitOp>(op) ? "attention sink (tile.store_split): the extra logit of head h's softmax, joined once"
+      : isa<InputGradOp>(op)  ? "input gradient (tile.input_grad): the element of the input the score hook reads at "
+                                "(b, h) and d score_mod / d that element at (q, kv)"
+      : isa<SinkGradOp>(op)   ? "sink gradient (tile.sink_grad): head h's sink logit, the element of the input it "
+                                "reads and d sink / d that element"
                               : "score modifier (tile.score_mod): the new score of query row q and key kv";
   out.comment("---- variant \"" + commentSafe(func.getVariant()) + "\": " + role + " ----");
   std::string params;
@@ -564,7 +580,11 @@ FailureOr<std::string> KernelPrinter::variantFunction(Operation *op, Region &bod
     params += splitKey && arg == block.getArguments().back()
                   ? std::string("int kvTile, int kvStep, ")
                   : *ScalarEmitter::cType(arg.getType()) + " " + argName.str() + ", ";
-  out.line(fs.functionQualifiers() + returnType.str() + " " + name + "(" + params + "const FlashtileSequence &p) {");
+  std::string results;
+  for (auto [value, outName] : llvm::zip(yield.getValues(), outs))
+    results += ", " + *ScalarEmitter::cType(value.getType()) + " &" + outName.str();
+  out.line(fs.functionQualifiers() + returnType.str() + " " + name + "(" + params + "const FlashtileSequence &p" +
+           results + ") {");
   std::string bodyText = fw.str();
   for (StringRef line : llvm::split(StringRef(bodyText).rtrim('\n'), '\n'))
     out.line("  " + line.str());
@@ -589,6 +609,11 @@ LogicalResult KernelPrinter::printVariantFunctions(CudaWriter &out) {
       name = variantFunction(op, fin.getSink(), "sinkLogit", "float", {"b", "h"}, out);
     else if (auto split = dyn_cast<StoreSplitOp>(op); split && split.hasSink())
       name = variantFunction(op, split.getSink(), "sinkLogit", "float", {"b", "h"}, out);
+    else if (auto grad = dyn_cast<InputGradOp>(op))
+      name = variantFunction(op, grad.getBody(), "inputGrad", "void", {"score", "b", "h", "q", "kv"}, out,
+                             {"index", "partial"});
+    else if (auto grad = dyn_cast<SinkGradOp>(op))
+      name = variantFunction(op, grad.getBody(), "sinkGrad", "void", {"b", "h"}, out, {"sink", "index", "partial"});
     else
       return WalkResult::advance();
     if (failed(name))

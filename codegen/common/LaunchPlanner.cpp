@@ -132,5 +132,29 @@ LaunchPlan flashtile::codegen::planBackwardLaunches(const BackwardFacts &f) {
                              rule("heads_q > heads_kv"),
                              /*zeroed=*/true,
                              {{"dkAccum", PlanExpr::constant(0)}, {"dvAccum", rule(dkBytes)}}});
+  const std::string qTiles = "max(1, cdiv(rows, " + str(f.blockM) + "))";
+  const std::string kvTiles = "max(1, cdiv(keys, " + str(f.blockN) + "))";
+  plan.set.emplace_back("qTiles", rule(qTiles));
+  plan.set.emplace_back("kvTiles", rule(kvTiles));
+  // Deterministic calls: the blocks add into dQ (and GQA's dK/dV) in a fixed order, counted by these semaphores.
+  plan.workspaces.push_back({"semaphores",
+                             rule(aligned("(batch * heads_q * " + qTiles + " + (heads_q > heads_kv) * batch * heads_kv * " +
+                                          kvTiles + ") * 4")),
+                             rule("deterministic"),
+                             /*zeroed=*/true,
+                             {{"semaphores", PlanExpr::constant(0)}}});
+  if (f.inputGradsEntry.empty())
+    return plan;
+  // Input gradients: each block's share, one number per read, summed by one block in a fixed order. Blocks that own
+  // no rows (varlen) leave theirs zero.
+  const std::string shares = "batch * heads_q * (" + str(f.mainInputTerms) + " * " + kvTiles + " + " +
+                             str(f.preprocessInputTerms) + " * " + qTiles + ")";
+  plan.workspaces.push_back({"input_grad_partials", rule(aligned(shares + " * 4")), std::nullopt, /*zeroed=*/true,
+                             {{"inputGradPartials", PlanExpr::constant(0)}}});
+  PlanLaunch sum;
+  sum.entry = f.inputGradsEntry;
+  sum.threads = f.threads;
+  sum.grid = {rule("1"), rule("1"), rule("1")};
+  plan.launches.push_back(sum);
   return plan;
 }

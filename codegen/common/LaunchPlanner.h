@@ -39,11 +39,17 @@ struct BackwardFacts {
   std::string preprocessEntry, mainEntry, postprocessEntry;
   int blockM = 0, blockN = 0, threads = 0;
   int mainSmemBytes = 0;
+  /// Gradients of the variant's f32 inputs: the reads whose terms the main kernel (tile.input_grad) and the
+  /// preprocess (tile.sink_grad) reduce per block, and the kernel that sums the blocks' shares (empty: none).
+  int mainInputTerms = 0, preprocessInputTerms = 0;
+  std::string inputGradsEntry;
 };
 
 /// The backward's plan: D = rowsum(dO∘O) per Q tile, then one block per K/V tile of each (batch, query head) adding
 /// into the zeroed fp32 dQ accumulator (and, under GQA, into the zeroed dK/dV accumulators), then dQ (and GQA's
-/// dK/dV) converted per tile of blockM rows.
+/// dK/dV) converted per tile of blockM rows; with input gradients, one block summing the blocks' shares of them.
+/// Deterministic calls get zeroed semaphores: one int per (batch, query head, Q tile) ordering the dQ adds, then,
+/// under GQA, one per (batch, K/V head, K/V tile) ordering the dK/dV adds.
 LaunchPlan planBackwardLaunches(const BackwardFacts &facts);
 
 } // namespace flashtile::codegen

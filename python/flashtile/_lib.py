@@ -216,6 +216,8 @@ class _Library:
         lib.flashtile_forward_call.argtypes = [c_void_p, c_void_p]
         lib.flashtile_backward_call.restype = c_int
         lib.flashtile_backward_call.argtypes = [c_void_p, c_void_p]
+        lib.flashtile_backward_workspace_size.restype = c_int
+        lib.flashtile_backward_workspace_size.argtypes = [c_void_p, c_void_p, ctypes.POINTER(ctypes.c_ulonglong)]
         lib.flashtile_forward_kvcache.restype = c_int
         lib.flashtile_forward_kvcache.argtypes = [c_void_p, c_void_p]
         lib.flashtile_explain.restype = c_int

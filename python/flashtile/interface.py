@@ -566,10 +566,6 @@ def _backward_launch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, ma
                      wanted: Sequence[bool], schedule: Optional[str], strict: bool, deterministic: bool):
     """dQ, dK, dV and the wanted inputs' gradients (an empty tensor for the others) of the forward call that gave
     `out` and `lse`, on the current stream of q's device (flashtile_backward_call)."""
-    if any(wanted):
-        # An error rather than zeros: the backward programs do not produce them yet (docs/backward.md).
-        raise NotImplementedError("flashtile backward: gradients of a variant's fp32 inputs (ALiBi slopes, sinks, a "
-                                  "bias) are not computed yet; pass them without requires_grad")
     lib = _library or _first_library()
     runtime = _runtime or _first_runtime()
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -593,10 +589,21 @@ def _backward_launch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, ma
     for field, t in (("d_o_stride", grad_out), ("d_q_stride", dq), ("d_k_stride", dk), ("d_v_stride", dv)):
         getattr(call, field)[1 if varlen else 0:] = t.stride()
     call.deterministic = int(bool(deterministic))
+    workspace = None
+    if torch.cuda.is_current_stream_capturing():
+        # Under CUDA graph capture the runtime cannot allocate its own scratch memory: the backward's comes from
+        # torch's allocator (the capture's pool), sized by the runtime, and lives as long as the graph needs it.
+        needed = ctypes.c_ulonglong(0)
+        if _on_device(index, lib.lib.flashtile_backward_workspace_size, runtime, ctypes.addressof(call),
+                      ctypes.byref(needed)) != 0:
+            raise lib.error("flashtile backward workspace size")
+        if needed.value:
+            workspace = torch.empty(needed.value, dtype=torch.uint8, device=q.device)
+            call.workspace, call.workspace_bytes = workspace.data_ptr(), needed.value
     rc = _on_device(index, lib.lib.flashtile_backward_call, runtime, ctypes.addressof(call))
     if rc != 0:
         raise lib.error("flashtile backward")
-    del variant_id  # held until the call is queued
+    del variant_id, workspace  # held until the call is queued (the graph's pool keeps the workspace's memory)
     return dq, dk, dv, grads
 
 

@@ -291,38 +291,63 @@ int flashtile_forward_call(flashtile_runtime *rt, const flashtile_call *call) {
   });
 }
 
+/// The BackwardArgs of a C backward call (`what` names the entry point in errors).
+static flashtile::Status backwardArgsFromCall(const flashtile_bwd_call *call, flashtile::BackwardArgs &args,
+                                              const char *what) {
+  if (call->size != sizeof(flashtile_bwd_call))
+    return flashtile::Status::error(std::string(what) + ": call->size is " + std::to_string(call->size) +
+                                    "; expected sizeof(flashtile_bwd_call) = " +
+                                    std::to_string(sizeof(flashtile_bwd_call)) +
+                                    " (a caller built for another version of CApi.h)");
+  if (flashtile::Status s = argsFromCall(&call->forward, args.forward); !s.ok())
+    return s.withContext("forward");
+  const bool varlen = call->forward.cu_seqlens_q || call->forward.cu_seqlens_k;
+  args.dO = call->d_o;
+  args.dQ = call->d_q;
+  args.dK = call->d_k;
+  args.dV = call->d_v;
+  for (int i = 0; i < 4; ++i) {
+    const bool ignored = varlen && i == 0; // as the forward's strides
+    args.dOStride[i] = ignored ? 0 : call->d_o_stride[i];
+    args.dQStride[i] = ignored ? 0 : call->d_q_stride[i];
+    args.dKStride[i] = ignored ? 0 : call->d_k_stride[i];
+    args.dVStride[i] = ignored ? 0 : call->d_v_stride[i];
+  }
+  args.inputGrads.clear();
+  const int inputs = call->forward.num_inputs;
+  if (std::any_of(call->input_grads, call->input_grads + inputs, [](float *g) { return g != nullptr; }))
+    args.inputGrads.assign(call->input_grads, call->input_grads + inputs);
+  args.deterministic = call->deterministic != 0;
+  args.workspace = call->workspace;
+  args.workspaceBytes = static_cast<size_t>(call->workspace_bytes);
+  return flashtile::Status();
+}
+
 int flashtile_backward_call(flashtile_runtime *rt, const flashtile_bwd_call *call) {
   return guarded([&] {
     if (!rt || !call)
       return report(flashtile::Status::error("flashtile_backward_call: rt and call must not be NULL"));
-    if (call->size != sizeof(flashtile_bwd_call))
-      return report(flashtile::Status::error(
-          "flashtile_backward_call: call->size is " + std::to_string(call->size) +
-          "; expected sizeof(flashtile_bwd_call) = " + std::to_string(sizeof(flashtile_bwd_call)) +
-          " (a caller built for another version of CApi.h)"));
     thread_local flashtile::BackwardArgs args;
-    if (flashtile::Status s = argsFromCall(&call->forward, args.forward); !s.ok())
-      return report(s.withContext("forward"));
-    const bool varlen = call->forward.cu_seqlens_q || call->forward.cu_seqlens_k;
-    args.dO = call->d_o;
-    args.dQ = call->d_q;
-    args.dK = call->d_k;
-    args.dV = call->d_v;
-    for (int i = 0; i < 4; ++i) {
-      const bool ignored = varlen && i == 0; // as the forward's strides
-      args.dOStride[i] = ignored ? 0 : call->d_o_stride[i];
-      args.dQStride[i] = ignored ? 0 : call->d_q_stride[i];
-      args.dKStride[i] = ignored ? 0 : call->d_k_stride[i];
-      args.dVStride[i] = ignored ? 0 : call->d_v_stride[i];
-    }
-    args.inputGrads.clear();
-    const int inputs = call->forward.num_inputs;
-    if (std::any_of(call->input_grads, call->input_grads + inputs, [](float *g) { return g != nullptr; }))
-      args.inputGrads.assign(call->input_grads, call->input_grads + inputs);
-    args.deterministic = call->deterministic != 0;
-    args.workspace = call->workspace;
-    args.workspaceBytes = static_cast<size_t>(call->workspace_bytes);
+    if (flashtile::Status s = backwardArgsFromCall(call, args, "flashtile_backward_call"); !s.ok())
+      return report(s);
     return report(rt->runtime.backward(args, static_cast<CUstream>(call->forward.stream)));
+  });
+}
+
+int flashtile_backward_workspace_size(flashtile_runtime *rt, const flashtile_bwd_call *call,
+                                      unsigned long long *bytes) {
+  return guarded([&] {
+    if (!rt || !call || !bytes)
+      return report(
+          flashtile::Status::error("flashtile_backward_workspace_size: rt, call and bytes must not be NULL"));
+    thread_local flashtile::BackwardArgs args;
+    if (flashtile::Status s = backwardArgsFromCall(call, args, "flashtile_backward_workspace_size"); !s.ok())
+      return report(s);
+    flashtile::StatusOr<size_t> needed = rt->runtime.backwardWorkspaceBytes(args);
+    if (!needed.ok())
+      return report(needed.status());
+    *bytes = *needed;
+    return 0;
   });
 }
 

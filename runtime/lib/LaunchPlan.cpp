@@ -572,7 +572,7 @@ Status LaunchPlan::verify(int maxSmem) const {
         (l.repeat && !listed(kPlanIntFields, l.repeatField)))
       return planError(p + "repeatField", "'" + l.repeatField +
                                               "' must come with repeat, and be an int field of the kernel parameters "
-                                              "(qTiles, numSplits, kvStep, accumSplitStride)");
+                                              "(" + joinedNames(kPlanIntFields) + ")");
     if (!l.tensorMaps.empty()) {
       // The kernel's second parameter is AttentionTensorMaps (q, k, v): the boxes of K and V are one tile's keys.
       const bool qkv = l.tensorMaps.size() == 3 && l.tensorMaps[0].tensor == "q" && l.tensorMaps[1].tensor == "k" &&

@@ -53,6 +53,8 @@ void setIntField(FlashtileFwdParams &params, const std::string &field, long long
     params.kvStep = static_cast<int>(value);
   else if (field == "accumSplitStride")
     params.accumSplitStride = value;
+  else if (field == "kvTiles")
+    params.kvTiles = static_cast<int>(value);
 }
 
 /// The pointer fields a workspace binds (LaunchPlan.h: kPlanPointerFields).
@@ -80,6 +82,8 @@ void setPointerField(FlashtileFwdParams &params, const std::string &field, CUdev
     params.dvAccum = asFloat;
   else if (field == "semaphores")
     params.semaphores = reinterpret_cast<int *>(address);
+  else if (field == "inputGradPartials")
+    params.inputGradPartials = asFloat;
   else if (field == "kvErrors")
     params.kvErrors = reinterpret_cast<FlashtileKvError *>(address);
 }
@@ -339,6 +343,16 @@ StatusOr<int> flashtile::detail::planSplits(const KernelInfo &info, const Attent
     return kvTiles.status();
   return numSplitsHeuristic(*blocks, sms * std::max(blocksPerSm, 1),
                             static_cast<int>(std::min<long long>(*kvTiles, INT_MAX)));
+}
+
+StatusOr<size_t> flashtile::detail::backwardWorkspaceBytes(const KernelInfo &info, const BackwardArgs &backward) {
+  PlanSymbols symbols = symbolsFor(backward.forward);
+  symbols.deterministic = backward.deterministic ? 1 : 0;
+  long long total = 0;
+  StatusOr<std::vector<ResolvedWorkspace>> workspaces = layOutWorkspaces(info, symbols, total);
+  if (!workspaces.ok())
+    return workspaces.status();
+  return static_cast<size_t>(total);
 }
 
 Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &module, const AttentionArgs &args,

@@ -51,6 +51,10 @@ FlashtileFwdParams paramsFor(const BackwardArgs &args);
 /// numSplitsHeuristic over the plan's split rule on `sms` SMs that hold `blocksPerSm` blocks of its launch each.
 StatusOr<int> planSplits(const KernelInfo &info, const AttentionArgs &args, int sms, int blocksPerSm);
 
+/// The bytes of workspace `info`'s plan needs for a backward call `backward` (its split count 1): what a caller's
+/// BackwardArgs::workspace must hold (0: none).
+StatusOr<size_t> backwardWorkspaceBytes(const KernelInfo &info, const BackwardArgs &backward);
+
 /// Executes `module`'s plan for `args` on `stream`: the split count, the workspaces (the caller's `workspace`,
 /// else the runtime's buffer for the stream; an error record is always the runtime's), the parameter fields, then
 /// every launch in order. Errors name the kernel and what it needed. Where the runtime's buffer grows (which

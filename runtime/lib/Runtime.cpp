@@ -1024,6 +1024,33 @@ Status Runtime::backward(const BackwardArgs &args, CUstream stream) {
   return guarded("backward", [&] { return backwardUnguarded(args, stream); });
 }
 
+StatusOr<size_t> Runtime::backwardWorkspaceBytes(const BackwardArgs &args) {
+  StatusOr<size_t> bytes = size_t{0};
+  Status s = guarded("backwardWorkspaceBytes", [&]() -> Status {
+    if (Status v = validateBackward(args); !v.ok())
+      return v;
+    const AttentionArgs &forward = args.forward;
+    const bool varlen = forward.isVarlen();
+    if ((forward.seqlenQ == 0 || (varlen && forward.maxSeqlenQ == 0)) &&
+        (forward.seqlenK == 0 || (varlen && forward.maxSeqlenK == 0)))
+      return Status(); // backward() launches nothing
+    StatusOr<const CudaDriver *> driver = CudaDriver::get();
+    if (!driver.ok())
+      return driver.status();
+    StatusOr<std::string> arch = impl->arch(**driver);
+    if (!arch.ok())
+      return arch.status();
+    StatusOr<Impl::Resolution> resolved = impl->resolve(*this, forward, *arch, kBackwardKind);
+    if (!resolved.ok())
+      return resolved.status();
+    bytes = detail::backwardWorkspaceBytes(resolved->kernel->info, args);
+    return bytes.ok() ? Status() : bytes.status();
+  });
+  if (!s.ok())
+    return s;
+  return bytes;
+}
+
 Status Runtime::backwardUnguarded(const BackwardArgs &args, CUstream stream) {
   if (Status s = validateBackward(args); !s.ok())
     return s;

@@ -64,7 +64,6 @@ def test_flash_attn_backward(request, seqlen_q, seqlen_k, d, causal, local, alib
     if d not in (64, 128) and (alibi or local or softcap or mha_type == "mqa"):
         pytest.skip("the variant matrix runs at head dims 64 and 128; every head dim runs plain, causal and GQA")
     expect_missing(request, d > 128, FlashtileError, "fa2's backward takes head dims up to 128")
-    expect_missing(request, alibi, NotImplementedError, "gradients of ALiBi slopes are not computed yet")
     torch.manual_seed(seqlen_q * 7 + seqlen_k + d)
     heads_q, heads_kv = heads_for(mha_type)
     batch = 2
@@ -139,7 +138,6 @@ def sinks_ref(q, k, v, sinks, upcast):
 
 
 def test_sinks_backward_includes_the_sinks_gradient(request):
-    expect_missing(request, True, NotImplementedError, "gradients of the sinks are not computed yet")
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 200, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     sinks = torch.randn(4, device="cuda", requires_grad=True)
@@ -159,8 +157,6 @@ def test_sinks_backward_includes_the_sinks_gradient(request):
 def test_every_builtin_variant_has_a_backward(request, variant):
     """attention() with each remaining built-in: gradients against autograd of a reference built from the
     variant's own mask/bias, evaluated densely."""
-    expect_missing(request, variant == "alibi_per_batch", NotImplementedError,
-                   "gradients of ALiBi slopes are not computed yet")
     torch.manual_seed(1)
     batch, seqlen, heads, d = 2, 192, 4, 64
     q, k, v = (torch.randn(batch, seqlen, heads, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -208,7 +204,6 @@ def test_every_builtin_variant_has_a_backward(request, variant):
 
 @pytest.mark.parametrize("mha_type", ["mha", "gqa"])
 def test_deterministic_gradients_are_bitwise_repeatable(request, mha_type):
-    expect_missing(request, True, AssertionError, "deterministic=True does not order dQ's fp32 adds yet")
     torch.manual_seed(2)
     heads_q, heads_kv = heads_for(mha_type)
     q = torch.randn(2, 1024, heads_q, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -227,9 +222,27 @@ def test_deterministic_gradients_are_bitwise_repeatable(request, mha_type):
             assert torch.equal(a, b), "deterministic gradients differ between runs"
 
 
+@pytest.mark.parametrize("alibi_shape", ["heads", "batch_heads"])
+def test_deterministic_alibi_gradients_are_bitwise_repeatable(alibi_shape):
+    """dQ, dK, dV and the slopes' gradient of a GQA ALiBi call in deterministic mode: bitwise equal across runs."""
+    torch.manual_seed(4)
+    q = torch.randn(2, 512, 6, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(2, 512, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(2, 512, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    slopes = (torch.rand((6,) if alibi_shape == "heads" else (2, 6), device="cuda") * 0.3).requires_grad_()
+    grad_out = torch.randn(2, 512, 6, 64, device="cuda", dtype=torch.bfloat16)
+
+    def grads():
+        out = flashtile.flash_attn_func(q, k, v, causal=True, alibi_slopes=slopes, deterministic=True)
+        return torch.autograd.grad(out, (q, k, v, slopes), grad_out)
+
+    first = grads()
+    for _ in range(4):
+        for a, b in zip(first, grads()):
+            assert torch.equal(a, b), "deterministic gradients differ between runs"
+
+
 def test_torch_compile_fullgraph_and_cuda_graphs(request):
-    expect_missing(request, True, FlashtileError, "under CUDA graph capture the Python package passes the backward "
-                   "no workspace yet")
     torch.manual_seed(3)
     q, k, v = (torch.randn(2, 256, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
 

@@ -45,8 +45,11 @@ TEST_P(BackwardCompiles, ThreeKernelsToOneCubin) {
   ASSERT_TRUE(result.ok()) << result.status().message();
   const KernelInfo &info = result->info;
   EXPECT_EQ(info.kind, "backward");
-  EXPECT_EQ(plans::launchedEntries(info),
-            (std::vector<std::string>{info.entry + "_preprocess", info.entry, info.entry + "_postprocess"}));
+  // A variant with f32 inputs (ALiBi's slopes, the sinks) has a fourth kernel: its input gradients' sums.
+  std::vector<std::string> entries{info.entry + "_preprocess", info.entry, info.entry + "_postprocess"};
+  if (variant.starts_with("alibi") || variant.starts_with("sinks"))
+    entries.push_back(info.entry + "_input_grads");
+  EXPECT_EQ(plans::launchedEntries(info), entries);
   EXPECT_TRUE(info.verify().ok()) << info.verify().message();
   for (const std::string &entry : plans::launchedEntries(info))
     EXPECT_NE(result->cubin.find(entry), std::string::npos) << entry;
@@ -81,7 +84,7 @@ TEST(BackwardCodegen, PlanHasTheWorkspacesOfTheBackward) {
       jit::compile(*variants::byName("causal"), backwardOptions(ElementType::BF16, 128), jit::Stage::Cuda);
   ASSERT_TRUE(result.ok()) << result.status().message();
   const LaunchPlan &plan = result->info.plan;
-  ASSERT_EQ(plan.workspaces.size(), 3u);
+  ASSERT_EQ(plan.workspaces.size(), 4u);
   EXPECT_EQ(plan.workspaces[0].bind.front().first, "delta");
   EXPECT_FALSE(plan.workspaces[0].zeroed);
   EXPECT_EQ(plan.workspaces[1].bind.front().first, "dqAccum");
@@ -90,9 +93,48 @@ TEST(BackwardCodegen, PlanHasTheWorkspacesOfTheBackward) {
   EXPECT_EQ(plan.workspaces[2].bind.back().first, "dvAccum");
   ASSERT_TRUE(plan.workspaces[2].when);
   EXPECT_EQ(plan.workspaces[2].when->text(), "heads_q > heads_kv");
+  // Deterministic calls order their adds behind zeroed semaphores.
+  EXPECT_EQ(plan.workspaces[3].bind.front().first, "semaphores");
+  EXPECT_TRUE(plan.workspaces[3].zeroed);
+  ASSERT_TRUE(plan.workspaces[3].when);
+  EXPECT_EQ(plan.workspaces[3].when->text(), "deterministic");
   // One K/V tile of blockN keys a block: 64 by default.
   EXPECT_EQ(plan.launches[1].grid[0].text(), "max(1, cdiv(keys, 64))");
   EXPECT_GT(plan.launches[1].smemBytes, 0);
+}
+
+TEST(BackwardCodegen, InputGradientsAreReducedPerBlockThenSummedInOrder) {
+  for (const char *variant : {"alibi_causal", "sinks"}) {
+    SCOPED_TRACE(variant);
+    StatusOr<jit::CompileResult> result =
+        jit::compile(*variants::byName(variant), backwardOptions(ElementType::BF16, 64), jit::Stage::Cuda);
+    ASSERT_TRUE(result.ok()) << result.status().message();
+    const std::string &cuda = result->cuda;
+    const bool alibi = std::string_view(variant) == "alibi_causal";
+    // The terms, in the main kernel (tile.input_grad) or the preprocess (tile.sink_grad), each block's share
+    // summed over its threads in a fixed order, and no float atomics for them.
+    // alibi_causal's walk has three segments, each with its copy of the read: one share for the three.
+    EXPECT_EQ(count(cuda, alibi ? "tile.input_grad \"slopes\"" : "tile.sink_grad \"sinks\""), alibi ? 3 : 1);
+    EXPECT_EQ(count(cuda, "::blockSum<kWarps>(inputGradShare"), 1);
+    EXPECT_NE(cuda.find("_input_grads(const FlashtileFwdParams params)"), std::string::npos);
+    const LaunchPlan &plan = result->info.plan;
+    ASSERT_EQ(plan.workspaces.size(), 5u);
+    EXPECT_EQ(plan.workspaces[4].bind.front().first, "inputGradPartials");
+    EXPECT_TRUE(plan.workspaces[4].zeroed);
+    EXPECT_EQ(plan.launches.back().grid[0].text(), "1");
+  }
+}
+
+TEST(BackwardCodegen, DeterministicModeTakesTurnsOnTheDqAndDkvRows) {
+  StatusOr<jit::CompileResult> result =
+      jit::compile(*variants::byName("causal"), backwardOptions(ElementType::BF16, 64), jit::Stage::Cuda);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  const std::string &cuda = result->cuda;
+  // dQ: a wait and a pass in each of the walk's three segments; dK and dV (GQA): a pass each; the Q tiles the walk
+  // skipped: a wait and a pass after it.
+  EXPECT_EQ(count(cuda, "::waitTurn(turnCounter, blockKvTile);"), 3 + 1);
+  EXPECT_EQ(count(cuda, "::passTurn(turnCounter);"), 3 + 2 + 1);
+  EXPECT_NE(cuda.find("the Q tiles this walk skipped"), std::string::npos);
 }
 
 TEST(BackwardCodegen, SourceFollowsTheScheduledIr) {

@@ -377,6 +377,61 @@ TEST_F(PlanRunner, TheBackwardPlannersPlanRunsItsThreeKernelsAndZeroesItsAccumul
   }
 }
 
+/// Deterministic mode and input gradients: the semaphores (one int per (batch, query head, Q tile), then under GQA
+/// one per (batch, K/V head, K/V tile)) and the blocks' shares of the input gradients are zeroed workspaces, the tile
+/// counts are set, the summing kernel runs last on one block, and the size query gives the bytes the call lays out.
+TEST_F(PlanRunner, TheBackwardPlansDeterministicModeAndInputGradientsHaveZeroedWorkspaces) {
+  KernelInfo info = test::fakeKernel().info;
+  info.kind = std::string(kBackwardKind);
+  codegen::BackwardFacts facts{"bwd_pre", "bwd_main", "bwd_post", 64, 64, 128, 81920};
+  facts.mainInputTerms = 1;      // ALiBi's slope
+  facts.preprocessInputTerms = 2; // two reads of a sink hook
+  facts.inputGradsEntry = "bwd_input_grads";
+  info.plan = codegen::planBackwardLaunches(facts);
+  ASSERT_TRUE(info.plan.verify(227 * 1024).ok());
+  alignas(256) static char tensor[256];
+  for (bool deterministic : {false, true}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : "default");
+    recorder = Recorder();
+    BackwardArgs args;
+    args.forward = AttentionArgs::contiguous(DType::BF16, tensor, tensor, tensor, tensor,
+                                             reinterpret_cast<float *>(tensor), 2, 100, 300, 8, 2, 128);
+    args.dO = args.dQ = args.dK = args.dV = tensor;
+    args.dOStride = args.dQStride = {8 * 100 * 128, 8 * 128, 128, 1};
+    args.dKStride = args.dVStride = {2 * 300 * 128, 2 * 128, 128, 1};
+    args.deterministic = deterministic;
+    Status s = run(info, args.forward, &args);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_EQ(recorder.launches.size(), 4u);
+    EXPECT_EQ(recorder.launches[3].grid, (std::array<unsigned, 3>{1, 1, 1}));
+    const long long lseRows = 2 * 8 * 100, keyRows = 2 * 300, qTiles = 2, kvTiles = 5;
+    auto up = [](long long bytes) { return (bytes + 255) / 256 * 256; };
+    const CUdeviceptr dqAccum = kOwnBuffer + up(lseRows * 4);
+    const CUdeviceptr dkAccum = dqAccum + up(lseRows * 128 * 4);
+    const CUdeviceptr semaphores = dkAccum + up(keyRows * 2 * 128 * 4) + up(keyRows * 2 * 128 * 4);
+    const long long semaphoreWords = 2 * 8 * qTiles + 2 * 2 * kvTiles;
+    const CUdeviceptr shares = deterministic ? semaphores + up(semaphoreWords * 4) : semaphores;
+    const long long shareWords = 2 * 8 * (1 * kvTiles + 2 * qTiles);
+    for (const Launch &l : recorder.launches) {
+      EXPECT_EQ(l.params.qTiles, qTiles);
+      EXPECT_EQ(l.params.kvTiles, kvTiles);
+      EXPECT_EQ(l.params.deterministic, deterministic ? 1 : 0);
+      EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.semaphores), deterministic ? semaphores : 0);
+      EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.inputGradPartials), shares);
+    }
+    std::vector<std::pair<CUdeviceptr, size_t>> zeroed = {{dqAccum, static_cast<size_t>(lseRows * 128)},
+                                                          {dkAccum, static_cast<size_t>(2 * keyRows * 2 * 128)}};
+    if (deterministic)
+      zeroed.emplace_back(semaphores, semaphoreWords);
+    zeroed.emplace_back(shares, shareWords);
+    EXPECT_EQ(recorder.memsets, zeroed);
+    // What a caller passes as its own workspace (CUDA graph capture): the extent the call laid out.
+    StatusOr<size_t> bytes = detail::backwardWorkspaceBytes(info, args);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+    EXPECT_EQ(*bytes, static_cast<size_t>(shares + shareWords * 4 - kOwnBuffer));
+  }
+}
+
 } // namespace
 
 namespace {

@@ -129,6 +129,10 @@ typedef struct flashtile_bwd_call {
   int deterministic;
 } flashtile_bwd_call;
 int flashtile_backward_call(flashtile_runtime *rt, const flashtile_bwd_call *call);
+/* The bytes of workspace flashtile_backward_call(rt, call) needs (0: none) into *bytes, for a caller that allocates
+ * it (under CUDA graph capture: with its own allocator, outside the capture or from the capture's pool). The kernel
+ * is selected or built as the call would; nothing runs. call->workspace is ignored. */
+int flashtile_backward_workspace_size(flashtile_runtime *rt, const flashtile_bwd_call *call, unsigned long long *bytes);
 
 /* Reads back the device error records of the KV-cache calls this runtime made (Runtime::checkErrors): their kernels
  * clamp every out-of-range cache_seqlens, cache_batch_idx or block_table value and record the first one. Synchronizes

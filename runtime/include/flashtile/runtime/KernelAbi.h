@@ -157,6 +157,12 @@ struct FlashtileFwdParams {
   float *dkAccum;
   float *dvAccum;
   int *semaphores;
+  /* The backward's tile counts per (batch entry, query head): kvTiles = ceil(keys / blockN) (the main kernel's
+   * grid.x; varlen: of the longest sequence), and qTiles above = ceil(rows / blockM) (the preprocess kernel's). */
+  int kvTiles;
+  /* Gradients of the variant's f32 inputs: each program instance's share (one fp32 number per input read, per batch
+   * entry, query head and tile), summed in a fixed order by the `<entry>_input_grads` kernel (docs/backward.md). */
+  float *inputGradPartials;
 };
 
 /* Threads of a block of the KV cache's append kernel: grid (ceil(seqlenNew x (headDim + headDimV) / 8 /

@@ -138,11 +138,12 @@ struct LaunchPlan {
 };
 
 /// Kernel-parameter fields (KernelAbi.h) a plan may set: ints, and pointers into workspaces.
-inline constexpr std::array<std::string_view, 4> kPlanIntFields = {"qTiles", "numSplits", "kvStep", "accumSplitStride"};
-inline constexpr std::array<std::string_view, 12> kPlanPointerFields = {
-    "oAccum",  "lseAccum", "stateAcc", "stateMax", "stateSum",  "tileCounter", // forward
-    "delta",   "dqAccum",  "dkAccum",  "dvAccum",  "semaphores",               // backward
-    "kvErrors"};                                                              // the KV cache's error record
+inline constexpr std::array<std::string_view, 5> kPlanIntFields = {"qTiles", "numSplits", "kvStep", "accumSplitStride",
+                                                                   "kvTiles"};
+inline constexpr std::array<std::string_view, 13> kPlanPointerFields = {
+    "oAccum",  "lseAccum", "stateAcc", "stateMax", "stateSum",  "tileCounter",      // forward
+    "delta",   "dqAccum",  "dkAccum",  "dvAccum",  "semaphores", "inputGradPartials", // backward
+    "kvErrors"};                                                                   // the KV cache's error record
 
 } // namespace flashtile
 

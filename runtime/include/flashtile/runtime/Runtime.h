@@ -245,6 +245,10 @@ public:
   /// Checks `args`, selects or builds the backward module for this GPU (kind "backward"; the schedule as forward()
   /// chooses it, among schedules with a backward) and runs its plan on `stream` (asynchronous).
   Status backward(const BackwardArgs &args, CUstream stream = nullptr);
+  /// The bytes of workspace backward(args) needs (its plan's workspaces, laid out as the call lays them out; 0:
+  /// none), for a caller that passes its own (BackwardArgs::workspace; needed under CUDA graph capture). Selects or
+  /// builds the backward module as backward() does; launches nothing. args.workspace is ignored.
+  StatusOr<size_t> backwardWorkspaceBytes(const BackwardArgs &args);
   /// Every check on `args` that needs no GPU (validate(args.forward), then the gradients' pointers and strides).
   static Status validateBackward(const BackwardArgs &args);
 
