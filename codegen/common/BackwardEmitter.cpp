@@ -35,6 +35,9 @@ namespace flashtile::codegen {
 namespace {
 
 constexpr int kWarpSize = 32;
+/// Deterministic mode: the turn of this block's K/V tile on a Q tile's dQ rows, the K/V tiles of the sequence in
+/// descending order (the last adds first).
+constexpr const char *kDqTurn = "(p.seqlenK + kBlockN - 1) / kBlockN - 1 - blockKvTile";
 
 /// Bytes of a shared-memory row of `width` 16-bit elements: the prelude's rowPitch (16-byte chunks, padded to an odd
 /// count unless a multiple of 8).
@@ -121,9 +124,10 @@ private:
   /// until it reads `turn`, then, after the block's adds, pass it on.
   void printTurnWait(const std::string &counter, const std::string &turn);
   void printTurnPass(const std::string &counter);
-  /// Deterministic mode: after the walk, this K/V tile passes its turn on the dQ rows of every Q tile its walk
-  /// skipped, so that the next K/V tile's turn there comes.
-  void printSkippedTurns();
+  /// Deterministic mode: this K/V tile passes its turn on the dQ rows of every Q tile its walk skips, so that the
+  /// next K/V tile's turn there comes: before the walk those below its first tile `firstLo`, after it the others
+  /// (firstLo empty). The walk's segments are ascending and contiguous (tile-bound-q-loop).
+  void printSkippedTurns(const std::string &firstLo);
   /// The cp.async copies of `tile` (rows from `firstRow`, zero-filled past `seqlen`) from `global` (row stride).
   void printCopy(const SharedTile &tile, const std::string &global, const std::string &firstRow,
                  const std::string &seqlen, const std::string &rowStride);
@@ -510,6 +514,8 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
     registers[arg] = name;
     registers[result] = name;
   }
+  if (walkSegments.empty())
+    printSkippedTurns(lo->text);
   walkSegments.push_back({lo->text, hi->text});
   w.comment(cat("---- tile.q_loop segment ", stringifySegment(loop.getSegment()).str(),
                 ": the Q tiles qt that see this K/V tile, ascending ----"));
@@ -699,7 +705,7 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
         w.close();
         w.close();
         const std::string dqTurn = "p.semaphores + ((long long)b * p.headsQ + h) * p.qTiles + qt";
-        printTurnWait(dqTurn, "blockKvTile");
+        printTurnWait(dqTurn, kDqTurn);
         w.openUnrolledFor("np", cat(b->width / 16));
         w.line("float part[kMTiles][2][4] = {};");
         w.openUnrolledFor("ks", "kBlockN / 16");
@@ -749,7 +755,8 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
 
   printHeader(entry, "dK, dV of one K/V tile and its dQ terms (backward_main)");
   w.comment("---- the tile of this thread block: K/V tile blockKvTile of query head blockHead (tile.dim kv_tile) ----");
-  w.line("const int blockKvTile = blockIdx.x;");
+  w.comment("deterministic mode: the K/V tiles in descending order (their dQ adds' turns, printTurnWait)");
+  w.line("const int blockKvTile = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;");
   w.line("if (blockKvTile * kBlockN >= p.seqlenK)");
   w.line("  return;  // varlen: the grid covers the longest sequence");
   w.line("const int b = blockBatch, h = blockHead;");
@@ -793,7 +800,7 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   for (Operation &op : func.getBodyBlock()) {
     w.separate();
     if (isa<StoreOp>(op) && !walkSegments.empty() && dkvStoresPrinted == 0)
-      printSkippedTurns();
+      printSkippedTurns("");
     if (failed(printOp(&op)))
       return failure();
   }
@@ -810,11 +817,16 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
 // rows (zeroed by the plan): the blocks of K/V tiles 0, 1, ... of a (batch, query head) add into a Q tile's dQ
 // rows in that order, and the query heads of a GQA group into a K/V tile's dK and dV rows in head order. Every
 // turn's adds are the same adds in the same order each run, so the sums are bitwise repeatable.
-// Why the waits end: a block waits only for blocks of a lower linear index (K/V tile x - 1 of its head, or head
-// h - 1 of its K/V tile: grid.x is the K/V tile, grid.y the head), and the hardware starts a grid's blocks in
-// increasing linear index, so every block it waits for is running or done when it waits, whatever number of blocks
-// fit on the GPU at once; by induction from block 0, which waits for none, every wait ends. A K/V tile whose walk
-// skips a Q tile still passes its turn there (printSkippedTurns), after its walk, so the count never stalls.
+// The K/V tiles of a (batch, head) add in descending order: under a causal mask tile n walks Q tiles [lo_n, ...)
+// with lo_n growing in n, so tile n reaches Q tile qt one iteration after tile n + 1 did, and the turns pipeline
+// (in ascending order each tile would wait for the whole walk of the one before). A K/V tile whose walk skips a Q
+// tile still passes its turn there (printSkippedTurns): the tiles below its walk before it (the higher K/V tiles,
+// which add first, skip them too and pass them first), the others after it, so the count never stalls.
+// Why the waits end: in deterministic mode block x of the grid owns K/V tile gridDim.x - 1 - x, so a block waits only
+// for blocks of a lower linear index (the K/V tile above it, of its head: grid.x lower; or query head h - 1 of its
+// K/V tile: grid.y lower), and the hardware starts a grid's blocks in increasing linear index, so every block it
+// waits for is running or done when it waits, whatever number of blocks fit on the GPU at once; by induction from
+// block 0, which waits for none, every wait ends.
 
 void BackwardPrinter::printTurnWait(const std::string &counter, const std::string &turn) {
   w.comment("deterministic mode: wait for this block's turn on these rows (the blocks before it added theirs)");
@@ -838,17 +850,22 @@ void BackwardPrinter::printTurnPass(const std::string &counter) {
   w.close();
 }
 
-void BackwardPrinter::printSkippedTurns() {
+void BackwardPrinter::printSkippedTurns(const std::string &firstLo) {
+  const bool head = !firstLo.empty();
   std::string visited;
   for (const auto &[lo, hi] : walkSegments)
     visited += cat(visited.empty() ? "" : " || ", "(qt >= ", lo, " && qt < ", hi, ")");
-  w.comment("deterministic mode: the Q tiles this walk skipped get this K/V tile's turn too, in order");
+  w.comment(head ? "deterministic mode: the Q tiles below this walk's first get this K/V tile's turn now, in order"
+                 : "deterministic mode: the other Q tiles this walk skipped get this K/V tile's turn, in order");
   w.open("if (p.deterministic && threadIdx.x == 0)");
-  w.open("for (int qt = 0; qt * kBlockM < p.seqlenQ; ++qt)");
-  w.line(cat("if (", visited, ")"));
-  w.line("  continue;");
+  w.open(head ? cat("for (int qt = 0; qt < ", firstLo, " && qt * kBlockM < p.seqlenQ; ++qt)")
+              : cat("for (int qt = ", walkSegments.front().first, "; qt * kBlockM < p.seqlenQ; ++qt)"));
+  if (!head) {
+    w.line(cat("if (", visited, ")"));
+    w.line("  continue;");
+  }
   w.line("int *const turnCounter = p.semaphores + ((long long)b * p.headsQ + h) * p.qTiles + qt;");
-  w.line(cat(ns, "::waitTurn(turnCounter, blockKvTile);"));
+  w.line(cat(ns, "::waitTurn(turnCounter, ", kDqTurn, ");"));
   w.line(cat(ns, "::passTurn(turnCounter);"));
   w.close();
   w.close();
@@ -920,7 +937,10 @@ void BackwardPrinter::printInputGradShares(const std::string &tile, const std::s
   w.comment("---- input gradients: each read's share of this block, summed over its threads in a fixed order (blockSum),");
   w.comment("into its workspace slot: read r of (b, h) at inputGradPartials[before + ((r * batch + b) * headsQ + h) *");
   w.comment(cat("tiles + tile], ", tile, " of ", tiles, "; the _input_grads kernel sums the slots ----"));
-  w.line("__shared__ float inputGradScratch[kWarps];");
+  if (func.getKind() == kBackwardMain)
+    w.line("float *const inputGradScratch = reinterpret_cast<float *>(smem);  // free: every tile is used up");
+  else
+    w.line("__shared__ float inputGradScratch[kWarps];");
   w.line(cat("float *const inputGradSlots = p.inputGradPartials + (long long)p.batch * p.headsQ * ", before, ";"));
   for (auto [slot, op] : llvm::enumerate(inputReads)) {
     const int64_t read = static_cast<int64_t>(slot);

@@ -3,7 +3,7 @@
 // Planted invalid backward programs: each kind's tensors, its verifier's structure and the new ops' checks.
 
 tile.func @f attributes {kind = "backward_preprocess", dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  // expected-error @+1 {{'tile.load' op a backward_preprocess program reads o, do, not q}}
+  // expected-error @+1 {{'tile.load' op a backward_preprocess program reads o, do, lse, not q}}
   %q = tile.load q : tensor<?x64xbf16>
 }
 
@@ -129,4 +129,41 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
   %ds = arith.constant dense<0.0> : tensor<64x32xf32>
   // expected-error @+1 {{'tile.score_grad' op region #0 ('body') failed to verify constraint: region with 1 blocks}}
   %r = "tile.score_grad"(%ds, %ds) ({}) : (tensor<64x32xf32>, tensor<64x32xf32>) -> tensor<64x32xf32>
+}
+
+// -----
+
+// The index of an input gradient's read may depend on (b, h) only: one read a program instance.
+tile.func @f attributes {kind = "backward_main", dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "key_bias", params = [], inputs = [#tile.input<"bias" : f32>]} {
+  %ds = arith.constant dense<0.0> : tensor<64x32xf32>
+  // expected-error @+1 {{'tile.input_grad' op cannot take the gradient of input 'bias' of variant 'key_bias': the score hook reads it at an index that depends on the score, the query or the key}}
+  tile.input_grad "bias", %ds, %ds : tensor<64x32xf32>, tensor<64x32xf32> {
+  ^bb0(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32):
+    %one = arith.constant 1.0 : f32
+    tile.yield %kv, %one : i32, f32
+  }
+}
+
+// -----
+
+tile.func @f attributes {kind = "backward_main", dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "starts", params = [], inputs = [#tile.input<"starts" : i32>]} {
+  %ds = arith.constant dense<0.0> : tensor<64x32xf32>
+  // expected-error @+1 {{'tile.input_grad' op 'starts' is not an f32 input of @f}}
+  tile.input_grad "starts", %ds, %ds : tensor<64x32xf32>, tensor<64x32xf32> {
+  ^bb0(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32):
+    %one = arith.constant 1.0 : f32
+    tile.yield %h, %one : i32, f32
+  }
+}
+
+// -----
+
+tile.func @f attributes {kind = "backward_main", dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "sinks", params = [], inputs = [#tile.input<"sinks" : f32>]} {
+  %d = arith.constant dense<0.0> : tensor<64xf32>
+  // expected-error @+1 {{'tile.sink_grad' op belongs in a backward_preprocess program}}
+  tile.sink_grad "sinks", %d, %d : tensor<64xf32>, tensor<64xf32> {
+  ^bb0(%b: i32, %h: i32):
+    %one = arith.constant 1.0 : f32
+    tile.yield %one, %h, %one : f32, i32, f32
+  }
 }

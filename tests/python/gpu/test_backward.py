@@ -34,8 +34,12 @@ def check_grads(name, got, ref, lowp, factor):
     for label, g, r, l in zip(name, got, ref, lowp):
         err = (g.float() - r.float()).abs().max().item()
         err_lowp = (l.float() - r.float()).abs().max().item()
+        # The slopes' gradient weighs each row's dS' by key distances up to the sequence length, and dS' carries
+        # D = rowsum(dO∘O) of the 16-bit O (FlashAttention's D), an error the autograd reference does not have:
+        # checked with the rule's 3x for gradients (docs/backward.md).
+        f = max(factor, 3.0) if label == "dslopes" else factor
         assert not torch.isnan(g).any(), f"{label} has NaN"
-        assert err <= factor * err_lowp + ATOL, f"{label}: max error {err} > {factor} x {err_lowp} (+{ATOL})"
+        assert err <= f * err_lowp + ATOL, f"{label}: max error {err} > {f} x {err_lowp} (+{ATOL})"
 
 
 def heads_for(mha_type):

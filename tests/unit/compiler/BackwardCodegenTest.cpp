@@ -130,11 +130,12 @@ TEST(BackwardCodegen, DeterministicModeTakesTurnsOnTheDqAndDkvRows) {
       jit::compile(*variants::byName("causal"), backwardOptions(ElementType::BF16, 64), jit::Stage::Cuda);
   ASSERT_TRUE(result.ok()) << result.status().message();
   const std::string &cuda = result->cuda;
-  // dQ: a wait and a pass in each of the walk's three segments; dK and dV (GQA): a pass each; the Q tiles the walk
-  // skipped: a wait and a pass after it.
-  EXPECT_EQ(count(cuda, "::waitTurn(turnCounter, blockKvTile);"), 3 + 1);
-  EXPECT_EQ(count(cuda, "::passTurn(turnCounter);"), 3 + 2 + 1);
-  EXPECT_NE(cuda.find("the Q tiles this walk skipped"), std::string::npos);
+  // dQ: a wait and a pass in each of the walk's three segments, K/V tiles descending; dK and dV (GQA): a pass each;
+  // the Q tiles the walk skips: a wait and a pass before it (those below) and after it (the others).
+  EXPECT_EQ(count(cuda, "::waitTurn(turnCounter, (p.seqlenK + kBlockN - 1) / kBlockN - 1 - blockKvTile);"), 3 + 2);
+  EXPECT_EQ(count(cuda, "::passTurn(turnCounter);"), 3 + 2 + 2);
+  EXPECT_NE(cuda.find("const int blockKvTile = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;"),
+            std::string::npos);
 }
 
 TEST(BackwardCodegen, SourceFollowsTheScheduledIr) {
