@@ -358,6 +358,17 @@ TEST(CApi, BackwardCallRejectsBadArgumentsNamingThem) {
   // Valid arguments reach the kernel lookup: with no library and no JIT here, no schedule is known.
   EXPECT_EQ(flashtile_backward_call(rt, &call), -1);
   EXPECT_THAT(flashtile_last_error(), testing::Not(HasSubstr("is null")));
+  // The workspace size query checks the same arguments and finds the kernel as the call would.
+  unsigned long long bytes = 1;
+  EXPECT_EQ(flashtile_backward_workspace_size(rt, &call, nullptr), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("flashtile_backward_workspace_size: rt, call and bytes"));
+  EXPECT_EQ(flashtile_backward_workspace_size(rt, &wrongSize, &bytes), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("flashtile_backward_workspace_size: call->size is 8"));
+  EXPECT_EQ(flashtile_backward_workspace_size(rt, &noGrad, &bytes), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("dK is null"));
+  EXPECT_EQ(flashtile_backward_workspace_size(rt, &call, &bytes), -1);
+  EXPECT_THAT(flashtile_last_error(), testing::Not(HasSubstr("is null")));
+  EXPECT_EQ(bytes, 1u) << "left alone on failure";
   flashtile_destroy(rt);
 }
 
