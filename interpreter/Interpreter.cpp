@@ -277,6 +277,15 @@ private:
   LogicalResult execScalar(Operation &op);
   /// Runs a region's block on scalar arguments and returns what it yields.
   LogicalResult evalRegion(Block &block, ArrayRef<Scalar> args, SmallVectorImpl<Scalar> &results);
+  /// A region of (score, b, h, q, kv) (tile.score_grad's, tile.input_grad's) at element (r, c) of the scores `s`;
+  /// as tile.score_mod, a padding key reaches the region as the last key.
+  LogicalResult evalScoreRegion(Block &block, const Tile &s, int64_t r, int64_t c, SmallVectorImpl<Scalar> &results) {
+    int64_t kv = std::min<int64_t>(s.colBase + c, std::max<int64_t>(inst.seqlenK - 1, 0));
+    auto [query, head] = rowOf(s.rowBase + r);
+    Scalar args[] = {Scalar::real(s.at(r, c)), Scalar::integer(inst.b), Scalar::integer(head), Scalar::integer(query),
+                     Scalar::integer(kv)};
+    return evalRegion(block, args, results);
+  }
 
   LogicalResult exec(DimOp op);
   LogicalResult exec(ParamOp op);
@@ -1870,12 +1879,7 @@ LogicalResult Interpreter::exec(ScoreGradOp op) {
       // Where dS' is 0 (a masked score, a padded row: P = 0) dS is 0, whatever the derivative is there.
       if (out.at(r, c) == 0.f)
         continue;
-      // As tile.score_mod: a padding key reaches the region as the last key.
-      int64_t kv = std::min<int64_t>(sT.colBase + c, std::max<int64_t>(inst.seqlenK - 1, 0));
-      auto [query, head] = rowOf(sT.rowBase + r);
-      Scalar args[] = {Scalar::real(sT.at(r, c)), Scalar::integer(inst.b), Scalar::integer(head),
-                       Scalar::integer(query), Scalar::integer(kv)};
-      if (failed(evalRegion(body, args, result)))
+      if (failed(evalScoreRegion(body, sT, r, c, result)))
         return failure();
       out.at(r, c) *= result[0].f;
     }
@@ -1959,11 +1963,7 @@ LogicalResult Interpreter::exec(InputGradOp op) {
     for (int64_t c = 0; c < dsT.cols; ++c) {
       if (dsT.at(r, c) == 0.f) // a masked score, a padded row: nothing to add
         continue;
-      int64_t kv = std::min<int64_t>(sT.colBase + c, std::max<int64_t>(inst.seqlenK - 1, 0));
-      auto [query, head] = rowOf(sT.rowBase + r);
-      Scalar args[] = {Scalar::real(sT.at(r, c)), Scalar::integer(inst.b), Scalar::integer(head),
-                       Scalar::integer(query), Scalar::integer(kv)};
-      if (failed(evalRegion(body, args, result)))
+      if (failed(evalScoreRegion(body, sT, r, c, result)))
         return failure();
       sums[result[0].i] += dsT.at(r, c) * result[1].f;
     }

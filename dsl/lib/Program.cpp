@@ -104,6 +104,8 @@ private:
   tile::FuncOp makeFunc(ModuleOp module, StringRef name, StringRef kind);
   /// The variant's score modifier on the scores `s` (the op, null when the variant has none).
   FailureOr<tile::ScoreModOp> scoreMod(Value s);
+  /// The variant's sink hook traced into `region`: (b, h) -> the sink's logit.
+  LogicalResult sinkHook(Region &region);
   /// The mask on the scores `s`: the variant's predicate and the seqlen_k bound.
   FailureOr<Value> mask(Value s);
   /// The forward's body, and the backward's three programs.
@@ -192,6 +194,19 @@ FailureOr<tile::ScoreModOp> ProgramBuilder::scoreMod(Value s) {
     return failure();
   tile::YieldOp::create(b, loc, ValueRange{out.get()});
   return mod;
+}
+
+LogicalResult ProgramBuilder::sinkHook(Region &region) {
+  OpBuilder::InsertionGuard guard(b);
+  Type i32 = b.getI32Type();
+  Block *blk = b.createBlock(&region, {}, {i32, i32}, {loc, loc});
+  dsl::HookTrace traced(siteOf(variant.hookSites().sink), "sink of variant '" + variant.name() + "'");
+  dsl::Expr sink = variant.sinkFn()(
+      dsl::HeadCoords{dsl::Expr(b, blk->getArgument(0)), dsl::Expr(b, blk->getArgument(1)), sizes()}, params());
+  if (traced.failed() || failed(expectType(sink, b.getF32Type(), "the sink")))
+    return failure();
+  tile::YieldOp::create(b, loc, ValueRange{sink.get()});
+  return success();
 }
 
 FailureOr<Value> ProgramBuilder::mask(Value s) {
@@ -299,16 +314,8 @@ LogicalResult ProgramBuilder::buildForward(ModuleOp module) {
   }
   auto fin = tile::FinalizeOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, f32),
                                       RankedTensorType::get({dyn}, f32), loop.getStats(), loop.getAcc());
-  if (variant.sinkFn()) {
-    OpBuilder::InsertionGuard guard(b);
-    Block *blk = b.createBlock(&fin.getSink(), {}, {i32, i32}, {loc, loc});
-    dsl::HookTrace traced(siteOf(variant.hookSites().sink), "sink of variant '" + variant.name() + "'");
-    dsl::Expr sink = variant.sinkFn()(
-        dsl::HeadCoords{dsl::Expr(b, blk->getArgument(0)), dsl::Expr(b, blk->getArgument(1)), sizes()}, params());
-    if (traced.failed() || failed(expectType(sink, f32, "the sink")))
-      return failure();
-    tile::YieldOp::create(b, loc, ValueRange{sink.get()});
-  }
+  if (variant.sinkFn() && failed(sinkHook(fin.getSink())))
+    return failure();
   tile::StoreOp::create(b, loc, tile::Output::O, fin.getO(), /*staging=*/Value());
   tile::StoreOp::create(b, loc, tile::Output::Lse, fin.getLse(), /*staging=*/Value());
   return success();
@@ -327,19 +334,11 @@ LogicalResult ProgramBuilder::buildBackwardPreprocess(ModuleOp module) {
     return success();
   // The sink's gradient dσ = −Σ_i e^(σ − LSE_i)·D_i, chained to each f32 input element the sink hook reads: one
   // tile.sink_grad per read, its region (b, h) -> (σ, index, dσ/d element), derived from the hook's IR.
-  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  Type i32 = b.getI32Type();
   Value lse = tile::LoadOp::create(b, loc, rowsType, tile::Operand::Lse, Value(), Value(), Value());
   auto hook = tile::SinkGradOp::create(b, loc, "", d, lse); // the traced hook, erased below
-  {
-    OpBuilder::InsertionGuard guard(b);
-    Block *blk = b.createBlock(&hook.getBody(), {}, {i32, i32}, {loc, loc});
-    dsl::HookTrace traced(siteOf(variant.hookSites().sink), "sink of variant '" + variant.name() + "'");
-    dsl::Expr sink = variant.sinkFn()(
-        dsl::HeadCoords{dsl::Expr(b, blk->getArgument(0)), dsl::Expr(b, blk->getArgument(1)), sizes()}, params());
-    if (traced.failed() || failed(expectType(sink, f32, "the sink")))
-      return failure();
-    tile::YieldOp::create(b, loc, ValueRange{sink.get()});
-  }
+  if (failed(sinkHook(hook.getBody())))
+    return failure();
   for (size_t read = 0;; ++read) {
     auto grad = tile::SinkGradOp::create(b, loc, "", d, lse);
     OpBuilder::InsertionGuard guard(b);
