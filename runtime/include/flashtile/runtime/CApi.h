@@ -113,7 +113,8 @@ int flashtile_explain(flashtile_runtime *rt, const flashtile_call *call, const c
  * the forward's results, read here; its stream is the one the backward runs on; its schedule and strict_schedule
  * name the backward's schedule as they name the forward's). d_o has o's shape and d_q, d_k, d_v q's, k's and v's,
  * each with its own strides ({batch, seq, head, dim} in elements, as the forward's). input_grads[i]: NULL (not
- * wanted) or a device fp32 array shaped as the variant's input i, overwritten; int32 inputs have none.
+ * wanted) or a device fp32 array shaped as the variant's input i, overwritten where a (batch, head) reads it (the
+ * rest is left as it is); int32 inputs have none.
  * deterministic: non-zero for bitwise reproducible gradients (accumulations in a fixed order); 0 for atomics in
  * arrival order. workspace: NULL lets the runtime own the backward's scratch memory; under CUDA graph capture pass
  * one of workspace_bytes (an error names the size needed). `size` must be sizeof(flashtile_bwd_call). */

@@ -147,7 +147,8 @@ struct BackwardArgs {
   // Strides in elements, ordered {batch, seq, head, dim}, with forward's rules (dim stride 1, others multiples of 8).
   std::array<long long, 4> dOStride{}, dQStride{}, dKStride{}, dVStride{};
   // Gradients of the variant's inputs, in its declaration order: empty, or one entry an input; an entry is null
-  // (not wanted) or a device fp32 array shaped as that input, overwritten. Int32 inputs have none (null).
+  // (not wanted) or a device fp32 array shaped as that input, overwritten where a (batch, head) reads it (the rest is
+  // left as it is: pass zeros). Int32 inputs have none (null).
   std::vector<float *> inputGrads;
   // Every accumulation in a fixed order: dQ, dK, dV and input gradients bitwise identical across runs and stream
   // interleavings. Off (the default), accumulations run in arrival order (atomics): not bitwise reproducible.
