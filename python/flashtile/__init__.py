@@ -32,13 +32,22 @@ except ImportError:  # the tracer and the compiler work without torch; the atten
 if _torch is not None:
     from .interface import attention, explain, flash_attn_func, flash_attn_varlen_func
     from .kvcache import flash_attn_with_kvcache
-    from .reference import reference_attention
 else:
     def _needs_torch(*args, **kwargs):
         raise ImportError("flashtile's attention calls take torch tensors: install PyTorch")
 
     attention = explain = flash_attn_func = flash_attn_varlen_func = flash_attn_with_kvcache = _needs_torch
-    reference_attention = _needs_torch
+
+
+def __getattr__(name):
+    # reference_attention (flashtile.reference) is imported on first use: it defines a torch.autograd.Function.
+    if name == "reference_attention":
+        if _torch is None:
+            return _needs_torch
+        from .reference import reference_attention
+        return reference_attention
+    raise AttributeError(f"module 'flashtile' has no attribute {name!r}")
+
 
 __all__ = [
     "FlashtileError", "Variant", "attention", "both", "build_extension", "builtin_variants", "call_path",
