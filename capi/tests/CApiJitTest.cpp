@@ -7,6 +7,8 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <cmath>
+#include <vector>
 #include <functional>
 #include <string>
 
@@ -118,3 +120,132 @@ TEST(CApiJit, BadArgumentsAreErrors) {
 }
 
 } // namespace
+
+namespace {
+
+/// A small reference problem: GQA (2 query heads a K/V head), Sq < Sk, head dims 3 and 2.
+struct ReferenceCase {
+  static constexpr int kBatch = 2, kSq = 3, kSk = 5, kHq = 2, kHkv = 1, kD = 3, kDv = 2;
+  std::vector<double> q, k, v, dO, o, lse, dq, dk, dv;
+  std::vector<double> slopes{0.5, -0.25};
+  flashtile_reference_call call{};
+
+  explicit ReferenceCase(const char *variant) {
+    auto fill = [](std::vector<double> &x, size_t n, double phase) {
+      x.resize(n);
+      for (size_t i = 0; i < n; ++i)
+        x[i] = std::sin(0.7 * double(i) + phase);
+    };
+    fill(q, size_t(kBatch) * kSq * kHq * kD, 0.1);
+    fill(k, size_t(kBatch) * kSk * kHkv * kD, 0.2);
+    fill(v, size_t(kBatch) * kSk * kHkv * kDv, 0.3);
+    fill(dO, size_t(kBatch) * kSq * kHq * kDv, 0.4);
+    o.resize(dO.size()), lse.resize(size_t(kBatch) * kHq * kSq), dq.resize(q.size()), dk.resize(k.size()),
+        dv.resize(v.size());
+    call.size = sizeof(call);
+    call.variant = variant;
+    call.batch = kBatch, call.seqlen_q = kSq, call.seqlen_k = kSk, call.heads_q = kHq, call.heads_kv = kHkv;
+    call.head_dim = kD, call.head_dim_v = kDv;
+  }
+  /// Points the call at the vectors (after any resize) and runs it: 0 or -1.
+  int run(bool backward) {
+    call.q = q.data(), call.k = k.data(), call.v = v.data(), call.o = o.data(), call.lse = lse.data();
+    call.d_o = backward ? dO.data() : nullptr;
+    call.d_q = dq.data(), call.d_k = dk.data(), call.d_v = dv.data();
+    return flashtile_reference_attention(&call);
+  }
+  double loss() {
+    EXPECT_EQ(run(false), 0) << flashtile_last_error();
+    double sum = 0;
+    for (size_t i = 0; i < o.size(); ++i)
+      sum += dO[i] * o[i];
+    return sum;
+  }
+  /// The largest difference between `analytic` and central differences of the loss over the elements of `x`.
+  double worstError(const std::vector<double> &analytic, std::vector<double> &x) {
+    double worst = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      double saved = x[i];
+      x[i] = saved + 1e-5;
+      double up = loss();
+      x[i] = saved - 1e-5;
+      double down = loss();
+      x[i] = saved;
+      worst = std::max(worst, std::abs(analytic[i] - (up - down) / 2e-5));
+    }
+    return worst;
+  }
+};
+
+} // namespace
+
+TEST(CApiReference, GradientsMatchFiniteDifferences) {
+  ReferenceCase softcap("softcap_causal");
+  softcap.call.num_params = 1;
+  softcap.call.params[0] = 2.0; // small, so that tanh bends
+  double dCap = 0;
+  softcap.call.param_grads = &dCap;
+  ASSERT_EQ(softcap.run(true), 0) << flashtile_last_error();
+  std::vector<double> dq = softcap.dq, dk = softcap.dk, dv = softcap.dv;
+  EXPECT_LT(softcap.worstError(dq, softcap.q), 1e-7);
+  EXPECT_LT(softcap.worstError(dk, softcap.k), 1e-7);
+  EXPECT_LT(softcap.worstError(dv, softcap.v), 1e-7);
+  EXPECT_GT(std::abs(dq[0]) + std::abs(dk[0]), 1e-3) << "vacuous: zero gradients";
+
+  ReferenceCase alibi("alibi");
+  alibi.call.num_inputs = 1;
+  alibi.call.inputs[0] = alibi.slopes.data();
+  alibi.call.input_lengths[0] = 2;
+  std::vector<double> dSlopes(2, 0);
+  alibi.call.input_grads[0] = dSlopes.data();
+  ASSERT_EQ(alibi.run(true), 0) << flashtile_last_error();
+  std::vector<double> analytic = dSlopes;
+  EXPECT_LT(alibi.worstError(analytic, alibi.slopes), 1e-7);
+  EXPECT_GT(std::abs(analytic[0]) + std::abs(analytic[1]), 1e-3) << "vacuous: zero slope gradients";
+}
+
+TEST(CApiReference, BadCallsAreErrorsNamingTheArgument) {
+  auto errorOfCall = [](ReferenceCase &c) {
+    return c.run(true) == 0 ? std::string() : std::string(flashtile_last_error());
+  };
+  EXPECT_NE(flashtile_reference_attention(nullptr), 0);
+  {
+    ReferenceCase c("none");
+    c.call.size = 8;
+    EXPECT_NE(errorOfCall(c).find("call->size"), std::string::npos);
+  }
+  {
+    ReferenceCase c("softcap");
+    EXPECT_NE(errorOfCall(c).find("num_params: variant 'softcap' takes 1"), std::string::npos);
+  }
+  {
+    ReferenceCase c("softcap");
+    c.call.num_params = 1;
+    c.call.params[0] = -1; // cap must be positive
+    EXPECT_NE(errorOfCall(c).find("params:"), std::string::npos);
+  }
+  {
+    ReferenceCase c("document_mask");
+    std::vector<int> starts(size_t(ReferenceCase::kBatch) * ReferenceCase::kSk, 0);
+    double grad[10];
+    c.call.num_inputs = 1;
+    c.call.inputs[0] = starts.data();
+    c.call.input_lengths[0] = static_cast<long long>(starts.size());
+    c.call.input_grads[0] = grad;
+    EXPECT_NE(errorOfCall(c).find("an i32 input has no gradient"), std::string::npos);
+  }
+  {
+    ReferenceCase c("none");
+    c.call.heads_kv = 0;
+    EXPECT_NE(errorOfCall(c).find("heads_kv: must be at least 1"), std::string::npos);
+  }
+  {
+    ReferenceCase c("none");
+    c.call.seqlen_q = c.call.seqlen_k = 1 << 14; // checked before any array is read
+    EXPECT_NE(errorOfCall(c).find("FLASHTILE_REFERENCE_MAX_WORK"), std::string::npos);
+  }
+  {
+    ReferenceCase c("no_such_variant");
+    EXPECT_NE(errorOfCall(c).find("variant: unknown built-in"), std::string::npos);
+  }
+}

@@ -179,6 +179,27 @@ class KvCacheCall(ctypes.Structure):
     ]
 
 
+class ReferenceCall(ctypes.Structure):
+    """flashtile_reference_call (CApiJit.h): a variant's attention and gradients in fp64 on the CPU."""
+
+    _fields_ = [
+        ("size", ctypes.c_ulonglong),
+        ("variant", ctypes.c_char_p),
+        ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("d_o", ctypes.c_void_p),
+        ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p), ("d_q", ctypes.c_void_p), ("d_k", ctypes.c_void_p),
+        ("d_v", ctypes.c_void_p),
+        ("inputs", ctypes.c_void_p * MAX_INPUTS),
+        ("input_lengths", ctypes.c_longlong * MAX_INPUTS),
+        ("input_grads", ctypes.c_void_p * MAX_INPUTS),
+        ("param_grads", ctypes.c_void_p),
+        ("params", ctypes.c_double * MAX_PARAMS),
+        ("softmax_scale", ctypes.c_double),
+        ("batch", ctypes.c_int), ("seqlen_q", ctypes.c_int), ("seqlen_k", ctypes.c_int), ("heads_q", ctypes.c_int),
+        ("heads_kv", ctypes.c_int), ("head_dim", ctypes.c_int), ("head_dim_v", ctypes.c_int),
+        ("num_params", ctypes.c_int), ("num_inputs", ctypes.c_int),
+    ]
+
+
 class _Library:
     def __init__(self, path: str):
         if not os.path.exists(path):
@@ -218,6 +239,8 @@ class _Library:
         lib.flashtile_backward_call.argtypes = [c_void_p, c_void_p]
         lib.flashtile_backward_workspace_size.restype = c_int
         lib.flashtile_backward_workspace_size.argtypes = [c_void_p, c_void_p, ctypes.POINTER(ctypes.c_ulonglong)]
+        lib.flashtile_reference_attention.restype = c_int
+        lib.flashtile_reference_attention.argtypes = [c_void_p]
         lib.flashtile_forward_kvcache.restype = c_int
         lib.flashtile_forward_kvcache.argtypes = [c_void_p, c_void_p]
         lib.flashtile_explain.restype = c_int

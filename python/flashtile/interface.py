@@ -150,9 +150,10 @@ def _pad_last(t: torch.Tensor, size: int) -> torch.Tensor:
     return t if t.shape[-1] == size else torch.nn.functional.pad(t, (0, size - t.shape[-1]))
 
 
-def _check_inputs(decl: Variant, inputs, device, counts: Dict[str, int]) -> List[torch.Tensor]:
-    """The call's input arrays in declaration order, checked: CUDA tensors on `device` of the declared dtype;
-    for built-ins also the element count (`counts`)."""
+def _check_inputs(decl: Variant, inputs, device, counts: Dict[str, int],
+                  dtypes: Dict[str, torch.dtype] = _INPUT_DTYPES) -> List[torch.Tensor]:
+    """The call's input arrays in declaration order, checked: tensors on `device` of the declared kind's dtype
+    (`dtypes`: kind -> dtype); for built-ins also the element count (`counts`)."""
     declared = decl.inputs
     if inputs is None:
         inputs = {}
@@ -174,8 +175,8 @@ def _check_inputs(decl: Variant, inputs, device, counts: Dict[str, int]) -> List
     for (name, kind), t in zip(declared.items(), ordered):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"inputs['{name}'] must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != _INPUT_DTYPES[kind]:
-            raise ValueError(f"inputs['{name}'] must be {_INPUT_DTYPES[kind]}, got {t.dtype}")
+        if t.dtype != dtypes[kind]:
+            raise ValueError(f"inputs['{name}'] must be {dtypes[kind]}, got {t.dtype}")
         if t.device != device:
             raise ValueError(f"inputs['{name}'] must be on {device} (with q), got {t.device}")
         if name in counts and t.numel() != counts[name]:

@@ -4,6 +4,7 @@
 // device values and checks them before the launch. A stand-in driver keeps "device memory" in host buffers, so that
 // a test plants what a kernel would have written and reads what the runtime zeroed.
 #include "runtime/lib/KvErrors.h"
+#include "StandInDriver.h"
 #include "TestUtil.h"
 #include "runtime/lib/PlanRunner.h"
 
@@ -26,10 +27,8 @@ struct Device {
   std::map<CUdeviceptr, std::vector<char>> memory; // allocations and planted arrays, by start address
   CUdeviceptr nextAllocation = 0x40000000;
   std::vector<std::pair<std::string, FlashtileFwdParams>> launches;
-  std::vector<std::string> functionNames;
-  int allocations = 0, memsets = 0, streamSyncs = 0, contextSyncs = 0;
-  bool capturing = false;
-} device;
+  int allocations = 0, memsets = 0;
+} device; // the rest (functions, capture, synchronizations) is stand_in::device
 
 /// The bytes at `address` (inside an allocation or a planted array), or null.
 char *hostOf(CUdeviceptr address, size_t bytes) {
@@ -51,55 +50,12 @@ void plant(const void *address, const std::vector<int> &values) {
 CUresult recordLaunch(CUfunction f, void **params) {
   FlashtileFwdParams p{};
   std::memcpy(&p, params[0], sizeof(p));
-  device.launches.emplace_back(device.functionNames.at(reinterpret_cast<uintptr_t>(f) - 1), p);
+  device.launches.emplace_back(stand_in::functionName(f), p);
   return CUDA_SUCCESS;
 }
 
 CudaDriver standIn() {
-  CudaDriver d = CudaDriver::unloaded();
-  d.cuCtxGetCurrent = [](CUcontext *context) {
-    *context = reinterpret_cast<CUcontext>(0x2);
-    return CUDA_SUCCESS;
-  };
-  d.cuCtxSetCurrent = [](CUcontext) { return CUDA_SUCCESS; };
-  d.cuCtxGetDevice = [](CUdevice *d) {
-    *d = 0;
-    return CUDA_SUCCESS;
-  };
-  d.cuCtxSynchronize = [] {
-    ++device.contextSyncs;
-    return CUDA_SUCCESS;
-  };
-  d.cuDeviceGetAttribute = [](int *value, CUdevice_attribute attribute, CUdevice) {
-    *value = attribute == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR   ? 9
-             : attribute == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 0
-             : attribute == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT     ? 132
-                                                                         : 227 * 1024;
-    return CUDA_SUCCESS;
-  };
-  d.cuModuleLoadData = [](CUmodule *module, const void *) {
-    *module = reinterpret_cast<CUmodule>(0x1);
-    return CUDA_SUCCESS;
-  };
-  d.cuModuleUnload = [](CUmodule) { return CUDA_SUCCESS; };
-  d.cuModuleGetFunction = [](CUfunction *function, CUmodule, const char *name) {
-    device.functionNames.push_back(name);
-    *function = reinterpret_cast<CUfunction>(static_cast<uintptr_t>(device.functionNames.size()));
-    return CUDA_SUCCESS;
-  };
-  d.cuFuncSetAttribute = [](CUfunction, CUfunction_attribute, int) { return CUDA_SUCCESS; };
-  d.cuOccupancyMaxActiveBlocksPerMultiprocessor = [](int *blocks, CUfunction, int, size_t) {
-    *blocks = 2;
-    return CUDA_SUCCESS;
-  };
-  d.cuStreamIsCapturing = [](CUstream, CUstreamCaptureStatus *status) {
-    *status = device.capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
-    return CUDA_SUCCESS;
-  };
-  d.cuStreamSynchronize = [](CUstream) {
-    ++device.streamSyncs;
-    return CUDA_SUCCESS;
-  };
+  CudaDriver d = stand_in::standInDriver();
   d.cuMemAlloc_v2 = [](CUdeviceptr *pointer, size_t bytes) {
     ++device.allocations;
     *pointer = device.nextAllocation;
@@ -177,7 +133,10 @@ FlashtileKvError read(CUdeviceptr address) {
 
 class KvErrors : public testing::Test {
 protected:
-  void SetUp() override { device = Device(); }
+  void SetUp() override {
+    device = Device();
+    stand_in::device = stand_in::Device();
+  }
 
   /// Runs `info`'s plan for `args` through the runner with this test's records.
   Status run(const KernelInfo &info, const AttentionArgs &args, bool withRecords = true) {
@@ -298,22 +257,22 @@ TEST_F(KvErrors, CacheCallsShareOneRecordPerContextZeroedOnceAndNumbered) {
 }
 
 TEST_F(KvErrors, UnderGraphCaptureWithoutARecordTheCallRunsWithoutOne) {
-  device.capturing = true;
+  stand_in::device.capturing = true;
   ASSERT_TRUE(run(cacheKernel(), pagedCall()).ok());
   EXPECT_EQ(device.allocations, 0);
   ASSERT_FALSE(device.launches.empty());
   EXPECT_EQ(device.launches.back().second.kvErrors, nullptr);
   // Once a call outside capture made it, captured calls write it too.
-  device.capturing = false;
+  stand_in::device.capturing = false;
   ASSERT_TRUE(run(cacheKernel(), pagedCall()).ok());
-  device.capturing = true;
+  stand_in::device.capturing = true;
   ASSERT_TRUE(run(cacheKernel(), pagedCall()).ok());
   EXPECT_NE(device.launches.back().second.kvErrors, nullptr);
 }
 
 TEST_F(KvErrors, CheckAllReportsThePlantedValueWithItsCallAndZeroesTheRecord) {
   EXPECT_TRUE(records.checkAll(driver).ok()) << "no record yet: nothing to read, nothing synchronized";
-  EXPECT_EQ(device.contextSyncs, 0);
+  EXPECT_EQ(stand_in::device.contextSyncs, 0);
   ASSERT_TRUE(run(cacheKernel(), pagedCall()).ok());
   ASSERT_TRUE(run(cacheKernel(), pagedCall()).ok());
   const CUdeviceptr record = reinterpret_cast<CUdeviceptr>(device.launches.back().second.kvErrors);
@@ -325,7 +284,7 @@ TEST_F(KvErrors, CheckAllReportsThePlantedValueWithItsCallAndZeroesTheRecord) {
               HasSubstr("KV-cache call #1 (kernel flashtile_decode_causal_bf16_d128_kvcache, batch 2"));
   EXPECT_THAT(found.message(), HasSubstr("its append kernel read block_table[1][7] = 1048576; accepted: a page index "
                                          "from 0 to num_pages - 1 = 99"));
-  EXPECT_GE(device.contextSyncs, 1);
+  EXPECT_GE(stand_in::device.contextSyncs, 1);
   EXPECT_EQ(read(record).argument, 0) << "reset when read";
   EXPECT_TRUE(records.checkAll(driver).ok()) << "reported once";
 

@@ -2,6 +2,7 @@
 // the workspaces and the fields that point into them, repeated launches and programmatic dependent launch, against
 // stand-ins of the driver's calls (no GPU, no libcuda).
 #include "runtime/lib/PlanRunner.h"
+#include "StandInDriver.h"
 #include "TestUtil.h"
 #include "codegen/common/LaunchPlanner.h"
 
@@ -28,19 +29,17 @@ struct Launch {
 
 /// What the stand-in calls record; one test at a time.
 struct Recorder {
-  std::vector<std::string> functionNames; // a function handle is its index + 1
   std::vector<Launch> launches;
   std::vector<std::pair<CUdeviceptr, size_t>> memsets; // (address, 32-bit words)
   size_t allocated = 0;
-  bool capturing = false;
-} recorder;
+} recorder; // functions and capture: stand_in::device
 
 constexpr CUdeviceptr kOwnBuffer = 0x100000;
 
 CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem, void **params,
                 bool dependent) {
   Launch l;
-  l.entry = recorder.functionNames.at(reinterpret_cast<uintptr_t>(f) - 1);
+  l.entry = stand_in::functionName(f);
   l.grid = {gx, gy, gz};
   l.threads = bx;
   l.smem = smem;
@@ -51,39 +50,7 @@ CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
 }
 
 CudaDriver standIn() {
-  CudaDriver d = CudaDriver::unloaded();
-  d.cuModuleLoadData = [](CUmodule *module, const void *) {
-    *module = reinterpret_cast<CUmodule>(0x1);
-    return CUDA_SUCCESS;
-  };
-  d.cuModuleUnload = [](CUmodule) { return CUDA_SUCCESS; };
-  d.cuModuleGetFunction = [](CUfunction *function, CUmodule, const char *name) {
-    recorder.functionNames.push_back(name);
-    *function = reinterpret_cast<CUfunction>(static_cast<uintptr_t>(recorder.functionNames.size()));
-    return CUDA_SUCCESS;
-  };
-  d.cuCtxGetDevice = [](CUdevice *device) {
-    *device = 0;
-    return CUDA_SUCCESS;
-  };
-  d.cuDeviceGetAttribute = [](int *value, CUdevice_attribute, CUdevice) {
-    *value = 227 * 1024;
-    return CUDA_SUCCESS;
-  };
-  d.cuFuncSetAttribute = [](CUfunction, CUfunction_attribute, int) { return CUDA_SUCCESS; };
-  d.cuOccupancyMaxActiveBlocksPerMultiprocessor = [](int *blocks, CUfunction, int, size_t) {
-    *blocks = 2;
-    return CUDA_SUCCESS;
-  };
-  d.cuCtxGetCurrent = [](CUcontext *context) {
-    *context = reinterpret_cast<CUcontext>(0x2);
-    return CUDA_SUCCESS;
-  };
-  d.cuStreamIsCapturing = [](CUstream, CUstreamCaptureStatus *status) {
-    *status = recorder.capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
-    return CUDA_SUCCESS;
-  };
-  d.cuStreamSynchronize = [](CUstream) { return CUDA_SUCCESS; };
+  CudaDriver d = stand_in::standInDriver();
   d.cuMemAlloc_v2 = [](CUdeviceptr *pointer, size_t bytes) {
     recorder.allocated = bytes;
     *pointer = kOwnBuffer;
@@ -110,7 +77,10 @@ CudaDriver standIn() {
 
 class PlanRunner : public ::testing::Test {
 protected:
-  void SetUp() override { recorder = Recorder(); }
+  void SetUp() override {
+    recorder = Recorder();
+    stand_in::device = stand_in::Device();
+  }
 
   Status run(const KernelInfo &info, const AttentionArgs &args, const BackwardArgs *backward = nullptr) {
     auto kernel = std::make_shared<const CachedKernel>(CachedKernel{info, ""});
@@ -197,7 +167,7 @@ TEST_F(PlanRunner, ACallersWorkspaceMustHoldThePlansWorkspaces) {
 }
 
 TEST_F(PlanRunner, UnderCaptureWithoutAWorkspaceASplitPlanRunsUnsplit) {
-  recorder.capturing = true;
+  stand_in::device.capturing = true;
   AttentionArgs args = decodeCall(2, 8192);
   args.numSplits = 3;
   ASSERT_TRUE(run(test::splitKvKernel(), args).ok());
@@ -223,7 +193,7 @@ TEST_F(PlanRunner, ZeroedWorkspacesAreSetBeforeTheLaunch) {
   EXPECT_EQ(l.params.qTiles, 8);                                  // ceil(1000 / 128)
   EXPECT_EQ(l.grid, (std::array<unsigned, 3>{132, 1, 1}));       // min(8 x 32 x 2 units, 132 SMs)
   // Under capture a plan that needs a workspace the runtime would own is an error naming what it needs.
-  recorder.capturing = true;
+  stand_in::device.capturing = true;
   Status captured = run(info, args);
   ASSERT_FALSE(captured.ok());
   EXPECT_THAT(captured.message(), HasSubstr("needs a workspace (tile_counter 4 bytes); under CUDA graph capture"));

@@ -2,6 +2,7 @@
 // kernel for it: the dispatch rules' order, the fallback and its one log line, strict mode, forced schedules
 // (setSchedule, FLASHTILE_SCHEDULE, the call's own), explain(), and forward() through stand-ins of the driver's calls,
 // with a stand-in JIT that has no fa3 kernel at one head dim (no GPU, no compiler).
+#include "StandInDriver.h"
 #include "TestUtil.h"
 
 #include "flashtile/runtime/CudaDriver.h"
@@ -288,61 +289,25 @@ struct Launch {
   std::string entry;
   FlashtileFwdParams params{};
 };
-std::vector<std::string> functionNames; // a function handle is its index + 1
 std::vector<Launch> launches;
 
+CUresult recordLaunch(CUfunction f, void **params) {
+  Launch launch;
+  launch.entry = stand_in::functionName(f);
+  std::memcpy(&launch.params, params[0], sizeof(launch.params));
+  launches.push_back(launch);
+  return CUDA_SUCCESS;
+}
+
 CudaDriver standInDriver() {
-  CudaDriver d = CudaDriver::unloaded();
-  d.cuCtxGetCurrent = [](CUcontext *context) {
-    *context = reinterpret_cast<CUcontext>(0x2);
-    return CUDA_SUCCESS;
-  };
-  d.cuCtxSetCurrent = [](CUcontext) { return CUDA_SUCCESS; };
+  stand_in::device = stand_in::Device();
+  stand_in::device.blocksPerMultiprocessor = 1;
+  CudaDriver d = stand_in::standInDriver();
   d.cuMemFree_v2 = [](CUdeviceptr) { return CUDA_SUCCESS; };
-  d.cuCtxGetDevice = [](CUdevice *device) {
-    *device = 0;
-    return CUDA_SUCCESS;
-  };
-  d.cuDeviceGetAttribute = [](int *value, CUdevice_attribute attribute, CUdevice) {
-    *value = attribute == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR   ? 9
-             : attribute == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 0
-             : attribute == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT     ? 132
-                                                                         : 227 * 1024;
-    return CUDA_SUCCESS;
-  };
-  d.cuModuleLoadData = [](CUmodule *module, const void *) {
-    *module = reinterpret_cast<CUmodule>(0x1);
-    return CUDA_SUCCESS;
-  };
-  d.cuModuleUnload = [](CUmodule) { return CUDA_SUCCESS; };
-  d.cuModuleGetFunction = [](CUfunction *function, CUmodule, const char *name) {
-    functionNames.push_back(name);
-    *function = reinterpret_cast<CUfunction>(static_cast<uintptr_t>(functionNames.size()));
-    return CUDA_SUCCESS;
-  };
-  d.cuFuncSetAttribute = [](CUfunction, CUfunction_attribute, int) { return CUDA_SUCCESS; };
-  d.cuOccupancyMaxActiveBlocksPerMultiprocessor = [](int *blocks, CUfunction, int, size_t) {
-    *blocks = 1;
-    return CUDA_SUCCESS;
-  };
-  d.cuStreamIsCapturing = [](CUstream, CUstreamCaptureStatus *status) {
-    *status = CU_STREAM_CAPTURE_STATUS_NONE;
-    return CUDA_SUCCESS;
-  };
   d.cuLaunchKernel = [](CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                        void **params, void **) {
-    Launch launch;
-    launch.entry = functionNames.at(reinterpret_cast<uintptr_t>(f) - 1);
-    std::memcpy(&launch.params, params[0], sizeof(launch.params));
-    launches.push_back(launch);
-    return CUDA_SUCCESS;
-  };
+                        void **params, void **) { return recordLaunch(f, params); };
   d.cuLaunchKernelEx = [](const CUlaunchConfig *, CUfunction f, void **params, void **) {
-    Launch launch;
-    launch.entry = functionNames.at(reinterpret_cast<uintptr_t>(f) - 1);
-    std::memcpy(&launch.params, params[0], sizeof(launch.params));
-    launches.push_back(launch);
-    return CUDA_SUCCESS;
+    return recordLaunch(f, params);
   };
   return d;
 }
@@ -351,7 +316,7 @@ CudaDriver standInDriver() {
 class ForwardWithStandInDriver : public testing::Test {
 protected:
   void SetUp() override {
-    functionNames.clear();
+    stand_in::device.functionNames.clear();
     launches.clear();
     CudaDriver::useInsteadForTesting(&driver);
   }

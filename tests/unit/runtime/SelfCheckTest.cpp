@@ -4,6 +4,7 @@
 // on the host (the stand-in device memory is host memory), so that an agreeing, a slightly-off, a wrong and a silent
 // kernel can be told apart as the runtime would tell them on a GPU. No GPU, no libcuda.
 #include "runtime/lib/SelfCheck.h"
+#include "StandInDriver.h"
 #include "TestUtil.h"
 
 #include "flashtile/runtime/CudaDriver.h"
@@ -139,10 +140,8 @@ enum class Fault { None, WithinTolerance, WrongO, WrongLse, Silent };
 struct Device {
   std::map<uintptr_t, size_t> allocations;
   std::map<std::string, Fault> faults; // by entry
-  std::vector<std::string> functionNames;
   std::vector<std::string> launches; // entries, in order
-  bool capturing = false;
-} device;
+} device; // functions and capture: stand_in::device
 
 bool onDevice(const void *pointer) {
   const auto address = reinterpret_cast<uintptr_t>(pointer);
@@ -196,7 +195,7 @@ void attend(const std::string &entry, const FlashtileFwdParams &p, int headDim, 
 int testHeadDim = 64;
 
 CUresult launch(CUfunction f, void **params) {
-  const std::string &entry = device.functionNames.at(reinterpret_cast<uintptr_t>(f) - 1);
+  const std::string &entry = stand_in::functionName(f);
   device.launches.push_back(entry);
   FlashtileFwdParams p;
   std::memcpy(&p, params[0], sizeof(p));
@@ -205,44 +204,11 @@ CUresult launch(CUfunction f, void **params) {
   return CUDA_SUCCESS;
 }
 
+/// An sm_100 device (148 SMs, one block an SM) whose memory is host memory and whose launches run attend().
 CudaDriver sm100Device() {
-  CudaDriver d = CudaDriver::unloaded();
-  d.cuCtxGetCurrent = [](CUcontext *context) {
-    *context = reinterpret_cast<CUcontext>(0x2);
-    return CUDA_SUCCESS;
-  };
-  d.cuCtxSetCurrent = [](CUcontext) { return CUDA_SUCCESS; };
-  d.cuCtxGetDevice = [](CUdevice *dev) {
-    *dev = 0;
-    return CUDA_SUCCESS;
-  };
-  d.cuDeviceGetAttribute = [](int *value, CUdevice_attribute attribute, CUdevice) {
-    *value = attribute == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR   ? 10
-             : attribute == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 0
-             : attribute == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT     ? 148
-                                                                         : 227 * 1024;
-    return CUDA_SUCCESS;
-  };
-  d.cuModuleLoadData = [](CUmodule *module, const void *) {
-    *module = reinterpret_cast<CUmodule>(0x1);
-    return CUDA_SUCCESS;
-  };
-  d.cuModuleUnload = [](CUmodule) { return CUDA_SUCCESS; };
-  d.cuModuleGetFunction = [](CUfunction *function, CUmodule, const char *name) {
-    device.functionNames.push_back(name);
-    *function = reinterpret_cast<CUfunction>(static_cast<uintptr_t>(device.functionNames.size()));
-    return CUDA_SUCCESS;
-  };
-  d.cuFuncSetAttribute = [](CUfunction, CUfunction_attribute, int) { return CUDA_SUCCESS; };
-  d.cuOccupancyMaxActiveBlocksPerMultiprocessor = [](int *blocks, CUfunction, int, size_t) {
-    *blocks = 1;
-    return CUDA_SUCCESS;
-  };
-  d.cuStreamIsCapturing = [](CUstream, CUstreamCaptureStatus *status) {
-    *status = device.capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
-    return CUDA_SUCCESS;
-  };
-  d.cuStreamSynchronize = [](CUstream) { return CUDA_SUCCESS; };
+  stand_in::device = stand_in::Device();
+  stand_in::device.major = 10, stand_in::device.multiprocessors = 148, stand_in::device.blocksPerMultiprocessor = 1;
+  CudaDriver d = stand_in::standInDriver();
   d.cuMemAlloc_v2 = [](CUdeviceptr *pointer, size_t bytes) {
     void *memory = std::malloc(bytes);
     device.allocations[reinterpret_cast<uintptr_t>(memory)] = bytes;
@@ -323,6 +289,7 @@ class FirstUseSelfCheck : public testing::Test {
 protected:
   void SetUp() override {
     device = Device();
+    driver = sm100Device();
     CudaDriver::useInsteadForTesting(&driver);
     runtime = std::make_unique<Runtime>(test::cacheOptions("", false));
     runtime->setCompiler(compiler.fn());
@@ -436,7 +403,7 @@ TEST_F(FirstUseSelfCheck, TheCheckRunsOnTheCallsShapeCutShortAndOnlyAtFirstUse) 
 
 TEST_F(FirstUseSelfCheck, AKernelThatCannotBeCheckedDoesNotRun) {
   // Under CUDA graph capture the check cannot run (it synchronizes): the call falls back, saying why.
-  device.capturing = true;
+  stand_in::device.capturing = true;
   LogCapture log;
   EXPECT_EQ(forward(fa4Call()), (Entries{"flashtile_fa2_none_d64"}));
   ASSERT_EQ(log.lines.size(), 1u);
@@ -444,7 +411,7 @@ TEST_F(FirstUseSelfCheck, AKernelThatCannotBeCheckedDoesNotRun) {
                                       "used before its first-use self-check against schedule 'fa2', which did not "
                                       "run: the check cannot run under CUDA graph capture"));
   // Not a verdict, and the fallback is not kept: outside capture the next call checks the kernel, which agrees.
-  device.capturing = false;
+  stand_in::device.capturing = false;
   EXPECT_EQ(forward(fa4Call()),
             (Entries{"flashtile_fa2_none_d64", "flashtile_fa4_none_d64", "flashtile_fa4_none_d64"}));
 }

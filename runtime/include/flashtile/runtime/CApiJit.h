@@ -36,6 +36,32 @@ char *flashtile_compile_variant(const char *variant, const char *stage, int dtyp
 /* The built-in variants' names, comma-separated. */
 char *flashtile_builtin_variants(void);
 
+/* The attention of a variant and its gradients in fp64 on the CPU, straight from the definitions, with the hooks'
+ * derivatives from the compiler's derivative IR (what the backward kernels compute, checked here by nothing but
+ * arithmetic): for torch.autograd.gradcheck and for checking a new variant's gradients before any GPU. Needs no GPU.
+ * Dense layouts, every array contiguous: q batch x seqlen_q x heads_q x head_dim, k batch x seqlen_k x heads_kv x
+ * head_dim, v batch x seqlen_k x heads_kv x head_dim_v, o and d_o batch x seqlen_q x heads_q x head_dim_v, lse
+ * batch x heads_q x seqlen_q (natural log; -inf for a row that sees no key and no sink). d_o NULL: the forward only
+ * (o, lse); else d_q, d_k, d_v (laid out as q, k, v) are written too, and input_grads[i] / param_grads when not NULL:
+ * the gradients of the loss sum(d_o * o) with respect to the variant's f32 input i (input_lengths[i] elements; an
+ * i32 input must have NULL) and its numbers. inputs[i]: input_lengths[i] host values, double for an f32 input and
+ * int for an i32 one. The work is batch * heads_q * seqlen_q * seqlen_k * (head_dim + head_dim_v) and at most
+ * FLASHTILE_REFERENCE_MAX_WORK. `size` must be sizeof(flashtile_reference_call). */
+enum { FLASHTILE_REFERENCE_MAX_WORK = 1 << 28 };
+typedef struct flashtile_reference_call {
+  unsigned long long size;
+  const char *variant; /* a built-in name or a description; NULL: "none" */
+  const double *q, *k, *v, *d_o;
+  double *o, *lse, *d_q, *d_k, *d_v;
+  const void *inputs[FLASHTILE_CALL_MAX_INPUTS];
+  long long input_lengths[FLASHTILE_CALL_MAX_INPUTS];
+  double *input_grads[FLASHTILE_CALL_MAX_INPUTS];
+  double *param_grads; /* NULL or num_params values */
+  double params[FLASHTILE_CALL_MAX_PARAMS];
+  double softmax_scale; /* 0: 1/sqrt(head_dim) */
+  int batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v, num_params, num_inputs;
+} flashtile_reference_call;
+int flashtile_reference_attention(const flashtile_reference_call *call);
 /* Frees a string returned by the functions above (NULL is fine). */
 void flashtile_string_free(char *s);
 

@@ -1,0 +1,43 @@
+"""Small backward calls for compute-sanitizer (bench/device/backward-sanitize.sh): every kernel of the backward's
+three-launch plan on shapes with partial tiles, GQA, a causal walk, windows, softcap, Sq != Sk, varlen and fp16.
+Run once plainly (the JIT compiles and caches the kernels, and the gradients must be finite), then under the tools."""
+
+import torch
+
+import flashtile
+
+CASES = [  # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal, softcap, window, dtype)
+    (1, 130, 130, 2, 2, 64, False, 0.0, (-1, -1), torch.bfloat16),
+    (2, 77, 150, 4, 2, 128, True, 0.0, (-1, -1), torch.bfloat16),
+    (1, 150, 77, 2, 1, 64, True, 0.0, (-1, -1), torch.float16),
+    (1, 129, 129, 2, 2, 128, False, 30.0, (-1, -1), torch.bfloat16),
+    (1, 160, 160, 2, 2, 64, False, 0.0, (48, 16), torch.float16),
+    (1, 1, 65, 2, 2, 32, False, 0.0, (-1, -1), torch.bfloat16),
+    (1, 100, 100, 3, 1, 96, True, 0.0, (-1, -1), torch.bfloat16),
+]
+
+
+def main():
+    torch.manual_seed(0)
+    for (b, sq, sk, hq, hk, d, causal, softcap, window, dtype) in CASES:
+        q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype, requires_grad=True)
+        k = torch.randn(b, sk, hk, d, device="cuda", dtype=dtype, requires_grad=True)
+        v = torch.randn(b, sk, hk, d, device="cuda", dtype=dtype, requires_grad=True)
+        out = flashtile.flash_attn_func(q, k, v, causal=causal, softcap=softcap, window_size=window)
+        grads = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+        torch.cuda.synchronize()
+        assert all(torch.isfinite(g).all() for g in grads), f"non-finite gradients: {(b, sq, sk, hq, hk, d)}"
+    # Varlen: three sequences of different lengths packed.
+    lengths = [33, 130, 1]
+    cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32, device="cuda")
+    total = sum(lengths)
+    q, k, v = (torch.randn(total, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    out = flashtile.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=True)
+    grads = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+    torch.cuda.synchronize()
+    assert all(torch.isfinite(g).all() for g in grads), "non-finite varlen gradients"
+    print(f"backward-sanitize: {len(CASES) + 1} backward calls done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+// CApiReference.cpp — flashtile_reference_attention (CApiJit.h): a variant's attention and its gradients in fp64 on
+// the CPU, by the backward's oracle (interpreter/ReferenceBackward.h), whose hook derivatives are the compiler's
+// derivative IR. The Python package's flashtile.reference_attention (torch.autograd.gradcheck) calls it.
+#include "flashtile/runtime/CApiJit.h"
+
+#include "capi/VariantDescription.h"
+#include "examples/variants/Variants.h"
+#include "flashtile/dsl/Program.h"
+#include "interpreter/ReferenceBackward.h"
+#include "passes/IR/TileDialect.h"
+#include "runtime/lib/CApiInternal.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+using namespace flashtile;
+
+namespace {
+
+Status checkReferenceCall(const flashtile_reference_call &c) {
+  auto positive = [](const char *name, int value) -> Status {
+    if (value < 1)
+      return Status::error(std::string(name) + ": must be at least 1, got " + std::to_string(value));
+    return Status();
+  };
+  for (auto [name, value] : {std::pair{"batch", c.batch}, {"seqlen_q", c.seqlen_q}, {"seqlen_k", c.seqlen_k},
+                             {"heads_q", c.heads_q}, {"heads_kv", c.heads_kv}, {"head_dim", c.head_dim},
+                             {"head_dim_v", c.head_dim_v}})
+    if (Status s = positive(name, value); !s.ok())
+      return s;
+  if (c.heads_q % c.heads_kv != 0)
+    return Status::error("heads_q: " + std::to_string(c.heads_q) + " is not a multiple of heads_kv " +
+                         std::to_string(c.heads_kv));
+  double work = double(c.batch) * c.heads_q * c.seqlen_q * c.seqlen_k * (double(c.head_dim) + c.head_dim_v);
+  if (work > double(FLASHTILE_REFERENCE_MAX_WORK))
+    return Status::error("sizes: batch * heads_q * seqlen_q * seqlen_k * (head_dim + head_dim_v) = " +
+                         std::to_string(static_cast<long long>(work)) + " exceeds FLASHTILE_REFERENCE_MAX_WORK (" +
+                         std::to_string(FLASHTILE_REFERENCE_MAX_WORK) +
+                         "): the fp64 reference is for small problems (gradcheck)");
+  if (!c.q || !c.k || !c.v || !c.o || !c.lse)
+    return Status::error("q, k, v, o and lse must not be NULL");
+  if (c.d_o && (!c.d_q || !c.d_k || !c.d_v))
+    return Status::error("d_q, d_k and d_v must not be NULL when d_o is given");
+  if (!(std::isfinite(c.softmax_scale) && c.softmax_scale >= 0))
+    return Status::error("softmax_scale: must be finite and >= 0 (0: 1/sqrt(head_dim)), got " +
+                         std::to_string(c.softmax_scale));
+  return Status();
+}
+
+/// The variant's numbers and inputs from the call, checked against its declaration.
+StatusOr<interp::ReferenceProblem> problemOf(const flashtile_reference_call &c, const Variant &variant) {
+  interp::ReferenceProblem p;
+  p.batch = c.batch, p.seqlenQ = c.seqlen_q, p.seqlenK = c.seqlen_k, p.headsQ = c.heads_q, p.headsKv = c.heads_kv;
+  p.headDim = c.head_dim, p.headDimV = c.head_dim_v;
+  p.softmaxScale = c.softmax_scale == 0 ? 1.0 / std::sqrt(double(c.head_dim)) : c.softmax_scale;
+  size_t params = variant.params().size(), inputs = variant.inputs().size();
+  if (c.num_params != int(params))
+    return Status::error("num_params: variant '" + variant.name() + "' takes " + std::to_string(params) +
+                         " numbers, got " + std::to_string(c.num_params));
+  if (c.num_inputs != int(inputs))
+    return Status::error("num_inputs: variant '" + variant.name() + "' takes " + std::to_string(inputs) +
+                         " input arrays, got " + std::to_string(c.num_inputs));
+  std::vector<float> asFloat;
+  for (size_t i = 0; i < params; ++i) {
+    if (!std::isfinite(c.params[i]))
+      return Status::error("params[" + std::to_string(i) + "] (" + variant.params()[i].first + "): must be finite");
+    p.params.push_back(c.params[i]);
+    asFloat.push_back(float(c.params[i]));
+  }
+  if (std::string error = variant.checkParams(asFloat); !error.empty())
+    return Status::error("params: " + error);
+  for (size_t i = 0; i < inputs; ++i) {
+    const auto &[name, kind] = variant.inputs()[i];
+    std::string what = "inputs[" + std::to_string(i) + "] (" + name + ")";
+    long long n = c.input_lengths[i];
+    if (n < 1 || n > FLASHTILE_REFERENCE_MAX_WORK || !c.inputs[i])
+      return Status::error(what + ": needs a host array of 1 to " + std::to_string(FLASHTILE_REFERENCE_MAX_WORK) +
+                           " values (input_lengths[" + std::to_string(i) + "] = " + std::to_string(n) + ")");
+    if (kind == dsl::ElementKind::F32) {
+      const double *values = static_cast<const double *>(c.inputs[i]);
+      p.inputs.emplace_back(std::vector<double>(values, values + n));
+    } else {
+      if (c.input_grads[i])
+        return Status::error("input_grads[" + std::to_string(i) + "] (" + name +
+                             "): an i32 input has no gradient; pass NULL");
+      const int *values = static_cast<const int *>(c.inputs[i]);
+      p.inputs.emplace_back(std::vector<int32_t>(values, values + n));
+    }
+  }
+  return p;
+}
+
+StatusOr<Variant> variantOf(const char *text) {
+  std::string_view name = text ? text : "none";
+  size_t first = name.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && name[first] == '{')
+    return parseVariantDescription(name);
+  if (std::optional<Variant> builtin = variants::byName(std::string(name)))
+    return *builtin;
+  return Status::error("variant: unknown built-in '" + std::string(name) + "' (or pass a variant description)");
+}
+
+Status runReference(const flashtile_reference_call &c) {
+  if (Status s = checkReferenceCall(c); !s.ok())
+    return s;
+  StatusOr<Variant> variant = variantOf(c.variant);
+  if (!variant.ok())
+    return variant.status();
+  StatusOr<interp::ReferenceProblem> problem = problemOf(c, *variant);
+  if (!problem.ok())
+    return problem.status();
+
+  mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
+    llvm::raw_string_ostream os(diagnostics);
+    os << d << "\n";
+    return mlir::success();
+  });
+  // The program's own head dims only type its tiles; the oracle reads the call's.
+  auto module = buildAttentionProgram(context, *variant, ProgramOptions{ElementType::BF16, 128, 128});
+  if (mlir::failed(module))
+    return Status::error("variant '" + variant->name() + "' does not build a program:\n" + diagnostics);
+  tile::FuncOp func = *(*module)->getOps<tile::FuncOp>().begin();
+
+  size_t qn = size_t(c.batch) * c.seqlen_q * c.heads_q, kn = size_t(c.batch) * c.seqlen_k * c.heads_kv;
+  std::vector<double> q(c.q, c.q + qn * c.head_dim), k(c.k, c.k + kn * c.head_dim),
+      v(c.v, c.v + kn * c.head_dim_v);
+  auto copyOut = [](const std::vector<double> &from, double *to) { std::memcpy(to, from.data(), from.size() * 8); };
+  if (!c.d_o) {
+    auto forward = interp::referenceForward(func, *problem, q, k, v);
+    if (mlir::failed(forward))
+      return Status::error("the reference forward failed:\n" + diagnostics);
+    copyOut(forward->o, c.o);
+    copyOut(forward->lse, c.lse);
+    return Status();
+  }
+  std::vector<double> dO(c.d_o, c.d_o + qn * c.head_dim_v);
+  auto grads = interp::referenceBackward(func, *problem, q, k, v, dO);
+  if (mlir::failed(grads))
+    return Status::error("the reference backward failed:\n" + diagnostics);
+  copyOut(grads->o, c.o);
+  copyOut(grads->lse, c.lse);
+  copyOut(grads->dq, c.d_q);
+  copyOut(grads->dk, c.d_k);
+  copyOut(grads->dv, c.d_v);
+  for (int i = 0; i < c.num_inputs; ++i)
+    if (c.input_grads[i])
+      copyOut(grads->dInputs[i], c.input_grads[i]);
+  if (c.param_grads)
+    copyOut(grads->dParams, c.param_grads);
+  return Status();
+}
+
+} // namespace
+
+extern "C" int flashtile_reference_attention(const flashtile_reference_call *call) {
+  try {
+    if (!call)
+      capi::setLastError("flashtile_reference_attention: call must not be NULL");
+    else if (call->size != sizeof(flashtile_reference_call))
+      capi::setLastError("flashtile_reference_attention: call->size is " + std::to_string(call->size) +
+                         ", expected sizeof(flashtile_reference_call) = " +
+                         std::to_string(sizeof(flashtile_reference_call)));
+    else if (Status s = runReference(*call); !s.ok())
+      capi::setLastError("flashtile_reference_attention: " + s.message());
+    else
+      return 0;
+  } catch (const std::exception &e) {
+    capi::setLastError(std::string("flashtile_reference_attention: internal error: ") + e.what());
+  } catch (...) {
+    capi::setLastError("flashtile_reference_attention: internal error");
+  }
+  return -1;
+}
