@@ -862,4 +862,7 @@ def Tile_AccumulateOp : Tile_Op<"accumulate", [MemoryEffects<[MemRead, MemWrite]
   let hasVerifier = 1;
 }
 
+// The memory layer: tensor memory, buffers, channels, MMAs completed by a commit.
+include "passes/IR/TileMemoryOps.td"
+
 #endif // FLASHTILE_TILE_OPS
