@@ -1393,6 +1393,9 @@ LogicalResult Interpreter::exec(BarrierArriveOp op) {
       return failure();
     if (auto hazard = memory.arrive(channel->second, position->i, role))
       return fail(op, *hazard);
+    // As for a ring's release: the other roles run on at once, so that a hand-over that came too early shows.
+    if (roles && !whileOthersRun([&, me = role] { return roles->yieldAfterRelease(me); }))
+      return failure(); // another role failed and said why
     return success();
   }
   if (!barriers.contains(op.getBarrier()))
