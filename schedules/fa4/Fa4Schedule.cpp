@@ -10,8 +10,10 @@
 // warpgroup, not by a single MMA warp; O is rescaled by the softmax warps themselves, not by a correction warpgroup;
 // the epilogue is theirs too; no GEMM overlaps the softmax; 2-CTA MMAs are not printed. The
 // role IR is the one tile-fa3-pipeline writes (a producer role and a consumer role over a ring), run with its
-// overlap, ping-pong, persistence and O staging off: FA4's own roles need the memory layer (channels between roles,
-// TMEM buffers as values) that the IR does not have yet.
+// overlap, ping-pong, persistence and O staging off.
+//
+// `roles = 1` replaces that role IR with FA4's own (tile-fa4-roles, Fa4RolesPass.cpp: one MMA warp, a correction
+// warpgroup, epilogues, on the memory layer); the interpreter runs it and checks its protocol, no printer prints it yet.
 //
 // No SM100 GPU exists here: fa4's kernels are compiled by NVRTC for sm_100a and read as SASS, never run. Their
 // manifests say so (checkAgainstOn): a runtime on sm_100 checks each against fa2 on first use.
