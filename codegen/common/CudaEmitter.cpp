@@ -166,8 +166,8 @@ LogicalResult checkInPlace(FuncOp func, bool asyncProtocol) {
   WalkResult result = func.walk([&](Operation *op) -> WalkResult {
     if (isa<TmemOp, SmemBufferOp, ChannelOp>(op)) {
       op->emitOpError() << "belongs to the memory layer (tensor memory, buffers, channels, MMAs completed by a "
-                           "commit), which no CUDA printer prints yet; programs written with it (fa4 roles = 1) run "
-                           "in the CPU interpreter only";
+                           "commit), which no CUDA printer prints yet; programs written with it run in the CPU "
+                           "interpreter only";
       return WalkResult::interrupt();
     }
     if (!asyncProtocol && ((isa<QkOp>(op) && cast<QkOp>(op).getToken()) || (isa<PvOp>(op) && cast<PvOp>(op).getToken()))) {

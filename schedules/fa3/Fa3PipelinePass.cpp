@@ -31,6 +31,7 @@
 #include "schedules/fa3/Fa3Pipeline.h"
 
 #include "passes/IR/TileDialect.h"
+#include "passes/Transforms/KvRing.h"
 #include "passes/Transforms/LoopCarry.h"
 
 #include "mlir/IR/IRMapping.h"
@@ -174,27 +175,13 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     // Buffers and barriers at the top.
     Block &top = func.getBody().front();
     OpBuilder b(&top, top.begin());
-    auto bufferOf = [&](Operand operand, Type tile, int64_t slots) {
-      return BufferOp::create(b, loc, BufferType::get(ctx, cast<RankedTensorType>(tile), slots), operand).getResult();
-    };
-    auto fullOf = [&](Value buffer) {
-      RankedTensorType tile = cast<BufferType>(buffer.getType()).getTile();
-      int64_t bytes = tile.getNumElements() * (tile.getElementTypeBitWidth() / 8);
-      return BarrierOp::create(b, loc, buffer, b.getI64IntegerAttr(bytes), IntegerAttr()).getResult();
-    };
-    auto emptyOf = [&](Value buffer) {
-      // The consumer role releases each slot once.
-      return BarrierOp::create(b, loc, buffer, IntegerAttr(), b.getI64IntegerAttr(1)).getResult();
-    };
-    int64_t stages = schedule.getStages();
-    Value qBuffer = bufferOf(Operand::Q, loadQ.getType(), 1);
-    Value kBuffer = bufferOf(Operand::K, bodies.front().k.getType(), stages);
-    Value vBuffer = bufferOf(Operand::V, bodies.front().v.getType(), stages);
-    Value qFull = fullOf(qBuffer), kFull = fullOf(kBuffer), kEmpty = emptyOf(kBuffer);
-    Value vFull = fullOf(vBuffer), vEmpty = emptyOf(vBuffer);
+    const KvRing ring = createKvRing(b, loc, loadQ.getType(), bodies.front().k.getType(),
+                                     bodies.front().v.getType(), schedule.getStages());
+    Value qBuffer = ring.qBuffer, kBuffer = ring.kBuffer, vBuffer = ring.vBuffer, qFull = ring.qFull;
+    Value kFull = ring.kFull, kEmpty = ring.kEmpty, vFull = ring.vFull, vEmpty = ring.vEmpty;
     // A persistent block copies Q once a tile into its one slot: the consumers release it like a K/V slot.
     const bool loopsOverTiles = dynamic || persistent == 1 || (persistent < 0 && persistentByDefault(func));
-    Value qEmpty = loopsOverTiles ? emptyOf(qBuffer) : Value();
+    Value qEmpty = loopsOverTiles ? emptyBarrier(b, loc, qBuffer) : Value();
     if (loopsOverTiles) {
       ringBase = arith::ConstantIntOp::create(b, loc, 0, 32);
       tileCount = arith::ConstantIntOp::create(b, loc, 0, 32);
@@ -243,13 +230,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     walk.getBody().push_back(walkBody);
     Value j = walkBody->addArgument(b.getI32Type(), loc);
     OpBuilder wb(walkBody, walkBody->end());
-    Value position = ringPosition(wb, loc, highest, j, one);
-    for (auto [operand, buffer, full, empty] :
-         {std::tuple{Operand::K, kBuffer, kFull, kEmpty}, {Operand::V, vBuffer, vFull, vEmpty}}) {
-      Value slot = SlotOp::create(wb, loc, buffer, position).getResult();
-      BarrierWaitOp::create(wb, loc, empty, position);
-      CopyAsyncOp::create(wb, loc, operand, j, slot, full, position, Value());
-    }
+    copyKvTile(wb, loc, ring, j, ringPosition(wb, loc, highest, j, one));
     YieldOp::create(wb, loc);
 
     // Consumer: the program's ops, with the waits and releases around each read.

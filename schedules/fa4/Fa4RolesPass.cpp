@@ -33,6 +33,7 @@
 
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/TileMemory.h"
+#include "passes/Transforms/KvRing.h"
 
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Pass/Pass.h"
@@ -150,22 +151,7 @@ void Fa4RolesPass::runOnOperation() {
   Block &top = func.getBody().front();
   OpBuilder b(&top, top.begin());
   Type oneSlot = BarrierType::get(ctx, 1);
-  auto bufferOf = [&](Operand operand, RankedTensorType tile, int64_t slots) {
-    return BufferOp::create(b, loc, BufferType::get(ctx, tile, slots), operand).getResult();
-  };
-  auto fullOf = [&](Value buffer) {
-    RankedTensorType tile = cast<BufferType>(buffer.getType()).getTile();
-    int64_t bytes = tile.getNumElements() * (tile.getElementTypeBitWidth() / 8);
-    return BarrierOp::create(b, loc, buffer, b.getI64IntegerAttr(bytes), IntegerAttr()).getResult();
-  };
-  auto emptyOf = [&](Value buffer) {
-    return BarrierOp::create(b, loc, buffer, IntegerAttr(), b.getI64IntegerAttr(1)).getResult();
-  };
-  const int64_t stages = schedule.getStages();
-  Value qBuffer = bufferOf(Operand::Q, loadQ.getType(), 1);
-  Value kBuffer = bufferOf(Operand::K, kTile, stages), vBuffer = bufferOf(Operand::V, vTile, stages);
-  Value qFull = fullOf(qBuffer), kFull = fullOf(kBuffer), kEmpty = emptyOf(kBuffer);
-  Value vFull = fullOf(vBuffer), vEmpty = emptyOf(vBuffer);
+  const KvRing ring = createKvRing(b, loc, loadQ.getType(), kTile, vTile, schedule.getStages());
 
   Value tmem = TmemOp::create(b, loc, TmemType::get(ctx, tmemColumns)).getResult();
   auto tmemBuffer = [&](RankedTensorType tile, int64_t column) {
@@ -225,16 +211,10 @@ void Fa4RolesPass::runOnOperation() {
   {
     OpBuilder lb = at(load);
     Value zero = constant(lb, loc, 0);
-    Value qSlot = SlotOp::create(lb, loc, qBuffer, Value()).getResult();
-    CopyAsyncOp::create(lb, loc, Operand::Q, Value(), qSlot, qFull, zero, Value());
-    walk(lb, loc, lowest, highest, highest, [&](OpBuilder &wb, Value j, Value n) {
-      for (auto [operand, buffer, full, empty] :
-           {std::tuple{Operand::K, kBuffer, kFull, kEmpty}, {Operand::V, vBuffer, vFull, vEmpty}}) {
-        Value slot = SlotOp::create(wb, loc, buffer, n).getResult();
-        BarrierWaitOp::create(wb, loc, empty, n);
-        CopyAsyncOp::create(wb, loc, operand, j, slot, full, n, Value());
-      }
-    });
+    Value qSlot = SlotOp::create(lb, loc, ring.qBuffer, Value()).getResult();
+    CopyAsyncOp::create(lb, loc, Operand::Q, Value(), qSlot, ring.qFull, zero, Value());
+    walk(lb, loc, lowest, highest, highest,
+         [&](OpBuilder &wb, Value j, Value n) { copyKvTile(wb, loc, ring, j, n); });
   }
 
   // MMA: one thread issues every GEMM of both Q tiles.
@@ -243,14 +223,14 @@ void Fa4RolesPass::runOnOperation() {
     Value zero = constant(mb, loc, 0), one = constant(mb, loc, 1);
     TmemAllocOp::create(mb, loc, tmem);
     BarrierArriveOp::create(mb, loc, tmemFull, zero);
-    BarrierWaitOp::create(mb, loc, qFull, zero);
-    Value qSlot = SlotOp::create(mb, loc, qBuffer, Value()).getResult();
+    BarrierWaitOp::create(mb, loc, ring.qFull, zero);
+    Value qSlot = SlotOp::create(mb, loc, ring.qBuffer, Value()).getResult();
     Value q = LoadOp::create(mb, loc, loadQ.getType(), Operand::Q, Value(), qSlot, Value()).getResult();
     walk(mb, loc, lowest, highest, highest, [&](OpBuilder &wb, Value j, Value n) {
       Value previous = arith::SubIOp::create(wb, loc, n, one);
       Value next = arith::AddIOp::create(wb, loc, n, one);
-      BarrierWaitOp::create(wb, loc, kFull, n);
-      Value kSlot = SlotOp::create(wb, loc, kBuffer, n).getResult();
+      BarrierWaitOp::create(wb, loc, ring.kFull, n);
+      Value kSlot = SlotOp::create(wb, loc, ring.kBuffer, n).getResult();
       Value k = LoadOp::create(wb, loc, kTile, Operand::K, j, kSlot, Value()).getResult();
       for (int64_t g = 0; g < groups; ++g) {
         // S_g (and P_g over it) is free once the previous P·V of this tile landed.
@@ -258,9 +238,9 @@ void Fa4RolesPass::runOnOperation() {
         MmaQkOp::create(wb, loc, q, k, tiles[g].s, wb.getI64IntegerAttr(g * kTileRows));
         MmaCommitOp::create(wb, loc, tiles[g].sFull, n);
       }
-      MmaCommitOp::create(wb, loc, kEmpty, n);
-      BarrierWaitOp::create(wb, loc, vFull, n);
-      Value vSlot = SlotOp::create(wb, loc, vBuffer, n).getResult();
+      MmaCommitOp::create(wb, loc, ring.kEmpty, n);
+      BarrierWaitOp::create(wb, loc, ring.vFull, n);
+      Value vSlot = SlotOp::create(wb, loc, ring.vBuffer, n).getResult();
       Value v = LoadOp::create(wb, loc, vTile, Operand::V, j, vSlot, Value()).getResult();
       for (int64_t g = 0; g < groups; ++g) {
         BarrierWaitOp::create(wb, loc, tiles[g].sEmpty, next);  // P_g written over S_g
@@ -268,7 +248,7 @@ void Fa4RolesPass::runOnOperation() {
         MmaPvOp::create(wb, loc, tiles[g].p, v, tiles[g].o);
         MmaCommitOp::create(wb, loc, tiles[g].oFull, n);
       }
-      MmaCommitOp::create(wb, loc, vEmpty, n);
+      MmaCommitOp::create(wb, loc, ring.vEmpty, n);
     });
     for (int64_t g = 0; g < groups; ++g)
       MmaCommitOp::create(mb, loc, tiles[g].finalFull, zero);
