@@ -2,7 +2,8 @@
 //
 // The shared-memory side that role pipelines (fa3's, fa4's) share: Q's one-slot buffer and the K and V rings of
 // `stages` slots, each with a full barrier (a tile's bytes landed) and the K/V rings with an empty one (one consumer
-// arrival frees a slot), and the producer's copy of K/V tile j into ring position i. Header-only.
+// arrival frees a slot), and the producer's copy of K/V tile j into ring position i; and what such a pipeline starts
+// from (splitProgram). Header-only.
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_PASSES_TRANSFORMS_KVRING_H
 #define FLASHTILE_PASSES_TRANSFORMS_KVRING_H
@@ -10,10 +11,38 @@
 #include "passes/IR/TileDialect.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/SmallVector.h"
 
 #include <tuple>
 
 namespace flashtile::tile {
+
+/// A program after tile-apply-schedule and tile-split-boundary, before a role pipeline: its schedule, its one Q load
+/// and its K/V loop segments (bounded, descending, carrying only the state), in walk order.
+struct SplitProgram {
+  ScheduleAttr schedule;
+  LoadOp loadQ;
+  llvm::SmallVector<KvLoopOp> loops;
+};
+
+/// `func` as a SplitProgram, or a diagnostic saying which pass it still needs (`pass` names the caller).
+inline mlir::FailureOr<SplitProgram> splitProgram(FuncOp func, llvm::StringRef pass) {
+  SplitProgram p{func.getScheduleAttr(), LoadOp(), {}};
+  if (!p.schedule)
+    return func.emitOpError() << "must be scheduled before " << pass << " (run tile-apply-schedule)";
+  if (!func.getBody().getOps<BufferOp>().empty() || !func.getBody().getOps<RoleOp>().empty())
+    return func.emitOpError() << "is already pipelined";
+  p.loops = llvm::to_vector(func.getBody().getOps<KvLoopOp>());
+  auto qLoads = llvm::to_vector(func.getBody().getOps<LoadOp>());
+  if (p.loops.empty() || qLoads.size() != 1 || qLoads.front().getOperand() != Operand::Q)
+    return func.emitOpError() << "needs one Q load and at least one K/V loop at top level";
+  p.loadQ = qLoads.front();
+  for (KvLoopOp loop : p.loops)
+    if (!loop.isBounded() || loop.getOrder() != KvOrder::Descending || !loop.getCarried().empty())
+      return loop.emitOpError() << "must be a bounded, descending segment carrying only the state (run "
+                                   "tile-split-boundary first)";
+  return p;
+}
 
 struct KvRing {
   mlir::Value qBuffer, kBuffer, vBuffer, qFull, kFull, kEmpty, vFull, vEmpty;

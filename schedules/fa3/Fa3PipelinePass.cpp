@@ -114,32 +114,16 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
 
   void runOnOperation() override {
     FuncOp func = getOperation();
-    ScheduleAttr schedule = func.getScheduleAttr();
-    if (!schedule) {
-      func.emitOpError() << "must be scheduled before pipelining (run tile-apply-schedule)";
+    FailureOr<SplitProgram> program = splitProgram(func, "pipelining");
+    if (failed(program))
       return signalPassFailure();
-    }
-    if (!func.getBody().getOps<BufferOp>().empty() || !func.getBody().getOps<RoleOp>().empty()) {
-      func.emitOpError() << "is already pipelined";
-      return signalPassFailure();
-    }
+    ScheduleAttr schedule = program->schedule;
     if (schedule.getWarps() < 8 || schedule.getWarps() % 4 != 0) {
       func.emitOpError() << "has " << schedule.getWarps()
                          << " warps; fa3 needs a producer warpgroup and at least one consumer warpgroup (4 warps each)";
       return signalPassFailure();
     }
-    SmallVector<KvLoopOp> loops(func.getBody().getOps<KvLoopOp>());
-    auto qLoads = llvm::to_vector(func.getBody().getOps<LoadOp>());
-    if (loops.empty() || qLoads.size() != 1 || qLoads.front().getOperand() != Operand::Q) {
-      func.emitOpError() << "needs one Q load and at least one K/V loop at top level";
-      return signalPassFailure();
-    }
-    for (KvLoopOp loop : loops)
-      if (!loop.isBounded() || loop.getOrder() != KvOrder::Descending || !loop.getCarried().empty()) {
-        loop.emitOpError() << "must be a bounded, descending segment carrying only the state (run "
-                              "tile-split-boundary first)";
-        return signalPassFailure();
-      }
+    SmallVector<KvLoopOp> loops = program->loops;
     Value highest = loops.front().getUpper(), lowest = loops.back().getLower();
     if (!highest.getDefiningOp() || !lowest.getDefiningOp()) {
       func.emitOpError() << "K/V loop bounds must be computed in the program body";
@@ -154,7 +138,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       func.emitOpError() << "fa3: scheduler = dynamic hands tiles to persistent blocks, but persistent = 0";
       return signalPassFailure();
     }
-    LoadOp loadQ = qLoads.front();
+    LoadOp loadQ = program->loadQ;
     Location loc = loadQ.getLoc();
     MLIRContext *ctx = &getContext();
 

@@ -97,28 +97,16 @@ Value constant(OpBuilder &b, Location loc, int64_t v) { return arith::ConstantIn
 
 void Fa4RolesPass::runOnOperation() {
   FuncOp func = getOperation();
-  ScheduleAttr schedule = func.getScheduleAttr();
-  if (!schedule) {
-    func.emitOpError() << "must be scheduled before tile-fa4-roles (run tile-apply-schedule)";
+  FailureOr<SplitProgram> program = splitProgram(func, getArgument());
+  if (failed(program))
     return signalPassFailure();
-  }
-  if (!func.getBody().getOps<BufferOp>().empty() || !func.getBody().getOps<RoleOp>().empty()) {
-    func.emitOpError() << "is already pipelined";
-    return signalPassFailure();
-  }
-  SmallVector<KvLoopOp> loops(func.getBody().getOps<KvLoopOp>());
-  auto qLoads = llvm::to_vector(func.getBody().getOps<LoadOp>());
+  ScheduleAttr schedule = program->schedule;
+  SmallVector<KvLoopOp> loops = program->loops;
   auto finalizes = llvm::to_vector(func.getBody().getOps<FinalizeOp>());
-  if (loops.empty() || qLoads.size() != 1 || qLoads.front().getOperand() != Operand::Q || finalizes.size() != 1) {
-    func.emitOpError() << "needs one Q load, at least one K/V loop and one finalize at top level";
+  if (finalizes.size() != 1) {
+    func.emitOpError() << "fa4 roles: needs one finalize at top level";
     return signalPassFailure();
   }
-  for (KvLoopOp loop : loops)
-    if (!loop.isBounded() || loop.getOrder() != KvOrder::Descending || !loop.getCarried().empty()) {
-      loop.emitOpError() << "must be a bounded, descending segment carrying only the state (run "
-                            "tile-split-boundary first)";
-      return signalPassFailure();
-    }
   const int64_t blockM = schedule.getBlockM(), blockN = schedule.getBlockN(), headDimV = func.getHeadDimV();
   if (blockM % kTileRows != 0 || blockM / kTileRows < 1 || blockM / kTileRows > 2) {
     func.emitOpError() << "fa4 roles: block-m " << blockM << " is not one or two Q tiles of " << kTileRows << " rows";
@@ -134,7 +122,7 @@ void Fa4RolesPass::runOnOperation() {
     return signalPassFailure();
   }
   Value highest = loops.front().getUpper(), lowest = loops.back().getLower();
-  LoadOp loadQ = qLoads.front();
+  LoadOp loadQ = program->loadQ;
   FinalizeOp finalize = finalizes.front();
   Location loc = loadQ.getLoc();
   MLIRContext *ctx = &getContext();
