@@ -9,10 +9,12 @@
 #include "interpreter/Interpreter.h"
 #include "interpreter/AsyncCopies.h"
 #include "interpreter/BackwardMath.h"
+#include "interpreter/MemoryProtocol.h"
 #include "interpreter/ScalarOps.h"
 #include "interpreter/TileMath.h"
 #include "passes/IR/ProgramKinds.h"
 #include "passes/IR/TileDialect.h"
+#include "passes/IR/TileMemory.h"
 #include "passes/IR/TilePacking.h"
 #include "passes/IR/TileRotary.h"
 
@@ -311,6 +313,32 @@ private:
   LogicalResult startMma(Operation *op, Value token, const void *data, std::initializer_list<const void *> operands);
   LogicalResult exec(BarrierWaitOp op);
   LogicalResult exec(BarrierArriveOp op);
+  // The memory layer (TileMemoryOps.td; the protocol is MemoryProtocol's).
+  LogicalResult exec(TmemOp op);
+  LogicalResult exec(TmemAllocOp op);
+  LogicalResult exec(TmemFreeOp op);
+  LogicalResult exec(TmemBufferOp op);
+  LogicalResult exec(SmemBufferOp op);
+  LogicalResult exec(ChannelOp op);
+  LogicalResult exec(MmaQkOp op);
+  LogicalResult exec(MmaPvOp op);
+  LogicalResult exec(MmaCommitOp op);
+  LogicalResult exec(MemLoadOp op);
+  LogicalResult exec(MemStoreOp op);
+  LogicalResult exec(InitStatsOp op);
+  LogicalResult exec(InitAccOp op);
+  /// The buffer number of a tile.tmem_buffer / tile.smem_buffer value, or an error at `user`.
+  FailureOr<int> memBuffer(Operation *user, Value buffer);
+  /// What buffer `buffer` holds (a tile, an accumulator as a tile, or row statistics); NaN where a write to an
+  /// overlapping buffer clobbered it.
+  struct Held {
+    std::optional<Tile> tile;
+    std::optional<RowStats> stats;
+  };
+  /// Writes `held` into `buffer` and clobbers the buffers that overlap it.
+  void hold(int buffer, Held held);
+  /// Runs `ready` until it holds, handing over to the other roles meanwhile; `waited` says what for (deadlocks).
+  LogicalResult waitUntil(Operation *op, llvm::function_ref<bool()> ready, llvm::function_ref<std::string()> waited);
   /// Hands over to the other roles (`handOver` blocks until this role runs again) and returns what it returned.
   /// They run on their own tiles meanwhile (persistent blocks): this role's role number, instance and counter come
   /// back with it.
@@ -447,7 +475,15 @@ private:
 
   Instance inst;
   AsyncCopies copies;
+  MemoryProtocol memory;
+  llvm::DenseMap<Value, int> tmemRegions;     ///< tile.tmem -> its region
+  llvm::DenseMap<Value, int> memBuffers;      ///< tile.tmem_buffer / tile.smem_buffer -> its buffer number
+  llvm::DenseMap<Value, int> channelBarriers; ///< a tile.channel's barrier -> its number in `memory`
+  std::map<int, Held> held;                   ///< buffer number -> what it holds
+  /// Stores of O and LSE by this instance, in whole instances' rows (a role of part of the rows, tile.role with
+  /// `q_rows`, stores its part).
   int storesO = 0, storesLse = 0;
+  int64_t storedRowsO = 0, storedRowsLse = 0, instanceRows = 0;
   llvm::DenseMap<Value, Scalar> scalars;
   llvm::DenseMap<Value, TilePtr> tiles;
   llvm::DenseMap<Value, StatsPtr> stats;
@@ -747,7 +783,14 @@ LogicalResult Interpreter::runInstance(bool checkStores) {
   loadedFills.clear();
   nextMma = kFirstMmaToken;
   copies = AsyncCopies();
+  memory = MemoryProtocol();
+  tmemRegions.clear();
+  memBuffers.clear();
+  channelBarriers.clear();
+  held.clear();
   storesO = storesLse = 0;
+  storedRowsO = storedRowsLse = 0;
+  instanceRows = inst.rows;
   backwardStores.clear();
   if (failed(execBlock(func.getBodyBlock())))
     return failure();
@@ -782,7 +825,9 @@ LogicalResult Interpreter::exec(Operation &op) {
             BarrierOp, BarrierWaitOp, BarrierArriveOp, KvWalkOp, WorkLoopOp, WorkQueueOp, MmaWaitOp, StoreOp, QkOp,
             ScaleOp, ScoreModOp, MaskOp, SoftmaxUpdateOp, RescaleOp, PvOp, FinalizeOp, InitStateOp, StateLoadOp,
             StateStoreOp, KvLoopOp, StoreSplitOp, RowDotOp, ZeroAccOp, QLoopOp, ProbsOp, DotTnOp, SoftmaxGradOp,
-            ScoreGradOp, AccumulateOp, InputGradOp, SinkGradOp>([&](auto tileOp) { return exec(tileOp); })
+            ScoreGradOp, AccumulateOp, InputGradOp, SinkGradOp, TmemOp, TmemAllocOp, TmemFreeOp, TmemBufferOp,
+            SmemBufferOp, ChannelOp, MmaQkOp, MmaPvOp, MmaCommitOp, MemLoadOp, MemStoreOp, InitStatsOp, InitAccOp>(
+          [&](auto tileOp) { return exec(tileOp); })
       .Default([&](Operation *other) -> LogicalResult {
         // A constant tile (a pipeline's carried P before the first tile): the splat value everywhere.
         if (auto constant = dyn_cast<arith::ConstantOp>(other); constant && isa<RankedTensorType>(constant.getType())) {
@@ -1315,6 +1360,16 @@ LogicalResult Interpreter::exec(BarrierOp op) {
 }
 
 LogicalResult Interpreter::exec(BarrierWaitOp op) {
+  if (auto channel = channelBarriers.find(op.getBarrier()); channel != channelBarriers.end()) {
+    FailureOr<Scalar> position = scalar(op, op.getPosition());
+    if (failed(position))
+      return failure();
+    const int barrier = channel->second;
+    const int64_t at = position->i;
+    return waitUntil(
+        op, [&, me = role] { return memory.ready(barrier, at, me); },
+        [&] { return memory.describeWait(barrier, at); });
+  }
   if (!barriers.contains(op.getBarrier()))
     return fail(op, "waits on a value that is not a tile.barrier");
   FailureOr<Scalar> position = scalar(op, op.getPosition());
@@ -1324,10 +1379,17 @@ LogicalResult Interpreter::exec(BarrierWaitOp op) {
 }
 
 LogicalResult Interpreter::waitFor(Operation *op, int64_t barrier, int64_t at) {
+  return waitUntil(
+      op, [&, me = role] { return copies.barrierReady(barrier, at, me); },
+      [&] { return copies.describeWait(barrier, at); });
+}
+
+LogicalResult Interpreter::waitUntil(Operation *op, llvm::function_ref<bool()> ready,
+                                     llvm::function_ref<std::string()> describeWaited) {
   const int me = role;
-  while (!copies.barrierReady(barrier, at, me)) {
+  while (!ready()) {
     // Another role may complete the phase; with none left that can, the program deadlocks.
-    std::string waited = copies.describeWait(barrier, at);
+    std::string waited = describeWaited();
     if (!roles)
       return fail(op, "pipeline deadlock: waits for " + waited + ", which nothing before it completes");
     RoleScheduler::Resumed resumed = whileOthersRun([&] { return roles->yieldBlocked(me, opsExecuted); });
@@ -1341,6 +1403,17 @@ LogicalResult Interpreter::waitFor(Operation *op, int64_t barrier, int64_t at) {
 }
 
 LogicalResult Interpreter::exec(BarrierArriveOp op) {
+  if (auto channel = channelBarriers.find(op.getBarrier()); channel != channelBarriers.end()) {
+    FailureOr<Scalar> position = scalar(op, op.getPosition());
+    if (failed(position))
+      return failure();
+    if (auto hazard = memory.arrive(channel->second, position->i, role))
+      return fail(op, *hazard);
+    // As for a ring's release: the other roles run on at once, so that a hand-over that came too early shows.
+    if (roles && !whileOthersRun([&, me = role] { return roles->yieldAfterRelease(me); }))
+      return failure(); // another role failed and said why
+    return success();
+  }
   if (!barriers.contains(op.getBarrier()))
     return fail(op, "arrives on a value that is not a tile.barrier");
   FailureOr<Scalar> position = scalar(op, op.getPosition());
@@ -1365,6 +1438,7 @@ LogicalResult Interpreter::execRoles(ArrayRef<RoleOp> roleOps) {
     return fail(roleOps.front(), "roles do not nest");
   RoleScheduler scheduler(static_cast<int>(roleOps.size()));
   roles = &scheduler;
+  const Instance blockInstance = inst;
   std::vector<LogicalResult> results(roleOps.size(), success());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < roleOps.size(); ++i)
@@ -1376,6 +1450,20 @@ LogicalResult Interpreter::execRoles(ArrayRef<RoleOp> roleOps) {
       }
       role = me;
       RoleOp op = roleOps[i];
+      // Every role starts on the block's instance; a role of part of its query rows (`q_rows = [first, count]`,
+      // e.g. fa4's epilogue of one Q tile) stores those rows only.
+      inst = blockInstance;
+      if (auto rows = op->getAttrOfType<DenseI64ArrayAttr>(kRoleQueryRowsAttr)) {
+        if (rows.size() != 2 || rows[0] < 0 || rows[1] < 1 || rows[0] + rows[1] > blockInstance.rows) {
+          results[i] = fail(op, Twine("has a ") + kRoleQueryRowsAttr + " that is not [first, count] inside the block's " +
+                                    Twine(blockInstance.rows) + " rows");
+          scheduler.abort();
+          scheduler.finish(me - 1);
+          return;
+        }
+        inst.m0 += rows[0];
+        inst.rows = rows[1];
+      }
       results[i] = execBlock(op.getBody().front());
       if (failed(results[i]))
         scheduler.abort();
@@ -1385,6 +1473,7 @@ LogicalResult Interpreter::execRoles(ArrayRef<RoleOp> roleOps) {
     t.join();
   roles = nullptr;
   role = 0;
+  inst = blockInstance;
   return failure(llvm::any_of(results, [](LogicalResult r) { return failed(r); }));
 }
 
@@ -1434,7 +1523,10 @@ LogicalResult Interpreter::exec(StoreOp op) {
   // O is entries x seqlenQ x headsQ x headDimV, LSE entries x headsQ x seqlenQ (varlen: 1 entry of total_q rows).
   for (int64_t r = 0; r < t.rows && inst.m0 + r < rowCount(); ++r)
     storeRow(r, isO ? &t : nullptr, isO ? nullptr : &t);
-  ++(isO ? storesO : storesLse);
+  int64_t &storedRows = isO ? storedRowsO : storedRowsLse;
+  storedRows += t.rows;
+  if (storedRows % std::max<int64_t>(instanceRows, 1) == 0)
+    (isO ? storesO : storesLse) = static_cast<int>(storedRows / std::max<int64_t>(instanceRows, 1));
   if (persistentGrid > 0) {
     auto &stored = tileStores[{inst.b, inst.h, inst.qTile}];
     ++(isO ? stored.first : stored.second);
@@ -1541,6 +1633,207 @@ LogicalResult Interpreter::combineSplits(StoreSplitOp store) {
         storeRow(r, h, r, &o, &lse);
     }
   return success();
+}
+
+//===----------------------------------------------------------------------===//
+// The memory layer: tensor memory, buffers, channels, MMAs completed by a commit
+//===----------------------------------------------------------------------===//
+
+LogicalResult Interpreter::exec(TmemOp op) {
+  tmemRegions[op.getResult()] = memory.addTmem(op.getType().getColumns());
+  return success();
+}
+
+LogicalResult Interpreter::exec(TmemAllocOp op) {
+  if (!tmemRegions.contains(op.getTmem()))
+    return fail(op, "allocates a value that is not a tile.tmem");
+  if (auto hazard = memory.alloc(tmemRegions.lookup(op.getTmem()), role))
+    return fail(op, *hazard);
+  return success();
+}
+
+LogicalResult Interpreter::exec(TmemFreeOp op) {
+  if (!tmemRegions.contains(op.getTmem()))
+    return fail(op, "frees a value that is not a tile.tmem");
+  if (auto hazard = memory.free(tmemRegions.lookup(op.getTmem()), role))
+    return fail(op, *hazard);
+  return success();
+}
+
+namespace {
+/// A buffer's name in messages: the tile it holds and where.
+std::string bufferName(MemBufType type, StringRef label) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << label << " (" << type << ")";
+  return text;
+}
+} // namespace
+
+LogicalResult Interpreter::exec(TmemBufferOp op) {
+  if (!tmemRegions.contains(op.getTmem()))
+    return fail(op, "cuts a buffer from a value that is not a tile.tmem");
+  MemBufType type = op.getBuffer().getType();
+  std::string label = "tensor-memory buffer at column " + std::to_string(op.getColumn());
+  memBuffers[op.getResult()] = memory.addTmemBuffer(tmemRegions.lookup(op.getTmem()), op.getColumn(),
+                                                    type.tmemColumns(), bufferName(type, label));
+  return success();
+}
+
+LogicalResult Interpreter::exec(SmemBufferOp op) {
+  MemBufType type = op.getBuffer().getType();
+  memBuffers[op.getResult()] = memory.addBuffer(type.getSpace() == MemorySpace::Registers,
+                                                bufferName(type, "buffer '" + op.getName().str() + "'"));
+  return success();
+}
+
+LogicalResult Interpreter::exec(ChannelOp op) {
+  int full = memory.addChannel(op.getName().str(), op.getFullArrivals(), op.getEmptyArrivals());
+  channelBarriers[op.getFull()] = full;
+  channelBarriers[op.getEmpty()] = full + 1;
+  return success();
+}
+
+FailureOr<int> Interpreter::memBuffer(Operation *user, Value buffer) {
+  auto it = memBuffers.find(buffer);
+  if (it == memBuffers.end())
+    return fail(user, "uses a buffer that no tile.tmem_buffer or tile.smem_buffer made");
+  return it->second;
+}
+
+void Interpreter::hold(int buffer, Held value) {
+  for (int other : memory.aliases(buffer)) {
+    Held &clobbered = held[other];
+    if (clobbered.tile)
+      std::fill(clobbered.tile->data.begin(), clobbered.tile->data.end(), std::numeric_limits<float>::quiet_NaN());
+  }
+  held[buffer] = std::move(value);
+}
+
+LogicalResult Interpreter::exec(MmaQkOp op) {
+  FailureOr<TilePtr> qt = tile(op, op.getQ()), kt = tile(op, op.getK());
+  FailureOr<int> s = memBuffer(op, op.getS());
+  if (failed(qt) || failed(kt) || failed(s))
+    return failure();
+  if (auto hazard = memory.mma({}, *s, role, "tile.mma_qk"))
+    return fail(op, *hazard);
+  // The Q tile's rows [offset, offset + rows of S).
+  const Tile &q = **qt;
+  const int64_t rows = op.getS().getType().getRows(), offset = op.getQRowOffset();
+  if (offset + rows > q.rows || q.cols != (*kt)->cols)
+    return fail(op, "reads Q rows [" + Twine(offset) + ", " + Twine(offset + rows) + ") of a " + Twine(q.rows) + "x" +
+                        Twine(q.cols) + " Q tile against a K tile of " + Twine((*kt)->cols) + " columns");
+  Tile part = Tile::zeros(rows, q.cols);
+  part.rowBase = q.rowBase + offset;
+  part.colBase = q.colBase;
+  std::copy(q.data.begin() + offset * q.cols, q.data.begin() + (offset + rows) * q.cols, part.data.begin());
+  hold(*s, Held{qk(part, **kt), std::nullopt});
+  return success();
+}
+
+LogicalResult Interpreter::exec(MmaPvOp op) {
+  FailureOr<TilePtr> vt = tile(op, op.getV());
+  FailureOr<int> p = memBuffer(op, op.getP()), o = memBuffer(op, op.getO());
+  if (failed(vt) || failed(p) || failed(o))
+    return failure();
+  if (auto hazard = memory.mma({*p}, *o, role, "tile.mma_pv"))
+    return fail(op, *hazard);
+  const Held &pHeld = held[*p], &oHeld = held[*o];
+  if (!pHeld.tile || !oHeld.tile)
+    return fail(op, Twine("reads ") + (!pHeld.tile ? "P" : "O") + " from a buffer nothing was written to");
+  const Tile &pT = *pHeld.tile, &vT = **vt, &oT = *oHeld.tile;
+  if (pT.cols != vT.rows || pT.rows != oT.rows || vT.cols != oT.cols)
+    return fail(op, "P is " + Twine(pT.rows) + "x" + Twine(pT.cols) + ", V " + Twine(vT.rows) + "x" + Twine(vT.cols) +
+                        " and O " + Twine(oT.rows) + "x" + Twine(oT.cols) + ": P·V does not fit O");
+  if (pT.colBase != vT.rowBase)
+    return fail(op, "P covers keys from " + Twine(pT.colBase) + " but V rows from " + Twine(vT.rowBase));
+  Accumulator acc{oT.rows, oT.cols, oT.data};
+  Accumulator sum = pv(pT, vT, std::move(acc));
+  Tile out = oT;
+  out.data = std::move(sum.acc);
+  hold(*o, Held{std::move(out), std::nullopt});
+  return success();
+}
+
+LogicalResult Interpreter::exec(MmaCommitOp op) {
+  FailureOr<Scalar> position = scalar(op, op.getPosition());
+  if (failed(position))
+    return failure();
+  if (auto channel = channelBarriers.find(op.getBarrier()); channel != channelBarriers.end()) {
+    if (auto hazard = memory.commit(role, channel->second, position->i))
+      return fail(op, *hazard);
+    return success();
+  }
+  // A ring's empty barrier: the commit releases the slot the covered MMAs read once they completed.
+  if (!barriers.contains(op.getBarrier()))
+    return fail(op, "commits to a value that is not a tile.barrier or a tile.channel's barrier");
+  (void)memory.commit(role, -1, 0);
+  if (auto hazard = copies.barrierArrive(barriers.lookup(op.getBarrier()), position->i, role))
+    return fail(op, *hazard);
+  if (roles && !whileOthersRun([&, me = role] { return roles->yieldAfterRelease(me); }))
+    return failure(); // another role failed and said why
+  return success();
+}
+
+LogicalResult Interpreter::exec(MemLoadOp op) {
+  FailureOr<int> buffer = memBuffer(op, op.getBuffer());
+  if (failed(buffer))
+    return failure();
+  if (auto hazard = memory.threadAccess(*buffer, /*write=*/false, role, "tile.mem_load"))
+    return fail(op, *hazard);
+  const Held &h = held[*buffer];
+  Type type = op.getValue().getType();
+  if (isa<StatsType>(type)) {
+    if (!h.stats)
+      return fail(op, "reads row statistics from a buffer nothing was written to");
+    return define(op, op.getValue(), *h.stats);
+  }
+  if (!h.tile)
+    return fail(op, "reads a buffer nothing was written to");
+  if (isa<AccType>(type))
+    return define(op, op.getValue(), Accumulator{h.tile->rows, h.tile->cols, h.tile->data});
+  return define(op, op.getValue(), *h.tile);
+}
+
+LogicalResult Interpreter::exec(MemStoreOp op) {
+  FailureOr<int> buffer = memBuffer(op, op.getBuffer());
+  if (failed(buffer))
+    return failure();
+  if (auto hazard = memory.threadAccess(*buffer, /*write=*/true, role, "tile.mem_store"))
+    return fail(op, *hazard);
+  Value value = op.getValue();
+  if (isa<StatsType>(value.getType())) {
+    FailureOr<StatsPtr> st = rowStats(op, value);
+    if (failed(st))
+      return failure();
+    hold(*buffer, Held{std::nullopt, **st});
+    return success();
+  }
+  if (isa<AccType>(value.getType())) {
+    FailureOr<AccPtr> acc = accumulator(op, value);
+    if (failed(acc))
+      return failure();
+    Tile t = Tile::zeros((*acc)->rows, (*acc)->cols);
+    t.data = (*acc)->acc;
+    hold(*buffer, Held{std::move(t), std::nullopt});
+    return success();
+  }
+  FailureOr<TilePtr> t = tile(op, value);
+  if (failed(t))
+    return failure();
+  hold(*buffer, Held{**t, std::nullopt});
+  return success();
+}
+
+LogicalResult Interpreter::exec(InitStatsOp op) {
+  int64_t rows = op.getStats().getType().getRows();
+  return define(op, op.getStats(), RowStats::empty(rows == ShapedType::kDynamic ? inst.rows : rows));
+}
+
+LogicalResult Interpreter::exec(InitAccOp op) {
+  AccType type = op.getAcc().getType();
+  return define(op, op.getAcc(),
+                Accumulator::zeros(type.hasStaticRows() ? type.getRows() : inst.rows, type.getCols()));
 }
 
 //===----------------------------------------------------------------------===//

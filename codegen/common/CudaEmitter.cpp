@@ -164,6 +164,12 @@ LogicalResult checkInPlace(FuncOp func, bool asyncProtocol) {
                                    "be used exactly once";
   };
   WalkResult result = func.walk([&](Operation *op) -> WalkResult {
+    if (isa<TmemOp, SmemBufferOp, ChannelOp>(op)) {
+      op->emitOpError() << "belongs to the memory layer (tensor memory, buffers, channels, MMAs completed by a "
+                           "commit), which no CUDA printer prints yet; programs written with it run in the CPU "
+                           "interpreter only";
+      return WalkResult::interrupt();
+    }
     if (!asyncProtocol && ((isa<QkOp>(op) && cast<QkOp>(op).getToken()) || (isa<PvOp>(op) && cast<PvOp>(op).getToken()))) {
       op->emitOpError() << "is an asynchronous MMA (it returns a token); the target's family issues synchronous MMAs "
                            "(mma.sync): lower the schedule to a family that runs the asynchronous protocol";

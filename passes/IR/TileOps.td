@@ -909,4 +909,7 @@ def Tile_SinkGradOp : Tile_Op<"sink_grad", [SingleBlockImplicitTerminator<"Yield
   let hasVerifier = 1;
 }
 
+// The memory layer: tensor memory, buffers, channels, MMAs completed by a commit.
+include "passes/IR/TileMemoryOps.td"
+
 #endif // FLASHTILE_TILE_OPS

@@ -31,6 +31,7 @@
 #include "schedules/fa3/Fa3Pipeline.h"
 
 #include "passes/IR/TileDialect.h"
+#include "passes/Transforms/KvRing.h"
 #include "passes/Transforms/LoopCarry.h"
 
 #include "mlir/IR/IRMapping.h"
@@ -113,32 +114,16 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
 
   void runOnOperation() override {
     FuncOp func = getOperation();
-    ScheduleAttr schedule = func.getScheduleAttr();
-    if (!schedule) {
-      func.emitOpError() << "must be scheduled before pipelining (run tile-apply-schedule)";
+    FailureOr<SplitProgram> program = splitProgram(func, "pipelining");
+    if (failed(program))
       return signalPassFailure();
-    }
-    if (!func.getBody().getOps<BufferOp>().empty() || !func.getBody().getOps<RoleOp>().empty()) {
-      func.emitOpError() << "is already pipelined";
-      return signalPassFailure();
-    }
+    ScheduleAttr schedule = program->schedule;
     if (schedule.getWarps() < 8 || schedule.getWarps() % 4 != 0) {
       func.emitOpError() << "has " << schedule.getWarps()
                          << " warps; fa3 needs a producer warpgroup and at least one consumer warpgroup (4 warps each)";
       return signalPassFailure();
     }
-    SmallVector<KvLoopOp> loops(func.getBody().getOps<KvLoopOp>());
-    auto qLoads = llvm::to_vector(func.getBody().getOps<LoadOp>());
-    if (loops.empty() || qLoads.size() != 1 || qLoads.front().getOperand() != Operand::Q) {
-      func.emitOpError() << "needs one Q load and at least one K/V loop at top level";
-      return signalPassFailure();
-    }
-    for (KvLoopOp loop : loops)
-      if (!loop.isBounded() || loop.getOrder() != KvOrder::Descending || !loop.getCarried().empty()) {
-        loop.emitOpError() << "must be a bounded, descending segment carrying only the state (run "
-                              "tile-split-boundary first)";
-        return signalPassFailure();
-      }
+    SmallVector<KvLoopOp> loops = program->loops;
     Value highest = loops.front().getUpper(), lowest = loops.back().getLower();
     if (!highest.getDefiningOp() || !lowest.getDefiningOp()) {
       func.emitOpError() << "K/V loop bounds must be computed in the program body";
@@ -153,7 +138,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       func.emitOpError() << "fa3: scheduler = dynamic hands tiles to persistent blocks, but persistent = 0";
       return signalPassFailure();
     }
-    LoadOp loadQ = qLoads.front();
+    LoadOp loadQ = program->loadQ;
     Location loc = loadQ.getLoc();
     MLIRContext *ctx = &getContext();
 
@@ -174,27 +159,13 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     // Buffers and barriers at the top.
     Block &top = func.getBody().front();
     OpBuilder b(&top, top.begin());
-    auto bufferOf = [&](Operand operand, Type tile, int64_t slots) {
-      return BufferOp::create(b, loc, BufferType::get(ctx, cast<RankedTensorType>(tile), slots), operand).getResult();
-    };
-    auto fullOf = [&](Value buffer) {
-      RankedTensorType tile = cast<BufferType>(buffer.getType()).getTile();
-      int64_t bytes = tile.getNumElements() * (tile.getElementTypeBitWidth() / 8);
-      return BarrierOp::create(b, loc, buffer, b.getI64IntegerAttr(bytes), IntegerAttr()).getResult();
-    };
-    auto emptyOf = [&](Value buffer) {
-      // The consumer role releases each slot once.
-      return BarrierOp::create(b, loc, buffer, IntegerAttr(), b.getI64IntegerAttr(1)).getResult();
-    };
-    int64_t stages = schedule.getStages();
-    Value qBuffer = bufferOf(Operand::Q, loadQ.getType(), 1);
-    Value kBuffer = bufferOf(Operand::K, bodies.front().k.getType(), stages);
-    Value vBuffer = bufferOf(Operand::V, bodies.front().v.getType(), stages);
-    Value qFull = fullOf(qBuffer), kFull = fullOf(kBuffer), kEmpty = emptyOf(kBuffer);
-    Value vFull = fullOf(vBuffer), vEmpty = emptyOf(vBuffer);
+    const KvRing ring = createKvRing(b, loc, loadQ.getType(), bodies.front().k.getType(),
+                                     bodies.front().v.getType(), schedule.getStages());
+    Value qBuffer = ring.qBuffer, kBuffer = ring.kBuffer, vBuffer = ring.vBuffer, qFull = ring.qFull;
+    Value kFull = ring.kFull, kEmpty = ring.kEmpty, vFull = ring.vFull, vEmpty = ring.vEmpty;
     // A persistent block copies Q once a tile into its one slot: the consumers release it like a K/V slot.
     const bool loopsOverTiles = dynamic || persistent == 1 || (persistent < 0 && persistentByDefault(func));
-    Value qEmpty = loopsOverTiles ? emptyOf(qBuffer) : Value();
+    Value qEmpty = loopsOverTiles ? emptyBarrier(b, loc, qBuffer) : Value();
     if (loopsOverTiles) {
       ringBase = arith::ConstantIntOp::create(b, loc, 0, 32);
       tileCount = arith::ConstantIntOp::create(b, loc, 0, 32);
@@ -243,13 +214,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     walk.getBody().push_back(walkBody);
     Value j = walkBody->addArgument(b.getI32Type(), loc);
     OpBuilder wb(walkBody, walkBody->end());
-    Value position = ringPosition(wb, loc, highest, j, one);
-    for (auto [operand, buffer, full, empty] :
-         {std::tuple{Operand::K, kBuffer, kFull, kEmpty}, {Operand::V, vBuffer, vFull, vEmpty}}) {
-      Value slot = SlotOp::create(wb, loc, buffer, position).getResult();
-      BarrierWaitOp::create(wb, loc, empty, position);
-      CopyAsyncOp::create(wb, loc, operand, j, slot, full, position, Value());
-    }
+    copyKvTile(wb, loc, ring, j, ringPosition(wb, loc, highest, j, one));
     YieldOp::create(wb, loc);
 
     // Consumer: the program's ops, with the waits and releases around each read.

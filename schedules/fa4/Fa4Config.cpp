@@ -34,9 +34,14 @@ std::optional<Fa4Config> configure(int64_t headDim, int64_t headDimV, const Fa4K
   c.stages = knob(knobs, kStages, 2);
   c.rescaleThreshold = knob(knobs, kRescaleThreshold, kDefaultRescaleThreshold);
   c.exp2PolyShare = knob(knobs, kExp2PolyShare, 0);
+  c.roles = knob(knobs, kRoles, 0);
 
   if (c.softmaxWarpgroups < 1 || c.softmaxWarpgroups > 2) {
     error = "fa4: softmax-warpgroups = " + std::to_string(c.softmaxWarpgroups) + " must be 1 or 2";
+    return std::nullopt;
+  }
+  if (c.roles != 0 && c.roles != 1) {
+    error = "fa4: roles = " + std::to_string(c.roles) + " must be 0 (the first form) or 1 (FA4's own roles)";
     return std::nullopt;
   }
   if (c.exp2PolyShare < 0 || c.exp2PolyShare > 8) {

@@ -18,7 +18,7 @@ inline constexpr const char *kName = "fa4";
 /// Knob names (the CLI's flags without dashes, tile-apply-schedule's option items).
 inline constexpr const char *kBlockN = "block-n", *kStages = "stages", *kSoftmaxWarpgroups = "softmax-warpgroups",
                             *kRescaleThreshold = "rescale-threshold", *kExp2PolyShare = "exp2-poly-share",
-                            *kTwoCta = "two-cta";
+                            *kTwoCta = "two-cta", *kRoles = "roles";
 
 /// The largest rescale threshold (log2 units): P may reach 2^threshold, finite in f16 up to 15.
 inline constexpr int64_t kMaxRescaleThreshold = 15;
@@ -44,6 +44,10 @@ struct Fa4Config {
   /// Of every 8 n8 tiles of a score row, how many take their exponentials from the software exp2 (FMA pipe) instead
   /// of MUFU. 0 by default: FA4 moves 12-19% there to relieve MUFU, a trade no SM100 GPU here could measure.
   int64_t exp2PolyShare = 0;
+  /// Which role IR: 0, the first form (the ring roles of tile-fa3-pipeline; printed by the sm100 family); 1, FA4's
+  /// own roles (tile-fa4-roles: one MMA warp, a correction warpgroup, epilogues, on the memory layer), which the CPU
+  /// interpreter runs and the sm100 printer does not print yet.
+  int64_t roles = 0;
   int64_t warps() const { return kWarpgroupWarps * (softmaxWarpgroups + 1); }
 };
 

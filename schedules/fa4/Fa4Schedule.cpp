@@ -10,14 +10,17 @@
 // warpgroup, not by a single MMA warp; O is rescaled by the softmax warps themselves, not by a correction warpgroup;
 // the epilogue is theirs too; no GEMM overlaps the softmax; 2-CTA MMAs are not printed. The
 // role IR is the one tile-fa3-pipeline writes (a producer role and a consumer role over a ring), run with its
-// overlap, ping-pong, persistence and O staging off: FA4's own roles need the memory layer (channels between roles,
-// TMEM buffers as values) that the IR does not have yet.
+// overlap, ping-pong, persistence and O staging off.
+//
+// `roles = 1` replaces that role IR with FA4's own (tile-fa4-roles, Fa4RolesPass.cpp: one MMA warp, a correction
+// warpgroup, epilogues, on the memory layer); the interpreter runs it and checks its protocol, no printer prints it yet.
 //
 // No SM100 GPU exists here: fa4's kernels are compiled by NVRTC for sm_100a and read as SASS, never run. Their
 // manifests say so (checkAgainstOn): a runtime on sm_100 checks each against fa2 on first use.
 //===----------------------------------------------------------------------===//
 #include "schedules/fa4/Fa4Config.h"
 #include "schedules/fa4/Fa4Register.h"
+#include "schedules/fa4/Fa4Roles.h"
 
 #include "passes/IR/TileExp2Poly.h"
 #include "passes/Transforms/Passes.h"
@@ -61,6 +64,8 @@ public:
         {kExp2PolyShare, "of every 8 n8 tiles of a score row, how many take their exponentials from the software "
                          "exp2 on the FMA pipe (sm100::math::exp2Poly3) instead of MUFU; 0: none", 0, 8},
         {kTwoCta, "1: tcgen05.mma.cta_group::2 across a cluster of two CTAs (not implemented; 0 only)", 0, 1},
+        {kRoles, "0: the first form's roles (printed for sm_100a); 1: FA4's own roles on the memory layer (one MMA "
+                 "warp, a correction warpgroup, epilogues; run by the CPU interpreter, not printed yet)", 0, 1},
     };
     return specs;
   }
@@ -96,6 +101,11 @@ public:
     OpPassManager &func = pm.nest<FuncOp>();
     schedule::addApplySchedule(func, kName, request);
     func.addPass(tile::createTileSplitBoundary());
+    if (auto roles = request.knobs.find(kRoles); roles != request.knobs.end() && roles->second == 1) {
+      func.addPass(createRolesPass());
+      func.addPass(tile::createTileLowerToTarget(tile::TileLowerToTargetOptions{request.arch}));
+      return;
+    }
     std::string error;
     llvm::raw_string_ostream errors(error);
     if (failed(parsePassPipeline(kRolePipeline, func, errors)))
@@ -106,6 +116,9 @@ public:
 
 } // namespace
 
-void registerSchedule() { schedule::registerSchedule(std::make_unique<Fa4Schedule>()); }
+void registerSchedule() {
+  schedule::registerSchedule(std::make_unique<Fa4Schedule>());
+  mlir::registerPass([] { return createRolesPass(); }); // tile-fa4-roles, for flashtile-opt
+}
 
 } // namespace flashtile::fa4

@@ -75,6 +75,8 @@ TEST(Fa4Config, RefusesWhatItDoesNotPrint) {
   EXPECT_EQ(error, "fa4: block-n = 96 must be a power of two in [16, 256]");
   EXPECT_FALSE(fa4::configure(256, 256, {{fa4::kBlockN, 128}, {fa4::kStages, 2}}, error));
   EXPECT_NE(error.find("bytes of shared memory"), std::string::npos) << error;
+  EXPECT_FALSE(fa4::configure(128, 128, {{fa4::kRoles, 2}}, error));
+  EXPECT_EQ(error, "fa4: roles = 2 must be 0 (the first form) or 1 (FA4's own roles)");
 }
 
 TEST(Fa4Schedule, IsOfferedOnSm100aOnlyAndMarkedNeverRun) {
@@ -126,7 +128,8 @@ TEST(Fa4Schedule, Exp2PolyShareReachesTheSoftmax) {
 // Conditional rescaling on adversarial scores, through the whole fa4 pipeline in the interpreter: every row's scores
 // rise along fa4's walk (K/V tiles last to first), slowly (a 32-key tile raises the max by 3.2 log2 units: the stale
 // max is kept over tiles, P grows up to 2^8 before the max moves) and over a dynamic range of 1e4 (every tile moves
-// it). Threshold 8 and 0 both match the double-precision reference by the FlashAttention rule.
+// it). Threshold 8 and 0 both match the double-precision reference by the FlashAttention rule, under the first form's
+// roles and under FA4's own (roles = 1: the correction warpgroup applies alpha to O in tensor memory).
 TEST(Fa4Interpreter, ConditionalRescalingIsExactOnRisingScores) {
   mlir::MLIRContext context;
   DiagnosticCapture diags(context);
@@ -148,11 +151,14 @@ TEST(Fa4Interpreter, ConditionalRescalingIsExactOnRisingScores) {
     for (int j = 0; j < seqlenK; ++j)
       in.k[j * headDim] = float(keyUnit * (seqlenK - 1 - j));
     test::Reference ref = test::referenceAttention(p, in, test::Mask::None, interp::roundToBf16);
-    for (int64_t threshold : {int64_t{8}, int64_t{0}}) {
-      const std::string what = std::string(label) + ", rescale threshold " + std::to_string(threshold);
+    // The first form's roles, and FA4's own (the correction warpgroup rescales O in tensor memory).
+    for (auto [threshold, roles] : {std::pair{int64_t{8}, int64_t{0}}, {int64_t{0}, int64_t{0}},
+                                    {int64_t{8}, int64_t{1}}, {int64_t{0}, int64_t{1}}}) {
+      const std::string what = std::string(label) + ", rescale threshold " + std::to_string(threshold) + ", roles " +
+                               std::to_string(roles);
       mlir::OwningOpRef<mlir::ModuleOp> lowered = flashtile::testing::scheduledFa4(
           **program, {{fa4::kSoftmaxWarpgroups, 1}, {fa4::kBlockN, 32}, {fa4::kStages, 3},
-                      {fa4::kRescaleThreshold, threshold}});
+                      {fa4::kRescaleThreshold, threshold}, {fa4::kRoles, roles}});
       ASSERT_TRUE(lowered) << diags.text;
       flashtile::testing::Outputs out;
       ASSERT_TRUE(mlir::succeeded(interp::run(funcOf(*lowered), p, in.q, in.k, in.v, out.o, out.lse))) << diags.text;
