@@ -135,7 +135,7 @@ Fa2Config Fa2Config::backwardDefaultsFor(int headDim, int headDimV) {
   } else {
     // Above 128, 32-key tiles: two warps share each m16 tile of keys, half of dK's and dV's columns each (16 x 128
     // fp32 each at head dim 256), and S and dP are 16 x 32 a warp. One Q-tile buffer: at 256 two (64 KB each) leave
-    // one block an SM, 131 / 129 against 150 / 141 (head dim 192 unmeasured, same rule).
+    // one block an SM, 131 / 129 against 150 / 141; at 192 (10 heads) two give 127 / 122 against 134 / 128.
     c.blockM = 64;
     c.blockN = 32;
     c.warps = 4;
