@@ -98,7 +98,7 @@ def backward_timer(forward, q, k, v):
     return lambda: torch.autograd.grad(out, (q, k, v), g, retain_graph=True)
 
 
-def bench(head_dims, seqlens, dtype, backends=("flashtile", "sdpa_flash", "sdpa_cudnn", "flex")):
+def bench(head_dims, seqlens, dtype):
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -128,7 +128,7 @@ def bench(head_dims, seqlens, dtype, backends=("flashtile", "sdpa_flash", "sdpa_
                     return f
 
                 mask = None
-                if causal and "flex" in backends:
+                if causal:
                     mask = create_block_mask(lambda b_, h_, qi, ki: qi >= ki, None, None, s, s, device="cuda")
                 fns = {
                     "flashtile": lambda q, k, v: flashtile.flash_attn_func(q, k, v, causal=causal),
@@ -138,8 +138,6 @@ def bench(head_dims, seqlens, dtype, backends=("flashtile", "sdpa_flash", "sdpa_
                                                  block_mask=mask),
                 }
                 for name, fn in fns.items():
-                    if name not in backends:
-                        continue
                     try:
                         ms = time_ms(backward_timer(fn, q, k, v))
                         row[name] = round(flops / ms / 1e9, 1)
@@ -160,8 +158,6 @@ def main():
     parser.add_argument("--head-dims", default="64,128")
     parser.add_argument("--seqlens", default="1024,2048,4096,8192")
     parser.add_argument("--json", default="")
-    parser.add_argument("--backends", default="flashtile,sdpa_flash,sdpa_cudnn,flex",
-                        help="comma list of flashtile, sdpa_flash, sdpa_cudnn, flex")
     args = parser.parse_args()
     failures = 0
     if args.check:
@@ -181,7 +177,7 @@ def main():
         print(f"check: {failures} of {len(cases)} cases failed", flush=True)
     if args.bench:
         rows = bench([int(x) for x in args.head_dims.split(",")], [int(x) for x in args.seqlens.split(",")],
-                     torch.bfloat16, args.backends.split(","))
+                     torch.bfloat16)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)
