@@ -10,9 +10,12 @@
 // The main kernel computes S = Q·Kᵀ and dP = dO·Vᵀ in the forward's split-Q fragment layout (warp w owns query rows
 // [w·kWarpRows, ...) of the Q tile), so the forward's printing of scale, score_mod and mask (FragmentTiles) applies
 // unchanged, and the variant's functions (score_mod, mask, score_grad) are the forward printer's. P and dS, rounded
-// to 16 bits, go through shared memory for the GEMMs whose rows are keys: dV += Pᵀ·dO and dK += dSᵀ·Q, where warp w
-// owns key rows [w·kKvWarpRows, ...) of the K/V tile (ldmatrix.trans of the staged tile), and dQ += dS·K, added
-// with fp32 reductions (red.global.add) into the dQ accumulator.
+// to 16 bits, go through shared memory for the GEMMs whose rows are keys: dV += Pᵀ·dO and dK += dSᵀ·Q, where the warps
+// split the K/V tile's rows in m16 tiles (ldmatrix.trans of the staged tile) and, with more warps than m16 tiles, each
+// tile's dK and dV columns too (kKvColSplit), and dQ += dS·K, added with fp32 reductions (red.global.add) into the dQ
+// accumulator. Both staged tiles are written before one barrier when the IR computes both before the first of those
+// GEMMs (tile-pipeline-q-loop orders it so); a loop marked tile.q_buffers = 2 copies its next Q tile's loads into a
+// second buffer while the current one computes.
 //===----------------------------------------------------------------------===//
 #include "codegen/common/BackwardPrelude.h"
 #include "codegen/common/Concat.h"
@@ -21,6 +24,7 @@
 #include "codegen/common/FragmentTiles.h"
 #include "codegen/common/LaunchPlanner.h"
 #include "passes/IR/ProgramKinds.h"
+#include "passes/Transforms/Passes.h"
 #include "passes/Transforms/ScheduleRegistry.h"
 
 #include "llvm/ADT/StringSet.h"
@@ -83,14 +87,16 @@ public:
     for (const std::string &name : fragments.reservedNames())
       names.reserve(name);
     for (const char *name :
-         {"kBlockM",    "kBlockN",   "kHeadDim",    "kHeadDimV", "kWarps", "kThreads", "kWarpRows", "kKvWarpRows",
-          "kKvMTiles",  "params",    "p",           "z",         "qBegin", "qEnd",     "kBegin",    "kEnd",
-          "blockBatch", "blockHead", "blockKvTile", "hKv",       "smem",   "sK",       "sV",        "sQ",
-          "sDO",        "gQ",        "gK",          "gV",        "gDO",    "gLse",     "gDelta",    "gDqAccum",
-          "gDK",        "gDV",       "aFrag",       "bFrag",     "part",   "ks",       "np",        "qt",
-          "row",        "col",       "key",         "dst",       "e",      "sum",      "o0",        "o1",
-          "d0",         "d1",        "tile",        "gAcc",      "gOut",   "x",        "fn",        "kvTile",
-          "kvStep"})
+         {"kBlockM",     "kBlockN",     "kHeadDim",    "kHeadDimV",  "kWarps",    "kThreads", "kWarpRows",
+          "kKvWarpRows", "kKvMTiles",   "kKvColSplit", "kvRowGroup", "kvColPart", "qBuf",     "sQ0",
+          "sQ1",         "sDO0",        "sDO1",        "sRows",      "sLse",      "sDelta",   "params",
+          "p",           "z",           "qBegin",      "qEnd",       "kBegin",    "kEnd",     "blockBatch",
+          "blockHead",   "blockKvTile", "hKv",         "smem",       "sK",        "sV",       "sQ",
+          "sDO",         "gQ",          "gK",          "gV",         "gDO",       "gLse",     "gDelta",
+          "gDqAccum",    "gDK",         "gDV",         "aFrag",      "bFrag",     "part",     "ks",
+          "np",          "qt",          "row",         "col",        "key",       "dst",      "e",
+          "sum",         "o0",          "o1",          "d0",         "d1",        "tile",     "gAcc",
+          "gOut",        "x",           "fn",          "kvTile",     "kvStep"})
       names.reserve(name);
   }
 
@@ -137,8 +143,11 @@ private:
   /// its one use, else a copy named after `hint`.
   std::string overwrite(Value in, Value result, const char *hint);
   /// The shared buffer that holds `a` (an fp32 score-layout tile) rounded to 16 bits: staged by the first GEMM that
-  /// reads it in this iteration, behind a barrier.
+  /// reads it in this iteration, with every other tile of stageOrder already computed, behind one barrier.
   FailureOr<std::string> staged(Value a, Operation *user);
+  /// The copies (cp.async) of a Q-tile iteration's loads, of Q tile `tileExpr` into buffer `bufferExpr` (0 or 1),
+  /// under tile.q_buffers = 2.
+  LogicalResult printTileCopies(QLoopOp loop, const std::string &tileExpr, const std::string &bufferExpr);
   FailureOr<SharedTile> sharedTile(Value v, Operation *user);
   FailureOr<std::string> regs(Value v, Operation *user);
 
@@ -160,6 +169,14 @@ private:
   int dkvStores = 0, dkvStoresPrinted = 0; ///< tile.store dk / dv of the main program (GQA's ordered adds)
   int stagingBuffers = 0;                       ///< buffers the widest iteration stages in
   int stagedThisIteration = 0;
+  llvm::SmallVector<Value> stageOrder; ///< the tiles this iteration stages (GEMM operands A), in order of first use
+  int qBuffers = 1;                    ///< Q-tile buffers (tile.q_buffers): 2 copies each tile one tile ahead
+  /// Warps per K/V row group (kKvColSplit): the warps split the K/V tile's rows in m16 tiles, and when there are more
+  /// warps than m16 tiles, each tile's dK and dV columns too (head dims above 128 fit registers that way).
+  int kvColSplit = 1;
+  /// The columns of `width` this warp's dK or dV accumulator holds.
+  int64_t warpCols(int64_t width) const { return width / kvColSplit; }
+  bool rowsInShared = false; ///< this iteration's LSE and D rows are in shared memory (sLse, sDelta)
   bool topCopiesPending = false;
 };
 
@@ -349,22 +366,33 @@ std::string BackwardPrinter::overwrite(Value in, Value result, const char *hint)
 FailureOr<std::string> BackwardPrinter::staged(Value a, Operation *user) {
   if (auto it = stagedIn.find(a); it != stagedIn.end())
     return it->second;
-  FailureOr<std::string> from = regs(a, user);
-  if (failed(from))
+  if (failed(regs(a, user)))
     return failure();
-  std::string buffer = cat("sStage", stagedThisIteration++);
-  stagedIn[a] = buffer;
-  w.comment(cat(*from, " rounded to 16 bits into ", buffer, " [kBlockM][kBlockN] (swizzled), this warp's rows, for"));
-  w.comment("the GEMMs whose rows are keys (ldmatrix.trans) and dQ's");
-  fragments.forEachRow(w, [&] {
-    w.line("const int row = warp * kWarpRows + 16 * mt + fragRow + 8 * r;");
-    w.openUnrolledFor("nt", "kSTiles");
-    w.line(cat("*reinterpret_cast<unsigned *>(", buffer, " + ", ns, "::swizzle<kBlockN / 8>(row, nt) + 2 * fragCol) = ",
-               pack, "(", *from, "[mt][nt][2 * r], ", *from, "[mt][nt][2 * r + 1]);"));
-    w.close();
-  });
+  // `a` and every other operand already computed (overwrite() reuses a tile's registers only for its one use, so a
+  // tile in registers still holds its value).
+  llvm::SmallVector<Value> batch;
+  for (Value v : stageOrder)
+    if (!stagedIn.count(v) && registers.count(v))
+      batch.push_back(v);
+  if (!llvm::is_contained(batch, a))
+    batch.insert(batch.begin(), a);
+  for (Value v : batch) {
+    std::string from = registers.lookup(v);
+    std::string buffer = cat("sStage", stagedThisIteration++);
+    stagedIn[v] = buffer;
+    w.comment(cat(from, " rounded to 16 bits into ", buffer, " [kBlockM][kBlockN] (swizzled), this warp's rows, for"));
+    w.comment("the GEMMs whose rows are keys (ldmatrix.trans) and dQ's");
+    fragments.forEachRow(w, [&] {
+      w.line("const int row = warp * kWarpRows + 16 * mt + fragRow + 8 * r;");
+      w.openUnrolledFor("nt", "kSTiles");
+      w.line(cat("*reinterpret_cast<unsigned *>(", buffer, " + ", ns,
+                 "::swizzle<kBlockN / 8>(row, nt) + 2 * fragCol) = ", pack, "(", from, "[mt][nt][2 * r], ", from,
+                 "[mt][nt][2 * r + 1]);"));
+      w.close();
+    });
+  }
   w.line("__syncthreads();  // every warp's rows staged");
-  return buffer;
+  return stagedIn.lookup(a);
 }
 
 void BackwardPrinter::printCopy(const SharedTile &tile, const std::string &global, const std::string &firstRow,
@@ -415,8 +443,9 @@ LogicalResult BackwardPrinter::printLoad(LoadOp load) {
     w.line(cat("float ", name, "[kMTiles][2];"));
     fragments.forEachRow(w, [&] {
       w.line(cat("const int q = ", FragmentTiles::threadRow(), ";"));
-      w.line(cat(name, "[mt][r] = q < p.seqlenQ ? ", lse ? "gLse" : "gDelta",
-                 "[q] : ", lse ? ns + "::kNegInf" : std::string("0.f"), ";"));
+      std::string source =
+          rowsInShared ? cat(lse ? "sLse" : "sDelta", "[q - qt * kBlockM]") : cat(lse ? "gLse" : "gDelta", "[q]");
+      w.line(cat(name, "[mt][r] = q < p.seqlenQ ? ", source, " : ", lse ? ns + "::kNegInf" : std::string("0.f"), ";"));
     });
     return success();
   }
@@ -461,11 +490,11 @@ LogicalResult BackwardPrinter::printStore(StoreOp store) {
              "BatchStride + hKv * p.", out, "HeadStride;"));
   w.openUnrolledFor("mt", "kKvMTiles");
   w.openUnrolledFor("r", "2");
-  w.line("const int key = blockKvTile * kBlockN + warp * kKvWarpRows + 16 * mt + fragRow + 8 * r;");
+  w.line("const int key = blockKvTile * kBlockN + kvRowGroup * kKvWarpRows + 16 * mt + fragRow + 8 * r;");
   w.line("if (key >= p.seqlenK)");
   w.line("  continue;");
-  w.openUnrolledFor("nt", cat(width / 8));
-  w.line("const int col = 8 * nt + fragCol;");
+  w.openUnrolledFor("nt", cat(warpCols(width) / 8));
+  w.line(cat("const int col = kvColPart * ", warpCols(width), " + 8 * nt + fragCol;"));
   w.open("if (p.headsQ == p.headsKv)");
   w.line(cat("*reinterpret_cast<unsigned *>(gOut + key * p.", out, "RowStride + col) = ", pack, "(", *acc,
              "[mt][nt][2 * r], ", *acc, "[mt][nt][2 * r + 1]);"));
@@ -473,8 +502,7 @@ LogicalResult BackwardPrinter::printStore(StoreOp store) {
   w.open("else");
   w.line(cat("float *const dst = p.", accum, " + ((long long)(p.keyOffset + key) * p.headsKv + hKv) * ", width,
              " + col;"));
-  w.line(cat(ns, "::redAdd(dst, ", *acc, "[mt][nt][2 * r]);"));
-  w.line(cat(ns, "::redAdd(dst + 1, ", *acc, "[mt][nt][2 * r + 1]);"));
+  w.line(cat(ns, "::redAdd2(dst, ", *acc, "[mt][nt][2 * r], ", *acc, "[mt][nt][2 * r + 1]);"));
   w.close();
   w.close();
   w.close();
@@ -482,6 +510,34 @@ LogicalResult BackwardPrinter::printStore(StoreOp store) {
   w.close();
   printTurnPass(dkvTurn);
   ++dkvStoresPrinted;
+  return success();
+}
+
+LogicalResult BackwardPrinter::printTileCopies(QLoopOp loop, const std::string &tileExpr,
+                                               const std::string &bufferExpr) {
+  const std::string firstRow = cat(tileExpr, " * kBlockM");
+  for (LoadOp load : loop.getBody().front().getOps<LoadOp>()) {
+    auto type = cast<RankedTensorType>(load.getType());
+    tile::Operand operand = load.getOperand();
+    if (type.getRank() == 2 && (operand == tile::Operand::Q || operand == tile::Operand::DO)) {
+      bool q = operand == tile::Operand::Q;
+      std::string buffer = cat("(", bufferExpr, q ? " ? sQ1 : sQ0)" : " ? sDO1 : sDO0)");
+      w.comment(cat("tile.load ", q ? "q" : "do", "[", tileExpr, "]: cp.async, zero-filled past seqlen_q"));
+      printCopy(SharedTile{buffer, "kBlockM", type.getDimSize(1)}, q ? "gQ" : "gDO", firstRow, "p.seqlenQ",
+                q ? "p.qRowStride" : "p.dORowStride");
+    } else if (type.getRank() == 1 && (operand == tile::Operand::Lse || operand == tile::Operand::Delta)) {
+      bool lse = operand == tile::Operand::Lse;
+      w.comment(cat("tile.load ", lse ? "lse" : "delta", "[", tileExpr,
+                    "]: 4-byte cp.async, rows past seqlen_q zeroed (read as -inf / 0)"));
+      w.open("for (int row = threadIdx.x; row < kBlockM; row += kThreads)");
+      w.line(cat("const bool inside = ", firstRow, " + row < p.seqlenQ;"));
+      w.line(cat(ns, "::cpAsync4(", ns, "::smemAddress(sRows + (", bufferExpr, " * 2 + ", lse ? 0 : 1,
+                 ") * kBlockM + row), ", lse ? "gLse" : "gDelta", " + (inside ? ", firstRow, " + row : 0), inside);"));
+      w.close();
+    } else {
+      return load.emitOpError() << "is not copied one tile ahead (loads of a Q-tile loop: q, do, lse, delta)";
+    }
+  }
   return success();
 }
 
@@ -502,9 +558,9 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
     if (!carried.insert(name).second) {
       name = names.unique("acc");
       int64_t width = cast<AccType>(init.getType()).getCols();
-      w.line(cat("float ", name, "[kKvMTiles][", width / 8, "][4];  // ", *acc, " carried a second time"));
+      w.line(cat("float ", name, "[kKvMTiles][", warpCols(width) / 8, "][4];  // ", *acc, " carried a second time"));
       w.openUnrolledFor("mt", "kKvMTiles");
-      w.openUnrolledFor("nt", cat(width / 8));
+      w.openUnrolledFor("nt", cat(warpCols(width) / 8));
       w.openUnrolledFor("i", "4");
       w.line(cat(name, "[mt][nt][i] = ", *acc, "[mt][nt][i];"));
       w.close();
@@ -519,34 +575,73 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
   walkSegments.push_back({lo->text, hi->text});
   w.comment(cat("---- tile.q_loop segment ", stringifySegment(loop.getSegment()).str(),
                 ": the Q tiles qt that see this K/V tile, ascending ----"));
+  auto buffers = loop->getAttrOfType<IntegerAttr>(kQBuffersAttr);
+  const bool ahead = buffers && buffers.getInt() == 2;
+  if (ahead) {
+    w.comment("tile.q_buffers = 2: tile qt + 1's loads are copied into buffer qBuf ^ 1 while tile qt computes; the");
+    w.comment("segment's first tile's here");
+    w.open(cat("if (", lo->text, " < ", hi->text, ")"));
+    if (failed(printTileCopies(loop, lo->text, "qBuf")))
+      return failure();
+    w.close();
+    w.line(cat(ns, "::cpAsyncCommit();"));
+  }
   w.open(cat("for (int qt = ", lo->text, "; qt < ", hi->text, "; ++qt)"));
   names.push();
   scalars.bind(loop.getTileIndex(), "qt");
   stagedThisIteration = 0;
   stagedIn.clear();
-  w.line("const int warpRow0 = qt * kBlockM + warp * kWarpRows;  // first query row of this warp");
-  w.line("__syncthreads();  // the last iteration's reads of sQ, sDO and the staging buffers are done");
-  w.comment("this Q tile's 16-bit loads (tile.load q[qt], do[qt]): cp.async, zero-filled past seqlen_q");
+  stageOrder.clear();
   for (Operation &op : loop.getBody().front()) {
-    auto load = dyn_cast<LoadOp>(op);
-    if (!load || cast<RankedTensorType>(load.getType()).getRank() != 2)
-      continue;
-    if (load.getIndex() != loop.getTileIndex() ||
-        (load.getOperand() != tile::Operand::Q && load.getOperand() != tile::Operand::DO))
-      return load.emitOpError() << "is not printed in a Q-tile loop (16-bit loads: q[i], do[i] of its tile i)";
-    bool q = load.getOperand() == tile::Operand::Q;
-    SharedTile tile{q ? "sQ" : "sDO", "kBlockM", cast<RankedTensorType>(load.getType()).getDimSize(1)};
-    shared[load.getResult()] = tile;
-    printCopy(tile, q ? "gQ" : "gDO", "qt * kBlockM", "p.seqlenQ", q ? "p.qRowStride" : "p.dORowStride");
+    Value a = isa<DotTnOp>(op)        ? cast<DotTnOp>(op).getA()
+              : isa<AccumulateOp>(op) ? cast<AccumulateOp>(op).getA()
+                                      : Value();
+    if (a && !llvm::is_contained(stageOrder, a))
+      stageOrder.push_back(a);
   }
-  w.line(cat(ns, "::cpAsyncCommit();"));
-  w.line(cat(ns, "::cpAsyncWait<0>();"));
-  w.line("__syncthreads();");
+  w.line("const int warpRow0 = qt * kBlockM + warp * kWarpRows;  // first query row of this warp");
+  rowsInShared = ahead;
+  if (ahead) {
+    w.line(cat(ns, "::cpAsyncWait<0>();"));
+    w.line("__syncthreads();  // tile qt landed in qBuf; every warp is done with qBuf ^ 1 and the staging buffers");
+    w.open(cat("if (qt + 1 < ", hi->text, ")"));
+    if (failed(printTileCopies(loop, "(qt + 1)", "(qBuf ^ 1)")))
+      return failure();
+    w.close();
+    w.line(cat(ns, "::cpAsyncCommit();"));
+    w.line("unsigned char *const sQ = qBuf ? sQ1 : sQ0, *const sDO = qBuf ? sDO1 : sDO0;");
+    w.line("const float *const sLse = sRows + qBuf * 2 * kBlockM, *const sDelta = sLse + kBlockM;");
+    for (LoadOp load : loop.getBody().front().getOps<LoadOp>())
+      if (cast<RankedTensorType>(load.getType()).getRank() == 2)
+        shared[load.getResult()] = SharedTile{load.getOperand() == tile::Operand::Q ? "sQ" : "sDO", "kBlockM",
+                                              cast<RankedTensorType>(load.getType()).getDimSize(1)};
+  } else {
+    w.line("__syncthreads();  // the last iteration's reads of sQ, sDO and the staging buffers are done");
+    w.comment("this Q tile's 16-bit loads (tile.load q[qt], do[qt]): cp.async, zero-filled past seqlen_q");
+    for (Operation &op : loop.getBody().front()) {
+      auto load = dyn_cast<LoadOp>(op);
+      if (!load || cast<RankedTensorType>(load.getType()).getRank() != 2)
+        continue;
+      if (load.getIndex() != loop.getTileIndex() ||
+          (load.getOperand() != tile::Operand::Q && load.getOperand() != tile::Operand::DO))
+        return load.emitOpError() << "is not printed in a Q-tile loop (16-bit loads: q[i], do[i] of its tile i)";
+      bool q = load.getOperand() == tile::Operand::Q;
+      SharedTile tile{q ? "sQ" : "sDO", "kBlockM", cast<RankedTensorType>(load.getType()).getDimSize(1)};
+      shared[load.getResult()] = tile;
+      printCopy(tile, q ? "gQ" : "gDO", "qt * kBlockM", "p.seqlenQ", q ? "p.qRowStride" : "p.dORowStride");
+    }
+    w.line(cat(ns, "::cpAsyncCommit();"));
+    w.line(cat(ns, "::cpAsyncWait<0>();"));
+    w.line("__syncthreads();");
+  }
   for (Operation &op : loop.getBody().front().without_terminator()) {
     w.separate();
     if (failed(printOp(&op)))
       return failure();
   }
+  if (ahead)
+    w.line("qBuf ^= 1;");
+  rowsInShared = false;
   names.pop();
   w.close();
   return success();
@@ -568,8 +663,9 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
         std::string name = names.unique("acc");
         registers[zero.getResult()] = name;
         int64_t width = zero.getAcc().getType().getCols();
-        w.comment(cat("tile.zero_acc: ", name, ", this warp's key rows x ", width, " columns, fp32"));
-        w.line(cat("float ", name, "[kKvMTiles][", width / 8, "][4] = {};"));
+        w.comment(cat("tile.zero_acc: ", name, ", this warp's key rows x ", warpCols(width), " of ", width,
+                      " columns, fp32"));
+        w.line(cat("float ", name, "[kKvMTiles][", warpCols(width) / 8, "][4] = {};"));
         return success();
       })
       .Case([&](QkOp qk) -> LogicalResult {
@@ -669,13 +765,14 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
         w.line("unsigned aFrag[kKvMTiles][4];");
         w.openUnrolledFor("mt", "kKvMTiles");
         w.line(cat(ns, "::ldmatrixX4Trans(aFrag[mt], ", ns, "::smemAddress(", *a, ") + ", ns,
-                   "::swizzle<kBlockN / 8>(16 * ks + lane % 8 + 8 * (lane / 16), (warp * kKvWarpRows + 16 * mt) / 8 + "
-                   "(lane / 8) % 2));"));
+                   "::swizzle<kBlockN / 8>(16 * ks + lane % 8 + 8 * (lane / 16), (kvRowGroup * kKvWarpRows + 16 * mt) "
+                   "/ 8 + (lane / 8) % 2));"));
         w.close();
-        w.openUnrolledFor("np", cat(b->width / 16));
+        w.openUnrolledFor("np", cat(warpCols(b->width) / 16));
         w.line("unsigned bFrag[4];");
         w.line(cat(ns, "::ldmatrixX4Trans(bFrag, ", ns, "::smemAddress(", b->name, ") + ", ns, "::swizzle<", chunks,
-                   ">(16 * ks + 8 * ((lane / 8) % 2) + lane % 8, 2 * np + lane / 16));"));
+                   ">(16 * ks + 8 * ((lane / 8) % 2) + lane % 8, 2 * (kvColPart * ", warpCols(b->width) / 16,
+                   " + np) + lane / 16));"));
         w.openUnrolledFor("mt", "kKvMTiles");
         w.line(cat(mma, "(", *acc, "[mt][2 * np], aFrag[mt], bFrag[0], bFrag[1]);"));
         w.line(cat(mma, "(", *acc, "[mt][2 * np + 1], aFrag[mt], bFrag[2], bFrag[3]);"));
@@ -723,8 +820,7 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
           w.line("  continue;");
           w.openUnrolledFor("nt", "2");
           w.line(cat("float *const dst = gDqAccum + (long long)q * ", b->width, " + 16 * np + 8 * nt + fragCol;"));
-          w.line(cat(ns, "::redAdd(dst, part[mt][nt][2 * r]);"));
-          w.line(cat(ns, "::redAdd(dst + 1, part[mt][nt][2 * r + 1]);"));
+          w.line(cat(ns, "::redAdd2(dst, part[mt][nt][2 * r], part[mt][nt][2 * r + 1]);"));
           w.close();
         });
         w.close();
@@ -749,8 +845,23 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
     });
     stagingBuffers = std::max<int>(stagingBuffers, staging.size());
   }
+  const int rowTiles = static_cast<int>(shape.blockN / 16);
+  kvColSplit = rowTiles % shape.warps == 0 ? 1 : shape.warps / std::max(rowTiles, 1);
+  if (shape.blockN % 16 != 0 || rowTiles * kvColSplit % shape.warps != 0 || shape.warps % kvColSplit != 0 ||
+      shape.headDim % (16 * kvColSplit) != 0 || shape.headDimV % (16 * kvColSplit) != 0)
+    return func.emitOpError() << "cannot split a K/V tile of " << shape.blockN << " keys (head dims " << shape.headDim
+                              << ", " << shape.headDimV << ") among " << shape.warps
+                              << " warps in m16 row tiles and equal column parts of whole n16 tiles";
+  for (QLoopOp loop : func.getBody().getOps<QLoopOp>())
+    if (auto buffers = loop->getAttrOfType<IntegerAttr>(kQBuffersAttr))
+      qBuffers = std::max<int>(qBuffers, buffers.getInt());
+  if (qBuffers != 1 && qBuffers != 2)
+    return func.emitOpError() << "has a Q-tile loop of " << qBuffers << " buffers; the backward printer prints 1 or 2";
   const int hd = static_cast<int>(shape.headDim), hdv = static_cast<int>(shape.headDimV);
-  mainSmemBytes = shape.blockN * (rowBytes(hd) + rowBytes(hdv)) + shape.blockM * (rowBytes(hd) + rowBytes(hdv)) +
+  // Two buffers also hold the LSE and D rows of a Q tile (fp32).
+  const int rowsBytes = qBuffers == 2 ? 2 * 2 * shape.blockM * 4 : 0;
+  mainSmemBytes = shape.blockN * (rowBytes(hd) + rowBytes(hdv)) +
+                  qBuffers * shape.blockM * (rowBytes(hd) + rowBytes(hdv)) + rowsBytes +
                   stagingBuffers * shape.blockM * rowBytes(shape.blockN);
 
   printHeader(entry, "dK, dV of one K/V tile and its dQ terms (backward_main)");
@@ -762,22 +873,41 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   w.line("const int b = blockBatch, h = blockHead;");
   w.line("const int hKv = h / (p.headsQ / p.headsKv);  // grouped-query attention: K/V head of query head h");
   w.comment("---- warp layout: S, dP and dQ split the Q tile's rows (split-Q, as the forward), dK and dV the K/V");
-  w.comment("tile's rows ----");
+  w.comment(
+      "tile's rows in m16 tiles, and with more warps than those, each row group's columns in kKvColSplit parts ----");
   w.line("constexpr int kWarpRows = kBlockM / kWarps, kMTiles = kWarpRows / 16, kSTiles = kBlockN / 8;");
-  w.line("constexpr int kKvWarpRows = kBlockN / kWarps, kKvMTiles = kKvWarpRows / 16;");
+  w.line(cat("constexpr int kKvColSplit = ", kvColSplit,
+             ", kKvWarpRows = kBlockN * kKvColSplit / kWarps, kKvMTiles = kKvWarpRows / 16;"));
   w.line("const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;");
+  w.line("const int kvRowGroup = warp / kKvColSplit, kvColPart = warp % kKvColSplit;  // dK, dV: rows, column part");
   w.line("const int fragRow = lane / 4, fragCol = 2 * (lane % 4);");
-  w.comment(cat("---- shared memory (", mainSmemBytes,
-                " bytes): sK, sV [kBlockN rows], sQ, sDO [kBlockM rows], 16-bit, rows swizzled"));
-  w.comment(cat("(", ns, "::rowPitch); ", stagingBuffers, " staging buffer(s) [kBlockM][kBlockN] for P and dS ----"));
+  std::vector<std::tuple<std::string, const char *, const char *>> tiles = {{"sK", "kBlockN", "kHeadDim"},
+                                                                            {"sV", "kBlockN", "kHeadDimV"}};
+  if (qBuffers == 2) {
+    w.comment(cat("---- shared memory (", mainSmemBytes,
+                  " bytes): sK, sV [kBlockN rows]; two buffers of sQ, sDO [kBlockM rows], 16-bit, rows swizzled"));
+    w.comment(cat("(", ns, "::rowPitch), and of the LSE and D rows (sRows, fp32 [2][2][kBlockM]); ", stagingBuffers,
+                  " staging buffer(s) [kBlockM][kBlockN] for P and dS ----"));
+    for (const char *buffer : {"0", "1"}) {
+      tiles.push_back({cat("sQ", buffer), "kBlockM", "kHeadDim"});
+      tiles.push_back({cat("sDO", buffer), "kBlockM", "kHeadDimV"});
+    }
+  } else {
+    w.comment(cat("---- shared memory (", mainSmemBytes,
+                  " bytes): sK, sV [kBlockN rows], sQ, sDO [kBlockM rows], 16-bit, rows swizzled"));
+    w.comment(cat("(", ns, "::rowPitch); ", stagingBuffers, " staging buffer(s) [kBlockM][kBlockN] for P and dS ----"));
+    tiles.push_back({"sQ", "kBlockM", "kHeadDim"});
+    tiles.push_back({"sDO", "kBlockM", "kHeadDimV"});
+  }
   w.line("extern __shared__ __align__(128) unsigned char smem[];");
   std::string at = "smem";
-  for (auto [name, rows, width] : {std::tuple{"sK", "kBlockN", "kHeadDim"},
-                                   {"sV", "kBlockN", "kHeadDimV"},
-                                   {"sQ", "kBlockM", "kHeadDim"},
-                                   {"sDO", "kBlockM", "kHeadDimV"}}) {
+  for (const auto &[name, rows, width] : tiles) {
     w.line(cat("unsigned char *const ", name, " = ", at, ";"));
     at = cat(name, " + ", rows, " * ", ns, "::rowPitch<", width, " / 8>() * 16");
+  }
+  if (qBuffers == 2) {
+    w.line(cat("float *const sRows = reinterpret_cast<float *>(", at, ");"));
+    at = "reinterpret_cast<unsigned char *>(sRows + 2 * 2 * kBlockM)";
   }
   for (int i = 0; i < stagingBuffers; ++i) {
     w.line(cat("unsigned char *const sStage", i, " = ", at, ";"));
@@ -797,6 +927,8 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   w.line("float *const gDqAccum = p.dqAccum + (b * p.lseBatchStride + h * p.lseHeadStride) * kHeadDim;");
   declareInputGradShares();
   func.walk([&](StoreOp store) { dkvStores += store.getOperand() == tile::Output::Dk || store.getOperand() == tile::Output::Dv; });
+  if (qBuffers == 2)
+    w.line("int qBuf = 0;  // the buffer of the current Q tile's copies (tile.q_buffers = 2)");
   for (Operation &op : func.getBodyBlock()) {
     w.separate();
     if (isa<StoreOp>(op) && !walkSegments.empty() && dkvStoresPrinted == 0)

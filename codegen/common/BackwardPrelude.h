@@ -1,8 +1,8 @@
 //===- BackwardPrelude.h - the device primitives the backward adds --------===//
 //
 // Printed after the fragment prelude (FragmentPrelude.h) in backward modules: instruction-level helpers only — a
-// 16-bit pair read back as two floats, a sum over a warp's lanes, an fp32 add into global memory. The kernels'
-// loops, copies, barriers and masking are generated from their IR (BackwardEmitter.cpp).
+// 16-bit pair read back as two floats, a sum over a warp's lanes, fp32 adds into global memory, a 4-byte asynchronous
+// copy. The kernels' loops, copies, barriers and masking are generated from their IR (BackwardEmitter.cpp).
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_CODEGEN_COMMON_BACKWARDPRELUDE_H
 #define FLASHTILE_CODEGEN_COMMON_BACKWARDPRELUDE_H
@@ -68,6 +68,20 @@ __device__ __forceinline__ void passTurn(int *counter) {
 // *dst += x, fp32, without reading the result back (red.global.add: the order of concurrent adds is the hardware's).
 __device__ __forceinline__ void redAdd(float *dst, float x) {
   asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(dst), "f"(x) : "memory");
+}
+// dst[0] += x, dst[1] += y (dst 8-byte aligned): one vector reduction from sm_90 on (PTX 8.1), two before.
+__device__ __forceinline__ void redAdd2(float *dst, float x, float y) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
+#else
+  redAdd(dst, x);
+  redAdd(dst + 1, y);
+#endif
+}
+
+// A 4-byte global-to-shared copy (cp.async.ca); when `valid` is false no byte is read and the 4 bytes are zeroed.
+__device__ __forceinline__ void cpAsync4(unsigned dst, const void *src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
 }
 
 } // namespace $ns

@@ -11,6 +11,10 @@ namespace flashtile::tile {
 
 #define GEN_PASS_REGISTRATION
 #include "passes/Transforms/Passes.h.inc"
+
+/// tile-pipeline-q-loop's discardable attribute on a tile.q_loop (an i32, 2): the loop's loads, of its own tile, are
+/// copied into one of two shared-memory buffers, tile i + 1's while tile i computes (Passes.td).
+inline constexpr llvm::StringLiteral kQBuffersAttr = "tile.q_buffers";
 } // namespace flashtile::tile
 
 #endif // FLASHTILE_PASSES_TRANSFORMS_PASSES_H

@@ -52,6 +52,21 @@ def TileBoundQLoop : Pass<"tile-bound-q-loop", "::flashtile::tile::FuncOp"> {
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
+def TilePipelineQLoop : Pass<"tile-pipeline-q-loop", "::flashtile::tile::FuncOp"> {
+  let summary = "Orders a backward Q-tile loop's GEMMs for one staging barrier and marks its loads for copies ahead";
+  let description = [{
+    On a scheduled backward_main program whose Q-tile loops are bounded (after tile-bound-q-loop), in each loop:
+    - the GEMMs whose rows are keys (`tile.dot_tn`: dV += Pᵀ·dO, dK += dSᵀ·Q) move down to the loop's first
+      `tile.accumulate` (dQ += dS·K), so every score-layout tile those GEMMs read through shared memory (P and dS)
+      is complete before the first of them, and the printer stages them all behind one barrier;
+    - with two buffers (#tile.schedule's `stages` = 2) the loop gets the discardable attribute
+      `tile.q_buffers = 2 : i32`: its loads (q[i], do[i], lse[i], delta[i]), which all index the loop's own tile,
+      are copied into one of two shared-memory buffers, tile i + 1's while tile i computes. The printer obeys it
+      (codegen/common/BackwardEmitter.cpp); without it every tile's loads are copied and waited for at its top.
+    Other programs are left alone.
+  }];
+}
+
 def TilePipelineCopies : Pass<"tile-pipeline-copies", "::flashtile::tile::FuncOp"> {
   let summary = "Reads K/V tiles from shared-memory slots that asynchronous copies fill while the warps compute";
   let description = [{

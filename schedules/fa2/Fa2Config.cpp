@@ -111,16 +111,42 @@ std::optional<std::string> Fa2Config::validate(int headDim, int headDimV) const 
 }
 
 Fa2Config Fa2Config::backwardDefaultsFor(int headDim, int headDimV) {
-  // One m16 tile of Q rows and one of K/V rows a warp: a warp keeps 2 x 16 x head dim fp32 of dK and dV and 2 x 16 x
-  // blockN of S and dP in registers, which at head dim 128 is what 255 registers hold.
-  (void)headDim;
-  (void)headDimV;
+  // Measured on the H200 (bf16, 16k tokens, seqlen 8k, causal and not; bench/NOTES.md "Tuning the backward"), TFLOP/s
+  // non-causal / causal, blockM:blockN:warps:stages.
   Fa2Config c;
-  c.blockM = 64;
-  c.blockN = 64;
-  c.warps = 4;
-  c.stages = 1;
+  int widest = std::max(headDim, headDimV);
+  // Two Q-tile buffers: tile i + 1's Q, dO, LSE and D copied while tile i computes (tile-pipeline-q-loop): +14% / +4%
+  // at head dim 64, +15% / +7% at 128 over one.
+  c.stages = kMaxStages;
+  if (widest <= 64) {
+    // 128-row Q tiles and 128-key K/V tiles, 8 warps (FlashAttention 2's tiles at this head dim): a warp's dK and dV
+    // are 16 x 64 fp32 each, its S and dP 16 x 128; half the dQ reductions per FLOP of 64-key tiles. 223 / 212 against
+    // 198 / 185 for 64:64:4:2 and 171 / 160 for 128:64:4:2.
+    c.blockM = 128;
+    c.blockN = 128;
+    c.warps = 8;
+  } else if (widest <= 128) {
+    // One m16 tile of Q rows and one of K/V rows a warp: 2 x 16 x 128 fp32 of dK and dV and 2 x 16 x 64 of S and dP,
+    // what 255 registers hold (ptxas spills 28 bytes). 227 / 203; 8 warps on 128-row Q tiles (two warps a key tile,
+    // 64 columns each, 128:64:8:2) 200 / 190.
+    c.blockM = 64;
+    c.blockN = 64;
+    c.warps = 4;
+  } else {
+    // Above 128, 32-key tiles: two warps share each m16 tile of keys, half of dK's and dV's columns each (16 x 128
+    // fp32 each at head dim 256), and S and dP are 16 x 32 a warp. One Q-tile buffer: at 256 two (64 KB each) leave
+    // one block an SM, 131 / 129 against 150 / 141; at 192 (10 heads) two give 127 / 122 against 134 / 128.
+    c.blockM = 64;
+    c.blockN = 32;
+    c.warps = 4;
+    c.stages = kMinStages;
+  }
   return c;
+}
+
+int Fa2Config::backwardKvColumnSplit() const {
+  int rowTiles = blockN / kBackwardRowGranule;
+  return rowTiles % warps == 0 || rowTiles == 0 ? 1 : warps / rowTiles;
 }
 
 std::optional<std::string> Fa2Config::validateBackward(int headDim, int headDimV) const {
@@ -133,13 +159,21 @@ std::optional<std::string> Fa2Config::validateBackward(int headDim, int headDimV
   if (blockM % granule != 0)
     return bad(kBlockM, blockM,
                "a multiple of 16 x warps (" + std::to_string(granule) + "): the warps split a Q tile in m16 tiles");
-  if (blockN % granule != 0)
+  const int rowTiles = blockN / kBackwardRowGranule;
+  if (blockN % kBackwardRowGranule != 0 || (rowTiles % warps != 0 && warps % rowTiles != 0))
     return bad(kBlockN, blockN,
-               "a multiple of 16 x warps (" + std::to_string(granule) + "): the warps split a K/V tile in m16 tiles");
-  if (headDim % 16 != 0 || headDim > kMaxBackwardHeadDim)
-    return bad("head_dim", headDim, "multiples of 16 up to " + std::to_string(kMaxBackwardHeadDim));
-  if (headDimV % 16 != 0 || headDimV > kMaxBackwardHeadDim)
-    return bad("head_dim_v", headDimV, "multiples of 16 up to " + std::to_string(kMaxBackwardHeadDim));
+               "a multiple of 16 x warps (" + std::to_string(granule) +
+                   "), or 16 x a divisor of warps: the warps split a K/V tile in m16 tiles (and then their columns)");
+  const int split = backwardKvColumnSplit();
+  const int columnGranule = 16 * split;
+  if (headDim % columnGranule != 0 || headDim > kMaxBackwardHeadDim)
+    return bad("head_dim", headDim,
+               "multiples of " + std::to_string(columnGranule) + " up to " + std::to_string(kMaxBackwardHeadDim) +
+                   (split > 1 ? " (" + std::to_string(split) + " warps share an m16 tile of keys)" : std::string()));
+  if (headDimV % columnGranule != 0 || headDimV > kMaxBackwardHeadDim)
+    return bad("head_dim_v", headDimV,
+               "multiples of " + std::to_string(columnGranule) + " up to " + std::to_string(kMaxBackwardHeadDim) +
+                   (split > 1 ? " (" + std::to_string(split) + " warps share an m16 tile of keys)" : std::string()));
   return std::nullopt;
 }
 

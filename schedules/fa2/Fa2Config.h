@@ -45,9 +45,10 @@ inline constexpr int kMaxStages = 2;
 ///      128). Measured on causal programs: +5-7% at head dim 128, 1k-16k; on programs with equal walks: -1 to -4%.
 inline constexpr int kDefaultLptGroupBlocks = 512;
 inline constexpr int kMaxLptGroupBlocks = 1 << 20;
-/// The backward keeps a warp's rows of dK and dV (blockN / warps rows by the head dims, fp32) in registers: head dims
-/// up to this.
-inline constexpr int kMaxBackwardHeadDim = 128;
+/// The backward keeps a warp's rows of dK and dV in registers (fp32): the warps split the K/V tile's rows in m16 tiles
+/// and, with more warps than m16 tiles, each tile's columns (head dims above 128: two warps a tile, half the columns
+/// each). Head dims up to this.
+inline constexpr int kMaxBackwardHeadDim = 256;
 /// Rows of an mma.sync tile: the backward's warps split both the Q and the K/V tile in whole m16 tiles.
 inline constexpr int kBackwardRowGranule = 16;
 
@@ -101,10 +102,14 @@ struct Fa2Config {
   static int defaultStages(int headDim, int headDimV);
   /// The backward's configuration when the caller sets no knob (docs/backward.md): a backward_main block owns
   /// blockN keys and walks Q tiles of blockM rows; its warps split the Q tile's rows for S = Q·Kᵀ and dP = dO·Vᵀ
-  /// (blockM / warps each) and the K/V tile's rows for dV and dK (blockN / warps each), both in m16 tiles.
+  /// (blockM / warps each) and the K/V tile's rows for dV and dK in m16 tiles (with more warps than m16 tiles, each
+  /// tile's columns too: backwardKvColumnSplit); stages = 2 copies each Q tile one tile ahead.
   static Fa2Config backwardDefaultsFor(int headDim, int headDimV);
-  /// validate() and the backward's own rules: both splits in whole m16 tiles, head dims the printer keeps in
-  /// registers (dK and dV of a warp's rows).
+  /// The warps that share an m16 tile of keys for dK and dV, each a part of its columns: 1 when the K/V tile has a
+  /// multiple of warps m16 tiles, else warps / (blockN / 16).
+  int backwardKvColumnSplit() const;
+  /// validate() and the backward's own rules: both splits in whole m16 tiles (the K/V tile's columns in whole n16
+  /// tiles), head dims the printer keeps in registers (dK and dV of a warp's rows).
   std::optional<std::string> validateBackward(int headDim, int headDimV) const;
   /// An error message naming the offending knob and the accepted values, or nothing when valid. The target
   /// checks what depends on its instructions (MMA granularity, shared memory) at tile-lower-to-target.

@@ -80,13 +80,15 @@ public:
   }
 
   /// The backward's three programs share one configuration (the main program's tiles: blockM-row Q tiles, blockN-key
-  /// K/V tiles; the preprocess and postprocess take Q tiles of blockM rows). Only block-m, block-n and warps apply.
+  /// K/V tiles; the preprocess and postprocess take Q tiles of blockM rows). block-m, block-n, warps and stages apply
+  /// (stages: Q-tile buffers, 2 copies each Q tile one tile ahead: tile-pipeline-q-loop).
   FailureOr<ScheduleAttr> configureBackward(FuncOp func, const schedule::Knobs &knobs) const {
     int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
     Fa2Config config = Fa2Config::backwardDefaultsFor(headDim, headDimV);
     schedule::applyKnob(knobs, kBlockM, config.blockM);
     schedule::applyKnob(knobs, kBlockN, config.blockN);
     schedule::applyKnob(knobs, kWarps, config.warps);
+    schedule::applyKnob(knobs, kStages, config.stages);
     if (auto error = config.validateBackward(headDim, headDimV))
       return func.emitOpError() << *error;
     return ScheduleAttr::get(func.getContext(), kName, config.blockM, config.blockN, config.warps, WarpLayout::SplitQ,
@@ -120,6 +122,8 @@ public:
       func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
       func.addPass(createCanonicalizerPass());
       func.addPass(createCSEPass());
+      // One staging barrier a Q tile, and with two buffers (stages = 2) each tile's copies issued a tile ahead.
+      func.addPass(createTilePipelineQLoop());
       return;
     }
     func.addPass(createTileSplitBoundary());
@@ -132,9 +136,7 @@ public:
 
 } // namespace
 
-void registerSchedule() {
-  schedule::registerSchedule(std::make_unique<Fa2Schedule>());
-}
+void registerSchedule() { schedule::registerSchedule(std::make_unique<Fa2Schedule>()); }
 
 schedule::Request Fa2Options::request() const {
   schedule::Request r;

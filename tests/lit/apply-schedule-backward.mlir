@@ -1,31 +1,32 @@
 // RUN: flashtile-opt %s --tile-apply-schedule | FileCheck %s --check-prefix=DEFAULT
-// RUN: flashtile-opt %s --tile-apply-schedule="options=block-m=128" | FileCheck %s --check-prefix=WIDE
+// RUN: flashtile-opt %s --tile-apply-schedule="options=block-m=128,block-n=64,warps=4" | FileCheck %s --check-prefix=WIDE
 // RUN: not flashtile-opt %s --tile-apply-schedule="options=block-m=48" 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: flashtile-opt %s --tile-apply-schedule --tile-lower-to-target=arch=sm_80 | FileCheck %s --check-prefix=LOWERED
 
 // tile-apply-schedule on the backward's three programs (docs/backward.md): fa2's backward configuration (one for the
-// module: 64-row Q tiles, 64-key K/V tiles, 4 warps at head dim 64). Q tiles and every per-row tensor (O, dO, LSE,
-// D, the dQ accumulator) get blockM rows; K and V tiles and the main program's accumulators (dK, dV) blockN rows.
-// DEFAULT: tile.func @attention_bwd_preprocess attributes {{.*}}schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 16, stages = 1>
-// DEFAULT: tile.load o : tensor<64x64xbf16>
-// DEFAULT: tile.row_dot {{.*}} -> tensor<64xf32>
-// DEFAULT: tile.func @attention_bwd attributes {{.*}}schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 64
-// DEFAULT: tile.load k : tensor<64x64xbf16>
-// DEFAULT: tile.zero_acc : !tile.acc<64x64>
-// DEFAULT: tile.load q[%{{.*}}] : tensor<64x64xbf16>
-// DEFAULT: tile.qk {{.*}} -> tensor<64x64xf32>
-// DEFAULT: tile.load lse[%{{.*}}] : tensor<64xf32>
-// DEFAULT: tile.func @attention_bwd_postprocess attributes {{.*}}schedule = #tile.schedule<name = "fa2", blockM = 64
-// DEFAULT: tile.load dq_accum : tensor<64x64xf32>
+// module: at head dim 64, 128-row Q tiles, 128-key K/V tiles, 8 warps, two Q-tile buffers). Q tiles and every per-row
+// tensor (O, dO, LSE, D, the dQ accumulator) get blockM rows; K and V tiles and the main program's accumulators (dK,
+// dV) blockN rows.
+// DEFAULT: tile.func @attention_bwd_preprocess attributes {{.*}}schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 128, warps = 8, warpLayout = split_q, warpRows = 16, stages = 2>
+// DEFAULT: tile.load o : tensor<128x64xbf16>
+// DEFAULT: tile.row_dot {{.*}} -> tensor<128xf32>
+// DEFAULT: tile.func @attention_bwd attributes {{.*}}schedule = #tile.schedule<name = "fa2", blockM = 128, blockN = 128
+// DEFAULT: tile.load k : tensor<128x64xbf16>
+// DEFAULT: tile.zero_acc : !tile.acc<128x64>
+// DEFAULT: tile.load q[%{{.*}}] : tensor<128x64xbf16>
+// DEFAULT: tile.qk {{.*}} -> tensor<128x128xf32>
+// DEFAULT: tile.load lse[%{{.*}}] : tensor<128xf32>
+// DEFAULT: tile.func @attention_bwd_postprocess attributes {{.*}}schedule = #tile.schedule<name = "fa2", blockM = 128
+// DEFAULT: tile.load dq_accum : tensor<128x64xf32>
 
-// 128-row Q tiles: 2 m16 tiles a warp for S and dP; the accumulators keep the K/V tile's 64 rows.
+// 128-row Q tiles of 4 warps: 2 m16 tiles a warp for S and dP; the accumulators keep the K/V tile's 64 rows.
 // WIDE: tile.load k : tensor<64x64xbf16>
 // WIDE: tile.zero_acc : !tile.acc<64x64>
 // WIDE: tile.load q[%{{.*}}] : tensor<128x64xbf16>
 // WIDE: tile.qk {{.*}} -> tensor<128x64xf32>
 // WIDE: tile.load lse[%{{.*}}] : tensor<128xf32>
 
-// BAD: error: 'tile.func' op fa2 backward: block-m = 48 is not supported; accepted: a multiple of 16 x warps (64): the warps split a Q tile in m16 tiles
+// BAD: error: 'tile.func' op fa2 backward: block-m = 48 is not supported; accepted: a multiple of 16 x warps (128): the warps split a Q tile in m16 tiles
 
 // Lowered without pipelining: the backward's printer makes its own copies.
 // LOWERED: tile.func @attention_bwd_preprocess attributes {{.*}}target = #tile.target<arch = "sm_80", isa = "sm80">

@@ -67,7 +67,6 @@ def reference_grads(q, k, v, grad_out, flags, upcast, slopes=None):
 def test_flash_attn_backward(request, seqlen_q, seqlen_k, d, causal, local, alibi, mha_type, dtype, softcap):
     if d not in (64, 128) and (alibi or local or softcap or mha_type == "mqa"):
         pytest.skip("the variant matrix runs at head dims 64 and 128; every head dim runs plain, causal and GQA")
-    expect_missing(request, d > 128, FlashtileError, "fa2's backward takes head dims up to 128")
     torch.manual_seed(seqlen_q * 7 + seqlen_k + d)
     heads_q, heads_kv = heads_for(mha_type)
     batch = 2
@@ -87,6 +86,25 @@ def test_flash_attn_backward(request, seqlen_q, seqlen_k, d, causal, local, alib
     ref = reference_grads(q, k, v, grad_out, flags, True, slopes)
     lowp = reference_grads(q, k, v, grad_out, flags, False, slopes)
     check_grads(["dq", "dk", "dv", "dslopes"], got, ref, lowp, 3.0 if softcap else 2.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mha_type", ["mha", "gqa"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(113, 203), (256, 256), (1023, 1024)])
+def test_backward_head_dims_192_and_128(seqlen_q, seqlen_k, causal, mha_type, dtype):
+    """Q and K of head dim 192, V of 128 (DeepSeek's split): two warps share each key tile's dK and dV."""
+    torch.manual_seed(seqlen_q + seqlen_k)
+    heads_q, heads_kv = heads_for(mha_type)
+    q = torch.randn(2, seqlen_q, heads_q, 192, device="cuda", dtype=dtype, requires_grad=True)
+    k = torch.randn(2, seqlen_k, heads_kv, 192, device="cuda", dtype=dtype, requires_grad=True)
+    v = torch.randn(2, seqlen_k, heads_kv, 128, device="cuda", dtype=dtype, requires_grad=True)
+    out = flashtile.flash_attn_func(q, k, v, causal=causal)
+    grad_out = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), grad_out)
+    flags = dict(causal=causal)
+    check_grads(["dq", "dk", "dv"], got, reference_grads(q, k, v, grad_out, flags, True),
+                reference_grads(q, k, v, grad_out, flags, False), 2.0)
 
 
 def pack(x, lengths):

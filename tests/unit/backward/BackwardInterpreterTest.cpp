@@ -5,7 +5,8 @@
 // and fp16, whole-sequence tiles and small tiles (several Q tiles per K/V tile, padded rows). Planted errors in the
 // programs (a wrong sign in the score hook's derivative, a dropped scale, unmasked probabilities, a wrong D) must fail
 // the comparison they affect. The main program also runs with its Q-tile walk bounded by tile-bound-q-loop (the
-// inverse of the variant's KV-range rules, in masked and unmasked segments), which must give the same gradients while
+// inverse of the variant's KV-range rules, in masked and unmasked segments) and pipelined by tile-pipeline-q-loop (its
+// GEMMs reordered), which must give the same gradients while
 // visiting fewer Q tiles where the variant skips some; a bound that drops tiles or a mask must fail.
 //
 // The tolerance is the rounding model's worst case, per element. Both sides get the same Q, K, V and dO (values of
@@ -54,8 +55,8 @@ struct Case {
   std::vector<int32_t> cuQ, cuK;    ///< varlen offsets, or empty
   int tileRowsQ = 0, tileRowsK = 0; ///< the unscheduled programs' tile rows (0: whole sequences)
   ElementType dtype = ElementType::BF16;
-  /// The main program scheduled with blockM = tileRowsQ, blockN = tileRowsK and its Q-tile walk bounded
-  /// (tile-bound-q-loop).
+  /// The main program scheduled with blockM = tileRowsQ, blockN = tileRowsK and its Q-tile walk bounded and pipelined
+  /// (tile-bound-q-loop, tile-pipeline-q-loop).
   bool bounded = false;
   std::string name() const {
     std::ostringstream out;
@@ -206,13 +207,14 @@ tile::FuncOp mainProgram(ModuleOp module) {
   return {};
 }
 
-/// Schedules the main program (blockM x blockN tiles; what the rest of a schedule sets does not matter here) and
-/// bounds its Q-tile walk: three segments, head boundary, interior, tail boundary.
+/// Schedules the main program (blockM x blockN tiles, two Q-tile buffers; what the rest of a schedule sets does not
+/// matter here), bounds its Q-tile walk (three segments, head boundary, interior, tail boundary) and pipelines it as
+/// fa2 does (tile-pipeline-q-loop: the key-row GEMMs after dS, the loops marked tile.q_buffers = 2).
 bool boundQLoop(ModuleOp module, const Case &c) {
   MLIRContext *context = module.getContext();
   std::string text = "#tile.schedule<name = \"interp\", blockM = " + std::to_string(c.tileRowsQ) +
                      ", blockN = " + std::to_string(c.tileRowsK) +
-                     ", warps = 1, warpLayout = split_q, warpRows = " + std::to_string(c.tileRowsQ) + ", stages = 1>";
+                     ", warps = 1, warpLayout = split_q, warpRows = " + std::to_string(c.tileRowsQ) + ", stages = 2>";
   auto schedule = dyn_cast_or_null<tile::ScheduleAttr>(parseAttribute(text, context));
   tile::FuncOp main = mainProgram(module);
   if (!schedule || !main)
@@ -220,10 +222,11 @@ bool boundQLoop(ModuleOp module, const Case &c) {
   main.setScheduleAttr(schedule);
   PassManager pm(context);
   pm.addNestedPass<tile::FuncOp>(tile::createTileBoundQLoop());
+  pm.addNestedPass<tile::FuncOp>(tile::createTilePipelineQLoop());
   if (failed(pm.run(module)))
     return false;
   int segments = 0;
-  main.walk([&](tile::QLoopOp loop) { segments += loop.isBounded(); });
+  main.walk([&](tile::QLoopOp loop) { segments += loop.isBounded() && loop->hasAttr(tile::kQBuffersAttr); });
   return segments == 3;
 }
 

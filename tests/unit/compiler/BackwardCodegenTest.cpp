@@ -1,8 +1,8 @@
 // BackwardCodegenTest.cpp — the backward module (docs/backward.md) through the JIT: every built-in variant's three
-// kernels at head dims 64 and 128, bf16 and fp16, compile with NVRTC to one cubin (no GPU needed); the plan launches
-// the preprocess, main and postprocess kernels with the delta and dQ-accumulator workspaces; the printed source
-// follows the scheduled IR (the bounded Q-tile walk, the variant's hooks); configurations the printer does not
-// serve are refused with a diagnostic naming the knob.
+// kernels at head dims 64 and 128 (and 192, 256 for a few), bf16 and fp16, compile with NVRTC to one cubin (no GPU
+// needed); the plan launches the preprocess, main and postprocess kernels with the delta and dQ-accumulator workspaces;
+// the printed source follows the scheduled IR (the bounded Q-tile walk, the variant's hooks); configurations the
+// printer does not serve are refused with a diagnostic naming the knob.
 #include "PlanSupport.h"
 #include "Variants.h"
 #include "flashtile/dsl/Program.h"
@@ -72,11 +72,42 @@ INSTANTIATE_TEST_SUITE_P(Fa2HeadDims, BackwardCompiles,
                                           testing::Values(32, 96)),
                          configName);
 
-TEST(BackwardCodegen, CompilesForSm80) {
-  StatusOr<jit::CompileResult> result =
-      jit::compile(*variants::byName("causal"), backwardOptions(ElementType::F16, 128, "sm_80"), jit::Stage::Cubin);
+// Head dims above 128: two warps share each m16 tile of keys, half of dK's and dV's columns each.
+INSTANTIATE_TEST_SUITE_P(Fa2WideHeadDims, BackwardCompiles,
+                         testing::Combine(testing::Values("none", "causal", "softcap_causal", "sliding_window"),
+                                          testing::Values(ElementType::BF16, ElementType::F16),
+                                          testing::Values(192, 256)),
+                         configName);
+
+TEST(BackwardCodegen, CompilesHeadDims192And128) {
+  jit::CompileOptions options = backwardOptions(ElementType::BF16, 192);
+  options.headDimV = 128;
+  StatusOr<jit::CompileResult> result = jit::compile(*variants::byName("causal"), options, jit::Stage::Cubin);
   ASSERT_TRUE(result.ok()) << result.status().message();
-  EXPECT_EQ(result->info.arch, "sm_80");
+  EXPECT_NE(result->cuda.find("constexpr int kKvColSplit = 2"), std::string::npos);
+  // dK's accumulator holds 96 of 192 columns a warp, dV's 64 of 128.
+  EXPECT_NE(result->cuda.find("this warp's key rows x 96 of 192 columns"), std::string::npos);
+  EXPECT_NE(result->cuda.find("this warp's key rows x 64 of 128 columns"), std::string::npos);
+}
+
+TEST(BackwardCodegen, CompilesForSm80) {
+  for (int headDim : {128, 256}) {
+    StatusOr<jit::CompileResult> result = jit::compile(
+        *variants::byName("causal"), backwardOptions(ElementType::F16, headDim, "sm_80"), jit::Stage::Cubin);
+    ASSERT_TRUE(result.ok()) << result.status().message();
+    EXPECT_EQ(result->info.arch, "sm_80");
+  }
+}
+
+TEST(BackwardCodegen, OneBufferAndEightWarpsCompile) {
+  // The knobs the defaults do not take: one Q-tile buffer (each tile copied at its top), and 8 warps on 64-key tiles
+  // at head dim 128 (two warps a key tile, 64 columns each).
+  for (schedule::Knobs knobs :
+       {schedule::Knobs{{"stages", 1}}, schedule::Knobs{{"block-m", 128}, {"block-n", 64}, {"warps", 8}}}) {
+    StatusOr<jit::CompileResult> result = jit::compile(
+        *variants::byName("causal"), backwardOptions(ElementType::BF16, 128, "sm_90a", knobs), jit::Stage::Cubin);
+    ASSERT_TRUE(result.ok()) << result.status().message();
+  }
 }
 
 TEST(BackwardCodegen, PlanHasTheWorkspacesOfTheBackward) {
@@ -153,9 +184,15 @@ TEST(BackwardCodegen, SourceFollowsTheScheduledIr) {
   EXPECT_NE(cuda.find("float scoreMod("), std::string::npos);
   EXPECT_NE(cuda.find("float scoreGrad("), std::string::npos);
   EXPECT_NE(cuda.find("bool keep("), std::string::npos);
-  // dQ's fp32 reductions, and the staged P and dS.
-  EXPECT_NE(cuda.find("red.global.add.f32"), std::string::npos);
+  // dQ's fp32 reductions (two columns at a time), and P and dS staged behind one barrier a Q tile: with the barrier
+  // at the top of a tile (its copies landed), two per tile.q_loop segment.
+  EXPECT_NE(cuda.find("redAdd2(dst, part"), std::string::npos);
+  EXPECT_NE(cuda.find("red.global.add.v2.f32"), std::string::npos);
   EXPECT_NE(cuda.find("sStage1"), std::string::npos);
+  EXPECT_EQ(count(cuda, "__syncthreads();  // every warp's rows staged"), 3);
+  // Two Q-tile buffers (tile.q_buffers = 2): the next tile's Q, dO, LSE and D copied during this one.
+  EXPECT_EQ(count(cuda, "if (qt + 1 < "), 3);
+  EXPECT_NE(cuda.find("cpAsync4("), std::string::npos);
 }
 
 TEST(BackwardCodegen, ScheduledIrFixesTheBackwardsTiles) {
@@ -173,17 +210,26 @@ TEST(BackwardCodegen, ScheduledIrFixesTheBackwardsTiles) {
 }
 
 TEST(BackwardCodegen, RefusesWhatThePrinterDoesNotServe) {
-  StatusOr<jit::CompileResult> wide =
-      jit::compile(*variants::byName("none"), backwardOptions(ElementType::BF16, 256), jit::Stage::Scheduled);
-  ASSERT_FALSE(wide.ok());
-  EXPECT_NE(wide.status().message().find("fa2 backward: head_dim = 256 is not supported"), std::string::npos)
-      << wide.status().message();
+  StatusOr<jit::CompileResult> odd =
+      jit::compile(*variants::byName("none"), backwardOptions(ElementType::BF16, 72), jit::Stage::Scheduled);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.status().message().find("fa2 backward: head_dim = 72 is not supported"), std::string::npos)
+      << odd.status().message();
+  // Two warps a key tile need head dims in whole n16 tiles a warp: 32 x 2.
   StatusOr<jit::CompileResult> split =
-      jit::compile(*variants::byName("none"), backwardOptions(ElementType::BF16, 64, "sm_90a", {{"block-m", 48}}),
+      jit::compile(*variants::byName("none"),
+                   backwardOptions(ElementType::BF16, 208, "sm_90a", {{"block-m", 64}, {"block-n", 32}, {"warps", 4}}),
                    jit::Stage::Scheduled);
   ASSERT_FALSE(split.ok());
-  EXPECT_NE(split.status().message().find("block-m = 48 is not supported"), std::string::npos)
+  EXPECT_NE(split.status().message().find("head_dim = 208 is not supported; accepted: multiples of 32"),
+            std::string::npos)
       << split.status().message();
+  StatusOr<jit::CompileResult> rows =
+      jit::compile(*variants::byName("none"), backwardOptions(ElementType::BF16, 64, "sm_90a", {{"block-m", 48}}),
+                   jit::Stage::Scheduled);
+  ASSERT_FALSE(rows.ok());
+  EXPECT_NE(rows.status().message().find("block-m = 48 is not supported"), std::string::npos)
+      << rows.status().message();
   jit::CompileOptions fa3 = backwardOptions(ElementType::BF16, 128);
   fa3.schedule.schedule = "fa3";
   StatusOr<jit::CompileResult> other = jit::compile(*variants::byName("none"), fa3, jit::Stage::Scheduled);
