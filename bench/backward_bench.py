@@ -180,6 +180,9 @@ def main():
             cases.append((1, 1023, 1024, 2, 2, 128, True, 0.0, (-1, -1), dtype))
         cases.append((2, 200, 200, 4, 4, 32, True, 0.0, (-1, -1), torch.bfloat16))
         cases.append((2, 200, 200, 4, 4, 96, False, 0.0, (-1, -1), torch.bfloat16))
+        cases.append((2, 200, 200, 4, 2, 256, True, 0.0, (-1, -1), torch.bfloat16))
+        cases.append((1, 150, 230, 2, 2, 256, False, 30.0, (-1, -1), torch.float16))
+        cases.append((2, 200, 200, 4, 4, 192, False, 0.0, (-1, -1), torch.bfloat16))
         failures = check(cases)
         print(f"check: {failures} of {len(cases)} cases failed", flush=True)
     if args.bench:
