@@ -1,7 +1,8 @@
 """The backward pass through the Python package, against autograd of the fp32 reference with FlashAttention's rule:
 per tensor, max|dX - dX_ref| <= 2 * max|dX_lowp - dX_ref| + a small atol (3x with softcap), X = q, k, v and the
 variant's fp32 inputs. A port of flash-attn's backward parametrization (trimmed in sizes), plus varlen, GQA/MQA,
-every built-in variant through attention(), deterministic mode, torch.compile, CUDA graphs and gradcheck."""
+every built-in variant through attention(), deterministic mode, torch.compile and CUDA graphs (gradcheck in fp64:
+tests/python/test_reference.py)."""
 
 import math
 
