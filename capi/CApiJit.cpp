@@ -78,18 +78,12 @@ StatusOr<Variant> resolveVariant(const char *variant) {
 extern "C" {
 
 int flashtile_enable_jit(flashtile_runtime *rt) {
-  try {
+  return capi::guarded("flashtile_enable_jit", [&] {
     if (!rt)
       return report(Status::error("flashtile_enable_jit: rt must not be NULL"));
-    jit::Jit &jit = processJit();
-    jit.install(rt->runtime);
+    processJit().install(rt->runtime);
     return 0;
-  } catch (const std::exception &e) {
-    capi::setLastError(std::string("flashtile_enable_jit: internal error: ") + e.what());
-  } catch (...) {
-    capi::setLastError("flashtile_enable_jit: internal error");
-  }
-  return -1;
+  });
 }
 
 char *flashtile_register_variant(const char *description) {

@@ -16,7 +16,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <exception>
 #include <string>
 #include <vector>
 
@@ -162,21 +161,18 @@ Status runReference(const flashtile_reference_call &c) {
 } // namespace
 
 extern "C" int flashtile_reference_attention(const flashtile_reference_call *call) {
-  try {
+  return capi::guarded("flashtile_reference_attention", [&] {
+    std::string error;
     if (!call)
-      capi::setLastError("flashtile_reference_attention: call must not be NULL");
+      error = "call must not be NULL";
     else if (call->size != sizeof(flashtile_reference_call))
-      capi::setLastError("flashtile_reference_attention: call->size is " + std::to_string(call->size) +
-                         ", expected sizeof(flashtile_reference_call) = " +
-                         std::to_string(sizeof(flashtile_reference_call)));
+      error = "call->size is " + std::to_string(call->size) + ", expected sizeof(flashtile_reference_call) = " +
+              std::to_string(sizeof(flashtile_reference_call));
     else if (Status s = runReference(*call); !s.ok())
-      capi::setLastError("flashtile_reference_attention: " + s.message());
-    else
+      error = s.message();
+    if (error.empty())
       return 0;
-  } catch (const std::exception &e) {
-    capi::setLastError(std::string("flashtile_reference_attention: internal error: ") + e.what());
-  } catch (...) {
-    capi::setLastError("flashtile_reference_attention: internal error");
-  }
-  return -1;
+    capi::setLastError("flashtile_reference_attention: " + error);
+    return -1;
+  });
 }
