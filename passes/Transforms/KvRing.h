@@ -3,7 +3,7 @@
 // The shared-memory side that role pipelines (fa3's, fa4's) share: Q's one-slot buffer and the K and V rings of
 // `stages` slots, each with a full barrier (a tile's bytes landed) and the K/V rings with an empty one (one consumer
 // arrival frees a slot), and the producer's copy of K/V tile j into ring position i; and what such a pipeline starts
-// from (splitProgram). Header-only.
+// from (splitProgram), and its roles' empty shells (makeRole). Header-only.
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_PASSES_TRANSFORMS_KVRING_H
 #define FLASHTILE_PASSES_TRANSFORMS_KVRING_H
@@ -87,6 +87,16 @@ inline void copyKvTile(mlir::OpBuilder &b, mlir::Location loc, const KvRing &rin
     BarrierWaitOp::create(b, loc, empty, position);
     CopyAsyncOp::create(b, loc, operand, j, slot, full, position, mlir::Value());
   }
+}
+
+/// A role with an empty body (a yield), at `b`.
+inline RoleOp makeRole(mlir::OpBuilder &b, mlir::Location loc, llvm::StringRef name, int64_t warps, int64_t regs) {
+  auto role = RoleOp::create(b, loc, name, static_cast<uint64_t>(warps), static_cast<uint64_t>(regs));
+  mlir::Block *body = new mlir::Block();
+  role.getBody().push_back(body);
+  mlir::OpBuilder rb(body, body->end());
+  YieldOp::create(rb, loc);
+  return role;
 }
 
 } // namespace flashtile::tile

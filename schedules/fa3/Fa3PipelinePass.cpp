@@ -179,17 +179,10 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
         consumerOps.push_back(&op);
 
     b.setInsertionPointToEnd(&top);
-    auto makeRole = [&](StringRef name, int64_t warps, int regs) {
-      auto role = RoleOp::create(b, loc, name, static_cast<uint64_t>(warps), static_cast<uint64_t>(regs));
-      Block *body = new Block();
-      role.getBody().push_back(body);
-      OpBuilder rb(body, body->end());
-      YieldOp::create(rb, loc);
-      return role;
-    };
     RoleRegisters budget = defaultRegisters((schedule.getWarps() - 4) / 4);
-    RoleOp producer = makeRole("producer", 4, producerRegs ? producerRegs : budget.producer);
-    RoleOp consumer = makeRole("consumer", schedule.getWarps() - 4, consumerRegs ? consumerRegs : budget.consumer);
+    RoleOp producer = makeRole(b, loc, "producer", 4, producerRegs ? producerRegs : budget.producer);
+    RoleOp consumer =
+        makeRole(b, loc, "consumer", schedule.getWarps() - 4, consumerRegs ? consumerRegs : budget.consumer);
     bool turns = pingpong == 1 || (pingpong < 0 && schedule.getWarps() - 4 >= 8 &&
                                    std::max(func.getHeadDim(), func.getHeadDimV()) <= 128);
     if (turns) {

@@ -69,16 +69,6 @@ struct Fa4RolesPass : PassWrapper<Fa4RolesPass, OperationPass<FuncOp>> {
   void runOnOperation() override;
 };
 
-/// A role with an empty body (a yield), at `b`.
-RoleOp makeRole(OpBuilder &b, Location loc, StringRef name, int64_t warps, int64_t regs) {
-  auto role = RoleOp::create(b, loc, name, static_cast<uint64_t>(warps), static_cast<uint64_t>(regs));
-  Block *body = new Block();
-  role.getBody().push_back(body);
-  OpBuilder rb(body, body->end());
-  YieldOp::create(rb, loc);
-  return role;
-}
-
 /// A descending walk over [lo, hi) at `b`; `body` fills it given the tile index and the step n = highest - 1 - j.
 void walk(OpBuilder &b, Location loc, Value lo, Value hi, Value highest,
           llvm::function_ref<void(OpBuilder &, Value j, Value n)> body) {
