@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# fa3-options-check.sh — on the GPU machine, after bench/device/fa3-options-prepare.sh: fa3's defaults against FA4's
-# conditional rescaling (--rescale-threshold 8), bf16, head dims 64 and 128, in one run: plain and causal attention at
+# fa3-options-check.sh — on the GPU machine, after bench/device/fa3-options-prepare.sh: fa3's kernels of each option
+# set it prepared (one folder each: the defaults, FA4's conditional rescaling, the partial software exp2), bf16, head
+# dims 64 and 128, in one run: plain and causal attention at
 # 2k and 8k tokens a sequence (bench/bench_attention.py, batch·seqlen = 16k, hidden 2048, its correctness check
 # included) and softcap / softcap_causal at 8k (bench/check_variants.py, its checks at head dim 128 first). Run from
 # the repository root, or from a copy of .device/fa3opt with FLASHTILE_DEVICE_DIR=$PWD. Logs in $OUT.
@@ -16,7 +17,7 @@ status=0
 : >"$OUT/options.log"
 # FLASHTILE_ROUNDS (default 2) alternations of the two libraries: each figure is seen against the other in time.
 for ((round = 1; round <= ${FLASHTILE_ROUNDS:-2}; ++round)); do
-  for dir in default lazy8; do
+  for dir in $(cd "$D" && ls -d */ | tr -d / | grep -vxE 'lib|bench|out'); do
     echo "== $dir (round $round): plain and causal" >>"$OUT/options.log"
     timeout -k 5 90 python3 bench/bench_attention.py --lib "$LIB" --aot-dir "$D/$dir" --dtypes bf16 --head-dims 64,128 \
       --seqlens 2048,8192 >>"$OUT/options.log" 2>&1 || status=1

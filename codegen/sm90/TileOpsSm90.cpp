@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/sm90/TileOpsSm90.h"
 #include "codegen/common/Concat.h"
+#include "codegen/common/Exp2Poly.h"
 #include "codegen/common/FragmentPrelude.h"
 #include "codegen/common/FragmentTiles.h"
 #include "codegen/common/TmaRing.h"
@@ -56,6 +57,9 @@ public:
     mmaType = bf16 ? "bf16" : "f16";
     const int widths[] = {shape.blockN, shape.headDimV};
     preludeText = fragmentPrelude(kFragmentNamespace) + ::flashtile::codegen::sm90::prelude(widths);
+    // The software exp2 (fa3's exp2-poly-share) only where a share asks for it: other kernels' text is unchanged.
+    if (shape.exp2PolyShare > 0)
+      preludeText += exp2PolyText("sm90");
   }
 
   std::string_view prelude() const override { return preludeText; }
@@ -93,7 +97,7 @@ public:
   /// probabilities (the previous tile's) is still in flight during this softmax.
   void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, const std::string &, bool foldScale,
                      int rescaleThreshold) override {
-    fragments.softmaxUpdate(w, st, s, foldScale, rescaleThreshold);
+    fragments.softmaxUpdate(w, st, s, foldScale, rescaleThreshold, "sm90::math::exp2Poly3x2", shape.exp2PolyShare);
   }
   void roundProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool carried) override {
     if (carried)
@@ -417,8 +421,8 @@ public:
   std::optional<std::string> checkShape(const KernelShape &shape) const override {
     if (shape.dtype != "bf16" && shape.dtype != "f16")
       return "sm90 wgmmas take bf16 or f16 tiles here, got " + shape.dtype;
-    if (shape.exp2PolyShare != 0)
-      return std::string("sm90: no software exp2 here (tile.exp2_poly_share must be 0)");
+    if (shape.exp2PolyShare < 0 || shape.exp2PolyShare > 8)
+      return cat("sm90: exp2 poly share (", shape.exp2PolyShare, ") must be 0 to 8 eighths of the n8 tiles");
     constexpr int kNarrowColumns = kNarrowSwizzleBytes / 2;
     for (auto [name, value] : {std::pair{"head_dim", shape.headDim}, {"head_dim_v", shape.headDimV}})
       if (value % kNarrowColumns != 0 || value < kNarrowColumns || value > kWgmmaMaxN)

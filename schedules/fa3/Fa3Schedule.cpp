@@ -8,6 +8,7 @@
 #include "schedules/fa3/Fa3Pipeline.h"
 #include "schedules/fa3/Fa3Register.h"
 
+#include "passes/IR/TileExp2Poly.h"
 #include "passes/Transforms/Passes.h"
 
 #include "mlir/Pass/PassRegistry.h"
@@ -60,6 +61,10 @@ public:
         {kRescaleThreshold, "0: acc is rescaled every tile (FA3, the default); N: FA4's conditional rescaling, a warp's "
                             "row maxes move (and acc *= alpha runs) only when one grew by more than N (log2 units)",
          0, kMaxRescaleThreshold},
+        {kExp2PolyShare, "FA4's partial software exp2: of every 8 n8 tiles of a score row, how many take their "
+                         "exponentials from a cubic on the FMA pipe (sm90::math::exp2Poly3) instead of MUFU; 0: none "
+                         "(the default)",
+         0, 8},
     };
     return specs;
   }
@@ -108,6 +113,9 @@ public:
     // Split-Q over the consumer role's warps (the producer warpgroup holds no rows): each consumer warpgroup owns
     // blockM / consumers rows, a quarter of them a warp.
     int64_t warpRows = blockM / (kWarpgroupWarps * consumers);
+    // The share of software exponentials is the printer's business, not the program's: a func attribute.
+    if (int64_t share = knob(knobs, kExp2PolyShare, 0); share > 0)
+      func->setAttr(kExp2PolyShareAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), share));
     return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, warps, WarpLayout::SplitQ, warpRows, stages,
                              knob(knobs, kRescaleThreshold, 0),
                              /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, shapeClass);

@@ -292,6 +292,54 @@ TEST(Codegen, Fa3SchedulerKnobTakesItsWordsAndNamesThemOtherwise) {
   EXPECT_EQ(kernel->source.find("atomicAdd"), std::string::npos);
 }
 
+// FA4's partial software exp2 as an fa3 option (--exp2-poly-share N): the n8 tiles nt with nt % 8 < N of every score
+// row take their exponentials from the cubic on the FMA pipe (sm90::math::exp2Poly3x2, two scalar calls: sm_90 has
+// no packed fp32), the rest MUFU; every such kernel compiles to an sm_90a cubin. Without the knob the kernel has no
+// software exp2 at all (its text is what it was), and a share past 8 is refused by name.
+class Fa3Exp2PolyCompiles : public testing::TestWithParam<std::tuple<const char *, int, int>> {};
+
+TEST_P(Fa3Exp2PolyCompiles, ToAnSm90aCubin) {
+  auto [variantName, headDim, share] = GetParam();
+  Compiler compiler;
+  tile::FuncOp func = compiler.buildWith("fa3", *variants::byName(variantName), ElementType::BF16, headDim, "sm_90a",
+                                         {{"exp2-poly-share", share}});
+  ASSERT_TRUE(func) << compiler.diagnostics;
+  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  EXPECT_NE(kernel->source.find("if (nt % 8 < " + std::to_string(share) + ") {"), std::string::npos);
+  EXPECT_NE(kernel->source.find("sm90::math::exp2Poly3x2("), std::string::npos);
+  EXPECT_NE(kernel->source.find("__device__ __forceinline__ float exp2Poly3(float x)"), std::string::npos);
+  StatusOr<std::string> cubin = compileCuda(kernel->source, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << kernel->source;
+  EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
+
+  Compiler plainCompiler;
+  tile::FuncOp plain =
+      plainCompiler.buildWith("fa3", *variants::byName(variantName), ElementType::BF16, headDim, "sm_90a");
+  ASSERT_TRUE(plain) << plainCompiler.diagnostics;
+  mlir::FailureOr<codegen::EmittedKernel> mufuOnly = codegen::emitCuda(plain);
+  ASSERT_TRUE(mlir::succeeded(mufuOnly)) << plainCompiler.diagnostics;
+  EXPECT_EQ(mufuOnly->source.find("exp2Poly3"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fa3Exp2Poly, Fa3Exp2PolyCompiles,
+                         testing::Values(std::tuple{"none", 128, 2}, std::tuple{"causal", 64, 4},
+                                         std::tuple{"softcap", 128, 2}, std::tuple{"softcap_causal", 64, 8},
+                                         std::tuple{"sliding_window_causal", 128, 1}, std::tuple{"sinks", 128, 4}),
+                         [](const testing::TestParamInfo<std::tuple<const char *, int, int>> &info) {
+                           return std::string(std::get<0>(info.param)) + "_d" +
+                                  std::to_string(std::get<1>(info.param)) + "_share" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
+
+TEST(Codegen, Fa3Exp2PolyShareOutOfRangeIsRefusedByName) {
+  const schedule::Schedule *fa3 = schedule::lookupSchedule("fa3");
+  ASSERT_TRUE(fa3);
+  std::string error = schedule::checkKnobs(*fa3, {{"exp2-poly-share", 9}});
+  EXPECT_NE(error.find("exp2-poly-share"), std::string::npos) << error;
+  EXPECT_NE(error.find("8"), std::string::npos) << error;
+}
+
 TEST(Codegen, Fa3NamesTheHeadDimsTheSm90FamilyCannotPrint) {
   Compiler compiler;
   // Head dim 80 is neither whole 128-byte nor whole 64-byte swizzle blocks: the sm90 family names the rule.
