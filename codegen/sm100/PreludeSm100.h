@@ -10,8 +10,8 @@
 // compiling it for sm_100a and by reading the SASS (tests/unit/sm100, scripts/sm100-sass.sh), never by running it.
 //
 // Three parts: kPreludeCore (fixed text), exp2PolyText() (the software exp2, its coefficients printed from
-// Exp2PolySm100.h so that the device function and the host twin cannot drift apart) and the tensor-memory access
-// wrappers, one `sm100::tmem::Access32x32b<N>` per width a kernel uses (inline PTX numbers its operands, so each width
+// codegen/common/Exp2Poly.h so that the device function and the host twin cannot drift apart) and the tensor-memory
+// access wrappers, one `sm100::tmem::Access32x32b<N>` per width a kernel uses (inline PTX numbers its operands, so each width
 // is printed by tmemAccessText(N)). Layouts and ordering rules: codegen/sm100/README.md.
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_CODEGEN_SM100_PRELUDESM100_H
@@ -325,41 +325,13 @@ __device__ __forceinline__ unsigned f16x2(float lo, float hi) {
 } // namespace sm100
 )cuda";
 
-/// A float as a CUDA hexadecimal literal ("0x1.63e658p-1f"): exact, so the device reads the host's value.
-inline std::string hexFloatLiteral(float value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%af", static_cast<double>(value));
-  return text;
-}
+using codegen::hexFloatLiteral;
 
-/// `sm100::math::exp2Poly3(x)` and its packed form `exp2Poly3x2(a, b)` (two values through FADD2/FFMA2), with the
-/// coefficients and constants of Exp2PolySm100.h.
+/// `sm100::math::exp2Poly3(x)` (the common text, codegen/common/Exp2Poly.h) and its packed form `exp2Poly3x2(a, b)`
+/// (two values through FADD2/FFMA2), with the common coefficients and constants.
 inline std::string exp2PolyText() {
-  std::string text = "namespace sm100::math {\n";
-  text +=
-      "// FA4's partial software exp2 (codegen/sm100/Exp2PolySm100.h has the derivation and the host twin): 2^x =\n"
-      "// 2^floor(x) · p(x - floor(x)) with a cubic p on FMAs, for a share of the exponentials that would\n"
-      "// otherwise queue on MUFU. Inputs are clamped to -127 (exp2(-inf) = +0); results are normal for x >= -126.\n";
-  const auto constant = [&text](const char *name, float value) {
-    text.append("inline constexpr float ").append(name).append(" = ").append(hexFloatLiteral(value)).append(";\n");
-  };
-  constant("kExp2C0", kExp2PolyC0);
-  constant("kExp2C1", kExp2PolyC1);
-  constant("kExp2C2", kExp2PolyC2);
-  constant("kExp2C3", kExp2PolyC3);
-  constant("kExp2MinInput", kExp2PolyMinInput);
-  constant("kExp2RoundingShift", kExp2PolyRoundingShift);
-  text += "inline constexpr unsigned kExp2MantissaBits = " + std::to_string(kFloatMantissaBits) + "u;\n";
-  text += R"cuda(// floor(x) lands in the low mantissa bits of x + 1.5 * 2^23 rounded down; shifted by 23 they are
-// 2^floor(x)'s exponent, added to p's bits (p is in [1, 2): its own exponent is 0).
-__device__ __forceinline__ float exp2Poly3(float x) {
-  x = fmaxf(x, kExp2MinInput);
-  const float shifted = __fadd_rd(x, kExp2RoundingShift);
-  const float fraction = x - (shifted - kExp2RoundingShift);
-  const float p = __fmaf_rn(__fmaf_rn(__fmaf_rn(kExp2C3, fraction, kExp2C2), fraction, kExp2C1), fraction, kExp2C0);
-  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(shifted) << kExp2MantissaBits));
-}
-// The same on two values at once with sm_100's packed fp32 instructions (add/sub/fma .f32x2: FADD2, FFMA2), as FA4
+  std::string text = exp2PolyScalarText("sm100");
+  text += R"cuda(// The same on two values at once with sm_100's packed fp32 instructions (add/sub/fma .f32x2: FADD2, FFMA2), as FA4
 // issues it; lane by lane the same operations as exp2Poly3. In place: a and b become 2^a and 2^b.
 __device__ __forceinline__ unsigned long long splat(float value) {
   const unsigned long long bits = __float_as_uint(value);
