@@ -8,6 +8,7 @@
 #include "schedules/fa3/Fa3Pipeline.h"
 #include "schedules/fa3/Fa3Register.h"
 
+#include "passes/IR/ProgramKinds.h"
 #include "passes/Transforms/Passes.h"
 
 #include "mlir/Pass/PassRegistry.h"
@@ -20,6 +21,8 @@ using namespace mlir;
 using namespace flashtile::tile;
 
 constexpr int kWarpgroupWarps = 4;
+/// The backward's Q-tile rows and K/V-tile keys: one warpgroup's m64.
+constexpr int64_t kBackwardBlock = 64;
 
 /// The knob's value, else `fallback`.
 int64_t knob(const schedule::Knobs &knobs, const char *name, int64_t fallback) {
@@ -65,6 +68,8 @@ public:
   }
 
   FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass shapeClass) const override {
+    if (func.getKind() != kForwardProgram)
+      return configureBackward(func, knobs);
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
     // 128 query rows over two consumer warpgroups; keys per tile by head dim (the registers hold S, P and O): 128 at
     // 64, 176 at 128 (measured on the H200, 2026-12-01: +3-5% over 128 at 8k-16k with ping-pong, causal too), 80
@@ -113,7 +118,45 @@ public:
                              /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, shapeClass);
   }
 
+  /// The backward's three programs share one configuration: one warpgroup (4 warps) a block computing with wgmma and
+  /// copying with cp.async, 64-row Q tiles and 64-key K/V tiles (the m64 of the GEMMs whose rows are keys, dK and dV
+  /// in its registers), Q, dO, LSE and D copied one Q tile ahead (stages = 2 Q-tile buffers). The knobs that shape
+  /// the forward's roles have no meaning here and are refused by name.
+  FailureOr<ScheduleAttr> configureBackward(FuncOp func, const schedule::Knobs &knobs) const {
+    auto refuse = [&](const char *name, int64_t value, const std::string &accepted) {
+      return func.emitOpError() << "fa3 backward: " << name << " = " << value << " is not supported; accepted: "
+                                << accepted;
+    };
+    for (const char *roleKnob : {kProducerRegs, kConsumerRegs, kOverlap, kPingpong, kPersistent, kStageO, kScheduler,
+                                 kRescaleThreshold})
+      if (knobs.count(roleKnob))
+        return func.emitOpError() << "fa3 backward: the knob " << roleKnob
+                                  << " shapes the forward's roles; the backward accepts block-m, block-n, stages and "
+                                     "consumer-warpgroups";
+    const int64_t blockM = knob(knobs, kBlockM, kBackwardBlock), blockN = knob(knobs, kBlockN, kBackwardBlock);
+    const int64_t consumers = knob(knobs, kConsumerWarpgroups, 1), stages = knob(knobs, kStages, 2);
+    if (blockM != kBackwardBlock)
+      return refuse(kBlockM, blockM, "64 (one warpgroup's m64 rows)");
+    if (blockN != kBackwardBlock)
+      return refuse(kBlockN, blockN, "64 (the m64 rows of the dK and dV wgmmas)");
+    if (consumers != 1)
+      return refuse(kConsumerWarpgroups, consumers, "1");
+    if (stages != 2)
+      return refuse(kStages, stages, "2 (Q-tile buffers: each Q tile copied one tile ahead)");
+    for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
+      if (value != 64 && value != 128)
+        return refuse(name, value, "64 or 128 (dK and dV in one warpgroup's registers); the fa2 backward serves the "
+                                   "others");
+    return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, kWarpgroupWarps, WarpLayout::SplitQ,
+                             blockM / kWarpgroupWarps, stages, /*rescaleThreshold=*/0, /*minBlocksPerSm=*/0,
+                             /*lptGroupBlocks=*/0, ShapeClass::Default);
+  }
+
   bool walkDescending() const override { return true; }
+
+  bool schedulesKind(std::string_view kind) const override {
+    return kind == "forward" || kind == std::string_view(kBackwardModule);
+  }
 
   std::string targetFamilyFor(std::string_view arch) const override {
     // wgmma and setmaxnreg are sm_90a's alone (sm_100a has tcgen05 instead: the fa4 schedule's); sm_80 has neither.
@@ -131,6 +174,18 @@ public:
   }
 
   void buildPipeline(OpPassManager &pm, const schedule::Request &request) const override {
+    if (request.kind == kBackwardModule) {
+      // The backward (docs/backward.md) as fa2 walks it: the main program's Q-tile walk bounded by the inverse of
+      // the K/V range, its copies made by the printer (one Q tile ahead: tile-pipeline-q-loop).
+      OpPassManager &func = pm.nest<FuncOp>();
+      schedule::addApplySchedule(func, kName, request);
+      func.addPass(createTileBoundQLoop());
+      func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
+      func.addPass(createCanonicalizerPass());
+      func.addPass(createCSEPass());
+      func.addPass(createTilePipelineQLoop());
+      return;
+    }
     buildSchedulePipeline(pm, request);
     pm.nest<FuncOp>().addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
   }
