@@ -103,7 +103,7 @@ def backward_timer(forward, q, k, v):
     return lambda: torch.autograd.grad(out, (q, k, v), g, retain_graph=True)
 
 
-def bench(head_dims, seqlens, dtype, peers=("sdpa_flash", "sdpa_cudnn", "flex"), deterministic=False):
+def bench(head_dims, seqlens, dtype, peers=("sdpa_flash", "sdpa_cudnn", "flex"), deterministic=False, also=()):
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -142,6 +142,9 @@ def bench(head_dims, seqlens, dtype, peers=("sdpa_flash", "sdpa_cudnn", "flex"),
                     "flex": lambda q, k, v: flex(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                  block_mask=mask),
                 }
+                for name in also:  # flashtile with another schedule named (column flashtile_<name>)
+                    fns["flashtile_" + name] = (lambda n: lambda q, k, v: flashtile.flash_attn_func(
+                        q, k, v, causal=causal, schedule=n, strict=True))(name)
                 if deterministic:
                     fns["flashtile_det"] = lambda q, k, v: flashtile.flash_attn_func(q, k, v, causal=causal,
                                                                                      deterministic=True,
@@ -175,6 +178,8 @@ def main():
     parser.add_argument("--strict", action="store_true", help="with --schedule: no fallback to another schedule")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"), help="the --bench element type")
     parser.add_argument("--check-head-dims", default="", help="--check only the cases of these head dims")
+    parser.add_argument("--also", default="", help="--bench: also time flashtile naming these schedules (strict), "
+                                                   "columns flashtile_<schedule>")
     args = parser.parse_args()
     if args.schedule:
         SCHEDULE.update(schedule=args.schedule, strict=args.strict)
@@ -203,7 +208,7 @@ def main():
     if args.bench:
         rows = bench([int(x) for x in args.head_dims.split(",")], [int(x) for x in args.seqlens.split(",")],
                      torch.bfloat16 if args.dtype == "bf16" else torch.float16, tuple(args.peers.split(",")),
-                     args.deterministic)
+                     args.deterministic, tuple(x for x in args.also.split(",") if x))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)

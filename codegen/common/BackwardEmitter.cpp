@@ -471,6 +471,8 @@ LogicalResult BackwardPrinter::printTileCopies(QLoopOp loop, const std::string &
       target.copyTile(w, SharedTile{buffer, "kBlockM", type.getDimSize(1)}, q ? "gQ" : "gDO", firstRow, "p.seqlenQ",
                       q ? "p.qRowStride" : "p.dORowStride");
     } else if (type.getRank() == 1 && (operand == tile::Operand::Lse || operand == tile::Operand::Delta)) {
+      if (!target.stagesRows())
+        continue; // read from global memory at the load (printLoad)
       bool lse = operand == tile::Operand::Lse;
       w.comment(cat("tile.load ", lse ? "lse" : "delta", "[", tileExpr, "]: 4-byte ", target.copyWords(),
                     ", rows past seqlen_q zeroed (read as -inf / 0)"));
@@ -545,7 +547,7 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
       stageOrder.push_back(a);
   }
   w.line("const int warpRow0 = qt * kBlockM + warp * kWarpRows;  // first query row of this warp");
-  rowsInShared = ahead;
+  rowsInShared = ahead && target.stagesRows();
   if (ahead) {
     target.waitCopies(w);
     w.line("__syncthreads();  // tile qt landed in qBuf; every warp is done with qBuf ^ 1 and the staging buffers");
@@ -555,7 +557,8 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
     w.close();
     target.commitCopies(w);
     w.line("unsigned char *const sQ = qBuf ? sQ1 : sQ0, *const sDO = qBuf ? sDO1 : sDO0;");
-    w.line("const float *const sLse = sRows + qBuf * 2 * kBlockM, *const sDelta = sLse + kBlockM;");
+    if (rowsInShared)
+      w.line("const float *const sLse = sRows + qBuf * 2 * kBlockM, *const sDelta = sLse + kBlockM;");
     for (LoadOp load : loop.getBody().front().getOps<LoadOp>())
       if (cast<RankedTensorType>(load.getType()).getRank() == 2)
         shared[load.getResult()] = SharedTile{load.getOperand() == tile::Operand::Q ? "sQ" : "sDO", "kBlockM",
@@ -758,7 +761,8 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
     return func.emitOpError() << "has a Q-tile loop of " << qBuffers << " buffers; the backward printer prints 1 or 2";
   const int hd = static_cast<int>(shape.headDim), hdv = static_cast<int>(shape.headDimV);
   // Two buffers also hold the LSE and D rows of a Q tile (fp32).
-  const int rowsBytes = qBuffers == 2 ? 2 * 2 * shape.blockM * 4 : 0;
+  const bool rowsStaged = qBuffers == 2 && target.stagesRows();
+  const int rowsBytes = rowsStaged ? 2 * 2 * shape.blockM * 4 : 0;
   mainSmemBytes = static_cast<int>(
       target.tileBytes(shape.blockN, hd) + target.tileBytes(shape.blockN, hdv) +
       qBuffers * (target.tileBytes(shape.blockM, hd) + target.tileBytes(shape.blockM, hdv)) + rowsBytes +
@@ -786,7 +790,8 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   if (qBuffers == 2) {
     w.comment(cat("---- shared memory (", mainSmemBytes,
                   " bytes): sK, sV [kBlockN rows]; two buffers of sQ, sDO [kBlockM rows], 16-bit, rows swizzled"));
-    w.comment(cat("(", target.tileLayoutWords(), "), and of the LSE and D rows (sRows, fp32 [2][2][kBlockM]); ", stagingBuffers,
+    w.comment(cat("(", target.tileLayoutWords(), ")",
+                  rowsStaged ? ", and of the LSE and D rows (sRows, fp32 [2][2][kBlockM])" : "", "; ", stagingBuffers,
                   " staging buffer(s) [kBlockM][kBlockN] for P and dS ----"));
     for (const char *buffer : {"0", "1"}) {
       tiles.push_back({cat("sQ", buffer), "kBlockM", "kHeadDim"});
@@ -805,7 +810,7 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
     w.line(cat("unsigned char *const ", name, " = ", at, ";"));
     at = cat(name, " + ", target.tileBytesExpr(rows, width));
   }
-  if (qBuffers == 2) {
+  if (rowsStaged) {
     w.line(cat("float *const sRows = reinterpret_cast<float *>(", at, ");"));
     at = "reinterpret_cast<unsigned char *>(sRows + 2 * 2 * kBlockM)";
   }

@@ -67,8 +67,12 @@ public:
   /// zero-filled from row `seqlen` on; every thread of the block takes part.
   virtual void copyTile(CudaWriter &w, const SharedTile &tile, const std::string &global, const std::string &firstRow,
                         const std::string &seqlen, const std::string &rowStride) = 0;
-  /// One fp32 element: *`dst` (shared) = *`src` (global), 0 unless `valid`.
-  virtual void copyFloat(CudaWriter &w, const std::string &dst, const std::string &src, const std::string &valid) = 0;
+  /// Whether a Q tile's LSE and D rows go through shared memory, copied one tile ahead with its Q and dO (copyFloat);
+  /// else each thread reads its rows from global memory where the program loads them (no shared memory for them).
+  virtual bool stagesRows() const { return true; }
+  /// One fp32 element: *`dst` (shared) = *`src` (global), 0 unless `valid` (only when stagesRows()).
+  virtual void copyFloat(CudaWriter &, const std::string & /*dst*/, const std::string & /*src*/,
+                         const std::string & /*valid*/) {}
   /// Closes the copies issued so far into a group; waits until every group of this thread landed (the printer puts
   /// a block-wide barrier after it).
   virtual void commitCopies(CudaWriter &w) = 0;

@@ -28,18 +28,14 @@ constexpr int kWarpgroupWarps = 4;
 /// The columns of one dQ product (a 128-byte column block of K).
 constexpr int kDqColumns = kSwizzleColumns;
 
-/// The family's backward primitives: fp32 pair reductions into global memory and the 4-byte copy of an LSE or D row.
+/// The family's backward primitives: fp32 pair reductions into global memory.
 constexpr std::string_view kBackwardText = R"cuda(
-// ==== sm90 backward primitives: fp32 pair reductions into global memory, 4-byte asynchronous copies ====
+// ==== sm90 backward primitives: fp32 pair reductions into global memory ====
 namespace sm90 {
 // dst[0] += x, dst[1] += y (dst 8-byte aligned), fp32, without reading the result back (red.global.add.v2: the order
 // of concurrent adds is the hardware's).
 __device__ __forceinline__ void redAdd2(float *dst, float x, float y) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
-}
-// A 4-byte global-to-shared copy (cp.async.ca); `valid` false reads no byte and zeroes the 4.
-__device__ __forceinline__ void copyAsync4(unsigned dst, const void *src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
 }
 } // namespace sm90
 )cuda";
@@ -89,9 +85,9 @@ public:
                "), ", global, " + (inside ? ", firstRow, " + row : 0) * ", rowStride, " + 8 * col, inside);"));
     w.close();
   }
-  void copyFloat(CudaWriter &w, const std::string &dst, const std::string &src, const std::string &valid) override {
-    w.line(cat("sm90::copyAsync4(sm80::smemAddress(", dst, "), ", src, ", ", valid, ");"));
-  }
+  /// LSE and D from global memory, two rows a thread where the program loads them: 1 KB less shared memory a block,
+  /// so that two blocks fit an SM at head dim 128 (115 712 bytes each).
+  bool stagesRows() const override { return false; }
   void commitCopies(CudaWriter &w) override { w.line("sm80::cpAsyncCommit();"); }
   void waitCopies(CudaWriter &w) override {
     w.line("sm80::cpAsyncWait<0>();");
