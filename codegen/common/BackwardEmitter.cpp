@@ -128,6 +128,10 @@ private:
   /// The shared buffer that holds `a` (an fp32 score-layout tile) rounded to 16 bits: staged by the first GEMM that
   /// reads it in this iteration, with every other tile of stageOrder already computed, behind one barrier.
   FailureOr<std::string> staged(Value a, Operation *user);
+  /// The copies of `tile` (rows from `firstRow`, zero-filled past `seqlen`) from `global` (row stride), chunk by
+  /// chunk (the family's copyChunk).
+  void printCopy(const SharedTile &tile, const std::string &global, const std::string &firstRow,
+                 const std::string &seqlen, const std::string &rowStride);
   /// The copies of a Q-tile iteration's loads, of Q tile `tileExpr` into buffer `bufferExpr` (0 or 1),
   /// under tile.q_buffers = 2.
   LogicalResult printTileCopies(QLoopOp loop, const std::string &tileExpr, const std::string &bufferExpr);
@@ -370,6 +374,17 @@ FailureOr<std::string> BackwardPrinter::staged(Value a, Operation *user) {
   return stagedIn.lookup(a);
 }
 
+void BackwardPrinter::printCopy(const SharedTile &tile, const std::string &global, const std::string &firstRow,
+                                const std::string &seqlen, const std::string &rowStride) {
+  const std::string chunks = cat(tile.width / 8);
+  w.open(cat("for (int e = threadIdx.x; e < ", tile.rows, " * ", chunks, "; e += kThreads)"));
+  w.line(cat("const int row = e / ", chunks, ", col = e % ", chunks, ";"));
+  w.line(cat("const bool inside = ", firstRow, " + row < ", seqlen, ";"));
+  w.line(target.copyChunk(tile, "row", "col", cat(global, " + (inside ? ", firstRow, " + row : 0) * ", rowStride, " + 8 * col"),
+                          "inside"));
+  w.close();
+}
+
 LogicalResult BackwardPrinter::printLoad(LoadOp load) {
   auto type = cast<RankedTensorType>(load.getType());
   tile::Operand operand = load.getOperand();
@@ -401,7 +416,7 @@ LogicalResult BackwardPrinter::printLoad(LoadOp load) {
     shared[load.getResult()] = tile;
     w.comment(cat("tile.load ", k ? "k" : "v", ": the block's K/V tile into ", tile.name, " (", target.copyWords(),
                   ", zero-filled past seqlen_k), for the whole walk"));
-    target.copyTile(w, tile, k ? "gK" : "gV", "blockKvTile * kBlockN", "p.seqlenK",
+    printCopy(tile, k ? "gK" : "gV", "blockKvTile * kBlockN", "p.seqlenK",
                     k ? "p.kRowStride" : "p.vRowStride");
     target.commitCopies(w);
     topCopiesPending = true;
@@ -468,7 +483,7 @@ LogicalResult BackwardPrinter::printTileCopies(QLoopOp loop, const std::string &
       std::string buffer = cat("(", bufferExpr, q ? " ? sQ1 : sQ0)" : " ? sDO1 : sDO0)");
       w.comment(cat("tile.load ", q ? "q" : "do", "[", tileExpr, "]: ", target.copyWords(),
                     ", zero-filled past seqlen_q"));
-      target.copyTile(w, SharedTile{buffer, "kBlockM", type.getDimSize(1)}, q ? "gQ" : "gDO", firstRow, "p.seqlenQ",
+      printCopy(SharedTile{buffer, "kBlockM", type.getDimSize(1)}, q ? "gQ" : "gDO", firstRow, "p.seqlenQ",
                       q ? "p.qRowStride" : "p.dORowStride");
     } else if (type.getRank() == 1 && (operand == tile::Operand::Lse || operand == tile::Operand::Delta)) {
       if (!target.stagesRows())
@@ -577,7 +592,7 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
       bool q = load.getOperand() == tile::Operand::Q;
       SharedTile tile{q ? "sQ" : "sDO", "kBlockM", cast<RankedTensorType>(load.getType()).getDimSize(1)};
       shared[load.getResult()] = tile;
-      target.copyTile(w, tile, q ? "gQ" : "gDO", "qt * kBlockM", "p.seqlenQ", q ? "p.qRowStride" : "p.dORowStride");
+      printCopy(tile, q ? "gQ" : "gDO", "qt * kBlockM", "p.seqlenQ", q ? "p.qRowStride" : "p.dORowStride");
     }
     target.commitCopies(w);
     target.waitCopies(w);

@@ -63,10 +63,10 @@ public:
   // ---- copies into shared memory (asynchronous: they land at waitCopies) ----
   /// The instruction the comments name for them ("cp.async").
   virtual std::string copyWords() const = 0;
-  /// `tile`'s rows from `firstRow` of `global` (a `const unsigned short *`, row stride `rowStride` elements),
-  /// zero-filled from row `seqlen` on; every thread of the block takes part.
-  virtual void copyTile(CudaWriter &w, const SharedTile &tile, const std::string &global, const std::string &firstRow,
-                        const std::string &seqlen, const std::string &rowStride) = 0;
+  /// A statement copying the 16-byte chunk `col` (8 elements) of row `row` of `tile` from `src` (a global address),
+  /// zero-filled unless `valid` (the printer's loops give every thread of the block its chunks of a tile).
+  virtual std::string copyChunk(const SharedTile &tile, const std::string &row, const std::string &col,
+                                const std::string &src, const std::string &valid) const = 0;
   /// Whether a Q tile's LSE and D rows go through shared memory, copied one tile ahead with its Q and dO (copyFloat);
   /// else each thread reads its rows from global memory where the program loads them (no shared memory for them).
   virtual bool stagesRows() const { return true; }

@@ -64,15 +64,10 @@ public:
   }
 
   std::string copyWords() const override { return "cp.async"; }
-  void copyTile(CudaWriter &w, const SharedTile &tile, const std::string &global, const std::string &firstRow,
-                const std::string &seqlen, const std::string &rowStride) override {
-    const std::string chunks = cat(tile.width / 8);
-    w.open(cat("for (int e = threadIdx.x; e < ", tile.rows, " * ", chunks, "; e += kThreads)"));
-    w.line(cat("const int row = e / ", chunks, ", col = e % ", chunks, ";"));
-    w.line(cat("const bool inside = ", firstRow, " + row < ", seqlen, ";"));
-    w.line(cat("sm80::cpAsync16(sm80::smemAddress(", tile.name, ") + sm80::swizzle<", chunks, ">(row, col), ", global,
-               " + (inside ? ", firstRow, " + row : 0) * ", rowStride, " + 8 * col, inside);"));
-    w.close();
+  std::string copyChunk(const SharedTile &tile, const std::string &row, const std::string &col, const std::string &src,
+                        const std::string &valid) const override {
+    return cat("sm80::cpAsync16(sm80::smemAddress(", tile.name, ") + sm80::swizzle<", tile.width / 8, ">(", row, ", ",
+               col, "), ", src, ", ", valid, ");");
   }
   void copyFloat(CudaWriter &w, const std::string &dst, const std::string &src, const std::string &valid) override {
     w.line(cat("sm80::cpAsync4(sm80::smemAddress(", dst, "), ", src, ", ", valid, ");"));

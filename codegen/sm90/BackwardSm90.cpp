@@ -75,15 +75,10 @@ public:
   int sharedMemoryReserve() const override { return kSwizzleAtomBytes; }
 
   std::string copyWords() const override { return "cp.async"; }
-  void copyTile(CudaWriter &w, const SharedTile &tile, const std::string &global, const std::string &firstRow,
-                const std::string &seqlen, const std::string &rowStride) override {
-    const std::string chunks = cat(tile.width / 8);
-    w.open(cat("for (int e = threadIdx.x; e < ", tile.rows, " * ", chunks, "; e += kThreads)"));
-    w.line(cat("const int row = e / ", chunks, ", col = e % ", chunks, ";"));
-    w.line(cat("const bool inside = ", firstRow, " + row < ", seqlen, ";"));
-    w.line(cat("sm80::cpAsync16(sm80::smemAddress(", tile.name, ") + sm90::swizzle128Offset(row, 8 * col, ", tile.rows,
-               "), ", global, " + (inside ? ", firstRow, " + row : 0) * ", rowStride, " + 8 * col, inside);"));
-    w.close();
+  std::string copyChunk(const SharedTile &tile, const std::string &row, const std::string &col, const std::string &src,
+                        const std::string &valid) const override {
+    return cat("sm80::cpAsync16(sm80::smemAddress(", tile.name, ") + sm90::swizzle128Offset(", row, ", 8 * ", col, ", ",
+               tile.rows, "), ", src, ", ", valid, ");");
   }
   /// LSE and D from global memory, two rows a thread where the program loads them: 1 KB less shared memory a block,
   /// so that two blocks fit an SM at head dim 128 (115 712 bytes each).

@@ -177,13 +177,7 @@ public:
     if (request.kind == kBackwardModule) {
       // The backward (docs/backward.md) as fa2 walks it: the main program's Q-tile walk bounded by the inverse of
       // the K/V range, its copies made by the printer (one Q tile ahead: tile-pipeline-q-loop).
-      OpPassManager &func = pm.nest<FuncOp>();
-      schedule::addApplySchedule(func, kName, request);
-      func.addPass(createTileBoundQLoop());
-      func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
-      func.addPass(createCanonicalizerPass());
-      func.addPass(createCSEPass());
-      func.addPass(createTilePipelineQLoop());
+      schedule::addBackwardPasses(pm.nest<FuncOp>(), kName, request);
       return;
     }
     buildSchedulePipeline(pm, request);
