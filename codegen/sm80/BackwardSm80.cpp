@@ -87,6 +87,14 @@ public:
   }
 
 private:
+  /// For each of the `mTiles` m16 tiles: acc[mt][2·np] and acc[mt][2·np + 1] += aFrag[mt] · bFrag's two n8 halves.
+  void mmaPair(CudaWriter &w, const char *mTiles, const std::string &acc) const {
+    w.openUnrolledFor("mt", mTiles);
+    w.line(cat(mma, "(", acc, "[mt][2 * np], aFrag[mt], bFrag[0], bFrag[1]);"));
+    w.line(cat(mma, "(", acc, "[mt][2 * np + 1], aFrag[mt], bFrag[2], bFrag[3]);"));
+    w.close();
+  }
+
   std::string familyPrelude, mma, pack;
   FragmentTiles fragments;
 };
@@ -106,10 +114,7 @@ void BackwardSm80::scoreGemm(CudaWriter &w, const std::string &acc, const Shared
   w.line("unsigned bFrag[4];");
   w.line(cat("sm80::ldmatrixX4(bFrag, sm80::smemAddress(", b.name, ") + sm80::swizzle<", chunks,
              ">(16 * np + 8 * (lane / 16) + lane % 8, 2 * ks + (lane / 8) % 2));"));
-  w.openUnrolledFor("mt", "kMTiles");
-  w.line(cat(mma, "(", acc, "[mt][2 * np], aFrag[mt], bFrag[0], bFrag[1]);"));
-  w.line(cat(mma, "(", acc, "[mt][2 * np + 1], aFrag[mt], bFrag[2], bFrag[3]);"));
-  w.close();
+  mmaPair(w, "kMTiles", acc);
   w.close();
   w.close();
 }
@@ -143,10 +148,7 @@ void BackwardSm80::dotTn(CudaWriter &w, const std::string &acc, const std::strin
   w.line("unsigned bFrag[4];");
   w.line(cat("sm80::ldmatrixX4Trans(bFrag, sm80::smemAddress(", b.name, ") + sm80::swizzle<", chunks,
              ">(16 * ks + 8 * ((lane / 8) % 2) + lane % 8, 2 * (kvColPart * ", warpCols / 16, " + np) + lane / 16));"));
-  w.openUnrolledFor("mt", "kKvMTiles");
-  w.line(cat(mma, "(", acc, "[mt][2 * np], aFrag[mt], bFrag[0], bFrag[1]);"));
-  w.line(cat(mma, "(", acc, "[mt][2 * np + 1], aFrag[mt], bFrag[2], bFrag[3]);"));
-  w.close();
+  mmaPair(w, "kKvMTiles", acc);
   w.close();
   w.close();
 }

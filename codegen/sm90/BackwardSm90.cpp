@@ -45,7 +45,7 @@ public:
   explicit BackwardSm90(const KernelShape &shape)
       : shape(shape), fragments({kFragmentNamespace, shape.dtype, false}) {
     mmaType = shape.dtype == "bf16" ? "bf16" : "f16";
-    pack = shape.dtype == "bf16" ? "sm80::packBf16x2" : "sm80::packF16x2";
+    pack = ns + (shape.dtype == "bf16" ? "packBf16x2" : "packF16x2");
   }
 
   std::string prelude() const override {
@@ -69,7 +69,7 @@ public:
   std::string tileLayoutWords() const override { return "sm90::swizzle128Offset, 1024-byte aligned"; }
   void declareSharedMemory(CudaWriter &w) const override {
     w.line("extern __shared__ __align__(1024) unsigned char smemRaw[];");
-    w.line(cat("unsigned char *const smem = smemRaw + (", kSwizzleAtomBytes, " - sm80::smemAddress(smemRaw) % ",
+    w.line(cat("unsigned char *const smem = smemRaw + (", kSwizzleAtomBytes, " - ", ns, "smemAddress(smemRaw) % ",
                kSwizzleAtomBytes, ") % ", kSwizzleAtomBytes, ";  // the swizzle atom's alignment"));
   }
   int sharedMemoryReserve() const override { return kSwizzleAtomBytes; }
@@ -77,15 +77,15 @@ public:
   std::string copyWords() const override { return "cp.async"; }
   std::string copyChunk(const SharedTile &tile, const std::string &row, const std::string &col, const std::string &src,
                         const std::string &valid) const override {
-    return cat("sm80::cpAsync16(sm80::smemAddress(", tile.name, ") + sm90::swizzle128Offset(", row, ", 8 * ", col, ", ",
+    return cat(ns, "cpAsync16(", ns, "smemAddress(", tile.name, ") + sm90::swizzle128Offset(", row, ", 8 * ", col, ", ",
                tile.rows, "), ", src, ", ", valid, ");");
   }
   /// LSE and D from global memory, two rows a thread where the program loads them: 1 KB less shared memory a block,
   /// so that two blocks fit an SM at head dim 128 (115 712 bytes each).
   bool stagesRows() const override { return false; }
-  void commitCopies(CudaWriter &w) override { w.line("sm80::cpAsyncCommit();"); }
+  void commitCopies(CudaWriter &w) override { w.line(cat(ns, "cpAsyncCommit();")); }
   void waitCopies(CudaWriter &w) override {
-    w.line("sm80::cpAsyncWait<0>();");
+    w.line(cat(ns, "cpAsyncWait<0>();"));
     w.line("sm90::fence::proxyAsync();  // the copies' bytes visible to wgmma (the async proxy)");
   }
 
@@ -117,6 +117,8 @@ private:
 
   KernelShape shape;
   FragmentTiles fragments;
+  /// "<the fragment primitives' namespace>::": their cp.async, smemAddress and packs.
+  const std::string ns = cat(kFragmentNamespace, "::");
   std::string mmaType, pack;
 };
 
@@ -125,7 +127,7 @@ void BackwardSm90::scoreGemm(CudaWriter &w, const std::string &acc, const Shared
                 mmaType, " SS, both K-major, fp32): the warpgroup's query rows x the K/V tile's keys"));
   w.line(cat("float ", acc, "[kMTiles][kSTiles][4];"));
   w.open("");
-  w.line(cat("const unsigned aAddr = sm80::smemAddress(", a.name, "), bAddr = sm80::smemAddress(", b.name, ");"));
+  w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", a.name, "), bAddr = ", ns, "smemAddress(", b.name, ");"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("ks", cat(a.width / 16));
   w.line(cat("sm90::warpgroup::Wgmma<kBlockN>::", mmaType, "SS<sm90::warpgroup::kKMajor>(", flat(acc, "kSTiles * 4"),
@@ -147,7 +149,7 @@ void BackwardSm90::stage(CudaWriter &w, const std::string &buffer, const std::st
   w.comment("lane l addresses row l % 8 of matrix l / 8: key 16·nt + 8·(l / 16) + l % 8, query rows from this warp's");
   w.comment("16·warp + 8·((l / 8) % 2)");
   w.line("const int key = 16 * nt + 8 * (lane / 16) + lane % 8, q = warp * kWarpRows + 8 * ((lane / 8) % 2);");
-  w.line(cat("sm90::warp::stmatrixX4Trans(sm80::smemAddress(", buffer,
+  w.line(cat("sm90::warp::stmatrixX4Trans(", ns, "smemAddress(", buffer,
              ") + sm90::swizzle128Offset(key, q, kBlockN), frag);"));
   w.close();
 }
@@ -159,7 +161,7 @@ void BackwardSm90::dotTn(CudaWriter &w, const std::string &acc, const std::strin
                 " SS, fp32): Aᵀ staged in ", staged, " (K-major), ", b.name.substr(1), " MN-major;"));
   w.comment("the warpgroup's rows are the K/V tile's keys");
   w.open("");
-  w.line(cat("const unsigned aAddr = sm80::smemAddress(", staged, "), bAddr = sm80::smemAddress(", b.name, ");"));
+  w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", staged, "), bAddr = ", ns, "smemAddress(", b.name, ");"));
   w.line(cat("sm90::warpgroup::fenceOperands(", flat(acc, floats), ");"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("ks", "kBlockM / 16");
@@ -187,7 +189,7 @@ void BackwardSm90::dqProduct(CudaWriter &w, const SharedTile &k) {
   w.openUnrolledFor("dqBlock", cat(k.width / kDqColumns));
   w.line(cat("float part[1][", kDqColumns / 8, "][4];"));
   w.open("");
-  w.line(cat("const unsigned bAddr = sm80::smemAddress(", k.name, ") + dqBlock * ", k.rows, " * ", kSwizzleBytes,
+  w.line(cat("const unsigned bAddr = ", ns, "smemAddress(", k.name, ") + dqBlock * ", k.rows, " * ", kSwizzleBytes,
              ";  // column block `dqBlock` of K"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("ks", "kBlockN / 16");
