@@ -8,6 +8,8 @@ with retain_graph), median of CUDA-event timings after warm-up.
 
 --check first compares flashtile's gradients with autograd of an fp32 reference on small shapes, by FlashAttention's
 rule per tensor: max|g - ref| <= 2·max|g_lowp - ref| + 1e-4 (3x with softcap), and prints one line a case.
+--schedule NAME runs flashtile's calls with that schedule (schedule=, forward and backward; a head dim it has no
+backward for falls back to the next schedule with one log line); --strict refuses that fallback instead.
 """
 
 import argparse
@@ -47,6 +49,9 @@ def ref_attention(q, k, v, causal, softcap, window, upcast):
     return torch.einsum("bhts,bshd->bthd", p.to(v.dtype), v)
 
 
+SCHEDULE = {}  # flashtile's schedule= and strict= keywords (--schedule, --strict)
+
+
 def check(cases):
     failures = 0
     for (b, sq, sk, hq, hk, d, causal, softcap, window, dtype) in cases:
@@ -54,7 +59,7 @@ def check(cases):
         q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype, requires_grad=True)
         k = torch.randn(b, sk, hk, d, device="cuda", dtype=dtype, requires_grad=True)
         v = torch.randn(b, sk, hk, d, device="cuda", dtype=dtype, requires_grad=True)
-        out = flashtile.flash_attn_func(q, k, v, causal=causal, softcap=softcap, window_size=window)
+        out = flashtile.flash_attn_func(q, k, v, causal=causal, softcap=softcap, window_size=window, **SCHEDULE)
         g = torch.randn_like(out)
         got = torch.autograd.grad(out, (q, k, v), g)
 
@@ -98,7 +103,7 @@ def backward_timer(forward, q, k, v):
     return lambda: torch.autograd.grad(out, (q, k, v), g, retain_graph=True)
 
 
-def bench(head_dims, seqlens, dtype, peers=("sdpa_flash", "sdpa_cudnn", "flex"), deterministic=False):
+def bench(head_dims, seqlens, dtype, peers=("sdpa_flash", "sdpa_cudnn", "flex"), deterministic=False, also=()):
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -131,15 +136,19 @@ def bench(head_dims, seqlens, dtype, peers=("sdpa_flash", "sdpa_cudnn", "flex"),
                 if causal and "flex" in peers:
                     mask = create_block_mask(lambda b_, h_, qi, ki: qi >= ki, None, None, s, s, device="cuda")
                 fns = {
-                    "flashtile": lambda q, k, v: flashtile.flash_attn_func(q, k, v, causal=causal),
+                    "flashtile": lambda q, k, v: flashtile.flash_attn_func(q, k, v, causal=causal, **SCHEDULE),
                     "sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION),
                     "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
                     "flex": lambda q, k, v: flex(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                  block_mask=mask),
                 }
+                for name in also:  # flashtile with another schedule named (column flashtile_<name>)
+                    fns["flashtile_" + name] = (lambda n: lambda q, k, v: flashtile.flash_attn_func(
+                        q, k, v, causal=causal, schedule=n, strict=True))(name)
                 if deterministic:
                     fns["flashtile_det"] = lambda q, k, v: flashtile.flash_attn_func(q, k, v, causal=causal,
-                                                                                     deterministic=True)
+                                                                                     deterministic=True,
+                                                                                     **SCHEDULE)
                 fns = {name: fn for name, fn in fns.items() if name.startswith("flashtile") or name in peers}
                 for name, fn in fns.items():
                     try:
@@ -165,7 +174,15 @@ def main():
     parser.add_argument("--peers", default="sdpa_flash,sdpa_cudnn,flex", help="the peers timed beside flashtile")
     parser.add_argument("--deterministic", action="store_true",
                         help="also time flashtile's deterministic backward (column flashtile_det)")
+    parser.add_argument("--schedule", default="", help="the schedule flashtile's calls name (default: the runtime's)")
+    parser.add_argument("--strict", action="store_true", help="with --schedule: no fallback to another schedule")
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"), help="the --bench element type")
+    parser.add_argument("--check-head-dims", default="", help="--check only the cases of these head dims")
+    parser.add_argument("--also", default="", help="--bench: also time flashtile naming these schedules (strict), "
+                                                   "columns flashtile_<schedule>")
     args = parser.parse_args()
+    if args.schedule:
+        SCHEDULE.update(schedule=args.schedule, strict=args.strict)
     failures = 0
     if args.check:
         cases = []
@@ -183,11 +200,15 @@ def main():
         cases.append((2, 200, 200, 4, 2, 256, True, 0.0, (-1, -1), torch.bfloat16))
         cases.append((1, 150, 230, 2, 2, 256, False, 30.0, (-1, -1), torch.float16))
         cases.append((2, 200, 200, 4, 4, 192, False, 0.0, (-1, -1), torch.bfloat16))
+        if args.check_head_dims:
+            keep = {int(x) for x in args.check_head_dims.split(",")}
+            cases = [c for c in cases if c[5] in keep]
         failures = check(cases)
         print(f"check: {failures} of {len(cases)} cases failed", flush=True)
     if args.bench:
         rows = bench([int(x) for x in args.head_dims.split(",")], [int(x) for x in args.seqlens.split(",")],
-                     torch.bfloat16, tuple(args.peers.split(",")), args.deterministic)
+                     torch.bfloat16 if args.dtype == "bf16" else torch.float16, tuple(args.peers.split(",")),
+                     args.deterministic, tuple(x for x in args.also.split(",") if x))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)

@@ -1,6 +1,10 @@
 """Small backward calls for compute-sanitizer (bench/device/backward-sanitize.sh): every kernel of the backward's
 three-launch plan on shapes with partial tiles, GQA, a causal walk, windows, softcap, Sq != Sk, varlen and fp16.
-Run once plainly (the JIT compiles and caches the kernels, and the gradients must be finite), then under the tools."""
+Run once plainly (the JIT compiles and caches the kernels, and the gradients must be finite), then under the tools.
+An argument names the schedule of the calls (schedule=, strict: `python3 bench/backward_sanitize.py fa3` checks fa3's
+backward kernels, the cases at head dims it has none for skipped)."""
+
+import sys
 
 import torch
 
@@ -19,11 +23,15 @@ CASES = [  # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal, so
 
 def main():
     torch.manual_seed(0)
-    for (b, sq, sk, hq, hk, d, causal, softcap, window, dtype) in CASES:
+    named = dict(schedule=sys.argv[1], strict=True) if len(sys.argv) > 1 else {}
+    # The head dims the named schedule's backward serves (fa3: 64 and 128); all without one.
+    served = (64, 128) if named.get("schedule") == "fa3" else None
+    cases = [c for c in CASES if served is None or c[5] in served]
+    for (b, sq, sk, hq, hk, d, causal, softcap, window, dtype) in cases:
         q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype, requires_grad=True)
         k = torch.randn(b, sk, hk, d, device="cuda", dtype=dtype, requires_grad=True)
         v = torch.randn(b, sk, hk, d, device="cuda", dtype=dtype, requires_grad=True)
-        out = flashtile.flash_attn_func(q, k, v, causal=causal, softcap=softcap, window_size=window)
+        out = flashtile.flash_attn_func(q, k, v, causal=causal, softcap=softcap, window_size=window, **named)
         grads = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
         torch.cuda.synchronize()
         assert all(torch.isfinite(g).all() for g in grads), f"non-finite gradients: {(b, sq, sk, hq, hk, d)}"
@@ -32,11 +40,11 @@ def main():
     cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32, device="cuda")
     total = sum(lengths)
     q, k, v = (torch.randn(total, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-    out = flashtile.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=True)
+    out = flashtile.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=True, **named)
     grads = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
     torch.cuda.synchronize()
     assert all(torch.isfinite(g).all() for g in grads), "non-finite varlen gradients"
-    print(f"backward-sanitize: {len(CASES) + 1} backward calls done")
+    print(f"backward-sanitize: {len(cases) + 1} backward calls done")
 
 
 if __name__ == "__main__":

@@ -11,13 +11,14 @@
 // [w·kWarpRows, ...) of the Q tile), so the forward's printing of scale, score_mod and mask (FragmentTiles) applies
 // unchanged, and the variant's functions (score_mod, mask, score_grad) are the forward printer's. P and dS, rounded
 // to 16 bits, go through shared memory for the GEMMs whose rows are keys: dV += Pᵀ·dO and dK += dSᵀ·Q, where the warps
-// split the K/V tile's rows in m16 tiles (ldmatrix.trans of the staged tile) and, with more warps than m16 tiles, each
-// tile's dK and dV columns too (kKvColSplit), and dQ += dS·K, added with fp32 reductions (red.global.add) into the dQ
-// accumulator. Both staged tiles are written before one barrier when the IR computes both before the first of those
-// GEMMs (tile-pipeline-q-loop orders it so); a loop marked tile.q_buffers = 2 copies its next Q tile's loads into a
-// second buffer while the current one computes.
+// split the K/V tile's rows in m16 tiles and, with more warps than m16 tiles, each tile's dK and dV columns too
+// (kKvColSplit), and dQ += dS·K, added with fp32 reductions into the dQ accumulator. Both staged tiles are written
+// before one barrier when the IR computes both before the first of those GEMMs (tile-pipeline-q-loop orders it so); a
+// loop marked tile.q_buffers = 2 copies its next Q tile's loads into a second buffer while the current one computes.
+// The instructions of the copies, the GEMMs, the staging and the reductions are the family's (BackwardTarget.h:
+// codegen/sm80 prints them with mma.sync, codegen/sm90 with wgmma); this file prints none.
 //===----------------------------------------------------------------------===//
-#include "codegen/common/BackwardPrelude.h"
+#include "codegen/common/BackwardTarget.h"
 #include "codegen/common/Concat.h"
 #include "codegen/common/CudaEmitter.h"
 #include "codegen/common/FragmentPrelude.h"
@@ -43,13 +44,6 @@ constexpr int kWarpSize = 32;
 /// descending order (the last adds first).
 constexpr const char *kDqTurn = "(p.seqlenK + kBlockN - 1) / kBlockN - 1 - blockKvTile";
 
-/// Bytes of a shared-memory row of `width` 16-bit elements: the prelude's rowPitch (16-byte chunks, padded to an odd
-/// count unless a multiple of 8).
-int rowBytes(int64_t width) {
-  int chunks = static_cast<int>(width / 8);
-  return (chunks % 8 == 0 ? chunks : (chunks | 1)) * 16;
-}
-
 /// The f32 input a read's gradient goes to (its index among the tile.func's inputs).
 int64_t inputOf(Operation *read) {
   StringRef name = isa<InputGradOp>(read) ? cast<InputGradOp>(read).getName() : cast<SinkGradOp>(read).getName();
@@ -68,23 +62,17 @@ SmallVector<Operation *> distinctReads(FuncOp func, const llvm::DenseMap<Operati
   return reads;
 }
 
-/// A 16-bit tile in shared memory: its buffer, its rows (a C constant) and its width in elements.
-struct SharedTile {
-  std::string name;
-  const char *rows;
-  int64_t width;
-};
-
 class BackwardPrinter {
 public:
-  BackwardPrinter(FuncOp func, const KernelShape &shape, std::string ns, ScalarHelpers &helpers,
+  BackwardPrinter(FuncOp func, const KernelShape &shape, BackwardTarget &target, ScalarHelpers &helpers,
                   const llvm::DenseMap<Operation *, std::string> &functions)
-      : func(func), shape(shape), ns(std::move(ns)), fragments({this->ns, shape.dtype, false}),
-        scalars(w, names, helpers, func), functions(functions) {
+      : func(func), shape(shape), target(target), ns(target.primitivesNamespace()),
+        fragments({this->ns, shape.dtype, false}), scalars(w, names, helpers, func), functions(functions) {
     pack = this->ns + (shape.dtype == "bf16" ? "::packBf16x2" : "::packF16x2");
     unpack = this->ns + (shape.dtype == "bf16" ? "::unpackBf16x2" : "::unpackF16x2");
-    mma = this->ns + (shape.dtype == "bf16" ? "::mmaBf16" : "::mmaF16");
     for (const std::string &name : fragments.reservedNames())
+      names.reserve(name);
+    for (const std::string &name : target.reservedNames())
       names.reserve(name);
     for (const char *name :
          {"kBlockM",     "kBlockN",     "kHeadDim",    "kHeadDimV",  "kWarps",    "kThreads", "kWarpRows",
@@ -134,18 +122,17 @@ private:
   /// next K/V tile's turn there comes: before the walk those below its first tile `firstLo`, after it the others
   /// (firstLo empty). The walk's segments are ascending and contiguous (tile-bound-q-loop).
   void printSkippedTurns(const std::string &firstLo);
-  /// The cp.async copies of `tile` (rows from `firstRow`, zero-filled past `seqlen`) from `global` (row stride).
-  void printCopy(const SharedTile &tile, const std::string &global, const std::string &firstRow,
-                 const std::string &seqlen, const std::string &rowStride);
-  /// S = A·Bᵀ of two shared tiles (A: the Q tile's rows, B: the K/V tile's), into a new score tile `acc`.
-  void printScoreGemm(const std::string &acc, const SharedTile &a, const SharedTile &b);
   /// The registers of the fp32 tile `in`, for an op that overwrites them with its result: `in`'s own when the op is
   /// its one use, else a copy named after `hint`.
   std::string overwrite(Value in, Value result, const char *hint);
   /// The shared buffer that holds `a` (an fp32 score-layout tile) rounded to 16 bits: staged by the first GEMM that
   /// reads it in this iteration, with every other tile of stageOrder already computed, behind one barrier.
   FailureOr<std::string> staged(Value a, Operation *user);
-  /// The copies (cp.async) of a Q-tile iteration's loads, of Q tile `tileExpr` into buffer `bufferExpr` (0 or 1),
+  /// The copies of `tile` (rows from `firstRow`, zero-filled past `seqlen`) from `global` (row stride), chunk by
+  /// chunk (the family's copyChunk).
+  void printCopy(const SharedTile &tile, const std::string &global, const std::string &firstRow,
+                 const std::string &seqlen, const std::string &rowStride);
+  /// The copies of a Q-tile iteration's loads, of Q tile `tileExpr` into buffer `bufferExpr` (0 or 1),
   /// under tile.q_buffers = 2.
   LogicalResult printTileCopies(QLoopOp loop, const std::string &tileExpr, const std::string &bufferExpr);
   FailureOr<SharedTile> sharedTile(Value v, Operation *user);
@@ -153,7 +140,8 @@ private:
 
   FuncOp func;
   KernelShape shape;
-  std::string ns, pack, unpack, mma;
+  BackwardTarget &target; ///< the family's instructions: copies, GEMMs, staging, reductions
+  std::string ns, pack, unpack;
   FragmentTiles fragments;
   CudaWriter w;
   NameScopes names;
@@ -380,18 +368,9 @@ FailureOr<std::string> BackwardPrinter::staged(Value a, Operation *user) {
     std::string from = registers.lookup(v);
     std::string buffer = cat("sStage", stagedThisIteration++);
     stagedIn[v] = buffer;
-    w.comment(cat(from, " rounded to 16 bits into ", buffer, " [kBlockM][kBlockN] (swizzled), this warp's rows, for"));
-    w.comment("the GEMMs whose rows are keys (ldmatrix.trans) and dQ's");
-    fragments.forEachRow(w, [&] {
-      w.line("const int row = warp * kWarpRows + 16 * mt + fragRow + 8 * r;");
-      w.openUnrolledFor("nt", "kSTiles");
-      w.line(cat("*reinterpret_cast<unsigned *>(", buffer, " + ", ns,
-                 "::swizzle<kBlockN / 8>(row, nt) + 2 * fragCol) = ", pack, "(", from, "[mt][nt][2 * r], ", from,
-                 "[mt][nt][2 * r + 1]);"));
-      w.close();
-    });
+    target.stage(w, buffer, from);
   }
-  w.line("__syncthreads();  // every warp's rows staged");
+  target.stagedBarrier(w);
   return stagedIn.lookup(a);
 }
 
@@ -401,29 +380,8 @@ void BackwardPrinter::printCopy(const SharedTile &tile, const std::string &globa
   w.open(cat("for (int e = threadIdx.x; e < ", tile.rows, " * ", chunks, "; e += kThreads)"));
   w.line(cat("const int row = e / ", chunks, ", col = e % ", chunks, ";"));
   w.line(cat("const bool inside = ", firstRow, " + row < ", seqlen, ";"));
-  w.line(cat(ns, "::cpAsync16(", ns, "::smemAddress(", tile.name, ") + ", ns, "::swizzle<", chunks, ">(row, col), ",
-             global, " + (inside ? ", firstRow, " + row : 0) * ", rowStride, " + 8 * col, inside);"));
-  w.close();
-}
-
-void BackwardPrinter::printScoreGemm(const std::string &acc, const SharedTile &a, const SharedTile &b) {
-  const std::string chunks = cat(a.width / 8);
-  w.line(cat("float ", acc, "[kMTiles][kSTiles][4] = {};"));
-  w.openUnrolledFor("ks", cat(a.width / 16));
-  w.line("unsigned aFrag[kMTiles][4];");
-  w.openUnrolledFor("mt", "kMTiles");
-  w.line(cat(ns, "::ldmatrixX4(aFrag[mt], ", ns, "::smemAddress(", a.name, ") + ", ns, "::swizzle<", chunks,
-             ">(warp * kWarpRows + 16 * mt + lane % 16, 2 * ks + lane / 16));"));
-  w.close();
-  w.openUnrolledFor("np", "kBlockN / 16");
-  w.line("unsigned bFrag[4];");
-  w.line(cat(ns, "::ldmatrixX4(bFrag, ", ns, "::smemAddress(", b.name, ") + ", ns, "::swizzle<", chunks,
-             ">(16 * np + 8 * (lane / 16) + lane % 8, 2 * ks + (lane / 8) % 2));"));
-  w.openUnrolledFor("mt", "kMTiles");
-  w.line(cat(mma, "(", acc, "[mt][2 * np], aFrag[mt], bFrag[0], bFrag[1]);"));
-  w.line(cat(mma, "(", acc, "[mt][2 * np + 1], aFrag[mt], bFrag[2], bFrag[3]);"));
-  w.close();
-  w.close();
+  w.line(target.copyChunk(tile, "row", "col", cat(global, " + (inside ? ", firstRow, " + row : 0) * ", rowStride, " + 8 * col"),
+                          "inside"));
   w.close();
 }
 
@@ -456,10 +414,11 @@ LogicalResult BackwardPrinter::printLoad(LoadOp load) {
     bool k = operand == tile::Operand::K;
     SharedTile tile{k ? "sK" : "sV", "kBlockN", type.getDimSize(1)};
     shared[load.getResult()] = tile;
-    w.comment(cat("tile.load ", k ? "k" : "v", ": the block's K/V tile into ", tile.name,
-                  " (cp.async, zero-filled past seqlen_k), for the whole walk"));
-    printCopy(tile, k ? "gK" : "gV", "blockKvTile * kBlockN", "p.seqlenK", k ? "p.kRowStride" : "p.vRowStride");
-    w.line(cat(ns, "::cpAsyncCommit();"));
+    w.comment(cat("tile.load ", k ? "k" : "v", ": the block's K/V tile into ", tile.name, " (", target.copyWords(),
+                  ", zero-filled past seqlen_k), for the whole walk"));
+    printCopy(tile, k ? "gK" : "gV", "blockKvTile * kBlockN", "p.seqlenK",
+                    k ? "p.kRowStride" : "p.vRowStride");
+    target.commitCopies(w);
     topCopiesPending = true;
     return success();
   }
@@ -502,7 +461,7 @@ LogicalResult BackwardPrinter::printStore(StoreOp store) {
   w.open("else");
   w.line(cat("float *const dst = p.", accum, " + ((long long)(p.keyOffset + key) * p.headsKv + hKv) * ", width,
              " + col;"));
-  w.line(cat(ns, "::redAdd2(dst, ", *acc, "[mt][nt][2 * r], ", *acc, "[mt][nt][2 * r + 1]);"));
+  w.line(target.reduceAdd2("dst", cat(*acc, "[mt][nt][2 * r]"), cat(*acc, "[mt][nt][2 * r + 1]")));
   w.close();
   w.close();
   w.close();
@@ -522,17 +481,20 @@ LogicalResult BackwardPrinter::printTileCopies(QLoopOp loop, const std::string &
     if (type.getRank() == 2 && (operand == tile::Operand::Q || operand == tile::Operand::DO)) {
       bool q = operand == tile::Operand::Q;
       std::string buffer = cat("(", bufferExpr, q ? " ? sQ1 : sQ0)" : " ? sDO1 : sDO0)");
-      w.comment(cat("tile.load ", q ? "q" : "do", "[", tileExpr, "]: cp.async, zero-filled past seqlen_q"));
+      w.comment(cat("tile.load ", q ? "q" : "do", "[", tileExpr, "]: ", target.copyWords(),
+                    ", zero-filled past seqlen_q"));
       printCopy(SharedTile{buffer, "kBlockM", type.getDimSize(1)}, q ? "gQ" : "gDO", firstRow, "p.seqlenQ",
-                q ? "p.qRowStride" : "p.dORowStride");
+                      q ? "p.qRowStride" : "p.dORowStride");
     } else if (type.getRank() == 1 && (operand == tile::Operand::Lse || operand == tile::Operand::Delta)) {
+      if (!target.stagesRows())
+        continue; // read from global memory at the load (printLoad)
       bool lse = operand == tile::Operand::Lse;
-      w.comment(cat("tile.load ", lse ? "lse" : "delta", "[", tileExpr,
-                    "]: 4-byte cp.async, rows past seqlen_q zeroed (read as -inf / 0)"));
+      w.comment(cat("tile.load ", lse ? "lse" : "delta", "[", tileExpr, "]: 4-byte ", target.copyWords(),
+                    ", rows past seqlen_q zeroed (read as -inf / 0)"));
       w.open("for (int row = threadIdx.x; row < kBlockM; row += kThreads)");
       w.line(cat("const bool inside = ", firstRow, " + row < p.seqlenQ;"));
-      w.line(cat(ns, "::cpAsync4(", ns, "::smemAddress(sRows + (", bufferExpr, " * 2 + ", lse ? 0 : 1,
-                 ") * kBlockM + row), ", lse ? "gLse" : "gDelta", " + (inside ? ", firstRow, " + row : 0), inside);"));
+      target.copyFloat(w, cat("sRows + (", bufferExpr, " * 2 + ", lse ? 0 : 1, ") * kBlockM + row"),
+                       cat(lse ? "gLse" : "gDelta", " + (inside ? ", firstRow, " + row : 0)"), "inside");
       w.close();
     } else {
       return load.emitOpError() << "is not copied one tile ahead (loads of a Q-tile loop: q, do, lse, delta)";
@@ -584,7 +546,7 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
     if (failed(printTileCopies(loop, lo->text, "qBuf")))
       return failure();
     w.close();
-    w.line(cat(ns, "::cpAsyncCommit();"));
+    target.commitCopies(w);
   }
   w.open(cat("for (int qt = ", lo->text, "; qt < ", hi->text, "; ++qt)"));
   names.push();
@@ -600,24 +562,26 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
       stageOrder.push_back(a);
   }
   w.line("const int warpRow0 = qt * kBlockM + warp * kWarpRows;  // first query row of this warp");
-  rowsInShared = ahead;
+  rowsInShared = ahead && target.stagesRows();
   if (ahead) {
-    w.line(cat(ns, "::cpAsyncWait<0>();"));
+    target.waitCopies(w);
     w.line("__syncthreads();  // tile qt landed in qBuf; every warp is done with qBuf ^ 1 and the staging buffers");
     w.open(cat("if (qt + 1 < ", hi->text, ")"));
     if (failed(printTileCopies(loop, "(qt + 1)", "(qBuf ^ 1)")))
       return failure();
     w.close();
-    w.line(cat(ns, "::cpAsyncCommit();"));
+    target.commitCopies(w);
     w.line("unsigned char *const sQ = qBuf ? sQ1 : sQ0, *const sDO = qBuf ? sDO1 : sDO0;");
-    w.line("const float *const sLse = sRows + qBuf * 2 * kBlockM, *const sDelta = sLse + kBlockM;");
+    if (rowsInShared)
+      w.line("const float *const sLse = sRows + qBuf * 2 * kBlockM, *const sDelta = sLse + kBlockM;");
     for (LoadOp load : loop.getBody().front().getOps<LoadOp>())
       if (cast<RankedTensorType>(load.getType()).getRank() == 2)
         shared[load.getResult()] = SharedTile{load.getOperand() == tile::Operand::Q ? "sQ" : "sDO", "kBlockM",
                                               cast<RankedTensorType>(load.getType()).getDimSize(1)};
   } else {
     w.line("__syncthreads();  // the last iteration's reads of sQ, sDO and the staging buffers are done");
-    w.comment("this Q tile's 16-bit loads (tile.load q[qt], do[qt]): cp.async, zero-filled past seqlen_q");
+    w.comment(cat("this Q tile's 16-bit loads (tile.load q[qt], do[qt]): ", target.copyWords(),
+                  ", zero-filled past seqlen_q"));
     for (Operation &op : loop.getBody().front()) {
       auto load = dyn_cast<LoadOp>(op);
       if (!load || cast<RankedTensorType>(load.getType()).getRank() != 2)
@@ -630,8 +594,8 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
       shared[load.getResult()] = tile;
       printCopy(tile, q ? "gQ" : "gDO", "qt * kBlockM", "p.seqlenQ", q ? "p.qRowStride" : "p.dORowStride");
     }
-    w.line(cat(ns, "::cpAsyncCommit();"));
-    w.line(cat(ns, "::cpAsyncWait<0>();"));
+    target.commitCopies(w);
+    target.waitCopies(w);
     w.line("__syncthreads();");
   }
   for (Operation &op : loop.getBody().front().without_terminator()) {
@@ -651,7 +615,7 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
   if (ScalarEmitter::isScalarOp(op))
     return scalars.emit(op);
   if (topCopiesPending && isa<QLoopOp, StoreOp>(op)) {
-    w.line(cat(ns, "::cpAsyncWait<0>();"));
+    target.waitCopies(w);
     w.line("__syncthreads();  // K and V are in shared memory");
     topCopiesPending = false;
   }
@@ -674,9 +638,7 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
           return failure();
         std::string name = names.unique(a->name == "sQ" ? "s" : "dp");
         registers[qk.getS()] = name;
-        w.comment(cat(name, " = ", a->name.substr(1), "·", b->name.substr(1),
-                      "ᵀ (tile.qk; mma.sync m16n8k16, fp32): this warp's query rows x the K/V tile's keys"));
-        printScoreGemm(name, *a, *b);
+        target.scoreGemm(w, name, *a, *b);
         return success();
       })
       .Case([&](ScaleOp scale) -> LogicalResult {
@@ -756,29 +718,7 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
         if (failed(a))
           return failure();
         registers[dot.getResult()] = *acc;
-        const std::string chunks = cat(b->width / 8);
-        w.comment(cat(*acc, " += Aᵀ·", b->name.substr(1), " (tile.dot_tn; mma.sync, fp32), A staged in ", *a,
-                      ": this warp's key rows; Aᵀ by"));
-        w.comment(cat("ldmatrix.x4.trans of ", *a, ", ", b->name.substr(1),
-                      " by ldmatrix.x4.trans as V in the forward's P·V"));
-        w.openUnrolledFor("ks", "kBlockM / 16");
-        w.line("unsigned aFrag[kKvMTiles][4];");
-        w.openUnrolledFor("mt", "kKvMTiles");
-        w.line(cat(ns, "::ldmatrixX4Trans(aFrag[mt], ", ns, "::smemAddress(", *a, ") + ", ns,
-                   "::swizzle<kBlockN / 8>(16 * ks + lane % 8 + 8 * (lane / 16), (kvRowGroup * kKvWarpRows + 16 * mt) "
-                   "/ 8 + (lane / 8) % 2));"));
-        w.close();
-        w.openUnrolledFor("np", cat(warpCols(b->width) / 16));
-        w.line("unsigned bFrag[4];");
-        w.line(cat(ns, "::ldmatrixX4Trans(bFrag, ", ns, "::smemAddress(", b->name, ") + ", ns, "::swizzle<", chunks,
-                   ">(16 * ks + 8 * ((lane / 8) % 2) + lane % 8, 2 * (kvColPart * ", warpCols(b->width) / 16,
-                   " + np) + lane / 16));"));
-        w.openUnrolledFor("mt", "kKvMTiles");
-        w.line(cat(mma, "(", *acc, "[mt][2 * np], aFrag[mt], bFrag[0], bFrag[1]);"));
-        w.line(cat(mma, "(", *acc, "[mt][2 * np + 1], aFrag[mt], bFrag[2], bFrag[3]);"));
-        w.close();
-        w.close();
-        w.close();
+        target.dotTn(w, *acc, *a, *b, warpCols(b->width));
         return success();
       })
       .Case([&](AccumulateOp acc) -> LogicalResult {
@@ -787,43 +727,20 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
           return failure();
         if (acc.getOperand() != tile::Operand::DqAccum || !b->name.starts_with("sK"))
           return acc.emitOpError() << "is printed as dQ += dS·K only (dq_accum, B the K tile)";
-        FailureOr<std::string> a = staged(acc.getA(), op);
-        if (failed(a))
+        FailureOr<std::string> ds = regs(acc.getA(), op);
+        if (failed(ds))
           return failure();
-        const std::string chunks = cat(b->width / 8);
-        w.comment(cat("tile.accumulate dq_accum[qt]: dQ += A·K, A staged in ", *a,
-                      " (this warp's query rows, ldmatrix.x4), K by"));
-        w.comment("ldmatrix.x4.trans; 16 columns at a time, added to the fp32 accumulator (red.global.add)");
-        w.line("unsigned aFrag[kMTiles][kBlockN / 16][4];");
-        w.openUnrolledFor("mt", "kMTiles");
-        w.openUnrolledFor("ks", "kBlockN / 16");
-        w.line(cat(ns, "::ldmatrixX4(aFrag[mt][ks], ", ns, "::smemAddress(", *a, ") + ", ns,
-                   "::swizzle<kBlockN / 8>(warp * kWarpRows + 16 * mt + lane % 16, 2 * ks + lane / 16));"));
-        w.close();
-        w.close();
+        std::string a;
+        if (!target.dqReadsRegisters()) {
+          FailureOr<std::string> buffer = staged(acc.getA(), op);
+          if (failed(buffer))
+            return failure();
+          a = *buffer;
+        }
+        target.dqOperand(w, a, *ds);
         const std::string dqTurn = "p.semaphores + ((long long)b * p.headsQ + h) * p.qTiles + qt";
         printTurnWait(dqTurn, kDqTurn);
-        w.openUnrolledFor("np", cat(b->width / 16));
-        w.line("float part[kMTiles][2][4] = {};");
-        w.openUnrolledFor("ks", "kBlockN / 16");
-        w.line("unsigned bFrag[4];");
-        w.line(cat(ns, "::ldmatrixX4Trans(bFrag, ", ns, "::smemAddress(", b->name, ") + ", ns, "::swizzle<", chunks,
-                   ">(16 * ks + 8 * ((lane / 8) % 2) + lane % 8, 2 * np + lane / 16));"));
-        w.openUnrolledFor("mt", "kMTiles");
-        w.line(cat(mma, "(part[mt][0], aFrag[mt][ks], bFrag[0], bFrag[1]);"));
-        w.line(cat(mma, "(part[mt][1], aFrag[mt][ks], bFrag[2], bFrag[3]);"));
-        w.close();
-        w.close();
-        fragments.forEachRow(w, [&] {
-          w.line(cat("const int q = ", FragmentTiles::threadRow(), ";"));
-          w.line("if (q >= p.seqlenQ)");
-          w.line("  continue;");
-          w.openUnrolledFor("nt", "2");
-          w.line(cat("float *const dst = gDqAccum + (long long)q * ", b->width, " + 16 * np + 8 * nt + fragCol;"));
-          w.line(cat(ns, "::redAdd2(dst, part[mt][nt][2 * r], part[mt][nt][2 * r + 1]);"));
-          w.close();
-        });
-        w.close();
+        target.dqProduct(w, *b);
         printTurnPass(dqTurn);
         return success();
       })
@@ -859,10 +776,12 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
     return func.emitOpError() << "has a Q-tile loop of " << qBuffers << " buffers; the backward printer prints 1 or 2";
   const int hd = static_cast<int>(shape.headDim), hdv = static_cast<int>(shape.headDimV);
   // Two buffers also hold the LSE and D rows of a Q tile (fp32).
-  const int rowsBytes = qBuffers == 2 ? 2 * 2 * shape.blockM * 4 : 0;
-  mainSmemBytes = shape.blockN * (rowBytes(hd) + rowBytes(hdv)) +
-                  qBuffers * shape.blockM * (rowBytes(hd) + rowBytes(hdv)) + rowsBytes +
-                  stagingBuffers * shape.blockM * rowBytes(shape.blockN);
+  const bool rowsStaged = qBuffers == 2 && target.stagesRows();
+  const int rowsBytes = rowsStaged ? 2 * 2 * shape.blockM * 4 : 0;
+  mainSmemBytes = static_cast<int>(
+      target.tileBytes(shape.blockN, hd) + target.tileBytes(shape.blockN, hdv) +
+      qBuffers * (target.tileBytes(shape.blockM, hd) + target.tileBytes(shape.blockM, hdv)) + rowsBytes +
+      stagingBuffers * target.tileBytes(shape.blockM, shape.blockN) + target.sharedMemoryReserve());
 
   printHeader(entry, "dK, dV of one K/V tile and its dQ terms (backward_main)");
   w.comment("---- the tile of this thread block: K/V tile blockKvTile of query head blockHead (tile.dim kv_tile) ----");
@@ -886,7 +805,8 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   if (qBuffers == 2) {
     w.comment(cat("---- shared memory (", mainSmemBytes,
                   " bytes): sK, sV [kBlockN rows]; two buffers of sQ, sDO [kBlockM rows], 16-bit, rows swizzled"));
-    w.comment(cat("(", ns, "::rowPitch), and of the LSE and D rows (sRows, fp32 [2][2][kBlockM]); ", stagingBuffers,
+    w.comment(cat("(", target.tileLayoutWords(), ")",
+                  rowsStaged ? ", and of the LSE and D rows (sRows, fp32 [2][2][kBlockM])" : "", "; ", stagingBuffers,
                   " staging buffer(s) [kBlockM][kBlockN] for P and dS ----"));
     for (const char *buffer : {"0", "1"}) {
       tiles.push_back({cat("sQ", buffer), "kBlockM", "kHeadDim"});
@@ -895,23 +815,23 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   } else {
     w.comment(cat("---- shared memory (", mainSmemBytes,
                   " bytes): sK, sV [kBlockN rows], sQ, sDO [kBlockM rows], 16-bit, rows swizzled"));
-    w.comment(cat("(", ns, "::rowPitch); ", stagingBuffers, " staging buffer(s) [kBlockM][kBlockN] for P and dS ----"));
+    w.comment(cat("(", target.tileLayoutWords(), "); ", stagingBuffers, " staging buffer(s) [kBlockM][kBlockN] for P and dS ----"));
     tiles.push_back({"sQ", "kBlockM", "kHeadDim"});
     tiles.push_back({"sDO", "kBlockM", "kHeadDimV"});
   }
-  w.line("extern __shared__ __align__(128) unsigned char smem[];");
+  target.declareSharedMemory(w);
   std::string at = "smem";
   for (const auto &[name, rows, width] : tiles) {
     w.line(cat("unsigned char *const ", name, " = ", at, ";"));
-    at = cat(name, " + ", rows, " * ", ns, "::rowPitch<", width, " / 8>() * 16");
+    at = cat(name, " + ", target.tileBytesExpr(rows, width));
   }
-  if (qBuffers == 2) {
+  if (rowsStaged) {
     w.line(cat("float *const sRows = reinterpret_cast<float *>(", at, ");"));
     at = "reinterpret_cast<unsigned char *>(sRows + 2 * 2 * kBlockM)";
   }
   for (int i = 0; i < stagingBuffers; ++i) {
     w.line(cat("unsigned char *const sStage", i, " = ", at, ";"));
-    at = cat("sStage", i, " + kBlockM * ", ns, "::rowPitch<kBlockN / 8>() * 16");
+    at = cat("sStage", i, " + ", target.tileBytesExpr("kBlockM", "kBlockN"));
   }
   w.comment("---- global tiles of this (batch, head): strides in elements ----");
   w.line("const unsigned short *const gQ = static_cast<const unsigned short *>(p.q) + b * p.qBatchStride + h * "
@@ -1153,14 +1073,18 @@ FailureOr<EmittedKernel> emitBackwardCuda(ModuleOp module) {
   FailureOr<const TargetFamily *> family = familyOf(main, /*pipelined=*/false);
   if (failed(family) || failed(familyOf(pre, false)) || failed(familyOf(post, false)))
     return failure();
-  MmaShape mmaShape = (*family)->mmaShape();
-  if (mmaShape.m != 16 || mmaShape.n != 8 || mmaShape.k != 16)
-    return main.emitOpError() << "is lowered to the '" << (*family)->name()
-                              << "' instruction family; the backward printer prints m16n8k16 (mma.sync) families";
   KernelShape shape = schedule::kernelShapeOf(main);
   for (FuncOp func : {pre, post})
     if (func.getScheduleAttr() != main.getScheduleAttr())
       return func.emitOpError() << "is scheduled unlike the backward's main program";
+  if (std::optional<std::string> error = (*family)->checkShape(shape))
+    return main.emitOpError() << *error;
+  std::unique_ptr<BackwardTarget> backward = (*family)->createBackwardPrinter(shape);
+  if (!backward)
+    return main.emitOpError() << "is lowered to the '" << (*family)->name()
+                              << "' instruction family, which prints no backward programs (no BackwardTarget)";
+  if (std::string error = backward->checkMainShape(); !error.empty())
+    return main.emitOpError() << error;
   std::unique_ptr<TileTarget> target = (*family)->createPrinter(shape);
   ScheduleAttr schedule = main.getScheduleAttr();
   TargetAttr targetAttr = main.getTargetAttr();
@@ -1182,7 +1106,6 @@ FailureOr<EmittedKernel> emitBackwardCuda(ModuleOp module) {
   if (failed(preHooks))
     return failure();
   hooks->insert(preHooks->begin(), preHooks->end());
-  std::string ns(target->preludeNamespace());
   BackwardFacts facts;
   facts.preprocessEntry = info.entry + "_preprocess";
   facts.mainEntry = info.entry;
@@ -1190,9 +1113,9 @@ FailureOr<EmittedKernel> emitBackwardCuda(ModuleOp module) {
   facts.blockM = shape.blockM;
   facts.blockN = shape.blockN;
   facts.threads = shape.warps * kWarpSize;
-  BackwardPrinter prePrinter(pre, shape, ns, helpers, *hooks);
-  BackwardPrinter mainPrinter(main, shape, ns, helpers, *hooks);
-  BackwardPrinter postPrinter(post, shape, ns, helpers, *hooks);
+  BackwardPrinter prePrinter(pre, shape, *backward, helpers, *hooks);
+  BackwardPrinter mainPrinter(main, shape, *backward, helpers, *hooks);
+  BackwardPrinter postPrinter(post, shape, *backward, helpers, *hooks);
   if (failed(prePrinter.printPreprocess(facts.preprocessEntry)) || failed(mainPrinter.printMain(facts.mainEntry)) ||
       failed(postPrinter.printPostprocess(facts.postprocessEntry)))
     return failure();
@@ -1203,7 +1126,7 @@ FailureOr<EmittedKernel> emitBackwardCuda(ModuleOp module) {
     mainReads.push_back(cast<InputGradOp>(read));
   for (Operation *read : distinctReads(pre, *hooks))
     sinkReads.push_back(cast<SinkGradOp>(read));
-  BackwardPrinter sumPrinter(main, shape, ns, helpers, *hooks);
+  BackwardPrinter sumPrinter(main, shape, *backward, helpers, *hooks);
   if (!mainReads.empty() || !sinkReads.empty()) {
     facts.inputGradsEntry = info.entry + "_input_grads";
     facts.mainInputTerms = static_cast<int>(mainReads.size());
@@ -1220,8 +1143,7 @@ FailureOr<EmittedKernel> emitBackwardCuda(ModuleOp module) {
   std::string &src = kernel.source;
   src = sourceHeading(info, shape, targetAttr.getIsa(),
                       "attention backward generated by flashtile from tile IR (docs/backward.md).");
-  src += target->prelude();
-  src += backwardPrelude(ns);
+  src += backward->prelude();
   src += sequenceStructText();
   if (std::string defs = helpers.definitions(); !defs.empty())
     src += "\n" + defs;

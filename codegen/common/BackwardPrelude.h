@@ -1,8 +1,9 @@
 //===- BackwardPrelude.h - the device primitives the backward adds --------===//
 //
 // Printed after the fragment prelude (FragmentPrelude.h) in backward modules: instruction-level helpers only — a
-// 16-bit pair read back as two floats, a sum over a warp's lanes, fp32 adds into global memory, a 4-byte asynchronous
-// copy. The kernels' loops, copies, barriers and masking are generated from their IR (BackwardEmitter.cpp).
+// 16-bit pair read back as two floats, a sum over a warp's lanes and over a block, the deterministic mode's turns.
+// The family adds its fp32 reductions into global memory and its copies (BackwardTarget::prelude: codegen/sm80,
+// codegen/sm90). The kernels' loops, copies, barriers and masking are generated from their IR (BackwardEmitter.cpp).
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_CODEGEN_COMMON_BACKWARDPRELUDE_H
 #define FLASHTILE_CODEGEN_COMMON_BACKWARDPRELUDE_H
@@ -65,30 +66,15 @@ __device__ __forceinline__ void passTurn(int *counter) {
   asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
 }
 
-// *dst += x, fp32, without reading the result back (red.global.add: the order of concurrent adds is the hardware's).
-__device__ __forceinline__ void redAdd(float *dst, float x) {
-  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(dst), "f"(x) : "memory");
-}
-// dst[0] += x, dst[1] += y (dst 8-byte aligned): one vector reduction from sm_90 on (PTX 8.1), two before.
-__device__ __forceinline__ void redAdd2(float *dst, float x, float y) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
-#else
-  redAdd(dst, x);
-  redAdd(dst + 1, y);
-#endif
-}
-
-// A 4-byte global-to-shared copy (cp.async.ca); when `valid` is false no byte is read and the 4 bytes are zeroed.
-__device__ __forceinline__ void cpAsync4(unsigned dst, const void *src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
-}
-
-} // namespace $ns
 )cuda";
 
-/// The backward primitives in namespace `ns` (the family's).
-inline std::string backwardPrelude(std::string_view ns) { return inNamespace(kBackwardPreludeText, ns); }
+/// The backward primitives in namespace `ns` (the family's fragment primitives'), then the family's own
+/// (`familyText`: its fp32 reductions into global memory and its copies, BackwardTarget.h), in the same namespace.
+inline std::string backwardPrelude(std::string_view ns, std::string_view familyText) {
+  std::string text(kBackwardPreludeText);
+  text.append(familyText).append("} // namespace $ns\n");
+  return inNamespace(text, ns);
+}
 
 } // namespace flashtile::codegen
 

@@ -9,6 +9,7 @@
 #ifndef FLASHTILE_CODEGEN_COMMON_TARGETREGISTRY_H
 #define FLASHTILE_CODEGEN_COMMON_TARGETREGISTRY_H
 
+#include "codegen/common/BackwardTarget.h"
 #include "codegen/common/TileTarget.h"
 #include "passes/Target/TargetFamily.h"
 
@@ -27,6 +28,9 @@ class TargetFamily : public target::TargetFamily {
 public:
   /// The printer of `shape`'s tile ops; checkShape(shape) must have passed.
   virtual std::unique_ptr<TileTarget> createPrinter(const KernelShape &shape) const = 0;
+  /// The instruction-level printer of the backward programs of `shape` (BackwardTarget.h; checkShape(shape)
+  /// passed), or null when the family prints no backward.
+  virtual std::unique_ptr<BackwardTarget> createBackwardPrinter(const KernelShape &) const { return nullptr; }
 };
 
 /// Registers `family` with the target registry (passes/Target/TargetFamily.h), its printer with it.

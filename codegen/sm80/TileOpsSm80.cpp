@@ -8,6 +8,7 @@
 // Its prelude is the common fragment prelude (FragmentPrelude.h) in namespace sm80.
 //===----------------------------------------------------------------------===//
 #include "codegen/sm80/TileOpsSm80.h"
+#include "codegen/sm80/BackwardSm80.h"
 #include "codegen/common/Concat.h"
 #include "codegen/common/FragmentPrelude.h"
 #include "codegen/common/FragmentTiles.h"
@@ -824,6 +825,11 @@ public:
   std::unique_ptr<TileTarget> createPrinter(const KernelShape &shape) const override {
     assert(!checkShape(shape) && "createPrinter needs a shape checkShape accepts");
     return std::make_unique<TileTargetSm80>(shape);
+  }
+
+  std::unique_ptr<BackwardTarget> createBackwardPrinter(const KernelShape &shape) const override {
+    assert(!checkShape(shape) && "createBackwardPrinter needs a shape checkShape accepts");
+    return createBackwardTarget(shape);
   }
 };
 

@@ -15,6 +15,7 @@
 // mods, finalize and LSE are the common register-tile math (FragmentTiles.h), as for the sm80 family.
 //===----------------------------------------------------------------------===//
 #include "codegen/sm90/TileOpsSm90.h"
+#include "codegen/sm90/BackwardSm90.h"
 #include "codegen/common/Concat.h"
 #include "codegen/common/Exp2Poly.h"
 #include "codegen/common/FragmentPrelude.h"
@@ -434,10 +435,13 @@ public:
     if (shape.warpLayout != WarpLayout::SplitQ)
       return cat("sm90: warp layout ", warpLayoutName(shape.warpLayout),
                  " is not printed; accepted: ", warpLayoutName(WarpLayout::SplitQ));
-    if (shape.warps % kWarpgroupWarps != 0 || shape.blockM % kWgmmaM != 0 ||
-        shape.blockM != kRowsPerWarp * (shape.warps - kWarpgroupWarps))
+    // The backward's main program (BackwardSm90.cpp): one warpgroup of 64 rows that computes and copies.
+    const bool oneWarpgroup = shape.warps == kWarpgroupWarps && shape.blockM == kWgmmaM;
+    if (!oneWarpgroup && (shape.warps % kWarpgroupWarps != 0 || shape.blockM % kWgmmaM != 0 ||
+                          shape.blockM != kRowsPerWarp * (shape.warps - kWarpgroupWarps)))
       return cat("sm90: block-m (", shape.blockM, ") with ", shape.warps,
-                 " warps: a block is one producer warpgroup plus consumer warpgroups of 64 rows each");
+                 " warps: a block is one producer warpgroup plus consumer warpgroups of 64 rows each (or, in a "
+                 "backward, one warpgroup of 64 rows)");
     if (shape.warpRows != kRowsPerWarp)
       return cat("sm90: split_q warpRows (", shape.warpRows, ") must be ", kRowsPerWarp,
                  ": a consumer warp holds its quarter of an m", kWgmmaM, " wgmma's rows");
@@ -455,6 +459,11 @@ public:
   std::unique_ptr<TileTarget> createPrinter(const KernelShape &shape) const override {
     assert(!checkShape(shape) && "createPrinter needs a shape checkShape accepts");
     return std::make_unique<TileTargetSm90>(shape);
+  }
+
+  std::unique_ptr<BackwardTarget> createBackwardPrinter(const KernelShape &shape) const override {
+    assert(!checkShape(shape) && "createBackwardPrinter needs a shape checkShape accepts");
+    return createBackwardTarget(shape);
   }
 };
 

@@ -114,18 +114,14 @@ public:
 
   void buildPipeline(OpPassManager &pm, const schedule::Request &request) const override {
     OpPassManager &func = pm.nest<FuncOp>();
-    schedule::addApplySchedule(func, kName, request);
     if (request.kind == kBackwardModule) {
       // The backward (docs/backward.md): the main program walks the Q tiles that see its K/V tile, masked only on
-      // the boundary segments; its tiles stay in shared memory for the whole walk (the printer's copies).
-      func.addPass(createTileBoundQLoop());
-      func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
-      func.addPass(createCanonicalizerPass());
-      func.addPass(createCSEPass());
-      // One staging barrier a Q tile, and with two buffers (stages = 2) each tile's copies issued a tile ahead.
-      func.addPass(createTilePipelineQLoop());
+      // the boundary segments; its tiles stay in shared memory for the whole walk (the printer's copies). One staging
+      // barrier a Q tile, and with two buffers (stages = 2) each tile's copies issued a tile ahead.
+      schedule::addBackwardPasses(func, kName, request);
       return;
     }
+    schedule::addApplySchedule(func, kName, request);
     func.addPass(createTileSplitBoundary());
     func.addPass(createTilePipelineCopies());
     func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));

@@ -8,6 +8,7 @@
 #include "schedules/fa3/Fa3Pipeline.h"
 #include "schedules/fa3/Fa3Register.h"
 
+#include "passes/IR/ProgramKinds.h"
 #include "passes/IR/TileExp2Poly.h"
 #include "passes/Transforms/Passes.h"
 
@@ -21,6 +22,8 @@ using namespace mlir;
 using namespace flashtile::tile;
 
 constexpr int kWarpgroupWarps = 4;
+/// The backward's Q-tile rows and K/V-tile keys: one warpgroup's m64.
+constexpr int64_t kBackwardBlock = 64;
 
 /// The knob's value, else `fallback`.
 int64_t knob(const schedule::Knobs &knobs, const char *name, int64_t fallback) {
@@ -70,6 +73,8 @@ public:
   }
 
   FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass shapeClass) const override {
+    if (func.getKind() != kForwardProgram)
+      return configureBackward(func, knobs);
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
     // 128 query rows over two consumer warpgroups; keys per tile by head dim (the registers hold S, P and O): 128 at
     // 64, 176 at 128 (measured on the H200, 2026-12-01: +3-5% over 128 at 8k-16k with ping-pong, causal too), 80
@@ -121,7 +126,45 @@ public:
                              /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, shapeClass);
   }
 
+  /// The backward's three programs share one configuration: one warpgroup (4 warps) a block computing with wgmma and
+  /// copying with cp.async, 64-row Q tiles and 64-key K/V tiles (the m64 of the GEMMs whose rows are keys, dK and dV
+  /// in its registers), Q, dO, LSE and D copied one Q tile ahead (stages = 2 Q-tile buffers). The knobs that shape
+  /// the forward's roles have no meaning here and are refused by name.
+  FailureOr<ScheduleAttr> configureBackward(FuncOp func, const schedule::Knobs &knobs) const {
+    auto refuse = [&](const char *name, int64_t value, const std::string &accepted) {
+      return func.emitOpError() << "fa3 backward: " << name << " = " << value << " is not supported; accepted: "
+                                << accepted;
+    };
+    for (const char *roleKnob : {kProducerRegs, kConsumerRegs, kOverlap, kPingpong, kPersistent, kStageO, kScheduler,
+                                 kRescaleThreshold, kExp2PolyShare})
+      if (knobs.count(roleKnob))
+        return func.emitOpError() << "fa3 backward: the knob " << roleKnob
+                                  << " shapes the forward's roles; the backward accepts block-m, block-n, stages and "
+                                     "consumer-warpgroups";
+    const int64_t blockM = knob(knobs, kBlockM, kBackwardBlock), blockN = knob(knobs, kBlockN, kBackwardBlock);
+    const int64_t consumers = knob(knobs, kConsumerWarpgroups, 1), stages = knob(knobs, kStages, 2);
+    if (blockM != kBackwardBlock)
+      return refuse(kBlockM, blockM, "64 (one warpgroup's m64 rows)");
+    if (blockN != kBackwardBlock)
+      return refuse(kBlockN, blockN, "64 (the m64 rows of the dK and dV wgmmas)");
+    if (consumers != 1)
+      return refuse(kConsumerWarpgroups, consumers, "1");
+    if (stages != 2)
+      return refuse(kStages, stages, "2 (Q-tile buffers: each Q tile copied one tile ahead)");
+    for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
+      if (value != 64 && value != 128)
+        return refuse(name, value, "64 or 128 (dK and dV in one warpgroup's registers); the fa2 backward serves the "
+                                   "others");
+    return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, kWarpgroupWarps, WarpLayout::SplitQ,
+                             blockM / kWarpgroupWarps, stages, /*rescaleThreshold=*/0, /*minBlocksPerSm=*/0,
+                             /*lptGroupBlocks=*/0, ShapeClass::Default);
+  }
+
   bool walkDescending() const override { return true; }
+
+  bool schedulesKind(std::string_view kind) const override {
+    return kind == "forward" || kind == std::string_view(kBackwardModule);
+  }
 
   std::string targetFamilyFor(std::string_view arch) const override {
     // wgmma and setmaxnreg are sm_90a's alone (sm_100a has tcgen05 instead: the fa4 schedule's); sm_80 has neither.
@@ -132,13 +175,21 @@ public:
     // Measured on the H200 (bench/RESULTS.md, 2026-12-01): fa3 runs 1.4-2.2x fa2's kernels at every head dim,
     // length, mask and variant both have kernels for, so on sm_90a every call naming no schedule runs fa3's kernel.
     // The sm90 family tiles every head dim the runtime serves (32 and 96 with 64-byte swizzled blocks): fa2 runs
-    // there only where a library lacks fa3's kernel.
+    // there only where a library lacks fa3's kernel. The backward (2026-12-03, bf16 and fp16, 1k-8k, causal and not):
+    // fa3's runs 1.15-1.28x fa2's at head dim 128 and 0.96-1.23x at 64 (31 of 32 cases faster), so backward calls
+    // take it too; at the head dims it refuses (not 64 or 128) the runtime falls back to fa2's without a log line.
     if (arch != "sm_90a")
       return {};
     return {.calls = DefaultCalls::All, .preferredOver = {"fa2"}};
   }
 
   void buildPipeline(OpPassManager &pm, const schedule::Request &request) const override {
+    if (request.kind == kBackwardModule) {
+      // The backward (docs/backward.md) as fa2 walks it: the main program's Q-tile walk bounded by the inverse of
+      // the K/V range, its copies made by the printer (one Q tile ahead: tile-pipeline-q-loop).
+      schedule::addBackwardPasses(pm.nest<FuncOp>(), kName, request);
+      return;
+    }
     buildSchedulePipeline(pm, request);
     pm.nest<FuncOp>().addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
   }

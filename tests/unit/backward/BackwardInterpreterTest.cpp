@@ -7,7 +7,9 @@
 // the comparison they affect. The main program also runs with its Q-tile walk bounded by tile-bound-q-loop (the
 // inverse of the variant's KV-range rules, in masked and unmasked segments) and pipelined by tile-pipeline-q-loop (its
 // GEMMs reordered), which must give the same gradients while
-// visiting fewer Q tiles where the variant skips some; a bound that drops tiles or a mask must fail.
+// visiting fewer Q tiles where the variant skips some; a bound that drops tiles or a mask must fail. The fa3 schedule's
+// backward (its whole pass pipeline for sm_90a: 64-row Q tiles, 64-key K/V tiles, the bounded and pipelined walk) runs
+// for every built-in variant, at head dims 64 and 128, bf16 and fp16, with several tiles and padded rows.
 //
 // The tolerance is the rounding model's worst case, per element. Both sides get the same Q, K, V and dO (values of
 // the dtype) and the interpreter the oracle's O rounded to the dtype and LSE rounded to fp32, as the forward stores
@@ -27,6 +29,9 @@
 #include "passes/IR/ProgramKinds.h"
 
 #include "passes/Transforms/Passes.h"
+#include "passes/Transforms/ScheduleRegistry.h"
+#include "codegen/Registry.h"
+#include "schedules/Registry.h"
 
 #include "mlir/AsmParser/AsmParser.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -58,12 +63,14 @@ struct Case {
   /// The main program scheduled with blockM = tileRowsQ, blockN = tileRowsK and its Q-tile walk bounded and pipelined
   /// (tile-bound-q-loop, tile-pipeline-q-loop).
   bool bounded = false;
+  /// Scheduled by this registered schedule's backward pipeline for sm_90a (its tiles, not tileRowsQ/K), or none.
+  std::string schedule;
   std::string name() const {
     std::ostringstream out;
     out << variant << "_b" << shape.batch << "_q" << shape.seqlenQ << "_k" << shape.seqlenK << "_h" << shape.headsQ
         << "x" << shape.headsKv << "_d" << shape.headDim << "x" << shape.headDimV << (cuQ.empty() ? "" : "_varlen")
         << "_t" << tileRowsQ << "x" << tileRowsK << (dtype == ElementType::BF16 ? "_bf16" : "_fp16")
-        << (bounded ? "_bounded" : "");
+        << (bounded ? "_bounded" : "") << (schedule.empty() ? "" : "_" + schedule);
     return out.str();
   }
 };
@@ -230,6 +237,27 @@ bool boundQLoop(ModuleOp module, const Case &c) {
   return segments == 3;
 }
 
+/// Runs `schedule`'s backward pipeline for sm_90a on the module (every program scheduled, the main program's walk
+/// bounded and pipelined, lowered to the schedule's family there).
+bool scheduleWith(ModuleOp module, const std::string &name) {
+  schedule::registerBuiltinSchedules();
+  codegen::registerBuiltinTargets();
+  const schedule::Schedule *scheduleDef = schedule::lookupSchedule(name);
+  if (!scheduleDef || !scheduleDef->schedulesKind(tile::kBackwardModule))
+    return false;
+  schedule::Request request;
+  request.schedule = name;
+  request.arch = "sm_90a";
+  request.kind = tile::kBackwardModule;
+  PassManager pm(module.getContext());
+  scheduleDef->buildPipeline(pm, request);
+  if (failed(pm.run(module)))
+    return false;
+  int segments = 0;
+  mainProgram(module).walk([&](tile::QLoopOp loop) { segments += loop.isBounded(); });
+  return segments > 0 && mainProgram(module).getScheduleAttr().getName() == name;
+}
+
 Outcome runCase(const Case &c, const Plant &plant = {}) {
   Outcome outcome;
   std::optional<Variant> variant = variants::byName(c.variant);
@@ -246,6 +274,10 @@ Outcome runCase(const Case &c, const Plant &plant = {}) {
     return outcome;
   if (c.bounded && !boundQLoop(**backward, c)) {
     ADD_FAILURE() << "bounding the Q-tile walk of " << c.variant << "'s main program failed: " << diagnostics.text;
+    return outcome;
+  }
+  if (!c.schedule.empty() && !scheduleWith(**backward, c.schedule)) {
+    ADD_FAILURE() << "the " << c.schedule << " backward pipeline failed on " << c.variant << ": " << diagnostics.text;
     return outcome;
   }
   if (plant && !plant(**backward)) {
@@ -364,11 +396,35 @@ std::vector<Case> boundedMatrix() {
   return cases;
 }
 
+/// Every variant under fa3's backward schedule (64 x 64 tiles): sequences of several tiles with padded rows, GQA,
+/// Sq != Sk, varlen, head dims 64 and 128, bf16 and fp16.
+std::vector<Case> fa3Matrix() {
+  std::vector<Case> cases;
+  int n = 0;
+  for (const std::string &variant : allVariants()) {
+    const int headDim = n++ % 2 ? 128 : 64;
+    Case dense{variant, {1, 150, 131, 2, 1, headDim, headDim}, {}, {}, 0, 0, ElementType::BF16};
+    dense.schedule = "fa3";
+    cases.push_back(dense);
+    Case varlen{variant, {3, 170, 200, 2, 2, 64, 64}, {0, 70, 70, 170}, {0, 130, 135, 200}, 0, 0, ElementType::F16};
+    varlen.schedule = "fa3";
+    cases.push_back(varlen);
+  }
+  return cases;
+}
+
 class BackwardInterpreter : public ::testing::TestWithParam<Case> {};
 
 TEST_P(BackwardInterpreter, MatchesTheFp64Oracle) { expectAllPass(runCase(GetParam()), GetParam().name()); }
 
 INSTANTIATE_TEST_SUITE_P(Builtins, BackwardInterpreter, ::testing::ValuesIn(matrix()),
+                         [](const ::testing::TestParamInfo<Case> &info) { return info.param.name(); });
+
+class Fa3BackwardInterpreter : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Fa3BackwardInterpreter, MatchesTheFp64Oracle) { expectAllPass(runCase(GetParam()), GetParam().name()); }
+
+INSTANTIATE_TEST_SUITE_P(Builtins, Fa3BackwardInterpreter, ::testing::ValuesIn(fa3Matrix()),
                          [](const ::testing::TestParamInfo<Case> &info) { return info.param.name(); });
 
 class BoundedBackwardInterpreter : public ::testing::TestWithParam<Case> {};

@@ -2,7 +2,9 @@
 // kernels at head dims 64 and 128 (and 192, 256 for a few), bf16 and fp16, compile with NVRTC to one cubin (no GPU
 // needed); the plan launches the preprocess, main and postprocess kernels with the delta and dQ-accumulator workspaces;
 // the printed source follows the scheduled IR (the bounded Q-tile walk, the variant's hooks); configurations the
-// printer does not serve are refused with a diagnostic naming the knob.
+// printer does not serve are refused with a diagnostic naming the knob. The fa3 schedule's backward (codegen/sm90:
+// wgmma) compiles for sm_90a for every built-in variant at head dims 64 and 128, bf16 and fp16; the head dims it does
+// not serve (192/128, 256, 96) are refused naming the head dim, and fa2 serves them.
 #include "PlanSupport.h"
 #include "Variants.h"
 #include "flashtile/dsl/Program.h"
@@ -18,12 +20,12 @@ using namespace flashtile;
 namespace {
 
 jit::CompileOptions backwardOptions(ElementType dtype, int headDim, const std::string &arch = "sm_90a",
-                                    schedule::Knobs knobs = {}) {
+                                    schedule::Knobs knobs = {}, const std::string &scheduleName = "fa2") {
   jit::CompileOptions options;
   options.kind = "backward";
   options.dtype = dtype;
   options.headDim = options.headDimV = headDim;
-  options.schedule = schedule::Request{"fa2", arch, "default", std::move(knobs)};
+  options.schedule = schedule::Request{scheduleName, arch, "default", std::move(knobs)};
   return options;
 }
 
@@ -78,6 +80,72 @@ INSTANTIATE_TEST_SUITE_P(Fa2WideHeadDims, BackwardCompiles,
                                           testing::Values(ElementType::BF16, ElementType::F16),
                                           testing::Values(192, 256)),
                          configName);
+
+class Fa3BackwardCompiles : public testing::TestWithParam<Config> {};
+
+TEST_P(Fa3BackwardCompiles, ThreeKernelsToOneCubinWithWgmma) {
+  auto [variant, dtype, headDim] = GetParam();
+  StatusOr<jit::CompileResult> result = jit::compile(
+      *variants::byName(variant), backwardOptions(dtype, headDim, "sm_90a", {}, "fa3"), jit::Stage::Cubin);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  const KernelInfo &info = result->info;
+  EXPECT_EQ(info.kind, "backward");
+  EXPECT_EQ(info.schedule, "fa3");
+  EXPECT_TRUE(info.verify().ok()) << info.verify().message();
+  for (const std::string &entry : plans::launchedEntries(info))
+    EXPECT_NE(result->cubin.find(entry), std::string::npos) << entry;
+  // The five GEMMs: S and dP (SS, K-major), dV and dK (SS, MN-major B), dQ (RS), P and dS staged transposed.
+  const std::string &cuda = result->cuda;
+  EXPECT_NE(cuda.find("SS<sm90::warpgroup::kKMajor>"), std::string::npos);
+  EXPECT_NE(cuda.find("SS<sm90::warpgroup::kMNMajor>"), std::string::npos);
+  EXPECT_NE(cuda.find("RS<sm90::warpgroup::kMNMajor>"), std::string::npos);
+  EXPECT_NE(cuda.find("sm90::warp::stmatrixX4Trans("), std::string::npos);
+  // The prelude defines the fragment primitives; no kernel calls the mma.sync ones.
+  EXPECT_EQ(cuda.find("sm80::mmaBf16("), std::string::npos);
+  EXPECT_EQ(cuda.find("sm80::mmaF16("), std::string::npos);
+  EXPECT_EQ(cuda.find("sm80::ldmatrixX4Trans("), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fa3, Fa3BackwardCompiles,
+                         testing::Combine(testing::ValuesIn(variants::names()),
+                                          testing::Values(ElementType::BF16, ElementType::F16),
+                                          testing::Values(64, 128)),
+                         configName);
+
+TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
+  for (auto [headDim, headDimV] : {std::pair{192, 128}, {256, 256}, {96, 96}, {32, 32}}) {
+    for (ElementType dtype : {ElementType::BF16, ElementType::F16}) {
+      jit::CompileOptions fa3 = backwardOptions(dtype, headDim, "sm_90a", {}, "fa3");
+      fa3.headDimV = headDimV;
+      StatusOr<jit::CompileResult> refused = jit::compile(*variants::byName("causal"), fa3, jit::Stage::Scheduled);
+      ASSERT_FALSE(refused.ok()) << headDim;
+      EXPECT_NE(refused.status().message().find("fa3 backward: head_dim = " + std::to_string(headDim) +
+                                                " is not supported; accepted: 64 or 128"),
+                std::string::npos)
+          << refused.status().message();
+      jit::CompileOptions fa2 = fa3;
+      fa2.schedule.schedule = "fa2";
+      EXPECT_TRUE(jit::compile(*variants::byName("causal"), fa2, jit::Stage::Scheduled).ok()) << headDim;
+    }
+  }
+  // Knobs: the ones it takes are named with their accepted values; the forward's role knobs are refused by name.
+  for (auto [knob, value, message] :
+       {std::tuple{"block-n", 128, "fa3 backward: block-n = 128 is not supported; accepted: 64"},
+        {"block-m", 128, "fa3 backward: block-m = 128 is not supported; accepted: 64"},
+        {"consumer-warpgroups", 2, "fa3 backward: consumer-warpgroups = 2 is not supported; accepted: 1"},
+        {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
+        {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"}}) {
+    StatusOr<jit::CompileResult> refused =
+        jit::compile(*variants::byName("none"),
+                     backwardOptions(ElementType::BF16, 128, "sm_90a", {{knob, value}}, "fa3"), jit::Stage::Scheduled);
+    ASSERT_FALSE(refused.ok()) << knob;
+    EXPECT_NE(refused.status().message().find(message), std::string::npos) << refused.status().message();
+  }
+  // sm_80 has no wgmma: fa3 has no lowering there.
+  StatusOr<jit::CompileResult> sm80 = jit::compile(
+      *variants::byName("none"), backwardOptions(ElementType::BF16, 128, "sm_80", {}, "fa3"), jit::Stage::Scheduled);
+  EXPECT_FALSE(sm80.ok());
+}
 
 TEST(BackwardCodegen, CompilesHeadDims192And128) {
   jit::CompileOptions options = backwardOptions(ElementType::BF16, 192);
@@ -230,11 +298,11 @@ TEST(BackwardCodegen, RefusesWhatThePrinterDoesNotServe) {
   ASSERT_FALSE(rows.ok());
   EXPECT_NE(rows.status().message().find("block-m = 48 is not supported"), std::string::npos)
       << rows.status().message();
-  jit::CompileOptions fa3 = backwardOptions(ElementType::BF16, 128);
-  fa3.schedule.schedule = "fa3";
-  StatusOr<jit::CompileResult> other = jit::compile(*variants::byName("none"), fa3, jit::Stage::Scheduled);
+  jit::CompileOptions fa1 = backwardOptions(ElementType::BF16, 128);
+  fa1.schedule.schedule = "fa1";
+  StatusOr<jit::CompileResult> other = jit::compile(*variants::byName("none"), fa1, jit::Stage::Scheduled);
   ASSERT_FALSE(other.ok());
-  EXPECT_NE(other.status().message().find("schedule 'fa3' does not schedule backward programs"), std::string::npos)
+  EXPECT_NE(other.status().message().find("schedule 'fa1' does not schedule backward programs"), std::string::npos)
       << other.status().message();
 }
 

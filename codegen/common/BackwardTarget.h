@@ -1,0 +1,106 @@
+//===- BackwardTarget.h - what a family prints for the backward's GEMMs ---===//
+//
+// The backward printer (BackwardEmitter.cpp) walks the three scheduled backward programs and prints their loops,
+// the variant's math (FragmentTiles), the deterministic mode's turns and the input gradients; it asks a
+// BackwardTarget for every instruction-level piece: the shared-memory layout of the 16-bit tiles, the copies into
+// it, the five GEMMs (S = Q·Kᵀ, dP = dO·Vᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K), the staging of P and dS and the
+// fp32 reductions into global memory. A family that prints backward programs returns one from
+// TargetFamily::createBackwardPrinter (TargetRegistry.h); codegen/sm80 (mma.sync, ldmatrix, cp.async,
+// red.global.add) and codegen/sm90 (wgmma from shared-memory descriptors) do. MLIR-free, as TileTarget.h.
+//
+// Register tiles are the split-Q C fragments of the forward (FragmentTiles.h): a score tile is
+// `float s[kMTiles][kSTiles][4]`, warp w holding query rows [w·kWarpRows, ...) of the Q tile; an accumulator of dK or
+// dV is `float acc[kKvMTiles][width / 8 / kKvColSplit][4]`, warp w holding key rows [kvRowGroup·kKvWarpRows, ...) of
+// the K/V tile and column part kvColPart. The printer declares those constants, `warp`, `lane`, `fragRow`,
+// `fragCol`, `qt` (the Q tile) and `warpRow0` before a family's code runs.
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_CODEGEN_COMMON_BACKWARDTARGET_H
+#define FLASHTILE_CODEGEN_COMMON_BACKWARDTARGET_H
+
+#include "codegen/common/CudaWriter.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flashtile::codegen {
+
+/// A 16-bit tile in shared memory: its buffer (a C expression of an `unsigned char *`), its rows (a C constant) and
+/// its width in elements.
+struct SharedTile {
+  std::string name;
+  const char *rows;
+  int64_t width;
+};
+
+class BackwardTarget {
+public:
+  virtual ~BackwardTarget() = default;
+
+  /// The device primitives of a backward module: the family's, the backward's generic ones (BackwardPrelude.h) and
+  /// the family's copies and reductions.
+  virtual std::string prelude() const = 0;
+  /// The namespace the fragment primitives (FragmentPrelude.h) and the backward's generic ones are printed in.
+  virtual std::string_view primitivesNamespace() const = 0;
+  /// Identifiers the family's code declares in kernel scope.
+  virtual std::vector<std::string> reservedNames() const = 0;
+  /// Why the family cannot print the main program of this shape (its GEMMs, registers, shared memory), or empty.
+  virtual std::string checkMainShape() const { return {}; }
+
+  // ---- shared memory ----
+  /// Bytes of a tile of `rows` × `width` 16-bit elements in the family's layout, and the same as a C expression of
+  /// the C constants `rows` and `width`.
+  virtual int64_t tileBytes(int64_t rows, int64_t width) const = 0;
+  virtual std::string tileBytesExpr(const std::string &rows, const std::string &width) const = 0;
+  /// The layout's name in the kernel's comments ("sm80::rowPitch").
+  virtual std::string tileLayoutWords() const = 0;
+  /// Declares `unsigned char *smem` (or an array of that name): the dynamic shared memory, aligned as the family's
+  /// tiles need; sharedMemoryReserve() bytes more than the tiles are asked for that.
+  virtual void declareSharedMemory(CudaWriter &w) const = 0;
+  virtual int sharedMemoryReserve() const { return 0; }
+
+  // ---- copies into shared memory (asynchronous: they land at waitCopies) ----
+  /// The instruction the comments name for them ("cp.async").
+  virtual std::string copyWords() const = 0;
+  /// A statement copying the 16-byte chunk `col` (8 elements) of row `row` of `tile` from `src` (a global address),
+  /// zero-filled unless `valid` (the printer's loops give every thread of the block its chunks of a tile).
+  virtual std::string copyChunk(const SharedTile &tile, const std::string &row, const std::string &col,
+                                const std::string &src, const std::string &valid) const = 0;
+  /// Whether a Q tile's LSE and D rows go through shared memory, copied one tile ahead with its Q and dO (copyFloat);
+  /// else each thread reads its rows from global memory where the program loads them (no shared memory for them).
+  virtual bool stagesRows() const { return true; }
+  /// One fp32 element: *`dst` (shared) = *`src` (global), 0 unless `valid` (only when stagesRows()).
+  virtual void copyFloat(CudaWriter &, const std::string & /*dst*/, const std::string & /*src*/,
+                         const std::string & /*valid*/) {}
+  /// Closes the copies issued so far into a group; waits until every group of this thread landed (the printer puts
+  /// a block-wide barrier after it).
+  virtual void commitCopies(CudaWriter &w) = 0;
+  virtual void waitCopies(CudaWriter &w) = 0;
+
+  // ---- GEMMs ----
+  /// `acc` (declared here, a score tile) = A·Bᵀ of the Q-tile-row tile `a` (Q or dO) and the K/V tile `b` (K or V).
+  virtual void scoreGemm(CudaWriter &w, const std::string &acc, const SharedTile &a, const SharedTile &b) = 0;
+  /// The score tile `from` rounded to 16 bits into the staging buffer `buffer` (this warp's rows), for dotTn and
+  /// dq; stagedBarrier after the last one (every warp's rows in place before any GEMM reads them).
+  virtual void stage(CudaWriter &w, const std::string &buffer, const std::string &from) = 0;
+  virtual void stagedBarrier(CudaWriter &w) = 0;
+  /// Whether dq reads A from registers (the score tile) rather than from its staging buffer (then only dotTn's
+  /// operands are staged).
+  virtual bool dqReadsRegisters() const { return false; }
+  /// `acc` (a dK or dV accumulator, `warpCols` columns a warp) += Aᵀ·B, A staged in `staged`, B the Q-tile-row tile
+  /// `b` (dO or Q).
+  virtual void dotTn(CudaWriter &w, const std::string &acc, const std::string &staged, const SharedTile &b,
+                     int64_t warpCols) = 0;
+  /// dQ += A·K into the fp32 accumulator gDqAccum (rows of the Q tile qt, `k.width` columns a row): dqOperand
+  /// prepares A (`staged`: its staging buffer, `regs`: its score tile), then the printer may wait for the
+  /// deterministic mode's turn, then dqProduct multiplies and adds (reduceAdd2) rows below p.seqlenQ.
+  virtual void dqOperand(CudaWriter &w, const std::string &staged, const std::string &regs) = 0;
+  virtual void dqProduct(CudaWriter &w, const SharedTile &k) = 0;
+  /// A statement adding `x` and `y` into the fp32 pair at `dst` (8-byte aligned) in global memory.
+  virtual std::string reduceAdd2(const std::string &dst, const std::string &x, const std::string &y) const = 0;
+};
+
+} // namespace flashtile::codegen
+
+#endif // FLASHTILE_CODEGEN_COMMON_BACKWARDTARGET_H

@@ -1,0 +1,237 @@
+//===- BackwardSm90.cpp - the backward's GEMMs as wgmma -------------------===//
+//
+// One warpgroup a block: its warp w holds query rows [16w, 16w + 16) of the Q tile in S, dP, P and dS (a wgmma m64
+// accumulator is the split-Q C fragment of its four warps, so the elementwise math is FragmentTiles' as on sm80) and
+// key rows [16w, 16w + 16) of the K/V tile in dK and dV (the m64 of the GEMMs whose rows are keys).
+//   tiles      Q, dO (Q-tile rows) and K, V (K/V-tile rows) in the 128-byte-swizzled column-block layout, written by
+//              cp.async 16-byte chunks at sm90::swizzle128Offset and fenced into the async proxy before wgmma reads
+//   S, dP      wgmma SS m64n64k16, A (Q or dO) and B (K or V) K-major
+//   P, dS      rounded to 16 bits and stored transposed (stmatrix.x4.trans): [keys][query rows], a K-major A for
+//   dV, dK     wgmma SS m64n{dv,d}k16, B (dO or Q) MN-major, as V in the forward's P·V
+//   dQ         wgmma RS m64n64k16 per 64 columns, dS from registers, K MN-major; red.global.add.v2 into dq_accum
+// Every GEMM is waited on when issued (the simplest correct order; overlap is the next step).
+//===----------------------------------------------------------------------===//
+#include "codegen/sm90/BackwardSm90.h"
+#include "codegen/common/BackwardPrelude.h"
+#include "codegen/common/Concat.h"
+#include "codegen/common/FragmentPrelude.h"
+#include "codegen/common/FragmentTiles.h"
+#include "codegen/sm90/InstructionsSm90.h"
+#include "codegen/sm90/PreludeSm90.h"
+
+namespace flashtile::codegen::sm90 {
+namespace {
+
+/// The fragment primitives' namespace in this family's kernels (TileOpsSm90.cpp's kFragmentNamespace).
+constexpr const char *kFragmentNamespace = "sm80";
+constexpr int kWarpgroupWarps = 4;
+/// The columns of one dQ product (a 128-byte column block of K).
+constexpr int kDqColumns = kSwizzleColumns;
+
+/// The family's backward primitives: fp32 pair reductions into global memory.
+constexpr std::string_view kBackwardText = R"cuda(
+// ==== sm90 backward primitives: fp32 pair reductions into global memory ====
+namespace sm90 {
+// dst[0] += x, dst[1] += y (dst 8-byte aligned), fp32, without reading the result back (red.global.add.v2: the order
+// of concurrent adds is the hardware's).
+__device__ __forceinline__ void redAdd2(float *dst, float x, float y) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
+}
+} // namespace sm90
+)cuda";
+
+class BackwardSm90 final : public BackwardTarget {
+public:
+  explicit BackwardSm90(const KernelShape &shape)
+      : shape(shape), fragments({kFragmentNamespace, shape.dtype, false}) {
+    mmaType = shape.dtype == "bf16" ? "bf16" : "f16";
+    pack = ns + (shape.dtype == "bf16" ? "packBf16x2" : "packF16x2");
+  }
+
+  std::string prelude() const override {
+    const int widths[] = {shape.blockN, kDqColumns, shape.headDim, shape.headDimV};
+    return fragmentPrelude(kFragmentNamespace) + ::flashtile::codegen::sm90::prelude(widths) +
+           backwardPrelude(kFragmentNamespace, "") + std::string(kBackwardText);
+  }
+  std::string_view primitivesNamespace() const override { return kFragmentNamespace; }
+  std::vector<std::string> reservedNames() const override {
+    return {"sm80", "sm90", "smemRaw", "aAddr", "bAddr", "dsFrag", "dqBlock", "frag", "key", "q"};
+  }
+  std::string checkMainShape() const override {
+    std::optional<std::string> error = checkBackwardShape(shape);
+    return error ? *error : std::string();
+  }
+
+  int64_t tileBytes(int64_t rows, int64_t width) const override { return rows * width * 2; }
+  std::string tileBytesExpr(const std::string &rows, const std::string &width) const override {
+    return cat(rows, " * ", width, " * 2");
+  }
+  std::string tileLayoutWords() const override { return "sm90::swizzle128Offset, 1024-byte aligned"; }
+  void declareSharedMemory(CudaWriter &w) const override {
+    w.line("extern __shared__ __align__(1024) unsigned char smemRaw[];");
+    w.line(cat("unsigned char *const smem = smemRaw + (", kSwizzleAtomBytes, " - ", ns, "smemAddress(smemRaw) % ",
+               kSwizzleAtomBytes, ") % ", kSwizzleAtomBytes, ";  // the swizzle atom's alignment"));
+  }
+  int sharedMemoryReserve() const override { return kSwizzleAtomBytes; }
+
+  std::string copyWords() const override { return "cp.async"; }
+  std::string copyChunk(const SharedTile &tile, const std::string &row, const std::string &col, const std::string &src,
+                        const std::string &valid) const override {
+    return cat(ns, "cpAsync16(", ns, "smemAddress(", tile.name, ") + sm90::swizzle128Offset(", row, ", 8 * ", col, ", ",
+               tile.rows, "), ", src, ", ", valid, ");");
+  }
+  /// LSE and D from global memory, two rows a thread where the program loads them: 1 KB less shared memory a block,
+  /// so that two blocks fit an SM at head dim 128 (115 712 bytes each).
+  bool stagesRows() const override { return false; }
+  void commitCopies(CudaWriter &w) override { w.line(cat(ns, "cpAsyncCommit();")); }
+  void waitCopies(CudaWriter &w) override {
+    w.line(cat(ns, "cpAsyncWait<0>();"));
+    w.line("sm90::fence::proxyAsync();  // the copies' bytes visible to wgmma (the async proxy)");
+  }
+
+  void scoreGemm(CudaWriter &w, const std::string &acc, const SharedTile &a, const SharedTile &b) override;
+  void stage(CudaWriter &w, const std::string &buffer, const std::string &from) override;
+  void stagedBarrier(CudaWriter &w) override {
+    w.line("sm90::fence::proxyAsync();  // this thread's staged rows visible to wgmma");
+    w.line("__syncthreads();  // every warp's rows staged");
+  }
+  bool dqReadsRegisters() const override { return true; }
+  void dotTn(CudaWriter &w, const std::string &acc, const std::string &staged, const SharedTile &b,
+             int64_t warpCols) override;
+  void dqOperand(CudaWriter &w, const std::string &staged, const std::string &regs) override;
+  void dqProduct(CudaWriter &w, const SharedTile &k) override;
+  std::string reduceAdd2(const std::string &dst, const std::string &x, const std::string &y) const override {
+    return cat("sm90::redAdd2(", dst, ", ", x, ", ", y, ");");
+  }
+
+private:
+  /// Retires the warpgroup's wgmma group and fences `flat` (a C expression of a float array reference).
+  void retire(CudaWriter &w, const std::string &flat) const {
+    w.line("sm90::warpgroup::commitGroup();");
+    w.line("sm90::warpgroup::wait<0>();");
+    w.line(cat("sm90::warpgroup::fenceOperands(", flat, ");"));
+  }
+  static std::string flat(const std::string &acc, const std::string &floats) {
+    return cat("reinterpret_cast<float (&)[", floats, "]>(", acc, "[0])");
+  }
+
+  KernelShape shape;
+  FragmentTiles fragments;
+  /// "<the fragment primitives' namespace>::": their cp.async, smemAddress and packs.
+  const std::string ns = cat(kFragmentNamespace, "::");
+  std::string mmaType, pack;
+};
+
+void BackwardSm90::scoreGemm(CudaWriter &w, const std::string &acc, const SharedTile &a, const SharedTile &b) {
+  w.comment(cat(acc, " = ", a.name.substr(1), "·", b.name.substr(1), "ᵀ (tile.qk; wgmma m64n", shape.blockN, "k16 ",
+                mmaType, " SS, both K-major, fp32): the warpgroup's query rows x the K/V tile's keys"));
+  w.line(cat("float ", acc, "[kMTiles][kSTiles][4];"));
+  w.open("");
+  w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", a.name, "), bAddr = ", ns, "smemAddress(", b.name, ");"));
+  w.line("sm90::warpgroup::arrive();");
+  w.openUnrolledFor("ks", cat(a.width / 16));
+  w.line(cat("sm90::warpgroup::Wgmma<kBlockN>::", mmaType, "SS<sm90::warpgroup::kKMajor>(", flat(acc, "kSTiles * 4"),
+             ", sm90::desc::kMajorStep(aAddr, ks, kBlockM), sm90::desc::kMajorStep(bAddr, ks, kBlockN), ks > 0);"));
+  w.close();
+  retire(w, flat(acc, "kSTiles * 4"));
+  w.close();
+}
+
+void BackwardSm90::stage(CudaWriter &w, const std::string &buffer, const std::string &from) {
+  w.comment(cat(from, " rounded to 16 bits and transposed into ", buffer,
+                " [kBlockN keys][kBlockM query rows] (stmatrix.x4.trans, swizzled):"));
+  w.comment("this warp's query columns, the K-major A operand of the GEMMs whose rows are keys");
+  w.openUnrolledFor("nt", "kSTiles / 2");
+  w.line(cat("const unsigned frag[4] = {", pack, "(", from, "[0][2 * nt][0], ", from, "[0][2 * nt][1]), ", pack, "(",
+             from, "[0][2 * nt][2], ", from, "[0][2 * nt][3]),"));
+  w.line(cat("                          ", pack, "(", from, "[0][2 * nt + 1][0], ", from, "[0][2 * nt + 1][1]), ", pack,
+             "(", from, "[0][2 * nt + 1][2], ", from, "[0][2 * nt + 1][3])};"));
+  w.comment("lane l addresses row l % 8 of matrix l / 8: key 16·nt + 8·(l / 16) + l % 8, query rows from this warp's");
+  w.comment("16·warp + 8·((l / 8) % 2)");
+  w.line("const int key = 16 * nt + 8 * (lane / 16) + lane % 8, q = warp * kWarpRows + 8 * ((lane / 8) % 2);");
+  w.line(cat("sm90::warp::stmatrixX4Trans(", ns, "smemAddress(", buffer,
+             ") + sm90::swizzle128Offset(key, q, kBlockN), frag);"));
+  w.close();
+}
+
+void BackwardSm90::dotTn(CudaWriter &w, const std::string &acc, const std::string &staged, const SharedTile &b,
+                         int64_t warpCols) {
+  const std::string floats = cat(warpCols / 2);
+  w.comment(cat(acc, " += Aᵀ·", b.name.substr(1), " (tile.dot_tn; wgmma m64n", warpCols, "k16 ", mmaType,
+                " SS, fp32): Aᵀ staged in ", staged, " (K-major), ", b.name.substr(1), " MN-major;"));
+  w.comment("the warpgroup's rows are the K/V tile's keys");
+  w.open("");
+  w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", staged, "), bAddr = ", ns, "smemAddress(", b.name, ");"));
+  w.line(cat("sm90::warpgroup::fenceOperands(", flat(acc, floats), ");"));
+  w.line("sm90::warpgroup::arrive();");
+  w.openUnrolledFor("ks", "kBlockM / 16");
+  w.line(cat("sm90::warpgroup::Wgmma<", warpCols, ">::", mmaType, "SS<sm90::warpgroup::kMNMajor>(", flat(acc, floats),
+             ", sm90::desc::kMajorStep(aAddr, ks, kBlockN), sm90::desc::mnMajorStep(bAddr, ks, kBlockM), 1);"));
+  w.close();
+  retire(w, flat(acc, floats));
+  w.close();
+}
+
+void BackwardSm90::dqOperand(CudaWriter &w, const std::string &, const std::string &regs) {
+  w.comment(cat("tile.accumulate dq_accum[qt]: dQ += A·K, A = ", regs,
+                " from registers (wgmma RS: the accumulator layout is the A operand's), K MN-major;"));
+  w.comment(cat(kDqColumns, " columns at a time, added to the fp32 accumulator (red.global.add.v2)"));
+  w.line("unsigned dsFrag[kMTiles][kBlockN / 16][4];");
+  w.openUnrolledFor("k", "kBlockN / 16");
+  w.line(cat("dsFrag[0][k][0] = ", pack, "(", regs, "[0][2 * k][0], ", regs, "[0][2 * k][1]);"));
+  w.line(cat("dsFrag[0][k][1] = ", pack, "(", regs, "[0][2 * k][2], ", regs, "[0][2 * k][3]);"));
+  w.line(cat("dsFrag[0][k][2] = ", pack, "(", regs, "[0][2 * k + 1][0], ", regs, "[0][2 * k + 1][1]);"));
+  w.line(cat("dsFrag[0][k][3] = ", pack, "(", regs, "[0][2 * k + 1][2], ", regs, "[0][2 * k + 1][3]);"));
+  w.close();
+}
+
+void BackwardSm90::dqProduct(CudaWriter &w, const SharedTile &k) {
+  w.openUnrolledFor("dqBlock", cat(k.width / kDqColumns));
+  w.line(cat("float part[1][", kDqColumns / 8, "][4];"));
+  w.open("");
+  w.line(cat("const unsigned bAddr = ", ns, "smemAddress(", k.name, ") + dqBlock * ", k.rows, " * ", kSwizzleBytes,
+             ";  // column block `dqBlock` of K"));
+  w.line("sm90::warpgroup::arrive();");
+  w.openUnrolledFor("ks", "kBlockN / 16");
+  w.line(cat("sm90::warpgroup::Wgmma<", kDqColumns, ">::", mmaType, "RS<sm90::warpgroup::kMNMajor>(",
+             flat("part", cat(kDqColumns / 2)), ", dsFrag[0][ks], sm90::desc::mnMajorStep(bAddr, ks, ", k.rows,
+             "), ks > 0);"));
+  w.close();
+  retire(w, flat("part", cat(kDqColumns / 2)));
+  w.line("sm90::warpgroup::fenceOperands(reinterpret_cast<unsigned (&)[kBlockN / 16 * 4]>(dsFrag[0]));");
+  w.close();
+  fragments.forEachRow(w, [&] {
+    w.line(cat("const int q = ", FragmentTiles::threadRow(), ";"));
+    w.line("if (q >= p.seqlenQ)");
+    w.line("  continue;");
+    w.openUnrolledFor("nt", cat(kDqColumns / 8));
+    w.line(cat("float *const dst = gDqAccum + (long long)q * ", k.width, " + ", kDqColumns,
+               " * dqBlock + 8 * nt + fragCol;"));
+    w.line(reduceAdd2("dst", "part[0][nt][2 * r]", "part[0][nt][2 * r + 1]"));
+    w.close();
+  });
+  w.close();
+}
+
+} // namespace
+
+std::optional<std::string> checkBackwardShape(const KernelShape &shape) {
+  if (shape.warps != kWarpgroupWarps || shape.blockM != kWgmmaM || shape.warpRows != kWgmmaM / kWarpgroupWarps)
+    return cat("sm90 backward: a block is one warpgroup (4 warps) of ", kWgmmaM, " query rows; got block-m ",
+               shape.blockM, " with ", shape.warps, " warps");
+  if (shape.blockN != kWgmmaM)
+    return cat("sm90 backward: block-n (", shape.blockN, ") must be ", kWgmmaM,
+               ": the K/V tile's keys are the m64 rows of the dK and dV wgmmas");
+  for (auto [name, value] : {std::pair{"head_dim", shape.headDim}, {"head_dim_v", shape.headDimV}})
+    if (value != 64 && value != 128)
+      return cat("sm90 backward: ", name, " (", value,
+                 ") must be 64 or 128 (whole 128-byte column blocks; dK and dV stay in registers); the fa2 backward "
+                 "serves the others");
+  return std::nullopt;
+}
+
+std::unique_ptr<BackwardTarget> createBackwardTarget(const KernelShape &shape) {
+  return std::make_unique<BackwardSm90>(shape);
+}
+
+} // namespace flashtile::codegen::sm90
