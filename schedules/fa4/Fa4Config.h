@@ -33,6 +33,8 @@ inline constexpr int64_t kWarpgroupWarps = 4;
 inline constexpr int64_t kTmemColumns = 512;
 /// Dynamic shared memory an sm_100a block may use, less what the kernel keeps past its tiles (alignment, barriers).
 inline constexpr int64_t kSmemBudget = 227 * 1024 - 2 * 1024;
+/// What FA4's own roles keep past that: the channels' barriers, and per Q tile its rescale factors and final m, l.
+inline constexpr int64_t kRolesSmemBytes = 2 * 1024, kRolesSmemBytesPerTile = kRowsPerWarpgroup * 3 * 4;
 
 /// A resolved configuration (every knob given or defaulted).
 struct Fa4Config {
@@ -48,7 +50,9 @@ struct Fa4Config {
   /// own roles (tile-fa4-roles: one MMA warp, a correction warpgroup, epilogues, on the memory layer), which the CPU
   /// interpreter runs and the sm100 printer does not print yet.
   int64_t roles = 0;
-  int64_t warps() const { return kWarpgroupWarps * (softmaxWarpgroups + 1); }
+  /// The first form: a load warpgroup and the softmax warpgroups. FA4's own roles: the softmax warpgroups, a
+  /// correction warpgroup and a warpgroup of one-warp roles (the MMA warp, the load warp; two warps idle).
+  int64_t warps() const { return kWarpgroupWarps * (softmaxWarpgroups + (roles == 1 ? 2 : 1)); }
 };
 
 /// The knobs a caller set, by name.

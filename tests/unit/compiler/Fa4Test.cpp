@@ -204,6 +204,46 @@ TEST_P(Fa4Compiles, ToAnSm100aCubin) {
   EXPECT_NE(cubin->find(info.entry), std::string::npos);
 }
 
+class Fa4RolesCompiles : public ::testing::TestWithParam<Fa4Case> {};
+
+// FA4's own roles (roles = 1), printed from the memory layer: the softmax warpgroups, a correction warpgroup and a
+// warpgroup of one-warp roles (the MMA warp issuing every tcgen05.mma, the load warp). Every built-in variant's
+// kernel compiles for sm_100a; no SM100 GPU exists here to run one (the manifest asks for the check against fa2).
+TEST_P(Fa4RolesCompiles, ToAnSm100aCubin) {
+  auto [variantName, dtype, headDim, headDimV] = GetParam();
+  mlir::MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto program =
+      buildAttentionProgram(context, *variants::byName(variantName), ProgramOptions{dtype, headDim, headDimV});
+  ASSERT_TRUE(mlir::succeeded(program)) << diags.text;
+  mlir::OwningOpRef<mlir::ModuleOp> lowered = flashtile::testing::scheduledFa4(**program, {{fa4::kRoles, 1}});
+  ASSERT_TRUE(lowered) << diags.text;
+  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(funcOf(*lowered));
+  ASSERT_TRUE(mlir::succeeded(kernel)) << diags.text;
+  const KernelInfo &info = kernel->info;
+  EXPECT_TRUE(info.verify().ok()) << info.verify().message();
+  EXPECT_TRUE(info.neverRunOnArch);
+  EXPECT_EQ(info.checkAgainst, "fa2");
+  EXPECT_EQ(plans::mainLaunch(info).tensorMaps.size(), 3u);
+  // The softmax warpgroups (one per 128 rows), the correction warpgroup, the warpgroup of the MMA and load warps.
+  EXPECT_EQ(plans::mainLaunch(info).threads, info.blockM + 2 * 128);
+  const std::string &src = kernel->source;
+  for (const char *text : {"==== role \"mma\": warps [", "==== role \"correction\": warps [",
+                           "sm100::tmem::alloc<kTmemAllocColumns>(tmemCell);", "sm100::tmem::dealloc<kTmemAllocColumns>(",
+                           "sm100::mma::f16SS(", "sm100::mma::f16TS(", "sm100::mma::commit(&chanFull[",
+                           "sm100::tmem::Access32x32b<kRowChunk>::load(", "sm100::tmem::Fragments<kSTiles>::loadC(",
+                           "if (__any_sync(0xffffffffu, "})
+    EXPECT_NE(src.find(text), std::string::npos) << text;
+  // Every tcgen05.mma is issued inside the MMA warp's role.
+  const size_t mmaRole = src.find("==== role \"mma\""), nextRole = src.find("==== role", mmaRole + 1);
+  for (const char *mma : {"sm100::mma::f16SS(", "sm100::mma::f16TS(", "sm100::mma::commit("})
+    for (size_t at = src.find(mma, src.find("extern \"C\"")); at != std::string::npos; at = src.find(mma, at + 1))
+      EXPECT_TRUE(at > mmaRole && (nextRole == std::string::npos || at < nextRole)) << mma << " outside the MMA warp";
+  StatusOr<std::string> cubin = compileCuda(src, info.entry + ".cu", "sm_100a", NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << src;
+  EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
+}
+
 std::string fa4CaseName(const ::testing::TestParamInfo<Fa4Case> &info) {
   auto [variant, dtype, headDim, headDimV] = info.param;
   return variant + (dtype == ElementType::BF16 ? "_bf16_d" : "_f16_d") + std::to_string(headDim) +
@@ -221,5 +261,6 @@ std::vector<Fa4Case> fa4Cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryVariant, Fa4Compiles, ::testing::ValuesIn(fa4Cases()), fa4CaseName);
+INSTANTIATE_TEST_SUITE_P(EveryVariant, Fa4RolesCompiles, ::testing::ValuesIn(fa4Cases()), fa4CaseName);
 
 } // namespace
