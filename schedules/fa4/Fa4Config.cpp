@@ -34,7 +34,7 @@ std::optional<Fa4Config> configure(int64_t headDim, int64_t headDimV, const Fa4K
   c.stages = knob(knobs, kStages, 2);
   c.rescaleThreshold = knob(knobs, kRescaleThreshold, kDefaultRescaleThreshold);
   c.exp2PolyShare = knob(knobs, kExp2PolyShare, 0);
-  c.roles = knob(knobs, kRoles, 0);
+  c.roles = knob(knobs, kRoles, 1);
 
   if (c.softmaxWarpgroups < 1 || c.softmaxWarpgroups > 2) {
     error = "fa4: softmax-warpgroups = " + std::to_string(c.softmaxWarpgroups) + " must be 1 or 2";
