@@ -2,7 +2,9 @@
 //
 // The generic printer: checks that the IR is ready to print, names values, prints the scalar code, the
 // KV-range rules, the K/V loop segments and the variant's regions (as __device__ functions), and hands every
-// tile op to the target the IR was lowered to (`#tile.target`'s isa, looked up in the target registry). The state,
+// tile op to the target the IR was lowered to (`#tile.target`'s isa, looked up in the target registry); the memory
+// layer's ops (tensor memory, buffers, channels, MMAs completed by commits) through TileTarget's memory-layer methods,
+// for the families with the asynchronous protocol. The state,
 // score and probability tiles live in registers that the target updates in place, so the printer first checks that the
 // IR uses each of them once.
 //===----------------------------------------------------------------------===//

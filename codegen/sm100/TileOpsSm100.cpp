@@ -1,6 +1,8 @@
 //===- TileOpsSm100.cpp - tile ops as tcgen05.mma, tensor memory and TMA --===//
 //
-// Prints warp-specialized programs for sm_100a. What changes from the sm90 family is where the tiles live:
+// Prints warp-specialized programs for sm_100a: programs written with the IR's memory layer (fa4's default roles:
+// the second half of this file) and the first form's ring programs (fa4 roles = 0), described here. What changes
+// from the sm90 family is where the tiles live:
 //   tensor memory  one allocation a block (tcgen05.alloc by the first computing warp, freed by it at the end); per
 //                  computing warpgroup g, S at column g·kBlockN and O at kGroups·kBlockN + g·kHeadDimV (fp32, row i
 //                  of the warpgroup's 128 rows in lane i); P (16-bit pairs) over the first kBlockN / 2 columns of S
