@@ -220,6 +220,9 @@ private:
   /// Everything the role's threads did (their tensor-memory stores, shared-memory writes) before one of them arrives
   /// on a channel: a fence, the role's barrier (a warp's __syncwarp), a fence.
   void roleSync(CudaWriter &w) const;
+  /// Loops over this thread's row of the accumulator in buffer `acc`, kRowChunk columns (chunk `chunk`) at a time,
+  /// loaded into `oRow` (tcgen05.ld.32x32b); `body` works on them.
+  void forEachRowChunk(CudaWriter &w, int acc, const std::function<void()> &body) const;
   /// The warpgroup of Q-tile rows buffer `buffer` (a tensor-memory tile of 128 lanes) serves: its S / P / O group.
   bool memoryMode = false;
   int tmemAllocColumns = 0;
@@ -1033,6 +1036,17 @@ bool TileTargetSm100::loadRows(CudaWriter &w, int buffer, const std::string &row
   return true;
 }
 
+void TileTargetSm100::forEachRowChunk(CudaWriter &w, int acc, const std::function<void()> &body) const {
+  w.openUnrolledFor("chunk", cat(memBuffers[acc].cols / kRowChunk));
+  w.line("unsigned oRow[kRowChunk];");
+  w.line(cat("sm100::tmem::Access32x32b<kRowChunk>::load(sm100::tmem::warpAddress(", tmemOf(acc),
+             ", chunk * kRowChunk), oRow);"));
+  w.line("sm100::tmem::waitLoad();");
+  w.line("sm100::tmem::fenceRegisters(oRow);");
+  body();
+  w.close();
+}
+
 bool TileTargetSm100::rescaleInPlace(CudaWriter &w, int acc, const std::string &alpha, bool onlyWhenMoved) {
   const MemBufferInfo &b = memBuffers[acc];
   if (!memoryMode || currentRole < 0 || !inWarpgroup() || b.space != MemSpace::Tensor || b.cols % kRowChunk != 0)
@@ -1046,18 +1060,13 @@ bool TileTargetSm100::rescaleInPlace(CudaWriter &w, int acc, const std::string &
   } else {
     w.open("");
   }
-  w.openUnrolledFor("chunk", cat(b.cols / kRowChunk));
-  w.line("unsigned oRow[kRowChunk];");
-  w.line(cat("sm100::tmem::Access32x32b<kRowChunk>::load(sm100::tmem::warpAddress(", tmemOf(acc),
-             ", chunk * kRowChunk), oRow);"));
-  w.line("sm100::tmem::waitLoad();");
-  w.line("sm100::tmem::fenceRegisters(oRow);");
-  w.openUnrolledFor("i", "kRowChunk");
-  w.line(cat("oRow[i] = __float_as_uint(__uint_as_float(oRow[i]) * ", alpha, ");"));
-  w.close();
-  w.line(cat("sm100::tmem::Access32x32b<kRowChunk>::store(sm100::tmem::warpAddress(", tmemOf(acc),
-             ", chunk * kRowChunk), oRow);"));
-  w.close();
+  forEachRowChunk(w, acc, [&] {
+    w.openUnrolledFor("i", "kRowChunk");
+    w.line(cat("oRow[i] = __float_as_uint(__uint_as_float(oRow[i]) * ", alpha, ");"));
+    w.close();
+    w.line(cat("sm100::tmem::Access32x32b<kRowChunk>::store(sm100::tmem::warpAddress(", tmemOf(acc),
+               ", chunk * kRowChunk), oRow);"));
+  });
   w.line("sm100::tmem::waitStore();");
   w.close();
   return true;
@@ -1102,19 +1111,14 @@ bool TileTargetSm100::storeOFromBuffer(CudaWriter &w, int acc, int64_t rowOffset
   w.line(cat("const int rowQ = m0 + ", rowOffset, " + tmemRow;"));
   w.line("unsigned short *const gRow = static_cast<unsigned short *>(p.o) + b * p.oBatchStride + h * p.oHeadStride +");
   w.line("                            static_cast<long long>(rowQ) * p.oRowStride;");
-  w.openUnrolledFor("chunk", cat(b.cols / kRowChunk));
-  w.line("unsigned oRow[kRowChunk];");
-  w.line(cat("sm100::tmem::Access32x32b<kRowChunk>::load(sm100::tmem::warpAddress(", tmemOf(acc),
-             ", chunk * kRowChunk), oRow);"));
-  w.line("sm100::tmem::waitLoad();");
-  w.line("sm100::tmem::fenceRegisters(oRow);");
-  w.open("if (rowQ < p.seqlenQ)");
-  w.openUnrolledFor("i", "kRowChunk / 2");
-  w.line(cat("*reinterpret_cast<unsigned *>(gRow + chunk * kRowChunk + 2 * i) = ", pack,
-             "(__uint_as_float(oRow[2 * i]) * epilogueInvL, __uint_as_float(oRow[2 * i + 1]) * epilogueInvL);"));
-  w.close();
-  w.close();
-  w.close();
+  forEachRowChunk(w, acc, [&] {
+    w.open("if (rowQ < p.seqlenQ)");
+    w.openUnrolledFor("i", "kRowChunk / 2");
+    w.line(cat("*reinterpret_cast<unsigned *>(gRow + chunk * kRowChunk + 2 * i) = ", pack,
+               "(__uint_as_float(oRow[2 * i]) * epilogueInvL, __uint_as_float(oRow[2 * i + 1]) * epilogueInvL);"));
+    w.close();
+    w.close();
+  });
   w.close();
   return true;
 }

@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -178,64 +179,62 @@ TEST(Fa4Interpreter, ConditionalRescalingIsExactOnRisingScores) {
 
 using Fa4Case = std::tuple<std::string, ElementType, int, int>; // variant, dtype, head dim, head dim v
 
-class Fa4Compiles : public ::testing::TestWithParam<Fa4Case> {};
-
-// The first form (roles = 0): every built-in variant's hooks run in the softmax warpgroups unchanged, the kernel
-// compiles for sm_100a, takes the TMA descriptors of Q, K and V, and its manifest asks the runtime to check it against
-// fa2 before its first use. bf16 only (f16 changes the packing and the instruction descriptor's types: the default
-// form, Fa4RolesCompiles, compiles both).
-TEST_P(Fa4Compiles, ToAnSm100aCubin) {
-  auto [variantName, dtype, headDim, headDimV] = GetParam();
+/// The fa4 kernel of `c` with `knobs` in `kernel`, its manifest checked: sm_100a, never run there and checked against
+/// fa2 on first use, the TMA descriptors of Q, K and V.
+void emitFa4(const Fa4Case &c, schedule::Knobs knobs, std::optional<codegen::EmittedKernel> &kernel) {
+  auto [variantName, dtype, headDim, headDimV] = c;
   mlir::MLIRContext context;
   DiagnosticCapture diags(context);
   auto program =
       buildAttentionProgram(context, *variants::byName(variantName), ProgramOptions{dtype, headDim, headDimV});
   ASSERT_TRUE(mlir::succeeded(program)) << diags.text;
-  mlir::OwningOpRef<mlir::ModuleOp> lowered = flashtile::testing::scheduledFa4(**program, {{fa4::kRoles, 0}});
+  mlir::OwningOpRef<mlir::ModuleOp> lowered = flashtile::testing::scheduledFa4(**program, std::move(knobs));
   ASSERT_TRUE(lowered) << diags.text;
-  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(funcOf(*lowered));
-  ASSERT_TRUE(mlir::succeeded(kernel)) << diags.text;
-  const KernelInfo &info = kernel->info;
+  mlir::FailureOr<codegen::EmittedKernel> emitted = codegen::emitCuda(funcOf(*lowered));
+  ASSERT_TRUE(mlir::succeeded(emitted)) << diags.text;
+  const KernelInfo &info = emitted->info;
   EXPECT_TRUE(info.verify().ok()) << info.verify().message();
   EXPECT_EQ(info.arch, "sm_100a");
   EXPECT_TRUE(info.neverRunOnArch);
   EXPECT_EQ(info.checkAgainst, "fa2");
   EXPECT_EQ(plans::mainLaunch(info).tensorMaps.size(), 3u);
+  kernel = std::move(*emitted);
+}
+
+/// `kernel` compiled by NVRTC to an sm_100a cubin holding its entry.
+void expectCubin(const codegen::EmittedKernel &kernel) {
+  StatusOr<std::string> cubin = compileCuda(kernel.source, kernel.info.entry + ".cu", "sm_100a", NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << kernel.source;
+  EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
+  EXPECT_NE(cubin->find(kernel.info.entry), std::string::npos);
+}
+
+class Fa4Compiles : public ::testing::TestWithParam<Fa4Case> {};
+
+// The first form (roles = 0): every built-in variant's hooks run in the softmax warpgroups unchanged and the kernel
+// compiles for sm_100a. bf16 only (f16 changes the packing and the instruction descriptor's types: the default form,
+// Fa4RolesCompiles, compiles both).
+TEST_P(Fa4Compiles, ToAnSm100aCubin) {
+  std::optional<codegen::EmittedKernel> kernel;
+  ASSERT_NO_FATAL_FAILURE(emitFa4(GetParam(), {{fa4::kRoles, 0}}, kernel));
   // A load warpgroup and a softmax warpgroup per 128 rows.
-  EXPECT_EQ(plans::mainLaunch(info).threads, 128 + info.blockM);
+  EXPECT_EQ(plans::mainLaunch(kernel->info).threads, 128 + kernel->info.blockM);
   for (const char *primitive : {"sm100::tmem::alloc<", "sm100::tmem::dealloc<", "sm100::mma::f16SS(",
                                 "sm100::mma::f16TS(", "sm100::mma::commit(", "sm100::tma::load5d("})
     EXPECT_NE(kernel->source.find(primitive), std::string::npos) << primitive;
-  StatusOr<std::string> cubin = compileCuda(kernel->source, info.entry + ".cu", "sm_100a", NvrtcOutput::Cubin);
-  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << kernel->source;
-  EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
-  EXPECT_NE(cubin->find(info.entry), std::string::npos);
+  expectCubin(*kernel);
 }
 
 class Fa4RolesCompiles : public ::testing::TestWithParam<Fa4Case> {};
 
 // FA4's own roles (roles = 1, the default), printed from the memory layer: the softmax warpgroups, a correction
-// warpgroup and a
-// warpgroup of one-warp roles (the MMA warp issuing every tcgen05.mma, the load warp). Every built-in variant's
-// kernel compiles for sm_100a; no SM100 GPU exists here to run one (the manifest asks for the check against fa2).
+// warpgroup and a warpgroup of one-warp roles (the MMA warp issuing every tcgen05.mma, the load warp). Every built-in
+// variant's kernel compiles for sm_100a; no SM100 GPU exists here to run one.
 TEST_P(Fa4RolesCompiles, ToAnSm100aCubin) {
-  auto [variantName, dtype, headDim, headDimV] = GetParam();
-  mlir::MLIRContext context;
-  DiagnosticCapture diags(context);
-  auto program =
-      buildAttentionProgram(context, *variants::byName(variantName), ProgramOptions{dtype, headDim, headDimV});
-  ASSERT_TRUE(mlir::succeeded(program)) << diags.text;
-  mlir::OwningOpRef<mlir::ModuleOp> lowered = flashtile::testing::scheduledFa4(**program); // roles = 1, the default
-  ASSERT_TRUE(lowered) << diags.text;
-  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(funcOf(*lowered));
-  ASSERT_TRUE(mlir::succeeded(kernel)) << diags.text;
-  const KernelInfo &info = kernel->info;
-  EXPECT_TRUE(info.verify().ok()) << info.verify().message();
-  EXPECT_TRUE(info.neverRunOnArch);
-  EXPECT_EQ(info.checkAgainst, "fa2");
-  EXPECT_EQ(plans::mainLaunch(info).tensorMaps.size(), 3u);
+  std::optional<codegen::EmittedKernel> kernel;
+  ASSERT_NO_FATAL_FAILURE(emitFa4(GetParam(), {}, kernel));
   // The softmax warpgroups (one per 128 rows), the correction warpgroup, the warpgroup of the MMA and load warps.
-  EXPECT_EQ(plans::mainLaunch(info).threads, info.blockM + 2 * 128);
+  EXPECT_EQ(plans::mainLaunch(kernel->info).threads, kernel->info.blockM + 2 * 128);
   const std::string &src = kernel->source;
   for (const char *text : {"==== role \"mma\": warps [", "==== role \"correction\": warps [",
                            "sm100::tmem::alloc<kTmemAllocColumns>(tmemCell);", "sm100::tmem::dealloc<kTmemAllocColumns>(",
@@ -243,14 +242,12 @@ TEST_P(Fa4RolesCompiles, ToAnSm100aCubin) {
                            "sm100::tmem::Access32x32b<kRowChunk>::load(", "sm100::tmem::Fragments<kSTiles>::loadC(",
                            "if (__any_sync(0xffffffffu, "})
     EXPECT_NE(src.find(text), std::string::npos) << text;
-  // Every tcgen05.mma is issued inside the MMA warp's role.
+  // Every tcgen05.mma and commit is issued inside the MMA warp's role.
   const size_t mmaRole = src.find("==== role \"mma\""), nextRole = src.find("==== role", mmaRole + 1);
   for (const char *mma : {"sm100::mma::f16SS(", "sm100::mma::f16TS(", "sm100::mma::commit("})
     for (size_t at = src.find(mma, src.find("extern \"C\"")); at != std::string::npos; at = src.find(mma, at + 1))
       EXPECT_TRUE(at > mmaRole && (nextRole == std::string::npos || at < nextRole)) << mma << " outside the MMA warp";
-  StatusOr<std::string> cubin = compileCuda(src, info.entry + ".cu", "sm_100a", NvrtcOutput::Cubin);
-  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << src;
-  EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
+  expectCubin(*kernel);
 }
 
 std::string fa4CaseName(const ::testing::TestParamInfo<Fa4Case> &info) {
