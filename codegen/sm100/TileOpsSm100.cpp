@@ -286,6 +286,13 @@ void TileTargetSm100::setup(CudaWriter &w, const std::vector<Operand> &) {
 
 void TileTargetSm100::setupTile(CudaWriter &w) { printRingTileCoordinates(w); }
 
+/// The register-tile counts both layouts declare: a warp's rows and m16 tiles, n8 tiles of a score and an output row.
+void printTileCounts(CudaWriter &w) {
+  w.line(cat("constexpr int kWarpRows = ", kRowsPerWarp, ", kMTiles = ", kRowsPerWarp / kFragmentAccessRows, ";"));
+  w.line("constexpr int kSTiles = kBlockN / 8;     // n8 blocks of a score row");
+  w.line("constexpr int kOTiles = kHeadDimV / 8;   // n8 blocks of an output row");
+}
+
 std::optional<RoleProblem> TileTargetSm100::checkRoles(const std::vector<RoleInfo> &roleList) const {
   if (memoryMode)
     return checkMemoryRoles(roleList);
@@ -333,9 +340,7 @@ void TileTargetSm100::setupRoles(CudaWriter &w, const std::vector<RoleInfo> &rol
   w.comment("its S and O in tensor memory with row i in lane i, and warp w reaches lanes [32 (w % 4), +32). A warp");
   w.comment("reads S as two 16-row C-fragment tiles (m16 tile mt: its lanes 16mt..16mt+15): lane l holds rows");
   w.comment("fragRow and fragRow + 8 of each, columns fragCol and fragCol + 1 of every n8 block.");
-  w.line(cat("constexpr int kWarpRows = ", kRowsPerWarp, ", kMTiles = ", kRowsPerWarp / kFragmentAccessRows, ";"));
-  w.line("constexpr int kSTiles = kBlockN / 8;     // n8 blocks of a score row");
-  w.line("constexpr int kOTiles = kHeadDimV / 8;   // n8 blocks of an output row");
+  printTileCounts(w);
   w.line(cat("constexpr int kOChunkTiles = ", kOChunkTiles, ";  // O moves through registers 64 columns at a time"));
   w.line(cat("constexpr int kGroups = ", groups, ";  // computing warpgroups, 128 rows each"));
   w.line(cat("const int warp = threadIdx.x / 32 - ", consumerFirst, ", lane = threadIdx.x % 32;"));
@@ -726,9 +731,7 @@ void TileTargetSm100::setupMemoryRoles(CudaWriter &w) {
   w.comment("on) as two 16-row C-fragment tiles: lane l holds rows fragRow and fragRow + 8 of each, columns fragCol and");
   w.comment("fragCol + 1 of every n8 block. The correction warpgroup holds one row a thread: lane l of warp w, row");
   w.comment("32 (w % 4) + l of each Q tile (tmemRow).");
-  w.line(cat("constexpr int kWarpRows = ", kRowsPerWarp, ", kMTiles = ", kRowsPerWarp / kFragmentAccessRows, ";"));
-  w.line("constexpr int kSTiles = kBlockN / 8;     // n8 blocks of a score row");
-  w.line("constexpr int kOTiles = kHeadDimV / 8;   // n8 blocks of an output row");
+  printTileCounts(w);
   w.line(cat("constexpr int kRowChunk = ", kRowChunk, ";  // columns of O a tcgen05.ld/st.32x32b moves, one row a thread"));
   w.line("const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;");
   w.line("const int fragRow = lane / 4, fragCol = 2 * (lane % 4);");
