@@ -21,6 +21,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <algorithm>
@@ -1516,6 +1517,16 @@ LogicalResult Interpreter::exec(StoreOp op) {
   const Tile &t = **value;
   bool isO = op.getOperand() == Output::O;
   int64_t width = isO ? problem.headDimV : 1;
+  // A store of part of the instance's rows (`tile.q_rows = [first, count]`: fa4's epilogue of one of two Q tiles).
+  const Instance whole = inst;
+  llvm::scope_exit restore([&] { inst = whole; });
+  if (auto rows = op->getAttrOfType<DenseI64ArrayAttr>(kRoleQueryRowsAttr)) {
+    if (rows.size() != 2 || rows[0] < 0 || rows[1] < 1 || rows[0] + rows[1] > inst.rows)
+      return fail(op, Twine("has a ") + kRoleQueryRowsAttr + " that is not [first, count] inside the " +
+                          Twine(inst.rows) + " rows of its role");
+    inst.m0 += rows[0];
+    inst.rows = rows[1];
+  }
   if (t.rows != inst.rows || t.cols != width)
     return fail(op, "stores a " + Twine(t.rows) + "x" + Twine(t.cols) + " tile but the program instance owns " +
                         Twine(inst.rows) + " query rows of " + Twine(width) + " values");

@@ -5,7 +5,8 @@
 # tcgen05.ld/st; UTCATOMSWS: tcgen05.alloc/dealloc) and for local memory (LDL/STL: spills). Prints one line a kernel
 # with the counts, and exits 1 when one lacks an opcode or touches local memory. No SM100 GPU exists here: this reads
 # the code ptxas made, nothing runs it.
-# Usage: bash scripts/fa4-sass.sh [build dir, default build] [variant ...] (default: every built-in variant)
+# Usage: bash scripts/fa4-sass.sh [build dir, default build] [variant ...] (default: every built-in variant);
+# FA4_FLAGS adds fa4 knobs to every compile (e.g. FA4_FLAGS="--roles 0": the first form's roles).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -26,8 +27,9 @@ for variant in "${variants[@]}"; do
   for dims in 64/64 128/128 192/128 256/256; do
     for dtype in bf16 f16; do
       cubin=$work/$variant-$dtype-${dims/\//-}.cubin
+      # shellcheck disable=SC2086 # FA4_FLAGS is a list of flags
       "$flashtile" compile --schedule fa4 --arch sm_100a --variant "$variant" --dtype "$dtype" \
-        --head-dim "${dims%/*}" --head-dim-v "${dims#*/}" --emit cubin -o "$cubin" >/dev/null
+        --head-dim "${dims%/*}" --head-dim-v "${dims#*/}" ${FA4_FLAGS:-} --emit cubin -o "$cubin" >/dev/null
       sass=$("$nvdisasm" -c "$cubin")
       count() { echo "$sass" | grep -cE "$1" || true; }
       hmma=$(count '\bUTCHMMA\b') bar=$(count '\bUTCBAR\b') ldtm=$(count '\bLDTM\b') sttm=$(count '\bSTTM\b')

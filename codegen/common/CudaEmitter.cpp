@@ -2,7 +2,9 @@
 //
 // The generic printer: checks that the IR is ready to print, names values, prints the scalar code, the
 // KV-range rules, the K/V loop segments and the variant's regions (as __device__ functions), and hands every
-// tile op to the target the IR was lowered to (`#tile.target`'s isa, looked up in the target registry). The state,
+// tile op to the target the IR was lowered to (`#tile.target`'s isa, looked up in the target registry); the memory
+// layer's ops (tensor memory, buffers, channels, MMAs completed by commits) through TileTarget's memory-layer methods,
+// for the families with the asynchronous protocol. The state,
 // score and probability tiles live in registers that the target updates in place, so the printer first checks that the
 // IR uses each of them once.
 //===----------------------------------------------------------------------===//
@@ -15,6 +17,7 @@
 #include "codegen/common/TileTarget.h"
 #include "passes/IR/ProgramKinds.h"
 #include "passes/IR/TileKvCache.h"
+#include "passes/IR/TileMemory.h"
 #include "passes/IR/TileRotary.h"
 #include "passes/IR/TileNames.h"
 #include "passes/IR/TilePacking.h"
@@ -164,10 +167,9 @@ LogicalResult checkInPlace(FuncOp func, bool asyncProtocol) {
                                    "be used exactly once";
   };
   WalkResult result = func.walk([&](Operation *op) -> WalkResult {
-    if (isa<TmemOp, SmemBufferOp, ChannelOp>(op)) {
+    if (!asyncProtocol && isa<TmemOp, SmemBufferOp, ChannelOp>(op)) {
       op->emitOpError() << "belongs to the memory layer (tensor memory, buffers, channels, MMAs completed by a "
-                           "commit), which no CUDA printer prints yet; programs written with it run in the CPU "
-                           "interpreter only";
+                           "commit), which the target's family does not print: it runs no roles";
       return WalkResult::interrupt();
     }
     if (!asyncProtocol && ((isa<QkOp>(op) && cast<QkOp>(op).getToken()) || (isa<PvOp>(op) && cast<PvOp>(op).getToken()))) {
@@ -181,7 +183,9 @@ LogicalResult checkInPlace(FuncOp func, bool asyncProtocol) {
       return WalkResult::interrupt();
     }
     for (Value v : op->getResults()) {
-      if (auto acc = dyn_cast<AccType>(v.getType()); acc && acc.getSpace() != MemorySpace::Registers) {
+      // The memory layer's accumulators live in their buffers (tile.init_acc, tile.mem_load, tile.rescale of one).
+      bool memoryLayerAcc = asyncProtocol && isa<InitAccOp, MemLoadOp, RescaleOp>(op);
+      if (auto acc = dyn_cast<AccType>(v.getType()); acc && acc.getSpace() != MemorySpace::Registers && !memoryLayerAcc) {
         op->emitOpError() << "keeps the accumulator in " << memorySpaceName(acc.getSpace())
                           << " memory; the CUDA printer's targets keep the whole state in registers";
         return WalkResult::interrupt();
@@ -502,6 +506,25 @@ private:
   std::vector<BarrierInfo> barriers;
   llvm::DenseMap<Operation *, int> roleIndex;
   llvm::DenseMap<Value, int> barrierIndex;
+  /// The memory layer: tensor memory's columns (0: none), the buffers and channels (TileTarget's lists) and what each
+  /// role does with them.
+  int tmemColumns = 0;
+  std::vector<MemBufferInfo> memBuffers;
+  std::vector<ChannelInfo> channels;
+  std::vector<RoleMemoryInfo> roleMemory;
+  llvm::DenseMap<Value, int> memBufferIndex;
+  llvm::DenseMap<Value, std::pair<int, bool>> channelOf; ///< a channel's barrier -> (channel, full)
+  /// A registers buffer of row statistics -> the registers of the state stored in it (one chain a buffer).
+  llvm::DenseMap<Value, const StateNames *> bufferState;
+  /// Row vectors read from a buffer (tile.mem_load) -> their registers.
+  llvm::DenseMap<Value, std::string> rowsOf;
+  bool usesMemoryLayer() const { return tmemColumns > 0 || !memBuffers.empty() || !channels.empty(); }
+  /// The memory layer's ops (MMAs on buffers, commits, tensor memory, threads' loads and stores of buffers).
+  LogicalResult printMemory(Operation *op);
+  /// The buffer `v` (a tile.tmem_buffer or tile.smem_buffer) is, or an error at `user`.
+  FailureOr<int> memBuffer(Value v, Operation *user);
+  /// The tensor buffer a memory-layer accumulator (tile.mem_load of a buffer, tile.rescale of one) lives in, or -1.
+  int accBuffer(Value acc);
   /// The registers of each !tile.stats and !tile.acc value (and of O, which finalize computes in the accumulator's),
   /// one StateNames a state: named where tile.init_state or tile.state_load makes it, then passed along its chain.
   std::deque<StateNames> stateNames;
@@ -659,6 +682,8 @@ void KernelPrinter::nameRegisters() {
       tileOf[op->getResult(0)] = tileOf.lookup(op->getOperand(0));
     } else if (auto update = dyn_cast<SoftmaxUpdateOp>(op)) {
       tileOf[update.getP()] = probabilities;
+    } else if (auto load = dyn_cast<MemLoadOp>(op); load && isScores(load.getType())) {
+      tileOf[load.getValue()] = scores; // S read from its buffer: the registers the softmax works in
     } else if (auto constant = dyn_cast<arith::ConstantOp>(op); constant && isProbabilities(constant.getType())) {
       tileOf[constant.getResult()] = probabilities; // the P a loop carries in, never read
     }
@@ -669,10 +694,25 @@ void KernelPrinter::nameRegisters() {
         else if (isProbabilities(arg.getType()))
           tileOf[arg] = tileOf[result] = probabilities;
       }
-    if (isa<InitStateOp, StateLoadOp>(op)) {
+    auto memStats = [](Value buffer, MemorySpace space) {
+      auto type = cast<MemBufType>(buffer.getType());
+      return isa<StatsType>(type.getTile()) && type.getSpace() == space;
+    };
+    if (isa<InitStateOp, StateLoadOp, InitStatsOp>(op) ||
+        (isa<MemLoadOp>(op) && memStats(cast<MemLoadOp>(op).getBuffer(), MemorySpace::Shared))) {
       stateNames.push_back({names.unique("acc"), names.unique("rowMax"), names.unique("rowSum")});
       for (Value v : op->getResults())
         stateOf[v] = &stateNames.back();
+    } else if (auto store = dyn_cast<MemStoreOp>(op); store && memStats(store.getBuffer(), MemorySpace::Registers)) {
+      // A registers buffer keeps the registers of the first state stored into it: its loads are that state.
+      if (const StateNames *st = stateOf.lookup(store.getValue()); st && !bufferState.count(store.getBuffer()))
+        bufferState[store.getBuffer()] = st;
+    } else if (auto load = dyn_cast<MemLoadOp>(op); load && memStats(load.getBuffer(), MemorySpace::Registers)) {
+      if (const StateNames *st = bufferState.lookup(load.getBuffer()))
+        stateOf[load.getValue()] = st;
+    } else if (auto load = dyn_cast<MemLoadOp>(op); load && isa<RankedTensorType>(load.getType()) &&
+                                                     cast<RankedTensorType>(load.getType()).getRank() == 1) {
+      rowsOf[load.getValue()] = names.unique("rowScale");
     } else if (auto loop = dyn_cast<KvLoopOp>(op)) {
       same(loop.getStatsArg(), loop.getInitStats());
       same(loop.getStats(), loop.getInitStats());
@@ -775,6 +815,12 @@ FailureOr<std::string> KernelPrinter::kTileOf(Value scores, Operation *user) {
         return operand(load.getIndex(), user);
       break;
     }
+    if (isa<MemLoadOp>(def)) {
+      // S read from its buffer in a K/V walk: the MMA that wrote it multiplied the walk's tile of K.
+      if (auto walk = def->getParentOfType<KvWalkOp>())
+        return operand(walk.getBody().front().getArgument(0), user);
+      break;
+    }
     if (!isa<ScaleOp, ScoreModOp, MaskOp>(def))
       break;
     v = def->getOperand(0);
@@ -817,6 +863,9 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
   ScheduleAttr schedule = func.getScheduleAttr();
   // __launch_bounds__(threads[, min blocks per SM]): the second caps registers so that many blocks fit on an SM.
   collectRoles();
+  if (usesMemoryLayer() && !target.memoryLayer(tmemColumns, memBuffers, channels, roleMemory))
+    return func.emitOpError() << "is written with the memory layer (tensor memory, buffers, channels); " << loweredTo()
+                              << " does not print it";
   if (failed(checkRoles()))
     return failure();
   std::string bounds = std::to_string(shape.warps * kWarpSize);
@@ -880,6 +929,13 @@ void KernelPrinter::collectRoles() {
   for (Operation &op : func.getBodyBlock()) {
     if (auto role = dyn_cast<RoleOp>(op)) {
       bool computes = role.walk([](InitStateOp) { return WalkResult::interrupt(); }).wasInterrupted();
+      RoleMemoryInfo uses;
+      role.walk([&](Operation *inner) {
+        uses.allocates |= isa<TmemAllocOp, TmemFreeOp>(inner);
+        uses.issuesMma |= isa<MmaQkOp, MmaPvOp, MmaCommitOp>(inner);
+        uses.accessesBuffers |= isa<MemLoadOp, MemStoreOp>(inner);
+      });
+      roleMemory.push_back(uses);
       roleIndex[role] = static_cast<int>(roles.size());
       roles.push_back({role.getName().str(), static_cast<int>(role.getWarps()), static_cast<int>(role.getRegs()),
                        computes, role.getPingpong()});
@@ -894,6 +950,42 @@ void KernelPrinter::collectRoles() {
       info.name = std::string(info.bytes > 0 ? "full" : "empty") + kOperandNames[static_cast<int>(info.operand)];
       barrierIndex[barrier.getBarrier()] = static_cast<int>(barriers.size());
       barriers.push_back(info);
+    } else if (auto tmem = dyn_cast<TmemOp>(op)) {
+      tmemColumns = static_cast<int>(tmem.getTmem().getType().getColumns());
+    } else if (isa<TmemBufferOp, SmemBufferOp>(op)) {
+      Value buffer = op.getResult(0);
+      auto type = cast<MemBufType>(buffer.getType());
+      MemBufferInfo info;
+      info.space = type.getSpace() == MemorySpace::Tensor   ? MemSpace::Tensor
+                   : type.getSpace() == MemorySpace::Shared ? MemSpace::Shared
+                                                            : MemSpace::Registers;
+      info.rows = static_cast<int>(type.getRows());
+      if (RankedTensorType tensor = type.getTensor()) {
+        info.cols = tensor.getRank() == 2 ? static_cast<int>(tensor.getDimSize(1)) : 1;
+        bool accumulates = llvm::any_of(buffer.getUsers(), [&](Operation *user) {
+          auto pv = dyn_cast<MmaPvOp>(user);
+          return pv && pv.getO() == buffer;
+        });
+        info.tile = tensor.getRank() == 1              ? MemTile::Rows
+                    : accumulates                     ? MemTile::Acc
+                    : tensor.getElementType().isF32() ? MemTile::Scores
+                                                      : MemTile::Probabilities;
+      } else {
+        info.tile = MemTile::Stats;
+      }
+      if (auto tb = dyn_cast<TmemBufferOp>(op)) {
+        info.column = static_cast<int>(tb.getColumn());
+        info.name = "tmem" + std::to_string(memBuffers.size());
+      } else {
+        info.name = identifierText(cast<SmemBufferOp>(op).getName());
+      }
+      memBufferIndex[buffer] = static_cast<int>(memBuffers.size());
+      memBuffers.push_back(info);
+    } else if (auto channel = dyn_cast<ChannelOp>(op)) {
+      channelOf[channel.getFull()] = {static_cast<int>(channels.size()), true};
+      channelOf[channel.getEmpty()] = {static_cast<int>(channels.size()), false};
+      channels.push_back({identifierText(channel.getName()), static_cast<int64_t>(channel.getFullArrivals()),
+                          static_cast<int64_t>(channel.getEmptyArrivals())});
     } else if (auto queue = dyn_cast<WorkQueueOp>(op)) {
       for (bool full : {true, false}) {
         BarrierInfo info;
@@ -1319,12 +1411,13 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
     }
     return scalars.emit(op);
   }
-  // Buffers and slots print nothing: a target places its buffers in setup and addresses tile j's slot itself.
-  if (isa<BufferOp, SlotOp, BarrierOp, WorkQueueOp>(op))
+  // Buffers and slots print nothing: a target places its buffers in setup and addresses tile j's slot itself (the
+  // memory layer's buffers and channels too: memoryLayer handed them over).
+  if (isa<BufferOp, SlotOp, BarrierOp, WorkQueueOp, TmemOp, TmemBufferOp, SmemBufferOp, ChannelOp>(op))
     return success();
   // A stage reads apart from scalar code that does not feed it (its own index and predicate stay with it).
   Operation *prev = op->getPrevNode();
-  while (prev && isa<BufferOp, SlotOp, BarrierOp, WorkQueueOp>(prev))
+  while (prev && isa<BufferOp, SlotOp, BarrierOp, WorkQueueOp, TmemOp, TmemBufferOp, SmemBufferOp, ChannelOp>(prev))
     prev = prev->getPrevNode();
   if (prev && ScalarEmitter::isScalarOp(prev) && !llvm::is_contained(op->getOperands(), prev->getResult(0)))
     w.separate();
@@ -1338,6 +1431,8 @@ LogicalResult KernelPrinter::printOp(Operation *op) {
           .Case<QkOp, ScaleOp, ScoreModOp, MaskOp, PvOp>([&](Operation *math) { return printMath(math); })
           .Case<InitStateOp, SoftmaxUpdateOp, RescaleOp, FinalizeOp>(
               [&](Operation *softmax) { return printSoftmax(softmax); })
+          .Case<TmemAllocOp, TmemFreeOp, MmaQkOp, MmaPvOp, MmaCommitOp, MemLoadOp, MemStoreOp, InitStatsOp, InitAccOp>(
+              [&](Operation *memory) { return printMemory(memory); })
           .Default([&](Operation *other) -> LogicalResult {
             return other->emitOpError() << "cannot be printed as CUDA: the printer knows the tile ops and the "
                                            "scalar arith/math ops, not this one";
@@ -1422,6 +1517,11 @@ LogicalResult KernelPrinter::printAsync(Operation *op) {
         FailureOr<std::string> position = optionalOperand(wait.getPosition(), op);
         if (failed(position))
           return failure();
+        if (auto channel = channelOf.find(wait.getBarrier()); channel != channelOf.end()) {
+          if (!target.channelWait(w, channel->second.first, channel->second.second, *position))
+            return notPrinted(wait, "waits on a channel between roles");
+          return success();
+        }
         target.barrierWait(w, barrierIndex.lookup(wait.getBarrier()), *position);
         return success();
       })
@@ -1429,6 +1529,11 @@ LogicalResult KernelPrinter::printAsync(Operation *op) {
         FailureOr<std::string> position = optionalOperand(arrive.getPosition(), op);
         if (failed(position))
           return failure();
+        if (auto channel = channelOf.find(arrive.getBarrier()); channel != channelOf.end()) {
+          if (!target.channelArrive(w, channel->second.first, channel->second.second, *position))
+            return notPrinted(arrive, "arrives on a channel between roles");
+          return success();
+        }
         target.barrierArrive(w, barrierIndex.lookup(arrive.getBarrier()), *position);
         return success();
       })
@@ -1544,8 +1649,20 @@ LogicalResult KernelPrinter::printLoadStore(Operation *op) {
         return success();
       })
       .Case([&](StoreOp store) -> LogicalResult {
-        if (!store.getValue().getDefiningOp<FinalizeOp>())
+        auto fin = store.getValue().getDefiningOp<FinalizeOp>();
+        if (!fin)
           return store.emitOpError() << "stores a value that is not a tile.finalize result";
+        if (int acc = accBuffer(fin.getAcc()); acc >= 0) {
+          // The memory layer: O of an accumulator in a buffer, of the query rows the store names (tile.q_rows).
+          int64_t rowOffset = 0;
+          if (auto rows = store->getAttrOfType<DenseI64ArrayAttr>(kRoleQueryRowsAttr); rows && rows.size() == 2)
+            rowOffset = rows[0];
+          bool printed = store.getOperand() == Output::O ? target.storeOFromBuffer(w, acc, rowOffset)
+                                                         : target.storeLseRows(w, acc, rowOffset);
+          if (!printed)
+            return notPrinted(store, "stores the finalized rows of an accumulator in a buffer");
+          return success();
+        }
         if (store.getOperand() == Output::O) {
           FailureOr<bool> staged = stagedInQ(store, store.getStaging());
           FailureOr<const StateNames *> st = state(store.getValue(), op);
@@ -1686,6 +1803,20 @@ LogicalResult KernelPrinter::printSoftmax(Operation *op) {
         return success();
       })
       .Case([&](RescaleOp rescale) -> LogicalResult {
+        if (int acc = accBuffer(rescale.getAcc()); acc >= 0) {
+          // The memory layer: O rescaled where it lives, by rescale factors read from a buffer; the rescaled
+          // accumulator is stored back into the same buffer.
+          auto store = rescale->hasOneUse() ? dyn_cast<MemStoreOp>(*rescale->user_begin()) : MemStoreOp();
+          auto alpha = rowsOf.find(rescale.getAlpha());
+          if (!store || accBuffer(rescale.getAcc()) != memBufferIndex.lookup(store.getBuffer()) ||
+              alpha == rowsOf.end())
+            return rescale.emitOpError() << "rescales an accumulator read from a buffer without storing it back "
+                                            "into that buffer, or by factors not read from a buffer; the CUDA "
+                                            "printer rescales a buffer in place";
+          if (!target.rescaleInPlace(w, acc, alpha->second, /*onlyWhenMoved=*/true))
+            return notPrinted(rescale, "rescales an accumulator in a buffer");
+          return success();
+        }
         FailureOr<const StateNames *> st = state(rescale.getAcc(), op);
         if (failed(st))
           return failure();
@@ -1694,11 +1825,166 @@ LogicalResult KernelPrinter::printSoftmax(Operation *op) {
         return success();
       })
       .Case([&](FinalizeOp fin) -> LogicalResult {
+        if (int acc = accBuffer(fin.getAcc()); acc >= 0) {
+          FailureOr<const StateNames *> st = state(fin.getStats(), op);
+          if (failed(st))
+            return failure();
+          if (!target.finalizeBuffer(w, **st, acc, functionOf.lookup(op)))
+            return notPrinted(fin, "finalizes an accumulator in a buffer");
+          return success();
+        }
         FailureOr<const StateNames *> st = state(fin.getAcc(), op);
         if (failed(st))
           return failure();
         target.finalize(w, **st, functionOf.lookup(op));
         return success();
+      })
+      .Default([](Operation *) -> LogicalResult { llvm_unreachable("printOp sends only these ops here"); });
+}
+
+FailureOr<int> KernelPrinter::memBuffer(Value v, Operation *user) {
+  auto it = memBufferIndex.find(v);
+  if (it == memBufferIndex.end())
+    return user->emitOpError() << "uses a buffer that is not a top-level tile.tmem_buffer or tile.smem_buffer";
+  return it->second;
+}
+
+int KernelPrinter::accBuffer(Value acc) {
+  if (!isa<AccType>(acc.getType()))
+    return -1;
+  if (auto load = acc.getDefiningOp<MemLoadOp>()) {
+    auto it = memBufferIndex.find(load.getBuffer());
+    return it == memBufferIndex.end() ? -1 : it->second;
+  }
+  if (auto rescale = acc.getDefiningOp<RescaleOp>())
+    return accBuffer(rescale.getAcc());
+  return -1;
+}
+
+LogicalResult KernelPrinter::printMemory(Operation *op) {
+  auto kSlotOf = [&](Value k, Operation *user) -> FailureOr<std::string> {
+    auto load = k.getDefiningOp<LoadOp>();
+    if (!load)
+      return user->emitOpError() << "takes an operand that is not a tile.load from a ring slot";
+    return slotOf(load, user);
+  };
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](TmemAllocOp alloc) -> LogicalResult {
+        return target.tmemAlloc(w) ? success() : notPrinted(alloc, "allocates tensor memory");
+      })
+      .Case([&](TmemFreeOp free) -> LogicalResult {
+        return target.tmemFree(w) ? success() : notPrinted(free, "frees tensor memory");
+      })
+      .Case([&](MmaQkOp mma) -> LogicalResult {
+        auto q = mma.getQ().getDefiningOp<LoadOp>();
+        if (!q || q.getOperand() != tile::Operand::Q)
+          return mma.emitOpError() << "takes a Q operand that is not tile.load q";
+        FailureOr<std::string> kSlot = kSlotOf(mma.getK(), op);
+        FailureOr<int> s = memBuffer(mma.getS(), op);
+        if (failed(kSlot) || failed(s))
+          return failure();
+        return target.mmaQk(w, *kSlot, *s, static_cast<int64_t>(mma.getQRowOffset()))
+                   ? success()
+                   : notPrinted(mma, "issues Q·Kᵀ into a buffer");
+      })
+      .Case([&](MmaPvOp mma) -> LogicalResult {
+        FailureOr<std::string> vSlot = kSlotOf(mma.getV(), op);
+        FailureOr<int> p = memBuffer(mma.getP(), op), o = memBuffer(mma.getO(), op);
+        if (failed(vSlot) || failed(p) || failed(o))
+          return failure();
+        return target.mmaPv(w, *p, *vSlot, *o) ? success() : notPrinted(mma, "issues P·V on buffers");
+      })
+      .Case([&](MmaCommitOp commit) -> LogicalResult {
+        FailureOr<std::string> position = operand(commit.getPosition(), op);
+        if (failed(position))
+          return failure();
+        int channel = -1, ring = -1;
+        if (auto it = channelOf.find(commit.getBarrier()); it != channelOf.end() && it->second.second)
+          channel = it->second.first;
+        else if (auto ringIt = barrierIndex.find(commit.getBarrier()); ringIt != barrierIndex.end())
+          ring = ringIt->second;
+        else
+          return commit.emitOpError() << "commits to a barrier that is neither a channel's full barrier nor a ring's";
+        return target.mmaCommit(w, channel, ring, *position) ? success()
+                                                             : notPrinted(commit, "commits MMAs to a barrier");
+      })
+      .Case([&](InitStatsOp init) -> LogicalResult {
+        FailureOr<const StateNames *> st = state(init.getStats(), op);
+        if (failed(st))
+          return failure();
+        return target.initStats(w, **st) ? success() : notPrinted(init, "declares row statistics");
+      })
+      .Case([&](InitAccOp init) -> LogicalResult {
+        // Printed where it is stored: the accumulator is zeroed in its buffer.
+        auto store = init->hasOneUse() ? dyn_cast<MemStoreOp>(*init->user_begin()) : MemStoreOp();
+        if (!store)
+          return init.emitOpError() << "makes an accumulator that is not stored into a buffer; the CUDA printer "
+                                       "zeroes accumulators where they live";
+        return success();
+      })
+      .Case([&](MemLoadOp load) -> LogicalResult {
+        FailureOr<int> buffer = memBuffer(load.getBuffer(), op);
+        if (failed(buffer))
+          return failure();
+        const MemBufferInfo &info = memBuffers[*buffer];
+        if (info.space == MemSpace::Registers) {
+          if (!stateOf.lookup(load.getValue()))
+            return load.emitOpError() << "reads a registers buffer that holds no row statistics of this role";
+          return success(); // the state's registers
+        }
+        if (isa<AccType>(load.getType()))
+          return success(); // O stays in its buffer: rescaled or finalized there
+        if (isa<StatsType>(load.getType())) {
+          FailureOr<const StateNames *> st = state(load.getValue(), op);
+          if (failed(st))
+            return failure();
+          return target.loadStats(w, *buffer, **st) ? success() : notPrinted(load, "reads row statistics");
+        }
+        if (auto rows = rowsOf.find(load.getValue()); rows != rowsOf.end())
+          return target.loadRows(w, *buffer, rows->second) ? success() : notPrinted(load, "reads a value a row");
+        FailureOr<std::string> s = registers(load.getValue(), op);
+        if (failed(s))
+          return failure();
+        return target.loadScores(w, *buffer, *s) ? success() : notPrinted(load, "reads a score tile");
+      })
+      .Case([&](MemStoreOp store) -> LogicalResult {
+        FailureOr<int> buffer = memBuffer(store.getBuffer(), op);
+        if (failed(buffer))
+          return failure();
+        const MemBufferInfo &info = memBuffers[*buffer];
+        Value value = store.getValue();
+        if (info.space == MemSpace::Registers) {
+          if (stateOf.lookup(value) != bufferState.lookup(store.getBuffer()))
+            return store.emitOpError() << "stores row statistics into a registers buffer that holds another "
+                                          "state; the CUDA printer keeps one state a registers buffer";
+          return success(); // already its registers
+        }
+        if (value.getDefiningOp<InitAccOp>())
+          return target.zeroAcc(w, *buffer) ? success() : notPrinted(store, "zeroes an accumulator in a buffer");
+        if (value.getDefiningOp<RescaleOp>()) {
+          if (accBuffer(value) != *buffer)
+            return store.emitOpError() << "stores a rescaled accumulator into another buffer than its own";
+          return success(); // rescaleInPlace wrote it
+        }
+        if (auto update = value.getDefiningOp<SoftmaxUpdateOp>()) {
+          if (value == update.getAlpha())
+            return target.storeAlpha(w, *buffer) ? success() : notPrinted(store, "stores rescale factors");
+          if (value == update.getP()) {
+            FailureOr<std::string> sRegs = registers(update.getS(), op), p = registers(value, op);
+            if (failed(sRegs) || failed(p))
+              return failure();
+            return target.storeProbabilities(w, *buffer, *sRegs, *p) ? success()
+                                                                      : notPrinted(store, "stores P into a buffer");
+          }
+        }
+        if (isa<StatsType>(value.getType())) {
+          FailureOr<const StateNames *> st = state(value, op);
+          if (failed(st))
+            return failure();
+          return target.storeStats(w, *buffer, **st) ? success() : notPrinted(store, "stores row statistics");
+        }
+        return store.emitOpError() << "stores a value the CUDA printer does not move into a buffer (it stores P and "
+                                      "rescale factors of a softmax step, row statistics and zeroed accumulators)";
       })
       .Default([](Operation *) -> LogicalResult { llvm_unreachable("printOp sends only these ops here"); });
 }

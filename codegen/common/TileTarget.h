@@ -82,6 +82,33 @@ struct RoleProblem {
   std::string needs; ///< "lays roles out as whole warpgroups (setmaxnreg)"
 };
 
+// ==== The memory layer (passes/IR/TileMemoryOps.td), as TileTarget's memory-layer methods take it ====
+
+/// Where a buffer of the memory layer lives.
+enum class MemSpace { Tensor, Shared, Registers };
+/// What it holds: a score tile (fp32), P (16-bit), an accumulator (fp32), a value a row, or row statistics.
+enum class MemTile { Scores, Probabilities, Acc, Rows, Stats };
+/// A `tile.tmem_buffer` (`column` in tensor memory) or `tile.smem_buffer` (`name`).
+struct MemBufferInfo {
+  std::string name;
+  MemSpace space = MemSpace::Shared;
+  MemTile tile = MemTile::Rows;
+  int rows = 0, cols = 0;
+  int column = 0;
+};
+/// A `tile.channel`: a full and an empty barrier of one slot, completed by these many arrivals (a role's or a
+/// commit's).
+struct ChannelInfo {
+  std::string name;
+  int64_t fullArrivals = 1, emptyArrivals = 1;
+};
+/// What a role does with the memory layer: allocates (and frees) tensor memory, issues MMAs on buffers, moves
+/// buffers with its threads (warp-collective tensor-memory accesses).
+struct RoleMemoryInfo {
+  bool allocates = false, issuesMma = false, accessesBuffers = false;
+};
+// ==== end of the memory layer's types ====
+
 /// Names the generic printer declares in the kernel before any target code: the schedule's constants
 /// (kBlockM, kBlockN, kHeadDim, kHeadDimV, kWarps, kThreads), the parameters `p` and the K/V tile index of
 /// each loop. A target must not redeclare them.
@@ -234,6 +261,70 @@ public:
   /// The registers `p` of a P that K/V loops carry (its initial value, a constant tile, is never read). False (the
   /// default) when the family keeps P in the registers of the iteration that computed it.
   virtual bool declareCarriedProbabilities(CudaWriter &, const std::string & /*p*/) { return false; }
+  // ==== The memory layer (passes/IR/TileMemoryOps.td): tensor memory, buffers of named tiles, channels between
+  // roles, MMAs on buffers completed by commits. Every method prints nothing and returns false where the family does
+  // not print the layer (the generic printer then reports the op). ====
+
+  /// Before checkRoles and setupRoles, for a program written with the memory layer: the tensor memory it declares
+  /// (`tmemColumns`, 0: none), its buffers and channels (IR order; the indices the calls below take) and what each
+  /// role (setupRoles' order) does with them.
+  virtual bool memoryLayer(int /*tmemColumns*/, const std::vector<MemBufferInfo> &, const std::vector<ChannelInfo> &,
+                           const std::vector<RoleMemoryInfo> &) {
+    return false;
+  }
+  /// `tile.tmem_alloc` / `tile.tmem_free` in the calling role.
+  virtual bool tmemAlloc(CudaWriter &) { return false; }
+  virtual bool tmemFree(CudaWriter &) { return false; }
+  /// `tile.barrier_wait` / `tile.barrier_arrive` on channel `channel`'s full (`full`) or empty barrier at position
+  /// `position` (a full wait at n: phase n completed; an empty wait at n: phase n - 1 completed, position 0 passes).
+  /// The calling role arrives once.
+  virtual bool channelWait(CudaWriter &, int /*channel*/, bool /*full*/, const std::string & /*position*/) {
+    return false;
+  }
+  virtual bool channelArrive(CudaWriter &, int /*channel*/, bool /*full*/, const std::string & /*position*/) {
+    return false;
+  }
+  /// `tile.mma_commit`: one arrival on channel `channel`'s full barrier (when `ringBarrier` < 0), or on ring barrier
+  /// `ringBarrier` (setupRoles' list) at `position`, once every MMA the calling thread issued completed.
+  virtual bool mmaCommit(CudaWriter &, int /*channel*/, int /*ringBarrier*/, const std::string & /*position*/) {
+    return false;
+  }
+  /// `tile.mma_qk`: S (tensor buffer `s`) = Q's rows [qRowOffset, + rows of S) · Kᵀ of the K tile in slot `kSlot`.
+  virtual bool mmaQk(CudaWriter &, const std::string & /*kSlot*/, int /*s*/, int64_t /*qRowOffset*/) { return false; }
+  /// `tile.mma_pv`: O (tensor buffer `o`) += P (tensor buffer `p`) · V of the V tile in slot `vSlot`.
+  virtual bool mmaPv(CudaWriter &, int /*p*/, const std::string & /*vSlot*/, int /*o*/) { return false; }
+  /// `tile.mem_load` of a score tile from buffer `buffer` into the registers `scores`, which it declares.
+  virtual bool loadScores(CudaWriter &, int /*buffer*/, const std::string & /*scores*/) { return false; }
+  /// `tile.init_stats`: declares the registers of row statistics st.rowMax and st.rowSum (m = -inf, l = 0).
+  virtual bool initStats(CudaWriter &, const StateNames &) { return false; }
+  /// `tile.mem_store` of the rescale factors of the softmax step just printed (softmaxUpdate's alpha) into `buffer`.
+  virtual bool storeAlpha(CudaWriter &, int /*buffer*/) { return false; }
+  /// `tile.mem_store` of P: the scores `s` the softmax step left P in, rounded into `p` and written to `buffer`.
+  virtual bool storeProbabilities(CudaWriter &, int /*buffer*/, const std::string & /*s*/, const std::string & /*p*/) {
+    return false;
+  }
+  /// `tile.mem_store` of row statistics st into `buffer` / `tile.mem_load` of them from it into st, declared there.
+  virtual bool storeStats(CudaWriter &, int /*buffer*/, const StateNames &) { return false; }
+  virtual bool loadStats(CudaWriter &, int /*buffer*/, const StateNames &) { return false; }
+  /// `tile.mem_store` of `tile.init_acc` into `buffer`: the accumulator zeroed where it lives.
+  virtual bool zeroAcc(CudaWriter &, int /*buffer*/) { return false; }
+  /// `tile.mem_load` of a row vector (a rescale factor a row) from `buffer` into `rows`, which it declares.
+  virtual bool loadRows(CudaWriter &, int /*buffer*/, const std::string & /*rows*/) { return false; }
+  /// `tile.rescale` of the accumulator in buffer `acc` by the rows `alpha` (loadRows'), written back in place
+  /// (`tile.mem_load`, `tile.rescale`, `tile.mem_store` into the same buffer); `onlyWhenMoved`: a rescale threshold
+  /// made alpha exactly 1 where a row's max did not move.
+  virtual bool rescaleInPlace(CudaWriter &, int /*acc*/, const std::string & /*alpha*/, bool /*onlyWhenMoved*/) {
+    return false;
+  }
+  /// `tile.finalize` of the statistics st (loadStats') and the accumulator in buffer `acc`, with the variant's sink
+  /// `sinkFn` (empty: none); then the stores of its O and LSE, the block's query rows [rowOffset, + the
+  /// accumulator's rows).
+  virtual bool finalizeBuffer(CudaWriter &, const StateNames &, int /*acc*/, const std::string & /*sinkFn*/) {
+    return false;
+  }
+  virtual bool storeOFromBuffer(CudaWriter &, int /*acc*/, int64_t /*rowOffset*/) { return false; }
+  virtual bool storeLseRows(CudaWriter &, int /*acc*/, int64_t /*rowOffset*/) { return false; }
+  // ==== end of the memory layer's methods ====
 };
 
 } // namespace flashtile::codegen

@@ -34,7 +34,7 @@ std::optional<Fa4Config> configure(int64_t headDim, int64_t headDimV, const Fa4K
   c.stages = knob(knobs, kStages, 2);
   c.rescaleThreshold = knob(knobs, kRescaleThreshold, kDefaultRescaleThreshold);
   c.exp2PolyShare = knob(knobs, kExp2PolyShare, 0);
-  c.roles = knob(knobs, kRoles, 0);
+  c.roles = knob(knobs, kRoles, 1);
 
   if (c.softmaxWarpgroups < 1 || c.softmaxWarpgroups > 2) {
     error = "fa4: softmax-warpgroups = " + std::to_string(c.softmaxWarpgroups) + " must be 1 or 2";
@@ -58,9 +58,11 @@ std::optional<Fa4Config> configure(int64_t headDim, int64_t headDimV, const Fa4K
             ") columns of S and O exceed tensor memory's 512";
     return std::nullopt;
   }
-  if (int64_t bytes = smemBytes(c, headDim, headDimV); bytes > kSmemBudget) {
+  const int64_t budget =
+      kSmemBudget - (c.roles == 1 ? kRolesSmemBytes + kRolesSmemBytesPerTile * c.softmaxWarpgroups : 0);
+  if (int64_t bytes = smemBytes(c, headDim, headDimV); bytes > budget) {
     error = "fa4: Q and " + std::to_string(c.stages) + " K/V slots of block-n " + std::to_string(c.blockN) +
-            " take " + std::to_string(bytes) + " bytes of shared memory; " + std::to_string(kSmemBudget) +
+            " take " + std::to_string(bytes) + " bytes of shared memory; " + std::to_string(budget) +
             " are available";
     return std::nullopt;
   }

@@ -33,6 +33,8 @@ inline constexpr int64_t kWarpgroupWarps = 4;
 inline constexpr int64_t kTmemColumns = 512;
 /// Dynamic shared memory an sm_100a block may use, less what the kernel keeps past its tiles (alignment, barriers).
 inline constexpr int64_t kSmemBudget = 227 * 1024 - 2 * 1024;
+/// What FA4's own roles keep past that: the channels' barriers, and per Q tile its rescale factors and final m, l.
+inline constexpr int64_t kRolesSmemBytes = 2 * 1024, kRolesSmemBytesPerTile = kRowsPerWarpgroup * 3 * 4;
 
 /// A resolved configuration (every knob given or defaulted).
 struct Fa4Config {
@@ -44,11 +46,13 @@ struct Fa4Config {
   /// Of every 8 n8 tiles of a score row, how many take their exponentials from the software exp2 (FMA pipe) instead
   /// of MUFU. 0 by default: FA4 moves 12-19% there to relieve MUFU, a trade no SM100 GPU here could measure.
   int64_t exp2PolyShare = 0;
-  /// Which role IR: 0, the first form (the ring roles of tile-fa3-pipeline; printed by the sm100 family); 1, FA4's
-  /// own roles (tile-fa4-roles: one MMA warp, a correction warpgroup, epilogues, on the memory layer), which the CPU
-  /// interpreter runs and the sm100 printer does not print yet.
-  int64_t roles = 0;
-  int64_t warps() const { return kWarpgroupWarps * (softmaxWarpgroups + 1); }
+  /// Which role IR: 1 (the default), FA4's own roles (tile-fa4-roles: the load and MMA warps, a softmax warpgroup
+  /// per Q tile, a correction warpgroup, on the memory layer); 0, the first form (the ring roles of
+  /// tile-fa3-pipeline, each softmax warpgroup issuing its own MMAs). The sm100 family prints both.
+  int64_t roles = 1;
+  /// The first form: a load warpgroup and the softmax warpgroups. FA4's own roles: the softmax warpgroups, a
+  /// correction warpgroup and a warpgroup of one-warp roles (the MMA warp, the load warp; two warps idle).
+  int64_t warps() const { return kWarpgroupWarps * (softmaxWarpgroups + (roles == 1 ? 2 : 1)); }
 };
 
 /// The knobs a caller set, by name.

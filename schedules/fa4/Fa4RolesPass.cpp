@@ -8,7 +8,7 @@
 //   tensor memory: S_g at column g·blockN, P_g over it (16-bit, half the columns), O_g after every S
 //   shared memory: Q (1 slot), K and V (`stages` slots) with full/empty barriers; alpha_g (a row's rescale factor)
 //     and final_g (m, l at the end); registers: stats_g (the softmax role's m and l between its segments)
-//   channels: tmem (allocated / every user done), s_g (full: Q·Kᵀ landed, a commit; empty: P written over S),
+//   channels: tmem (allocated / the softmax roles and the correction done), s_g (full: Q·Kᵀ landed, a commit; empty: P written over S),
 //     o_g (full: P·V landed, a commit; empty: O rescaled), alpha_g (full: written; empty: read), final_g (full:
 //     the last P·V landed, the last rescale done and the final m, l written)
 //   "load" (1 warp): Q, then K and V of every tile into ring slots (as fa3's producer)
@@ -21,13 +21,15 @@
 //     alpha into alpha_g, P over S_g; m and l into final_g at the end
 //   "correction" (a warpgroup): zeroes every O_g (tile.init_acc); per tile and g, reads alpha_g and, once the
 //     previous P·V landed, rescales O_g in tensor memory (the softmax's rescale threshold makes alpha 1 where the
-//     max did not move: a target skips those rows' rescale), then releases O_g to the MMA warp
-//   "epilogue<g>" (1 warp, q_rows = the tile's rows): once final_g is full, O_g / l and the LSE, stored
+//     max did not move: a target skips those rows' rescale), then releases O_g to the MMA warp; at the end, FA4's
+//     correction epilogue: once final_g is full, O_g / l and the LSE of each tile's rows, stored (tile.q_rows on
+//     the stores). A warp reaches a quarter of tensor memory's lanes, so the 128 rows of O_g are a warpgroup's to
+//     read: FA4's epilogue warp only issues the TMA store of what the correction wrote to shared memory
 //
 // The protocol is checked by the interpreter (interpreter/MemoryProtocol.h), which is stricter than the hardware
 // may be: an MMA writing S waits for the P·V that reads P over S to land (o_g full) even though both come from one
-// thread. So Q·K(j+1)ᵀ of a Q tile runs under the other tile's softmax, not its own. No SM100 GPU exists here; this
-// IR is run by the interpreter only: the sm100 printer does not print it yet (codegen/sm100/README.md).
+// thread. So Q·K(j+1)ᵀ of a Q tile runs under the other tile's softmax, not its own. No SM100 GPU exists here: the
+// sm100 family prints this IR (codegen/sm100/README.md), NVRTC compiles it for sm_100a, nothing has run it.
 //===----------------------------------------------------------------------===//
 #include "schedules/fa4/Fa4Roles.h"
 
@@ -56,7 +58,7 @@ struct Fa4RolesPass : PassWrapper<Fa4RolesPass, OperationPass<FuncOp>> {
   StringRef getName() const override { return "Fa4Roles"; }
   StringRef getDescription() const override {
     return "FA4's roles on the memory layer: a load warp, one MMA warp issuing every tcgen05.mma, a softmax "
-           "warpgroup per Q tile, a correction warpgroup rescaling O in tensor memory, an epilogue per Q tile";
+           "warpgroup per Q tile, a correction warpgroup rescaling O in tensor memory and storing each Q tile's O / l";
   }
   void getDependentDialects(DialectRegistry &registry) const override { registry.insert<arith::ArithDialect>(); }
 
@@ -151,8 +153,8 @@ void Fa4RolesPass::runOnOperation() {
   auto oType = RankedTensorType::get({kTileRows, headDimV}, f32);
   auto rowType = RankedTensorType::get({kTileRows}, f32);
   auto statsType = StatsType::get(ctx, kTileRows);
-  // Every role but the load and MMA warps touches tensor memory: the softmax and epilogue roles, the correction.
-  auto [tmemFull, tmemEmpty] = channel("tmem", {}, 1, 2 * groups + 1);
+  // Every role but the load and MMA warps touches tensor memory: the softmax roles and the correction.
+  auto [tmemFull, tmemEmpty] = channel("tmem", {}, 1, groups + 1);
   SmallVector<Tile> tiles(groups);
   for (int64_t g = 0; g < groups; ++g) {
     Tile &t = tiles[g];
@@ -173,16 +175,14 @@ void Fa4RolesPass::runOnOperation() {
 
   // ---- The roles, after everything else at the top (rules, bounds).
   b.setInsertionPointToEnd(&top);
-  RoleOp load = makeRole(b, loc, "load", 1, 24);
-  RoleOp mma = makeRole(b, loc, "mma", 1, 24);
-  SmallVector<RoleOp> softmax, epilogue;
+  // FA4's register budgets: 192 a softmax thread, 80 a correction thread, 48 the one-warp roles' (their warpgroup's
+  // 128 threads: 8 x 192 + 4 x 80 + 4 x 48 warps' worth is the register file with two Q tiles).
+  RoleOp load = makeRole(b, loc, "load", 1, 48);
+  RoleOp mma = makeRole(b, loc, "mma", 1, 48);
+  SmallVector<RoleOp> softmax;
   for (int64_t g = 0; g < groups; ++g)
     softmax.push_back(makeRole(b, loc, "softmax" + std::to_string(g), 4, 192));
   RoleOp correction = makeRole(b, loc, "correction", 4, 80);
-  for (int64_t g = 0; g < groups; ++g) {
-    epilogue.push_back(makeRole(b, loc, "epilogue" + std::to_string(g), 1, 80));
-    epilogue.back()->setAttr(kRoleQueryRowsAttr, b.getDenseI64ArrayAttr({g * kTileRows, kTileRows}));
-  }
   auto at = [](RoleOp role) { return OpBuilder(role.getBody().front().getTerminator()); };
 
   // Load: Q, then K and V of every tile (ring position n: slot n mod stages).
@@ -315,28 +315,26 @@ void Fa4RolesPass::runOnOperation() {
     });
     for (const Tile &t : tiles)
       BarrierArriveOp::create(cb, loc, t.finalFull, zero);
-    BarrierArriveOp::create(cb, loc, tmemEmpty, zero);
-  }
 
-  // Epilogue g: O_g / l and the LSE of the tile's rows.
-  for (int64_t g = 0; g < groups; ++g) {
-    const Tile &t = tiles[g];
-    OpBuilder eb = at(epilogue[g]);
-    Value zero = constant(eb, loc, 0);
-    auto accType = AccType::get(ctx, kTileRows, headDimV, MemorySpace::Tensor);
-    BarrierWaitOp::create(eb, loc, tmemFull, zero);
-    BarrierWaitOp::create(eb, loc, t.finalFull, zero);
-    Value stats = MemLoadOp::create(eb, loc, statsType, t.final).getResult();
-    Value o = MemLoadOp::create(eb, loc, accType, t.o).getResult();
-    auto fin = FinalizeOp::create(eb, loc, oType, rowType, stats, o);
-    if (finalize.hasSink()) {
-      IRMapping map;
-      finalize.getSink().cloneInto(&fin.getSink(), map);
+    // The epilogue of each Q tile (FA4's correction epilogue): once final_g is full (m and l, the last P·V, the
+    // last rescale), O_g / l and the LSE of the tile's rows, stored (tile.q_rows on the stores: which rows).
+    for (int64_t g = 0; g < groups; ++g) {
+      const Tile &t = tiles[g];
+      BarrierWaitOp::create(cb, loc, t.finalFull, zero);
+      Value stats = MemLoadOp::create(cb, loc, statsType, t.final).getResult();
+      Value o = MemLoadOp::create(cb, loc, accType, t.o).getResult();
+      auto fin = FinalizeOp::create(cb, loc, oType, rowType, stats, o);
+      if (finalize.hasSink()) {
+        IRMapping map;
+        finalize.getSink().cloneInto(&fin.getSink(), map);
+      }
+      for (StoreOp store : func.getBody().getOps<StoreOp>()) {
+        auto copy = StoreOp::create(cb, loc, store.getOperand(),
+                                    store.getOperand() == Output::O ? fin.getO() : fin.getLse(), Value());
+        copy->setAttr(kRoleQueryRowsAttr, cb.getDenseI64ArrayAttr({g * kTileRows, kTileRows}));
+      }
     }
-    for (StoreOp store : func.getBody().getOps<StoreOp>())
-      StoreOp::create(eb, loc, store.getOperand(), store.getOperand() == Output::O ? fin.getO() : fin.getLse(),
-                      Value());
-    BarrierArriveOp::create(eb, loc, tmemEmpty, zero);
+    BarrierArriveOp::create(cb, loc, tmemEmpty, zero);
   }
 
   // The program's own state, Q load, loops, finalize and stores are now the roles'.

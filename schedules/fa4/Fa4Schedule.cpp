@@ -1,19 +1,17 @@
 //===- Fa4Schedule.cpp - the FA4 schedule as a plug-in --------------------===//
 //
-// FlashAttention-4 (flash-attention's flash_attn/cute/flash_fwd_sm100.py) registered with the schedule registry, in
-// a first form: a load warpgroup fills K/V ring slots with TMA behind full/empty barriers, and softmax warpgroups of
-// 128 query rows each (two Q tiles a block) run the program's math with S and O in tensor memory, P written over S
-// as 16-bit, conditional rescaling with a threshold (FA4's 8 by default). tile-lower-to-target hands it to the sm100
-// family (tcgen05.mma, TMEM) on sm_100a; other architectures have no fa4 lowering.
+// FlashAttention-4 (flash-attention's flash_attn/cute/flash_fwd_sm100.py) registered with the schedule registry. By
+// default (`roles = 1`) its roles are FA4's own, written with the memory layer by tile-fa4-roles
+// (Fa4RolesPass.cpp): a load warp fills K/V ring slots with TMA behind full/empty barriers, one MMA warp issues every
+// tcgen05.mma of the block's two Q tiles (S and O in tensor memory, P written over S as 16-bit), a softmax
+// warpgroup per Q tile of 128 rows runs the program's math with conditional rescaling (FA4's threshold 8 by
+// default), and a correction warpgroup rescales O in tensor memory and stores O / l and the LSE. tile-lower-to-target
+// hands it to the sm100 family (tcgen05.mma, TMEM) on sm_100a; other architectures have no fa4 lowering.
 //
-// What is not FA4 yet (schedules/fa4/README.md): the MMAs are issued by an elected thread of each softmax
-// warpgroup, not by a single MMA warp; O is rescaled by the softmax warps themselves, not by a correction warpgroup;
-// the epilogue is theirs too; no GEMM overlaps the softmax; 2-CTA MMAs are not printed. The
-// role IR is the one tile-fa3-pipeline writes (a producer role and a consumer role over a ring), run with its
-// overlap, ping-pong, persistence and O staging off.
-//
-// `roles = 1` replaces that role IR with FA4's own (tile-fa4-roles, Fa4RolesPass.cpp: one MMA warp, a correction
-// warpgroup, epilogues, on the memory layer); the interpreter runs it and checks its protocol, no printer prints it yet.
+// `roles = 0` keeps the first form: the role IR tile-fa3-pipeline writes (a producer role and a consumer role over a
+// ring, run with its overlap, ping-pong, persistence and O staging off), each softmax warpgroup issuing its own MMAs
+// and rescaling and storing its own O. What is not FA4 yet (schedules/fa4/README.md): 2-CTA MMAs, 128-key tiles,
+// FA4's exp2 share per head dim.
 //
 // No SM100 GPU exists here: fa4's kernels are compiled by NVRTC for sm_100a and read as SASS, never run. Their
 // manifests say so (checkAgainstOn): a runtime on sm_100 checks each against fa2 on first use.
@@ -38,7 +36,8 @@ namespace {
 using namespace mlir;
 using namespace flashtile::tile;
 
-/// The role pipeline this form of fa4 runs, by its pass name (the pass is registered by the plug-in that owns it):
+/// The role pipeline of the first form (`roles = 0`), by its pass name (the pass is registered by the plug-in that
+/// owns it; the default, `roles = 1`, does not use it):
 /// a producer role of one warpgroup and a consumer role of the softmax warpgroups, every GEMM retired before the
 /// next (no overlap), no turns, a block a tile, O stored from the consumers. The roles' register budgets are the
 /// pass's defaults; the sm100 family keeps the launch's registers for every role (codegen/sm100/TileOpsSm100.cpp).
@@ -49,8 +48,9 @@ class Fa4Schedule final : public schedule::Schedule {
 public:
   std::string_view name() const override { return kName; }
   std::string_view summary() const override {
-    return "FlashAttention-4 (first form): a TMA load warpgroup, softmax warpgroups of 128 rows with S and O in "
-           "tensor memory, tcgen05.mma, conditional rescaling (sm_100a only; compiled, never run: no SM100 GPU)";
+    return "FlashAttention-4: a TMA load warp, one MMA warp issuing every tcgen05.mma, softmax warpgroups of 128 rows "
+           "with S and O in tensor memory, a correction warpgroup, conditional rescaling (sm_100a only; compiled, "
+           "never run: no SM100 GPU)";
   }
   const std::vector<schedule::OptionSpec> &options() const override {
     static const std::vector<schedule::OptionSpec> specs = {
@@ -64,8 +64,9 @@ public:
         {kExp2PolyShare, "of every 8 n8 tiles of a score row, how many take their exponentials from the software "
                          "exp2 on the FMA pipe (sm100::math::exp2Poly3) instead of MUFU; 0: none", 0, 8},
         {kTwoCta, "1: tcgen05.mma.cta_group::2 across a cluster of two CTAs (not implemented; 0 only)", 0, 1},
-        {kRoles, "0: the first form's roles (printed for sm_100a); 1: FA4's own roles on the memory layer (one MMA "
-                 "warp, a correction warpgroup, epilogues; run by the CPU interpreter, not printed yet)", 0, 1},
+        {kRoles, "1 (default): FA4's own roles on the memory layer (a load warp, one MMA warp, a softmax warpgroup per "
+                 "Q tile, a correction warpgroup); 0: the first form (each softmax warpgroup issues its own MMAs, "
+                 "from fa3's role pipeline)", 0, 1},
     };
     return specs;
   }
@@ -101,7 +102,7 @@ public:
     OpPassManager &func = pm.nest<FuncOp>();
     schedule::addApplySchedule(func, kName, request);
     func.addPass(tile::createTileSplitBoundary());
-    if (auto roles = request.knobs.find(kRoles); roles != request.knobs.end() && roles->second == 1) {
+    if (auto roles = request.knobs.find(kRoles); roles == request.knobs.end() || roles->second != 0) {
       func.addPass(createRolesPass());
       func.addPass(tile::createTileLowerToTarget(tile::TileLowerToTargetOptions{request.arch}));
       return;

@@ -5,10 +5,10 @@
 
 // FA4's own roles on the memory layer (schedules/fa4/Fa4RolesPass.cpp), one Q tile: S at column 0, P over it, O
 // after it; the channels between the roles; a load warp, the MMA warp (it allocates and frees tensor memory and
-// issues every MMA, committed to channels and to the K/V ring's empty barriers), a softmax warpgroup, a correction
-// warpgroup and an epilogue.
+// issues every MMA, committed to channels and to the K/V ring's empty barriers), a softmax warpgroup and a correction
+// warpgroup that also stores O / l and the LSE (FA4's correction epilogue).
 // CHECK: %[[T:.*]] = tile.tmem : !tile.tmem<128>
-// CHECK: %[[TF:.*]], %[[TE:.*]] = tile.channel "tmem" {empty_arrivals = 3 : i64, full_arrivals = 1 : i64}
+// CHECK: %[[TF:.*]], %[[TE:.*]] = tile.channel "tmem" {empty_arrivals = 2 : i64, full_arrivals = 1 : i64}
 // CHECK: %[[S:.*]] = tile.tmem_buffer %[[T]] {column = 0 : i64} : !tile.tmem<128> -> !tile.mbuf<tensor<128x64xf32>, tensor>
 // CHECK: %[[P:.*]] = tile.tmem_buffer %[[T]] {column = 0 : i64} : !tile.tmem<128> -> !tile.mbuf<tensor<128x64xbf16>, tensor>
 // CHECK: %[[O:.*]] = tile.tmem_buffer %[[T]] {column = 64 : i64} : !tile.tmem<128> -> !tile.mbuf<tensor<128x64xf32>, tensor>
@@ -20,9 +20,9 @@
 // CHECK: %[[AF:.*]], %[[AE:.*]] = tile.channel "alpha0"(%[[A]] :
 // CHECK: %[[FF:.*]], %{{.*}} = tile.channel "final0"(%[[F]], %[[O]] : {{.*}} {empty_arrivals = 1 : i64, full_arrivals = 3 : i64}
 
-// CHECK: tile.role "load" attributes {regs = 24 : i64, warps = 1 : i64}
+// CHECK: tile.role "load" attributes {regs = 48 : i64, warps = 1 : i64}
 // CHECK: tile.copy_async k
-// CHECK: tile.role "mma" attributes {regs = 24 : i64, warps = 1 : i64}
+// CHECK: tile.role "mma" attributes {regs = 48 : i64, warps = 1 : i64}
 // CHECK: tile.tmem_alloc %[[T]]
 // CHECK-NEXT: tile.barrier_arrive %[[TF]]
 // CHECK: tile.kv_walk
@@ -74,13 +74,14 @@
 // CHECK-NEXT: tile.mem_store %{{.*}} into %[[O]]
 // CHECK-NEXT: tile.barrier_arrive %[[OE]]
 
-// CHECK: tile.role "epilogue0" attributes {regs = 80 : i64, tile.q_rows = array<i64: 0, 128>, warps = 1 : i64}
-// CHECK: tile.barrier_wait %[[FF]]
+// The correction's epilogue: once final is full, O / l and the LSE of the tile's rows.
+// CHECK: tile.barrier_arrive %[[FF]]
+// CHECK-NEXT: tile.barrier_wait %[[FF]]
 // CHECK-NEXT: tile.mem_load %[[F]]
 // CHECK-NEXT: tile.mem_load %[[O]]
 // CHECK-NEXT: tile.finalize
-// CHECK-NEXT: tile.store o
-// CHECK-NEXT: tile.store lse
+// CHECK-NEXT: tile.store o {{.*}} {tile.q_rows = array<i64: 0, 128>}
+// CHECK-NEXT: tile.store lse {{.*}} {tile.q_rows = array<i64: 0, 128>}
 // CHECK-NEXT: tile.barrier_arrive %[[TE]]
 
 // Two Q tiles: O_0 at 128 after S_0 and S_1 (64), O_1 at 192; the second Q·Kᵀ reads Q's rows from 128 on.
@@ -90,7 +91,9 @@
 // TWO: tile.tmem_buffer %{{.*}} {column = 192 : i64} : !tile.tmem<256> -> !tile.mbuf<tensor<128x64xf32>, tensor>
 // TWO: tile.mma_qk {{.*}} {q_row_offset = 128 : i64} : tensor<256x64xbf16>
 // TWO: tile.role "softmax1"
-// TWO: tile.role "epilogue1" attributes {regs = 80 : i64, tile.q_rows = array<i64: 128, 128>, warps = 1 : i64}
+// TWO: tile.role "correction"
+// TWO: tile.store o {{.*}} {tile.q_rows = array<i64: 0, 128>}
+// TWO: tile.store o {{.*}} {tile.q_rows = array<i64: 128, 128>}
 
 // UNSCHEDULED: 'tile.func' op must be scheduled before tile-fa4-roles (run tile-apply-schedule)
 // UNSPLIT: 'tile.kv_loop' op must be a bounded, descending segment carrying only the state (run tile-split-boundary first)

@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -48,16 +49,22 @@ TEST(Fa4Config, DefaultsFollowTensorMemoryAndSharedMemory) {
     EXPECT_EQ(c->blockM, 256);
     EXPECT_EQ(c->blockN, 64);
     EXPECT_EQ(c->stages, 2);
-    EXPECT_EQ(c->warps(), 12);
+    EXPECT_EQ(c->roles, 1);
+    // FA4's own roles: the two softmax warpgroups, the correction warpgroup, the warpgroup of the MMA and load warps.
+    EXPECT_EQ(c->warps(), 16);
     EXPECT_EQ(c->rescaleThreshold, fa4::kDefaultRescaleThreshold);
   }
+  // The first form: a load warpgroup and the softmax warpgroups.
+  std::optional<fa4::Fa4Config> first = fa4::configure(128, 128, {{fa4::kRoles, 0}}, error);
+  ASSERT_TRUE(first) << error;
+  EXPECT_EQ(first->warps(), 12);
   // 256: one Q tile (2 x (64 + 256) > 512 columns).
   std::optional<fa4::Fa4Config> large = fa4::configure(256, 256, {}, error);
   ASSERT_TRUE(large) << error;
   EXPECT_EQ(large->softmaxWarpgroups, 1);
   EXPECT_EQ(large->blockM, 128);
   EXPECT_EQ(large->blockN, 64);
-  EXPECT_EQ(large->warps(), 8);
+  EXPECT_EQ(large->warps(), 12);
 }
 
 TEST(Fa4Config, RefusesWhatItDoesNotPrint) {
@@ -171,36 +178,75 @@ TEST(Fa4Interpreter, ConditionalRescalingIsExactOnRisingScores) {
 
 using Fa4Case = std::tuple<std::string, ElementType, int, int>; // variant, dtype, head dim, head dim v
 
-class Fa4Compiles : public ::testing::TestWithParam<Fa4Case> {};
-
-// Every built-in variant's hooks run in the softmax warpgroups unchanged: the kernel compiles for sm_100a, takes the
-// TMA descriptors of Q, K and V, and its manifest asks the runtime to check it against fa2 before its first use.
-TEST_P(Fa4Compiles, ToAnSm100aCubin) {
-  auto [variantName, dtype, headDim, headDimV] = GetParam();
+/// The fa4 kernel of `c` with `knobs` in `kernel`, its manifest checked: sm_100a, never run there and checked against
+/// fa2 on first use, the TMA descriptors of Q, K and V.
+void emitFa4(const Fa4Case &c, schedule::Knobs knobs, std::optional<codegen::EmittedKernel> &kernel) {
+  auto [variantName, dtype, headDim, headDimV] = c;
   mlir::MLIRContext context;
   DiagnosticCapture diags(context);
   auto program =
       buildAttentionProgram(context, *variants::byName(variantName), ProgramOptions{dtype, headDim, headDimV});
   ASSERT_TRUE(mlir::succeeded(program)) << diags.text;
-  mlir::OwningOpRef<mlir::ModuleOp> lowered = flashtile::testing::scheduledFa4(**program);
+  mlir::OwningOpRef<mlir::ModuleOp> lowered = flashtile::testing::scheduledFa4(**program, std::move(knobs));
   ASSERT_TRUE(lowered) << diags.text;
-  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(funcOf(*lowered));
-  ASSERT_TRUE(mlir::succeeded(kernel)) << diags.text;
-  const KernelInfo &info = kernel->info;
+  mlir::FailureOr<codegen::EmittedKernel> emitted = codegen::emitCuda(funcOf(*lowered));
+  ASSERT_TRUE(mlir::succeeded(emitted)) << diags.text;
+  const KernelInfo &info = emitted->info;
   EXPECT_TRUE(info.verify().ok()) << info.verify().message();
   EXPECT_EQ(info.arch, "sm_100a");
   EXPECT_TRUE(info.neverRunOnArch);
   EXPECT_EQ(info.checkAgainst, "fa2");
   EXPECT_EQ(plans::mainLaunch(info).tensorMaps.size(), 3u);
+  kernel = std::move(*emitted);
+}
+
+/// `kernel` compiled by NVRTC to an sm_100a cubin holding its entry.
+void expectCubin(const codegen::EmittedKernel &kernel) {
+  StatusOr<std::string> cubin = compileCuda(kernel.source, kernel.info.entry + ".cu", "sm_100a", NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << kernel.source;
+  EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
+  EXPECT_NE(cubin->find(kernel.info.entry), std::string::npos);
+}
+
+class Fa4Compiles : public ::testing::TestWithParam<Fa4Case> {};
+
+// The first form (roles = 0): every built-in variant's hooks run in the softmax warpgroups unchanged and the kernel
+// compiles for sm_100a. bf16 only (f16 changes the packing and the instruction descriptor's types: the default form,
+// Fa4RolesCompiles, compiles both).
+TEST_P(Fa4Compiles, ToAnSm100aCubin) {
+  std::optional<codegen::EmittedKernel> kernel;
+  ASSERT_NO_FATAL_FAILURE(emitFa4(GetParam(), {{fa4::kRoles, 0}}, kernel));
   // A load warpgroup and a softmax warpgroup per 128 rows.
-  EXPECT_EQ(plans::mainLaunch(info).threads, 128 + info.blockM);
+  EXPECT_EQ(plans::mainLaunch(kernel->info).threads, 128 + kernel->info.blockM);
   for (const char *primitive : {"sm100::tmem::alloc<", "sm100::tmem::dealloc<", "sm100::mma::f16SS(",
                                 "sm100::mma::f16TS(", "sm100::mma::commit(", "sm100::tma::load5d("})
     EXPECT_NE(kernel->source.find(primitive), std::string::npos) << primitive;
-  StatusOr<std::string> cubin = compileCuda(kernel->source, info.entry + ".cu", "sm_100a", NvrtcOutput::Cubin);
-  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << kernel->source;
-  EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
-  EXPECT_NE(cubin->find(info.entry), std::string::npos);
+  expectCubin(*kernel);
+}
+
+class Fa4RolesCompiles : public ::testing::TestWithParam<Fa4Case> {};
+
+// FA4's own roles (roles = 1, the default), printed from the memory layer: the softmax warpgroups, a correction
+// warpgroup and a warpgroup of one-warp roles (the MMA warp issuing every tcgen05.mma, the load warp). Every built-in
+// variant's kernel compiles for sm_100a; no SM100 GPU exists here to run one.
+TEST_P(Fa4RolesCompiles, ToAnSm100aCubin) {
+  std::optional<codegen::EmittedKernel> kernel;
+  ASSERT_NO_FATAL_FAILURE(emitFa4(GetParam(), {}, kernel));
+  // The softmax warpgroups (one per 128 rows), the correction warpgroup, the warpgroup of the MMA and load warps.
+  EXPECT_EQ(plans::mainLaunch(kernel->info).threads, kernel->info.blockM + 2 * 128);
+  const std::string &src = kernel->source;
+  for (const char *text : {"==== role \"mma\": warps [", "==== role \"correction\": warps [",
+                           "sm100::tmem::alloc<kTmemAllocColumns>(tmemCell);", "sm100::tmem::dealloc<kTmemAllocColumns>(",
+                           "sm100::mma::f16SS(", "sm100::mma::f16TS(", "sm100::mma::commit(&chanFull[",
+                           "sm100::tmem::Access32x32b<kRowChunk>::load(", "sm100::tmem::Fragments<kSTiles>::loadC(",
+                           "if (__any_sync(0xffffffffu, "})
+    EXPECT_NE(src.find(text), std::string::npos) << text;
+  // Every tcgen05.mma and commit is issued inside the MMA warp's role.
+  const size_t mmaRole = src.find("==== role \"mma\""), nextRole = src.find("==== role", mmaRole + 1);
+  for (const char *mma : {"sm100::mma::f16SS(", "sm100::mma::f16TS(", "sm100::mma::commit("})
+    for (size_t at = src.find(mma, src.find("extern \"C\"")); at != std::string::npos; at = src.find(mma, at + 1))
+      EXPECT_TRUE(at > mmaRole && (nextRole == std::string::npos || at < nextRole)) << mma << " outside the MMA warp";
+  expectCubin(*kernel);
 }
 
 std::string fa4CaseName(const ::testing::TestParamInfo<Fa4Case> &info) {
@@ -209,16 +255,18 @@ std::string fa4CaseName(const ::testing::TestParamInfo<Fa4Case> &info) {
          (headDimV != headDim ? "_dv" + std::to_string(headDimV) : "");
 }
 
-/// Every built-in variant x head dims {64, 128, 192/128, 256} x {bf16, f16}.
-std::vector<Fa4Case> fa4Cases() {
+/// Every built-in variant x head dims {64, 128, 192/128, 256} x {bf16, f16} (bf16 only without `f16`).
+std::vector<Fa4Case> fa4Cases(bool f16 = true) {
   std::vector<Fa4Case> cases;
   for (const std::string &variant : variants::names())
     for (ElementType dtype : {ElementType::BF16, ElementType::F16})
-      for (auto [headDim, headDimV] : {std::pair{64, 64}, {128, 128}, {192, 128}, {256, 256}})
-        cases.emplace_back(variant, dtype, headDim, headDimV);
+      if (dtype == ElementType::BF16 || f16)
+        for (auto [headDim, headDimV] : {std::pair{64, 64}, {128, 128}, {192, 128}, {256, 256}})
+          cases.emplace_back(variant, dtype, headDim, headDimV);
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryVariant, Fa4Compiles, ::testing::ValuesIn(fa4Cases()), fa4CaseName);
+INSTANTIATE_TEST_SUITE_P(EveryVariant, Fa4Compiles, ::testing::ValuesIn(fa4Cases(/*f16=*/false)), fa4CaseName);
+INSTANTIATE_TEST_SUITE_P(EveryVariant, Fa4RolesCompiles, ::testing::ValuesIn(fa4Cases()), fa4CaseName);
 
 } // namespace

@@ -23,7 +23,7 @@ const TargetFamily &family() {
   return *f;
 }
 
-/// fa4's default shape at head dim 128: two computing warpgroups of 128 rows, 64-key tiles, two slots.
+/// fa4's first form at head dim 128 (roles = 0): two computing warpgroups of 128 rows, 64-key tiles, two slots.
 KernelShape fa4Shape() {
   KernelShape s;
   s.dtype = "bf16";
@@ -51,6 +51,18 @@ TEST(Sm100Family, ServesSm100aWithTcgen05Shapes) {
   EXPECT_FALSE(f.checkShape(fa4Shape()));
   // Q (256 x 128) and two slots of K and V (64 x 128 each), 16-bit, plus the alignment and barrier reserve.
   EXPECT_EQ(f.smemBytes(fa4Shape()), 2 * (256 * 128 + 2 * 64 * (128 + 128)) + 2048);
+}
+
+TEST(Sm100Family, LaysOutTheMemoryLayersRoles) {
+  // fa4's default (FA4's own roles): the two softmax warpgroups, the correction warpgroup and a warpgroup of one-warp
+  // roles, 16 warps; its shared memory holds the channels' barriers and each Q tile's alpha, m and l past the ring's.
+  const TargetFamily &f = family();
+  KernelShape s = fa4Shape();
+  s.warps = 16;
+  EXPECT_FALSE(f.checkShape(s));
+  EXPECT_EQ(f.smemBytes(s), 2 * (256 * 128 + 2 * 64 * (128 + 128)) + 2048 + 2048 + 2 * 128 * 12);
+  s.warps = 20;
+  EXPECT_THAT(refusal(s), HasSubstr("or (the memory layer's roles) those warpgroups, a correction warpgroup"));
 }
 
 TEST(Sm100Family, RefusesWhatItDoesNotPrint) {
