@@ -393,8 +393,9 @@ TEST_F(ForwardWithStandInDriver, VarlenWithoutKeysRunsWithNullKAndV) {
   EXPECT_THAT(missing.message(), HasSubstr("k is null"));
 }
 
-// The backward runs the first schedule of the forward's order that has a backward program: fa3's absence on
-// sm_90a is no fallback worth a log line or a strict-mode error, unless the call named fa3.
+// The backward runs the first schedule of the forward's order that has a backward program: a schedule without one
+// (here the fake compiler's fa3, which builds forwards only; the real fa3 has a backward at head dims 64 and 128)
+// is no fallback worth a log line or a strict-mode error, unless the call named it.
 TEST_F(ForwardWithStandInDriver, BackwardRunsTheFirstScheduleWithABackwardProgram) {
   FakeCompiler compiler;
   std::unique_ptr<Runtime> runtime = jitRuntime(compiler);
