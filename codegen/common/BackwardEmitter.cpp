@@ -67,7 +67,7 @@ public:
   BackwardPrinter(FuncOp func, const KernelShape &shape, BackwardTarget &target, ScalarHelpers &helpers,
                   const llvm::DenseMap<Operation *, std::string> &functions)
       : func(func), shape(shape), target(target), ns(target.primitivesNamespace()),
-        fragments({this->ns, shape.dtype, false}), scalars(w, names, helpers, func), functions(functions) {
+        fragments({this->ns, shape.dtype, false, shape.keyWarps > 1 ? "warpCol0" : ""}), scalars(w, names, helpers, func), functions(functions) {
     pack = this->ns + (shape.dtype == "bf16" ? "::packBf16x2" : "::packF16x2");
     unpack = this->ns + (shape.dtype == "bf16" ? "::unpackBf16x2" : "::unpackF16x2");
     for (const std::string &name : fragments.reservedNames())
@@ -84,7 +84,8 @@ public:
           "gDqAccum",    "gDK",         "gDV",         "aFrag",      "bFrag",     "part",     "ks",
           "np",          "qt",          "row",         "col",        "key",       "dst",      "e",
           "sum",         "o0",          "o1",          "d0",         "d1",        "tile",     "gAcc",
-          "gOut",        "x",           "fn",          "kvTile",     "kvStep"})
+          "gOut",        "x",           "fn",          "kvTile",     "kvStep",   "kKeyWarps", "warpM",
+          "warpCol0"})
       names.reserve(name);
   }
 
@@ -162,6 +163,8 @@ private:
   /// Warps per K/V row group (kKvColSplit): the warps split the K/V tile's rows in m16 tiles, and when there are more
   /// warps than m16 tiles, each tile's dK and dV columns too (head dims above 128 fit registers that way).
   int kvColSplit = 1;
+  /// The warp's first key in a K/V tile, added to a score's key ("warpCol0 + " with kKeyWarps > 1, else nothing).
+  std::string keyOffset() const { return shape.keyWarps > 1 ? "warpCol0 + " : ""; }
   /// The columns of `width` this warp's dK or dV accumulator holds.
   int64_t warpCols(int64_t width) const { return width / kvColSplit; }
   bool rowsInShared = false; ///< this iteration's LSE and D rows are in shared memory (sLse, sDelta)
@@ -561,7 +564,8 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
     if (a && !llvm::is_contained(stageOrder, a))
       stageOrder.push_back(a);
   }
-  w.line("const int warpRow0 = qt * kBlockM + warp * kWarpRows;  // first query row of this warp");
+  w.line(cat("const int warpRow0 = qt * kBlockM + ", shape.keyWarps > 1 ? "warpM" : "warp",
+             " * kWarpRows;  // first query row of this warp"));
   rowsInShared = ahead && target.stagesRows();
   if (ahead) {
     target.waitCopies(w);
@@ -705,7 +709,8 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
         fragments.forEachElement(
             w, "kSTiles",
             {cat("const int q = ", FragmentTiles::threadRow("(i / 2)"), ";"),
-             "const int kv = blockKvTile * kBlockN + 8 * nt + fragCol + i % 2;", cat("if (", ds, "[mt][nt][i] != 0.f)"),
+             cat("const int kv = blockKvTile * kBlockN + ", keyOffset(), "8 * nt + fragCol + i % 2;"),
+             cat("if (", ds, "[mt][nt][i] != 0.f)"),
              cat("  ", ds, "[mt][nt][i] *= ", fn, "(", *s, "[mt][nt][i], b, h, q, ", kv, ", p);")});
         return success();
       })
@@ -762,6 +767,13 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
     });
     stagingBuffers = std::max<int>(stagingBuffers, staging.size());
   }
+  if (shape.keyWarps > 1 &&
+      (!target.splitsKeys() || shape.warps % shape.keyWarps != 0 || shape.blockN % (16 * shape.keyWarps) != 0 ||
+       shape.headDim % (16 * shape.keyWarps) != 0 || shape.blockM * shape.keyWarps % (16 * shape.warps) != 0))
+    return func.emitOpError() << "cannot split S's keys " << shape.keyWarps << " ways (tile.key_warps) among "
+                              << shape.warps << " warps (block-m " << shape.blockM << ", block-n " << shape.blockN
+                              << ", head dim " << shape.headDim << ")"
+                              << (target.splitsKeys() ? "" : ": this family prints split-Q only; accepted: 1");
   const int rowTiles = static_cast<int>(shape.blockN / 16);
   kvColSplit = rowTiles % shape.warps == 0 ? 1 : shape.warps / std::max(rowTiles, 1);
   if (shape.blockN % 16 != 0 || rowTiles * kvColSplit % shape.warps != 0 || shape.warps % kvColSplit != 0 ||
@@ -794,11 +806,21 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   w.comment("---- warp layout: S, dP and dQ split the Q tile's rows (split-Q, as the forward), dK and dV the K/V");
   w.comment(
       "tile's rows in m16 tiles, and with more warps than those, each row group's columns in kKvColSplit parts ----");
-  w.line("constexpr int kWarpRows = kBlockM / kWarps, kMTiles = kWarpRows / 16, kSTiles = kBlockN / 8;");
+  if (shape.keyWarps > 1) {
+    w.comment("(tile.key_warps: S, dP and dQ split both ways, kWarps / kKeyWarps row groups of kWarpRows query rows,");
+    w.comment("each row group's kKeyWarps warps blockN / kKeyWarps keys of S and dP and kHeadDim / kKeyWarps columns of dQ)");
+    w.line(cat("constexpr int kKeyWarps = ", shape.keyWarps, ";"));
+    w.line("constexpr int kWarpRows = kBlockM * kKeyWarps / kWarps, kMTiles = kWarpRows / 16, kSTiles = kBlockN / "
+           "kKeyWarps / 8;");
+  } else {
+    w.line("constexpr int kWarpRows = kBlockM / kWarps, kMTiles = kWarpRows / 16, kSTiles = kBlockN / 8;");
+  }
   w.line(cat("constexpr int kKvColSplit = ", kvColSplit,
              ", kKvWarpRows = kBlockN * kKvColSplit / kWarps, kKvMTiles = kKvWarpRows / 16;"));
   w.line("const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;");
   w.line("const int kvRowGroup = warp / kKvColSplit, kvColPart = warp % kKvColSplit;  // dK, dV: rows, column part");
+  if (shape.keyWarps > 1)
+    w.line("const int warpM = warp / kKeyWarps, warpCol0 = warp % kKeyWarps * (kBlockN / kKeyWarps);  // S: rows, keys");
   w.line("const int fragRow = lane / 4, fragCol = 2 * (lane % 4);");
   std::vector<std::tuple<std::string, const char *, const char *>> tiles = {{"sK", "kBlockN", "kHeadDim"},
                                                                             {"sV", "kBlockN", "kHeadDimV"}};
@@ -957,7 +979,7 @@ LogicalResult BackwardPrinter::printInputGrad(InputGradOp op) {
   w.open(cat("if (p.inputGrads[", inputOf(op), "])"));
   fragments.forEachElement(w, "kSTiles",
                            {cat("const int q = ", FragmentTiles::threadRow("(i / 2)"), ";"),
-                            "const int kv = blockKvTile * kBlockN + 8 * nt + fragCol + i % 2;",
+                            cat("const int kv = blockKvTile * kBlockN + ", keyOffset(), "8 * nt + fragCol + i % 2;"),
                             cat("if (", *ds, "[mt][nt][i] != 0.f) {"), "  int index;", "  float partial;",
                             cat("  ", fn, "(", *s, "[mt][nt][i], b, h, q, ", kv, ", p, index, partial);"),
                             cat("  ", share, " += ", *ds, "[mt][nt][i] * partial;"), "}"});

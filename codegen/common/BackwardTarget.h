@@ -45,6 +45,10 @@ public:
   virtual std::string_view primitivesNamespace() const = 0;
   /// Identifiers the family's code declares in kernel scope.
   virtual std::vector<std::string> reservedNames() const = 0;
+  /// Whether the family prints KernelShape::keyWarps > 1 (tile.key_warps): S, dP and dQ split by rows and by keys
+  /// (dQ: by columns), warp w in row group warpM of kWarpRows rows and holding kSTiles n8 tiles of keys from
+  /// warpCol0, both declared by the printer.
+  virtual bool splitsKeys() const { return false; }
   /// Why the family cannot print the main program of this shape (its GEMMs, registers, shared memory), or empty.
   virtual std::string checkMainShape() const { return {}; }
 

@@ -71,7 +71,9 @@ void FragmentTiles::forEachScore(CudaWriter &w, const std::string &kTile, const 
   std::vector<std::string> lines = {layout.packQueryHeads
                                         ? "const int q = rowQuery[mt][i / 2], hRow = rowHead[mt][i / 2];"
                                         : cat("const int q = ", threadRow("(i / 2)"), ";"),
-                                    cat("const int kvTile = ", kTile, " * kBlockN + fragCol, kvStep = 8 * nt + i % 2;"),
+                                    cat("const int kvTile = ", kTile, " * kBlockN + ",
+                                        layout.keyOffset.empty() ? "" : layout.keyOffset + " + ",
+                                        "fragCol, kvStep = 8 * nt + i % 2;"),
                                     "const int kv = kvTile + kvStep;"};
   lines.insert(lines.end(), body.begin(), body.end());
   forEachElement(w, "kSTiles", lines);

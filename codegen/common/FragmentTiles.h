@@ -36,6 +36,9 @@ struct FragmentLayout {
   std::string dtype;
   /// Rows are the query rows of a K/V head's query heads (GQA packing, KernelShape::packQueryHeads).
   bool packQueryHeads = false;
+  /// A C expression added to a score's key (the backward's warps that split a tile's keys: the warp's first key in
+  /// the tile, `warpCol0`); empty: a warp's score columns are the tile's from key 0.
+  std::string keyOffset = {};
 };
 
 /// Prints the register-tile ops of `layout`'s tiles (TileTarget's, named alike).

@@ -6,6 +6,9 @@
 // each warp its m16 tiles of keys (and with kKvColSplit > 1 its part of the columns), the B operand by
 // ldmatrix.x4.trans as V in the forward's P·V; dQ += dS·K reads dS with ldmatrix.x4 and K with ldmatrix.x4.trans, 16
 // columns at a time, added into the fp32 accumulator with red.global.add.v2 (two scalar adds before sm_90).
+// With tile.key_warps (KernelShape::keyWarps > 1, FlashAttention 2's layout) a warp computes S and dP for its row
+// group's query rows against its own kBlockN / kKeyWarps keys, stages that part of P and dS, and computes dQ for its
+// rows and its kHeadDim / kKeyWarps columns over every key of the tile, before the deterministic mode's turn.
 //===----------------------------------------------------------------------===//
 #include "codegen/sm80/BackwardSm80.h"
 #include "codegen/common/BackwardPrelude.h"
@@ -45,14 +48,16 @@ __device__ __forceinline__ void cpAsync4(unsigned dst, const void *src, bool val
 class BackwardSm80 final : public BackwardTarget {
 public:
   BackwardSm80(const KernelShape &shape, std::string familyPrelude)
-      : familyPrelude(std::move(familyPrelude)), fragments({kNamespace, shape.dtype, false}) {
+      : familyPrelude(std::move(familyPrelude)), fragments({kNamespace, shape.dtype, false}),
+        keySplit(shape.keyWarps > 1), headDim(shape.headDim) {
     mma = shape.dtype == "bf16" ? "sm80::mmaBf16" : "sm80::mmaF16";
     pack = shape.dtype == "bf16" ? "sm80::packBf16x2" : "sm80::packF16x2";
   }
 
   std::string prelude() const override { return familyPrelude + backwardPrelude(kNamespace, kBackwardFamilyText); }
   std::string_view primitivesNamespace() const override { return kNamespace; }
-  std::vector<std::string> reservedNames() const override { return {"sm80"}; }
+  std::vector<std::string> reservedNames() const override { return {"sm80", "dqPart", "kDqCols", "dqCol0"}; }
+  bool splitsKeys() const override { return true; }
 
   int64_t tileBytes(int64_t rows, int64_t width) const override { return rows * rowBytes(width); }
   std::string tileBytesExpr(const std::string &rows, const std::string &width) const override {
@@ -95,8 +100,27 @@ private:
     w.close();
   }
 
+  /// The fp32 adds of this thread's rows (below p.seqlenQ) of `part` ([kMTiles][nTiles][4], columns from col0 of the
+  /// dQ accumulator's `width`) into gDqAccum, two columns at a time.
+  void addDqRows(CudaWriter &w, int64_t width, const char *nTiles, const char *col0, const char *part) const {
+    fragments.forEachRow(w, [&] {
+      w.line(cat("const int q = ", FragmentTiles::threadRow(), ";"));
+      w.line("if (q >= p.seqlenQ)");
+      w.line("  continue;");
+      w.openUnrolledFor("nt", nTiles);
+      w.line(cat("float *const dst = gDqAccum + (long long)q * ", width, " + ", col0, " + 8 * nt + fragCol;"));
+      w.line(reduceAdd2("dst", cat(part, "[mt][nt][2 * r]"), cat(part, "[mt][nt][2 * r + 1]")));
+      w.close();
+    });
+  }
+  /// The first query row of this warp in the Q tile, and the first key column chunk (8 keys) of its scores.
+  std::string warpRows() const { return keySplit ? "warpM * kWarpRows" : "warp * kWarpRows"; }
+  std::string keyChunk0() const { return keySplit ? "warpCol0 / 8 + " : ""; }
+
   std::string familyPrelude, mma, pack;
   FragmentTiles fragments;
+  bool keySplit; ///< tile.key_warps > 1
+  int headDim;
 };
 
 void BackwardSm80::scoreGemm(CudaWriter &w, const std::string &acc, const SharedTile &a, const SharedTile &b) {
@@ -107,13 +131,13 @@ void BackwardSm80::scoreGemm(CudaWriter &w, const std::string &acc, const Shared
   w.openUnrolledFor("ks", cat(a.width / 16));
   w.line("unsigned aFrag[kMTiles][4];");
   w.openUnrolledFor("mt", "kMTiles");
-  w.line(cat("sm80::ldmatrixX4(aFrag[mt], sm80::smemAddress(", a.name, ") + sm80::swizzle<", chunks,
-             ">(warp * kWarpRows + 16 * mt + lane % 16, 2 * ks + lane / 16));"));
+  w.line(cat("sm80::ldmatrixX4(aFrag[mt], sm80::smemAddress(", a.name, ") + sm80::swizzle<", chunks, ">(", warpRows(),
+             " + 16 * mt + lane % 16, 2 * ks + lane / 16));"));
   w.close();
-  w.openUnrolledFor("np", "kBlockN / 16");
+  w.openUnrolledFor("np", keySplit ? "kSTiles / 2" : "kBlockN / 16");
   w.line("unsigned bFrag[4];");
-  w.line(cat("sm80::ldmatrixX4(bFrag, sm80::smemAddress(", b.name, ") + sm80::swizzle<", chunks,
-             ">(16 * np + 8 * (lane / 16) + lane % 8, 2 * ks + (lane / 8) % 2));"));
+  w.line(cat("sm80::ldmatrixX4(bFrag, sm80::smemAddress(", b.name, ") + sm80::swizzle<", chunks, ">(",
+             keySplit ? "warpCol0 + " : "", "16 * np + 8 * (lane / 16) + lane % 8, 2 * ks + (lane / 8) % 2));"));
   mmaPair(w, "kMTiles", acc);
   w.close();
   w.close();
@@ -123,9 +147,10 @@ void BackwardSm80::stage(CudaWriter &w, const std::string &buffer, const std::st
   w.comment(cat(from, " rounded to 16 bits into ", buffer, " [kBlockM][kBlockN] (swizzled), this warp's rows, for"));
   w.comment("the GEMMs whose rows are keys (ldmatrix.trans) and dQ's");
   fragments.forEachRow(w, [&] {
-    w.line("const int row = warp * kWarpRows + 16 * mt + fragRow + 8 * r;");
+    w.line(cat("const int row = ", warpRows(), " + 16 * mt + fragRow + 8 * r;"));
     w.openUnrolledFor("nt", "kSTiles");
-    w.line(cat("*reinterpret_cast<unsigned *>(", buffer, " + sm80::swizzle<kBlockN / 8>(row, nt) + 2 * fragCol) = ",
+    w.line(cat("*reinterpret_cast<unsigned *>(", buffer, " + sm80::swizzle<kBlockN / 8>(row, ", keyChunk0(),
+               "nt) + 2 * fragCol) = ",
                pack, "(", from, "[mt][nt][2 * r], ", from, "[mt][nt][2 * r + 1]);"));
     w.close();
   });
@@ -154,6 +179,29 @@ void BackwardSm80::dotTn(CudaWriter &w, const std::string &acc, const std::strin
 }
 
 void BackwardSm80::dqOperand(CudaWriter &w, const std::string &staged, const std::string &) {
+  if (keySplit) {
+    const std::string chunks = cat(headDim / 8);
+    w.comment(cat("tile.accumulate dq_accum[qt]: dqPart = A·K, A staged in ", staged,
+                  " (this warp's query rows, every key, ldmatrix.x4), K's"));
+    w.comment("columns of this warp (kHeadDim / kKeyWarps from (warp % kKeyWarps) x that) by ldmatrix.x4.trans; added below");
+    w.line("constexpr int kDqCols = kHeadDim / kKeyWarps;");
+    w.line("const int dqCol0 = warp % kKeyWarps * kDqCols;");
+    w.line("float dqPart[kMTiles][kDqCols / 8][4] = {};");
+    w.openUnrolledFor("ks", "kBlockN / 16");
+    w.line("unsigned aFrag[kMTiles][4];");
+    w.openUnrolledFor("mt", "kMTiles");
+    w.line(cat("sm80::ldmatrixX4(aFrag[mt], sm80::smemAddress(", staged,
+               ") + sm80::swizzle<kBlockN / 8>(warpM * kWarpRows + 16 * mt + lane % 16, 2 * ks + lane / 16));"));
+    w.close();
+    w.openUnrolledFor("np", "kDqCols / 16");
+    w.line("unsigned bFrag[4];");
+    w.line(cat("sm80::ldmatrixX4Trans(bFrag, sm80::smemAddress(sK) + sm80::swizzle<", chunks,
+               ">(16 * ks + 8 * ((lane / 8) % 2) + lane % 8, dqCol0 / 8 + 2 * np + lane / 16));"));
+    mmaPair(w, "kMTiles", "dqPart");
+    w.close();
+    w.close();
+    return;
+  }
   w.comment(cat("tile.accumulate dq_accum[qt]: dQ += A·K, A staged in ", staged,
                 " (this warp's query rows, ldmatrix.x4), K by"));
   w.comment("ldmatrix.x4.trans; 16 columns at a time, added to the fp32 accumulator (red.global.add)");
@@ -167,6 +215,10 @@ void BackwardSm80::dqOperand(CudaWriter &w, const std::string &staged, const std
 }
 
 void BackwardSm80::dqProduct(CudaWriter &w, const SharedTile &k) {
+  if (keySplit) {
+    addDqRows(w, k.width, "kDqCols / 8", "dqCol0", "dqPart");
+    return;
+  }
   const std::string chunks = cat(k.width / 8);
   w.openUnrolledFor("np", cat(k.width / 16));
   w.line("float part[kMTiles][2][4] = {};");
@@ -179,15 +231,7 @@ void BackwardSm80::dqProduct(CudaWriter &w, const SharedTile &k) {
   w.line(cat(mma, "(part[mt][1], aFrag[mt][ks], bFrag[2], bFrag[3]);"));
   w.close();
   w.close();
-  fragments.forEachRow(w, [&] {
-    w.line(cat("const int q = ", FragmentTiles::threadRow(), ";"));
-    w.line("if (q >= p.seqlenQ)");
-    w.line("  continue;");
-    w.openUnrolledFor("nt", "2");
-    w.line(cat("float *const dst = gDqAccum + (long long)q * ", k.width, " + 16 * np + 8 * nt + fragCol;"));
-    w.line(reduceAdd2("dst", "part[mt][nt][2 * r]", "part[mt][nt][2 * r + 1]"));
-    w.close();
-  });
+  addDqRows(w, k.width, "2", "16 * np", "part");
   w.close();
 }
 

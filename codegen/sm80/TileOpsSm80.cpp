@@ -798,10 +798,12 @@ public:
     if (shape.warpLayout != WarpLayout::SplitQ)
       return cat("sm80: warp layout ", warpLayoutName(shape.warpLayout),
                  " is not printed; accepted: ", warpLayoutName(WarpLayout::SplitQ));
-    // The register tiles are a warp's m16 tiles of its own rows, and every warp of the block holds rows.
-    if (shape.warps < 1 || shape.warpRows * shape.warps != shape.blockM)
+    // The register tiles are a warp's m16 tiles of its own rows, and every warp of the block holds rows (the
+    // backward's key-warps: keyWarps warps share each row group's rows, a part of the keys each).
+    if (shape.keyWarps < 1 || shape.warps < 1 || shape.warpRows * shape.warps != shape.blockM * shape.keyWarps)
       return cat("sm80: split_q needs every one of the ", shape.warps, " warps to own warpRows (", shape.warpRows,
-                 ") rows of block-m (", shape.blockM, ")");
+                 ") rows of block-m (", shape.blockM, ")",
+                 shape.keyWarps > 1 ? cat(" with ", shape.keyWarps, " warps sharing each row group") : std::string());
     if (shape.warpRows % kMmaM != 0)
       return cat("sm80: block-m (", shape.blockM, ") must give every one of the ", shape.warps, " warps a multiple of ",
                  kMmaM, " rows");

@@ -15,6 +15,11 @@ namespace flashtile::tile {
 /// tile-pipeline-q-loop's discardable attribute on a tile.q_loop (an i32, 2): the loop's loads, of its own tile, are
 /// copied into one of two shared-memory buffers, tile i + 1's while tile i computes (Passes.td).
 inline constexpr llvm::StringLiteral kQBuffersAttr = "tile.q_buffers";
+/// `tile.key_warps` (an integer attribute of a backward tile.func, set by a schedule): the warps of the main program
+/// split S's and dP's keys (and dQ's columns) this many ways, in warps / N row groups of query rows. Absent: split-Q
+/// (every warp its own query rows against every key). The program's semantics do not change; the printer lays out
+/// its registers by it (KernelShape::keyWarps), and a family that does not print the split refuses it.
+inline constexpr llvm::StringLiteral kKeyWarpsAttr = "tile.key_warps";
 } // namespace flashtile::tile
 
 #endif // FLASHTILE_PASSES_TRANSFORMS_PASSES_H

@@ -225,6 +225,8 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   shape.warpRows = static_cast<int>(schedule.getWarpRows());
   if (auto share = func->getAttrOfType<mlir::IntegerAttr>(tile::kExp2PolyShareAttr))
     shape.exp2PolyShare = static_cast<int>(share.getInt());
+  if (auto keyWarps = func->getAttrOfType<mlir::IntegerAttr>(tile::kKeyWarpsAttr))
+    shape.keyWarps = static_cast<int>(keyWarps.getInt());
   return shape;
 }
 

@@ -125,10 +125,15 @@ Fa2Config Fa2Config::backwardDefaultsFor(int headDim, int headDimV) {
     c.blockM = 128;
     c.blockN = 128;
     c.warps = 8;
+    // FlashAttention 2's own 2 x 4 layout here (key-warps 4: a warp 64 rows x 32 keys of S and dP, 64 rows x 16 columns
+    // of dQ) measured no faster: 214 / 197 against 220 / 209 at 8k; key-warps 2 218 / 205 (bench/NOTES.md v27).
   } else if (widest <= 128) {
     // One m16 tile of Q rows and one of K/V rows a warp: 2 x 16 x 128 fp32 of dK and dV and 2 x 16 x 64 of S and dP,
     // what 255 registers hold (ptxas spills 28 bytes). 227 / 203; 8 warps on 128-row Q tiles (two warps a key tile,
     // 64 columns each, 128:64:8:2) 200 / 190.
+    // FlashAttention 2's tiles, 64:128:8:2 with its 2 x 4 warp layout (key-warps 4: a warp 32 query rows x 32 keys of S
+    // and dP, 32 rows x 32 columns of dQ; ptxas spills 152 bytes), measured 219 / 207 against 218 / 209 here; key-warps
+    // 2 (16 rows x 64 keys, 36 bytes of spills) 232 / 202: +6% non-causal, -3% causal, -8% causal at 2k (NOTES v27).
     c.blockM = 64;
     c.blockN = 64;
     c.warps = 4;
@@ -155,10 +160,19 @@ std::optional<std::string> Fa2Config::validateBackward(int headDim, int headDimV
   auto bad = [](const std::string &knob, int value, const std::string &accepted) {
     return "fa2 backward: " + knob + " = " + std::to_string(value) + " is not supported; accepted: " + accepted;
   };
-  const int granule = kBackwardRowGranule * warps;
+  if (keyWarps < 1 || warps % keyWarps != 0)
+    return bad(kKeyWarps, keyWarps,
+               "a divisor of warps (" + std::to_string(warps) + "): the warps form warps / key-warps row groups");
+  const int rowGroups = warps / keyWarps;
+  const int granule = kBackwardRowGranule * rowGroups;
   if (blockM % granule != 0)
     return bad(kBlockM, blockM,
-               "a multiple of 16 x warps (" + std::to_string(granule) + "): the warps split a Q tile in m16 tiles");
+               "a multiple of 16 x warps / key-warps (" + std::to_string(granule) +
+                   "): the warps' row groups split a Q tile in m16 tiles");
+  if (keyWarps > 1 && (blockN % (kBackwardRowGranule * keyWarps) != 0 || headDim % (16 * keyWarps) != 0))
+    return bad(kKeyWarps, keyWarps,
+               "1, or a divisor of warps whose n16 parts split block-n (" + std::to_string(blockN) +
+                   ") and head_dim (" + std::to_string(headDim) + ") evenly: a warp's keys of S and dP and its columns of dQ");
   const int rowTiles = blockN / kBackwardRowGranule;
   if (blockN % kBackwardRowGranule != 0 || (rowTiles % warps != 0 && warps % rowTiles != 0))
     return bad(kBlockN, blockN,

@@ -19,7 +19,7 @@ inline constexpr const char *kName = "fa2";
 /// The knobs' names (CLI flags, tile-apply-schedule's options items).
 inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kWarps = "warps", *kStages = "stages",
                             *kRescaleThreshold = "rescale-threshold", *kMinBlocksPerSm = "min-blocks-per-sm",
-                            *kLptGroupBlocks = "lpt-group-blocks";
+                            *kLptGroupBlocks = "lpt-group-blocks", *kKeyWarps = "key-warps";
 /// Bounds of the tile sizes: the target checks its own granularity (MMA shape) and shared memory on top.
 inline constexpr int kMaxBlockM = 256, kMaxBlockN = 256, kMaxWarps = 16;
 inline constexpr int kWarpSize = 32;
@@ -91,6 +91,11 @@ struct Fa2Config {
   /// 65536 / (n · threads)); 0: no request, ptxas takes up to 255 registers a thread.
   int minBlocksPerSm = 0;
   int lptGroupBlocks = 0; ///< block order: 0 within each (batch, head); N > 0 across groups of >= N blocks
+  /// The backward only: the warps that split a K/V tile's keys for S = Q·Kᵀ and dP = dO·Vᵀ (and dQ's columns). The
+  /// warps form warps / keyWarps row groups of blockM · keyWarps / warps query rows, each row group's warps
+  /// blockN / keyWarps keys each (FlashAttention 2's 2 × 4 layout of a 64 × 128 tile over 8 warps: keyWarps 4);
+  /// 1: every warp its own query rows against every key (split-Q, as the forward).
+  int keyWarps = 1;
 
   /// The configuration used when the caller sets no knob, tuned per head dim, program and shape class
   /// (`shortSequences`: the runtime's "short" class, KernelInfo.h: a block's fixed cost — its Q tile, the first
@@ -108,6 +113,8 @@ struct Fa2Config {
   /// The warps that share an m16 tile of keys for dK and dV, each a part of its columns: 1 when the K/V tile has a
   /// multiple of warps m16 tiles, else warps / (blockN / 16).
   int backwardKvColumnSplit() const;
+  /// The query rows of a warp in S, dP and dQ: blockM / (warps / keyWarps).
+  int backwardWarpRows() const { return blockM * keyWarps / warps; }
   /// validate() and the backward's own rules: both splits in whole m16 tiles (the K/V tile's columns in whole n16
   /// tiles), head dims the printer keeps in registers (dK and dV of a warp's rows).
   std::optional<std::string> validateBackward(int headDim, int headDimV) const;

@@ -47,6 +47,8 @@ public:
          kMaxThreadsPerSm / kWarpSize},
         {kLptGroupBlocks, "block order: 0 heaviest Q tile first per (batch, head); N across groups of >= N blocks", 0,
          kMaxLptGroupBlocks},
+        {kKeyWarps, "backward only: warps splitting a K/V tile's keys for S and dP (and dQ's columns); 1: split-Q", 1,
+         kMaxWarps},
     };
     return specs;
   }
@@ -55,6 +57,9 @@ public:
     int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
     if (func.getKind() != kForwardProgram)
       return configureBackward(func, knobs);
+    if (knobs.count(kKeyWarps))
+      return func.emitOpError() << "fa2: " << kKeyWarps << " shapes the backward's warps only; accepted: unset for a "
+                                << "forward program";
     ProgramTraits traits = traitsOf(func);
     // The knobs set override the class's defaults; a class that ends up with the default class's configuration
     // is that class (one kernel serves both).
@@ -89,10 +94,16 @@ public:
     schedule::applyKnob(knobs, kBlockN, config.blockN);
     schedule::applyKnob(knobs, kWarps, config.warps);
     schedule::applyKnob(knobs, kStages, config.stages);
+    schedule::applyKnob(knobs, kKeyWarps, config.keyWarps);
     if (auto error = config.validateBackward(headDim, headDimV))
       return func.emitOpError() << *error;
+    // The warps' split of S's keys is the printer's business, not the program's: a func attribute (split-Q without).
+    if (config.keyWarps > 1)
+      func->setAttr(kKeyWarpsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), config.keyWarps));
+    // Split-Q by row groups: a warp computes S and dP for its group's backwardWarpRows() query rows (all of a
+    // tile's keys without key-warps).
     return ScheduleAttr::get(func.getContext(), kName, config.blockM, config.blockN, config.warps, WarpLayout::SplitQ,
-                             config.blockM / config.warps, config.stages, /*rescaleThreshold=*/0,
+                             config.backwardWarpRows(), config.stages, /*rescaleThreshold=*/0,
                              /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, ShapeClass::Default);
   }
 

@@ -108,8 +108,11 @@ Status checkKernelFlags(const Variant &variant, const jit::CompileOptions &optio
       first = d.str();
     return mlir::success();
   });
-  auto module = buildAttentionProgram(context, variant,
-                                      ProgramOptions{options.dtype, options.headDim, options.headDimV, options.rotary});
+  if (!schedule->schedulesKind(options.kind))
+    return Status(); // compiling names the kinds the schedule has
+  // The programs of the module kind asked for (a backward module's three share its configuration).
+  auto module = buildProgram(context, variant,
+                             ProgramOptions{options.dtype, options.headDim, options.headDimV, options.rotary}, options.kind);
   if (mlir::failed(module))
     return Status(); // not the command line's doing: compiling reports it in full
   for (tile::FuncOp func : module->get().getOps<tile::FuncOp>()) {

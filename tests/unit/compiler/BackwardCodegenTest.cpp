@@ -178,6 +178,56 @@ TEST(BackwardCodegen, OneBufferAndEightWarpsCompile) {
   }
 }
 
+// key-warps (tile.key_warps): FlashAttention 2's 2 x 4 warp layout of a 64 x 128 tile, S and dP split by rows and by
+// keys and dQ by rows and columns, for every built-in variant (their hooks see each warp's keys from warpCol0).
+class KeyWarpsCompile : public testing::TestWithParam<Config> {};
+
+TEST_P(KeyWarpsCompile, SplitsScoresByKeysAndCompiles) {
+  auto [variant, dtype, headDim] = GetParam();
+  StatusOr<jit::CompileResult> result = jit::compile(
+      *variants::byName(variant),
+      backwardOptions(dtype, headDim, "sm_90a", {{"block-m", 64}, {"block-n", 128}, {"warps", 8}, {"key-warps", 4}}),
+      jit::Stage::Cubin);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  EXPECT_NE(result->scheduledIr.find("tile.key_warps = 4"), std::string::npos);
+  const std::string &cuda = result->cuda;
+  EXPECT_NE(cuda.find("constexpr int kKeyWarps = 4;"), std::string::npos);
+  EXPECT_NE(cuda.find("kWarpRows = kBlockM * kKeyWarps / kWarps"), std::string::npos);
+  EXPECT_NE(cuda.find("const int warpRow0 = qt * kBlockM + warpM * kWarpRows;"), std::string::npos);
+  EXPECT_NE(cuda.find("float dqPart[kMTiles][kDqCols / 8][4] = {};"), std::string::npos);
+  EXPECT_NE(cuda.find("const int kvTile = blockKvTile * kBlockN + warpCol0 + fragCol"), std::string::npos);
+  EXPECT_EQ(cuda.find("float part[kMTiles][2][4]"), std::string::npos);
+  for (const std::string &entry : plans::launchedEntries(result->info))
+    EXPECT_NE(result->cubin.find(entry), std::string::npos) << entry;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fa2, KeyWarpsCompile,
+                         testing::Combine(testing::ValuesIn(variants::names()), testing::Values(ElementType::BF16),
+                                          testing::Values(64, 128)),
+                         configName);
+
+TEST(BackwardCodegen, KeyWarpsIsRefusedWhereItCannotSplit) {
+  for (auto [knobs, message] :
+       {std::pair{schedule::Knobs{{"warps", 8}, {"block-n", 128}, {"key-warps", 3}},
+                  "fa2 backward: key-warps = 3 is not supported; accepted: a divisor of warps (8)"},
+        {schedule::Knobs{{"block-m", 64}, {"warps", 8}, {"block-n", 64}, {"key-warps", 8}},
+         "fa2 backward: key-warps = 8 is not supported; accepted: 1, or a divisor of warps whose n16 parts split"},
+        {schedule::Knobs{{"block-m", 32}, {"warps", 8}, {"block-n", 128}, {"key-warps", 2}},
+         "fa2 backward: block-m = 32 is not supported; accepted: a multiple of 16 x warps / key-warps (64)"}}) {
+    StatusOr<jit::CompileResult> refused = jit::compile(
+        *variants::byName("causal"), backwardOptions(ElementType::BF16, 128, "sm_90a", knobs), jit::Stage::Scheduled);
+    ASSERT_FALSE(refused.ok()) << message;
+    EXPECT_NE(refused.status().message().find(message), std::string::npos) << refused.status().message();
+  }
+  // The forward has no use for it.
+  jit::CompileOptions forward = backwardOptions(ElementType::BF16, 128, "sm_90a", {{"key-warps", 2}});
+  forward.kind = "forward";
+  StatusOr<jit::CompileResult> refused = jit::compile(*variants::byName("none"), forward, jit::Stage::Scheduled);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("fa2: key-warps shapes the backward's warps only"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST(BackwardCodegen, PlanHasTheWorkspacesOfTheBackward) {
   StatusOr<jit::CompileResult> result =
       jit::compile(*variants::byName("causal"), backwardOptions(ElementType::BF16, 128), jit::Stage::Cuda);
