@@ -439,10 +439,125 @@ inline std::string fragmentAccessText(int tiles) {
   return text + "};\n} // namespace sm100::tmem\n";
 }
 
+/// The cluster-pair primitives (printed after the core for kernels of `tile.cta_pair` blocks only, so that every other
+/// kernel's text stays as it was): a cluster of two CTAs along x, CTA 0 of the pair (the leader) issuing the pair's
+/// tcgen05.mma.cta_group::2. A kernel uses either these tcgen05 forms or the core's cta_group::1 ones, never both
+/// (ptxas does not accept both groups in one kernel).
+inline constexpr std::string_view kPairPrelude = R"cuda(
+// ==== sm100 cluster-pair primitives: tcgen05 .cta_group::2 (M = 256 across the two CTAs of a cluster), mbarriers and
+// TMA across the pair. Compiled for sm_100a by NVRTC and ptxas only: no SM100 GPU was available to run any of it. ====
+namespace sm100::pair {
+inline constexpr unsigned kLeader = 0u;         // the CTA of the pair whose MMA warp issues the pair's MMAs
+inline constexpr unsigned short kBothCtas = 3u; // a multicast mask: both CTAs of the cluster
+// This CTA's rank in its cluster (0 or 1).
+__device__ __forceinline__ unsigned ctaRank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+// The shared::cluster address of `local`'s counterpart in the CTA of rank `rank` (mapa): the same offset in its
+// shared memory.
+__device__ __forceinline__ unsigned mapTo(const void *local, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smemAddress(local)), "r"(rank));
+  return remote;
+}
+// Every non-exited thread of both CTAs: its earlier accesses released, the other CTA's acquired. Before the first
+// remote arrival (the barriers initialized in both CTAs) and before exit (no CTA leaves while the other may still
+// arrive on its barriers or its MMAs read its shared memory).
+__device__ __forceinline__ void clusterSync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
+}
+// One arrival on the mbarrier at cluster address `bar` (its CTA's or the other's), release at cluster scope.
+__device__ __forceinline__ void arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// One arrival that also expects `bytes` more of TMA traffic, on the mbarrier at cluster address `bar`.
+__device__ __forceinline__ void arriveExpectTx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// Blocks until the phase of this parity completed, acquire at cluster scope (arrivals of the other CTA's threads).
+__device__ __forceinline__ void wait(Mbarrier *bar, unsigned parity) {
+  asm volatile("{\n"
+               ".reg .pred done;\n"
+               "retry:\n"
+               "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+               "@!done bra retry;\n"
+               "}\n" ::"r"(smemAddress(bar)),
+               "r"(parity)
+               : "memory");
+}
+// A TMA tile into this CTA's shared memory whose bytes count on the mbarrier at cluster address `bar`, which may be
+// the other CTA's (.cta_group::2): both CTAs' operand halves complete on the leader's barrier.
+__device__ __forceinline__ void load5d(void *dst, const TensorMap *map, unsigned bar, int column, int row, int block,
+                                       int head, int batch) {
+  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.cta_group::2"
+               " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(smemAddress(dst)),
+               "l"(map), "r"(column), "r"(row), "r"(block), "r"(head), "r"(batch), "r"(bar)
+               : "memory");
+}
+// Tensor memory for the pair: one warp of each CTA, the same warp index, allocates the same columns in both CTAs'
+// tensor memory (the base written to `dst` in each), and frees them; relinquishAllocPermit as the core's.
+template <unsigned kAllocColumns>
+__device__ __forceinline__ void alloc(unsigned *dst) {
+  asm volatile("tcgen05.alloc.cta_group::2.sync.aligned.shared::cta.b32 [%0], %1;\n" ::"r"(smemAddress(dst)),
+               "n"(tmem::CheckAllocColumns<kAllocColumns>::value)
+               : "memory");
+}
+template <unsigned kAllocColumns>
+__device__ __forceinline__ void dealloc(unsigned base) {
+  asm volatile("tcgen05.dealloc.cta_group::2.sync.aligned.b32 %0, %1;\n" ::"r"(base),
+               "n"(tmem::CheckAllocColumns<kAllocColumns>::value)
+               : "memory");
+}
+__device__ __forceinline__ void relinquishAllocPermit() {
+  asm volatile("tcgen05.relinquish_alloc_permit.cta_group::2.sync.aligned;\n" ::: "memory");
+}
+// tcgen05.mma.cta_group::2.kind::f16, M = 256: one thread of the leader issues it for both CTAs. The descriptors and
+// tensor-memory addresses name the same offsets in both CTAs: each CTA holds 128 rows of A (Q in shared memory, or P
+// in its tensor memory) and half of B's N (K's keys for Q·Kᵀ, V's columns for P·V); D is each CTA's 128 rows x N in
+// its own tensor memory. The instruction descriptor's M and N are the pair's.
+__device__ __forceinline__ void f16SS(unsigned dTmem, unsigned long long aDesc, unsigned long long bDesc,
+                                      unsigned idesc, unsigned accumulate) {
+  asm volatile("{\n"
+               ".reg .pred accumulate;\n"
+               "setp.ne.u32 accumulate, %4, 0;\n"
+               "tcgen05.mma.cta_group::2.kind::f16 [%0], %1, %2, %3, accumulate;\n"
+               "}\n" ::"r"(dTmem),
+               "l"(aDesc), "l"(bDesc), "r"(idesc), "r"(accumulate)
+               : "memory");
+}
+__device__ __forceinline__ void f16TS(unsigned dTmem, unsigned aTmem, unsigned long long bDesc, unsigned idesc,
+                                      unsigned accumulate) {
+  asm volatile("{\n"
+               ".reg .pred accumulate;\n"
+               "setp.ne.u32 accumulate, %4, 0;\n"
+               "tcgen05.mma.cta_group::2.kind::f16 [%0], [%1], %2, %3, accumulate;\n"
+               "}\n" ::"r"(dTmem),
+               "r"(aTmem), "l"(bDesc), "r"(idesc), "r"(accumulate)
+               : "memory");
+}
+// One arrival on the mbarrier at `bar`'s offset in every CTA of `ctaMask` once every tcgen05.mma this thread issued
+// completed (both CTAs' D written, both CTAs' shared-memory operands read).
+__device__ __forceinline__ void commit(Mbarrier *bar, unsigned short ctaMask) {
+  asm volatile("tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [%0], %1;\n" ::
+                   "r"(smemAddress(bar)),
+               "h"(ctaMask)
+               : "memory");
+}
+} // namespace sm100::pair
+)cuda";
+
 /// The prelude of a kernel whose tensor-memory loads and stores use `tmemWidths` (.32x32b, each printed once) and
 /// `fragmentTiles` (register tiles in fragment layouts, each count printed once).
-inline std::string prelude(std::span<const int> tmemWidths, std::span<const int> fragmentTiles = {}) {
+inline std::string prelude(std::span<const int> tmemWidths, std::span<const int> fragmentTiles = {},
+                           bool ctaPair = false) {
   std::string text(kPreludeCore);
+  if (ctaPair)
+    text += kPairPrelude;
   text += exp2PolyText();
   std::vector<int> printed;
   for (int width : tmemWidths) {

@@ -60,6 +60,9 @@ struct KernelShape {
   /// take their softmax exponentials from a polynomial on the FMA pipe. 0: all from the MUFU unit; a family without a
   /// software exp2 refuses any other value.
   int exp2PolyShare = 0;
+  /// The block is one CTA of a cluster pair (`tile.cta_pair`, passes/IR/TileCtaPair.h): the pair's MMAs span both
+  /// CTAs (tcgen05.mma.cta_group::2), the launch has clusters of two along x.
+  bool ctaPair = false;
 };
 
 /// An architecture a family runs on, with the per-block (opt-in) dynamic shared memory limit.

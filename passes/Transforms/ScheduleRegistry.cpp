@@ -1,5 +1,6 @@
 //===- ScheduleRegistry.cpp - schedules by name ---------------------------===//
 #include "passes/Transforms/ScheduleRegistry.h"
+#include "passes/IR/TileCtaPair.h"
 #include "passes/IR/TileExp2Poly.h"
 #include "passes/Transforms/Passes.h"
 
@@ -225,6 +226,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   shape.warpRows = static_cast<int>(schedule.getWarpRows());
   if (auto share = func->getAttrOfType<mlir::IntegerAttr>(tile::kExp2PolyShareAttr))
     shape.exp2PolyShare = static_cast<int>(share.getInt());
+  shape.ctaPair = func->hasAttr(tile::kCtaPairAttr);
   return shape;
 }
 
