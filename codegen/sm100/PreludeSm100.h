@@ -474,9 +474,11 @@ __device__ __forceinline__ void clusterSync() {
 __device__ __forceinline__ void arrive(unsigned bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// One arrival that also expects `bytes` more of TMA traffic, on the mbarrier at cluster address `bar`.
+// One arrival that also expects `bytes` more of TMA traffic, on the mbarrier at cluster address `bar`. Relaxed: it
+// hands over no data of this thread (the copies' bytes complete the phase), so it needs no release fence (a release
+// at cluster scope is a MEMBAR.ALL.GPU in the SASS).
 __device__ __forceinline__ void arriveExpectTx(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+  asm volatile("mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                : "memory");
 }
 // Blocks until the phase of this parity completed, acquire at cluster scope (arrivals of the other CTA's threads).
