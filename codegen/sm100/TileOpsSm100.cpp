@@ -947,12 +947,17 @@ bool TileTargetSm100::channelWait(CudaWriter &w, int channel, bool full, const s
   if (!memoryMode || currentRole < 0)
     return false;
   const ChannelInfo &c = channelList[channel];
-  const bool pairWait = !full && c.pairEmpty && pairIssuer();
-  if (pairWait) {
+  // A cluster pair: the MMA warp's waits for the data of its MMAs are the leader's only (the other CTA's MMA warp
+  // issues nothing, and a waiter that issues nothing could fall two phases behind a barrier the leader's commits
+  // drive); it waits with the leader only for its own CTA's roles to release what it allocated.
+  const bool leaderOnly = pairIssuer() && (full || c.pairEmpty), pairWait = leaderOnly && !full;
+  if (pairWait)
     w.comment(cat("a cluster pair: \"", c.name, "\" empty counts both CTAs' arrivals at the leader's barrier, and only "
                   "the leader's MMA warp waits (cluster scope)"));
+  else if (leaderOnly)
+    w.comment("a cluster pair: only the leader's MMA warp, which issues the pair's MMAs, waits");
+  if (leaderOnly)
     w.open("if (leaderCta)");
-  }
   if (full) {
     w.comment(cat("wait for \"", c.name, "\" full, phase ", position, " (parity; a position before 0 passes)"));
     w.line(cat("sm100::mbarrier::wait(&chanFull[", channel, "], (", position, ") & 1);"));
@@ -963,7 +968,7 @@ bool TileTargetSm100::channelWait(CudaWriter &w, int channel, bool full, const s
                ") & 1) ^ 1);"));
   }
   w.line("sm100::fence::afterThreadSync();");
-  if (pairWait)
+  if (leaderOnly)
     w.close();
   return true;
 }
