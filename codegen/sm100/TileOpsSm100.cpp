@@ -504,7 +504,8 @@ void TileTargetSm100::copyPairHalf(CudaWriter &w, Operand operand, const std::st
     w.comment(cat("TMA: this CTA's half of V tile ", tile, "'s columns (rank r: columns [r · kHeadDimV / 2, +kHeadDimV / 2)),"));
     w.comment("as two boxes of kBlockN / 2 keys x kHeadDimV / 64 column blocks starting at column block (r - 1) · kVHalfBlocks:");
     w.comment("the blocks outside V read as zeros, so both CTAs' halves land at column blocks [kVHalfBlocks, 2 kVHalfBlocks)");
-    w.comment("of each box, the same offset in both (the pair's MMA names one address for both)");
+    w.comment("of each box, the same offset in both (the pair's MMA names one address for both); rank 1's boxes also read");
+    w.comment("the first half, unused (the boxes span the whole head dim)");
     w.line("sm100::pair::arriveExpectTx(bar, kVTileBytes);");
     w.openUnrolledFor("box", "2");
     w.line(cat("sm100::pair::load5d(sV + slot * kVTileBytes + box * kVBoxBytes, &maps.v, bar, 0, kRow0 + ", tile,
