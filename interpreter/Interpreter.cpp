@@ -13,6 +13,7 @@
 #include "interpreter/ScalarOps.h"
 #include "interpreter/TileMath.h"
 #include "passes/IR/ProgramKinds.h"
+#include "passes/IR/TileCtaPair.h"
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/TileMemory.h"
 #include "passes/IR/TilePacking.h"
@@ -452,6 +453,8 @@ private:
   int64_t lseRows = 0;
   int64_t *kTileLoads = nullptr; ///< this instance's counter in the RunStats, if any
   RunStats *runStats = nullptr;
+  /// tile.cta_pair: the K tiles this instance loaded, in order (the two CTAs of a cluster pair must load the same).
+  std::vector<int64_t> *kTileWalk = nullptr;
 
   /// Persistent programs: this block's number and the launch's block count; the O and LSE stores of each tile.
   int64_t persistentBlock = 0, persistentGrid = 0, persistentQTiles = 0;
@@ -560,12 +563,20 @@ LogicalResult Interpreter::run(std::vector<float> &o, std::vector<float> &lse, R
                                "the schedule's block_n";
   const int64_t kvSteps =
       stepped ? std::max<int64_t>(1, ceilDiv(longestSeqlenK(problem), func.getScheduleAttr().getBlockN())) : 1;
+  // tile.cta_pair: blocks run as the two CTAs of a cluster pair (Q tiles 2m and 2m + 1), both or neither, even where
+  // the second one's rows lie past the sequence; the pair's MMAs are issued once for both, so both must walk the
+  // same K/V tiles (checked below).
+  const bool ctaPair = func->hasAttr(kCtaPairAttr);
+  if (ctaPair && (splitStore || stepped || packed || !func.getScheduleAttr()))
+    return func.emitError() << "runs as CTA pairs (tile.cta_pair) but splits its keys, walks K/V steps, packs query "
+                               "heads or is not scheduled; a pair's blocks are two whole Q tiles of one head";
+  std::vector<int64_t> pairWalks[2];
   stepStates.clear();
   for (kvStep = 0; kvStep < kvSteps; ++kvStep)
     for (int64_t b = 0; b < problem.batch; ++b)
       for (int64_t h = 0; h < heads; ++h)
         // Varlen: like the kernel's blocks past a shorter sequence, the tiles past it do not run.
-        for (int64_t t = 0; t * blockM < sequenceOf(problem, b).seqlenQ * rowsPerQuery; ++t)
+        for (int64_t t = 0; (ctaPair ? t / 2 * 2 : t) * blockM < sequenceOf(problem, b).seqlenQ * rowsPerQuery; ++t)
           for (int64_t s = 0; s < splits; ++s) {
             inst = sequenceOf(problem, b);
             // Packed: h is the K/V head, and the instance's head (what KV-range rules see) the group's first.
@@ -586,9 +597,18 @@ LogicalResult Interpreter::run(std::vector<float> &o, std::vector<float> &lse, R
               if (inst.splitBegin >= inst.seqlenK)
                 inst.splitBegin = inst.splitEnd = 0;
             }
-            kTileLoads = stats ? &stats->kTileLoads[(b * heads + h) * qTiles + t] : nullptr;
+            kTileLoads = stats && t < qTiles ? &stats->kTileLoads[(b * heads + h) * qTiles + t] : nullptr;
+            if (ctaPair) {
+              kTileWalk = &pairWalks[t % 2];
+              kTileWalk->clear();
+            }
             if (failed(runInstance()))
               return failure();
+            if (ctaPair && t % 2 == 1 && pairWalks[0] != pairWalks[1])
+              return func.emitError() << "the two CTAs of a cluster pair (tile.cta_pair: Q tiles " << t - 1 << " and "
+                                      << t << " of batch entry " << b << ", head " << h << ") walk different K/V "
+                                      << "tiles (" << pairWalks[0].size() << " and " << pairWalks[1].size()
+                                      << " K loads, or another order), but the pair's MMAs are issued once for both";
           }
   if (splits > 1)
     return combineSplits(splitStore);
@@ -1231,6 +1251,8 @@ LogicalResult Interpreter::exec(LoadOp op) {
     first = index * rows;
     if (op.getOperand() == Operand::K && kTileLoads)
       ++*kTileLoads;
+    if (op.getOperand() == Operand::K && kTileWalk)
+      kTileWalk->push_back(index);
   }
   if (Value slot = op.getSlot()) {
     if (!slots.contains(slot))

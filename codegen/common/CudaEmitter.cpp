@@ -16,6 +16,7 @@
 #include "codegen/common/TargetRegistry.h"
 #include "codegen/common/TileTarget.h"
 #include "passes/IR/ProgramKinds.h"
+#include "passes/IR/TileCtaPair.h"
 #include "passes/IR/TileKvCache.h"
 #include "passes/IR/TileMemory.h"
 #include "passes/IR/TileRotary.h"
@@ -985,7 +986,7 @@ void KernelPrinter::collectRoles() {
       channelOf[channel.getFull()] = {static_cast<int>(channels.size()), true};
       channelOf[channel.getEmpty()] = {static_cast<int>(channels.size()), false};
       channels.push_back({identifierText(channel.getName()), static_cast<int64_t>(channel.getFullArrivals()),
-                          static_cast<int64_t>(channel.getEmptyArrivals())});
+                          static_cast<int64_t>(channel.getEmptyArrivals()), channel->hasAttr(kPairEmptyAttr)});
     } else if (auto queue = dyn_cast<WorkQueueOp>(op)) {
       for (bool full : {true, false}) {
         BarrierInfo info;
@@ -1084,8 +1085,14 @@ void KernelPrinter::printSequence() {
   }
   w.separate();
   printSequenceView();
-  w.line("if (qTile * kBlockM >= p.seqlenQ)");
-  w.line("  return;  // varlen: the grid covers the longest sequence, and this one ends before this block's rows");
+  if (func->hasAttr(kCtaPairAttr)) {
+    // The two CTAs of a cluster pair (Q tiles 2m and 2m + 1) run or return together: the pair's MMAs need both.
+    w.line("if ((qTile & ~1) * kBlockM >= p.seqlenQ)");
+    w.line("  return;  // varlen: this sequence ends before the rows of this block's cluster pair");
+  } else {
+    w.line("if (qTile * kBlockM >= p.seqlenQ)");
+    w.line("  return;  // varlen: the grid covers the longest sequence, and this one ends before this block's rows");
+  }
   printUnsplit();
 }
 
@@ -2145,6 +2152,7 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
   facts.packQueryHeads = shape.packQueryHeads;
   facts.tensorMaps = target->takesTensorMaps();
   facts.tensorMapSwizzle = target->tensorMapSwizzleBytes();
+  facts.ctaPair = shape.ctaPair;
   facts.persistent = printer.persistent();
   facts.dynamicWork =
       func.walk([](WorkLoopOp loop) { return loop.isDynamic() ? WalkResult::interrupt() : WalkResult::advance(); })

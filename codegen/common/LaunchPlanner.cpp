@@ -32,6 +32,15 @@ LaunchPlan flashtile::codegen::planLaunches(const ModuleFacts &f) {
   if (f.tensorMaps)
     main.tensorMaps = {{"q", f.blockM, f.tensorMapSwizzle}, {"k", f.blockN, f.tensorMapSwizzle},
                        {"v", f.blockN, f.tensorMapSwizzle}};
+  if (f.ctaPair) {
+    // A cluster of two CTAs along x, over an even number of Q tiles (a pair's second tile may lie past the rows);
+    // each CTA copies half of a K/V tile's rows a box.
+    main.grid[0] = rule("cdiv(" + qTiles + ", 2) * 2");
+    main.cluster = {2, 1, 1};
+    for (PlanTensorMap &map : main.tensorMaps)
+      if (map.tensor != "q")
+        map.boxRows = f.blockN / 2;
+  }
 
   if (f.persistent) {
     // One block an SM at most, never more blocks than units: two Q tiles of one (batch, head) pair each, or one

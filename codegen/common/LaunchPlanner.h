@@ -29,6 +29,9 @@ struct ModuleFacts {
   int appendThreads = 0;
   int appendChunkElements = 0; // elements of K or V one append thread copies
   bool dependentLaunch = false; // the arch has programmatic dependent launch
+  /// Blocks are CTA pairs of a cluster (passes/IR/TileCtaPair.h): clusters of two along x over an even number of Q
+  /// tiles, each CTA loading half of every K/V tile (the tensor maps' K and V boxes are blockN / 2 rows).
+  bool ctaPair = false;
 };
 
 /// The plan of a module with these facts.

@@ -101,6 +101,9 @@ struct MemBufferInfo {
 struct ChannelInfo {
   std::string name;
   int64_t fullArrivals = 1, emptyArrivals = 1;
+  /// `tile.pair_empty` (passes/IR/TileCtaPair.h): the empty barrier counts both CTAs' arrivals of a cluster pair, at
+  /// the leader CTA's.
+  bool pairEmpty = false;
 };
 /// What a role does with the memory layer: allocates (and frees) tensor memory, issues MMAs on buffers, moves
 /// buffers with its threads (warp-collective tensor-memory accesses).

@@ -171,21 +171,35 @@ struct InstructionDescriptor {
 };
 static_assert(sizeof(InstructionDescriptor) == sizeof(uint32_t), "the instruction descriptor is 32 bits");
 
-/// What one tcgen05.mma.cta_group::1.kind::f16 computes: D (M x N, dtype) += A (M x 16) · B (16 x N).
+/// What one tcgen05.mma.cta_group::{1,2}.kind::f16 computes: D (M x N, dtype) += A (M x 16) · B (16 x N). With
+/// cta_group::2 the MMA spans the two CTAs of a cluster pair: M = 256, each CTA holds 128 rows of A and of D and
+/// N / 2 columns of B; the instruction descriptor's M and N are the pair's.
 struct MmaF16Shape {
   MmaInputType a = MmaInputType::Bf16, b = MmaInputType::Bf16;
   MmaDtype d = MmaDtype::F32;
   int m = kMmaM, n = kMmaM;
   MmaMajor aMajor = MmaMajor::K, bMajor = MmaMajor::K;
   bool aInTensorMemory = false; ///< the TS form (P·V: A = P in TMEM), which reads A K-major only
+  int ctaGroup = 1;             ///< 1: one CTA; 2: a CTA pair (M = 256)
 };
 
-/// Why `shape` is not a dense tcgen05.mma.cta_group::1.kind::f16 (PTX ISA Table 39), or nothing when it is.
+/// Why `shape` is not a dense tcgen05.mma.cta_group::{1,2}.kind::f16 (PTX ISA Table 39), or nothing when it is.
+/// cta_group::1: M 64 or 128, N a multiple of 8 in [8, 256]. cta_group::2: M = 256 (the pair's 128 + 128 rows), N a
+/// multiple of 16 in [16, 256] (the table's M = 128 row of cta_group::2 is not used here and refused).
 inline std::optional<std::string> checkMmaF16Shape(const MmaF16Shape &shape) {
-  if (shape.m != kMmaM && shape.m != kMmaMSmall)
+  if (shape.ctaGroup != 1 && shape.ctaGroup != 2)
+    return "tcgen05.mma.kind::f16: cta_group::" + std::to_string(shape.ctaGroup) + " is not 1 or 2";
+  if (shape.ctaGroup == 2) {
+    if (shape.m != kMmaMPair)
+      return "tcgen05.mma.cta_group::2.kind::f16: M = " + std::to_string(shape.m) + " is not 256 (128 rows a CTA)";
+    if (shape.n < kMmaPairNStep || shape.n > kMmaMaxN || shape.n % kMmaPairNStep != 0)
+      return "tcgen05.mma.cta_group::2.kind::f16: N = " + std::to_string(shape.n) +
+             " is not a multiple of 16 in [16, 256]";
+  } else if (shape.m != kMmaM && shape.m != kMmaMSmall) {
     return "tcgen05.mma.cta_group::1.kind::f16: M = " + std::to_string(shape.m) + " is not 64 or 128";
-  if (shape.n < kMmaMinN || shape.n > kMmaMaxN || shape.n % kMmaNStep != 0)
+  } else if (shape.n < kMmaMinN || shape.n > kMmaMaxN || shape.n % kMmaNStep != 0) {
     return "tcgen05.mma.cta_group::1.kind::f16: N = " + std::to_string(shape.n) + " is not a multiple of 8 in [8, 256]";
+  }
   if (shape.a != shape.b)
     return "tcgen05.mma.kind::f16: A and B must have the same type (f16 x f16 or bf16 x bf16)";
   if (shape.d == MmaDtype::F16 && shape.a != MmaInputType::F16)

@@ -21,6 +21,8 @@ inline constexpr const char *kArch = "sm_100a";
 /// one instruction reduces over K = 16 (16-bit inputs). A single thread issues it for the whole CTA.
 inline constexpr int kMmaM = 128, kMmaMSmall = 64, kMmaK = 16;
 inline constexpr int kMmaNStep = 8, kMmaMinN = 8, kMmaMaxN = 256;
+/// cta_group::2 (a CTA pair of a cluster): M = 256 across the pair, N in steps of 16.
+inline constexpr int kMmaMPair = 256, kMmaPairNStep = 16;
 
 /// Tensor memory: 128 lanes (rows) x 512 columns of 32-bit cells per CTA. An address is (lane << 16) | column.
 /// Allocation is by columns, a power of two of at least 32, always all 128 lanes. A warp reaches only its quarter of

@@ -9,8 +9,9 @@
 // No SM100 GPU exists here and nothing can run tcgen05 code: every primitive below is verified by NVRTC and ptxas
 // compiling it for sm_100a and by reading the SASS (tests/unit/sm100, scripts/sm100-sass.sh), never by running it.
 //
-// Three parts: kPreludeCore (fixed text), exp2PolyText() (the software exp2, its coefficients printed from
-// codegen/common/Exp2Poly.h so that the device function and the host twin cannot drift apart) and the tensor-memory
+// Three parts: the core (fixed text, kPreludeCoreHead ... kPreludeCoreTail), exp2PolyText() (the software exp2, its
+// coefficients printed from codegen/common/Exp2Poly.h so that the device function and the host twin cannot drift
+// apart) and the tensor-memory
 // access wrappers, one `sm100::tmem::Access32x32b<N>` per width a kernel uses (inline PTX numbers its operands, so each width
 // is printed by tmemAccessText(N)). Layouts and ordering rules: codegen/sm100/README.md.
 //===----------------------------------------------------------------------===//
@@ -29,7 +30,11 @@
 
 namespace flashtile::codegen::sm100 {
 
-inline constexpr std::string_view kPreludeCore = R"cuda(
+/// The core prelude in five pieces: its text up to the tensor-memory allocation, the allocation wrappers (shared
+/// with the cluster pair's, kPairPrelude, as cta_group::2), the text up to the MMA wrappers, the MMA wrappers (shared
+/// likewise) and the rest. prelude() prints them in order; every piece after the first starts with a newline that is
+/// not printed (piece()).
+inline constexpr std::string_view kPreludeCoreHead = R"cuda(
 // ==== sm100 device primitives: tcgen05 (MMA, tensor memory), TMA, mbarrier (instruction wrappers only) ====
 // Compiled for sm_100a by NVRTC and ptxas only: no SM100 GPU was available to run any of it.
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM100_ALL)
@@ -219,6 +224,9 @@ struct CheckAllocColumns {
 // Allocates columns for all 128 lanes and writes the base address to shared memory at `dst` (blocking until that
 // many columns are free). One warp; publish the address with fence::beforeThreadSync(), a barrier, then
 // fence::afterThreadSync() in the readers.
+)cuda";
+/// Allocation, free and relinquish of tensor memory for one CTA (cta_group::1), in namespace sm100::tmem.
+inline constexpr std::string_view kTmemAllocText = R"cuda(
 template <unsigned kAllocColumns>
 __device__ __forceinline__ void alloc(unsigned *dst) {
   asm volatile("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%0], %1;\n" ::"r"(smemAddress(dst)),
@@ -236,6 +244,8 @@ __device__ __forceinline__ void dealloc(unsigned base) {
 __device__ __forceinline__ void relinquishAllocPermit() {
   asm volatile("tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;\n" ::: "memory");
 }
+)cuda";
+inline constexpr std::string_view kPreludeCoreMiddle = R"cuda(
 __device__ __forceinline__ unsigned address(unsigned base, unsigned lane, unsigned column) {
   return base + (lane << kLaneShift) + column;
 }
@@ -279,6 +289,9 @@ struct Fragments {
 // Completion is asynchronous: commit() makes an mbarrier track every MMA this thread issued before it.
 namespace mma {
 // A and B from shared memory (Q·Kᵀ into S).
+)cuda";
+/// tcgen05.mma.cta_group::1.kind::f16, SS and TS forms, in namespace sm100::mma.
+inline constexpr std::string_view kMmaIssueText = R"cuda(
 __device__ __forceinline__ void f16SS(unsigned dTmem, unsigned long long aDesc, unsigned long long bDesc,
                                       unsigned idesc, unsigned accumulate) {
   asm volatile("{\n"
@@ -300,6 +313,8 @@ __device__ __forceinline__ void f16TS(unsigned dTmem, unsigned aTmem, unsigned l
                "r"(aTmem), "l"(bDesc), "r"(idesc), "r"(accumulate)
                : "memory");
 }
+)cuda";
+inline constexpr std::string_view kPreludeCoreTail = R"cuda(
 // The mbarrier gets one arrival once every tcgen05.mma this thread issued so far has completed (its D written, its
 // shared-memory operands read): S ready for the softmax, a K/V slot free for the producer.
 __device__ __forceinline__ void commit(Mbarrier *bar) {
@@ -439,10 +454,119 @@ inline std::string fragmentAccessText(int tiles) {
   return text + "};\n} // namespace sm100::tmem\n";
 }
 
+/// The cluster-pair primitives (printed after the core for kernels of `tile.cta_pair` blocks only, so that every other
+/// kernel's text stays as it was): a cluster of two CTAs along x, CTA 0 of the pair (the leader) issuing the pair's
+/// tcgen05.mma.cta_group::2. A kernel uses either these tcgen05 forms or the core's cta_group::1 ones, never both
+/// (ptxas does not accept both groups in one kernel).
+inline constexpr std::string_view kPairPrelude = R"cuda(
+// ==== sm100 cluster-pair primitives: tcgen05 .cta_group::2 (M = 256 across the two CTAs of a cluster), mbarriers and
+// TMA across the pair. Compiled for sm_100a by NVRTC and ptxas only: no SM100 GPU was available to run any of it. ====
+namespace sm100::pair {
+inline constexpr unsigned kLeader = 0u;         // the CTA of the pair whose MMA warp issues the pair's MMAs
+inline constexpr unsigned short kBothCtas = 3u; // a multicast mask: both CTAs of the cluster
+// This CTA's rank in its cluster (0 or 1).
+__device__ __forceinline__ unsigned ctaRank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+// The shared::cluster address of `local`'s counterpart in the CTA of rank `rank` (mapa): the same offset in its
+// shared memory.
+__device__ __forceinline__ unsigned mapTo(const void *local, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smemAddress(local)), "r"(rank));
+  return remote;
+}
+// Every non-exited thread of both CTAs: its earlier accesses released, the other CTA's acquired. Before the first
+// remote arrival (the barriers initialized in both CTAs) and before exit (no CTA leaves while the other may still
+// arrive on its barriers or its MMAs read its shared memory).
+__device__ __forceinline__ void clusterSync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
+}
+// One arrival on the mbarrier at cluster address `bar` (its CTA's or the other's), release at cluster scope.
+__device__ __forceinline__ void arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// One arrival that also expects `bytes` more of TMA traffic, on the mbarrier at cluster address `bar`. Relaxed: it
+// hands over no data of this thread (the copies' bytes complete the phase), so it needs no release fence (a release
+// at cluster scope is a MEMBAR.ALL.GPU in the SASS).
+__device__ __forceinline__ void arriveExpectTx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// Blocks until the phase of this parity completed, acquire at cluster scope (arrivals of the other CTA's threads).
+__device__ __forceinline__ void wait(Mbarrier *bar, unsigned parity) {
+  asm volatile("{\n"
+               ".reg .pred done;\n"
+               "retry:\n"
+               "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+               "@!done bra retry;\n"
+               "}\n" ::"r"(smemAddress(bar)),
+               "r"(parity)
+               : "memory");
+}
+// A TMA tile into this CTA's shared memory whose bytes count on the mbarrier at cluster address `bar`, which may be
+// the other CTA's (.cta_group::2): both CTAs' operand halves complete on the leader's barrier.
+__device__ __forceinline__ void load5d(void *dst, const TensorMap *map, unsigned bar, int column, int row, int block,
+                                       int head, int batch) {
+  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.cta_group::2"
+               " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(smemAddress(dst)),
+               "l"(map), "r"(column), "r"(row), "r"(block), "r"(head), "r"(batch), "r"(bar)
+               : "memory");
+}
+// Tensor memory for the pair: one warp of each CTA, the same warp index, allocates the same columns in both CTAs'
+// tensor memory (the base written to `dst` in each), and frees them; relinquishAllocPermit as the core's.
+using tmem::CheckAllocColumns;
+)cuda";
+/// The cluster pair's text between its allocation wrappers and its MMA wrappers, and after them.
+inline constexpr std::string_view kPairPreludeMiddle = R"cuda(
+// tcgen05.mma.cta_group::2.kind::f16, M = 256: one thread of the leader issues it for both CTAs. The descriptors and
+// tensor-memory addresses name the same offsets in both CTAs: each CTA holds 128 rows of A (Q in shared memory, or P
+// in its tensor memory) and half of B's N (K's keys for Q·Kᵀ, V's columns for P·V); D is each CTA's 128 rows x N in
+// its own tensor memory. The instruction descriptor's M and N are the pair's.
+)cuda";
+inline constexpr std::string_view kPairPreludeTail = R"cuda(
+// One arrival on the mbarrier at `bar`'s offset in every CTA of `ctaMask` once every tcgen05.mma this thread issued
+// completed (both CTAs' D written, both CTAs' shared-memory operands read).
+__device__ __forceinline__ void commit(Mbarrier *bar, unsigned short ctaMask) {
+  asm volatile("tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [%0], %1;\n" ::
+                   "r"(smemAddress(bar)),
+               "h"(ctaMask)
+               : "memory");
+}
+} // namespace sm100::pair
+)cuda";
+
 /// The prelude of a kernel whose tensor-memory loads and stores use `tmemWidths` (.32x32b, each printed once) and
 /// `fragmentTiles` (register tiles in fragment layouts, each count printed once).
-inline std::string prelude(std::span<const int> tmemWidths, std::span<const int> fragmentTiles = {}) {
-  std::string text(kPreludeCore);
+/// `text` (the core's cta_group::1 wrappers) for CTA group `group`: every "cta_group::1" made "cta_group::<group>".
+inline std::string forCtaGroup(std::string_view text, int group) {
+  std::string out(text);
+  const std::string one = "cta_group::1", other = "cta_group::" + std::to_string(group);
+  for (size_t at = out.find(one); at != std::string::npos; at = out.find(one, at + other.size()))
+    out.replace(at, one.size(), other);
+  return out;
+}
+
+/// A prelude piece without the newline its raw string starts with.
+constexpr std::string_view piece(std::string_view text) { return text.substr(1); }
+
+inline std::string prelude(std::span<const int> tmemWidths, std::span<const int> fragmentTiles = {},
+                           bool ctaPair = false) {
+  std::string text(kPreludeCoreHead);
+  text += piece(kTmemAllocText);
+  text += piece(kPreludeCoreMiddle);
+  text += piece(kMmaIssueText);
+  text += piece(kPreludeCoreTail);
+  if (ctaPair) {
+    text += kPairPrelude;
+    text += forCtaGroup(piece(kTmemAllocText), 2);
+    text += piece(kPairPreludeMiddle);
+    text += forCtaGroup(piece(kMmaIssueText), 2);
+    text += piece(kPairPreludeTail);
+  }
   text += exp2PolyText();
   std::vector<int> printed;
   for (int width : tmemWidths) {

@@ -64,6 +64,8 @@ constexpr int kMemoryLayerBarrierBytes = 2048, kMemoryLayerRowBytes = 3 * 4;
 /// The correction warpgroup moves O between tensor memory and registers 32 columns (tcgen05.ld/st.32x32b.x32) at a
 /// time, one row a thread.
 constexpr int kRowChunk = 32;
+/// CTAs of a cluster pair (tile.cta_pair): the arrivals a pair barrier counts at the leader.
+constexpr int kCtaPairCount = 2;
 
 /// Whether `shape` is laid out for the memory layer's roles (FA4's own: softmax warpgroups, a correction warpgroup
 /// and a warpgroup of one-warp roles, the MMA warp's among them) rather than the first form's (a producer
@@ -88,13 +90,17 @@ std::string hex32(uint32_t value) {
 MmaInputType inputType(const KernelShape &shape) {
   return shape.dtype == "bf16" ? MmaInputType::Bf16 : MmaInputType::F16;
 }
-/// S = Q·Kᵀ: M = 128 rows, N = the K/V tile's keys, both operands K-major, fp32 in tensor memory.
+/// S = Q·Kᵀ: M = 128 rows, N = the K/V tile's keys, both operands K-major, fp32 in tensor memory. A CTA pair
+/// (shape.ctaPair): M = 256, cta_group::2, each CTA half of the keys.
 MmaF16Shape qkShape(const KernelShape &shape) {
-  return {inputType(shape), inputType(shape), MmaDtype::F32, kMmaM, shape.blockN, MmaMajor::K, MmaMajor::K, false};
+  return {inputType(shape), inputType(shape), MmaDtype::F32, shape.ctaPair ? kMmaMPair : kMmaM, shape.blockN,
+          MmaMajor::K,      MmaMajor::K,      false,         shape.ctaPair ? 2 : 1};
 }
 /// O += P·V: P (A) from tensor memory, K-major; V (B) MN-major (its head dim is contiguous); N = the head dim of V.
+/// A CTA pair: M = 256, cta_group::2, each CTA half of V's columns.
 MmaF16Shape pvShape(const KernelShape &shape) {
-  return {inputType(shape), inputType(shape), MmaDtype::F32, kMmaM, shape.headDimV, MmaMajor::K, MmaMajor::MN, true};
+  return {inputType(shape), inputType(shape), MmaDtype::F32, shape.ctaPair ? kMmaMPair : kMmaM, shape.headDimV,
+          MmaMajor::K,      MmaMajor::MN,     true,          shape.ctaPair ? 2 : 1};
 }
 /// Computing warpgroups of `shape`: one per 128 query rows.
 int groupsOf(const KernelShape &shape) { return shape.blockM / kMmaM; }
@@ -125,7 +131,8 @@ public:
           "tmemS",     "tmemO",    "kGroups",  "kOChunkTiles", "kTmemAllocColumns", "o",          "oc",       "zero",
           "kQDesc",    "kKDesc",   "kVDesc",   "kQkIdesc",    "kPvIdesc",    "group",       "ks",
           "chanFull",  "chanEmpty", "memBuf", "tmemRow",   "epilogueInvL", "epilogueLse", "kRowChunk", "chunk",
-          "rowQ",      "gRow",     "wordsOut", "issuer",   "oRow",        "alphaRow"})
+          "rowQ",      "gRow",     "wordsOut", "issuer",   "oRow",        "alphaRow",    "ctaRank",  "leaderCta",
+          "kVBoxBytes", "kVHalfBlocks"})
       names.push_back(name);
     return names;
   }
@@ -223,6 +230,13 @@ private:
   /// Loops over this thread's row of the accumulator in buffer `acc`, kRowChunk columns (chunk `chunk`) at a time,
   /// loaded into `oRow` (tcgen05.ld.32x32b); `body` works on them.
   void forEachRowChunk(CudaWriter &w, int acc, const std::function<void()> &body) const;
+  /// A cluster pair: this CTA's share of a ring copy (its Q tile; half of a K tile's keys; half of a V tile's columns),
+  /// counted on the leader's full barrier.
+  void copyPairHalf(CudaWriter &w, Operand operand, const std::string &tile, const std::string &position,
+                    const BarrierInfo &barrier) const;
+  /// Whether the role being printed issues the pair's MMAs (its waits for the pair and its MMAs and commits are the
+  /// leader CTA's only).
+  bool pairIssuer() const { return shape.ctaPair && currentRole >= 0 && roleUses[currentRole].issuesMma; }
   /// The warpgroup of Q-tile rows buffer `buffer` (a tensor-memory tile of 128 lanes) serves: its S / P / O group.
   bool memoryMode = false;
   int tmemAllocColumns = 0;
@@ -273,9 +287,17 @@ void TileTargetSm100::setup(CudaWriter &w, const std::vector<Operand> &) {
   w.comment("tile's address (sm100::desc::make adds it). Shared-memory descriptors: 128-byte swizzle, SBO 1024 bytes");
   w.comment("(8 rows), version 1; Q and K K-major (LBO unused: 16 bytes), V MN-major (LBO: the next 64 columns of the");
   w.comment("head dim, kBlockN rows x 128 bytes on). Instruction descriptors (.kind::f16): M = 128, fp32 accumulators.");
+  if (shape.ctaPair) {
+    w.comment("A CTA pair (cta_group::2, M = 256): each CTA holds half of a K tile's keys (its slot's first kBlockN / 2");
+    w.comment("rows) and half of a V tile's columns (in both CTAs at column blocks [kHeadDimV / 128, kHeadDimV / 64) of");
+    w.comment("each of the V slot's two boxes of kBlockN / 2 keys: LBO, the next column block, is kBlockN / 2 rows x 128");
+    w.comment("bytes); the instruction descriptors' M and N are the pair's.");
+  }
+  // A pair's V boxes hold kBlockN / 2 rows: a column block of V is half as long.
+  const int vRows = shape.ctaPair ? shape.blockN / 2 : shape.blockN;
   const uint64_t kMajor = encode(kMajorDescriptor(SwizzlingMode::Swizzle128B));
   const uint64_t vMajor =
-      encode(mnMajorDescriptor(SwizzlingMode::Swizzle128B, static_cast<uint32_t>(shape.blockN * kSwizzleBytes)));
+      encode(mnMajorDescriptor(SwizzlingMode::Swizzle128B, static_cast<uint32_t>(vRows * kSwizzleBytes)));
   w.line(cat("constexpr unsigned long long kQDesc = ", hex64(kMajor), ", kKDesc = ", hex64(kMajor), ";"));
   w.line(cat("constexpr unsigned long long kVDesc = ", hex64(vMajor), ";"));
   w.line(cat("constexpr unsigned kQkIdesc = ", hex32(encode(instructionDescriptor(qkShape(shape)))),
@@ -418,6 +440,8 @@ void TileTargetSm100::closeRole(CudaWriter &w, int index) {
     const RoleMemoryInfo &uses = roleUses[index];
     if (!uses.allocates && !uses.issuesMma && !uses.accessesBuffers)
       w.close();
+    if (shape.ctaPair)
+      w.line("sm100::pair::clusterSync();  // no CTA of the pair exits while the other may still reach its barriers");
     w.close();
     return;
   }
@@ -437,6 +461,13 @@ void TileTargetSm100::closeRole(CudaWriter &w, int index) {
 }
 
 void TileTargetSm100::barrierWait(CudaWriter &w, int index, const std::string &position) {
+  if (memoryMode && shape.ctaPair && barriers[index].bytes > 0) {
+    w.comment("a cluster pair: both CTAs' copies complete on the leader's barrier, which its MMA warp waits on");
+    w.open("if (leaderCta)");
+    printRingWait(w, kIsa, barriers[index], position);
+    w.close();
+    return;
+  }
   printRingWait(w, kIsa, barriers[index], position);
 }
 
@@ -447,7 +478,41 @@ void TileTargetSm100::barrierArrive(CudaWriter &w, int index, const std::string 
 
 void TileTargetSm100::copyToSlot(CudaWriter &w, Operand operand, const std::string &tile, const std::string &position,
                                  int index) {
+  if (memoryMode && shape.ctaPair)
+    return copyPairHalf(w, operand, tile, position, barriers[index]);
   printRingCopy(w, kIsa, operand, tile, position, barriers[index]);
+}
+
+void TileTargetSm100::copyPairHalf(CudaWriter &w, Operand operand, const std::string &tile,
+                                   const std::string &position, const BarrierInfo &barrier) const {
+  const std::string slot = ringSlot(position, barrier.slots);
+  const std::string leaderBar = cat("sm100::pair::mapTo(&", barrier.name, "[slot], sm100::pair::kLeader)");
+  w.open("");
+  w.line(cat("const int slot = ", slot, ";"));
+  w.line(cat("const unsigned bar = ", leaderBar, ";  // the leader's: both CTAs' bytes complete its phase"));
+  if (operand == Operand::Q) {
+    w.comment("TMA: this CTA's Q tile (its own kBlockM rows: the A operand of its rows of the pair's MMAs)");
+    w.line("sm100::pair::arriveExpectTx(bar, kQTileBytes);");
+    w.line("sm100::pair::load5d(sQ, &maps.q, bar, 0, qRow0 + m0, 0, h, tmaBatch);");
+  } else if (operand == Operand::K) {
+    w.comment(cat("TMA: this CTA's half of K tile ", tile, " (keys [ctaRank · kBlockN / 2, +kBlockN / 2) of it: the pair's "
+                  "B operand of Q·Kᵀ is both halves)"));
+    w.line("sm100::pair::arriveExpectTx(bar, kKTileBytes / 2);");
+    w.line(cat("sm100::pair::load5d(sK + slot * kKTileBytes, &maps.k, bar, 0, kRow0 + ", tile,
+               " * kBlockN + ctaRank * (kBlockN / 2), 0, hKv, tmaBatch);"));
+  } else {
+    w.comment(cat("TMA: this CTA's half of V tile ", tile, "'s columns (rank r: columns [r · kHeadDimV / 2, +kHeadDimV / 2)),"));
+    w.comment("as two boxes of kBlockN / 2 keys x kHeadDimV / 64 column blocks starting at column block (r - 1) · kVHalfBlocks:");
+    w.comment("the blocks outside V read as zeros, so both CTAs' halves land at column blocks [kVHalfBlocks, 2 kVHalfBlocks)");
+    w.comment("of each box, the same offset in both (the pair's MMA names one address for both); rank 1's boxes also read");
+    w.comment("the first half, unused (the boxes span the whole head dim)");
+    w.line("sm100::pair::arriveExpectTx(bar, kVTileBytes);");
+    w.openUnrolledFor("box", "2");
+    w.line(cat("sm100::pair::load5d(sV + slot * kVTileBytes + box * kVBoxBytes, &maps.v, bar, 0, kRow0 + ", tile,
+               " * kBlockN + box * (kBlockN / 2), (static_cast<int>(ctaRank) - 1) * kVHalfBlocks, hKv, tmaBatch);"));
+    w.close();
+  }
+  w.close();
 }
 
 void TileTargetSm100::forEachOChunk(CudaWriter &w, const std::function<void()> &body) const {
@@ -671,7 +736,8 @@ bool TileTargetSm100::memoryLayer(int tmemColumns, const std::vector<MemBufferIn
   roleUses = roleMemory;
   const int fragmentTiles[] = {shape.blockN / 8};
   const int widths[] = {kRowChunk};
-  preludeText = fragmentPrelude(kFragmentNamespace) + ::flashtile::codegen::sm100::prelude(widths, fragmentTiles);
+  preludeText = fragmentPrelude(kFragmentNamespace) +
+                ::flashtile::codegen::sm100::prelude(widths, fragmentTiles, /*ctaPair=*/shape.ctaPair);
   return true;
 }
 
@@ -733,6 +799,10 @@ void TileTargetSm100::setupMemoryRoles(CudaWriter &w) {
   w.comment("32 (w % 4) + l of each Q tile (tmemRow).");
   printTileCounts(w);
   w.line(cat("constexpr int kRowChunk = ", kRowChunk, ";  // columns of O a tcgen05.ld/st.32x32b moves, one row a thread"));
+  if (shape.ctaPair) {
+    w.line("constexpr int kVHalfBlocks = kHeadDimV / 128;  // 64-column blocks of V a CTA of the pair holds");
+    w.line("constexpr unsigned kVBoxBytes = (kBlockN / 2) * kHeadDimV * 2;  // one V box: kBlockN / 2 keys, every block");
+  }
   w.line("const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;");
   w.line("const int fragRow = lane / 4, fragCol = 2 * (lane % 4);");
   w.line("const int tmemRow = 32 * (warp % 4) + lane;  // this thread's lane of tensor memory (one row a thread)");
@@ -762,15 +832,38 @@ void TileTargetSm100::setupMemoryRoles(CudaWriter &w) {
                     : b.tile == MemTile::Scores ? "a score tile (S), fp32"
                                                 : "P, 16-bit pairs"));
   }
+  if (shape.ctaPair) {
+    w.comment("---- a cluster pair (tile.cta_pair): this CTA is rank ctaRank of a cluster of two along x (Q tiles 2m and");
+    w.comment("2m + 1); the leader's MMA warp issues the pair's tcgen05.mma.cta_group::2. The ring's full barriers and the");
+    w.comment("pair channels' empty barriers count both CTAs' arrivals at the leader's (the other CTA's stay unused);");
+    w.comment("commits arrive on both CTAs' barriers (multicast) ----");
+    w.line("const unsigned ctaRank = sm100::pair::ctaRank();");
+    w.line("const bool leaderCta = ctaRank == sm100::pair::kLeader;");
+  }
   w.open("if (threadIdx.x == 0)");
-  printRingBarrierInits(w, kIsa, barriers, /*consumerWarps=*/1);
+  if (shape.ctaPair) {
+    for (const BarrierInfo &barrier : barriers) {
+      // Full: each CTA's load warp arrives once (expecting its own bytes) on the leader's; empty: one commit.
+      const int count = barrier.bytes > 0 ? kCtaPairCount : static_cast<int>(barrier.arrivals);
+      w.openUnrolledFor("i", cat(barrier.slots));
+      w.line(cat("sm100::mbarrier::init(&", barrier.name, "[i], ", count, ");"));
+      w.close();
+    }
+  } else {
+    printRingBarrierInits(w, kIsa, barriers, /*consumerWarps=*/1);
+  }
   for (int c = 0; c < channels; ++c) {
     w.line(cat("sm100::mbarrier::init(&chanFull[", c, "], ", channelList[c].fullArrivals, ");"));
-    w.line(cat("sm100::mbarrier::init(&chanEmpty[", c, "], ", channelList[c].emptyArrivals, ");"));
+    w.line(cat("sm100::mbarrier::init(&chanEmpty[", c, "], ",
+               channelList[c].emptyArrivals * (shape.ctaPair && channelList[c].pairEmpty ? kCtaPairCount : 1),
+               ");"));
   }
   w.line("sm100::mbarrier::initFence();");
   w.close();
-  w.line("__syncthreads();");
+  if (shape.ctaPair)
+    w.line("sm100::pair::clusterSync();  // both CTAs' barriers initialized before any arrival of the other's");
+  else
+    w.line("__syncthreads();");
   w.line(cat("constexpr unsigned kTmemAllocColumns = ", tmemAllocColumns, ";"));
   // Register budgets. The one-warp roles' warpgroup keeps the launch's count: ptxas for sm_100a spilled the
   // kernel-scope values live across its setmaxnreg.dec (the K/V loop bounds: 32 bytes at 48, 64 or 96 registers,
@@ -826,8 +919,14 @@ bool TileTargetSm100::tmemAlloc(CudaWriter &w) {
     return false;
   w.comment(cat("tensor memory: ", tmemAllocColumns, " columns for every buffer of the block, allocated by this warp"));
   w.comment("(which frees them), its base written to tmemCell; no other allocation in this block");
-  w.line("sm100::tmem::alloc<kTmemAllocColumns>(tmemCell);");
-  w.line("sm100::tmem::relinquishAllocPermit();");
+  if (shape.ctaPair) {
+    w.comment("a cluster pair: this warp in both CTAs allocates the same columns of both CTAs' tensor memory together");
+    w.line("sm100::pair::alloc<kTmemAllocColumns>(tmemCell);");
+    w.line("sm100::pair::relinquishAllocPermit();");
+  } else {
+    w.line("sm100::tmem::alloc<kTmemAllocColumns>(tmemCell);");
+    w.line("sm100::tmem::relinquishAllocPermit();");
+  }
   w.line("sm100::fence::beforeThreadSync();");
   w.line("__syncwarp();");
   w.line("sm100::fence::afterThreadSync();");
@@ -838,7 +937,10 @@ bool TileTargetSm100::tmemFree(CudaWriter &w) {
   if (currentRole < 0 || inWarpgroup())
     return false;
   w.comment("every role is done with tensor memory (the channel's wait fenced their accesses before this): free it");
-  w.line("sm100::tmem::dealloc<kTmemAllocColumns>(*tmemCell);");
+  if (shape.ctaPair)
+    w.line("sm100::pair::dealloc<kTmemAllocColumns>(*tmemCell);  // this warp in both CTAs");
+  else
+    w.line("sm100::tmem::dealloc<kTmemAllocColumns>(*tmemCell);");
   return true;
 }
 
@@ -846,15 +948,29 @@ bool TileTargetSm100::channelWait(CudaWriter &w, int channel, bool full, const s
   if (!memoryMode || currentRole < 0)
     return false;
   const ChannelInfo &c = channelList[channel];
+  // A cluster pair: the MMA warp's waits for the data of its MMAs are the leader's only (the other CTA's MMA warp
+  // issues nothing, and a waiter that issues nothing could fall two phases behind a barrier the leader's commits
+  // drive); it waits with the leader only for its own CTA's roles to release what it allocated.
+  const bool leaderOnly = pairIssuer() && (full || c.pairEmpty), pairWait = leaderOnly && !full;
+  if (pairWait)
+    w.comment(cat("a cluster pair: \"", c.name, "\" empty counts both CTAs' arrivals at the leader's barrier, and only "
+                  "the leader's MMA warp waits (cluster scope)"));
+  else if (leaderOnly)
+    w.comment("a cluster pair: only the leader's MMA warp, which issues the pair's MMAs, waits");
+  if (leaderOnly)
+    w.open("if (leaderCta)");
   if (full) {
     w.comment(cat("wait for \"", c.name, "\" full, phase ", position, " (parity; a position before 0 passes)"));
     w.line(cat("sm100::mbarrier::wait(&chanFull[", channel, "], (", position, ") & 1);"));
   } else {
     w.comment(cat("wait until \"", c.name, "\" was released at position ", position,
                   " - 1 (position 0: a fresh barrier's parity-1 wait passes)"));
-    w.line(cat("sm100::mbarrier::wait(&chanEmpty[", channel, "], ((", position, ") & 1) ^ 1);"));
+    w.line(cat(pairWait ? "sm100::pair::wait" : "sm100::mbarrier::wait", "(&chanEmpty[", channel, "], ((", position,
+               ") & 1) ^ 1);"));
   }
   w.line("sm100::fence::afterThreadSync();");
+  if (leaderOnly)
+    w.close();
   return true;
 }
 
@@ -866,7 +982,11 @@ bool TileTargetSm100::channelArrive(CudaWriter &w, int channel, bool full, const
   w.open("");
   roleSync(w);
   w.line(cat("if (threadIdx.x == ", firstWarp[currentRole] * kWarpSize, ")"));
-  w.line(cat("  sm100::mbarrier::arrive(&", full ? "chanFull" : "chanEmpty", "[", channel, "]);"));
+  if (shape.ctaPair && !full && channelList[channel].pairEmpty)
+    w.line(cat("  sm100::pair::arrive(sm100::pair::mapTo(&chanEmpty[", channel,
+               "], sm100::pair::kLeader));  // the pair's count, at the leader's"));
+  else
+    w.line(cat("  sm100::mbarrier::arrive(&", full ? "chanFull" : "chanEmpty", "[", channel, "]);"));
   w.close();
   return true;
 }
@@ -882,6 +1002,12 @@ bool TileTargetSm100::mmaCommit(CudaWriter &w, int channel, int ringBarrier, con
                 ringBarrier >= 0 ? cat(barriers[ringBarrier].name, " (the slot of ring position ", position, ")")
                                  : cat("\"", channelList[channel].name, "\" full (position ", position, ")"),
                 " once every MMA this thread issued completed"));
+  if (shape.ctaPair) {
+    w.comment("a cluster pair: the leader's commit arrives on this barrier in both CTAs (multicast)");
+    w.line("if (lane == 0 && leaderCta)");
+    w.line(cat("  sm100::pair::commit(", bar, ", sm100::pair::kBothCtas);"));
+    return true;
+  }
   w.line("if (lane == 0)");
   w.line(cat("  sm100::mma::commit(", bar, ");"));
   return true;
@@ -890,6 +1016,24 @@ bool TileTargetSm100::mmaCommit(CudaWriter &w, int channel, int ringBarrier, con
 bool TileTargetSm100::mmaQk(CudaWriter &w, const std::string &kSlot, int s, int64_t qRowOffset) {
   if (!memoryMode || currentRole < 0 || inWarpgroup() || memBuffers[s].space != MemSpace::Tensor)
     return false;
+  if (shape.ctaPair) {
+    w.comment(cat("S (tensor memory column ", memBuffers[s].column, ", in both CTAs) = Q rows [", qRowOffset,
+                  ", +128) of each CTA · Kᵀ: tcgen05.mma.cta_group::2 M = 256, N = kBlockN, SS (each CTA's sQ and its "
+                  "half of the K tile in slot ", kSlot, " % kStages: kBlockN / 2 keys, column blocks kBlockN / 2 rows"));
+    w.comment("apart), by the leader's lane 0 for the pair; k16 steps not unrolled");
+    w.open("if (lane == 0 && leaderCta)");
+    w.line(cat("const unsigned qAddr = sm100::smemAddress(sQ) + ", qRowOffset, " * 128;"));
+    w.line(cat("const unsigned kAddr = sm100::smemAddress(sK) + (", kSlot, ") % kStages * kKTileBytes;"));
+    w.line("#pragma unroll 1");
+    w.open("for (int ks = 0; ks < kHeadDim / 16; ++ks)");
+    w.line(cat("sm100::pair::f16SS(", tmemOf(s),
+               ", sm100::desc::make(kQDesc, qAddr + ks / 4 * kBlockM * 128 + ks % 4 * 32),"));
+    w.line("                   sm100::desc::make(kKDesc, kAddr + ks / 4 * (kBlockN / 2) * 128 + ks % 4 * 32), kQkIdesc,"
+           " ks > 0);");
+    w.close();
+    w.close();
+    return true;
+  }
   w.comment(cat("S (tensor memory column ", memBuffers[s].column, ") = Q rows [", qRowOffset, ", +128) · Kᵀ: tcgen05.mma ",
                 "M = 128, N = kBlockN, SS (sQ and the K tile in slot ", kSlot, " % kStages, both K-major), by this"));
   w.comment("warp's lane 0; k16 steps not unrolled (unrolled, the compiler hoists every step's descriptor)");
@@ -909,6 +1053,23 @@ bool TileTargetSm100::mmaPv(CudaWriter &w, int p, const std::string &vSlot, int 
   if (!memoryMode || currentRole < 0 || inWarpgroup() || memBuffers[p].space != MemSpace::Tensor ||
       memBuffers[o].space != MemSpace::Tensor)
     return false;
+  if (shape.ctaPair) {
+    w.comment(cat("O (column ", memBuffers[o].column, ", in both CTAs) += P (column ", memBuffers[p].column,
+                  ", each CTA's own) · V: tcgen05.mma.cta_group::2 M = 256, N = kHeadDimV, TS (a k16 step is 8 columns"));
+    w.comment(cat("of P); B is each CTA's half of V's columns in slot ", vSlot,
+                  " % kStages: k16 step k reads keys 16k.., box 16k / (kBlockN / 2), row 16k % (kBlockN / 2), at column "
+                  "block kVHalfBlocks of the box; by the leader's lane 0 for the pair"));
+    w.open("if (lane == 0 && leaderCta)");
+    w.line(cat("const unsigned vAddr = sm100::smemAddress(sV) + (", vSlot,
+               ") % kStages * kVTileBytes + kVHalfBlocks * (kBlockN / 2) * 128;"));
+    w.openUnrolledFor("k", "kBlockN / 16");
+    w.line(cat("sm100::pair::f16TS(", tmemOf(o), ", ", tmemOf(p),
+               " + 8 * k, sm100::desc::make(kVDesc, vAddr + 16 * k / (kBlockN / 2) * kVBoxBytes + 16 * k % (kBlockN / 2)"
+               " * 128), kPvIdesc, 1);"));
+    w.close();
+    w.close();
+    return true;
+  }
   w.comment(cat("O (column ", memBuffers[o].column, ") += P (column ", memBuffers[p].column,
                 ") · V: tcgen05.mma M = 128, N = kHeadDimV, TS: P from tensor memory (a k16 step is 8 columns), the V"));
   w.comment(cat("tile in slot ", vSlot, " % kStages MN-major (a k16 step is 16 rows, 2048 bytes, of every column block); ",
@@ -1187,6 +1348,17 @@ public:
     for (const MmaF16Shape &mma : {qkShape(shape), pvShape(shape)})
       if (std::optional<std::string> why = checkMmaF16Shape(mma))
         return "sm100: " + *why;
+    if (shape.ctaPair) {
+      if (!memoryLayerShape(shape))
+        return std::string("sm100: a cluster pair (tile.cta_pair) is printed for the memory layer's roles only (one MMA "
+                           "warp issuing the pair's MMAs)");
+      if (shape.headDimV % (2 * kSwizzleColumns) != 0)
+        return cat("sm100: a cluster pair needs head_dim_v (", shape.headDimV, ") a multiple of ", 2 * kSwizzleColumns,
+                   ": each CTA holds half of V's columns, whole 64-column blocks");
+      if (shape.blockN < 2 * kMmaK || (shape.blockN / 2) % 8 != 0)
+        return cat("sm100: a cluster pair needs block-n (", shape.blockN,
+                   ") of at least 32: each CTA holds half of a K/V tile's keys, whole k16 steps");
+    }
     return std::nullopt;
   }
 

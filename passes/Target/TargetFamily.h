@@ -64,6 +64,9 @@ struct KernelShape {
   /// warps / keyWarps row groups, and a row group's keyWarps warps take blockN / keyWarps keys of S and dP each (and
   /// headDim / keyWarps columns of dQ). 1: split-Q.
   int keyWarps = 1;
+  /// The block is one CTA of a cluster pair (`tile.cta_pair`, passes/IR/TileCtaPair.h): the pair's MMAs span both
+  /// CTAs (tcgen05.mma.cta_group::2), the launch has clusters of two along x.
+  bool ctaPair = false;
 };
 
 /// An architecture a family runs on, with the per-block (opt-in) dynamic shared memory limit.

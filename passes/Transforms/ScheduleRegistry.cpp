@@ -1,5 +1,6 @@
 //===- ScheduleRegistry.cpp - schedules by name ---------------------------===//
 #include "passes/Transforms/ScheduleRegistry.h"
+#include "passes/IR/TileCtaPair.h"
 #include "passes/IR/TileExp2Poly.h"
 #include "passes/Transforms/Passes.h"
 
@@ -227,6 +228,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
     shape.exp2PolyShare = static_cast<int>(share.getInt());
   if (auto keyWarps = func->getAttrOfType<mlir::IntegerAttr>(tile::kKeyWarpsAttr))
     shape.keyWarps = static_cast<int>(keyWarps.getInt());
+  shape.ctaPair = func->hasAttr(tile::kCtaPairAttr);
   return shape;
 }
 

@@ -18,11 +18,6 @@ int64_t smemBytes(const Fa4Config &c, int64_t headDim, int64_t headDimV) {
 } // namespace
 
 std::optional<Fa4Config> configure(int64_t headDim, int64_t headDimV, const Fa4Knobs &knobs, std::string &error) {
-  if (knob(knobs, kTwoCta, 0) != 0) {
-    error = "fa4: two-cta = 1 (tcgen05.mma.cta_group::2, M = 256 across a cluster of two CTAs) is not implemented; "
-            "accepted: two-cta = 0";
-    return std::nullopt;
-  }
   Fa4Config c;
   // 64 keys a tile: the softmax warps hold S in C fragments (a warp's 32 rows x block-n fp32: 64 registers a
   // thread at 64 keys), and 128 keys (FA4's) spill under the registers two softmax warpgroups get (ptxas for
@@ -35,6 +30,7 @@ std::optional<Fa4Config> configure(int64_t headDim, int64_t headDimV, const Fa4K
   c.rescaleThreshold = knob(knobs, kRescaleThreshold, kDefaultRescaleThreshold);
   c.exp2PolyShare = knob(knobs, kExp2PolyShare, 0);
   c.roles = knob(knobs, kRoles, 1);
+  c.twoCta = knob(knobs, kTwoCta, 0);
 
   if (c.softmaxWarpgroups < 1 || c.softmaxWarpgroups > 2) {
     error = "fa4: softmax-warpgroups = " + std::to_string(c.softmaxWarpgroups) + " must be 1 or 2";
@@ -44,12 +40,33 @@ std::optional<Fa4Config> configure(int64_t headDim, int64_t headDimV, const Fa4K
     error = "fa4: roles = " + std::to_string(c.roles) + " must be 0 (the first form) or 1 (FA4's own roles)";
     return std::nullopt;
   }
+  if (c.twoCta != 0 && c.twoCta != 1) {
+    error = "fa4: two-cta = " + std::to_string(c.twoCta) + " must be 0 (one CTA a block) or 1 (a cluster pair, "
+            "tcgen05.mma.cta_group::2)";
+    return std::nullopt;
+  }
+  if (c.twoCta == 1 && c.roles != 1) {
+    error = "fa4: two-cta = 1 needs roles = 1 (FA4's own roles: one MMA warp issues the pair's MMAs); accepted with "
+            "roles = 0: two-cta = 0";
+    return std::nullopt;
+  }
+  if (c.twoCta == 1 && (headDim < kTwoCtaMinHeadDim || headDimV < kTwoCtaMinHeadDim)) {
+    error = "fa4: two-cta = 1 needs head dims >= 128 (each CTA of the pair holds half of V's columns, whole 64-column "
+            "blocks; FA4 pairs CTAs from head dim 128 on), got " + std::to_string(headDim) + "/" +
+            std::to_string(headDimV) + "; accepted at these head dims: two-cta = 0";
+    return std::nullopt;
+  }
   if (c.exp2PolyShare < 0 || c.exp2PolyShare > 8) {
     error = "fa4: exp2-poly-share = " + std::to_string(c.exp2PolyShare) + " must be 0 to 8 (eighths of S's n8 tiles)";
     return std::nullopt;
   }
   if (c.blockN < 16 || c.blockN > 256 || (c.blockN & (c.blockN - 1)) != 0) {
     error = "fa4: block-n = " + std::to_string(c.blockN) + " must be a power of two in [16, 256]";
+    return std::nullopt;
+  }
+  if (c.twoCta == 1 && c.blockN < kTwoCtaMinBlockN) {
+    error = "fa4: two-cta = 1 needs block-n >= 32 (each CTA of the pair holds half of a K/V tile's keys, at least one "
+            "k16 step), got " + std::to_string(c.blockN);
     return std::nullopt;
   }
   if (c.softmaxWarpgroups * (c.blockN + headDimV) > kTmemColumns) {

@@ -20,6 +20,12 @@ inline constexpr const char *kBlockN = "block-n", *kStages = "stages", *kSoftmax
                             *kRescaleThreshold = "rescale-threshold", *kExp2PolyShare = "exp2-poly-share",
                             *kTwoCta = "two-cta", *kRoles = "roles";
 
+/// The smallest head dims (Q/K and V/O) two-cta = 1 accepts: each CTA of the pair holds half of V's columns for P·V,
+/// whole 64-column (128-byte swizzled) blocks; FA4 pairs CTAs only from head dim 128 on.
+inline constexpr int64_t kTwoCtaMinHeadDim = 128;
+/// The smallest block-n two-cta = 1 accepts: each CTA holds half of a K/V tile's keys, at least 16 (one k16 step).
+inline constexpr int64_t kTwoCtaMinBlockN = 32;
+
 /// The largest rescale threshold (log2 units): P may reach 2^threshold, finite in f16 up to 15.
 inline constexpr int64_t kMaxRescaleThreshold = 15;
 /// FA4's threshold: a row's max moves only when it grew by more than 8 (x256).
@@ -50,6 +56,11 @@ struct Fa4Config {
   /// per Q tile, a correction warpgroup, on the memory layer); 0, the first form (the ring roles of
   /// tile-fa3-pipeline, each softmax warpgroup issuing its own MMAs). The sm100 family prints both.
   int64_t roles = 1;
+  /// 1: every block is one CTA of a cluster pair along the Q-tile axis, and the MMA warp of the pair's first CTA
+  /// issues tcgen05.mma.cta_group::2 (M = 256: each CTA its 128 rows of a Q tile, half of K's rows for Q·Kᵀ and half
+  /// of V's columns for P·V). FA4 uses it for non-causal head dims >= 128 on long sequences; here it needs FA4's own
+  /// roles, head dims >= 128, block-n >= 32 and a key range that does not depend on the Q tile (Fa4Schedule.cpp).
+  int64_t twoCta = 0;
   /// The first form: a load warpgroup and the softmax warpgroups. FA4's own roles: the softmax warpgroups, a
   /// correction warpgroup and a warpgroup of one-warp roles (the MMA warp, the load warp; two warps idle).
   int64_t warps() const { return kWarpgroupWarps * (softmaxWarpgroups + (roles == 1 ? 2 : 1)); }

@@ -28,11 +28,17 @@
 //
 // The protocol is checked by the interpreter (interpreter/MemoryProtocol.h), which is stricter than the hardware
 // may be: an MMA writing S waits for the P·V that reads P over S to land (o_g full) even though both come from one
-// thread. So Q·K(j+1)ᵀ of a Q tile runs under the other tile's softmax, not its own. No SM100 GPU exists here: the
+// thread. So Q·K(j+1)ᵀ of a Q tile runs under the other tile's softmax, not its own.
+//
+// Under `tile.cta_pair` (fa4's two-cta = 1, passes/IR/TileCtaPair.h) the IR is the same, one CTA's: each CTA of the
+// pair runs it, and the printer makes the first CTA's MMA warp issue each MMA for both (cta_group::2) while the
+// second's only allocates and frees. The channels s_g and o_g are marked `tile.pair_empty`: their empty barriers,
+// which that MMA warp waits on, count both CTAs' arrivals. No SM100 GPU exists here: the
 // sm100 family prints this IR (codegen/sm100/README.md), NVRTC compiles it for sm_100a, nothing has run it.
 //===----------------------------------------------------------------------===//
 #include "schedules/fa4/Fa4Roles.h"
 
+#include "passes/IR/TileCtaPair.h"
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/TileMemory.h"
 #include "passes/Transforms/KvRing.h"
@@ -142,9 +148,14 @@ void Fa4RolesPass::runOnOperation() {
   auto smemBuffer = [&](Type tile, MemorySpace space, std::string name) {
     return SmemBufferOp::create(b, loc, MemBufType::get(ctx, tile, space), name).getResult();
   };
-  auto channel = [&](std::string name, ValueRange guarded, int64_t full, int64_t empty) {
+  // A cluster pair (two-cta): the MMA warp of the pair's first CTA issues the MMAs of both, so the channels whose
+  // empty barrier it waits on for the threads' work (P written: s_g; O rescaled: o_g) count both CTAs' arrivals.
+  const bool ctaPair = func->hasAttr(kCtaPairAttr);
+  auto channel = [&](std::string name, ValueRange guarded, int64_t full, int64_t empty, bool pairEmpty = false) {
     auto op = ChannelOp::create(b, loc, oneSlot, oneSlot, b.getStringAttr(name), guarded, b.getI64IntegerAttr(full),
                                 b.getI64IntegerAttr(empty));
+    if (ctaPair && pairEmpty)
+      op->setAttr(kPairEmptyAttr, b.getUnitAttr());
     return std::pair{op.getFull(), op.getEmpty()};
   };
   auto f32 = b.getF32Type();
@@ -165,8 +176,8 @@ void Fa4RolesPass::runOnOperation() {
     t.alpha = smemBuffer(rowType, MemorySpace::Shared, "alpha" + suffix);
     t.stats = smemBuffer(statsType, MemorySpace::Registers, "stats" + suffix);
     t.final = smemBuffer(statsType, MemorySpace::Shared, "final" + suffix);
-    std::tie(t.sFull, t.sEmpty) = channel("s" + suffix, {t.s, t.p}, 1, 1);
-    std::tie(t.oFull, t.oEmpty) = channel("o" + suffix, {t.o}, 1, 1);
+    std::tie(t.sFull, t.sEmpty) = channel("s" + suffix, {t.s, t.p}, 1, 1, /*pairEmpty=*/true);
+    std::tie(t.oFull, t.oEmpty) = channel("o" + suffix, {t.o}, 1, 1, /*pairEmpty=*/true);
     std::tie(t.alphaFull, t.alphaEmpty) = channel("alpha" + suffix, {t.alpha}, 1, 1);
     // The softmax role's m and l, the MMA warp's commit after the last P·V, the correction's last rescale (or its
     // zeros, when the walk is empty).

@@ -20,6 +20,7 @@
 #include "schedules/fa4/Fa4Register.h"
 #include "schedules/fa4/Fa4Roles.h"
 
+#include "passes/IR/TileCtaPair.h"
 #include "passes/IR/TileExp2Poly.h"
 #include "passes/Transforms/Passes.h"
 #include "passes/Transforms/ScheduleRegistry.h"
@@ -63,7 +64,9 @@ public:
                             "grew by more than N (log2 units); 0: every tile", 0, kMaxRescaleThreshold},
         {kExp2PolyShare, "of every 8 n8 tiles of a score row, how many take their exponentials from the software "
                          "exp2 on the FMA pipe (sm100::math::exp2Poly3) instead of MUFU; 0: none", 0, 8},
-        {kTwoCta, "1: tcgen05.mma.cta_group::2 across a cluster of two CTAs (not implemented; 0 only)", 0, 1},
+        {kTwoCta, "1: a cluster of two CTAs along the Q tiles, one MMA warp issuing tcgen05.mma.cta_group::2 "
+                  "(M = 256) for both; head dims >= 128, a key range that does not depend on the Q tile (FA4: "
+                  "non-causal); default 0", 0, 1},
         {kRoles, "1 (default): FA4's own roles on the memory layer (a load warp, one MMA warp, a softmax warpgroup per "
                  "Q tile, a correction warpgroup); 0: the first form (each softmax warpgroup issues its own MMAs, "
                  "from fa3's role pipeline)", 0, 1},
@@ -76,6 +79,22 @@ public:
     std::optional<Fa4Config> c = fa4::configure(func.getHeadDim(), func.getHeadDimV(), knobs, error);
     if (!c)
       return func.emitOpError() << error;
+    if (c->twoCta == 1) {
+      // The pair's MMAs walk one K/V range for both CTAs: a rule that bounds keys by the Q tile's rows (causal,
+      // windows, documents) would give the two CTAs different walks. FA4 pairs CTAs only without a causal mask.
+      KvRangeOp byRows;
+      func.walk([&](KvRangeOp range) {
+        Block &body = range.getRule().front();
+        if (body.getNumArguments() >= 2 && (!body.getArgument(0).use_empty() || !body.getArgument(1).use_empty()))
+          byRows = range;
+      });
+      if (byRows)
+        return func.emitOpError() << "fa4: two-cta = 1 needs a key range that does not depend on the Q tile (the two "
+                                     "CTAs of a pair walk the same K/V tiles), but variant '"
+                                  << func.getVariant() << "' bounds keys by query rows (tile.kv_range); accepted for "
+                                     "it: two-cta = 0";
+      func->setAttr(kCtaPairAttr, UnitAttr::get(func.getContext()));
+    }
     // The share of software exponentials is the printer's business, not the program's: a func attribute.
     if (c->exp2PolyShare > 0)
       func->setAttr(kExp2PolyShareAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), c->exp2PolyShare));

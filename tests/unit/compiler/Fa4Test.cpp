@@ -16,11 +16,13 @@
 #include "flashtile/runtime/Nvrtc.h"
 #include "interpreter/Interpreter.h"
 #include "interpreter/Rounding.h"
+#include "passes/IR/TileDialect.h"
 #include "passes/Transforms/ScheduleRegistry.h"
 #include "schedules/fa4/Fa4Config.h"
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <numbers>
 #include <optional>
@@ -69,11 +71,6 @@ TEST(Fa4Config, DefaultsFollowTensorMemoryAndSharedMemory) {
 
 TEST(Fa4Config, RefusesWhatItDoesNotPrint) {
   std::string error;
-  EXPECT_FALSE(fa4::configure(128, 128, {{fa4::kTwoCta, 1}}, error));
-  EXPECT_NE(error.find("fa4: two-cta = 1 (tcgen05.mma.cta_group::2, M = 256 across a cluster of two CTAs) is not "
-                       "implemented"),
-            std::string::npos)
-      << error;
   EXPECT_FALSE(fa4::configure(128, 128, {{fa4::kExp2PolyShare, 9}}, error));
   EXPECT_EQ(error, "fa4: exp2-poly-share = 9 must be 0 to 8 (eighths of S's n8 tiles)");
   EXPECT_FALSE(fa4::configure(256, 256, {{fa4::kSoftmaxWarpgroups, 2}}, error));
@@ -84,6 +81,64 @@ TEST(Fa4Config, RefusesWhatItDoesNotPrint) {
   EXPECT_NE(error.find("bytes of shared memory"), std::string::npos) << error;
   EXPECT_FALSE(fa4::configure(128, 128, {{fa4::kRoles, 2}}, error));
   EXPECT_EQ(error, "fa4: roles = 2 must be 0 (the first form) or 1 (FA4's own roles)");
+}
+
+// two-cta = 1 (a cluster pair, tcgen05.mma.cta_group::2): accepted at head dims 128, 192/128 and 256 with FA4's own
+// roles and block-n >= 32; everything else refused with a message naming the knob and what it accepts.
+TEST(Fa4Config, TwoCtaWhereItIsAllowed) {
+  std::string error;
+  EXPECT_EQ(fa4::configure(128, 128, {}, error)->twoCta, 0) << "the default stays one CTA a block";
+  for (auto [headDim, headDimV] : {std::pair{128, 128}, {192, 128}, {256, 256}}) {
+    std::optional<fa4::Fa4Config> c = fa4::configure(headDim, headDimV, {{fa4::kTwoCta, 1}}, error);
+    ASSERT_TRUE(c) << headDim << "/" << headDimV << ": " << error;
+    EXPECT_EQ(c->twoCta, 1);
+    // The block is one CTA of the pair: its warps, rows and tensor memory are as without the pair.
+    std::optional<fa4::Fa4Config> one = fa4::configure(headDim, headDimV, {}, error);
+    EXPECT_EQ(c->blockM, one->blockM);
+    EXPECT_EQ(c->warps(), one->warps());
+  }
+  EXPECT_TRUE(fa4::configure(128, 128, {{fa4::kTwoCta, 1}, {fa4::kBlockN, 32}, {fa4::kSoftmaxWarpgroups, 1}}, error))
+      << error;
+  EXPECT_FALSE(fa4::configure(64, 64, {{fa4::kTwoCta, 1}}, error));
+  EXPECT_EQ(error, "fa4: two-cta = 1 needs head dims >= 128 (each CTA of the pair holds half of V's columns, whole "
+                   "64-column blocks; FA4 pairs CTAs from head dim 128 on), got 64/64; accepted at these head dims: "
+                   "two-cta = 0");
+  EXPECT_FALSE(fa4::configure(128, 64, {{fa4::kTwoCta, 1}}, error));
+  EXPECT_NE(error.find("got 128/64"), std::string::npos) << error;
+  EXPECT_FALSE(fa4::configure(128, 128, {{fa4::kTwoCta, 1}, {fa4::kRoles, 0}}, error));
+  EXPECT_EQ(error, "fa4: two-cta = 1 needs roles = 1 (FA4's own roles: one MMA warp issues the pair's MMAs); accepted "
+                   "with roles = 0: two-cta = 0");
+  EXPECT_FALSE(fa4::configure(128, 128, {{fa4::kTwoCta, 1}, {fa4::kBlockN, 16}}, error));
+  EXPECT_EQ(error, "fa4: two-cta = 1 needs block-n >= 32 (each CTA of the pair holds half of a K/V tile's keys, at "
+                   "least one k16 step), got 16");
+  EXPECT_FALSE(fa4::configure(128, 128, {{fa4::kTwoCta, 2}}, error));
+  EXPECT_EQ(error, "fa4: two-cta = 2 must be 0 (one CTA a block) or 1 (a cluster pair, tcgen05.mma.cta_group::2)");
+}
+
+/// Whether `func`'s key range depends on its Q tile's rows: a tile.kv_range rule that reads its first or last query
+/// row (causal, windows, documents). fa4 refuses two-cta = 1 for these programs.
+bool boundsKeysByRows(mlir::ModuleOp module) {
+  bool byRows = false;
+  module.walk([&](tile::KvRangeOp range) {
+    mlir::Block &rule = range.getRule().front();
+    byRows |= !rule.getArgument(0).use_empty() || !rule.getArgument(1).use_empty();
+  });
+  return byRows;
+}
+
+TEST(Fa4Schedule, RefusesTwoCtaWhereTheKeyRangeDependsOnTheQTile) {
+  mlir::MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto program =
+      buildAttentionProgram(context, *variants::byName("causal"), ProgramOptions{ElementType::BF16, 128, 128});
+  ASSERT_TRUE(mlir::succeeded(program)) << diags.text;
+  ASSERT_TRUE(boundsKeysByRows(**program));
+  EXPECT_FALSE(flashtile::testing::scheduledFa4(**program, {{fa4::kTwoCta, 1}}));
+  EXPECT_NE(diags.text.find("fa4: two-cta = 1 needs a key range that does not depend on the Q tile (the two CTAs of a "
+                            "pair walk the same K/V tiles), but variant 'causal' bounds keys by query rows "
+                            "(tile.kv_range); accepted for it: two-cta = 0"),
+            std::string::npos)
+      << diags.text;
 }
 
 TEST(Fa4Schedule, IsOfferedOnSm100aOnlyAndMarkedNeverRun) {
@@ -129,6 +184,51 @@ TEST(Fa4Schedule, Exp2PolyShareReachesTheSoftmax) {
   std::optional<std::string> refused = target::lookupTarget("sm80")->checkShape(shape);
   ASSERT_TRUE(refused);
   EXPECT_NE(refused->find("no software exp2 here"), std::string::npos) << *refused;
+}
+
+// Cluster pairs (two-cta = 1) in the interpreter: blocks run pair by pair (Q tiles 2m and 2m + 1), the second even
+// where its rows lie past the sequence, and match the reference; a pair whose CTAs would walk different K/V tiles is
+// caught (planted: causal, scheduled without the pair and then marked as one).
+TEST(Fa4Interpreter, CtaPairsRunTogetherAndMustWalkTheSameTiles) {
+  mlir::MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto none = buildAttentionProgram(context, *variants::byName("none"), ProgramOptions{ElementType::BF16, 128, 128});
+  ASSERT_TRUE(mlir::succeeded(none)) << diags.text;
+  mlir::OwningOpRef<mlir::ModuleOp> paired = flashtile::testing::scheduledFa4(**none, {{fa4::kTwoCta, 1}});
+  ASSERT_TRUE(paired) << diags.text;
+  ASSERT_TRUE(funcOf(*paired)->hasAttr("tile.cta_pair"));
+  // 100 rows: one Q tile of 256 and its pair's second CTA past the rows; 600 rows: three tiles, two pairs.
+  for (int seqlenQ : {100, 600}) {
+    interp::Problem p = flashtile::testing::problem(1, seqlenQ, 300, 2, 1, 128);
+    test::Inputs in = test::randomInputs(p, flashtile::testing::seedFor("fa4 pairs " + std::to_string(seqlenQ)));
+    test::Reference ref = test::referenceAttention(p, in, test::Mask::None, interp::roundToBf16);
+    flashtile::testing::Outputs out;
+    interp::RunStats stats;
+    ASSERT_TRUE(mlir::succeeded(interp::run(funcOf(*paired), p, in.q, in.k, in.v, out.o, out.lse, &stats)))
+        << diags.text;
+    EXPECT_LE(test::maxAbsDiff(out.o, ref.o), test::errorBound(ref)) << seqlenQ << " rows";
+    for (size_t row = 0; row < ref.lse.size(); ++row)
+      ASSERT_NEAR(out.lse[row], ref.lse[row], 1e-4 * std::max(1.0, std::fabs(ref.lse[row]))) << "row " << row;
+    // Every Q tile with rows walked every K tile (ceil(300 / 64) = 5).
+    for (int64_t loads : stats.kTileLoads)
+      EXPECT_EQ(loads, 5);
+  }
+
+  auto causal =
+      buildAttentionProgram(context, *variants::byName("causal"), ProgramOptions{ElementType::BF16, 128, 128});
+  ASSERT_TRUE(mlir::succeeded(causal)) << diags.text;
+  mlir::OwningOpRef<mlir::ModuleOp> planted = flashtile::testing::scheduledFa4(**causal);
+  ASSERT_TRUE(planted) << diags.text;
+  funcOf(*planted)->setAttr("tile.cta_pair", mlir::UnitAttr::get(&context));
+  interp::Problem p = flashtile::testing::problem(1, 600, 600, 1, 1, 128);
+  test::Inputs in = test::randomInputs(p, flashtile::testing::seedFor("fa4 planted pair"));
+  flashtile::testing::Outputs out;
+  diags.text.clear();
+  EXPECT_TRUE(mlir::failed(interp::run(funcOf(*planted), p, in.q, in.k, in.v, out.o, out.lse)));
+  EXPECT_NE(diags.text.find("the two CTAs of a cluster pair (tile.cta_pair: Q tiles 0 and 1 of batch entry 0, head 0) "
+                            "walk different K/V tiles"),
+            std::string::npos)
+      << diags.text;
 }
 
 // Conditional rescaling on adversarial scores, through the whole fa4 pipeline in the interpreter: every row's scores
@@ -249,6 +349,61 @@ TEST_P(Fa4RolesCompiles, ToAnSm100aCubin) {
   expectCubin(*kernel);
 }
 
+class Fa4TwoCtaCompiles : public ::testing::TestWithParam<Fa4Case> {};
+
+// two-cta = 1: every built-in variant at the head dims it is allowed for (128, 192/128, 256) x {bf16, f16}. Where the
+// variant's key range depends on the Q tile (causal, windows, documents) the schedule refuses it with its message;
+// every other kernel is a cluster pair (the plan launches clusters of two over an even grid, K and V boxes of half a
+// tile), issues only cta_group::2 forms from the leader's MMA warp, and compiles for sm_100a. No SM100 GPU exists here
+// to run one; the manifest keeps the first-use self-check against fa2.
+TEST_P(Fa4TwoCtaCompiles, ToAnSm100aCubinOrIsRefused) {
+  auto [variantName, dtype, headDim, headDimV] = GetParam();
+  {
+    mlir::MLIRContext context;
+    DiagnosticCapture diags(context);
+    auto program =
+        buildAttentionProgram(context, *variants::byName(variantName), ProgramOptions{dtype, headDim, headDimV});
+    ASSERT_TRUE(mlir::succeeded(program)) << diags.text;
+    if (boundsKeysByRows(**program)) {
+      EXPECT_FALSE(flashtile::testing::scheduledFa4(**program, {{fa4::kTwoCta, 1}}));
+      EXPECT_NE(diags.text.find("two-cta = 1 needs a key range that does not depend on the Q tile"), std::string::npos)
+          << diags.text;
+      return;
+    }
+  }
+  std::optional<codegen::EmittedKernel> kernel;
+  ASSERT_NO_FATAL_FAILURE(emitFa4(GetParam(), {{fa4::kTwoCta, 1}}, kernel));
+  const PlanLaunch &launch = plans::mainLaunch(kernel->info);
+  EXPECT_EQ(launch.threads, kernel->info.blockM + 2 * 128);
+  EXPECT_EQ(launch.cluster, (std::array<int, 3>{2, 1, 1}));
+  EXPECT_EQ(launch.grid[0].text(), "cdiv(cdiv(rows, " + std::to_string(kernel->info.blockM) + "), 2) * 2");
+  ASSERT_EQ(launch.tensorMaps.size(), 3u);
+  EXPECT_EQ(launch.tensorMaps[0].boxRows, kernel->info.blockM);
+  EXPECT_EQ(launch.tensorMaps[1].boxRows, kernel->info.blockN / 2);
+  EXPECT_EQ(launch.tensorMaps[2].boxRows, kernel->info.blockN / 2);
+  const std::string &src = kernel->source;
+  for (const char *text :
+       {"sm100::pair::alloc<kTmemAllocColumns>(tmemCell);", "sm100::pair::relinquishAllocPermit();",
+        "sm100::pair::dealloc<kTmemAllocColumns>(", "sm100::pair::f16SS(", "sm100::pair::f16TS(",
+        "sm100::pair::commit(&chanFull[", "sm100::pair::kBothCtas", "sm100::pair::load5d(",
+        "sm100::pair::arriveExpectTx(", "sm100::pair::arrive(sm100::pair::mapTo(&chanEmpty[",
+        "sm100::pair::wait(&chanEmpty[", "sm100::pair::clusterSync();", "if ((qTile & ~1) * kBlockM >= p.seqlenQ)"})
+    EXPECT_NE(src.find(text), std::string::npos) << text;
+  // No cta_group::1 form in the kernel (ptxas accepts one group a kernel).
+  const size_t body = src.find("extern \"C\"");
+  for (const char *one : {"sm100::mma::f16SS(", "sm100::mma::f16TS(", "sm100::mma::commit(", "sm100::tmem::alloc<",
+                          "sm100::tmem::dealloc<", "sm100::tma::load5d("})
+    EXPECT_EQ(src.find(one, body), std::string::npos) << one;
+  // Every MMA and commit is the leader's, inside the MMA warp's role.
+  const size_t mmaRole = src.find("==== role \"mma\""), nextRole = src.find("==== role", mmaRole + 1);
+  for (const char *mma : {"sm100::pair::f16SS(", "sm100::pair::f16TS(", "sm100::pair::commit("})
+    for (size_t at = src.find(mma, body); at != std::string::npos; at = src.find(mma, at + 1)) {
+      EXPECT_TRUE(at > mmaRole && (nextRole == std::string::npos || at < nextRole)) << mma << " outside the MMA warp";
+      EXPECT_LT(at - src.rfind("if (lane == 0 && leaderCta)", at), 600u) << mma << " not under the leader's lane 0";
+    }
+  expectCubin(*kernel);
+}
+
 std::string fa4CaseName(const ::testing::TestParamInfo<Fa4Case> &info) {
   auto [variant, dtype, headDim, headDimV] = info.param;
   return variant + (dtype == ElementType::BF16 ? "_bf16_d" : "_f16_d") + std::to_string(headDim) +
@@ -268,5 +423,15 @@ std::vector<Fa4Case> fa4Cases(bool f16 = true) {
 
 INSTANTIATE_TEST_SUITE_P(EveryVariant, Fa4Compiles, ::testing::ValuesIn(fa4Cases(/*f16=*/false)), fa4CaseName);
 INSTANTIATE_TEST_SUITE_P(EveryVariant, Fa4RolesCompiles, ::testing::ValuesIn(fa4Cases()), fa4CaseName);
+
+/// Every built-in variant x the head dims two-cta = 1 is allowed for {128, 192/128, 256} x {bf16, f16}.
+std::vector<Fa4Case> fa4TwoCtaCases() {
+  std::vector<Fa4Case> cases;
+  for (const Fa4Case &c : fa4Cases())
+    if (std::get<2>(c) >= fa4::kTwoCtaMinHeadDim)
+      cases.push_back(c);
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(EveryVariant, Fa4TwoCtaCompiles, ::testing::ValuesIn(fa4TwoCtaCases()), fa4CaseName);
 
 } // namespace

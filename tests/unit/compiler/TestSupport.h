@@ -144,6 +144,15 @@ inline std::vector<std::pair<std::string, schedule::Knobs>> fa4TestSchedules() {
   return forms;
 }
 
+/// The FA4 cluster-pair configurations (two-cta = 1: each block one CTA of a pair, the interpreter running the blocks
+/// pair by pair and checking that both walk the same K/V tiles): the defaults, and one Q tile with 32-key tiles over
+/// three slots at rescale threshold 0. Head dims >= 128 and key ranges that do not depend on the Q tile only.
+inline std::vector<std::pair<std::string, schedule::Knobs>> fa4TwoCtaTestSchedules() {
+  return {{"fa4 two-cta", {{"two-cta", 1}}},
+          {"fa4 two-cta, one softmax warpgroup, blockN 32, 3 slots, rescale threshold 0",
+           {{"two-cta", 1}, {"softmax-warpgroups", 1}, {"block-n", 32}, {"stages", 3}, {"rescale-threshold", 0}}}};
+}
+
 /// A copy of `module` after the FA4 schedule's pipeline for sm_100a with `knobs`, or null (the diagnostics, or
 /// `error` for bad knobs, say why).
 inline mlir::OwningOpRef<mlir::ModuleOp> scheduledFa4(mlir::ModuleOp module, schedule::Knobs knobs = {},

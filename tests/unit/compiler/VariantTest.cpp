@@ -344,6 +344,28 @@ TEST_P(VariantVsReference, UnscheduledFa1Fa2AndFa3ScheduledMatchTheReference) {
   if (!c.fa3Only)
     for (auto &[label, knobs] : flashtile::testing::fa4TestSchedules())
       runs.emplace_back(label, [&, knobs = knobs] { return flashtile::testing::scheduledFa4(**program, knobs); });
+  // fa4's cluster pairs (two-cta = 1) at head dim 128, where the key range does not depend on the Q tile; the others
+  // are refused with the knob's message.
+  if (!c.fa3Only && c.headDim >= 128) {
+    const bool byRows = (*program)
+                            ->walk([](tile::KvRangeOp range) {
+                              Block &rule = range.getRule().front();
+                              return rule.getArgument(0).use_empty() && rule.getArgument(1).use_empty()
+                                         ? WalkResult::advance()
+                                         : WalkResult::interrupt();
+                            })
+                            .wasInterrupted();
+    for (auto &[label, knobs] : flashtile::testing::fa4TwoCtaTestSchedules()) {
+      if (!byRows) {
+        runs.emplace_back(label, [&, knobs = knobs] { return flashtile::testing::scheduledFa4(**program, knobs); });
+        continue;
+      }
+      EXPECT_FALSE(flashtile::testing::scheduledFa4(**program, knobs)) << label;
+      EXPECT_NE(diags.text.find("two-cta = 1 needs a key range that does not depend on the Q tile"), std::string::npos)
+          << label << "\n" << diags.text;
+      diags.text.clear();
+    }
+  }
   if (!c.fa3Only)
     for (auto &[label, knobs] : flashtile::testing::fa1TestSchedules())
       runs.emplace_back(label, [&, knobs = knobs] { return flashtile::testing::scheduledFa1(**program, knobs); });

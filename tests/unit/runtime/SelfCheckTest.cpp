@@ -13,6 +13,7 @@
 
 #include <gmock/gmock.h>
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -141,6 +142,8 @@ struct Device {
   std::map<uintptr_t, size_t> allocations;
   std::map<std::string, Fault> faults; // by entry
   std::vector<std::string> launches; // entries, in order
+  /// Per launch, in order: grid.x and the cluster's x, y, z (1, 1, 1 without one).
+  std::vector<std::array<unsigned, 4>> shapes;
 } device; // functions and capture: stand_in::device
 
 bool onDevice(const void *pointer) {
@@ -194,9 +197,10 @@ void attend(const std::string &entry, const FlashtileFwdParams &p, int headDim, 
 /// The head dims of the kernels the tests compile (the launch sees only the parameter block).
 int testHeadDim = 64;
 
-CUresult launch(CUfunction f, void **params) {
+CUresult launch(CUfunction f, void **params, std::array<unsigned, 4> shape) {
   const std::string &entry = stand_in::functionName(f);
   device.launches.push_back(entry);
+  device.shapes.push_back(shape);
   FlashtileFwdParams p;
   std::memcpy(&p, params[0], sizeof(p));
   if (onDevice(p.o))
@@ -232,9 +236,16 @@ CudaDriver sm100Device() {
     std::memset(reinterpret_cast<void *>(to), value, bytes);
     return CUDA_SUCCESS;
   };
-  d.cuLaunchKernel = [](CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                        void **params, void **) { return launch(f, params); };
-  d.cuLaunchKernelEx = [](const CUlaunchConfig *, CUfunction f, void **params, void **) { return launch(f, params); };
+  d.cuLaunchKernel = [](CUfunction f, unsigned gridX, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        CUstream, void **params, void **) { return launch(f, params, {gridX, 1, 1, 1}); };
+  d.cuLaunchKernelEx = [](const CUlaunchConfig *config, CUfunction f, void **params, void **) {
+    std::array<unsigned, 4> shape = {config->gridDimX, 1, 1, 1};
+    for (unsigned i = 0; i < config->numAttrs; ++i)
+      if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+        shape = {config->gridDimX, config->attrs[i].value.clusterDim.x, config->attrs[i].value.clusterDim.y,
+                 config->attrs[i].value.clusterDim.z};
+    return launch(f, params, shape);
+  };
   return d;
 }
 
@@ -242,6 +253,8 @@ CudaDriver sm100Device() {
 /// `refuse` names a schedule it has no kernel for.
 struct FakeCompiler {
   std::string refuse;
+  /// fa4's kernels are cluster pairs (fa4 two-cta = 1: clusters of two CTAs over an even grid).
+  bool ctaPair = false;
   CompileFn fn() {
     return [this](const KernelSpec &spec) -> StatusOr<CachedKernel> {
       if (spec.schedule == refuse)
@@ -256,7 +269,9 @@ struct FakeCompiler {
       info.variant = spec.variant;
       info.schedule = spec.schedule;
       info.shapeClass = spec.shapeClass;
-      info.plan = codegen::planLaunches(test::mainFacts(info, 128, 65536));
+      codegen::ModuleFacts facts = test::mainFacts(info, 128, 65536);
+      facts.ctaPair = ctaPair && spec.schedule == "fa4";
+      info.plan = codegen::planLaunches(facts);
       info.neverRunOnArch = spec.schedule == "fa4";
       info.checkAgainst = info.neverRunOnArch ? "fa2" : "";
       kernel.cubin = test::fakeCubin(100, {info.entry});
@@ -429,6 +444,35 @@ TEST_F(FirstUseSelfCheck, WithoutAProvenKernelTheUnprovenOneDoesNotRun) {
 } // namespace
 
 namespace {
+
+// A kernel whose plan launches clusters (fa4 two-cta = 1: CTA pairs) goes through the same first-use check: the
+// candidate's launches, the check's and the call's, are clusters of two over an even grid, fa2's are plain; a
+// disagreeing pair kernel falls back with its log line.
+TEST_F(FirstUseSelfCheck, AClusterPairKernelIsCheckedAndLaunchedAsClusters) {
+  compiler.ctaPair = true;
+  LogCapture log;
+  EXPECT_EQ(forward(fa4Call()),
+            (Entries{"flashtile_fa2_none_d64", "flashtile_fa4_none_d64", "flashtile_fa4_none_d64"}));
+  ASSERT_EQ(device.shapes.size(), 3u);
+  EXPECT_EQ(device.shapes[0][1], 1u) << "fa2's kernel launches no cluster";
+  for (size_t i : {size_t{1}, size_t{2}}) {
+    EXPECT_EQ(device.shapes[i][1], 2u) << "launch " << i;
+    EXPECT_EQ(device.shapes[i][2], 1u);
+    EXPECT_EQ(device.shapes[i][3], 1u);
+    EXPECT_EQ(device.shapes[i][0] % 2, 0u) << "grid.x of launch " << i << " is a whole number of pairs";
+  }
+  EXPECT_TRUE(log.lines.empty());
+
+  // The long-sequence shape class's kernel, checked at its own first use, disagrees: fa2 runs the call.
+  device.faults["flashtile_fa4_none_d64"] = Fault::WrongO;
+  EXPECT_EQ(forward(fa4Call(4096, 4096)),
+            (Entries{"flashtile_fa2_none_d64", "flashtile_fa4_none_d64", "flashtile_fa2_none_d64"}));
+  ASSERT_EQ(log.lines.size(), 1u);
+  EXPECT_THAT(log.lines[0], HasSubstr("flashtile_fa4_none_d64"));
+  ASSERT_EQ(device.shapes.size(), 6u);
+  EXPECT_EQ(device.shapes[4][1], 2u) << "the checked candidate launched as a cluster pair";
+  EXPECT_EQ(device.shapes[5][1], 1u) << "the fallback is fa2's plain launch";
+}
 
 TEST_F(FirstUseSelfCheck, AnExplainBeforeTheFirstCallDoesNotSkipTheCheck) {
   // explain() needs no GPU and checks nothing: it names the unproven kernel, and the call that follows checks it.

@@ -177,6 +177,17 @@ TEST(Sm100SharedMemoryDescriptor, MnMajorOperandOfPV) {
                                   (uint64_t{kBlockBytes >> 4} << 16) | uint64_t{0x8000 >> 4});
 }
 
+TEST(Sm100SharedMemoryDescriptor, MnMajorHalfOfVInACtaPair) {
+  // A CTA pair (fa4 two-cta = 1), block-n 64: each CTA's V slot holds two boxes of 32 keys, so its column blocks are
+  // 32 rows x 128 bytes apart (LBO 4 KB); SBO stays 8 k rows x 128 bytes.
+  constexpr uint32_t kBlockBytes = 32 * 128;
+  const sm100::SharedMemoryDescriptor d = sm100::mnMajorDescriptor(sm100::SwizzlingMode::Swizzle128B, kBlockBytes);
+  EXPECT_EQ(d.leadingDimensionByteOffset, 256u);
+  EXPECT_EQ(d.strideDimensionByteOffset, 64u);
+  EXPECT_EQ(sm100::encode(d), 0x4000404001000000u);
+  EXPECT_EQ(sm100::encode(d), (uint64_t{2} << 61) | (uint64_t{1} << 46) | (uint64_t{64} << 32) | (uint64_t{256} << 16));
+}
+
 TEST(Sm100SharedMemoryDescriptor, KernelAddsTheStartAddressToTheHostFields) {
   // sm100::desc::make(fixed, addr) = fixed | ((addr & 0x3FFFF) >> 4): the host's descriptor without an address plus
   // the kernel's address is the host's descriptor with it.
@@ -233,6 +244,40 @@ TEST(Sm100InstructionDescriptor, F16AccumulatorAndSmallShapes) {
   EXPECT_EQ(sm100::encode(sm100::instructionDescriptor(shape)), (1u << 15) | ((8u >> 3) << 17) | ((64u >> 4) << 24));
 }
 
+// cta_group::2 (a CTA pair, M = 256): the instruction descriptor holds the pair's M and N; M >> 4 = 16 sets bit 28, the
+// top bit of Table 42's M field (bits 24-28), which no cta_group::1 shape reaches. Worked examples of fa4 two-cta = 1,
+// bf16: S = Q·Kᵀ with N = 64 (both K-major), O += P·V with N = 128 (V MN-major, bit 16).
+TEST(Sm100InstructionDescriptor, CtaPairM256) {
+  sm100::MmaF16Shape qk;
+  qk.m = 256;
+  qk.n = 64;
+  qk.ctaGroup = 2;
+  ASSERT_EQ(sm100::checkMmaF16Shape(qk), std::nullopt);
+  const sm100::InstructionDescriptor d = sm100::instructionDescriptor(qk);
+  EXPECT_EQ(d.m, 16u);
+  EXPECT_EQ(d.n, 8u);
+  const uint32_t expected = (1u << 4) | (1u << 7) | (1u << 10) | ((64u >> 3) << 17) | ((256u >> 4) << 24);
+  EXPECT_EQ(expected, 0x10100490u);
+  EXPECT_EQ(sm100::encode(d), expected);
+  EXPECT_EQ(sm100::encode(d) >> 24 & 0x1Fu, 16u);
+  EXPECT_EQ(sm100::encode(d) & (1u << 28), 1u << 28);
+  sm100::MmaF16Shape pv = qk;
+  pv.n = 128;
+  pv.bMajor = sm100::MmaMajor::MN;
+  pv.aInTensorMemory = true;
+  ASSERT_EQ(sm100::checkMmaF16Shape(pv), std::nullopt);
+  EXPECT_EQ(sm100::encode(sm100::instructionDescriptor(pv)), 0x10210490u);
+  // Every valid N of M = 256 round-trips.
+  for (int n = 16; n <= sm100::kMmaMaxN; n += 16) {
+    qk.n = n;
+    ASSERT_EQ(sm100::checkMmaF16Shape(qk), std::nullopt) << n;
+    const sm100::InstructionDescriptor back =
+        sm100::decodeInstructionDescriptor(sm100::encode(sm100::instructionDescriptor(qk)));
+    EXPECT_EQ(int(back.m) << sm100::kInstructionMShift, 256);
+    EXPECT_EQ(int(back.n) << sm100::kInstructionNShift, n);
+  }
+}
+
 TEST(Sm100InstructionDescriptor, EveryValidShapeRoundTrips) {
   for (int m : {64, 128})
     for (int n = sm100::kMmaMinN; n <= sm100::kMmaMaxN; n += sm100::kMmaNStep) {
@@ -258,6 +303,16 @@ TEST(Sm100InstructionDescriptor, RejectsWhatTable39Does) {
   EXPECT_THAT(message([](auto &s) { s.n = 264; }), HasSubstr("N = 264"));
   EXPECT_THAT(message([](auto &s) { s.n = 0; }), HasSubstr("N = 0"));
   EXPECT_THAT(message([](auto &s) { s.a = sm100::MmaInputType::F16; }), HasSubstr("the same type"));
+  // cta_group::2: M = 256 only, N in steps of 16.
+  EXPECT_THAT(message([](auto &s) { s.ctaGroup = 2; }),
+              HasSubstr("tcgen05.mma.cta_group::2.kind::f16: M = 128 is not 256 (128 rows a CTA)"));
+  EXPECT_THAT(message([](auto &s) {
+                s.ctaGroup = 2;
+                s.m = 256;
+                s.n = 24;
+              }),
+              HasSubstr("tcgen05.mma.cta_group::2.kind::f16: N = 24 is not a multiple of 16 in [16, 256]"));
+  EXPECT_THAT(message([](auto &s) { s.ctaGroup = 3; }), HasSubstr("cta_group::3 is not 1 or 2"));
   EXPECT_THAT(message([](auto &s) { s.d = sm100::MmaDtype::F16; }), HasSubstr("an f16 accumulator needs f16 inputs"));
   EXPECT_THAT(message([](auto &s) {
                 s.aInTensorMemory = true;
