@@ -26,7 +26,7 @@
 // WIDE: tile.qk {{.*}} -> tensor<128x64xf32>
 // WIDE: tile.load lse[%{{.*}}] : tensor<128xf32>
 
-// BAD: error: 'tile.func' op fa2 backward: block-m = 48 is not supported; accepted: a multiple of 16 x warps (128): the warps split a Q tile in m16 tiles
+// BAD: error: 'tile.func' op fa2 backward: block-m = 48 is not supported; accepted: a multiple of 16 x warps / key-warps (128): the warps' row groups split a Q tile in m16 tiles
 
 // Lowered without pipelining: the backward's printer makes its own copies.
 // LOWERED: tile.func @attention_bwd_preprocess attributes {{.*}}target = #tile.target<arch = "sm_80", isa = "sm80">
