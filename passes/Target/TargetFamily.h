@@ -60,6 +60,9 @@ struct KernelShape {
   /// take their softmax exponentials from a polynomial on the FMA pipe. 0: all from the MUFU unit; a family without a
   /// software exp2 refuses any other value.
   int exp2PolyShare = 0;
+  /// Asynchronous GEMMs overlapped (`tile.gemm_overlap`, passes/Transforms/Passes.h): a backward printer keeps a Q
+  /// tile's GEMMs in flight together and waits for each where its result is first read.
+  bool gemmOverlap = false;
 };
 
 /// An architecture a family runs on, with the per-block (opt-in) dynamic shared memory limit.

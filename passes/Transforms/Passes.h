@@ -15,6 +15,10 @@ namespace flashtile::tile {
 /// tile-pipeline-q-loop's discardable attribute on a tile.q_loop (an i32, 2): the loop's loads, of its own tile, are
 /// copied into one of two shared-memory buffers, tile i + 1's while tile i computes (Passes.td).
 inline constexpr llvm::StringLiteral kQBuffersAttr = "tile.q_buffers";
+/// A schedule's discardable attribute on a backward program (a unit attribute): the printer may keep a Q tile's GEMMs
+/// in flight together and wait for each where its result is first read (KernelShape::gemmOverlap); the program's
+/// semantics do not change.
+inline constexpr llvm::StringLiteral kGemmOverlapAttr = "tile.gemm_overlap";
 } // namespace flashtile::tile
 
 #endif // FLASHTILE_PASSES_TRANSFORMS_PASSES_H

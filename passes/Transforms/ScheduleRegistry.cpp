@@ -225,6 +225,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   shape.warpRows = static_cast<int>(schedule.getWarpRows());
   if (auto share = func->getAttrOfType<mlir::IntegerAttr>(tile::kExp2PolyShareAttr))
     shape.exp2PolyShare = static_cast<int>(share.getInt());
+  shape.gemmOverlap = func->hasAttr(tile::kGemmOverlapAttr);
   return shape;
 }
 
