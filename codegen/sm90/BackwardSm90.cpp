@@ -152,6 +152,8 @@ private:
   /// the deferred dV and dK GEMMs, a group each; dqProduct runs each block's reductions once its product landed,
   /// issuing the next block's into the same registers after them.
   void issueDqProducts(CudaWriter &w, const SharedTile &k);
+  /// dQ's product of column block `block` (a C expression) of the K tile `k` into `part`, issued, not committed.
+  void dqGemm(CudaWriter &w, const SharedTile &k, const std::string &block, const std::string &part);
   /// Issues and commits dQ's product of column block `block` into dqPart.
   void issueDqBlock(CudaWriter &w, const SharedTile &k, int64_t block);
   void dqProductOverlapped(CudaWriter &w, const SharedTile &k);
@@ -296,16 +298,20 @@ void BackwardSm90::dqReductions(CudaWriter &w, const SharedTile &k, const std::s
   });
 }
 
-void BackwardSm90::issueDqBlock(CudaWriter &w, const SharedTile &k, int64_t block) {
-  w.open("");
+void BackwardSm90::dqGemm(CudaWriter &w, const SharedTile &k, const std::string &block, const std::string &part) {
   w.line(cat("const unsigned bAddr = ", ns, "smemAddress(", k.name, ") + ", block, " * ", k.rows, " * ", kSwizzleBytes,
              ";  // column block ", block, " of K"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("ks", "kBlockN / 16");
   w.line(cat("sm90::warpgroup::Wgmma<", kDqColumns, ">::", mmaType, "RS<sm90::warpgroup::kMNMajor>(",
-             flat("dqPart", cat(kDqColumns / 2)), ", dsFrag[0][ks], sm90::desc::mnMajorStep(bAddr, ks, ", k.rows,
+             flat(part, cat(kDqColumns / 2)), ", dsFrag[0][ks], sm90::desc::mnMajorStep(bAddr, ks, ", k.rows,
              "), ks > 0);"));
   w.close();
+}
+
+void BackwardSm90::issueDqBlock(CudaWriter &w, const SharedTile &k, int64_t block) {
+  w.open("");
+  dqGemm(w, k, cat(block), "dqPart");
   commit(w, "dqPart", flat("dqPart", cat(kDqColumns / 2)));
   w.close();
 }
@@ -341,14 +347,7 @@ void BackwardSm90::dqProduct(CudaWriter &w, const SharedTile &k) {
   w.openUnrolledFor("dqBlock", cat(k.width / kDqColumns));
   w.line(cat("float part[1][", kDqColumns / 8, "][4];"));
   w.open("");
-  w.line(cat("const unsigned bAddr = ", ns, "smemAddress(", k.name, ") + dqBlock * ", k.rows, " * ", kSwizzleBytes,
-             ";  // column block `dqBlock` of K"));
-  w.line("sm90::warpgroup::arrive();");
-  w.openUnrolledFor("ks", "kBlockN / 16");
-  w.line(cat("sm90::warpgroup::Wgmma<", kDqColumns, ">::", mmaType, "RS<sm90::warpgroup::kMNMajor>(",
-             flat("part", cat(kDqColumns / 2)), ", dsFrag[0][ks], sm90::desc::mnMajorStep(bAddr, ks, ", k.rows,
-             "), ks > 0);"));
-  w.close();
+  dqGemm(w, k, "dqBlock", "part");
   retire(w, flat("part", cat(kDqColumns / 2)));
   w.line("sm90::warpgroup::fenceOperands(reinterpret_cast<unsigned (&)[kBlockN / 16 * 4]>(dsFrag[0]));");
   w.close();
