@@ -28,6 +28,7 @@
 #include "passes/Transforms/Passes.h"
 #include "passes/Transforms/ScheduleRegistry.h"
 
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -151,6 +152,7 @@ private:
   llvm::DenseMap<Value, std::string> registers; ///< fp32 register tiles (scores, row values, accumulators)
   llvm::DenseMap<Value, SharedTile> shared;     ///< 16-bit tiles in shared memory (their loads)
   llvm::DenseMap<Value, std::string> stagedIn;  ///< fp32 tiles staged in shared memory this iteration
+  llvm::DenseSet<Operation *> issuedAhead;       ///< tile.qk ops issued with an earlier one (scoreGemms)
   llvm::DenseMap<Operation *, std::string> inputShares; ///< tile.input_grad / tile.sink_grad -> its register
   llvm::SmallVector<Operation *> inputReads;             ///< those ops, in slot order
   /// The main program's Q-tile walk: each tile.q_loop segment's [lo, hi) (C expressions in the kernel's scope).
@@ -607,6 +609,7 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
     if (failed(printOp(&op)))
       return failure();
   }
+  target.endIteration(w);
   if (ahead)
     w.line("qBuf ^= 1;");
   rowsInShared = false;
@@ -637,12 +640,30 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
         return success();
       })
       .Case([&](QkOp qk) -> LogicalResult {
+        if (issuedAhead.erase(op)) {
+          target.scoreWait(w, registers.lookup(qk.getS()));
+          return success();
+        }
         FailureOr<SharedTile> a = sharedTile(qk.getQ(), op), b = sharedTile(qk.getK(), op);
         if (failed(a) || failed(b))
           return failure();
         std::string name = names.unique(a->name == "sQ" ? "s" : "dp");
         registers[qk.getS()] = name;
-        target.scoreGemm(w, name, *a, *b);
+        // The iteration's next tile.qk, when the family issues both together and its tiles are already in place.
+        QkOp next;
+        if (target.issuesScoresTogether())
+          for (Operation *later = op->getNextNode(); later && !next; later = later->getNextNode())
+            if (auto other = dyn_cast<QkOp>(later); other && shared.count(other.getQ()) && shared.count(other.getK()))
+              next = other;
+        if (!next) {
+          target.scoreGemm(w, name, *a, *b);
+          return success();
+        }
+        const SharedTile &a2 = shared.find(next.getQ())->second, &b2 = shared.find(next.getK())->second;
+        std::string second = names.unique(a2.name == "sQ" ? "s" : "dp");
+        registers[next.getS()] = second;
+        issuedAhead.insert(next);
+        target.scoreGemms(w, name, *a, *b, second, a2, b2);
         return success();
       })
       .Case([&](ScaleOp scale) -> LogicalResult {

@@ -97,12 +97,28 @@ public:
   virtual void dotTn(CudaWriter &w, const std::string &acc, const std::string &staged, const SharedTile &b,
                      int64_t warpCols) = 0;
   /// dQ += A·K into the fp32 accumulator gDqAccum (rows of the Q tile qt, `k.width` columns a row): dqOperand
-  /// prepares A (`staged`: its staging buffer, `regs`: its score tile), then the printer may wait for the
-  /// deterministic mode's turn, then dqProduct multiplies and adds (reduceAdd2) rows below p.seqlenQ.
+  /// prepares A (`staged`: its staging buffer, `regs`: its score tile; a family whose GEMMs run asynchronously may
+  /// issue the product there), then the printer may wait for the deterministic mode's turn, then dqProduct
+  /// multiplies and adds (reduceAdd2) rows below p.seqlenQ.
   virtual void dqOperand(CudaWriter &w, const std::string &staged, const std::string &regs) = 0;
   virtual void dqProduct(CudaWriter &w, const SharedTile &k) = 0;
   /// A statement adding `x` and `y` into the fp32 pair at `dst` (8-byte aligned) in global memory.
   virtual std::string reduceAdd2(const std::string &dst, const std::string &x, const std::string &y) const = 0;
+
+  // ---- GEMMs in flight (a family whose GEMMs run behind the threads that issue them) ----
+  /// Whether the iteration's two score GEMMs are issued together: at the first tile.qk (S = Q·Kᵀ) the printer calls
+  /// scoreGemms with the second's operands too (dP = dO·Vᵀ: a later tile.qk of the iteration whose tiles are loaded
+  /// at its top), and where the second tile.qk stands, scoreWait.
+  virtual bool issuesScoresTogether() const { return false; }
+  virtual void scoreGemms(CudaWriter &w, const std::string &first, const SharedTile &a, const SharedTile &b,
+                          const std::string &second, const SharedTile &a2, const SharedTile &b2) {
+    scoreGemm(w, first, a, b);
+    scoreGemm(w, second, a2, b2);
+  }
+  virtual void scoreWait(CudaWriter &, const std::string & /*acc*/) {}
+  /// The end of a Q-tile iteration, before the next one's barrier hands its buffers on: waits for the GEMMs dotTn
+  /// and dqProduct left in flight.
+  virtual void endIteration(CudaWriter &) {}
 };
 
 } // namespace flashtile::codegen

@@ -9,7 +9,10 @@
 //   P, dS      rounded to 16 bits and stored transposed (stmatrix.x4.trans): [keys][query rows], a K-major A for
 //   dV, dK     wgmma SS m64n{dv,d}k16, B (dO or Q) MN-major, as V in the forward's P·V
 //   dQ         wgmma RS m64n64k16 per 64 columns, dS from registers, K MN-major; red.global.add.v2 into dq_accum
-// Every GEMM is waited on when issued (the simplest correct order; overlap is the next step).
+// Without overlap (KernelShape::gemmOverlap off) every GEMM is waited on when issued. With it, a Q tile's GEMMs stay in
+// flight together and each is waited on (wgmma.wait_group with the count of groups committed after it) where its
+// result is first read: S and dP issued back to back, S's softmax under dP; then dQ's products issued first and dV's
+// and dK's after them, so that dQ's reductions run under dV and dK, which the end of the iteration waits for.
 //===----------------------------------------------------------------------===//
 #include "codegen/sm90/BackwardSm90.h"
 #include "codegen/common/BackwardPrelude.h"
@@ -18,6 +21,8 @@
 #include "codegen/common/FragmentTiles.h"
 #include "codegen/sm90/InstructionsSm90.h"
 #include "codegen/sm90/PreludeSm90.h"
+
+#include <vector>
 
 namespace flashtile::codegen::sm90 {
 namespace {
@@ -55,7 +60,7 @@ public:
   }
   std::string_view primitivesNamespace() const override { return kFragmentNamespace; }
   std::vector<std::string> reservedNames() const override {
-    return {"sm80", "sm90", "smemRaw", "aAddr", "bAddr", "dsFrag", "dqBlock", "frag", "key", "q"};
+    return {"sm80", "sm90", "smemRaw", "aAddr", "bAddr", "dsFrag", "dqBlock", "dqPart", "frag", "key", "q"};
   }
   std::string checkMainShape() const override {
     std::optional<std::string> error = checkBackwardShape(shape);
@@ -90,6 +95,11 @@ public:
   }
 
   void scoreGemm(CudaWriter &w, const std::string &acc, const SharedTile &a, const SharedTile &b) override;
+  bool issuesScoresTogether() const override { return shape.gemmOverlap; }
+  void scoreGemms(CudaWriter &w, const std::string &first, const SharedTile &a, const SharedTile &b,
+                  const std::string &second, const SharedTile &a2, const SharedTile &b2) override;
+  void scoreWait(CudaWriter &w, const std::string &acc) override { waitFor(w, acc); }
+  void endIteration(CudaWriter &w) override;
   void stage(CudaWriter &w, const std::string &buffer, const std::string &from) override;
   void stagedBarrier(CudaWriter &w) override {
     w.line("sm90::fence::proxyAsync();  // this thread's staged rows visible to wgmma");
@@ -105,6 +115,51 @@ public:
   }
 
 private:
+  /// A committed wgmma group still in flight: the accumulator it writes (its name) and its flat reference.
+  struct Group {
+    std::string acc, flat;
+  };
+  /// A dotTn whose issue waits for dQ's products (overlap).
+  struct DeferredDot {
+    std::string acc, staged;
+    SharedTile b;
+    int64_t warpCols;
+  };
+  /// Commits the GEMMs issued since the last commit as a group writing `acc` (`flat`), left in flight.
+  void commit(CudaWriter &w, const std::string &acc, const std::string &flat) {
+    w.line("sm90::warpgroup::commitGroup();");
+    inFlight.push_back({acc, flat});
+  }
+  /// Waits for the group that writes `acc` (and so for every group committed before it), then fences their
+  /// accumulators.
+  void waitFor(CudaWriter &w, const std::string &acc) {
+    size_t i = 0;
+    while (i < inFlight.size() && inFlight[i].acc != acc)
+      ++i;
+    if (i == inFlight.size())
+      return; // waited for already
+    const int later = static_cast<int>(inFlight.size() - 1 - i);
+    w.line(cat("sm90::warpgroup::wait<", later, ">();  // ", acc, " landed (", later, " later group(s) in flight)"));
+    for (size_t j = 0; j <= i; ++j)
+      w.line(cat("sm90::warpgroup::fenceOperands(", inFlight[j].flat, ");"));
+    inFlight.erase(inFlight.begin(), inFlight.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+  }
+  /// Issues dotTn's GEMMs into `acc` (committed as one group when `overlap`, else waited on).
+  void issueDot(CudaWriter &w, const DeferredDot &dot);
+  /// Issues the score GEMM into `acc` (declared by the caller), not committed.
+  void issueScore(CudaWriter &w, const std::string &acc, const SharedTile &a, const SharedTile &b) const;
+  /// dQ's GEMMs in flight (overlap): dqOperand issues the first column block's product (of the K tile `k`) and then
+  /// the deferred dV and dK GEMMs, a group each; dqProduct runs each block's reductions once its product landed,
+  /// issuing the next block's into the same registers after them.
+  void issueDqProducts(CudaWriter &w, const SharedTile &k);
+  /// dQ's product of column block `block` (a C expression) of the K tile `k` into `part`, issued, not committed.
+  void dqGemm(CudaWriter &w, const SharedTile &k, const std::string &block, const std::string &part);
+  /// Issues and commits dQ's product of column block `block` into dqPart.
+  void issueDqBlock(CudaWriter &w, const SharedTile &k, int64_t block);
+  void dqProductOverlapped(CudaWriter &w, const SharedTile &k);
+  /// The reductions of column block `block` of `part` (its fp32 C fragment) into gDqAccum.
+  void dqReductions(CudaWriter &w, const SharedTile &k, const std::string &part, const std::string &block);
+
   /// Retires the warpgroup's wgmma group and fences `flat` (a C expression of a float array reference).
   void retire(CudaWriter &w, const std::string &flat) const {
     w.line("sm90::warpgroup::commitGroup();");
@@ -117,15 +172,16 @@ private:
 
   KernelShape shape;
   FragmentTiles fragments;
+  std::vector<Group> inFlight;       ///< committed groups not yet waited for, oldest first (overlap)
+  std::vector<DeferredDot> deferred; ///< dotTn calls not yet issued (overlap)
   /// "<the fragment primitives' namespace>::": their cp.async, smemAddress and packs.
   const std::string ns = cat(kFragmentNamespace, "::");
   std::string mmaType, pack;
 };
 
-void BackwardSm90::scoreGemm(CudaWriter &w, const std::string &acc, const SharedTile &a, const SharedTile &b) {
+void BackwardSm90::issueScore(CudaWriter &w, const std::string &acc, const SharedTile &a, const SharedTile &b) const {
   w.comment(cat(acc, " = ", a.name.substr(1), "·", b.name.substr(1), "ᵀ (tile.qk; wgmma m64n", shape.blockN, "k16 ",
                 mmaType, " SS, both K-major, fp32): the warpgroup's query rows x the K/V tile's keys"));
-  w.line(cat("float ", acc, "[kMTiles][kSTiles][4];"));
   w.open("");
   w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", a.name, "), bAddr = ", ns, "smemAddress(", b.name, ");"));
   w.line("sm90::warpgroup::arrive();");
@@ -133,8 +189,35 @@ void BackwardSm90::scoreGemm(CudaWriter &w, const std::string &acc, const Shared
   w.line(cat("sm90::warpgroup::Wgmma<kBlockN>::", mmaType, "SS<sm90::warpgroup::kKMajor>(", flat(acc, "kSTiles * 4"),
              ", sm90::desc::kMajorStep(aAddr, ks, kBlockM), sm90::desc::kMajorStep(bAddr, ks, kBlockN), ks > 0);"));
   w.close();
-  retire(w, flat(acc, "kSTiles * 4"));
   w.close();
+}
+
+void BackwardSm90::scoreGemm(CudaWriter &w, const std::string &acc, const SharedTile &a, const SharedTile &b) {
+  w.line(cat("float ", acc, "[kMTiles][kSTiles][4];"));
+  issueScore(w, acc, a, b);
+  retire(w, flat(acc, "kSTiles * 4"));
+}
+
+void BackwardSm90::scoreGemms(CudaWriter &w, const std::string &first, const SharedTile &a, const SharedTile &b,
+                              const std::string &second, const SharedTile &a2, const SharedTile &b2) {
+  w.comment(cat("overlap: ", first, " and ", second, " issued back to back, a group each; ", first,
+                "'s math runs while ", second, " computes"));
+  w.line(cat("float ", first, "[kMTiles][kSTiles][4], ", second, "[kMTiles][kSTiles][4];"));
+  issueScore(w, first, a, b);
+  commit(w, first, flat(first, "kSTiles * 4"));
+  issueScore(w, second, a2, b2);
+  commit(w, second, flat(second, "kSTiles * 4"));
+  waitFor(w, first);
+}
+
+void BackwardSm90::endIteration(CudaWriter &w) {
+  if (deferred.empty() && inFlight.empty())
+    return;
+  for (const DeferredDot &dot : deferred)
+    issueDot(w, dot);
+  deferred.clear();
+  w.comment("overlap: the iteration's GEMMs landed before the next Q tile's barrier hands its buffers on");
+  waitFor(w, inFlight.back().acc);
 }
 
 void BackwardSm90::stage(CudaWriter &w, const std::string &buffer, const std::string &from) {
@@ -156,19 +239,33 @@ void BackwardSm90::stage(CudaWriter &w, const std::string &buffer, const std::st
 
 void BackwardSm90::dotTn(CudaWriter &w, const std::string &acc, const std::string &staged, const SharedTile &b,
                          int64_t warpCols) {
-  const std::string floats = cat(warpCols / 2);
-  w.comment(cat(acc, " += Aᵀ·", b.name.substr(1), " (tile.dot_tn; wgmma m64n", warpCols, "k16 ", mmaType,
-                " SS, fp32): Aᵀ staged in ", staged, " (K-major), ", b.name.substr(1), " MN-major;"));
+  if (shape.gemmOverlap) {
+    w.comment(cat(acc, " += Aᵀ·", b.name.substr(1), " (tile.dot_tn): issued after dQ's products (overlap)"));
+    deferred.push_back({acc, staged, b, warpCols});
+    return;
+  }
+  issueDot(w, {acc, staged, b, warpCols});
+}
+
+void BackwardSm90::issueDot(CudaWriter &w, const DeferredDot &dot) {
+  const std::string floats = cat(dot.warpCols / 2);
+  w.comment(cat(dot.acc, " += Aᵀ·", dot.b.name.substr(1), " (tile.dot_tn; wgmma m64n", dot.warpCols, "k16 ", mmaType,
+                " SS, fp32): Aᵀ staged in ", dot.staged, " (K-major), ", dot.b.name.substr(1), " MN-major;"));
   w.comment("the warpgroup's rows are the K/V tile's keys");
   w.open("");
-  w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", staged, "), bAddr = ", ns, "smemAddress(", b.name, ");"));
-  w.line(cat("sm90::warpgroup::fenceOperands(", flat(acc, floats), ");"));
+  w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", dot.staged, "), bAddr = ", ns, "smemAddress(", dot.b.name,
+             ");"));
+  w.line(cat("sm90::warpgroup::fenceOperands(", flat(dot.acc, floats), ");"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("ks", "kBlockM / 16");
-  w.line(cat("sm90::warpgroup::Wgmma<", warpCols, ">::", mmaType, "SS<sm90::warpgroup::kMNMajor>(", flat(acc, floats),
+  w.line(cat("sm90::warpgroup::Wgmma<", dot.warpCols, ">::", mmaType, "SS<sm90::warpgroup::kMNMajor>(",
+             flat(dot.acc, floats),
              ", sm90::desc::kMajorStep(aAddr, ks, kBlockN), sm90::desc::mnMajorStep(bAddr, ks, kBlockM), 1);"));
   w.close();
-  retire(w, flat(acc, floats));
+  if (shape.gemmOverlap)
+    commit(w, dot.acc, flat(dot.acc, floats));
+  else
+    retire(w, flat(dot.acc, floats));
   w.close();
 }
 
@@ -183,33 +280,78 @@ void BackwardSm90::dqOperand(CudaWriter &w, const std::string &, const std::stri
   w.line(cat("dsFrag[0][k][2] = ", pack, "(", regs, "[0][2 * k + 1][0], ", regs, "[0][2 * k + 1][1]);"));
   w.line(cat("dsFrag[0][k][3] = ", pack, "(", regs, "[0][2 * k + 1][2], ", regs, "[0][2 * k + 1][3]);"));
   w.close();
+  if (shape.gemmOverlap)
+    issueDqProducts(w, SharedTile{"sK", "kBlockN", shape.headDim});
 }
 
-void BackwardSm90::dqProduct(CudaWriter &w, const SharedTile &k) {
-  w.openUnrolledFor("dqBlock", cat(k.width / kDqColumns));
-  w.line(cat("float part[1][", kDqColumns / 8, "][4];"));
-  w.open("");
-  w.line(cat("const unsigned bAddr = ", ns, "smemAddress(", k.name, ") + dqBlock * ", k.rows, " * ", kSwizzleBytes,
-             ";  // column block `dqBlock` of K"));
-  w.line("sm90::warpgroup::arrive();");
-  w.openUnrolledFor("ks", "kBlockN / 16");
-  w.line(cat("sm90::warpgroup::Wgmma<", kDqColumns, ">::", mmaType, "RS<sm90::warpgroup::kMNMajor>(",
-             flat("part", cat(kDqColumns / 2)), ", dsFrag[0][ks], sm90::desc::mnMajorStep(bAddr, ks, ", k.rows,
-             "), ks > 0);"));
-  w.close();
-  retire(w, flat("part", cat(kDqColumns / 2)));
-  w.line("sm90::warpgroup::fenceOperands(reinterpret_cast<unsigned (&)[kBlockN / 16 * 4]>(dsFrag[0]));");
-  w.close();
+void BackwardSm90::dqReductions(CudaWriter &w, const SharedTile &k, const std::string &part,
+                                const std::string &block) {
   fragments.forEachRow(w, [&] {
     w.line(cat("const int q = ", FragmentTiles::threadRow(), ";"));
     w.line("if (q >= p.seqlenQ)");
     w.line("  continue;");
     w.openUnrolledFor("nt", cat(kDqColumns / 8));
-    w.line(cat("float *const dst = gDqAccum + (long long)q * ", k.width, " + ", kDqColumns,
-               " * dqBlock + 8 * nt + fragCol;"));
-    w.line(reduceAdd2("dst", "part[0][nt][2 * r]", "part[0][nt][2 * r + 1]"));
+    w.line(cat("float *const dst = gDqAccum + (long long)q * ", k.width, " + ", kDqColumns, " * ", block,
+               " + 8 * nt + fragCol;"));
+    w.line(reduceAdd2("dst", cat(part, "[0][nt][2 * r]"), cat(part, "[0][nt][2 * r + 1]")));
     w.close();
   });
+}
+
+void BackwardSm90::dqGemm(CudaWriter &w, const SharedTile &k, const std::string &block, const std::string &part) {
+  w.line(cat("const unsigned bAddr = ", ns, "smemAddress(", k.name, ") + ", block, " * ", k.rows, " * ", kSwizzleBytes,
+             ";  // column block ", block, " of K"));
+  w.line("sm90::warpgroup::arrive();");
+  w.openUnrolledFor("ks", "kBlockN / 16");
+  w.line(cat("sm90::warpgroup::Wgmma<", kDqColumns, ">::", mmaType, "RS<sm90::warpgroup::kMNMajor>(",
+             flat(part, cat(kDqColumns / 2)), ", dsFrag[0][ks], sm90::desc::mnMajorStep(bAddr, ks, ", k.rows,
+             "), ks > 0);"));
+  w.close();
+}
+
+void BackwardSm90::issueDqBlock(CudaWriter &w, const SharedTile &k, int64_t block) {
+  w.open("");
+  dqGemm(w, k, cat(block), "dqPart");
+  commit(w, "dqPart", flat("dqPart", cat(kDqColumns / 2)));
+  w.close();
+}
+
+void BackwardSm90::issueDqProducts(CudaWriter &w, const SharedTile &k) {
+  w.comment("overlap: dQ's first column block product issued first, then dV's and dK's, a group each (before");
+  w.comment("deterministic mode's turn: the products do not depend on it); dqProduct waits for it");
+  w.line(cat("float dqPart[1][", kDqColumns / 8, "][4];"));
+  issueDqBlock(w, k, 0);
+  for (const DeferredDot &dot : deferred)
+    issueDot(w, dot);
+  deferred.clear();
+}
+
+void BackwardSm90::dqProductOverlapped(CudaWriter &w, const SharedTile &k) {
+  const int64_t blocks = k.width / kDqColumns;
+  w.comment("overlap: each column block's reductions once its product landed, the first under dV's and dK's GEMMs");
+  for (int64_t block = 0; block < blocks; ++block) {
+    if (block > 0)
+      issueDqBlock(w, k, block);
+    waitFor(w, "dqPart");
+    if (block == blocks - 1)
+      w.line("sm90::warpgroup::fenceOperands(reinterpret_cast<unsigned (&)[kBlockN / 16 * 4]>(dsFrag[0]));");
+    dqReductions(w, k, "dqPart", cat(block));
+  }
+}
+
+void BackwardSm90::dqProduct(CudaWriter &w, const SharedTile &k) {
+  if (shape.gemmOverlap) {
+    dqProductOverlapped(w, k);
+    return;
+  }
+  w.openUnrolledFor("dqBlock", cat(k.width / kDqColumns));
+  w.line(cat("float part[1][", kDqColumns / 8, "][4];"));
+  w.open("");
+  dqGemm(w, k, "dqBlock", "part");
+  retire(w, flat("part", cat(kDqColumns / 2)));
+  w.line("sm90::warpgroup::fenceOperands(reinterpret_cast<unsigned (&)[kBlockN / 16 * 4]>(dsFrag[0]));");
+  w.close();
+  dqReductions(w, k, "part", "dqBlock");
   w.close();
 }
 

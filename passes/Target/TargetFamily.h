@@ -67,6 +67,9 @@ struct KernelShape {
   /// The block is one CTA of a cluster pair (`tile.cta_pair`, passes/IR/TileCtaPair.h): the pair's MMAs span both
   /// CTAs (tcgen05.mma.cta_group::2), the launch has clusters of two along x.
   bool ctaPair = false;
+  /// Asynchronous GEMMs overlapped (`tile.gemm_overlap`, passes/Transforms/Passes.h): a backward printer keeps a Q
+  /// tile's GEMMs in flight together and waits for each where its result is first read.
+  bool gemmOverlap = false;
 };
 
 /// An architecture a family runs on, with the per-block (opt-in) dynamic shared memory limit.

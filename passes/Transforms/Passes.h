@@ -20,6 +20,10 @@ inline constexpr llvm::StringLiteral kQBuffersAttr = "tile.q_buffers";
 /// (every warp its own query rows against every key). The program's semantics do not change; the printer lays out
 /// its registers by it (KernelShape::keyWarps), and a family that does not print the split refuses it.
 inline constexpr llvm::StringLiteral kKeyWarpsAttr = "tile.key_warps";
+/// A schedule's discardable attribute on a backward program (a unit attribute): the printer may keep a Q tile's GEMMs
+/// in flight together and wait for each where its result is first read (KernelShape::gemmOverlap); the program's
+/// semantics do not change.
+inline constexpr llvm::StringLiteral kGemmOverlapAttr = "tile.gemm_overlap";
 } // namespace flashtile::tile
 
 #endif // FLASHTILE_PASSES_TRANSFORMS_PASSES_H

@@ -229,6 +229,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   if (auto keyWarps = func->getAttrOfType<mlir::IntegerAttr>(tile::kKeyWarpsAttr))
     shape.keyWarps = static_cast<int>(keyWarps.getInt());
   shape.ctaPair = func->hasAttr(tile::kCtaPairAttr);
+  shape.gemmOverlap = func->hasAttr(tile::kGemmOverlapAttr);
   return shape;
 }
 

@@ -24,6 +24,8 @@ using namespace flashtile::tile;
 constexpr int kWarpgroupWarps = 4;
 /// The backward's Q-tile rows and K/V-tile keys: one warpgroup's m64.
 constexpr int64_t kBackwardBlock = 64;
+/// The backward's intra-wg-overlap default.
+constexpr int64_t kBackwardOverlap = 1;
 
 /// The knob's value, else `fallback`.
 int64_t knob(const schedule::Knobs &knobs, const char *name, int64_t fallback) {
@@ -46,7 +48,8 @@ public:
         {kConsumerWarpgroups, "consumer warpgroups (each owns block-m / consumer-warpgroups rows)", 1, 3},
         {kProducerRegs, "registers per producer thread (setmaxnreg)", 24, 256},
         {kConsumerRegs, "registers per consumer thread (setmaxnreg)", 24, 256},
-        {kOverlap, "1: P·V of tile j + 1 runs under the softmax of tile j (intra-warpgroup overlap); 0: each GEMM "
+        {kOverlap, "1: P·V of tile j + 1 runs under the softmax of tile j (intra-warpgroup overlap; in the "
+                   "backward, a Q tile's GEMMs in flight together, each waited on where first read); 0: each GEMM "
                    "waited on when issued", 0, 1},
         {kPingpong, "1: the consumer warpgroups take turns issuing their GEMMs; 0: they issue freely (default: 1 at "
                     "head dims up to 128 with two or more consumer warpgroups)", 0, 1},
@@ -135,12 +138,12 @@ public:
       return func.emitOpError() << "fa3 backward: " << name << " = " << value << " is not supported; accepted: "
                                 << accepted;
     };
-    for (const char *roleKnob : {kProducerRegs, kConsumerRegs, kOverlap, kPingpong, kPersistent, kStageO, kScheduler,
+    for (const char *roleKnob : {kProducerRegs, kConsumerRegs, kPingpong, kPersistent, kStageO, kScheduler,
                                  kRescaleThreshold, kExp2PolyShare})
       if (knobs.count(roleKnob))
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
-                                  << " shapes the forward's roles; the backward accepts block-m, block-n, stages and "
-                                     "consumer-warpgroups";
+                                  << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
+                                     "consumer-warpgroups and intra-wg-overlap";
     const int64_t blockM = knob(knobs, kBlockM, kBackwardBlock), blockN = knob(knobs, kBlockN, kBackwardBlock);
     const int64_t consumers = knob(knobs, kConsumerWarpgroups, 1), stages = knob(knobs, kStages, 2);
     if (blockM != kBackwardBlock)
@@ -155,6 +158,10 @@ public:
       if (value != 64 && value != 128)
         return refuse(name, value, "64 or 128 (dK and dV in one warpgroup's registers); the fa2 backward serves the "
                                    "others");
+    // intra-wg-overlap: a Q tile's GEMMs in flight together, each waited on where its result is first read (S's
+    // softmax under dP; dQ's reductions under dV and dK); 0: each waited on when issued.
+    if (knob(knobs, kOverlap, kBackwardOverlap) != 0)
+      func->setAttr(kGemmOverlapAttr, UnitAttr::get(func.getContext()));
     return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, kWarpgroupWarps, WarpLayout::SplitQ,
                              blockM / kWarpgroupWarps, stages, /*rescaleThreshold=*/0, /*minBlocksPerSm=*/0,
                              /*lptGroupBlocks=*/0, ShapeClass::Default);

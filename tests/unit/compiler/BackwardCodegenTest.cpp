@@ -112,6 +112,33 @@ INSTANTIATE_TEST_SUITE_P(Fa3, Fa3BackwardCompiles,
                                           testing::Values(64, 128)),
                          configName);
 
+// intra-wg-overlap (default 1): S and dP issued back to back and S waited for with dP in flight; dQ's first column
+// block issued before dV's and dK's GEMMs and waited for with those two in flight. 0: every GEMM waited on at issue.
+TEST(BackwardCodegen, Fa3OverlapKeepsAQTilesGemmsInFlight) {
+  for (int headDim : {64, 128}) {
+    for (int overlap : {1, 0}) {
+      StatusOr<jit::CompileResult> result =
+          jit::compile(*variants::byName("softcap_causal"),
+                       backwardOptions(ElementType::BF16, headDim, "sm_90a", {{"intra-wg-overlap", overlap}}, "fa3"),
+                       overlap ? jit::Stage::Cuda : jit::Stage::Cubin); // Fa3BackwardCompiles compiles the default
+      ASSERT_TRUE(result.ok()) << result.status().message();
+      const std::string &cuda = result->cuda;
+      const int segments = count(cuda, "---- tile.q_loop segment");
+      ASSERT_EQ(segments, 3);
+      const int commits = count(cuda, "sm90::warpgroup::commitGroup();");
+      if (overlap) {
+        EXPECT_EQ(count(cuda, "sm90::warpgroup::wait<1>();  // s"), segments) << headDim;
+        EXPECT_EQ(count(cuda, "sm90::warpgroup::wait<2>();  // dqPart landed"), segments) << headDim;
+        EXPECT_LT(count(cuda, "sm90::warpgroup::wait<0>();"), commits) << headDim;
+      } else {
+        EXPECT_EQ(count(cuda, "sm90::warpgroup::wait<0>();"), commits) << headDim;
+        EXPECT_EQ(count(cuda, "sm90::warpgroup::wait<1>();"), 0) << headDim;
+        EXPECT_EQ(cuda.find("overlap:"), std::string::npos) << headDim;
+      }
+    }
+  }
+}
+
 TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
   for (auto [headDim, headDimV] : {std::pair{192, 128}, {256, 256}, {96, 96}, {32, 32}}) {
     for (ElementType dtype : {ElementType::BF16, ElementType::F16}) {
@@ -134,6 +161,7 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"block-m", 128, "fa3 backward: block-m = 128 is not supported; accepted: 64"},
         {"consumer-warpgroups", 2, "fa3 backward: consumer-warpgroups = 2 is not supported; accepted: 1"},
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
+        {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups and intra-wg-overlap"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
         jit::compile(*variants::byName("none"),
