@@ -841,7 +841,7 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   w.line("const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;");
   w.line("const int kvRowGroup = warp / kKvColSplit, kvColPart = warp % kKvColSplit;  // dK, dV: rows, column part");
   if (shape.keyWarps > 1)
-    w.line("const int warpM = warp / kKeyWarps, warpCol0 = warp % kKeyWarps * (kBlockN / kKeyWarps);  // S: rows, keys");
+    w.line(target.keySplitLayout());
   w.line("const int fragRow = lane / 4, fragCol = 2 * (lane % 4);");
   std::vector<std::tuple<std::string, const char *, const char *>> tiles = {{"sK", "kBlockN", "kHeadDim"},
                                                                             {"sV", "kBlockN", "kHeadDimV"}};

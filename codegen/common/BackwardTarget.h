@@ -49,6 +49,12 @@ public:
   /// (dQ: by columns), warp w in row group warpM of kWarpRows rows and holding kSTiles n8 tiles of keys from
   /// warpCol0, both declared by the printer.
   virtual bool splitsKeys() const { return false; }
+  /// The statement declaring `warpM` (the warp's row group) and `warpCol0` (its first key of S and dP) when the keys
+  /// are split (KernelShape::keyWarps > 1), from `warp`, kKeyWarps and kBlockN: by default a row group's kKeyWarps
+  /// warps are consecutive.
+  virtual std::string keySplitLayout() const {
+    return "const int warpM = warp / kKeyWarps, warpCol0 = warp % kKeyWarps * (kBlockN / kKeyWarps);  // S: rows, keys";
+  }
   /// Why the family cannot print the main program of this shape (its GEMMs, registers, shared memory), or empty.
   virtual std::string checkMainShape() const { return {}; }
 

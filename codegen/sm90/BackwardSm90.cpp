@@ -1,14 +1,22 @@
 //===- BackwardSm90.cpp - the backward's GEMMs as wgmma -------------------===//
 //
-// One warpgroup a block: its warp w holds query rows [16w, 16w + 16) of the Q tile in S, dP, P and dS (a wgmma m64
-// accumulator is the split-Q C fragment of its four warps, so the elementwise math is FragmentTiles' as on sm80) and
-// key rows [16w, 16w + 16) of the K/V tile in dK and dV (the m64 of the GEMMs whose rows are keys).
+// One or two warpgroups a block, all of them computing (KernelShape::warps / 4 = W). A wgmma m64 accumulator is the
+// split-Q C fragment of its warpgroup's four warps, so the elementwise math is FragmentTiles' as on sm80. Two layouts:
+//   split-Q    (keyWarps 1) W·64 query rows × W·64 keys: warpgroup g holds query rows [64g, 64g + 64) of S, dP, P
+//              and dS over all the keys (warp w rows [16w, 16w + 16)), and keys [64g, 64g + 64) of dK and dV;
+//   key split  (keyWarps W) 64 query rows × W·64 keys: warpgroup g holds keys [64g, 64g + 64) of S, dP, P and dS
+//              (warp w the rows [16(w % 4), ...) of the Q tile: warpM, warpCol0 = 64g) and of dK and dV.
+// Either way warp w holds key rows [16w, 16w + 16) of dK and dV, the m64 of the GEMMs whose rows are keys.
 //   tiles      Q, dO (Q-tile rows) and K, V (K/V-tile rows) in the 128-byte-swizzled column-block layout, written by
 //              cp.async 16-byte chunks at sm90::swizzle128Offset and fenced into the async proxy before wgmma reads
-//   S, dP      wgmma SS m64n64k16, A (Q or dO) and B (K or V) K-major
+//   S, dP      wgmma SS m64nNk16, A (Q or dO) and B (K or V) K-major, N the warpgroup's keys
 //   P, dS      rounded to 16 bits and stored transposed (stmatrix.x4.trans): [keys][query rows], a K-major A for
 //   dV, dK     wgmma SS m64n{dv,d}k16, B (dO or Q) MN-major, as V in the forward's P·V
-//   dQ         wgmma RS m64n64k16 per 64 columns, dS from registers, K MN-major; red.global.add.v2 into dq_accum
+//   dQ         per 64 columns (a column block of K, MN-major), into dq_accum with red.global.add.v2: one warpgroup
+//              (W = 1) reads dS from registers (wgmma RS, its 64 keys); W = 2 read it from the staged [keys][query
+//              rows] buffer as an MN-major A (wgmma SS, trans-a), so each product sums over all the tile's keys and
+//              a block adds each Q-tile element once per W·64 keys: split-Q, a warpgroup its rows × every column
+//              block; key split, all the rows × every W-th column block.
 // Without overlap (KernelShape::gemmOverlap off) every GEMM is waited on when issued. With it, a Q tile's GEMMs stay in
 // flight together and each is waited on (wgmma.wait_group with the count of groups committed after it) where its
 // result is first read: S and dP issued back to back, S's softmax under dP; then dQ's products issued first and dV's
@@ -30,8 +38,12 @@ namespace {
 /// The fragment primitives' namespace in this family's kernels (TileOpsSm90.cpp's kFragmentNamespace).
 constexpr const char *kFragmentNamespace = "sm80";
 constexpr int kWarpgroupWarps = 4;
+/// The computing warpgroups a block has at most.
+constexpr int kMaxWarpgroups = 2;
 /// The columns of one dQ product (a 128-byte column block of K).
 constexpr int kDqColumns = kSwizzleColumns;
+/// Bytes of the m64 rows of one warpgroup in a column block of a swizzled tile.
+constexpr int kWarpgroupRowBytes = kWgmmaM * kSwizzleBytes;
 
 /// The family's backward primitives: fp32 pair reductions into global memory.
 constexpr std::string_view kBackwardText = R"cuda(
@@ -48,19 +60,28 @@ __device__ __forceinline__ void redAdd2(float *dst, float x, float y) {
 class BackwardSm90 final : public BackwardTarget {
 public:
   explicit BackwardSm90(const KernelShape &shape)
-      : shape(shape), fragments({kFragmentNamespace, shape.dtype, false}) {
+      : shape(shape), fragments({kFragmentNamespace, shape.dtype, false, shape.keyWarps > 1 ? "warpCol0" : ""}),
+        warpgroups(shape.warps / kWarpgroupWarps), keySplit(shape.keyWarps > 1) {
     mmaType = shape.dtype == "bf16" ? "bf16" : "f16";
     pack = ns + (shape.dtype == "bf16" ? "packBf16x2" : "packF16x2");
   }
 
   std::string prelude() const override {
-    const int widths[] = {shape.blockN, kDqColumns, shape.headDim, shape.headDimV};
-    return fragmentPrelude(kFragmentNamespace) + ::flashtile::codegen::sm90::prelude(widths) +
-           backwardPrelude(kFragmentNamespace, "") + std::string(kBackwardText);
+    const int widths[] = {shape.blockN / shape.keyWarps, kDqColumns, shape.headDim, shape.headDimV};
+    std::string text = fragmentPrelude(kFragmentNamespace) + ::flashtile::codegen::sm90::prelude(widths);
+    if (!dqReadsRegisters())
+      text += wgmmaMnMajorAText(kDqColumns);
+    return text + backwardPrelude(kFragmentNamespace, "") + std::string(kBackwardText);
   }
   std::string_view primitivesNamespace() const override { return kFragmentNamespace; }
   std::vector<std::string> reservedNames() const override {
     return {"sm80", "sm90", "smemRaw", "aAddr", "bAddr", "dsFrag", "dqBlock", "dqPart", "frag", "key", "q"};
+  }
+  bool splitsKeys() const override { return true; }
+  /// A warpgroup's four warps share its keys: warp w is row group w % 4 of the keys from 64·(w / 4).
+  std::string keySplitLayout() const override {
+    return cat("const int warpM = warp % ", kWarpgroupWarps, ", warpCol0 = warp / ", kWarpgroupWarps,
+               " * (kBlockN / kKeyWarps);  // S: rows, keys (a warpgroup's)");
   }
   std::string checkMainShape() const override {
     std::optional<std::string> error = checkBackwardShape(shape);
@@ -105,7 +126,8 @@ public:
     w.line("sm90::fence::proxyAsync();  // this thread's staged rows visible to wgmma");
     w.line("__syncthreads();  // every warp's rows staged");
   }
-  bool dqReadsRegisters() const override { return true; }
+  /// One warpgroup's dS in registers spans all of its Q tile's keys only when it is the block's one warpgroup.
+  bool dqReadsRegisters() const override { return warpgroups == 1; }
   void dotTn(CudaWriter &w, const std::string &acc, const std::string &staged, const SharedTile &b,
              int64_t warpCols) override;
   void dqOperand(CudaWriter &w, const std::string &staged, const std::string &regs) override;
@@ -152,10 +174,13 @@ private:
   /// the deferred dV and dK GEMMs, a group each; dqProduct runs each block's reductions once its product landed,
   /// issuing the next block's into the same registers after them.
   void issueDqProducts(CudaWriter &w, const SharedTile &k);
-  /// dQ's product of column block `block` (a C expression) of the K tile `k` into `part`, issued, not committed.
+  /// dQ's product of column block `block` (a C expression) of the K tile `k` into `part`, issued, not committed: A
+  /// from the registers dsFrag (one warpgroup) or from the staged dS (dqA).
   void dqGemm(CudaWriter &w, const SharedTile &k, const std::string &block, const std::string &part);
   /// Issues and commits dQ's product of column block `block` into dqPart.
-  void issueDqBlock(CudaWriter &w, const SharedTile &k, int64_t block);
+  void issueDqBlock(CudaWriter &w, const SharedTile &k, const std::string &block);
+  /// Keeps the compiler from reusing dS's RS fragments before the last wgmma that reads them retired.
+  void fenceDsFragments(CudaWriter &w) const;
   void dqProductOverlapped(CudaWriter &w, const SharedTile &k);
   /// The reductions of column block `block` of `part` (its fp32 C fragment) into gDqAccum.
   void dqReductions(CudaWriter &w, const SharedTile &k, const std::string &part, const std::string &block);
@@ -170,8 +195,25 @@ private:
     return cat("reinterpret_cast<float (&)[", floats, "]>(", acc, "[0])");
   }
 
+  /// " + <the byte offset of this thread's warpgroup's m64 rows in a column block>" (nothing with one warpgroup).
+  std::string warpgroupRows() const {
+    return warpgroups == 1 ? std::string() : cat(" + warp / ", kWarpgroupWarps, " * ", kWarpgroupRowBytes);
+  }
+  /// The dQ column blocks this warpgroup computes, as C expressions: all of them, or under a key split every W-th
+  /// from its own.
+  std::vector<std::string> dqBlocks(const SharedTile &k) const {
+    std::vector<std::string> blocks;
+    const int64_t count = k.width / kDqColumns;
+    for (int64_t b = 0; b < count; b += keySplit ? warpgroups : 1)
+      blocks.push_back(keySplit ? cat("(warp / ", kWarpgroupWarps, b ? cat(" + ", b) : std::string(), ")") : cat(b));
+    return blocks;
+  }
+
   KernelShape shape;
   FragmentTiles fragments;
+  int warpgroups;     ///< computing warpgroups of the block
+  bool keySplit;      ///< the warpgroups split the keys of S (else the query rows)
+  std::string dqA;    ///< dQ's A operand in shared memory (the staged dS) when it is not read from registers
   std::vector<Group> inFlight;       ///< committed groups not yet waited for, oldest first (overlap)
   std::vector<DeferredDot> deferred; ///< dotTn calls not yet issued (overlap)
   /// "<the fragment primitives' namespace>::": their cp.async, smemAddress and packs.
@@ -180,13 +222,17 @@ private:
 };
 
 void BackwardSm90::issueScore(CudaWriter &w, const std::string &acc, const SharedTile &a, const SharedTile &b) const {
-  w.comment(cat(acc, " = ", a.name.substr(1), "·", b.name.substr(1), "ᵀ (tile.qk; wgmma m64n", shape.blockN, "k16 ",
-                mmaType, " SS, both K-major, fp32): the warpgroup's query rows x the K/V tile's keys"));
+  w.comment(cat(acc, " = ", a.name.substr(1), "·", b.name.substr(1), "ᵀ (tile.qk; wgmma m64n", shape.blockN / shape.keyWarps,
+                "k16 ", mmaType, " SS, both K-major, fp32): the warpgroup's query rows x ",
+                keySplit ? "its keys of the K/V tile" : "the K/V tile's keys"));
   w.open("");
-  w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", a.name, "), bAddr = ", ns, "smemAddress(", b.name, ");"));
+  w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", a.name, ")", keySplit ? "" : warpgroupRows(),
+             ", bAddr = ", ns, "smemAddress(", b.name, ")", keySplit ? cat(" + warpCol0 * ", kSwizzleBytes) : "",
+             ";"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("ks", cat(a.width / 16));
-  w.line(cat("sm90::warpgroup::Wgmma<kBlockN>::", mmaType, "SS<sm90::warpgroup::kKMajor>(", flat(acc, "kSTiles * 4"),
+  w.line(cat("sm90::warpgroup::Wgmma<", keySplit ? "kSTiles * 8" : "kBlockN", ">::", mmaType,
+             "SS<sm90::warpgroup::kKMajor>(", flat(acc, "kSTiles * 4"),
              ", sm90::desc::kMajorStep(aAddr, ks, kBlockM), sm90::desc::kMajorStep(bAddr, ks, kBlockN), ks > 0);"));
   w.close();
   w.close();
@@ -229,9 +275,10 @@ void BackwardSm90::stage(CudaWriter &w, const std::string &buffer, const std::st
              from, "[0][2 * nt][2], ", from, "[0][2 * nt][3]),"));
   w.line(cat("                          ", pack, "(", from, "[0][2 * nt + 1][0], ", from, "[0][2 * nt + 1][1]), ", pack,
              "(", from, "[0][2 * nt + 1][2], ", from, "[0][2 * nt + 1][3])};"));
-  w.comment("lane l addresses row l % 8 of matrix l / 8: key 16·nt + 8·(l / 16) + l % 8, query rows from this warp's");
-  w.comment("16·warp + 8·((l / 8) % 2)");
-  w.line("const int key = 16 * nt + 8 * (lane / 16) + lane % 8, q = warp * kWarpRows + 8 * ((lane / 8) % 2);");
+  w.comment("lane l addresses row l % 8 of matrix l / 8: key 16·nt + 8·(l / 16) + l % 8 of this warp's keys, query");
+  w.comment("rows from this warp's first + 8·((l / 8) % 2)");
+  w.line(cat("const int key = ", keySplit ? "warpCol0 + " : "", "16 * nt + 8 * (lane / 16) + lane % 8, q = ",
+             keySplit ? "warpM" : "warp", " * kWarpRows + 8 * ((lane / 8) % 2);"));
   w.line(cat("sm90::warp::stmatrixX4Trans(", ns, "smemAddress(", buffer,
              ") + sm90::swizzle128Offset(key, q, kBlockN), frag);"));
   w.close();
@@ -253,8 +300,8 @@ void BackwardSm90::issueDot(CudaWriter &w, const DeferredDot &dot) {
                 " SS, fp32): Aᵀ staged in ", dot.staged, " (K-major), ", dot.b.name.substr(1), " MN-major;"));
   w.comment("the warpgroup's rows are the K/V tile's keys");
   w.open("");
-  w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", dot.staged, "), bAddr = ", ns, "smemAddress(", dot.b.name,
-             ");"));
+  w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", dot.staged, ")", warpgroupRows(), ", bAddr = ", ns,
+             "smemAddress(", dot.b.name, ");"));
   w.line(cat("sm90::warpgroup::fenceOperands(", flat(dot.acc, floats), ");"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("ks", "kBlockM / 16");
@@ -269,17 +316,26 @@ void BackwardSm90::issueDot(CudaWriter &w, const DeferredDot &dot) {
   w.close();
 }
 
-void BackwardSm90::dqOperand(CudaWriter &w, const std::string &, const std::string &regs) {
-  w.comment(cat("tile.accumulate dq_accum[qt]: dQ += A·K, A = ", regs,
-                " from registers (wgmma RS: the accumulator layout is the A operand's), K MN-major;"));
-  w.comment(cat(kDqColumns, " columns at a time, added to the fp32 accumulator (red.global.add.v2)"));
-  w.line("unsigned dsFrag[kMTiles][kBlockN / 16][4];");
-  w.openUnrolledFor("k", "kBlockN / 16");
-  w.line(cat("dsFrag[0][k][0] = ", pack, "(", regs, "[0][2 * k][0], ", regs, "[0][2 * k][1]);"));
-  w.line(cat("dsFrag[0][k][1] = ", pack, "(", regs, "[0][2 * k][2], ", regs, "[0][2 * k][3]);"));
-  w.line(cat("dsFrag[0][k][2] = ", pack, "(", regs, "[0][2 * k + 1][0], ", regs, "[0][2 * k + 1][1]);"));
-  w.line(cat("dsFrag[0][k][3] = ", pack, "(", regs, "[0][2 * k + 1][2], ", regs, "[0][2 * k + 1][3]);"));
-  w.close();
+void BackwardSm90::dqOperand(CudaWriter &w, const std::string &staged, const std::string &regs) {
+  if (dqReadsRegisters()) {
+    w.comment(cat("tile.accumulate dq_accum[qt]: dQ += A·K, A = ", regs,
+                  " from registers (wgmma RS: the accumulator layout is the A operand's), K MN-major;"));
+    w.comment(cat(kDqColumns, " columns at a time, added to the fp32 accumulator (red.global.add.v2)"));
+    w.line("unsigned dsFrag[kMTiles][kBlockN / 16][4];");
+    w.openUnrolledFor("k", "kBlockN / 16");
+    w.line(cat("dsFrag[0][k][0] = ", pack, "(", regs, "[0][2 * k][0], ", regs, "[0][2 * k][1]);"));
+    w.line(cat("dsFrag[0][k][1] = ", pack, "(", regs, "[0][2 * k][2], ", regs, "[0][2 * k][3]);"));
+    w.line(cat("dsFrag[0][k][2] = ", pack, "(", regs, "[0][2 * k + 1][0], ", regs, "[0][2 * k + 1][1]);"));
+    w.line(cat("dsFrag[0][k][3] = ", pack, "(", regs, "[0][2 * k + 1][2], ", regs, "[0][2 * k + 1][3]);"));
+    w.close();
+  } else {
+    dqA = staged;
+    w.comment(cat("tile.accumulate dq_accum[qt]: dQ += A·K over all kBlockN keys, A = ", regs, " read back from ",
+                  staged, " [keys][query rows]"));
+    w.comment(cat("(wgmma SS, A MN-major: every warpgroup's keys), K MN-major; ", kDqColumns,
+                  " columns at a time, ", keySplit ? "this warpgroup's column blocks" : "this warpgroup's query rows",
+                  ", added to the fp32 accumulator (red.global.add.v2)"));
+  }
   if (shape.gemmOverlap)
     issueDqProducts(w, SharedTile{"sK", "kBlockN", shape.headDim});
 }
@@ -301,17 +357,26 @@ void BackwardSm90::dqReductions(CudaWriter &w, const SharedTile &k, const std::s
 void BackwardSm90::dqGemm(CudaWriter &w, const SharedTile &k, const std::string &block, const std::string &part) {
   w.line(cat("const unsigned bAddr = ", ns, "smemAddress(", k.name, ") + ", block, " * ", k.rows, " * ", kSwizzleBytes,
              ";  // column block ", block, " of K"));
+  if (!dqReadsRegisters())
+    w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", dqA, ")",
+               keySplit ? std::string() : cat(" + warp / ", kWarpgroupWarps, " * kBlockN * ", kSwizzleBytes),
+               ";  // dS, ", keySplit ? "the Q tile's rows" : "this warpgroup's query rows (a column block)"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("ks", "kBlockN / 16");
-  w.line(cat("sm90::warpgroup::Wgmma<", kDqColumns, ">::", mmaType, "RS<sm90::warpgroup::kMNMajor>(",
-             flat(part, cat(kDqColumns / 2)), ", dsFrag[0][ks], sm90::desc::mnMajorStep(bAddr, ks, ", k.rows,
-             "), ks > 0);"));
+  if (dqReadsRegisters())
+    w.line(cat("sm90::warpgroup::Wgmma<", kDqColumns, ">::", mmaType, "RS<sm90::warpgroup::kMNMajor>(",
+               flat(part, cat(kDqColumns / 2)), ", dsFrag[0][ks], sm90::desc::mnMajorStep(bAddr, ks, ", k.rows,
+               "), ks > 0);"));
+  else
+    w.line(cat("sm90::warpgroup::WgmmaMnA<", kDqColumns, ">::", mmaType, "SS<sm90::warpgroup::kMNMajor>(",
+               flat(part, cat(kDqColumns / 2)), ", sm90::desc::mnMajorStep(aAddr, ks, kBlockN), ",
+               "sm90::desc::mnMajorStep(bAddr, ks, ", k.rows, "), ks > 0);"));
   w.close();
 }
 
-void BackwardSm90::issueDqBlock(CudaWriter &w, const SharedTile &k, int64_t block) {
+void BackwardSm90::issueDqBlock(CudaWriter &w, const SharedTile &k, const std::string &block) {
   w.open("");
-  dqGemm(w, k, cat(block), "dqPart");
+  dqGemm(w, k, block, "dqPart");
   commit(w, "dqPart", flat("dqPart", cat(kDqColumns / 2)));
   w.close();
 }
@@ -320,22 +385,27 @@ void BackwardSm90::issueDqProducts(CudaWriter &w, const SharedTile &k) {
   w.comment("overlap: dQ's first column block product issued first, then dV's and dK's, a group each (before");
   w.comment("deterministic mode's turn: the products do not depend on it); dqProduct waits for it");
   w.line(cat("float dqPart[1][", kDqColumns / 8, "][4];"));
-  issueDqBlock(w, k, 0);
+  issueDqBlock(w, k, dqBlocks(k).front());
   for (const DeferredDot &dot : deferred)
     issueDot(w, dot);
   deferred.clear();
 }
 
+void BackwardSm90::fenceDsFragments(CudaWriter &w) const {
+  if (dqReadsRegisters())
+    w.line("sm90::warpgroup::fenceOperands(reinterpret_cast<unsigned (&)[kBlockN / 16 * 4]>(dsFrag[0]));");
+}
+
 void BackwardSm90::dqProductOverlapped(CudaWriter &w, const SharedTile &k) {
-  const int64_t blocks = k.width / kDqColumns;
+  const std::vector<std::string> blocks = dqBlocks(k);
   w.comment("overlap: each column block's reductions once its product landed, the first under dV's and dK's GEMMs");
-  for (int64_t block = 0; block < blocks; ++block) {
-    if (block > 0)
-      issueDqBlock(w, k, block);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (i > 0)
+      issueDqBlock(w, k, blocks[i]);
     waitFor(w, "dqPart");
-    if (block == blocks - 1)
-      w.line("sm90::warpgroup::fenceOperands(reinterpret_cast<unsigned (&)[kBlockN / 16 * 4]>(dsFrag[0]));");
-    dqReductions(w, k, "dqPart", cat(block));
+    if (i == blocks.size() - 1)
+      fenceDsFragments(w);
+    dqReductions(w, k, "dqPart", blocks[i]);
   }
 }
 
@@ -344,26 +414,44 @@ void BackwardSm90::dqProduct(CudaWriter &w, const SharedTile &k) {
     dqProductOverlapped(w, k);
     return;
   }
-  w.openUnrolledFor("dqBlock", cat(k.width / kDqColumns));
-  w.line(cat("float part[1][", kDqColumns / 8, "][4];"));
-  w.open("");
-  dqGemm(w, k, "dqBlock", "part");
-  retire(w, flat("part", cat(kDqColumns / 2)));
-  w.line("sm90::warpgroup::fenceOperands(reinterpret_cast<unsigned (&)[kBlockN / 16 * 4]>(dsFrag[0]));");
-  w.close();
-  dqReductions(w, k, "part", "dqBlock");
-  w.close();
+  for (const std::string &block : dqBlocks(k)) {
+    w.open("");
+    w.line(cat("float part[1][", kDqColumns / 8, "][4];"));
+    w.open("");
+    dqGemm(w, k, block, "part");
+    retire(w, flat("part", cat(kDqColumns / 2)));
+    fenceDsFragments(w);
+    w.close();
+    dqReductions(w, k, "part", block);
+    w.close();
+  }
 }
 
 } // namespace
 
 std::optional<std::string> checkBackwardShape(const KernelShape &shape) {
-  if (shape.warps != kWarpgroupWarps || shape.blockM != kWgmmaM || shape.warpRows != kWgmmaM / kWarpgroupWarps)
-    return cat("sm90 backward: a block is one warpgroup (4 warps) of ", kWgmmaM, " query rows; got block-m ",
-               shape.blockM, " with ", shape.warps, " warps");
-  if (shape.blockN != kWgmmaM)
-    return cat("sm90 backward: block-n (", shape.blockN, ") must be ", kWgmmaM,
-               ": the K/V tile's keys are the m64 rows of the dK and dV wgmmas");
+  const int warpgroups = shape.warps / kWarpgroupWarps;
+  if (shape.warps % kWarpgroupWarps != 0 || warpgroups < 1 || warpgroups > kMaxWarpgroups)
+    return cat("sm90 backward: a block is 1 to ", kMaxWarpgroups, " computing warpgroups (4 warps each); got ",
+               shape.warps, " warps");
+  if (shape.warpRows != kWgmmaM / kWarpgroupWarps)
+    return cat("sm90 backward: a warp holds ", kWgmmaM / kWarpgroupWarps, " query rows (a quarter of an m", kWgmmaM,
+               "); got ", shape.warpRows);
+  if (shape.keyWarps == 1) {
+    if (shape.blockM != kWgmmaM * warpgroups || shape.blockN != kWgmmaM * warpgroups)
+      return cat("sm90 backward: with the query rows split over ", warpgroups, " warpgroup(s), block-m and block-n must "
+                 "be ", kWgmmaM * warpgroups, " (a warpgroup's m64 query rows of S and m64 keys of dK and dV); got "
+                 "block-m ", shape.blockM, ", block-n ", shape.blockN);
+  } else {
+    if (shape.keyWarps != warpgroups || shape.blockM != kWgmmaM || shape.blockN != kWgmmaM * warpgroups)
+      return cat("sm90 backward: with the keys split over ", warpgroups, " warpgroups, key-warps must be ", warpgroups,
+                 ", block-m ", kWgmmaM, " and block-n ", kWgmmaM * warpgroups, " (a warpgroup's m64 keys); got key-warps ",
+                 shape.keyWarps, ", block-m ", shape.blockM, ", block-n ", shape.blockN);
+    if (shape.headDim % (kDqColumns * warpgroups) != 0)
+      return cat("sm90 backward: with the keys split over ", warpgroups, " warpgroups, head_dim (", shape.headDim,
+                 ") must be a multiple of ", kDqColumns * warpgroups, " (dQ's ", kDqColumns,
+                 "-column blocks shared out evenly)");
+  }
   for (auto [name, value] : {std::pair{"head_dim", shape.headDim}, {"head_dim_v", shape.headDimV}})
     if (value != 64 && value != 128)
       return cat("sm90 backward: ", name, " (", value,

@@ -18,6 +18,7 @@
 
 #include "codegen/sm90/InstructionsSm90.h"
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -388,21 +389,34 @@ struct Wgmma {
 } // namespace sm90
 )cuda";
 
+/// The accumulator operands of a wgmma m64n<n>k16 wrapper: "%0, %1, ..." and the matching "+f"(d[i]) list.
+struct WgmmaAccumulators {
+  std::string list, operands;
+  explicit WgmmaAccumulators(int regs) {
+    for (int i = 0; i < regs; ++i) {
+      list.append(i ? ", %" : "%").append(std::to_string(i));
+      operands.append(i ? ", \"+f\"(d[" : "\"+f\"(d[").append(std::to_string(i)).append("])");
+    }
+  }
+};
+
+/// An n that is not a multiple of 8 in [8, 256] prints an #error naming it, so a bad request fails the NVRTC compile
+/// with that message instead of producing a kernel.
+inline std::optional<std::string> wgmmaWidthError(int n) {
+  if (n >= kWgmmaNStep && n <= kWgmmaMaxN && n % kWgmmaNStep == 0)
+    return std::nullopt;
+  return "#error \"wgmma m64nNk16: N = " + std::to_string(n) + " is not a multiple of 8 in [8, 256]\"\n";
+}
+
 /// The `sm90::warpgroup::Wgmma<n>` specialization: bf16/f16 × SS/RS wrappers of wgmma.mma_async.m64n<n>k16 with
-/// fp32 accumulators. An n that is not a multiple of 8 in [8, 256] prints an #error naming it, so a bad request fails
-/// the NVRTC compile with that message instead of producing a kernel.
+/// fp32 accumulators.
 inline std::string wgmmaText(int n) {
+  if (std::optional<std::string> error = wgmmaWidthError(n))
+    return *error;
   std::string text;
-  if (n < kWgmmaNStep || n > kWgmmaMaxN || n % kWgmmaNStep != 0) {
-    text.append("#error \"wgmma m64nNk16: N = ").append(std::to_string(n));
-    return text.append(" is not a multiple of 8 in [8, 256]\"\n");
-  }
   const int regs = n / 2; // fp32 accumulators per thread: operands %0 .. %(regs - 1), the others follow
-  std::string dList, dOperands;
-  for (int i = 0; i < regs; ++i) {
-    dList.append(i ? ", %" : "%").append(std::to_string(i));
-    dOperands.append(i ? ", \"+f\"(d[" : "\"+f\"(d[").append(std::to_string(i)).append("])");
-  }
+  const WgmmaAccumulators d(regs);
+  const std::string &dList = d.list, &dOperands = d.operands;
   auto op = [regs](int index) { return std::string("%").append(std::to_string(regs + index)); };
   const std::string shape = "m64n" + std::to_string(n) + "k16";
   const std::string dParam = "float (&d)[" + std::to_string(regs) + "]";
@@ -427,6 +441,32 @@ inline std::string wgmmaText(int n) {
     text.append("                 : ").append(dOperands).append("\n");
     text.append("                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(descB), ");
     text.append("\"r\"(accumulate), \"n\"(kMajorB));\n  }\n");
+  }
+  return text.append("};\n} // namespace sm90::warpgroup\n");
+}
+
+/// `sm90::warpgroup::WgmmaMnA<n>`: bf16/f16 SS wrappers of wgmma m64n<n>k16 whose A operand is MN-major (imm-trans-a
+/// 1: the M rows contiguous, as a tile staged transposed is read back untransposed), B K- or MN-major as kMajorB.
+/// The backward's dQ = dS·K reads dS from the [keys][query rows] buffer its dK GEMM reads as Aᵀ.
+inline std::string wgmmaMnMajorAText(int n) {
+  if (std::optional<std::string> error = wgmmaWidthError(n))
+    return *error;
+  const int regs = n / 2;
+  const WgmmaAccumulators d(regs);
+  auto op = [regs](int index) { return std::string("%").append(std::to_string(regs + index)); };
+  std::string text = "namespace sm90::warpgroup {\ntemplate <int kN>\nstruct WgmmaMnA;\ntemplate <>\nstruct WgmmaMnA<" +
+                     std::to_string(n) + "> {\n";
+  for (std::string type : {"bf16", "f16"}) {
+    const std::string instruction =
+        "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k16.f32." + type + "." + type;
+    text.append("  template <int kMajorB>\n  static __device__ __forceinline__ void ").append(type).append("SS(");
+    text.append("float (&d)[").append(std::to_string(regs));
+    text.append("], unsigned long long descA, unsigned long long descB, int accumulate) {\n");
+    text.append("    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, ").append(op(2)).append(", 0;\\n\"\n");
+    text.append("                 \"").append(instruction).append(" {").append(d.list).append("}, ").append(op(0));
+    text.append(", ").append(op(1)).append(", p, 1, 1, 1, ").append(op(3)).append(";\\n}\\n\"\n");
+    text.append("                 : ").append(d.operands).append("\n");
+    text.append("                 : \"l\"(descA), \"l\"(descB), \"r\"(accumulate), \"n\"(kMajorB));\n  }\n");
   }
   return text.append("};\n} // namespace sm90::warpgroup\n");
 }

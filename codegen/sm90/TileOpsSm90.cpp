@@ -435,13 +435,13 @@ public:
     if (shape.warpLayout != WarpLayout::SplitQ)
       return cat("sm90: warp layout ", warpLayoutName(shape.warpLayout),
                  " is not printed; accepted: ", warpLayoutName(WarpLayout::SplitQ));
-    // The backward's main program (BackwardSm90.cpp): one warpgroup of 64 rows that computes and copies.
-    const bool oneWarpgroup = shape.warps == kWarpgroupWarps && shape.blockM == kWgmmaM;
-    if (!oneWarpgroup && (shape.warps % kWarpgroupWarps != 0 || shape.blockM % kWgmmaM != 0 ||
-                          shape.blockM != kRowsPerWarp * (shape.warps - kWarpgroupWarps)))
+    // The backward's main program (BackwardSm90.cpp): warpgroups that all compute and copy, split-Q or by keys.
+    const bool backwardBlock = !checkBackwardShape(shape);
+    if (!backwardBlock && (shape.warps % kWarpgroupWarps != 0 || shape.blockM % kWgmmaM != 0 ||
+                           shape.blockM != kRowsPerWarp * (shape.warps - kWarpgroupWarps)))
       return cat("sm90: block-m (", shape.blockM, ") with ", shape.warps,
                  " warps: a block is one producer warpgroup plus consumer warpgroups of 64 rows each (or, in a "
-                 "backward, one warpgroup of 64 rows)");
+                 "backward, one or two computing warpgroups: ", *checkBackwardShape(shape), ")");
     if (shape.warpRows != kRowsPerWarp)
       return cat("sm90: split_q warpRows (", shape.warpRows, ") must be ", kRowsPerWarp,
                  ": a consumer warp holds its quarter of an m", kWgmmaM, " wgmma's rows");

@@ -22,8 +22,10 @@ using namespace mlir;
 using namespace flashtile::tile;
 
 constexpr int kWarpgroupWarps = 4;
-/// The backward's Q-tile rows and K/V-tile keys: one warpgroup's m64.
+/// The backward's rows of a warpgroup (Q-tile rows or K/V-tile keys): a wgmma's m64.
 constexpr int64_t kBackwardBlock = 64;
+/// The backward's computing warpgroups a block by default (and at most).
+constexpr int64_t kBackwardWarpgroups = 2;
 /// The backward's intra-wg-overlap default.
 constexpr int64_t kBackwardOverlap = 1;
 
@@ -129,10 +131,15 @@ public:
                              /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, shapeClass);
   }
 
-  /// The backward's three programs share one configuration: one warpgroup (4 warps) a block computing with wgmma and
-  /// copying with cp.async, 64-row Q tiles and 64-key K/V tiles (the m64 of the GEMMs whose rows are keys, dK and dV
-  /// in its registers), Q, dO, LSE and D copied one Q tile ahead (stages = 2 Q-tile buffers). The knobs that shape
-  /// the forward's roles have no meaning here and are refused by name.
+  /// The backward's three programs share one configuration: W computing warpgroups (consumer-warpgroups, 1 or 2) a
+  /// block with wgmma, copying with cp.async, over K/V tiles of 64·W keys (each warpgroup's m64 rows of dK and dV in
+  /// its registers), Q, dO, LSE and D copied one Q tile ahead (stages = 2 Q-tile buffers). The warpgroups split S's
+  /// query rows (block-m 64·W, split-Q) or its keys (block-m 64, key split: tile.key_warps = W; dQ's column blocks
+  /// shared out). Defaults, two warpgroups over 128 keys (FA3's 128-key K/V tiles: a block adds each dQ element once
+  /// per 128 keys instead of 64, halving the fp32 reductions that bound the one-warpgroup form, docs/backward.md):
+  /// split-Q 128 × 128 at head dim 64, key split 64 × 128 at 128 (split-Q there would hold 128 + 128 fp32 of S and
+  /// dP beside 128 of dK and dV a thread). The knobs that shape the forward's roles have no meaning here and are
+  /// refused by name.
   FailureOr<ScheduleAttr> configureBackward(FuncOp func, const schedule::Knobs &knobs) const {
     auto refuse = [&](const char *name, int64_t value, const std::string &accepted) {
       return func.emitOpError() << "fa3 backward: " << name << " = " << value << " is not supported; accepted: "
@@ -144,27 +151,45 @@ public:
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
                                      "consumer-warpgroups and intra-wg-overlap";
-    const int64_t blockM = knob(knobs, kBlockM, kBackwardBlock), blockN = knob(knobs, kBlockN, kBackwardBlock);
-    const int64_t consumers = knob(knobs, kConsumerWarpgroups, 1), stages = knob(knobs, kStages, 2);
-    if (blockM != kBackwardBlock)
-      return refuse(kBlockM, blockM, "64 (one warpgroup's m64 rows)");
-    if (blockN != kBackwardBlock)
-      return refuse(kBlockN, blockN, "64 (the m64 rows of the dK and dV wgmmas)");
-    if (consumers != 1)
-      return refuse(kConsumerWarpgroups, consumers, "1");
-    if (stages != 2)
-      return refuse(kStages, stages, "2 (Q-tile buffers: each Q tile copied one tile ahead)");
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 128)
-        return refuse(name, value, "64 or 128 (dK and dV in one warpgroup's registers); the fa2 backward serves the "
+        return refuse(name, value, "64 or 128 (dK and dV in the warpgroups' registers); the fa2 backward serves the "
                                    "others");
+    const int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
+    // A block-n alone names the warpgroups too (one per 64 keys).
+    const int64_t consumers =
+        knob(knobs, kConsumerWarpgroups,
+             knobs.count(kBlockN) && knobs.at(kBlockN) % kBackwardBlock == 0 ? knobs.at(kBlockN) / kBackwardBlock
+                                                                                : kBackwardWarpgroups);
+    if (consumers < 1 || consumers > kBackwardWarpgroups)
+      return refuse(kConsumerWarpgroups, consumers, "1 or 2 (computing warpgroups a block)");
+    const int64_t keys = kBackwardBlock * consumers;
+    const int64_t blockN = knob(knobs, kBlockN, keys);
+    const int64_t blockM = knob(knobs, kBlockM, headDim <= 64 ? keys : kBackwardBlock);
+    const int64_t stages = knob(knobs, kStages, 2);
+    if (blockN != keys)
+      return refuse(kBlockN, blockN, std::to_string(keys) + " with " + std::to_string(consumers) +
+                                         " consumer warpgroup(s) (each warpgroup's m64 keys of dK and dV)");
+    const bool keySplit = consumers > 1 && blockM == kBackwardBlock;
+    if (blockM != keys && !keySplit)
+      return refuse(kBlockM, blockM, consumers == 1 ? std::string("64 (one warpgroup's m64 rows)")
+                                                    : std::to_string(keys) + " (split-Q: a warpgroup's m64 query "
+                                                      "rows) or 64 (the warpgroups split the keys)");
+    if (keySplit && func.getHeadDim() % keys != 0)
+      return refuse(kBlockM, blockM, std::to_string(keys) + " at head dim " + std::to_string(func.getHeadDim()) +
+                                         " (a key split shares dQ's 64-column blocks out evenly over the warpgroups: "
+                                         "head dims that are multiples of " + std::to_string(keys) + ")");
+    if (stages != 2)
+      return refuse(kStages, stages, "2 (Q-tile buffers: each Q tile copied one tile ahead)");
+    if (keySplit)
+      func->setAttr(kKeyWarpsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), consumers));
     // intra-wg-overlap: a Q tile's GEMMs in flight together, each waited on where its result is first read (S's
     // softmax under dP; dQ's reductions under dV and dK); 0: each waited on when issued.
     if (knob(knobs, kOverlap, kBackwardOverlap) != 0)
       func->setAttr(kGemmOverlapAttr, UnitAttr::get(func.getContext()));
-    return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, kWarpgroupWarps, WarpLayout::SplitQ,
-                             blockM / kWarpgroupWarps, stages, /*rescaleThreshold=*/0, /*minBlocksPerSm=*/0,
-                             /*lptGroupBlocks=*/0, ShapeClass::Default);
+    return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, kWarpgroupWarps * consumers,
+                             WarpLayout::SplitQ, kBackwardBlock / kWarpgroupWarps, stages, /*rescaleThreshold=*/0,
+                             /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, ShapeClass::Default);
   }
 
   bool walkDescending() const override { return true; }

@@ -94,11 +94,17 @@ TEST_P(Fa3BackwardCompiles, ThreeKernelsToOneCubinWithWgmma) {
   EXPECT_TRUE(info.verify().ok()) << info.verify().message();
   for (const std::string &entry : plans::launchedEntries(info))
     EXPECT_NE(result->cubin.find(entry), std::string::npos) << entry;
-  // The five GEMMs: S and dP (SS, K-major), dV and dK (SS, MN-major B), dQ (RS), P and dS staged transposed.
+  // The five GEMMs: S and dP (SS, K-major), dV and dK (SS, MN-major B), dQ (two warpgroups: SS with dS read back
+  // MN-major from its staging buffer), P and dS staged transposed; 128-key K/V tiles over two warpgroups, split-Q at
+  // head dim 64 and the keys split at 128.
   const std::string &cuda = result->cuda;
   EXPECT_NE(cuda.find("SS<sm90::warpgroup::kKMajor>"), std::string::npos);
   EXPECT_NE(cuda.find("SS<sm90::warpgroup::kMNMajor>"), std::string::npos);
-  EXPECT_NE(cuda.find("RS<sm90::warpgroup::kMNMajor>"), std::string::npos);
+  EXPECT_NE(cuda.find("sm90::warpgroup::WgmmaMnA<64>::"), std::string::npos);
+  EXPECT_EQ(cuda.find("RS<sm90::warpgroup::kMNMajor>("), std::string::npos);
+  EXPECT_NE(cuda.find("__launch_bounds__(256) flashtile_"), std::string::npos);
+  EXPECT_NE(cuda.find("constexpr int kBlockN = 128;"), std::string::npos);
+  EXPECT_EQ(cuda.find("constexpr int kKeyWarps = 2;") != std::string::npos, headDim == 128);
   EXPECT_NE(cuda.find("sm90::warp::stmatrixX4Trans("), std::string::npos);
   // The prelude defines the fragment primitives; no kernel calls the mma.sync ones.
   EXPECT_EQ(cuda.find("sm80::mmaBf16("), std::string::npos);
@@ -157,9 +163,11 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
   }
   // Knobs: the ones it takes are named with their accepted values; the forward's role knobs are refused by name.
   for (auto [knob, value, message] :
-       {std::tuple{"block-n", 128, "fa3 backward: block-n = 128 is not supported; accepted: 64"},
-        {"block-m", 128, "fa3 backward: block-m = 128 is not supported; accepted: 64"},
-        {"consumer-warpgroups", 2, "fa3 backward: consumer-warpgroups = 2 is not supported; accepted: 1"},
+       {std::tuple{"block-n", 96, "fa3 backward: block-n = 96 is not supported; accepted: 128 with 2 consumer "
+                                  "warpgroup(s)"},
+        {"block-m", 96, "fa3 backward: block-m = 96 is not supported; accepted: 128 (split-Q: a warpgroup's m64 query "
+                        "rows) or 64 (the warpgroups split the keys)"},
+        {"consumer-warpgroups", 3, "fa3 backward: consumer-warpgroups = 3 is not supported; accepted: 1 or 2"},
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups and intra-wg-overlap"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"}}) {
@@ -169,6 +177,32 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
     ASSERT_FALSE(refused.ok()) << knob;
     EXPECT_NE(refused.status().message().find(message), std::string::npos) << refused.status().message();
   }
+  // One warpgroup over 64-key tiles (the first form) and the two layouts of two; a key split needs dQ's 64-column
+  // blocks to share out evenly (not at head dim 64).
+  for (auto [headDim, knobs, keyWarps] :
+       {std::tuple{128, schedule::Knobs{{"consumer-warpgroups", 1}}, 0}, {64, schedule::Knobs{{"block-n", 64}}, 0},
+        {128, schedule::Knobs{{"block-m", 64}}, 2}}) {
+    StatusOr<jit::CompileResult> result = jit::compile(
+        *variants::byName("causal"), backwardOptions(ElementType::BF16, headDim, "sm_90a", knobs, "fa3"),
+        jit::Stage::Cuda);
+    ASSERT_TRUE(result.ok()) << result.status().message();
+    EXPECT_EQ(result->cuda.find("kKeyWarps = 2;") != std::string::npos, keyWarps == 2) << headDim;
+  }
+  // Split-Q over 128 keys at head dim 128: its buffers pass the shared-memory limit, refused naming both.
+  StatusOr<jit::CompileResult> wide = jit::compile(
+      *variants::byName("none"), backwardOptions(ElementType::BF16, 128, "sm_90a", {{"block-m", 128}}, "fa3"),
+      jit::Stage::Cuda);
+  ASSERT_FALSE(wide.ok());
+  EXPECT_NE(wide.status().message().find("bytes of shared memory; sm_90a allows 232448"), std::string::npos)
+      << wide.status().message();
+  StatusOr<jit::CompileResult> splitAt64 = jit::compile(
+      *variants::byName("none"), backwardOptions(ElementType::BF16, 64, "sm_90a", {{"block-m", 64}}, "fa3"),
+      jit::Stage::Scheduled);
+  ASSERT_FALSE(splitAt64.ok());
+  EXPECT_NE(splitAt64.status().message().find("fa3 backward: block-m = 64 is not supported; accepted: 128 at head "
+                                              "dim 64"),
+            std::string::npos)
+      << splitAt64.status().message();
   // sm_80 has no wgmma: fa3 has no lowering there.
   StatusOr<jit::CompileResult> sm80 = jit::compile(
       *variants::byName("none"), backwardOptions(ElementType::BF16, 128, "sm_80", {}, "fa3"), jit::Stage::Scheduled);
