@@ -10,6 +10,7 @@ flex_attention with the variant's score_mod and block mask (check_variants.Varia
 sinks have no FlexAttention form. Each backward is timed alone (median of 10 after 3 warm-ups) as in backward_bench.py.
 Before timing, every variant's gradients are compared with an fp32 autograd reference (FlashAttention's rule, 2x;
 3x with softcap) at a small shape, so a fast wrong backward cannot pass unnoticed.
+backward_bench.py --variants times the built-in variants against FA4 as well, with training-step times.
 """
 import argparse
 import json
