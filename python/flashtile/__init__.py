@@ -14,7 +14,8 @@
 - variants: the built-in variants, written with the same Python API.
 
 The compiler (MLIR + NVRTC) runs in process on first use of a kernel; kernels are cached on disk
-(FLASHTILE_CACHE_DIR, default ~/.cache/flashtile). torch is needed for the attention calls only.
+(FLASHTILE_CACHE_DIR, default ~/.cache/flashtile; a cache others can write is refused unless
+FLASHTILE_SHARED_CACHE=1). torch is needed for the attention calls only.
 """
 
 from . import dsl, variants

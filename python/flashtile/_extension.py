@@ -10,6 +10,12 @@ logger; flashtile.call_path() says which path is active and why.
 FLASHTILE_EXTENSION: auto (the default: build in a background thread), wait (build before the first call
 returns), require (as wait, and an error if it cannot be built), off (ctypes only). build_extension() builds it
 ahead of time.
+
+A module loaded from the cache runs in this process, so whoever can write the cache could run code here. As ssh's
+StrictModes (and the runtime's kernel cache, runtime/include/flashtile/runtime/CacheTrust.h): the cache's folders
+are created 0700 and the module 0700; before it is loaded, the module and every folder on its path must be owned
+by this user (or root) and not writable by group or others (a sticky folder above the cache, as /tmp, is accepted;
+so is group write by this user's own private group). FLASHTILE_SHARED_CACHE=1 accepts a cache others can write.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import importlib.machinery
 import importlib.util
 import logging
 import os
+import stat as statmodes
 import shutil
 import subprocess
 import sys
@@ -29,6 +36,7 @@ from typing import Callable, Optional
 
 from ._lib import FlashtileError
 
+SHARED_VARIABLE = "FLASHTILE_SHARED_CACHE"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_fastpath.cpp")
 MODE_VARIABLE = "FLASHTILE_EXTENSION"
 MODES = ("auto", "wait", "require", "off")
@@ -60,9 +68,96 @@ def mode() -> str:
     return value
 
 
+def cache_root() -> str:
+    return os.environ.get("FLASHTILE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "flashtile")
+
+
 def cache_folder() -> str:
-    root = os.environ.get("FLASHTILE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "flashtile")
-    return os.path.join(root, "torch-ext")
+    return os.path.join(cache_root(), "torch-ext")
+
+
+def shared_cache() -> bool:
+    """Whether the caller accepts a cache other users can write (FLASHTILE_SHARED_CACHE, anything but "" or "0")."""
+    return os.environ.get(SHARED_VARIABLE, "") not in ("", "0")
+
+
+def _private_group(gid: int, uid: int) -> bool:
+    """Whether group `gid` is user `uid`'s own: its primary group, with no other member (Debian's user groups)."""
+    try:
+        import grp
+        import pwd
+
+        user = pwd.getpwuid(uid)
+        return user.pw_gid == gid and all(member == user.pw_name for member in grp.getgrgid(gid).gr_mem)
+    except (ImportError, KeyError):
+        return False
+
+
+def _why_untrusted(st, uid: int, sticky_accepted: bool, private_group) -> str:
+    if st.st_uid not in (uid, 0):
+        return f"is owned by uid {st.st_uid}, not by you (uid {uid}) or root"
+    if sticky_accepted and statmodes.S_ISDIR(st.st_mode) and st.st_mode & statmodes.S_ISVTX:
+        return ""
+    mode = f"mode {statmodes.S_IMODE(st.st_mode):04o}"
+    if st.st_mode & statmodes.S_IWOTH:
+        return f"is writable by others ({mode})"
+    if st.st_mode & statmodes.S_IWGRP and not private_group(st.st_gid, uid):
+        return f"is writable by its group, gid {st.st_gid} ({mode})"
+    return ""
+
+
+def check_trusted(path: str, root: str, stat: Callable = os.stat, lstat: Callable = os.lstat,
+                  uid: Optional[int] = None, private_group: Callable = _private_group) -> None:
+    """Raises FlashtileError unless `path` (a file in the cache rooted at `root`) may be loaded: it and each folder
+    up to / owned by this user or root and not writable by group or others, but for sticky folders above `root`.
+    A missing file passes (there is nothing to load). stat, lstat, uid and private_group are the tests' seams."""
+    uid = os.geteuid() if uid is None else uid
+
+    def refuse(at: str, why: str, folder: bool) -> FlashtileError:
+        fix = f"chmod go-w '{at}' (and chown it to yourself)" if folder else "remove it (it is built again)"
+        kind = "folder " if folder else ""
+        return FlashtileError(
+            f"refusing to load '{path}' from the cache: {kind}'{at}' {why}, so another user could have planted it. "
+            f"Fix: {fix}, or set FLASHTILE_CACHE_DIR to a folder of your own, or set {SHARED_VARIABLE}=1 if you "
+            f"trust everyone who can write there")
+
+    try:
+        st = stat(path)
+    except FileNotFoundError:
+        return
+    why = _why_untrusted(st, uid, False, private_group)
+    if why:
+        raise refuse(path, why, False)
+    root = os.path.realpath(root)
+    at = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    while True:
+        inside = at == root or at.startswith(root.rstrip(os.sep) + os.sep)
+        why = _why_untrusted(lstat(at), uid, not inside, private_group)
+        if why:
+            raise refuse(at, why, True)
+        parent = os.path.dirname(at)
+        if parent == at:
+            return
+        at = parent
+
+
+def _make_folders(folder: str) -> None:
+    """Creates `folder` and its missing parents, each 0700 (the umask's mode for a shared cache); folders that exist
+    are left as they are."""
+    mode = 0o777 if shared_cache() else 0o700
+    missing = []
+    at = os.path.abspath(folder)
+    while not os.path.isdir(at):
+        missing.append(at)
+        parent = os.path.dirname(at)
+        if parent == at:
+            break
+        at = parent
+    for at in reversed(missing):
+        try:
+            os.mkdir(at, mode)
+        except FileExistsError:
+            pass
 
 
 def target_path() -> str:
@@ -128,6 +223,8 @@ def _build(target: str) -> None:
         except OSError:
             pass
         raise FlashtileError(f"the C++ compiler failed (exit {result.returncode}; its output: {target}.log)")
+    if not shared_cache():
+        os.chmod(temporary, 0o700)  # the linker's mode follows the umask (group-writable under umask 002)
     os.replace(temporary, target)
 
 
@@ -135,7 +232,7 @@ def _take_lock(lock: str) -> bool:
     """One process builds at a time: the others wait for its module (a lock older than _STALE_LOCK_SECONDS is
     taken over)."""
     try:
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
         try:
             if time.time() - os.path.getmtime(lock) > _STALE_LOCK_SECONDS:
@@ -149,13 +246,17 @@ def _take_lock(lock: str) -> bool:
 
 
 def _obtain(target: str):
-    """The module at `target`, built first if missing (or if the file there does not load)."""
+    """The module at `target`, built first if missing (or if the file there does not load). Refused, before it is
+    loaded, where another user could have written it (check_trusted)."""
+    shared = shared_cache()
     if os.path.exists(target):
+        if not shared:
+            check_trusted(target, cache_root())
         try:
             return _load(target)
         except ImportError:
             os.unlink(target)  # built against something else than what is installed now: built again below
-    os.makedirs(os.path.dirname(target), exist_ok=True)
+    _make_folders(os.path.dirname(target))
     lock = target + ".lock"
     deadline = time.time() + _BUILD_TIMEOUT_SECONDS
     while not os.path.exists(target):
@@ -170,6 +271,8 @@ def _obtain(target: str):
         else:
             _set(f"ctypes: another process is building the C++ call path ({lock})")
             time.sleep(0.5)
+    if not shared:
+        check_trusted(target, cache_root())
     return _load(target)
 
 

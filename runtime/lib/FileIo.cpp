@@ -69,7 +69,8 @@ std::string uniqueTempName(const fs::path &target) {
 Status replaceAtomically(const std::string &userPath, const fs::path &target, std::string_view bytes, int mode) {
   fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   fs::path temp = dir / uniqueTempName(target);
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  // Created with no more than `mode` allows, so the bytes are never readable by more than the final file's are.
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode >= 0 ? mode_t(mode) & 0666 : 0666);
   if (fd < 0)
     return failure(userPath, "cannot create a temporary file in '" + dir.string() + "'", errno);
   int error = 0;
@@ -120,8 +121,8 @@ StatusOr<Resolved> resolveLinks(const std::string &path) {
 
 } // namespace
 
-Status flashtile::replaceFileAtomically(const std::string &path, std::string_view bytes) {
-  return replaceAtomically(path, path, bytes, -1);
+Status flashtile::replaceFileAtomically(const std::string &path, std::string_view bytes, int mode) {
+  return replaceAtomically(path, path, bytes, mode);
 }
 
 Status flashtile::writeOutputFile(const std::string &path, std::string_view bytes) {

@@ -179,17 +179,16 @@ void removeStaleTempFiles(const std::string &dir) {
 /// checksum and is rebuilt, which is cheaper than syncing every write. What is at `path` is replaced whatever it
 /// is (rename replaces a FIFO or a symlink itself, never its target), except a non-empty directory: that is left
 /// alone and reported. The error says what failed and why.
-Status writeFileAtomically(const std::string &path, const std::string &bytes) {
+/// Directories are created 0700 and the file 0600, unless the cache is `shared` (CacheTrust.h).
+Status writeFileAtomically(const std::string &path, const std::string &bytes, bool shared) {
   fs::path target(path);
-  std::error_code error;
-  fs::create_directories(target.parent_path(), error);
-  if (error)
-    return Status::error("cannot create " + target.parent_path().string() + ": " + error.message());
+  if (Status created = createCacheDirectories(target.parent_path().string(), shared); !created.ok())
+    return created;
   struct stat existing {};
   if (lstat(path.c_str(), &existing) == 0 && S_ISDIR(existing.st_mode) && rmdir(path.c_str()) != 0)
     return Status::error(path + " is a directory that cannot be removed (" + std::strerror(errno) +
                          "); the entry is not stored");
-  return replaceFileAtomically(path, bytes);
+  return replaceFileAtomically(path, bytes, cacheFileMode(shared));
 }
 
 /// Marks an entry as just used, for the size cap's least-recently-used order (modification time: access times
@@ -281,6 +280,7 @@ KernelCache::Options KernelCache::optionsFromEnvironment() {
     options.dir = std::string(home) + "/.cache/flashtile";
   else
     options.diskEnabled = false;
+  options.shared = sharedCacheAccepted();
   readSizeCap(options);
   return options;
 }
@@ -309,6 +309,10 @@ std::optional<std::string> KernelCache::readNote(const std::string &key) {
     return std::nullopt;
   try {
     std::string path = notePath(key);
+    if (!trusted(path)) {
+      ++rejectedEntries;
+      return std::nullopt;
+    }
     FileProblem problem = FileProblem::None;
     StatusOr<std::string> bytes = readRegularFile(path, kMaxNoteBytes, &problem);
     if (!bytes.ok()) {
@@ -377,7 +381,9 @@ KernelCache::Result KernelCache::load(const std::string &key, const Compile &com
   // this key would never be answered.
   try {
     std::string path = entryPath(key);
-    if (config.diskEnabled) {
+    if (config.diskEnabled && !trusted(path)) {
+      ++rejectedEntries; // compiled again below; the write replaces the entry (where the directory allows it)
+    } else if (config.diskEnabled) {
       FileProblem problem = FileProblem::None;
       StatusOr<std::string> bytes = readRegularFile(path, kMaxEntryBytes, &problem);
       if (bytes.ok()) {
@@ -494,7 +500,7 @@ StatusOr<uint64_t> KernelCache::evictToFit(uint64_t maxBytes) {
 void KernelCache::store(const std::string &path, const std::string &bytes) {
   if (!staleTempFilesRemoved.exchange(true))
     removeStaleTempFiles(config.dir);
-  Status written = writeFileAtomically(path, bytes);
+  Status written = writeFileAtomically(path, bytes, config.shared);
   if (written.ok())
     return;
   ++diskWriteFailures;
@@ -506,6 +512,18 @@ void KernelCache::store(const std::string &path, const std::string &bytes) {
   if (!writeFailureReported.exchange(true))
     logWarning("kernel cache: " + written.message() + "; kernels are compiled again in every process until " +
                config.dir + " can be written (set FLASHTILE_CACHE_DIR elsewhere, or FLASHTILE_DISABLE_CACHE=1)");
+}
+
+bool KernelCache::trusted(const std::string &path) {
+  if (config.shared)
+    return true;
+  Status checked = checkCacheFileTrusted(path, config.dir, config.trustProbe);
+  if (checked.ok())
+    return true;
+  // Once per cache: every entry under the same directory is refused the same way.
+  if (!untrustedReported.exchange(true))
+    logWarning("kernel cache: " + checked.message() + "; kernels are compiled again instead");
+  return false;
 }
 
 std::string KernelCache::lastDiskWriteError() const {
@@ -520,7 +538,7 @@ Status KernelCache::checkDiskWritable() const {
   std::string probe = (fs::path(config.dir) / (std::string(kTempPrefix) + "probe-" + std::to_string(getpid()) + "-" +
                                                hex64(std::random_device()())))
                           .string();
-  Status written = writeFileAtomically(probe, std::string(kMagic));
+  Status written = writeFileAtomically(probe, std::string(kMagic), config.shared);
   unlink(probe.c_str());
   return written.withContext("kernel cache " + config.dir);
 }

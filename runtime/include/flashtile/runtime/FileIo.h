@@ -31,8 +31,9 @@ inline constexpr std::string_view kTempFileInfix = ".tmp-";
 /// Replaces what is at `path` itself (a symbolic link or FIFO there is replaced, not followed) with a regular file
 /// holding `bytes`: the bytes go to a fresh, uniquely named temporary file in the same directory, renamed over
 /// `path`; the temporary is removed on every failure. The one atomic write of the project: writeOutputFile uses it
-/// for regular files (after following links), the kernel cache for its entries.
-Status replaceFileAtomically(const std::string &path, std::string_view bytes);
+/// for regular files (after following links), the kernel cache for its entries. `mode` (when >= 0) is the new
+/// file's mode, set before a byte is written; else it is 0666 less the umask.
+Status replaceFileAtomically(const std::string &path, std::string_view bytes, int mode = -1);
 
 /// Whether a directory entry named `name` is one of those temporary files (a writer that died leaves one behind).
 inline bool isTempFileName(std::string_view name) {

@@ -8,6 +8,7 @@
 #ifndef FLASHTILE_RUNTIME_KERNELCACHE_H
 #define FLASHTILE_RUNTIME_KERNELCACHE_H
 
+#include "flashtile/runtime/CacheTrust.h"
 #include "flashtile/runtime/KernelInfo.h"
 #include "flashtile/runtime/Status.h"
 
@@ -41,17 +42,25 @@ public:
     uint64_t maxBytes = 0;
     /// A setting from the environment that was not understood (and what was done instead); empty when none.
     std::string warning;
+    /// The caller accepts a cache other users can write (FLASHTILE_SHARED_CACHE): entries are loaded unchecked,
+    /// directories and files get the umask's modes. Otherwise (CacheTrust.h) directories are created 0700, files
+    /// 0600, and an entry is loaded only when it and every directory on its path pass ssh's StrictModes checks.
+    bool shared = false;
+    /// What those checks see (the system's, unless a test says otherwise).
+    CacheTrustProbe trustProbe;
   };
   /// FLASHTILE_CACHE_DIR (default $HOME/.cache/flashtile); FLASHTILE_DISABLE_CACHE set to anything but "" or
   /// "0" disables the disk layer, as does an unset HOME without FLASHTILE_CACHE_DIR. FLASHTILE_CACHE_MAX_MB: the
   /// size cap in MiB (a positive integer; anything else means no cap, and Options::warning says why).
+  /// FLASHTILE_SHARED_CACHE set to anything but "" or "0": Options::shared.
   static Options optionsFromEnvironment();
 
   struct Stats {
     uint64_t memoryHits = 0;        // served from memory, including callers that waited for another's compile
     uint64_t diskHits = 0;          // loaded from a valid disk entry
     uint64_t misses = 0;            // calls of the compile function
-    uint64_t rejectedEntries = 0;   // disk entries that existed but failed a check (or were not regular files)
+    uint64_t rejectedEntries = 0;   // disk entries that existed but failed a check (or were not regular files,
+                                    // or were refused as untrusted: CacheTrust.h)
     uint64_t diskWriteFailures = 0; // entries that could not be stored (the kernel was still returned)
   };
 
@@ -109,6 +118,8 @@ private:
   using Result = StatusOr<std::shared_ptr<const CachedKernel>>;
   Result load(const std::string &key, const Compile &compile);
   std::string notePath(const std::string &key) const;
+  /// Whether the file at `path` may be read (CacheTrust.h); a refusal is reported once through the log.
+  bool trusted(const std::string &path);
   /// Writes one entry; on the first write, removes `.tmp-*` files that dead writers left behind.
   void store(const std::string &path, const std::string &bytes);
 
@@ -117,7 +128,7 @@ private:
   /// In-flight and finished lookups; failed ones are erased once their callers have the error.
   std::unordered_map<std::string, std::shared_future<Result>> entries;
   std::atomic<uint64_t> memoryHits{0}, diskHits{0}, misses{0}, rejectedEntries{0}, diskWriteFailures{0};
-  std::atomic<bool> staleTempFilesRemoved{false}, writeFailureReported{false};
+  std::atomic<bool> staleTempFilesRemoved{false}, writeFailureReported{false}, untrustedReported{false};
   std::string lastWriteError; // guarded by mutex
 };
 
