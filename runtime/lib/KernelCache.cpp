@@ -253,12 +253,18 @@ CacheFile classify(const fs::directory_entry &file) {
   return extension == kEntrySuffix || extension == kNoteSuffix ? CacheFile::Entry : CacheFile::Other;
 }
 
-/// Calls `visit` for each of the cache's files in `dir`; a missing directory has none.
+/// Calls `visit` for each of the cache's files in `dir`. Only a missing directory has none: one that cannot be
+/// reached (no search permission on the way, a loop of links, a file on the path) is an error, never an empty cache.
 Status forEachCacheFile(const std::string &dir,
                         const std::function<void(const fs::directory_entry &, CacheFile)> &visit) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT)
+      return Status();
+    return Status::error("cannot reach the kernel cache '" + dir + "': " + std::strerror(errno) +
+                         " (make it reachable, or set FLASHTILE_CACHE_DIR to the cache you mean)");
+  }
   std::error_code ec;
-  if (!fs::exists(dir, ec))
-    return Status();
   fs::directory_iterator it(dir, ec), end;
   for (; !ec && it != end; it.increment(ec))
     if (CacheFile kind = classify(*it); kind != CacheFile::Other)

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -453,6 +454,43 @@ TEST(KernelCache, PersistentWriteFailuresAreReportedOnce) {
   EXPECT_TRUE(fs::is_empty(dir.path() / "cache")) << "the probe leaves nothing behind";
   KernelCache off(test::cacheOptions("", false));
   EXPECT_THAT(off.checkDiskWritable().message(), HasSubstr("the disk cache is off"));
+}
+
+TEST(KernelCache, AnUnreachableCacheIsAnErrorNotAnEmptyOne) {
+  test::TempDir dir;
+  fs::path loop = dir.path() / "loop";
+  fs::create_symlink("loop", loop);
+  fs::path file = dir.path() / "file";
+  writeBytes(file, "x");
+  std::vector<std::pair<fs::path, std::string>> cases = {{loop, "Too many levels of symbolic links"},
+                                                         {file / "cache", "Not a directory"}};
+  fs::path locked = dir.path() / "locked";
+  if (::geteuid() != 0) { // root enters any directory
+    fs::create_directories(locked / "cache");
+    fs::permissions(locked, fs::perms::none);
+    cases.push_back({locked / "cache", "Permission denied"});
+  }
+  for (const auto &[cacheDir, why] : cases) {
+    SCOPED_TRACE(cacheDir.string());
+    KernelCache cache(onDisk(cacheDir));
+    std::string expected = "cannot reach the kernel cache '" + cacheDir.string() + "': " + why;
+    StatusOr<std::vector<KernelCache::DiskEntry>> listed = cache.listDiskEntries();
+    ASSERT_FALSE(listed.ok());
+    EXPECT_THAT(listed.status().message(), HasSubstr(expected));
+    EXPECT_THAT(listed.status().message(), HasSubstr("FLASHTILE_CACHE_DIR"));
+    StatusOr<KernelCache::DiskUsage> usage = cache.diskUsage();
+    ASSERT_FALSE(usage.ok());
+    EXPECT_THAT(usage.status().message(), HasSubstr(expected));
+    StatusOr<uint64_t> cleared = cache.clearDisk();
+    ASSERT_FALSE(cleared.ok());
+    EXPECT_THAT(cleared.status().message(), HasSubstr(expected));
+  }
+  std::error_code ignored; // absent where root skipped it
+  fs::permissions(locked, fs::perms::owner_all, fs::perm_options::replace, ignored);
+
+  KernelCache missing(onDisk(dir.path() / "none"));
+  ASSERT_TRUE(missing.clearDisk().ok()) << "a missing directory is an empty cache";
+  EXPECT_EQ(*missing.clearDisk(), 0u);
 }
 
 TEST(Log, DefaultGoesToStderrUnlessSilenced) {
