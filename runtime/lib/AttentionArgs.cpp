@@ -46,6 +46,64 @@ Status checkStrides(std::string_view name, const std::array<long long, 4> &strid
   return Status();
 }
 
+/// Q, K, V, O and their gradients hold fp16 or bf16 elements.
+constexpr long long kElementBytes = 2;
+
+/// A tensor's extents, ordered as its strides {batch, seq, head, dim}.
+using Extents = std::array<long long, 4>;
+
+/// Whether every element of tensor `name` lies within a 64-bit byte offset of its pointer: stride x (extent - 1) x
+/// element size, summed over the dimensions, must fit in int64 (the kernels and the driver compute addresses in 64
+/// bits; a sum that wraps would address memory outside the tensor). An empty tensor addresses nothing.
+Status checkByteReach(std::string_view name, const std::array<long long, 4> &stride, const Extents &extent) {
+  if (std::any_of(extent.begin(), extent.end(), [](long long e) { return e <= 0; }))
+    return Status();
+  long long reach = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    long long term = 0;
+    if (__builtin_mul_overflow(stride[i], extent[i] - 1, &term) || __builtin_mul_overflow(term, kElementBytes, &term) ||
+        __builtin_add_overflow(reach, term, &reach))
+      return Status::error(std::string(name) + "Stride[" + std::to_string(i) + "] (" + std::string(kStrideNames[i]) +
+                           " stride) is " + std::to_string(stride[i]) + " over " + std::to_string(extent[i]) +
+                           " entries: the byte offset of " + std::string(name) +
+                           "'s last element (stride x (extent - 1) x " + std::to_string(kElementBytes) +
+                           " bytes, summed over batch, seq, head and dim) does not fit in a signed 64-bit integer; " +
+                           "pass strides of a tensor that exists");
+  }
+  return Status();
+}
+
+/// The forward's tensors: Q and O as given, K and V as the call reads them (a contiguous KV cache has cacheBatch
+/// rows, a paged one numPages pages of pageSize keys), and a KV-cache call's new keys and values. A varlen call's
+/// batch stride is ignored (one batch entry).
+Status checkForwardByteReach(const AttentionArgs &args) {
+  const long long batch = args.isVarlen() ? 1 : args.batch;
+  const KvCacheArgs &c = args.kvCache;
+  long long kvBatch = batch, kvRows = args.seqlenK;
+  if (c.layout == KvCacheLayout::Contiguous) {
+    kvBatch = c.cacheBatch;
+  } else if (c.layout == KvCacheLayout::Paged) {
+    kvBatch = c.numPages;
+    kvRows = c.pageSize;
+  }
+  const std::array<std::tuple<std::string_view, const std::array<long long, 4> &, Extents>, 4> tensors = {{
+      {"q", args.qStride, {batch, args.seqlenQ, args.headsQ, args.headDim}},
+      {"k", args.kStride, {kvBatch, kvRows, args.headsKv, args.headDim}},
+      {"v", args.vStride, {kvBatch, kvRows, args.headsKv, args.headDimV}},
+      {"o", args.oStride, {batch, args.seqlenQ, args.headsQ, args.headDimV}},
+  }};
+  for (const auto &[name, stride, extent] : tensors)
+    if (Status s = checkByteReach(name, stride, extent); !s.ok())
+      return s;
+  if (c.enabled() && c.kNew)
+    for (auto [name, stride, headDim] : {std::tuple<std::string_view, const std::array<long long, 4> &, int>{
+                                             "kvCache.kNew", c.kNewStride, args.headDim},
+                                         {"kvCache.vNew", c.vNewStride, args.headDimV}})
+      if (Status s = checkByteReach(name, stride, {args.batch, c.seqlenNew, args.headsKv, headDim}); !s.ok())
+        return s;
+  return Status();
+}
+
 Status checkAligned(std::string_view name, const void *pointer, size_t alignment) {
   if (reinterpret_cast<uintptr_t>(pointer) % alignment == 0)
     return Status();
@@ -231,6 +289,8 @@ Status Runtime::validate(const AttentionArgs &args) {
                          " (FLASHTILE_MAX_VARIANT_INPUTS) are supported");
   if (Status s = detail::checkKvCacheArgs(args); !s.ok())
     return s;
+  if (Status s = checkForwardByteReach(args); !s.ok())
+    return s;
   return detail::checkSplitKvArgs(args);
 }
 
@@ -339,6 +399,20 @@ Status Runtime::validateBackward(const BackwardArgs &args) {
                               {"dV", args.dVStride}})
     if (Status s = checkStrides(name, stride, forward.isVarlen()); !s.ok())
       return s;
+  // The gradients have the shapes of O, Q, K and V (the backward has no KV cache).
+  const long long batch = forward.isVarlen() ? 1 : forward.batch;
+  const Extents queryShape = {batch, forward.seqlenQ, forward.headsQ, 0};
+  const Extents keyShape = {batch, forward.seqlenK, forward.headsKv, 0};
+  for (auto [name, stride, shape, headDim] :
+       {std::tuple<std::string_view, const std::array<long long, 4> &, Extents, int>{"dO", args.dOStride, queryShape,
+                                                                                     forward.headDimV},
+        {"dQ", args.dQStride, queryShape, forward.headDim},
+        {"dK", args.dKStride, keyShape, forward.headDim},
+        {"dV", args.dVStride, keyShape, forward.headDimV}}) {
+    shape[3] = headDim;
+    if (Status s = checkByteReach(name, stride, shape); !s.ok())
+      return s;
+  }
   for (auto [name, pointer] : {std::pair<std::string_view, const void *>{"dO", args.dO},
                                {"dQ", args.dQ},
                                {"dK", args.dK},

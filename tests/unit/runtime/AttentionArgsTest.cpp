@@ -276,6 +276,79 @@ TEST(AttentionArgs, VarlenRejectsBadArgumentsNamingThem) {
   }
 }
 
+TEST(AttentionArgs, RefusesStridesWhoseByteOffsetsOverflow64Bits) {
+  constexpr long long k2Pow62 = 1ll << 62, k2Pow61 = 1ll << 61;
+  struct Case {
+    std::string name;
+    std::function<void(AttentionArgs &)> mutate;
+    std::string message; // "" when accepted
+  };
+  const std::vector<Case> cases = {
+      {"q batch stride 2^62 at batch 2 (2^63 bytes)", [&](AttentionArgs &a) { a.qStride[0] = k2Pow62; },
+       "qStride[0] (batch stride) is 4611686018427387904 over 2 entries: the byte offset of q's last element"},
+      {"q batch stride 2^62 at batch 1",
+       [&](AttentionArgs &a) {
+         a.qStride[0] = k2Pow62;
+         a.batch = 1;
+       },
+       ""},
+      {"q batch stride 2^61 at batch 2 (2^62 bytes)", [&](AttentionArgs &a) { a.qStride[0] = k2Pow61; }, ""},
+      {"terms that fit, a sum that does not",
+       [&](AttentionArgs &a) {
+         a.qStride[0] = k2Pow61;
+         a.qStride[1] = 1ll << 55; // x 127 rows x 2 bytes: just under 2^63 alone
+       },
+       "qStride[1] (seq stride) is 36028797018963968 over 128 entries"},
+      {"k", [&](AttentionArgs &a) { a.kStride[1] = k2Pow61; }, "kStride[1] (seq stride)"},
+      {"v", [&](AttentionArgs &a) { a.vStride[2] = k2Pow62; }, "vStride[2] (head stride)"},
+      {"o", [&](AttentionArgs &a) { a.oStride[0] = k2Pow62; }, "oStride[0] (batch stride)"},
+      {"no keys: k and v address nothing",
+       [&](AttentionArgs &a) {
+         a.seqlenK = 0;
+         a.kStride[1] = k2Pow61;
+       },
+       ""},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.name);
+    AttentionArgs args = validArgs();
+    c.mutate(args);
+    Status s = Runtime::validate(args);
+    if (c.message.empty()) {
+      EXPECT_TRUE(s.ok()) << s.message();
+      continue;
+    }
+    ASSERT_FALSE(s.ok());
+    EXPECT_THAT(s.message(), HasSubstr(c.message));
+    EXPECT_THAT(s.message(), HasSubstr("does not fit in a signed 64-bit integer"));
+  }
+
+  static const int cuSeqlens[] = {0, 64, 128};
+  AttentionArgs varlen =
+      AttentionArgs::varlen(DType::BF16, fakePointer(0x10000), fakePointer(0x20000), fakePointer(0x30000),
+                            const_cast<void *>(fakePointer(0x40000)), reinterpret_cast<float *>(0x50000),
+                            reinterpret_cast<const int *>(0x60000), reinterpret_cast<const int *>(0x70000),
+                            /*batch=*/2, /*totalQ=*/128, /*totalK=*/128, /*maxSeqlenQ=*/64, /*maxSeqlenK=*/64,
+                            /*headsQ=*/8, /*headsKv=*/2, /*headDim=*/128);
+  varlen.cuSeqlensQHost = varlen.cuSeqlensKHost = cuSeqlens;
+  varlen.qStride[0] = k2Pow62 * 2 - 8; // ignored: a varlen call has one batch entry
+  EXPECT_TRUE(Runtime::validate(varlen).ok()) << Runtime::validate(varlen).message();
+
+  alignas(16) static char tensor[16];
+  BackwardArgs backward;
+  backward.forward = validArgs();
+  backward.dO = backward.dQ = backward.dK = backward.dV = tensor;
+  backward.dOStride = backward.forward.oStride;
+  backward.dQStride = backward.forward.qStride;
+  backward.dKStride = backward.forward.kStride;
+  backward.dVStride = backward.forward.vStride;
+  ASSERT_TRUE(Runtime::validateBackward(backward).ok()) << Runtime::validateBackward(backward).message();
+  backward.dKStride[0] = k2Pow62;
+  Status s = Runtime::validateBackward(backward);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("dKStride[0] (batch stride) is 4611686018427387904 over 2 entries"));
+}
+
 TEST(AttentionArgs, DtypeNames) {
   EXPECT_EQ(dtypeName(DType::F16), "f16");
   EXPECT_EQ(dtypeName(DType::BF16), "bf16");

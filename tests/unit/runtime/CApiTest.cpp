@@ -355,6 +355,15 @@ TEST(CApi, BackwardCallRejectsBadArgumentsNamingThem) {
   badStride.d_v_stride[1] = 3;
   EXPECT_EQ(flashtile_backward_call(rt, &badStride), -1);
   EXPECT_THAT(flashtile_last_error(), HasSubstr("dVStride[1]"));
+  flashtile_bwd_call farStride = call; // 2^62 elements x 127 rows x 2 bytes: past a 64-bit byte offset
+  farStride.d_q_stride[1] = 1ll << 62;
+  EXPECT_EQ(flashtile_backward_call(rt, &farStride), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("dQStride[1] (seq stride) is 4611686018427387904 over 128 entries"));
+  flashtile_call farForward = call.forward;
+  farForward.batch = 2;
+  farForward.q_stride[0] = 1ll << 62;
+  EXPECT_EQ(flashtile_forward_call(rt, &farForward), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("qStride[0] (batch stride) is 4611686018427387904 over 2 entries"));
   // Valid arguments reach the kernel lookup: with no library and no JIT here, no schedule is known.
   EXPECT_EQ(flashtile_backward_call(rt, &call), -1);
   EXPECT_THAT(flashtile_last_error(), testing::Not(HasSubstr("is null")));

@@ -36,6 +36,34 @@ AttentionArgs pagedArgs() {
                                    /*headDim=*/128, fake<const int>(0x60000));
 }
 
+TEST(KvCache, RefusesStridesWhoseByteOffsetsOverflow64Bits) {
+  constexpr long long k2Pow62 = 1ll << 62;
+  AttentionArgs contiguous = contiguousArgs(); // cacheBatch rows: k's batch extent is cacheBatch, not batch
+  contiguous.kvCache.cacheBatch = 1;
+  contiguous.kvCache.cacheBatchIdx = fake<const int>(0x80000);
+  contiguous.kStride[0] = k2Pow62;
+  EXPECT_TRUE(Runtime::validate(contiguous).ok()) << Runtime::validate(contiguous).message();
+  contiguous.kvCache.cacheBatch = 2;
+  Status s = Runtime::validate(contiguous);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("kStride[0] (batch stride) is 4611686018427387904 over 2 entries"));
+
+  AttentionArgs paged = pagedArgs(); // numPages pages of pageSize keys
+  paged.vStride[0] = k2Pow62 / 8;
+  s = Runtime::validate(paged);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("vStride[0] (batch stride) is 576460752303423488 over 16 entries"));
+
+  AttentionArgs append = contiguousArgs();
+  append.kvCache.append(fake(0x80000), fake(0x90000), 2, 8, 128);
+  ASSERT_TRUE(Runtime::validate(append).ok()) << Runtime::validate(append).message();
+  append.kvCache.vNewStride[1] = k2Pow62;
+  s = Runtime::validate(append);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("kvCache.vNewStride[1] (seq stride) is 4611686018427387904 over 2 entries"));
+  EXPECT_THAT(s.message(), HasSubstr("does not fit in a signed 64-bit integer"));
+}
+
 TEST(KvCache, FactoriesDescribeTheCaches) {
   AttentionArgs contiguous = contiguousArgs();
   EXPECT_EQ(contiguous.kvCache.layout, KvCacheLayout::Contiguous);
