@@ -18,7 +18,7 @@ constexpr uint8_t kClass64 = 2, kLittleEndian = 1;
 constexpr size_t kHeaderBytes = 64;
 constexpr size_t kMachineOffset = 18, kProgramTableOffset = 32, kSectionTableOffset = 40, kFlagsOffset = 48,
                  kProgramEntrySizeOffset = 54, kProgramCountOffset = 56, kSectionEntrySizeOffset = 58,
-                 kSectionCountOffset = 60;
+                 kSectionCountOffset = 60, kSectionNamesIndexOffset = 62;
 constexpr uint16_t kMachineCuda = 190; // EM_CUDA
 constexpr size_t kProgramHeaderBytes = 56;
 constexpr size_t kSegmentDataOffset = 8, kSegmentFileSizeOffset = 32;
@@ -139,6 +139,17 @@ StatusOr<CubinInfo> flashtile::readCubin(std::string_view bytes) {
       return Status::error("truncated: section " + std::to_string(i) + " ends past the file's " +
                            std::to_string(bytes.size()) + " bytes");
   }
+
+  // e_shstrndx: the section holding the sections' names. Tools (and the driver) index the table with it.
+  uint16_t namesIndex = readLittleEndian<uint16_t>(bytes, kSectionNamesIndexOffset);
+  if (namesIndex == kExtendedCount)
+    return Status::error("an extended section name index (e_shstrndx 0xffff); no cubin has that many sections");
+  if (namesIndex >= count)
+    return Status::error("e_shstrndx " + std::to_string(namesIndex) + " is past the section table's " +
+                         std::to_string(count) + " sections");
+  if (sections[namesIndex].type != kSectionStrtab)
+    return Status::error("e_shstrndx " + std::to_string(namesIndex) + " names section " + std::to_string(namesIndex) +
+                         " of type " + std::to_string(sections[namesIndex].type) + ", not a string table (SHT_STRTAB)");
 
   bool sawSymbols = false;
   for (const Section &symtab : sections) {

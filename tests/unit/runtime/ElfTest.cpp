@@ -98,6 +98,17 @@ TEST(Elf, DamagedImagesSayWhatIsWrong) {
       {"x86 image", withByte(18, 62), "machine 62, not a cubin"},
       {"no sections", withByte(60, 0), "no section table"},
       {"short section headers", withByte(58, 40), "section headers of 40 bytes"},
+      {"section names past the section table", withByte(62, 9), "e_shstrndx 9 is past the section table's 4 sections"},
+      {"section names in the symbol table", withByte(62, 2),
+       "e_shstrndx 2 names section 2 of type 2, not a string table"},
+      {"section names in the null section", withByte(62, 0), "e_shstrndx 0 names section 0 of type 0"},
+      {"extended section name index",
+       [&] {
+         std::string bytes = withByte(62, static_cast<char>(0xff));
+         bytes[63] = static_cast<char>(0xff);
+         return bytes;
+       }(),
+       "extended section name index"},
   };
   for (const Case &c : cases) {
     SCOPED_TRACE(c.name);
