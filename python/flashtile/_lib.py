@@ -76,6 +76,19 @@ def c_int(name: str, value) -> int:
     return value
 
 
+def c_string(name: str, value) -> bytes:
+    """`value` for a C string argument, or an error naming `name`: C reads a string up to its first NUL, so
+    "causal\\x00junk" would reach the library as "causal", the rest dropped without a word."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    at = value.find("\0")
+    if at >= 0:
+        shown = value if len(value) <= 80 else value[:80] + "..."
+        raise ValueError(f"{name} contains a NUL character at index {at} of {len(value)} ({shown!r}); a C string ends "
+                         f"at its first NUL, so the rest would be dropped: remove it")
+    return value.encode()
+
+
 def set_ints(struct_, **fields) -> None:
     """Sets C int fields of a ctypes structure, each checked by c_int."""
     for name, value in fields.items():
@@ -323,13 +336,15 @@ def builtin_variants() -> list:
 
 def variant_id(variant: str) -> str:
     """The id of a built-in name or a JSON description (name#hash of its IR)."""
+    text = c_string("variant", variant)
     lib = library()
-    return lib.string(lib.lib.flashtile_variant_id(variant.encode()), "computing the variant's id")
+    return lib.string(lib.lib.flashtile_variant_id(text), "computing the variant's id")
 
 
 def register_variant(description: str) -> str:
+    text = c_string("description", description)
     lib = library()
-    return lib.string(lib.lib.flashtile_register_variant(description.encode()), "registering the variant")
+    return lib.string(lib.lib.flashtile_register_variant(text), "registering the variant")
 
 
 _DTYPES = {"f16": 0, "fp16": 0, "float16": 0, "bf16": 1, "bfloat16": 1}
@@ -341,7 +356,7 @@ def compile_variant(variant: str, stage: str = "tile", dtype: str = "bf16", head
     if dtype not in _DTYPES:
         raise ValueError(f"dtype: {dtype!r} is not one of bf16, f16")
     head_dim, head_dim_v = c_int("head_dim", head_dim), c_int("head_dim_v", head_dim_v)
+    texts = c_string("variant", variant), c_string("stage", stage), c_string("arch", arch)
     lib = library()
-    pointer = lib.lib.flashtile_compile_variant(variant.encode(), stage.encode(), _DTYPES[dtype], head_dim,
-                                                head_dim_v, arch.encode())
+    pointer = lib.lib.flashtile_compile_variant(texts[0], texts[1], _DTYPES[dtype], head_dim, head_dim_v, texts[2])
     return lib.string(pointer, f"compiling to {stage}")

@@ -418,7 +418,7 @@ def _explain_launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_
                                               max_seqlen_k, softmax_scale, variant_id, params, inputs, schedule,
                                               strict)
     text = ctypes.create_string_buffer(_EXPLAIN_BYTES)
-    target = None if arch is None else arch.encode()
+    target = None if arch is None else _lib.c_string("arch", arch)
     explain_args = (runtime, ctypes.addressof(call), target, text, _EXPLAIN_BYTES)
     rc = (_on_device(index, lib.lib.flashtile_explain, *explain_args) if arch is None
           else lib.lib.flashtile_explain(*explain_args))

@@ -96,5 +96,36 @@ class LibraryErrors(unittest.TestCase):
             flashtile.compile_variant("causal", "cuda", dtype="f32")
 
 
+
+class CStrings(unittest.TestCase):
+    """Strings cross into C, which ends them at the first NUL: one inside is refused by name before the library is
+    reached, never truncated (compile_variant("causal\\x00junk") compiled causal)."""
+
+    def test_nul_bytes_are_refused_by_name(self):
+        cases = [
+            (lambda: flashtile.compile_variant("causal\x00junk", "cuda"), "variant", 6),
+            (lambda: flashtile.compile_variant("causal", "cuda\x00", arch="sm_90a"), "stage", 4),
+            (lambda: flashtile.compile_variant("causal", "cuda", arch="sm_90a\x00sm_80"), "arch", 6),
+            (lambda: flashtile.compile_variant('{"name": "x"}\x00' + "z" * 200, "tile"), "variant", 13),
+            (lambda: flashtile.variant_id("causal\x00"), "variant", 6),
+            (lambda: flashtile._lib.register_variant('{"name": "x"}\x00tail'), "description", 13),
+        ]
+        for call, name, index in cases:
+            with self.subTest(name=name, index=index):
+                with self.assertRaisesRegex(ValueError, rf"^{name} contains a NUL character at index {index} of "
+                                                        r"\d+ \(.*\); a C string ends at its first NUL"):
+                    call()
+
+    def test_long_inputs_are_cut_in_the_message(self):
+        with self.assertRaises(ValueError) as caught:
+            flashtile.compile_variant("\x00" + "x" * 100000)
+        self.assertLess(len(str(caught.exception)), 400)
+        self.assertIn("of 100001", str(caught.exception))
+
+    def test_non_strings_are_type_errors(self):
+        with self.assertRaisesRegex(TypeError, r"^variant must be a str, got bytes"):
+            flashtile.compile_variant(b"causal")
+
+
 if __name__ == "__main__":
     unittest.main()
