@@ -103,11 +103,20 @@ class Variant:
         """A number the hooks read as ``p[name]`` (an f32 kernel argument: new values reuse the kernel). The
         bounds are checked on the declared value and on every call's value."""
         _check_identifier("parameter name", name)
+        if any(p.name == name for p in self._params):
+            # Its place in the declarations is its place in every call's numbers: re-declaring it would move it.
+            raise ValueError(f"variant '{self.name}': parameter '{name}' is already declared; each parameter is "
+                             "declared once (its position is its place in the variant's numbers)")
+        for bound, given in (("min", min), ("max", max)):
+            if given is not None and (isinstance(given, bool) or not isinstance(given, numbers.Real)
+                                      or not math.isfinite(given)):
+                raise ValueError(f"variant '{self.name}': parameter '{name}': {bound} is {given!r}; a bound is a "
+                                 f"finite number, or None (the default) for no {bound}imum")
         declared = Param(name, value, min, max, min_exclusive, integer)
         error = declared.check(value)
         if error:
             raise ValueError(f"variant '{self.name}': {error}")
-        self._params = [p for p in self._params if p.name != name] + [declared]
+        self._params.append(declared)
         return self._changed()
 
     def rule(self, text: str, accepted: str) -> "Variant":

@@ -127,5 +127,22 @@ class CStrings(unittest.TestCase):
             flashtile.compile_variant(b"causal")
 
 
+
+class ParamDeclarations(unittest.TestCase):
+    def test_bounds_must_be_finite_numbers_named_by_the_parameter(self):
+        for bound, value in (("max", float("inf")), ("min", float("-inf")), ("max", float("nan")), ("min", "0"),
+                             ("max", True)):
+            with self.subTest(bound=bound, value=value):
+                with self.assertRaisesRegex(ValueError, rf"^variant 'v': parameter 'cap': {bound} is .*; a bound is a "
+                                                        rf"finite number, or None \(the default\) for no {bound}imum"):
+                    flashtile.Variant("v").param("cap", 1.0, **{bound: value})
+        flashtile.Variant("v").param("cap", 1.0, min=0.0, max=1e30)
+
+    def test_a_parameter_is_declared_once(self):
+        v = flashtile.Variant("v").param("left", 1.0).param("right", 2.0)
+        with self.assertRaisesRegex(ValueError, r"^variant 'v': parameter 'left' is already declared"):
+            v.param("left", 3.0)
+        self.assertEqual(v.param_names, ["left", "right"])
+
 if __name__ == "__main__":
     unittest.main()
