@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <set>
 
@@ -96,6 +97,30 @@ StatusOr<std::vector<std::string>> splitList(std::string_view flag, std::string_
     items.push_back(std::move(item));
     if (comma == std::string_view::npos)
       return items;
+    start = comma + 1;
+  }
+}
+
+StatusOr<std::vector<float>> parseNumberList(std::string_view flag, std::string_view text) {
+  std::vector<float> numbers;
+  size_t start = 0;
+  for (;;) {
+    size_t comma = text.find(',', start);
+    std::string_view item =
+        text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    if (item.empty())
+      return Status::error(
+          fmt::format("{}: empty item in '{}' (numbers separated by commas, such as 128,128)", flag, text));
+    float value = 0;
+    // from_chars reads decimal notation only: no leading spaces, '+', hex or trailing text.
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (ec != std::errc() || end != item.data() + item.size() || !std::isfinite(value))
+      return Status::error(fmt::format("{}: '{}' is not {}; accepted: finite decimal numbers such as -1, 128 or 0.5, "
+                                       "separated by commas",
+                                       flag, item, ec == std::errc::result_out_of_range ? "a float" : "a number"));
+    numbers.push_back(value);
+    if (comma == std::string_view::npos)
+      return numbers;
     start = comma + 1;
   }
 }

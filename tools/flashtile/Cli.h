@@ -41,6 +41,10 @@ std::string unknownName(std::string_view what, std::string_view value, const std
 /// Comma-separated items; empty items and repeats are errors (prefixed with `flag`, when given).
 StatusOr<std::vector<std::string>> splitList(std::string_view flag, std::string_view text);
 
+/// Comma-separated numbers, a sequence in order (repeats are ordinary: a window of 128,128): each a finite decimal
+/// number that fits a float (-1, 128, 0.5, 1e-3), with no spaces, hex or trailing text. The error names `flag`.
+StatusOr<std::vector<float>> parseNumberList(std::string_view flag, std::string_view text);
+
 /// A decimal integer with no sign tricks or trailing text, in [lo, hi]; the error names the range and `meaning`.
 StatusOr<int64_t> parseInteger(std::string_view text, int64_t lo, int64_t hi, std::string_view meaning = {});
 

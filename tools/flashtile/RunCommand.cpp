@@ -644,8 +644,9 @@ int runCommand(RunOptions &opt, const std::string &seed) {
 struct InfoCall {
   std::string variant = "none";
   std::string dtypeName = "bf16";
-  std::string params; // the variant's numbers, comma-separated
-  int headDim = 0;    // 0: no call asked about
+  std::string params;             // the variant's numbers, comma-separated
+  std::vector<float> paramValues; // params, parsed before anything is printed
+  int headDim = 0;                // 0: no call asked about
   int headDimV = 0, batch = 1, headsQ = 16, headsKv = 0, seqlenQ = 4096, seqlenK = -1;
   std::string schedule, arch, aotDir;
   bool strict = false;
@@ -662,18 +663,7 @@ int explainCall(const InfoCall &call, std::string arch) {
       call.seqlenQ, call.seqlenK < 0 ? call.seqlenQ : call.seqlenK, call.headsQ,
       call.headsKv ? call.headsKv : call.headsQ, call.headDim, call.headDimV);
   args.variant = call.variant;
-  if (!call.params.empty()) {
-    StatusOr<std::vector<std::string>> items = splitList("--params", call.params);
-    if (!items.ok())
-      return fail(items.status());
-    for (const std::string &item : *items) {
-      char *end = nullptr;
-      const float value = std::strtof(item.c_str(), &end);
-      if (*end != '\0')
-        return fail("--params: '" + item + "' is not a number");
-      args.variantParams.push_back(value);
-    }
-  }
+  args.variantParams = call.paramValues;
   args.schedule = call.schedule;
   args.strictSchedule = call.strict;
   Runtime runtime;
@@ -827,6 +817,13 @@ void registerRuntimeCommands(CLI::App &app, Registry &registry) {
                                !call->aotDir.empty() || !call->params.empty() || call->headDimV))
       return fail("info: --schedule, --strict, --arch, --aot-dir, --params and --head-dim-v describe a call; pass "
                   "--head-dim too");
+    if (!call->params.empty()) {
+      // A sequence, not a set: a symmetric window is 128,128.
+      StatusOr<std::vector<float>> numbers = parseNumberList("--params", call->params);
+      if (!numbers.ok())
+        return failUsage(numbers.status());
+      call->paramValues = *numbers;
+    }
     return runInfo(*call);
   });
   registerNvrtcCommand(app, registry);

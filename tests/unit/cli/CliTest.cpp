@@ -57,6 +57,24 @@ TEST(SplitList, RejectsEmptyAndRepeatedItems) {
   EXPECT_EQ(twice.status().message(), "--variants: 'causal' is listed twice");
 }
 
+TEST(ParseNumberList, IsASequenceOfStrictNumbers) {
+  StatusOr<std::vector<float>> window = parseNumberList("--params", "128,128");
+  ASSERT_TRUE(window.ok()) << window.status().message();
+  EXPECT_EQ(*window, (std::vector<float>{128, 128})) << "a symmetric window repeats a number";
+  StatusOr<std::vector<float>> mixed = parseNumberList("--params", "-1,0.5,1e-3,30");
+  ASSERT_TRUE(mixed.ok()) << mixed.status().message();
+  EXPECT_EQ(*mixed, (std::vector<float>{-1, 0.5f, 1e-3f, 30}));
+  for (const char *bad : {"0x10", " 128", "128 ", "+1", "1,,2", "", "128,", "inf", "nan", "1e40", "12a", "1.2.3"}) {
+    StatusOr<std::vector<float>> list = parseNumberList("--params", bad);
+    ASSERT_FALSE(list.ok()) << "'" << bad << "'";
+    EXPECT_THAT(list.status().message(), HasSubstr("--params: ")) << bad;
+  }
+  EXPECT_EQ(parseNumberList("--params", "128,0x10").status().message(),
+            "--params: '0x10' is not a number; accepted: finite decimal numbers such as -1, 128 or 0.5, separated by "
+            "commas");
+  EXPECT_THAT(parseNumberList("--params", "1e40").status().message(), HasSubstr("'1e40' is not a float"));
+}
+
 TEST(Validators, ArchNamesAreCheckedForFormOnly) {
   CLI::Validator arch = archName();
   std::string good = "sm_86", odd = "sm90a", empty;
