@@ -24,6 +24,9 @@ void registerCacheCommand(CLI::App &app, Registry &registry);
 bool hasCompiler();
 /// Installs the JIT as the runtime's compiler; false in a runtime-only build.
 bool installCompiler(Runtime &runtime);
+/// The schedules this build knows (the schedule registry's names), which every command's --schedule accepts;
+/// empty in a runtime-only build (its kernels come from an ahead-of-time directory).
+std::vector<std::string> knownScheduleNames();
 /// "flashtile 0.1.0+<git> (...)": what --version prints.
 std::string versionText();
 

@@ -359,6 +359,8 @@ bool installCompiler(Runtime &runtime) {
   return true;
 }
 
+std::vector<std::string> knownScheduleNames() { return schedule::scheduleNames(); }
+
 void registerCompilerCommands(CLI::App &app, Registry &registry) {
   registerCompile(app, registry, "compile", /*emitDefaultsToCuda=*/false);
   registerCompile(app, registry, "emit", /*emitDefaultsToCuda=*/true);

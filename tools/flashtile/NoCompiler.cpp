@@ -16,6 +16,7 @@ int unavailable(const std::string &command) {
 
 bool hasCompiler() { return false; }
 bool installCompiler(Runtime &) { return false; }
+std::vector<std::string> knownScheduleNames() { return {}; }
 
 void registerCompilerCommands(CLI::App &app, Registry &registry) {
   for (const char *name : {"compile", "emit", "aot", "summary"}) {

@@ -805,8 +805,11 @@ void registerRuntimeCommands(CLI::App &app, Registry &registry) {
       ->capture_default_str();
   info->add_option("--seqlen-k", call->seqlenK, "Key rows per sequence (default: --seqlen-q)")
       ->check(intRange(0, kMaxDimension));
+  // Checked as compile and aot check it: an unknown name is a command line not understood (exit 2), not a warning
+  // and a fallback. A runtime-only build knows no names; its library's kernels say which exist.
+  std::vector<std::string> schedules = knownScheduleNames();
   info->add_option("--schedule", call->schedule, "The schedule the call names (default: the dispatch rules' choice)")
-      ->check(nonEmpty());
+      ->check(schedules.empty() ? nonEmpty() : oneOf("schedule", schedules));
   addSwitch(*info, "--strict", call->strict, "Strict schedule mode: a missing kernel is an error, not a fallback");
   info->add_option("--arch", call->arch, "Explain for this target (default: this GPU's, else sm_90a)")
       ->check(archName());
