@@ -279,11 +279,6 @@ int runAot(const AotFlags &flags) {
           }
 
   const fs::path out = flags.out;
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec || !fs::is_directory(out))
-    return fail(fmt::format("aot: cannot create the directory '{}': {}", out.string(),
-                            ec ? ec.message() : "a file of that name exists"));
   const int jobs = flags.jobs > 0 ? flags.jobs : availableCores();
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
@@ -313,6 +308,14 @@ int runAot(const AotFlags &flags) {
   for (size_t i = 0; i < built.size(); ++i)
     if (built[i])
       kernels.push_back(i);
+  // The directory once there is something to write: a compile phase that fails leaves nothing behind.
+  if (errors.empty()) {
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec || !fs::is_directory(out))
+      return fail(fmt::format("aot: cannot create the directory '{}': {}", out.string(),
+                              ec ? ec.message() : "a file of that name exists"));
+  }
   if (errors.empty()) {
     fmt::print("{} kernels to build with {} job{} ({} of {} requests are shape classes tiled as the default class: "
                "no kernel of their own)\n",
@@ -402,9 +405,16 @@ void registerAotCommand(CLI::App &app, Registry &registry) {
             StatusOr<std::vector<std::string>> items = splitList("", value);
             if (!items.ok())
               return items.status().message();
-            for (const std::string &item : *items)
-              if (StatusOr<std::pair<int, int>> dims = parseHeadDimItem(item); !dims.ok())
+            // Repeats are found on the parsed pairs: 64 and 64:64 are one kernel.
+            std::map<std::pair<int, int>, std::string> seen;
+            for (const std::string &item : *items) {
+              StatusOr<std::pair<int, int>> dims = parseHeadDimItem(item);
+              if (!dims.ok())
                 return dims.status().message().substr(std::string("--head-dims: ").size());
+              if (auto [at, fresh] = seen.emplace(*dims, item); !fresh)
+                return fmt::format("'{}' is listed twice ('{}' is {}:{} too)", item, at->second, dims->first,
+                                   dims->second);
+            }
             return "";
           },
           "LIST"))
