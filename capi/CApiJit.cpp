@@ -4,6 +4,7 @@
 #include "capi/VariantDescription.h"
 #include "examples/variants/Variants.h"
 #include "jit/Jit.h"
+#include "passes/Target/TargetFamily.h"
 #include "runtime/lib/CApiInternal.h"
 
 #include <algorithm>
@@ -124,9 +125,10 @@ char *flashtile_compile_variant(const char *variant, const char *stage, int dtyp
     if (!supportsHeadDims(head_dim, headDimV))
       return Status::error("head_dim/head_dim_v: " + std::to_string(head_dim) + "/" + std::to_string(headDimV) +
                            " is not supported; accepted: " + supportedHeadDimsText());
+    // The names the CLI's --arch accepts, aliases included (sm_89 builds sm_80 kernels, sm_90 is sm_90a).
     std::string archName = arch ? arch : std::string(kDefaultCompileArch);
-    if (std::find(kSupportedArchs.begin(), kSupportedArchs.end(), archName) == kSupportedArchs.end())
-      return Status::error("arch: '" + archName + "' is not one of " + supportedArchsText());
+    if (!target::canonicalArch(archName))
+      return Status::error("arch: " + target::unknownArchMessage(archName));
     jit::CompileOptions options;
     options.dtype = dtype == FLASHTILE_BF16 ? ElementType::BF16 : ElementType::F16;
     options.headDim = head_dim;

@@ -100,6 +100,19 @@ TEST(CApiJit, LongChainsPrintAsShallowCalledFunctions) {
   EXPECT_LE(deepest, 40);
 }
 
+TEST(CApiJit, CompileVariantTakesTheArchAliasesTheCliTakes) {
+  for (const char *alias : {"sm_86", "sm_89", "sm_90", "sm_100"}) {
+    SCOPED_TRACE(alias);
+    char *tile = flashtile_compile_variant("causal", "tile", FLASHTILE_BF16, 64, 0, alias);
+    EXPECT_NE(tile, nullptr) << flashtile_last_error();
+    flashtile_string_free(tile);
+  }
+  std::string unknown = errorOf(flashtile_compile_variant("causal", "tile", FLASHTILE_BF16, 64, 0, "sm90a"));
+  EXPECT_NE(unknown.find("arch: unknown arch 'sm90a' (did you mean 'sm_90a'?); accepted: "), std::string::npos)
+      << unknown;
+  EXPECT_NE(unknown.find("sm_89"), std::string::npos) << unknown;
+}
+
 TEST(CApiJit, BadArgumentsAreErrors) {
   EXPECT_EQ(flashtile_enable_jit(nullptr), -1);
   EXPECT_NE(std::string(flashtile_last_error()).find("rt must not be NULL"), std::string::npos);

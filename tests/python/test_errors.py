@@ -90,7 +90,7 @@ class LibraryErrors(unittest.TestCase):
             flashtile.compile_variant("causal", "sass")
         with self.assertRaisesRegex(flashtile.FlashtileError, "head_dim/head_dim_v: 100/100 is not supported"):
             flashtile.compile_variant("causal", "cuda", head_dim=100)
-        with self.assertRaisesRegex(flashtile.FlashtileError, "arch: 'sm_75'"):
+        with self.assertRaisesRegex(flashtile.FlashtileError, "arch: unknown arch 'sm_75'"):
             flashtile.compile_variant("causal", "cuda", arch="sm_75")
         with self.assertRaisesRegex(ValueError, "dtype"):
             flashtile.compile_variant("causal", "cuda", dtype="f32")

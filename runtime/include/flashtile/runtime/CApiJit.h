@@ -29,7 +29,9 @@ char *flashtile_variant_id(const char *variant);
 
 /* What the compiler makes of a variant (a built-in name or a description) up to `stage`: "tile" (the program's
  * IR), "scheduled" (after the schedule's passes) or "cuda" (the generated kernel). dtype is FLASHTILE_F16 or
- * FLASHTILE_BF16; head_dim_v 0 means head_dim; arch is "sm_80", "sm_90a", "sm_100a" (NULL: sm_90a). Needs no GPU. */
+ * FLASHTILE_BF16; head_dim_v 0 means head_dim; arch is "sm_80", "sm_90a", "sm_100a" or an alias the CLI's --arch
+ * takes (sm_86, sm_87 and sm_89 build sm_80 kernels, sm_90 is sm_90a, sm_100 is sm_100a; NULL: sm_90a). Needs no
+ * GPU. */
 char *flashtile_compile_variant(const char *variant, const char *stage, int dtype, int head_dim, int head_dim_v,
                                 const char *arch);
 
