@@ -15,6 +15,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -22,6 +23,13 @@
 using namespace flashtile;
 
 namespace {
+
+/// `value` (a whole number) in decimal, however large: converting a double past 2^63 to an integer is undefined.
+std::string decimal(double value) {
+  char text[400]; // DBL_MAX has 309 digits
+  std::snprintf(text, sizeof text, "%.0f", value);
+  return text;
+}
 
 Status checkReferenceCall(const flashtile_reference_call &c) {
   auto positive = [](const char *name, int value) -> Status {
@@ -39,9 +47,8 @@ Status checkReferenceCall(const flashtile_reference_call &c) {
                          std::to_string(c.heads_kv));
   double work = double(c.batch) * c.heads_q * c.seqlen_q * c.seqlen_k * (double(c.head_dim) + c.head_dim_v);
   if (work > double(FLASHTILE_REFERENCE_MAX_WORK))
-    return Status::error("sizes: batch * heads_q * seqlen_q * seqlen_k * (head_dim + head_dim_v) = " +
-                         std::to_string(static_cast<long long>(work)) + " exceeds FLASHTILE_REFERENCE_MAX_WORK (" +
-                         std::to_string(FLASHTILE_REFERENCE_MAX_WORK) +
+    return Status::error("sizes: batch * heads_q * seqlen_q * seqlen_k * (head_dim + head_dim_v) = " + decimal(work) +
+                         " exceeds FLASHTILE_REFERENCE_MAX_WORK (" + std::to_string(FLASHTILE_REFERENCE_MAX_WORK) +
                          "): the fp64 reference is for small problems (gradcheck)");
   if (!c.q || !c.k || !c.v || !c.o || !c.lse)
     return Status::error("q, k, v, o and lse must not be NULL");

@@ -248,6 +248,15 @@ TEST(CApiReference, BadCallsAreErrorsNamingTheArgument) {
     EXPECT_NE(errorOfCall(c).find("an i32 input has no gradient"), std::string::npos);
   }
   {
+    // The work product passes 2^63: printed whole, not converted to an integer (undefined; LLONG_MIN on x86).
+    ReferenceCase c("none");
+    c.call.batch = c.call.heads_q = c.call.heads_kv = c.call.seqlen_q = c.call.seqlen_k = 1 << 30;
+    std::string error = errorOfCall(c);
+    const std::string expected = "(head_dim + head_dim_v) = 6646139978924579364519035301401722880 exceeds";
+    EXPECT_NE(error.find(expected), std::string::npos) << error;
+    EXPECT_EQ(error.find("= -"), std::string::npos) << error;
+  }
+  {
     ReferenceCase c("none");
     c.call.heads_kv = 0;
     EXPECT_NE(errorOfCall(c).find("heads_kv: must be at least 1"), std::string::npos);
