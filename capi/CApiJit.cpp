@@ -3,6 +3,7 @@
 
 #include "capi/VariantDescription.h"
 #include "examples/variants/Variants.h"
+#include "flashtile/runtime/Excerpt.h"
 #include "jit/Jit.h"
 #include "passes/Target/TargetFamily.h"
 #include "runtime/lib/CApiInternal.h"
@@ -70,7 +71,7 @@ StatusOr<Variant> resolveVariant(const char *variant) {
   std::string known;
   for (const std::string &name : variants::names())
     known += (known.empty() ? "" : ", ") + name;
-  return Status::error("variant: unknown built-in '" + std::string(variant) + "'; built in: " + known +
+  return Status::error("variant: unknown built-in '" + excerpt(variant) + "'; built in: " + known +
                        " (or pass a variant description)");
 }
 
@@ -118,7 +119,7 @@ char *flashtile_compile_variant(const char *variant, const char *stage, int dtyp
       return resolved.status();
     std::string stageName = stage ? stage : "";
     if (stageName != "tile" && stageName != "scheduled" && stageName != "cuda")
-      return Status::error("stage: '" + stageName + "' is not one of tile, scheduled, cuda");
+      return Status::error("stage: '" + excerpt(stageName) + "' is not one of tile, scheduled, cuda");
     if (dtype != FLASHTILE_F16 && dtype != FLASHTILE_BF16)
       return Status::error("dtype: " + std::to_string(dtype) + " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)");
     int headDimV = head_dim_v == 0 ? head_dim : head_dim_v;
@@ -128,7 +129,7 @@ char *flashtile_compile_variant(const char *variant, const char *stage, int dtyp
     // The names the CLI's --arch accepts, aliases included (sm_89 builds sm_80 kernels, sm_90 is sm_90a).
     std::string archName = arch ? arch : std::string(kDefaultCompileArch);
     if (!target::canonicalArch(archName))
-      return Status::error("arch: " + target::unknownArchMessage(archName));
+      return Status::error("arch: " + target::unknownArchMessage(excerpt(archName)));
     jit::CompileOptions options;
     options.dtype = dtype == FLASHTILE_BF16 ? ElementType::BF16 : ElementType::F16;
     options.headDim = head_dim;

@@ -113,6 +113,18 @@ TEST(CApiJit, CompileVariantTakesTheArchAliasesTheCliTakes) {
   EXPECT_NE(unknown.find("sm_89"), std::string::npos) << unknown;
 }
 
+TEST(CApiJit, AMegabyteOfInputIsNotEchoedWhole) {
+  const std::string huge(1 << 20, 'x');
+  for (const std::string &error :
+       {errorOf(flashtile_variant_id(huge.c_str())),
+        errorOf(flashtile_compile_variant(huge.c_str(), "tile", FLASHTILE_BF16, 64, 0, "sm_80")),
+        errorOf(flashtile_compile_variant("causal", huge.c_str(), FLASHTILE_BF16, 64, 0, "sm_80")),
+        errorOf(flashtile_compile_variant("causal", "tile", FLASHTILE_BF16, 64, 0, huge.c_str()))}) {
+    EXPECT_LT(error.size(), 1000u) << error.substr(0, 300);
+    EXPECT_NE(error.find("... (1048576 bytes)"), std::string::npos) << error.substr(0, 300);
+  }
+}
+
 TEST(CApiJit, BadArgumentsAreErrors) {
   EXPECT_EQ(flashtile_enable_jit(nullptr), -1);
   EXPECT_NE(std::string(flashtile_last_error()).find("rt must not be NULL"), std::string::npos);

@@ -1,4 +1,5 @@
 // AttentionArgs.cpp — building and checking an attention call's arguments; nothing here touches the GPU.
+#include "flashtile/runtime/Excerpt.h"
 #include "flashtile/runtime/KernelAbi.h"
 #include "flashtile/runtime/Runtime.h"
 #include "KvCacheInternal.h"
@@ -277,7 +278,7 @@ Status Runtime::validate(const AttentionArgs &args) {
     return Status::error("softmaxScale is " + std::to_string(args.softmaxScale) +
                          "; it must be finite (0 selects 1/sqrt(headDim))");
   if (!isValidId(args.variant))
-    return Status::error("variant '" + args.variant +
+    return Status::error("variant '" + excerpt(args.variant) +
                          "' is not a variant id: \"none\", \"causal\", or an id of characters [A-Za-z0-9_.:#-]");
   if (args.variantParams.size() > FLASHTILE_MAX_VARIANT_PARAMS)
     return Status::error("variantParams has " + std::to_string(args.variantParams.size()) + " values; at most " +

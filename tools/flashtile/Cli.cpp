@@ -78,7 +78,7 @@ std::string joinNames(const std::vector<std::string> &names) { return fmt::forma
 
 std::string unknownName(std::string_view what, std::string_view value, const std::vector<std::string> &names) {
   std::string suggestion = nearestName(value, names);
-  return fmt::format("unknown {} '{}'{}; accepted: {}", what, value,
+  return fmt::format("unknown {} '{}'{}; accepted: {}", what, excerpt(value),
                      suggestion.empty() ? "" : fmt::format(" (did you mean '{}'?)", suggestion), joinNames(names));
 }
 
@@ -91,9 +91,9 @@ StatusOr<std::vector<std::string>> splitList(std::string_view flag, std::string_
     size_t comma = text.find(',', start);
     std::string item(text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
     if (item.empty())
-      return Status::error(fmt::format("{}empty item in '{}' (a comma list such as a,b,c)", prefix, text));
+      return Status::error(fmt::format("{}empty item in '{}' (a comma list such as a,b,c)", prefix, excerpt(text)));
     if (!seen.insert(item).second)
-      return Status::error(fmt::format("{}'{}' is listed twice", prefix, item));
+      return Status::error(fmt::format("{}'{}' is listed twice", prefix, excerpt(item)));
     items.push_back(std::move(item));
     if (comma == std::string_view::npos)
       return items;
@@ -110,14 +110,15 @@ StatusOr<std::vector<float>> parseNumberList(std::string_view flag, std::string_
         text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     if (item.empty())
       return Status::error(
-          fmt::format("{}: empty item in '{}' (numbers separated by commas, such as 128,128)", flag, text));
+          fmt::format("{}: empty item in '{}' (numbers separated by commas, such as 128,128)", flag, excerpt(text)));
     float value = 0;
     // from_chars reads decimal notation only: no leading spaces, '+', hex or trailing text.
     auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
     if (ec != std::errc() || end != item.data() + item.size() || !std::isfinite(value))
       return Status::error(fmt::format("{}: '{}' is not {}; accepted: finite decimal numbers such as -1, 128 or 0.5, "
                                        "separated by commas",
-                                       flag, item, ec == std::errc::result_out_of_range ? "a float" : "a number"));
+                                       flag, excerpt(item),
+                                       ec == std::errc::result_out_of_range ? "a float" : "a number"));
     numbers.push_back(value);
     if (comma == std::string_view::npos)
       return numbers;
@@ -132,8 +133,8 @@ StatusOr<int64_t> parseInteger(std::string_view text, int64_t lo, int64_t hi, st
   if (!wellFormed || value < lo || value > hi)
     return Status::error(
         fmt::format("{} '{}'; accepted: an integer from {} to {}{}",
-                    wellFormed || ec == std::errc::result_out_of_range ? "out of range" : "not an integer", text, lo,
-                    hi, meaning.empty() ? "" : fmt::format(" ({})", meaning)));
+                    wellFormed || ec == std::errc::result_out_of_range ? "out of range" : "not an integer",
+                    excerpt(text), lo, hi, meaning.empty() ? "" : fmt::format(" ({})", meaning)));
   return value;
 }
 

@@ -8,6 +8,7 @@
 #ifndef FLASHTILE_TOOLS_CLI_H
 #define FLASHTILE_TOOLS_CLI_H
 
+#include "flashtile/runtime/Excerpt.h"
 #include "flashtile/runtime/Status.h"
 
 #include <CLI/CLI.hpp>

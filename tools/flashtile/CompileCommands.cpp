@@ -156,7 +156,7 @@ StatusOr<std::pair<int, int>> parseHeadDimItem(const std::string &item) {
   StatusOr<int64_t> headDim = parseInteger(item.substr(0, colon), 1, 1024);
   StatusOr<int64_t> headDimV = colon == std::string::npos ? headDim : parseInteger(item.substr(colon + 1), 1, 1024);
   if (!headDim.ok() || !headDimV.ok())
-    return Status::error("--head-dims: '" + item + "' is not D or D:DV (head_dim:head_dim_v), e.g. 128 or 192:128");
+    return Status::error("--head-dims: '" + excerpt(item) + "' is not D or D:DV (head_dim:head_dim_v), e.g. 128 or 192:128");
   if (Status s = checkHeadDims(int(*headDim), int(*headDimV), "--head-dims"); !s.ok())
     return s;
   return std::pair{int(*headDim), int(*headDimV)};

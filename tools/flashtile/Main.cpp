@@ -117,7 +117,7 @@ int main(int argc, char **argv) {
         std::string flag = extra.substr(0, extra.find('='));
         return usageError(commandPath(c.app), unknownName("flag", flag, flagNames(*c.app)));
       }
-      return usageError(commandPath(c.app), fmt::format("unexpected argument '{}'", extra));
+      return usageError(commandPath(c.app), fmt::format("unexpected argument '{}'", flashtile::excerpt(extra)));
     }
     return c.run();
   }

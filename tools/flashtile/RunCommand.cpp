@@ -110,7 +110,7 @@ Status checkRunOptions(RunOptions &o, const std::string &seed) {
   if (!seed.empty()) {
     auto [end, ec] = std::from_chars(seed.data(), seed.data() + seed.size(), o.seed);
     if (ec != std::errc() || end != seed.data() + seed.size())
-      return Status::error("--seed: '" + seed + "' is not an integer from 0 to 18446744073709551615");
+      return Status::error("--seed: '" + excerpt(seed) + "' is not an integer from 0 to 18446744073709551615");
   }
   return Status();
 }
@@ -141,7 +141,7 @@ void addRunFlags(CLI::App &command, RunOptions &o, std::string &seed) {
             char *end = nullptr;
             const float scale = std::strtof(text.c_str(), &end);
             if (text.empty() || *end != '\0' || !std::isfinite(scale) || scale <= 0.f)
-              return "'" + text + "' is not a positive finite number";
+              return "'" + excerpt(text) + "' is not a positive finite number";
             return "";
           },
           "S"));

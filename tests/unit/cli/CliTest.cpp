@@ -75,6 +75,24 @@ TEST(ParseNumberList, IsASequenceOfStrictNumbers) {
   EXPECT_THAT(parseNumberList("--params", "1e40").status().message(), HasSubstr("'1e40' is not a float"));
 }
 
+TEST(Excerpt, AMegabyteOfInputIsNotEchoedWhole) {
+  const std::string huge(1 << 20, 'x');
+  std::vector<std::string> messages = {
+      unknownName("variant", huge, kVariants),
+      splitList("--variants", huge + "," + huge).status().message(),
+      splitList("--variants", huge + ",").status().message(),
+      parseInteger(huge, 0, 10).status().message(),
+      parseNumberList("--params", "1," + huge).status().message(),
+  };
+  for (const std::string &message : messages) {
+    EXPECT_LT(message.size(), 1000u) << message.substr(0, 300);
+    EXPECT_THAT(message, HasSubstr("... (104857")); // 1048576 bytes, or 1048577 with the comma
+  }
+  EXPECT_EQ(excerpt("short"), "short");
+  EXPECT_EQ(excerpt(std::string(kMaxEchoedBytes, 'y')), std::string(kMaxEchoedBytes, 'y'));
+  EXPECT_EQ(excerpt("\xc3\xa9\xc3\xa9", 3), "\xc3\xa9... (4 bytes)") << "not cut inside a character";
+}
+
 TEST(Validators, ArchNamesAreCheckedForFormOnly) {
   CLI::Validator arch = archName();
   std::string good = "sm_86", odd = "sm90a", empty;

@@ -349,6 +349,15 @@ TEST(AttentionArgs, RefusesStridesWhoseByteOffsetsOverflow64Bits) {
   EXPECT_THAT(s.message(), HasSubstr("dKStride[0] (batch stride) is 4611686018427387904 over 2 entries"));
 }
 
+TEST(AttentionArgs, ABadVariantIdIsNotEchoedWhole) {
+  AttentionArgs args = validArgs();
+  args.variant = std::string(1 << 20, '!');
+  Status s = Runtime::validate(args);
+  ASSERT_FALSE(s.ok());
+  EXPECT_LT(s.message().size(), 1000u);
+  EXPECT_THAT(s.message(), HasSubstr("... (1048576 bytes)' is not a variant id"));
+}
+
 TEST(AttentionArgs, DtypeNames) {
   EXPECT_EQ(dtypeName(DType::F16), "f16");
   EXPECT_EQ(dtypeName(DType::BF16), "bf16");
