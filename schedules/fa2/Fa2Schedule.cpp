@@ -88,6 +88,12 @@ public:
   /// K/V tiles; the preprocess and postprocess take Q tiles of blockM rows). block-m, block-n, warps and stages apply
   /// (stages: Q-tile buffers, 2 copies each Q tile one tile ahead: tile-pipeline-q-loop).
   FailureOr<ScheduleAttr> configureBackward(FuncOp func, const schedule::Knobs &knobs) const {
+    // The forward's policies have no counterpart in the backward: refused by name, never silently ignored.
+    for (const char *forwardKnob : {kRescaleThreshold, kMinBlocksPerSm, kLptGroupBlocks})
+      if (knobs.count(forwardKnob))
+        return func.emitOpError() << "fa2 backward: the knob " << forwardKnob
+                                  << " shapes the forward's kernel only; the backward accepts block-m, block-n, "
+                                     "warps, stages and key-warps";
     int headDim = func.getHeadDim(), headDimV = func.getHeadDimV();
     Fa2Config config = Fa2Config::backwardDefaultsFor(headDim, headDimV);
     schedule::applyKnob(knobs, kBlockM, config.blockM);

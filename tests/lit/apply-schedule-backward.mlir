@@ -1,6 +1,7 @@
 // RUN: flashtile-opt %s --tile-apply-schedule | FileCheck %s --check-prefix=DEFAULT
 // RUN: flashtile-opt %s --tile-apply-schedule="options=block-m=128,block-n=64,warps=4" | FileCheck %s --check-prefix=WIDE
 // RUN: not flashtile-opt %s --tile-apply-schedule="options=block-m=48" 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: not flashtile-opt %s --tile-apply-schedule="options=lpt-group-blocks=8" 2>&1 | FileCheck %s --check-prefix=FORWARDKNOB
 // RUN: flashtile-opt %s --tile-apply-schedule --tile-lower-to-target=arch=sm_80 | FileCheck %s --check-prefix=LOWERED
 
 // tile-apply-schedule on the backward's three programs (docs/backward.md): fa2's backward configuration (one for the
@@ -26,6 +27,7 @@
 // WIDE: tile.qk {{.*}} -> tensor<128x64xf32>
 // WIDE: tile.load lse[%{{.*}}] : tensor<128xf32>
 
+// FORWARDKNOB: error: 'tile.func' op fa2 backward: the knob lpt-group-blocks shapes the forward's kernel only; the backward accepts block-m, block-n, warps, stages and key-warps
 // BAD: error: 'tile.func' op fa2 backward: block-m = 48 is not supported; accepted: a multiple of 16 x warps / key-warps (128): the warps' row groups split a Q tile in m16 tiles
 
 // Lowered without pipelining: the backward's printer makes its own copies.

@@ -210,6 +210,12 @@ int runCompile(const CompileFlags &flags, bool emitDefaultsToCuda) {
   if (!rotary.ok())
     return fail(rotary.status());
   options.rotary = *rotary;
+  // Shape classes tile the forward's Q walk; a backward module is one kernel for every class (the runtime asks for
+  // the default's), so a class named here would print that kernel unchanged.
+  if (flags.kind != kForwardKind && flags.shapeClass != kDefaultShapeClass)
+    return failUsage(Status::error(fmt::format("--shape-class {}: a {} module has one kernel for every shape class; "
+                                               "accepted: {} (or --kind {})",
+                                               flags.shapeClass, flags.kind, kDefaultShapeClass, kForwardKind)));
   if (Status s = checkKernelFlags(*variant, options, flags.schedule); !s.ok())
     return failUsage(s);
   StatusOr<jit::CompileResult> result = jit::compile(*variant, options, *stage);
