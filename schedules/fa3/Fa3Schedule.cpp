@@ -161,8 +161,15 @@ public:
         knob(knobs, kConsumerWarpgroups,
              knobs.count(kBlockN) && knobs.at(kBlockN) % kBackwardBlock == 0 ? knobs.at(kBlockN) / kBackwardBlock
                                                                                 : kBackwardWarpgroups);
-    if (consumers < 1 || consumers > kBackwardWarpgroups)
+    if (consumers < 1 || consumers > kBackwardWarpgroups) {
+      // Without consumer-warpgroups the count came from block-n: the error names the knob the caller gave.
+      if (!knobs.count(kConsumerWarpgroups))
+        return refuse(kBlockN, knobs.at(kBlockN),
+                      std::to_string(kBackwardBlock) + " or " + std::to_string(kBackwardBlock * kBackwardWarpgroups) +
+                          " (" + std::to_string(kBackwardBlock) + " keys a computing warpgroup, at most " +
+                          std::to_string(kBackwardWarpgroups) + " warpgroups)");
       return refuse(kConsumerWarpgroups, consumers, "1 or 2 (computing warpgroups a block)");
+    }
     const int64_t keys = kBackwardBlock * consumers;
     const int64_t blockN = knob(knobs, kBlockN, keys);
     const int64_t blockM = knob(knobs, kBlockM, headDim <= 64 ? keys : kBackwardBlock);
