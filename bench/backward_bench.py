@@ -422,7 +422,7 @@ def main():
         jobs += [(d, s, case) for d, s in shapes for case in (PLAIN, CAUSAL)
                  if not (args.variants and (d, s) == variant_shape)]
         flex_shapes = None if args.flex_shapes == "all" else set(pairs_arg(args.flex_shapes)) | {variant_shape}
-        rows = bench(jobs, torch.bfloat16 if args.dtype == "bf16" else torch.float16, tuple(args.peers.split(",")),
+        rows = bench(jobs, torch.bfloat16 if args.dtype == "bf16" else torch.float16, tuple(x for x in args.peers.split(",") if x),
                      args.deterministic, tuple(x for x in args.also.split(",") if x), flex_shapes, args.json)
         print_tables(rows, variant_shape)
     raise SystemExit(1 if failures else 0)

@@ -44,6 +44,10 @@ constexpr int kWarpSize = 32;
 /// Deterministic mode: the turn of this block's K/V tile on a Q tile's dQ rows, the K/V tiles of the sequence in
 /// descending order (the last adds first).
 constexpr const char *kDqTurn = "(p.seqlenK + kBlockN - 1) / kBlockN - 1 - blockKvTile";
+/// The deterministic mode's turn counter of the dQ rows of Q tile `tile` (a C expression).
+std::string dqTurnCounter(const std::string &tile) {
+  return "p.semaphores + ((long long)b * p.headsQ + h) * p.qTiles + " + tile;
+}
 
 /// The f32 input a read's gradient goes to (its index among the tile.func's inputs).
 int64_t inputOf(Operation *read) {
@@ -102,7 +106,7 @@ public:
 
 private:
   /// `extern "C" __global__ ... {`, the schedule's constants and the block's sequence (`p`).
-  void printHeader(const std::string &entry, const std::string &what);
+  void printHeader(const std::string &entry, const std::string &what, int roleThreads = 0);
   void printSequenceView();
   LogicalResult printOp(Operation *op);
   LogicalResult printQLoop(QLoopOp loop);
@@ -173,9 +177,12 @@ private:
   bool topCopiesPending = false;
 };
 
-void BackwardPrinter::printHeader(const std::string &entry, const std::string &what) {
+void BackwardPrinter::printHeader(const std::string &entry, const std::string &what, int roleThreads) {
   w.comment(what);
-  w.open("extern \"C\" __global__ void __launch_bounds__(" + std::to_string(shape.warps * kWarpSize) + ") " + entry +
+  // A kernel with roles fixes its register count at launch (one block an SM): setmaxnreg moves registers between them.
+  const std::string bounds = roleThreads ? cat(shape.warps * kWarpSize + roleThreads, ", 1")
+                                         : std::to_string(shape.warps * kWarpSize);
+  w.open("extern \"C\" __global__ void __launch_bounds__(" + bounds + ") " + entry +
          "(const FlashtileFwdParams params)");
   w.comment("---- schedule " + commentText(func.getScheduleAttr().getName()) +
             " (#tile.schedule): tile sizes and warps ----");
@@ -571,7 +578,7 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
   rowsInShared = ahead && target.stagesRows();
   if (ahead) {
     target.waitCopies(w);
-    w.line("__syncthreads();  // tile qt landed in qBuf; every warp is done with qBuf ^ 1 and the staging buffers");
+    w.line(cat(target.computeBarrier(), "  // tile qt landed in qBuf; every warp is done with qBuf ^ 1 and the staging buffers"));
     w.open(cat("if (qt + 1 < ", hi->text, ")"));
     if (failed(printTileCopies(loop, "(qt + 1)", "(qBuf ^ 1)")))
       return failure();
@@ -585,7 +592,7 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
         shared[load.getResult()] = SharedTile{load.getOperand() == tile::Operand::Q ? "sQ" : "sDO", "kBlockM",
                                               cast<RankedTensorType>(load.getType()).getDimSize(1)};
   } else {
-    w.line("__syncthreads();  // the last iteration's reads of sQ, sDO and the staging buffers are done");
+    w.line(cat(target.computeBarrier(), "  // the last iteration's reads of sQ, sDO and the staging buffers are done"));
     w.comment(cat("this Q tile's 16-bit loads (tile.load q[qt], do[qt]): ", target.copyWords(),
                   ", zero-filled past seqlen_q"));
     for (Operation &op : loop.getBody().front()) {
@@ -602,7 +609,7 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
     }
     target.commitCopies(w);
     target.waitCopies(w);
-    w.line("__syncthreads();");
+    w.line(target.computeBarrier());
   }
   for (Operation &op : loop.getBody().front().without_terminator()) {
     w.separate();
@@ -623,7 +630,7 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
     return scalars.emit(op);
   if (topCopiesPending && isa<QLoopOp, StoreOp>(op)) {
     target.waitCopies(w);
-    w.line("__syncthreads();  // K and V are in shared memory");
+    w.line(cat(target.computeBarrier(), "  // K and V are in shared memory"));
     topCopiesPending = false;
   }
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
@@ -764,7 +771,11 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
           a = *buffer;
         }
         target.dqOperand(w, a, *ds);
-        const std::string dqTurn = "p.semaphores + ((long long)b * p.headsQ + h) * p.qTiles + qt";
+        if (target.dqTurnsInRole()) {
+          target.dqProduct(w, *b);
+          return success();
+        }
+        const std::string dqTurn = dqTurnCounter("qt");
         printTurnWait(dqTurn, kDqTurn);
         target.dqProduct(w, *b);
         printTurnPass(dqTurn);
@@ -814,9 +825,10 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   mainSmemBytes = static_cast<int>(
       target.tileBytes(shape.blockN, hd) + target.tileBytes(shape.blockN, hdv) +
       qBuffers * (target.tileBytes(shape.blockM, hd) + target.tileBytes(shape.blockM, hdv)) + rowsBytes +
-      stagingBuffers * target.tileBytes(shape.blockM, shape.blockN) + target.sharedMemoryReserve());
+      stagingBuffers * target.tileBytes(shape.blockM, shape.blockN) + target.roleSharedBytes() +
+      target.sharedMemoryReserve());
 
-  printHeader(entry, "dK, dV of one K/V tile and its dQ terms (backward_main)");
+  printHeader(entry, "dK, dV of one K/V tile and its dQ terms (backward_main)", target.roleThreads());
   w.comment("---- the tile of this thread block: K/V tile blockKvTile of query head blockHead (tile.dim kv_tile) ----");
   w.comment("deterministic mode: the K/V tiles in descending order (their dQ adds' turns, printTurnWait)");
   w.line("const int blockKvTile = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;");
@@ -876,6 +888,7 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
     w.line(cat("unsigned char *const sStage", i, " = ", at, ";"));
     at = cat("sStage", i, " + ", target.tileBytesExpr("kBlockM", "kBlockN"));
   }
+  target.declareRoleShared(w, at);
   w.comment("---- global tiles of this (batch, head): strides in elements ----");
   w.line("const unsigned short *const gQ = static_cast<const unsigned short *>(p.q) + b * p.qBatchStride + h * "
          "p.qHeadStride;");
@@ -892,10 +905,13 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   func.walk([&](StoreOp store) { dkvStores += store.getOperand() == tile::Output::Dk || store.getOperand() == tile::Output::Dv; });
   if (qBuffers == 2)
     w.line("int qBuf = 0;  // the buffer of the current Q tile's copies (tile.q_buffers = 2)");
+  target.beginRoles(w, dqTurnCounter("tile"), kDqTurn);
   for (Operation &op : func.getBodyBlock()) {
     w.separate();
-    if (isa<StoreOp>(op) && !walkSegments.empty() && dkvStoresPrinted == 0)
+    if (isa<StoreOp>(op) && !walkSegments.empty() && dkvStoresPrinted == 0) {
+      target.endWalk(w);
       printSkippedTurns("");
+    }
     if (failed(printOp(&op)))
       return failure();
   }
@@ -929,7 +945,7 @@ void BackwardPrinter::printTurnWait(const std::string &counter, const std::strin
   w.line(cat("int *const turnCounter = ", counter, ";"));
   w.line("if (threadIdx.x == 0 && turnCounter)");
   w.line(cat("  ", ns, "::waitTurn(turnCounter, ", turn, ");"));
-  w.line("__syncthreads();");
+  w.line(target.computeBarrier());
   w.close();
 }
 
@@ -937,7 +953,7 @@ void BackwardPrinter::printTurnPass(const std::string &counter) {
   w.comment("deterministic mode: every thread's adds are issued; pass the turn on (fence, then release)");
   w.open("if (p.deterministic)");
   w.line(cat("int *const turnCounter = ", counter, ";"));
-  w.line("__syncthreads();");
+  w.line(target.computeBarrier());
   w.open("if (threadIdx.x == 0 && turnCounter)");
   w.line("__threadfence();");
   w.line(cat(ns, "::passTurn(turnCounter);"));
@@ -959,7 +975,7 @@ void BackwardPrinter::printSkippedTurns(const std::string &firstLo) {
     w.line(cat("if (", visited, ")"));
     w.line("  continue;");
   }
-  w.line("int *const turnCounter = p.semaphores + ((long long)b * p.headsQ + h) * p.qTiles + qt;");
+  w.line(cat("int *const turnCounter = ", dqTurnCounter("qt"), ";"));
   w.line(cat(ns, "::waitTurn(turnCounter, ", kDqTurn, ");"));
   w.line(cat(ns, "::passTurn(turnCounter);"));
   w.close();
@@ -1040,7 +1056,8 @@ void BackwardPrinter::printInputGradShares(const std::string &tile, const std::s
   for (auto [slot, op] : llvm::enumerate(inputReads)) {
     const int64_t read = static_cast<int64_t>(slot);
     w.open("");
-    w.line(cat("const float sum = ", ns, "::blockSum<kWarps>(", inputShares.lookup(op), ", inputGradScratch);"));
+    w.line(cat("const float sum = ", ns, "::blockSum<kWarps>(", inputShares.lookup(op), ", inputGradScratch",
+               func.getKind() == kBackwardMain ? cat(", [] { ", target.computeBarrier(), " }") : std::string(), ");"));
     w.line("if (threadIdx.x == 0)");
     w.line(cat("  inputGradSlots[((", read, "LL * p.batch + b) * p.headsQ + h) * ", tiles, " + ", tile, "] = sum;"));
     w.close();
@@ -1156,6 +1173,7 @@ FailureOr<EmittedKernel> emitBackwardCuda(ModuleOp module) {
   facts.blockM = shape.blockM;
   facts.blockN = shape.blockN;
   facts.threads = shape.warps * kWarpSize;
+  facts.mainThreads = facts.threads + backward->roleThreads();
   BackwardPrinter prePrinter(pre, shape, *backward, helpers, *hooks);
   BackwardPrinter mainPrinter(main, shape, *backward, helpers, *hooks);
   BackwardPrinter postPrinter(post, shape, *backward, helpers, *hooks);

@@ -38,19 +38,24 @@ __device__ __forceinline__ float warpSum(float x) {
   return x;
 }
 
-// The sum of `x` over a block of kWarps warps, in thread 0, in one fixed order (each warp's butterfly, then the warps
-// ascending); `scratch` holds a float a warp. Every thread of the block calls it.
-template <int kWarps> __device__ __forceinline__ float blockSum(float x, float *scratch) {
+// The sum of `x` over kWarps warps (the first of the block), in thread 0, in one fixed order (each warp's butterfly,
+// then the warps ascending); `scratch` holds a float a warp. Every thread of those warps calls it; `barrier`
+// synchronizes them (the block's __syncthreads where they are the whole block).
+template <int kWarps, typename Barrier>
+__device__ __forceinline__ float blockSum(float x, float *scratch, Barrier barrier) {
   x = warpSum(x);
-  __syncthreads(); // the scratch's last readers are done
+  barrier(); // the scratch's last readers are done
   if (threadIdx.x % 32 == 0)
     scratch[threadIdx.x / 32] = x;
-  __syncthreads();
+  barrier();
   float sum = 0.f;
   if (threadIdx.x == 0)
     for (int w = 0; w < kWarps; ++w)
       sum += scratch[w];
   return sum;
+}
+template <int kWarps> __device__ __forceinline__ float blockSum(float x, float *scratch) {
+  return blockSum<kWarps>(x, scratch, [] { __syncthreads(); });
 }
 
 // Deterministic mode's turns: one thread waits until the counter says `turn` (ld.acquire: what the blocks before

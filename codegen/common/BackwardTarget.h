@@ -111,6 +111,26 @@ public:
   /// A statement adding `x` and `y` into the fp32 pair at `dst` (8-byte aligned) in global memory.
   virtual std::string reduceAdd2(const std::string &dst, const std::string &x, const std::string &y) const = 0;
 
+  // ---- roles of the main kernel (a family that hands work to warps that do not compute) ----
+  /// Threads the main kernel has beyond its computing warps (kThreads): a role's warpgroup after them.
+  virtual int roleThreads() const { return 0; }
+  /// The statement that synchronizes the computing warps of the main kernel (all of its threads when it has no
+  /// roles).
+  virtual std::string computeBarrier() const { return "__syncthreads();"; }
+  /// Shared-memory bytes the family's roles need after the printer's tiles, and their declarations at `at` (a C
+  /// expression of an `unsigned char *`, aligned to 1024 bytes).
+  virtual int64_t roleSharedBytes() const { return 0; }
+  virtual void declareRoleShared(CudaWriter &, const std::string & /*at*/) const {}
+  /// Printed after the main kernel's declarations, before its program: the roles' set-up, and the code of the warps
+  /// that do not compute, which leave the kernel there. `dqCounter` is the deterministic mode's turn counter of Q
+  /// tile `tile` (a C expression of `tile`), `dqTurn` this block's turn on it.
+  virtual void beginRoles(CudaWriter &, const std::string & /*dqCounter*/, const std::string & /*dqTurn*/) {}
+  /// Printed once the Q-tile walk is over, before dK and dV are stored: the roles are told.
+  virtual void endWalk(CudaWriter &) {}
+  /// Whether dQ's adds leave the computing warps (dqProduct hands them to a role that takes the deterministic mode's
+  /// turns itself): then the printer prints no turns around dqProduct.
+  virtual bool dqTurnsInRole() const { return false; }
+
   // ---- GEMMs in flight (a family whose GEMMs run behind the threads that issue them) ----
   /// Whether the iteration's two score GEMMs are issued together: at the first tile.qk (S = Q·Kᵀ) the printer calls
   /// scoreGemms with the second's operands too (dP = dO·Vᵀ: a later tile.qk of the iteration whose tiles are loaded

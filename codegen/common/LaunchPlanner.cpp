@@ -2,6 +2,7 @@
 #include "codegen/common/LaunchPlanner.h"
 #include "flashtile/runtime/KernelAbi.h"
 
+#include <algorithm>
 #include <cassert>
 
 using namespace flashtile;
@@ -114,18 +115,19 @@ LaunchPlan flashtile::codegen::planLaunches(const ModuleFacts &f) {
 
 LaunchPlan flashtile::codegen::planBackwardLaunches(const BackwardFacts &f) {
   LaunchPlan plan;
-  auto launch = [&](const std::string &entry, const std::string &tiles, int smem) {
+  auto launch = [&](const std::string &entry, const std::string &tiles, int smem, int threads) {
     PlanLaunch l;
     l.entry = entry;
-    l.threads = f.threads;
+    l.threads = threads;
     l.smemBytes = smem;
     // One block at least: a call without queries still writes dK = dV = 0, one without keys dQ = 0.
     l.grid = {rule("max(1, " + tiles + ")"), rule("heads_q"), rule("batch")};
     return l;
   };
-  plan.launches.push_back(launch(f.preprocessEntry, "cdiv(rows, " + str(f.blockM) + ")", 0));
-  plan.launches.push_back(launch(f.mainEntry, "cdiv(keys, " + str(f.blockN) + ")", f.mainSmemBytes));
-  plan.launches.push_back(launch(f.postprocessEntry, "cdiv(max(rows, keys), " + str(f.blockM) + ")", 0));
+  plan.launches.push_back(launch(f.preprocessEntry, "cdiv(rows, " + str(f.blockM) + ")", 0, f.threads));
+  plan.launches.push_back(launch(f.mainEntry, "cdiv(keys, " + str(f.blockN) + ")", f.mainSmemBytes,
+                                 std::max(f.mainThreads, f.threads)));
+  plan.launches.push_back(launch(f.postprocessEntry, "cdiv(max(rows, keys), " + str(f.blockM) + ")", 0, f.threads));
   plan.workspaces.push_back(
       {"delta", rule(aligned("lse_rows * 4")), std::nullopt, /*zeroed=*/false, {{"delta", PlanExpr::constant(0)}}});
   plan.workspaces.push_back({"dq_accum",

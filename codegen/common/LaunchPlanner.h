@@ -46,6 +46,8 @@ struct BackwardFacts {
   /// preprocess (tile.sink_grad) reduce per block, and the kernel that sums the blocks' shares (empty: none).
   int mainInputTerms = 0, preprocessInputTerms = 0;
   std::string inputGradsEntry;
+  /// The main kernel's threads: `threads` computing, and the family's roles beside them (0: `threads`).
+  int mainThreads = 0;
 };
 
 /// The backward's plan: D = rowsum(dO∘O) per Q tile, then one block per K/V tile of each (batch, query head) adding

@@ -44,15 +44,27 @@ constexpr int kMaxWarpgroups = 2;
 constexpr int kDqColumns = kSwizzleColumns;
 /// Bytes of the m64 rows of one warpgroup in a column block of a swizzled tile.
 constexpr int kWarpgroupRowBytes = kWgmmaM * kSwizzleBytes;
+/// The named barrier of the computing warps when the block has roles (0 is __syncthreads').
+constexpr int kComputeBarrier = 1;
+/// The dQ writer's two mbarriers and the tile index it reads, 16-byte aligned.
+constexpr int kRoleBarrierBytes = 32;
 
-/// The family's backward primitives: fp32 pair reductions into global memory.
+/// The family's backward primitives: fp32 reductions into global memory, one pair a thread or a whole buffer.
 constexpr std::string_view kBackwardText = R"cuda(
-// ==== sm90 backward primitives: fp32 pair reductions into global memory ====
+// ==== sm90 backward primitives: fp32 reductions into global memory ====
 namespace sm90 {
 // dst[0] += x, dst[1] += y (dst 8-byte aligned), fp32, without reading the result back (red.global.add.v2: the order
 // of concurrent adds is the hardware's).
 __device__ __forceinline__ void redAdd2(float *dst, float x, float y) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
+}
+// dst[i] += src[i] for the `bytes` / 4 floats of a shared-memory buffer (16-byte aligned, bytes a multiple of 16), by
+// the bulk copy engine (cp.reduce.async.bulk: one instruction, element-wise adds in global memory; each element added
+// once). Committed with tma::storeCommit, waited for with tma::storeWaitRead (src reusable) or tma::storeWait (done).
+__device__ __forceinline__ void bulkReduceAddF32(float *dst, const float *src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(smemAddress(src)), "r"(bytes)
+               : "memory");
 }
 } // namespace sm90
 )cuda";
@@ -75,7 +87,8 @@ public:
   }
   std::string_view primitivesNamespace() const override { return kFragmentNamespace; }
   std::vector<std::string> reservedNames() const override {
-    return {"sm80", "sm90", "smemRaw", "aAddr", "bAddr", "dsFrag", "dqBlock", "dqPart", "frag", "key", "q"};
+    return {"sm80",   "sm90",   "smemRaw", "aAddr", "bAddr", "dsFrag", "dqBlock", "dqPart", "frag",
+            "key",    "q",      "sDq",     "dqBars", "sDqTile", "dqUses", "use",   "tile",   "row"};
   }
   bool splitsKeys() const override { return true; }
   /// A warpgroup's four warps share its keys: warp w is row group w % 4 of the keys from 64·(w / 4).
@@ -124,10 +137,26 @@ public:
   void stage(CudaWriter &w, const std::string &buffer, const std::string &from) override;
   void stagedBarrier(CudaWriter &w) override {
     w.line("sm90::fence::proxyAsync();  // this thread's staged rows visible to wgmma");
-    w.line("__syncthreads();  // every warp's rows staged");
+    w.line(cat(computeBarrier(), "  // every warp's rows staged"));
   }
   /// One warpgroup's dS in registers spans all of its Q tile's keys only when it is the block's one warpgroup.
   bool dqReadsRegisters() const override { return warpgroups == 1; }
+
+  // The dQ writer (KernelShape::dqWriter): a producer warpgroup after the computing ones; its first warp adds each Q
+  // tile's dQ from sDq into dq_accum with one bulk reduce-add, handed over by dqBars[0] (full: every computing
+  // thread arrives once its part is in sDq) and back by dqBars[1] (empty: the writer's arrival once the engine read
+  // sDq). Its other warps have nothing to do: they give their registers back (setmaxnreg) and leave.
+  int roleThreads() const override { return shape.dqWriter ? kWarpgroupWarps * 32 : 0; }
+  std::string computeBarrier() const override {
+    return shape.dqWriter ? cat("sm90::namedBarrier::sync(", kComputeBarrier, ", kThreads);") : "__syncthreads();";
+  }
+  int64_t roleSharedBytes() const override {
+    return shape.dqWriter ? int64_t(shape.blockM) * shape.headDim * 4 + kRoleBarrierBytes : 0;
+  }
+  void declareRoleShared(CudaWriter &w, const std::string &at) const override;
+  void beginRoles(CudaWriter &w, const std::string &dqCounter, const std::string &dqTurn) override;
+  void endWalk(CudaWriter &w) override;
+  bool dqTurnsInRole() const override { return shape.dqWriter; }
   void dotTn(CudaWriter &w, const std::string &acc, const std::string &staged, const SharedTile &b,
              int64_t warpCols) override;
   void dqOperand(CudaWriter &w, const std::string &staged, const std::string &regs) override;
@@ -182,6 +211,10 @@ private:
   /// Keeps the compiler from reusing dS's RS fragments before the last wgmma that reads them retired.
   void fenceDsFragments(CudaWriter &w) const;
   void dqProductOverlapped(CudaWriter &w, const SharedTile &k);
+  /// Column block `block` of `part` (its fp32 C fragment) into sDq, this thread's rows (the dQ writer's).
+  void dqToShared(CudaWriter &w, const std::string &part, const std::string &block);
+  /// The dQ writer's hand-over: before the tile's first write into sDq (`start`), after its last.
+  void dqHandOver(CudaWriter &w, bool start);
   /// The reductions of column block `block` of `part` (its fp32 C fragment) into gDqAccum.
   void dqReductions(CudaWriter &w, const SharedTile &k, const std::string &part, const std::string &block);
 
@@ -354,6 +387,105 @@ void BackwardSm90::dqReductions(CudaWriter &w, const SharedTile &k, const std::s
   });
 }
 
+void BackwardSm90::dqToShared(CudaWriter &w, const std::string &part, const std::string &block) {
+  fragments.forEachRow(w, [&] {
+    w.line(cat("const int row = ", keySplit ? "warpM" : "warp", " * kWarpRows + 16 * mt + fragRow + 8 * r;"));
+    w.openUnrolledFor("nt", cat(kDqColumns / 8));
+    w.line(cat("*reinterpret_cast<float2 *>(sDq + row * kHeadDim + ", kDqColumns, " * ", block,
+               " + 8 * nt + fragCol) = make_float2(", part, "[0][nt][2 * r], ", part, "[0][nt][2 * r + 1]);"));
+    w.close();
+  });
+}
+
+void BackwardSm90::dqHandOver(CudaWriter &w, bool start) {
+  if (start) {
+    w.comment("the dQ writer has read the last tile's sDq (its empty barrier), so this tile's may go there");
+    w.line("if (dqUses > 0)");
+    w.line("  sm90::mbarrier::wait(&dqBars[1], (dqUses - 1) & 1);");
+    return;
+  }
+  w.comment("this thread's part of the tile's dQ in sDq, visible to the bulk copy engine (the async proxy); the");
+  w.comment("writer reads the tile's index after the full barrier's last arrival");
+  w.line("sm90::fence::proxyAsync();");
+  w.line("if (threadIdx.x == 0)");
+  w.line("  *sDqTile = qt;");
+  w.line("sm90::mbarrier::arrive(&dqBars[0]);");
+  w.line("++dqUses;");
+}
+
+void BackwardSm90::declareRoleShared(CudaWriter &w, const std::string &at) const {
+  if (!shape.dqWriter)
+    return;
+  w.comment("the dQ writer's buffer (fp32 [kBlockM][kHeadDim]: a Q tile's rows of dq_accum, row-major) and its");
+  w.comment("barriers: dqBars[0] full (kThreads arrivals), dqBars[1] empty (the writer's one)");
+  w.line(cat("float *const sDq = reinterpret_cast<float *>(", at, ");"));
+  w.line("sm90::Mbarrier *const dqBars = reinterpret_cast<sm90::Mbarrier *>(sDq + kBlockM * kHeadDim);");
+  w.line("int *const sDqTile = reinterpret_cast<int *>(dqBars + 2);  // the Q tile in sDq; -1: the walk is over");
+}
+
+void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const std::string &dqTurn) {
+  if (!shape.dqWriter)
+    return;
+  const int producerRegs = shape.producerRegs ? shape.producerRegs : 24;
+  const int consumerRegs = shape.consumerRegs ? shape.consumerRegs : 240;
+  w.comment("---- roles: warps [0, kWarps) compute; warp kWarps, the first of the producer warpgroup, is the dQ");
+  w.comment("writer; the producer warpgroup gives its registers to the computing ones (setmaxnreg) ----");
+  w.open("if (threadIdx.x == 0)");
+  w.line("sm90::mbarrier::init(&dqBars[0], kThreads);");
+  w.line("sm90::mbarrier::init(&dqBars[1], 1);");
+  w.line("sm90::mbarrier::initFence();");
+  w.close();
+  w.line("__syncthreads();  // every role sees the initialized barriers");
+  w.open("if (warp >= kWarps)");
+  w.line(cat("sm90::warpgroup::decreaseRegisters<", producerRegs, ">();"));
+  w.open("if (warp == kWarps)");
+  w.comment("dQ writer: Q tile after Q tile, as the computing warps hand them over, until the walk is over");
+  w.open("for (int use = 0;; ++use)");
+  w.line("sm90::mbarrier::wait(&dqBars[0], use & 1);");
+  w.line("const int tile = *static_cast<volatile int *>(sDqTile);");
+  w.line("if (tile < 0)");
+  w.line("  break;");
+  w.open("if (lane == 0)");
+  w.comment("deterministic mode: this block's turn on the tile's rows; its adds complete before the turn passes on");
+  w.line(cat("int *const turnCounter = p.deterministic ? ", dqCounter, " : nullptr;"));
+  w.line("if (turnCounter)");
+  w.line(cat("  ", ns, "waitTurn(turnCounter, ", dqTurn, ");"));
+  w.comment("the tile's rows below seqlen_q: contiguous in dq_accum");
+  w.line("const int rows = min(kBlockM, p.seqlenQ - tile * kBlockM);");
+  w.line("sm90::bulkReduceAddF32(gDqAccum + (long long)tile * kBlockM * kHeadDim, sDq, unsigned(rows) * kHeadDim * 4u);");
+  w.line("sm90::tma::storeCommit();");
+  w.open("if (turnCounter)");
+  w.line("sm90::tma::storeWait<0>();");
+  w.line("__threadfence();");
+  w.line(cat(ns, "passTurn(turnCounter);"));
+  w.close();
+  w.open("else");
+  w.line("sm90::tma::storeWaitRead<0>();  // sDq read: the next tile may go there");
+  w.close();
+  w.line("sm90::mbarrier::arrive(&dqBars[1]);");
+  w.close();
+  w.line("__syncwarp();");
+  w.close();
+  w.line("if (lane == 0)");
+  w.line("  sm90::tma::storeWait<0>();  // every add landed before the block ends");
+  w.close();
+  w.line("return;");
+  w.close();
+  w.line(cat("sm90::warpgroup::increaseRegisters<", consumerRegs, ">();"));
+  w.line("int dqUses = 0;  // Q tiles handed to the dQ writer");
+}
+
+void BackwardSm90::endWalk(CudaWriter &w) {
+  if (!shape.dqWriter)
+    return;
+  w.comment("the walk is over: once the writer has read the last tile, tell it (a tile index of -1)");
+  w.line("if (dqUses > 0)");
+  w.line("  sm90::mbarrier::wait(&dqBars[1], (dqUses - 1) & 1);");
+  w.line("if (threadIdx.x == 0)");
+  w.line("  *sDqTile = -1;");
+  w.line("sm90::mbarrier::arrive(&dqBars[0]);");
+}
+
 void BackwardSm90::dqGemm(CudaWriter &w, const SharedTile &k, const std::string &block, const std::string &part) {
   w.line(cat("const unsigned bAddr = ", ns, "smemAddress(", k.name, ") + ", block, " * ", k.rows, " * ", kSwizzleBytes,
              ";  // column block ", block, " of K"));
@@ -405,8 +537,16 @@ void BackwardSm90::dqProductOverlapped(CudaWriter &w, const SharedTile &k) {
     waitFor(w, "dqPart");
     if (i == blocks.size() - 1)
       fenceDsFragments(w);
-    dqReductions(w, k, "dqPart", blocks[i]);
+    if (shape.dqWriter) {
+      if (i == 0)
+        dqHandOver(w, true);
+      dqToShared(w, "dqPart", blocks[i]);
+    } else {
+      dqReductions(w, k, "dqPart", blocks[i]);
+    }
   }
+  if (shape.dqWriter)
+    dqHandOver(w, false);
 }
 
 void BackwardSm90::dqProduct(CudaWriter &w, const SharedTile &k) {
@@ -414,6 +554,8 @@ void BackwardSm90::dqProduct(CudaWriter &w, const SharedTile &k) {
     dqProductOverlapped(w, k);
     return;
   }
+  if (shape.dqWriter)
+    dqHandOver(w, true);
   for (const std::string &block : dqBlocks(k)) {
     w.open("");
     w.line(cat("float part[1][", kDqColumns / 8, "][4];"));
@@ -422,9 +564,14 @@ void BackwardSm90::dqProduct(CudaWriter &w, const SharedTile &k) {
     retire(w, flat("part", cat(kDqColumns / 2)));
     fenceDsFragments(w);
     w.close();
-    dqReductions(w, k, "part", block);
+    if (shape.dqWriter)
+      dqToShared(w, "part", block);
+    else
+      dqReductions(w, k, "part", block);
     w.close();
   }
+  if (shape.dqWriter)
+    dqHandOver(w, false);
 }
 
 } // namespace

@@ -70,6 +70,12 @@ struct KernelShape {
   /// Asynchronous GEMMs overlapped (`tile.gemm_overlap`, passes/Transforms/Passes.h): a backward printer keeps a Q
   /// tile's GEMMs in flight together and waits for each where its result is first read.
   bool gemmOverlap = false;
+  /// The backward's dQ writer (`tile.dq_writer`, passes/Transforms/Passes.h): the computing warpgroups leave each Q
+  /// tile's dQ terms in shared memory and a warp of a producer warpgroup adds them into the fp32 accumulator.
+  bool dqWriter = false;
+  /// Registers a thread of the producer warpgroup and of a computing warpgroup holds after setmaxnreg
+  /// (`tile.role_registers`); 0: the family's launch default.
+  int producerRegs = 0, consumerRegs = 0;
 };
 
 /// An architecture a family runs on, with the per-block (opt-in) dynamic shared memory limit.

@@ -24,6 +24,13 @@ inline constexpr llvm::StringLiteral kKeyWarpsAttr = "tile.key_warps";
 /// in flight together and wait for each where its result is first read (KernelShape::gemmOverlap); the program's
 /// semantics do not change.
 inline constexpr llvm::StringLiteral kGemmOverlapAttr = "tile.gemm_overlap";
+/// A schedule's attribute on a backward main program (a unit attribute): each Q tile's dQ terms leave through shared
+/// memory, and a writer role of their own adds them into the fp32 accumulator (KernelShape::dqWriter); the program's
+/// semantics do not change.
+inline constexpr llvm::StringLiteral kDqWriterAttr = "tile.dq_writer";
+/// A schedule's attribute on a program with roles (an array of two i32): the registers a thread of the producer
+/// warpgroup and of a computing warpgroup hold after setmaxnreg (KernelShape::producerRegs, consumerRegs).
+inline constexpr llvm::StringLiteral kRoleRegistersAttr = "tile.role_registers";
 } // namespace flashtile::tile
 
 #endif // FLASHTILE_PASSES_TRANSFORMS_PASSES_H

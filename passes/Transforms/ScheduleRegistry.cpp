@@ -230,6 +230,11 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
     shape.keyWarps = static_cast<int>(keyWarps.getInt());
   shape.ctaPair = func->hasAttr(tile::kCtaPairAttr);
   shape.gemmOverlap = func->hasAttr(tile::kGemmOverlapAttr);
+  shape.dqWriter = func->hasAttr(tile::kDqWriterAttr);
+  if (auto regs = func->getAttrOfType<mlir::DenseI32ArrayAttr>(tile::kRoleRegistersAttr); regs && regs.size() == 2) {
+    shape.producerRegs = regs[0];
+    shape.consumerRegs = regs[1];
+  }
   return shape;
 }
 

@@ -12,7 +12,8 @@ inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kStages
                             *kConsumerWarpgroups = "consumer-warpgroups", *kProducerRegs = "producer-regs",
                             *kConsumerRegs = "consumer-regs", *kOverlap = "intra-wg-overlap", *kPingpong = "pingpong",
                             *kPersistent = "persistent", *kStageO = "stage-o", *kScheduler = "scheduler",
-                            *kRescaleThreshold = "rescale-threshold", *kExp2PolyShare = "exp2-poly-share";
+                            *kRescaleThreshold = "rescale-threshold", *kExp2PolyShare = "exp2-poly-share",
+                            *kDqWriter = "dq-writer";
 /// The largest `rescale-threshold` (log2 units): P may reach 2^threshold, which stays finite in fp16 up to 15.
 inline constexpr int64_t kMaxRescaleThreshold = 15;
 

@@ -69,6 +69,11 @@ public:
         {kRescaleThreshold, "0: acc is rescaled every tile (FA3, the default); N: FA4's conditional rescaling, a warp's "
                             "row maxes move (and acc *= alpha runs) only when one grew by more than N (log2 units)",
          0, kMaxRescaleThreshold},
+        {kDqWriter, "backward only: 1: each Q tile's dQ terms leave through shared memory and a writer warp of a "
+                    "producer warpgroup adds them into the fp32 accumulator (one bulk reduce-add a tile), the "
+                    "computing warpgroups taking consumer-regs registers (setmaxnreg); 0: each thread adds its own "
+                    "(red.global.add; default: 1 with two consumer warpgroups)",
+         0, 1},
         {kExp2PolyShare, "FA4's partial software exp2: of every 8 n8 tiles of a score row, how many take their "
                          "exponentials from a cubic on the FMA pipe (sm90::math::exp2Poly3) instead of MUFU; 0: none "
                          "(the default)",
@@ -80,6 +85,8 @@ public:
   FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass shapeClass) const override {
     if (func.getKind() != kForwardProgram)
       return configureBackward(func, knobs);
+    if (knobs.count(kDqWriter))
+      return func.emitOpError() << "fa3: " << kDqWriter << " shapes the backward's dQ only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
     // 128 query rows over two consumer warpgroups; keys per tile by head dim (the registers hold S, P and O): 128 at
     // 64, 176 at 128 (measured on the H200, 2026-12-01: +3-5% over 128 at 8k-16k with ping-pong, causal too), 80
@@ -145,12 +152,12 @@ public:
       return func.emitOpError() << "fa3 backward: " << name << " = " << value << " is not supported; accepted: "
                                 << accepted;
     };
-    for (const char *roleKnob : {kProducerRegs, kConsumerRegs, kPingpong, kPersistent, kStageO, kScheduler,
-                                 kRescaleThreshold, kExp2PolyShare})
+    for (const char *roleKnob : {kPingpong, kPersistent, kStageO, kScheduler, kRescaleThreshold, kExp2PolyShare})
       if (knobs.count(roleKnob))
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
-                                     "consumer-warpgroups and intra-wg-overlap";
+                                     "consumer-warpgroups, intra-wg-overlap, dq-writer, producer-regs and "
+                                     "consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 128)
         return refuse(name, value, "64 or 128 (dK and dV in the warpgroups' registers); the fa2 backward serves the "
@@ -190,6 +197,25 @@ public:
       return refuse(kStages, stages, "2 (Q-tile buffers: each Q tile copied one tile ahead)");
     if (keySplit)
       func->setAttr(kKeyWarpsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), consumers));
+    // dq-writer: the main program's roles, FA3's: the computing warpgroups leave each Q tile's dQ terms in shared
+    // memory, a producer warpgroup's first warp adds them into dq_accum with one bulk reduce-add (and takes the
+    // deterministic mode's turns), and setmaxnreg moves the producer's registers to the computing warpgroups.
+    const int64_t writer = knob(knobs, kDqWriter, consumers > 1 ? 1 : 0);
+    const RoleRegisters regs = registersFor(knobs, consumers);
+    if (!writer && (knobs.count(kProducerRegs) || knobs.count(kConsumerRegs)))
+      return func.emitOpError() << "fa3 backward: producer-regs and consumer-regs shape the roles of dq-writer = 1; "
+                                   "with dq-writer = 0 there is no producer warpgroup";
+    if (writer) {
+      for (auto [name, value] : {std::pair{kProducerRegs, regs.producer}, {kConsumerRegs, regs.consumer}})
+        if (value % 8 != 0)
+          return refuse(name, value, "a multiple of 8 (setmaxnreg)");
+      if (int64_t total = kWarpgroupWarps * 32 * (regs.producer + consumers * regs.consumer); total > 65536)
+        return func.emitOpError() << "fa3 backward: the roles ask for " << total << " registers (producer-regs "
+                                  << regs.producer << ", consumer-regs " << regs.consumer << " x " << consumers
+                                  << " warpgroups of 128 threads); an SM has 65536";
+      func->setAttr(kDqWriterAttr, UnitAttr::get(func.getContext()));
+      func->setAttr(kRoleRegistersAttr, DenseI32ArrayAttr::get(func.getContext(), {regs.producer, regs.consumer}));
+    }
     // intra-wg-overlap: a Q tile's GEMMs in flight together, each waited on where its result is first read (S's
     // softmax under dP; dQ's reductions under dV and dK); 0: each waited on when issued.
     if (knob(knobs, kOverlap, kBackwardOverlap) != 0)

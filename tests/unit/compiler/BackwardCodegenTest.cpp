@@ -145,6 +145,58 @@ TEST(BackwardCodegen, Fa3OverlapKeepsAQTilesGemmsInFlight) {
   }
 }
 
+// dq-writer (default 1 with two warpgroups): a producer warpgroup after the computing ones, whose first warp adds each
+// Q tile's dQ from shared memory with one bulk reduce-add and takes the deterministic mode's turns; setmaxnreg moves
+// registers to the computing warpgroups, which synchronize among themselves by a named barrier. 0: red.global.add
+// from every thread, and no roles.
+TEST(BackwardCodegen, Fa3DqWriterRoleAddsEachQTileWithOneBulkReduce) {
+  for (int headDim : {64, 128}) {
+    for (int writer : {1, 0}) {
+      StatusOr<jit::CompileResult> result = jit::compile(
+          *variants::byName("alibi_causal"),
+          backwardOptions(ElementType::BF16, headDim, "sm_90a", writer ? schedule::Knobs{} : schedule::Knobs{{"dq-writer", 0}},
+                          "fa3"),
+          jit::Stage::Cubin);
+      ASSERT_TRUE(result.ok()) << result.status().message();
+      const std::string &cuda = result->cuda;
+      const std::string main = cuda.substr(cuda.find(" flashtile_fa3_alibi_causal_bf16_d" + std::to_string(headDim) + "_bwd("));
+      EXPECT_EQ(count(cuda, "__launch_bounds__(384, 1)"), writer) << headDim;
+      EXPECT_EQ(count(main, "sm90::bulkReduceAddF32(gDqAccum"), writer) << headDim;
+      EXPECT_EQ(count(main, "sm90::warpgroup::decreaseRegisters<24>();"), writer) << headDim;
+      EXPECT_EQ(count(main, "sm90::warpgroup::increaseRegisters<240>();"), writer) << headDim;
+      EXPECT_EQ(count(main, "sm90::redAdd2(dst, dqPart") > 0, !writer) << headDim;
+      // Every barrier of the computing warps leaves the producer warpgroup out; the turns of dQ are the writer's.
+      EXPECT_EQ(main.find("__syncthreads();  // tile qt landed") == std::string::npos, bool(writer)) << headDim;
+      EXPECT_EQ(count(main, "sm90::namedBarrier::sync(1, kThreads);") > 0, bool(writer)) << headDim;
+      EXPECT_EQ(count(main, "this block's turn on the tile's rows"), writer) << headDim;
+      // The computing warps wait for turns only at the GQA stores of dK and dV (and at dQ's three segments without
+      // the writer).
+      EXPECT_EQ(count(main, "wait for this block's turn on these rows"), writer ? 2 : 5) << headDim;
+      EXPECT_EQ(count(main, "float *const sDq = ") == 1, bool(writer)) << headDim;
+      // The plan launches the main kernel with the producer warpgroup's threads.
+      int mainThreads = 0;
+      for (const PlanLaunch &launch : result->info.plan.launches)
+        if (launch.entry == result->info.entry)
+          mainThreads = launch.threads;
+      EXPECT_EQ(mainThreads, writer ? 384 : 256) << headDim;
+    }
+  }
+  // The forward has no dQ: the knob is refused there by name; with dq-writer = 0 the role registers are refused.
+  jit::CompileOptions forward = backwardOptions(ElementType::BF16, 128, "sm_90a", {{"dq-writer", 1}}, "fa3");
+  forward.kind = "forward";
+  StatusOr<jit::CompileResult> refused = jit::compile(*variants::byName("none"), forward, jit::Stage::Scheduled);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("fa3: dq-writer shapes the backward's dQ only"), std::string::npos)
+      << refused.status().message();
+  refused = jit::compile(*variants::byName("none"),
+                         backwardOptions(ElementType::BF16, 128, "sm_90a", {{"dq-writer", 0}, {"consumer-regs", 232}},
+                                         "fa3"),
+                         jit::Stage::Scheduled);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("with dq-writer = 0 there is no producer warpgroup"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
   for (auto [headDim, headDimV] : {std::pair{192, 128}, {256, 256}, {96, 96}, {32, 32}}) {
     for (ElementType dtype : {ElementType::BF16, ElementType::F16}) {
@@ -169,7 +221,8 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
                         "rows) or 64 (the warpgroups split the keys)"},
         {"consumer-warpgroups", 3, "fa3 backward: consumer-warpgroups = 3 is not supported; accepted: 1 or 2"},
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
-        {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups and intra-wg-overlap"},
+        {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
+                          "dq-writer, producer-regs and consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
         jit::compile(*variants::byName("none"),
