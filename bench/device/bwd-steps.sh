@@ -19,6 +19,12 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/ste
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/flashtile-site \
   .device/python/flashtile-*.whl || exit 2
 export PYTHONPATH=/tmp/flashtile-site PYTHONUNBUFFERED=1 FLASHTILE_CACHE_DIR=/tmp/flashtile-cache
+# FA4 (column fa4 of STEPS_PEERS), where bench/device/fa4-install.sh installed it on this machine.
+if [ -f /tmp/fa4-env.sh ]; then
+  source /tmp/fa4-env.sh
+  export PYTHONPATH=$FA4_PYTHONPATH:$PYTHONPATH FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 \
+    FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=/tmp/fa4-cache
+fi
 status=0
 if [[ ,$steps, == *,check,* ]]; then
   timeout "${STEPS_CHECK_TIMEOUT:-150}" python3 bench/backward_bench.py --check >> "$OUT/steps-check.log" 2>&1 || status=1
