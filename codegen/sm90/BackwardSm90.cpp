@@ -48,6 +48,10 @@ constexpr int kWarpgroupRowBytes = kWgmmaM * kSwizzleBytes;
 constexpr int kComputeBarrier = 1;
 /// The dQ writer's two mbarriers and the tile index it reads, 16-byte aligned.
 constexpr int kRoleBarrierBytes = 32;
+/// The dQ buffer's row pitch beyond the head dim, in floats: 8 (32 bytes) puts the rows of a warp's fragment stores
+/// 8 banks apart, so that a warp's float2 stores take the two wavefronts of their 256 bytes (an unpadded row of 64 or
+/// 128 floats maps every row to the same banks: 8-way conflicts). 16-byte aligned rows, as the bulk copy needs.
+constexpr int kDqPadFloats = 8;
 
 /// The family's backward primitives: fp32 reductions into global memory, one pair a thread or a whole buffer.
 constexpr std::string_view kBackwardText = R"cuda(
@@ -88,7 +92,7 @@ public:
   std::string_view primitivesNamespace() const override { return kFragmentNamespace; }
   std::vector<std::string> reservedNames() const override {
     return {"sm80",   "sm90",   "smemRaw", "aAddr", "bAddr", "dsFrag", "dqBlock", "dqPart", "frag",
-            "key",    "q",      "sDq",     "dqBars", "sDqTile", "dqUses", "use",   "tile",   "row"};
+            "key",    "q",      "sDq",     "dqBars", "sDqTile", "dqUses", "use",   "tile",   "row",  "kDqPitch"};
   }
   bool splitsKeys() const override { return true; }
   /// A warpgroup's four warps share its keys: warp w is row group w % 4 of the keys from 64·(w / 4).
@@ -151,7 +155,7 @@ public:
     return shape.dqWriter ? cat("sm90::namedBarrier::sync(", kComputeBarrier, ", kThreads);") : "__syncthreads();";
   }
   int64_t roleSharedBytes() const override {
-    return shape.dqWriter ? int64_t(shape.blockM) * shape.headDim * 4 + kRoleBarrierBytes : 0;
+    return shape.dqWriter ? int64_t(shape.blockM) * (shape.headDim + kDqPadFloats) * 4 + kRoleBarrierBytes : 0;
   }
   void declareRoleShared(CudaWriter &w, const std::string &at) const override;
   void beginRoles(CudaWriter &w, const std::string &dqCounter, const std::string &dqTurn) override;
@@ -391,7 +395,7 @@ void BackwardSm90::dqToShared(CudaWriter &w, const std::string &part, const std:
   fragments.forEachRow(w, [&] {
     w.line(cat("const int row = ", keySplit ? "warpM" : "warp", " * kWarpRows + 16 * mt + fragRow + 8 * r;"));
     w.openUnrolledFor("nt", cat(kDqColumns / 8));
-    w.line(cat("*reinterpret_cast<float2 *>(sDq + row * kHeadDim + ", kDqColumns, " * ", block,
+    w.line(cat("*reinterpret_cast<float2 *>(sDq + row * kDqPitch + ", kDqColumns, " * ", block,
                " + 8 * nt + fragCol) = make_float2(", part, "[0][nt][2 * r], ", part, "[0][nt][2 * r + 1]);"));
     w.close();
   });
@@ -416,10 +420,12 @@ void BackwardSm90::dqHandOver(CudaWriter &w, bool start) {
 void BackwardSm90::declareRoleShared(CudaWriter &w, const std::string &at) const {
   if (!shape.dqWriter)
     return;
-  w.comment("the dQ writer's buffer (fp32 [kBlockM][kHeadDim]: a Q tile's rows of dq_accum, row-major) and its");
-  w.comment("barriers: dqBars[0] full (kThreads arrivals), dqBars[1] empty (the writer's one)");
+  w.comment("the dQ writer's buffer (fp32 [kBlockM][kDqPitch]: a Q tile's rows of dq_accum, each padded so that the");
+  w.comment("fragment stores do not conflict) and its barriers: dqBars[0] full (kThreads arrivals), dqBars[1] empty (the");
+  w.comment("writer's one)");
+  w.line(cat("constexpr int kDqPitch = kHeadDim + ", kDqPadFloats, ";"));
   w.line(cat("float *const sDq = reinterpret_cast<float *>(", at, ");"));
-  w.line("sm90::Mbarrier *const dqBars = reinterpret_cast<sm90::Mbarrier *>(sDq + kBlockM * kHeadDim);");
+  w.line("sm90::Mbarrier *const dqBars = reinterpret_cast<sm90::Mbarrier *>(sDq + kBlockM * kDqPitch);");
   w.line("int *const sDqTile = reinterpret_cast<int *>(dqBars + 2);  // the Q tile in sDq; -1: the walk is over");
 }
 
@@ -445,29 +451,34 @@ void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const
   w.line("const int tile = *static_cast<volatile int *>(sDqTile);");
   w.line("if (tile < 0)");
   w.line("  break;");
-  w.open("if (lane == 0)");
   w.comment("deterministic mode: this block's turn on the tile's rows; its adds complete before the turn passes on");
   w.line(cat("int *const turnCounter = p.deterministic ? ", dqCounter, " : nullptr;"));
-  w.line("if (turnCounter)");
+  w.line("if (lane == 0 && turnCounter)");
   w.line(cat("  ", ns, "waitTurn(turnCounter, ", dqTurn, ");"));
-  w.comment("the tile's rows below seqlen_q: contiguous in dq_accum");
+  w.line("__syncwarp();");
+  w.comment("the tile's rows below seqlen_q, a bulk reduce-add each (lane l the rows l, l + 32, ...): a row of sDq is");
+  w.comment("a row of dq_accum");
   w.line("const int rows = min(kBlockM, p.seqlenQ - tile * kBlockM);");
-  w.line("sm90::bulkReduceAddF32(gDqAccum + (long long)tile * kBlockM * kHeadDim, sDq, unsigned(rows) * kHeadDim * 4u);");
+  w.line("#pragma unroll 1");
+  w.line("for (int row = lane; row < rows; row += 32)");
+  w.line("  sm90::bulkReduceAddF32(gDqAccum + ((long long)tile * kBlockM + row) * kHeadDim, sDq + row * kDqPitch, "
+         "kHeadDim * 4u);");
   w.line("sm90::tma::storeCommit();");
   w.open("if (turnCounter)");
   w.line("sm90::tma::storeWait<0>();");
   w.line("__threadfence();");
-  w.line(cat(ns, "passTurn(turnCounter);"));
   w.close();
   w.open("else");
   w.line("sm90::tma::storeWaitRead<0>();  // sDq read: the next tile may go there");
   w.close();
+  w.line("__syncwarp();");
+  w.open("if (lane == 0)");
+  w.line("if (turnCounter)");
+  w.line(cat("  ", ns, "passTurn(turnCounter);"));
   w.line("sm90::mbarrier::arrive(&dqBars[1]);");
   w.close();
-  w.line("__syncwarp();");
   w.close();
-  w.line("if (lane == 0)");
-  w.line("  sm90::tma::storeWait<0>();  // every add landed before the block ends");
+  w.line("sm90::tma::storeWait<0>();  // every add landed before the block ends");
   w.close();
   w.line("return;");
   w.close();
