@@ -48,10 +48,12 @@ constexpr int kWarpgroupRowBytes = kWgmmaM * kSwizzleBytes;
 constexpr int kComputeBarrier = 1;
 /// The dQ writer's two mbarriers and the tile index it reads, 16-byte aligned.
 constexpr int kRoleBarrierBytes = 32;
-/// The dQ buffer's row pitch beyond the head dim, in floats: 8 (32 bytes) puts the rows of a warp's fragment stores
-/// 8 banks apart, so that a warp's float2 stores take the two wavefronts of their 256 bytes (an unpadded row of 64 or
-/// 128 floats maps every row to the same banks: 8-way conflicts). 16-byte aligned rows, as the bulk copy needs.
-constexpr int kDqPadFloats = 8;
+/// The dQ buffer's row pitch beyond the head dim, in floats, at head dims from kDqPadFrom: 8 (32 bytes) puts the rows
+/// of a warp's fragment stores 8 banks apart, so that a warp's float2 stores take the two wavefronts of their 256
+/// bytes (an unpadded row of 64 or 128 floats maps every row to the same banks: 8-way conflicts), at the price of one
+/// bulk reduce-add a row instead of one a tile. Measured on the H100 (bench/NOTES.md v30): at head dim 128 (64 rows
+/// a tile) +14% non-causal; at 64 (128 rows of 256 bytes a tile, each add issued in turn) -21%, so unpadded there.
+constexpr int kDqPadFloats = 8, kDqPadFrom = 128;
 
 /// The family's backward primitives: fp32 reductions into global memory, one pair a thread or a whole buffer.
 constexpr std::string_view kBackwardText = R"cuda(
@@ -155,7 +157,7 @@ public:
     return shape.dqWriter ? cat("sm90::namedBarrier::sync(", kComputeBarrier, ", kThreads);") : "__syncthreads();";
   }
   int64_t roleSharedBytes() const override {
-    return shape.dqWriter ? int64_t(shape.blockM) * (shape.headDim + kDqPadFloats) * 4 + kRoleBarrierBytes : 0;
+    return shape.dqWriter ? int64_t(shape.blockM) * (shape.headDim + dqPad()) * 4 + kRoleBarrierBytes : 0;
   }
   void declareRoleShared(CudaWriter &w, const std::string &at) const override;
   void beginRoles(CudaWriter &w, const std::string &dqCounter, const std::string &dqTurn) override;
@@ -215,6 +217,8 @@ private:
   /// Keeps the compiler from reusing dS's RS fragments before the last wgmma that reads them retired.
   void fenceDsFragments(CudaWriter &w) const;
   void dqProductOverlapped(CudaWriter &w, const SharedTile &k);
+  /// The dQ buffer's row padding in floats (0: its rows are dq_accum's, one bulk add a tile).
+  int dqPad() const { return shape.headDim >= kDqPadFrom ? kDqPadFloats : 0; }
   /// Column block `block` of `part` (its fp32 C fragment) into sDq, this thread's rows (the dQ writer's).
   void dqToShared(CudaWriter &w, const std::string &part, const std::string &block);
   /// The dQ writer's hand-over: before the tile's first write into sDq (`start`), after its last.
@@ -423,7 +427,7 @@ void BackwardSm90::declareRoleShared(CudaWriter &w, const std::string &at) const
   w.comment("the dQ writer's buffer (fp32 [kBlockM][kDqPitch]: a Q tile's rows of dq_accum, each padded so that the");
   w.comment("fragment stores do not conflict) and its barriers: dqBars[0] full (kThreads arrivals), dqBars[1] empty (the");
   w.comment("writer's one)");
-  w.line(cat("constexpr int kDqPitch = kHeadDim + ", kDqPadFloats, ";"));
+  w.line(cat("constexpr int kDqPitch = kHeadDim + ", dqPad(), ";"));
   w.line(cat("float *const sDq = reinterpret_cast<float *>(", at, ");"));
   w.line("sm90::Mbarrier *const dqBars = reinterpret_cast<sm90::Mbarrier *>(sDq + kBlockM * kDqPitch);");
   w.line("int *const sDqTile = reinterpret_cast<int *>(dqBars + 2);  // the Q tile in sDq; -1: the walk is over");
@@ -456,13 +460,20 @@ void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const
   w.line("if (lane == 0 && turnCounter)");
   w.line(cat("  ", ns, "waitTurn(turnCounter, ", dqTurn, ");"));
   w.line("__syncwarp();");
-  w.comment("the tile's rows below seqlen_q, a bulk reduce-add each (lane l the rows l, l + 32, ...): a row of sDq is");
-  w.comment("a row of dq_accum");
   w.line("const int rows = min(kBlockM, p.seqlenQ - tile * kBlockM);");
-  w.line("#pragma unroll 1");
-  w.line("for (int row = lane; row < rows; row += 32)");
-  w.line("  sm90::bulkReduceAddF32(gDqAccum + ((long long)tile * kBlockM + row) * kHeadDim, sDq + row * kDqPitch, "
-         "kHeadDim * 4u);");
+  if (dqPad()) {
+    w.comment("the tile's rows below seqlen_q, a bulk reduce-add each (lane l the rows l, l + 32, ...): a row of sDq,");
+    w.comment("padded, is a row of dq_accum");
+    w.line("#pragma unroll 1");
+    w.line("for (int row = lane; row < rows; row += 32)");
+    w.line("  sm90::bulkReduceAddF32(gDqAccum + ((long long)tile * kBlockM + row) * kHeadDim, sDq + row * kDqPitch, "
+           "kHeadDim * 4u);");
+  } else {
+    w.comment("the tile's rows below seqlen_q, contiguous in sDq and in dq_accum: one bulk reduce-add");
+    w.line("if (lane == 0)");
+    w.line("  sm90::bulkReduceAddF32(gDqAccum + (long long)tile * kBlockM * kHeadDim, sDq, unsigned(rows) * kHeadDim * "
+           "4u);");
+  }
   w.line("sm90::tma::storeCommit();");
   w.open("if (turnCounter)");
   w.line("sm90::tma::storeWait<0>();");
