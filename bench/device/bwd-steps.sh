@@ -16,15 +16,7 @@ steps=${STEPS:-check,pytest,bench}
 shapes=${STEPS_SHAPES:-128:1024,128:2048,128:4096,128:8192,128:16384,64:2048,64:8192}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/steps-check.log"
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/flashtile-site \
-  .device/python/flashtile-*.whl || exit 2
-export PYTHONPATH=/tmp/flashtile-site PYTHONUNBUFFERED=1 FLASHTILE_CACHE_DIR=/tmp/flashtile-cache
-# FA4 (column fa4 of STEPS_PEERS), where bench/device/fa4-install.sh installed it on this machine.
-if [ -f /tmp/fa4-env.sh ]; then
-  source /tmp/fa4-env.sh
-  export PYTHONPATH=$FA4_PYTHONPATH:$PYTHONPATH FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 \
-    FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=/tmp/fa4-cache
-fi
+source bench/device/bwd-env.sh || exit 2
 status=0
 if [[ ,$steps, == *,check,* ]]; then
   timeout "${STEPS_CHECK_TIMEOUT:-150}" python3 bench/backward_bench.py --check >> "$OUT/steps-check.log" 2>&1 || status=1

@@ -8,16 +8,7 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 OUT=${OUT:-$PWD/.device/out}
 mkdir -p "$OUT"
-if ls .device/python/flashtile-*.whl > /dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/flashtile-site \
-    .device/python/flashtile-*.whl || exit 2
-fi
-export PYTHONPATH=/tmp/flashtile-site PYTHONUNBUFFERED=1 FLASHTILE_CACHE_DIR=/tmp/flashtile-cache
-if [ -f /tmp/fa4-env.sh ]; then
-  source /tmp/fa4-env.sh
-  export PYTHONPATH=$FA4_PYTHONPATH:$PYTHONPATH FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 \
-    FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=/tmp/fa4-cache
-fi
+source bench/device/bwd-env.sh || exit 2
 script='
 import sys, torch
 who = sys.argv[1]

@@ -144,9 +144,9 @@ public:
   /// query rows (block-m 64·W, split-Q) or its keys (block-m 64, key split: tile.key_warps = W; dQ's column blocks
   /// shared out). Defaults, two warpgroups over 128 keys (FA3's 128-key K/V tiles: a block adds each dQ element once
   /// per 128 keys instead of 64, halving the fp32 reductions that bound the one-warpgroup form, docs/backward.md):
-  /// split-Q 128 × 128 at head dim 64, key split 64 × 128 at 128 (split-Q there would hold 128 + 128 fp32 of S and
-  /// dP beside 128 of dK and dV a thread). The knobs that shape the forward's roles have no meaning here and are
-  /// refused by name.
+  /// split-Q 128 × 128 at head dim 64, key split 64 × 128 at 128 (split-Q there would hold 64 + 64 fp32 of S and dP
+  /// beside 64 + 64 of dK and dV a thread before dQ's part, and its buffers pass the shared-memory limit). The knobs
+  /// that shape the forward's roles have no meaning here and are refused by name.
   FailureOr<ScheduleAttr> configureBackward(FuncOp func, const schedule::Knobs &knobs) const {
     auto refuse = [&](const char *name, int64_t value, const std::string &accepted) {
       return func.emitOpError() << "fa3 backward: " << name << " = " << value << " is not supported; accepted: "

@@ -18,6 +18,7 @@
 #include <vector>
 
 using namespace flashtile;
+using test::CapturedWarnings;
 using testing::HasSubstr;
 namespace fs = std::filesystem;
 
@@ -59,26 +60,6 @@ void plant(const fs::path &dir, const std::string &tag) {
   ASSERT_TRUE(writer.getOrCompile(kKey, compiler.fn(tag)).ok());
   ASSERT_TRUE(fs::exists(writer.entryPath(kKey)));
 }
-
-class CapturedWarnings {
-public:
-  CapturedWarnings() {
-    previous = setLogHandler([this](std::string_view message) {
-      std::lock_guard<std::mutex> lock(mutex);
-      messages.emplace_back(message);
-    });
-  }
-  ~CapturedWarnings() { setLogHandler(std::move(previous)); }
-  std::vector<std::string> all() {
-    std::lock_guard<std::mutex> lock(mutex);
-    return messages;
-  }
-
-private:
-  LogHandler previous;
-  std::mutex mutex;
-  std::vector<std::string> messages;
-};
 
 /// Asks a fresh cache with `options` for kKey and expects the planted kernel to be refused: compiled anew, one
 /// warning that names `culprit` and the fixes.

@@ -21,6 +21,7 @@
 #include <thread>
 
 using namespace flashtile;
+using test::CapturedWarnings;
 using testing::HasSubstr;
 namespace fs = std::filesystem;
 
@@ -345,27 +346,6 @@ TEST(KernelCache, EnvironmentSelectsDirectory) {
   test::ScopedEnv noHome("HOME", nullptr);
   EXPECT_FALSE(KernelCache::optionsFromEnvironment().diskEnabled);
 }
-
-/// Collects the runtime's warnings for one scope.
-class CapturedWarnings {
-public:
-  CapturedWarnings() {
-    previous = setLogHandler([this](std::string_view message) {
-      std::lock_guard<std::mutex> lock(mutex);
-      messages.emplace_back(message);
-    });
-  }
-  ~CapturedWarnings() { setLogHandler(std::move(previous)); }
-  std::vector<std::string> all() {
-    std::lock_guard<std::mutex> lock(mutex);
-    return messages;
-  }
-
-private:
-  LogHandler previous;
-  std::mutex mutex;
-  std::vector<std::string> messages;
-};
 
 TEST(KernelCache, EntriesThatAreNotRegularFilesAreReplacedWithoutBeingRead) {
   struct Case {

@@ -6,6 +6,7 @@
 #include "codegen/common/LaunchPlanner.h"
 #include "flashtile/runtime/Dispatch.h"
 #include "flashtile/runtime/KernelCache.h"
+#include "flashtile/runtime/Log.h"
 #include "flashtile/runtime/Version.h"
 
 #include <gtest/gtest.h>
@@ -13,11 +14,33 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace flashtile::test {
+
+/// Collects the runtime's warnings for one scope.
+class CapturedWarnings {
+public:
+  CapturedWarnings() {
+    previous = setLogHandler([this](std::string_view message) {
+      std::lock_guard<std::mutex> lock(mutex);
+      messages.emplace_back(message);
+    });
+  }
+  ~CapturedWarnings() { setLogHandler(std::move(previous)); }
+  std::vector<std::string> all() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return messages;
+  }
+
+private:
+  LogHandler previous;
+  std::mutex mutex;
+  std::vector<std::string> messages;
+};
 
 /// A fresh directory under the system temp dir, removed with everything in it at the end of the test.
 class TempDir {
