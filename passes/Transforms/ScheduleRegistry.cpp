@@ -238,15 +238,6 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   return shape;
 }
 
-void addBackwardPasses(mlir::OpPassManager &funcPm, std::string_view name, const Request &request) {
-  addApplySchedule(funcPm, name, request);
-  funcPm.addPass(tile::createTileBoundQLoop());
-  funcPm.addPass(tile::createTileLowerToTarget(tile::TileLowerToTargetOptions{request.arch}));
-  funcPm.addPass(mlir::createCanonicalizerPass());
-  funcPm.addPass(mlir::createCSEPass());
-  funcPm.addPass(tile::createTilePipelineQLoop());
-}
-
 void addApplySchedule(mlir::OpPassManager &funcPm, std::string_view name, const Request &request) {
   funcPm.addPass(tile::createTileVerifyProgram());
   funcPm.addPass(mlir::createCanonicalizerPass());

@@ -150,11 +150,6 @@ target::KernelShape kernelShapeOf(tile::FuncOp func);
 /// The passes every schedule's pipeline starts with, on a tile.func pass manager: verify the program, canonicalize,
 /// and apply the schedule named `name` with the request's knobs and shape class (tile-apply-schedule).
 void addApplySchedule(mlir::OpPassManager &funcPm, std::string_view name, const Request &request);
-/// The passes of a backward module (docs/backward.md) under schedule `name`, as fa2 and fa3 run them: the schedule
-/// applied, the main program's Q-tile walk bounded by the inverse of the K/V range (tile-bound-q-loop), lowered to
-/// the schedule's family on request.arch, canonicalized, and pipelined (tile-pipeline-q-loop: one staging barrier a Q
-/// tile; with two Q-tile buffers, each tile's copies a tile ahead). The printer makes the copies.
-void addBackwardPasses(mlir::OpPassManager &funcPm, std::string_view name, const Request &request);
 
 } // namespace flashtile::schedule
 

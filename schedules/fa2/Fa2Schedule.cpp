@@ -135,7 +135,12 @@ public:
       // The backward (docs/backward.md): the main program walks the Q tiles that see its K/V tile, masked only on
       // the boundary segments; its tiles stay in shared memory for the whole walk (the printer's copies). One staging
       // barrier a Q tile, and with two buffers (stages = 2) each tile's copies issued a tile ahead.
-      schedule::addBackwardPasses(func, kName, request);
+      schedule::addApplySchedule(func, kName, request);
+      func.addPass(createTileBoundQLoop());
+      func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
+      func.addPass(createCanonicalizerPass());
+      func.addPass(createCSEPass());
+      func.addPass(createTilePipelineQLoop());
       return;
     }
     schedule::addApplySchedule(func, kName, request);

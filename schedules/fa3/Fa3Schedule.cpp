@@ -250,9 +250,16 @@ public:
 
   void buildPipeline(OpPassManager &pm, const schedule::Request &request) const override {
     if (request.kind == kBackwardModule) {
-      // The backward (docs/backward.md) as fa2 walks it: the main program's Q-tile walk bounded by the inverse of
-      // the K/V range, its copies made by the printer (one Q tile ahead: tile-pipeline-q-loop).
-      schedule::addBackwardPasses(pm.nest<FuncOp>(), kName, request);
+      // The backward (docs/backward.md): the main program's Q-tile walk bounded by the inverse of the K/V range
+      // (tile-bound-q-loop), lowered to sm90, its Q tiles' copies made by the printer one tile ahead
+      // (tile-pipeline-q-loop); the roles (dq-writer) and the warpgroups' layout are configureBackward's attributes.
+      OpPassManager &func = pm.nest<FuncOp>();
+      schedule::addApplySchedule(func, kName, request);
+      func.addPass(createTileBoundQLoop());
+      func.addPass(createTileLowerToTarget(TileLowerToTargetOptions{request.arch}));
+      func.addPass(createCanonicalizerPass());
+      func.addPass(createCSEPass());
+      func.addPass(createTilePipelineQLoop());
       return;
     }
     buildSchedulePipeline(pm, request);
