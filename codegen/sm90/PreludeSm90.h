@@ -408,37 +408,49 @@ inline std::optional<std::string> wgmmaWidthError(int n) {
   return "#error \"wgmma m64nNk16: N = " + std::to_string(n) + " is not a multiple of 8 in [8, 256]\"\n";
 }
 
+/// The `<type>SS` member of a wgmma m64n<n>k16 wrapper (fp32 accumulators, A and B from shared-memory descriptors):
+/// operands after D are descA, descB, accumulate, and trans-b (kMajorB); trans-a is `transA` (0: A K-major).
+inline std::string wgmmaSsMember(int n, const std::string &type, int transA) {
+  const int regs = n / 2; // fp32 accumulators per thread: operands %0 .. %(regs - 1), the others follow
+  const WgmmaAccumulators d(regs);
+  auto op = [regs](int index) { return std::string("%").append(std::to_string(regs + index)); };
+  const std::string instruction =
+      "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k16.f32." + type + "." + type;
+  std::string text = "  template <int kMajorB>\n  static __device__ __forceinline__ void " + type + "SS(";
+  text.append("float (&d)[").append(std::to_string(regs));
+  text.append("], unsigned long long descA, unsigned long long descB, int accumulate) {\n");
+  text.append("    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, ").append(op(2)).append(", 0;\\n\"\n");
+  text.append("                 \"").append(instruction).append(" {").append(d.list).append("}, ").append(op(0));
+  text.append(", ").append(op(1)).append(", p, 1, 1, ").append(std::to_string(transA)).append(", ").append(op(3));
+  text.append(";\\n}\\n\"\n");
+  text.append("                 : ").append(d.operands).append("\n");
+  text.append("                 : \"l\"(descA), \"l\"(descB), \"r\"(accumulate), \"n\"(kMajorB));\n  }\n");
+  return text;
+}
+
 /// The `sm90::warpgroup::Wgmma<n>` specialization: bf16/f16 × SS/RS wrappers of wgmma.mma_async.m64n<n>k16 with
 /// fp32 accumulators.
 inline std::string wgmmaText(int n) {
   if (std::optional<std::string> error = wgmmaWidthError(n))
     return *error;
   std::string text;
-  const int regs = n / 2; // fp32 accumulators per thread: operands %0 .. %(regs - 1), the others follow
+  const int regs = n / 2;
   const WgmmaAccumulators d(regs);
-  const std::string &dList = d.list, &dOperands = d.operands;
   auto op = [regs](int index) { return std::string("%").append(std::to_string(regs + index)); };
-  const std::string shape = "m64n" + std::to_string(n) + "k16";
   const std::string dParam = "float (&d)[" + std::to_string(regs) + "]";
   text.append("namespace sm90::warpgroup {\ntemplate <>\nstruct Wgmma<").append(std::to_string(n)).append("> {\n");
   for (std::string type : {"bf16", "f16"}) {
-    const std::string instruction = "wgmma.mma_async.sync.aligned." + shape + ".f32." + type + "." + type;
-    // SS operands after D: descA, descB, accumulate, trans-b.
-    text.append("  template <int kMajorB>\n  static __device__ __forceinline__ void ").append(type).append("SS(");
-    text.append(dParam).append(", unsigned long long descA, unsigned long long descB, int accumulate) {\n");
-    text.append("    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, ").append(op(2)).append(", 0;\\n\"\n");
-    text.append("                 \"").append(instruction).append(" {").append(dList).append("}, ").append(op(0));
-    text.append(", ").append(op(1)).append(", p, 1, 1, 0, ").append(op(3)).append(";\\n}\\n\"\n");
-    text.append("                 : ").append(dOperands).append("\n");
-    text.append("                 : \"l\"(descA), \"l\"(descB), \"r\"(accumulate), \"n\"(kMajorB));\n  }\n");
+    const std::string instruction =
+        "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k16.f32." + type + "." + type;
+    text += wgmmaSsMember(n, type, /*transA=*/0);
     // RS operands after D: a[0..3], descB, accumulate, trans-b.
     text.append("  template <int kMajorB>\n  static __device__ __forceinline__ void ").append(type).append("RS(");
     text.append(dParam).append(", const unsigned (&a)[4], unsigned long long descB, int accumulate) {\n");
     text.append("    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, ").append(op(5)).append(", 0;\\n\"\n");
-    text.append("                 \"").append(instruction).append(" {").append(dList).append("}, {").append(op(0));
+    text.append("                 \"").append(instruction).append(" {").append(d.list).append("}, {").append(op(0));
     text.append(", ").append(op(1)).append(", ").append(op(2)).append(", ").append(op(3)).append("}, ").append(op(4));
     text.append(", p, 1, 1, ").append(op(6)).append(";\\n}\\n\"\n");
-    text.append("                 : ").append(dOperands).append("\n");
+    text.append("                 : ").append(d.operands).append("\n");
     text.append("                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(descB), ");
     text.append("\"r\"(accumulate), \"n\"(kMajorB));\n  }\n");
   }
@@ -451,23 +463,10 @@ inline std::string wgmmaText(int n) {
 inline std::string wgmmaMnMajorAText(int n) {
   if (std::optional<std::string> error = wgmmaWidthError(n))
     return *error;
-  const int regs = n / 2;
-  const WgmmaAccumulators d(regs);
-  auto op = [regs](int index) { return std::string("%").append(std::to_string(regs + index)); };
   std::string text = "namespace sm90::warpgroup {\ntemplate <int kN>\nstruct WgmmaMnA;\ntemplate <>\nstruct WgmmaMnA<" +
                      std::to_string(n) + "> {\n";
-  for (std::string type : {"bf16", "f16"}) {
-    const std::string instruction =
-        "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k16.f32." + type + "." + type;
-    text.append("  template <int kMajorB>\n  static __device__ __forceinline__ void ").append(type).append("SS(");
-    text.append("float (&d)[").append(std::to_string(regs));
-    text.append("], unsigned long long descA, unsigned long long descB, int accumulate) {\n");
-    text.append("    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, ").append(op(2)).append(", 0;\\n\"\n");
-    text.append("                 \"").append(instruction).append(" {").append(d.list).append("}, ").append(op(0));
-    text.append(", ").append(op(1)).append(", p, 1, 1, 1, ").append(op(3)).append(";\\n}\\n\"\n");
-    text.append("                 : ").append(d.operands).append("\n");
-    text.append("                 : \"l\"(descA), \"l\"(descB), \"r\"(accumulate), \"n\"(kMajorB));\n  }\n");
-  }
+  for (std::string type : {"bf16", "f16"})
+    text += wgmmaSsMember(n, type, /*transA=*/1);
   return text.append("};\n} // namespace sm90::warpgroup\n");
 }
 
