@@ -72,7 +72,8 @@ public:
   BackwardPrinter(FuncOp func, const KernelShape &shape, BackwardTarget &target, ScalarHelpers &helpers,
                   const llvm::DenseMap<Operation *, std::string> &functions)
       : func(func), shape(shape), target(target), ns(target.primitivesNamespace()),
-        fragments({this->ns, shape.dtype, false, shape.keyWarps > 1 ? "warpCol0" : ""}), scalars(w, names, helpers, func), functions(functions) {
+        fragments({this->ns, shape.dtype, false, shape.keyWarps > 1 ? "warpCol0" : ""}), scalars(w, names, helpers, func),
+        helpers(helpers), functions(functions) {
     pack = this->ns + (shape.dtype == "bf16" ? "::packBf16x2" : "::packF16x2");
     unpack = this->ns + (shape.dtype == "bf16" ? "::unpackBf16x2" : "::unpackF16x2");
     for (const std::string &name : fragments.reservedNames())
@@ -106,7 +107,12 @@ public:
 
 private:
   /// `extern "C" __global__ ... {`, the schedule's constants and the block's sequence (`p`).
-  void printHeader(const std::string &entry, const std::string &what, int roleThreads = 0);
+  void printHeader(const std::string &entry, const std::string &what, int roleThreads = 0,
+                   const std::string &extraParams = "");
+  /// The load role's program (BackwardTarget::loadsInRole): the main program's slice that its loads need, printed
+  /// with scalars of its own: the scalar ops the Q-tile walk's bounds are computed from, tile.load k and v, and each
+  /// Q-tile loop's walk with the family's loads of the tile.
+  LogicalResult printLoadRole();
   void printSequenceView();
   LogicalResult printOp(Operation *op);
   LogicalResult printQLoop(QLoopOp loop);
@@ -152,6 +158,7 @@ private:
   CudaWriter w;
   NameScopes names;
   ScalarEmitter scalars;
+  ScalarHelpers &helpers;
   const llvm::DenseMap<Operation *, std::string> &functions;
   llvm::DenseMap<Value, std::string> registers; ///< fp32 register tiles (scores, row values, accumulators)
   llvm::DenseMap<Value, SharedTile> shared;     ///< 16-bit tiles in shared memory (their loads)
@@ -177,13 +184,14 @@ private:
   bool topCopiesPending = false;
 };
 
-void BackwardPrinter::printHeader(const std::string &entry, const std::string &what, int roleThreads) {
+void BackwardPrinter::printHeader(const std::string &entry, const std::string &what, int roleThreads,
+                                  const std::string &extraParams) {
   w.comment(what);
   // A kernel with roles fixes its register count at launch (one block an SM): setmaxnreg moves registers between them.
   const std::string bounds = roleThreads ? cat(shape.warps * kWarpSize + roleThreads, ", 1")
                                          : std::to_string(shape.warps * kWarpSize);
   w.open("extern \"C\" __global__ void __launch_bounds__(" + bounds + ") " + entry +
-         "(const FlashtileFwdParams params)");
+         "(const FlashtileFwdParams params" + extraParams + ")");
   w.comment("---- schedule " + commentText(func.getScheduleAttr().getName()) +
             " (#tile.schedule): tile sizes and warps ----");
   w.line(cat("constexpr int kBlockM = ", shape.blockM, ";  // rows of a Q tile"));
@@ -426,12 +434,17 @@ LogicalResult BackwardPrinter::printLoad(LoadOp load) {
     bool k = operand == tile::Operand::K;
     SharedTile tile{k ? "sK" : "sV", "kBlockN", type.getDimSize(1)};
     shared[load.getResult()] = tile;
+    topCopiesPending = true;
+    if (target.loadsInRole()) {
+      w.comment(cat("tile.load ", k ? "k" : "v", ": the block's K/V tile, loaded into ", tile.name,
+                    " by the load role for the whole walk"));
+      return success();
+    }
     w.comment(cat("tile.load ", k ? "k" : "v", ": the block's K/V tile into ", tile.name, " (", target.copyWords(),
                   ", zero-filled past seqlen_k), for the whole walk"));
     printCopy(tile, k ? "gK" : "gV", "blockKvTile * kBlockN", "p.seqlenK",
                     k ? "p.kRowStride" : "p.vRowStride");
     target.commitCopies(w);
-    topCopiesPending = true;
     return success();
   }
   // Copied by printQLoop.
@@ -551,7 +564,12 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
                 ": the Q tiles qt that see this K/V tile, ascending ----"));
   auto buffers = loop->getAttrOfType<IntegerAttr>(kQBuffersAttr);
   const bool ahead = buffers && buffers.getInt() == 2;
-  if (ahead) {
+  const bool ring = target.loadsInRole();
+  if (ring && !ahead)
+    return loop.emitOpError() << "has one Q-tile buffer; the load role fills a ring of two (tile.q_buffers = 2)";
+  if (ring) {
+    w.comment("the load role brings each Q tile's Q, dO, LSE and D into the ring's next buffer as this walk frees it");
+  } else if (ahead) {
     w.comment("tile.q_buffers = 2: tile qt + 1's loads are copied into buffer qBuf ^ 1 while tile qt computes; the");
     w.comment("segment's first tile's here");
     w.open(cat("if (", lo->text, " < ", hi->text, ")"));
@@ -575,8 +593,15 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
   }
   w.line(cat("const int warpRow0 = qt * kBlockM + ", shape.keyWarps > 1 ? "warpM" : "warp",
              " * kWarpRows;  // first query row of this warp"));
-  rowsInShared = ahead && target.stagesRows();
-  if (ahead) {
+  rowsInShared = ahead && (ring || target.stagesRows());
+  if (ring) {
+    w.line(cat(target.computeBarrier(), "  // every warp is done with the last iteration's staging buffers"));
+    target.acquireQTile(w);
+    for (LoadOp load : loop.getBody().front().getOps<LoadOp>())
+      if (cast<RankedTensorType>(load.getType()).getRank() == 2)
+        shared[load.getResult()] = SharedTile{load.getOperand() == tile::Operand::Q ? "sQ" : "sDO", "kBlockM",
+                                              cast<RankedTensorType>(load.getType()).getDimSize(1)};
+  } else if (ahead) {
     target.waitCopies(w);
     w.line(cat(target.computeBarrier(), "  // tile qt landed in qBuf; every warp is done with qBuf ^ 1 and the staging buffers"));
     w.open(cat("if (qt + 1 < ", hi->text, ")"));
@@ -617,7 +642,9 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
       return failure();
   }
   target.endIteration(w);
-  if (ahead)
+  if (ring)
+    target.releaseQTile(w);
+  else if (ahead)
     w.line("qBuf ^= 1;");
   rowsInShared = false;
   names.pop();
@@ -629,8 +656,12 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
   if (ScalarEmitter::isScalarOp(op))
     return scalars.emit(op);
   if (topCopiesPending && isa<QLoopOp, StoreOp>(op)) {
-    target.waitCopies(w);
-    w.line(cat(target.computeBarrier(), "  // K and V are in shared memory"));
+    if (target.loadsInRole()) {
+      target.waitOwnTiles(w);
+    } else {
+      target.waitCopies(w);
+      w.line(cat(target.computeBarrier(), "  // K and V are in shared memory"));
+    }
     topCopiesPending = false;
   }
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
@@ -820,7 +851,7 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
     return func.emitOpError() << "has a Q-tile loop of " << qBuffers << " buffers; the backward printer prints 1 or 2";
   const int hd = static_cast<int>(shape.headDim), hdv = static_cast<int>(shape.headDimV);
   // Two buffers also hold the LSE and D rows of a Q tile (fp32).
-  const bool rowsStaged = qBuffers == 2 && target.stagesRows();
+  const bool rowsStaged = qBuffers == 2 && (target.stagesRows() || target.loadsInRole());
   const int rowsBytes = rowsStaged ? 2 * 2 * shape.blockM * 4 : 0;
   mainSmemBytes = static_cast<int>(
       target.tileBytes(shape.blockN, hd) + target.tileBytes(shape.blockN, hdv) +
@@ -828,7 +859,8 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
       stagingBuffers * target.tileBytes(shape.blockM, shape.blockN) + target.roleSharedBytes() +
       target.sharedMemoryReserve());
 
-  printHeader(entry, "dK, dV of one K/V tile and its dQ terms (backward_main)", target.roleThreads());
+  printHeader(entry, "dK, dV of one K/V tile and its dQ terms (backward_main)", target.roleThreads(),
+              target.mainExtraParams());
   w.comment("---- the tile of this thread block: K/V tile blockKvTile of query head blockHead (tile.dim kv_tile) ----");
   w.comment("deterministic mode: the K/V tiles in descending order (their dQ adds' turns, printTurnWait)");
   w.line("const int blockKvTile = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;");
@@ -903,9 +935,16 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   w.line("float *const gDqAccum = p.dqAccum + (b * p.lseBatchStride + h * p.lseHeadStride) * kHeadDim;");
   declareInputGradShares();
   func.walk([&](StoreOp store) { dkvStores += store.getOperand() == tile::Output::Dk || store.getOperand() == tile::Output::Dv; });
-  if (qBuffers == 2)
+  if (qBuffers == 2 && !target.loadsInRole())
     w.line("int qBuf = 0;  // the buffer of the current Q tile's copies (tile.q_buffers = 2)");
   target.beginRoles(w, dqTurnCounter("tile"), kDqTurn);
+  if (target.loadsInRole()) {
+    target.beginLoadRole(w);
+    if (failed(printLoadRole()))
+      return failure();
+    target.endLoadRole(w);
+  }
+  target.endRoles(w);
   for (Operation &op : func.getBodyBlock()) {
     w.separate();
     if (isa<StoreOp>(op) && !walkSegments.empty() && dkvStoresPrinted == 0) {
@@ -918,6 +957,56 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   printInputGradShares("blockKvTile", "p.kvTiles", "0");
   w.close();
   w.line("");
+  return success();
+}
+
+LogicalResult BackwardPrinter::printLoadRole() {
+  // The scalar ops the walk's bounds are computed from (pure: printed again here, with names of this scope).
+  llvm::DenseSet<Operation *> needed;
+  SmallVector<Value> pending;
+  for (QLoopOp loop : func.getBody().getOps<QLoopOp>())
+    pending.append({loop.getLower(), loop.getUpper()});
+  while (!pending.empty()) {
+    Operation *def = pending.pop_back_val().getDefiningOp();
+    if (!def || !ScalarEmitter::isScalarOp(def) || !needed.insert(def).second)
+      continue;
+    pending.append(def->operand_begin(), def->operand_end());
+  }
+  names.push();
+  ScalarEmitter own(w, names, helpers, func);
+  for (Operation &op : func.getBodyBlock()) {
+    if (needed.contains(&op)) {
+      if (failed(own.emit(&op)))
+        return failure();
+      continue;
+    }
+    if (auto load = dyn_cast<LoadOp>(op); load && !load.getIndex()) {
+      const bool k = load.getOperand() == tile::Operand::K;
+      if (!k && load.getOperand() != tile::Operand::V)
+        return load.emitOpError() << "is not printed in a backward_main program (own tiles: k, v)";
+      target.loadOwnTile(w, SharedTile{k ? "sK" : "sV", "kBlockN", cast<RankedTensorType>(load.getType()).getDimSize(1)},
+                         k);
+      continue;
+    }
+    auto loop = dyn_cast<QLoopOp>(op);
+    if (!loop)
+      continue;
+    for (LoadOp load : loop.getBody().front().getOps<LoadOp>()) {
+      tile::Operand operand = load.getOperand();
+      if (load.getIndex() != loop.getTileIndex() || (operand != tile::Operand::Q && operand != tile::Operand::DO &&
+                                                     operand != tile::Operand::Lse && operand != tile::Operand::Delta))
+        return load.emitOpError() << "is not loaded by the load role (loads of a Q-tile loop: q, do, lse, delta of "
+                                     "its tile)";
+    }
+    FailureOr<CExpr> lo = own.expr(loop.getLower(), loop), hi = own.expr(loop.getUpper(), loop);
+    if (failed(lo) || failed(hi))
+      return failure();
+    w.comment(cat("tile.q_loop segment ", stringifySegment(loop.getSegment()).str(), ": its Q tiles' loads"));
+    w.open(cat("for (int qt = ", lo->text, "; qt < ", hi->text, "; ++qt)"));
+    target.loadQTile(w, "qt");
+    w.close();
+  }
+  names.pop();
   return success();
 }
 
@@ -1174,6 +1263,7 @@ FailureOr<EmittedKernel> emitBackwardCuda(ModuleOp module) {
   facts.blockN = shape.blockN;
   facts.threads = shape.warps * kWarpSize;
   facts.mainThreads = facts.threads + backward->roleThreads();
+  facts.tensorMaps = backward->loadsInRole();
   BackwardPrinter prePrinter(pre, shape, *backward, helpers, *hooks);
   BackwardPrinter mainPrinter(main, shape, *backward, helpers, *hooks);
   BackwardPrinter postPrinter(post, shape, *backward, helpers, *hooks);

@@ -122,11 +122,29 @@ public:
   virtual int64_t roleSharedBytes() const { return 0; }
   virtual void declareRoleShared(CudaWriter &, const std::string & /*at*/) const {}
   /// Printed after the main kernel's declarations, before its program: the roles' set-up, and the code of the warps
-  /// that do not compute, which leave the kernel there. `dqCounter` is the deterministic mode's turn counter of Q
-  /// tile `tile` (a C expression of `tile`), `dqTurn` this block's turn on it.
+  /// that do not compute, which leave the kernel at endRoles. `dqCounter` is the deterministic mode's turn counter of
+  /// Q tile `tile` (a C expression of `tile`), `dqTurn` this block's turn on it. Between the two, when loadsInRole(),
+  /// the printer prints the load role: beginLoadRole, then the program's load slice (the scalars its Q-tile walk's
+  /// bounds need, loadOwnTile at tile.load k and v, loadQTile in each Q-tile loop), then endLoadRole.
   virtual void beginRoles(CudaWriter &, const std::string & /*dqCounter*/, const std::string & /*dqTurn*/) {}
+  virtual void endRoles(CudaWriter &) {}
   /// Printed once the Q-tile walk is over, before dK and dV are stored: the roles are told.
   virtual void endWalk(CudaWriter &) {}
+  /// Whether a role loads K, V and each Q tile's Q, dO, LSE and D (all four, in a ring of two Q-tile buffers): then
+  /// the computing warps copy nothing; they wait for K and V (waitOwnTiles) and take each Q tile from the ring
+  /// (acquireQTile, declaring sQ, sDO, sLse and sDelta, then releaseQTile once its GEMMs landed).
+  virtual bool loadsInRole() const { return false; }
+  /// The main kernel's parameters after `params` (", const __grid_constant__ ..."), or empty.
+  virtual std::string mainExtraParams() const { return {}; }
+  virtual void beginLoadRole(CudaWriter &) {}
+  virtual void endLoadRole(CudaWriter &) {}
+  /// The load role's copy of the block's K (`k`) or V tile into `tile`.
+  virtual void loadOwnTile(CudaWriter &, const SharedTile & /*tile*/, bool /*k*/) {}
+  /// The load role's copies of Q tile `qt` (a C expression) into the ring's next buffer.
+  virtual void loadQTile(CudaWriter &, const std::string & /*qt*/) {}
+  virtual void waitOwnTiles(CudaWriter &) {}
+  virtual void acquireQTile(CudaWriter &) {}
+  virtual void releaseQTile(CudaWriter &) {}
   /// Whether dQ's adds leave the computing warps (dqProduct hands them to a role that takes the deterministic mode's
   /// turns itself): then the printer prints no turns around dqProduct.
   virtual bool dqTurnsInRole() const { return false; }

@@ -46,8 +46,10 @@ constexpr int kDqColumns = kSwizzleColumns;
 constexpr int kWarpgroupRowBytes = kWgmmaM * kSwizzleBytes;
 /// The named barrier of the computing warps when the block has roles (0 is __syncthreads').
 constexpr int kComputeBarrier = 1;
-/// The dQ writer's two mbarriers and the tile index it reads, 16-byte aligned.
-constexpr int kRoleBarrierBytes = 32;
+/// The roles' mbarriers: the dQ writer's two (full, empty), then the load warp's (K/V; the ring's full and empty per
+/// buffer), and after them the tile index the writer reads, 16-byte aligned.
+constexpr int kDqBarriers = 2, kLoadBarriers = 5, kRoleBarrierBytes = 64;
+static_assert((kDqBarriers + kLoadBarriers) * 8 + 4 <= kRoleBarrierBytes, "the roles' barriers and tile index fit");
 /// The dQ buffer's row pitch beyond the head dim, in floats, at head dims from kDqPadFrom: 8 (32 bytes) puts the rows
 /// of a warp's fragment stores 8 banks apart, so that a warp's float2 stores take the two wavefronts of their 256
 /// bytes (an unpadded row of 64 or 128 floats maps every row to the same banks: 8-way conflicts), at the price of one
@@ -72,6 +74,31 @@ __device__ __forceinline__ void bulkReduceAddF32(float *dst, const float *src, u
                "r"(smemAddress(src)), "r"(bytes)
                : "memory");
 }
+namespace desc {
+// The byte offsets of k16 slice `step` in a tile (a constant for a constant step): kMajorStep(tileAddr, step, rows) is
+// advance(kMajor(tileAddr), kMajorStepBytes(step, rows)), and mnMajorStep's likewise, one add to a descriptor made
+// once per GEMM (the start address field cannot carry: shared addresses stay below 2^18 bytes, so offsetLow adds to the
+// low word alone: one 32-bit add a GEMM step rather than a 64-bit one).
+template <int kSwizzleBytes = 128>
+__device__ __forceinline__ constexpr unsigned kMajorStepBytes(int step, int rows) {
+  return unsigned(step / Swizzle<kSwizzleBytes>::kStepsPerBlock) * unsigned(rows) * kSwizzleBytes +
+         unsigned(step % Swizzle<kSwizzleBytes>::kStepsPerBlock) * 32u;
+}
+template <int kSwizzleBytes = 128>
+__device__ __forceinline__ constexpr unsigned mnMajorStepBytes(int step) {
+  return unsigned(step) * 16u * kSwizzleBytes;
+}
+// advance(d, bytes) for a descriptor whose start address plus bytes stays in its 14-bit field.
+__device__ __forceinline__ unsigned long long offsetLow(unsigned long long d, unsigned bytes) {
+  return (d & 0xffffffff00000000ull) | (unsigned(d) + (bytes >> 4));
+}
+} // namespace desc
+// The TMA descriptors of a backward main kernel with a load warp, its second parameter (`const __grid_constant__
+// sm90::BackwardTensorMaps maps`): Q and dO in Q-tile boxes, K and V in K/V-tile boxes, built per call by the runtime
+// (runtime/TensorMap.h, backwardTensorMaps).
+struct BackwardTensorMaps {
+  TensorMap q, k, v, dO;
+};
 } // namespace sm90
 )cuda";
 
@@ -95,7 +122,8 @@ public:
   std::vector<std::string> reservedNames() const override {
     return {"sm80",   "sm90",   "smemRaw", "aAddr", "bAddr", "dsFrag", "dqBlock", "dqPart", "frag",
             "key",    "q",      "sDq",     "dqBars", "sDqTile", "dqUses", "use",   "tile",   "row",  "rows",
-            "kDqPitch"};
+            "kDqPitch", "maps", "kvBar", "fullBars", "emptyBars", "stage", "tileUses", "loads", "qRow0", "kRow0",
+            "tmaBatch", "kQTileBytes"};
   }
   bool splitsKeys() const override { return true; }
   /// A warpgroup's four warps share its keys: warp w is row group w % 4 of the keys from 64·(w / 4).
@@ -162,7 +190,28 @@ public:
   }
   void declareRoleShared(CudaWriter &w, const std::string &at) const override;
   void beginRoles(CudaWriter &w, const std::string &dqCounter, const std::string &dqTurn) override;
+  void endRoles(CudaWriter &w) override;
   void endWalk(CudaWriter &w) override;
+
+  // The load warp (KernelShape::loadWarp): the producer warpgroup's second warp brings K and V (kvBar: two arrivals
+  // and their bytes) and then, Q tile after Q tile as the walk goes, Q and dO (TMA) and the LSE and D rows (its lanes'
+  // loads and stores, -inf and 0 past seqlen_q) into the ring's buffer `loads % 2`: fullBars[s] completes with its 32
+  // lanes' arrivals and the TMA's bytes, emptyBars[s] with one arrival of each computing thread once the tile's
+  // GEMMs landed. Rows of a Q tile past the sequence come as TMA gives them (zeros past the tensor; under varlen the next
+  // sequence's rows): their LSE is -inf, so their P and dS are 0 and they add nothing.
+  bool loadsInRole() const override { return shape.loadWarp; }
+  std::string mainExtraParams() const override {
+    return shape.loadWarp ? ", const __grid_constant__ sm90::BackwardTensorMaps maps" : "";
+  }
+  void beginLoadRole(CudaWriter &w) override;
+  void endLoadRole(CudaWriter &w) override { w.close(); }
+  void loadOwnTile(CudaWriter &w, const SharedTile &tile, bool k) override;
+  void loadQTile(CudaWriter &w, const std::string &qt) override;
+  void waitOwnTiles(CudaWriter &w) override {
+    w.line("sm90::mbarrier::wait(kvBar, 0);  // K and V landed (the load warp's TMA)");
+  }
+  void acquireQTile(CudaWriter &w) override;
+  void releaseQTile(CudaWriter &w) override;
   bool dqTurnsInRole() const override { return shape.dqWriter; }
   void dotTn(CudaWriter &w, const std::string &acc, const std::string &staged, const SharedTile &b,
              int64_t warpCols) override;
@@ -271,11 +320,13 @@ void BackwardSm90::issueScore(CudaWriter &w, const std::string &acc, const Share
   w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", a.name, ")", keySplit ? "" : warpgroupRows(),
              ", bAddr = ", ns, "smemAddress(", b.name, ")", keySplit ? cat(" + warpCol0 * ", kSwizzleBytes) : "",
              ";"));
+  w.line("const unsigned long long aDesc = sm90::desc::kMajor(aAddr), bDesc = sm90::desc::kMajor(bAddr);");
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("ks", cat(a.width / 16));
   w.line(cat("sm90::warpgroup::Wgmma<", keySplit ? "kSTiles * 8" : "kBlockN", ">::", mmaType,
              "SS<sm90::warpgroup::kKMajor>(", flat(acc, "kSTiles * 4"),
-             ", sm90::desc::kMajorStep(aAddr, ks, kBlockM), sm90::desc::kMajorStep(bAddr, ks, kBlockN), ks > 0);"));
+             ", sm90::desc::offsetLow(aDesc, sm90::desc::kMajorStepBytes(ks, kBlockM)), "
+             "sm90::desc::offsetLow(bDesc, sm90::desc::kMajorStepBytes(ks, kBlockN)), ks > 0);"));
   w.close();
   w.close();
 }
@@ -344,12 +395,15 @@ void BackwardSm90::issueDot(CudaWriter &w, const DeferredDot &dot) {
   w.open("");
   w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", dot.staged, ")", warpgroupRows(), ", bAddr = ", ns,
              "smemAddress(", dot.b.name, ");"));
+  w.line(cat("const unsigned long long aDesc = sm90::desc::kMajor(aAddr), bDesc = sm90::desc::mnMajor(bAddr, kBlockM * ",
+             kSwizzleBytes, ");"));
   w.line(cat("sm90::warpgroup::fenceOperands(", flat(dot.acc, floats), ");"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("ks", "kBlockM / 16");
   w.line(cat("sm90::warpgroup::Wgmma<", dot.warpCols, ">::", mmaType, "SS<sm90::warpgroup::kMNMajor>(",
              flat(dot.acc, floats),
-             ", sm90::desc::kMajorStep(aAddr, ks, kBlockN), sm90::desc::mnMajorStep(bAddr, ks, kBlockM), 1);"));
+             ", sm90::desc::offsetLow(aDesc, sm90::desc::kMajorStepBytes(ks, kBlockN)), "
+             "sm90::desc::offsetLow(bDesc, sm90::desc::mnMajorStepBytes(ks)), 1);"));
   w.close();
   if (shape.gemmOverlap)
     commit(w, dot.acc, flat(dot.acc, floats));
@@ -431,19 +485,34 @@ void BackwardSm90::declareRoleShared(CudaWriter &w, const std::string &at) const
   w.line(cat("constexpr int kDqPitch = kHeadDim + ", dqPad(), ";"));
   w.line(cat("float *const sDq = reinterpret_cast<float *>(", at, ");"));
   w.line("sm90::Mbarrier *const dqBars = reinterpret_cast<sm90::Mbarrier *>(sDq + kBlockM * kDqPitch);");
-  w.line("int *const sDqTile = reinterpret_cast<int *>(dqBars + 2);  // the Q tile in sDq; -1: the walk is over");
+  if (shape.loadWarp) {
+    w.comment("the load warp's barriers: K and V landed; the ring's buffers s = 0, 1 full and empty");
+    w.line(cat("sm90::Mbarrier *const kvBar = dqBars + ", kDqBarriers, ", *const fullBars = kvBar + 1, *const emptyBars = "
+               "fullBars + 2;"));
+  }
+  w.line(cat("int *const sDqTile = reinterpret_cast<int *>(dqBars + ", kDqBarriers + (shape.loadWarp ? kLoadBarriers : 0),
+             ");  // the Q tile in sDq; -1: the walk is over"));
 }
 
 void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const std::string &dqTurn) {
   if (!shape.dqWriter)
     return;
   const int producerRegs = shape.producerRegs ? shape.producerRegs : 24;
-  const int consumerRegs = shape.consumerRegs ? shape.consumerRegs : 240;
   w.comment("---- roles: warps [0, kWarps) compute; warp kWarps, the first of the producer warpgroup, is the dQ");
-  w.comment("writer; the producer warpgroup gives its registers to the computing ones (setmaxnreg) ----");
+  w.comment(shape.loadWarp ? "writer, warp kWarps + 1 the load warp; the producer warpgroup gives its registers to the computing"
+                           : "writer; the producer warpgroup gives its registers to the computing ones (setmaxnreg) ----");
+  if (shape.loadWarp)
+    w.comment("ones (setmaxnreg) ----");
   w.open("if (threadIdx.x == 0)");
   w.line("sm90::mbarrier::init(&dqBars[0], kThreads);");
   w.line("sm90::mbarrier::init(&dqBars[1], 1);");
+  if (shape.loadWarp) {
+    w.line("sm90::mbarrier::init(kvBar, 2);  // K's and V's TMA");
+    w.open("for (int s = 0; s < 2; ++s)");
+    w.line("sm90::mbarrier::init(&fullBars[s], 32);  // the load warp's lanes (and the TMA's bytes)");
+    w.line("sm90::mbarrier::init(&emptyBars[s], kThreads);  // each computing thread");
+    w.close();
+  }
   w.line("sm90::mbarrier::initFence();");
   w.close();
   w.line("__syncthreads();  // every role sees the initialized barriers");
@@ -453,7 +522,8 @@ void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const
   w.comment("dQ writer: Q tile after Q tile, as the computing warps hand them over, until the walk is over");
   w.open("for (int use = 0;; ++use)");
   w.line("sm90::mbarrier::wait(&dqBars[0], use & 1);");
-  w.line("const int tile = *static_cast<volatile int *>(sDqTile);");
+  w.comment("lane 0 reads the tile's index (it is also the one that frees the buffer: its arrival orders the read)");
+  w.line("const int tile = __shfl_sync(0xffffffffu, lane == 0 ? *static_cast<volatile int *>(sDqTile) : 0, 0);");
   w.line("if (tile < 0)");
   w.line("  break;");
   w.comment("deterministic mode: this block's turn on the tile's rows; its adds complete before the turn passes on");
@@ -492,10 +562,78 @@ void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const
   w.close();
   w.line("sm90::tma::storeWait<0>();  // every add landed before the block ends");
   w.close();
+}
+
+void BackwardSm90::endRoles(CudaWriter &w) {
+  if (!shape.dqWriter)
+    return;
   w.line("return;");
   w.close();
+  const int consumerRegs = shape.consumerRegs ? shape.consumerRegs : 240;
   w.line(cat("sm90::warpgroup::increaseRegisters<", consumerRegs, ">();"));
   w.line("int dqUses = 0;  // Q tiles handed to the dQ writer");
+  if (shape.loadWarp)
+    w.line("int tileUses = 0;  // Q tiles taken from the load warp's ring");
+}
+
+void BackwardSm90::beginLoadRole(CudaWriter &w) {
+  w.open("if (warp == kWarps + 1)");
+  w.comment("load warp: K and V once, then the walk's Q tiles in order, each into the ring's next buffer once the");
+  w.comment("computing warps freed it; TMA coordinates {0, row, 0, head, batch} (varlen: the packed rows, batch 0)");
+  w.line("const int qRow0 = params.cuSeqlensQ ? min(max(params.cuSeqlensQ[b], 0), params.seqlenQ) : 0;");
+  w.line("const int kRow0 = params.cuSeqlensK ? p.keyOffset : 0;");
+  w.line("const int tmaBatch = params.cuSeqlensQ ? 0 : b;");
+  w.line("constexpr unsigned kQTileBytes = kBlockM * (kHeadDim + kHeadDimV) * 2;  // Q's and dO's boxes");
+  w.open("if (lane == 0)");
+  for (const char *map : {"q", "k", "v", "dO"})
+    w.line(cat("sm90::tma::prefetchDescriptor(&maps.", map, ");"));
+  w.close();
+  w.line("int loads = 0;  // Q tiles loaded");
+}
+
+void BackwardSm90::loadOwnTile(CudaWriter &w, const SharedTile &tile, bool k) {
+  w.comment(cat("tile.load ", k ? "k" : "v", ": the block's tile into ", tile.name));
+  w.open("if (lane == 0)");
+  w.line(cat("sm90::mbarrier::arriveExpectTx(kvBar, ", tile.rows, " * ", k ? "kHeadDim" : "kHeadDimV", " * 2);"));
+  w.line(cat("sm90::tma::load5d(", tile.name, ", &maps.", k ? "k" : "v",
+             ", kvBar, 0, kRow0 + blockKvTile * kBlockN, 0, hKv, tmaBatch);"));
+  w.close();
+}
+
+void BackwardSm90::loadQTile(CudaWriter &w, const std::string &qt) {
+  w.line("const int stage = loads & 1;");
+  w.line("if (loads >= 2)");
+  w.line("  sm90::mbarrier::wait(&emptyBars[stage], ((loads >> 1) - 1) & 1);  // its last tile's GEMMs landed");
+  w.open("if (lane == 0)");
+  w.line("sm90::mbarrier::expectTx(&fullBars[stage], kQTileBytes);");
+  w.line(cat("sm90::tma::load5d(stage ? sQ1 : sQ0, &maps.q, &fullBars[stage], 0, qRow0 + ", qt,
+             " * kBlockM, 0, h, tmaBatch);"));
+  w.line(cat("sm90::tma::load5d(stage ? sDO1 : sDO0, &maps.dO, &fullBars[stage], 0, qRow0 + ", qt,
+             " * kBlockM, 0, h, tmaBatch);"));
+  w.close();
+  w.comment("the LSE and D rows (fp32), -inf and 0 past seqlen_q");
+  w.line("float *const rows = sRows + stage * 2 * kBlockM;");
+  w.open("for (int row = lane; row < kBlockM; row += 32)");
+  w.line(cat("const int q = ", qt, " * kBlockM + row;"));
+  w.line(cat("rows[row] = q < p.seqlenQ ? gLse[q] : ", ns, "kNegInf;"));
+  w.line("rows[kBlockM + row] = q < p.seqlenQ ? gDelta[q] : 0.f;");
+  w.close();
+  w.line("sm90::mbarrier::arrive(&fullBars[stage]);");
+  w.line("++loads;");
+}
+
+void BackwardSm90::acquireQTile(CudaWriter &w) {
+  w.comment("this Q tile's Q, dO, LSE and D from the load warp's ring (buffer tileUses % 2)");
+  w.line("const int stage = tileUses & 1;");
+  w.line("sm90::mbarrier::wait(&fullBars[stage], (tileUses >> 1) & 1);");
+  w.line("unsigned char *const sQ = stage ? sQ1 : sQ0, *const sDO = stage ? sDO1 : sDO0;");
+  w.line("const float *const sLse = sRows + stage * 2 * kBlockM, *const sDelta = sLse + kBlockM;");
+}
+
+void BackwardSm90::releaseQTile(CudaWriter &w) {
+  w.comment("this thread is done with the ring's buffer (its reads, and its warpgroup's GEMMs, landed)");
+  w.line("sm90::mbarrier::arrive(&emptyBars[stage]);");
+  w.line("++tileUses;");
 }
 
 void BackwardSm90::endWalk(CudaWriter &w) {
@@ -516,16 +654,19 @@ void BackwardSm90::dqGemm(CudaWriter &w, const SharedTile &k, const std::string 
     w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", dqA, ")",
                keySplit ? std::string() : cat(" + warp / ", kWarpgroupWarps, " * kBlockN * ", kSwizzleBytes),
                ";  // dS, ", keySplit ? "the Q tile's rows" : "this warpgroup's query rows (a column block)"));
+  w.line(cat("const unsigned long long bDesc = sm90::desc::mnMajor(bAddr, ", k.rows, " * ", kSwizzleBytes, ");"));
+  if (!dqReadsRegisters())
+    w.line(cat("const unsigned long long aDesc = sm90::desc::mnMajor(aAddr, kBlockN * ", kSwizzleBytes, ");"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("ks", "kBlockN / 16");
   if (dqReadsRegisters())
     w.line(cat("sm90::warpgroup::Wgmma<", kDqColumns, ">::", mmaType, "RS<sm90::warpgroup::kMNMajor>(",
-               flat(part, cat(kDqColumns / 2)), ", dsFrag[0][ks], sm90::desc::mnMajorStep(bAddr, ks, ", k.rows,
-               "), ks > 0);"));
+               flat(part, cat(kDqColumns / 2)), ", dsFrag[0][ks], sm90::desc::offsetLow(bDesc, "
+               "sm90::desc::mnMajorStepBytes(ks)), ks > 0);"));
   else
     w.line(cat("sm90::warpgroup::WgmmaMnA<", kDqColumns, ">::", mmaType, "SS<sm90::warpgroup::kMNMajor>(",
-               flat(part, cat(kDqColumns / 2)), ", sm90::desc::mnMajorStep(aAddr, ks, kBlockN), ",
-               "sm90::desc::mnMajorStep(bAddr, ks, ", k.rows, "), ks > 0);"));
+               flat(part, cat(kDqColumns / 2)), ", sm90::desc::offsetLow(aDesc, sm90::desc::mnMajorStepBytes(ks)), ",
+               "sm90::desc::offsetLow(bDesc, sm90::desc::mnMajorStepBytes(ks)), ks > 0);"));
   w.close();
 }
 
@@ -622,6 +763,9 @@ std::optional<std::string> checkBackwardShape(const KernelShape &shape) {
                  ") must be a multiple of ", kDqColumns * warpgroups, " (dQ's ", kDqColumns,
                  "-column blocks shared out evenly)");
   }
+  if (shape.loadWarp && !shape.dqWriter)
+    return std::string("sm90 backward: the load warp (tile.load_warp) is a warp of the dQ writer's producer warpgroup; "
+                       "it needs tile.dq_writer");
   for (auto [name, value] : {std::pair{"head_dim", shape.headDim}, {"head_dim_v", shape.headDimV}})
     if (value != 64 && value != 128)
       return cat("sm90 backward: ", name, " (", value,

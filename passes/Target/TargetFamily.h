@@ -73,6 +73,9 @@ struct KernelShape {
   /// The backward's dQ writer (`tile.dq_writer`, passes/Transforms/Passes.h): the computing warpgroups leave each Q
   /// tile's dQ terms in shared memory and a warp of a producer warpgroup adds them into the fp32 accumulator.
   bool dqWriter = false;
+  /// The backward's load warp (`tile.load_warp`, passes/Transforms/Passes.h): a warp of the producer warpgroup (which
+  /// dqWriter makes) loads K, V and each Q tile's Q, dO, LSE and D into shared memory for the computing warpgroups.
+  bool loadWarp = false;
   /// Registers a thread of the producer warpgroup and of a computing warpgroup holds after setmaxnreg
   /// (`tile.role_registers`); 0: the family's launch default.
   int producerRegs = 0, consumerRegs = 0;

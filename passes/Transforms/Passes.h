@@ -28,6 +28,11 @@ inline constexpr llvm::StringLiteral kGemmOverlapAttr = "tile.gemm_overlap";
 /// memory, and a writer role of their own adds them into the fp32 accumulator (KernelShape::dqWriter); the program's
 /// semantics do not change.
 inline constexpr llvm::StringLiteral kDqWriterAttr = "tile.dq_writer";
+/// A schedule's attribute on a backward main program with roles (a unit attribute): a load warp of the producer
+/// warpgroup brings K and V, and each Q tile's Q, dO, LSE and D, into shared memory (TMA into a two-stage ring with
+/// full and empty barriers), so the computing warps copy nothing (KernelShape::loadWarp); the program's semantics do
+/// not change.
+inline constexpr llvm::StringLiteral kLoadWarpAttr = "tile.load_warp";
 /// A schedule's attribute on a program with roles (an array of two i32): the registers a thread of the producer
 /// warpgroup and of a computing warpgroup hold after setmaxnreg (KernelShape::producerRegs, consumerRegs).
 inline constexpr llvm::StringLiteral kRoleRegistersAttr = "tile.role_registers";

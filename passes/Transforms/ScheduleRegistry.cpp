@@ -231,6 +231,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   shape.ctaPair = func->hasAttr(tile::kCtaPairAttr);
   shape.gemmOverlap = func->hasAttr(tile::kGemmOverlapAttr);
   shape.dqWriter = func->hasAttr(tile::kDqWriterAttr);
+  shape.loadWarp = func->hasAttr(tile::kLoadWarpAttr);
   if (auto regs = func->getAttrOfType<mlir::DenseI32ArrayAttr>(tile::kRoleRegistersAttr); regs && regs.size() == 2) {
     shape.producerRegs = regs[0];
     shape.consumerRegs = regs[1];

@@ -574,8 +574,12 @@ Status LaunchPlan::verify(int maxSmem) const {
                                               "' must come with repeat, and be an int field of the kernel parameters "
                                               "(" + joinedNames(kPlanIntFields) + ")");
     if (!l.tensorMaps.empty()) {
-      // The kernel's second parameter is AttentionTensorMaps (q, k, v): the boxes of K and V are one tile's keys.
-      const bool qkv = l.tensorMaps.size() == 3 && l.tensorMaps[0].tensor == "q" && l.tensorMaps[1].tensor == "k" &&
+      // The kernel's second parameter is AttentionTensorMaps (q, k, v), or a backward kernel's BackwardTensorMaps (q,
+      // k, v, do: dO's box Q's): the boxes of K and V are one tile's keys.
+      const size_t n = l.tensorMaps.size();
+      const bool qkv = (n == 3 || (n == 4 && l.tensorMaps[3].tensor == "do" &&
+                                   l.tensorMaps[3].boxRows == l.tensorMaps[0].boxRows)) &&
+                       l.tensorMaps[0].tensor == "q" && l.tensorMaps[1].tensor == "k" &&
                        l.tensorMaps[2].tensor == "v" && l.tensorMaps[1].boxRows == l.tensorMaps[2].boxRows;
       // One span for the three: the kernel reads every tile in one layout (codegen/sm90/README.md).
       const int span = l.tensorMaps[0].swizzleBytes;
@@ -585,8 +589,9 @@ Status LaunchPlan::verify(int maxSmem) const {
                            return m.boxRows >= 1 && m.boxRows <= kMaxTmaBoxRows && m.swizzleBytes == span;
                          });
       if (!qkv || !boxes)
-        return planError(p + "tensorMaps", "the runtime encodes q, k, v in that order, K's and V's boxes of the same "
-                                           "rows (1 to 256), all swizzled over one span of 32, 64 or 128 bytes");
+        return planError(p + "tensorMaps", "the runtime encodes q, k, v in that order (a backward kernel's: q, k, v, "
+                                           "do, dO's box Q's), K's and V's boxes of the same rows (1 to 256), all "
+                                           "swizzled over one span of 32, 64 or 128 bytes");
     }
     if (i == 0 && l.dependent)
       return planError(p + "dependent", "the first launch has no launch before it to depend on");
@@ -667,7 +672,11 @@ std::string LaunchPlan::describe() const {
     if (l.repeat)
       text += ", " + l.repeat->text() + " times (" + l.repeatField + " = 0, 1, ...)";
     if (!l.tensorMaps.empty())
-      text += ", TMA descriptors of q, k, v";
+    {
+      text += ", TMA descriptors of";
+      for (size_t m = 0; m < l.tensorMaps.size(); ++m)
+        text += (m ? ", " : " ") + l.tensorMaps[m].tensor;
+    }
     if (l.dependent)
       text += ", programmatic dependent launch after the previous one";
     text += "\n";

@@ -514,19 +514,35 @@ Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &
   }
 
   AttentionTensorMaps maps{};
+  BackwardTensorMaps backwardMaps{};
   for (const ResolvedLaunch &resolved : launches) {
     const PlanLaunch &launch = plan.launches[resolved.index];
+    // A backward kernel's maps (q, k, v, do; LaunchPlan::verify) or a forward kernel's (q, k, v).
+    const bool backwardLaunch = launch.tensorMaps.size() == 4;
     if (!launch.tensorMaps.empty()) {
       // The plan's maps share one span (LaunchPlan::verify).
       StatusOr<TmaSwizzle> swizzle = tmaSwizzleOfBytes(launch.tensorMaps[0].swizzleBytes);
-      StatusOr<AttentionTensorMaps> encoded =
-          swizzle.ok() ? tensorMapsFor(args, launch.tensorMaps[0].boxRows, launch.tensorMaps[1].boxRows, *swizzle)
-                       : StatusOr<AttentionTensorMaps>(swizzle.status());
-      if (!encoded.ok())
-        return Status::error("TMA descriptors of " + launch.entry + ": " + encoded.status().message());
-      maps = *encoded;
+      Status encodedStatus = swizzle.status();
+      if (swizzle.ok() && backwardLaunch) {
+        if (!backward)
+          return Status::error("TMA descriptors of " + launch.entry + ": the kernel takes dO's (a backward kernel) "
+                               "but the call is not a backward call");
+        StatusOr<BackwardTensorMaps> encoded =
+            backwardTensorMaps(*backward, launch.tensorMaps[0].boxRows, launch.tensorMaps[1].boxRows, *swizzle);
+        encodedStatus = encoded.status();
+        if (encoded.ok())
+          backwardMaps = *encoded;
+      } else if (swizzle.ok()) {
+        StatusOr<AttentionTensorMaps> encoded =
+            tensorMapsFor(args, launch.tensorMaps[0].boxRows, launch.tensorMaps[1].boxRows, *swizzle);
+        encodedStatus = encoded.status();
+        if (encoded.ok())
+          maps = *encoded;
+      }
+      if (!encodedStatus.ok())
+        return Status::error("TMA descriptors of " + launch.entry + ": " + encodedStatus.message());
     }
-    void *kernelParams[] = {&params, &maps};
+    void *kernelParams[] = {&params, backwardLaunch ? static_cast<void *>(&backwardMaps) : static_cast<void *>(&maps)};
     const bool plain = launch.cluster == std::array<int, 3>{1, 1, 1} && !launch.dependent;
     CUlaunchConfig config{};
     std::array<CUlaunchAttribute, 2> attributes{};

@@ -222,25 +222,33 @@ Status flashtile::replaceTensorMapAddress(CUtensorMap &map, const void *address)
                           "cuTensorMapReplaceAddress");
 }
 
+namespace {
+/// One tensor of a call (dense: (batch, seq, head, dim); varlen: batch 1 over the packed rows) in boxes of `rows`.
+AttentionTileSpec callTile(const AttentionArgs &args, TmaSwizzle swizzle, const char *name, const void *data,
+                           int seqlen, int heads, int headDim, const std::array<long long, 4> &strides, int rows) {
+  const bool varlen = args.isVarlen();
+  AttentionTileSpec spec;
+  spec.name = name;
+  spec.dtype = args.dtype;
+  spec.data = data;
+  spec.batch = varlen ? 1 : args.batch;
+  spec.seqlen = seqlen;
+  spec.heads = heads;
+  spec.headDim = headDim;
+  spec.strides = strides;
+  if (varlen)
+    spec.strides[0] = 0;
+  spec.boxRows = rows;
+  spec.swizzle = swizzle;
+  return spec;
+}
+} // namespace
+
 StatusOr<AttentionTensorMaps> flashtile::attentionTensorMaps(const AttentionArgs &args, int blockM, int blockN,
                                                              TmaSwizzle swizzle) {
-  const bool varlen = args.isVarlen();
   auto tile = [&](const char *name, const void *data, int seqlen, int heads, int headDim,
                   const std::array<long long, 4> &strides, int rows) {
-    AttentionTileSpec spec;
-    spec.name = name;
-    spec.dtype = args.dtype;
-    spec.data = data;
-    spec.batch = varlen ? 1 : args.batch;
-    spec.seqlen = seqlen;
-    spec.heads = heads;
-    spec.headDim = headDim;
-    spec.strides = strides;
-    if (varlen)
-      spec.strides[0] = 0;
-    spec.boxRows = rows;
-    spec.swizzle = swizzle;
-    return encodeAttentionTileMap(spec);
+    return encodeAttentionTileMap(callTile(args, swizzle, name, data, seqlen, heads, headDim, strides, rows));
   };
   AttentionTensorMaps maps{};
   StatusOr<CUtensorMap> q = tile("q", args.q, args.seqlenQ, args.headsQ, args.headDim, args.qStride, blockM);
@@ -258,4 +266,21 @@ StatusOr<AttentionTensorMaps> flashtile::attentionTensorMaps(const AttentionArgs
   maps.k = *k;
   maps.v = *v;
   return maps;
+}
+
+StatusOr<BackwardTensorMaps> flashtile::backwardTensorMaps(const BackwardArgs &args, int blockM, int blockN,
+                                                           TmaSwizzle swizzle) {
+  const AttentionArgs &f = args.forward;
+  // dO's tile is checked first, so that what the driver would reject is named without one.
+  const AttentionTileSpec dOTile =
+      callTile(f, swizzle, "do", args.dO, f.seqlenQ, f.headsQ, f.headDimV, args.dOStride, blockM);
+  if (StatusOr<TensorMapSpec> spec = attentionTileMapSpec(dOTile); !spec.ok())
+    return spec.status();
+  StatusOr<AttentionTensorMaps> qkv = attentionTensorMaps(f, blockM, blockN, swizzle);
+  if (!qkv.ok())
+    return qkv.status();
+  StatusOr<CUtensorMap> dO = encodeAttentionTileMap(dOTile);
+  if (!dO.ok())
+    return dO.status();
+  return BackwardTensorMaps{qkv->q, qkv->k, qkv->v, *dO};
 }

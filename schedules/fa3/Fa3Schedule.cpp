@@ -74,6 +74,11 @@ public:
                     "computing warpgroups taking consumer-regs registers (setmaxnreg); 0: each thread adds its own "
                     "(red.global.add; default: 1 with two consumer warpgroups)",
          0, 1},
+        {kLoadWarp, "backward only: 1: a warp of the dq-writer's producer warpgroup loads K, V and each Q tile's Q, "
+                    "dO, LSE and D (TMA into a two-stage ring with full and empty barriers), so the computing "
+                    "warpgroups copy nothing; 0: the computing threads copy them (cp.async, one tile ahead; default: "
+                    "1 with dq-writer 1)",
+         0, 1},
         {kExp2PolyShare, "FA4's partial software exp2: of every 8 n8 tiles of a score row, how many take their "
                          "exponentials from a cubic on the FMA pipe (sm90::math::exp2Poly3) instead of MUFU; 0: none "
                          "(the default)",
@@ -85,8 +90,9 @@ public:
   FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass shapeClass) const override {
     if (func.getKind() != kForwardProgram)
       return configureBackward(func, knobs);
-    if (knobs.count(kDqWriter))
-      return func.emitOpError() << "fa3: " << kDqWriter << " shapes the backward's dQ only; the forward takes none";
+    for (const char *backwardKnob : {kDqWriter, kLoadWarp})
+      if (knobs.count(backwardKnob))
+        return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
     // 128 query rows over two consumer warpgroups; keys per tile by head dim (the registers hold S, P and O): 128 at
     // 64, 176 at 128 (measured on the H200, 2026-12-01: +3-5% over 128 at 8k-16k with ping-pong, causal too), 80
@@ -156,8 +162,8 @@ public:
       if (knobs.count(roleKnob))
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
-                                     "consumer-warpgroups, intra-wg-overlap, dq-writer, producer-regs and "
-                                     "consumer-regs";
+                                     "consumer-warpgroups, intra-wg-overlap, dq-writer, load-warp, producer-regs "
+                                     "and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 128)
         return refuse(name, value, "64 or 128 (dK and dV in the warpgroups' registers); the fa2 backward serves the "
@@ -216,6 +222,13 @@ public:
       func->setAttr(kDqWriterAttr, UnitAttr::get(func.getContext()));
       func->setAttr(kRoleRegistersAttr, DenseI32ArrayAttr::get(func.getContext(), {regs.producer, regs.consumer}));
     }
+    // load-warp: a second warp of that producer warpgroup loads K, V and each Q tile's rows (TMA), FA3's producer.
+    const int64_t loader = knob(knobs, kLoadWarp, writer);
+    if (loader && !writer)
+      return func.emitOpError() << "fa3 backward: load-warp = 1 needs the producer warpgroup of dq-writer = 1; "
+                                   "accepted with dq-writer = 0: load-warp = 0";
+    if (loader)
+      func->setAttr(kLoadWarpAttr, UnitAttr::get(func.getContext()));
     // intra-wg-overlap: a Q tile's GEMMs in flight together, each waited on where its result is first read (S's
     // softmax under dP; dQ's reductions under dV and dK); 0: each waited on when issued.
     if (knob(knobs, kOverlap, kBackwardOverlap) != 0)

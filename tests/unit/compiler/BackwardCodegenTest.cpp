@@ -186,7 +186,7 @@ TEST(BackwardCodegen, Fa3DqWriterRoleAddsEachQTileWithOneBulkReduce) {
   forward.kind = "forward";
   StatusOr<jit::CompileResult> refused = jit::compile(*variants::byName("none"), forward, jit::Stage::Scheduled);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("fa3: dq-writer shapes the backward's dQ only"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("fa3: dq-writer shapes the backward's roles only"), std::string::npos)
       << refused.status().message();
   refused = jit::compile(*variants::byName("none"),
                          backwardOptions(ElementType::BF16, 128, "sm_90a", {{"dq-writer", 0}, {"consumer-regs", 232}},
@@ -194,6 +194,59 @@ TEST(BackwardCodegen, Fa3DqWriterRoleAddsEachQTileWithOneBulkReduce) {
                          jit::Stage::Scheduled);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("with dq-writer = 0 there is no producer warpgroup"), std::string::npos)
+      << refused.status().message();
+}
+
+// load-warp (default 1 with dq-writer 1): the producer warpgroup's second warp loads K and V and each Q tile's Q and
+// dO by TMA (the kernel takes four descriptors, the plan names them) and the LSE and D rows into a ring of two
+// buffers; the computing warps copy nothing, they wait on the ring's full barriers and release its empty ones. The
+// load warp walks the same Q tiles: one loop per segment of the walk.
+TEST(BackwardCodegen, Fa3LoadWarpLoadsEachQTileByTma) {
+  for (int headDim : {64, 128}) {
+    for (int loader : {1, 0}) {
+      StatusOr<jit::CompileResult> result = jit::compile(
+          *variants::byName("causal"),
+          backwardOptions(ElementType::BF16, headDim, "sm_90a", loader ? schedule::Knobs{} : schedule::Knobs{{"load-warp", 0}},
+                          "fa3"),
+          jit::Stage::Cubin);
+      ASSERT_TRUE(result.ok()) << result.status().message();
+      const std::string &cuda = result->cuda;
+      const std::string main = cuda.substr(cuda.find(" flashtile_fa3_causal_bf16_d" + std::to_string(headDim) + "_bwd("));
+      EXPECT_EQ(count(main, "const __grid_constant__ sm90::BackwardTensorMaps maps)"), loader) << headDim;
+      EXPECT_EQ(count(main, "if (warp == kWarps + 1) {"), loader) << headDim;
+      // Three segments (causal): the load warp's loops and the computing warps' loops.
+      EXPECT_EQ(count(main, "sm90::tma::load5d(stage ? sQ1 : sQ0, &maps.q, &fullBars[stage]"), 3 * loader) << headDim;
+      EXPECT_EQ(count(main, "sm90::tma::load5d(stage ? sDO1 : sDO0, &maps.dO, &fullBars[stage]"), 3 * loader) << headDim;
+      EXPECT_EQ(count(main, "sm90::mbarrier::wait(&fullBars[stage], (tileUses >> 1) & 1);"), 3 * loader) << headDim;
+      EXPECT_EQ(count(main, "sm90::mbarrier::arrive(&emptyBars[stage]);"), 3 * loader) << headDim;
+      EXPECT_EQ(count(main, "sm90::mbarrier::wait(kvBar, 0);"), loader) << headDim;
+      // The computing warps copy nothing with a load warp; without one they copy K, V, Q and dO (cp.async).
+      EXPECT_EQ(count(main, "cpAsync16(") == 0, bool(loader)) << headDim;
+      const PlanLaunch *launch = result->info.plan.launchOf(result->info.entry);
+      ASSERT_NE(launch, nullptr);
+      ASSERT_EQ(launch->tensorMaps.size(), loader ? 4u : 0u) << headDim;
+      if (loader) {
+        EXPECT_EQ(launch->tensorMaps[3].tensor, "do");
+        EXPECT_EQ(launch->tensorMaps[0].boxRows, headDim == 64 ? 128 : 64);
+        EXPECT_EQ(launch->tensorMaps[3].boxRows, launch->tensorMaps[0].boxRows);
+        EXPECT_EQ(launch->tensorMaps[1].boxRows, 128);
+      }
+    }
+  }
+  // A load warp is a warp of the dq-writer's producer warpgroup; the forward takes neither knob.
+  StatusOr<jit::CompileResult> refused =
+      jit::compile(*variants::byName("none"),
+                   backwardOptions(ElementType::BF16, 128, "sm_90a", {{"dq-writer", 0}, {"load-warp", 1}}, "fa3"),
+                   jit::Stage::Scheduled);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("load-warp = 1 needs the producer warpgroup of dq-writer = 1"),
+            std::string::npos)
+      << refused.status().message();
+  jit::CompileOptions forward = backwardOptions(ElementType::BF16, 128, "sm_90a", {{"load-warp", 1}}, "fa3");
+  forward.kind = "forward";
+  refused = jit::compile(*variants::byName("none"), forward, jit::Stage::Scheduled);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("fa3: load-warp shapes the backward's roles only"), std::string::npos)
       << refused.status().message();
 }
 
@@ -222,7 +275,7 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"consumer-warpgroups", 3, "fa3 backward: consumer-warpgroups = 3 is not supported; accepted: 1 or 2"},
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
-                          "dq-writer, producer-regs and consumer-regs"},
+                          "dq-writer, load-warp, producer-regs and consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
         jit::compile(*variants::byName("none"),

@@ -116,6 +116,16 @@ TEST(KernelInfo, PlanFieldsAreChecked) {
               HasSubstr("field 'launch.0.tensorMaps'"));
   EXPECT_THAT(parseError("launch.0.tensorMaps", "launch.0.tensorMaps=q:128:48,k:64:48,v:64:48"),
               HasSubstr("all swizzled over one span of 32, 64 or 128 bytes"));
+  // A backward kernel's maps: q, k, v, do, dO's box Q's.
+  StatusOr<KernelInfo> backward =
+      KernelInfo::parse(replaceLine(text, "launch.0.tensorMaps", "launch.0.tensorMaps=q:64:128,k:128:128,v:128:128,do:64:128"));
+  ASSERT_TRUE(backward.ok()) << backward.status().message();
+  EXPECT_EQ(backward->plan.launches[0].tensorMaps[3].tensor, "do");
+  EXPECT_THAT(backward->plan.describe(), HasSubstr("TMA descriptors of q, k, v, do"));
+  EXPECT_THAT(parseError("launch.0.tensorMaps", "launch.0.tensorMaps=q:64:128,k:128:128,v:128:128,do:128:128"),
+              HasSubstr("dO's box Q's"));
+  EXPECT_THAT(parseError("launch.0.tensorMaps", "launch.0.tensorMaps=q:64:128,do:64:128,k:128:128,v:128:128"),
+              HasSubstr("q, k, v in that order"));
   for (const char *span : {"32", "64"}) {
     const std::string maps = std::string("launch.0.tensorMaps=q:128:") + span + ",k:64:" + span + ",v:64:" + span;
     StatusOr<KernelInfo> narrow = KernelInfo::parse(replaceLine(text, "launch.0.tensorMaps", maps));

@@ -219,6 +219,30 @@ TEST(TensorMap, EncodingValidatesBeforeTheDriver) {
   EXPECT_THAT(map.status().message(), HasSubstr("box rows 300"));
 }
 
+// A backward kernel with a load warp takes dO's descriptor too (O's shape, the call's dOStride, Q's boxes): checked
+// before any reaches the driver, and named "do".
+TEST(TensorMap, BackwardMapsCheckDOFirst) {
+  BackwardArgs args;
+  AttentionArgs &f = args.forward;
+  f.dtype = DType::BF16;
+  f.batch = 2;
+  f.seqlenQ = f.seqlenK = 256;
+  f.headsQ = f.headsKv = 4;
+  f.headDim = f.headDimV = 128;
+  f.q = f.k = f.v = deviceAddress();
+  f.qStride = f.kStride = f.vStride = {256LL * 4 * 128, 4 * 128, 128, 1};
+  args.dO = deviceAddress();
+  args.dOStride = {256LL * 4 * 128, 4 * 128, 128, 2}; // not contiguous in the head dim
+  StatusOr<BackwardTensorMaps> maps = backwardTensorMaps(args, 64, 128);
+  ASSERT_FALSE(maps.ok());
+  EXPECT_THAT(maps.status().message(), HasSubstr("do: the dim stride is 2"));
+  args.dOStride[3] = 1;
+  args.dO = nullptr;
+  maps = backwardTensorMaps(args, 64, 128);
+  ASSERT_FALSE(maps.ok());
+  EXPECT_THAT(maps.status().message(), HasSubstr("do: the data pointer is null"));
+}
+
 TEST(TensorMap, ReplacingTheAddressValidatesIt) {
   CUtensorMap map{};
   const CUtensorMap before = map;

@@ -95,6 +95,17 @@ struct AttentionTensorMaps {
 StatusOr<AttentionTensorMaps> attentionTensorMaps(const AttentionArgs &args, int blockM, int blockN,
                                                   TmaSwizzle swizzle = TmaSwizzle::Bytes128);
 
+/// The TMA descriptors of an sm90 backward main kernel with a load warp (its plan's tensor maps q, k, v, do): its
+/// second parameter, laid out as the device's `sm90::BackwardTensorMaps` (codegen/sm90/BackwardSm90.cpp).
+struct BackwardTensorMaps {
+  CUtensorMap q, k, v, dO;
+};
+
+/// Encodes the forward call's Q, K and V of `args` as attentionTensorMaps does, and dO (O's shape, dOStride) with
+/// Q's boxes of `blockM` rows.
+StatusOr<BackwardTensorMaps> backwardTensorMaps(const BackwardArgs &args, int blockM, int blockN,
+                                                TmaSwizzle swizzle = TmaSwizzle::Bytes128);
+
 /// Points an encoded map at another tensor of the same shape and strides (cuTensorMapReplaceAddress): a cached
 /// descriptor reused for a new call's pointer. `address` must be non-null and 16-byte aligned; `map` is unchanged
 /// on error.
