@@ -7,8 +7,9 @@
 //   key split  (keyWarps W) 64 query rows × W·64 keys: warpgroup g holds keys [64g, 64g + 64) of S, dP, P and dS
 //              (warp w the rows [16(w % 4), ...) of the Q tile: warpM, warpCol0 = 64g) and of dK and dV.
 // Either way warp w holds key rows [16w, 16w + 16) of dK and dV, the m64 of the GEMMs whose rows are keys.
-//   tiles      Q, dO (Q-tile rows) and K, V (K/V-tile rows) in the 128-byte-swizzled column-block layout, written by
-//              cp.async 16-byte chunks at sm90::swizzle128Offset and fenced into the async proxy before wgmma reads
+//   tiles      Q, dO (Q-tile rows) and K, V (K/V-tile rows) in the 128-byte-swizzled column-block layout: by TMA from
+//              the load warp (KernelShape::loadWarp), or by cp.async 16-byte chunks of the computing threads at
+//              sm90::swizzle128Offset, fenced into the async proxy before wgmma reads
 //   S, dP      wgmma SS m64nNk16, A (Q or dO) and B (K or V) K-major, N the warpgroup's keys
 //   P, dS      rounded to 16 bits and stored transposed (stmatrix.x4.trans): [keys][query rows], a K-major A for
 //   dV, dK     wgmma SS m64n{dv,d}k16, B (dO or Q) MN-major, as V in the forward's P·V
