@@ -164,6 +164,7 @@ private:
   llvm::DenseMap<Value, SharedTile> shared;     ///< 16-bit tiles in shared memory (their loads)
   llvm::DenseMap<Value, std::string> stagedIn;  ///< fp32 tiles staged in shared memory this iteration
   llvm::DenseSet<Operation *> issuedAhead;       ///< tile.qk ops issued with an earlier one (scoreGemms)
+  llvm::DenseSet<Operation *> foldedScales;      ///< tile.scale ops printed by the tile.softmax_grad before them
   llvm::DenseMap<Operation *, std::string> inputShares; ///< tile.input_grad / tile.sink_grad -> its register
   llvm::SmallVector<Operation *> inputReads;             ///< those ops, in slot order
   /// The main program's Q-tile walk: each tile.q_loop segment's [lo, hi) (C expressions in the kernel's scope).
@@ -707,6 +708,10 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
       .Case([&](ScaleOp scale) -> LogicalResult {
         if (failed(regs(scale.getS(), op)))
           return failure();
+        if (foldedScales.erase(op)) {
+          registers[scale.getResult()] = registers.lookup(scale.getS());
+          return success(); // printed by the tile.softmax_grad before it
+        }
         fragments.scale(w, overwrite(scale.getS(), scale, "scaled"));
         return success();
       })
@@ -748,6 +753,18 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
         if (failed(p) || failed(delta) || failed(regs(grad.getDp(), op)))
           return failure();
         std::string ds = overwrite(grad.getDp(), grad, "ds");
+        // dS's one use scaling it by softmax_scale (the gradient of S = scale·QKᵀ) folds in: P∘(dP·scale − D·scale),
+        // one FFMA and one FMUL an element (the row's D·scale computed once), the same value up to rounding.
+        auto scale = grad->hasOneUse() ? dyn_cast<ScaleOp>(*grad->user_begin()) : ScaleOp();
+        if (scale && scale.getS() == grad.getResult() && grad.getResult().hasOneUse()) {
+          foldedScales.insert(scale);
+          w.comment(cat("tile.softmax_grad and the scale after it: ", ds, " = P∘(dP - D)·softmax_scale"));
+          fragments.forEachElement(
+              w, "kSTiles",
+              {cat(ds, "[mt][nt][i] = ", *p, "[mt][nt][i] * (", ds, "[mt][nt][i] * p.softmaxScale - ", *delta,
+                   "[mt][i / 2] * p.softmaxScale);")});
+          return success();
+        }
         w.comment(cat("tile.softmax_grad: ", ds, " = P∘(dP - D)"));
         fragments.forEachElement(
             w, "kSTiles",
