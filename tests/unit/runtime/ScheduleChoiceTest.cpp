@@ -391,6 +391,26 @@ TEST_F(ForwardWithStandInDriver, BackwardRunsTheFirstScheduleWithABackwardProgra
   EXPECT_THAT(log.all()[0], HasSubstr("running 'fa2' instead"));
 }
 
+// explain() of the backward says what backward() would run: the first schedule of the forward's order with a backward
+// kernel, and why (the fake compiler's fa3 has none).
+TEST(ScheduleChoice, ExplainOfTheBackwardNamesItsScheduleAndWhy) {
+  FakeCompiler compiler;
+  std::unique_ptr<Runtime> runtime = jitRuntime(compiler);
+  StatusOr<ScheduleChoice> backward = runtime->explain(callWith(128), "sm_90a", kBackwardKind);
+  ASSERT_TRUE(backward.ok()) << backward.status().message();
+  EXPECT_EQ(backward->spec.schedule, "fa2");
+  EXPECT_EQ(backward->spec.kind, kBackwardKind);
+  EXPECT_EQ(backward->entry, "flashtile_fa2_none_d128_bwd");
+  EXPECT_TRUE(backward->fellBack);
+  EXPECT_THAT(backward->reason, HasSubstr("schedule 'fa3' (preferred on sm_90a) has no kernel for this call (fa3: "
+                                          "schedule fa3 has no backward program)"));
+  StatusOr<ScheduleChoice> forward = runtime->explain(callWith(128), "sm_90a", kForwardKind);
+  ASSERT_TRUE(forward.ok()) << forward.status().message();
+  EXPECT_EQ(forward->spec.schedule, "fa3");
+  EXPECT_THAT(runtime->explain(callWith(128), "sm_90a", "sideways").status().message(),
+              HasSubstr("module kind 'sideways' is not known; known: forward, backward"));
+}
+
 TEST(BackwardArgs, RejectsBadArgumentsNamingThem) {
   BackwardArgs good;
   good.forward = callWith(64);

@@ -263,6 +263,10 @@ public:
   StatusOr<ScheduleChoice> explain(const AttentionArgs &args);
   /// The same for `arch` (one of kSupportedArchs); needs no GPU.
   StatusOr<ScheduleChoice> explain(const AttentionArgs &args, const std::string &arch);
+  /// The same for the call's module of `kind` (one of kProgramKinds): with kBackwardKind, which kernel backward()
+  /// runs for the gradients of the call `args` on `arch` (the first schedule of the forward's order that has a
+  /// backward kernel for it).
+  StatusOr<ScheduleChoice> explain(const AttentionArgs &args, const std::string &arch, std::string_view kind);
   /// The shape class of a call (see kShapeClasses): kShortShapeClass when its sequences have at most
   /// kShortSeqlen query rows and key rows on average (dense: seqlenQ and seqlenK; varlen: over the batch's
   /// sequences, total_q / batch and total_k / batch), else kDefaultShapeClass.
