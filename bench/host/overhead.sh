@@ -11,7 +11,7 @@ work=build/host-overhead
 rm -rf "$work"
 mkdir -p "$work/cache"
 cuda=${CUDA_HOME:-/usr/local/cuda}
-cc -O2 -shared -fPIC -Wl,-soname,libcuda.so.1 -Iruntime/include -I"$cuda/include" -o "$work/libcuda.so.1" \
+cc -O2 -shared -fPIC -Wl,-soname,libcuda.so.1 -Iruntime/include -I. -I"$cuda/include" -o "$work/libcuda.so.1" \
   tests/python/FakeCuda.c
 cc -O2 -Iruntime/include -I"$cuda/include" bench/host/CApiOverhead.c -o "$work/capi-overhead" -Lbuild/capi \
   -lflashtile_jit -Wl,-rpath,"$PWD/build/capi"

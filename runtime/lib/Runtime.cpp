@@ -792,14 +792,26 @@ StatusOr<KernelSpec> Runtime::specForUnguarded(const AttentionArgs &args, const 
 }
 
 StatusOr<ScheduleChoice> Runtime::explain(const AttentionArgs &args, const std::string &arch) {
+  return explain(args, arch, kForwardKind);
+}
+
+StatusOr<ScheduleChoice> Runtime::explain(const AttentionArgs &args, const std::string &arch, std::string_view kind) {
   return guarded("explain", [&]() -> StatusOr<ScheduleChoice> {
     if (Status s = validate(args); !s.ok())
       return s;
     if (std::find(kSupportedArchs.begin(), kSupportedArchs.end(), arch) == kSupportedArchs.end())
       return Status::error("arch '" + arch + "' is not supported; supported: " + supportedArchsText());
+    if (std::find(kProgramKinds.begin(), kProgramKinds.end(), kind) == kProgramKinds.end()) {
+      std::string known;
+      for (std::string_view name : kProgramKinds)
+        known += (known.empty() ? "" : ", ") + std::string(name);
+      return Status::error("module kind '" + std::string(kind) + "' is not known; known: " + known);
+    }
+    if (kind == kBackwardKind && args.kvCache.enabled())
+      return Status::error("kvCache is set; the KV-cache mode (flash_attn_with_kvcache) has no backward");
     if (Status s = impl->checkVariantNumbers(args); !s.ok())
       return s;
-    StatusOr<Impl::Resolution> resolved = impl->resolve(*this, args, arch);
+    StatusOr<Impl::Resolution> resolved = impl->resolve(*this, args, arch, kind);
     if (!resolved.ok())
       return resolved.status();
     return std::move(resolved->choice);

@@ -14,6 +14,7 @@
 //   FLASHTILE_TEST_SEED       fixed base seed (decimal) to replay a failure
 // Without a GPU every test skips with the reason.
 #include "GpuReference.h"
+#include "GpuTestSupport.h"
 
 #include "flashtile/runtime/CudaDriver.h"
 #include "flashtile/runtime/Runtime.h"
@@ -22,71 +23,33 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 using namespace flashtile;
+using namespace flashtile::gpu_test;
 
 namespace {
 
 using reference::DeviceBuffer;
-using reference::GpuReference;
 using reference::Precision;
 using reference::synchronize;
 
-bool envFlag(const char *name) {
-  const char *value = std::getenv(name);
-  return value && *value && std::string(value) != "0";
-}
-
-std::string envOr(const char *name, const std::string &fallback) {
-  const char *value = std::getenv(name);
-  return value && *value ? std::string(value) : fallback;
-}
-
-uint64_t baseSeed() {
-  static const uint64_t seed = [] {
-    if (const char *text = std::getenv("FLASHTILE_TEST_SEED"); text && *text)
-      return uint64_t(std::strtoull(text, nullptr, 10));
-    return uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
-  }();
-  return seed;
-}
-
-struct Gpu {
-  const CudaDriver *driver = nullptr;
-  std::string noGpuReason, setupError;
-  std::optional<GpuReference> reference;
+struct Gpu : GpuState {
   std::unique_ptr<Runtime> decode; // decode kernels (and fa2 as the fallback it never needs here)
   std::unique_ptr<Runtime> fa2;    // fa2 kernels only (no decode schedule)
 };
 
 Gpu makeGpu() {
   Gpu gpu;
-  StatusOr<const CudaDriver *> driver = CudaDriver::get();
-  if (!driver.ok()) {
-    gpu.noGpuReason = "no NVIDIA GPU/driver: " + driver.status().message();
+  if (!findGpu(gpu, /*withReference=*/true))
     return gpu;
-  }
-  gpu.driver = *driver;
-  if (StatusOr<CUdevice> device = gpu.driver->currentDevice(); !device.ok()) {
-    gpu.noGpuReason = "no NVIDIA GPU/driver: " + device.status().message();
-    return gpu;
-  }
-  StatusOr<GpuReference> reference = GpuReference::create();
-  if (!reference.ok()) {
-    gpu.setupError = "setting up the reference kernels failed: " + reference.status().message();
-    return gpu;
-  }
-  gpu.reference.emplace(std::move(*reference));
   const std::string fa2Dir = envOr("FLASHTILE_AOT_DIR", ""), decodeDir = envOr("FLASHTILE_DECODE_AOT_DIR", "");
   if (fa2Dir.empty() || decodeDir.empty()) {
     gpu.setupError = "FLASHTILE_AOT_DIR (fa2 kernels) and FLASHTILE_DECODE_AOT_DIR (decode kernels) must be set";
@@ -109,22 +72,6 @@ Gpu &gpu() {
   static Gpu instance = makeGpu();
   return instance;
 }
-
-#define REQUIRE_GPU()                                                                                                  \
-  do {                                                                                                                 \
-    if (!gpu().noGpuReason.empty()) {                                                                                  \
-      if (envFlag("FLASHTILE_REQUIRE_GPU"))                                                                            \
-        FAIL() << "FLASHTILE_REQUIRE_GPU is set but: " << gpu().noGpuReason;                                           \
-      GTEST_SKIP() << gpu().noGpuReason;                                                                               \
-    }                                                                                                                  \
-    ASSERT_TRUE(gpu().setupError.empty()) << gpu().setupError;                                                         \
-  } while (0)
-
-#define ASSERT_OK(expr)                                                                                                \
-  do {                                                                                                                 \
-    const Status assertOkStatus = (expr);                                                                              \
-    ASSERT_TRUE(assertOkStatus.ok()) << #expr << ": " << assertOkStatus.message();                                     \
-  } while (0)
 
 struct Case {
   DType dtype;

@@ -27,6 +27,7 @@
 //   FLASHTILE_TEST_CASE_TIMEOUT  seconds one case may take before the process exits (default 120; 0: none).
 // Without an NVIDIA GPU/driver every GPU test skips with the reason; the argument-checking test runs everywhere.
 #include "GpuReference.h"
+#include "GpuTestSupport.h"
 
 #include "flashtile/runtime/CudaDriver.h"
 #include "flashtile/runtime/KernelInfo.h"
@@ -37,26 +38,21 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
-#include <string_view>
-#include <thread>
 #include <tuple>
 #include <vector>
 
 using namespace flashtile;
+using namespace flashtile::gpu_test;
 
 namespace {
 
@@ -66,79 +62,18 @@ using reference::lowToFloat;
 using reference::Precision;
 using reference::synchronize;
 
-// ---------------------------------------------------------------------------------------------------------------
-// Host helpers.
-
-bool envFlag(const char *name) {
-  const char *value = std::getenv(name);
-  return value && *value && std::string(value) != "0";
-}
-
-std::string envOr(const char *name, const std::string &fallback) {
-  const char *value = std::getenv(name);
-  return value && *value ? std::string(value) : fallback;
-}
-
-/// The run's base seed: FLASHTILE_TEST_SEED, else fresh from std::random_device.
-uint64_t baseSeed() {
-  static const uint64_t seed = [] {
-    if (const char *text = std::getenv("FLASHTILE_TEST_SEED"); text && *text)
-      return uint64_t(std::strtoull(text, nullptr, 10));
-    // /dev/urandom rather than std::random_device: the static libstdc++ (GCC 12) implements that with
-    // arc4random, which would make the binary need glibc 2.36 on the GPU machine.
-    uint64_t value = 0;
-    if (std::FILE *urandom = std::fopen("/dev/urandom", "rb")) {
-      if (std::fread(&value, sizeof value, 1, urandom) != 1)
-        value = 0;
-      std::fclose(urandom);
-    }
-    return value ^ uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
-  }();
-  return seed;
-}
-
 /// Everything the GPU tests share, set up once: the driver and context, the reference kernels, the runtime with
 /// the ahead-of-time kernels.
-struct Gpu {
-  const CudaDriver *driver = nullptr;
-  std::string noGpuReason; // set: no usable NVIDIA GPU/driver here (tests skip, or fail with FLASHTILE_REQUIRE_GPU)
-  std::string setupError;  // set: a GPU is here but the test harness could not be set up (tests fail)
-  std::string aotError;    // set: FLASHTILE_AOT_DIR missing or unloadable (forward tests fail)
-  std::string arch;
+struct Gpu : GpuState {
+  std::string aotError; // set: FLASHTILE_AOT_DIR missing or unloadable (forward tests fail)
   std::string aotDir;
-  std::optional<GpuReference> reference; // the reference kernels, loaded
   std::unique_ptr<Runtime> runtime;
 };
 
 Gpu makeGpu() {
   Gpu gpu;
-  StatusOr<const CudaDriver *> driver = CudaDriver::get();
-  auto noGpu = [&gpu](const std::string &reason) {
-    // The driver's own message may already start with "no NVIDIA driver: ".
-    constexpr std::string_view kDriverPrefix = "no NVIDIA driver: ";
-    std::string_view text = reason;
-    if (text.starts_with(kDriverPrefix))
-      text.remove_prefix(kDriverPrefix.size());
-    gpu.noGpuReason = "no NVIDIA GPU/driver: " + std::string(text);
-    return std::move(gpu);
-  };
-  if (!driver.ok())
-    return noGpu(driver.status().message());
-  gpu.driver = *driver;
-  StatusOr<CUdevice> device = gpu.driver->currentDevice();
-  if (!device.ok())
-    return noGpu(device.status().message());
-  StatusOr<std::string> arch = gpu.driver->detectArch();
-  if (!arch.ok())
-    return noGpu("this GPU cannot run flashtile kernels: " + arch.status().message());
-  gpu.arch = *arch;
-
-  StatusOr<GpuReference> reference = GpuReference::create();
-  if (!reference.ok()) {
-    gpu.setupError = "setting up the reference kernels failed: " + reference.status().message();
+  if (!findGpu(gpu, /*withReference=*/true))
     return gpu;
-  }
-  gpu.reference.emplace(std::move(*reference));
 
   // Memory-only JIT cache and no JIT compiler: every kernel must come from the ahead-of-time directory.
   gpu.runtime = std::make_unique<Runtime>(KernelCache::Options{"", false});
@@ -175,28 +110,10 @@ Gpu &gpu() {
   return instance;
 }
 
-/// Skips (or fails, with FLASHTILE_REQUIRE_GPU=1) without a GPU; fails if the harness could not be set up.
-#define REQUIRE_GPU()                                                                                                  \
-  do {                                                                                                                 \
-    const Gpu &gpuState = gpu();                                                                                       \
-    if (!gpuState.noGpuReason.empty()) {                                                                               \
-      if (envFlag("FLASHTILE_REQUIRE_GPU"))                                                                            \
-        FAIL() << "FLASHTILE_REQUIRE_GPU is set but: " << gpuState.noGpuReason;                                        \
-      GTEST_SKIP() << gpuState.noGpuReason;                                                                            \
-    }                                                                                                                  \
-    ASSERT_TRUE(gpuState.setupError.empty()) << gpuState.setupError;                                                   \
-  } while (0)
-
 #define REQUIRE_AOT()                                                                                                  \
   do {                                                                                                                 \
     REQUIRE_GPU();                                                                                                     \
     ASSERT_TRUE(gpu().aotError.empty()) << gpu().aotError;                                                             \
-  } while (0)
-
-#define ASSERT_OK(expr)                                                                                                \
-  do {                                                                                                                 \
-    const Status assertOkStatus = (expr);                                                                              \
-    ASSERT_TRUE(assertOkStatus.ok()) << #expr << ": " << assertOkStatus.message();                                     \
   } while (0)
 
 /// How a B x S x H x D tensor is laid out in memory.
@@ -397,43 +314,8 @@ Status runReference(const Case &c, const Inputs &in, float scale, bool lowp, std
 
 uint64_t caseSeed(const Case &c) { return baseSeed() + 0x9E3779B97F4A7C15ULL * uint64_t(c.index + 1); }
 
-/// Ends the process when a case runs longer than FLASHTILE_TEST_CASE_TIMEOUT seconds (default 120): a kernel that
-/// hangs would otherwise block in cuCtxSynchronize until the GPU machine's time limit, with nothing said.
-class Watchdog {
-public:
-  explicit Watchdog(std::string what) : what(std::move(what)) {
-    const double seconds = std::atof(envOr("FLASHTILE_TEST_CASE_TIMEOUT", "120").c_str());
-    if (seconds <= 0)
-      return;
-    thread = std::thread([this, seconds] {
-      std::unique_lock<std::mutex> lock(mutex);
-      if (!wake.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done; })) {
-        std::fprintf(stderr, "\n[flashtile-gpu] TIMEOUT: %s still running after %.0f s (a hung kernel?); exiting\n",
-                     this->what.c_str(), seconds);
-        std::fflush(stdout);
-        std::fflush(stderr);
-        std::_Exit(3);
-      }
-    });
-  }
-  ~Watchdog() {
-    if (!thread.joinable())
-      return;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      done = true;
-    }
-    wake.notify_all();
-    thread.join();
-  }
-
-private:
-  std::string what;
-  std::mutex mutex;
-  std::condition_variable wake;
-  bool done = false;
-  std::thread thread;
-};
+/// How long one case may run before the watchdog ends the process (FLASHTILE_TEST_CASE_TIMEOUT overrides it).
+constexpr double kCaseTimeoutSeconds = 120;
 
 /// With FLASHTILE_EXPECT_SCHEDULE set: `args` runs that schedule's kernel, and not as a fallback.
 void expectChosenSchedule(const AttentionArgs &args) {
@@ -453,7 +335,7 @@ void checkForward(const Case &c) {
   const std::string where = caseName(c) + " (seed " + std::to_string(seed) +
                             ", base seed FLASHTILE_TEST_SEED=" + std::to_string(baseSeed()) + ")";
   SCOPED_TRACE(where);
-  Watchdog watchdog(where);
+  Watchdog watchdog("flashtile-gpu", where, kCaseTimeoutSeconds);
   Inputs in;
   ASSERT_OK(makeInputs(c, seed, in));
   const float scale = 1.0f / std::sqrt(float(c.headDim));
@@ -568,7 +450,7 @@ void checkVarlen(const VarlenCase &c) {
   const std::string where = varlenCaseName(c) + " (seed " + std::to_string(seed) +
                             ", base seed FLASHTILE_TEST_SEED=" + std::to_string(baseSeed()) + ")";
   SCOPED_TRACE(where);
-  Watchdog watchdog(where);
+  Watchdog watchdog("flashtile-gpu", where, kCaseTimeoutSeconds);
   const int batch = int(c.lengthsQ.size());
   std::vector<int> cuQ(batch + 1, 0), cuK(batch + 1, 0);
   for (int b = 0; b < batch; ++b) {

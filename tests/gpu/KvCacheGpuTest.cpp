@@ -19,6 +19,7 @@
 // Environment (bench/device/run-decode-tests.sh sets them): FLASHTILE_DECODE_AOT_DIR (decode kernels, `flashtile
 // aot --schedule decode`), FLASHTILE_REQUIRE_GPU, FLASHTILE_TEST_SEED. Without a GPU every test skips.
 #include "GpuReference.h"
+#include "GpuTestSupport.h"
 #include "HostRotary.h"
 
 #include "flashtile/runtime/CudaDriver.h"
@@ -29,75 +30,42 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 using namespace flashtile;
+using namespace flashtile::gpu_test;
 
 namespace {
 
 using reference::DeviceBuffer;
-using reference::GpuReference;
 using reference::Precision;
 using reference::synchronize;
 
 constexpr uint16_t kPoison16 = 0xFFFF;
 
-bool envFlag(const char *name) {
-  const char *value = std::getenv(name);
-  return value && *value && std::string(value) != "0";
-}
-
-uint64_t baseSeed() {
-  static const uint64_t seed = [] {
-    if (const char *text = std::getenv("FLASHTILE_TEST_SEED"); text && *text)
-      return uint64_t(std::strtoull(text, nullptr, 10));
-    return uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
-  }();
-  return seed;
-}
-
-struct Gpu {
-  const CudaDriver *driver = nullptr;
-  std::string noGpuReason, setupError;
-  std::optional<GpuReference> reference;
+struct Gpu : GpuState {
   std::unique_ptr<Runtime> decode;
 };
 
 Gpu makeGpu() {
   Gpu gpu;
-  StatusOr<const CudaDriver *> driver = CudaDriver::get();
-  if (!driver.ok()) {
-    gpu.noGpuReason = "no NVIDIA GPU/driver: " + driver.status().message();
+  if (!findGpu(gpu, /*withReference=*/true))
     return gpu;
-  }
-  gpu.driver = *driver;
-  if (StatusOr<CUdevice> device = gpu.driver->currentDevice(); !device.ok()) {
-    gpu.noGpuReason = "no NVIDIA GPU/driver: " + device.status().message();
-    return gpu;
-  }
-  StatusOr<GpuReference> reference = GpuReference::create();
-  if (!reference.ok()) {
-    gpu.setupError = "setting up the reference kernels failed: " + reference.status().message();
-    return gpu;
-  }
-  gpu.reference.emplace(std::move(*reference));
-  const char *dir = std::getenv("FLASHTILE_DECODE_AOT_DIR");
-  if (!dir || !*dir) {
+  const std::string dir = envOr("FLASHTILE_DECODE_AOT_DIR", "");
+  if (dir.empty()) {
     gpu.setupError = "FLASHTILE_DECODE_AOT_DIR (decode kernels) must be set";
     return gpu;
   }
   gpu.decode = std::make_unique<Runtime>(KernelCache::Options{"", false, 0, ""});
   if (Status s = gpu.decode->loadAotDirectory(dir); !s.ok()) {
-    gpu.setupError = std::string(dir) + ": " + s.message();
+    gpu.setupError = dir + ": " + s.message();
     return gpu;
   }
   std::printf("[flashtile-kvcache] base seed %llu (FLASHTILE_TEST_SEED replays it)\n",
@@ -109,22 +77,6 @@ Gpu &gpu() {
   static Gpu instance = makeGpu();
   return instance;
 }
-
-#define REQUIRE_GPU()                                                                                                  \
-  do {                                                                                                                 \
-    if (!gpu().noGpuReason.empty()) {                                                                                  \
-      if (envFlag("FLASHTILE_REQUIRE_GPU"))                                                                            \
-        FAIL() << "FLASHTILE_REQUIRE_GPU is set but: " << gpu().noGpuReason;                                           \
-      GTEST_SKIP() << gpu().noGpuReason;                                                                               \
-    }                                                                                                                  \
-    ASSERT_TRUE(gpu().setupError.empty()) << gpu().setupError;                                                         \
-  } while (0)
-
-#define ASSERT_OK(expr)                                                                                                \
-  do {                                                                                                                 \
-    const Status assertOkStatus = (expr);                                                                              \
-    ASSERT_TRUE(assertOkStatus.ok()) << #expr << ": " << assertOkStatus.message();                                     \
-  } while (0)
 
 struct Case {
   DType dtype;
@@ -192,7 +144,7 @@ long long cacheRowOffset(const Case &c, const CacheSetup &s, int b, int key) {
 }
 
 Status makeSetup(const Case &c, uint64_t seed, CacheSetup &s) {
-  const GpuReference &ref = *gpu().reference;
+  const reference::GpuReference &ref = *gpu().reference;
   const long long D = c.headDim, Hkv = c.headsKv;
   s.rowElems = Hkv * D;
   const size_t truthElems = size_t(c.batch) * c.capacity * s.rowElems;

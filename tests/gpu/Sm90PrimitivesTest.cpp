@@ -23,6 +23,7 @@
 // FLASHTILE_SM90_CUBIN_DIR=DIR writes every test kernel's cubin there (bench/device/run-sm90-tests.sh dumps their
 // SASS); FLASHTILE_TEST_SEED replays the random inputs.
 #include "GpuReference.h"
+#include "GpuTestSupport.h"
 
 #include "codegen/sm90/PreludeSm90.h"
 #include "flashtile/runtime/CudaDriver.h"
@@ -33,42 +34,25 @@
 
 #include <ostream>
 
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 using namespace flashtile;
+using namespace flashtile::gpu_test;
 namespace prelude = flashtile::codegen::sm90;
 
 namespace {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Host functions.
-
-bool envFlag(const char *name) {
-  const char *value = std::getenv(name);
-  return value && *value && std::string(value) != "0";
-}
-
-uint64_t baseSeed() {
-  static const uint64_t seed = [] {
-    if (const char *text = std::getenv("FLASHTILE_TEST_SEED"); text && *text)
-      return uint64_t(std::strtoull(text, nullptr, 10));
-    return uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
-  }();
-  return seed;
-}
 
 /// Round to nearest even of an fp32 value to bf16 / f16 bits (finite inputs).
 uint16_t floatToBf16(float value) {
@@ -109,73 +93,18 @@ uint16_t floatToF16(float value) {
 }
 uint16_t toBits(float value, DType dtype) { return dtype == DType::BF16 ? floatToBf16(value) : floatToF16(value); }
 
-/// Ends the process when a case runs too long: a kernel that hangs despite its bounded waits would otherwise block
-/// in cuCtxSynchronize until the GPU machine's time limit.
-class Watchdog {
-public:
-  explicit Watchdog(std::string what) : what(std::move(what)) {
-    const char *text = std::getenv("FLASHTILE_TEST_CASE_TIMEOUT");
-    const double seconds = text && *text ? std::atof(text) : 60.0;
-    if (seconds <= 0)
-      return;
-    thread = std::thread([this, seconds] {
-      std::unique_lock<std::mutex> lock(mutex);
-      if (!wake.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done; })) {
-        std::fprintf(stderr, "\n[flashtile-sm90] TIMEOUT: %s still running after %.0f s; exiting\n", this->what.c_str(),
-                     seconds);
-        std::fflush(stdout);
-        std::fflush(stderr);
-        std::_Exit(3);
-      }
-    });
-  }
-  ~Watchdog() {
-    if (!thread.joinable())
-      return;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      done = true;
-    }
-    wake.notify_all();
-    thread.join();
-  }
-
-private:
-  std::string what;
-  std::mutex mutex;
-  std::condition_variable wake;
-  bool done = false;
-  std::thread thread;
-};
-
 // ---------------------------------------------------------------------------------------------------------------
 // The GPU, found once.
 
-struct Sm90Gpu {
-  const CudaDriver *driver = nullptr;
-  std::string noGpuReason;
-  std::string arch;
-};
+/// How long one case may run before the watchdog ends the process (FLASHTILE_TEST_CASE_TIMEOUT overrides it).
+constexpr double kCaseTimeoutSeconds = 60;
 
-const Sm90Gpu &gpu() {
-  static const Sm90Gpu instance = [] {
-    Sm90Gpu g;
-    StatusOr<const CudaDriver *> driver = CudaDriver::get();
-    if (!driver.ok()) {
-      g.noGpuReason = driver.status().message();
+/// The GPU; cases skip on any but an sm_90 one.
+const GpuState &gpu() {
+  static const GpuState instance = [] {
+    GpuState g;
+    if (!findGpu(g, /*withReference=*/false))
       return g;
-    }
-    g.driver = *driver;
-    if (StatusOr<CUdevice> device = g.driver->currentDevice(); !device.ok()) {
-      g.noGpuReason = "no usable GPU: " + device.status().message();
-      return g;
-    }
-    StatusOr<std::string> arch = g.driver->detectArch();
-    if (!arch.ok()) {
-      g.noGpuReason = "this GPU cannot run flashtile kernels: " + arch.status().message();
-      return g;
-    }
-    g.arch = *arch;
     if (g.arch != "sm_90a")
       g.noGpuReason = "the sm90 primitives need a compute capability 9.0 GPU (sm_90a); this one runs " + g.arch;
     std::string nvrtc = nvrtcVersion().ok() ? *nvrtcVersion() : "?";
@@ -185,21 +114,6 @@ const Sm90Gpu &gpu() {
   }();
   return instance;
 }
-
-#define REQUIRE_SM90()                                                                                                 \
-  do {                                                                                                                 \
-    if (!gpu().noGpuReason.empty()) {                                                                                  \
-      if (envFlag("FLASHTILE_REQUIRE_GPU"))                                                                            \
-        FAIL() << "FLASHTILE_REQUIRE_GPU is set but: " << gpu().noGpuReason;                                           \
-      GTEST_SKIP() << gpu().noGpuReason;                                                                               \
-    }                                                                                                                  \
-  } while (0)
-
-#define ASSERT_OK(expr)                                                                                                \
-  do {                                                                                                                 \
-    const Status assertOkStatus = (expr);                                                                              \
-    ASSERT_TRUE(assertOkStatus.ok()) << #expr << ": " << assertOkStatus.message();                                     \
-  } while (0)
 
 Status check(CUresult result, const std::string &call) { return gpu().driver->check(result, call); }
 
@@ -396,9 +310,9 @@ void PrintTo(const TmaCase &c, std::ostream *out) { *out << c.name; }
 class TmaTile : public testing::TestWithParam<TmaCase> {};
 
 TEST_P(TmaTile, LoadsSwizzledAndStoresBack) {
-  REQUIRE_SM90();
+  REQUIRE_GPU();
   const TmaCase &c = GetParam();
-  Watchdog watchdog(std::string("TmaTile.") + c.name);
+  Watchdog watchdog("flashtile-sm90", std::string("TmaTile.") + c.name, kCaseTimeoutSeconds);
   std::mt19937_64 rng(baseSeed() ^ 0x1234);
   const HostTensor in = makeTensor(c.batch, c.seqlen, c.heads, c.headDim, c.headPad, c.dtype, rng, false);
   const int cols = c.boxHeadDim ? c.boxHeadDim : c.headDim;
@@ -618,10 +532,10 @@ void PrintTo(const WgmmaCase &c, std::ostream *out) { *out << wgmmaCaseName({c, 
 class WgmmaChain : public testing::TestWithParam<WgmmaCase> {};
 
 TEST_P(WgmmaChain, MatchesCpuReference) {
-  REQUIRE_SM90();
+  REQUIRE_GPU();
   const WgmmaCase &c = GetParam();
   const std::string name = wgmmaCaseName({c, 0});
-  Watchdog watchdog("WgmmaChain." + name);
+  Watchdog watchdog("flashtile-sm90", "WgmmaChain." + name, kCaseTimeoutSeconds);
   std::mt19937_64 rng(baseSeed() ^ (uint64_t(c.keys) << 20) ^ (uint64_t(c.headDim) << 8) ^ uint64_t(c.integers));
   const HostTensor q = makeTensor(1, 64, 1, c.headDim, 0, c.dtype, rng, c.integers);
   const HostTensor k = makeTensor(1, c.keys, 1, c.headDim, 0, c.dtype, rng, c.integers);
@@ -802,11 +716,11 @@ void PrintTo(const RingCase &c, std::ostream *out) {
 class Ring : public testing::TestWithParam<RingCase> {};
 
 TEST_P(Ring, ConsumersSumEveryTileExactly) {
-  REQUIRE_SM90();
+  REQUIRE_GPU();
   const RingCase &c = GetParam();
   const std::string name =
       "stages" + std::to_string(c.stages) + "_tiles" + std::to_string(c.tiles) + (c.slowNs ? "_slow" : "");
-  Watchdog watchdog("Ring." + name);
+  Watchdog watchdog("flashtile-sm90", "Ring." + name, kCaseTimeoutSeconds);
   std::mt19937_64 rng(baseSeed() ^ (uint64_t(c.stages) << 32) ^ uint64_t(c.tiles));
   const HostTensor tiles = makeTensor(1, 64 * c.tiles, 1, 64, 0, DType::BF16, rng, true);
   StatusOr<reference::DeviceBuffer> tilesDev = upload(tiles.bits);
@@ -972,10 +886,10 @@ void PrintTo(const PipelineCase &c, std::ostream *out) { *out << pipelineCaseNam
 class PipelinedGemms : public testing::TestWithParam<PipelineCase> {};
 
 TEST_P(PipelinedGemms, MatchTheSumOverTiles) {
-  REQUIRE_SM90();
+  REQUIRE_GPU();
   const PipelineCase &c = GetParam();
   const std::string name = pipelineCaseName({c, 0});
-  Watchdog watchdog("PipelinedGemms." + name);
+  Watchdog watchdog("flashtile-sm90", "PipelinedGemms." + name, kCaseTimeoutSeconds);
   std::mt19937_64 rng(baseSeed() ^ (uint64_t(c.keys) << 24) ^ (uint64_t(c.headDim) << 12) ^ uint64_t(c.tiles));
   const HostTensor q = makeTensor(1, 128, 1, c.headDim, 0, DType::BF16, rng, true);
   const HostTensor k = makeTensor(1, c.keys * c.tiles, 1, c.headDim, 0, DType::BF16, rng, true);

@@ -5,8 +5,13 @@
  * block, the shared memory and the parameter block) for tests/python/test_warm_path.py to read back. Built with the
  * soname libcuda.so.1 and loaded before the runtime first asks for the driver (or found through LD_LIBRARY_PATH,
  * bench/host/overhead.sh), it stands in for the driver; the driver's own cost of a launch (about 2 µs on the
- * H200) is missing from timings. Never installed. */
+ * H200) is missing from timings. Never installed.
+ *
+ * The C++ runtime tests have a stand-in of their own (tests/unit/runtime/StandInDriver.h), which fills the runtime's
+ * driver table inside the test process; this one must export the driver's C symbols from a shared library built with
+ * the system's C compiler, so the two share the device they describe (tests/common/StandInDevice.h) and no code. */
 #include "flashtile/runtime/KernelAbi.h"
+#include "tests/common/StandInDevice.h"
 
 #include <cuda.h>
 #include <stdlib.h>
@@ -29,16 +34,16 @@ CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice
   (void)device;
   switch (attribute) {
   case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
-    *value = 9;
+    *value = kStandInComputeMajor;
     break;
   case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
-    *value = 0;
+    *value = kStandInComputeMinor;
     break;
   case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
-    *value = 227 * 1024;
+    *value = kStandInSharedMemoryPerBlock;
     break;
   case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
-    *value = 132;
+    *value = kStandInMultiprocessors;
     break;
   default:
     *value = 0;
@@ -83,13 +88,14 @@ CUresult cuFuncSetAttribute(CUfunction function, CUfunction_attribute attribute,
   return CUDA_SUCCESS;
 }
 /* Blocks of any kernel an SM holds at once: FLASHTILE_FAKE_BLOCKS_PER_SM (a non-negative integer; the split-KV
-   tests set it to show that forward() asks the driver), else two, the split heuristic's assumption before it asked.
+   tests set it to show that forward() asks the driver), else kStandInBlocksPerMultiprocessor (two, the split
+   heuristic's assumption before it asked).
    A value that is not such an integer is CUDA_ERROR_INVALID_VALUE, so that a mistyped test cannot pass. */
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfunction function, int threads, size_t smem) {
   (void)function, (void)threads, (void)smem;
   const char *text = getenv("FLASHTILE_FAKE_BLOCKS_PER_SM");
   if (!text) {
-    *blocks = 2;
+    *blocks = kStandInBlocksPerMultiprocessor;
     return CUDA_SUCCESS;
   }
   char *end = NULL;

@@ -28,7 +28,7 @@ def run_host_script(test, script, ok_line, probes=(), stand_in_torch=True, env=N
     include = cuda_include()
     if not compiler or not include:
         test.skipTest("no C compiler or no cuda.h for the fake driver")
-    headers = ["-I", include, "-I", os.path.join(ROOT, "runtime", "include")]
+    headers = ["-I", include, "-I", os.path.join(ROOT, "runtime", "include"), "-I", ROOT]
     with tempfile.TemporaryDirectory() as work:
         libraries = [os.path.join(work, "libcuda.so.1")]
         subprocess.run([compiler, "-O1", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", *headers, "-o",

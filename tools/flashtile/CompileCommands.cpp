@@ -14,10 +14,21 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <optional>
 
 namespace flashtile::cli {
+namespace {
+/// The JIT of every Runtime the CLI makes; it outlives them.
+jit::Jit &cliJit() {
+  static jit::Jit jit;
+  return jit;
+}
+} // namespace
 
 std::vector<std::string> variantNames() { return variants::names(); }
 std::vector<std::string> dtypeNames() { return {kSupportedDtypes.begin(), kSupportedDtypes.end()}; }
@@ -288,68 +299,183 @@ void registerCompile(CLI::App &app, Registry &registry, const std::string &name,
 
 struct SummaryFlags {
   std::string archs = "sm_80,sm_90a,sm_100a";
+  std::string kinds = "forward,backward";
+  std::string variants; // with --head-dims: every listed call instead of the representative set
+  std::string headDims = "128";
 };
 
+/// One row of the summary: a call the runtime is asked about, on one arch, for one module kind.
+struct SummaryCall {
+  std::string kind, variant, arch;
+  ElementType dtype = ElementType::BF16;
+  int headDim = 128, headDimV = 128;
+  int seqlenQ = 4096; // query rows a sequence; at most kDecodeMaxSeqlenQ: a decode-sized call
+};
+
+/// A representative set rather than the full cross product (which NVRTC takes minutes over). Forward: every variant
+/// at bf16/hd 128 on sm_90a and the plain kernels at every head dim and dtype there, the plain kernels at hd 64 and
+/// 128 on the other archs, and a decode-sized call on each. Backward: the plain kernels at hd 128 on each arch, and
+/// on sm_90a causal at 64 and 96 too (fa3's backward serves 64 and 128 only, so 96 shows the fallback).
+std::vector<SummaryCall> representativeCalls(const std::vector<std::string> &archs,
+                                             const std::vector<std::string> &kinds) {
+  auto has = [](const std::vector<std::string> &list, std::string_view name) {
+    return std::find(list.begin(), list.end(), name) != list.end();
+  };
+  const std::string forward(kForwardKind), backward(kBackwardKind);
+  std::vector<SummaryCall> calls;
+  for (const std::string &arch : archs) {
+    const bool sm90a = arch == "sm_90a";
+    if (has(kinds, forward)) {
+      if (sm90a) {
+        for (const std::string &name : variants::names())
+          calls.push_back({forward, name, arch});
+        for (const char *name : {"none", "causal"})
+          for (ElementType dtype : {ElementType::BF16, ElementType::F16}) {
+            std::vector<std::pair<int, int>> dims;
+            for (int hd : kSupportedHeadDims)
+              dims.emplace_back(hd, hd);
+            dims.insert(dims.end(), kSupportedHeadDimPairs.begin(), kSupportedHeadDimPairs.end());
+            for (auto [hd, hdv] : dims)
+              if (!(dtype == ElementType::BF16 && hd == 128 && hdv == 128))
+                calls.push_back({forward, name, arch, dtype, hd, hdv});
+          }
+      } else {
+        for (const char *name : {"none", "causal"})
+          for (int hd : {64, 128})
+            calls.push_back({forward, name, arch, ElementType::BF16, hd, hd});
+      }
+      calls.push_back({forward, "causal", arch, ElementType::BF16, 128, 128, /*seqlenQ=*/1});
+    }
+    if (has(kinds, backward)) {
+      for (const char *name : {"none", "causal"})
+        calls.push_back({backward, name, arch});
+      if (sm90a)
+        for (int hd : {64, 96})
+          calls.push_back({backward, "causal", arch, ElementType::BF16, hd, hd});
+    }
+  }
+  return calls;
+}
+
+/// Every listed variant at every listed head dim (bf16), on each arch, for each kind.
+StatusOr<std::vector<SummaryCall>> listedCalls(const SummaryFlags &flags, const std::vector<std::string> &archs,
+                                               const std::vector<std::string> &kinds) {
+  StatusOr<std::vector<std::string>> names = splitList("--variants", flags.variants);
+  if (!names.ok())
+    return names.status();
+  StatusOr<std::vector<std::string>> items = splitList("--head-dims", flags.headDims);
+  if (!items.ok())
+    return items.status();
+  std::vector<SummaryCall> calls;
+  for (const std::string &arch : archs)
+    for (const std::string &kind : kinds)
+      for (const std::string &name : *names)
+        for (const std::string &item : *items) {
+          StatusOr<std::pair<int, int>> dims = parseHeadDimItem(item);
+          if (!dims.ok())
+            return dims.status();
+          calls.push_back({kind, name, arch, ElementType::BF16, dims->first, dims->second});
+        }
+  return calls;
+}
+
+/// `call` as forward() takes it: made-up device addresses (nothing runs), the variant's declared numbers and a
+/// made-up address for each of its inputs.
+AttentionArgs summaryArgs(const SummaryCall &call) {
+  auto address = [](int slot) { return reinterpret_cast<void *>(uintptr_t(slot + 1) << 32); };
+  AttentionArgs args = AttentionArgs::contiguous(
+      call.dtype == ElementType::F16 ? DType::F16 : DType::BF16, address(0), address(1), address(2), address(3),
+      static_cast<float *>(address(4)), /*batch=*/2, call.seqlenQ, /*seqlenK=*/4096, /*headsQ=*/16, /*headsKv=*/16,
+      call.headDim, call.headDimV);
+  args.variant = call.variant;
+  const std::optional<Variant> variant = variants::byName(call.variant);
+  for (const auto &[name, value] : variant->params())
+    args.variantParams.push_back(value);
+  for (size_t i = 0; i < variant->inputs().size(); ++i)
+    args.inputs.push_back(address(5 + int(i)));
+  return args;
+}
+
+/// What the JIT built for each spec the runtime asked it for (by the kernel's spec key), and how long it took.
+struct Built {
+  KernelInfo info;
+  double seconds = 0;
+  bool shown = false; // in a row already: later rows that run it say so instead of a time
+};
+
+/// Asks the runtime which kernel `call` runs on its arch and prints the row: what it runs and why. False when there
+/// is no kernel for it.
+bool printSummaryRow(Runtime &runtime, const SummaryCall &call, std::map<std::string, Built> &built) {
+  const std::string hd =
+      call.headDim == call.headDimV ? std::to_string(call.headDim) : fmt::format("{}:{}", call.headDim, call.headDimV);
+  const std::string row = fmt::format("{:<8} {:<22} {:<5} {:>7} {:>4} {:<8}", call.kind, call.variant,
+                                      call.dtype == ElementType::F16 ? "f16" : "bf16", hd, call.seqlenQ, call.arch);
+  StatusOr<ScheduleChoice> choice = runtime.explain(summaryArgs(call), call.arch, call.kind);
+  auto compiled = choice.ok() ? built.find(choice->spec.key()) : built.end();
+  if (compiled == built.end()) {
+    // The first line of the error: the table stays a table.
+    const std::string message = choice.ok() ? "no kernel was compiled for it" : choice.status().message();
+    fmt::print("{} FAILED: {}\n", row, message.substr(0, message.find('\n')));
+    std::fflush(stdout);
+    return false;
+  }
+  const KernelInfo &i = compiled->second.info;
+  const PlanLaunch &main = *i.plan.launchOf(i.entry); // the planner launches the module's entry
+  fmt::print("{} {:<18} {:>7} {:>8} {}\n", row,
+             fmt::format("{} ({},{},{})", i.schedule, i.blockM, i.blockN, main.threads / 32), main.smemBytes,
+             compiled->second.shown ? std::string("(above)") : fmt::format("{:.0f}", compiled->second.seconds * 1e3),
+             choice->reason);
+  compiled->second.shown = true;
+  std::fflush(stdout);
+  return true;
+}
+
+/// Without a GPU: compiles what the runtime would run for each call on each arch (its dispatch rules, as a call
+/// naming no schedule gets them), forward and backward, and prints which schedule and why.
 int runSummary(const SummaryFlags &flags) {
   StatusOr<std::vector<std::string>> archs = splitList("--arch", flags.archs);
   if (!archs.ok())
     return fail(archs.status());
-  StatusOr<std::string> nvrtc = nvrtcVersion();
-  fmt::print("flashtile {}, NVRTC {} — no GPU here: compiling the built-in kernels instead of running them\n\n",
-             compilerVersion(), nvrtc.ok() ? *nvrtc : nvrtc.status().message());
-  fmt::print("{:<22} {:<5} {:>7} {:<8} {:<26} {:>8} {:>9} {:>9} {:>10}\n", "variant", "dtype", "hd", "arch",
-             "schedule (M,N,warps)", "smem B", "cuda loc", "mlir ms", "nvrtc ms");
-  std::fflush(stdout);
-  // A representative set rather than the full cross product (which NVRTC takes minutes over): every variant at
-  // bf16/hd 128 on sm_90a, the plain kernels at every head dim and dtype on sm_90a, and on the other archs.
-  struct Config {
-    std::string variant, arch;
-    ElementType dtype;
-    int headDim, headDimV;
-  };
-  auto wanted = [&](const std::string &arch) { return std::find(archs->begin(), archs->end(), arch) != archs->end(); };
-  std::vector<Config> configs;
-  if (wanted("sm_90a")) {
-    for (const std::string &name : variants::names())
-      configs.push_back({name, "sm_90a", ElementType::BF16, 128, 128});
-    for (const char *name : {"none", "causal"})
-      for (ElementType dtype : {ElementType::BF16, ElementType::F16})
-        for (auto [hd, hdv] : {std::pair{32, 32}, {64, 64}, {96, 96}, {128, 128}, {192, 192}, {256, 256}, {192, 128}})
-          if (!(dtype == ElementType::BF16 && hd == 128 && hdv == 128))
-            configs.push_back({name, "sm_90a", dtype, hd, hdv});
-  }
-  for (const std::string &arch : *archs)
-    if (arch != "sm_90a")
-      for (const char *name : {"none", "causal"})
-        for (int hd : {64, 128})
-          configs.push_back({name, arch, ElementType::BF16, hd, hd});
+  StatusOr<std::vector<std::string>> kinds = splitList("--kinds", flags.kinds);
+  if (!kinds.ok())
+    return fail(kinds.status());
+  StatusOr<std::vector<SummaryCall>> calls =
+      flags.variants.empty() ? representativeCalls(*archs, *kinds) : listedCalls(flags, *archs, *kinds);
+  if (!calls.ok())
+    return fail(calls.status());
 
+  // A memory-only cache: every kernel of the table is compiled here, now, by the JIT the runtime asks.
+  Runtime runtime(KernelCache::Options{"", false});
+  jit::Jit &jit = cliJit();
+  jit.install(runtime);
+  std::map<std::string, Built> built;
+  runtime.setCompiler(
+      [compile = jit.compileFn(), &built](const KernelSpec &spec) -> StatusOr<CachedKernel> {
+        const auto start = std::chrono::steady_clock::now();
+        StatusOr<CachedKernel> kernel = compile(spec);
+        if (kernel.ok())
+          built[kernel->info.spec().key()] = {kernel->info,
+                                              std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                                                  .count()};
+        return kernel;
+      },
+      jit.shapeClassFn());
+
+  StatusOr<std::string> nvrtc = nvrtcVersion();
+  fmt::print("flashtile {}, NVRTC {} — no GPU here: compiling what the runtime would run on each arch (its dispatch "
+             "rules; a call naming no schedule), forward and backward, instead of running it\n\n",
+             compilerVersion(), nvrtc.ok() ? *nvrtc : nvrtc.status().message());
+  fmt::print("{:<8} {:<22} {:<5} {:>7} {:>4} {:<8} {:<18} {:>7} {:>8} {}\n", "kind", "variant", "dtype", "hd", "rows",
+             "arch", "schedule (M,N,wp)", "smem B", "ms", "why");
   int failures = 0;
-  for (const Config &c : configs) {
-    jit::CompileOptions o;
-    o.dtype = c.dtype;
-    o.headDim = c.headDim;
-    o.headDimV = c.headDimV;
-    o.schedule.arch = c.arch;
-    StatusOr<jit::CompileResult> result = jit::compile(*variants::byName(c.variant), o, jit::Stage::Cubin);
-    if (!result.ok()) {
-      // The first line of the error: the table stays a table.
-      const std::string &message = result.status().message();
-      fmt::print("{:<22} {:<8} FAILED: {}\n", c.variant, c.arch, message.substr(0, message.find('\n')));
-      ++failures;
-      continue;
-    }
-    const KernelInfo &i = result->info;
-    const PlanLaunch &main = *i.plan.launchOf(i.entry); // the planner launches the module's entry
-    std::string hd = c.headDim == c.headDimV ? std::to_string(c.headDim) : fmt::format("{}:{}", c.headDim, c.headDimV);
-    long lines = std::count(result->cuda.begin(), result->cuda.end(), '\n');
-    fmt::print("{:<22} {:<5} {:>7} {:<8} {:<26} {:>8} {:>9} {:>9.1f} {:>10.1f}\n", c.variant, i.dtype, hd, c.arch,
-               fmt::format("{} ({},{},{})", i.schedule, i.blockM, i.blockN, main.threads / 32), main.smemBytes, lines,
-               result->mlirSeconds * 1e3, result->nvrtcSeconds * 1e3);
-    std::fflush(stdout);
-  }
-  fmt::print("\n{}\n", failures ? fmt::format("{} of {} kernels failed to compile", failures, configs.size())
-                                : "all kernels compiled (cubins, not run: no GPU)");
+  for (const SummaryCall &call : *calls)
+    failures += printSummaryRow(runtime, call, built) ? 0 : 1;
+  fmt::print("\n{}\n", failures ? fmt::format("{} of {} calls have no kernel", failures, calls->size())
+                                : fmt::format("{} modules compiled by NVRTC for {} calls (cubins, not run: no GPU here)",
+                                              built.size(), calls->size()));
+  if (std::find(archs->begin(), archs->end(), "sm_100a") != archs->end())
+    fmt::print("sm_100a's kernels are compiled by NVRTC and checked by the interpreter only: no SM100 GPU has run "
+               "them\n");
   return failures ? kExitFailure : 0;
 }
 
@@ -360,8 +486,7 @@ void registerAotCommand(CLI::App &app, Registry &registry);
 bool hasCompiler() { return true; }
 
 bool installCompiler(Runtime &runtime) {
-  static jit::Jit jit; // outlives every Runtime the CLI makes
-  jit.install(runtime);
+  cliJit().install(runtime);
   return true;
 }
 
@@ -374,9 +499,18 @@ void registerCompilerCommands(CLI::App &app, Registry &registry) {
 
   auto summary = std::make_shared<SummaryFlags>();
   CLI::App *command = addCommand(app, "summary",
-                                 "Compile a representative set of kernels (every variant, head dim, dtype and arch "
-                                 "once) and print a table; no GPU needed");
+                                 "Compile what the runtime would run for a representative set of calls (every variant, "
+                                 "head dim, dtype and arch once; forward and backward) and print a table: the schedule "
+                                 "of each and why; no GPU needed");
   command->add_option("--arch", summary->archs, "Comma list of targets")->check(archList())->capture_default_str();
+  command->add_option("--kinds", summary->kinds, "Comma list of module kinds")
+      ->check(listOf("kind", moduleKinds()))
+      ->capture_default_str();
+  command->add_option("--variants", summary->variants, "Comma list of built-in variants: these calls (bf16) instead "
+                                                       "of the representative set")
+      ->check(listOf("variant", variantNames()));
+  command->add_option("--head-dims", summary->headDims, "With --variants: comma list of D or D:DV")
+      ->capture_default_str();
   registry.add(command, [summary] { return runSummary(*summary); });
 }
 

@@ -75,6 +75,9 @@ struct Case {
   }
 };
 
+/// How gtest prints a case in messages: by its name, not as the bytes of the struct.
+void PrintTo(const Case &c, std::ostream *out) { *out << c.name(); }
+
 double unitRoundoff(ElementType dtype) { return dtype == ElementType::BF16 ? 1.0 / 256 : 1.0 / 2048; }
 interp::RoundFn roundFn(ElementType dtype) {
   return dtype == ElementType::BF16 ? interp::roundToBf16 : interp::roundToF16;

@@ -22,79 +22,11 @@ using testing::Not;
 
 namespace {
 
-/// What the stand-in driver holds and saw; one test at a time.
-struct Device {
-  std::map<CUdeviceptr, std::vector<char>> memory; // allocations and planted arrays, by start address
-  CUdeviceptr nextAllocation = 0x40000000;
-  std::vector<std::pair<std::string, FlashtileFwdParams>> launches;
-  int allocations = 0, memsets = 0;
-} device; // the rest (functions, capture, synchronizations) is stand_in::device
-
-/// The bytes at `address` (inside an allocation or a planted array), or null.
-char *hostOf(CUdeviceptr address, size_t bytes) {
-  auto it = device.memory.upper_bound(address);
-  if (it == device.memory.begin())
-    return nullptr;
-  --it;
-  if (address + bytes > it->first + it->second.size())
-    return nullptr;
-  return it->second.data() + (address - it->first);
-}
+using stand_in::device;
+using stand_in::hostOf;
 
 void plant(const void *address, const std::vector<int> &values) {
-  std::vector<char> bytes(values.size() * sizeof(int));
-  std::memcpy(bytes.data(), values.data(), bytes.size());
-  device.memory[reinterpret_cast<CUdeviceptr>(address)] = bytes;
-}
-
-CUresult recordLaunch(CUfunction f, void **params) {
-  FlashtileFwdParams p{};
-  std::memcpy(&p, params[0], sizeof(p));
-  device.launches.emplace_back(stand_in::functionName(f), p);
-  return CUDA_SUCCESS;
-}
-
-CudaDriver standIn() {
-  CudaDriver d = stand_in::standInDriver();
-  d.cuMemAlloc_v2 = [](CUdeviceptr *pointer, size_t bytes) {
-    ++device.allocations;
-    *pointer = device.nextAllocation;
-    device.nextAllocation += (bytes + 0xfff) / 0x1000 * 0x1000 + 0x1000;
-    device.memory[*pointer] = std::vector<char>(bytes, '\x5a'); // not zero: what cuMemAlloc leaves is garbage
-    return CUDA_SUCCESS;
-  };
-  d.cuMemFree_v2 = [](CUdeviceptr pointer) {
-    device.memory.erase(pointer);
-    return CUDA_SUCCESS;
-  };
-  d.cuMemsetD32Async = [](CUdeviceptr address, unsigned value, size_t words, CUstream) {
-    ++device.memsets;
-    if (char *host = hostOf(address, words * 4))
-      for (size_t i = 0; i < words; ++i)
-        std::memcpy(host + 4 * i, &value, 4);
-    return CUDA_SUCCESS;
-  };
-  d.cuMemcpyDtoH_v2 = [](void *dst, CUdeviceptr src, size_t bytes) {
-    const char *host = hostOf(src, bytes);
-    if (!host)
-      return CUDA_ERROR_INVALID_VALUE;
-    std::memcpy(dst, host, bytes);
-    return CUDA_SUCCESS;
-  };
-  d.cuLaunchKernel = [](CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                        void **params, void **) { return recordLaunch(f, params); };
-  d.cuLaunchKernelEx = [](const CUlaunchConfig *, CUfunction f, void **params, void **) {
-    return recordLaunch(f, params);
-  };
-  d.cuGetErrorName = [](CUresult, const char **text) {
-    *text = "CUDA_ERROR_STAND_IN";
-    return CUDA_SUCCESS;
-  };
-  d.cuGetErrorString = [](CUresult, const char **text) {
-    *text = "stand-in";
-    return CUDA_SUCCESS;
-  };
-  return d;
+  stand_in::plant(address, values.data(), values.size() * sizeof(int));
 }
 
 constexpr int kBatch = 2, kPageSize = 16, kPagesPerSeq = 8, kPages = 100;
@@ -133,10 +65,7 @@ FlashtileKvError read(CUdeviceptr address) {
 
 class KvErrors : public testing::Test {
 protected:
-  void SetUp() override {
-    device = Device();
-    stand_in::device = stand_in::Device();
-  }
+  void SetUp() override { device = stand_in::Device(); }
 
   /// Runs `info`'s plan for `args` through the runner with this test's records.
   Status run(const KernelInfo &info, const AttentionArgs &args, bool withRecords = true) {
@@ -148,7 +77,7 @@ protected:
     return detail::runPlan(driver, *module, args, nullptr, services);
   }
 
-  CudaDriver driver = standIn();
+  CudaDriver driver = stand_in::standInDriver();
   detail::SplitKvWorkspaces workspaces;
   detail::KvErrorRecords records;
 };
@@ -231,20 +160,20 @@ TEST(KvErrorReport, NamesTheCallTheArgumentTheValueAndTheRange) {
 TEST_F(KvErrors, CacheCallsShareOneRecordPerContextZeroedOnceAndNumbered) {
   ASSERT_TRUE(run(cacheKernel(), pagedCall()).ok());
   ASSERT_FALSE(device.launches.empty());
-  const CUdeviceptr record = reinterpret_cast<CUdeviceptr>(device.launches.back().second.kvErrors);
+  const CUdeviceptr record = reinterpret_cast<CUdeviceptr>(device.launches.back().params.kvErrors);
   ASSERT_NE(record, 0u);
   EXPECT_EQ(device.allocations, 1);
   EXPECT_EQ(read(record).argument, 0) << "zeroed before the first kernel";
-  for (const auto &[entry, params] : device.launches) {
-    EXPECT_EQ(reinterpret_cast<CUdeviceptr>(params.kvErrors), record) << entry;
-    EXPECT_EQ(params.kvCall, 1) << entry;
+  for (const stand_in::Launch &launch : device.launches) {
+    EXPECT_EQ(reinterpret_cast<CUdeviceptr>(launch.params.kvErrors), record) << launch.entry;
+    EXPECT_EQ(launch.params.kvCall, 1) << launch.entry;
   }
-  const int memsets = device.memsets;
+  const size_t memsets = device.memsets.size();
   ASSERT_TRUE(run(cacheKernel(), pagedCall()).ok());
   EXPECT_EQ(device.allocations, 1) << "kept across calls";
-  EXPECT_EQ(device.memsets, memsets) << "not zeroed per call";
-  EXPECT_EQ(device.launches.back().second.kvCall, 2);
-  EXPECT_EQ(reinterpret_cast<CUdeviceptr>(device.launches.back().second.kvErrors), record);
+  EXPECT_EQ(device.memsets.size(), memsets) << "not zeroed per call";
+  EXPECT_EQ(device.launches.back().params.kvCall, 2);
+  EXPECT_EQ(reinterpret_cast<CUdeviceptr>(device.launches.back().params.kvErrors), record);
 
   // Modules without the workspace get none, and no record is made for them.
   device.launches.clear();
@@ -252,30 +181,30 @@ TEST_F(KvErrors, CacheCallsShareOneRecordPerContextZeroedOnceAndNumbered) {
   plain.kvCache = KvCacheArgs();
   ASSERT_TRUE(run(test::splitKvKernel(), plain).ok());
   EXPECT_EQ(device.allocations, 1);
-  for (const auto &[entry, params] : device.launches)
-    EXPECT_EQ(params.kvErrors, nullptr) << entry;
+  for (const stand_in::Launch &launch : device.launches)
+    EXPECT_EQ(launch.params.kvErrors, nullptr) << launch.entry;
 }
 
 TEST_F(KvErrors, UnderGraphCaptureWithoutARecordTheCallRunsWithoutOne) {
-  stand_in::device.capturing = true;
+  device.capturing = true;
   ASSERT_TRUE(run(cacheKernel(), pagedCall()).ok());
   EXPECT_EQ(device.allocations, 0);
   ASSERT_FALSE(device.launches.empty());
-  EXPECT_EQ(device.launches.back().second.kvErrors, nullptr);
+  EXPECT_EQ(device.launches.back().params.kvErrors, nullptr);
   // Once a call outside capture made it, captured calls write it too.
-  stand_in::device.capturing = false;
+  device.capturing = false;
   ASSERT_TRUE(run(cacheKernel(), pagedCall()).ok());
-  stand_in::device.capturing = true;
+  device.capturing = true;
   ASSERT_TRUE(run(cacheKernel(), pagedCall()).ok());
-  EXPECT_NE(device.launches.back().second.kvErrors, nullptr);
+  EXPECT_NE(device.launches.back().params.kvErrors, nullptr);
 }
 
 TEST_F(KvErrors, CheckAllReportsThePlantedValueWithItsCallAndZeroesTheRecord) {
   EXPECT_TRUE(records.checkAll(driver).ok()) << "no record yet: nothing to read, nothing synchronized";
-  EXPECT_EQ(stand_in::device.contextSyncs, 0);
+  EXPECT_EQ(device.contextSyncs, 0);
   ASSERT_TRUE(run(cacheKernel(), pagedCall()).ok());
   ASSERT_TRUE(run(cacheKernel(), pagedCall()).ok());
-  const CUdeviceptr record = reinterpret_cast<CUdeviceptr>(device.launches.back().second.kvErrors);
+  const CUdeviceptr record = reinterpret_cast<CUdeviceptr>(device.launches.back().params.kvErrors);
   EXPECT_TRUE(records.checkAll(driver).ok());
   write(record, published(FLASHTILE_KV_ERROR_BLOCK_TABLE, 1, FLASHTILE_KV_ERROR_IN_APPEND, 1, 7, 1048576, 99));
   Status found = records.checkAll(driver);
@@ -284,7 +213,7 @@ TEST_F(KvErrors, CheckAllReportsThePlantedValueWithItsCallAndZeroesTheRecord) {
               HasSubstr("KV-cache call #1 (kernel flashtile_decode_causal_bf16_d128_kvcache, batch 2"));
   EXPECT_THAT(found.message(), HasSubstr("its append kernel read block_table[1][7] = 1048576; accepted: a page index "
                                          "from 0 to num_pages - 1 = 99"));
-  EXPECT_GE(stand_in::device.contextSyncs, 1);
+  EXPECT_GE(device.contextSyncs, 1);
   EXPECT_EQ(read(record).argument, 0) << "reset when read";
   EXPECT_TRUE(records.checkAll(driver).ok()) << "reported once";
 
@@ -299,8 +228,8 @@ TEST_F(KvErrors, CheckAllReportsThePlantedValueWithItsCallAndZeroesTheRecord) {
 TEST_F(KvErrors, ReportsNameCallsTheRuntimeStillRemembers) {
   for (int i = 0; i < detail::KvErrorRecords::kRememberedCalls + 2; ++i)
     ASSERT_TRUE(run(cacheKernel(), pagedCall()).ok());
-  const CUdeviceptr record = reinterpret_cast<CUdeviceptr>(device.launches.back().second.kvErrors);
-  const int last = device.launches.back().second.kvCall;
+  const CUdeviceptr record = reinterpret_cast<CUdeviceptr>(device.launches.back().params.kvErrors);
+  const int last = device.launches.back().params.kvCall;
   write(record, published(FLASHTILE_KV_ERROR_CACHE_SEQLENS, 1, FLASHTILE_KV_ERROR_IN_ATTENTION, 0, -1, -3, 127));
   EXPECT_THAT(records.checkAll(driver).message(), HasSubstr("KV-cache call #1 (no longer remembered"));
   write(record, published(FLASHTILE_KV_ERROR_CACHE_SEQLENS, last, FLASHTILE_KV_ERROR_IN_ATTENTION, 0, -1, -3, 127));
@@ -312,7 +241,7 @@ TEST_F(KvErrors, AWorkspaceThatGrowsSynchronizesAndReportsAnEarlierCallsValue) {
   AttentionArgs args = pagedCall();
   args.numSplits = 2; // partials in the runtime's workspace
   ASSERT_TRUE(run(cacheKernel(), args).ok());
-  const CUdeviceptr record = reinterpret_cast<CUdeviceptr>(device.launches.back().second.kvErrors);
+  const CUdeviceptr record = reinterpret_cast<CUdeviceptr>(device.launches.back().params.kvErrors);
   write(record, published(FLASHTILE_KV_ERROR_CACHE_SEQLENS, 1, FLASHTILE_KV_ERROR_IN_APPEND, 1, -1, -5, 127));
   const size_t launched = device.launches.size();
   args.numSplits = 64; // grows the workspace: the stream is synchronized
@@ -334,16 +263,8 @@ protected:
     runtime = std::make_unique<Runtime>(test::cacheOptions("", false));
     runtime->setDispatchRules(test::dispatchRules());
     runtime->setCompiler([](const KernelSpec &spec) -> StatusOr<CachedKernel> {
-      KernelInfo info =
-          test::splitKvKernel("flashtile_" + spec.schedule + "_" + spec.variant + "_kvcache", false, spec.kvCache);
-      info.arch = spec.arch;
-      info.dtype = spec.dtype;
-      info.headDim = spec.headDim;
-      info.headDimV = spec.headDimV;
-      info.variant = spec.variant;
-      info.schedule = spec.schedule;
-      info.shapeClass = spec.shapeClass;
-      info.rotary = spec.rotary;
+      KernelInfo info = stand_in::forSpec(
+          test::splitKvKernel("flashtile_" + spec.schedule + "_" + spec.variant + "_kvcache", false, spec.kvCache), spec);
       info.compilerVersion = std::string(compilerVersion());
       std::vector<std::string> entries;
       for (const PlanLaunch &launch : info.plan.launches)
@@ -368,7 +289,7 @@ TEST_F(KvErrorsForward, CheckErrorsReportsWhatAKernelRecorded) {
   AttentionArgs args = pagedCall();
   ASSERT_TRUE(runtime->forward(args).ok()) << runtime->forward(args).message();
   ASSERT_FALSE(device.launches.empty());
-  const FlashtileFwdParams &params = device.launches.back().second;
+  const FlashtileFwdParams &params = device.launches.back().params;
   ASSERT_NE(params.kvErrors, nullptr);
   write(reinterpret_cast<CUdeviceptr>(params.kvErrors),
         published(FLASHTILE_KV_ERROR_BLOCK_TABLE, params.kvCall, FLASHTILE_KV_ERROR_IN_ATTENTION, 1, 7, 1048576, 99));
@@ -408,7 +329,7 @@ TEST_F(KvErrorsForward, CheckKvCacheCopiesTheDeviceValuesAndRejectsBadOnesBefore
   EXPECT_TRUE(runtime->forward(args).ok());
 
   // The same synchronization reads back what an earlier call's kernels recorded, and fails this call with it.
-  const FlashtileFwdParams &params = device.launches.back().second;
+  const FlashtileFwdParams &params = device.launches.back().params;
   write(reinterpret_cast<CUdeviceptr>(params.kvErrors),
         published(FLASHTILE_KV_ERROR_CACHE_SEQLENS, params.kvCall, FLASHTILE_KV_ERROR_IN_APPEND, 0, -1, 4096, 127));
   s = runtime->forward(args);

@@ -10,7 +10,6 @@
 
 #include <gmock/gmock.h>
 
-#include <cstring>
 #include <map>
 
 using namespace flashtile;
@@ -18,69 +17,15 @@ using testing::HasSubstr;
 
 namespace {
 
-/// One launch the stand-in driver saw.
-struct Launch {
-  std::string entry;
-  std::array<unsigned, 3> grid{};
-  unsigned threads = 0, smem = 0;
-  bool dependent = false;
-  FlashtileFwdParams params{};
-};
+using stand_in::device;
+using stand_in::Launch;
 
-/// What the stand-in calls record; one test at a time.
-struct Recorder {
-  std::vector<Launch> launches;
-  std::vector<std::pair<CUdeviceptr, size_t>> memsets; // (address, 32-bit words)
-  size_t allocated = 0;
-} recorder; // functions and capture: stand_in::device
-
-constexpr CUdeviceptr kOwnBuffer = 0x100000;
-
-CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem, void **params,
-                bool dependent) {
-  Launch l;
-  l.entry = stand_in::functionName(f);
-  l.grid = {gx, gy, gz};
-  l.threads = bx;
-  l.smem = smem;
-  l.dependent = dependent;
-  std::memcpy(&l.params, params[0], sizeof(l.params));
-  recorder.launches.push_back(l);
-  return CUDA_SUCCESS;
-}
-
-CudaDriver standIn() {
-  CudaDriver d = stand_in::standInDriver();
-  d.cuMemAlloc_v2 = [](CUdeviceptr *pointer, size_t bytes) {
-    recorder.allocated = bytes;
-    *pointer = kOwnBuffer;
-    return CUDA_SUCCESS;
-  };
-  d.cuMemFree_v2 = [](CUdeviceptr) { return CUDA_SUCCESS; };
-  d.cuMemsetD32Async = [](CUdeviceptr address, unsigned, size_t words, CUstream) {
-    recorder.memsets.emplace_back(address, words);
-    return CUDA_SUCCESS;
-  };
-  d.cuLaunchKernel = [](CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned, unsigned,
-                        unsigned smem, CUstream, void **params, void **) {
-    return launch(f, gx, gy, gz, bx, smem, params, false);
-  };
-  d.cuLaunchKernelEx = [](const CUlaunchConfig *c, CUfunction f, void **params, void **) {
-    bool dependent = false;
-    for (unsigned i = 0; i < c->numAttrs; ++i)
-      dependent |= c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION &&
-                   c->attrs[i].value.programmaticStreamSerializationAllowed;
-    return launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->sharedMemBytes, params, dependent);
-  };
-  return d;
-}
+/// The runtime's workspace: the buffer it allocated last (a grown workspace is a new one).
+CUdeviceptr workspace() { return device.lastAllocation; }
 
 class PlanRunner : public ::testing::Test {
 protected:
-  void SetUp() override {
-    recorder = Recorder();
-    stand_in::device = stand_in::Device();
-  }
+  void SetUp() override { device = stand_in::Device(); }
 
   Status run(const KernelInfo &info, const AttentionArgs &args, const BackwardArgs *backward = nullptr) {
     auto kernel = std::make_shared<const CachedKernel>(CachedKernel{info, ""});
@@ -91,7 +36,7 @@ protected:
     return detail::runPlan(driver, *module, args, nullptr, services, backward);
   }
 
-  CudaDriver driver = standIn();
+  CudaDriver driver = stand_in::standInDriver();
   detail::SplitKvWorkspaces workspaces;
 };
 
@@ -109,8 +54,8 @@ TEST_F(PlanRunner, SplitModulesRunAttentionThenCombineWithTheirWorkspace) {
   AttentionArgs args = decodeCall(2, 8192);
   args.numSplits = 3;
   ASSERT_TRUE(run(info, args).ok());
-  ASSERT_EQ(recorder.launches.size(), 2u);
-  const Launch &attention = recorder.launches[0], &combine = recorder.launches[1];
+  ASSERT_EQ(device.launches.size(), 2u);
+  const Launch &attention = device.launches[0], &combine = device.launches[1];
   EXPECT_EQ(attention.entry, info.entry);
   EXPECT_EQ(combine.entry, info.entry + "_combine");
   // One 64-row Q tile x 3 splits per (query head, batch); the combine grid one row a block.
@@ -122,23 +67,23 @@ TEST_F(PlanRunner, SplitModulesRunAttentionThenCombineWithTheirWorkspace) {
   EXPECT_TRUE(combine.dependent) << "the combine grid launches by programmatic dependent launch";
   // The partials live in the runtime's buffer for the stream, laid out as splitKvWorkspaceBytes says.
   const long long rows = 2 * 32 * 1;
-  EXPECT_GE(recorder.allocated, splitKvWorkspaceBytes(rows, 128, 3));
-  for (const Launch &l : recorder.launches) {
+  EXPECT_GE(device.lastAllocationBytes, splitKvWorkspaceBytes(rows, 128, 3));
+  for (const Launch &l : device.launches) {
     EXPECT_EQ(l.params.numSplits, 3);
     EXPECT_EQ(l.params.accumSplitStride, rows);
-    EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.oAccum), kOwnBuffer);
-    EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.lseAccum), kOwnBuffer + splitKvLseOffset(rows, 128, 3));
+    EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.oAccum), workspace());
+    EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.lseAccum), workspace() + splitKvLseOffset(rows, 128, 3));
   }
-  EXPECT_TRUE(recorder.memsets.empty()) << "partials are written whole; nothing is zeroed";
+  EXPECT_TRUE(device.memsets.empty()) << "partials are written whole; nothing is zeroed";
 }
 
 TEST_F(PlanRunner, OneSplitRunsTheAttentionKernelAlone) {
   AttentionArgs args = decodeCall(2, 8192);
   args.numSplits = 1;
   ASSERT_TRUE(run(test::splitKvKernel(), args).ok());
-  ASSERT_EQ(recorder.launches.size(), 1u);
-  EXPECT_EQ(recorder.launches[0].params.numSplits, 1);
-  EXPECT_EQ(recorder.allocated, 0u);
+  ASSERT_EQ(device.launches.size(), 1u);
+  EXPECT_EQ(device.launches[0].params.numSplits, 1);
+  EXPECT_EQ(device.lastAllocationBytes, 0u);
 }
 
 TEST_F(PlanRunner, CacheModulesAppendFirstOnlyWhenThereAreNewKeys) {
@@ -146,10 +91,10 @@ TEST_F(PlanRunner, CacheModulesAppendFirstOnlyWhenThereAreNewKeys) {
   AttentionArgs args = decodeCall(2, 8192);
   args.numSplits = 2;
   ASSERT_TRUE(run(info, args).ok());
-  ASSERT_EQ(recorder.launches.size(), 2u) << "no new keys: no append";
-  EXPECT_EQ(recorder.launches[0].entry, info.entry);
+  ASSERT_EQ(device.launches.size(), 2u) << "no new keys: no append";
+  EXPECT_EQ(device.launches[0].entry, info.entry);
   // GQA packing: the 4 query heads of a K/V head are rows of one block, grid.y the K/V heads.
-  EXPECT_EQ(recorder.launches[0].grid, (std::array<unsigned, 3>{2, 8, 2}));
+  EXPECT_EQ(device.launches[0].grid, (std::array<unsigned, 3>{2, 8, 2}));
 }
 
 TEST_F(PlanRunner, ACallersWorkspaceMustHoldThePlansWorkspaces) {
@@ -163,17 +108,17 @@ TEST_F(PlanRunner, ACallersWorkspaceMustHoldThePlansWorkspaces) {
   EXPECT_THAT(status.message(), HasSubstr("workspaceBytes is 64; kernel flashtile_decode_causal_bf16_d128 (schedule "
                                           "decode) needs "));
   EXPECT_THAT(status.message(), HasSubstr("(partials "));
-  EXPECT_TRUE(recorder.launches.empty()) << "a call launches whole or not at all";
+  EXPECT_TRUE(device.launches.empty()) << "a call launches whole or not at all";
 }
 
 TEST_F(PlanRunner, UnderCaptureWithoutAWorkspaceASplitPlanRunsUnsplit) {
-  stand_in::device.capturing = true;
+  device.capturing = true;
   AttentionArgs args = decodeCall(2, 8192);
   args.numSplits = 3;
   ASSERT_TRUE(run(test::splitKvKernel(), args).ok());
-  ASSERT_EQ(recorder.launches.size(), 1u);
-  EXPECT_EQ(recorder.launches[0].params.numSplits, 1);
-  EXPECT_EQ(recorder.allocated, 0u);
+  ASSERT_EQ(device.launches.size(), 1u);
+  EXPECT_EQ(device.launches[0].params.numSplits, 1);
+  EXPECT_EQ(device.lastAllocationBytes, 0u);
 }
 
 TEST_F(PlanRunner, ZeroedWorkspacesAreSetBeforeTheLaunch) {
@@ -185,15 +130,15 @@ TEST_F(PlanRunner, ZeroedWorkspacesAreSetBeforeTheLaunch) {
   AttentionArgs args = decodeCall(2, 8192);
   args.seqlenQ = 1000;
   ASSERT_TRUE(run(info, args).ok());
-  ASSERT_EQ(recorder.memsets.size(), 1u);
-  EXPECT_EQ(recorder.memsets[0], (std::pair<CUdeviceptr, size_t>{kOwnBuffer, 1}));
-  ASSERT_EQ(recorder.launches.size(), 1u);
-  const Launch &l = recorder.launches[0];
-  EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.tileCounter), kOwnBuffer);
+  ASSERT_EQ(device.memsets.size(), 1u);
+  EXPECT_EQ(device.memsets[0], (std::pair<CUdeviceptr, size_t>{workspace(), 1}));
+  ASSERT_EQ(device.launches.size(), 1u);
+  const Launch &l = device.launches[0];
+  EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.tileCounter), workspace());
   EXPECT_EQ(l.params.qTiles, 8);                                  // ceil(1000 / 128)
   EXPECT_EQ(l.grid, (std::array<unsigned, 3>{132, 1, 1}));       // min(8 x 32 x 2 units, 132 SMs)
   // Under capture a plan that needs a workspace the runtime would own is an error naming what it needs.
-  stand_in::device.capturing = true;
+  device.capturing = true;
   Status captured = run(info, args);
   ASSERT_FALSE(captured.ok());
   EXPECT_THAT(captured.message(), HasSubstr("needs a workspace (tile_counter 4 bytes); under CUDA graph capture"));
@@ -206,11 +151,11 @@ TEST_F(PlanRunner, RepeatedLaunchesCountTheirStep) {
   info.plan = codegen::planLaunches(facts);
   AttentionArgs args = decodeCall(1, 200); // ceil(200 / 64) = 4 K/V tiles
   ASSERT_TRUE(run(info, args).ok());
-  ASSERT_EQ(recorder.launches.size(), 4u);
+  ASSERT_EQ(device.launches.size(), 4u);
   for (int step = 0; step < 4; ++step) {
-    EXPECT_EQ(recorder.launches[step].params.kvStep, step);
-    EXPECT_EQ(reinterpret_cast<CUdeviceptr>(recorder.launches[step].params.stateAcc), kOwnBuffer);
-    EXPECT_EQ(reinterpret_cast<CUdeviceptr>(recorder.launches[step].params.stateMax), kOwnBuffer + 32 * 128 * 4);
+    EXPECT_EQ(device.launches[step].params.kvStep, step);
+    EXPECT_EQ(reinterpret_cast<CUdeviceptr>(device.launches[step].params.stateAcc), workspace());
+    EXPECT_EQ(reinterpret_cast<CUdeviceptr>(device.launches[step].params.stateMax), workspace() + 32 * 128 * 4);
   }
 }
 
@@ -265,7 +210,8 @@ TEST_F(PlanRunner, BackwardPlansBindTheGradientsAndTheirWorkspaces) {
   args.dVStride = {2 * 304 * 64, 2 * 64, 64, 1};
   for (bool deterministic : {false, true}) {
     SCOPED_TRACE(deterministic ? "deterministic" : "atomics");
-    recorder = Recorder();
+    device.launches.clear();
+    device.memsets.clear();
     args.deterministic = deterministic;
     auto kernel = std::make_shared<const CachedKernel>(CachedKernel{info, ""});
     StatusOr<detail::LoadedModule> module = detail::loadModule(driver, reinterpret_cast<CUcontext>(0x2), kernel);
@@ -273,16 +219,16 @@ TEST_F(PlanRunner, BackwardPlansBindTheGradientsAndTheirWorkspaces) {
     detail::PlanServices services{workspaces, [] { return StatusOr<int>(132); }};
     Status s = detail::runPlan(driver, *module, args.forward, nullptr, services, &args);
     ASSERT_TRUE(s.ok()) << s.message();
-    ASSERT_EQ(recorder.launches.size(), 3u);
-    EXPECT_EQ(recorder.launches[0].entry, "bwd_pre");
-    EXPECT_EQ(recorder.launches[1].entry, "bwd_main");
-    EXPECT_EQ(recorder.launches[2].entry, "bwd_post");
-    EXPECT_EQ(recorder.launches[1].grid, (std::array<unsigned, 3>{5, 8, 2})); // ceil(300 / 64) K/V tiles
+    ASSERT_EQ(device.launches.size(), 3u);
+    EXPECT_EQ(device.launches[0].entry, "bwd_pre");
+    EXPECT_EQ(device.launches[1].entry, "bwd_main");
+    EXPECT_EQ(device.launches[2].entry, "bwd_post");
+    EXPECT_EQ(device.launches[1].grid, (std::array<unsigned, 3>{5, 8, 2})); // ceil(300 / 64) K/V tiles
     const long long lseRows = 2 * 8 * 100, keyRows = 2 * 300;
-    const CUdeviceptr dqAccum = kOwnBuffer + lseRows * 4;
+    const CUdeviceptr dqAccum = workspace() + lseRows * 4;
     const CUdeviceptr dkAccum = dqAccum + lseRows * 64 * 4;
     const CUdeviceptr semaphores = dkAccum + keyRows * 8 * 128 * 4;
-    for (const Launch &l : recorder.launches) {
+    for (const Launch &l : device.launches) {
       EXPECT_EQ(l.params.dO, args.dO);
       EXPECT_EQ(l.params.dQ, args.dQ);
       EXPECT_EQ(l.params.dK, args.dK);
@@ -292,7 +238,7 @@ TEST_F(PlanRunner, BackwardPlansBindTheGradientsAndTheirWorkspaces) {
       EXPECT_EQ(l.params.dORowStride, 8 * 64);
       EXPECT_EQ(l.params.dKHeadStride, 64);
       EXPECT_EQ(l.params.deterministic, deterministic ? 1 : 0);
-      EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.delta), kOwnBuffer);
+      EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.delta), workspace());
       EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.dqAccum), dqAccum);
       EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.dkAccum), dkAccum);
       EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.dvAccum), dkAccum + keyRows * 8 * 64 * 4);
@@ -302,7 +248,7 @@ TEST_F(PlanRunner, BackwardPlansBindTheGradientsAndTheirWorkspaces) {
     std::vector<std::pair<CUdeviceptr, size_t>> zeroed = {{dqAccum, static_cast<size_t>(lseRows * 64)}};
     if (deterministic)
       zeroed.emplace_back(semaphores, 2 * 8 * 2);
-    EXPECT_EQ(recorder.memsets, zeroed);
+    EXPECT_EQ(device.memsets, zeroed);
   }
 }
 
@@ -314,7 +260,8 @@ TEST_F(PlanRunner, TheBackwardPlannersPlanRunsItsThreeKernelsAndZeroesItsAccumul
   alignas(256) static char tensor[256];
   for (int headsKv : {8, 2}) {
     SCOPED_TRACE(headsKv == 8 ? "MHA" : "GQA");
-    recorder = Recorder();
+    device.launches.clear();
+    device.memsets.clear();
     BackwardArgs args;
     args.forward = AttentionArgs::contiguous(DType::BF16, tensor, tensor, tensor, tensor,
                                              reinterpret_cast<float *>(tensor), 2, 100, 300, 8, headsKv, 128);
@@ -323,18 +270,18 @@ TEST_F(PlanRunner, TheBackwardPlannersPlanRunsItsThreeKernelsAndZeroesItsAccumul
     args.dKStride = args.dVStride = {headsKv * 300 * 128, headsKv * 128, 128, 1};
     Status s = run(info, args.forward, &args);
     ASSERT_TRUE(s.ok()) << s.message();
-    ASSERT_EQ(recorder.launches.size(), 3u);
+    ASSERT_EQ(device.launches.size(), 3u);
     // Q tiles of 64 rows, K/V tiles of 64 keys, and tiles of the longer of the two for the postprocess.
-    EXPECT_EQ(recorder.launches[0].grid, (std::array<unsigned, 3>{2, 8, 2}));
-    EXPECT_EQ(recorder.launches[1].grid, (std::array<unsigned, 3>{5, 8, 2}));
-    EXPECT_EQ(recorder.launches[2].grid, (std::array<unsigned, 3>{5, 8, 2}));
-    EXPECT_EQ(recorder.launches[1].smem, 81920u);
+    EXPECT_EQ(device.launches[0].grid, (std::array<unsigned, 3>{2, 8, 2}));
+    EXPECT_EQ(device.launches[1].grid, (std::array<unsigned, 3>{5, 8, 2}));
+    EXPECT_EQ(device.launches[2].grid, (std::array<unsigned, 3>{5, 8, 2}));
+    EXPECT_EQ(device.launches[1].smem, 81920u);
     const long long lseRows = 2 * 8 * 100, keyRows = 2 * 300;
-    const CUdeviceptr dqAccum = kOwnBuffer + (lseRows * 4 + 255) / 256 * 256;
+    const CUdeviceptr dqAccum = workspace() + (lseRows * 4 + 255) / 256 * 256;
     const CUdeviceptr dkAccum = dqAccum + (lseRows * 128 * 4 + 255) / 256 * 256;
     const size_t dkWords = keyRows * headsKv * 128;
-    for (const Launch &l : recorder.launches) {
-      EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.delta), kOwnBuffer);
+    for (const Launch &l : device.launches) {
+      EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.delta), workspace());
       EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.dqAccum), dqAccum);
       EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.dkAccum), headsKv == 8 ? 0 : dkAccum);
       EXPECT_EQ(reinterpret_cast<CUdeviceptr>(l.params.dvAccum), headsKv == 8 ? 0 : dkAccum + dkWords * 4);
@@ -343,7 +290,7 @@ TEST_F(PlanRunner, TheBackwardPlannersPlanRunsItsThreeKernelsAndZeroesItsAccumul
     std::vector<std::pair<CUdeviceptr, size_t>> zeroed = {{dqAccum, static_cast<size_t>(lseRows * 128)}};
     if (headsKv != 8)
       zeroed.emplace_back(dkAccum, 2 * dkWords);
-    EXPECT_EQ(recorder.memsets, zeroed);
+    EXPECT_EQ(device.memsets, zeroed);
   }
 }
 
@@ -362,7 +309,8 @@ TEST_F(PlanRunner, TheBackwardPlansDeterministicModeAndInputGradientsHaveZeroedW
   alignas(256) static char tensor[256];
   for (bool deterministic : {false, true}) {
     SCOPED_TRACE(deterministic ? "deterministic" : "default");
-    recorder = Recorder();
+    device.launches.clear();
+    device.memsets.clear();
     BackwardArgs args;
     args.forward = AttentionArgs::contiguous(DType::BF16, tensor, tensor, tensor, tensor,
                                              reinterpret_cast<float *>(tensor), 2, 100, 300, 8, 2, 128);
@@ -372,17 +320,17 @@ TEST_F(PlanRunner, TheBackwardPlansDeterministicModeAndInputGradientsHaveZeroedW
     args.deterministic = deterministic;
     Status s = run(info, args.forward, &args);
     ASSERT_TRUE(s.ok()) << s.message();
-    ASSERT_EQ(recorder.launches.size(), 4u);
-    EXPECT_EQ(recorder.launches[3].grid, (std::array<unsigned, 3>{1, 1, 1}));
+    ASSERT_EQ(device.launches.size(), 4u);
+    EXPECT_EQ(device.launches[3].grid, (std::array<unsigned, 3>{1, 1, 1}));
     const long long lseRows = 2 * 8 * 100, keyRows = 2 * 300, qTiles = 2, kvTiles = 5;
     auto up = [](long long bytes) { return (bytes + 255) / 256 * 256; };
-    const CUdeviceptr dqAccum = kOwnBuffer + up(lseRows * 4);
+    const CUdeviceptr dqAccum = workspace() + up(lseRows * 4);
     const CUdeviceptr dkAccum = dqAccum + up(lseRows * 128 * 4);
     const CUdeviceptr semaphores = dkAccum + up(keyRows * 2 * 128 * 4) + up(keyRows * 2 * 128 * 4);
     const long long semaphoreWords = 2 * 8 * qTiles + 2 * 2 * kvTiles;
     const CUdeviceptr shares = deterministic ? semaphores + up(semaphoreWords * 4) : semaphores;
     const long long shareWords = 2 * 8 * (1 * kvTiles + 2 * qTiles);
-    for (const Launch &l : recorder.launches) {
+    for (const Launch &l : device.launches) {
       EXPECT_EQ(l.params.qTiles, qTiles);
       EXPECT_EQ(l.params.kvTiles, kvTiles);
       EXPECT_EQ(l.params.deterministic, deterministic ? 1 : 0);
@@ -395,11 +343,11 @@ TEST_F(PlanRunner, TheBackwardPlansDeterministicModeAndInputGradientsHaveZeroedW
     if (deterministic)
       zeroed.emplace_back(semaphores, up(semaphoreWords * 4) / 4);
     zeroed.emplace_back(shares, up(shareWords * 4) / 4);
-    EXPECT_EQ(recorder.memsets, zeroed);
+    EXPECT_EQ(device.memsets, zeroed);
     // What a caller passes as its own workspace (CUDA graph capture): the extent the call laid out.
     StatusOr<size_t> bytes = detail::backwardWorkspaceBytes(info, args);
     ASSERT_TRUE(bytes.ok()) << bytes.status().message();
-    EXPECT_EQ(*bytes, static_cast<size_t>(shares + up(shareWords * 4) - kOwnBuffer));
+    EXPECT_EQ(*bytes, static_cast<size_t>(shares + up(shareWords * 4) - workspace()));
   }
 }
 

@@ -11,7 +11,6 @@
 
 #include <gmock/gmock.h>
 
-#include <cstring>
 #include <functional>
 
 using namespace flashtile;
@@ -64,9 +63,8 @@ struct FakeCompiler {
       const std::string entry = "flashtile_" + spec.schedule + "_" + spec.variant + "_d" +
                                 std::to_string(spec.headDim) + (backward ? "_bwd" : "");
       CachedKernel kernel = test::fakeKernel(spec.schedule);
-      KernelInfo &info = kernel.info;
+      KernelInfo &info = kernel.info = stand_in::forSpec(kernel.info, spec);
       info.entry = entry;
-      info.kind = spec.kind;
       info.plan = codegen::planLaunches(test::mainFacts(info, 128, 65536));
       std::vector<std::string> entries = {entry};
       if (backward) {
@@ -78,31 +76,11 @@ struct FakeCompiler {
         info.plan.launches.push_back(post);
         entries = {pre.entry, entry, post.entry};
       }
-      info.arch = spec.arch;
-      info.dtype = spec.dtype;
-      info.headDim = spec.headDim;
-      info.headDimV = spec.headDimV;
-      info.variant = spec.variant;
-      info.schedule = spec.schedule;
-      info.shapeClass = spec.shapeClass;
-      info.kvCache = spec.kvCache;
-      info.rotary = spec.rotary;
       kernel.cubin = test::fakeCubin(90, entries);
       return kernel;
     };
   }
   int askedFor(const std::string &what) const { return static_cast<int>(std::count(asked.begin(), asked.end(), what)); }
-};
-
-/// Collects the runtime's warnings for one scope.
-class LogCapture {
-public:
-  LogCapture() : previous(Runtime::setLogHandler([this](std::string_view line) { lines.emplace_back(line); })) {}
-  ~LogCapture() { Runtime::setLogHandler(previous); }
-  std::vector<std::string> lines;
-
-private:
-  LogHandler previous;
 };
 
 AttentionArgs callWith(int headDim, int seqlenQ = 4096, int seqlenK = 4096) {
@@ -151,7 +129,7 @@ TEST(ScheduleChoice, Fa3OnSm90aFa2ElsewhereDecodeForDecodeSizedCalls) {
 TEST(ScheduleChoice, APreferredScheduleWithoutAKernelFallsBackWithOneLogLine) {
   FakeCompiler compiler;
   std::unique_ptr<Runtime> runtime = jitRuntime(compiler);
-  LogCapture log;
+  test::CapturedWarnings log;
   for (int call = 0; call < 3; ++call) {
     StatusOr<ScheduleChoice> choice = runtime->explain(callWith(96), "sm_90a");
     ASSERT_TRUE(choice.ok()) << choice.status().message();
@@ -162,12 +140,12 @@ TEST(ScheduleChoice, APreferredScheduleWithoutAKernelFallsBackWithOneLogLine) {
                                           "call (fa3: the fa3 schedule failed on variant 'none': loc(\"program\"): "
                                           "'tile.func' op stand-in: no fa3 kernel at head_dim 96)"));
   }
-  ASSERT_EQ(log.lines.size(), 1u);
-  EXPECT_THAT(log.lines[0], HasSubstr("schedule 'fa3' (preferred on sm_90a) has no kernel for arch=sm_90a;dtype=bf16;"
+  ASSERT_EQ(log.all().size(), 1u);
+  EXPECT_THAT(log.all()[0], HasSubstr("schedule 'fa3' (preferred on sm_90a) has no kernel for arch=sm_90a;dtype=bf16;"
                                       "headDim=96;headDimV=96;variant=none;schedule=fa3;shapeClass=default ("));
-  EXPECT_THAT(log.lines[0], HasSubstr("no fa3 kernel at head_dim 96"));
-  EXPECT_THAT(log.lines[0], HasSubstr("running 'fa2' instead (strict schedule mode"));
-  EXPECT_EQ(log.lines[0].find('\n'), std::string::npos);
+  EXPECT_THAT(log.all()[0], HasSubstr("no fa3 kernel at head_dim 96"));
+  EXPECT_THAT(log.all()[0], HasSubstr("running 'fa2' instead (strict schedule mode"));
+  EXPECT_EQ(log.all()[0].find('\n'), std::string::npos);
   // The resolution is kept: fa3 is not asked for again.
   EXPECT_EQ(compiler.askedFor("fa3:96"), 1);
 
@@ -175,13 +153,13 @@ TEST(ScheduleChoice, APreferredScheduleWithoutAKernelFallsBackWithOneLogLine) {
   StatusOr<ScheduleChoice> fa3 = runtime->explain(callWith(128), "sm_90a");
   ASSERT_TRUE(fa3.ok()) << fa3.status().message();
   EXPECT_EQ(fa3->spec.schedule, "fa3");
-  EXPECT_EQ(log.lines.size(), 1u);
+  EXPECT_EQ(log.all().size(), 1u);
 }
 
 TEST(ScheduleChoice, StrictModeMakesTheFallbackAnErrorNamingTheScheduleAndTheReason) {
   FakeCompiler compiler;
   std::unique_ptr<Runtime> runtime = jitRuntime(compiler);
-  LogCapture log;
+  test::CapturedWarnings log;
   // A fallback taken before: a strict call still fails (the call's own strictness).
   ASSERT_TRUE(runtime->explain(callWith(96), "sm_90a").ok());
   AttentionArgs strictCall = callWith(96);
@@ -209,13 +187,13 @@ TEST(ScheduleChoice, StrictModeMakesTheFallbackAnErrorNamingTheScheduleAndTheRea
   StatusOr<ScheduleChoice> fromEnv = jitRuntime(other)->explain(callWith(96), "sm_90a");
   ASSERT_FALSE(fromEnv.ok());
   EXPECT_THAT(fromEnv.status().message(), HasSubstr("strict schedule mode"));
-  EXPECT_EQ(log.lines.size(), 1u); // only the first, non-strict call fell back
+  EXPECT_EQ(log.all().size(), 1u); // only the first, non-strict call fell back
 }
 
 TEST(ScheduleChoice, AForcedScheduleWithoutAKernelFallsBackTheSameWay) {
   FakeCompiler compiler;
   std::unique_ptr<Runtime> runtime = jitRuntime(compiler);
-  LogCapture log;
+  test::CapturedWarnings log;
   runtime->setSchedule("fa3");
   StatusOr<ScheduleChoice> choice = runtime->explain(callWith(128), "sm_80");
   ASSERT_TRUE(choice.ok()) << choice.status().message();
@@ -223,9 +201,9 @@ TEST(ScheduleChoice, AForcedScheduleWithoutAKernelFallsBackTheSameWay) {
   EXPECT_EQ(choice->forcedBy, "setSchedule");
   EXPECT_TRUE(choice->fellBack);
   EXPECT_THAT(choice->order, ElementsAre("fa3", "fa2"));
-  ASSERT_EQ(log.lines.size(), 1u);
-  EXPECT_THAT(log.lines[0], HasSubstr("schedule 'fa3' (named by setSchedule) has no kernel for arch=sm_80;"));
-  EXPECT_THAT(log.lines[0], HasSubstr("no lowering for sm_80"));
+  ASSERT_EQ(log.all().size(), 1u);
+  EXPECT_THAT(log.all()[0], HasSubstr("schedule 'fa3' (named by setSchedule) has no kernel for arch=sm_80;"));
+  EXPECT_THAT(log.all()[0], HasSubstr("no lowering for sm_80"));
 
   // On sm_90a it runs where it can; strict: an error naming what forced it.
   choice = runtime->explain(callWith(128), "sm_90a");
@@ -247,8 +225,8 @@ TEST(ScheduleChoice, AForcedScheduleWithoutAKernelFallsBackTheSameWay) {
   ASSERT_TRUE(choice.ok()) << choice.status().message();
   EXPECT_EQ(choice->forcedBy, "the call");
   EXPECT_THAT(choice->reason, HasSubstr("fell back: schedule 'fa3' (named by the call) has no kernel"));
-  ASSERT_EQ(log.lines.size(), 3u);
-  EXPECT_THAT(log.lines[2], HasSubstr("schedule 'fa3' (named by the call) has no kernel for arch=sm_90a;"));
+  ASSERT_EQ(log.all().size(), 3u);
+  EXPECT_THAT(log.all()[2], HasSubstr("schedule 'fa3' (named by the call) has no kernel for arch=sm_90a;"));
   runtime->setSchedule("fa3");
 
   // The call's own schedule comes before the runtime's; a schedule the rules do not know is tried all the same.
@@ -284,63 +262,37 @@ TEST(ScheduleChoice, WhenNoScheduleHasAKernelEachOneSaysWhy) {
   EXPECT_EQ(runtime->explain(callWith(128), "sm_90a").status().message(), "not registered");
 }
 
-// Stand-ins of the driver calls forward() makes: one sm_90a device and context; launches recorded, nothing run.
-struct Launch {
-  std::string entry;
-  FlashtileFwdParams params{};
-};
-std::vector<Launch> launches;
-
-CUresult recordLaunch(CUfunction f, void **params) {
-  Launch launch;
-  launch.entry = stand_in::functionName(f);
-  std::memcpy(&launch.params, params[0], sizeof(launch.params));
-  launches.push_back(launch);
-  return CUDA_SUCCESS;
-}
-
-CudaDriver standInDriver() {
-  stand_in::device = stand_in::Device();
-  stand_in::device.blocksPerMultiprocessor = 1;
-  CudaDriver d = stand_in::standInDriver();
-  d.cuMemFree_v2 = [](CUdeviceptr) { return CUDA_SUCCESS; };
-  d.cuLaunchKernel = [](CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                        void **params, void **) { return recordLaunch(f, params); };
-  d.cuLaunchKernelEx = [](const CUlaunchConfig *, CUfunction f, void **params, void **) {
-    return recordLaunch(f, params);
-  };
-  return d;
-}
+using stand_in::device;
 
 /// forward() against the stand-in driver, for one test.
 class ForwardWithStandInDriver : public testing::Test {
 protected:
   void SetUp() override {
-    stand_in::device.functionNames.clear();
-    launches.clear();
+    device = stand_in::Device(); // an sm_90a device and context; launches recorded, nothing run
+    device.blocksPerMultiprocessor = 1;
     CudaDriver::useInsteadForTesting(&driver);
   }
   void TearDown() override { CudaDriver::useInsteadForTesting(nullptr); }
   /// The entry of the last launch, after forward(args) succeeded.
   std::string launched(Runtime &runtime, const AttentionArgs &args) {
-    size_t before = launches.size();
+    size_t before = device.launches.size();
     Status s = runtime.forward(args);
     EXPECT_TRUE(s.ok()) << s.message();
-    return launches.size() > before ? launches.back().entry : "(nothing launched)";
+    return device.launches.size() > before ? device.launches.back().entry : "(nothing launched)";
   }
-  CudaDriver driver = standInDriver();
+  CudaDriver driver = stand_in::standInDriver();
 };
 
 TEST_F(ForwardWithStandInDriver, ForwardRunsTheChosenKernelColdAndWarm) {
   FakeCompiler compiler;
   std::unique_ptr<Runtime> runtime = jitRuntime(compiler);
-  LogCapture log;
+  test::CapturedWarnings log;
   for (int call = 0; call < 2; ++call) { // the second takes the warm path
     EXPECT_EQ(launched(*runtime, callWith(128)), "flashtile_fa3_none_d128");
     EXPECT_EQ(launched(*runtime, callWith(96)), "flashtile_fa2_none_d96");
     EXPECT_EQ(launched(*runtime, callWith(128, 1)), "flashtile_decode_none_d128");
   }
-  EXPECT_EQ(log.lines.size(), 1u);
+  EXPECT_EQ(log.all().size(), 1u);
   EXPECT_EQ(compiler.askedFor("fa3:96"), 1);
 
   // A call naming its schedule is not served by the dispatch of one that named none, and the other way round.
@@ -378,11 +330,11 @@ TEST_F(ForwardWithStandInDriver, VarlenWithoutKeysRunsWithNullKAndV) {
   args.cuSeqlensKHost = offsetsK;
   ASSERT_TRUE(Runtime::validate(args).ok()) << Runtime::validate(args).message();
   EXPECT_EQ(launched(*runtime, args), "flashtile_fa3_none_d128");
-  ASSERT_FALSE(launches.empty());
-  EXPECT_EQ(launches.back().params.k, nullptr);
-  EXPECT_EQ(launches.back().params.v, nullptr);
-  EXPECT_EQ(launches.back().params.seqlenK, 0);
-  EXPECT_EQ(launches.back().params.cuSeqlensK, args.cuSeqlensK);
+  ASSERT_FALSE(device.launches.empty());
+  EXPECT_EQ(device.launches.back().params.k, nullptr);
+  EXPECT_EQ(device.launches.back().params.v, nullptr);
+  EXPECT_EQ(device.launches.back().params.seqlenK, 0);
+  EXPECT_EQ(device.launches.back().params.cuSeqlensK, args.cuSeqlensK);
 
   // Dense seqlen_k = 0 takes null K and V too; with keys, a null K is still an error naming it.
   dense.k = dense.v = nullptr;
@@ -400,7 +352,7 @@ TEST_F(ForwardWithStandInDriver, BackwardRunsTheFirstScheduleWithABackwardProgra
   FakeCompiler compiler;
   std::unique_ptr<Runtime> runtime = jitRuntime(compiler);
   runtime->setStrictSchedule(true);
-  LogCapture log;
+  test::CapturedWarnings log;
   BackwardArgs args;
   args.forward = callWith(128);
   auto *base = reinterpret_cast<char *>(0x900000);
@@ -413,14 +365,14 @@ TEST_F(ForwardWithStandInDriver, BackwardRunsTheFirstScheduleWithABackwardProgra
   args.deterministic = true;
   Status s = runtime->backward(args);
   ASSERT_TRUE(s.ok()) << s.message();
-  ASSERT_EQ(launches.size(), 3u);
-  EXPECT_EQ(launches[0].entry, "flashtile_fa2_none_d128_bwd_pre");
-  EXPECT_EQ(launches[1].entry, "flashtile_fa2_none_d128_bwd");
-  EXPECT_EQ(launches[2].entry, "flashtile_fa2_none_d128_bwd_post");
-  EXPECT_EQ(launches[1].params.dK, args.dK);
-  EXPECT_EQ(launches[1].params.dKRowStride, 8 * 128);
-  EXPECT_EQ(launches[1].params.deterministic, 1);
-  EXPECT_TRUE(log.lines.empty());
+  ASSERT_EQ(device.launches.size(), 3u);
+  EXPECT_EQ(device.launches[0].entry, "flashtile_fa2_none_d128_bwd_pre");
+  EXPECT_EQ(device.launches[1].entry, "flashtile_fa2_none_d128_bwd");
+  EXPECT_EQ(device.launches[2].entry, "flashtile_fa2_none_d128_bwd_post");
+  EXPECT_EQ(device.launches[1].params.dK, args.dK);
+  EXPECT_EQ(device.launches[1].params.dKRowStride, 8 * 128);
+  EXPECT_EQ(device.launches[1].params.deterministic, 1);
+  EXPECT_TRUE(log.all().empty());
   // The forward of the same call still runs fa3.
   EXPECT_EQ(launched(*runtime, args.forward), "flashtile_fa3_none_d128");
 
@@ -432,11 +384,31 @@ TEST_F(ForwardWithStandInDriver, BackwardRunsTheFirstScheduleWithABackwardProgra
   EXPECT_THAT(refused.message(), HasSubstr("kind=backward"));
   EXPECT_THAT(refused.message(), HasSubstr("has no backward program"));
   runtime->setStrictSchedule(false);
-  launches.clear();
+  device.launches.clear();
   ASSERT_TRUE(runtime->backward(args).ok());
-  ASSERT_EQ(launches.size(), 3u);
-  ASSERT_EQ(log.lines.size(), 1u);
-  EXPECT_THAT(log.lines[0], HasSubstr("running 'fa2' instead"));
+  ASSERT_EQ(device.launches.size(), 3u);
+  ASSERT_EQ(log.all().size(), 1u);
+  EXPECT_THAT(log.all()[0], HasSubstr("running 'fa2' instead"));
+}
+
+// explain() of the backward says what backward() would run: the first schedule of the forward's order with a backward
+// kernel, and why (the fake compiler's fa3 has none).
+TEST(ScheduleChoice, ExplainOfTheBackwardNamesItsScheduleAndWhy) {
+  FakeCompiler compiler;
+  std::unique_ptr<Runtime> runtime = jitRuntime(compiler);
+  StatusOr<ScheduleChoice> backward = runtime->explain(callWith(128), "sm_90a", kBackwardKind);
+  ASSERT_TRUE(backward.ok()) << backward.status().message();
+  EXPECT_EQ(backward->spec.schedule, "fa2");
+  EXPECT_EQ(backward->spec.kind, kBackwardKind);
+  EXPECT_EQ(backward->entry, "flashtile_fa2_none_d128_bwd");
+  EXPECT_TRUE(backward->fellBack);
+  EXPECT_THAT(backward->reason, HasSubstr("schedule 'fa3' (preferred on sm_90a) has no kernel for this call (fa3: "
+                                          "schedule fa3 has no backward program)"));
+  StatusOr<ScheduleChoice> forward = runtime->explain(callWith(128), "sm_90a", kForwardKind);
+  ASSERT_TRUE(forward.ok()) << forward.status().message();
+  EXPECT_EQ(forward->spec.schedule, "fa3");
+  EXPECT_THAT(runtime->explain(callWith(128), "sm_90a", "sideways").status().message(),
+              HasSubstr("module kind 'sideways' is not known; known: forward, backward"));
 }
 
 TEST(BackwardArgs, RejectsBadArgumentsNamingThem) {

@@ -13,11 +13,8 @@
 
 #include <gmock/gmock.h>
 
-#include <array>
 #include <bit>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <map>
 
@@ -133,37 +130,27 @@ TEST(SelfCheckProblem, IsTheCallCutToOneShortSequenceAndItsInputsAreSeededAndExa
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// forward() on a stand-in sm_100a device. Device memory is host memory; a launch whose O lies in it computes plain
-// attention there (variant "none"), with the fault its entry was given.
+// forward() on a stand-in sm_100a device (StandInDriver.h: device memory held in host buffers); a launch whose O lies
+// in that memory computes plain attention there (variant "none"), with the fault its entry was given.
 
 enum class Fault { None, WithinTolerance, WrongO, WrongLse, Silent };
 
-struct Device {
-  std::map<uintptr_t, size_t> allocations;
-  std::map<std::string, Fault> faults; // by entry
-  std::vector<std::string> launches; // entries, in order
-  /// Per launch, in order: grid.x and the cluster's x, y, z (1, 1, 1 without one).
-  std::vector<std::array<unsigned, 4>> shapes;
-} device; // functions and capture: stand_in::device
+std::map<std::string, Fault> faults; // by entry
 
-bool onDevice(const void *pointer) {
-  const auto address = reinterpret_cast<uintptr_t>(pointer);
-  for (const auto &[base, bytes] : device.allocations)
-    if (address >= base && address < base + bytes)
-      return true;
-  return false;
-}
+using stand_in::device;
 
 float bf16Value(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
 
 /// O and LSE of dense bf16 attention without a mask, as a kernel writes them, then the entry's fault.
 void attend(const std::string &entry, const FlashtileFwdParams &p, int headDim, int headDimV) {
-  const Fault fault = device.faults.count(entry) ? device.faults.at(entry) : Fault::None;
+  const Fault fault = faults.count(entry) ? faults.at(entry) : Fault::None;
   if (fault == Fault::Silent)
     return;
-  const auto *q = static_cast<const uint16_t *>(p.q), *k = static_cast<const uint16_t *>(p.k),
-             *v = static_cast<const uint16_t *>(p.v);
-  auto *o = static_cast<uint16_t *>(p.o);
+  const auto *q = reinterpret_cast<const uint16_t *>(stand_in::hostOf(p.q)),
+             *k = reinterpret_cast<const uint16_t *>(stand_in::hostOf(p.k)),
+             *v = reinterpret_cast<const uint16_t *>(stand_in::hostOf(p.v));
+  auto *o = reinterpret_cast<uint16_t *>(stand_in::hostOf(p.o));
+  auto *lse = reinterpret_cast<float *>(stand_in::hostOf(p.lse));
   const int group = p.headsQ / p.headsKv;
   for (int h = 0; h < p.headsQ; ++h)
     for (int i = 0; i < p.seqlenQ; ++i) {
@@ -189,64 +176,23 @@ void attend(const std::string &entry, const FlashtileFwdParams &p, int headDim, 
           out += fault == Fault::WrongO ? 0.25f : fault == Fault::WithinTolerance ? 0.0117f : 0.f;
         o[i * p.oRowStride + h * p.oHeadStride + d] = bf16(out);
       }
-      float lse = p.seqlenK ? static_cast<float>(max + std::log(sum)) : -kInf;
-      p.lse[h * p.lseHeadStride + i] = lse + (fault == Fault::WrongLse && i == 3 ? 0.01f : 0.f);
+      float rowLse = p.seqlenK ? static_cast<float>(max + std::log(sum)) : -kInf;
+      lse[h * p.lseHeadStride + i] = rowLse + (fault == Fault::WrongLse && i == 3 ? 0.01f : 0.f);
     }
 }
 
 /// The head dims of the kernels the tests compile (the launch sees only the parameter block).
 int testHeadDim = 64;
 
-CUresult launch(CUfunction f, void **params, std::array<unsigned, 4> shape) {
-  const std::string &entry = stand_in::functionName(f);
-  device.launches.push_back(entry);
-  device.shapes.push_back(shape);
-  FlashtileFwdParams p;
-  std::memcpy(&p, params[0], sizeof(p));
-  if (onDevice(p.o))
-    attend(entry, p, testHeadDim, testHeadDim);
-  return CUDA_SUCCESS;
-}
-
-/// An sm_100 device (148 SMs, one block an SM) whose memory is host memory and whose launches run attend().
+/// An sm_100 device (148 SMs, one block an SM); a launch whose O lies in its memory runs attend().
 CudaDriver sm100Device() {
-  stand_in::device = stand_in::Device();
-  stand_in::device.major = 10, stand_in::device.multiprocessors = 148, stand_in::device.blocksPerMultiprocessor = 1;
-  CudaDriver d = stand_in::standInDriver();
-  d.cuMemAlloc_v2 = [](CUdeviceptr *pointer, size_t bytes) {
-    void *memory = std::malloc(bytes);
-    device.allocations[reinterpret_cast<uintptr_t>(memory)] = bytes;
-    *pointer = reinterpret_cast<CUdeviceptr>(memory);
-    return memory ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  device = stand_in::Device();
+  device.major = 10, device.multiprocessors = 148, device.blocksPerMultiprocessor = 1;
+  device.kernel = [](const stand_in::Launch &launch) {
+    if (stand_in::hostOf(launch.params.o))
+      attend(launch.entry, launch.params, testHeadDim, testHeadDim);
   };
-  d.cuMemFree_v2 = [](CUdeviceptr pointer) {
-    device.allocations.erase(static_cast<uintptr_t>(pointer));
-    std::free(reinterpret_cast<void *>(pointer));
-    return CUDA_SUCCESS;
-  };
-  d.cuMemcpyHtoD_v2 = [](CUdeviceptr to, const void *from, size_t bytes) {
-    std::memcpy(reinterpret_cast<void *>(to), from, bytes);
-    return CUDA_SUCCESS;
-  };
-  d.cuMemcpyDtoH_v2 = [](void *to, CUdeviceptr from, size_t bytes) {
-    std::memcpy(to, reinterpret_cast<const void *>(from), bytes);
-    return CUDA_SUCCESS;
-  };
-  d.cuMemsetD8_v2 = [](CUdeviceptr to, unsigned char value, size_t bytes) {
-    std::memset(reinterpret_cast<void *>(to), value, bytes);
-    return CUDA_SUCCESS;
-  };
-  d.cuLaunchKernel = [](CUfunction f, unsigned gridX, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                        CUstream, void **params, void **) { return launch(f, params, {gridX, 1, 1, 1}); };
-  d.cuLaunchKernelEx = [](const CUlaunchConfig *config, CUfunction f, void **params, void **) {
-    std::array<unsigned, 4> shape = {config->gridDimX, 1, 1, 1};
-    for (unsigned i = 0; i < config->numAttrs; ++i)
-      if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
-        shape = {config->gridDimX, config->attrs[i].value.clusterDim.x, config->attrs[i].value.clusterDim.y,
-                 config->attrs[i].value.clusterDim.z};
-    return launch(f, params, shape);
-  };
-  return d;
+  return stand_in::standInDriver();
 }
 
 /// A stand-in JIT: a kernel for every spec, fa2's proven and fa4's marked as the compiler marks them on sm_100a;
@@ -260,15 +206,8 @@ struct FakeCompiler {
       if (spec.schedule == refuse)
         return Status::error("schedule " + spec.schedule + " has no kernel here");
       CachedKernel kernel = test::fakeKernel(spec.schedule);
-      KernelInfo &info = kernel.info;
+      KernelInfo &info = kernel.info = stand_in::forSpec(kernel.info, spec);
       info.entry = "flashtile_" + spec.schedule + "_" + spec.variant + "_d" + std::to_string(spec.headDim);
-      info.arch = spec.arch;
-      info.dtype = spec.dtype;
-      info.headDim = spec.headDim;
-      info.headDimV = spec.headDimV;
-      info.variant = spec.variant;
-      info.schedule = spec.schedule;
-      info.shapeClass = spec.shapeClass;
       codegen::ModuleFacts facts = test::mainFacts(info, 128, 65536);
       facts.ctaPair = ctaPair && spec.schedule == "fa4";
       info.plan = codegen::planLaunches(facts);
@@ -278,16 +217,6 @@ struct FakeCompiler {
       return kernel;
     };
   }
-};
-
-class LogCapture {
-public:
-  LogCapture() : previous(Runtime::setLogHandler([this](std::string_view line) { lines.emplace_back(line); })) {}
-  ~LogCapture() { Runtime::setLogHandler(previous); }
-  std::vector<std::string> lines;
-
-private:
-  LogHandler previous;
 };
 
 /// A bf16 call of 8 query heads over 2 K/V heads, head dim 64, naming fa4; its own pointers are not device memory.
@@ -303,7 +232,7 @@ AttentionArgs fa4Call(int seqlenQ = 1024, int seqlenK = 1024) {
 class FirstUseSelfCheck : public testing::Test {
 protected:
   void SetUp() override {
-    device = Device();
+    faults.clear();
     driver = sm100Device();
     CudaDriver::useInsteadForTesting(&driver);
     runtime = std::make_unique<Runtime>(test::cacheOptions("", false));
@@ -313,14 +242,17 @@ protected:
   void TearDown() override {
     runtime.reset();
     CudaDriver::useInsteadForTesting(nullptr);
-    EXPECT_TRUE(device.allocations.empty()) << "the check frees its buffers";
+    EXPECT_TRUE(device.memory.empty()) << "the check frees its buffers";
   }
   /// The entries one forward() launched.
   std::vector<std::string> forward(const AttentionArgs &args) {
     const size_t before = device.launches.size();
     Status s = runtime->forward(args);
     EXPECT_TRUE(s.ok()) << s.message();
-    return {device.launches.begin() + static_cast<long>(before), device.launches.end()};
+    std::vector<std::string> entries;
+    for (size_t i = before; i < device.launches.size(); ++i)
+      entries.push_back(device.launches[i].entry);
+    return entries;
   }
   CudaDriver driver = sm100Device();
   FakeCompiler compiler;
@@ -330,7 +262,7 @@ protected:
 using Entries = std::vector<std::string>;
 
 TEST_F(FirstUseSelfCheck, AnAgreeingKernelRunsAfterOneCheckBesideTheProvenOne) {
-  LogCapture log;
+  test::CapturedWarnings log;
   // The first call: the proven kernel and the candidate on the seeded problem, then the call on the candidate.
   EXPECT_EQ(forward(fa4Call()),
             (Entries{"flashtile_fa2_none_d64", "flashtile_fa4_none_d64", "flashtile_fa4_none_d64"}));
@@ -342,7 +274,7 @@ TEST_F(FirstUseSelfCheck, AnAgreeingKernelRunsAfterOneCheckBesideTheProvenOne) {
   // Another kernel (the default shape class's, for long sequences) is checked at its own first use.
   EXPECT_EQ(forward(fa4Call(4096, 4096)),
             (Entries{"flashtile_fa2_none_d64", "flashtile_fa4_none_d64", "flashtile_fa4_none_d64"}));
-  EXPECT_TRUE(log.lines.empty());
+  EXPECT_TRUE(log.all().empty());
   StatusOr<ScheduleChoice> choice = runtime->explain(fa4Call());
   ASSERT_TRUE(choice.ok()) << choice.status().message();
   EXPECT_EQ(choice->spec.schedule, "fa4");
@@ -352,23 +284,23 @@ TEST_F(FirstUseSelfCheck, AnAgreeingKernelRunsAfterOneCheckBesideTheProvenOne) {
 }
 
 TEST_F(FirstUseSelfCheck, ADifferenceWithinTheToleranceAgrees) {
-  device.faults["flashtile_fa4_none_d64"] = Fault::WithinTolerance; // 0.0117 < 8 x 2^-8 = 0.03125, at one element
+  faults["flashtile_fa4_none_d64"] = Fault::WithinTolerance; // 0.0117 < 8 x 2^-8 = 0.03125, at one element
   EXPECT_EQ(forward(fa4Call()).back(), "flashtile_fa4_none_d64");
 }
 
 TEST_F(FirstUseSelfCheck, ADisagreeingKernelFallsBackForTheProcessWithOneLogLineNamingIt) {
-  device.faults["flashtile_fa4_none_d64"] = Fault::WrongO;
-  LogCapture log;
+  faults["flashtile_fa4_none_d64"] = Fault::WrongO;
+  test::CapturedWarnings log;
   EXPECT_EQ(forward(fa4Call()),
             (Entries{"flashtile_fa2_none_d64", "flashtile_fa4_none_d64", "flashtile_fa2_none_d64"}));
-  ASSERT_EQ(log.lines.size(), 1u);
-  EXPECT_THAT(log.lines[0], HasSubstr("schedule 'fa4' (named by the call) has no kernel for arch=sm_100a;"));
-  EXPECT_THAT(log.lines[0], HasSubstr("kernel flashtile_fa4_none_d64 (schedule fa4, never run on sm_100a) disagrees "
+  ASSERT_EQ(log.all().size(), 1u);
+  EXPECT_THAT(log.all()[0], HasSubstr("schedule 'fa4' (named by the call) has no kernel for arch=sm_100a;"));
+  EXPECT_THAT(log.all()[0], HasSubstr("kernel flashtile_fa4_none_d64 (schedule fa4, never run on sm_100a) disagrees "
                                       "with flashtile_fa2_none_d64 (schedule fa2) in its first-use self-check on a "
                                       "seeded 320 x 320 problem: O of row 0, head 0, dim 0 is "));
-  EXPECT_THAT(log.lines[0], HasSubstr("> 8 u max|V| = 0.03125, u = 2^-8)"));
-  EXPECT_THAT(log.lines[0], HasSubstr("running 'fa2' instead"));
-  EXPECT_EQ(log.lines[0].find('\n'), std::string::npos);
+  EXPECT_THAT(log.all()[0], HasSubstr("> 8 u max|V| = 0.03125, u = 2^-8)"));
+  EXPECT_THAT(log.all()[0], HasSubstr("running 'fa2' instead"));
+  EXPECT_EQ(log.all()[0].find('\n'), std::string::npos);
   // The verdict holds for the process: later calls run fa2, nothing is checked again, nothing more is logged.
   for (int call = 0; call < 2; ++call)
     EXPECT_EQ(forward(fa4Call()), (Entries{"flashtile_fa2_none_d64"}));
@@ -377,7 +309,7 @@ TEST_F(FirstUseSelfCheck, ADisagreeingKernelFallsBackForTheProcessWithOneLogLine
   EXPECT_EQ(choice->spec.schedule, "fa2");
   EXPECT_TRUE(choice->fellBack);
   EXPECT_THAT(choice->reason, HasSubstr("disagrees with flashtile_fa2_none_d64"));
-  EXPECT_EQ(log.lines.size(), 1u);
+  EXPECT_EQ(log.all().size(), 1u);
 
   // Strict mode does not fall back: the call fails, naming the kernel and the disagreement.
   AttentionArgs strictCall = fa4Call();
@@ -390,43 +322,43 @@ TEST_F(FirstUseSelfCheck, ADisagreeingKernelFallsBackForTheProcessWithOneLogLine
 }
 
 TEST_F(FirstUseSelfCheck, AWrongLseOrAKernelThatWritesNothingDisagrees) {
-  device.faults["flashtile_fa4_none_d64"] = Fault::WrongLse;
-  LogCapture log;
+  faults["flashtile_fa4_none_d64"] = Fault::WrongLse;
+  test::CapturedWarnings log;
   EXPECT_EQ(forward(fa4Call()).back(), "flashtile_fa2_none_d64");
-  ASSERT_EQ(log.lines.size(), 1u);
-  EXPECT_THAT(log.lines[0], HasSubstr("LSE of row 3, head 0 is "));
-  EXPECT_THAT(log.lines[0], HasSubstr("(tolerance 0.001)"));
+  ASSERT_EQ(log.all().size(), 1u);
+  EXPECT_THAT(log.all()[0], HasSubstr("LSE of row 3, head 0 is "));
+  EXPECT_THAT(log.all()[0], HasSubstr("(tolerance 0.001)"));
 
   AttentionArgs hd128 = fa4Call();
   hd128.headDim = hd128.headDimV = testHeadDim = 128;
-  device.faults["flashtile_fa4_none_d128"] = Fault::Silent;
+  faults["flashtile_fa4_none_d128"] = Fault::Silent;
   EXPECT_EQ(forward(hd128).back(), "flashtile_fa2_none_d128");
   testHeadDim = 64;
-  ASSERT_EQ(log.lines.size(), 2u);
-  EXPECT_THAT(log.lines[1], HasSubstr("kernel flashtile_fa4_none_d128 (schedule fa4, never run on sm_100a) disagrees"));
-  EXPECT_THAT(log.lines[1], HasSubstr("is nan"));
+  ASSERT_EQ(log.all().size(), 2u);
+  EXPECT_THAT(log.all()[1], HasSubstr("kernel flashtile_fa4_none_d128 (schedule fa4, never run on sm_100a) disagrees"));
+  EXPECT_THAT(log.all()[1], HasSubstr("is nan"));
 }
 
 TEST_F(FirstUseSelfCheck, TheCheckRunsOnTheCallsShapeCutShortAndOnlyAtFirstUse) {
   // A call of 100 rows over 40 keys is checked on 100 x 40: no position the caller's inputs may lack.
-  device.faults["flashtile_fa4_none_d64"] = Fault::WrongO;
-  LogCapture log;
+  faults["flashtile_fa4_none_d64"] = Fault::WrongO;
+  test::CapturedWarnings log;
   forward(fa4Call(100, 40));
-  ASSERT_EQ(log.lines.size(), 1u);
-  EXPECT_THAT(log.lines[0], HasSubstr("on a seeded 100 x 40 problem"));
+  ASSERT_EQ(log.all().size(), 1u);
+  EXPECT_THAT(log.all()[0], HasSubstr("on a seeded 100 x 40 problem"));
 }
 
 TEST_F(FirstUseSelfCheck, AKernelThatCannotBeCheckedDoesNotRun) {
   // Under CUDA graph capture the check cannot run (it synchronizes): the call falls back, saying why.
-  stand_in::device.capturing = true;
-  LogCapture log;
+  device.capturing = true;
+  test::CapturedWarnings log;
   EXPECT_EQ(forward(fa4Call()), (Entries{"flashtile_fa2_none_d64"}));
-  ASSERT_EQ(log.lines.size(), 1u);
-  EXPECT_THAT(log.lines[0], HasSubstr("kernel flashtile_fa4_none_d64 (schedule fa4, never run on sm_100a) cannot be "
+  ASSERT_EQ(log.all().size(), 1u);
+  EXPECT_THAT(log.all()[0], HasSubstr("kernel flashtile_fa4_none_d64 (schedule fa4, never run on sm_100a) cannot be "
                                       "used before its first-use self-check against schedule 'fa2', which did not "
                                       "run: the check cannot run under CUDA graph capture"));
   // Not a verdict, and the fallback is not kept: outside capture the next call checks the kernel, which agrees.
-  stand_in::device.capturing = false;
+  device.capturing = false;
   EXPECT_EQ(forward(fa4Call()),
             (Entries{"flashtile_fa2_none_d64", "flashtile_fa4_none_d64", "flashtile_fa4_none_d64"}));
 }
@@ -450,41 +382,41 @@ namespace {
 // disagreeing pair kernel falls back with its log line.
 TEST_F(FirstUseSelfCheck, AClusterPairKernelIsCheckedAndLaunchedAsClusters) {
   compiler.ctaPair = true;
-  LogCapture log;
+  test::CapturedWarnings log;
   EXPECT_EQ(forward(fa4Call()),
             (Entries{"flashtile_fa2_none_d64", "flashtile_fa4_none_d64", "flashtile_fa4_none_d64"}));
-  ASSERT_EQ(device.shapes.size(), 3u);
-  EXPECT_EQ(device.shapes[0][1], 1u) << "fa2's kernel launches no cluster";
+  ASSERT_EQ(device.launches.size(), 3u);
+  EXPECT_EQ(device.launches[0].cluster[0], 1u) << "fa2's kernel launches no cluster";
   for (size_t i : {size_t{1}, size_t{2}}) {
-    EXPECT_EQ(device.shapes[i][1], 2u) << "launch " << i;
-    EXPECT_EQ(device.shapes[i][2], 1u);
-    EXPECT_EQ(device.shapes[i][3], 1u);
-    EXPECT_EQ(device.shapes[i][0] % 2, 0u) << "grid.x of launch " << i << " is a whole number of pairs";
+    EXPECT_EQ(device.launches[i].cluster[0], 2u) << "launch " << i;
+    EXPECT_EQ(device.launches[i].cluster[1], 1u);
+    EXPECT_EQ(device.launches[i].cluster[2], 1u);
+    EXPECT_EQ(device.launches[i].grid[0] % 2, 0u) << "grid.x of launch " << i << " is a whole number of pairs";
   }
-  EXPECT_TRUE(log.lines.empty());
+  EXPECT_TRUE(log.all().empty());
 
   // The long-sequence shape class's kernel, checked at its own first use, disagrees: fa2 runs the call.
-  device.faults["flashtile_fa4_none_d64"] = Fault::WrongO;
+  faults["flashtile_fa4_none_d64"] = Fault::WrongO;
   EXPECT_EQ(forward(fa4Call(4096, 4096)),
             (Entries{"flashtile_fa2_none_d64", "flashtile_fa4_none_d64", "flashtile_fa2_none_d64"}));
-  ASSERT_EQ(log.lines.size(), 1u);
-  EXPECT_THAT(log.lines[0], HasSubstr("flashtile_fa4_none_d64"));
-  ASSERT_EQ(device.shapes.size(), 6u);
-  EXPECT_EQ(device.shapes[4][1], 2u) << "the checked candidate launched as a cluster pair";
-  EXPECT_EQ(device.shapes[5][1], 1u) << "the fallback is fa2's plain launch";
+  ASSERT_EQ(log.all().size(), 1u);
+  EXPECT_THAT(log.all()[0], HasSubstr("flashtile_fa4_none_d64"));
+  ASSERT_EQ(device.launches.size(), 6u);
+  EXPECT_EQ(device.launches[4].cluster[0], 2u) << "the checked candidate launched as a cluster pair";
+  EXPECT_EQ(device.launches[5].cluster[0], 1u) << "the fallback is fa2's plain launch";
 }
 
 TEST_F(FirstUseSelfCheck, AnExplainBeforeTheFirstCallDoesNotSkipTheCheck) {
   // explain() needs no GPU and checks nothing: it names the unproven kernel, and the call that follows checks it.
-  device.faults["flashtile_fa4_none_d64"] = Fault::WrongO;
-  LogCapture log;
+  faults["flashtile_fa4_none_d64"] = Fault::WrongO;
+  test::CapturedWarnings log;
   StatusOr<ScheduleChoice> before = runtime->explain(fa4Call(), "sm_100a");
   ASSERT_TRUE(before.ok()) << before.status().message();
   EXPECT_EQ(before->spec.schedule, "fa4");
   EXPECT_TRUE(device.launches.empty());
   EXPECT_EQ(forward(fa4Call()),
             (Entries{"flashtile_fa2_none_d64", "flashtile_fa4_none_d64", "flashtile_fa2_none_d64"}));
-  EXPECT_EQ(log.lines.size(), 1u);
+  EXPECT_EQ(log.all().size(), 1u);
   StatusOr<ScheduleChoice> after = runtime->explain(fa4Call(), "sm_100a");
   ASSERT_TRUE(after.ok()) << after.status().message();
   EXPECT_EQ(after->spec.schedule, "fa2");

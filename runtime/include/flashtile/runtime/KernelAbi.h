@@ -102,10 +102,10 @@ struct FlashtileFwdParams {
    * runtime owns the record, one per context (a launch-plan workspace with errorRecord set, LaunchPlan.h). */
   struct FlashtileKvError *kvErrors;
   int kvCall;
-  /* Persistent kernels (KernelInfo::persistent): the grid is about one block per SM, and block x runs units x,
-   * x + gridDim.x, ... of the ceil(qTiles / 2) x headsQ x batch units of two Q tiles (qTiles - 1 - k, then k) of one
-   * (head, sequence), qTiles = ceil(rows / blockM) with rows seqlenQ dense and the longest sequence's varlen. Other
-   * kernels ignore it (their grid is the tiles). */
+  /* Persistent kernels (their plan sets qTiles, LaunchPlan.h): the grid is about one block per SM, and block x runs
+   * units x, x + gridDim.x, ... of the ceil(qTiles / 2) x headsQ x batch units of two Q tiles (qTiles - 1 - k, then k)
+   * of one (head, sequence), qTiles = ceil(rows / blockM) with rows seqlenQ dense and the longest sequence's varlen.
+   * Other kernels ignore it (their grid is the tiles). */
   int qTiles;
   /* Rotary embedding (flash_attn_with_kvcache's rotary_cos/rotary_sin; kernels whose Q load carries tile.rotary,
    * others ignore these fields): rotaryCos and rotarySin are seqlenRo x rotaryDim / 2 tables of the kernel's dtype
@@ -116,19 +116,20 @@ struct FlashtileFwdParams {
   const void *rotarySin;
   int rotaryDim;
   int seqlenRo;
-  /* K/V-step kernels (KernelInfo::kvSteps; the fa1 schedule, others ignore these fields): the kernel is launched
-   * once per K/V tile, kvStep = 0 .. ceil(seqlenK / blockN) - 1 (varlen: of the longest sequence; one launch when
-   * there is no key), and each launch runs every Q tile against K/V tile kvStep only. Between launches the
-   * online-softmax state of LSE row r (r as `lse` is indexed, varlen rows included) is fp32 workspace: running max
+  /* K/V-step kernels (a plan that repeats its launch over kvStep; the fa1 schedule, others ignore these fields): the
+   * kernel is launched once per K/V tile, kvStep = 0 .. ceil(seqlenK / blockN) - 1 (varlen: of the longest sequence;
+   * one launch when there is no key), and each launch runs every Q tile against K/V tile kvStep only. Between launches
+   * the online-softmax state of LSE row r (r as `lse` is indexed, varlen rows included) is fp32 workspace: running max
    * stateMax[r] (log2 domain), running sum stateSum[r], unnormalized output stateAcc[r * headDimV + d]. Launch 0
    * reads no state; every launch writes it back, and O and LSE of the keys seen so far. */
   float *stateAcc;
   float *stateMax;
   float *stateSum;
   int kvStep;
-  /* Persistent kernels of the dynamic scheduler (KernelInfo::tileCounter; others ignore it): one int, zero at the
-   * launch's start, that the blocks' producers atomically increment to take units u = 0, 1, ... of one Q tile each:
-   * Q tile qTiles - 1 - u / (headsQ * batch) of (batch, head) pair u % (headsQ * batch), query head fastest. */
+  /* Persistent kernels of the dynamic scheduler (a plan whose zeroed workspace binds tileCounter; others ignore it):
+   * one int, zero at the launch's start, that the blocks' producers atomically increment to take units u = 0, 1, ... of
+   * one Q tile each: Q tile qTiles - 1 - u / (headsQ * batch) of (batch, head) pair u % (headsQ * batch), query head
+   * fastest. */
   int *tileCounter;
   /* Backward (modules of kind "backward": the plan runs their preprocess, main and postprocess kernels; forward
    * kernels ignore these fields). q, k, v, o, lse and their strides above are the forward call's: o and lse are its

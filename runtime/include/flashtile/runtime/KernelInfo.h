@@ -113,7 +113,7 @@ struct KernelInfo {
   // Honesty as data: the kernel's schedule has never run on a GPU of this arch (its authors had none), so before the
   // kernel's first use in a process the runtime runs it once beside `checkAgainst`'s kernel (a schedule proven on
   // the arch) on a small seeded problem and falls back for that process if the two disagree (runtime/lib/SelfCheck.h).
-  // Written by the compiler from the schedule (Schedule::unprovenOn); to be removed once the kernels have run on
+  // Written by the compiler from the schedule (Schedule::checkAgainstOn); to be removed once the kernels have run on
   // that hardware and the run is recorded. Absent from the text form unless set (neverRunOnArch=1, checkAgainst=…).
   bool neverRunOnArch = false;
   std::string checkAgainst;

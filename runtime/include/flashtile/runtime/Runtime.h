@@ -92,10 +92,11 @@ struct AttentionArgs {
   // The device memory split calls write their partials to (splitKvWorkspaceBytes, 256-byte aligned): null lets the
   // runtime own it (one buffer per context and stream, grown as needed, which synchronizes the stream once when it
   // grows). Under CUDA graph capture without a workspace a call runs unsplit (numSplits 1): pass one there.
-  // K/V-step kernels (KernelInfo::kvSteps, the fa1 schedule) keep each query row's online-softmax state here between
-  // their launches: (headDimV + 2) x 4 bytes per LSE row; under CUDA graph capture they need one.
-  // Kernels of fa3's dynamic scheduler (KernelInfo::tileCounter) keep their tile counter in its first 4 bytes, which
-  // each launch zeroes on its stream first; a workspace serves one stream at a time. Under graph capture: needed.
+  // K/V-step kernels (the fa1 schedule: a plan that repeats its launch over kvStep, LaunchPlan.h) keep each query
+  // row's online-softmax state here between their launches: (headDimV + 2) x 4 bytes per LSE row; under CUDA graph
+  // capture they need one. Kernels of fa3's dynamic scheduler (a plan whose zeroed workspace binds tileCounter) keep
+  // their tile counter in its first 4 bytes, which each launch zeroes on its stream first; a workspace serves one
+  // stream at a time. Under graph capture: needed.
   void *workspace = nullptr;
   size_t workspaceBytes = 0;
 
@@ -262,6 +263,10 @@ public:
   StatusOr<ScheduleChoice> explain(const AttentionArgs &args);
   /// The same for `arch` (one of kSupportedArchs); needs no GPU.
   StatusOr<ScheduleChoice> explain(const AttentionArgs &args, const std::string &arch);
+  /// The same for the call's module of `kind` (one of kProgramKinds): with kBackwardKind, which kernel backward()
+  /// runs for the gradients of the call `args` on `arch` (the first schedule of the forward's order that has a
+  /// backward kernel for it).
+  StatusOr<ScheduleChoice> explain(const AttentionArgs &args, const std::string &arch, std::string_view kind);
   /// The shape class of a call (see kShapeClasses): kShortShapeClass when its sequences have at most
   /// kShortSeqlen query rows and key rows on average (dense: seqlenQ and seqlenK; varlen: over the batch's
   /// sequences, total_q / batch and total_k / batch), else kDefaultShapeClass.

@@ -82,7 +82,7 @@ StatusOr<CUtensorMap> encodeTensorMap(const TensorMapSpec &spec);
 /// attentionTileMapSpec + encodeTensorMap.
 StatusOr<CUtensorMap> encodeAttentionTileMap(const AttentionTileSpec &tile);
 
-/// The TMA descriptors of an sm90 attention kernel (KernelInfo::tensorMaps): its second kernel parameter, laid out
+/// The TMA descriptors of an sm90 attention kernel (PlanLaunch::tensorMaps): its second kernel parameter, laid out
 /// as the device's `sm90::TensorMaps` (codegen/sm90/PreludeSm90.h).
 struct AttentionTensorMaps {
   CUtensorMap q, k, v;
