@@ -218,6 +218,38 @@ def refused(text, call):
     return 1.0
 
 
+class WithoutOffsets:
+    """The GPU kernels' local op as far as placement goes (they take no offsets yet): Kernel's check, and every
+    block run with its local positions and heads only. What the check lets through must still be exact."""
+
+    def __init__(self, checked=True):
+        from flashtile.parallel import Kernel, Reference
+
+        self.kernel, self.inner, self.checked = Kernel(), Reference(), checked
+
+    def check(self, *args):
+        if self.checked:
+            self.kernel.check(*args)
+
+    def _local(self, block):
+        from flashtile.parallel import Block
+
+        if self.checked:
+            self.kernel._checked(block)
+        return Block(block.variant, {}, block.cu_q, block.cu_k, block.aligned)
+
+    def forward(self, q, k, v, block, settings):
+        return self.inner.forward(q, k, v, self._local(block), settings)
+
+    def backward(self, dout, q, k, v, out, lse, block, settings):
+        return self.inner.backward(dout, q, k, v, out, lse, self._local(block), settings)
+
+
+# What the kernels' local op runs exactly without offsets (Kernel.check lets these through).
+KERNEL_RING = ["none", "softcap", "sinks", "causal", "causal_top_left", "softcap_causal", "sinks_causal"]
+KERNEL_ULYSSES = ["causal", "sliding_window", "document_mask", "softcap_causal", "relative_lookahead"]
+
+
 class Counting:
     """The reference, counting the forward blocks it computes and those that run without the variant's mask."""
 
@@ -261,6 +293,20 @@ def _worker(rank, world, init_file, queue):
             results += [(("round-trip",) + c, (round_trip(*c), {})) for c in
                         (("contiguous", False), ("zigzag", False), ("zigzag", True))]
             results += [(("refused", text), (refused(text, call), {})) for text, call in BAD_CALLS]
+            # The kernels' path without offsets: exact for what its check lets through, wrong without the check.
+            for name in KERNEL_RING:
+                for layout, varlen in (("contiguous", False), ("zigzag", False), ("zigzag", True)):
+                    case = ("ring", name, layout, varlen, (4, 2))
+                    results.append((("without-offsets",) + case, compare(*case, local=WithoutOffsets())[:2]))
+            for name in KERNEL_ULYSSES:
+                case = ("ulysses", name, "zigzag", False, (4, 2))
+                results.append((("without-offsets",) + case, compare(*case, local=WithoutOffsets())[:2]))
+            for name in ("sliding_window", "alibi", "document_mask"):
+                case = ("ring", name, "zigzag", False, (4, 2))
+                results.append((("planted-bug", "unchecked") + case,
+                                compare(*case, local=WithoutOffsets(checked=False))[:2]))
+                results.append((("refused", name), (refused("cannot run ring attention on flashtile's GPU kernels",
+                                                            lambda: compare(*case, local=WithoutOffsets())), {})))
             # Causal blocks above the diagonal are skipped and those below run unmasked; zigzag balances the ranks.
             for layout in ("contiguous", "zigzag"):
                 counting = Counting()

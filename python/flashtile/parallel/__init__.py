@@ -129,8 +129,8 @@ class _Call:
         self.batch = len(self.cu) - 1 if self.cu is not None else q.shape[0]
         self.heads_q, self.heads_kv = q.shape[-2], k.shape[-2]
         values = decl.check_params(params)
-        dtypes = {"f32": torch.float64, "i32": torch.int32} if isinstance(self.op, Reference) else \
-            {"f32": torch.float32, "i32": torch.int32}
+        dtypes = getattr(self.op, "input_dtypes", None) or \
+            {"f32": torch.float64 if q.device.type == "cpu" else torch.float32, "i32": torch.int32}
         arrays = interface._check_inputs(decl, inputs, q.device, {}, dtypes)
         if isinstance(variant, str):  # the built-ins' arrays are read whole: their sizes are the whole problem's
             keys = self.cu[-1] if self.cu is not None else self.batch * self.split_k.lengths[0]

@@ -53,6 +53,7 @@ def _cu(values: Optional[List[int]], device) -> Optional[torch.Tensor]:
 
 class Reference:
     name = "reference"
+    input_dtypes = {"f32": torch.float64, "i32": torch.int32}  # the variant's arrays, by kind
 
     def check(self, mode: str, hooks: _hooks.Hooks, world: int, same_lengths: bool) -> None:
         """Every variant is exact: the oracle takes the blocks' offsets."""
@@ -91,6 +92,7 @@ def _diagonal_masks() -> set:
 
 class Kernel:
     name = "kernel"
+    input_dtypes = {"f32": torch.float32, "i32": torch.int32}
 
     def check(self, mode: str, hooks: _hooks.Hooks, world: int, same_lengths: bool) -> None:
         """The one place that knows the kernels take no position (or head) offsets yet.
