@@ -12,6 +12,8 @@
 - check_errors(): raises if a kernel of an earlier flash_attn_with_kvcache call met an out-of-range device value
   (cache_seqlens, cache_batch_idx, block_table), naming the call and the value.
 - Variant, dsl, both: variants written in Python (FlexAttention-style hooks traced into the C++ DSL).
+- flashtile.parallel: attention over a sequence split across processes (ring, Ulysses) on torch.distributed;
+  flashtile.flash_attn_compat: flash-attn 2.x's private entry points, for engines such as ring-flash-attn.
 - variants: the built-in variants, written with the same Python API.
 
 The compiler (MLIR + NVRTC) runs in process on first use of a kernel; kernels are cached on disk

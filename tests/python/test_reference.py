@@ -154,6 +154,18 @@ class Gradcheck(unittest.TestCase):
                 self.assertGreater((o - flashtile.reference_attention(q[rows], k[keys], v[keys], name, return_lse=True,
                                                                        **block)[0]).abs().max().item(), 1e-3)
 
+    def test_placed_block_gradcheck(self):
+        # A block placed in a larger problem: its own gradients, through autograd, against finite differences.
+        q, k, v = self.tensors(seqlen_q=3, seqlen_k=4)
+        slopes = torch.tensor([0.5, -0.25, 0.75, 1.5], dtype=torch.float64, requires_grad=True)  # heads 2, 3 of 4
+
+        def fn(q, k, v, slopes):
+            return flashtile.reference_attention(q, k, v, "alibi_causal", inputs={"slopes": slopes}, q_offset=5,
+                                                 k_offset=3, seqlen_q_global=9, seqlen_k_global=9, head_offset=2,
+                                                 heads_q_global=4, heads_kv_global=2)
+
+        self.assertTrue(torch.autograd.gradcheck(fn, (q, k, v, slopes), eps=1e-6, atol=1e-7, rtol=1e-5))
+
     def test_bad_placements(self):
         q, k, v = self.tensors()
         with self.assertRaisesRegex(flashtile.FlashtileError, "q_offset: rows \\[3, 6\\) are not inside"):
