@@ -250,10 +250,10 @@ class BlockRules:
         lo, hi = evaluate(self.hooks.graphs[hook], (rows[0], rows[1] - 1, b, h), sizes, self.params, self.inputs)
         return lo, hi
 
-    def classify(self, rows: Tuple[int, int], keys: Tuple[int, int], seqs: Sequence[dict]) -> str:
-        """rows, keys: [begin, end) in the whole problem (per sequence under varlen: one pair of each per entry of
-        `seqs`); seqs: per batch entry (one entry standing for all under the dense layout) the whole problem's
-        sizes, {"seqlen_q", "seqlen_k", "key_offset", "rows", "keys", "b"}."""
+    def classify(self, seqs: Sequence[dict]) -> str:
+        """seqs: one entry per sequence under varlen, {"b", "seqlen_q", "seqlen_k", "key_offset", "rows", "keys"},
+        or one entry without "b" standing for every batch entry under the dense layout: the whole problem's
+        sizes and the block's query rows and keys, [begin, end) in the whole sequence."""
         if not self.masked:
             return "full"
         skip = full = True

@@ -42,7 +42,7 @@ class RingPlan:
             for i, gq in enumerate(split_q.ids()):
                 for j, gk in enumerate(split_k.ids(src)):
                     carries_sink = sink and gq == gk
-                    kind = rules.classify(*self._rows_keys(gq, gk), self._seqs(gq, gk))
+                    kind = rules.classify(self._seqs(gq, gk))
                     if kind == "skip" and not carries_sink:
                         continue
                     variant = self._variant(drop_mask=kind == "full", drop_sink=sink and not carries_sink)
@@ -189,13 +189,12 @@ class RingPlan:
             if rotation is not None:
                 kv = rotation.wait()
         dk, dv = pending.wait() if self.comm.world > 1 else travelling
-        grads = []
-        for t, g in zip(self.settings.inputs, d_inputs):
-            grads.append(torch.zeros(t.shape, dtype=self.acc_dtype, device=t.device) if g is None else g)
-        if self.comm.world > 1 and grads:
-            self.comm.sum(grads)
+        grads = [(torch.zeros(t.shape, dtype=self.acc_dtype, device=t.device) if g is None else g)
+                 if t.is_floating_point() else None for t, g in zip(self.settings.inputs, d_inputs)]
+        if self.comm.world > 1 and any(g is not None for g in grads):
+            self.comm.sum([g for g in grads if g is not None])  # every rank: the whole problem's gradient
         return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype),
-                [g.to(t.dtype) if t.is_floating_point() else None for t, g in zip(self.settings.inputs, grads)])
+                [None if g is None else g.to(t.dtype) for t, g in zip(self.settings.inputs, grads)])
 
 
 class RingFunction(torch.autograd.Function):

@@ -73,13 +73,12 @@ class UlyssesPlan:
         qh, kh, vh, out_h, lse_h = saved
         dq, dk, dv, d_inputs = self.op.backward(self.to_heads(dout), qh, kh, vh, out_h, lse_h, self.block,
                                                 self.settings)
-        grads = [torch.zeros_like(t, dtype=torch.promote_types(t.dtype, torch.float32)) if g is None else g
+        grads = [(torch.zeros_like(t) if g is None else g) if t.is_floating_point() else None
                  for t, g in zip(self.settings.inputs, d_inputs)]
-        floating = [g for t, g in zip(self.settings.inputs, grads) if t.is_floating_point()]
-        if self.comm.world > 1 and floating:
-            self.comm.sum(floating)
+        if self.comm.world > 1 and any(g is not None for g in grads):
+            self.comm.sum([g for g in grads if g is not None])  # every rank: the whole problem's gradient
         return (self.from_heads(dq.to(qh.dtype)), self.from_heads(dk.to(kh.dtype)), self.from_heads(dv.to(vh.dtype)),
-                [g.to(t.dtype) if t.is_floating_point() else None for t, g in zip(self.settings.inputs, grads)])
+                [None if g is None else g.to(t.dtype) for t, g in zip(self.settings.inputs, grads)])
 
 
 class UlyssesFunction(torch.autograd.Function):
