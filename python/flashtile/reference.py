@@ -214,10 +214,11 @@ def reference_attention(q, k, v, variant: VariantLike = "none", *, params=None, 
     (lse: (batch, heads_q, seqlen_q), varlen (heads_q, total_q), natural log, not differentiable).
 
     A block of a larger problem: query row i is the larger problem's q_offset + i, key j k_offset + j, query head h
-    head_offset + h (varlen: q_offset and k_offset are per sequence, int32 (batch,), or one int for all), and the hooks' sizes are the
-    larger problem's: seqlen_q_global / seqlen_k_global (varlen: cu_seqlens_q_global / cu_seqlens_k_global, whose
-    cu_seqlens_k_global[b] is also the hooks' key_offset), heads_q_global / heads_kv_global; None or 0: the call's
-    own. Inputs are the larger problem's arrays (e.g. document_mask's doc_start for every key)."""
+    head_offset + h (varlen: q_offset and k_offset are per sequence, int32 (batch,), or one int for all), and the
+    hooks' sizes are the larger problem's: seqlen_q_global / seqlen_k_global (varlen: cu_seqlens_q_global /
+    cu_seqlens_k_global, whose cu_seqlens_k_global[b] is also the hooks' key_offset), heads_q_global /
+    heads_kv_global; None or 0: the call's own. Inputs are the larger problem's arrays (e.g. document_mask's
+    doc_start for every key)."""
     spec, values, scale, decl, geometry, arrays = _prepare(
         q, k, v, variant, params, inputs, softmax_scale, cu_seqlens_q, cu_seqlens_k, q_offset, k_offset, head_offset,
         seqlen_q_global, seqlen_k_global, heads_q_global, heads_kv_global, cu_seqlens_q_global, cu_seqlens_k_global)

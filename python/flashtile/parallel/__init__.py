@@ -164,8 +164,9 @@ def ring_attention(q, k, v, variant="none", *, params=None, inputs=None, softmax
     sequence split as shard() splits it. variant, params, inputs: as flashtile.attention's, inputs being the whole
     problem's arrays (float64 for f32 inputs with the reference local op). local: "auto" (flashtile's kernels for
     CUDA tensors, flashtile.reference_attention for CPU ones), "kernel", "reference", or an object with the methods
-    of flashtile.parallel.Reference (check, forward, backward). Returns this rank's rows of out, or (out, lse) with return_lse (lse
-    (batch, heads_q, rows) or (heads_q, total rows), fp32 (fp64 for fp64 inputs), not differentiable).
+    of flashtile.parallel.Reference (check, forward, backward). Returns this rank's rows of out, or (out, lse) with
+    return_lse (lse (batch, heads_q, rows) or (heads_q, total rows), fp32 (fp64 for fp64 inputs), not
+    differentiable).
     Differentiable in q, k, v and the variant's f32 inputs (whose gradient is the whole problem's on every rank);
     deterministic=True keeps the backward bitwise reproducible. schedule, strict: the kernels' (flashtile.attention).
     """
