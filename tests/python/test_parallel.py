@@ -138,6 +138,7 @@ def cases(world):
         varlen = ["causal", "sliding_window", "alibi_per_batch", "sinks_causal", "document_mask"] + user
         out += [("ring", n, "zigzag", True, heads) for n in varlen]
         out += [("ulysses", n, "contiguous", True, heads) for n in varlen]
+        out += [("ulysses", n, "zigzag", True, heads) for n in ("causal", "document_mask")]
         return out
     if world == 3:  # an odd ring: both layouts, varlen, Ulysses over 6 query and 3 K/V heads
         heads = (6, 3)
