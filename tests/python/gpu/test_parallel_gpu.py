@@ -43,7 +43,7 @@ def _parallel_case(mode, variant, layout, seed=0):
     from flashtile import parallel
 
     g = torch.Generator().manual_seed(seed)
-    batch, seqlen, heads_q, heads_kv, d = 1, 256, 4, 2, 64
+    batch, seqlen, heads_q, heads_kv, d = 1, 256, 8, 4, 64  # heads divide 2 and 4 ranks (Ulysses)
     q, k, v = (torch.randn(batch, seqlen, h, d, generator=g) for h in (heads_q, heads_kv, heads_kv))
     dout = torch.randn(batch, seqlen, heads_q, d, generator=g)
     inputs = INPUTS.get(variant, lambda h, n: {})(heads_q, batch * seqlen)
