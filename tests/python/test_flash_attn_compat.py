@@ -4,6 +4,7 @@ checked here against flashtile.reference_attention: flash-attn's flags, out and 
 the caller's (strided) buffers. tests/python/gpu/test_parallel_gpu.py runs ring-flash-attn itself on a GPU."""
 
 import importlib
+import importlib.util
 import inspect
 import sys
 import unittest
@@ -143,6 +144,92 @@ class EntryPoints(unittest.TestCase):
             for name in ("flash_attn", "flash_attn.flash_attn_interface"):
                 sys.modules.pop(name, None)
             sys.modules.update(saved)
+
+
+def import_ring_flash_attn():
+    """ring-flash-attn's ring functions. Its package __init__ also imports its Hugging Face adapter, which needs
+    transformers: without transformers the package is entered without running that file."""
+    import importlib.util
+    import types
+
+    if importlib.util.find_spec("transformers") is None and "ring_flash_attn" not in sys.modules:
+        package = types.ModuleType("ring_flash_attn")
+        package.__path__ = list(importlib.util.find_spec("ring_flash_attn").submodule_search_locations)
+        sys.modules["ring_flash_attn"] = package
+        from ring_flash_attn.ring_flash_attn import ring_flash_attn_func
+        from ring_flash_attn.zigzag_ring_flash_attn import zigzag_ring_flash_attn_func
+        package.ring_flash_attn_func, package.zigzag_ring_flash_attn_func = ring_flash_attn_func, \
+            zigzag_ring_flash_attn_func
+    return importlib.import_module("ring_flash_attn")
+
+
+def _ring_flash_attn_worker(rank, world, init_file, queue):
+    import traceback
+
+    import torch.distributed as dist
+
+    results = []
+    try:
+        from flashtile import flash_attn_compat
+
+        flash_attn_compat.install(force=True)  # before ring-flash-attn imports flash_attn
+        rfa = import_ring_flash_attn()
+        dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
+        g = torch.Generator().manual_seed(0)
+        # bf16: ring-flash-attn accumulates in fp32 copies of its buffers, which fp32 inputs would alias.
+        q, k, v, dout = (torch.randn(1, 8 * world, 2, 8, generator=g).to(torch.bfloat16) for _ in range(4))
+        for name, causal, chunks in (("ring_flash_attn_func", False, world), ("ring_flash_attn_func", True, world),
+                                     ("zigzag_ring_flash_attn_func", True, 2 * world)):
+            ids = [rank, 2 * world - 1 - rank] if chunks == 2 * world else [rank]
+
+            def mine(t):
+                return torch.cat([t.chunk(chunks, dim=1)[i] for i in ids], dim=1)
+
+            whole = [t.double().requires_grad_() for t in (q, k, v)]
+            ref = flashtile.reference_attention(*whole, "causal" if causal else "none")
+            ref_grads = torch.autograd.grad((ref * dout.double()).sum(), whole)
+            local = [mine(t).requires_grad_() for t in (q, k, v)]
+            out = getattr(rfa, name)(*local, causal=causal)
+            grads = torch.autograd.grad((out * mine(dout)).sum(), local)
+            worst = max(float((a.double() - mine(b)).abs().max()) for a, b in
+                        [(out, ref.detach())] + list(zip(grads, ref_grads)))
+            results.append(((name, causal), worst))
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - reported to the parent
+        results.append(("setup", traceback.format_exc()))
+    queue.put((rank, results))
+
+
+@unittest.skipIf(torch is None or importlib.util.find_spec("ring_flash_attn") is None,
+                 "ring-flash-attn is not installed (pip install ring-flash-attn)")
+class RingFlashAttnOnCpu(unittest.TestCase):
+    """ring-flash-attn itself over gloo with 2 ranks, its flash-attn calls served by these entry points (the fp64
+    reference on CPU tensors): every rank's output and gradients within bf16's rounding of the whole problem's."""
+
+    def test_two_ranks(self):
+        import multiprocessing
+        import os
+        import tempfile
+
+        context = multiprocessing.get_context("spawn")
+        queue = context.Queue()
+        with tempfile.TemporaryDirectory() as scratch:
+            workers = [context.Process(target=_ring_flash_attn_worker, daemon=True,
+                                       args=(r, 2, os.path.join(scratch, "rendezvous"), queue)) for r in range(2)]
+            for w in workers:
+                w.start()
+            try:
+                reports = dict(queue.get(timeout=300) for _ in workers)
+            finally:
+                for w in workers:
+                    w.join(timeout=60)
+                    if w.is_alive():
+                        w.terminate()
+        for rank, results in sorted(reports.items()):
+            for case, worst in results:
+                with self.subTest(rank=rank, case=case):
+                    self.assertNotIsInstance(worst, str, worst)
+                    self.assertLess(worst, 5e-2)  # bf16 inputs and outputs; a wrong block is off by O(1)
 
 
 if __name__ == "__main__":

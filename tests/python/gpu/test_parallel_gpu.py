@@ -135,6 +135,24 @@ def test_what_needs_offsets_is_refused_on_the_kernels():
             Kernel().check("ring", Hooks(resolve_variant(name).decl), 2, True)
 
 
+def import_ring_flash_attn():
+    """ring-flash-attn's ring functions. Its package __init__ also imports its Hugging Face adapter, which needs
+    transformers: without transformers the package is entered without running that file."""
+    import importlib
+    import sys
+    import types
+
+    if importlib.util.find_spec("transformers") is None and "ring_flash_attn" not in sys.modules:
+        package = types.ModuleType("ring_flash_attn")
+        package.__path__ = list(importlib.util.find_spec("ring_flash_attn").submodule_search_locations)
+        sys.modules["ring_flash_attn"] = package
+        from ring_flash_attn.ring_flash_attn import ring_flash_attn_func
+        from ring_flash_attn.zigzag_ring_flash_attn import zigzag_ring_flash_attn_func
+        package.ring_flash_attn_func, package.zigzag_ring_flash_attn_func = ring_flash_attn_func, \
+            zigzag_ring_flash_attn_func
+    return importlib.import_module("ring_flash_attn")
+
+
 def _ring_flash_attn_worker(rank, world, init, queue, seed):
     import torch.distributed as dist
 
@@ -143,7 +161,7 @@ def _ring_flash_attn_worker(rank, world, init, queue, seed):
         from flashtile import flash_attn_compat
 
         flash_attn_compat.install(force=True)  # before ring_flash_attn imports flash_attn
-        import ring_flash_attn
+        ring_flash_attn = import_ring_flash_attn()
         from ring_flash_attn import ring_flash_attn as ring_module
 
         import flashtile
