@@ -18,11 +18,14 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace flashtile;
 
 namespace {
+
+using ReferenceProblemPlacement = interp::ReferenceProblem::Placement;
 
 /// `value` (a whole number) in decimal, however large: converting a double past 2^63 to an integer is undefined.
 std::string decimal(double value) {
@@ -45,15 +48,37 @@ Status checkReferenceCall(const flashtile_reference_call &c) {
   if (c.heads_q % c.heads_kv != 0)
     return Status::error("heads_q: " + std::to_string(c.heads_q) + " is not a multiple of heads_kv " +
                          std::to_string(c.heads_kv));
-  double work = double(c.batch) * c.heads_q * c.seqlen_q * c.seqlen_k * (double(c.head_dim) + c.head_dim_v);
-  if (work > double(FLASHTILE_REFERENCE_MAX_WORK))
-    return Status::error("sizes: batch * heads_q * seqlen_q * seqlen_k * (head_dim + head_dim_v) = " + decimal(work) +
+  if ((c.cu_seqlens_q == nullptr) != (c.cu_seqlens_k == nullptr))
+    return Status::error("cu_seqlens_q and cu_seqlens_k: pass both (varlen) or neither (dense)");
+  // Varlen: seqlen_q and seqlen_k are the packed totals, which bound every sequence's work.
+  const double entries = c.cu_seqlens_q ? 1.0 : double(c.batch);
+  double work = entries * c.heads_q * c.seqlen_q * c.seqlen_k * (double(c.head_dim) + c.head_dim_v);
+  if (work > double(FLASHTILE_REFERENCE_MAX_WORK)) {
+    const char *product =
+        c.cu_seqlens_q ? "heads_q * seqlen_q * seqlen_k (packed totals)" : "batch * heads_q * seqlen_q * seqlen_k";
+    return Status::error(std::string("sizes: ") + product + " * (head_dim + head_dim_v) = " + decimal(work) +
                          " exceeds FLASHTILE_REFERENCE_MAX_WORK (" + std::to_string(FLASHTILE_REFERENCE_MAX_WORK) +
                          "): the fp64 reference is for small problems (gradcheck)");
+  }
   if (!c.q || !c.k || !c.v || !c.o || !c.lse)
     return Status::error("q, k, v, o and lse must not be NULL");
   if (c.d_o && (!c.d_q || !c.d_k || !c.d_v))
     return Status::error("d_q, d_k and d_v must not be NULL when d_o is given");
+  if ((c.fwd_o == nullptr) != (c.fwd_lse == nullptr) || (c.fwd_o && !c.d_o))
+    return Status::error("fwd_o and fwd_lse: pass both, and only with d_o (a block's backward), or neither");
+  if (c.cu_seqlens_q) {
+    for (auto [name, cu, total] : {std::tuple{"cu_seqlens_q", c.cu_seqlens_q, c.seqlen_q},
+                                   std::tuple{"cu_seqlens_k", c.cu_seqlens_k, c.seqlen_k}})
+      for (int b = 0; b <= c.batch; ++b)
+        if (cu[b] < (b ? cu[b - 1] : 0) || cu[0] != 0 || (b == c.batch && cu[b] != total))
+          return Status::error(std::string(name) + ": must be batch + 1 non-decreasing offsets from 0 to " +
+                               std::to_string(total) + " (the packed rows); entry " + std::to_string(b) + " is " +
+                               std::to_string(cu[b]));
+  } else if (c.q_offsets || c.k_offsets || c.cu_seqlens_q_global || c.cu_seqlens_k_global) {
+    return Status::error("q_offsets, k_offsets, cu_seqlens_q_global and cu_seqlens_k_global are for varlen calls "
+                         "(with cu_seqlens_q and cu_seqlens_k); dense calls use q_offset, k_offset, "
+                         "seqlen_q_global and seqlen_k_global");
+  }
   if (!(std::isfinite(c.softmax_scale) && c.softmax_scale >= 0))
     return Status::error("softmax_scale: must be finite and >= 0 (0: 1/sqrt(head_dim)), got " +
                          std::to_string(c.softmax_scale));
@@ -66,6 +91,16 @@ StatusOr<interp::ReferenceProblem> problemOf(const flashtile_reference_call &c, 
   p.batch = c.batch, p.seqlenQ = c.seqlen_q, p.seqlenK = c.seqlen_k, p.headsQ = c.heads_q, p.headsKv = c.heads_kv;
   p.headDim = c.head_dim, p.headDimV = c.head_dim_v;
   p.softmaxScale = c.softmax_scale == 0 ? 1.0 / std::sqrt(double(c.head_dim)) : c.softmax_scale;
+  auto values = [](const int *from, int n) {
+    return from ? std::vector<int32_t>(from, from + n) : std::vector<int32_t>();
+  };
+  p.cuSeqlensQ = values(c.cu_seqlens_q, c.batch + 1), p.cuSeqlensK = values(c.cu_seqlens_k, c.batch + 1);
+  ReferenceProblemPlacement &g = p.placement;
+  g.qOffset = c.q_offset, g.kOffset = c.k_offset, g.seqlenQ = c.seqlen_q_global, g.seqlenK = c.seqlen_k_global;
+  g.headOffset = c.head_offset, g.headsQ = c.heads_q_global, g.headsKv = c.heads_kv_global;
+  g.qOffsets = values(c.q_offsets, c.batch), g.kOffsets = values(c.k_offsets, c.batch);
+  g.cuSeqlensQ = values(c.cu_seqlens_q_global, c.batch + 1);
+  g.cuSeqlensK = values(c.cu_seqlens_k_global, c.batch + 1);
   size_t params = variant.params().size(), inputs = variant.inputs().size();
   if (c.num_params != int(params))
     return Status::error("num_params: variant '" + variant.name() + "' takes " + std::to_string(params) +
@@ -136,7 +171,8 @@ Status runReference(const flashtile_reference_call &c) {
     return Status::error("variant '" + variant->name() + "' does not build a program:\n" + diagnostics);
   tile::FuncOp func = *(*module)->getOps<tile::FuncOp>().begin();
 
-  size_t qn = size_t(c.batch) * c.seqlen_q * c.heads_q, kn = size_t(c.batch) * c.seqlen_k * c.heads_kv;
+  const size_t entries = c.cu_seqlens_q ? 1 : size_t(c.batch);
+  size_t qn = entries * c.seqlen_q * c.heads_q, kn = entries * c.seqlen_k * c.heads_kv;
   std::vector<double> q(c.q, c.q + qn * c.head_dim), k(c.k, c.k + kn * c.head_dim),
       v(c.v, c.v + kn * c.head_dim_v);
   auto copyOut = [](const std::vector<double> &from, double *to) { std::memcpy(to, from.data(), from.size() * 8); };
@@ -148,7 +184,12 @@ Status runReference(const flashtile_reference_call &c) {
     copyOut(forward->lse, c.lse);
     return Status();
   }
-  std::vector<double> dO(c.d_o, c.d_o + qn * c.head_dim_v);
+  std::vector<double> dO(c.d_o, c.d_o + qn * c.head_dim_v), fwdO, fwdLse;
+  if (c.fwd_o) {
+    fwdO.assign(c.fwd_o, c.fwd_o + qn * c.head_dim_v);
+    fwdLse.assign(c.fwd_lse, c.fwd_lse + qn);
+    problem->forwardO = &fwdO, problem->forwardLse = &fwdLse;
+  }
   auto grads = interp::referenceBackward(func, *problem, q, k, v, dO);
   if (mlir::failed(grads))
     return Status::error("the reference backward failed:\n" + diagnostics);

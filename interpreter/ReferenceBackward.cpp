@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <string>
+#include <tuple>
 
 using namespace mlir;
 
@@ -60,9 +62,20 @@ public:
     kRow0 = p.isVarlen() ? p.cuSeqlensK[b] : 0;
     seqlenQ = p.isVarlen() ? p.cuSeqlensQ[b + 1] - qRow0 : p.seqlenQ;
     seqlenK = p.isVarlen() ? p.cuSeqlensK[b + 1] - kRow0 : p.seqlenK;
-    env.seqlenQ = seqlenQ;
-    env.seqlenK = seqlenK;
-    env.keyOffset = int64_t{entry} * p.seqlenK + kRow0;
+    // What the hooks see: the larger problem's positions and sizes (the call's own without a placement).
+    const ReferenceProblem::Placement &g = p.placement;
+    if (p.isVarlen()) {
+      qPos0 = g.qOffsets.empty() ? 0 : g.qOffsets[b];
+      kPos0 = g.kOffsets.empty() ? 0 : g.kOffsets[b];
+      env.seqlenQ = g.cuSeqlensQ.empty() ? seqlenQ : g.cuSeqlensQ[b + 1] - g.cuSeqlensQ[b];
+      env.seqlenK = g.cuSeqlensK.empty() ? seqlenK : g.cuSeqlensK[b + 1] - g.cuSeqlensK[b];
+      env.keyOffset = g.cuSeqlensK.empty() ? kRow0 : g.cuSeqlensK[b];
+    } else {
+      qPos0 = g.qOffset, kPos0 = g.kOffset;
+      env.seqlenQ = g.seqlenQ ? g.seqlenQ : seqlenQ;
+      env.seqlenK = g.seqlenK ? g.seqlenK : seqlenK;
+      env.keyOffset = int64_t{b} * env.seqlenK;
+    }
   }
 
   // Row i (key j) of the current sequence, batch b (b is the sequence's; its tensors' entry and rows are entered).
@@ -88,7 +101,11 @@ private:
   int inputIndex(StringRef name) { return static_cast<int>(func.inputIndex(name)); }
   int paramIndex(StringRef name) { return static_cast<int>(func.paramIndex(name)); }
 
+  /// Checks that the placement describes a larger problem this call is a block of.
+  LogicalResult checkPlacement();
+
   int entry = 0, qRow0 = 0, kRow0 = 0;
+  int64_t qPos0 = 0, kPos0 = 0; ///< the current sequence's first query row and key in the larger problem
   HookEnv env;
   HookEvaluator eval;
   tile::ScoreModOp scoreMod;
@@ -130,7 +147,11 @@ LogicalResult Reference::prepare(bool gradients) {
     return fail("the call gives " + Twine(p.params.size()) + " parameters and " + Twine(p.inputs.size()) +
                 " inputs; the program declares " + Twine(func.getParams().size()) + " and " +
                 Twine(func.getInputs().size()));
-  env = HookEnv{p.batch, p.headsQ, p.headsKv, p.seqlenQ, p.seqlenK, 0, p.softmaxScale, {}, {}};
+  if (failed(checkPlacement()))
+    return failure();
+  const ReferenceProblem::Placement &g = p.placement;
+  const int headsQ = g.headsQ ? g.headsQ : p.headsQ, headsKv = g.headsKv ? g.headsKv : p.headsKv;
+  env = HookEnv{p.batch, headsQ, headsKv, p.seqlenQ, p.seqlenK, 0, p.softmaxScale, {}, {}};
   for (auto [name, value] : llvm::zip_equal(func.getParams(), p.params))
     env.params[cast<StringAttr>(name).str()] = value;
   for (auto [input, value] : llvm::zip_equal(func.getInputs(), p.inputs))
@@ -171,6 +192,62 @@ LogicalResult Reference::prepare(bool gradients) {
   return success();
 }
 
+LogicalResult Reference::checkPlacement() {
+  const ReferenceProblem::Placement &g = p.placement;
+  const int headsQ = g.headsQ ? g.headsQ : p.headsQ, headsKv = g.headsKv ? g.headsKv : p.headsKv;
+  if (g.headOffset < 0 || headsKv < 1 || headsQ % headsKv != 0 || headsQ / headsKv != p.headsQ / p.headsKv ||
+      g.headOffset % (p.headsQ / p.headsKv) != 0 || g.headOffset + p.headsQ > headsQ)
+    return fail("head_offset (" + Twine(g.headOffset) + "), heads_q_global (" + Twine(headsQ) +
+                ") and heads_kv_global (" + Twine(headsKv) + ") must place the call's " + Twine(p.headsQ) +
+                " query heads inside the larger problem's, in whole groups of " + Twine(p.headsQ / p.headsKv) +
+                " a K/V head");
+  // Each sequence's rows (keys) must lie inside the larger problem's sequence: [offset, offset + length].
+  auto inside = [&](const char *what, int64_t offset, int64_t length, int64_t total, int b) -> LogicalResult {
+    if (offset >= 0 && offset + length <= total)
+      return success();
+    std::string where = p.isVarlen() ? " (sequence " + std::to_string(b) + ")" : "";
+    return fail(Twine(what) + where + ": rows [" + Twine(offset) + ", " + Twine(offset + length) +
+                ") are not inside the larger problem's " + Twine(total));
+  };
+  if (!p.isVarlen()) {
+    if (!g.qOffsets.empty() || !g.kOffsets.empty() || !g.cuSeqlensQ.empty() || !g.cuSeqlensK.empty())
+      return fail("q_offsets, k_offsets, cu_seqlens_q_global and cu_seqlens_k_global are for varlen calls");
+    if (g.seqlenQ < 0 || g.seqlenK < 0)
+      return fail("seqlen_q_global and seqlen_k_global must be >= 0 (0: the call's)");
+    if (failed(inside("q_offset", g.qOffset, p.seqlenQ, g.seqlenQ ? g.seqlenQ : p.seqlenQ, 0)) ||
+        failed(inside("k_offset", g.kOffset, p.seqlenK, g.seqlenK ? g.seqlenK : p.seqlenK, 0)))
+      return failure();
+  } else {
+    if (g.qOffset || g.kOffset || g.seqlenQ || g.seqlenK)
+      return fail("varlen calls place each sequence with q_offsets, k_offsets, cu_seqlens_q_global and "
+                  "cu_seqlens_k_global, not q_offset, k_offset, seqlen_q_global or seqlen_k_global");
+    for (const auto &[name, values, count] :
+         {std::tuple{"q_offsets", &g.qOffsets, p.batch}, std::tuple{"k_offsets", &g.kOffsets, p.batch},
+          std::tuple{"cu_seqlens_q_global", &g.cuSeqlensQ, p.batch + 1},
+          std::tuple{"cu_seqlens_k_global", &g.cuSeqlensK, p.batch + 1}})
+      if (!values->empty() && values->size() != size_t(count))
+        return fail(Twine(name) + " must have " + Twine(count) + " values, got " + Twine(values->size()));
+    for (const std::vector<int32_t> *cu : {&g.cuSeqlensQ, &g.cuSeqlensK})
+      for (size_t b = 0; b < cu->size(); ++b)
+        if ((*cu)[b] < (b ? (*cu)[b - 1] : 0) || (*cu)[0] != 0)
+          return fail("cu_seqlens_q_global and cu_seqlens_k_global must be non-decreasing offsets from 0");
+    for (int b = 0; b < p.batch; ++b) {
+      int64_t lenQ = p.cuSeqlensQ[b + 1] - p.cuSeqlensQ[b], lenK = p.cuSeqlensK[b + 1] - p.cuSeqlensK[b];
+      int64_t totalQ = g.cuSeqlensQ.empty() ? lenQ : g.cuSeqlensQ[b + 1] - g.cuSeqlensQ[b];
+      int64_t totalK = g.cuSeqlensK.empty() ? lenK : g.cuSeqlensK[b + 1] - g.cuSeqlensK[b];
+      if (failed(inside("q_offsets", g.qOffsets.empty() ? 0 : g.qOffsets[b], lenQ, totalQ, b)) ||
+          failed(inside("k_offsets", g.kOffsets.empty() ? 0 : g.kOffsets[b], lenK, totalK, b)))
+        return failure();
+    }
+  }
+  const size_t rows = (p.isVarlen() ? 1 : size_t(p.batch)) * p.headsQ * p.seqlenQ;
+  if ((p.forwardO == nullptr) != (p.forwardLse == nullptr))
+    return fail("the larger problem's O and LSE are given together or not at all");
+  if (p.forwardO && (p.forwardO->size() != rows * p.headDimV || p.forwardLse->size() != rows))
+    return fail("the larger problem's O and LSE must have the call's O and LSE sizes");
+  return success();
+}
+
 void Reference::collectPartials(const tile::HookDerivative &d, double scale, SmallVectorImpl<Partial> &out) {
   for (const tile::InputPartial &partial : d.inputs)
     out.push_back(
@@ -183,8 +260,8 @@ LogicalResult Reference::row(int b, int h, int i, SmallVectorImpl<KeyTerm> &keys
   keys.clear();
   sinkLogit = kNegInf;
   for (int j = 0; j < seqlenK; ++j) {
-    WideScalar coords[] = {WideScalar::integer(b), WideScalar::integer(h), WideScalar::integer(i),
-                           WideScalar::integer(j)};
+    WideScalar coords[] = {WideScalar::integer(b), WideScalar::integer(p.placement.headOffset + h),
+                           WideScalar::integer(qPos0 + i), WideScalar::integer(kPos0 + j)};
     if (mask) {
       FailureOr<SmallVector<WideScalar>> keep = eval.yielded(mask.getBody().front(), coords);
       if (failed(keep))
@@ -214,7 +291,7 @@ LogicalResult Reference::row(int b, int h, int i, SmallVectorImpl<KeyTerm> &keys
     keys.push_back(std::move(key));
   }
   if (sink) {
-    WideScalar head[] = {WideScalar::integer(b), WideScalar::integer(h)};
+    WideScalar head[] = {WideScalar::integer(b), WideScalar::integer(p.placement.headOffset + h)};
     FailureOr<SmallVector<WideScalar>> logit = eval.yielded(sink->front(), head);
     if (failed(logit))
       return failure();
@@ -227,7 +304,7 @@ LogicalResult Reference::sinkPartials(int b, int h, double adjoint, ReferenceGra
                                       double viaDAdjoint) {
   if (!sinkGrad)
     return success();
-  WideScalar head[] = {WideScalar::integer(b), WideScalar::integer(h)};
+  WideScalar head[] = {WideScalar::integer(b), WideScalar::integer(p.placement.headOffset + h)};
   if (failed(eval.run(*sinkGrad->block, head)))
     return failure();
   SmallVector<Partial> partials;
@@ -290,15 +367,20 @@ FailureOr<ReferenceGradients> attention(Reference &ref, const std::vector<double
         double sink = kNegInf;
         if (failed(ref.row(b, h, i, keys, sink)))
           return failure();
-        double lse = logSumExp(keys, sink);
-        g.lse[ref.rowAt(b, h, i)] = lse;
-        if (lse == kNegInf)
+        const double ownLse = logSumExp(keys, sink);
+        g.lse[ref.rowAt(b, h, i)] = ownLse;
+        if (ownLse == kNegInf)
           continue; // no key and no sink: O = 0 and no gradient
-        double *o = &g.o[ref.oAt(b, i, h)];
+        double *ownO = &g.o[ref.oAt(b, i, h)];
         for (const KeyTerm &key : keys)
           for (int d = 0; d < p.headDimV; ++d)
-            o[d] += std::exp(key.logit - lse) * ref.v[ref.vAt(b, key.j, h) + d];
+            ownO[d] += std::exp(key.logit - ownLse) * ref.v[ref.vAt(b, key.j, h) + d];
         if (!dO)
+          continue;
+        // The backward of a block of a larger problem takes that problem's O and LSE (P and D are its).
+        const double lse = p.forwardLse ? (*p.forwardLse)[ref.rowAt(b, h, i)] : ownLse;
+        const double *o = p.forwardO ? &(*p.forwardO)[ref.oAt(b, i, h)] : ownO;
+        if (lse == kNegInf)
           continue;
         const double *dOi = &(*dO)[ref.oAt(b, i, h)];
         double D = 0, absD = 0;

@@ -9,6 +9,9 @@
 //   dK = dSᵀ·Q (summed over a K/V head's query heads), dV = Pᵀ·dO; the sink gets −Σ_rows P_sink·D.
 // The derivatives of the hooks come from the derivative IR (passes/Transforms/DifferentiateScore.h), not from a
 // formula per variant, so this checks that IR too. Dense BSHD layouts, or varlen (packed sequences, as interp::run's).
+// A call may be one block of a larger problem (context parallelism: a sequence split across processes): the hooks
+// then see the larger problem's coordinates and sizes (ReferenceProblem::Placement), and its backward may take the
+// larger problem's O and LSE, as flash-attn's backward takes out and softmax_lse.
 // With the gradients come the magnitudes a rounding-error bound needs (Magnitudes): the sums of absolute products
 // behind each gradient element, so that a low-precision result can be checked against a bound per element.
 //===----------------------------------------------------------------------===//
@@ -38,6 +41,22 @@ struct ReferenceProblem {
   /// Varlen: empty (dense), or batch + 1 offsets each, as interp::Problem's (seqlenQ/seqlenK are then the totals,
   /// the tensors hold one batch entry of packed rows, and tile.dim key_offset is cu_seqlens_k[b]).
   std::vector<int32_t> cuSeqlensQ{}, cuSeqlensK{};
+
+  /// Where this call's rows, keys and heads sit in a larger problem whose block it computes. The hooks (score,
+  /// mask, sink) read the larger problem's coordinates: query row i of sequence b is qOffset + i (qOffsets[b] under
+  /// varlen), key j is kOffset + j, query head h is headOffset + h; tile.dim seqlen_q / seqlen_k / heads_q /
+  /// heads_kv give the larger problem's sizes, and key_offset b·seqlenK (dense) or cuSeqlensK[b] (varlen) of it.
+  /// Zero sizes and empty vectors: the call's own (a call that is the whole problem).
+  struct Placement {
+    int64_t qOffset = 0, kOffset = 0;
+    int seqlenQ = 0, seqlenK = 0; ///< dense
+    int headOffset = 0, headsQ = 0, headsKv = 0;
+    std::vector<int32_t> qOffsets{}, kOffsets{};     ///< varlen: batch values each, or empty (zeros)
+    std::vector<int32_t> cuSeqlensQ{}, cuSeqlensK{}; ///< varlen: batch + 1 each, or empty (the call's)
+  } placement{};
+  /// The backward of a block: the larger problem's O and LSE for this call's rows (laid out as O and LSE), so that
+  /// P = e^(logit − LSE) and D = rowsum(dO∘O) are the larger problem's. Null: the call's own.
+  const std::vector<double> *forwardO = nullptr, *forwardLse = nullptr;
 
   bool isVarlen() const { return !cuSeqlensQ.empty(); }
 };

@@ -2,8 +2,8 @@
 # The Python package and the installation, as users get them (no GPU needed); run by scripts/test.sh after the
 # build. Builds the wheel from ./build (pip wheel . -C build-dir=build: scikit-build-core from PyPI, the compiled
 # objects reused), installs it into a fresh virtual environment, checks what the library needs and exports, runs
-# tests/python against the installed package, then `cmake --install`s into a scratch prefix, runs the installed CLI
-# and builds and runs a find_package(flashtile) consumer.
+# tests/python against the installed package (with PyTorch from PyPI, on the CPU), then `cmake --install`s into a
+# scratch prefix, runs the installed CLI and builds and runs a find_package(flashtile) consumer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -53,6 +53,45 @@ fi
 echo "exports $(echo "$exported" | wc -l) symbols, all flashtile_*"
 glibc=$(objdump -T "$lib" | grep -o 'GLIBC_[0-9.]*' | sort -Vu | tail -1)
 echo "newest glibc symbol version: $glibc"
+
+echo "== PyTorch for the torch-facing tests"
+# tests/python's torch tests (the fp64 reference, flashtile.parallel over gloo, the flash-attn entry points) run on
+# the CPU. PyPI's torch is its CUDA build: installed without its dependencies it imports with the CUDA libraries
+# of the toolkit (/usr/local/cuda) and, from their wheels, the four the toolkit lacks or has too old (NCCL, NVSHMEM,
+# cuSPARSELt, cuFile): about 900 MB instead of 3 GB. Installed once per version into a cache outside ./build (whose
+# ELF files ctest checks), which the fresh environment reads through a .pth file; where the toolkit's libraries do
+# not serve (a CUDA 12 toolkit), torch is installed with all its dependencies instead. FLASHTILE_TEST_TORCH=none
+# skips it (the torch tests then skip); FLASHTILE_TEST_DEPS moves the cache (default ~/.cache/flashtile-test-deps).
+torch_spec=${FLASHTILE_TEST_TORCH:-torch==2.15.0}
+if [ "$torch_spec" != none ]; then
+  py=$("$work/venv/bin/python" -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_info[1]}")')
+  deps=${FLASHTILE_TEST_DEPS:-${XDG_CACHE_HOME:-$HOME/.cache}/flashtile-test-deps}
+  deps=$deps/$(echo "$torch_spec" | tr -c 'A-Za-z0-9.\n' _)-$py
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  imports() { PYTHONPATH="$1" "$work/venv/bin/python" -c \
+    'import torch, torch.distributed as d; assert d.is_gloo_available(); print("torch", torch.__version__)' 2>&1; }
+  if [ ! -e "$deps/.complete" ]; then
+    start=$SECONDS
+    tmp=$deps.tmp.$$  # another run may fill the same cache meanwhile: the first one complete is kept
+    rm -rf "$tmp"
+    mkdir -p "$(dirname "$deps")"
+    "$work/venv/bin/python" -m pip install -q --disable-pip-version-check --target "$tmp" --no-deps \
+      "$torch_spec" nvidia-nccl-cu13==2.30.7 nvidia-nvshmem-cu13==3.7.2 nvidia-cusparselt-cu13==0.8.1 \
+      "nvidia-cufile==1.17.1.22.*" typing-extensions==4.16.0 sympy==1.14.0 mpmath==1.3.0
+    if ! imports "$tmp" >/dev/null; then
+      echo "torch without its dependencies does not import here ($(imports "$tmp" | tail -1)); with them:"
+      rm -rf "$tmp"
+      "$work/venv/bin/python" -m pip install -q --disable-pip-version-check --target "$tmp" "$torch_spec"
+      imports "$tmp" >/dev/null || { echo "error: $torch_spec does not import: $(imports "$tmp")" >&2; exit 1; }
+    fi
+    touch "$tmp/.complete"
+    [ -e "$deps/.complete" ] || rm -rf "$deps"  # an interrupted earlier attempt
+    mv -T "$tmp" "$deps" 2>/dev/null || rm -rf "$tmp"
+    echo "installed into $deps in $((SECONDS - start)) s"
+  fi
+  echo "$deps" > "$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/torch-deps.pth"
+  imports "" | tail -1
+fi
 
 echo "== tests/python against the installed package"
 tests=$PWD/tests/python

@@ -4,13 +4,16 @@
   tensors.
 - attention(q, k, v, variant, params=..., inputs=...): any variant, built in or written in Python.
 - reference_attention(q, k, v, variant, ...): the same in fp64 on the CPU, differentiable, from the compiler's
-  derivative IR (torch.autograd.gradcheck of a variant's gradients without a GPU).
+  derivative IR (torch.autograd.gradcheck of a variant's gradients without a GPU); a call may be a block of a larger
+  problem (position offsets); reference_attention_backward: a block's backward from the whole problem's out and lse.
 - explain(q, k, v, ...): which kernel (schedule) a call runs, and why; every call takes schedule= and strict=.
 - call_path(): which path warm calls take: the C++ one (built against the installed PyTorch on first use and
   cached; FLASHTILE_EXTENSION) or ctypes, and why; build_extension() builds it ahead of time.
 - check_errors(): raises if a kernel of an earlier flash_attn_with_kvcache call met an out-of-range device value
   (cache_seqlens, cache_batch_idx, block_table), naming the call and the value.
 - Variant, dsl, both: variants written in Python (FlexAttention-style hooks traced into the C++ DSL).
+- flashtile.parallel: attention over a sequence split across processes (ring, Ulysses) on torch.distributed;
+  flashtile.flash_attn_compat: flash-attn 2.x's private entry points, for engines such as ring-flash-attn.
 - variants: the built-in variants, written with the same Python API.
 
 The compiler (MLIR + NVRTC) runs in process on first use of a kernel; kernels are cached on disk
@@ -42,16 +45,17 @@ else:
 
 def __getattr__(name):
     # reference_attention (flashtile.reference) is imported on first use: it defines a torch.autograd.Function.
-    if name == "reference_attention":
+    if name in ("reference_attention", "reference_attention_backward"):
         if _torch is None:
             return _needs_torch
-        from .reference import reference_attention
-        return reference_attention
+        from . import reference
+        return getattr(reference, name)
     raise AttributeError(f"module 'flashtile' has no attribute {name!r}")
 
 
 __all__ = [
     "FlashtileError", "Variant", "attention", "both", "build_extension", "builtin_variants", "call_path",
     "check_errors", "compile_variant", "dsl", "explain", "flash_attn_func", "flash_attn_varlen_func",
-    "flash_attn_with_kvcache", "library_path", "reference_attention", "variant_id", "variants", "version",
+    "flash_attn_with_kvcache", "library_path", "reference_attention", "reference_attention_backward", "variant_id",
+    "variants", "version",
 ]

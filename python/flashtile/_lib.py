@@ -210,6 +210,13 @@ class ReferenceCall(ctypes.Structure):
         ("batch", ctypes.c_int), ("seqlen_q", ctypes.c_int), ("seqlen_k", ctypes.c_int), ("heads_q", ctypes.c_int),
         ("heads_kv", ctypes.c_int), ("head_dim", ctypes.c_int), ("head_dim_v", ctypes.c_int),
         ("num_params", ctypes.c_int), ("num_inputs", ctypes.c_int),
+        ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
+        ("q_offset", ctypes.c_longlong), ("k_offset", ctypes.c_longlong),
+        ("seqlen_q_global", ctypes.c_int), ("seqlen_k_global", ctypes.c_int),
+        ("head_offset", ctypes.c_int), ("heads_q_global", ctypes.c_int), ("heads_kv_global", ctypes.c_int),
+        ("q_offsets", ctypes.c_void_p), ("k_offsets", ctypes.c_void_p),
+        ("cu_seqlens_q_global", ctypes.c_void_p), ("cu_seqlens_k_global", ctypes.c_void_p),
+        ("fwd_o", ctypes.c_void_p), ("fwd_lse", ctypes.c_void_p),
     ]
 
 

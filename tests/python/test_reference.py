@@ -108,6 +108,77 @@ class Gradcheck(unittest.TestCase):
         torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(lse, s.logsumexp(-1), rtol=1e-12, atol=1e-12)
 
+    def test_blocks_of_a_larger_problem(self):
+        # Varlen, two sequences of 6 and 4 tokens. Rows [2, 6) of the first and [1, 4) of the second, against two
+        # key blocks placed by per-sequence offsets: merged by LSE they are the whole problem's rows, and the blocks'
+        # backwards (given the whole problem's out and lse) sum to its gradients from those rows.
+        g = torch.Generator().manual_seed(3)
+        cu = torch.tensor([0, 6, 10], dtype=torch.int32)
+        q, k, v = (torch.randn(10, 2, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+        rows = torch.tensor([2, 3, 4, 5, 7, 8, 9])
+        key_blocks = [(torch.tensor([0, 1, 2, 6, 7]), [0, 0]), (torch.tensor([3, 4, 5, 8, 9]), [3, 2])]
+        place = dict(cu_seqlens_q=torch.tensor([0, 4, 7], dtype=torch.int32), q_offset=[2, 1],
+                     cu_seqlens_q_global=cu, cu_seqlens_k_global=cu)
+        cases = {"causal": {}, "sliding_window": dict(params={"left": 2, "right": 1}),
+                 "alibi": dict(inputs={"slopes": torch.tensor([0.5, -0.75], dtype=torch.float64)}),
+                 "document_mask": dict(inputs={"doc_start": torch.tensor([0, 0, 2, 2, 2, 5, 0, 1, 1, 1],
+                                                                         dtype=torch.int32)})}
+        for name, extra in cases.items():
+            with self.subTest(name):
+                out, lse = flashtile.reference_attention(q, k, v, name, return_lse=True, cu_seqlens_q=cu,
+                                                         cu_seqlens_k=cu, **extra)
+                d_out = torch.zeros_like(out)
+                d_out[rows] = torch.randn(len(rows), 2, 4, generator=g, dtype=torch.float64)
+                expected = torch.autograd.grad((out * d_out).sum(), (q, k, v))
+                merged_o, merged_lse = 0, torch.full((2, len(rows)), float("-inf"), dtype=torch.float64)
+                dq, dk = torch.zeros(len(rows), 2, 4, dtype=torch.float64), torch.zeros_like(k)
+                for keys, k_offset in key_blocks:
+                    block = dict(place, cu_seqlens_k=torch.tensor([0, 3, 5], dtype=torch.int32), k_offset=k_offset,
+                                 **extra)
+                    o, l = flashtile.reference_attention(q[rows], k[keys], v[keys], name, return_lse=True, **block)
+                    new = torch.logaddexp(merged_lse, l)
+                    weight = lambda x: torch.where(new > float("-inf"), (x - new).exp(), 0.0).T[..., None]  # noqa
+                    merged_o, merged_lse = merged_o * weight(merged_lse) + o * weight(l), new
+                    gq, gk, _, _ = flashtile.reference_attention_backward(
+                        d_out[rows], q[rows].detach(), k[keys].detach(), v[keys].detach(), out[rows].detach(),
+                        lse[:, rows], name, **block)
+                    dq += gq
+                    dk[keys] += gk
+                torch.testing.assert_close(merged_o, out[rows].detach(), rtol=0, atol=1e-12)
+                torch.testing.assert_close(merged_lse, lse[:, rows], rtol=0, atol=1e-12)
+                torch.testing.assert_close(dq, expected[0][rows], rtol=0, atol=1e-12)
+                torch.testing.assert_close(dk, expected[1], rtol=0, atol=1e-12)
+                # The same blocks without their offsets are another problem: the check is not vacuous.
+                unplaced = dict(block, q_offset=0, k_offset=0)
+                o, _ = flashtile.reference_attention(q[rows], k[keys], v[keys], name, return_lse=True, **unplaced)
+                self.assertGreater((o - flashtile.reference_attention(q[rows], k[keys], v[keys], name, return_lse=True,
+                                                                       **block)[0]).abs().max().item(), 1e-3)
+
+    def test_placed_block_gradcheck(self):
+        # A block placed in a larger problem: its own gradients, through autograd, against finite differences.
+        q, k, v = self.tensors(seqlen_q=3, seqlen_k=4)
+        slopes = torch.tensor([0.5, -0.25, 0.75, 1.5], dtype=torch.float64, requires_grad=True)  # heads 2, 3 of 4
+
+        def fn(q, k, v, slopes):
+            return flashtile.reference_attention(q, k, v, "alibi_causal", inputs={"slopes": slopes}, q_offset=5,
+                                                 k_offset=3, seqlen_q_global=9, seqlen_k_global=9, head_offset=2,
+                                                 heads_q_global=4, heads_kv_global=2)
+
+        self.assertTrue(torch.autograd.gradcheck(fn, (q, k, v, slopes), eps=1e-6, atol=1e-7, rtol=1e-5))
+
+    def test_bad_placements(self):
+        q, k, v = self.tensors()
+        with self.assertRaisesRegex(flashtile.FlashtileError, "q_offset: rows \\[3, 6\\) are not inside"):
+            flashtile.reference_attention(q, k, v, "causal", q_offset=3, seqlen_q_global=5)
+        with self.assertRaisesRegex(ValueError, "head_offset must be a whole number >= 0"):
+            flashtile.reference_attention(q, k, v, "causal", head_offset=-1)
+        with self.assertRaisesRegex(ValueError, "cu_seqlens_q_global and cu_seqlens_k_global are for varlen"):
+            flashtile.reference_attention(q, k, v, "causal", cu_seqlens_q_global=[0, 3])
+        with self.assertRaisesRegex(ValueError, "lse must be a float64 CPU tensor of shape \\(2, 2, 3\\)"):
+            flashtile.reference_attention_backward(torch.zeros(2, 3, 2, 3, dtype=torch.float64), q, k, v,
+                                                   torch.zeros(2, 3, 2, 3, dtype=torch.float64),
+                                                   torch.zeros(2, 3, dtype=torch.float64), "causal")
+
     def test_bad_arguments(self):
         q, k, v = self.tensors()
         with self.assertRaisesRegex(ValueError, "float64 CPU tensor"):

@@ -48,7 +48,18 @@ char *flashtile_builtin_variants(void);
  * the gradients of the loss sum(d_o * o) with respect to the variant's f32 input i (input_lengths[i] elements; an
  * i32 input must have NULL) and its numbers. inputs[i]: input_lengths[i] host values, double for an f32 input and
  * int for an i32 one. The work is batch * heads_q * seqlen_q * seqlen_k * (head_dim + head_dim_v) and at most
- * FLASHTILE_REFERENCE_MAX_WORK. `size` must be sizeof(flashtile_reference_call). */
+ * FLASHTILE_REFERENCE_MAX_WORK. `size` must be sizeof(flashtile_reference_call).
+ * Varlen: cu_seqlens_q and cu_seqlens_k (batch + 1 offsets each, from 0) make q, k, v, o and d_o packed rows
+ * (seqlen_q / seqlen_k are then the totals: total x heads x dim) and lse heads_q x total_q; NULL: dense.
+ * A block of a larger problem (context parallelism: a sequence split across processes): the hooks, masks and KV
+ * ranges see the larger problem's coordinates and sizes. Query row i is q_offset + i (varlen: q_offsets[b] + i of
+ * sequence b), key j is k_offset + j (k_offsets[b] + j), query head h is head_offset + h; seqlen_q / seqlen_k are
+ * seqlen_q_global / seqlen_k_global (varlen: each sequence's of cu_seqlens_q_global / cu_seqlens_k_global), heads_q /
+ * heads_kv heads_q_global / heads_kv_global, and a hook's key_offset b * seqlen_k_global (varlen:
+ * cu_seqlens_k_global[b]). 0 or NULL: the call's own. A block's rows (keys) must lie inside the larger problem's,
+ * its heads be whole groups of heads_q / heads_kv. fwd_o and fwd_lse (with d_o; laid out as o and lse): the larger
+ * problem's forward for this call's rows, from which the backward takes P = e^(logit - lse) and D = rowsum(d_o * o)
+ * (flash-attn's backward takes out and softmax_lse so); NULL: the call's own. o and lse are the call's own. */
 enum { FLASHTILE_REFERENCE_MAX_WORK = 1 << 28 };
 typedef struct flashtile_reference_call {
   unsigned long long size;
@@ -62,6 +73,13 @@ typedef struct flashtile_reference_call {
   double params[FLASHTILE_CALL_MAX_PARAMS];
   double softmax_scale; /* 0: 1/sqrt(head_dim) */
   int batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v, num_params, num_inputs;
+  const int *cu_seqlens_q, *cu_seqlens_k;               /* varlen; NULL: dense */
+  long long q_offset, k_offset;                         /* dense: where row 0 and key 0 sit in the larger problem */
+  int seqlen_q_global, seqlen_k_global;                 /* dense; 0: seqlen_q, seqlen_k */
+  int head_offset, heads_q_global, heads_kv_global;     /* 0: heads_q, heads_kv */
+  const int *q_offsets, *k_offsets;                     /* varlen: batch values each; NULL: 0 */
+  const int *cu_seqlens_q_global, *cu_seqlens_k_global; /* varlen: batch + 1 each; NULL: cu_seqlens_q/k */
+  const double *fwd_o, *fwd_lse; /* a block's backward: the larger problem's o and lse; NULL: the call's */
 } flashtile_reference_call;
 int flashtile_reference_attention(const flashtile_reference_call *call);
 /* Frees a string returned by the functions above (NULL is fine). */

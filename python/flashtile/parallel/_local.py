@@ -1,0 +1,177 @@
+"""The attention of one block on one rank: the pluggable local op of ring and Ulysses attention.
+
+- "reference": flashtile.reference_attention, the fp64 oracle on the CPU. It takes position offsets, so every
+  variant is exact on every block.
+- "kernel": flashtile's GPU kernels (the torch ops behind flashtile.attention: out and lse forward, a backward from
+  dout, out and lse, as flash-attn's). They take no position offsets yet; Kernel.check says what is exact without
+  them and refuses the rest by name.
+Both return lse as flash-attn does: (batch, heads, seqlen), varlen (heads, total).
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import torch
+
+from . import _hooks
+
+
+class Settings:
+    """What every block of one call shares: the variant's numbers and arrays, the scale, flags."""
+
+    def __init__(self, params: List[float], inputs: List[torch.Tensor], scale: float, deterministic: bool,
+                 schedule: Optional[str] = None, strict: bool = False):
+        self.params, self.inputs, self.scale = params, inputs, scale
+        self.deterministic, self.schedule, self.strict = bool(deterministic), schedule, bool(strict)
+
+
+class Block:
+    """One local call: its variant (the call's, maybe less its mask or sink), its varlen offsets and where it sits
+    in the whole problem (reference_attention's keywords)."""
+
+    def __init__(self, variant, placement: dict, cu_q: Optional[List[int]] = None, cu_k: Optional[List[int]] = None,
+                 aligned: bool = False):
+        self.variant, self.placement = variant, placement
+        self.cu_q, self.cu_k = cu_q, cu_k
+        # Whether the local positions are the whole problem's minus one shift for queries and keys alike, with equal
+        # local and whole length differences: masks that depend on the key minus the query agree there.
+        self.aligned = aligned
+
+    @property
+    def max_q(self) -> int:
+        return max(b - a for a, b in zip(self.cu_q, self.cu_q[1:])) if self.cu_q else 0
+
+    @property
+    def max_k(self) -> int:
+        return max(b - a for a, b in zip(self.cu_k, self.cu_k[1:])) if self.cu_k else 0
+
+
+def _cu(values: Optional[List[int]], device) -> Optional[torch.Tensor]:
+    return None if values is None else torch.tensor(values, dtype=torch.int32, device=device)
+
+
+class Reference:
+    name = "reference"
+    input_dtypes = {"f32": torch.float64, "i32": torch.int32}  # the variant's arrays, by kind
+
+    def check(self, mode: str, hooks: _hooks.Hooks, world: int, same_lengths: bool) -> None:
+        """Every variant is exact: the oracle takes the blocks' offsets."""
+
+    def forward(self, q, k, v, block: Block, s: Settings):
+        from ..reference import reference_attention
+
+        f64 = [t.to(torch.float64) for t in (q, k, v)]
+        with torch.no_grad():
+            return reference_attention(*f64, block.variant, params=s.params, inputs=s.inputs, softmax_scale=s.scale,
+                                       return_lse=True, cu_seqlens_q=_cu(block.cu_q, "cpu"),
+                                       cu_seqlens_k=_cu(block.cu_k, "cpu"), **block.placement)
+
+    def backward(self, dout, q, k, v, out, lse, block: Block, s: Settings):
+        from ..reference import reference_attention_backward
+
+        f64 = [t.to(torch.float64) for t in (dout, q, k, v, out, lse)]
+        return reference_attention_backward(*f64, block.variant, params=s.params, inputs=s.inputs,
+                                            softmax_scale=s.scale, cu_seqlens_q=_cu(block.cu_q, "cpu"),
+                                            cu_seqlens_k=_cu(block.cu_k, "cpu"), **block.placement)
+
+
+_DIAGONAL_MASKS: Optional[set] = None
+
+
+def _diagonal_masks() -> set:
+    """Masks that are functions of the key minus the (aligned) query: causal's, both alignments. On a block whose
+    queries and keys are one chunk of the sequence (a diagonal block) they give the whole problem's answer."""
+    global _DIAGONAL_MASKS
+    if _DIAGONAL_MASKS is None:
+        from .. import variants
+
+        _DIAGONAL_MASKS = {_hooks.Hooks(v).canonical("mask") for v in (variants.causal(), variants.causal_top_left())}
+    return _DIAGONAL_MASKS
+
+
+class Kernel:
+    name = "kernel"
+    input_dtypes = {"f32": torch.float32, "i32": torch.int32}
+
+    def check(self, mode: str, hooks: _hooks.Hooks, world: int, same_lengths: bool) -> None:
+        """The one place that knows the kernels take no position (or head) offsets yet.
+
+        A block of a split sequence runs with its local positions. That is exact where the hooks read no position
+        (the blocks the KV-range rules keep whole run without their mask), and on diagonal blocks of causal masks
+        when queries and keys are split alike. Under Ulysses every rank sees whole sequences but a slice of the
+        heads: exact where the hooks read no head index. Anything else would be silently wrong: refused, before
+        any communication, on every rank alike. When the kernels take offsets this check goes (docs/parallel.md)."""
+        if world == 1:
+            return
+        why = None
+        if mode == "ring":
+            positional_mask = hooks.reads("positions", _hooks.MASK_HOOKS)
+            if hooks.reads("positions", ("score", "sink")):
+                why = "its score or sink hook reads query/key positions or sequence sizes"
+            elif positional_mask and hooks.canonical("mask") not in _diagonal_masks():
+                why = "its mask reads positions and is not a causal mask (windows, document masks, a user's mask)"
+            elif positional_mask and not same_lengths:
+                why = "it is causal but queries and keys are not split alike (different lengths)"
+        elif hooks.reads("heads"):
+            why = "its hooks read the query head or the head counts, and each rank computes a slice of the heads"
+        if why:
+            raise NotImplementedError(
+                f"flashtile.parallel: variant '{hooks.variant.name}' cannot run {mode} attention on flashtile's GPU "
+                f"kernels yet: {why}, and the kernels do not take position or head offsets yet. Exact on the "
+                "kernels today: ring attention for variants whose hooks read no positions (none, softcap, sinks) "
+                "and causal ones; Ulysses for variants that read no head index. Every variant is exact with "
+                "local='reference' (fp64, CPU). See docs/parallel.md.")
+
+    @staticmethod
+    def _checked(block: Block) -> None:
+        if _hooks.Hooks.reads_positions(block.variant) and not block.aligned:
+            raise RuntimeError(f"flashtile.parallel: internal error: block of variant '{block.variant.name}' needs "
+                               "global positions the kernels cannot take (Kernel.check should have refused it)")
+
+    def _call(self, q, k, v, block: Block, s: Settings):
+        from .. import interface
+
+        return interface._attention_call(q, k, v, block.variant, s.params, s.inputs, s.scale,
+                                         _cu(block.cu_q, q.device), _cu(block.cu_k, q.device), block.max_q,
+                                         block.max_k)
+
+    def forward(self, q, k, v, block: Block, s: Settings):
+        self._checked(block)
+        qp, kp, vp, cu_q, cu_k, max_q, max_k, scale, resolved, values, arrays, dv = self._call(q, k, v, block, s)
+        out, lse = torch.ops.flashtile.fwd(qp, kp, vp, cu_q, cu_k, max_q, max_k, scale, resolved.id, values, arrays,
+                                           s.schedule, s.strict, s.deterministic)
+        return out[..., :dv], lse
+
+    def backward(self, dout, q, k, v, out, lse, block: Block, s: Settings):
+        from .. import interface
+
+        self._checked(block)
+        qp, kp, vp, cu_q, cu_k, max_q, max_k, scale, resolved, values, arrays, dv = self._call(q, k, v, block, s)
+        pdv = vp.shape[-1]
+        wanted = [t.dtype == torch.float32 for t in arrays]
+        dq, dk, dvv, grads = torch.ops.flashtile.bwd(
+            interface._pad_last(dout, pdv), qp, kp, vp, interface._pad_last(out, pdv).contiguous(), lse.contiguous(),
+            cu_q, cu_k, max_q, max_k, scale, resolved.id, values, arrays, wanted, s.schedule, s.strict,
+            s.deterministic)
+        d = q.shape[-1]
+        return dq[..., :d], dk[..., :d], dvv[..., :dv], [g if w else None for g, w in zip(grads, wanted)]
+
+
+def local_op(local, device: torch.device):
+    """The local op a call asked for: "auto" (kernels on CUDA tensors, the reference on CPU ones), "kernel",
+    "reference", or an object with check/forward/backward as the two here."""
+    if local == "auto":
+        return Kernel() if device.type == "cuda" else Reference()
+    if local == "kernel":
+        if device.type != "cuda":
+            raise ValueError(f"local='kernel' runs flashtile's GPU kernels: q, k, v must be CUDA tensors, got {device}")
+        return Kernel()
+    if local == "reference":
+        if device.type != "cpu":
+            raise ValueError(f"local='reference' is the fp64 CPU oracle: q, k, v must be CPU tensors, got {device}")
+        return Reference()
+    if all(hasattr(local, m) for m in ("check", "forward", "backward")):
+        return local
+    raise ValueError(f"local must be 'auto', 'kernel', 'reference' or an object with check/forward/backward, "
+                     f"got {local!r}")
