@@ -5,6 +5,7 @@
 // printer does not serve are refused with a diagnostic naming the knob. The fa3 schedule's backward (codegen/sm90:
 // wgmma) compiles for sm_90a for every built-in variant at head dims 64 and 128, bf16 and fp16; the head dims it does
 // not serve (192/128, 256, 96) are refused naming the head dim, and fa2 serves them.
+#include "Printers.h"
 #include "PlanSupport.h"
 #include "Variants.h"
 #include "flashtile/dsl/Program.h"
