@@ -207,24 +207,9 @@ class RingFlashAttnOnCpu(unittest.TestCase):
     reference on CPU tensors): every rank's output and gradients within bf16's rounding of the whole problem's."""
 
     def test_two_ranks(self):
-        import multiprocessing
-        import os
-        import tempfile
+        from gloo_ranks import run_ranks
 
-        context = multiprocessing.get_context("spawn")
-        queue = context.Queue()
-        with tempfile.TemporaryDirectory() as scratch:
-            workers = [context.Process(target=_ring_flash_attn_worker, daemon=True,
-                                       args=(r, 2, os.path.join(scratch, "rendezvous"), queue)) for r in range(2)]
-            for w in workers:
-                w.start()
-            try:
-                reports = dict(queue.get(timeout=300) for _ in workers)
-            finally:
-                for w in workers:
-                    w.join(timeout=60)
-                    if w.is_alive():
-                        w.terminate()
+        reports = run_ranks(_ring_flash_attn_worker, 2)
         for rank, results in sorted(reports.items()):
             for case, worst in results:
                 with self.subTest(rank=rank, case=case):

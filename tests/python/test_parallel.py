@@ -5,11 +5,10 @@ variants that read positions and heads, GQA and varlen. A local op with a plante
 comparison, and the GPU kernels' local op must refuse, by name, what it cannot place without position offsets."""
 
 import datetime
-import multiprocessing
-import os
-import tempfile
 import traceback
 import unittest
+
+from gloo_ranks import run_ranks
 
 try:
     import torch
@@ -329,21 +328,7 @@ class OverGloo(unittest.TestCase):
     """One run per world size: every rank runs every case and reports; each case is then a subtest."""
 
     def run_world(self, world):
-        context = multiprocessing.get_context("spawn")
-        queue = context.Queue()
-        with tempfile.TemporaryDirectory() as scratch:
-            init_file = os.path.join(scratch, "rendezvous")
-            workers = [context.Process(target=_worker, args=(r, world, init_file, queue), daemon=True)
-                       for r in range(world)]
-            for w in workers:
-                w.start()
-            try:
-                reports = dict(queue.get(timeout=300) for _ in workers)
-            finally:
-                for w in workers:
-                    w.join(timeout=60)
-                    if w.is_alive():
-                        w.terminate()
+        reports = run_ranks(_worker, world)
         self.assertEqual(sorted(reports), list(range(world)))
         return reports
 
