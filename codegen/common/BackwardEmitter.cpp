@@ -1281,6 +1281,7 @@ FailureOr<EmittedKernel> emitBackwardCuda(ModuleOp module) {
   facts.threads = shape.warps * kWarpSize;
   facts.mainThreads = facts.threads + backward->roleThreads();
   facts.tensorMaps = backward->loadsInRole();
+  facts.tensorMapSwizzle = backward->tensorMapSwizzleBytes();
   BackwardPrinter prePrinter(pre, shape, *backward, helpers, *hooks);
   BackwardPrinter mainPrinter(main, shape, *backward, helpers, *hooks);
   BackwardPrinter postPrinter(post, shape, *backward, helpers, *hooks);

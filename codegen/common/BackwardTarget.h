@@ -136,6 +136,8 @@ public:
   virtual bool loadsInRole() const { return false; }
   /// The main kernel's parameters after `params` (", const __grid_constant__ ..."), or empty.
   virtual std::string mainExtraParams() const { return {}; }
+  /// The swizzle span in bytes of the TMA boxes the load role reads (the plan's tensor maps), when loadsInRole().
+  virtual int tensorMapSwizzleBytes() const { return 0; }
   virtual void beginLoadRole(CudaWriter &) {}
   virtual void endLoadRole(CudaWriter &) {}
   /// The load role's copy of the block's K (`k`) or V tile into `tile`.

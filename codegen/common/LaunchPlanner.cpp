@@ -128,8 +128,8 @@ LaunchPlan flashtile::codegen::planBackwardLaunches(const BackwardFacts &f) {
   plan.launches.push_back(launch(f.mainEntry, "cdiv(keys, " + str(f.blockN) + ")", f.mainSmemBytes,
                                  std::max(f.mainThreads, f.threads)));
   if (f.tensorMaps)
-    plan.launches.back().tensorMaps = {{"q", f.blockM, 128}, {"k", f.blockN, 128}, {"v", f.blockN, 128},
-                                       {"do", f.blockM, 128}};
+    plan.launches.back().tensorMaps = {{"q", f.blockM, f.tensorMapSwizzle}, {"k", f.blockN, f.tensorMapSwizzle},
+                                       {"v", f.blockN, f.tensorMapSwizzle}, {"do", f.blockM, f.tensorMapSwizzle}};
   plan.launches.push_back(launch(f.postprocessEntry, "cdiv(max(rows, keys), " + str(f.blockM) + ")", 0, f.threads));
   plan.workspaces.push_back(
       {"delta", rule(aligned("lse_rows * 4")), std::nullopt, /*zeroed=*/false, {{"delta", PlanExpr::constant(0)}}});

@@ -49,8 +49,9 @@ struct BackwardFacts {
   /// The main kernel's threads: `threads` computing, and the family's roles beside them (0: `threads`).
   int mainThreads = 0;
   /// The main kernel takes the TMA descriptors of Q, K, V and dO (BackwardTarget::loadsInRole), boxes of blockM
-  /// (Q, dO) and blockN (K, V) rows swizzled over 128 bytes.
+  /// (Q, dO) and blockN (K, V) rows swizzled over tensorMapSwizzle bytes (BackwardTarget::tensorMapSwizzleBytes).
   bool tensorMaps = false;
+  int tensorMapSwizzle = 0;
 };
 
 /// The backward's plan: D = rowsum(dO∘O) per Q tile, then one block per K/V tile of each (batch, query head) adding

@@ -204,6 +204,7 @@ public:
   std::string mainExtraParams() const override {
     return shape.loadWarp ? ", const __grid_constant__ sm90::BackwardTensorMaps maps" : "";
   }
+  int tensorMapSwizzleBytes() const override { return kSwizzleBytes; }
   void beginLoadRole(CudaWriter &w) override;
   void endLoadRole(CudaWriter &w) override { w.close(); }
   void loadOwnTile(CudaWriter &w, const SharedTile &tile, bool k) override;
