@@ -900,7 +900,7 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   w.line(cat("constexpr int kKvColSplit = ", kvColSplit,
              ", kKvWarpRows = kBlockN * kKvColSplit / kWarps, kKvMTiles = kKvWarpRows / 16;"));
   w.line("const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;");
-  w.line("const int kvRowGroup = warp / kKvColSplit, kvColPart = warp % kKvColSplit;  // dK, dV: rows, column part");
+  w.line(target.kvSplitLayout());
   if (shape.keyWarps > 1)
     w.line(target.keySplitLayout());
   w.line("const int fragRow = lane / 4, fragCol = 2 * (lane % 4);");

@@ -55,6 +55,11 @@ public:
   virtual std::string keySplitLayout() const {
     return "const int warpM = warp / kKeyWarps, warpCol0 = warp % kKeyWarps * (kBlockN / kKeyWarps);  // S: rows, keys";
   }
+  /// The statement declaring `kvRowGroup` (the warp's row group of the K/V tile's keys in dK and dV) and `kvColPart`
+  /// (its column part), from `warp` and kKvColSplit: by default a row group's kKvColSplit warps are consecutive.
+  virtual std::string kvSplitLayout() const {
+    return "const int kvRowGroup = warp / kKvColSplit, kvColPart = warp % kKvColSplit;  // dK, dV: rows, column part";
+  }
   /// Why the family cannot print the main program of this shape (its GEMMs, registers, shared memory), or empty.
   virtual std::string checkMainShape() const { return {}; }
 

@@ -56,7 +56,27 @@ static_assert((kDqBarriers + kLoadBarriers) * 8 + 4 <= kRoleBarrierBytes, "the r
 /// bytes (an unpadded row of 64 or 128 floats maps every row to the same banks: 8-way conflicts), at the price of one
 /// bulk reduce-add a row instead of one a tile. Measured on the H100 (bench/NOTES.md v30): at head dim 128 (64 rows
 /// a tile) +14% non-causal; at 64 (128 rows of 256 bytes a tile, each add issued in turn) -21%, so unpadded there.
-constexpr int kDqPadFloats = 8, kDqPadFrom = 128;
+constexpr int kDqPadFloats = 8, kDqPadFrom = 96;
+
+/// Whether the warpgroups split dK's and dV's columns (the column split: a K/V tile of one m64 of keys, every
+/// warpgroup all of its keys and head_dim / W columns of dK and dV, W·32 keys of S and dP shared out as in the key
+/// split): at head dims 192 and 256, where a warpgroup's 64 keys of dK and dV over the whole head dim pass the
+/// registers.
+bool splitsColumns(const KernelShape &shape) {
+  return shape.keyWarps > 1 && shape.keyWarps == shape.warps / kWarpgroupWarps && shape.blockN == kWgmmaM;
+}
+
+/// The swizzle span of a kernel's Q, dO, K and V tiles: 128 bytes (64-column blocks) where every column a GEMM
+/// starts at is a multiple of 64 (the head dims, and under the column split a warpgroup's part of them), else 64
+/// bytes (32-column blocks: head dim 96, and 192 split in 96-column parts). The staged P and dS keep 128 (their rows
+/// are a Q tile's 64 query rows).
+int tileSwizzleBytes(const KernelShape &shape) {
+  const int64_t parts = splitsColumns(shape) ? shape.keyWarps : 1;
+  for (int64_t width : {shape.headDim, shape.headDimV})
+    if (width % (kSwizzleColumns * parts) != 0)
+      return kSwizzleBytes / 2;
+  return kSwizzleBytes;
+}
 
 /// The family's backward primitives: fp32 reductions into global memory, one pair a thread or a whole buffer.
 constexpr std::string_view kBackwardText = R"cuda(
@@ -107,16 +127,29 @@ class BackwardSm90 final : public BackwardTarget {
 public:
   explicit BackwardSm90(const KernelShape &shape)
       : shape(shape), fragments({kFragmentNamespace, shape.dtype, false, shape.keyWarps > 1 ? "warpCol0" : ""}),
-        warpgroups(shape.warps / kWarpgroupWarps), keySplit(shape.keyWarps > 1) {
+        warpgroups(shape.warps / kWarpgroupWarps), keySplit(shape.keyWarps > 1),
+        columnSplit(splitsColumns(shape)), swizzle(tileSwizzleBytes(shape)) {
     mmaType = shape.dtype == "bf16" ? "bf16" : "f16";
     pack = ns + (shape.dtype == "bf16" ? "packBf16x2" : "packF16x2");
   }
 
   std::string prelude() const override {
-    const int widths[] = {shape.blockN / shape.keyWarps, kDqColumns, shape.headDim, shape.headDimV};
+    const SharedTile k{"sK", "kBlockN", shape.headDim};
+    // dV's and dK's products are a warpgroup's columns of them: all, or a W-th under the column split.
+    const int64_t parts = columnSplit ? warpgroups : 1;
+    std::vector<int> widths = {static_cast<int>(shape.blockN / shape.keyWarps), static_cast<int>(shape.headDim / parts),
+                               static_cast<int>(shape.headDimV / parts)};
+    std::vector<int> dqWidths;
+    for (const auto &round : dqRounds(k))
+      for (const DqBlock &block : round)
+        if (std::find(dqWidths.begin(), dqWidths.end(), block.width) == dqWidths.end())
+          dqWidths.push_back(static_cast<int>(block.width));
+    if (dqReadsRegisters())
+      widths.insert(widths.end(), dqWidths.begin(), dqWidths.end());
     std::string text = fragmentPrelude(kFragmentNamespace) + ::flashtile::codegen::sm90::prelude(widths);
     if (!dqReadsRegisters())
-      text += wgmmaMnMajorAText(kDqColumns);
+      for (int n : dqWidths)
+        text += wgmmaMnMajorAText(n);
     return text + backwardPrelude(kFragmentNamespace, "") + std::string(kBackwardText);
   }
   std::string_view primitivesNamespace() const override { return kFragmentNamespace; }
@@ -132,6 +165,14 @@ public:
     return cat("const int warpM = warp % ", kWarpgroupWarps, ", warpCol0 = warp / ", kWarpgroupWarps,
                " * (kBlockN / kKeyWarps);  // S: rows, keys (a warpgroup's)");
   }
+  /// Under the column split warp w holds keys [16(w % 4), ...) of the tile (its warpgroup's m64 rows: all the keys)
+  /// and column part w / 4.
+  std::string kvSplitLayout() const override {
+    if (!columnSplit)
+      return BackwardTarget::kvSplitLayout();
+    return cat("const int kvRowGroup = warp % ", kWarpgroupWarps, ", kvColPart = warp / ", kWarpgroupWarps,
+               ";  // dK, dV: the K/V tile's keys (a warpgroup's m64 rows), the warpgroup's columns");
+  }
   std::string checkMainShape() const override {
     std::optional<std::string> error = checkBackwardShape(shape);
     return error ? *error : std::string();
@@ -141,7 +182,9 @@ public:
   std::string tileBytesExpr(const std::string &rows, const std::string &width) const override {
     return cat(rows, " * ", width, " * 2");
   }
-  std::string tileLayoutWords() const override { return "sm90::swizzle128Offset, 1024-byte aligned"; }
+  std::string tileLayoutWords() const override {
+    return cat("sm90::swizzleOffset<", swizzle, ">, 1024-byte aligned");
+  }
   void declareSharedMemory(CudaWriter &w) const override {
     w.line("extern __shared__ __align__(1024) unsigned char smemRaw[];");
     w.line(cat("unsigned char *const smem = smemRaw + (", kSwizzleAtomBytes, " - ", ns, "smemAddress(smemRaw) % ",
@@ -152,8 +195,8 @@ public:
   std::string copyWords() const override { return "cp.async"; }
   std::string copyChunk(const SharedTile &tile, const std::string &row, const std::string &col, const std::string &src,
                         const std::string &valid) const override {
-    return cat(ns, "cpAsync16(", ns, "smemAddress(", tile.name, ") + sm90::swizzle128Offset(", row, ", 8 * ", col, ", ",
-               tile.rows, "), ", src, ", ", valid, ");");
+    return cat(ns, "cpAsync16(", ns, "smemAddress(", tile.name, ") + sm90::swizzleOffset<", swizzle, ">(", row, ", 8 * ",
+               col, ", ", tile.rows, "), ", src, ", ", valid, ");");
   }
   /// LSE and D from global memory, two rows a thread where the program loads them: 1 KB less shared memory a block,
   /// so that two blocks fit an SM at head dim 128 (115 712 bytes each).
@@ -182,12 +225,13 @@ public:
   // tile's dQ from sDq into dq_accum with one bulk reduce-add, handed over by dqBars[0] (full: every computing
   // thread arrives once its part is in sDq) and back by dqBars[1] (empty: the writer's arrival once the engine read
   // sDq). Its other warps have nothing to do: they give their registers back (setmaxnreg) and leave.
-  int roleThreads() const override { return shape.dqWriter ? kWarpgroupWarps * 32 : 0; }
+  int roleThreads() const override { return roles() ? kWarpgroupWarps * 32 : 0; }
   std::string computeBarrier() const override {
-    return shape.dqWriter ? cat("sm90::namedBarrier::sync(", kComputeBarrier, ", kThreads);") : "__syncthreads();";
+    return roles() ? cat("sm90::namedBarrier::sync(", kComputeBarrier, ", kThreads);") : "__syncthreads();";
   }
   int64_t roleSharedBytes() const override {
-    return shape.dqWriter ? int64_t(shape.blockM) * (shape.headDim + dqPad()) * 4 + kRoleBarrierBytes : 0;
+    return (shape.dqWriter ? int64_t(shape.blockM) * (shape.headDim + dqPad()) * 4 : 0) +
+           (roles() ? kRoleBarrierBytes : 0);
   }
   void declareRoleShared(CudaWriter &w, const std::string &at) const override;
   void beginRoles(CudaWriter &w, const std::string &dqCounter, const std::string &dqTurn) override;
@@ -204,7 +248,7 @@ public:
   std::string mainExtraParams() const override {
     return shape.loadWarp ? ", const __grid_constant__ sm90::BackwardTensorMaps maps" : "";
   }
-  int tensorMapSwizzleBytes() const override { return kSwizzleBytes; }
+  int tensorMapSwizzleBytes() const override { return swizzle; }
   void beginLoadRole(CudaWriter &w) override;
   void endLoadRole(CudaWriter &w) override { w.close(); }
   void loadOwnTile(CudaWriter &w, const SharedTile &tile, bool k) override;
@@ -227,6 +271,13 @@ private:
   /// A committed wgmma group still in flight: the accumulator it writes (its name) and its flat reference.
   struct Group {
     std::string acc, flat;
+  };
+  /// One dQ product of a round: columns [col, col + width) (col a C expression), of the warpgroup `warpgroup` alone
+  /// (-1: every warpgroup issues it, col naming its own columns or every warpgroup the same).
+  struct DqBlock {
+    std::string col;
+    int64_t width;
+    int warpgroup;
   };
   /// A dotTn whose issue waits for dQ's products (overlap).
   struct DeferredDot {
@@ -261,22 +312,24 @@ private:
   /// the deferred dV and dK GEMMs, a group each; dqProduct runs each block's reductions once its product landed,
   /// issuing the next block's into the same registers after them.
   void issueDqProducts(CudaWriter &w, const SharedTile &k);
-  /// dQ's product of column block `block` (a C expression) of the K tile `k` into `part`, issued, not committed: A
-  /// from the registers dsFrag (one warpgroup) or from the staged dS (dqA).
-  void dqGemm(CudaWriter &w, const SharedTile &k, const std::string &block, const std::string &part);
-  /// Issues and commits dQ's product of column block `block` into dqPart.
-  void issueDqBlock(CudaWriter &w, const SharedTile &k, const std::string &block);
+  /// dQ's products of `round` of the K tile `k` into `part`, issued, not committed: A from the registers dsFrag (one
+  /// warpgroup) or from the staged dS (dqA).
+  void dqGemm(CudaWriter &w, const SharedTile &k, const std::vector<DqBlock> &round, const std::string &part);
+  /// Issues and commits dQ's products of `round` into dqPart.
+  void issueDqRound(CudaWriter &w, const SharedTile &k, const std::vector<DqBlock> &round);
   /// Keeps the compiler from reusing dS's RS fragments before the last wgmma that reads them retired.
   void fenceDsFragments(CudaWriter &w) const;
   void dqProductOverlapped(CudaWriter &w, const SharedTile &k);
+  /// Whether the block has a producer warpgroup (the dQ writer's, the load warp's, or both).
+  bool roles() const { return shape.dqWriter || shape.loadWarp; }
   /// The dQ buffer's row padding in floats (0: its rows are dq_accum's, one bulk add a tile).
   int dqPad() const { return shape.headDim >= kDqPadFrom ? kDqPadFloats : 0; }
-  /// Column block `block` of `part` (its fp32 C fragment) into sDq, this thread's rows (the dQ writer's).
-  void dqToShared(CudaWriter &w, const std::string &part, const std::string &block);
+  /// The blocks of `round` of `part` (its fp32 C fragment) into sDq, this thread's rows (the dQ writer's).
+  void dqToShared(CudaWriter &w, const std::string &part, const std::vector<DqBlock> &round);
   /// The dQ writer's hand-over: before the tile's first write into sDq (`start`), after its last.
   void dqHandOver(CudaWriter &w, bool start);
-  /// The reductions of column block `block` of `part` (its fp32 C fragment) into gDqAccum.
-  void dqReductions(CudaWriter &w, const SharedTile &k, const std::string &part, const std::string &block);
+  /// The reductions of the blocks of `round` of `part` (its fp32 C fragment) into gDqAccum.
+  void dqReductions(CudaWriter &w, const SharedTile &k, const std::string &part, const std::vector<DqBlock> &round);
 
   /// Retires the warpgroup's wgmma group and fences `flat` (a C expression of a float array reference).
   void retire(CudaWriter &w, const std::string &flat) const {
@@ -288,24 +341,71 @@ private:
     return cat("reinterpret_cast<float (&)[", floats, "]>(", acc, "[0])");
   }
 
+  /// The template argument that names the tiles' swizzle span in sm90::desc calls ("" for the default 128 bytes).
+  std::string sw() const { return swizzle == kSwizzleBytes ? std::string() : cat("<", swizzle, ">"); }
   /// " + <the byte offset of this thread's warpgroup's m64 rows in a column block>" (nothing with one warpgroup).
   std::string warpgroupRows() const {
     return warpgroups == 1 ? std::string() : cat(" + warp / ", kWarpgroupWarps, " * ", kWarpgroupRowBytes);
   }
-  /// The dQ column blocks this warpgroup computes, as C expressions: all of them, or under a key split every W-th
-  /// from its own.
-  std::vector<std::string> dqBlocks(const SharedTile &k) const {
-    std::vector<std::string> blocks;
-    const int64_t count = k.width / kDqColumns;
-    for (int64_t b = 0; b < count; b += keySplit ? warpgroups : 1)
-      blocks.push_back(keySplit ? cat("(warp / ", kWarpgroupWarps, b ? cat(" + ", b) : std::string(), ")") : cat(b));
-    return blocks;
+  /// dQ's products in rounds: a round is one product a warpgroup (one wgmma group, its accumulator dqPart), either
+  /// one block every warpgroup issues or one guarded block per warpgroup. One warpgroup, or the query rows split: every
+  /// 64-column block of the head dim in turn. The keys split over W warpgroups: one round of head_dim / W columns a
+  /// warpgroup where that is whole column blocks of the tiles' span and at most 128 columns (the registers); else
+  /// every W-th 64-column block from the warpgroup's own where the head dim is a multiple of W·64; else (head dim 96)
+  /// one round of a block per warpgroup, the first 64 columns and the rest.
+  std::vector<std::vector<DqBlock>> dqRounds(const SharedTile &k) const {
+    std::vector<std::vector<DqBlock>> rounds;
+    const int64_t part = k.width / warpgroups;
+    if (keySplit && k.width % warpgroups == 0 && part % (swizzle / 2) == 0 && part <= 2 * kDqColumns) {
+      rounds.push_back({{cat(part, " * (warp / ", kWarpgroupWarps, ")"), part, -1}});
+      return rounds;
+    }
+    if (keySplit && k.width % (kDqColumns * warpgroups) != 0) {
+      std::vector<DqBlock> round;
+      for (int g = 0; g < warpgroups && g * kDqColumns < k.width; ++g)
+        round.push_back({cat(g * kDqColumns), std::min<int64_t>(kDqColumns, k.width - g * kDqColumns), g});
+      rounds.push_back(round);
+      return rounds;
+    }
+    for (int64_t c = 0; c < k.width; c += keySplit ? kDqColumns * warpgroups : kDqColumns) {
+      const std::string col =
+          keySplit ? cat(kDqColumns, " * (warp / ", kWarpgroupWarps, c ? cat(" + ", c / kDqColumns) : std::string(), ")")
+                   : cat(c);
+      rounds.push_back({{col, std::min<int64_t>(kDqColumns, k.width - c), -1}});
+    }
+    return rounds;
+  }
+  /// The widest product of dQ's rounds (dqPart's columns).
+  int64_t dqWidth(const SharedTile &k) const {
+    int64_t widest = 0;
+    for (const auto &round : dqRounds(k))
+      for (const DqBlock &block : round)
+        widest = std::max(widest, block.width);
+    return widest;
+  }
+  /// Prints `body` for each block of `round`: as it is for a block of every warpgroup, else under the guard of its
+  /// warpgroup (a warpgroup-uniform branch: the wgmmas inside stay aligned).
+  template <typename Body>
+  void forEachBlock(CudaWriter &w, const std::vector<DqBlock> &round, Body body) const {
+    for (size_t i = 0; i < round.size(); ++i) {
+      const DqBlock &block = round[i];
+      if (block.warpgroup < 0) {
+        body(block);
+        continue;
+      }
+      const bool last = i + 1 == round.size() && i > 0 && round.size() == size_t(warpgroups);
+      w.open(last ? std::string("else") : cat(i ? "else if" : "if", " (warp / ", kWarpgroupWarps, " == ", block.warpgroup, ")"));
+      body(block);
+      w.close();
+    }
   }
 
   KernelShape shape;
   FragmentTiles fragments;
   int warpgroups;     ///< computing warpgroups of the block
   bool keySplit;      ///< the warpgroups split the keys of S (else the query rows)
+  bool columnSplit;   ///< the warpgroups split dK's and dV's columns (splitsColumns)
+  int swizzle;        ///< the swizzle span of the Q, dO, K and V tiles (tileSwizzleBytes)
   std::string dqA;    ///< dQ's A operand in shared memory (the staged dS) when it is not read from registers
   std::vector<Group> inFlight;       ///< committed groups not yet waited for, oldest first (overlap)
   std::vector<DeferredDot> deferred; ///< dotTn calls not yet issued (overlap)
@@ -320,15 +420,16 @@ void BackwardSm90::issueScore(CudaWriter &w, const std::string &acc, const Share
                 keySplit ? "its keys of the K/V tile" : "the K/V tile's keys"));
   w.open("");
   w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", a.name, ")", keySplit ? "" : warpgroupRows(),
-             ", bAddr = ", ns, "smemAddress(", b.name, ")", keySplit ? cat(" + warpCol0 * ", kSwizzleBytes) : "",
+             ", bAddr = ", ns, "smemAddress(", b.name, ")", keySplit ? cat(" + warpCol0 * ", swizzle) : "",
              ";"));
-  w.line("const unsigned long long aDesc = sm90::desc::kMajor(aAddr), bDesc = sm90::desc::kMajor(bAddr);");
+  w.line(cat("const unsigned long long aDesc = sm90::desc::kMajor", sw(), "(aAddr), bDesc = sm90::desc::kMajor", sw(),
+             "(bAddr);"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("ks", cat(a.width / 16));
   w.line(cat("sm90::warpgroup::Wgmma<", keySplit ? "kSTiles * 8" : "kBlockN", ">::", mmaType,
              "SS<sm90::warpgroup::kKMajor>(", flat(acc, "kSTiles * 4"),
-             ", sm90::desc::offsetLow(aDesc, sm90::desc::kMajorStepBytes(ks, kBlockM)), "
-             "sm90::desc::offsetLow(bDesc, sm90::desc::kMajorStepBytes(ks, kBlockN)), ks > 0);"));
+             ", sm90::desc::offsetLow(aDesc, sm90::desc::kMajorStepBytes", sw(), "(ks, kBlockM)), "
+             "sm90::desc::offsetLow(bDesc, sm90::desc::kMajorStepBytes", sw(), "(ks, kBlockN)), ks > 0);"));
   w.close();
   w.close();
 }
@@ -393,19 +494,23 @@ void BackwardSm90::issueDot(CudaWriter &w, const DeferredDot &dot) {
   const std::string floats = cat(dot.warpCols / 2);
   w.comment(cat(dot.acc, " += Aᵀ·", dot.b.name.substr(1), " (tile.dot_tn; wgmma m64n", dot.warpCols, "k16 ", mmaType,
                 " SS, fp32): Aᵀ staged in ", dot.staged, " (K-major), ", dot.b.name.substr(1), " MN-major;"));
-  w.comment("the warpgroup's rows are the K/V tile's keys");
+  w.comment(columnSplit ? "the warpgroup's rows are all the K/V tile's keys, its columns its part of the head dim"
+                        : "the warpgroup's rows are the K/V tile's keys");
   w.open("");
-  w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", dot.staged, ")", warpgroupRows(), ", bAddr = ", ns,
-             "smemAddress(", dot.b.name, ");"));
-  w.line(cat("const unsigned long long aDesc = sm90::desc::kMajor(aAddr), bDesc = sm90::desc::mnMajor(bAddr, kBlockM * ",
-             kSwizzleBytes, ");"));
+  // The column split: every warpgroup all the keys (A's m64 rows) and its own columns of B; else its own keys.
+  w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", dot.staged, ")", columnSplit ? std::string() : warpgroupRows(),
+             ", bAddr = ", ns, "smemAddress(", dot.b.name, ")",
+             columnSplit ? cat(" + warp / ", kWarpgroupWarps, " * ", dot.warpCols, " * kBlockM * 2") : std::string(),
+             ";"));
+  w.line(cat("const unsigned long long aDesc = sm90::desc::kMajor(aAddr), bDesc = sm90::desc::mnMajor", sw(),
+             "(bAddr, kBlockM * ", swizzle, ");"));
   w.line(cat("sm90::warpgroup::fenceOperands(", flat(dot.acc, floats), ");"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("ks", "kBlockM / 16");
   w.line(cat("sm90::warpgroup::Wgmma<", dot.warpCols, ">::", mmaType, "SS<sm90::warpgroup::kMNMajor>(",
              flat(dot.acc, floats),
              ", sm90::desc::offsetLow(aDesc, sm90::desc::kMajorStepBytes(ks, kBlockN)), "
-             "sm90::desc::offsetLow(bDesc, sm90::desc::mnMajorStepBytes(ks)), 1);"));
+             "sm90::desc::offsetLow(bDesc, sm90::desc::mnMajorStepBytes", sw(), "(ks)), 1);"));
   w.close();
   if (shape.gemmOverlap)
     commit(w, dot.acc, flat(dot.acc, floats));
@@ -439,26 +544,29 @@ void BackwardSm90::dqOperand(CudaWriter &w, const std::string &staged, const std
 }
 
 void BackwardSm90::dqReductions(CudaWriter &w, const SharedTile &k, const std::string &part,
-                                const std::string &block) {
-  fragments.forEachRow(w, [&] {
-    w.line(cat("const int q = ", FragmentTiles::threadRow(), ";"));
-    w.line("if (q >= p.seqlenQ)");
-    w.line("  continue;");
-    w.openUnrolledFor("nt", cat(kDqColumns / 8));
-    w.line(cat("float *const dst = gDqAccum + (long long)q * ", k.width, " + ", kDqColumns, " * ", block,
-               " + 8 * nt + fragCol;"));
-    w.line(reduceAdd2("dst", cat(part, "[0][nt][2 * r]"), cat(part, "[0][nt][2 * r + 1]")));
-    w.close();
+                                const std::vector<DqBlock> &round) {
+  forEachBlock(w, round, [&](const DqBlock &block) {
+    fragments.forEachRow(w, [&] {
+      w.line(cat("const int q = ", FragmentTiles::threadRow(), ";"));
+      w.line("if (q >= p.seqlenQ)");
+      w.line("  continue;");
+      w.openUnrolledFor("nt", cat(block.width / 8));
+      w.line(cat("float *const dst = gDqAccum + (long long)q * ", k.width, " + ", block.col, " + 8 * nt + fragCol;"));
+      w.line(reduceAdd2("dst", cat(part, "[0][nt][2 * r]"), cat(part, "[0][nt][2 * r + 1]")));
+      w.close();
+    });
   });
 }
 
-void BackwardSm90::dqToShared(CudaWriter &w, const std::string &part, const std::string &block) {
-  fragments.forEachRow(w, [&] {
-    w.line(cat("const int row = ", keySplit ? "warpM" : "warp", " * kWarpRows + 16 * mt + fragRow + 8 * r;"));
-    w.openUnrolledFor("nt", cat(kDqColumns / 8));
-    w.line(cat("*reinterpret_cast<float2 *>(sDq + row * kDqPitch + ", kDqColumns, " * ", block,
-               " + 8 * nt + fragCol) = make_float2(", part, "[0][nt][2 * r], ", part, "[0][nt][2 * r + 1]);"));
-    w.close();
+void BackwardSm90::dqToShared(CudaWriter &w, const std::string &part, const std::vector<DqBlock> &round) {
+  forEachBlock(w, round, [&](const DqBlock &block) {
+    fragments.forEachRow(w, [&] {
+      w.line(cat("const int row = ", keySplit ? "warpM" : "warp", " * kWarpRows + 16 * mt + fragRow + 8 * r;"));
+      w.openUnrolledFor("nt", cat(block.width / 8));
+      w.line(cat("*reinterpret_cast<float2 *>(sDq + row * kDqPitch + ", block.col,
+                 " + 8 * nt + fragCol) = make_float2(", part, "[0][nt][2 * r], ", part, "[0][nt][2 * r + 1]);"));
+      w.close();
+    });
   });
 }
 
@@ -479,8 +587,14 @@ void BackwardSm90::dqHandOver(CudaWriter &w, bool start) {
 }
 
 void BackwardSm90::declareRoleShared(CudaWriter &w, const std::string &at) const {
-  if (!shape.dqWriter)
+  if (!roles())
     return;
+  if (!shape.dqWriter) {
+    w.comment("the load warp's barriers: K and V landed; the ring's buffers s = 0, 1 full and empty");
+    w.line(cat("sm90::Mbarrier *const kvBar = reinterpret_cast<sm90::Mbarrier *>(", at,
+               "), *const fullBars = kvBar + 1, *const emptyBars = fullBars + 2;"));
+    return;
+  }
   w.comment("the dQ writer's buffer (fp32 [kBlockM][kDqPitch]: a Q tile's rows of dq_accum, each padded so that the");
   w.comment("fragment stores do not conflict) and its barriers: dqBars[0] full (kThreads arrivals), dqBars[1] empty (the");
   w.comment("writer's one)");
@@ -497,17 +611,25 @@ void BackwardSm90::declareRoleShared(CudaWriter &w, const std::string &at) const
 }
 
 void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const std::string &dqTurn) {
-  if (!shape.dqWriter)
+  if (!roles())
     return;
   const int producerRegs = shape.producerRegs ? shape.producerRegs : 24;
-  w.comment("---- roles: warps [0, kWarps) compute; warp kWarps, the first of the producer warpgroup, is the dQ");
-  w.comment(shape.loadWarp ? "writer, warp kWarps + 1 the load warp; the producer warpgroup gives its registers to the computing"
-                           : "writer; the producer warpgroup gives its registers to the computing ones (setmaxnreg) ----");
-  if (shape.loadWarp)
-    w.comment("ones (setmaxnreg) ----");
+  if (!shape.dqWriter) {
+    w.comment("---- roles: warps [0, kWarps) compute and add their dQ terms themselves; warp kWarps + 1, the second of the");
+    w.comment("producer warpgroup, is the load warp; the producer warpgroup gives its registers to the computing ones");
+    w.comment("(setmaxnreg) ----");
+  } else {
+    w.comment("---- roles: warps [0, kWarps) compute; warp kWarps, the first of the producer warpgroup, is the dQ");
+    w.comment(shape.loadWarp ? "writer, warp kWarps + 1 the load warp; the producer warpgroup gives its registers to the computing"
+                             : "writer; the producer warpgroup gives its registers to the computing ones (setmaxnreg) ----");
+    if (shape.loadWarp)
+      w.comment("ones (setmaxnreg) ----");
+  }
   w.open("if (threadIdx.x == 0)");
-  w.line("sm90::mbarrier::init(&dqBars[0], kThreads);");
-  w.line("sm90::mbarrier::init(&dqBars[1], 1);");
+  if (shape.dqWriter) {
+    w.line("sm90::mbarrier::init(&dqBars[0], kThreads);");
+    w.line("sm90::mbarrier::init(&dqBars[1], 1);");
+  }
   if (shape.loadWarp) {
     w.line("sm90::mbarrier::init(kvBar, 2);  // K's and V's TMA");
     w.open("for (int s = 0; s < 2; ++s)");
@@ -520,6 +642,8 @@ void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const
   w.line("__syncthreads();  // every role sees the initialized barriers");
   w.open("if (warp >= kWarps)");
   w.line(cat("sm90::warpgroup::decreaseRegisters<", producerRegs, ">();"));
+  if (!shape.dqWriter)
+    return;
   w.open("if (warp == kWarps)");
   w.comment("dQ writer: Q tile after Q tile, as the computing warps hand them over, until the walk is over");
   w.open("for (int use = 0;; ++use)");
@@ -567,13 +691,14 @@ void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const
 }
 
 void BackwardSm90::endRoles(CudaWriter &w) {
-  if (!shape.dqWriter)
+  if (!roles())
     return;
   w.line("return;");
   w.close();
   const int consumerRegs = shape.consumerRegs ? shape.consumerRegs : 240;
   w.line(cat("sm90::warpgroup::increaseRegisters<", consumerRegs, ">();"));
-  w.line("int dqUses = 0;  // Q tiles handed to the dQ writer");
+  if (shape.dqWriter)
+    w.line("int dqUses = 0;  // Q tiles handed to the dQ writer");
   if (shape.loadWarp)
     w.line("int tileUses = 0;  // Q tiles taken from the load warp's ring");
 }
@@ -649,41 +774,45 @@ void BackwardSm90::endWalk(CudaWriter &w) {
   w.line("sm90::mbarrier::arrive(&dqBars[0]);");
 }
 
-void BackwardSm90::dqGemm(CudaWriter &w, const SharedTile &k, const std::string &block, const std::string &part) {
-  w.line(cat("const unsigned bAddr = ", ns, "smemAddress(", k.name, ") + ", block, " * ", k.rows, " * ", kSwizzleBytes,
-             ";  // column block ", block, " of K"));
-  if (!dqReadsRegisters())
-    w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", dqA, ")",
-               keySplit ? std::string() : cat(" + warp / ", kWarpgroupWarps, " * kBlockN * ", kSwizzleBytes),
-               ";  // dS, ", keySplit ? "the Q tile's rows" : "this warpgroup's query rows (a column block)"));
-  w.line(cat("const unsigned long long bDesc = sm90::desc::mnMajor(bAddr, ", k.rows, " * ", kSwizzleBytes, ");"));
-  if (!dqReadsRegisters())
-    w.line(cat("const unsigned long long aDesc = sm90::desc::mnMajor(aAddr, kBlockN * ", kSwizzleBytes, ");"));
+void BackwardSm90::dqGemm(CudaWriter &w, const SharedTile &k, const std::vector<DqBlock> &round,
+                          const std::string &part) {
   w.line("sm90::warpgroup::arrive();");
-  w.openUnrolledFor("ks", "kBlockN / 16");
-  if (dqReadsRegisters())
-    w.line(cat("sm90::warpgroup::Wgmma<", kDqColumns, ">::", mmaType, "RS<sm90::warpgroup::kMNMajor>(",
-               flat(part, cat(kDqColumns / 2)), ", dsFrag[0][ks], sm90::desc::offsetLow(bDesc, "
-               "sm90::desc::mnMajorStepBytes(ks)), ks > 0);"));
-  else
-    w.line(cat("sm90::warpgroup::WgmmaMnA<", kDqColumns, ">::", mmaType, "SS<sm90::warpgroup::kMNMajor>(",
-               flat(part, cat(kDqColumns / 2)), ", sm90::desc::offsetLow(aDesc, sm90::desc::mnMajorStepBytes(ks)), ",
-               "sm90::desc::offsetLow(bDesc, sm90::desc::mnMajorStepBytes(ks)), ks > 0);"));
-  w.close();
+  forEachBlock(w, round, [&](const DqBlock &block) {
+    w.open("");
+    // Column c of a column-block tile starts c · rows · 2 bytes in, at any span (c a multiple of the span's columns).
+    w.line(cat("const unsigned bAddr = ", ns, "smemAddress(", k.name, ") + (", block.col, ") * ", k.rows,
+               " * 2;  // columns [", block.col, ", +", block.width, ") of K"));
+    if (!dqReadsRegisters())
+      w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", dqA, ")",
+                 keySplit ? std::string() : cat(" + warp / ", kWarpgroupWarps, " * kBlockN * ", kSwizzleBytes),
+                 ";  // dS, ", keySplit ? "the Q tile's rows" : "this warpgroup's query rows (a column block)"));
+    w.line(cat("const unsigned long long bDesc = sm90::desc::mnMajor", sw(), "(bAddr, ", k.rows, " * ", swizzle, ");"));
+    if (!dqReadsRegisters())
+      w.line(cat("const unsigned long long aDesc = sm90::desc::mnMajor(aAddr, kBlockN * ", kSwizzleBytes, ");"));
+    w.openUnrolledFor("ks", "kBlockN / 16");
+    if (dqReadsRegisters())
+      w.line(cat("sm90::warpgroup::Wgmma<", block.width, ">::", mmaType, "RS<sm90::warpgroup::kMNMajor>(",
+                 flat(part, cat(block.width / 2)), ", dsFrag[0][ks], sm90::desc::offsetLow(bDesc, "
+                 "sm90::desc::mnMajorStepBytes", sw(), "(ks)), ks > 0);"));
+    else
+      w.line(cat("sm90::warpgroup::WgmmaMnA<", block.width, ">::", mmaType, "SS<sm90::warpgroup::kMNMajor>(",
+                 flat(part, cat(block.width / 2)), ", sm90::desc::offsetLow(aDesc, sm90::desc::mnMajorStepBytes(ks)), ",
+                 "sm90::desc::offsetLow(bDesc, sm90::desc::mnMajorStepBytes", sw(), "(ks)), ks > 0);"));
+    w.close();
+    w.close();
+  });
 }
 
-void BackwardSm90::issueDqBlock(CudaWriter &w, const SharedTile &k, const std::string &block) {
-  w.open("");
-  dqGemm(w, k, block, "dqPart");
-  commit(w, "dqPart", flat("dqPart", cat(kDqColumns / 2)));
-  w.close();
+void BackwardSm90::issueDqRound(CudaWriter &w, const SharedTile &k, const std::vector<DqBlock> &round) {
+  dqGemm(w, k, round, "dqPart");
+  commit(w, "dqPart", flat("dqPart", cat(dqWidth(k) / 2)));
 }
 
 void BackwardSm90::issueDqProducts(CudaWriter &w, const SharedTile &k) {
-  w.comment("overlap: dQ's first column block product issued first, then dV's and dK's, a group each (before");
-  w.comment("deterministic mode's turn: the products do not depend on it); dqProduct waits for it");
-  w.line(cat("float dqPart[1][", kDqColumns / 8, "][4];"));
-  issueDqBlock(w, k, dqBlocks(k).front());
+  w.comment("overlap: dQ's first product issued first, then dV's and dK's, a group each (before deterministic");
+  w.comment("mode's turn: the products do not depend on it); dqProduct waits for it");
+  w.line(cat("float dqPart[1][", dqWidth(k) / 8, "][4];"));
+  issueDqRound(w, k, dqRounds(k).front());
   for (const DeferredDot &dot : deferred)
     issueDot(w, dot);
   deferred.clear();
@@ -695,20 +824,20 @@ void BackwardSm90::fenceDsFragments(CudaWriter &w) const {
 }
 
 void BackwardSm90::dqProductOverlapped(CudaWriter &w, const SharedTile &k) {
-  const std::vector<std::string> blocks = dqBlocks(k);
-  w.comment("overlap: each column block's reductions once its product landed, the first under dV's and dK's GEMMs");
-  for (size_t i = 0; i < blocks.size(); ++i) {
+  const std::vector<std::vector<DqBlock>> rounds = dqRounds(k);
+  w.comment("overlap: each product's reductions once it landed, the first under dV's and dK's GEMMs");
+  for (size_t i = 0; i < rounds.size(); ++i) {
     if (i > 0)
-      issueDqBlock(w, k, blocks[i]);
+      issueDqRound(w, k, rounds[i]);
     waitFor(w, "dqPart");
-    if (i == blocks.size() - 1)
+    if (i == rounds.size() - 1)
       fenceDsFragments(w);
     if (shape.dqWriter) {
       if (i == 0)
         dqHandOver(w, true);
-      dqToShared(w, "dqPart", blocks[i]);
+      dqToShared(w, "dqPart", rounds[i]);
     } else {
-      dqReductions(w, k, "dqPart", blocks[i]);
+      dqReductions(w, k, "dqPart", rounds[i]);
     }
   }
   if (shape.dqWriter)
@@ -722,18 +851,19 @@ void BackwardSm90::dqProduct(CudaWriter &w, const SharedTile &k) {
   }
   if (shape.dqWriter)
     dqHandOver(w, true);
-  for (const std::string &block : dqBlocks(k)) {
+  const int64_t width = dqWidth(k);
+  for (const std::vector<DqBlock> &round : dqRounds(k)) {
     w.open("");
-    w.line(cat("float part[1][", kDqColumns / 8, "][4];"));
+    w.line(cat("float part[1][", width / 8, "][4];"));
     w.open("");
-    dqGemm(w, k, block, "part");
-    retire(w, flat("part", cat(kDqColumns / 2)));
+    dqGemm(w, k, round, "part");
+    retire(w, flat("part", cat(width / 2)));
     fenceDsFragments(w);
     w.close();
     if (shape.dqWriter)
-      dqToShared(w, "part", block);
+      dqToShared(w, "part", round);
     else
-      dqReductions(w, k, "part", block);
+      dqReductions(w, k, "part", round);
     w.close();
   }
   if (shape.dqWriter)
@@ -756,23 +886,26 @@ std::optional<std::string> checkBackwardShape(const KernelShape &shape) {
                  "be ", kWgmmaM * warpgroups, " (a warpgroup's m64 query rows of S and m64 keys of dK and dV); got "
                  "block-m ", shape.blockM, ", block-n ", shape.blockN);
   } else {
-    if (shape.keyWarps != warpgroups || shape.blockM != kWgmmaM || shape.blockN != kWgmmaM * warpgroups)
+    const bool keys = shape.blockN == kWgmmaM * warpgroups, columns = splitsColumns(shape);
+    if (shape.keyWarps != warpgroups || shape.blockM != kWgmmaM || !(keys || columns))
       return cat("sm90 backward: with the keys split over ", warpgroups, " warpgroups, key-warps must be ", warpgroups,
-                 ", block-m ", kWgmmaM, " and block-n ", kWgmmaM * warpgroups, " (a warpgroup's m64 keys); got key-warps ",
-                 shape.keyWarps, ", block-m ", shape.blockM, ", block-n ", shape.blockN);
-    if (shape.headDim % (kDqColumns * warpgroups) != 0)
-      return cat("sm90 backward: with the keys split over ", warpgroups, " warpgroups, head_dim (", shape.headDim,
-                 ") must be a multiple of ", kDqColumns * warpgroups, " (dQ's ", kDqColumns,
-                 "-column blocks shared out evenly)");
+                 ", block-m ", kWgmmaM, " and block-n ", kWgmmaM * warpgroups,
+                 " (a warpgroup's m64 keys) or, splitting dK's and dV's columns, ", kWgmmaM,
+                 " (every warpgroup the tile's m64 keys); got key-warps ", shape.keyWarps, ", block-m ", shape.blockM,
+                 ", block-n ", shape.blockN);
   }
-  if (shape.loadWarp && !shape.dqWriter)
-    return std::string("sm90 backward: the load warp (tile.load_warp) is a warp of the dQ writer's producer warpgroup; "
-                       "it needs tile.dq_writer");
+  // A thread holds its warpgroup's part of dK and dV in fp32: 64 keys x (head_dim + head_dim_v) / 128 floats, or a
+  // W-th of that under the column split; at most 128 of its 240 registers.
+  const bool columns = splitsColumns(shape);
+  const int64_t parts = columns ? shape.keyWarps : 1;
   for (auto [name, value] : {std::pair{"head_dim", shape.headDim}, {"head_dim_v", shape.headDimV}})
-    if (value != 64 && value != 128)
-      return cat("sm90 backward: ", name, " (", value,
-                 ") must be 64 or 128 (whole 128-byte column blocks; dK and dV stay in registers); the fa2 backward "
-                 "serves the others");
+    if (value < 64 || value > 256 || value % (32 * parts) != 0)
+      return cat("sm90 backward: ", name, " (", value, ") must be a multiple of ", 32 * parts, " in [64, 256] (whole ",
+                 "32-column blocks", columns ? " a warpgroup" : "", "); the fa2 backward serves the others");
+  if (const int64_t floats = kWgmmaM * (shape.headDim + shape.headDimV) / parts / (kWarpgroupWarps * 32); floats > 128)
+    return cat("sm90 backward: dK and dV would take ", floats, " fp32 registers a thread (head dims ", shape.headDim,
+               ", ", shape.headDimV, columns ? "" : ", a warpgroup's 64 keys over all their columns",
+               "); at most 128: split their columns over the warpgroups (block-n ", kWgmmaM, ")");
   return std::nullopt;
 }
 

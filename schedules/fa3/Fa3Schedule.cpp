@@ -72,12 +72,12 @@ public:
         {kDqWriter, "backward only: 1: each Q tile's dQ terms leave through shared memory and a writer warp of a "
                     "producer warpgroup adds them into the fp32 accumulator (one bulk reduce-add a tile), the "
                     "computing warpgroups taking consumer-regs registers (setmaxnreg); 0: each thread adds its own "
-                    "(red.global.add; default: 1 with two consumer warpgroups)",
+                    "(red.global.add; default: 1 with two consumer warpgroups below head dim 256)",
          0, 1},
-        {kLoadWarp, "backward only: 1: a warp of the dq-writer's producer warpgroup loads K, V and each Q tile's Q, "
-                    "dO, LSE and D (TMA into a two-stage ring with full and empty barriers), so the computing "
-                    "warpgroups copy nothing; 0: the computing threads copy them (cp.async, one tile ahead; default: "
-                    "1 with dq-writer 1)",
+        {kLoadWarp, "backward only: 1: a warp of the producer warpgroup loads K, V and each Q tile's Q, dO, LSE "
+                    "and D (TMA into a two-stage ring with full and empty barriers), so the computing warpgroups copy "
+                    "nothing; 0: the computing threads copy them (cp.async, one tile ahead; default: 1 with two "
+                    "consumer warpgroups, or as dq-writer where it is given)",
          0, 1},
         {kExp2PolyShare, "FA4's partial software exp2: of every 8 n8 tiles of a score row, how many take their "
                          "exponentials from a cubic on the FMA pipe (sm90::math::exp2Poly3) instead of MUFU; 0: none "
@@ -145,14 +145,18 @@ public:
   }
 
   /// The backward's three programs share one configuration: W computing warpgroups (consumer-warpgroups, 1 or 2) a
-  /// block with wgmma, copying with cp.async, over K/V tiles of 64·W keys (each warpgroup's m64 rows of dK and dV in
-  /// its registers), Q, dO, LSE and D copied one Q tile ahead (stages = 2 Q-tile buffers). The warpgroups split S's
-  /// query rows (block-m 64·W, split-Q) or its keys (block-m 64, key split: tile.key_warps = W; dQ's column blocks
-  /// shared out). Defaults, two warpgroups over 128 keys (FA3's 128-key K/V tiles: a block adds each dQ element once
-  /// per 128 keys instead of 64, halving the fp32 reductions that bound the one-warpgroup form, docs/backward.md):
-  /// split-Q 128 × 128 at head dim 64, key split 64 × 128 at 128 (split-Q there would hold 64 + 64 fp32 of S and dP
-  /// beside 64 + 64 of dK and dV a thread before dQ's part, and its buffers pass the shared-memory limit). The knobs
-  /// that shape the forward's roles have no meaning here and are refused by name.
+  /// block with wgmma, Q, dO, LSE and D brought one Q tile ahead (stages = 2 Q-tile buffers). The layouts, by what
+  /// fits a thread's registers (dK and dV in fp32 beside S and dP) and the block's shared memory:
+  ///   split-Q     block-m 64·W × block-n 64·W: a warpgroup 64 query rows of S and dP, its 64 keys of dK and dV;
+  ///   key split   block-m 64 × block-n 64·W (tile.key_warps = W): a warpgroup 64 keys of S, dP, dK and dV over
+  ///               the whole head dim, dQ's columns shared out;
+  ///   column split block-m 64 × block-n 64 (tile.key_warps = W): a warpgroup 64 / W keys of S and dP, and all 64
+  ///               keys of dK and dV over head_dim / W of their columns (64 + 64 fp32 a thread at head dim 256).
+  /// Defaults, two warpgroups: split-Q 128 × 128 at head dim 64, key split 64 × 128 at 96 and 128 (FA3's 128-key K/V
+  /// tiles: a block adds each dQ element once per 128 keys; split-Q there would hold 64 + 64 fp32 of S and dP beside
+  /// dK and dV, and its buffers pass the shared-memory limit), the column split at 192 and 256 (a warpgroup's 64 keys
+  /// over 192 or 256 columns of dK and dV pass the registers). The knobs that shape the forward's roles have no
+  /// meaning here and are refused by name.
   FailureOr<ScheduleAttr> configureBackward(FuncOp func, const schedule::Knobs &knobs) const {
     auto refuse = [&](const char *name, int64_t value, const std::string &accepted) {
       return func.emitOpError() << "fa3 backward: " << name << " = " << value << " is not supported; accepted: "
@@ -165,15 +169,16 @@ public:
                                      "consumer-warpgroups, intra-wg-overlap, dq-writer, load-warp, producer-regs "
                                      "and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
-      if (value != 64 && value != 128)
-        return refuse(name, value, "64 or 128 (dK and dV in the warpgroups' registers); the fa2 backward serves the "
-                                   "others");
+      if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
+        return refuse(name, value, "64, 96, 128, 192 or 256; the fa2 backward serves the others");
     const int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
-    // A block-n alone names the warpgroups too (one per 64 keys).
+    // Above 128 a warpgroup's 64 keys of dK and dV over the whole head dim pass the registers: the column split.
+    const bool wide = headDim > 128;
+    // A block-n alone names the warpgroups too (one per 64 keys), except where the column split is the layout.
     const int64_t consumers =
         knob(knobs, kConsumerWarpgroups,
-             knobs.count(kBlockN) && knobs.at(kBlockN) % kBackwardBlock == 0 ? knobs.at(kBlockN) / kBackwardBlock
-                                                                                : kBackwardWarpgroups);
+             !wide && knobs.count(kBlockN) && knobs.at(kBlockN) % kBackwardBlock == 0 ? knobs.at(kBlockN) / kBackwardBlock
+                                                                                        : kBackwardWarpgroups);
     if (consumers < 1 || consumers > kBackwardWarpgroups) {
       // Without consumer-warpgroups the count came from block-n: the error names the knob the caller gave.
       if (!knobs.count(kConsumerWarpgroups))
@@ -183,35 +188,45 @@ public:
                           std::to_string(kBackwardWarpgroups) + " warpgroups)");
       return refuse(kConsumerWarpgroups, consumers, "1 or 2 (computing warpgroups a block)");
     }
+    if (wide && consumers != kBackwardWarpgroups)
+      return refuse(kConsumerWarpgroups, consumers,
+                    std::to_string(kBackwardWarpgroups) + " at head dim " + std::to_string(headDim) +
+                        " (dK's and dV's columns split over the warpgroups)");
     const int64_t keys = kBackwardBlock * consumers;
-    const int64_t blockN = knob(knobs, kBlockN, keys);
+    const int64_t blockN = knob(knobs, kBlockN, wide ? kBackwardBlock : keys);
     const int64_t blockM = knob(knobs, kBlockM, headDim <= 64 ? keys : kBackwardBlock);
     const int64_t stages = knob(knobs, kStages, 2);
-    if (blockN != keys)
+    if (wide && (blockN != kBackwardBlock || blockM != kBackwardBlock))
+      return blockN != kBackwardBlock
+                 ? refuse(kBlockN, blockN, std::to_string(kBackwardBlock) + " at head dim " + std::to_string(headDim) +
+                                               " (every warpgroup the tile's m64 keys of dK and dV, its columns)")
+                 : refuse(kBlockM, blockM, std::to_string(kBackwardBlock) + " at head dim " + std::to_string(headDim));
+    if (!wide && blockN != keys)
       return refuse(kBlockN, blockN, std::to_string(keys) + " with " + std::to_string(consumers) +
                                          " consumer warpgroup(s) (each warpgroup's m64 keys of dK and dV)");
     const bool keySplit = consumers > 1 && blockM == kBackwardBlock;
-    if (blockM != keys && !keySplit)
+    if (!wide && blockM != keys && !keySplit)
       return refuse(kBlockM, blockM, consumers == 1 ? std::string("64 (one warpgroup's m64 rows)")
                                                     : std::to_string(keys) + " (split-Q: a warpgroup's m64 query "
                                                       "rows) or 64 (the warpgroups split the keys)");
-    if (keySplit && func.getHeadDim() % keys != 0)
-      return refuse(kBlockM, blockM, std::to_string(keys) + " at head dim " + std::to_string(func.getHeadDim()) +
-                                         " (a key split shares dQ's 64-column blocks out evenly over the warpgroups: "
-                                         "head dims that are multiples of " + std::to_string(keys) + ")");
     if (stages != 2)
       return refuse(kStages, stages, "2 (Q-tile buffers: each Q tile copied one tile ahead)");
     if (keySplit)
       func->setAttr(kKeyWarpsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), consumers));
     // dq-writer: the main program's roles, FA3's: the computing warpgroups leave each Q tile's dQ terms in shared
     // memory, a producer warpgroup's first warp adds them into dq_accum with one bulk reduce-add (and takes the
-    // deterministic mode's turns), and setmaxnreg moves the producer's registers to the computing warpgroups.
-    const int64_t writer = knob(knobs, kDqWriter, consumers > 1 ? 1 : 0);
+    // deterministic mode's turns), and setmaxnreg moves the producer's registers to the computing warpgroups. At head
+    // dim 256 its buffer (64 rows of 264 floats) does not fit beside the tiles: the computing warps add dQ themselves
+    // (FA3's form there).
+    const int64_t writer = knob(knobs, kDqWriter, consumers > 1 && headDim < 256 ? 1 : 0);
+    // load-warp: a warp of the producer warpgroup loads K, V and each Q tile's rows (TMA), FA3's producer.
+    // (Its default follows an explicit dq-writer, so that dq-writer = 0 still names the form before both roles.)
+    const int64_t loader = knob(knobs, kLoadWarp, knobs.count(kDqWriter) ? writer : consumers > 1 ? 1 : 0);
     const RoleRegisters regs = registersFor(knobs, consumers);
-    if (!writer && (knobs.count(kProducerRegs) || knobs.count(kConsumerRegs)))
-      return func.emitOpError() << "fa3 backward: producer-regs and consumer-regs shape the roles of dq-writer = 1; "
-                                   "with dq-writer = 0 there is no producer warpgroup";
-    if (writer) {
+    if (!writer && !loader && (knobs.count(kProducerRegs) || knobs.count(kConsumerRegs)))
+      return func.emitOpError() << "fa3 backward: producer-regs and consumer-regs shape the roles of dq-writer = 1 or "
+                                   "load-warp = 1; with both 0 there is no producer warpgroup";
+    if (writer || loader) {
       for (auto [name, value] : {std::pair{kProducerRegs, regs.producer}, {kConsumerRegs, regs.consumer}})
         if (value % 8 != 0)
           return refuse(name, value, "a multiple of 8 (setmaxnreg)");
@@ -219,14 +234,10 @@ public:
         return func.emitOpError() << "fa3 backward: the roles ask for " << total << " registers (producer-regs "
                                   << regs.producer << ", consumer-regs " << regs.consumer << " x " << consumers
                                   << " warpgroups of 128 threads); an SM has 65536";
-      func->setAttr(kDqWriterAttr, UnitAttr::get(func.getContext()));
       func->setAttr(kRoleRegistersAttr, DenseI32ArrayAttr::get(func.getContext(), {regs.producer, regs.consumer}));
     }
-    // load-warp: a second warp of that producer warpgroup loads K, V and each Q tile's rows (TMA), FA3's producer.
-    const int64_t loader = knob(knobs, kLoadWarp, writer);
-    if (loader && !writer)
-      return func.emitOpError() << "fa3 backward: load-warp = 1 needs the producer warpgroup of dq-writer = 1; "
-                                   "accepted with dq-writer = 0: load-warp = 0";
+    if (writer)
+      func->setAttr(kDqWriterAttr, UnitAttr::get(func.getContext()));
     if (loader)
       func->setAttr(kLoadWarpAttr, UnitAttr::get(func.getContext()));
     // intra-wg-overlap: a Q tile's GEMMs in flight together, each waited on where its result is first read (S's

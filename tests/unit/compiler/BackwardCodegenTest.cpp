@@ -194,7 +194,7 @@ TEST(BackwardCodegen, Fa3DqWriterRoleAddsEachQTileWithOneBulkReduce) {
                                          "fa3"),
                          jit::Stage::Scheduled);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("with dq-writer = 0 there is no producer warpgroup"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("with both 0 there is no producer warpgroup"), std::string::npos)
       << refused.status().message();
 }
 
@@ -234,32 +234,39 @@ TEST(BackwardCodegen, Fa3LoadWarpLoadsEachQTileByTma) {
       }
     }
   }
-  // A load warp is a warp of the dq-writer's producer warpgroup; the forward takes neither knob.
-  StatusOr<jit::CompileResult> refused =
-      jit::compile(*variants::byName("none"),
+  // A load warp without the dQ writer: the producer warpgroup holds the load warp alone (warp kWarps has nothing to
+  // do), and the computing warps add dQ themselves (FA3's form at head dim 256).
+  StatusOr<jit::CompileResult> alone =
+      jit::compile(*variants::byName("causal"),
                    backwardOptions(ElementType::BF16, 128, "sm_90a", {{"dq-writer", 0}, {"load-warp", 1}}, "fa3"),
-                   jit::Stage::Scheduled);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("load-warp = 1 needs the producer warpgroup of dq-writer = 1"),
-            std::string::npos)
-      << refused.status().message();
+                   jit::Stage::Cubin);
+  ASSERT_TRUE(alone.ok()) << alone.status().message();
+  const std::string loadOnly = alone->cuda.substr(alone->cuda.find(" flashtile_fa3_causal_bf16_d128_bwd("));
+  EXPECT_EQ(count(loadOnly, "if (warp == kWarps + 1) {"), 1);
+  EXPECT_EQ(count(loadOnly, "if (warp == kWarps) {"), 0);
+  EXPECT_EQ(count(loadOnly, "sm90::bulkReduceAddF32(gDqAccum"), 0);
+  EXPECT_GT(count(loadOnly, "sm90::redAdd2(dst, dqPart"), 0);
+  EXPECT_EQ(count(loadOnly, "float *const sDq = "), 0);
+  EXPECT_EQ(count(loadOnly, "sm90::namedBarrier::sync(1, kThreads);") > 0, true);
+  EXPECT_EQ(alone->info.plan.launchOf(alone->info.entry)->threads, 384);
+  // The forward takes neither knob.
   jit::CompileOptions forward = backwardOptions(ElementType::BF16, 128, "sm_90a", {{"load-warp", 1}}, "fa3");
   forward.kind = "forward";
-  refused = jit::compile(*variants::byName("none"), forward, jit::Stage::Scheduled);
+  StatusOr<jit::CompileResult> refused = jit::compile(*variants::byName("none"), forward, jit::Stage::Scheduled);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("fa3: load-warp shapes the backward's roles only"), std::string::npos)
       << refused.status().message();
 }
 
 TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
-  for (auto [headDim, headDimV] : {std::pair{192, 128}, {256, 256}, {96, 96}, {32, 32}}) {
+  for (auto [headDim, headDimV] : {std::pair{32, 32}, {160, 160}}) {
     for (ElementType dtype : {ElementType::BF16, ElementType::F16}) {
       jit::CompileOptions fa3 = backwardOptions(dtype, headDim, "sm_90a", {}, "fa3");
       fa3.headDimV = headDimV;
       StatusOr<jit::CompileResult> refused = jit::compile(*variants::byName("causal"), fa3, jit::Stage::Scheduled);
       ASSERT_FALSE(refused.ok()) << headDim;
       EXPECT_NE(refused.status().message().find("fa3 backward: head_dim = " + std::to_string(headDim) +
-                                                " is not supported; accepted: 64 or 128"),
+                                                " is not supported; accepted: 64, 96, 128, 192 or 256"),
                 std::string::npos)
           << refused.status().message();
       jit::CompileOptions fa2 = fa3;
@@ -284,11 +291,11 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
     ASSERT_FALSE(refused.ok()) << knob;
     EXPECT_NE(refused.status().message().find(message), std::string::npos) << refused.status().message();
   }
-  // One warpgroup over 64-key tiles (the first form) and the two layouts of two; a key split needs dQ's 64-column
-  // blocks to share out evenly (not at head dim 64).
+  // One warpgroup over 64-key tiles (the first form) and the two layouts of two; a key split at head dim 64 gives
+  // dQ's one 64-column block to the first warpgroup.
   for (auto [headDim, knobs, keyWarps] :
        {std::tuple{128, schedule::Knobs{{"consumer-warpgroups", 1}}, 0}, {64, schedule::Knobs{{"block-n", 64}}, 0},
-        {128, schedule::Knobs{{"block-m", 64}}, 2}}) {
+        {128, schedule::Knobs{{"block-m", 64}}, 2}, {64, schedule::Knobs{{"block-m", 64}}, 2}}) {
     StatusOr<jit::CompileResult> result = jit::compile(
         *variants::byName("causal"), backwardOptions(ElementType::BF16, headDim, "sm_90a", knobs, "fa3"),
         jit::Stage::Cuda);
@@ -302,18 +309,55 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
   ASSERT_FALSE(wide.ok());
   EXPECT_NE(wide.status().message().find("bytes of shared memory; sm_90a allows 232448"), std::string::npos)
       << wide.status().message();
-  StatusOr<jit::CompileResult> splitAt64 = jit::compile(
-      *variants::byName("none"), backwardOptions(ElementType::BF16, 64, "sm_90a", {{"block-m", 64}}, "fa3"),
-      jit::Stage::Scheduled);
-  ASSERT_FALSE(splitAt64.ok());
-  EXPECT_NE(splitAt64.status().message().find("fa3 backward: block-m = 64 is not supported; accepted: 128 at head "
-                                              "dim 64"),
-            std::string::npos)
-      << splitAt64.status().message();
+  // Above head dim 128 the column split is the layout: 64-key tiles of two warpgroups.
+  for (auto [knob, value, message] :
+       {std::tuple{"block-n", 128, "fa3 backward: block-n = 128 is not supported; accepted: 64 at head dim 256"},
+        {"consumer-warpgroups", 1, "fa3 backward: consumer-warpgroups = 1 is not supported; accepted: 2 at head dim "
+                                   "256"}}) {
+    StatusOr<jit::CompileResult> refusedWide = jit::compile(
+        *variants::byName("none"), backwardOptions(ElementType::BF16, 256, "sm_90a", {{knob, value}}, "fa3"),
+        jit::Stage::Scheduled);
+    ASSERT_FALSE(refusedWide.ok()) << knob;
+    EXPECT_NE(refusedWide.status().message().find(message), std::string::npos) << refusedWide.status().message();
+  }
   // sm_80 has no wgmma: fa3 has no lowering there.
   StatusOr<jit::CompileResult> sm80 = jit::compile(
       *variants::byName("none"), backwardOptions(ElementType::BF16, 128, "sm_80", {}, "fa3"), jit::Stage::Scheduled);
   EXPECT_FALSE(sm80.ok());
+}
+
+// fa3 at every head dim from 64 to 256 (FA3's set): 96 in 64-byte swizzled tiles (32-column blocks) with dQ's first
+// 64 columns on one warpgroup and the rest on the other; 192 and 256 with dK's and dV's columns split over the two
+// warpgroups (64-key tiles), 192 in 64-byte tiles too (96-column parts), 256 without the dQ writer (its buffer does
+// not fit) but with the load warp.
+TEST(BackwardCodegen, Fa3ServesHeadDims96To256) {
+  struct Case {
+    int headDim, headDimV, swizzle, blockN;
+    bool columns, writer;
+    const char *dq;
+  };
+  for (const Case &c : {Case{96, 96, 64, 128, false, true, "if (warp / 4 == 0) {"},
+                        Case{192, 192, 64, 64, true, true, "columns [96 * (warp / 4), +96) of K"},
+                        Case{192, 128, 64, 64, true, true, "columns [96 * (warp / 4), +96) of K"},
+                        Case{256, 256, 128, 64, true, false, "columns [128 * (warp / 4), +128) of K"}}) {
+    jit::CompileOptions options = backwardOptions(ElementType::BF16, c.headDim, "sm_90a", {}, "fa3");
+    options.headDimV = c.headDimV;
+    StatusOr<jit::CompileResult> result = jit::compile(*variants::byName("causal"), options, jit::Stage::Cubin);
+    ASSERT_TRUE(result.ok()) << c.headDim << ": " << result.status().message();
+    const std::string &cuda = result->cuda;
+    const std::string main = cuda.substr(cuda.find("_bwd(const FlashtileFwdParams"));
+    EXPECT_NE(main.find("constexpr int kBlockN = " + std::to_string(c.blockN) + ";"), std::string::npos) << c.headDim;
+    EXPECT_EQ(main.find("kMajor<64>(") != std::string::npos, c.swizzle == 64) << c.headDim;
+    EXPECT_EQ(main.find("const int kvRowGroup = warp % 4, kvColPart = warp / 4;") != std::string::npos, c.columns)
+        << c.headDim;
+    EXPECT_NE(main.find(c.dq), std::string::npos) << c.headDim;
+    EXPECT_EQ(count(main, "float *const sDq = "), c.writer ? 1 : 0) << c.headDim;
+    EXPECT_EQ(count(main, "if (warp == kWarps + 1) {"), 1) << c.headDim;
+    const PlanLaunch *launch = result->info.plan.launchOf(result->info.entry);
+    ASSERT_NE(launch, nullptr);
+    ASSERT_EQ(launch->tensorMaps.size(), 4u) << c.headDim;
+    EXPECT_EQ(launch->tensorMaps[0].swizzleBytes, c.swizzle) << c.headDim;
+  }
 }
 
 TEST(BackwardCodegen, CompilesHeadDims192And128) {
