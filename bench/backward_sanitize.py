@@ -18,14 +18,20 @@ CASES = [  # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal, so
     (1, 160, 160, 2, 2, 64, False, 0.0, (48, 16), torch.float16),
     (1, 1, 65, 2, 2, 32, False, 0.0, (-1, -1), torch.bfloat16),
     (1, 100, 100, 3, 1, 96, True, 0.0, (-1, -1), torch.bfloat16),
+    (1, 90, 150, 2, 2, 96, False, 0.0, (40, 8), torch.float16),
+    (2, 70, 133, 4, 2, 192, True, 0.0, (-1, -1), torch.bfloat16),
+    (1, 131, 131, 2, 2, 256, False, 30.0, (-1, -1), torch.bfloat16),
+    (1, 100, 70, 2, 1, 256, True, 0.0, (-1, -1), torch.float16),
 ]
+# Q and K of head dim 192, V of 128 (head_dim_v < head_dim).
+WIDE_V = (1, 97, 140, 2, 2, 192, 128, False, torch.bfloat16)
 
 
 def main():
     torch.manual_seed(0)
     named = dict(schedule=sys.argv[1], strict=True) if len(sys.argv) > 1 else {}
-    # The head dims the named schedule's backward serves (fa3: 64 and 128); all without one.
-    served = (64, 128) if named.get("schedule") == "fa3" else None
+    # The head dims the named schedule's backward serves (fa3: 64 to 256); all without one.
+    served = (64, 96, 128, 192, 256) if named.get("schedule") == "fa3" else None
     cases = [c for c in CASES if served is None or c[5] in served]
     for (b, sq, sk, hq, hk, d, causal, softcap, window, dtype) in cases:
         q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype, requires_grad=True)
@@ -35,6 +41,13 @@ def main():
         grads = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
         torch.cuda.synchronize()
         assert all(torch.isfinite(g).all() for g in grads), f"non-finite gradients: {(b, sq, sk, hq, hk, d)}"
+    b, sq, sk, hq, hk, d, dv, causal, dtype = WIDE_V
+    q, k = (torch.randn(b, n, h, d, device="cuda", dtype=dtype, requires_grad=True) for n, h in ((sq, hq), (sk, hk)))
+    v = torch.randn(b, sk, hk, dv, device="cuda", dtype=dtype, requires_grad=True)
+    out = flashtile.flash_attn_func(q, k, v, causal=causal, **named)
+    grads = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+    torch.cuda.synchronize()
+    assert all(torch.isfinite(g).all() for g in grads), "non-finite gradients at head dims 192/128"
     # Varlen: three sequences of different lengths packed.
     lengths = [33, 130, 1]
     cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32, device="cuda")
@@ -44,7 +57,7 @@ def main():
     grads = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
     torch.cuda.synchronize()
     assert all(torch.isfinite(g).all() for g in grads), "non-finite varlen gradients"
-    print(f"backward-sanitize: {len(cases) + 1} backward calls done")
+    print(f"backward-sanitize: {len(cases) + 2} backward calls done")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# backward-sanitize.sh — on the GPU machine: compute-sanitizer memcheck and racecheck over the backward's kernels
+# backward-sanitize.sh — on the GPU machine: compute-sanitizer memcheck, racecheck and synccheck over the backward's
+# kernels
 # (bench/backward_sanitize.py: partial tiles, GQA, causal, windows, softcap, Sq != Sk, varlen, fp16). Installs the
 # wheel from BWD_WHEEL_DIR (default .device/python; bench/device/python-prepare.sh builds it), runs the cases once
 # plainly (the JIT compiles and caches the kernels), then under each tool with only flashtile's kernels checked.
-# Logs in $OUT/backward-memcheck.log and backward-racecheck.log; exit 0 only when both tools report 0 errors.
+# Logs in $OUT/backward-<tool>.log; exit 0 only when every tool reports 0 errors. BWD_SANITIZE_TOOLS: the tools
+# (default memcheck racecheck synccheck).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 OUT=${OUT:-$PWD/.device/out}
@@ -14,7 +16,7 @@ export PYTHONPATH=/tmp/flashtile-site PYTHONUNBUFFERED=1 FLASHTILE_CACHE_DIR=/tm
 timeout 240 python3 bench/backward_sanitize.py || exit 1
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 status=0
-for tool in memcheck racecheck; do
+for tool in ${BWD_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
   timeout -k 10 "${BWD_SANITIZE_TIMEOUT:-240}" "$sanitizer" --tool "$tool" --kernel-name kns=flashtile \
     --error-exitcode 9 python3 bench/backward_sanitize.py > "$OUT/backward-$tool.log" 2>&1
   rc=$?

@@ -1,23 +1,28 @@
 //===- BackwardSm90.cpp - the backward's GEMMs as wgmma -------------------===//
 //
-// One or two warpgroups a block, all of them computing (KernelShape::warps / 4 = W). A wgmma m64 accumulator is the
-// split-Q C fragment of its warpgroup's four warps, so the elementwise math is FragmentTiles' as on sm80. Two layouts:
-//   split-Q    (keyWarps 1) W·64 query rows × W·64 keys: warpgroup g holds query rows [64g, 64g + 64) of S, dP, P
-//              and dS over all the keys (warp w rows [16w, 16w + 16)), and keys [64g, 64g + 64) of dK and dV;
-//   key split  (keyWarps W) 64 query rows × W·64 keys: warpgroup g holds keys [64g, 64g + 64) of S, dP, P and dS
-//              (warp w the rows [16(w % 4), ...) of the Q tile: warpM, warpCol0 = 64g) and of dK and dV.
-// Either way warp w holds key rows [16w, 16w + 16) of dK and dV, the m64 of the GEMMs whose rows are keys.
-//   tiles      Q, dO (Q-tile rows) and K, V (K/V-tile rows) in the 128-byte-swizzled column-block layout: by TMA from
-//              the load warp (KernelShape::loadWarp), or by cp.async 16-byte chunks of the computing threads at
-//              sm90::swizzle128Offset, fenced into the async proxy before wgmma reads
+// One or two computing warpgroups a block (KernelShape::warps / 4 = W). A wgmma m64 accumulator is the split-Q C
+// fragment of its warpgroup's four warps, so the elementwise math is FragmentTiles' as on sm80. Three layouts:
+//   split-Q      (keyWarps 1) W·64 query rows × W·64 keys: warpgroup g holds query rows [64g, 64g + 64) of S, dP, P
+//                and dS over all the keys (warp w rows [16w, 16w + 16)), and keys [64g, 64g + 64) of dK and dV;
+//   key split    (keyWarps W) 64 query rows × W·64 keys: warpgroup g holds keys [64g, 64g + 64) of S, dP, P and dS
+//                (warp w the rows [16(w % 4), ...) of the Q tile: warpM, warpCol0 = 64g) and of dK and dV;
+//   column split (keyWarps W, block-n 64; splitsColumns) 64 query rows × 64 keys: warpgroup g holds keys
+//                [64g / W, ...) of S, dP, P and dS, and all 64 keys × columns [g·d / W, ...) of dK and dV (head dims
+//                192 and 256, where a warpgroup's 64 keys over all the columns pass the registers).
+// Warp w holds key rows [16w, 16w + 16) of dK and dV in the first two, [16(w % 4), ...) of column part w / 4 in the
+// third: the m64 of the GEMMs whose rows are keys.
+//   tiles      Q, dO (Q-tile rows) and K, V (K/V-tile rows) in the swizzled column-block layout (128-byte span, or 64
+//              where a GEMM starts at a column that is not a multiple of 64: tileSwizzleBytes): by TMA from the load
+//              warp (KernelShape::loadWarp), or by cp.async 16-byte chunks of the computing threads, fenced into the
+//              async proxy before wgmma reads
 //   S, dP      wgmma SS m64nNk16, A (Q or dO) and B (K or V) K-major, N the warpgroup's keys
 //   P, dS      rounded to 16 bits and stored transposed (stmatrix.x4.trans): [keys][query rows], a K-major A for
-//   dV, dK     wgmma SS m64n{dv,d}k16, B (dO or Q) MN-major, as V in the forward's P·V
-//   dQ         per 64 columns (a column block of K, MN-major), into dq_accum with red.global.add.v2: one warpgroup
-//              (W = 1) reads dS from registers (wgmma RS, its 64 keys); W = 2 read it from the staged [keys][query
-//              rows] buffer as an MN-major A (wgmma SS, trans-a), so each product sums over all the tile's keys and
-//              a block adds each Q-tile element once per W·64 keys: split-Q, a warpgroup its rows × every column
-//              block; key split, all the rows × every W-th column block.
+//   dV, dK     wgmma SS m64nNk16, B (dO or Q) MN-major, as V in the forward's P·V; N the head dim, or the
+//              warpgroup's part of it under the column split
+//   dQ         in rounds of one product a warpgroup (dqRounds; K MN-major), into dq_accum by the dQ writer or with
+//              red.global.add.v2: one warpgroup (W = 1) reads dS from registers (wgmma RS, its 64 keys); W = 2 read it
+//              from the staged [keys][query rows] buffer as an MN-major A (wgmma SS, trans-a), so each product sums
+//              over all the tile's keys and a block adds each Q-tile element once per K/V tile.
 // Without overlap (KernelShape::gemmOverlap off) every GEMM is waited on when issued. With it, a Q tile's GEMMs stay in
 // flight together and each is waited on (wgmma.wait_group with the count of groups committed after it) where its
 // result is first read: S and dP issued back to back, S's softmax under dP; then dQ's products issued first and dV's

@@ -1,11 +1,11 @@
 //===- BackwardSm90.h - the backward's GEMMs as wgmma ---------------------===//
 //
-// The sm90 family's BackwardTarget (codegen/common/BackwardTarget.h): one warpgroup a block computes and copies.
-// Tiles in the 128-byte-swizzled column-block layout TMA and wgmma share (README.md), copied with cp.async;
-// S = Q·Kᵀ and dP = dO·Vᵀ by wgmma SS (both K-major); P and dS staged transposed (stmatrix.trans) so that
-// dV += Pᵀ·dO and dK += dSᵀ·Q are wgmma SS with a K-major A and an MN-major B (dO, Q); dQ += dS·K by wgmma RS,
-// dS from registers (the accumulator is the A operand in place) and K MN-major, 64 columns at a time, added into the
-// fp32 accumulator with red.global.add.v2.
+// The sm90 family's BackwardTarget (codegen/common/BackwardTarget.h): one or two computing warpgroups a block, and a
+// producer warpgroup for the dQ writer and the load warp (TMA). Tiles in the swizzled column-block layout TMA and
+// wgmma share (README.md); S = Q·Kᵀ and dP = dO·Vᵀ by wgmma SS (both K-major); P and dS staged transposed
+// (stmatrix.trans) so that dV += Pᵀ·dO and dK += dSᵀ·Q are wgmma SS with a K-major A and an MN-major B (dO, Q);
+// dQ += dS·K by wgmma RS from dS's registers (one warpgroup) or SS from the staged dS (two), added into the fp32
+// accumulator by the writer's bulk reduce-add or each thread's red.global.add.v2 (BackwardSm90.cpp says which when).
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_CODEGEN_SM90_BACKWARDSM90_H
 #define FLASHTILE_CODEGEN_SM90_BACKWARDSM90_H
@@ -19,8 +19,8 @@
 
 namespace flashtile::codegen::sm90 {
 
-/// Why the sm90 backward cannot print a main program of `shape`, or nothing: one warpgroup (4 warps) of 64 query
-/// rows, 64-key K/V tiles, head dims 64 or 128 (dK and dV stay in registers: 128 + 128 floats a thread at most).
+/// Why the sm90 backward cannot print a main program of `shape`, or nothing: one or two warpgroups in the split-Q, key
+/// split or column split layouts, head dims multiples of 32 in [64, 256] whose dK and dV fit 128 fp32 a thread.
 std::optional<std::string> checkBackwardShape(const KernelShape &shape);
 
 /// The backward printer of `shape` (checkBackwardShape passed).

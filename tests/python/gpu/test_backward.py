@@ -16,6 +16,8 @@ from reference import attention_ref
 DTYPES = [torch.float16, torch.bfloat16]
 SEQLENS = [(1, 1), (1, 147), (113, 203), (128, 217), (256, 256), (384, 256), (640, 128), (1023, 1024)]
 HEAD_DIMS = [32, 64, 96, 128, 192, 256]
+# The lengths of the variant matrix at head dims other than 64 and 128: partial tiles, Sq > Sk, one full-size walk.
+WIDE_SEQLENS = [(113, 203), (384, 256), (1023, 1024)]
 ATOL = 1e-4
 
 
@@ -66,8 +68,8 @@ def reference_grads(q, k, v, grad_out, flags, upcast, slopes=None):
 @pytest.mark.parametrize("seqlen_q,seqlen_k", SEQLENS)
 @pytest.mark.parametrize("softcap", [0.0, 30.0])
 def test_flash_attn_backward(request, seqlen_q, seqlen_k, d, causal, local, alibi, mha_type, dtype, softcap):
-    if d not in (64, 128) and (alibi or local or softcap or mha_type == "mqa"):
-        pytest.skip("the variant matrix runs at head dims 64 and 128; every head dim runs plain, causal and GQA")
+    if d not in (64, 128) and (alibi or local or softcap or mha_type == "mqa") and (seqlen_q, seqlen_k) not in WIDE_SEQLENS:
+        pytest.skip("the variant matrix runs every length at head dims 64 and 128, three lengths at the others")
     torch.manual_seed(seqlen_q * 7 + seqlen_k + d)
     heads_q, heads_kv = heads_for(mha_type)
     batch = 2
@@ -115,7 +117,7 @@ def pack(x, lengths):
 @pytest.mark.parametrize("dtype", [torch.bfloat16])
 @pytest.mark.parametrize("mha_type", ["mha", "gqa"])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 96, 128, 192, 256])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(1, 147), (113, 203), (512, 256), (300, 300)])
 def test_flash_attn_varlen_backward(seqlen_q, seqlen_k, d, causal, mha_type, dtype):
     torch.manual_seed(seqlen_q + 3 * seqlen_k)
@@ -225,14 +227,15 @@ def test_every_builtin_variant_has_a_backward(request, variant):
     check_grads(["dq", "dk", "dv", "dslopes"], got, ref(True), ref(False), 2.0)
 
 
+@pytest.mark.parametrize("d", [96, 128, 192, 256])
 @pytest.mark.parametrize("mha_type", ["mha", "gqa"])
-def test_deterministic_gradients_are_bitwise_repeatable(request, mha_type):
+def test_deterministic_gradients_are_bitwise_repeatable(request, mha_type, d):
     torch.manual_seed(2)
     heads_q, heads_kv = heads_for(mha_type)
-    q = torch.randn(2, 1024, heads_q, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    k = torch.randn(2, 1024, heads_kv, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    v = torch.randn(2, 1024, heads_kv, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    grad_out = torch.randn(2, 1024, heads_q, 128, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(2, 1024, heads_q, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(2, 1024, heads_kv, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(2, 1024, heads_kv, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    grad_out = torch.randn(2, 1024, heads_q, d, device="cuda", dtype=torch.bfloat16)
     first = grads_of(lambda *t: flashtile.flash_attn_func(*t, causal=True, deterministic=True), (q, k, v), grad_out)
     side = torch.cuda.Stream()
     for repeat in range(5):
