@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""flashtile vs PyTorch SDPA (FlashAttention-2 and cuDNN backends) and FlexAttention, same process, same inputs.
+"""flashtile vs PyTorch SDPA (FlashAttention-2 and cuDNN backends), FlexAttention and FlashAttention 4, same process,
+same inputs.
 
 Runs on a GPU machine with PyTorch. flashtile is called through its C ABI (libflashtile.so, CApi.h) with kernels
 from an ahead-of-time directory (`flashtile aot`); PyTorch is only the harness. For every case:
@@ -7,6 +8,8 @@ from an ahead-of-time directory (`flashtile aot`); PyTorch is only the harness. 
                max|out - ref| <= 2 * max|sdpa_lowp - ref| + 1e-5 (sdpa_lowp: PyTorch's FLASH backend's output);
   speed        triton.testing.do_bench median (it flushes L2 between runs), TFLOP/s with FLOPs counted as
                FlashAttention does: 4*B*H*Sq*Sk*D, attended pairs only for causal.
+FA4 (--fa4): flash-attn-4's CuTe kernels (`flash_attn.cute.interface.flash_attn_func`, its SM90 forward on Hopper),
+where they import: bench/device/fa4-install.sh carries them to the GPU machine (put the PYTHONPATH it prints first).
 Also measured in the same run: bf16 matmul TFLOP/s and device-copy GB/s (the ceilings), warm dispatch (host time
 per flashtile_forward call on a tiny problem, one prepared ctypes call each) and, with --cli, NVRTC's cold compile of each
 kernel of the grid on this machine; with --compile-times, the MLIR part of each (DSL -> CUDA), as measured by
@@ -135,7 +138,7 @@ def head_dims_label(hd, hdv):
     return f"{hd}" if hd == hdv else f"{hd}:{hdv}"
 
 
-def run_case(ft, dtype, hd, seqlen, causal, tokens, hidden, flex, hdv=None):
+def run_case(ft, dtype, hd, seqlen, causal, tokens, hidden, flex, hdv=None, fa4=None):
     hdv = hdv or hd
     dt = DTYPES[dtype][0]
     b, h = max(1, tokens // seqlen), hidden // hd
@@ -176,6 +179,8 @@ def run_case(ft, dtype, hd, seqlen, causal, tokens, hidden, flex, hdv=None):
                "torch_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
     if flex is not None:
         timings["flex"] = flex(qt, kt, vt, causal)
+    if fa4 is not None:  # (batch, seqlen, heads, head_dim), as flashtile's
+        timings["fa4"] = lambda: fa4.flash_attn_func(q, k, v, causal=causal)
     for name, fn in timings.items():
         try:
             ms = bench(fn)
@@ -232,6 +237,19 @@ def cold_compiles(cli, aot_dir, compile_times, dtypes, head_dims):
     return out
 
 
+def load_fa4():
+    """flash_attn.cute.interface, or None (the column is then skipped, and says why)."""
+    try:
+        import importlib.metadata
+
+        from flash_attn.cute import interface
+        print(f"fa4: flash-attn-4 {importlib.metadata.version('flash-attn-4')}", flush=True)
+        return interface
+    except Exception as e:  # not installed here, or its CuTe DSL does not load
+        print(f"fa4: column skipped, flash_attn.cute does not import ({type(e).__name__}: {str(e)[:160]})", flush=True)
+        return None
+
+
 def make_flex():
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -259,6 +277,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=16384, help="batch * seqlen")
     ap.add_argument("--hidden", type=int, default=2048, help="heads * head_dim")
     ap.add_argument("--flex", action="store_true", help="also time FlexAttention (torch.compile, slow to start)")
+    ap.add_argument("--fa4", action="store_true", help="also time FA4 (flash-attn-4's CuTe kernels; skipped with a "
+                                                         "line where they do not import)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--cli", default=None, help="flashtile binary (runtime-only is enough): times NVRTC cold compiles")
@@ -280,22 +300,25 @@ def main():
             fmt = lambda x: f"{x:7.1f} ms" if x is not None else "      -   "
             print(f"cold compile {name:34} MLIR {fmt(mlir_ms)} (build machine)  NVRTC {fmt(nvrtc_ms)} (here)")
     flex = make_flex() if args.flex else None
+    fa4 = load_fa4() if args.fa4 else None
     rows = []
     hdr = f"{'dtype':5} {'hd':>7} {'seqlen':>6} {'causal':>6} {'ours':>7} {'fa2':>7} {'cudnn':>7} {'flex':>7} " \
-          f"{'ours/fa2':>8} {'ours/cudnn':>10} {'err':>9} {'err_lowp':>9} ok"
+          f"{'fa4':>7} {'ours/fa2':>8} {'ours/cudnn':>10} {'ours/fa4':>8} {'err':>9} {'err_lowp':>9} ok"
     print(hdr)
     for dtype in args.dtypes.split(","):
         for hd, hdv in parse_head_dims(args.head_dims):
             for seqlen in map(int, args.seqlens.split(",")):
                 for causal in (False, True):
-                    r = run_case(ft, dtype, hd, seqlen, causal, args.tokens, args.hidden, flex, hdv)
+                    r = run_case(ft, dtype, hd, seqlen, causal, args.tokens, args.hidden, flex, hdv, fa4)
                     rows.append(r)
                     f = lambda x: f"{x:7.1f}" if x else "      -"
                     ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
                     print(f"{dtype:5} {head_dims_label(hd, hdv):>7} {seqlen:6} {str(causal):>6} {f(r['flashtile_tflops'])} "
                           f"{f(r['torch_flash_tflops'])} {f(r['torch_cudnn_tflops'])} {f(r.get('flex_tflops'))} "
+                          f"{f(r.get('fa4_tflops'))} "
                           f"{ratio(r['flashtile_tflops'], r['torch_flash_tflops']):>8} "
                           f"{ratio(r['flashtile_tflops'], r['torch_cudnn_tflops']):>10} "
+                          f"{ratio(r['flashtile_tflops'], r.get('fa4_tflops')):>8} "
                           f"{r['err']:9.2e} {r['err_lowp']:9.2e} {'PASS' if r['ok'] else 'FAIL'}", flush=True)
     meta = dict(date=datetime.date.today().isoformat(), gpu=gpu, torch=torch.__version__, flashtile=ft.version,
                 matmul_tflops=mm, copy_gbs=copy, dispatch_us=dispatch, command=" ".join(sys.argv),
@@ -314,14 +337,16 @@ def main():
                 for n, a, b in timed:
                     fh.write(f"| {n} | {a if a is not None else '-'} | {b if b is not None else '-'} |\n")
                 fh.write("\n")
-            fh.write("| dtype | hd | seqlen | causal | flashtile | torch FA2 | cuDNN | Flex | ours/FA2 | ours/cuDNN | check |\n")
-            fh.write("|---|---|---|---|---|---|---|---|---|---|---|\n")
+            fh.write("| dtype | hd | seqlen | causal | flashtile | torch FA2 | cuDNN | Flex | FA4 | ours/FA2 | ours/cuDNN "
+                     "| ours/FA4 | check |\n")
+            fh.write("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
             for r in rows:
                 g = lambda k: f"{r[k]:.0f}" if r.get(k) else "-"
                 rt = lambda a, b: f"{r[a] / r[b]:.2f}" if r.get(a) and r.get(b) else "-"
                 fh.write(f"| {r['dtype']} | {head_dims_label(r['hd'], r['hdv'])} | {r['seqlen']} | {r['causal']} | {g('flashtile_tflops')} | "
-                         f"{g('torch_flash_tflops')} | {g('torch_cudnn_tflops')} | {g('flex_tflops')} | "
+                         f"{g('torch_flash_tflops')} | {g('torch_cudnn_tflops')} | {g('flex_tflops')} | {g('fa4_tflops')} | "
                          f"{rt('flashtile_tflops', 'torch_flash_tflops')} | {rt('flashtile_tflops', 'torch_cudnn_tflops')} | "
+                         f"{rt('flashtile_tflops', 'fa4_tflops')} | "
                          f"{'PASS' if r['ok'] else 'FAIL'} |\n")
     if not all(r["ok"] for r in rows):
         print("some cases FAILED the correctness check", file=sys.stderr)
