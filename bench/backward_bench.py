@@ -38,6 +38,8 @@ import logging
 import statistics
 import warnings
 
+from fa4_peer import load_fa4  # bench/ is the script's folder, first on sys.path
+
 try:
     import torch
     import torch.nn.functional as F
@@ -204,17 +206,6 @@ def flex_mods(case, s, slopes):
             keep = keep & (j - i <= right)
         return keep
     return score_mod, create_block_mask(mask_mod, None, None, s, s, device="cuda")
-
-
-def load_fa4():
-    try:
-        from flash_attn.cute import interface
-        import importlib.metadata
-        print(f"fa4: flash-attn-4 {importlib.metadata.version('flash-attn-4')}", flush=True)
-        return interface
-    except Exception as e:  # not installed here, or its CuTe DSL does not load
-        print(f"fa4: column skipped, flash_attn.cute does not import ({type(e).__name__}: {str(e)[:160]})", flush=True)
-        return None
 
 
 def implementations(case, s, slopes, peers, fa4, flex, also, deterministic):

@@ -35,6 +35,8 @@ torch._dynamo.config.recompile_limit = 256
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from fa4_peer import load_fa4  # bench/ is the script's folder, first on sys.path
+
 try:
     import triton.testing
 
@@ -235,19 +237,6 @@ def cold_compiles(cli, aot_dir, compile_times, dtypes, head_dims):
                     nvrtc = float(m.group(1)) if res.returncode == 0 and m else None
                 out.append((name, mlir.get(name), nvrtc))
     return out
-
-
-def load_fa4():
-    """flash_attn.cute.interface, or None (the column is then skipped, and says why)."""
-    try:
-        import importlib.metadata
-
-        from flash_attn.cute import interface
-        print(f"fa4: flash-attn-4 {importlib.metadata.version('flash-attn-4')}", flush=True)
-        return interface
-    except Exception as e:  # not installed here, or its CuTe DSL does not load
-        print(f"fa4: column skipped, flash_attn.cute does not import ({type(e).__name__}: {str(e)[:160]})", flush=True)
-        return None
 
 
 def make_flex():
