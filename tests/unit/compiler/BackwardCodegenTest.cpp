@@ -119,6 +119,30 @@ INSTANTIATE_TEST_SUITE_P(Fa3, Fa3BackwardCompiles,
                                           testing::Values(64, 128)),
                          configName);
 
+// Head dims 96, 192 and 256 (64-byte tiles at 96 and 192; dK's and dV's columns split above 128): the variants whose
+// hooks read positions, inputs or the score, in both element types, to one cubin.
+class Fa3WideBackwardCompiles : public testing::TestWithParam<Config> {};
+
+TEST_P(Fa3WideBackwardCompiles, ThreeKernelsToOneCubin) {
+  auto [variant, dtype, headDim] = GetParam();
+  StatusOr<jit::CompileResult> result = jit::compile(
+      *variants::byName(variant), backwardOptions(dtype, headDim, "sm_90a", {}, "fa3"), jit::Stage::Cubin);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  EXPECT_EQ(result->info.schedule, "fa3");
+  EXPECT_TRUE(result->info.verify().ok()) << result->info.verify().message();
+  for (const std::string &entry : plans::launchedEntries(result->info))
+    EXPECT_NE(result->cubin.find(entry), std::string::npos) << entry;
+  EXPECT_NE(result->cuda.find("constexpr int kBlockN = " + std::string(headDim > 128 ? "64;" : "128;")),
+            std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fa3Wide, Fa3WideBackwardCompiles,
+                         testing::Combine(testing::Values("alibi_causal", "sliding_window", "softcap_causal",
+                                                          "document_mask"),
+                                          testing::Values(ElementType::BF16, ElementType::F16),
+                                          testing::Values(96, 192, 256)),
+                         configName);
+
 // intra-wg-overlap (default 1): S and dP issued back to back and S waited for with dP in flight; dQ's first column
 // block issued before dV's and dK's GEMMs and waited for with those two in flight. 0: every GEMM waited on at issue.
 TEST(BackwardCodegen, Fa3OverlapKeepsAQTilesGemmsInFlight) {
