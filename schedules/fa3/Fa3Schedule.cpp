@@ -101,18 +101,23 @@ public:
     // of 128 on sliding windows at 8k).
     // At head dim 64, 192 rows over three consumer warpgroups (FA3's hdim-64 tile; measured on the H200: 16k
     // non-causal 426 -> 489 TFLOP/s, causal 424 -> 460, 4k +10% / +3%; 1k causal -6%, so the short class and
-    // banded programs keep two).
+    // banded programs keep two). At 96 too, over 96-key tiles (FA4's 192-row tile there; measured on the H100,
+    // 2026-12-06, bench/RESULTS.md: 8k non-causal 505 -> 531-593 TFLOP/s, 16k 516-530 -> 559-560, causal within
+    // -2% / +7%; 128 keys spill with three warpgroups' 160 registers and ran 0.8x).
     bool shortClass = shapeClass == ShapeClass::Short;
     bool banded = llvm::any_of(func.getBody().getOps<KvRangeOp>(), [](KvRangeOp r) { return !r.lowerBoundIs(0); });
     int64_t consumers = knobs.count(kConsumerWarpgroups)
                             ? knobs.at(kConsumerWarpgroups)
                         : knobs.count(kBlockM) && knobs.at(kBlockM) % 64 == 0 && knobs.at(kBlockM) / 64 <= 3
                             ? std::max<int64_t>(1, knobs.at(kBlockM) / 64)
-                        : headDim <= 64 && !shortClass && !banded ? 3
+                        : headDim <= 96 && !shortClass && !banded ? 3
                                                                   : 2;
     int64_t blockM = knob(knobs, kBlockM, 64 * consumers);
-    int64_t blockN =
-        knob(knobs, kBlockN, headDim <= 64 ? 128 : headDim <= 128 ? (shortClass || banded ? 128 : 176) : 80);
+    int64_t blockN = knob(knobs, kBlockN,
+                          headDim <= 64                      ? 128
+                          : headDim <= 96 && consumers == 3  ? 96
+                          : headDim <= 128                   ? (shortClass || banded ? 128 : 176)
+                                                             : 80);
     int64_t stages = knob(knobs, kStages, 2);
     if (blockM % (64 * consumers) != 0)
       return func.emitOpError() << "fa3: block-m = " << blockM << " must be a multiple of 64 x consumer-warpgroups ("

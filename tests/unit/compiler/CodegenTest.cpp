@@ -168,11 +168,13 @@ TEST_P(Fa3Compiles, ToAnSm90aCubin) {
   mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
   ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
   EXPECT_EQ(plans::mainLaunch(kernel->info).tensorMaps.size(), 3u);
-  // A producer warpgroup and a consumer warpgroup per 64 rows (three at head dims up to 64 unless the program bounds
-  // keys from below, else two).
+  // A producer warpgroup and a consumer warpgroup per 64 rows (three at head dims up to 96 unless the program bounds
+  // keys from below, else two; 96-key tiles with three at 96).
   EXPECT_EQ(plans::mainLaunch(kernel->info).threads, 128 + 2 * kernel->info.blockM);
   const bool banded = variantName.starts_with("sliding_window") || variantName == "document_mask";
-  EXPECT_EQ(kernel->info.blockM, headDim <= 64 && !banded ? 192 : 128);
+  EXPECT_EQ(kernel->info.blockM, headDim <= 96 && !banded ? 192 : 128);
+  if (headDim == 96 && !banded)
+    EXPECT_EQ(kernel->info.blockN, 96);
   // Head dims that are not whole 64-column blocks read 64-byte swizzled tiles: the descriptors say so to the runtime.
   const int span = headDim % 64 == 0 && (headDimV ? headDimV : headDim) % 64 == 0 ? 128 : 64;
   for (const PlanTensorMap &map : plans::mainLaunch(kernel->info).tensorMaps)
