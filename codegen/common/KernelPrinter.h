@@ -1,9 +1,9 @@
 //===- KernelPrinter.h - the forward printer, shared by its files ---------===//
 //
-// Private to codegen/common: the KernelPrinter class that CudaEmitter.cpp (naming, the variant functions, the
-// kernel's frame, loops and scalar code) and CudaOps.cpp (the tile ops by family: asynchronous pieces, loads and
-// stores, GEMMs and the variant's math, the online softmax, the memory layer) define between them, and the helpers
-// both use. emitCuda (CudaEmitter.h) is the entry point.
+// Private to codegen/common: the KernelPrinter class that CudaEmitter.cpp (checks, naming, the variant functions,
+// scalar code), CudaFrame.cpp (the kernel's frame: roles, the sequence, work loops, the combine kernel, the K/V
+// loops) and CudaOps.cpp (the tile ops by family: asynchronous pieces, loads and stores, GEMMs and the variant's
+// math, the online softmax, the memory layer) define between them, and the helpers they share. emitCuda (CudaEmitter.h) is the entry point.
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_CODEGEN_COMMON_KERNELPRINTER_H
 #define FLASHTILE_CODEGEN_COMMON_KERNELPRINTER_H
@@ -42,6 +42,16 @@ namespace flashtile::codegen::kernel {
 using namespace mlir;
 using namespace flashtile::tile;
 
+constexpr int kWarpSize = 32;
+/// The split-KV combine kernel: a block merges one query row, its warps sharing the row's splits (a decode row's
+/// partials are a few KiB: the combine is latency-bound, so a row gets more loads in flight, not fewer blocks).
+constexpr int kCombineRowsPerBlock = 1, kCombineWarps = 4;
+
+/// `tile.dim a, b`, the dims spelled as the IR writes them: the comments that say which tile.dim a kernel value is.
+std::string tileDimWords(std::initializer_list<Dim> dims);
+/// `text` for a `//` comment of the generated source: bytes outside printable ASCII, and the backslash (which
+/// would continue the comment onto the next line), as \xNN, so that no name can end a comment and become code.
+std::string commentSafe(StringRef text);
 /// The targets' name (TileTarget.h, MLIR-free) of an operand of the IR.
 Operand operandOf(tile::Operand operand);
 /// How many copies started after the copy (or copies) `token` names, on every path to `point` (the wait's count).
