@@ -46,7 +46,7 @@ constexpr const char *kFragmentNamespace = "sm80";
 constexpr int kWarpgroupWarps = 4;
 /// The computing warpgroups a block has at most.
 constexpr int kMaxWarpgroups = 2;
-/// The columns of one dQ product (a 128-byte column block of K).
+/// The unit of dQ's products (dqRounds): a 128-byte column block of K, 64 columns; a round takes one or two.
 constexpr int kDqColumns = kSwizzleColumns;
 /// Bytes of the m64 rows of one warpgroup in a column block of a swizzled tile.
 constexpr int kWarpgroupRowBytes = kWgmmaM * kSwizzleBytes;
@@ -139,7 +139,7 @@ public:
   }
 
   std::string prelude() const override {
-    const SharedTile k{"sK", "kBlockN", shape.headDim};
+    const SharedTile k = kTile();
     // dV's and dK's products are a warpgroup's columns of them: all, or a W-th under the column split.
     const int64_t parts = columnSplit ? warpgroups : 1;
     std::vector<int> widths = {static_cast<int>(shape.blockN / shape.keyWarps), static_cast<int>(shape.headDim / parts),
@@ -325,6 +325,8 @@ private:
   /// Keeps the compiler from reusing dS's RS fragments before the last wgmma that reads them retired.
   void fenceDsFragments(CudaWriter &w) const;
   void dqProductOverlapped(CudaWriter &w, const SharedTile &k);
+  /// The K tile, dQ's B operand (the printer's tile.load k into sK).
+  SharedTile kTile() const { return SharedTile{"sK", "kBlockN", shape.headDim}; }
   /// Whether the block has a producer warpgroup (the dQ writer's, the load warp's, or both).
   bool roles() const { return shape.dqWriter || shape.loadWarp; }
   /// The dQ buffer's row padding in floats (0: its rows are dq_accum's, one bulk add a tile).
@@ -545,7 +547,7 @@ void BackwardSm90::dqOperand(CudaWriter &w, const std::string &staged, const std
                   ", added to the fp32 accumulator (red.global.add.v2)"));
   }
   if (shape.gemmOverlap)
-    issueDqProducts(w, SharedTile{"sK", "kBlockN", shape.headDim});
+    issueDqProducts(w, kTile());
 }
 
 void BackwardSm90::dqReductions(CudaWriter &w, const SharedTile &k, const std::string &part,

@@ -146,23 +146,6 @@ class EntryPoints(unittest.TestCase):
             sys.modules.update(saved)
 
 
-def import_ring_flash_attn():
-    """ring-flash-attn's ring functions. Its package __init__ also imports its Hugging Face adapter, which needs
-    transformers: without transformers the package is entered without running that file."""
-    import importlib.util
-    import types
-
-    if importlib.util.find_spec("transformers") is None and "ring_flash_attn" not in sys.modules:
-        package = types.ModuleType("ring_flash_attn")
-        package.__path__ = list(importlib.util.find_spec("ring_flash_attn").submodule_search_locations)
-        sys.modules["ring_flash_attn"] = package
-        from ring_flash_attn.ring_flash_attn import ring_flash_attn_func
-        from ring_flash_attn.zigzag_ring_flash_attn import zigzag_ring_flash_attn_func
-        package.ring_flash_attn_func, package.zigzag_ring_flash_attn_func = ring_flash_attn_func, \
-            zigzag_ring_flash_attn_func
-    return importlib.import_module("ring_flash_attn")
-
-
 def _ring_flash_attn_worker(rank, world, init_file, queue):
     import traceback
 
@@ -173,6 +156,8 @@ def _ring_flash_attn_worker(rank, world, init_file, queue):
         from flashtile import flash_attn_compat
 
         flash_attn_compat.install(force=True)  # before ring-flash-attn imports flash_attn
+        from gloo_ranks import import_ring_flash_attn
+
         rfa = import_ring_flash_attn()
         dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
         g = torch.Generator().manual_seed(0)

@@ -10,13 +10,16 @@
 """
 
 import importlib.util
-import multiprocessing
 import os
-import tempfile
+import sys
 import traceback
 
 import pytest
 import torch
+
+# The multi-process helpers of tests/python (run_ranks, failures, import_ring_flash_attn), shared with its CPU tests.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from gloo_ranks import failures, import_ring_flash_attn, run_ranks  # noqa: E402
 
 ATOL = 1e-4
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -78,26 +81,12 @@ PARALLEL_CASES = [("ring", v, layout) for v in ("none", "causal", "softcap_causa
                  [("ulysses", v, "contiguous") for v in ("causal", "sliding_window", "document_mask")]
 
 
-def _run_ranks(target, world, args):
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    with tempfile.TemporaryDirectory() as scratch:
-        init = "file://" + os.path.join(scratch, "rendezvous")
-        procs = [context.Process(target=target, args=(r, world, init, queue) + args) for r in range(world)]
-        for p in procs:
-            p.start()
-        reports = dict(queue.get(timeout=900) for _ in procs)
-        for p in procs:
-            p.join(timeout=60)
-    return reports
-
-
-def _parallel_worker(rank, world, init, queue, cases):
+def _parallel_worker(rank, world, init_file, queue, cases):
     import torch.distributed as dist
 
     out = []
     try:
-        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+        dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
         torch.cuda.set_device(0)
         for case in cases:
             try:
@@ -113,15 +102,9 @@ def _parallel_worker(rank, world, init, queue, cases):
 @needs_cuda
 @pytest.mark.parametrize("world", [2, 4])
 def test_ranks_sharing_one_gpu_match_one_gpu(world):
-    reports = _run_ranks(_parallel_worker, world, (PARALLEL_CASES,))
-    failures = []
-    for rank, results in sorted(reports.items()):
-        for case, result in results:
-            if isinstance(result, str):
-                failures.append(f"rank {rank} {case}: {result}")
-                continue
-            failures += [f"rank {rank} {case} {name}: {detail}" for name, ok, detail in result if not ok]
-    assert not failures, "\n".join(failures)
+    reports = run_ranks(_parallel_worker, world, (PARALLEL_CASES,), timeout=900)
+    problems = failures(reports)
+    assert not problems, "\n".join(problems)
 
 
 @needs_cuda
@@ -135,25 +118,7 @@ def test_what_needs_offsets_is_refused_on_the_kernels():
             Kernel().check("ring", Hooks(resolve_variant(name).decl), 2, True)
 
 
-def import_ring_flash_attn():
-    """ring-flash-attn's ring functions. Its package __init__ also imports its Hugging Face adapter, which needs
-    transformers: without transformers the package is entered without running that file."""
-    import importlib
-    import sys
-    import types
-
-    if importlib.util.find_spec("transformers") is None and "ring_flash_attn" not in sys.modules:
-        package = types.ModuleType("ring_flash_attn")
-        package.__path__ = list(importlib.util.find_spec("ring_flash_attn").submodule_search_locations)
-        sys.modules["ring_flash_attn"] = package
-        from ring_flash_attn.ring_flash_attn import ring_flash_attn_func
-        from ring_flash_attn.zigzag_ring_flash_attn import zigzag_ring_flash_attn_func
-        package.ring_flash_attn_func, package.zigzag_ring_flash_attn_func = ring_flash_attn_func, \
-            zigzag_ring_flash_attn_func
-    return importlib.import_module("ring_flash_attn")
-
-
-def _ring_flash_attn_worker(rank, world, init, queue, seed):
+def _ring_flash_attn_worker(rank, world, init_file, queue, seed):
     import torch.distributed as dist
 
     out = []
@@ -169,7 +134,7 @@ def _ring_flash_attn_worker(rank, world, init, queue, seed):
 
         assert ring_module._flash_attn_forward is flash_attn_compat._flash_attn_forward
         torch.cuda.set_device(rank)
-        dist.init_process_group("nccl", init_method=init, rank=rank, world_size=world)
+        dist.init_process_group("nccl", init_method="file://" + init_file, rank=rank, world_size=world)
         dev = torch.device("cuda", rank)
         g = torch.Generator().manual_seed(seed)
         batch, seqlen, heads, d = 1, 128 * world * 2, 4, 128
@@ -202,12 +167,6 @@ def _ring_flash_attn_worker(rank, world, init, queue, seed):
                     reason="ring-flash-attn is not installed (pip install ring-flash-attn)")
 def test_ring_flash_attn_runs_on_flashtile():
     world = min(torch.cuda.device_count(), 4)
-    reports = _run_ranks(_ring_flash_attn_worker, world, (0,))
-    failures = []
-    for rank, results in sorted(reports.items()):
-        for case, result in results:
-            if isinstance(result, str):
-                failures.append(f"rank {rank} {case}: {result}")
-                continue
-            failures += [f"rank {rank} {case} {name}: {detail}" for name, ok, detail in result if not ok]
-    assert not failures, "\n".join(failures)
+    reports = run_ranks(_ring_flash_attn_worker, world, (0,), timeout=900)
+    problems = failures(reports)
+    assert not problems, "\n".join(problems)
