@@ -150,12 +150,13 @@ LogicalResult BackwardPrinter::printLoad(LoadOp load) {
     registers[load.getResult()] = name;
     w.comment(cat("tile.load ", stringifyOperand(operand).str(), "[qt]: this thread's rows",
                   lse ? " (a padded row: -inf, it saw no key)" : " (a padded row: 0)"));
-    w.line(cat("float ", name, "[kMTiles][2];"));
-    fragments.forEachRow(w, [&] {
-      w.line(cat("const int q = ", FragmentTiles::threadRow(), ";"));
+    w.line(cat("float ", name, fragments.rowValueDims(), ";"));
+    fragments.forEachRowValue(w, [&] {
+      w.line(cat("const int q = ", fragments.rowValueQuery(), ";"));
       std::string source =
           rowsInShared ? cat(lse ? "sLse" : "sDelta", "[q - qt * kBlockM]") : cat(lse ? "gLse" : "gDelta", "[q]");
-      w.line(cat(name, "[mt][r] = q < p.seqlenQ ? ", source, " : ", lse ? ns + "::kNegInf" : std::string("0.f"), ";"));
+      w.line(cat(name, fragments.rowValue(), " = q < p.seqlenQ ? ", source, " : ",
+                 lse ? ns + "::kNegInf" : std::string("0.f"), ";"));
     });
     return success();
   }
@@ -317,9 +318,9 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
   stagedIn.clear();
   stageOrder.clear();
   for (Operation &op : loop.getBody().front()) {
-    Value a = isa<DotTnOp>(op)        ? cast<DotTnOp>(op).getA()
-              : isa<AccumulateOp>(op) ? cast<AccumulateOp>(op).getA()
-                                      : Value();
+    Value a = isa<DotTnOp>(op) && !target.dotReadsRegisters() ? cast<DotTnOp>(op).getA()
+              : isa<AccumulateOp>(op)                        ? cast<AccumulateOp>(op).getA()
+                                                             : Value();
     if (a && !llvm::is_contained(stageOrder, a))
       stageOrder.push_back(a);
   }
@@ -469,14 +470,15 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
         w.comment(
             cat("tile.probs: ", p, " = exp(S - LSE) = exp2(S·log2(e) - LSE·log2(e)); a masked score (-inf) and a"));
         w.comment("row whose LSE is -inf give 0");
-        w.line(cat("float lseLog2[kMTiles][2];"));
-        fragments.forEachRow(w, [&] {
-          w.line(cat("lseLog2[mt][r] = ", *lse, "[mt][r] == ", ns, "::kNegInf ? ", ns, "::kPosInf : ", *lse,
-                     "[mt][r] * ", ns, "::kLog2e;"));
+        w.line(cat("float lseLog2", fragments.rowValueDims(), ";"));
+        const std::string value = fragments.rowValue();
+        fragments.forEachRowValue(w, [&] {
+          w.line(cat("lseLog2", value, " = ", *lse, value, " == ", ns, "::kNegInf ? ", ns, "::kPosInf : ", *lse, value,
+                     " * ", ns, "::kLog2e;"));
         });
-        fragments.forEachElement(
-            w, "kSTiles",
-            {cat(p, "[mt][nt][i] = ", ns, "::exp2(", p, "[mt][nt][i] * ", ns, "::kLog2e - lseLog2[mt][i / 2]);")});
+        fragments.forEachElement(w, "kSTiles",
+                                 {cat(p, "[mt][nt][i] = ", ns, "::exp2(", p, "[mt][nt][i] * ", ns, "::kLog2e - lseLog2",
+                                      fragments.rowValueOfScore(), ");")});
         return success();
       })
       .Case([&](SoftmaxGradOp grad) -> LogicalResult {
@@ -493,13 +495,14 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
           fragments.forEachElement(
               w, "kSTiles",
               {cat(ds, "[mt][nt][i] = ", *p, "[mt][nt][i] * (", ds, "[mt][nt][i] * p.softmaxScale - ", *delta,
-                   "[mt][i / 2] * p.softmaxScale);")});
+                   fragments.rowValueOfScore(), " * p.softmaxScale);")});
           return success();
         }
         w.comment(cat("tile.softmax_grad: ", ds, " = P∘(dP - D)"));
         fragments.forEachElement(
             w, "kSTiles",
-            {cat(ds, "[mt][nt][i] = ", *p, "[mt][nt][i] * (", ds, "[mt][nt][i] - ", *delta, "[mt][i / 2]);")});
+            {cat(ds, "[mt][nt][i] = ", *p, "[mt][nt][i] * (", ds, "[mt][nt][i] - ", *delta, fragments.rowValueOfScore(),
+                 ");")});
         return success();
       })
       .Case([&](ScoreGradOp grad) -> LogicalResult {
@@ -515,9 +518,8 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
             "unmodified score; where dS' is 0 (a masked score: P = 0) it stays 0 whatever the derivative is there");
         fragments.forEachElement(
             w, "kSTiles",
-            {cat("const int q = ", FragmentTiles::threadRow("(i / 2)"), ";"),
-             cat("const int kv = blockKvTile * kBlockN + ", keyOffset(), "8 * nt + fragCol + i % 2;"),
-             cat("if (", ds, "[mt][nt][i] != 0.f)"),
+            {cat("const int q = ", fragments.scoreQuery(), ";"),
+             cat("const int kv = ", fragments.scoreKey("blockKvTile"), ";"), cat("if (", ds, "[mt][nt][i] != 0.f)"),
              cat("  ", ds, "[mt][nt][i] *= ", fn, "(", *s, "[mt][nt][i], b, h, q, ", kv, ", p);")});
         return success();
       })
@@ -526,7 +528,7 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
         FailureOr<SharedTile> b = sharedTile(dot.getB(), op);
         if (failed(acc) || failed(b))
           return failure();
-        FailureOr<std::string> a = staged(dot.getA(), op);
+        FailureOr<std::string> a = target.dotReadsRegisters() ? regs(dot.getA(), op) : staged(dot.getA(), op);
         if (failed(a))
           return failure();
         registers[dot.getResult()] = *acc;
@@ -571,7 +573,7 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   for (QLoopOp loop : func.getBody().getOps<QLoopOp>()) {
     llvm::SmallPtrSet<void *, 4> staging;
     loop.getBody().walk([&](Operation *op) {
-      if (auto dot = dyn_cast<DotTnOp>(op))
+      if (auto dot = dyn_cast<DotTnOp>(op); dot && !target.dotReadsRegisters())
         staging.insert(dot.getA().getAsOpaquePointer());
       if (auto acc = dyn_cast<AccumulateOp>(op))
         staging.insert(acc.getA().getAsOpaquePointer());
@@ -585,6 +587,8 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
                               << shape.warps << " warps (block-m " << shape.blockM << ", block-n " << shape.blockN
                               << ", head dim " << shape.headDim << ")"
                               << (target.splitsKeys() ? "" : ": this family prints split-Q only; accepted: 1");
+  if (shape.swapScores && !target.dotReadsRegisters())
+    return func.emitOpError() << "has transposed score tiles (tile.swap_scores), which this family does not print";
   const int rowTiles = static_cast<int>(shape.blockN / 16);
   kvColSplit = rowTiles % shape.warps == 0 ? 1 : shape.warps / std::max(rowTiles, 1);
   if (shape.blockN % 16 != 0 || rowTiles * kvColSplit % shape.warps != 0 || shape.warps % kvColSplit != 0 ||
@@ -623,8 +627,14 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
     w.comment("(tile.key_warps: S, dP and dQ split both ways, kWarps / kKeyWarps row groups of kWarpRows query rows,");
     w.comment("each row group's kKeyWarps warps blockN / kKeyWarps keys of S and dP and kHeadDim / kKeyWarps columns of dQ)");
     w.line(cat("constexpr int kKeyWarps = ", shape.keyWarps, ";"));
-    w.line("constexpr int kWarpRows = kBlockM * kKeyWarps / kWarps, kMTiles = kWarpRows / 16, kSTiles = kBlockN / "
-           "kKeyWarps / 8;");
+    if (shape.swapScores) {
+      w.comment("(tile.swap_scores: S, dP, P and dS transposed, a warp's m16 rows its 16 keys of its row group's, the");
+      w.comment("n8 columns the Q tile's rows; dQ's rows as without the swap)");
+      w.line("constexpr int kWarpRows = kBlockM * kKeyWarps / kWarps, kMTiles = kWarpRows / 16, kSTiles = kBlockM / 8;");
+    } else {
+      w.line("constexpr int kWarpRows = kBlockM * kKeyWarps / kWarps, kMTiles = kWarpRows / 16, kSTiles = kBlockN / "
+             "kKeyWarps / 8;");
+    }
   } else {
     w.line("constexpr int kWarpRows = kBlockM / kWarps, kMTiles = kWarpRows / 16, kSTiles = kBlockN / 8;");
   }

@@ -209,8 +209,8 @@ LogicalResult BackwardPrinter::printInputGrad(InputGradOp op) {
   w.comment("the hook reads at (b, h), over this thread's scores (0 where dS' is 0: masked); only when it is wanted");
   w.open(cat("if (p.inputGrads[", inputOf(op), "])"));
   fragments.forEachElement(w, "kSTiles",
-                           {cat("const int q = ", FragmentTiles::threadRow("(i / 2)"), ";"),
-                            cat("const int kv = blockKvTile * kBlockN + ", keyOffset(), "8 * nt + fragCol + i % 2;"),
+                           {cat("const int q = ", fragments.scoreQuery(), ";"),
+                            cat("const int kv = ", fragments.scoreKey("blockKvTile"), ";"),
                             cat("if (", *ds, "[mt][nt][i] != 0.f) {"), "  int index;", "  float partial;",
                             cat("  ", fn, "(", *s, "[mt][nt][i], b, h, q, ", kv, ", p, index, partial);"),
                             cat("  ", share, " += ", *ds, "[mt][nt][i] * partial;"), "}"});

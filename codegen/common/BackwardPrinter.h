@@ -60,7 +60,10 @@ public:
   BackwardPrinter(FuncOp func, const KernelShape &shape, BackwardTarget &target, ScalarHelpers &helpers,
                   const llvm::DenseMap<Operation *, std::string> &functions)
       : func(func), shape(shape), target(target), ns(target.primitivesNamespace()),
-        fragments({this->ns, shape.dtype, false, shape.keyWarps > 1 ? "warpCol0" : ""}), scalars(w, names, helpers, func),
+        fragments({this->ns, shape.dtype, false,
+                   shape.keyWarps > 1 ? (shape.swapScores ? "warpCol0 + 16 * warpM" : "warpCol0") : "",
+                   shape.swapScores, shape.swapScores ? "qt * kBlockM" : ""}),
+        scalars(w, names, helpers, func),
         helpers(helpers), functions(functions) {
     pack = this->ns + (shape.dtype == "bf16" ? "::packBf16x2" : "::packF16x2");
     unpack = this->ns + (shape.dtype == "bf16" ? "::unpackBf16x2" : "::unpackF16x2");
@@ -165,8 +168,6 @@ private:
   /// Warps per K/V row group (kKvColSplit): the warps split the K/V tile's rows in m16 tiles, and when there are more
   /// warps than m16 tiles, each tile's dK and dV columns too (head dims above 128 fit registers that way).
   int kvColSplit = 1;
-  /// The warp's first key in a K/V tile, added to a score's key ("warpCol0 + " with kKeyWarps > 1, else nothing).
-  std::string keyOffset() const { return shape.keyWarps > 1 ? "warpCol0 + " : ""; }
   /// The columns of `width` this warp's dK or dV accumulator holds.
   int64_t warpCols(int64_t width) const { return width / kvColSplit; }
   bool rowsInShared = false; ///< this iteration's LSE and D rows are in shared memory (sLse, sDelta)

@@ -103,9 +103,12 @@ public:
   /// Whether dq reads A from registers (the score tile) rather than from its staging buffer (then only dotTn's
   /// operands are staged).
   virtual bool dqReadsRegisters() const { return false; }
-  /// `acc` (a dK or dV accumulator, `warpCols` columns a warp) += Aᵀ·B, A staged in `staged`, B the Q-tile-row tile
-  /// `b` (dO or Q).
-  virtual void dotTn(CudaWriter &w, const std::string &acc, const std::string &staged, const SharedTile &b,
+  /// Whether dotTn reads A from registers (the score tile, transposed: KernelShape::swapScores) rather than from its
+  /// staging buffer.
+  virtual bool dotReadsRegisters() const { return false; }
+  /// `acc` (a dK or dV accumulator, `warpCols` columns a warp) += Aᵀ·B, A staged in `a` (or, when
+  /// dotReadsRegisters(), the score tile `a` in registers, which holds Aᵀ), B the Q-tile-row tile `b` (dO or Q).
+  virtual void dotTn(CudaWriter &w, const std::string &acc, const std::string &a, const SharedTile &b,
                      int64_t warpCols) = 0;
   /// dQ += A·K into the fp32 accumulator gDqAccum (rows of the Q tile qt, `k.width` columns a row): dqOperand
   /// prepares A (`staged`: its staging buffer, `regs`: its score tile; a family whose GEMMs run asynchronously may

@@ -68,15 +68,44 @@ void FragmentTiles::forEachRow(CudaWriter &w, const std::function<void()> &body)
 }
 
 void FragmentTiles::forEachScore(CudaWriter &w, const std::string &kTile, const std::vector<std::string> &body) const {
-  std::vector<std::string> lines = {layout.packQueryHeads
-                                        ? "const int q = rowQuery[mt][i / 2], hRow = rowHead[mt][i / 2];"
-                                        : cat("const int q = ", threadRow("(i / 2)"), ";"),
-                                    cat("const int kvTile = ", kTile, " * kBlockN + ",
-                                        layout.keyOffset.empty() ? "" : layout.keyOffset + " + ",
-                                        "fragCol, kvStep = 8 * nt + i % 2;"),
-                                    "const int kv = kvTile + kvStep;"};
+  std::vector<std::string> lines;
+  if (layout.transposed) {
+    // Keys on the rows: the key's per-lane part (kvTile) and its per-element constant (kvStep) as in the C layout.
+    lines = {cat("const int q = ", scoreQuery(), ";"),
+             cat("const int kvTile = ", kTile, " * kBlockN + ", layout.keyOffset.empty() ? "" : layout.keyOffset + " + ",
+                 "fragRow, kvStep = 16 * mt + 8 * (i / 2);"),
+             "const int kv = kvTile + kvStep;"};
+  } else {
+    lines = {layout.packQueryHeads ? "const int q = rowQuery[mt][i / 2], hRow = rowHead[mt][i / 2];"
+                                   : cat("const int q = ", threadRow("(i / 2)"), ";"),
+             cat("const int kvTile = ", kTile, " * kBlockN + ", layout.keyOffset.empty() ? "" : layout.keyOffset + " + ",
+                 "fragCol, kvStep = 8 * nt + i % 2;"),
+             "const int kv = kvTile + kvStep;"};
+  }
   lines.insert(lines.end(), body.begin(), body.end());
   forEachElement(w, "kSTiles", lines);
+}
+
+std::string FragmentTiles::scoreQuery() const {
+  return layout.transposed ? cat(layout.queryOffset, " + 8 * nt + fragCol + i % 2") : threadRow("(i / 2)");
+}
+
+std::string FragmentTiles::scoreKey(const std::string &kTile) const {
+  const std::string offset = layout.keyOffset.empty() ? "" : layout.keyOffset + " + ";
+  return layout.transposed ? cat(kTile, " * kBlockN + ", offset, "16 * mt + fragRow + 8 * (i / 2)")
+                           : cat(kTile, " * kBlockN + ", offset, "8 * nt + fragCol + i % 2");
+}
+
+void FragmentTiles::forEachRowValue(CudaWriter &w, const std::function<void()> &body) const {
+  if (!layout.transposed) {
+    forEachRow(w, body);
+    return;
+  }
+  w.openUnrolledFor("nt", "kSTiles");
+  w.openUnrolledFor("r", "2");
+  body();
+  w.close();
+  w.close();
 }
 
 namespace {

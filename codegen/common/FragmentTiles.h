@@ -39,6 +39,12 @@ struct FragmentLayout {
   /// A C expression added to a score's key (the backward's warps that split a tile's keys: the warp's first key in
   /// the tile, `warpCol0`); empty: a warp's score columns are the tile's from key 0.
   std::string keyOffset = {};
+  /// Score tiles transposed (the backward's swapped score GEMMs, KernelShape::swapScores): the m16 rows of a warp's
+  /// tiles are keys (from the K/V tile's key kTile·kBlockN + keyOffset) and the n8 columns are query rows (from
+  /// queryOffset, the Q tile's first row), so a per-row value is indexed by the column: [kSTiles][2]. Only the
+  /// elementwise ops (scale, score_mod, mask) and the coordinate helpers below serve this layout.
+  bool transposed = false;
+  std::string queryOffset = {};
 };
 
 /// Prints the register-tile ops of `layout`'s tiles (TileTarget's, named alike).
@@ -81,6 +87,20 @@ public:
   /// The block row (a C expression) of fragment half `half` ("r" inside forEachRow, "(i / 2)" over a tile's elements
   /// [mt][nt][i]) of this thread's m16 tile mt: the warp's rows start at warpRow0.
   static std::string threadRow(const char *half = "r") { return cat("warpRow0 + 16 * mt + fragRow + 8 * ", half); }
+  /// The query row and the key (C expressions) of element [mt][nt][i] of a score tile of the K/V tile `kTile`.
+  std::string scoreQuery() const;
+  std::string scoreKey(const std::string &kTile) const;
+  /// Values of one query row each (LSE, D): their array's dimensions (C declarator suffix), the index of the value of
+  /// score element [mt][nt][i], and a loop over this thread's values around `body`, inside which rowValue() is the
+  /// value's index and rowValueQuery() its query row.
+  std::string rowValueDims() const { return layout.transposed ? "[kSTiles][2]" : "[kMTiles][2]"; }
+  std::string rowValueOfScore() const { return layout.transposed ? "[nt][i % 2]" : "[mt][i / 2]"; }
+  void forEachRowValue(CudaWriter &w, const std::function<void()> &body) const;
+  std::string rowValue() const { return layout.transposed ? "[nt][r]" : "[mt][r]"; }
+  std::string rowValueQuery() const {
+    return layout.transposed ? cat(layout.queryOffset, " + 8 * nt + fragCol + r") : threadRow();
+  }
+
   /// O's columns 8·nt + fragCol and + 1 of fragment half r (inside forEachRow and a loop over nt), converted and
   /// packed into one 32-bit word: what every store of O writes.
   std::string packedPair(const StateNames &st) const {

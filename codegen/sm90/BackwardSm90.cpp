@@ -36,6 +36,7 @@
 #include "codegen/sm90/InstructionsSm90.h"
 #include "codegen/sm90/PreludeSm90.h"
 
+#include <map>
 #include <vector>
 
 namespace flashtile::codegen::sm90 {
@@ -142,8 +143,9 @@ public:
     const SharedTile k = kTile();
     // dV's and dK's products are a warpgroup's columns of them: all, or a W-th under the column split.
     const int64_t parts = columnSplit ? warpgroups : 1;
-    std::vector<int> widths = {static_cast<int>(shape.blockN / shape.keyWarps), static_cast<int>(shape.headDim / parts),
-                               static_cast<int>(shape.headDimV / parts)};
+    // S's and dP's N: the warpgroup's keys, or under the swap the Q tile's rows.
+    std::vector<int> widths = {static_cast<int>(shape.swapScores ? shape.blockM : shape.blockN / shape.keyWarps),
+                               static_cast<int>(shape.headDim / parts), static_cast<int>(shape.headDimV / parts)};
     std::vector<int> dqWidths;
     for (const auto &round : dqRounds(k))
       for (const DqBlock &block : round)
@@ -162,7 +164,7 @@ public:
     return {"sm80",   "sm90",   "smemRaw", "aAddr", "bAddr", "dsFrag", "dqBlock", "dqPart", "frag",
             "key",    "q",      "sDq",     "dqBars", "sDqTile", "dqUses", "use",   "tile",   "row",  "rows",
             "kDqPitch", "maps", "kvBar", "fullBars", "emptyBars", "stage", "tileUses", "loads", "qRow0", "kRow0",
-            "tmaBatch", "kQTileBytes"};
+            "tmaBatch", "kQTileBytes", "dotFrag0", "dotFrag1"};
   }
   bool splitsKeys() const override { return true; }
   /// A warpgroup's four warps share its keys: warp w is row group w % 4 of the keys from 64·(w / 4).
@@ -225,6 +227,9 @@ public:
   }
   /// One warpgroup's dS in registers spans all of its Q tile's keys only when it is the block's one warpgroup.
   bool dqReadsRegisters() const override { return warpgroups == 1; }
+  /// Under the swap Pᵀ and dSᵀ are in registers, each warp 16 keys × the Q tile's rows: the A fragments of dV's and
+  /// dK's GEMMs (wgmma RS).
+  bool dotReadsRegisters() const override { return shape.swapScores; }
 
   // The dQ writer (KernelShape::dqWriter): a producer warpgroup after the computing ones; its first warp adds each Q
   // tile's dQ from sDq into dq_accum with one bulk reduce-add, handed over by dqBars[0] (full: every computing
@@ -264,7 +269,7 @@ public:
   void acquireQTile(CudaWriter &w) override;
   void releaseQTile(CudaWriter &w) override;
   bool dqTurnsInRole() const override { return shape.dqWriter; }
-  void dotTn(CudaWriter &w, const std::string &acc, const std::string &staged, const SharedTile &b,
+  void dotTn(CudaWriter &w, const std::string &acc, const std::string &a, const SharedTile &b,
              int64_t warpCols) override;
   void dqOperand(CudaWriter &w, const std::string &staged, const std::string &regs) override;
   void dqProduct(CudaWriter &w, const SharedTile &k) override;
@@ -276,6 +281,7 @@ private:
   /// A committed wgmma group still in flight: the accumulator it writes (its name) and its flat reference.
   struct Group {
     std::string acc, flat;
+    std::string operand = {}; ///< its register A operand (RS), fenced with it: not reused before the wgmma read it
   };
   /// One dQ product of a round: columns [col, col + width) (col a C expression), of the warpgroup `warpgroup` alone
   /// (-1: every warpgroup issues it, col naming its own columns or every warpgroup the same).
@@ -286,7 +292,8 @@ private:
   };
   /// A dotTn whose issue waits for dQ's products (overlap).
   struct DeferredDot {
-    std::string acc, staged;
+    std::string acc, a;
+    std::string frag; ///< under the swap: the packed RS A operand of `a` (dotFrag0, dotFrag1), packed at dotTn
     SharedTile b;
     int64_t warpCols;
   };
@@ -305,8 +312,11 @@ private:
       return; // waited for already
     const int later = static_cast<int>(inFlight.size() - 1 - i);
     w.line(cat("sm90::warpgroup::wait<", later, ">();  // ", acc, " landed (", later, " later group(s) in flight)"));
-    for (size_t j = 0; j <= i; ++j)
+    for (size_t j = 0; j <= i; ++j) {
       w.line(cat("sm90::warpgroup::fenceOperands(", inFlight[j].flat, ");"));
+      if (!inFlight[j].operand.empty())
+        w.line(cat("sm90::warpgroup::fenceOperands(", inFlight[j].operand, ");"));
+    }
     inFlight.erase(inFlight.begin(), inFlight.begin() + static_cast<std::ptrdiff_t>(i) + 1);
   }
   /// Issues dotTn's GEMMs into `acc` (committed as one group when `overlap`, else waited on).
@@ -416,12 +426,33 @@ private:
   std::string dqA;    ///< dQ's A operand in shared memory (the staged dS) when it is not read from registers
   std::vector<Group> inFlight;       ///< committed groups not yet waited for, oldest first (overlap)
   std::vector<DeferredDot> deferred; ///< dotTn calls not yet issued (overlap)
+  int dotFrags = 0;                  ///< RS A operands of dotTn declared in this iteration (dotFrag0, dotFrag1)
+  std::map<std::string, std::string> packed; ///< this iteration's score tiles packed by dotTn -> their words
   /// "<the fragment primitives' namespace>::": their cp.async, smemAddress and packs.
   const std::string ns = cat(kFragmentNamespace, "::");
   std::string mmaType, pack;
 };
 
 void BackwardSm90::issueScore(CudaWriter &w, const std::string &acc, const SharedTile &a, const SharedTile &b) const {
+  if (shape.swapScores) {
+    // Sᵀ = K·Qᵀ (dPᵀ = V·dOᵀ): the warpgroup's 64 keys of the K/V tile on M, the Q tile's rows on N.
+    w.comment(cat(acc, " = (", a.name.substr(1), "·", b.name.substr(1), "ᵀ)ᵀ = ", b.name.substr(1), "·", a.name.substr(1),
+                  "ᵀ (tile.qk, swapped; wgmma m64n", shape.blockM, "k16 ", mmaType,
+                  " SS, both K-major, fp32): the warpgroup's keys x the Q tile's rows"));
+    w.open("");
+    w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", b.name, ") + warpCol0 * ", swizzle, ", bAddr = ", ns,
+               "smemAddress(", a.name, ");"));
+    w.line(cat("const unsigned long long aDesc = sm90::desc::kMajor", sw(), "(aAddr), bDesc = sm90::desc::kMajor", sw(),
+               "(bAddr);"));
+    w.line("sm90::warpgroup::arrive();");
+    w.openUnrolledFor("ks", cat(a.width / 16));
+    w.line(cat("sm90::warpgroup::Wgmma<kBlockM>::", mmaType, "SS<sm90::warpgroup::kKMajor>(", flat(acc, "kSTiles * 4"),
+               ", sm90::desc::offsetLow(aDesc, sm90::desc::kMajorStepBytes", sw(), "(ks, kBlockN)), "
+               "sm90::desc::offsetLow(bDesc, sm90::desc::kMajorStepBytes", sw(), "(ks, kBlockM)), ks > 0);"));
+    w.close();
+    w.close();
+    return;
+  }
   w.comment(cat(acc, " = ", a.name.substr(1), "·", b.name.substr(1), "ᵀ (tile.qk; wgmma m64n", shape.blockN / shape.keyWarps,
                 "k16 ", mmaType, " SS, both K-major, fp32): the warpgroup's query rows x ",
                 keySplit ? "its keys of the K/V tile" : "the K/V tile's keys"));
@@ -460,6 +491,8 @@ void BackwardSm90::scoreGemms(CudaWriter &w, const std::string &first, const Sha
 }
 
 void BackwardSm90::endIteration(CudaWriter &w) {
+  dotFrags = 0;
+  packed.clear();
   if (deferred.empty() && inFlight.empty())
     return;
   for (const DeferredDot &dot : deferred)
@@ -470,6 +503,27 @@ void BackwardSm90::endIteration(CudaWriter &w) {
 }
 
 void BackwardSm90::stage(CudaWriter &w, const std::string &buffer, const std::string &from) {
+  if (shape.swapScores) {
+    w.comment(cat(from, " (transposed: keys x query rows) rounded to 16 bits into ", buffer,
+                  " [kBlockN keys][kBlockM query rows] (stmatrix.x4, swizzled):"));
+    w.comment("this warp's 16 keys, the MN-major A operand of dQ's GEMM");
+    // The four 8x8 matrices of n8 tiles 2nt, 2nt + 1 are the words of k16 step nt of dotTn's packing.
+    const auto it = packed.find(from);
+    w.openUnrolledFor("nt", "kSTiles / 2");
+    if (it == packed.end()) {
+      w.line(cat("const unsigned frag[4] = {", pack, "(", from, "[0][2 * nt][0], ", from, "[0][2 * nt][1]), ", pack, "(",
+                 from, "[0][2 * nt][2], ", from, "[0][2 * nt][3]),"));
+      w.line(cat("                          ", pack, "(", from, "[0][2 * nt + 1][0], ", from, "[0][2 * nt + 1][1]), ",
+                 pack, "(", from, "[0][2 * nt + 1][2], ", from, "[0][2 * nt + 1][3])};"));
+    }
+    w.comment("lane l addresses row l % 8 of matrix l / 8: key 8·((l / 8) % 2) + l % 8 of this warp's keys, query rows");
+    w.comment("16·nt + 8·(l / 16)");
+    w.line("const int key = warpCol0 + 16 * warpM + 8 * ((lane / 8) % 2) + lane % 8, q = 16 * nt + 8 * (lane / 16);");
+    w.line(cat("sm90::warp::stmatrixX4(", ns, "smemAddress(", buffer, ") + sm90::swizzle128Offset(key, q, kBlockN), ",
+               it == packed.end() ? std::string("frag") : it->second + "[nt]", ");"));
+    w.close();
+    return;
+  }
   w.comment(cat(from, " rounded to 16 bits and transposed into ", buffer,
                 " [kBlockN keys][kBlockM query rows] (stmatrix.x4.trans, swizzled):"));
   w.comment("this warp's query columns, the K-major A operand of the GEMMs whose rows are keys");
@@ -487,25 +541,68 @@ void BackwardSm90::stage(CudaWriter &w, const std::string &buffer, const std::st
   w.close();
 }
 
-void BackwardSm90::dotTn(CudaWriter &w, const std::string &acc, const std::string &staged, const SharedTile &b,
+void BackwardSm90::dotTn(CudaWriter &w, const std::string &acc, const std::string &a, const SharedTile &b,
                          int64_t warpCols) {
+  std::string frag;
+  if (shape.swapScores) {
+    // Aᵀ in registers: the transposed score tile's C fragments of n8 tiles 2k, 2k + 1 are the A fragment of k16 step
+    // k (the forward's P·V). Packed here, where the tile is final, so its fp32 registers die before dQ's GEMM; stage()
+    // stores dS from the same words.
+    frag = cat("dotFrag", dotFrags++);
+    packed[a] = frag;
+    w.comment(cat(a, " rounded to 16 bits into ", frag, ": the A fragments of ", acc, "'s GEMM (k16 step k: n8 tiles 2k, "
+                  "2k + 1)"));
+    w.line(cat("unsigned ", frag, "[kSTiles / 2][4];"));
+    w.openUnrolledFor("k", "kSTiles / 2");
+    for (int r = 0; r < 4; ++r)
+      w.line(cat(frag, "[k][", r, "] = ", pack, "(", a, "[0][2 * k", r >= 2 ? " + 1" : "", "][", 2 * (r % 2), "], ", a,
+                 "[0][2 * k", r >= 2 ? " + 1" : "", "][", 2 * (r % 2) + 1, "]);"));
+    w.close();
+  }
   if (shape.gemmOverlap) {
     w.comment(cat(acc, " += Aᵀ·", b.name.substr(1), " (tile.dot_tn): issued after dQ's products (overlap)"));
-    deferred.push_back({acc, staged, b, warpCols});
+    deferred.push_back({acc, a, frag, b, warpCols});
     return;
   }
-  issueDot(w, {acc, staged, b, warpCols});
+  issueDot(w, {acc, a, frag, b, warpCols});
 }
 
 void BackwardSm90::issueDot(CudaWriter &w, const DeferredDot &dot) {
   const std::string floats = cat(dot.warpCols / 2);
+  if (shape.swapScores) {
+    // Aᵀ from the words dotTn packed (fenced where the group is waited for: not reused before the wgmma read them).
+    const std::string &frag = dot.frag;
+    w.comment(cat(dot.acc, " += Aᵀ·", dot.b.name.substr(1), " (tile.dot_tn; wgmma m64n", dot.warpCols, "k16 ", mmaType,
+                  " RS, fp32): Aᵀ = ", dot.a, " from registers (", frag, "), ", dot.b.name.substr(1), " MN-major;"));
+    w.comment("the warpgroup's rows are its keys of the K/V tile");
+    w.open("");
+    w.line(cat("const unsigned long long bDesc = sm90::desc::mnMajor", sw(), "(", ns, "smemAddress(", dot.b.name,
+               "), kBlockM * ", swizzle, ");"));
+    w.line(cat("sm90::warpgroup::fenceOperands(", flat(dot.acc, floats), ");"));
+    w.line("sm90::warpgroup::arrive();");
+    w.openUnrolledFor("ks", "kSTiles / 2");
+    w.line(cat("sm90::warpgroup::Wgmma<", dot.warpCols, ">::", mmaType, "RS<sm90::warpgroup::kMNMajor>(",
+               flat(dot.acc, floats), ", ", frag, "[ks], sm90::desc::offsetLow(bDesc, sm90::desc::mnMajorStepBytes", sw(),
+               "(ks)), 1);"));
+    w.close();
+    const std::string operand = cat("reinterpret_cast<unsigned (&)[kSTiles / 2 * 4]>(", frag, "[0])");
+    if (shape.gemmOverlap) {
+      w.line("sm90::warpgroup::commitGroup();");
+      inFlight.push_back({dot.acc, flat(dot.acc, floats), operand});
+    } else {
+      retire(w, flat(dot.acc, floats));
+      w.line(cat("sm90::warpgroup::fenceOperands(", operand, ");"));
+    }
+    w.close();
+    return;
+  }
   w.comment(cat(dot.acc, " += Aᵀ·", dot.b.name.substr(1), " (tile.dot_tn; wgmma m64n", dot.warpCols, "k16 ", mmaType,
-                " SS, fp32): Aᵀ staged in ", dot.staged, " (K-major), ", dot.b.name.substr(1), " MN-major;"));
+                " SS, fp32): Aᵀ staged in ", dot.a, " (K-major), ", dot.b.name.substr(1), " MN-major;"));
   w.comment(columnSplit ? "the warpgroup's rows are all the K/V tile's keys, its columns its part of the head dim"
                         : "the warpgroup's rows are the K/V tile's keys");
   w.open("");
   // The column split: every warpgroup all the keys (A's m64 rows) and its own columns of B; else its own keys.
-  w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", dot.staged, ")", columnSplit ? std::string() : warpgroupRows(),
+  w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", dot.a, ")", columnSplit ? std::string() : warpgroupRows(),
              ", bAddr = ", ns, "smemAddress(", dot.b.name, ")",
              columnSplit ? cat(" + warp / ", kWarpgroupWarps, " * ", dot.warpCols, " * kBlockM * 2") : std::string(),
              ";"));
@@ -901,6 +998,10 @@ std::optional<std::string> checkBackwardShape(const KernelShape &shape) {
                  " (every warpgroup the tile's m64 keys); got key-warps ", shape.keyWarps, ", block-m ", shape.blockM,
                  ", block-n ", shape.blockN);
   }
+  if (shape.swapScores && (shape.keyWarps == 1 || splitsColumns(shape) || shape.blockM != kWgmmaM))
+    return cat("sm90 backward: swapped score GEMMs (tile.swap_scores) need the keys split over the warpgroups, each its "
+               "m64 keys over the whole head dim, and block-m ", kWgmmaM, " (a warp's 16 keys of S and 16 query rows of "
+               "dQ); got key-warps ", shape.keyWarps, ", block-m ", shape.blockM, ", block-n ", shape.blockN);
   // A thread holds its warpgroup's part of dK and dV in fp32: 64 keys x (head_dim + head_dim_v) / 128 floats, or a
   // W-th of that under the column split; at most 128 of its 240 registers.
   const bool columns = splitsColumns(shape);

@@ -76,6 +76,10 @@ struct KernelShape {
   /// The backward's load warp (`tile.load_warp`, passes/Transforms/Passes.h): a warp of the producer warpgroup (which
   /// dqWriter makes) loads K, V and each Q tile's Q, dO, LSE and D into shared memory for the computing warpgroups.
   bool loadWarp = false;
+  /// The backward's score tiles transposed (`tile.swap_scores`, passes/Transforms/Passes.h): a warp's register tiles
+  /// of S, dP, P and dS hold keys on their rows and query rows on their columns, and dV's and dK's GEMMs read Pᵀ and dSᵀ
+  /// from registers.
+  bool swapScores = false;
   /// Registers a thread of the producer warpgroup and of a computing warpgroup holds after setmaxnreg
   /// (`tile.role_registers`); 0: the family's launch default.
   int producerRegs = 0, consumerRegs = 0;

@@ -33,6 +33,12 @@ inline constexpr llvm::StringLiteral kDqWriterAttr = "tile.dq_writer";
 /// full and empty barriers), so the computing warps copy nothing (KernelShape::loadWarp); the program's semantics do
 /// not change.
 inline constexpr llvm::StringLiteral kLoadWarpAttr = "tile.load_warp";
+/// A schedule's attribute on a backward main program whose warpgroups split the keys (a unit attribute): S and dP are
+/// computed transposed (Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ: the K/V tile's keys on the MMA's rows, the Q tile's query rows on its
+/// columns), so that Pᵀ and dSᵀ are in registers in the layout of the A operand of dV += Pᵀ·dO and dK += dSᵀ·Q, and
+/// only dS goes through shared memory (for dQ) (KernelShape::swapScores; FA3's SdP_swapAB); the program's semantics do
+/// not change.
+inline constexpr llvm::StringLiteral kSwapScoresAttr = "tile.swap_scores";
 /// A schedule's attribute on a program with roles (an array of two i32): the registers a thread of the producer
 /// warpgroup and of a computing warpgroup hold after setmaxnreg (KernelShape::producerRegs, consumerRegs).
 inline constexpr llvm::StringLiteral kRoleRegistersAttr = "tile.role_registers";

@@ -232,6 +232,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   shape.gemmOverlap = func->hasAttr(tile::kGemmOverlapAttr);
   shape.dqWriter = func->hasAttr(tile::kDqWriterAttr);
   shape.loadWarp = func->hasAttr(tile::kLoadWarpAttr);
+  shape.swapScores = func->hasAttr(tile::kSwapScoresAttr);
   if (auto regs = func->getAttrOfType<mlir::DenseI32ArrayAttr>(tile::kRoleRegistersAttr); regs && regs.size() == 2) {
     shape.producerRegs = regs[0];
     shape.consumerRegs = regs[1];

@@ -79,6 +79,11 @@ public:
                     "nothing; 0: the computing threads copy them (cp.async, one tile ahead; default: 1 with two "
                     "consumer warpgroups, or as dq-writer where it is given)",
          0, 1},
+        {kSwapSdp, "backward only, where the warpgroups split the keys (head dims 96 and 128): 1: S and dP computed "
+                   "transposed (keys on wgmma's M), so that dV's and dK's GEMMs read Pᵀ and dSᵀ from registers and "
+                   "only dS is staged in shared memory (FA3's SdP_swapAB); 0: S and dP with query rows on M, P and dS "
+                   "staged transposed for dV and dK",
+         0, 1},
         {kExp2PolyShare, "FA4's partial software exp2: of every 8 n8 tiles of a score row, how many take their "
                          "exponentials from a cubic on the FMA pipe (sm90::math::exp2Poly3) instead of MUFU; 0: none "
                          "(the default)",
@@ -90,7 +95,7 @@ public:
   FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass shapeClass) const override {
     if (func.getKind() != kForwardProgram)
       return configureBackward(func, knobs);
-    for (const char *backwardKnob : {kDqWriter, kLoadWarp})
+    for (const char *backwardKnob : {kDqWriter, kLoadWarp, kSwapSdp})
       if (knobs.count(backwardKnob))
         return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
@@ -171,8 +176,8 @@ public:
       if (knobs.count(roleKnob))
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
-                                     "consumer-warpgroups, intra-wg-overlap, dq-writer, load-warp, producer-regs "
-                                     "and consumer-regs";
+                                     "consumer-warpgroups, intra-wg-overlap, dq-writer, load-warp, swap-sdp, "
+                                     "producer-regs and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
         return refuse(name, value, "64, 96, 128, 192 or 256; the fa2 backward serves the others");
@@ -218,6 +223,17 @@ public:
       return refuse(kStages, stages, "2 (Q-tile buffers: each Q tile copied one tile ahead)");
     if (keySplit)
       func->setAttr(kKeyWarpsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), consumers));
+    // swap-sdp: S and dP transposed (FA3's SdP_swapAB at head dims up to 128): each warpgroup's 64 keys on wgmma's M,
+    // the Q tile's rows on N, so that Pᵀ and dSᵀ are the register A operands of dV's and dK's GEMMs.
+    // Measured on the H100 (bench/NOTES.md v34): 2-11% slower than without at head dims 96 and 128 (64-row Q tiles),
+    // so off by default.
+    const int64_t swap = knob(knobs, kSwapSdp, 0);
+    if (swap && (!keySplit || wide))
+      return refuse(kSwapSdp, swap,
+                    "0 here; 1 needs the warpgroups to split the keys (two consumer warpgroups, block-m 64, block-n "
+                    "128: head dims 96 and 128)");
+    if (swap)
+      func->setAttr(kSwapScoresAttr, UnitAttr::get(func.getContext()));
     // dq-writer: the main program's roles, FA3's: the computing warpgroups leave each Q tile's dQ terms in shared
     // memory, a producer warpgroup's first warp adds them into dq_accum with one bulk reduce-add (and takes the
     // deterministic mode's turns), and setmaxnreg moves the producer's registers to the computing warpgroups. At head

@@ -143,6 +143,52 @@ INSTANTIATE_TEST_SUITE_P(Fa3Wide, Fa3WideBackwardCompiles,
                                           testing::Values(96, 192, 256)),
                          configName);
 
+// swap-sdp 1 (FA3's SdP_swapAB, where the warpgroups split the keys): S and dP computed transposed (K·Qᵀ, wgmma N = the
+// Q tile's 64 rows), dV's and dK's GEMMs from registers (RS) with their A words packed once, only dS staged (stmatrix
+// without .trans), LSE and D per column; variants whose hooks read positions, inputs or the score, both element
+// types, to one cubin (and printed without overlap). Refused where the keys are not split.
+class Fa3SwappedScoresCompile : public testing::TestWithParam<Config> {};
+
+TEST_P(Fa3SwappedScoresCompile, TransposedScoresAndRegisterOperands) {
+  auto [variant, dtype, headDim] = GetParam();
+  for (int overlap : {1, 0}) {
+    StatusOr<jit::CompileResult> result = jit::compile(
+        *variants::byName(variant),
+        backwardOptions(dtype, headDim, "sm_90a", {{"swap-sdp", 1}, {"intra-wg-overlap", overlap}}, "fa3"),
+        overlap ? jit::Stage::Cubin : jit::Stage::Cuda);
+    ASSERT_TRUE(result.ok()) << result.status().message();
+    EXPECT_TRUE(result->info.verify().ok()) << result->info.verify().message();
+    const std::string &cuda = result->cuda;
+    EXPECT_NE(cuda.find("(tile.qk, swapped; wgmma m64n64k16"), std::string::npos);
+    EXPECT_NE(cuda.find("sm90::warpgroup::Wgmma<kBlockM>::"), std::string::npos);
+    // Two RS GEMMs (dV, dK) a Q-tile iteration, three segments; P is never staged.
+    EXPECT_EQ(count(cuda, "RS<sm90::warpgroup::kMNMajor>("), 6);
+    EXPECT_EQ(count(cuda, "unsigned dotFrag0[kSTiles / 2][4];"), 3);
+    EXPECT_EQ(count(cuda, "sm90::warp::stmatrixX4Trans("), 0);
+    EXPECT_EQ(count(cuda, "sm90::warp::stmatrixX4(sm80::smemAddress(sStage0)"), 3);
+    EXPECT_EQ(cuda.find("sStage1"), std::string::npos);
+    EXPECT_NE(cuda.find("float lse1[kSTiles][2];"), std::string::npos);
+    EXPECT_NE(cuda.find("const int q = qt * kBlockM + 8 * nt + fragCol + i % 2;"), std::string::npos);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fa3Swapped, Fa3SwappedScoresCompile,
+                         testing::Combine(testing::Values("softcap_causal", "document_mask", "sinks"),
+                                          testing::Values(ElementType::BF16, ElementType::F16),
+                                          testing::Values(96, 128)),
+                         configName);
+
+TEST(BackwardCodegen, Fa3SwappedScoresNeedTheKeysSplit) {
+  for (int headDim : {64, 192, 256}) {
+    StatusOr<jit::CompileResult> result =
+        jit::compile(*variants::byName("causal"),
+                     backwardOptions(ElementType::BF16, headDim, "sm_90a", {{"swap-sdp", 1}}, "fa3"), jit::Stage::Cuda);
+    ASSERT_FALSE(result.ok()) << headDim;
+    EXPECT_NE(result.status().message().find("swap-sdp = 1 is not supported"), std::string::npos)
+        << result.status().message();
+  }
+}
+
 // intra-wg-overlap (default 1): S and dP issued back to back and S waited for with dP in flight; dQ's first column
 // block issued before dV's and dK's GEMMs and waited for with those two in flight. 0: every GEMM waited on at issue.
 TEST(BackwardCodegen, Fa3OverlapKeepsAQTilesGemmsInFlight) {
@@ -307,7 +353,7 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"consumer-warpgroups", 3, "fa3 backward: consumer-warpgroups = 3 is not supported; accepted: 1 or 2"},
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
-                          "dq-writer, load-warp, producer-regs and consumer-regs"},
+                          "dq-writer, load-warp, swap-sdp, producer-regs and consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
         jit::compile(*variants::byName("none"),
