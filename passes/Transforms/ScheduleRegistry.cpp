@@ -58,6 +58,17 @@ void registerSchedule(std::unique_ptr<Schedule> schedule) {
   assert(added && "two schedules registered under one name");
 }
 
+std::unique_ptr<Schedule> unregisterSchedule(std::string_view name) {
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.schedules.find(name);
+  if (it == r.schedules.end())
+    return nullptr;
+  std::unique_ptr<Schedule> schedule = std::move(it->second);
+  r.schedules.erase(it);
+  return schedule;
+}
+
 const Schedule *lookupSchedule(std::string_view name) {
   Registry &r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);

@@ -104,6 +104,10 @@ public:
 /// Registers `schedule` under its name; a second schedule with the same name replaces nothing and is an
 /// internal error (asserted).
 void registerSchedule(std::unique_ptr<Schedule> schedule);
+/// Takes the schedule named `name` out of the registry (null when none is registered), so that a test can check
+/// that the others stand without it, and give it back with registerSchedule. No compile may be running, and no
+/// caller may keep a pointer lookupSchedule returned for it.
+std::unique_ptr<Schedule> unregisterSchedule(std::string_view name);
 /// The schedule named `name`, or null.
 const Schedule *lookupSchedule(std::string_view name);
 /// Registered names, sorted.

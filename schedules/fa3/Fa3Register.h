@@ -3,7 +3,7 @@
 #define FLASHTILE_SCHEDULES_FA3_FA3REGISTER_H
 
 namespace flashtile::fa3 {
-/// Adds the FA3 schedule to the schedule registry and tile-fa3-pipeline to MLIR's pass registry.
+/// Adds the FA3 schedule to the schedule registry (its roles are the generic tile-role-pipeline's).
 void registerSchedule();
 } // namespace flashtile::fa3
 

@@ -333,12 +333,9 @@ void buildSchedulePipeline(OpPassManager &pm, const schedule::Request &request) 
   // 0: the budget for the consumer warpgroups the schedule chose (configure may pick three at head dim 64).
   RoleRegisters regs{static_cast<int>(knob(request.knobs, kProducerRegs, 0)),
                      static_cast<int>(knob(request.knobs, kConsumerRegs, 0))};
-  func.addPass(createPipelinePass(regs, order));
+  func.addPass(createTileRolePipeline(regs, order));
 }
 
-void registerSchedule() {
-  schedule::registerSchedule(std::make_unique<Fa3Schedule>());
-  mlir::registerPass([] { return createPipelinePass(); }); // tile-fa3-pipeline, for flashtile-opt
-}
+void registerSchedule() { schedule::registerSchedule(std::make_unique<Fa3Schedule>()); }
 
 } // namespace flashtile::fa3

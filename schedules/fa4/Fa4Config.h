@@ -54,7 +54,7 @@ struct Fa4Config {
   int64_t exp2PolyShare = 0;
   /// Which role IR: 1 (the default), FA4's own roles (tile-fa4-roles: the load and MMA warps, a softmax warpgroup
   /// per Q tile, a correction warpgroup, on the memory layer); 0, the first form (the ring roles of
-  /// tile-fa3-pipeline, each softmax warpgroup issuing its own MMAs). The sm100 family prints both.
+  /// the generic tile-role-pipeline, each softmax warpgroup issuing its own MMAs). The sm100 family prints both.
   int64_t roles = 1;
   /// 1: every block is one CTA of a cluster pair along the Q-tile axis, and the MMA warp of the pair's first CTA
   /// issues tcgen05.mma.cta_group::2 (M = 256: each CTA its 128 rows of a Q tile, half of K's rows for Q·Kᵀ and half

@@ -8,8 +8,9 @@
 // default), and a correction warpgroup rescales O in tensor memory and stores O / l and the LSE. tile-lower-to-target
 // hands it to the sm100 family (tcgen05.mma, TMEM) on sm_100a; other architectures have no fa4 lowering.
 //
-// `roles = 0` keeps the first form: the role IR tile-fa3-pipeline writes (a producer role and a consumer role over a
-// ring, run with its overlap, ping-pong, persistence and O staging off), each softmax warpgroup issuing its own MMAs
+// `roles = 0` keeps the first form: the role IR the generic tile-role-pipeline writes (passes/Transforms/RolePipeline.h:
+// a producer role and a consumer role over a ring, configured here with its overlap, ping-pong, persistence and O
+// staging off), each softmax warpgroup issuing its own MMAs
 // and rescaling and storing its own O. What is not FA4 yet (schedules/fa4/README.md): 2-CTA MMAs, 128-key tiles,
 // FA4's exp2 share per head dim.
 //
@@ -23,11 +24,8 @@
 #include "passes/IR/TileCtaPair.h"
 #include "passes/IR/TileExp2Poly.h"
 #include "passes/Transforms/Passes.h"
+#include "passes/Transforms/RolePipeline.h"
 #include "passes/Transforms/ScheduleRegistry.h"
-
-#include "mlir/Pass/PassRegistry.h"
-#include "llvm/Support/ErrorHandling.h"
-#include "llvm/Support/raw_ostream.h"
 
 #include <string>
 
@@ -37,13 +35,18 @@ namespace {
 using namespace mlir;
 using namespace flashtile::tile;
 
-/// The role pipeline of the first form (`roles = 0`), by its pass name (the pass is registered by the plug-in that
-/// owns it; the default, `roles = 1`, does not use it):
+/// The role pipeline's configuration for the first form (`roles = 0`; the default, `roles = 1`, does not use it):
 /// a producer role of one warpgroup and a consumer role of the softmax warpgroups, every GEMM retired before the
 /// next (no overlap), no turns, a block a tile, O stored from the consumers. The roles' register budgets are the
 /// pass's defaults; the sm100 family keeps the launch's registers for every role (codegen/sm100/TileOpsSm100.cpp).
-constexpr const char *kRolePipeline =
-    "tile-fa3-pipeline{intra-wg-overlap=false pingpong=0 persistent=0 stage-o=0}";
+tile::ConsumerOrder firstFormOrder() {
+  tile::ConsumerOrder order;
+  order.overlap = false;
+  order.pingpong = 0;
+  order.persistent = 0;
+  order.stageO = 0;
+  return order;
+}
 
 class Fa4Schedule final : public schedule::Schedule {
 public:
@@ -126,10 +129,7 @@ public:
       func.addPass(tile::createTileLowerToTarget(tile::TileLowerToTargetOptions{request.arch}));
       return;
     }
-    std::string error;
-    llvm::raw_string_ostream errors(error);
-    if (failed(parsePassPipeline(kRolePipeline, func, errors)))
-      llvm::report_fatal_error(llvm::Twine("fa4: the role pipeline is not registered: ") + error);
+    func.addPass(tile::createTileRolePipeline({0, 0}, firstFormOrder()));
     func.addPass(tile::createTileLowerToTarget(tile::TileLowerToTargetOptions{request.arch}));
   }
 };

@@ -55,6 +55,10 @@ echo "check-layering.sh rejects planted includes, namespace uses and names in st
 expect_rejected check-schedule-folders.sh CMakeLists.txt 'add_library(planted STATIC schedules/fa1/Fa1Config.cpp)'
 expect_rejected check-schedule-folders.sh runtime/lib/Runtime.cpp '#include "schedules/fa1/Fa1Config.h"'
 expect_rejected check-schedule-folders.sh schedules/fa1/Fa1Schedule.cpp '#include "schedules/fa2/Fa2Pipeline.h"'
+expect_rejected check-schedule-folders.sh schedules/fa4/Fa4Schedule.cpp \
+  'static const char *planted = "tile-fa3-pipeline{pingpong=0}";'
+expect_rejected check-schedule-folders.sh schedules/fa2/Fa2Schedule.cpp \
+  'static const auto *planted = flashtile::schedule::lookupSchedule("fa1");'
 expect_rejected check-schedule-folders.sh schedules/Registry.cpp ''
 bash "$here/check-schedule-folders.sh" "$root" >/dev/null
 echo "check-schedule-folders.sh rejects a schedule named outside its folder or unregistered, and accepts the tree"

@@ -3,7 +3,8 @@
 # in code (its headers, its C++ namespace), the other schedules' folders included, but schedules/Registry.cpp, which
 # includes its <Name>Register.h once and calls <name>::registerSchedule() once. What schedules share is generic (the
 # copy pipeline of fa1, fa2 and decode: passes/Transforms/PipelineCopies.cpp). Its sources are found by
-# schedules/CMakeLists.txt; tests, benchmarks and documents may name it. With check-layering.sh (the generic layers
+# schedules/CMakeLists.txt; tests, benchmarks and documents may name it. No other schedule names its passes
+# (tile-<name>-...) or looks it up by name. With check-layering.sh (the generic layers
 # name no schedule) this is the plug-in rule of the schedules. Usage: check-schedule-folders.sh [ROOT].
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -23,6 +24,16 @@ for dir in schedules/*/; do
   if [ -n "$hits" ]; then
     echo "schedule $name is named outside its folder and its registration:"
     echo "$hits"
+    status=1
+  fi
+  # Another schedule's passes (tile-<name>-...) or the schedule itself looked up by name from a schedule's folder: a
+  # schedule must stand alone when another is not registered (what they share is a generic pass, e.g.
+  # passes/Transforms/RolePipeline.h). Naming another schedule in a message or a dispatch preference is data, allowed.
+  byName=$(grep -rnE "tile-$name-|lookupSchedule\(\"$name\"" schedules --include='*.cpp' --include='*.h' 2>/dev/null |
+             grep -v "^schedules/$name/" | grep -vE '^[^:]+:[0-9]+:\s*(//|/\*|\*)' || true)
+  if [ -n "$byName" ]; then
+    echo "schedule $name's passes or the schedule itself are named by another schedule:"
+    echo "$byName"
     status=1
   fi
   includes=$(grep -cE "^#include \"schedules/$name/[A-Za-z0-9]+Register\.h\"" schedules/Registry.cpp || true)

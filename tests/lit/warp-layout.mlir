@@ -21,7 +21,7 @@
 // RUN:   | sed 's/warpLayout = split_q, warpRows = 32/warpLayout = split_keys, warpRows = 128/' \
 // RUN:   | not flashtile-opt --tile-emit-cuda -o /dev/null 2>&1 | FileCheck %s --check-prefix=PRINT80
 // PRINT80: error: 'tile.func' op sm80: warp layout split_keys is not printed; accepted: split_q
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3 options=block-m=128" --tile-split-boundary --tile-fa3-pipeline --tile-lower-to-target=arch=sm_90a \
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3 options=block-m=128" --tile-split-boundary --tile-role-pipeline --tile-lower-to-target=arch=sm_90a \
 // RUN:   | sed 's/warpLayout = split_q, warpRows = 16/warpLayout = split_keys, warpRows = 128/' \
 // RUN:   | not flashtile-opt --tile-emit-cuda -o /dev/null 2>&1 | FileCheck %s --check-prefix=PRINT90
 // PRINT90: error: 'tile.func' op sm90: warp layout split_keys is not printed; accepted: split_q
@@ -36,7 +36,7 @@
 // RUN:   | sed 's/warps = 4, warpLayout = split_q, warpRows = 32/warps = 8, warpLayout = split_q, warpRows = 32/' \
 // RUN:   | not flashtile-opt --tile-lower-to-target=arch=sm_80 2>&1 | FileCheck %s --check-prefix=IDLE80
 // IDLE80: error: 'tile.func' op sm80: split_q needs every one of the 8 warps to own warpRows (32) rows of block-m (128)
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3 options=block-m=128" --tile-split-boundary --tile-fa3-pipeline \
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3 options=block-m=128" --tile-split-boundary --tile-role-pipeline \
 // RUN:   | sed 's/warps = 12, warpLayout = split_q, warpRows = 16/warps = 12, warpLayout = split_q, warpRows = 32/' \
 // RUN:   | not flashtile-opt --tile-lower-to-target=arch=sm_90a 2>&1 | FileCheck %s --check-prefix=ROWS90
 // ROWS90: error: 'tile.func' op sm90: split_q warpRows (32) must be 16: a consumer warp holds its quarter of an m64 wgmma's rows

@@ -1,6 +1,7 @@
 //===- FlashtileOpt.cpp - mlir-opt for the tile dialect -------------------===//
 #include "codegen/Registry.h"
 #include "codegen/common/EmitCudaPass.h"
+#include "passes/Transforms/RolePipeline.h"
 #include "passes/Transforms/Passes.h"
 #include "schedules/Registry.h"
 
@@ -16,6 +17,7 @@ int main(int argc, char **argv) {
   flashtile::schedule::registerBuiltinSchedules();
   flashtile::codegen::registerBuiltinTargets();
   flashtile::tile::registerTilePasses();
+  flashtile::tile::registerTileRolePipeline();
   flashtile::codegen::registerEmitCudaPass();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();

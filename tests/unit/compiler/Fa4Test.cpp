@@ -18,6 +18,7 @@
 #include "interpreter/Rounding.h"
 #include "passes/IR/TileDialect.h"
 #include "passes/Transforms/ScheduleRegistry.h"
+#include "mlir/Pass/PassRegistry.h"
 #include "schedules/fa4/Fa4Config.h"
 
 #include <gtest/gtest.h>
@@ -322,6 +323,27 @@ TEST_P(Fa4Compiles, ToAnSm100aCubin) {
                                 "sm100::mma::f16TS(", "sm100::mma::commit(", "sm100::tma::load5d("})
     EXPECT_NE(kernel->source.find(primitive), std::string::npos) << primitive;
   expectCubin(*kernel);
+}
+
+// fa4 stands alone: with fa3 taken out of the schedule registry, both of fa4's forms build their pipelines and
+// compile for sm_100a (the first form's roles are the generic tile-role-pipeline, not fa3's pass by name).
+TEST(Fa4Schedule, StandsWithoutFa3Registered) {
+  // No pass of fa3's is reachable by name (fa4 used to build its first form from "tile-fa3-pipeline"); the role
+  // pipeline is a generic pass.
+  EXPECT_EQ(mlir::PassInfo::lookup("tile-fa3-pipeline"), nullptr);
+  std::unique_ptr<schedule::Schedule> fa3 = schedule::unregisterSchedule("fa3");
+  ASSERT_NE(fa3, nullptr);
+  ASSERT_EQ(schedule::lookupSchedule("fa3"), nullptr);
+  for (int roles : {0, 1}) {
+    std::optional<codegen::EmittedKernel> kernel;
+    emitFa4({"causal", ElementType::BF16, 128, 128}, {{fa4::kRoles, roles}}, kernel);
+    if (kernel)
+      expectCubin(*kernel);
+    EXPECT_TRUE(kernel.has_value()) << "roles = " << roles;
+  }
+  EXPECT_EQ(schedule::lookupSchedule("fa3"), nullptr);
+  schedule::registerSchedule(std::move(fa3));
+  EXPECT_NE(schedule::lookupSchedule("fa3"), nullptr);
 }
 
 class Fa4RolesCompiles : public ::testing::TestWithParam<Fa4Case> {};

@@ -1,8 +1,8 @@
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3 options=block-m=128,block-n=64,stages=3" --tile-split-boundary --tile-fa3-pipeline="intra-wg-overlap=false pingpong=0" | FileCheck %s
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline | FileCheck %s --check-prefix=OVERLAP
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline | FileCheck %s --check-prefix=LOOPS
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline --tile-lower-to-target=arch=sm_90a | FileCheck %s --check-prefix=SM90
-// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline --tile-lower-to-target=arch=sm_80 2>&1 | FileCheck %s --check-prefix=NOTARGET
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3 options=block-m=128,block-n=64,stages=3" --tile-split-boundary --tile-role-pipeline="intra-wg-overlap=false pingpong=0" | FileCheck %s
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-role-pipeline | FileCheck %s --check-prefix=OVERLAP
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-role-pipeline | FileCheck %s --check-prefix=LOOPS
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-role-pipeline --tile-lower-to-target=arch=sm_90a | FileCheck %s --check-prefix=SM90
+// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-role-pipeline --tile-lower-to-target=arch=sm_80 2>&1 | FileCheck %s --check-prefix=NOTARGET
 
 // FA3: buffers (Q one slot, K and V rings of `stages` slots) with their full/empty barriers at the top.
 // CHECK: #tile.schedule<name = "fa3", blockM = 128, blockN = 64, warps = 12, warpLayout = split_q, warpRows = 16, stages = 3>
@@ -104,7 +104,7 @@
 // bounds copied into both; Q has an empty barrier the consumers arrive on after the last loop with a Q·Kᵀ (before
 // the P·V-only epilogue), and the producer waits on it before each tile's Q, at ring position = the tile count; K/V
 // ring positions start where the tile before stopped.
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="persistent=1" | FileCheck %s --check-prefix=PERSISTENT
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-role-pipeline="persistent=1" | FileCheck %s --check-prefix=PERSISTENT
 // PERSISTENT: %[[QB:.*]] = tile.buffer q
 // PERSISTENT: %[[QF:.*]] = tile.barrier %[[QB]] {bytes = 24576 : i64}
 // PERSISTENT: %[[QE:.*]] = tile.barrier %[[QB]] {arrivals = 1 : i64}
@@ -138,7 +138,7 @@
 // PERSISTENT: tile.store o %{{[A-Za-z_0-9]+}} : tensor<{{[0-9x]+}}xf32>{{$}}
 
 // A persistent block that stages O in Q's slot releases the slot after O left through it, not after the last Q·Kᵀ.
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="persistent=1 stage-o=1" | FileCheck %s --check-prefix=STAGEPERSISTENT
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-role-pipeline="persistent=1 stage-o=1" | FileCheck %s --check-prefix=STAGEPERSISTENT
 // STAGEPERSISTENT: %[[QE:.*]] = tile.barrier %{{.*}} {arrivals = 1 : i64} : <tensor<{{[0-9x]+}}xbf16>, slots = 1>
 // STAGEPERSISTENT: tile.role "consumer"
 // STAGEPERSISTENT: tile.work_loop
@@ -147,13 +147,13 @@
 // STAGEPERSISTENT: tile.store o %{{.*}} through %{{.*}} : tensor<{{[0-9x]+}}xf32>, !tile.slot<tensor<{{[0-9x]+}}xbf16>>
 // STAGEPERSISTENT-NEXT: tile.barrier_arrive %[[QE]][%[[CN]]]
 
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="stage-o=0" | FileCheck %s --check-prefix=DIRECT
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-role-pipeline="stage-o=0" | FileCheck %s --check-prefix=DIRECT
 // DIRECT: tile.role "consumer"
 // DIRECT: tile.store o %{{[A-Za-z_0-9]+}} : tensor<{{[0-9x]+}}xf32>{{$}}
 
 // The dynamic scheduler (scheduler=dynamic, persistent implied): a tile.work_queue before the roles; the producer's
 // loop takes the units, the consumer's receives them and releases the queue's cell first thing in each tile.
-// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="scheduler=dynamic" | FileCheck %s --check-prefix=DYNAMIC
+// RUN: flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-role-pipeline="scheduler=dynamic" | FileCheck %s --check-prefix=DYNAMIC
 // DYNAMIC: %[[WF:.*]], %[[WE:.*]] = tile.work_queue : <slots = 1>, <slots = 1>
 // DYNAMIC-NEXT: tile.role "producer"
 // DYNAMIC: tile.work_loop dynamic(%[[WF]], %[[WE]] : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>) take iter_args
@@ -161,10 +161,10 @@
 // DYNAMIC: tile.work_loop dynamic(%[[WF]], %[[WE]] : !tile.barrier<slots = 1>, !tile.barrier<slots = 1>) iter_args
 // DYNAMIC-NEXT: ^bb0(%[[DN:.*]]: i32, %{{.*}}: i32):
 // DYNAMIC-NEXT: tile.barrier_arrive %[[WE]][%[[DN]]]
-// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="scheduler=dynamic persistent=0" 2>&1 | FileCheck %s --check-prefix=DYNOFF
-// DYNOFF: fa3: scheduler = dynamic hands tiles to persistent blocks, but persistent = 0
-// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-fa3-pipeline="scheduler=lpt" 2>&1 | FileCheck %s --check-prefix=DYNBAD
-// DYNBAD: fa3: scheduler = 'lpt' is not accepted; accepted: static, dynamic
+// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-role-pipeline="scheduler=dynamic persistent=0" 2>&1 | FileCheck %s --check-prefix=DYNOFF
+// DYNOFF: tile-role-pipeline: scheduler = dynamic hands tiles to persistent blocks, but persistent = 0
+// RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3" --tile-split-boundary --tile-role-pipeline="scheduler=lpt" 2>&1 | FileCheck %s --check-prefix=DYNBAD
+// DYNBAD: tile-role-pipeline: scheduler = 'lpt' is not accepted; accepted: static, dynamic
 // RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3 options=scheduler=lpt" 2>&1 | FileCheck %s --check-prefix=KNOBBAD
 // KNOBBAD: fa3: option 'scheduler=lpt' is not of the form name=static|dynamic
 // RUN: not flashtile-opt %inputs/causal.mlir --tile-apply-schedule="schedule=fa3 options=scheduler=dynamic,persistent=0" 2>&1 | FileCheck %s --check-prefix=KNOBOFF

@@ -1,6 +1,7 @@
-//===- Fa3PipelinePass.cpp - tile-fa3-pipeline ----------------------------===//
+//===- TileRolePipeline.cpp - tile-role-pipeline --------------------------===//
 //
-// FA3's warp specialization, as roles over a ring of slots. After tile-split-boundary the program is: the KV-range
+// Warp specialization (FA3's), as roles over a ring of slots, configured by a schedule (RolePipeline.h: fa3's forward,
+// fa4's `roles = 0` form). After tile-split-boundary the program is: the KV-range
 // rules and the walk's bounds, Q's load, the K/V loop segments (walked descending, tiles [lowest, highest)), the
 // finalize and the stores. This pass makes it:
 //
@@ -28,7 +29,7 @@
 // consumer warpgroups are one role here: how they split the block's rows, and whether they ping-pong, is below this
 // IR (the target's).
 //===----------------------------------------------------------------------===//
-#include "schedules/fa3/Fa3Pipeline.h"
+#include "passes/Transforms/RolePipeline.h"
 
 #include "passes/IR/TileDialect.h"
 #include "passes/Transforms/KvRing.h"
@@ -40,14 +41,14 @@
 using namespace mlir;
 using namespace flashtile::tile;
 
-namespace flashtile::fa3 {
+namespace flashtile::tile {
 namespace {
 
-struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(Fa3PipelinePass)
-  Fa3PipelinePass() = default;
-  Fa3PipelinePass(const Fa3PipelinePass &other) : PassWrapper(other) {}
-  explicit Fa3PipelinePass(RoleRegisters regs, ConsumerOrder order) {
+struct TileRolePipeline : PassWrapper<TileRolePipeline, OperationPass<FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(TileRolePipeline)
+  TileRolePipeline() = default;
+  TileRolePipeline(const TileRolePipeline &other) : PassWrapper(other) {}
+  explicit TileRolePipeline(RoleRegisters regs, ConsumerOrder order) {
     producerRegs = regs.producer;
     consumerRegs = regs.consumer;
     overlap = order.overlap;
@@ -56,20 +57,20 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     scheduler = order.dynamic ? "dynamic" : "static";
     stageO = order.stageO;
   }
-  StringRef getArgument() const override { return "tile-fa3-pipeline"; }
-  StringRef getName() const override { return "Fa3Pipeline"; }
+  StringRef getArgument() const override { return "tile-role-pipeline"; }
+  StringRef getName() const override { return "TileRolePipeline"; }
   StringRef getDescription() const override {
-    return "FA3's warp specialization: a producer role fills K/V ring slots (tile.copy_async arriving on full "
+    return "Warp specialization: a producer role fills K/V ring slots (tile.copy_async arriving on full "
            "barriers, after the slot's empty barrier), a consumer role computes (waits on full barriers, releases "
            "slots on empty barriers)";
   }
   void getDependentDialects(DialectRegistry &registry) const override { registry.insert<arith::ArithDialect>(); }
 
   Option<int> producerRegs{*this, "producer-regs",
-                           llvm::cl::desc("registers per producer thread (0: FA3's for the consumer warpgroups)"),
+                           llvm::cl::desc("registers per producer thread (0: the default for the consumer warpgroups)"),
                            llvm::cl::init(0)};
   Option<int> consumerRegs{*this, "consumer-regs",
-                           llvm::cl::desc("registers per consumer thread (0: FA3's for the consumer warpgroups)"),
+                           llvm::cl::desc("registers per consumer thread (0: the default for the consumer warpgroups)"),
                            llvm::cl::init(0)};
   Option<bool> overlap{*this, "intra-wg-overlap",
                        llvm::cl::desc("run P·V of tile j + 1 under the softmax of tile j (FA3's intra-warpgroup overlap)"),
@@ -120,7 +121,8 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
     ScheduleAttr schedule = program->schedule;
     if (schedule.getWarps() < 8 || schedule.getWarps() % 4 != 0) {
       func.emitOpError() << "has " << schedule.getWarps()
-                         << " warps; fa3 needs a producer warpgroup and at least one consumer warpgroup (4 warps each)";
+                         << " warps; the role pipeline needs a producer warpgroup and at least one consumer warpgroup (4 warps "
+                            "each)";
       return signalPassFailure();
     }
     SmallVector<KvLoopOp> loops = program->loops;
@@ -130,12 +132,12 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
       return signalPassFailure();
     }
     if (scheduler != "static" && scheduler != "dynamic") {
-      func.emitOpError() << "fa3: scheduler = '" << scheduler << "' is not accepted; accepted: static, dynamic";
+      func.emitOpError() << "tile-role-pipeline: scheduler = '" << scheduler << "' is not accepted; accepted: static, dynamic";
       return signalPassFailure();
     }
     const bool dynamic = scheduler == "dynamic";
     if (dynamic && persistent == 0) {
-      func.emitOpError() << "fa3: scheduler = dynamic hands tiles to persistent blocks, but persistent = 0";
+      func.emitOpError() << "tile-role-pipeline: scheduler = dynamic hands tiles to persistent blocks, but persistent = 0";
       return signalPassFailure();
     }
     LoadOp loadQ = program->loadQ;
@@ -187,7 +189,7 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
                                    std::max(func.getHeadDim(), func.getHeadDimV()) <= 128);
     if (turns) {
       if (schedule.getWarps() - 4 < 8) {
-        func.emitOpError() << "fa3: pingpong needs at least two consumer warpgroups";
+        func.emitOpError() << "tile-role-pipeline: pingpong needs at least two consumer warpgroups";
         return signalPassFailure();
       }
       consumer.setPingpong(true);
@@ -531,8 +533,12 @@ struct Fa3PipelinePass : PassWrapper<Fa3PipelinePass, OperationPass<FuncOp>> {
 
 } // namespace
 
-std::unique_ptr<Pass> createPipelinePass(RoleRegisters registers, ConsumerOrder order) {
-  return std::make_unique<Fa3PipelinePass>(registers, order);
+std::unique_ptr<Pass> createTileRolePipeline(RoleRegisters registers, ConsumerOrder order) {
+  return std::make_unique<TileRolePipeline>(registers, order);
 }
 
-} // namespace flashtile::fa3
+void registerTileRolePipeline() {
+  mlir::registerPass([] { return createTileRolePipeline(); });
+}
+
+} // namespace flashtile::tile
