@@ -10,7 +10,6 @@
 #include "codegen/common/BackwardTarget.h"
 #include "codegen/common/Concat.h"
 #include "codegen/common/CudaEmitter.h"
-#include "codegen/common/FragmentPrelude.h"
 #include "codegen/common/FragmentTiles.h"
 #include "codegen/common/LaunchPlanner.h"
 #include "passes/IR/ProgramKinds.h"

@@ -10,7 +10,7 @@
 
 #include "codegen/sm100/TileOpsSm100.h"
 #include "codegen/common/Concat.h"
-#include "codegen/common/FragmentPrelude.h"
+#include "codegen/ptx/FragmentPrelude.h"
 #include "codegen/common/FragmentTiles.h"
 #include "codegen/common/TmaRing.h"
 #include "codegen/sm100/DescriptorsSm100.h"

@@ -11,9 +11,9 @@
 // rows and its kHeadDim / kKeyWarps columns over every key of the tile, before the deterministic mode's turn.
 //===----------------------------------------------------------------------===//
 #include "codegen/sm80/BackwardSm80.h"
-#include "codegen/common/BackwardPrelude.h"
+#include "codegen/ptx/BackwardPrelude.h"
 #include "codegen/common/Concat.h"
-#include "codegen/common/FragmentPrelude.h"
+#include "codegen/ptx/FragmentPrelude.h"
 #include "codegen/common/FragmentTiles.h"
 #include "codegen/sm80/TileOpsSm80.h"
 

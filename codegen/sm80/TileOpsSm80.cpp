@@ -10,7 +10,7 @@
 #include "codegen/sm80/TileOpsSm80.h"
 #include "codegen/sm80/BackwardSm80.h"
 #include "codegen/common/Concat.h"
-#include "codegen/common/FragmentPrelude.h"
+#include "codegen/ptx/FragmentPrelude.h"
 #include "codegen/common/FragmentTiles.h"
 #include "flashtile/runtime/SplitKv.h"
 

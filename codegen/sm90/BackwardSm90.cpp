@@ -29,9 +29,9 @@
 // and dK's after them, so that dQ's reductions run under dV and dK, which the end of the iteration waits for.
 //===----------------------------------------------------------------------===//
 #include "codegen/sm90/BackwardSm90.h"
-#include "codegen/common/BackwardPrelude.h"
+#include "codegen/ptx/BackwardPrelude.h"
 #include "codegen/common/Concat.h"
-#include "codegen/common/FragmentPrelude.h"
+#include "codegen/ptx/FragmentPrelude.h"
 #include "codegen/common/FragmentTiles.h"
 #include "codegen/sm90/InstructionsSm90.h"
 #include "codegen/sm90/PreludeSm90.h"

@@ -1,7 +1,7 @@
 //===- PreludeSm90.h - device primitives of the SM90 instruction family ---===//
 //
 // The CUDA text printed ahead of every kernel lowered to the sm90 family (wgmma, TMA, mbarrier, setmaxnreg), which
-// only sm_90a runs. Like the fragment prelude (codegen/common/FragmentPrelude.h) it holds instruction-level primitives
+// only sm_90a runs. Like the fragment prelude (codegen/ptx/FragmentPrelude.h) it holds instruction-level primitives
 // only — one inline-PTX wrapper, a descriptor encoder or a fragment conversion each; a kernel's roles, rings, barrier
 // protocol and loops are generated from its IR. It compiles under NVRTC with no headers, and after the fragment
 // prelude in one translation unit (the register-tile math, codegen/common/FragmentTiles.h, calls its exp2 and quad

@@ -18,7 +18,7 @@
 #include "codegen/sm90/BackwardSm90.h"
 #include "codegen/common/Concat.h"
 #include "codegen/common/Exp2Poly.h"
-#include "codegen/common/FragmentPrelude.h"
+#include "codegen/ptx/FragmentPrelude.h"
 #include "codegen/common/FragmentTiles.h"
 #include "codegen/common/TmaRing.h"
 #include "codegen/sm90/InstructionsSm90.h"

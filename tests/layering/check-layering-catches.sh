@@ -2,7 +2,8 @@
 # The plug-in checks must fail where the rule is broken: on a copy of the sources, plants one line at a time (an
 # include of a schedule's or a target's header in a generic layer, their namespace used there, codegen/ or the runtime
 # included by the passes, one family's header or namespace in another's, a schedule, family or arch name written as a
-# string in a generic layer, a schedule's source listed outside its folder, a schedule named in another's folder) or
+# string in a generic layer, inline asm or PTX text in codegen/common, codegen/ptx including codegen/, a family using
+# codegen/ptx undeclared, a schedule's source listed outside its folder, a schedule named in another's folder) or
 # takes fa1's registration out, and expects the check to reject each; both accept the tree as it is.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -49,8 +50,16 @@ expect_rejected check-layering.sh passes/Transforms/LowerToTarget.cpp 'static co
 expect_rejected check-layering.sh capi/CApiJit.cpp 'static const char *planted = "sm_100a";'
 expect_rejected check-layering.sh runtime/include/flashtile/runtime/KernelInfo.h \
   'inline constexpr const char *kPlanted = "sm_80";'
+expect_rejected check-layering.sh codegen/common/CudaOps.cpp \
+  'static const char *planted = "red.global.add.f32 [%0], %1;\n";'
+expect_rejected check-layering.sh codegen/common/CudaOps.cpp \
+  '__device__ inline void planted() { asm volatile("nanosleep.u32 1;"); }'
+expect_rejected check-layering.sh codegen/common/CudaOps.cpp '#include "codegen/ptx/FragmentPrelude.h"'
+expect_rejected check-layering.sh codegen/ptx/BackwardPrelude.h '#include "codegen/common/Concat.h"'
+expect_rejected check-layering.sh codegen/sm100/TileOpsSm100.cpp '#include "codegen/ptx/BackwardPrelude.h"'
 bash "$here/check-layering.sh" "$root" >/dev/null
-echo "check-layering.sh rejects planted includes, namespace uses and names in strings, and accepts the tree"
+echo "check-layering.sh rejects planted includes, namespace uses, names in strings, instructions in codegen/common and"
+echo "undeclared uses of codegen/ptx, and accepts the tree"
 
 expect_rejected check-schedule-folders.sh CMakeLists.txt 'add_library(planted STATIC schedules/fa1/Fa1Config.cpp)'
 expect_rejected check-schedule-folders.sh runtime/lib/Runtime.cpp '#include "schedules/fa1/Fa1Config.h"'

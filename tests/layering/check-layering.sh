@@ -9,7 +9,9 @@
 #     registry's dispatch-rule data (below): what they need of a target is the target interface, passes/Target (which
 #     reads the one table of arch names users may write, the runtime's ArchNames.h, shared with the runtime-only CLI);
 #  3. the instruction families stand side by side: codegen/<family>/ includes nothing of another family's folder and
-#     uses no other family's namespace (what they share is in codegen/common/);
+#     uses no other family's namespace (what they share is generic code in codegen/common/, or instruction text in
+#     codegen/ptx/, which a family declares it prints in its README.md's "Shared instructions:" line; codegen/common/
+#     writes no inline asm or PTX: check 5);
 #  4. the generic layers (passes/IR, passes/Transforms, passes/Target, codegen/common, runtime, jit, capi) write no
 #     schedule name (fa1, fa2, fa3, fa4, decode), family name (sm80, sm90, sm100) or arch name (sm_80, sm_90a, sm_100a)
 #     in a string (names-in-strings.py; comments, TableGen descriptions and a layer's tests/ may), but in the single
@@ -59,13 +61,13 @@ if [ -n "$passes" ]; then
   status=1
 fi
 
-# 3. Families side by side.
+# 3. Families side by side (codegen/common/ and codegen/ptx/, the shared-instruction folder, are no family).
 for dir in codegen/*/; do
   family=$(basename "$dir")
-  [ "$family" = common ] && continue
+  [ "$family" = common ] || [ "$family" = ptx ] && continue
   for other in codegen/*/; do
     name=$(basename "$other")
-    [ "$name" = common ] || [ "$name" = "$family" ] && continue
+    [ "$name" = common ] || [ "$name" = ptx ] || [ "$name" = "$family" ] && continue
     uses=$(grep -rnE "^\s*#\s*include\s*\"codegen/$name/|(^|[^A-Za-z0-9_])$name::" "$dir" --include='*.cpp' \
              --include='*.h' 2>/dev/null | grep -vE '^[^:]+:[0-9]+:\s*//' | grep -vE '^[^:]+:[0-9]+:.*//.*'"$name::" ||
            true)
@@ -76,6 +78,39 @@ for dir in codegen/*/; do
     fi
   done
 done
+
+# 5. Instructions live in the families and in codegen/ptx/: codegen/common/ writes no `asm` and no PTX statement
+# (a string holding "<mnemonic>.<qualifiers> ...;\n"); codegen/ptx/ includes nothing of codegen/; a family that
+# includes codegen/ptx/<file> declares it on its README.md's "Shared instructions:" line.
+ptx='(mma|ldmatrix|stmatrix|cp|red|ld|st|cvt|wgmma|tcgen05|mbarrier|fence|shfl|ex2|bar|elect|setmaxnreg|atom|prmt)'
+common_asm=$(grep -rnE "(^|[^A-Za-z0-9_])asm([^A-Za-z0-9_]|$)|\"([^\"]*[^A-Za-z0-9_])?$ptx\.[a-z0-9_.:]+[^\"]*;\\\\n" \
+               codegen/common --include='*.cpp' --include='*.h' --include='*.in' 2>/dev/null |
+               grep -vE '^[^:]+:[0-9]+:\s*//' || true)
+if [ -n "$common_asm" ]; then
+  echo "codegen/common/ writes instructions (inline asm or PTX text belongs to a family, or to codegen/ptx/):"
+  echo "$common_asm"
+  status=1
+fi
+if [ -d codegen/ptx ]; then
+  ptx_includes=$(grep -rnE '^\s*#\s*include\s*"codegen/' codegen/ptx 2>/dev/null | grep -vE '"codegen/ptx/' || true)
+  if [ -n "$ptx_includes" ]; then
+    echo "codegen/ptx/ is instruction text only; it includes nothing else of codegen/:"
+    echo "$ptx_includes"
+    status=1
+  fi
+  for dir in codegen/*/; do
+    family=$(basename "$dir")
+    [ "$family" = common ] || [ "$family" = ptx ] && continue
+    declared=$(grep -hE '^Shared instructions:' "$dir/README.md" 2>/dev/null || true)
+    for used in $(grep -rhoE '^\s*#\s*include\s*"codegen/ptx/[A-Za-z0-9_]+\.h"' "$dir" --include='*.cpp' --include='*.h' |
+                    grep -oE 'codegen/ptx/[A-Za-z0-9_]+\.h' | sort -u); do
+      if ! grep -qF "$used" <<<"$declared"; then
+        echo "the $family family includes $used without declaring it (a \"Shared instructions:\" line of $dir""README.md)"
+        status=1
+      fi
+    done
+  done
+fi
 
 # 4. Names written as strings. The declared lists (file|first line|last line|why, regexes) the generic layers read:
 exempt='

@@ -4,7 +4,7 @@
 // alone; the arch guard. When nvdisasm is available (FLASHTILE_NVDISASM, PATH, or the pip wheel unpacked by
 // scripts/sm90-sass.sh), the SASS is checked for HGMMA, UTMALDG/UTMASTG, SYNCS and USETMAXREG; otherwise that test
 // skips.
-#include "codegen/common/FragmentPrelude.h"
+#include "codegen/ptx/FragmentPrelude.h"
 #include "codegen/sm90/PreludeSm90.h"
 #include "flashtile/runtime/Nvrtc.h"
 

@@ -5,10 +5,10 @@
 // The family adds its fp32 reductions into global memory and its copies (BackwardTarget::prelude: codegen/sm80,
 // codegen/sm90). The kernels' loops, copies, barriers and masking are generated from their IR (BackwardEmitter.cpp).
 //===----------------------------------------------------------------------===//
-#ifndef FLASHTILE_CODEGEN_COMMON_BACKWARDPRELUDE_H
-#define FLASHTILE_CODEGEN_COMMON_BACKWARDPRELUDE_H
+#ifndef FLASHTILE_CODEGEN_PTX_BACKWARDPRELUDE_H
+#define FLASHTILE_CODEGEN_PTX_BACKWARDPRELUDE_H
 
-#include "codegen/common/FragmentPrelude.h"
+#include "codegen/ptx/FragmentPrelude.h"
 
 namespace flashtile::codegen {
 
@@ -83,4 +83,4 @@ inline std::string backwardPrelude(std::string_view ns, std::string_view familyT
 
 } // namespace flashtile::codegen
 
-#endif // FLASHTILE_CODEGEN_COMMON_BACKWARDPRELUDE_H
+#endif // FLASHTILE_CODEGEN_PTX_BACKWARDPRELUDE_H

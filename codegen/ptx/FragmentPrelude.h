@@ -9,8 +9,8 @@
 // generated from its IR. It compiles under NVRTC with no headers at all (fragments are 32-bit registers, 16-bit
 // elements are moved as raw bits).
 //===----------------------------------------------------------------------===//
-#ifndef FLASHTILE_CODEGEN_COMMON_FRAGMENTPRELUDE_H
-#define FLASHTILE_CODEGEN_COMMON_FRAGMENTPRELUDE_H
+#ifndef FLASHTILE_CODEGEN_PTX_FRAGMENTPRELUDE_H
+#define FLASHTILE_CODEGEN_PTX_FRAGMENTPRELUDE_H
 
 #include <string>
 #include <string_view>
@@ -180,4 +180,4 @@ inline std::string fragmentPrelude(std::string_view ns) { return inNamespace(kFr
 
 } // namespace flashtile::codegen
 
-#endif // FLASHTILE_CODEGEN_COMMON_FRAGMENTPRELUDE_H
+#endif // FLASHTILE_CODEGEN_PTX_FRAGMENTPRELUDE_H
