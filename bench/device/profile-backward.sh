@@ -25,31 +25,10 @@ for _ in range(3):
     torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
 torch.cuda.synchronize()
 '
-metrics=gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,\
-sm__inst_executed_pipe_tensor_op_gmma.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,\
-smsp__warps_active.avg.per_cycle_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,\
-l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,lts__t_bytes.sum,dram__bytes.sum,\
-lts__t_sectors_op_red.sum,lts__t_sectors_op_atom.sum,launch__registers_per_thread,launch__block_size,\
-launch__shared_mem_per_block_dynamic,sm__throughput.avg.pct_of_peak_sustained_elapsed,\
-smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,\
-smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,\
-smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,\
-smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,\
-smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,\
-smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,\
-smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,\
-smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,\
-smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,\
-smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio,\
-smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,\
-smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio
+source bench/device/ncu-metrics.sh || exit 2
 # The backward's kernels of the last (third) backward call: the main kernel is the longest.
-timeout -k 5 150 ncu --clock-control none --metrics "$metrics" --kernel-name regex:'_bwd$' --launch-skip 2 \
+timeout -k 5 150 ncu --clock-control none --metrics "$NCU_METRICS" --kernel-name regex:'_bwd$' --launch-skip 2 \
   --launch-count 1 python3 -c "$script" flashtile > "$OUT/ncu-bwd-flashtile.txt" 2>&1
-timeout -k 5 200 ncu --clock-control none --metrics "$metrics" --kernel-name regex:'(?i)bwd|backward' \
+timeout -k 5 200 ncu --clock-control none --metrics "$NCU_METRICS" --kernel-name regex:'(?i)bwd|backward' \
   --launch-skip "${FA4_SKIP:-6}" --launch-count "${FA4_COUNT:-4}" python3 -c "$script" fa4 > "$OUT/ncu-bwd-fa4.txt" 2>&1
-for f in "$OUT"/ncu-bwd-flashtile.txt "$OUT"/ncu-bwd-fa4.txt; do
-  echo "== $f"
-  grep -E "==PROF==|ERROR|^  [A-Za-z_].*\(|gpu__time|sm__pipe|inst_executed|issue_active|warps_active|bank_conflicts|lts__|dram__|launch__|stalled|throughput" "$f" \
-    | grep -v "^==PROF== Profiling\|Connected" | awk '{ if (NF > 2) print $1, $(NF-1), $NF; else print }' | head -80
-done | tee "$OUT/ncu-bwd-summary.txt"
+ncu_summary "$OUT"/ncu-bwd-flashtile.txt "$OUT"/ncu-bwd-fa4.txt | tee "$OUT/ncu-bwd-summary.txt"
