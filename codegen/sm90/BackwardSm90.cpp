@@ -358,6 +358,14 @@ private:
     return cat("reinterpret_cast<float (&)[", floats, "]>(", acc, "[0])");
   }
 
+  /// The shared-memory address of `tile` plus `offset` (" + ..."), a GEMM operand's base: the same in every lane of
+  /// the warp, and broadcast from lane 0 (sm90::warp::uniform) so that ptxas keeps it, and the wgmma descriptors made
+  /// from it, in uniform registers: without the broadcast it builds each k16 step's descriptor in vector registers
+  /// and moves it to uniform ones (four R2URs a wgmma; SASS at hd128: 431 R2URs and 168 bytes of spills in the main
+  /// kernel, 224 and none with it).
+  std::string address(const std::string &tile, const std::string &offset = "") const {
+    return cat("sm90::warp::uniform(", ns, "smemAddress(", tile, ")", offset, ")");
+  }
   /// The template argument that names the tiles' swizzle span in sm90::desc calls ("" for the default 128 bytes).
   std::string sw() const { return swizzle == kSwizzleBytes ? std::string() : cat("<", swizzle, ">"); }
   /// " + <the byte offset of this thread's warpgroup's m64 rows in a column block>" (nothing with one warpgroup).
@@ -440,8 +448,8 @@ void BackwardSm90::issueScore(CudaWriter &w, const std::string &acc, const Share
                   "ᵀ (tile.qk, swapped; wgmma m64n", shape.blockM, "k16 ", mmaType,
                   " SS, both K-major, fp32): the warpgroup's keys x the Q tile's rows"));
     w.open("");
-    w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", b.name, ") + warpCol0 * ", swizzle, ", bAddr = ", ns,
-               "smemAddress(", a.name, ");"));
+    w.line(cat("const unsigned aAddr = ", address(b.name, cat(" + warpCol0 * ", swizzle)), ", bAddr = ", address(a.name),
+               ";"));
     w.line(cat("const unsigned long long aDesc = sm90::desc::kMajor", sw(), "(aAddr), bDesc = sm90::desc::kMajor", sw(),
                "(bAddr);"));
     w.line("sm90::warpgroup::arrive();");
@@ -457,9 +465,8 @@ void BackwardSm90::issueScore(CudaWriter &w, const std::string &acc, const Share
                 "k16 ", mmaType, " SS, both K-major, fp32): the warpgroup's query rows x ",
                 keySplit ? "its keys of the K/V tile" : "the K/V tile's keys"));
   w.open("");
-  w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", a.name, ")", keySplit ? "" : warpgroupRows(),
-             ", bAddr = ", ns, "smemAddress(", b.name, ")", keySplit ? cat(" + warpCol0 * ", swizzle) : "",
-             ";"));
+  w.line(cat("const unsigned aAddr = ", address(a.name, keySplit ? "" : warpgroupRows()),
+             ", bAddr = ", address(b.name, keySplit ? cat(" + warpCol0 * ", swizzle) : ""), ";"));
   w.line(cat("const unsigned long long aDesc = sm90::desc::kMajor", sw(), "(aAddr), bDesc = sm90::desc::kMajor", sw(),
              "(bAddr);"));
   w.line("sm90::warpgroup::arrive();");
@@ -576,8 +583,8 @@ void BackwardSm90::issueDot(CudaWriter &w, const DeferredDot &dot) {
                   " RS, fp32): Aᵀ = ", dot.a, " from registers (", frag, "), ", dot.b.name.substr(1), " MN-major;"));
     w.comment("the warpgroup's rows are its keys of the K/V tile");
     w.open("");
-    w.line(cat("const unsigned long long bDesc = sm90::desc::mnMajor", sw(), "(", ns, "smemAddress(", dot.b.name,
-               "), kBlockM * ", swizzle, ");"));
+    w.line(cat("const unsigned long long bDesc = sm90::desc::mnMajor", sw(), "(", address(dot.b.name), ", kBlockM * ",
+               swizzle, ");"));
     w.line(cat("sm90::warpgroup::fenceOperands(", flat(dot.acc, floats), ");"));
     w.line("sm90::warpgroup::arrive();");
     w.openUnrolledFor("ks", "kSTiles / 2");
@@ -602,9 +609,10 @@ void BackwardSm90::issueDot(CudaWriter &w, const DeferredDot &dot) {
                         : "the warpgroup's rows are the K/V tile's keys");
   w.open("");
   // The column split: every warpgroup all the keys (A's m64 rows) and its own columns of B; else its own keys.
-  w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", dot.a, ")", columnSplit ? std::string() : warpgroupRows(),
-             ", bAddr = ", ns, "smemAddress(", dot.b.name, ")",
-             columnSplit ? cat(" + warp / ", kWarpgroupWarps, " * ", dot.warpCols, " * kBlockM * 2") : std::string(),
+  w.line(cat("const unsigned aAddr = ", address(dot.a, columnSplit ? std::string() : warpgroupRows()),
+             ", bAddr = ",
+             address(dot.b.name, columnSplit ? cat(" + warp / ", kWarpgroupWarps, " * ", dot.warpCols, " * kBlockM * 2")
+                                             : std::string()),
              ";"));
   w.line(cat("const unsigned long long aDesc = sm90::desc::kMajor(aAddr), bDesc = sm90::desc::mnMajor", sw(),
              "(bAddr, kBlockM * ", swizzle, ");"));
@@ -884,11 +892,11 @@ void BackwardSm90::dqGemm(CudaWriter &w, const SharedTile &k, const std::vector<
   forEachBlock(w, round, [&](const DqBlock &block) {
     w.open("");
     // Column c of a column-block tile starts c · rows · 2 bytes in, at any span (c a multiple of the span's columns).
-    w.line(cat("const unsigned bAddr = ", ns, "smemAddress(", k.name, ") + (", block.col, ") * ", k.rows,
-               " * 2;  // columns [", block.col, ", +", block.width, ") of K"));
+    w.line(cat("const unsigned bAddr = ", address(k.name, cat(" + (", block.col, ") * ", k.rows, " * 2")),
+               ";  // columns [", block.col, ", +", block.width, ") of K"));
     if (!dqReadsRegisters())
-      w.line(cat("const unsigned aAddr = ", ns, "smemAddress(", dqA, ")",
-                 keySplit ? std::string() : cat(" + warp / ", kWarpgroupWarps, " * kBlockN * ", kSwizzleBytes),
+      w.line(cat("const unsigned aAddr = ",
+                 address(dqA, keySplit ? std::string() : cat(" + warp / ", kWarpgroupWarps, " * kBlockN * ", kSwizzleBytes)),
                  ";  // dS, ", keySplit ? "the Q tile's rows" : "this warpgroup's query rows (a column block)"));
     w.line(cat("const unsigned long long bDesc = sm90::desc::mnMajor", sw(), "(bAddr, ", k.rows, " * ", swizzle, ");"));
     if (!dqReadsRegisters())

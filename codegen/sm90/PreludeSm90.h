@@ -166,6 +166,10 @@ __device__ __forceinline__ bool elect() {
 }
 // Lane 0 of the warp (where the electing lane needs to be a known one, e.g. to broadcast from it afterwards).
 __device__ __forceinline__ bool isLane0() { return (threadIdx.x & 31u) == 0u; }
+// Lane 0's `x`, which every lane of the warp computed alike (a GEMM operand's shared-memory address): ptxas keeps what
+// a warp broadcasts in uniform registers, so the wgmma descriptors made from it are built in the uniform datapath
+// instead of in vector registers moved to uniform ones at every wgmma (R2UR). Every lane of the warp must be active.
+__device__ __forceinline__ unsigned uniform(unsigned x) { return __shfl_sync(0xffffffffu, x, 0); }
 // stmatrix: the inverse of ldmatrix, four 8x8 matrices of 16-bit elements; lane l gives the row address of matrix
 // l / 8 and supplies, of every matrix, row l / 4 at columns 2 * (l % 4) and 2 * (l % 4) + 1 (an accumulator
 // fragment's pair). The epilogue writes O's fragments to shared memory this way before a TMA store.

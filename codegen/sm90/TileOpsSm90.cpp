@@ -350,8 +350,10 @@ void TileTargetSm90::qk(CudaWriter &w, const std::string &kSlot, const std::stri
   w.comment("issued here, read after its wait");
   w.line(cat("float ", scores, "[kMTiles][kSTiles][4];"));
   w.open("");
-  w.line(cat("const unsigned qAddr = sm90::smemAddress(sQ) + (warp / 4) * 64 * ", swizzle, ";"));
-  w.line(cat("const unsigned kAddr = sm90::smemAddress(sK) + (", kSlot, ") % kStages * kKTileBytes;"));
+  // The operands' addresses broadcast from lane 0 (sm90::warp::uniform): their descriptors then stay in uniform
+  // registers (SASS at hd128: 179 R2URs and 36 bytes of spills without, 28 and none with).
+  w.line(cat("const unsigned qAddr = sm90::warp::uniform(sm90::smemAddress(sQ) + (warp / 4) * 64 * ", swizzle, ");"));
+  w.line(cat("const unsigned kAddr = sm90::warp::uniform(sm90::smemAddress(sK) + (", kSlot, ") % kStages * kKTileBytes);"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("ks", "kHeadDim / 16");
   w.line(cat("sm90::warpgroup::Wgmma<kBlockN>::", mmaType, "SS<sm90::warpgroup::kKMajor>("));
@@ -368,7 +370,7 @@ void TileTargetSm90::pv(CudaWriter &w, const StateNames &st, const std::string &
                 " RS, P from registers (", p, ": the A fragments in place), the V tile in slot ", vSlot,
                 " % kStages MN-major"));
   w.open("");
-  w.line(cat("const unsigned vAddr = sm90::smemAddress(sV) + (", vSlot, ") % kStages * kVTileBytes;"));
+  w.line(cat("const unsigned vAddr = sm90::warp::uniform(sm90::smemAddress(sV) + (", vSlot, ") % kStages * kVTileBytes);"));
   w.line(cat("sm90::warpgroup::fenceOperands(reinterpret_cast<float (&)[kOTiles * 4]>(", st.acc, "[0]));"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("k", "kBlockN / 16");
