@@ -444,6 +444,19 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
           registers[scale.getResult()] = registers.lookup(scale.getS());
           return success(); // printed by the tile.softmax_grad before it
         }
+        // S's scale whose only way is through masks to tile.probs joins log2(e) in the probabilities' exp2 (the
+        // forward's FoldScaleIntoSoftmax): one multiply a score fewer. Masks look at coordinates only, and
+        // softmax_scale > 0 (the runtime rejects other scales), so a masked -inf stays -inf.
+        Value v = scale.getResult();
+        while (v.hasOneUse() && isa<MaskOp>(*v.user_begin()))
+          v = v.user_begin()->getResult(0);
+        if (v.hasOneUse() && isa<ProbsOp>(*v.user_begin())) {
+          scaleInProbs.insert(*v.user_begin());
+          registers[scale.getResult()] = registers.lookup(scale.getS());
+          w.comment(cat("tile.scale: folded into tile.probs' exp2 (softmax_scale·log2(e))",
+                        v != scale.getResult() ? " after the masks" : ""));
+          return success();
+        }
         fragments.scale(w, overwrite(scale.getS(), scale, "scaled"));
         return success();
       })
@@ -467,8 +480,9 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
         if (failed(lse) || failed(regs(probs.getS(), op)))
           return failure();
         std::string p = overwrite(probs.getS(), probs, "probs");
-        w.comment(
-            cat("tile.probs: ", p, " = exp(S - LSE) = exp2(S·log2(e) - LSE·log2(e)); a masked score (-inf) and a"));
+        w.comment(cat("tile.probs: ", p, " = exp(S - LSE) = exp2(S·log2(e) - LSE·log2(e))",
+                      scaleInProbs.count(op) ? " (S unscaled: S·softmax_scale·log2(e))" : "",
+                      "; a masked score (-inf) and a"));
         w.comment("row whose LSE is -inf give 0");
         w.line(cat("float lseLog2", fragments.rowValueDims(), ";"));
         const std::string value = fragments.rowValue();
@@ -476,8 +490,11 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
           w.line(cat("lseLog2", value, " = ", *lse, value, " == ", ns, "::kNegInf ? ", ns, "::kPosInf : ", *lse, value,
                      " * ", ns, "::kLog2e;"));
         });
+        // The scale folded in (scaleInProbs): S·softmax_scale·log2(e) in the exp2's one FFMA.
+        const bool scaled = scaleInProbs.erase(op);
         fragments.forEachElement(w, "kSTiles",
-                                 {cat(p, "[mt][nt][i] = ", ns, "::exp2(", p, "[mt][nt][i] * ", ns, "::kLog2e - lseLog2",
+                                 {cat(p, "[mt][nt][i] = ", ns, "::exp2(", p, "[mt][nt][i] * ",
+                                      scaled ? std::string("p.scaleLog2") : ns + "::kLog2e", " - lseLog2",
                                       fragments.rowValueOfScore(), ");")});
         return success();
       })

@@ -155,6 +155,7 @@ private:
   llvm::DenseMap<Value, std::string> stagedIn;  ///< fp32 tiles staged in shared memory this iteration
   llvm::DenseSet<Operation *> issuedAhead;       ///< tile.qk ops issued with an earlier one (scoreGemms)
   llvm::DenseSet<Operation *> foldedScales;      ///< tile.scale ops printed by the tile.softmax_grad before them
+  llvm::DenseSet<Operation *> scaleInProbs;      ///< tile.probs ops that apply S's scale (folded into their exp2)
   llvm::DenseMap<Operation *, std::string> inputShares; ///< tile.input_grad / tile.sink_grad -> its register
   llvm::SmallVector<Operation *> inputReads;             ///< those ops, in slot order
   /// The main program's Q-tile walk: each tile.q_loop segment's [lo, hi) (C expressions in the kernel's scope).
