@@ -1,8 +1,12 @@
-//===- TileDialect.cpp - types, attributes, verifiers, canonicalization ---===//
+//===- TileDialect.cpp - types, attributes, the forward's and the memory ops' verifiers ---===//
+//
+// The backward programs' ops are verified in TileBackwardOps.cpp, the canonicalization patterns are in
+// TileCanonicalize.cpp; the helpers the three share are declared in TileVerify.h.
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/ProgramKinds.h"
 #include "passes/IR/TileNames.h"
 #include "passes/IR/TileRotary.h"
+#include "passes/IR/TileVerify.h"
 #include "passes/Target/TargetFamily.h"
 
 #include "mlir/IR/Matchers.h"
@@ -230,7 +234,7 @@ LogicalResult BufferType::verify(function_ref<InFlightDiagnostic()> emitError, R
 // Shared helpers for the verifiers
 //===----------------------------------------------------------------------===//
 
-namespace {
+namespace flashtile::tile::detail {
 bool dimsCompatible(int64_t a, int64_t b) { return a == ShapedType::kDynamic || b == ShapedType::kDynamic || a == b; }
 
 std::string dimStr(int64_t d) { return d == ShapedType::kDynamic ? "?" : std::to_string(d); }
@@ -254,7 +258,15 @@ LogicalResult checkRegionSignature(Operation *op, Region &region, TypeRange args
   }
   return success();
 }
-} // namespace
+
+const ProgramKind &kindAround(Operation *op) {
+  FuncOp func = getEnclosingFunc(op);
+  const ProgramKind *kind = func ? lookupProgramKind(func.getKind()) : nullptr;
+  return kind ? *kind : *lookupProgramKind(kForwardProgram);
+}
+} // namespace flashtile::tile::detail
+
+using namespace flashtile::tile::detail;
 
 //===----------------------------------------------------------------------===//
 // Op verifiers
@@ -423,13 +435,6 @@ LogicalResult KvRangeOp::verify() {
 
 static LogicalResult checkSlotOperand(Operation *op, Operand operand, Value slot);
 
-/// The kind of the program around `op` (its named tensors); the forward's outside a tile.func or for an unknown
-/// kind (which FuncOp's verifier reports).
-static const ProgramKind &kindAround(Operation *op) {
-  FuncOp func = getEnclosingFunc(op);
-  const ProgramKind *kind = func ? lookupProgramKind(func.getKind()) : nullptr;
-  return kind ? *kind : *lookupProgramKind(kForwardProgram);
-}
 
 /// Shared by load and copy_async: the program's kind reads the tensor; its own tile (the forward's Q) has no tile
 /// index, the others (K and V in the forward) have one.
@@ -967,304 +972,4 @@ LogicalResult KvLoopOp::verify() {
   if (SmallVector<Type>(getCarriedResults().getTypes()) != carried)
     return emitOpError() << "carried results must have the types of the carried operands";
   return success();
-}
-
-//===----------------------------------------------------------------------===//
-// The backward
-//===----------------------------------------------------------------------===//
-
-LogicalResult RowDotOp::verify() {
-  auto a = cast<RankedTensorType>(getA().getType()), b = cast<RankedTensorType>(getB().getType());
-  auto d = cast<RankedTensorType>(getResult().getType());
-  if (a != b || a.getRank() != 2)
-    return emitOpError() << "expects two rank-2 tiles of one type, got " << a << " and " << b;
-  if (d.getRank() != 1 || !dimsCompatible(d.getDimSize(0), a.getDimSize(0)))
-    return emitOpError() << "result must be one value per row (" << dimStr(a.getDimSize(0)) << "), got " << d;
-  return success();
-}
-
-LogicalResult QLoopOp::verify() {
-  if (static_cast<bool>(getLower()) != static_cast<bool>(getUpper()))
-    return emitOpError() << "takes both bounds (from %lo to %hi) or neither";
-  if (getSegment() != Segment::All && !getLower())
-    return emitOpError() << "segment " << stringifySegment(getSegment()) << " needs bounds (from %lo to %hi)";
-  SmallVector<Type> accs(getInits().getTypes());
-  SmallVector<Type> args = {IntegerType::get(getContext(), 32)};
-  args.append(accs);
-  if (failed(checkRegionSignature(*this, getBody(), args, accs, "q_loop")))
-    return failure();
-  if (SmallVector<Type>(getResults().getTypes()) != accs)
-    return emitOpError() << "results must have the types of the accumulators it starts from";
-  return success();
-}
-
-/// A score tile (rows x keys) and one fp32 value per row.
-static LogicalResult verifyRowsOf(Operation *op, Value tile, Value rows, StringRef what) {
-  auto t = cast<RankedTensorType>(tile.getType()), r = cast<RankedTensorType>(rows.getType());
-  if (t.getRank() != 2)
-    return op->emitOpError() << "expects a rank-2 score tile, got " << t;
-  if (r.getRank() != 1 || !dimsCompatible(r.getDimSize(0), t.getDimSize(0)))
-    return op->emitOpError() << what << " must be one value per row (" << dimStr(t.getDimSize(0)) << "), got " << r;
-  return success();
-}
-
-LogicalResult ProbsOp::verify() {
-  if (getP().getType() != getS().getType())
-    return emitOpError() << "P must have the score tile's type";
-  return verifyRowsOf(*this, getS(), getLse(), "LSE");
-}
-
-LogicalResult SoftmaxGradOp::verify() {
-  if (getP().getType() != getDp().getType() || getDs().getType() != getP().getType())
-    return emitOpError() << "P, dP and dS must have one type";
-  return verifyRowsOf(*this, getP(), getDelta(), "D");
-}
-
-LogicalResult ScoreGradOp::verify() {
-  if (getDs().getType() != getS().getType())
-    return emitOpError() << "dS and the scores must have one type";
-  Builder b(getContext());
-  Type i32 = b.getI32Type(), f32 = b.getF32Type();
-  return checkRegionSignature(*this, getBody(), {f32, i32, i32, i32, i32}, {f32}, "score_grad");
-}
-
-/// The f32 input `name` of the tile.func around `op`, and `op` inside a program of kind `kind`.
-static LogicalResult checkGradientTarget(Operation *op, StringRef name, StringRef kind) {
-  FuncOp func = getEnclosingFunc(op);
-  if (!func || func.getKind() != kind)
-    return op->emitOpError() << "belongs in a " << kind << " program";
-  int64_t index = func.inputIndex(name);
-  if (index < 0 || !cast<InputAttr>(func.getInputs()[index]).getElementType().isF32())
-    return op->emitOpError() << "'" << name << "' is not an f32 input of @" << func.getSymName()
-                             << " (declared: " << func.getInputs() << ")";
-  return success();
-}
-
-/// Whether `value` is computed, inside `block`, from one of `args` (block arguments of `block`).
-static bool dependsOnArgs(Value value, Block &block, ArrayRef<unsigned> args) {
-  llvm::SmallVector<Value> work{value};
-  llvm::DenseSet<Value> seen;
-  while (!work.empty()) {
-    Value v = work.pop_back_val();
-    if (!seen.insert(v).second)
-      continue;
-    if (auto arg = dyn_cast<BlockArgument>(v)) {
-      if (arg.getOwner() == &block && llvm::is_contained(args, arg.getArgNumber()))
-        return true;
-      continue;
-    }
-    if (Operation *def = v.getDefiningOp(); def && def->getBlock() == &block)
-      llvm::append_range(work, def->getOperands());
-  }
-  return false;
-}
-
-LogicalResult InputGradOp::verify() {
-  if (getDs().getType() != getS().getType())
-    return emitOpError() << "dS' and the scores must have one type";
-  if (failed(checkGradientTarget(*this, getName(), kBackwardMain)))
-    return failure();
-  Builder b(getContext());
-  Type i32 = b.getI32Type(), f32 = b.getF32Type();
-  if (failed(checkRegionSignature(*this, getBody(), {f32, i32, i32, i32, i32}, {i32, f32}, "input_grad")))
-    return failure();
-  Block &body = getBody().front();
-  // The index of (score, b, h, q, kv): from b and h only, so that an instance's terms share one element.
-  if (dependsOnArgs(cast<YieldOp>(body.getTerminator()).getValues()[0], body, {0, 3, 4}))
-    return emitOpError() << "cannot take the gradient of input '" << getName() << "' of variant '"
-                         << getEnclosingFunc(*this).getVariant()
-                         << "': the score hook reads it at an index that depends on the score, the query or the key, "
-                            "and input gradients are reduced deterministically per (batch, head), so the index may "
-                            "depend on b and h only";
-  return success();
-}
-
-LogicalResult SinkGradOp::verify() {
-  if (getDelta().getType() != getLse().getType() || cast<RankedTensorType>(getDelta().getType()).getRank() != 1)
-    return emitOpError() << "D and LSE must be rows of one type (rank 1)";
-  if (failed(checkGradientTarget(*this, getName(), kBackwardPreprocess)))
-    return failure();
-  Builder b(getContext());
-  Type i32 = b.getI32Type(), f32 = b.getF32Type();
-  return checkRegionSignature(*this, getBody(), {i32, i32}, {f32, i32, f32}, "sink_grad");
-}
-
-/// A and B of A·B (AccumulateOp) or Aᵀ·B (DotTnOp, `transposed`): rank 2, B's rows are A's columns (A's rows when
-/// transposed).
-static LogicalResult verifyProduct(Operation *op, Value aValue, Value bValue, bool transposed) {
-  auto a = cast<RankedTensorType>(aValue.getType()), b = cast<RankedTensorType>(bValue.getType());
-  if (a.getRank() != 2 || b.getRank() != 2)
-    return op->emitOpError() << "expects rank-2 tiles";
-  int64_t inner = a.getDimSize(transposed ? 0 : 1);
-  if (!dimsCompatible(inner, b.getDimSize(0)))
-    return op->emitOpError() << "A's " << (transposed ? "rows" : "columns") << " (" << dimStr(inner)
-                             << ") must equal B's rows (" << dimStr(b.getDimSize(0)) << ")";
-  return success();
-}
-
-LogicalResult DotTnOp::verify() {
-  if (failed(verifyProduct(*this, getA(), getB(), /*transposed=*/true)))
-    return failure();
-  auto a = cast<RankedTensorType>(getA().getType()), b = cast<RankedTensorType>(getB().getType());
-  auto acc = cast<AccType>(getAcc().getType());
-  if (b.getDimSize(1) != acc.getCols() || !dimsCompatible(a.getDimSize(1), acc.getRows()))
-    return emitOpError() << "the accumulator must be (A columns) x (B columns)";
-  return success();
-}
-
-LogicalResult AccumulateOp::verify() {
-  const ProgramKind &kind = kindAround(*this);
-  StringRef name = stringifyOperand(getOperand());
-  if (getOperand() != Operand::DqAccum)
-    return emitOpError() << "adds into an fp32 accumulator (dq_accum), not " << name;
-  if (!kind.writesTensor(name))
-    return emitOpError() << "a " << kind.name << " program writes " << joinNames(kind.writes) << ", not " << name;
-  if (failed(verifyProduct(*this, getA(), getB(), /*transposed=*/false)))
-    return failure();
-  FuncOp func = getEnclosingFunc(*this);
-  auto b = cast<RankedTensorType>(getB().getType());
-  if (func && b.getDimSize(1) != func.getHeadDim())
-    return emitOpError() << "B must have " << func.getHeadDim() << " columns (dQ's head dim), got "
-                         << dimStr(b.getDimSize(1));
-  return success();
-}
-
-//===----------------------------------------------------------------------===//
-// Canonicalization
-//===----------------------------------------------------------------------===//
-
-namespace {
-/// `tile.scale` whose only consumers on the way to the softmax are masks is folded into the softmax's exp2
-/// multiplier (c = scale·log2 e): one multiply per score instead of two. Masks only look at coordinates and
-/// scale > 0 (the runtime rejects other scales), so moving the multiply past them changes nothing.
-struct FoldScaleIntoSoftmax : OpRewritePattern<SoftmaxUpdateOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(SoftmaxUpdateOp op, PatternRewriter &rewriter) const override {
-    if (op.getFoldScale())
-      return rewriter.notifyMatchFailure(op, "scale already folded");
-    Value v = op.getS();
-    while (auto mask = v.getDefiningOp<MaskOp>()) {
-      if (!mask->hasOneUse())
-        return rewriter.notifyMatchFailure(op, "a mask result has other users");
-      v = mask.getS();
-    }
-    auto scale = v.getDefiningOp<ScaleOp>();
-    if (!scale || !scale->hasOneUse())
-      return rewriter.notifyMatchFailure(op, "scores are not scaled right before masks and softmax");
-    rewriter.replaceOp(scale, scale.getS());
-    rewriter.modifyOpInPlace(op, [&] { op.setFoldScale(true); });
-    return success();
-  }
-};
-
-/// What the scale-moving patterns below look at: the `tile.scale` right before a score modifier (its only user),
-/// the modifier's score argument, and which values are the same for every score of a block (computed without
-/// the score, q or kv: slopes, parameters, sequence lengths).
-struct ScaledScoreMod {
-  ScaleOp scale;
-  Value score;
-  std::function<bool(Value)> uniform;
-
-  static FailureOr<ScaledScoreMod> match(ScoreModOp op, PatternRewriter &rewriter) {
-    auto scale = op.getS().getDefiningOp<ScaleOp>();
-    if (!scale || !scale->hasOneUse())
-      return rewriter.notifyMatchFailure(op, "scores are not scaled right before the modifier");
-    Block &body = op.getBody().front();
-    Value score = body.getArgument(0), q = body.getArgument(3), kv = body.getArgument(4);
-    if (!score.hasOneUse())
-      return rewriter.notifyMatchFailure(op, "the modifier uses the score more than once");
-    return ScaledScoreMod{scale, score, [=](Value v) {
-                            return !isComputedFrom(v, score) && !isComputedFrom(v, q) && !isComputedFrom(v, kv);
-                          }};
-  }
-
-  /// `tile.softmax_scale [inverse]` at the start of the modifier's body.
-  static Value constant(ScoreModOp op, PatternRewriter &rewriter, bool inverse) {
-    OpBuilder::InsertionGuard guard(rewriter);
-    rewriter.setInsertionPointToStart(&op.getBody().front());
-    return SoftmaxScaleOp::create(rewriter, op.getLoc(), rewriter.getF32Type(), inverse);
-  }
-
-  /// Replaces `user`'s operand `value` by value·factor, put on a block-uniform operand of `value`'s product when
-  /// it has one (computed once per block), else one multiply.
-  void multiply(PatternRewriter &rewriter, Operation *user, Value value, Value factor) const {
-    OpBuilder::InsertionGuard guard(rewriter);
-    auto product = value.getDefiningOp<arith::MulFOp>();
-    if (product && product->hasOneUse() && (uniform(product.getLhs()) || uniform(product.getRhs()))) {
-      unsigned index = uniform(product.getLhs()) ? 0 : 1;
-      rewriter.setInsertionPoint(product);
-      Value scaled = arith::MulFOp::create(rewriter, product.getLoc(), product->getOperand(index), factor);
-      rewriter.modifyOpInPlace(product, [&] { product->setOperand(index, scaled); });
-      return;
-    }
-    rewriter.setInsertionPoint(user);
-    Value scaled = arith::MulFOp::create(rewriter, user->getLoc(), value, factor);
-    rewriter.modifyOpInPlace(user, [&] { user->replaceUsesOfWith(value, scaled); });
-  }
-};
-
-/// A score modifier that only adds a term to the score (`score + g`, `g + score`, `score - g`, g computed
-/// without the score: ALiBi, a bias table, a per-key bias) commutes with the scale: scale·s + g =
-/// scale·(s + g·(1/scale)) for scale > 0 (the runtime rejects other scales). Moved before `tile.scale`, the scale
-/// can fold into the softmax's exp2 multiplier (FoldScaleIntoSoftmax): one multiply per score fewer. The
-/// reciprocal goes on a block-uniform factor of g (g = slope·|distance|: on the slope), else g·(1/scale) is one
-/// multiply, as the scale was. The rounding differs from scale·s + g by a few ulp of g.
-struct MoveAdditiveScoreModBeforeScale : OpRewritePattern<ScoreModOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(ScoreModOp op, PatternRewriter &rewriter) const override {
-    FailureOr<ScaledScoreMod> m = ScaledScoreMod::match(op, rewriter);
-    if (failed(m))
-      return failure();
-    Operation *sum = op.getBody().front().getTerminator()->getOperand(0).getDefiningOp();
-    Value score = m->score, term;
-    if (auto add = dyn_cast_or_null<arith::AddFOp>(sum))
-      term = add.getLhs() == score ? add.getRhs() : add.getRhs() == score ? add.getLhs() : Value();
-    else if (auto sub = dyn_cast_or_null<arith::SubFOp>(sum))
-      term = sub.getLhs() == score ? sub.getRhs() : Value();
-    if (!term || isComputedFrom(term, score))
-      return rewriter.notifyMatchFailure(op, "the modifier is not score + a term computed without the score");
-
-    m->multiply(rewriter, sum, term, ScaledScoreMod::constant(op, rewriter, /*inverse=*/true));
-    rewriter.modifyOpInPlace(op, [&] { op.getSMutable().assign(m->scale.getS()); });
-    rewriter.setInsertionPointAfter(op);
-    auto moved = ScaleOp::create(rewriter, m->scale.getLoc(), op.getType(), op.getResult());
-    rewriter.replaceAllUsesExcept(op.getResult(), moved.getResult(), moved);
-    rewriter.eraseOp(m->scale);
-    return success();
-  }
-};
-
-/// A score modifier that first multiplies or divides the score by a block-uniform u (softcap: s·(1/cap)) takes
-/// the scale into u: (scale·s)·u = s·(u·scale), (scale·s)/u = s/(u·(1/scale)). The multiply per score for the
-/// scale goes away (u·scale is computed once per block); the rounding differs by an ulp.
-struct AbsorbScaleIntoScoreMod : OpRewritePattern<ScoreModOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(ScoreModOp op, PatternRewriter &rewriter) const override {
-    FailureOr<ScaledScoreMod> m = ScaledScoreMod::match(op, rewriter);
-    if (failed(m))
-      return failure();
-    Operation *user = *m->score.getUsers().begin();
-    Value u;
-    bool divides = false;
-    if (auto mul = dyn_cast<arith::MulFOp>(user))
-      u = mul.getLhs() == m->score ? mul.getRhs() : mul.getLhs();
-    else if (auto div = dyn_cast<arith::DivFOp>(user); div && div.getLhs() == m->score)
-      u = div.getRhs(), divides = true;
-    if (!u || !m->uniform(u))
-      return rewriter.notifyMatchFailure(op, "the score is not first multiplied or divided by a block-uniform value");
-
-    m->multiply(rewriter, user, u, ScaledScoreMod::constant(op, rewriter, /*inverse=*/divides));
-    rewriter.modifyOpInPlace(op, [&] { op.getSMutable().assign(m->scale.getS()); });
-    rewriter.eraseOp(m->scale);
-    return success();
-  }
-};
-} // namespace
-
-void ScoreModOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
-  results.add<MoveAdditiveScoreModBeforeScale, AbsorbScaleIntoScoreMod>(context);
-}
-
-void SoftmaxUpdateOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
-  results.add<FoldScaleIntoSoftmax>(context);
 }
