@@ -199,11 +199,9 @@ int runCheck(const AotFlags &flags) {
   return 0;
 }
 
-int runAot(const AotFlags &flags) {
-  if (!flags.check.empty())
-    return runCheck(flags);
-  if (flags.out.empty())
-    return fail("aot: give --out DIR (to build a kernel library) or --check DIR (to check one)");
+/// The requests of an `aot --out` call: every kind x variant x dtype x head dim x shape class, with each KV-cache and
+/// rotary form the schedule's kernels take. False when a list or a combination is refused (printed; `exitCode` set).
+bool aotRequests(const AotFlags &flags, std::vector<Request> &requests, int &exitCode) {
   StatusOr<std::vector<std::string>> variantList = splitList("--variants", flags.variants);
   StatusOr<std::vector<std::string>> dtypeList = splitList("--dtypes", flags.dtypes);
   StatusOr<std::vector<std::string>> headDimList = splitList("--head-dims", flags.headDims);
@@ -212,12 +210,12 @@ int runAot(const AotFlags &flags) {
   StatusOr<std::vector<std::string>> kindList = splitList("--kinds", flags.kinds);
   for (const auto *list : {&variantList, &dtypeList, &headDimList, &classList, &rotaryList, &kindList})
     if (!list->ok())
-      return fail(list->status());
+      return exitCode = fail(list->status()), false;
   std::vector<RotaryMode> rotaryModes;
   for (const std::string &name : *rotaryList) {
     StatusOr<RotaryMode> mode = jit::parseRotaryMode(name);
     if (!mode.ok())
-      return fail(mode.status().withContext("--rotary"));
+      return exitCode = fail(mode.status().withContext("--rotary")), false;
     rotaryModes.push_back(*mode);
   }
 
@@ -227,7 +225,6 @@ int runAot(const AotFlags &flags) {
   if (const schedule::Schedule *s = schedule::lookupSchedule(flags.schedule.schedule);
       s && schedule::hasKvCacheKnob(*s) && !flags.schedule.knobs.count(schedule::kKvCacheKnob))
     kvCacheKnobs = {0, 1};
-  std::vector<Request> requests;
   for (const std::string &kind : *kindList)
     for (const std::string &variantName : *variantList)
       for (const std::string &dtypeName : *dtypeList)
@@ -235,13 +232,13 @@ int runAot(const AotFlags &flags) {
           for (const std::string &shapeClass : *classList) {
             std::optional<Variant> variant = variants::byName(variantName);
             if (!variant)
-              return fail(unknownName("variant", variantName, variantNames()));
+              return exitCode = fail(unknownName("variant", variantName, variantNames())), false;
             StatusOr<ElementType> dtype = jit::parseElementType(dtypeName);
             if (!dtype.ok())
-              return fail(dtype.status().withContext("--dtypes"));
+              return exitCode = fail(dtype.status().withContext("--dtypes")), false;
             StatusOr<std::pair<int, int>> headDims = parseHeadDimItem(item);
             if (!headDims.ok())
-              return fail(headDims.status());
+              return exitCode = fail(headDims.status()), false;
             jit::CompileOptions options = compileOptions(flags.schedule);
             options.kind = kind;
             options.dtype = *dtype;
@@ -262,72 +259,71 @@ int runAot(const AotFlags &flags) {
                   continue;
                 if (mode != RotaryMode::None && !readsCache) {
                   if (kvCacheKnobs.size() == 1)
-                    return fail("--rotary " + flags.rotary +
-                                ": rotary kernels are KV-cache kernels (--schedule "
-                                "decode, --kv-cache 1 or unset)");
+                    return exitCode = fail("--rotary " + flags.rotary +
+                                           ": rotary kernels are KV-cache kernels (--schedule "
+                                           "decode, --kv-cache 1 or unset)"),
+                           false;
                   continue;
                 }
                 options.rotary = mode;
                 // Before anything is built, and the first one only: a command line not understood is one line.
                 if (Status s = checkKernelFlags(*variant, options, flags.schedule); !s.ok())
-                  return failUsage(
-                      s.withContext(fmt::format("aot: {} {} hd {} {}", variantName, options.schedule.arch,
-                                                headDimsText(options.headDim, options.headDimV), shapeClass)));
+                  return exitCode = failUsage(s.withContext(fmt::format("aot: {} {} hd {} {}", variantName,
+                                                                        options.schedule.arch,
+                                                                        headDimsText(options.headDim, options.headDimV),
+                                                                        shapeClass))),
+                         false;
                 requests.push_back({variantName, *variant, options});
               }
             }
           }
+  return true;
+}
 
-  const fs::path out = flags.out;
-  const int jobs = flags.jobs > 0 ? flags.jobs : availableCores();
-  const auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-
-  // Phase 1: the MLIR half of every request.
+/// What the parallel phases share: the first error stops them.
+struct AotRun {
   std::atomic<bool> stop{false};
   std::mutex mutex;
   std::vector<std::string> errors;
+};
+
+/// Phase 1: the MLIR half of every request, `jobs` at a time; built[i] is request i's module, or empty where its
+/// shape class is tiled as the default class (no kernel of its own: the runtime runs the default's).
+std::vector<std::optional<Built>> buildModules(const std::vector<Request> &requests, const AotFlags &flags, int jobs,
+                                               AotRun &run) {
   std::vector<std::optional<Built>> built(requests.size());
-  parallelFor(requests.size(), jobs, stop, [&](size_t i) {
+  parallelFor(requests.size(), jobs, run.stop, [&](size_t i) {
     StatusOr<jit::CompileResult> result = jit::compile(requests[i].variant, requests[i].options, jit::Stage::Cuda);
-    std::lock_guard<std::mutex> lock(mutex);
+    std::lock_guard<std::mutex> lock(run.mutex);
     if (!result.ok()) {
       const jit::CompileOptions &o = requests[i].options;
-      errors.push_back(explainDefaults(result.status(), flags.schedule)
-                           .withContext(fmt::format("{} {} hd {} {}", requests[i].variantName, o.schedule.arch,
-                                                    headDimsText(o.headDim, o.headDimV), o.schedule.shapeClass))
-                           .message());
-      stop = true;
+      run.errors.push_back(explainDefaults(result.status(), flags.schedule)
+                               .withContext(fmt::format("{} {} hd {} {}", requests[i].variantName, o.schedule.arch,
+                                                        headDimsText(o.headDim, o.headDimV), o.schedule.shapeClass))
+                               .message());
+      run.stop = true;
       return;
     }
-    // A class scheduled like the default class has no kernel of its own: the runtime runs the default's.
     if (result->shapeClass == requests[i].options.schedule.shapeClass)
       built[i] = Built{std::move(*result)};
   });
-  std::vector<size_t> kernels;
-  for (size_t i = 0; i < built.size(); ++i)
-    if (built[i])
-      kernels.push_back(i);
-  // The directory once there is something to write: a compile phase that fails leaves nothing behind.
-  if (errors.empty()) {
-    std::error_code ec;
-    fs::create_directories(out, ec);
-    if (ec || !fs::is_directory(out))
-      return fail(fmt::format("aot: cannot create the directory '{}': {}", out.string(),
-                              ec ? ec.message() : "a file of that name exists"));
-  }
-  if (errors.empty()) {
-    fmt::print("{} kernels to build with {} job{} ({} of {} requests are shape classes tiled as the default class: "
-               "no kernel of their own)\n",
-               kernels.size(), jobs, jobs == 1 ? "" : "s", requests.size() - kernels.size(), requests.size());
-    std::fflush(stdout);
-  }
+  return built;
+}
 
-  // Phase 2: NVRTC and the files, a flushed progress line per kernel.
-  size_t finished = 0;
+/// Phase 2's totals: kernels written, MLIR and NVRTC seconds summed over them.
+struct Written {
+  size_t kernels = 0;
   double mlirSeconds = 0, nvrtcSeconds = 0;
+};
+
+/// Phase 2: NVRTC and the files of each built module (`kernels`: their indices in `built`), `jobs` at a time, a
+/// flushed progress line per kernel. Each kernel's cubin and source land before its manifest: the loader only looks
+/// for kernels through manifests.
+Written writeKernels(const fs::path &out, const std::vector<Request> &requests, std::vector<std::optional<Built>> &built,
+                     const std::vector<size_t> &kernels, int jobs, AotRun &run) {
+  Written written;
   const int width = int(std::to_string(kernels.size()).size());
-  parallelFor(errors.empty() ? kernels.size() : 0, jobs, stop, [&](size_t k) {
+  parallelFor(run.errors.empty() ? kernels.size() : 0, jobs, run.stop, [&](size_t k) {
     Built &b = *built[kernels[k]];
     KernelInfo info = b.result.info;
     info.variant = requests[kernels[k]].variantName; // built-in variants are asked for by name
@@ -336,28 +332,65 @@ int runAot(const AotFlags &flags) {
     const double nvrtc = std::chrono::duration<double>(std::chrono::steady_clock::now() - nvrtcStart).count();
     Status s = cubin.ok() ? Status() : cubin.status().withContext("NVRTC failed on " + info.entry);
     const fs::path stem = out / info.entry;
-    // The cubin and the source before the manifest: the loader only looks for kernels through manifests.
     if (s.ok())
       s = replaceFileAtomically(stem.string() + ".cubin", *cubin);
     if (s.ok())
       s = replaceFileAtomically(stem.string() + ".cu", b.result.cuda);
     if (s.ok())
       s = replaceFileAtomically(stem.string() + std::string(kManifestExtension), info.serialize());
-    std::lock_guard<std::mutex> lock(mutex);
+    std::lock_guard<std::mutex> lock(run.mutex);
     if (!s.ok()) {
-      errors.push_back(s.message());
-      stop = true;
+      run.errors.push_back(s.message());
+      run.stop = true;
       return;
     }
-    ++finished;
-    mlirSeconds += b.result.mlirSeconds;
-    nvrtcSeconds += nvrtc;
-    fmt::print("[{:>{}}/{}] {:<46} {:<7} mlir {:6.1f} ms  nvrtc {:7.1f} ms\n", finished, width, kernels.size(),
+    ++written.kernels;
+    written.mlirSeconds += b.result.mlirSeconds;
+    written.nvrtcSeconds += nvrtc;
+    fmt::print("[{:>{}}/{}] {:<46} {:<7} mlir {:6.1f} ms  nvrtc {:7.1f} ms\n", written.kernels, width, kernels.size(),
                info.entry, info.arch, b.result.mlirSeconds * 1e3, nvrtc * 1e3);
     std::fflush(stdout);
   });
-  if (!errors.empty()) {
-    for (const std::string &error : errors)
+  return written;
+}
+
+/// `aot --out DIR`: the requests, their modules (phase 1), the directory once there is something to write, the
+/// kernels (phase 2), then the index of what the directory holds.
+int runAot(const AotFlags &flags) {
+  if (!flags.check.empty())
+    return runCheck(flags);
+  if (flags.out.empty())
+    return fail("aot: give --out DIR (to build a kernel library) or --check DIR (to check one)");
+  std::vector<Request> requests;
+  if (int exitCode = 0; !aotRequests(flags, requests, exitCode))
+    return exitCode;
+
+  const fs::path out = flags.out;
+  const int jobs = flags.jobs > 0 ? flags.jobs : availableCores();
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+
+  AotRun run;
+  std::vector<std::optional<Built>> built = buildModules(requests, flags, jobs, run);
+  std::vector<size_t> kernels;
+  for (size_t i = 0; i < built.size(); ++i)
+    if (built[i])
+      kernels.push_back(i);
+  // The directory once there is something to write: a compile phase that fails leaves nothing behind.
+  if (run.errors.empty()) {
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec || !fs::is_directory(out))
+      return fail(fmt::format("aot: cannot create the directory '{}': {}", out.string(),
+                              ec ? ec.message() : "a file of that name exists"));
+    fmt::print("{} kernels to build with {} job{} ({} of {} requests are shape classes tiled as the default class: "
+               "no kernel of their own)\n",
+               kernels.size(), jobs, jobs == 1 ? "" : "s", requests.size() - kernels.size(), requests.size());
+    std::fflush(stdout);
+  }
+  const Written written = writeKernels(out, requests, built, kernels, jobs, run);
+  if (!run.errors.empty()) {
+    for (const std::string &error : run.errors)
       fail("aot: " + error);
     return kExitFailure;
   }
@@ -369,8 +402,8 @@ int runAot(const AotFlags &flags) {
     return fail(s.withContext("aot"));
   fmt::print("{} kernels written to {} in {:.1f} s with {} job{} (summed over kernels: mlir {:.1f} s, nvrtc {:.1f} s); "
              "{} lists the {} kernels there\n",
-             finished, out.string(), elapsed(), jobs, jobs == 1 ? "" : "s", mlirSeconds, nvrtcSeconds,
-             (out / kIndexFile).string(), manifests->size());
+             written.kernels, out.string(), elapsed(), jobs, jobs == 1 ? "" : "s", written.mlirSeconds,
+             written.nvrtcSeconds, (out / kIndexFile).string(), manifests->size());
   return 0;
 }
 
