@@ -185,6 +185,9 @@ private:
   StatusOr<Graph> parseGraph(const llvm::json::Object &hook, const HookSignature &signature, const std::string &path);
   StatusOr<Node> parseNode(const llvm::json::Value &value, const std::vector<Node> &earlier,
                            const HookSignature &signature, const std::string &path);
+  /// ["param", name]: a declared parameter (f32); ["load", name, i]: element i (i32) of a declared input.
+  StatusOr<Node> parseParam(const struct NodeItems &in);
+  StatusOr<Node> parseLoad(const struct NodeItems &in);
 
   std::map<std::string, Ty> inputTypes;
   std::vector<std::string> paramNames;
@@ -200,175 +203,224 @@ StatusOr<int> operandIndex(const llvm::json::Value &v, size_t count, const std::
   return static_cast<int>(*index);
 }
 
+/// One node's array as the parsers below read it: its op name, and operand checks that name the node's path.
+struct NodeItems {
+  const llvm::json::Array &items;
+  std::string op;
+  const std::vector<Node> &earlier;
+  std::string path;
+
+  Status fail(const std::string &message) const { return Status::error(path + ": " + message); }
+  Status arity(size_t n) const {
+    if (items.size() != n + 1)
+      return fail("'" + op + "' takes " + std::to_string(n) + " operand(s), got " + std::to_string(items.size() - 1));
+    return Status();
+  }
+  std::optional<std::string> stringAt(size_t i) const {
+    if (auto s = items[i].getAsString())
+      return s->str();
+    return std::nullopt;
+  }
+  StatusOr<int> operand(size_t i) const {
+    return operandIndex(items[i], earlier.size(), path + "[" + std::to_string(i) + "]");
+  }
+  /// Items 1..n as the node's operands (indices of earlier nodes).
+  Status operands(Node &node, int n) const {
+    for (int i = 0; i < n; ++i) {
+      StatusOr<int> index = operand(i + 1);
+      if (!index.ok())
+        return index.status();
+      node.operands[i] = *index;
+    }
+    return Status();
+  }
+};
+
+/// ["arg", i]: the hook's argument i.
+StatusOr<Node> parseArg(const NodeItems &in, const HookSignature &signature) {
+  if (Status s = in.arity(1); !s.ok())
+    return s;
+  std::optional<int64_t> i = in.items[1].getAsInteger();
+  if (!i || *i < 0 || static_cast<size_t>(*i) >= signature.args.size())
+    return in.fail(std::string("hook '") + signature.name + "' has arguments 0.." +
+                   std::to_string(signature.args.size() - 1));
+  Node node;
+  node.name = in.op;
+  node.kind = Node::Kind::Arg;
+  node.arg = static_cast<int>(*i);
+  node.type = signature.args[node.arg];
+  return node;
+}
+
+/// ["size", "seqlen_q" | "seqlen_k"] and ["dim", "batch" | "heads_q" | "heads_kv" | "key_offset"]: i32.
+StatusOr<Node> parseDimension(const NodeItems &in) {
+  if (Status s = in.arity(1); !s.ok())
+    return s;
+  const bool size = in.op == "size";
+  std::optional<std::string> name = in.stringAt(1);
+  bool known = name && (size ? (*name == "seqlen_q" || *name == "seqlen_k")
+                             : (*name == "batch" || *name == "heads_q" || *name == "heads_kv" || *name == "key_offset"));
+  if (!known)
+    return in.fail(size ? "'size' takes \"seqlen_q\" or \"seqlen_k\""
+                        : "'dim' takes \"batch\", \"heads_q\", \"heads_kv\" or \"key_offset\"");
+  Node node;
+  node.kind = size ? Node::Kind::Size : Node::Kind::Dim;
+  node.name = *name;
+  node.type = Ty::I32;
+  return node;
+}
+
+/// ["const", type, value]: an f32 (a number, "inf" or "-inf"), an i32 or an i1 (an integer or a boolean).
+StatusOr<Node> parseConst(const NodeItems &in) {
+  if (Status s = in.arity(2); !s.ok())
+    return s;
+  std::optional<std::string> type = in.stringAt(1);
+  if (!type || (*type != "f32" && *type != "i32" && *type != "i1"))
+    return in.fail("'const' takes a type \"f32\", \"i32\" or \"i1\"");
+  Node node;
+  node.name = in.op;
+  node.kind = Node::Kind::Const;
+  node.type = *type == "f32" ? Ty::F32 : *type == "i32" ? Ty::I32 : Ty::I1;
+  const llvm::json::Value &v = in.items[2];
+  if (node.type == Ty::F32) {
+    if (std::optional<double> d = v.getAsNumber())
+      node.value = *d;
+    else if (v.getAsString() && *v.getAsString() == "inf")
+      node.value = std::numeric_limits<double>::infinity();
+    else if (v.getAsString() && *v.getAsString() == "-inf")
+      node.value = -std::numeric_limits<double>::infinity();
+    else
+      return in.fail("an f32 constant is a number, \"inf\" or \"-inf\"");
+    return node;
+  }
+  std::optional<int64_t> i = v.getAsInteger();
+  if (!i && v.getAsBoolean())
+    i = *v.getAsBoolean() ? 1 : 0;
+  int64_t lo = node.type == Ty::I1 ? 0 : std::numeric_limits<int32_t>::min();
+  int64_t hi = node.type == Ty::I1 ? 1 : std::numeric_limits<int32_t>::max();
+  if (!i || *i < lo || *i > hi)
+    return in.fail(std::string("an ") + tyName(node.type) + " constant is an integer in [" + std::to_string(lo) + ", " +
+                   std::to_string(hi) + "]");
+  node.value = static_cast<double>(*i);
+  return node;
+}
+
+/// ["select", c, t, f]: t where the i1 c holds, else f (of t's type).
+StatusOr<Node> parseSelect(const NodeItems &in) {
+  Node node;
+  node.name = in.op;
+  if (Status s = in.arity(3); !s.ok())
+    return s;
+  if (Status s = in.operands(node, 3); !s.ok())
+    return s;
+  Ty c = in.earlier[node.operands[0]].type, t = in.earlier[node.operands[1]].type,
+     f = in.earlier[node.operands[2]].type;
+  if (c != Ty::I1)
+    return in.fail(std::string("select's condition must be i1, got ") + tyName(c));
+  if (t != f)
+    return in.fail(std::string("select's branches must have one type, got ") + tyName(t) + " and " + tyName(f));
+  node.kind = Node::Kind::Select;
+  node.type = t;
+  return node;
+}
+
+/// [op, a, b] of binaryOps(): operands of one type, i1 for the logic ops; compares give i1.
+StatusOr<Node> parseBinary(const NodeItems &in, const BinaryOp &binary) {
+  Node node;
+  node.name = in.op;
+  if (Status s = in.arity(2); !s.ok())
+    return s;
+  if (Status s = in.operands(node, 2); !s.ok())
+    return s;
+  Ty a = in.earlier[node.operands[0]].type, b = in.earlier[node.operands[1]].type;
+  if (a != b)
+    return in.fail("'" + in.op + "' mixes " + tyName(a) + " and " + tyName(b) + "; convert with to_float/to_int");
+  bool logic = binary.kind == BinaryKind::Logic;
+  if (logic != (a == Ty::I1))
+    return in.fail("'" + in.op + "' takes " + (logic ? "i1 (predicates)" : "f32 or i32") + " operands, got " + tyName(a));
+  node.kind = Node::Kind::Binary;
+  node.type = binary.kind == BinaryKind::Compare ? Ty::I1 : a;
+  return node;
+}
+
+/// [op, a] of unaryOps(): a of the types it accepts.
+StatusOr<Node> parseUnary(const NodeItems &in, const UnaryOp &unary) {
+  Node node;
+  node.name = in.op;
+  if (Status s = in.arity(1); !s.ok())
+    return s;
+  if (Status s = in.operands(node, 1); !s.ok())
+    return s;
+  Ty a = in.earlier[node.operands[0]].type;
+  if (llvm::find(unary.accepts, a) == unary.accepts.end()) {
+    std::string accepted;
+    for (Ty t : unary.accepts)
+      accepted += (accepted.empty() ? "" : " or ") + std::string(tyName(t));
+    return in.fail("'" + in.op + "' takes " + accepted + ", got " + tyName(a));
+  }
+  node.kind = Node::Kind::Unary;
+  node.type = unary.result.value_or(a);
+  return node;
+}
+
+StatusOr<Node> Parser::parseParam(const NodeItems &in) {
+  if (Status s = in.arity(1); !s.ok())
+    return s;
+  std::optional<std::string> name = in.stringAt(1);
+  if (!name || llvm::find(paramNames, *name) == paramNames.end())
+    return in.fail("'param' names an undeclared parameter" + (name ? " '" + *name + "'" : std::string()) +
+                   "; declare it in \"params\"");
+  Node node;
+  node.kind = Node::Kind::Param;
+  node.name = *name;
+  node.type = Ty::F32;
+  return node;
+}
+
+StatusOr<Node> Parser::parseLoad(const NodeItems &in) {
+  if (Status s = in.arity(2); !s.ok())
+    return s;
+  std::optional<std::string> name = in.stringAt(1);
+  auto it = name ? inputTypes.find(*name) : inputTypes.end();
+  if (it == inputTypes.end())
+    return in.fail("'load' names an undeclared input" + (name ? " '" + *name + "'" : std::string()) +
+                   "; declare it in \"inputs\"");
+  StatusOr<int> index = in.operand(2);
+  if (!index.ok())
+    return index.status();
+  if (in.earlier[*index].type != Ty::I32)
+    return in.fail("the index of input '" + *name + "' must be i32, got " + tyName(in.earlier[*index].type));
+  Node node;
+  node.kind = Node::Kind::Load;
+  node.name = *name;
+  node.operands[0] = *index;
+  node.type = it->second;
+  return node;
+}
+
 StatusOr<Node> Parser::parseNode(const llvm::json::Value &value, const std::vector<Node> &earlier,
                                  const HookSignature &signature, const std::string &path) {
   const llvm::json::Array *items = value.getAsArray();
   if (!items || items->empty() || !(*items)[0].getAsString())
     return fail(path, "a node is an array whose first element is its op name");
-  std::string op = (*items)[0].getAsString()->str();
-  auto arity = [&](size_t n) -> Status {
-    if (items->size() != n + 1)
-      return fail(path,
-                  "'" + op + "' takes " + std::to_string(n) + " operand(s), got " + std::to_string(items->size() - 1));
-    return Status();
-  };
-  auto stringAt = [&](size_t i) -> std::optional<std::string> {
-    if (auto s = (*items)[i].getAsString())
-      return s->str();
-    return std::nullopt;
-  };
-  auto operand = [&](size_t i) {
-    return operandIndex((*items)[i], earlier.size(), path + "[" + std::to_string(i) + "]");
-  };
-
-  Node node;
-  node.name = op;
-  if (op == "arg") {
-    if (Status s = arity(1); !s.ok())
-      return s;
-    std::optional<int64_t> i = (*items)[1].getAsInteger();
-    if (!i || *i < 0 || static_cast<size_t>(*i) >= signature.args.size())
-      return fail(path, std::string("hook '") + signature.name + "' has arguments 0.." +
-                            std::to_string(signature.args.size() - 1));
-    node.kind = Node::Kind::Arg;
-    node.arg = static_cast<int>(*i);
-    node.type = signature.args[node.arg];
-    return node;
-  }
-  if (op == "size" || op == "dim") {
-    if (Status s = arity(1); !s.ok())
-      return s;
-    std::optional<std::string> name = stringAt(1);
-    bool known =
-        name &&
-        (op == "size" ? (*name == "seqlen_q" || *name == "seqlen_k")
-                      : (*name == "batch" || *name == "heads_q" || *name == "heads_kv" || *name == "key_offset"));
-    if (!known)
-      return fail(path, op == "size" ? "'size' takes \"seqlen_q\" or \"seqlen_k\""
-                                     : "'dim' takes \"batch\", \"heads_q\", \"heads_kv\" or \"key_offset\"");
-    node.kind = op == "size" ? Node::Kind::Size : Node::Kind::Dim;
-    node.name = *name;
-    node.type = Ty::I32;
-    return node;
-  }
-  if (op == "param") {
-    if (Status s = arity(1); !s.ok())
-      return s;
-    std::optional<std::string> name = stringAt(1);
-    if (!name || llvm::find(paramNames, *name) == paramNames.end())
-      return fail(path, "'param' names an undeclared parameter" + (name ? " '" + *name + "'" : std::string()) +
-                            "; declare it in \"params\"");
-    node.kind = Node::Kind::Param;
-    node.name = *name;
-    node.type = Ty::F32;
-    return node;
-  }
-  if (op == "load") {
-    if (Status s = arity(2); !s.ok())
-      return s;
-    std::optional<std::string> name = stringAt(1);
-    auto it = name ? inputTypes.find(*name) : inputTypes.end();
-    if (it == inputTypes.end())
-      return fail(path, "'load' names an undeclared input" + (name ? " '" + *name + "'" : std::string()) +
-                            "; declare it in \"inputs\"");
-    auto index = operand(2);
-    if (!index.ok())
-      return index.status();
-    if (earlier[*index].type != Ty::I32)
-      return fail(path, "the index of input '" + *name + "' must be i32, got " + tyName(earlier[*index].type));
-    node.kind = Node::Kind::Load;
-    node.name = *name;
-    node.operands[0] = *index;
-    node.type = it->second;
-    return node;
-  }
-  if (op == "const") {
-    if (Status s = arity(2); !s.ok())
-      return s;
-    std::optional<std::string> type = stringAt(1);
-    if (!type || (*type != "f32" && *type != "i32" && *type != "i1"))
-      return fail(path, "'const' takes a type \"f32\", \"i32\" or \"i1\"");
-    node.kind = Node::Kind::Const;
-    node.type = *type == "f32" ? Ty::F32 : *type == "i32" ? Ty::I32 : Ty::I1;
-    const llvm::json::Value &v = (*items)[2];
-    if (node.type == Ty::F32) {
-      if (std::optional<double> d = v.getAsNumber())
-        node.value = *d;
-      else if (v.getAsString() && *v.getAsString() == "inf")
-        node.value = std::numeric_limits<double>::infinity();
-      else if (v.getAsString() && *v.getAsString() == "-inf")
-        node.value = -std::numeric_limits<double>::infinity();
-      else
-        return fail(path, "an f32 constant is a number, \"inf\" or \"-inf\"");
-      return node;
-    }
-    std::optional<int64_t> i = v.getAsInteger();
-    if (!i && v.getAsBoolean())
-      i = *v.getAsBoolean() ? 1 : 0;
-    int64_t lo = node.type == Ty::I1 ? 0 : std::numeric_limits<int32_t>::min();
-    int64_t hi = node.type == Ty::I1 ? 1 : std::numeric_limits<int32_t>::max();
-    if (!i || *i < lo || *i > hi)
-      return fail(path, std::string("an ") + tyName(node.type) + " constant is an integer in [" + std::to_string(lo) +
-                            ", " + std::to_string(hi) + "]");
-    node.value = static_cast<double>(*i);
-    return node;
-  }
-  if (op == "select") {
-    if (Status s = arity(3); !s.ok())
-      return s;
-    for (int i = 0; i < 3; ++i) {
-      auto index = operand(i + 1);
-      if (!index.ok())
-        return index.status();
-      node.operands[i] = *index;
-    }
-    Ty c = earlier[node.operands[0]].type, t = earlier[node.operands[1]].type, f = earlier[node.operands[2]].type;
-    if (c != Ty::I1)
-      return fail(path, std::string("select's condition must be i1, got ") + tyName(c));
-    if (t != f)
-      return fail(path, std::string("select's branches must have one type, got ") + tyName(t) + " and " + tyName(f));
-    node.kind = Node::Kind::Select;
-    node.type = t;
-    return node;
-  }
-  if (auto it = binaryOps().find(op); it != binaryOps().end()) {
-    if (Status s = arity(2); !s.ok())
-      return s;
-    for (int i = 0; i < 2; ++i) {
-      auto index = operand(i + 1);
-      if (!index.ok())
-        return index.status();
-      node.operands[i] = *index;
-    }
-    Ty a = earlier[node.operands[0]].type, b = earlier[node.operands[1]].type;
-    if (a != b)
-      return fail(path, "'" + op + "' mixes " + tyName(a) + " and " + tyName(b) + "; convert with to_float/to_int");
-    bool logic = it->second.kind == BinaryKind::Logic;
-    if (logic != (a == Ty::I1))
-      return fail(path,
-                  "'" + op + "' takes " + (logic ? "i1 (predicates)" : "f32 or i32") + " operands, got " + tyName(a));
-    node.kind = Node::Kind::Binary;
-    node.type = it->second.kind == BinaryKind::Compare ? Ty::I1 : a;
-    return node;
-  }
-  if (auto it = unaryOps().find(op); it != unaryOps().end()) {
-    if (Status s = arity(1); !s.ok())
-      return s;
-    auto index = operand(1);
-    if (!index.ok())
-      return index.status();
-    Ty a = earlier[*index].type;
-    if (llvm::find(it->second.accepts, a) == it->second.accepts.end()) {
-      std::string accepted;
-      for (Ty t : it->second.accepts)
-        accepted += (accepted.empty() ? "" : " or ") + std::string(tyName(t));
-      return fail(path, "'" + op + "' takes " + accepted + ", got " + tyName(a));
-    }
-    node.kind = Node::Kind::Unary;
-    node.operands[0] = *index;
-    node.type = it->second.result.value_or(a);
-    return node;
-  }
+  const NodeItems in{*items, (*items)[0].getAsString()->str(), earlier, path};
+  const std::string &op = in.op;
+  if (op == "arg")
+    return parseArg(in, signature);
+  if (op == "size" || op == "dim")
+    return parseDimension(in);
+  if (op == "param")
+    return parseParam(in);
+  if (op == "load")
+    return parseLoad(in);
+  if (op == "const")
+    return parseConst(in);
+  if (op == "select")
+    return parseSelect(in);
+  if (auto it = binaryOps().find(op); it != binaryOps().end())
+    return parseBinary(in, it->second);
+  if (auto it = unaryOps().find(op); it != unaryOps().end())
+    return parseUnary(in, it->second);
   return fail(path, "unknown op '" + op +
                         "'; accepted: arg, size, dim, param, load, const, add, sub, mul, div, min, max, lt, le, gt, "
                         "ge, eq, ne, and, or, neg, not, abs, tanh, exp, exp2, log, sqrt, to_float, to_int, select");
