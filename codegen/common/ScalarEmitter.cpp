@@ -108,6 +108,84 @@ std::string join(ArrayRef<CExpr> args) {
   return out;
 }
 
+/// `a <cOp> b` of two printed operands.
+CExpr binaryOf(ArrayRef<CExpr> in, StringRef cOp) {
+  return CExpr{in[0].operand() + " " + cOp.str() + " " + in[1].operand(), false};
+}
+
+/// An integer comparison; an unsigned predicate compares the operands cast to unsigned.
+FailureOr<CExpr> printCmpI(arith::CmpIOp c, SmallVector<CExpr, 3> in, bool isI32) {
+  using P = arith::CmpIPredicate;
+  bool isUnsigned = llvm::is_contained({P::ult, P::ule, P::ugt, P::uge}, c.getPredicate());
+  if (isUnsigned) {
+    std::string cast = isI32 ? "static_cast<unsigned>" : "static_cast<unsigned long long>";
+    for (CExpr &e : in)
+      e = CExpr{cast + "(" + e.text + ")", true};
+  }
+  switch (c.getPredicate()) {
+  case P::eq:
+    return binaryOf(in, "==");
+  case P::ne:
+    return binaryOf(in, "!=");
+  case P::slt:
+  case P::ult:
+    return binaryOf(in, "<");
+  case P::sle:
+  case P::ule:
+    return binaryOf(in, "<=");
+  case P::sgt:
+  case P::ugt:
+    return binaryOf(in, ">");
+  case P::sge:
+  case P::uge:
+    return binaryOf(in, ">=");
+  }
+  return c.emitOpError() << "has an unknown predicate";
+}
+
+/// A float comparison: ordered predicates as C's operators, the unordered ones (true where an operand is NaN) as the
+/// negation of the opposite ordered one.
+FailureOr<CExpr> printCmpF(arith::CmpFOp c, ArrayRef<CExpr> in) {
+  using P = arith::CmpFPredicate;
+  std::string a = in[0].operand(), b = in[1].operand();
+  auto expr = [](std::string text, bool atom = false) { return CExpr{std::move(text), atom}; };
+  switch (c.getPredicate()) {
+  case P::AlwaysFalse:
+    return expr("false", true);
+  case P::AlwaysTrue:
+    return expr("true", true);
+  case P::OEQ:
+    return binaryOf(in, "==");
+  case P::OGT:
+    return binaryOf(in, ">");
+  case P::OGE:
+    return binaryOf(in, ">=");
+  case P::OLT:
+    return binaryOf(in, "<");
+  case P::OLE:
+    return binaryOf(in, "<=");
+  case P::UNE:
+    return binaryOf(in, "!=");
+  case P::ONE:
+    return expr(a + " < " + b + " || " + a + " > " + b);
+  case P::ORD:
+    return expr(a + " == " + a + " && " + b + " == " + b);
+  case P::UNO:
+    return expr(a + " != " + a + " || " + b + " != " + b);
+  case P::UEQ:
+    return expr("!(" + a + " < " + b + " || " + a + " > " + b + ")", true);
+  case P::UGT:
+    return expr("!(" + a + " <= " + b + ")", true);
+  case P::UGE:
+    return expr("!(" + a + " < " + b + ")", true);
+  case P::ULT:
+    return expr("!(" + a + " >= " + b + ")", true);
+  case P::ULE:
+    return expr("!(" + a + " > " + b + ")", true);
+  }
+  return c.emitOpError() << "has an unknown predicate";
+}
+
 } // namespace
 
 FailureOr<std::string> ScalarEmitter::cType(Type type) {
@@ -204,31 +282,36 @@ std::string ScalarEmitter::functionQualifiers() const {
   return printedCost > kMaxInlinedCost ? "__device__ __noinline__ " : "__device__ __forceinline__ ";
 }
 
+/// float(A - kv) = float(A - kvTile) - kvStep: A - kvTile is one value per row and K tile (one conversion the compiler
+/// shares across the row's keys) and kvStep a constant, so a score costs a float add instead of an int-to-float
+/// conversion, which issues at the rate of exp2. Exact while |A - kvTile| < 2^24; beyond, two roundings instead of one
+/// (relative error 2^-23). Nothing when `op` is not such a float of a key distance.
+std::optional<FailureOr<CExpr>> ScalarEmitter::printKeyDistance(Operation *op) {
+  Value a;
+  bool keyFirst = false, abs = false;
+  if (!floatOfKey(op, keyValue, a, keyFirst, abs))
+    return std::nullopt;
+  std::string tileF, step = "static_cast<float>(" + keyStep + ")";
+  if (!a) {
+    tileF = "static_cast<float>(" + keyTile + ")";
+  } else {
+    FailureOr<CExpr> aExpr = expr(a, op);
+    if (failed(aExpr))
+      return FailureOr<CExpr>(failure());
+    tileF = "static_cast<float>(" +
+            (keyFirst ? keyTile + " - " + aExpr->operand() : aExpr->operand() + " - " + keyTile) + ")";
+  }
+  std::string value = tileF + (keyFirst ? " + " : " - ") + step;
+  return FailureOr<CExpr>(abs ? CExpr{"fabsf(" + value + ")", true} : CExpr{value, false});
+}
+
 FailureOr<CExpr> ScalarEmitter::printText(Operation *op) {
   for (Type type : llvm::concat<const Type>(op->getOperandTypes(), op->getResultTypes()))
     if (failed(cType(type)))
       return op->emitOpError() << "works on " << type
                                << ", which the CUDA printer has no scalar type for (it prints i1, i32, i64, f32)";
-  // float(A - kv) = float(A - kvTile) - kvStep: A - kvTile is one value per row and K tile (one conversion the
-  // compiler shares across the row's keys) and kvStep a constant, so a score costs a float add instead of an
-  // int-to-float conversion, which issues at the rate of exp2. Exact while |A - kvTile| < 2^24; beyond, two
-  // roundings instead of one (relative error 2^-23).
-  Value a;
-  bool keyFirst = false, abs = false;
-  if (floatOfKey(op, keyValue, a, keyFirst, abs)) {
-    std::string tileF, step = "static_cast<float>(" + keyStep + ")";
-    if (!a) {
-      tileF = "static_cast<float>(" + keyTile + ")";
-    } else {
-      FailureOr<CExpr> aExpr = expr(a, op);
-      if (failed(aExpr))
-        return failure();
-      tileF = "static_cast<float>(" +
-              (keyFirst ? keyTile + " - " + aExpr->operand() : aExpr->operand() + " - " + keyTile) + ")";
-    }
-    std::string value = tileF + (keyFirst ? " + " : " - ") + step;
-    return abs ? CExpr{"fabsf(" + value + ")", true} : CExpr{value, false};
-  }
+  if (std::optional<FailureOr<CExpr>> distance = printKeyDistance(op))
+    return *distance;
   SmallVector<CExpr, 3> in;
   for (Value operand : op->getOperands()) {
     FailureOr<CExpr> e = expr(operand, op);
@@ -294,34 +377,7 @@ FailureOr<CExpr> ScalarEmitter::printText(Operation *op) {
             return CExpr{"!" + in[i].operand(), true};
         return binary(isBool ? "!=" : "^");
       })
-      .Case([&](arith::CmpIOp c) -> FailureOr<CExpr> {
-        using P = arith::CmpIPredicate;
-        bool isUnsigned = llvm::is_contained({P::ult, P::ule, P::ugt, P::uge}, c.getPredicate());
-        if (isUnsigned) {
-          std::string cast = isI32 ? "static_cast<unsigned>" : "static_cast<unsigned long long>";
-          for (CExpr &e : in)
-            e = CExpr{cast + "(" + e.text + ")", true};
-        }
-        switch (c.getPredicate()) {
-        case P::eq:
-          return binary("==");
-        case P::ne:
-          return binary("!=");
-        case P::slt:
-        case P::ult:
-          return binary("<");
-        case P::sle:
-        case P::ule:
-          return binary("<=");
-        case P::sgt:
-        case P::ugt:
-          return binary(">");
-        case P::sge:
-        case P::uge:
-          return binary(">=");
-        }
-        return c.emitOpError() << "has an unknown predicate";
-      })
+      .Case([&](arith::CmpIOp c) { return printCmpI(c, in, isI32); })
       .Case([&](arith::SelectOp) {
         return CExpr{in[0].operand() + " ? " + in[1].operand() + " : " + in[2].operand(), false};
       })
@@ -334,46 +390,7 @@ FailureOr<CExpr> ScalarEmitter::printText(Operation *op) {
       })
       .Case([&](arith::MaximumFOp) { return call("fmaxf"); })
       .Case([&](arith::MinimumFOp) { return call("fminf"); })
-      .Case([&](arith::CmpFOp c) -> FailureOr<CExpr> {
-        using P = arith::CmpFPredicate;
-        std::string a = in[0].operand(), b = in[1].operand();
-        auto expr = [](std::string text, bool atom = false) { return CExpr{std::move(text), atom}; };
-        switch (c.getPredicate()) {
-        case P::AlwaysFalse:
-          return expr("false", true);
-        case P::AlwaysTrue:
-          return expr("true", true);
-        case P::OEQ:
-          return binary("==");
-        case P::OGT:
-          return binary(">");
-        case P::OGE:
-          return binary(">=");
-        case P::OLT:
-          return binary("<");
-        case P::OLE:
-          return binary("<=");
-        case P::UNE:
-          return binary("!=");
-        case P::ONE:
-          return expr(a + " < " + b + " || " + a + " > " + b);
-        case P::ORD:
-          return expr(a + " == " + a + " && " + b + " == " + b);
-        case P::UNO:
-          return expr(a + " != " + a + " || " + b + " != " + b);
-        case P::UEQ:
-          return expr("!(" + a + " < " + b + " || " + a + " > " + b + ")", true);
-        case P::UGT:
-          return expr("!(" + a + " <= " + b + ")", true);
-        case P::UGE:
-          return expr("!(" + a + " < " + b + ")", true);
-        case P::ULT:
-          return expr("!(" + a + " >= " + b + ")", true);
-        case P::ULE:
-          return expr("!(" + a + " > " + b + ")", true);
-        }
-        return c.emitOpError() << "has an unknown predicate";
-      })
+      .Case([&](arith::CmpFOp c) { return printCmpF(c, in); })
       .Case<arith::SIToFPOp, arith::FPToSIOp>([&](Operation *cast) {
         return CExpr{"static_cast<" + *cType(cast->getResult(0).getType()) + ">(" + in[0].text + ")", true};
       })

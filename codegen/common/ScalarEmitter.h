@@ -13,6 +13,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,8 @@ private:
   /// `op` as an expression over its operands' expressions, with its depth.
   mlir::FailureOr<CExpr> print(mlir::Operation *op);
   mlir::FailureOr<CExpr> printText(mlir::Operation *op);
+  /// The float of a key distance, printed as a per-row part minus a per-key constant (printText's first case).
+  std::optional<mlir::FailureOr<CExpr>> printKeyDistance(mlir::Operation *op);
   /// The depth `op`'s expression has when its operands' (printed already) are folded into it.
   int foldDepth(mlir::Operation *op) const;
   mlir::FailureOr<CExpr> materialize(mlir::Value value, mlir::Operation *user);
