@@ -355,68 +355,12 @@ StatusOr<size_t> flashtile::detail::backwardWorkspaceBytes(const KernelInfo &inf
   return static_cast<size_t>(total);
 }
 
-Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &module, const AttentionArgs &args,
-                                  CUstream stream, PlanServices &services, const BackwardArgs *backward) {
-  const KernelInfo &info = module.kernel->info;
-  const LaunchPlan &plan = info.plan;
-  PlanSymbols symbols = symbolsFor(args);
-  symbols.deterministic = backward && backward->deterministic ? 1 : 0;
-  // The caller's workspace: the backward call's own, else the forward arguments'.
-  void *const callerWorkspace = backward ? backward->workspace : args.workspace;
-  const size_t callerWorkspaceBytes = backward ? backward->workspaceBytes : args.workspaceBytes;
-  if (plan.reads("sms")) {
-    StatusOr<int> sms = services.smCount();
-    if (!sms.ok())
-      return sms.status();
-    symbols.sms = *sms;
-  }
-  if (plan.splits && args.numSplits == 0 && !plan.reads("sms")) {
-    StatusOr<int> sms = services.smCount();
-    if (!sms.ok())
-      return sms.status();
-    symbols.sms = *sms;
-  }
-  StatusOr<int> splits = planSplits(info, args, static_cast<int>(symbols.sms), module.blocksPerSm);
-  if (!splits.ok())
-    return splits.status();
-  symbols.splits = *splits;
+namespace {
 
-  long long total = 0;
-  StatusOr<std::vector<ResolvedWorkspace>> workspaces = layOutWorkspaces(info, symbols, total);
-  if (!workspaces.ok())
-    return workspaces.status();
-  const bool ownWorkspace = !workspaces->empty() && !callerWorkspace;
-  if (ownWorkspace) {
-    // Under CUDA graph capture the runtime's own workspace cannot grow (no allocation, no synchronization), and a
-    // graph would keep a pointer to a buffer that a later growth frees: without a caller's workspace, a split
-    // plan runs unsplit, and any other plan that needs one is an error.
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (Status s = driver.check(driver.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing"); !s.ok())
-      return s;
-    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) {
-      if (plan.splits && symbols.splits > 1) {
-        symbols.splits = 1;
-        workspaces = layOutWorkspaces(info, symbols, total);
-        if (!workspaces.ok())
-          return workspaces.status();
-      }
-      if (!workspaces->empty())
-        return Status::error("kernel " + info.entry + " (schedule " + info.schedule + ") needs a workspace (" +
-                             describeWorkspaces(info, *workspaces) +
-                             " bytes); under CUDA graph capture pass one (workspace, workspaceBytes >= " +
-                             std::to_string(total) + ")");
-    }
-  }
-  if (callerWorkspace && !workspaces->empty()) {
-    if (callerWorkspaceBytes < static_cast<size_t>(total))
-      return Status::error("workspaceBytes is " + std::to_string(callerWorkspaceBytes) + "; kernel " + info.entry +
-                           " (schedule " + info.schedule + ") needs " + std::to_string(total) + " for this call (" +
-                           describeWorkspaces(info, *workspaces) + " bytes)");
-    if (reinterpret_cast<uintptr_t>(callerWorkspace) % kWorkspacePointerAlignment != 0)
-      return Status::error("workspace is not 4-byte aligned; kernel " + info.entry + " keeps ints and floats there");
-  }
-
-  // Every rule is evaluated before anything is queued: a call either launches whole or not at all.
+/// The plan's launches that run for this call (their `when` holds), with their grids and repeat counts: every rule is
+/// evaluated before anything is queued, so that a call either launches whole or not at all. A launch of an empty grid
+/// is left out.
+StatusOr<std::vector<ResolvedLaunch>> resolveLaunches(const LaunchPlan &plan, const PlanSymbols &symbols) {
   std::vector<ResolvedLaunch> launches;
   for (size_t i = 0; i < plan.launches.size(); ++i) {
     const PlanLaunch &launch = plan.launches[i];
@@ -453,15 +397,56 @@ Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &
     }
     launches.push_back(resolved);
   }
+  return launches;
+}
 
-  FlashtileFwdParams params = backward ? paramsFor(*backward) : paramsFor(args);
-  for (const auto &[field, rule] : plan.set) {
-    StatusOr<long long> value = evalRule(rule, symbols, info.entry);
-    if (!value.ok())
-      return value.status();
-    setIntField(params, field, *value);
+/// Checks the workspace the call needs against what it has: under CUDA graph capture without a caller's workspace the
+/// runtime's own cannot grow, so a split plan runs unsplit (re-laid out into `workspaces` and `total`) and any other
+/// plan that needs one is an error; a caller's workspace must be large enough and 4-byte aligned.
+Status checkWorkspace(const CudaDriver &driver, CUstream stream, const KernelInfo &info, PlanSymbols &symbols,
+                      StatusOr<std::vector<ResolvedWorkspace>> &workspaces, long long &total, void *callerWorkspace,
+                      size_t callerWorkspaceBytes) {
+  const LaunchPlan &plan = info.plan;
+  const bool ownWorkspace = !workspaces->empty() && !callerWorkspace;
+  if (ownWorkspace) {
+    // Under CUDA graph capture the runtime's own workspace cannot grow (no allocation, no synchronization), and a
+    // graph would keep a pointer to a buffer that a later growth frees: without a caller's workspace, a split
+    // plan runs unsplit, and any other plan that needs one is an error.
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (Status s = driver.check(driver.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing"); !s.ok())
+      return s;
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+      if (plan.splits && symbols.splits > 1) {
+        symbols.splits = 1;
+        workspaces = layOutWorkspaces(info, symbols, total);
+        if (!workspaces.ok())
+          return workspaces.status();
+      }
+      if (!workspaces->empty())
+        return Status::error("kernel " + info.entry + " (schedule " + info.schedule + ") needs a workspace (" +
+                             describeWorkspaces(info, *workspaces) +
+                             " bytes); under CUDA graph capture pass one (workspace, workspaceBytes >= " +
+                             std::to_string(total) + ")");
+    }
   }
-  std::unique_lock<std::mutex> workspaceLock;
+  if (callerWorkspace && !workspaces->empty()) {
+    if (callerWorkspaceBytes < static_cast<size_t>(total))
+      return Status::error("workspaceBytes is " + std::to_string(callerWorkspaceBytes) + "; kernel " + info.entry +
+                           " (schedule " + info.schedule + ") needs " + std::to_string(total) + " for this call (" +
+                           describeWorkspaces(info, *workspaces) + " bytes)");
+    if (reinterpret_cast<uintptr_t>(callerWorkspace) % kWorkspacePointerAlignment != 0)
+      return Status::error("workspace is not 4-byte aligned; kernel " + info.entry + " keeps ints and floats there");
+  }
+  return Status();
+}
+
+/// Binds the plan's workspaces into `params` (the caller's memory, or the runtime's own buffer, grown if needed and
+/// held by `workspaceLock` until the launches are queued) and zeroes those the plan asks zeroed, on `stream`.
+Status bindWorkspaces(const CudaDriver &driver, CUstream stream, PlanServices &services, const KernelInfo &info,
+                      const PlanSymbols &symbols, const std::vector<ResolvedWorkspace> &resolved, long long total,
+                      void *callerWorkspace, FlashtileFwdParams &params, std::unique_lock<std::mutex> &workspaceLock) {
+  const LaunchPlan &plan = info.plan;
+  const std::vector<ResolvedWorkspace> *workspaces = &resolved;
   if (!workspaces->empty()) {
     CUdeviceptr base = reinterpret_cast<CUdeviceptr>(callerWorkspace);
     if (!callerWorkspace) {
@@ -498,7 +483,14 @@ Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &
           return s;
     }
   }
+  return Status();
+}
 
+/// The KV-cache error record a plan's workspace asks for (errorRecord), bound into `params` for this call.
+Status bindKvErrors(const CudaDriver &driver, CUstream stream, PlanServices &services, const LoadedModule &module,
+                    const AttentionArgs &args, FlashtileFwdParams &params) {
+  const KernelInfo &info = module.kernel->info;
+  const LaunchPlan &plan = info.plan;
   for (const PlanWorkspace &w : plan.workspaces) {
     if (!w.errorRecord || !services.kvErrors)
       continue;
@@ -512,7 +504,14 @@ Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &
     params.kvErrors = record->first;
     params.kvCall = record->second;
   }
+  return Status();
+}
 
+/// Queues `launches` on `stream`: each launch's TMA descriptors (a forward's q, k, v or a backward's q, k, v, do),
+/// its cluster and programmatic-dependent-launch attributes, once per repeat with its index in the parameter block.
+Status launchAll(const CudaDriver &driver, CUstream stream, const LoadedModule &module, const AttentionArgs &args,
+                 const BackwardArgs *backward, const std::vector<ResolvedLaunch> &launches, FlashtileFwdParams &params) {
+  const LaunchPlan &plan = module.kernel->info.plan;
   AttentionTensorMaps maps{};
   BackwardTensorMaps backwardMaps{};
   for (const ResolvedLaunch &resolved : launches) {
@@ -585,4 +584,60 @@ Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &
     }
   }
   return Status();
+}
+
+} // namespace
+
+Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &module, const AttentionArgs &args,
+                                  CUstream stream, PlanServices &services, const BackwardArgs *backward) {
+  const KernelInfo &info = module.kernel->info;
+  const LaunchPlan &plan = info.plan;
+  PlanSymbols symbols = symbolsFor(args);
+  symbols.deterministic = backward && backward->deterministic ? 1 : 0;
+  // The caller's workspace: the backward call's own, else the forward arguments'.
+  void *const callerWorkspace = backward ? backward->workspace : args.workspace;
+  const size_t callerWorkspaceBytes = backward ? backward->workspaceBytes : args.workspaceBytes;
+  if (plan.reads("sms")) {
+    StatusOr<int> sms = services.smCount();
+    if (!sms.ok())
+      return sms.status();
+    symbols.sms = *sms;
+  }
+  if (plan.splits && args.numSplits == 0 && !plan.reads("sms")) {
+    StatusOr<int> sms = services.smCount();
+    if (!sms.ok())
+      return sms.status();
+    symbols.sms = *sms;
+  }
+  StatusOr<int> splits = planSplits(info, args, static_cast<int>(symbols.sms), module.blocksPerSm);
+  if (!splits.ok())
+    return splits.status();
+  symbols.splits = *splits;
+
+  long long total = 0;
+  StatusOr<std::vector<ResolvedWorkspace>> workspaces = layOutWorkspaces(info, symbols, total);
+  if (!workspaces.ok())
+    return workspaces.status();
+  if (Status s = checkWorkspace(driver, stream, info, symbols, workspaces, total, callerWorkspace, callerWorkspaceBytes);
+      !s.ok())
+    return s;
+  StatusOr<std::vector<ResolvedLaunch>> launches = resolveLaunches(plan, symbols);
+  if (!launches.ok())
+    return launches.status();
+
+  FlashtileFwdParams params = backward ? paramsFor(*backward) : paramsFor(args);
+  for (const auto &[field, rule] : plan.set) {
+    StatusOr<long long> value = evalRule(rule, symbols, info.entry);
+    if (!value.ok())
+      return value.status();
+    setIntField(params, field, *value);
+  }
+  std::unique_lock<std::mutex> workspaceLock; // held until every launch is queued (bindWorkspaces)
+  if (Status s = bindWorkspaces(driver, stream, services, info, symbols, *workspaces, total, callerWorkspace, params,
+                                workspaceLock);
+      !s.ok())
+    return s;
+  if (Status s = bindKvErrors(driver, stream, services, module, args, params); !s.ok())
+    return s;
+  return launchAll(driver, stream, module, args, backward, *launches, params);
 }
