@@ -93,6 +93,183 @@ void walk(OpBuilder &b, Location loc, Value lo, Value hi, Value highest,
 
 Value constant(OpBuilder &b, Location loc, int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 32); }
 
+/// What the roles share once the buffers, tensor memory and channels exist: runOnOperation makes it, then builds each
+/// role's ops into its region.
+struct RoleBuilder {
+  FuncOp func;
+  Location loc;
+  MLIRContext *ctx;
+  SmallVector<KvLoopOp> loops;
+  Value highest, lowest;
+  LoadOp loadQ;
+  FinalizeOp finalize;
+  RankedTensorType kTile, vTile, sType, oType, rowType;
+  StatsType statsType;
+  int64_t groups, blockM, headDimV;
+  KvRing ring;
+  Value tmem, tmemFull, tmemEmpty;
+  SmallVector<Fa4RolesPass::Tile> tiles;
+
+  using Tile = Fa4RolesPass::Tile;
+  static OpBuilder at(RoleOp role) { return OpBuilder(role.getBody().front().getTerminator()); }
+  void buildLoad(RoleOp load);
+  void buildMma(RoleOp mma);
+  LogicalResult buildSoftmax(int64_t g, RoleOp role);
+  void buildCorrection(RoleOp correction);
+};
+
+// Load: Q, then K and V of every tile (ring position n: slot n mod stages).
+void RoleBuilder::buildLoad(RoleOp load) {
+  OpBuilder lb = at(load);
+  Value zero = constant(lb, loc, 0);
+  Value qSlot = SlotOp::create(lb, loc, ring.qBuffer, Value()).getResult();
+  CopyAsyncOp::create(lb, loc, Operand::Q, Value(), qSlot, ring.qFull, zero, Value());
+  walk(lb, loc, lowest, highest, highest,
+       [&](OpBuilder &wb, Value j, Value n) { copyKvTile(wb, loc, ring, j, n); });
+}
+
+// MMA: one thread issues every GEMM of both Q tiles.
+void RoleBuilder::buildMma(RoleOp mma) {
+  OpBuilder mb = at(mma);
+  Value zero = constant(mb, loc, 0), one = constant(mb, loc, 1);
+  TmemAllocOp::create(mb, loc, tmem);
+  BarrierArriveOp::create(mb, loc, tmemFull, zero);
+  BarrierWaitOp::create(mb, loc, ring.qFull, zero);
+  Value qSlot = SlotOp::create(mb, loc, ring.qBuffer, Value()).getResult();
+  Value q = LoadOp::create(mb, loc, loadQ.getType(), Operand::Q, Value(), qSlot, Value()).getResult();
+  walk(mb, loc, lowest, highest, highest, [&](OpBuilder &wb, Value j, Value n) {
+    Value previous = arith::SubIOp::create(wb, loc, n, one);
+    Value next = arith::AddIOp::create(wb, loc, n, one);
+    BarrierWaitOp::create(wb, loc, ring.kFull, n);
+    Value kSlot = SlotOp::create(wb, loc, ring.kBuffer, n).getResult();
+    Value k = LoadOp::create(wb, loc, kTile, Operand::K, j, kSlot, Value()).getResult();
+    for (int64_t g = 0; g < groups; ++g) {
+      // S_g (and P_g over it) is free once the previous P·V of this tile landed.
+      BarrierWaitOp::create(wb, loc, tiles[g].oFull, previous);
+      MmaQkOp::create(wb, loc, q, k, tiles[g].s, wb.getI64IntegerAttr(g * kTileRows));
+      MmaCommitOp::create(wb, loc, tiles[g].sFull, n);
+    }
+    MmaCommitOp::create(wb, loc, ring.kEmpty, n);
+    BarrierWaitOp::create(wb, loc, ring.vFull, n);
+    Value vSlot = SlotOp::create(wb, loc, ring.vBuffer, n).getResult();
+    Value v = LoadOp::create(wb, loc, vTile, Operand::V, j, vSlot, Value()).getResult();
+    for (int64_t g = 0; g < groups; ++g) {
+      BarrierWaitOp::create(wb, loc, tiles[g].sEmpty, next);  // P_g written over S_g
+      BarrierWaitOp::create(wb, loc, tiles[g].oEmpty, next);  // O_g rescaled
+      MmaPvOp::create(wb, loc, tiles[g].p, v, tiles[g].o);
+      MmaCommitOp::create(wb, loc, tiles[g].oFull, n);
+    }
+    MmaCommitOp::create(wb, loc, ring.vEmpty, n);
+  });
+  for (int64_t g = 0; g < groups; ++g)
+    MmaCommitOp::create(mb, loc, tiles[g].finalFull, zero);
+  BarrierWaitOp::create(mb, loc, tmemEmpty, one);
+  TmemFreeOp::create(mb, loc, tmem);
+}
+
+// Softmax g: each segment's math on S_g, m and l in a registers buffer between segments.
+LogicalResult RoleBuilder::buildSoftmax(int64_t g, RoleOp role) {
+  const Tile &t = tiles[g];
+  OpBuilder sb = at(role);
+  Value zero = constant(sb, loc, 0);
+  BarrierWaitOp::create(sb, loc, tmemFull, zero);
+  Value empty = InitStatsOp::create(sb, loc, statsType).getResult();
+  MemStoreOp::create(sb, loc, empty, t.stats);
+  for (KvLoopOp loop : loops) {
+    bool ok = true;
+    walk(sb, loc, loop.getLower(), loop.getUpper(), highest, [&](OpBuilder &wb, Value j, Value n) {
+      BarrierWaitOp::create(wb, loc, t.sFull, n);
+      Value s = MemLoadOp::create(wb, loc, sType, t.s).getResult();
+      Value stats = MemLoadOp::create(wb, loc, statsType, t.stats).getResult();
+      IRMapping map;
+      map.map(loop.getTileIndex(), j);
+      map.map(loop.getStatsArg(), stats);
+      for (Operation &op : loop.getBody().front()) {
+        if (isa<LoadOp, RescaleOp, PvOp, YieldOp>(op))
+          continue;
+        if (auto qk = dyn_cast<QkOp>(op)) {
+          map.map(qk.getS(), s);
+          continue;
+        }
+        Operation *copy = wb.clone(op, map);
+        // Scores of 128 rows, not the block's.
+        for (Value result : copy->getResults())
+          if (auto type = dyn_cast<RankedTensorType>(result.getType()); type && type.getRank() >= 1 &&
+                                                                        type.getDimSize(0) == blockM)
+            result.setType(type.clone([&] {
+              SmallVector<int64_t> shape(type.getShape());
+              shape[0] = kTileRows;
+              return shape;
+            }()));
+          else if (isa<StatsType>(result.getType()))
+            result.setType(statsType);
+        if (auto update = dyn_cast<SoftmaxUpdateOp>(copy)) {
+          MemStoreOp::create(wb, loc, update.getNewStats(), t.stats);
+          BarrierWaitOp::create(wb, loc, t.alphaEmpty, n);
+          MemStoreOp::create(wb, loc, update.getAlpha(), t.alpha);
+          BarrierArriveOp::create(wb, loc, t.alphaFull, n);
+          MemStoreOp::create(wb, loc, update.getP(), t.p);
+          BarrierArriveOp::create(wb, loc, t.sEmpty, n);
+        }
+      }
+      ok &= llvm::any_of(loop.getBody().front(), [](Operation &op) { return isa<SoftmaxUpdateOp>(op); });
+    });
+    if (!ok) {
+      return loop.emitOpError() << "fa4 roles: a K/V segment without tile.softmax_update";
+    }
+  }
+  Value last = MemLoadOp::create(sb, loc, statsType, t.stats).getResult();
+  MemStoreOp::create(sb, loc, last, t.final);
+  BarrierArriveOp::create(sb, loc, t.finalFull, zero);
+  BarrierArriveOp::create(sb, loc, tmemEmpty, zero);
+  return success();
+}
+
+// Correction: O_g zeroed, then rescaled by every tile's alpha_g once the previous P·V landed.
+void RoleBuilder::buildCorrection(RoleOp correction) {
+  OpBuilder cb = at(correction);
+  Value zero = constant(cb, loc, 0), one = constant(cb, loc, 1);
+  auto accType = AccType::get(ctx, kTileRows, headDimV, MemorySpace::Tensor);
+  BarrierWaitOp::create(cb, loc, tmemFull, zero);
+  for (const Tile &t : tiles)
+    MemStoreOp::create(cb, loc, InitAccOp::create(cb, loc, accType).getResult(), t.o);
+  walk(cb, loc, lowest, highest, highest, [&](OpBuilder &wb, Value, Value n) {
+    Value previous = arith::SubIOp::create(wb, loc, n, one);
+    for (const Tile &t : tiles) {
+      BarrierWaitOp::create(wb, loc, t.alphaFull, n);
+      Value alpha = MemLoadOp::create(wb, loc, rowType, t.alpha).getResult();
+      BarrierArriveOp::create(wb, loc, t.alphaEmpty, n);
+      BarrierWaitOp::create(wb, loc, t.oFull, previous);
+      Value o = MemLoadOp::create(wb, loc, accType, t.o).getResult();
+      Value scaled = RescaleOp::create(wb, loc, accType, o, alpha).getResult();
+      MemStoreOp::create(wb, loc, scaled, t.o);
+      BarrierArriveOp::create(wb, loc, t.oEmpty, n);
+    }
+  });
+  for (const Tile &t : tiles)
+    BarrierArriveOp::create(cb, loc, t.finalFull, zero);
+
+  // The epilogue of each Q tile (FA4's correction epilogue): once final_g is full (m and l, the last P·V, the
+  // last rescale), O_g / l and the LSE of the tile's rows, stored (tile.q_rows on the stores: which rows).
+  for (int64_t g = 0; g < groups; ++g) {
+    const Tile &t = tiles[g];
+    BarrierWaitOp::create(cb, loc, t.finalFull, zero);
+    Value stats = MemLoadOp::create(cb, loc, statsType, t.final).getResult();
+    Value o = MemLoadOp::create(cb, loc, accType, t.o).getResult();
+    auto fin = FinalizeOp::create(cb, loc, oType, rowType, stats, o);
+    if (finalize.hasSink()) {
+      IRMapping map;
+      finalize.getSink().cloneInto(&fin.getSink(), map);
+    }
+    for (StoreOp store : func.getBody().getOps<StoreOp>()) {
+      auto copy = StoreOp::create(cb, loc, store.getOperand(),
+                                  store.getOperand() == Output::O ? fin.getO() : fin.getLse(), Value());
+      copy->setAttr(kRoleQueryRowsAttr, cb.getDenseI64ArrayAttr({g * kTileRows, kTileRows}));
+    }
+  }
+  BarrierArriveOp::create(cb, loc, tmemEmpty, zero);
+}
+
 void Fa4RolesPass::runOnOperation() {
   FuncOp func = getOperation();
   FailureOr<SplitProgram> program = splitProgram(func, getArgument());
@@ -194,159 +371,15 @@ void Fa4RolesPass::runOnOperation() {
   for (int64_t g = 0; g < groups; ++g)
     softmax.push_back(makeRole(b, loc, "softmax" + std::to_string(g), 4, 192));
   RoleOp correction = makeRole(b, loc, "correction", 4, 80);
-  auto at = [](RoleOp role) { return OpBuilder(role.getBody().front().getTerminator()); };
 
-  // Load: Q, then K and V of every tile (ring position n: slot n mod stages).
-  {
-    OpBuilder lb = at(load);
-    Value zero = constant(lb, loc, 0);
-    Value qSlot = SlotOp::create(lb, loc, ring.qBuffer, Value()).getResult();
-    CopyAsyncOp::create(lb, loc, Operand::Q, Value(), qSlot, ring.qFull, zero, Value());
-    walk(lb, loc, lowest, highest, highest,
-         [&](OpBuilder &wb, Value j, Value n) { copyKvTile(wb, loc, ring, j, n); });
-  }
-
-  // MMA: one thread issues every GEMM of both Q tiles.
-  {
-    OpBuilder mb = at(mma);
-    Value zero = constant(mb, loc, 0), one = constant(mb, loc, 1);
-    TmemAllocOp::create(mb, loc, tmem);
-    BarrierArriveOp::create(mb, loc, tmemFull, zero);
-    BarrierWaitOp::create(mb, loc, ring.qFull, zero);
-    Value qSlot = SlotOp::create(mb, loc, ring.qBuffer, Value()).getResult();
-    Value q = LoadOp::create(mb, loc, loadQ.getType(), Operand::Q, Value(), qSlot, Value()).getResult();
-    walk(mb, loc, lowest, highest, highest, [&](OpBuilder &wb, Value j, Value n) {
-      Value previous = arith::SubIOp::create(wb, loc, n, one);
-      Value next = arith::AddIOp::create(wb, loc, n, one);
-      BarrierWaitOp::create(wb, loc, ring.kFull, n);
-      Value kSlot = SlotOp::create(wb, loc, ring.kBuffer, n).getResult();
-      Value k = LoadOp::create(wb, loc, kTile, Operand::K, j, kSlot, Value()).getResult();
-      for (int64_t g = 0; g < groups; ++g) {
-        // S_g (and P_g over it) is free once the previous P·V of this tile landed.
-        BarrierWaitOp::create(wb, loc, tiles[g].oFull, previous);
-        MmaQkOp::create(wb, loc, q, k, tiles[g].s, wb.getI64IntegerAttr(g * kTileRows));
-        MmaCommitOp::create(wb, loc, tiles[g].sFull, n);
-      }
-      MmaCommitOp::create(wb, loc, ring.kEmpty, n);
-      BarrierWaitOp::create(wb, loc, ring.vFull, n);
-      Value vSlot = SlotOp::create(wb, loc, ring.vBuffer, n).getResult();
-      Value v = LoadOp::create(wb, loc, vTile, Operand::V, j, vSlot, Value()).getResult();
-      for (int64_t g = 0; g < groups; ++g) {
-        BarrierWaitOp::create(wb, loc, tiles[g].sEmpty, next);  // P_g written over S_g
-        BarrierWaitOp::create(wb, loc, tiles[g].oEmpty, next);  // O_g rescaled
-        MmaPvOp::create(wb, loc, tiles[g].p, v, tiles[g].o);
-        MmaCommitOp::create(wb, loc, tiles[g].oFull, n);
-      }
-      MmaCommitOp::create(wb, loc, ring.vEmpty, n);
-    });
-    for (int64_t g = 0; g < groups; ++g)
-      MmaCommitOp::create(mb, loc, tiles[g].finalFull, zero);
-    BarrierWaitOp::create(mb, loc, tmemEmpty, one);
-    TmemFreeOp::create(mb, loc, tmem);
-  }
-
-  // Softmax g: each segment's math on S_g, m and l in a registers buffer between segments.
-  for (int64_t g = 0; g < groups; ++g) {
-    const Tile &t = tiles[g];
-    OpBuilder sb = at(softmax[g]);
-    Value zero = constant(sb, loc, 0);
-    BarrierWaitOp::create(sb, loc, tmemFull, zero);
-    Value empty = InitStatsOp::create(sb, loc, statsType).getResult();
-    MemStoreOp::create(sb, loc, empty, t.stats);
-    for (KvLoopOp loop : loops) {
-      bool ok = true;
-      walk(sb, loc, loop.getLower(), loop.getUpper(), highest, [&](OpBuilder &wb, Value j, Value n) {
-        BarrierWaitOp::create(wb, loc, t.sFull, n);
-        Value s = MemLoadOp::create(wb, loc, sType, t.s).getResult();
-        Value stats = MemLoadOp::create(wb, loc, statsType, t.stats).getResult();
-        IRMapping map;
-        map.map(loop.getTileIndex(), j);
-        map.map(loop.getStatsArg(), stats);
-        for (Operation &op : loop.getBody().front()) {
-          if (isa<LoadOp, RescaleOp, PvOp, YieldOp>(op))
-            continue;
-          if (auto qk = dyn_cast<QkOp>(op)) {
-            map.map(qk.getS(), s);
-            continue;
-          }
-          Operation *copy = wb.clone(op, map);
-          // Scores of 128 rows, not the block's.
-          for (Value result : copy->getResults())
-            if (auto type = dyn_cast<RankedTensorType>(result.getType()); type && type.getRank() >= 1 &&
-                                                                          type.getDimSize(0) == blockM)
-              result.setType(type.clone([&] {
-                SmallVector<int64_t> shape(type.getShape());
-                shape[0] = kTileRows;
-                return shape;
-              }()));
-            else if (isa<StatsType>(result.getType()))
-              result.setType(statsType);
-          if (auto update = dyn_cast<SoftmaxUpdateOp>(copy)) {
-            MemStoreOp::create(wb, loc, update.getNewStats(), t.stats);
-            BarrierWaitOp::create(wb, loc, t.alphaEmpty, n);
-            MemStoreOp::create(wb, loc, update.getAlpha(), t.alpha);
-            BarrierArriveOp::create(wb, loc, t.alphaFull, n);
-            MemStoreOp::create(wb, loc, update.getP(), t.p);
-            BarrierArriveOp::create(wb, loc, t.sEmpty, n);
-          }
-        }
-        ok &= llvm::any_of(loop.getBody().front(), [](Operation &op) { return isa<SoftmaxUpdateOp>(op); });
-      });
-      if (!ok) {
-        loop.emitOpError() << "fa4 roles: a K/V segment without tile.softmax_update";
-        return signalPassFailure();
-      }
-    }
-    Value last = MemLoadOp::create(sb, loc, statsType, t.stats).getResult();
-    MemStoreOp::create(sb, loc, last, t.final);
-    BarrierArriveOp::create(sb, loc, t.finalFull, zero);
-    BarrierArriveOp::create(sb, loc, tmemEmpty, zero);
-  }
-
-  // Correction: O_g zeroed, then rescaled by every tile's alpha_g once the previous P·V landed.
-  {
-    OpBuilder cb = at(correction);
-    Value zero = constant(cb, loc, 0), one = constant(cb, loc, 1);
-    auto accType = AccType::get(ctx, kTileRows, headDimV, MemorySpace::Tensor);
-    BarrierWaitOp::create(cb, loc, tmemFull, zero);
-    for (const Tile &t : tiles)
-      MemStoreOp::create(cb, loc, InitAccOp::create(cb, loc, accType).getResult(), t.o);
-    walk(cb, loc, lowest, highest, highest, [&](OpBuilder &wb, Value, Value n) {
-      Value previous = arith::SubIOp::create(wb, loc, n, one);
-      for (const Tile &t : tiles) {
-        BarrierWaitOp::create(wb, loc, t.alphaFull, n);
-        Value alpha = MemLoadOp::create(wb, loc, rowType, t.alpha).getResult();
-        BarrierArriveOp::create(wb, loc, t.alphaEmpty, n);
-        BarrierWaitOp::create(wb, loc, t.oFull, previous);
-        Value o = MemLoadOp::create(wb, loc, accType, t.o).getResult();
-        Value scaled = RescaleOp::create(wb, loc, accType, o, alpha).getResult();
-        MemStoreOp::create(wb, loc, scaled, t.o);
-        BarrierArriveOp::create(wb, loc, t.oEmpty, n);
-      }
-    });
-    for (const Tile &t : tiles)
-      BarrierArriveOp::create(cb, loc, t.finalFull, zero);
-
-    // The epilogue of each Q tile (FA4's correction epilogue): once final_g is full (m and l, the last P·V, the
-    // last rescale), O_g / l and the LSE of the tile's rows, stored (tile.q_rows on the stores: which rows).
-    for (int64_t g = 0; g < groups; ++g) {
-      const Tile &t = tiles[g];
-      BarrierWaitOp::create(cb, loc, t.finalFull, zero);
-      Value stats = MemLoadOp::create(cb, loc, statsType, t.final).getResult();
-      Value o = MemLoadOp::create(cb, loc, accType, t.o).getResult();
-      auto fin = FinalizeOp::create(cb, loc, oType, rowType, stats, o);
-      if (finalize.hasSink()) {
-        IRMapping map;
-        finalize.getSink().cloneInto(&fin.getSink(), map);
-      }
-      for (StoreOp store : func.getBody().getOps<StoreOp>()) {
-        auto copy = StoreOp::create(cb, loc, store.getOperand(),
-                                    store.getOperand() == Output::O ? fin.getO() : fin.getLse(), Value());
-        copy->setAttr(kRoleQueryRowsAttr, cb.getDenseI64ArrayAttr({g * kTileRows, kTileRows}));
-      }
-    }
-    BarrierArriveOp::create(cb, loc, tmemEmpty, zero);
-  }
+  RoleBuilder roles{func, loc, ctx, loops, highest, lowest, loadQ, finalize, kTile, vTile, sType, oType, rowType,
+                    statsType, groups, blockM, headDimV, ring, tmem, tmemFull, tmemEmpty, tiles};
+  roles.buildLoad(load);
+  roles.buildMma(mma);
+  for (int64_t g = 0; g < groups; ++g)
+    if (failed(roles.buildSoftmax(g, softmax[g])))
+      return signalPassFailure();
+  roles.buildCorrection(correction);
 
   // The program's own state, Q load, loops, finalize and stores are now the roles'.
   SmallVector<Operation *> dead;
