@@ -62,12 +62,12 @@ if [ -n "$passes" ]; then
 fi
 
 # 3. Families side by side (codegen/common/ and codegen/ptx/, the shared-instruction folder, are no family).
-for dir in codegen/*/; do
+families=$(for dir in codegen/*/; do case $(basename "$dir") in common | ptx) ;; *) echo "$dir" ;; esac; done)
+for dir in $families; do
   family=$(basename "$dir")
-  [ "$family" = common ] || [ "$family" = ptx ] && continue
-  for other in codegen/*/; do
+  for other in $families; do
     name=$(basename "$other")
-    [ "$name" = common ] || [ "$name" = ptx ] || [ "$name" = "$family" ] && continue
+    [ "$name" = "$family" ] && continue
     uses=$(grep -rnE "^\s*#\s*include\s*\"codegen/$name/|(^|[^A-Za-z0-9_])$name::" "$dir" --include='*.cpp' \
              --include='*.h' 2>/dev/null | grep -vE '^[^:]+:[0-9]+:\s*//' | grep -vE '^[^:]+:[0-9]+:.*//.*'"$name::" ||
            true)
@@ -98,9 +98,8 @@ if [ -d codegen/ptx ]; then
     echo "$ptx_includes"
     status=1
   fi
-  for dir in codegen/*/; do
+  for dir in $families; do
     family=$(basename "$dir")
-    [ "$family" = common ] || [ "$family" = ptx ] && continue
     declared=$(grep -hE '^Shared instructions:' "$dir/README.md" 2>/dev/null || true)
     for used in $(grep -rhoE '^\s*#\s*include\s*"codegen/ptx/[A-Za-z0-9_]+\.h"' "$dir" --include='*.cpp' --include='*.h' |
                     grep -oE 'codegen/ptx/[A-Za-z0-9_]+\.h' | sort -u); do
