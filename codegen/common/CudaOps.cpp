@@ -43,40 +43,7 @@ LogicalResult KernelPrinter::printAsync(Operation *op) {
         target.barrierArrive(w, barrierIndex.lookup(arrive.getBarrier()), *position);
         return success();
       })
-      .Case([&](MmaWaitOp wait) -> LogicalResult {
-        for (Value token : wait.getTokens()) {
-          Operation *mma = token.getDefiningOp();
-          if (!isa_and_nonnull<QkOp, PvOp>(mma))
-            return wait.emitOpError() << "waits on a token that no tile.qk or tile.pv in this scope produced; the "
-                                         "CUDA printer retires each MMA where it is issued";
-          // MMAs issued after this one (in this block, before the wait) and not waited on yet stay in flight.
-          int newer = 0;
-          if (mma->getBlock() == op->getBlock())
-            for (Operation *at = mma->getNextNode(); at && at != op; at = at->getNextNode()) {
-              Value later = isa<QkOp>(at)   ? cast<QkOp>(at).getToken()
-                            : isa<PvOp>(at) ? cast<PvOp>(at).getToken()
-                                            : Value();
-              bool waited =
-                  later && llvm::any_of(later.getUsers(), [&](Operation *user) {
-                    return isa<MmaWaitOp>(user) && user->getBlock() == op->getBlock() && user->isBeforeInBlock(op);
-                  });
-              newer += later && !waited;
-            }
-          if (auto pv = dyn_cast<PvOp>(mma)) {
-            FailureOr<const StateNames *> st = state(pv.getAcc(), pv);
-            FailureOr<std::string> p = registers(pv.getP(), pv);
-            if (failed(st) || failed(p))
-              return failure();
-            target.mmaWait(w, MmaResult::Acc, (*st)->acc, *p, newer);
-          } else {
-            FailureOr<std::string> s = registers(cast<QkOp>(mma).getS(), mma);
-            if (failed(s))
-              return failure();
-            target.mmaWait(w, MmaResult::Scores, *s, std::string(), newer);
-          }
-        }
-        return success();
-      })
+      .Case([&](MmaWaitOp wait) { return printMmaWait(wait); })
       .Case([&](CopyAsyncOp copy) -> LogicalResult {
         Operand which = operandOf(copy.getOperand());
         FailureOr<std::string> tile = optionalOperand(copy.getIndex(), op);
@@ -428,71 +395,112 @@ LogicalResult KernelPrinter::printMemory(Operation *op) {
                                        "zeroes accumulators where they live";
         return success();
       })
-      .Case([&](MemLoadOp load) -> LogicalResult {
-        FailureOr<int> buffer = memBuffer(load.getBuffer(), op);
-        if (failed(buffer))
-          return failure();
-        const MemBufferInfo &info = memBuffers[*buffer];
-        if (info.space == MemSpace::Registers) {
-          if (!stateOf.lookup(load.getValue()))
-            return load.emitOpError() << "reads a registers buffer that holds no row statistics of this role";
-          return success(); // the state's registers
-        }
-        if (isa<AccType>(load.getType()))
-          return success(); // O stays in its buffer: rescaled or finalized there
-        if (isa<StatsType>(load.getType())) {
-          FailureOr<const StateNames *> st = state(load.getValue(), op);
-          if (failed(st))
-            return failure();
-          return target.loadStats(w, *buffer, **st) ? success() : notPrinted(load, "reads row statistics");
-        }
-        if (auto rows = rowsOf.find(load.getValue()); rows != rowsOf.end())
-          return target.loadRows(w, *buffer, rows->second) ? success() : notPrinted(load, "reads a value a row");
-        FailureOr<std::string> s = registers(load.getValue(), op);
-        if (failed(s))
-          return failure();
-        return target.loadScores(w, *buffer, *s) ? success() : notPrinted(load, "reads a score tile");
-      })
-      .Case([&](MemStoreOp store) -> LogicalResult {
-        FailureOr<int> buffer = memBuffer(store.getBuffer(), op);
-        if (failed(buffer))
-          return failure();
-        const MemBufferInfo &info = memBuffers[*buffer];
-        Value value = store.getValue();
-        if (info.space == MemSpace::Registers) {
-          if (stateOf.lookup(value) != bufferState.lookup(store.getBuffer()))
-            return store.emitOpError() << "stores row statistics into a registers buffer that holds another "
-                                          "state; the CUDA printer keeps one state a registers buffer";
-          return success(); // already its registers
-        }
-        if (value.getDefiningOp<InitAccOp>())
-          return target.zeroAcc(w, *buffer) ? success() : notPrinted(store, "zeroes an accumulator in a buffer");
-        if (value.getDefiningOp<RescaleOp>()) {
-          if (accBuffer(value) != *buffer)
-            return store.emitOpError() << "stores a rescaled accumulator into another buffer than its own";
-          return success(); // rescaleInPlace wrote it
-        }
-        if (auto update = value.getDefiningOp<SoftmaxUpdateOp>()) {
-          if (value == update.getAlpha())
-            return target.storeAlpha(w, *buffer) ? success() : notPrinted(store, "stores rescale factors");
-          if (value == update.getP()) {
-            FailureOr<std::string> sRegs = registers(update.getS(), op), p = registers(value, op);
-            if (failed(sRegs) || failed(p))
-              return failure();
-            return target.storeProbabilities(w, *buffer, *sRegs, *p) ? success()
-                                                                      : notPrinted(store, "stores P into a buffer");
-          }
-        }
-        if (isa<StatsType>(value.getType())) {
-          FailureOr<const StateNames *> st = state(value, op);
-          if (failed(st))
-            return failure();
-          return target.storeStats(w, *buffer, **st) ? success() : notPrinted(store, "stores row statistics");
-        }
-        return store.emitOpError() << "stores a value the CUDA printer does not move into a buffer (it stores P and "
-                                      "rescale factors of a softmax step, row statistics and zeroed accumulators)";
-      })
+      .Case([&](MemLoadOp load) { return printMemLoad(load); })
+      .Case([&](MemStoreOp store) { return printMemStore(store); })
       .Default([](Operation *) -> LogicalResult { llvm_unreachable("printOp sends only these ops here"); });
+}
+
+LogicalResult KernelPrinter::printMemLoad(MemLoadOp load) {
+  FailureOr<int> buffer = memBuffer(load.getBuffer(), load);
+  if (failed(buffer))
+    return failure();
+  const MemBufferInfo &info = memBuffers[*buffer];
+  if (info.space == MemSpace::Registers) {
+    if (!stateOf.lookup(load.getValue()))
+      return load.emitOpError() << "reads a registers buffer that holds no row statistics of this role";
+    return success(); // the state's registers
+  }
+  if (isa<AccType>(load.getType()))
+    return success(); // O stays in its buffer: rescaled or finalized there
+  if (isa<StatsType>(load.getType())) {
+    FailureOr<const StateNames *> st = state(load.getValue(), load);
+    if (failed(st))
+      return failure();
+    return target.loadStats(w, *buffer, **st) ? success() : notPrinted(load, "reads row statistics");
+  }
+  if (auto rows = rowsOf.find(load.getValue()); rows != rowsOf.end())
+    return target.loadRows(w, *buffer, rows->second) ? success() : notPrinted(load, "reads a value a row");
+  FailureOr<std::string> s = registers(load.getValue(), load);
+  if (failed(s))
+    return failure();
+  return target.loadScores(w, *buffer, *s) ? success() : notPrinted(load, "reads a score tile");
+}
+
+LogicalResult KernelPrinter::printMemStore(MemStoreOp store) {
+  FailureOr<int> buffer = memBuffer(store.getBuffer(), store);
+  if (failed(buffer))
+    return failure();
+  const MemBufferInfo &info = memBuffers[*buffer];
+  Value value = store.getValue();
+  if (info.space == MemSpace::Registers) {
+    if (stateOf.lookup(value) != bufferState.lookup(store.getBuffer()))
+      return store.emitOpError() << "stores row statistics into a registers buffer that holds another "
+                                    "state; the CUDA printer keeps one state a registers buffer";
+    return success(); // already its registers
+  }
+  if (value.getDefiningOp<InitAccOp>())
+    return target.zeroAcc(w, *buffer) ? success() : notPrinted(store, "zeroes an accumulator in a buffer");
+  if (value.getDefiningOp<RescaleOp>()) {
+    if (accBuffer(value) != *buffer)
+      return store.emitOpError() << "stores a rescaled accumulator into another buffer than its own";
+    return success(); // rescaleInPlace wrote it
+  }
+  if (auto update = value.getDefiningOp<SoftmaxUpdateOp>()) {
+    if (value == update.getAlpha())
+      return target.storeAlpha(w, *buffer) ? success() : notPrinted(store, "stores rescale factors");
+    if (value == update.getP()) {
+      FailureOr<std::string> sRegs = registers(update.getS(), store), p = registers(value, store);
+      if (failed(sRegs) || failed(p))
+        return failure();
+      return target.storeProbabilities(w, *buffer, *sRegs, *p) ? success()
+                                                                : notPrinted(store, "stores P into a buffer");
+    }
+  }
+  if (isa<StatsType>(value.getType())) {
+    FailureOr<const StateNames *> st = state(value, store);
+    if (failed(st))
+      return failure();
+    return target.storeStats(w, *buffer, **st) ? success() : notPrinted(store, "stores row statistics");
+  }
+  return store.emitOpError() << "stores a value the CUDA printer does not move into a buffer (it stores P and "
+                                "rescale factors of a softmax step, row statistics and zeroed accumulators)";
+}
+
+/// tile.mma_wait: each token's MMA retired, with the count of MMAs issued after it (in this block, before the wait)
+/// and not waited on yet left in flight.
+LogicalResult KernelPrinter::printMmaWait(MmaWaitOp wait) {
+  for (Value token : wait.getTokens()) {
+    Operation *mma = token.getDefiningOp();
+    if (!isa_and_nonnull<QkOp, PvOp>(mma))
+      return wait.emitOpError() << "waits on a token that no tile.qk or tile.pv in this scope produced; the "
+                                   "CUDA printer retires each MMA where it is issued";
+    // MMAs issued after this one (in this block, before the wait) and not waited on yet stay in flight.
+    int newer = 0;
+    if (mma->getBlock() == wait->getBlock())
+      for (Operation *at = mma->getNextNode(); at && at != wait.getOperation(); at = at->getNextNode()) {
+        Value later = isa<QkOp>(at)   ? cast<QkOp>(at).getToken()
+                      : isa<PvOp>(at) ? cast<PvOp>(at).getToken()
+                                      : Value();
+        bool waited =
+            later && llvm::any_of(later.getUsers(), [&](Operation *user) {
+              return isa<MmaWaitOp>(user) && user->getBlock() == wait->getBlock() && user->isBeforeInBlock(wait);
+            });
+        newer += later && !waited;
+      }
+    if (auto pv = dyn_cast<PvOp>(mma)) {
+      FailureOr<const StateNames *> st = state(pv.getAcc(), pv);
+      FailureOr<std::string> p = registers(pv.getP(), pv);
+      if (failed(st) || failed(p))
+        return failure();
+      target.mmaWait(w, MmaResult::Acc, (*st)->acc, *p, newer);
+    } else {
+      FailureOr<std::string> s = registers(cast<QkOp>(mma).getS(), mma);
+      if (failed(s))
+        return failure();
+      target.mmaWait(w, MmaResult::Scores, *s, std::string(), newer);
+    }
+  }
+  return success();
 }
 
 } // namespace flashtile::codegen::kernel

@@ -105,6 +105,7 @@ private:
   LogicalResult printLoops(Operation *op);
   /// The asynchronous pieces: roles, barrier waits and arrivals, copies, waits on copies and MMAs.
   LogicalResult printAsync(Operation *op);
+  LogicalResult printMmaWait(MmaWaitOp wait);
   /// Tiles in and out: loads, the stores of O and LSE (whole or split), the state between K/V steps.
   LogicalResult printLoadStore(Operation *op);
   /// The GEMMs (Q·Kᵀ, P·V) and the variant's math on scores (scale, score_mod, mask).
@@ -182,6 +183,10 @@ private:
   bool usesMemoryLayer() const { return tmemColumns > 0 || !memBuffers.empty() || !channels.empty(); }
   /// The memory layer's ops (MMAs on buffers, commits, tensor memory, threads' loads and stores of buffers).
   LogicalResult printMemory(Operation *op);
+  /// tile.mem_load / tile.mem_store (printMemory's): what each reads or writes, by the buffer's memory space and the
+  /// value's kind (scores, row statistics, a row's values, P, rescale factors, a zeroed or rescaled accumulator).
+  LogicalResult printMemLoad(MemLoadOp load);
+  LogicalResult printMemStore(MemStoreOp store);
   /// The buffer `v` (a tile.tmem_buffer or tile.smem_buffer) is, or an error at `user`.
   FailureOr<int> memBuffer(Value v, Operation *user);
   /// The tensor buffer a memory-layer accumulator (tile.mem_load of a buffer, tile.rescale of one) lives in, or -1.
