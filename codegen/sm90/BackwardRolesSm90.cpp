@@ -1,0 +1,216 @@
+//===- BackwardRolesSm90.cpp - the sm90 backward's roles: dQ writer, load warp ===//
+//
+// The producer warpgroup of fa3's backward main kernel (KernelShape::dqWriter, loadWarp): its shared memory and
+// mbarriers, the dQ writer's loop (one bulk reduce-add a Q tile or a row, deterministic mode's turns), the load warp
+// (K and V once, then each Q tile's Q and dO by TMA and its LSE and D rows into a ring of two buffers), and the
+// computing warps' side of both hand-overs. The class is BackwardTargetSm90.h's; its GEMMs are BackwardSm90.cpp's.
+//===----------------------------------------------------------------------===//
+#include "codegen/sm90/BackwardTargetSm90.h"
+
+namespace flashtile::codegen::sm90::detail {
+
+void BackwardSm90::dqHandOver(CudaWriter &w, bool start) {
+  if (start) {
+    w.comment("the dQ writer has read the last tile's sDq (its empty barrier), so this tile's may go there");
+    w.line("if (dqUses > 0)");
+    w.line("  sm90::mbarrier::wait(&dqBars[1], (dqUses - 1) & 1);");
+    return;
+  }
+  w.comment("this thread's part of the tile's dQ in sDq, visible to the bulk copy engine (the async proxy); the");
+  w.comment("writer reads the tile's index after the full barrier's last arrival");
+  w.line("sm90::fence::proxyAsync();");
+  w.line("if (threadIdx.x == 0)");
+  w.line("  *sDqTile = qt;");
+  w.line("sm90::mbarrier::arrive(&dqBars[0]);");
+  w.line("++dqUses;");
+}
+
+void BackwardSm90::declareRoleShared(CudaWriter &w, const std::string &at) const {
+  if (!roles())
+    return;
+  if (!shape.dqWriter) {
+    w.comment("the load warp's barriers: K and V landed; the ring's buffers s = 0, 1 full and empty");
+    w.line(cat("sm90::Mbarrier *const kvBar = reinterpret_cast<sm90::Mbarrier *>(", at,
+               "), *const fullBars = kvBar + 1, *const emptyBars = fullBars + 2;"));
+    return;
+  }
+  w.comment("the dQ writer's buffer (fp32 [kBlockM][kDqPitch]: a Q tile's rows of dq_accum, each padded so that the");
+  w.comment("fragment stores do not conflict) and its barriers: dqBars[0] full (kThreads arrivals), dqBars[1] empty (the");
+  w.comment("writer's one)");
+  w.line(cat("constexpr int kDqPitch = kHeadDim + ", dqPad(), ";"));
+  w.line(cat("float *const sDq = reinterpret_cast<float *>(", at, ");"));
+  w.line("sm90::Mbarrier *const dqBars = reinterpret_cast<sm90::Mbarrier *>(sDq + kBlockM * kDqPitch);");
+  if (shape.loadWarp) {
+    w.comment("the load warp's barriers: K and V landed; the ring's buffers s = 0, 1 full and empty");
+    w.line(cat("sm90::Mbarrier *const kvBar = dqBars + ", kDqBarriers, ", *const fullBars = kvBar + 1, *const emptyBars = "
+               "fullBars + 2;"));
+  }
+  w.line(cat("int *const sDqTile = reinterpret_cast<int *>(dqBars + ", kDqBarriers + (shape.loadWarp ? kLoadBarriers : 0),
+             ");  // the Q tile in sDq; -1: the walk is over"));
+}
+
+void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const std::string &dqTurn) {
+  if (!roles())
+    return;
+  const int producerRegs = shape.producerRegs ? shape.producerRegs : 24;
+  if (!shape.dqWriter) {
+    w.comment("---- roles: warps [0, kWarps) compute and add their dQ terms themselves; warp kWarps + 1, the second of the");
+    w.comment("producer warpgroup, is the load warp; the producer warpgroup gives its registers to the computing ones");
+    w.comment("(setmaxnreg) ----");
+  } else {
+    w.comment("---- roles: warps [0, kWarps) compute; warp kWarps, the first of the producer warpgroup, is the dQ");
+    w.comment(shape.loadWarp ? "writer, warp kWarps + 1 the load warp; the producer warpgroup gives its registers to the computing"
+                             : "writer; the producer warpgroup gives its registers to the computing ones (setmaxnreg) ----");
+    if (shape.loadWarp)
+      w.comment("ones (setmaxnreg) ----");
+  }
+  w.open("if (threadIdx.x == 0)");
+  if (shape.dqWriter) {
+    w.line("sm90::mbarrier::init(&dqBars[0], kThreads);");
+    w.line("sm90::mbarrier::init(&dqBars[1], 1);");
+  }
+  if (shape.loadWarp) {
+    w.line("sm90::mbarrier::init(kvBar, 2);  // K's and V's TMA");
+    w.open("for (int s = 0; s < 2; ++s)");
+    w.line("sm90::mbarrier::init(&fullBars[s], 32);  // the load warp's lanes (and the TMA's bytes)");
+    w.line("sm90::mbarrier::init(&emptyBars[s], kThreads);  // each computing thread");
+    w.close();
+  }
+  w.line("sm90::mbarrier::initFence();");
+  w.close();
+  w.line("__syncthreads();  // every role sees the initialized barriers");
+  w.open("if (warp >= kWarps)");
+  w.line(cat("sm90::warpgroup::decreaseRegisters<", producerRegs, ">();"));
+  if (!shape.dqWriter)
+    return;
+  w.open("if (warp == kWarps)");
+  w.comment("dQ writer: Q tile after Q tile, as the computing warps hand them over, until the walk is over");
+  w.open("for (int use = 0;; ++use)");
+  w.line("sm90::mbarrier::wait(&dqBars[0], use & 1);");
+  w.comment("lane 0 reads the tile's index (it is also the one that frees the buffer: its arrival orders the read)");
+  w.line("const int tile = __shfl_sync(0xffffffffu, lane == 0 ? *static_cast<volatile int *>(sDqTile) : 0, 0);");
+  w.line("if (tile < 0)");
+  w.line("  break;");
+  w.comment("deterministic mode: this block's turn on the tile's rows; its adds complete before the turn passes on");
+  w.line(cat("int *const turnCounter = p.deterministic ? ", dqCounter, " : nullptr;"));
+  w.line("if (lane == 0 && turnCounter)");
+  w.line(cat("  ", ns, "waitTurn(turnCounter, ", dqTurn, ");"));
+  w.line("__syncwarp();");
+  w.line("const int rows = min(kBlockM, p.seqlenQ - tile * kBlockM);");
+  if (dqPad()) {
+    w.comment("the tile's rows below seqlen_q, a bulk reduce-add each (lane l the rows l, l + 32, ...): a row of sDq,");
+    w.comment("padded, is a row of dq_accum");
+    w.line("#pragma unroll 1");
+    w.line("for (int row = lane; row < rows; row += 32)");
+    w.line("  sm90::bulkReduceAddF32(gDqAccum + ((long long)tile * kBlockM + row) * kHeadDim, sDq + row * kDqPitch, "
+           "kHeadDim * 4u);");
+  } else {
+    w.comment("the tile's rows below seqlen_q, contiguous in sDq and in dq_accum: one bulk reduce-add");
+    w.line("if (lane == 0)");
+    w.line("  sm90::bulkReduceAddF32(gDqAccum + (long long)tile * kBlockM * kHeadDim, sDq, unsigned(rows) * kHeadDim * "
+           "4u);");
+  }
+  w.line("sm90::tma::storeCommit();");
+  w.open("if (turnCounter)");
+  w.line("sm90::tma::storeWait<0>();");
+  w.line("__threadfence();");
+  w.close();
+  w.open("else");
+  w.line("sm90::tma::storeWaitRead<0>();  // sDq read: the next tile may go there");
+  w.close();
+  w.line("__syncwarp();");
+  w.open("if (lane == 0)");
+  w.line("if (turnCounter)");
+  w.line(cat("  ", ns, "passTurn(turnCounter);"));
+  w.line("sm90::mbarrier::arrive(&dqBars[1]);");
+  w.close();
+  w.close();
+  w.line("sm90::tma::storeWait<0>();  // every add landed before the block ends");
+  w.close();
+}
+
+void BackwardSm90::endRoles(CudaWriter &w) {
+  if (!roles())
+    return;
+  w.line("return;");
+  w.close();
+  const int consumerRegs = shape.consumerRegs ? shape.consumerRegs : 240;
+  w.line(cat("sm90::warpgroup::increaseRegisters<", consumerRegs, ">();"));
+  if (shape.dqWriter)
+    w.line("int dqUses = 0;  // Q tiles handed to the dQ writer");
+  if (shape.loadWarp)
+    w.line("int tileUses = 0;  // Q tiles taken from the load warp's ring");
+}
+
+void BackwardSm90::beginLoadRole(CudaWriter &w) {
+  w.open("if (warp == kWarps + 1)");
+  w.comment("load warp: K and V once, then the walk's Q tiles in order, each into the ring's next buffer once the");
+  w.comment("computing warps freed it; TMA coordinates {0, row, 0, head, batch} (varlen: the packed rows, batch 0)");
+  w.line("const int qRow0 = params.cuSeqlensQ ? min(max(params.cuSeqlensQ[b], 0), params.seqlenQ) : 0;");
+  w.line("const int kRow0 = params.cuSeqlensK ? p.keyOffset : 0;");
+  w.line("const int tmaBatch = params.cuSeqlensQ ? 0 : b;");
+  w.line("constexpr unsigned kQTileBytes = kBlockM * (kHeadDim + kHeadDimV) * 2;  // Q's and dO's boxes");
+  w.open("if (lane == 0)");
+  for (const char *map : {"q", "k", "v", "dO"})
+    w.line(cat("sm90::tma::prefetchDescriptor(&maps.", map, ");"));
+  w.close();
+  w.line("int loads = 0;  // Q tiles loaded");
+}
+
+void BackwardSm90::loadOwnTile(CudaWriter &w, const SharedTile &tile, bool k) {
+  w.comment(cat("tile.load ", k ? "k" : "v", ": the block's tile into ", tile.name));
+  w.open("if (lane == 0)");
+  w.line(cat("sm90::mbarrier::arriveExpectTx(kvBar, ", tile.rows, " * ", k ? "kHeadDim" : "kHeadDimV", " * 2);"));
+  w.line(cat("sm90::tma::load5d(", tile.name, ", &maps.", k ? "k" : "v",
+             ", kvBar, 0, kRow0 + blockKvTile * kBlockN, 0, hKv, tmaBatch);"));
+  w.close();
+}
+
+void BackwardSm90::loadQTile(CudaWriter &w, const std::string &qt) {
+  w.line("const int stage = loads & 1;");
+  w.line("if (loads >= 2)");
+  w.line("  sm90::mbarrier::wait(&emptyBars[stage], ((loads >> 1) - 1) & 1);  // its last tile's GEMMs landed");
+  w.open("if (lane == 0)");
+  w.line("sm90::mbarrier::expectTx(&fullBars[stage], kQTileBytes);");
+  w.line(cat("sm90::tma::load5d(stage ? sQ1 : sQ0, &maps.q, &fullBars[stage], 0, qRow0 + ", qt,
+             " * kBlockM, 0, h, tmaBatch);"));
+  w.line(cat("sm90::tma::load5d(stage ? sDO1 : sDO0, &maps.dO, &fullBars[stage], 0, qRow0 + ", qt,
+             " * kBlockM, 0, h, tmaBatch);"));
+  w.close();
+  w.comment("the LSE and D rows (fp32), -inf and 0 past seqlen_q");
+  w.line("float *const rows = sRows + stage * 2 * kBlockM;");
+  w.open("for (int row = lane; row < kBlockM; row += 32)");
+  w.line(cat("const int q = ", qt, " * kBlockM + row;"));
+  w.line(cat("rows[row] = q < p.seqlenQ ? gLse[q] : ", ns, "kNegInf;"));
+  w.line("rows[kBlockM + row] = q < p.seqlenQ ? gDelta[q] : 0.f;");
+  w.close();
+  w.line("sm90::mbarrier::arrive(&fullBars[stage]);");
+  w.line("++loads;");
+}
+
+void BackwardSm90::acquireQTile(CudaWriter &w) {
+  w.comment("this Q tile's Q, dO, LSE and D from the load warp's ring (buffer tileUses % 2)");
+  w.line("const int stage = tileUses & 1;");
+  w.line("sm90::mbarrier::wait(&fullBars[stage], (tileUses >> 1) & 1);");
+  w.line("unsigned char *const sQ = stage ? sQ1 : sQ0, *const sDO = stage ? sDO1 : sDO0;");
+  w.line("const float *const sLse = sRows + stage * 2 * kBlockM, *const sDelta = sLse + kBlockM;");
+}
+
+void BackwardSm90::releaseQTile(CudaWriter &w) {
+  w.comment("this thread is done with the ring's buffer (its reads, and its warpgroup's GEMMs, landed)");
+  w.line("sm90::mbarrier::arrive(&emptyBars[stage]);");
+  w.line("++tileUses;");
+}
+
+void BackwardSm90::endWalk(CudaWriter &w) {
+  if (!shape.dqWriter)
+    return;
+  w.comment("the walk is over: once the writer has read the last tile, tell it (a tile index of -1)");
+  w.line("if (dqUses > 0)");
+  w.line("  sm90::mbarrier::wait(&dqBars[1], (dqUses - 1) & 1);");
+  w.line("if (threadIdx.x == 0)");
+  w.line("  *sDqTile = -1;");
+  w.line("sm90::mbarrier::arrive(&dqBars[0]);");
+}
+
+} // namespace flashtile::codegen::sm90::detail

@@ -1,0 +1,426 @@
+//===- BackwardTargetSm90.h - the sm90 BackwardTarget, shared by its two files ===//
+//
+// Private to codegen/sm90: the BackwardSm90 class (BackwardSm90.h's printer) that BackwardSm90.cpp (the GEMMs, the
+// staging, dQ's products) and BackwardRolesSm90.cpp (the roles: the dQ writer, the load warp, their barriers and
+// shared memory) define between them, with the constants and layout helpers both use.
+//===----------------------------------------------------------------------===//
+#ifndef FLASHTILE_CODEGEN_SM90_BACKWARDTARGETSM90_H
+#define FLASHTILE_CODEGEN_SM90_BACKWARDTARGETSM90_H
+
+#include "codegen/sm90/BackwardSm90.h"
+#include "codegen/ptx/BackwardPrelude.h"
+#include "codegen/common/Concat.h"
+#include "codegen/ptx/FragmentPrelude.h"
+#include "codegen/common/FragmentTiles.h"
+#include "codegen/sm90/InstructionsSm90.h"
+#include "codegen/sm90/PreludeSm90.h"
+#include <map>
+#include <vector>
+
+#include <map>
+#include <vector>
+
+namespace flashtile::codegen::sm90::detail {
+
+/// The fragment primitives' namespace in this family's kernels (TileOpsSm90.cpp's kFragmentNamespace).
+constexpr const char *kFragmentNamespace = "sm80";
+constexpr int kWarpgroupWarps = 4;
+/// The computing warpgroups a block has at most.
+constexpr int kMaxWarpgroups = 2;
+/// The unit of dQ's products (dqRounds): a 128-byte column block of K, 64 columns; a round takes one or two.
+constexpr int kDqColumns = kSwizzleColumns;
+/// Bytes of the m64 rows of one warpgroup in a column block of a swizzled tile.
+constexpr int kWarpgroupRowBytes = kWgmmaM * kSwizzleBytes;
+/// The named barrier of the computing warps when the block has roles (0 is __syncthreads').
+constexpr int kComputeBarrier = 1;
+/// The roles' mbarriers: the dQ writer's two (full, empty), then the load warp's (K/V; the ring's full and empty per
+/// buffer), and after them the tile index the writer reads, 16-byte aligned.
+constexpr int kDqBarriers = 2, kLoadBarriers = 5, kRoleBarrierBytes = 64;
+static_assert((kDqBarriers + kLoadBarriers) * 8 + 4 <= kRoleBarrierBytes, "the roles' barriers and tile index fit");
+/// The dQ buffer's row pitch beyond the head dim, in floats, at head dims from kDqPadFrom: 8 (32 bytes) puts the rows
+/// of a warp's fragment stores 8 banks apart, so that a warp's float2 stores take the two wavefronts of their 256
+/// bytes (an unpadded row of 64 or 128 floats maps every row to the same banks: 8-way conflicts), at the price of one
+/// bulk reduce-add a row instead of one a tile. Measured on the H100 (bench/NOTES.md v30): at head dim 128 (64 rows
+/// a tile) +14% non-causal; at 64 (128 rows of 256 bytes a tile, each add issued in turn) -21%, so unpadded there.
+constexpr int kDqPadFloats = 8, kDqPadFrom = 96;
+
+/// Whether the warpgroups split dK's and dV's columns (the column split: a K/V tile of one m64 of keys, every
+/// warpgroup all of its keys and head_dim / W columns of dK and dV, W·32 keys of S and dP shared out as in the key
+/// split): at head dims 192 and 256, where a warpgroup's 64 keys of dK and dV over the whole head dim pass the
+/// registers.
+inline bool splitsColumns(const KernelShape &shape) {
+  return shape.keyWarps > 1 && shape.keyWarps == shape.warps / kWarpgroupWarps && shape.blockN == kWgmmaM;
+}
+
+/// The swizzle span of a kernel's Q, dO, K and V tiles: 128 bytes (64-column blocks) where every column a GEMM
+/// starts at is a multiple of 64 (the head dims, and under the column split a warpgroup's part of them), else 64
+/// bytes (32-column blocks: head dim 96, and 192 split in 96-column parts). The staged P and dS keep 128 (their rows
+/// are a Q tile's 64 query rows).
+inline int tileSwizzleBytes(const KernelShape &shape) {
+  const int64_t parts = splitsColumns(shape) ? shape.keyWarps : 1;
+  for (int64_t width : {shape.headDim, shape.headDimV})
+    if (width % (kSwizzleColumns * parts) != 0)
+      return kSwizzleBytes / 2;
+  return kSwizzleBytes;
+}
+
+/// The family's backward primitives: fp32 reductions into global memory, one pair a thread or a whole buffer.
+inline constexpr std::string_view kBackwardText = R"cuda(
+// ==== sm90 backward primitives: fp32 reductions into global memory ====
+namespace sm90 {
+// dst[0] += x, dst[1] += y (dst 8-byte aligned), fp32, without reading the result back (red.global.add.v2: the order
+// of concurrent adds is the hardware's).
+__device__ __forceinline__ void redAdd2(float *dst, float x, float y) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
+}
+// dst[i] += src[i] for the `bytes` / 4 floats of a shared-memory buffer (16-byte aligned, bytes a multiple of 16), by
+// the bulk copy engine (cp.reduce.async.bulk: one instruction, element-wise adds in global memory; each element added
+// once). Committed with tma::storeCommit, waited for with tma::storeWaitRead (src reusable) or tma::storeWait (done).
+__device__ __forceinline__ void bulkReduceAddF32(float *dst, const float *src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(smemAddress(src)), "r"(bytes)
+               : "memory");
+}
+namespace desc {
+// The byte offsets of k16 slice `step` in a tile (a constant for a constant step): kMajorStep(tileAddr, step, rows) is
+// advance(kMajor(tileAddr), kMajorStepBytes(step, rows)), and mnMajorStep's likewise, one add to a descriptor made
+// once per GEMM (the start address field cannot carry: shared addresses stay below 2^18 bytes, so offsetLow adds to the
+// low word alone: one 32-bit add a GEMM step rather than a 64-bit one).
+template <int kSwizzleBytes = 128>
+__device__ __forceinline__ constexpr unsigned kMajorStepBytes(int step, int rows) {
+  return unsigned(step / Swizzle<kSwizzleBytes>::kStepsPerBlock) * unsigned(rows) * kSwizzleBytes +
+         unsigned(step % Swizzle<kSwizzleBytes>::kStepsPerBlock) * 32u;
+}
+template <int kSwizzleBytes = 128>
+__device__ __forceinline__ constexpr unsigned mnMajorStepBytes(int step) {
+  return unsigned(step) * 16u * kSwizzleBytes;
+}
+// advance(d, bytes) for a descriptor whose start address plus bytes stays in its 14-bit field.
+__device__ __forceinline__ unsigned long long offsetLow(unsigned long long d, unsigned bytes) {
+  return (d & 0xffffffff00000000ull) | (unsigned(d) + (bytes >> 4));
+}
+} // namespace desc
+// The TMA descriptors of a backward main kernel with a load warp, its second parameter (`const __grid_constant__
+// sm90::BackwardTensorMaps maps`): Q and dO in Q-tile boxes, K and V in K/V-tile boxes, built per call by the runtime
+// (runtime/TensorMap.h, backwardTensorMaps).
+struct BackwardTensorMaps {
+  TensorMap q, k, v, dO;
+};
+} // namespace sm90
+)cuda";
+
+class BackwardSm90 final : public BackwardTarget {
+public:
+  explicit BackwardSm90(const KernelShape &shape)
+      : shape(shape), fragments({kFragmentNamespace, shape.dtype, false, shape.keyWarps > 1 ? "warpCol0" : ""}),
+        warpgroups(shape.warps / kWarpgroupWarps), keySplit(shape.keyWarps > 1),
+        columnSplit(splitsColumns(shape)), swizzle(tileSwizzleBytes(shape)) {
+    mmaType = shape.dtype == "bf16" ? "bf16" : "f16";
+    pack = ns + (shape.dtype == "bf16" ? "packBf16x2" : "packF16x2");
+  }
+
+  std::string prelude() const override {
+    const SharedTile k = kTile();
+    // dV's and dK's products are a warpgroup's columns of them: all, or a W-th under the column split.
+    const int64_t parts = columnSplit ? warpgroups : 1;
+    // S's and dP's N: the warpgroup's keys, or under the swap the Q tile's rows.
+    std::vector<int> widths = {static_cast<int>(shape.swapScores ? shape.blockM : shape.blockN / shape.keyWarps),
+                               static_cast<int>(shape.headDim / parts), static_cast<int>(shape.headDimV / parts)};
+    std::vector<int> dqWidths;
+    for (const auto &round : dqRounds(k))
+      for (const DqBlock &block : round)
+        if (std::find(dqWidths.begin(), dqWidths.end(), block.width) == dqWidths.end())
+          dqWidths.push_back(static_cast<int>(block.width));
+    if (dqReadsRegisters())
+      widths.insert(widths.end(), dqWidths.begin(), dqWidths.end());
+    std::string text = fragmentPrelude(kFragmentNamespace) + ::flashtile::codegen::sm90::prelude(widths);
+    if (!dqReadsRegisters())
+      for (int n : dqWidths)
+        text += wgmmaMnMajorAText(n);
+    return text + backwardPrelude(kFragmentNamespace, "") + std::string(kBackwardText);
+  }
+  std::string_view primitivesNamespace() const override { return kFragmentNamespace; }
+  std::vector<std::string> reservedNames() const override {
+    return {"sm80",   "sm90",   "smemRaw", "aAddr", "bAddr", "dsFrag", "dqBlock", "dqPart", "frag",
+            "key",    "q",      "sDq",     "dqBars", "sDqTile", "dqUses", "use",   "tile",   "row",  "rows",
+            "kDqPitch", "maps", "kvBar", "fullBars", "emptyBars", "stage", "tileUses", "loads", "qRow0", "kRow0",
+            "tmaBatch", "kQTileBytes", "dotFrag0", "dotFrag1"};
+  }
+  bool splitsKeys() const override { return true; }
+  /// A warpgroup's four warps share its keys: warp w is row group w % 4 of the keys from 64·(w / 4).
+  std::string keySplitLayout() const override {
+    return cat("const int warpM = warp % ", kWarpgroupWarps, ", warpCol0 = warp / ", kWarpgroupWarps,
+               " * (kBlockN / kKeyWarps);  // S: rows, keys (a warpgroup's)");
+  }
+  /// Under the column split warp w holds keys [16(w % 4), ...) of the tile (its warpgroup's m64 rows: all the keys)
+  /// and column part w / 4.
+  std::string kvSplitLayout() const override {
+    if (!columnSplit)
+      return BackwardTarget::kvSplitLayout();
+    return cat("const int kvRowGroup = warp % ", kWarpgroupWarps, ", kvColPart = warp / ", kWarpgroupWarps,
+               ";  // dK, dV: the K/V tile's keys (a warpgroup's m64 rows), the warpgroup's columns");
+  }
+  std::string checkMainShape() const override {
+    std::optional<std::string> error = checkBackwardShape(shape);
+    return error ? *error : std::string();
+  }
+
+  int64_t tileBytes(int64_t rows, int64_t width) const override { return rows * width * 2; }
+  std::string tileBytesExpr(const std::string &rows, const std::string &width) const override {
+    return cat(rows, " * ", width, " * 2");
+  }
+  std::string tileLayoutWords() const override {
+    return cat("sm90::swizzleOffset<", swizzle, ">, 1024-byte aligned");
+  }
+  void declareSharedMemory(CudaWriter &w) const override {
+    w.line("extern __shared__ __align__(1024) unsigned char smemRaw[];");
+    w.line(cat("unsigned char *const smem = smemRaw + (", kSwizzleAtomBytes, " - ", ns, "smemAddress(smemRaw) % ",
+               kSwizzleAtomBytes, ") % ", kSwizzleAtomBytes, ";  // the swizzle atom's alignment"));
+  }
+  int sharedMemoryReserve() const override { return kSwizzleAtomBytes; }
+
+  std::string copyWords() const override { return "cp.async"; }
+  std::string copyChunk(const SharedTile &tile, const std::string &row, const std::string &col, const std::string &src,
+                        const std::string &valid) const override {
+    return cat(ns, "cpAsync16(", ns, "smemAddress(", tile.name, ") + sm90::swizzleOffset<", swizzle, ">(", row, ", 8 * ",
+               col, ", ", tile.rows, "), ", src, ", ", valid, ");");
+  }
+  /// LSE and D from global memory, two rows a thread where the program loads them: 1 KB less shared memory a block,
+  /// so that two blocks fit an SM at head dim 128 (115 712 bytes each).
+  bool stagesRows() const override { return false; }
+  void commitCopies(CudaWriter &w) override { w.line(cat(ns, "cpAsyncCommit();")); }
+  void waitCopies(CudaWriter &w) override {
+    w.line(cat(ns, "cpAsyncWait<0>();"));
+    w.line("sm90::fence::proxyAsync();  // the copies' bytes visible to wgmma (the async proxy)");
+  }
+
+  void scoreGemm(CudaWriter &w, const std::string &acc, const SharedTile &a, const SharedTile &b) override;
+  bool issuesScoresTogether() const override { return shape.gemmOverlap; }
+  void scoreGemms(CudaWriter &w, const std::string &first, const SharedTile &a, const SharedTile &b,
+                  const std::string &second, const SharedTile &a2, const SharedTile &b2) override;
+  void scoreWait(CudaWriter &w, const std::string &acc) override { waitFor(w, acc); }
+  void endIteration(CudaWriter &w) override;
+  void stage(CudaWriter &w, const std::string &buffer, const std::string &from) override;
+  void stagedBarrier(CudaWriter &w) override {
+    w.line("sm90::fence::proxyAsync();  // this thread's staged rows visible to wgmma");
+    w.line(cat(computeBarrier(), "  // every warp's rows staged"));
+  }
+  /// One warpgroup's dS in registers spans all of its Q tile's keys only when it is the block's one warpgroup.
+  bool dqReadsRegisters() const override { return warpgroups == 1; }
+  /// Under the swap Pᵀ and dSᵀ are in registers, each warp 16 keys × the Q tile's rows: the A fragments of dV's and
+  /// dK's GEMMs (wgmma RS).
+  bool dotReadsRegisters() const override { return shape.swapScores; }
+
+  // The dQ writer (KernelShape::dqWriter): a producer warpgroup after the computing ones; its first warp adds each Q
+  // tile's dQ from sDq into dq_accum with one bulk reduce-add, handed over by dqBars[0] (full: every computing
+  // thread arrives once its part is in sDq) and back by dqBars[1] (empty: the writer's arrival once the engine read
+  // sDq). Its other warps have nothing to do: they give their registers back (setmaxnreg) and leave.
+  int roleThreads() const override { return roles() ? kWarpgroupWarps * 32 : 0; }
+  std::string computeBarrier() const override {
+    return roles() ? cat("sm90::namedBarrier::sync(", kComputeBarrier, ", kThreads);") : "__syncthreads();";
+  }
+  int64_t roleSharedBytes() const override {
+    return (shape.dqWriter ? int64_t(shape.blockM) * (shape.headDim + dqPad()) * 4 : 0) +
+           (roles() ? kRoleBarrierBytes : 0);
+  }
+  void declareRoleShared(CudaWriter &w, const std::string &at) const override;
+  void beginRoles(CudaWriter &w, const std::string &dqCounter, const std::string &dqTurn) override;
+  void endRoles(CudaWriter &w) override;
+  void endWalk(CudaWriter &w) override;
+
+  // The load warp (KernelShape::loadWarp): the producer warpgroup's second warp brings K and V (kvBar: two arrivals
+  // and their bytes) and then, Q tile after Q tile as the walk goes, Q and dO (TMA) and the LSE and D rows (its lanes'
+  // loads and stores, -inf and 0 past seqlen_q) into the ring's buffer `loads % 2`: fullBars[s] completes with its 32
+  // lanes' arrivals and the TMA's bytes, emptyBars[s] with one arrival of each computing thread once the tile's
+  // GEMMs landed. Rows of a Q tile past the sequence come as TMA gives them (zeros past the tensor; under varlen the next
+  // sequence's rows): their LSE is -inf, so their P and dS are 0 and they add nothing.
+  bool loadsInRole() const override { return shape.loadWarp; }
+  std::string mainExtraParams() const override {
+    return shape.loadWarp ? ", const __grid_constant__ sm90::BackwardTensorMaps maps" : "";
+  }
+  int tensorMapSwizzleBytes() const override { return swizzle; }
+  void beginLoadRole(CudaWriter &w) override;
+  void endLoadRole(CudaWriter &w) override { w.close(); }
+  void loadOwnTile(CudaWriter &w, const SharedTile &tile, bool k) override;
+  void loadQTile(CudaWriter &w, const std::string &qt) override;
+  void waitOwnTiles(CudaWriter &w) override {
+    w.line("sm90::mbarrier::wait(kvBar, 0);  // K and V landed (the load warp's TMA)");
+  }
+  void acquireQTile(CudaWriter &w) override;
+  void releaseQTile(CudaWriter &w) override;
+  bool dqTurnsInRole() const override { return shape.dqWriter; }
+  void dotTn(CudaWriter &w, const std::string &acc, const std::string &a, const SharedTile &b,
+             int64_t warpCols) override;
+  void dqOperand(CudaWriter &w, const std::string &staged, const std::string &regs) override;
+  void dqProduct(CudaWriter &w, const SharedTile &k) override;
+  std::string reduceAdd2(const std::string &dst, const std::string &x, const std::string &y) const override {
+    return cat("sm90::redAdd2(", dst, ", ", x, ", ", y, ");");
+  }
+
+private:
+  /// A committed wgmma group still in flight: the accumulator it writes (its name) and its flat reference.
+  struct Group {
+    std::string acc, flat;
+    std::string operand = {}; ///< its register A operand (RS), fenced with it: not reused before the wgmma read it
+  };
+  /// One dQ product of a round: columns [col, col + width) (col a C expression), of the warpgroup `warpgroup` alone
+  /// (-1: every warpgroup issues it, col naming its own columns or every warpgroup the same).
+  struct DqBlock {
+    std::string col;
+    int64_t width;
+    int warpgroup;
+  };
+  /// A dotTn whose issue waits for dQ's products (overlap).
+  struct DeferredDot {
+    std::string acc, a;
+    std::string frag; ///< under the swap: the packed RS A operand of `a` (dotFrag0, dotFrag1), packed at dotTn
+    SharedTile b;
+    int64_t warpCols;
+  };
+  /// Commits the GEMMs issued since the last commit as a group writing `acc` (`flat`), left in flight.
+  void commit(CudaWriter &w, const std::string &acc, const std::string &flat) {
+    w.line("sm90::warpgroup::commitGroup();");
+    inFlight.push_back({acc, flat});
+  }
+  /// Waits for the group that writes `acc` (and so for every group committed before it), then fences their
+  /// accumulators.
+  void waitFor(CudaWriter &w, const std::string &acc) {
+    size_t i = 0;
+    while (i < inFlight.size() && inFlight[i].acc != acc)
+      ++i;
+    if (i == inFlight.size())
+      return; // waited for already
+    const int later = static_cast<int>(inFlight.size() - 1 - i);
+    w.line(cat("sm90::warpgroup::wait<", later, ">();  // ", acc, " landed (", later, " later group(s) in flight)"));
+    for (size_t j = 0; j <= i; ++j) {
+      w.line(cat("sm90::warpgroup::fenceOperands(", inFlight[j].flat, ");"));
+      if (!inFlight[j].operand.empty())
+        w.line(cat("sm90::warpgroup::fenceOperands(", inFlight[j].operand, ");"));
+    }
+    inFlight.erase(inFlight.begin(), inFlight.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+  }
+  /// Issues dotTn's GEMMs into `acc` (committed as one group when `overlap`, else waited on).
+  void issueDot(CudaWriter &w, const DeferredDot &dot);
+  /// Issues the score GEMM into `acc` (declared by the caller), not committed.
+  void issueScore(CudaWriter &w, const std::string &acc, const SharedTile &a, const SharedTile &b) const;
+  /// dQ's GEMMs in flight (overlap): dqOperand issues the first column block's product (of the K tile `k`) and then
+  /// the deferred dV and dK GEMMs, a group each; dqProduct runs each block's reductions once its product landed,
+  /// issuing the next block's into the same registers after them.
+  void issueDqProducts(CudaWriter &w, const SharedTile &k);
+  /// dQ's products of `round` of the K tile `k` into `part`, issued, not committed: A from the registers dsFrag (one
+  /// warpgroup) or from the staged dS (dqA).
+  void dqGemm(CudaWriter &w, const SharedTile &k, const std::vector<DqBlock> &round, const std::string &part);
+  /// Issues and commits dQ's products of `round` into dqPart.
+  void issueDqRound(CudaWriter &w, const SharedTile &k, const std::vector<DqBlock> &round);
+  /// Keeps the compiler from reusing dS's RS fragments before the last wgmma that reads them retired.
+  void fenceDsFragments(CudaWriter &w) const;
+  void dqProductOverlapped(CudaWriter &w, const SharedTile &k);
+  /// The K tile, dQ's B operand (the printer's tile.load k into sK).
+  SharedTile kTile() const { return SharedTile{"sK", "kBlockN", shape.headDim}; }
+  /// Whether the block has a producer warpgroup (the dQ writer's, the load warp's, or both).
+  bool roles() const { return shape.dqWriter || shape.loadWarp; }
+  /// The dQ buffer's row padding in floats (0: its rows are dq_accum's, one bulk add a tile).
+  int dqPad() const { return shape.headDim >= kDqPadFrom ? kDqPadFloats : 0; }
+  /// The blocks of `round` of `part` (its fp32 C fragment) into sDq, this thread's rows (the dQ writer's).
+  void dqToShared(CudaWriter &w, const std::string &part, const std::vector<DqBlock> &round);
+  /// The dQ writer's hand-over: before the tile's first write into sDq (`start`), after its last.
+  void dqHandOver(CudaWriter &w, bool start);
+  /// The reductions of the blocks of `round` of `part` (its fp32 C fragment) into gDqAccum.
+  void dqReductions(CudaWriter &w, const SharedTile &k, const std::string &part, const std::vector<DqBlock> &round);
+
+  /// Retires the warpgroup's wgmma group and fences `flat` (a C expression of a float array reference).
+  void retire(CudaWriter &w, const std::string &flat) const {
+    w.line("sm90::warpgroup::commitGroup();");
+    w.line("sm90::warpgroup::wait<0>();");
+    w.line(cat("sm90::warpgroup::fenceOperands(", flat, ");"));
+  }
+  static std::string flat(const std::string &acc, const std::string &floats) {
+    return cat("reinterpret_cast<float (&)[", floats, "]>(", acc, "[0])");
+  }
+
+  /// The shared-memory address of `tile` plus `offset` (" + ..."), a GEMM operand's base: the same in every lane of
+  /// the warp, and broadcast from lane 0 (sm90::warp::uniform) so that ptxas keeps it, and the wgmma descriptors made
+  /// from it, in uniform registers: without the broadcast it builds each k16 step's descriptor in vector registers
+  /// and moves it to uniform ones (four R2URs a wgmma; SASS at hd128: 431 R2URs and 168 bytes of spills in the main
+  /// kernel, 224 and none with it).
+  std::string address(const std::string &tile, const std::string &offset = "") const {
+    return cat("sm90::warp::uniform(", ns, "smemAddress(", tile, ")", offset, ")");
+  }
+  /// The template argument that names the tiles' swizzle span in sm90::desc calls ("" for the default 128 bytes).
+  std::string sw() const { return swizzle == kSwizzleBytes ? std::string() : cat("<", swizzle, ">"); }
+  /// " + <the byte offset of this thread's warpgroup's m64 rows in a column block>" (nothing with one warpgroup).
+  std::string warpgroupRows() const {
+    return warpgroups == 1 ? std::string() : cat(" + warp / ", kWarpgroupWarps, " * ", kWarpgroupRowBytes);
+  }
+  /// dQ's products in rounds: a round is one product a warpgroup (one wgmma group, its accumulator dqPart), either
+  /// one block every warpgroup issues or one guarded block per warpgroup. One warpgroup, or the query rows split: every
+  /// 64-column block of the head dim in turn. The keys split over W warpgroups: one round of head_dim / W columns a
+  /// warpgroup where that is whole column blocks of the tiles' span and at most 128 columns (the registers); else
+  /// every W-th 64-column block from the warpgroup's own where the head dim is a multiple of W·64; else (head dim 96)
+  /// one round of a block per warpgroup, the first 64 columns and the rest.
+  std::vector<std::vector<DqBlock>> dqRounds(const SharedTile &k) const {
+    std::vector<std::vector<DqBlock>> rounds;
+    const int64_t part = k.width / warpgroups;
+    if (keySplit && k.width % warpgroups == 0 && part % (swizzle / 2) == 0 && part <= 2 * kDqColumns) {
+      rounds.push_back({{cat(part, " * (warp / ", kWarpgroupWarps, ")"), part, -1}});
+      return rounds;
+    }
+    if (keySplit && k.width % (kDqColumns * warpgroups) != 0) {
+      std::vector<DqBlock> round;
+      for (int g = 0; g < warpgroups && g * kDqColumns < k.width; ++g)
+        round.push_back({cat(g * kDqColumns), std::min<int64_t>(kDqColumns, k.width - g * kDqColumns), g});
+      rounds.push_back(round);
+      return rounds;
+    }
+    for (int64_t c = 0; c < k.width; c += keySplit ? kDqColumns * warpgroups : kDqColumns) {
+      const std::string col =
+          keySplit ? cat(kDqColumns, " * (warp / ", kWarpgroupWarps, c ? cat(" + ", c / kDqColumns) : std::string(), ")")
+                   : cat(c);
+      rounds.push_back({{col, std::min<int64_t>(kDqColumns, k.width - c), -1}});
+    }
+    return rounds;
+  }
+  /// The widest product of dQ's rounds (dqPart's columns).
+  int64_t dqWidth(const SharedTile &k) const {
+    int64_t widest = 0;
+    for (const auto &round : dqRounds(k))
+      for (const DqBlock &block : round)
+        widest = std::max(widest, block.width);
+    return widest;
+  }
+  /// Prints `body` for each block of `round`: as it is for a block of every warpgroup, else under the guard of its
+  /// warpgroup (a warpgroup-uniform branch: the wgmmas inside stay aligned).
+  template <typename Body>
+  void forEachBlock(CudaWriter &w, const std::vector<DqBlock> &round, Body body) const {
+    for (size_t i = 0; i < round.size(); ++i) {
+      const DqBlock &block = round[i];
+      if (block.warpgroup < 0) {
+        body(block);
+        continue;
+      }
+      const bool last = i + 1 == round.size() && i > 0 && round.size() == size_t(warpgroups);
+      w.open(last ? std::string("else") : cat(i ? "else if" : "if", " (warp / ", kWarpgroupWarps, " == ", block.warpgroup, ")"));
+      body(block);
+      w.close();
+    }
+  }
+
+  KernelShape shape;
+  FragmentTiles fragments;
+  int warpgroups;     ///< computing warpgroups of the block
+  bool keySplit;      ///< the warpgroups split the keys of S (else the query rows)
+  bool columnSplit;   ///< the warpgroups split dK's and dV's columns (splitsColumns)
+  int swizzle;        ///< the swizzle span of the Q, dO, K and V tiles (tileSwizzleBytes)
+  std::string dqA;    ///< dQ's A operand in shared memory (the staged dS) when it is not read from registers
+  std::vector<Group> inFlight;       ///< committed groups not yet waited for, oldest first (overlap)
+  std::vector<DeferredDot> deferred; ///< dotTn calls not yet issued (overlap)
+  int dotFrags = 0;                  ///< RS A operands of dotTn declared in this iteration (dotFrag0, dotFrag1)
+  std::map<std::string, std::string> packed; ///< this iteration's score tiles packed by dotTn -> their words
+  /// "<the fragment primitives' namespace>::": their cp.async, smemAddress and packs.
+  const std::string ns = cat(kFragmentNamespace, "::");
+  std::string mmaType, pack;
+};
+
+} // namespace flashtile::codegen::sm90::detail
+
+#endif // FLASHTILE_CODEGEN_SM90_BACKWARDTARGETSM90_H
