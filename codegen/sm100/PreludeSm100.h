@@ -9,7 +9,7 @@
 // No SM100 GPU exists here and nothing can run tcgen05 code: every primitive below is verified by NVRTC and ptxas
 // compiling it for sm_100a and by reading the SASS (tests/unit/sm100, scripts/sm100-sass.sh), never by running it.
 //
-// Three parts: the core (fixed text, kPreludeCoreHead ... kPreludeCoreTail), exp2PolyText() (the software exp2, its
+// Three parts: the core (fixed text, preludeCoreHead() ... kPreludeCoreTail), exp2PolyText() (the software exp2, its
 // coefficients printed from codegen/common/Exp2Poly.h so that the device function and the host twin cannot drift
 // apart) and the tensor-memory
 // access wrappers, one `sm100::tmem::Access32x32b<N>` per width a kernel uses (inline PTX numbers its operands, so each width
@@ -18,6 +18,7 @@
 #ifndef FLASHTILE_CODEGEN_SM100_PRELUDESM100_H
 #define FLASHTILE_CODEGEN_SM100_PRELUDESM100_H
 
+#include "codegen/ptx/AsyncPrelude.h"
 #include "codegen/sm100/Exp2PolySm100.h"
 #include "codegen/sm100/InstructionsSm100.h"
 
@@ -34,7 +35,9 @@ namespace flashtile::codegen::sm100 {
 /// with the cluster pair's, kPairPrelude, as cta_group::2), the text up to the MMA wrappers, the MMA wrappers (shared
 /// likewise) and the rest. prelude() prints them in order; every piece after the first starts with a newline that is
 /// not printed (piece()).
-inline constexpr std::string_view kPreludeCoreHead = R"cuda(
+/// The core's first part, in pieces around the wrappers sm100 shares with sm90 (codegen/ptx/AsyncPrelude.h):
+/// preludeCoreHead() joins them.
+inline constexpr std::string_view kPreludeHead0 = R"cuda(
 // ==== sm100 device primitives: tcgen05 (MMA, tensor memory), TMA, mbarrier (instruction wrappers only) ====
 // Compiled for sm_100a by NVRTC and ptxas only: no SM100 GPU was available to run any of it.
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM100_ALL)
@@ -62,17 +65,8 @@ __device__ __forceinline__ unsigned smemAddress(const void *ptr) {
 
 // ---- register budgets and named barriers of warp-specialized roles ----
 namespace warpgroup {
-// setmaxnreg: a warpgroup's threads move to kRegisters registers each (a multiple of 8 in [24, 256]); a role that only
-// issues copies gives registers up for the roles that compute.
-template <int kRegisters>
-__device__ __forceinline__ void increaseRegisters() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
-}
-template <int kRegisters>
-__device__ __forceinline__ void decreaseRegisters() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
-}
-} // namespace warpgroup
+)cuda";
+inline constexpr std::string_view kPreludeHead1 = R"cuda(} // namespace warpgroup
 // A subset of the block's warps (one warpgroup, the computing warpgroups) meets.
 namespace namedBarrier {
 // bar.sync on hardware barrier `id` (1-15; 0 is __syncthreads') until `threads` threads (a multiple of 32) arrived.
@@ -98,11 +92,8 @@ __device__ __forceinline__ bool elect() {
 __device__ __forceinline__ unsigned laneQuarter() { return __shfl_sync(0xffffffffu, (threadIdx.x / 32u) % 4u, 0); }
 } // namespace warp
 
-// ---- fences ----
-namespace fence {
-// This thread's generic-proxy shared-memory writes before later async-proxy reads (TMA stores, tcgen05.mma operands
-// written by threads), and async writes before later generic reads.
-__device__ __forceinline__ void proxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+)cuda";
+inline constexpr std::string_view kPreludeHead2 = R"cuda(namespace fence {
 // tcgen05 operations are asynchronous and not ordered by barriers on their own: a thread's tcgen05 work before a
 // thread synchronization (bar.sync, an mbarrier arrive) is ordered before other threads' tcgen05 work after it only
 // with beforeThreadSync() ahead of the synchronization and afterThreadSync() behind it (e.g. around the __syncthreads
@@ -113,84 +104,10 @@ __device__ __forceinline__ void beforeThreadSync() {
 __device__ __forceinline__ void afterThreadSync() { asm volatile("tcgen05.fence::after_thread_sync;\n" ::: "memory"); }
 } // namespace fence
 
-// ---- mbarrier: a phase with an arrival count and a transaction (byte) count ----
-// Waiters name the phase by its parity (0, 1, 0, ...). Completion of a TMA load (complete_tx) and of tcgen05.mma
-// (tcgen05.commit) both arrive on mbarriers.
-namespace mbarrier {
-// Arrivals per phase; one thread, before any use, then initFence() and a block-wide barrier.
-__device__ __forceinline__ void init(Mbarrier *bar, unsigned arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smemAddress(bar)), "r"(arrivals) : "memory");
-}
-// Makes the initializations visible to the async proxy (TMA's complete_tx, tcgen05.commit).
-__device__ __forceinline__ void initFence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-// One arrival, release: this thread's earlier shared-memory accesses happen before the phase completes.
-__device__ __forceinline__ void arrive(Mbarrier *bar) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(smemAddress(bar)) : "memory");
-}
-// One arrival that also expects `bytes` more of TMA traffic in this phase: the producer, before its loads.
-__device__ __forceinline__ void arriveExpectTx(Mbarrier *bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(smemAddress(bar)),
-               "r"(bytes)
-               : "memory");
-}
-// One probe: true once the phase of this parity completed (acquire: its data is visible afterwards).
-__device__ __forceinline__ bool tryWait(Mbarrier *bar, unsigned parity) {
-  unsigned complete;
-  asm volatile("{\n"
-               ".reg .pred done;\n"
-               "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%1], %2;\n"
-               "selp.u32 %0, 1, 0, done;\n"
-               "}\n"
-               : "=r"(complete)
-               : "r"(smemAddress(bar)), "r"(parity)
-               : "memory");
-  return complete == 1u;
-}
-// Blocks until the phase of this parity completed; the retry loop is inside the PTX (its label is local to the
-// braces, so every inlined copy has its own).
-__device__ __forceinline__ void wait(Mbarrier *bar, unsigned parity) {
-  asm volatile("{\n"
-               ".reg .pred done;\n"
-               "retry:\n"
-               "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
-               "@!done bra retry;\n"
-               "}\n" ::"r"(smemAddress(bar)),
-               "r"(parity)
-               : "memory");
-}
-} // namespace mbarrier
-
-// ---- TMA: tiles of the 5-D attention tensor maps (innermost first: {columns, rows, column blocks, head, batch}) ----
-// Loads count their bytes on `bar` (complete_tx) and zero-fill outside the tensor; the destination is aligned to the
-// swizzle's repeat (1024 bytes for 128-byte swizzle). Stores skip what lies outside the tensor.
-namespace tma {
-__device__ __forceinline__ void prefetch(const TensorMap *map) {
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
-}
-__device__ __forceinline__ void load5d(void *dst, const TensorMap *map, Mbarrier *bar, int column, int row, int block,
-                                       int head, int batch) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-               " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(smemAddress(dst)),
-               "l"(map), "r"(column), "r"(row), "r"(block), "r"(head), "r"(batch), "r"(smemAddress(bar))
-               : "memory");
-}
-// Reads shared memory asynchronously: fence::proxyAsync() after the threads' writes and a barrier before the issuing
-// thread's store; storeCommit() closes a group, storeWaitRead<N>() returns once at most N groups still read their
-// source (before it is overwritten, and before the block exits).
-__device__ __forceinline__ void store5d(const TensorMap *map, const void *src, int column, int row, int block, int head,
-                                        int batch) {
-  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3, %4, %5}], [%6];\n" ::"l"(
-                   map),
-               "r"(column), "r"(row), "r"(block), "r"(head), "r"(batch), "r"(smemAddress(src))
-               : "memory");
-}
-__device__ __forceinline__ void storeCommit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-template <int kGroupsInFlight>
-__device__ __forceinline__ void storeWaitRead() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kGroupsInFlight) : "memory");
-}
-} // namespace tma
-
+)cuda";
+inline constexpr std::string_view kPreludeHead3 = R"cuda(
+)cuda";
+inline constexpr std::string_view kPreludeHead4 = R"cuda(
 // ---- shared-memory matrix descriptors (tcgen05 layout, PTX ISA Table 40) ----
 // Every field but the start address is known when the kernel is generated: the host encodes it
 // (codegen/sm100/DescriptorsSm100.h: version 0b001, LBO, SBO, base offset, swizzling mode) and prints the value;
@@ -225,6 +142,16 @@ struct CheckAllocColumns {
 // many columns are free). One warp; publish the address with fence::beforeThreadSync(), a barrier, then
 // fence::afterThreadSync() in the readers.
 )cuda";
+
+/// The core's first part: sm100's own text and the shared setmaxnreg, async-proxy fence, mbarrier and TMA
+/// wrappers where they stand (after kPreludeHead0's "namespace warpgroup {", before the tcgen05 fences, ...).
+inline std::string preludeCoreHead() {
+  std::string text(kPreludeHead0);
+  for (std::string_view part : {ptx::kSetmaxnregText, kPreludeHead1, ptx::kProxyFenceText, std::string_view("\n"),
+                                kPreludeHead2, ptx::kMbarrierText, kPreludeHead3, ptx::kTmaText, kPreludeHead4})
+    text += part;
+  return text;
+}
 /// Allocation, free and relinquish of tensor memory for one CTA (cta_group::1), in namespace sm100::tmem.
 inline constexpr std::string_view kTmemAllocText = R"cuda(
 template <unsigned kAllocColumns>
@@ -555,7 +482,7 @@ constexpr std::string_view piece(std::string_view text) { return text.substr(1);
 
 inline std::string prelude(std::span<const int> tmemWidths, std::span<const int> fragmentTiles = {},
                            bool ctaPair = false) {
-  std::string text(kPreludeCoreHead);
+  std::string text = preludeCoreHead();
   text += piece(kTmemAllocText);
   text += piece(kPreludeCoreMiddle);
   text += piece(kMmaIssueText);

@@ -197,7 +197,7 @@ extern "C" __global__ void tmaLoads(const __grid_constant__ sm100::TensorMap kMa
   __syncthreads();
   if (threadIdx.x / 32 == 0) {
     if (sm100::warp::elect()) {
-      sm100::tma::prefetch(&kMap);
+      sm100::tma::prefetchDescriptor(&kMap);
       for (int t = 0; t < tiles; ++t) {
         const int slot = t % 2;
         if (t >= 2)
@@ -273,11 +273,11 @@ TEST(Sm100Prelude, PtxHasTheSm100Instructions) {
                                   "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64",
                                   "mbarrier.init.shared::cta.b64",
                                   "fence.mbarrier_init.release.cluster",
-                                  "mbarrier.arrive.release.cta.shared::cta.b64",
-                                  "mbarrier.arrive.expect_tx.release.cta.shared::cta.b64",
-                                  "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64",
-                                  "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
-                                  "cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group",
+                                  "mbarrier.arrive.shared::cta.b64",
+                                  "mbarrier.arrive.expect_tx.shared::cta.b64",
+                                  "mbarrier.try_wait.parity.shared::cta.b64",
+                                  "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes",
+                                  "cp.async.bulk.tensor.5d.global.shared::cta.bulk_group",
                                   "cp.async.bulk.commit_group",
                                   "cp.async.bulk.wait_group.read",
                                   "prefetch.tensormap",
