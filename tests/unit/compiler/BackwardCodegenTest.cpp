@@ -178,6 +178,20 @@ INSTANTIATE_TEST_SUITE_P(Fa3Swapped, Fa3SwappedScoresCompile,
                                           testing::Values(96, 128)),
                          configName);
 
+// S's scale joins tile.probs' exp2 where only masks lie between them (causal, no score_mod): no separate multiply of
+// S; with a score_mod between them (softcap) S is scaled on its own and the exp2 takes log2(e) alone.
+TEST(BackwardCodegen, ScaleFoldsIntoTheProbabilitiesOnlyThroughMasks) {
+  for (const char *variant : {"causal", "softcap_causal"}) {
+    StatusOr<jit::CompileResult> result = jit::compile(
+        *variants::byName(variant), backwardOptions(ElementType::BF16, 128, "sm_90a", {}, "fa3"), jit::Stage::Cuda);
+    ASSERT_TRUE(result.ok()) << result.status().message();
+    const bool folded = std::string_view(variant) == "causal";
+    EXPECT_EQ(count(result->cuda, "* p.scaleLog2 - lseLog2"), folded ? 3 : 0) << variant;
+    EXPECT_EQ(count(result->cuda, "* sm80::kLog2e - lseLog2"), folded ? 0 : 3) << variant;
+    EXPECT_EQ(result->cuda.find("s1[mt][nt][i] *= p.softmaxScale;") == std::string::npos, folded) << variant;
+  }
+}
+
 TEST(BackwardCodegen, Fa3SwappedScoresNeedTheKeysSplit) {
   for (int headDim : {64, 192, 256}) {
     StatusOr<jit::CompileResult> result =
