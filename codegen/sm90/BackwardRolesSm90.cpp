@@ -138,8 +138,11 @@ void BackwardSm90::endRoles(CudaWriter &w) {
   w.line(cat("sm90::warpgroup::increaseRegisters<", consumerRegs, ">();"));
   if (shape.dqWriter)
     w.line("int dqUses = 0;  // Q tiles handed to the dQ writer");
-  if (shape.loadWarp)
+  if (shape.loadWarp) {
     w.line("int tileUses = 0;  // Q tiles taken from the load warp's ring");
+    w.line(cat("const unsigned qRing = sm90::warp::uniform(", ns, "smemAddress(sQ0)), doRing = sm90::warp::uniform(", ns,
+               "smemAddress(sDO0));  // the ring's first buffers (GEMM operands: address())"));
+  }
 }
 
 void BackwardSm90::beginLoadRole(CudaWriter &w) {
@@ -193,6 +196,7 @@ void BackwardSm90::acquireQTile(CudaWriter &w) {
   w.line("const int stage = tileUses & 1;");
   w.line("sm90::mbarrier::wait(&fullBars[stage], (tileUses >> 1) & 1);");
   w.line("unsigned char *const sQ = stage ? sQ1 : sQ0, *const sDO = stage ? sDO1 : sDO0;");
+  w.line("const unsigned ringOffset = stage * static_cast<unsigned>(sQ1 - sQ0);  // sDO1 - sDO0 alike");
   w.line("const float *const sLse = sRows + stage * 2 * kBlockM, *const sDelta = sLse + kBlockM;");
 }
 

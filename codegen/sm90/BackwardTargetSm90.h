@@ -144,7 +144,7 @@ public:
     return {"sm80",   "sm90",   "smemRaw", "aAddr", "bAddr", "dsFrag", "dqBlock", "dqPart", "frag",
             "key",    "q",      "sDq",     "dqBars", "sDqTile", "dqUses", "use",   "tile",   "row",  "rows",
             "kDqPitch", "maps", "kvBar", "fullBars", "emptyBars", "stage", "tileUses", "loads", "qRow0", "kRow0",
-            "tmaBatch", "kQTileBytes", "dotFrag0", "dotFrag1"};
+            "tmaBatch", "kQTileBytes", "dotFrag0", "dotFrag1", "qRing", "doRing", "ringOffset"};
   }
   bool splitsKeys() const override { return true; }
   /// A warpgroup's four warps share its keys: warp w is row group w % 4 of the keys from 64·(w / 4).
@@ -343,7 +343,13 @@ private:
   /// from it, in uniform registers: without the broadcast it builds each k16 step's descriptor in vector registers
   /// and moves it to uniform ones (four R2URs a wgmma; SASS at hd128: 431 R2URs and 168 bytes of spills in the main
   /// kernel, 224 and none with it).
+  /// The load warp's ring buffers (sQ, sDO) are the first buffer's address, broadcast once before the walk, plus the
+  /// stage's offset: broadcast inside the loop, ptxas proves the address uniform (a constant window address and a
+  /// uniform stage), drops the shuffle and selects the buffer in vector registers again (SASS at hd128: 502
+  /// instructions an interior iteration, 458 with the ring's bases hoisted).
   std::string address(const std::string &tile, const std::string &offset = "") const {
+    if (shape.loadWarp && (tile == "sQ" || tile == "sDO"))
+      return cat("(", tile == "sQ" ? "qRing" : "doRing", " + ringOffset", offset, ")");
     return cat("sm90::warp::uniform(", ns, "smemAddress(", tile, ")", offset, ")");
   }
   /// The template argument that names the tiles' swizzle span in sm90::desc calls ("" for the default 128 bytes).
