@@ -103,7 +103,7 @@ std::string BackwardPrinter::overwrite(Value in, Value result, const char *hint)
   return to;
 }
 
-FailureOr<std::string> BackwardPrinter::staged(Value a, Operation *user) {
+FailureOr<std::string> BackwardPrinter::staged(Value a, Operation *user, bool early) {
   if (auto it = stagedIn.find(a); it != stagedIn.end())
     return it->second;
   if (failed(regs(a, user)))
@@ -122,7 +122,10 @@ FailureOr<std::string> BackwardPrinter::staged(Value a, Operation *user) {
     stagedIn[v] = buffer;
     target.stage(w, buffer, from);
   }
-  target.stagedBarrier(w);
+  if (early)
+    target.earlyStagedBarrier(w);
+  else
+    target.stagedBarrier(w);
   return stagedIn.lookup(a);
 }
 
@@ -545,11 +548,16 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
         FailureOr<SharedTile> b = sharedTile(dot.getB(), op);
         if (failed(acc) || failed(b))
           return failure();
-        FailureOr<std::string> a = target.dotReadsRegisters() ? regs(dot.getA(), op) : staged(dot.getA(), op);
+        const bool early = dot->hasAttr(tile::kIssueEarlyAttr);
+        FailureOr<std::string> a =
+            target.dotReadsRegisters() ? regs(dot.getA(), op) : staged(dot.getA(), op, early);
         if (failed(a))
           return failure();
         registers[dot.getResult()] = *acc;
-        target.dotTn(w, *acc, *a, *b, warpCols(b->width));
+        if (early)
+          target.dotTnEarly(w, *acc, *a, *b, warpCols(b->width));
+        else
+          target.dotTn(w, *acc, *a, *b, warpCols(b->width));
         return success();
       })
       .Case([&](AccumulateOp acc) -> LogicalResult {

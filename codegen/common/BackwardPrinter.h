@@ -129,7 +129,7 @@ private:
   std::string overwrite(Value in, Value result, const char *hint);
   /// The shared buffer that holds `a` (an fp32 score-layout tile) rounded to 16 bits: staged by the first GEMM that
   /// reads it in this iteration, with every other tile of stageOrder already computed, behind one barrier.
-  FailureOr<std::string> staged(Value a, Operation *user);
+  FailureOr<std::string> staged(Value a, Operation *user, bool early = false);
   /// The copies of `tile` (rows from `firstRow`, zero-filled past `seqlen`) from `global` (row stride), chunk by
   /// chunk (the family's copyChunk).
   void printCopy(const SharedTile &tile, const std::string &global, const std::string &firstRow,

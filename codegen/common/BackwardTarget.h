@@ -110,6 +110,14 @@ public:
   /// dotReadsRegisters(), the score tile `a` in registers, which holds Aᵀ), B the Q-tile-row tile `b` (dO or Q).
   virtual void dotTn(CudaWriter &w, const std::string &acc, const std::string &a, const SharedTile &b,
                      int64_t warpCols) = 0;
+  /// A tile.dot_tn marked tile.issue_early (dV's, under tile.early_dv): its operand is staged alone, before dS exists,
+  /// behind earlyStagedBarrier, and dotTnEarly issues its GEMM where it stands. By default the staging barrier and
+  /// dotTn.
+  virtual void earlyStagedBarrier(CudaWriter &w) { stagedBarrier(w); }
+  virtual void dotTnEarly(CudaWriter &w, const std::string &acc, const std::string &a, const SharedTile &b,
+                          int64_t warpCols) {
+    dotTn(w, acc, a, b, warpCols);
+  }
   /// dQ += A·K into the fp32 accumulator gDqAccum (rows of the Q tile qt, `k.width` columns a row): dqOperand
   /// prepares A (`staged`: its staging buffer, `regs`: its score tile; a family whose GEMMs run asynchronously may
   /// issue the product there), then the printer may wait for the deterministic mode's turn, then dqProduct

@@ -141,30 +141,43 @@ void BackwardSm90::stage(CudaWriter &w, const std::string &buffer, const std::st
   w.close();
 }
 
+std::string BackwardSm90::packDotOperand(CudaWriter &w, const std::string &a, const std::string &acc) {
+  // Aᵀ in registers: the transposed score tile's C fragments of n8 tiles 2k, 2k + 1 are the A fragment of k16 step k
+  // (the forward's P·V). Packed where the tile is final, so its fp32 registers die before dQ's GEMM; stage() stores dS
+  // from the same words.
+  std::string frag = cat("dotFrag", dotFrags++);
+  packed[a] = frag;
+  w.comment(cat(a, " rounded to 16 bits into ", frag, ": the A fragments of ", acc, "'s GEMM (k16 step k: n8 tiles 2k, "
+                "2k + 1)"));
+  w.line(cat("unsigned ", frag, "[kSTiles / 2][4];"));
+  w.openUnrolledFor("k", "kSTiles / 2");
+  for (int r = 0; r < 4; ++r)
+    w.line(cat(frag, "[k][", r, "] = ", pack, "(", a, "[0][2 * k", r >= 2 ? " + 1" : "", "][", 2 * (r % 2), "], ", a,
+               "[0][2 * k", r >= 2 ? " + 1" : "", "][", 2 * (r % 2) + 1, "]);"));
+  w.close();
+  return frag;
+}
+
 void BackwardSm90::dotTn(CudaWriter &w, const std::string &acc, const std::string &a, const SharedTile &b,
                          int64_t warpCols) {
-  std::string frag;
-  if (shape.swapScores) {
-    // Aᵀ in registers: the transposed score tile's C fragments of n8 tiles 2k, 2k + 1 are the A fragment of k16 step
-    // k (the forward's P·V). Packed here, where the tile is final, so its fp32 registers die before dQ's GEMM; stage()
-    // stores dS from the same words.
-    frag = cat("dotFrag", dotFrags++);
-    packed[a] = frag;
-    w.comment(cat(a, " rounded to 16 bits into ", frag, ": the A fragments of ", acc, "'s GEMM (k16 step k: n8 tiles 2k, "
-                  "2k + 1)"));
-    w.line(cat("unsigned ", frag, "[kSTiles / 2][4];"));
-    w.openUnrolledFor("k", "kSTiles / 2");
-    for (int r = 0; r < 4; ++r)
-      w.line(cat(frag, "[k][", r, "] = ", pack, "(", a, "[0][2 * k", r >= 2 ? " + 1" : "", "][", 2 * (r % 2), "], ", a,
-                 "[0][2 * k", r >= 2 ? " + 1" : "", "][", 2 * (r % 2) + 1, "]);"));
-    w.close();
-  }
+  const std::string frag = shape.swapScores ? packDotOperand(w, a, acc) : std::string();
   if (shape.gemmOverlap) {
     w.comment(cat(acc, " += Aᵀ·", b.name.substr(1), " (tile.dot_tn): issued after dQ's products (overlap)"));
     deferred.push_back({acc, a, frag, b, warpCols});
     return;
   }
   issueDot(w, {acc, a, frag, b, warpCols});
+}
+
+void BackwardSm90::dotTnEarly(CudaWriter &w, const std::string &acc, const std::string &a, const SharedTile &b,
+                              int64_t warpCols) {
+  if (!shape.gemmOverlap)
+    return dotTn(w, acc, a, b, warpCols);
+  // Issued now, a group of its own: dV's GEMM runs under dS's math; dQ's and dK's groups come after it, and each
+  // wait counts the groups committed after the one it needs (waitFor).
+  w.comment(cat(acc, " += Aᵀ·", b.name.substr(1), " (tile.dot_tn, tile.issue_early): issued as soon as its A is ready, "
+                "under dS's math"));
+  issueDot(w, {acc, a, shape.swapScores ? packDotOperand(w, a, acc) : std::string(), b, warpCols});
 }
 
 void BackwardSm90::issueDot(CudaWriter &w, const DeferredDot &dot) {

@@ -205,6 +205,20 @@ public:
     w.line("sm90::fence::proxyAsync();  // this thread's staged rows visible to wgmma");
     w.line(cat(computeBarrier(), "  // every warp's rows staged"));
   }
+  /// Under the key split a warpgroup's staged rows are its own keys, the rows of its dotTn's A: its four warps'
+  /// barrier (named barrier 2 + its index) is enough.
+  void earlyStagedBarrier(CudaWriter &w) override {
+    if (!keySplit)
+      return stagedBarrier(w);
+    w.line("sm90::fence::proxyAsync();  // this thread's staged rows visible to wgmma");
+    w.line(cat("sm90::namedBarrier::sync(", kComputeBarrier + 1, " + warp / ", kWarpgroupWarps, ", ",
+               kWarpgroupWarps * 32, ");  // the warpgroup's rows (its keys) staged"));
+  }
+  void dotTnEarly(CudaWriter &w, const std::string &acc, const std::string &a, const SharedTile &b,
+                  int64_t warpCols) override;
+  /// Under the swap: the score tile `a` rounded to 16 bits into the next dotFrag (returned), the A fragments of
+  /// `acc`'s RS GEMM.
+  std::string packDotOperand(CudaWriter &w, const std::string &a, const std::string &acc);
   /// One warpgroup's dS in registers spans all of its Q tile's keys only when it is the block's one warpgroup.
   bool dqReadsRegisters() const override { return warpgroups == 1; }
   /// Under the swap Pᵀ and dSᵀ are in registers, each warp 16 keys × the Q tile's rows: the A fragments of dV's and

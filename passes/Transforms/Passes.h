@@ -39,6 +39,14 @@ inline constexpr llvm::StringLiteral kLoadWarpAttr = "tile.load_warp";
 /// only dS goes through shared memory (for dQ) (KernelShape::swapScores; FA3's SdP_swapAB); the program's semantics do
 /// not change.
 inline constexpr llvm::StringLiteral kSwapScoresAttr = "tile.swap_scores";
+/// A schedule's attribute on a backward main program whose warpgroups split the keys, with tile.gemm_overlap (a unit
+/// attribute): tile-pipeline-q-loop leaves dV's tile.dot_tn (A = P) where the program has it, after tile.probs, and
+/// marks it tile.issue_early, so that its GEMM is issued once P is staged and runs under dS's math; the program's
+/// semantics do not change.
+inline constexpr llvm::StringLiteral kEarlyDvAttr = "tile.early_dv";
+/// On a tile.dot_tn (a unit attribute, set by tile-pipeline-q-loop under tile.early_dv): issued where it stands, not
+/// after dQ's product.
+inline constexpr llvm::StringLiteral kIssueEarlyAttr = "tile.issue_early";
 /// A schedule's attribute on a program with roles (an array of two i32): the registers a thread of the producer
 /// warpgroup and of a computing warpgroup hold after setmaxnreg (KernelShape::producerRegs, consumerRegs).
 inline constexpr llvm::StringLiteral kRoleRegistersAttr = "tile.role_registers";

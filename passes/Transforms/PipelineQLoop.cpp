@@ -5,6 +5,7 @@
 //  - one staging barrier a Q tile: the GEMMs whose rows are keys (tile.dot_tn) read P and dS through shared memory;
 //    moved down to the first tile.accumulate, they come after both tiles are complete, and the printer stages both
 //    before the first of them;
+//    (under tile.early_dv, dV's stays after tile.probs and is issued there: P staged alone, behind its own barrier);
 //  - copies one tile ahead (#tile.schedule stages = 2): the loop's loads all index its own tile, so tile i + 1's can
 //    be issued before tile i's GEMMs into a second buffer (tile.q_buffers = 2).
 //===----------------------------------------------------------------------===//
@@ -22,8 +23,9 @@ using namespace flashtile::tile;
 namespace {
 
 /// Moves each tile.dot_tn of `body` that comes before its first tile.accumulate down to just before it, in order,
-/// when every use of its result comes after that point (the loop's yield).
-void sinkKeyRowGemms(Block &body) {
+/// when every use of its result comes after that point (the loop's yield). With `earlyDv` the one whose A is P (a
+/// tile.probs) stays where the program has it and is marked tile.issue_early.
+void sinkKeyRowGemms(Block &body, bool earlyDv) {
   Operation *target = body.getTerminator();
   for (Operation &op : body)
     if (isa<AccumulateOp>(op)) {
@@ -38,6 +40,10 @@ void sinkKeyRowGemms(Block &body) {
       gemms.push_back(dot);
   }
   for (DotTnOp dot : gemms) {
+    if (earlyDv && dot.getA().getDefiningOp<ProbsOp>()) {
+      dot->setAttr(kIssueEarlyAttr, UnitAttr::get(dot.getContext()));
+      continue;
+    }
     bool usedLater = llvm::all_of(dot->getUsers(), [&](Operation *user) {
       Operation *inBody = body.findAncestorOpInBlock(*user);
       return inBody && (inBody == target || target->isBeforeInBlock(inBody));
@@ -65,7 +71,7 @@ struct TilePipelineQLoopPass : flashtile::tile::impl::TilePipelineQLoopBase<Tile
         return signalPassFailure();
       }
       Block &body = loop.getBody().front();
-      sinkKeyRowGemms(body);
+      sinkKeyRowGemms(body, func->hasAttr(kEarlyDvAttr));
       if (!twoBuffers)
         continue;
       for (LoadOp load : body.getOps<LoadOp>())

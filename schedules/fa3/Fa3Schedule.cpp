@@ -84,6 +84,10 @@ public:
                    "only dS is staged in shared memory (FA3's SdP_swapAB); 0: S and dP with query rows on M, P and dS "
                    "staged transposed for dV and dK",
          0, 1},
+        {kEarlyDv, "backward only, where the warpgroups split the keys (head dims 96 and 128): 1: dV's GEMM issued as "
+                   "soon as P is staged (a warpgroup barrier: its own keys), so that it runs under dS's math; 0: dV's "
+                   "and dK's GEMMs issued together after dQ's",
+         0, 1},
         {kExp2PolyShare, "FA4's partial software exp2: of every 8 n8 tiles of a score row, how many take their "
                          "exponentials from a cubic on the FMA pipe (sm90::math::exp2Poly3) instead of MUFU; 0: none "
                          "(the default)",
@@ -95,7 +99,7 @@ public:
   FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass shapeClass) const override {
     if (func.getKind() != kForwardProgram)
       return configureBackward(func, knobs);
-    for (const char *backwardKnob : {kDqWriter, kLoadWarp, kSwapSdp})
+    for (const char *backwardKnob : {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv})
       if (knobs.count(backwardKnob))
         return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
@@ -176,7 +180,7 @@ public:
       if (knobs.count(roleKnob))
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
-                                     "consumer-warpgroups, intra-wg-overlap, dq-writer, load-warp, swap-sdp, "
+                                     "consumer-warpgroups, intra-wg-overlap, dq-writer, load-warp, swap-sdp, early-dv, "
                                      "producer-regs and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
@@ -263,8 +267,18 @@ public:
       func->setAttr(kLoadWarpAttr, UnitAttr::get(func.getContext()));
     // intra-wg-overlap: a Q tile's GEMMs in flight together, each waited on where its result is first read (S's
     // softmax under dP; dQ's reductions under dV and dK); 0: each waited on when issued.
-    if (knob(knobs, kOverlap, kBackwardOverlap) != 0)
+    const bool overlap = knob(knobs, kOverlap, kBackwardOverlap) != 0;
+    if (overlap)
       func->setAttr(kGemmOverlapAttr, UnitAttr::get(func.getContext()));
+    // early-dv: dV's GEMM issued once P is staged, under dS's math (its operands are the warpgroup's own keys: the key
+    // split), instead of after dQ's product with dK's.
+    const int64_t early = knob(knobs, kEarlyDv, 0);
+    if (early && (!keySplit || wide || !overlap))
+      return refuse(kEarlyDv, early,
+                    "0 here; 1 needs the warpgroups to split the keys (two consumer warpgroups, block-m 64, block-n "
+                    "128: head dims 96 and 128) and intra-wg-overlap 1");
+    if (early)
+      func->setAttr(kEarlyDvAttr, UnitAttr::get(func.getContext()));
     return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, kWarpgroupWarps * consumers,
                              WarpLayout::SplitQ, kBackwardBlock / kWarpgroupWarps, stages, /*rescaleThreshold=*/0,
                              /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, ShapeClass::Default);

@@ -178,6 +178,42 @@ INSTANTIATE_TEST_SUITE_P(Fa3Swapped, Fa3SwappedScoresCompile,
                                           testing::Values(96, 128)),
                          configName);
 
+// early-dv 1 (the key split, with overlap): dV's GEMM issued once P is staged, behind its warpgroup's own barrier and
+// before dP is waited for (dV's group in flight then), dK's after dQ's; variants whose hooks read positions or the
+// score, with and without the swap, to one cubin.
+TEST(BackwardCodegen, Fa3EarlyDvIssuesDvUnderDsMath) {
+  for (const char *variant : {"causal", "softcap_causal"})
+    for (int headDim : {96, 128})
+      for (int swap : {0, 1}) {
+        StatusOr<jit::CompileResult> result = jit::compile(
+            *variants::byName(variant),
+            backwardOptions(ElementType::BF16, headDim, "sm_90a", {{"early-dv", 1}, {"swap-sdp", swap}}, "fa3"),
+            jit::Stage::Cubin);
+        ASSERT_TRUE(result.ok()) << result.status().message();
+        const std::string &cuda = result->cuda;
+        // Three walk segments, each with one early dV whose issue comes before dP's wait.
+        EXPECT_EQ(count(cuda, "(tile.dot_tn, tile.issue_early)"), 3) << variant << headDim << swap;
+        EXPECT_EQ(count(cuda, "sm90::namedBarrier::sync(2 + warp / 4, 128);"), swap ? 0 : 3) << variant << headDim;
+        const size_t early = cuda.find("(tile.dot_tn, tile.issue_early)");
+        const size_t dpWait = cuda.find(swap ? "dp landed" : "dp landed (1 later group(s) in flight)");
+        ASSERT_NE(dpWait, std::string::npos) << variant << headDim << swap;
+        EXPECT_LT(early, dpWait) << variant << headDim << swap;
+        EXPECT_EQ(count(cuda, "issued after dQ's products (overlap)"), 3) << variant << headDim << swap;
+      }
+}
+
+TEST(BackwardCodegen, Fa3EarlyDvNeedsTheKeysSplitAndOverlap) {
+  for (auto [headDim, overlap] : {std::pair{64, 1}, {192, 1}, {256, 1}, {128, 0}}) {
+    StatusOr<jit::CompileResult> result = jit::compile(
+        *variants::byName("causal"),
+        backwardOptions(ElementType::BF16, headDim, "sm_90a", {{"early-dv", 1}, {"intra-wg-overlap", overlap}}, "fa3"),
+        jit::Stage::Cuda);
+    ASSERT_FALSE(result.ok()) << headDim;
+    EXPECT_NE(result.status().message().find("early-dv = 1 is not supported"), std::string::npos)
+        << result.status().message();
+  }
+}
+
 // S's scale joins tile.probs' exp2 where only masks lie between them (causal, no score_mod): no separate multiply of
 // S; with a score_mod between them (softcap) S is scaled on its own and the exp2 takes log2(e) alone.
 TEST(BackwardCodegen, ScaleFoldsIntoTheProbabilitiesOnlyThroughMasks) {
@@ -367,7 +403,7 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"consumer-warpgroups", 3, "fa3 backward: consumer-warpgroups = 3 is not supported; accepted: 1 or 2"},
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
-                          "dq-writer, load-warp, swap-sdp, producer-regs and consumer-regs"},
+                          "dq-writer, load-warp, swap-sdp, early-dv, producer-regs and consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
         jit::compile(*variants::byName("none"),
