@@ -67,7 +67,7 @@ void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const
   w.open("if (threadIdx.x == 0)");
   if (shape.dqWriter) {
     w.line("sm90::mbarrier::init(&dqBars[0], kThreads);");
-    w.line("sm90::mbarrier::init(&dqBars[1], 1);");
+    w.line(cat("sm90::mbarrier::init(&dqBars[1], ", shape.dqWriterWarps, ");  // each writer warp's lane 0"));
   }
   if (shape.loadWarp) {
     w.line("sm90::mbarrier::init(kvBar, 2);  // K's and V's TMA");
@@ -83,7 +83,14 @@ void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const
   w.line(cat("sm90::warpgroup::decreaseRegisters<", producerRegs, ">();"));
   if (!shape.dqWriter)
     return;
-  w.open("if (warp == kWarps)");
+  const int writers = shape.dqWriterWarps;
+  if (writers > 1) {
+    w.comment(cat("dQ writers: warp kWarps and the ", writers - 1, " after the load warp share each tile's rows"));
+    w.open(cat("if (warp == kWarps || (warp >= kWarps + 2 && warp < kWarps + ", writers + 1, "))"));
+    w.line("const int writer = warp == kWarps ? 0 : warp - kWarps - 1;");
+  } else {
+    w.open("if (warp == kWarps)");
+  }
   w.comment("dQ writer: Q tile after Q tile, as the computing warps hand them over, until the walk is over");
   w.open("for (int use = 0;; ++use)");
   w.line("sm90::mbarrier::wait(&dqBars[0], use & 1);");
@@ -92,12 +99,22 @@ void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const
   w.line("if (tile < 0)");
   w.line("  break;");
   w.comment("deterministic mode: this block's turn on the tile's rows; its adds complete before the turn passes on");
-  w.line(cat("int *const turnCounter = p.deterministic ? ", dqCounter, " : nullptr;"));
+  w.line(cat("int *const turnCounter = p.deterministic", writers > 1 ? " && writer == 0" : "", " ? ", dqCounter,
+             " : nullptr;"));
   w.line("if (lane == 0 && turnCounter)");
   w.line(cat("  ", ns, "waitTurn(turnCounter, ", dqTurn, ");"));
   w.line("__syncwarp();");
   w.line("const int rows = min(kBlockM, p.seqlenQ - tile * kBlockM);");
-  if (dqPad()) {
+  if (dqPad() && writers > 1) {
+    w.comment(cat("the tile's rows below seqlen_q, a bulk reduce-add each, shared by the ", writers, " writers (lane l of"));
+    w.comment("writer w the rows w + writers·l, ...; deterministic mode: the first writer alone, in its turn): a row of");
+    w.comment("sDq, padded, is a row of dq_accum");
+    w.line(cat("const int writers = p.deterministic ? 1 : ", writers, ";"));
+    w.line("#pragma unroll 1");
+    w.line("for (int row = writer + writers * lane; writer < writers && row < rows; row += 32 * writers)");
+    w.line("  sm90::bulkReduceAddF32(gDqAccum + ((long long)tile * kBlockM + row) * kHeadDim, sDq + row * kDqPitch, "
+           "kHeadDim * 4u);");
+  } else if (dqPad()) {
     w.comment("the tile's rows below seqlen_q, a bulk reduce-add each (lane l the rows l, l + 32, ...): a row of sDq,");
     w.comment("padded, is a row of dq_accum");
     w.line("#pragma unroll 1");

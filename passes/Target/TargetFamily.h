@@ -73,6 +73,8 @@ struct KernelShape {
   /// The backward's dQ writer (`tile.dq_writer`, passes/Transforms/Passes.h): the computing warpgroups leave each Q
   /// tile's dQ terms in shared memory and a warp of a producer warpgroup adds them into the fp32 accumulator.
   bool dqWriter = false;
+  /// The warps that share the dQ writer's adds (`tile.dq_writer_warps`, passes/Transforms/Passes.h; 1 without it).
+  int dqWriterWarps = 1;
   /// The backward's load warp (`tile.load_warp`, passes/Transforms/Passes.h): a warp of the producer warpgroup (which
   /// dqWriter makes) loads K, V and each Q tile's Q, dO, LSE and D into shared memory for the computing warpgroups.
   bool loadWarp = false;

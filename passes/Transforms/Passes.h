@@ -28,6 +28,9 @@ inline constexpr llvm::StringLiteral kGemmOverlapAttr = "tile.gemm_overlap";
 /// memory, and a writer role of their own adds them into the fp32 accumulator (KernelShape::dqWriter); the program's
 /// semantics do not change.
 inline constexpr llvm::StringLiteral kDqWriterAttr = "tile.dq_writer";
+/// With tile.dq_writer (an i32, present when above 1): how many warps of the producer warpgroup share each Q tile's dQ
+/// adds (KernelShape::dqWriterWarps); the program's semantics do not change.
+inline constexpr llvm::StringLiteral kDqWriterWarpsAttr = "tile.dq_writer_warps";
 /// A schedule's attribute on a backward main program with roles (a unit attribute): a load warp of the producer
 /// warpgroup brings K and V, and each Q tile's Q, dO, LSE and D, into shared memory (TMA into a two-stage ring with
 /// full and empty barriers), so the computing warps copy nothing (KernelShape::loadWarp); the program's semantics do

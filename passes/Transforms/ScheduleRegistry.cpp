@@ -242,6 +242,8 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   shape.ctaPair = func->hasAttr(tile::kCtaPairAttr);
   shape.gemmOverlap = func->hasAttr(tile::kGemmOverlapAttr);
   shape.dqWriter = func->hasAttr(tile::kDqWriterAttr);
+  if (auto warps = func->getAttrOfType<mlir::IntegerAttr>(tile::kDqWriterWarpsAttr))
+    shape.dqWriterWarps = static_cast<int>(warps.getInt());
   shape.loadWarp = func->hasAttr(tile::kLoadWarpAttr);
   shape.swapScores = func->hasAttr(tile::kSwapScoresAttr);
   if (auto regs = func->getAttrOfType<mlir::DenseI32ArrayAttr>(tile::kRoleRegistersAttr); regs && regs.size() == 2) {

@@ -84,6 +84,11 @@ public:
                    "only dS is staged in shared memory (FA3's SdP_swapAB); 0: S and dP with query rows on M, P and dS "
                    "staged transposed for dV and dK",
          0, 1},
+        {kDqWriterWarps, "backward only, with dq-writer 1 at head dims 96 to 192 (where a Q tile's dQ rows are padded "
+                         "in shared memory and added one bulk reduce-add a row): how many warps of the producer "
+                         "warpgroup share those adds (the first and the ones after the load warp; default 3 there, "
+                         "else 1; deterministic mode adds with the first alone)",
+         1, 3},
         {kEarlyDv, "backward only, where the warpgroups split the keys (head dims 96 and 128): 1: dV's GEMM issued as "
                    "soon as P is staged (a warpgroup barrier: its own keys), so that it runs under dS's math; 0: dV's "
                    "and dK's GEMMs issued together after dQ's",
@@ -99,7 +104,7 @@ public:
   FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass shapeClass) const override {
     if (func.getKind() != kForwardProgram)
       return configureBackward(func, knobs);
-    for (const char *backwardKnob : {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv})
+    for (const char *backwardKnob : {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps})
       if (knobs.count(backwardKnob))
         return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
@@ -180,7 +185,7 @@ public:
       if (knobs.count(roleKnob))
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
-                                     "consumer-warpgroups, intra-wg-overlap, dq-writer, load-warp, swap-sdp, early-dv, "
+                                     "consumer-warpgroups, intra-wg-overlap, dq-writer, dq-writer-warps, load-warp, swap-sdp, early-dv, "
                                      "producer-regs and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
@@ -263,6 +268,16 @@ public:
     }
     if (writer)
       func->setAttr(kDqWriterAttr, UnitAttr::get(func.getContext()));
+    // dq-writer-warps: from head dim 96 sDq's rows are padded (conflict-free fragment stores) and added a row at a
+    // time; one warp issuing 64 bulk reduce-adds a tile kept the computing warps waiting for sDq (Nsight Compute's
+    // source counters at hd128 8k: 26% of the warps' stall samples there), so the rows are shared out.
+    const bool paddedRows = headDim >= 96 && headDim < 256;
+    const int64_t writerWarps = knob(knobs, kDqWriterWarps, writer && paddedRows ? 3 : 1);
+    if (writerWarps > 1 && (!writer || !paddedRows))
+      return refuse(kDqWriterWarps, writerWarps,
+                    "1 here; 2 or 3 need dq-writer 1 at head dims 96 to 192 (one bulk reduce-add a padded row)");
+    if (writerWarps > 1)
+      func->setAttr(kDqWriterWarpsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), writerWarps));
     if (loader)
       func->setAttr(kLoadWarpAttr, UnitAttr::get(func.getContext()));
     // intra-wg-overlap: a Q tile's GEMMs in flight together, each waited on where its result is first read (S's

@@ -214,6 +214,43 @@ TEST(BackwardCodegen, Fa3EarlyDvNeedsTheKeysSplitAndOverlap) {
   }
 }
 
+// dq-writer-warps (default 3 at head dims 96 to 192, where sDq's rows are padded and added one by one): warp kWarps and
+// the two after the load warp share each tile's row adds, the empty barrier counts their arrivals, deterministic mode
+// adds with the first alone; 1 keeps one writer. Refused where the rows are not padded (64, 256) or without the writer.
+TEST(BackwardCodegen, Fa3DqWriterWarpsShareTheRowAdds) {
+  for (int headDim : {96, 128, 192})
+    for (int warps : {0, 1, 2}) {
+      schedule::Knobs knobs;
+      if (warps)
+        knobs["dq-writer-warps"] = warps;
+      StatusOr<jit::CompileResult> result =
+          jit::compile(*variants::byName("causal"), backwardOptions(ElementType::BF16, headDim, "sm_90a", knobs, "fa3"),
+                       warps == 0 && headDim == 128 ? jit::Stage::Cubin : jit::Stage::Cuda);
+      ASSERT_TRUE(result.ok()) << result.status().message();
+      const std::string &cuda = result->cuda;
+      const int expected = warps ? warps : 3;
+      const std::string n = std::to_string(expected);
+      EXPECT_EQ(count(cuda, "sm90::mbarrier::init(&dqBars[1], " + n + ");"), 1) << headDim << " " << warps;
+      EXPECT_EQ(count(cuda, "const int writer = warp == kWarps ? 0 : warp - kWarps - 1;"), expected > 1 ? 1 : 0)
+          << headDim << " " << warps;
+      if (expected > 1) {
+        EXPECT_NE(cuda.find("(warp >= kWarps + 2 && warp < kWarps + " + std::to_string(expected + 1) + ")"),
+                  std::string::npos);
+        EXPECT_NE(cuda.find("const int writers = p.deterministic ? 1 : " + n + ";"), std::string::npos);
+        EXPECT_NE(cuda.find("p.deterministic && writer == 0 ?"), std::string::npos);
+      }
+    }
+  for (auto [headDim, writer] : {std::pair{64, 1}, {256, 1}, {128, 0}}) {
+    StatusOr<jit::CompileResult> result = jit::compile(
+        *variants::byName("causal"),
+        backwardOptions(ElementType::BF16, headDim, "sm_90a", {{"dq-writer-warps", 2}, {"dq-writer", writer}}, "fa3"),
+        jit::Stage::Cuda);
+    ASSERT_FALSE(result.ok()) << headDim;
+    EXPECT_NE(result.status().message().find("dq-writer-warps = 2 is not supported"), std::string::npos)
+        << result.status().message();
+  }
+}
+
 // S's scale joins tile.probs' exp2 where only masks lie between them (causal, no score_mod): no separate multiply of
 // S; with a score_mod between them (softcap) S is scaled on its own and the exp2 takes log2(e) alone.
 TEST(BackwardCodegen, ScaleFoldsIntoTheProbabilitiesOnlyThroughMasks) {
@@ -403,7 +440,7 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"consumer-warpgroups", 3, "fa3 backward: consumer-warpgroups = 3 is not supported; accepted: 1 or 2"},
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
-                          "dq-writer, load-warp, swap-sdp, early-dv, producer-regs and consumer-regs"},
+                          "dq-writer, dq-writer-warps, load-warp, swap-sdp, early-dv, producer-regs and consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
         jit::compile(*variants::byName("none"),
