@@ -87,7 +87,8 @@ LogicalResult BackwardPrinter::printPostprocess(const std::string &entry) {
   w.open("for (int e = threadIdx.x; e < kBlockM * kHeadDim / 2; e += kThreads)");
   w.line("const int i = tile * kBlockM + e / (kHeadDim / 2), c = 2 * (e % (kHeadDim / 2));");
   w.open("if (i < p.seqlenQ)");
-  w.line("const float2 x = *reinterpret_cast<const float2 *>(gAcc + i * kHeadDim + c);");
+  w.line(cat("const float2 x = *reinterpret_cast<const float2 *>(gAcc + i * kHeadDim + ", target.dqAccumColumn("i", "c"),
+             ");"));
   w.line(cat("*reinterpret_cast<unsigned *>(gOut + i * p.dQRowStride + c) = ", pack, "(x.x, x.y);"));
   w.close();
   w.close();

@@ -281,8 +281,9 @@ void BackwardSm90::dqToShared(CudaWriter &w, const std::string &part, const std:
     fragments.forEachRow(w, [&] {
       w.line(cat("const int row = ", keySplit ? "warpM" : "warp", " * kWarpRows + 16 * mt + fragRow + 8 * r;"));
       w.openUnrolledFor("nt", cat(block.width / 8));
-      w.line(cat("*reinterpret_cast<float2 *>(sDq + row * kDqPitch + ", block.col,
-                 " + 8 * nt + fragCol) = make_float2(", part, "[0][nt][2 * r], ", part, "[0][nt][2 * r + 1]);"));
+      w.line(cat("*reinterpret_cast<float2 *>(sDq + row * kDqPitch + ",
+                 dqAccumColumn("row", cat(block.col, " + 8 * nt + fragCol")), ") = make_float2(", part,
+                 "[0][nt][2 * r], ", part, "[0][nt][2 * r + 1]);"));
       w.close();
     });
   });

@@ -334,9 +334,17 @@ private:
   /// Whether the block has a producer warpgroup (the dQ writer's, the load warp's, or both).
   bool roles() const { return shape.dqWriter || shape.loadWarp; }
   /// The dQ buffer's row padding in floats (0: its rows are dq_accum's, one bulk add a tile).
-  int dqPad() const { return shape.headDim >= kDqPadFrom ? kDqPadFloats : 0; }
+  int dqPad() const { return !shape.dqSwizzle && shape.headDim >= kDqPadFrom ? kDqPadFloats : 0; }
   /// The blocks of `round` of `part` (its fp32 C fragment) into sDq, this thread's rows (the dQ writer's).
   void dqToShared(CudaWriter &w, const std::string &part, const std::vector<DqBlock> &round);
+  /// dq_accum's (and sDq's) rows with their 16-byte chunks XOR-permuted by the row (KernelShape::dqSwizzle): chunk c
+  /// of row i at c ^ (i % 8), within its 128 bytes. A warp's float2 stores of 8 rows then fall on 8 chunk positions
+  /// twice: two wavefronts, no conflict, and a Q tile's rows stay contiguous (one bulk reduce-add).
+  std::string dqAccumColumn(const std::string &row, const std::string &col) const override {
+    if (!shape.dqSwizzle)
+      return col;
+    return cat("(((((", col, ") >> 2) ^ ((", row, ") & 7)) << 2) | ((", col, ") & 3))");
+  }
   /// The dQ writer's hand-over: before the tile's first write into sDq (`start`), after its last.
   void dqHandOver(CudaWriter &w, bool start);
   /// The reductions of the blocks of `round` of `part` (its fp32 C fragment) into gDqAccum.

@@ -75,6 +75,8 @@ struct KernelShape {
   bool dqWriter = false;
   /// The warps that share the dQ writer's adds (`tile.dq_writer_warps`, passes/Transforms/Passes.h; 1 without it).
   int dqWriterWarps = 1;
+  /// dq_accum's rows chunk-permuted (`tile.dq_swizzle`, passes/Transforms/Passes.h).
+  bool dqSwizzle = false;
   /// The backward's load warp (`tile.load_warp`, passes/Transforms/Passes.h): a warp of the producer warpgroup (which
   /// dqWriter makes) loads K, V and each Q tile's Q, dO, LSE and D into shared memory for the computing warpgroups.
   bool loadWarp = false;

@@ -31,6 +31,10 @@ inline constexpr llvm::StringLiteral kDqWriterAttr = "tile.dq_writer";
 /// With tile.dq_writer (an i32, present when above 1): how many warps of the producer warpgroup share each Q tile's dQ
 /// adds (KernelShape::dqWriterWarps); the program's semantics do not change.
 inline constexpr llvm::StringLiteral kDqWriterWarpsAttr = "tile.dq_writer_warps";
+/// With tile.dq_writer (a unit attribute): the fp32 dQ accumulator's rows hold their 16-byte chunks XOR-permuted by the
+/// row (chunk c of row i at c ^ (i % 8) within its 128 bytes), written so by the main kernel's one bulk reduce-add a Q
+/// tile and read back by the postprocess (KernelShape::dqSwizzle); the program's semantics do not change.
+inline constexpr llvm::StringLiteral kDqSwizzleAttr = "tile.dq_swizzle";
 /// A schedule's attribute on a backward main program with roles (a unit attribute): a load warp of the producer
 /// warpgroup brings K and V, and each Q tile's Q, dO, LSE and D, into shared memory (TMA into a two-stage ring with
 /// full and empty barriers), so the computing warps copy nothing (KernelShape::loadWarp); the program's semantics do

@@ -242,6 +242,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   shape.ctaPair = func->hasAttr(tile::kCtaPairAttr);
   shape.gemmOverlap = func->hasAttr(tile::kGemmOverlapAttr);
   shape.dqWriter = func->hasAttr(tile::kDqWriterAttr);
+  shape.dqSwizzle = func->hasAttr(tile::kDqSwizzleAttr);
   if (auto warps = func->getAttrOfType<mlir::IntegerAttr>(tile::kDqWriterWarpsAttr))
     shape.dqWriterWarps = static_cast<int>(warps.getInt());
   shape.loadWarp = func->hasAttr(tile::kLoadWarpAttr);

@@ -16,7 +16,8 @@ inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kStages
                             *kRescaleThreshold = "rescale-threshold", *kExp2PolyShare = "exp2-poly-share",
                             *kDqWriter = "dq-writer", *kLoadWarp = "load-warp", *kSwapSdp = "swap-sdp",
                             *kEarlyDv = "early-dv",
-                            *kDqWriterWarps = "dq-writer-warps";
+                            *kDqWriterWarps = "dq-writer-warps",
+                            *kDqSwizzle = "dq-swizzle";
 /// The largest `rescale-threshold` (log2 units): P may reach 2^threshold, which stays finite in fp16 up to 15.
 inline constexpr int64_t kMaxRescaleThreshold = 15;
 

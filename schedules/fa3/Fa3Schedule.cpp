@@ -89,6 +89,11 @@ public:
                          "warpgroup share those adds (the first and the ones after the load warp; default 3 there, "
                          "else 1; deterministic mode adds with the first alone)",
          1, 3},
+        {kDqSwizzle, "backward only, with dq-writer 1: 1: dq_accum's rows hold their 16-byte chunks XOR-permuted by the "
+                     "row (chunk c of row i at c ^ (i % 8) within its 128 bytes; the postprocess reads them back), so "
+                     "that sDq is unpadded, its fragment stores do not conflict and a Q tile is one bulk reduce-add; "
+                     "0: sDq's rows padded from head dim 96 and added one at a time (dq-writer-warps)",
+         0, 1},
         {kEarlyDv, "backward only, where the warpgroups split the keys (head dims 96 and 128): 1: dV's GEMM issued as "
                    "soon as P is staged (a warpgroup barrier: its own keys), so that it runs under dS's math; 0: dV's "
                    "and dK's GEMMs issued together after dQ's",
@@ -104,7 +109,7 @@ public:
   FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass shapeClass) const override {
     if (func.getKind() != kForwardProgram)
       return configureBackward(func, knobs);
-    for (const char *backwardKnob : {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps})
+    for (const char *backwardKnob : {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle})
       if (knobs.count(backwardKnob))
         return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
@@ -185,7 +190,8 @@ public:
       if (knobs.count(roleKnob))
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
-                                     "consumer-warpgroups, intra-wg-overlap, dq-writer, dq-writer-warps, load-warp, swap-sdp, early-dv, "
+                                     "consumer-warpgroups, intra-wg-overlap, dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, "
+                                     "early-dv, "
                                      "producer-regs and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
@@ -271,11 +277,20 @@ public:
     // dq-writer-warps: from head dim 96 sDq's rows are padded (conflict-free fragment stores) and added a row at a
     // time; one warp issuing 64 bulk reduce-adds a tile kept the computing warps waiting for sDq (Nsight Compute's
     // source counters at hd128 8k: 26% of the warps' stall samples there), so the rows are shared out.
-    const bool paddedRows = headDim >= 96 && headDim < 256;
+    // dq-swizzle: dq_accum's rows with their 16-byte chunks XOR-permuted by the row, so that sDq needs no padding
+    // (its stores spread over the banks by the permutation) and a tile is one contiguous bulk reduce-add.
+    const int64_t swizzle = knob(knobs, kDqSwizzle, 0);
+    if (swizzle && !writer)
+      return refuse(kDqSwizzle, swizzle, "0 here; 1 needs dq-writer 1 (the computing warps' red.global.add writes "
+                                         "dq_accum's rows in order)");
+    if (swizzle)
+      func->setAttr(kDqSwizzleAttr, UnitAttr::get(func.getContext()));
+    const bool paddedRows = !swizzle && headDim >= 96 && headDim < 256;
     const int64_t writerWarps = knob(knobs, kDqWriterWarps, writer && paddedRows ? 3 : 1);
     if (writerWarps > 1 && (!writer || !paddedRows))
       return refuse(kDqWriterWarps, writerWarps,
-                    "1 here; 2 or 3 need dq-writer 1 at head dims 96 to 192 (one bulk reduce-add a padded row)");
+                    "1 here; 2 or 3 need dq-writer 1 at head dims 96 to 192 without dq-swizzle (one bulk reduce-add a "
+                    "padded row)");
     if (writerWarps > 1)
       func->setAttr(kDqWriterWarpsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), writerWarps));
     if (loader)

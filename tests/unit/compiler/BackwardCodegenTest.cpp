@@ -251,6 +251,44 @@ TEST(BackwardCodegen, Fa3DqWriterWarpsShareTheRowAdds) {
   }
 }
 
+// dq-swizzle 1: dq_accum's rows chunk-permuted by the row, so sDq is unpadded, the computing warps store each float2 at
+// its permuted column, the writer adds a tile with one bulk reduce-add, and the postprocess reads each pair back from
+// the same permuted column; every head dim, to one cubin. Refused without the writer and with several writer warps.
+TEST(BackwardCodegen, Fa3DqSwizzleAddsATileAtOnce) {
+  const std::string permuted = "(((((c) >> 2) ^ ((i) & 7)) << 2) | ((c) & 3))";
+  for (int headDim : {64, 96, 128, 192}) {
+    StatusOr<jit::CompileResult> result =
+        jit::compile(*variants::byName("causal"),
+                     backwardOptions(ElementType::BF16, headDim, "sm_90a", {{"dq-swizzle", 1}}, "fa3"),
+                     headDim == 96 ? jit::Stage::Cubin : jit::Stage::Cuda);
+    ASSERT_TRUE(result.ok()) << result.status().message();
+    const std::string &cuda = result->cuda;
+    EXPECT_NE(cuda.find("constexpr int kDqPitch = kHeadDim + 0;"), std::string::npos) << headDim;
+    EXPECT_EQ(count(cuda, "sm90::bulkReduceAddF32(gDqAccum + (long long)tile * kBlockM * kHeadDim, sDq,"), 1) << headDim;
+    EXPECT_EQ(cuda.find("sDq + row * kDqPitch, kHeadDim * 4u"), std::string::npos) << headDim;
+    EXPECT_EQ(cuda.find("const int writer = warp == kWarps"), std::string::npos) << headDim;
+    EXPECT_NE(cuda.find("const float2 x = *reinterpret_cast<const float2 *>(gAcc + i * kHeadDim + " + permuted + ");"),
+              std::string::npos)
+        << headDim;
+    EXPECT_GE(count(cuda, ") >> 2) ^ ((row) & 7)) << 2) | (("), 3) << headDim;
+  }
+  StatusOr<jit::CompileResult> plain = jit::compile(
+      *variants::byName("causal"), backwardOptions(ElementType::BF16, 128, "sm_90a", {}, "fa3"), jit::Stage::Cuda);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_NE(plain->cuda.find("gAcc + i * kHeadDim + c);"), std::string::npos);
+  for (auto [knob, value] : {std::pair{"dq-writer", 0}, {"dq-writer-warps", 2}}) {
+    StatusOr<jit::CompileResult> refused =
+        jit::compile(*variants::byName("causal"),
+                     backwardOptions(ElementType::BF16, 128, "sm_90a", {{"dq-swizzle", 1}, {knob, value}}, "fa3"),
+                     jit::Stage::Cuda);
+    ASSERT_FALSE(refused.ok()) << knob;
+    EXPECT_NE(refused.status().message().find(std::string(knob) == "dq-writer" ? "dq-swizzle = 1 is not supported"
+                                                                              : "dq-writer-warps = 2 is not supported"),
+              std::string::npos)
+        << refused.status().message();
+  }
+}
+
 // S's scale joins tile.probs' exp2 where only masks lie between them (causal, no score_mod): no separate multiply of
 // S; with a score_mod between them (softcap) S is scaled on its own and the exp2 takes log2(e) alone.
 TEST(BackwardCodegen, ScaleFoldsIntoTheProbabilitiesOnlyThroughMasks) {
@@ -440,7 +478,7 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"consumer-warpgroups", 3, "fa3 backward: consumer-warpgroups = 3 is not supported; accepted: 1 or 2"},
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
-                          "dq-writer, dq-writer-warps, load-warp, swap-sdp, early-dv, producer-regs and consumer-regs"},
+                          "dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, early-dv, producer-regs and consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
         jit::compile(*variants::byName("none"),
