@@ -37,6 +37,16 @@ int count(const std::string &text, const std::string &needle) {
   return n;
 }
 
+/// fa3's backward at `headDim` with `knobs` is refused, naming `knob` = `value`.
+void expectFa3Refuses(int headDim, const schedule::Knobs &knobs, const std::string &knob, int64_t value) {
+  StatusOr<jit::CompileResult> result = jit::compile(
+      *variants::byName("causal"), backwardOptions(ElementType::BF16, headDim, "sm_90a", knobs, "fa3"), jit::Stage::Cuda);
+  ASSERT_FALSE(result.ok()) << knob << " at head dim " << headDim;
+  EXPECT_NE(result.status().message().find(knob + " = " + std::to_string(value) + " is not supported"),
+            std::string::npos)
+      << result.status().message();
+}
+
 using Config = std::tuple<std::string, ElementType, int>; // variant, dtype, head dim
 
 class BackwardCompiles : public testing::TestWithParam<Config> {};
@@ -203,15 +213,8 @@ TEST(BackwardCodegen, Fa3EarlyDvIssuesDvUnderDsMath) {
 }
 
 TEST(BackwardCodegen, Fa3EarlyDvNeedsTheKeysSplitAndOverlap) {
-  for (auto [headDim, overlap] : {std::pair{64, 1}, {192, 1}, {256, 1}, {128, 0}}) {
-    StatusOr<jit::CompileResult> result = jit::compile(
-        *variants::byName("causal"),
-        backwardOptions(ElementType::BF16, headDim, "sm_90a", {{"early-dv", 1}, {"intra-wg-overlap", overlap}}, "fa3"),
-        jit::Stage::Cuda);
-    ASSERT_FALSE(result.ok()) << headDim;
-    EXPECT_NE(result.status().message().find("early-dv = 1 is not supported"), std::string::npos)
-        << result.status().message();
-  }
+  for (auto [headDim, overlap] : {std::pair{64, 1}, {192, 1}, {256, 1}, {128, 0}})
+    expectFa3Refuses(headDim, {{"early-dv", 1}, {"intra-wg-overlap", overlap}}, "early-dv", 1);
 }
 
 // dq-writer-warps (default 3 at head dims 96 to 192, where sDq's rows are padded and added one by one): warp kWarps and
@@ -240,15 +243,8 @@ TEST(BackwardCodegen, Fa3DqWriterWarpsShareTheRowAdds) {
         EXPECT_NE(cuda.find("p.deterministic && writer == 0 ?"), std::string::npos);
       }
     }
-  for (auto [headDim, writer] : {std::pair{64, 1}, {256, 1}, {128, 0}}) {
-    StatusOr<jit::CompileResult> result = jit::compile(
-        *variants::byName("causal"),
-        backwardOptions(ElementType::BF16, headDim, "sm_90a", {{"dq-writer-warps", 2}, {"dq-writer", writer}}, "fa3"),
-        jit::Stage::Cuda);
-    ASSERT_FALSE(result.ok()) << headDim;
-    EXPECT_NE(result.status().message().find("dq-writer-warps = 2 is not supported"), std::string::npos)
-        << result.status().message();
-  }
+  for (auto [headDim, writer] : {std::pair{64, 1}, {256, 1}, {128, 0}})
+    expectFa3Refuses(headDim, {{"dq-writer-warps", 2}, {"dq-writer", writer}}, "dq-writer-warps", 2);
 }
 
 // dq-swizzle 1: dq_accum's rows chunk-permuted by the row, so sDq is unpadded, the computing warps store each float2 at
@@ -276,17 +272,8 @@ TEST(BackwardCodegen, Fa3DqSwizzleAddsATileAtOnce) {
       *variants::byName("causal"), backwardOptions(ElementType::BF16, 128, "sm_90a", {}, "fa3"), jit::Stage::Cuda);
   ASSERT_TRUE(plain.ok()) << plain.status().message();
   EXPECT_NE(plain->cuda.find("gAcc + i * kHeadDim + c);"), std::string::npos);
-  for (auto [knob, value] : {std::pair{"dq-writer", 0}, {"dq-writer-warps", 2}}) {
-    StatusOr<jit::CompileResult> refused =
-        jit::compile(*variants::byName("causal"),
-                     backwardOptions(ElementType::BF16, 128, "sm_90a", {{"dq-swizzle", 1}, {knob, value}}, "fa3"),
-                     jit::Stage::Cuda);
-    ASSERT_FALSE(refused.ok()) << knob;
-    EXPECT_NE(refused.status().message().find(std::string(knob) == "dq-writer" ? "dq-swizzle = 1 is not supported"
-                                                                              : "dq-writer-warps = 2 is not supported"),
-              std::string::npos)
-        << refused.status().message();
-  }
+  expectFa3Refuses(128, {{"dq-swizzle", 1}, {"dq-writer", 0}}, "dq-swizzle", 1);
+  expectFa3Refuses(128, {{"dq-swizzle", 1}, {"dq-writer-warps", 2}}, "dq-writer-warps", 2);
 }
 
 // S's scale joins tile.probs' exp2 where only masks lie between them (causal, no score_mod): no separate multiply of
