@@ -128,7 +128,7 @@ public:
   virtual std::string reduceAdd2(const std::string &dst, const std::string &x, const std::string &y) const = 0;
   /// The column at which the fp32 dQ accumulator holds column `col` (even) of row `row`, as the main kernel wrote it:
   /// `col` itself unless the family permutes a row's 16-byte chunks (KernelShape::dqSwizzle).
-  virtual std::string dqAccumColumn(const std::string &row, const std::string &col) const { return col; }
+  virtual std::string dqAccumColumn(const std::string & /*row*/, const std::string &col) const { return col; }
 
   // ---- roles of the main kernel (a family that hands work to warps that do not compute) ----
   /// Threads the main kernel has beyond its computing warps (kThreads): a role's warpgroup after them.
