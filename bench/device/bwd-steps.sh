@@ -8,6 +8,9 @@
 #           knobs, loaded through FLASHTILE_AOT_DIR, so its kernels replace the JIT's for the calls they serve), each
 #           in its own process on the same warm machine.
 # STEPS: which of check, pytest, bench run (default all). STEPS_SHAPES: D:S pairs (default hd 64 and 128 at 1k-16k).
+# STEPS_CHECK_AOT=1: the check also runs once with each STEPS_AOT library loaded (its kernels' gradients checked too).
+# STEPS_ROUNDS=N (default 1): after the bench, N - 1 more rounds alternating the default and each library (no peers),
+# each in its own process, their TFLOP/s printed a line each (run-to-run noise is a few per cent: compare medians).
 # Logs in $OUT: steps-<part>.log and steps-<name>.json.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
@@ -21,6 +24,16 @@ status=0
 if [[ ,$steps, == *,check,* ]]; then
   timeout "${STEPS_CHECK_TIMEOUT:-150}" python3 bench/backward_bench.py --check >> "$OUT/steps-check.log" 2>&1 || status=1
   grep -E "check:|FAIL" "$OUT/steps-check.log" | tail -8
+  if [ "${STEPS_CHECK_AOT:-0}" = 1 ]; then
+    IFS=',' read -ra libraries <<<"${STEPS_AOT:-}"
+    for library in "${libraries[@]}"; do
+      FLASHTILE_AOT_DIR=${library#*:} FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-${library%%:*} \
+        timeout "${STEPS_CHECK_TIMEOUT:-150}" python3 bench/backward_bench.py --check \
+        > "$OUT/steps-check-${library%%:*}.log" 2>&1 || status=1
+      echo "${library%%:*}: $(grep -E "check:" "$OUT/steps-check-${library%%:*}.log")"
+      grep FAIL "$OUT/steps-check-${library%%:*}.log" | head -5
+    done
+  fi
 fi
 if [[ ,$steps, == *,pytest,* ]]; then
   ( cd tests/python/gpu && timeout "${STEPS_PYTEST_TIMEOUT:-150}" python3 -m pytest -q -n 16 -p no:cacheprovider \
@@ -38,6 +51,15 @@ if [[ ,$steps, == *,bench,* ]]; then
       --json "$OUT/steps-${library%%:*}.json" >> "$OUT/steps-bench.log" 2>&1 || status=1
   done
   grep -vE "^ *$" "$OUT/steps-bench.log" | tail -60
+  for ((round = 2; round <= ${STEPS_ROUNDS:-1}; ++round)); do
+    for library in default: ${STEPS_AOT//,/ }; do
+      name=${library%%:*} dir=${library#*:}
+      FLASHTILE_AOT_DIR=$dir FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-$name \
+        timeout "${STEPS_BENCH_TIMEOUT:-200}" python3 bench/backward_bench.py --bench --shapes "$shapes" --peers "" \
+        > "$OUT/steps-round$round-$name.log" 2>&1 || status=1
+      echo "round $round $name: $(grep -E '^hd' "$OUT/steps-round$round-$name.log" | awk '{printf "%s %s %s %s; ", $1, $2, $3, $4}')"
+    done
+  done
 fi
 echo "bwd-steps: exit $status"
 exit $status
