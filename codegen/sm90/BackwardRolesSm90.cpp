@@ -105,20 +105,21 @@ void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const
   w.line(cat("  ", ns, "waitTurn(turnCounter, ", dqTurn, ");"));
   w.line("__syncwarp();");
   w.line("const int rows = min(kBlockM, p.seqlenQ - tile * kBlockM);");
-  if (dqPad() && writers > 1) {
-    w.comment(cat("the tile's rows below seqlen_q, a bulk reduce-add each, shared by the ", writers, " writers (lane l of"));
-    w.comment("writer w the rows w + writers·l, ...; deterministic mode: the first writer alone, in its turn): a row of");
-    w.comment("sDq, padded, is a row of dq_accum");
-    w.line(cat("const int writers = p.deterministic ? 1 : ", writers, ";"));
+  if (dqPad()) {
+    if (writers > 1) {
+      w.comment(cat("the tile's rows below seqlen_q, a bulk reduce-add each, shared by the ", writers,
+                    " writers (lane l of"));
+      w.comment("writer w the rows w + writers·l, ...; deterministic mode: the first writer alone, in its turn): a row "
+                "of");
+      w.comment("sDq, padded, is a row of dq_accum");
+      w.line(cat("const int writers = p.deterministic ? 1 : ", writers, ";"));
+    } else {
+      w.comment("the tile's rows below seqlen_q, a bulk reduce-add each (lane l the rows l, l + 32, ...): a row of sDq,");
+      w.comment("padded, is a row of dq_accum");
+    }
     w.line("#pragma unroll 1");
-    w.line("for (int row = writer + writers * lane; writer < writers && row < rows; row += 32 * writers)");
-    w.line("  sm90::bulkReduceAddF32(gDqAccum + ((long long)tile * kBlockM + row) * kHeadDim, sDq + row * kDqPitch, "
-           "kHeadDim * 4u);");
-  } else if (dqPad()) {
-    w.comment("the tile's rows below seqlen_q, a bulk reduce-add each (lane l the rows l, l + 32, ...): a row of sDq,");
-    w.comment("padded, is a row of dq_accum");
-    w.line("#pragma unroll 1");
-    w.line("for (int row = lane; row < rows; row += 32)");
+    w.line(writers > 1 ? "for (int row = writer + writers * lane; writer < writers && row < rows; row += 32 * writers)"
+                       : "for (int row = lane; row < rows; row += 32)");
     w.line("  sm90::bulkReduceAddF32(gDqAccum + ((long long)tile * kBlockM + row) * kHeadDim, sDq + row * kDqPitch, "
            "kHeadDim * 4u);");
   } else {
