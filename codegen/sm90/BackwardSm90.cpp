@@ -261,64 +261,56 @@ void BackwardSm90::dqOperand(CudaWriter &w, const std::string &staged, const std
     issueDqProducts(w, kTile());
 }
 
-void BackwardSm90::dqReductions(CudaWriter &w, const SharedTile &k, const std::string &part,
-                                const std::vector<DqBlock> &round) {
-  forEachBlock(w, round, [&](const DqBlock &block) {
-    fragments.forEachRow(w, [&] {
-      w.line(cat("const int q = ", FragmentTiles::threadRow(), ";"));
-      w.line("if (q >= p.seqlenQ)");
-      w.line("  continue;");
-      w.openUnrolledFor("nt", cat(block.width / 8));
-      w.line(cat("float *const dst = gDqAccum + (long long)q * ", k.width, " + ", block.col, " + 8 * nt + fragCol;"));
-      w.line(reduceAdd2("dst", cat(part, "[0][nt][2 * r]"), cat(part, "[0][nt][2 * r + 1]")));
-      w.close();
-    });
+void BackwardSm90::dqReductions(CudaWriter &w, const SharedTile &k, const std::string &part, const DqBlock &block) {
+  fragments.forEachRow(w, [&] {
+    w.line(cat("const int q = ", FragmentTiles::threadRow(), ";"));
+    w.line("if (q >= p.seqlenQ)");
+    w.line("  continue;");
+    openKeptFragments(w, block);
+    w.line(cat("float *const dst = gDqAccum + (long long)q * ", k.width, " + ", block.col, " + 8 * nt + fragCol;"));
+    w.line(reduceAdd2("dst", cat(part, "[0][nt][2 * r]"), cat(part, "[0][nt][2 * r + 1]")));
+    w.close();
   });
 }
 
-void BackwardSm90::dqToShared(CudaWriter &w, const std::string &part, const std::vector<DqBlock> &round) {
-  forEachBlock(w, round, [&](const DqBlock &block) {
-    fragments.forEachRow(w, [&] {
-      w.line(cat("const int row = ", keySplit ? "warpM" : "warp", " * kWarpRows + 16 * mt + fragRow + 8 * r;"));
-      w.openUnrolledFor("nt", cat(block.width / 8));
-      w.line(cat("*reinterpret_cast<float2 *>(sDq + row * kDqPitch + ",
-                 dqAccumColumn("row", cat(block.col, " + 8 * nt + fragCol")), ") = make_float2(", part,
-                 "[0][nt][2 * r], ", part, "[0][nt][2 * r + 1]);"));
-      w.close();
-    });
+void BackwardSm90::dqToShared(CudaWriter &w, const std::string &part, const DqBlock &block) {
+  fragments.forEachRow(w, [&] {
+    w.line(cat("const int row = ", keySplit ? "warpM" : "warp", " * kWarpRows + 16 * mt + fragRow + 8 * r;"));
+    openKeptFragments(w, block);
+    w.line(cat("*reinterpret_cast<float2 *>(sDq + row * kDqPitch + ",
+               dqAccumColumn("row", cat(block.col, " + 8 * nt + fragCol")), ") = make_float2(", part,
+               "[0][nt][2 * r], ", part, "[0][nt][2 * r + 1]);"));
+    w.close();
   });
 }
 
-void BackwardSm90::dqGemm(CudaWriter &w, const SharedTile &k, const std::vector<DqBlock> &round,
-                          const std::string &part) {
+void BackwardSm90::dqGemm(CudaWriter &w, const SharedTile &k, const DqBlock &block, const std::string &part) {
   w.line("sm90::warpgroup::arrive();");
-  forEachBlock(w, round, [&](const DqBlock &block) {
-    w.open("");
-    // Column c of a column-block tile starts c · rows · 2 bytes in, at any span (c a multiple of the span's columns).
-    w.line(cat("const unsigned bAddr = ", address(k.name, cat(" + (", block.col, ") * ", k.rows, " * 2")),
-               ";  // columns [", block.col, ", +", block.width, ") of K"));
-    if (!dqReadsRegisters())
-      w.line(cat("const unsigned aAddr = ",
-                 address(dqA, keySplit ? std::string() : cat(" + warp / ", kWarpgroupWarps, " * kBlockN * ", kSwizzleBytes)),
-                 ";  // dS, ", keySplit ? "the Q tile's rows" : "this warpgroup's query rows (a column block)"));
-    w.line(cat("const unsigned long long bDesc = sm90::desc::mnMajor", sw(), "(bAddr, ", k.rows, " * ", swizzle, ");"));
-    if (!dqReadsRegisters())
-      w.line(cat("const unsigned long long aDesc = sm90::desc::mnMajor(aAddr, kBlockN * ", kSwizzleBytes, ");"));
-    w.openUnrolledFor("ks", "kBlockN / 16");
-    if (dqReadsRegisters())
-      w.line(cat("sm90::warpgroup::Wgmma<", block.width, ">::", mmaType, "RS<sm90::warpgroup::kMNMajor>(",
-                 flat(part, cat(block.width / 2)), ", dsFrag[0][ks], sm90::desc::offsetLow(bDesc, "
-                 "sm90::desc::mnMajorStepBytes", sw(), "(ks)), ks > 0);"));
-    else
-      w.line(cat("sm90::warpgroup::WgmmaMnA<", block.width, ">::", mmaType, "SS<sm90::warpgroup::kMNMajor>(",
-                 flat(part, cat(block.width / 2)), ", sm90::desc::offsetLow(aDesc, sm90::desc::mnMajorStepBytes(ks)), ",
-                 "sm90::desc::offsetLow(bDesc, sm90::desc::mnMajorStepBytes", sw(), "(ks)), ks > 0);"));
-    w.close();
-    w.close();
-  });
+  w.open("");
+  // Column c of a column-block tile starts c · rows · 2 bytes in, at any span (c a multiple of the span's columns).
+  w.line(cat("const unsigned bAddr = ", address(k.name, cat(" + (", block.col, ") * ", k.rows, " * 2")),
+             ";  // columns [", block.col, ", +", block.width, ") of K"));
+  if (!dqReadsRegisters())
+    w.line(cat("const unsigned aAddr = ",
+               address(dqA, keySplit ? std::string() : cat(" + warp / ", kWarpgroupWarps, " * kBlockN * ", kSwizzleBytes)),
+               ";  // dS, ", keySplit ? "the Q tile's rows" : "this warpgroup's query rows (a column block)"));
+  w.line(cat("const unsigned long long bDesc = sm90::desc::mnMajor", sw(), "(bAddr, ", k.rows, " * ", swizzle, ");"));
+  if (!dqReadsRegisters())
+    w.line(cat("const unsigned long long aDesc = sm90::desc::mnMajor(aAddr, kBlockN * ", kSwizzleBytes, ");"));
+  w.openUnrolledFor("ks", "kBlockN / 16");
+  if (dqReadsRegisters())
+    w.line(cat("sm90::warpgroup::Wgmma<", block.width, ">::", mmaType, "RS<sm90::warpgroup::kMNMajor>(",
+               flat(part, cat(block.width / 2)), ", dsFrag[0][ks], sm90::desc::offsetLow(bDesc, "
+               "sm90::desc::mnMajorStepBytes", sw(), "(ks)), ks > 0);"));
+  else
+    w.line(cat("sm90::warpgroup::WgmmaMnA<", block.width, ">::", mmaType, "SS<sm90::warpgroup::kMNMajor>(",
+               flat(part, cat(block.width / 2)), ", sm90::desc::offsetLow(aDesc, sm90::desc::mnMajorStepBytes(ks)), ",
+               "sm90::desc::offsetLow(bDesc, sm90::desc::mnMajorStepBytes", sw(), "(ks)), ks > 0);"));
+  w.close();
+  w.close();
 }
 
-void BackwardSm90::issueDqRound(CudaWriter &w, const SharedTile &k, const std::vector<DqBlock> &round) {
+void BackwardSm90::issueDqRound(CudaWriter &w, const SharedTile &k, const DqBlock &round) {
   dqGemm(w, k, round, "dqPart");
   commit(w, "dqPart", flat("dqPart", cat(dqWidth(k) / 2)));
 }
@@ -339,7 +331,7 @@ void BackwardSm90::fenceDsFragments(CudaWriter &w) const {
 }
 
 void BackwardSm90::dqProductOverlapped(CudaWriter &w, const SharedTile &k) {
-  const std::vector<std::vector<DqBlock>> rounds = dqRounds(k);
+  const std::vector<DqBlock> rounds = dqRounds(k);
   w.comment("overlap: each product's reductions once it landed, the first under dV's and dK's GEMMs");
   for (size_t i = 0; i < rounds.size(); ++i) {
     if (i > 0)
@@ -367,7 +359,7 @@ void BackwardSm90::dqProduct(CudaWriter &w, const SharedTile &k) {
   if (shape.dqWriter)
     dqHandOver(w, true);
   const int64_t width = dqWidth(k);
-  for (const std::vector<DqBlock> &round : dqRounds(k)) {
+  for (const DqBlock &round : dqRounds(k)) {
     w.open("");
     w.line(cat("float part[1][", width / 8, "][4];"));
     w.open("");

@@ -127,10 +127,9 @@ public:
     std::vector<int> widths = {static_cast<int>(shape.swapScores ? shape.blockM : shape.blockN / shape.keyWarps),
                                static_cast<int>(shape.headDim / parts), static_cast<int>(shape.headDimV / parts)};
     std::vector<int> dqWidths;
-    for (const auto &round : dqRounds(k))
-      for (const DqBlock &block : round)
-        if (std::find(dqWidths.begin(), dqWidths.end(), block.width) == dqWidths.end())
-          dqWidths.push_back(static_cast<int>(block.width));
+    for (const DqBlock &block : dqRounds(k))
+      if (std::find(dqWidths.begin(), dqWidths.end(), block.width) == dqWidths.end())
+        dqWidths.push_back(static_cast<int>(block.width));
     if (dqReadsRegisters())
       widths.insert(widths.end(), dqWidths.begin(), dqWidths.end());
     std::string text = fragmentPrelude(kFragmentNamespace) + ::flashtile::codegen::sm90::prelude(widths);
@@ -277,12 +276,14 @@ private:
     std::string acc, flat;
     std::string operand = {}; ///< its register A operand (RS), fenced with it: not reused before the wgmma read it
   };
-  /// One dQ product of a round: columns [col, col + width) (col a C expression), of the warpgroup `warpgroup` alone
-  /// (-1: every warpgroup issues it, col naming its own columns or every warpgroup the same).
+  /// One dQ product (a round: one wgmma group a warpgroup, its accumulator dqPart): columns [col, col + width) of K
+  /// (col a C expression, naming the warpgroup's own columns or every warpgroup the same), of which the warpgroup keeps
+  /// all but its first `skip` 8-column fragments (a C expression; empty: keeps all). Every warpgroup issues the same
+  /// GEMM shape: a branch on the warpgroup around a wgmma makes ptxas serialize every wgmma of the kernel.
   struct DqBlock {
     std::string col;
     int64_t width;
-    int warpgroup;
+    std::string skip = {};
   };
   /// A dotTn whose issue waits for dQ's products (overlap).
   struct DeferredDot {
@@ -323,9 +324,9 @@ private:
   void issueDqProducts(CudaWriter &w, const SharedTile &k);
   /// dQ's products of `round` of the K tile `k` into `part`, issued, not committed: A from the registers dsFrag (one
   /// warpgroup) or from the staged dS (dqA).
-  void dqGemm(CudaWriter &w, const SharedTile &k, const std::vector<DqBlock> &round, const std::string &part);
+  void dqGemm(CudaWriter &w, const SharedTile &k, const DqBlock &round, const std::string &part);
   /// Issues and commits dQ's products of `round` into dqPart.
-  void issueDqRound(CudaWriter &w, const SharedTile &k, const std::vector<DqBlock> &round);
+  void issueDqRound(CudaWriter &w, const SharedTile &k, const DqBlock &round);
   /// Keeps the compiler from reusing dS's RS fragments before the last wgmma that reads them retired.
   void fenceDsFragments(CudaWriter &w) const;
   void dqProductOverlapped(CudaWriter &w, const SharedTile &k);
@@ -336,7 +337,7 @@ private:
   /// The dQ buffer's row padding in floats (0: its rows are dq_accum's, one bulk add a tile).
   int dqPad() const { return !shape.dqSwizzle && shape.headDim >= kDqPadFrom ? kDqPadFloats : 0; }
   /// The blocks of `round` of `part` (its fp32 C fragment) into sDq, this thread's rows (the dQ writer's).
-  void dqToShared(CudaWriter &w, const std::string &part, const std::vector<DqBlock> &round);
+  void dqToShared(CudaWriter &w, const std::string &part, const DqBlock &round);
   /// dq_accum's (and sDq's) rows with their 16-byte chunks XOR-permuted by the row (KernelShape::dqSwizzle): chunk c
   /// of row i at c ^ (i % 8), within its 128 bytes. A warp's float2 stores of 8 rows then fall on 8 chunk positions
   /// twice: two wavefronts, no conflict, and a Q tile's rows stay contiguous (one bulk reduce-add).
@@ -348,7 +349,7 @@ private:
   /// The dQ writer's hand-over: before the tile's first write into sDq (`start`), after its last.
   void dqHandOver(CudaWriter &w, bool start);
   /// The reductions of the blocks of `round` of `part` (its fp32 C fragment) into gDqAccum.
-  void dqReductions(CudaWriter &w, const SharedTile &k, const std::string &part, const std::vector<DqBlock> &round);
+  void dqReductions(CudaWriter &w, const SharedTile &k, const std::string &part, const DqBlock &round);
 
   /// Retires the warpgroup's wgmma group and fences `flat` (a C expression of a float array reference).
   void retire(CudaWriter &w, const std::string &flat) const {
@@ -380,56 +381,45 @@ private:
   std::string warpgroupRows() const {
     return warpgroups == 1 ? std::string() : cat(" + warp / ", kWarpgroupWarps, " * ", kWarpgroupRowBytes);
   }
-  /// dQ's products in rounds: a round is one product a warpgroup (one wgmma group, its accumulator dqPart), either
-  /// one block every warpgroup issues or one guarded block per warpgroup. One warpgroup, or the query rows split: every
-  /// 64-column block of the head dim in turn. The keys split over W warpgroups: one round of head_dim / W columns a
-  /// warpgroup where that is whole column blocks of the tiles' span and at most 128 columns (the registers); else
-  /// every W-th 64-column block from the warpgroup's own where the head dim is a multiple of W·64; else (head dim 96)
-  /// one round of a block per warpgroup, the first 64 columns and the rest.
-  std::vector<std::vector<DqBlock>> dqRounds(const SharedTile &k) const {
-    std::vector<std::vector<DqBlock>> rounds;
+  /// dQ's products in rounds of one product a warpgroup. One warpgroup, or the query rows split: every 64-column block
+  /// of the head dim in turn. The keys split over W warpgroups: one round of head_dim / W columns a warpgroup where
+  /// that is whole column blocks of the tiles' span and at most 128 columns (the registers); else every W-th 64-column
+  /// block from the warpgroup's own where the head dim is a multiple of W·64; else (head dim 96, two warpgroups) one
+  /// round of 64 columns each, the first warpgroup's the first 64 and the second's the last 64, of which it keeps the
+  /// columns past the first's (the windows overlap: the same GEMM in both, the second idle for as long otherwise).
+  std::vector<DqBlock> dqRounds(const SharedTile &k) const {
     const int64_t part = k.width / warpgroups;
-    if (keySplit && k.width % warpgroups == 0 && part % (swizzle / 2) == 0 && part <= 2 * kDqColumns) {
-      rounds.push_back({{cat(part, " * (warp / ", kWarpgroupWarps, ")"), part, -1}});
-      return rounds;
-    }
+    if (keySplit && k.width % warpgroups == 0 && part % (swizzle / 2) == 0 && part <= 2 * kDqColumns)
+      return {{cat(part, " * (warp / ", kWarpgroupWarps, ")"), part}};
     if (keySplit && k.width % (kDqColumns * warpgroups) != 0) {
-      std::vector<DqBlock> round;
-      for (int g = 0; g < warpgroups && g * kDqColumns < k.width; ++g)
-        round.push_back({cat(g * kDqColumns), std::min<int64_t>(kDqColumns, k.width - g * kDqColumns), g});
-      rounds.push_back(round);
-      return rounds;
+      // checkBackwardShape admits this case only at two warpgroups with kDqColumns < k.width < 2 · kDqColumns, the
+      // second window starting on a whole column block of the span.
+      const int64_t shift = k.width - kDqColumns;
+      return {{cat(shift, " * (warp / ", kWarpgroupWarps, ")"), kDqColumns,
+               cat((kDqColumns - shift) / 8, " * (warp / ", kWarpgroupWarps, ")")}};
     }
+    std::vector<DqBlock> rounds;
     for (int64_t c = 0; c < k.width; c += keySplit ? kDqColumns * warpgroups : kDqColumns) {
       const std::string col =
           keySplit ? cat(kDqColumns, " * (warp / ", kWarpgroupWarps, c ? cat(" + ", c / kDqColumns) : std::string(), ")")
                    : cat(c);
-      rounds.push_back({{col, std::min<int64_t>(kDqColumns, k.width - c), -1}});
+      rounds.push_back({col, std::min<int64_t>(kDqColumns, k.width - c)});
     }
     return rounds;
   }
   /// The widest product of dQ's rounds (dqPart's columns).
   int64_t dqWidth(const SharedTile &k) const {
     int64_t widest = 0;
-    for (const auto &round : dqRounds(k))
-      for (const DqBlock &block : round)
-        widest = std::max(widest, block.width);
+    for (const DqBlock &block : dqRounds(k))
+      widest = std::max(widest, block.width);
     return widest;
   }
-  /// Prints `body` for each block of `round`: as it is for a block of every warpgroup, else under the guard of its
-  /// warpgroup (a warpgroup-uniform branch: the wgmmas inside stay aligned).
-  template <typename Body>
-  void forEachBlock(CudaWriter &w, const std::vector<DqBlock> &round, Body body) const {
-    for (size_t i = 0; i < round.size(); ++i) {
-      const DqBlock &block = round[i];
-      if (block.warpgroup < 0) {
-        body(block);
-        continue;
-      }
-      const bool last = i + 1 == round.size() && i > 0 && round.size() == size_t(warpgroups);
-      w.open(last ? std::string("else") : cat(i ? "else if" : "if", " (warp / ", kWarpgroupWarps, " == ", block.warpgroup, ")"));
-      body(block);
-      w.close();
+  /// Opens the loop over the 8-column fragments of `block` that the warpgroup keeps (nt; the caller closes it).
+  void openKeptFragments(CudaWriter &w, const DqBlock &block) const {
+    w.openUnrolledFor("nt", cat(block.width / 8));
+    if (!block.skip.empty()) {
+      w.line(cat("if (nt < ", block.skip, ")"));
+      w.line("  continue;");
     }
   }
 

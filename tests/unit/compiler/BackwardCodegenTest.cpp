@@ -509,7 +509,8 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
 }
 
 // fa3 at every head dim from 64 to 256 (FA3's set): 96 in 64-byte swizzled tiles (32-column blocks) with dQ's first
-// 64 columns on one warpgroup and the rest on the other; 192 and 256 with dK's and dV's columns split over the two
+// 64 columns on one warpgroup and the last 64 on the other, which keeps the 32 past the first's (one GEMM shape in
+// both: no branch on the warpgroup around a wgmma); 192 and 256 with dK's and dV's columns split over the two
 // warpgroups (64-key tiles), 192 in 64-byte tiles too (96-column parts), 256 without the dQ writer (its buffer does
 // not fit) but with the load warp.
 TEST(BackwardCodegen, Fa3ServesHeadDims96To256) {
@@ -518,7 +519,7 @@ TEST(BackwardCodegen, Fa3ServesHeadDims96To256) {
     bool columns, writer;
     const char *dq;
   };
-  for (const Case &c : {Case{96, 96, 64, 128, false, true, "if (warp / 4 == 0) {"},
+  for (const Case &c : {Case{96, 96, 64, 128, false, true, "columns [32 * (warp / 4), +64) of K"},
                         Case{192, 192, 64, 64, true, true, "columns [96 * (warp / 4), +96) of K"},
                         Case{192, 128, 64, 64, true, true, "columns [96 * (warp / 4), +96) of K"},
                         Case{256, 256, 128, 64, true, false, "columns [128 * (warp / 4), +128) of K"}}) {
@@ -533,6 +534,8 @@ TEST(BackwardCodegen, Fa3ServesHeadDims96To256) {
     EXPECT_EQ(main.find("const int kvRowGroup = warp % 4, kvColPart = warp / 4;") != std::string::npos, c.columns)
         << c.headDim;
     EXPECT_NE(main.find(c.dq), std::string::npos) << c.headDim;
+    EXPECT_EQ(main.find("if (warp / 4 == 0)"), std::string::npos) << c.headDim;
+    EXPECT_EQ(main.find("if (nt < 4 * (warp / 4))") != std::string::npos, c.headDim == 96) << c.headDim;
     EXPECT_EQ(count(main, "float *const sDq = "), c.writer ? 1 : 0) << c.headDim;
     EXPECT_EQ(count(main, "if (warp == kWarps + 1) {"), 1) << c.headDim;
     const PlanLaunch *launch = result->info.plan.launchOf(result->info.entry);
