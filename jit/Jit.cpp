@@ -165,7 +165,7 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
   start = std::chrono::steady_clock::now();
   bool wantPtx = upTo == Stage::Ptx;
   auto binary = compileCuda(result.cuda, result.info.entry + ".cu", result.info.arch,
-                            wantPtx ? NvrtcOutput::Ptx : NvrtcOutput::Cubin);
+                            wantPtx ? NvrtcOutput::Ptx : NvrtcOutput::Cubin, {}, &result.nvrtcLog);
   result.nvrtcSeconds = secondsSince(start);
   if (!binary.ok())
     return binary.status().withContext("NVRTC failed on " + result.info.entry);

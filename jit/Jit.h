@@ -41,6 +41,7 @@ struct CompileResult {
   std::string shapeClass;  ///< the class the schedule tiled the program for (a class tiled like "default" is that)
   std::string cuda;        ///< generated CUDA C++
   std::string ptx, cubin;  ///< NVRTC output (whichever was asked for)
+  std::string nvrtcLog;    ///< NVRTC's log of the compile (ptxas's advisories; see reportsSerializedWgmma)
   KernelInfo info;         ///< launch metadata; info.variant is the variant id
   double mlirSeconds = 0, nvrtcSeconds = 0;
 };

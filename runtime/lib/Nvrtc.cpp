@@ -230,7 +230,7 @@ StatusOr<std::string> flashtile::nvrtcVersion() {
 
 StatusOr<std::string> flashtile::compileCuda(const std::string &source, const std::string &name,
                                              const std::string &arch, NvrtcOutput out,
-                                             const std::vector<std::string> &extraOptions) {
+                                             const std::vector<std::string> &extraOptions, std::string *log) {
   StatusOr<std::string> target = gpuArchitecture(arch, out);
   if (!target.ok())
     return target.status();
@@ -256,22 +256,24 @@ StatusOr<std::string> flashtile::compileCuda(const std::string &source, const st
 
   nvrtcResult compiled =
       api.nvrtcCompileProgram(program, static_cast<int>(optionPointers.size()), optionPointers.data());
+  std::string programLog;
+  size_t logSize = 0;
+  if (api.nvrtcGetProgramLogSize(program, &logSize) == NVRTC_SUCCESS && logSize > 1) {
+    programLog.resize(logSize);
+    if (api.nvrtcGetProgramLog(program, programLog.data()) != NVRTC_SUCCESS)
+      programLog = "(NVRTC's log could not be read)";
+    else
+      programLog.resize(logSize - 1); // drop the terminating NUL
+  }
   if (compiled != NVRTC_SUCCESS) {
-    std::string log;
-    size_t logSize = 0;
-    if (api.nvrtcGetProgramLogSize(program, &logSize) == NVRTC_SUCCESS && logSize > 1) {
-      log.resize(logSize);
-      if (api.nvrtcGetProgramLog(program, log.data()) != NVRTC_SUCCESS)
-        log = "(NVRTC's log could not be read)";
-      else
-        log.resize(logSize - 1); // drop the terminating NUL
-    }
     std::string optionText;
     for (const std::string &option : options)
       optionText += " " + option;
     return Status::error("NVRTC failed to compile " + name + " for " + arch + " (" + api.nvrtcGetErrorString(compiled) +
-                         "; options:" + optionText + "):\n" + log);
+                         "; options:" + optionText + "):\n" + programLog);
   }
+  if (log)
+    *log = programLog;
 
   size_t size = 0;
   std::string result;
@@ -291,4 +293,21 @@ StatusOr<std::string> flashtile::compileCuda(const std::string &source, const st
       result.pop_back();
   }
   return result;
+}
+
+bool flashtile::reportsSerializedWgmma(const std::string &log) {
+  size_t start = 0;
+  while (start < log.size()) {
+    size_t end = log.find('\n', start);
+    if (end == std::string::npos)
+      end = log.size();
+    const std::string line = log.substr(start, end - start);
+    const size_t at = line.find("(C75");
+    if (at != std::string::npos && line.size() >= at + 7 && line[at + 6] == ')' && line.substr(at + 4, 2) >= "10" &&
+        line.substr(at + 4, 2) <= "29" && line.find("wgmma") != std::string::npos &&
+        line.find("serialized") != std::string::npos)
+      return true;
+    start = end + 1;
+  }
+  return false;
 }

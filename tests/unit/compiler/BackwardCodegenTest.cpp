@@ -9,6 +9,7 @@
 #include "PlanSupport.h"
 #include "Variants.h"
 #include "flashtile/dsl/Program.h"
+#include "flashtile/runtime/Nvrtc.h"
 #include "jit/Jit.h"
 
 #include <gtest/gtest.h>
@@ -105,6 +106,7 @@ TEST_P(Fa3BackwardCompiles, ThreeKernelsToOneCubinWithWgmma) {
   EXPECT_TRUE(info.verify().ok()) << info.verify().message();
   for (const std::string &entry : plans::launchedEntries(info))
     EXPECT_NE(result->cubin.find(entry), std::string::npos) << entry;
+  EXPECT_FALSE(reportsSerializedWgmma(result->nvrtcLog)) << result->nvrtcLog;
   // The five GEMMs: S and dP (SS, K-major), dV and dK (SS, MN-major B), dQ (two warpgroups: SS with dS read back
   // MN-major from its staging buffer), P and dS staged transposed; 128-key K/V tiles over two warpgroups, split-Q at
   // head dim 64 and the keys split at 128.
@@ -142,6 +144,7 @@ TEST_P(Fa3WideBackwardCompiles, ThreeKernelsToOneCubin) {
   EXPECT_TRUE(result->info.verify().ok()) << result->info.verify().message();
   for (const std::string &entry : plans::launchedEntries(result->info))
     EXPECT_NE(result->cubin.find(entry), std::string::npos) << entry;
+  EXPECT_FALSE(reportsSerializedWgmma(result->nvrtcLog)) << result->nvrtcLog;
   EXPECT_NE(result->cuda.find("constexpr int kBlockN = " + std::string(headDim > 128 ? "64;" : "128;")),
             std::string::npos);
 }

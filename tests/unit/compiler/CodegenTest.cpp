@@ -182,9 +182,12 @@ TEST_P(Fa3Compiles, ToAnSm90aCubin) {
   EXPECT_EQ(kernel->source.find("kMajorStep<64>(") != std::string::npos, span == 64);
   EXPECT_TRUE(kernel->info.verify().ok()) << kernel->info.verify().message();
   EXPECT_NE(kernel->source.find("const __grid_constant__ sm90::TensorMaps maps"), std::string::npos);
-  StatusOr<std::string> cubin = compileCuda(kernel->source, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin);
+  std::string log;
+  StatusOr<std::string> cubin =
+      compileCuda(kernel->source, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin, {}, &log);
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << kernel->source;
   EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
+  EXPECT_FALSE(reportsSerializedWgmma(log)) << log;
 }
 
 std::string fa3ConfigName(const testing::TestParamInfo<Fa3Config> &info) {
@@ -240,9 +243,12 @@ TEST_P(Fa3DynamicCompiles, ToAnSm90aCubin) {
   EXPECT_EQ(count(kernel->source, "atomicAdd(params.tileCounter, 1)"), 2); // the first take, and past empty tiles
   EXPECT_EQ(count(kernel->source, "*workCell = unit;"), 1);
   EXPECT_EQ(count(kernel->source, "const int unit = *workCell;"), 1);
-  StatusOr<std::string> cubin = compileCuda(kernel->source, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin);
+  std::string log;
+  StatusOr<std::string> cubin =
+      compileCuda(kernel->source, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin, {}, &log);
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << kernel->source;
   EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
+  EXPECT_FALSE(reportsSerializedWgmma(log)) << log;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fa3DynamicVariants, Fa3DynamicCompiles,

@@ -76,6 +76,38 @@ extern "C" __global__ void broken(int *out) {
   EXPECT_THAT(message, HasSubstr("expected an expression"));
 }
 
+// A wgmma under a branch that splits a warpgroup's threads: ptxas serializes every wgmma of the kernel and says so
+// in its log (C7520), which the kernel sweeps of the fa3 tests assert against (reportsSerializedWgmma).
+TEST(Nvrtc, ReportsSerializedWgmmaInTheLog) {
+  constexpr const char *kDivergent = R"(
+extern "C" __global__ void __launch_bounds__(256) divergent(float *out, unsigned long long a, unsigned long long b) {
+  float d[4] = {};
+  for (int it = 0; it < 4; ++it) {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    if (threadIdx.x / 128 == 0)
+      asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, 1, 1, 1, 0, 0;"
+                   : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "l"(a + it), "l"(b));
+    else
+      asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, 1, 1, 1, 0, 0;"
+                   : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "l"(b + it), "l"(a));
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  }
+  out[threadIdx.x] = d[0] + d[1] + d[2] + d[3];
+}
+)";
+  std::string log;
+  StatusOr<std::string> cubin = compileCuda(kDivergent, "divergent.cu", "sm_90a", NvrtcOutput::Cubin, {}, &log);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message();
+  EXPECT_TRUE(reportsSerializedWgmma(log)) << log;
+  std::string quiet = "unset";
+  ASSERT_TRUE(compileCuda(kAxpy, "axpy.cu", "sm_90a", NvrtcOutput::Cubin, {}, &quiet).ok());
+  EXPECT_FALSE(reportsSerializedWgmma(quiet)) << quiet;
+  EXPECT_FALSE(reportsSerializedWgmma("ptxas info : (C7520) Potential Performance Loss: something else"));
+  EXPECT_TRUE(reportsSerializedWgmma("x\nptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async "
+                                     "instructions are serialized due to insufficient register resources\n"));
+}
+
 TEST(Nvrtc, RejectsMalformedArch) {
   for (const char *arch : {"sm90", "compute_90a", "sm_", "sm_9x", ""}) {
     SCOPED_TRACE(arch);

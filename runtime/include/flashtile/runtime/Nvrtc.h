@@ -19,9 +19,16 @@ enum class NvrtcOutput { Ptx, Cubin };
 /// matching virtual architecture (compute_<NN>[a|f]). `name` labels the program in NVRTC's diagnostics.
 /// Options: --gpu-architecture, -std=c++17, -default-device (functions are __device__ unless marked), -minimal (no
 /// texture, device-runtime or runtime-API declarations: generated code uses none, and NVRTC parses less), then
-/// `extraOptions`; fast math is off unless asked for. On failure the message contains NVRTC's full log.
+/// `extraOptions`; fast math is off unless asked for. On failure the message contains NVRTC's full log; on success
+/// the log (ptxas's advisories, such as "(C7520) Potential Performance Loss: wgmma.mma_async instructions are
+/// serialized") goes to `log` where given.
 StatusOr<std::string> compileCuda(const std::string &source, const std::string &name, const std::string &arch,
-                                  NvrtcOutput out, const std::vector<std::string> &extraOptions = {});
+                                  NvrtcOutput out, const std::vector<std::string> &extraOptions = {},
+                                  std::string *log = nullptr);
+
+/// Whether NVRTC's `log` reports that ptxas serialized a kernel's wgmma instructions (its C7510-C7529 performance
+/// advisories: a silent loss of most of the tensor cores' overlap).
+bool reportsSerializedWgmma(const std::string &log);
 
 /// The loaded NVRTC's version, e.g. "13.0", or why NVRTC could not be loaded. NVRTC is looked for, at first use:
 /// where FLASHTILE_NVRTC_PATH says (a libnvrtc.so* file or its directory; nowhere else when it is set), else by
