@@ -22,12 +22,12 @@ inline Status checkDtypeCode(int code) {
                        " is not FLASHTILE_F16 (0), FLASHTILE_BF16 (1) or FLASHTILE_E4M3 (2)");
 }
 /// Whether `code` is a dtype the decode schedule's entry points (flashtile_forward_decode, the KV-cache calls) run:
-/// e4m3 is named, as the decode schedule has no 8-bit path yet.
+/// e4m3 is named, as the split-KV and KV-cache kernels have no 8-bit path yet.
 inline Status checkDecodeDtypeCode(int code) {
   if (code == FLASHTILE_F16 || code == FLASHTILE_BF16)
     return Status();
   if (code == FLASHTILE_E4M3)
-    return Status::error("dtype: FLASHTILE_E4M3 (2): the decode schedule (split-KV, KV caches) has no 8-bit path "
+    return Status::error("dtype: FLASHTILE_E4M3 (2): the split-KV and KV-cache kernels have no 8-bit path "
                          "yet; accepted: FLASHTILE_F16 (0), FLASHTILE_BF16 (1)");
   return Status::error("dtype: " + std::to_string(code) + " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)");
 }

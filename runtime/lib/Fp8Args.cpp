@@ -37,7 +37,7 @@ Status detail::checkFp8Args(const AttentionArgs &args) {
                              "; with dtype e4m3 the batch, seq and head strides of q, k and v must be multiples of " +
                              std::to_string(kE4m3StrideMultiple) + " elements (16-byte vector loads)");
   if (args.kvCache.enabled())
-    return Status::error("dtype e4m3 with a KV cache (kvCache.layout is set): the decode schedule has no 8-bit path "
+    return Status::error("dtype e4m3 with a KV cache (kvCache.layout is set): the KV-cache kernels have no 8-bit path "
                          "yet; KV-cache calls accept dtypes bf16, f16");
   return Status();
 }

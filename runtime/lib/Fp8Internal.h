@@ -7,7 +7,7 @@
 namespace flashtile::detail {
 
 /// Runtime::validate's checks of a call's FP8 fields: descales only with dtype E4M3 (each null or 4-byte aligned),
-/// E4M3's Q/K/V strides whole 16-byte vectors, and no KV cache (the decode schedule has no 8-bit path yet).
+/// E4M3's Q/K/V strides whole 16-byte vectors, and no KV cache (the KV-cache kernels have no 8-bit path yet).
 Status checkFp8Args(const AttentionArgs &args);
 
 /// Runtime::validateFor's: the kernel ABI (KernelAbi.h) carries no descales yet, so no e4m3 kernel is launched, even

@@ -51,8 +51,8 @@ TEST(Fp8Args, RefusesByName) {
       {"a stride of 8 e4m3 elements", [](AttentionArgs &a) { a.kStride[2] = 136; },
        "kStride[2] is 136; with dtype e4m3 the batch, seq and head strides of q, k and v must be multiples of 16"},
       {"a KV cache", [](AttentionArgs &a) { a.kvCache.layout = KvCacheLayout::Contiguous; },
-       "dtype e4m3 with a KV cache (kvCache.layout is set): the decode schedule has no 8-bit path yet; KV-cache calls "
-       "accept dtypes bf16, f16"},
+       "dtype e4m3 with a KV cache (kvCache.layout is set): the KV-cache kernels have no 8-bit path yet; KV-cache "
+       "calls accept dtypes bf16, f16"},
   };
   for (const Case &c : cases) {
     SCOPED_TRACE(c.name);
