@@ -759,7 +759,7 @@ LogicalResult validate(FuncOp func, const Problem &p, size_t qSize, size_t kSize
       continue;
     if (!e4m3)
       return func.emitError() << name << " is given, but descales apply to f8E4M3FN (e4m3) programs only, not "
-                              << func.getDtype();
+                              << flashtile::tile::dtypeName(func.getDtype());
     if (values->size() != static_cast<size_t>(p.batch) * static_cast<size_t>(p.headsKv))
       return func.emitError() << name << " holds " << values->size() << " values; a descale is empty (= 1) or "
                               << "batch x heads_kv = " << p.batch << "x" << p.headsKv << " values";
