@@ -120,8 +120,8 @@ char *flashtile_compile_variant(const char *variant, const char *stage, int dtyp
     std::string stageName = stage ? stage : "";
     if (stageName != "tile" && stageName != "scheduled" && stageName != "cuda")
       return Status::error("stage: '" + excerpt(stageName) + "' is not one of tile, scheduled, cuda");
-    if (dtype != FLASHTILE_F16 && dtype != FLASHTILE_BF16)
-      return Status::error("dtype: " + std::to_string(dtype) + " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)");
+    if (Status s = flashtile::capi::checkDtypeCode(dtype); !s.ok())
+      return s;
     int headDimV = head_dim_v == 0 ? head_dim : head_dim_v;
     if (!supportsHeadDims(head_dim, headDimV))
       return Status::error("head_dim/head_dim_v: " + std::to_string(head_dim) + "/" + std::to_string(headDimV) +
@@ -131,7 +131,9 @@ char *flashtile_compile_variant(const char *variant, const char *stage, int dtyp
     if (!target::canonicalArch(archName))
       return Status::error("arch: " + target::unknownArchMessage(excerpt(archName)));
     jit::CompileOptions options;
-    options.dtype = dtype == FLASHTILE_BF16 ? ElementType::BF16 : ElementType::F16;
+    options.dtype = dtype == FLASHTILE_E4M3 ? ElementType::E4M3
+                    : dtype == FLASHTILE_BF16 ? ElementType::BF16
+                                              : ElementType::F16;
     options.headDim = head_dim;
     options.headDimV = headDimV;
     options.schedule.arch = archName;

@@ -592,7 +592,8 @@ LogicalResult Interpreter::exec(ParamOp op) {
 }
 
 LogicalResult Interpreter::exec(SoftmaxScaleOp op) {
-  scalars[op.getResult()] = Scalar::real(op.getInverse() ? 1.0f / problem.softmaxScale : problem.softmaxScale);
+  const float scale = softmaxScale();
+  scalars[op.getResult()] = Scalar::real(op.getInverse() ? 1.0f / scale : scale);
   return success();
 }
 
@@ -749,7 +750,20 @@ LogicalResult validate(FuncOp func, const Problem &p, size_t qSize, size_t kSize
   if (p.seqlenNew < 0 || p.seqlenNew > p.seqlenK)
     return func.emitError() << "seqlen_new is " << p.seqlenNew << "; accepted: 0 to seqlen_k = " << p.seqlenK;
   if (!roundFor(func.getDtype()))
-    return func.emitError() << "the interpreter runs bf16 and f16 programs, not " << func.getDtype();
+    return func.emitError() << "the interpreter runs bf16, f16 and f8E4M3FN programs, not " << func.getDtype();
+  const bool e4m3 = isa<Float8E4M3FNType>(func.getDtype());
+  for (auto [name, values] : {std::pair<const char *, const std::vector<float> *>{"q_descale", &p.qDescale},
+                              {"k_descale", &p.kDescale},
+                              {"v_descale", &p.vDescale}}) {
+    if (values->empty())
+      continue;
+    if (!e4m3)
+      return func.emitError() << name << " is given, but descales apply to f8E4M3FN (e4m3) programs only, not "
+                              << flashtile::tile::dtypeName(func.getDtype());
+    if (values->size() != static_cast<size_t>(p.batch) * static_cast<size_t>(p.headsKv))
+      return func.emitError() << name << " holds " << values->size() << " values; a descale is empty (= 1) or "
+                              << "batch x heads_kv = " << p.batch << "x" << p.headsKv << " values";
+  }
   if (p.isVarlen() || !p.cuSeqlensK.empty()) {
     for (auto [name, offsets, total] :
          {std::tuple{"cu_seqlens_q", &p.cuSeqlensQ, p.seqlenQ}, std::tuple{"cu_seqlens_k", &p.cuSeqlensK, p.seqlenK}}) {

@@ -1,8 +1,8 @@
 //===- Interpreter.h - executes tile programs on the CPU ------------------===//
 //
 // The oracle for every variant and every schedule: runs a `tile.func` (unscheduled, or after any schedule's
-// passes) once per (batch, head, Q tile), op by op, in fp32 with the program's bf16/f16 roundings where the
-// GPU stores 16-bit values (inputs, P before P·V, O). Pipelined programs are also checked against their
+// passes) once per (batch, head, Q tile), op by op, in fp32 with the program's bf16/f16/e4m3 roundings where the
+// GPU stores narrow values (inputs, P before P·V, O; an e4m3 program's O is bf16). Pipelined programs are also checked against their
 // asynchronous-copy protocol: a load from a buffer its copy has not filled is an error, not a wrong number.
 // Programs launched once per K/V tile (tile.state_load / tile.state_store, the fa1 schedule) run every instance at
 // every step, in step order, with each instance's state kept between steps as the kernel's workspace keeps it; a
@@ -34,6 +34,10 @@ using InputArray = std::variant<std::vector<float>, std::vector<int32_t>>;
 struct Problem {
   int batch = 1, seqlenQ = 0, seqlenK = 0, headsQ = 1, headsKv = 1, headDim = 0, headDimV = 0;
   float softmaxScale = 1.0f;
+  /// FP8 descales (f8E4M3FN programs only; flash-attn 3's q_descale, k_descale, v_descale): empty (= 1) or
+  /// batch x headsKv values, [b][hKv]. The softmax scale of a (batch, K/V head) is softmaxScale · qDescale ·
+  /// kDescale; O is multiplied by vDescale when finalized. Other programs take none.
+  std::vector<float> qDescale{}, kDescale{}, vDescale{};
   std::vector<float> params;        ///< the variant's numbers, in the order of the tile.func's `params`
   std::vector<InputArray> inputs{}; ///< the variant's input arrays, in the order of the tile.func's `inputs`
   /// Varlen (flash_attn_varlen_func): empty (dense), or batch + 1 non-decreasing offsets each, starting at 0.
@@ -78,7 +82,7 @@ struct RunStats {
 
 /// Runs `func` on packed row-major (BSHD) tensors: Q is batch x seqlenQ x headsQ x headDim, K is
 /// batch x seqlenK x headsKv x headDim, V is batch x seqlenK x headsKv x headDimV. Fills O
-/// (batch x seqlenQ x headsQ x headDimV, values of the program's dtype) and LSE (batch x headsQ x seqlenQ, fp32,
+/// (batch x seqlenQ x headsQ x headDimV, values of the program's output type: its dtype, bf16 for e4m3) and LSE (batch x headsQ x seqlenQ, fp32,
 /// natural log). Varlen: Q is seqlenQ (total_q) x headsQ x headDim, K/V likewise with seqlenK, O total_q x headsQ x
 /// headDimV and LSE headsQ x total_q. Query head h reads K/V head h / (headsQ / headsKv). Inputs are rounded to the
 /// program's dtype first. Errors (bad sizes, an op the interpreter does not know, a pipeline hazard, ...) are emitted

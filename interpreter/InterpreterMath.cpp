@@ -29,8 +29,9 @@ LogicalResult Interpreter::exec(ScaleOp op) {
   if (failed(s))
     return failure();
   Tile out = **s;
+  const float scale = softmaxScale();
   for (float &x : out.data)
-    x *= problem.softmaxScale;
+    x *= scale;
   return define(op, op.getResult(), std::move(out));
 }
 
@@ -93,7 +94,7 @@ LogicalResult Interpreter::exec(SoftmaxUpdateOp op) {
   RoundFn roundP = roundFor(cast<RankedTensorType>(op.getP().getType()).getElementType());
   float c = std::numbers::log2e_v<float>;
   if (op.getFoldScale())
-    c = problem.softmaxScale * std::numbers::log2e_v<float>;
+    c = softmaxScale() * std::numbers::log2e_v<float>;
   SoftmaxStep step = softmaxUpdate(**s, **st, c, roundP, static_cast<int>(op.getRescaleThreshold().value_or(0)));
   if (failed(define(op, op.getP(), std::move(step.p))) || failed(define(op, op.getAlpha(), std::move(step.alpha))))
     return failure();
@@ -146,6 +147,10 @@ LogicalResult Interpreter::exec(FinalizeOp op) {
     sink = logit[0].f;
   }
   Finalized out = finalize(**st, **acc, sink);
+  // An e4m3 program's V descale (a problem of another dtype has none: 1).
+  if (const float vScale = descale(problem.vDescale); vScale != 1.0f)
+    for (float &x : out.o.data)
+      x *= vScale;
   if (failed(define(op, op.getO(), std::move(out.o))))
     return failure();
   return define(op, op.getLse(), std::move(out.lse));

@@ -417,7 +417,7 @@ void Interpreter::storeRow(int64_t query, int64_t head, int64_t r, const Tile *o
   if (o) {
     float *out = &(*outO)[((inst.entry * problem.seqlenQ + row) * problem.headsQ + head) * problem.headDimV];
     for (int64_t d = 0; d < problem.headDimV; ++d)
-      out[d] = roundOut(o->at(r, d));
+      out[d] = roundO(o->at(r, d));
   }
   if (lse)
     (*outLse)[(inst.entry * problem.headsQ + head) * problem.seqlenQ + row] = lse->at(r, 0);

@@ -56,6 +56,8 @@ inline RoundFn roundFor(Type type) {
     return roundToBf16;
   if (type.isF16())
     return roundToF16;
+  if (isa<Float8E4M3FNType>(type))
+    return roundToE4m3;
   return nullptr;
 }
 
@@ -239,7 +241,7 @@ public:
   /// `backward`: the backward's tensors, for a program of one of its kinds (Q, K, V are then its, and q, k, v empty).
   Interpreter(FuncOp func, const Problem &problem, Tensor q, Tensor k, Tensor v, BackwardState *backward = nullptr)
       : func(func), problem(problem), q(std::move(q)), k(std::move(k)), v(std::move(v)),
-        roundOut(roundFor(func.getDtype())), blockM(qTileRows(func, longestSeqlenQ(problem), problem.tileRowsQ)),
+        roundOut(roundFor(func.getDtype())), roundO(roundFor(func.getOutputType())), blockM(qTileRows(func, longestSeqlenQ(problem), problem.tileRowsQ)),
         backward(backward) {
     packed = func->hasAttr(tile::kPackQueryHeadsAttr);
     group = problem.headsKv > 0 ? problem.headsQ / problem.headsKv : 1;
@@ -436,10 +438,19 @@ private:
   /// Split-KV: merges the partials of every row into O and LSE (the combine kernel).
   LogicalResult combineSplits(StoreSplitOp store);
 
+  /// The instance's (batch, K/V head) entry of an FP8 descale: 1 when the problem gives none.
+  float descale(const std::vector<float> &values) const {
+    return values.empty() ? 1.0f : values[inst.b * problem.headsKv + inst.hKv];
+  }
+  /// The softmax scale of this instance: with an e4m3 program's descales folded in (q·k, as flash-attn 3).
+  float softmaxScale() const { return problem.softmaxScale * descale(problem.qDescale) * descale(problem.kDescale); }
+
   FuncOp func;
   const Problem &problem;
   Tensor q, k, v;
   RoundFn roundOut;
+  /// O's rounding: to the program's output type (bf16 for an e4m3 program, else roundOut's).
+  RoundFn roundO;
   int64_t blockM;
   BackwardState *backward = nullptr;
   int64_t *qTileVisits = nullptr;       ///< the backward's main program: Q tiles its loops visited, all instances

@@ -1,6 +1,7 @@
-//===- Rounding.cpp - fp32 values rounded to bf16 and f16 -----------------===//
+//===- Rounding.cpp - fp32 values rounded to bf16, f16 and e4m3 -----------===//
 #include "interpreter/Rounding.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -33,6 +34,23 @@ float roundToF16(float x) {
   float r = std::ldexp(std::nearbyint(std::ldexp(x, kMantissaBits - leadExp)), leadExp - kMantissaBits);
   if (std::fabs(r) > kMaxFinite)
     return std::copysign(std::numeric_limits<float>::infinity(), x);
+  return r;
+}
+
+float roundToE4m3(float x) {
+  constexpr int kMantissaBits = 3;
+  constexpr int kMinNormalExp = -6;
+  if (std::isnan(x))
+    return x;
+  if (std::isinf(x))
+    return std::copysign(kE4m3MaxFinite, x);
+  int exp;
+  std::frexp(x, &exp);
+  int leadExp = std::max(exp - 1, kMinNormalExp);
+  float r = std::ldexp(std::nearbyint(std::ldexp(x, kMantissaBits - leadExp)), leadExp - kMantissaBits);
+  // Past 448 the next step (480) is e4m3fn's NaN encoding: satfinite clamps there instead.
+  if (std::fabs(r) > kE4m3MaxFinite)
+    return std::copysign(kE4m3MaxFinite, x);
   return r;
 }
 

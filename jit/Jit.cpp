@@ -54,7 +54,12 @@ StatusOr<ElementType> parseElementType(const std::string &name) {
     return ElementType::BF16;
   if (name == "f16" || name == "fp16")
     return ElementType::F16;
-  return Status::error("dtype: unknown '" + name + "'; accepted: bf16, f16");
+  if (name == "e4m3" || name == "float8_e4m3fn")
+    return ElementType::E4M3;
+  if (name == "e5m2" || name == "float8_e5m2")
+    return Status::error("dtype: '" + name + "' (float8_e5m2) is not supported: FP8 attention takes e4m3, as flash-attn "
+                         "3; accepted: bf16, f16, e4m3");
+  return Status::error("dtype: unknown '" + name + "'; accepted: bf16, f16, e4m3");
 }
 
 StatusOr<RotaryMode> parseRotaryMode(const std::string &name) {

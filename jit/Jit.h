@@ -52,7 +52,7 @@ void registerBuiltins();
 /// Compiles `variant` up to `upTo`. Diagnostics from MLIR and NVRTC's log come back in the Status.
 StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &options, Stage upTo);
 
-StatusOr<ElementType> parseElementType(const std::string &name); // f16|bf16
+StatusOr<ElementType> parseElementType(const std::string &name); // f16|bf16|e4m3 (e5m2: refused by name)
 /// "" or "none", "halves", "interleaved" (KernelSpec::rotary).
 StatusOr<RotaryMode> parseRotaryMode(const std::string &name);
 

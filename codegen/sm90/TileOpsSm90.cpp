@@ -422,6 +422,9 @@ public:
   bool asyncProtocol() const override { return true; }
 
   std::optional<std::string> checkShape(const KernelShape &shape) const override {
+    if (shape.dtype == "e4m3")
+      return std::string("sm90: e4m3 kernels (wgmma m64nNk32, V transposed) are not built yet; dtypes printed: "
+                         "bf16, f16");
     if (shape.dtype != "bf16" && shape.dtype != "f16")
       return "sm90 wgmmas take bf16 or f16 tiles here, got " + shape.dtype;
     if (shape.exp2PolyShare < 0 || shape.exp2PolyShare > 8)

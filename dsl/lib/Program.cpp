@@ -21,6 +21,18 @@ void loadProgramDialects(MLIRContext &context) {
   context.loadDialect<tile::TileDialect, arith::ArithDialect, math::MathDialect>();
 }
 
+const char *elementTypeName(ElementType dtype) {
+  switch (dtype) {
+  case ElementType::F16:
+    return "f16";
+  case ElementType::BF16:
+    return "bf16";
+  case ElementType::E4M3:
+    return "e4m3";
+  }
+  return "invalid";
+}
+
 std::string hashHex(llvm::StringRef text) {
   uint64_t h = 1469598103934665603ull; // FNV-1a 64 offset basis
   for (unsigned char c : text) {
@@ -115,7 +127,17 @@ private:
   LogicalResult buildBackwardPostprocess(ModuleOp module);
   /// Puts every hook body in its canonical order and verifies the module.
   LogicalResult finish(ModuleOp module);
-  Type dtype() { return options.dtype == ElementType::BF16 ? Type(b.getBF16Type()) : Type(b.getF16Type()); }
+  Type dtype() {
+    switch (options.dtype) {
+    case ElementType::BF16:
+      return b.getBF16Type();
+    case ElementType::E4M3:
+      return b.getType<Float8E4M3FNType>();
+    case ElementType::F16:
+      break;
+    }
+    return b.getF16Type();
+  }
   /// Where the user gave a hook, as an MLIR location (diagnostics of its trace point there).
   Location siteOf(const std::source_location &where) {
     if (!where.file_name() || !*where.file_name())
@@ -240,6 +262,9 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build(StringRef kind) {
     if (failed(buildForward(*module)))
       return failure();
   } else if (kind == tile::kBackwardModule) {
+    if (options.dtype == ElementType::E4M3)
+      return emitError(loc) << "dtype e4m3 has no backward programs: FP8 attention is forward-only (as flash-attn 3); "
+                               "build the backward of a bf16 or f16 program";
     if (failed(buildBackwardPreprocess(*module)) || failed(buildBackwardMain(*module)) ||
         failed(buildBackwardPostprocess(*module)))
       return failure();

@@ -24,6 +24,9 @@
 using namespace mlir;
 using namespace flashtile::tile;
 
+/// The largest rescale threshold (log2 units) for an e4m3 P: 2^8 = 256 stays below e4m3's largest finite 448.
+static constexpr int64_t kMaxE4m3RescaleThreshold = 8;
+
 #include "passes/IR/TileDialect.cpp.inc"
 #include "passes/IR/TileEnums.cpp.inc"
 
@@ -286,6 +289,23 @@ int64_t FuncOp::inputIndex(StringRef name) {
   return -1;
 }
 
+std::string flashtile::tile::dtypeName(Type dtype) {
+  if (dtype.isBF16())
+    return "bf16";
+  if (dtype.isF16())
+    return "f16";
+  if (isa<Float8E4M3FNType>(dtype))
+    return "e4m3";
+  std::string text;
+  llvm::raw_string_ostream(text) << dtype;
+  return text;
+}
+
+Type FuncOp::getOutputType() {
+  Type dtype = getDtype();
+  return isa<Float8E4M3FNType>(dtype) ? Type(BFloat16Type::get(getContext())) : dtype;
+}
+
 LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef name, int64_t blockM,
                                    int64_t blockN, int64_t warps, WarpLayout warpLayout, int64_t warpRows,
                                    int64_t stages, int64_t rescaleThreshold, int64_t minBlocksPerSm,
@@ -367,8 +387,11 @@ LogicalResult FuncOp::verify() {
     return emitOpError() << "program kind '" << getKind() << "' is not registered; known: " << known;
   }
   Type dtype = getDtype();
-  if (!dtype.isF16() && !dtype.isBF16())
-    return emitOpError() << "dtype must be f16 or bf16, got " << dtype;
+  if (!dtype.isF16() && !dtype.isBF16() && !isa<Float8E4M3FNType>(dtype))
+    return emitOpError() << "dtype must be f16, bf16 or f8E4M3FN (e4m3), got " << dtype;
+  if (isa<Float8E4M3FNType>(dtype) && getKind() != kForwardProgram)
+    return emitOpError() << "dtype " << dtype << " (e4m3) is for forward programs only, not " << getKind()
+                         << ": FP8 attention has no backward (as flash-attn 3)";
   for (auto [name, dim] : {std::pair<StringRef, int64_t>{"head_dim", getHeadDim()}, {"head_dim_v", getHeadDimV()}})
     if (dim < 8 || dim > 512 || dim % 8 != 0)
       return emitOpError() << name << " must be a multiple of 8 in [8, 512], got " << dim;
@@ -823,10 +846,12 @@ LogicalResult SoftmaxUpdateOp::verify() {
   if (alpha.getRank() != 1 || !dimsCompatible(alpha.getDimSize(0), s.getDimSize(0)) ||
       !dimsCompatible(stats.getRows(), s.getDimSize(0)))
     return emitOpError() << "alpha and the row statistics must have one entry per score row";
-  // P may reach 2^τ: τ ≤ 15 keeps it finite in fp16 (largest finite 65504).
-  if (auto threshold = getRescaleThreshold(); threshold && (*threshold < 1 || *threshold > 15))
-    return emitOpError() << "rescale_threshold = " << *threshold
-                         << " is not supported; accepted: 1 to 15 (log2 units; omit it to rescale every tile)";
+  // P may reach 2^τ: τ ≤ 15 keeps it finite in fp16 (largest finite 65504), τ ≤ 8 below e4m3's saturation at 448.
+  const int64_t maxThreshold = isa<Float8E4M3FNType>(p.getElementType()) ? kMaxE4m3RescaleThreshold : 15;
+  if (auto threshold = getRescaleThreshold(); threshold && (*threshold < 1 || *threshold > maxThreshold))
+    return emitOpError() << "rescale_threshold = " << *threshold << " is not supported"
+                         << (maxThreshold < 15 ? " with an e4m3 P" : "") << "; accepted: 1 to " << maxThreshold
+                         << " (log2 units; omit it to rescale every tile)";
   return success();
 }
 

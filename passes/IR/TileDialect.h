@@ -41,6 +41,9 @@ inline constexpr int64_t kMaxScheduleRows = 1024, kMaxScheduleWarps = 32, kMaxSc
 FuncOp getEnclosingFunc(mlir::Operation *op);
 /// Whether `v` is `target` or computed from it (walking operands through their defining ops).
 bool isComputedFrom(mlir::Value v, mlir::Value target);
+/// A program dtype's spelling in specs, manifests and messages: "bf16", "f16" or "e4m3" (f8E4M3FN); other types
+/// print as MLIR spells them.
+std::string dtypeName(mlir::Type dtype);
 } // namespace flashtile::tile
 
 #endif // FLASHTILE_PASSES_IR_TILEDIALECT_H

@@ -13,8 +13,9 @@ include "mlir/Interfaces/InferTypeOpInterface.td"
 class Tile_Op<string mnemonic, list<Trait> traits = []> : Op<Tile_Dialect, mnemonic, traits>;
 
 def Tile_TileF32 : RankedTensorOf<[F32]>;
-def Tile_TileLowp : RankedTensorOf<[F16, BF16]>;
-def Tile_TileAny : RankedTensorOf<[F16, BF16, F32]>;
+// Tiles of a program's dtype: f16, bf16, or f8E4M3FN (FP8 e4m3, forward programs only: docs/fp8.md).
+def Tile_TileLowp : RankedTensorOf<[F16, BF16, F8E4M3FN]>;
+def Tile_TileAny : RankedTensorOf<[F16, BF16, F8E4M3FN, F32]>;
 /// What a K/V loop carries from one iteration to the next besides the state: tiles and tokens.
 def Tile_Carried : AnyTypeOf<[AnyRankedTensor, Tile_TokenType]>;
 
@@ -29,6 +30,10 @@ def Tile_FuncOp : Tile_Op<"func", [IsolatedFromAbove, Symbol, SingleBlock, NoTer
     verifier runs in `tile-verify-program`. A forward program's body runs once per (batch, head, Q tile). Before
     scheduling the Q tile is the whole sequence; after `tile-apply-schedule` it is `blockM` rows. `params` names the variant's numbers (kernel arguments), `inputs`
     its extra device arrays (`#tile.input<"slopes" : f32>`, read with `tile.input`; omitted when empty).
+    `dtype` is the element type of Q, K and V: f16, bf16, or f8E4M3FN (FP8 e4m3; forward programs only). An
+    f8E4M3FN program stores O in bf16 (`getOutputType`) and reads the call's descales (docs/fp8.md): its softmax
+    scale, wherever the program uses it (`tile.scale`, `fold_scale`, `tile.softmax_scale`), is softmax_scale ·
+    q_descale[b][h_kv] · k_descale[b][h_kv], and `tile.finalize` multiplies O by v_descale[b][h_kv].
     ```mlir
     tile.func @attention attributes {dtype = bf16, head_dim = 128 : i64, head_dim_v = 128 : i64,
                                      variant = "causal", params = []} {
@@ -51,6 +56,9 @@ def Tile_FuncOp : Tile_Op<"func", [IsolatedFromAbove, Symbol, SingleBlock, NoTer
     int64_t paramIndex(::llvm::StringRef name);
     /// Index of a variant input in FlashtileFwdParams::inputs, or -1.
     int64_t inputIndex(::llvm::StringRef name);
+    /// The element type O is stored in: bf16 for an f8E4M3FN program (as flash-attn 3's FP8 forward), else the
+    /// dtype.
+    ::mlir::Type getOutputType();
   }];
 }
 
@@ -302,10 +310,10 @@ def Tile_MmaWaitOp : Tile_Op<"mma_wait", [MemoryEffects<[MemRead, MemWrite]>]> {
 }
 
 def Tile_StoreOp : Tile_Op<"store", [MemoryEffects<[MemWrite]>]> {
-  let summary = "writes a tile of a named output: O (converted to the dtype), LSE, or the backward's D, dQ, dK, dV";
+  let summary = "writes a tile of a named output: O (converted to the output type), LSE, or the backward's D, dQ, dK, dV";
   let description = [{
     `tile.store o %o : tensor<?x128xf32>`, `tile.store lse %lse : tensor<?xf32>`. Rows past seqlen_q are not
-    written. The backward's: `tile.store delta %d : tensor<?xf32>` (preprocess), `tile.store dq %dq :
+    written. O is converted to the program's output type (the dtype; bf16 for an f8E4M3FN program). The backward's: `tile.store delta %d : tensor<?xf32>` (preprocess), `tile.store dq %dq :
     tensor<?x128xf32>` (postprocess, converted to the dtype), and `tile.store dk %dk : !tile.acc<?x128>` /
     `tile.store dv ...` (main: the accumulator of this instance's K/V tile, rows past seqlen_k not written). dK
     and dV of a K/V head are the sum over the query heads of its group: each instance's store adds its query
@@ -346,7 +354,9 @@ def Tile_QkOp : Tile_Op<"qk", [Pure]> {
 def Tile_ScaleOp : Tile_Op<"scale", [Pure, SameOperandsAndResultType]> {
   let summary = "multiplies scores by softmax_scale";
   let description = [{
-    `%s1 = tile.scale %s : tensor<?x?xf32>`. When nothing between the scale and the softmax needs scaled scores,
+    `%s1 = tile.scale %s : tensor<?x?xf32>`. In an f8E4M3FN program the factor is softmax_scale · q_descale ·
+    k_descale of the instance's (batch, K/V head), so the variant's hooks see the scores a bf16 program of the
+    dequantized inputs sees. When nothing between the scale and the softmax needs scaled scores,
     canonicalization folds it into `tile.softmax_update {fold_scale}`, where it joins log2(e) in one multiply.
   }];
   let arguments = (ins Tile_TileF32:$s);
@@ -414,11 +424,11 @@ def Tile_SoftmaxUpdateOp : Tile_Op<"softmax_update", [Pure, AllTypesMatch<["stat
   let description = [{
     For each row: m' = max(m, rowmax(S)), alpha = exp2(m − m'), P = exp2(S·c − m') with c = log2(e)
     (c = softmax_scale·log2(e) with `fold_scale`), l' = alpha·l + rowsum(P). P is rounded to `p`'s element
-    type for P·V. It reads and writes the row statistics only: `tile.rescale` applies alpha to the accumulator,
+    type for P·V (e4m3, with saturation at 448, in an f8E4M3FN program). It reads and writes the row statistics only: `tile.rescale` applies alpha to the accumulator,
     so schedules can place or skip that step (FA4 rescales conditionally), and a P·V may still be writing the
     accumulator while this runs (FA3's intra-warpgroup overlap).
 
-    With `rescale_threshold = τ` (1 to 15, set by the schedule) a row's max moves only when the tile needs more
+    With `rescale_threshold = τ` (1 to 15, at most 8 when P is e4m3; set by the schedule) a row's max moves only when the tile needs more
     than τ of headroom: m' = max(m, rowmax(S)·c) if rowmax(S)·c > m + τ, else m' = m (alpha = 1, P ≤ 2^τ). A
     target may also move the max of rows that do not need it (e.g. all rows of a warp when one must move):
     any m' between those two gives the same O and LSE up to rounding, since P and l share it.
@@ -467,6 +477,7 @@ def Tile_FinalizeOp : Tile_Op<"finalize", [RecursiveMemoryEffects]> {
   let summary = "O = acc / l and LSE = ln(l) + m·ln(2); rows that saw no key give O = 0, LSE = -inf";
   let description = [{
     `%o, %lse = tile.finalize %m, %acc : !tile.stats<?>, !tile.acc<?x128> -> tensor<?x128xf32>, tensor<?xf32>`
+    In an f8E4M3FN program O is also multiplied by v_descale of the instance's (batch, K/V head).
 
     The optional `sink` region is the variant's attention sink: it maps (b, h) to a logit s in the units of the
     scaled scores, which joins every row's softmax as one more score with no value. With m' = max(m, s·log2 e):

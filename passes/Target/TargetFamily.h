@@ -39,7 +39,7 @@ inline const char *warpLayoutName(WarpLayout layout) {
 
 /// The scheduled tile shape of one kernel, from the tile.func and its #tile.schedule.
 struct KernelShape {
-  std::string dtype;                          ///< "bf16" or "f16"
+  std::string dtype;                          ///< "bf16", "f16" or "e4m3"
   int headDim = 0;                            ///< Q/K head dim
   int headDimV = 0;                           ///< V/O head dim
   int blockM = 0;                             ///< query rows of a thread block

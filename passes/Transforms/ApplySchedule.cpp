@@ -86,6 +86,10 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
         diag << (c ? ", " : "") << stringifyShapeClass(static_cast<ShapeClass>(c));
       return signalPassFailure();
     }
+    if (std::optional<std::string> refusal = schedule->refusesDtype(dtypeName(func.getDtype()))) {
+      func.emitOpError() << *refusal;
+      return signalPassFailure();
+    }
     FailureOr<ScheduleAttr> configured = schedule->configure(func, *set, *shape);
     if (failed(configured))
       return signalPassFailure();

@@ -219,10 +219,22 @@ mlir::LogicalResult buildPipeline(mlir::OpPassManager &pm, const Request &reques
   return mlir::success();
 }
 
+std::optional<std::string> Schedule::refusesDtype(std::string_view dtype) const {
+  return refusesWithoutFp8Path(*this, dtype);
+}
+
+std::optional<std::string> refusesWithoutFp8Path(const Schedule &schedule, std::string_view dtype) {
+  if (dtype == "bf16" || dtype == "f16")
+    return std::nullopt;
+  return "schedule '" + std::string(schedule.name()) + "' has no " +
+         (dtype == "e4m3" ? "8-bit MMA path: dtype e4m3 is not accepted" : "path for dtype " + std::string(dtype)) +
+         "; its dtypes: bf16, f16";
+}
+
 target::KernelShape kernelShapeOf(tile::FuncOp func) {
   tile::ScheduleAttr schedule = func.getScheduleAttr();
   assert(schedule && "kernelShapeOf needs a scheduled program");
-  target::KernelShape shape{func.getDtype().isBF16() ? "bf16" : "f16", static_cast<int>(func.getHeadDim()),
+  target::KernelShape shape{tile::dtypeName(func.getDtype()), static_cast<int>(func.getHeadDim()),
                             static_cast<int>(func.getHeadDimV()),      static_cast<int>(schedule.getBlockM()),
                             static_cast<int>(schedule.getBlockN()),    static_cast<int>(schedule.getWarps()),
                             static_cast<int>(schedule.getStages()),    static_cast<int>(schedule.getMinBlocksPerSm())};

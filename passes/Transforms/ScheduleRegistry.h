@@ -84,6 +84,9 @@ public:
   virtual void buildPipeline(mlir::OpPassManager &pm, const Request &request) const = 0;
   /// Whether the schedule compiles modules of `kind` (every schedule compiles forward modules).
   virtual bool schedulesKind(std::string_view kind) const { return kind == "forward"; }
+  /// Why the schedule builds no kernel for programs of `dtype` ("bf16", "f16", "e4m3"), or nothing when it does. The
+  /// default builds the 16-bit types and refuses e4m3 by name: no 8-bit MMA path (refusesWithoutFp8Path).
+  virtual std::optional<std::string> refusesDtype(std::string_view dtype) const;
   /// The dispatch rule of this schedule on `arch` (flashtile/runtime/Dispatch.h): which calls that name no schedule
   /// run its kernels, and whose kernels its own replace where both have one for a call. Only `calls` and
   /// `preferredOver` are read (dispatchRuleOf fills in the names). The default: none, run only when named.
@@ -100,6 +103,10 @@ public:
     return {};
   }
 };
+
+/// The default refusal of Schedule::refusesDtype: the 16-bit types are built, any other dtype (e4m3) is refused
+/// naming the schedule, the dtype and the accepted ones.
+std::optional<std::string> refusesWithoutFp8Path(const Schedule &schedule, std::string_view dtype);
 
 /// Registers `schedule` under its name; a second schedule with the same name replaces nothing and is an
 /// internal error (asserted).

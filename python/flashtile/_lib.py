@@ -131,6 +131,8 @@ class Call(ctypes.Structure):
         ("strict_schedule", ctypes.c_int),
         ("softmax_scale", ctypes.c_float),
         ("params", ctypes.c_float * MAX_PARAMS),
+        # FP8 descales (dtype FLASHTILE_E4M3 only): NULL or batch x heads_kv fp32 device values each.
+        ("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p), ("v_descale", ctypes.c_void_p),
     ]
 
 

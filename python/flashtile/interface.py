@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from . import _extension, _lib
+from . import _extension, _lib, fp8
 from . import variants as _variants
 from .variant import Variant, both
 
@@ -15,6 +15,8 @@ SUPPORTED_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 SUPPORTED_HEAD_DIM_PAIRS = ((192, 128),)
 _SUPPORTED_HEAD_DIM_SET = frozenset(SUPPORTED_HEAD_DIMS)
 _DTYPE_CODES = {torch.float16: 0, torch.bfloat16: 1}
+if fp8.E4M3 is not None:
+    _DTYPE_CODES[fp8.E4M3] = 2  # FLASHTILE_E4M3: forward only, O in bf16 (flashtile.fp8)
 _INPUT_DTYPES = {"f32": torch.float32, "i32": torch.int32}
 _BUILTINS = set(_variants.names())
 
@@ -109,8 +111,9 @@ def _check_tensor(name: str, t, dims: int, layout: str) -> torch.Tensor:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dim() != dims:
         raise ValueError(f"{name} must have {dims} dimensions {layout}, got shape {tuple(t.shape)}")
+    fp8.refuse_e5m2(name, t)
     if t.dtype not in _DTYPE_CODES:
-        raise ValueError(f"{name} must be torch.float16 or torch.bfloat16, got {t.dtype}")
+        raise ValueError(f"{name} must be torch.float16, torch.bfloat16 or torch.float8_e4m3fn, got {t.dtype}")
     if not t.is_cuda:
         raise ValueError(f"{name} must be a CUDA tensor, got device {t.device}")
     return t
@@ -118,12 +121,13 @@ def _check_tensor(name: str, t, dims: int, layout: str) -> torch.Tensor:
 
 def _kernel_ready(t: torch.Tensor) -> torch.Tensor:
     """A layout kernels read: contiguous last dim, other strides multiples of 8 elements (16-byte loads). The
-    address is checked in _launch (data_ptr() cannot be traced by torch.compile)."""
+    address is checked in _launch (data_ptr() cannot be traced by torch.compile). e4m3: multiples of 16."""
     strides = t.stride()
     if strides[-1] != 1:
         return t.contiguous()
+    multiple = 16 if fp8.is_e4m3(t) else 8
     for stride in strides[:-1]:
-        if stride % 8:
+        if stride % multiple:
             return t.contiguous()
     return t
 
@@ -339,7 +343,7 @@ def _call_for(q, k, v, out, cu_seqlens_q, max_seqlen_q: int, max_seqlen_k: int, 
 
 def _outputs(q, v, varlen: bool):
     """O and LSE of a call, from PyTorch's allocator."""
-    out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
+    out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=fp8.output_dtype(q.dtype), device=q.device)
     if varlen:
         lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
     else:
@@ -358,8 +362,9 @@ def _on_device(index: int, entry, *args) -> int:
 
 def _filled_call(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
                  softmax_scale: float, variant_id: bytes, params: Sequence[float], inputs: Sequence[torch.Tensor],
-                 schedule: Optional[bytes], strict: int):
-    """The flashtile_call of a launch, pointers and stream included; the variant bytes it points into (hold them
+                 schedule: Optional[bytes], strict: int, descales=None):
+    """The flashtile_call of a launch, pointers and stream included (`descales`: an e4m3 call's q, k, v descales,
+    each None or a checked tensor); the variant bytes it points into (hold them
     while it is used); whether q, k and v were aligned as given (else copies are launched); q's device index."""
     q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
     aligned = not (q_ptr | k_ptr | v_ptr) % 16
@@ -377,13 +382,16 @@ def _filled_call(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: in
     cu_q, cu_k = (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()) if varlen else (0, 0)
     _lib.POINTERS.pack_into(call, _lib.POINTERS_OFFSET, q_ptr, k_ptr, v_ptr, out.data_ptr(), lse.data_ptr(), cu_q,
                             cu_k, stream)
+    if descales is not None:
+        call.q_descale, call.k_descale, call.v_descale = (None if d is None else d.data_ptr() for d in descales)
     return call, variant_id, aligned, index
 
 
 def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
             variant_id: bytes, params: Sequence[float], inputs: Sequence[torch.Tensor], remember=None,
-            schedule: Optional[bytes] = None, strict: int = 0):
-    """Allocates O and LSE and launches on the current stream of q's device. Inputs are checked already.
+            schedule: Optional[bytes] = None, strict: int = 0, descales=None):
+    """Allocates O and LSE and launches on the current stream of q's device. Inputs (and an e4m3 call's
+    `descales`) are checked already.
     `remember(call bytes, variant id bytes, out, lse, device index)`: files this call shape for a warm path (the
     caller's tensors were launched as given: aligned, no inputs, dense)."""
     lib = _library or _first_library()
@@ -394,11 +402,11 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k
         return out, lse
     call, variant_id, aligned, index = _filled_call(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                     max_seqlen_k, softmax_scale, variant_id, params, inputs, schedule,
-                                                    strict)
+                                                    strict, descales)
     rc = _on_device(index, lib.lib.flashtile_forward_call, runtime, ctypes.addressof(call))
     if rc != 0:
         raise lib.error("flashtile forward")
-    if remember is not None and aligned and not inputs and not varlen:
+    if remember is not None and aligned and not inputs and not varlen and descales is None:
         call.q = call.k = call.v = call.o = call.lse = call.stream = None
         remember(bytes(call), variant_id, out, lse, index)
     return out, lse
@@ -660,9 +668,17 @@ def _needs_grad(q, k, v, inputs) -> bool:
 
 
 def _run(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved: _Resolved, params, inputs, remember=None,
-         schedule: Optional[bytes] = None, strict: int = 0, deterministic: bool = False):
+         schedule: Optional[bytes] = None, strict: int = 0, deterministic: bool = False, descales=None):
     # The custom op under torch.compile (no graph break) and when autograd must see the call (its backward is
-    # registered); the direct call otherwise, for the shortest eager path.
+    # registered); the direct call otherwise, for the shortest eager path. e4m3 calls have their own op, whose
+    # backward refuses (flashtile.fp8).
+    if fp8.is_e4m3(q):
+        if _is_compiling() or _needs_grad(q, k, v, inputs):
+            return torch.ops.flashtile.fwd_fp8(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id, params, inputs,
+                                               schedule.decode() if schedule else None, bool(strict),
+                                               *(descales or (None, None, None)))
+        return _launch(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id_bytes, params, inputs, None, schedule,
+                       strict, descales)
     if _is_compiling() or _needs_grad(q, k, v, inputs):
         return torch.ops.flashtile.fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id, params, inputs,
                                        schedule.decode() if schedule else None, bool(strict), bool(deterministic))
@@ -674,7 +690,8 @@ def _run(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved: _Resolved, params, 
 
 def _check_common(q, k, v, dropout_p, softmax_scale, return_attn_probs) -> None:
     if q.dtype != k.dtype or q.dtype != v.dtype:
-        raise ValueError(f"q, k, v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise ValueError(f"q, k, v must have one dtype (torch.float16, torch.bfloat16 or torch.float8_e4m3fn for "
+                         f"all three), got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if dropout_p != 0.0:
@@ -711,7 +728,8 @@ def _check_flags(window_size, softcap, alibi_slopes, batch, heads_q, device):
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, schedule=None, strict=False):
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, schedule=None, strict=False,
+                    q_descale=None, k_descale=None, v_descale=None):
     """flash-attn 2.x's flash_attn_func, differentiable.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads % nheads_k == 0
@@ -722,7 +740,13 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     fixed order), the default accumulates with atomics in arrival order. softmax_lse is not differentiable.
     schedule=/strict=: the schedule to run instead of the fastest with a kernel for the call, and whether a
     missing kernel is an error rather than a fallback (docs/python.md, "Schedules"; flashtile.explain says which).
+    FP8 (docs/fp8.md): q, k, v in torch.float8_e4m3fn give a torch.bfloat16 out; q_descale, k_descale, v_descale
+    (flash-attn 3's) are None or fp32 (batch, nheads_k) tensors; such a call has no backward.
     """
+    descales = (q_descale, k_descale, v_descale)
+    if q_descale is not None or k_descale is not None or v_descale is not None:
+        return _flash_attn_func_checked(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                        return_attn_probs, schedule, strict, deterministic, descales)
     # The warm path: a call whose tensors' shapes, strides, dtypes and devices and whose flags equal those of a call
     # checked and launched before passes the same checks and takes the same variant, numbers and layouts; only its
     # pointers (alignment), the current device and autograd are looked at again. Anything else is checked in full.
@@ -750,8 +774,10 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
 
 
 def _flash_attn_func_checked(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                             return_attn_probs, schedule=None, strict=False, deterministic=False):
-    """flash_attn_func with every check; files the call shape for the warm path where it can serve it."""
+                             return_attn_probs, schedule=None, strict=False, deterministic=False,
+                             descales=(None, None, None)):
+    """flash_attn_func with every check; files the call shape for the warm path where it can serve it (not an e4m3
+    call's: its descales are per call)."""
     remember = None
     if (not _is_compiling() and alibi_slopes is None and type(q) is _Tensor and type(k) is _Tensor
             and type(v) is _Tensor and _plain_flags(dropout_p, softmax_scale, causal, window_size, softcap, schedule,
@@ -760,8 +786,9 @@ def _flash_attn_func_checked(q, k, v, dropout_p, softmax_scale, causal, window_s
     name, strict_flag = _schedule_option(schedule, strict)
     launch, as_given = _dense_call(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                                    return_attn_probs)
+    checked = fp8.check_descales(launch[0], launch[0].shape[0], launch[1].shape[2], descales)
     dv = launch[-1]
-    out, lse = _run(*launch[:-1], remember if as_given else None, name, strict_flag, deterministic)
+    out, lse = _run(*launch[:-1], remember if as_given else None, name, strict_flag, deterministic, checked)
     if out.shape[-1] != dv:
         out = out[..., :dv]
     return (out, lse, None) if return_attn_probs else out
@@ -805,7 +832,7 @@ def _dense_call(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None, *, schedule=None,
-                           strict=False):
+                           strict=False, q_descale=None, k_descale=None, v_descale=None):
     """flash-attn 2.x's flash_attn_varlen_func, differentiable (as flash_attn_func, `deterministic` included).
 
     q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim); cu_seqlens_q/k: int32 (batch + 1,) on q's
@@ -814,12 +841,15 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     supported yet. Empty key sequences (total_k 0: k and v may be empty) give out 0 and softmax_lse -inf.
     schedule=/strict=: the schedule to run instead of the fastest with a kernel for the call, and whether a
     missing kernel is an error rather than a fallback (docs/python.md, "Schedules"; flashtile.explain says which).
+    FP8 as flash_attn_func's: e4m3 q, k, v, descales of shape (batch, nheads_k), a bf16 out, no backward.
     """
     name, strict_flag = _schedule_option(schedule, strict)
     launch = _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                           causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table)
+    checked = fp8.check_descales(launch[0], launch[3].shape[0] - 1, launch[1].shape[1],
+                                 (q_descale, k_descale, v_descale))
     dv = launch[-1]
-    out, lse = _run(*launch[:-1], None, name, strict_flag, deterministic)
+    out, lse = _run(*launch[:-1], None, name, strict_flag, deterministic, checked)
     if out.shape[-1] != dv:
         out = out[..., :dv]
     return (out, lse, None) if return_attn_probs else out

@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from . import _lib
+from . import _lib, fp8
 from . import interface as _interface
 
 # Page sizes a paged cache may have (KvCache.h's isSupportedPageSize: powers of two, 16 to 256 keys).
@@ -37,6 +37,7 @@ def _check_cache(name: str, t, q) -> torch.Tensor:
     """A cache tensor: written in place by appends, so never copied; its layout must be one kernels read."""
     _interface._check_tensor(name, t, 4, "(batch_size_cache, seqlen_cache, nheads_k, headdim) or (num_blocks, "
                                          "page_block_size, nheads_k, headdim) with block_table")
+    fp8.refuse_kv_cache(name, t)
     if t.dtype != q.dtype:
         raise ValueError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
     if t.device != q.device:
@@ -82,6 +83,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     """
     schedule_name, strict_flag = _interface._schedule_option(schedule, strict)
     q = _interface._check_tensor("q", q, 4, "(batch, seqlen_q, nheads, headdim)")
+    fp8.refuse_kv_cache("q", q)
     k_cache = _check_cache("k_cache", k_cache, q)
     v_cache = _check_cache("v_cache", v_cache, q)
     batch, seqlen_q, heads_q, d = q.shape

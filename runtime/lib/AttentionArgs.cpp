@@ -2,6 +2,7 @@
 #include "flashtile/runtime/Excerpt.h"
 #include "flashtile/runtime/KernelAbi.h"
 #include "flashtile/runtime/Runtime.h"
+#include "Fp8Internal.h"
 #include "KvCacheInternal.h"
 #include "SplitKvInternal.h"
 
@@ -168,9 +169,15 @@ std::string_view flashtile::dtypeName(DType dtype) {
     return "f16";
   case DType::BF16:
     return "bf16";
+  case DType::E4M3:
+    return "e4m3";
   }
   return "invalid";
 }
+
+int flashtile::dtypeBytes(DType dtype) { return dtype == DType::E4M3 ? 1 : 2; }
+
+DType flashtile::outputDtype(DType dtype) { return dtype == DType::E4M3 ? DType::BF16 : dtype; }
 
 float AttentionArgs::effectiveScale() const {
   return softmaxScale != 0.f ? softmaxScale : 1.f / std::sqrt(static_cast<float>(headDim));
@@ -239,7 +246,7 @@ Status Runtime::validate(const AttentionArgs &args) {
                              "may be null without keys: seqlenK = 0)");
   if (dtypeName(args.dtype) == "invalid")
     return Status::error("dtype has value " + std::to_string(static_cast<int>(args.dtype)) +
-                         "; accepted: DType::F16, DType::BF16");
+                         "; accepted: DType::F16, DType::BF16, DType::E4M3");
   if (std::find(kSupportedHeadDims.begin(), kSupportedHeadDims.end(), args.headDim) == kSupportedHeadDims.end())
     return Status::error("headDim " + std::to_string(args.headDim) +
                          " is not supported; supported: " + supportedHeadDimsText());
@@ -288,6 +295,8 @@ Status Runtime::validate(const AttentionArgs &args) {
     return Status::error("inputs has " + std::to_string(args.inputs.size()) + " pointers; at most " +
                          std::to_string(FLASHTILE_MAX_VARIANT_INPUTS) +
                          " (FLASHTILE_MAX_VARIANT_INPUTS) are supported");
+  if (Status s = detail::checkFp8Args(args); !s.ok())
+    return s;
   if (Status s = detail::checkKvCacheArgs(args); !s.ok())
     return s;
   if (Status s = checkForwardByteReach(args); !s.ok())
@@ -297,6 +306,8 @@ Status Runtime::validate(const AttentionArgs &args) {
 
 Status Runtime::validateFor(const AttentionArgs &args, const KernelInfo &kernel) {
   if (Status s = validateVariantArgs(args, kernel); !s.ok())
+    return s;
+  if (Status s = detail::checkFp8Launch(args, kernel); !s.ok())
     return s;
   // The kernels number their blocks with 32-bit integers (the block order walks the whole grid linearly).
   const long long gridRows = args.isVarlen() ? args.maxSeqlenQ : args.seqlenQ;
@@ -383,6 +394,8 @@ Status Runtime::validateBackward(const BackwardArgs &args) {
   const AttentionArgs &forward = args.forward;
   if (forward.kvCache.enabled())
     return Status::error("forward.kvCache is set; the KV-cache mode (flash_attn_with_kvcache) has no backward");
+  if (Status s = detail::checkFp8Backward(forward); !s.ok())
+    return s;
   if (Status s = validate(forward); !s.ok())
     return s.withContext("forward");
   // As the forward's tensors: without query rows dO and dQ may be null, without keys dK and dV.

@@ -71,9 +71,8 @@ flashtile::Status argsFromCall(const flashtile_call *call, flashtile::AttentionA
     return flashtile::Status::error("flashtile_forward_call: call->size is " + std::to_string(call->size) +
                                     "; expected sizeof(flashtile_call) = " + std::to_string(sizeof(flashtile_call)) +
                                     " (a caller built for another version of CApi.h)");
-  if (call->dtype != FLASHTILE_F16 && call->dtype != FLASHTILE_BF16)
-    return flashtile::Status::error("dtype: " + std::to_string(call->dtype) +
-                                    " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)");
+  if (flashtile::Status s = flashtile::capi::checkDtypeCode(call->dtype); !s.ok())
+    return s;
   if (call->num_params < 0 || call->num_params > FLASHTILE_CALL_MAX_PARAMS || call->num_inputs < 0 ||
       call->num_inputs > FLASHTILE_CALL_MAX_INPUTS)
     return flashtile::Status::error("num_params (" + std::to_string(call->num_params) + ") and num_inputs (" +
@@ -88,7 +87,7 @@ flashtile::Status argsFromCall(const flashtile_call *call, flashtile::AttentionA
   args.lse = call->lse;
   args.cuSeqlensQ = call->cu_seqlens_q;
   args.cuSeqlensK = call->cu_seqlens_k;
-  args.dtype = call->dtype == FLASHTILE_BF16 ? flashtile::DType::BF16 : flashtile::DType::F16;
+  args.dtype = flashtile::capi::dtypeOfCode(call->dtype);
   args.batch = call->batch;
   args.seqlenQ = call->seqlen_q;
   args.seqlenK = call->seqlen_k;
@@ -115,6 +114,9 @@ flashtile::Status argsFromCall(const flashtile_call *call, flashtile::AttentionA
   args.inputs.assign(call->inputs, call->inputs + call->num_inputs);
   args.schedule.assign(call->schedule ? call->schedule : "");
   args.strictSchedule = call->strict_schedule != 0;
+  args.qDescale = call->q_descale;
+  args.kDescale = call->k_descale;
+  args.vDescale = call->v_descale;
   return flashtile::Status();
 }
 
@@ -200,9 +202,8 @@ int flashtile_forward_variant(flashtile_runtime *rt, const void *q, const void *
   return guarded([&] {
     if (!rt || !q_stride || !k_stride || !v_stride || !o_stride)
       return report(flashtile::Status::error("flashtile_forward: rt and the four stride arrays must not be NULL"));
-    if (dtype != FLASHTILE_F16 && dtype != FLASHTILE_BF16)
-      return report(flashtile::Status::error("dtype: " + std::to_string(dtype) +
-                                             " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)"));
+    if (flashtile::Status s = flashtile::capi::checkDtypeCode(dtype); !s.ok())
+      return report(s);
     flashtile::AttentionArgs &args = scratchArgs();
     resetArgs(args);
     args.q = q;
@@ -210,7 +211,7 @@ int flashtile_forward_variant(flashtile_runtime *rt, const void *q, const void *
     args.v = v;
     args.o = o;
     args.lse = lse;
-    args.dtype = dtype == FLASHTILE_BF16 ? flashtile::DType::BF16 : flashtile::DType::F16;
+    args.dtype = flashtile::capi::dtypeOfCode(dtype);
     args.batch = batch;
     args.seqlenQ = seqlen_q;
     args.seqlenK = seqlen_k;
@@ -243,13 +244,12 @@ int flashtile_forward_varlen_variant(flashtile_runtime *rt, const void *q, const
     if (!rt || !q_stride || !k_stride || !v_stride || !o_stride)
       return report(
           flashtile::Status::error("flashtile_forward_varlen: rt and the four stride arrays must not be NULL"));
-    if (dtype != FLASHTILE_F16 && dtype != FLASHTILE_BF16)
-      return report(flashtile::Status::error("dtype: " + std::to_string(dtype) +
-                                             " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)"));
+    if (flashtile::Status s = flashtile::capi::checkDtypeCode(dtype); !s.ok())
+      return report(s);
     flashtile::AttentionArgs &args = scratchArgs();
     resetArgs(args);
     // AttentionArgs::varlen's fields, set in place: the scratch's buffers are kept.
-    args.dtype = dtype == FLASHTILE_BF16 ? flashtile::DType::BF16 : flashtile::DType::F16;
+    args.dtype = flashtile::capi::dtypeOfCode(dtype);
     args.q = q;
     args.k = k;
     args.v = v;

@@ -50,16 +50,15 @@ int flashtile_forward_decode(flashtile_runtime *rt, const void *q, const void *k
     if (!rt || !q_stride || !k_stride || !v_stride || !o_stride)
       return report(
           flashtile::Status::error("flashtile_forward_decode: rt and the four stride arrays must not be NULL"));
-    if (dtype != FLASHTILE_F16 && dtype != FLASHTILE_BF16)
-      return report(flashtile::Status::error("dtype: " + std::to_string(dtype) +
-                                             " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)"));
+    if (flashtile::Status s = flashtile::capi::checkDecodeDtypeCode(dtype); !s.ok())
+      return report(s);
     if (variant_args && (variant_args->num_params < 0 || variant_args->num_inputs < 0 ||
                          (variant_args->num_params > 0 && !variant_args->params) ||
                          (variant_args->num_inputs > 0 && !variant_args->inputs)))
       return report(flashtile::Status::error("variant_args: num_params and num_inputs must be >= 0, with non-NULL "
                                              "params/inputs arrays when positive"));
     flashtile::AttentionArgs args = flashtile::AttentionArgs::contiguous(
-        dtype == FLASHTILE_BF16 ? flashtile::DType::BF16 : flashtile::DType::F16, q, k, v, o, lse, batch, seqlen_q,
+        flashtile::capi::dtypeOfCode(dtype), q, k, v, o, lse, batch, seqlen_q,
         seqlen_k, heads_q, heads_kv, head_dim, head_dim_v);
     for (int i = 0; i < 4; ++i) {
       args.qStride[i] = q_stride[i];

@@ -3,6 +3,7 @@
 #ifndef FLASHTILE_RUNTIME_CAPIINTERNAL_H
 #define FLASHTILE_RUNTIME_CAPIINTERNAL_H
 
+#include "flashtile/runtime/CApi.h"
 #include "flashtile/runtime/Runtime.h"
 
 #include <exception>
@@ -13,6 +14,28 @@ struct flashtile_runtime {
 };
 
 namespace flashtile::capi {
+/// Whether `code` is a dtype of CApi.h: the error names the accepted codes.
+inline Status checkDtypeCode(int code) {
+  if (code == FLASHTILE_F16 || code == FLASHTILE_BF16 || code == FLASHTILE_E4M3)
+    return Status();
+  return Status::error("dtype: " + std::to_string(code) +
+                       " is not FLASHTILE_F16 (0), FLASHTILE_BF16 (1) or FLASHTILE_E4M3 (2)");
+}
+/// Whether `code` is a dtype the decode schedule's entry points (flashtile_forward_decode, the KV-cache calls) run:
+/// e4m3 is named, as the split-KV and KV-cache kernels have no 8-bit path yet.
+inline Status checkDecodeDtypeCode(int code) {
+  if (code == FLASHTILE_F16 || code == FLASHTILE_BF16)
+    return Status();
+  if (code == FLASHTILE_E4M3)
+    return Status::error("dtype: FLASHTILE_E4M3 (2): the split-KV and KV-cache kernels have no 8-bit path "
+                         "yet; accepted: FLASHTILE_F16 (0), FLASHTILE_BF16 (1)");
+  return Status::error("dtype: " + std::to_string(code) + " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)");
+}
+/// The DType of a code checkDtypeCode accepts.
+inline DType dtypeOfCode(int code) {
+  return code == FLASHTILE_E4M3 ? DType::E4M3 : code == FLASHTILE_BF16 ? DType::BF16 : DType::F16;
+}
+
 /// Sets the message flashtile_last_error() returns on this thread.
 void setLastError(std::string message);
 

@@ -32,8 +32,8 @@ Status forwardKvCache(flashtile_runtime *rt, const flashtile_kvcache_call *call)
     return Status::error("flashtile_kvcache_call.size is " + std::to_string(call->size) + "; expected sizeof(" +
                          "flashtile_kvcache_call) = " + std::to_string(sizeof(flashtile_kvcache_call)) +
                          " (a header of another flashtile version?)");
-  if (call->dtype != FLASHTILE_F16 && call->dtype != FLASHTILE_BF16)
-    return Status::error("dtype: " + std::to_string(call->dtype) + " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)");
+  if (Status s = flashtile::capi::checkDecodeDtypeCode(call->dtype); !s.ok())
+    return s;
   if (call->num_params < 0 || call->num_params > FLASHTILE_CALL_MAX_PARAMS || call->num_inputs < 0 ||
       call->num_inputs > FLASHTILE_CALL_MAX_INPUTS)
     return Status::error("num_params (" + std::to_string(call->num_params) + ") and num_inputs (" +
@@ -41,7 +41,7 @@ Status forwardKvCache(flashtile_runtime *rt, const flashtile_kvcache_call *call)
                          std::to_string(FLASHTILE_CALL_MAX_PARAMS) + "] and [0, " +
                          std::to_string(FLASHTILE_CALL_MAX_INPUTS) + "]");
   const bool paged = call->block_table != nullptr;
-  const flashtile::DType dtype = call->dtype == FLASHTILE_BF16 ? flashtile::DType::BF16 : flashtile::DType::F16;
+  const flashtile::DType dtype = flashtile::capi::dtypeOfCode(call->dtype);
   const int headDimV = call->head_dim_v ? call->head_dim_v : call->head_dim;
   AttentionArgs args = paged
                            ? AttentionArgs::pagedCache(dtype, call->q, call->k_cache, call->v_cache, call->o, call->lse,

@@ -7,7 +7,7 @@ tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i6
 
 // -----
 
-// expected-error @+1 {{'tile.func' op dtype must be f16 or bf16, got 'f32'}}
+// expected-error @+1 {{'tile.func' op dtype must be f16, bf16 or f8E4M3FN (e4m3), got 'f32'}}
 tile.func @f attributes {dtype = f32, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
 }
 

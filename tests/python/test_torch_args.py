@@ -25,7 +25,7 @@ class ArgumentChecks(unittest.TestCase):
         q, k, v = self.tensors()
         with self.assertRaisesRegex(ValueError, "q must have 4 dimensions"):
             flashtile.flash_attn_func(q[0], k, v)
-        with self.assertRaisesRegex(ValueError, "torch.float16 or torch.bfloat16"):
+        with self.assertRaisesRegex(ValueError, "torch.float16, torch.bfloat16 or torch.float8_e4m3fn"):
             flashtile.flash_attn_func(q.float(), k, v)
         with self.assertRaisesRegex(ValueError, "q must have 3 dimensions"):
             flashtile.flash_attn_varlen_func(q, k, v, None, None, 16, 16)

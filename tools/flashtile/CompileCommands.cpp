@@ -262,7 +262,7 @@ void registerCompile(CLI::App &app, Registry &registry, const std::string &name,
   command->add_option("--variant", flags->variant, "Built-in variant: " + joinNames(variantNames()))
       ->check(oneOf("variant", variantNames()))
       ->capture_default_str();
-  command->add_option("--dtype", flags->dtype, "Element type of Q, K, V and O")
+  command->add_option("--dtype", flags->dtype, "Element type of Q, K and V (O is bf16 for e4m3)")
       ->check(oneOf("dtype", dtypeNames()))
       ->capture_default_str();
   command->add_option("--head-dim", flags->headDim, "Head dim of Q and K: 32, 64, 96, 128, 192, 256")

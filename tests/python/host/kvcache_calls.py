@@ -184,7 +184,7 @@ def bad(**changes):
 
 cases = [
     (ValueError, "q must have 4 dimensions", bad(q=t((B, HQ, D)))),
-    (ValueError, "q must be torch.float16 or torch.bfloat16", bad(q=t((B, 1, HQ, D), torch.float32))),
+    (ValueError, "q must be torch.float16, torch.bfloat16 or torch.float8_e4m3fn", bad(q=t((B, 1, HQ, D), torch.float32))),
     (ValueError, "q must be a CUDA tensor", bad(q=t((B, 1, HQ, D), device="cpu"))),
     (ValueError, "k_cache must have q's dtype", bad(k_cache=t((B, CACHE, HKV, D), torch.float16))),
     (ValueError, "v_cache must have k_cache's first three dimensions", bad(v_cache=t((B, CACHE, 4, D)))),

@@ -79,7 +79,7 @@ TEST(AttentionArgs, RejectsBadArgumentsNamingThem) {
       {"null v", [](AttentionArgs &a) { a.v = nullptr; }, {"v is null"}},
       {"null o", [](AttentionArgs &a) { a.o = nullptr; }, {"o is null"}},
       {"null lse", [](AttentionArgs &a) { a.lse = nullptr; }, {"lse is null"}},
-      {"dtype", [](AttentionArgs &a) { a.dtype = static_cast<DType>(7); }, {"dtype", "DType::F16, DType::BF16"}},
+      {"dtype", [](AttentionArgs &a) { a.dtype = static_cast<DType>(7); }, {"dtype", "DType::F16, DType::BF16, DType::E4M3"}},
       {"headDim",
        [](AttentionArgs &a) { a.headDim = a.headDimV = 48; },
        {"headDim 48 is not supported", "supported: 32, 64, 96, 128, 192, 256 (headDimV = headDim), or 192/128"}},

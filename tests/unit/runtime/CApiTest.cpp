@@ -318,6 +318,39 @@ TEST(CApi, VarlenWithoutKeysAcceptsNullKAndV) {
   flashtile_destroy(rt);
 }
 
+// FLASHTILE_E4M3 calls: descales only with it (flashtile_call's q/k/v_descale), no backward, and codes past it named.
+TEST(CApi, E4m3CallsAreCheckedNamingTheArgument) {
+  flashtile_runtime *rt = flashtile_create();
+  ASSERT_NE(rt, nullptr) << flashtile_last_error();
+  char text[512];
+  flashtile_call bf16 = denseCall();
+  bf16.k_descale = fake<const float>(0x80000);
+  EXPECT_EQ(flashtile_explain(rt, &bf16, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("kDescale is set but dtype is bf16; descales apply to dtype e4m3 only"));
+  flashtile_call unknown = denseCall();
+  unknown.dtype = 3;
+  EXPECT_EQ(flashtile_explain(rt, &unknown, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(),
+              HasSubstr("dtype: 3 is not FLASHTILE_F16 (0), FLASHTILE_BF16 (1) or FLASHTILE_E4M3 (2)"));
+  flashtile_call e4m3 = denseCall();
+  e4m3.dtype = FLASHTILE_E4M3;
+  e4m3.q_descale = e4m3.k_descale = e4m3.v_descale = fake<const float>(0x80000);
+  flashtile_bwd_call backward{};
+  backward.size = sizeof backward;
+  backward.forward = e4m3;
+  backward.d_o = fake<const void>(0x90000);
+  backward.d_q = fake<void>(0xa0000);
+  backward.d_k = fake<void>(0xb0000);
+  backward.d_v = fake<void>(0xc0000);
+  for (int i = 0; i < 4; ++i) {
+    backward.d_o_stride[i] = backward.d_q_stride[i] = e4m3.q_stride[i];
+    backward.d_k_stride[i] = backward.d_v_stride[i] = e4m3.k_stride[i];
+  }
+  EXPECT_EQ(flashtile_backward_call(rt, &backward), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("forward.dtype is e4m3: FP8 calls have no backward"));
+  flashtile_destroy(rt);
+}
+
 } // namespace
 
 namespace {
@@ -346,7 +379,7 @@ TEST(CApi, BackwardCallRejectsBadArgumentsNamingThem) {
   flashtile_bwd_call badForward = call;
   badForward.forward.dtype = 7;
   EXPECT_EQ(flashtile_backward_call(rt, &badForward), -1);
-  EXPECT_THAT(flashtile_last_error(), HasSubstr("forward: dtype: 7 is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)"));
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("forward: dtype: 7 is not FLASHTILE_F16 (0), FLASHTILE_BF16 (1) or FLASHTILE_E4M3 (2)"));
   flashtile_bwd_call noGrad = call;
   noGrad.d_k = nullptr;
   EXPECT_EQ(flashtile_backward_call(rt, &noGrad), -1);

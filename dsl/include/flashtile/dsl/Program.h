@@ -13,7 +13,12 @@
 
 namespace flashtile {
 
-enum class ElementType { F16, BF16 };
+/// The element type of Q, K and V. E4M3 is float8_e4m3fn (docs/fp8.md): forward programs only; O is stored in bf16
+/// and the call's descales join the softmax scale (q, k) and the finalized O (v).
+enum class ElementType { F16, BF16, E4M3 };
+
+/// "f16", "bf16" or "e4m3": the spelling of specs, manifests and the CLI.
+const char *elementTypeName(ElementType dtype);
 
 /// Rotary position embedding of Q and of the keys a KV-cache call appends (flash_attn_with_kvcache's rotary_cos
 /// and rotary_sin, passes/IR/TileRotary.h): pairs (i, i + rotary_dim / 2) (Halves, GPT-NeoX) or (2i, 2i + 1)

@@ -9,7 +9,10 @@ extern "C" {
 
 typedef struct flashtile_runtime flashtile_runtime;
 
-enum { FLASHTILE_F16 = 0, FLASHTILE_BF16 = 1 };
+/* Element types of q, k and v. FLASHTILE_E4M3 is float8_e4m3fn (docs/fp8.md): o is bf16 then, descales come through
+ * flashtile_call's q_descale/k_descale/v_descale (the other entry points pass none: 1), and there is no backward.
+ * e5m2 has no code: it is not supported. */
+enum { FLASHTILE_F16 = 0, FLASHTILE_BF16 = 1, FLASHTILE_E4M3 = 2 };
 
 /* A runtime with its kernel cache configured from the environment; NULL on failure. */
 flashtile_runtime *flashtile_create(void);
@@ -97,6 +100,10 @@ typedef struct flashtile_call {
   int strict_schedule;                     /* non-zero: strict schedule mode for this call */
   float softmax_scale;                     /* 0: 1/sqrt(head_dim) */
   float params[FLASHTILE_CALL_MAX_PARAMS]; /* num_params numbers (flashtile_variant_args) */
+  /* FP8 descales (dtype FLASHTILE_E4M3 only; flash-attn 3's q_descale, k_descale, v_descale): NULL (= 1) or a device
+   * pointer to batch x heads_kv contiguous fp32 values. q_descale·k_descale scales the scores (inside the softmax
+   * scale), v_descale the output. With another dtype all three must be NULL. */
+  const float *q_descale, *k_descale, *v_descale;
 } flashtile_call;
 int flashtile_forward_call(flashtile_runtime *rt, const flashtile_call *call);
 

@@ -25,8 +25,8 @@ inline constexpr std::array<std::string_view, 3> kSupportedArchs = {"sm_80", "sm
 inline constexpr std::string_view kDefaultCompileArch = "sm_90a";
 /// kSupportedArchs for messages: "sm_80, sm_90a, sm_100a".
 std::string supportedArchsText();
-/// Element types of Q, K, V and O, as spelled in specs and manifests.
-inline constexpr std::array<std::string_view, 2> kSupportedDtypes = {"f16", "bf16"};
+/// Element types of Q, K and V, as spelled in specs and manifests (O is bf16 for e4m3: outputDtype, Runtime.h).
+inline constexpr std::array<std::string_view, 3> kSupportedDtypes = {"f16", "bf16", "e4m3"};
 
 /// The pairs a rotary kernel rotates (KernelSpec::rotary, KernelInfo::rotary).
 inline constexpr std::string_view kRotaryHalves = "halves";

@@ -26,10 +26,17 @@
 
 namespace flashtile {
 
-enum class DType { F16, BF16 };
+/// The element type of Q, K and V. E4M3 is float8_e4m3fn (docs/fp8.md): its calls write O in bf16 (LSE fp32, as
+/// always) and take optional fp32 descales; they have no backward, and only schedules with an 8-bit MMA path run
+/// them.
+enum class DType { F16, BF16, E4M3 };
 
-/// "f16" / "bf16" (the spelling in specs and manifests); "invalid" for values outside the enum.
+/// "f16" / "bf16" / "e4m3" (the spelling in specs and manifests); "invalid" for values outside the enum.
 std::string_view dtypeName(DType dtype);
+/// The bytes of one Q/K/V element of `dtype` (1 for E4M3, 2 for the 16-bit types).
+int dtypeBytes(DType dtype);
+/// The element type O has in a call of `dtype`: BF16 for E4M3 (as flash-attn 3's FP8 forward), else `dtype`.
+DType outputDtype(DType dtype);
 
 /// Head dimensions the compiler generates kernels for, with headDimV = headDim.
 inline constexpr std::array<int, 6> kSupportedHeadDims = {32, 64, 96, 128, 192, 256};
@@ -61,9 +68,15 @@ struct AttentionArgs {
   int headDim = 0;
   int headDimV = 0; // equal to headDim, or a pair in kSupportedHeadDimPairs
   // Strides in elements, ordered {batch, seq, head, dim}; the dim stride must be 1, the others non-negative
-  // multiples of 8 elements (kernels use 16-byte vector loads). Varlen ignores the batch strides.
+  // multiples of 8 elements (kernels use 16-byte vector loads; E4M3's Q, K and V: of 16 elements, O's of 8, O being
+  // bf16 there). Varlen ignores the batch strides.
   std::array<long long, 4> qStride{}, kStride{}, vStride{}, oStride{};
   float softmaxScale = 0.f; // 0 selects 1/sqrt(headDim); must be finite
+  // FP8 descales (dtype E4M3 only; flash-attn 3's q_descale, k_descale, v_descale): each null (= 1) or a device
+  // pointer to batch x headsKv contiguous fp32 values (4-byte aligned), indexed [b][hKv]. The kernels fold
+  // qDescale·kDescale of a query head's K/V head into the softmax scale (a variant's hooks see the same scaled score
+  // as in bf16) and multiply O by vDescale when it is finalized. Other dtypes: all three must be null.
+  const float *qDescale = nullptr, *kDescale = nullptr, *vDescale = nullptr;
   /// The scale kernels use: softmaxScale, or 1/sqrt(headDim) when it is 0.
   float effectiveScale() const;
   std::string variant = "none";     // a built-in name ("none", "causal", "sliding_window", ...) or a JIT variant id

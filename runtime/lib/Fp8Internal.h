@@ -1,0 +1,22 @@
+// Fp8Internal.h — the runtime's checks of FP8 (e4m3) calls: descales, strides, and the paths e4m3 has none of.
+#ifndef FLASHTILE_RUNTIME_LIB_FP8INTERNAL_H
+#define FLASHTILE_RUNTIME_LIB_FP8INTERNAL_H
+
+#include "flashtile/runtime/Runtime.h"
+
+namespace flashtile::detail {
+
+/// Runtime::validate's checks of a call's FP8 fields: descales only with dtype E4M3 (each null or 4-byte aligned),
+/// E4M3's Q/K/V strides whole 16-byte vectors, and no KV cache (the KV-cache kernels have no 8-bit path yet).
+Status checkFp8Args(const AttentionArgs &args);
+
+/// Runtime::validateFor's: the kernel ABI (KernelAbi.h) carries no descales yet, so no e4m3 kernel is launched, even
+/// one a hand-written manifest declares (the compiler prints none).
+Status checkFp8Launch(const AttentionArgs &args, const KernelInfo &kernel);
+
+/// Runtime::validateBackward's: an E4M3 forward has no backward (as flash-attn 3's FP8).
+Status checkFp8Backward(const AttentionArgs &forward);
+
+} // namespace flashtile::detail
+
+#endif // FLASHTILE_RUNTIME_LIB_FP8INTERNAL_H
