@@ -5,9 +5,12 @@
 // reads global rows, keys and sizes; loads and the loop are untouched.
 // CHECK: tile.func @attention attributes {{.*}}tile.position_offsets
 // CHECK: tile.kv_range may
-// CHECK: ^bb0(%[[FIRST:.*]]: i32, %[[LAST:.*]]: i32, %{{.*}}: i32, %[[H:.*]]: i32):
-// CHECK-DAG: %[[QOFF:.*]] = tile.dim q_offset
-// CHECK-DAG: %[[GLAST:.*]] = arith.addi %[[LAST]], %[[QOFF]]
+// CHECK: ^bb0(%[[FIRST:[a-z0-9]+]]: i32, %[[LAST:[a-z0-9]+]]: i32, %{{[a-z0-9]+}}: i32, %[[H:[a-z0-9]+]]: i32):
+// CHECK-DAG: tile.dim q_offset
+// CHECK-DAG: arith.addi %[[FIRST]], %{{.*}} : i32
+// CHECK-DAG: arith.addi %[[LAST]], %{{.*}} : i32
+// CHECK-DAG: tile.dim head_offset
+// CHECK-DAG: arith.addi %[[H]], %{{.*}} : i32
 // CHECK-DAG: tile.dim seqlen_q_global
 // CHECK-DAG: tile.dim seqlen_k_global
 // CHECK: %[[KOFF:.*]] = tile.dim k_offset
@@ -17,11 +20,11 @@
 // CHECK: tile.kv_range full
 // CHECK: tile.load q
 // CHECK: tile.mask
-// CHECK: ^bb0(%{{.*}}: i32, %{{.*}}: i32, %[[QI:.*]]: i32, %[[KV:.*]]: i32):
-// CHECK-DAG: %[[KOFF2:.*]] = tile.dim k_offset
-// CHECK-DAG: %[[GKV:.*]] = arith.addi %[[KV]], %[[KOFF2]]
-// CHECK-DAG: %[[QOFF2:.*]] = tile.dim q_offset
-// CHECK-DAG: %[[GQ:.*]] = arith.addi %[[QI]], %[[QOFF2]]
+// CHECK: ^bb0(%{{[a-z0-9]+}}: i32, %{{[a-z0-9]+}}: i32, %[[QI:[a-z0-9]+]]: i32, %[[KV:[a-z0-9]+]]: i32):
+// CHECK-DAG: tile.dim k_offset
+// CHECK-DAG: %[[GKV:.*]] = arith.addi %[[KV]], %{{.*}} : i32
+// CHECK-DAG: tile.dim q_offset
+// CHECK-DAG: arith.addi %[[QI]], %{{.*}} : i32
 // CHECK: arith.cmpi sle, %[[GKV]], %{{.*}}
 
 // -----

@@ -185,8 +185,9 @@ TEST_P(PositionOffsets, BlocksEqualTheWholeProblem) {
     }
     // Without offsets the blocks see local positions: wrong, so the comparison above can fail.
     EXPECT_GT(worstWithout, 1e-2) << "the blocks without offsets agree too: the check cannot fail";
-    if (scheduled && c.name == "causal")
+    if (scheduled && c.name == "causal") {
       EXPECT_EQ(loadsAbove, 0) << "a causal block above the diagonal must load no K/V tile";
+    }
   }
 }
 
