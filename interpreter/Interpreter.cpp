@@ -547,6 +547,41 @@ LogicalResult Interpreter::define(Operation *op, Value result, Accumulator value
 // Program structure
 //===----------------------------------------------------------------------===//
 
+/// Where the instance's sequence sits in the larger problem (Problem::positions), for the sizes
+/// tile-offset-positions gives the hooks: as the kernels compute them from FlashtilePositions.
+int64_t positionValue(Dim dim, const Problem &problem, const Instance &inst) {
+  const Problem::Positions &g = problem.positions;
+  const bool varlen = problem.isVarlen();
+  auto at = [&](const std::vector<int32_t> &values, int64_t fallback) {
+    return values.empty() ? fallback : int64_t{values[inst.b]};
+  };
+  auto length = [&](const std::vector<int32_t> &cu, int64_t fallback) {
+    return cu.empty() ? fallback : int64_t{cu[inst.b + 1]} - cu[inst.b];
+  };
+  const int64_t seqlenKGlobal = varlen ? length(g.cuSeqlensKGlobal, inst.seqlenK)
+                                       : (g.seqlenKGlobal ? g.seqlenKGlobal : inst.seqlenK);
+  switch (dim) {
+  case Dim::QOffset:
+    return varlen ? at(g.qOffsets, 0) : g.qOffset;
+  case Dim::KOffset:
+    return varlen ? at(g.kOffsets, 0) : g.kOffset;
+  case Dim::SeqlenQGlobal:
+    return varlen ? length(g.cuSeqlensQGlobal, inst.seqlenQ) : (g.seqlenQGlobal ? g.seqlenQGlobal : inst.seqlenQ);
+  case Dim::SeqlenKGlobal:
+    return seqlenKGlobal;
+  case Dim::KeyOffsetGlobal: // the larger problem's: b·seqlen_k_global dense, cu_seqlens_k_global[b] varlen
+    return varlen ? at(g.cuSeqlensKGlobal, inst.kRow0) : inst.entry * seqlenKGlobal;
+  case Dim::HeadOffset:
+    return g.headOffset;
+  case Dim::HeadsQGlobal:
+    return g.headsQGlobal ? g.headsQGlobal : problem.headsQ;
+  case Dim::HeadsKvGlobal:
+    return g.headsKvGlobal ? g.headsKvGlobal : problem.headsKv;
+  default:
+    llvm_unreachable("a tile.dim the interpreter does not know");
+  }
+}
+
 /// The value of a problem size for the current program instance.
 int64_t dimValue(Dim dim, const Problem &problem, const Instance &inst, int64_t kvStep) {
   switch (dim) {
@@ -574,8 +609,9 @@ int64_t dimValue(Dim dim, const Problem &problem, const Instance &inst, int64_t 
     return inst.h;
   case Dim::KvTile: // the backward's main program: its K/V tile; other programs' instances own Q tiles
     return inst.kvTile;
+  default:
+    return positionValue(dim, problem, inst);
   }
-  llvm_unreachable("a tile.dim the interpreter does not know");
 }
 
 LogicalResult Interpreter::exec(DimOp op) {

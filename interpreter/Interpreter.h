@@ -67,6 +67,15 @@ struct Problem {
   /// Programs whose tiles have dynamic rows (unscheduled ones): rows of a Q tile and of a K/V tile; 0 makes the
   /// whole sequence one tile. A scheduled program's tiles are its schedule's (static tile types, block_m/block_n).
   int tileRowsQ = 0, tileRowsK = 0;
+  /// Programs compiled with position offsets (tile.position_offsets, passes/IR/TilePositions.h): where this call
+  /// sits in the larger problem it is a block of, as the kernels' FlashtilePositions (runtime/PositionsAbi.h) says.
+  /// Zero sizes and empty vectors mean the call's own. Other programs ignore it.
+  struct Positions {
+    int qOffset = 0, kOffset = 0, seqlenQGlobal = 0, seqlenKGlobal = 0; ///< dense
+    std::vector<int32_t> qOffsets{}, kOffsets{};                     ///< varlen: batch values each, or empty (0)
+    std::vector<int32_t> cuSeqlensQGlobal{}, cuSeqlensKGlobal{};     ///< varlen: batch + 1 each, or empty
+    int headOffset = 0, headsQGlobal = 0, headsKvGlobal = 0;
+  } positions{};
 
   bool isVarlen() const { return !cuSeqlensQ.empty(); }
 };

@@ -8,6 +8,7 @@
 #include "flashtile/runtime/Version.h"
 #include "passes/IR/ProgramKinds.h"
 #include "passes/IR/TileDialect.h"
+#include "passes/Transforms/Passes.h"
 #include "schedules/Registry.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -120,6 +121,17 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
       context, variant, ProgramOptions{options.dtype, options.headDim, options.headDimV, options.rotary}, options.kind);
   if (mlir::failed(module))
     return failedWith("building the " + options.kind + " tile program for variant '" + variant.name() + "' failed");
+  if (options.positionOffsets) {
+    auto knob = options.schedule.knobs.find(schedule::kKvCacheKnob);
+    if (knob != options.schedule.knobs.end() && knob->second != 0)
+      return Status::error("position offsets: KV-cache kernels (" + options.schedule.schedule + " with the " +
+                           std::string(schedule::kKvCacheKnob) + " option set to 1) do not take position offsets; "
+                           "a block of a split sequence runs a plain forward or backward module");
+    mlir::PassManager offsets(&context);
+    offsets.addNestedPass<tile::FuncOp>(tile::createTileOffsetPositions());
+    if (mlir::failed(offsets.run(module->get())))
+      return failedWith("placing variant '" + variant.name() + "' at position offsets failed");
+  }
   result.tileIr = print(module->get());
   if (upTo == Stage::Tile)
     return result;
@@ -158,6 +170,7 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
   result.cuda = std::move(emitted->source);
   result.info = std::move(emitted->info);
   result.info.variant = *id;
+  result.info.positions = options.positionOffsets;
   // The variant's rules travel with the kernel, so that the runtime checks its numbers without this compiler.
   auto rules = variant.paramRules();
   if (!rules.ok())
@@ -283,6 +296,7 @@ StatusOr<std::pair<Variant, CompileOptions>> Jit::optionsFor(const KernelSpec &s
     return Status::error("rotary embedding (rotary=" + spec.rotary + ") comes with KV-cache kernels only");
   CompileOptions options;
   options.kind = spec.kind;
+  options.positionOffsets = spec.positions;
   options.rotary = *rotary;
   options.dtype = *dtype;
   options.headDim = spec.headDim;

@@ -31,6 +31,10 @@ struct CompileOptions {
   /// The module kind to build (moduleKinds(): forward, backward; KernelSpec::kind): the backward is the three
   /// programs of buildProgram, every one from the variant's hooks.
   std::string kind = "forward";
+  /// The module computes a block of a larger problem (KernelSpec::positions): its kernels take FlashtilePositions
+  /// (runtime/PositionsAbi.h) and the variant's hooks see global positions (tile-offset-positions). Off: the CUDA
+  /// of every kernel is what it was without the option.
+  bool positionOffsets = false;
   bool printIrAfterAll = false; ///< print the IR after every pass to stderr
   bool debug = false;           ///< errors carry the operation they are about (MLIR's op dump); also printIrAfterAll
 };

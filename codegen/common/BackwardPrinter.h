@@ -12,6 +12,7 @@
 #include "codegen/common/CudaEmitter.h"
 #include "codegen/common/FragmentTiles.h"
 #include "codegen/common/LaunchPlanner.h"
+#include "codegen/common/PositionsCuda.h"
 #include "passes/IR/ProgramKinds.h"
 #include "passes/Transforms/Passes.h"
 #include "passes/Transforms/ScheduleRegistry.h"

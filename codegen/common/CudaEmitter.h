@@ -57,8 +57,9 @@ std::string sourceHeading(const flashtile::KernelInfo &info, const KernelShape &
 /// `FlashtileSequence p` of batch entry blockBatch, and the open `if (params.cuSeqlensQ) {` block of a varlen
 /// sequence with its rows [qBegin, qEnd) and keys [kBegin, kEnd) declared: the caller rewrites p's fields, then closes.
 void openSequenceView(CudaWriter &w);
-/// The FlashtileSequence struct (the kernel parameters as a block's sequence sees them) the variant functions take.
-std::string sequenceStructText();
+/// The FlashtileSequence struct (the kernel parameters as a block's sequence sees them) the variant functions take;
+/// with `positions`, FlashtilePositions and the members that place the block in a larger problem (PositionsCuda.h).
+std::string sequenceStructText(bool positions = false);
 /// `text` safe inside a `//` comment of the generated source.
 std::string commentText(llvm::StringRef text);
 /// `text` with every character outside [A-Za-z0-9_] replaced by '_'.

@@ -5,6 +5,7 @@
 // split-KV combine kernel, and the K/V loops with their rules and segments.
 //===----------------------------------------------------------------------===//
 #include "codegen/common/KernelPrinter.h"
+#include "codegen/common/PositionsCuda.h"
 
 namespace flashtile::codegen::kernel {
 
@@ -23,7 +24,7 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
   if (shape.minBlocksPerSm > 0 || !roles.empty())
     bounds += ", " + std::to_string(roles.empty() ? shape.minBlocksPerSm : 1);
   w.open("extern \"C\" __global__ void __launch_bounds__(" + bounds + ") " + entry.str() +
-         "(const FlashtileFwdParams params" + target.extraKernelParams() + ")");
+         "(const FlashtileFwdParams params" + positionsParam(func) + target.extraKernelParams() + ")");
   w.comment("---- schedule " + commentSafe(schedule.getName()) + " (#tile.schedule): tile sizes and warps ----");
   w.line("constexpr int kBlockM = " + std::to_string(shape.blockM) + ";  // query rows of this thread block (split-Q)");
   w.line("constexpr int kBlockN = " + std::to_string(shape.blockN) + ";  // keys of a K/V tile");
@@ -276,6 +277,8 @@ void KernelPrinter::printSequenceView() {
   w.line("p.seqlenK = kEnd - kBegin;");
   w.line("p.keyOffset = kBegin;");
   w.close();
+  if (takesPositions(func))
+    printPositionsView(w);
 }
 
 void KernelPrinter::printWorkTile(const std::string &step) {
@@ -417,7 +420,7 @@ LogicalResult KernelPrinter::printCombineKernel(StringRef entry) {
   w.comment("query row a block, block (32 * kWarps); varlen: grid.x = maxSeqlenQ. Launched only when");
   w.comment("numSplits > 1 (with one split the attention kernel writes O and LSE itself).");
   w.open("extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kCombineWarps * kWarpSize) + ") " +
-         entry.str() + "(const FlashtileFwdParams params)");
+         entry.str() + "(const FlashtileFwdParams params" + positionsParam(func) + ")");
   w.line("constexpr int kHeadDimV = " + std::to_string(func.getHeadDimV()) + ";  // V/O head dim");
   w.line("constexpr int kRows = " + std::to_string(kCombineRowsPerBlock) + ", kWarps = " + std::to_string(kCombineWarps) +
          ";  // query rows of a block; its warps share the row's splits");

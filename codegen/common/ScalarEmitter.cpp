@@ -97,6 +97,23 @@ StringRef dimField(tile::Dim dim) {
     return "blockHead";
   case tile::Dim::KvTile: // the K/V tile of a backward_main block; the forward's blocks own Q tiles
     return "blockKvTile";
+  // A block of a larger problem (tile.position_offsets): computed once per block from FlashtilePositions.
+  case tile::Dim::QOffset:
+    return "p.qOffset";
+  case tile::Dim::KOffset:
+    return "p.kOffset";
+  case tile::Dim::SeqlenQGlobal:
+    return "p.seqlenQGlobal";
+  case tile::Dim::SeqlenKGlobal:
+    return "p.seqlenKGlobal";
+  case tile::Dim::KeyOffsetGlobal:
+    return "p.keyOffsetGlobal";
+  case tile::Dim::HeadOffset:
+    return "p.headOffset";
+  case tile::Dim::HeadsQGlobal:
+    return "p.headsQGlobal";
+  case tile::Dim::HeadsKvGlobal:
+    return "p.headsKvGlobal";
   }
   llvm_unreachable("a tile.dim the CUDA printer does not know");
 }

@@ -106,7 +106,18 @@ def Tile_Dim : Tile_Enum<"Dim", "a dimension", "a problem size read from the ker
   I32EnumAttrCase<"BatchIndex", 9, "batch_index">,
   I32EnumAttrCase<"HeadIndex", 10, "head_index">,
   // The K/V tile a backward_main instance owns (0 in other programs).
-  I32EnumAttrCase<"KvTile", 11, "kv_tile">
+  I32EnumAttrCase<"KvTile", 11, "kv_tile">,
+  // Programs that are a block of a larger problem (tile-offset-positions, passes/IR/TilePositions.h): where the
+  // block's first query row, key and query head sit in it, and its sizes, which the hooks read in place of
+  // seqlen_q, seqlen_k, heads_q, heads_kv and key_offset.
+  I32EnumAttrCase<"QOffset", 12, "q_offset">,
+  I32EnumAttrCase<"KOffset", 13, "k_offset">,
+  I32EnumAttrCase<"SeqlenQGlobal", 14, "seqlen_q_global">,
+  I32EnumAttrCase<"SeqlenKGlobal", 15, "seqlen_k_global">,
+  I32EnumAttrCase<"KeyOffsetGlobal", 16, "key_offset_global">,
+  I32EnumAttrCase<"HeadOffset", 17, "head_offset">,
+  I32EnumAttrCase<"HeadsQGlobal", 18, "heads_q_global">,
+  I32EnumAttrCase<"HeadsKvGlobal", 19, "heads_kv_global">
 ]>;
 def Tile_DimAttr : Tile_EnumAttr<Tile_Dim, "dim">;
 

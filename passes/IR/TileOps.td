@@ -90,6 +90,9 @@ def Tile_DimOp : Tile_Op<"dim", [Pure]> {
     `kv_step` is the K/V tile of this launch in a program launched once per K/V tile (`tile.state_load`); 0 in
     other programs. `batch_index` and `head_index` are the program instance's batch entry and query head;
     `kv_tile` is the K/V tile a backward_main instance owns (0 in other programs).
+    `q_offset`, `k_offset`, `seqlen_q_global`, `seqlen_k_global`, `key_offset_global`, `head_offset`,
+    `heads_q_global` and `heads_kv_global` place a program compiled with position offsets in the larger problem it
+    is a block of (passes/IR/TilePositions.h): tile-offset-positions makes the hooks read them.
   }];
   let arguments = (ins Tile_DimAttr:$dim);
   let results = (outs I32:$result);

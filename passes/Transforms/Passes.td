@@ -30,6 +30,19 @@ def TileApplySchedule : Pass<"tile-apply-schedule", "::flashtile::tile::FuncOp">
   ];
 }
 
+def TileOffsetPositions : Pass<"tile-offset-positions", "::flashtile::tile::FuncOp"> {
+  let summary = "Makes the variant's hooks see a larger problem's positions (a block of a split sequence)";
+  let description = [{
+    For kernels compiled with position offsets (KernelSpec::positions; passes/IR/TilePositions.h). Inside every
+    hook region (score_mod, mask, kv_range, the sink, and the backward's score_grad, input_grad, sink_grad) the
+    query row gets `tile.dim q_offset` added, the key `k_offset`, the query head `head_offset`; the sizes the hooks
+    read become `seqlen_q_global`, `seqlen_k_global`, `heads_q_global`, `heads_kv_global`, `key_offset_global`; a
+    `tile.kv_range` rule is given its rows plus q_offset and its keys are returned minus k_offset, so that the
+    walk, which clamps them to [0, seqlen_k), skips the block's K/V tiles that the rule excludes. Marks the
+    tile.func `tile.position_offsets`. Runs on the unscheduled program.
+  }];
+}
+
 def TileSplitBoundary : Pass<"tile-split-boundary", "::flashtile::tile::FuncOp"> {
   let summary = "Splits the K/V loop into masked boundary segments and an unmasked interior";
   let description = [{

@@ -19,8 +19,8 @@ constexpr std::string_view kFieldNames[] = {"entry",      "arch",       "dtype",
                                             "paramNames", "inputNames", "paramRules", "compilerVersion", "kind"};
 constexpr size_t kNumFields = std::size(kFieldNames);
 /// Fields present only when set.
-constexpr std::string_view kOptionalFieldNames[] = {"kvCache",       "rotary",         "defaultFor",
-                                                    "preferredOver", "neverRunOnArch", "checkAgainst"};
+constexpr std::string_view kOptionalFieldNames[] = {"kvCache",        "rotary",       "defaultFor", "preferredOver",
+                                                    "neverRunOnArch", "checkAgainst", "positions"};
 constexpr std::string_view kFormatField = "format";
 
 constexpr size_t kMaxIdLength = 200;
@@ -137,11 +137,11 @@ std::string KernelSpec::key() const {
   return "arch=" + arch + ";dtype=" + dtype + ";headDim=" + std::to_string(headDim) +
          ";headDimV=" + std::to_string(headDimV) + ";variant=" + variant + ";schedule=" + schedule +
          ";shapeClass=" + shapeClass + (kvCache ? ";kvCache=1" : "") + (rotary.empty() ? "" : ";rotary=" + rotary) +
-         (kind == kForwardKind ? "" : ";kind=" + kind);
+         (kind == kForwardKind ? "" : ";kind=" + kind) + (positions ? ";positions=1" : "");
 }
 
 KernelSpec KernelInfo::spec() const {
-  return {arch, dtype, headDim, headDimV, variant, schedule, shapeClass, kvCache, rotary, kind};
+  return {arch, dtype, headDim, headDimV, variant, schedule, shapeClass, kvCache, rotary, kind, positions};
 }
 
 std::string flashtile::supportedArchsText() { return joined(kSupportedArchs); }
@@ -159,7 +159,7 @@ bool flashtile::matches(const KernelInfo &info, const KernelSpec &spec) {
   return info.arch == spec.arch && info.dtype == spec.dtype && info.headDim == spec.headDim &&
          info.headDimV == spec.headDimV && info.variant == spec.variant && info.schedule == spec.schedule &&
          info.shapeClass == spec.shapeClass && info.kvCache == spec.kvCache && info.rotary == spec.rotary &&
-         info.kind == spec.kind;
+         info.kind == spec.kind && info.positions == spec.positions;
 }
 
 std::string KernelInfo::serialize() const {
@@ -193,6 +193,8 @@ std::string KernelInfo::serialize() const {
     text += "neverRunOnArch=1\n";
   if (!checkAgainst.empty())
     text += "checkAgainst=" + checkAgainst + "\n";
+  if (positions)
+    text += "positions=1\n";
   return text + plan.serialize();
 }
 
@@ -320,6 +322,12 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
     if (flag != "1")
       return fieldError("neverRunOnArch", quoted(flag) + " is not 1 (a proven kernel omits the field)");
     info.neverRunOnArch = true;
+  }
+  if (fields.count("positions")) {
+    std::string flag = take("positions");
+    if (flag != "1")
+      return fieldError("positions", quoted(flag) + " is not 1 (a kernel without position offsets omits the field)");
+    info.positions = true;
   }
   if (fields.count("kvCache")) {
     std::string flag = take("kvCache");

@@ -20,7 +20,7 @@ tile.func @f attributes {dtype = bf16, head_dim = 60 : i64, head_dim_v = 64 : i6
 // -----
 
 tile.func @f attributes {dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
-  // expected-error @+1 {{expected a dimension (batch, heads_q, heads_kv, seqlen_q, seqlen_k, key_offset, split_begin, split_end, kv_step, batch_index, head_index, kv_tile), got 'seqlen'}}
+  // expected-error @+1 {{expected a dimension (batch, heads_q, heads_kv, seqlen_q, seqlen_k, key_offset, split_begin, split_end, kv_step, batch_index, head_index, kv_tile, q_offset, k_offset, seqlen_q_global, seqlen_k_global, key_offset_global, head_offset, heads_q_global, heads_kv_global), got 'seqlen'}}
   %x = tile.dim seqlen
 // MLIR's note on the failed attribute points at the token after the word.
 // expected-error @+1 {{failed to parse Tile_DimAttr parameter 'value'}}

@@ -182,6 +182,7 @@ struct CompileFlags {
   std::string kind = std::string(kForwardKind); // the module kind: forward or backward
   int headDim = 128, headDimV = 0;
   bool printIrAfterAll = false;
+  bool positionOffsets = false;
 };
 
 /// Writes `text` to stdout, reporting a failed write (a closed pipe, a full disk).
@@ -216,6 +217,7 @@ int runCompile(const CompileFlags &flags, bool emitDefaultsToCuda) {
   options.headDimV = headDimV;
   options.schedule.shapeClass = flags.shapeClass;
   options.printIrAfterAll = flags.printIrAfterAll;
+  options.positionOffsets = flags.positionOffsets;
   options.kind = flags.kind;
   StatusOr<RotaryMode> rotary = jit::parseRotaryMode(flags.rotary);
   if (!rotary.ok())
@@ -293,6 +295,9 @@ void registerCompile(CLI::App &app, Registry &registry, const std::string &name,
       ->check(oneOf("kind", moduleKinds()))
       ->capture_default_str();
   addSwitch(*command, "--print-ir-after-all", flags->printIrAfterAll, "Print the IR after every pass on stderr");
+  addSwitch(*command, "--position-offsets", flags->positionOffsets,
+            "Compile a block of a larger problem: the kernels take FlashtilePositions (query/key/head offsets and "
+            "global sizes) and the variant's hooks see global positions");
   addScheduleFlags(*command, flags->schedule);
   registry.add(command, [flags, emitDefaultsToCuda] { return runCompile(*flags, emitDefaultsToCuda); });
 }

@@ -3,8 +3,8 @@
 - "reference": flashtile.reference_attention, the fp64 oracle on the CPU. It takes position offsets, so every
   variant is exact on every block.
 - "kernel": flashtile's GPU kernels (the torch ops behind flashtile.attention: out and lse forward, a backward from
-  dout, out and lse, as flash-attn's). They take no position offsets yet; Kernel.check says what is exact without
-  them and refuses the rest by name.
+  dout, out and lse, as flash-attn's). The compiler builds kernels that take position offsets, but the runtime
+  and the torch ops do not pass them yet; Kernel.check says what is exact without them and refuses the rest by name.
 Both return lse as flash-attn does: (batch, heads, seqlen), varlen (heads, total).
 """
 
@@ -95,13 +95,14 @@ class Kernel:
     input_dtypes = {"f32": torch.float32, "i32": torch.int32}
 
     def check(self, mode: str, hooks: _hooks.Hooks, world: int, same_lengths: bool) -> None:
-        """The one place that knows the kernels take no position (or head) offsets yet.
+        """The one place that knows the kernels are given no position (or head) offsets yet.
 
         A block of a split sequence runs with its local positions. That is exact where the hooks read no position
         (the blocks the KV-range rules keep whole run without their mask), and on diagonal blocks of causal masks
         when queries and keys are split alike. Under Ulysses every rank sees whole sequences but a slice of the
         heads: exact where the hooks read no head index. Anything else would be silently wrong: refused, before
-        any communication, on every rank alike. When the kernels take offsets this check goes (docs/parallel.md)."""
+        any communication, on every rank alike. When the runtime passes the kernels their offsets (compiled with
+        KernelSpec::positions, PositionsAbi.h) this check goes (docs/parallel.md)."""
         if world == 1:
             return
         why = None

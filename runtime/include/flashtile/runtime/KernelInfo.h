@@ -74,11 +74,14 @@ struct KernelSpec {
   // pairs its kernel rotates (KernelInfo::rotary); empty for every other call.
   std::string rotary;
   std::string kind{kForwardKind}; // what the program computes: one of kProgramKinds
+  // The call is a block of a larger problem (AttentionArgs::positions): it runs a module compiled with position
+  // offsets (KernelInfo::positions), whose kernels take FlashtilePositions (PositionsAbi.h); plain calls one without.
+  bool positions = false;
 
   /// One line naming every field, e.g.
   /// "arch=sm_90a;dtype=bf16;headDim=128;headDimV=128;variant=causal;schedule=fa2;shapeClass=default", with
-  /// ";kvCache=1" appended for KV-cache calls, ";rotary=<pairs>" for rotary ones and ";kind=<kind>" for programs
-  /// of a kind other than the forward.
+  /// ";kvCache=1" appended for KV-cache calls, ";rotary=<pairs>" for rotary ones, ";kind=<kind>" for programs
+  /// of a kind other than the forward and ";positions=1" for blocks of a larger problem.
   std::string key() const;
 };
 
@@ -105,6 +108,10 @@ struct KernelInfo {
   // The module reads a KV cache (KernelAbi.h's kvCache fields): only KV-cache calls run it. Absent from the text
   // form unless set (kvCache=1).
   bool kvCache = false;
+  // The module's kernels take FlashtilePositions (PositionsAbi.h) as their second parameter and its variant's hooks
+  // see a larger problem's positions (passes/IR/TilePositions.h): only calls with AttentionArgs::positions run it.
+  // Absent from the text form unless set (positions=1).
+  bool positions = false;
   // The dispatch rule its schedule records for its arch (Schedule::dispatchRule, Dispatch.h): the calls naming no
   // schedule that run it (defaultFor: "all", "decode-sized"; absent: only calls naming its schedule) and the schedules
   // whose kernels it replaces where both have one for a call (preferredOver, comma-joined; absent when none).
