@@ -414,7 +414,7 @@ bool printSummaryRow(Runtime &runtime, const SummaryCall &call, std::map<std::st
   const std::string hd =
       call.headDim == call.headDimV ? std::to_string(call.headDim) : fmt::format("{}:{}", call.headDim, call.headDimV);
   const std::string row = fmt::format("{:<8} {:<22} {:<5} {:>7} {:>4} {:<8}", call.kind, call.variant,
-                                      call.dtype == ElementType::F16 ? "f16" : "bf16", hd, call.seqlenQ, call.arch);
+                                      elementTypeName(call.dtype), hd, call.seqlenQ, call.arch);
   StatusOr<ScheduleChoice> choice = runtime.explain(summaryArgs(call), call.arch, call.kind);
   auto compiled = choice.ok() ? built.find(choice->spec.key()) : built.end();
   if (compiled == built.end()) {
