@@ -17,13 +17,8 @@
 #include <map>
 #include <vector>
 
-#include <map>
-#include <vector>
-
 namespace flashtile::codegen::sm90::detail {
 
-/// The fragment primitives' namespace in this family's kernels (TileOpsSm90.cpp's kFragmentNamespace).
-constexpr const char *kFragmentNamespace = "sm80";
 constexpr int kWarpgroupWarps = 4;
 /// The computing warpgroups a block has at most.
 constexpr int kMaxWarpgroups = 2;
@@ -140,7 +135,7 @@ public:
   }
   std::string_view primitivesNamespace() const override { return kFragmentNamespace; }
   std::vector<std::string> reservedNames() const override {
-    return {"sm80",   "sm90",   "smemRaw", "aAddr", "bAddr", "dsFrag", "dqBlock", "dqPart", "frag",
+    return {"sm90",   "smemRaw", "aAddr", "bAddr", "dsFrag", "dqBlock", "dqPart", "frag",
             "key",    "q",      "sDq",     "dqBars", "sDqTile", "dqUses", "use",   "tile",   "row",  "rows",
             "kDqPitch", "maps", "kvBar", "fullBars", "emptyBars", "stage", "tileUses", "loads", "qRow0", "kRow0",
             "tmaBatch", "kQTileBytes", "dotFrag0", "dotFrag1", "qRing", "doRing", "ringOffset"};

@@ -12,6 +12,11 @@ namespace flashtile::codegen::sm90 {
 inline constexpr const char *kIsa = "sm90";
 /// The only architecture that runs the family: wgmma and setmaxnreg are sm_90a features (sm_100a dropped wgmma).
 inline constexpr const char *kArch = "sm_90a";
+/// The namespace the kernels of this family print the shared fragment primitives in (codegen/ptx/FragmentPrelude.h:
+/// mma.sync, ldmatrix, cp.async, packing), beside the family's own `sm90`; the same name as sm100's, and not the sm80
+/// family's, whose kernels print them as `sm80`. Not `sm90` itself: the two preludes both define smemAddress and the
+/// 16-bit packs.
+inline constexpr const char *kFragmentNamespace = "frag";
 
 /// wgmma.mma_async m64nNk16 for 16-bit inputs: a warpgroup (4 warps) computes 64 rows; N is a multiple of 8 in
 /// [8, 256]; one instruction reduces over 16.

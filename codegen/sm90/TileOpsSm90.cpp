@@ -30,10 +30,6 @@
 namespace flashtile::codegen::sm90 {
 namespace {
 
-/// The namespace of the fragment primitives (FragmentPrelude.h) in these kernels, ahead of the family's own (sm90): the
-/// name they had when this family printed its register tiles with the sm80 family's printer, kept so that the
-/// generated CUDA stays byte-identical; a change that may alter it can give them a name of this family's.
-constexpr const char *kFragmentNamespace = "sm80";
 constexpr int kWarpSize = 32, kWarpgroupWarps = 4;
 /// Rows of an m64 wgmma accumulator a warp of the issuing warpgroup holds: the split-Q warpRows this family prints.
 constexpr int kRowsPerWarp = kWgmmaM / kWarpgroupWarps;

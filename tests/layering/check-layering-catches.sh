@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The plug-in checks must fail where the rule is broken: on a copy of the sources, plants one line at a time (an
 # include of a schedule's or a target's header in a generic layer, their namespace used there, codegen/ or the runtime
-# included by the passes, one family's header or namespace in another's, a schedule, family or arch name written as a
-# string in a generic layer, inline asm or PTX text in codegen/common, codegen/ptx including codegen/, a family using
-# codegen/ptx undeclared, a schedule's source listed outside its folder, a schedule named in another's folder) or
-# takes fa1's registration out, and expects the check to reject each; both accept the tree as it is.
+# included by the passes, one family's header or namespace (in code or as a bare string) in another's, a schedule,
+# family or arch name written as a string in a generic layer, inline asm or PTX text in codegen/common, codegen/ptx
+# including codegen/, a family using codegen/ptx undeclared, a schedule's source listed outside its folder, a
+# schedule named in another's folder) or takes fa1's registration out, and expects the check to reject each; both
+# accept the tree as it is.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -43,6 +44,7 @@ expect_rejected check-layering.sh passes/Target/TargetFamily.cpp '#include "flas
 expect_rejected check-layering.sh codegen/sm90/TileOpsSm90.cpp '#include "codegen/sm80/TileOpsSm80.h"'
 expect_rejected check-layering.sh codegen/sm90/TileOpsSm90.cpp 'static const auto planted = sm80::createFamily();'
 expect_rejected check-layering.sh codegen/sm80/TileOpsSm80.cpp '#include "codegen/sm90/InstructionsSm90.h"'
+expect_rejected check-layering.sh codegen/sm90/TileOpsSm90.cpp 'constexpr const char *kPlantedNamespace = "sm80";'
 expect_rejected check-layering.sh codegen/common/CudaEmitter.cpp 'static const char *planted = "sm_90a";'
 expect_rejected check-layering.sh runtime/lib/Runtime.cpp 'static const char *planted = "use fa3 here";'
 expect_rejected check-layering.sh jit/Jit.cpp 'static const std::string planted = std::string("decode");'

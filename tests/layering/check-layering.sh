@@ -68,7 +68,9 @@ for dir in $families; do
   for other in $families; do
     name=$(basename "$other")
     [ "$name" = "$family" ] && continue
-    uses=$(grep -rnE "^\s*#\s*include\s*\"codegen/$name/|(^|[^A-Za-z0-9_])$name::" "$dir" --include='*.cpp' \
+    # Its headers, its namespace in code, or its namespace given as a bare string (a family printing primitives
+    # under another's name, e.g. `kFragmentNamespace = "sm80"` in sm90).
+    uses=$(grep -rnE "^\s*#\s*include\s*\"codegen/$name/|(^|[^A-Za-z0-9_])$name::|\"$name\"" "$dir" --include='*.cpp' \
              --include='*.h' 2>/dev/null | grep -vE '^[^:]+:[0-9]+:\s*//' | grep -vE '^[^:]+:[0-9]+:.*//.*'"$name::" ||
            true)
     if [ -n "$uses" ]; then

@@ -120,9 +120,9 @@ TEST_P(Fa3BackwardCompiles, ThreeKernelsToOneCubinWithWgmma) {
   EXPECT_EQ(cuda.find("constexpr int kKeyWarps = 2;") != std::string::npos, headDim == 128);
   EXPECT_NE(cuda.find("sm90::warp::stmatrixX4Trans("), std::string::npos);
   // The prelude defines the fragment primitives; no kernel calls the mma.sync ones.
-  EXPECT_EQ(cuda.find("sm80::mmaBf16("), std::string::npos);
-  EXPECT_EQ(cuda.find("sm80::mmaF16("), std::string::npos);
-  EXPECT_EQ(cuda.find("sm80::ldmatrixX4Trans("), std::string::npos);
+  EXPECT_EQ(cuda.find("frag::mmaBf16("), std::string::npos);
+  EXPECT_EQ(cuda.find("frag::mmaF16("), std::string::npos);
+  EXPECT_EQ(cuda.find("frag::ldmatrixX4Trans("), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fa3, Fa3BackwardCompiles,
@@ -178,7 +178,7 @@ TEST_P(Fa3SwappedScoresCompile, TransposedScoresAndRegisterOperands) {
     EXPECT_EQ(count(cuda, "RS<sm90::warpgroup::kMNMajor>("), 6);
     EXPECT_EQ(count(cuda, "unsigned dotFrag0[kSTiles / 2][4];"), 3);
     EXPECT_EQ(count(cuda, "sm90::warp::stmatrixX4Trans("), 0);
-    EXPECT_EQ(count(cuda, "sm90::warp::stmatrixX4(sm80::smemAddress(sStage0)"), 3);
+    EXPECT_EQ(count(cuda, "sm90::warp::stmatrixX4(frag::smemAddress(sStage0)"), 3);
     EXPECT_EQ(cuda.find("sStage1"), std::string::npos);
     EXPECT_NE(cuda.find("float lse1[kSTiles][2];"), std::string::npos);
     EXPECT_NE(cuda.find("const int q = qt * kBlockM + 8 * nt + fragCol + i % 2;"), std::string::npos);
@@ -288,7 +288,7 @@ TEST(BackwardCodegen, ScaleFoldsIntoTheProbabilitiesOnlyThroughMasks) {
     ASSERT_TRUE(result.ok()) << result.status().message();
     const bool folded = std::string_view(variant) == "causal";
     EXPECT_EQ(count(result->cuda, "* p.scaleLog2 - lseLog2"), folded ? 3 : 0) << variant;
-    EXPECT_EQ(count(result->cuda, "* sm80::kLog2e - lseLog2"), folded ? 0 : 3) << variant;
+    EXPECT_EQ(count(result->cuda, "* frag::kLog2e - lseLog2"), folded ? 0 : 3) << variant;
     EXPECT_EQ(result->cuda.find("s1[mt][nt][i] *= p.softmaxScale;") == std::string::npos, folded) << variant;
   }
 }
