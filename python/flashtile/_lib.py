@@ -106,6 +106,19 @@ class VariantArgs(ctypes.Structure):
     ]
 
 
+class Positions(ctypes.Structure):
+    """flashtile_positions (CApi.h): where a call sits in a larger problem it is one block of (dense offsets and
+    sizes, varlen per-sequence device arrays, head offset and counts; 0 and NULL: the call's own)."""
+
+    _fields_ = [
+        ("q_offset", ctypes.c_int), ("k_offset", ctypes.c_int),
+        ("seqlen_q_global", ctypes.c_int), ("seqlen_k_global", ctypes.c_int),
+        ("q_offsets", ctypes.c_void_p), ("k_offsets", ctypes.c_void_p),
+        ("cu_seqlens_q_global", ctypes.c_void_p), ("cu_seqlens_k_global", ctypes.c_void_p),
+        ("head_offset", ctypes.c_int), ("heads_q_global", ctypes.c_int), ("heads_kv_global", ctypes.c_int),
+    ]
+
+
 MAX_PARAMS = 8  # FLASHTILE_CALL_MAX_PARAMS
 MAX_INPUTS = 4  # FLASHTILE_CALL_MAX_INPUTS
 
@@ -133,6 +146,8 @@ class Call(ctypes.Structure):
         ("params", ctypes.c_float * MAX_PARAMS),
         # FP8 descales (dtype FLASHTILE_E4M3 only): NULL or batch x heads_kv fp32 device values each.
         ("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p), ("v_descale", ctypes.c_void_p),
+        # A block of a larger problem: NULL or a flashtile_positions (Positions), read during the call.
+        ("positions", ctypes.c_void_p),
     ]
 
 

@@ -26,7 +26,8 @@ import torch
 from . import interface
 from .interface import flash_attn_func, flash_attn_varlen_func  # noqa: F401  (flash_attn_interface has them too)
 
-_PLAIN = (None, False, False)  # schedule, strict, deterministic of a forward
+# schedule, strict, deterministic of a forward, and no positions (a plain call: flashtile._positions.PLAIN).
+_PLAIN = (None, False, False, None, None, None, None, None)
 
 
 def _no_dropout(dropout_p) -> None:

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from . import _extension, _lib, fp8
+from . import _extension, _lib, _positions, fp8
 from . import variants as _variants
 from .variant import Variant, both
 
@@ -362,10 +362,11 @@ def _on_device(index: int, entry, *args) -> int:
 
 def _filled_call(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
                  softmax_scale: float, variant_id: bytes, params: Sequence[float], inputs: Sequence[torch.Tensor],
-                 schedule: Optional[bytes], strict: int, descales=None):
+                 schedule: Optional[bytes], strict: int, descales=None, positions=None):
     """The flashtile_call of a launch, pointers and stream included (`descales`: an e4m3 call's q, k, v descales,
-    each None or a checked tensor); the variant bytes it points into (hold them
-    while it is used); whether q, k and v were aligned as given (else copies are launched); q's device index."""
+    each None or a checked tensor; `positions`: a block's _lib.Positions, or None); the variant bytes it points into
+    (hold them while it is used); whether q, k and v were aligned as given (else copies are launched); q's device
+    index."""
     q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
     aligned = not (q_ptr | k_ptr | v_ptr) % 16
     if not aligned:
@@ -384,14 +385,16 @@ def _filled_call(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: in
                             cu_k, stream)
     if descales is not None:
         call.q_descale, call.k_descale, call.v_descale = (None if d is None else d.data_ptr() for d in descales)
+    if positions is not None:
+        call.positions = ctypes.addressof(positions)
     return call, variant_id, aligned, index
 
 
 def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
             variant_id: bytes, params: Sequence[float], inputs: Sequence[torch.Tensor], remember=None,
-            schedule: Optional[bytes] = None, strict: int = 0, descales=None):
+            schedule: Optional[bytes] = None, strict: int = 0, descales=None, positions=_positions.PLAIN):
     """Allocates O and LSE and launches on the current stream of q's device. Inputs (and an e4m3 call's
-    `descales`) are checked already.
+    `descales`) are checked already; `positions`: the ops' five position arguments (_positions.check).
     `remember(call bytes, variant id bytes, out, lse, device index)`: files this call shape for a warm path (the
     caller's tensors were launched as given: aligned, no inputs, dense)."""
     lib = _library or _first_library()
@@ -400,13 +403,15 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k
     out, lse = _outputs(q, v, varlen)
     if q.numel() == 0 or out.numel() == 0:
         return out, lse
+    block, held = _positions.struct(*positions)
     call, variant_id, aligned, index = _filled_call(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                     max_seqlen_k, softmax_scale, variant_id, params, inputs, schedule,
-                                                    strict, descales)
+                                                    strict, descales, block)
     rc = _on_device(index, lib.lib.flashtile_forward_call, runtime, ctypes.addressof(call))
+    del held  # the position arrays were read by the launch (their memory is the stream's, as every input's)
     if rc != 0:
         raise lib.error("flashtile forward")
-    if remember is not None and aligned and not inputs and not varlen and descales is None:
+    if remember is not None and aligned and not inputs and not varlen and descales is None and block is None:
         call.q = call.k = call.v = call.o = call.lse = call.stream = None
         remember(bytes(call), variant_id, out, lse, index)
     return out, lse
@@ -548,20 +553,26 @@ _is_compiling = torch.compiler.is_compiling
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
             cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
             variant: str, params: List[float], inputs: List[torch.Tensor], schedule: Optional[str], strict: bool,
-            deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+            deterministic: bool, positions: Optional[List[int]], q_offsets: Optional[torch.Tensor],
+            k_offsets: Optional[torch.Tensor], cu_seqlens_q_global: Optional[torch.Tensor],
+            cu_seqlens_k_global: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
     # No defaults: torch's dispatcher drops trailing arguments equal to their defaults, and the backward's
     # gradients must match the arguments the call passed one for one.
     """Attention forward: (O, LSE). Dense: q (B, Sq, Hq, D), LSE (B, Hq, Sq); varlen: q (total_q, Hq, D),
     LSE (Hq, total_q). `variant` is a built-in name or a registered id; `schedule` a schedule's name or None (the
     runtime's choice); `deterministic` is the backward's (flash-attn's flag); arguments are checked by the
-    callers."""
+    callers. A block of a larger problem: `positions` is [q_offset, k_offset, seqlen_q_global, seqlen_k_global,
+    head_offset, heads_q_global, heads_kv_global] and the four int32 device arrays its varlen offsets (None: a plain
+    call; flashtile._positions.check makes them)."""
     return _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, variant.encode(),
-                   params, inputs, None, _schedule_option(schedule, strict)[0], int(strict))
+                   params, inputs, None, _schedule_option(schedule, strict)[0], int(strict),
+                   positions=(positions, q_offsets, k_offsets, cu_seqlens_q_global, cu_seqlens_k_global))
 
 
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, variant, params,
-              inputs, schedule, strict, deterministic):
+              inputs, schedule, strict, deterministic, positions, q_offsets, k_offsets, cu_seqlens_q_global,
+              cu_seqlens_k_global):
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
     if cu_seqlens_q is not None:
         lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
@@ -572,9 +583,11 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, s
 
 def _backward_launch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
                      softmax_scale: float, variant: str, params: Sequence[float], inputs: Sequence[torch.Tensor],
-                     wanted: Sequence[bool], schedule: Optional[str], strict: bool, deterministic: bool):
+                     wanted: Sequence[bool], schedule: Optional[str], strict: bool, deterministic: bool,
+                     positions=_positions.PLAIN):
     """dQ, dK, dV and the wanted inputs' gradients (an empty tensor for the others) of the forward call that gave
-    `out` and `lse`, on the current stream of q's device (flashtile_backward_call)."""
+    `out` and `lse`, on the current stream of q's device (flashtile_backward_call); `positions` places a block's
+    gradients as its forward (_launch)."""
     lib = _library or _first_library()
     runtime = _runtime or _first_runtime()
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -585,9 +598,10 @@ def _backward_launch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, ma
         return dq.zero_(), dk.zero_(), dv.zero_(), grads
     grad_out = _aligned(_kernel_ready(grad_out))
     schedule_bytes = _schedule_option(schedule, strict)[0]
+    block, held = _positions.struct(*positions)
     forward, variant_id, _, index = _filled_call(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                  max_seqlen_k, softmax_scale, variant.encode(), params, inputs,
-                                                 schedule_bytes, int(strict))
+                                                 schedule_bytes, int(strict), None, block)
     call = _lib.BwdCall()
     call.size = ctypes.sizeof(_lib.BwdCall)
     call.forward = forward
@@ -612,7 +626,7 @@ def _backward_launch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, ma
     rc = _on_device(index, lib.lib.flashtile_backward_call, runtime, ctypes.addressof(call))
     if rc != 0:
         raise lib.error("flashtile backward")
-    del variant_id, workspace  # held until the call is queued (the graph's pool keeps the workspace's memory)
+    del variant_id, workspace, held  # held until the call is queued (the graph's pool keeps the workspace's memory)
     return dq, dk, dv, grads
 
 
@@ -621,42 +635,51 @@ def _bwd_op(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
             lse: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
             max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, variant: str, params: List[float],
             inputs: List[torch.Tensor], wanted: List[bool], schedule: Optional[str] = None, strict: bool = False,
-            deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, List[torch.Tensor]]:
+            deterministic: bool = False, positions: Optional[List[int]] = None,
+            q_offsets: Optional[torch.Tensor] = None, k_offsets: Optional[torch.Tensor] = None,
+            cu_seqlens_q_global: Optional[torch.Tensor] = None, cu_seqlens_k_global: Optional[torch.Tensor] = None
+            ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, List[torch.Tensor]]:
     """Attention backward: (dQ, dK, dV, input gradients) of the forward call that gave `out` and `lse`; an input's
-    gradient is an empty tensor where `wanted` says no."""
+    gradient is an empty tensor where `wanted` says no. A block's positions as the forward op's (out and lse are
+    then the larger problem's for the block's rows, as flash-attn's backward takes them)."""
     return _backward_launch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                            softmax_scale, variant, params, inputs, wanted, schedule, strict, deterministic)
+                            softmax_scale, variant, params, inputs, wanted, schedule, strict, deterministic,
+                            (positions, q_offsets, k_offsets, cu_seqlens_q_global, cu_seqlens_k_global))
 
 
 @_bwd_op.register_fake
 def _bwd_fake(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-              variant, params, inputs, wanted, schedule=None, strict=False, deterministic=False):
+              variant, params, inputs, wanted, schedule=None, strict=False, deterministic=False, positions=None,
+              q_offsets=None, k_offsets=None, cu_seqlens_q_global=None, cu_seqlens_k_global=None):
     grads = [torch.empty_like(t, dtype=torch.float32) if want else t.new_empty((0,), dtype=torch.float32)
              for t, want in zip(inputs, wanted)]
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), grads
 
 
 def _fwd_setup_context(ctx, inputs, output):
-    q, k, v, cu_q, cu_k, max_q, max_k, scale, variant, params, arrays, schedule, strict, deterministic = inputs
+    (q, k, v, cu_q, cu_k, max_q, max_k, scale, variant, params, arrays, schedule, strict, deterministic, positions,
+     *position_arrays) = inputs
     out, lse = output
     # flash-attn's LSE is a result, not a differentiable output: its gradient is not propagated (as flash-attn).
     ctx.mark_non_differentiable(lse)
-    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, *arrays)
-    ctx.call = (max_q, max_k, scale, variant, params, len(arrays), schedule, strict, deterministic)
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, *position_arrays, *arrays)
+    ctx.call = (max_q, max_k, scale, variant, params, len(arrays), schedule, strict, deterministic, positions)
     # Gradients of the variant's fp32 arrays (ALiBi slopes, sinks, a bias) where autograd asks for them.
     ctx.wanted = [t.dtype == torch.float32 and t.requires_grad for t in arrays]
 
 
 def _fwd_backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse, cu_q, cu_k, *arrays = ctx.saved_tensors
-    max_q, max_k, scale, variant, params, _, schedule, strict, deterministic = ctx.call
+    q, k, v, out, lse, cu_q, cu_k, q_offsets, k_offsets, cu_q_global, cu_k_global, *arrays = ctx.saved_tensors
+    max_q, max_k, scale, variant, params, _, schedule, strict, deterministic, positions = ctx.call
     dq, dk, dv, grads = torch.ops.flashtile.bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, variant,
                                                 params, list(arrays), list(ctx.wanted), schedule, strict,
-                                                deterministic)
+                                                deterministic, positions, q_offsets, k_offsets, cu_q_global,
+                                                cu_k_global)
     input_grads = [grad if want else None for grad, want in zip(grads, ctx.wanted)]
     # One entry per input in the structure torch flattened the call's arguments to: a list of floats is one leaf,
-    # an empty list an empty list. The variant's numbers get no gradient.
-    return dq, dk, dv, None, None, None, None, None, None, [] if not params else None, input_grads, None, None, None
+    # an empty list an empty list. The variant's numbers get no gradient, nor the positions.
+    return (dq, dk, dv, None, None, None, None, None, None, [] if not params else None, input_grads, None, None, None,
+            None, None, None, None, None)
 
 
 _fwd_op.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
@@ -668,7 +691,8 @@ def _needs_grad(q, k, v, inputs) -> bool:
 
 
 def _run(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved: _Resolved, params, inputs, remember=None,
-         schedule: Optional[bytes] = None, strict: int = 0, deterministic: bool = False, descales=None):
+         schedule: Optional[bytes] = None, strict: int = 0, deterministic: bool = False, descales=None,
+         positions=_positions.PLAIN):
     # The custom op under torch.compile (no graph break) and when autograd must see the call (its backward is
     # registered); the direct call otherwise, for the shortest eager path. e4m3 calls have their own op, whose
     # backward refuses (flashtile.fp8).
@@ -681,9 +705,10 @@ def _run(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved: _Resolved, params, 
                        strict, descales)
     if _is_compiling() or _needs_grad(q, k, v, inputs):
         return torch.ops.flashtile.fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id, params, inputs,
-                                       schedule.decode() if schedule else None, bool(strict), bool(deterministic))
+                                       schedule.decode() if schedule else None, bool(strict), bool(deterministic),
+                                       *positions)
     return _launch(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id_bytes, params, inputs, remember, schedule,
-                   strict)
+                   strict, positions=positions)
 
 
 # Public calls ---------------------------------------------------------------------------------------------------
@@ -896,7 +921,9 @@ def _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
 
 def attention(q, k, v, variant: VariantLike = "none", *, params=None, inputs=None, softmax_scale=None,
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, return_lse=False,
-              schedule=None, strict=False, deterministic=False):
+              schedule=None, strict=False, deterministic=False, q_offset=0, k_offset=0, head_offset=0,
+              seqlen_q_global=None, seqlen_k_global=None, heads_q_global=None, heads_kv_global=None,
+              cu_seqlens_q_global=None, cu_seqlens_k_global=None):
     """Attention with any variant: a built-in name ("causal", "sliding_window", ...) or a flashtile.Variant.
 
     Layouts are flash_attn_func's (dense) or, with cu_seqlens_q/k, flash_attn_varlen_func's. `params`: the
@@ -907,10 +934,19 @@ def attention(q, k, v, variant: VariantLike = "none", *, params=None, inputs=Non
     gradients.
     schedule=/strict=: the schedule to run instead of the fastest with a kernel for the call, and whether a
     missing kernel is an error rather than a fallback (docs/python.md, "Schedules"; flashtile.explain says which).
+    A block of a larger problem (a sequence split across GPUs, docs/parallel.md): reference_attention's keywords.
+    Query row i is q_offset + i, key j k_offset + j, query head h head_offset + h of a problem whose sizes the hooks
+    see: seqlen_q_global / seqlen_k_global, heads_q_global / heads_kv_global (None: the call's own). Varlen: q_offset
+    and k_offset per sequence (an int for all, or batch values: ints or an int32 tensor), the larger problem's
+    sequences cu_seqlens_q_global / cu_seqlens_k_global. The call runs kernels compiled with position offsets; the
+    backward places the gradients alike (and takes out and lse of the larger problem's rows, as flash-attn's).
     """
+    placed = not (_positions._is_zero(q_offset) and _positions._is_zero(k_offset) and _positions._is_zero(head_offset)
+                  and seqlen_q_global is None and seqlen_k_global is None and heads_q_global is None
+                  and heads_kv_global is None and cu_seqlens_q_global is None and cu_seqlens_k_global is None)
     # The warm paths, as flash_attn_func's: the C++ one where it is built, else the Python one.
     plain = (not _is_compiling() and inputs is None and cu_seqlens_q is None and cu_seqlens_k is None
-             and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor)
+             and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor and not placed)
     if _fast is not None and plain:
         launched = _fast.attention(q, k, v, variant, params, softmax_scale, schedule, strict, inputs, cu_seqlens_q,
                                    cu_seqlens_k, max_seqlen_q, max_seqlen_k, return_lse)
@@ -926,6 +962,15 @@ def attention(q, k, v, variant: VariantLike = "none", *, params=None, inputs=Non
     launch = _attention_call(q, k, v, variant, params, inputs, softmax_scale, cu_seqlens_q, cu_seqlens_k,
                              max_seqlen_q, max_seqlen_k)
     dv = launch[-1]
+    positions = _positions.PLAIN
+    if placed:
+        if fp8.is_e4m3(q):
+            raise NotImplementedError("q_offset, k_offset and the other position keywords are not supported for "
+                                      "float8_e4m3fn calls (blocks of a larger problem run in float16 or bfloat16)")
+        varlen = launch[3] is not None
+        positions = _positions.check(q.device, varlen, launch[3].shape[0] - 1 if varlen else q.shape[0],
+                                     q_offset, k_offset, head_offset, seqlen_q_global, seqlen_k_global, heads_q_global,
+                                     heads_kv_global, cu_seqlens_q_global, cu_seqlens_k_global)
     remember = None
     if plain and launch[0] is q and launch[1] is k and launch[2] is v:
         key = _attention_key(q, k, v, variant, params, softmax_scale, schedule, strict)  # the Variant registered now
@@ -936,7 +981,7 @@ def attention(q, k, v, variant: VariantLike = "none", *, params=None, inputs=Non
             if _fast is not None:
                 _fast.file_attention(q, k, v, variant, params, softmax_scale, schedule, strict, call, variant_id,
                                      out, lse, index)
-    out, lse = _run(*launch[:-1], remember, name, strict_flag, deterministic)
+    out, lse = _run(*launch[:-1], remember, name, strict_flag, deterministic, positions=positions)
     if out.shape[-1] != dv:
         out = out[..., :dv]
     return (out, lse) if return_lse else out

@@ -4,6 +4,7 @@
 #include "flashtile/runtime/Runtime.h"
 #include "Fp8Internal.h"
 #include "KvCacheInternal.h"
+#include "PositionsInternal.h"
 #include "SplitKvInternal.h"
 
 #include <algorithm>
@@ -299,6 +300,8 @@ Status Runtime::validate(const AttentionArgs &args) {
     return s;
   if (Status s = detail::checkKvCacheArgs(args); !s.ok())
     return s;
+  if (Status s = detail::checkPositionArgs(args); !s.ok())
+    return s;
   if (Status s = checkForwardByteReach(args); !s.ok())
     return s;
   return detail::checkSplitKvArgs(args);
@@ -308,6 +311,8 @@ Status Runtime::validateFor(const AttentionArgs &args, const KernelInfo &kernel)
   if (Status s = validateVariantArgs(args, kernel); !s.ok())
     return s;
   if (Status s = detail::checkFp8Launch(args, kernel); !s.ok())
+    return s;
+  if (Status s = detail::checkPositionsLaunch(args, kernel); !s.ok())
     return s;
   // The kernels number their blocks with 32-bit integers (the block order walks the whole grid linearly).
   const long long gridRows = args.isVarlen() ? args.maxSeqlenQ : args.seqlenQ;

@@ -117,6 +117,20 @@ flashtile::Status argsFromCall(const flashtile_call *call, flashtile::AttentionA
   args.qDescale = call->q_descale;
   args.kDescale = call->k_descale;
   args.vDescale = call->v_descale;
+  if (const flashtile_positions *p = call->positions) {
+    flashtile::BlockPositions &positions = args.positions.emplace();
+    positions.qOffset = p->q_offset;
+    positions.kOffset = p->k_offset;
+    positions.seqlenQGlobal = p->seqlen_q_global;
+    positions.seqlenKGlobal = p->seqlen_k_global;
+    positions.qOffsets = p->q_offsets;
+    positions.kOffsets = p->k_offsets;
+    positions.cuSeqlensQGlobal = p->cu_seqlens_q_global;
+    positions.cuSeqlensKGlobal = p->cu_seqlens_k_global;
+    positions.headOffset = p->head_offset;
+    positions.headsQGlobal = p->heads_q_global;
+    positions.headsKvGlobal = p->heads_kv_global;
+  }
   return flashtile::Status();
 }
 

@@ -1,6 +1,7 @@
 // PlanRunner.cpp — loading a module's kernels and executing its launch plan.
 #include "PlanRunner.h"
 #include "KvCacheInternal.h"
+#include "PositionsInternal.h"
 #include "flashtile/runtime/SplitKv.h"
 #include "flashtile/runtime/TensorMap.h"
 
@@ -509,9 +510,13 @@ Status bindKvErrors(const CudaDriver &driver, CUstream stream, PlanServices &ser
 
 /// Queues `launches` on `stream`: each launch's TMA descriptors (a forward's q, k, v or a backward's q, k, v, do),
 /// its cluster and programmatic-dependent-launch attributes, once per repeat with its index in the parameter block.
+/// Every kernel of a module compiled with position offsets takes the call's FlashtilePositions as its second
+/// parameter (PositionsAbi.h), ahead of the tensor maps; other modules' kernels take none.
 Status launchAll(const CudaDriver &driver, CUstream stream, const LoadedModule &module, const AttentionArgs &args,
                  const BackwardArgs *backward, const std::vector<ResolvedLaunch> &launches, FlashtileFwdParams &params) {
   const LaunchPlan &plan = module.kernel->info.plan;
+  const bool takesPositions = module.kernel->info.positions;
+  FlashtilePositions positions = positionsFor(args);
   AttentionTensorMaps maps{};
   BackwardTensorMaps backwardMaps{};
   for (const ResolvedLaunch &resolved : launches) {
@@ -541,7 +546,11 @@ Status launchAll(const CudaDriver &driver, CUstream stream, const LoadedModule &
       if (!encodedStatus.ok())
         return Status::error("TMA descriptors of " + launch.entry + ": " + encodedStatus.message());
     }
-    void *kernelParams[] = {&params, backwardLaunch ? static_cast<void *>(&backwardMaps) : static_cast<void *>(&maps)};
+    void *const mapsParam = backwardLaunch ? static_cast<void *>(&backwardMaps) : static_cast<void *>(&maps);
+    std::array<void *, 3> kernelParamList = {&params, mapsParam, nullptr};
+    if (takesPositions)
+      kernelParamList = {&params, &positions, mapsParam};
+    void **kernelParams = kernelParamList.data();
     const bool plain = launch.cluster == std::array<int, 3>{1, 1, 1} && !launch.dependent;
     CUlaunchConfig config{};
     std::array<CUlaunchAttribute, 2> attributes{};

@@ -180,7 +180,7 @@ void Runtime::Impl::remember(CUcontext context, const AttentionArgs &args, std::
   if (!kernel)
     return;
   known.push_back(Dispatch{context, args.dtype, args.headDim, args.headDimV, shapeClass, args.schedule, fellBack,
-                           std::move(kernel), module, args.variantParams});
+                           args.positions.has_value(), std::move(kernel), module, args.variantParams});
 }
 
 Status Runtime::Impl::checkVariantNumbers(const AttentionArgs &args) {

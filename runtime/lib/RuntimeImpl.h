@@ -155,13 +155,15 @@ struct Runtime::Impl {
     std::string_view shapeClass; // one of the kShapeClasses constants, as shapeClassFor returns it
     std::string schedule;        // the schedule the call named (AttentionArgs::schedule), empty when none
     bool fellBack = false;       // the kernel is a fallback's: a strict call resolves again (and fails)
+    bool positions = false;      // the call was a block of a larger problem (a module with position offsets)
     std::shared_ptr<const CachedKernel> kernel;
     LoadedModule module;
     std::vector<float> acceptedParams;
 
     bool serves(CUcontext ctx, const AttentionArgs &args, std::string_view cls) const {
       return context == ctx && dtype == args.dtype && headDim == args.headDim && headDimV == args.headDimV &&
-             shapeClass.data() == cls.data() && schedule == args.schedule && !(fellBack && args.strictSchedule);
+             shapeClass.data() == cls.data() && schedule == args.schedule && !(fellBack && args.strictSchedule) &&
+             positions == args.positions.has_value();
     }
   };
   std::mutex dispatchMutex; // guards the two fields below

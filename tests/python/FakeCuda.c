@@ -11,6 +11,7 @@
  * driver table inside the test process; this one must export the driver's C symbols from a shared library built with
  * the system's C compiler, so the two share the device they describe (tests/common/StandInDevice.h) and no code. */
 #include "flashtile/runtime/KernelAbi.h"
+#include "flashtile/runtime/PositionsAbi.h"
 #include "tests/common/StandInDevice.h"
 
 #include <cuda.h>
@@ -21,6 +22,9 @@ static int fakeContext, fakeModule, fakeFunction, fakeEvent;
 static unsigned long long launches;
 static unsigned lastGrid[3], lastBlock[3], lastSmem;
 static unsigned char lastParams[sizeof(struct FlashtileFwdParams)];
+/* The launch's second kernel parameter, as FlashtilePositions: a block's positions for modules compiled with
+   position offsets (PositionsAbi.h), the tensor maps (or zeros) for others. */
+static unsigned char lastSecond[sizeof(struct FlashtilePositions)];
 
 CUresult cuInit(unsigned flags) {
   (void)flags;
@@ -112,6 +116,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
   lastBlock[0] = bx, lastBlock[1] = by, lastBlock[2] = bz;
   lastSmem = smem;
   memcpy(lastParams, params[0], sizeof(lastParams));
+  memcpy(lastSecond, params[1], sizeof(lastSecond));
   ++launches;
   return CUDA_SUCCESS;
 }
@@ -264,6 +269,7 @@ void fakeCudaLastLaunch(unsigned grid[3], unsigned block[3], unsigned *smem) {
   *smem = lastSmem;
 }
 const unsigned char *fakeCudaLastParams(void) { return lastParams; }
+const unsigned char *fakeCudaLastSecond(void) { return lastSecond; }
 
 /* NVRTC looks for libcuda.so.1 too and asks it for its private tables: there are none here, so it goes on
    without them, as on a machine with no driver. */

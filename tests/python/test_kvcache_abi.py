@@ -56,6 +56,10 @@ class CallStructs(unittest.TestCase):
     def test_forward_call_matches_the_header(self):
         self.assertSameLayout("flashtile/runtime/CApi.h", "flashtile_call", _lib.Call)
 
+    def test_positions_match_the_header(self):
+        self.assertSameLayout("flashtile/runtime/CApi.h", "flashtile_positions", _lib.Positions)
+        self.assertSameLayout("flashtile/runtime/CApi.h", "flashtile_bwd_call", _lib.BwdCall)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -81,14 +81,16 @@ class ArgumentChecks(unittest.TestCase):
         with FakeTensorMode():
             q = torch.empty(2, 100, 8, 128, dtype=torch.bfloat16, device="cuda")
             k = torch.empty(2, 50, 2, 128, dtype=torch.bfloat16, device="cuda")
-            out, lse = torch.ops.flashtile.fwd(q, k, k, None, None, 0, 0, 0.1, "causal", [], [], None, False, False)
+            out, lse = torch.ops.flashtile.fwd(q, k, k, None, None, 0, 0, 0.1, "causal", [], [], None, False, False,
+                                               None, None, None, None, None)
             self.assertEqual(tuple(out.shape), (2, 100, 8, 128))
             self.assertEqual((tuple(lse.shape), lse.dtype), ((2, 8, 100), torch.float32))
             qv = torch.empty(300, 8, 192, dtype=torch.float16, device="cuda")
             kv = torch.empty(200, 2, 192, dtype=torch.float16, device="cuda")
             vv = torch.empty(200, 2, 128, dtype=torch.float16, device="cuda")
             cu = torch.empty(3, dtype=torch.int32, device="cuda")
-            out, lse = torch.ops.flashtile.fwd(qv, kv, vv, cu, cu, 150, 100, 0.1, "none", [], [], None, False, False)
+            out, lse = torch.ops.flashtile.fwd(qv, kv, vv, cu, cu, 150, 100, 0.1, "none", [], [], None, False, False,
+                                               None, None, None, None, None)
             self.assertEqual((tuple(out.shape), tuple(lse.shape)), ((300, 8, 128), (8, 300)))
 
 

@@ -3,13 +3,16 @@
 - "reference": flashtile.reference_attention, the fp64 oracle on the CPU. It takes position offsets, so every
   variant is exact on every block.
 - "kernel": flashtile's GPU kernels (the torch ops behind flashtile.attention: out and lse forward, a backward from
-  dout, out and lse, as flash-attn's). The compiler builds kernels that take position offsets, but the runtime
-  and the torch ops do not pass them yet; Kernel.check says what is exact without them and refuses the rest by name.
+  dout, out and lse, as flash-attn's). The kernels, the runtime and the torch ops take position offsets; until a GPU
+  run has validated that path, blocks run at local positions by default and Kernel.check says what is exact without
+  offsets and refuses the rest by name. Kernel(offsets=True) (or FLASHTILE_PARALLEL_KERNEL_OFFSETS=1) passes each
+  block its placement and lifts the refusal, for that validation.
 Both return lse as flash-attn does: (batch, heads, seqlen), varlen (heads, total).
 """
 
 from __future__ import annotations
 
+import os
 from typing import List, Optional
 
 import torch
@@ -90,20 +93,43 @@ def _diagonal_masks() -> set:
     return _DIAGONAL_MASKS
 
 
+OFFSETS_VARIABLE = "FLASHTILE_PARALLEL_KERNEL_OFFSETS"
+
+
 class Kernel:
+    """flashtile's GPU kernels as the local op. `offsets`: give each block its placement in the whole problem
+    (position and head offsets, the whole problem's sizes) through the kernels' position offsets; None reads
+    FLASHTILE_PARALLEL_KERNEL_OFFSETS (1: on; unset or 0: off). Off by default until a GPU run validates it."""
+
     name = "kernel"
     input_dtypes = {"f32": torch.float32, "i32": torch.int32}
 
-    def check(self, mode: str, hooks: _hooks.Hooks, world: int, same_lengths: bool) -> None:
-        """The one place that knows the kernels are given no position (or head) offsets yet.
+    def __init__(self, offsets: Optional[bool] = None):
+        if offsets is None:
+            value = os.environ.get(OFFSETS_VARIABLE, "0").strip()
+            if value not in ("", "0", "1"):
+                raise ValueError(f"{OFFSETS_VARIABLE}={value!r}: accepted: 1 (blocks get their position offsets) or "
+                                 "0 (the default: local positions)")
+            offsets = value == "1"
+        if not isinstance(offsets, bool):
+            raise TypeError(f"offsets must be True, False or None (read {OFFSETS_VARIABLE}), got {offsets!r}")
+        self.offsets = offsets
 
-        A block of a split sequence runs with its local positions. That is exact where the hooks read no position
-        (the blocks the KV-range rules keep whole run without their mask), and on diagonal blocks of causal masks
-        when queries and keys are split alike. Under Ulysses every rank sees whole sequences but a slice of the
-        heads: exact where the hooks read no head index. Anything else would be silently wrong: refused, before
-        any communication, on every rank alike. When the runtime passes the kernels their offsets (compiled with
-        KernelSpec::positions, PositionsAbi.h) this check goes (docs/parallel.md)."""
-        if world == 1:
+    def check(self, mode: str, hooks: _hooks.Hooks, world: int, same_lengths: bool) -> None:
+        """The one place that knows whether the kernels are given position (and head) offsets.
+
+        By default they are not: a block of a split sequence runs with its local positions. That is exact where the
+        hooks read no position (the blocks the KV-range rules keep whole run without their mask), and on diagonal
+        blocks of causal masks when queries and keys are split alike. Under Ulysses every rank sees whole sequences
+        but a slice of the heads: exact where the hooks read no head index. Anything else would be silently wrong:
+        refused, before any communication, on every rank alike.
+
+        The kernels, the runtime and the torch ops take the offsets now (AttentionArgs::positions, the ops'
+        positions arguments), but no GPU has run that path yet: the refusal stays the default and is lifted only by
+        the explicit opt-in (Kernel(offsets=True), FLASHTILE_PARALLEL_KERNEL_OFFSETS=1), which passes every block its
+        placement, so that a GPU run can validate it (tests/python/gpu/test_positions_gpu.py; docs/parallel.md). It
+        becomes the default once such a run is recorded."""
+        if world == 1 or self.offsets:
             return
         why = None
         if mode == "ring":
@@ -124,9 +150,8 @@ class Kernel:
                 "and causal ones; Ulysses for variants that read no head index. Every variant is exact with "
                 "local='reference' (fp64, CPU). See docs/parallel.md.")
 
-    @staticmethod
-    def _checked(block: Block) -> None:
-        if _hooks.Hooks.reads_positions(block.variant) and not block.aligned:
+    def _checked(self, block: Block) -> None:
+        if not self.offsets and _hooks.Hooks.reads_positions(block.variant) and not block.aligned:
             raise RuntimeError(f"flashtile.parallel: internal error: block of variant '{block.variant.name}' needs "
                                "global positions the kernels cannot take (Kernel.check should have refused it)")
 
@@ -137,11 +162,21 @@ class Kernel:
                                          _cu(block.cu_q, q.device), _cu(block.cu_k, q.device), block.max_q,
                                          block.max_k)
 
+    def _positions(self, block: Block, q, cu_q) -> tuple:
+        """The ops' position arguments of `block`: its placement with offsets on (every block runs the module with
+        position offsets, the first one's zeros included), none without."""
+        from .. import _positions
+
+        if not self.offsets:
+            return _positions.PLAIN
+        batch = cu_q.shape[0] - 1 if cu_q is not None else q.shape[0]
+        return _positions.check(q.device, cu_q is not None, batch, force=True, **block.placement)
+
     def forward(self, q, k, v, block: Block, s: Settings):
         self._checked(block)
         qp, kp, vp, cu_q, cu_k, max_q, max_k, scale, resolved, values, arrays, dv = self._call(q, k, v, block, s)
         out, lse = torch.ops.flashtile.fwd(qp, kp, vp, cu_q, cu_k, max_q, max_k, scale, resolved.id, values, arrays,
-                                           s.schedule, s.strict, s.deterministic)
+                                           s.schedule, s.strict, s.deterministic, *self._positions(block, q, cu_q))
         return out[..., :dv], lse
 
     def backward(self, dout, q, k, v, out, lse, block: Block, s: Settings):
@@ -154,7 +189,7 @@ class Kernel:
         dq, dk, dvv, grads = torch.ops.flashtile.bwd(
             interface._pad_last(dout, pdv), qp, kp, vp, interface._pad_last(out, pdv).contiguous(), lse.contiguous(),
             cu_q, cu_k, max_q, max_k, scale, resolved.id, values, arrays, wanted, s.schedule, s.strict,
-            s.deterministic)
+            s.deterministic, *self._positions(block, q, cu_q))
         d = q.shape[-1]
         return dq[..., :d], dk[..., :d], dvv[..., :dv], [g if w else None for g, w in zip(grads, wanted)]
 

@@ -112,7 +112,8 @@ def test_current_stream_is_used():
 
 def test_opcheck():
     q, k, v = qkv()
-    torch.library.opcheck(torch.ops.flashtile.fwd.default, (q, k, v, None, None, 0, 0, 0.125, "causal", [], [], None, False, False))
+    torch.library.opcheck(torch.ops.flashtile.fwd.default, (q, k, v, None, None, 0, 0, 0.125, "causal", [], [], None, False, False,
+                                                           None, None, None, None, None))
 
 
 def test_backward_under_compile_fullgraph():

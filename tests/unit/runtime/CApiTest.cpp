@@ -415,3 +415,66 @@ TEST(CApi, BackwardCallRejectsBadArgumentsNamingThem) {
 }
 
 } // namespace
+
+namespace {
+
+// flashtile_call's positions (flashtile_positions) reach the runtime: a block asks for the module with position
+// offsets (its key ends in ";positions=1"), a plain call for the one it asked for before, and bad positions are
+// refused naming the field, forward and backward (forward.positions).
+TEST(CApi, PositionsMakeACallABlockOfALargerProblem) {
+  flashtile_runtime *rt = flashtile_create();
+  ASSERT_NE(rt, nullptr) << flashtile_last_error();
+  char text[512];
+  flashtile_call call = denseCall();
+  call.schedule = "fa3";
+  call.heads_kv = 2;
+  EXPECT_EQ(flashtile_explain(rt, &call, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("no kernel for arch=sm_90a;dtype=bf16;headDim=128;headDimV=128;"
+                                                "variant=none;schedule=fa3;shapeClass=short (no ahead"));
+  flashtile_positions positions{};
+  positions.q_offset = 128;
+  positions.k_offset = 0;
+  positions.seqlen_q_global = positions.seqlen_k_global = 512;
+  positions.head_offset = 8;
+  positions.heads_q_global = 16;
+  positions.heads_kv_global = 4;
+  call.positions = &positions;
+  EXPECT_EQ(flashtile_explain(rt, &call, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("schedule=fa3;shapeClass=short;positions=1 (no ahead"));
+
+  positions.q_offset = 400; // 400 + 128 rows > 512
+  EXPECT_EQ(flashtile_explain(rt, &call, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("positions: qOffset + seqlenQ = 400 + 128 is past the larger "
+                                                "problem's seqlenQGlobal = 512"));
+  positions.q_offset = 128;
+  positions.head_offset = 2;
+  EXPECT_EQ(flashtile_forward_call(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("positions: headOffset (2), headsQGlobal (16) and headsKvGlobal (4)"));
+  positions.head_offset = 8;
+  positions.q_offsets = fake<const int>(0x80000);
+  EXPECT_EQ(flashtile_forward_call(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("positions: qOffsets is set on a dense call"));
+  positions.q_offsets = nullptr;
+
+  flashtile_bwd_call backward{};
+  backward.size = sizeof backward;
+  backward.forward = call;
+  backward.d_o = fake<const void>(0x90000);
+  backward.d_q = fake<void>(0xa0000);
+  backward.d_k = fake<void>(0xb0000);
+  backward.d_v = fake<void>(0xc0000);
+  for (int i = 0; i < 4; ++i) {
+    backward.d_o_stride[i] = backward.d_q_stride[i] = call.q_stride[i];
+    backward.d_k_stride[i] = backward.d_v_stride[i] = call.k_stride[i];
+  }
+  positions.k_offset = -2;
+  EXPECT_EQ(flashtile_backward_call(rt, &backward), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("forward: positions: kOffset is -2; it must be >= 0"));
+  // Valid positions pass the checks (what fails then is the lookup, here without a GPU or a kernel library).
+  positions.k_offset = 0;
+  EXPECT_EQ(flashtile_backward_call(rt, &backward), -1);
+  EXPECT_THAT(flashtile_last_error(), testing::Not(HasSubstr("positions:")));
+  flashtile_destroy(rt);
+}
+
+} // namespace

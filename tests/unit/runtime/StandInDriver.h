@@ -11,6 +11,7 @@
 #include "flashtile/runtime/CudaDriver.h"
 #include "flashtile/runtime/KernelAbi.h"
 #include "flashtile/runtime/KernelInfo.h"
+#include "flashtile/runtime/PositionsAbi.h"
 
 #include <gtest/gtest.h>
 
@@ -36,6 +37,9 @@ struct Launch {
   unsigned threads = 0, smem = 0;           ///< block.x, dynamic shared memory
   bool dependent = false;                   ///< programmatic dependent launch allowed
   FlashtileFwdParams params{};
+  /// The bytes of the second kernel parameter, read as FlashtilePositions: a module compiled with position offsets
+  /// takes the call's positions there (PositionsAbi.h); other modules' kernels get their tensor maps there.
+  FlashtilePositions second{};
 };
 
 /// What the stand-in device answers, holds and saw; a test resets it (`device = Device{}`) before it runs.
@@ -98,6 +102,7 @@ inline void plant(const void *address, const void *data, size_t bytes) {
 inline CUresult recordLaunch(Launch launch, CUfunction f, void **params) {
   launch.entry = functionName(f);
   std::memcpy(&launch.params, params[0], sizeof(launch.params));
+  std::memcpy(&launch.second, params[1], sizeof(launch.second));
   device.launches.push_back(launch);
   if (device.kernel)
     device.kernel(device.launches.back());
@@ -239,6 +244,7 @@ inline KernelInfo forSpec(KernelInfo info, const KernelSpec &spec) {
   info.shapeClass = spec.shapeClass;
   info.kvCache = spec.kvCache;
   info.rotary = spec.rotary;
+  info.positions = spec.positions;
   return info;
 }
 

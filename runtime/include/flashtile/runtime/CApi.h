@@ -78,6 +78,24 @@ int flashtile_forward_varlen_variant(flashtile_runtime *rt, const void *q, const
 /* The most numbers and input arrays a variant has (KernelAbi.h's FLASHTILE_MAX_VARIANT_PARAMS/_INPUTS). */
 enum { FLASHTILE_CALL_MAX_PARAMS = 8, FLASHTILE_CALL_MAX_INPUTS = 4 };
 
+/* Where a call sits in a larger problem it is one block of (context parallelism, a sequence split across GPUs:
+ * flashtile.parallel, docs/parallel.md; flashtile::BlockPositions). The call runs kernels compiled with position
+ * offsets: the variant's hooks and KV-range rules see the larger problem's coordinates and sizes, while loads, stores
+ * and the tile walk stay in the call's own rows. Query row i is q_offset + i (varlen: q_offsets[b] + i of sequence
+ * b), key j is k_offset + j (k_offsets[b] + j), query head h is head_offset + h; the hooks' sizes are seqlen_q_global
+ * and seqlen_k_global (varlen: each sequence's of cu_seqlens_q_global / cu_seqlens_k_global), heads_q_global and
+ * heads_kv_global. 0 and NULL: the call's own. Offsets are >= 0, the call's rows (keys) inside the larger problem's,
+ * its heads whole groups of heads_q / heads_kv; dense calls use the dense fields only, varlen calls the arrays only
+ * (device int32, 4-byte aligned: q_offsets and k_offsets batch values, the cu_seqlens batch + 1). KV-cache calls take
+ * none. */
+typedef struct flashtile_positions {
+  int q_offset, k_offset;                               /* dense */
+  int seqlen_q_global, seqlen_k_global;                 /* dense; 0: seqlen_q, seqlen_k */
+  const int *q_offsets, *k_offsets;                     /* varlen; NULL: 0 */
+  const int *cu_seqlens_q_global, *cu_seqlens_k_global; /* varlen; NULL: cu_seqlens_q, cu_seqlens_k */
+  int head_offset, heads_q_global, heads_kv_global;     /* 0: heads_q, heads_kv */
+} flashtile_positions;
+
 /* One forward call in one self-contained struct: the arguments of flashtile_forward_variant (dense: cu_seqlens_q
  * and cu_seqlens_k NULL, seqlen_q/k the rows of every sequence, strides {batch, seq, head, dim}) or of
  * flashtile_forward_varlen_variant (both set, seqlen_q/k = total_q/total_k, max_seqlen_q/k the longest sequences,
@@ -104,6 +122,9 @@ typedef struct flashtile_call {
    * pointer to batch x heads_kv contiguous fp32 values. q_descale·k_descale scales the scores (inside the softmax
    * scale), v_descale the output. With another dtype all three must be NULL. */
   const float *q_descale, *k_descale, *v_descale;
+  /* A block of a larger problem (flashtile_positions, read during the call only): NULL for a plain call. A backward
+   * call's forward.positions places its gradients' block as it placed the forward's. */
+  const flashtile_positions *positions;
 } flashtile_call;
 int flashtile_forward_call(flashtile_runtime *rt, const flashtile_call *call);
 

@@ -19,6 +19,7 @@
 #include <array>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -48,6 +49,34 @@ inline constexpr std::array<std::pair<int, int>, 1> kSupportedHeadDimPairs = {{{
 bool supportsHeadDims(int headDim, int headDimV);
 /// "32, 64, 96, 128, 192, 256 (head_dim_v = head_dim), or 192/128 (head_dim/head_dim_v)": for error messages.
 std::string supportedHeadDimsText();
+
+/// Where a call sits in a larger problem it is one block of (a sequence split across GPUs: flashtile.parallel,
+/// docs/parallel.md). The call runs a module compiled with position offsets (KernelSpec::positions), whose kernels
+/// take these values as FlashtilePositions (PositionsAbi.h): the variant's hooks and KV-range rules see the larger
+/// problem's coordinates and sizes, while loads, stores and the tile walk stay in the call's own rows. 0 and null
+/// mean "the call's own" (no offset, the call's sizes).
+struct BlockPositions {
+  // Dense calls: query row i is qOffset + i and key j is kOffset + j of the larger problem, whose sequences have
+  // seqlenQGlobal queries and seqlenKGlobal keys (0: the call's seqlenQ / seqlenK). Both offsets >= 0, and the
+  // call's rows inside the larger problem's: qOffset + seqlenQ <= seqlenQGlobal (kOffset + seqlenK likewise).
+  int qOffset = 0, kOffset = 0;
+  int seqlenQGlobal = 0, seqlenKGlobal = 0;
+  // Varlen calls (AttentionArgs::cuSeqlensQ set; the four dense fields above must be 0): device int32 arrays,
+  // 4-byte aligned. qOffsets / kOffsets: batch values each, where sequence b's row 0 and key 0 sit in the larger
+  // problem's sequence b (null: 0); cuSeqlensQGlobal / cuSeqlensKGlobal: batch + 1 offsets of the larger problem's
+  // packed sequences (null: the call's own), which give each sequence's global lengths and the hooks' key_offset.
+  const int *qOffsets = nullptr, *kOffsets = nullptr;
+  const int *cuSeqlensQGlobal = nullptr, *cuSeqlensKGlobal = nullptr;
+  // Optional host copies of the four arrays (same lengths), checked by validate() as the device arrays cannot be:
+  // offsets >= 0, global offsets non-decreasing from 0, each sequence's rows inside the larger problem's (with the
+  // call's own host offsets, cuSeqlensQHost / cuSeqlensKHost, where given).
+  const int *qOffsetsHost = nullptr, *kOffsetsHost = nullptr;
+  const int *cuSeqlensQGlobalHost = nullptr, *cuSeqlensKGlobalHost = nullptr;
+  // Query head h is headOffset + h of headsQGlobal query heads and headsKvGlobal K/V heads (Ulysses; 0: the call's
+  // headsQ / headsKv). The call's heads are whole GQA groups inside the larger problem's: the same group size,
+  // headOffset a multiple of it, headOffset + headsQ <= headsQGlobal.
+  int headOffset = 0, headsQGlobal = 0, headsKvGlobal = 0;
+};
 
 /// One attention forward call over device pointers. Q is B x Sq x Hq x D, K is B x Sk x Hkv x D, V is
 /// B x Sk x Hkv x Dv, O is B x Sq x Hq x Dv (any strides with a contiguous last dim); LSE is fp32 B x Hq x Sq,
@@ -112,6 +141,11 @@ struct AttentionArgs {
   // stream at a time. Under graph capture: needed.
   void *workspace = nullptr;
   size_t workspaceBytes = 0;
+
+  // A block of a larger problem (context parallelism): set, the call runs a module compiled with position offsets and
+  // its kernels take these positions (BlockPositions); unset (the default), a plain call, as before. KV-cache calls
+  // take none.
+  std::optional<BlockPositions> positions;
 
   // KV cache (flash_attn_with_kvcache, KvCache.h): with kvCache.layout set, k/v/kStride/vStride/seqlenK describe
   // the caches and the call runs the decode schedule's kernels (any seqlenQ; dense Q only).

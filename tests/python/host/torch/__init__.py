@@ -194,7 +194,7 @@ def _device(index):
 cuda = types.SimpleNamespace(device=_device, current_device=lambda: _current[0],
                              current_stream=lambda index=None: types.SimpleNamespace(cuda_stream=0),
                              get_device_name=lambda index=None: "no GPU (stand-in torch, fake driver)",
-                             synchronize=lambda: None)
+                             synchronize=lambda: None, is_current_stream_capturing=lambda: False)
 
 
 def _pad(t, pad):
