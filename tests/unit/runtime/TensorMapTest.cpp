@@ -208,7 +208,7 @@ TEST(TensorMap, ValidatesRawSpecs) {
 
   TensorMapSpec dtype = spec;
   dtype.dtype = static_cast<DType>(7);
-  EXPECT_THAT(error(dtype), HasSubstr("dtype must be bf16 or f16"));
+  EXPECT_THAT(error(dtype), HasSubstr("dtype must be bf16, f16 or e4m3"));
 }
 
 TEST(TensorMap, EncodingValidatesBeforeTheDriver) {
