@@ -24,7 +24,8 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
   if (shape.minBlocksPerSm > 0 || !roles.empty())
     bounds += ", " + std::to_string(roles.empty() ? shape.minBlocksPerSm : 1);
   w.open("extern \"C\" __global__ void __launch_bounds__(" + bounds + ") " + entry.str() +
-         "(const FlashtileFwdParams params" + positionsParam(func) + target.extraKernelParams() + ")");
+         "(const FlashtileFwdParams params" + positionsParam(func) + target.extraKernelParams() +
+         (shape.dtype == "e4m3" ? ", const FlashtileFp8Params fp8" : "") + ")");
   w.comment("---- schedule " + commentSafe(schedule.getName()) + " (#tile.schedule): tile sizes and warps ----");
   w.line("constexpr int kBlockM = " + std::to_string(shape.blockM) + ";  // query rows of this thread block (split-Q)");
   w.line("constexpr int kBlockN = " + std::to_string(shape.blockN) + ";  // keys of a K/V tile");

@@ -63,6 +63,22 @@ LaunchPlan flashtile::codegen::planLaunches(const ModuleFacts &f) {
                                 {"stateMax", rule("lse_rows * head_dim_v * 4")},
                                 {"stateSum", rule("lse_rows * (head_dim_v + 1) * 4")}}});
   }
+  if (!f.transposeVEntry.empty()) {
+    // Vᵀ images of headDimV x blockN bytes, one per key tile and K/V head: sequence b's tile j is image
+    // (keyOffset_b / blockN + b + j) (Fp8Abi.h), so cdiv(key_rows, blockN) + batch images per K/V head hold every
+    // sequence's tiles, dense or varlen, without reading cu_seqlens on the host.
+    PlanLaunch transpose;
+    transpose.entry = f.transposeVEntry;
+    transpose.threads = f.transposeVThreads;
+    transpose.grid = {rule("cdiv(keys, " + str(f.blockN) + ")"), rule("heads_kv"), rule("batch")};
+    plan.launches.push_back(transpose);
+    plan.workspaces.push_back({"v_transposed",
+                               rule("(cdiv(key_rows, " + str(f.blockN) + ") + batch) * heads_kv * head_dim_v * " +
+                                    str(f.blockN)),
+                               std::nullopt,
+                               /*zeroed=*/false,
+                               {{"vTransposed", PlanExpr::constant(0)}}});
+  }
   if (!f.appendEntry.empty()) {
     PlanLaunch append;
     append.entry = f.appendEntry;

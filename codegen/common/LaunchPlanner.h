@@ -29,6 +29,10 @@ struct ModuleFacts {
   int appendThreads = 0;
   int appendChunkElements = 0; // elements of K or V one append thread copies
   bool dependentLaunch = false; // the arch has programmatic dependent launch
+  /// e4m3 (Fp8Abi.h): the prepass that writes V's tiles transposed, as the attention kernel's 8-bit P·V reads them,
+  /// into a workspace (one block per key tile of blockN keys, K/V head and sequence), launched first.
+  std::string transposeVEntry;
+  int transposeVThreads = 0;
   /// Blocks are CTA pairs of a cluster (passes/IR/TileCtaPair.h): clusters of two along x over an even number of Q
   /// tiles, each CTA loading half of every K/V tile (the tensor maps' K and V boxes are blockN / 2 rows).
   bool ctaPair = false;

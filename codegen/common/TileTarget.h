@@ -220,6 +220,11 @@ public:
 
   /// Extra kernel parameters after `params` (e.g. TMA descriptors), as C text starting with ", "; empty: none.
   virtual std::string extraKernelParams() const { return {}; }
+  /// A kernel the module launches before the attention kernel to lay an operand out for it (the sm90 family's e4m3
+  /// Vᵀ images, Fp8Abi.h): prints it as `entry` (taking `const FlashtileFwdParams params, const FlashtileFp8Params
+  /// fp8`; one block per (key tile, K/V head, sequence)) and returns its threads a block; 0, printing nothing, when the
+  /// kernel needs none.
+  virtual int printOperandPrepass(CudaWriter &, const std::string &) { return 0; }
   /// Whether the kernel's second parameter is the TMA descriptors of Q, K and V (boxes of a Q tile's and a K/V
   /// tile's rows, the whole head dim, swizzled over tensorMapSwizzleBytes()), which the launch plan then asks the
   /// runtime for.

@@ -24,10 +24,12 @@ std::string ringSlot(const std::string &position, int slots) {
   return slots == 1 ? std::string("0") : cat("(", position, ") % ", slots);
 }
 
-void printRingTiles(CudaWriter &w, const std::string &ns, int stages) {
+void printRingTiles(CudaWriter &w, const std::string &ns, int stages, int elementBytes) {
+  const std::string times = elementBytes == 1 ? std::string() : cat(" * ", elementBytes);
   w.line(cat("constexpr int kStages = ", stages, ";"));
-  w.line("constexpr unsigned kQTileBytes = kBlockM * kHeadDim * 2, kKTileBytes = kBlockN * kHeadDim * 2,");
-  w.line("                   kVTileBytes = kBlockN * kHeadDimV * 2;");
+  w.line(cat("constexpr unsigned kQTileBytes = kBlockM * kHeadDim", times, ", kKTileBytes = kBlockN * kHeadDim", times,
+             ","));
+  w.line(cat("                   kVTileBytes = kBlockN * kHeadDimV", times, ";"));
   w.line("extern __shared__ __align__(1024) unsigned char smemRaw[];");
   w.line(cat("unsigned char *const sQ = smemRaw + ((1024 - ", ns, "::smemAddress(smemRaw) % 1024) % 1024);"));
   w.line("unsigned char *const sK = sQ + kQTileBytes;");
@@ -36,7 +38,8 @@ void printRingTiles(CudaWriter &w, const std::string &ns, int stages) {
 }
 
 int64_t ringSmemBytes(const KernelShape &shape, int64_t reserve) {
-  return int64_t(2) * (int64_t(shape.blockM) * shape.headDim +
+  const int64_t elementBytes = shape.dtype == "e4m3" ? 1 : 2;
+  return elementBytes * (int64_t(shape.blockM) * shape.headDim +
                        int64_t(shape.stages) * shape.blockN * (shape.headDim + shape.headDimV)) +
          reserve;
 }

@@ -25,9 +25,10 @@ std::string ringHolds(const BarrierInfo &barrier);
 std::string ringSlot(const std::string &position, int slots);
 
 /// The shared memory of a ring kernel: sQ, then kStages K and V tiles (1024-byte aligned TMA boxes), then the
-/// barriers (`barriers`). The family prints the comment on the tiles' layout before it.
-void printRingTiles(CudaWriter &w, const std::string &ns, int stages);
-/// Its bytes: one Q tile and `stages` K and V tiles of 16-bit elements, plus `reserve` (alignment, barriers).
+/// barriers (`barriers`). The family prints the comment on the tiles' layout before it. `elementBytes`: 2 (bf16,
+/// f16) or 1 (e4m3).
+void printRingTiles(CudaWriter &w, const std::string &ns, int stages, int elementBytes = 2);
+/// Its bytes: one Q tile and `stages` K and V tiles of the dtype's elements (1 byte for e4m3, else 2), plus `reserve` (alignment, barriers).
 int64_t ringSmemBytes(const KernelShape &shape, int64_t reserve);
 /// The block's tile (b, h, hKv, m0) and the TMA coordinates of its tiles (qRow0, kRow0, tmaBatch), and warpRow0.
 void printRingTileCoordinates(CudaWriter &w);

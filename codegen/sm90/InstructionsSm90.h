@@ -41,6 +41,19 @@ constexpr int swizzleBytesFor(int headDim, int headDimV) {
   return 0;
 }
 
+/// e4m3 (FP8, docs/fp8.md): wgmma.mma_async m64nNk32 reduces over 32 8-bit elements, both operands K-major. A swizzle
+/// span holds as many 8-bit elements as it has bytes, so a k32 step of an 8-bit tile is 32 bytes, as a k16 step of a
+/// 16-bit one: the descriptors are the same.
+inline constexpr int kWgmmaKE4m3 = 32;
+/// The span of an 8-bit tile whose rows are `rowBytes` bytes (a head dim of Q and K, or the blockN keys of a Vᵀ
+/// tile): the widest of 128, 64 and 32 bytes that divides it; 0 when none does.
+constexpr int swizzleBytesForRow(int rowBytes) {
+  for (int span : {kSwizzleBytes, kNarrowSwizzleBytes, kNarrowSwizzleBytes / 2})
+    if (rowBytes % span == 0)
+      return span;
+  return 0;
+}
+
 /// Dynamic shared memory one block may opt in to on sm_90 (227 KB), and the register file a block's warpgroups
 /// share through setmaxnreg (counts are multiples of 8 in [24, 256]).
 inline constexpr int kMaxSmemBytes = 227 * 1024;

@@ -346,6 +346,100 @@ inline std::string wgmmaMnMajorAText(int n) {
   return text.append("};\n} // namespace sm90::warpgroup\n");
 }
 
+/// What e4m3 (FP8) kernels add to the prelude (docs/fp8.md), after it: byte offsets in 8-bit swizzled tiles, P's
+/// conversion to e4m3, the bulk copy of a pre-laid-out tile, and the WgmmaE4m3<N> wrappers (wgmmaE4m3Text). Kernels of
+/// other dtypes print none of it.
+inline constexpr std::string_view kPreludeE4m3 = R"cuda(
+// ==== e4m3 (FP8) primitives: 8-bit swizzled tiles, P rounded to e4m3, wgmma m64nNk32 ====
+namespace sm90 {
+// Byte offset of element (row, col) of a tile of `rows` rows of 8-bit elements in the column-block layout: the
+// 16-bit layout's bytes (swizzleOffset), with kSwizzleBytes 8-bit elements a block row. A k32 step of an 8-bit
+// K-major operand is 32 bytes, as a k16 step of a 16-bit one: desc::kMajorStep serves both.
+template <int kSwizzleBytes>
+__device__ __forceinline__ unsigned swizzleOffset8(int row, int col, int rows) {
+  static_assert(kSwizzleBytes == 128 || kSwizzleBytes == 64 || kSwizzleBytes == 32, "swizzle spans: 128, 64, 32");
+  const unsigned block = unsigned(col) / kSwizzleBytes, byteInRow = unsigned(col) % kSwizzleBytes;
+  const unsigned phase = (unsigned(row) * kSwizzleBytes / 128u) % (kSwizzleBytes / 16u);
+  return (block * unsigned(rows) + unsigned(row)) * kSwizzleBytes + ((byteInRow / 16u) ^ phase) * 16u +
+         byteInRow % 16u;
+}
+namespace bulk {
+// cp.async.bulk: `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte aligned) from global memory into
+// shared memory, completing them on `bar` (as a TMA copy does: the issuer's arriveExpectTx counts them).
+__device__ __forceinline__ void load(void *dst, const void *src, unsigned bytes, Mbarrier *bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smemAddress(dst)),
+               "l"(src), "r"(bytes), "r"(smemAddress(bar))
+               : "memory");
+}
+} // namespace bulk
+namespace warpgroup {
+// Four fp32 values rounded to e4m3 (nearest even, saturating at +-448: cvt.rn.satfinite) in one register, x0 in the
+// low byte (the lowest k of an 8-bit A fragment).
+__device__ __forceinline__ unsigned packE4m3x4(float x0, float x1, float x2, float x3) {
+  unsigned short lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(x1), "f"(x0));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(x3), "f"(x2));
+  return unsigned(lo) | (unsigned(hi) << 16);
+}
+// wgmma.mma_async m64nNk32 .e4m3.e4m3 with fp32 accumulators, one struct per N (printed by wgmmaE4m3Text(N)); both
+// operands K-major (8-bit wgmma has no transposed operands):
+//   WgmmaE4m3<N>::ss(d, descA, descB, accumulate)   A and B from shared memory (Q·Kᵀ)
+//   WgmmaE4m3<N>::rs(d, a, descB, accumulate)       A from registers (P·V): lane l of warp w holds rows
+//     16w + l / 4 (+ 8) and k = 4 (l % 4) .. + 3 (+ 16): a[0] = (r, k .. k + 3), a[1] = (r + 8, k ..), a[2] = (r, k + 16 ..),
+//     a[3] = (r + 8, k + 16 ..), the lowest k in the low byte.
+template <int kN>
+struct WgmmaE4m3 {
+  static_assert(kN != kN, "this wgmma width was not printed into the prelude: add it to the prelude's N list");
+};
+} // namespace warpgroup
+} // namespace sm90
+)cuda";
+
+/// The `sm90::warpgroup::WgmmaE4m3<n>` specialization: SS and RS wrappers of wgmma.mma_async.m64n<n>k32.f32.e4m3.e4m3.
+inline std::string wgmmaE4m3Text(int n) {
+  if (std::optional<std::string> error = wgmmaWidthError(n))
+    return *error;
+  const int regs = n / 2;
+  const WgmmaAccumulators d(regs);
+  auto op = [regs](int index) { return std::string("%").append(std::to_string(regs + index)); };
+  const std::string instruction = "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k32.f32.e4m3.e4m3";
+  const std::string dParam = "float (&d)[" + std::to_string(regs) + "]";
+  std::string text = "namespace sm90::warpgroup {\ntemplate <>\nstruct WgmmaE4m3<" + std::to_string(n) + "> {\n";
+  // SS operands after D: descA, descB, accumulate.
+  text.append("  static __device__ __forceinline__ void ss(").append(dParam);
+  text.append(", unsigned long long descA, unsigned long long descB, int accumulate) {\n");
+  text.append("    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, ").append(op(2)).append(", 0;\\n\"\n");
+  text.append("                 \"").append(instruction).append(" {").append(d.list).append("}, ").append(op(0));
+  text.append(", ").append(op(1)).append(", p, 1, 1;\\n}\\n\"\n");
+  text.append("                 : ").append(d.operands).append("\n");
+  text.append("                 : \"l\"(descA), \"l\"(descB), \"r\"(accumulate));\n  }\n");
+  // RS operands after D: a[0..3], descB, accumulate.
+  text.append("  static __device__ __forceinline__ void rs(").append(dParam);
+  text.append(", const unsigned (&a)[4], unsigned long long descB, int accumulate) {\n");
+  text.append("    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, ").append(op(5)).append(", 0;\\n\"\n");
+  text.append("                 \"").append(instruction).append(" {").append(d.list).append("}, {").append(op(0));
+  text.append(", ").append(op(1)).append(", ").append(op(2)).append(", ").append(op(3)).append("}, ").append(op(4));
+  text.append(", p, 1, 1;\\n}\\n\"\n");
+  text.append("                 : ").append(d.operands).append("\n");
+  text.append("                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(descB), \"r\"(accumulate));\n  }\n");
+  return text.append("};\n} // namespace sm90::warpgroup\n");
+}
+
+/// The e4m3 part of a kernel's prelude: kPreludeE4m3 and one WgmmaE4m3<N> per width in `mmaN` (each printed once).
+inline std::string preludeE4m3(std::span<const int> mmaN) {
+  std::string text(kPreludeE4m3);
+  std::string seen = ",";
+  for (int n : mmaN) {
+    const std::string key = std::to_string(n) + ",";
+    if (seen.find("," + key) != std::string::npos)
+      continue;
+    seen += key;
+    text += wgmmaE4m3Text(n);
+  }
+  return text;
+}
+
 /// The prelude of a kernel whose wgmmas use the accumulator widths `mmaN` (each printed once).
 inline std::string prelude(std::span<const int> mmaN) {
   std::string text = preludeCoreText();

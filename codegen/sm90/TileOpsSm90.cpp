@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <numeric>
 
 namespace flashtile::codegen::sm90 {
 namespace {
@@ -44,16 +45,31 @@ constexpr int kFirstTurnBarrier = 1;
 /// __launch_bounds__(threads, 1)); roles move from there with setmaxnreg.
 int launchRegisters(int threads) { return std::min(kMaxRegisters - 1, kRegisterFile / threads) / 8 * 8; }
 
+/// e4m3 programs (docs/fp8.md): Q, K and V are 8-bit, O is bf16.
+bool isE4m3(const KernelShape &shape) { return shape.dtype == "e4m3"; }
+/// The span of a kernel's Q and K tiles (and V's, 16-bit): from 16-bit columns for bf16 and f16, from the head dims'
+/// bytes for e4m3.
+int tileSwizzleBytes(const KernelShape &shape) {
+  if (!isE4m3(shape))
+    return swizzleBytesFor(shape.headDim, shape.headDimV);
+  // One span for the three TMA maps the plan names (q, k, v: LaunchPlan::verify), V's map being unread here.
+  return swizzleBytesForRow(std::gcd(shape.headDim, shape.headDimV));
+}
+
 class TileTargetSm90 final : public TileTarget {
 public:
   explicit TileTargetSm90(const KernelShape &shape)
-      : shape(shape), swizzle(swizzleBytesFor(shape.headDim, shape.headDimV)),
-        fragments({kFragmentNamespace, shape.dtype, shape.packQueryHeads}) {
+      : shape(shape), e4m3(isE4m3(shape)), swizzle(tileSwizzleBytes(shape)),
+        vtSwizzle(e4m3 ? swizzleBytesForRow(shape.blockN) : 0),
+        fragments({kFragmentNamespace, e4m3 ? std::string("bf16") : shape.dtype, shape.packQueryHeads}) {
     consumerWarps = shape.blockM / shape.warpRows; // the schedule's split-Q over its computing role
     bool bf16 = shape.dtype == "bf16";
-    mmaType = bf16 ? "bf16" : "f16";
+    mmaType = e4m3 ? "e4m3" : bf16 ? "bf16" : "f16";
     const int widths[] = {shape.blockN, shape.headDimV};
-    preludeText = fragmentPrelude(kFragmentNamespace) + ::flashtile::codegen::sm90::prelude(widths);
+    // e4m3 kernels print the 8-bit wgmma wrappers (WgmmaE4m3<N>) instead of the 16-bit ones.
+    preludeText = e4m3 ? fragmentPrelude(kFragmentNamespace) + ::flashtile::codegen::sm90::prelude({}) +
+                             preludeE4m3(widths)
+                       : fragmentPrelude(kFragmentNamespace) + ::flashtile::codegen::sm90::prelude(widths);
     // The software exp2 (fa3's exp2-poly-share) only where a share asks for it: other kernels' text is unchanged.
     if (shape.exp2PolyShare > 0)
       preludeText += exp2PolyText("sm90");
@@ -67,6 +83,9 @@ public:
                              "qAddr",  "kAddr",  "vAddr",   "slot",        "fullQ",     "fullK",   "fullV",
                              "emptyQ", "emptyK", "emptyV",  "fullWork",    "emptyWork", "workCell"})
       names.push_back(name);
+    if (e4m3)
+      for (const char *name : {"fp8", "descaleIndex", "qkDescale", "vDescale", "vtImage"})
+        names.push_back(name);
     return names;
   }
 
@@ -99,11 +118,14 @@ public:
   void roundProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool carried) override {
     if (carried)
       w.comment(cat("the P·V that read ", p, " has completed: this tile's P goes there for the next iteration"));
-    fragments.packProbabilities(w, s, p, !carried);
+    if (e4m3)
+      packProbabilitiesE4m3(w, s, p, !carried);
+    else
+      fragments.packProbabilities(w, s, p, !carried);
   }
   bool declareCarriedProbabilities(CudaWriter &w, const std::string &p) override {
     w.comment("P carried from one K/V iteration to the next one's P·V (A fragments, rounded)");
-    w.line(cat("unsigned ", p, "[kMTiles][kBlockN / 16][4] = {};"));
+    w.line(cat("unsigned ", p, "[kMTiles][kBlockN / ", kStepKeys(), "][4] = {};"));
     return true;
   }
   void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) override {
@@ -112,6 +134,8 @@ public:
   void pv(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vSlot) override;
   void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) override {
     fragments.finalize(w, st, sinkFn);
+    if (e4m3)
+      scaleByVDescale(w, st);
   }
   /// O from the accumulator registers, or staged in this warp's rows of sQ (stmatrix) and written in whole rows.
   void storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) override;
@@ -121,6 +145,7 @@ public:
   bool combineRow(CudaWriter &, const std::string &) override { return false; }
 
   std::string extraKernelParams() const override { return ", const __grid_constant__ sm90::TensorMaps maps"; }
+  int printOperandPrepass(CudaWriter &w, const std::string &entry) override;
   bool takesTensorMaps() const override { return true; }
   int tensorMapSwizzleBytes() const override { return swizzle; }
   std::optional<RoleProblem> checkRoles(const std::vector<RoleInfo> &roles) const override;
@@ -138,6 +163,14 @@ public:
   void mmaTurn(CudaWriter &w, bool begin) override;
 
 private:
+  /// Keys of P·V's k step: 16 (k16, 16-bit P) or 32 (k32, e4m3 P).
+  int kStepKeys() const { return e4m3 ? kWgmmaKE4m3 : kWgmmaK; }
+  /// P's e4m3 A fragments from the fp32 scores, in place (the Vᵀ permutation, docs/fp8.md).
+  void packProbabilitiesE4m3(CudaWriter &w, const std::string &s, const std::string &p, bool declare);
+  /// O *= v_descale of the tile's (batch, K/V head), after the normalization.
+  void scaleByVDescale(CudaWriter &w, const StateNames &st);
+  /// The bulk copy of V tile `tile`'s Vᵀ image (the prepass's) into its slot.
+  void copyVtImage(CudaWriter &w, const std::string &tile, const std::string &position, const BarrierInfo &barrier);
   /// The prelude's span template argument, as C: none for the 128-byte default (the text of kernels printed before
   /// narrower spans existed stays as it was), "<64>" otherwise.
   std::string spanArg() const { return swizzle == kSwizzleBytes ? std::string() : cat("<", swizzle, ">"); }
@@ -147,7 +180,9 @@ private:
   }
 
   KernelShape shape;
+  bool e4m3 = false;           ///< 8-bit Q, K, V (docs/fp8.md): k32 wgmmas, V from the prepass's Vᵀ images
   int swizzle = kSwizzleBytes; ///< the span of every tile: swizzleBytesFor(head dims)
+  int vtSwizzle = 0;           ///< e4m3: the span of a Vᵀ image (rows of blockN keys)
   int consumerWarps = 0;
   FragmentTiles fragments;
   std::string mmaType, preludeText;
@@ -171,10 +206,141 @@ void TileTargetSm90::setup(CudaWriter &w, const std::vector<Operand> &) {
     w.comment(cat("1024-byte boundaries (the swizzle repeats every ", 8 * swizzle,
                   " bytes); the dynamic base is only 16-byte aligned. ----"));
   }
-  printRingTiles(w, kIsa, shape.stages);
+  if (e4m3) {
+    w.comment(cat("e4m3: 8-bit Q and K tiles (a ", swizzle, "-byte block row holds ", swizzle,
+                  " elements); each V slot holds a Vᵀ image the prepass wrote"));
+    w.comment(cat("(kHeadDimV rows of kBlockN keys in ", vtSwizzle,
+                  "-byte-swizzled column blocks, keys permuted per 32-key group), copied as it is."));
+  }
+  printRingTiles(w, kIsa, shape.stages, e4m3 ? 1 : 2);
 }
 
-void TileTargetSm90::setupTile(CudaWriter &w) { printRingTileCoordinates(w); }
+void TileTargetSm90::setupTile(CudaWriter &w) {
+  printRingTileCoordinates(w);
+  if (!e4m3)
+    return;
+  w.comment("---- FP8 descales of this (batch, K/V head) (FlashtileFp8Params; null = 1): q_descale·k_descale joins the");
+  w.comment("softmax scale, so the variant's functions see the scores of the dequantized inputs, and v_descale");
+  w.comment("multiplies O at finalize ----");
+  w.line("const int descaleIndex = b * p.headsKv + hKv;");
+  w.line("const float qkDescale = (fp8.qDescale ? fp8.qDescale[descaleIndex] : 1.f) *");
+  w.line("                        (fp8.kDescale ? fp8.kDescale[descaleIndex] : 1.f);");
+  w.line("const float vDescale = fp8.vDescale ? fp8.vDescale[descaleIndex] : 1.f;");
+  w.line("p.softmaxScale = params.softmaxScale * qkDescale;");
+  w.line("p.scaleLog2 = params.scaleLog2 * qkDescale;");
+  w.line("p.invSoftmaxScale = 1.f / p.softmaxScale;");
+}
+
+void TileTargetSm90::packProbabilitiesE4m3(CudaWriter &w, const std::string &s, const std::string &p, bool declare) {
+  w.comment("P as e4m3 A fragments of P·V, k32 step k = n8 tiles 4k .. 4k + 3 of the scores: the lane's own keys");
+  w.comment("{2q, 2q+1, 2q+8, 2q+9} and {2q+16, 2q+17, 2q+24, 2q+25} of the step (q = lane % 4) fill A positions");
+  w.comment("4q .. 4q+3 and 4q+16 .. 4q+19, and Vᵀ's keys are permuted alike (the prepass): no data moves between lanes");
+  if (declare)
+    w.line(cat("unsigned ", p, "[kMTiles][kBlockN / 32][4];"));
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("k", "kBlockN / 32");
+  for (int reg = 0; reg < 4; ++reg) {
+    const int tile = 2 * (reg / 2), row = 2 * (reg % 2); // n8 tiles 4k + {0, 1} or {2, 3}; row g or g + 8
+    w.line(cat(p, "[mt][k][", reg, "] = sm90::warpgroup::packE4m3x4(", s, "[mt][4 * k + ", tile, "][", row, "], ", s,
+               "[mt][4 * k + ", tile, "][", row + 1, "],"));
+    w.line(cat("                                               ", s, "[mt][4 * k + ", tile + 1, "][", row, "], ", s,
+               "[mt][4 * k + ", tile + 1, "][", row + 1, "]);"));
+  }
+  w.close();
+  w.close();
+}
+
+void TileTargetSm90::scaleByVDescale(CudaWriter &w, const StateNames &st) {
+  w.comment("FP8: O *= v_descale of this (batch, K/V head)");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("nt", "kOTiles");
+  w.openUnrolledFor("i", "4");
+  w.line(cat(st.acc, "[mt][nt][i] *= vDescale;"));
+  w.close();
+  w.close();
+  w.close();
+}
+
+void TileTargetSm90::copyVtImage(CudaWriter &w, const std::string &tile, const std::string &position,
+                                 const BarrierInfo &barrier) {
+  w.comment(cat("bulk copy: the Vᵀ image of V tile ", tile, " (the prepass wrote it, Fp8Abi.h) into the slot of ring"));
+  w.comment(cat("position ", position, "; its bytes complete the phase of ", barrier.name));
+  w.open("");
+  w.line(cat("const int slot = ", ringSlot(position, barrier.slots), ";"));
+  w.line(cat("const long long vtImage = static_cast<long long>(p.keyOffset / kBlockN + b + ", tile,
+             ") * p.headsKv + hKv;"));
+  w.line(cat("sm90::mbarrier::arriveExpectTx(&", barrier.name, "[slot], kVTileBytes);"));
+  w.line(cat("sm90::bulk::load(sV + slot * kVTileBytes, static_cast<const unsigned char *>(fp8.vTransposed) + vtImage * "
+             "kVTileBytes,"));
+  w.line(cat("                 kVTileBytes, &", barrier.name, "[slot]);"));
+  w.close();
+}
+
+int TileTargetSm90::printOperandPrepass(CudaWriter &w, const std::string &entry) {
+  if (!e4m3)
+    return 0;
+  constexpr int kThreads = 256;
+  w.line("");
+  w.comment("==== Vᵀ for P·V: 8-bit wgmma reads both operands K-major, so V's keys must be a row's contiguous bytes.");
+  w.comment("One block per (key tile j, K/V head, sequence) writes the tile's shared-memory image (FlashtileFp8Params::");
+  w.comment("vTransposed): kHeadDimV rows of kBlockN keys in the attention kernel's swizzled column blocks, each 32-key");
+  w.comment("group's keys in the order P's accumulator holds them (A position 4q + i: the i-th of 2q, 2q+1, 2q+8, 2q+9;");
+  w.comment("4q + 16 + i: of 2q+16, 2q+17, 2q+24, 2q+25), keys past the sequence zero. The attention kernel copies");
+  w.comment("an image into a V slot as it is (one cp.async.bulk). ====");
+  w.open(cat("extern \"C\" __global__ void __launch_bounds__(", kThreads, ") ", entry,
+             "(const FlashtileFwdParams params, const FlashtileFp8Params fp8)"));
+  w.line(cat("constexpr int kBlockN = ", shape.blockN, ", kHeadDimV = ", shape.headDimV, ", kGroupKeys = 32;"));
+  w.line("constexpr unsigned kVTileBytes = kBlockN * kHeadDimV;");
+  w.line("constexpr int kRowChunks = kHeadDimV / 16;  // 16-byte chunks of a V row");
+  w.line("const int j = blockIdx.x, hKv = blockIdx.y, b = blockIdx.z;");
+  w.comment("the sequence's keys: rows [keyBegin, keyBegin + keys) of V (varlen: of the packed V)");
+  w.line("int keyBegin = b * params.seqlenK, keys = params.seqlenK;");
+  w.line("const unsigned char *v = static_cast<const unsigned char *>(params.v) + b * params.vBatchStride;");
+  w.open("if (params.cuSeqlensK)");
+  w.line("keyBegin = min(max(params.cuSeqlensK[b], 0), params.seqlenK);");
+  w.line("keys = min(max(params.cuSeqlensK[b + 1], keyBegin), params.seqlenK) - keyBegin;");
+  w.line("v = static_cast<const unsigned char *>(params.v) + keyBegin * params.vRowStride;");
+  w.close();
+  w.line("if (j * kBlockN >= keys)");
+  w.line("  return;  // varlen: the grid covers the longest sequence; the attention kernel reads no tile here");
+  w.line("v += hKv * params.vHeadStride;");
+  w.line("unsigned char *const image = static_cast<unsigned char *>(fp8.vTransposed) +");
+  w.line("                             (static_cast<long long>(keyBegin / kBlockN + b + j) * params.headsKv + hKv) * "
+         "kVTileBytes;");
+  w.line("__shared__ __align__(16) unsigned char group[kGroupKeys][kHeadDimV];");
+  w.line("#pragma unroll 1");
+  w.open("for (int g = 0; g < kBlockN / kGroupKeys; ++g)");
+  w.line("const int key0 = j * kBlockN + g * kGroupKeys;");
+  w.comment("the group's 32 V rows into shared memory (16-byte loads; rows past the sequence are zeros)");
+  w.open("for (int c = threadIdx.x; c < kGroupKeys * kRowChunks; c += blockDim.x)");
+  w.line("const int row = c / kRowChunks, col = 16 * (c % kRowChunks);");
+  w.line("uint4 x = make_uint4(0u, 0u, 0u, 0u);");
+  w.line("if (key0 + row < keys)");
+  w.line("  x = *reinterpret_cast<const uint4 *>(v + static_cast<long long>(key0 + row) * params.vRowStride + col);");
+  w.line("*reinterpret_cast<uint4 *>(&group[row][col]) = x;");
+  w.close();
+  w.line("__syncthreads();");
+  w.comment("Vᵀ row d, A positions 16 half .. 16 half + 15 of the group: one 16-byte chunk of the image");
+  w.open("for (int c = threadIdx.x; c < kHeadDimV * 2; c += blockDim.x)");
+  w.line("const int d = c / 2, half = c % 2;");
+  w.line("unsigned words[4];");
+  w.openUnrolledFor("q", "4");
+  w.line("unsigned word = 0;");
+  w.openUnrolledFor("i", "4");
+  w.line("const int key = 16 * half + 2 * q + (i & 1) + 8 * (i >> 1);  // position 16 half + 4q + i");
+  w.line("word |= unsigned(group[key][d]) << (8 * i);");
+  w.close();
+  w.line("words[q] = word;");
+  w.close();
+  w.line(cat("*reinterpret_cast<uint4 *>(image + sm90::swizzleOffset8<", vtSwizzle,
+             ">(d, g * kGroupKeys + 16 * half, kHeadDimV)) ="));
+  w.line("    make_uint4(words[0], words[1], words[2], words[3]);");
+  w.close();
+  w.line("__syncthreads();");
+  w.close();
+  w.close();
+  return kThreads;
+}
 
 std::optional<RoleProblem> TileTargetSm90::checkRoles(const std::vector<RoleInfo> &roleList) const {
   for (size_t i = 0; i < roleList.size(); ++i)
@@ -270,6 +436,8 @@ void TileTargetSm90::barrierArrive(CudaWriter &w, int index, const std::string &
 
 void TileTargetSm90::copyToSlot(CudaWriter &w, Operand operand, const std::string &tile, const std::string &position,
                                 int index) {
+  if (e4m3 && operand == Operand::V)
+    return copyVtImage(w, tile, position, barriers[index]);
   printRingCopy(w, kIsa, operand, tile, position, barriers[index]);
 }
 
@@ -291,7 +459,9 @@ bool TileTargetSm90::receiveWorkUnit(CudaWriter &w, int index, const std::string
 }
 
 void TileTargetSm90::storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) {
-  if (!stagedInQ) {
+  // An e4m3 sQ holds half of O's bf16 bytes: the pipeline never stages O there (tile-role-pipeline).
+  assert(!(e4m3 && stagedInQ) && "e4m3 O is stored from the registers");
+  if (!stagedInQ || e4m3) {
     fragments.storeODirect(w, st);
     return;
   }
@@ -341,7 +511,7 @@ void TileTargetSm90::load(CudaWriter &w, Operand operand, const std::string &til
 }
 
 void TileTargetSm90::qk(CudaWriter &w, const std::string &kSlot, const std::string &scores) {
-  w.comment(cat(scores, " = Q·Kᵀ: wgmma m64n", shape.blockN, "k16 ", mmaType,
+  w.comment(cat(scores, " = Q·Kᵀ: wgmma m64n", shape.blockN, "k", kStepKeys(), " ", mmaType,
                 " SS, this warpgroup's 64 rows of sQ and the K tile in slot ", kSlot, " % kStages, both K-major;"));
   w.comment("issued here, read after its wait");
   w.line(cat("float ", scores, "[kMTiles][kSTiles][4];"));
@@ -351,8 +521,11 @@ void TileTargetSm90::qk(CudaWriter &w, const std::string &kSlot, const std::stri
   w.line(cat("const unsigned qAddr = sm90::warp::uniform(sm90::smemAddress(sQ) + (warp / 4) * 64 * ", swizzle, ");"));
   w.line(cat("const unsigned kAddr = sm90::warp::uniform(sm90::smemAddress(sK) + (", kSlot, ") % kStages * kKTileBytes);"));
   w.line("sm90::warpgroup::arrive();");
-  w.openUnrolledFor("ks", "kHeadDim / 16");
-  w.line(cat("sm90::warpgroup::Wgmma<kBlockN>::", mmaType, "SS<sm90::warpgroup::kKMajor>("));
+  w.openUnrolledFor("ks", cat("kHeadDim / ", kStepKeys()));
+  if (e4m3)
+    w.line("sm90::warpgroup::WgmmaE4m3<kBlockN>::ss(");
+  else
+    w.line(cat("sm90::warpgroup::Wgmma<kBlockN>::", mmaType, "SS<sm90::warpgroup::kKMajor>("));
   w.line(cat("    reinterpret_cast<float (&)[kSTiles * 4]>(", scores, "[0]), sm90::desc::kMajorStep", spanArg(),
              "(qAddr, ks, kBlockM),"));
   w.line(cat("    sm90::desc::kMajorStep", spanArg(), "(kAddr, ks, kBlockN), ks > 0);"));
@@ -362,6 +535,23 @@ void TileTargetSm90::qk(CudaWriter &w, const std::string &kSlot, const std::stri
 }
 
 void TileTargetSm90::pv(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vSlot) {
+  if (e4m3) {
+    w.comment(cat("acc += P·V: wgmma m64n", shape.headDimV, "k32 e4m3 RS, P from registers (", p,
+                  ": e4m3 A fragments in place), the Vᵀ image in slot ", vSlot, " % kStages K-major"));
+    w.open("");
+    w.line(cat("const unsigned vAddr = sm90::warp::uniform(sm90::smemAddress(sV) + (", vSlot,
+               ") % kStages * kVTileBytes);"));
+    w.line(cat("sm90::warpgroup::fenceOperands(reinterpret_cast<float (&)[kOTiles * 4]>(", st.acc, "[0]));"));
+    w.line("sm90::warpgroup::arrive();");
+    w.openUnrolledFor("k", "kBlockN / 32");
+    w.line("sm90::warpgroup::WgmmaE4m3<kHeadDimV>::rs(");
+    w.line(cat("    reinterpret_cast<float (&)[kOTiles * 4]>(", st.acc, "[0]), ", p, "[0][k], sm90::desc::kMajorStep",
+               vtSwizzle == kSwizzleBytes ? std::string() : cat("<", vtSwizzle, ">"), "(vAddr, k, kHeadDimV), 1);"));
+    w.close();
+    w.line("sm90::warpgroup::commitGroup();");
+    w.close();
+    return;
+  }
   w.comment(cat("acc += P·V: wgmma m64n", shape.headDimV, "k16 ", mmaType,
                 " RS, P from registers (", p, ": the A fragments in place), the V tile in slot ", vSlot,
                 " % kStages MN-major"));
@@ -389,7 +579,8 @@ void TileTargetSm90::mmaWait(CudaWriter &w, MmaResult result, const std::string 
   if (result == MmaResult::Acc) {
     // The RS operand (P) too: the compiler sees the wgmma read it at issue and must not reuse its registers before
     // the hardware has.
-    w.line(cat("sm90::warpgroup::fenceOperands(reinterpret_cast<unsigned (&)[kBlockN / 16 * 4]>(", operand, "[0]));"));
+    w.line(cat("sm90::warpgroup::fenceOperands(reinterpret_cast<unsigned (&)[kBlockN / ", kStepKeys(), " * 4]>(",
+               operand, "[0]));"));
   }
 }
 
@@ -418,11 +609,21 @@ public:
   bool asyncProtocol() const override { return true; }
 
   std::optional<std::string> checkShape(const KernelShape &shape) const override {
-    if (shape.dtype == "e4m3")
-      return std::string("sm90: e4m3 kernels (wgmma m64nNk32, V transposed) are not built yet; dtypes printed: "
-                         "bf16, f16");
-    if (shape.dtype != "bf16" && shape.dtype != "f16")
-      return "sm90 wgmmas take bf16 or f16 tiles here, got " + shape.dtype;
+    if (shape.dtype != "bf16" && shape.dtype != "f16" && shape.dtype != "e4m3")
+      return "sm90 wgmmas take bf16, f16 or e4m3 tiles here, got " + shape.dtype;
+    if (isE4m3(shape)) {
+      // 8-bit wgmma (k32): head dims of whole 32-byte swizzle rows, P·V's keys in k32 steps; no backward, no GQA
+      // packing (docs/fp8.md).
+      for (auto [name, value] : {std::pair{"head_dim", shape.headDim}, {"head_dim_v", shape.headDimV}})
+        if (value % kWgmmaKE4m3 != 0 || value < kWgmmaKE4m3 || value > kWgmmaMaxN)
+          return cat("sm90 e4m3: ", name, " (", value, ") must be a multiple of ", kWgmmaKE4m3, " up to ", kWgmmaMaxN,
+                     " (k32 steps of 8-bit wgmma)");
+      if (shape.blockN % kWgmmaKE4m3 != 0 || shape.blockN > kWgmmaMaxN)
+        return cat("sm90 e4m3: block-n (", shape.blockN, ") must be a multiple of ", kWgmmaKE4m3, " up to ",
+                   kWgmmaMaxN, " (the k32 steps of P·V)");
+      if (!checkBackwardShape(shape))
+        return std::string("sm90 e4m3: no backward (as flash-attn 3's FP8 forward)");
+    }
     if (shape.exp2PolyShare < 0 || shape.exp2PolyShare > 8)
       return cat("sm90: exp2 poly share (", shape.exp2PolyShare, ") must be 0 to 8 eighths of the n8 tiles");
     constexpr int kNarrowColumns = kNarrowSwizzleBytes / 2;

@@ -228,9 +228,11 @@ struct TileRolePipeline : PassWrapper<TileRolePipeline, OperationPass<FuncOp>> {
     // left through the slot when staged (the next tile's Q then lands after this tile's epilogue). Measured on the
     // H200 (bench/NOTES.md v22): a block a tile +2-11% (head dim 256 most), persistent blocks +1-2% at head dim 128
     // but -7% at 64 for 1k sequences (a short walk waits for Q behind the epilogue), so those store directly.
+    // An e4m3 program's Q tile holds half of O's bf16 bytes: its O leaves from the registers.
+    const bool e4m3 = isa<Float8E4M3FNType>(func.getDtype());
     const bool staged =
-        stageO == 1 ||
-        (stageO < 0 && (!loopsOverTiles || std::max(func.getHeadDim(), func.getHeadDimV()) > 64));
+        !e4m3 && (stageO == 1 ||
+                  (stageO < 0 && (!loopsOverTiles || std::max(func.getHeadDim(), func.getHeadDimV()) > 64)));
     if (staged)
       for (StoreOp store : consumer.getBody().front().getOps<StoreOp>())
         if (store.getOperand() == Output::O)

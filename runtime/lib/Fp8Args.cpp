@@ -43,10 +43,12 @@ Status detail::checkFp8Args(const AttentionArgs &args) {
 }
 
 Status detail::checkFp8Launch(const AttentionArgs &args, const KernelInfo &kernel) {
-  if (args.dtype != DType::E4M3 && kernel.dtype != dtypeName(DType::E4M3))
+  const bool callE4m3 = args.dtype == DType::E4M3, kernelE4m3 = kernel.dtype == dtypeName(DType::E4M3);
+  if (callE4m3 == kernelE4m3)
     return Status();
-  return Status::error("kernel '" + kernel.entry + "' is an e4m3 kernel, and e4m3 kernels are not built yet: the " +
-                       "kernel parameters carry no descales (docs/fp8.md)");
+  return Status::error("kernel '" + kernel.entry + "' is a" + (kernelE4m3 ? "n e4m3" : " " + kernel.dtype) +
+                       " kernel and the call's dtype is " + std::string(dtypeName(args.dtype)) +
+                       ": e4m3 kernels take FP8 parameters (descales, Fp8Abi.h) that only e4m3 calls pass");
 }
 
 Status detail::checkFp8Backward(const AttentionArgs &forward) {

@@ -10,8 +10,8 @@ namespace flashtile::detail {
 /// E4M3's Q/K/V strides whole 16-byte vectors, and no KV cache (the KV-cache kernels have no 8-bit path yet).
 Status checkFp8Args(const AttentionArgs &args);
 
-/// Runtime::validateFor's: the kernel ABI (KernelAbi.h) carries no descales yet, so no e4m3 kernel is launched, even
-/// one a hand-written manifest declares (the compiler prints none).
+/// Runtime::validateFor's: an e4m3 call runs an e4m3 kernel (whose kernels take FlashtileFp8Params last, Fp8Abi.h)
+/// and an e4m3 kernel serves e4m3 calls only.
 Status checkFp8Launch(const AttentionArgs &args, const KernelInfo &kernel);
 
 /// Runtime::validateBackward's: an E4M3 forward has no backward (as flash-attn 3's FP8).

@@ -2,6 +2,7 @@
 #include "PlanRunner.h"
 #include "KvCacheInternal.h"
 #include "PositionsInternal.h"
+#include "flashtile/runtime/Fp8Abi.h"
 #include "flashtile/runtime/SplitKv.h"
 #include "flashtile/runtime/TensorMap.h"
 
@@ -58,10 +59,14 @@ void setIntField(FlashtileFwdParams &params, const std::string &field, long long
     params.kvTiles = static_cast<int>(value);
 }
 
-/// The pointer fields a workspace binds (LaunchPlan.h: kPlanPointerFields).
-void setPointerField(FlashtileFwdParams &params, const std::string &field, CUdeviceptr address) {
+/// The pointer fields a workspace binds (LaunchPlan.h: kPlanPointerFields), of the parameter block or, for e4m3
+/// modules, of their FP8 parameters (Fp8Abi.h).
+void setPointerField(FlashtileFwdParams &params, FlashtileFp8Params &fp8, const std::string &field,
+                     CUdeviceptr address) {
   float *asFloat = reinterpret_cast<float *>(address);
-  if (field == "oAccum")
+  if (field == "vTransposed")
+    fp8.vTransposed = reinterpret_cast<void *>(address);
+  else if (field == "oAccum")
     params.oAccum = asFloat;
   else if (field == "lseAccum")
     params.lseAccum = asFloat;
@@ -445,7 +450,8 @@ Status checkWorkspace(const CudaDriver &driver, CUstream stream, const KernelInf
 /// held by `workspaceLock` until the launches are queued) and zeroes those the plan asks zeroed, on `stream`.
 Status bindWorkspaces(const CudaDriver &driver, CUstream stream, PlanServices &services, const KernelInfo &info,
                       const PlanSymbols &symbols, const std::vector<ResolvedWorkspace> &resolved, long long total,
-                      void *callerWorkspace, FlashtileFwdParams &params, std::unique_lock<std::mutex> &workspaceLock) {
+                      void *callerWorkspace, FlashtileFwdParams &params, FlashtileFp8Params &fp8,
+                      std::unique_lock<std::mutex> &workspaceLock) {
   const LaunchPlan &plan = info.plan;
   const std::vector<ResolvedWorkspace> *workspaces = &resolved;
   if (!workspaces->empty()) {
@@ -474,7 +480,7 @@ Status bindWorkspaces(const CudaDriver &driver, CUstream stream, PlanServices &s
         StatusOr<long long> offset = evalRule(offsetRule, symbols, info.entry);
         if (!offset.ok())
           return offset.status();
-        setPointerField(params, field, start + static_cast<CUdeviceptr>(*offset));
+        setPointerField(params, fp8, field, start + static_cast<CUdeviceptr>(*offset));
       }
       // Zeroed on the stream, after its earlier work and before this call's launches.
       if (rule.zeroed)
@@ -511,9 +517,12 @@ Status bindKvErrors(const CudaDriver &driver, CUstream stream, PlanServices &ser
 /// Queues `launches` on `stream`: each launch's TMA descriptors (a forward's q, k, v or a backward's q, k, v, do),
 /// its cluster and programmatic-dependent-launch attributes, once per repeat with its index in the parameter block.
 /// Every kernel of a module compiled with position offsets takes the call's FlashtilePositions as its second
-/// parameter (PositionsAbi.h), ahead of the tensor maps; other modules' kernels take none.
+/// parameter (PositionsAbi.h), ahead of the tensor maps; other modules' kernels take none. The kernels of an e4m3
+/// module take `fp8` last (Fp8Abi.h): after the descriptors where they take them.
 Status launchAll(const CudaDriver &driver, CUstream stream, const LoadedModule &module, const AttentionArgs &args,
-                 const BackwardArgs *backward, const std::vector<ResolvedLaunch> &launches, FlashtileFwdParams &params) {
+                 const BackwardArgs *backward, const std::vector<ResolvedLaunch> &launches, FlashtileFwdParams &params,
+                 FlashtileFp8Params &fp8) {
+  const bool takesFp8 = module.kernel->info.dtype == dtypeName(DType::E4M3);
   const LaunchPlan &plan = module.kernel->info.plan;
   const bool takesPositions = module.kernel->info.positions;
   FlashtilePositions positions = positionsFor(args);
@@ -546,10 +555,18 @@ Status launchAll(const CudaDriver &driver, CUstream stream, const LoadedModule &
       if (!encodedStatus.ok())
         return Status::error("TMA descriptors of " + launch.entry + ": " + encodedStatus.message());
     }
+    // The parameters in order: params, the positions (position offsets), the descriptors (every launch of a
+    // 16-bit module: a kernel that takes none ignores them; an e4m3 module's launches that take them), fp8 (e4m3).
     void *const mapsParam = backwardLaunch ? static_cast<void *>(&backwardMaps) : static_cast<void *>(&maps);
-    std::array<void *, 3> kernelParamList = {&params, mapsParam, nullptr};
+    std::array<void *, 4> kernelParamList{};
+    size_t paramCount = 0;
+    kernelParamList[paramCount++] = &params;
     if (takesPositions)
-      kernelParamList = {&params, &positions, mapsParam};
+      kernelParamList[paramCount++] = &positions;
+    if (!takesFp8 || !launch.tensorMaps.empty())
+      kernelParamList[paramCount++] = mapsParam;
+    if (takesFp8)
+      kernelParamList[paramCount++] = &fp8;
     void **kernelParams = kernelParamList.data();
     const bool plain = launch.cluster == std::array<int, 3>{1, 1, 1} && !launch.dependent;
     CUlaunchConfig config{};
@@ -641,12 +658,13 @@ Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &
       return value.status();
     setIntField(params, field, *value);
   }
+  FlashtileFp8Params fp8{args.qDescale, args.kDescale, args.vDescale, nullptr};
   std::unique_lock<std::mutex> workspaceLock; // held until every launch is queued (bindWorkspaces)
   if (Status s = bindWorkspaces(driver, stream, services, info, symbols, *workspaces, total, callerWorkspace, params,
-                                workspaceLock);
+                                fp8, workspaceLock);
       !s.ok())
     return s;
   if (Status s = bindKvErrors(driver, stream, services, module, args, params); !s.ok())
     return s;
-  return launchAll(driver, stream, module, args, backward, *launches, params);
+  return launchAll(driver, stream, module, args, backward, *launches, params, fp8);
 }

@@ -14,7 +14,6 @@ constexpr uint64_t kMaxDim = uint64_t(1) << 32;
 constexpr uint64_t kMaxStride = uint64_t(1) << 40;
 constexpr uint32_t kMaxBox = 256;
 constexpr uint64_t kGlobalAlignment = 16; // bytes: address and strides
-constexpr int kElementBytes = 2;          // bf16 and f16
 // The prelude's sm90::TensorMap, the kernel-side view of the descriptor, is 128 bytes, 64-byte aligned (the
 // driver's requirement; CUDA 13's header aligns CUtensorMap to 128, which satisfies it).
 static_assert(sizeof(CUtensorMap) == 128 && alignof(CUtensorMap) >= 64, "CUtensorMap: 128 bytes, 64-byte aligned");
@@ -22,8 +21,13 @@ static_assert(sizeof(CUtensorMap) == 128 && alignof(CUtensorMap) >= 64, "CUtenso
 std::string str(uint64_t value) { return std::to_string(value); }
 
 CUtensorMapDataType driverType(DType dtype) {
-  return dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  // e4m3 tiles are bytes to TMA (no conversion happens on the way).
+  return dtype == DType::E4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+         : dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
 }
+
+bool mappedDtype(DType dtype) { return dtype == DType::BF16 || dtype == DType::F16 || dtype == DType::E4M3; }
 
 CUtensorMapSwizzle driverSwizzle(TmaSwizzle swizzle) {
   switch (swizzle) {
@@ -64,8 +68,9 @@ StatusOr<TmaSwizzle> flashtile::tmaSwizzleOfBytes(int bytes) {
 
 Status flashtile::validateTensorMapSpec(const TensorMapSpec &spec) {
   const std::string prefix = "tensor map: ";
-  if (spec.dtype != DType::BF16 && spec.dtype != DType::F16)
-    return Status::error(prefix + "dtype must be bf16 or f16");
+  if (!mappedDtype(spec.dtype))
+    return Status::error(prefix + "dtype must be bf16, f16 or e4m3");
+  const int elementBytes = dtypeBytes(spec.dtype);
   if (spec.rank < 1 || spec.rank > kMaxRank)
     return Status::error(prefix + "rank " + std::to_string(spec.rank) + " is not supported; accepted: 1 to 5");
   if (!spec.address)
@@ -94,7 +99,7 @@ Status flashtile::validateTensorMapSpec(const TensorMapSpec &spec) {
     if (spec.strides[i] >= kMaxStride)
       return Status::error(prefix + stride + " = " + str(spec.strides[i]) + " bytes must be below 2^40");
   }
-  const uint64_t innerBytes = uint64_t(spec.box[0]) * kElementBytes;
+  const uint64_t innerBytes = uint64_t(spec.box[0]) * elementBytes;
   if (innerBytes % kGlobalAlignment != 0)
     return Status::error(prefix + "the inner box dimension is " + str(innerBytes) +
                          " bytes; it must be a multiple of 16 bytes");
@@ -102,12 +107,13 @@ Status flashtile::validateTensorMapSpec(const TensorMapSpec &spec) {
   if (innerBytes > uint64_t(span))
     return Status::error(prefix + "the inner box dimension is " + str(innerBytes) + " bytes, more than the " +
                          std::to_string(span) +
-                         "-byte swizzle span (box[0] <= " + std::to_string(span / kElementBytes) + " 16-bit elements)");
+                         "-byte swizzle span (box[0] <= " + std::to_string(span / elementBytes) + " " +
+                         std::to_string(8 * elementBytes) + "-bit elements)");
   return Status();
 }
 
 uint32_t flashtile::tensorMapBoxBytes(const TensorMapSpec &spec) {
-  uint64_t bytes = kElementBytes;
+  uint64_t bytes = dtypeBytes(spec.dtype);
   for (int i = 0; i < std::clamp(spec.rank, 0, kMaxRank); ++i)
     bytes *= spec.box[i];
   return uint32_t(bytes);
@@ -116,8 +122,9 @@ uint32_t flashtile::tensorMapBoxBytes(const TensorMapSpec &spec) {
 StatusOr<TensorMapSpec> flashtile::attentionTileMapSpec(const AttentionTileSpec &tile) {
   const std::string name = tile.name && *tile.name ? tile.name : "tensor";
   auto fail = [&](const std::string &message) { return Status::error(name + ": " + message); };
-  if (tile.dtype != DType::BF16 && tile.dtype != DType::F16)
-    return fail("dtype must be bf16 or f16");
+  if (!mappedDtype(tile.dtype))
+    return fail("dtype must be bf16, f16 or e4m3");
+  const int elementBytes = dtypeBytes(tile.dtype);
   if (!validSwizzle(tile.swizzle))
     return fail("swizzle must be 32, 64 or 128 bytes");
   if (!tile.data)
@@ -126,10 +133,10 @@ StatusOr<TensorMapSpec> flashtile::attentionTileMapSpec(const AttentionTileSpec 
     return fail("batch, seqlen and heads must be positive (got " + std::to_string(tile.batch) + ", " +
                 std::to_string(tile.seqlen) + ", " + std::to_string(tile.heads) +
                 "); a call with no rows has nothing to load");
-  const int atom = tmaSwizzleBytes(tile.swizzle) / kElementBytes;
+  const int atom = tmaSwizzleBytes(tile.swizzle) / elementBytes;
   if (tile.headDim < atom || tile.headDim % atom != 0)
     return fail("head dim " + std::to_string(tile.headDim) + " is not a multiple of " + std::to_string(atom) +
-                " (the " + std::to_string(atom * kElementBytes) +
+                " (the " + std::to_string(atom * elementBytes) +
                 "-byte swizzle atom); use a narrower swizzle for this head dim");
   const int boxHeadDim = tile.boxHeadDim == 0 ? tile.headDim : tile.boxHeadDim;
   if (boxHeadDim < atom || boxHeadDim % atom != 0 || boxHeadDim > tile.headDim)
@@ -148,9 +155,9 @@ StatusOr<TensorMapSpec> flashtile::attentionTileMapSpec(const AttentionTileSpec 
     if (stride <= 0)
       return fail(std::string(strideNames[i]) + " stride " + std::to_string(stride) +
                   " must be positive (TMA cannot describe broadcast or reversed dimensions)");
-    if ((stride * kElementBytes) % kGlobalAlignment != 0)
-      return fail(std::string(strideNames[i]) + " stride " + std::to_string(stride) +
-                  " elements is not a multiple of 8 (16 bytes, as TMA needs)");
+    if ((stride * elementBytes) % kGlobalAlignment != 0)
+      return fail(std::string(strideNames[i]) + " stride " + std::to_string(stride) + " elements is not a multiple of " +
+                  std::to_string(kGlobalAlignment / elementBytes) + " (16 bytes, as TMA needs)");
   }
 
   TensorMapSpec spec;
@@ -160,11 +167,11 @@ StatusOr<TensorMapSpec> flashtile::attentionTileMapSpec(const AttentionTileSpec 
   spec.swizzle = tile.swizzle;
   spec.dims = {uint64_t(atom), uint64_t(tile.seqlen), uint64_t(tile.headDim / atom), uint64_t(tile.heads),
                uint64_t(tile.batch)};
-  auto bytes = [](long long elements) { return uint64_t(elements) * kElementBytes; };
+  auto bytes = [elementBytes](long long elements) { return uint64_t(elements) * elementBytes; };
   // An extent-1 dimension is never stepped along, but the driver still checks its stride: give it the row
   // stride, which the check above made valid when seqlen > 1, or one atom row otherwise.
-  const uint64_t rowBytes = tile.seqlen > 1 ? bytes(tile.strides[1]) : uint64_t(atom) * kElementBytes;
-  spec.strides = {rowBytes, uint64_t(atom) * kElementBytes, tile.heads > 1 ? bytes(tile.strides[2]) : rowBytes,
+  const uint64_t rowBytes = tile.seqlen > 1 ? bytes(tile.strides[1]) : uint64_t(atom) * elementBytes;
+  spec.strides = {rowBytes, uint64_t(atom) * elementBytes, tile.heads > 1 ? bytes(tile.strides[2]) : rowBytes,
                   tile.batch > 1 ? bytes(tile.strides[0]) : rowBytes};
   spec.box = {uint32_t(atom), uint32_t(tile.boxRows), uint32_t(boxHeadDim / atom), 1, 1};
   if (Status s = validateTensorMapSpec(spec); !s.ok())

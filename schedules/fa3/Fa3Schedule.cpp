@@ -132,11 +132,27 @@ public:
                         : headDim <= 96 && !shortClass && !banded ? 3
                                                                   : 2;
     int64_t blockM = knob(knobs, kBlockM, 64 * consumers);
+    // e4m3 (k32 steps of P·V: keys a multiple of 32): an e4m3 P takes half the registers of a bf16 one and the
+    // tiles half the shared memory, so tiles hold as many keys or more; the widths are the widest whose kernels ptxas
+    // keeps without spills in the K/V loop (SASS, 2026-12-06: 224 keys at head dim 128 spill 15 to 132 words, 160 at
+    // 64 spill 40; bench/NOTES.md); not yet measured on a GPU.
+    const bool e4m3 = isa<Float8E4M3FNType>(func.getDtype());
     int64_t blockN = knob(knobs, kBlockN,
-                          headDim <= 64                      ? 128
+                          e4m3 ? (headDim <= 64                     ? 128
+                                  : headDim <= 96 && consumers == 3 ? 96
+                                  : headDim <= 128                  ? (shortClass || banded ? 128 : 192)
+                                  : headDim <= 192                  ? 160
+                                                                    : 128)
+                          : headDim <= 64                      ? 128
                           : headDim <= 96 && consumers == 3  ? 96
                           : headDim <= 128                   ? (shortClass || banded ? 128 : 176)
                                                              : 80);
+    if (e4m3 && blockN % 32 != 0)
+      return func.emitOpError() << "fa3: block-n = " << blockN
+                                << " must be a multiple of 32 with dtype e4m3 (the k32 steps of 8-bit P·V)";
+    if (e4m3 && knob(knobs, kStageO, 0) == 1)
+      return func.emitOpError() << "fa3: stage-o = 1 stages O (bf16) in sQ, which holds half its bytes with dtype "
+                                   "e4m3; accepted: stage-o = 0 (or unset)";
     int64_t stages = knob(knobs, kStages, 2);
     if (blockM % (64 * consumers) != 0)
       return func.emitOpError() << "fa3: block-m = " << blockM << " must be a multiple of 64 x consumer-warpgroups ("
@@ -320,11 +336,10 @@ public:
     return kind == "forward" || kind == std::string_view(kBackwardModule);
   }
 
-  // e4m3 is fa3's to build (docs/fp8.md): until its kernels exist the refusal says so, never a wrong kernel.
+  // e4m3 (docs/fp8.md): wgmma m64nNk32 on sm_90a, V transposed by a prepass of the launch plan; the backward has none.
   std::optional<std::string> refusesDtype(std::string_view dtype) const override {
     if (dtype == "e4m3")
-      return std::string("schedule 'fa3': its e4m3 kernels (wgmma m64nNk32 with V transposed) are not built yet; "
-                         "dtypes built: bf16, f16");
+      return std::nullopt;
     return schedule::refusesWithoutFp8Path(*this, dtype);
   }
 

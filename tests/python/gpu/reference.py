@@ -6,11 +6,12 @@ import torch
 
 
 def attention_ref(q, k, v, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, upcast=True,
-                  reorder_ops=False, softmax_scale=None):
+                  reorder_ops=False, softmax_scale=None, intermediate_dtype=None):
     """q (B, Sq, Hq, D), k/v (B, Sk, Hkv, D): (out, lse). upcast=False keeps the inputs' precision for the
     scores and probabilities (the "low precision" reference of FlashAttention's error rule); reorder_ops scales K
-    instead of Q (another rounding order). Causal and windows align to the bottom-right corner; a row that sees
-    no key gives O = 0, LSE = -inf."""
+    instead of Q (another rounding order); intermediate_dtype rounds the probabilities to that dtype before P·V
+    (torch.float8_e4m3fn: the low-precision reference of an FP8 call, as flash-attn's hopper tests). Causal and
+    windows align to the bottom-right corner; a row that sees no key gives O = 0, LSE = -inf."""
     dtype = q.dtype
     if upcast:
         q, k, v = q.float(), k.float(), v.float()
@@ -44,6 +45,8 @@ def attention_ref(q, k, v, causal=False, window_size=(-1, -1), softcap=0.0, alib
     lse = torch.logsumexp(scores.float(), dim=-1)
     attn = torch.softmax(scores, dim=-1)
     attn = attn.masked_fill(masked.all(dim=-1, keepdim=True), 0.0)
+    if intermediate_dtype is not None:
+        attn = attn.to(intermediate_dtype).to(attn.dtype)
     out = torch.einsum("bhts,bshd->bthd", attn.to(v.dtype), v)
     return out.to(dtype), lse
 

@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <string>
 #include <tuple>
 
@@ -220,6 +221,76 @@ INSTANTIATE_TEST_SUITE_P(Fa3NarrowSwizzle, Fa3Compiles,
                                           testing::Values(ElementType::BF16), testing::Values(96, 32),
                                           testing::Values(0)), // 0: head dim v = head dim
                          fa3ConfigName);
+
+// fa3 in e4m3 (docs/fp8.md): every built-in variant at head dim 128 and the head dims 64, 96, 192, 256 compile to
+// sm_90a cubins without serialized wgmmas. The module is two kernels: the Vᵀ prepass (`_vt`, first) and the
+// attention kernel with k32 wgmmas, taking FlashtileFp8Params last; the plan binds the Vᵀ workspace. GQA/MQA and
+// varlen are the same kernel (the K/V head and the sequence's rows are kernel arguments), so they compile here too.
+using Fa3E4m3Config = std::tuple<std::string, int, int>; // variant, head dim, head dim v
+
+class Fa3E4m3Compiles : public testing::TestWithParam<Fa3E4m3Config> {};
+
+TEST_P(Fa3E4m3Compiles, ToAnSm90aCubin) {
+  auto [variantName, headDim, headDimV] = GetParam();
+  Compiler compiler;
+  compiler.headDimV = headDimV;
+  tile::FuncOp func = compiler.buildWith("fa3", *variants::byName(variantName), ElementType::E4M3, headDim, "sm_90a");
+  ASSERT_TRUE(func) << compiler.diagnostics;
+  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  const KernelInfo &info = kernel->info;
+  EXPECT_EQ(info.dtype, "e4m3");
+  EXPECT_EQ(info.blockN % 32, 0) << "P·V reduces over k32 steps";
+  ASSERT_EQ(plans::launchedEntries(info), (std::vector<std::string>{info.entry + "_vt", info.entry}));
+  EXPECT_EQ(info.plan.launches[0].grid[0].text(), "cdiv(keys, " + std::to_string(info.blockN) + ")");
+  EXPECT_TRUE(plans::bindsField(info, "vTransposed"));
+  // Q's and K's span: the widest of 128, 64, 32 bytes dividing both head dims (8-bit elements: bytes = columns).
+  const int dv = headDimV ? headDimV : headDim;
+  const int rowBytes = std::gcd(headDim, dv);
+  const int span = rowBytes % 128 == 0 ? 128 : rowBytes % 64 == 0 ? 64 : 32;
+  for (const PlanTensorMap &map : plans::mainLaunch(info).tensorMaps)
+    EXPECT_EQ(map.swizzleBytes, span) << map.tensor;
+  EXPECT_TRUE(info.verify().ok()) << info.verify().message();
+  ASSERT_TRUE(KernelInfo::parse(info.serialize()).ok());
+  EXPECT_TRUE(plans::bindsField(*KernelInfo::parse(info.serialize()), "vTransposed"));
+  // 8-bit wgmmas only, O never staged in the (8-bit) sQ.
+  EXPECT_EQ(count(kernel->source, "sm90::warpgroup::Wgmma<"), 0);
+  EXPECT_EQ(count(kernel->source, "sm90::warp::stmatrixX4(sm90::smemAddress(sQ)"), 0);
+  EXPECT_GT(count(kernel->source, "WgmmaE4m3<kBlockN>::ss("), 0);
+  EXPECT_GT(count(kernel->source, "WgmmaE4m3<kHeadDimV>::rs("), 0);
+  // Once per tile setup (a persistent kernel's roles each set up every tile they take).
+  EXPECT_GE(count(kernel->source, "const float qkDescale ="), 1);
+  EXPECT_EQ(count(kernel->source, "const float qkDescale ="), count(kernel->source, "const int hKv ="));
+  EXPECT_NE(kernel->source.find(", const __grid_constant__ sm90::TensorMaps maps, const FlashtileFp8Params fp8)"),
+            std::string::npos);
+  std::string log;
+  StatusOr<std::string> cubin =
+      compileCuda(kernel->source, info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin, {}, &log);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << kernel->source;
+  EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
+  EXPECT_NE(cubin->find(info.entry + "_vt"), std::string::npos);
+  EXPECT_FALSE(reportsSerializedWgmma(log)) << log;
+}
+
+std::string fa3E4m3ConfigName(const testing::TestParamInfo<Fa3E4m3Config> &info) {
+  auto [variant, headDim, headDimV] = info.param;
+  return variant + "_e4m3_d" + std::to_string(headDim) +
+         (headDimV && headDimV != headDim ? "_dv" + std::to_string(headDimV) : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fa3E4m3Variants, Fa3E4m3Compiles,
+                         testing::Combine(testing::Values("none", "causal", "causal_top_left", "sliding_window",
+                                                          "sliding_window_causal", "softcap", "softcap_causal",
+                                                          "alibi", "alibi_per_batch", "alibi_causal", "sinks",
+                                                          "sinks_causal", "document_mask"),
+                                          testing::Values(128), testing::Values(0)),
+                         fa3E4m3ConfigName);
+INSTANTIATE_TEST_SUITE_P(Fa3E4m3HeadDims, Fa3E4m3Compiles,
+                         testing::Combine(testing::Values("none", "causal", "sliding_window", "softcap"),
+                                          testing::Values(64, 96, 192, 256), testing::Values(0)),
+                         fa3E4m3ConfigName);
+INSTANTIATE_TEST_SUITE_P(Fa3E4m3MixedHeadDims, Fa3E4m3Compiles,
+                         testing::Values(Fa3E4m3Config{"causal", 192, 128}), fa3E4m3ConfigName);
 
 // fa3's dynamic scheduler (--scheduler dynamic): every built-in variant's persistent kernel takes its Q tiles from
 // the launch's counter (one atomicAdd by the producer) and hands them to the consumers through the work queue's

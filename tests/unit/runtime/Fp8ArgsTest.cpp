@@ -81,13 +81,22 @@ TEST(Fp8Args, RefusesTheBackward) {
                                      "forward)"));
 }
 
-TEST(Fp8Args, RefusesToLaunchAnE4m3Kernel) {
+TEST(Fp8Args, PairsE4m3CallsWithE4m3Kernels) {
+  // e4m3 kernels take FlashtileFp8Params (Fp8Abi.h) last: an e4m3 call runs one, and no other call does.
   KernelInfo kernel;
   kernel.entry = "flashtile_fa3_none_e4m3";
   kernel.dtype = "e4m3";
-  Status s = Runtime::validateFor(e4m3Args(), kernel);
+  EXPECT_TRUE(Runtime::validateFor(e4m3Args(), kernel).ok());
+  AttentionArgs bf16 = e4m3Args();
+  bf16.dtype = DType::BF16;
+  Status s = Runtime::validateFor(bf16, kernel);
   EXPECT_FALSE(s.ok());
-  EXPECT_THAT(s.message(), HasSubstr("e4m3 kernels are not built yet: the kernel parameters carry no descales"));
+  EXPECT_THAT(s.message(), HasSubstr("kernel 'flashtile_fa3_none_e4m3' is an e4m3 kernel and the call's dtype is bf16"));
+  kernel.dtype = "bf16";
+  kernel.entry = "flashtile_fa3_none_bf16";
+  s = Runtime::validateFor(e4m3Args(), kernel);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("kernel 'flashtile_fa3_none_bf16' is a bf16 kernel and the call's dtype is e4m3"));
 }
 
 } // namespace

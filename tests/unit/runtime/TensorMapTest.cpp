@@ -62,6 +62,29 @@ TEST(TensorMap, PartialHeadDimBoxAndF16) {
   EXPECT_EQ(tensorMapBoxBytes(*spec), 64u * 64 * 2);
 }
 
+TEST(TensorMap, E4m3TilesAreBytes) {
+  // e4m3 (docs/fp8.md): a 128-byte span holds 128 elements, strides are elements = bytes; 16-element strides.
+  AttentionTileSpec tile = bshd(2, 1000, 8, 128, 192);
+  tile.dtype = DType::E4M3;
+  StatusOr<TensorMapSpec> spec = attentionTileMapSpec(tile);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->dims, (std::array<uint64_t, 5>{128, 1000, 1, 8, 2}));
+  EXPECT_EQ(spec->strides, (std::array<uint64_t, 4>{8 * 128, 128, 128, 1000ull * 8 * 128}));
+  EXPECT_EQ(spec->box, (std::array<uint32_t, 5>{128, 192, 1, 1, 1}));
+  EXPECT_EQ(tensorMapBoxBytes(*spec), 192u * 128);
+  // Head dim 96: three 32-byte blocks.
+  AttentionTileSpec narrow = bshd(1, 64, 2, 96, 64);
+  narrow.dtype = DType::E4M3;
+  narrow.swizzle = TmaSwizzle::Bytes32;
+  spec = attentionTileMapSpec(narrow);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->box, (std::array<uint32_t, 5>{32, 64, 3, 1, 1}));
+  AttentionTileSpec odd = bshd(1, 64, 2, 128, 64);
+  odd.dtype = DType::E4M3;
+  odd.strides[1] = 264;
+  EXPECT_THAT(errorOf(odd), HasSubstr("seq stride 264 elements is not a multiple of 16 (16 bytes, as TMA needs)"));
+}
+
 TEST(TensorMap, VarlenIsBatchOneWithAnyBatchStride) {
   // Packed (total_q, heads, D): batch 1 and AttentionArgs' batch stride 0, which TMA would reject if it were used.
   AttentionTileSpec tile = bshd(1, 3000, 4, 64, 128);
@@ -208,7 +231,7 @@ TEST(TensorMap, ValidatesRawSpecs) {
 
   TensorMapSpec dtype = spec;
   dtype.dtype = static_cast<DType>(7);
-  EXPECT_THAT(error(dtype), HasSubstr("dtype must be bf16 or f16"));
+  EXPECT_THAT(error(dtype), HasSubstr("dtype must be bf16, f16 or e4m3"));
 }
 
 TEST(TensorMap, EncodingValidatesBeforeTheDriver) {

@@ -140,10 +140,12 @@ struct LaunchPlan {
 /// Kernel-parameter fields (KernelAbi.h) a plan may set: ints, and pointers into workspaces.
 inline constexpr std::array<std::string_view, 5> kPlanIntFields = {"qTiles", "numSplits", "kvStep", "accumSplitStride",
                                                                    "kvTiles"};
-inline constexpr std::array<std::string_view, 13> kPlanPointerFields = {
+/// "vTransposed" is a field of FlashtileFp8Params (Fp8Abi.h), the last parameter of e4m3 modules' kernels.
+inline constexpr std::array<std::string_view, 14> kPlanPointerFields = {
     "oAccum",  "lseAccum", "stateAcc", "stateMax", "stateSum",  "tileCounter",      // forward
     "delta",   "dqAccum",  "dkAccum",  "dvAccum",  "semaphores", "inputGradPartials", // backward
-    "kvErrors"};                                                                   // the KV cache's error record
+    "kvErrors",                                                                    // the KV cache's error record
+    "vTransposed"};                                                                // e4m3: the Vᵀ images
 
 } // namespace flashtile
 
