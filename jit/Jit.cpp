@@ -121,6 +121,9 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
       context, variant, ProgramOptions{options.dtype, options.headDim, options.headDimV, options.rotary}, options.kind);
   if (mlir::failed(module))
     return failedWith("building the " + options.kind + " tile program for variant '" + variant.name() + "' failed");
+  if (options.positionOffsets && options.dtype == ElementType::E4M3)
+    return Status::error("position offsets: e4m3 kernels do not take position offsets (their V transpose prepass "
+                         "places no blocks); a block of a split sequence runs a bf16 or f16 module");
   if (options.positionOffsets) {
     auto knob = options.schedule.knobs.find(schedule::kKvCacheKnob);
     if (knob != options.schedule.knobs.end() && knob->second != 0)

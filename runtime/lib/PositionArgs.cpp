@@ -104,6 +104,9 @@ Status detail::checkPositionArgs(const AttentionArgs &args) {
   if (args.kvCache.enabled())
     return positionsError("set on a KV-cache call; KV-cache kernels take no position offsets (a block of a split "
                           "sequence runs a plain forward or backward call: unset kvCache or positions)");
+  if (args.dtype == DType::E4M3)
+    return positionsError("set on an e4m3 call; e4m3 kernels take no position offsets (a block of a split sequence "
+                          "runs in bf16 or f16)");
   if (Status s = checkHeads(args, p); !s.ok())
     return s;
   const std::pair<std::string_view, const int *> arrays[] = {{"qOffsets", p.qOffsets},

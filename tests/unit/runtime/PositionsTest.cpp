@@ -113,6 +113,11 @@ TEST(Positions, BadDenseBlocksAreRefusedNamingTheFieldAndTheAcceptedValues) {
   cache.positions = BlockPositions{};
   EXPECT_THAT(errorOf(cache),
               HasSubstr("positions: set on a KV-cache call; KV-cache kernels take no position offsets"));
+  // Nor an e4m3 call.
+  AttentionArgs fp8 = denseCall();
+  fp8.dtype = DType::E4M3;
+  fp8.positions = denseBlock();
+  EXPECT_THAT(errorOf(fp8), HasSubstr("positions: set on an e4m3 call; e4m3 kernels take no position offsets"));
 }
 
 TEST(Positions, VarlenBlocksPlaceEachSequenceWithArraysCheckedOnHostCopies) {
