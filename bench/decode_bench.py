@@ -27,21 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-try:
-    import triton.testing
-
-    def bench(fn):
-        return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
-except ImportError:
-    def bench(fn):
-        for _ in range(10):
-            fn()
-        times = []
-        for _ in range(100):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record(); fn(); e.record(); e.synchronize()
-            times.append(s.elapsed_time(e))
-        return sorted(times)[len(times) // 2]
+from timing import bench  # noqa: E402  (bench/timing.py: the median milliseconds of a call)
 
 DTYPES = {"bf16": (torch.bfloat16, 1), "f16": (torch.float16, 0)}
 

@@ -25,21 +25,7 @@ import flashtile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python", "gpu"))
 from reference import attention_ref  # noqa: E402
 
-try:
-    import triton.testing
-
-    def bench(fn):
-        return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
-except ImportError:
-    def bench(fn):
-        for _ in range(10):
-            fn()
-        times = []
-        for _ in range(100):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record(); fn(); e.record(); e.synchronize()
-            times.append(s.elapsed_time(e))
-        return sorted(times)[len(times) // 2]
+from timing import bench  # noqa: E402  (bench/timing.py: the median milliseconds of a call)
 
 TOKENS, HIDDEN = 16384, 2048
 CASES = [(128, 4096), (128, 8192), (128, 16384), (256, 16384)]  # (head dim, seqlen)

@@ -98,49 +98,51 @@ void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const
   w.line("const int tile = __shfl_sync(0xffffffffu, lane == 0 ? *static_cast<volatile int *>(sDqTile) : 0, 0);");
   w.line("if (tile < 0)");
   w.line("  break;");
-  w.comment("deterministic mode: this block's turn on the tile's rows; its adds complete before the turn passes on");
-  w.line(cat("int *const turnCounter = p.deterministic", writers > 1 ? " && writer == 0" : "", " ? ", dqCounter,
-             " : nullptr;"));
-  w.line("if (lane == 0 && turnCounter)");
+  // Deterministic mode: the writers' adds of a tile are this block's turn on its rows. The first writer takes the
+  // turn and passes it on once every writer's adds landed; sDq is handed back as soon as the engine read it, so the
+  // computing warps go on while the adds land and the turn passes.
+  const std::string writerSync = cat("sm90::namedBarrier::sync(", kWriterBarrier, ", ", writers * 32, ");");
+  w.comment("deterministic mode: this block's turn on the tile's rows; its adds land before the turn passes on");
+  w.line(cat("int *const turnCounter = p.deterministic ? ", dqCounter, " : nullptr;"));
+  w.open("if (turnCounter)");
+  w.line(cat("if (", writers > 1 ? "writer == 0 && " : "", "lane == 0)"));
   w.line(cat("  ", ns, "waitTurn(turnCounter, ", dqTurn, ");"));
-  w.line("__syncwarp();");
+  w.line(writers > 1 ? writerSync + "  // every writer may add now" : std::string("__syncwarp();"));
+  w.close();
   w.line("const int rows = min(kBlockM, p.seqlenQ - tile * kBlockM);");
   if (dqPad()) {
     if (writers > 1) {
       w.comment(cat("the tile's rows below seqlen_q, a bulk reduce-add each, shared by the ", writers,
                     " writers (lane l of"));
-      w.comment("writer w the rows w + writers·l, ...; deterministic mode: the first writer alone, in its turn): a row "
-                "of");
-      w.comment("sDq, padded, is a row of dq_accum");
-      w.line(cat("const int writers = p.deterministic ? 1 : ", writers, ";"));
+      w.comment("writer w the rows w + writers·l, ...): a row of sDq, padded, is a row of dq_accum");
+      w.line("#pragma unroll 1");
+      w.line(cat("for (int row = writer + ", writers, " * lane; row < rows; row += 32 * ", writers, ")"));
     } else {
       w.comment("the tile's rows below seqlen_q, a bulk reduce-add each (lane l the rows l, l + 32, ...): a row of sDq,");
       w.comment("padded, is a row of dq_accum");
+      w.line("#pragma unroll 1");
+      w.line("for (int row = lane; row < rows; row += 32)");
     }
-    w.line("#pragma unroll 1");
-    w.line(writers > 1 ? "for (int row = writer + writers * lane; writer < writers && row < rows; row += 32 * writers)"
-                       : "for (int row = lane; row < rows; row += 32)");
     w.line("  sm90::bulkReduceAddF32(gDqAccum + ((long long)tile * kBlockM + row) * kHeadDim, sDq + row * kDqPitch, "
            "kHeadDim * 4u);");
   } else {
     w.comment("the tile's rows below seqlen_q, contiguous in sDq and in dq_accum: one bulk reduce-add");
-    w.line("if (lane == 0)");
+    w.line(writers > 1 ? "if (writer == 0 && lane == 0)" : "if (lane == 0)");
     w.line("  sm90::bulkReduceAddF32(gDqAccum + (long long)tile * kBlockM * kHeadDim, sDq, unsigned(rows) * kHeadDim * "
            "4u);");
   }
   w.line("sm90::tma::storeCommit();");
+  w.line("sm90::tma::storeWaitRead<0>();  // sDq read: the next tile may go there");
+  w.line("__syncwarp();");
+  w.line("if (lane == 0)");
+  w.line("  sm90::mbarrier::arrive(&dqBars[1]);");
   w.open("if (turnCounter)");
+  w.comment("this thread's adds landed and are visible at the GPU's scope, then every writer's; then the release");
   w.line("sm90::tma::storeWait<0>();");
   w.line("__threadfence();");
-  w.close();
-  w.open("else");
-  w.line("sm90::tma::storeWaitRead<0>();  // sDq read: the next tile may go there");
-  w.close();
-  w.line("__syncwarp();");
-  w.open("if (lane == 0)");
-  w.line("if (turnCounter)");
+  w.line(writers > 1 ? writerSync : std::string("__syncwarp();"));
+  w.line(cat("if (", writers > 1 ? "writer == 0 && " : "", "lane == 0)"));
   w.line(cat("  ", ns, "passTurn(turnCounter);"));
-  w.line("sm90::mbarrier::arrive(&dqBars[1]);");
   w.close();
   w.close();
   w.line("sm90::tma::storeWait<0>();  // every add landed before the block ends");

@@ -26,8 +26,11 @@ constexpr int kMaxWarpgroups = 2;
 constexpr int kDqColumns = kSwizzleColumns;
 /// Bytes of the m64 rows of one warpgroup in a column block of a swizzled tile.
 constexpr int kWarpgroupRowBytes = kWgmmaM * kSwizzleBytes;
-/// The named barrier of the computing warps when the block has roles (0 is __syncthreads').
+/// The named barrier of the computing warps when the block has roles (0 is __syncthreads'); the warpgroups' own
+/// follow it (kComputeBarrier + 1 + the warpgroup's index).
 constexpr int kComputeBarrier = 1;
+/// The named barrier of the dQ writer warps (deterministic mode: the turn is taken and passed for all of them).
+constexpr int kWriterBarrier = kComputeBarrier + 1 + kMaxWarpgroups;
 /// The roles' mbarriers: the dQ writer's two (full, empty), then the load warp's (K/V; the ring's full and empty per
 /// buffer), and after them the tile index the writer reads, 16-byte aligned.
 constexpr int kDqBarriers = 2, kLoadBarriers = 5, kRoleBarrierBytes = 64;

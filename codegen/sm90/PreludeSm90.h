@@ -426,32 +426,28 @@ inline std::string wgmmaE4m3Text(int n) {
   return text.append("};\n} // namespace sm90::warpgroup\n");
 }
 
-/// The e4m3 part of a kernel's prelude: kPreludeE4m3 and one WgmmaE4m3<N> per width in `mmaN` (each printed once).
-inline std::string preludeE4m3(std::span<const int> mmaN) {
-  std::string text(kPreludeE4m3);
+/// `text` followed by `width(n)` for each width of `mmaN`, in order, each printed once.
+template <typename WidthText>
+std::string withEachWidthOnce(std::string text, std::span<const int> mmaN, WidthText width) {
   std::string seen = ",";
   for (int n : mmaN) {
     const std::string key = std::to_string(n) + ",";
     if (seen.find("," + key) != std::string::npos)
       continue;
     seen += key;
-    text += wgmmaE4m3Text(n);
+    text += width(n);
   }
   return text;
 }
 
+/// The e4m3 part of a kernel's prelude: kPreludeE4m3 and one WgmmaE4m3<N> per width in `mmaN` (each printed once).
+inline std::string preludeE4m3(std::span<const int> mmaN) {
+  return withEachWidthOnce(std::string(kPreludeE4m3), mmaN, [](int n) { return wgmmaE4m3Text(n); });
+}
+
 /// The prelude of a kernel whose wgmmas use the accumulator widths `mmaN` (each printed once).
 inline std::string prelude(std::span<const int> mmaN) {
-  std::string text = preludeCoreText();
-  std::string seen = ",";
-  for (int n : mmaN) {
-    const std::string key = std::to_string(n) + ",";
-    if (seen.find("," + key) != std::string::npos)
-      continue;
-    seen += key;
-    text += wgmmaText(n);
-  }
-  return text;
+  return withEachWidthOnce(preludeCoreText(), mmaN, [](int n) { return wgmmaText(n); });
 }
 
 } // namespace flashtile::codegen::sm90

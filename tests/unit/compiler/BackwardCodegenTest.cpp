@@ -242,9 +242,17 @@ TEST(BackwardCodegen, Fa3DqWriterWarpsShareTheRowAdds) {
       if (expected > 1) {
         EXPECT_NE(cuda.find("(warp >= kWarps + 2 && warp < kWarps + " + std::to_string(expected + 1) + ")"),
                   std::string::npos);
-        EXPECT_NE(cuda.find("const int writers = p.deterministic ? 1 : " + n + ";"), std::string::npos);
-        EXPECT_NE(cuda.find("p.deterministic && writer == 0 ?"), std::string::npos);
+        // Every writer adds its rows, in deterministic mode too: the first takes the turn and passes it once every
+        // writer's adds landed (their named barrier, twice a tile).
+        EXPECT_NE(cuda.find("for (int row = writer + " + n + " * lane; row < rows; row += 32 * " + n + ")"),
+                  std::string::npos);
+        EXPECT_EQ(count(cuda, "sm90::namedBarrier::sync(4, " + std::to_string(32 * expected) + ");"), 2);
+        EXPECT_EQ(count(cuda, "if (writer == 0 && lane == 0)"), 2);
       }
+      // sDq is handed back once the engine read it, before the adds land and the turn passes.
+      const size_t freed = cuda.find("sm90::mbarrier::arrive(&dqBars[1]);"), landed = cuda.find("sm90::tma::storeWait<0>();");
+      ASSERT_NE(freed, std::string::npos);
+      EXPECT_LT(freed, landed) << headDim << " " << warps;
     }
   for (auto [headDim, writer] : {std::pair{64, 1}, {256, 1}, {128, 0}})
     expectFa3Refuses(headDim, {{"dq-writer-warps", 2}, {"dq-writer", writer}}, "dq-writer-warps", 2);
