@@ -406,193 +406,222 @@ LogicalResult BackwardPrinter::printOp(Operation *op) {
       .Case([&](LoadOp load) { return printLoad(load); })
       .Case([&](StoreOp store) { return printStore(store); })
       .Case([&](QLoopOp loop) { return printQLoop(loop); })
-      .Case([&](ZeroAccOp zero) -> LogicalResult {
-        std::string name = names.unique("acc");
-        registers[zero.getResult()] = name;
-        int64_t width = zero.getAcc().getType().getCols();
-        w.comment(cat("tile.zero_acc: ", name, ", this warp's key rows x ", warpCols(width), " of ", width,
-                      " columns, fp32"));
-        w.line(cat("float ", name, "[kKvMTiles][", warpCols(width) / 8, "][4] = {};"));
-        return success();
-      })
-      .Case([&](QkOp qk) -> LogicalResult {
-        if (issuedAhead.erase(op)) {
-          target.scoreWait(w, registers.lookup(qk.getS()));
-          return success();
-        }
-        FailureOr<SharedTile> a = sharedTile(qk.getQ(), op), b = sharedTile(qk.getK(), op);
-        if (failed(a) || failed(b))
-          return failure();
-        std::string name = names.unique(a->name == "sQ" ? "s" : "dp");
-        registers[qk.getS()] = name;
-        // The iteration's next tile.qk, when the family issues both together and its tiles are already in place.
-        QkOp next;
-        if (target.issuesScoresTogether())
-          for (Operation *later = op->getNextNode(); later && !next; later = later->getNextNode())
-            if (auto other = dyn_cast<QkOp>(later); other && shared.count(other.getQ()) && shared.count(other.getK()))
-              next = other;
-        if (!next) {
-          target.scoreGemm(w, name, *a, *b);
-          return success();
-        }
-        const SharedTile &a2 = shared.find(next.getQ())->second, &b2 = shared.find(next.getK())->second;
-        std::string second = names.unique(a2.name == "sQ" ? "s" : "dp");
-        registers[next.getS()] = second;
-        issuedAhead.insert(next);
-        target.scoreGemms(w, name, *a, *b, second, a2, b2);
-        return success();
-      })
-      .Case([&](ScaleOp scale) -> LogicalResult {
-        if (failed(regs(scale.getS(), op)))
-          return failure();
-        if (foldedScales.erase(op)) {
-          registers[scale.getResult()] = registers.lookup(scale.getS());
-          return success(); // printed by the tile.softmax_grad before it
-        }
-        // S's scale whose only way is through masks to tile.probs joins log2(e) in the probabilities' exp2 (the
-        // forward's FoldScaleIntoSoftmax): one multiply a score fewer. Masks look at coordinates only, and
-        // softmax_scale > 0 (the runtime rejects other scales), so a masked -inf stays -inf.
-        Value v = scale.getResult();
-        while (v.hasOneUse() && isa<MaskOp>(*v.user_begin()))
-          v = v.user_begin()->getResult(0);
-        if (v.hasOneUse() && isa<ProbsOp>(*v.user_begin())) {
-          scaleInProbs.insert(*v.user_begin());
-          registers[scale.getResult()] = registers.lookup(scale.getS());
-          w.comment(cat("tile.scale: folded into tile.probs' exp2 (softmax_scale·log2(e))",
-                        v != scale.getResult() ? " after the masks" : ""));
-          return success();
-        }
-        fragments.scale(w, overwrite(scale.getS(), scale, "scaled"));
-        return success();
-      })
-      .Case([&](ScoreModOp mod) -> LogicalResult {
-        if (failed(regs(mod.getS(), op)))
-          return failure();
-        fragments.scoreMod(w, overwrite(mod.getS(), mod, "modded"), "blockKvTile", functions.lookup(op),
-                           keyArgOf(mod.getBody()));
-        return success();
-      })
-      .Case([&](MaskOp mask) -> LogicalResult {
-        if (failed(regs(mask.getS(), op)))
-          return failure();
-        bool readsInputs = mask.getBody().walk([](InputOp) { return WalkResult::interrupt(); }).wasInterrupted();
-        fragments.mask(w, overwrite(mask.getS(), mask, "masked"), "blockKvTile", functions.lookup(op),
-                       keyArgOf(mask.getBody()), readsInputs);
-        return success();
-      })
-      .Case([&](ProbsOp probs) -> LogicalResult {
-        FailureOr<std::string> lse = regs(probs.getLse(), op);
-        if (failed(lse) || failed(regs(probs.getS(), op)))
-          return failure();
-        std::string p = overwrite(probs.getS(), probs, "probs");
-        w.comment(cat("tile.probs: ", p, " = exp(S - LSE) = exp2(S·log2(e) - LSE·log2(e))",
-                      scaleInProbs.count(op) ? " (S unscaled: S·softmax_scale·log2(e))" : "",
-                      "; a masked score (-inf) and a"));
-        w.comment("row whose LSE is -inf give 0");
-        w.line(cat("float lseLog2", fragments.rowValueDims(), ";"));
-        const std::string value = fragments.rowValue();
-        fragments.forEachRowValue(w, [&] {
-          w.line(cat("lseLog2", value, " = ", *lse, value, " == ", ns, "::kNegInf ? ", ns, "::kPosInf : ", *lse, value,
-                     " * ", ns, "::kLog2e;"));
-        });
-        // The scale folded in (scaleInProbs): S·softmax_scale·log2(e) in the exp2's one FFMA.
-        const bool scaled = scaleInProbs.erase(op);
-        fragments.forEachElement(w, "kSTiles",
-                                 {cat(p, "[mt][nt][i] = ", ns, "::exp2(", p, "[mt][nt][i] * ",
-                                      scaled ? std::string("p.scaleLog2") : ns + "::kLog2e", " - lseLog2",
-                                      fragments.rowValueOfScore(), ");")});
-        return success();
-      })
-      .Case([&](SoftmaxGradOp grad) -> LogicalResult {
-        FailureOr<std::string> p = regs(grad.getP(), op), delta = regs(grad.getDelta(), op);
-        if (failed(p) || failed(delta) || failed(regs(grad.getDp(), op)))
-          return failure();
-        std::string ds = overwrite(grad.getDp(), grad, "ds");
-        // dS's one use scaling it by softmax_scale (the gradient of S = scale·QKᵀ) folds in: P∘(dP·scale − D·scale),
-        // one FFMA and one FMUL an element (the row's D·scale computed once), the same value up to rounding.
-        auto scale = grad->hasOneUse() ? dyn_cast<ScaleOp>(*grad->user_begin()) : ScaleOp();
-        if (scale && scale.getS() == grad.getResult() && grad.getResult().hasOneUse()) {
-          foldedScales.insert(scale);
-          w.comment(cat("tile.softmax_grad and the scale after it: ", ds, " = P∘(dP - D)·softmax_scale"));
-          fragments.forEachElement(
-              w, "kSTiles",
-              {cat(ds, "[mt][nt][i] = ", *p, "[mt][nt][i] * (", ds, "[mt][nt][i] * p.softmaxScale - ", *delta,
-                   fragments.rowValueOfScore(), " * p.softmaxScale);")});
-          return success();
-        }
-        w.comment(cat("tile.softmax_grad: ", ds, " = P∘(dP - D)"));
-        fragments.forEachElement(
-            w, "kSTiles",
-            {cat(ds, "[mt][nt][i] = ", *p, "[mt][nt][i] * (", ds, "[mt][nt][i] - ", *delta, fragments.rowValueOfScore(),
-                 ");")});
-        return success();
-      })
-      .Case([&](ScoreGradOp grad) -> LogicalResult {
-        FailureOr<std::string> s = regs(grad.getS(), op);
-        if (failed(s) || failed(regs(grad.getDs(), op)))
-          return failure();
-        std::string ds = overwrite(grad.getDs(), grad, "dsMod");
-        std::string fn = functions.lookup(op);
-        KeyArg key = keyArgOf(grad.getBody());
-        std::string kv = key == KeyArg::Clamped ? "min(kv, p.seqlenK - 1)" : "kv";
-        w.comment(cat("tile.score_grad: ", ds, " *= ", fn, "(S, b, h, q, kv), the score modifier's derivative at the"));
-        w.comment(
-            "unmodified score; where dS' is 0 (a masked score: P = 0) it stays 0 whatever the derivative is there");
-        fragments.forEachElement(
-            w, "kSTiles",
-            {cat("const int q = ", fragments.scoreQuery(), ";"),
-             cat("const int kv = ", fragments.scoreKey("blockKvTile"), ";"), cat("if (", ds, "[mt][nt][i] != 0.f)"),
-             cat("  ", ds, "[mt][nt][i] *= ", fn, "(", *s, "[mt][nt][i], b, h, q, ", kv, ", p);")});
-        return success();
-      })
-      .Case([&](DotTnOp dot) -> LogicalResult {
-        FailureOr<std::string> acc = regs(dot.getAcc(), op);
-        FailureOr<SharedTile> b = sharedTile(dot.getB(), op);
-        if (failed(acc) || failed(b))
-          return failure();
-        const bool early = dot->hasAttr(tile::kIssueEarlyAttr);
-        FailureOr<std::string> a =
-            target.dotReadsRegisters() ? regs(dot.getA(), op) : staged(dot.getA(), op, early);
-        if (failed(a))
-          return failure();
-        registers[dot.getResult()] = *acc;
-        if (early)
-          target.dotTnEarly(w, *acc, *a, *b, warpCols(b->width));
-        else
-          target.dotTn(w, *acc, *a, *b, warpCols(b->width));
-        return success();
-      })
-      .Case([&](AccumulateOp acc) -> LogicalResult {
-        FailureOr<SharedTile> b = sharedTile(acc.getB(), op);
-        if (failed(b))
-          return failure();
-        if (acc.getOperand() != tile::Operand::DqAccum || !b->name.starts_with("sK"))
-          return acc.emitOpError() << "is printed as dQ += dS·K only (dq_accum, B the K tile)";
-        FailureOr<std::string> ds = regs(acc.getA(), op);
-        if (failed(ds))
-          return failure();
-        std::string a;
-        if (!target.dqReadsRegisters()) {
-          FailureOr<std::string> buffer = staged(acc.getA(), op);
-          if (failed(buffer))
-            return failure();
-          a = *buffer;
-        }
-        target.dqOperand(w, a, *ds);
-        if (target.dqTurnsInRole()) {
-          target.dqProduct(w, *b);
-          return success();
-        }
-        const std::string dqTurn = dqTurnCounter("qt");
-        printTurnWait(dqTurn, kDqTurn);
-        target.dqProduct(w, *b);
-        printTurnPass(dqTurn);
-        return success();
-      })
+      .Case([&](ZeroAccOp zero) { return printZeroAcc(zero); })
+      .Case([&](QkOp qk) { return printQk(qk); })
+      .Case([&](ScaleOp scale) { return printScale(scale); })
+      .Case([&](ScoreModOp mod) { return printScoreMod(mod); })
+      .Case([&](MaskOp mask) { return printMask(mask); })
+      .Case([&](ProbsOp probs) { return printProbs(probs); })
+      .Case([&](SoftmaxGradOp grad) { return printSoftmaxGrad(grad); })
+      .Case([&](ScoreGradOp grad) { return printScoreGrad(grad); })
+      .Case([&](DotTnOp dot) { return printDotTn(dot); })
+      .Case([&](AccumulateOp acc) { return printAccumulate(acc); })
       .Case([&](InputGradOp grad) { return printInputGrad(grad); })
       .Default([&](Operation *) -> LogicalResult {
         return op->emitOpError() << "is not printed in a backward_main program by the backward printer";
       });
+}
+
+LogicalResult BackwardPrinter::printZeroAcc(ZeroAccOp zero) {
+  std::string name = names.unique("acc");
+  registers[zero.getResult()] = name;
+  int64_t width = zero.getAcc().getType().getCols();
+  w.comment(cat("tile.zero_acc: ", name, ", this warp's key rows x ", warpCols(width), " of ", width,
+                " columns, fp32"));
+  w.line(cat("float ", name, "[kKvMTiles][", warpCols(width) / 8, "][4] = {};"));
+  return success();
+}
+
+LogicalResult BackwardPrinter::printQk(QkOp qk) {
+  Operation *op = qk;
+  if (issuedAhead.erase(op)) {
+    target.scoreWait(w, registers.lookup(qk.getS()));
+    return success();
+  }
+  FailureOr<SharedTile> a = sharedTile(qk.getQ(), op), b = sharedTile(qk.getK(), op);
+  if (failed(a) || failed(b))
+    return failure();
+  std::string name = names.unique(a->name == "sQ" ? "s" : "dp");
+  registers[qk.getS()] = name;
+  // The iteration's next tile.qk, when the family issues both together and its tiles are already in place.
+  QkOp next;
+  if (target.issuesScoresTogether())
+    for (Operation *later = op->getNextNode(); later && !next; later = later->getNextNode())
+      if (auto other = dyn_cast<QkOp>(later); other && shared.count(other.getQ()) && shared.count(other.getK()))
+        next = other;
+  if (!next) {
+    target.scoreGemm(w, name, *a, *b);
+    return success();
+  }
+  const SharedTile &a2 = shared.find(next.getQ())->second, &b2 = shared.find(next.getK())->second;
+  std::string second = names.unique(a2.name == "sQ" ? "s" : "dp");
+  registers[next.getS()] = second;
+  issuedAhead.insert(next);
+  target.scoreGemms(w, name, *a, *b, second, a2, b2);
+  return success();
+}
+
+LogicalResult BackwardPrinter::printScale(ScaleOp scale) {
+  Operation *op = scale;
+  if (failed(regs(scale.getS(), op)))
+    return failure();
+  if (foldedScales.erase(op)) {
+    registers[scale.getResult()] = registers.lookup(scale.getS());
+    return success(); // printed by the tile.softmax_grad before it
+  }
+  // S's scale whose only way is through masks to tile.probs joins log2(e) in the probabilities' exp2 (the
+  // forward's FoldScaleIntoSoftmax): one multiply a score fewer. Masks look at coordinates only, and
+  // softmax_scale > 0 (the runtime rejects other scales), so a masked -inf stays -inf.
+  Value v = scale.getResult();
+  while (v.hasOneUse() && isa<MaskOp>(*v.user_begin()))
+    v = v.user_begin()->getResult(0);
+  if (v.hasOneUse() && isa<ProbsOp>(*v.user_begin())) {
+    scaleInProbs.insert(*v.user_begin());
+    registers[scale.getResult()] = registers.lookup(scale.getS());
+    w.comment(cat("tile.scale: folded into tile.probs' exp2 (softmax_scale·log2(e))",
+                  v != scale.getResult() ? " after the masks" : ""));
+    return success();
+  }
+  fragments.scale(w, overwrite(scale.getS(), scale, "scaled"));
+  return success();
+}
+
+LogicalResult BackwardPrinter::printScoreMod(ScoreModOp mod) {
+  Operation *op = mod;
+  if (failed(regs(mod.getS(), op)))
+    return failure();
+  fragments.scoreMod(w, overwrite(mod.getS(), mod, "modded"), "blockKvTile", functions.lookup(op),
+                     keyArgOf(mod.getBody()));
+  return success();
+}
+
+LogicalResult BackwardPrinter::printMask(MaskOp mask) {
+  Operation *op = mask;
+  if (failed(regs(mask.getS(), op)))
+    return failure();
+  bool readsInputs = mask.getBody().walk([](InputOp) { return WalkResult::interrupt(); }).wasInterrupted();
+  fragments.mask(w, overwrite(mask.getS(), mask, "masked"), "blockKvTile", functions.lookup(op),
+                 keyArgOf(mask.getBody()), readsInputs);
+  return success();
+}
+
+LogicalResult BackwardPrinter::printProbs(ProbsOp probs) {
+  Operation *op = probs;
+  FailureOr<std::string> lse = regs(probs.getLse(), op);
+  if (failed(lse) || failed(regs(probs.getS(), op)))
+    return failure();
+  std::string p = overwrite(probs.getS(), probs, "probs");
+  w.comment(cat("tile.probs: ", p, " = exp(S - LSE) = exp2(S·log2(e) - LSE·log2(e))",
+                scaleInProbs.count(op) ? " (S unscaled: S·softmax_scale·log2(e))" : "",
+                "; a masked score (-inf) and a"));
+  w.comment("row whose LSE is -inf give 0");
+  w.line(cat("float lseLog2", fragments.rowValueDims(), ";"));
+  const std::string value = fragments.rowValue();
+  fragments.forEachRowValue(w, [&] {
+    w.line(cat("lseLog2", value, " = ", *lse, value, " == ", ns, "::kNegInf ? ", ns, "::kPosInf : ", *lse, value,
+               " * ", ns, "::kLog2e;"));
+  });
+  // The scale folded in (scaleInProbs): S·softmax_scale·log2(e) in the exp2's one FFMA.
+  const bool scaled = scaleInProbs.erase(op);
+  fragments.forEachElement(w, "kSTiles",
+                           {cat(p, "[mt][nt][i] = ", ns, "::exp2(", p, "[mt][nt][i] * ",
+                                scaled ? std::string("p.scaleLog2") : ns + "::kLog2e", " - lseLog2",
+                                fragments.rowValueOfScore(), ");")});
+  return success();
+}
+
+LogicalResult BackwardPrinter::printSoftmaxGrad(SoftmaxGradOp grad) {
+  Operation *op = grad;
+  FailureOr<std::string> p = regs(grad.getP(), op), delta = regs(grad.getDelta(), op);
+  if (failed(p) || failed(delta) || failed(regs(grad.getDp(), op)))
+    return failure();
+  std::string ds = overwrite(grad.getDp(), grad, "ds");
+  // dS's one use scaling it by softmax_scale (the gradient of S = scale·QKᵀ) folds in: P∘(dP·scale − D·scale),
+  // one FFMA and one FMUL an element (the row's D·scale computed once), the same value up to rounding.
+  auto scale = grad->hasOneUse() ? dyn_cast<ScaleOp>(*grad->user_begin()) : ScaleOp();
+  if (scale && scale.getS() == grad.getResult() && grad.getResult().hasOneUse()) {
+    foldedScales.insert(scale);
+    w.comment(cat("tile.softmax_grad and the scale after it: ", ds, " = P∘(dP - D)·softmax_scale"));
+    fragments.forEachElement(
+        w, "kSTiles",
+        {cat(ds, "[mt][nt][i] = ", *p, "[mt][nt][i] * (", ds, "[mt][nt][i] * p.softmaxScale - ", *delta,
+             fragments.rowValueOfScore(), " * p.softmaxScale);")});
+    return success();
+  }
+  w.comment(cat("tile.softmax_grad: ", ds, " = P∘(dP - D)"));
+  fragments.forEachElement(
+      w, "kSTiles",
+      {cat(ds, "[mt][nt][i] = ", *p, "[mt][nt][i] * (", ds, "[mt][nt][i] - ", *delta, fragments.rowValueOfScore(),
+           ");")});
+  return success();
+}
+
+LogicalResult BackwardPrinter::printScoreGrad(ScoreGradOp grad) {
+  Operation *op = grad;
+  FailureOr<std::string> s = regs(grad.getS(), op);
+  if (failed(s) || failed(regs(grad.getDs(), op)))
+    return failure();
+  std::string ds = overwrite(grad.getDs(), grad, "dsMod");
+  std::string fn = functions.lookup(op);
+  KeyArg key = keyArgOf(grad.getBody());
+  std::string kv = key == KeyArg::Clamped ? "min(kv, p.seqlenK - 1)" : "kv";
+  w.comment(cat("tile.score_grad: ", ds, " *= ", fn, "(S, b, h, q, kv), the score modifier's derivative at the"));
+  w.comment(
+      "unmodified score; where dS' is 0 (a masked score: P = 0) it stays 0 whatever the derivative is there");
+  fragments.forEachElement(
+      w, "kSTiles",
+      {cat("const int q = ", fragments.scoreQuery(), ";"),
+       cat("const int kv = ", fragments.scoreKey("blockKvTile"), ";"), cat("if (", ds, "[mt][nt][i] != 0.f)"),
+       cat("  ", ds, "[mt][nt][i] *= ", fn, "(", *s, "[mt][nt][i], b, h, q, ", kv, ", p);")});
+  return success();
+}
+
+LogicalResult BackwardPrinter::printDotTn(DotTnOp dot) {
+  Operation *op = dot;
+  FailureOr<std::string> acc = regs(dot.getAcc(), op);
+  FailureOr<SharedTile> b = sharedTile(dot.getB(), op);
+  if (failed(acc) || failed(b))
+    return failure();
+  const bool early = dot->hasAttr(tile::kIssueEarlyAttr);
+  FailureOr<std::string> a =
+      target.dotReadsRegisters() ? regs(dot.getA(), op) : staged(dot.getA(), op, early);
+  if (failed(a))
+    return failure();
+  registers[dot.getResult()] = *acc;
+  if (early)
+    target.dotTnEarly(w, *acc, *a, *b, warpCols(b->width));
+  else
+    target.dotTn(w, *acc, *a, *b, warpCols(b->width));
+  return success();
+}
+
+LogicalResult BackwardPrinter::printAccumulate(AccumulateOp acc) {
+  Operation *op = acc;
+  FailureOr<SharedTile> b = sharedTile(acc.getB(), op);
+  if (failed(b))
+    return failure();
+  if (acc.getOperand() != tile::Operand::DqAccum || !b->name.starts_with("sK"))
+    return acc.emitOpError() << "is printed as dQ += dS·K only (dq_accum, B the K tile)";
+  FailureOr<std::string> ds = regs(acc.getA(), op);
+  if (failed(ds))
+    return failure();
+  std::string a;
+  if (!target.dqReadsRegisters()) {
+    FailureOr<std::string> buffer = staged(acc.getA(), op);
+    if (failed(buffer))
+      return failure();
+    a = *buffer;
+  }
+  target.dqOperand(w, a, *ds);
+  if (target.dqTurnsInRole()) {
+    target.dqProduct(w, *b);
+    return success();
+  }
+  const std::string dqTurn = dqTurnCounter("qt");
+  printTurnWait(dqTurn, kDqTurn);
+  target.dqProduct(w, *b);
+  printTurnPass(dqTurn);
+  return success();
 }
 
 LogicalResult BackwardPrinter::printMain(const std::string &entry) {

@@ -106,6 +106,17 @@ private:
   LogicalResult printLoadRole();
   void printSequenceView();
   LogicalResult printOp(Operation *op);
+  // printOp's cases, one op kind each.
+  LogicalResult printZeroAcc(ZeroAccOp zero);
+  LogicalResult printQk(QkOp qk);
+  LogicalResult printScale(ScaleOp scale);
+  LogicalResult printScoreMod(ScoreModOp mod);
+  LogicalResult printMask(MaskOp mask);
+  LogicalResult printProbs(ProbsOp probs);
+  LogicalResult printSoftmaxGrad(SoftmaxGradOp grad);
+  LogicalResult printScoreGrad(ScoreGradOp grad);
+  LogicalResult printDotTn(DotTnOp dot);
+  LogicalResult printAccumulate(AccumulateOp acc);
   LogicalResult printQLoop(QLoopOp loop);
   LogicalResult printLoad(LoadOp load);
   LogicalResult printStore(StoreOp store);
