@@ -624,7 +624,13 @@ LogicalResult BackwardPrinter::printAccumulate(AccumulateOp acc) {
   return success();
 }
 
-LogicalResult BackwardPrinter::printMain(const std::string &entry) {
+/// Two Q-tile buffers also hold the LSE and D rows of a Q tile (fp32) where the family stages them or a load role
+/// brings them.
+bool BackwardPrinter::stagesRowsInShared() const {
+  return qBuffers == 2 && (target.stagesRows() || target.loadsInRole());
+}
+
+LogicalResult BackwardPrinter::checkMainLayout() {
   // Staging buffers: the score-layout tiles a Q-tile iteration hands to GEMMs through shared memory (P and dS).
   for (QLoopOp loop : func.getBody().getOps<QLoopOp>()) {
     llvm::SmallPtrSet<void *, 4> staging;
@@ -659,7 +665,7 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
     return func.emitOpError() << "has a Q-tile loop of " << qBuffers << " buffers; the backward printer prints 1 or 2";
   const int hd = static_cast<int>(shape.headDim), hdv = static_cast<int>(shape.headDimV);
   // Two buffers also hold the LSE and D rows of a Q tile (fp32).
-  const bool rowsStaged = qBuffers == 2 && (target.stagesRows() || target.loadsInRole());
+  const bool rowsStaged = stagesRowsInShared();
   const int rowsBytes = rowsStaged ? 2 * 2 * shape.blockM * 4 : 0;
   mainSmemBytes = static_cast<int>(
       target.tileBytes(shape.blockN, hd) + target.tileBytes(shape.blockN, hdv) +
@@ -667,15 +673,10 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
       stagingBuffers * target.tileBytes(shape.blockM, shape.blockN) + target.roleSharedBytes() +
       target.sharedMemoryReserve());
 
-  printHeader(entry, "dK, dV of one K/V tile and its dQ terms (backward_main)", target.roleThreads(),
-              target.mainExtraParams());
-  w.comment("---- the tile of this thread block: K/V tile blockKvTile of query head blockHead (tile.dim kv_tile) ----");
-  w.comment("deterministic mode: the K/V tiles in descending order (their dQ adds' turns, printTurnWait)");
-  w.line("const int blockKvTile = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;");
-  w.line("if (blockKvTile * kBlockN >= p.seqlenK)");
-  w.line("  return;  // varlen: the grid covers the longest sequence");
-  w.line("const int b = blockBatch, h = blockHead;");
-  w.line("const int hKv = h / (p.headsQ / p.headsKv);  // grouped-query attention: K/V head of query head h");
+  return success();
+}
+
+void BackwardPrinter::printMainWarpLayout() {
   w.comment("---- warp layout: S, dP and dQ split the Q tile's rows (split-Q, as the forward), dK and dV the K/V");
   w.comment(
       "tile's rows in m16 tiles, and with more warps than those, each row group's columns in kKvColSplit parts ----");
@@ -701,6 +702,10 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   if (shape.keyWarps > 1)
     w.line(target.keySplitLayout());
   w.line("const int fragRow = lane / 4, fragCol = 2 * (lane % 4);");
+}
+
+void BackwardPrinter::printMainSharedMemory() {
+  const bool rowsStaged = stagesRowsInShared();
   std::vector<std::tuple<std::string, const char *, const char *>> tiles = {{"sK", "kBlockN", "kHeadDim"},
                                                                             {"sV", "kBlockN", "kHeadDimV"}};
   if (qBuffers == 2) {
@@ -735,6 +740,22 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
     at = cat("sStage", i, " + ", target.tileBytesExpr("kBlockM", "kBlockN"));
   }
   target.declareRoleShared(w, at);
+}
+
+LogicalResult BackwardPrinter::printMain(const std::string &entry) {
+  if (failed(checkMainLayout()))
+    return failure();
+  printHeader(entry, "dK, dV of one K/V tile and its dQ terms (backward_main)", target.roleThreads(),
+              target.mainExtraParams());
+  w.comment("---- the tile of this thread block: K/V tile blockKvTile of query head blockHead (tile.dim kv_tile) ----");
+  w.comment("deterministic mode: the K/V tiles in descending order (their dQ adds' turns, printTurnWait)");
+  w.line("const int blockKvTile = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;");
+  w.line("if (blockKvTile * kBlockN >= p.seqlenK)");
+  w.line("  return;  // varlen: the grid covers the longest sequence");
+  w.line("const int b = blockBatch, h = blockHead;");
+  w.line("const int hKv = h / (p.headsQ / p.headsKv);  // grouped-query attention: K/V head of query head h");
+  printMainWarpLayout();
+  printMainSharedMemory();
   w.comment("---- global tiles of this (batch, head): strides in elements ----");
   w.line("const unsigned short *const gQ = static_cast<const unsigned short *>(p.q) + b * p.qBatchStride + h * "
          "p.qHeadStride;");

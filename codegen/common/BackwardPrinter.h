@@ -88,6 +88,11 @@ public:
 
   LogicalResult printPreprocess(const std::string &entry);
   LogicalResult printMain(const std::string &entry);
+  // printMain's steps: the shape checks and the shared-memory size, the warp layout, the shared-memory tiles.
+  LogicalResult checkMainLayout();
+  void printMainWarpLayout();
+  void printMainSharedMemory();
+  bool stagesRowsInShared() const;
   LogicalResult printPostprocess(const std::string &entry);
   /// The kernel that sums the blocks' shares of the input gradients (printed by a printer of the main program):
   /// `mainReads` its tile.input_grad ops, `sinkReads` the preprocess's tile.sink_grad ops, in slot order.
