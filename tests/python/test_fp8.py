@@ -70,7 +70,8 @@ class Fp8Arguments(unittest.TestCase):
         from flashtile import _lib
 
         names = [name for name, _ in _lib.Call._fields_]
-        self.assertEqual(names[-3:], ["q_descale", "k_descale", "v_descale"])
+        # Appended after the fields before them, and followed by the positions (appended after them).
+        self.assertEqual(names[-4:], ["q_descale", "k_descale", "v_descale", "positions"])
         self.assertEqual(ctypes.sizeof(_lib.Call) % ctypes.sizeof(ctypes.c_void_p), 0)
 
     def test_fake_output_is_bf16(self):
