@@ -188,6 +188,10 @@ private:
   /// ["param", name]: a declared parameter (f32); ["load", name, i]: element i (i32) of a declared input.
   StatusOr<Node> parseParam(const struct NodeItems &in);
   StatusOr<Node> parseLoad(const struct NodeItems &in);
+  /// The steps of parse(), in order: each reads one member of the description's root object into `variant`.
+  Status parseParams(const llvm::json::Object &root, Variant &variant);
+  Status parseInputs(const llvm::json::Object &root, Variant &variant);
+  Status parseHooks(const llvm::json::Object &root, Variant &variant);
 
   std::map<std::string, Ty> inputTypes;
   std::vector<std::string> paramNames;
@@ -528,7 +532,8 @@ std::vector<Expr> evaluate(const Graph &graph, const std::vector<Expr> &args, co
   return out;
 }
 
-StatusOr<Variant> Parser::parse(std::string_view text) {
+/// What is checked of the description's text before it is parsed as JSON: its size and its nesting.
+Status checkText(std::string_view text) {
   if (text.size() > kMaxDescriptionBytes)
     return Status::error("variant description: " + std::to_string(text.size()) + " bytes; at most " +
                          std::to_string(kMaxDescriptionBytes) + " are accepted");
@@ -536,23 +541,13 @@ StatusOr<Variant> Parser::parse(std::string_view text) {
     return Status::error("variant description: arrays and objects nested more than " +
                          std::to_string(kMaxDescriptionDepth) + " levels deep (at byte " + std::to_string(*at) +
                          "); a description needs 5");
-  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(llvm::StringRef(text.data(), text.size()));
-  if (!parsed)
-    return Status::error("variant description: not JSON: " + llvm::toString(parsed.takeError()));
-  const llvm::json::Object *root = parsed->getAsObject();
-  if (!root)
-    return Status::error("variant description: expected a JSON object");
-  std::optional<llvm::StringRef> format = root->getString("format");
-  if (!format || format->str() != kVariantDescriptionFormat)
-    return Status::error("variant description: \"format\" must be \"" + std::string(kVariantDescriptionFormat) + "\"");
-  std::optional<llvm::StringRef> name = root->getString("name");
-  if (!name || !isIdentifier(*name, kMaxNameLength))
-    return Status::error("variant description: \"name\" must be 1-" + std::to_string(kMaxNameLength) +
-                         " letters, digits or '_', not starting with a digit");
-  Variant variant(name->str());
+  return Status();
+}
 
+/// "params": declared parameters with their values and bounds; the bounds become the variant's first validator.
+Status Parser::parseParams(const llvm::json::Object &root, Variant &variant) {
   std::vector<ParamBounds> bounds;
-  if (const llvm::json::Value *params = root->get("params")) {
+  if (const llvm::json::Value *params = root.get("params")) {
     const llvm::json::Array *list = params->getAsArray();
     if (!list)
       return Status::error("params: expected an array");
@@ -576,10 +571,13 @@ StatusOr<Variant> Parser::parse(std::string_view text) {
     }
   }
   variant.validate([bounds](const std::map<std::string, float> &values) { return checkBounds(bounds, values); });
+  return Status();
+}
 
-  // Rules in the runtime's rule language (dsl/Rule.h), with the accepted values in words: they travel with every
-  // kernel (KernelInfo::paramRules) and are part of the variant's id, as a C++ variant's validate(rule, accepted).
-  if (const llvm::json::Value *rules = root->get("rules")) {
+/// "rules": rules in the runtime's rule language (dsl/Rule.h), with the accepted values in words: they travel with
+/// every kernel (KernelInfo::paramRules) and are part of the variant's id, as a C++ variant's validate(rule, accepted).
+Status parseRules(const llvm::json::Object &root, Variant &variant) {
+  if (const llvm::json::Value *rules = root.get("rules")) {
     const llvm::json::Array *list = rules->getAsArray();
     if (!list)
       return Status::error("rules: expected an array");
@@ -596,8 +594,12 @@ StatusOr<Variant> Parser::parse(std::string_view text) {
                        accepted->str());
     }
   }
+  return Status();
+}
 
-  if (const llvm::json::Value *inputs = root->get("inputs")) {
+/// "inputs": the variant's named input arrays, f32 or i32.
+Status Parser::parseInputs(const llvm::json::Object &root, Variant &variant) {
+  if (const llvm::json::Value *inputs = root.get("inputs")) {
     const llvm::json::Array *list = inputs->getAsArray();
     if (!list)
       return Status::error("inputs: expected an array");
@@ -618,9 +620,38 @@ StatusOr<Variant> Parser::parse(std::string_view text) {
       variant.input(iname->str(), f32 ? dsl::ElementKind::F32 : dsl::ElementKind::I32);
     }
   }
+  return Status();
+}
 
-  const llvm::json::Object *hooks = root->getObject("hooks");
-  if (root->get("hooks") && !hooks)
+/// Sets `hook` of `variant` to replay `graph` (checked against the hook's signature) through the DSL.
+void attachHook(Variant &variant, std::string_view hook, std::shared_ptr<const Graph> shared) {
+  if (hook == "score")
+    variant.score([shared](Expr s, const dsl::Coords &c, const dsl::Params &p) {
+      return evaluate(*shared, {s, c.b, c.h, c.q, c.kv}, c.sizes, p)[0];
+    });
+  else if (hook == "mask")
+    variant.mask([shared](const dsl::Coords &c, const dsl::Params &p) {
+      return evaluate(*shared, {c.b, c.h, c.q, c.kv}, c.sizes, p)[0];
+    });
+  else if (hook == "kv_range" || hook == "full_range") {
+    dsl::RangeFn fn = [shared](const dsl::QTile &q, const dsl::Params &p) {
+      std::vector<Expr> r = evaluate(*shared, {q.first, q.last, q.b, q.h}, q.sizes, p);
+      return dsl::Range{r[0], r[1]};
+    };
+    if (hook == "kv_range")
+      variant.kvRange(std::move(fn));
+    else
+      variant.fullRange(std::move(fn));
+  } else
+    variant.sink([shared](const dsl::HeadCoords &c, const dsl::Params &p) {
+      return evaluate(*shared, {c.b, c.h}, c.sizes, p)[0];
+    });
+}
+
+/// "hooks": an object of known hook names, each an expression graph, attached in the signatures' order.
+Status Parser::parseHooks(const llvm::json::Object &root, Variant &variant) {
+  const llvm::json::Object *hooks = root.getObject("hooks");
+  if (root.get("hooks") && !hooks)
     return Status::error("hooks: expected an object");
   if (hooks)
     for (const auto &[key, value] : *hooks)
@@ -638,30 +669,36 @@ StatusOr<Variant> Parser::parse(std::string_view text) {
     auto graph = parseGraph(*object, signature, path);
     if (!graph.ok())
       return graph.status();
-    auto shared = std::make_shared<const Graph>(std::move(*graph));
-    std::string_view hook = signature.name;
-    if (hook == "score")
-      variant.score([shared](Expr s, const dsl::Coords &c, const dsl::Params &p) {
-        return evaluate(*shared, {s, c.b, c.h, c.q, c.kv}, c.sizes, p)[0];
-      });
-    else if (hook == "mask")
-      variant.mask([shared](const dsl::Coords &c, const dsl::Params &p) {
-        return evaluate(*shared, {c.b, c.h, c.q, c.kv}, c.sizes, p)[0];
-      });
-    else if (hook == "kv_range" || hook == "full_range") {
-      dsl::RangeFn fn = [shared](const dsl::QTile &q, const dsl::Params &p) {
-        std::vector<Expr> r = evaluate(*shared, {q.first, q.last, q.b, q.h}, q.sizes, p);
-        return dsl::Range{r[0], r[1]};
-      };
-      if (hook == "kv_range")
-        variant.kvRange(std::move(fn));
-      else
-        variant.fullRange(std::move(fn));
-    } else
-      variant.sink([shared](const dsl::HeadCoords &c, const dsl::Params &p) {
-        return evaluate(*shared, {c.b, c.h}, c.sizes, p)[0];
-      });
+    attachHook(variant, signature.name, std::make_shared<const Graph>(std::move(*graph)));
   }
+  return Status();
+}
+
+StatusOr<Variant> Parser::parse(std::string_view text) {
+  if (Status status = checkText(text); !status.ok())
+    return status;
+  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(llvm::StringRef(text.data(), text.size()));
+  if (!parsed)
+    return Status::error("variant description: not JSON: " + llvm::toString(parsed.takeError()));
+  const llvm::json::Object *root = parsed->getAsObject();
+  if (!root)
+    return Status::error("variant description: expected a JSON object");
+  std::optional<llvm::StringRef> format = root->getString("format");
+  if (!format || format->str() != kVariantDescriptionFormat)
+    return Status::error("variant description: \"format\" must be \"" + std::string(kVariantDescriptionFormat) + "\"");
+  std::optional<llvm::StringRef> name = root->getString("name");
+  if (!name || !isIdentifier(*name, kMaxNameLength))
+    return Status::error("variant description: \"name\" must be 1-" + std::to_string(kMaxNameLength) +
+                         " letters, digits or '_', not starting with a digit");
+  Variant variant(name->str());
+  if (Status status = parseParams(*root, variant); !status.ok())
+    return status;
+  if (Status status = parseRules(*root, variant); !status.ok())
+    return status;
+  if (Status status = parseInputs(*root, variant); !status.ok())
+    return status;
+  if (Status status = parseHooks(*root, variant); !status.ok())
+    return status;
   if (std::string error = variant.checkParams(variant.paramValues()); !error.empty())
     return Status::error("params: the declared values fail their bounds: " + error);
   return variant;

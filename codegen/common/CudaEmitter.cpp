@@ -908,17 +908,13 @@ FailureOr<llvm::DenseMap<Operation *, std::string>> printVariantFunctions(FuncOp
 std::string commentText(StringRef text) { return commentSafe(text); }
 std::string identifierText(StringRef text) { return sanitize(text); }
 
-FailureOr<EmittedKernel> emitCuda(FuncOp func) {
-  if (func.getKind() != kForwardProgram)
-    return func.emitOpError() << "is a " << func.getKind()
-                              << " program; the CUDA printer prints forward programs (docs/backward.md)";
-  FailureOr<const TargetFamily *> family = checkReady(func);
-  if (failed(family) || failed(checkInPlace(func, (*family)->asyncProtocol())))
-    return failure();
-  ScheduleAttr schedule = func.getScheduleAttr();
-  TargetAttr targetAttr = func.getTargetAttr();
+namespace {
+
+/// The forward program's kernel shape, checked against what `family` prints: its tiles, and the packed query heads
+/// and KV caches of split-KV programs.
+FailureOr<KernelShape> printableShape(FuncOp func, const TargetFamily &family) {
   KernelShape shape = schedule::kernelShapeOf(func);
-  if (std::optional<std::string> error = (*family)->checkShape(shape))
+  if (std::optional<std::string> error = family.checkShape(shape))
     return func.emitOpError() << *error;
   shape.packQueryHeads = func->hasAttr(kPackQueryHeadsAttr);
   if (shape.packQueryHeads && func.getBody().getOps<StoreSplitOp>().empty())
@@ -934,25 +930,55 @@ FailureOr<EmittedKernel> emitCuda(FuncOp func) {
       if (fin.hasSink())
         return fin.emitOpError() << "has a sink in a program that packs query heads; the sink joins at "
                                     "tile.store_split there (one head per row)";
+  return shape;
+}
 
+/// The rotary embedding of the program's loads (the last load that has one), if any.
+std::optional<Rotary> programRotary(FuncOp func) {
   std::optional<Rotary> rotary;
   func.walk([&](LoadOp load) {
     if (std::optional<Rotary> r = rotaryOf(load))
       rotary = r;
   });
+  return rotary;
+}
+
+/// The kernel's entry: the schedule, the variant, the dtype, the head dims, and the shape class, KV cache and rotary
+/// embedding where they are not the default.
+std::string kernelEntry(FuncOp func, const KernelShape &shape, const std::optional<Rotary> &rotary) {
+  ScheduleAttr schedule = func.getScheduleAttr();
+  return "flashtile_" + sanitize(schedule.getName()) + "_" + sanitize(func.getVariant()) + "_" + shape.dtype + "_d" +
+         std::to_string(shape.headDim) +
+         (shape.headDimV != shape.headDim ? "_dv" + std::to_string(shape.headDimV) : "") +
+         (schedule.getShapeClass() != ShapeClass::Default
+              ? "_" + sanitize(stringifyShapeClass(schedule.getShapeClass()))
+              : "") +
+         (shape.kvCache ? "_kvcache" : "") + // a library holds a variant's plain and KV-cache kernels side by side
+         (rotary ? (rotary->interleaved ? "_rotary_interleaved" : "_rotary") : "");
+}
+
+} // namespace
+
+FailureOr<EmittedKernel> emitCuda(FuncOp func) {
+  if (func.getKind() != kForwardProgram)
+    return func.emitOpError() << "is a " << func.getKind()
+                              << " program; the CUDA printer prints forward programs (docs/backward.md)";
+  FailureOr<const TargetFamily *> family = checkReady(func);
+  if (failed(family) || failed(checkInPlace(func, (*family)->asyncProtocol())))
+    return failure();
+  TargetAttr targetAttr = func.getTargetAttr();
+  FailureOr<KernelShape> checkedShape = printableShape(func, **family);
+  if (failed(checkedShape))
+    return failure();
+  KernelShape shape = *checkedShape;
+  std::optional<Rotary> rotary = programRotary(func);
   if (rotary && !shape.kvCache)
     return func.emitOpError() << "rotates Q (" << kRotaryAttr << ") without reading a KV cache (" << kKvCacheAttr
                               << "); rotary embedding comes with the keys a cache call appends";
 
   EmittedKernel kernel;
   KernelInfo &info = kernel.info;
-  info.entry =
-      "flashtile_" + sanitize(schedule.getName()) + "_" + sanitize(func.getVariant()) + "_" + shape.dtype + "_d" +
-      std::to_string(shape.headDim) + (shape.headDimV != shape.headDim ? "_dv" + std::to_string(shape.headDimV) : "") +
-      (schedule.getShapeClass() != ShapeClass::Default ? "_" + sanitize(stringifyShapeClass(schedule.getShapeClass()))
-                                                       : "") +
-      (shape.kvCache ? "_kvcache" : "") + // a library holds a variant's plain and KV-cache kernels side by side
-      (rotary ? (rotary->interleaved ? "_rotary_interleaved" : "_rotary") : "");
+  info.entry = kernelEntry(func, shape, rotary);
   if (failed(describeKernel(func, shape, func.getKind(), info)))
     return failure();
   ModuleFacts facts;

@@ -116,58 +116,29 @@ struct TileRolePipeline : PassWrapper<TileRolePipeline, OperationPass<FuncOp>> {
   void runOnOperation() override {
     FuncOp func = getOperation();
     FailureOr<SplitProgram> program = splitProgram(func, "pipelining");
-    if (failed(program))
+    if (failed(program) || failed(checkProgram(func, *program)))
       return signalPassFailure();
     ScheduleAttr schedule = program->schedule;
-    if (schedule.getWarps() < 8 || schedule.getWarps() % 4 != 0) {
-      func.emitOpError() << "has " << schedule.getWarps()
-                         << " warps; the role pipeline needs a producer warpgroup and at least one consumer warpgroup (4 warps "
-                            "each)";
-      return signalPassFailure();
-    }
     SmallVector<KvLoopOp> loops = program->loops;
     Value highest = loops.front().getUpper(), lowest = loops.back().getLower();
-    if (!highest.getDefiningOp() || !lowest.getDefiningOp()) {
-      func.emitOpError() << "K/V loop bounds must be computed in the program body";
-      return signalPassFailure();
-    }
-    if (scheduler != "static" && scheduler != "dynamic") {
-      func.emitOpError() << "tile-role-pipeline: scheduler = '" << scheduler << "' is not accepted; accepted: static, dynamic";
-      return signalPassFailure();
-    }
     const bool dynamic = scheduler == "dynamic";
-    if (dynamic && persistent == 0) {
-      func.emitOpError() << "tile-role-pipeline: scheduler = dynamic hands tiles to persistent blocks, but persistent = 0";
-      return signalPassFailure();
-    }
     LoadOp loadQ = program->loadQ;
     Location loc = loadQ.getLoc();
     MLIRContext *ctx = &getContext();
 
     // The K and V loads of each segment, before anything moves.
-    SmallVector<Body> bodies;
-    for (KvLoopOp loop : loops) {
-      Body b{loop, {}, {}};
-      for (LoadOp load : loop.getBody().front().getOps<LoadOp>())
-        (load.getOperand() == Operand::K ? b.k : b.v) = load;
-      if (!b.k || !b.v || !b.k->hasOneUse() || !b.v->hasOneUse() || !isa<QkOp>(*b.k->user_begin()) ||
-          !isa<PvOp>(*b.v->user_begin())) {
-        loop.emitOpError() << "must load K for one tile.qk and V for one tile.pv";
-        return signalPassFailure();
-      }
-      bodies.push_back(b);
-    }
+    FailureOr<SmallVector<Body>> bodies = kvBodies(loops);
+    if (failed(bodies))
+      return signalPassFailure();
 
     // Buffers and barriers at the top.
     Block &top = func.getBody().front();
     OpBuilder b(&top, top.begin());
-    const KvRing ring = createKvRing(b, loc, loadQ.getType(), bodies.front().k.getType(),
-                                     bodies.front().v.getType(), schedule.getStages());
-    Value qBuffer = ring.qBuffer, kBuffer = ring.kBuffer, vBuffer = ring.vBuffer, qFull = ring.qFull;
-    Value kFull = ring.kFull, kEmpty = ring.kEmpty, vFull = ring.vFull, vEmpty = ring.vEmpty;
+    const KvRing ring = createKvRing(b, loc, loadQ.getType(), bodies->front().k.getType(), bodies->front().v.getType(),
+                                     schedule.getStages());
     // A persistent block copies Q once a tile into its one slot: the consumers release it like a K/V slot.
     const bool loopsOverTiles = dynamic || persistent == 1 || (persistent < 0 && persistentByDefault(func));
-    Value qEmpty = loopsOverTiles ? emptyBarrier(b, loc, qBuffer) : Value();
+    Value qEmpty = loopsOverTiles ? emptyBarrier(b, loc, ring.qBuffer) : Value();
     if (loopsOverTiles) {
       ringBase = arith::ConstantIntOp::create(b, loc, 0, 32);
       tileCount = arith::ConstantIntOp::create(b, loc, 0, 32);
@@ -195,34 +166,94 @@ struct TileRolePipeline : PassWrapper<TileRolePipeline, OperationPass<FuncOp>> {
       consumer.setPingpong(true);
     }
 
-    // Producer: Q, then every tile of the walk in order.
+    fillProducer(producer, ring, qEmpty, loopsOverTiles, highest, lowest, loc);
+    const bool staged =
+        fillConsumer(func, consumer, consumerOps, loadQ, ring, *bodies, highest, lowest, loopsOverTiles, loc);
+    if (loopsOverTiles) {
+      // Dynamic: the producer takes each unit and hands it to the consumers through a work queue (its own
+      // full/empty barrier pair, like a one-slot ring); the consumers release it once they have read it.
+      WorkQueueOp queue;
+      if (dynamic) {
+        OpBuilder qb(producer);
+        Type one = BarrierType::get(ctx, 1);
+        queue = WorkQueueOp::create(qb, loc, one, one, qb.getI64IntegerAttr(1));
+      }
+      loopOverWorkTiles(func, {producer, consumer}, qEmpty, highest, lowest, staged, queue);
+    }
+  }
+
+  /// The checks of the split program and of the options, before anything changes: warps for a producer and a
+  /// consumer warpgroup, K/V loop bounds computed in the body, a known scheduler that persistent blocks allow.
+  LogicalResult checkProgram(FuncOp func, SplitProgram &program) {
+    ScheduleAttr schedule = program.schedule;
+    if (schedule.getWarps() < 8 || schedule.getWarps() % 4 != 0)
+      return func.emitOpError() << "has " << schedule.getWarps()
+                                << " warps; the role pipeline needs a producer warpgroup and at least one consumer "
+                                   "warpgroup (4 warps each)";
+    Value highest = program.loops.front().getUpper(), lowest = program.loops.back().getLower();
+    if (!highest.getDefiningOp() || !lowest.getDefiningOp())
+      return func.emitOpError() << "K/V loop bounds must be computed in the program body";
+    if (scheduler != "static" && scheduler != "dynamic")
+      return func.emitOpError() << "tile-role-pipeline: scheduler = '" << scheduler
+                                << "' is not accepted; accepted: static, dynamic";
+    if (scheduler == "dynamic" && persistent == 0)
+      return func.emitOpError()
+             << "tile-role-pipeline: scheduler = dynamic hands tiles to persistent blocks, but persistent = 0";
+    return success();
+  }
+
+  /// Each K/V loop segment with its K and V loads, each read by one GEMM.
+  static FailureOr<SmallVector<Body>> kvBodies(ArrayRef<KvLoopOp> loops) {
+    SmallVector<Body> bodies;
+    for (KvLoopOp loop : loops) {
+      Body b{loop, {}, {}};
+      for (LoadOp load : loop.getBody().front().getOps<LoadOp>())
+        (load.getOperand() == Operand::K ? b.k : b.v) = load;
+      if (!b.k || !b.v || !b.k->hasOneUse() || !b.v->hasOneUse() || !isa<QkOp>(*b.k->user_begin()) ||
+          !isa<PvOp>(*b.v->user_begin()))
+        return loop.emitOpError() << "must load K for one tile.qk and V for one tile.pv";
+      bodies.push_back(b);
+    }
+    return bodies;
+  }
+
+  /// The producer role: Q (after Q's empty barrier, where the block loops over tiles), then every tile of the walk
+  /// in order, each into its ring slot.
+  void fillProducer(RoleOp producer, const KvRing &ring, Value qEmpty, bool loopsOverTiles, Value highest, Value lowest,
+                    Location loc) {
     OpBuilder pb(producer.getBody().front().getTerminator());
     Value zero = arith::ConstantIntOp::create(pb, loc, 0, 32);
     Value one = arith::ConstantIntOp::create(pb, loc, 1, 32);
-    Value qSlot = SlotOp::create(pb, loc, qBuffer, Value()).getResult();
+    Value qSlot = SlotOp::create(pb, loc, ring.qBuffer, Value()).getResult();
     Value qPosition = loopsOverTiles ? tileCount : zero;
     if (loopsOverTiles)
       BarrierWaitOp::create(pb, loc, qEmpty, qPosition);
-    CopyAsyncOp::create(pb, loc, Operand::Q, Value(), qSlot, qFull, qPosition, Value());
+    CopyAsyncOp::create(pb, loc, Operand::Q, Value(), qSlot, ring.qFull, qPosition, Value());
     auto walk = KvWalkOp::create(pb, loc, lowest, highest, KvOrder::Descending);
     Block *walkBody = new Block();
     walk.getBody().push_back(walkBody);
-    Value j = walkBody->addArgument(b.getI32Type(), loc);
+    Value j = walkBody->addArgument(pb.getI32Type(), loc);
     OpBuilder wb(walkBody, walkBody->end());
     copyKvTile(wb, loc, ring, j, ringPosition(wb, loc, highest, j, one));
     YieldOp::create(wb, loc);
+  }
 
-    // Consumer: the program's ops, with the waits and releases around each read.
+  /// The consumer role: the program's ops, with the waits and releases around each read (the GEMMs overlapped or
+  /// each waited on), and O's store staged through Q's slot where that pays. Returns whether O is staged.
+  bool fillConsumer(FuncOp func, RoleOp consumer, ArrayRef<Operation *> consumerOps, LoadOp loadQ, const KvRing &ring,
+                    MutableArrayRef<Body> bodies, Value highest, Value lowest, bool loopsOverTiles, Location loc) {
     Operation *consumerEnd = consumer.getBody().front().getTerminator();
     for (Operation *op : consumerOps)
       op->moveBefore(consumerEnd);
     OpBuilder cb(loadQ);
-    BarrierWaitOp::create(cb, loc, qFull, loopsOverTiles ? tileCount : arith::ConstantIntOp::create(cb, loc, 0, 32));
-    loadQ.getSlotMutable().assign(SlotOp::create(cb, loc, qBuffer, Value()).getResult());
+    BarrierWaitOp::create(cb, loc, ring.qFull,
+                          loopsOverTiles ? tileCount : arith::ConstantIntOp::create(cb, loc, 0, 32));
+    loadQ.getSlotMutable().assign(SlotOp::create(cb, loc, ring.qBuffer, Value()).getResult());
+    const Ring kv{ring.kBuffer, ring.vBuffer, ring.kFull, ring.kEmpty, ring.vFull, ring.vEmpty};
     if (overlap)
-      overlapSoftmaxWithPv(bodies, highest, lowest, Ring{kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty});
+      overlapSoftmaxWithPv(bodies, highest, lowest, kv);
     else
-      waitEachGemm(bodies, highest, Ring{kBuffer, vBuffer, kFull, kEmpty, vFull, vEmpty});
+      waitEachGemm(bodies, highest, kv);
     // O staging: Q's tile is dead after the last Q·Kᵀ, so O can leave through its shared memory. A persistent block
     // releases Q's slot for the next tile's Q: after its last Q·Kᵀ when O is stored from the registers, after O
     // left through the slot when staged (the next tile's Q then lands after this tile's epilogue). Measured on the
@@ -237,17 +268,7 @@ struct TileRolePipeline : PassWrapper<TileRolePipeline, OperationPass<FuncOp>> {
       for (StoreOp store : consumer.getBody().front().getOps<StoreOp>())
         if (store.getOperand() == Output::O)
           store.getStagingMutable().assign(loadQ.getSlot());
-    if (loopsOverTiles) {
-      // Dynamic: the producer takes each unit and hands it to the consumers through a work queue (its own
-      // full/empty barrier pair, like a one-slot ring); the consumers release it once they have read it.
-      WorkQueueOp queue;
-      if (dynamic) {
-        OpBuilder qb(producer);
-        Type one = BarrierType::get(ctx, 1);
-        queue = WorkQueueOp::create(qb, loc, one, one, qb.getI64IntegerAttr(1));
-      }
-      loopOverWorkTiles(func, {producer, consumer}, qEmpty, highest, lowest, staged, queue);
-    }
+    return staged;
   }
 
   /// Persistent blocks where they measured faster on the H200 (2026-12-01, bench/NOTES.md v17), at head dims up to 128:
@@ -377,7 +398,6 @@ struct TileRolePipeline : PassWrapper<TileRolePipeline, OperationPass<FuncOp>> {
     KvLoopOp first = bodies.front().loop;
     Location loc = first.getLoc();
     MLIRContext *ctx = first.getContext();
-    Type i32 = IntegerType::get(ctx, 32), token = TokenType::get(ctx);
     OpBuilder b(first);
     Value one = arith::ConstantIntOp::create(b, loc, 1, 32);
     Value firstTile = arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, highest, one), lowest);
@@ -389,34 +409,19 @@ struct TileRolePipeline : PassWrapper<TileRolePipeline, OperationPass<FuncOp>> {
         break;
       }
     auto update = *masked->loop.getBody().front().getOps<SoftmaxUpdateOp>().begin();
-    auto pType = cast<RankedTensorType>(update.getP().getType());
-    Type accType = first.getInitAcc().getType();
-    // P before the first tile: never read (P·V(j + 1) runs only where tile j + 1 was the prologue's or a loop's).
-    Value noP = arith::ConstantOp::create(
-        b, loc, pType, DenseElementsAttr::get(pType, ArrayRef<Attribute>{b.getFloatAttr(pType.getElementType(), 0.0)}));
+    const Overlap o{highest,
+                    lowest,
+                    one,
+                    firstTile,
+                    ring,
+                    loc,
+                    IntegerType::get(ctx, 32),
+                    TokenType::get(ctx),
+                    first.getInitStats().getType(),
+                    first.getInitAcc().getType(),
+                    cast<RankedTensorType>(update.getP().getType())};
 
-    // Prologue: the masked body without its P·V.
-    auto prologue = KvLoopOp::create(b, loc, firstTile, highest, first.getInitStats(), first.getInitAcc(),
-                                     ValueRange{noP}, masked->loop.getSegment(), KvOrder::Descending);
-    Type statsType = first.getInitStats().getType();
-    Block *pro = b.createBlock(&prologue.getBody(), {}, {i32, statsType, accType, pType}, {loc, loc, loc, loc});
-    {
-      Block &from = masked->loop.getBody().front();
-      IRMapping map;
-      for (unsigned arg = 0; arg < 3; ++arg) // the tile index, the row statistics, the accumulator
-        map.map(from.getArgument(arg), pro->getArgument(arg));
-      OpBuilder pb(pro, pro->end());
-      PvOp pv = cast<PvOp>(*masked->v->user_begin());
-      for (Operation &op : from.without_terminator())
-        if (&op != masked->v.getOperation() && &op != pv.getOperation())
-          pb.clone(op, map);
-      YieldOp::create(pb, loc,
-                      ValueRange{map.lookup(update.getNewStats()), map.lookup(pv.getAcc()), map.lookup(update.getP())});
-      OpBuilder ib(pro, pro->begin());
-      Value i = ringPosition(ib, loc, highest, pro->getArgument(0), one);
-      readSlot(cast<LoadOp>(map.lookup(masked->k.getResult()).getDefiningOp()), ring.kBuffer, ring.kFull, ring.kEmpty,
-               i);
-    }
+    KvLoopOp prologue = overlapPrologue(b, o, *masked, first, update);
     first.getInitStatsMutable().assign(prologue.getStats());
     first.getInitAccMutable().assign(prologue.getAcc());
 
@@ -424,72 +429,127 @@ struct TileRolePipeline : PassWrapper<TileRolePipeline, OperationPass<FuncOp>> {
     Value carriedP = prologue.getCarriedResults().front();
     KvLoopOp last;
     for (Body &body : bodies) {
-      KvLoopOp loop = body.loop;
-      OpBuilder lb(loop);
-      Value upper = arith::MinSIOp::create(lb, loc, loop.getUpper(), firstTile);
-      Value lower = arith::MinSIOp::create(lb, loc, loop.getLower(), upper);
-      loop.getLowerMutable().assign(lower);
-      loop.getUpperMutable().assign(upper);
-      loop = flashtile::tile::withCarried(loop, ValueRange{carriedP});
-      Block &block = loop.getBody().front();
-      Value j = loop.getTileIndex(), accArg = loop.getAccArg(), pArg = block.getArguments().back();
-      auto qk = cast<QkOp>(*body.k->user_begin());
-      auto pv = cast<PvOp>(*body.v->user_begin());
-      auto upd = *block.getOps<SoftmaxUpdateOp>().begin();
-      auto rescale = *block.getOps<RescaleOp>().begin();
-      auto yield = cast<YieldOp>(block.getTerminator());
-
-      OpBuilder bb(&block, block.begin());
-      Value i = ringPosition(bb, loc, highest, j, one);
-      Value iPrev = arith::SubIOp::create(bb, loc, i, one);
-      Value jPrev = arith::AddIOp::create(bb, loc, j, one);
-      // K(j) and the asynchronous Q·K(j)ᵀ.
-      bb.setInsertionPoint(body.k);
-      BarrierWaitOp::create(bb, loc, ring.kFull, i);
-      body.k.getSlotMutable().assign(SlotOp::create(bb, loc, ring.kBuffer, i).getResult());
-      bb.setInsertionPoint(qk);
-      auto qkAsync = QkOp::create(bb, loc, qk.getS().getType(), token, qk.getQ(), qk.getK());
-      qk.getS().replaceAllUsesWith(qkAsync.getS());
-      qk.erase();
-      // V(j + 1) and the asynchronous P(j + 1)·V(j + 1) into the accumulator the loop received.
-      bb.setInsertionPointAfter(qkAsync);
-      BarrierWaitOp::create(bb, loc, ring.vFull, iPrev);
-      auto vSlot = SlotOp::create(bb, loc, ring.vBuffer, iPrev);
-      body.v->moveAfter(vSlot);
-      body.v.getIndexMutable().assign(jPrev);
-      body.v.getSlotMutable().assign(vSlot.getResult());
-      bb.setInsertionPointAfter(body.v);
-      auto pvAsync = PvOp::create(bb, loc, accType, token, pArg, body.v.getResult(), accArg);
-      // S is needed now; P·V stays in flight through the softmax, which reads the row statistics only.
-      MmaWaitOp::create(bb, loc, ValueRange{qkAsync.getToken()});
-      BarrierArriveOp::create(bb, loc, ring.kEmpty, i);
-      // The rescale touches acc: after P·V completed.
-      bb.setInsertionPoint(rescale);
-      MmaWaitOp::create(bb, loc, ValueRange{pvAsync.getToken()});
-      BarrierArriveOp::create(bb, loc, ring.vEmpty, iPrev);
-      rescale.getAccMutable().assign(pvAsync.getResult());
-      bb.setInsertionPoint(yield);
-      YieldOp::create(bb, loc, ValueRange{upd.getNewStats(), rescale.getResult(), upd.getP()});
-      yield.erase();
-      pv.erase();
-      carriedP = loop.getCarriedResults().back();
-      last = loop;
+      last = overlapSegment(o, body, carriedP);
+      carriedP = last.getCarriedResults().back();
     }
+    overlapEpilogue(o, last, carriedP, bodies.front().v.getType());
+  }
 
-    // Epilogue: P·V of the lowest tile.
+  /// What the steps of overlapSoftmaxWithPv share: the walk's bounds (and its first tile, highest − 1), the ring,
+  /// and the types of a tile's values.
+  struct Overlap {
+    Value highest, lowest, one, firstTile;
+    Ring ring;
+    Location loc;
+    Type i32, token, statsType, accType;
+    RankedTensorType pType;
+  };
+
+  /// The prologue, before `first`: tile highest − 1 alone, the masked body without its P·V, P carried out.
+  KvLoopOp overlapPrologue(OpBuilder &b, const Overlap &o, Body &masked, KvLoopOp first, SoftmaxUpdateOp update) {
+    Location loc = o.loc;
+    RankedTensorType pType = o.pType;
+    // P before the first tile: never read (P·V(j + 1) runs only where tile j + 1 was the prologue's or a loop's).
+    Value noP = arith::ConstantOp::create(
+        b, loc, pType, DenseElementsAttr::get(pType, ArrayRef<Attribute>{b.getFloatAttr(pType.getElementType(), 0.0)}));
+
+    auto prologue = KvLoopOp::create(b, loc, o.firstTile, o.highest, first.getInitStats(), first.getInitAcc(),
+                                     ValueRange{noP}, masked.loop.getSegment(), KvOrder::Descending);
+    Block *pro = b.createBlock(&prologue.getBody(), {}, {o.i32, o.statsType, o.accType, pType}, {loc, loc, loc, loc});
+    Block &from = masked.loop.getBody().front();
+    IRMapping map;
+    for (unsigned arg = 0; arg < 3; ++arg) // the tile index, the row statistics, the accumulator
+      map.map(from.getArgument(arg), pro->getArgument(arg));
+    OpBuilder pb(pro, pro->end());
+    PvOp pv = cast<PvOp>(*masked.v->user_begin());
+    for (Operation &op : from.without_terminator())
+      if (&op != masked.v.getOperation() && &op != pv.getOperation())
+        pb.clone(op, map);
+    YieldOp::create(pb, loc,
+                    ValueRange{map.lookup(update.getNewStats()), map.lookup(pv.getAcc()), map.lookup(update.getP())});
+    OpBuilder ib(pro, pro->begin());
+    Value i = ringPosition(ib, loc, o.highest, pro->getArgument(0), o.one);
+    readSlot(cast<LoadOp>(map.lookup(masked.k.getResult()).getDefiningOp()), o.ring.kBuffer, o.ring.kFull,
+             o.ring.kEmpty, i);
+    return prologue;
+  }
+
+  /// One segment below the prologue's tile, carrying P: wait K full[i]; S = Q·K(j)ᵀ (async); wait V full[i − 1];
+  /// acc += P·V(j + 1) (async); wait S, release K[i]; ... the softmax ...; wait P·V, release V[i − 1]; acc *= alpha;
+  /// carry P(j). Returns the loop, rebuilt with the carried P.
+  KvLoopOp overlapSegment(const Overlap &o, Body &body, Value carriedP) {
+    Location loc = o.loc;
+    const Ring &ring = o.ring;
+    Value one = o.one;
+    KvLoopOp loop = body.loop;
+    OpBuilder lb(loop);
+    Value upper = arith::MinSIOp::create(lb, loc, loop.getUpper(), o.firstTile);
+    Value lower = arith::MinSIOp::create(lb, loc, loop.getLower(), upper);
+    loop.getLowerMutable().assign(lower);
+    loop.getUpperMutable().assign(upper);
+    loop = flashtile::tile::withCarried(loop, ValueRange{carriedP});
+    Block &block = loop.getBody().front();
+    Value j = loop.getTileIndex(), accArg = loop.getAccArg(), pArg = block.getArguments().back();
+    auto qk = cast<QkOp>(*body.k->user_begin());
+    auto pv = cast<PvOp>(*body.v->user_begin());
+    auto upd = *block.getOps<SoftmaxUpdateOp>().begin();
+    auto rescale = *block.getOps<RescaleOp>().begin();
+    auto yield = cast<YieldOp>(block.getTerminator());
+
+    OpBuilder bb(&block, block.begin());
+    Value i = ringPosition(bb, loc, o.highest, j, one);
+    Value iPrev = arith::SubIOp::create(bb, loc, i, one);
+    Value jPrev = arith::AddIOp::create(bb, loc, j, one);
+    // K(j) and the asynchronous Q·K(j)ᵀ.
+    bb.setInsertionPoint(body.k);
+    BarrierWaitOp::create(bb, loc, ring.kFull, i);
+    body.k.getSlotMutable().assign(SlotOp::create(bb, loc, ring.kBuffer, i).getResult());
+    bb.setInsertionPoint(qk);
+    auto qkAsync = QkOp::create(bb, loc, qk.getS().getType(), o.token, qk.getQ(), qk.getK());
+    qk.getS().replaceAllUsesWith(qkAsync.getS());
+    qk.erase();
+    // V(j + 1) and the asynchronous P(j + 1)·V(j + 1) into the accumulator the loop received.
+    bb.setInsertionPointAfter(qkAsync);
+    BarrierWaitOp::create(bb, loc, ring.vFull, iPrev);
+    auto vSlot = SlotOp::create(bb, loc, ring.vBuffer, iPrev);
+    body.v->moveAfter(vSlot);
+    body.v.getIndexMutable().assign(jPrev);
+    body.v.getSlotMutable().assign(vSlot.getResult());
+    bb.setInsertionPointAfter(body.v);
+    auto pvAsync = PvOp::create(bb, loc, o.accType, o.token, pArg, body.v.getResult(), accArg);
+    // S is needed now; P·V stays in flight through the softmax, which reads the row statistics only.
+    MmaWaitOp::create(bb, loc, ValueRange{qkAsync.getToken()});
+    BarrierArriveOp::create(bb, loc, ring.kEmpty, i);
+    // The rescale touches acc: after P·V completed.
+    bb.setInsertionPoint(rescale);
+    MmaWaitOp::create(bb, loc, ValueRange{pvAsync.getToken()});
+    BarrierArriveOp::create(bb, loc, ring.vEmpty, iPrev);
+    rescale.getAccMutable().assign(pvAsync.getResult());
+    bb.setInsertionPoint(yield);
+    YieldOp::create(bb, loc, ValueRange{upd.getNewStats(), rescale.getResult(), upd.getP()});
+    yield.erase();
+    pv.erase();
+    return loop;
+  }
+
+  /// The epilogue, after `last`: P·V of the lowest tile (V of type `vType`), with the P `last` carried out.
+  void overlapEpilogue(const Overlap &o, KvLoopOp last, Value carriedP, Type vType) {
+    Location loc = o.loc;
+    const Ring &ring = o.ring;
     OpBuilder eb(last->getBlock(), std::next(last->getIterator()));
-    Value epilogueEnd = arith::MinSIOp::create(eb, loc, arith::AddIOp::create(eb, loc, lowest, one), highest);
-    auto epilogue = KvLoopOp::create(eb, loc, lowest, epilogueEnd, last.getStats(), last.getAcc(), ValueRange{carriedP},
-                                     last.getSegment(), KvOrder::Descending);
+    Value epilogueEnd = arith::MinSIOp::create(eb, loc, arith::AddIOp::create(eb, loc, o.lowest, o.one), o.highest);
+    auto epilogue = KvLoopOp::create(eb, loc, o.lowest, epilogueEnd, last.getStats(), last.getAcc(),
+                                     ValueRange{carriedP}, last.getSegment(), KvOrder::Descending);
     last.getStats().replaceAllUsesExcept(epilogue.getStats(), epilogue);
     last.getAcc().replaceAllUsesExcept(epilogue.getAcc(), epilogue);
-    Block *epi = eb.createBlock(&epilogue.getBody(), {}, {i32, statsType, accType, pType}, {loc, loc, loc, loc});
+    Block *epi =
+        eb.createBlock(&epilogue.getBody(), {}, {o.i32, o.statsType, o.accType, o.pType}, {loc, loc, loc, loc});
     OpBuilder xb(epi, epi->end());
-    Value i = ringPosition(xb, loc, highest, epi->getArgument(0), one);
+    Value i = ringPosition(xb, loc, o.highest, epi->getArgument(0), o.one);
     BarrierWaitOp::create(xb, loc, ring.vFull, i);
     Value slot = SlotOp::create(xb, loc, ring.vBuffer, i).getResult();
-    auto vLoad = LoadOp::create(xb, loc, bodies.front().v.getType(), Operand::V, epi->getArgument(0), slot, Value());
-    auto pvAsync = PvOp::create(xb, loc, accType, token, epilogue.getCarriedArgs().front(), vLoad.getResult(),
+    auto vLoad = LoadOp::create(xb, loc, vType, Operand::V, epi->getArgument(0), slot, Value());
+    auto pvAsync = PvOp::create(xb, loc, o.accType, o.token, epilogue.getCarriedArgs().front(), vLoad.getResult(),
                                 epilogue.getAccArg());
     MmaWaitOp::create(xb, loc, ValueRange{pvAsync.getToken()});
     BarrierArriveOp::create(xb, loc, ring.vEmpty, i);

@@ -401,6 +401,180 @@ std::string LaunchPlan::serialize() const {
   return text;
 }
 
+namespace {
+
+using PlanFields = std::map<std::string, std::string, std::less<>>;
+
+/// A `0` or `1` field into `target`, where present.
+Status takeFlag(PlanFields &fields, const std::string &key, bool &target) {
+  if (std::optional<std::string> flag = take(fields, key)) {
+    if (*flag != "0" && *flag != "1")
+      return planError(key, "'" + *flag + "' is not 0 or 1");
+    target = *flag == "1";
+  }
+  return Status();
+}
+
+/// `<p>grid`: three rules separated by ';'.
+Status parseGrid(PlanFields &fields, const std::string &p, PlanLaunch &launch) {
+  std::optional<std::string> grid = take(fields, p + "grid");
+  if (!grid)
+    return planError(p + "grid", "missing");
+  std::vector<std::string> dims = splitTop(*grid, ';');
+  if (dims.size() != 3)
+    return planError(p + "grid", "'" + *grid + "' is not three rules separated by ';'");
+  for (size_t d = 0; d < 3; ++d) {
+    StatusOr<PlanExpr> rule = parseRule(p + "grid", dims[d]);
+    if (!rule.ok())
+      return rule.status();
+    launch.grid[d] = *rule;
+  }
+  return Status();
+}
+
+/// `<p>cluster`, where present: XxYxZ.
+Status parseCluster(PlanFields &fields, const std::string &p, PlanLaunch &launch) {
+  if (std::optional<std::string> cluster = take(fields, p + "cluster")) {
+    std::vector<std::string> dims = splitTop(*cluster, 'x');
+    if (dims.size() != 3)
+      return planError(p + "cluster", "'" + *cluster + "' is not XxYxZ");
+    for (size_t d = 0; d < 3; ++d) {
+      StatusOr<int> parsed = parseIntField(p + "cluster", dims[d]);
+      if (!parsed.ok())
+        return parsed.status();
+      launch.cluster[d] = *parsed;
+    }
+  }
+  return Status();
+}
+
+/// `<p>tensorMaps`, where present: tensor:boxRows:swizzleBytes, separated by ','.
+Status parseTensorMaps(PlanFields &fields, const std::string &p, PlanLaunch &launch) {
+  if (std::optional<std::string> maps = take(fields, p + "tensorMaps"))
+    for (const std::string &item : splitTop(*maps, ',')) {
+      std::vector<std::string> parts = splitTop(item, ':');
+      if (parts.size() != 3)
+        return planError(p + "tensorMaps", "'" + item + "' is not tensor:boxRows:swizzleBytes");
+      PlanTensorMap map{parts[0]};
+      for (auto [text, target] : {std::pair{&parts[1], &map.boxRows}, {&parts[2], &map.swizzleBytes}}) {
+        StatusOr<int> parsed = parseIntField(p + "tensorMaps", *text);
+        if (!parsed.ok())
+          return parsed.status();
+        *target = *parsed;
+      }
+      launch.tensorMaps.push_back(map);
+    }
+  return Status();
+}
+
+/// The fields of the launch whose keys start with `p` (`launch.<i>.`), after its entry, in the order they are
+/// checked: grid, threads, smemBytes, cluster, when, repeat, repeatField, tensorMaps, dependent.
+Status parseLaunch(PlanFields &fields, const std::string &p, PlanLaunch &launch) {
+  if (Status status = parseGrid(fields, p, launch); !status.ok())
+    return status;
+  for (auto [name, target] : {std::pair{"threads", &launch.threads}, {"smemBytes", &launch.smemBytes}}) {
+    std::optional<std::string> value = take(fields, p + name);
+    if (!value)
+      return planError(p + name, "missing");
+    StatusOr<int> parsed = parseIntField(p + name, *value);
+    if (!parsed.ok())
+      return parsed.status();
+    *target = *parsed;
+  }
+  if (Status status = parseCluster(fields, p, launch); !status.ok())
+    return status;
+  for (auto [name, target] : {std::pair{"when", &launch.when}, {"repeat", &launch.repeat}})
+    if (std::optional<std::string> text = take(fields, p + name)) {
+      StatusOr<PlanExpr> rule = parseRule(p + name, *text);
+      if (!rule.ok())
+        return rule.status();
+      *target = *rule;
+    }
+  if (std::optional<std::string> field = take(fields, p + "repeatField"))
+    launch.repeatField = *field;
+  if (Status status = parseTensorMaps(fields, p, launch); !status.ok())
+    return status;
+  return takeFlag(fields, p + "dependent", launch.dependent);
+}
+
+/// The fields of the workspace whose keys start with `p` (`workspace.<i>.`), after its name: bytes, when, zeroed,
+/// errorRecord, bind.
+Status parseWorkspace(PlanFields &fields, const std::string &p, PlanWorkspace &workspace) {
+  std::optional<std::string> bytes = take(fields, p + "bytes");
+  if (!bytes)
+    return planError(p + "bytes", "missing");
+  StatusOr<PlanExpr> size = parseRule(p + "bytes", *bytes);
+  if (!size.ok())
+    return size.status();
+  workspace.bytes = *size;
+  if (std::optional<std::string> text = take(fields, p + "when")) {
+    StatusOr<PlanExpr> rule = parseRule(p + "when", *text);
+    if (!rule.ok())
+      return rule.status();
+    workspace.when = *rule;
+  }
+  if (Status status = takeFlag(fields, p + "zeroed", workspace.zeroed); !status.ok())
+    return status;
+  if (Status status = takeFlag(fields, p + "errorRecord", workspace.errorRecord); !status.ok())
+    return status;
+  std::optional<std::string> bind = take(fields, p + "bind");
+  if (!bind)
+    return planError(p + "bind", "missing");
+  for (const std::string &item : splitTop(*bind, ';')) {
+    size_t at = item.find('@');
+    if (at == std::string::npos)
+      return planError(p + "bind", "'" + item + "' is not field@offset");
+    StatusOr<PlanExpr> offset = parseRule(p + "bind", item.substr(at + 1));
+    if (!offset.ok())
+      return offset.status();
+    workspace.bind.emplace_back(item.substr(0, at), *offset);
+  }
+  return Status();
+}
+
+/// Every `set.<field>` rule, in the fields' (name) order.
+Status parseSetRules(PlanFields &fields, std::vector<std::pair<std::string, PlanExpr>> &set) {
+  for (auto it = fields.begin(); it != fields.end();) {
+    if (it->first.rfind("set.", 0) != 0) {
+      ++it;
+      continue;
+    }
+    StatusOr<PlanExpr> rule = parseRule(it->first, it->second);
+    if (!rule.ok())
+      return rule.status();
+    set.emplace_back(it->first.substr(4), *rule);
+    it = fields.erase(it);
+  }
+  return Status();
+}
+
+/// `splits.blocks`, `splits.kvTiles` and `splits.occupancyOf`: all three or none.
+Status parseSplits(PlanFields &fields, std::optional<PlanSplits> &splits) {
+  std::optional<std::string> blocks = take(fields, "splits.blocks");
+  std::optional<std::string> kvTiles = take(fields, "splits.kvTiles");
+  std::optional<std::string> occupancyOf = take(fields, "splits.occupancyOf");
+  if (!blocks && !kvTiles && !occupancyOf)
+    return Status();
+  if (!blocks || !kvTiles || !occupancyOf)
+    return planError("splits", "needs blocks, kvTiles and occupancyOf together");
+  PlanSplits rule;
+  StatusOr<PlanExpr> b = parseRule("splits.blocks", *blocks), k = parseRule("splits.kvTiles", *kvTiles);
+  if (!b.ok())
+    return b.status();
+  if (!k.ok())
+    return k.status();
+  StatusOr<int> index = parseIntField("splits.occupancyOf", *occupancyOf);
+  if (!index.ok())
+    return index.status();
+  rule.blocks = *b;
+  rule.kvTiles = *k;
+  rule.occupancyOf = *index;
+  splits = rule;
+  return Status();
+}
+
+} // namespace
+
 StatusOr<LaunchPlan> LaunchPlan::parse(std::map<std::string, std::string, std::less<>> &fields) {
   LaunchPlan plan;
   for (size_t i = 0;; ++i) {
@@ -410,66 +584,8 @@ StatusOr<LaunchPlan> LaunchPlan::parse(std::map<std::string, std::string, std::l
       break;
     PlanLaunch launch;
     launch.entry = *entry;
-    std::optional<std::string> grid = take(fields, p + "grid");
-    if (!grid)
-      return planError(p + "grid", "missing");
-    std::vector<std::string> dims = splitTop(*grid, ';');
-    if (dims.size() != 3)
-      return planError(p + "grid", "'" + *grid + "' is not three rules separated by ';'");
-    for (size_t d = 0; d < 3; ++d) {
-      StatusOr<PlanExpr> rule = parseRule(p + "grid", dims[d]);
-      if (!rule.ok())
-        return rule.status();
-      launch.grid[d] = *rule;
-    }
-    for (auto [name, target] : {std::pair{"threads", &launch.threads}, {"smemBytes", &launch.smemBytes}}) {
-      std::optional<std::string> value = take(fields, p + name);
-      if (!value)
-        return planError(p + name, "missing");
-      StatusOr<int> parsed = parseIntField(p + name, *value);
-      if (!parsed.ok())
-        return parsed.status();
-      *target = *parsed;
-    }
-    if (std::optional<std::string> cluster = take(fields, p + "cluster")) {
-      std::vector<std::string> dims = splitTop(*cluster, 'x');
-      if (dims.size() != 3)
-        return planError(p + "cluster", "'" + *cluster + "' is not XxYxZ");
-      for (size_t d = 0; d < 3; ++d) {
-        StatusOr<int> parsed = parseIntField(p + "cluster", dims[d]);
-        if (!parsed.ok())
-          return parsed.status();
-        launch.cluster[d] = *parsed;
-      }
-    }
-    for (auto [name, target] : {std::pair{"when", &launch.when}, {"repeat", &launch.repeat}})
-      if (std::optional<std::string> text = take(fields, p + name)) {
-        StatusOr<PlanExpr> rule = parseRule(p + name, *text);
-        if (!rule.ok())
-          return rule.status();
-        *target = *rule;
-      }
-    if (std::optional<std::string> field = take(fields, p + "repeatField"))
-      launch.repeatField = *field;
-    if (std::optional<std::string> maps = take(fields, p + "tensorMaps"))
-      for (const std::string &item : splitTop(*maps, ',')) {
-        std::vector<std::string> parts = splitTop(item, ':');
-        if (parts.size() != 3)
-          return planError(p + "tensorMaps", "'" + item + "' is not tensor:boxRows:swizzleBytes");
-        PlanTensorMap map{parts[0]};
-        for (auto [text, target] : {std::pair{&parts[1], &map.boxRows}, {&parts[2], &map.swizzleBytes}}) {
-          StatusOr<int> parsed = parseIntField(p + "tensorMaps", *text);
-          if (!parsed.ok())
-            return parsed.status();
-          *target = *parsed;
-        }
-        launch.tensorMaps.push_back(map);
-      }
-    if (std::optional<std::string> dependent = take(fields, p + "dependent")) {
-      if (*dependent != "0" && *dependent != "1")
-        return planError(p + "dependent", "'" + *dependent + "' is not 0 or 1");
-      launch.dependent = *dependent == "1";
-    }
+    if (Status status = parseLaunch(fields, p, launch); !status.ok())
+      return status;
     plan.launches.push_back(std::move(launch));
   }
   for (size_t i = 0;; ++i) {
@@ -479,74 +595,14 @@ StatusOr<LaunchPlan> LaunchPlan::parse(std::map<std::string, std::string, std::l
       break;
     PlanWorkspace workspace;
     workspace.name = *name;
-    std::optional<std::string> bytes = take(fields, p + "bytes");
-    if (!bytes)
-      return planError(p + "bytes", "missing");
-    StatusOr<PlanExpr> size = parseRule(p + "bytes", *bytes);
-    if (!size.ok())
-      return size.status();
-    workspace.bytes = *size;
-    if (std::optional<std::string> text = take(fields, p + "when")) {
-      StatusOr<PlanExpr> rule = parseRule(p + "when", *text);
-      if (!rule.ok())
-        return rule.status();
-      workspace.when = *rule;
-    }
-    if (std::optional<std::string> zeroed = take(fields, p + "zeroed")) {
-      if (*zeroed != "0" && *zeroed != "1")
-        return planError(p + "zeroed", "'" + *zeroed + "' is not 0 or 1");
-      workspace.zeroed = *zeroed == "1";
-    }
-    if (std::optional<std::string> record = take(fields, p + "errorRecord")) {
-      if (*record != "0" && *record != "1")
-        return planError(p + "errorRecord", "'" + *record + "' is not 0 or 1");
-      workspace.errorRecord = *record == "1";
-    }
-    std::optional<std::string> bind = take(fields, p + "bind");
-    if (!bind)
-      return planError(p + "bind", "missing");
-    for (const std::string &item : splitTop(*bind, ';')) {
-      size_t at = item.find('@');
-      if (at == std::string::npos)
-        return planError(p + "bind", "'" + item + "' is not field@offset");
-      StatusOr<PlanExpr> offset = parseRule(p + "bind", item.substr(at + 1));
-      if (!offset.ok())
-        return offset.status();
-      workspace.bind.emplace_back(item.substr(0, at), *offset);
-    }
+    if (Status status = parseWorkspace(fields, p, workspace); !status.ok())
+      return status;
     plan.workspaces.push_back(std::move(workspace));
   }
-  for (auto it = fields.begin(); it != fields.end();) {
-    if (it->first.rfind("set.", 0) != 0) {
-      ++it;
-      continue;
-    }
-    StatusOr<PlanExpr> rule = parseRule(it->first, it->second);
-    if (!rule.ok())
-      return rule.status();
-    plan.set.emplace_back(it->first.substr(4), *rule);
-    it = fields.erase(it);
-  }
-  std::optional<std::string> blocks = take(fields, "splits.blocks");
-  std::optional<std::string> kvTiles = take(fields, "splits.kvTiles");
-  std::optional<std::string> occupancyOf = take(fields, "splits.occupancyOf");
-  if (blocks || kvTiles || occupancyOf) {
-    if (!blocks || !kvTiles || !occupancyOf)
-      return planError("splits", "needs blocks, kvTiles and occupancyOf together");
-    PlanSplits rule;
-    StatusOr<PlanExpr> b = parseRule("splits.blocks", *blocks), k = parseRule("splits.kvTiles", *kvTiles);
-    if (!b.ok())
-      return b.status();
-    if (!k.ok())
-      return k.status();
-    StatusOr<int> index = parseIntField("splits.occupancyOf", *occupancyOf);
-    if (!index.ok())
-      return index.status();
-    rule.blocks = *b;
-    rule.kvTiles = *k;
-    rule.occupancyOf = *index;
-    plan.splits = rule;
-  }
+  if (Status status = parseSetRules(fields, plan.set); !status.ok())
+    return status;
+  if (Status status = parseSplits(fields, plan.splits); !status.ok())
+    return status;
   return plan;
 }
 

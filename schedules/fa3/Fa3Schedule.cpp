@@ -198,10 +198,6 @@ public:
   /// over 192 or 256 columns of dK and dV pass the registers). The knobs that shape the forward's roles have no
   /// meaning here and are refused by name.
   FailureOr<ScheduleAttr> configureBackward(FuncOp func, const schedule::Knobs &knobs) const {
-    auto refuse = [&](const char *name, int64_t value, const std::string &accepted) {
-      return func.emitOpError() << "fa3 backward: " << name << " = " << value << " is not supported; accepted: "
-                                << accepted;
-    };
     for (const char *roleKnob : {kPingpong, kPersistent, kStageO, kScheduler, kRescaleThreshold, kExp2PolyShare})
       if (knobs.count(roleKnob))
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
@@ -211,7 +207,34 @@ public:
                                      "producer-regs and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
-        return refuse(name, value, "64, 96, 128, 192 or 256; the fa2 backward serves the others");
+        return refuseBackward(func, name, value, "64, 96, 128, 192 or 256; the fa2 backward serves the others");
+    FailureOr<BackwardLayout> layout = backwardLayout(func, knobs);
+    if (failed(layout) || failed(configureBackwardRoles(func, knobs, *layout)) ||
+        failed(configureBackwardOverlap(func, knobs, *layout)))
+      return failure();
+    return ScheduleAttr::get(func.getContext(), kName, layout->blockM, layout->blockN,
+                             kWarpgroupWarps * layout->consumers, WarpLayout::SplitQ, kBackwardBlock / kWarpgroupWarps,
+                             layout->stages, /*rescaleThreshold=*/0,
+                             /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, ShapeClass::Default);
+  }
+
+  /// The backward's error for a knob (or head dim) `name` of `value`, with what is `accepted`.
+  static InFlightDiagnostic refuseBackward(FuncOp func, const char *name, int64_t value, const std::string &accepted) {
+    return func.emitOpError() << "fa3 backward: " << name << " = " << value
+                              << " is not supported; accepted: " << accepted;
+  }
+
+  /// The backward's block: its computing warpgroups and tile, and how the warpgroups share it.
+  struct BackwardLayout {
+    int64_t headDim;   // the larger of head_dim and head_dim_v
+    bool wide;         // above head dim 128: the column split
+    int64_t consumers; // computing warpgroups
+    int64_t blockN, blockM, stages;
+    bool keySplit; // the warpgroups split the tile's keys (tile.key_warps)
+  };
+
+  /// The layout (configureBackward's comment), checked against the knobs; the key split is marked on `func`.
+  static FailureOr<BackwardLayout> backwardLayout(FuncOp func, const schedule::Knobs &knobs) {
     const int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
     // Above 128 a warpgroup's 64 keys of dK and dV over the whole head dim pass the registers: the column split.
     const bool wide = headDim > 128;
@@ -223,46 +246,58 @@ public:
     if (consumers < 1 || consumers > kBackwardWarpgroups) {
       // Without consumer-warpgroups the count came from block-n: the error names the knob the caller gave.
       if (!knobs.count(kConsumerWarpgroups))
-        return refuse(kBlockN, knobs.at(kBlockN),
-                      std::to_string(kBackwardBlock) + " or " + std::to_string(kBackwardBlock * kBackwardWarpgroups) +
-                          " (" + std::to_string(kBackwardBlock) + " keys a computing warpgroup, at most " +
-                          std::to_string(kBackwardWarpgroups) + " warpgroups)");
-      return refuse(kConsumerWarpgroups, consumers, "1 or 2 (computing warpgroups a block)");
+        return refuseBackward(func, kBlockN, knobs.at(kBlockN),
+                              std::to_string(kBackwardBlock) + " or " +
+                                  std::to_string(kBackwardBlock * kBackwardWarpgroups) + " (" +
+                                  std::to_string(kBackwardBlock) + " keys a computing warpgroup, at most " +
+                                  std::to_string(kBackwardWarpgroups) + " warpgroups)");
+      return refuseBackward(func, kConsumerWarpgroups, consumers, "1 or 2 (computing warpgroups a block)");
     }
     if (wide && consumers != kBackwardWarpgroups)
-      return refuse(kConsumerWarpgroups, consumers,
-                    std::to_string(kBackwardWarpgroups) + " at head dim " + std::to_string(headDim) +
-                        " (dK's and dV's columns split over the warpgroups)");
+      return refuseBackward(func, kConsumerWarpgroups, consumers,
+                            std::to_string(kBackwardWarpgroups) + " at head dim " + std::to_string(headDim) +
+                                " (dK's and dV's columns split over the warpgroups)");
     const int64_t keys = kBackwardBlock * consumers;
     const int64_t blockN = knob(knobs, kBlockN, wide ? kBackwardBlock : keys);
     const int64_t blockM = knob(knobs, kBlockM, headDim <= 64 ? keys : kBackwardBlock);
     const int64_t stages = knob(knobs, kStages, 2);
     if (wide && (blockN != kBackwardBlock || blockM != kBackwardBlock))
       return blockN != kBackwardBlock
-                 ? refuse(kBlockN, blockN, std::to_string(kBackwardBlock) + " at head dim " + std::to_string(headDim) +
-                                               " (every warpgroup the tile's m64 keys of dK and dV, its columns)")
-                 : refuse(kBlockM, blockM, std::to_string(kBackwardBlock) + " at head dim " + std::to_string(headDim));
+                 ? refuseBackward(func, kBlockN, blockN,
+                                  std::to_string(kBackwardBlock) + " at head dim " + std::to_string(headDim) +
+                                      " (every warpgroup the tile's m64 keys of dK and dV, its columns)")
+                 : refuseBackward(func, kBlockM, blockM,
+                                  std::to_string(kBackwardBlock) + " at head dim " + std::to_string(headDim));
     if (!wide && blockN != keys)
-      return refuse(kBlockN, blockN, std::to_string(keys) + " with " + std::to_string(consumers) +
-                                         " consumer warpgroup(s) (each warpgroup's m64 keys of dK and dV)");
+      return refuseBackward(func, kBlockN, blockN,
+                            std::to_string(keys) + " with " + std::to_string(consumers) +
+                                " consumer warpgroup(s) (each warpgroup's m64 keys of dK and dV)");
     const bool keySplit = consumers > 1 && blockM == kBackwardBlock;
     if (!wide && blockM != keys && !keySplit)
-      return refuse(kBlockM, blockM, consumers == 1 ? std::string("64 (one warpgroup's m64 rows)")
-                                                    : std::to_string(keys) + " (split-Q: a warpgroup's m64 query "
-                                                      "rows) or 64 (the warpgroups split the keys)");
+      return refuseBackward(func, kBlockM, blockM,
+                            consumers == 1 ? std::string("64 (one warpgroup's m64 rows)")
+                                           : std::to_string(keys) + " (split-Q: a warpgroup's m64 query "
+                                                                    "rows) or 64 (the warpgroups split the keys)");
     if (stages != 2)
-      return refuse(kStages, stages, "2 (Q-tile buffers: each Q tile copied one tile ahead)");
+      return refuseBackward(func, kStages, stages, "2 (Q-tile buffers: each Q tile copied one tile ahead)");
     if (keySplit)
       func->setAttr(kKeyWarpsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), consumers));
+    return BackwardLayout{headDim, wide, consumers, blockN, blockM, stages, keySplit};
+  }
+
+  /// The main program's roles, as attributes of `func`: swap-sdp, dq-writer and load-warp (with the registers
+  /// setmaxnreg moves between them), dq-swizzle and dq-writer-warps.
+  static LogicalResult configureBackwardRoles(FuncOp func, const schedule::Knobs &knobs, const BackwardLayout &layout) {
+    const int64_t consumers = layout.consumers, headDim = layout.headDim;
     // swap-sdp: S and dP transposed (FA3's SdP_swapAB at head dims up to 128): each warpgroup's 64 keys on wgmma's M,
     // the Q tile's rows on N, so that Pᵀ and dSᵀ are the register A operands of dV's and dK's GEMMs.
     // Measured on the H100 (bench/NOTES.md v34): 2-11% slower than without at head dims 96 and 128 (64-row Q tiles),
     // so off by default.
     const int64_t swap = knob(knobs, kSwapSdp, 0);
-    if (swap && (!keySplit || wide))
-      return refuse(kSwapSdp, swap,
-                    "0 here; 1 needs the warpgroups to split the keys (two consumer warpgroups, block-m 64, block-n "
-                    "128: head dims 96 and 128)");
+    if (swap && (!layout.keySplit || layout.wide))
+      return refuseBackward(func, kSwapSdp, swap,
+                            "0 here; 1 needs the warpgroups to split the keys (two consumer warpgroups, block-m 64, "
+                            "block-n 128: head dims 96 and 128)");
     if (swap)
       func->setAttr(kSwapScoresAttr, UnitAttr::get(func.getContext()));
     // dq-writer: the main program's roles, FA3's: the computing warpgroups leave each Q tile's dQ terms in shared
@@ -281,7 +316,7 @@ public:
     if (writer || loader) {
       for (auto [name, value] : {std::pair{kProducerRegs, regs.producer}, {kConsumerRegs, regs.consumer}})
         if (value % 8 != 0)
-          return refuse(name, value, "a multiple of 8 (setmaxnreg)");
+          return refuseBackward(func, name, value, "a multiple of 8 (setmaxnreg)");
       if (int64_t total = kWarpgroupWarps * 32 * (regs.producer + consumers * regs.consumer); total > 65536)
         return func.emitOpError() << "fa3 backward: the roles ask for " << total << " registers (producer-regs "
                                   << regs.producer << ", consumer-regs " << regs.consumer << " x " << consumers
@@ -297,20 +332,27 @@ public:
     // (its stores spread over the banks by the permutation) and a tile is one contiguous bulk reduce-add.
     const int64_t swizzle = knob(knobs, kDqSwizzle, 0);
     if (swizzle && !writer)
-      return refuse(kDqSwizzle, swizzle, "0 here; 1 needs dq-writer 1 (the computing warps' red.global.add writes "
-                                         "dq_accum's rows in order)");
+      return refuseBackward(func, kDqSwizzle, swizzle,
+                            "0 here; 1 needs dq-writer 1 (the computing warps' red.global.add writes "
+                            "dq_accum's rows in order)");
     if (swizzle)
       func->setAttr(kDqSwizzleAttr, UnitAttr::get(func.getContext()));
     const bool paddedRows = !swizzle && headDim >= 96 && headDim < 256;
     const int64_t writerWarps = knob(knobs, kDqWriterWarps, writer && paddedRows ? 3 : 1);
     if (writerWarps > 1 && (!writer || !paddedRows))
-      return refuse(kDqWriterWarps, writerWarps,
-                    "1 here; 2 or 3 need dq-writer 1 at head dims 96 to 192 without dq-swizzle (one bulk reduce-add a "
-                    "padded row)");
+      return refuseBackward(func, kDqWriterWarps, writerWarps,
+                            "1 here; 2 or 3 need dq-writer 1 at head dims 96 to 192 without dq-swizzle (one bulk "
+                            "reduce-add a padded row)");
     if (writerWarps > 1)
       func->setAttr(kDqWriterWarpsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), writerWarps));
     if (loader)
       func->setAttr(kLoadWarpAttr, UnitAttr::get(func.getContext()));
+    return success();
+  }
+
+  /// The order of a Q tile's GEMMs, as attributes of `func`: intra-wg-overlap and early-dv.
+  static LogicalResult configureBackwardOverlap(FuncOp func, const schedule::Knobs &knobs,
+                                                const BackwardLayout &layout) {
     // intra-wg-overlap: a Q tile's GEMMs in flight together, each waited on where its result is first read (S's
     // softmax under dP; dQ's reductions under dV and dK); 0: each waited on when issued.
     const bool overlap = knob(knobs, kOverlap, kBackwardOverlap) != 0;
@@ -319,15 +361,13 @@ public:
     // early-dv: dV's GEMM issued once P is staged, under dS's math (its operands are the warpgroup's own keys: the key
     // split), instead of after dQ's product with dK's.
     const int64_t early = knob(knobs, kEarlyDv, 0);
-    if (early && (!keySplit || wide || !overlap))
-      return refuse(kEarlyDv, early,
-                    "0 here; 1 needs the warpgroups to split the keys (two consumer warpgroups, block-m 64, block-n "
-                    "128: head dims 96 and 128) and intra-wg-overlap 1");
+    if (early && (!layout.keySplit || layout.wide || !overlap))
+      return refuseBackward(func, kEarlyDv, early,
+                            "0 here; 1 needs the warpgroups to split the keys (two consumer warpgroups, block-m 64, "
+                            "block-n 128: head dims 96 and 128) and intra-wg-overlap 1");
     if (early)
       func->setAttr(kEarlyDvAttr, UnitAttr::get(func.getContext()));
-    return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, kWarpgroupWarps * consumers,
-                             WarpLayout::SplitQ, kBackwardBlock / kWarpgroupWarps, stages, /*rescaleThreshold=*/0,
-                             /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, ShapeClass::Default);
+    return success();
   }
 
   bool walkDescending() const override { return true; }
