@@ -38,6 +38,9 @@ mlir::FailureOr<EmittedKernel> emitBackwardCuda(mlir::ModuleOp module);
 /// The instruction family `func` is lowered to, after the checks of a printable program (scheduled, lowered, names
 /// that are identifiers; `pipelined`: its copies are IR).
 mlir::FailureOr<const TargetFamily *> familyOf(flashtile::tile::FuncOp func, bool pipelined);
+/// familyOf(func, true), and the register tiles used in place as the forward printer needs them (each state, score
+/// and probability value read once): the family a forward program is printed by.
+mlir::FailureOr<const TargetFamily *> printableFamily(flashtile::tile::FuncOp func);
 /// The variant's hook regions of `func` (score_mod, mask, score_grad, sinks) as __device__ functions in `out`,
 /// identical regions sharing one; the function printed for each hook op.
 mlir::FailureOr<llvm::DenseMap<mlir::Operation *, std::string>>
