@@ -266,14 +266,9 @@ LogicalResult BackwardPrinter::printTileCopies(QLoopOp loop, const std::string &
   return success();
 }
 
-LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
-  if (!loop.isBounded())
-    return loop.emitOpError() << "is not bounded; run tile-bound-q-loop before emitting CUDA";
-  FailureOr<CExpr> lo = scalars.expr(loop.getLower(), loop), hi = scalars.expr(loop.getUpper(), loop);
-  if (failed(lo) || failed(hi))
-    return failure();
-  // The loop updates its accumulators in place: one carried twice (CSE merges dK's and dV's tile.zero_acc) gets
-  // registers of its own for its second place.
+/// The loop updates its accumulators in place: one carried twice (CSE merges dK's and dV's tile.zero_acc) gets
+/// registers of its own for its second place.
+LogicalResult BackwardPrinter::bindCarriedAccumulators(QLoopOp loop) {
   llvm::StringSet<> carried;
   for (auto [arg, init, result] : llvm::zip(loop.getAccArgs(), loop.getInits(), loop.getResults())) {
     FailureOr<std::string> acc = regs(init, loop);
@@ -295,6 +290,17 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
     registers[arg] = name;
     registers[result] = name;
   }
+  return success();
+}
+
+LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
+  if (!loop.isBounded())
+    return loop.emitOpError() << "is not bounded; run tile-bound-q-loop before emitting CUDA";
+  FailureOr<CExpr> lo = scalars.expr(loop.getLower(), loop), hi = scalars.expr(loop.getUpper(), loop);
+  if (failed(lo) || failed(hi))
+    return failure();
+  if (failed(bindCarriedAccumulators(loop)))
+    return failure();
   if (walkSegments.empty())
     printSkippedTurns(lo->text);
   walkSegments.push_back({lo->text, hi->text});

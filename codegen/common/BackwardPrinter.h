@@ -123,6 +123,7 @@ private:
   LogicalResult printDotTn(DotTnOp dot);
   LogicalResult printAccumulate(AccumulateOp acc);
   LogicalResult printQLoop(QLoopOp loop);
+  LogicalResult bindCarriedAccumulators(QLoopOp loop);
   LogicalResult printLoad(LoadOp load);
   LogicalResult printStore(StoreOp store);
   /// Input gradients (tile.input_grad, tile.sink_grad): each read's fp32 share of this thread, in a register
