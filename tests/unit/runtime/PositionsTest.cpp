@@ -210,23 +210,8 @@ struct FakeCompiler {
     return [this](const KernelSpec &spec) -> StatusOr<CachedKernel> {
       asked.push_back(spec);
       const bool backward = spec.kind == kBackwardKind;
-      const std::string entry =
-          "flashtile_" + spec.schedule + "_" + spec.variant + (spec.positions ? "_pos" : "") + (backward ? "_bwd" : "");
-      CachedKernel kernel = test::fakeKernel(spec.schedule);
-      KernelInfo &info = kernel.info = stand_in::forSpec(kernel.info, spec);
-      info.entry = entry;
-      info.plan = codegen::planLaunches(test::mainFacts(info, 128, 65536));
-      std::vector<std::string> entries = {entry};
-      if (backward) {
-        PlanLaunch pre = info.plan.launches[0], post = pre;
-        pre.entry = entry + "_pre";
-        post.entry = entry + "_post";
-        info.plan.launches.insert(info.plan.launches.begin(), pre);
-        info.plan.launches.push_back(post);
-        entries = {pre.entry, entry, post.entry};
-      }
-      kernel.cubin = test::fakeCubin(90, entries);
-      return kernel;
+      return stand_in::moduleFor(spec, "flashtile_" + spec.schedule + "_" + spec.variant +
+                                           (spec.positions ? "_pos" : "") + (backward ? "_bwd" : ""));
     };
   }
 };

@@ -60,24 +60,9 @@ struct FakeCompiler {
       const bool backward = spec.kind == kBackwardKind;
       if (backward && spec.schedule != "fa2")
         return Status::error("schedule " + spec.schedule + " has no backward program");
-      const std::string entry = "flashtile_" + spec.schedule + "_" + spec.variant + "_d" +
-                                std::to_string(spec.headDim) + (backward ? "_bwd" : "");
-      CachedKernel kernel = test::fakeKernel(spec.schedule);
-      KernelInfo &info = kernel.info = stand_in::forSpec(kernel.info, spec);
-      info.entry = entry;
-      info.plan = codegen::planLaunches(test::mainFacts(info, 128, 65536));
-      std::vector<std::string> entries = {entry};
-      if (backward) {
-        // preprocess, main, postprocess: the main kernel's launch with two more around it.
-        PlanLaunch pre = info.plan.launches[0], post = pre;
-        pre.entry = entry + "_pre";
-        post.entry = entry + "_post";
-        info.plan.launches.insert(info.plan.launches.begin(), pre);
-        info.plan.launches.push_back(post);
-        entries = {pre.entry, entry, post.entry};
-      }
-      kernel.cubin = test::fakeCubin(90, entries);
-      return kernel;
+      // A backward's plan: preprocess, main, postprocess (stand_in::moduleFor).
+      return stand_in::moduleFor(spec, "flashtile_" + spec.schedule + "_" + spec.variant + "_d" +
+                                           std::to_string(spec.headDim) + (backward ? "_bwd" : ""));
     };
   }
   int askedFor(const std::string &what) const { return static_cast<int>(std::count(asked.begin(), asked.end(), what)); }

@@ -6,6 +6,7 @@
 #ifndef FLASHTILE_TESTS_UNIT_RUNTIME_STANDINDRIVER_H
 #define FLASHTILE_TESTS_UNIT_RUNTIME_STANDINDRIVER_H
 
+#include "TestUtil.h"
 #include "tests/common/StandInDevice.h"
 
 #include "flashtile/runtime/CudaDriver.h"
@@ -246,6 +247,27 @@ inline KernelInfo forSpec(KernelInfo info, const KernelSpec &spec) {
   info.rotary = spec.rotary;
   info.positions = spec.positions;
   return info;
+}
+
+/// A stand-in JIT's module for `spec` whose main kernel is `entry`: test::fakeKernel's fields with the spec's
+/// (forSpec), a plan of one launch, or for the backward three (preprocess "<entry>_pre", main, postprocess
+/// "<entry>_post"), and a cubin that defines them.
+inline CachedKernel moduleFor(const KernelSpec &spec, const std::string &entry) {
+  CachedKernel kernel = test::fakeKernel(spec.schedule);
+  KernelInfo &info = kernel.info = forSpec(kernel.info, spec);
+  info.entry = entry;
+  info.plan = codegen::planLaunches(test::mainFacts(info, 128, 65536));
+  std::vector<std::string> entries = {entry};
+  if (spec.kind == kBackwardKind) {
+    PlanLaunch pre = info.plan.launches[0], post = pre;
+    pre.entry = entry + "_pre";
+    post.entry = entry + "_post";
+    info.plan.launches.insert(info.plan.launches.begin(), pre);
+    info.plan.launches.push_back(post);
+    entries = {pre.entry, entry, post.entry};
+  }
+  kernel.cubin = test::fakeCubin(90, entries);
+  return kernel;
 }
 
 } // namespace flashtile::stand_in
