@@ -6,7 +6,8 @@
 // rounding, LSE within 1e-4). Checked unscheduled and FA2-scheduled (64-row Q tiles, 32-key K/V tiles: the tile walk
 // skips what the rules exclude) for causal, a sliding window, ALiBi, a document mask and a user score_mod that reads
 // positions and sizes. The same blocks run without offsets must differ (the check can fail), and a causal block
-// above the diagonal loads no K/V tile.
+// above the diagonal loads no K/V tile. The backward likewise: each block's dQ, dK and dV from the whole problem's O
+// and LSE rows, summed over the other chunks, equal the whole problem's gradients (within bf16's rounding).
 //===----------------------------------------------------------------------===//
 #include "AttentionReference.h"
 #include "TestSupport.h"
@@ -14,6 +15,7 @@
 #include "Variants.h"
 #include "flashtile/dsl/Program.h"
 #include "interpreter/Interpreter.h"
+#include "passes/IR/ProgramKinds.h"
 #include "passes/Transforms/Passes.h"
 #include "schedules/fa2/Fa2Pipeline.h"
 
@@ -211,3 +213,89 @@ TEST(PositionOffsetsPass, RefusesAProgramPlacedTwice) {
 }
 
 } // namespace
+
+/// Rows [begin, begin + count) of each head's LSE (heads x seqlen, laid out as interp::run writes it).
+std::vector<float> lseRows(const std::vector<float> &lse, int seqlen, int begin, int count) {
+  std::vector<float> out;
+  for (int h = 0; h < kHeads; ++h)
+    out.insert(out.end(), lse.begin() + int64_t{h} * seqlen + begin, lse.begin() + int64_t{h} * seqlen + begin + count);
+  return out;
+}
+
+/// The backward module of `variant` (unscheduled), with or without position offsets.
+OwningOpRef<ModuleOp> backwardModule(MLIRContext &context, const Variant &variant, bool offsets) {
+  auto built = buildProgram(context, variant, ProgramOptions{ElementType::BF16, kHeadDim, kHeadDim},
+                            tile::kBackwardModule);
+  EXPECT_TRUE(succeeded(built));
+  if (failed(built))
+    return {};
+  if (offsets) {
+    PassManager pm(&context);
+    pm.addNestedPass<tile::FuncOp>(tile::createTileOffsetPositions());
+    EXPECT_TRUE(succeeded(pm.run(**built)));
+  }
+  return std::move(*built);
+}
+
+// The backward of a block of a larger problem: given the whole problem's O and LSE rows, each block (a query chunk
+// against a key chunk) computes its share of dQ, dK and dV; the shares summed over the other chunks equal the whole
+// problem's gradients (within bf16's rounding of each share). Without offsets the blocks' sums differ.
+TEST_P(PositionOffsets, BackwardBlocksSumToTheWholeProblemsGradients) {
+  const Case c = cases()[GetParam()];
+  SCOPED_TRACE(c.name);
+  Programs forward(c.variant, /*offsets=*/false);
+  ASSERT_TRUE(forward.unscheduled) << forward.diagnostics;
+  MLIRContext &context = forward.context;
+  OwningOpRef<ModuleOp> plain = backwardModule(context, c.variant, false),
+                        placed = backwardModule(context, c.variant, true);
+  ASSERT_TRUE(plain && placed) << forward.diagnostics;
+  const Problem whole = problemOf(c, kSeqlen, kSeqlen);
+  const test::Inputs in = test::randomInputs(whole, flashtile::testing::seedFor(c.name + "_bwd"));
+  Result fwd;
+  ASSERT_TRUE(succeeded(interp::run(forward.func(false), whole, in.q, in.k, in.v, fwd.o, fwd.lse)))
+      << forward.diagnostics;
+  std::vector<float> dO(in.q.size());
+  for (size_t i = 0; i < dO.size(); ++i)
+    dO[i] = float(std::sin(0.37 * double(i))) * 0.5f;
+  interp::Gradients ref;
+  ASSERT_TRUE(succeeded(interp::runBackward(*plain, whole, {in.q, in.k, in.v, fwd.o, dO, fwd.lse}, ref)))
+      << forward.diagnostics;
+  double scale = 0;
+  for (const std::vector<float> *g : {&ref.dq, &ref.dk, &ref.dv})
+    for (float x : *g)
+      scale = std::max(scale, double(std::fabs(x)));
+  ASSERT_GT(scale, 0.0);
+
+  const int width = kHeads * kHeadDim;
+  auto blockSums = [&](ModuleOp module, bool offsets) {
+    interp::Gradients sum{std::vector<float>(ref.dq.size()), std::vector<float>(ref.dk.size()),
+                          std::vector<float>(ref.dv.size()), {}};
+    for (int q0 = 0; q0 < kSeqlen; q0 += kChunk)
+      for (int k0 = 0; k0 < kSeqlen; k0 += kChunk) {
+        Problem p = problemOf(c, kChunk, kChunk);
+        if (offsets)
+          p.positions = {.qOffset = q0, .kOffset = k0, .seqlenQGlobal = kSeqlen, .seqlenKGlobal = kSeqlen};
+        interp::BackwardTensors t{rows(in.q, q0, kChunk, width),  rows(in.k, k0, kChunk, width),
+                                  rows(in.v, k0, kChunk, width),  rows(fwd.o, q0, kChunk, width),
+                                  rows(dO, q0, kChunk, width),    lseRows(fwd.lse, kSeqlen, q0, kChunk)};
+        interp::Gradients part;
+        EXPECT_TRUE(succeeded(interp::runBackward(module, p, t, part))) << forward.diagnostics;
+        for (int i = 0; i < kChunk * width; ++i) {
+          sum.dq[int64_t{q0} * width + i] += std::isnan(part.dq[i]) ? 0.f : part.dq[i];
+          sum.dk[int64_t{k0} * width + i] += std::isnan(part.dk[i]) ? 0.f : part.dk[i];
+          sum.dv[int64_t{k0} * width + i] += std::isnan(part.dv[i]) ? 0.f : part.dv[i];
+        }
+      }
+    return sum;
+  };
+  auto worst = [&](const interp::Gradients &got) {
+    double err = 0;
+    for (auto [a, b] : {std::pair{&got.dq, &ref.dq}, {&got.dk, &ref.dk}, {&got.dv, &ref.dv}})
+      for (size_t i = 0; i < a->size(); ++i)
+        err = std::max(err, std::fabs(double((*a)[i]) - double((*b)[i])));
+    return err / scale;
+  };
+  // Each block's gradients are rounded to bf16 (2^-8 relative) before the sum over 2 chunks.
+  EXPECT_LE(worst(blockSums(*placed, true)), 2e-2) << "the placed blocks' gradients, relative to the largest";
+  EXPECT_GT(worst(blockSums(*plain, false)), 5e-2) << "the blocks without offsets agree too: the check cannot fail";
+}
