@@ -322,18 +322,11 @@ TEST_F(PositionsLaunch, VarlenBlocksPassTheirDeviceArrays) {
 }
 
 TEST_F(PositionsLaunch, EveryKernelOfABlocksBackwardGetsItsPositions) {
-  BackwardArgs args;
-  args.forward = denseCall();
-  args.forward.variant = "causal";
-  args.forward.schedule = "fa2";
-  args.forward.positions = denseBlock();
-  auto *base = reinterpret_cast<char *>(0x900000);
-  args.dO = base;
-  args.dQ = base + 0x100000;
-  args.dK = base + 0x200000;
-  args.dV = base + 0x300000;
-  args.dOStride = args.dQStride = args.forward.qStride;
-  args.dKStride = args.dVStride = args.forward.kStride;
+  AttentionArgs forward = denseCall();
+  forward.variant = "causal";
+  forward.schedule = "fa2";
+  forward.positions = denseBlock();
+  BackwardArgs args = stand_in::backwardOf(forward);
   Status s = runtime->backward(args);
   ASSERT_TRUE(s.ok()) << s.message();
   ASSERT_EQ(device.launches.size(), 3u);

@@ -338,15 +338,7 @@ TEST_F(ForwardWithStandInDriver, BackwardRunsTheFirstScheduleWithABackwardProgra
   std::unique_ptr<Runtime> runtime = jitRuntime(compiler);
   runtime->setStrictSchedule(true);
   test::CapturedWarnings log;
-  BackwardArgs args;
-  args.forward = callWith(128);
-  auto *base = reinterpret_cast<char *>(0x900000);
-  args.dO = base;
-  args.dQ = base + 0x100000;
-  args.dK = base + 0x200000;
-  args.dV = base + 0x300000;
-  args.dOStride = args.dQStride = args.forward.qStride;
-  args.dKStride = args.dVStride = args.forward.kStride;
+  BackwardArgs args = stand_in::backwardOf(callWith(128));
   args.deterministic = true;
   Status s = runtime->backward(args);
   ASSERT_TRUE(s.ok()) << s.message();

@@ -13,6 +13,7 @@
 #include "flashtile/runtime/KernelAbi.h"
 #include "flashtile/runtime/KernelInfo.h"
 #include "flashtile/runtime/PositionsAbi.h"
+#include "flashtile/runtime/Runtime.h"
 
 #include <gtest/gtest.h>
 
@@ -247,6 +248,21 @@ inline KernelInfo forSpec(KernelInfo info, const KernelSpec &spec) {
   info.rotary = spec.rotary;
   info.positions = spec.positions;
   return info;
+}
+
+/// A backward call of `forward` whose dO, dQ, dK and dV are distinct stand-in addresses (never read by the stand-in
+/// driver) with the forward's strides.
+inline BackwardArgs backwardOf(const AttentionArgs &forward) {
+  BackwardArgs args;
+  args.forward = forward;
+  auto *base = reinterpret_cast<char *>(0x900000);
+  args.dO = base;
+  args.dQ = base + 0x100000;
+  args.dK = base + 0x200000;
+  args.dV = base + 0x300000;
+  args.dOStride = args.dQStride = forward.qStride;
+  args.dKStride = args.dVStride = forward.kStride;
+  return args;
 }
 
 /// A stand-in JIT's module for `spec` whose main kernel is `entry`: test::fakeKernel's fields with the spec's
