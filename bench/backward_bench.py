@@ -80,14 +80,15 @@ def ref_attention(q, k, v, causal, softcap, window, upcast):
 SCHEDULE = {}  # flashtile's schedule= and strict= keywords (--schedule, --strict)
 
 
-def check(cases):
+def check(cases, deterministic=False):
     failures = 0
     for (b, sq, sk, hq, hk, d, causal, softcap, window, dtype) in cases:
         torch.manual_seed(sq * 31 + sk + d)
         q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype, requires_grad=True)
         k = torch.randn(b, sk, hk, d, device="cuda", dtype=dtype, requires_grad=True)
         v = torch.randn(b, sk, hk, d, device="cuda", dtype=dtype, requires_grad=True)
-        out = flashtile.flash_attn_func(q, k, v, causal=causal, softcap=softcap, window_size=window, **SCHEDULE)
+        out = flashtile.flash_attn_func(q, k, v, causal=causal, softcap=softcap, window_size=window,
+                                        deterministic=deterministic, **SCHEDULE)
         g = torch.randn_like(out)
         got = torch.autograd.grad(out, (q, k, v), g)
 
@@ -370,6 +371,8 @@ def main():
     parser.add_argument("--strict", action="store_true", help="with --schedule: no fallback to another schedule")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"), help="the --bench element type")
     parser.add_argument("--check-head-dims", default="", help="--check only the cases of these head dims")
+    parser.add_argument("--check-deterministic", action="store_true",
+                        help="--check flashtile's deterministic backward (deterministic=True in every call)")
     parser.add_argument("--also", default="", help="--bench: also time flashtile naming these schedules (strict), "
                                                    "columns flashtile_<schedule>")
     args = parser.parse_args()
@@ -402,7 +405,7 @@ def main():
         if args.check_head_dims:
             keep = {int(x) for x in args.check_head_dims.split(",")}
             cases = [c for c in cases if c[5] in keep]
-        failures = check(cases)
+        failures = check(cases, deterministic=args.check_deterministic)
         print(f"check: {failures} of {len(cases)} cases failed", flush=True)
     if args.bench or args.variants:
         shapes = []

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# pending-check.sh — on the GPU machine: the checks and timings of work built without a GPU (deterministic mode's
+# writer, the e4m3 forward, position offsets and flashtile.parallel), in parts chosen by PENDING (comma list, default
+# all): detcheck (the gradients of deterministic calls against an fp32 reference), detpytest
+# (test_backward.py -k deterministic), fp8 (test_fp8_forward.py), fp8bench (bench/fp8_bench.py), positions
+# (test_positions_gpu.py and test_parallel_gpu.py), detbench (the deterministic backward's time beside the default).
+# Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python
+# (bench/device/python-prepare.sh).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
+root=$PWD
+OUT=${OUT:-$PWD/.device/out}
+parts=${PENDING:-detcheck,detpytest,fp8,fp8bench,positions,detbench}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/pending-gpu.log"
+source bench/device/bwd-env.sh || exit 2
+status=0
+part() {  # part NAME SECONDS COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  [[ ,$parts, == *,$name,* ]] || return 0
+  local start=$SECONDS
+  timeout "$limit" "$@" > "$OUT/pending-$name.log" 2>&1
+  local rc=$?
+  [ $rc = 0 ] || status=1
+  echo "== $name rc=$rc $((SECONDS - start)) s: $(tail -1 "$OUT/pending-$name.log")"
+}
+part detcheck 150 python3 bench/backward_bench.py --check --check-deterministic
+cd tests/python/gpu || exit 2
+part detpytest 180 python3 -m pytest -q -n 16 -p no:cacheprovider test_backward.py -k deterministic
+part fp8 180 python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_forward.py
+part positions 180 python3 -m pytest -q -p no:cacheprovider test_positions_gpu.py test_parallel_gpu.py
+cd "$root" || exit 2
+part fp8bench 150 env FLASHTILE_E4M3_UNVERIFIED=1 python3 bench/fp8_bench.py --json "$OUT/fp8-bench.json"
+part detbench 200 python3 bench/backward_bench.py --bench --deterministic --peers "" \
+  --shapes "${PENDING_DET_SHAPES:-128:8192,96:8192,192:8192,64:8192}"
+for name in detcheck detpytest fp8 positions; do
+  [ -f "$OUT/pending-$name.log" ] && grep -E "FAIL|Error|error" "$OUT/pending-$name.log" | head -12
+done
+exit $status
