@@ -402,6 +402,9 @@ def main():
         cases.append((2, 200, 200, 4, 2, 256, True, 0.0, (-1, -1), torch.bfloat16))
         cases.append((1, 150, 230, 2, 2, 256, False, 30.0, (-1, -1), torch.float16))
         cases.append((2, 200, 200, 4, 4, 192, False, 0.0, (-1, -1), torch.bfloat16))
+        # hd 192 again: causal GQA over a partial 96-key tile (swap-dkv), fp16 with unequal lengths, bottom-right
+        cases.append((2, 300, 300, 4, 2, 192, True, 0.0, (-1, -1), torch.bfloat16))
+        cases.append((1, 257, 333, 2, 2, 192, False, 0.0, (-1, -1), torch.float16))
         if args.check_head_dims:
             keep = {int(x) for x in args.check_head_dims.split(",")}
             cases = [c for c in cases if c[5] in keep]

@@ -210,6 +210,13 @@ LogicalResult BackwardPrinter::printStore(StoreOp store) {
   w.open("");
   w.line(cat("unsigned short *const gOut = static_cast<unsigned short *>(p.", out, ") + b * p.", out,
              "BatchStride + hKv * p.", out, "HeadStride;"));
+  if (shape.swapKv) {
+    printSwappedKvStore(*acc, out, accum, width);
+    w.close();
+    printTurnPass(dkvTurn);
+    ++dkvStoresPrinted;
+    return success();
+  }
   w.openUnrolledFor("mt", "kKvMTiles");
   w.openUnrolledFor("r", "2");
   w.line("const int key = blockKvTile * kBlockN + kvRowGroup * kKvWarpRows + 16 * mt + fragRow + 8 * r;");
@@ -233,6 +240,44 @@ LogicalResult BackwardPrinter::printStore(StoreOp store) {
   printTurnPass(dkvTurn);
   ++dkvStoresPrinted;
   return success();
+}
+
+std::string BackwardPrinter::kvAccDims(int64_t width) const {
+  if (shape.swapKv)
+    return cat("[", width / kvColRows(), "][kKvKeyTiles]");
+  return cat("[kKvMTiles][", warpCols(width) / 8, "]");
+}
+
+/// printStore's element loop for a transposed accumulator (KernelShape::swapKv): element (mt, nt, 2r + e) is column
+/// kKvColRows·mt + 16·kvRowGroup + fragRow + 8r of key kvColPart·kBlockN / kKeyWarps + 8nt + fragCol + e. Neighbouring
+/// columns are in lanes 4 apart: each pair of lanes swaps one value (a shuffle), so that the even row stores columns
+/// (c, c + 1) of key e = 0 and the odd row those of key e = 1, 4 bytes a store as in the untransposed layout.
+void BackwardPrinter::printSwappedKvStore(const std::string &acc, const char *out, const char *accum, int64_t width) {
+  w.comment("transposed (tile.swap_kv): rows are columns of the head dim, columns keys; lanes 4 apart swap a value so");
+  w.comment("that each stores two neighbouring columns of one key");
+  w.line("const bool oddRow = fragRow % 2 != 0;");
+  w.openUnrolledFor("mt", cat(width / kvColRows()));
+  w.openUnrolledFor("r", "2");
+  w.line("const int col = kKvColRows * mt + 16 * kvRowGroup + (fragRow & ~1) + 8 * r;");
+  w.openUnrolledFor("nt", "kKvKeyTiles");
+  w.line(cat("const float mine0 = ", acc, "[mt][nt][2 * r], mine1 = ", acc, "[mt][nt][2 * r + 1];"));
+  w.comment("the even row sends its key-1 value and keeps key 0; the odd row sends its key-0 value and keeps key 1");
+  w.line("const float theirs = __shfl_xor_sync(0xffffffffu, oddRow ? mine0 : mine1, 4);");
+  w.line("const float lo = oddRow ? theirs : mine0, hi = oddRow ? mine1 : theirs;");
+  w.line("const int key = blockKvTile * kBlockN + kvColPart * (kBlockN / kKeyWarps) + 8 * nt + fragCol + (oddRow ? 1 : 0);");
+  w.line("if (key >= p.seqlenK)");
+  w.line("  continue;");
+  w.open("if (p.headsQ == p.headsKv)");
+  w.line(cat("*reinterpret_cast<unsigned *>(gOut + key * p.", out, "RowStride + col) = ", pack, "(lo, hi);"));
+  w.close();
+  w.open("else");
+  w.line(cat("float *const dst = p.", accum, " + ((long long)(p.keyOffset + key) * p.headsKv + hKv) * ", width,
+             " + col;"));
+  w.line(target.reduceAdd2("dst", "lo", "hi"));
+  w.close();
+  w.close();
+  w.close();
+  w.close();
 }
 
 LogicalResult BackwardPrinter::printTileCopies(QLoopOp loop, const std::string &tileExpr,
@@ -278,9 +323,9 @@ LogicalResult BackwardPrinter::bindCarriedAccumulators(QLoopOp loop) {
     if (!carried.insert(name).second) {
       name = names.unique("acc");
       int64_t width = cast<AccType>(init.getType()).getCols();
-      w.line(cat("float ", name, "[kKvMTiles][", warpCols(width) / 8, "][4];  // ", *acc, " carried a second time"));
-      w.openUnrolledFor("mt", "kKvMTiles");
-      w.openUnrolledFor("nt", cat(warpCols(width) / 8));
+      w.line(cat("float ", name, kvAccDims(width), "[4];  // ", *acc, " carried a second time"));
+      w.openUnrolledFor("mt", shape.swapKv ? cat(width / kvColRows()) : std::string("kKvMTiles"));
+      w.openUnrolledFor("nt", shape.swapKv ? std::string("kKvKeyTiles") : cat(warpCols(width) / 8));
       w.openUnrolledFor("i", "4");
       w.line(cat(name, "[mt][nt][i] = ", *acc, "[mt][nt][i];"));
       w.close();
@@ -432,9 +477,13 @@ LogicalResult BackwardPrinter::printZeroAcc(ZeroAccOp zero) {
   std::string name = names.unique("acc");
   registers[zero.getResult()] = name;
   int64_t width = zero.getAcc().getType().getCols();
-  w.comment(cat("tile.zero_acc: ", name, ", this warp's key rows x ", warpCols(width), " of ", width,
-                " columns, fp32"));
-  w.line(cat("float ", name, "[kKvMTiles][", warpCols(width) / 8, "][4] = {};"));
+  if (shape.swapKv)
+    w.comment(cat("tile.zero_acc: ", name, ", transposed: this warp's rows of each m-tile of the ", width,
+                  " columns x its key group's keys, fp32"));
+  else
+    w.comment(cat("tile.zero_acc: ", name, ", this warp's key rows x ", warpCols(width), " of ", width,
+                  " columns, fp32"));
+  w.line(cat("float ", name, kvAccDims(width), "[4] = {};"));
   return success();
 }
 
@@ -657,9 +706,20 @@ LogicalResult BackwardPrinter::checkMainLayout() {
                               << (target.splitsKeys() ? "" : ": this family prints split-Q only; accepted: 1");
   if (shape.swapScores && !target.dotReadsRegisters())
     return func.emitOpError() << "has transposed score tiles (tile.swap_scores), which this family does not print";
+  if (shape.swapKv && (!target.swapsKv() || shape.keyWarps < 2 || shape.swapScores ||
+                       shape.blockN % (8 * shape.keyWarps) != 0 || shape.headDim % kvColRows() != 0 ||
+                       shape.headDimV % kvColRows() != 0))
+    return func.emitOpError() << "cannot print dK and dV transposed (tile.swap_kv) with key-warps " << shape.keyWarps
+                              << ", block-n " << shape.blockN << " and head dims " << shape.headDim << ", "
+                              << shape.headDimV
+                              << (target.swapsKv() ? " (the keys split, n8 tiles a key group, whole m-tiles of columns, "
+                                                     "scores not swapped)"
+                                                   : ": this family prints them untransposed only");
   const int rowTiles = static_cast<int>(shape.blockN / 16);
-  kvColSplit = rowTiles % shape.warps == 0 ? 1 : shape.warps / std::max(rowTiles, 1);
-  if (shape.blockN % 16 != 0 || rowTiles * kvColSplit % shape.warps != 0 || shape.warps % kvColSplit != 0 ||
+  kvColSplit = shape.swapKv || rowTiles % shape.warps == 0 ? 1 : shape.warps / std::max(rowTiles, 1);
+  if (shape.swapKv) {
+    // checked above
+  } else if (shape.blockN % 16 != 0 || rowTiles * kvColSplit % shape.warps != 0 || shape.warps % kvColSplit != 0 ||
       shape.headDim % (16 * kvColSplit) != 0 || shape.headDimV % (16 * kvColSplit) != 0)
     return func.emitOpError() << "cannot split a K/V tile of " << shape.blockN << " keys (head dims " << shape.headDim
                               << ", " << shape.headDimV << ") among " << shape.warps
@@ -701,8 +761,14 @@ void BackwardPrinter::printMainWarpLayout() {
   } else {
     w.line("constexpr int kWarpRows = kBlockM / kWarps, kMTiles = kWarpRows / 16, kSTiles = kBlockN / 8;");
   }
-  w.line(cat("constexpr int kKvColSplit = ", kvColSplit,
-             ", kKvWarpRows = kBlockN * kKvColSplit / kWarps, kKvMTiles = kKvWarpRows / 16;"));
+  if (shape.swapKv) {
+    w.comment("(tile.swap_kv: dK and dV transposed, the head dim's columns in m-tiles of kKvColRows split in m16 rows");
+    w.comment("among a key group's warps, the n8 columns the key group's keys)");
+    w.line("constexpr int kKvColRows = 16 * kWarps / kKeyWarps, kKvKeyTiles = kBlockN / kKeyWarps / 8;");
+  } else {
+    w.line(cat("constexpr int kKvColSplit = ", kvColSplit,
+               ", kKvWarpRows = kBlockN * kKvColSplit / kWarps, kKvMTiles = kKvWarpRows / 16;"));
+  }
   w.line("const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;");
   w.line(target.kvSplitLayout());
   if (shape.keyWarps > 1)

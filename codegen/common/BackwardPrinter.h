@@ -74,6 +74,7 @@ public:
     for (const char *name :
          {"kBlockM",     "kBlockN",     "kHeadDim",    "kHeadDimV",  "kWarps",    "kThreads", "kWarpRows",
           "kKvWarpRows", "kKvMTiles",   "kKvColSplit", "kvRowGroup", "kvColPart", "qBuf",     "sQ0",
+          "kKvColRows",  "kKvKeyTiles",
           "sQ1",         "sDO0",        "sDO1",        "sRows",      "sLse",      "sDelta",   "params",
           "p",           "z",           "qBegin",      "qEnd",       "kBegin",    "kEnd",     "blockBatch",
           "blockHead",   "blockKvTile", "hKv",         "smem",       "sK",        "sV",       "sQ",
@@ -126,6 +127,7 @@ private:
   LogicalResult bindCarriedAccumulators(QLoopOp loop);
   LogicalResult printLoad(LoadOp load);
   LogicalResult printStore(StoreOp store);
+  void printSwappedKvStore(const std::string &acc, const char *out, const char *accum, int64_t width);
   /// Input gradients (tile.input_grad, tile.sink_grad): each read's fp32 share of this thread, in a register
   /// declared before the program's ops; after them, each share summed over the block (blockSum) into the
   /// workspace, at this block's `tile` of `tiles` in the region after `before` reads' regions.
@@ -188,6 +190,12 @@ private:
   int kvColSplit = 1;
   /// The columns of `width` this warp's dK or dV accumulator holds.
   int64_t warpCols(int64_t width) const { return width / kvColSplit; }
+  /// Under KernelShape::swapKv, the columns of an m-tile of a transposed dK or dV accumulator (kKvColRows): 16 for
+  /// each warp of a key group.
+  int64_t kvColRows() const { return 16 * shape.warps / shape.keyWarps; }
+  /// The dimensions of a dK or dV accumulator of `width` columns before its [4]: "[kKvMTiles][n8 tiles]", or
+  /// transposed "[m-tiles of columns][kKvKeyTiles]".
+  std::string kvAccDims(int64_t width) const;
   bool rowsInShared = false; ///< this iteration's LSE and D rows are in shared memory (sLse, sDelta)
   bool topCopiesPending = false;
 };

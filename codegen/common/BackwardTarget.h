@@ -11,7 +11,9 @@
 // Register tiles are the split-Q C fragments of the forward (FragmentTiles.h): a score tile is
 // `float s[kMTiles][kSTiles][4]`, warp w holding query rows [w·kWarpRows, ...) of the Q tile; an accumulator of dK or
 // dV is `float acc[kKvMTiles][width / 8 / kKvColSplit][4]`, warp w holding key rows [kvRowGroup·kKvWarpRows, ...) of
-// the K/V tile and column part kvColPart. The printer declares those constants, `warp`, `lane`, `fragRow`,
+// the K/V tile and column part kvColPart; transposed (KernelShape::swapKv) it is `float acc[width / kKvColRows]
+// [kKvKeyTiles][4]`, warp w holding columns [16·kvRowGroup, ...) of each m-tile of kKvColRows columns and keys
+// [kvColPart·kBlockN / kKeyWarps, ...). The printer declares those constants, `warp`, `lane`, `fragRow`,
 // `fragCol`, `qt` (the Q tile) and `warpRow0` before a family's code runs.
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_CODEGEN_COMMON_BACKWARDTARGET_H
@@ -103,6 +105,9 @@ public:
   /// Whether dq reads A from registers (the score tile) rather than from its staging buffer (then only dotTn's
   /// operands are staged).
   virtual bool dqReadsRegisters() const { return false; }
+  /// Whether the family prints dK and dV transposed (KernelShape::swapKv): dotTn accumulates accᵀ += Bᵀ·A, the
+  /// accumulator's rows the head dim's columns and its columns the keys of the warp's key group (kvSplitLayout).
+  virtual bool swapsKv() const { return false; }
   /// Whether dotTn reads A from registers (the score tile, transposed: KernelShape::swapScores) rather than from its
   /// staging buffer.
   virtual bool dotReadsRegisters() const { return false; }

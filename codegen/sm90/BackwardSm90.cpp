@@ -180,7 +180,39 @@ void BackwardSm90::dotTnEarly(CudaWriter &w, const std::string &acc, const std::
   issueDot(w, {acc, a, shape.swapScores ? packDotOperand(w, a, acc) : std::string(), b, warpCols});
 }
 
+void BackwardSm90::issueSwappedKvDot(CudaWriter &w, const DeferredDot &dot) {
+  const int64_t keys = shape.blockN / shape.keyWarps, mTiles = dot.b.width / kWgmmaM;
+  const std::string whole = cat("reinterpret_cast<float (&)[", mTiles * keys / 2, "]>(", dot.acc, ")");
+  w.comment(cat(dot.acc, "ᵀ += ", dot.b.name.substr(1), "ᵀ·A (tile.dot_tn transposed, tile.swap_kv; wgmma m64n", keys,
+                "k16 ", mmaType, " SS, fp32, one a ", kWgmmaM, "-column m-tile): ", dot.b.name.substr(1),
+                "ᵀ MN-major (its columns on M), A staged in ", dot.a, " [keys][query rows] K-major, the warpgroup's keys"));
+  w.open("");
+  w.line(cat("const unsigned aAddr = ", address(dot.b.name), ", bAddr = ",
+             address(dot.a, cat(" + warpCol0 * ", kSwizzleBytes)), ";"));
+  w.line("const unsigned long long bDesc = sm90::desc::kMajor(bAddr);");
+  w.line(cat("sm90::warpgroup::fenceOperands(", whole, ");"));
+  w.line("sm90::warpgroup::arrive();");
+  w.openUnrolledFor("mt", cat(mTiles));
+  w.comment("column c of a column-block tile starts c · rows · 2 bytes in");
+  w.line(cat("const unsigned long long aDesc = sm90::desc::mnMajor", sw(), "(aAddr + mt * ", kWgmmaM,
+             " * kBlockM * 2, kBlockM * ", swizzle, ");"));
+  w.openUnrolledFor("ks", "kBlockM / 16");
+  w.line(cat("sm90::warpgroup::WgmmaMnA<", keys, ">::", mmaType, "SS<sm90::warpgroup::kKMajor>(",
+             "reinterpret_cast<float (&)[", keys / 2, "]>(", dot.acc, "[mt]), "
+             "sm90::desc::offsetLow(aDesc, sm90::desc::mnMajorStepBytes", sw(), "(ks)), "
+             "sm90::desc::offsetLow(bDesc, sm90::desc::kMajorStepBytes(ks, kBlockN)), 1);"));
+  w.close();
+  w.close();
+  if (shape.gemmOverlap)
+    commit(w, dot.acc, whole);
+  else
+    retire(w, whole);
+  w.close();
+}
+
 void BackwardSm90::issueDot(CudaWriter &w, const DeferredDot &dot) {
+  if (shape.swapKv)
+    return issueSwappedKvDot(w, dot);
   const std::string floats = cat(dot.warpCols / 2);
   if (shape.swapScores) {
     // Aᵀ from the words dotTn packed (fenced where the group is waited for: not reused before the wgmma read them).
@@ -395,8 +427,17 @@ std::optional<std::string> checkBackwardShape(const KernelShape &shape) {
                  "be ", kWgmmaM * warpgroups, " (a warpgroup's m64 query rows of S and m64 keys of dK and dV); got "
                  "block-m ", shape.blockM, ", block-n ", shape.blockN);
   } else {
-    const bool keys = shape.blockN == kWgmmaM * warpgroups, columns = splitsColumns(shape);
-    if (shape.keyWarps != warpgroups || shape.blockM != kWgmmaM || !(keys || columns))
+    const bool keys = shape.blockN == kWgmmaM * warpgroups, columns = splitsColumns(shape),
+               swappedKeys = shape.swapKv && shape.blockN % (16 * warpgroups) == 0 &&
+                             shape.blockN / warpgroups <= kWgmmaM;
+    if (shape.swapKv && (shape.keyWarps != warpgroups || shape.blockM != kWgmmaM || !swappedKeys ||
+                         shape.headDim % kWgmmaM != 0 || shape.headDimV % kWgmmaM != 0))
+      return cat("sm90 backward: transposed dK and dV (tile.swap_kv) need key-warps ", warpgroups, ", block-m ", kWgmmaM,
+                 ", block-n a multiple of ", 16 * warpgroups, " up to ", kWgmmaM * warpgroups,
+                 " (a warpgroup's keys on wgmma's N, in k16 steps of the staged tiles) and head dims multiples of ",
+                 kWgmmaM, " (their m64s); got key-warps ", shape.keyWarps, ", block-m ", shape.blockM, ", block-n ",
+                 shape.blockN, ", head dims ", shape.headDim, ", ", shape.headDimV);
+    if (shape.keyWarps != warpgroups || shape.blockM != kWgmmaM || !(keys || columns || swappedKeys))
       return cat("sm90 backward: with the keys split over ", warpgroups, " warpgroups, key-warps must be ", warpgroups,
                  ", block-m ", kWgmmaM, " and block-n ", kWgmmaM * warpgroups,
                  " (a warpgroup's m64 keys) or, splitting dK's and dV's columns, ", kWgmmaM,
@@ -408,7 +449,19 @@ std::optional<std::string> checkBackwardShape(const KernelShape &shape) {
                "m64 keys over the whole head dim, and block-m ", kWgmmaM, " (a warp's 16 keys of S and 16 query rows of "
                "dQ); got key-warps ", shape.keyWarps, ", block-m ", shape.blockM, ", block-n ", shape.blockN);
   // A thread holds its warpgroup's part of dK and dV in fp32: 64 keys x (head_dim + head_dim_v) / 128 floats, or a
-  // W-th of that under the column split; at most 128 of its 240 registers.
+  // W-th of that under the column split; at most 128 of its 240 registers. Transposed, its keys x (head_dim +
+  // head_dim_v) / 128, at most 144 (S and dP of at most 48 keys beside them).
+  if (shape.swapKv) {
+    const int64_t floats = shape.blockN / warpgroups * (shape.headDim + shape.headDimV) / (kWarpgroupWarps * 32);
+    if (floats > 144)
+      return cat("sm90 backward: transposed dK and dV would take ", floats, " fp32 registers a thread (",
+                 shape.blockN / warpgroups, " keys a warpgroup, head dims ", shape.headDim, ", ", shape.headDimV,
+                 "); at most 144: fewer keys a K/V tile (block-n)");
+    if (shape.headDim / warpgroups % 32 != 0)
+      return cat("sm90 backward: head_dim (", shape.headDim, ") / ", warpgroups,
+                 " must be whole 32-column blocks (dQ's columns a warpgroup)");
+    return std::nullopt;
+  }
   const bool columns = splitsColumns(shape);
   const int64_t parts = columns ? shape.keyWarps : 1;
   for (auto [name, value] : {std::pair{"head_dim", shape.headDim}, {"head_dim_v", shape.headDimV}})

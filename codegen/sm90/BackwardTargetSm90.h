@@ -47,15 +47,16 @@ constexpr int kDqPadFloats = 8, kDqPadFrom = 96;
 /// split): at head dims 192 and 256, where a warpgroup's 64 keys of dK and dV over the whole head dim pass the
 /// registers.
 inline bool splitsColumns(const KernelShape &shape) {
-  return shape.keyWarps > 1 && shape.keyWarps == shape.warps / kWarpgroupWarps && shape.blockN == kWgmmaM;
+  return !shape.swapKv && shape.keyWarps > 1 && shape.keyWarps == shape.warps / kWarpgroupWarps &&
+         shape.blockN == kWgmmaM;
 }
 
 /// The swizzle span of a kernel's Q, dO, K and V tiles: 128 bytes (64-column blocks) where every column a GEMM
 /// starts at is a multiple of 64 (the head dims, and under the column split a warpgroup's part of them), else 64
-/// bytes (32-column blocks: head dim 96, and 192 split in 96-column parts). The staged P and dS keep 128 (their rows
-/// are a Q tile's 64 query rows).
+/// bytes (32-column blocks: head dim 96, and 192 split in 96-column parts: the column split's dK and dV, and dQ's
+/// products under the transposed dK and dV). The staged P and dS keep 128 (their rows are a Q tile's 64 query rows).
 inline int tileSwizzleBytes(const KernelShape &shape) {
-  const int64_t parts = splitsColumns(shape) ? shape.keyWarps : 1;
+  const int64_t parts = splitsColumns(shape) || shape.swapKv ? shape.keyWarps : 1;
   for (int64_t width : {shape.headDim, shape.headDimV})
     if (width % (kSwizzleColumns * parts) != 0)
       return kSwizzleBytes / 2;
@@ -122,12 +123,18 @@ public:
     // dV's and dK's products are a warpgroup's columns of them: all, or a W-th under the column split.
     const int64_t parts = columnSplit ? warpgroups : 1;
     // S's and dP's N: the warpgroup's keys, or under the swap the Q tile's rows.
-    std::vector<int> widths = {static_cast<int>(shape.swapScores ? shape.blockM : shape.blockN / shape.keyWarps),
-                               static_cast<int>(shape.headDim / parts), static_cast<int>(shape.headDimV / parts)};
+    std::vector<int> widths = {static_cast<int>(shape.swapScores ? shape.blockM : shape.blockN / shape.keyWarps)};
+    if (!shape.swapKv)
+      widths.insert(widths.end(), {static_cast<int>(shape.headDim / parts), static_cast<int>(shape.headDimV / parts)});
+    // The GEMMs with an MN-major A: dQ's (dS staged [keys][query rows]) and, transposed, dV's and dK's (dOᵀ, Qᵀ: N the
+    // warpgroup's keys).
     std::vector<int> dqWidths;
     for (const DqBlock &block : dqRounds(k))
       if (std::find(dqWidths.begin(), dqWidths.end(), block.width) == dqWidths.end())
         dqWidths.push_back(static_cast<int>(block.width));
+    if (const int keys = static_cast<int>(shape.blockN / shape.keyWarps);
+        shape.swapKv && std::find(dqWidths.begin(), dqWidths.end(), keys) == dqWidths.end())
+      dqWidths.push_back(keys);
     if (dqReadsRegisters())
       widths.insert(widths.end(), dqWidths.begin(), dqWidths.end());
     std::string text = fragmentPrelude(kFragmentNamespace) + ::flashtile::codegen::sm90::prelude(widths);
@@ -144,6 +151,7 @@ public:
             "tmaBatch", "kQTileBytes", "dotFrag0", "dotFrag1", "qRing", "doRing", "ringOffset"};
   }
   bool splitsKeys() const override { return true; }
+  bool swapsKv() const override { return true; }
   /// A warpgroup's four warps share its keys: warp w is row group w % 4 of the keys from 64·(w / 4).
   std::string keySplitLayout() const override {
     return cat("const int warpM = warp % ", kWarpgroupWarps, ", warpCol0 = warp / ", kWarpgroupWarps,
@@ -152,6 +160,9 @@ public:
   /// Under the column split warp w holds keys [16(w % 4), ...) of the tile (its warpgroup's m64 rows: all the keys)
   /// and column part w / 4.
   std::string kvSplitLayout() const override {
+    if (shape.swapKv)
+      return cat("const int kvRowGroup = warp % ", kWarpgroupWarps, ", kvColPart = warp / ", kWarpgroupWarps,
+                 ";  // dKᵀ, dVᵀ: the warp's m16 of each m64 of columns, its warpgroup's keys");
     if (!columnSplit)
       return BackwardTarget::kvSplitLayout();
     return cat("const int kvRowGroup = warp % ", kWarpgroupWarps, ", kvColPart = warp / ", kWarpgroupWarps,
@@ -314,6 +325,8 @@ private:
   }
   /// Issues dotTn's GEMMs into `acc` (committed as one group when `overlap`, else waited on).
   void issueDot(CudaWriter &w, const DeferredDot &dot);
+  /// issueDot under KernelShape::swapKv: accᵀ += Bᵀ·A, one wgmma an m64 of B's columns and k16 of query rows.
+  void issueSwappedKvDot(CudaWriter &w, const DeferredDot &dot);
   /// Issues the score GEMM into `acc` (declared by the caller), not committed.
   void issueScore(CudaWriter &w, const std::string &acc, const SharedTile &a, const SharedTile &b) const;
   /// dQ's GEMMs in flight (overlap): dqOperand issues the first column block's product (of the K tile `k`) and then

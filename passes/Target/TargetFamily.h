@@ -84,6 +84,9 @@ struct KernelShape {
   /// of S, dP, P and dS hold keys on their rows and query rows on their columns, and dV's and dK's GEMMs read Pᵀ and dSᵀ
   /// from registers.
   bool swapScores = false;
+  /// The backward's dK and dV accumulated transposed (`tile.swap_kv`, passes/Transforms/Passes.h): a warp's register
+  /// tiles of them hold head-dim columns on their rows and its warpgroup's keys on their columns.
+  bool swapKv = false;
   /// Registers a thread of the producer warpgroup and of a computing warpgroup holds after setmaxnreg
   /// (`tile.role_registers`); 0: the family's launch default.
   int producerRegs = 0, consumerRegs = 0;

@@ -46,6 +46,11 @@ inline constexpr llvm::StringLiteral kLoadWarpAttr = "tile.load_warp";
 /// only dS goes through shared memory (for dQ) (KernelShape::swapScores; FA3's SdP_swapAB); the program's semantics do
 /// not change.
 inline constexpr llvm::StringLiteral kSwapScoresAttr = "tile.swap_scores";
+/// A schedule's attribute on a backward main program whose warpgroups split the keys (a unit attribute): dK and dV are
+/// accumulated transposed (dVᵀ += dOᵀ·P, dKᵀ += Qᵀ·dS: the head dim's columns on the MMA's rows, the warpgroup's keys
+/// on its columns), so that a warpgroup's keys need not be an m64 of rows: K/V tiles of 96 keys at head dim 192,
+/// 48 a warpgroup (KernelShape::swapKv; FA3's dKV_swapAB); the program's semantics do not change.
+inline constexpr llvm::StringLiteral kSwapKvAttr = "tile.swap_kv";
 /// A schedule's attribute on a backward main program whose warpgroups split the keys, with tile.gemm_overlap (a unit
 /// attribute): tile-pipeline-q-loop leaves dV's tile.dot_tn (A = P) where the program has it, after tile.probs, and
 /// marks it tile.issue_early, so that its GEMM is issued once P is staged and runs under dS's math; the program's

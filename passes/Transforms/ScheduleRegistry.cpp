@@ -259,6 +259,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
     shape.dqWriterWarps = static_cast<int>(warps.getInt());
   shape.loadWarp = func->hasAttr(tile::kLoadWarpAttr);
   shape.swapScores = func->hasAttr(tile::kSwapScoresAttr);
+  shape.swapKv = func->hasAttr(tile::kSwapKvAttr);
   if (auto regs = func->getAttrOfType<mlir::DenseI32ArrayAttr>(tile::kRoleRegistersAttr); regs && regs.size() == 2) {
     shape.producerRegs = regs[0];
     shape.consumerRegs = regs[1];

@@ -28,6 +28,9 @@ constexpr int64_t kBackwardBlock = 64;
 constexpr int64_t kBackwardWarpgroups = 2;
 /// The backward's intra-wg-overlap default.
 constexpr int64_t kBackwardOverlap = 1;
+/// swap-dkv: the fp32 registers a computing thread gives dKᵀ and dVᵀ (of its 240 under setmaxnreg: S and dP of 48 keys
+/// take 24 each, dQ's product of 96 columns 48, the addresses the rest).
+constexpr int64_t kSwapKvRegisters = 144;
 
 /// The knob's value, else `fallback`.
 int64_t knob(const schedule::Knobs &knobs, const char *name, int64_t fallback) {
@@ -98,6 +101,12 @@ public:
                    "soon as P is staged (a warpgroup barrier: its own keys), so that it runs under dS's math; 0: dV's "
                    "and dK's GEMMs issued together after dQ's",
          0, 1},
+        {kSwapDkv, "backward only, at head dims 192 and 256: 1: dK and dV accumulated transposed (dVᵀ += dOᵀ·P, "
+                   "dKᵀ += Qᵀ·dS: the head dim on wgmma's M, a warpgroup's keys on its N; FA3's dKV_swapAB), so that "
+                   "the two warpgroups split the keys of K/V tiles that are not two m64s: 96 keys at 192, 64 at 256 "
+                   "(block-n: a multiple of 32); 0: the column split (64-key tiles, each warpgroup all 64 keys of its "
+                   "half of the columns)",
+         0, 1},
         {kExp2PolyShare, "FA4's partial software exp2: of every 8 n8 tiles of a score row, how many take their "
                          "exponentials from a cubic on the FMA pipe (sm90::math::exp2Poly3) instead of MUFU; 0: none "
                          "(the default)",
@@ -109,7 +118,7 @@ public:
   FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass shapeClass) const override {
     if (func.getKind() != kForwardProgram)
       return configureBackward(func, knobs);
-    for (const char *backwardKnob : {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle})
+    for (const char *backwardKnob : {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle, kSwapDkv})
       if (knobs.count(backwardKnob))
         return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
@@ -203,7 +212,7 @@ public:
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
                                      "consumer-warpgroups, intra-wg-overlap, dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, "
-                                     "early-dv, "
+                                     "early-dv, swap-dkv, "
                                      "producer-regs and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
@@ -231,11 +240,14 @@ public:
     int64_t consumers; // computing warpgroups
     int64_t blockN, blockM, stages;
     bool keySplit; // the warpgroups split the tile's keys (tile.key_warps)
+    bool swapKv;   // dK and dV accumulated transposed (swap-dkv; tile.swap_kv): the key split above head dim 128
   };
 
   /// The layout (configureBackward's comment), checked against the knobs; the key split is marked on `func`.
   static FailureOr<BackwardLayout> backwardLayout(FuncOp func, const schedule::Knobs &knobs) {
     const int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
+    if (const int64_t swapKv = knob(knobs, kSwapDkv, 0))
+      return swappedKvLayout(func, knobs, swapKv);
     // Above 128 a warpgroup's 64 keys of dK and dV over the whole head dim pass the registers: the column split.
     const bool wide = headDim > 128;
     // A block-n alone names the warpgroups too (one per 64 keys), except where the column split is the layout.
@@ -282,7 +294,45 @@ public:
       return refuseBackward(func, kStages, stages, "2 (Q-tile buffers: each Q tile copied one tile ahead)");
     if (keySplit)
       func->setAttr(kKeyWarpsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), consumers));
-    return BackwardLayout{headDim, wide, consumers, blockN, blockM, stages, keySplit};
+    return BackwardLayout{headDim, wide, consumers, blockN, blockM, stages, keySplit, /*swapKv=*/false};
+  }
+
+  /// swap-dkv 1 (FA3's dKV_swapAB, its layout at head dim 192): two warpgroups split a K/V tile's keys, each holding
+  /// dKᵀ and dVᵀ (the head dim's columns × its keys; wgmma M is the head dim, in m64s) in fp32, and S and dP of its
+  /// keys × the Q tile's 64 rows. The keys a warpgroup holds are the most whose dK and dV fit 144 registers a thread
+  /// ((head_dim + head_dim_v) × keys / 128), in whole k16 steps: 48 at 192 (96-key tiles, FA3's and FA4's 64 × 96),
+  /// 32 at 256.
+  static FailureOr<BackwardLayout> swappedKvLayout(FuncOp func, const schedule::Knobs &knobs, int64_t swapKv) {
+    const int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
+    if (swapKv != 1 || headDim <= 128 || func.getHeadDim() % 64 != 0 || func.getHeadDimV() % 64 != 0)
+      return refuseBackward(func, kSwapDkv, swapKv,
+                            "0 here; 1 at head dims 192 and 256 (dK's and dV's rows are the head dim's m64s)");
+    const int64_t consumers = knob(knobs, kConsumerWarpgroups, kBackwardWarpgroups);
+    if (consumers != kBackwardWarpgroups)
+      return refuseBackward(func, kConsumerWarpgroups, consumers,
+                            std::to_string(kBackwardWarpgroups) + " with swap-dkv 1 (the warpgroups split the keys)");
+    if (knob(knobs, kSwapSdp, 0))
+      return refuseBackward(func, kSwapSdp, knobs.at(kSwapSdp), "0 with swap-dkv 1");
+    const int64_t widths = func.getHeadDim() + func.getHeadDimV();
+    const int64_t keys = std::min<int64_t>(kBackwardBlock, kSwapKvRegisters * kWarpgroupWarps * 32 / widths / 16 * 16);
+    const int64_t blockN = knob(knobs, kBlockN, keys * consumers);
+    if (blockN % (16 * consumers) != 0 || blockN / consumers > keys)
+      return refuseBackward(func, kBlockN, blockN,
+                            "a multiple of " + std::to_string(16 * consumers) + " up to " +
+                                std::to_string(keys * consumers) + " with swap-dkv 1 at head dims " +
+                                std::to_string(func.getHeadDim()) + ", " + std::to_string(func.getHeadDimV()) +
+                                " (a warpgroup's keys in k16 steps; dK and dV in " +
+                                std::to_string(kSwapKvRegisters) + " registers a thread)");
+    const int64_t blockM = knob(knobs, kBlockM, kBackwardBlock);
+    if (blockM != kBackwardBlock)
+      return refuseBackward(func, kBlockM, blockM, std::to_string(kBackwardBlock) + " with swap-dkv 1");
+    const int64_t stages = knob(knobs, kStages, 2);
+    if (stages != 2)
+      return refuseBackward(func, kStages, stages, "2 (Q-tile buffers: each Q tile copied one tile ahead)");
+    func->setAttr(kKeyWarpsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), consumers));
+    func->setAttr(kSwapKvAttr, UnitAttr::get(func.getContext()));
+    return BackwardLayout{headDim, /*wide=*/false, consumers, blockN, blockM, stages, /*keySplit=*/true,
+                          /*swapKv=*/true};
   }
 
   /// The main program's roles, as attributes of `func`: swap-sdp, dq-writer and load-warp (with the registers
@@ -305,7 +355,9 @@ public:
     // deterministic mode's turns), and setmaxnreg moves the producer's registers to the computing warpgroups. At head
     // dim 256 its buffer (64 rows of 264 floats) does not fit beside the tiles: the computing warps add dQ themselves
     // (FA3's form there).
-    const int64_t writer = knob(knobs, kDqWriter, consumers > 1 && headDim < 256 ? 1 : 0);
+    // Under swap-dkv its buffer does not fit beside 96-key tiles either (at head dim 192: 64 rows of 200 floats beside
+    // K, V, two Q and dO buffers and two staging buffers, 250 KB of the 227 KB a block has): the computing warps add.
+    const int64_t writer = knob(knobs, kDqWriter, consumers > 1 && headDim < 256 && !layout.swapKv ? 1 : 0);
     // load-warp: a warp of the producer warpgroup loads K, V and each Q tile's rows (TMA), FA3's producer.
     // (Its default follows an explicit dq-writer, so that dq-writer = 0 still names the form before both roles.)
     const int64_t loader = knob(knobs, kLoadWarp, knobs.count(kDqWriter) ? writer : consumers > 1 ? 1 : 0);

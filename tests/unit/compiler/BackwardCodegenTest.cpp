@@ -191,6 +191,73 @@ INSTANTIATE_TEST_SUITE_P(Fa3Swapped, Fa3SwappedScoresCompile,
                                           testing::Values(96, 128)),
                          configName);
 
+// swap-dkv 1 (FA3's dKV_swapAB) at head dims 192 and 256: two warpgroups split K/V tiles of 96 and 64 keys, each
+// holding dKᵀ and dVᵀ (one wgmma m64nKk16 an m64 of the head dim, N its 48 or 32 keys, A = Qᵀ or dOᵀ MN-major, B the
+// staged dS or P K-major), dQ a warpgroup's half of the columns (64-byte tiles at 192), stored through a lane swap;
+// variants whose hooks read positions, inputs or the score, both element types, GQA's fp32 adds, to one cubin
+// without serialized wgmma; and printed without overlap.
+TEST(BackwardCodegen, Fa3SwapDkvAccumulatesDkAndDvTransposed) {
+  for (const char *variant : {"causal", "alibi", "softcap_causal", "document_mask"})
+    for (ElementType dtype : {ElementType::BF16, ElementType::F16})
+      for (int headDim : {192, 256}) {
+        StatusOr<jit::CompileResult> result = jit::compile(
+            *variants::byName(variant), backwardOptions(dtype, headDim, "sm_90a", {{"swap-dkv", 1}}, "fa3"),
+            dtype == ElementType::BF16 ? jit::Stage::Cubin : jit::Stage::Cuda);
+        ASSERT_TRUE(result.ok()) << variant << headDim << ": " << result.status().message();
+        EXPECT_TRUE(result->info.verify().ok()) << result->info.verify().message();
+        EXPECT_FALSE(reportsSerializedWgmma(result->nvrtcLog)) << result->nvrtcLog;
+        const std::string &cuda = result->cuda;
+        const int keys = headDim == 192 ? 48 : 32, mTiles = headDim / 64;
+        const std::string m = std::to_string(keys);
+        EXPECT_NE(cuda.find("constexpr int kBlockN = " + std::to_string(2 * keys) + ";"), std::string::npos);
+        EXPECT_NE(cuda.find("constexpr int kKvColRows = 16 * kWarps / kKeyWarps, kKvKeyTiles = kBlockN / kKeyWarps / 8;"),
+                  std::string::npos);
+        EXPECT_NE(cuda.find("float acc[" + std::to_string(mTiles) + "][kKvKeyTiles][4] = {};"), std::string::npos);
+        // dV's and dK's GEMMs, three walk segments: Qᵀ / dOᵀ MN-major over the m-tiles, the staged tile K-major.
+        EXPECT_EQ(count(cuda, "sm90::warpgroup::WgmmaMnA<" + m + ">::" + (dtype == ElementType::BF16 ? "bf16" : "f16") +
+                                  "SS<sm90::warpgroup::kKMajor>("),
+                  6)
+            << variant << headDim;
+        EXPECT_EQ(count(cuda, "for (int mt = 0; mt < " + std::to_string(mTiles) + "; ++mt) {"), 6 + 2 + 1)
+            << variant << headDim; // the GEMMs, the stores, the copy into the carried accumulator's second registers
+        EXPECT_NE(cuda.find("bAddr = sm90::warp::uniform(frag::smemAddress(sStage0) + warpCol0 * 128);"),
+                  std::string::npos);
+        EXPECT_NE(cuda.find(headDim == 192 ? "sm90::desc::mnMajor<64>(aAddr + mt * 64 * kBlockM * 2, kBlockM * 64);"
+                                           : "sm90::desc::mnMajor(aAddr + mt * 64 * kBlockM * 2, kBlockM * 128);"),
+                  std::string::npos);
+        // dQ: each warpgroup its half of the columns, summed over all the tile's keys.
+        EXPECT_NE(cuda.find("sm90::warpgroup::WgmmaMnA<" + std::to_string(headDim / 2) + ">::"), std::string::npos);
+        // The stores: dK and dV, a lane swap each element pair, GQA's fp32 adds.
+        EXPECT_EQ(count(cuda, "__shfl_xor_sync(0xffffffffu, oddRow ? mine0 : mine1, 4);"), 2);
+        EXPECT_EQ(count(cuda, "sm90::redAdd2(dst, lo, hi);"), 2);
+        EXPECT_EQ(cuda.find("kKvMTiles"), std::string::npos);
+      }
+  // Without overlap each GEMM is waited on where it is issued: no group is left in flight.
+  StatusOr<jit::CompileResult> plain =
+      jit::compile(*variants::byName("causal"),
+                   backwardOptions(ElementType::BF16, 192, "sm_90a", {{"swap-dkv", 1}, {"intra-wg-overlap", 0}}, "fa3"),
+                   jit::Stage::Cuda);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->cuda.find("later group(s) in flight"), std::string::npos);
+  EXPECT_EQ(count(plain->cuda, "sm90::warpgroup::WgmmaMnA<48>::bf16SS<sm90::warpgroup::kKMajor>("), 6);
+}
+
+TEST(BackwardCodegen, Fa3SwapDkvIsRefusedWhereItCannotBe) {
+  expectFa3Refuses(128, {{"swap-dkv", 1}}, "swap-dkv", 1);
+  expectFa3Refuses(64, {{"swap-dkv", 1}}, "swap-dkv", 1);
+  expectFa3Refuses(192, {{"swap-dkv", 1}, {"block-n", 80}}, "block-n", 80);
+  expectFa3Refuses(192, {{"swap-dkv", 1}, {"block-n", 128}}, "block-n", 128);
+  expectFa3Refuses(256, {{"swap-dkv", 1}, {"block-n", 96}}, "block-n", 96);
+  expectFa3Refuses(192, {{"swap-dkv", 1}, {"swap-sdp", 1}}, "swap-sdp", 1);
+  expectFa3Refuses(192, {{"swap-dkv", 1}, {"consumer-warpgroups", 1}}, "consumer-warpgroups", 1);
+  // The dQ writer's buffer does not fit beside 96-key tiles: refused by the shared-memory check, naming the bytes.
+  StatusOr<jit::CompileResult> writer = jit::compile(
+      *variants::byName("causal"),
+      backwardOptions(ElementType::BF16, 192, "sm_90a", {{"swap-dkv", 1}, {"dq-writer", 1}}, "fa3"), jit::Stage::Cuda);
+  ASSERT_FALSE(writer.ok());
+  EXPECT_NE(writer.status().message().find("bytes of shared memory"), std::string::npos) << writer.status().message();
+}
+
 // early-dv 1 (the key split, with overlap): dV's GEMM issued once P is staged, behind its warpgroup's own barrier and
 // before dP is waited for (dV's group in flight then), dK's after dQ's; variants whose hooks read positions or the
 // score, with and without the swap, to one cubin.
@@ -476,7 +543,8 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"consumer-warpgroups", 3, "fa3 backward: consumer-warpgroups = 3 is not supported; accepted: 1 or 2"},
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
-                          "dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, early-dv, producer-regs and consumer-regs"},
+                          "dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, early-dv, swap-dkv, producer-regs and "
+                          "consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
         jit::compile(*variants::byName("none"),
