@@ -31,7 +31,7 @@ part detpytest 180 python3 -m pytest -q -n 16 -p no:cacheprovider test_backward.
 part fp8 180 python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_forward.py
 part positions 180 python3 -m pytest -q -p no:cacheprovider test_positions_gpu.py test_parallel_gpu.py
 cd "$root" || exit 2
-part fp8bench 150 env FLASHTILE_E4M3_UNVERIFIED=1 python3 bench/fp8_bench.py --json "$OUT/fp8-bench.json"
+part fp8bench 150 python3 bench/fp8_bench.py --json "$OUT/fp8-bench.json"
 part detbench 200 python3 bench/backward_bench.py --bench --deterministic --peers "" \
   --shapes "${PENDING_DET_SHAPES:-128:8192,96:8192,192:8192,64:8192}"
 for name in detcheck detpytest fp8 positions; do

@@ -209,6 +209,21 @@ def _builtin_input_counts(name: str, batch: int, heads_q: int, keys: int) -> Dic
     return counts
 
 
+def _call_input_counts(name: str, batch: int, heads_q: int, keys: int, varlen: bool, placed) -> Dict[str, int]:
+    """_builtin_input_counts of a call; `placed`: a block's (heads_q_global, seqlen_k_global, cu_seqlens_k_global),
+    whose hooks read the arrays at global heads and keys, so that they are the larger problem's (under varlen its
+    total keys are on the device: the key-indexed arrays' sizes are not checked here)."""
+    if placed is not None:
+        heads_global, seqlen_k_global, cu_k_global = placed
+        if isinstance(heads_global, int):
+            heads_q = heads_global
+        if varlen and cu_k_global is not None:
+            keys = None
+        elif not varlen and isinstance(seqlen_k_global, int):
+            keys = batch * seqlen_k_global
+    return {n: count for n, count in _builtin_input_counts(name, batch, heads_q, keys).items() if count is not None}
+
+
 # Schedules ------------------------------------------------------------------------------------------------------
 
 _ID_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:#-")
@@ -964,7 +979,8 @@ def attention(q, k, v, variant: VariantLike = "none", *, params=None, inputs=Non
             return launched if return_lse else launched[0]
     name, strict_flag = _schedule_option(schedule, strict)
     launch = _attention_call(q, k, v, variant, params, inputs, softmax_scale, cu_seqlens_q, cu_seqlens_k,
-                             max_seqlen_q, max_seqlen_k)
+                             max_seqlen_q, max_seqlen_k,
+                             (heads_q_global, seqlen_k_global, cu_seqlens_k_global) if placed else None)
     dv = launch[-1]
     positions = _positions.PLAIN
     if placed:
@@ -992,8 +1008,10 @@ def attention(q, k, v, variant: VariantLike = "none", *, params=None, inputs=Non
 
 
 def _attention_call(q, k, v, variant, params, inputs, softmax_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                    max_seqlen_k):
-    """attention()'s checks, and what its launch takes (as _dense_call's)."""
+                    max_seqlen_k, placed=None):
+    """attention()'s checks, and what its launch takes (as _dense_call's). `placed`: a block of a larger problem's
+    (heads_q_global, seqlen_k_global, cu_seqlens_k_global), whose hooks index the inputs at global positions, so
+    that a built-in's arrays are the larger problem's (slopes of every query head, doc_start of every key)."""
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     dims = 3 if varlen else 4
     q = _check_tensor("q", q, dims, "(total_q, nheads, headdim)" if varlen else "(batch, seqlen_q, nheads, headdim)")
@@ -1018,7 +1036,7 @@ def _attention_call(q, k, v, variant, params, inputs, softmax_scale, cu_seqlens_
     else:
         batch, keys, heads_q = q.shape[0], k.shape[0] * k.shape[1], q.shape[2]
         max_q = max_k = 0
-    counts = _builtin_input_counts(resolved.id, batch, heads_q, keys) if isinstance(variant, str) else {}
+    counts = _call_input_counts(resolved.id, batch, heads_q, keys, varlen, placed) if isinstance(variant, str) else {}
     arrays = _check_inputs(resolved.decl, inputs, q.device, counts)
     d, dv = q.shape[-1], v.shape[-1]
     pd, pdv = _head_dims(d, dv)

@@ -46,16 +46,6 @@ Status detail::checkFp8Args(const AttentionArgs &args) {
 
 Status detail::checkFp8Launch(const AttentionArgs &args, const KernelInfo &kernel) {
   const bool callE4m3 = args.dtype == DType::E4M3, kernelE4m3 = kernel.dtype == dtypeName(DType::E4M3);
-  if (callE4m3 && kernelE4m3) {
-    // The e4m3 kernels are printed, compiled and SASS-checked, but no GPU has run them yet (docs/fp8.md): until one
-    // has, a call runs them only when asked to, so that an unproven kernel cannot give a silent wrong answer.
-    const char *allowed = std::getenv(kE4m3UnverifiedEnv);
-    if (!allowed || std::string_view(allowed) != "1")
-      return Status::error("kernel '" + kernel.entry + "': the e4m3 kernels have not yet been run on a GPU, so e4m3 "
-                           "calls are refused unless " + std::string(kE4m3UnverifiedEnv) + "=1 is set (to validate "
-                           "them: tests/python/gpu/test_fp8_forward.py, bench/fp8_bench.py; docs/fp8.md)");
-    return Status();
-  }
   if (callE4m3 == kernelE4m3)
     return Status();
   return Status::error("kernel '" + kernel.entry + "' is a" + (kernelE4m3 ? "n e4m3" : " " + kernel.dtype) +

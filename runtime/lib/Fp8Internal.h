@@ -12,8 +12,6 @@ Status checkFp8Args(const AttentionArgs &args);
 
 /// Runtime::validateFor's: an e4m3 call runs an e4m3 kernel (whose kernels take FlashtileFp8Params last, Fp8Abi.h)
 /// and an e4m3 kernel serves e4m3 calls only.
-/// The environment variable that lets e4m3 calls run the e4m3 kernels ("1") while no GPU has run them yet.
-inline constexpr const char *kE4m3UnverifiedEnv = "FLASHTILE_E4M3_UNVERIFIED";
 Status checkFp8Launch(const AttentionArgs &args, const KernelInfo &kernel);
 
 /// Runtime::validateBackward's: an E4M3 forward has no backward (as flash-attn 3's FP8).

@@ -28,6 +28,8 @@ constexpr int64_t kBackwardBlock = 64;
 constexpr int64_t kBackwardWarpgroups = 2;
 /// The backward's intra-wg-overlap default.
 constexpr int64_t kBackwardOverlap = 1;
+/// The forward's rescale-threshold default with dtype e4m3 (configure).
+constexpr int64_t kE4m3RescaleThreshold = 8;
 /// swap-dkv: the fp32 registers a computing thread gives dKᵀ and dVᵀ (of its 240 under setmaxnreg: S and dP of 48 keys
 /// take 24 each, dQ's product of 96 columns 48, the addresses the rest).
 constexpr int64_t kSwapKvRegisters = 144;
@@ -69,7 +71,7 @@ public:
                      "default) or dynamic (one atomic counter per launch, heaviest tiles first; implies persistent "
                      "blocks)", kStaticScheduler, kDynamicScheduler,
          {std::begin(kSchedulerNames), std::end(kSchedulerNames)}},
-        {kRescaleThreshold, "0: acc is rescaled every tile (FA3, the default); N: FA4's conditional rescaling, a warp's "
+        {kRescaleThreshold, "0: acc is rescaled every tile (FA3, the default; 8 with dtype e4m3); N: FA4's conditional rescaling, a warp's "
                             "row maxes move (and acc *= alpha runs) only when one grew by more than N (log2 units)",
          0, kMaxRescaleThreshold},
         {kDqWriter, "backward only: 1: each Q tile's dQ terms leave through shared memory and a writer warp of a "
@@ -188,8 +190,12 @@ public:
     // The share of software exponentials is the printer's business, not the program's: a func attribute.
     if (int64_t share = knob(knobs, kExp2PolyShare, 0); share > 0)
       func->setAttr(kExp2PolyShareAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), share));
+    // e4m3: FA4's conditional rescaling (threshold 8, the most an e4m3 P allows: 2^8 < 448) by default. With the GEMMs
+    // at twice the bf16 rate the softmax's instructions bound the kernel (ncu at hd128 8k: 462 M warp instructions
+    // against bf16's 567 M for 1.33x the speed, issue slots 44% active), and skipping most rescales measured +6-7% at
+    // hd128 4k-16k and +0% at hd256 16k on the H100 (2026-12-07, bench/RESULTS.md); bf16 keeps 0 (NOTES v25).
     return ScheduleAttr::get(func.getContext(), kName, blockM, blockN, warps, WarpLayout::SplitQ, warpRows, stages,
-                             knob(knobs, kRescaleThreshold, 0),
+                             knob(knobs, kRescaleThreshold, e4m3 ? kE4m3RescaleThreshold : 0),
                              /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, shapeClass);
   }
 

@@ -43,6 +43,20 @@ class Keywords(unittest.TestCase):
         self.assertIsNone(cu_q)
         self.assertEqual((cu_k.tolist(), cu_k.dtype), ([0, 5, 9], torch.int32))
 
+    def test_a_blocks_inputs_are_the_larger_problems(self):
+        # A block's hooks read the built-ins' arrays at global heads and keys: a placed call counts the larger
+        # problem's slopes and document starts (batch 2, 4 query heads and 8 keys a sequence locally; 8 heads and 32
+        # keys globally); unplaced, the call's own; under varlen with global sequences the key arrays go unchecked.
+        from flashtile.interface import _call_input_counts as counts
+
+        self.assertEqual(counts("alibi", 2, 4, 16, False, (8, 32, None)), {"slopes": 8})
+        self.assertEqual(counts("alibi", 2, 4, 16, False, None), {"slopes": 4})
+        self.assertEqual(counts("alibi_per_batch", 2, 4, 16, False, (8, 32, None)), {"slopes": 16})
+        self.assertEqual(counts("document_mask", 2, 4, 16, False, (8, 32, None)), {"doc_start": 64})
+        self.assertEqual(counts("document_mask", 2, 4, 16, False, None), {"doc_start": 16})
+        self.assertEqual(counts("document_mask", 2, 4, 40, True, (None, None, torch.tensor([0, 30, 70]))), {})
+        self.assertEqual(counts("sinks", 2, 4, 16, False, (None, 32, None)), {"sinks": 4})
+
     def test_bad_keywords_are_refused_naming_them(self):
         cases = [
             (dict(q_offset=-1), ValueError, "q_offset is -1; it must be >= 0"),

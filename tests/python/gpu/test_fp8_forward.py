@@ -11,14 +11,10 @@ compute capability 9.0 (the kernel is sm_90a's) or a PyTorch without float8_e4m3
 pytest tests/python/gpu/test_fp8_forward.py (bench/device/python-check.sh runs the whole folder).
 """
 
-import os
-
 import pytest
 import torch
 
-# The e4m3 kernels run only where asked to until a GPU has validated them (docs/fp8.md): this is that validation.
-os.environ.setdefault("FLASHTILE_E4M3_UNVERIFIED", "1")
-import flashtile  # noqa: E402
+import flashtile
 from reference import attention_ref, check_lse
 
 E4M3 = getattr(torch, "float8_e4m3fn", None)

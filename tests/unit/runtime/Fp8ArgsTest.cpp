@@ -88,16 +88,7 @@ TEST(Fp8Args, PairsE4m3CallsWithE4m3Kernels) {
   KernelInfo kernel;
   kernel.entry = "flashtile_fa3_none_e4m3";
   kernel.dtype = "e4m3";
-  // No GPU has run the e4m3 kernels yet: refused unless FLASHTILE_E4M3_UNVERIFIED=1.
-  ::unsetenv("FLASHTILE_E4M3_UNVERIFIED");
-  Status unverified = Runtime::validateFor(e4m3Args(), kernel);
-  EXPECT_THAT(unverified.message(), HasSubstr("the e4m3 kernels have not yet been run on a GPU, so e4m3 calls are "
-                                              "refused unless FLASHTILE_E4M3_UNVERIFIED=1 is set"));
-  ::setenv("FLASHTILE_E4M3_UNVERIFIED", "0", 1);
-  EXPECT_FALSE(Runtime::validateFor(e4m3Args(), kernel).ok());
-  ::setenv("FLASHTILE_E4M3_UNVERIFIED", "1", 1);
   EXPECT_TRUE(Runtime::validateFor(e4m3Args(), kernel).ok());
-  ::unsetenv("FLASHTILE_E4M3_UNVERIFIED");
   AttentionArgs bf16 = e4m3Args();
   bf16.dtype = DType::BF16;
   Status s = Runtime::validateFor(bf16, kernel);
