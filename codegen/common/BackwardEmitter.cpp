@@ -735,7 +735,8 @@ LogicalResult BackwardPrinter::checkMainLayout() {
   const int rowsBytes = rowsStaged ? 2 * 2 * shape.blockM * 4 : 0;
   mainSmemBytes = static_cast<int>(
       target.tileBytes(shape.blockN, hd) + target.tileBytes(shape.blockN, hdv) +
-      qBuffers * (target.tileBytes(shape.blockM, hd) + target.tileBytes(shape.blockM, hdv)) + rowsBytes +
+      qBuffers * target.tileBytes(shape.blockM, hd) +
+      (target.singleDoBuffer() ? 1 : qBuffers) * target.tileBytes(shape.blockM, hdv) + rowsBytes +
       stagingBuffers * target.tileBytes(shape.blockM, shape.blockN) + target.roleSharedBytes() +
       target.sharedMemoryReserve());
 
@@ -781,14 +782,15 @@ void BackwardPrinter::printMainSharedMemory() {
   std::vector<std::tuple<std::string, const char *, const char *>> tiles = {{"sK", "kBlockN", "kHeadDim"},
                                                                             {"sV", "kBlockN", "kHeadDimV"}};
   if (qBuffers == 2) {
-    w.comment(cat("---- shared memory (", mainSmemBytes,
-                  " bytes): sK, sV [kBlockN rows]; two buffers of sQ, sDO [kBlockM rows], 16-bit, rows swizzled"));
+    w.comment(cat("---- shared memory (", mainSmemBytes, " bytes): sK, sV [kBlockN rows]; two buffers of sQ",
+                  target.singleDoBuffer() ? " and one of sDO" : ", sDO", " [kBlockM rows], 16-bit, rows swizzled"));
     w.comment(cat("(", target.tileLayoutWords(), ")",
                   rowsStaged ? ", and of the LSE and D rows (sRows, fp32 [2][2][kBlockM])" : "", "; ", stagingBuffers,
                   " staging buffer(s) [kBlockM][kBlockN] for P and dS ----"));
     for (const char *buffer : {"0", "1"}) {
       tiles.push_back({cat("sQ", buffer), "kBlockM", "kHeadDim"});
-      tiles.push_back({cat("sDO", buffer), "kBlockM", "kHeadDimV"});
+      if (buffer[0] == '0' || !target.singleDoBuffer())
+        tiles.push_back({cat("sDO", buffer), "kBlockM", "kHeadDimV"});
     }
   } else {
     w.comment(cat("---- shared memory (", mainSmemBytes,

@@ -158,6 +158,8 @@ public:
   /// the computing warps copy nothing; they wait for K and V (waitOwnTiles) and take each Q tile from the ring
   /// (acquireQTile, declaring sQ, sDO, sLse and sDelta, then releaseQTile once its GEMMs landed).
   virtual bool loadsInRole() const { return false; }
+  /// Whether dO has one buffer (sDO0) while Q has the ring's two (KernelShape::singleDo, with loadsInRole()).
+  virtual bool singleDoBuffer() const { return false; }
   /// The main kernel's parameters after `params` (", const __grid_constant__ ..."), or empty.
   virtual std::string mainExtraParams() const { return {}; }
   /// The swizzle span in bytes of the TMA boxes the load role reads (the plan's tensor maps), when loadsInRole().

@@ -28,10 +28,12 @@ void BackwardSm90::dqHandOver(CudaWriter &w, bool start) {
 void BackwardSm90::declareRoleShared(CudaWriter &w, const std::string &at) const {
   if (!roles())
     return;
+  const std::string doBars = shape.singleDo ? ", *const doBars = emptyBars + 2" : "";
   if (!shape.dqWriter) {
-    w.comment("the load warp's barriers: K and V landed; the ring's buffers s = 0, 1 full and empty");
+    w.comment(cat("the load warp's barriers: K and V landed; the ring's buffers s = 0, 1 full and empty",
+                  shape.singleDo ? "; dO's full and empty" : ""));
     w.line(cat("sm90::Mbarrier *const kvBar = reinterpret_cast<sm90::Mbarrier *>(", at,
-               "), *const fullBars = kvBar + 1, *const emptyBars = fullBars + 2;"));
+               "), *const fullBars = kvBar + 1, *const emptyBars = fullBars + 2", doBars, ";"));
     return;
   }
   w.comment("the dQ writer's buffer (fp32 [kBlockM][kDqPitch]: a Q tile's rows of dq_accum, each padded so that the");
@@ -41,11 +43,13 @@ void BackwardSm90::declareRoleShared(CudaWriter &w, const std::string &at) const
   w.line(cat("float *const sDq = reinterpret_cast<float *>(", at, ");"));
   w.line("sm90::Mbarrier *const dqBars = reinterpret_cast<sm90::Mbarrier *>(sDq + kBlockM * kDqPitch);");
   if (shape.loadWarp) {
-    w.comment("the load warp's barriers: K and V landed; the ring's buffers s = 0, 1 full and empty");
+    w.comment(cat("the load warp's barriers: K and V landed; the ring's buffers s = 0, 1 full and empty",
+                  shape.singleDo ? "; dO's full and empty" : ""));
     w.line(cat("sm90::Mbarrier *const kvBar = dqBars + ", kDqBarriers, ", *const fullBars = kvBar + 1, *const emptyBars = "
-               "fullBars + 2;"));
+               "fullBars + 2", doBars, ";"));
   }
-  w.line(cat("int *const sDqTile = reinterpret_cast<int *>(dqBars + ", kDqBarriers + (shape.loadWarp ? kLoadBarriers : 0),
+  w.line(cat("int *const sDqTile = reinterpret_cast<int *>(dqBars + ",
+             kDqBarriers + (shape.loadWarp ? kLoadBarriers + (shape.singleDo ? kDoBarriers : 0) : 0),
              ");  // the Q tile in sDq; -1: the walk is over"));
 }
 
@@ -75,6 +79,10 @@ void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const
     w.line("sm90::mbarrier::init(&fullBars[s], 32);  // the load warp's lanes (and the TMA's bytes)");
     w.line("sm90::mbarrier::init(&emptyBars[s], kThreads);  // each computing thread");
     w.close();
+    if (shape.singleDo) {
+      w.line("sm90::mbarrier::init(&doBars[0], 1);  // the load warp's lane 0 (and the TMA's bytes)");
+      w.line("sm90::mbarrier::init(&doBars[1], kThreads);  // each computing thread, once dV's GEMM landed");
+    }
   }
   w.line("sm90::mbarrier::initFence();");
   w.close();
@@ -172,7 +180,10 @@ void BackwardSm90::beginLoadRole(CudaWriter &w) {
   w.line("const int qRow0 = params.cuSeqlensQ ? min(max(params.cuSeqlensQ[b], 0), params.seqlenQ) : 0;");
   w.line("const int kRow0 = params.cuSeqlensK ? p.keyOffset : 0;");
   w.line("const int tmaBatch = params.cuSeqlensQ ? 0 : b;");
-  w.line("constexpr unsigned kQTileBytes = kBlockM * (kHeadDim + kHeadDimV) * 2;  // Q's and dO's boxes");
+  if (shape.singleDo)
+    w.line("constexpr unsigned kQTileBytes = kBlockM * kHeadDim * 2, kDoTileBytes = kBlockM * kHeadDimV * 2;  // boxes");
+  else
+    w.line("constexpr unsigned kQTileBytes = kBlockM * (kHeadDim + kHeadDimV) * 2;  // Q's and dO's boxes");
   w.open("if (lane == 0)");
   for (const char *map : {"q", "k", "v", "dO"})
     w.line(cat("sm90::tma::prefetchDescriptor(&maps.", map, ");"));
@@ -197,8 +208,9 @@ void BackwardSm90::loadQTile(CudaWriter &w, const std::string &qt) {
   w.line("sm90::mbarrier::expectTx(&fullBars[stage], kQTileBytes);");
   w.line(cat("sm90::tma::load5d(stage ? sQ1 : sQ0, &maps.q, &fullBars[stage], 0, qRow0 + ", qt,
              " * kBlockM, 0, h, tmaBatch);"));
-  w.line(cat("sm90::tma::load5d(stage ? sDO1 : sDO0, &maps.dO, &fullBars[stage], 0, qRow0 + ", qt,
-             " * kBlockM, 0, h, tmaBatch);"));
+  if (!shape.singleDo)
+    w.line(cat("sm90::tma::load5d(stage ? sDO1 : sDO0, &maps.dO, &fullBars[stage], 0, qRow0 + ", qt,
+               " * kBlockM, 0, h, tmaBatch);"));
   w.close();
   w.comment("the LSE and D rows (fp32), -inf and 0 past seqlen_q");
   w.line("float *const rows = sRows + stage * 2 * kBlockM;");
@@ -208,6 +220,15 @@ void BackwardSm90::loadQTile(CudaWriter &w, const std::string &qt) {
   w.line("rows[kBlockM + row] = q < p.seqlenQ ? gDelta[q] : 0.f;");
   w.close();
   w.line("sm90::mbarrier::arrive(&fullBars[stage]);");
+  if (shape.singleDo) {
+    w.comment("dO into its one buffer once the computing warps released the last tile's (dV's GEMM landed)");
+    w.line("if (loads >= 1)");
+    w.line("  sm90::mbarrier::wait(&doBars[1], (loads - 1) & 1);");
+    w.open("if (lane == 0)");
+    w.line("sm90::mbarrier::arriveExpectTx(&doBars[0], kDoTileBytes);");
+    w.line(cat("sm90::tma::load5d(sDO0, &maps.dO, &doBars[0], 0, qRow0 + ", qt, " * kBlockM, 0, h, tmaBatch);"));
+    w.close();
+  }
   w.line("++loads;");
 }
 
@@ -215,12 +236,38 @@ void BackwardSm90::acquireQTile(CudaWriter &w) {
   w.comment("this Q tile's Q, dO, LSE and D from the load warp's ring (buffer tileUses % 2)");
   w.line("const int stage = tileUses & 1;");
   w.line("sm90::mbarrier::wait(&fullBars[stage], (tileUses >> 1) & 1);");
+  if (shape.singleDo) {
+    w.line("sm90::mbarrier::wait(&doBars[0], tileUses & 1);  // this tile's dO in its one buffer");
+    w.line("unsigned char *const sQ = stage ? sQ1 : sQ0, *const sDO = sDO0;");
+    return acquireRows(w);
+  }
   w.line("unsigned char *const sQ = stage ? sQ1 : sQ0, *const sDO = stage ? sDO1 : sDO0;");
-  w.line("const unsigned ringOffset = stage * static_cast<unsigned>(sQ1 - sQ0);  // sDO1 - sDO0 alike");
+  acquireRows(w);
+}
+
+void BackwardSm90::acquireRows(CudaWriter &w) {
+  w.line(cat("const unsigned ringOffset = stage * static_cast<unsigned>(sQ1 - sQ0);",
+             shape.singleDo ? "" : "  // sDO1 - sDO0 alike"));
   w.line("const float *const sLse = sRows + stage * 2 * kBlockM, *const sDelta = sLse + kBlockM;");
 }
 
+void BackwardSm90::releaseDo(CudaWriter &w) {
+  if (!shape.singleDo || doReleased)
+    return;
+  doReleased = true;
+  if (!earlyDot.empty()) {
+    w.comment("dV's GEMM, dO's last reader, landed: the load warp may bring the next tile's dO");
+    waitFor(w, earlyDot);
+  } else {
+    w.comment("the tile's GEMMs landed: the load warp may bring the next tile's dO");
+  }
+  w.line("sm90::mbarrier::arrive(&doBars[1]);");
+}
+
 void BackwardSm90::releaseQTile(CudaWriter &w) {
+  releaseDo(w);
+  doReleased = false;
+  earlyDot.clear();
   w.comment("this thread is done with the ring's buffer (its reads, and its warpgroup's GEMMs, landed)");
   w.line("sm90::mbarrier::arrive(&emptyBars[stage]);");
   w.line("++tileUses;");

@@ -171,6 +171,7 @@ void BackwardSm90::dotTn(CudaWriter &w, const std::string &acc, const std::strin
 
 void BackwardSm90::dotTnEarly(CudaWriter &w, const std::string &acc, const std::string &a, const SharedTile &b,
                               int64_t warpCols) {
+  earlyDot = acc;
   if (!shape.gemmOverlap)
     return dotTn(w, acc, a, b, warpCols);
   // Issued now, a group of its own: dV's GEMM runs under dS's math; dQ's and dK's groups come after it, and each
@@ -270,6 +271,8 @@ void BackwardSm90::issueDot(CudaWriter &w, const DeferredDot &dot) {
 }
 
 void BackwardSm90::dqOperand(CudaWriter &w, const std::string &staged, const std::string &regs) {
+  if (!earlyDot.empty())
+    releaseDo(w);
   if (dqReadsRegisters()) {
     w.comment(cat("tile.accumulate dq_accum[qt]: dQ += A·K, A = ", regs,
                   " from registers (wgmma RS: the accumulator layout is the A operand's), K MN-major;"));

@@ -33,8 +33,11 @@ constexpr int kComputeBarrier = 1;
 constexpr int kWriterBarrier = kComputeBarrier + 1 + kMaxWarpgroups;
 /// The roles' mbarriers: the dQ writer's two (full, empty), then the load warp's (K/V; the ring's full and empty per
 /// buffer), and after them the tile index the writer reads, 16-byte aligned.
-constexpr int kDqBarriers = 2, kLoadBarriers = 5, kRoleBarrierBytes = 64;
+/// With a single dO buffer (KernelShape::singleDo) two more follow the ring's: dO's full and empty.
+constexpr int kDqBarriers = 2, kLoadBarriers = 5, kDoBarriers = 2, kRoleBarrierBytes = 64, kRoleBarrierBytesSingleDo = 80;
 static_assert((kDqBarriers + kLoadBarriers) * 8 + 4 <= kRoleBarrierBytes, "the roles' barriers and tile index fit");
+static_assert((kDqBarriers + kLoadBarriers + kDoBarriers) * 8 + 4 <= kRoleBarrierBytesSingleDo,
+              "the roles' barriers, dO's and the tile index fit");
 /// The dQ buffer's row pitch beyond the head dim, in floats, at head dims from kDqPadFrom: 8 (32 bytes) puts the rows
 /// of a warp's fragment stores 8 banks apart, so that a warp's float2 stores take the two wavefronts of their 256
 /// bytes (an unpadded row of 64 or 128 floats maps every row to the same banks: 8-way conflicts), at the price of one
@@ -148,7 +151,7 @@ public:
     return {"sm90",   "smemRaw", "aAddr", "bAddr", "dsFrag", "dqBlock", "dqPart", "frag",
             "key",    "q",      "sDq",     "dqBars", "sDqTile", "dqUses", "use",   "tile",   "row",  "rows",
             "kDqPitch", "maps", "kvBar", "fullBars", "emptyBars", "stage", "tileUses", "loads", "qRow0", "kRow0",
-            "tmaBatch", "kQTileBytes", "dotFrag0", "dotFrag1", "qRing", "doRing", "ringOffset"};
+            "tmaBatch", "kQTileBytes", "dotFrag0", "dotFrag1", "qRing", "doRing", "ringOffset", "doBars", "kDoTileBytes"};
   }
   bool splitsKeys() const override { return true; }
   bool swapsKv() const override { return true; }
@@ -243,7 +246,7 @@ public:
   }
   int64_t roleSharedBytes() const override {
     return (shape.dqWriter ? int64_t(shape.blockM) * (shape.headDim + dqPad()) * 4 : 0) +
-           (roles() ? kRoleBarrierBytes : 0);
+           (roles() ? (shape.singleDo ? kRoleBarrierBytesSingleDo : kRoleBarrierBytes) : 0);
   }
   void declareRoleShared(CudaWriter &w, const std::string &at) const override;
   void beginRoles(CudaWriter &w, const std::string &dqCounter, const std::string &dqTurn) override;
@@ -257,6 +260,9 @@ public:
   // GEMMs landed. Rows of a Q tile past the sequence come as TMA gives them (zeros past the tensor; under varlen the next
   // sequence's rows): their LSE is -inf, so their P and dS are 0 and they add nothing.
   bool loadsInRole() const override { return shape.loadWarp; }
+  /// KernelShape::singleDo: dO in sDO0 alone, behind doBars[0] (full: the TMA's bytes) and doBars[1] (empty: every
+  /// computing thread, once dV's GEMM landed: dqOperand, or releaseQTile without an early dV).
+  bool singleDoBuffer() const override { return shape.singleDo; }
   std::string mainExtraParams() const override {
     return shape.loadWarp ? ", const __grid_constant__ sm90::BackwardTensorMaps maps" : "";
   }
@@ -357,6 +363,11 @@ private:
       return col;
     return cat("(((((", col, ") >> 2) ^ ((", row, ") & 7)) << 2) | ((", col, ") & 3))");
   }
+  /// acquireQTile's ring offset and LSE and D rows.
+  void acquireRows(CudaWriter &w);
+  /// KernelShape::singleDo: the computing thread's release of dO's buffer (once per iteration), after waiting for
+  /// dV's GEMM (earlyDot) where it was issued early.
+  void releaseDo(CudaWriter &w);
   /// The dQ writer's hand-over: before the tile's first write into sDq (`start`), after its last.
   void dqHandOver(CudaWriter &w, bool start);
   /// The reductions of the blocks of `round` of `part` (its fp32 C fragment) into gDqAccum.
@@ -382,6 +393,8 @@ private:
   /// uniform stage), drops the shuffle and selects the buffer in vector registers again (SASS at hd128: 502
   /// instructions an interior iteration, 458 with the ring's bases hoisted).
   std::string address(const std::string &tile, const std::string &offset = "") const {
+    if (shape.loadWarp && shape.singleDo && tile == "sDO")
+      return cat("(doRing", offset, ")");
     if (shape.loadWarp && (tile == "sQ" || tile == "sDO"))
       return cat("(", tile == "sQ" ? "qRing" : "doRing", " + ringOffset", offset, ")");
     return cat("sm90::warp::uniform(", ns, "smemAddress(", tile, ")", offset, ")");
@@ -444,6 +457,8 @@ private:
   std::vector<Group> inFlight;       ///< committed groups not yet waited for, oldest first (overlap)
   std::vector<DeferredDot> deferred; ///< dotTn calls not yet issued (overlap)
   int dotFrags = 0;                  ///< RS A operands of dotTn declared in this iteration (dotFrag0, dotFrag1)
+  std::string earlyDot;              ///< this iteration's dotTnEarly accumulator (dV's), or empty
+  bool doReleased = false;           ///< this iteration released the single dO buffer (KernelShape::singleDo)
   std::map<std::string, std::string> packed; ///< this iteration's score tiles packed by dotTn -> their words
   /// "<the fragment primitives' namespace>::": their cp.async, smemAddress and packs.
   const std::string ns = cat(kFragmentNamespace, "::");

@@ -87,6 +87,9 @@ struct KernelShape {
   /// The backward's dK and dV accumulated transposed (`tile.swap_kv`, passes/Transforms/Passes.h): a warp's register
   /// tiles of them hold head-dim columns on their rows and its warpgroup's keys on their columns.
   bool swapKv = false;
+  /// The backward's dO in one buffer of its own (`tile.single_do`, passes/Transforms/Passes.h), beside a ring of two Q
+  /// tiles.
+  bool singleDo = false;
   /// Registers a thread of the producer warpgroup and of a computing warpgroup holds after setmaxnreg
   /// (`tile.role_registers`); 0: the family's launch default.
   int producerRegs = 0, consumerRegs = 0;

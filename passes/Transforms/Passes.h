@@ -51,6 +51,11 @@ inline constexpr llvm::StringLiteral kSwapScoresAttr = "tile.swap_scores";
 /// on its columns), so that a warpgroup's keys need not be an m64 of rows: K/V tiles of 96 keys at head dim 192,
 /// 48 a warpgroup (KernelShape::swapKv; FA3's dKV_swapAB); the program's semantics do not change.
 inline constexpr llvm::StringLiteral kSwapKvAttr = "tile.swap_kv";
+/// A schedule's attribute on a backward main program whose load warp brings the Q tiles (a unit attribute, with
+/// tile.load_warp and tile.early_dv): dO has one buffer of its own, with its own full and empty barriers, released as
+/// soon as dV's GEMM (its last reader) landed, so that the next tile's dO loads under the rest of the iteration
+/// (KernelShape::singleDo; FA3's and FA4's Stages_dO = 1 at head dim 192); the program's semantics do not change.
+inline constexpr llvm::StringLiteral kSingleDoAttr = "tile.single_do";
 /// A schedule's attribute on a backward main program whose warpgroups split the keys, with tile.gemm_overlap (a unit
 /// attribute): tile-pipeline-q-loop leaves dV's tile.dot_tn (A = P) where the program has it, after tile.probs, and
 /// marks it tile.issue_early, so that its GEMM is issued once P is staged and runs under dS's math; the program's

@@ -15,7 +15,7 @@ inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kStages
                             *kPersistent = "persistent", *kStageO = "stage-o", *kScheduler = "scheduler",
                             *kRescaleThreshold = "rescale-threshold", *kExp2PolyShare = "exp2-poly-share",
                             *kDqWriter = "dq-writer", *kLoadWarp = "load-warp", *kSwapSdp = "swap-sdp",
-                            *kEarlyDv = "early-dv", *kSwapDkv = "swap-dkv",
+                            *kEarlyDv = "early-dv", *kSwapDkv = "swap-dkv", *kDoBuffers = "do-buffers",
                             *kDqWriterWarps = "dq-writer-warps",
                             *kDqSwizzle = "dq-swizzle";
 /// The largest `rescale-threshold` (log2 units): P may reach 2^threshold, which stays finite in fp16 up to 15.

@@ -109,6 +109,11 @@ public:
                    "(block-n: a multiple of 32); 0: the column split (64-key tiles, each warpgroup all 64 keys of its "
                    "half of the columns)",
          0, 1},
+        {kDoBuffers, "backward only, with load-warp 1: 1: dO in one buffer of its own beside the two of Q, released "
+                     "once dV's GEMM (its last reader) landed (FA3's Stages_dO = 1), which frees the shared memory the "
+                     "dQ writer needs beside 96-key tiles; 2: dO in the Q tiles' ring (default: 1 with swap-dkv below "
+                     "head dim 256, else 2)",
+         1, 2},
         {kExp2PolyShare, "FA4's partial software exp2: of every 8 n8 tiles of a score row, how many take their "
                          "exponentials from a cubic on the FMA pipe (sm90::math::exp2Poly3) instead of MUFU; 0: none "
                          "(the default)",
@@ -120,7 +125,8 @@ public:
   FailureOr<ScheduleAttr> configure(FuncOp func, const schedule::Knobs &knobs, ShapeClass shapeClass) const override {
     if (func.getKind() != kForwardProgram)
       return configureBackward(func, knobs);
-    for (const char *backwardKnob : {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle, kSwapDkv})
+    for (const char *backwardKnob :
+         {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle, kSwapDkv, kDoBuffers})
       if (knobs.count(backwardKnob))
         return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
@@ -218,7 +224,7 @@ public:
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
                                      "consumer-warpgroups, intra-wg-overlap, dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, "
-                                     "early-dv, swap-dkv, "
+                                     "early-dv, swap-dkv, do-buffers, "
                                      "producer-regs and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
@@ -361,9 +367,11 @@ public:
     // deterministic mode's turns), and setmaxnreg moves the producer's registers to the computing warpgroups. At head
     // dim 256 its buffer (64 rows of 264 floats) does not fit beside the tiles: the computing warps add dQ themselves
     // (FA3's form there).
-    // Under swap-dkv its buffer does not fit beside 96-key tiles either (at head dim 192: 64 rows of 200 floats beside
-    // K, V, two Q and dO buffers and two staging buffers, 250 KB of the 227 KB a block has): the computing warps add.
-    const int64_t writer = knob(knobs, kDqWriter, consumers > 1 && headDim < 256 && !layout.swapKv ? 1 : 0);
+    // Under swap-dkv it fits beside 96-key tiles with one dO buffer (do-buffers 1: 225 KB at head dim 192), not with
+    // two (64 rows of 200 floats beside K, V, two Q and two dO buffers and two staging buffers: 250 KB of 227).
+    const int64_t doBuffers = knob(knobs, kDoBuffers, defaultDoBuffers(knobs, layout));
+    const int64_t writer =
+        knob(knobs, kDqWriter, consumers > 1 && headDim < 256 && (!layout.swapKv || doBuffers == 1) ? 1 : 0);
     // load-warp: a warp of the producer warpgroup loads K, V and each Q tile's rows (TMA), FA3's producer.
     // (Its default follows an explicit dq-writer, so that dq-writer = 0 still names the form before both roles.)
     const int64_t loader = knob(knobs, kLoadWarp, knobs.count(kDqWriter) ? writer : consumers > 1 ? 1 : 0);
@@ -405,7 +413,19 @@ public:
       func->setAttr(kDqWriterWarpsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), writerWarps));
     if (loader)
       func->setAttr(kLoadWarpAttr, UnitAttr::get(func.getContext()));
+    if (doBuffers == 1 && !loader)
+      return refuseBackward(func, kDoBuffers, doBuffers,
+                            "2 here; 1 needs load-warp 1 (its own dO buffer and barriers are the load warp's)");
+    if (doBuffers == 1)
+      func->setAttr(kSingleDoAttr, UnitAttr::get(func.getContext()));
     return success();
+  }
+
+  /// do-buffers' default: 1 under swap-dkv below head dim 256 with the load warp (the dQ writer's buffer then fits),
+  /// else 2.
+  static int64_t defaultDoBuffers(const schedule::Knobs &knobs, const BackwardLayout &layout) {
+    const bool loader = knob(knobs, kLoadWarp, knobs.count(kDqWriter) ? knobs.at(kDqWriter) : 1) != 0;
+    return layout.swapKv && layout.headDim < 256 && loader ? 1 : 2;
   }
 
   /// The order of a Q tile's GEMMs, as attributes of `func`: intra-wg-overlap and early-dv.
@@ -418,7 +438,8 @@ public:
       func->setAttr(kGemmOverlapAttr, UnitAttr::get(func.getContext()));
     // early-dv: dV's GEMM issued once P is staged, under dS's math (its operands are the warpgroup's own keys: the key
     // split), instead of after dQ's product with dK's.
-    const int64_t early = knob(knobs, kEarlyDv, 0);
+    // With one dO buffer dV's GEMM goes early by default: its landing frees dO for the next tile's load.
+    const int64_t early = knob(knobs, kEarlyDv, overlap && knob(knobs, kDoBuffers, defaultDoBuffers(knobs, layout)) == 1);
     if (early && (!layout.keySplit || layout.wide || !overlap))
       return refuseBackward(func, kEarlyDv, early,
                             "0 here; 1 needs the warpgroups to split the keys (two consumer warpgroups, block-m 64, "

@@ -231,6 +231,20 @@ TEST(BackwardCodegen, Fa3SwapDkvAccumulatesDkAndDvTransposed) {
         EXPECT_EQ(count(cuda, "__shfl_xor_sync(0xffffffffu, oddRow ? mine0 : mine1, 4);"), 2);
         EXPECT_EQ(count(cuda, "sm90::redAdd2(dst, lo, hi);"), 2);
         EXPECT_EQ(cuda.find("kKvMTiles"), std::string::npos);
+        // At 192 dO has one buffer (the dQ writer's then fits), released in each of the three walk segments once
+        // dV's GEMM, issued early, landed; the load warp brings the next tile's dO after that release. At 256 neither.
+        const bool single = headDim == 192;
+        EXPECT_EQ(count(cuda, "sm90::mbarrier::arrive(&doBars[1]);"), single ? 3 : 0) << variant << headDim;
+        EXPECT_EQ(count(cuda, "sm90::mbarrier::wait(&doBars[0], tileUses & 1);"), single ? 3 : 0);
+        EXPECT_EQ(count(cuda, "  sm90::mbarrier::wait(&doBars[1], (loads - 1) & 1);"), single ? 3 : 0);
+        EXPECT_EQ(count(cuda, "(tile.dot_tn, tile.issue_early)"), single ? 3 : 0) << variant << headDim;
+        EXPECT_EQ(cuda.find("unsigned char *const sDO1"), single ? std::string::npos : cuda.find("unsigned char *const sDO1"));
+        EXPECT_EQ(cuda.find("float *const sDq") != std::string::npos, single) << variant << headDim;
+        if (single) {
+          const size_t release = cuda.find("sm90::mbarrier::arrive(&doBars[1]);");
+          EXPECT_LT(cuda.find("dV's GEMM, dO's last reader, landed"), release);
+          EXPECT_LT(release, cuda.find("tile.accumulate dq_accum[qt]", release - 400)) << "released before dQ's GEMMs";
+        }
       }
   // Without overlap each GEMM is waited on where it is issued: no group is left in flight.
   StatusOr<jit::CompileResult> plain =
@@ -250,12 +264,17 @@ TEST(BackwardCodegen, Fa3SwapDkvIsRefusedWhereItCannotBe) {
   expectFa3Refuses(256, {{"swap-dkv", 1}, {"block-n", 96}}, "block-n", 96);
   expectFa3Refuses(192, {{"swap-dkv", 1}, {"swap-sdp", 1}}, "swap-sdp", 1);
   expectFa3Refuses(192, {{"swap-dkv", 1}, {"consumer-warpgroups", 1}}, "consumer-warpgroups", 1);
-  // The dQ writer's buffer does not fit beside 96-key tiles: refused by the shared-memory check, naming the bytes.
+  // The dQ writer's buffer fits beside 96-key tiles with one dO buffer, not with two: refused by the shared-memory
+  // check, naming the bytes.
   StatusOr<jit::CompileResult> writer = jit::compile(
       *variants::byName("causal"),
-      backwardOptions(ElementType::BF16, 192, "sm_90a", {{"swap-dkv", 1}, {"dq-writer", 1}}, "fa3"), jit::Stage::Cuda);
+      backwardOptions(ElementType::BF16, 192, "sm_90a", {{"swap-dkv", 1}, {"dq-writer", 1}, {"do-buffers", 2}}, "fa3"),
+      jit::Stage::Cuda);
   ASSERT_FALSE(writer.ok());
-  EXPECT_NE(writer.status().message().find("bytes of shared memory"), std::string::npos) << writer.status().message();
+  EXPECT_NE(writer.status().message().find("needs 249920 bytes of shared memory"), std::string::npos)
+      << writer.status().message();
+  // One dO buffer needs the load warp.
+  expectFa3Refuses(192, {{"swap-dkv", 1}, {"do-buffers", 1}, {"load-warp", 0}}, "do-buffers", 1);
 }
 
 // early-dv 1 (the key split, with overlap): dV's GEMM issued once P is staged, behind its warpgroup's own barrier and
@@ -543,8 +562,8 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"consumer-warpgroups", 3, "fa3 backward: consumer-warpgroups = 3 is not supported; accepted: 1 or 2"},
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
-                          "dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, early-dv, swap-dkv, producer-regs and "
-                          "consumer-regs"},
+                          "dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, early-dv, swap-dkv, do-buffers, "
+                          "producer-regs and consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
         jit::compile(*variants::byName("none"),
