@@ -8,7 +8,8 @@
 #           knobs, loaded through FLASHTILE_AOT_DIR, so its kernels replace the JIT's for the calls they serve), each
 #           in its own process on the same warm machine.
 # STEPS: which of check, pytest, bench run (default all). STEPS_SHAPES: D:S pairs (default hd 64 and 128 at 1k-16k).
-# STEPS_CHECK_AOT=1: the check also runs once with each STEPS_AOT library loaded (its kernels' gradients checked too).
+# STEPS_CHECK_AOT=1: the check also runs once with each STEPS_AOT library loaded (its kernels' gradients checked too;
+# STEPS_CHECK_AOT_ARGS: more backward_bench.py arguments of those runs, e.g. --check-head-dims 192).
 # STEPS_ROUNDS=N (default 1): after the bench, N - 1 more rounds alternating the default and each library (no peers),
 # each in its own process, their TFLOP/s printed a line each (run-to-run noise is a few per cent: compare medians).
 # Logs in $OUT: steps-<part>.log and steps-<name>.json.
@@ -28,7 +29,7 @@ if [[ ,$steps, == *,check,* ]]; then
     IFS=',' read -ra libraries <<<"${STEPS_AOT:-}"
     for library in "${libraries[@]}"; do
       FLASHTILE_AOT_DIR=${library#*:} FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-${library%%:*} \
-        timeout "${STEPS_CHECK_TIMEOUT:-150}" python3 bench/backward_bench.py --check \
+        timeout "${STEPS_CHECK_TIMEOUT:-150}" python3 bench/backward_bench.py --check ${STEPS_CHECK_AOT_ARGS:-} \
         > "$OUT/steps-check-${library%%:*}.log" 2>&1 || status=1
       echo "${library%%:*}: $(grep -E "check:" "$OUT/steps-check-${library%%:*}.log")"
       grep FAIL "$OUT/steps-check-${library%%:*}.log" | head -5

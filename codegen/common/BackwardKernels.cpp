@@ -156,23 +156,24 @@ void BackwardPrinter::printTurnPass(const std::string &counter) {
   w.close();
 }
 
+// Deterministic mode's order on a Q tile's dQ rows is descending K/V tiles: block n adds once the counter says that
+// every block above it passed (N - 1 - n passes). The walk of K/V tile n is one run of Q tiles [lo(n), hi(n)), and
+// tile-bound-q-loop's bounds are non-decreasing in n (InvertKvRange.h: the converses of non-decreasing bounds, or the
+// constant conservative ends), so the blocks that add into Q tile t are one run of K/V tiles: a block that skips t
+// below its walk (t < lo(n)) is above all of them, and one that skips t past its walk (t >= hi(n)) below all of them.
+// The first pass their turn on t unordered (their passes only count, and no block that adds into t is among them);
+// the second do not pass at all (no block that adds into t comes after them). Before, each skipped tile's pass waited
+// for its turn, thread 0 alone: a chain of N - 1 - n round trips through the L2 before a causal block's first GEMM.
 void BackwardPrinter::printSkippedTurns(const std::string &firstLo) {
-  const bool head = !firstLo.empty();
-  std::string visited;
-  for (const auto &[lo, hi] : walkSegments)
-    visited += cat(visited.empty() ? "" : " || ", "(qt >= ", lo, " && qt < ", hi, ")");
-  w.comment(head ? "deterministic mode: the Q tiles below this walk's first get this K/V tile's turn now, in order"
-                 : "deterministic mode: the other Q tiles this walk skipped get this K/V tile's turn, in order");
-  w.open("if (p.deterministic && threadIdx.x == 0)");
-  w.open(head ? cat("for (int qt = 0; qt < ", firstLo, " && qt * kBlockM < p.seqlenQ; ++qt)")
-              : cat("for (int qt = ", walkSegments.front().first, "; qt * kBlockM < p.seqlenQ; ++qt)"));
-  if (!head) {
-    w.line(cat("if (", visited, ")"));
-    w.line("  continue;");
+  if (firstLo.empty()) {
+    w.comment("deterministic mode: the Q tiles past this walk pass no turn (every block that adds into them is above)");
+    return;
   }
-  w.line(cat("int *const turnCounter = ", dqTurnCounter("qt"), ";"));
-  w.line(cat(ns, "::waitTurn(turnCounter, ", kDqTurn, ");"));
-  w.line(cat(ns, "::passTurn(turnCounter);"));
+  w.comment("deterministic mode: the Q tiles below this walk's first get this K/V tile's pass now, unordered (every");
+  w.comment("block that adds into them is below this one)");
+  w.open("if (p.deterministic)");
+  w.open(cat("for (int qt = threadIdx.x; qt < ", firstLo, " && qt * kBlockM < p.seqlenQ; qt += kThreads)"));
+  w.line(cat(ns, "::passTurn(", dqTurnCounter("qt"), ");"));
   w.close();
   w.close();
 }

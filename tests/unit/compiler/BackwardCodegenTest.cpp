@@ -775,10 +775,17 @@ TEST(BackwardCodegen, DeterministicModeTakesTurnsOnTheDqAndDkvRows) {
       jit::compile(*variants::byName("causal"), backwardOptions(ElementType::BF16, 64), jit::Stage::Cuda);
   ASSERT_TRUE(result.ok()) << result.status().message();
   const std::string &cuda = result->cuda;
-  // dQ: a wait and a pass in each of the walk's three segments, K/V tiles descending; dK and dV (GQA): a pass each;
-  // the Q tiles the walk skips: a wait and a pass before it (those below) and after it (the others).
-  EXPECT_EQ(count(cuda, "::waitTurn(turnCounter, (p.seqlenK + kBlockN - 1) / kBlockN - 1 - blockKvTile);"), 3 + 2);
-  EXPECT_EQ(count(cuda, "::passTurn(turnCounter);"), 3 + 2 + 2);
+  // dQ: a wait and a pass in each of the walk's three segments, K/V tiles descending; dK and dV (GQA): a wait and a
+  // pass each; the Q tiles below the walk: an unordered pass each, by every thread in turn, before it; the Q tiles
+  // past it: none (their blocks that add are all above this one).
+  EXPECT_EQ(count(cuda, "::waitTurn(turnCounter, (p.seqlenK + kBlockN - 1) / kBlockN - 1 - blockKvTile);"), 3);
+  EXPECT_EQ(count(cuda, "::passTurn(turnCounter);"), 3 + 2);
+  EXPECT_EQ(count(cuda, "::waitTurn("), 3 + 2);
+  EXPECT_EQ(count(cuda, "::passTurn(p.semaphores + ((long long)b * p.headsQ + h) * p.qTiles + qt);"), 1);
+  const size_t skips = cuda.find("for (int qt = threadIdx.x; qt < ");
+  ASSERT_NE(skips, std::string::npos);
+  EXPECT_LT(skips, cuda.find("---- tile.q_loop segment"));
+  EXPECT_NE(cuda.find("the Q tiles past this walk pass no turn"), std::string::npos);
   EXPECT_NE(cuda.find("const int blockKvTile = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;"),
             std::string::npos);
 }
