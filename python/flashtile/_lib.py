@@ -148,6 +148,8 @@ class Call(ctypes.Structure):
         ("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p), ("v_descale", ctypes.c_void_p),
         # A block of a larger problem: NULL or a flashtile_positions (Positions), read during the call.
         ("positions", ctypes.c_void_p),
+        # The call's scratch memory: NULL (the runtime's own), or the caller's under CUDA graph capture.
+        ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_ulonglong),
     ]
 
 
@@ -274,6 +276,8 @@ class _Library:
         lib.flashtile_forward_call.argtypes = [c_void_p, c_void_p]
         lib.flashtile_backward_call.restype = c_int
         lib.flashtile_backward_call.argtypes = [c_void_p, c_void_p]
+        lib.flashtile_forward_workspace_size.restype = c_int
+        lib.flashtile_forward_workspace_size.argtypes = [c_void_p, c_void_p, ctypes.POINTER(ctypes.c_ulonglong)]
         lib.flashtile_backward_workspace_size.restype = c_int
         lib.flashtile_backward_workspace_size.argtypes = [c_void_p, c_void_p, ctypes.POINTER(ctypes.c_ulonglong)]
         lib.flashtile_reference_attention.restype = c_int

@@ -426,11 +426,23 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k
     call, variant_id, aligned, index = _filled_call(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                     max_seqlen_k, softmax_scale, variant_id, params, inputs, schedule,
                                                     strict, descales, block)
+    workspace = None
+    if torch.cuda.is_current_stream_capturing():
+        # Under CUDA graph capture the runtime cannot allocate its own scratch memory (an e4m3 call's transposed V,
+        # fa1's K/V-step state): it comes from torch's allocator (the capture's pool), sized by the runtime.
+        needed = ctypes.c_ulonglong(0)
+        if _on_device(index, lib.lib.flashtile_forward_workspace_size, runtime, ctypes.addressof(call),
+                      ctypes.byref(needed)) != 0:
+            raise lib.error("flashtile forward workspace size")
+        if needed.value:
+            workspace = torch.empty(needed.value, dtype=torch.uint8, device=q.device)
+            call.workspace, call.workspace_bytes = workspace.data_ptr(), needed.value
     rc = _on_device(index, lib.lib.flashtile_forward_call, runtime, ctypes.addressof(call))
     del held  # the position arrays were read by the launch (their memory is the stream's, as every input's)
     if rc != 0:
         raise lib.error("flashtile forward")
-    if remember is not None and aligned and not inputs and not varlen and descales is None and block is None:
+    if (remember is not None and workspace is None and aligned and not inputs and not varlen and descales is None
+            and block is None):
         call.q = call.k = call.v = call.o = call.lse = call.stream = None
         remember(bytes(call), variant_id, out, lse, index)
     return out, lse

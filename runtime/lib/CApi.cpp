@@ -117,6 +117,8 @@ flashtile::Status argsFromCall(const flashtile_call *call, flashtile::AttentionA
   args.qDescale = call->q_descale;
   args.kDescale = call->k_descale;
   args.vDescale = call->v_descale;
+  args.workspace = call->workspace;
+  args.workspaceBytes = static_cast<size_t>(call->workspace_bytes);
   if (const flashtile_positions *p = call->positions) {
     flashtile::BlockPositions &positions = args.positions.emplace();
     positions.qOffset = p->q_offset;
@@ -315,6 +317,8 @@ static flashtile::Status backwardArgsFromCall(const flashtile_bwd_call *call, fl
                                     " (a caller built for another version of CApi.h)");
   if (flashtile::Status s = argsFromCall(&call->forward, args.forward); !s.ok())
     return s.withContext("forward");
+  args.forward.workspace = nullptr; // the backward's is call->workspace
+  args.forward.workspaceBytes = 0;
   const bool varlen = call->forward.cu_seqlens_q || call->forward.cu_seqlens_k;
   args.dO = call->d_o;
   args.dQ = call->d_q;
@@ -345,6 +349,21 @@ int flashtile_backward_call(flashtile_runtime *rt, const flashtile_bwd_call *cal
     if (flashtile::Status s = backwardArgsFromCall(call, args, "flashtile_backward_call"); !s.ok())
       return report(s);
     return report(rt->runtime.backward(args, static_cast<CUstream>(call->forward.stream)));
+  });
+}
+
+int flashtile_forward_workspace_size(flashtile_runtime *rt, const flashtile_call *call, unsigned long long *bytes) {
+  return guarded([&] {
+    if (!rt || !call || !bytes)
+      return report(flashtile::Status::error("flashtile_forward_workspace_size: rt, call and bytes must not be NULL"));
+    flashtile::AttentionArgs &args = scratchArgs();
+    if (flashtile::Status s = argsFromCall(call, args); !s.ok())
+      return report(s);
+    flashtile::StatusOr<size_t> needed = rt->runtime.forwardWorkspaceBytes(args);
+    if (!needed.ok())
+      return report(needed.status());
+    *bytes = *needed;
+    return 0;
   });
 }
 

@@ -351,6 +351,21 @@ StatusOr<int> flashtile::detail::planSplits(const KernelInfo &info, const Attent
                             static_cast<int>(std::min<long long>(*kvTiles, INT_MAX)));
 }
 
+StatusOr<size_t> flashtile::detail::forwardWorkspaceBytes(const KernelInfo &info, const AttentionArgs &args, int sms,
+                                                          int blocksPerSm) {
+  PlanSymbols symbols = symbolsFor(args);
+  symbols.sms = sms;
+  StatusOr<int> splits = planSplits(info, args, sms, blocksPerSm);
+  if (!splits.ok())
+    return splits.status();
+  symbols.splits = *splits;
+  long long total = 0;
+  StatusOr<std::vector<ResolvedWorkspace>> workspaces = layOutWorkspaces(info, symbols, total);
+  if (!workspaces.ok())
+    return workspaces.status();
+  return static_cast<size_t>(total);
+}
+
 StatusOr<size_t> flashtile::detail::backwardWorkspaceBytes(const KernelInfo &info, const BackwardArgs &backward) {
   PlanSymbols symbols = symbolsFor(backward.forward);
   symbols.deterministic = backward.deterministic ? 1 : 0;

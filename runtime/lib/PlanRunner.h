@@ -50,6 +50,9 @@ FlashtileFwdParams paramsFor(const BackwardArgs &args);
 /// The split count `info`'s plan gives `args` (1 for plans without a split rule): args.numSplits when set, else
 /// numSplitsHeuristic over the plan's split rule on `sms` SMs that hold `blocksPerSm` blocks of its launch each.
 StatusOr<int> planSplits(const KernelInfo &info, const AttentionArgs &args, int sms, int blocksPerSm);
+/// The bytes of workspace a forward call of `info`'s plan lays out (0: none), its splits as planSplits gives them on
+/// `sms` SMs of `blocksPerSm` blocks.
+StatusOr<size_t> forwardWorkspaceBytes(const KernelInfo &info, const AttentionArgs &args, int sms, int blocksPerSm);
 
 /// The bytes of workspace `info`'s plan needs for a backward call `backward` (its split count 1): what a caller's
 /// BackwardArgs::workspace must hold (0: none).

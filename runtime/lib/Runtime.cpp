@@ -553,6 +553,40 @@ Status Runtime::backward(const BackwardArgs &args, CUstream stream) {
   return guarded("backward", [&] { return backwardUnguarded(args, stream); });
 }
 
+StatusOr<size_t> Runtime::forwardWorkspaceBytes(const AttentionArgs &args) {
+  StatusOr<size_t> bytes = size_t{0};
+  Status s = guarded("forwardWorkspaceBytes", [&]() -> Status {
+    if (Status v = validate(args); !v.ok())
+      return v;
+    const int gridRows = args.isVarlen() ? args.maxSeqlenQ : args.seqlenQ;
+    if (args.seqlenQ == 0 || gridRows == 0)
+      return Status(); // forward() launches nothing
+    StatusOr<const CudaDriver *> driver = CudaDriver::get();
+    if (!driver.ok())
+      return driver.status();
+    StatusOr<std::string> arch = impl->arch(**driver);
+    if (!arch.ok())
+      return arch.status();
+    StatusOr<Impl::Resolution> resolved = impl->resolve(*this, args, *arch, kForwardKind);
+    if (!resolved.ok())
+      return resolved.status();
+    const KernelInfo &info = resolved->kernel->info;
+    if (Status v = validateFor(args, info); !v.ok())
+      return v;
+    StatusOr<LoadedModule> module = impl->function(**driver, resolved->kernel);
+    if (!module.ok())
+      return module.status();
+    StatusOr<int> sms = impl->smCount(**driver);
+    if (!sms.ok())
+      return sms.status();
+    bytes = detail::forwardWorkspaceBytes(info, args, *sms, module->blocksPerSm);
+    return bytes.ok() ? Status() : bytes.status();
+  });
+  if (!s.ok())
+    return s;
+  return bytes;
+}
+
 StatusOr<size_t> Runtime::backwardWorkspaceBytes(const BackwardArgs &args) {
   StatusOr<size_t> bytes = size_t{0};
   Status s = guarded("backwardWorkspaceBytes", [&]() -> Status {

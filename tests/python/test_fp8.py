@@ -70,8 +70,9 @@ class Fp8Arguments(unittest.TestCase):
         from flashtile import _lib
 
         names = [name for name, _ in _lib.Call._fields_]
-        # Appended after the fields before them, and followed by the positions (appended after them).
-        self.assertEqual(names[-4:], ["q_descale", "k_descale", "v_descale", "positions"])
+        # Appended after the fields before them, and followed by the positions and the workspace (appended after them).
+        self.assertEqual(names[-6:], ["q_descale", "k_descale", "v_descale", "positions", "workspace",
+                                      "workspace_bytes"])
         self.assertEqual(ctypes.sizeof(_lib.Call) % ctypes.sizeof(ctypes.c_void_p), 0)
 
     def test_fake_output_is_bf16(self):

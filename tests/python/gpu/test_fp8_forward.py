@@ -111,6 +111,37 @@ def test_fp8_without_descales_is_descale_one(d):
     check_fp8(out, q8.float(), k8.float(), v8.float(), {"causal": True})
 
 
+@pytest.mark.parametrize("d", [64, 128])
+def test_fp8_under_cuda_graph_capture(d):
+    """An e4m3 call captured in a CUDA graph (its transposed V in a workspace from the capture's pool, sized by
+    flashtile_forward_workspace_size) replays to the eager call's bits, with new inputs copied into the same tensors."""
+    torch.manual_seed(d + 1)
+    q8, k8, v8, qd, kd, vd = fp8_inputs(2, 256, 384, 4, 2, d, "cuda")
+
+    def call():
+        return flashtile.flash_attn_func(q8, k8, v8, causal=True, schedule="fa3", strict=True, q_descale=qd,
+                                         k_descale=kd, v_descale=vd)
+
+    eager = call()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        call()  # warm-up outside the capture (kernel built and loaded)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = call()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager)
+    fresh = fp8_inputs(2, 256, 384, 4, 2, d, "cuda")
+    for dst, src in zip((q8, k8, v8, qd, kd, vd), fresh):
+        dst.copy_(src)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, call())
+
+
 def pack(x, lengths):
     return torch.cat([x[b, :n] for b, n in enumerate(lengths)])
 

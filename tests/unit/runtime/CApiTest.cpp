@@ -411,6 +411,15 @@ TEST(CApi, BackwardCallRejectsBadArgumentsNamingThem) {
   EXPECT_EQ(flashtile_backward_workspace_size(rt, &call, &bytes), -1);
   EXPECT_THAT(flashtile_last_error(), testing::Not(HasSubstr("is null")));
   EXPECT_EQ(bytes, 1u) << "left alone on failure";
+  // The forward's: the same checks as flashtile_forward_call, then the kernel lookup.
+  flashtile_call forward = call.forward;
+  EXPECT_EQ(flashtile_forward_workspace_size(rt, &forward, nullptr), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("flashtile_forward_workspace_size: rt, call and bytes"));
+  EXPECT_EQ(flashtile_forward_workspace_size(rt, &farForward, &bytes), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("qStride[0] (batch stride)"));
+  EXPECT_EQ(flashtile_forward_workspace_size(rt, &forward, &bytes), -1);
+  EXPECT_THAT(flashtile_last_error(), testing::Not(HasSubstr("is null")));
+  EXPECT_EQ(bytes, 1u) << "left alone on failure";
   flashtile_destroy(rt);
 }
 

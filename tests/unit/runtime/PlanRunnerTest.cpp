@@ -121,6 +121,37 @@ TEST_F(PlanRunner, UnderCaptureWithoutAWorkspaceASplitPlanRunsUnsplit) {
   EXPECT_EQ(device.lastAllocationBytes, 0u);
 }
 
+TEST_F(PlanRunner, UnderCaptureACallersWorkspaceOfTheQueriedSizeRunsTheSplitPlan) {
+  // What flashtile_forward_workspace_size answers (Runtime::forwardWorkspaceBytes): the bytes the call lays out, with
+  // the splits it would choose; a caller's workspace of that size lets a captured call split as an uncaptured one.
+  const KernelInfo info = test::splitKvKernel();
+  AttentionArgs args = decodeCall(2, 8192);
+  args.numSplits = 3;
+  StatusOr<size_t> bytes = detail::forwardWorkspaceBytes(info, args, 132, 1);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+  EXPECT_EQ(*bytes, static_cast<size_t>(splitKvWorkspaceBytes(2 * 32, 128, 3)));
+  args.numSplits = 1;
+  StatusOr<size_t> unsplit = detail::forwardWorkspaceBytes(info, args, 132, 1);
+  ASSERT_TRUE(unsplit.ok());
+  EXPECT_EQ(*unsplit, 0u) << "one split: no partials";
+  args.numSplits = 3;
+  device.capturing = true;
+  alignas(256) static unsigned char callers[1 << 20];
+  ASSERT_GE(sizeof(callers), *bytes);
+  args.workspace = callers;
+  args.workspaceBytes = *bytes;
+  ASSERT_TRUE(run(info, args).ok());
+  ASSERT_EQ(device.launches.size(), 2u) << "the split plan: attention, then the combine";
+  EXPECT_EQ(device.launches[0].params.numSplits, 3);
+  EXPECT_EQ(reinterpret_cast<unsigned char *>(device.launches[0].params.oAccum), callers);
+  EXPECT_EQ(device.lastAllocationBytes, 0u) << "nothing allocated under capture";
+  args.workspaceBytes = *bytes - 4;
+  device.launches.clear();
+  Status shortOne = run(info, args);
+  ASSERT_FALSE(shortOne.ok());
+  EXPECT_THAT(shortOne.message(), HasSubstr("needs " + std::to_string(*bytes)));
+}
+
 TEST_F(PlanRunner, ZeroedWorkspacesAreSetBeforeTheLaunch) {
   KernelInfo info = test::fakeKernel().info;
   codegen::ModuleFacts facts = test::mainFacts(info, 384, 200000);

@@ -125,8 +125,18 @@ typedef struct flashtile_call {
   /* A block of a larger problem (flashtile_positions, read during the call only): NULL for a plain call. A backward
    * call's forward.positions places its gradients' block as it placed the forward's. */
   const flashtile_positions *positions;
+  /* The call's scratch memory (its plan's workspaces: e4m3's transposed V, split-KV's partials, fa1's K/V-step state):
+   * NULL lets the runtime own it; under CUDA graph capture pass one of workspace_bytes >=
+   * flashtile_forward_workspace_size's (an error names the size needed). 4-byte aligned. A backward call's
+   * forward.workspace is ignored (its own is flashtile_bwd_call.workspace). */
+  void *workspace;
+  unsigned long long workspace_bytes;
 } flashtile_call;
 int flashtile_forward_call(flashtile_runtime *rt, const flashtile_call *call);
+/* The bytes of workspace flashtile_forward_call(rt, call) needs (0: none) into *bytes, for a caller that allocates it
+ * (needed under CUDA graph capture). The kernel is selected or built and loaded as the call would; nothing runs.
+ * call->workspace is ignored. */
+int flashtile_forward_workspace_size(flashtile_runtime *rt, const flashtile_call *call, unsigned long long *bytes);
 
 /* Which kernel flashtile_forward_call(rt, call) runs, and why, as text of `key=value` lines: schedule, entry, source
  * (aot or jit), order (the schedules tried, comma-separated), forced_by (what named the first, empty: nothing),

@@ -298,6 +298,12 @@ public:
   /// none), for a caller that passes its own (BackwardArgs::workspace; needed under CUDA graph capture). Selects or
   /// builds the backward module as backward() does; launches nothing. args.workspace is ignored.
   StatusOr<size_t> backwardWorkspaceBytes(const BackwardArgs &args);
+  /// The bytes of workspace forward(args) needs (its plan's workspaces as the call lays them out, split-KV's with the
+  /// splits the call would choose; 0: none), for a caller that passes its own (AttentionArgs::workspace; needed under
+  /// CUDA graph capture by e4m3 calls (V transposed) and fa1's K/V steps, and for split decode calls there). Selects
+  /// or builds and loads the kernel as forward() does (without a first-use self-check); launches nothing.
+  /// args.workspace is ignored.
+  StatusOr<size_t> forwardWorkspaceBytes(const AttentionArgs &args);
   /// Every check on `args` that needs no GPU (validate(args.forward), then the gradients' pointers and strides).
   static Status validateBackward(const BackwardArgs &args);
 
