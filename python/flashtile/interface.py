@@ -426,17 +426,8 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k
     call, variant_id, aligned, index = _filled_call(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                     max_seqlen_k, softmax_scale, variant_id, params, inputs, schedule,
                                                     strict, descales, block)
-    workspace = None
-    if torch.cuda.is_current_stream_capturing():
-        # Under CUDA graph capture the runtime cannot allocate its own scratch memory (an e4m3 call's transposed V,
-        # fa1's K/V-step state): it comes from torch's allocator (the capture's pool), sized by the runtime.
-        needed = ctypes.c_ulonglong(0)
-        if _on_device(index, lib.lib.flashtile_forward_workspace_size, runtime, ctypes.addressof(call),
-                      ctypes.byref(needed)) != 0:
-            raise lib.error("flashtile forward workspace size")
-        if needed.value:
-            workspace = torch.empty(needed.value, dtype=torch.uint8, device=q.device)
-            call.workspace, call.workspace_bytes = workspace.data_ptr(), needed.value
+    # an e4m3 call's transposed V, fa1's K/V-step state
+    workspace = _capture_workspace(lib, runtime, call, index, q.device, "forward")
     rc = _on_device(index, lib.lib.flashtile_forward_call, runtime, ctypes.addressof(call))
     del held  # the position arrays were read by the launch (their memory is the stream's, as every input's)
     if rc != 0:
@@ -612,6 +603,24 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, s
     return out, lse
 
 
+def _capture_workspace(lib, runtime, call, index: int, device, kind: str) -> Optional[torch.Tensor]:
+    """Under CUDA graph capture the runtime cannot allocate its own scratch memory: the call's (`kind`: forward or
+    backward; `call` its C struct, whose workspace fields this sets) comes from torch's allocator (the capture's
+    pool), sized by the runtime (flashtile_<kind>_workspace_size), and lives as long as the graph needs it. None
+    outside capture or where the call needs none."""
+    if not torch.cuda.is_current_stream_capturing():
+        return None
+    needed = ctypes.c_ulonglong(0)
+    if _on_device(index, getattr(lib.lib, f"flashtile_{kind}_workspace_size"), runtime, ctypes.addressof(call),
+                  ctypes.byref(needed)) != 0:
+        raise lib.error(f"flashtile {kind} workspace size")
+    if not needed.value:
+        return None
+    workspace = torch.empty(needed.value, dtype=torch.uint8, device=device)
+    call.workspace, call.workspace_bytes = workspace.data_ptr(), needed.value
+    return workspace
+
+
 def _backward_launch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
                      softmax_scale: float, variant: str, params: Sequence[float], inputs: Sequence[torch.Tensor],
                      wanted: Sequence[bool], schedule: Optional[str], strict: bool, deterministic: bool,
@@ -643,17 +652,7 @@ def _backward_launch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, ma
     for field, t in (("d_o_stride", grad_out), ("d_q_stride", dq), ("d_k_stride", dk), ("d_v_stride", dv)):
         getattr(call, field)[1 if varlen else 0:] = t.stride()
     call.deterministic = int(bool(deterministic))
-    workspace = None
-    if torch.cuda.is_current_stream_capturing():
-        # Under CUDA graph capture the runtime cannot allocate its own scratch memory: the backward's comes from
-        # torch's allocator (the capture's pool), sized by the runtime, and lives as long as the graph needs it.
-        needed = ctypes.c_ulonglong(0)
-        if _on_device(index, lib.lib.flashtile_backward_workspace_size, runtime, ctypes.addressof(call),
-                      ctypes.byref(needed)) != 0:
-            raise lib.error("flashtile backward workspace size")
-        if needed.value:
-            workspace = torch.empty(needed.value, dtype=torch.uint8, device=q.device)
-            call.workspace, call.workspace_bytes = workspace.data_ptr(), needed.value
+    workspace = _capture_workspace(lib, runtime, call, index, q.device, "backward")
     rc = _on_device(index, lib.lib.flashtile_backward_call, runtime, ctypes.addressof(call))
     if rc != 0:
         raise lib.error("flashtile backward")

@@ -351,16 +351,25 @@ StatusOr<int> flashtile::detail::planSplits(const KernelInfo &info, const Attent
                             static_cast<int>(std::min<long long>(*kvTiles, INT_MAX)));
 }
 
+namespace {
+/// A forward call's workspaces: `symbols` (with sms set) gets the splits planSplits gives, then the plan's workspaces
+/// are laid out (`total` their extent).
+StatusOr<std::vector<ResolvedWorkspace>> splitAndLayOut(const KernelInfo &info, const AttentionArgs &args,
+                                                        PlanSymbols &symbols, int blocksPerSm, long long &total) {
+  StatusOr<int> splits = planSplits(info, args, static_cast<int>(symbols.sms), blocksPerSm);
+  if (!splits.ok())
+    return splits.status();
+  symbols.splits = *splits;
+  return layOutWorkspaces(info, symbols, total);
+}
+} // namespace
+
 StatusOr<size_t> flashtile::detail::forwardWorkspaceBytes(const KernelInfo &info, const AttentionArgs &args, int sms,
                                                           int blocksPerSm) {
   PlanSymbols symbols = symbolsFor(args);
   symbols.sms = sms;
-  StatusOr<int> splits = planSplits(info, args, sms, blocksPerSm);
-  if (!splits.ok())
-    return splits.status();
-  symbols.splits = *splits;
   long long total = 0;
-  StatusOr<std::vector<ResolvedWorkspace>> workspaces = layOutWorkspaces(info, symbols, total);
+  StatusOr<std::vector<ResolvedWorkspace>> workspaces = splitAndLayOut(info, args, symbols, blocksPerSm, total);
   if (!workspaces.ok())
     return workspaces.status();
   return static_cast<size_t>(total);
@@ -650,13 +659,9 @@ Status flashtile::detail::runPlan(const CudaDriver &driver, const LoadedModule &
       return sms.status();
     symbols.sms = *sms;
   }
-  StatusOr<int> splits = planSplits(info, args, static_cast<int>(symbols.sms), module.blocksPerSm);
-  if (!splits.ok())
-    return splits.status();
-  symbols.splits = *splits;
-
   long long total = 0;
-  StatusOr<std::vector<ResolvedWorkspace>> workspaces = layOutWorkspaces(info, symbols, total);
+  StatusOr<std::vector<ResolvedWorkspace>> workspaces =
+      splitAndLayOut(info, args, symbols, module.blocksPerSm, total);
   if (!workspaces.ok())
     return workspaces.status();
   if (Status s = checkWorkspace(driver, stream, info, symbols, workspaces, total, callerWorkspace, callerWorkspaceBytes);
