@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# pending-check.sh — on the GPU machine: the checks and timings of work built without a GPU (deterministic mode's
-# writer, the e4m3 forward, position offsets and flashtile.parallel), in parts chosen by PENDING (comma list, default
-# all): detcheck (the gradients of deterministic calls against an fp32 reference), detpytest
+# pending-check.sh — on the GPU machine: the checks and timings of work built without a GPU (deterministic mode,
+# the e4m3 forward, position offsets and flashtile.parallel, swap-dkv), in parts chosen by PENDING (comma list,
+# default all): detcheck (the gradients of deterministic calls against an fp32 reference), detpytest
 # (test_backward.py -k deterministic), fp8 (test_fp8_forward.py), fp8bench (bench/fp8_bench.py), positions
-# (test_positions_gpu.py and test_parallel_gpu.py), detbench (the deterministic backward's time beside the default).
-# Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python
-# (bench/device/python-prepare.sh).
+# (test_positions_gpu.py and test_parallel_gpu.py), detbench (the deterministic backward's time beside the default),
+# skv (swap-dkv's gradients at head dim 192 and its time beside the default: the libraries .device/aot-skv2 and
+# .device/aot-skv of bench/device/pending-prepare.sh, through bench/device/bwd-steps.sh).
+# Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python, and for skv the two
+# libraries (bench/device/pending-prepare.sh makes all three).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 root=$PWD
@@ -34,6 +36,12 @@ cd "$root" || exit 2
 part fp8bench 150 python3 bench/fp8_bench.py --json "$OUT/fp8-bench.json"
 part detbench 200 python3 bench/backward_bench.py --bench --deterministic --peers "" \
   --shapes "${PENDING_DET_SHAPES:-128:8192,96:8192,192:8192,64:8192}"
+if [[ ,$parts, == *,skv,* ]]; then
+  STEPS=check,bench STEPS_CHECK_AOT=1 STEPS_CHECK_AOT_ARGS="--check-head-dims 192" \
+    STEPS_AOT=skv2:.device/aot-skv2,skv:.device/aot-skv STEPS_SHAPES=${PENDING_SKV_SHAPES:-192:8192,192:16384} \
+    timeout 330 bash bench/device/bwd-steps.sh > "$OUT/pending-skv.log" 2>&1 || status=1
+  grep -E "check:|FAIL|^hd|exit" "$OUT/pending-skv.log" | head -20
+fi
 for name in detcheck detpytest fp8 positions; do
   [ -f "$OUT/pending-$name.log" ] && grep -E "FAIL|Error|error" "$OUT/pending-$name.log" | head -12
 done

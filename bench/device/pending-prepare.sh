@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# pending-prepare.sh — on the build machine: what bench/device/pending-check.sh carries to the GPU machine: the wheel
+# (.device/python, bench/device/python-prepare.sh) and, for its skv part, two kernel libraries of fa3's backward at
+# head dim 192 built by this build's `flashtile aot` (a library loads only into the runtime of the build that wrote
+# it): .device/aot-skv2 (swap-dkv 1 with its defaults: one dO buffer, the dQ writer, early dV) and .device/aot-skv
+# (swap-dkv 1, do-buffers 2: the computing warps add dQ).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+bash bench/device/python-prepare.sh
+for library in "aot-skv2:" "aot-skv:--do-buffers 2"; do
+  name=${library%%:*} knobs=${library#*:}
+  rm -rf ".device/$name"
+  # shellcheck disable=SC2086  # the knobs are words
+  build/tools/flashtile aot --schedule fa3 --kinds backward --swap-dkv 1 $knobs --head-dims 192 \
+    --variants none,causal --dtypes bf16,f16 --arch sm_90a --jobs 2 --out ".device/$name" | tail -1
+done
