@@ -367,7 +367,7 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
     w.close();
     target.commitCopies(w);
   }
-  w.open(cat("for (int qt = ", lo->text, "; qt < ", hi->text, "; ++qt)"));
+  openWalk(lo->text, hi->text);
   names.push();
   scalars.bind(loop.getTileIndex(), "qt");
   stagedThisIteration = 0;
@@ -672,10 +672,10 @@ LogicalResult BackwardPrinter::printAccumulate(AccumulateOp acc) {
     target.dqProduct(w, *b);
     return success();
   }
-  const std::string dqTurn = dqTurnCounter("qt");
-  printTurnWait(dqTurn, kDqTurn);
+  const std::string counter = dqTurnCounter("qt");
+  printTurnWait(counter, dqTurn("qt"));
   target.dqProduct(w, *b);
-  printTurnPass(dqTurn);
+  printTurnPass(counter);
   return success();
 }
 
@@ -826,6 +826,14 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   w.line("const int blockKvTile = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;");
   w.line("if (blockKvTile * kBlockN >= p.seqlenK)");
   w.line("  return;  // varlen: the grid covers the longest sequence");
+  if (rotatesWalk()) {
+    w.comment("deterministic mode over a full walk (tile.full_walk): the walk starts at Q tile walkStart and wraps, each");
+    w.comment("tile's turns in the order the blocks reach it, where this (batch, head)'s blocks fit half the SMs");
+    w.line("const int walkKvTiles = (p.seqlenK + kBlockN - 1) / kBlockN, walkQTiles = (p.seqlenQ + kBlockM - 1) / kBlockM;");
+    w.line(cat("const bool walkRotated = p.deterministic && ", ns, "::rotatedWalkFits(walkKvTiles);"));
+    w.line(cat("const int walkStart = walkRotated ? ", ns,
+               "::rotatedWalkStart(blockKvTile, walkKvTiles, walkQTiles) : 0;"));
+  }
   w.line("const int b = blockBatch, h = blockHead;");
   w.line("const int hKv = h / (p.headsQ / p.headsKv);  // grouped-query attention: K/V head of query head h");
   printMainWarpLayout();
@@ -846,7 +854,7 @@ LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   func.walk([&](StoreOp store) { dkvStores += store.getOperand() == tile::Output::Dk || store.getOperand() == tile::Output::Dv; });
   if (qBuffers == 2 && !target.loadsInRole())
     w.line("int qBuf = 0;  // the buffer of the current Q tile's copies (tile.q_buffers = 2)");
-  target.beginRoles(w, dqTurnCounter("tile"), kDqTurn);
+  target.beginRoles(w, dqTurnCounter("tile"), dqTurn("tile"));
   if (target.loadsInRole()) {
     target.beginLoadRole(w);
     if (failed(printLoadRole()))
@@ -911,7 +919,7 @@ LogicalResult BackwardPrinter::printLoadRole() {
     if (failed(lo) || failed(hi))
       return failure();
     w.comment(cat("tile.q_loop segment ", stringifySegment(loop.getSegment()).str(), ": its Q tiles' loads"));
-    w.open(cat("for (int qt = ", lo->text, "; qt < ", hi->text, "; ++qt)"));
+    openWalk(lo->text, hi->text);
     target.loadQTile(w, "qt");
     w.close();
   }

@@ -178,6 +178,32 @@ void BackwardPrinter::printSkippedTurns(const std::string &firstLo) {
   w.close();
 }
 
+// Non-causal walks (tile.full_walk: every K/V tile's block walks every Q tile) have no such pipeline: every block
+// starts at Q tile 0, so on the first tile block n waits for the N - 1 - n blocks above it, one turn after another,
+// and the last block of a (batch, head) starts its walk N - 1 turns late. Rotated, block n starts at Q tile
+// floor(n·Q / N) and wraps, and a tile's turns go in the order the blocks reach it (rotatedTurn), so no block waits
+// for one that is behind it in time. Its price is progress: a block waits for blocks of its (batch, head) both above
+// and below it, so all of them must be resident at once; the kernel rotates only when they are at most half the SMs
+// (rotatedWalkFits), and the load role walks the same order.
+bool BackwardPrinter::rotatesWalk() const { return func->hasAttr(kFullWalkAttr) && target.loadsInRole(); }
+
+void BackwardPrinter::openWalk(const std::string &lo, const std::string &hi) {
+  if (!rotatesWalk()) {
+    w.open(cat("for (int qt = ", lo, "; qt < ", hi, "; ++qt)"));
+    return;
+  }
+  w.open(cat("for (int walkStep = ", lo, "; walkStep < ", hi, "; ++walkStep)"));
+  w.line(cat("const int qt = ", ns, "::rotatedWalkTile(walkStep, walkStart, ", lo, ", ", hi,
+             ");  // walkStart = 0: ascending"));
+}
+
+std::string BackwardPrinter::dqTurn(const std::string &tile) const {
+  if (!rotatesWalk())
+    return kDqTurn;
+  return cat("(walkRotated ? ", ns, "::rotatedTurn(", tile, ", blockKvTile, walkKvTiles, walkQTiles) : ", kDqTurn,
+             ")");
+}
+
 //===----------------------------------------------------------------------===//
 // Gradients of the variant's f32 inputs
 //===----------------------------------------------------------------------===//

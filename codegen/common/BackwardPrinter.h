@@ -83,7 +83,7 @@ public:
           "np",          "qt",          "row",         "col",        "key",       "dst",      "e",
           "sum",         "o0",          "o1",          "d0",         "d1",        "tile",     "gAcc",
           "gOut",        "x",           "fn",          "kvTile",     "kvStep",   "kKeyWarps", "warpM",
-          "warpCol0"})
+          "warpCol0",    "walkRotated", "walkStart",   "walkStep",   "walkKvTiles", "walkQTiles"})
       names.reserve(name);
   }
 
@@ -144,6 +144,15 @@ private:
   /// next K/V tile's turn there comes: before the walk those below its first tile `firstLo`, after it the others
   /// (firstLo empty). The walk's segments are ascending and contiguous (tile-bound-q-loop).
   void printSkippedTurns(const std::string &firstLo);
+  /// Deterministic mode's rotated walk (tile.full_walk, with a load role: its ring follows any order): every K/V
+  /// tile's block walks every Q tile, so the walk may start at Q tile walkStart and wrap, the turns following
+  /// (BackwardPrelude.h: rotatedTurn).
+  bool rotatesWalk() const;
+  /// The `for` header of a walk over Q tiles [lo, hi) whose body reads the tile as `qt` (opened; its first line
+  /// defines qt when the walk is rotated).
+  void openWalk(const std::string &lo, const std::string &hi);
+  /// Deterministic mode: the turn of this block's K/V tile on the dQ rows of Q tile `tile` (a C expression).
+  std::string dqTurn(const std::string &tile) const;
   /// The registers of the fp32 tile `in`, for an op that overwrites them with its result: `in`'s own when the op is
   /// its one use, else a copy named after `hint`.
   std::string overwrite(Value in, Value result, const char *hint);

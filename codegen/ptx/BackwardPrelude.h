@@ -71,6 +71,32 @@ __device__ __forceinline__ void passTurn(int *counter) {
   asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
 }
 
+// Deterministic mode's rotated walk, for programs whose every K/V tile's block walks every Q tile (tile.full_walk):
+// block n of N (K/V tiles) starts at Q tile floor(n·Q / N) of Q and wraps, so the blocks of a (batch, head) reach a
+// Q tile one after another instead of all at once. A tile's turns go in the order the blocks reach it: first the
+// last block whose walk starts at or before it, i_t = min(N - 1, ceil((t + 1)·N / Q) - 1), then i_t - 1, ..., 0,
+// N - 1, ..., i_t + 1 (the blocks that reach it after wrapping). A block then waits for blocks of the same (batch,
+// head) above and below its own index, so all N must be resident at once: rotatedWalkFits keeps N to half the SMs
+// (%nsmid), leaving the other half to whatever else runs on the GPU; past it the walk stays ascending and the turns
+// descending.
+__device__ __forceinline__ bool rotatedWalkFits(int kvTiles) {
+  unsigned sms;
+  asm("mov.u32 %0, %%nsmid;\n" : "=r"(sms));
+  return 2 * kvTiles <= static_cast<int>(sms);
+}
+__device__ __forceinline__ int rotatedWalkStart(int kvTile, int kvTiles, int qTiles) {
+  return static_cast<int>(static_cast<long long>(kvTile) * qTiles / kvTiles);
+}
+// Step `step` (in [lo, hi)) of a walk over Q tiles [lo, hi) started `start` tiles in.
+__device__ __forceinline__ int rotatedWalkTile(int step, int start, int lo, int hi) {
+  const int tile = step + start;
+  return tile < hi ? tile : lo + (tile - lo) % (hi - lo);
+}
+__device__ __forceinline__ int rotatedTurn(int qTile, int kvTile, int kvTiles, int qTiles) {
+  const int first = min(kvTiles - 1, static_cast<int>(((long long)(qTile + 1) * kvTiles + qTiles - 1) / qTiles) - 1);
+  return (first - kvTile + kvTiles) % kvTiles;
+}
+
 )cuda";
 
 /// The backward primitives in namespace `ns` (the family's fragment primitives'), then the family's own

@@ -12,6 +12,7 @@
 #include "passes/Transforms/Passes.h"
 
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
 
 namespace flashtile::tile {
 #define GEN_PASS_DEF_TILEBOUNDQLOOP
@@ -22,6 +23,13 @@ using namespace mlir;
 using namespace flashtile::tile;
 
 namespace {
+
+/// Whether `may` is the whole key range for every row: it yields (0, seqlen_k), so every instance's walk is every Q tile.
+bool coversEveryKey(KvRangeOp may) {
+  auto yield = cast<YieldOp>(may.getRule().front().getTerminator());
+  auto seqlenK = yield.getValues()[1].getDefiningOp<DimOp>();
+  return matchPattern(yield.getValues()[0], m_Zero()) && seqlenK && seqlenK.getDim() == Dim::SeqlenK;
+}
 
 /// A copy of `loop` over Q tiles [lo, hi) starting from `inits`; interior copies drop their masks.
 QLoopOp cloneSegment(OpBuilder &b, QLoopOp loop, ValueRange inits, Value lo, Value hi, Segment segment) {
@@ -89,6 +97,8 @@ struct TileBoundQLoopPass : flashtile::tile::impl::TileBoundQLoopBase<TileBoundQ
       loop->replaceAllUsesWith(carried);
       loop.erase();
     }
+    if (coversEveryKey(may))
+      func->setAttr(kFullWalkAttr, UnitAttr::get(func.getContext()));
     may.erase();
     full.erase();
   }

@@ -24,6 +24,11 @@ inline constexpr llvm::StringLiteral kKeyWarpsAttr = "tile.key_warps";
 /// in flight together and wait for each where its result is first read (KernelShape::gemmOverlap); the program's
 /// semantics do not change.
 inline constexpr llvm::StringLiteral kGemmOverlapAttr = "tile.gemm_overlap";
+/// tile-bound-q-loop's attribute on a backward main program (a unit attribute): the variant's `may` rule lets every
+/// query row see every key ([0, seqlen_k)), so every instance walks every Q tile, [0, cdiv(seqlen_q, blockM)), in one
+/// segment. The printer may then walk them in another order (deterministic mode's rotated walk); the program's
+/// semantics do not change.
+inline constexpr llvm::StringLiteral kFullWalkAttr = "tile.full_walk";
 /// A schedule's attribute on a backward main program (a unit attribute): each Q tile's dQ terms leave through shared
 /// memory, and a writer role of their own adds them into the fp32 accumulator (KernelShape::dqWriter); the program's
 /// semantics do not change.

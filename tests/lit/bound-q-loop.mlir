@@ -4,6 +4,7 @@
 // tiles of the inverted KV-range rules; the walk is three ascending segments, the interior one without its mask, and
 // the rules are consumed.
 // CHECK-LABEL: tile.func @attention_bwd
+// CHECK-NOT: tile.full_walk
 // CHECK-NOT: tile.kv_range
 // CHECK-DAG: tile.dim kv_tile
 // CHECK-DAG: tile.dim batch_index
@@ -98,4 +99,37 @@ tile.func @attention_bwd attributes {kind = "backward_main", dtype = bf16, head_
 tile.func @attention_bwd_postprocess attributes {kind = "backward_postprocess", dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = []} {
   %dq = tile.load dq_accum : tensor<?x64xf32>
   tile.store dq %dq : tensor<?x64xf32>
+}
+
+// -----
+
+// A variant whose `may` rule is every key for every row (non-causal): every instance walks every Q tile, and the
+// program says so (tile.full_walk; deterministic mode's rotated walk reads it).
+// CHECK-LABEL: tile.func @attention_bwd_full
+// CHECK-SAME: tile.full_walk
+// CHECK-NOT: tile.kv_range
+// CHECK: tile.q_loop from %{{.*}} to %{{.*}} segment interior iter_args
+tile.func @attention_bwd_full attributes {kind = "backward_main", dtype = bf16, head_dim = 64 : i64, head_dim_v = 64 : i64, variant = "none", params = [], schedule = #tile.schedule<name = "fa2", blockM = 64, blockN = 64, warps = 4, warpLayout = split_q, warpRows = 16, stages = 1>} {
+  %lo, %hi = tile.kv_range may {
+  ^bb0(%first: i32, %last: i32, %b: i32, %h: i32):
+    %c0 = arith.constant 0 : i32
+    %sk = tile.dim seqlen_k
+    tile.yield %c0, %sk : i32, i32
+  }
+  %flo, %fhi = tile.kv_range full {
+  ^bb0(%first: i32, %last: i32, %b: i32, %h: i32):
+    %c0 = arith.constant 0 : i32
+    %sk = tile.dim seqlen_k
+    tile.yield %c0, %sk : i32, i32
+  }
+  %k = tile.load k : tensor<64x64xbf16>
+  %v = tile.load v : tensor<64x64xbf16>
+  %dk0 = tile.zero_acc : !tile.acc<64x64>
+  %dv0 = tile.zero_acc : !tile.acc<64x64>
+  %dk, %dv = tile.q_loop iter_args(%dk0, %dv0) : !tile.acc<64x64>, !tile.acc<64x64> -> !tile.acc<64x64>, !tile.acc<64x64> {
+  ^bb0(%i: i32, %dka: !tile.acc<64x64>, %dva: !tile.acc<64x64>):
+    tile.yield %dka, %dva : !tile.acc<64x64>, !tile.acc<64x64>
+  }
+  tile.store dk %dk : !tile.acc<64x64>
+  tile.store dv %dv : !tile.acc<64x64>
 }

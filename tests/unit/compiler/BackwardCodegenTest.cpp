@@ -14,8 +14,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <tuple>
+#include <vector>
 
 using namespace flashtile;
 
@@ -788,6 +790,81 @@ TEST(BackwardCodegen, DeterministicModeTakesTurnsOnTheDqAndDkvRows) {
   EXPECT_NE(cuda.find("the Q tiles past this walk pass no turn"), std::string::npos);
   EXPECT_NE(cuda.find("const int blockKvTile = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;"),
             std::string::npos);
+}
+
+// fa3 over a full walk (non-causal: every K/V tile's block walks every Q tile): in deterministic mode the walk may
+// start at Q tile floor(n·Q / N) and wrap, in the computing warps and the load warp alike, and the dQ writer's turn
+// follows the order the blocks reach a tile; a causal walk keeps the ascending walk and descending turns.
+TEST(BackwardCodegen, Fa3DeterministicModeRotatesFullWalks) {
+  StatusOr<jit::CompileResult> full = jit::compile(*variants::byName("none"),
+                                                   backwardOptions(ElementType::BF16, 128, "sm_90a", {}, "fa3"),
+                                                   jit::Stage::Cubin);
+  ASSERT_TRUE(full.ok()) << full.status().message();
+  const std::string &cuda = full->cuda;
+  EXPECT_NE(cuda.find("const bool walkRotated = p.deterministic && frag::rotatedWalkFits(walkKvTiles);"),
+            std::string::npos);
+  EXPECT_NE(cuda.find("const int walkStart = walkRotated ? frag::rotatedWalkStart(blockKvTile, walkKvTiles, "
+                      "walkQTiles) : 0;"),
+            std::string::npos);
+  // The three segments of the walk, in the computing warps and in the load warp.
+  EXPECT_EQ(count(cuda, "for (int walkStep = "), 6);
+  EXPECT_EQ(count(cuda, "const int qt = frag::rotatedWalkTile(walkStep, walkStart, "), 6);
+  EXPECT_EQ(count(cuda, "; ++qt)"), 0);
+  EXPECT_NE(cuda.find("frag::waitTurn(turnCounter, (walkRotated ? frag::rotatedTurn(tile, blockKvTile, walkKvTiles, "
+                      "walkQTiles) : (p.seqlenK + kBlockN - 1) / kBlockN - 1 - blockKvTile));"),
+            std::string::npos);
+
+  StatusOr<jit::CompileResult> causal = jit::compile(*variants::byName("causal"),
+                                                     backwardOptions(ElementType::BF16, 128, "sm_90a", {}, "fa3"),
+                                                     jit::Stage::Cuda);
+  ASSERT_TRUE(causal.ok()) << causal.status().message();
+  EXPECT_EQ(causal->cuda.find("walkRotated"), std::string::npos);
+  EXPECT_EQ(count(causal->cuda, "for (int walkStep = "), 0);
+  EXPECT_NE(causal->cuda.find("frag::waitTurn(turnCounter, (p.seqlenK + kBlockN - 1) / kBlockN - 1 - blockKvTile);"),
+            std::string::npos);
+}
+
+// The rotated walk's schedule (BackwardPrelude.h's rotatedWalkStart, rotatedWalkTile and rotatedTurn, transcribed):
+// on every Q tile the turns of the N blocks are 0..N-1 once each, and blocks that all run at once, each a Q tile a
+// round, finish without a wait where N <= Q (a tile's turns in the order the blocks reach it) and finish at all
+// otherwise.
+TEST(BackwardCodegen, RotatedWalkTurnsFollowTheBlocksArrivals) {
+  auto start = [](int n, int kvTiles, int qTiles) { return static_cast<int>(1LL * n * qTiles / kvTiles); };
+  auto turn = [](int t, int n, int kvTiles, int qTiles) {
+    const int first = std::min(kvTiles - 1, static_cast<int>((1LL * (t + 1) * kvTiles + qTiles - 1) / qTiles) - 1);
+    return (first - n + kvTiles) % kvTiles;
+  };
+  for (int kvTiles = 1; kvTiles <= 40; ++kvTiles) {
+    for (int qTiles = 1; qTiles <= 90; qTiles += kvTiles % 3 + 1) {
+      for (int t = 0; t < qTiles; ++t) {
+        std::vector<int> seen(kvTiles, 0);
+        for (int n = 0; n < kvTiles; ++n)
+          ++seen[turn(t, n, kvTiles, qTiles)];
+        ASSERT_EQ(std::count(seen.begin(), seen.end(), 1), kvTiles) << kvTiles << " x " << qTiles << ", tile " << t;
+      }
+      std::vector<int> counter(qTiles, 0), step(kvTiles, 0);
+      int rounds = 0, done = 0;
+      while (done < kvTiles) {
+        ASSERT_LT(rounds, qTiles * kvTiles + 1) << "no progress: " << kvTiles << " x " << qTiles;
+        std::vector<int> before = step;
+        for (int n = 0; n < kvTiles; ++n) {
+          if (before[n] == qTiles)
+            continue;
+          const int t = (before[n] + start(n, kvTiles, qTiles)) % qTiles;
+          if (counter[t] != turn(t, n, kvTiles, qTiles))
+            continue;
+          ++step[n];
+          done += step[n] == qTiles;
+        }
+        for (int n = 0; n < kvTiles; ++n)  // a turn taken this round is passed at its end
+          if (step[n] != before[n])
+            ++counter[(before[n] + start(n, kvTiles, qTiles)) % qTiles];
+        ++rounds;
+      }
+      if (kvTiles <= qTiles)
+        EXPECT_EQ(rounds, qTiles) << kvTiles << " x " << qTiles;
+    }
+  }
 }
 
 TEST(BackwardCodegen, SourceFollowsTheScheduledIr) {
