@@ -4,21 +4,24 @@
 # shape: bf16, hd128, seqlen 8k, batch 2, 16 heads, non-causal. Per kernel: duration, tensor pipe active, issue
 # slots, instructions, warp stalls per issued instruction by reason, shared-memory bank conflicts, L2 and DRAM
 # traffic. Clocks are left alone (--clock-control none). Writes $OUT/ncu-bwd-<who>.txt and a summary.
+# PROFILE_HD (default 128) and PROFILE_CAUSAL (1: causal) pick another head dim (same batch, seqlen and heads) or the
+# causal mask.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 OUT=${OUT:-$PWD/.device/out}
 mkdir -p "$OUT"
 source bench/device/bwd-env.sh || exit 2
 script='
-import sys, torch
+import os, sys, torch
 who = sys.argv[1]
-q, k, v = (torch.randn(2, 8192, 16, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+hd, causal = int(os.environ.get("PROFILE_HD", "128")), os.environ.get("PROFILE_CAUSAL", "0") == "1"
+q, k, v = (torch.randn(2, 8192, 16, hd, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
 if who == "flashtile":
     import flashtile
-    out = flashtile.flash_attn_func(q, k, v)
+    out = flashtile.flash_attn_func(q, k, v, causal=causal)
 else:
     from flash_attn.cute import interface
-    out = interface.flash_attn_func(q, k, v)
+    out = interface.flash_attn_func(q, k, v, causal=causal)
 out = out[0] if isinstance(out, tuple) else out
 do = torch.randn_like(out)
 for _ in range(3):
@@ -26,9 +29,10 @@ for _ in range(3):
 torch.cuda.synchronize()
 '
 source bench/device/ncu-metrics.sh || exit 2
+tag=${PROFILE_HD:+-hd$PROFILE_HD}${PROFILE_CAUSAL:+-c$PROFILE_CAUSAL}  # in the output files' names
 # The backward's kernels of the last (third) backward call: the main kernel is the longest.
 timeout -k 5 150 ncu --clock-control none --metrics "$NCU_METRICS" --kernel-name regex:'_bwd$' --launch-skip 2 \
-  --launch-count 1 python3 -c "$script" flashtile > "$OUT/ncu-bwd-flashtile.txt" 2>&1
+  --launch-count 1 python3 -c "$script" flashtile > "$OUT/ncu-bwd-flashtile$tag.txt" 2>&1
 timeout -k 5 200 ncu --clock-control none --metrics "$NCU_METRICS" --kernel-name regex:'(?i)bwd|backward' \
-  --launch-skip "${FA4_SKIP:-6}" --launch-count "${FA4_COUNT:-4}" python3 -c "$script" fa4 > "$OUT/ncu-bwd-fa4.txt" 2>&1
-ncu_summary "$OUT"/ncu-bwd-flashtile.txt "$OUT"/ncu-bwd-fa4.txt | tee "$OUT/ncu-bwd-summary.txt"
+  --launch-skip "${FA4_SKIP:-6}" --launch-count "${FA4_COUNT:-4}" python3 -c "$script" fa4 > "$OUT/ncu-bwd-fa4$tag.txt" 2>&1
+ncu_summary "$OUT/ncu-bwd-flashtile$tag.txt" "$OUT/ncu-bwd-fa4$tag.txt" | tee "$OUT/ncu-bwd-summary$tag.txt"
