@@ -123,8 +123,9 @@ def _checked_call(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
                   num_splits, schedule, strict, q_descale, k_descale, v_descale):
     """flash_attn_with_kvcache's arguments checked, as _launch's (and the custom op's) arguments."""
     schedule_name, strict_flag = _interface._schedule_option(schedule, strict)
+    if isinstance(q, torch.Tensor):
+        fp8.refuse_e4m3_query("q", q)
     q = _interface._check_tensor("q", q, 4, "(batch, seqlen_q, nheads, headdim)")
-    fp8.refuse_e4m3_query("q", q)
     k_cache = _check_cache("k_cache", k_cache, q)
     v_cache = _check_cache("v_cache", v_cache, q)
     if k_cache.dtype != v_cache.dtype:
