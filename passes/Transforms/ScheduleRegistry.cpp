@@ -225,8 +225,16 @@ std::optional<std::string> Schedule::refusesDtype(std::string_view dtype) const 
 }
 
 std::optional<std::string> Schedule::refusesKvDtype(std::string_view kvDtype) const {
+  if (readsKvDtype(kvDtype))
+    return std::nullopt;
+  // The schedules that read it, from the registry (this layer names none).
+  std::string readers;
+  for (const std::string &other : scheduleNames())
+    if (const Schedule *schedule = lookupSchedule(other); schedule && schedule->readsKvDtype(kvDtype))
+      readers += (readers.empty() ? "'" : ", '") + other + "'";
   return "schedule '" + std::string(name()) + "' reads K and V in the program's dtype: kv_dtype " +
-         std::string(kvDtype) + " (an e4m3 KV cache) is read by the decode schedule's KV-cache kernels";
+         std::string(kvDtype) + " (an e4m3 KV cache) is read by the KV-cache kernels of schedule " +
+         (readers.empty() ? std::string("(none registered)") : readers);
 }
 
 std::optional<std::string> refusesWithoutFp8Path(const Schedule &schedule, std::string_view dtype) {

@@ -152,7 +152,7 @@ TEST(Fp8KvCacheSchedules, OnlyTheDecodeKvCacheKernelsReadAnE4m3Cache) {
     EXPECT_FALSE(scheduledWith(**program, name, arch, {})) << name;
     EXPECT_NE(diags.text.find("schedule '" + name +
                               "' reads K and V in the program's dtype: kv_dtype e4m3 (an e4m3 "
-                              "KV cache) is read by the decode schedule's KV-cache kernels"),
+                              "KV cache) is read by the KV-cache kernels of schedule 'decode'"),
               std::string::npos)
         << name << ": " << diags.text;
   }
