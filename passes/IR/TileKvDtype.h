@@ -7,7 +7,7 @@
 // is a bf16 and an f16 value), so P stays of the program's dtype. The call's k_descale joins the softmax scale and
 // its v_descale multiplies the finalized O, as in an e4m3 program (tile.scale, tile.finalize). Without the
 // attribute K and V are of the program's dtype. Only the decode schedule's KV-cache kernels read such programs
-// (Schedule::refusesKvDtype).
+// (Schedule::readsKvDtype).
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_PASSES_IR_TILEKVDTYPE_H
 #define FLASHTILE_PASSES_IR_TILEKVDTYPE_H
