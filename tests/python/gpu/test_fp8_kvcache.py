@@ -25,7 +25,7 @@ import torch
 os.environ.setdefault("FLASHTILE_E4M3_KVCACHE_UNVERIFIED", "1")
 import flashtile  # noqa: E402
 from reference import attention_ref  # noqa: E402
-from test_kvcache import gather_paged, rotary_tables, rotate  # noqa: E402
+from test_kvcache import rotary_tables, rotate  # noqa: E402
 
 E4M3 = getattr(torch, "float8_e4m3fn", None)
 E4M3_MAX = 448.0
@@ -41,6 +41,14 @@ def to_e4m3(x):
     """x (fp32) to e4m3 as the append kernel rounds: nearest, ties to even, saturating at ±448 (torch's cast gives
     NaN past the largest finite value, so clamp first)."""
     return x.clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+
+
+def gather_paged(pool, table):
+    """The pages of each sequence, in order: (B, pages x page_size, Hkv, D). Indexing runs on the bytes (uint8), which
+    every PyTorch indexes; float8 indexing is not implemented everywhere."""
+    batch, pages = table.shape
+    rows = pool.view(torch.uint8)[table.flatten().long()]
+    return rows.view(batch, pages * pool.shape[1], *pool.shape[2:]).view(pool.dtype)
 
 
 def dequantize(x8, descale):
@@ -107,8 +115,8 @@ def run_case(dtype=torch.bfloat16, d=128, heads_kv=2, seqlen_q=1, seqlen_new=1, 
         table = order.view(batch, pages_per_seq).to(torch.int32).cuda()
         k_call = to_e4m3(torch.randn(num_pages, page_size, heads_kv, d, device="cuda"))
         v_call = to_e4m3(torch.randn(num_pages, page_size, heads_kv, d, device="cuda"))
-        k_call[table.flatten().long()] = k8.view(-1, page_size, heads_kv, d)
-        v_call[table.flatten().long()] = v8.view(-1, page_size, heads_kv, d)
+        k_call.view(torch.uint8)[table.flatten().long()] = k8.view(torch.uint8).view(-1, page_size, heads_kv, d)
+        v_call.view(torch.uint8)[table.flatten().long()] = v8.view(torch.uint8).view(-1, page_size, heads_kv, d)
     else:
         k_call, v_call, table = k8.clone(), v8.clone(), None
     out, lse = flashtile.flash_attn_with_kvcache(
@@ -130,7 +138,7 @@ def run_case(dtype=torch.bfloat16, d=128, heads_kv=2, seqlen_q=1, seqlen_new=1, 
     assert torch.equal(v_after.view(torch.uint8), v_expected.view(torch.uint8)), "v_cache after the call differs"
 
     flags = dict(causal=causal, window_size=window_size, softcap=softcap)
-    k_deq, v_deq = dequantize(k_after if not paged else k_after, kdiv), dequantize(v_after, vdiv)
+    k_deq, v_deq = dequantize(k_after, kdiv), dequantize(v_after, vdiv)
     for b, held in enumerate(lengths):
         keys = held + seqlen_new
         slopes = alibi_slopes[b:b + 1] if alibi else None
