@@ -8,16 +8,17 @@
 // (InterpreterState.h): this one runs instances and holds values, the program's structure and the entry points;
 // InterpreterMemory.cpp moves data (and runs the memory layer); InterpreterMath.cpp computes.
 //===----------------------------------------------------------------------===//
-#include "interpreter/InterpreterState.h"
 #include "interpreter/Interpreter.h"
 #include "interpreter/AsyncCopies.h"
 #include "interpreter/BackwardMath.h"
+#include "interpreter/InterpreterState.h"
 #include "interpreter/MemoryProtocol.h"
 #include "interpreter/ScalarOps.h"
 #include "interpreter/TileMath.h"
 #include "passes/IR/ProgramKinds.h"
 #include "passes/IR/TileCtaPair.h"
 #include "passes/IR/TileDialect.h"
+#include "passes/IR/TileKvDtype.h"
 #include "passes/IR/TileMemory.h"
 #include "passes/IR/TilePacking.h"
 #include "passes/IR/TileRotary.h"
@@ -787,15 +788,20 @@ LogicalResult validate(FuncOp func, const Problem &p, size_t qSize, size_t kSize
     return func.emitError() << "seqlen_new is " << p.seqlenNew << "; accepted: 0 to seqlen_k = " << p.seqlenK;
   if (!roundFor(func.getDtype()))
     return func.emitError() << "the interpreter runs bf16, f16 and f8E4M3FN programs, not " << func.getDtype();
+  // A descale belongs to an e4m3 tensor: q_descale to an e4m3 Q (the dtype), k_descale and v_descale to e4m3 K and
+  // V (the dtype, or the kv_dtype of a program that reads an e4m3 KV cache).
   const bool e4m3 = isa<Float8E4M3FNType>(func.getDtype());
-  for (auto [name, values] : {std::pair<const char *, const std::vector<float> *>{"q_descale", &p.qDescale},
-                              {"k_descale", &p.kDescale},
-                              {"v_descale", &p.vDescale}}) {
+  const bool e4m3Kv = isa<Float8E4M3FNType>(kvDtypeOf(func));
+  for (auto [name, values, applies] :
+       {std::tuple<const char *, const std::vector<float> *, bool>{"q_descale", &p.qDescale, e4m3},
+        {"k_descale", &p.kDescale, e4m3Kv},
+        {"v_descale", &p.vDescale, e4m3Kv}}) {
     if (values->empty())
       continue;
-    if (!e4m3)
-      return func.emitError() << name << " is given, but descales apply to f8E4M3FN (e4m3) programs only, not "
-                              << flashtile::tile::dtypeName(func.getDtype());
+    if (!applies)
+      return func.emitError() << name << " is given, but descales apply to f8E4M3FN (e4m3) tensors only, and this "
+                              << "program's " << (name[0] == 'q' ? "Q is " : "K and V are ")
+                              << flashtile::tile::dtypeName(name[0] == 'q' ? func.getDtype() : kvDtypeOf(func));
     if (values->size() != static_cast<size_t>(p.batch) * static_cast<size_t>(p.headsKv))
       return func.emitError() << name << " holds " << values->size() << " values; a descale is empty (= 1) or "
                               << "batch x heads_kv = " << p.batch << "x" << p.headsKv << " values";
@@ -966,10 +972,11 @@ LogicalResult run(FuncOp func, const Problem &problem, const std::vector<float> 
                   const std::vector<float> &v, std::vector<float> &o, std::vector<float> &lse, RunStats *stats) {
   if (failed(validate(func, problem, q.size(), k.size(), v.size())))
     return failure();
-  RoundFn round = roundFor(func.getDtype());
+  // K and V are of the program's kv_dtype (an e4m3 KV cache), Q of its dtype.
+  RoundFn round = roundFor(func.getDtype()), roundKv = roundFor(kvDtypeOf(func));
   Interpreter interpreter(func, problem, rounded(q, round, problem.seqlenQ, problem.headsQ, problem.headDim),
-                          rounded(k, round, problem.seqlenK, problem.headsKv, problem.headDim),
-                          rounded(v, round, problem.seqlenK, problem.headsKv, problem.headDimV));
+                          rounded(k, roundKv, problem.seqlenK, problem.headsKv, problem.headDim),
+                          rounded(v, roundKv, problem.seqlenK, problem.headsKv, problem.headDimV));
   return interpreter.run(o, lse, stats);
 }
 

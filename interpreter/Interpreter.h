@@ -34,7 +34,8 @@ using InputArray = std::variant<std::vector<float>, std::vector<int32_t>>;
 struct Problem {
   int batch = 1, seqlenQ = 0, seqlenK = 0, headsQ = 1, headsKv = 1, headDim = 0, headDimV = 0;
   float softmaxScale = 1.0f;
-  /// FP8 descales (f8E4M3FN programs only; flash-attn 3's q_descale, k_descale, v_descale): empty (= 1) or
+  /// FP8 descales (of e4m3 tensors only: q_descale of an f8E4M3FN program, k_descale and v_descale of one or of a
+  /// program whose tile.kv_dtype is f8E4M3FN; flash-attn 3's q_descale, k_descale, v_descale): empty (= 1) or
   /// batch x headsKv values, [b][hKv]. The softmax scale of a (batch, K/V head) is softmaxScale · qDescale ·
   /// kDescale; O is multiplied by vDescale when finalized. Other programs take none.
   std::vector<float> qDescale{}, kDescale{}, vDescale{};

@@ -74,6 +74,18 @@ StatusOr<RotaryMode> parseRotaryMode(const std::string &name) {
                        std::string(kRotaryInterleaved));
 }
 
+StatusOr<std::optional<ElementType>> parseKvDtype(const std::string &name, ElementType dtype) {
+  if (name.empty() || name == elementTypeName(dtype))
+    return std::optional<ElementType>();
+  if (name == "e4m3" || name == "float8_e4m3fn") {
+    if (dtype == ElementType::E4M3)
+      return std::optional<ElementType>();
+    return std::optional<ElementType>(ElementType::E4M3);
+  }
+  return Status::error("kv dtype: '" + name + "' is not supported; accepted: " + elementTypeName(dtype) +
+                       " (the dtype: K and V of Q's type) or e4m3 (an e4m3 KV cache, with a bf16 or f16 dtype)");
+}
+
 void registerBuiltins() {
   schedule::registerBuiltinSchedules();
   codegen::registerBuiltinTargets();
@@ -89,6 +101,13 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
   auto id = variantId(variant);
   if (mlir::failed(id))
     return Status::error("variant '" + variant.name() + "' does not build a valid program");
+  if (options.kvDtype && *options.kvDtype != options.dtype) {
+    auto knob = options.schedule.knobs.find(schedule::kKvCacheKnob);
+    if (!schedule::hasKvCacheKnob(*schedule) || knob == options.schedule.knobs.end() || knob->second != 1)
+      return Status::error(std::string("kv dtype ") + elementTypeName(*options.kvDtype) +
+                           " is a KV cache's: only KV-cache kernels read it (those of a schedule with the " +
+                           std::string(schedule::kKvCacheKnob) + " option set to 1)");
+  }
   if (options.rotary != RotaryMode::None) {
     auto knob = options.schedule.knobs.find(schedule::kKvCacheKnob);
     if (!schedule::hasKvCacheKnob(*schedule) || knob == options.schedule.knobs.end() || knob->second != 1)
@@ -118,7 +137,8 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
     return Status::error("rotary embedding belongs to forward KV-cache kernels; a " + options.kind +
                          " module has none");
   auto module = buildProgram(
-      context, variant, ProgramOptions{options.dtype, options.headDim, options.headDimV, options.rotary}, options.kind);
+      context, variant,
+      ProgramOptions{options.dtype, options.headDim, options.headDimV, options.rotary, options.kvDtype}, options.kind);
   if (mlir::failed(module))
     return failedWith("building the " + options.kind + " tile program for variant '" + variant.name() + "' failed");
   if (options.positionOffsets && options.dtype == ElementType::E4M3)
@@ -297,7 +317,13 @@ StatusOr<std::pair<Variant, CompileOptions>> Jit::optionsFor(const KernelSpec &s
     return rotary.status();
   if (*rotary != RotaryMode::None && !spec.kvCache)
     return Status::error("rotary embedding (rotary=" + spec.rotary + ") comes with KV-cache kernels only");
+  auto kvDtype = parseKvDtype(spec.kvDtype, *dtype);
+  if (!kvDtype.ok())
+    return kvDtype.status();
+  if (*kvDtype && !spec.kvCache)
+    return Status::error("kv dtype " + spec.kvDtype + " comes with KV-cache kernels only");
   CompileOptions options;
+  options.kvDtype = *kvDtype;
   options.kind = spec.kind;
   options.positionOffsets = spec.positions;
   options.rotary = *rotary;

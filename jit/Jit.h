@@ -27,6 +27,9 @@ struct CompileOptions {
   int headDim = 128;
   int headDimV = 128;
   RotaryMode rotary = RotaryMode::None; ///< rotary embedding of Q and the appended keys (KV-cache kernels only)
+  /// K and V's element type where it is not dtype: E4M3, an e4m3 KV cache (KV-cache kernels of a bf16 or f16 dtype
+  /// only; ProgramOptions::kvDtype). Unset: K and V of dtype.
+  std::optional<ElementType> kvDtype;
   schedule::Request schedule;   ///< the schedule by name, the arch, the shape class and the knobs set
   /// The module kind to build (moduleKinds(): forward, backward; KernelSpec::kind): the backward is the three
   /// programs of buildProgram, every one from the variant's hooks.
@@ -59,6 +62,9 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
 StatusOr<ElementType> parseElementType(const std::string &name); // f16|bf16|e4m3 (e5m2: refused by name)
 /// "" or "none", "halves", "interleaved" (KernelSpec::rotary).
 StatusOr<RotaryMode> parseRotaryMode(const std::string &name);
+/// A KV cache's element type (KernelSpec::kvDtype, the CLI's --kv-dtype): "" (or the dtype itself, `dtype`) is none
+/// (K and V of dtype), "e4m3" (or "float8_e4m3fn") an e4m3 cache; others are refused naming the accepted ones.
+StatusOr<std::optional<ElementType>> parseKvDtype(const std::string &name, ElementType dtype);
 
 /// JIT-compiles registered variants for a Runtime. Built-in names ("none", "causal") resolve without
 /// registration; a registered variant is asked for by the id `add` returns (name#hash of its IR).

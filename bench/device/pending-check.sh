@@ -2,7 +2,8 @@
 # pending-check.sh — on the GPU machine: the checks and timings of work built without a GPU (deterministic mode,
 # the e4m3 forward, position offsets and flashtile.parallel, swap-dkv), in parts chosen by PENDING (comma list,
 # default all): detcheck (the gradients of deterministic calls against an fp32 reference), detpytest
-# (test_backward.py -k deterministic), fp8 (test_fp8_forward.py), fp8bench (bench/fp8_bench.py), positions
+# (test_backward.py -k deterministic), fp8 (test_fp8_forward.py), fp8bench (bench/fp8_bench.py), fp8kv
+# (test_fp8_kvcache.py: decode over an e4m3 KV cache), fp8kvbench (bench/fp8_decode_bench.py: e4m3 vs bf16 cache), positions
 # (test_positions_gpu.py and test_parallel_gpu.py), detbench (the deterministic backward's time beside the default),
 # skv (swap-dkv's gradients at head dim 192 and its time beside the default: the libraries .device/aot-skv2 and
 # .device/aot-skv of bench/device/pending-prepare.sh, through bench/device/bwd-steps.sh).
@@ -12,7 +13,7 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 root=$PWD
 OUT=${OUT:-$PWD/.device/out}
-parts=${PENDING:-detcheck,detpytest,fp8,fp8bench,positions,detbench}
+parts=${PENDING:-detcheck,detpytest,fp8,fp8bench,fp8kv,fp8kvbench,positions,detbench}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/pending-gpu.log"
 source bench/device/bwd-env.sh || exit 2
@@ -31,9 +32,11 @@ part detcheck 150 python3 bench/backward_bench.py --check --check-deterministic
 cd tests/python/gpu || exit 2
 part detpytest 180 python3 -m pytest -q -n 16 -p no:cacheprovider test_backward.py -k deterministic
 part fp8 180 python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_forward.py
+part fp8kv 240 python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_kvcache.py
 part positions 180 python3 -m pytest -q -p no:cacheprovider test_positions_gpu.py test_parallel_gpu.py
 cd "$root" || exit 2
 part fp8bench 150 python3 bench/fp8_bench.py --json "$OUT/fp8-bench.json"
+part fp8kvbench 150 python3 bench/fp8_decode_bench.py --json "$OUT/fp8-decode-bench.json"
 part detbench 200 python3 bench/backward_bench.py --bench --deterministic --peers "" \
   --shapes "${PENDING_DET_SHAPES:-128:8192,96:8192,192:8192,64:8192}"
 if [[ ,$parts, == *,skv,* ]]; then
@@ -42,7 +45,7 @@ if [[ ,$parts, == *,skv,* ]]; then
     timeout 330 bash bench/device/bwd-steps.sh > "$OUT/pending-skv.log" 2>&1 || status=1
   grep -E "check:|FAIL|^hd|exit" "$OUT/pending-skv.log" | head -20
 fi
-for name in detcheck detpytest fp8 positions; do
+for name in detcheck detpytest fp8 fp8kv positions; do
   [ -f "$OUT/pending-$name.log" ] && grep -E "FAIL|Error|error" "$OUT/pending-$name.log" | head -12
 done
 exit $status

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/common/KernelPrinter.h"
 #include "codegen/common/PositionsCuda.h"
+#include "passes/IR/TileKvDtype.h"
 
 namespace flashtile::codegen::kernel {
 
@@ -25,7 +26,7 @@ LogicalResult KernelPrinter::printKernel(StringRef entry, const KernelShape &sha
     bounds += ", " + std::to_string(roles.empty() ? shape.minBlocksPerSm : 1);
   w.open("extern \"C\" __global__ void __launch_bounds__(" + bounds + ") " + entry.str() +
          "(const FlashtileFwdParams params" + positionsParam(func) + target.extraKernelParams() +
-         (shape.dtype == "e4m3" ? ", const FlashtileFp8Params fp8" : "") + ")");
+         (shape.dtype == "e4m3" || shape.kvDtype == "e4m3" ? ", const FlashtileFp8Params fp8" : "") + ")");
   w.comment("---- schedule " + commentSafe(schedule.getName()) + " (#tile.schedule): tile sizes and warps ----");
   w.line("constexpr int kBlockM = " + std::to_string(shape.blockM) + ";  // query rows of this thread block (split-Q)");
   w.line("constexpr int kBlockN = " + std::to_string(shape.blockN) + ";  // keys of a K/V tile");
@@ -197,7 +198,7 @@ void KernelPrinter::printSequence() {
     w.separate();
     printSequenceView();
     if (func->hasAttr(kKvCacheAttr))
-      printKvCacheView(w);
+      printKvCacheView(w, hasKvDtype(func) ? "unsigned char" : "unsigned short");
     w.line(packed() ? "if (qTile * kBlockM >= p.seqlenQ * headsPerKv)" : "if (qTile * kBlockM >= p.seqlenQ)");
     w.line("  return;  // varlen: the grid covers the longest sequence, and this one ends before this block's rows");
     w.comment("The keys of this split (" + tileDimWords({Dim::SplitBegin, Dim::SplitEnd}) +
@@ -270,8 +271,9 @@ void KernelPrinter::printSequenceView() {
   w.comment("is tile.softmax_scale inverse.");
   openSequenceView(w);
   w.line("p.q = static_cast<const unsigned short *>(params.q) + qBegin * params.qRowStride;");
-  w.line("p.k = static_cast<const unsigned short *>(params.k) + kBegin * params.kRowStride;");
-  w.line("p.v = static_cast<const unsigned short *>(params.v) + kBegin * params.vRowStride;");
+  const std::string kvElement = hasKvDtype(func) ? "unsigned char" : "unsigned short"; // an e4m3 KV cache: bytes
+  w.line("p.k = static_cast<const " + kvElement + " *>(params.k) + kBegin * params.kRowStride;");
+  w.line("p.v = static_cast<const " + kvElement + " *>(params.v) + kBegin * params.vRowStride;");
   w.line("p.o = static_cast<unsigned short *>(params.o) + qBegin * params.oRowStride;");
   w.line("p.lse = params.lse + qBegin;");
   w.line("p.seqlenQ = qEnd - qBegin;");

@@ -96,7 +96,7 @@ void printKvCacheCheck(CudaWriter &w) {
          "params.cacheBatches, blockIdx.z, blockIdx.x % params.numSplits, params.numSplits);");
 }
 
-void printKvCacheView(CudaWriter &w) {
+void printKvCacheView(CudaWriter &w, const char *elementType) {
   w.comment("---- KV cache (params.kvCache: 1 contiguous, 2 paged; flash_attn_with_kvcache): the sequence holds its");
   w.comment("cached keys (cacheSeqlens[z], clamped so that the new ones fit) and the seqlenNew keys the append kernel");
   w.comment("wrote after them; causal and windows align to the bottom right of all of them. A contiguous cache's");
@@ -108,8 +108,8 @@ void printKvCacheView(CudaWriter &w) {
   w.line("p.seqlenK = cached + params.seqlenNew;");
   w.open("if (params.kvCache == 1)");
   w.line("const int row = min(max(params.cacheBatchIdx ? params.cacheBatchIdx[z] : z, 0), params.cacheBatches - 1);");
-  w.line("p.k = static_cast<const unsigned short *>(params.k) + row * params.kCacheBatchStride;");
-  w.line("p.v = static_cast<const unsigned short *>(params.v) + row * params.vCacheBatchStride;");
+  w.line(std::string("p.k = static_cast<const ") + elementType + " *>(params.k) + row * params.kCacheBatchStride;");
+  w.line(std::string("p.v = static_cast<const ") + elementType + " *>(params.v) + row * params.vCacheBatchStride;");
   w.close();
   w.open("else");
   w.line("p.blockTable = params.blockTable + z * params.blockTableStride;");
@@ -168,8 +168,51 @@ void printRotaryFunctions(CudaWriter &w, bool bf16) {
   w.close();
 }
 
+namespace {
+
+/// The append kernel's conversions of an e4m3 cache: a new 16-bit value to fp32 and fp32 to e4m3. Plain C (no
+/// instruction of any target), rounded as the interpreter's roundToE4m3: to nearest, ties to even, saturating at ±448
+/// (as cvt.rn.satfinite.e4m3x2.f32), NaN kept.
+void printE4m3AppendFunctions(CudaWriter &w, bool bf16) {
+  w.comment("---- an e4m3 KV cache's append: the new 16-bit values to fp32, and fp32 to e4m3 (nearest, ties to even,");
+  w.comment("saturating at +-448; NaN stays NaN) ----");
+  w.open("__device__ __forceinline__ float appendToFloat(unsigned short x)");
+  if (bf16) {
+    w.line("return __builtin_bit_cast(float, static_cast<unsigned>(x) << 16);  // bf16 is fp32's upper half");
+  } else {
+    w.line("const unsigned sign = (x & 0x8000u) << 16, exponent = (x >> 10) & 0x1fu, mantissa = x & 0x3ffu;");
+    w.line("if (exponent == 31)  // inf, NaN");
+    w.line("  return __builtin_bit_cast(float, sign | 0x7f800000u | (mantissa << 13));");
+    w.line("if (exponent == 0)  // zero and subnormals: mantissa x 2^-24, exact in fp32");
+    w.line("  return (sign ? -1.f : 1.f) * static_cast<float>(mantissa) * 5.9604644775390625e-8f;");
+    w.line("return __builtin_bit_cast(float, sign | ((exponent + 112) << 23) | (mantissa << 13));");
+  }
+  w.close();
+  w.open("__device__ __forceinline__ unsigned appendRoundE4m3(float x)");
+  w.line("const unsigned u = __builtin_bit_cast(unsigned, x);");
+  w.line("const unsigned sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;");
+  w.line("if (a > 0x7f800000u)  // NaN");
+  w.line("  return sign | 0x7fu;");
+  w.line("if (a >= 0x43e00000u)  // 448 and up (inf included): the largest finite e4m3, 448");
+  w.line("  return sign | 0x7eu;");
+  w.open("if (a >= 0x3c800000u)");
+  w.comment("a normal e4m3 (2^-6 and up): rebias the exponent (127 - 7), round the 20 dropped bits to even");
+  w.line("const unsigned r = a - 0x3c000000u;");
+  w.line("return sign | min((r + 0x7ffffu + ((r >> 20) & 1u)) >> 20, 0x7eu);");
+  w.close();
+  w.comment("a subnormal e4m3 (units of 2^-9; 8 units are the smallest normal, which is its encoding): x 2^9 is exact");
+  w.line("return sign | __float2uint_rn(__builtin_bit_cast(float, a) * 512.f);");
+  w.close();
+}
+
+} // namespace
+
 void printKvCacheAppendKernel(CudaWriter &w, const std::string &entry, int headDim, int headDimV,
-                              std::optional<bool> rotaryInterleaved) {
+                              std::optional<bool> rotaryInterleaved, bool e4m3Cache, bool bf16) {
+  if (e4m3Cache) {
+    w.line("");
+    printE4m3AppendFunctions(w, bf16);
+  }
   w.line("");
   w.comment("==== the append step of a KV-cache call: new keys and values into the cache ====");
   w.comment("Row i of kNew/vNew (batch entry b, K/V head hKv) becomes key row cacheSeqlens[b] + i of the sequence's");
@@ -179,7 +222,7 @@ void printKvCacheAppendKernel(CudaWriter &w, const std::string &entry, int headD
   w.comment("(FLASHTILE_APPEND_THREADS), before the attention kernel on the same stream; one 16-byte chunk of a K or");
   w.comment("V row a thread.");
   w.open("extern \"C\" __global__ void __launch_bounds__(FLASHTILE_APPEND_THREADS) " + entry +
-         "(const FlashtileFwdParams params)");
+         "(const FlashtileFwdParams params" + (e4m3Cache ? ", const FlashtileFp8Params fp8" : "") + ")");
   w.line("constexpr int kHeadDim = " + std::to_string(headDim) + ";  // Q/K head dim");
   w.line("constexpr int kHeadDimV = " + std::to_string(headDimV) + ";  // V/O head dim");
   w.line("constexpr int kChunksK = kHeadDim / 8, kChunksRow = (kHeadDim + kHeadDimV) / 8;");
@@ -220,13 +263,33 @@ void printKvCacheAppendKernel(CudaWriter &w, const std::string &entry, int headD
   w.line("    b * (isK ? params.kNewBatchStride : params.vNewBatchStride) + i * (isK ? params.kNewRowStride : "
          "params.vNewRowStride) +");
   w.line("    hKv * (isK ? params.kNewHeadStride : params.vNewHeadStride) + col * 8;");
-  w.line("unsigned short *dst = const_cast<unsigned short *>(static_cast<const unsigned short *>(isK ? params.k : "
-         "params.v)) +");
+  const std::string cacheElement = e4m3Cache ? "unsigned char" : "unsigned short";
+  w.line("" + cacheElement + " *dst = const_cast<" + cacheElement + " *>(static_cast<const " + cacheElement +
+         " *>(isK ? params.k : params.v)) +");
   w.line("    base * (isK ? params.kCacheBatchStride : params.vCacheBatchStride) + row * (isK ? params.kRowStride : "
          "params.vRowStride) +");
   w.line("    hKv * (isK ? params.kHeadStride : params.vHeadStride) + col * 8;");
+  // The chunk's 8 new values as they go into the cache: e4m3 bytes (after the rotation, as the 16-bit cache stores
+  // the rotated values).
+  auto store = [&](const std::string &chunk) {
+    if (!e4m3Cache) {
+      w.line("*reinterpret_cast<uint4 *>(dst) = " + chunk + ";");
+      return;
+    }
+    w.comment("e4m3 cache: value / descale of this (batch, K/V head), rounded to e4m3 (satfinite), 8 bytes");
+    w.line("const float *const descales = isK ? fp8.kDescale : fp8.vDescale;");
+    w.line("const float descale = descales ? descales[b * params.headsKv + hKv] : 1.f;");
+    w.line("const uint4 chunk16 = " + chunk + ";");
+    w.line("const unsigned short *const x16 = reinterpret_cast<const unsigned short *>(&chunk16);");
+    w.line("unsigned bytes[2] = {0u, 0u};");
+    w.line("#pragma unroll");
+    w.open("for (int e = 0; e < 8; ++e)");
+    w.line("bytes[e / 4] |= appendRoundE4m3(__fdiv_rn(appendToFloat(x16[e]), descale)) << (8 * (e % 4));");
+    w.close();
+    w.line("*reinterpret_cast<uint2 *>(dst) = make_uint2(bytes[0], bytes[1]);");
+  };
   if (!rotaryInterleaved) {
-    w.line("*reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);");
+    store("*reinterpret_cast<const uint4 *>(src)");
     w.close();
     return;
   }
@@ -258,7 +321,7 @@ void printKvCacheAppendKernel(CudaWriter &w, const std::string &entry, int headD
   w.line("             : rotaryOut(kRow[partner], kRow[c], cosRow[i], sinRow[i], false);");
   w.close();
   w.close();
-  w.line("*reinterpret_cast<uint4 *>(dst) = rotated;");
+  store("rotated");
   w.close();
 }
 

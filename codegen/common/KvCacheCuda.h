@@ -21,7 +21,8 @@ inline constexpr int kAppendChunkElements = 8;
 /// the sequence's cached plus new keys, and p.k/p.v its cache row (contiguous) or p.blockTable its row of the block
 /// table (paged). Device values are clamped (KernelAbi.h), so that no value reads outside the tensors; the kernel's
 /// end checks them again for the error record (printKvCacheCheck).
-void printKvCacheView(CudaWriter &w);
+/// `elementType`: the C type of one K/V element ("unsigned short", or "unsigned char" for an e4m3 cache).
+void printKvCacheView(CudaWriter &w, const char *elementType = "unsigned short");
 
 /// The device functions of the KV cache's error record, printed before the kernels of a program that reads a KV
 /// cache: kvCacheError writes one out-of-range device value into params.kvErrors (KernelAbi.h: FlashtileKvError)
@@ -39,8 +40,14 @@ void printKvCacheCheck(CudaWriter &w);
 /// batch)): copies kNew/vNew rows into the cache at each sequence's cacheSeqlens[b], 16 bytes a thread. With
 /// `rotaryInterleaved` set (the program's Q load carries tile.rotary, passes/IR/TileRotary.h) the key rows are
 /// rotated on the way, at their positions in the cache, with the pairs it names (printRotaryFunctions first).
+///
+/// With `e4m3Cache` (an e4m3 KV cache, tile.kv_dtype) the kernel takes FlashtileFp8Params (Fp8Abi.h) too and writes
+/// each new value, after its rotation, as e4m3: value / descale (k_descale or v_descale of its (batch, K/V head), null
+/// = 1) rounded to the nearest e4m3 value, ties to even, saturating at ±448 (printE4m3RoundFunction); `bf16`: the
+/// new keys and values are bf16, else f16.
 void printKvCacheAppendKernel(CudaWriter &w, const std::string &entry, int headDim, int headDimV,
-                              std::optional<bool> rotaryInterleaved = std::nullopt);
+                              std::optional<bool> rotaryInterleaved = std::nullopt, bool e4m3Cache = false,
+                              bool bf16 = true);
 
 /// The device functions of rotary embedding (tile.rotary), for the kernel's Q and the append kernel's keys:
 /// rotaryToFloat / rotaryRound between the kernel's 16-bit dtype (`bf16`, else f16) and fp32, and rotaryOut, one

@@ -461,6 +461,9 @@ public:
   std::optional<std::string> checkShape(const KernelShape &shape) const override {
     if (shape.dtype != "bf16" && shape.dtype != "f16")
       return "sm100: tcgen05.mma .kind::f16 takes bf16 or f16 tiles here, got " + shape.dtype;
+    if (!shape.kvDtype.empty())
+      return "sm100: K and V are read in the program's dtype here; kv_dtype " + shape.kvDtype +
+             " (an e4m3 KV cache) is read by the sm80 family's decode kernels";
     for (auto [name, value] : {std::pair{"head_dim", shape.headDim}, {"head_dim_v", shape.headDimV}})
       if (value % kSwizzleColumns != 0 || value < kSwizzleColumns || value > kMmaMaxN)
         return cat("sm100: ", name, " (", value, ") must be a multiple of ", kSwizzleColumns, " up to ", kMmaMaxN,

@@ -39,33 +39,43 @@ public:
     pack = bf16 ? "sm80::packBf16x2" : "sm80::packF16x2";
     mTiles = shape.warpRows / kMmaM;
     qInRegisters = mTiles * (shape.headDim / 16) * 4 <= kMaxQFragmentRegisters;
+    kvE4m3 = shape.kvDtype == "e4m3";
+    if (kvE4m3)
+      preludeText += e4m3WidenPrelude();
   }
 
   std::string_view prelude() const override { return preludeText; }
   std::string_view preludeNamespace() const override { return kNamespace; }
 
   std::vector<std::string> reservedNames() const override {
-    return {"kWarpRows", "kMTiles", "kSTiles", "kOTiles", "warp", "lane", "fragRow", "fragCol", "b", "h", "hKv", "m0",
-            "warpRow0", "smem", "sQ", "sK", "sV", "ldRowQ", "ldChunkQ", "ldRowK", "ldChunkK", "ldRowV", "ldChunkV",
-            "gQ", "gK", "gV", "gO", "gLse", "copyQ", "copyKTile", "copyVTile", "qFrag", "kFrag", "vFrag", "kStages",
-            "kKTileBytes", "kVTileBytes", "kRowBytesQK", "kRowBytesV", "maxFresh", "maxMoved", "alpha", "lse",
-            "scoreScale", "sO", "q", "kv", "sm80",
-            // locals of the printed loops
-            "mt", "nt", "np", "ks", "k", "r", "c", "i", "s", "l", "invL", "tileMax", "tileSum", "maxNew", "maxUsed",
-            "chunk", "row", "col", "seqRow", "inside", "tile", "sinkLog2", "carry",
-            // split-KV (storeSplit, combineRow)
-            "lseRow", "lseLog2", "keep", "gOAccum", "gLseAccum", "splits", "maxLog2", "sum", "invSum", "weight", "part",
-            "o0", "o1", "off", "kSplitsPerLane", "scaled", "wt", "x", "o", "kVec", "kChunks", "v", "kWarps",
-            // GQA packing
-            "rowQuery", "rowHead", "hRow", "qi", "qh", "packedRows", "dst",
-            // paged KV caches (copyRoutine)
-            "key", "page", "pageMask",
-            // rotary embedding of Q (rotateQ)
-            "t", "half", "cached", "cosTable", "sinTable", "pos", "x0", "x1", "c0", "c1", "v0", "v1", "cr", "sr",
-            "rotated", "rotaryOut", "rotaryToFloat", "rotaryRound"};
+    std::vector<std::string> names = {
+        "kWarpRows", "kMTiles", "kSTiles", "kOTiles", "warp", "lane", "fragRow", "fragCol", "b", "h", "hKv", "m0",
+        "warpRow0", "smem", "sQ", "sK", "sV", "ldRowQ", "ldChunkQ", "ldRowK", "ldChunkK", "ldRowV", "ldChunkV", "gQ",
+        "gK", "gV", "gO", "gLse", "copyQ", "copyKTile", "copyVTile", "qFrag", "kFrag", "vFrag", "kStages",
+        "kKTileBytes", "kVTileBytes", "kRowBytesQK", "kRowBytesV", "maxFresh", "maxMoved", "alpha", "lse", "scoreScale",
+        "sO", "q", "kv", "sm80",
+        // locals of the printed loops
+        "mt", "nt", "np", "ks", "k", "r", "c", "i", "s", "l", "invL", "tileMax", "tileSum", "maxNew", "maxUsed",
+        "chunk", "row", "col", "seqRow", "inside", "tile", "sinkLog2", "carry",
+        // split-KV (storeSplit, combineRow)
+        "lseRow", "lseLog2", "keep", "gOAccum", "gLseAccum", "splits", "maxLog2", "sum", "invSum", "weight", "part",
+        "o0", "o1", "off", "kSplitsPerLane", "scaled", "wt", "x", "o", "kVec", "kChunks", "v", "kWarps",
+        // GQA packing
+        "rowQuery", "rowHead", "hRow", "qi", "qh", "packedRows", "dst",
+        // paged KV caches (copyRoutine)
+        "key", "page", "pageMask",
+        // rotary embedding of Q (rotateQ)
+        "t", "half", "cached", "cosTable", "sinTable", "pos", "x0", "x1", "c0", "c1", "v0", "v1", "cr", "sr", "rotated",
+        "rotaryOut", "rotaryToFloat", "rotaryRound"};
+    if (kvE4m3) // e4m3 K/V (a KV cache): the 8-bit staging tiles, the widening and the descales
+      for (const char *name : {"sK8", "sV8", "kK8TileBytes", "kV8TileBytes", "fp8", "descaleIndex", "kDescale",
+                               "vDescale", "staged", "wide", "widenE4m3x2", "e4m3x2ToF16x2"})
+        names.push_back(name);
+    return names;
   }
 
   void setup(CudaWriter &w, const std::vector<Operand> &copied) override;
+  void setupTile(CudaWriter &w) override;
   bool copyAsync(CudaWriter &w, Operand operand, const std::string &tile, const std::string &pred) override;
   bool wait(CudaWriter &w, const std::vector<Operand> &operands, int64_t newerCopies) override;
   void load(CudaWriter &w, Operand operand, const std::string &tile) override;
@@ -97,6 +107,8 @@ public:
   void pv(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vTile) override;
   void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) override {
     fragments.finalize(w, st, sinkFn);
+    if (kvE4m3)
+      scaleByVDescale(w, st);
   }
   void storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) override;
   void storeLse(CudaWriter &w) override { fragments.storeLse(w); }
@@ -110,6 +122,19 @@ private:
   };
   static OperandNames names(Operand operand);
   void copyRoutine(CudaWriter &w, Operand operand);
+  /// The copy routine of an e4m3 K or V tile (a KV cache, shape.kvDtype): cp.async of its 8-bit rows, 16 keys' bytes
+  /// a chunk, into the operand's staging buffer (sK8, sV8), through the block table of a paged cache.
+  void copyRoutineE4m3(CudaWriter &w, Operand operand);
+  /// Where an e4m3 K or V tile is read (tile.load, after its copy's wait): every thread widens its share of the staged
+  /// 8-bit tile into the 16-bit buffer the MMAs read, then a barrier.
+  void widenE4m3(CudaWriter &w, Operand operand, const std::string &tile);
+  /// O *= v_descale (e4m3 K/V), after finalize.
+  void scaleByVDescale(CudaWriter &w, const StateNames &st);
+  /// The device functions of the widening (printed after the prelude of kernels that read e4m3 K/V only, so that
+  /// other kernels' text is unchanged).
+  std::string e4m3WidenPrelude() const;
+  /// The staging address (a C expression) of e4m3 K or V tile `tile`.
+  std::string stagingAddress(Operand operand, const std::string &tile) const;
   /// In a K/V copy routine of a program that reads a KV cache, under `if (p.kvCache == 2)`: the cp.async of key row
   /// `key` (a C expression) of the sequence, through its block-table row, into `dst` (shared address) — one page lookup
   /// a chunk: for copy routines whose threads do not step down rows by a fixed count (else pagedTileCopy).
@@ -130,6 +155,7 @@ private:
   std::string preludeText, mma, pack;
   int mTiles = 0;
   bool qInRegisters = true;
+  bool kvE4m3 = false; ///< K and V are e4m3 (tile.kv_dtype): staged as 8-bit, widened to the dtype in shared memory
 };
 
 TileTargetSm80::OperandNames TileTargetSm80::names(Operand operand) {
@@ -198,6 +224,17 @@ void TileTargetSm80::setup(CudaWriter &w, const std::vector<Operand> &copied) {
     w.line("unsigned char *const sK = sQ + kBlockM * kRowBytesQK;");
     w.line("unsigned char *const sV = sK + kStages * kKTileBytes;");
   }
+  if (kvE4m3) {
+    w.comment(
+        "e4m3 K and V (a KV cache): each tile lands as its 8-bit rows (kHeadDim or kHeadDimV bytes, unpadded) in");
+    w.comment(
+        "a staging buffer, sK8 or sV8, and is widened into sK or sV where it is read (exactly: every e4m3 value is");
+    w.comment(
+        cat("a", shape.dtype == "bf16" ? " bf16" : "n f16", " value), so the MMAs below are the 16-bit kernel's"));
+    w.line(cat("constexpr unsigned kK8TileBytes = kBlockN * kHeadDim, kV8TileBytes = kBlockN * kHeadDimV;"));
+    w.line(cat("unsigned char *const sK8 = sV + ", shape.stages, " * kBlockN * kRowBytesV;"));
+    w.line(cat("unsigned char *const sV8 = sK8 + ", shape.stages, " * kK8TileBytes;"));
+  }
   w.comment("ldmatrix addresses: this lane's row offset (bytes) and swizzled chunk offset for row step 0 and");
   w.comment("logical chunk c0 in {0, 1}; the MMA loops add 16-row steps and XOR 32·s for chunk c0 + 2s, constants");
   w.comment("once unrolled (see sm80::swizzledChunk).");
@@ -222,14 +259,180 @@ void TileTargetSm80::setup(CudaWriter &w, const std::vector<Operand> &copied) {
                  ") + b * ", prefix, "BatchStride;  // rows pick their own heads (GQA packing)"));
       continue;
     }
-    w.line(cat("const unsigned short *const ", n.global, " = static_cast<const unsigned short *>(", pointer, ") + b * ",
+    const char *element = kvE4m3 && operand != Operand::Q ? "unsigned char" : "unsigned short";
+    w.line(cat("const ", element, " *const ", n.global, " = static_cast<const ", element, " *>(", pointer, ") + b * ",
                prefix, "BatchStride + ", head, " * ", prefix, "HeadStride;"));
   }
   w.line("");
   w.comment("---- asynchronous tile copies: 16-byte cp.async.cg chunks spread over all threads; rows past the");
   w.comment("sequence are zero-filled, so the MMAs need no bounds checks ----");
   for (Operand operand : copied)
-    copyRoutine(w, operand);
+    if (kvE4m3 && operand != Operand::Q)
+      copyRoutineE4m3(w, operand);
+    else
+      copyRoutine(w, operand);
+}
+
+void TileTargetSm80::setupTile(CudaWriter &w) {
+  if (!kvE4m3)
+    return;
+  w.comment("---- FP8 descales of this (batch, K/V head) (FlashtileFp8Params; null = 1): k_descale joins the softmax");
+  w.comment("scale, so the variant's functions see the scores of the dequantized keys, and v_descale multiplies O at");
+  w.comment("finalize ----");
+  w.line("const int descaleIndex = b * p.headsKv + hKv;");
+  w.line("const float kDescale = fp8.kDescale ? fp8.kDescale[descaleIndex] : 1.f;");
+  w.line("const float vDescale = fp8.vDescale ? fp8.vDescale[descaleIndex] : 1.f;");
+  w.line("p.softmaxScale = params.softmaxScale * kDescale;");
+  w.line("p.scaleLog2 = params.scaleLog2 * kDescale;");
+  w.line("p.invSoftmaxScale = 1.f / p.softmaxScale;");
+}
+
+void TileTargetSm80::scaleByVDescale(CudaWriter &w, const StateNames &st) {
+  w.comment("FP8: O *= v_descale of this (batch, K/V head)");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("nt", "kOTiles");
+  w.openUnrolledFor("i", "4");
+  w.line(cat(st.acc, "[mt][nt][i] *= vDescale;"));
+  w.close();
+  w.close();
+  w.close();
+}
+
+std::string TileTargetSm80::stagingAddress(Operand operand, const std::string &tile) const {
+  const char *buffer = operand == Operand::K ? "sK8" : "sV8";
+  std::string base = cat("sm80::smemAddress(", buffer, ")");
+  if (shape.stages == 1)
+    return base;
+  return cat("(", base, " + (", tile, " & (kStages - 1)) * ", operand == Operand::K ? "kK8TileBytes" : "kV8TileBytes",
+             ")");
+}
+
+void TileTargetSm80::copyRoutineE4m3(CudaWriter &w, Operand operand) {
+  OperandNames n = names(operand);
+  const int width = operand == Operand::V ? shape.headDimV : shape.headDim;
+  const int chunks = shape.blockN * width / 16, threads = shape.warps * kWarpSize;
+  const bool even = chunks % threads == 0;
+  const std::string chunkCount = cat("kBlockN * ", n.width, " / 16");
+  const char *pageStride = operand == Operand::K ? "p.kCacheBatchStride" : "p.vCacheBatchStride";
+  w.comment(cat("e4m3 ", n.name, ": 16-byte cp.async.cg chunks (16 keys' values of a row) into the staging buffer,"));
+  w.comment("rows of the tile back to back; rows past the sequence are zero-filled (widened to zeros)");
+  w.open(cat("auto ", n.copy, " = [&](int tile)"));
+  w.openUnrolledFor("i", even ? cat(chunkCount, " / kThreads") : cat("(", chunkCount, " + kThreads - 1) / kThreads"));
+  w.line("const int chunk = threadIdx.x + i * kThreads;");
+  if (!even)
+    w.open(cat("if (chunk < ", chunkCount, ")"));
+  w.line(cat("const int row = chunk / (", n.width, " / 16), col = chunk % (", n.width, " / 16);"));
+  w.line("const int seqRow = tile * kBlockN + row;");
+  w.line(cat("const unsigned dst = ", stagingAddress(operand, "tile"), " + row * ", n.width, " + col * 16;"));
+  w.open("if (p.kvCache == 2)");
+  w.comment(
+      "paged cache: key row `key` is row key % pageSize of page blockTable[key / pageSize] (clamped to the pool)");
+  w.line("const int key = seqRow;");
+  w.line(cat("const bool inside = key < ", n.seqlen, ";"));
+  w.line("const int page = inside ? min(max(p.blockTable[key >> p.pageShift], 0), p.cacheBatches - 1) : 0;");
+  w.line("const int pageMask = (1 << p.pageShift) - 1;");
+  w.line(cat("sm80::cpAsync16(dst, ", n.global, " + page * ", pageStride, " + (inside ? key & pageMask : 0) * ",
+             n.rowStride, " + col * 16, inside);"));
+  w.close();
+  w.open("else");
+  w.line(cat("const bool inside = seqRow < ", n.seqlen, ";"));
+  w.line(cat("sm80::cpAsync16(dst, ", n.global, " + (inside ? seqRow : 0) * ", n.rowStride, " + col * 16, inside);"));
+  w.close();
+  if (!even)
+    w.close();
+  w.close();
+  w.close(";");
+}
+
+void TileTargetSm80::widenE4m3(CudaWriter &w, Operand operand, const std::string &tile) {
+  OperandNames n = names(operand);
+  const int width = operand == Operand::V ? shape.headDimV : shape.headDim;
+  const int chunks = shape.blockN * width / 16, threads = shape.warps * kWarpSize;
+  const bool even = chunks % threads == 0;
+  const std::string chunkCount = cat("kBlockN * ", n.width, " / 16");
+  w.comment(cat(n.name, " tile ", tile, " landed as e4m3 in ", operand == Operand::K ? "sK8" : "sV8",
+                ": each thread widens 16 values at a time to ", shape.dtype, " (two 16-byte chunks of ", n.smem, ")"));
+  w.openUnrolledFor("i", even ? cat(chunkCount, " / kThreads") : cat("(", chunkCount, " + kThreads - 1) / kThreads"));
+  w.line("const int chunk = threadIdx.x + i * kThreads;");
+  if (!even)
+    w.open(cat("if (chunk < ", chunkCount, ")"));
+  w.line(cat("const int row = chunk / (", n.width, " / 16), col = chunk % (", n.width, " / 16);"));
+  w.line(cat("const uint4 staged = sm80::loadShared16(", stagingAddress(operand, tile), " + row * ", n.width,
+             " + col * 16);"));
+  w.line("uint4 wide[2];");
+  w.line("sm80::widenE4m3x16(staged, wide);");
+  w.line(cat("sm80::storeShared16(", bufferAddress(operand, tile), " + sm80::swizzle<", n.width,
+             " / 8>(row, 2 * col), wide[0]);"));
+  w.line(cat("sm80::storeShared16(", bufferAddress(operand, tile), " + sm80::swizzle<", n.width,
+             " / 8>(row, 2 * col + 1), wide[1]);"));
+  if (!even)
+    w.close();
+  w.close();
+  w.line(cat("__syncthreads();  // ", n.smem, " holds the widened tile for every warp"));
+}
+
+std::string TileTargetSm80::e4m3WidenPrelude() const {
+  const bool bf16 = shape.dtype == "bf16";
+  std::string text = R"cuda(
+// ==== e4m3 K/V (an e4m3 KV cache, tile.kv_dtype): widening 8-bit values to the kernel's 16-bit type ====
+namespace sm80 {
+// Two e4m3 values (the low and high byte of x) to f16x2, exactly (every e4m3 value is an f16 value). sm_89 and
+// later convert in one instruction; sm_80 in integer and f16 arithmetic: each byte s.eeee.mmm moves to an f16's
+// sign, exponent and mantissa bits (s.0eeee.mmm0000000), which reads as 2^-8 times the e4m3 value, subnormals
+// included (an e4m3 subnormal 0.mmm x 2^-6 is the f16 subnormal 0.mmm x 2^-14), then an exact multiply by 2^8;
+// e4m3's NaN (s.1111.111) becomes an f16 NaN.
+__device__ __forceinline__ unsigned e4m3x2ToF16x2(unsigned x) {
+#if __CUDA_ARCH__ >= 890
+  unsigned r;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(static_cast<unsigned short>(x)));
+  return r;
+#else
+  const unsigned y = __byte_perm(x, 0u, 0x1404);  // byte 0 to bits 8-15, byte 1 to bits 24-31
+  const unsigned bits = ((y & 0x7f007f00u) >> 1) | (y & 0x80008000u);
+  unsigned r;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(bits), "r"(0x5c005c00u));  // x 2^8 (f16 2^8 = 0x5c00)
+  const unsigned nan = ((y & 0x7f007f00u) + 0x01000100u) & 0x80008000u;  // 0x8000 in a half whose byte is NaN
+  return r | (nan - (nan >> 6));  // 0x7e00: an f16 NaN
+#endif
+}
+)cuda";
+  if (bf16) {
+    text += R"cuda(// Two e4m3 values to bf16x2, exactly: through f16 (exact) and fp32 (exact), packed without rounding.
+__device__ __forceinline__ unsigned widenE4m3x2(unsigned x) {
+  const unsigned h = e4m3x2ToF16x2(x);
+  float lo, hi;
+  asm("{.reg .f16 l, u; mov.b32 {l, u}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, u;}" : "=f"(lo), "=f"(hi) : "r"(h));
+  return packBf16x2(lo, hi);
+}
+)cuda";
+  } else {
+    text += R"cuda(// Two e4m3 values to f16x2, exactly.
+__device__ __forceinline__ unsigned widenE4m3x2(unsigned x) { return e4m3x2ToF16x2(x); }
+)cuda";
+  }
+  text += R"cuda(// 16 e4m3 values (16 bytes, in order) to 16 16-bit values (two 16-byte chunks, in order).
+__device__ __forceinline__ void widenE4m3x16(uint4 x, uint4 (&out)[2]) {
+  const unsigned in[4] = {x.x, x.y, x.z, x.w};
+  unsigned wide[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    wide[2 * i] = widenE4m3x2(in[i] & 0xffffu);
+    wide[2 * i + 1] = widenE4m3x2(in[i] >> 16);
+  }
+  out[0] = make_uint4(wide[0], wide[1], wide[2], wide[3]);
+  out[1] = make_uint4(wide[4], wide[5], wide[6], wide[7]);
+}
+__device__ __forceinline__ uint4 loadShared16(unsigned address) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(address));
+  return v;
+}
+__device__ __forceinline__ void storeShared16(unsigned address, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" :: "r"(address), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+} // namespace sm80
+)cuda";
+  return text;
 }
 
 void TileTargetSm80::copyRoutine(CudaWriter &w, Operand operand) {
@@ -392,6 +595,8 @@ bool TileTargetSm80::wait(CudaWriter &w, const std::vector<Operand> &operands, i
 }
 
 void TileTargetSm80::load(CudaWriter &w, Operand operand, const std::string &tile) {
+  if (kvE4m3 && operand != Operand::Q)
+    widenE4m3(w, operand, tile);
   switch (operand) {
   case Operand::Q:
     if (!qInRegisters) {
@@ -793,6 +998,11 @@ public:
   std::optional<std::string> checkShape(const KernelShape &shape) const override {
     if (shape.dtype != "bf16" && shape.dtype != "f16")
       return "sm80 MMAs take bf16 or f16 tiles, got " + shape.dtype;
+    if (!shape.kvDtype.empty() && shape.kvDtype != "e4m3")
+      return "sm80: K and V of kv_dtype " + shape.kvDtype + " are not read; accepted: the dtype, or e4m3";
+    if (shape.kvDtype == "e4m3" && (shape.headDim % 16 != 0 || shape.headDimV % 16 != 0))
+      return cat("sm80: e4m3 K and V are copied 16 values a chunk: head_dim (", shape.headDim, ") and head_dim_v (",
+                 shape.headDimV, ") must be multiples of 16");
     if (shape.exp2PolyShare != 0)
       return std::string("sm80: no software exp2 here (tile.exp2_poly_share must be 0)");
     if (shape.warpLayout != WarpLayout::SplitQ)
@@ -819,9 +1029,10 @@ public:
   }
 
   int64_t smemBytes(const KernelShape &shape) const override {
-    // One Q tile and `stages` K and V tiles.
+    // One Q tile and `stages` K and V tiles (and as many 8-bit staging tiles of each with e4m3 K/V).
     return int64_t(shape.blockM) * rowBytes(shape.headDim) +
-           int64_t(shape.stages) * shape.blockN * (rowBytes(shape.headDim) + rowBytes(shape.headDimV));
+           int64_t(shape.stages) * shape.blockN * (rowBytes(shape.headDim) + rowBytes(shape.headDimV)) +
+           (shape.kvDtype == "e4m3" ? int64_t(shape.stages) * shape.blockN * (shape.headDim + shape.headDimV) : 0);
   }
 
   std::unique_ptr<TileTarget> createPrinter(const KernelShape &shape) const override {

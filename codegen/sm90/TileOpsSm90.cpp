@@ -611,6 +611,9 @@ public:
   std::optional<std::string> checkShape(const KernelShape &shape) const override {
     if (shape.dtype != "bf16" && shape.dtype != "f16" && shape.dtype != "e4m3")
       return "sm90 wgmmas take bf16, f16 or e4m3 tiles here, got " + shape.dtype;
+    if (!shape.kvDtype.empty())
+      return "sm90: K and V are read in the program's dtype here; kv_dtype " + shape.kvDtype +
+             " (an e4m3 KV cache) is read by the sm80 family's decode kernels";
     if (isE4m3(shape)) {
       // 8-bit wgmma (k32): head dims of whole 32-byte swizzle rows, P·V's keys in k32 steps; no backward, no GQA
       // packing (docs/fp8.md).

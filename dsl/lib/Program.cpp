@@ -3,6 +3,7 @@
 #include "passes/IR/ProducerOrder.h"
 #include "passes/IR/ProgramKinds.h"
 #include "passes/IR/TileDialect.h"
+#include "passes/IR/TileKvDtype.h"
 #include "passes/IR/TileRotary.h"
 #include "passes/Transforms/DifferentiateScore.h"
 
@@ -127,8 +128,11 @@ private:
   LogicalResult buildBackwardPostprocess(ModuleOp module);
   /// Puts every hook body in its canonical order and verifies the module.
   LogicalResult finish(ModuleOp module);
-  Type dtype() {
-    switch (options.dtype) {
+  Type dtype() { return typeOf(options.dtype); }
+  /// K and V's element type: kvDtype where set, else dtype.
+  Type kvDtype() { return typeOf(options.kvDtype.value_or(options.dtype)); }
+  Type typeOf(ElementType type) {
+    switch (type) {
     case ElementType::BF16:
       return b.getBF16Type();
     case ElementType::E4M3:
@@ -197,6 +201,8 @@ tile::FuncOp ProgramBuilder::makeFunc(ModuleOp module, StringRef name, StringRef
                                    tile::TargetAttr(), b.getArrayAttr(inputs));
   if (kind != tile::kForwardProgram)
     func.setKind(kind);
+  else if (options.kvDtype && *options.kvDtype != options.dtype)
+    func->setAttr(tile::kKvDtypeAttr, TypeAttr::get(kvDtype()));
   b.setInsertionPointToStart(&func.getBody().emplaceBlock());
   return func;
 }
@@ -258,6 +264,15 @@ FailureOr<OwningOpRef<ModuleOp>> ProgramBuilder::build(StringRef kind) {
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   if (std::string error = variant.checkParams(variant.paramValues()); !error.empty())
     return emitError(loc) << error;
+  const bool otherKv = options.kvDtype && *options.kvDtype != options.dtype;
+  if (otherKv && (*options.kvDtype != ElementType::E4M3 || options.dtype == ElementType::E4M3))
+    return emitError(loc) << "kv dtype " << elementTypeName(*options.kvDtype) << " with dtype "
+                          << elementTypeName(options.dtype)
+                          << " is not supported; accepted: kv dtype e4m3 (an e4m3 KV cache) with dtype bf16 or f16, "
+                             "or the dtype itself";
+  if (otherKv && kind != tile::kForwardProgram)
+    return emitError(loc) << "kv dtype " << elementTypeName(*options.kvDtype)
+                          << " has no backward programs: an e4m3 KV cache is read by forward (decode) programs only";
   if (kind == tile::kForwardProgram) {
     if (failed(buildForward(*module)))
       return failure();
@@ -316,8 +331,8 @@ LogicalResult ProgramBuilder::buildForward(ModuleOp module) {
     OpBuilder::InsertionGuard guard(b);
     Block *body = b.createBlock(&loop.getBody(), {}, {i32, statsType, accType}, {loc, loc, loc});
     Value j = body->getArgument(0), stats = body->getArgument(1), acc = body->getArgument(2);
-    Value k = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, dtype), tile::Operand::K, j,
-                                   Value(), Value());
+    Value k = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDim}, kvDtype()), tile::Operand::K,
+                                   j, Value(), Value());
     auto scoreType = RankedTensorType::get({dyn, dyn}, f32);
     Value s = tile::QkOp::create(b, loc, scoreType, Type(), q, k).getS();
     s = tile::ScaleOp::create(b, loc, s);
@@ -332,8 +347,8 @@ LogicalResult ProgramBuilder::buildForward(ModuleOp module) {
     s = *masked;
     auto update = tile::SoftmaxUpdateOp::create(b, loc, s, stats, dtype);
     Value rescaled = tile::RescaleOp::create(b, loc, acc, update.getAlpha());
-    Value v = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, dtype), tile::Operand::V, j,
-                                   Value(), Value());
+    Value v = tile::LoadOp::create(b, loc, RankedTensorType::get({dyn, options.headDimV}, kvDtype()), tile::Operand::V,
+                                   j, Value(), Value());
     Value next = tile::PvOp::create(b, loc, update.getP(), v, rescaled).getResult();
     tile::YieldOp::create(b, loc, ValueRange{update.getNewStats(), next});
   }

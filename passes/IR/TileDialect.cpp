@@ -4,6 +4,7 @@
 // TileCanonicalize.cpp; the helpers the three share are declared in TileVerify.h.
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/ProgramKinds.h"
+#include "passes/IR/TileKvDtype.h"
 #include "passes/IR/TileNames.h"
 #include "passes/IR/TileRotary.h"
 #include "passes/IR/TileVerify.h"
@@ -226,8 +227,8 @@ LogicalResult BufferType::verify(function_ref<InFlightDiagnostic()> emitError, R
                                  int64_t slots) {
   if (!tile.hasStaticShape() || tile.getRank() != 2)
     return emitError() << "a buffer holds static rank-2 tiles (a scheduled program's), got " << tile;
-  if (!isa<BFloat16Type, Float16Type>(tile.getElementType()))
-    return emitError() << "a buffer holds bf16 or f16 tiles, got " << tile.getElementType();
+  if (!isa<BFloat16Type, Float16Type, Float8E4M3FNType>(tile.getElementType()))
+    return emitError() << "a buffer holds bf16, f16 or f8E4M3FN tiles, got " << tile.getElementType();
   if (slots < 1 || slots > kMaxScheduleStages)
     return emitError() << "a buffer has 1 to " << kMaxScheduleStages << " slots, got " << slots;
   return success();
@@ -305,6 +306,14 @@ Type FuncOp::getOutputType() {
   Type dtype = getDtype();
   return isa<Float8E4M3FNType>(dtype) ? Type(BFloat16Type::get(getContext())) : dtype;
 }
+
+Type flashtile::tile::kvDtypeOf(FuncOp func) {
+  if (auto attr = func->getAttrOfType<TypeAttr>(kKvDtypeAttr))
+    return attr.getValue();
+  return func.getDtype();
+}
+
+bool flashtile::tile::hasKvDtype(FuncOp func) { return func->hasAttr(kKvDtypeAttr); }
 
 LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef name, int64_t blockM,
                                    int64_t blockN, int64_t warps, WarpLayout warpLayout, int64_t warpRows,
@@ -392,6 +401,18 @@ LogicalResult FuncOp::verify() {
   if (isa<Float8E4M3FNType>(dtype) && getKind() != kForwardProgram)
     return emitOpError() << "dtype " << dtype << " (e4m3) is for forward programs only, not " << getKind()
                          << ": FP8 attention has no backward (as flash-attn 3)";
+  if (Attribute kv = (*this)->getAttr(kKvDtypeAttr)) {
+    // An e4m3 KV cache read by a 16-bit program (TileKvDtype.h): the only pair a target widens exactly.
+    auto type = dyn_cast<TypeAttr>(kv);
+    if (!type || !isa<Float8E4M3FNType>(type.getValue()))
+      return emitOpError() << kKvDtypeAttr << " must be f8E4M3FN (an e4m3 KV cache), got " << kv;
+    if (!dtype.isF16() && !dtype.isBF16())
+      return emitOpError() << kKvDtypeAttr << " (e4m3 K and V) needs a bf16 or f16 program, got dtype " << dtype
+                           << "; an e4m3 program's K and V are e4m3 already";
+    if (getKind() != kForwardProgram)
+      return emitOpError() << kKvDtypeAttr << " is for forward programs only, not " << getKind()
+                           << ": an e4m3 KV cache has no backward";
+  }
   for (auto [name, dim] : {std::pair<StringRef, int64_t>{"head_dim", getHeadDim()}, {"head_dim_v", getHeadDimV()}})
     if (dim < 8 || dim > 512 || dim % 8 != 0)
       return emitOpError() << name << " must be a multiple of 8 in [8, 512], got " << dim;
@@ -481,6 +502,12 @@ static int64_t headDimOf(FuncOp func, Operand operand) {
                                                                                   : func.getHeadDim();
 }
 
+/// The element type of `operand`'s tiles: the program's kv_dtype for the forward's K and V (TileKvDtype.h), else
+/// its dtype.
+static Type operandDtype(FuncOp func, Operand operand) {
+  return operand == Operand::K || operand == Operand::V ? kvDtypeOf(func) : func.getDtype();
+}
+
 /// The rank-1 fp32 rows a program reads (LSE and D), one per query row.
 static bool isRowTensor(Operand operand) { return operand == Operand::Lse || operand == Operand::Delta; }
 
@@ -503,9 +530,9 @@ LogicalResult LoadOp::verify() {
   if (getOperand() == Operand::DqAccum) {
     if (!type.getElementType().isF32())
       return emitOpError() << "the dq_accum tile is fp32, got " << type.getElementType();
-  } else if (type.getElementType() != func.getDtype()) {
-    return emitOpError() << "element type " << type.getElementType() << " differs from the program's dtype "
-                         << func.getDtype();
+  } else if (Type expected = operandDtype(func, getOperand()); type.getElementType() != expected) {
+    return emitOpError() << "element type " << type.getElementType() << " differs from the program's "
+                         << (expected == func.getDtype() ? "dtype " : "kv_dtype ") << expected;
   }
   int64_t width = headDimOf(func, getOperand());
   if (type.getDimSize(1) != width)
@@ -555,9 +582,9 @@ LogicalResult BufferOp::verify() {
   if (!func)
     return success();
   RankedTensorType tile = type.getTile();
-  if (tile.getElementType() != func.getDtype())
-    return emitOpError() << "holds " << tile.getElementType() << " tiles but the program's dtype is "
-                         << func.getDtype();
+  if (Type expected = operandDtype(func, getOperand()); tile.getElementType() != expected)
+    return emitOpError() << "holds " << tile.getElementType() << " tiles but the program's "
+                         << (expected == func.getDtype() ? "dtype" : "kv_dtype") << " is " << expected;
   int64_t width = headDimOf(func, getOperand());
   if (tile.getDimSize(1) != width)
     return emitOpError() << "holds " << stringifyOperand(getOperand()) << " tiles of " << tile.getDimSize(1)
@@ -796,12 +823,17 @@ LogicalResult StoreOp::verify() {
   return verifyStaging(*this, getStaging(), type);
 }
 
+/// An e4m3 K or V tile (tile.kv_dtype) meets a 16-bit Q or P: it is widened to their type, exactly.
+static bool widensExactly(Type narrow, Type wide) {
+  return isa<Float8E4M3FNType>(narrow) && (wide.isBF16() || wide.isF16());
+}
+
 LogicalResult QkOp::verify() {
   auto q = cast<RankedTensorType>(getQ().getType()), k = cast<RankedTensorType>(getK().getType());
   auto s = cast<RankedTensorType>(getS().getType());
   if (q.getRank() != 2 || k.getRank() != 2 || s.getRank() != 2)
     return emitOpError() << "expects rank-2 tiles";
-  if (q.getElementType() != k.getElementType())
+  if (q.getElementType() != k.getElementType() && !widensExactly(k.getElementType(), q.getElementType()))
     return emitOpError() << "Q and K element types differ: " << q.getElementType() << " vs " << k.getElementType();
   if (!dimsCompatible(q.getDimSize(1), k.getDimSize(1)))
     return emitOpError() << "Q and K head dims differ: " << dimStr(q.getDimSize(1)) << " vs "
@@ -868,7 +900,7 @@ LogicalResult PvOp::verify() {
   auto acc = cast<AccType>(getAcc().getType());
   if (p.getRank() != 2 || v.getRank() != 2)
     return emitOpError() << "expects rank-2 P and V tiles";
-  if (p.getElementType() != v.getElementType())
+  if (p.getElementType() != v.getElementType() && !widensExactly(v.getElementType(), p.getElementType()))
     return emitOpError() << "P and V element types differ: " << p.getElementType() << " vs " << v.getElementType();
   if (!dimsCompatible(p.getDimSize(1), v.getDimSize(0)))
     return emitOpError() << "P columns (" << dimStr(p.getDimSize(1)) << ") must equal V rows ("

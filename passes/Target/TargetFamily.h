@@ -56,6 +56,9 @@ struct KernelShape {
   /// The program reads a KV cache (`tile.kv_cache`, passes/IR/TileKvCache.h): the kernel parameters' kvCache 2 makes
   /// K/V tile copies find each key row through the sequence's block-table row p.blockTable (KernelAbi.h).
   bool kvCache = false;
+  /// K and V's element type where it is not dtype (`tile.kv_dtype`, passes/IR/TileKvDtype.h): "e4m3", an e4m3 KV
+  /// cache read by a bf16 or f16 program; empty: K and V are of dtype.
+  std::string kvDtype;
   /// Software exp2 (`tile.exp2_poly_share`, passes/IR/TileExp2Poly.h): of every 8 n8 tiles of a score row, this many
   /// take their softmax exponentials from a polynomial on the FMA pipe. 0: all from the MUFU unit; a family without a
   /// software exp2 refuses any other value.

@@ -5,6 +5,7 @@
 // rescale policy on the online-softmax steps. Nothing here knows a particular schedule.
 //===----------------------------------------------------------------------===//
 #include "passes/IR/ProgramKinds.h"
+#include "passes/IR/TileKvDtype.h"
 #include "passes/Transforms/Passes.h"
 #include "passes/Transforms/ScheduleRegistry.h"
 
@@ -90,6 +91,11 @@ struct TileApplySchedulePass : flashtile::tile::impl::TileApplyScheduleBase<Tile
       func.emitOpError() << *refusal;
       return signalPassFailure();
     }
+    if (hasKvDtype(func))
+      if (std::optional<std::string> refusal = schedule->refusesKvDtype(dtypeName(kvDtypeOf(func)))) {
+        func.emitOpError() << *refusal;
+        return signalPassFailure();
+      }
     FailureOr<ScheduleAttr> configured = schedule->configure(func, *set, *shape);
     if (failed(configured))
       return signalPassFailure();

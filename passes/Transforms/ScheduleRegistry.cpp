@@ -2,6 +2,7 @@
 #include "passes/Transforms/ScheduleRegistry.h"
 #include "passes/IR/TileCtaPair.h"
 #include "passes/IR/TileExp2Poly.h"
+#include "passes/IR/TileKvDtype.h"
 #include "passes/Transforms/Passes.h"
 
 #include "mlir/Transforms/Passes.h"
@@ -223,6 +224,19 @@ std::optional<std::string> Schedule::refusesDtype(std::string_view dtype) const 
   return refusesWithoutFp8Path(*this, dtype);
 }
 
+std::optional<std::string> Schedule::refusesKvDtype(std::string_view kvDtype) const {
+  if (readsKvDtype(kvDtype))
+    return std::nullopt;
+  // The schedules that read it, from the registry (this layer names none).
+  std::string readers;
+  for (const std::string &other : scheduleNames())
+    if (const Schedule *schedule = lookupSchedule(other); schedule && schedule->readsKvDtype(kvDtype))
+      readers += (readers.empty() ? "'" : ", '") + other + "'";
+  return "schedule '" + std::string(name()) + "' reads K and V in the program's dtype: kv_dtype " +
+         std::string(kvDtype) + " (an e4m3 KV cache) is read by the KV-cache kernels of schedule " +
+         (readers.empty() ? std::string("(none registered)") : readers);
+}
+
 std::optional<std::string> refusesWithoutFp8Path(const Schedule &schedule, std::string_view dtype) {
   if (dtype == "bf16" || dtype == "f16")
     return std::nullopt;
@@ -247,6 +261,8 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
     break;
   }
   shape.warpRows = static_cast<int>(schedule.getWarpRows());
+  if (tile::hasKvDtype(func))
+    shape.kvDtype = tile::dtypeName(tile::kvDtypeOf(func));
   if (auto share = func->getAttrOfType<mlir::IntegerAttr>(tile::kExp2PolyShareAttr))
     shape.exp2PolyShare = static_cast<int>(share.getInt());
   if (auto keyWarps = func->getAttrOfType<mlir::IntegerAttr>(tile::kKeyWarpsAttr))

@@ -87,6 +87,12 @@ public:
   /// Why the schedule builds no kernel for programs of `dtype` ("bf16", "f16", "e4m3"), or nothing when it does. The
   /// default builds the 16-bit types and refuses e4m3 by name: no 8-bit MMA path (refusesWithoutFp8Path).
   virtual std::optional<std::string> refusesDtype(std::string_view dtype) const;
+  /// Whether the schedule builds kernels whose K and V are of `kvDtype` while Q is of the program's dtype
+  /// (tile.kv_dtype, passes/IR/TileKvDtype.h: "e4m3"). The default: no, K and V are of the program's dtype.
+  virtual bool readsKvDtype(std::string_view /*kvDtype*/) const { return false; }
+  /// Why the schedule builds no kernel of that kv dtype (naming it and the registered schedules that read it), or
+  /// nothing when it does (readsKvDtype).
+  std::optional<std::string> refusesKvDtype(std::string_view kvDtype) const;
   /// The dispatch rule of this schedule on `arch` (flashtile/runtime/Dispatch.h): which calls that name no schedule
   /// run its kernels, and whose kernels its own replace where both have one for a call. Only `calls` and
   /// `preferredOver` are read (dispatchRuleOf fills in the names). The default: none, run only when named.

@@ -9,6 +9,8 @@
 - explain(q, k, v, ...): which kernel (schedule) a call runs, and why; every call takes schedule= and strict=.
 - call_path(): which path warm calls take: the C++ one (built against the installed PyTorch on first use and
   cached; FLASHTILE_EXTENSION) or ctypes, and why; build_extension() builds it ahead of time.
+- explain_kvcache(q, k_cache, v_cache, ...): which kernel a flash_attn_with_kvcache call runs (an e4m3 cache's:
+  `..._kvcache_e4m3`), without running it
 - check_errors(): raises if a kernel of an earlier flash_attn_with_kvcache call met an out-of-range device value
   (cache_seqlens, cache_batch_idx, block_table), naming the call and the value.
 - Variant, dsl, both: variants written in Python (FlexAttention-style hooks traced into the C++ DSL).
@@ -35,12 +37,13 @@ except ImportError:  # the tracer and the compiler work without torch; the atten
 
 if _torch is not None:
     from .interface import attention, explain, flash_attn_func, flash_attn_varlen_func
-    from .kvcache import flash_attn_with_kvcache
+    from .kvcache import explain_kvcache, flash_attn_with_kvcache
 else:
     def _needs_torch(*args, **kwargs):
         raise ImportError("flashtile's attention calls take torch tensors: install PyTorch")
 
-    attention = explain = flash_attn_func = flash_attn_varlen_func = flash_attn_with_kvcache = _needs_torch
+    attention = explain = explain_kvcache = flash_attn_func = flash_attn_varlen_func = _needs_torch
+    flash_attn_with_kvcache = _needs_torch
 
 
 def __getattr__(name):
@@ -55,7 +58,7 @@ def __getattr__(name):
 
 __all__ = [
     "FlashtileError", "Variant", "attention", "both", "build_extension", "builtin_variants", "call_path",
-    "check_errors", "compile_variant", "dsl", "explain", "flash_attn_func", "flash_attn_varlen_func",
+    "check_errors", "compile_variant", "dsl", "explain", "explain_kvcache", "flash_attn_func", "flash_attn_varlen_func",
     "flash_attn_with_kvcache", "library_path", "reference_attention", "reference_attention_backward", "variant_id",
     "variants", "version",
 ]

@@ -208,6 +208,7 @@ class KvCacheCall(ctypes.Structure):
         ("params", ctypes.c_float * MAX_PARAMS),
         ("rotary_cos", ctypes.c_void_p), ("rotary_sin", ctypes.c_void_p),
         ("rotary_dim", ctypes.c_int), ("seqlen_ro", ctypes.c_int), ("rotary_interleaved", ctypes.c_int),
+        ("cache_dtype", ctypes.c_int), ("k_descale", ctypes.c_void_p), ("v_descale", ctypes.c_void_p),
     ]
 
 
@@ -286,6 +287,8 @@ class _Library:
         lib.flashtile_forward_kvcache.argtypes = [c_void_p, c_void_p]
         lib.flashtile_explain.restype = c_int
         lib.flashtile_explain.argtypes = [c_void_p, c_void_p, c_char_p, c_void_p, ctypes.c_ulonglong]
+        lib.flashtile_explain_kvcache.restype = c_int
+        lib.flashtile_explain_kvcache.argtypes = [c_void_p, c_void_p, c_char_p, c_void_p, ctypes.c_ulonglong]
         for name in ("flashtile_set_schedule", "flashtile_set_strict_schedule"):
             getattr(lib, name).restype = c_int
         lib.flashtile_set_schedule.argtypes = [c_void_p, c_char_p]

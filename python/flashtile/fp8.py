@@ -57,10 +57,44 @@ def refuse_e5m2(name: str, t) -> None:
                          "flash-attn 3); accepted: torch.float16, torch.bfloat16, torch.float8_e4m3fn")
 
 
-def refuse_kv_cache(name: str, t) -> None:
+def refuse_e4m3_query(name: str, t) -> None:
+    """flash_attn_with_kvcache reads q (and k, v, the rotary tables) in 16 bits; only the caches may be e4m3."""
     if is_e4m3(t):
-        raise ValueError(f"{name}: torch.float8_e4m3fn KV caches are not supported yet (the decode schedule has no "
-                         "8-bit path); accepted: torch.float16, torch.bfloat16")
+        raise ValueError(f"{name}: torch.float8_e4m3fn {name} is not supported by flash_attn_with_kvcache (its kernels "
+                         "read q, k and v in 16 bits); accepted: torch.float16, torch.bfloat16 — the caches k_cache "
+                         "and v_cache may be torch.float8_e4m3fn, with k_descale and v_descale")
+
+
+def check_cache_descales(q, cache_e4m3: bool, batch: int, heads_kv: int, q_descale, k_descale, v_descale):
+    """flash_attn_with_kvcache's descales (flash-attn 3's names): q_descale is refused (q is 16-bit); k_descale and
+    v_descale, each None (= 1) or fp32 (batch, nheads_k) on q's device, go with e4m3 caches only. Returns the two,
+    contiguous."""
+    if q_descale is not None:
+        raise ValueError("q_descale: flash_attn_with_kvcache takes q in torch.float16 or torch.bfloat16, so there is "
+                         "nothing to descale; pass None (k_descale and v_descale descale an e4m3 cache)")
+    if not cache_e4m3:
+        given = ", ".join(n for n, d in (("k_descale", k_descale), ("v_descale", v_descale)) if d is not None)
+        if given:
+            raise ValueError(f"{given}: descales apply to torch.float8_e4m3fn caches only; k_cache is "
+                             f"{q.dtype} (pass None, or e4m3 k_cache and v_cache)")
+        return None, None
+    checked = []
+    for name, d in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if d is None:
+            checked.append(None)
+            continue
+        if not isinstance(d, torch.Tensor):
+            raise TypeError(f"{name} must be None or a torch.float32 tensor of shape ({batch}, {heads_kv}) "
+                            f"(batch, nheads_k), got {type(d).__name__}")
+        if d.dtype != torch.float32:
+            raise ValueError(f"{name} must be torch.float32 (fp32 descales, as flash-attn 3), got {d.dtype}")
+        if tuple(d.shape) != (batch, heads_kv):
+            raise ValueError(f"{name} must have shape ({batch}, {heads_kv}) (batch, nheads_k), got "
+                             f"{tuple(d.shape)}")
+        if d.device != q.device:
+            raise ValueError(f"{name} must be on {q.device} (with q), got {d.device}")
+        checked.append(d.contiguous())
+    return checked[0], checked[1]
 
 
 BACKWARD_ERROR = ("flashtile: the backward of an FP8 (torch.float8_e4m3fn) attention call is not supported: FP8 "

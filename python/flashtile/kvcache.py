@@ -18,6 +18,8 @@ from . import interface as _interface
 SUPPORTED_PAGE_SIZES = (16, 32, 64, 128, 256)
 MAX_SPLITS = 128  # flashtile_kvcache_call.num_splits: 0 (the runtime's choice) or 1..128
 _STRIDE_MULTIPLE = 8  # kernels move rows as 16-byte vectors of 8 fp16/bf16 elements
+_E4M3_STRIDE_MULTIPLE = 16  # and an e4m3 cache's rows as 16-byte vectors of 16 elements
+_E4M3_CACHE_CODE = 2  # flashtile_kvcache_call.cache_dtype: FLASHTILE_E4M3
 _KVCACHE_CALL_SIZE = ctypes.sizeof(_lib.KvCacheCall)
 
 
@@ -37,21 +39,23 @@ def _check_cache(name: str, t, q) -> torch.Tensor:
     """A cache tensor: written in place by appends, so never copied; its layout must be one kernels read."""
     _interface._check_tensor(name, t, 4, "(batch_size_cache, seqlen_cache, nheads_k, headdim) or (num_blocks, "
                                          "page_block_size, nheads_k, headdim) with block_table")
-    fp8.refuse_kv_cache(name, t)
-    if t.dtype != q.dtype:
-        raise ValueError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
+    fp8.refuse_e5m2(name, t)
+    if t.dtype != q.dtype and not fp8.is_e4m3(t):
+        raise ValueError(f"{name} must have q's dtype {q.dtype} or be torch.float8_e4m3fn (an FP8 cache, with "
+                         f"k_descale and v_descale), got {t.dtype}")
     if t.device != q.device:
         raise ValueError(f"{name} must be on {q.device} (with q), got {t.device}")
     strides = t.stride()
     if strides[-1] != 1:
         raise ValueError(f"{name} must have a contiguous last dimension (stride 1), got strides {strides}")
     # A loop, not a generator: torch.compile traces these checks.
+    multiple = _E4M3_STRIDE_MULTIPLE if fp8.is_e4m3(t) else _STRIDE_MULTIPLE
     bad_stride = False
     for stride in strides[:3]:
-        bad_stride = bad_stride or stride < 0 or stride % _STRIDE_MULTIPLE != 0
+        bad_stride = bad_stride or stride < 0 or stride % multiple != 0
     if bad_stride:
         raise ValueError(f"{name}: strides {strides} are not supported; the first three must be non-negative "
-                         f"multiples of {_STRIDE_MULTIPLE} elements (16-byte rows). The cache is updated in place, "
+                         f"multiples of {multiple} elements (16-byte rows). The cache is updated in place, "
                          "so flashtile does not copy it")
     return t
 
@@ -67,7 +71,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
-                            schedule=None, strict=False):
+                            schedule=None, strict=False, q_descale=None, k_descale=None, v_descale=None):
     """flash-attn 2.x's flash_attn_with_kvcache (forward only; the cache tensors are updated in place).
 
     q: (batch, seqlen_q, nheads, headdim). k_cache/v_cache: (batch_size_cache, seqlen_cache, nheads_k, headdim)
@@ -80,12 +84,54 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     (out, softmax_lse (batch, nheads, seqlen_q) fp32) with return_softmax_lse=True. cache_leftpad is not supported.
     schedule=/strict= as flash_attn_func's: only schedules whose kernels read KV caches serve these calls (decode),
     so another named schedule falls back with a log line, or raises with strict=True.
+
+    FP8 caches (flash-attn 3's semantics, docs/fp8.md): k_cache and v_cache torch.float8_e4m3fn (both) with q, k, v
+    and the rotary tables torch.bfloat16 or torch.float16; k_descale/v_descale None (= 1) or fp32 (batch, nheads_k):
+    the cache's value of (b, h) is its e4m3 value times k_descale[b, h] (v_descale for v_cache), and new k/v are
+    written (after rotary) as e4m3(value / descale), rounded to nearest and saturated at ±448. The output has q's
+    dtype. q_descale is refused (q is not e4m3 here).
     """
+    args = _checked_call(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                         cache_leftpad, block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved,
+                         alibi_slopes, num_splits, schedule, strict, q_descale, k_descale, v_descale)
+    # The custom op under torch.compile (no graph break; the caches are declared mutated), the direct call otherwise.
+    if _interface._is_compiling():
+        out, lse = torch.ops.flashtile.fwd_kvcache(*args)
+    else:
+        out, lse = _launch(*args)
+    return (out, lse) if return_softmax_lse else out
+
+
+def explain_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
+                    cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None, causal=False,
+                    window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, alibi_slopes=None, num_splits=0, *,
+                    schedule=None, strict=False, q_descale=None, k_descale=None, v_descale=None, arch=None):
+    """Which kernel flash_attn_with_kvcache with these arguments runs, and why, without running it (nothing is
+    appended). Returns flashtile.explain's dict (schedule, entry, source, order, forced_by, fell_back, reason); the
+    entry names the cache's kernel, `..._kvcache_e4m3` for an FP8 cache. `arch`: None for q's GPU, or "sm_80",
+    "sm_90a", "sm_100a"."""
+    if arch is not None and not isinstance(arch, str):
+        raise TypeError(f"arch must be None (q's GPU) or a target such as 'sm_90a', got {type(arch).__name__}")
+    args = _checked_call(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                         cache_leftpad, block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved,
+                         alibi_slopes, num_splits, schedule, strict, q_descale, k_descale, v_descale)
+    return _launch(*args, explain_arch=arch or "")
+
+
+def _checked_call(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+                  block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes,
+                  num_splits, schedule, strict, q_descale, k_descale, v_descale):
+    """flash_attn_with_kvcache's arguments checked, as _launch's (and the custom op's) arguments."""
     schedule_name, strict_flag = _interface._schedule_option(schedule, strict)
+    if isinstance(q, torch.Tensor):
+        fp8.refuse_e4m3_query("q", q)
     q = _interface._check_tensor("q", q, 4, "(batch, seqlen_q, nheads, headdim)")
-    fp8.refuse_kv_cache("q", q)
     k_cache = _check_cache("k_cache", k_cache, q)
     v_cache = _check_cache("v_cache", v_cache, q)
+    if k_cache.dtype != v_cache.dtype:
+        raise ValueError(f"k_cache and v_cache must have one dtype (both q's, or both torch.float8_e4m3fn), got "
+                         f"{k_cache.dtype} and {v_cache.dtype}")
+    cache_e4m3 = fp8.is_e4m3(k_cache)
     batch, seqlen_q, heads_q, d = q.shape
     if cache_leftpad is not None:
         raise NotImplementedError("cache_leftpad: flashtile has no left-padded caches yet; pass None (sequences "
@@ -149,6 +195,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         raise ValueError("k and v: pass both (new keys and values appended to the cache) or neither")
     seqlen_new = 0
     if k is not None:
+        for name, t in (("k", k), ("v", v)):
+            if isinstance(t, torch.Tensor):
+                fp8.refuse_e4m3_query(name, t)
         k = _interface._check_tensor("k", k, 4, "(batch, seqlen_new, nheads_k, headdim)")
         v = _interface._check_tensor("v", v, 4, "(batch, seqlen_new, nheads_k, headdim_v)")
         for name, t in (("k", k), ("v", v)):
@@ -217,6 +266,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if not isinstance(rotary_interleaved, (bool, int)) or int(rotary_interleaved) not in (0, 1):
             raise ValueError(f"rotary_interleaved must be True or False, got {rotary_interleaved!r}")
 
+    k_descale, v_descale = fp8.check_cache_descales(q, cache_e4m3, batch, heads_kv, q_descale, k_descale, v_descale)
     if isinstance(num_splits, bool) or not hasattr(num_splits, "__index__") or not (
             0 <= operator.index(num_splits) <= MAX_SPLITS):
         raise ValueError(f"num_splits must be 0 (flashtile's heuristic) or 1 to {MAX_SPLITS}, got {num_splits!r}")
@@ -235,28 +285,25 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if k is not None:
         k, v = _interface._kernel_ready(k), _interface._kernel_ready(v)
     scale = float(softmax_scale) if softmax_scale is not None else d ** -0.5
-    args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, held,
+    return (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, held,
             cache_batch_idx, block_table, scale, resolved.id, params, inputs, bool(rotary_interleaved),
-            operator.index(num_splits), schedule_name.decode() if schedule_name else None, bool(strict_flag))
-    # The custom op under torch.compile (no graph break; the caches are declared mutated), the direct call otherwise.
-    if _interface._is_compiling():
-        out, lse = torch.ops.flashtile.fwd_kvcache(*args)
-    else:
-        out, lse = _launch(*args)
-    return (out, lse) if return_softmax_lse else out
+            operator.index(num_splits), schedule_name.decode() if schedule_name else None, bool(strict_flag),
+            k_descale, v_descale)
 
 
 def _launch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value: int,
             cache_batch_idx, block_table, softmax_scale: float, variant: str, params, inputs, rotary_interleaved: bool,
-            num_splits: int, schedule: Optional[str] = None, strict: bool = False):
+            num_splits: int, schedule: Optional[str] = None, strict: bool = False, k_descale=None, v_descale=None,
+            explain_arch: Optional[str] = None):
     """Allocates O and LSE and launches on the current stream of q's device; the arguments are checked already.
     cache_seqlens_value: the one length every sequence holds when the caller gave an int (checked by the runtime on
-    the host too), else -1."""
+    the host too), else -1. explain_arch not None: nothing runs; flashtile_explain_kvcache's answer as a dict ("" for
+    q's GPU)."""
     batch, seqlen_q, heads_q, d = q.shape
     dv = v_cache.shape[3]
     out = torch.empty((batch, seqlen_q, heads_q, dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
-    if batch == 0 or heads_q == 0 or (seqlen_q == 0 and k is None):
+    if explain_arch is None and (batch == 0 or heads_q == 0 or (seqlen_q == 0 and k is None)):
         return out, lse
     _check_cache_address("k_cache", k_cache)
     _check_cache_address("v_cache", v_cache)
@@ -301,6 +348,10 @@ def _launch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
         call.rotary_cos, call.rotary_sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
         _lib.set_ints(call, rotary_dim=2 * rotary_cos.shape[1], seqlen_ro=rotary_cos.shape[0])
         call.rotary_interleaved = 1 if rotary_interleaved else 0
+    if fp8.is_e4m3(k_cache):
+        call.cache_dtype = _E4M3_CACHE_CODE
+        call.k_descale = None if k_descale is None else k_descale.data_ptr()
+        call.v_descale = None if v_descale is None else v_descale.data_ptr()
     call.num_splits = num_splits
     call.softmax_scale = softmax_scale
     call.num_params, call.num_inputs = len(params), len(inputs)
@@ -310,6 +361,8 @@ def _launch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
 
     lib = _lib.library()
     runtime = lib.runtime()
+    if explain_arch is not None:
+        return _explain(lib, runtime, call, q, explain_arch)
     index = q.get_device()
     call.stream = _interface._current_stream(index)
     # The runtime launches on the calling thread's current device: make it q's.
@@ -323,6 +376,27 @@ def _launch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
     return out, lse
 
 
+_EXPLAIN_BYTES = 4096  # more than an explanation takes (the C ABI says so if not)
+
+
+def _explain(lib, runtime, call, q, arch: str):
+    """flashtile_explain_kvcache's answer for a filled call, as flashtile.explain's dict ("" arch: q's GPU)."""
+    text = ctypes.create_string_buffer(_EXPLAIN_BYTES)
+    target = _lib.c_string("arch", arch) if arch else None
+    args = (runtime, ctypes.addressof(call), target, text, _EXPLAIN_BYTES)
+    if arch:
+        rc = lib.lib.flashtile_explain_kvcache(*args)
+    else:
+        with torch.cuda.device(q.get_device()):
+            rc = lib.lib.flashtile_explain_kvcache(*args)
+    if rc != 0:
+        raise lib.error("flashtile explain_kvcache")
+    fields = dict(line.split("=", 1) for line in text.value.decode().splitlines())
+    return {"schedule": fields["schedule"], "entry": fields["entry"], "source": fields["source"],
+            "order": fields["order"].split(",") if fields["order"] else [], "forced_by": fields["forced_by"] or None,
+            "fell_back": fields["fell_back"] == "1", "reason": fields["reason"]}
+
+
 @torch.library.custom_op("flashtile::fwd_kvcache", mutates_args=("k_cache", "v_cache"), device_types="cuda")
 def _fwd_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: Optional[torch.Tensor],
                     v: Optional[torch.Tensor], rotary_cos: Optional[torch.Tensor], rotary_sin: Optional[torch.Tensor],
@@ -330,18 +404,19 @@ def _fwd_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                     cache_batch_idx: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
                     softmax_scale: float, variant: str, params: List[float], inputs: List[torch.Tensor],
                     rotary_interleaved: bool, num_splits: int, schedule: Optional[str] = None,
-                    strict: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+                    strict: bool = False, k_descale: Optional[torch.Tensor] = None,
+                    v_descale: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Attention over a KV cache: (O, LSE); k/v, when given, are written into k_cache/v_cache. Arguments are
     checked by flash_attn_with_kvcache."""
     return _launch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value,
                    cache_batch_idx, block_table, softmax_scale, variant, params, inputs, rotary_interleaved, num_splits,
-                   schedule, strict)
+                   schedule, strict, k_descale, v_descale)
 
 
 @_fwd_kvcache_op.register_fake
 def _fwd_kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value,
                       cache_batch_idx, block_table, softmax_scale, variant, params, inputs, rotary_interleaved,
-                      num_splits, schedule=None, strict=False):
+                      num_splits, schedule=None, strict=False, k_descale=None, v_descale=None):
     batch, seqlen_q, heads_q, _ = q.shape
     out = q.new_empty((batch, seqlen_q, heads_q, v_cache.shape[3]))
     lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)

@@ -21,14 +21,15 @@ inline Status checkDtypeCode(int code) {
   return Status::error("dtype: " + std::to_string(code) +
                        " is not FLASHTILE_F16 (0), FLASHTILE_BF16 (1) or FLASHTILE_E4M3 (2)");
 }
-/// Whether `code` is a dtype the decode schedule's entry points (flashtile_forward_decode, the KV-cache calls) run:
-/// e4m3 is named, as the split-KV and KV-cache kernels have no 8-bit path yet.
+/// Whether `code` is a q dtype the decode schedule's entry points (flashtile_forward_decode, the KV-cache calls) run:
+/// an e4m3 q is named, as the split-KV and KV-cache kernels read q in 16 bits (a KV cache may be e4m3: cache_dtype).
 inline Status checkDecodeDtypeCode(int code) {
   if (code == FLASHTILE_F16 || code == FLASHTILE_BF16)
     return Status();
   if (code == FLASHTILE_E4M3)
-    return Status::error("dtype: FLASHTILE_E4M3 (2): the split-KV and KV-cache kernels have no 8-bit path "
-                         "yet; accepted: FLASHTILE_F16 (0), FLASHTILE_BF16 (1)");
+    return Status::error("dtype: FLASHTILE_E4M3 (2): the split-KV and KV-cache kernels read q in bf16 or f16 (an e4m3 "
+                         "q is not built; a KV cache may be e4m3: cache_dtype FLASHTILE_E4M3 with a bf16 or f16 q); "
+                         "accepted: FLASHTILE_F16 (0), FLASHTILE_BF16 (1)");
   return Status::error("dtype: " + std::to_string(code) + " is not FLASHTILE_F16 (0) or FLASHTILE_BF16 (1)");
 }
 /// The DType of a code checkDtypeCode accepts.

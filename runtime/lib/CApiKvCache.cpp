@@ -2,6 +2,7 @@
 #include "flashtile/runtime/CApiKvCache.h"
 #include "CApiInternal.h"
 
+#include <cstring>
 #include <exception>
 #include <string>
 
@@ -25,9 +26,8 @@ std::array<long long, 4> stridesOr(const long long *given, long long seqlen, lon
   return {given[0], given[1], given[2], given[3]};
 }
 
-Status forwardKvCache(flashtile_runtime *rt, const flashtile_kvcache_call *call) {
-  if (!rt || !call)
-    return Status::error("flashtile_forward_kvcache: rt and call must not be NULL");
+/// The AttentionArgs of `call` (flashtile_forward_kvcache's and flashtile_explain_kvcache's).
+Status argsFromKvCall(const flashtile_kvcache_call *call, AttentionArgs &args) {
   if (call->size != sizeof(flashtile_kvcache_call))
     return Status::error("flashtile_kvcache_call.size is " + std::to_string(call->size) + "; expected sizeof(" +
                          "flashtile_kvcache_call) = " + std::to_string(sizeof(flashtile_kvcache_call)) +
@@ -40,18 +40,22 @@ Status forwardKvCache(flashtile_runtime *rt, const flashtile_kvcache_call *call)
                          std::to_string(call->num_inputs) + ") must be in [0, " +
                          std::to_string(FLASHTILE_CALL_MAX_PARAMS) + "] and [0, " +
                          std::to_string(FLASHTILE_CALL_MAX_INPUTS) + "]");
+  // cache_dtype: 0 or dtype's code (the caches hold dtype), or FLASHTILE_E4M3 (an e4m3 cache).
+  if (call->cache_dtype != 0 && call->cache_dtype != call->dtype && call->cache_dtype != FLASHTILE_E4M3)
+    return Status::error("cache_dtype: " + std::to_string(call->cache_dtype) +
+                         " is not accepted; accepted: 0 or the call's dtype (" + std::to_string(call->dtype) +
+                         ": the caches hold q's type), FLASHTILE_E4M3 (2: an e4m3 cache, with k_descale/v_descale)");
   const bool paged = call->block_table != nullptr;
   const flashtile::DType dtype = flashtile::capi::dtypeOfCode(call->dtype);
   const int headDimV = call->head_dim_v ? call->head_dim_v : call->head_dim;
-  AttentionArgs args = paged
-                           ? AttentionArgs::pagedCache(dtype, call->q, call->k_cache, call->v_cache, call->o, call->lse,
-                                                       call->batch, call->seqlen_q, call->num_pages, call->page_size,
-                                                       call->block_table, call->max_pages_per_seq, call->heads_q,
-                                                       call->heads_kv, call->head_dim, call->cache_seqlens, headDimV)
-                           : AttentionArgs::contiguousCache(dtype, call->q, call->k_cache, call->v_cache, call->o,
-                                                            call->lse, call->batch, call->seqlen_q, call->cache_batch,
-                                                            call->cache_seqlen, call->heads_q, call->heads_kv,
-                                                            call->head_dim, call->cache_seqlens, headDimV);
+  args = paged ? AttentionArgs::pagedCache(dtype, call->q, call->k_cache, call->v_cache, call->o, call->lse,
+                                           call->batch, call->seqlen_q, call->num_pages, call->page_size,
+                                           call->block_table, call->max_pages_per_seq, call->heads_q, call->heads_kv,
+                                           call->head_dim, call->cache_seqlens, headDimV)
+               : AttentionArgs::contiguousCache(dtype, call->q, call->k_cache, call->v_cache, call->o, call->lse,
+                                                call->batch, call->seqlen_q, call->cache_batch, call->cache_seqlen,
+                                                call->heads_q, call->heads_kv, call->head_dim, call->cache_seqlens,
+                                                headDimV);
   flashtile::KvCacheArgs &cache = args.kvCache;
   if (paged) {
     cache.blockTableStride = call->block_table_stride;
@@ -93,10 +97,54 @@ Status forwardKvCache(flashtile_runtime *rt, const flashtile_kvcache_call *call)
   args.numSplits = call->num_splits;
   args.workspace = call->workspace;
   args.workspaceBytes = call->workspace_bytes;
+  if (call->cache_dtype == FLASHTILE_E4M3 && call->dtype != FLASHTILE_E4M3)
+    cache.dtype = flashtile::KvCacheDtype::E4M3;
+  args.kDescale = call->k_descale;
+  args.vDescale = call->v_descale;
+  return Status();
+}
+
+Status forwardKvCache(flashtile_runtime *rt, const flashtile_kvcache_call *call) {
+  if (!rt || !call)
+    return Status::error("flashtile_forward_kvcache: rt and call must not be NULL");
+  AttentionArgs args;
+  if (Status s = argsFromKvCall(call, args); !s.ok())
+    return s;
   return rt->runtime.forward(args, static_cast<CUstream>(call->stream));
 }
 
+Status explainKvCache(flashtile_runtime *rt, const flashtile_kvcache_call *call, const char *arch, char *buffer,
+                      unsigned long long size) {
+  if (!rt || !call || !buffer)
+    return Status::error("flashtile_explain_kvcache: rt, call and buffer must not be NULL");
+  AttentionArgs args;
+  if (Status s = argsFromKvCall(call, args); !s.ok())
+    return s;
+  flashtile::StatusOr<flashtile::ScheduleChoice> choice =
+      arch ? rt->runtime.explain(args, arch) : rt->runtime.explain(args);
+  if (!choice.ok())
+    return choice.status();
+  const std::string text = choice->text();
+  if (text.size() >= size)
+    return Status::error("flashtile_explain_kvcache: the explanation needs " + std::to_string(text.size() + 1) +
+                         " bytes; buffer has " + std::to_string(size));
+  std::memcpy(buffer, text.c_str(), text.size() + 1);
+  return Status();
+}
+
 } // namespace
+
+extern "C" int flashtile_explain_kvcache(flashtile_runtime *rt, const flashtile_kvcache_call *call, const char *arch,
+                                         char *buffer, unsigned long long size) {
+  try {
+    return report(explainKvCache(rt, call, arch, buffer, size));
+  } catch (const std::exception &e) {
+    flashtile::capi::setLastError(std::string("internal error: ") + e.what());
+  } catch (...) {
+    flashtile::capi::setLastError("internal error");
+  }
+  return -1;
+}
 
 extern "C" int flashtile_forward_kvcache(flashtile_runtime *rt, const flashtile_kvcache_call *call) {
   try {

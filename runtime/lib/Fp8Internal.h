@@ -7,12 +7,17 @@
 namespace flashtile::detail {
 
 /// Runtime::validate's checks of a call's FP8 fields: descales only with dtype E4M3 (each null or 4-byte aligned),
-/// E4M3's Q/K/V strides whole 16-byte vectors, and no KV cache (the KV-cache kernels have no 8-bit path yet).
+/// E4M3's Q/K/V strides whole 16-byte vectors, and no KV cache under an e4m3 Q. An e4m3 KV cache (KvCacheArgs::dtype)
+/// under a bf16 or f16 Q takes kDescale and vDescale (not qDescale) and 16-element cache strides.
 Status checkFp8Args(const AttentionArgs &args);
 
 /// Runtime::validateFor's: an e4m3 call runs an e4m3 kernel (whose kernels take FlashtileFp8Params last, Fp8Abi.h)
-/// and an e4m3 kernel serves e4m3 calls only.
+/// and an e4m3 kernel serves e4m3 calls only; likewise a call over an e4m3 cache and a kernel that reads one
+/// (KernelInfo::kvDtype).
 Status checkFp8Launch(const AttentionArgs &args, const KernelInfo &kernel);
+
+/// The variable that lets calls over an e4m3 KV cache run their kernels while no GPU has validated them ("1").
+inline constexpr const char *kE4m3KvCacheUnverifiedEnv = "FLASHTILE_E4M3_KVCACHE_UNVERIFIED";
 
 /// Runtime::validateBackward's: an E4M3 forward has no backward (as flash-attn 3's FP8).
 Status checkFp8Backward(const AttentionArgs &forward);

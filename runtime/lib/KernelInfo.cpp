@@ -20,7 +20,7 @@ constexpr std::string_view kFieldNames[] = {"entry",      "arch",       "dtype",
 constexpr size_t kNumFields = std::size(kFieldNames);
 /// Fields present only when set.
 constexpr std::string_view kOptionalFieldNames[] = {"kvCache",        "rotary",       "defaultFor", "preferredOver",
-                                                    "neverRunOnArch", "checkAgainst", "positions"};
+                                                    "neverRunOnArch", "checkAgainst", "positions",  "kvDtype"};
 constexpr std::string_view kFormatField = "format";
 
 constexpr size_t kMaxIdLength = 200;
@@ -137,11 +137,12 @@ std::string KernelSpec::key() const {
   return "arch=" + arch + ";dtype=" + dtype + ";headDim=" + std::to_string(headDim) +
          ";headDimV=" + std::to_string(headDimV) + ";variant=" + variant + ";schedule=" + schedule +
          ";shapeClass=" + shapeClass + (kvCache ? ";kvCache=1" : "") + (rotary.empty() ? "" : ";rotary=" + rotary) +
-         (kind == kForwardKind ? "" : ";kind=" + kind) + (positions ? ";positions=1" : "");
+         (kind == kForwardKind ? "" : ";kind=" + kind) + (positions ? ";positions=1" : "") +
+         (kvDtype.empty() ? "" : ";kvDtype=" + kvDtype);
 }
 
 KernelSpec KernelInfo::spec() const {
-  return {arch, dtype, headDim, headDimV, variant, schedule, shapeClass, kvCache, rotary, kind, positions};
+  return {arch, dtype, headDim, headDimV, variant, schedule, shapeClass, kvCache, rotary, kind, positions, kvDtype};
 }
 
 std::string flashtile::supportedArchsText() { return joined(kSupportedArchs); }
@@ -159,7 +160,7 @@ bool flashtile::matches(const KernelInfo &info, const KernelSpec &spec) {
   return info.arch == spec.arch && info.dtype == spec.dtype && info.headDim == spec.headDim &&
          info.headDimV == spec.headDimV && info.variant == spec.variant && info.schedule == spec.schedule &&
          info.shapeClass == spec.shapeClass && info.kvCache == spec.kvCache && info.rotary == spec.rotary &&
-         info.kind == spec.kind && info.positions == spec.positions;
+         info.kind == spec.kind && info.positions == spec.positions && info.kvDtype == spec.kvDtype;
 }
 
 std::string KernelInfo::serialize() const {
@@ -195,6 +196,8 @@ std::string KernelInfo::serialize() const {
     text += "checkAgainst=" + checkAgainst + "\n";
   if (positions)
     text += "positions=1\n";
+  if (!kvDtype.empty())
+    text += "kvDtype=" + kvDtype + "\n";
   return text + plan.serialize();
 }
 
@@ -235,6 +238,9 @@ Status KernelInfo::verify() const {
   if (!rotary.empty() && ((rotary != kRotaryHalves && rotary != kRotaryInterleaved) || !kvCache))
     return fieldError("rotary", "'" + rotary + "' is not " + std::string(kRotaryHalves) + " or " +
                                     std::string(kRotaryInterleaved) + " on a KV-cache kernel (kvCache=1)");
+  if (!kvDtype.empty() && (kvDtype != "e4m3" || !kvCache || (dtype != "bf16" && dtype != "f16")))
+    return fieldError("kvDtype", quoted(kvDtype) + " is not e4m3 on a bf16 or f16 KV-cache kernel (kvCache=1); a "
+                                                   "kernel whose K and V are of its dtype omits the field");
   if (neverRunOnArch != !checkAgainst.empty())
     return fieldError(neverRunOnArch ? "checkAgainst" : "neverRunOnArch",
                       "neverRunOnArch=1 and checkAgainst=<a proven schedule> come together (a kernel never run on its "
@@ -329,6 +335,8 @@ StatusOr<KernelInfo> KernelInfo::parse(std::string_view text) {
       return fieldError("positions", quoted(flag) + " is not 1 (a kernel without position offsets omits the field)");
     info.positions = true;
   }
+  if (fields.count("kvDtype"))
+    info.kvDtype = take("kvDtype");
   if (fields.count("kvCache")) {
     std::string flag = take("kvCache");
     if (flag != "0" && flag != "1")

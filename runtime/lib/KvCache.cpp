@@ -240,7 +240,7 @@ Status checkKvCacheArgs(const AttentionArgs &args) {
     if (c.cacheSeqlens || c.cacheBatchIdx || c.blockTable || c.kNew || c.vNew || c.seqlenNew || c.cacheBatch ||
         c.numPages || c.pageSize || c.maxPagesPerSeq || c.cacheSeqlensHost || c.cacheBatchIdxHost || c.blockTableHost ||
         c.blockTableStride || c.kNewStride != unset.kNewStride || c.vNewStride != unset.vNewStride || c.rotaryCos ||
-        c.rotarySin || c.rotaryDim || c.seqlenRo || c.rotaryInterleaved)
+        c.rotarySin || c.rotaryDim || c.seqlenRo || c.rotaryInterleaved || c.dtype != KvCacheDtype::Query)
       return Status::error("kvCache has fields set but kvCache.layout is None; set layout to "
                            "KvCacheLayout::Contiguous or Paged for a call over a KV cache");
     return Status();
@@ -248,6 +248,9 @@ Status checkKvCacheArgs(const AttentionArgs &args) {
   if (c.layout != KvCacheLayout::Contiguous && c.layout != KvCacheLayout::Paged)
     return Status::error("kvCache.layout has value " + str(static_cast<int>(c.layout)) +
                          "; accepted: KvCacheLayout::None, Contiguous, Paged");
+  if (c.dtype != KvCacheDtype::Query && c.dtype != KvCacheDtype::E4M3)
+    return Status::error("kvCache.dtype has value " + str(static_cast<int>(c.dtype)) +
+                         "; accepted: KvCacheDtype::Query (the call's dtype), KvCacheDtype::E4M3");
   if (args.isVarlen())
     return Status::error("cuSeqlensQ/cuSeqlensK are set on a KV-cache call; a cache call takes dense Q "
                          "(B x Sq x Hq x D) and per-sequence key counts in kvCache.cacheSeqlens");

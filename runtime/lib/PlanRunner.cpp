@@ -546,7 +546,8 @@ Status bindKvErrors(const CudaDriver &driver, CUstream stream, PlanServices &ser
 Status launchAll(const CudaDriver &driver, CUstream stream, const LoadedModule &module, const AttentionArgs &args,
                  const BackwardArgs *backward, const std::vector<ResolvedLaunch> &launches, FlashtileFwdParams &params,
                  FlashtileFp8Params &fp8) {
-  const bool takesFp8 = module.kernel->info.dtype == dtypeName(DType::E4M3);
+  const bool takesFp8 = module.kernel->info.dtype == dtypeName(DType::E4M3) ||
+                        module.kernel->info.kvDtype == dtypeName(DType::E4M3); // an e4m3 KV cache's descales
   const LaunchPlan &plan = module.kernel->info.plan;
   const bool takesPositions = module.kernel->info.positions;
   FlashtilePositions positions = positionsFor(args);

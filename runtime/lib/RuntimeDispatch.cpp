@@ -26,6 +26,8 @@ KernelSpec specWithoutSchedule(const AttentionArgs &args, const std::string &arc
   // Cache calls run kernels compiled with the cache code, plain calls kernels without it.
   spec.kvCache = args.kvCache.enabled();
   spec.rotary = detail::rotaryPairs(args);
+  // An e4m3 cache runs kernels that read 8-bit K/V (and take its descales).
+  spec.kvDtype = args.kvCache.e4m3() ? dtypeName(DType::E4M3) : "";
   // Blocks of a larger problem run modules compiled with position offsets, plain calls modules without.
   spec.positions = args.positions.has_value();
   return spec;

@@ -66,6 +66,10 @@ public:
                              /*lptGroupBlocks=*/0, ShapeClass::Default);
   }
 
+  // An e4m3 KV cache (tile.kv_dtype) in a bf16 or f16 program: the K/V copies widen it in shared memory (the sm80
+  // family), so Q·Kᵀ and P·V are the 16-bit program's MMAs. Only the KV-cache kernels read it (tile-decode-split-kv).
+  bool readsKvDtype(std::string_view kvDtype) const override { return kvDtype == "e4m3"; }
+
   // Descending as FA2: within a split, the masked tiles near the diagonal come first.
   bool walkDescending() const override { return true; }
 

@@ -17,6 +17,7 @@
 
 #include "passes/IR/TileDialect.h"
 #include "passes/IR/TileKvCache.h"
+#include "passes/IR/TileKvDtype.h"
 #include "passes/IR/TilePacking.h"
 
 using namespace mlir;
@@ -60,6 +61,11 @@ struct DecodeSplitKvPass : PassWrapper<DecodeSplitKvPass, OperationPass<FuncOp>>
     if (!func.getBody().getOps<KvLoopOp>().empty() &&
         llvm::any_of(func.getBody().getOps<KvLoopOp>(), [](KvLoopOp loop) { return loop.isBounded(); })) {
       func.emitOpError() << "has bounded K/V loops; split the key range before tile-split-boundary";
+      return signalPassFailure();
+    }
+    if (hasKvDtype(func) && !kvCache) {
+      func.emitOpError() << "reads K and V of " << kKvDtypeAttr << " " << kvDtypeOf(func)
+                         << ", which only a KV cache holds: split it with kv-cache (the KV-cache kernels)";
       return signalPassFailure();
     }
     if (failed(boundBySplit(func)) || failed(storeSplits(func)))

@@ -54,8 +54,9 @@ class Fp8Arguments(unittest.TestCase):
             interface._check_tensor("q", q.to(torch.float8_e5m2), 4, "(b, s, h, d)")
         with self.assertRaisesRegex(ValueError, "q, k, v must have one dtype"):
             interface._check_common(q, q.bfloat16(), q, 0.0, None, False)
-        with self.assertRaisesRegex(ValueError, "k_cache: torch.float8_e4m3fn KV caches are not supported yet"):
-            fp8.refuse_kv_cache("k_cache", q)
+        with self.assertRaisesRegex(ValueError, "q: torch.float8_e4m3fn q is not supported by flash_attn_with_kvcache"):
+            fp8.refuse_e4m3_query("q", q)
+        fp8.refuse_e4m3_query("q", q.bfloat16())  # 16-bit q: accepted
         # e4m3's 16-byte vectors hold 16 elements: a stride of 8 is copied into a kernel-ready layout.
         padded = torch.zeros(2, 16, 4, 72, dtype=E4M3)[..., :64]
         self.assertIsNot(interface._kernel_ready(padded), padded)

@@ -53,6 +53,7 @@ struct AotFlags {
   int jobs = 0; // 0: every core this process may run on
   std::string variants = "none,causal", dtypes = "bf16,f16", headDims = "64,128", shapeClasses = "default,short";
   std::string rotary = "none"; // KV-cache kernels: also those that rotate Q and the appended keys (tile.rotary)
+  std::string kvDtypes;        // KV-cache kernels: also those that read an e4m3 cache ("e4m3"); empty: none
   std::string kinds = "forward"; // module kinds (moduleKinds()): forward, backward
   bool archGiven = false;
 };
@@ -211,6 +212,16 @@ bool aotRequests(const AotFlags &flags, std::vector<Request> &requests, int &exi
   for (const auto *list : {&variantList, &dtypeList, &headDimList, &classList, &rotaryList, &kindList})
     if (!list->ok())
       return exitCode = fail(list->status()), false;
+  // --kv-dtypes: the caches' element types each KV-cache request is built for ("" = the dtype's own cache).
+  std::vector<std::string> kvDtypeNames = {""};
+  if (!flags.kvDtypes.empty()) {
+    StatusOr<std::vector<std::string>> kvList = splitList("--kv-dtypes", flags.kvDtypes);
+    if (!kvList.ok())
+      return exitCode = fail(kvList.status()), false;
+    kvDtypeNames.clear();
+    for (const std::string &name : *kvList)
+      kvDtypeNames.push_back(name == "same" ? "" : name);
+  }
   std::vector<RotaryMode> rotaryModes;
   for (const std::string &name : *rotaryList) {
     StatusOr<RotaryMode> mode = jit::parseRotaryMode(name);
@@ -266,14 +277,31 @@ bool aotRequests(const AotFlags &flags, std::vector<Request> &requests, int &exi
                   continue;
                 }
                 options.rotary = mode;
-                // Before anything is built, and the first one only: a command line not understood is one line.
-                if (Status s = checkKernelFlags(*variant, options, flags.schedule); !s.ok())
-                  return exitCode = failUsage(s.withContext(fmt::format("aot: {} {} hd {} {}", variantName,
-                                                                        options.schedule.arch,
-                                                                        headDimsText(options.headDim, options.headDimV),
-                                                                        shapeClass))),
+                // e4m3 caches are KV-cache kernels of a bf16 or f16 dtype: each --kv-dtypes entry per such request.
+                // Kernels without a cache are built once.
+                static const std::vector<std::string> kSameOnly = {""};
+                const bool cacheKernel = readsCache && forward;
+                if (!cacheKernel && kvCacheKnobs.size() == 1 && kvDtypeNames != kSameOnly)
+                  return exitCode = fail("--kv-dtypes " + flags.kvDtypes +
+                                         ": KV cache element types are those of KV-cache kernels (--schedule decode, "
+                                         "--kv-cache 1 or unset)"),
                          false;
-                requests.push_back({variantName, *variant, options});
+                for (const std::string &kvName : cacheKernel ? kvDtypeNames : kSameOnly) {
+                  StatusOr<std::optional<ElementType>> kvDtype = jit::parseKvDtype(kvName, *dtype);
+                  if (!kvDtype.ok())
+                    return exitCode = fail(kvDtype.status().withContext("--kv-dtypes")), false;
+                  if (!kvName.empty() && !*kvDtype &&
+                      std::find(kvDtypeNames.begin(), kvDtypeNames.end(), "") != kvDtypeNames.end())
+                    continue; // an e4m3 dtype's cache is e4m3 already: the "same" request builds it
+                  options.kvDtype = *kvDtype;
+                  // Before anything is built, and the first one only: a command line not understood is one line.
+                  if (Status s = checkKernelFlags(*variant, options, flags.schedule); !s.ok())
+                    return exitCode = failUsage(
+                               s.withContext(fmt::format("aot: {} {} hd {} {}", variantName, options.schedule.arch,
+                                                         headDimsText(options.headDim, options.headDimV), shapeClass))),
+                           false;
+                  requests.push_back({variantName, *variant, options});
+                }
               }
             }
           }
@@ -469,6 +497,11 @@ void registerAotCommand(CLI::App &app, Registry &registry) {
                    "interleaved rotating Q and the appended keys (rotary embedding)")
       ->check(listOf("rotary", {"none", std::string(kRotaryHalves), std::string(kRotaryInterleaved)}))
       ->capture_default_str();
+  command
+      ->add_option("--kv-dtypes", flags->kvDtypes,
+                   "Comma list of KV cache element types the KV-cache kernels (decode) are built for: same (the "
+                   "dtype's own cache, the default), e4m3 (an e4m3 cache under a bf16 or f16 dtype)")
+      ->check(listOf("kv dtype", {"same", "e4m3"}));
   addScheduleFlags(*command, flags->schedule);
   registry.add(command, [flags, command] {
     flags->archGiven = command->count("--arch") > 0;

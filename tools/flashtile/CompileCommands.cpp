@@ -122,8 +122,9 @@ Status checkKernelFlags(const Variant &variant, const jit::CompileOptions &optio
   if (!schedule->schedulesKind(options.kind))
     return Status(); // compiling names the kinds the schedule has
   // The programs of the module kind asked for (a backward module's three share its configuration).
-  auto module = buildProgram(context, variant,
-                             ProgramOptions{options.dtype, options.headDim, options.headDimV, options.rotary}, options.kind);
+  auto module = buildProgram(
+      context, variant,
+      ProgramOptions{options.dtype, options.headDim, options.headDimV, options.rotary, options.kvDtype}, options.kind);
   if (mlir::failed(module))
     return Status(); // not the command line's doing: compiling reports it in full
   for (tile::FuncOp func : module->get().getOps<tile::FuncOp>()) {
@@ -179,6 +180,7 @@ struct CompileFlags {
   ScheduleFlags schedule;
   std::string variant = "none", dtype = "bf16", shapeClass = std::string(kDefaultShapeClass), emit, output;
   std::string rotary = "none"; // rotary embedding of Q and the appended keys (KV-cache kernels)
+  std::string kvDtype;         // the KV cache's element type (KV-cache kernels): empty = --dtype's
   std::string kind = std::string(kForwardKind); // the module kind: forward or backward
   int headDim = 128, headDimV = 0;
   bool printIrAfterAll = false;
@@ -223,6 +225,10 @@ int runCompile(const CompileFlags &flags, bool emitDefaultsToCuda) {
   if (!rotary.ok())
     return fail(rotary.status());
   options.rotary = *rotary;
+  StatusOr<std::optional<ElementType>> kvDtype = jit::parseKvDtype(flags.kvDtype, *dtype);
+  if (!kvDtype.ok())
+    return failUsage(kvDtype.status().withContext("--kv-dtype"));
+  options.kvDtype = *kvDtype;
   // Shape classes tile the forward's Q walk; a backward module is one kernel for every class (the runtime asks for
   // the default's), so a class named here would print that kernel unchanged.
   if (flags.kind != kForwardKind && flags.shapeClass != kDefaultShapeClass)
@@ -288,6 +294,11 @@ void registerCompile(CLI::App &app, Registry &registry, const std::string &name,
                    "none, halves (pairs i, i + rotary_dim / 2) or interleaved (pairs 2i, 2i + 1)")
       ->check(oneOf("rotary", {"none", std::string(kRotaryHalves), std::string(kRotaryInterleaved)}))
       ->capture_default_str();
+  command
+      ->add_option("--kv-dtype", flags->kvDtype,
+                   "Element type of the KV cache (KV-cache kernels: --schedule decode --kv-cache 1): e4m3 with "
+                   "--dtype bf16 or f16 (an e4m3 cache, descaled by k_descale and v_descale; default: --dtype)")
+      ->check(oneOf("kv dtype", {"bf16", "f16", "e4m3"}));
   command
       ->add_option("--kind", flags->kind,
                    "Module to build: forward, or backward (its preprocess, main and postprocess programs, from the "

@@ -358,7 +358,8 @@ TEST(Fp8Interpreter, RefusesDescalesOfTheWrongSizeOrDtype) {
   ASSERT_TRUE(succeeded(bf16)) << diags.text;
   p.kDescale = {1.0f, 1.0f};
   EXPECT_TRUE(failed(interp::run(funcOf(**bf16), p, q, kv, kv, o, lse)));
-  EXPECT_NE(diags.text.find("k_descale is given, but descales apply to f8E4M3FN (e4m3) programs only, not bf16"),
+  EXPECT_NE(diags.text.find("k_descale is given, but descales apply to f8E4M3FN (e4m3) tensors only, and this "
+                            "program's K and V are bf16"),
             std::string::npos)
       << diags.text;
 }

@@ -105,4 +105,55 @@ TEST(CApiKvCache, BadArgumentsAreErrorsBeforeTheGpu) {
   flashtile_destroy(rt);
 }
 
+// An e4m3 cache (cache_dtype FLASHTILE_E4M3) reaches the runtime's checks with its descales, which name what is wrong;
+// flashtile_explain_kvcache takes the same struct and reports the same errors.
+TEST(CApiKvCache, E4m3CachesAreCheckedByName) {
+  flashtile_runtime *rt = flashtile_create();
+  ASSERT_NE(rt, nullptr) << flashtile_last_error();
+  flashtile_kvcache_call call = pagedCall();
+  call.cache_dtype = 7;
+  EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("cache_dtype: 7 is not accepted; accepted: 0 or the call's dtype (1"));
+
+  call = pagedCall();
+  call.k_descale = reinterpret_cast<const float *>(0xb0000);
+  EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("kDescale is set but dtype is bf16; descales apply to e4m3 tensors"));
+
+  call.cache_dtype = FLASHTILE_E4M3;
+  call.k_cache_stride[0] = 64 * 8 * 128;
+  call.k_cache_stride[1] = 8 * 128 + 8; // a row stride of 8 bytes more: not a 16-byte vector of e4m3 values
+  call.k_cache_stride[2] = 128;
+  call.k_cache_stride[3] = 1;
+  EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("kStride[1] is 1032; an e4m3 KV cache's page (batch), row and head "
+                                                "strides must be multiples of 16 elements"));
+
+  call = pagedCall();
+  call.dtype = FLASHTILE_E4M3;
+  call.cache_dtype = FLASHTILE_E4M3;
+  EXPECT_EQ(flashtile_forward_kvcache(rt, &call), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("dtype: FLASHTILE_E4M3 (2): the split-KV and KV-cache kernels read q "
+                                                "in bf16 or f16"));
+
+  char text[512];
+  call = pagedCall();
+  call.cache_dtype = 7;
+  EXPECT_EQ(flashtile_explain_kvcache(rt, &call, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("cache_dtype: 7 is not accepted"));
+  EXPECT_EQ(flashtile_explain_kvcache(rt, nullptr, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("flashtile_explain_kvcache: rt, call and buffer must not be NULL"));
+  // A valid e4m3-cache call: this library has no compiler and no ahead-of-time kernels, so the kernel it asks for is
+  // named as missing, with the e4m3 cache in its spec.
+  call = pagedCall();
+  call.cache_dtype = FLASHTILE_E4M3;
+  call.k_descale = reinterpret_cast<const float *>(0xb0000);
+  call.v_descale = reinterpret_cast<const float *>(0xb0040);
+  call.schedule = "decode";
+  call.strict_schedule = 1;
+  EXPECT_EQ(flashtile_explain_kvcache(rt, &call, "sm_90a", text, sizeof text), -1);
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("kvDtype=e4m3"));
+  flashtile_destroy(rt);
+}
+
 } // namespace

@@ -326,7 +326,7 @@ TEST(CApi, E4m3CallsAreCheckedNamingTheArgument) {
   flashtile_call bf16 = denseCall();
   bf16.k_descale = fake<const float>(0x80000);
   EXPECT_EQ(flashtile_explain(rt, &bf16, "sm_90a", text, sizeof text), -1);
-  EXPECT_THAT(flashtile_last_error(), HasSubstr("kDescale is set but dtype is bf16; descales apply to dtype e4m3 only"));
+  EXPECT_THAT(flashtile_last_error(), HasSubstr("kDescale is set but dtype is bf16; descales apply to e4m3 tensors only"));
   flashtile_call unknown = denseCall();
   unknown.dtype = 3;
   EXPECT_EQ(flashtile_explain(rt, &unknown, "sm_90a", text, sizeof text), -1);

@@ -47,14 +47,14 @@ TEST(Fp8Args, RefusesByName) {
   };
   std::vector<Case> cases = {
       {"descales of a bf16 call", [](AttentionArgs &a) { a.dtype = DType::BF16; },
-       "qDescale is set but dtype is bf16; descales apply to dtype e4m3 only"},
+       "qDescale is set but dtype is bf16; descales apply to e4m3 tensors only"},
       {"unaligned descale", [](AttentionArgs &a) { a.vDescale = fake<const float>(0x60022); },
        "vDescale is not 4-byte aligned"},
       {"a stride of 8 e4m3 elements", [](AttentionArgs &a) { a.kStride[2] = 136; },
        "kStride[2] is 136; with dtype e4m3 the batch, seq and head strides of q, k and v must be multiples of 16"},
       {"a KV cache", [](AttentionArgs &a) { a.kvCache.layout = KvCacheLayout::Contiguous; },
-       "dtype e4m3 with a KV cache (kvCache.layout is set): the KV-cache kernels have no 8-bit path yet; KV-cache "
-       "calls accept dtypes bf16, f16"},
+       "dtype e4m3 (an e4m3 q) with a KV cache is not built: a KV-cache call takes q in bf16 or f16 (dtype BF16, "
+       "F16), with a cache of that dtype or of e4m3"},
   };
   for (const Case &c : cases) {
     SCOPED_TRACE(c.name);

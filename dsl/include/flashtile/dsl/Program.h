@@ -8,6 +8,7 @@
 #include "mlir/IR/OwningOpRef.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,10 @@ struct ProgramOptions {
   /// Not None: Q's load carries `tile.rotary`, rows at consecutive positions when the variant masks (causal,
   /// windows: flash-attn's causal or local), else all at the first.
   RotaryMode rotary = RotaryMode::None;
+  /// K and V's element type where it differs from dtype (`tile.kv_dtype`, passes/IR/TileKvDtype.h): E4M3 with a
+  /// BF16 or F16 dtype, an e4m3 KV cache (flash_attn_with_kvcache with k_descale and v_descale; docs/fp8.md).
+  /// Forward programs only. Unset: K and V are of dtype.
+  std::optional<ElementType> kvDtype;
 };
 
 /// Registers the dialects tile programs use.

@@ -55,9 +55,23 @@ typedef struct flashtile_kvcache_call {
    * rotary_interleaved 1: pairs (2i, 2i + 1), 0: (i, i + rotary_dim / 2). */
   const void *rotary_cos, *rotary_sin;
   int rotary_dim, seqlen_ro, rotary_interleaved;
+  /* An e4m3 KV cache (docs/fp8.md; flash_attn_with_kvcache with flash-attn 3's descales): cache_dtype FLASHTILE_E4M3
+   * (2) makes k_cache/v_cache float8_e4m3fn while q, o, k_new, v_new and the rotary tables stay of dtype
+   * (FLASHTILE_BF16 or FLASHTILE_F16); 0 or dtype's own code: the caches hold dtype. k_descale/v_descale: NULL (= 1)
+   * or device fp32 (B, heads_kv), contiguous: the cache's value of (b, h) is its e4m3 value times k_descale[b][h]
+   * (v_descale[b][h] for v), and k_new/v_new are written as e4m3(value / descale). The caches' strides are then
+   * multiples of 16 elements. Descales with a 16-bit cache are refused. */
+  int cache_dtype;
+  const float *k_descale, *v_descale;
 } flashtile_kvcache_call;
 
 int flashtile_forward_kvcache(flashtile_runtime *rt, const flashtile_kvcache_call *call);
+
+/* Which kernel flashtile_forward_kvcache(rt, call) runs, and why: flashtile_explain's text (CApi.h) for a KV-cache
+ * call, whose entry names the cache's kernels (`..._kvcache`, `..._kvcache_e4m3` for an e4m3 cache). `arch` NULL:
+ * this thread's GPU; else "sm_80", "sm_90a" or "sm_100a". Nothing runs; a call that would fail fails here. */
+int flashtile_explain_kvcache(flashtile_runtime *rt, const flashtile_kvcache_call *call, const char *arch, char *buffer,
+                              unsigned long long size);
 
 #ifdef __cplusplus
 }

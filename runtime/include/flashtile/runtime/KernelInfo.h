@@ -77,11 +77,15 @@ struct KernelSpec {
   // The call is a block of a larger problem (AttentionArgs::positions): it runs a module compiled with position
   // offsets (KernelInfo::positions), whose kernels take FlashtilePositions (PositionsAbi.h); plain calls one without.
   bool positions = false;
+  // KV-cache calls whose cache holds e4m3 (KvCacheArgs::dtype): "e4m3", the kernel's K/V element type
+  // (KernelInfo::kvDtype); empty for every other call (K and V of dtype).
+  std::string kvDtype;
 
   /// One line naming every field, e.g.
   /// "arch=sm_90a;dtype=bf16;headDim=128;headDimV=128;variant=causal;schedule=fa2;shapeClass=default", with
   /// ";kvCache=1" appended for KV-cache calls, ";rotary=<pairs>" for rotary ones, ";kind=<kind>" for programs
-  /// of a kind other than the forward and ";positions=1" for blocks of a larger problem.
+  /// of a kind other than the forward, ";positions=1" for blocks of a larger problem and ";kvDtype=e4m3" for calls
+  /// over an e4m3 KV cache.
   std::string key() const;
 };
 
@@ -108,6 +112,10 @@ struct KernelInfo {
   // The module reads a KV cache (KernelAbi.h's kvCache fields): only KV-cache calls run it. Absent from the text
   // form unless set (kvCache=1).
   bool kvCache = false;
+  // A KV-cache module whose caches hold e4m3 while Q is bf16 or f16 (tile.kv_dtype, docs/fp8.md): "e4m3"; its
+  // kernels take FlashtileFp8Params (Fp8Abi.h) last, for k_descale and v_descale. Empty: K/V of dtype. Absent from
+  // the text form unless set.
+  std::string kvDtype;
   // The module's kernels take FlashtilePositions (PositionsAbi.h) as their second parameter and its variant's hooks
   // see a larger problem's positions (passes/IR/TilePositions.h): only calls with AttentionArgs::positions run it.
   // Absent from the text form unless set (positions=1).

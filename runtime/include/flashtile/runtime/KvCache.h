@@ -33,8 +33,18 @@ inline constexpr int kMinPageSize = 16;
 inline constexpr int kMaxPageSize = 256;
 bool isSupportedPageSize(int pageSize);
 
+/// The element type of a cache's K and V. Query: the call's dtype (the default). E4M3: float8_e4m3fn while Q is bf16
+/// or f16 (AttentionArgs::dtype) — an FP8 KV cache read by a decode step as flash-attn 3 reads one: the cached value
+/// of a (batch entry b, K/V head h) is cache · kDescale[b][h] (vDescale for V; AttentionArgs::kDescale/vDescale, null
+/// = 1), kDescale joins the softmax scale and vDescale multiplies O. kNew/vNew and the rotary tables stay of the
+/// call's dtype: the append kernel writes each new value, rotated first, as e4m3(value / descale) (nearest, ties to
+/// even, saturating at ±448). The caches' batch (page), seq and head strides are multiples of 16 elements.
+enum class KvCacheDtype { Query, E4M3 };
+
 struct KvCacheArgs {
   KvCacheLayout layout = KvCacheLayout::None;
+  /// The caches' element type (KvCacheDtype).
+  KvCacheDtype dtype = KvCacheDtype::Query;
   /// Contiguous: rows of the cache (its first dimension); at least AttentionArgs::batch without cacheBatchIdx.
   int cacheBatch = 0;
   /// Paged: pages in the pool (the caches' first dimension) and keys a page (isSupportedPageSize).
@@ -75,6 +85,8 @@ struct KvCacheArgs {
   bool rotaryInterleaved = false;
 
   bool enabled() const { return layout != KvCacheLayout::None; }
+  /// A cache of e4m3 (dtype E4M3) in a call over a cache.
+  bool e4m3() const { return enabled() && dtype == KvCacheDtype::E4M3; }
   long long blockTableRowStride() const { return blockTableStride ? blockTableStride : maxPagesPerSeq; }
   /// Sets kNew/vNew with packed strides for `batch` x seqlenNew x headsKv x headDim (headDimV) tensors.
   void append(const void *k, const void *v, int seqlen, int headsKv, int headDim, int headDimV = 0);

@@ -17,6 +17,7 @@ class dtype:
 
 
 float16, bfloat16, float32, int32 = dtype("float16", 2), dtype("bfloat16", 2), dtype("float32", 4), dtype("int32", 4)
+float8_e4m3fn = dtype("float8_e4m3fn", 1)  # FP8 KV caches (host/fp8_kvcache_calls.py)
 
 
 class device:
