@@ -6,7 +6,9 @@
 # (test_fp8_kvcache.py: decode over an e4m3 KV cache), fp8kvbench (bench/fp8_decode_bench.py: e4m3 vs bf16 cache), positions
 # (test_positions_gpu.py and test_parallel_gpu.py), detbench (the deterministic backward's time beside the default),
 # skv (swap-dkv's gradients at head dim 192 and its time beside the default: the libraries .device/aot-skv2 and
-# .device/aot-skv of bench/device/pending-prepare.sh, through bench/device/bwd-steps.sh).
+# .device/aot-skv of bench/device/pending-prepare.sh, through bench/device/bwd-steps.sh), h64 (head dim 64's key
+# split, 64 x 128 tiles as at 128, with and without swap-sdp, beside the default split-Q 128 x 128: the libraries
+# .device/aot-h64km and .device/aot-h64kms).
 # Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python, and for skv the two
 # libraries (bench/device/pending-prepare.sh makes all three).
 set -uo pipefail
@@ -40,10 +42,16 @@ part fp8kvbench 150 python3 bench/fp8_decode_bench.py --json "$OUT/fp8-decode-be
 part detbench 200 python3 bench/backward_bench.py --bench --deterministic --peers "" \
   --shapes "${PENDING_DET_SHAPES:-128:8192,96:8192,192:8192,64:8192}"
 if [[ ,$parts, == *,skv,* ]]; then
-  STEPS=check,bench STEPS_CHECK_AOT=1 STEPS_CHECK_AOT_ARGS="--check-head-dims 192" \
+  OUT=$OUT/skv STEPS=check,bench STEPS_CHECK_AOT=1 STEPS_CHECK_AOT_ARGS="--check-head-dims 192" \
     STEPS_AOT=skv2:.device/aot-skv2,skv:.device/aot-skv STEPS_SHAPES=${PENDING_SKV_SHAPES:-192:8192,192:16384} \
     timeout 330 bash bench/device/bwd-steps.sh > "$OUT/pending-skv.log" 2>&1 || status=1
   grep -E "check:|FAIL|^hd|exit" "$OUT/pending-skv.log" | head -20
+fi
+if [[ ,$parts, == *,h64,* ]]; then
+  OUT=$OUT/h64 STEPS=check,bench STEPS_CHECK_AOT=1 STEPS_CHECK_AOT_ARGS="--check-head-dims 64" \
+    STEPS_AOT=km:.device/aot-h64km,kms:.device/aot-h64kms STEPS_SHAPES=${PENDING_H64_SHAPES:-64:2048,64:8192,64:16384} \
+    timeout 300 bash bench/device/bwd-steps.sh > "$OUT/pending-h64.log" 2>&1 || status=1
+  grep -E "check:|FAIL|^hd|exit" "$OUT/pending-h64.log" | head -20
 fi
 for name in detcheck detpytest fp8 fp8kv positions; do
   [ -f "$OUT/pending-$name.log" ] && grep -E "FAIL|Error|error" "$OUT/pending-$name.log" | head -12
