@@ -184,8 +184,10 @@ void BackwardPrinter::printSkippedTurns(const std::string &firstLo) {
 // floor(n·Q / N) and wraps, and a tile's turns go in the order the blocks reach it (rotatedTurn), so no block waits
 // for one that is behind it in time. Its price is progress: a block waits for blocks of its (batch, head) both above
 // and below it, so all of them must be resident at once; the kernel rotates only when they are at most half the SMs
-// (rotatedWalkFits), and the load role walks the same order.
-bool BackwardPrinter::rotatesWalk() const { return func->hasAttr(kFullWalkAttr) && target.loadsInRole(); }
+// (rotatedWalkFits), and the load role walks the same order. fa3's `rotated-walk` knob asks for it (tile.rotated_walk).
+bool BackwardPrinter::rotatesWalk() const {
+  return func->hasAttr(kFullWalkAttr) && func->hasAttr(kRotatedWalkAttr) && target.loadsInRole();
+}
 
 void BackwardPrinter::openWalk(const std::string &lo, const std::string &hi) {
   if (!rotatesWalk()) {

@@ -29,6 +29,9 @@ inline constexpr llvm::StringLiteral kGemmOverlapAttr = "tile.gemm_overlap";
 /// segment. The printer may then walk them in another order (deterministic mode's rotated walk); the program's
 /// semantics do not change.
 inline constexpr llvm::StringLiteral kFullWalkAttr = "tile.full_walk";
+/// A schedule's attribute on a backward main program with a load role (a unit attribute): in deterministic mode a full
+/// walk (tile.full_walk) may be rotated (BackwardPrinter::rotatesWalk); the program's semantics do not change.
+inline constexpr llvm::StringLiteral kRotatedWalkAttr = "tile.rotated_walk";
 /// A schedule's attribute on a backward main program (a unit attribute): each Q tile's dQ terms leave through shared
 /// memory, and a writer role of their own adds them into the fp32 accumulator (KernelShape::dqWriter); the program's
 /// semantics do not change.

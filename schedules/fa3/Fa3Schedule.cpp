@@ -114,6 +114,12 @@ public:
                      "dQ writer needs beside 96-key tiles; 2: dO in the Q tiles' ring (default: 1 with swap-dkv below "
                      "head dim 256, else 2)",
          1, 2},
+        {kRotatedWalk, "backward only, with load-warp 1: 1: in deterministic mode, a walk over every Q tile (no mask "
+                       "bounds it) starts at Q tile floor(n·Q/N) for K/V tile n of N and wraps, a Q tile's dQ turns "
+                       "in the order the blocks reach it, where N is at most half the SMs (BackwardPrelude.h); 0: "
+                       "every walk ascending, the turns in descending K/V tiles (the default until a GPU run has "
+                       "checked the rotated form)",
+         0, 1},
         {kExp2PolyShare, "FA4's partial software exp2: of every 8 n8 tiles of a score row, how many take their "
                          "exponentials from a cubic on the FMA pipe (sm90::math::exp2Poly3) instead of MUFU; 0: none "
                          "(the default)",
@@ -126,7 +132,7 @@ public:
     if (func.getKind() != kForwardProgram)
       return configureBackward(func, knobs);
     for (const char *backwardKnob :
-         {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle, kSwapDkv, kDoBuffers})
+         {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle, kSwapDkv, kDoBuffers, kRotatedWalk})
       if (knobs.count(backwardKnob))
         return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
@@ -418,6 +424,13 @@ public:
                             "2 here; 1 needs load-warp 1 (its own dO buffer and barriers are the load warp's)");
     if (doBuffers == 1)
       func->setAttr(kSingleDoAttr, UnitAttr::get(func.getContext()));
+    const int64_t rotated = knob(knobs, kRotatedWalk, 0);
+    if (rotated && !loader)
+      return refuseBackward(func, kRotatedWalk, rotated,
+                            "0 here; 1 needs load-warp 1 (the computing warps' copies of the next Q tile follow an "
+                            "ascending walk)");
+    if (rotated)
+      func->setAttr(kRotatedWalkAttr, UnitAttr::get(func.getContext()));
     return success();
   }
 

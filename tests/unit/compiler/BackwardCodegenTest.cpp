@@ -796,9 +796,9 @@ TEST(BackwardCodegen, DeterministicModeTakesTurnsOnTheDqAndDkvRows) {
 // start at Q tile floor(n·Q / N) and wrap, in the computing warps and the load warp alike, and the dQ writer's turn
 // follows the order the blocks reach a tile; a causal walk keeps the ascending walk and descending turns.
 TEST(BackwardCodegen, Fa3DeterministicModeRotatesFullWalks) {
-  StatusOr<jit::CompileResult> full = jit::compile(*variants::byName("none"),
-                                                   backwardOptions(ElementType::BF16, 128, "sm_90a", {}, "fa3"),
-                                                   jit::Stage::Cubin);
+  StatusOr<jit::CompileResult> full =
+      jit::compile(*variants::byName("none"),
+                   backwardOptions(ElementType::BF16, 128, "sm_90a", {{"rotated-walk", 1}}, "fa3"), jit::Stage::Cubin);
   ASSERT_TRUE(full.ok()) << full.status().message();
   const std::string &cuda = full->cuda;
   EXPECT_NE(cuda.find("const bool walkRotated = p.deterministic && frag::rotatedWalkFits(walkKvTiles);"),
@@ -814,14 +814,26 @@ TEST(BackwardCodegen, Fa3DeterministicModeRotatesFullWalks) {
                       "walkQTiles) : (p.seqlenK + kBlockN - 1) / kBlockN - 1 - blockKvTile));"),
             std::string::npos);
 
-  StatusOr<jit::CompileResult> causal = jit::compile(*variants::byName("causal"),
-                                                     backwardOptions(ElementType::BF16, 128, "sm_90a", {}, "fa3"),
-                                                     jit::Stage::Cuda);
+  StatusOr<jit::CompileResult> causal =
+      jit::compile(*variants::byName("causal"),
+                   backwardOptions(ElementType::BF16, 128, "sm_90a", {{"rotated-walk", 1}}, "fa3"), jit::Stage::Cuda);
   ASSERT_TRUE(causal.ok()) << causal.status().message();
   EXPECT_EQ(causal->cuda.find("walkRotated"), std::string::npos);
   EXPECT_EQ(count(causal->cuda, "for (int walkStep = "), 0);
   EXPECT_NE(causal->cuda.find("frag::waitTurn(turnCounter, (p.seqlenK + kBlockN - 1) / kBlockN - 1 - blockKvTile);"),
             std::string::npos);
+
+  // Without the knob (the default) a full walk is ascending too; without the load warp the knob is refused.
+  StatusOr<jit::CompileResult> plain = jit::compile(
+      *variants::byName("none"), backwardOptions(ElementType::BF16, 128, "sm_90a", {}, "fa3"), jit::Stage::Cuda);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->cuda.find("walkRotated"), std::string::npos);
+  StatusOr<jit::CompileResult> refused =
+      jit::compile(*variants::byName("none"),
+                   backwardOptions(ElementType::BF16, 128, "sm_90a", {{"rotated-walk", 1}, {"load-warp", 0}}, "fa3"),
+                   jit::Stage::Cuda);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("rotated-walk"), std::string::npos) << refused.status().message();
 }
 
 // The rotated walk's schedule (BackwardPrelude.h's rotatedWalkStart, rotatedWalkTile and rotatedTurn, transcribed):
