@@ -8,22 +8,26 @@
 # skv (swap-dkv's gradients at head dim 192 and its time beside the default: the libraries .device/aot-skv2 and
 # .device/aot-skv of bench/device/pending-prepare.sh, through bench/device/bwd-steps.sh), h64 (head dim 64's key
 # split, 64 x 128 tiles as at 128, with and without swap-sdp, beside the default split-Q 128 x 128: the libraries
-# .device/aot-h64km and .device/aot-h64kms).
+# .device/aot-h64km and .device/aot-h64kms), rot (deterministic mode's rotated walk, the library .device/aot-rot of
+# `--rotated-walk 1`: its gradients, bitwise repeatability and time beside the default; logs pending-rot*.log).
 # Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python, and for skv the two
 # libraries (bench/device/pending-prepare.sh makes all three).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 root=$PWD
 OUT=${OUT:-$PWD/.device/out}
-parts=${PENDING:-detcheck,detpytest,fp8,fp8bench,fp8kv,fp8kvbench,positions,detbench}
+parts=,${PENDING:-detcheck,detpytest,fp8,fp8bench,fp8kv,fp8kvbench,positions,detbench},
+parts=${parts//,rot,/,rotcheck,rotpytest,rotbench,}  # rot: its three parts
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/pending-gpu.log"
 source bench/device/bwd-env.sh || exit 2
 status=0
+# deterministic mode's rotated walk (rotated-walk 1): the library .device/aot-rot serves the calls it matches
+rot=(env FLASHTILE_AOT_DIR="$root/.device/aot-rot" FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-rot)
 part() {  # part NAME SECONDS COMMAND...
   local name=$1 limit=$2
   shift 2
-  [[ ,$parts, == *,$name,* ]] || return 0
+  [[ $parts == *,$name,* ]] || return 0
   local start=$SECONDS
   timeout "$limit" "$@" > "$OUT/pending-$name.log" 2>&1
   local rc=$?
@@ -36,11 +40,16 @@ part detpytest 180 python3 -m pytest -q -n 16 -p no:cacheprovider test_backward.
 part fp8 180 python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_forward.py
 part fp8kv 240 python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_kvcache.py
 part positions 180 python3 -m pytest -q -p no:cacheprovider test_positions_gpu.py test_parallel_gpu.py
+part rotpytest 180 "${rot[@]}" python3 -m pytest -q -n 16 -p no:cacheprovider test_backward.py \
+  -k "deterministic and not causal"
 cd "$root" || exit 2
 part fp8bench 150 python3 bench/fp8_bench.py --json "$OUT/fp8-bench.json"
 part fp8kvbench 150 python3 bench/fp8_decode_bench.py --json "$OUT/fp8-decode-bench.json"
 part detbench 200 python3 bench/backward_bench.py --bench --deterministic --peers "" \
   --shapes "${PENDING_DET_SHAPES:-128:8192,96:8192,192:8192,64:8192}"
+part rotcheck 150 "${rot[@]}" python3 bench/backward_bench.py --check --check-deterministic
+part rotbench 200 "${rot[@]}" python3 bench/backward_bench.py --bench --deterministic --peers "" \
+  --shapes "${PENDING_ROT_SHAPES:-128:4096,128:8192,128:16384,96:8192,64:8192}"
 if [[ ,$parts, == *,skv,* ]]; then
   OUT=$OUT/skv STEPS=check,bench STEPS_CHECK_AOT=1 STEPS_CHECK_AOT_ARGS="--check-head-dims 192" \
     STEPS_AOT=skv2:.device/aot-skv2,skv:.device/aot-skv STEPS_SHAPES=${PENDING_SKV_SHAPES:-192:8192,192:16384} \
