@@ -117,11 +117,9 @@ void printKvCacheView(CudaWriter &w, const char *elementType) {
   w.close();
 }
 
-void printRotaryFunctions(CudaWriter &w, bool bf16) {
-  w.comment("---- rotary embedding (tile.rotary): the dtype's 16-bit values <-> fp32, and one element of a rotated");
-  w.comment("pair (x0, x1) at angle (c, s): x0·c − x1·s (`first`) or x0·s + x1·c, each product and the sum rounded");
-  w.comment("in fp32 (no FMA contraction, as the reference computes), then to the nearest 16-bit value ----");
-  w.open("__device__ __forceinline__ float rotaryToFloat(unsigned short x)");
+/// `__device__ float name(unsigned short x)`: a 16-bit value of the dtype (bf16 or f16) to fp32, exactly.
+static void printSixteenBitToFloat(CudaWriter &w, const char *name, bool bf16) {
+  w.open(std::string("__device__ __forceinline__ float ") + name + "(unsigned short x)");
   if (bf16) {
     w.line("return __builtin_bit_cast(float, static_cast<unsigned>(x) << 16);  // bf16 is fp32's upper half");
   } else {
@@ -133,6 +131,13 @@ void printRotaryFunctions(CudaWriter &w, bool bf16) {
     w.line("return __builtin_bit_cast(float, sign | ((exponent + 112) << 23) | (mantissa << 13));");
   }
   w.close();
+}
+
+void printRotaryFunctions(CudaWriter &w, bool bf16) {
+  w.comment("---- rotary embedding (tile.rotary): the dtype's 16-bit values <-> fp32, and one element of a rotated");
+  w.comment("pair (x0, x1) at angle (c, s): x0·c − x1·s (`first`) or x0·s + x1·c, each product and the sum rounded");
+  w.comment("in fp32 (no FMA contraction, as the reference computes), then to the nearest 16-bit value ----");
+  printSixteenBitToFloat(w, "rotaryToFloat", bf16);
   w.open("__device__ __forceinline__ unsigned short rotaryRound(float x)");
   w.line("const unsigned u = __builtin_bit_cast(unsigned, x);");
   if (bf16) {
@@ -176,18 +181,7 @@ namespace {
 void printE4m3AppendFunctions(CudaWriter &w, bool bf16) {
   w.comment("---- an e4m3 KV cache's append: the new 16-bit values to fp32, and fp32 to e4m3 (nearest, ties to even,");
   w.comment("saturating at +-448; NaN stays NaN) ----");
-  w.open("__device__ __forceinline__ float appendToFloat(unsigned short x)");
-  if (bf16) {
-    w.line("return __builtin_bit_cast(float, static_cast<unsigned>(x) << 16);  // bf16 is fp32's upper half");
-  } else {
-    w.line("const unsigned sign = (x & 0x8000u) << 16, exponent = (x >> 10) & 0x1fu, mantissa = x & 0x3ffu;");
-    w.line("if (exponent == 31)  // inf, NaN");
-    w.line("  return __builtin_bit_cast(float, sign | 0x7f800000u | (mantissa << 13));");
-    w.line("if (exponent == 0)  // zero and subnormals: mantissa x 2^-24, exact in fp32");
-    w.line("  return (sign ? -1.f : 1.f) * static_cast<float>(mantissa) * 5.9604644775390625e-8f;");
-    w.line("return __builtin_bit_cast(float, sign | ((exponent + 112) << 23) | (mantissa << 13));");
-  }
-  w.close();
+  printSixteenBitToFloat(w, "appendToFloat", bf16);
   w.open("__device__ __forceinline__ unsigned appendRoundE4m3(float x)");
   w.line("const unsigned u = __builtin_bit_cast(unsigned, x);");
   w.line("const unsigned sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;");

@@ -32,23 +32,22 @@ def check_descales(q, batch: int, heads_kv: int, descales) -> Optional[Tuple[Opt
         given = ", ".join(n for n, d in zip(DESCALE_NAMES, descales) if d is not None)
         raise ValueError(f"{given}: descales apply to torch.float8_e4m3fn inputs only; q is {q.dtype} (pass None, "
                          "or e4m3 q, k, v)")
-    checked = []
-    for name, d in zip(DESCALE_NAMES, descales):
-        if d is None:
-            checked.append(None)
-            continue
-        if not isinstance(d, torch.Tensor):
-            raise TypeError(f"{name} must be None or a torch.float32 tensor of shape ({batch}, {heads_kv}) "
-                            f"(batch, nheads_k), got {type(d).__name__}")
-        if d.dtype != torch.float32:
-            raise ValueError(f"{name} must be torch.float32 (fp32 descales, as flash-attn 3), got {d.dtype}")
-        if tuple(d.shape) != (batch, heads_kv):
-            raise ValueError(f"{name} must have shape ({batch}, {heads_kv}) (batch, nheads_k), got "
-                             f"{tuple(d.shape)}")
-        if d.device != q.device:
-            raise ValueError(f"{name} must be on {q.device} (with q), got {d.device}")
-        checked.append(d.contiguous())
-    return tuple(checked)
+    return tuple(None if d is None else _checked_descale(name, d, batch, heads_kv, q.device)
+                 for name, d in zip(DESCALE_NAMES, descales))
+
+
+def _checked_descale(name: str, d, batch: int, heads_kv: int, device):
+    """One descale: a torch.float32 tensor of shape (batch, nheads_k) on `device`, returned contiguous."""
+    if not isinstance(d, torch.Tensor):
+        raise TypeError(f"{name} must be None or a torch.float32 tensor of shape ({batch}, {heads_kv}) "
+                        f"(batch, nheads_k), got {type(d).__name__}")
+    if d.dtype != torch.float32:
+        raise ValueError(f"{name} must be torch.float32 (fp32 descales, as flash-attn 3), got {d.dtype}")
+    if tuple(d.shape) != (batch, heads_kv):
+        raise ValueError(f"{name} must have shape ({batch}, {heads_kv}) (batch, nheads_k), got {tuple(d.shape)}")
+    if d.device != device:
+        raise ValueError(f"{name} must be on {device} (with q), got {d.device}")
+    return d.contiguous()
 
 
 def refuse_e5m2(name: str, t) -> None:
@@ -78,23 +77,8 @@ def check_cache_descales(q, cache_e4m3: bool, batch: int, heads_kv: int, q_desca
             raise ValueError(f"{given}: descales apply to torch.float8_e4m3fn caches only; k_cache is "
                              f"{q.dtype} (pass None, or e4m3 k_cache and v_cache)")
         return None, None
-    checked = []
-    for name, d in (("k_descale", k_descale), ("v_descale", v_descale)):
-        if d is None:
-            checked.append(None)
-            continue
-        if not isinstance(d, torch.Tensor):
-            raise TypeError(f"{name} must be None or a torch.float32 tensor of shape ({batch}, {heads_kv}) "
-                            f"(batch, nheads_k), got {type(d).__name__}")
-        if d.dtype != torch.float32:
-            raise ValueError(f"{name} must be torch.float32 (fp32 descales, as flash-attn 3), got {d.dtype}")
-        if tuple(d.shape) != (batch, heads_kv):
-            raise ValueError(f"{name} must have shape ({batch}, {heads_kv}) (batch, nheads_k), got "
-                             f"{tuple(d.shape)}")
-        if d.device != q.device:
-            raise ValueError(f"{name} must be on {q.device} (with q), got {d.device}")
-        checked.append(d.contiguous())
-    return checked[0], checked[1]
+    return tuple(None if d is None else _checked_descale(name, d, batch, heads_kv, q.device)
+                 for name, d in (("k_descale", k_descale), ("v_descale", v_descale)))
 
 
 BACKWARD_ERROR = ("flashtile: the backward of an FP8 (torch.float8_e4m3fn) attention call is not supported: FP8 "
