@@ -11,7 +11,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bash bench/device/python-prepare.sh
 for library in "aot-skv2:--swap-dkv 1 --head-dims 192" "aot-skv:--swap-dkv 1 --do-buffers 2 --head-dims 192" \
   "aot-h64km:--block-m 64 --head-dims 64" "aot-h64kms:--block-m 64 --swap-sdp 1 --head-dims 64" \
-  "aot-rot:--rotated-walk 1 --head-dims 64,96,128,192"; do
+  "aot-rot:--rotated-walk 1 --head-dims 64,96,128,192,256"; do
   name=${library%%:*} knobs=${library#*:}
   rm -rf ".device/$name"
   # shellcheck disable=SC2086  # the knobs are words
