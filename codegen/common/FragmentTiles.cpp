@@ -233,6 +233,11 @@ void FragmentTiles::packProbabilities(CudaWriter &w, const std::string &s, const
   w.close();
 }
 
+void FragmentTiles::scaleByVDescale(CudaWriter &w, const StateNames &st) const {
+  w.comment("FP8: O *= v_descale of this (batch, K/V head)");
+  forEachElement(w, "kOTiles", {cat(st.acc, "[mt][nt][i] *= vDescale;")});
+}
+
 void FragmentTiles::rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) const {
   w.comment("rescale: acc *= alpha, row by row (the division by l waits until finalize)");
   if (!onlyWhenMoved) {

@@ -70,6 +70,8 @@ public:
   /// Rounds the scores `s` into `p`, the A fragments of P·V (declaring `p` when `declare`).
   void packProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool declare) const;
   void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) const;
+  /// FP8 (e4m3 V): O *= v_descale of the tile's (batch, K/V head), after finalize (`vDescale`, set up by the family).
+  void scaleByVDescale(CudaWriter &w, const StateNames &st) const;
   /// O = acc / l and LSE; `scaleAcc` false leaves acc alone and declares invL[kMTiles][2] (1 / l of each row) for a
   /// family whose accumulator is not in registers (sm100: tensor memory), which scales O where it reads it.
   void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn, bool scaleAcc = true) const;

@@ -108,7 +108,7 @@ public:
   void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) override {
     fragments.finalize(w, st, sinkFn);
     if (kvE4m3)
-      scaleByVDescale(w, st);
+      fragments.scaleByVDescale(w, st);
   }
   void storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) override;
   void storeLse(CudaWriter &w) override { fragments.storeLse(w); }
@@ -128,8 +128,6 @@ private:
   /// Where an e4m3 K or V tile is read (tile.load, after its copy's wait): every thread widens its share of the staged
   /// 8-bit tile into the 16-bit buffer the MMAs read, then a barrier.
   void widenE4m3(CudaWriter &w, Operand operand, const std::string &tile);
-  /// O *= v_descale (e4m3 K/V), after finalize.
-  void scaleByVDescale(CudaWriter &w, const StateNames &st);
   /// The device functions of the widening (printed after the prelude of kernels that read e4m3 K/V only, so that
   /// other kernels' text is unchanged).
   std::string e4m3WidenPrelude() const;
@@ -287,16 +285,6 @@ void TileTargetSm80::setupTile(CudaWriter &w) {
   w.line("p.invSoftmaxScale = 1.f / p.softmaxScale;");
 }
 
-void TileTargetSm80::scaleByVDescale(CudaWriter &w, const StateNames &st) {
-  w.comment("FP8: O *= v_descale of this (batch, K/V head)");
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("nt", "kOTiles");
-  w.openUnrolledFor("i", "4");
-  w.line(cat(st.acc, "[mt][nt][i] *= vDescale;"));
-  w.close();
-  w.close();
-  w.close();
-}
 
 std::string TileTargetSm80::stagingAddress(Operand operand, const std::string &tile) const {
   const char *buffer = operand == Operand::K ? "sK8" : "sV8";

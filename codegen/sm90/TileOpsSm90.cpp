@@ -135,7 +135,7 @@ public:
   void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) override {
     fragments.finalize(w, st, sinkFn);
     if (e4m3)
-      scaleByVDescale(w, st);
+      fragments.scaleByVDescale(w, st);
   }
   /// O from the accumulator registers, or staged in this warp's rows of sQ (stmatrix) and written in whole rows.
   void storeO(CudaWriter &w, const StateNames &st, bool stagedInQ) override;
@@ -167,8 +167,6 @@ private:
   int kStepKeys() const { return e4m3 ? kWgmmaKE4m3 : kWgmmaK; }
   /// P's e4m3 A fragments from the fp32 scores, in place (the Vᵀ permutation, docs/fp8.md).
   void packProbabilitiesE4m3(CudaWriter &w, const std::string &s, const std::string &p, bool declare);
-  /// O *= v_descale of the tile's (batch, K/V head), after the normalization.
-  void scaleByVDescale(CudaWriter &w, const StateNames &st);
   /// The bulk copy of V tile `tile`'s Vᵀ image (the prepass's) into its slot.
   void copyVtImage(CudaWriter &w, const std::string &tile, const std::string &position, const BarrierInfo &barrier);
   /// The prelude's span template argument, as C: none for the 128-byte default (the text of kernels printed before
@@ -250,16 +248,6 @@ void TileTargetSm90::packProbabilitiesE4m3(CudaWriter &w, const std::string &s, 
   w.close();
 }
 
-void TileTargetSm90::scaleByVDescale(CudaWriter &w, const StateNames &st) {
-  w.comment("FP8: O *= v_descale of this (batch, K/V head)");
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("nt", "kOTiles");
-  w.openUnrolledFor("i", "4");
-  w.line(cat(st.acc, "[mt][nt][i] *= vDescale;"));
-  w.close();
-  w.close();
-  w.close();
-}
 
 void TileTargetSm90::copyVtImage(CudaWriter &w, const std::string &tile, const std::string &position,
                                  const BarrierInfo &barrier) {
