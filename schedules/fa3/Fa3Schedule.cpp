@@ -107,7 +107,7 @@ public:
                    "dKᵀ += Qᵀ·dS: the head dim on wgmma's M, a warpgroup's keys on its N; FA3's dKV_swapAB), so that "
                    "the two warpgroups split the keys of K/V tiles that are not two m64s: 96 keys at 192, 64 at 256 "
                    "(block-n: a multiple of 32); 0: the column split (64-key tiles, each warpgroup all 64 keys of its "
-                   "half of the columns)",
+                   "half of the columns) (default: 1 at head dim 192 unless a knob names another layout, else 0)",
          0, 1},
         {kDoBuffers, "backward only, with load-warp 1: 1: dO in one buffer of its own beside the two of Q, released "
                      "once dV's GEMM (its last reader) landed (FA3's Stages_dO = 1), which frees the shared memory the "
@@ -117,8 +117,7 @@ public:
         {kRotatedWalk, "backward only, with load-warp 1: 1: in deterministic mode, a walk over every Q tile (no mask "
                        "bounds it) starts at Q tile floor(n·Q/N) for K/V tile n of N and wraps, a Q tile's dQ turns "
                        "in the order the blocks reach it, where N is at most half the SMs (BackwardPrelude.h); 0: "
-                       "every walk ascending, the turns in descending K/V tiles (the default until a GPU run has "
-                       "checked the rotated form)",
+                       "every walk ascending, the turns in descending K/V tiles (default: 1 with load-warp 1)",
          0, 1},
         {kExp2PolyShare, "FA4's partial software exp2: of every 8 n8 tiles of a score row, how many take their "
                          "exponentials from a cubic on the FMA pipe (sm90::math::exp2Poly3) instead of MUFU; 0: none "
@@ -264,7 +263,7 @@ public:
   /// The layout (configureBackward's comment), checked against the knobs; the key split is marked on `func`.
   static FailureOr<BackwardLayout> backwardLayout(FuncOp func, const schedule::Knobs &knobs) {
     const int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
-    if (const int64_t swapKv = knob(knobs, kSwapDkv, 0))
+    if (const int64_t swapKv = knob(knobs, kSwapDkv, defaultSwapDkv(func, knobs)))
       return swappedKvLayout(func, knobs, swapKv);
     // Above 128 a warpgroup's 64 keys of dK and dV over the whole head dim pass the registers: the column split.
     const bool wide = headDim > 128;
@@ -313,6 +312,23 @@ public:
     if (keySplit)
       func->setAttr(kKeyWarpsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), consumers));
     return BackwardLayout{headDim, wide, consumers, blockN, blockM, stages, keySplit, /*swapKv=*/false};
+  }
+
+  /// swap-dkv's default: 1 at head dim 192 (192/192 and 192/128) where no knob names another layout (swap-sdp,
+  /// consumer-warpgroups, block-m, block-n, stages) or turns the producer's roles off (load-warp 0, dq-writer 0): there
+  /// it runs with one dO buffer and the dQ writer (do-buffers' default), measured on the H100 (bench/NOTES.md v42) at
+  /// 1.31-1.42x the column split; at 256 (without the writer) it measured 0.96-0.97x, so 0 there.
+  static int64_t defaultSwapDkv(FuncOp func, const schedule::Knobs &knobs) {
+    if (std::max(func.getHeadDim(), func.getHeadDimV()) != 192 || func.getHeadDim() % 64 != 0 ||
+        func.getHeadDimV() % 64 != 0)
+      return 0;
+    for (const char *other : {kSwapSdp, kConsumerWarpgroups, kBlockM, kBlockN, kStages})
+      if (knobs.count(other))
+        return 0;
+    for (const char *role : {kLoadWarp, kDqWriter})
+      if (knobs.count(role) && knobs.at(role) == 0)
+        return 0;
+    return 1;
   }
 
   /// swap-dkv 1 (FA3's dKV_swapAB, its layout at head dim 192): two warpgroups split a K/V tile's keys, each holding
@@ -424,7 +440,9 @@ public:
                             "2 here; 1 needs load-warp 1 (its own dO buffer and barriers are the load warp's)");
     if (doBuffers == 1)
       func->setAttr(kSingleDoAttr, UnitAttr::get(func.getContext()));
-    const int64_t rotated = knob(knobs, kRotatedWalk, 0);
+    // Measured on the H100 (bench/NOTES.md v42): deterministic mode 0.69 -> 0.71 of the default at head dim 128,
+    // 0.79 -> 0.90 at 64 (non-causal 8k), so the default wherever the load warp is.
+    const int64_t rotated = knob(knobs, kRotatedWalk, loader ? 1 : 0);
     if (rotated && !loader)
       return refuseBackward(func, kRotatedWalk, rotated,
                             "0 here; 1 needs load-warp 1 (the computing warps' copies of the next Q tile follow an "
