@@ -2,7 +2,6 @@
 #include "Fp8Internal.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -79,17 +78,6 @@ Status detail::checkFp8Args(const AttentionArgs &args) {
 Status detail::checkFp8Launch(const AttentionArgs &args, const KernelInfo &kernel) {
   const bool callE4m3 = args.dtype == DType::E4M3, kernelE4m3 = kernel.dtype == dtypeName(DType::E4M3);
   const bool callCacheE4m3 = args.kvCache.e4m3(), kernelCacheE4m3 = kernel.kvDtype == dtypeName(DType::E4M3);
-  if (callCacheE4m3 && kernelCacheE4m3) {
-    // The e4m3-cache kernels are printed, compiled by NVRTC and checked by the interpreter, but no GPU has run them
-    // yet (docs/fp8.md, "An e4m3 KV cache"): until one has, a call runs them only when asked to, so that an unproven
-    // kernel cannot give a silent wrong answer (as the fa3 e4m3 kernels were gated until validated).
-    const char *allowed = std::getenv(kE4m3KvCacheUnverifiedEnv);
-    if (!allowed || std::string_view(allowed) != "1")
-      return Status::error("kernel '" + kernel.entry + "': the e4m3 KV-cache kernels have not yet been run on a GPU, "
-                           "so calls over an e4m3 cache are refused unless " +
-                           std::string(kE4m3KvCacheUnverifiedEnv) + "=1 is set (to validate them: "
-                           "tests/python/gpu/test_fp8_kvcache.py, bench/fp8_decode_bench.py; docs/fp8.md)");
-  }
   if (callCacheE4m3 != kernelCacheE4m3)
     return Status::error("kernel '" + kernel.entry + "' reads " +
                          (kernelCacheE4m3 ? std::string("an e4m3 KV cache") : "K/V of its dtype " + kernel.dtype) +

@@ -16,9 +16,6 @@ Status checkFp8Args(const AttentionArgs &args);
 /// (KernelInfo::kvDtype).
 Status checkFp8Launch(const AttentionArgs &args, const KernelInfo &kernel);
 
-/// The variable that lets calls over an e4m3 KV cache run their kernels while no GPU has validated them ("1").
-inline constexpr const char *kE4m3KvCacheUnverifiedEnv = "FLASHTILE_E4M3_KVCACHE_UNVERIFIED";
-
 /// Runtime::validateBackward's: an E4M3 forward has no backward (as flash-attn 3's FP8).
 Status checkFp8Backward(const AttentionArgs &forward);
 

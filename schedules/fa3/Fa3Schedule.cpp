@@ -97,7 +97,8 @@ public:
         {kDqSwizzle, "backward only, with dq-writer 1: 1: dq_accum's rows hold their 16-byte chunks XOR-permuted by the "
                      "row (chunk c of row i at c ^ (i % 8) within its 128 bytes; the postprocess reads them back), so "
                      "that sDq is unpadded, its fragment stores do not conflict and a Q tile is one bulk reduce-add; "
-                     "0: sDq's rows padded from head dim 96 and added one at a time (dq-writer-warps)",
+                     "0: sDq's rows padded from head dim 96 and added one at a time (dq-writer-warps) (default: 1 at head dim 64 "
+                     "with dq-writer 1, else 0)",
          0, 1},
         {kEarlyDv, "backward only, where the warpgroups split the keys (head dims 96 and 128): 1: dV's GEMM issued as "
                    "soon as P is staged (a warpgroup barrier: its own keys), so that it runs under dS's math; 0: dV's "
@@ -418,7 +419,10 @@ public:
     // source counters at hd128 8k: 26% of the warps' stall samples there), so the rows are shared out.
     // dq-swizzle: dq_accum's rows with their 16-byte chunks XOR-permuted by the row, so that sDq needs no padding
     // (its stores spread over the banks by the permutation) and a tile is one contiguous bulk reduce-add.
-    const int64_t swizzle = knob(knobs, kDqSwizzle, 0);
+    // Default at head dim 64, where sDq's rows are not padded (256-byte rows: a warp's fragment stores fell on eight
+    // banks): measured 1.03-1.11x the unpermuted buffer on the H100 (bench/NOTES.md v42); padded rows from 96 add a
+    // row at a time over three writer warps and measured no gain from it (v39).
+    const int64_t swizzle = knob(knobs, kDqSwizzle, writer && headDim == 64 ? 1 : 0);
     if (swizzle && !writer)
       return refuseBackward(func, kDqSwizzle, swizzle,
                             "0 here; 1 needs dq-writer 1 (the computing warps' red.global.add writes "

@@ -437,6 +437,18 @@ class Rules(unittest.TestCase):
         short = self.rules("document_mask", inputs={"doc_start": starts[:2]})  # read out of range: never skipped
         self.assertEqual(self.classify(short, (3, 7), (0, 3), seqlen=8), "partial")
 
+    def test_two_dimensional_inputs_are_read_flat(self):
+        # doc_start of (batch, seqlen), as a caller passes it: the rule indexes b * seqlen + key, so the rows are
+        # joined in order (a tensor's nested rows compared with a key were a TypeError on the GPU machine).
+        starts = [0, 0, 0, 3, 3, 3, 3, 7]
+        r = self.rules("document_mask", inputs={"doc_start": torch.tensor([starts, [0] * 8], dtype=torch.int32)},
+                       batch=2)
+        self.assertEqual(r.inputs["doc_start"], starts + [0] * 8)
+        # Batch entry 1 is one document: its rows 3..6 attend keys 0..2, so the block is not skipped for it.
+        self.assertEqual(self.classify(r, (3, 7), (0, 3), seqlen=8), "partial")
+        only = self.rules("document_mask", inputs={"doc_start": torch.tensor([starts], dtype=torch.int32)})
+        self.assertEqual(self.classify(only, (3, 7), (0, 3), seqlen=8), "skip")
+
     def test_i32_semantics(self):
         from flashtile.parallel._hooks import evaluate
 

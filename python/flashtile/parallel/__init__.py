@@ -149,7 +149,7 @@ class _Call:
         params = dict(zip(decl.param_names, self.settings.params))
         read = {n for hook in ("kv_range", "full_range") if self.hooks.has(hook)
                 for n in (node[1] for node in self.hooks.graphs[hook]["nodes"] if node[0] == "load")}
-        inputs = {n: t.tolist() for (n, _), t in zip(decl.inputs.items(), self.settings.inputs) if n in read}
+        inputs = {n: t for (n, _), t in zip(decl.inputs.items(), self.settings.inputs) if n in read}
         return _hooks.BlockRules(self.hooks, params, inputs, self.batch, self.heads_q, self.heads_kv)
 
 

@@ -14,7 +14,7 @@ import copy
 import json
 import math
 import struct
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..variant import Variant
 
@@ -236,9 +236,12 @@ class BlockRules:
     the mask can be dropped) or "partial". Blocks are judged for every batch entry and query head the rules depend
     on; a rule that cannot be evaluated makes the block "partial", never "skip"."""
 
-    def __init__(self, hooks: Hooks, params: Dict[str, float], inputs: Dict[str, list], batch: int, heads_q: int,
+    def __init__(self, hooks: Hooks, params: Dict[str, float], inputs: Dict[str, Any], batch: int, heads_q: int,
                  heads_kv: int):
-        self.hooks, self.params, self.inputs = hooks, params, inputs
+        # The arrays flat, as the kernels read them: a variant's index rule spans every dimension of a 2-D array
+        # (document_mask's doc_start of (batch, seqlen), say), so a tensor's rows are joined in order.
+        self.hooks, self.params = hooks, params
+        self.inputs = {n: a.reshape(-1).tolist() if hasattr(a, "reshape") else list(a) for n, a in inputs.items()}
         self.batch, self.heads_q, self.heads_kv = batch, heads_q, heads_kv
         self.masked = hooks.has("mask")
         ranges = [h for h in ("kv_range", "full_range") if hooks.has(h)]

@@ -16,16 +16,13 @@ with float8_e4m3fn. Run on the GPU machine: pytest tests/python/gpu/test_fp8_kvc
 """
 
 import itertools
-import os
 
 import pytest
 import torch
 
-# The e4m3-cache kernels run only where asked to until a GPU has validated them (docs/fp8.md): this is that validation.
-os.environ.setdefault("FLASHTILE_E4M3_KVCACHE_UNVERIFIED", "1")
-import flashtile  # noqa: E402
-from reference import attention_ref  # noqa: E402
-from test_kvcache import rotary_tables, rotate  # noqa: E402
+import flashtile
+from reference import attention_ref
+from test_kvcache import rotary_tables, rotate
 
 E4M3 = getattr(torch, "float8_e4m3fn", None)
 E4M3_MAX = 448.0

@@ -14,7 +14,6 @@ fake = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)  # before the runtime o
 
 # The e4m3-cache kernels run only where asked to until a GPU has validated them (docs/fp8.md); the launches here are
 # the fake driver's.
-os.environ["FLASHTILE_E4M3_KVCACHE_UNVERIFIED"] = "1"
 
 import torch  # noqa: E402  (the stand-in: PYTHONPATH puts this folder first)
 

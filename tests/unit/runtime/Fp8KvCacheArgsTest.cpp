@@ -118,18 +118,8 @@ TEST(Fp8KvCacheArgs, AsksForE4m3CacheKernelsAndPairsThem) {
   kernel.dtype = "bf16";
   kernel.kvCache = true;
   kernel.kvDtype = "e4m3";
-  // No GPU has run the e4m3-cache kernels yet: refused unless FLASHTILE_E4M3_KVCACHE_UNVERIFIED=1.
-  ::unsetenv("FLASHTILE_E4M3_KVCACHE_UNVERIFIED");
-  Status unverified = Runtime::validateFor(e4m3CacheArgs(), kernel);
-  EXPECT_THAT(unverified.message(), HasSubstr("the e4m3 KV-cache kernels have not yet been run on a GPU, so calls "
-                                              "over an e4m3 cache are refused unless "
-                                              "FLASHTILE_E4M3_KVCACHE_UNVERIFIED=1 is set"));
-  ::setenv("FLASHTILE_E4M3_KVCACHE_UNVERIFIED", "0", 1);
-  EXPECT_FALSE(Runtime::validateFor(e4m3CacheArgs(), kernel).ok());
-  ::setenv("FLASHTILE_E4M3_KVCACHE_UNVERIFIED", "1", 1);
   EXPECT_TRUE(Runtime::validateFor(e4m3CacheArgs(), kernel).ok())
       << Runtime::validateFor(e4m3CacheArgs(), kernel).message();
-  ::unsetenv("FLASHTILE_E4M3_KVCACHE_UNVERIFIED");
   Status s = Runtime::validateFor(args, kernel); // a bf16 cache on the e4m3 cache's kernel
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("kernel 'flashtile_decode_causal_bf16_d128_kvcache_e4m3' reads an e4m3 KV cache "
