@@ -99,8 +99,9 @@ class Keywords(unittest.TestCase):
 
 @unittest.skipIf(torch is None, "PyTorch is not installed")
 class KernelOptIn(unittest.TestCase):
-    """The GPU kernels' local op passes blocks their placement only when asked: until a GPU run validates the path,
-    the default refuses what needs offsets (test_parallel.py's KernelPath)."""
+    """The GPU kernels' local op places the blocks of the calls that need it by default (validated on the GPU machine,
+    2026-12-07); offsets=False refuses what would then be inexact (test_parallel.py's KernelPath), offsets=True places
+    every block."""
 
     def hooks(self, name):
         from flashtile.interface import resolve_variant
@@ -112,14 +113,29 @@ class KernelOptIn(unittest.TestCase):
         from flashtile.parallel import Kernel
 
         with mock.patch.dict(os.environ, {"FLASHTILE_PARALLEL_KERNEL_OFFSETS": ""}):
-            self.assertFalse(Kernel().offsets)
-            with self.assertRaisesRegex(NotImplementedError, "variant 'alibi' cannot run ring attention"):
+            default = Kernel()
+            self.assertIsNone(default.offsets)
+            # What needs offsets gets an op that places every block; what does not keeps local positions.
+            for mode, name in (("ring", "alibi"), ("ring", "sliding_window"), ("ring", "document_mask"),
+                               ("ulysses", "alibi")):
+                with self.subTest(f"{mode} {name}"):
+                    placed = default.check(mode, self.hooks(name), 2, True)
+                    self.assertIsNot(placed, default)
+                    self.assertIs(placed.offsets, True)
+            self.assertIs(default.check("ring", self.hooks("causal"), 2, False).offsets, True)  # not split alike
+            for mode, name in (("ring", "causal"), ("ring", "none"), ("ulysses", "sliding_window")):
+                self.assertIs(default.check(mode, self.hooks(name), 2, True), default)
+            self.assertIsNone(default.offsets)  # the op asked for is left as it was
+        with mock.patch.dict(os.environ, {"FLASHTILE_PARALLEL_KERNEL_OFFSETS": "0"}):
+            self.assertIs(Kernel().offsets, False)
+            with self.assertRaisesRegex(NotImplementedError, "variant 'alibi' cannot run ring attention.*without "
+                                                             "position offsets"):
                 Kernel().check("ring", self.hooks("alibi"), 2, True)
         with mock.patch.dict(os.environ, {"FLASHTILE_PARALLEL_KERNEL_OFFSETS": "1"}):
             self.assertTrue(Kernel().offsets)
             self.assertFalse(Kernel(offsets=False).offsets)
         with mock.patch.dict(os.environ, {"FLASHTILE_PARALLEL_KERNEL_OFFSETS": "yes"}):
-            with self.assertRaisesRegex(ValueError, "FLASHTILE_PARALLEL_KERNEL_OFFSETS='yes': accepted: 1"):
+            with self.assertRaisesRegex(ValueError, "FLASHTILE_PARALLEL_KERNEL_OFFSETS='yes': accepted: 1 .*, 0 "):
                 Kernel()
         with self.assertRaisesRegex(TypeError, "offsets must be True, False or None"):
             Kernel(offsets=1)

@@ -142,7 +142,8 @@ class _Call:
         scale = float(softmax_scale) if softmax_scale is not None else q.shape[-1] ** -0.5
         self.settings = Settings(values, arrays, scale, deterministic, schedule, strict)
         self.same_lengths = self.split_q.lengths == self.split_k.lengths
-        self.op.check(mode, self.hooks, world, self.same_lengths)
+        # The op may hand the call to another (the kernels with position offsets, where this call needs them).
+        self.op = self.op.check(mode, self.hooks, world, self.same_lengths) or self.op
 
     def rules(self) -> _hooks.BlockRules:
         decl = self.hooks.variant

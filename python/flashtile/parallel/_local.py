@@ -3,10 +3,10 @@
 - "reference": flashtile.reference_attention, the fp64 oracle on the CPU. It takes position offsets, so every
   variant is exact on every block.
 - "kernel": flashtile's GPU kernels (the torch ops behind flashtile.attention: out and lse forward, a backward from
-  dout, out and lse, as flash-attn's). The kernels, the runtime and the torch ops take position offsets; until a GPU
-  run has validated that path, blocks run at local positions by default and Kernel.check says what is exact without
-  offsets and refuses the rest by name. Kernel(offsets=True) (or FLASHTILE_PARALLEL_KERNEL_OFFSETS=1) passes each
-  block its placement and lifts the refusal, for that validation.
+  dout, out and lse, as flash-attn's). The kernels, the runtime and the torch ops take position offsets (validated on
+  the GPU machine, 2026-12-07). By default a call's blocks get their placement where the variant needs it (Kernel.check
+  says where) and run at local positions elsewhere, as before; Kernel(offsets=True) (FLASHTILE_PARALLEL_KERNEL_OFFSETS=1)
+  places every block, Kernel(offsets=False) (=0) none, refusing by name what would then be inexact.
 Both return lse as flash-attn does: (batch, heads, seqlen), varlen (heads, total).
 """
 
@@ -97,40 +97,54 @@ OFFSETS_VARIABLE = "FLASHTILE_PARALLEL_KERNEL_OFFSETS"
 
 
 class Kernel:
-    """flashtile's GPU kernels as the local op. `offsets`: give each block its placement in the whole problem
-    (position and head offsets, the whole problem's sizes) through the kernels' position offsets; None reads
-    FLASHTILE_PARALLEL_KERNEL_OFFSETS (1: on; unset or 0: off). Off by default until a GPU run validates it."""
+    """flashtile's GPU kernels as the local op. `offsets`: True gives each block its placement in the whole problem
+    (position and head offsets, the whole problem's sizes) through the kernels' position offsets; False runs every
+    block at its local positions (exact only where Kernel.check allows; the rest is refused by name); None reads
+    FLASHTILE_PARALLEL_KERNEL_OFFSETS (1: True, 0: False; unset or empty: None, the default), and None places the
+    blocks of the calls that need it and no others."""
 
     name = "kernel"
     input_dtypes = {"f32": torch.float32, "i32": torch.int32}
 
     def __init__(self, offsets: Optional[bool] = None):
         if offsets is None:
-            value = os.environ.get(OFFSETS_VARIABLE, "0").strip()
+            value = os.environ.get(OFFSETS_VARIABLE, "").strip()
             if value not in ("", "0", "1"):
-                raise ValueError(f"{OFFSETS_VARIABLE}={value!r}: accepted: 1 (blocks get their position offsets) or "
-                                 "0 (the default: local positions)")
-            offsets = value == "1"
-        if not isinstance(offsets, bool):
+                raise ValueError(f"{OFFSETS_VARIABLE}={value!r}: accepted: 1 (every block gets its position offsets), "
+                                 "0 (none: local positions) or unset (the default: where the variant needs them)")
+            offsets = {"": None, "0": False, "1": True}[value]
+        if offsets is not None and not isinstance(offsets, bool):
             raise TypeError(f"offsets must be True, False or None (read {OFFSETS_VARIABLE}), got {offsets!r}")
         self.offsets = offsets
 
-    def check(self, mode: str, hooks: _hooks.Hooks, world: int, same_lengths: bool) -> None:
-        """The one place that knows whether the kernels are given position (and head) offsets.
+    def check(self, mode: str, hooks: _hooks.Hooks, world: int, same_lengths: bool) -> Optional[Kernel]:
+        """The one place that knows whether the kernels are given position (and head) offsets. Returns the op that
+        runs the call: this one, or, where `offsets` is None and the call needs them, one that places every block.
 
-        By default they are not: a block of a split sequence runs with its local positions. That is exact where the
-        hooks read no position (the blocks the KV-range rules keep whole run without their mask), and on diagonal
-        blocks of causal masks when queries and keys are split alike. Under Ulysses every rank sees whole sequences
-        but a slice of the heads: exact where the hooks read no head index. Anything else would be silently wrong:
-        refused, before any communication, on every rank alike.
-
-        The kernels, the runtime and the torch ops take the offsets now (AttentionArgs::positions, the ops'
-        positions arguments), but no GPU has run that path yet: the refusal stays the default and is lifted only by
-        the explicit opt-in (Kernel(offsets=True), FLASHTILE_PARALLEL_KERNEL_OFFSETS=1), which passes every block its
-        placement, so that a GPU run can validate it (tests/python/gpu/test_positions_gpu.py; docs/parallel.md). It
-        becomes the default once such a run is recorded."""
+        Without offsets a block of a split sequence runs with its local positions. That is exact where the hooks read
+        no position (the blocks the KV-range rules keep whole run without their mask), and on diagonal blocks of
+        causal masks when queries and keys are split alike. Under Ulysses every rank sees whole sequences but a slice
+        of the heads: exact where the hooks read no head index. Anything else needs the offsets (AttentionArgs::
+        positions, the ops' positions arguments; checked on the GPU machine by tests/python/gpu/test_positions_gpu.py,
+        2026-12-07): given by default, and with offsets=False refused, before any communication, on every rank alike.
+        """
         if world == 1 or self.offsets:
-            return
+            return self
+        why = self._needs_offsets(mode, hooks, same_lengths)
+        if why and self.offsets is None:
+            return Kernel(offsets=True)
+        if why:
+            raise NotImplementedError(
+                f"flashtile.parallel: variant '{hooks.variant.name}' cannot run {mode} attention on flashtile's GPU "
+                f"kernels without position offsets: {why}. Exact without them: ring attention for variants whose "
+                "hooks read no positions (none, softcap, sinks) and causal ones; Ulysses for variants that read no "
+                "head index. Kernel(offsets=True), or leaving FLASHTILE_PARALLEL_KERNEL_OFFSETS unset (the default), "
+                "gives the blocks their placement; local='reference' (fp64, CPU) is exact too. See docs/parallel.md.")
+        return self
+
+    @staticmethod
+    def _needs_offsets(mode: str, hooks: _hooks.Hooks, same_lengths: bool) -> Optional[str]:
+        """Why a call of `mode` over `hooks` is inexact with its blocks at local positions (None: it is exact)."""
         why = None
         if mode == "ring":
             positional_mask = hooks.reads("positions", _hooks.MASK_HOOKS)
@@ -142,13 +156,7 @@ class Kernel:
                 why = "it is causal but queries and keys are not split alike (different lengths)"
         elif hooks.reads("heads"):
             why = "its hooks read the query head or the head counts, and each rank computes a slice of the heads"
-        if why:
-            raise NotImplementedError(
-                f"flashtile.parallel: variant '{hooks.variant.name}' cannot run {mode} attention on flashtile's GPU "
-                f"kernels yet: {why}, and the kernels do not take position or head offsets yet. Exact on the "
-                "kernels today: ring attention for variants whose hooks read no positions (none, softcap, sinks) "
-                "and causal ones; Ulysses for variants that read no head index. Every variant is exact with "
-                "local='reference' (fp64, CPU). See docs/parallel.md.")
+        return why
 
     def _checked(self, block: Block) -> None:
         if not self.offsets and _hooks.Hooks.reads_positions(block.variant) and not block.aligned:

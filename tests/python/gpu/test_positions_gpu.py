@@ -8,7 +8,7 @@ bf16 by PyTorch (scores, softmax and P in bf16, as tests/python/gpu/reference.py
 It validates the path from the keywords to the kernels' FlashtilePositions (the runtime, the C ABI, the torch ops) for
 causal, sliding_window, alibi and document_mask, and the backward's three kernels receiving the same positions.
 test_dropped_offsets_are_caught is the negative control: the same comparison fails when a block runs at local
-positions. test_ring_with_kernel_offsets_runs_what_the_default_refuses runs ring attention over gloo with
+positions. test_ring_with_kernel_offsets_runs_what_needs_them runs ring attention over gloo with
 Kernel(offsets=True) for the variants the default refuses (docs/parallel.md).
 """
 
@@ -252,7 +252,7 @@ def _ring_worker(rank, world, init_file, queue, cases):
 
 @needs_cuda
 @pytest.mark.parametrize("world", [2, 4])
-def test_ring_with_kernel_offsets_runs_what_the_default_refuses(world):
+def test_ring_with_kernel_offsets_runs_what_needs_them(world):
     cases = [(v, layout) for v in ("sliding_window", "alibi", "document_mask") for layout in ("contiguous", "zigzag")]
     problems = failures(run_ranks(_ring_worker, world, (cases,), timeout=900))
     assert not problems, "\n".join(problems)
