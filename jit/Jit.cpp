@@ -91,56 +91,32 @@ void registerBuiltins() {
   codegen::registerBuiltinTargets();
 }
 
-StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &options, Stage upTo) {
-  registerBuiltins();
-  const schedule::Schedule *schedule = schedule::lookupSchedule(options.schedule.schedule);
-  if (!schedule)
-    return Status::error("schedule: " + schedule::unknownScheduleMessage(options.schedule.schedule));
-  if (std::string error = schedule::checkKnobs(*schedule, options.schedule.knobs); !error.empty())
+namespace {
+
+/// Whether `options` set the schedule's KV-cache option to 1 (a schedule that has one).
+bool asksKvCache(const schedule::Schedule &schedule, const CompileOptions &options) {
+  auto knob = options.schedule.knobs.find(schedule::kKvCacheKnob);
+  return schedule::hasKvCacheKnob(schedule) && knob != options.schedule.knobs.end() && knob->second == 1;
+}
+
+/// compile's checks of the options against each other and the schedule, before any IR is built.
+Status checkOptions(const schedule::Schedule &schedule, const CompileOptions &options) {
+  if (std::string error = schedule::checkKnobs(schedule, options.schedule.knobs); !error.empty())
     return Status::error(error);
-  auto id = variantId(variant);
-  if (mlir::failed(id))
-    return Status::error("variant '" + variant.name() + "' does not build a valid program");
-  if (options.kvDtype && *options.kvDtype != options.dtype) {
-    auto knob = options.schedule.knobs.find(schedule::kKvCacheKnob);
-    if (!schedule::hasKvCacheKnob(*schedule) || knob == options.schedule.knobs.end() || knob->second != 1)
-      return Status::error(std::string("kv dtype ") + elementTypeName(*options.kvDtype) +
-                           " is a KV cache's: only KV-cache kernels read it (those of a schedule with the " +
-                           std::string(schedule::kKvCacheKnob) + " option set to 1)");
-  }
-  if (options.rotary != RotaryMode::None) {
-    auto knob = options.schedule.knobs.find(schedule::kKvCacheKnob);
-    if (!schedule::hasKvCacheKnob(*schedule) || knob == options.schedule.knobs.end() || knob->second != 1)
-      return Status::error("rotary embedding comes with the keys a KV-cache call appends: only KV-cache kernels "
-                           "rotate (those of a schedule with the " +
-                           std::string(schedule::kKvCacheKnob) + " option set to 1)");
-  }
-
-  mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
-  context.printOpOnDiagnostic(options.debug || options.printIrAfterAll);
-  std::string diagnostics;
-  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
-    llvm::raw_string_ostream os(diagnostics);
-    os << d.getLocation() << ": " << d << "\n";
-    for (const mlir::Diagnostic &note : d.getNotes())
-      os << "  note: " << note << "\n";
-    return mlir::success();
-  });
-  auto failedWith = [&](const std::string &what) { return Status::error(what + ":\n" + diagnostics); };
-
-  auto start = std::chrono::steady_clock::now();
-  CompileResult result;
+  if (options.kvDtype && *options.kvDtype != options.dtype && !asksKvCache(schedule, options))
+    return Status::error(std::string("kv dtype ") + elementTypeName(*options.kvDtype) +
+                         " is a KV cache's: only KV-cache kernels read it (those of a schedule with the " +
+                         std::string(schedule::kKvCacheKnob) + " option set to 1)");
+  if (options.rotary != RotaryMode::None && !asksKvCache(schedule, options))
+    return Status::error("rotary embedding comes with the keys a KV-cache call appends: only KV-cache kernels "
+                         "rotate (those of a schedule with the " +
+                         std::string(schedule::kKvCacheKnob) + " option set to 1)");
   std::vector<std::string> kinds = moduleKinds();
   if (std::find(kinds.begin(), kinds.end(), options.kind) == kinds.end())
     return Status::error("kind: unknown '" + options.kind + "'; accepted: " + tile::joinNames(kinds));
   if (options.kind != kForwardKind && options.rotary != RotaryMode::None)
     return Status::error("rotary embedding belongs to forward KV-cache kernels; a " + options.kind +
                          " module has none");
-  auto module = buildProgram(
-      context, variant,
-      ProgramOptions{options.dtype, options.headDim, options.headDimV, options.rotary, options.kvDtype}, options.kind);
-  if (mlir::failed(module))
-    return failedWith("building the " + options.kind + " tile program for variant '" + variant.name() + "' failed");
   if (options.positionOffsets && options.dtype == ElementType::E4M3)
     return Status::error("position offsets: e4m3 kernels do not take position offsets (their V transpose prepass "
                          "places no blocks); a block of a split sequence runs a bf16 or f16 module");
@@ -150,18 +126,36 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
       return Status::error("position offsets: KV-cache kernels (" + options.schedule.schedule + " with the " +
                            std::string(schedule::kKvCacheKnob) + " option set to 1) do not take position offsets; "
                            "a block of a split sequence runs a plain forward or backward module");
-    mlir::PassManager offsets(&context);
-    offsets.addNestedPass<tile::FuncOp>(tile::createTileOffsetPositions());
-    if (mlir::failed(offsets.run(module->get())))
-      return failedWith("placing variant '" + variant.name() + "' at position offsets failed");
   }
-  result.tileIr = print(module->get());
-  if (upTo == Stage::Tile)
-    return result;
-  if (!schedule->schedulesKind(options.kind))
+  return Status();
+}
+
+/// The diagnostics of one compile's MLIR context, gathered as text for the error of the step that failed.
+class Diagnostics {
+public:
+  Diagnostics(mlir::MLIRContext &context)
+      : handler(&context, [this](mlir::Diagnostic &d) {
+          llvm::raw_string_ostream os(text);
+          os << d.getLocation() << ": " << d << "\n";
+          for (const mlir::Diagnostic &note : d.getNotes())
+            os << "  note: " << note << "\n";
+          return mlir::success();
+        }) {}
+  Status failed(const std::string &what) const { return Status::error(what + ":\n" + text); }
+
+private:
+  std::string text;
+  mlir::ScopedDiagnosticHandler handler;
+};
+
+/// The schedule's pipeline over `module` (options.printIrAfterAll prints the IR after every pass); the scheduled IR
+/// and its shape class into `result`.
+Status runSchedule(mlir::MLIRContext &context, mlir::ModuleOp module, const schedule::Schedule &schedule,
+                   const CompileOptions &options, const Variant &variant, const Diagnostics &diagnostics,
+                   CompileResult &result) {
+  if (!schedule.schedulesKind(options.kind))
     return Status::error("schedule '" + options.schedule.schedule + "' does not schedule " + options.kind +
                          " programs (--emit tile prints them)");
-
   mlir::PassManager pm(&context);
   if (options.printIrAfterAll) {
     context.disableMultithreading();
@@ -171,39 +165,42 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
   }
   schedule::Request request = options.schedule;
   request.kind = options.kind;
-  schedule->buildPipeline(pm, request);
-  if (mlir::failed(pm.run(module->get())))
-    return failedWith("the " + options.schedule.schedule + " schedule failed on variant '" + variant.name() + "'");
-  result.scheduledIr = print(module->get());
-  for (tile::FuncOp func : module->get().getOps<tile::FuncOp>())
+  schedule.buildPipeline(pm, request);
+  if (mlir::failed(pm.run(module)))
+    return diagnostics.failed("the " + options.schedule.schedule + " schedule failed on variant '" + variant.name() +
+                              "'");
+  result.scheduledIr = print(module);
+  for (tile::FuncOp func : module.getOps<tile::FuncOp>())
     if (tile::ScheduleAttr attr = func.getScheduleAttr())
       result.shapeClass = tile::stringifyShapeClass(attr.getShapeClass()).str();
-  if (upTo == Stage::Scheduled) {
-    result.mlirSeconds = secondsSince(start);
-    return result;
-  }
+  return Status();
+}
 
-  auto funcs = module->get().getOps<tile::FuncOp>();
+/// The CUDA of the scheduled `module` and its KernelInfo (the variant's id, its parameter rules, the positions flag)
+/// into `result`.
+Status emitKernel(mlir::ModuleOp module, const Variant &variant, const std::string &variantId,
+                  const CompileOptions &options, const Diagnostics &diagnostics, CompileResult &result) {
+  auto funcs = module.getOps<tile::FuncOp>();
   if (options.kind == kForwardKind && std::distance(funcs.begin(), funcs.end()) != 1)
     return Status::error("internal: expected one tile.func after scheduling");
-  auto emitted =
-      options.kind == kForwardKind ? codegen::emitCuda(*funcs.begin()) : codegen::emitBackwardCuda(module->get());
+  auto emitted = options.kind == kForwardKind ? codegen::emitCuda(*funcs.begin()) : codegen::emitBackwardCuda(module);
   if (mlir::failed(emitted))
-    return failedWith("emitting CUDA failed");
+    return diagnostics.failed("emitting CUDA failed");
   result.cuda = std::move(emitted->source);
   result.info = std::move(emitted->info);
-  result.info.variant = *id;
+  result.info.variant = variantId;
   result.info.positions = options.positionOffsets;
   // The variant's rules travel with the kernel, so that the runtime checks its numbers without this compiler.
   auto rules = variant.paramRules();
   if (!rules.ok())
     return rules.status();
   result.info.paramRules = std::move(*rules);
-  result.mlirSeconds = secondsSince(start);
-  if (upTo == Stage::Cuda)
-    return result;
+  return Status();
+}
 
-  start = std::chrono::steady_clock::now();
+/// NVRTC over result.cuda: PTX (upTo Ptx) or a cubin, into `result`.
+Status compileEmitted(CompileResult &result, Stage upTo) {
+  auto start = std::chrono::steady_clock::now();
   bool wantPtx = upTo == Stage::Ptx;
   auto binary = compileCuda(result.cuda, result.info.entry + ".cu", result.info.arch,
                             wantPtx ? NvrtcOutput::Ptx : NvrtcOutput::Cubin, {}, &result.nvrtcLog);
@@ -211,6 +208,56 @@ StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &op
   if (!binary.ok())
     return binary.status().withContext("NVRTC failed on " + result.info.entry);
   (wantPtx ? result.ptx : result.cubin) = std::move(*binary);
+  return Status();
+}
+
+} // namespace
+
+StatusOr<CompileResult> compile(const Variant &variant, const CompileOptions &options, Stage upTo) {
+  registerBuiltins();
+  const schedule::Schedule *schedule = schedule::lookupSchedule(options.schedule.schedule);
+  if (!schedule)
+    return Status::error("schedule: " + schedule::unknownScheduleMessage(options.schedule.schedule));
+  if (Status checked = checkOptions(*schedule, options); !checked.ok())
+    return checked;
+  auto id = variantId(variant);
+  if (mlir::failed(id))
+    return Status::error("variant '" + variant.name() + "' does not build a valid program");
+
+  mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+  context.printOpOnDiagnostic(options.debug || options.printIrAfterAll);
+  Diagnostics diagnostics(context);
+  auto start = std::chrono::steady_clock::now();
+  CompileResult result;
+  auto module = buildProgram(
+      context, variant,
+      ProgramOptions{options.dtype, options.headDim, options.headDimV, options.rotary, options.kvDtype}, options.kind);
+  if (mlir::failed(module))
+    return diagnostics.failed("building the " + options.kind + " tile program for variant '" + variant.name() +
+                              "' failed");
+  if (options.positionOffsets) {
+    mlir::PassManager offsets(&context);
+    offsets.addNestedPass<tile::FuncOp>(tile::createTileOffsetPositions());
+    if (mlir::failed(offsets.run(module->get())))
+      return diagnostics.failed("placing variant '" + variant.name() + "' at position offsets failed");
+  }
+  result.tileIr = print(module->get());
+  if (upTo == Stage::Tile)
+    return result;
+  if (Status scheduled = runSchedule(context, module->get(), *schedule, options, variant, diagnostics, result);
+      !scheduled.ok())
+    return scheduled;
+  if (upTo == Stage::Scheduled) {
+    result.mlirSeconds = secondsSince(start);
+    return result;
+  }
+  if (Status emitted = emitKernel(module->get(), variant, *id, options, diagnostics, result); !emitted.ok())
+    return emitted;
+  result.mlirSeconds = secondsSince(start);
+  if (upTo == Stage::Cuda)
+    return result;
+  if (Status compiled = compileEmitted(result, upTo); !compiled.ok())
+    return compiled;
   return result;
 }
 

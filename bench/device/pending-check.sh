@@ -9,7 +9,9 @@
 # .device/aot-skv of bench/device/pending-prepare.sh, through bench/device/bwd-steps.sh), h64 (head dim 64's key
 # split, 64 x 128 tiles as at 128, with and without swap-sdp, beside the default split-Q 128 x 128: the libraries
 # .device/aot-h64km and .device/aot-h64kms), rot (deterministic mode's rotated walk, the library .device/aot-rot of
-# `--rotated-walk 1`: its gradients, bitwise repeatability and time beside the default; logs pending-rot*.log).
+# `--rotated-walk 1`: its gradients, bitwise repeatability and time beside the default; logs pending-rot*.log),
+# ringfa (ring-flash-attn itself on flashtile's flash-attn entry points, test_parallel_gpu.py -k ring_flash_attn:
+# carry .whl/ring, its wheel, `pip download --no-deps -d .whl/ring ring-flash-attn` on the build machine).
 # Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python, and for skv the two
 # libraries (bench/device/pending-prepare.sh makes all three).
 set -uo pipefail
@@ -40,6 +42,11 @@ part detpytest 180 python3 -m pytest -q -n 16 -p no:cacheprovider test_backward.
 part fp8 180 python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_forward.py
 part fp8kv 240 python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_kvcache.py
 part positions 180 python3 -m pytest -q -p no:cacheprovider test_positions_gpu.py test_parallel_gpu.py
+if [[ $parts == *,ringfa,* ]] && ls "$root"/.whl/ring/ring_flash_attn-*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/ringfa-site "$root"/.whl/ring/*.whl
+fi
+part ringfa 200 env PYTHONPATH="/tmp/ringfa-site:$PYTHONPATH" python3 -m pytest -q -rs -p no:cacheprovider \
+  test_parallel_gpu.py -k ring_flash_attn
 part rotpytest 180 "${rot[@]}" python3 -m pytest -q -n 16 -p no:cacheprovider test_backward.py \
   -k "deterministic and not causal"
 cd "$root" || exit 2

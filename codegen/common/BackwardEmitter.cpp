@@ -1,5 +1,8 @@
 //===- BackwardEmitter.cpp - scheduled backward programs to CUDA C++ ------===//
 //
+// Why one file of ~1030 lines: it is the one walk over a backward module's ops, each printed by a short function; the
+// roles, the q loop and the target hooks already live in BackwardKernels.cpp and the families' files.
+//
 // Prints a scheduled backward module (docs/backward.md) as one CUDA unit of three kernels, one per program, op by op
 // from the IR:
 //   <entry>_preprocess   one block per (Q tile, query head, batch entry): tile.row_dot, D = rowsum(dO∘O)

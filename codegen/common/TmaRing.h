@@ -2,9 +2,9 @@
 //
 // What the families with the asynchronous protocol (sm90: wgmma; sm100: tcgen05) print alike: the shared-memory
 // tiles a TMA ring lands in, the tile's TMA coordinates, the waits and releases of ring slots and the copies into
-// them. Each family has its own device primitives with the same names in its own namespace (`ns`: "sm90",
-// "sm100"): Mbarrier, smemAddress, mbarrier::{wait, arrive, arriveExpectTx}, tma::load5d; the text here names them
-// through `ns` and never includes a family. MLIR-free.
+// them. Each family prints the device primitives under the same names in its own namespace (`ns`: "sm90",
+// "sm100"): Mbarrier, smemAddress, mbarrier::{wait, arrive, arriveExpectTx}, tma::load5d (their text shared through
+// codegen/ptx/AsyncPrelude.h); the text here names them through `ns` and never includes a family. MLIR-free.
 //===----------------------------------------------------------------------===//
 #ifndef FLASHTILE_CODEGEN_COMMON_TMARING_H
 #define FLASHTILE_CODEGEN_COMMON_TMARING_H

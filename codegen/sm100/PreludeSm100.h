@@ -3,8 +3,8 @@
 // The CUDA text printed ahead of a kernel lowered to the sm100 family (tcgen05.mma, tensor memory, TMA, mbarrier),
 // which only sm_100a runs. Instruction-level primitives only — one inline-PTX wrapper, a descriptor or address helper,
 // or FA4's software exp2 each; a kernel's roles, rings, barrier protocol and loops are generated from its IR. It
-// compiles under NVRTC with no headers and includes nothing of the other families (its TMA and mbarrier wrappers are
-// its own).
+// compiles under NVRTC with no headers and includes nothing of the other families; its TMA, mbarrier and setmaxnreg
+// wrappers are the text it shares with sm90 (codegen/ptx/AsyncPrelude.h), printed inside its own namespace.
 //
 // No SM100 GPU exists here and nothing can run tcgen05 code: every primitive below is verified by NVRTC and ptxas
 // compiling it for sm_100a and by reading the SASS (tests/unit/sm100, scripts/sm100-sass.sh), never by running it.

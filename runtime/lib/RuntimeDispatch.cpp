@@ -57,6 +57,46 @@ std::string joinedOrder(const std::vector<std::string> &order) {
   return text;
 }
 
+/// "schedule: why; schedule: why" of the schedules of `order` that had no kernel (failures[f] is order[f]'s).
+std::string failuresText(const std::vector<std::string> &order, const std::vector<Status> &failures) {
+  std::string text;
+  for (size_t f = 0; f < failures.size(); ++f)
+    text += (f ? "; " : "") + order[f] + ": " + oneLine(failures[f].message());
+  return text;
+}
+
+/// The choice of `kernel`, schedule order[i] of plan `p` (the ones before it failed as `failures` says), and why.
+ScheduleChoice describeChoice(const Runtime::Impl::Plan &p, const std::string &arch, size_t i,
+                              const CachedKernel &kernel, const std::string &failures, const std::string &firstLabel) {
+  ScheduleChoice choice;
+  choice.spec = kernel.info.spec();
+  choice.entry = kernel.info.entry;
+  choice.order = p.order;
+  choice.forcedBy = p.order.front() == p.forced ? p.forcedBy : "";
+  choice.fellBack = i > 0;
+  if (i == 0)
+    choice.reason = p.order.front() == p.forced
+                        ? "named by " + p.forcedBy
+                        : "preferred on " + arch + (p.decodeSized ? " for decode-sized calls" : "") +
+                              " (order: " + joinedOrder(p.order) + ")";
+  else
+    choice.reason = "fell back: " + firstLabel + " has no kernel for this call (" + failures + ")";
+  if (kernel.info.neverRunOnArch)
+    choice.reason += "; its schedule never ran on " + arch + ": the kernel runs only after agreeing with schedule '" +
+                     kernel.info.checkAgainst + "' in a first-use self-check";
+  return choice;
+}
+
+/// Nothing of plan `p` has a kernel: one schedule's error as it is, or each schedule's when they differ.
+Status noKernel(const Runtime::Impl::Plan &p, const std::vector<Status> &failures) {
+  bool same = std::all_of(failures.begin(), failures.end(),
+                          [&](const Status &f) { return f.message() == failures.front().message(); });
+  if (same)
+    return failures.front();
+  return Status::error("no schedule has a kernel for this call (tried " + joinedOrder(p.order) +
+                       "): " + failuresText(p.order, failures));
+}
+
 } // namespace
 
 StatusOr<Runtime::Impl::Plan> Runtime::Impl::plan(const AttentionArgs &args, std::string_view arch) const {
@@ -188,25 +228,8 @@ StatusOr<Runtime::Impl::Resolution> Runtime::Impl::resolve(Runtime &runtime, con
       failures.push_back(kernel.status());
       continue;
     }
-    ScheduleChoice choice;
-    choice.spec = (*kernel)->info.spec();
-    choice.entry = (*kernel)->info.entry;
-    choice.order = p.order;
-    choice.forcedBy = p.order.front() == p.forced ? p.forcedBy : "";
-    choice.fellBack = i > 0;
-    std::string failuresText;
-    for (size_t f = 0; f < failures.size(); ++f)
-      failuresText += (f ? "; " : "") + p.order[f] + ": " + oneLine(failures[f].message());
-    if (i == 0)
-      choice.reason = p.order.front() == p.forced
-                          ? "named by " + p.forcedBy
-                          : "preferred on " + arch + (p.decodeSized ? " for decode-sized calls" : "") +
-                                " (order: " + joinedOrder(p.order) + ")";
-    else
-      choice.reason = "fell back: " + firstLabel() + " has no kernel for this call (" + failuresText + ")";
-    if ((*kernel)->info.neverRunOnArch)
-      choice.reason += "; its schedule never ran on " + arch + ": the kernel runs only after agreeing with schedule '" +
-                       (*kernel)->info.checkAgainst + "' in a first-use self-check";
+    const std::string tried = failuresText(p.order, failures);
+    ScheduleChoice choice = describeChoice(p, arch, i, **kernel, tried, firstLabel());
     bool logFallback = false;
     {
       std::lock_guard<std::mutex> lock(configMutex);
@@ -220,20 +243,12 @@ StatusOr<Runtime::Impl::Resolution> Runtime::Impl::resolve(Runtime &runtime, con
     if (logFallback) {
       KernelSpec first = spec;
       first.schedule = p.order.front();
-      logWarning(firstLabel() + " has no kernel for " + first.key() + " (" + failuresText + "); running '" +
+      logWarning(firstLabel() + " has no kernel for " + first.key() + " (" + tried + "); running '" +
                  p.order[i] + "' instead (" + strictNote + " makes this an error)");
     }
     return Resolution{std::move(*kernel), std::move(choice), provisional};
   }
-  // Nothing has a kernel: one schedule's error as it is, or each schedule's when they differ.
-  bool same = std::all_of(failures.begin(), failures.end(),
-                          [&](const Status &f) { return f.message() == failures.front().message(); });
-  if (same)
-    return failures.front();
-  std::string text;
-  for (size_t f = 0; f < failures.size(); ++f)
-    text += (f ? "; " : "") + p.order[f] + ": " + oneLine(failures[f].message());
-  return Status::error("no schedule has a kernel for this call (tried " + joinedOrder(p.order) + "): " + text);
+  return noKernel(p, failures);
 }
 
 StatusOr<KernelSpec> Runtime::specForUnguarded(const AttentionArgs &args, const std::string &arch) const {

@@ -55,16 +55,11 @@ Gpu makeGpu() {
     gpu.setupError = "FLASHTILE_AOT_DIR (fa2 kernels) and FLASHTILE_DECODE_AOT_DIR (decode kernels) must be set";
     return gpu;
   }
-  gpu.decode = std::make_unique<Runtime>(KernelCache::Options{"", false});
   gpu.fa2 = std::make_unique<Runtime>(KernelCache::Options{"", false});
   gpu.fa2->setDecodeSchedule("");
-  for (auto [runtime, dir] : {std::pair{gpu.decode.get(), decodeDir}, {gpu.fa2.get(), fa2Dir}})
-    if (Status s = runtime->loadAotDirectory(dir); !s.ok()) {
-      gpu.setupError = dir + ": " + s.message();
-      return gpu;
-    }
-  std::printf("[flashtile-decode] base seed %llu (FLASHTILE_TEST_SEED replays it)\n",
-              static_cast<unsigned long long>(baseSeed()));
+  if (!loadAotRuntime(gpu, gpu.decode, decodeDir) || !loadAotRuntime(gpu, gpu.fa2, fa2Dir))
+    return gpu;
+  announceSeed("flashtile-decode");
   return gpu;
 }
 

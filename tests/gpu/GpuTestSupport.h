@@ -11,6 +11,7 @@
 #include "GpuReference.h"
 
 #include "flashtile/runtime/CudaDriver.h"
+#include "flashtile/runtime/Runtime.h"
 #include "flashtile/runtime/Status.h"
 
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -66,6 +68,24 @@ struct GpuState {
   std::string arch;        // the device's, e.g. "sm_90a"
   std::optional<reference::GpuReference> reference; // the reference kernels, where findGpu() was asked to load them
 };
+
+/// The kernels of the ahead-of-time directory `dir` loaded into `runtime` (made with no disk cache); false with
+/// gpu.setupError naming the directory where they do not load.
+inline bool loadAotRuntime(GpuState &gpu, std::unique_ptr<Runtime> &runtime, const std::string &dir) {
+  if (!runtime)
+    runtime = std::make_unique<Runtime>(KernelCache::Options{"", false});
+  if (Status s = runtime->loadAotDirectory(dir); !s.ok()) {
+    gpu.setupError = dir + ": " + s.message();
+    return false;
+  }
+  return true;
+}
+
+/// The line that starts a binary's run: its tag and the base seed (FLASHTILE_TEST_SEED replays it).
+inline void announceSeed(const char *tag) {
+  std::printf("[%s] base seed %llu (FLASHTILE_TEST_SEED replays it)\n", tag,
+              static_cast<unsigned long long>(baseSeed()));
+}
 
 /// Finds the driver, the current device and its arch, then (`withReference`) compiles and loads the reference
 /// kernels. False when `gpu` says why the cases cannot run (noGpuReason or setupError).

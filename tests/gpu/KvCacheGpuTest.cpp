@@ -63,13 +63,9 @@ Gpu makeGpu() {
     gpu.setupError = "FLASHTILE_DECODE_AOT_DIR (decode kernels) must be set";
     return gpu;
   }
-  gpu.decode = std::make_unique<Runtime>(KernelCache::Options{"", false, 0, ""});
-  if (Status s = gpu.decode->loadAotDirectory(dir); !s.ok()) {
-    gpu.setupError = dir + ": " + s.message();
+  if (!loadAotRuntime(gpu, gpu.decode, dir))
     return gpu;
-  }
-  std::printf("[flashtile-kvcache] base seed %llu (FLASHTILE_TEST_SEED replays it)\n",
-              static_cast<unsigned long long>(baseSeed()));
+  announceSeed("flashtile-kvcache");
   return gpu;
 }
 

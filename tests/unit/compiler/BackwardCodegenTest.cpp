@@ -305,7 +305,7 @@ TEST(BackwardCodegen, Fa3EarlyDvIssuesDvUnderDsMath) {
 
 TEST(BackwardCodegen, Fa3EarlyDvNeedsTheKeysSplitAndOverlap) {
   for (auto [headDim, overlap] : {std::pair{64, 1}, {192, 1}, {256, 1}, {128, 0}})
-    expectFa3Refuses(headDim, {{"early-dv", 1}, {"intra-wg-overlap", overlap}}, "early-dv", 1);
+    expectFa3Refuses(headDim, {{"early-dv", 1}, {"intra-wg-overlap", overlap}, {"swap-dkv", 0}}, "early-dv", 1);
 }
 
 // dq-writer-warps (default 3 at head dims 96 to 192, where sDq's rows are padded and added one by one): warp kWarps and
@@ -611,8 +611,8 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
 // fa3 at every head dim from 64 to 256 (FA3's set): 96 in 64-byte swizzled tiles (32-column blocks) with dQ's first
 // 64 columns on one warpgroup and the last 64 on the other, which keeps the 32 past the first's (one GEMM shape in
 // both: no branch on the warpgroup around a wgmma); 192 and 256 with dK's and dV's columns split over the two
-// warpgroups (64-key tiles), 192 in 64-byte tiles too (96-column parts), 256 without the dQ writer (its buffer does
-// not fit) but with the load warp.
+// warpgroups (64-key tiles; at 192 with swap-dkv 0, its default being the swapped layout: the next test), 192 in
+// 64-byte tiles too (96-column parts), 256 without the dQ writer (its buffer does not fit) but with the load warp.
 TEST(BackwardCodegen, Fa3ServesHeadDims96To256) {
   struct Case {
     int headDim, headDimV, swizzle, blockN;
@@ -623,7 +623,10 @@ TEST(BackwardCodegen, Fa3ServesHeadDims96To256) {
                         Case{192, 192, 64, 64, true, true, "columns [96 * (warp / 4), +96) of K"},
                         Case{192, 128, 64, 64, true, true, "columns [96 * (warp / 4), +96) of K"},
                         Case{256, 256, 128, 64, true, false, "columns [128 * (warp / 4), +128) of K"}}) {
-    jit::CompileOptions options = backwardOptions(ElementType::BF16, c.headDim, "sm_90a", {}, "fa3");
+    schedule::Knobs knobs;
+    if (c.headDim == 192)
+      knobs["swap-dkv"] = 0;
+    jit::CompileOptions options = backwardOptions(ElementType::BF16, c.headDim, "sm_90a", knobs, "fa3");
     options.headDimV = c.headDimV;
     StatusOr<jit::CompileResult> result = jit::compile(*variants::byName("causal"), options, jit::Stage::Cubin);
     ASSERT_TRUE(result.ok()) << c.headDim << ": " << result.status().message();
@@ -823,9 +826,15 @@ TEST(BackwardCodegen, Fa3DeterministicModeRotatesFullWalks) {
   EXPECT_NE(causal->cuda.find("frag::waitTurn(turnCounter, (p.seqlenK + kBlockN - 1) / kBlockN - 1 - blockKvTile);"),
             std::string::npos);
 
-  // Without the knob (the default) a full walk is ascending too; without the load warp the knob is refused.
-  StatusOr<jit::CompileResult> plain = jit::compile(
+  // The knob is the default where the load warp is (the text is the same without it); rotated-walk 0 keeps every
+  // walk ascending; without the load warp the knob is refused.
+  StatusOr<jit::CompileResult> byDefault = jit::compile(
       *variants::byName("none"), backwardOptions(ElementType::BF16, 128, "sm_90a", {}, "fa3"), jit::Stage::Cuda);
+  ASSERT_TRUE(byDefault.ok()) << byDefault.status().message();
+  EXPECT_EQ(byDefault->cuda, cuda);
+  StatusOr<jit::CompileResult> plain =
+      jit::compile(*variants::byName("none"),
+                   backwardOptions(ElementType::BF16, 128, "sm_90a", {{"rotated-walk", 0}}, "fa3"), jit::Stage::Cuda);
   ASSERT_TRUE(plain.ok()) << plain.status().message();
   EXPECT_EQ(plain->cuda.find("walkRotated"), std::string::npos);
   StatusOr<jit::CompileResult> refused =
@@ -834,6 +843,33 @@ TEST(BackwardCodegen, Fa3DeterministicModeRotatesFullWalks) {
                    jit::Stage::Cuda);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("rotated-walk"), std::string::npos) << refused.status().message();
+}
+
+// The measured defaults (bench/NOTES.md v42): swap-dkv at head dim 192 (96-key tiles, dK and dV transposed, one dO
+// buffer and the dQ writer) for 192/192 and 192/128 alike, unless a knob names another layout; not at 256; and
+// dq-swizzle at 64 with the writer, so that sDq is unpadded and added in one bulk reduce-add a tile.
+TEST(BackwardCodegen, Fa3DefaultsOfTheMeasuredForms) {
+  auto mainOf = [](int headDim, int headDimV, const schedule::Knobs &knobs) {
+    jit::CompileOptions options = backwardOptions(ElementType::BF16, headDim, "sm_90a", knobs, "fa3");
+    options.headDimV = headDimV;
+    StatusOr<jit::CompileResult> result = jit::compile(*variants::byName("none"), options, jit::Stage::Cuda);
+    EXPECT_TRUE(result.ok()) << headDim << ": " << result.status().message();
+    return result.ok() ? result->cuda.substr(result->cuda.find("_bwd(const FlashtileFwdParams")) : std::string();
+  };
+  for (int headDimV : {192, 128}) {
+    const std::string swapped = mainOf(192, headDimV, {});
+    EXPECT_NE(swapped.find("constexpr int kBlockN = 96;"), std::string::npos) << headDimV;
+    EXPECT_EQ(swapped, mainOf(192, headDimV, {{"swap-dkv", 1}})) << headDimV;
+    EXPECT_EQ(count(swapped, "float *const sDq = "), 1) << headDimV;
+  }
+  // A knob that names the column split's layout keeps it.
+  EXPECT_NE(mainOf(192, 192, {{"block-n", 64}}).find("constexpr int kBlockN = 64;"), std::string::npos);
+  EXPECT_NE(mainOf(192, 192, {{"dq-writer", 0}}).find("constexpr int kBlockN = 64;"), std::string::npos);
+  EXPECT_NE(mainOf(256, 256, {}).find("constexpr int kBlockN = 64;"), std::string::npos);
+  EXPECT_EQ(mainOf(256, 256, {}), mainOf(256, 256, {{"swap-dkv", 0}}));
+  EXPECT_EQ(mainOf(64, 64, {}), mainOf(64, 64, {{"dq-swizzle", 1}}));
+  EXPECT_NE(mainOf(64, 64, {}), mainOf(64, 64, {{"dq-swizzle", 0}}));
+  EXPECT_EQ(mainOf(128, 128, {}), mainOf(128, 128, {{"dq-swizzle", 0}}));
 }
 
 // The rotated walk's schedule (BackwardPrelude.h's rotatedWalkStart, rotatedWalkTile and rotatedTurn, transcribed):
