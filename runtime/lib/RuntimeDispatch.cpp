@@ -65,38 +65,6 @@ std::string failuresText(const std::vector<std::string> &order, const std::vecto
   return text;
 }
 
-/// The choice of `kernel`, schedule order[i] of plan `p` (the ones before it failed as `failures` says), and why.
-ScheduleChoice describeChoice(const Runtime::Impl::Plan &p, const std::string &arch, size_t i,
-                              const CachedKernel &kernel, const std::string &failures, const std::string &firstLabel) {
-  ScheduleChoice choice;
-  choice.spec = kernel.info.spec();
-  choice.entry = kernel.info.entry;
-  choice.order = p.order;
-  choice.forcedBy = p.order.front() == p.forced ? p.forcedBy : "";
-  choice.fellBack = i > 0;
-  if (i == 0)
-    choice.reason = p.order.front() == p.forced
-                        ? "named by " + p.forcedBy
-                        : "preferred on " + arch + (p.decodeSized ? " for decode-sized calls" : "") +
-                              " (order: " + joinedOrder(p.order) + ")";
-  else
-    choice.reason = "fell back: " + firstLabel + " has no kernel for this call (" + failures + ")";
-  if (kernel.info.neverRunOnArch)
-    choice.reason += "; its schedule never ran on " + arch + ": the kernel runs only after agreeing with schedule '" +
-                     kernel.info.checkAgainst + "' in a first-use self-check";
-  return choice;
-}
-
-/// Nothing of plan `p` has a kernel: one schedule's error as it is, or each schedule's when they differ.
-Status noKernel(const Runtime::Impl::Plan &p, const std::vector<Status> &failures) {
-  bool same = std::all_of(failures.begin(), failures.end(),
-                          [&](const Status &f) { return f.message() == failures.front().message(); });
-  if (same)
-    return failures.front();
-  return Status::error("no schedule has a kernel for this call (tried " + joinedOrder(p.order) +
-                       "): " + failuresText(p.order, failures));
-}
-
 } // namespace
 
 StatusOr<Runtime::Impl::Plan> Runtime::Impl::plan(const AttentionArgs &args, std::string_view arch) const {
@@ -147,6 +115,36 @@ StatusOr<Runtime::Impl::Plan> Runtime::Impl::plan(const AttentionArgs &args, std
                                                       "installed")) +
         ")");
   return plan;
+}
+
+ScheduleChoice Runtime::Impl::describeChoice(const Plan &p, const std::string &arch, size_t i, const CachedKernel &kernel,
+                                             const std::string &failures, const std::string &firstLabel) {
+  ScheduleChoice choice;
+  choice.spec = kernel.info.spec();
+  choice.entry = kernel.info.entry;
+  choice.order = p.order;
+  choice.forcedBy = p.order.front() == p.forced ? p.forcedBy : "";
+  choice.fellBack = i > 0;
+  if (i == 0)
+    choice.reason = p.order.front() == p.forced
+                        ? "named by " + p.forcedBy
+                        : "preferred on " + arch + (p.decodeSized ? " for decode-sized calls" : "") +
+                              " (order: " + joinedOrder(p.order) + ")";
+  else
+    choice.reason = "fell back: " + firstLabel + " has no kernel for this call (" + failures + ")";
+  if (kernel.info.neverRunOnArch)
+    choice.reason += "; its schedule never ran on " + arch + ": the kernel runs only after agreeing with schedule '" +
+                     kernel.info.checkAgainst + "' in a first-use self-check";
+  return choice;
+}
+
+Status Runtime::Impl::noKernel(const Plan &p, const std::vector<Status> &failures) {
+  bool same = std::all_of(failures.begin(), failures.end(),
+                          [&](const Status &f) { return f.message() == failures.front().message(); });
+  if (same)
+    return failures.front();
+  return Status::error("no schedule has a kernel for this call (tried " + joinedOrder(p.order) +
+                       "): " + failuresText(p.order, failures));
 }
 
 StatusOr<Runtime::Impl::Resolution> Runtime::Impl::resolve(Runtime &runtime, const AttentionArgs &args,

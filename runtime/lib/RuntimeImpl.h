@@ -89,6 +89,11 @@ struct Runtime::Impl {
     bool decodeSized = false;
   };
   StatusOr<Plan> plan(const AttentionArgs &args, std::string_view arch) const; // configMutex held
+  /// The choice of `kernel`, schedule order[i] of plan `p` (the ones before it failed as `failures` says), and why.
+  static ScheduleChoice describeChoice(const Plan &p, const std::string &arch, size_t i, const CachedKernel &kernel,
+                                       const std::string &failures, const std::string &firstLabel);
+  /// Nothing of plan `p` has a kernel: one schedule's error as it is, or each schedule's when they differ.
+  static Status noKernel(const Plan &p, const std::vector<Status> &failures);
   /// defaultSchedules of the compiler's rules and the libraries', kept per (arch, decode-sized) until the
   /// configuration changes: calls that resolve every time (decode-sized ones) do not order the rules again.
   const std::vector<std::string> &rulesOrder(std::string_view arch, bool decodeSized) const { // configMutex held

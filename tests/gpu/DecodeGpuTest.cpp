@@ -55,9 +55,12 @@ Gpu makeGpu() {
     gpu.setupError = "FLASHTILE_AOT_DIR (fa2 kernels) and FLASHTILE_DECODE_AOT_DIR (decode kernels) must be set";
     return gpu;
   }
-  gpu.fa2 = std::make_unique<Runtime>(KernelCache::Options{"", false});
+  if (!loadAotRuntime(gpu, gpu.decode, decodeDir))
+    return gpu;
+  // fa2's runtime with no decode schedule, so that its decode-sized calls run fa2 (set before its kernels load).
+  gpu.fa2 = memoryOnlyRuntime();
   gpu.fa2->setDecodeSchedule("");
-  if (!loadAotRuntime(gpu, gpu.decode, decodeDir) || !loadAotRuntime(gpu, gpu.fa2, fa2Dir))
+  if (!loadAotRuntime(gpu, gpu.fa2, fa2Dir))
     return gpu;
   announceSeed("flashtile-decode");
   return gpu;

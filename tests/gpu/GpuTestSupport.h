@@ -69,11 +69,18 @@ struct GpuState {
   std::optional<reference::GpuReference> reference; // the reference kernels, where findGpu() was asked to load them
 };
 
-/// The kernels of the ahead-of-time directory `dir` loaded into `runtime` (made with no disk cache); false with
-/// gpu.setupError naming the directory where they do not load.
+/// A runtime whose kernel cache stays in memory (a test writes nothing to disk).
+inline std::unique_ptr<Runtime> memoryOnlyRuntime() {
+  KernelCache::Options memoryOnly;
+  memoryOnly.diskEnabled = false;
+  return std::make_unique<Runtime>(memoryOnly);
+}
+
+/// The kernels of the ahead-of-time directory `dir` loaded into `runtime` (made by memoryOnlyRuntime() where null);
+/// false with gpu.setupError naming the directory where they do not load.
 inline bool loadAotRuntime(GpuState &gpu, std::unique_ptr<Runtime> &runtime, const std::string &dir) {
   if (!runtime)
-    runtime = std::make_unique<Runtime>(KernelCache::Options{"", false});
+    runtime = memoryOnlyRuntime();
   if (Status s = runtime->loadAotDirectory(dir); !s.ok()) {
     gpu.setupError = dir + ": " + s.message();
     return false;
