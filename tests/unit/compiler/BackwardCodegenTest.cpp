@@ -909,8 +909,9 @@ TEST(BackwardCodegen, RotatedWalkTurnsFollowTheBlocksArrivals) {
             ++counter[(before[n] + start(n, kvTiles, qTiles)) % qTiles];
         ++rounds;
       }
-      if (kvTiles <= qTiles)
+      if (kvTiles <= qTiles) {
         EXPECT_EQ(rounds, qTiles) << kvTiles << " x " << qTiles;
+      }
     }
   }
 }
