@@ -133,8 +133,9 @@ INSTANTIATE_TEST_SUITE_P(Fa3, Fa3BackwardCompiles,
                                           testing::Values(64, 128)),
                          configName);
 
-// Head dims 96, 192 and 256 (64-byte tiles at 96 and 192; dK's and dV's columns split above 128): the variants whose
-// hooks read positions, inputs or the score, in both element types, to one cubin.
+// Head dims 96, 192 and 256 (64-byte tiles at 96 and 192; at 192 96-key tiles with dK and dV transposed, swap-dkv's
+// default; at 256 dK's and dV's columns split over 64-key tiles): the variants whose hooks read positions, inputs or
+// the score, in both element types, to one cubin.
 class Fa3WideBackwardCompiles : public testing::TestWithParam<Config> {};
 
 TEST_P(Fa3WideBackwardCompiles, ThreeKernelsToOneCubin) {
@@ -147,8 +148,8 @@ TEST_P(Fa3WideBackwardCompiles, ThreeKernelsToOneCubin) {
   for (const std::string &entry : plans::launchedEntries(result->info))
     EXPECT_NE(result->cubin.find(entry), std::string::npos) << entry;
   EXPECT_FALSE(reportsSerializedWgmma(result->nvrtcLog)) << result->nvrtcLog;
-  EXPECT_NE(result->cuda.find("constexpr int kBlockN = " + std::string(headDim > 128 ? "64;" : "128;")),
-            std::string::npos);
+  const char *blockN = headDim == 192 ? "96;" : headDim > 128 ? "64;" : "128;";
+  EXPECT_NE(result->cuda.find("constexpr int kBlockN = " + std::string(blockN)), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fa3Wide, Fa3WideBackwardCompiles,
