@@ -10,7 +10,8 @@
 # split, 64 x 128 tiles as at 128, with and without swap-sdp, beside the default split-Q 128 x 128: the libraries
 # .device/aot-h64km and .device/aot-h64kms), rot (deterministic mode's rotated walk, the library .device/aot-rot of
 # `--rotated-walk 1`: its gradients, bitwise repeatability and time beside the default; logs pending-rot*.log),
-# ringfa (ring-flash-attn itself on flashtile's flash-attn entry points, test_parallel_gpu.py -k ring_flash_attn:
+# sw (dq-swizzle 1 at head dims 96, 128, 192 beside the default's padded rows: the library .device/aot-sw, through
+# bench/device/bwd-steps.sh, two rounds; logs in $OUT/sw), ringfa (ring-flash-attn itself on flashtile's flash-attn entry points, test_parallel_gpu.py -k ring_flash_attn:
 # carry .whl/ring, its wheel, `pip download --no-deps -d .whl/ring ring-flash-attn` on the build machine).
 # Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python, and for skv the two
 # libraries (bench/device/pending-prepare.sh makes all three).
@@ -68,6 +69,12 @@ if [[ ,$parts, == *,h64,* ]]; then
     STEPS_AOT=km:.device/aot-h64km,kms:.device/aot-h64kms STEPS_SHAPES=${PENDING_H64_SHAPES:-64:2048,64:8192,64:16384} \
     timeout 300 bash bench/device/bwd-steps.sh > "$OUT/pending-h64.log" 2>&1 || status=1
   grep -E "check:|FAIL|^hd|exit" "$OUT/pending-h64.log" | head -20
+fi
+if [[ ,$parts, == *,sw,* ]]; then
+  OUT=$OUT/sw STEPS=check,bench STEPS_ROUNDS=2 STEPS_CHECK_AOT=1 STEPS_CHECK_AOT_ARGS="--check-head-dims 96,128,192" \
+    STEPS_AOT=sw:.device/aot-sw STEPS_SHAPES=${PENDING_SW_SHAPES:-128:8192,128:16384,96:8192,192:8192} \
+    timeout 330 bash bench/device/bwd-steps.sh > "$OUT/pending-sw.log" 2>&1 || status=1
+  grep -E "check:|FAIL|^hd|^round|exit" "$OUT/pending-sw.log" | head -24
 fi
 for name in detcheck detpytest fp8 fp8kv positions; do
   [ -f "$OUT/pending-$name.log" ] && grep -E "FAIL|Error|error" "$OUT/pending-$name.log" | head -12

@@ -5,13 +5,14 @@
 # it): .device/aot-skv2 (swap-dkv 1 with its defaults: one dO buffer, the dQ writer, early dV) and .device/aot-skv
 # (swap-dkv 1, do-buffers 2: the computing warps add dQ), and for its h64 part two of head dim 64 with the keys split
 # (block-m 64): .device/aot-h64km and, with S and dP transposed (swap-sdp 1), .device/aot-h64kms; for its rot part
-# .device/aot-rot (rotated-walk 1: deterministic mode's rotated walk).
+# .device/aot-rot (rotated-walk 1: deterministic mode's rotated walk), and for its sw part .device/aot-sw (dq-swizzle 1
+# at head dims 96, 128 and 192, where the default pads sDq's rows and adds them one at a time).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bash bench/device/python-prepare.sh
 for library in "aot-skv2:--swap-dkv 1 --head-dims 192" "aot-skv:--swap-dkv 1 --do-buffers 2 --head-dims 192" \
   "aot-h64km:--block-m 64 --head-dims 64" "aot-h64kms:--block-m 64 --swap-sdp 1 --head-dims 64" \
-  "aot-rot:--rotated-walk 1 --head-dims 64,96,128,192,256"; do
+  "aot-rot:--rotated-walk 1 --head-dims 64,96,128,192,256" "aot-sw:--dq-swizzle 1 --head-dims 96,128,192"; do
   name=${library%%:*} knobs=${library#*:}
   rm -rf ".device/$name"
   # shellcheck disable=SC2086  # the knobs are words
