@@ -9,6 +9,7 @@
 // sm_80 and sm_90a (their plan: the append kernel, the attention kernel, the combine; FlashtileFp8Params last).
 // Inputs are random; FLASHTILE_TEST_SEED changes every case's seed.
 //===----------------------------------------------------------------------===//
+#include "AttentionReference.h"
 #include "PlanSupport.h"
 #include "TestSupport.h"
 
@@ -39,6 +40,8 @@ using namespace mlir;
 using namespace flashtile;
 
 namespace {
+
+using flashtile::test::maxAbsDiff;
 
 using flashtile::testing::DiagnosticCapture;
 using flashtile::testing::funcOf;
@@ -229,15 +232,6 @@ Reference reference(const interp::Problem &p, const Fp8KvCase &c, const std::vec
       }
     }
   return ref;
-}
-
-double maxAbsDiff(const std::vector<float> &a, const std::vector<double> &b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = std::fabs(double(a[i]) - b[i]);
-    worst = std::isnan(d) ? std::numeric_limits<double>::infinity() : std::max(worst, d);
-  }
-  return worst;
 }
 
 class Fp8KvInterpreter : public ::testing::TestWithParam<Fp8KvCase> {};

@@ -6,6 +6,7 @@
 // double-precision reference on the dequantized inputs under FlashAttention's rule (flash-attn's hopper tests apply
 // it to fp8 the same way). Inputs are random; FLASHTILE_TEST_SEED changes every case's seed.
 //===----------------------------------------------------------------------===//
+#include "AttentionReference.h"
 #include "TestSupport.h"
 
 #include "Variants.h"
@@ -30,6 +31,8 @@ using namespace mlir;
 using namespace flashtile;
 
 namespace {
+
+using flashtile::test::maxAbsDiff;
 
 using flashtile::testing::DiagnosticCapture;
 using flashtile::testing::funcOf;
@@ -267,15 +270,6 @@ Fp8Reference fp8Reference(const interp::Problem &p, const Fp8Case &c, const Fp8I
       }
     }
   return ref;
-}
-
-double maxAbsDiff(const std::vector<float> &a, const std::vector<double> &b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = std::fabs(double(a[i]) - b[i]);
-    worst = std::isnan(d) ? std::numeric_limits<double>::infinity() : std::max(worst, d);
-  }
-  return worst;
 }
 
 class Fp8Interpreter : public ::testing::TestWithParam<Fp8Case> {};
