@@ -1,4 +1,5 @@
 // ReferenceKernels.cpp — the CUDA source of the reference kernels (see GpuReference.h for what they compute).
+// referenceSource() is ~150 lines because it is one raw string of CUDA (the kernels' text), not C++ logic.
 #include "ReferenceKernels.h"
 
 #define FLASHTILE_REFERENCE_STR2(...) #__VA_ARGS__
