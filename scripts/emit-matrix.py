@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""emit-matrix.py FLASHTILE_BINARY DIR: prints the CUDA of 583 configurations of every schedule (fa1, fa2, fa3,
+"""emit-matrix.py FLASHTILE_BINARY DIR: prints the CUDA of 585 configurations of every schedule (fa1, fa2, fa3,
 decode: built-in variants x head dims 64/128/256/192:128 x bf16/f16 x shape classes, and knobs: qk-ahead stages, lazy
-rescaling, the dynamic scheduler, no intra-warpgroup overlap, persistent staged blocks, KV caches with rotary) into DIR,
+rescaling, the dynamic scheduler, no intra-warpgroup overlap, persistent staged blocks, KV caches with rotary, e4m3 KV caches) into DIR,
 one .cu file each (.err for a configuration the compiler refused), two at a time. Two runs compared with `diff -r`
 show what a compiler change does to every schedule's kernels (scripts/emit-all.sh covers fa2 in more shapes)."""
 import subprocess, sys, os
@@ -20,6 +20,8 @@ for v in "none causal sliding_window_causal softcap alibi_causal sinks sinks_cau
                     jobs.append([sch, v, dt, hd, hdv, sc, arch] + extra)
 jobs += [["decode", "none", "bf16", "128", "128", "default", "sm_90a", "--kv-cache", "1", "--rotary", "halves"],
          ["decode", "causal", "bf16", "128", "128", "default", "sm_90a", "--kv-cache", "1", "--pack-gqa", "1", "--rotary", "interleaved"],
+         ["decode", "causal", "bf16", "128", "128", "default", "sm_90a", "--kv-cache", "1", "--kv-dtype", "e4m3"],
+         ["decode", "none", "f16", "64", "64", "default", "sm_80", "--kv-cache", "1", "--kv-dtype", "e4m3", "--rotary", "halves"],
          ["fa3", "causal", "bf16", "128", "128", "default", "sm_90a", "--scheduler", "dynamic"],
          ["fa3", "causal", "bf16", "128", "128", "default", "sm_90a", "--intra-wg-overlap", "0"],
          ["fa3", "none", "bf16", "128", "128", "default", "sm_90a", "--persistent", "1", "--stage-o", "1"],

@@ -11,8 +11,13 @@
 # .device/aot-h64km and .device/aot-h64kms), rot (deterministic mode's rotated walk, the library .device/aot-rot of
 # `--rotated-walk 1`: its gradients, bitwise repeatability and time beside the default; logs pending-rot*.log),
 # sw (dq-swizzle 1 at head dims 96, 128, 192 beside the default's padded rows: the library .device/aot-sw, through
-# bench/device/bwd-steps.sh, two rounds; logs in $OUT/sw), ringfa (ring-flash-attn itself on flashtile's flash-attn entry points, test_parallel_gpu.py -k ring_flash_attn:
-# carry .whl/ring, its wheel, `pip download --no-deps -d .whl/ring ring-flash-attn` on the build machine).
+# bench/device/bwd-steps.sh, two rounds; logs in $OUT/sw), ringfa (ring-flash-attn itself on flashtile's flash-attn
+# entry points, test_parallel_gpu.py -k ring_flash_attn: carry .whl/ring, its wheel, `pip download --no-deps -d
+# .whl/ring ring-flash-attn` on the build machine), fp8kvsweep (bench/fp8_decode_bench.py once with the default kernels
+# and once per e4m3 KV-cache candidate library .device/aot-f8kv-<name> of pending-prepare.sh, FP8KV_SWEEP names them; a
+# table of e4m3 and bf16 tokens/s and % of the HBM roof per candidate), fp8kvr (test_fp8_kvcache.py with kv-convert 1's
+# library .device/aot-f8kv-rtest loaded). Neither of the last two is in the default list: PENDING=fp8kvsweep,fp8kvr
+# (about 4 minutes).
 # Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python, and for skv the two
 # libraries (bench/device/pending-prepare.sh makes all three).
 set -uo pipefail
@@ -42,6 +47,9 @@ cd tests/python/gpu || exit 2
 part detpytest 180 python3 -m pytest -q -n 16 -p no:cacheprovider test_backward.py -k deterministic
 part fp8 180 python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_forward.py
 part fp8kv 240 python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_kvcache.py
+# the e4m3 cache's fragments converted in registers (kv-convert 1) wherever the library has the call's kernel
+part fp8kvr 240 env FLASHTILE_AOT_DIR="$root/.device/aot-f8kv-rtest" FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-fp8kvr \
+  python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_kvcache.py
 part positions 180 python3 -m pytest -q -p no:cacheprovider test_positions_gpu.py test_parallel_gpu.py
 if [[ $parts == *,ringfa,* ]] && ls "$root"/.whl/ring/ring_flash_attn-*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/ringfa-site "$root"/.whl/ring/*.whl
@@ -53,6 +61,40 @@ part rotpytest 180 "${rot[@]}" python3 -m pytest -q -n 16 -p no:cacheprovider te
 cd "$root" || exit 2
 part fp8bench 150 python3 bench/fp8_bench.py --json "$OUT/fp8-bench.json"
 part fp8kvbench 150 python3 bench/fp8_decode_bench.py --json "$OUT/fp8-decode-bench.json"
+if [[ $parts == *,fp8kvsweep,* ]]; then
+  # Each candidate in its own process: the library's e4m3 kernel replaces the JIT's for the bench's call; the bf16
+  # cache's call runs the JIT's default kernel in the same process (the baseline of the ratio), checked first.
+  start=$SECONDS sweep=/tmp/fp8kvsweep log=$OUT/pending-fp8kvsweep.log
+  rm -rf "$sweep" && mkdir -p "$sweep" && : > "$log"
+  # shellcheck disable=SC2206  # FP8KV_SWEEP is a list of words
+  names=(default ${FP8KV_SWEEP:-ws2 r r_m6 r_m8 rs2_m5 r1 r1s2 rn128})
+  for name in "${names[@]}"; do
+    aot=()
+    if [ "$name" != default ]; then
+      [ -d "$root/.device/aot-f8kv-$name" ] || { echo "== $name: no library .device/aot-f8kv-$name" >> "$log"; continue; }
+      aot=(FLASHTILE_AOT_DIR="$root/.device/aot-f8kv-$name")
+    fi
+    echo "== $name" >> "$log"
+    timeout 90 env "${aot[@]}" FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-fp8kv python3 bench/fp8_decode_bench.py \
+      --json "$sweep/$name.json" >> "$log" 2>&1 || { echo "== $name: rc=$?" >> "$log"; status=1; }
+  done
+  python3 - "$sweep" "${names[@]}" <<'EOF' | tee -a "$log"
+import json, os, sys
+folder, names = sys.argv[1], sys.argv[2:]
+print(f"{'candidate':10} {'e4m3 ms':>8} {'bf16 ms':>8} {'e4m3/bf16 tokens/s':>18} {'e4m3 roof':>9} {'bf16 roof':>9}  check")
+for name in names:
+    path = os.path.join(folder, name + ".json")
+    if not os.path.exists(path):
+        print(f"{name:10} (no result)")
+        continue
+    r = json.load(open(path))
+    rows = {row["cache"]: row for row in r["rows"]}
+    print(f"{name:10} {rows['e4m3']['ms']:8.4f} {rows['bf16']['ms']:8.4f} {r['speedup']:18.2f} "
+          f"{100 * rows['e4m3']['of_peak']:8.1f}% {100 * rows['bf16']['of_peak']:8.1f}%  "
+          f"{'ok' if r['checked'] else 'FAIL'}")
+EOF
+  echo "== fp8kvsweep $((SECONDS - start)) s (target: e4m3/bf16 >= 1.8 at >= 85% of the roof)"
+fi
 part detbench 200 python3 bench/backward_bench.py --bench --deterministic --peers "" \
   --shapes "${PENDING_DET_SHAPES:-128:8192,96:8192,192:8192,64:8192}"
 part rotcheck 150 "${rot[@]}" python3 bench/backward_bench.py --check --check-deterministic
@@ -76,7 +118,7 @@ if [[ ,$parts, == *,sw,* ]]; then
     timeout 330 bash bench/device/bwd-steps.sh > "$OUT/pending-sw.log" 2>&1 || status=1
   grep -E "check:|FAIL|^hd|^round|exit" "$OUT/pending-sw.log" | head -24
 fi
-for name in detcheck detpytest fp8 fp8kv positions; do
+for name in detcheck detpytest fp8 fp8kv fp8kvr positions; do
   [ -f "$OUT/pending-$name.log" ] && grep -E "FAIL|Error|error" "$OUT/pending-$name.log" | head -12
 done
 exit $status

@@ -5,8 +5,12 @@
 # it): .device/aot-skv2 (swap-dkv 1 with its defaults: one dO buffer, the dQ writer, early dV) and .device/aot-skv
 # (swap-dkv 1, do-buffers 2: the computing warps add dQ), and for its h64 part two of head dim 64 with the keys split
 # (block-m 64): .device/aot-h64km and, with S and dP transposed (swap-sdp 1), .device/aot-h64kms; for its rot part
-# .device/aot-rot (rotated-walk 1: deterministic mode's rotated walk), and for its sw part .device/aot-sw (dq-swizzle 1
-# at head dims 96, 128 and 192, where the default pads sDq's rows and adds them one at a time).
+# .device/aot-rot (rotated-walk 1: deterministic mode's rotated walk); for its sw part .device/aot-sw (dq-swizzle 1 at
+# head dims 96, 128 and 192, where the default pads sDq's rows and adds them one at a time); for its fp8kvsweep part the
+# decode KV-cache kernels over an e4m3 cache (causal, bf16 q, head dim 128: bench/fp8_decode_bench.py's shape) with
+# each candidate's knobs, .device/aot-f8kv-<name> (FP8KV_CANDIDATES below), and for its fp8kvr part kv-convert 1's
+# kernels of every shape tests/python/gpu/test_fp8_kvcache.py runs without rotary embedding, .device/aot-f8kv-rtest
+# (its rotary cases run the JIT's default kernels).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bash bench/device/python-prepare.sh
@@ -18,4 +22,21 @@ for library in "aot-skv2:--swap-dkv 1 --head-dims 192" "aot-skv:--swap-dkv 1 --d
   # shellcheck disable=SC2086  # the knobs are words
   build/tools/flashtile aot --schedule fa3 --kinds backward $knobs \
     --variants none,causal --dtypes bf16,f16 --arch sm_90a --jobs 2 --out ".device/$name" | tail -1
+done
+# The e4m3 KV cache's candidates (issue 42, item 3; bench/NOTES.md v43): widening in shared memory (kv-convert 0, the
+# default) with two buffers (ws2); kv-convert 1 (fragments converted in registers) alone (r), with registers capped
+# for 6 or 8 blocks an SM (r_m6, r_m8), with two buffers (rs2_m5), one warp of 16 rows (r1, r1s2) or 128-key tiles.
+FP8KV_CANDIDATES=${FP8KV_CANDIDATES:-"ws2:--stages 2|r:--kv-convert 1|r_m6:--kv-convert 1 --min-blocks-per-sm 6|\
+r_m8:--kv-convert 1 --min-blocks-per-sm 8|rs2_m5:--kv-convert 1 --stages 2 --min-blocks-per-sm 5|\
+r1:--kv-convert 1 --block-m 16 --warps 1|r1s2:--kv-convert 1 --block-m 16 --warps 1 --stages 2|\
+rn128:--kv-convert 1 --block-n 128"}
+IFS='|' read -ra fp8kv <<< "$FP8KV_CANDIDATES"
+bench_shape="--variants causal --dtypes bf16 --head-dims 128"
+for library in "${fp8kv[@]/%/ $bench_shape}" "rtest:--kv-convert 1 --variants none,causal,sliding_window,\
+sliding_window_causal,softcap,softcap_causal,alibi,alibi_causal --dtypes bf16,f16 --head-dims 64,128,256"; do
+  name=aot-f8kv-${library%%:*} knobs=${library#*:}
+  rm -rf ".device/$name"
+  # shellcheck disable=SC2086  # the knobs are words
+  build/tools/flashtile aot --schedule decode --kinds forward --kv-cache 1 --kv-dtypes e4m3 --shape-classes default \
+    $knobs --arch sm_90a --jobs 2 --out ".device/$name" | tail -1
 done

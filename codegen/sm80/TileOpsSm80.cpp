@@ -43,6 +43,7 @@ public:
     mTiles = shape.warpRows / kMmaM;
     qInRegisters = mTiles * (shape.headDim / 16) * 4 <= kMaxQFragmentRegisters;
     kvE4m3 = shape.kvDtype == "e4m3";
+    kvRegisters = kvE4m3 && shape.kvConvertRegisters;
     if (kvE4m3)
       preludeText += e4m3WidenPrelude();
   }
@@ -73,6 +74,12 @@ public:
     if (kvE4m3) // e4m3 K/V (a KV cache): the 8-bit staging tiles, the widening and the descales
       for (const char *name : {"sK8", "sV8", "kK8TileBytes", "kV8TileBytes", "fp8", "descaleIndex", "kDescale",
                                "vDescale", "staged", "wide", "widenE4m3x2", "e4m3x2ToF16x2"})
+        names.push_back(name);
+    if (kvRegisters) // e4m3 fragments converted in registers
+      for (const char *name :
+           {"kRowBytesK8", "kRowBytesV8", "ldRowK8", "ldChunkK8", "ldRowV8", "ldChunkV8", "kRaw", "vRaw",
+            "vEven",       "vOdd",        "nq",      "nc",        "qRow",    "qAddress",  "qLo",  "qHi",
+            "quadLane0",   "oddLane",     "srcLo",   "srcHi",     "d0",      "d1",        "d2",   "d3"})
         names.push_back(name);
     return names;
   }
@@ -109,6 +116,8 @@ public:
   }
   void pv(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vTile) override;
   void finalize(CudaWriter &w, const StateNames &st, const std::string &sinkFn) override {
+    if (kvRegisters)
+      unpermuteAcc(w, st);
     fragments.finalize(w, st, sinkFn);
     if (kvE4m3)
       fragments.scaleByVDescale(w, st);
@@ -124,7 +133,12 @@ private:
     const char *name, *smem, *global, *copy, *rows, *seqlen, *rowStride, *width;
   };
   static OperandNames names(Operand operand);
-  void copyRoutine(CudaWriter &w, Operand operand);
+  /// The shared-memory layout (sQ, sK, sV and, with e4m3 K/V, the staging tiles) and the ldmatrix addresses.
+  void sharedLayout16(CudaWriter &w);
+  /// kv-convert 1: sQ 16-bit, sK and sV the 8-bit tiles, and the ldmatrix addresses of their fragments.
+  void sharedLayout8(CudaWriter &w);
+  /// `elementBytes` 1: the K or V tile of an e4m3 cache into its 8-bit buffer (kv-convert 1), 16 values a chunk.
+  void copyRoutine(CudaWriter &w, Operand operand, int elementBytes = 2);
   /// The copy routine of an e4m3 K or V tile (a KV cache, shape.kvDtype): cp.async of its 8-bit rows, 16 keys' bytes
   /// a chunk, into the operand's staging buffer (sK8, sV8), through the block table of a paged cache.
   void copyRoutineE4m3(CudaWriter &w, Operand operand);
@@ -134,6 +148,15 @@ private:
   /// The device functions of the widening (printed after the prelude of kernels that read e4m3 K/V only, so that
   /// other kernels' text is unchanged).
   std::string e4m3WidenPrelude() const;
+  /// kv-convert 1: the 8-bit tiles are read into MMA fragments and converted in registers (TileKvDtype.h). Q's A
+  /// fragments of k16 step `ks` (a C expression) for m16 tile `mt`, in the column order of the 8-bit K fragments.
+  void loadQPermuted(CudaWriter &w, const std::string &frag) const;
+  void qkRegisters(CudaWriter &w, const std::string &kTile, const std::string &scores);
+  void pvRegisters(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vTile);
+  /// After the K/V walk of kv-convert 1: acc's columns from the 8-bit V fragments' order back to the mma C layout.
+  void unpermuteAcc(CudaWriter &w, const StateNames &st) const;
+  /// The device functions of kv-convert 1 (after e4m3WidenPrelude's conversions of two values).
+  std::string e4m3RegistersPrelude() const;
   /// The staging address (a C expression) of e4m3 K or V tile `tile`.
   std::string stagingAddress(Operand operand, const std::string &tile) const;
   /// In a K/V copy routine of a program that reads a KV cache, under `if (p.kvCache == 2)`: the cp.async of key row
@@ -144,7 +167,7 @@ private:
   /// The paged-cache branch of a K/V copy routine whose threads each keep one column and step down rows
   /// (`perRow`: a row's 16-byte chunks): a block-table lookup only where a thread's next row starts a page (once a
   /// tile when a page holds the tile), the contiguous copy's pointer stepping in between.
-  void pagedTileCopy(CudaWriter &w, Operand operand, const std::string &perRow);
+  void pagedTileCopy(CudaWriter &w, Operand operand, const std::string &perRow, int elementBytes = 2);
   /// The shared-memory address (a C expression) of the buffer that holds K or V tile `tile`.
   std::string bufferAddress(Operand operand, const std::string &tile) const;
   /// The rows of this thread (FragmentTiles::forEachRow) and the block row of one (FragmentTiles::threadRow).
@@ -157,6 +180,8 @@ private:
   int mTiles = 0;
   bool qInRegisters = true;
   bool kvE4m3 = false; ///< K and V are e4m3 (tile.kv_dtype): staged as 8-bit, widened to the dtype in shared memory
+  /// K and V are e4m3 and their fragments are converted in registers (kv-convert 1): sK and sV hold the 8-bit tiles.
+  bool kvRegisters = false;
 };
 
 TileTargetSm80::OperandNames TileTargetSm80::names(Operand operand) {
@@ -202,6 +227,40 @@ void TileTargetSm80::setup(CudaWriter &w, const std::vector<Operand> &copied) {
   }
   w.line("");
 
+  if (kvRegisters)
+    sharedLayout8(w);
+  else
+    sharedLayout16(w);
+  if (copied.empty())
+    return;
+
+  w.line("");
+  w.comment("---- global tiles of this (batch, head): 64-bit offsets, strides in elements ----");
+  for (Operand operand : copied) {
+    OperandNames n = names(operand);
+    const char *pointer = operand == Operand::Q ? "p.q" : operand == Operand::K ? "p.k" : "p.v";
+    const char *head = operand == Operand::Q ? "h" : "hKv";
+    std::string prefix = operand == Operand::Q ? "p.q" : operand == Operand::K ? "p.k" : "p.v";
+    if (operand == Operand::Q && shape.packQueryHeads) {
+      w.line(cat("const unsigned short *const ", n.global, " = static_cast<const unsigned short *>(", pointer,
+                 ") + b * ", prefix, "BatchStride;  // rows pick their own heads (GQA packing)"));
+      continue;
+    }
+    const char *element = kvE4m3 && operand != Operand::Q ? "unsigned char" : "unsigned short";
+    w.line(cat("const ", element, " *const ", n.global, " = static_cast<const ", element, " *>(", pointer, ") + b * ",
+               prefix, "BatchStride + ", head, " * ", prefix, "HeadStride;"));
+  }
+  w.line("");
+  w.comment("---- asynchronous tile copies: 16-byte cp.async.cg chunks spread over all threads; rows past the");
+  w.comment("sequence are zero-filled, so the MMAs need no bounds checks ----");
+  for (Operand operand : copied)
+    if (kvE4m3 && operand != Operand::Q)
+      copyRoutineE4m3(w, operand);
+    else
+      copyRoutine(w, operand);
+}
+
+void TileTargetSm80::sharedLayout16(CudaWriter &w) {
   if (shape.stages == 1) {
     w.comment(
         "---- shared memory: sQ [kBlockM][kHeadDim], sK [kBlockN][kHeadDim], sV [kBlockN][kHeadDimV], 16-bit ----");
@@ -245,33 +304,36 @@ void TileTargetSm80::setup(CudaWriter &w, const std::vector<Operand> &copied) {
   w.line("const unsigned ldChunkK = sm80::swizzledChunk<kHeadDim / 8>(lane % 8, (lane / 8) % 2);");
   w.line("const unsigned ldRowV = (8 * ((lane / 8) % 2) + lane % 8) * kRowBytesV;");
   w.line("const unsigned ldChunkV = sm80::swizzledChunk<kHeadDimV / 8>(lane % 8, lane / 16);");
-  if (copied.empty())
-    return;
+}
 
-  w.line("");
-  w.comment("---- global tiles of this (batch, head): 64-bit offsets, strides in elements ----");
-  for (Operand operand : copied) {
-    OperandNames n = names(operand);
-    const char *pointer = operand == Operand::Q ? "p.q" : operand == Operand::K ? "p.k" : "p.v";
-    const char *head = operand == Operand::Q ? "h" : "hKv";
-    std::string prefix = operand == Operand::Q ? "p.q" : operand == Operand::K ? "p.k" : "p.v";
-    if (operand == Operand::Q && shape.packQueryHeads) {
-      w.line(cat("const unsigned short *const ", n.global, " = static_cast<const unsigned short *>(", pointer,
-                 ") + b * ", prefix, "BatchStride;  // rows pick their own heads (GQA packing)"));
-      continue;
-    }
-    const char *element = kvE4m3 && operand != Operand::Q ? "unsigned char" : "unsigned short";
-    w.line(cat("const ", element, " *const ", n.global, " = static_cast<const ", element, " *>(", pointer, ") + b * ",
-               prefix, "BatchStride + ", head, " * ", prefix, "HeadStride;"));
+void TileTargetSm80::sharedLayout8(CudaWriter &w) {
+  w.comment(cat("---- shared memory: sQ [kBlockM][kHeadDim] 16-bit; sK [", shape.stages > 1 ? "kStages][" : "",
+                "kBlockN][kHeadDim], sV [", shape.stages > 1 ? "kStages][" : "", "kBlockN][kHeadDimV] e4m3",
+                shape.stages > 1 ? "; K/V tile j lives in buffer j % kStages" : "", " ----"));
+  w.comment("e4m3 K and V (a KV cache) stay 8-bit in shared memory: ldmatrix reads their MMA fragments and every");
+  w.comment(cat("warp converts what it reads to ", shape.dtype,
+                " in registers (exactly), so there is no 16-bit K/V tile and no widening barrier."));
+  w.comment("Rows are 16-byte chunks, XOR-swizzled (a multiple of 8 chunks a row) or padded to an odd count, as sQ.");
+  w.line("constexpr int kRowBytesQK = sm80::rowPitch<kHeadDim / 8>() * 16;");
+  w.line("constexpr int kRowBytesK8 = sm80::rowPitch<kHeadDim / 16>() * 16, kRowBytesV8 = "
+         "sm80::rowPitch<kHeadDimV / 16>() * 16;");
+  w.line("extern __shared__ __align__(128) unsigned char smem[];");
+  w.line("unsigned char *const sQ = smem;");
+  w.line("unsigned char *const sK = sQ + kBlockM * kRowBytesQK;");
+  if (shape.stages == 1) {
+    w.line("unsigned char *const sV = sK + kBlockN * kRowBytesK8;");
+  } else {
+    w.line(cat("constexpr int kStages = ", shape.stages, ";"));
+    w.line("constexpr unsigned kKTileBytes = kBlockN * kRowBytesK8, kVTileBytes = kBlockN * kRowBytesV8;");
+    w.line("unsigned char *const sV = sK + kStages * kKTileBytes;");
   }
-  w.line("");
-  w.comment("---- asynchronous tile copies: 16-byte cp.async.cg chunks spread over all threads; rows past the");
-  w.comment("sequence are zero-filled, so the MMAs need no bounds checks ----");
-  for (Operand operand : copied)
-    if (kvE4m3 && operand != Operand::Q)
-      copyRoutineE4m3(w, operand);
-    else
-      copyRoutine(w, operand);
+  w.comment("ldmatrix addresses of the 8-bit tiles: K, non-transposed, lane l gives key row l of a 32-key group");
+  w.comment("(four n8 tiles) at chunk ks; V, transposed, keys 8 * (l / 8 % 2) + l % 8 of a 16-key step at chunk");
+  w.comment("l / 16 (+ 2 per 32 columns); the loops XOR 16·ks and 32·nc into the chunk offsets (sm80::swizzledChunk)");
+  w.line("const unsigned ldRowK8 = lane * kRowBytesK8;");
+  w.line("const unsigned ldChunkK8 = sm80::swizzledChunk<kHeadDim / 16>(lane % 8, 0);");
+  w.line("const unsigned ldRowV8 = (8 * ((lane / 8) % 2) + lane % 8) * kRowBytesV8;");
+  w.line("const unsigned ldChunkV8 = sm80::swizzledChunk<kHeadDimV / 16>(lane % 8, lane / 16);");
 }
 
 void TileTargetSm80::setupTile(CudaWriter &w) {
@@ -305,8 +367,16 @@ void TileTargetSm80::copyRoutineE4m3(CudaWriter &w, Operand operand) {
   const bool even = chunks % threads == 0;
   const std::string chunkCount = cat("kBlockN * ", n.width, " / 16");
   const char *pageStride = operand == Operand::K ? "p.kCacheBatchStride" : "p.vCacheBatchStride";
-  w.comment(cat("e4m3 ", n.name, ": 16-byte cp.async.cg chunks (16 keys' values of a row) into the staging buffer,"));
-  w.comment("rows of the tile back to back; rows past the sequence are zero-filled (widened to zeros)");
+  if (kvRegisters) {
+    w.comment(cat("e4m3 ", n.name, ": 16-byte cp.async.cg chunks (16 keys' values of a row) into ", n.smem,
+                  " (swizzled rows); rows past the"));
+    w.comment("sequence are zero-filled (converted to zeros)");
+    if (even && threads % (width / 16) == 0)
+      return copyRoutine(w, operand, /*elementBytes=*/1);
+  } else {
+    w.comment(cat("e4m3 ", n.name, ": 16-byte cp.async.cg chunks (16 keys' values of a row) into the staging buffer,"));
+    w.comment("rows of the tile back to back; rows past the sequence are zero-filled (widened to zeros)");
+  }
   w.open(cat("auto ", n.copy, " = [&](int tile)"));
   w.openUnrolledFor("i", even ? cat(chunkCount, " / kThreads") : cat("(", chunkCount, " + kThreads - 1) / kThreads"));
   w.line("const int chunk = threadIdx.x + i * kThreads;");
@@ -314,7 +384,11 @@ void TileTargetSm80::copyRoutineE4m3(CudaWriter &w, Operand operand) {
     w.open(cat("if (chunk < ", chunkCount, ")"));
   w.line(cat("const int row = chunk / (", n.width, " / 16), col = chunk % (", n.width, " / 16);"));
   w.line("const int seqRow = tile * kBlockN + row;");
-  w.line(cat("const unsigned dst = ", stagingAddress(operand, "tile"), " + row * ", n.width, " + col * 16;"));
+  if (kvRegisters)
+    w.line(cat("const unsigned dst = ", bufferAddress(operand, "tile"), " + sm80::swizzle<", n.width,
+               " / 16>(row, col);"));
+  else
+    w.line(cat("const unsigned dst = ", stagingAddress(operand, "tile"), " + row * ", n.width, " + col * 16;"));
   w.open("if (p.kvCache == 2)");
   w.comment(
       "paged cache: key row `key` is row key % pageSize of page blockTable[key / pageSize] (clamped to the pool)");
@@ -362,6 +436,156 @@ void TileTargetSm80::widenE4m3(CudaWriter &w, Operand operand, const std::string
   w.line(cat("__syncthreads();  // ", n.smem, " holds the widened tile for every warp"));
 }
 
+void TileTargetSm80::loadQPermuted(CudaWriter &w, const std::string &frag) const {
+  w.comment("k16 step ks of K's 8-bit fragments gives lane q (= lane % 4) the columns 16ks + 4q .. 4q + 3 of its key");
+  w.comment("(four bytes of one ldmatrix register), converted as the pairs mma takes for k = 2q, 2q + 1 and 2q + 8,");
+  w.comment("2q + 9: Q's A fragment takes the same columns, one 8-byte load of rows fragRow and fragRow + 8 each");
+  w.line("const int qRow = warp * kWarpRows + mt * 16 + fragRow;");
+  w.line("const unsigned qAddress = sm80::smemAddress(sQ) + sm80::swizzle<kHeadDim / 8>(qRow, 2 * ks + (lane % 4) / "
+         "2) + 8 * (lane % 2);");
+  w.line("const uint2 qLo = sm80::loadShared8(qAddress), qHi = sm80::loadShared8(qAddress + 8 * kRowBytesQK);");
+  w.line(cat(frag, "[0] = qLo.x;"));
+  w.line(cat(frag, "[1] = qHi.x;"));
+  w.line(cat(frag, "[2] = qLo.y;"));
+  w.line(cat(frag, "[3] = qHi.y;"));
+}
+
+void TileTargetSm80::qkRegisters(CudaWriter &w, const std::string &kTile, const std::string &scores) {
+  w.comment(
+      cat(scores, " = Q·Kᵀ for K tile ", kTile, " (mma.sync m16n8k16, fp32) on the 8-bit K tile: ldmatrix.x4 of"));
+  w.comment("32 keys' rows at one 16-column chunk gives each lane four e4m3 values of its key in each of four n8");
+  w.comment(cat("tiles, converted to ", shape.dtype,
+                " pairs (sm80::widenE4m3x4) in the column order Q's fragments were read in"));
+  w.line(cat("float ", scores, "[kMTiles][kSTiles][4] = {};"));
+  w.openUnrolledFor("ks", "kHeadDim / 16");
+  std::string qOperand = "qFrag[mt][ks]";
+  if (!qInRegisters) {
+    qOperand = "qFrag[mt]";
+    w.line("unsigned qFrag[kMTiles][4];");
+    w.openUnrolledFor("mt", "kMTiles");
+    loadQPermuted(w, "qFrag[mt]");
+    w.close();
+  }
+  w.openUnrolledFor("nq", "kBlockN / 32");
+  w.line("unsigned kRaw[4];");
+  w.line(cat("sm80::ldmatrixX4(kRaw, ", bufferAddress(Operand::K, kTile),
+             " + ldRowK8 + nq * 32 * kRowBytesK8 + (ldChunkK8 ^ (16 * ks)));"));
+  w.openUnrolledFor("i", "4");
+  w.line("unsigned kFrag[2];");
+  w.line("sm80::widenE4m3x4(kRaw[i], kFrag);");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.line(cat(mma, "(", scores, "[mt][4 * nq + i], ", qOperand, ", kFrag[0], kFrag[1]);"));
+  w.close();
+  w.close();
+  w.close();
+  w.close();
+}
+
+void TileTargetSm80::pvRegisters(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vTile) {
+  w.comment("acc += P·V (mma.sync m16n8k16, fp32) on the 8-bit V tile: ldmatrix.x4.trans of a 16-key step at two");
+  w.comment("16-column chunks gives lane (g, q) keys 2q, 2q + 1 (and + 8) of columns 2g and 2g + 1 of each chunk, two");
+  w.comment(cat("bytes each, split by column and converted to ", shape.dtype,
+                " (sm80::widenE4m3x4Trans): n8 tile 2c of acc holds chunk c's even"));
+  w.comment("columns, 2c + 1 its odd ones (put back in order after the walk)");
+  w.openUnrolledFor("k", "kBlockN / 16");
+  w.openUnrolledFor("nc", "kHeadDimV / 32");
+  w.line("unsigned vRaw[4];");
+  w.line(cat("sm80::ldmatrixX4Trans(vRaw, ", bufferAddress(Operand::V, vTile),
+             " + ldRowV8 + k * 16 * kRowBytesV8 + (ldChunkV8 ^ (32 * nc)));"));
+  w.openUnrolledFor("c", "2");
+  w.line("unsigned vEven[2], vOdd[2];");
+  w.line("sm80::widenE4m3x4Trans(vRaw[2 * c], vRaw[2 * c + 1], vEven, vOdd);");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.line(cat(mma, "(", st.acc, "[mt][4 * nc + 2 * c], ", p, "[mt][k], vEven[0], vEven[1]);"));
+  w.line(cat(mma, "(", st.acc, "[mt][4 * nc + 2 * c + 1], ", p, "[mt][k], vOdd[0], vOdd[1]);"));
+  w.close();
+  w.close();
+  w.close();
+  w.close();
+}
+
+void TileTargetSm80::unpermuteAcc(CudaWriter &w, const StateNames &st) const {
+  w.comment("---- acc's columns back to the mma C layout: the 8-bit V fragments left lane q (= lane % 4) of a quad");
+  w.comment("columns 16c + 4q, 4q + 2 (n8 tile 2c) and 16c + 4q + 1, 4q + 3 (tile 2c + 1) of each 16-column chunk c;");
+  w.comment(
+      "the C layout, which finalize and the stores read, wants 16c + 2q, 2q + 1 and 16c + 8 + 2q, 9 + 2q: lane q");
+  w.comment("takes them from lanes q / 2 and 2 + q / 2 of its quad (the even or odd pair of each, by q's parity) ----");
+  w.open("");
+  w.line("const int quadLane0 = lane & ~3, oddLane = lane & 1;");
+  w.line("const int srcLo = quadLane0 + (lane % 4) / 2, srcHi = srcLo + 2;");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("c", "kOTiles / 2");
+  w.openUnrolledFor("r", "2");
+  w.comment("this lane's columns 16c + 4q + 0, 1, 2, 3");
+  w.line(cat("const float d0 = ", st.acc, "[mt][2 * c][2 * r], d1 = ", st.acc, "[mt][2 * c + 1][2 * r];"));
+  w.line(cat("const float d2 = ", st.acc, "[mt][2 * c][2 * r + 1], d3 = ", st.acc, "[mt][2 * c + 1][2 * r + 1];"));
+  w.line("const float lo0 = __shfl_sync(0xffffffffu, d0, srcLo), lo1 = __shfl_sync(0xffffffffu, d1, srcLo);");
+  w.line("const float lo2 = __shfl_sync(0xffffffffu, d2, srcLo), lo3 = __shfl_sync(0xffffffffu, d3, srcLo);");
+  w.line("const float hi0 = __shfl_sync(0xffffffffu, d0, srcHi), hi1 = __shfl_sync(0xffffffffu, d1, srcHi);");
+  w.line("const float hi2 = __shfl_sync(0xffffffffu, d2, srcHi), hi3 = __shfl_sync(0xffffffffu, d3, srcHi);");
+  w.line(cat(st.acc, "[mt][2 * c][2 * r] = oddLane ? lo2 : lo0;"));
+  w.line(cat(st.acc, "[mt][2 * c][2 * r + 1] = oddLane ? lo3 : lo1;"));
+  w.line(cat(st.acc, "[mt][2 * c + 1][2 * r] = oddLane ? hi2 : hi0;"));
+  w.line(cat(st.acc, "[mt][2 * c + 1][2 * r + 1] = oddLane ? hi3 : hi1;"));
+  w.close();
+  w.close();
+  w.close();
+  w.close();
+}
+
+std::string TileTargetSm80::e4m3RegistersPrelude() const {
+  const bool bf16 = shape.dtype == "bf16";
+  std::string text = R"cuda(// kv-convert 1: MMA fragments read from the 8-bit tiles and converted in registers.
+// Four e4m3 values (the bytes of x, lowest first) to two pairs of the kernel's 16-bit type: out[0] = bytes 0 and 1,
+// out[1] = bytes 2 and 3 (sm_89 and later convert each half of x in place, no shift).
+__device__ __forceinline__ void widenE4m3x4(unsigned x, unsigned (&out)[2]) {
+  unsigned h[2];
+#if __CUDA_ARCH__ >= 890
+  asm("{.reg .b16 l, u; mov.b32 {l, u}, %2; cvt.rn.f16x2.e4m3x2 %0, l; cvt.rn.f16x2.e4m3x2 %1, u;}"
+      : "=r"(h[0]), "=r"(h[1]) : "r"(x));
+#else
+  h[0] = e4m3x2ToF16x2(x);
+  h[1] = e4m3x2ToF16x2(x >> 16);
+#endif
+)cuda";
+  if (bf16) {
+    text += R"cuda(#pragma unroll
+  for (int i = 0; i < 2; ++i) {  // f16 to bf16 through fp32, exactly
+    float lo, hi;
+    asm("{.reg .f16 l, u; mov.b32 {l, u}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, u;}" : "=f"(lo), "=f"(hi) : "r"(h[i]));
+    out[i] = packBf16x2(lo, hi);
+  }
+}
+)cuda";
+  } else {
+    text += R"cuda(  out[0] = h[0];
+  out[1] = h[1];
+}
+)cuda";
+  }
+  text +=
+      R"cuda(// Two registers of ldmatrix.trans over 8-bit rows (keys 2q, 2q + 1 of columns 2g, 2g + 1: bytes (2q, 2g),
+// (2q, 2g + 1), (2q + 1, 2g), (2q + 1, 2g + 1); a of keys k, b of keys k + 8) to the B fragments of column 2g (even)
+// and column 2g + 1 (odd): each a pair of keys in the kernel's 16-bit type.
+__device__ __forceinline__ void widenE4m3x4Trans(unsigned a, unsigned b, unsigned (&even)[2], unsigned (&odd)[2]) {
+  unsigned t[2];
+  widenE4m3x4(__byte_perm(a, 0u, 0x3120), t);  // bytes 0, 2 (column 2g) low, 1, 3 (column 2g + 1) high
+  even[0] = t[0];
+  odd[0] = t[1];
+  widenE4m3x4(__byte_perm(b, 0u, 0x3120), t);
+  even[1] = t[0];
+  odd[1] = t[1];
+}
+__device__ __forceinline__ uint2 loadShared8(unsigned address) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(address));
+  return v;
+}
+} // namespace sm80
+)cuda";
+  return text;
+}
+
 std::string TileTargetSm80::e4m3WidenPrelude() const {
   const bool bf16 = shape.dtype == "bf16";
   std::string text = R"cuda(
@@ -401,6 +625,8 @@ __device__ __forceinline__ unsigned widenE4m3x2(unsigned x) {
 __device__ __forceinline__ unsigned widenE4m3x2(unsigned x) { return e4m3x2ToF16x2(x); }
 )cuda";
   }
+  if (kvRegisters)
+    return text + e4m3RegistersPrelude();
   text += R"cuda(// 16 e4m3 values (16 bytes, in order) to 16 16-bit values (two 16-byte chunks, in order).
 __device__ __forceinline__ void widenE4m3x16(uint4 x, uint4 (&out)[2]) {
   const unsigned in[4] = {x.x, x.y, x.z, x.w};
@@ -426,37 +652,41 @@ __device__ __forceinline__ void storeShared16(unsigned address, uint4 v) {
   return text;
 }
 
-void TileTargetSm80::copyRoutine(CudaWriter &w, Operand operand) {
+void TileTargetSm80::copyRoutine(CudaWriter &w, Operand operand, int elementBytes) {
   OperandNames n = names(operand);
+  // Elements a 16-byte chunk holds: 8 of 16 bits, 16 of an e4m3 cache's bytes.
+  const int perChunk = 16 / elementBytes;
+  const char *element = elementBytes == 1 ? "unsigned char" : "unsigned short";
   int rows = operand == Operand::Q ? shape.blockM : shape.blockN;
   int width = operand == Operand::V ? shape.headDimV : shape.headDim;
-  int chunks = rows * width / kChunkElements, threads = shape.warps * kWarpSize;
+  int chunks = rows * width / perChunk, threads = shape.warps * kWarpSize;
   bool even = chunks % threads == 0;
-  std::string chunkCount = cat(n.rows, " * ", n.width, " / 8");
+  std::string chunkCount = cat(n.rows, " * ", n.width, " / ", perChunk);
   bool isQ = operand == Operand::Q;
   w.open(cat("auto ", n.copy, " = [&](", isQ ? "" : "int tile", ")"));
-  int chunksPerRow = width / kChunkElements;
+  int chunksPerRow = width / perChunk;
   if (!isQ && even && threads % chunksPerRow == 0) {
     // Each thread keeps one column and steps down kThreads / chunks-per-row rows at a time: one source pointer
     // advanced by a fixed stride, rather than a 64-bit row offset per chunk that the compiler would precompute
     // and keep live across the K/V loop (at two m16 tiles per warp those registers spilled).
-    std::string perRow = cat("(", n.width, " / 8)");
+    std::string perRow = cat("(", n.width, " / ", perChunk, ")");
     w.line(cat("const int row0 = threadIdx.x / ", perRow, ", col = threadIdx.x % ", perRow, ";"));
     w.line(cat("const int seqRow0 = ", isQ ? "m0" : cat("tile * ", n.rows), " + row0;"));
     if (!isQ && shape.kvCache)
-      pagedTileCopy(w, operand, perRow);
-    w.line(cat("const unsigned short *src = ", n.global, " + seqRow0 * ", n.rowStride, " + col * 8;"));
+      pagedTileCopy(w, operand, perRow, elementBytes);
+    w.line(cat("const ", element, " *src = ", n.global, " + seqRow0 * ", n.rowStride, " + col * ", perChunk, ";"));
     w.line(cat("const long long step = (kThreads / ", perRow, ") * ", n.rowStride, ";"));
     w.openUnrolledFor("i", cat(chunkCount, " / kThreads"));
     w.line(cat("const int row = row0 + i * (kThreads / ", perRow, ");"));
     w.line(cat("const bool inside = seqRow0 + i * (kThreads / ", perRow, ") < ", n.seqlen, ";"));
-    w.line(cat("sm80::cpAsync16(", bufferAddress(operand, "tile"), " + sm80::swizzle<", n.width,
-               " / 8>(row, col), inside ? src : ", n.global, ", inside);"));
+    w.line(cat("sm80::cpAsync16(", bufferAddress(operand, "tile"), " + sm80::swizzle<", n.width, " / ", perChunk,
+               ">(row, col), inside ? src : ", n.global, ", inside);"));
     w.line("src += step;");
     w.close();
     w.close(";");
     return;
   }
+  assert(elementBytes == 2 && "8-bit tiles are copied here only where every thread keeps one column");
   w.openUnrolledFor("i", even ? cat(chunkCount, " / kThreads") : cat("(", chunkCount, " + kThreads - 1) / kThreads"));
   w.line("const int chunk = threadIdx.x + i * kThreads;");
   if (!even)
@@ -505,8 +735,10 @@ void TileTargetSm80::pagedCopy(CudaWriter &w, Operand operand, const std::string
              " + ", col, " * 8, inside);"));
 }
 
-void TileTargetSm80::pagedTileCopy(CudaWriter &w, Operand operand, const std::string &perRow) {
+void TileTargetSm80::pagedTileCopy(CudaWriter &w, Operand operand, const std::string &perRow, int elementBytes) {
   OperandNames n = names(operand);
+  const int perChunk = 16 / elementBytes;
+  const char *element = elementBytes == 1 ? "unsigned char" : "unsigned short";
   const char *pageStride = operand == Operand::K ? "p.kCacheBatchStride" : "p.vCacheBatchStride";
   w.open("if (p.kvCache == 2)");
   w.comment("paged cache: key row `key` is row key % pageSize of page blockTable[key / pageSize] (clamped to the");
@@ -515,11 +747,12 @@ void TileTargetSm80::pagedTileCopy(CudaWriter &w, Operand operand, const std::st
   w.comment("as in a contiguous cache. The body is unrolled once per page size (16 to 256 keys, powers of two, as are");
   w.comment("kBlockN and kRowStep; tiles start at multiples of kBlockN): row i starts a page when i * kRowStep is a");
   w.comment("multiple of it, known at compile time, so the copies issue back to back with no per-row branch.");
-  w.line(cat("constexpr int kRowStep = kThreads / ", perRow, ", kCopies = ", n.rows, " * ", n.width, " / 8 / kThreads;"));
+  w.line(cat("constexpr int kRowStep = kThreads / ", perRow, ", kCopies = ", n.rows, " * ", n.width, " / ", perChunk,
+             " / kThreads;"));
   w.open("auto copyPages = [&](auto pageShift)");
   w.line("constexpr int kPageShift = decltype(pageShift)::value, kPageMask = (1 << kPageShift) - 1;");
   w.line(cat("const long long step = kRowStep * ", n.rowStride, ";"));
-  w.line(cat("const unsigned short *src = ", n.global, ";"));
+  w.line(cat("const ", element, " *src = ", n.global, ";"));
   w.openUnrolledFor("i", "kCopies");
   w.line("const int row = row0 + i * kRowStep, key = seqRow0 + i * kRowStep;");
   w.line(cat("const bool inside = key < ", n.seqlen, ";"));
@@ -527,10 +760,10 @@ void TileTargetSm80::pagedTileCopy(CudaWriter &w, Operand operand, const std::st
   w.open("if (i * kRowStep % (1 << kPageShift) == 0)");
   w.line("const int page = inside ? min(max(p.blockTable[key >> kPageShift], 0), p.cacheBatches - 1) : 0;");
   w.line(cat("src = ", n.global, " + page * ", pageStride, " + (inside ? key & kPageMask : 0) * ", n.rowStride,
-             " + col * 8;"));
+             " + col * ", perChunk, ";"));
   w.close();
-  w.line(cat("sm80::cpAsync16(", bufferAddress(operand, "tile"), " + sm80::swizzle<", n.width,
-             " / 8>(row, col), inside ? src : ", n.global, ", inside);"));
+  w.line(cat("sm80::cpAsync16(", bufferAddress(operand, "tile"), " + sm80::swizzle<", n.width, " / ", perChunk,
+             ">(row, col), inside ? src : ", n.global, ", inside);"));
   w.line("src += step;");
   w.close();
   w.close(";");
@@ -586,6 +819,32 @@ bool TileTargetSm80::wait(CudaWriter &w, const std::vector<Operand> &operands, i
 }
 
 void TileTargetSm80::load(CudaWriter &w, Operand operand, const std::string &tile) {
+  if (kvRegisters) {
+    switch (operand) {
+    case Operand::Q:
+      if (!qInRegisters) {
+        w.comment("Q stays in sQ: its A fragments (in the 8-bit K fragments' column order) are read at every k-step");
+        return;
+      }
+      w.comment("Q as mma A fragments, kept in registers for the whole K/V walk, in the column order of the 8-bit K");
+      w.comment("fragments (sm80::loadQPermuted)");
+      w.line("unsigned qFrag[kMTiles][kHeadDim / 16][4];");
+      w.openUnrolledFor("mt", "kMTiles");
+      w.openUnrolledFor("ks", "kHeadDim / 16");
+      loadQPermuted(w, "qFrag[mt][ks]");
+      w.close();
+      w.close();
+      return;
+    case Operand::K:
+      w.comment(cat("K tile ", tile, " is in sK", shape.stages > 1 ? cat(" buffer ", tile, " % kStages") : "",
+                    " as e4m3: ldmatrix.x4 reads its 8-bit B fragments inside S = Q·Kᵀ"));
+      return;
+    case Operand::V:
+      w.comment(cat("V tile ", tile, " is in sV", shape.stages > 1 ? cat(" buffer ", tile, " % kStages") : "",
+                    " as e4m3: ldmatrix.x4.trans reads its 8-bit B fragments inside P·V"));
+      return;
+    }
+  }
   if (kvE4m3 && operand != Operand::Q)
     widenE4m3(w, operand, tile);
   switch (operand) {
@@ -708,6 +967,8 @@ bool TileTargetSm80::stateStore(CudaWriter &w, const StateNames &st) {
 }
 
 void TileTargetSm80::qk(CudaWriter &w, const std::string &kTile, const std::string &scores) {
+  if (kvRegisters)
+    return qkRegisters(w, kTile, scores);
   w.comment(cat(scores, " = Q·Kᵀ for K tile ", kTile, " (mma.sync m16n8k16, fp32): K rows are the n dimension, so"));
   w.comment("ldmatrix.x4 of sK (no transpose) gives the B fragments of two n8 tiles");
   w.line(cat("float ", scores, "[kMTiles][kSTiles][4] = {};"));
@@ -734,6 +995,8 @@ void TileTargetSm80::qk(CudaWriter &w, const std::string &kTile, const std::stri
 }
 
 void TileTargetSm80::pv(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vTile) {
+  if (kvRegisters)
+    return pvRegisters(w, st, p, vTile);
   w.comment("acc += P·V (mma.sync m16n8k16, fp32): ldmatrix.x4.trans of sV gives the B fragments of two n8 tiles");
   w.openUnrolledFor("k", "kBlockN / 16");
   w.openUnrolledFor("np", "kHeadDimV / 16");
@@ -994,6 +1257,11 @@ public:
     if (shape.kvDtype == "e4m3" && (shape.headDim % 16 != 0 || shape.headDimV % 16 != 0))
       return cat("sm80: e4m3 K and V are copied 16 values a chunk: head_dim (", shape.headDim, ") and head_dim_v (",
                  shape.headDimV, ") must be multiples of 16");
+    if (shape.kvConvertRegisters && shape.kvDtype != "e4m3")
+      return std::string("sm80: kv-convert 1 converts e4m3 K/V fragments; this program's K and V are 16-bit");
+    if (shape.kvConvertRegisters && (shape.blockN % 32 != 0 || shape.headDimV % 32 != 0))
+      return cat("sm80: kv-convert 1 reads 8-bit fragments 32 keys and 32 columns of V at a time: block-n (",
+                 shape.blockN, ") and head_dim_v (", shape.headDimV, ") must be multiples of 32");
     if (shape.exp2PolyShare != 0)
       return std::string("sm80: no software exp2 here (tile.exp2_poly_share must be 0)");
     if (shape.warpLayout != WarpLayout::SplitQ)
@@ -1020,7 +1288,11 @@ public:
   }
 
   int64_t smemBytes(const KernelShape &shape) const override {
-    // One Q tile and `stages` K and V tiles (and as many 8-bit staging tiles of each with e4m3 K/V).
+    // One Q tile and `stages` K and V tiles (and as many 8-bit staging tiles of each with e4m3 K/V; only the 8-bit
+    // tiles, rows padded as the 16-bit ones, when their fragments are converted in registers).
+    if (shape.kvDtype == "e4m3" && shape.kvConvertRegisters)
+      return int64_t(shape.blockM) * rowBytes(shape.headDim) +
+             int64_t(shape.stages) * shape.blockN * (rowBytes(shape.headDim / 2) + rowBytes(shape.headDimV / 2));
     return int64_t(shape.blockM) * rowBytes(shape.headDim) +
            int64_t(shape.stages) * shape.blockN * (rowBytes(shape.headDim) + rowBytes(shape.headDimV)) +
            (shape.kvDtype == "e4m3" ? int64_t(shape.stages) * shape.blockN * (shape.headDim + shape.headDimV) : 0);

@@ -17,6 +17,11 @@
 namespace flashtile::tile {
 class FuncOp;
 inline constexpr const char *kKvDtypeAttr = "tile.kv_dtype";
+/// `tile.kv_convert_registers` (a unit attribute of a tile.func with `tile.kv_dtype`, set by the decode schedule's
+/// `kv-convert 1`): the kernel reads the 8-bit K and V tiles from shared memory straight into MMA operand registers
+/// (ldmatrix of the 8-bit rows) and converts them there, instead of widening each tile into a 16-bit shared-memory
+/// tile first. The program's semantics do not change (the conversion is exact either way); only the printed kernel.
+inline constexpr const char *kKvConvertRegistersAttr = "tile.kv_convert_registers";
 /// The element type of the program's K and V tiles: `tile.kv_dtype` where set, else the program's dtype.
 mlir::Type kvDtypeOf(FuncOp func);
 /// Whether K and V are of another type than Q (the function has `tile.kv_dtype`).

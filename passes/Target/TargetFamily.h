@@ -59,6 +59,9 @@ struct KernelShape {
   /// K and V's element type where it is not dtype (`tile.kv_dtype`, passes/IR/TileKvDtype.h): "e4m3", an e4m3 KV
   /// cache read by a bf16 or f16 program; empty: K and V are of dtype.
   std::string kvDtype;
+  /// With an e4m3 kvDtype (`tile.kv_convert_registers`, passes/IR/TileKvDtype.h): K and V fragments are read from the
+  /// 8-bit tiles and converted in registers; false: each tile is widened into a 16-bit shared-memory tile first.
+  bool kvConvertRegisters = false;
   /// Software exp2 (`tile.exp2_poly_share`, passes/IR/TileExp2Poly.h): of every 8 n8 tiles of a score row, this many
   /// take their softmax exponentials from a polynomial on the FMA pipe. 0: all from the MUFU unit; a family without a
   /// software exp2 refuses any other value.

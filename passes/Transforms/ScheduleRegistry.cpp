@@ -263,6 +263,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   shape.warpRows = static_cast<int>(schedule.getWarpRows());
   if (tile::hasKvDtype(func))
     shape.kvDtype = tile::dtypeName(tile::kvDtypeOf(func));
+  shape.kvConvertRegisters = func->hasAttr(tile::kKvConvertRegistersAttr);
   if (auto share = func->getAttrOfType<mlir::IntegerAttr>(tile::kExp2PolyShareAttr))
     shape.exp2PolyShare = static_cast<int>(share.getInt());
   if (auto keyWarps = func->getAttrOfType<mlir::IntegerAttr>(tile::kKeyWarpsAttr))

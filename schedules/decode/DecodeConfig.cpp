@@ -31,6 +31,9 @@ std::optional<std::string> DecodeConfig::validate(int headDim, int headDimV) con
     return bad(kMinBlocksPerSm, minBlocksPerSm,
                "0 (no occupancy request) to " + std::to_string(kMaxThreadsPerSm / threads()) + " (" +
                    std::to_string(kMaxThreadsPerSm) + " threads per SM at " + std::to_string(threads()) + " a block)");
+  if (kvConvert < 0 || kvConvert > 1)
+    return bad(kKvConvert, kvConvert,
+               "0 (e4m3 K/V widened into 16-bit shared-memory tiles) or 1 (converted in registers)");
   if (headDim < 1 || headDim > 256)
     return bad("head_dim", headDim, "1 to 256");
   if (headDimV < 1 || headDimV > 256)

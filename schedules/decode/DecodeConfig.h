@@ -21,7 +21,8 @@ namespace flashtile::decode {
 inline constexpr const char *kName = "decode";
 /// The knobs' names: FA2's, for the knobs the two share.
 inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kWarps = "warps", *kStages = "stages",
-                            *kMinBlocksPerSm = "min-blocks-per-sm", *kPackGqa = "pack-gqa", *kKvCache = "kv-cache";
+                            *kMinBlocksPerSm = "min-blocks-per-sm", *kPackGqa = "pack-gqa", *kKvCache = "kv-cache",
+                            *kKvConvert = "kv-convert";
 inline constexpr int kMaxBlockM = 256, kMaxBlockN = 256, kMaxWarps = 16, kMinStages = 1, kMaxStages = 2;
 inline constexpr int kWarpSize = 32, kMaxThreadsPerSm = 2048;
 
@@ -31,6 +32,11 @@ struct DecodeConfig {
   int warps = 2;          ///< each warp owns blockM / warps query rows (split-Q)
   int stages = 1;         ///< shared-memory buffers per K/V operand (tile-pipeline-copies)
   int minBlocksPerSm = 0; ///< `__launch_bounds__` minimum blocks per SM (0: no request)
+  /// How an e4m3 KV cache's tiles reach the 16-bit MMAs (KV-cache kernels over an e4m3 cache only; 16-bit K/V
+  /// ignore it): 0 widens each 8-bit tile into a 16-bit shared-memory tile after its copy (every thread a share,
+  /// then a barrier); 1 reads MMA fragments of the 8-bit tiles with ldmatrix and converts them in registers (no
+  /// 16-bit tiles: a third of the shared memory, no widening barrier; each warp converts every value it reads).
+  int kvConvert = 0;
 
   /// The configuration used when the caller sets no knob, measured on the H200 at head dims 64, 128 and 256
   /// (bench/NOTES.md v21): 32 query rows on 2 warps, 64 keys a tile, one K and one V buffer. A decode call's rows

@@ -8,6 +8,7 @@
 #include "schedules/decode/DecodeConfig.h"
 #include "schedules/decode/DecodeRegister.h"
 
+#include "passes/IR/TileKvDtype.h"
 #include "passes/Transforms/Passes.h"
 #include "passes/Transforms/ScheduleRegistry.h"
 
@@ -44,6 +45,10 @@ public:
          "1: the kernel also reads KV caches, contiguous or paged (flash_attn_with_kvcache), and appends new keys; "
          "0 (the default): plain K/V only",
          0, 1},
+        {kKvConvert,
+         "an e4m3 KV cache: 0 (the default) widens each K/V tile into a 16-bit shared-memory tile; 1 converts "
+         "the MMA fragments of the 8-bit tiles in registers (16-bit caches ignore it)",
+         0, 1},
     };
     return specs;
   }
@@ -56,8 +61,13 @@ public:
     schedule::applyKnob(knobs, kWarps, config.warps);
     schedule::applyKnob(knobs, kStages, config.stages);
     schedule::applyKnob(knobs, kMinBlocksPerSm, config.minBlocksPerSm);
+    schedule::applyKnob(knobs, kKvConvert, config.kvConvert);
     if (auto error = config.validate(headDim, headDimV))
       return func.emitOpError() << *error;
+    // The form of an e4m3 cache's conversion is the printer's (an attribute beside tile.kv_dtype); a program of
+    // 16-bit K/V has nothing to convert and prints the same either way.
+    if (config.kvConvert == 1 && hasKvDtype(func))
+      func->setAttr(kKvConvertRegistersAttr, UnitAttr::get(func.getContext()));
     // One tiling serves every shape class (the split count, a kernel argument, adapts to the shape); the grid
     // takes Q tiles per (batch, head), splits fastest (block order 0); every tile is rescaled (FA2's policy).
     // Split-Q as fa2: every warp owns blockM / warps query rows.

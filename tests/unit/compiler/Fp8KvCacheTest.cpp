@@ -500,6 +500,194 @@ INSTANTIATE_TEST_SUITE_P(
                       Fp8KvCompileConfig{"none", ElementType::F16, 64, 64, RotaryMode::Interleaved}),
     fp8KvConfigName);
 
+//===----------------------------------------------------------------------===//
+// kv-convert 1: the 8-bit tiles' MMA fragments converted in registers
+//===----------------------------------------------------------------------===//
+
+/// The CUDA of the decode KV-cache kernel of `program` on `arch` with `knobs`, or nothing (the diagnostics say why).
+std::optional<codegen::EmittedKernel> decodeCuda(ModuleOp program, const std::string &arch, schedule::Knobs knobs) {
+  knobs["kv-cache"] = 1;
+  OwningOpRef<ModuleOp> decode = scheduledWith(program, "decode", arch, std::move(knobs));
+  if (!decode)
+    return std::nullopt;
+  FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(funcOf(*decode));
+  if (failed(kernel))
+    return std::nullopt;
+  return *kernel;
+}
+
+// variant, dtype, head dim, head dim v, the decode knobs besides kv-convert 1 and kv-cache 1
+using Fp8KvRegistersConfig = std::tuple<std::string, ElementType, int, int, schedule::Knobs>;
+
+class Fp8KvConvertRegisters : public ::testing::TestWithParam<Fp8KvRegistersConfig> {};
+
+TEST_P(Fp8KvConvertRegisters, CompilesWithoutSixteenBitTiles) {
+  auto [variantName, dtype, headDim, headDimV, knobs] = GetParam();
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto program = buildAttentionProgram(context, *variants::byName(variantName), e4m3Cache(dtype, headDim, headDimV));
+  ASSERT_TRUE(succeeded(program)) << diags.text;
+  for (const char *arch : {"sm_80", "sm_90a"}) {
+    SCOPED_TRACE(arch);
+    schedule::Knobs withRegisters = knobs;
+    withRegisters["kv-convert"] = 1;
+    std::optional<codegen::EmittedKernel> kernel = decodeCuda(**program, arch, withRegisters);
+    ASSERT_TRUE(kernel) << diags.text;
+    std::optional<codegen::EmittedKernel> widened = decodeCuda(**program, arch, knobs);
+    ASSERT_TRUE(widened) << diags.text;
+    const std::string &source = kernel->source;
+    // No widening pass and no 16-bit K/V tile: the fragments are converted where the MMAs read them.
+    EXPECT_EQ(count(source, "sm80::widenE4m3x16(staged, wide);"), 0);
+    EXPECT_EQ(count(source, "holds the widened tile for every warp"), 0);
+    EXPECT_EQ(count(source, "sm80::widenE4m3x4(kRaw[i], kFrag);"),
+              count(source, ": ldmatrix.x4 reads its 8-bit B fragments inside S = Q·Kᵀ"));
+    EXPECT_EQ(count(source, "sm80::widenE4m3x4Trans(vRaw[2 * c], vRaw[2 * c + 1], vEven, vOdd);"),
+              count(source, ": ldmatrix.x4.trans reads its 8-bit B fragments inside P·V"));
+    EXPECT_EQ(count(source, "---- acc's columns back to the mma C layout"), 1);
+    EXPECT_EQ(count(source, "p.scaleLog2 = params.scaleLog2 * kDescale;"), 1);
+    // Same entry, spec and plan as the widening kernel; a third of its shared memory at most.
+    const KernelInfo &info = kernel->info;
+    EXPECT_EQ(info.entry, widened->info.entry);
+    EXPECT_EQ(info.spec().key(), widened->info.spec().key());
+    EXPECT_EQ(plans::launchedEntries(info), plans::launchedEntries(widened->info));
+    EXPECT_TRUE(info.verify().ok()) << info.verify().message();
+    auto attentionSmem = [](const KernelInfo &i) {
+      for (const PlanLaunch &launch : i.plan.launches)
+        if (launch.entry == i.entry)
+          return launch.smemBytes;
+      return -1;
+    };
+    EXPECT_GT(attentionSmem(info), 0);
+    EXPECT_LT(attentionSmem(info), attentionSmem(widened->info));
+    std::string log;
+    StatusOr<std::string> cubin = compileCuda(source, info.entry + ".cu", arch, NvrtcOutput::Cubin, {}, &log);
+    ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << source;
+    for (const std::string &entry : plans::launchedEntries(info))
+      EXPECT_NE(cubin->find(entry), std::string::npos) << entry;
+  }
+}
+
+std::string fp8KvRegistersName(const ::testing::TestParamInfo<Fp8KvRegistersConfig> &info) {
+  auto [variant, dtype, headDim, headDimV, knobs] = info.param;
+  std::string name = variant + (dtype == ElementType::BF16 ? "_bf16" : "_f16") + "_d" + std::to_string(headDim) +
+                     (headDimV != headDim ? "_dv" + std::to_string(headDimV) : "");
+  for (const auto &[knob, value] : knobs) {
+    name += "_" + knob + std::to_string(value);
+    std::replace(name.begin(), name.end(), '-', '_');
+  }
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Fp8KvConvertRegisters,
+    ::testing::Values(Fp8KvRegistersConfig{"causal", ElementType::BF16, 128, 128, {}},
+                      Fp8KvRegistersConfig{"none", ElementType::F16, 128, 128, {}},
+                      Fp8KvRegistersConfig{"causal", ElementType::BF16, 128, 128, {{"stages", 2}}},
+                      Fp8KvRegistersConfig{"causal", ElementType::BF16, 128, 128, {{"block-n", 128}}},
+                      Fp8KvRegistersConfig{"causal", ElementType::BF16, 128, 128, {{"block-m", 16}, {"warps", 1}}},
+                      Fp8KvRegistersConfig{
+                          "causal", ElementType::BF16, 128, 128, {{"block-m", 16}, {"warps", 1}, {"stages", 2}}},
+                      Fp8KvRegistersConfig{"softcap_causal", ElementType::BF16, 64, 64, {}},
+                      Fp8KvRegistersConfig{"sliding_window", ElementType::F16, 96, 96, {}},
+                      Fp8KvRegistersConfig{"causal", ElementType::BF16, 192, 128, {}},
+                      Fp8KvRegistersConfig{"alibi", ElementType::BF16, 256, 256, {}},
+                      Fp8KvRegistersConfig{"sinks", ElementType::F16, 256, 256, {{"pack-gqa", 0}}}),
+    fp8KvRegistersName);
+
+// The larger tiles and rings the decode knobs allow compile for the widening kernel too, within shared memory.
+TEST(Fp8KvConvertRegisters, WideningKernelsTakeTheLargerTilesAndRings) {
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto program = buildAttentionProgram(context, *variants::byName("causal"), e4m3Cache(ElementType::BF16, 128));
+  ASSERT_TRUE(succeeded(program)) << diags.text;
+  for (const char *arch : {"sm_80", "sm_90a"})
+    for (const schedule::Knobs &knobs : std::vector<schedule::Knobs>{
+             {{"block-n", 128}}, {{"stages", 2}}, {{"block-m", 16}, {"warps", 1}}, {{"min-blocks-per-sm", 4}}}) {
+      SCOPED_TRACE(std::string(arch) + " " + fp8KvRegistersName({{"causal", ElementType::BF16, 128, 128, knobs}, 0}));
+      std::optional<codegen::EmittedKernel> kernel = decodeCuda(**program, arch, knobs);
+      ASSERT_TRUE(kernel) << diags.text;
+      EXPECT_GE(count(kernel->source, "sm80::widenE4m3x16(staged, wide);"), 2);
+      std::string log;
+      StatusOr<std::string> cubin =
+          compileCuda(kernel->source, kernel->info.entry + ".cu", arch, NvrtcOutput::Cubin, {}, &log);
+      EXPECT_TRUE(cubin.ok()) << cubin.status().message();
+    }
+}
+
+TEST(Fp8KvConvertRegisters, TheDefaultAndSixteenBitKernelsPrintWhatTheyPrinted) {
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto e4m3 = buildAttentionProgram(context, *variants::byName("causal"), e4m3Cache(ElementType::BF16, 128));
+  auto bf16 = buildAttentionProgram(context, *variants::byName("causal"), ProgramOptions{ElementType::BF16, 128, 128});
+  ASSERT_TRUE(succeeded(e4m3) && succeeded(bf16)) << diags.text;
+  for (const char *arch : {"sm_80", "sm_90a"}) {
+    std::optional<codegen::EmittedKernel> plain = decodeCuda(**e4m3, arch, {}),
+                                          zero = decodeCuda(**e4m3, arch, {{"kv-convert", 0}});
+    ASSERT_TRUE(plain && zero) << diags.text;
+    EXPECT_EQ(plain->source, zero->source) << "kv-convert 0 is the default";
+    // 16-bit K/V have nothing to convert: the knob leaves their kernel as it was.
+    std::optional<codegen::EmittedKernel> bf16Plain = decodeCuda(**bf16, arch, {}),
+                                          bf16One = decodeCuda(**bf16, arch, {{"kv-convert", 1}});
+    ASSERT_TRUE(bf16Plain && bf16One) << diags.text;
+    EXPECT_EQ(bf16Plain->source, bf16One->source);
+  }
+}
+
+TEST(Fp8KvConvertRegisters, RefusesWhatItCannotReadByName) {
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto program = buildAttentionProgram(context, *variants::byName("none"), e4m3Cache(ElementType::BF16, 128));
+  ASSERT_TRUE(succeeded(program)) << diags.text;
+  EXPECT_FALSE(decodeCuda(**program, "sm_90a", {{"kv-convert", 1}, {"block-n", 48}}));
+  EXPECT_NE(diags.text.find("kv-convert 1 reads 8-bit fragments 32 keys and 32 columns of V at a time: block-n (48)"),
+            std::string::npos)
+      << diags.text;
+  PassManager pm(&context);
+  std::string message;
+  EXPECT_TRUE(failed(schedule::buildPipeline(
+      pm, schedule::Request{"decode", "sm_90a", "default", {{"kv-cache", 1}, {"kv-convert", 2}}}, message)));
+  EXPECT_NE(message.find("decode: kv-convert = 2 is out of range; accepted: 0 to 1"), std::string::npos) << message;
+}
+
+// The knob changes the printed kernel only: the program the interpreter runs computes the same O, bit for bit.
+TEST(Fp8KvConvertRegisters, TheInterpreterSeesTheSameProgram) {
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto program = buildAttentionProgram(context, *variants::byName("causal"), e4m3Cache(ElementType::BF16, 64));
+  ASSERT_TRUE(succeeded(program)) << diags.text;
+  OwningOpRef<ModuleOp> widened = scheduledWith(**program, "decode", "sm_90a", {{"kv-cache", 1}, {"block-n", 32}});
+  OwningOpRef<ModuleOp> registers =
+      scheduledWith(**program, "decode", "sm_90a", {{"kv-cache", 1}, {"block-n", 32}, {"kv-convert", 1}});
+  ASSERT_TRUE(widened && registers) << diags.text;
+  EXPECT_FALSE(funcOf(*widened)->hasAttr(tile::kKvConvertRegistersAttr));
+  EXPECT_TRUE(funcOf(*registers)->hasAttr(tile::kKvConvertRegistersAttr));
+  const uint64_t seed = seedFor("Fp8KvConvertRegisters_interpreter");
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  interp::Problem p = flashtile::testing::problem(2, 1, 200, 8, 2, 64, {});
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto fill = [&](int64_t n, bool e4m3) {
+    std::vector<float> x(n);
+    for (float &e : x)
+      e = e4m3 ? interp::roundToE4m3(16.0f * normal(rng)) : normal(rng);
+    return x;
+  };
+  const std::vector<float> q = fill(int64_t{p.batch} * p.seqlenQ * p.headsQ * p.headDim, false);
+  const std::vector<float> k = fill(int64_t{p.batch} * p.seqlenK * p.headsKv * p.headDim, true);
+  const std::vector<float> v = fill(int64_t{p.batch} * p.seqlenK * p.headsKv * p.headDimV, true);
+  for (std::vector<float> *d : {&p.kDescale, &p.vDescale})
+    for (int64_t i = 0; i < int64_t{p.batch} * p.headsKv; ++i)
+      d->push_back(0.05f + 0.01f * float(i));
+  for (int splits : {1, 3}) {
+    p.numSplits = splits;
+    std::vector<float> o0, lse0, o1, lse1;
+    ASSERT_TRUE(succeeded(interp::run(funcOf(*widened), p, q, k, v, o0, lse0))) << diags.text;
+    ASSERT_TRUE(succeeded(interp::run(funcOf(*registers), p, q, k, v, o1, lse1))) << diags.text;
+    EXPECT_EQ(o0, o1);
+    EXPECT_EQ(lse0, lse1);
+  }
+}
+
 TEST(Fp8KvCompiles, OtherFamiliesAndPlainKernelsRefuseAnE4m3Cache) {
   MLIRContext context;
   DiagnosticCapture diags(context);
