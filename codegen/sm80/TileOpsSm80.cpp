@@ -819,56 +819,44 @@ bool TileTargetSm80::wait(CudaWriter &w, const std::vector<Operand> &operands, i
 }
 
 void TileTargetSm80::load(CudaWriter &w, Operand operand, const std::string &tile) {
-  if (kvRegisters) {
-    switch (operand) {
-    case Operand::Q:
-      if (!qInRegisters) {
-        w.comment("Q stays in sQ: its A fragments (in the 8-bit K fragments' column order) are read at every k-step");
-        return;
-      }
-      w.comment("Q as mma A fragments, kept in registers for the whole K/V walk, in the column order of the 8-bit K");
-      w.comment("fragments (sm80::loadQPermuted)");
-      w.line("unsigned qFrag[kMTiles][kHeadDim / 16][4];");
-      w.openUnrolledFor("mt", "kMTiles");
-      w.openUnrolledFor("ks", "kHeadDim / 16");
-      loadQPermuted(w, "qFrag[mt][ks]");
-      w.close();
-      w.close();
-      return;
-    case Operand::K:
-      w.comment(cat("K tile ", tile, " is in sK", shape.stages > 1 ? cat(" buffer ", tile, " % kStages") : "",
-                    " as e4m3: ldmatrix.x4 reads its 8-bit B fragments inside S = Q·Kᵀ"));
-      return;
-    case Operand::V:
-      w.comment(cat("V tile ", tile, " is in sV", shape.stages > 1 ? cat(" buffer ", tile, " % kStages") : "",
-                    " as e4m3: ldmatrix.x4.trans reads its 8-bit B fragments inside P·V"));
-      return;
-    }
-  }
-  if (kvE4m3 && operand != Operand::Q)
+  // kv-convert 1 (kvRegisters): K and V stay e4m3 in shared memory, ldmatrix reads their bytes into fragments that are
+  // converted in registers, and Q's fragments follow the 8-bit K fragments' column order. Otherwise an e4m3 K or V
+  // tile is widened into its 16-bit buffer here.
+  if (kvE4m3 && !kvRegisters && operand != Operand::Q)
     widenE4m3(w, operand, tile);
+  const std::string buffer = shape.stages > 1 ? cat(" buffer ", tile, " % kStages") : "";
+  const char *eightBit = kvRegisters ? " as e4m3: ldmatrix" : ": ldmatrix";
+  const char *fragments = kvRegisters ? " reads its 8-bit B fragments inside " : " reads its B fragments inside ";
   switch (operand) {
   case Operand::Q:
     if (!qInRegisters) {
-      w.comment("Q stays in sQ: its A fragments are read with ldmatrix.x4 at every k-step of S = Q·Kᵀ");
+      w.comment(kvRegisters ? "Q stays in sQ: its A fragments (in the 8-bit K fragments' column order) are read at every "
+                              "k-step"
+                            : "Q stays in sQ: its A fragments are read with ldmatrix.x4 at every k-step of S = Q·Kᵀ");
       return;
     }
-    w.comment("Q as mma A fragments: ldmatrix.x4 from sQ, kept in registers for the whole K/V walk");
+    if (kvRegisters) {
+      w.comment("Q as mma A fragments, kept in registers for the whole K/V walk, in the column order of the 8-bit K");
+      w.comment("fragments (sm80::loadQPermuted)");
+    } else {
+      w.comment("Q as mma A fragments: ldmatrix.x4 from sQ, kept in registers for the whole K/V walk");
+    }
     w.line("unsigned qFrag[kMTiles][kHeadDim / 16][4];");
     w.openUnrolledFor("mt", "kMTiles");
     w.openUnrolledFor("ks", "kHeadDim / 16");
-    w.line("sm80::ldmatrixX4(qFrag[mt][ks], sm80::smemAddress(sQ) + ldRowQ + mt * 16 * kRowBytesQK + (ldChunkQ ^ "
-           "(32 * ks)));");
+    if (kvRegisters)
+      loadQPermuted(w, "qFrag[mt][ks]");
+    else
+      w.line("sm80::ldmatrixX4(qFrag[mt][ks], sm80::smemAddress(sQ) + ldRowQ + mt * 16 * kRowBytesQK + (ldChunkQ ^ "
+             "(32 * ks)));");
     w.close();
     w.close();
     return;
   case Operand::K:
-    w.comment(cat("K tile ", tile, " is in sK", shape.stages > 1 ? cat(" buffer ", tile, " % kStages") : "",
-                  ": ldmatrix.x4 reads its B fragments inside S = Q·Kᵀ"));
+    w.comment(cat("K tile ", tile, " is in sK", buffer, eightBit, ".x4", fragments, "S = Q·Kᵀ"));
     return;
   case Operand::V:
-    w.comment(cat("V tile ", tile, " is in sV", shape.stages > 1 ? cat(" buffer ", tile, " % kStages") : "",
-                  ": ldmatrix.x4.trans reads its B fragments inside P·V"));
+    w.comment(cat("V tile ", tile, " is in sV", buffer, eightBit, ".x4.trans", fragments, "P·V"));
     return;
   }
 }
