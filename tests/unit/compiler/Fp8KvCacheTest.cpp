@@ -234,6 +234,26 @@ Reference reference(const interp::Problem &p, const Fp8KvCase &c, const std::vec
   return ref;
 }
 
+/// Random inputs of problem `p`: Q standard normal, K and V e4m3 values of 16·N(0, 1) (a quantizer's spread over
+/// e4m3's range), drawn in that order from `rng`.
+struct CacheInputs {
+  std::vector<float> q, k, v;
+};
+CacheInputs randomInputs(const interp::Problem &p, std::mt19937_64 &rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto fill = [&](int64_t n, bool e4m3) {
+    std::vector<float> x(n);
+    for (float &e : x)
+      e = e4m3 ? interp::roundToE4m3(16.0f * normal(rng)) : normal(rng);
+    return x;
+  };
+  CacheInputs in;
+  in.q = fill(int64_t{p.batch} * p.seqlenQ * p.headsQ * p.headDim, false);
+  in.k = fill(int64_t{p.batch} * p.seqlenK * p.headsKv * p.headDim, true);
+  in.v = fill(int64_t{p.batch} * p.seqlenK * p.headsKv * p.headDimV, true);
+  return in;
+}
+
 class Fp8KvInterpreter : public ::testing::TestWithParam<Fp8KvCase> {};
 
 TEST_P(Fp8KvInterpreter, MatchesTheDequantizedCacheAtEverySplitCount) {
@@ -254,17 +274,8 @@ TEST_P(Fp8KvInterpreter, MatchesTheDequantizedCacheAtEverySplitCount) {
   interp::Problem p =
       flashtile::testing::problem(2, c.seqlenQ, c.seqlenK, c.headsQ, c.headsKv, c.headDim,
                                   c.variant == "softcap" ? std::vector<float>{2.f} : std::vector<float>{});
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> descale(0.02f, 0.5f);
-  auto fill = [&](int64_t n, bool e4m3) {
-    std::vector<float> x(n);
-    for (float &e : x)
-      e = e4m3 ? interp::roundToE4m3(16.0f * normal(rng)) : normal(rng); // a quantizer's spread over e4m3's range
-    return x;
-  };
-  const std::vector<float> q = fill(int64_t{p.batch} * p.seqlenQ * p.headsQ * p.headDim, false);
-  const std::vector<float> k = fill(int64_t{p.batch} * p.seqlenK * p.headsKv * p.headDim, true);
-  const std::vector<float> v = fill(int64_t{p.batch} * p.seqlenK * p.headsKv * p.headDimV, true);
+  const auto [q, k, v] = randomInputs(p, rng);
   for (std::vector<float> *d : {&p.kDescale, &p.vDescale})
     for (int64_t i = 0; i < int64_t{p.batch} * p.headsKv; ++i)
       d->push_back(descale(rng) / 16.0f * 4.0f); // dequantized values of order one
@@ -665,16 +676,7 @@ TEST(Fp8KvConvertRegisters, TheInterpreterSeesTheSameProgram) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   interp::Problem p = flashtile::testing::problem(2, 1, 200, 8, 2, 64, {});
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto fill = [&](int64_t n, bool e4m3) {
-    std::vector<float> x(n);
-    for (float &e : x)
-      e = e4m3 ? interp::roundToE4m3(16.0f * normal(rng)) : normal(rng);
-    return x;
-  };
-  const std::vector<float> q = fill(int64_t{p.batch} * p.seqlenQ * p.headsQ * p.headDim, false);
-  const std::vector<float> k = fill(int64_t{p.batch} * p.seqlenK * p.headsKv * p.headDim, true);
-  const std::vector<float> v = fill(int64_t{p.batch} * p.seqlenK * p.headsKv * p.headDimV, true);
+  const auto [q, k, v] = randomInputs(p, rng);
   for (std::vector<float> *d : {&p.kDescale, &p.vDescale})
     for (int64_t i = 0; i < int64_t{p.batch} * p.headsKv; ++i)
       d->push_back(0.05f + 0.01f * float(i));
