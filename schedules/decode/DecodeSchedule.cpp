@@ -47,7 +47,7 @@ public:
          0, 1},
         {kKvConvert,
          "an e4m3 KV cache: 0 (the default) widens each K/V tile into a 16-bit shared-memory tile; 1 converts "
-         "the MMA fragments of the 8-bit tiles in registers (16-bit caches ignore it)",
+         "the MMA fragments of the 8-bit tiles in registers (refused for K/V of the program's dtype)",
          0, 1},
     };
     return specs;
@@ -64,9 +64,13 @@ public:
     schedule::applyKnob(knobs, kKvConvert, config.kvConvert);
     if (auto error = config.validate(headDim, headDimV))
       return func.emitOpError() << *error;
-    // The form of an e4m3 cache's conversion is the printer's (an attribute beside tile.kv_dtype); a program of
-    // 16-bit K/V has nothing to convert and prints the same either way.
-    if (config.kvConvert == 1 && hasKvDtype(func))
+    // The form of an e4m3 cache's conversion is the printer's (an attribute beside tile.kv_dtype). A program of
+    // 16-bit K/V has nothing to convert: the knob is refused there rather than accepted and ignored.
+    if (config.kvConvert == 1 && !hasKvDtype(func))
+      return func.emitOpError() << "decode: " << kKvConvert << " = 1 is not supported here; accepted: 0 (K and V are "
+                                << "of the program's dtype: nothing to convert; 1 needs an e4m3 KV cache, kv-cache 1 "
+                                   "with kv dtype e4m3)";
+    if (config.kvConvert == 1)
       func->setAttr(kKvConvertRegistersAttr, UnitAttr::get(func.getContext()));
     // One tiling serves every shape class (the split count, a kernel argument, adapts to the shape); the grid
     // takes Q tiles per (batch, head), splits fastest (block order 0); every tile is rescaled (FA2's policy).

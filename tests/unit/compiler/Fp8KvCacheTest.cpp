@@ -625,7 +625,7 @@ TEST(Fp8KvConvertRegisters, WideningKernelsTakeTheLargerTilesAndRings) {
     }
 }
 
-TEST(Fp8KvConvertRegisters, TheDefaultAndSixteenBitKernelsPrintWhatTheyPrinted) {
+TEST(Fp8KvConvertRegisters, TheDefaultPrintsWhatItPrintedAndSixteenBitKvRefusesTheKnob) {
   MLIRContext context;
   DiagnosticCapture diags(context);
   auto e4m3 = buildAttentionProgram(context, *variants::byName("causal"), e4m3Cache(ElementType::BF16, 128));
@@ -636,11 +636,15 @@ TEST(Fp8KvConvertRegisters, TheDefaultAndSixteenBitKernelsPrintWhatTheyPrinted) 
                                           zero = decodeCuda(**e4m3, arch, {{"kv-convert", 0}});
     ASSERT_TRUE(plain && zero) << diags.text;
     EXPECT_EQ(plain->source, zero->source) << "kv-convert 0 is the default";
-    // 16-bit K/V have nothing to convert: the knob leaves their kernel as it was.
+    // 16-bit K/V have nothing to convert: kv-convert 0 leaves their kernel as it was, 1 is refused by name.
     std::optional<codegen::EmittedKernel> bf16Plain = decodeCuda(**bf16, arch, {}),
-                                          bf16One = decodeCuda(**bf16, arch, {{"kv-convert", 1}});
-    ASSERT_TRUE(bf16Plain && bf16One) << diags.text;
-    EXPECT_EQ(bf16Plain->source, bf16One->source);
+                                          bf16Zero = decodeCuda(**bf16, arch, {{"kv-convert", 0}});
+    ASSERT_TRUE(bf16Plain && bf16Zero) << diags.text;
+    EXPECT_EQ(bf16Plain->source, bf16Zero->source);
+    diags.text.clear();
+    EXPECT_FALSE(decodeCuda(**bf16, arch, {{"kv-convert", 1}}));
+    EXPECT_NE(diags.text.find("decode: kv-convert = 1 is not supported here; accepted: 0"), std::string::npos)
+        << diags.text;
   }
 }
 
