@@ -92,8 +92,10 @@ if [ "$torch_spec" != none ]; then
   echo "$deps" > "$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/torch-deps.pth"
   imports "" | tail -1
   # ring-flash-attn from the registry (pure Python, 25 KB), so that tests/python/test_flash_attn_compat.py runs it
-  # itself on flashtile's flash-attn entry points over gloo (docs/parallel.md).
-  "$work/venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps ring-flash-attn==0.1.8
+  # itself on flashtile's flash-attn entry points over gloo (docs/parallel.md); filelock and networkx, which
+  # torch.compile imports, so that tests/python/test_parallel_compile.py compiles flashtile.parallel's calls.
+  "$work/venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps ring-flash-attn==0.1.8 \
+    filelock==4.3.2 networkx==3.6.1
 fi
 
 echo "== tests/python against the installed package"

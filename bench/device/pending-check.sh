@@ -15,7 +15,8 @@
 # entry points, test_parallel_gpu.py -k ring_flash_attn: carry .whl/ring, its wheel, `pip download --no-deps -d
 # .whl/ring ring-flash-attn` on the build machine), fp8kvsweep (bench/fp8_decode_bench.py once with the default kernels
 # and once per e4m3 KV-cache candidate library .device/aot-f8kv-<name> of pending-prepare.sh, FP8KV_SWEEP names them; a
-# table of e4m3 and bf16 tokens/s and % of the HBM roof per candidate), fp8kvr (test_fp8_kvcache.py with kv-convert 1's
+# table of e4m3 and bf16 tokens/s and % of the HBM roof per candidate), compile (test_parallel_gpu.py -k compiled:
+# ring and Ulysses attention under torch.compile with inductor, two ranks sharing the GPU), fp8kvr (test_fp8_kvcache.py with kv-convert 1's
 # library .device/aot-f8kv-rtest loaded). Neither of the last two is in the default list: PENDING=fp8kvsweep,fp8kvr
 # (about 4 minutes).
 # Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python, and for skv the two
@@ -50,7 +51,9 @@ part fp8kv 240 python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_kvcache.py
 # the e4m3 cache's fragments converted in registers (kv-convert 1) wherever the library has the call's kernel
 part fp8kvr 240 env FLASHTILE_AOT_DIR="$root/.device/aot-f8kv-rtest" FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-fp8kvr \
   python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_kvcache.py
-part positions 180 python3 -m pytest -q -p no:cacheprovider test_positions_gpu.py test_parallel_gpu.py
+part positions 180 python3 -m pytest -q -p no:cacheprovider test_positions_gpu.py test_parallel_gpu.py -k "not compiled"
+# flashtile.parallel under torch.compile(fullgraph=True, inductor): 2 ranks sharing the GPU
+part compile 400 python3 -m pytest -q -p no:cacheprovider test_parallel_gpu.py -k compiled
 if [[ $parts == *,ringfa,* ]] && ls "$root"/.whl/ring/ring_flash_attn-*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/ringfa-site "$root"/.whl/ring/*.whl
 fi

@@ -64,7 +64,8 @@ class UlyssesPlan:
     def forward(self, q, k, v):
         qh, kh, vh = (self.to_heads(t) for t in (q, k, v))
         out_h, lse_h = self.op.forward(qh, kh, vh, self.block, self.settings)
-        out_h = out_h.to(q.dtype)
+        # lse as ring attention gives it, fp32 (fp64 for fp64 inputs), whatever the local op returned
+        out_h, lse_h = out_h.to(q.dtype), lse_h.to(torch.promote_types(torch.float32, q.dtype))
         out = self.from_heads(out_h)
         lse: Optional[torch.Tensor] = self.lse_from_heads(lse_h) if self.want_lse else None
         return out, lse, (qh, kh, vh, out_h, lse_h)

@@ -2,8 +2,8 @@
 
 1. Ring and Ulysses attention with 2 and 4 ranks sharing one GPU over gloo (flashtile's kernels as the local op)
    against one GPU's flashtile, by FlashAttention's error rule, forward and backward: with ref the fp64 reference
-   of the whole problem, max|parallel - ref| <= 2 * max|one GPU - ref| + atol (3x for softcap and gradients). Only
-   what the kernels place exactly without position offsets runs (docs/parallel.md); the rest is refused by name.
+   of the whole problem, max|parallel - ref| <= 2 * max|one GPU - ref| + atol (3x for softcap and gradients); some
+   of them also under torch.compile(fullgraph=True).
 2. ring-flash-attn itself (when installed: pip install ring-flash-attn) through flash_attn_compat.install(), over
    NCCL on every GPU of the machine (one rank a GPU, one rank where there is one GPU), against flashtile's
    flash_attn_func on the whole problem by the same rule.
@@ -38,8 +38,9 @@ INPUTS = {"sinks_causal": lambda h, n: {"sinks": torch.linspace(-1.0, 1.0, h)},
 PARAMS = {"softcap_causal": {"cap": 8.0}, "sliding_window": {"left": 64, "right": 0}}
 
 
-def _parallel_case(mode, variant, layout, seed=0):
-    """On this rank: (name, ok, detail) for out, dq, dk, dv against one GPU and the fp64 reference."""
+def _parallel_case(mode, variant, layout, seed=0, compiled=False):
+    """On this rank: (name, ok, detail) for out, dq, dk, dv against one GPU and the fp64 reference; `compiled`: the
+    call under torch.compile(fullgraph=True) (inductor; a graph break fails)."""
     import torch.distributed as dist
 
     import flashtile
@@ -67,7 +68,11 @@ def _parallel_case(mode, variant, layout, seed=0):
     mine = lambda t, dim=1: parallel.shard(t, layout=layout, dim=dim)  # noqa: E731
     ql, kl, vl = (mine(t.detach()).requires_grad_() for t in (qg, kg, vg))
     fn = parallel.ring_attention if mode == "ring" else parallel.ulysses_attention
-    out = fn(ql, kl, vl, variant, params=params, inputs=on_gpu, layout=layout)
+    call = lambda ql, kl, vl: fn(ql, kl, vl, variant, params=params, inputs=on_gpu, layout=layout)  # noqa: E731
+    if compiled:
+        torch._dynamo.reset()
+        call = torch.compile(call, fullgraph=True)
+    out = call(ql, kl, vl)
     grads = torch.autograd.grad((out.float() * mine(dout.to(dev))).sum(), (ql, kl, vl))
     results = [("out", *_rule(out.cpu(), mine(one.detach()).cpu(), mine(ref.detach()), factor))]
     for name, got, low, want in zip(("dq", "dk", "dv"), grads, one_grads, ref_grads):
@@ -103,6 +108,18 @@ def _parallel_worker(rank, world, init_file, queue, cases):
 @pytest.mark.parametrize("world", [2, 4])
 def test_ranks_sharing_one_gpu_match_one_gpu(world):
     reports = run_ranks(_parallel_worker, world, (PARALLEL_CASES,), timeout=900)
+    problems = failures(reports)
+    assert not problems, "\n".join(problems)
+
+
+# Under torch.compile: one case a mode, and a variant whose blocks need position offsets.
+COMPILED_CASES = [("ring", "causal", "zigzag", 0, True), ("ring", "sliding_window", "contiguous", 0, True),
+                  ("ulysses", "causal", "contiguous", 0, True)]
+
+
+@needs_cuda
+def test_compiled_ranks_sharing_one_gpu_match_one_gpu():
+    reports = run_ranks(_parallel_worker, 2, (COMPILED_CASES,), timeout=900)
     problems = failures(reports)
     assert not problems, "\n".join(problems)
 
