@@ -14,7 +14,8 @@ torch.distributed (NCCL on GPUs, gloo on CPUs) and nothing of its own.
 - ulysses_attention: all-to-all over heads (heads_q and heads_kv divisible by the world size).
 Both take any variant (a built-in name or a flashtile.Variant), its numbers and input arrays (the whole problem's:
 e.g. document_mask's doc_start for every key), GQA, varlen (cu_seqlens of the whole packed batch), and are
-differentiable. The local attention is pluggable: flashtile's GPU kernels for CUDA tensors, the fp64 reference
+differentiable, also under torch.compile(fullgraph=True) (one custom op forward and one backward: _ops). The
+local attention is pluggable: flashtile's GPU kernels for CUDA tensors, the fp64 reference
 (flashtile.reference_attention) for CPU ones. docs/parallel.md says what each mode costs and what is exact where.
 """
 
