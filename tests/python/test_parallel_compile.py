@@ -140,7 +140,14 @@ def opcheck(world):
                                 False, None, False, True)
         args = (*[t.requires_grad_() for t in local], tensors, cu, number)
         torch.library.opcheck(torch.ops.flashtile_parallel.forward.default, args)
-        results.append(((mode, varlen, name), True, "opcheck passed"))
+        # The backward op on the forward's results (out, lse and what Ulysses saves).
+        with torch.no_grad():
+            out, lse, saved = torch.ops.flashtile_parallel.forward(*args)
+        dout = torch.randn(out.shape, generator=g, dtype=out.dtype)
+        q, k, v = (t.detach() for t in local)
+        torch.library.opcheck(torch.ops.flashtile_parallel.backward.default,
+                              (dout, q, k, v, out, lse, saved, tensors, cu, number))
+        results.append(((mode, varlen, name), True, "opcheck passed (forward and backward)"))
     return results
 
 

@@ -102,9 +102,11 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, arrays: List[tor
     r, call = _call(recipe, q, k, v, arrays, cu_seqlens)
     if r.mode == "ring":
         out, lse = ring_plan(call, q).forward(q, k, v)
-        return out, lse, []
+        return out.contiguous(), lse.contiguous(), []
     out, lse, saved = ulysses_plan(call, q, r.return_lse).forward(q, k, v)
-    return out, q.new_empty((0,), dtype=_lse_dtype(q)) if lse is None else lse, list(saved)
+    # Contiguous, as the fake implementation says (the all-to-alls hand back strided views).
+    return (out.contiguous(), q.new_empty((0,), dtype=_lse_dtype(q)) if lse is None else lse.contiguous(),
+            [t.contiguous() for t in saved])
 
 
 def _world(r: Recipe) -> int:
@@ -157,7 +159,9 @@ def _backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
     if r.names is not None:
         by_name = dict(zip(call.hooks.variant.inputs, grads))
         grads = [by_name[n] for n in r.names]
-    return dq, dk, dv, [t.new_empty((0,)) if g is None else g for t, g in zip(arrays, grads)]
+    # Contiguous, as the fake implementation says (Ulysses' all-to-all hands back strided views).
+    return dq.contiguous(), dk.contiguous(), dv.contiguous(), \
+        [t.new_empty((0,)) if g is None else g.contiguous() for t, g in zip(arrays, grads)]
 
 
 @_backward.register_fake
