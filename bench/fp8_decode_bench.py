@@ -59,6 +59,8 @@ def main():
     parser.add_argument("--page-size", type=int, default=256)
     parser.add_argument("--peak-gbs", type=float, default=0.0, help="HBM roof in GB/s (0: the copy bandwidth)")
     parser.add_argument("--json", help="write the rows as JSON to this file")
+    parser.add_argument("--expect-aot", action="store_true",
+                        help="fail unless the e4m3 call runs a kernel of FLASHTILE_AOT_DIR's library (a candidate's run)")
     args = parser.parse_args()
     torch.manual_seed(0)
     b, h, hk, d, n, page = args.batch, args.heads, args.heads_kv, args.head_dim, args.keys, args.page_size
@@ -95,9 +97,15 @@ def main():
           f" -> {'ok' if checked else 'FAIL'}")
 
     peak = args.peak_gbs or copy_bandwidth_gbs()
-    explain8 = flashtile.explain_kvcache(q, k8, v8, cache_seqlens=seqlens, block_table=table, causal=True,
-                                         k_descale=kd, v_descale=vd)["entry"]
-    explain16 = flashtile.explain_kvcache(q, k16, v16, cache_seqlens=seqlens, block_table=table, causal=True)["entry"]
+    chosen8 = flashtile.explain_kvcache(q, k8, v8, cache_seqlens=seqlens, block_table=table, causal=True,
+                                        k_descale=kd, v_descale=vd)
+    chosen16 = flashtile.explain_kvcache(q, k16, v16, cache_seqlens=seqlens, block_table=table, causal=True)
+    explain8, explain16 = (f"{c['entry']} ({c['source']})" for c in (chosen8, chosen16))
+    if args.expect_aot and chosen8["source"] != "aot":
+        # A candidate library that does not serve the call would time the default under the candidate's name.
+        print(f"error: --expect-aot: the e4m3 call runs {explain8}, not a kernel of FLASHTILE_AOT_DIR's library "
+              f"({os.environ.get('FLASHTILE_AOT_DIR', 'unset')}); build the library for this call's kernel")
+        return 1
     results = []
     for name, fn, elem, entry in (("bf16", call16, 2, explain16), ("e4m3", call8, 1, explain8)):
         ms = bench(fn)
