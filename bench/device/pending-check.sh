@@ -10,7 +10,8 @@
 # split, 64 x 128 tiles as at 128, with and without swap-sdp, beside the default split-Q 128 x 128: the libraries
 # .device/aot-h64km and .device/aot-h64kms), rot (deterministic mode's rotated walk, the library .device/aot-rot of
 # `--rotated-walk 1`: its gradients, bitwise repeatability and time beside the default; logs pending-rot*.log),
-# sw (dq-swizzle 1 at head dims 96, 128, 192 beside the default's padded rows: the library .device/aot-sw, through
+# lpt (lpt-group-blocks 256: the backward's grouped launch order, the library .device/aot-lpt, through
+# bench/device/bwd-steps.sh, two rounds at 1k-8k; logs in $OUT/lpt), sw (dq-swizzle 1 at head dims 96, 128, 192 beside the default's padded rows: the library .device/aot-sw, through
 # bench/device/bwd-steps.sh, two rounds; logs in $OUT/sw), ringfa (ring-flash-attn itself on flashtile's flash-attn
 # entry points, test_parallel_gpu.py -k ring_flash_attn: carry .whl/ring, its wheel, `pip download --no-deps -d
 # .whl/ring ring-flash-attn` on the build machine), fp8kvsweep (bench/fp8_decode_bench.py once with the default kernels
@@ -121,6 +122,14 @@ if [[ ,$parts, == *,sw,* ]]; then
     STEPS_AOT=sw:.device/aot-sw STEPS_SHAPES=${PENDING_SW_SHAPES:-128:8192,128:16384,96:8192,192:8192} \
     timeout 330 bash bench/device/bwd-steps.sh > "$OUT/pending-sw.log" 2>&1 || status=1
   grep -E "check:|FAIL|^hd|^round|exit" "$OUT/pending-sw.log" | head -24
+fi
+if [[ ,$parts, == *,lpt,* ]]; then
+  # lpt-group-blocks 256 (the main kernel's K/V tiles index by index across groups of (batch, head) pairs) beside the
+  # default's pair-after-pair order: where causal walks are short (1k-2k) the launch order's tail weighs most.
+  OUT=$OUT/lpt STEPS=check,bench STEPS_ROUNDS=2 STEPS_CHECK_AOT=1 STEPS_CHECK_AOT_ARGS="--check-head-dims 64,128,192" \
+    STEPS_AOT=lpt:.device/aot-lpt STEPS_SHAPES=${PENDING_LPT_SHAPES:-128:1024,128:2048,128:8192,64:2048,64:8192,192:8192} \
+    timeout 400 bash bench/device/bwd-steps.sh > "$OUT/pending-lpt.log" 2>&1 || status=1
+  grep -E "check:|FAIL|^hd|^round|exit" "$OUT/pending-lpt.log" | head -30
 fi
 for name in detcheck detpytest fp8 fp8kv fp8kvr positions; do
   [ -f "$OUT/pending-$name.log" ] && grep -E "FAIL|Error|error" "$OUT/pending-$name.log" | head -12

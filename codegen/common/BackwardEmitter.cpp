@@ -27,7 +27,7 @@ namespace flashtile::codegen::backward {
 
 
 void BackwardPrinter::printHeader(const std::string &entry, const std::string &what, int roleThreads,
-                                  const std::string &extraParams) {
+                                  const std::string &extraParams, int64_t groupBlocks) {
   w.comment(what);
   // A kernel with roles fixes its register count at launch (one block an SM): setmaxnreg moves registers between them.
   const std::string bounds = roleThreads ? cat(shape.warps * kWarpSize + roleThreads, ", 1")
@@ -42,7 +42,23 @@ void BackwardPrinter::printHeader(const std::string &entry, const std::string &w
   w.line(cat("constexpr int kHeadDimV = ", shape.headDimV, ";  // V/O head dim"));
   w.line(cat("constexpr int kWarps = ", shape.warps, ";"));
   w.line("constexpr int kThreads = kWarps * 32;");
-  w.line("const int blockBatch = blockIdx.z, blockHead = blockIdx.y;");
+  if (groupBlocks == 0) {
+    w.line("const int blockBatch = blockIdx.z, blockHead = blockIdx.y;");
+  } else {
+    w.comment("---- launch order (lpt-group-blocks " + std::to_string(groupBlocks) +
+              "): the grid's blocks start in about linear order; outside deterministic");
+    w.comment("mode (whose turns follow the grid) block i takes K/V tile index by tile index across a group of (batch,");
+    w.comment("head) pairs of at least that many blocks, so the longest walks under a causal mask (the first K/V");
+    w.comment("tiles) of every pair of the group start before the shorter ones ----");
+    w.line("int blockBatch = blockIdx.z, blockHead = blockIdx.y, blockKvIndex = blockIdx.x;");
+    w.open("if (!params.deterministic)");
+    printGroupedBlockOrder(w, groupBlocks, "kvTiles");
+    w.line("const int pair = groupFirst + inGroup % groupSize;");
+    w.line("blockKvIndex = inGroup / groupSize;");
+    w.line("blockBatch = pair / gridDim.y;");
+    w.line("blockHead = pair % gridDim.y;");
+    w.close();
+  }
   w.separate();
   printSequenceView();
   w.separate();
@@ -822,11 +838,13 @@ void BackwardPrinter::printMainSharedMemory() {
 LogicalResult BackwardPrinter::printMain(const std::string &entry) {
   if (failed(checkMainLayout()))
     return failure();
+  const int64_t groupBlocks = func.getScheduleAttr().getLptGroupBlocks();
   printHeader(entry, "dK, dV of one K/V tile and its dQ terms (backward_main)", target.roleThreads(),
-              target.mainExtraParams());
+              target.mainExtraParams(), groupBlocks);
   w.comment("---- the tile of this thread block: K/V tile blockKvTile of query head blockHead (tile.dim kv_tile) ----");
   w.comment("deterministic mode: the K/V tiles in descending order (their dQ adds' turns, printTurnWait)");
-  w.line("const int blockKvTile = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;");
+  w.line(cat("const int blockKvTile = p.deterministic ? gridDim.x - 1 - blockIdx.x : ",
+             groupBlocks ? "blockKvIndex" : "blockIdx.x", ";"));
   w.line("if (blockKvTile * kBlockN >= p.seqlenK)");
   w.line("  return;  // varlen: the grid covers the longest sequence");
   if (rotatesWalk()) {

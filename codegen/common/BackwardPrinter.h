@@ -104,8 +104,10 @@ public:
 
 private:
   /// `extern "C" __global__ ... {`, the schedule's constants and the block's sequence (`p`).
+  /// `groupBlocks` > 0 (the main kernel, #tile.schedule's lptGroupBlocks): blockKvIndex, blockHead and blockBatch in
+  /// the grouped launch order (printGroupedBlockOrder) outside deterministic mode.
   void printHeader(const std::string &entry, const std::string &what, int roleThreads = 0,
-                   const std::string &extraParams = "");
+                   const std::string &extraParams = "", int64_t groupBlocks = 0);
   /// The load role's program (BackwardTarget::loadsInRole): the main program's slice that its loads need, printed
   /// with scalars of its own: the scalar ops the Q-tile walk's bounds are computed from, tile.load k and v, and each
   /// Q-tile loop's walk with the family's loads of the tile.

@@ -60,6 +60,12 @@ std::string sourceHeading(const flashtile::KernelInfo &info, const KernelShape &
 /// `FlashtileSequence p` of batch entry blockBatch, and the open `if (params.cuSeqlensQ) {` block of a varlen
 /// sequence with its rows [qBegin, qEnd) and keys [kBegin, kEnd) declared: the caller rewrites p's fields, then closes.
 void openSequenceView(CudaWriter &w);
+/// The grouped launch order's arithmetic (a schedule's lptGroupBlocks > 0): from the block's linear index, the group
+/// of (batch, head) pairs of at least `groupBlocks` blocks it belongs to — `groupFirst`, `groupSize` and `inGroup`,
+/// its place in the group — over `tiles` (= gridDim.x) tiles a pair. The caller takes the tile from
+/// inGroup / groupSize (one tile index of every pair of the group, then the next) and the pair from
+/// groupFirst + inGroup % groupSize (the host model: fa2's gridTile, Fa2Config.h).
+void printGroupedBlockOrder(CudaWriter &w, int64_t groupBlocks, const char *tiles);
 /// The FlashtileSequence struct (the kernel parameters as a block's sequence sees them) the variant functions take;
 /// with `positions`, FlashtilePositions and the members that place the block in a larger problem (PositionsCuda.h).
 std::string sequenceStructText(bool positions = false);

@@ -225,12 +225,7 @@ void KernelPrinter::printSequence() {
               ": heaviest first across the grid, in groups of (batch, head) pairs");
     w.comment("of at least " + group + " blocks (a group's K/V stay in L2), Q tile by Q tile, pair by pair");
     w.comment("(the block-order model on the host, Fa2Config.h gridTile, is tested against this code).");
-    w.line("const int blockLinear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);");
-    w.line("const int qTiles = gridDim.x, pairs = gridDim.y * gridDim.z;");
-    w.line("const int groupPairs = min(pairs, (" + group + " + qTiles - 1) / qTiles);");
-    w.line("const int groupFirst = blockLinear / (groupPairs * qTiles) * groupPairs;  // first pair of this group");
-    w.line("const int groupSize = min(groupPairs, pairs - groupFirst);              // the last group may be smaller");
-    w.line("const int inGroup = blockLinear - groupFirst * qTiles;");
+    printGroupedBlockOrder(w, lptGroupBlocks, "qTiles");
     w.line("const int qTile = qTiles - 1 - inGroup / groupSize;");
     w.line("const int pair = groupFirst + inGroup % groupSize;");
     w.line("const int blockBatch = pair / gridDim.y, blockHead = pair % gridDim.y;");
@@ -574,3 +569,13 @@ LogicalResult KernelPrinter::printLoops(Operation *op) {
       .Default([](Operation *) -> LogicalResult { llvm_unreachable("printOp sends only these ops here"); });
 }
 } // namespace flashtile::codegen::kernel
+
+void flashtile::codegen::printGroupedBlockOrder(CudaWriter &w, int64_t groupBlocks, const char *tiles) {
+  const std::string t = tiles, group = std::to_string(groupBlocks);
+  w.line("const int blockLinear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);");
+  w.line("const int " + t + " = gridDim.x, pairs = gridDim.y * gridDim.z;");
+  w.line("const int groupPairs = min(pairs, (" + group + " + " + t + " - 1) / " + t + ");");
+  w.line("const int groupFirst = blockLinear / (groupPairs * " + t + ") * groupPairs;  // first pair of this group");
+  w.line("const int groupSize = min(groupPairs, pairs - groupFirst);              // the last group may be smaller");
+  w.line("const int inGroup = blockLinear - groupFirst * " + t + ";");
+}

@@ -120,6 +120,11 @@ public:
                        "in the order the blocks reach it, where N is at most half the SMs (BackwardPrelude.h); 0: "
                        "every walk ascending, the turns in descending K/V tiles (default: 1 with load-warp 1)",
          0, 1},
+        {kLptGroupBlocks, "backward only: 0: each (batch, head) pair's K/V tiles launch together, pair after pair "
+                          "(the default); N: the K/V tiles of groups of pairs of at least N blocks launch tile index "
+                          "by tile index, so under a causal mask every group's longest walks start first (the "
+                          "forward's longest-first order); deterministic calls keep the grid's order",
+         0, kMaxLptGroupBlocks},
         {kExp2PolyShare, "FA4's partial software exp2: of every 8 n8 tiles of a score row, how many take their "
                          "exponentials from a cubic on the FMA pipe (sm90::math::exp2Poly3) instead of MUFU; 0: none "
                          "(the default)",
@@ -132,7 +137,8 @@ public:
     if (func.getKind() != kForwardProgram)
       return configureBackward(func, knobs);
     for (const char *backwardKnob :
-         {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle, kSwapDkv, kDoBuffers, kRotatedWalk})
+         {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle, kSwapDkv, kDoBuffers, kRotatedWalk,
+          kLptGroupBlocks})
       if (knobs.count(backwardKnob))
         return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
@@ -230,7 +236,7 @@ public:
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
                                      "consumer-warpgroups, intra-wg-overlap, dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, "
-                                     "early-dv, swap-dkv, do-buffers, "
+                                     "early-dv, swap-dkv, do-buffers, rotated-walk, lpt-group-blocks, "
                                      "producer-regs and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
@@ -239,10 +245,13 @@ public:
     if (failed(layout) || failed(configureBackwardRoles(func, knobs, *layout)) ||
         failed(configureBackwardOverlap(func, knobs, *layout)))
       return failure();
+    // The main kernel's launch order (lpt-group-blocks, its range checked with the options; not yet measured on a
+    // GPU, so 0 unless named).
+    const int64_t lptGroupBlocks = knob(knobs, kLptGroupBlocks, 0);
     return ScheduleAttr::get(func.getContext(), kName, layout->blockM, layout->blockN,
                              kWarpgroupWarps * layout->consumers, WarpLayout::SplitQ, kBackwardBlock / kWarpgroupWarps,
                              layout->stages, /*rescaleThreshold=*/0,
-                             /*minBlocksPerSm=*/0, /*lptGroupBlocks=*/0, ShapeClass::Default);
+                             /*minBlocksPerSm=*/0, lptGroupBlocks, ShapeClass::Default);
   }
 
   /// The backward's error for a knob (or head dim) `name` of `value`, with what is `accepted`.

@@ -376,6 +376,47 @@ TEST(BackwardCodegen, Fa3DqSwizzleAddsATileAtOnce) {
   expectFa3Refuses(128, {{"dq-swizzle", 1}, {"dq-writer-warps", 2}}, "dq-writer-warps", 2);
 }
 
+// lpt-group-blocks N: the main kernel's blocks take K/V tile index by tile index across groups of (batch, head) pairs
+// of at least N blocks (the arithmetic of the forward's grouped order, Fa2GridOrder's model, with the tile index
+// ascending: the first K/V tiles walk the most Q tiles under a causal mask), outside deterministic mode only; the
+// preprocess and postprocess kernels and the default keep the grid's order; NVRTC compiles it.
+TEST(BackwardCodegen, Fa3LptGroupBlocksOrdersTheMainKernelsBlocks) {
+  StatusOr<jit::CompileResult> grouped =
+      jit::compile(*variants::byName("causal"),
+                   backwardOptions(ElementType::BF16, 128, "sm_90a", {{"lpt-group-blocks", 256}}, "fa3"),
+                   jit::Stage::Cubin);
+  ASSERT_TRUE(grouped.ok()) << grouped.status().message();
+  const std::string &cuda = grouped->cuda;
+  EXPECT_EQ(count(cuda, "const int groupPairs = min(pairs, (256 + kvTiles - 1) / kvTiles);"), 1);
+  EXPECT_EQ(count(cuda, "blockKvIndex = inGroup / groupSize;"), 1);
+  EXPECT_EQ(count(cuda, "const int pair = groupFirst + inGroup % groupSize;"), 1);
+  EXPECT_NE(cuda.find("if (!params.deterministic) {"), std::string::npos);
+  EXPECT_NE(cuda.find("const int blockKvTile = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockKvIndex;"),
+            std::string::npos);
+  EXPECT_EQ(count(cuda, "const int blockBatch = blockIdx.z, blockHead = blockIdx.y;"), 2); // preprocess, postprocess
+  StatusOr<jit::CompileResult> plain = jit::compile(
+      *variants::byName("causal"), backwardOptions(ElementType::BF16, 128, "sm_90a", {}, "fa3"), jit::Stage::Cuda);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->cuda.find("blockKvIndex"), std::string::npos);
+  EXPECT_NE(plain->cuda.find("const int blockKvTile = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;"),
+            std::string::npos);
+  StatusOr<jit::CompileResult> tooMany =
+      jit::compile(*variants::byName("causal"),
+                   backwardOptions(ElementType::BF16, 128, "sm_90a", {{"lpt-group-blocks", 1 << 21}}, "fa3"),
+                   jit::Stage::Cuda);
+  ASSERT_FALSE(tooMany.ok());
+  EXPECT_NE(tooMany.status().message().find("lpt-group-blocks = 2097152 is out of range; accepted: 0 to 1048576"),
+            std::string::npos)
+      << tooMany.status().message();
+  jit::CompileOptions forwardCall = backwardOptions(ElementType::BF16, 128, "sm_90a", {{"lpt-group-blocks", 64}}, "fa3");
+  forwardCall.kind = "forward";
+  StatusOr<jit::CompileResult> forward = jit::compile(*variants::byName("causal"), forwardCall, jit::Stage::Cuda);
+  ASSERT_FALSE(forward.ok());
+  EXPECT_NE(forward.status().message().find("fa3: lpt-group-blocks shapes the backward's roles only"),
+            std::string::npos)
+      << forward.status().message();
+}
+
 // S's scale joins tile.probs' exp2 where only masks lie between them (causal, no score_mod): no separate multiply of
 // S; with a score_mod between them (softcap) S is scaled on its own and the exp2 takes log2(e) alone.
 TEST(BackwardCodegen, ScaleFoldsIntoTheProbabilitiesOnlyThroughMasks) {
@@ -566,7 +607,7 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
                           "dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, early-dv, swap-dkv, do-buffers, "
-                          "producer-regs and consumer-regs"},
+                          "rotated-walk, lpt-group-blocks, producer-regs and consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
         jit::compile(*variants::byName("none"),
