@@ -250,10 +250,16 @@ StatusOr<std::string> flashtile::compileCuda(const std::string &source, const st
   const std::string memoDir = nvrtcMemoDirectory();
   std::string memoKey;
   if (!memoDir.empty()) {
+    // NVRTC's version and the library file itself (its path, size and time: a patch release reports the same
+    // version and may print other code).
     int major = 0, minor = 0;
     api.nvrtcVersion(&major, &minor);
-    memoKey = nvrtcMemoKey(std::to_string(major) + "." + std::to_string(minor), name, options,
-                           out == NvrtcOutput::Cubin, source);
+    std::error_code ec;
+    const auto size = fs::file_size(loadedPath, ec);
+    const auto time = fs::last_write_time(loadedPath, ec).time_since_epoch().count();
+    memoKey = nvrtcMemoKey(std::to_string(major) + "." + std::to_string(minor) + " " + loadedPath + " " +
+                               std::to_string(size) + " " + std::to_string(time),
+                           name, options, out == NvrtcOutput::Cubin, source);
     if (std::optional<NvrtcMemoEntry> hit = findNvrtcMemo(memoDir, memoKey)) {
       if (log)
         *log = hit->log;

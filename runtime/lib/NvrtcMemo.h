@@ -3,9 +3,9 @@
 //
 // Off unless FLASHTILE_NVRTC_CACHE_DIR names a directory (scripts/test.sh sets it for ctest; the runtime's own
 // kernel cache, KernelCache.h, is what users get). An entry is one file named by a hash of everything the compile's
-// result depends on — NVRTC's version, the options (the target among them), the output kind, the program's name
-// and its whole source — and holds that key text itself, NVRTC's log and the output, so that a hit is an exact
-// match of the key, never a hash alone. Failed compiles are not kept. Entries are read only where CacheTrust.h's
+// result depends on — NVRTC's version and library file (path, size, time), the options (the target among them), the
+// output kind, the program's name and its whole source — and holds that key text itself, NVRTC's log and the output,
+// so that a hit is an exact match of the key, never a hash alone. Failed compiles are not kept. Entries are read only where CacheTrust.h's
 // checks pass (the directory is created 0700, entries are written 0600 and atomically); a damaged, foreign or
 // untrusted entry is a miss. A hit refreshes the entry's modification time, so `find DIR -mtime +N -delete` prunes
 // what no run has used for N days.
