@@ -334,14 +334,14 @@ def print_tables(rows, variant_shape):
             continue
         ms = r["ms"]
         lines.append([r["case"]] + [num(ms[n][key], 2) if n in ms else "-"
-                                    for key in ("bwd", "step") for n in ("flashtile", "fa4", "flex")] +
+                                    for key in ("fwd", "bwd", "step") for n in ("flashtile", "fa4", "flex")] +
                      [speed(r, "flashtile", n, key) for key in ("bwd", "step") for n in ("fa4", "flex")])
     if lines:
         d, s = variant_shape
-        table(f"variants at hd{d} {s / 1024:g}k: milliseconds, backward and training step (forward + backward); "
-              "speed ratios (> 1: flashtile faster)",
-              ["variant", "bwd ft", "bwd fa4", "bwd flex", "step ft", "step fa4", "step flex",
-               "bwd ft/fa4", "bwd ft/flex", "step ft/fa4", "step ft/flex"], lines)
+        table(f"variants at hd{d} {s / 1024:g}k: milliseconds, forward (grad enabled), backward and training step "
+              "(forward + backward); speed ratios (> 1: flashtile faster)",
+              ["variant", "fwd ft", "fwd fa4", "fwd flex", "bwd ft", "bwd fa4", "bwd flex", "step ft", "step fa4",
+               "step flex", "bwd ft/fa4", "bwd ft/flex", "step ft/fa4", "step ft/flex"], lines)
 
 
 def pairs_arg(text):
