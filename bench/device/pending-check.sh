@@ -11,7 +11,8 @@
 # .device/aot-h64km and .device/aot-h64kms), rot (deterministic mode's rotated walk, the library .device/aot-rot of
 # `--rotated-walk 1`: its gradients, bitwise repeatability and time beside the default; logs pending-rot*.log),
 # lpt (lpt-group-blocks 256: the backward's grouped launch order, the library .device/aot-lpt, through
-# bench/device/bwd-steps.sh, two rounds at 1k-8k; logs in $OUT/lpt), sw (dq-swizzle 1 at head dims 96, 128, 192 beside the default's padded rows: the library .device/aot-sw, through
+# bench/device/bwd-steps.sh, two rounds at 1k-8k; logs in $OUT/lpt), sdp (swap-sdp 1 at 96 and 128 again, .device/aot-sdp;
+# logs in $OUT/sdp), sw (dq-swizzle 1 at head dims 96, 128, 192 beside the default's padded rows: the library .device/aot-sw, through
 # bench/device/bwd-steps.sh, two rounds; logs in $OUT/sw), ringfa (ring-flash-attn itself on flashtile's flash-attn
 # entry points, test_parallel_gpu.py -k ring_flash_attn: carry .whl/ring, its wheel, `pip download --no-deps -d
 # .whl/ring ring-flash-attn` on the build machine), fp8kvsweep (bench/fp8_decode_bench.py once with the default kernels
@@ -130,6 +131,14 @@ if [[ ,$parts, == *,lpt,* ]]; then
     STEPS_AOT=lpt:.device/aot-lpt STEPS_SHAPES=${PENDING_LPT_SHAPES:-128:1024,128:2048,128:8192,64:2048,64:8192,192:8192} \
     timeout 400 bash bench/device/bwd-steps.sh > "$OUT/pending-lpt.log" 2>&1 || status=1
   grep -E "check:|FAIL|^hd|^round|exit" "$OUT/pending-lpt.log" | head -30
+fi
+if [[ ,$parts, == *,sdp,* ]]; then
+  # swap-sdp 1 (S and dP transposed, FA3's SdP_swapAB) again: measured 2-11% slower before the wgmma descriptors
+  # moved to uniform registers and the spills went (bench/NOTES.md v34, v35).
+  OUT=$OUT/sdp STEPS=check,bench STEPS_ROUNDS=2 STEPS_CHECK_AOT=1 STEPS_CHECK_AOT_ARGS="--check-head-dims 96,128" \
+    STEPS_AOT=sdp:.device/aot-sdp STEPS_SHAPES=${PENDING_SDP_SHAPES:-128:2048,128:8192,128:16384,96:8192} \
+    timeout 330 bash bench/device/bwd-steps.sh > "$OUT/pending-sdp.log" 2>&1 || status=1
+  grep -E "check:|FAIL|^hd|^round|exit" "$OUT/pending-sdp.log" | head -24
 fi
 for name in detcheck detpytest fp8 fp8kv fp8kvr positions; do
   [ -f "$OUT/pending-$name.log" ] && grep -E "FAIL|Error|error" "$OUT/pending-$name.log" | head -12
