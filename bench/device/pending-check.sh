@@ -12,7 +12,7 @@
 # `--rotated-walk 1`: its gradients, bitwise repeatability and time beside the default; logs pending-rot*.log),
 # lpt (lpt-group-blocks 256: the backward's grouped launch order, the library .device/aot-lpt, through
 # bench/device/bwd-steps.sh, two rounds at 1k-8k; logs in $OUT/lpt), sdp (swap-sdp 1 at 96 and 128 again, .device/aot-sdp;
-# logs in $OUT/sdp), sw (dq-swizzle 1 at head dims 96, 128, 192 beside the default's padded rows: the library .device/aot-sw, through
+# logs in $OUT/sdp), rr (ring-rows 1 at head dim 64, .device/aot-rr; logs in $OUT/rr), sw (dq-swizzle 1 at head dims 96, 128, 192 beside the default's padded rows: the library .device/aot-sw, through
 # bench/device/bwd-steps.sh, two rounds; logs in $OUT/sw), ringfa (ring-flash-attn itself on flashtile's flash-attn
 # entry points, test_parallel_gpu.py -k ring_flash_attn: carry .whl/ring, its wheel, `pip download --no-deps -d
 # .whl/ring ring-flash-attn` on the build machine), fp8kvsweep (bench/fp8_decode_bench.py once with the default kernels
@@ -139,6 +139,14 @@ if [[ ,$parts, == *,sdp,* ]]; then
     STEPS_AOT=sdp:.device/aot-sdp STEPS_SHAPES=${PENDING_SDP_SHAPES:-128:2048,128:8192,128:16384,96:8192} \
     timeout 330 bash bench/device/bwd-steps.sh > "$OUT/pending-sdp.log" 2>&1 || status=1
   grep -E "check:|FAIL|^hd|^round|exit" "$OUT/pending-sdp.log" | head -24
+fi
+if [[ ,$parts, == *,rr,* ]]; then
+  # ring-rows 1 at head dim 64 (the warpgroups' ring rows broadcast once: 46 fewer R2URs, one causal loop segment
+  # longer by SASS; bench/NOTES.md v44) beside the default.
+  OUT=$OUT/rr STEPS=check,bench STEPS_ROUNDS=2 STEPS_CHECK_AOT=1 STEPS_CHECK_AOT_ARGS="--check-head-dims 64" \
+    STEPS_AOT=rr:.device/aot-rr STEPS_SHAPES=${PENDING_RR_SHAPES:-64:2048,64:8192,64:16384} \
+    timeout 300 bash bench/device/bwd-steps.sh > "$OUT/pending-rr.log" 2>&1 || status=1
+  grep -E "check:|FAIL|^hd|^round|exit" "$OUT/pending-rr.log" | head -20
 fi
 for name in detcheck detpytest fp8 fp8kv fp8kvr positions; do
   [ -f "$OUT/pending-$name.log" ] && grep -E "FAIL|Error|error" "$OUT/pending-$name.log" | head -12

@@ -8,7 +8,7 @@
 # .device/aot-rot (rotated-walk 1: deterministic mode's rotated walk); for its sw part .device/aot-sw (dq-swizzle 1 at
 # head dims 96, 128 and 192, where the default pads sDq's rows and adds them one at a time); for its lpt part
 # .device/aot-lpt (lpt-group-blocks 256 at head dims 64, 128, 192); for its sdp part .device/aot-sdp (swap-sdp 1 at
-# 96 and 128); for its fp8kvsweep part the
+# 96 and 128); for its rr part .device/aot-rr (ring-rows 1 at head dim 64); for its fp8kvsweep part the
 # decode KV-cache kernels over an e4m3 cache (none and causal: a one-row causal call runs the none kernel; bf16 q, head dim 128: bench/fp8_decode_bench.py's shape) with
 # each candidate's knobs, .device/aot-f8kv-<name> (FP8KV_CANDIDATES below), and for its fp8kvr part kv-convert 1's
 # kernels of every shape tests/python/gpu/test_fp8_kvcache.py runs without rotary embedding, .device/aot-f8kv-rtest
@@ -19,7 +19,8 @@ bash bench/device/python-prepare.sh
 for library in "aot-skv2:--swap-dkv 1 --head-dims 192" "aot-skv:--swap-dkv 1 --do-buffers 2 --head-dims 192" \
   "aot-h64km:--block-m 64 --head-dims 64" "aot-h64kms:--block-m 64 --swap-sdp 1 --head-dims 64" \
   "aot-rot:--rotated-walk 1 --head-dims 64,96,128,192,256" "aot-sw:--dq-swizzle 1 --head-dims 96,128,192" \
-  "aot-lpt:--lpt-group-blocks 256 --head-dims 64,128,192" "aot-sdp:--swap-sdp 1 --head-dims 96,128"; do
+  "aot-lpt:--lpt-group-blocks 256 --head-dims 64,128,192" "aot-sdp:--swap-sdp 1 --head-dims 96,128" \
+  "aot-rr:--ring-rows 1 --head-dims 64"; do
   name=${library%%:*} knobs=${library#*:}
   rm -rf ".device/$name"
   # shellcheck disable=SC2086  # the knobs are words

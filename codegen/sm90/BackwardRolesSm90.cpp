@@ -170,6 +170,10 @@ void BackwardSm90::endRoles(CudaWriter &w) {
     w.line("int tileUses = 0;  // Q tiles taken from the load warp's ring");
     w.line(cat("const unsigned qRing = sm90::warp::uniform(", ns, "smemAddress(sQ0)), doRing = sm90::warp::uniform(", ns,
                "smemAddress(sDO0));  // the ring's first buffers (GEMM operands: address())"));
+    if (!ringRowsOffset().empty())
+      w.line(cat("const unsigned qRingRows = sm90::warp::uniform(", ns, "smemAddress(sQ0)", ringRowsOffset(),
+                 "), doRingRows = sm90::warp::uniform(", ns, "smemAddress(sDO0)", ringRowsOffset(),
+                 ");  // this warpgroup's rows of them"));
   }
 }
 

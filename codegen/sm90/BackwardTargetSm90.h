@@ -395,6 +395,8 @@ private:
   std::string address(const std::string &tile, const std::string &offset = "") const {
     if (shape.loadWarp && shape.singleDo && tile == "sDO")
       return cat("(doRing", offset, ")");
+    if (shape.loadWarp && (tile == "sQ" || tile == "sDO") && !offset.empty() && offset == ringRowsOffset())
+      return cat("(", tile == "sQ" ? "qRingRows" : "doRingRows", " + ringOffset)");
     if (shape.loadWarp && (tile == "sQ" || tile == "sDO"))
       return cat("(", tile == "sQ" ? "qRing" : "doRing", " + ringOffset", offset, ")");
     return cat("sm90::warp::uniform(", ns, "smemAddress(", tile, ")", offset, ")");
@@ -402,6 +404,15 @@ private:
   /// The template argument that names the tiles' swizzle span in sm90::desc calls ("" for the default 128 bytes).
   std::string sw() const { return swizzle == kSwizzleBytes ? std::string() : cat("<", swizzle, ">"); }
   /// " + <the byte offset of this thread's warpgroup's m64 rows in a column block>" (nothing with one warpgroup).
+  /// With `ring-rows 1` (KernelShape::ringRows), the split-Q layout's warpgroup rows of the load warp's ring buffers
+  /// (warpgroupRows() where the warpgroups split the Q tile's rows, else ""): the ring's bases plus these are
+  /// broadcast once before the walk (qRingRows, doRingRows), so that only the uniform stage offset is added inside it
+  /// (SASS at head dim 64: with `warp / 4` added in the loop, ptxas builds the S and dP descriptors in vector
+  /// registers, 2-4 R2URs a wgmma; with this, 215 -> 169 R2URs non-causal, but one causal loop segment grows by 288
+  /// instructions: bench/NOTES.md v44). Off by default until a GPU has timed it.
+  std::string ringRowsOffset() const {
+    return !shape.ringRows || keySplit || shape.swapKv ? std::string() : warpgroupRows();
+  }
   std::string warpgroupRows() const {
     return warpgroups == 1 ? std::string() : cat(" + warp / ", kWarpgroupWarps, " * ", kWarpgroupRowBytes);
   }

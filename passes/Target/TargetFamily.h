@@ -96,6 +96,8 @@ struct KernelShape {
   /// The backward's dO in one buffer of its own (`tile.single_do`, passes/Transforms/Passes.h), beside a ring of two Q
   /// tiles.
   bool singleDo = false;
+  /// The warpgroups' rows of the load warp's ring broadcast once before the walk (`tile.ring_rows`).
+  bool ringRows = false;
   /// Registers a thread of the producer warpgroup and of a computing warpgroup holds after setmaxnreg
   /// (`tile.role_registers`); 0: the family's launch default.
   int producerRegs = 0, consumerRegs = 0;

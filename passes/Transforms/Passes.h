@@ -64,6 +64,10 @@ inline constexpr llvm::StringLiteral kSwapKvAttr = "tile.swap_kv";
 /// soon as dV's GEMM (its last reader) landed, so that the next tile's dO loads under the rest of the iteration
 /// (KernelShape::singleDo; FA3's and FA4's Stages_dO = 1 at head dim 192); the program's semantics do not change.
 inline constexpr llvm::StringLiteral kSingleDoAttr = "tile.single_do";
+/// A schedule's attribute on a backward main program whose load warp brings the Q tiles and whose warpgroups split the
+/// Q tile's rows (a unit attribute): each warpgroup's rows of the ring's first Q and dO buffers are broadcast once
+/// before the walk (KernelShape::ringRows); the program's semantics do not change.
+inline constexpr llvm::StringLiteral kRingRowsAttr = "tile.ring_rows";
 /// A schedule's attribute on a backward main program whose warpgroups split the keys, with tile.gemm_overlap (a unit
 /// attribute): tile-pipeline-q-loop leaves dV's tile.dot_tn (A = P) where the program has it, after tile.probs, and
 /// marks it tile.issue_early, so that its GEMM is issued once P is staged and runs under dS's math; the program's

@@ -125,6 +125,10 @@ public:
                           "by tile index, so under a causal mask every group's longest walks start first (the "
                           "forward's longest-first order); deterministic calls keep the grid's order",
          0, kMaxLptGroupBlocks},
+        {kRingRows, "backward only, with load-warp 1 where the warpgroups split the Q tile's rows (head dim 64): 1: "
+                    "each warpgroup's rows of the ring's first Q and dO buffers broadcast once before the walk "
+                    "(fewer descriptor moves: bench/NOTES.md v44); 0: added in the loop (the default)",
+         0, 1},
         {kExp2PolyShare, "FA4's partial software exp2: of every 8 n8 tiles of a score row, how many take their "
                          "exponentials from a cubic on the FMA pipe (sm90::math::exp2Poly3) instead of MUFU; 0: none "
                          "(the default)",
@@ -138,7 +142,7 @@ public:
       return configureBackward(func, knobs);
     for (const char *backwardKnob :
          {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle, kSwapDkv, kDoBuffers, kRotatedWalk,
-          kLptGroupBlocks})
+          kLptGroupBlocks, kRingRows})
       if (knobs.count(backwardKnob))
         return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
@@ -236,7 +240,7 @@ public:
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
                                      "consumer-warpgroups, intra-wg-overlap, dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, "
-                                     "early-dv, swap-dkv, do-buffers, rotated-walk, lpt-group-blocks, "
+                                     "early-dv, swap-dkv, do-buffers, rotated-walk, lpt-group-blocks, ring-rows, "
                                      "producer-regs and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
@@ -462,6 +466,12 @@ public:
                             "ascending walk)");
     if (rotated)
       func->setAttr(kRotatedWalkAttr, UnitAttr::get(func.getContext()));
+    if (const int64_t ringRows = knob(knobs, kRingRows, 0)) {
+      if (!loader || layout.keySplit || layout.swapKv || layout.consumers < 2)
+        return refuseBackward(func, kRingRows, ringRows,
+                              "0 here; 1 needs load-warp 1 and the warpgroups splitting the Q tile's rows (head dim 64)");
+      func->setAttr(kRingRowsAttr, UnitAttr::get(func.getContext()));
+    }
     return success();
   }
 

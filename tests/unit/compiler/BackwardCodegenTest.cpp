@@ -376,6 +376,25 @@ TEST(BackwardCodegen, Fa3DqSwizzleAddsATileAtOnce) {
   expectFa3Refuses(128, {{"dq-swizzle", 1}, {"dq-writer-warps", 2}}, "dq-writer-warps", 2);
 }
 
+// ring-rows 1 (head dim 64, the warpgroups splitting the Q tile's rows): each warpgroup's rows of the ring's first Q
+// and dO buffers are broadcast once before the walk and the S and dP GEMMs' A operands add only the stage's offset;
+// the default keeps `warp / 4` in the loop; refused where the warpgroups split the keys; NVRTC compiles it.
+TEST(BackwardCodegen, Fa3RingRowsBroadcastsTheWarpgroupsRowsOnce) {
+  StatusOr<jit::CompileResult> rows = jit::compile(
+      *variants::byName("causal"), backwardOptions(ElementType::BF16, 64, "sm_90a", {{"ring-rows", 1}}, "fa3"),
+      jit::Stage::Cubin);
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  EXPECT_NE(rows->cuda.find("const unsigned qRingRows = sm90::warp::uniform(frag::smemAddress(sQ0) + warp / 4 * "),
+            std::string::npos);
+  EXPECT_GE(count(rows->cuda, "const unsigned aAddr = (qRingRows + ringOffset)"), 1);
+  EXPECT_GE(count(rows->cuda, "const unsigned aAddr = (doRingRows + ringOffset)"), 1);
+  StatusOr<jit::CompileResult> plain = jit::compile(
+      *variants::byName("causal"), backwardOptions(ElementType::BF16, 64, "sm_90a", {}, "fa3"), jit::Stage::Cuda);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->cuda.find("qRingRows"), std::string::npos);
+  expectFa3Refuses(128, {{"ring-rows", 1}}, "ring-rows", 1);
+}
+
 // lpt-group-blocks N: the main kernel's blocks take K/V tile index by tile index across groups of (batch, head) pairs
 // of at least N blocks (the arithmetic of the forward's grouped order, Fa2GridOrder's model, with the tile index
 // ascending: the first K/V tiles walk the most Q tiles under a causal mask), outside deterministic mode only; the
@@ -607,7 +626,7 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
                           "dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, early-dv, swap-dkv, do-buffers, "
-                          "rotated-walk, lpt-group-blocks, producer-regs and consumer-regs"},
+                          "rotated-walk, lpt-group-blocks, ring-rows, producer-regs and consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
         jit::compile(*variants::byName("none"),
