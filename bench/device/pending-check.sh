@@ -106,48 +106,29 @@ part detbench 200 python3 bench/backward_bench.py --bench --deterministic --peer
 part rotcheck 150 "${rot[@]}" python3 bench/backward_bench.py --check --check-deterministic
 part rotbench 200 "${rot[@]}" python3 bench/backward_bench.py --bench --deterministic --peers "" \
   --shapes "${PENDING_ROT_SHAPES:-128:4096,128:8192,128:16384,96:8192,64:8192}"
-if [[ ,$parts, == *,skv,* ]]; then
-  OUT=$OUT/skv STEPS=check,bench STEPS_CHECK_AOT=1 STEPS_CHECK_AOT_ARGS="--check-head-dims 192" \
-    STEPS_AOT=skv2:.device/aot-skv2,skv:.device/aot-skv STEPS_SHAPES=${PENDING_SKV_SHAPES:-192:8192,192:16384} \
-    timeout 330 bash bench/device/bwd-steps.sh > "$OUT/pending-skv.log" 2>&1 || status=1
-  grep -E "check:|FAIL|^hd|exit" "$OUT/pending-skv.log" | head -20
-fi
-if [[ ,$parts, == *,h64,* ]]; then
-  OUT=$OUT/h64 STEPS=check,bench STEPS_CHECK_AOT=1 STEPS_CHECK_AOT_ARGS="--check-head-dims 64" \
-    STEPS_AOT=km:.device/aot-h64km,kms:.device/aot-h64kms STEPS_SHAPES=${PENDING_H64_SHAPES:-64:2048,64:8192,64:16384} \
-    timeout 300 bash bench/device/bwd-steps.sh > "$OUT/pending-h64.log" 2>&1 || status=1
-  grep -E "check:|FAIL|^hd|exit" "$OUT/pending-h64.log" | head -20
-fi
-if [[ ,$parts, == *,sw,* ]]; then
-  OUT=$OUT/sw STEPS=check,bench STEPS_ROUNDS=2 STEPS_CHECK_AOT=1 STEPS_CHECK_AOT_ARGS="--check-head-dims 96,128,192" \
-    STEPS_AOT=sw:.device/aot-sw STEPS_SHAPES=${PENDING_SW_SHAPES:-128:8192,128:16384,96:8192,192:8192} \
-    timeout 330 bash bench/device/bwd-steps.sh > "$OUT/pending-sw.log" 2>&1 || status=1
-  grep -E "check:|FAIL|^hd|^round|exit" "$OUT/pending-sw.log" | head -24
-fi
-if [[ ,$parts, == *,lpt,* ]]; then
-  # lpt-group-blocks 256 (the main kernel's K/V tiles index by index across groups of (batch, head) pairs) beside the
-  # default's pair-after-pair order: where causal walks are short (1k-2k) the launch order's tail weighs most.
-  OUT=$OUT/lpt STEPS=check,bench STEPS_ROUNDS=2 STEPS_CHECK_AOT=1 STEPS_CHECK_AOT_ARGS="--check-head-dims 64,128,192" \
-    STEPS_AOT=lpt:.device/aot-lpt STEPS_SHAPES=${PENDING_LPT_SHAPES:-128:1024,128:2048,128:8192,64:2048,64:8192,192:8192} \
-    timeout 400 bash bench/device/bwd-steps.sh > "$OUT/pending-lpt.log" 2>&1 || status=1
-  grep -E "check:|FAIL|^hd|^round|exit" "$OUT/pending-lpt.log" | head -30
-fi
-if [[ ,$parts, == *,sdp,* ]]; then
-  # swap-sdp 1 (S and dP transposed, FA3's SdP_swapAB) again: measured 2-11% slower before the wgmma descriptors
-  # moved to uniform registers and the spills went (bench/NOTES.md v34, v35).
-  OUT=$OUT/sdp STEPS=check,bench STEPS_ROUNDS=2 STEPS_CHECK_AOT=1 STEPS_CHECK_AOT_ARGS="--check-head-dims 96,128" \
-    STEPS_AOT=sdp:.device/aot-sdp STEPS_SHAPES=${PENDING_SDP_SHAPES:-128:2048,128:8192,128:16384,96:8192} \
-    timeout 330 bash bench/device/bwd-steps.sh > "$OUT/pending-sdp.log" 2>&1 || status=1
-  grep -E "check:|FAIL|^hd|^round|exit" "$OUT/pending-sdp.log" | head -24
-fi
-if [[ ,$parts, == *,rr,* ]]; then
-  # ring-rows 1 at head dim 64 (the warpgroups' ring rows broadcast once: 46 fewer R2URs, one causal loop segment
-  # longer by SASS; bench/NOTES.md v44) beside the default.
-  OUT=$OUT/rr STEPS=check,bench STEPS_ROUNDS=2 STEPS_CHECK_AOT=1 STEPS_CHECK_AOT_ARGS="--check-head-dims 64" \
-    STEPS_AOT=rr:.device/aot-rr STEPS_SHAPES=${PENDING_RR_SHAPES:-64:2048,64:8192,64:16384} \
-    timeout 300 bash bench/device/bwd-steps.sh > "$OUT/pending-rr.log" 2>&1 || status=1
-  grep -E "check:|FAIL|^hd|^round|exit" "$OUT/pending-rr.log" | head -20
-fi
+# steps_part NAME SECONDS ROUNDS CHECK_HEAD_DIMS LIBRARIES SHAPES: kernel libraries (name:dir,...) beside the default
+# through bench/device/bwd-steps.sh (their gradients first, then the timings, ROUNDS rounds); logs in $OUT/NAME.
+steps_part() {
+  local name=$1 limit=$2 rounds=$3 dims=$4 libraries=$5 shapes=$6
+  [[ $parts == *,$name,* ]] || return 0
+  OUT=$OUT/$name STEPS=check,bench STEPS_ROUNDS=$rounds STEPS_CHECK_AOT=1 STEPS_CHECK_AOT_ARGS="--check-head-dims $dims" \
+    STEPS_AOT=$libraries STEPS_SHAPES=$shapes \
+    timeout "$limit" bash bench/device/bwd-steps.sh > "$OUT/pending-$name.log" 2>&1 || status=1
+  grep -E "check:|FAIL|^hd|^round|exit" "$OUT/pending-$name.log" | head -30
+}
+steps_part skv 330 1 192 skv2:.device/aot-skv2,skv:.device/aot-skv "${PENDING_SKV_SHAPES:-192:8192,192:16384}"
+steps_part h64 300 1 64 km:.device/aot-h64km,kms:.device/aot-h64kms "${PENDING_H64_SHAPES:-64:2048,64:8192,64:16384}"
+steps_part sw 330 2 96,128,192 sw:.device/aot-sw "${PENDING_SW_SHAPES:-128:8192,128:16384,96:8192,192:8192}"
+# lpt-group-blocks 256 (the main kernel's K/V tiles index by index across groups of (batch, head) pairs) beside the
+# default's pair-after-pair order: where causal walks are short (1k-2k) the launch order's tail weighs most.
+steps_part lpt 400 2 64,128,192 lpt:.device/aot-lpt \
+  "${PENDING_LPT_SHAPES:-128:1024,128:2048,128:8192,64:2048,64:8192,192:8192}"
+# swap-sdp 1 (S and dP transposed, FA3's SdP_swapAB) again: measured 2-11% slower before the wgmma descriptors moved
+# to uniform registers and the spills went (bench/NOTES.md v34, v35).
+steps_part sdp 330 2 96,128 sdp:.device/aot-sdp "${PENDING_SDP_SHAPES:-128:2048,128:8192,128:16384,96:8192}"
+# ring-rows 1 at head dim 64 (the warpgroups' ring rows broadcast once: 46 fewer R2URs, one causal loop segment longer
+# by SASS; bench/NOTES.md v44) beside the default.
+steps_part rr 300 2 64 rr:.device/aot-rr "${PENDING_RR_SHAPES:-64:2048,64:8192,64:16384}"
 for name in detcheck detpytest fp8 fp8kv fp8kvr positions; do
   [ -f "$OUT/pending-$name.log" ] && grep -E "FAIL|Error|error" "$OUT/pending-$name.log" | head -12
 done

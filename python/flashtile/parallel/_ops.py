@@ -82,11 +82,15 @@ def attention(mode, q, k, v, variant, params, inputs, softmax_scale, layout, cu_
     return (out, lse) if return_lse else out
 
 
+def _group(r: Recipe):
+    """The recipe's process group (None: the default group)."""
+    return None if r.group_name is None else dist.distributed_c10d._resolve_process_group(r.group_name)
+
+
 def _call(number: int, q, k, v, arrays: List[torch.Tensor], cu_seqlens) -> Tuple[Recipe, Call]:
     r = _RECIPES[number]
     inputs = dict(zip(r.names, arrays)) if r.names is not None else (arrays or None)
-    group = None if r.group_name is None else dist.distributed_c10d._resolve_process_group(r.group_name)
-    return r, Call(r.mode, q, k, v, r.variant, r.params, inputs, r.softmax_scale, r.layout, cu_seqlens, group,
+    return r, Call(r.mode, q, k, v, r.variant, r.params, inputs, r.softmax_scale, r.layout, cu_seqlens, _group(r),
                    r.local, r.deterministic, r.schedule, r.strict)
 
 
@@ -109,11 +113,6 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, arrays: List[tor
             [t.contiguous() for t in saved])
 
 
-def _world(r: Recipe) -> int:
-    group = None if r.group_name is None else dist.distributed_c10d._resolve_process_group(r.group_name)
-    return dist.get_world_size(group)
-
-
 @_forward.register_fake
 def _forward_fake(q, k, v, arrays, cu_seqlens, recipe):
     r = _RECIPES[recipe]
@@ -128,7 +127,7 @@ def _forward_fake(q, k, v, arrays, cu_seqlens, recipe):
     rows = q.shape[0] if varlen else q.shape[1]
     if r.mode == "ring":
         return out, lse_of(rows, heads), []
-    world = _world(r)
+    world = dist.get_world_size(_group(r))
     if heads % world or k.shape[-2] % world:
         raise ValueError(f"ulysses_attention: heads_q ({heads}) and heads_kv ({k.shape[-2]}) must both be divisible "
                          f"by the world size ({world})")
