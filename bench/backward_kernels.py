@@ -1,6 +1,7 @@
 """The backward's GPU time by kernel: flashtile's (its preprocess, main kernel and dQ postprocess) beside FA4's
 SM90 backward (where bench/device/fa4-install.sh installed it) and cuDNN's, at the shapes given, from
-torch.profiler's CUDA activity (device time, not wall time).
+torch.profiler's CUDA activity (device time), beside the call's time alone (CUDA events around one call, as
+bench/backward_bench.py times it), back to back, and the host's issue time.
 
 Where the backward trails at short sequences (hd128 1k causal ran 0.60x FA4 on 2026-12-07) this says whether the
 main kernel or the fixed kernels around it hold the difference.
@@ -10,6 +11,8 @@ main kernel or the fixed kernels around it hold the difference.
 
 import argparse
 import collections
+import statistics
+import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -52,8 +55,31 @@ def forwards(fa4):
     return impls
 
 
+def walls(call, reps):
+    """µs of one call timed alone (CUDA events around it, then a sync: as bench/backward_bench.py times it), of one
+    call among `reps` issued back to back (the host's launches hidden behind the GPU's work where they are shorter),
+    and of the host alone (the calls' issue time, no sync)."""
+    alone = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        torch.cuda.synchronize()
+        alone.append(start.elapsed_time(end) * 1e3)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        call()
+    host = (time.perf_counter() - t0) / reps * 1e6
+    end.record()
+    torch.cuda.synchronize()
+    return statistics.median(alone), start.elapsed_time(end) * 1e3 / reps, host
+
+
 def breakdown(fn, d, s, causal, reps):
-    """{kernel name: (calls per backward, µs per backward)} and the summed µs per backward."""
+    """{kernel name: (calls per backward, µs per backward)}, the summed µs per backward, and walls()."""
     b, h = 16384 // s, 2048 // d
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     out = fn(q, k, v, causal)
@@ -61,6 +87,7 @@ def breakdown(fn, d, s, causal, reps):
     for _ in range(3):
         torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
     torch.cuda.synchronize()
+    wall = walls(lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True), max(reps, 10))
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
             torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
@@ -72,7 +99,7 @@ def breakdown(fn, d, s, causal, reps):
             entry[0] += 1
             entry[1] += event.device_time_total
     table = {name: (n / reps, us / reps) for name, (n, us) in kernels.items()}
-    return table, sum(us for _, us in table.values())
+    return table, sum(us for _, us in table.values()), wall
 
 
 def main():
@@ -88,12 +115,13 @@ def main():
         totals = {}
         for who, fn in impls.items():
             try:
-                table, total = breakdown(fn, d, s, causal, args.reps)
+                table, total, (alone, streamed, host) = breakdown(fn, d, s, causal, args.reps)
             except Exception as e:  # a peer that does not run this shape: say so, go on
                 print(f"  {who}: failed ({type(e).__name__}: {str(e)[:120]})")
                 continue
             totals[who] = total
-            print(f"  {who}: {total:8.1f} us a backward")
+            print(f"  {who}: {total:8.1f} us of kernels a backward; timed alone {alone:.1f} us, back to back "
+                  f"{streamed:.1f} us, host {host:.1f} us a call")
             for name, (calls, us) in sorted(table.items(), key=lambda kv: -kv[1][1]):
                 print(f"    {us:8.1f} us  x{calls:g}  {name}")
         if "flashtile" in totals:

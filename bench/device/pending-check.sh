@@ -72,7 +72,7 @@ if [[ $parts == *,fp8kvsweep,* ]]; then
   start=$SECONDS sweep=/tmp/fp8kvsweep log=$OUT/pending-fp8kvsweep.log
   rm -rf "$sweep" && mkdir -p "$sweep" && : > "$log"
   # shellcheck disable=SC2206  # FP8KV_SWEEP is a list of words
-  names=(default ${FP8KV_SWEEP:-ws2 r r_m6 r_m8 rs2_m5 r1 r1s2 rn128})
+  names=(default ${FP8KV_SWEEP:-n128 n32 m10 w})
   for name in "${names[@]}"; do
     aot=() expect=()
     if [ "$name" != default ]; then
@@ -125,7 +125,9 @@ steps_part lpt 400 2 64,128,192 lpt:.device/aot-lpt \
   "${PENDING_LPT_SHAPES:-128:1024,128:2048,128:8192,64:2048,64:8192,192:8192}"
 # swap-sdp 1 (S and dP transposed, FA3's SdP_swapAB) again: measured 2-11% slower before the wgmma descriptors moved
 # to uniform registers and the spills went (bench/NOTES.md v34, v35).
-steps_part sdp 330 2 96,128 sdp:.device/aot-sdp "${PENDING_SDP_SHAPES:-128:2048,128:8192,128:16384,96:8192}"
+# ds-buffers 2 with it (dS in the ring stage's buffer, no barrier before an iteration stages: .device/aot-dsr).
+steps_part sdp 400 2 96,128 sdp:.device/aot-sdp,dsr:.device/aot-dsr \
+  "${PENDING_SDP_SHAPES:-128:2048,128:8192,128:16384,96:8192}"
 # ring-rows 1 at head dim 64 (the warpgroups' ring rows broadcast once: 46 fewer R2URs, one causal loop segment longer
 # by SASS; bench/NOTES.md v44) beside the default.
 steps_part rr 300 2 64 rr:.device/aot-rr "${PENDING_RR_SHAPES:-64:2048,64:8192,64:16384}"

@@ -8,7 +8,7 @@
 # .device/aot-rot (rotated-walk 1: deterministic mode's rotated walk); for its sw part .device/aot-sw (dq-swizzle 1 at
 # head dims 96, 128 and 192, where the default pads sDq's rows and adds them one at a time); for its lpt part
 # .device/aot-lpt (lpt-group-blocks 256 at head dims 64, 128, 192); for its sdp part .device/aot-sdp (swap-sdp 1 at
-# 96 and 128); for its rr part .device/aot-rr (ring-rows 1 at head dim 64); for its fp8kvsweep part the
+# 96 and 128) and .device/aot-dsr (swap-sdp 1 with ds-buffers 2); for its rr part .device/aot-rr (ring-rows 1 at head dim 64); for its fp8kvsweep part the
 # decode KV-cache kernels over an e4m3 cache (none and causal: a one-row causal call runs the none kernel; bf16 q, head dim 128: bench/fp8_decode_bench.py's shape) with
 # each candidate's knobs, .device/aot-f8kv-<name> (FP8KV_CANDIDATES below), and for its fp8kvr part kv-convert 1's
 # kernels of every shape tests/python/gpu/test_fp8_kvcache.py runs without rotary embedding, .device/aot-f8kv-rtest
@@ -20,6 +20,7 @@ for library in "aot-skv2:--swap-dkv 1 --head-dims 192" "aot-skv:--swap-dkv 1 --d
   "aot-h64km:--block-m 64 --head-dims 64" "aot-h64kms:--block-m 64 --swap-sdp 1 --head-dims 64" \
   "aot-rot:--rotated-walk 1 --head-dims 64,96,128,192,256" "aot-sw:--dq-swizzle 1 --head-dims 96,128,192" \
   "aot-lpt:--lpt-group-blocks 256 --head-dims 64,128,192" "aot-sdp:--swap-sdp 1 --head-dims 96,128" \
+  "aot-dsr:--swap-sdp 1 --ds-buffers 2 --head-dims 96,128" \
   "aot-rr:--ring-rows 1 --head-dims 64"; do
   name=${library%%:*} knobs=${library#*:}
   rm -rf ".device/$name"
@@ -27,16 +28,13 @@ for library in "aot-skv2:--swap-dkv 1 --head-dims 192" "aot-skv:--swap-dkv 1 --d
   build/tools/flashtile aot --schedule fa3 --kinds backward $knobs \
     --variants none,causal --dtypes bf16,f16 --arch sm_90a --jobs 2 --out ".device/$name" | tail -1
 done
-# The e4m3 KV cache's candidates (issue 42, item 3; bench/NOTES.md v43): widening in shared memory (kv-convert 0, the
-# default) with two buffers (ws2); kv-convert 1 (fragments converted in registers) alone (r), with registers capped
-# for 6 or 8 blocks an SM (r_m6, r_m8), with two buffers (rs2_m5), one warp of 16 rows (r1, r1s2) or 128-key tiles.
-FP8KV_CANDIDATES=${FP8KV_CANDIDATES:-"ws2:--stages 2|r:--kv-convert 1|r_m6:--kv-convert 1 --min-blocks-per-sm 6|\
-r_m8:--kv-convert 1 --min-blocks-per-sm 8|rs2_m5:--kv-convert 1 --stages 2 --min-blocks-per-sm 5|\
-r1:--kv-convert 1 --block-m 16 --warps 1|r1s2:--kv-convert 1 --block-m 16 --warps 1 --stages 2|\
-rn128:--kv-convert 1 --block-n 128"}
+# The e4m3 KV cache's candidates (issue 42, item 3; bench/NOTES.md v43, v45) beside today's default (kv-convert 1 on
+# one warp of 16 rows, measured 1.80x bf16 at 92% of the roof on 2026-12-07): 128- or 32-key tiles (n128, n32),
+# registers capped for 10 blocks an SM (m10: shared memory allows 11), and the widening with bf16's tiling (w).
+FP8KV_CANDIDATES=${FP8KV_CANDIDATES:-"n128:--block-n 128|n32:--block-n 32|m10:--min-blocks-per-sm 10|w:--kv-convert 0"}
 IFS='|' read -ra fp8kv <<< "$FP8KV_CANDIDATES"
 bench_shape="--variants none,causal --dtypes bf16 --head-dims 128"  # a one-row causal call runs the none kernel
-for library in "${fp8kv[@]/%/ $bench_shape}" "rtest:--kv-convert 1 --variants none,causal,sliding_window,\
+for library in "${fp8kv[@]/%/ $bench_shape}" "rtest:--kv-convert 1 --block-m 32 --warps 2 --variants none,causal,sliding_window,\
 sliding_window_causal,softcap,softcap_causal,alibi,alibi_causal --dtypes bf16,f16 --head-dims 64,128,256"; do
   name=aot-f8kv-${library%%:*} knobs=${library#*:}
   rm -rf ".device/$name"

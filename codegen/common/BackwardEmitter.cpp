@@ -402,8 +402,13 @@ LogicalResult BackwardPrinter::printQLoop(QLoopOp loop) {
   w.line(cat("const int warpRow0 = qt * kBlockM + ", shape.keyWarps > 1 ? "warpM" : "warp",
              " * kWarpRows;  // first query row of this warp"));
   rowsInShared = ahead && (ring || target.stagesRows());
-  if (ring) {
+  if (ring && shape.stagingRing) {
+    w.comment("no barrier first (tile.staging_ring): this iteration stages into its ring stage's buffer, whose last");
+    w.comment("readers (the GEMMs of two iterations back) every warpgroup waited for before the last staging barrier");
+  } else if (ring) {
     w.line(cat(target.computeBarrier(), "  // every warp is done with the last iteration's staging buffers"));
+  }
+  if (ring) {
     target.acquireQTile(w);
     for (LoadOp load : loop.getBody().front().getOps<LoadOp>())
       if (cast<RankedTensorType>(load.getType()).getRank() == 2)
@@ -752,11 +757,17 @@ LogicalResult BackwardPrinter::checkMainLayout() {
   // Two buffers also hold the LSE and D rows of a Q tile (fp32).
   const bool rowsStaged = stagesRowsInShared();
   const int rowsBytes = rowsStaged ? 2 * 2 * shape.blockM * 4 : 0;
+  if (shape.stagingRing && (stagingBuffers != 1 || !target.loadsInRole() || qBuffers != 2))
+    return func.emitOpError() << "stages its tiles in a ring (tile.staging_ring), which needs one staged tile a Q-tile "
+                                 "iteration (dS, the scores transposed) and the load role's ring of two Q tiles; got "
+                              << stagingBuffers << " staged tile(s), " << qBuffers << " Q-tile buffer(s)"
+                              << (target.loadsInRole() ? "" : ", no load role");
   mainSmemBytes = static_cast<int>(
       target.tileBytes(shape.blockN, hd) + target.tileBytes(shape.blockN, hdv) +
       qBuffers * target.tileBytes(shape.blockM, hd) +
       (target.singleDoBuffer() ? 1 : qBuffers) * target.tileBytes(shape.blockM, hdv) + rowsBytes +
-      stagingBuffers * target.tileBytes(shape.blockM, shape.blockN) + target.roleSharedBytes() +
+      stagingBuffers * (shape.stagingRing ? 2 : 1) * target.tileBytes(shape.blockM, shape.blockN) +
+      target.roleSharedBytes() +
       target.sharedMemoryReserve());
 
   return success();
@@ -828,7 +839,12 @@ void BackwardPrinter::printMainSharedMemory() {
     w.line(cat("float *const sRows = reinterpret_cast<float *>(", at, ");"));
     at = "reinterpret_cast<unsigned char *>(sRows + 2 * 2 * kBlockM)";
   }
-  for (int i = 0; i < stagingBuffers; ++i) {
+  if (shape.stagingRing) {
+    w.comment("tile.staging_ring: the staged tile's two buffers, the one of the Q tile's ring stage an iteration's (sStage0)");
+    w.line(cat("unsigned char *const sStageRing = ", at, ";"));
+    at = cat("sStageRing + 2 * ", target.tileBytesExpr("kBlockM", "kBlockN"));
+  }
+  for (int i = 0; i < (shape.stagingRing ? 0 : stagingBuffers); ++i) {
     w.line(cat("unsigned char *const sStage", i, " = ", at, ";"));
     at = cat("sStage", i, " + ", target.tileBytesExpr("kBlockM", "kBlockN"));
   }

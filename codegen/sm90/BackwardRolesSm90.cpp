@@ -174,6 +174,9 @@ void BackwardSm90::endRoles(CudaWriter &w) {
       w.line(cat("const unsigned qRingRows = sm90::warp::uniform(", ns, "smemAddress(sQ0)", ringRowsOffset(),
                  "), doRingRows = sm90::warp::uniform(", ns, "smemAddress(sDO0)", ringRowsOffset(),
                  ");  // this warpgroup's rows of them"));
+    if (shape.stagingRing)
+      w.line(cat("const unsigned stagingRing = sm90::warp::uniform(", ns,
+                 "smemAddress(sStageRing));  // the staging ring's first buffer (GEMM operands: address())"));
   }
 }
 
@@ -253,6 +256,11 @@ void BackwardSm90::acquireRows(CudaWriter &w) {
   w.line(cat("const unsigned ringOffset = stage * static_cast<unsigned>(sQ1 - sQ0);",
              shape.singleDo ? "" : "  // sDO1 - sDO0 alike"));
   w.line("const float *const sLse = sRows + stage * 2 * kBlockM, *const sDelta = sLse + kBlockM;");
+  if (shape.stagingRing) {
+    w.line("constexpr unsigned kStagingBytes = kBlockM * kBlockN * 2;  // a staged 16-bit tile");
+    w.line("unsigned char *const sStage0 = sStageRing + stage * kStagingBytes;  // this stage's staging buffer");
+    w.line("const unsigned stagingOffset = stage * kStagingBytes;  // its offset from stagingRing (GEMM operands)");
+  }
 }
 
 void BackwardSm90::releaseDo(CudaWriter &w) {

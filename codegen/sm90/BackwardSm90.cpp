@@ -447,6 +447,9 @@ std::optional<std::string> checkBackwardShape(const KernelShape &shape) {
                  " (every warpgroup the tile's m64 keys); got key-warps ", shape.keyWarps, ", block-m ", shape.blockM,
                  ", block-n ", shape.blockN);
   }
+  if (shape.stagingRing && (!shape.swapScores || !shape.loadWarp))
+    return cat("sm90 backward: dS staged in a ring (tile.staging_ring) needs the score tiles transposed "
+               "(tile.swap_scores: dS the one staged tile) and the load warp (its ring's stage)");
   if (shape.swapScores && (shape.keyWarps == 1 || splitsColumns(shape) || shape.blockM != kWgmmaM))
     return cat("sm90 backward: swapped score GEMMs (tile.swap_scores) need the keys split over the warpgroups, each its "
                "m64 keys over the whole head dim, and block-m ", kWgmmaM, " (a warp's 16 keys of S and 16 query rows of "

@@ -151,7 +151,8 @@ public:
     return {"sm90",   "smemRaw", "aAddr", "bAddr", "dsFrag", "dqBlock", "dqPart", "frag",
             "key",    "q",      "sDq",     "dqBars", "sDqTile", "dqUses", "use",   "tile",   "row",  "rows",
             "kDqPitch", "maps", "kvBar", "fullBars", "emptyBars", "stage", "tileUses", "loads", "qRow0", "kRow0",
-            "tmaBatch", "kQTileBytes", "dotFrag0", "dotFrag1", "qRing", "doRing", "ringOffset", "doBars", "kDoTileBytes"};
+            "tmaBatch", "kQTileBytes", "dotFrag0", "dotFrag1", "qRing", "doRing", "ringOffset", "doBars", "kDoTileBytes",
+            "sStageRing", "stagingRing", "stagingOffset", "kStagingBytes"};
   }
   bool splitsKeys() const override { return true; }
   bool swapsKv() const override { return true; }
@@ -399,6 +400,8 @@ private:
       return cat("(", tile == "sQ" ? "qRingRows" : "doRingRows", " + ringOffset)");
     if (shape.loadWarp && (tile == "sQ" || tile == "sDO"))
       return cat("(", tile == "sQ" ? "qRing" : "doRing", " + ringOffset", offset, ")");
+    if (shape.stagingRing && tile == "sStage0")
+      return cat("(stagingRing + stagingOffset", offset, ")");
     return cat("sm90::warp::uniform(", ns, "smemAddress(", tile, ")", offset, ")");
   }
   /// The template argument that names the tiles' swizzle span in sm90::desc calls ("" for the default 128 bytes).

@@ -98,6 +98,9 @@ struct KernelShape {
   bool singleDo = false;
   /// The warpgroups' rows of the load warp's ring broadcast once before the walk (`tile.ring_rows`).
   bool ringRows = false;
+  /// The backward's staged tile (dS under tile.swap_scores) in two buffers, one a ring stage (`tile.staging_ring`):
+  /// no barrier at the start of a Q-tile iteration.
+  bool stagingRing = false;
   /// Registers a thread of the producer warpgroup and of a computing warpgroup holds after setmaxnreg
   /// (`tile.role_registers`); 0: the family's launch default.
   int producerRegs = 0, consumerRegs = 0;

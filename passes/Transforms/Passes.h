@@ -68,6 +68,12 @@ inline constexpr llvm::StringLiteral kSingleDoAttr = "tile.single_do";
 /// Q tile's rows (a unit attribute): each warpgroup's rows of the ring's first Q and dO buffers are broadcast once
 /// before the walk (KernelShape::ringRows); the program's semantics do not change.
 inline constexpr llvm::StringLiteral kRingRowsAttr = "tile.ring_rows";
+/// A schedule's attribute on a backward main program whose load warp brings the Q tiles and whose score tiles are
+/// transposed (tile.swap_scores: dS is the one staged tile) (a unit attribute): dS is staged in two buffers, the one of
+/// the ring's stage, so that a Q-tile iteration needs no barrier before it stages (the buffer it writes was last read
+/// by the GEMMs of two iterations back, which every warpgroup waited for before the last iteration's staging barrier;
+/// KernelShape::stagingRing; FA3's and FA4's PdS stages = 2); the program's semantics do not change.
+inline constexpr llvm::StringLiteral kStagingRingAttr = "tile.staging_ring";
 /// A schedule's attribute on a backward main program whose warpgroups split the keys, with tile.gemm_overlap (a unit
 /// attribute): tile-pipeline-q-loop leaves dV's tile.dot_tn (A = P) where the program has it, after tile.probs, and
 /// marks it tile.issue_early, so that its GEMM is issued once P is staged and runs under dS's math; the program's

@@ -279,6 +279,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   shape.swapKv = func->hasAttr(tile::kSwapKvAttr);
   shape.singleDo = func->hasAttr(tile::kSingleDoAttr);
   shape.ringRows = func->hasAttr(tile::kRingRowsAttr);
+  shape.stagingRing = func->hasAttr(tile::kStagingRingAttr);
   if (auto regs = func->getAttrOfType<mlir::DenseI32ArrayAttr>(tile::kRoleRegistersAttr); regs && regs.size() == 2) {
     shape.producerRegs = regs[0];
     shape.consumerRegs = regs[1];

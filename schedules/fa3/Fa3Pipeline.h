@@ -18,7 +18,8 @@ inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kStages
                             *kEarlyDv = "early-dv", *kSwapDkv = "swap-dkv", *kDoBuffers = "do-buffers",
                             *kDqWriterWarps = "dq-writer-warps",
                             *kDqSwizzle = "dq-swizzle", *kRotatedWalk = "rotated-walk",
-                            *kLptGroupBlocks = "lpt-group-blocks", *kRingRows = "ring-rows";
+                            *kLptGroupBlocks = "lpt-group-blocks", *kRingRows = "ring-rows",
+                            *kDsBuffers = "ds-buffers";
 /// The largest backward `lpt-group-blocks`.
 inline constexpr int64_t kMaxLptGroupBlocks = 1 << 20;
 /// The largest `rescale-threshold` (log2 units): P may reach 2^threshold, which stays finite in fp16 up to 15.

@@ -129,6 +129,10 @@ public:
                     "each warpgroup's rows of the ring's first Q and dO buffers broadcast once before the walk "
                     "(fewer descriptor moves: bench/NOTES.md v44); 0: added in the loop (the default)",
          0, 1},
+        {kDsBuffers, "backward only, with swap-sdp 1 and load-warp 1: 2: dS staged in two buffers, the one of the Q "
+                     "tile's ring stage, so that an iteration starts without the computing warps' barrier (FA3's PdS "
+                     "stages = 2); 1: one buffer, the barrier first (the default)",
+         1, 2},
         {kExp2PolyShare, "FA4's partial software exp2: of every 8 n8 tiles of a score row, how many take their "
                          "exponentials from a cubic on the FMA pipe (sm90::math::exp2Poly3) instead of MUFU; 0: none "
                          "(the default)",
@@ -142,7 +146,7 @@ public:
       return configureBackward(func, knobs);
     for (const char *backwardKnob :
          {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle, kSwapDkv, kDoBuffers, kRotatedWalk,
-          kLptGroupBlocks, kRingRows})
+          kLptGroupBlocks, kRingRows, kDsBuffers})
       if (knobs.count(backwardKnob))
         return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
@@ -241,7 +245,7 @@ public:
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
                                      "consumer-warpgroups, intra-wg-overlap, dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, "
                                      "early-dv, swap-dkv, do-buffers, rotated-walk, lpt-group-blocks, ring-rows, "
-                                     "producer-regs and consumer-regs";
+                                     "ds-buffers, producer-regs and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
         return refuseBackward(func, name, value, "64, 96, 128, 192 or 256; the fa2 backward serves the others");
@@ -471,6 +475,14 @@ public:
         return refuseBackward(func, kRingRows, ringRows,
                               "0 here; 1 needs load-warp 1 and the warpgroups splitting the Q tile's rows (head dim 64)");
       func->setAttr(kRingRowsAttr, UnitAttr::get(func.getContext()));
+    }
+    // ds-buffers 2: with the scores transposed dS is the iteration's one staged tile (P stays in registers), and a
+    // second buffer (16 KB at head dim 128) fits where P's was; the iteration's first barrier then goes.
+    if (const int64_t dsBuffers = knob(knobs, kDsBuffers, 1); dsBuffers == 2) {
+      if (!swap || !loader)
+        return refuseBackward(func, kDsBuffers, dsBuffers,
+                              "1 here; 2 needs swap-sdp 1 (dS the one staged tile) and load-warp 1 (its ring's stage)");
+      func->setAttr(kStagingRingAttr, UnitAttr::get(func.getContext()));
     }
     return success();
   }

@@ -395,6 +395,38 @@ TEST(BackwardCodegen, Fa3RingRowsBroadcastsTheWarpgroupsRowsOnce) {
   expectFa3Refuses(128, {{"ring-rows", 1}}, "ring-rows", 1);
 }
 
+// ds-buffers 2 (with swap-sdp 1: dS the one staged tile): dS staged in two buffers, the ring stage's, and no
+// barrier of the computing warps before an iteration stages (one a Q tile left: after staging); dQ's A operand is
+// the stage's buffer from a base broadcast once; refused without the swap or the load warp; NVRTC compiles it at both
+// head dims the swap takes, with and without a causal mask.
+TEST(BackwardCodegen, Fa3DsBuffersStageDsInTheRingsStage) {
+  for (const char *variant : {"none", "causal"})
+    for (int headDim : {96, 128}) {
+      StatusOr<jit::CompileResult> ring =
+          jit::compile(*variants::byName(variant),
+                       backwardOptions(ElementType::BF16, headDim, "sm_90a", {{"swap-sdp", 1}, {"ds-buffers", 2}}, "fa3"),
+                       jit::Stage::Cubin);
+      ASSERT_TRUE(ring.ok()) << ring.status().message();
+      StatusOr<jit::CompileResult> one = jit::compile(
+          *variants::byName(variant), backwardOptions(ElementType::BF16, headDim, "sm_90a", {{"swap-sdp", 1}}, "fa3"),
+          jit::Stage::Cuda);
+      ASSERT_TRUE(one.ok()) << one.status().message();
+      const std::string start = "// every warp is done with the last iteration's staging buffers";
+      EXPECT_GE(count(one->cuda, start), 1) << headDim;
+      EXPECT_EQ(count(ring->cuda, start), 0) << headDim;
+      EXPECT_EQ(count(ring->cuda, "// every warp's rows staged"), count(one->cuda, "// every warp's rows staged"));
+      EXPECT_NE(ring->cuda.find("unsigned char *const sStageRing = "), std::string::npos);
+      EXPECT_GE(count(ring->cuda, "unsigned char *const sStage0 = sStageRing + stage * kStagingBytes;"), 1);
+      EXPECT_EQ(count(ring->cuda, "unsigned char *const sStage0 = "),
+                count(ring->cuda, "unsigned char *const sStage0 = sStageRing + stage * kStagingBytes;"));
+      EXPECT_GE(count(ring->cuda, "(stagingRing + stagingOffset)"), 1) << headDim;
+      EXPECT_EQ(one->cuda.find("stagingRing"), std::string::npos);
+    }
+  expectFa3Refuses(128, {{"ds-buffers", 2}}, "ds-buffers", 2);
+  expectFa3Refuses(128, {{"ds-buffers", 2}, {"swap-sdp", 1}, {"load-warp", 0}, {"dq-writer", 0}}, "ds-buffers", 2);
+  expectFa3Refuses(64, {{"ds-buffers", 2}}, "ds-buffers", 2);
+}
+
 // lpt-group-blocks N: the main kernel's blocks take K/V tile index by tile index across groups of (batch, head) pairs
 // of at least N blocks (the arithmetic of the forward's grouped order, Fa2GridOrder's model, with the tile index
 // ascending: the first K/V tiles walk the most Q tiles under a causal mask), outside deterministic mode only; the
@@ -626,7 +658,7 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
                           "dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, early-dv, swap-dkv, do-buffers, "
-                          "rotated-walk, lpt-group-blocks, ring-rows, producer-regs and consumer-regs"},
+                          "rotated-walk, lpt-group-blocks, ring-rows, ds-buffers, producer-regs and consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
         jit::compile(*variants::byName("none"),
