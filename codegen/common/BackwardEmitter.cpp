@@ -175,6 +175,17 @@ LogicalResult BackwardPrinter::printLoad(LoadOp load) {
     w.comment(cat("tile.load ", stringifyOperand(operand).str(), "[qt]: this thread's rows",
                   lse ? " (a padded row: -inf, it saw no key)" : " (a padded row: 0)"));
     w.line(cat("float ", name, fragments.rowValueDims(), ";"));
+    if (shape.swapScores && rowsInShared && target.loadsInRole()) {
+      // Transposed score tiles: a thread's row values are the pairs of query rows 8·nt + fragCol, + 1 of its n8
+      // columns, read as float2 (8-byte aligned: fragCol is even); the load role wrote -inf and 0 past seqlen_q.
+      w.openUnrolledFor("nt", "kSTiles");
+      w.line(cat("const float2 pair = *reinterpret_cast<const float2 *>(", lse ? "sLse" : "sDelta",
+                 " + 8 * nt + fragCol);  // rows past seqlen_q: ", lse ? "-inf" : "0", " (the load role's)"));
+      w.line(cat(name, "[nt][0] = pair.x;"));
+      w.line(cat(name, "[nt][1] = pair.y;"));
+      w.close();
+      return success();
+    }
     fragments.forEachRowValue(w, [&] {
       w.line(cat("const int q = ", fragments.rowValueQuery(), ";"));
       std::string source =
