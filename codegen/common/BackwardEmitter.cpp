@@ -734,7 +734,9 @@ LogicalResult BackwardPrinter::checkMainLayout() {
   }
   if (shape.keyWarps > 1 &&
       (!target.splitsKeys() || shape.warps % shape.keyWarps != 0 || shape.blockN % (16 * shape.keyWarps) != 0 ||
-       shape.headDim % (16 * shape.keyWarps) != 0 || shape.blockM * shape.keyWarps % (16 * shape.warps) != 0))
+       shape.headDim % (16 * shape.keyWarps) != 0 ||
+       // transposed scores: a warp's m16 are keys, the Q tile's rows the n8 columns (k16 steps of dV's and dK's GEMMs)
+       (shape.swapScores ? shape.blockM % 16 != 0 : shape.blockM * shape.keyWarps % (16 * shape.warps) != 0)))
     return func.emitOpError() << "cannot split S's keys " << shape.keyWarps << " ways (tile.key_warps) among "
                               << shape.warps << " warps (block-m " << shape.blockM << ", block-n " << shape.blockN
                               << ", head dim " << shape.headDim << ")"
@@ -795,7 +797,7 @@ void BackwardPrinter::printMainWarpLayout() {
     if (shape.swapScores) {
       w.comment("(tile.swap_scores: S, dP, P and dS transposed, a warp's m16 rows its 16 keys of its row group's, the");
       w.comment("n8 columns the Q tile's rows; dQ's rows as without the swap)");
-      w.line("constexpr int kWarpRows = kBlockM * kKeyWarps / kWarps, kMTiles = kWarpRows / 16, kSTiles = kBlockM / 8;");
+      w.line("constexpr int kWarpRows = kBlockN / kWarps, kMTiles = kWarpRows / 16, kSTiles = kBlockM / 8;");
     } else {
       w.line("constexpr int kWarpRows = kBlockM * kKeyWarps / kWarps, kMTiles = kWarpRows / 16, kSTiles = kBlockN / "
              "kKeyWarps / 8;");

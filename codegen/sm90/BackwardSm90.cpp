@@ -103,6 +103,26 @@ void BackwardSm90::endIteration(CudaWriter &w) {
 }
 
 void BackwardSm90::stage(CudaWriter &w, const std::string &buffer, const std::string &from) {
+  if (transposesDq(shape)) {
+    w.comment(cat(from, " (transposed: keys x query rows) rounded to 16 bits and transposed into ", buffer,
+                  " [kBlockM query rows][kBlockN keys] (stmatrix.x4.trans, swizzled):"));
+    w.comment("this warp's 16 keys of each row, the K-major B operand of dQᵀ's GEMM");
+    const auto it = packed.find(from);
+    w.openUnrolledFor("nt", "kSTiles / 2");
+    if (it == packed.end()) {
+      w.line(cat("const unsigned frag[4] = {", pack, "(", from, "[0][2 * nt][0], ", from, "[0][2 * nt][1]), ", pack, "(",
+                 from, "[0][2 * nt][2], ", from, "[0][2 * nt][3]),"));
+      w.line(cat("                          ", pack, "(", from, "[0][2 * nt + 1][0], ", from, "[0][2 * nt + 1][1]), ",
+                 pack, "(", from, "[0][2 * nt + 1][2], ", from, "[0][2 * nt + 1][3])};"));
+    }
+    w.comment("lane l addresses row l % 8 of matrix l / 8, stored transposed: query row 16·nt + 8·(l / 16) + l % 8, keys");
+    w.comment("from this warp's first + 8·((l / 8) % 2)");
+    w.line("const int q = 16 * nt + 8 * (lane / 16) + lane % 8, key = warpCol0 + 16 * warpM + 8 * ((lane / 8) % 2);");
+    w.line(cat("sm90::warp::stmatrixX4Trans(", ns, "smemAddress(", buffer, ") + sm90::swizzle128Offset(q, key, kBlockM), ",
+               it == packed.end() ? std::string("frag") : it->second + "[nt]", ");"));
+    w.close();
+    return;
+  }
   if (shape.swapScores) {
     w.comment(cat(from, " (transposed: keys x query rows) rounded to 16 bits into ", buffer,
                   " [kBlockN keys][kBlockM query rows] (stmatrix.x4, swizzled):"));
@@ -309,6 +329,19 @@ void BackwardSm90::dqReductions(CudaWriter &w, const SharedTile &k, const std::s
 }
 
 void BackwardSm90::dqToShared(CudaWriter &w, const std::string &part, const DqBlock &block) {
+  if (transposesDq(shape)) {
+    w.comment("dQᵀ's fragments into sDq [query rows][kDqPitch], a float each: element i of n8 tile nt is column");
+    w.comment(cat(block.col, " + 16·(warp % 4) + fragRow + 8·(i / 2) of query row 8·nt + fragCol + i % 2 (its columns permuted"));
+    w.comment("by the row: a warp's 32 stores fall on the 32 banks)");
+    w.openUnrolledFor("nt", cat(block.width / 8));
+    w.openUnrolledFor("i", "4");
+    w.line(cat("const int row = 8 * nt + fragCol + (i & 1), col = ", block.col, " + 16 * (warp % ", kWarpgroupWarps,
+               ") + fragRow + 8 * (i >> 1);"));
+    w.line(cat("sDq[row * kDqPitch + ", dqAccumColumn("row", "col"), "] = ", part, "[0][nt][i];"));
+    w.close();
+    w.close();
+    return;
+  }
   fragments.forEachRow(w, [&] {
     w.line(cat("const int row = ", keySplit ? "warpM" : "warp", " * kWarpRows + 16 * mt + fragRow + 8 * r;"));
     openKeptFragments(w, block);
@@ -320,6 +353,24 @@ void BackwardSm90::dqToShared(CudaWriter &w, const std::string &part, const DqBl
 }
 
 void BackwardSm90::dqGemm(CudaWriter &w, const SharedTile &k, const DqBlock &block, const std::string &part) {
+  if (transposesDq(shape)) {
+    w.comment(cat("dQᵀ = Kᵀ·dSᵀ (wgmma m64n", block.width, "k16 ", mmaType, " SS, fp32): A = Kᵀ, this warpgroup's ",
+                  kWgmmaM, " columns of K (MN-major), B = dS staged ", dqA, " [query rows][keys] (K-major); the head dim"));
+    w.comment("on M, the Q tile's rows on N");
+    w.line("sm90::warpgroup::arrive();");
+    w.open("");
+    w.line(cat("const unsigned aAddr = ", address(k.name, cat(" + (", block.col, ") * ", k.rows, " * 2")), ", bAddr = ",
+               address(dqA), ";"));
+    w.line(cat("const unsigned long long aDesc = sm90::desc::mnMajor", sw(), "(aAddr, ", k.rows, " * ", swizzle,
+               "), bDesc = sm90::desc::kMajor(bAddr);"));
+    w.openUnrolledFor("ks", "kBlockN / 16");
+    w.line(cat("sm90::warpgroup::WgmmaMnA<", block.width, ">::", mmaType, "SS<sm90::warpgroup::kKMajor>(",
+               flat(part, cat(block.width / 2)), ", sm90::desc::offsetLow(aDesc, sm90::desc::mnMajorStepBytes", sw(),
+               "(ks)), sm90::desc::offsetLow(bDesc, sm90::desc::kMajorStepBytes(ks, kBlockM)), ks > 0);"));
+    w.close();
+    w.close();
+    return;
+  }
   w.line("sm90::warpgroup::arrive();");
   w.open("");
   // Column c of a column-block tile starts c · rows · 2 bytes in, at any span (c a multiple of the span's columns).
@@ -440,7 +491,8 @@ std::optional<std::string> checkBackwardShape(const KernelShape &shape) {
                  " (a warpgroup's keys on wgmma's N, in k16 steps of the staged tiles) and head dims multiples of ",
                  kWgmmaM, " (their m64s); got key-warps ", shape.keyWarps, ", block-m ", shape.blockM, ", block-n ",
                  shape.blockN, ", head dims ", shape.headDim, ", ", shape.headDimV);
-    if (shape.keyWarps != warpgroups || shape.blockM != kWgmmaM || !(keys || columns || swappedKeys))
+    if (shape.keyWarps != warpgroups || (shape.blockM != kWgmmaM && !(keys && transposesDq(shape))) ||
+        !(keys || columns || swappedKeys))
       return cat("sm90 backward: with the keys split over ", warpgroups, " warpgroups, key-warps must be ", warpgroups,
                  ", block-m ", kWgmmaM, " and block-n ", kWgmmaM * warpgroups,
                  " (a warpgroup's m64 keys) or, splitting dK's and dV's columns, ", kWgmmaM,
@@ -450,10 +502,18 @@ std::optional<std::string> checkBackwardShape(const KernelShape &shape) {
   if (shape.stagingRing && (!shape.swapScores || !shape.loadWarp))
     return cat("sm90 backward: dS staged in a ring (tile.staging_ring) needs the score tiles transposed "
                "(tile.swap_scores: dS the one staged tile) and the load warp (its ring's stage)");
-  if (shape.swapScores && (shape.keyWarps == 1 || splitsColumns(shape) || shape.blockM != kWgmmaM))
+  if (shape.swapScores && (shape.keyWarps == 1 || splitsColumns(shape) ||
+                           (shape.blockM != kWgmmaM && shape.blockM != kRowsTransposedDq)))
     return cat("sm90 backward: swapped score GEMMs (tile.swap_scores) need the keys split over the warpgroups, each its "
                "m64 keys over the whole head dim, and block-m ", kWgmmaM, " (a warp's 16 keys of S and 16 query rows of "
-               "dQ); got key-warps ", shape.keyWarps, ", block-m ", shape.blockM, ", block-n ", shape.blockN);
+               "dQ) or ", kRowsTransposedDq, " (dQ transposed); got key-warps ", shape.keyWarps, ", block-m ",
+               shape.blockM, ", block-n ", shape.blockN);
+  if (transposesDq(shape) && (!shape.dqWriter || !shape.dqSwizzle || shape.headDim != kWgmmaM * warpgroups ||
+                              shape.headDimV != shape.headDim))
+    return cat("sm90 backward: dQ transposed (block-m ", shape.blockM, " with the scores swapped) needs the dQ writer "
+               "with dq_accum's permuted rows (dq-swizzle) and head dims of one m64 a warpgroup (", kWgmmaM * warpgroups,
+               "); got dq-writer ", shape.dqWriter, ", dq-swizzle ", shape.dqSwizzle, ", head dims ", shape.headDim,
+               ", ", shape.headDimV);
   // A thread holds its warpgroup's part of dK and dV in fp32: 64 keys x (head_dim + head_dim_v) / 128 floats, or a
   // W-th of that under the column split; at most 128 of its 240 registers. Transposed, its keys x (head_dim +
   // head_dim_v) / 128, at most 144 (S and dP of at most 48 keys beside them).

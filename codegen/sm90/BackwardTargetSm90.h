@@ -44,6 +44,8 @@ static_assert((kDqBarriers + kLoadBarriers + kDoBarriers) * 8 + 4 <= kRoleBarrie
 /// bulk reduce-add a row instead of one a tile. Measured on the H100 (bench/NOTES.md v30): at head dim 128 (64 rows
 /// a tile) +14% non-causal; at 64 (128 rows of 256 bytes a tile, each add issued in turn) -21%, so unpadded there.
 constexpr int kDqPadFloats = 8, kDqPadFrom = 96;
+/// The Q tile's rows of the transposed dQ's layout (transposesDq).
+constexpr int kRowsTransposedDq = 80;
 
 /// Whether the warpgroups split dK's and dV's columns (the column split: a K/V tile of one m64 of keys, every
 /// warpgroup all of its keys and head_dim / W columns of dK and dV, W·32 keys of S and dP shared out as in the key
@@ -53,6 +55,11 @@ inline bool splitsColumns(const KernelShape &shape) {
   return !shape.swapKv && shape.keyWarps > 1 && shape.keyWarps == shape.warps / kWarpgroupWarps &&
          shape.blockN == kWgmmaM;
 }
+
+/// dQ computed transposed (dQᵀ = Kᵀ·dSᵀ: the head dim on wgmma's M, a warpgroup's m64 of it; the Q tile's rows on N,
+/// dS staged [query rows][keys] as dQᵀ's K-major B): under the swapped scores, Q tiles whose rows are not a wgmma's
+/// m64 (block-m 80: FA3's dQ_swapAB at head dim 128).
+inline bool transposesDq(const KernelShape &shape) { return shape.swapScores && shape.blockM != kWgmmaM; }
 
 /// The swizzle span of a kernel's Q, dO, K and V tiles: 128 bytes (64-column blocks) where every column a GEMM
 /// starts at is a multiple of 64 (the head dims, and under the column split a warpgroup's part of them), else 64
@@ -426,6 +433,9 @@ private:
   /// round of 64 columns each, the first warpgroup's the first 64 and the second's the last 64, of which it keeps the
   /// columns past the first's (the windows overlap: the same GEMM in both, the second idle for as long otherwise).
   std::vector<DqBlock> dqRounds(const SharedTile &k) const {
+    // dQ transposed: one product a warpgroup, its m64 of the head dim on M and the Q tile's rows (the width) on N.
+    if (transposesDq(shape))
+      return {{cat(kWgmmaM, " * (warp / ", kWarpgroupWarps, ")"), shape.blockM}};
     const int64_t part = k.width / warpgroups;
     if (keySplit && k.width % warpgroups == 0 && part % (swizzle / 2) == 0 && part <= 2 * kDqColumns)
       return {{cat(part, " * (warp / ", kWarpgroupWarps, ")"), part}};

@@ -24,6 +24,9 @@ using namespace flashtile::tile;
 constexpr int kWarpgroupWarps = 4;
 /// The backward's rows of a warpgroup (Q-tile rows or K/V-tile keys): a wgmma's m64.
 constexpr int64_t kBackwardBlock = 64;
+/// The backward's 80-row Q tile at head dim 128 (FA3's non-causal tile there): the key split with S, dP and dQ
+/// transposed (the Q tile's rows on wgmma's N, which need not be a multiple of 64).
+constexpr int64_t kBackwardRows80 = 80;
 /// The backward's computing warpgroups a block by default (and at most).
 constexpr int64_t kBackwardWarpgroups = 2;
 /// The backward's intra-wg-overlap default.
@@ -319,12 +322,16 @@ public:
       return refuseBackward(func, kBlockN, blockN,
                             std::to_string(keys) + " with " + std::to_string(consumers) +
                                 " consumer warpgroup(s) (each warpgroup's m64 keys of dK and dV)");
-    const bool keySplit = consumers > 1 && blockM == kBackwardBlock;
+    const bool rows80 = !wide && consumers > 1 && blockM == kBackwardRows80 && headDim == 128 &&
+                        std::min(func.getHeadDim(), func.getHeadDimV()) == 128;
+    const bool keySplit = consumers > 1 && (blockM == kBackwardBlock || rows80);
     if (!wide && blockM != keys && !keySplit)
       return refuseBackward(func, kBlockM, blockM,
                             consumers == 1 ? std::string("64 (one warpgroup's m64 rows)")
                                            : std::to_string(keys) + " (split-Q: a warpgroup's m64 query "
-                                                                    "rows) or 64 (the warpgroups split the keys)");
+                                                                    "rows) or 64 (the warpgroups split the keys), or "
+                                                                    "80 at head dim 128 (with swap-sdp 1: S, dP and "
+                                                                    "dQ transposed)");
     if (stages != 2)
       return refuseBackward(func, kStages, stages, "2 (Q-tile buffers: each Q tile copied one tile ahead)");
     if (keySplit)
@@ -395,11 +402,16 @@ public:
     // the Q tile's rows on N, so that Pᵀ and dSᵀ are the register A operands of dV's and dK's GEMMs.
     // Measured on the H100 (bench/NOTES.md v34): 2-11% slower than without at head dims 96 and 128 (64-row Q tiles),
     // so off by default.
-    const int64_t swap = knob(knobs, kSwapSdp, 0);
+    // block-m 80 (FA3's tile at head dim 128): its rows on wgmma's N, so S and dP transposed (swap-sdp 1) and dQ
+    // transposed (the head dim on M: dQᵀ = Kᵀ·dSᵀ), added by the dQ writer from an unpadded, permuted sDq.
+    const bool rows80 = layout.blockM == kBackwardRows80;
+    const int64_t swap = knob(knobs, kSwapSdp, rows80 ? 1 : 0);
     if (swap && (!layout.keySplit || layout.wide))
       return refuseBackward(func, kSwapSdp, swap,
-                            "0 here; 1 needs the warpgroups to split the keys (two consumer warpgroups, block-m 64, "
-                            "block-n 128: head dims 96 and 128)");
+                            "0 here; 1 needs the warpgroups to split the keys (two consumer warpgroups, block-m 64 "
+                            "or 80, block-n 128: head dims 96 and 128)");
+    if (!swap && rows80)
+      return refuseBackward(func, kSwapSdp, swap, "1 at block-m 80 (the Q tile's 80 rows on wgmma's N)");
     if (swap)
       func->setAttr(kSwapScoresAttr, UnitAttr::get(func.getContext()));
     // dq-writer: the main program's roles, FA3's: the computing warpgroups leave each Q tile's dQ terms in shared
@@ -439,11 +451,17 @@ public:
     // Default at head dim 64, where sDq's rows are not padded (256-byte rows: a warp's fragment stores fell on eight
     // banks): measured 1.03-1.11x the unpermuted buffer on the H100 (bench/NOTES.md v42); padded rows from 96 add a
     // row at a time over three writer warps and measured no gain from it (v39).
-    const int64_t swizzle = knob(knobs, kDqSwizzle, writer && headDim == 64 ? 1 : 0);
+    const int64_t swizzle = knob(knobs, kDqSwizzle, writer && (headDim == 64 || rows80) ? 1 : 0);
     if (swizzle && !writer)
       return refuseBackward(func, kDqSwizzle, swizzle,
                             "0 here; 1 needs dq-writer 1 (the computing warps' red.global.add writes "
                             "dq_accum's rows in order)");
+    // At block-m 80 a thread's dQᵀ fragments are single floats of 4 rows a quad: the permuted columns spread a
+    // warp's stores over the 32 banks of an unpadded sDq (padded rows would conflict two ways), and the 80-row tile's
+    // unpadded sDq is what leaves room for ds-buffers 2.
+    if (rows80 && (!writer || !swizzle))
+      return refuseBackward(func, writer ? kDqSwizzle : kDqWriter, 0,
+                            "1 at block-m 80 (dQᵀ's fragments go through the dQ writer's unpadded, permuted sDq)");
     if (swizzle)
       func->setAttr(kDqSwizzleAttr, UnitAttr::get(func.getContext()));
     const bool paddedRows = !swizzle && headDim >= 96 && headDim < 256;

@@ -65,12 +65,19 @@ struct Case {
   bool bounded = false;
   /// Scheduled by this registered schedule's backward pipeline for sm_90a (its tiles, not tileRowsQ/K), or none.
   std::string schedule;
+  /// The schedule's knobs (block-m 80 at head dim 128: the transposed layout's 80-row Q tiles).
+  schedule::Knobs knobs = {};
   std::string name() const {
     std::ostringstream out;
     out << variant << "_b" << shape.batch << "_q" << shape.seqlenQ << "_k" << shape.seqlenK << "_h" << shape.headsQ
         << "x" << shape.headsKv << "_d" << shape.headDim << "x" << shape.headDimV << (cuQ.empty() ? "" : "_varlen")
         << "_t" << tileRowsQ << "x" << tileRowsK << (dtype == ElementType::BF16 ? "_bf16" : "_fp16")
         << (bounded ? "_bounded" : "") << (schedule.empty() ? "" : "_" + schedule);
+    for (const auto &[knob, value] : knobs) {
+      std::string word = knob;
+      std::replace(word.begin(), word.end(), '-', '_');
+      out << "_" << word << value;
+    }
     return out.str();
   }
 };
@@ -242,7 +249,7 @@ bool boundQLoop(ModuleOp module, const Case &c) {
 
 /// Runs `schedule`'s backward pipeline for sm_90a on the module (every program scheduled, the main program's walk
 /// bounded and pipelined, lowered to the schedule's family there).
-bool scheduleWith(ModuleOp module, const std::string &name) {
+bool scheduleWith(ModuleOp module, const std::string &name, const schedule::Knobs &knobs) {
   schedule::registerBuiltinSchedules();
   codegen::registerBuiltinTargets();
   const schedule::Schedule *scheduleDef = schedule::lookupSchedule(name);
@@ -252,12 +259,16 @@ bool scheduleWith(ModuleOp module, const std::string &name) {
   request.schedule = name;
   request.arch = "sm_90a";
   request.kind = tile::kBackwardModule;
+  request.knobs = knobs;
   PassManager pm(module.getContext());
   scheduleDef->buildPipeline(pm, request);
   if (failed(pm.run(module)))
     return false;
   int segments = 0;
   mainProgram(module).walk([&](tile::QLoopOp loop) { segments += loop.isBounded(); });
+  // A knob naming the Q tile's rows must be what the main program got (else the case checks another tiling).
+  if (knobs.count("block-m") && mainProgram(module).getScheduleAttr().getBlockM() != knobs.at("block-m"))
+    return false;
   return segments > 0 && mainProgram(module).getScheduleAttr().getName() == name;
 }
 
@@ -279,7 +290,7 @@ Outcome runCase(const Case &c, const Plant &plant = {}) {
     ADD_FAILURE() << "bounding the Q-tile walk of " << c.variant << "'s main program failed: " << diagnostics.text;
     return outcome;
   }
-  if (!c.schedule.empty() && !scheduleWith(**backward, c.schedule)) {
+  if (!c.schedule.empty() && !scheduleWith(**backward, c.schedule, c.knobs)) {
     ADD_FAILURE() << "the " << c.schedule << " backward pipeline failed on " << c.variant << ": " << diagnostics.text;
     return outcome;
   }
@@ -412,6 +423,16 @@ std::vector<Case> fa3Matrix() {
     Case varlen{variant, {3, 170, 200, 2, 2, 64, 64}, {0, 70, 70, 170}, {0, 130, 135, 200}, 0, 0, ElementType::F16};
     varlen.schedule = "fa3";
     cases.push_back(varlen);
+    // block-m 80 (swap-sdp, dQ transposed) at head dim 128: 80-row Q tiles, the last one partial.
+    Case rows80{variant, {1, 170, 131, 2, 1, 128, 128}, {}, {}, 0, 0, ElementType::BF16};
+    rows80.schedule = "fa3";
+    rows80.knobs = {{"block-m", 80}};
+    cases.push_back(rows80);
+    Case rows80Varlen{variant, {3, 170, 200, 2, 2, 128, 128}, {0, 70, 70, 170}, {0, 130, 135, 200}, 0, 0,
+                      ElementType::F16};
+    rows80Varlen.schedule = "fa3";
+    rows80Varlen.knobs = {{"block-m", 80}};
+    cases.push_back(rows80Varlen);
   }
   return cases;
 }

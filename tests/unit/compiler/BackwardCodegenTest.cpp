@@ -427,6 +427,38 @@ TEST(BackwardCodegen, Fa3DsBuffersStageDsInTheRingsStage) {
   expectFa3Refuses(64, {{"ds-buffers", 2}}, "ds-buffers", 2);
 }
 
+// block-m 80 at head dim 128 (FA3's non-causal tile there): S and dP transposed (swap-sdp 1 by default), dQ
+// transposed (dQᵀ = Kᵀ·dSᵀ: wgmma m64n80, A MN-major from K, B K-major from dS staged [query rows][keys] by
+// stmatrix.trans), its fragments into an unpadded, permuted sDq (dq-swizzle 1 by default), one bulk add a tile; every
+// variant compiles under NVRTC, with ds-buffers 2 too; refused without the swap, the writer or the permutation, and
+// at other head dims.
+TEST(BackwardCodegen, Fa3EightyRowTilesTransposeDq) {
+  for (const char *variant : {"none", "causal", "softcap", "alibi_causal", "sliding_window"})
+    for (ElementType dtype : {ElementType::BF16, ElementType::F16}) {
+      StatusOr<jit::CompileResult> rows80 = jit::compile(
+          *variants::byName(variant), backwardOptions(dtype, 128, "sm_90a", {{"block-m", 80}}, "fa3"), jit::Stage::Cubin);
+      ASSERT_TRUE(rows80.ok()) << variant << ": " << rows80.status().message();
+      const std::string &cuda = rows80->cuda;
+      EXPECT_NE(cuda.find("constexpr int kBlockM = 80;"), std::string::npos);
+      EXPECT_NE(cuda.find("constexpr int kDqPitch = kHeadDim + 0;"), std::string::npos);
+      EXPECT_GE(count(cuda, "sm90::warpgroup::WgmmaMnA<80>::"), 1);
+      EXPECT_GE(count(cuda, "SS<sm90::warpgroup::kKMajor>(reinterpret_cast<float (&)[40]>(dqPart[0])"), 1);
+      EXPECT_GE(count(cuda, "sm90::swizzle128Offset(q, key, kBlockM)"), 1);
+      EXPECT_GE(count(cuda, "sm90::warpgroup::Wgmma<80>::"), 1);
+      EXPECT_EQ(count(cuda, "sm90::bulkReduceAddF32(gDqAccum + (long long)tile * kBlockM * kHeadDim, sDq,"), 1);
+    }
+  StatusOr<jit::CompileResult> ring = jit::compile(
+      *variants::byName("none"), backwardOptions(ElementType::BF16, 128, "sm_90a", {{"block-m", 80}, {"ds-buffers", 2}}, "fa3"),
+      jit::Stage::Cubin);
+  ASSERT_TRUE(ring.ok()) << ring.status().message();
+  EXPECT_GE(count(ring->cuda, "(stagingRing + stagingOffset)"), 1);
+  expectFa3Refuses(128, {{"block-m", 80}, {"swap-sdp", 0}}, "swap-sdp", 0);
+  expectFa3Refuses(128, {{"block-m", 80}, {"dq-swizzle", 0}}, "dq-swizzle", 0);
+  expectFa3Refuses(128, {{"block-m", 80}, {"dq-writer", 0}}, "dq-writer", 0);
+  expectFa3Refuses(96, {{"block-m", 80}}, "block-m", 80);
+  expectFa3Refuses(64, {{"block-m", 80}}, "block-m", 80);
+}
+
 // lpt-group-blocks N: the main kernel's blocks take K/V tile index by tile index across groups of (batch, head) pairs
 // of at least N blocks (the arithmetic of the forward's grouped order, Fa2GridOrder's model, with the tile index
 // ascending: the first K/V tiles walk the most Q tiles under a causal mask), outside deterministic mode only; the
@@ -653,7 +685,8 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
        {std::tuple{"block-n", 96, "fa3 backward: block-n = 96 is not supported; accepted: 128 with 2 consumer "
                                   "warpgroup(s)"},
         {"block-m", 96, "fa3 backward: block-m = 96 is not supported; accepted: 128 (split-Q: a warpgroup's m64 query "
-                        "rows) or 64 (the warpgroups split the keys)"},
+                        "rows) or 64 (the warpgroups split the keys), or 80 at head dim 128 (with swap-sdp 1: S, dP "
+                        "and dQ transposed)"},
         {"consumer-warpgroups", 3, "fa3 backward: consumer-warpgroups = 3 is not supported; accepted: 1 or 2"},
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
