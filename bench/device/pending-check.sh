@@ -12,7 +12,8 @@
 # `--rotated-walk 1`: its gradients, bitwise repeatability and time beside the default; logs pending-rot*.log),
 # lpt (lpt-group-blocks 256: the backward's grouped launch order, the library .device/aot-lpt, through
 # bench/device/bwd-steps.sh, two rounds at 1k-8k; logs in $OUT/lpt), sdp (swap-sdp 1 at 96 and 128 again, .device/aot-sdp;
-# logs in $OUT/sdp), rr (ring-rows 1 at head dim 64, .device/aot-rr; logs in $OUT/rr), sw (dq-swizzle 1 at head dims 96, 128, 192 beside the default's padded rows: the library .device/aot-sw, through
+# logs in $OUT/sdp; with ds-buffers 2 too, .device/aot-dsr), r80 (block-m 80 at head dim 128, alone and with ds-buffers 2:
+# .device/aot-r80, .device/aot-r80d; logs in $OUT/r80), rr (ring-rows 1 at head dim 64, .device/aot-rr; logs in $OUT/rr), sw (dq-swizzle 1 at head dims 96, 128, 192 beside the default's padded rows: the library .device/aot-sw, through
 # bench/device/bwd-steps.sh, two rounds; logs in $OUT/sw), ringfa (ring-flash-attn itself on flashtile's flash-attn
 # entry points, test_parallel_gpu.py -k ring_flash_attn: carry .whl/ring, its wheel, `pip download --no-deps -d
 # .whl/ring ring-flash-attn` on the build machine), fp8kvsweep (bench/fp8_decode_bench.py once with the default kernels
@@ -128,6 +129,10 @@ steps_part lpt 400 2 64,128,192 lpt:.device/aot-lpt \
 # ds-buffers 2 with it (dS in the ring stage's buffer, no barrier before an iteration stages: .device/aot-dsr).
 steps_part sdp 400 2 96,128 sdp:.device/aot-sdp,dsr:.device/aot-dsr \
   "${PENDING_SDP_SHAPES:-128:2048,128:8192,128:16384,96:8192}"
+# block-m 80 at head dim 128 (FA3's non-causal tile: S, dP and dQ transposed), alone and with ds-buffers 2
+# (.device/aot-r80, .device/aot-r80d), beside the default's 64-row tiles.
+steps_part r80 400 2 128 r80:.device/aot-r80,r80d:.device/aot-r80d \
+  "${PENDING_R80_SHAPES:-128:2048,128:8192,128:16384}"
 # ring-rows 1 at head dim 64 (the warpgroups' ring rows broadcast once: 46 fewer R2URs, one causal loop segment longer
 # by SASS; bench/NOTES.md v44) beside the default.
 steps_part rr 300 2 64 rr:.device/aot-rr "${PENDING_RR_SHAPES:-64:2048,64:8192,64:16384}"
