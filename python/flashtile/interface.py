@@ -715,6 +715,36 @@ def _fwd_backward(ctx, grad_out, grad_lse):
 _fwd_op.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
 
 
+class _EagerAttention(torch.autograd.Function):
+    """flashtile::fwd and its registered backward for eager calls: the same launches (_launch, then
+    _backward_launch), the same saved tensors and gradients, without torch.library's custom-op dispatch around each
+    (its Python machinery — argument flattening, the autograd wrapper, the aliasing checks — took ~400 of the ~600 µs
+    of host time a backward call cost: bench/NOTES.md v45). Under torch.compile the custom ops run (no graph break)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, scale, variant, variant_bytes, params, schedule, strict,
+                deterministic, positions, q_offsets, k_offsets, cu_q_global, cu_k_global, *arrays):
+        out, lse = _launch(q, k, v, cu_q, cu_k, max_q, max_k, scale, variant_bytes, params, list(arrays), None,
+                           _schedule_option(schedule, strict)[0], int(strict),
+                           positions=(positions, q_offsets, k_offsets, cu_q_global, cu_k_global))
+        # As _fwd_setup_context: LSE is a result, not a differentiable output.
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, q_offsets, k_offsets, cu_q_global, cu_k_global, *arrays)
+        ctx.call = (max_q, max_k, scale, variant, params, schedule, strict, deterministic, positions)
+        ctx.wanted = [t.dtype == torch.float32 and t.requires_grad for t in arrays]
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_lse):
+        q, k, v, out, lse, cu_q, cu_k, q_offsets, k_offsets, cu_q_global, cu_k_global, *arrays = ctx.saved_tensors
+        max_q, max_k, scale, variant, params, schedule, strict, deterministic, positions = ctx.call
+        dq, dk, dv, grads = _backward_launch(grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, variant,
+                                             params, arrays, ctx.wanted, schedule, strict, deterministic,
+                                             (positions, q_offsets, k_offsets, cu_q_global, cu_k_global))
+        input_grads = [grad if want else None for grad, want in zip(grads, ctx.wanted)]
+        return (dq, dk, dv) + (None,) * 16 + tuple(input_grads)
+
+
 def _needs_grad(q, k, v, inputs) -> bool:
     return _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
                                 or any(t.requires_grad for t in inputs))
@@ -733,10 +763,14 @@ def _run(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved: _Resolved, params, 
                                                *(descales or (None, None, None)))
         return _launch(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id_bytes, params, inputs, None, schedule,
                        strict, descales)
-    if _is_compiling() or _needs_grad(q, k, v, inputs):
+    if _is_compiling():
         return torch.ops.flashtile.fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id, params, inputs,
                                        schedule.decode() if schedule else None, bool(strict), bool(deterministic),
                                        *positions)
+    if _needs_grad(q, k, v, inputs):
+        return _EagerAttention.apply(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id, resolved.id_bytes,
+                                     list(params), schedule.decode() if schedule else None, bool(strict),
+                                     bool(deterministic), *positions, *inputs)
     return _launch(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id_bytes, params, inputs, remember, schedule,
                    strict, positions=positions)
 

@@ -119,7 +119,8 @@ assert params.q != unaligned.data_ptr() and params.q % 16 == 0, "an unaligned q 
 flashtile.flash_attn_func(q, k, v, causal=True, window_size=[-1, -1])
 expect_calls(fake.fakeCudaLaunches(), before + 2, "unaligned view and list window")
 
-# Autograd must see calls on tensors that require grad: those go through the custom op, not the warm path.
+# Autograd must see calls on tensors that require grad: those go through its Function (the custom op under
+# torch.compile), not the warm path.
 q.requires_grad = True
 flashtile.flash_attn_func(q, k, v, causal=True)
 expect_calls(fake.fakeCudaLaunches(), before + 3, "requires_grad")

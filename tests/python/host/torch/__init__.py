@@ -177,6 +177,26 @@ class _Library(types.SimpleNamespace):
 
 
 library = _Library()
+
+
+class _Context(types.SimpleNamespace):
+    def mark_non_differentiable(self, *tensors):
+        self.non_differentiable = tensors
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+
+class _Function:
+    """torch.autograd.Function's shape: apply runs the subclass's forward with a context that records what it saves
+    (no graph: the stand-in has no backward)."""
+
+    @classmethod
+    def apply(cls, *args):
+        return cls.forward(_Context(), *args)
+
+
+autograd = types.SimpleNamespace(Function=_Function)
 ops = types.SimpleNamespace()
 compiler = types.SimpleNamespace(is_compiling=lambda: False)
 _current = [0]
