@@ -9,7 +9,7 @@
 # head dims 96, 128 and 192, where the default pads sDq's rows and adds them one at a time); for its lpt part
 # .device/aot-lpt (lpt-group-blocks 256 at head dims 64, 128, 192); for its sdp part .device/aot-sdp (swap-sdp 1 at
 # 96 and 128) and .device/aot-dsr (swap-sdp 1 with ds-buffers 2); for its r80 part .device/aot-r80 and .device/aot-r80d (block-m 80 at head dim
-# 128, without and with ds-buffers 2); for its rr part .device/aot-rr (ring-rows 1 at head dim 64); for its fp8kvsweep part the
+# 128, without and with ds-buffers 2 beside one dO buffer); for its rr part .device/aot-rr (ring-rows 1 at head dim 64); for its fp8kvsweep part the
 # decode KV-cache kernels over an e4m3 cache (none and causal: a one-row causal call runs the none kernel; bf16 q, head dim 128: bench/fp8_decode_bench.py's shape) with
 # each candidate's knobs, .device/aot-f8kv-<name> (FP8KV_CANDIDATES below), and for its fp8kvr part kv-convert 1's
 # kernels of every shape tests/python/gpu/test_fp8_kvcache.py runs without rotary embedding, .device/aot-f8kv-rtest
@@ -22,7 +22,7 @@ for library in "aot-skv2:--swap-dkv 1 --head-dims 192" "aot-skv:--swap-dkv 1 --d
   "aot-rot:--rotated-walk 1 --head-dims 64,96,128,192,256" "aot-sw:--dq-swizzle 1 --head-dims 96,128,192" \
   "aot-lpt:--lpt-group-blocks 256 --head-dims 64,128,192" "aot-sdp:--swap-sdp 1 --head-dims 96,128" \
   "aot-dsr:--swap-sdp 1 --ds-buffers 2 --head-dims 96,128" \
-  "aot-r80:--block-m 80 --head-dims 128" "aot-r80d:--block-m 80 --ds-buffers 2 --head-dims 128" \
+  "aot-r80:--block-m 80 --head-dims 128" "aot-r80d:--block-m 80 --ds-buffers 2 --do-buffers 1 --head-dims 128" \
   "aot-rr:--ring-rows 1 --head-dims 64"; do
   name=${library%%:*} knobs=${library#*:}
   rm -rf ".device/$name"

@@ -714,6 +714,13 @@ LogicalResult BackwardPrinter::printAccumulate(AccumulateOp acc) {
   return success();
 }
 
+/// The floats of sRows (two buffers of a Q tile's LSE and D rows), rounded up to whole units of the alignment the
+/// family's tiles keep (BackwardTarget::sharedMemoryReserve: the swizzle atom on sm90).
+int BackwardPrinter::rowsFloats() const {
+  const int bytes = 2 * 2 * static_cast<int>(shape.blockM) * 4, unit = std::max(target.sharedMemoryReserve(), 4);
+  return (bytes + unit - 1) / unit * unit / 4;
+}
+
 /// Two Q-tile buffers also hold the LSE and D rows of a Q tile (fp32) where the family stages them or a load role
 /// brings them.
 bool BackwardPrinter::stagesRowsInShared() const {
@@ -769,7 +776,7 @@ LogicalResult BackwardPrinter::checkMainLayout() {
   const int hd = static_cast<int>(shape.headDim), hdv = static_cast<int>(shape.headDimV);
   // Two buffers also hold the LSE and D rows of a Q tile (fp32).
   const bool rowsStaged = stagesRowsInShared();
-  const int rowsBytes = rowsStaged ? 2 * 2 * shape.blockM * 4 : 0;
+  const int rowsBytes = rowsStaged ? rowsFloats() * 4 : 0;
   if (shape.stagingRing && (stagingBuffers != 1 || !target.loadsInRole() || qBuffers != 2))
     return func.emitOpError() << "stages its tiles in a ring (tile.staging_ring), which needs one staged tile a Q-tile "
                                  "iteration (dS, the scores transposed) and the load role's ring of two Q tiles; got "
@@ -850,7 +857,10 @@ void BackwardPrinter::printMainSharedMemory() {
   }
   if (rowsStaged) {
     w.line(cat("float *const sRows = reinterpret_cast<float *>(", at, ");"));
-    at = "reinterpret_cast<unsigned char *>(sRows + 2 * 2 * kBlockM)";
+    // The tiles after the rows keep the family's alignment (the swizzle atom: a Q tile of 80 rows has 1280 bytes of
+    // rows, which would leave the staged tiles 256 bytes off it).
+    at = rowsFloats() == 2 * 2 * shape.blockM ? std::string("reinterpret_cast<unsigned char *>(sRows + 2 * 2 * kBlockM)")
+                                              : cat("reinterpret_cast<unsigned char *>(sRows + ", rowsFloats(), ")");
   }
   if (shape.stagingRing) {
     w.comment("tile.staging_ring: the staged tile's two buffers, the one of the Q tile's ring stage an iteration's (sStage0)");

@@ -93,6 +93,8 @@ public:
   LogicalResult checkMainLayout();
   void printMainWarpLayout();
   void printMainSharedMemory();
+  /// sRows's floats, rounded up to the family's tile alignment.
+  int rowsFloats() const;
   bool stagesRowsInShared() const;
   LogicalResult printPostprocess(const std::string &entry);
   /// The kernel that sums the blocks' shares of the input gradients (printed by a printer of the main program):

@@ -430,7 +430,8 @@ TEST(BackwardCodegen, Fa3DsBuffersStageDsInTheRingsStage) {
 // block-m 80 at head dim 128 (FA3's non-causal tile there): S and dP transposed (swap-sdp 1 by default), dQ
 // transposed (dQᵀ = Kᵀ·dSᵀ: wgmma m64n80, A MN-major from K, B K-major from dS staged [query rows][keys] by
 // stmatrix.trans), its fragments into an unpadded, permuted sDq (dq-swizzle 1 by default), one bulk add a tile; every
-// variant compiles under NVRTC, with ds-buffers 2 too; refused without the swap, the writer or the permutation, and
+// variant compiles under NVRTC, with ds-buffers 2 too (beside one dO buffer: two would pass the shared memory by 64
+// bytes); every tile after the LSE and D rows 1024-byte aligned (80 rows of them are 1280 bytes); refused without the swap, the writer or the permutation, and
 // at other head dims.
 TEST(BackwardCodegen, Fa3EightyRowTilesTransposeDq) {
   for (const char *variant : {"none", "causal", "softcap", "alibi_causal", "sliding_window"})
@@ -441,14 +442,18 @@ TEST(BackwardCodegen, Fa3EightyRowTilesTransposeDq) {
       const std::string &cuda = rows80->cuda;
       EXPECT_NE(cuda.find("constexpr int kBlockM = 80;"), std::string::npos);
       EXPECT_NE(cuda.find("constexpr int kDqPitch = kHeadDim + 0;"), std::string::npos);
+      EXPECT_NE(cuda.find("unsigned char *const sStage0 = reinterpret_cast<unsigned char *>(sRows + 512);"),
+                std::string::npos);
       EXPECT_GE(count(cuda, "sm90::warpgroup::WgmmaMnA<80>::"), 1);
       EXPECT_GE(count(cuda, "SS<sm90::warpgroup::kKMajor>(reinterpret_cast<float (&)[40]>(dqPart[0])"), 1);
       EXPECT_GE(count(cuda, "sm90::swizzle128Offset(q, key, kBlockM)"), 1);
-      EXPECT_GE(count(cuda, "sm90::warpgroup::Wgmma<80>::"), 1);
+      EXPECT_GE(count(cuda, "sm90::warpgroup::Wgmma<kBlockM>::"), 1);  // S and dP: the Q tile's rows on N
+      EXPECT_NE(cuda.find("struct Wgmma<80> {"), std::string::npos);
       EXPECT_EQ(count(cuda, "sm90::bulkReduceAddF32(gDqAccum + (long long)tile * kBlockM * kHeadDim, sDq,"), 1);
     }
   StatusOr<jit::CompileResult> ring = jit::compile(
-      *variants::byName("none"), backwardOptions(ElementType::BF16, 128, "sm_90a", {{"block-m", 80}, {"ds-buffers", 2}}, "fa3"),
+      *variants::byName("none"), backwardOptions(ElementType::BF16, 128, "sm_90a", {{"block-m", 80}, {"ds-buffers", 2}, {"do-buffers", 1}},
+                     "fa3"),
       jit::Stage::Cubin);
   ASSERT_TRUE(ring.ok()) << ring.status().message();
   EXPECT_GE(count(ring->cuda, "(stagingRing + stagingOffset)"), 1);
