@@ -102,45 +102,42 @@ void BackwardSm90::endIteration(CudaWriter &w) {
   waitFor(w, inFlight.back().acc);
 }
 
+std::string BackwardSm90::stageWords(CudaWriter &w, const std::string &from) const {
+  // The four 8x8 matrices of n8 tiles 2nt, 2nt + 1 are the words of k16 step nt of dotTn's packing (under the swap).
+  if (const auto it = packed.find(from); it != packed.end())
+    return it->second + "[nt]";
+  w.line(cat("const unsigned frag[4] = {", pack, "(", from, "[0][2 * nt][0], ", from, "[0][2 * nt][1]), ", pack, "(",
+             from, "[0][2 * nt][2], ", from, "[0][2 * nt][3]),"));
+  w.line(cat("                          ", pack, "(", from, "[0][2 * nt + 1][0], ", from, "[0][2 * nt + 1][1]), ", pack,
+             "(", from, "[0][2 * nt + 1][2], ", from, "[0][2 * nt + 1][3])};"));
+  return "frag";
+}
+
 void BackwardSm90::stage(CudaWriter &w, const std::string &buffer, const std::string &from) {
-  if (transposesDq(shape)) {
-    w.comment(cat(from, " (transposed: keys x query rows) rounded to 16 bits and transposed into ", buffer,
-                  " [kBlockM query rows][kBlockN keys] (stmatrix.x4.trans, swizzled):"));
-    w.comment("this warp's 16 keys of each row, the K-major B operand of dQᵀ's GEMM");
-    const auto it = packed.find(from);
-    w.openUnrolledFor("nt", "kSTiles / 2");
-    if (it == packed.end()) {
-      w.line(cat("const unsigned frag[4] = {", pack, "(", from, "[0][2 * nt][0], ", from, "[0][2 * nt][1]), ", pack, "(",
-                 from, "[0][2 * nt][2], ", from, "[0][2 * nt][3]),"));
-      w.line(cat("                          ", pack, "(", from, "[0][2 * nt + 1][0], ", from, "[0][2 * nt + 1][1]), ",
-                 pack, "(", from, "[0][2 * nt + 1][2], ", from, "[0][2 * nt + 1][3])};"));
-    }
-    w.comment("lane l addresses row l % 8 of matrix l / 8, stored transposed: query row 16·nt + 8·(l / 16) + l % 8, keys");
-    w.comment("from this warp's first + 8·((l / 8) % 2)");
-    w.line("const int q = 16 * nt + 8 * (lane / 16) + lane % 8, key = warpCol0 + 16 * warpM + 8 * ((lane / 8) % 2);");
-    w.line(cat("sm90::warp::stmatrixX4Trans(", ns, "smemAddress(", buffer, ") + sm90::swizzle128Offset(q, key, kBlockM), ",
-               it == packed.end() ? std::string("frag") : it->second + "[nt]", ");"));
-    w.close();
-    return;
-  }
   if (shape.swapScores) {
-    w.comment(cat(from, " (transposed: keys x query rows) rounded to 16 bits into ", buffer,
-                  " [kBlockN keys][kBlockM query rows] (stmatrix.x4, swizzled):"));
-    w.comment("this warp's 16 keys, the MN-major A operand of dQ's GEMM");
-    // The four 8x8 matrices of n8 tiles 2nt, 2nt + 1 are the words of k16 step nt of dotTn's packing.
-    const auto it = packed.find(from);
+    // dS (transposed: keys x query rows) for dQ's GEMM: as [keys][rows] (its MN-major A), or transposed by stmatrix
+    // into [rows][keys] where dQ is transposed too (dQᵀ's K-major B).
+    const bool dqT = transposesDq(shape);
+    w.comment(cat(from, " (transposed: keys x query rows) rounded to 16 bits", dqT ? " and transposed" : "", " into ",
+                  buffer, dqT ? " [kBlockM query rows][kBlockN keys] (stmatrix.x4.trans, swizzled):"
+                              : " [kBlockN keys][kBlockM query rows] (stmatrix.x4, swizzled):"));
+    w.comment(dqT ? "this warp's 16 keys of each row, the K-major B operand of dQᵀ's GEMM"
+                  : "this warp's 16 keys, the MN-major A operand of dQ's GEMM");
     w.openUnrolledFor("nt", "kSTiles / 2");
-    if (it == packed.end()) {
-      w.line(cat("const unsigned frag[4] = {", pack, "(", from, "[0][2 * nt][0], ", from, "[0][2 * nt][1]), ", pack, "(",
-                 from, "[0][2 * nt][2], ", from, "[0][2 * nt][3]),"));
-      w.line(cat("                          ", pack, "(", from, "[0][2 * nt + 1][0], ", from, "[0][2 * nt + 1][1]), ",
-                 pack, "(", from, "[0][2 * nt + 1][2], ", from, "[0][2 * nt + 1][3])};"));
+    const std::string words = stageWords(w, from);
+    if (dqT) {
+      w.comment("lane l addresses row l % 8 of matrix l / 8, stored transposed: query row 16·nt + 8·(l / 16) + l % 8, keys");
+      w.comment("from this warp's first + 8·((l / 8) % 2)");
+      w.line("const int q = 16 * nt + 8 * (lane / 16) + lane % 8, key = warpCol0 + 16 * warpM + 8 * ((lane / 8) % 2);");
+      w.line(cat("sm90::warp::stmatrixX4Trans(", ns, "smemAddress(", buffer,
+                 ") + sm90::swizzle128Offset(q, key, kBlockM), ", words, ");"));
+    } else {
+      w.comment("lane l addresses row l % 8 of matrix l / 8: key 8·((l / 8) % 2) + l % 8 of this warp's keys, query rows");
+      w.comment("16·nt + 8·(l / 16)");
+      w.line("const int key = warpCol0 + 16 * warpM + 8 * ((lane / 8) % 2) + lane % 8, q = 16 * nt + 8 * (lane / 16);");
+      w.line(cat("sm90::warp::stmatrixX4(", ns, "smemAddress(", buffer, ") + sm90::swizzle128Offset(key, q, kBlockN), ",
+                 words, ");"));
     }
-    w.comment("lane l addresses row l % 8 of matrix l / 8: key 8·((l / 8) % 2) + l % 8 of this warp's keys, query rows");
-    w.comment("16·nt + 8·(l / 16)");
-    w.line("const int key = warpCol0 + 16 * warpM + 8 * ((lane / 8) % 2) + lane % 8, q = 16 * nt + 8 * (lane / 16);");
-    w.line(cat("sm90::warp::stmatrixX4(", ns, "smemAddress(", buffer, ") + sm90::swizzle128Offset(key, q, kBlockN), ",
-               it == packed.end() ? std::string("frag") : it->second + "[nt]", ");"));
     w.close();
     return;
   }
@@ -148,16 +145,13 @@ void BackwardSm90::stage(CudaWriter &w, const std::string &buffer, const std::st
                 " [kBlockN keys][kBlockM query rows] (stmatrix.x4.trans, swizzled):"));
   w.comment("this warp's query columns, the K-major A operand of the GEMMs whose rows are keys");
   w.openUnrolledFor("nt", "kSTiles / 2");
-  w.line(cat("const unsigned frag[4] = {", pack, "(", from, "[0][2 * nt][0], ", from, "[0][2 * nt][1]), ", pack, "(",
-             from, "[0][2 * nt][2], ", from, "[0][2 * nt][3]),"));
-  w.line(cat("                          ", pack, "(", from, "[0][2 * nt + 1][0], ", from, "[0][2 * nt + 1][1]), ", pack,
-             "(", from, "[0][2 * nt + 1][2], ", from, "[0][2 * nt + 1][3])};"));
+  const std::string words = stageWords(w, from);
   w.comment("lane l addresses row l % 8 of matrix l / 8: key 16·nt + 8·(l / 16) + l % 8 of this warp's keys, query");
   w.comment("rows from this warp's first + 8·((l / 8) % 2)");
   w.line(cat("const int key = ", keySplit ? "warpCol0 + " : "", "16 * nt + 8 * (lane / 16) + lane % 8, q = ",
              keySplit ? "warpM" : "warp", " * kWarpRows + 8 * ((lane / 8) % 2);"));
   w.line(cat("sm90::warp::stmatrixX4Trans(", ns, "smemAddress(", buffer,
-             ") + sm90::swizzle128Offset(key, q, kBlockN), frag);"));
+             ") + sm90::swizzle128Offset(key, q, kBlockN), ", words, ");"));
   w.close();
 }
 

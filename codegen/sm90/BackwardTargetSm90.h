@@ -238,6 +238,9 @@ public:
   /// Under the swap: the score tile `a` rounded to 16 bits into the next dotFrag (returned), the A fragments of
   /// `acc`'s RS GEMM.
   std::string packDotOperand(CudaWriter &w, const std::string &a, const std::string &acc);
+  /// stage()'s stmatrix words of k16 step nt of the score tile `from`: dotTn's packed words where it packed them,
+  /// else `frag`, declared here from the fp32 tile.
+  std::string stageWords(CudaWriter &w, const std::string &from) const;
   /// One warpgroup's dS in registers spans all of its Q tile's keys only when it is the block's one warpgroup.
   bool dqReadsRegisters() const override { return warpgroups == 1; }
   /// Under the swap Pᵀ and dSᵀ are in registers, each warp 16 keys × the Q tile's rows: the A fragments of dV's and
