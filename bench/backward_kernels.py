@@ -11,13 +11,13 @@ main kernel or the fixed kernels around it hold the difference.
 
 import argparse
 import collections
-import statistics
 import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from fa4_peer import load_fa4  # bench/ is the script's folder, first on sys.path
+from backward_bench import time_ms  # bench/ is the script's folder, first on sys.path
+from fa4_peer import load_fa4
 
 
 def shape_arg(text):
@@ -59,14 +59,7 @@ def walls(call, reps):
     """µs of one call timed alone (CUDA events around it, then a sync: as bench/backward_bench.py times it), of one
     call among `reps` issued back to back (the host's launches hidden behind the GPU's work where they are shorter),
     and of the host alone (the calls' issue time, no sync)."""
-    alone = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        torch.cuda.synchronize()
-        alone.append(start.elapsed_time(end) * 1e3)
+    alone = time_ms(call, warmup=0, reps=reps) * 1e3
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     t0 = time.perf_counter()
@@ -75,7 +68,7 @@ def walls(call, reps):
     host = (time.perf_counter() - t0) / reps * 1e6
     end.record()
     torch.cuda.synchronize()
-    return statistics.median(alone), start.elapsed_time(end) * 1e3 / reps, host
+    return alone, start.elapsed_time(end) * 1e3 / reps, host
 
 
 def breakdown(fn, d, s, causal, reps):
