@@ -95,6 +95,31 @@ int main(int argc, char **argv) {
   for (int i = 0; i < iters; ++i)
     callStruct(rt, &shape);
   printf("warm call, causal, flashtile_forward_call: %.3f us\n", (nowUs() - t0) / iters);
+
+  /* The backward at issue 38's smallest shape (hd128, 1k, batch 16, 16 heads, causal, bf16; fa3 on the fake
+   * sm_90a): everything flashtile_backward_call does before and around its launches (the kernel lookup, the TMA
+   * descriptors, the workspaces, the plan's launches). */
+  flashtile_bwd_call bwd = {0};
+  bwd.size = sizeof(bwd);
+  bwd.forward = callTemplate();
+  flashtile_call *f = &bwd.forward;
+  f->batch = 16, f->seqlen_q = f->seqlen_k = 1024, f->heads_q = f->heads_kv = 16, f->head_dim = f->head_dim_v = 128;
+  const long long big[4] = {1024LL * 16 * 128, 16 * 128, 128, 1};
+  for (int i = 0; i < 4; ++i)
+    f->q_stride[i] = f->k_stride[i] = f->v_stride[i] = f->o_stride[i] = bwd.d_o_stride[i] = bwd.d_q_stride[i] =
+        bwd.d_k_stride[i] = bwd.d_v_stride[i] = big[i];
+  f->q = (void *)(uintptr_t)0x100000, f->k = (void *)(uintptr_t)0x200000, f->v = (void *)(uintptr_t)0x300000;
+  f->o = (void *)(uintptr_t)0x400000, f->lse = (float *)(uintptr_t)0x500000;
+  bwd.d_o = (void *)(uintptr_t)0x600000, bwd.d_q = (void *)(uintptr_t)0x700000;
+  bwd.d_k = (void *)(uintptr_t)0x800000, bwd.d_v = (void *)(uintptr_t)0x900000;
+  t0 = nowUs();
+  require(flashtile_backward_call(rt, &bwd), "flashtile_backward_call");
+  printf("first backward call (hd128 1k causal): %.1f us\n", nowUs() - t0);
+  const int bwdIters = iters / 10 > 0 ? iters / 10 : 1;
+  t0 = nowUs();
+  for (int i = 0; i < bwdIters; ++i)
+    flashtile_backward_call(rt, &bwd);
+  printf("warm backward call, hd128 1k causal, flashtile_backward_call: %.3f us\n", (nowUs() - t0) / bwdIters);
   flashtile_destroy(rt);
   return 0;
 }
