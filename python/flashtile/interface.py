@@ -727,8 +727,10 @@ class _EagerAttention(torch.autograd.Function):
         out, lse = _launch(q, k, v, cu_q, cu_k, max_q, max_k, scale, variant_bytes, params, list(arrays), None,
                            _schedule_option(schedule, strict)[0], int(strict),
                            positions=(positions, q_offsets, k_offsets, cu_q_global, cu_k_global))
-        # As _fwd_setup_context: LSE is a result, not a differentiable output.
+        # As _fwd_setup_context: LSE is a result, not a differentiable output; its gradient is never read, so autograd
+        # need not make one of zeros (a fill kernel and its host time a backward).
         ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, q_offsets, k_offsets, cu_q_global, cu_k_global, *arrays)
         ctx.call = (max_q, max_k, scale, variant, params, schedule, strict, deterministic, positions)
         ctx.wanted = [t.dtype == torch.float32 and t.requires_grad for t in arrays]
@@ -738,6 +740,8 @@ class _EagerAttention(torch.autograd.Function):
     def backward(ctx, grad_out, grad_lse):
         q, k, v, out, lse, cu_q, cu_k, q_offsets, k_offsets, cu_q_global, cu_k_global, *arrays = ctx.saved_tensors
         max_q, max_k, scale, variant, params, schedule, strict, deterministic, positions = ctx.call
+        if grad_out is None:  # not materialized (set_materialize_grads(False)): out's gradient is zero
+            grad_out = torch.zeros_like(out)
         dq, dk, dv, grads = _backward_launch(grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, variant,
                                              params, arrays, ctx.wanted, schedule, strict, deterministic,
                                              (positions, q_offsets, k_offsets, cu_q_global, cu_k_global))

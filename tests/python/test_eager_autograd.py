@@ -80,6 +80,13 @@ class EagerAutograd(unittest.TestCase):
         self.assertEqual(self.backwards[0]["wanted"], [False])
         self.assertTrue(torch.equal(dq, torch.ones_like(out) + 1.0))
 
+    def test_an_unmaterialized_output_gradient_is_zero(self):
+        # LSE's gradient is never made (set_materialize_grads(False)); out's, where absent, is zero.
+        _, _, _, out, _, _ = self.call()
+        dq, _, _ = out.grad_fn.apply(None, None)[:3]
+        self.assertTrue(torch.equal(self.backwards[0]["grad_out"], torch.zeros_like(out)))
+        self.assertTrue(torch.equal(dq, torch.ones_like(out)))
+
     def test_compiling_runs_the_custom_op(self):
         sentinel = (torch.zeros(1), torch.zeros(1))
         with mock.patch.object(torch.ops.flashtile, "fwd", return_value=sentinel) as op:

@@ -186,6 +186,9 @@ class _Context(types.SimpleNamespace):
     def save_for_backward(self, *tensors):
         self.saved_tensors = tensors
 
+    def set_materialize_grads(self, value):
+        self.materialize_grads = value
+
 
 class _Function:
     """torch.autograd.Function's shape: apply runs the subclass's forward with a context that records what it saves
