@@ -569,6 +569,8 @@ _forward_call = None  # bound with the library on first use (_first_library)
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
 _is_compiling = torch.compiler.is_compiling
+# Active torch dispatch modes (0: none); the stand-in torch of the host tests has no dispatcher.
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 
 
 @torch.library.custom_op("flashtile::fwd", mutates_args=(), device_types="cuda")
@@ -749,6 +751,13 @@ class _EagerAttention(torch.autograd.Function):
         return (dq, dk, dv) + (None,) * 16 + tuple(input_grads)
 
 
+def _plain_eager(q, k, v, inputs) -> bool:
+    """Plain tensors and no torch dispatch mode active (FakeTensorMode, FlopCounterMode, a user's mode): the eager
+    autograd Function may launch directly. Otherwise the custom ops run, which the modes and tensor subclasses see."""
+    return (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor and all(type(t) is _Tensor for t in inputs)
+            and not _dispatch_modes())
+
+
 def _needs_grad(q, k, v, inputs) -> bool:
     return _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
                                 or any(t.requires_grad for t in inputs))
@@ -767,11 +776,12 @@ def _run(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved: _Resolved, params, 
                                                *(descales or (None, None, None)))
         return _launch(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id_bytes, params, inputs, None, schedule,
                        strict, descales)
-    if _is_compiling():
+    needs_grad = _needs_grad(q, k, v, inputs)
+    if _is_compiling() or (needs_grad and not _plain_eager(q, k, v, inputs)):
         return torch.ops.flashtile.fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id, params, inputs,
                                        schedule.decode() if schedule else None, bool(strict), bool(deterministic),
                                        *positions)
-    if _needs_grad(q, k, v, inputs):
+    if needs_grad:
         return _EagerAttention.apply(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id, resolved.id_bytes,
                                      list(params), schedule.decode() if schedule else None, bool(strict),
                                      bool(deterministic), *positions, *inputs)

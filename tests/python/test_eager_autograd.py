@@ -87,6 +87,24 @@ class EagerAutograd(unittest.TestCase):
         self.assertTrue(torch.equal(self.backwards[0]["grad_out"], torch.zeros_like(out)))
         self.assertTrue(torch.equal(dq, torch.ones_like(out)))
 
+    def test_a_dispatch_mode_sees_the_custom_op(self):
+        # FakeTensorMode, FlopCounterMode or a user's mode: the custom op runs, as under torch.compile.
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Passthrough(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                return func(*args, **(kwargs or {}))
+
+        sentinel = (torch.zeros(1), torch.zeros(1))
+        with mock.patch.object(torch.ops.flashtile, "fwd", return_value=sentinel) as op:
+            q, k, v = (torch.randn(2, 8, 4, 16, requires_grad=True) for _ in range(3))
+            resolved = interface.resolve_variant("causal")
+            with Passthrough():
+                out, _ = interface._run(q, k, v, None, None, 8, 8, 0.25, resolved, [], [], None, None, 0, False)
+        self.assertEqual(op.call_count, 1)
+        self.assertIs(out, sentinel[0])
+        self.assertEqual(self.launches, [])
+
     def test_compiling_runs_the_custom_op(self):
         sentinel = (torch.zeros(1), torch.zeros(1))
         with mock.patch.object(torch.ops.flashtile, "fwd", return_value=sentinel) as op:
