@@ -44,5 +44,10 @@ if [ "$status" -eq 124 ] && [ -s "$json" ]; then
   echo "backward-anchors: cut at ${ANCHORS_TIMEOUT:-450} s; the tables of what was measured:" | tee -a "$log"
   python3 bench/backward_bench.py --table "$json" | tee -a "$log"
 fi
+# ANCHORS_KERNELS=D:S:C,... : then each backward's device time by kernel beside FA4's and cuDNN's, with the call's time
+# alone, back to back and the host's issue time (bench/backward_kernels.py), at those shapes.
+if [ -n "${ANCHORS_KERNELS:-}" ]; then
+  timeout 150 python3 bench/backward_kernels.py --shapes "$ANCHORS_KERNELS" 2>&1 | grep -v Warning | tee -a "$log"
+fi
 echo "backward-anchors: exit $status" | tee -a "$log"
 exit "$status"
