@@ -776,8 +776,9 @@ def _run(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved: _Resolved, params, 
                                                *(descales or (None, None, None)))
         return _launch(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id_bytes, params, inputs, None, schedule,
                        strict, descales)
-    needs_grad = _needs_grad(q, k, v, inputs)
-    if _is_compiling() or (needs_grad and not _plain_eager(q, k, v, inputs)):
+    compiling = _is_compiling()
+    needs_grad = not compiling and _needs_grad(q, k, v, inputs)
+    if compiling or (needs_grad and not _plain_eager(q, k, v, inputs)):
         return torch.ops.flashtile.fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, resolved.id, params, inputs,
                                        schedule.decode() if schedule else None, bool(strict), bool(deterministic),
                                        *positions)
