@@ -422,7 +422,7 @@ private:
   /// broadcast once before the walk (qRingRows, doRingRows), so that only the uniform stage offset is added inside it
   /// (SASS at head dim 64: with `warp / 4` added in the loop, ptxas builds the S and dP descriptors in vector
   /// registers, 2-4 R2URs a wgmma; with this, 215 -> 169 R2URs non-causal, but one causal loop segment grows by 288
-  /// instructions: bench/NOTES.md v44). Off by default until a GPU has timed it.
+  /// instructions: bench/NOTES.md v44). Off by default: timed within the rounds' spread (v45).
   std::string ringRowsOffset() const {
     return !shape.ringRows || keySplit || shape.swapKv ? std::string() : warpgroupRows();
   }

@@ -85,7 +85,7 @@ def _forward(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, softmax_scale, causal
             q, k, v, _named(resolved), params, inputs, scale, cu_q, cu_k, max_q, max_k)
         # The custom op under torch.compile, a dispatch mode or tensor subclasses (which see it); else its launch
         # without its dispatch (the caller's autograd.Function records the graph).
-        if interface._is_compiling() or not interface._plain_eager(qp, kp, vp, inputs):
+        if not interface._launches_directly(qp, kp, vp, inputs):
             out, lse = torch.ops.flashtile.fwd(qp, kp, vp, cu_q, cu_k, max_q, max_k, scale, resolved.id, params,
                                                inputs, *_PLAIN)
         else:
@@ -107,7 +107,7 @@ def _backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_q, cu_k, max_q, ma
         qp, kp, vp, cu_q, cu_k, max_q, max_k, scale, resolved, params, inputs, d_v = interface._attention_call(
             q, k, v, _named(resolved), params, inputs, scale, cu_q, cu_k, max_q, max_k)
         pdv = vp.shape[-1]
-        direct = not interface._is_compiling() and interface._plain_eager(qp, kp, vp, inputs)
+        direct = interface._launches_directly(qp, kp, vp, inputs)
         backward = interface._backward_launch if direct else torch.ops.flashtile.bwd
         gq, gk, gv, _ = backward(
             interface._pad_last(dout, pdv), qp, kp, vp, interface._pad_last(out, pdv).contiguous(),

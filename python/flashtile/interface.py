@@ -688,28 +688,40 @@ def _bwd_fake(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqle
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), grads
 
 
-def _fwd_setup_context(ctx, inputs, output):
-    (q, k, v, cu_q, cu_k, max_q, max_k, scale, variant, params, arrays, schedule, strict, deterministic, positions,
-     *position_arrays) = inputs
-    out, lse = output
+def _save_forward(ctx, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, variant, params, arrays, schedule, strict,
+                  deterministic, positions, position_arrays):
+    """What a forward call saves for its backward (the custom op's autograd and the eager Function alike)."""
     # flash-attn's LSE is a result, not a differentiable output: its gradient is not propagated (as flash-attn).
     ctx.mark_non_differentiable(lse)
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, *position_arrays, *arrays)
-    ctx.call = (max_q, max_k, scale, variant, params, len(arrays), schedule, strict, deterministic, positions)
+    ctx.call = (max_q, max_k, scale, variant, params, schedule, strict, deterministic, positions)
     # Gradients of the variant's fp32 arrays (ALiBi slopes, sinks, a bias) where autograd asks for them.
     ctx.wanted = [t.dtype == torch.float32 and t.requires_grad for t in arrays]
 
 
-def _fwd_backward(ctx, grad_out, grad_lse):
+def _saved_backward(ctx, grad_out, launch):
+    """dQ, dK, dV and the variant arrays' gradients (None where not wanted) of the call _save_forward saved, by
+    `launch` (torch.ops.flashtile.bwd's arguments)."""
     q, k, v, out, lse, cu_q, cu_k, q_offsets, k_offsets, cu_q_global, cu_k_global, *arrays = ctx.saved_tensors
-    max_q, max_k, scale, variant, params, _, schedule, strict, deterministic, positions = ctx.call
-    dq, dk, dv, grads = torch.ops.flashtile.bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, variant,
-                                                params, list(arrays), list(ctx.wanted), schedule, strict,
-                                                deterministic, positions, q_offsets, k_offsets, cu_q_global,
-                                                cu_k_global)
-    input_grads = [grad if want else None for grad, want in zip(grads, ctx.wanted)]
+    max_q, max_k, scale, variant, params, schedule, strict, deterministic, positions = ctx.call
+    dq, dk, dv, grads = launch(grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, variant, params,
+                               list(arrays), list(ctx.wanted), schedule, strict, deterministic, positions, q_offsets,
+                               k_offsets, cu_q_global, cu_k_global)
+    return dq, dk, dv, [grad if want else None for grad, want in zip(grads, ctx.wanted)]
+
+
+def _fwd_setup_context(ctx, inputs, output):
+    (q, k, v, cu_q, cu_k, max_q, max_k, scale, variant, params, arrays, schedule, strict, deterministic, positions,
+     *position_arrays) = inputs
+    _save_forward(ctx, q, k, v, *output, cu_q, cu_k, max_q, max_k, scale, variant, params, arrays, schedule, strict,
+                  deterministic, positions, position_arrays)
+
+
+def _fwd_backward(ctx, grad_out, grad_lse):
+    dq, dk, dv, input_grads = _saved_backward(ctx, grad_out, torch.ops.flashtile.bwd)
     # One entry per input in the structure torch flattened the call's arguments to: a list of floats is one leaf,
     # an empty list an empty list. The variant's numbers get no gradient, nor the positions.
+    params = ctx.call[4]
     return (dq, dk, dv, None, None, None, None, None, None, [] if not params else None, input_grads, None, None, None,
             None, None, None, None, None)
 
@@ -717,37 +729,35 @@ def _fwd_backward(ctx, grad_out, grad_lse):
 _fwd_op.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
 
 
+def _backward_direct(grad_out, *args):
+    """_backward_launch with torch.ops.flashtile.bwd's arguments (its last five: the positions)."""
+    return _backward_launch(grad_out, *args[:17], tuple(args[17:]))
+
+
 class _EagerAttention(torch.autograd.Function):
     """flashtile::fwd and its registered backward for eager calls: the same launches (_launch, then
-    _backward_launch), the same saved tensors and gradients, without torch.library's custom-op dispatch around each
-    (its Python machinery — argument flattening, the autograd wrapper, the aliasing checks — took ~400 of the ~600 µs
-    of host time a backward call cost: bench/NOTES.md v45). Under torch.compile the custom ops run (no graph break)."""
+    _backward_launch), the same saved tensors and gradients (_save_forward, _saved_backward), without torch.library's
+    custom-op dispatch around each (its Python machinery — argument flattening, the autograd wrapper, the aliasing
+    checks — took ~400 of the ~600 µs of host time a backward call cost: bench/NOTES.md v45). Under torch.compile the
+    custom ops run (no graph break)."""
 
     @staticmethod
     def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, scale, variant, variant_bytes, params, schedule, strict,
                 deterministic, positions, q_offsets, k_offsets, cu_q_global, cu_k_global, *arrays):
+        position_arrays = (q_offsets, k_offsets, cu_q_global, cu_k_global)
         out, lse = _launch(q, k, v, cu_q, cu_k, max_q, max_k, scale, variant_bytes, params, list(arrays), None,
-                           _schedule_option(schedule, strict)[0], int(strict),
-                           positions=(positions, q_offsets, k_offsets, cu_q_global, cu_k_global))
-        # As _fwd_setup_context: LSE is a result, not a differentiable output; its gradient is never read, so autograd
-        # need not make one of zeros (a fill kernel and its host time a backward).
-        ctx.mark_non_differentiable(lse)
+                           _schedule_option(schedule, strict)[0], int(strict), positions=(positions, *position_arrays))
+        _save_forward(ctx, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, variant, params, arrays, schedule,
+                      strict, deterministic, positions, position_arrays)
+        # LSE's gradient is never read, so autograd need not make one of zeros (a fill kernel and its host time).
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, q_offsets, k_offsets, cu_q_global, cu_k_global, *arrays)
-        ctx.call = (max_q, max_k, scale, variant, params, schedule, strict, deterministic, positions)
-        ctx.wanted = [t.dtype == torch.float32 and t.requires_grad for t in arrays]
         return out, lse
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
-        q, k, v, out, lse, cu_q, cu_k, q_offsets, k_offsets, cu_q_global, cu_k_global, *arrays = ctx.saved_tensors
-        max_q, max_k, scale, variant, params, schedule, strict, deterministic, positions = ctx.call
         if grad_out is None:  # not materialized (set_materialize_grads(False)): out's gradient is zero
-            grad_out = torch.zeros_like(out)
-        dq, dk, dv, grads = _backward_launch(grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, variant,
-                                             params, arrays, ctx.wanted, schedule, strict, deterministic,
-                                             (positions, q_offsets, k_offsets, cu_q_global, cu_k_global))
-        input_grads = [grad if want else None for grad, want in zip(grads, ctx.wanted)]
+            grad_out = torch.zeros_like(ctx.saved_tensors[3])
+        dq, dk, dv, input_grads = _saved_backward(ctx, grad_out, _backward_direct)
         return (dq, dk, dv) + (None,) * 16 + tuple(input_grads)
 
 
@@ -756,6 +766,12 @@ def _plain_eager(q, k, v, inputs) -> bool:
     autograd Function may launch directly. Otherwise the custom ops run, which the modes and tensor subclasses see."""
     return (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor and all(type(t) is _Tensor for t in inputs)
             and not _dispatch_modes())
+
+
+def _launches_directly(q, k, v, inputs) -> bool:
+    """Whether an entry point that makes its own autograd graph (flash_attn_compat's) may launch without the custom
+    ops: not under torch.compile, plain tensors, no dispatch mode."""
+    return not _is_compiling() and _plain_eager(q, k, v, inputs)
 
 
 def _needs_grad(q, k, v, inputs) -> bool:

@@ -256,8 +256,8 @@ public:
     if (failed(layout) || failed(configureBackwardRoles(func, knobs, *layout)) ||
         failed(configureBackwardOverlap(func, knobs, *layout)))
       return failure();
-    // The main kernel's launch order (lpt-group-blocks, its range checked with the options; not yet measured on a
-    // GPU, so 0 unless named).
+    // The main kernel's launch order (lpt-group-blocks, its range checked with the options; measured within the
+    // rounds' spread on the H100, bench/NOTES.md v45, so 0 unless named).
     const int64_t lptGroupBlocks = knob(knobs, kLptGroupBlocks, 0);
     return ScheduleAttr::get(func.getContext(), kName, layout->blockM, layout->blockN,
                              kWarpgroupWarps * layout->consumers, WarpLayout::SplitQ, kBackwardBlock / kWarpgroupWarps,
@@ -400,8 +400,8 @@ public:
     const int64_t consumers = layout.consumers, headDim = layout.headDim;
     // swap-sdp: S and dP transposed (FA3's SdP_swapAB at head dims up to 128): each warpgroup's 64 keys on wgmma's M,
     // the Q tile's rows on N, so that Pᵀ and dSᵀ are the register A operands of dV's and dK's GEMMs.
-    // Measured on the H100 (bench/NOTES.md v34): 2-11% slower than without at head dims 96 and 128 (64-row Q tiles),
-    // so off by default.
+    // Measured on the H100: 2-11% slower than without at head dims 96 and 128 (64-row Q tiles; bench/NOTES.md v34),
+    // level since its spills went (v45), so off by default (block-m 80 needs it).
     // block-m 80 (FA3's tile at head dim 128): its rows on wgmma's N, so S and dP transposed (swap-sdp 1) and dQ
     // transposed (the head dim on M: dQᵀ = Kᵀ·dSᵀ), added by the dQ writer from an unpadded, permuted sDq.
     const bool rows80 = layout.blockM == kBackwardRows80;
