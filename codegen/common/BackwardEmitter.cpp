@@ -172,8 +172,25 @@ LogicalResult BackwardPrinter::printLoad(LoadOp load) {
     bool lse = operand == tile::Operand::Lse;
     std::string name = names.unique(lse ? "lse" : "delta");
     registers[load.getResult()] = name;
+    // The load role stages LSE·log2(e) (+inf where no key was seen) for the exp2 of tile.probs.
+    const bool log2Rows = lse && rowsInShared && target.loadsInRole();
+    if (log2Rows)
+      lseInLog2.insert(load.getResult());
+    if (shape.swapScores && rowsInShared && target.loadsInRole() &&
+        llvm::all_of(load->getUsers(), [&](Operation *user) {
+          return lse ? isa<ProbsOp>(user) : isa<SoftmaxGradOp>(user);
+        })) {
+      // Transposed score tiles: a thread's row values are 2 · kSTiles query rows, as many registers as a score tile
+      // of S and dP each; read each pair where it is used instead (rowsAtUse), beside the two accumulators in flight.
+      rowsAtUse[load.getResult()] = lse ? "sLse" : "sDelta";
+      w.comment(cat("tile.load ", stringifyOperand(operand).str(), "[qt]: read from ", lse ? "sLse" : "sDelta",
+                    " where it is used, a float2 of query rows 8·nt + fragCol, + 1 (the load role's rows)"));
+      return success();
+    }
     w.comment(cat("tile.load ", stringifyOperand(operand).str(), "[qt]: this thread's rows",
-                  lse ? " (a padded row: -inf, it saw no key)" : " (a padded row: 0)"));
+                  log2Rows ? " (LSE·log2(e); a padded row: +inf, it saw no key)"
+                  : lse    ? " (a padded row: -inf, it saw no key)"
+                           : " (a padded row: 0)"));
     w.line(cat("float ", name, fragments.rowValueDims(), ";"));
     if (shape.swapScores && rowsInShared && target.loadsInRole()) {
       // Transposed score tiles: a thread's row values are the pairs of query rows 8·nt + fragCol, + 1 of its n8
@@ -191,7 +208,7 @@ LogicalResult BackwardPrinter::printLoad(LoadOp load) {
       std::string source =
           rowsInShared ? cat(lse ? "sLse" : "sDelta", "[q - qt * kBlockM]") : cat(lse ? "gLse" : "gDelta", "[q]");
       w.line(cat(name, fragments.rowValue(), " = q < p.seqlenQ ? ", source, " : ",
-                 lse ? ns + "::kNegInf" : std::string("0.f"), ";"));
+                 log2Rows ? ns + "::kPosInf" : lse ? ns + "::kNegInf" : std::string("0.f"), ";"));
     });
     return success();
   }
@@ -597,7 +614,9 @@ LogicalResult BackwardPrinter::printMask(MaskOp mask) {
 
 LogicalResult BackwardPrinter::printProbs(ProbsOp probs) {
   Operation *op = probs;
-  FailureOr<std::string> lse = regs(probs.getLse(), op);
+  auto atUse = rowsAtUse.find(probs.getLse());
+  FailureOr<std::string> lse = atUse != rowsAtUse.end() ? FailureOr<std::string>(atUse->second)
+                                                        : regs(probs.getLse(), op);
   if (failed(lse) || failed(regs(probs.getS(), op)))
     return failure();
   std::string p = overwrite(probs.getS(), probs, "probs");
@@ -605,27 +624,51 @@ LogicalResult BackwardPrinter::printProbs(ProbsOp probs) {
                 scaleInProbs.count(op) ? " (S unscaled: S·softmax_scale·log2(e))" : "",
                 "; a masked score (-inf) and a"));
   w.comment("row whose LSE is -inf give 0");
-  w.line(cat("float lseLog2", fragments.rowValueDims(), ";"));
-  const std::string value = fragments.rowValue();
-  fragments.forEachRowValue(w, [&] {
-    w.line(cat("lseLog2", value, " = ", *lse, value, " == ", ns, "::kNegInf ? ", ns, "::kPosInf : ", *lse, value,
-               " * ", ns, "::kLog2e;"));
-  });
   // The scale folded in (scaleInProbs): S·softmax_scale·log2(e) in the exp2's one FFMA.
   const bool scaled = scaleInProbs.erase(op);
-  fragments.forEachElement(w, "kSTiles",
-                           {cat(p, "[mt][nt][i] = ", ns, "::exp2(", p, "[mt][nt][i] * ",
-                                scaled ? std::string("p.scaleLog2") : ns + "::kLog2e", " - lseLog2",
-                                fragments.rowValueOfScore(), ");")});
+  auto exp2Of = [&](const std::string &lseLog2) {
+    return cat(p, "[mt][nt][i] = ", ns, "::exp2(", p, "[mt][nt][i] * ",
+               scaled ? std::string("p.scaleLog2") : ns + "::kLog2e", " - ", lseLog2, ");");
+  };
+  if (atUse != rowsAtUse.end()) {
+    w.comment(cat("LSE·log2(e) of query rows 8·nt + fragCol, + 1 from ", *lse, " (+inf: no key, P = 0)"));
+    fragments.forEachElement(w, "kSTiles", {rowPairAt(*lse, "lsePair")}, {exp2Of("(i % 2 ? lsePair.y : lsePair.x)")});
+    return success();
+  }
+  std::string lseLog2 = *lse;
+  if (!lseInLog2.contains(probs.getLse())) {
+    lseLog2 = "lseLog2";
+    w.line(cat("float lseLog2", fragments.rowValueDims(), ";"));
+    const std::string value = fragments.rowValue();
+    fragments.forEachRowValue(w, [&] {
+      w.line(cat("lseLog2", value, " = ", *lse, value, " == ", ns, "::kNegInf ? ", ns, "::kPosInf : ", *lse, value,
+                 " * ", ns, "::kLog2e;"));
+    });
+  }
+  fragments.forEachElement(w, "kSTiles", {exp2Of(lseLog2 + fragments.rowValueOfScore())});
   return success();
+}
+
+std::string BackwardPrinter::rowPairAt(const std::string &rows, const std::string &name) const {
+  return cat("const float2 ", name, " = *reinterpret_cast<const float2 *>(", rows, " + 8 * nt + fragCol);");
 }
 
 LogicalResult BackwardPrinter::printSoftmaxGrad(SoftmaxGradOp grad) {
   Operation *op = grad;
-  FailureOr<std::string> p = regs(grad.getP(), op), delta = regs(grad.getDelta(), op);
+  auto atUse = rowsAtUse.find(grad.getDelta());
+  FailureOr<std::string> p = regs(grad.getP(), op),
+                         delta = atUse != rowsAtUse.end() ? FailureOr<std::string>(atUse->second)
+                                                          : regs(grad.getDelta(), op);
   if (failed(p) || failed(delta) || failed(regs(grad.getDp(), op)))
     return failure();
   std::string ds = overwrite(grad.getDp(), grad, "ds");
+  // D read where it is used (rowsAtUse): a float2 of the n8 tile's two query rows.
+  std::vector<std::string> perTile;
+  std::string rowD = *delta + fragments.rowValueOfScore();
+  if (atUse != rowsAtUse.end()) {
+    perTile = {rowPairAt(*delta, "deltaPair")};
+    rowD = "(i % 2 ? deltaPair.y : deltaPair.x)";
+  }
   // dS's one use scaling it by softmax_scale (the gradient of S = scale·QKᵀ) folds in: P∘(dP·scale − D·scale),
   // one FFMA and one FMUL an element (the row's D·scale computed once), the same value up to rounding.
   auto scale = grad->hasOneUse() ? dyn_cast<ScaleOp>(*grad->user_begin()) : ScaleOp();
@@ -633,16 +676,14 @@ LogicalResult BackwardPrinter::printSoftmaxGrad(SoftmaxGradOp grad) {
     foldedScales.insert(scale);
     w.comment(cat("tile.softmax_grad and the scale after it: ", ds, " = P∘(dP - D)·softmax_scale"));
     fragments.forEachElement(
-        w, "kSTiles",
-        {cat(ds, "[mt][nt][i] = ", *p, "[mt][nt][i] * (", ds, "[mt][nt][i] * p.softmaxScale - ", *delta,
-             fragments.rowValueOfScore(), " * p.softmaxScale);")});
+        w, "kSTiles", perTile,
+        {cat(ds, "[mt][nt][i] = ", *p, "[mt][nt][i] * (", ds, "[mt][nt][i] * p.softmaxScale - ", rowD,
+             " * p.softmaxScale);")});
     return success();
   }
   w.comment(cat("tile.softmax_grad: ", ds, " = P∘(dP - D)"));
-  fragments.forEachElement(
-      w, "kSTiles",
-      {cat(ds, "[mt][nt][i] = ", *p, "[mt][nt][i] * (", ds, "[mt][nt][i] - ", *delta, fragments.rowValueOfScore(),
-           ");")});
+  fragments.forEachElement(w, "kSTiles", perTile,
+                           {cat(ds, "[mt][nt][i] = ", *p, "[mt][nt][i] * (", ds, "[mt][nt][i] - ", rowD, ");")});
   return success();
 }
 

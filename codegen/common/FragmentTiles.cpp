@@ -48,9 +48,12 @@ void FragmentTiles::scale(CudaWriter &w, const std::string &s) const {
   forEachElement(w, "kSTiles", {cat(s, "[mt][nt][i] *= p.softmaxScale;")});
 }
 
-void FragmentTiles::forEachElement(CudaWriter &w, const char *nTiles, const std::vector<std::string> &body) const {
+void FragmentTiles::forEachElement(CudaWriter &w, const char *nTiles, const std::vector<std::string> &perTile,
+                                   const std::vector<std::string> &body) const {
   w.openUnrolledFor("mt", "kMTiles");
   w.openUnrolledFor("nt", nTiles);
+  for (const std::string &line : perTile)
+    w.line(line);
   w.openUnrolledFor("i", "4");
   for (const std::string &line : body)
     w.line(line);

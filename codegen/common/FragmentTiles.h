@@ -85,7 +85,12 @@ public:
   void forEachRow(CudaWriter &w, const std::function<void()> &body) const;
   /// Loops over every element [mt][nt][i] of a register tile of `nTiles` n8 tiles (kSTiles: scores, kOTiles: acc),
   /// around `body`.
-  void forEachElement(CudaWriter &w, const char *nTiles, const std::vector<std::string> &body) const;
+  void forEachElement(CudaWriter &w, const char *nTiles, const std::vector<std::string> &body) const {
+    forEachElement(w, nTiles, {}, body);
+  }
+  /// The same, with `perTile` printed at the top of each nt iteration (before the elements' loop).
+  void forEachElement(CudaWriter &w, const char *nTiles, const std::vector<std::string> &perTile,
+                      const std::vector<std::string> &body) const;
   /// The block row (a C expression) of fragment half `half` ("r" inside forEachRow, "(i / 2)" over a tile's elements
   /// [mt][nt][i]) of this thread's m16 tile mt: the warp's rows start at warpRow0.
   static std::string threadRow(const char *half = "r") { return cat("warpRow0 + 16 * mt + fragRow + 8 * ", half); }

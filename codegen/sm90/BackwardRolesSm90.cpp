@@ -219,11 +219,13 @@ void BackwardSm90::loadQTile(CudaWriter &w, const std::string &qt) {
     w.line(cat("sm90::tma::load5d(stage ? sDO1 : sDO0, &maps.dO, &fullBars[stage], 0, qRow0 + ", qt,
                " * kBlockM, 0, h, tmaBatch);"));
   w.close();
-  w.comment("the LSE and D rows (fp32), -inf and 0 past seqlen_q");
+  w.comment("the LSE and D rows (fp32): LSE·log2(e), the computing warps' exp2 operand, +inf for a row that saw no key");
+  w.comment("(LSE -inf) and past seqlen_q, where P is 0; D, 0 past seqlen_q");
   w.line("float *const rows = sRows + stage * 2 * kBlockM;");
   w.open("for (int row = lane; row < kBlockM; row += 32)");
   w.line(cat("const int q = ", qt, " * kBlockM + row;"));
-  w.line(cat("rows[row] = q < p.seqlenQ ? gLse[q] : ", ns, "kNegInf;"));
+  w.line(cat("const float lse = q < p.seqlenQ ? gLse[q] : ", ns, "kNegInf;"));
+  w.line(cat("rows[row] = lse == ", ns, "kNegInf ? ", ns, "kPosInf : lse * ", ns, "kLog2e;"));
   w.line("rows[kBlockM + row] = q < p.seqlenQ ? gDelta[q] : 0.f;");
   w.close();
   w.line("sm90::mbarrier::arrive(&fullBars[stage]);");

@@ -396,6 +396,21 @@ void BackwardSm90::issueDqRound(CudaWriter &w, const SharedTile &k, const DqBloc
 }
 
 void BackwardSm90::issueDqProducts(CudaWriter &w, const SharedTile &k) {
+  if (transposesDq(shape) && deferred.size() == 2 && shape.swapScores) {
+    // dQᵀ's accumulator (blockM / 2 floats a thread) beside both RS operands in flight (P and dS, packed) and dK and
+    // dV passes setmaxnreg's 240 registers at 80 rows, and ptxas then serializes every wgmma of the kernel (its
+    // C7512 advisory). FA3's order instead: dV's GEMM first, then dQ's, and dK's once dV's landed (P's registers
+    // free), so that at most one packed operand and dQᵀ are live beside dK and dV.
+    w.comment("overlap: dV's GEMM first, then dQ's product, then dK's once dV's landed (P's registers free), a group");
+    w.comment("each (before deterministic mode's turn: the products do not depend on it); dqProduct waits for dQ's");
+    w.line(cat("float dqPart[1][", dqWidth(k) / 8, "][4];"));
+    issueDot(w, deferred[0]);
+    issueDqRound(w, k, dqRounds(k).front());
+    waitFor(w, deferred[0].acc);
+    issueDot(w, deferred[1]);
+    deferred.clear();
+    return;
+  }
   w.comment("overlap: dQ's first product issued first, then dV's and dK's, a group each (before deterministic");
   w.comment("mode's turn: the products do not depend on it); dqProduct waits for it");
   w.line(cat("float dqPart[1][", dqWidth(k) / 8, "][4];"));

@@ -163,6 +163,9 @@ public:
     // banded programs keep two). At 96 too, over 96-key tiles (FA4's 192-row tile there; measured on the H100,
     // 2026-12-06, bench/RESULTS.md: 8k non-causal 505 -> 531-593 TFLOP/s, 16k 516-530 -> 559-560, causal within
     // -2% / +7%; 128 keys spill with three warpgroups' 160 registers and ran 0.8x).
+    // At head dim 192 (192:192) 112 keys outside the short class and banded programs (FA4's SM90 width there; measured
+    // on the H100, 2026-12-07, bench/RESULTS.md: 8k +4-6%, 16k +8-17% against 80, causal too; 2k non-causal -5%, so
+    // the short class keeps 80). 192:128 and 256 keep 80 (not measured at other widths).
     bool shortClass = shapeClass == ShapeClass::Short;
     bool banded = llvm::any_of(func.getBody().getOps<KvRangeOp>(), [](KvRangeOp r) { return !r.lowerBoundIs(0); });
     int64_t consumers = knobs.count(kConsumerWarpgroups)
@@ -186,7 +189,9 @@ public:
                           : headDim <= 64                      ? 128
                           : headDim <= 96 && consumers == 3  ? 96
                           : headDim <= 128                   ? (shortClass || banded ? 128 : 176)
-                                                             : 80);
+                          : headDim <= 192 && func.getHeadDim() == func.getHeadDimV() && !shortClass && !banded
+                              ? 112
+                              : 80);
     if (e4m3 && blockN % 32 != 0)
       return func.emitOpError() << "fa3: block-n = " << blockN
                                 << " must be a multiple of 32 with dtype e4m3 (the k32 steps of 8-bit P·V)";

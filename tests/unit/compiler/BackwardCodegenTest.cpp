@@ -439,6 +439,7 @@ TEST(BackwardCodegen, Fa3EightyRowTilesTransposeDq) {
       StatusOr<jit::CompileResult> rows80 = jit::compile(
           *variants::byName(variant), backwardOptions(dtype, 128, "sm_90a", {{"block-m", 80}}, "fa3"), jit::Stage::Cubin);
       ASSERT_TRUE(rows80.ok()) << variant << ": " << rows80.status().message();
+      EXPECT_FALSE(reportsSerializedWgmma(rows80->nvrtcLog)) << variant << ": " << rows80->nvrtcLog;
       const std::string &cuda = rows80->cuda;
       EXPECT_NE(cuda.find("constexpr int kBlockM = 80;"), std::string::npos);
       EXPECT_NE(cuda.find("constexpr int kDqPitch = kHeadDim + 0;"), std::string::npos);
@@ -450,6 +451,17 @@ TEST(BackwardCodegen, Fa3EightyRowTilesTransposeDq) {
       EXPECT_GE(count(cuda, "sm90::warpgroup::Wgmma<kBlockM>::"), 1);  // S and dP: the Q tile's rows on N
       EXPECT_NE(cuda.find("struct Wgmma<80> {"), std::string::npos);
       EXPECT_EQ(count(cuda, "sm90::bulkReduceAddF32(gDqAccum + (long long)tile * kBlockM * kHeadDim, sDq,"), 1);
+      // LSE·log2(e) and D read where they are used (a float2 an n8 tile), not held in 2 · kSTiles registers each;
+      // dV's GEMM, then dQᵀ's, then dK's once dV's landed: without both, ptxas serializes every wgmma (C7512).
+      EXPECT_EQ(count(cuda, "const float2 lsePair = *reinterpret_cast<const float2 *>(sLse + 8 * nt + fragCol);"), 3);
+      EXPECT_EQ(count(cuda, "const float2 deltaPair = *reinterpret_cast<const float2 *>(sDelta + 8 * nt + fragCol);"),
+                3);
+      EXPECT_EQ(count(cuda, "float lse1["), 0);
+      const size_t dv = cuda.find("acc1 += Aᵀ·DO (tile.dot_tn; wgmma"), dq = cuda.find("dQᵀ = Kᵀ·dSᵀ (wgmma", dv),
+                   dvLanded = cuda.find("sm90::warpgroup::wait<1>();  // acc1 landed", dq),
+                   dk = cuda.find("acc += Aᵀ·Q (tile.dot_tn; wgmma", dvLanded),
+                   dqLanded = cuda.find("sm90::warpgroup::wait<1>();  // dqPart landed", dk);
+      EXPECT_NE(dqLanded, std::string::npos) << variant << ": dV, dQ, dV landed, dK, dQ landed";
     }
   StatusOr<jit::CompileResult> ring = jit::compile(
       *variants::byName("none"), backwardOptions(ElementType::BF16, 128, "sm_90a", {{"block-m", 80}, {"ds-buffers", 2}, {"do-buffers", 1}},
@@ -513,8 +525,12 @@ TEST(BackwardCodegen, ScaleFoldsIntoTheProbabilitiesOnlyThroughMasks) {
         *variants::byName(variant), backwardOptions(ElementType::BF16, 128, "sm_90a", {}, "fa3"), jit::Stage::Cuda);
     ASSERT_TRUE(result.ok()) << result.status().message();
     const bool folded = std::string_view(variant) == "causal";
-    EXPECT_EQ(count(result->cuda, "* p.scaleLog2 - lseLog2"), folded ? 3 : 0) << variant;
-    EXPECT_EQ(count(result->cuda, "* frag::kLog2e - lseLog2"), folded ? 0 : 3) << variant;
+    // The load warp stages LSE·log2(e) (lse1 holds it), so the exp2 takes it as it is.
+    EXPECT_EQ(count(result->cuda, "* p.scaleLog2 - lse1[mt][i / 2]"), folded ? 3 : 0) << variant;
+    EXPECT_EQ(count(result->cuda, "* frag::kLog2e - lse1[mt][i / 2]"), folded ? 0 : 3) << variant;
+    EXPECT_EQ(count(result->cuda, "lseLog2"), 0) << variant;
+    EXPECT_EQ(count(result->cuda, "rows[row] = lse == frag::kNegInf ? frag::kPosInf : lse * frag::kLog2e;"), 3)
+        << variant;
     EXPECT_EQ(result->cuda.find("s1[mt][nt][i] *= p.softmaxScale;") == std::string::npos, folded) << variant;
   }
 }
