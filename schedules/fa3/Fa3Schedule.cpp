@@ -164,8 +164,9 @@ public:
     // 2026-12-06, bench/RESULTS.md: 8k non-causal 505 -> 531-593 TFLOP/s, 16k 516-530 -> 559-560, causal within
     // -2% / +7%; 128 keys spill with three warpgroups' 160 registers and ran 0.8x).
     // At head dim 192 (192:192) 112 keys outside the short class and banded programs (FA4's SM90 width there; measured
-    // on the H100, 2026-12-07, bench/RESULTS.md: 8k +4-6%, 16k +8-17% against 80, causal too; 2k non-causal -5%, so
-    // the short class keeps 80). 192:128 and 256 keep 80 (not measured at other widths).
+    // on the H100, 2026-12-07, bench/RESULTS.md: 8k +4-6%, 16k +8-17% against 80, causal too; 2k -5% non-causal, +3%
+    // causal). The short class (<= 1k rows, not measured at 112) and banded programs keep 80, as do 192:128 and 256
+    // (not measured at other widths).
     bool shortClass = shapeClass == ShapeClass::Short;
     bool banded = llvm::any_of(func.getBody().getOps<KvRangeOp>(), [](KvRangeOp r) { return !r.lowerBoundIs(0); });
     int64_t consumers = knobs.count(kConsumerWarpgroups)
