@@ -93,8 +93,10 @@ __device__ __forceinline__ void bulkReduceAddF32(float *dst, const float *src, u
 namespace desc {
 // The byte offsets of k16 slice `step` in a tile (a constant for a constant step): kMajorStep(tileAddr, step, rows) is
 // advance(kMajor(tileAddr), kMajorStepBytes(step, rows)), and mnMajorStep's likewise, one add to a descriptor made
-// once per GEMM (the start address field cannot carry: shared addresses stay below 2^18 bytes, so offsetLow adds to the
-// low word alone: one 32-bit add a GEMM step rather than a 64-bit one).
+// once per GEMM (the start address field cannot carry: shared addresses stay below 2^18 bytes, so the 64-bit add never
+// reaches the high word). One 64-bit add, which ptxas issues as one UIADD3.64 on the uniform descriptor: an add to the
+// low word alone (the high word masked back in) made it rebuild the constant high word with a UMOV before every wgmma
+// (SASS, 2026-12-07: 2 UMOVs a wgmma, 65 in the hd128 iteration against FA4's 20).
 template <int kSwizzleBytes = 128>
 __device__ __forceinline__ constexpr unsigned kMajorStepBytes(int step, int rows) {
   return unsigned(step / Swizzle<kSwizzleBytes>::kStepsPerBlock) * unsigned(rows) * kSwizzleBytes +
@@ -106,7 +108,7 @@ __device__ __forceinline__ constexpr unsigned mnMajorStepBytes(int step) {
 }
 // advance(d, bytes) for a descriptor whose start address plus bytes stays in its 14-bit field.
 __device__ __forceinline__ unsigned long long offsetLow(unsigned long long d, unsigned bytes) {
-  return (d & 0xffffffff00000000ull) | (unsigned(d) + (bytes >> 4));
+  return d + (bytes >> 4);
 }
 } // namespace desc
 // The TMA descriptors of a backward main kernel with a load warp, its second parameter (`const __grid_constant__
