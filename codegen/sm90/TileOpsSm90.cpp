@@ -172,6 +172,13 @@ private:
   /// The prelude's span template argument, as C: none for the 128-byte default (the text of kernels printed before
   /// narrower spans existed stays as it was), "<64>" otherwise.
   std::string spanArg() const { return swizzle == kSwizzleBytes ? std::string() : cat("<", swizzle, ">"); }
+  /// The byte offset of k step `step` in a K-major tile of `rows` rows and span `span` (0: this kernel's), as C: what
+  /// desc::kMajorStep adds to the tile's address (desc-advance adds it to a descriptor made once).
+  std::string kMajorStepBytes(const std::string &step, const std::string &rows, int span = 0) const {
+    const int bytes = span ? span : swizzle;
+    return cat("unsigned(", step, " / sm90::Swizzle<", bytes, ">::kStepsPerBlock) * unsigned(", rows, ") * ", bytes,
+               "u + unsigned(", step, " % sm90::Swizzle<", bytes, ">::kStepsPerBlock) * 32u");
+  }
   /// The prelude's byte offset of (row, column) in a swizzled tile of this kernel's span, as C.
   std::string offsetFn() const {
     return swizzle == kSwizzleBytes ? std::string("sm90::swizzle128Offset") : cat("sm90::swizzleOffset<", swizzle, ">");
@@ -508,15 +515,24 @@ void TileTargetSm90::qk(CudaWriter &w, const std::string &kSlot, const std::stri
   // registers (SASS at hd128: 179 R2URs and 36 bytes of spills without, 28 and none with).
   w.line(cat("const unsigned qAddr = sm90::warp::uniform(sm90::smemAddress(sQ) + (warp / 4) * 64 * ", swizzle, ");"));
   w.line(cat("const unsigned kAddr = sm90::warp::uniform(sm90::smemAddress(sK) + (", kSlot, ") % kStages * kKTileBytes);"));
+  if (shape.descAdvance)
+    w.line(cat("const unsigned long long qDesc = sm90::desc::kMajor", spanArg(), "(qAddr), kDesc = sm90::desc::kMajor",
+               spanArg(), "(kAddr);  // advanced a k step at a time (desc-advance)"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("ks", cat("kHeadDim / ", kStepKeys()));
   if (e4m3)
     w.line("sm90::warpgroup::WgmmaE4m3<kBlockN>::ss(");
   else
     w.line(cat("sm90::warpgroup::Wgmma<kBlockN>::", mmaType, "SS<sm90::warpgroup::kKMajor>("));
-  w.line(cat("    reinterpret_cast<float (&)[kSTiles * 4]>(", scores, "[0]), sm90::desc::kMajorStep", spanArg(),
-             "(qAddr, ks, kBlockM),"));
-  w.line(cat("    sm90::desc::kMajorStep", spanArg(), "(kAddr, ks, kBlockN), ks > 0);"));
+  if (shape.descAdvance) {
+    w.line(cat("    reinterpret_cast<float (&)[kSTiles * 4]>(", scores, "[0]), sm90::desc::advance(qDesc, ",
+               kMajorStepBytes("ks", "kBlockM"), "),"));
+    w.line(cat("    sm90::desc::advance(kDesc, ", kMajorStepBytes("ks", "kBlockN"), "), ks > 0);"));
+  } else {
+    w.line(cat("    reinterpret_cast<float (&)[kSTiles * 4]>(", scores, "[0]), sm90::desc::kMajorStep", spanArg(),
+               "(qAddr, ks, kBlockM),"));
+    w.line(cat("    sm90::desc::kMajorStep", spanArg(), "(kAddr, ks, kBlockN), ks > 0);"));
+  }
   w.close();
   w.line("sm90::warpgroup::commitGroup();");
   w.close();
@@ -529,12 +545,20 @@ void TileTargetSm90::pv(CudaWriter &w, const StateNames &st, const std::string &
     w.open("");
     w.line(cat("const unsigned vAddr = sm90::warp::uniform(sm90::smemAddress(sV) + (", vSlot,
                ") % kStages * kVTileBytes);"));
+    const std::string vtSpan = vtSwizzle == kSwizzleBytes ? std::string() : cat("<", vtSwizzle, ">");
+    if (shape.descAdvance)
+      w.line(cat("const unsigned long long vDesc = sm90::desc::kMajor", vtSpan,
+                 "(vAddr);  // advanced a k step at a time (desc-advance)"));
     w.line(cat("sm90::warpgroup::fenceOperands(reinterpret_cast<float (&)[kOTiles * 4]>(", st.acc, "[0]));"));
     w.line("sm90::warpgroup::arrive();");
     w.openUnrolledFor("k", "kBlockN / 32");
     w.line("sm90::warpgroup::WgmmaE4m3<kHeadDimV>::rs(");
-    w.line(cat("    reinterpret_cast<float (&)[kOTiles * 4]>(", st.acc, "[0]), ", p, "[0][k], sm90::desc::kMajorStep",
-               vtSwizzle == kSwizzleBytes ? std::string() : cat("<", vtSwizzle, ">"), "(vAddr, k, kHeadDimV), 1);"));
+    if (shape.descAdvance)
+      w.line(cat("    reinterpret_cast<float (&)[kOTiles * 4]>(", st.acc, "[0]), ", p, "[0][k], sm90::desc::advance(vDesc, ",
+                 kMajorStepBytes("k", "kHeadDimV", vtSwizzle), "), 1);"));
+    else
+      w.line(cat("    reinterpret_cast<float (&)[kOTiles * 4]>(", st.acc, "[0]), ", p, "[0][k], sm90::desc::kMajorStep",
+                 vtSpan, "(vAddr, k, kHeadDimV), 1);"));
     w.close();
     w.line("sm90::warpgroup::commitGroup();");
     w.close();
@@ -545,12 +569,19 @@ void TileTargetSm90::pv(CudaWriter &w, const StateNames &st, const std::string &
                 " % kStages MN-major"));
   w.open("");
   w.line(cat("const unsigned vAddr = sm90::warp::uniform(sm90::smemAddress(sV) + (", vSlot, ") % kStages * kVTileBytes);"));
+  if (shape.descAdvance)
+    w.line(cat("const unsigned long long vDesc = sm90::desc::mnMajor", spanArg(), "(vAddr, kBlockN * ", swizzle,
+               ");  // advanced a k step at a time (desc-advance)"));
   w.line(cat("sm90::warpgroup::fenceOperands(reinterpret_cast<float (&)[kOTiles * 4]>(", st.acc, "[0]));"));
   w.line("sm90::warpgroup::arrive();");
   w.openUnrolledFor("k", "kBlockN / 16");
   w.line(cat("sm90::warpgroup::Wgmma<kHeadDimV>::", mmaType, "RS<sm90::warpgroup::kMNMajor>("));
-  w.line(cat("    reinterpret_cast<float (&)[kOTiles * 4]>(", st.acc,
-             "[0]), ", p, "[0][k], sm90::desc::mnMajorStep", spanArg(), "(vAddr, k, kBlockN), 1);"));
+  if (shape.descAdvance)
+    w.line(cat("    reinterpret_cast<float (&)[kOTiles * 4]>(", st.acc, "[0]), ", p,
+               "[0][k], sm90::desc::advance(vDesc, unsigned(k) * 16u * ", swizzle, "u), 1);"));
+  else
+    w.line(cat("    reinterpret_cast<float (&)[kOTiles * 4]>(", st.acc,
+               "[0]), ", p, "[0][k], sm90::desc::mnMajorStep", spanArg(), "(vAddr, k, kBlockN), 1);"));
   w.close();
   w.line("sm90::warpgroup::commitGroup();");
   w.close();

@@ -66,6 +66,9 @@ struct KernelShape {
   /// take their softmax exponentials from a polynomial on the FMA pipe. 0: all from the MUFU unit; a family without a
   /// software exp2 refuses any other value.
   int exp2PolyShare = 0;
+  /// `tile.desc_advance` (passes/Transforms/Passes.h): the forward's wgmma descriptors made once a GEMM and advanced
+  /// by a 64-bit add a k16 step.
+  bool descAdvance = false;
   /// The backward's split of S's keys (`tile.key_warps`, passes/Transforms/Passes.h): the main program's warps form
   /// warps / keyWarps row groups, and a row group's keyWarps warps take blockN / keyWarps keys of S and dP each (and
   /// headDim / keyWarps columns of dQ). 1: split-Q.

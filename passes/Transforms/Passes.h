@@ -43,6 +43,11 @@ inline constexpr llvm::StringLiteral kDqWriterWarpsAttr = "tile.dq_writer_warps"
 /// row (chunk c of row i at c ^ (i % 8) within its 128 bytes), written so by the main kernel's one bulk reduce-add a Q
 /// tile and read back by the postprocess (KernelShape::dqSwizzle); the program's semantics do not change.
 inline constexpr llvm::StringLiteral kDqSwizzleAttr = "tile.dq_swizzle";
+/// A schedule's attribute on a forward program (a unit attribute): the GEMMs' wgmma descriptors are made once a GEMM
+/// and advanced by one 64-bit add a k16 step (ptxas: one UIADD3.64), instead of encoded from each step's address
+/// (whose constant high word ptxas moves in again before every wgmma); the program's semantics do not change
+/// (KernelShape::descAdvance).
+inline constexpr llvm::StringLiteral kDescAdvanceAttr = "tile.desc_advance";
 /// A schedule's attribute on a backward main program with roles (a unit attribute): a load warp of the producer
 /// warpgroup brings K and V, and each Q tile's Q, dO, LSE and D, into shared memory (TMA into a two-stage ring with
 /// full and empty barriers), so the computing warps copy nothing (KernelShape::loadWarp); the program's semantics do

@@ -272,6 +272,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   shape.gemmOverlap = func->hasAttr(tile::kGemmOverlapAttr);
   shape.dqWriter = func->hasAttr(tile::kDqWriterAttr);
   shape.dqSwizzle = func->hasAttr(tile::kDqSwizzleAttr);
+  shape.descAdvance = func->hasAttr(tile::kDescAdvanceAttr);
   if (auto warps = func->getAttrOfType<mlir::IntegerAttr>(tile::kDqWriterWarpsAttr))
     shape.dqWriterWarps = static_cast<int>(warps.getInt());
   shape.loadWarp = func->hasAttr(tile::kLoadWarpAttr);

@@ -140,6 +140,10 @@ public:
                          "exponentials from a cubic on the FMA pipe (sm90::math::exp2Poly3) instead of MUFU; 0: none "
                          "(the default)",
          0, 8},
+        {kDescAdvance, "forward only: 1: each GEMM's wgmma descriptors made once and advanced by one 64-bit add a "
+                       "k16 step (FA4's form; fewer uniform moves: bench/NOTES.md v46); 0: encoded from each step's "
+                       "address (the default)",
+         0, 1},
     };
     return specs;
   }
@@ -225,6 +229,8 @@ public:
     // The share of software exponentials is the printer's business, not the program's: a func attribute.
     if (int64_t share = knob(knobs, kExp2PolyShare, 0); share > 0)
       func->setAttr(kExp2PolyShareAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), share));
+    if (knob(knobs, kDescAdvance, 0) == 1)
+      func->setAttr(tile::kDescAdvanceAttr, UnitAttr::get(func.getContext()));
     // e4m3: FA4's conditional rescaling (threshold 8, the most an e4m3 P allows: 2^8 < 448) by default. With the GEMMs
     // at twice the bf16 rate the softmax's instructions bound the kernel (ncu at hd128 8k: 462 M warp instructions
     // against bf16's 567 M for 1.33x the speed, issue slots 44% active), and skipping most rescales measured +6-7% at
@@ -248,7 +254,8 @@ public:
   /// over 192 or 256 columns of dK and dV pass the registers). The knobs that shape the forward's roles have no
   /// meaning here and are refused by name.
   FailureOr<ScheduleAttr> configureBackward(FuncOp func, const schedule::Knobs &knobs) const {
-    for (const char *roleKnob : {kPingpong, kPersistent, kStageO, kScheduler, kRescaleThreshold, kExp2PolyShare})
+    for (const char *roleKnob :
+         {kPingpong, kPersistent, kStageO, kScheduler, kRescaleThreshold, kExp2PolyShare, kDescAdvance})
       if (knobs.count(roleKnob))
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "

@@ -183,7 +183,10 @@ TEST_P(Fa3SwappedScoresCompile, TransposedScoresAndRegisterOperands) {
     EXPECT_EQ(count(cuda, "sm90::warp::stmatrixX4Trans("), 0);
     EXPECT_EQ(count(cuda, "sm90::warp::stmatrixX4(frag::smemAddress(sStage0)"), 3);
     EXPECT_EQ(cuda.find("sStage1"), std::string::npos);
-    EXPECT_NE(cuda.find("float lse1[kSTiles][2];"), std::string::npos);
+    // LSE·log2(e) and D of the transposed tiles' query rows read where they are used, a float2 an n8 tile.
+    EXPECT_EQ(cuda.find("float lse1[kSTiles][2];"), std::string::npos);
+    EXPECT_EQ(count(cuda, "const float2 lsePair = *reinterpret_cast<const float2 *>(sLse + 8 * nt + fragCol);"), 3);
+    EXPECT_EQ(count(cuda, "const float2 deltaPair = *reinterpret_cast<const float2 *>(sDelta + 8 * nt + fragCol);"), 3);
     EXPECT_NE(cuda.find("const int q = qt * kBlockM + 8 * nt + fragCol + i % 2;"), std::string::npos);
   }
 }
@@ -713,7 +716,8 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
                           "dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, early-dv, swap-dkv, do-buffers, "
                           "rotated-walk, lpt-group-blocks, ring-rows, ds-buffers, producer-regs and consumer-regs"},
-        {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"}}) {
+        {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"},
+        {"desc-advance", 1, "fa3 backward: the knob desc-advance shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
         jit::compile(*variants::byName("none"),
                      backwardOptions(ElementType::BF16, 128, "sm_90a", {{knob, value}}, "fa3"), jit::Stage::Scheduled);

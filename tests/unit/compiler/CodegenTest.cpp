@@ -417,6 +417,56 @@ INSTANTIATE_TEST_SUITE_P(Fa3Exp2Poly, Fa3Exp2PolyCompiles,
                                   std::to_string(std::get<2>(info.param));
                          });
 
+// desc-advance 1 (the fa3 forward): each GEMM's wgmma descriptors made once and advanced by one 64-bit add a k step
+// (FA4's form: ptxas issues one UIADD3.64 instead of moving the constant high word in before every wgmma), for Q·Kᵀ
+// and P·V, at the 128- and 64-byte spans and for e4m3 (P·V's Vᵀ image K-major); every such kernel compiles without a
+// serialization advisory. Without the knob the GEMMs encode each step's descriptor as before (the default's CUDA is
+// byte-identical: scripts/emit-matrix.py), and the backward refuses the knob by name.
+class Fa3DescAdvanceCompiles : public testing::TestWithParam<std::tuple<const char *, int, ElementType>> {};
+
+TEST_P(Fa3DescAdvanceCompiles, ToAnSm90aCubin) {
+  auto [variantName, headDim, dtype] = GetParam();
+  Compiler compiler;
+  tile::FuncOp func =
+      compiler.buildWith("fa3", *variants::byName(variantName), dtype, headDim, "sm_90a", {{"desc-advance", 1}});
+  ASSERT_TRUE(func) << compiler.diagnostics;
+  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  const std::string &cuda = kernel->source;
+  EXPECT_GE(count(cuda, "sm90::desc::advance(qDesc, "), 1);
+  EXPECT_GE(count(cuda, "sm90::desc::advance(kDesc, "), 1);
+  EXPECT_GE(count(cuda, "sm90::desc::advance(vDesc, "), 1);
+  EXPECT_EQ(count(cuda, "sm90::desc::kMajorStep"), 0);
+  EXPECT_EQ(count(cuda, "sm90::desc::mnMajorStep"), 0);
+  std::string log;
+  StatusOr<std::string> cubin =
+      compileCuda(cuda, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin, {}, &log);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << cuda;
+  EXPECT_FALSE(reportsSerializedWgmma(log)) << log;
+
+  Compiler plainCompiler;
+  tile::FuncOp plain = plainCompiler.buildWith("fa3", *variants::byName(variantName), dtype, headDim, "sm_90a");
+  ASSERT_TRUE(plain) << plainCompiler.diagnostics;
+  mlir::FailureOr<codegen::EmittedKernel> encoded = codegen::emitCuda(plain);
+  ASSERT_TRUE(mlir::succeeded(encoded)) << plainCompiler.diagnostics;
+  EXPECT_EQ(encoded->source.find("sm90::desc::advance("), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fa3DescAdvance, Fa3DescAdvanceCompiles,
+                         testing::Values(std::tuple{"none", 128, ElementType::BF16},
+                                         std::tuple{"softcap_causal", 64, ElementType::F16},
+                                         std::tuple{"alibi_causal", 96, ElementType::BF16},
+                                         std::tuple{"sliding_window", 256, ElementType::BF16},
+                                         std::tuple{"causal", 192, ElementType::BF16},
+                                         std::tuple{"none", 128, ElementType::E4M3}),
+                         [](const testing::TestParamInfo<std::tuple<const char *, int, ElementType>> &info) {
+                           return std::string(std::get<0>(info.param)) + "_d" +
+                                  std::to_string(std::get<1>(info.param)) + "_" +
+                                  (std::get<2>(info.param) == ElementType::BF16  ? "bf16"
+                                   : std::get<2>(info.param) == ElementType::F16 ? "f16"
+                                                                                  : "e4m3");
+                         });
+
 TEST(Codegen, Fa3Exp2PolyShareOutOfRangeIsRefusedByName) {
   const schedule::Schedule *fa3 = schedule::lookupSchedule("fa3");
   ASSERT_TRUE(fa3);
