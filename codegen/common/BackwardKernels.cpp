@@ -87,8 +87,17 @@ LogicalResult BackwardPrinter::printPostprocess(const std::string &entry) {
   w.open("for (int e = threadIdx.x; e < kBlockM * kHeadDim / 2; e += kThreads)");
   w.line("const int i = tile * kBlockM + e / (kHeadDim / 2), c = 2 * (e % (kHeadDim / 2));");
   w.open("if (i < p.seqlenQ)");
-  w.line(cat("const float2 x = *reinterpret_cast<const float2 *>(gAcc + i * kHeadDim + ", target.dqAccumColumn("i", "c"),
-             ");"));
+  if (std::string index = target.dqFragmentIndex("i - tile * kBlockM", "c"); !index.empty()) {
+    w.comment("a whole tile in the main kernel's fragment order (dq-fragments), a tile cut by seqlen_q in rows");
+    w.line("const float *const gTile = gAcc + (long long)tile * kBlockM * kHeadDim;");
+    w.line("const bool whole = (tile + 1) * kBlockM <= p.seqlenQ;");
+    w.line(cat("const float2 x = whole ? make_float2(gTile[", index, "], gTile[",
+               target.dqFragmentIndex("i - tile * kBlockM", "c + 1"), "])"));
+    w.line("                       : *reinterpret_cast<const float2 *>(gAcc + i * kHeadDim + c);");
+  } else {
+    w.line(cat("const float2 x = *reinterpret_cast<const float2 *>(gAcc + i * kHeadDim + ",
+               target.dqAccumColumn("i", "c"), ");"));
+  }
   w.line(cat("*reinterpret_cast<unsigned *>(gOut + i * p.dQRowStride + c) = ", pack, "(x.x, x.y);"));
   w.close();
   w.close();

@@ -134,6 +134,9 @@ public:
   /// The column at which the fp32 dQ accumulator holds column `col` (even) of row `row`, as the main kernel wrote it:
   /// `col` itself unless the family permutes a row's 16-byte chunks (KernelShape::dqSwizzle).
   virtual std::string dqAccumColumn(const std::string & /*row*/, const std::string &col) const { return col; }
+  /// Where a whole Q tile of the fp32 dQ accumulator holds (row, col) of the tile, as a float offset from the tile's
+  /// first, when the family keeps whole tiles in its fragments' order (KernelShape::dqFragments); empty: in rows.
+  virtual std::string dqFragmentIndex(const std::string & /*row*/, const std::string & /*col*/) const { return {}; }
 
   // ---- roles of the main kernel (a family that hands work to warps that do not compute) ----
   /// Threads the main kernel has beyond its computing warps (kThreads): a role's warpgroup after them.

@@ -322,7 +322,39 @@ void BackwardSm90::dqReductions(CudaWriter &w, const SharedTile &k, const std::s
   });
 }
 
+std::string BackwardSm90::dqFragmentIndex(const std::string &row, const std::string &col) const {
+  if (!shape.dqFragments)
+    return {};
+  // The computing threads (kThreads of the main kernel; the postprocess has its own count): a literal.
+  const std::string r = cat("(", row, ")"), c = cat("(", col, ")"), threads = cat(shape.warps * 32);
+  if (transposesDq(shape))
+    // dQᵀ: float i of chunk nt is query row 8·nt + fragCol + i % 2, column 64·g + 16·(warp % 4) + fragRow + 8·(i / 2).
+    return cat("(4 * (", r, " / 8 * ", threads, " + (4 * (", c, " / 64) + ", c, " % 64 / 16) * 32 + 4 * (", c, " % 8) + ", r,
+               " % 8 / 2) + 2 * (", c, " % 16 / 8) + ", r, " % 2)");
+  // dQ: float e of chunk nt is row 16·(warp % 4) + fragRow + 8·(e / 2), column 64·g + 8·nt + fragCol + e % 2.
+  return cat("(4 * (", c, " % 64 / 8 * ", threads, " + (4 * (", c, " / 64) + ", r, " / 16) * 32 + 4 * (", r, " % 8) + ", c,
+             " % 8 / 2) + 2 * (", r, " % 16 / 8) + ", c, " % 2)");
+}
+
+void BackwardSm90::dqFragmentCoords(CudaWriter &w, const std::string &index) const {
+  w.line(cat("const int e = ", index, " % 4, t = ", index, " / 4 % kThreads, j = ", index, " / (4 * kThreads);"));
+  w.line("const int g = t / 128, w4 = t / 32 % 4, fRow = t % 32 / 4, fCol = 2 * (t % 4);");
+  if (transposesDq(shape))
+    w.line("const int row = 8 * j + fCol + (e & 1), col = 64 * g + 16 * w4 + fRow + 8 * (e >> 1);");
+  else
+    w.line("const int row = 16 * w4 + fRow + 8 * (e >> 1), col = 64 * g + 8 * j + fCol + (e & 1);");
+}
+
 void BackwardSm90::dqToShared(CudaWriter &w, const std::string &part, const DqBlock &block) {
+  if (shape.dqFragments) {
+    w.comment(cat("dQ", transposesDq(shape) ? "ᵀ" : "", "'s fragments into sDq in their own order (dq-fragments): n8 tile nt's four floats"));
+    w.comment("at 4·(nt·kThreads + thread), a warp's 16-byte stores on consecutive bytes (dqFragmentIndex)");
+    w.openUnrolledFor("nt", cat(block.width / 8));
+    w.line(cat("*reinterpret_cast<float4 *>(sDq + 4 * (nt * kThreads + threadIdx.x)) = make_float4(", part, "[0][nt][0], ",
+               part, "[0][nt][1], ", part, "[0][nt][2], ", part, "[0][nt][3]);"));
+    w.close();
+    return;
+  }
   if (transposesDq(shape)) {
     w.comment("dQᵀ's fragments into sDq [query rows][kDqPitch], a float each: element i of n8 tile nt is column");
     w.comment(cat(block.col, " + 16·(warp % 4) + fragRow + 8·(i / 2) of query row 8·nt + fragCol + i % 2 (its columns permuted"));
@@ -517,12 +549,20 @@ std::optional<std::string> checkBackwardShape(const KernelShape &shape) {
                "m64 keys over the whole head dim, and block-m ", kWgmmaM, " (a warp's 16 keys of S and 16 query rows of "
                "dQ) or ", kRowsTransposedDq, " (dQ transposed); got key-warps ", shape.keyWarps, ", block-m ",
                shape.blockM, ", block-n ", shape.blockN);
-  if (transposesDq(shape) && (!shape.dqWriter || !shape.dqSwizzle || shape.headDim != kWgmmaM * warpgroups ||
-                              shape.headDimV != shape.headDim))
+  if (transposesDq(shape) && (!shape.dqWriter || (!shape.dqSwizzle && !shape.dqFragments) ||
+                              shape.headDim != kWgmmaM * warpgroups || shape.headDimV != shape.headDim))
     return cat("sm90 backward: dQ transposed (block-m ", shape.blockM, " with the scores swapped) needs the dQ writer "
-               "with dq_accum's permuted rows (dq-swizzle) and head dims of one m64 a warpgroup (", kWgmmaM * warpgroups,
-               "); got dq-writer ", shape.dqWriter, ", dq-swizzle ", shape.dqSwizzle, ", head dims ", shape.headDim,
-               ", ", shape.headDimV);
+               "with dq_accum's permuted rows (dq-swizzle) or its fragments' order (dq-fragments) and head dims of one "
+               "m64 a warpgroup (", kWgmmaM * warpgroups, "); got dq-writer ", shape.dqWriter, ", dq-swizzle ",
+               shape.dqSwizzle, ", dq-fragments ", shape.dqFragments, ", head dims ", shape.headDim, ", ",
+               shape.headDimV);
+  if (shape.dqFragments && (!shape.dqWriter || shape.dqSwizzle || shape.keyWarps != warpgroups ||
+                            shape.blockN != kWgmmaM * warpgroups ||
+                            shape.headDim != kWgmmaM * warpgroups || shape.headDimV != shape.headDim))
+    return cat("sm90 backward: dq_accum in the fragments' order (dq-fragments) needs the dQ writer without dq-swizzle, "
+               "the keys split over the warpgroups and head dims of one m64 a warpgroup (", kWgmmaM * warpgroups,
+               "): every thread keeps all of its dQ product; got dq-writer ", shape.dqWriter, ", dq-swizzle ",
+               shape.dqSwizzle, ", key-warps ", shape.keyWarps, ", head dims ", shape.headDim, ", ", shape.headDimV);
   // A thread holds its warpgroup's part of dK and dV in fp32: 64 keys x (head_dim + head_dim_v) / 128 floats, or a
   // W-th of that under the column split; at most 128 of its 240 registers. Transposed, its keys x (head_dim +
   // head_dim_v) / 128, at most 144 (S and dP of at most 48 keys beside them).

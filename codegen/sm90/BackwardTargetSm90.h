@@ -365,7 +365,9 @@ private:
   /// Whether the block has a producer warpgroup (the dQ writer's, the load warp's, or both).
   bool roles() const { return shape.dqWriter || shape.loadWarp; }
   /// The dQ buffer's row padding in floats (0: its rows are dq_accum's, one bulk add a tile).
-  int dqPad() const { return !shape.dqSwizzle && shape.headDim >= kDqPadFrom ? kDqPadFloats : 0; }
+  int dqPad() const {
+    return !shape.dqSwizzle && !shape.dqFragments && shape.headDim >= kDqPadFrom ? kDqPadFloats : 0;
+  }
   /// The blocks of `round` of `part` (its fp32 C fragment) into sDq, this thread's rows (the dQ writer's).
   void dqToShared(CudaWriter &w, const std::string &part, const DqBlock &round);
   /// dq_accum's (and sDq's) rows with their 16-byte chunks XOR-permuted by the row (KernelShape::dqSwizzle): chunk c
@@ -376,6 +378,13 @@ private:
       return col;
     return cat("(((((", col, ") >> 2) ^ ((", row, ") & 7)) << 2) | ((", col, ") & 3))");
   }
+  /// KernelShape::dqFragments: a whole Q tile of dq_accum (and sDq) holds float e of 16-byte chunk j of computing
+  /// thread t at 4·(j·kThreads + t) + e, chunk j being the thread's dQ fragment n8 tile j (its four floats), so that
+  /// the threads' 16-byte stores of one chunk fill consecutive bytes (no bank conflict) and the tile is one bulk
+  /// reduce-add. dqFragmentIndex is the float of (row, col) of the tile; dqFragmentCoords the (row, col) of float
+  /// `index`, as C statements declaring `row` and `col` (the writer's adds for a tile cut by seqlen_q).
+  std::string dqFragmentIndex(const std::string &row, const std::string &col) const override;
+  void dqFragmentCoords(CudaWriter &w, const std::string &index) const;
   /// acquireQTile's ring offset and LSE and D rows.
   void acquireRows(CudaWriter &w);
   /// KernelShape::singleDo: the computing thread's release of dO's buffer (once per iteration), after waiting for

@@ -69,6 +69,8 @@ struct KernelShape {
   /// `tile.desc_advance` (passes/Transforms/Passes.h): the forward's wgmma descriptors made once a GEMM and advanced
   /// by a 64-bit add a k16 step.
   bool descAdvance = false;
+  /// `tile.dq_fragments` (passes/Transforms/Passes.h): whole Q tiles of dq_accum in the fragments' order.
+  bool dqFragments = false;
   /// The backward's split of S's keys (`tile.key_warps`, passes/Transforms/Passes.h): the main program's warps form
   /// warps / keyWarps row groups, and a row group's keyWarps warps take blockN / keyWarps keys of S and dP each (and
   /// headDim / keyWarps columns of dQ). 1: split-Q.

@@ -48,6 +48,12 @@ inline constexpr llvm::StringLiteral kDqSwizzleAttr = "tile.dq_swizzle";
 /// (whose constant high word ptxas moves in again before every wgmma); the program's semantics do not change
 /// (KernelShape::descAdvance).
 inline constexpr llvm::StringLiteral kDescAdvanceAttr = "tile.desc_advance";
+/// With tile.dq_writer (a unit attribute): each whole Q tile's fp32 dQ accumulator is held in the computing threads'
+/// fragment order (16-byte chunk j of thread t at float 4·(j·threads + t)), the order in which the threads store
+/// their fragments into sDq (16-byte stores, no conflict) and the dQ writer adds it (one bulk reduce-add a tile); a
+/// tile cut by seqlen_q keeps its rows (the writer's per-element adds). The postprocess reads either. The program's
+/// semantics do not change (KernelShape::dqFragments).
+inline constexpr llvm::StringLiteral kDqFragmentsAttr = "tile.dq_fragments";
 /// A schedule's attribute on a backward main program with roles (a unit attribute): a load warp of the producer
 /// warpgroup brings K and V, and each Q tile's Q, dO, LSE and D, into shared memory (TMA into a two-stage ring with
 /// full and empty barriers), so the computing warps copy nothing (KernelShape::loadWarp); the program's semantics do

@@ -140,6 +140,11 @@ public:
                          "exponentials from a cubic on the FMA pipe (sm90::math::exp2Poly3) instead of MUFU; 0: none "
                          "(the default)",
          0, 8},
+        {kDqFragments, "backward only, with dq-writer 1 at head dim 128: 1: whole Q tiles of dq_accum in the "
+                       "computing threads' fragment order (FA3's dQ accumulator: 16-byte stores into sDq without "
+                       "conflicts, one bulk reduce-add a tile, no padded rows; the postprocess reads it back); 0: in "
+                       "rows (the default)",
+         0, 1},
         {kDescAdvance, "forward only: 1: each GEMM's wgmma descriptors made once and advanced by one 64-bit add a "
                        "k16 step (FA4's form; fewer uniform moves: bench/NOTES.md v46); 0: encoded from each step's "
                        "address (the default)",
@@ -153,7 +158,7 @@ public:
       return configureBackward(func, knobs);
     for (const char *backwardKnob :
          {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle, kSwapDkv, kDoBuffers, kRotatedWalk,
-          kLptGroupBlocks, kRingRows, kDsBuffers})
+          kLptGroupBlocks, kRingRows, kDsBuffers, kDqFragments})
       if (knobs.count(backwardKnob))
         return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
@@ -261,7 +266,7 @@ public:
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
                                      "consumer-warpgroups, intra-wg-overlap, dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, "
                                      "early-dv, swap-dkv, do-buffers, rotated-walk, lpt-group-blocks, ring-rows, "
-                                     "ds-buffers, producer-regs and consumer-regs";
+                                     "ds-buffers, dq-fragments, producer-regs and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
         return refuseBackward(func, name, value, "64, 96, 128, 192 or 256; the fa2 backward serves the others");
@@ -464,7 +469,19 @@ public:
     // Default at head dim 64, where sDq's rows are not padded (256-byte rows: a warp's fragment stores fell on eight
     // banks): measured 1.03-1.11x the unpermuted buffer on the H100 (bench/NOTES.md v42); padded rows from 96 add a
     // row at a time over three writer warps and measured no gain from it (v39).
-    const int64_t swizzle = knob(knobs, kDqSwizzle, writer && (headDim == 64 || rows80) ? 1 : 0);
+    // dq-fragments: whole Q tiles of dq_accum in the computing threads' fragment order (FA3's layout; not yet
+    // measured): 16-byte fragment stores into an unpadded sDq, one bulk reduce-add a tile. Where the warpgroups split
+    // the keys at head dim 128 (block-m 64 or 80), whose threads keep every fragment of their dQ product.
+    const int64_t fragments = knob(knobs, kDqFragments, 0);
+    if (fragments && (!writer || headDim != 128 || !layout.keySplit || layout.wide))
+      return refuseBackward(func, kDqFragments, fragments,
+                            "0 here; 1 needs dq-writer 1 at head dim 128 with the warpgroups splitting the keys "
+                            "(block-m 64 or 80)");
+    if (fragments)
+      func->setAttr(kDqFragmentsAttr, UnitAttr::get(func.getContext()));
+    const int64_t swizzle = knob(knobs, kDqSwizzle, writer && (headDim == 64 || (rows80 && !fragments)) ? 1 : 0);
+    if (swizzle && fragments)
+      return refuseBackward(func, kDqSwizzle, swizzle, "0 with dq-fragments 1 (both order dq_accum; one at a time)");
     if (swizzle && !writer)
       return refuseBackward(func, kDqSwizzle, swizzle,
                             "0 here; 1 needs dq-writer 1 (the computing warps' red.global.add writes "
@@ -472,12 +489,13 @@ public:
     // At block-m 80 a thread's dQᵀ fragments are single floats of 4 rows a quad: the permuted columns spread a
     // warp's stores over the 32 banks of an unpadded sDq (padded rows would conflict two ways), and the 80-row tile's
     // unpadded sDq is what leaves room for ds-buffers 2.
-    if (rows80 && (!writer || !swizzle))
+    if (rows80 && (!writer || (!swizzle && !fragments)))
       return refuseBackward(func, writer ? kDqSwizzle : kDqWriter, 0,
-                            "1 at block-m 80 (dQᵀ's fragments go through the dQ writer's unpadded, permuted sDq)");
+                            "1 at block-m 80 (dQᵀ's fragments go through the dQ writer's unpadded, permuted sDq), or "
+                            "dq-fragments 1");
     if (swizzle)
       func->setAttr(kDqSwizzleAttr, UnitAttr::get(func.getContext()));
-    const bool paddedRows = !swizzle && headDim >= 96 && headDim < 256;
+    const bool paddedRows = !swizzle && !fragments && headDim >= 96 && headDim < 256;
     const int64_t writerWarps = knob(knobs, kDqWriterWarps, writer && paddedRows ? 3 : 1);
     if (writerWarps > 1 && (!writer || !paddedRows))
       return refuseBackward(func, kDqWriterWarps, writerWarps,

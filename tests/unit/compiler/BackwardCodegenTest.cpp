@@ -479,6 +479,41 @@ TEST(BackwardCodegen, Fa3EightyRowTilesTransposeDq) {
   expectFa3Refuses(64, {{"block-m", 80}}, "block-m", 80);
 }
 
+// dq-fragments 1 at head dim 128 (FA3's dQ accumulator): each computing thread stores its dQ (or dQᵀ, block-m 80)
+// fragments into sDq as 16-byte chunks at 4·(nt·kThreads + thread), the writer adds a whole tile with one bulk
+// reduce-add and a tile cut by seqlen_q float by float into its rows, and the postprocess reads whole tiles through
+// the inverse map (dqFragmentIndex; checked against the fragments' coordinates for both layouts, every thread,
+// chunk and float: bench/NOTES.md v46). NVRTC compiles it without a serialization advisory. Refused without the
+// writer, with dq-swizzle, and at other head dims, by name.
+TEST(BackwardCodegen, Fa3DqFragmentsKeepWholeTilesInTheFragmentsOrder) {
+  for (int rows : {64, 80})
+    for (const char *variant : {"none", "causal", "softcap_causal"}) {
+      schedule::Knobs knobs{{"dq-fragments", 1}};
+      if (rows == 80)
+        knobs["block-m"] = 80;
+      StatusOr<jit::CompileResult> result = jit::compile(
+          *variants::byName(variant), backwardOptions(ElementType::BF16, 128, "sm_90a", knobs, "fa3"), jit::Stage::Cubin);
+      ASSERT_TRUE(result.ok()) << variant << " " << rows << ": " << result.status().message();
+      EXPECT_FALSE(reportsSerializedWgmma(result->nvrtcLog)) << variant << " " << rows << ": " << result->nvrtcLog;
+      const std::string &cuda = result->cuda;
+      EXPECT_NE(cuda.find("constexpr int kDqPitch = kHeadDim + 0;"), std::string::npos);
+      EXPECT_EQ(count(cuda, "*reinterpret_cast<float4 *>(sDq + 4 * (nt * kThreads + threadIdx.x)) = make_float4("), 3);
+      EXPECT_EQ(count(cuda, "sm90::bulkReduceAddF32(gDqAccum + (long long)tile * kBlockM * kHeadDim, sDq, kBlockM * "
+                            "kHeadDim * 4u);"),
+                1);
+      EXPECT_EQ(count(cuda, "atomicAdd(gDqAccum + ((long long)tile * kBlockM + row) * kHeadDim + col, sDq[index]);"), 1);
+      EXPECT_EQ(count(cuda, "const bool whole = (tile + 1) * kBlockM <= p.seqlenQ;"), 1);
+      EXPECT_NE(cuda.find(rows == 80 ? "const int row = 8 * j + fCol + (e & 1), col = 64 * g + 16 * w4 + fRow + 8 * (e >> 1);"
+                                     : "const int row = 16 * w4 + fRow + 8 * (e >> 1), col = 64 * g + 8 * j + fCol + (e & 1);"),
+                std::string::npos);
+      EXPECT_EQ(cuda.find("sDq + row * kDqPitch"), std::string::npos);
+    }
+  expectFa3Refuses(64, {{"dq-fragments", 1}}, "dq-fragments", 1);
+  expectFa3Refuses(192, {{"dq-fragments", 1}}, "dq-fragments", 1);
+  expectFa3Refuses(128, {{"dq-fragments", 1}, {"dq-writer", 0}}, "dq-fragments", 1);
+  expectFa3Refuses(128, {{"dq-fragments", 1}, {"dq-swizzle", 1}}, "dq-swizzle", 1);
+}
+
 // lpt-group-blocks N: the main kernel's blocks take K/V tile index by tile index across groups of (batch, head) pairs
 // of at least N blocks (the arithmetic of the forward's grouped order, Fa2GridOrder's model, with the tile index
 // ascending: the first K/V tiles walk the most Q tiles under a causal mask), outside deterministic mode only; the
@@ -715,7 +750,7 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
                           "dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, early-dv, swap-dkv, do-buffers, "
-                          "rotated-walk, lpt-group-blocks, ring-rows, ds-buffers, producer-regs and consumer-regs"},
+                          "rotated-walk, lpt-group-blocks, ring-rows, ds-buffers, dq-fragments, producer-regs and consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"},
         {"desc-advance", 1, "fa3 backward: the knob desc-advance shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
