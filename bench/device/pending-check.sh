@@ -21,7 +21,9 @@
 # table of e4m3 and bf16 tokens/s and % of the HBM roof per candidate), compile (test_parallel_gpu.py -k compiled:
 # ring and Ulysses attention under torch.compile with inductor, two ranks sharing the GPU), fp8kvr (test_fp8_kvcache.py with kv-convert 1's
 # library .device/aot-f8kv-rtest loaded). Neither of the last two is in the default list: PENDING=fp8kvsweep,fp8kvr
-# (about 4 minutes).
+# (about 4 minutes). Nor are dqf (dq-fragments 1 with 64- and 80-row tiles, block-m 80, and
+# .device/aot-before where it was built, through bench/device/bwd-steps.sh; logs in $OUT/dqf) and fda (the forward's
+# desc-advance 1, .device/fda, through bench/device/forward-knobs.sh; logs in $OUT/fda).
 # Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python, and for skv the two
 # libraries (bench/device/pending-prepare.sh makes all three).
 set -uo pipefail
@@ -133,6 +135,19 @@ steps_part sdp 400 2 96,128 sdp:.device/aot-sdp,dsr:.device/aot-dsr \
 # (.device/aot-r80, .device/aot-r80d), beside the default's 64-row tiles.
 steps_part r80 400 2 128 r80:.device/aot-r80,r80d:.device/aot-r80d \
   "${PENDING_R80_SHAPES:-128:2048,128:8192,128:16384}"
+# dq-fragments 1 (whole Q tiles of dq_accum in the fragments' order: bench/NOTES.md v46) with 64- and 80-row tiles,
+# block-m 80 alone (now without serialized wgmma) and, where pending-prepare.sh built it (BEFORE_FLASHTILE), an earlier
+# build's default (.device/aot-before: the A/B of the default's descriptor adds) beside today's default.
+dqf_libraries=dqf:.device/aot-dqf,dqf80:.device/aot-dqf80,r80:.device/aot-r80
+[ -d .device/aot-before ] && dqf_libraries=$dqf_libraries,before:.device/aot-before
+steps_part dqf 480 2 128 "$dqf_libraries" "${PENDING_DQF_SHAPES:-128:8192,128:16384,128:2048}"
+# The fa3 forward with desc-advance 1 (.device/fda) beside its default, FA4 and cuDNN.
+if [[ $parts == *,fda,* ]]; then
+  OUT=$OUT/fda KNOBS_TIMEOUT=150 KNOBS_AOT=fda:.device/fda \
+    KNOBS_SHAPES=${PENDING_FDA_SHAPES:-64:8192,96:8192,128:2048,128:8192,192:8192,256:8192} \
+    timeout 330 bash bench/device/forward-knobs.sh > "$OUT/pending-fda.log" 2>&1 || status=1
+  grep -E "^(default|fda) " "$OUT/pending-fda.log" | head -30
+fi
 # ring-rows 1 at head dim 64 (the warpgroups' ring rows broadcast once: 46 fewer R2URs, one causal loop segment longer
 # by SASS; bench/NOTES.md v44) beside the default.
 steps_part rr 300 2 64 rr:.device/aot-rr "${PENDING_RR_SHAPES:-64:2048,64:8192,64:16384}"

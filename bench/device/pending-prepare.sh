@@ -13,18 +13,35 @@
 # decode KV-cache kernels over an e4m3 cache (none and causal: a one-row causal call runs the none kernel; bf16 q, head dim 128: bench/fp8_decode_bench.py's shape) with
 # each candidate's knobs, .device/aot-f8kv-<name> (FP8KV_CANDIDATES below), and for its fp8kvr part kv-convert 1's
 # kernels of every shape tests/python/gpu/test_fp8_kvcache.py runs without rotary embedding, .device/aot-f8kv-rtest
-# (its rotary cases run the JIT's default kernels).
+# (its rotary cases run the JIT's default kernels); for its dqf part .device/aot-dqf and .device/aot-dqf80 (dq-fragments 1
+# at head dim 128, with 64- and 80-row tiles) and, where BEFORE_FLASHTILE names the flashtile binary of an earlier
+# build, .device/aot-before (that build's default backward at head dims 64 and 128: the A/B of a change to the
+# default's CUDA); for its fda part .device/fda (the fa3 forward with desc-advance 1).
+# PREPARE_LIBRARIES (comma list of the names above, without aot-): build only those (default: all).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bash bench/device/python-prepare.sh
+wanted() { [ -z "${PREPARE_LIBRARIES:-}" ] || [[ ,$PREPARE_LIBRARIES, == *,$1,* ]]; }
+if [ -n "${BEFORE_FLASHTILE:-}" ] && wanted before; then
+  rm -rf .device/aot-before
+  "$BEFORE_FLASHTILE" aot --schedule fa3 --kinds backward --variants none,causal --dtypes bf16 --head-dims 64,128 \
+    --arch sm_90a --jobs 2 --out .device/aot-before | tail -1
+fi
+if wanted fda; then
+  rm -rf .device/fda
+  build/tools/flashtile aot --schedule fa3 --kinds forward --desc-advance 1 --variants none,causal --dtypes bf16 \
+    --head-dims 64,96,128,192,256 --arch sm_90a --jobs 2 --out .device/fda | tail -1
+fi
 for library in "aot-skv2:--swap-dkv 1 --head-dims 192" "aot-skv:--swap-dkv 1 --do-buffers 2 --head-dims 192" \
   "aot-h64km:--block-m 64 --head-dims 64" "aot-h64kms:--block-m 64 --swap-sdp 1 --head-dims 64" \
   "aot-rot:--rotated-walk 1 --head-dims 64,96,128,192,256" "aot-sw:--dq-swizzle 1 --head-dims 96,128,192" \
   "aot-lpt:--lpt-group-blocks 256 --head-dims 64,128,192" "aot-sdp:--swap-sdp 1 --head-dims 96,128" \
   "aot-dsr:--swap-sdp 1 --ds-buffers 2 --head-dims 96,128" \
   "aot-r80:--block-m 80 --head-dims 128" "aot-r80d:--block-m 80 --ds-buffers 2 --do-buffers 1 --head-dims 128" \
-  "aot-rr:--ring-rows 1 --head-dims 64"; do
+  "aot-rr:--ring-rows 1 --head-dims 64" "aot-dqf:--dq-fragments 1 --head-dims 128" \
+  "aot-dqf80:--dq-fragments 1 --block-m 80 --head-dims 128"; do
   name=${library%%:*} knobs=${library#*:}
+  wanted "${name#aot-}" || continue
   rm -rf ".device/$name"
   # shellcheck disable=SC2086  # the knobs are words
   build/tools/flashtile aot --schedule fa3 --kinds backward $knobs \
@@ -39,6 +56,7 @@ bench_shape="--variants none,causal --dtypes bf16 --head-dims 128"  # a one-row 
 for library in "${fp8kv[@]/%/ $bench_shape}" "rtest:--kv-convert 1 --block-m 32 --warps 2 --variants none,causal,sliding_window,\
 sliding_window_causal,softcap,softcap_causal,alibi,alibi_causal --dtypes bf16,f16 --head-dims 64,128,256"; do
   name=aot-f8kv-${library%%:*} knobs=${library#*:}
+  wanted "${name#aot-}" || continue
   rm -rf ".device/$name"
   # shellcheck disable=SC2086  # the knobs are words
   build/tools/flashtile aot --schedule decode --kinds forward --kv-cache 1 --kv-dtypes e4m3 --shape-classes default \
