@@ -10,6 +10,8 @@
 # STEPS: which of check, pytest, bench run (default all). STEPS_SHAPES: D:S pairs (default hd 64 and 128 at 1k-16k).
 # STEPS_CHECK_AOT=1: the check also runs once with each STEPS_AOT library loaded (its kernels' gradients checked too;
 # STEPS_CHECK_AOT_ARGS: more backward_bench.py arguments of those runs, e.g. --check-head-dims 192).
+# STEPS_BENCH_ARGS: more backward_bench.py arguments of every bench run (e.g. --deterministic: deterministic mode's
+# column too).
 # STEPS_ROUNDS=N (default 1): after the bench, N - 1 more rounds alternating the default and each library (no peers),
 # each in its own process, their TFLOP/s printed a line each (run-to-run noise is a few per cent: compare medians).
 # Logs in $OUT: steps-<part>.log and steps-<name>.json.
@@ -43,20 +45,23 @@ if [[ ,$steps, == *,pytest,* ]]; then
   grep -E "passed|failed" "$OUT/steps-pytest.log" | tail -2; grep -E "^FAILED" "$OUT/steps-pytest.log" | head -10
 fi
 if [[ ,$steps, == *,bench,* ]]; then
-  timeout "${STEPS_BENCH_TIMEOUT:-200}" python3 bench/backward_bench.py --bench --shapes "$shapes" \
+  # shellcheck disable=SC2086  # STEPS_BENCH_ARGS: words on purpose
+  timeout "${STEPS_BENCH_TIMEOUT:-200}" python3 bench/backward_bench.py --bench --shapes "$shapes" ${STEPS_BENCH_ARGS:-} \
     --peers "${STEPS_PEERS:-sdpa_cudnn}" --json "$OUT/steps-default.json" > "$OUT/steps-bench.log" 2>&1 || status=1
   IFS=',' read -ra libraries <<<"${STEPS_AOT:-}"
   for library in "${libraries[@]}"; do
+    # shellcheck disable=SC2086  # STEPS_BENCH_ARGS: words on purpose
     FLASHTILE_AOT_DIR=${library#*:} FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-${library%%:*} \
-      timeout "${STEPS_BENCH_TIMEOUT:-200}" python3 bench/backward_bench.py --bench --shapes "$shapes" --peers "" \
+      timeout "${STEPS_BENCH_TIMEOUT:-200}" python3 bench/backward_bench.py --bench --shapes "$shapes" ${STEPS_BENCH_ARGS:-} --peers "" \
       --json "$OUT/steps-${library%%:*}.json" >> "$OUT/steps-bench.log" 2>&1 || status=1
   done
   grep -vE "^ *$" "$OUT/steps-bench.log" | tail -60
   for ((round = 2; round <= ${STEPS_ROUNDS:-1}; ++round)); do
     for library in default: ${STEPS_AOT//,/ }; do
       name=${library%%:*} dir=${library#*:}
+      # shellcheck disable=SC2086  # STEPS_BENCH_ARGS: words on purpose
       FLASHTILE_AOT_DIR=$dir FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-$name \
-        timeout "${STEPS_BENCH_TIMEOUT:-200}" python3 bench/backward_bench.py --bench --shapes "$shapes" --peers "" \
+        timeout "${STEPS_BENCH_TIMEOUT:-200}" python3 bench/backward_bench.py --bench --shapes "$shapes" ${STEPS_BENCH_ARGS:-} --peers "" \
         > "$OUT/steps-round$round-$name.log" 2>&1 || status=1
       echo "round $round $name: $(grep -E '^hd' "$OUT/steps-round$round-$name.log" | awk '{printf "%s %s %s %s; ", $1, $2, $3, $4}')"
     done

@@ -140,7 +140,9 @@ steps_part r80 400 2 128 r80:.device/aot-r80,r80d:.device/aot-r80d \
 # build's default (.device/aot-before: the A/B of the default's descriptor adds) beside today's default.
 dqf_libraries=dqf:.device/aot-dqf,dqf80:.device/aot-dqf80,r80:.device/aot-r80
 [ -d .device/aot-before ] && dqf_libraries=$dqf_libraries,before:.device/aot-before
-steps_part dqf 480 2 128 "$dqf_libraries" "${PENDING_DQF_SHAPES:-128:8192,128:16384,128:2048}"
+# PENDING_DQF_ARGS=--deterministic adds deterministic mode's column (its turns hold one bulk add a tile instead of 64).
+STEPS_BENCH_ARGS=${PENDING_DQF_ARGS:-} \
+  steps_part dqf 480 2 128 "$dqf_libraries" "${PENDING_DQF_SHAPES:-128:8192,128:16384,128:2048}"
 # The fa3 forward with desc-advance 1 (.device/fda) beside its default, FA4 and cuDNN.
 if [[ $parts == *,fda,* ]]; then
   OUT=$OUT/fda KNOBS_TIMEOUT=150 KNOBS_AOT=fda:.device/fda \
