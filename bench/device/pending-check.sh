@@ -21,9 +21,10 @@
 # table of e4m3 and bf16 tokens/s and % of the HBM roof per candidate), compile (test_parallel_gpu.py -k compiled:
 # ring and Ulysses attention under torch.compile with inductor, two ranks sharing the GPU), fp8kvr (test_fp8_kvcache.py with kv-convert 1's
 # library .device/aot-f8kv-rtest loaded). Neither of the last two is in the default list: PENDING=fp8kvsweep,fp8kvr
-# (about 4 minutes). Nor are dqf (dq-fragments 1 with 64- and 80-row tiles, block-m 80, and
-# .device/aot-before where it was built, through bench/device/bwd-steps.sh; logs in $OUT/dqf) and fda (the forward's
-# desc-advance 1, .device/fda, through bench/device/forward-knobs.sh; logs in $OUT/fda).
+# (about 4 minutes). Nor are dqf (dq-fragments 1 with 64- and 80-row tiles and block-m 80, through
+# bench/device/bwd-steps.sh; logs in $OUT/dqf), before (an earlier build's wheel, .device/python-before, against this
+# one: carry both) and fda (the forward's desc-advance 1, .device/fda, through bench/device/forward-knobs.sh; logs in
+# $OUT/fda).
 # Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python, and for skv the two
 # libraries (bench/device/pending-prepare.sh makes all three).
 set -uo pipefail
@@ -135,14 +136,26 @@ steps_part sdp 400 2 96,128 sdp:.device/aot-sdp,dsr:.device/aot-dsr \
 # (.device/aot-r80, .device/aot-r80d), beside the default's 64-row tiles.
 steps_part r80 400 2 128 r80:.device/aot-r80,r80d:.device/aot-r80d \
   "${PENDING_R80_SHAPES:-128:2048,128:8192,128:16384}"
-# dq-fragments 1 (whole Q tiles of dq_accum in the fragments' order: bench/NOTES.md v46) with 64- and 80-row tiles,
-# block-m 80 alone (now without serialized wgmma) and, where pending-prepare.sh built it (BEFORE_FLASHTILE), an earlier
-# build's default (.device/aot-before: the A/B of the default's descriptor adds) beside today's default.
-dqf_libraries=dqf:.device/aot-dqf,dqf80:.device/aot-dqf80,r80:.device/aot-r80
-[ -d .device/aot-before ] && dqf_libraries=$dqf_libraries,before:.device/aot-before
+# dq-fragments 1 (whole Q tiles of dq_accum in the fragments' order: bench/NOTES.md v46) with 64- and 80-row tiles and
+# block-m 80 alone (now without serialized wgmma) beside the default.
 # PENDING_DQF_ARGS=--deterministic adds deterministic mode's column (its turns hold one bulk add a tile instead of 64).
-STEPS_BENCH_ARGS=${PENDING_DQF_ARGS:-} \
-  steps_part dqf 480 2 128 "$dqf_libraries" "${PENDING_DQF_SHAPES:-128:8192,128:16384,128:2048}"
+STEPS_BENCH_ARGS=${PENDING_DQF_ARGS:-} steps_part dqf 480 2 128 \
+  dqf:.device/aot-dqf,dqf80:.device/aot-dqf80,r80:.device/aot-r80 "${PENDING_DQF_SHAPES:-128:8192,128:16384,128:2048}"
+# before: an earlier build's wheel (.device/python-before, pending-prepare.sh's BEFORE_TREE) against this one, the
+# default backward alternating, two rounds each, same machine (a change to the default's CUDA: the descriptor adds).
+if [[ $parts == *,before,* ]] && ls .device/python-before/flashtile-*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/flashtile-site-before \
+    .device/python-before/flashtile-*.whl || status=1
+  for round in 1 2; do
+    for who in before after; do
+      site=/tmp/flashtile-site; [ "$who" = before ] && site=/tmp/flashtile-site-before
+      PYTHONPATH=$site FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-$who timeout 200 python3 bench/backward_bench.py --bench \
+        --peers "" --shapes "${PENDING_BEFORE_SHAPES:-128:8192,128:16384,64:8192,128:2048}" \
+        > "$OUT/pending-before-$who-$round.log" 2>&1 || status=1
+      echo "before/after round $round $who: $(grep -E '^hd' "$OUT/pending-before-$who-$round.log" | awk '{printf "%s %s %s %s; ", $1, $2, $3, $4}')"
+    done
+  done
+fi
 # The fa3 forward with desc-advance 1 (.device/fda) beside its default, FA4 and cuDNN.
 if [[ $parts == *,fda,* ]]; then
   OUT=$OUT/fda KNOBS_TIMEOUT=150 KNOBS_AOT=fda:.device/fda \

@@ -14,18 +14,20 @@
 # each candidate's knobs, .device/aot-f8kv-<name> (FP8KV_CANDIDATES below), and for its fp8kvr part kv-convert 1's
 # kernels of every shape tests/python/gpu/test_fp8_kvcache.py runs without rotary embedding, .device/aot-f8kv-rtest
 # (its rotary cases run the JIT's default kernels); for its dqf part .device/aot-dqf and .device/aot-dqf80 (dq-fragments 1
-# at head dim 128, with 64- and 80-row tiles) and, where BEFORE_FLASHTILE names the flashtile binary of an earlier
-# build, .device/aot-before (that build's default backward at head dims 64 and 128: the A/B of a change to the
-# default's CUDA); for its fda part .device/fda (the fa3 forward with desc-advance 1).
+# at head dim 128, with 64- and 80-row tiles) and, where BEFORE_TREE names the checkout of an earlier commit (a git
+# worktree), .device/python-before (that checkout's wheel, built there: the A/B of a change to the default's CUDA; a
+# kernel library loads only into the runtime of the build that wrote it, so the earlier build runs as a whole); for
+# its fda part .device/fda (the fa3 forward with desc-advance 1).
 # PREPARE_LIBRARIES (comma list of the names above, without aot-): build only those (default: all).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bash bench/device/python-prepare.sh
 wanted() { [ -z "${PREPARE_LIBRARIES:-}" ] || [[ ,$PREPARE_LIBRARIES, == *,$1,* ]]; }
-if [ -n "${BEFORE_FLASHTILE:-}" ] && wanted before; then
-  rm -rf .device/aot-before
-  "$BEFORE_FLASHTILE" aot --schedule fa3 --kinds backward --variants none,causal --dtypes bf16 --head-dims 64,128 \
-    --arch sm_90a --jobs 2 --out .device/aot-before | tail -1
+if [ -n "${BEFORE_TREE:-}" ] && wanted before; then
+  rm -rf .device/python-before
+  bash "$BEFORE_TREE/bench/device/python-prepare.sh" > /dev/null
+  cp -r "$BEFORE_TREE/.device/python" .device/python-before
+  ls .device/python-before
 fi
 if wanted fda; then
   rm -rf .device/fda
