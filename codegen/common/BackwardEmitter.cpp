@@ -174,8 +174,12 @@ LogicalResult BackwardPrinter::printLoad(LoadOp load) {
     registers[load.getResult()] = name;
     // The load role stages LSE·log2(e) (+inf where no key was seen) for the exp2 of tile.probs.
     const bool log2Rows = lse && rowsInShared && target.loadsInRole();
-    if (log2Rows)
+    if (log2Rows) {
+      if (!llvm::all_of(load->getUsers(), [](Operation *user) { return isa<ProbsOp>(user); }))
+        return load.emitOpError() << "is read by an op other than tile.probs, but the load role stages LSE·log2(e) "
+                                     "(the probabilities' exp2 operand) for this program";
       lseInLog2.insert(load.getResult());
+    }
     if (shape.swapScores && rowsInShared && target.loadsInRole() &&
         llvm::all_of(load->getUsers(), [&](Operation *user) {
           return lse ? isa<ProbsOp>(user) : isa<SoftmaxGradOp>(user);
