@@ -23,8 +23,9 @@
 # library .device/aot-f8kv-rtest loaded). Neither of the last two is in the default list: PENDING=fp8kvsweep,fp8kvr
 # (about 4 minutes). Nor are dqf (dq-fragments 1 with 64- and 80-row tiles and block-m 80, through
 # bench/device/bwd-steps.sh; logs in $OUT/dqf), before (an earlier build's wheel, .device/python-before, against this
-# one: carry both) and fda (the forward's desc-advance 1, .device/fda, through bench/device/forward-knobs.sh; logs in
-# $OUT/fda).
+# one: carry both), fda (the forward's desc-advance 1, .device/fda, through bench/device/forward-knobs.sh; logs in
+# $OUT/fda) and f8knobs (bench/fp8_bench.py with the e4m3 candidates .device/aot-f8-<name>: partial software exp2,
+# desc-advance).
 # Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python, and for skv the two
 # libraries (bench/device/pending-prepare.sh makes all three).
 set -uo pipefail
@@ -70,6 +71,20 @@ part rotpytest 180 "${rot[@]}" python3 -m pytest -q -n 16 -p no:cacheprovider te
 cd "$root" || exit 2
 part fp8bench 150 python3 bench/fp8_bench.py --json "$OUT/fp8-bench.json"
 part fp8kvbench 150 python3 bench/fp8_decode_bench.py --json "$OUT/fp8-decode-bench.json"
+# f8knobs: bench/fp8_bench.py once with the default kernels and once per e4m3 candidate library .device/aot-f8-<name>
+# of pending-prepare.sh (F8_SWEEP names them; its bf16 baseline runs the JIT's default in the same process).
+if [[ $parts == *,f8knobs,* ]]; then
+  # shellcheck disable=SC2206  # F8_SWEEP is a list of words
+  names=(default ${F8_SWEEP:-f8-p1 f8-p2 f8-p3 f8-da f8-dap2})
+  for name in "${names[@]}"; do
+    dir=$root/.device/aot-$name
+    [ "$name" = default ] && dir=
+    [ -z "$dir" ] || [ -d "$dir" ] || { echo "f8knobs: $name: no library $dir"; continue; }
+    FLASHTILE_AOT_DIR=$dir FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-$name timeout 150 python3 bench/fp8_bench.py \
+      --json "$OUT/f8knobs-$name.json" > "$OUT/pending-f8knobs-$name.log" 2>&1 || status=1
+    echo "f8knobs $name:"; grep -E "^ *(128|256) " "$OUT/pending-f8knobs-$name.log"
+  done
+fi
 if [[ $parts == *,fp8kvsweep,* ]]; then
   # Each candidate in its own process: the library's e4m3 kernel replaces the JIT's for the bench's call; the bf16
   # cache's call runs the JIT's default kernel in the same process (the baseline of the ratio), checked first.

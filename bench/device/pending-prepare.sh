@@ -17,7 +17,8 @@
 # at head dim 128, with 64- and 80-row tiles) and, where BEFORE_TREE names the checkout of an earlier commit (a git
 # worktree), .device/python-before (that checkout's wheel, built there: the A/B of a change to the default's CUDA; a
 # kernel library loads only into the runtime of the build that wrote it, so the earlier build runs as a whole); for
-# its fda part .device/fda (the fa3 forward with desc-advance 1).
+# its fda part .device/fda (the fa3 forward with desc-advance 1); for its f8knobs part the e4m3 forward at head dim 128
+# with FA4's partial software exp2 (exp2-poly-share 1 to 3) and desc-advance, .device/aot-f8-<name> (F8_CANDIDATES).
 # PREPARE_LIBRARIES (comma list of the names above, without aot-): build only those (default: all).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -29,6 +30,18 @@ if [ -n "${BEFORE_TREE:-}" ] && wanted before; then
   cp -r "$BEFORE_TREE/.device/python" .device/python-before
   ls .device/python-before
 fi
+# The e4m3 forward at head dim 128 (issue 42's 1.6x): its exp2s take as long as its GEMMs (bench/NOTES.md v41), so
+# FA4's partial software exp2 (a share of the exponentials on the FMA pipe) and the descriptor adds.
+F8_CANDIDATES=${F8_CANDIDATES:-"p1:--exp2-poly-share 1|p2:--exp2-poly-share 2|p3:--exp2-poly-share 3|da:--desc-advance 1|dap2:--desc-advance 1 --exp2-poly-share 2"}
+IFS='|' read -ra f8 <<< "$F8_CANDIDATES"
+for library in "${f8[@]}"; do
+  name=aot-f8-${library%%:*} knobs=${library#*:}
+  wanted "${name#aot-}" || continue
+  rm -rf ".device/$name"
+  # shellcheck disable=SC2086  # the knobs are words
+  build/tools/flashtile aot --schedule fa3 --kinds forward --variants none,causal --dtypes e4m3 --head-dims 128 \
+    $knobs --arch sm_90a --jobs 2 --out ".device/$name" | tail -1
+done
 if wanted fda; then
   rm -rf .device/fda
   build/tools/flashtile aot --schedule fa3 --kinds forward --desc-advance 1 --variants none,causal --dtypes bf16 \
