@@ -165,7 +165,7 @@ if [[ $parts == *,before,* ]] && ls .device/python-before/flashtile-*.whl > /dev
     for who in before after; do
       site=/tmp/flashtile-site; [ "$who" = before ] && site=/tmp/flashtile-site-before
       PYTHONPATH=$site FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-$who timeout 200 python3 bench/backward_bench.py --bench \
-        --peers "" --shapes "${PENDING_BEFORE_SHAPES:-128:8192,128:16384,64:8192,128:2048}" \
+        --peers "" --shapes "${PENDING_BEFORE_SHAPES:-128:8192,128:16384,64:8192,192:8192,256:8192,128:2048}" \
         > "$OUT/pending-before-$who-$round.log" 2>&1 || status=1
       echo "before/after round $round $who: $(grep -E '^hd' "$OUT/pending-before-$who-$round.log" | awk '{printf "%s %s %s %s; ", $1, $2, $3, $4}')"
     done
