@@ -172,14 +172,11 @@ LogicalResult BackwardPrinter::printLoad(LoadOp load) {
     bool lse = operand == tile::Operand::Lse;
     std::string name = names.unique(lse ? "lse" : "delta");
     registers[load.getResult()] = name;
-    // The load role stages LSE·log2(e) (+inf where no key was seen) for the exp2 of tile.probs.
-    const bool log2Rows = lse && rowsInShared && target.loadsInRole();
-    if (log2Rows) {
-      if (!llvm::all_of(load->getUsers(), [](Operation *user) { return isa<ProbsOp>(user); }))
-        return load.emitOpError() << "is read by an op other than tile.probs, but the load role stages LSE·log2(e) "
-                                     "(the probabilities' exp2 operand) for this program";
-      lseInLog2.insert(load.getResult());
-    }
+    // The load role may stage LSE·log2(e) (+inf where no key was seen) for the exp2 of tile.probs.
+    const bool log2Rows = lse && lseRowsInLog2();
+    if (log2Rows && !llvm::all_of(load->getUsers(), [](Operation *user) { return isa<ProbsOp>(user); }))
+      return load.emitOpError() << "is read by an op other than tile.probs, but the load role stages LSE·log2(e) "
+                                   "(the probabilities' exp2 operand) for this program";
     if (shape.swapScores && rowsInShared && target.loadsInRole() &&
         llvm::all_of(load->getUsers(), [&](Operation *user) {
           return lse ? isa<ProbsOp>(user) : isa<SoftmaxGradOp>(user);
@@ -640,7 +637,7 @@ LogicalResult BackwardPrinter::printProbs(ProbsOp probs) {
     return success();
   }
   std::string lseLog2 = *lse;
-  if (!lseInLog2.contains(probs.getLse())) {
+  if (!lseRowsInLog2()) {
     lseLog2 = "lseLog2";
     w.line(cat("float lseLog2", fragments.rowValueDims(), ";"));
     const std::string value = fragments.rowValue();

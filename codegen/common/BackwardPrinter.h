@@ -210,8 +210,9 @@ private:
   /// transposed "[m-tiles of columns][kKvKeyTiles]".
   std::string kvAccDims(int64_t width) const;
   bool rowsInShared = false; ///< this iteration's LSE and D rows are in shared memory (sLse, sDelta)
-  /// tile.load lse results whose registers (or rows) hold LSE·log2(e), +inf for a row without keys (the load role's).
-  llvm::DenseSet<Value> lseInLog2;
+  /// Whether this iteration's LSE rows (sLse, and the registers loaded from them) hold LSE·log2(e), +inf for a row
+  /// without keys: the load role's staging (BackwardTarget::stagesLseLog2).
+  bool lseRowsInLog2() const { return rowsInShared && target.loadsInRole() && target.stagesLseLog2(); }
   /// tile.load lse / delta results read where they are used, a float2 an n8 tile, from these rows (sLse, sDelta).
   llvm::DenseMap<Value, std::string> rowsAtUse;
   /// `const float2 name = rows[8·nt + fragCol, + 1]`: a transposed score tile's two query rows of n8 tile nt.

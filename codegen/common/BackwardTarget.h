@@ -161,6 +161,9 @@ public:
   /// the computing warps copy nothing; they wait for K and V (waitOwnTiles) and take each Q tile from the ring
   /// (acquireQTile, declaring sQ, sDO, sLse and sDelta, then releaseQTile once its GEMMs landed).
   virtual bool loadsInRole() const { return false; }
+  /// Whether the rows of LSE that the load role stages hold LSE·log2(e), +inf for a row without keys (the exp2 operand
+  /// of tile.probs as it is), rather than LSE; only with loadsInRole().
+  virtual bool stagesLseLog2() const { return false; }
   /// Whether dO has one buffer (sDO0) while Q has the ring's two (KernelShape::singleDo, with loadsInRole()).
   virtual bool singleDoBuffer() const { return false; }
   /// The main kernel's parameters after `params` (", const __grid_constant__ ..."), or empty.

@@ -338,11 +338,12 @@ std::string BackwardSm90::dqFragmentIndex(const std::string &row, const std::str
 
 void BackwardSm90::dqFragmentCoords(CudaWriter &w, const std::string &index) const {
   w.line(cat("const int e = ", index, " % 4, t = ", index, " / 4 % kThreads, j = ", index, " / (4 * kThreads);"));
-  w.line("const int g = t / 128, w4 = t / 32 % 4, fRow = t % 32 / 4, fCol = 2 * (t % 4);");
+  w.line(cat("const int g = t / ", kWarpgroupWarps * 32, ", w4 = t / 32 % ", kWarpgroupWarps,
+             ", fRow = t % 32 / 4, fCol = 2 * (t % 4);"));
   if (transposesDq(shape))
-    w.line("const int row = 8 * j + fCol + (e & 1), col = 64 * g + 16 * w4 + fRow + 8 * (e >> 1);");
+    w.line(cat("const int row = 8 * j + fCol + (e & 1), col = ", kWgmmaM, " * g + 16 * w4 + fRow + 8 * (e >> 1);"));
   else
-    w.line("const int row = 16 * w4 + fRow + 8 * (e >> 1), col = 64 * g + 8 * j + fCol + (e & 1);");
+    w.line(cat("const int row = 16 * w4 + fRow + 8 * (e >> 1), col = ", kWgmmaM, " * g + 8 * j + fCol + (e & 1);"));
 }
 
 void BackwardSm90::dqToShared(CudaWriter &w, const std::string &part, const DqBlock &block) {
@@ -428,7 +429,7 @@ void BackwardSm90::issueDqRound(CudaWriter &w, const SharedTile &k, const DqBloc
 }
 
 void BackwardSm90::issueDqProducts(CudaWriter &w, const SharedTile &k) {
-  if (transposesDq(shape) && deferred.size() == 2 && shape.swapScores) {
+  if (transposesDq(shape) && deferred.size() == 2) {
     // dQᵀ's accumulator (blockM / 2 floats a thread) beside both RS operands in flight (P and dS, packed) and dK and
     // dV passes setmaxnreg's 240 registers at 80 rows, and ptxas then serializes every wgmma of the kernel (its
     // C7512 advisory). FA3's order instead: dV's GEMM first, then dQ's, and dK's once dV's landed (P's registers

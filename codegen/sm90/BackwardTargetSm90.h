@@ -268,11 +268,13 @@ public:
 
   // The load warp (KernelShape::loadWarp): the producer warpgroup's second warp brings K and V (kvBar: two arrivals
   // and their bytes) and then, Q tile after Q tile as the walk goes, Q and dO (TMA) and the LSE and D rows (its lanes'
-  // loads and stores, -inf and 0 past seqlen_q) into the ring's buffer `loads % 2`: fullBars[s] completes with its 32
+  // loads and stores: LSE·log2(e) and D, +inf and 0 past seqlen_q) into the ring's buffer `loads % 2`: fullBars[s] completes with its 32
   // lanes' arrivals and the TMA's bytes, emptyBars[s] with one arrival of each computing thread once the tile's
   // GEMMs landed. Rows of a Q tile past the sequence come as TMA gives them (zeros past the tensor; under varlen the next
   // sequence's rows): their LSE is -inf, so their P and dS are 0 and they add nothing.
   bool loadsInRole() const override { return shape.loadWarp; }
+  /// The load warp stages LSE·log2(e) (loadQTile).
+  bool stagesLseLog2() const override { return shape.loadWarp; }
   /// KernelShape::singleDo: dO in sDO0 alone, behind doBars[0] (full: the TMA's bytes) and doBars[1] (empty: every
   /// computing thread, once dV's GEMM landed: dqOperand, or releaseQTile without an early dV).
   bool singleDoBuffer() const override { return shape.singleDo; }
