@@ -25,7 +25,7 @@
 # bench/device/bwd-steps.sh; logs in $OUT/dqf), before (an earlier build's wheel, .device/python-before, against this
 # one: carry both), fda (the forward's desc-advance 1, .device/fda, through bench/device/forward-knobs.sh; logs in
 # $OUT/fda) and f8knobs (bench/fp8_bench.py with the e4m3 candidates .device/aot-f8-<name>: partial software exp2,
-# desc-advance).
+# desc-advance), window (bench/window_sweep.py).
 # Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python, and for skv the two
 # libraries (bench/device/pending-prepare.sh makes all three).
 set -uo pipefail
@@ -171,6 +171,9 @@ if [[ $parts == *,before,* ]] && ls .device/python-before/flashtile-*.whl > /dev
     done
   done
 fi
+# window: the backward of a causal window at widths 128-4096 and plain causal, per kernel (bench/window_sweep.py; FA4
+# beside it where fa4-install.sh installed it): the main kernel's time over the Q tiles a block walks, fitted.
+part window 200 python3 bench/window_sweep.py ${PENDING_WINDOW_ARGS:-}
 # The fa3 forward with desc-advance 1 (.device/fda) beside its default, FA4 and cuDNN.
 if [[ $parts == *,fda,* ]]; then
   OUT=$OUT/fda KNOBS_TIMEOUT=150 KNOBS_AOT=fda:.device/fda \
