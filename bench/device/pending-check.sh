@@ -25,7 +25,8 @@
 # bench/device/bwd-steps.sh; logs in $OUT/dqf), before (an earlier build's wheel, .device/python-before, against this
 # one: carry both), fda (the forward's desc-advance 1, .device/fda, through bench/device/forward-knobs.sh; logs in
 # $OUT/fda) and f8knobs (bench/fp8_bench.py with the e4m3 candidates .device/aot-f8-<name>: partial software exp2,
-# desc-advance), window (bench/window_sweep.py).
+# desc-advance), window (bench/window_sweep.py), dkvs (dkv-staged 1 beside the default, and in the window's
+# sweep).
 # Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python, and for skv the two
 # libraries (bench/device/pending-prepare.sh makes all three).
 set -uo pipefail
@@ -170,6 +171,14 @@ if [[ $parts == *,before,* ]] && ls .device/python-before/flashtile-*.whl > /dev
       echo "before/after round $round $who: $(grep -E '^hd' "$OUT/pending-before-$who-$round.log" | awk '{printf "%s %s %s %s; ", $1, $2, $3, $4}')"
     done
   done
+fi
+# dkvs: dkv-staged 1 (dK and dV through shared memory, a bulk copy a row: .device/aot-dkvs) beside the default, its
+# gradients and time where blocks' fixed costs weigh (1k-2k) and at 8k, then the causal window's sweep with it.
+steps_part dkvs 420 2 64,96,128 dkvs:.device/aot-dkvs "${PENDING_DKVS_SHAPES:-128:1024,128:2048,128:8192,64:2048,96:8192}"
+if [[ $parts == *,dkvs,* ]]; then
+  FLASHTILE_AOT_DIR=$root/.device/aot-dkvs FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-dkvs timeout 150 \
+    python3 bench/window_sweep.py > "$OUT/pending-dkvs-window.log" 2>&1 || status=1
+  tail -3 "$OUT/pending-dkvs-window.log"
 fi
 # window: the backward of a causal window at widths 128-4096 and plain causal, per kernel (bench/window_sweep.py; FA4
 # beside it where fa4-install.sh installed it): the main kernel's time over the Q tiles a block walks, fitted.

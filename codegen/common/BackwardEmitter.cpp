@@ -265,6 +265,19 @@ LogicalResult BackwardPrinter::printStore(StoreOp store) {
     ++dkvStoresPrinted;
     return success();
   }
+  // KernelShape::stagedKv: the rows go through shared memory (the tiles' buffers from sK on, free once every
+  // computing warp is past the walk), kStagedKvPitch bytes a row, and leave a bulk copy a row from the warp that holds
+  // them; a dK or dV whose rows are not 16-byte aligned in global memory takes the fragments' own stores.
+  const bool staged = shape.stagedKv;
+  const std::string pitch = cat(width * 2 + kStagedKvPadBytes);
+  if (staged) {
+    if (dkvStoresPrinted == 0)
+      w.line(cat(target.computeBarrier(), "  // every computing warp is past the walk: the tiles' buffers are free"));
+    w.line(cat("unsigned char *const sOut = sK + ", stagedKvOffset(dk), ";  // ", out, "'s staged rows, ", pitch,
+               " bytes apart"));
+    w.line(cat("const bool staged = p.headsQ == p.headsKv && (reinterpret_cast<unsigned long long>(gOut) | "
+               "static_cast<unsigned long long>(p.", out, "RowStride) * 2u) % 16u == 0;"));
+  }
   w.openUnrolledFor("mt", "kKvMTiles");
   w.openUnrolledFor("r", "2");
   w.line("const int key = blockKvTile * kBlockN + kvRowGroup * kKvWarpRows + 16 * mt + fragRow + 8 * r;");
@@ -272,9 +285,15 @@ LogicalResult BackwardPrinter::printStore(StoreOp store) {
   w.line("  continue;");
   w.openUnrolledFor("nt", cat(warpCols(width) / 8));
   w.line(cat("const int col = kvColPart * ", warpCols(width), " + 8 * nt + fragCol;"));
-  w.open("if (p.headsQ == p.headsKv)");
-  w.line(cat("*reinterpret_cast<unsigned *>(gOut + key * p.", out, "RowStride + col) = ", pack, "(", *acc,
-             "[mt][nt][2 * r], ", *acc, "[mt][nt][2 * r + 1]);"));
+  const std::string packed = cat(pack, "(", *acc, "[mt][nt][2 * r], ", *acc, "[mt][nt][2 * r + 1])");
+  if (staged) {
+    w.open("if (staged)");
+    w.line(cat("*reinterpret_cast<unsigned *>(sOut + (key - blockKvTile * kBlockN) * ", pitch, " + col * 2) = ",
+               packed, ";"));
+    w.close();
+  }
+  w.open(staged ? "else if (p.headsQ == p.headsKv)" : "if (p.headsQ == p.headsKv)");
+  w.line(cat("*reinterpret_cast<unsigned *>(gOut + key * p.", out, "RowStride + col) = ", packed, ";"));
   w.close();
   w.open("else");
   w.line(cat("float *const dst = p.", accum, " + ((long long)(p.keyOffset + key) * p.headsKv + hKv) * ", width,
@@ -284,10 +303,32 @@ LogicalResult BackwardPrinter::printStore(StoreOp store) {
   w.close();
   w.close();
   w.close();
+  if (staged) {
+    w.open("if (staged)");
+    w.comment("this warp's rows written: each leaves in one bulk copy, a lane a row");
+    w.line(target.bulkStoreFence());
+    w.line("__syncwarp();");
+    w.open("for (int row = lane; row < kKvWarpRows; row += 32)");
+    w.line("const int local = kvRowGroup * kKvWarpRows + row, key = blockKvTile * kBlockN + local;");
+    w.line("if (key < p.seqlenK)");
+    w.line(cat("  ", target.bulkStoreRow(cat("gOut + key * p.", out, "RowStride"), cat("sOut + local * ", pitch),
+                                          cat(width * 2, "u"))));
+    w.close();
+    w.line(target.bulkStoreCommit());
+    w.close();
+  }
   w.close();
+  if (staged && dkvStoresPrinted + 1 == dkvStores)
+    w.line(cat(target.bulkStoreDrain(), "  // the staged rows read before the block exits"));
   printTurnPass(dkvTurn);
   ++dkvStoresPrinted;
   return success();
+}
+
+/// KernelShape::stagedKv: where dK's (dk) or dV's staged rows start after sK: dK first, then dV, each kBlockN rows of
+/// its width in bf16/fp16 plus kStagedKvPadBytes (a row's 4-byte fragment stores then fall on distinct banks).
+std::string BackwardPrinter::stagedKvOffset(bool dk) const {
+  return dk ? std::string("0") : cat("kBlockN * ", shape.headDim * 2 + kStagedKvPadBytes);
 }
 
 std::string BackwardPrinter::kvAccDims(int64_t width) const {
@@ -831,6 +872,19 @@ LogicalResult BackwardPrinter::checkMainLayout() {
       stagingBuffers * (shape.stagingRing ? 2 : 1) * target.tileBytes(shape.blockM, shape.blockN) +
       target.roleSharedBytes() +
       target.sharedMemoryReserve());
+  if (shape.stagedKv) {
+    // dK's and dV's staged rows (printStore) reuse the tiles from sK on: K, V and the Q-tile buffers.
+    const int64_t tiles = target.tileBytes(shape.blockN, hd) + target.tileBytes(shape.blockN, hdv) +
+                          qBuffers * target.tileBytes(shape.blockM, hd) +
+                          (target.singleDoBuffer() ? 1 : qBuffers) * target.tileBytes(shape.blockM, hdv);
+    const int64_t staged = shape.blockN * (hd * 2 + kStagedKvPadBytes + hdv * 2 + kStagedKvPadBytes);
+    if (target.bulkStoreRow("d", "s", "b").empty() || shape.swapKv || kvColSplit != 1 || staged > tiles)
+      return func.emitOpError() << "cannot stage dK and dV through shared memory (tile.dkv_staged) here: it needs "
+                                   "a family with bulk copies, each warp holding whole rows (no column split, no "
+                                   "tile.swap_kv) and "
+                                << staged << " bytes of tiles to reuse; got column split " << kvColSplit
+                                << ", swap_kv " << shape.swapKv << ", " << tiles << " bytes of tiles";
+  }
 
   return success();
 }

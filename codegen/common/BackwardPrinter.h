@@ -209,6 +209,10 @@ private:
   /// The dimensions of a dK or dV accumulator of `width` columns before its [4]: "[kKvMTiles][n8 tiles]", or
   /// transposed "[m-tiles of columns][kKvKeyTiles]".
   std::string kvAccDims(int64_t width) const;
+  std::string stagedKvOffset(bool dk) const;
+  /// KernelShape::stagedKv: the padding of a staged dK or dV row (16: keeps the rows 16-byte aligned for the bulk
+  /// copies, and 8 rows of a warp's fragment stores on distinct banks).
+  static constexpr int64_t kStagedKvPadBytes = 16;
   bool rowsInShared = false; ///< this iteration's LSE and D rows are in shared memory (sLse, sDelta)
   /// Whether this iteration's LSE rows (sLse, and the registers loaded from them) hold LSE·log2(e), +inf for a row
   /// without keys: the load role's staging (BackwardTarget::stagesLseLog2).

@@ -138,6 +138,19 @@ public:
   /// first, when the family keeps whole tiles in its fragments' order (KernelShape::dqFragments); empty: in rows.
   virtual std::string dqFragmentIndex(const std::string & /*row*/, const std::string & /*col*/) const { return {}; }
 
+  /// KernelShape::stagedKv: dK and dV stored through shared memory, a bulk copy a row. The statement that copies
+  /// `bytes` (a multiple of 16) from shared `src` to global `dst` (both 16-byte aligned) asynchronously, after
+  /// bulkStoreFence (and __syncwarp) orders the warp's shared-memory writes before it; bulkStoreCommit closes the
+  /// thread's copies, bulkStoreDrain returns once their shared-memory reads are done (before the block exits). Empty:
+  /// the family has none.
+  virtual std::string bulkStoreRow(const std::string & /*dst*/, const std::string & /*src*/,
+                                   const std::string & /*bytes*/) const {
+    return {};
+  }
+  virtual std::string bulkStoreFence() const { return {}; }
+  virtual std::string bulkStoreCommit() const { return {}; }
+  virtual std::string bulkStoreDrain() const { return {}; }
+
   // ---- roles of the main kernel (a family that hands work to warps that do not compute) ----
   /// Threads the main kernel has beyond its computing warps (kThreads): a role's warpgroup after them.
   virtual int roleThreads() const { return 0; }

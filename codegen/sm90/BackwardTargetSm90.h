@@ -90,6 +90,14 @@ __device__ __forceinline__ void bulkReduceAddF32(float *dst, const float *src, u
                "r"(smemAddress(src)), "r"(bytes)
                : "memory");
 }
+// dst[0, bytes) = src[0, bytes) (both 16-byte aligned, bytes a multiple of 16) from shared to global memory by the
+// bulk copy engine (cp.async.bulk: one instruction). Committed with tma::storeCommit, waited for with
+// tma::storeWaitRead (src reusable, and before the block exits).
+__device__ __forceinline__ void bulkStore(void *dst, const void *src, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(smemAddress(src)),
+               "r"(bytes)
+               : "memory");
+}
 namespace desc {
 // The byte offsets of k16 slice `step` in a tile (a constant for a constant step): kMajorStep(tileAddr, step, rows) is
 // advance(kMajor(tileAddr), kMajorStepBytes(step, rows)), and mnMajorStep's likewise, one add to a descriptor made
@@ -254,6 +262,12 @@ public:
   // thread arrives once its part is in sDq) and back by dqBars[1] (empty: the writer's arrival once the engine read
   // sDq). Its other warps have nothing to do: they give their registers back (setmaxnreg) and leave.
   int roleThreads() const override { return roles() ? kWarpgroupWarps * 32 : 0; }
+  std::string bulkStoreRow(const std::string &dst, const std::string &src, const std::string &bytes) const override {
+    return cat("sm90::bulkStore(", dst, ", ", src, ", ", bytes, ");");
+  }
+  std::string bulkStoreFence() const override { return "sm90::fence::proxyAsync();"; }
+  std::string bulkStoreCommit() const override { return "sm90::tma::storeCommit();"; }
+  std::string bulkStoreDrain() const override { return "sm90::tma::storeWaitRead<0>();"; }
   std::string computeBarrier() const override {
     return roles() ? cat("sm90::namedBarrier::sync(", kComputeBarrier, ", kThreads);") : "__syncthreads();";
   }

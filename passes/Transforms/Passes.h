@@ -54,6 +54,10 @@ inline constexpr llvm::StringLiteral kDescAdvanceAttr = "tile.desc_advance";
 /// tile cut by seqlen_q keeps its rows (the writer's per-element adds). The postprocess reads either. The program's
 /// semantics do not change (KernelShape::dqFragments).
 inline constexpr llvm::StringLiteral kDqFragmentsAttr = "tile.dq_fragments";
+/// A schedule's attribute on a backward main program (a unit attribute): dK and dV leave through shared memory (the
+/// tiles' buffers, free once the walk is over) in one bulk copy a row, issued by the warp holding the row; under
+/// GQA/MQA the fp32 adds stay. The program's semantics do not change (KernelShape::stagedKv).
+inline constexpr llvm::StringLiteral kDkvStagedAttr = "tile.dkv_staged";
 /// A schedule's attribute on a backward main program with roles (a unit attribute): a load warp of the producer
 /// warpgroup brings K and V, and each Q tile's Q, dO, LSE and D, into shared memory (TMA into a two-stage ring with
 /// full and empty barriers), so the computing warps copy nothing (KernelShape::loadWarp); the program's semantics do

@@ -145,6 +145,12 @@ public:
                        "conflicts, one bulk reduce-add a tile, no padded rows; the postprocess reads it back); 0: in "
                        "rows (the default)",
          0, 1},
+        {kDkvStaged, "backward only, where a warp holds whole rows of dK and dV (head dims 64, 96 and 128): 1: dK "
+                     "and dV leave through shared memory (the K/V tiles' and the ring's buffers, free once the walk is "
+                     "over; padded rows), a bulk copy a row (cp.async.bulk) issued by the warp that holds it, FA3's "
+                     "epilogue without tensor maps; GQA/MQA keep their fp32 adds; 0: each thread stores its fragments "
+                     "(the default)",
+         0, 1},
         {kDescAdvance, "forward only: 1: each GEMM's wgmma descriptors made once and advanced by one 64-bit add a "
                        "k16 step (FA4's form; fewer uniform moves: bench/NOTES.md v46); 0: encoded from each step's "
                        "address (the default)",
@@ -158,7 +164,7 @@ public:
       return configureBackward(func, knobs);
     for (const char *backwardKnob :
          {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle, kSwapDkv, kDoBuffers, kRotatedWalk,
-          kLptGroupBlocks, kRingRows, kDsBuffers, kDqFragments})
+          kLptGroupBlocks, kRingRows, kDsBuffers, kDqFragments, kDkvStaged})
       if (knobs.count(backwardKnob))
         return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
@@ -266,7 +272,7 @@ public:
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
                                      "consumer-warpgroups, intra-wg-overlap, dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, "
                                      "early-dv, swap-dkv, do-buffers, rotated-walk, lpt-group-blocks, ring-rows, "
-                                     "ds-buffers, dq-fragments, producer-regs and consumer-regs";
+                                     "ds-buffers, dq-fragments, dkv-staged, producer-regs and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
         return refuseBackward(func, name, value, "64, 96, 128, 192 or 256; the fa2 backward serves the others");
@@ -532,6 +538,15 @@ public:
         return refuseBackward(func, kDsBuffers, dsBuffers,
                               "1 here; 2 needs swap-sdp 1 (dS the one staged tile) and load-warp 1 (its ring's stage)");
       func->setAttr(kStagingRingAttr, UnitAttr::get(func.getContext()));
+    }
+    // dkv-staged: dK and dV through shared memory and one bulk copy a row (FA3's epilogue stores them with TMA from
+    // shared memory), instead of each thread's 4-byte stores of its fragments (not yet measured). Where a warp holds
+    // whole rows of both: not under the column split or swap-dkv (head dims 192 and 256).
+    if (const int64_t staged = knob(knobs, kDkvStaged, 0)) {
+      if (layout.wide || layout.swapKv)
+        return refuseBackward(func, kDkvStaged, staged,
+                              "0 here; 1 needs a warp to hold whole rows of dK and dV (head dims 64, 96 and 128)");
+      func->setAttr(kDkvStagedAttr, UnitAttr::get(func.getContext()));
     }
     return success();
   }

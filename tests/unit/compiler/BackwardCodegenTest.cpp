@@ -514,6 +514,45 @@ TEST(BackwardCodegen, Fa3DqFragmentsKeepWholeTilesInTheFragmentsOrder) {
   expectFa3Refuses(128, {{"dq-fragments", 1}, {"dq-swizzle", 1}}, "dq-swizzle", 1);
 }
 
+// dkv-staged 1 (head dims 64, 96, 128; FA3's epilogue through shared memory): once every computing warp is past the
+// walk (one barrier), each thread writes its dK and dV fragments into padded rows from sK on (16 bytes a row of
+// padding: 16-byte aligned rows, a warp's 8 fragment rows on distinct banks), and the warp holding the rows copies
+// each one with one bulk copy (lane l row l), commits, and the kernel drains the copies' reads before it exits. A
+// dK or dV not 16-byte aligned in global memory, and GQA/MQA's fp32 adds, keep their stores. NVRTC compiles it
+// without advisories. Refused where a warp holds part of a row (the column split, swap-dkv: head dims 192, 256).
+TEST(BackwardCodegen, Fa3DkvStagedStoresRowsByBulkCopies) {
+  for (int hd : {64, 96, 128})
+    for (const char *variant : {"causal"}) {
+      StatusOr<jit::CompileResult> result =
+          jit::compile(*variants::byName(variant), backwardOptions(ElementType::BF16, hd, "sm_90a", {{"dkv-staged", 1}}, "fa3"),
+                       jit::Stage::Cubin);
+      ASSERT_TRUE(result.ok()) << variant << " " << hd << ": " << result.status().message();
+      EXPECT_FALSE(reportsSerializedWgmma(result->nvrtcLog)) << variant << " " << hd << ": " << result->nvrtcLog;
+      const std::string &cuda = result->cuda;
+      const std::string pitch = std::to_string(hd * 2 + 16);
+      EXPECT_EQ(count(cuda, "every computing warp is past the walk: the tiles' buffers are free"), 1) << hd;
+      EXPECT_EQ(count(cuda, "unsigned char *const sOut = sK + 0;  // dK's staged rows, " + pitch + " bytes apart"), 1);
+      EXPECT_EQ(count(cuda, "unsigned char *const sOut = sK + kBlockN * " + pitch + ";  // dV's staged rows"), 1);
+      EXPECT_EQ(count(cuda, "const bool staged = p.headsQ == p.headsKv && (reinterpret_cast<unsigned long long>(gOut) "
+                            "| static_cast<unsigned long long>(p.dKRowStride) * 2u) % 16u == 0;"),
+                1);
+      EXPECT_EQ(count(cuda, "sm90::bulkStore(gOut + key * p.dKRowStride, sOut + local * " + pitch + ", " +
+                                std::to_string(hd * 2) + "u);"),
+                1);
+      EXPECT_EQ(count(cuda, "sm90::bulkStore(gOut + key * p.dVRowStride, sOut + local * " + pitch + ", "), 1);
+      EXPECT_EQ(count(cuda, "sm90::tma::storeWaitRead<0>();  // the staged rows read before the block exits"), 1);
+      // the fallbacks: 4-byte stores of the fragments (unaligned), the fp32 adds (GQA/MQA)
+      EXPECT_EQ(count(cuda, "else if (p.headsQ == p.headsKv) {"), 2);
+      EXPECT_EQ(count(cuda, "sm90::redAdd2(dst, acc"), 2);
+    }
+  StatusOr<jit::CompileResult> plain =
+      jit::compile(*variants::byName("none"), backwardOptions(ElementType::BF16, 128, "sm_90a", {}, "fa3"), jit::Stage::Cuda);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->cuda.find("sOut"), std::string::npos);
+  expectFa3Refuses(192, {{"dkv-staged", 1}}, "dkv-staged", 1);
+  expectFa3Refuses(256, {{"dkv-staged", 1}}, "dkv-staged", 1);
+}
+
 // lpt-group-blocks N: the main kernel's blocks take K/V tile index by tile index across groups of (batch, head) pairs
 // of at least N blocks (the arithmetic of the forward's grouped order, Fa2GridOrder's model, with the tile index
 // ascending: the first K/V tiles walk the most Q tiles under a causal mask), outside deterministic mode only; the
@@ -750,7 +789,8 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
                           "dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, early-dv, swap-dkv, do-buffers, "
-                          "rotated-walk, lpt-group-blocks, ring-rows, ds-buffers, dq-fragments, producer-regs and consumer-regs"},
+                          "rotated-walk, lpt-group-blocks, ring-rows, ds-buffers, dq-fragments, dkv-staged, producer-regs and "
+                          "consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"},
         {"desc-advance", 1, "fa3 backward: the knob desc-advance shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
