@@ -266,8 +266,9 @@ LogicalResult BackwardPrinter::printStore(StoreOp store) {
     return success();
   }
   // KernelShape::stagedKv: the rows go through shared memory (the tiles' buffers from sK on, free once every
-  // computing warp is past the walk), kStagedKvPitch bytes a row, and leave a bulk copy a row from the warp that holds
-  // them; a dK or dV whose rows are not 16-byte aligned in global memory takes the fragments' own stores.
+  // computing warp is past the walk), a row's bytes plus kStagedKvPadBytes apart, and leave a bulk copy a row from the
+  // warp that holds them; a dK or dV whose rows are not 16-byte aligned in global memory takes the fragments' own
+  // stores, GQA/MQA their fp32 adds.
   const bool staged = shape.stagedKv;
   const std::string pitch = cat(width * 2 + kStagedKvPadBytes);
   if (staged) {
