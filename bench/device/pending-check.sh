@@ -174,11 +174,15 @@ if [[ $parts == *,before,* ]] && ls .device/python-before/flashtile-*.whl > /dev
 fi
 # dkvs: dkv-staged 1 (dK and dV through shared memory, a bulk copy a row: .device/aot-dkvs) beside the default, its
 # gradients and time where blocks' fixed costs weigh (1k-2k) and at 8k, then the causal window's sweep with it.
-steps_part dkvs 420 2 64,96,128 dkvs:.device/aot-dkvs "${PENDING_DKVS_SHAPES:-128:1024,128:2048,128:8192,64:2048,96:8192}"
+# dkvw: with dq-last-wait 1 too (.device/aot-dkvw).
+steps_part dkvs 480 2 64,96,128 dkvs:.device/aot-dkvs,dkvw:.device/aot-dkvw \
+  "${PENDING_DKVS_SHAPES:-128:1024,128:2048,128:8192,64:2048,96:8192}"
 if [[ $parts == *,dkvs,* ]]; then
-  FLASHTILE_AOT_DIR=$root/.device/aot-dkvs FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-dkvs timeout 150 \
-    python3 bench/window_sweep.py > "$OUT/pending-dkvs-window.log" 2>&1 || status=1
-  tail -3 "$OUT/pending-dkvs-window.log"
+  for name in dkvs dkvw; do
+    FLASHTILE_AOT_DIR=$root/.device/aot-$name FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-$name timeout 120 \
+      python3 bench/window_sweep.py > "$OUT/pending-$name-window.log" 2>&1 || status=1
+    echo "$name:"; tail -3 "$OUT/pending-$name-window.log"
+  done
 fi
 # window: the backward of a causal window at widths 128-4096 and plain causal, per kernel (bench/window_sweep.py; FA4
 # beside it where fa4-install.sh installed it): the main kernel's time over the Q tiles a block walks, fitted.

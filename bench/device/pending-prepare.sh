@@ -18,7 +18,7 @@
 # worktree), .device/python-before (that checkout's wheel, built there: the A/B of a change to the default's CUDA; a
 # kernel library loads only into the runtime of the build that wrote it, so the earlier build runs as a whole); for
 # its fda part .device/fda (the fa3 forward with desc-advance 1); for its dkvs part .device/aot-dkvs (dkv-staged 1 at
-# head dims 64-128, none, causal and the causal window); for its f8knobs part the e4m3 forward at head dim 128
+# head dims 64-128, none, causal and the causal window) and .device/aot-dkvw (with dq-last-wait 1 too); for its f8knobs part the e4m3 forward at head dim 128
 # with FA4's partial software exp2 (exp2-poly-share 1 to 3) and desc-advance, .device/aot-f8-<name> (F8_CANDIDATES).
 # PREPARE_LIBRARIES (comma list of the names above, without aot-): build only those (default: all).
 set -euo pipefail
@@ -69,6 +69,12 @@ if wanted dkvs; then
   rm -rf .device/aot-dkvs
   build/tools/flashtile aot --schedule fa3 --kinds backward --dkv-staged 1 --head-dims 64,96,128 \
     --variants none,causal,sliding_window_causal --dtypes bf16 --arch sm_90a --jobs 2 --out .device/aot-dkvs | tail -1
+fi
+# with dq-last-wait 1 too (the block's end as FA3's: .device/aot-dkvw)
+if wanted dkvw; then
+  rm -rf .device/aot-dkvw
+  build/tools/flashtile aot --schedule fa3 --kinds backward --dkv-staged 1 --dq-last-wait 1 --head-dims 64,96,128 \
+    --variants none,causal,sliding_window_causal --dtypes bf16 --arch sm_90a --jobs 2 --out .device/aot-dkvw | tail -1
 fi
 # The e4m3 KV cache's candidates (issue 42, item 3; bench/NOTES.md v43, v45) beside today's default (kv-convert 1 on
 # one warp of 16 rows, measured 1.80x bf16 at 92% of the roof on 2026-12-07): 128- or 32-key tiles (n128, n32),

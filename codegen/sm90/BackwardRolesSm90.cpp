@@ -169,7 +169,10 @@ void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const
   w.line(cat("  ", ns, "passTurn(turnCounter);"));
   w.close();
   w.close();
-  w.line("sm90::tma::storeWait<0>();  // every add landed before the block ends");
+  if (shape.dqReadsOnly)
+    w.comment("dq-last-wait 1: each tile's adds read sDq before the loop went on; the grid's end makes them visible");
+  else
+    w.line("sm90::tma::storeWait<0>();  // every add landed before the block ends");
   w.close();
 }
 

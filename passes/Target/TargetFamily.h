@@ -73,6 +73,8 @@ struct KernelShape {
   bool dqFragments = false;
   /// `tile.dkv_staged` (passes/Transforms/Passes.h): dK and dV stored through shared memory, a bulk copy a row.
   bool stagedKv = false;
+  /// `tile.dq_reads_only` (passes/Transforms/Passes.h): the dQ writer's last wait is for its adds' reads only.
+  bool dqReadsOnly = false;
   /// The backward's split of S's keys (`tile.key_warps`, passes/Transforms/Passes.h): the main program's warps form
   /// warps / keyWarps row groups, and a row group's keyWarps warps take blockN / keyWarps keys of S and dP each (and
   /// headDim / keyWarps columns of dQ). 1: split-Q.

@@ -58,6 +58,10 @@ inline constexpr llvm::StringLiteral kDqFragmentsAttr = "tile.dq_fragments";
 /// tiles' buffers, free once the walk is over) in one bulk copy a row, issued by the warp holding the row; under
 /// GQA/MQA the fp32 adds stay. The program's semantics do not change (KernelShape::stagedKv).
 inline constexpr llvm::StringLiteral kDkvStagedAttr = "tile.dkv_staged";
+/// With tile.dq_writer (a unit attribute): once the walk is over the writer waits only for its last adds' reads of
+/// shared memory, not for the adds themselves (the grid's end makes them visible to the next kernel); deterministic
+/// mode's turns still wait for every add. The program's semantics do not change (KernelShape::dqReadsOnly).
+inline constexpr llvm::StringLiteral kDqReadsOnlyAttr = "tile.dq_reads_only";
 /// A schedule's attribute on a backward main program with roles (a unit attribute): a load warp of the producer
 /// warpgroup brings K and V, and each Q tile's Q, dO, LSE and D, into shared memory (TMA into a two-stage ring with
 /// full and empty barriers), so the computing warps copy nothing (KernelShape::loadWarp); the program's semantics do

@@ -275,6 +275,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   shape.descAdvance = func->hasAttr(tile::kDescAdvanceAttr);
   shape.dqFragments = func->hasAttr(tile::kDqFragmentsAttr);
   shape.stagedKv = func->hasAttr(tile::kDkvStagedAttr);
+  shape.dqReadsOnly = func->hasAttr(tile::kDqReadsOnlyAttr);
   if (auto warps = func->getAttrOfType<mlir::IntegerAttr>(tile::kDqWriterWarpsAttr))
     shape.dqWriterWarps = static_cast<int>(warps.getInt());
   shape.loadWarp = func->hasAttr(tile::kLoadWarpAttr);

@@ -20,7 +20,8 @@ inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kStages
                             *kDqSwizzle = "dq-swizzle", *kRotatedWalk = "rotated-walk",
                             *kLptGroupBlocks = "lpt-group-blocks", *kRingRows = "ring-rows",
                             *kDsBuffers = "ds-buffers", *kDescAdvance = "desc-advance",
-                            *kDqFragments = "dq-fragments", *kDkvStaged = "dkv-staged";
+                            *kDqFragments = "dq-fragments", *kDkvStaged = "dkv-staged",
+                            *kDqLastWait = "dq-last-wait";
 /// The largest backward `lpt-group-blocks`.
 inline constexpr int64_t kMaxLptGroupBlocks = 1 << 20;
 /// The largest `rescale-threshold` (log2 units): P may reach 2^threshold, which stays finite in fp16 up to 15.

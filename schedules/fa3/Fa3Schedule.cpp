@@ -151,6 +151,11 @@ public:
                      "epilogue without tensor maps; GQA/MQA keep their fp32 adds; 0: each thread stores its fragments "
                      "(the default)",
          0, 1},
+        {kDqLastWait, "backward only, with dq-writer 1: the dQ writer's wait once the walk is over: 1: none beyond "
+                      "each tile's (its bulk adds have read sDq; the grid's end makes them visible to the next "
+                      "kernel, as FA3's writer and CUTLASS's TMA epilogues end); 0: it waits for its last adds to "
+                      "complete (the default). Deterministic mode's turns wait for every add either way",
+         0, 1},
         {kDescAdvance, "forward only: 1: each GEMM's wgmma descriptors made once and advanced by one 64-bit add a "
                        "k16 step (FA4's form; fewer uniform moves: bench/NOTES.md v46); 0: encoded from each step's "
                        "address (the default)",
@@ -164,7 +169,7 @@ public:
       return configureBackward(func, knobs);
     for (const char *backwardKnob :
          {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle, kSwapDkv, kDoBuffers, kRotatedWalk,
-          kLptGroupBlocks, kRingRows, kDsBuffers, kDqFragments, kDkvStaged})
+          kLptGroupBlocks, kRingRows, kDsBuffers, kDqFragments, kDkvStaged, kDqLastWait})
       if (knobs.count(backwardKnob))
         return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
@@ -272,7 +277,7 @@ public:
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
                                      "consumer-warpgroups, intra-wg-overlap, dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, "
                                      "early-dv, swap-dkv, do-buffers, rotated-walk, lpt-group-blocks, ring-rows, "
-                                     "ds-buffers, dq-fragments, dkv-staged, producer-regs and consumer-regs";
+                                     "ds-buffers, dq-fragments, dkv-staged, dq-last-wait, producer-regs and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
         return refuseBackward(func, name, value, "64, 96, 128, 192 or 256; the fa2 backward serves the others");
@@ -547,6 +552,12 @@ public:
         return refuseBackward(func, kDkvStaged, staged,
                               "0 here; 1 needs a warp to hold whole rows of dK and dV (head dims 64, 96 and 128)");
       func->setAttr(kDkvStagedAttr, UnitAttr::get(func.getContext()));
+    }
+    // dq-last-wait 1: the writer leaves once its last tile's adds have read sDq (not yet measured).
+    if (const int64_t lastWait = knob(knobs, kDqLastWait, 0)) {
+      if (!writer)
+        return refuseBackward(func, kDqLastWait, lastWait, "0 here; 1 needs dq-writer 1");
+      func->setAttr(kDqReadsOnlyAttr, UnitAttr::get(func.getContext()));
     }
     return success();
   }

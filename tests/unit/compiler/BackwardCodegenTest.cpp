@@ -553,6 +553,28 @@ TEST(BackwardCodegen, Fa3DkvStagedStoresRowsByBulkCopies) {
   expectFa3Refuses(256, {{"dkv-staged", 1}}, "dkv-staged", 1);
 }
 
+// dq-last-wait 1: once the walk is over the dQ writer leaves without waiting for its last bulk adds to complete (each
+// tile's reads of sDq were waited for in the loop; deterministic mode's turns wait for every add either way); the
+// default keeps the wait. Refused without the writer (head dim 256).
+TEST(BackwardCodegen, Fa3DqLastWaitLeavesOnceTheReadsAreDone) {
+  const std::string wait = "sm90::tma::storeWait<0>();  // every add landed before the block ends";
+  for (int hd : {64, 128}) {
+    StatusOr<jit::CompileResult> off =
+        jit::compile(*variants::byName("causal"), backwardOptions(ElementType::BF16, hd, "sm_90a", {}, "fa3"),
+                     jit::Stage::Cuda);
+    StatusOr<jit::CompileResult> on = jit::compile(
+        *variants::byName("causal"), backwardOptions(ElementType::BF16, hd, "sm_90a", {{"dq-last-wait", 1}}, "fa3"),
+        hd == 64 ? jit::Stage::Cubin : jit::Stage::Cuda);
+    ASSERT_TRUE(off.ok() && on.ok()) << hd;
+    EXPECT_EQ(count(off->cuda, wait), 1) << hd;
+    EXPECT_EQ(count(on->cuda, wait), 0) << hd;
+    EXPECT_EQ(count(on->cuda, "dq-last-wait 1: each tile's adds read sDq before the loop went on"), 1) << hd;
+    // deterministic mode's turns still wait for every add before they pass
+    EXPECT_EQ(count(on->cuda, "sm90::tma::storeWait<0>();\n"), count(off->cuda, "sm90::tma::storeWait<0>();\n")) << hd;
+  }
+  expectFa3Refuses(256, {{"dq-last-wait", 1}}, "dq-last-wait", 1);
+}
+
 // lpt-group-blocks N: the main kernel's blocks take K/V tile index by tile index across groups of (batch, head) pairs
 // of at least N blocks (the arithmetic of the forward's grouped order, Fa2GridOrder's model, with the tile index
 // ascending: the first K/V tiles walk the most Q tiles under a causal mask), outside deterministic mode only; the
@@ -789,8 +811,8 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"stages", 3, "fa3 backward: stages = 3 is not supported; accepted: 2"},
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
                           "dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, early-dv, swap-dkv, do-buffers, "
-                          "rotated-walk, lpt-group-blocks, ring-rows, ds-buffers, dq-fragments, dkv-staged, producer-regs and "
-                          "consumer-regs"},
+                          "rotated-walk, lpt-group-blocks, ring-rows, ds-buffers, dq-fragments, dkv-staged, dq-last-wait, "
+                          "producer-regs and consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"},
         {"desc-advance", 1, "fa3 backward: the knob desc-advance shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
