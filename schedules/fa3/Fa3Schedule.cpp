@@ -548,9 +548,10 @@ public:
     // shared memory), instead of each thread's 4-byte stores of its fragments (not yet measured). Where a warp holds
     // whole rows of both: not under the column split or swap-dkv (head dims 192 and 256).
     if (const int64_t staged = knob(knobs, kDkvStaged, 0)) {
-      if (layout.wide || layout.swapKv)
+      if (layout.wide || layout.swapKv || !loader)
         return refuseBackward(func, kDkvStaged, staged,
-                              "0 here; 1 needs a warp to hold whole rows of dK and dV (head dims 64, 96 and 128)");
+                              "0 here; 1 needs a warp to hold whole rows of dK and dV (head dims 64, 96 and 128) and "
+                              "load-warp 1 (no copy of the computing warps' own in flight into the reused buffers)");
       func->setAttr(kDkvStagedAttr, UnitAttr::get(func.getContext()));
     }
     // dq-last-wait 1: the writer leaves once its last tile's adds have read sDq (not yet measured).

@@ -550,6 +550,7 @@ TEST(BackwardCodegen, Fa3DkvStagedStoresRowsByBulkCopies) {
   ASSERT_TRUE(plain.ok()) << plain.status().message();
   EXPECT_EQ(plain->cuda.find("sOut"), std::string::npos);
   expectFa3Refuses(192, {{"dkv-staged", 1}}, "dkv-staged", 1);
+  expectFa3Refuses(128, {{"dkv-staged", 1}, {"load-warp", 0}}, "dkv-staged", 1);
   expectFa3Refuses(256, {{"dkv-staged", 1}}, "dkv-staged", 1);
 }
 
