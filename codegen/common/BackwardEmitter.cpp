@@ -879,7 +879,7 @@ LogicalResult BackwardPrinter::checkMainLayout() {
                           qBuffers * target.tileBytes(shape.blockM, hd) +
                           (target.singleDoBuffer() ? 1 : qBuffers) * target.tileBytes(shape.blockM, hdv);
     const int64_t staged = shape.blockN * (hd * 2 + kStagedKvPadBytes + hdv * 2 + kStagedKvPadBytes);
-    if (target.bulkStoreRow("d", "s", "b").empty() || shape.swapKv || kvColSplit != 1 || staged > tiles)
+    if (!target.storesInBulk() || shape.swapKv || kvColSplit != 1 || staged > tiles)
       return func.emitOpError() << "cannot stage dK and dV through shared memory (tile.dkv_staged) here: it needs "
                                    "a family with bulk copies, each warp holding whole rows (no column split, no "
                                    "tile.swap_kv) and "

@@ -141,8 +141,9 @@ public:
   /// KernelShape::stagedKv: dK and dV stored through shared memory, a bulk copy a row. The statement that copies
   /// `bytes` (a multiple of 16) from shared `src` to global `dst` (both 16-byte aligned) asynchronously, after
   /// bulkStoreFence (and __syncwarp) orders the warp's shared-memory writes before it; bulkStoreCommit closes the
-  /// thread's copies, bulkStoreDrain returns once their shared-memory reads are done (before the block exits). Empty:
-  /// the family has none.
+  /// thread's copies, bulkStoreDrain returns once their shared-memory reads are done (before the block exits). Only
+  /// where storesInBulk().
+  virtual bool storesInBulk() const { return false; }
   virtual std::string bulkStoreRow(const std::string & /*dst*/, const std::string & /*src*/,
                                    const std::string & /*bytes*/) const {
     return {};

@@ -262,6 +262,7 @@ public:
   // thread arrives once its part is in sDq) and back by dqBars[1] (empty: the writer's arrival once the engine read
   // sDq). Its other warps have nothing to do: they give their registers back (setmaxnreg) and leave.
   int roleThreads() const override { return roles() ? kWarpgroupWarps * 32 : 0; }
+  bool storesInBulk() const override { return true; }
   std::string bulkStoreRow(const std::string &dst, const std::string &src, const std::string &bytes) const override {
     return cat("sm90::bulkStore(", dst, ", ", src, ", ", bytes, ");");
   }
