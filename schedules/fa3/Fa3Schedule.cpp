@@ -199,7 +199,7 @@ public:
     // e4m3 (k32 steps of P·V: keys a multiple of 32): an e4m3 P takes half the registers of a bf16 one and the
     // tiles half the shared memory, so tiles hold as many keys or more; the widths are the widest whose kernels ptxas
     // keeps without spills in the K/V loop (SASS, 2026-12-06: 224 keys at head dim 128 spill 15 to 132 words, 160 at
-    // 64 spill 40; bench/NOTES.md); not yet measured on a GPU.
+    // 64 spill 40; bench/NOTES.md), validated and timed on the H100 since (bench/RESULTS.md, 2026-12-07).
     const bool e4m3 = isa<Float8E4M3FNType>(func.getDtype());
     int64_t blockN = knob(knobs, kBlockN,
                           e4m3 ? (headDim <= 64                     ? 128
@@ -545,16 +545,20 @@ public:
       func->setAttr(kStagingRingAttr, UnitAttr::get(func.getContext()));
     }
     // dkv-staged: dK and dV through shared memory and one bulk copy a row (FA3's epilogue stores them with TMA from
-    // shared memory), instead of each thread's 4-byte stores of its fragments (not yet measured). Where a warp holds
-    // whole rows of both: not under the column split or swap-dkv (head dims 192 and 256).
-    if (const int64_t staged = knob(knobs, kDkvStaged, 0)) {
+    // shared memory), instead of each thread's 4-byte stores of its fragments. Where a warp holds whole rows of both:
+    // not under the column split or swap-dkv (head dims 192 and 256). Measured on the H100 (bench/NOTES.md v48):
+    // +2-11% at head dims 96 and 128 (1k-4k, level at 8k; the causal window's fixed cost a block 9% lower), mixed at
+    // 64 (+6% at 1k, -8% at 2k): the default with the key split's 64-row tiles (96, 128) and the load warp.
+    const bool stageByDefault = layout.keySplit && layout.blockM == kBackwardBlock && !layout.wide &&
+                                !layout.swapKv && loader;
+    if (const int64_t staged = knob(knobs, kDkvStaged, stageByDefault ? 1 : 0)) {
       if (layout.wide || layout.swapKv || !loader)
         return refuseBackward(func, kDkvStaged, staged,
                               "0 here; 1 needs a warp to hold whole rows of dK and dV (head dims 64, 96 and 128) and "
                               "load-warp 1 (no copy of the computing warps' own in flight into the reused buffers)");
       func->setAttr(kDkvStagedAttr, UnitAttr::get(func.getContext()));
     }
-    // dq-last-wait 1: the writer leaves once its last tile's adds have read sDq (not yet measured).
+    // dq-last-wait 1: the writer leaves once its last tile's adds have read sDq (measured level: bench/NOTES.md v48).
     if (const int64_t lastWait = knob(knobs, kDqLastWait, 0)) {
       if (!writer)
         return refuseBackward(func, kDqLastWait, lastWait, "0 here; 1 needs dq-writer 1");
