@@ -134,21 +134,11 @@ void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const
     w.line("  sm90::bulkReduceAddF32(gDqAccum + ((long long)tile * kBlockM + row) * kHeadDim, sDq + row * kDqPitch, "
            "kHeadDim * 4u);");
   } else if (shape.dqFragments) {
-    w.comment("a whole tile, in the fragments' order in sDq and in dq_accum (dq-fragments): one bulk reduce-add");
-    w.open("if (rows == kBlockM)");
+    w.comment("a whole tile in the fragments' order in sDq and in dq_accum (dq-fragments), a tile cut by seqlen_q in");
+    w.comment("rows in both: one bulk reduce-add of its rows below seqlen_q");
     w.line("if (lane == 0)");
-    w.line("  sm90::bulkReduceAddF32(gDqAccum + (long long)tile * kBlockM * kHeadDim, sDq, kBlockM * kHeadDim * 4u);");
-    w.close();
-    w.open("else");
-    w.comment("a tile cut by seqlen_q keeps its rows in dq_accum (the next sequence's or head's follow them): its");
-    w.comment("floats below seqlen_q, one add each, from the fragments' order");
-    w.line("#pragma unroll 1");
-    w.open("for (int index = lane; index < kBlockM * kHeadDim; index += 32)");
-    dqFragmentCoords(w, "index");
-    w.line("if (row < rows)");
-    w.line("  atomicAdd(gDqAccum + ((long long)tile * kBlockM + row) * kHeadDim + col, sDq[index]);");
-    w.close();
-    w.close();
+    w.line("  sm90::bulkReduceAddF32(gDqAccum + (long long)tile * kBlockM * kHeadDim, sDq, unsigned(rows) * kHeadDim * "
+           "4u);");
   } else {
     w.comment("the tile's rows below seqlen_q, contiguous in sDq and in dq_accum: one bulk reduce-add");
     w.line(writers > 1 ? "if (writer == 0 && lane == 0)" : "if (lane == 0)");

@@ -336,30 +336,35 @@ std::string BackwardSm90::dqFragmentIndex(const std::string &row, const std::str
              " % 8 / 2) + 2 * (", r, " % 16 / 8) + ", c, " % 2)");
 }
 
-void BackwardSm90::dqFragmentCoords(CudaWriter &w, const std::string &index) const {
-  w.line(cat("const int e = ", index, " % 4, t = ", index, " / 4 % kThreads, j = ", index, " / (4 * kThreads);"));
-  w.line(cat("const int g = t / ", kWarpgroupWarps * 32, ", w4 = t / 32 % ", kWarpgroupWarps,
-             ", fRow = t % 32 / 4, fCol = 2 * (t % 4);"));
-  if (transposesDq(shape))
-    w.line(cat("const int row = 8 * j + fCol + (e & 1), col = ", kWgmmaM, " * g + 16 * w4 + fRow + 8 * (e >> 1);"));
-  else
-    w.line(cat("const int row = 16 * w4 + fRow + 8 * (e >> 1), col = ", kWgmmaM, " * g + 8 * j + fCol + (e & 1);"));
-}
-
 void BackwardSm90::dqToShared(CudaWriter &w, const std::string &part, const DqBlock &block) {
   if (shape.dqFragments) {
     w.comment(cat("dQ", transposesDq(shape) ? "ᵀ" : "", "'s fragments into sDq in their own order (dq-fragments): n8 tile nt's four floats"));
-    w.comment("at 4·(nt·kThreads + thread), a warp's 16-byte stores on consecutive bytes (dqFragmentIndex)");
+    w.comment("at 4·(nt·kThreads + thread), a warp's 16-byte stores on consecutive bytes (dqFragmentIndex); a tile cut");
+    w.comment("by seqlen_q in rows, as dq_accum keeps it (its neighbours are the next head's or sequence's rows), so that");
+    w.comment("the writer adds it with one bulk reduce-add too");
+    w.open("if ((qt + 1) * kBlockM <= p.seqlenQ)");
     w.openUnrolledFor("nt", cat(block.width / 8));
     w.line(cat("*reinterpret_cast<float4 *>(sDq + 4 * (nt * kThreads + threadIdx.x)) = make_float4(", part, "[0][nt][0], ",
                part, "[0][nt][1], ", part, "[0][nt][2], ", part, "[0][nt][3]);"));
     w.close();
+    w.close();
+    w.open("else");
+    dqRowsToShared(w, part, block);
+    w.close();
     return;
   }
+  dqRowsToShared(w, part, block);
+}
+
+void BackwardSm90::dqRowsToShared(CudaWriter &w, const std::string &part, const DqBlock &block) {
   if (transposesDq(shape)) {
     w.comment("dQᵀ's fragments into sDq [query rows][kDqPitch], a float each: element i of n8 tile nt is column");
-    w.comment(cat(block.col, " + 16·(warp % 4) + fragRow + 8·(i / 2) of query row 8·nt + fragCol + i % 2 (its columns permuted"));
-    w.comment("by the row: a warp's 32 stores fall on the 32 banks)");
+    if (shape.dqSwizzle) {
+      w.comment(cat(block.col, " + 16·(warp % 4) + fragRow + 8·(i / 2) of query row 8·nt + fragCol + i % 2 (its columns permuted"));
+      w.comment("by the row: a warp's 32 stores fall on the 32 banks)");
+    } else {
+      w.comment(cat(block.col, " + 16·(warp % 4) + fragRow + 8·(i / 2) of query row 8·nt + fragCol + i % 2"));
+    }
     w.openUnrolledFor("nt", cat(block.width / 8));
     w.openUnrolledFor("i", "4");
     w.line(cat("const int row = 8 * nt + fragCol + (i & 1), col = ", block.col, " + 16 * (warp % ", kWarpgroupWarps,

@@ -387,6 +387,8 @@ private:
   }
   /// The blocks of `round` of `part` (its fp32 C fragment) into sDq, this thread's rows (the dQ writer's).
   void dqToShared(CudaWriter &w, const std::string &part, const DqBlock &round);
+  /// dqToShared's stores in rows ([query rows][kDqPitch]): every tile but dq-fragments' whole ones.
+  void dqRowsToShared(CudaWriter &w, const std::string &part, const DqBlock &round);
   /// dq_accum's (and sDq's) rows with their 16-byte chunks XOR-permuted by the row (KernelShape::dqSwizzle): chunk c
   /// of row i at c ^ (i % 8), within its 128 bytes. A warp's float2 stores of 8 rows then fall on 8 chunk positions
   /// twice: two wavefronts, no conflict, and a Q tile's rows stay contiguous (one bulk reduce-add).
@@ -398,10 +400,9 @@ private:
   /// KernelShape::dqFragments: a whole Q tile of dq_accum (and sDq) holds float e of 16-byte chunk j of computing
   /// thread t at 4·(j·kThreads + t) + e, chunk j being the thread's dQ fragment n8 tile j (its four floats), so that
   /// the threads' 16-byte stores of one chunk fill consecutive bytes (no bank conflict) and the tile is one bulk
-  /// reduce-add. dqFragmentIndex is the float of (row, col) of the tile; dqFragmentCoords the (row, col) of float
-  /// `index`, as C statements declaring `row` and `col` (the writer's adds for a tile cut by seqlen_q).
+  /// reduce-add. dqFragmentIndex is the float of (row, col) of the tile (the postprocess's read). A tile cut by
+  /// seqlen_q stays in rows, in sDq as in dq_accum (dqRowsToShared).
   std::string dqFragmentIndex(const std::string &row, const std::string &col) const override;
-  void dqFragmentCoords(CudaWriter &w, const std::string &index) const;
   /// acquireQTile's ring offset and LSE and D rows.
   void acquireRows(CudaWriter &w);
   /// KernelShape::singleDo: the computing thread's release of dO's buffer (once per iteration), after waiting for
