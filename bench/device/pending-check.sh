@@ -26,7 +26,7 @@
 # one: carry both), fda (the forward's desc-advance 1, .device/fda, through bench/device/forward-knobs.sh; logs in
 # $OUT/fda) and f8knobs (bench/fp8_bench.py with the e4m3 candidates .device/aot-f8-<name>: partial software exp2,
 # desc-advance), window (bench/window_sweep.py), dkvs (dkv-staged 1 beside the default, and in the window's
-# sweep).
+# sweep) and dkv64 (dkv-staged 1 at head dim 64, four rounds).
 # Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python, and for skv the two
 # libraries (bench/device/pending-prepare.sh makes all three).
 set -uo pipefail
@@ -184,6 +184,9 @@ if [[ $parts == *,dkvs,* ]]; then
     echo "$name:"; tail -3 "$OUT/pending-$name-window.log"
   done
 fi
+# dkv64: dkv-staged 1 at head dim 64 (split-Q; the default at 96 and 128 since 2026-12-07) in four rounds at 1k-8k:
+# +6% at 1k, -8% at 2k in its first rounds (bench/NOTES.md v48).
+steps_part dkv64 300 4 64 dkvs:.device/aot-dkvs "${PENDING_DKV64_SHAPES:-64:1024,64:2048,64:4096,64:8192}"
 # window: the backward of a causal window at widths 128-4096 and plain causal, per kernel (bench/window_sweep.py; FA4
 # beside it where fa4-install.sh installed it): the main kernel's time over the Q tiles a block walks, fitted.
 part window 200 python3 bench/window_sweep.py ${PENDING_WINDOW_ARGS:-}
