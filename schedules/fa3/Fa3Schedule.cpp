@@ -148,8 +148,9 @@ public:
         {kDkvStaged, "backward only, where a warp holds whole rows of dK and dV (head dims 64, 96 and 128): 1: dK "
                      "and dV leave through shared memory (the K/V tiles' and the ring's buffers, free once the walk is "
                      "over; padded rows), a bulk copy a row (cp.async.bulk) issued by the warp that holds it, FA3's "
-                     "epilogue without tensor maps; GQA/MQA keep their fp32 adds; 0: each thread stores its fragments "
-                     "(the default)",
+                     "epilogue without tensor maps; GQA/MQA keep their fp32 adds (the default at head dims 96 and 128 "
+                     "with the key split's 64-row tiles and the load warp); 0: each thread stores its fragments (the "
+                     "default elsewhere)",
          0, 1},
         {kDqLastWait, "backward only, with dq-writer 1: the dQ writer's wait once the walk is over: 1: none beyond "
                       "each tile's (its bulk adds have read sDq; the grid's end makes them visible to the next "
@@ -547,7 +548,7 @@ public:
     // dkv-staged: dK and dV through shared memory and one bulk copy a row (FA3's epilogue stores them with TMA from
     // shared memory), instead of each thread's 4-byte stores of its fragments. Where a warp holds whole rows of both:
     // not under the column split or swap-dkv (head dims 192 and 256). Measured on the H100 (bench/NOTES.md v48):
-    // +2-11% at head dims 96 and 128 (1k-4k, level at 8k; the causal window's fixed cost a block 9% lower), mixed at
+    // +2-11% at head dims 96 and 128 (1k-4k, level at 8k; the causal window's fixed cost a block 8% lower), mixed at
     // 64 (+6% at 1k, -8% at 2k): the default with the key split's 64-row tiles (96, 128) and the load warp.
     const bool stageByDefault = layout.keySplit && layout.blockM == kBackwardBlock && !layout.wide &&
                                 !layout.swapKv && loader;
