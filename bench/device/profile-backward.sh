@@ -5,7 +5,8 @@
 # slots, instructions, warp stalls per issued instruction by reason, shared-memory bank conflicts, L2 and DRAM
 # traffic. Clocks are left alone (--clock-control none). Writes $OUT/ncu-bwd-<who>.txt and a summary.
 # PROFILE_HD (default 128) and PROFILE_CAUSAL (1: causal) pick another head dim (same batch, seqlen and heads) or the
-# causal mask.
+# causal mask. PROFILE_PEER=cudnn profiles cuDNN's backward (SDPA with the cuDNN backend: issue 38's anchor at head dim
+# 256, where it leads FA4) instead of FA4's.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 OUT=${OUT:-$PWD/.device/out}
@@ -19,6 +20,11 @@ q, k, v = (torch.randn(2, 8192, 16, hd, device="cuda", dtype=torch.bfloat16, req
 if who == "flashtile":
     import flashtile
     out = flashtile.flash_attn_func(q, k, v, causal=causal)
+elif who == "cudnn":
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        out = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=causal)
 else:
     from flash_attn.cute import interface
     out = interface.flash_attn_func(q, k, v, causal=causal)
@@ -33,6 +39,13 @@ tag=${PROFILE_HD:+-hd$PROFILE_HD}${PROFILE_CAUSAL:+-c$PROFILE_CAUSAL}  # in the 
 # The backward's kernels of the last (third) backward call: the main kernel is the longest.
 timeout -k 5 150 ncu --clock-control none --metrics "$NCU_METRICS" --kernel-name regex:'_bwd$' --launch-skip 2 \
   --launch-count 1 python3 -c "$script" flashtile > "$OUT/ncu-bwd-flashtile$tag.txt" 2>&1
-timeout -k 5 200 ncu --clock-control none --metrics "$NCU_METRICS" --kernel-name regex:'(?i)bwd|backward' \
-  --launch-skip "${FA4_SKIP:-6}" --launch-count "${FA4_COUNT:-4}" python3 -c "$script" fa4 > "$OUT/ncu-bwd-fa4$tag.txt" 2>&1
-ncu_summary "$OUT/ncu-bwd-flashtile$tag.txt" "$OUT/ncu-bwd-fa4$tag.txt" | tee "$OUT/ncu-bwd-summary$tag.txt"
+peer=${PROFILE_PEER:-fa4}
+if [ "$peer" = cudnn ]; then
+  # cuDNN's main kernel (cudnn_generated_..._flash_bprop_...) of the third backward call
+  timeout -k 5 200 ncu --clock-control none --metrics "$NCU_METRICS" --kernel-name regex:'flash_bprop' \
+    --launch-skip 2 --launch-count 1 python3 -c "$script" cudnn > "$OUT/ncu-bwd-cudnn$tag.txt" 2>&1
+else
+  timeout -k 5 200 ncu --clock-control none --metrics "$NCU_METRICS" --kernel-name regex:'(?i)bwd|backward' \
+    --launch-skip "${FA4_SKIP:-6}" --launch-count "${FA4_COUNT:-4}" python3 -c "$script" fa4 > "$OUT/ncu-bwd-fa4$tag.txt" 2>&1
+fi
+ncu_summary "$OUT/ncu-bwd-flashtile$tag.txt" "$OUT/ncu-bwd-$peer$tag.txt" | tee "$OUT/ncu-bwd-summary$tag.txt"
