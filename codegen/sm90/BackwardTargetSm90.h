@@ -114,11 +114,20 @@ template <int kSwizzleBytes = 128>
 __device__ __forceinline__ constexpr unsigned mnMajorStepBytes(int step) {
   return unsigned(step) * 16u * kSwizzleBytes;
 }
-// advance(d, bytes) for a descriptor whose start address plus bytes stays in its 14-bit field.
-__device__ __forceinline__ unsigned long long offsetLow(unsigned long long d, unsigned bytes) {
-  return d + (bytes >> 4);
+)cuda";
+
+/// desc::offsetLow, advance(d, bytes) for a descriptor whose start address plus bytes stays in its 14-bit field: one
+/// 64-bit add (kBackwardText's comment), or with `masked` the add to the low word alone, the high word masked back in
+/// (the form before 2026-12-07). Both give the same descriptor.
+inline std::string offsetLowText(bool masked) {
+  return std::string("// advance(d, bytes) for a descriptor whose start address plus bytes stays in its 14-bit field")
+      .append(masked ? " (the low\n// word's add, the high word masked back in: BackwardSm90::masksDescriptorAdds)" : "")
+      .append(".\n__device__ __forceinline__ unsigned long long offsetLow(unsigned long long d, unsigned bytes) {\n")
+      .append(masked ? "  return (d & 0xffffffff00000000ull) | (unsigned(d) + (bytes >> 4));\n" : "  return d + (bytes >> 4);\n")
+      .append("}\n");
 }
-} // namespace desc
+
+inline constexpr std::string_view kBackwardTextTail = R"cuda(} // namespace desc
 // The TMA descriptors of a backward main kernel with a load warp, its second parameter (`const __grid_constant__
 // sm90::BackwardTensorMaps maps`): Q and dO in Q-tile boxes, K and V in K/V-tile boxes, built per call by the runtime
 // (runtime/TensorMap.h, backwardTensorMaps).
@@ -161,7 +170,8 @@ public:
     if (!dqReadsRegisters())
       for (int n : dqWidths)
         text += wgmmaMnMajorAText(n);
-    return text + backwardPrelude(kFragmentNamespace, "") + std::string(kBackwardText);
+    return text + backwardPrelude(kFragmentNamespace, "") + std::string(kBackwardText) +
+           offsetLowText(masksDescriptorAdds()) + std::string(kBackwardTextTail);
   }
   std::string_view primitivesNamespace() const override { return kFragmentNamespace; }
   std::vector<std::string> reservedNames() const override {
@@ -253,6 +263,10 @@ public:
   std::string stageWords(CudaWriter &w, const std::string &from) const;
   /// One warpgroup's dS in registers spans all of its Q tile's keys only when it is the block's one warpgroup.
   bool dqReadsRegisters() const override { return warpgroups == 1; }
+  /// desc::offsetLow's masked form (offsetLowText): head dim 192 under swap-dkv (192/192), where with the 64-bit add
+  /// ptxas spills in the Q-tile loops (15-27 local loads an iteration; SASS, 2026-12-07) and the kernel measured 3-5%
+  /// slower non-causal (bench/NOTES.md v48); the 64-bit add elsewhere (fewer instructions, the same spills).
+  bool masksDescriptorAdds() const { return shape.swapKv && shape.headDim == 192 && shape.headDimV == 192; }
   /// Under the swap Pᵀ and dSᵀ are in registers, each warp 16 keys × the Q tile's rows: the A fragments of dV's and
   /// dK's GEMMs (wgmma RS).
   bool dotReadsRegisters() const override { return shape.swapScores; }

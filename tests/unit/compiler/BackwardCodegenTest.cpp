@@ -568,6 +568,29 @@ TEST(BackwardCodegen, Fa3DkvStagedStoresRowsByBulkCopies) {
   expectFa3Refuses(256, {{"dkv-staged", 1}}, "dkv-staged", 1);
 }
 
+// desc::offsetLow: one 64-bit add to a wgmma descriptor (FA4's form), except at head dim 192 under swap-dkv (192/192),
+// whose Q-tile loops ptxas spills with it (15-27 local loads an iteration, measured 3-5% slower non-causal): there the
+// add to the low word with the high word masked back in (bench/NOTES.md v48).
+TEST(BackwardCodegen, Fa3DescriptorAddsMaskedOnlyWhereThe64BitAddSpills) {
+  const std::string masked = "  return (d & 0xffffffff00000000ull) | (unsigned(d) + (bytes >> 4));";
+  const std::string wide = "  return d + (bytes >> 4);";
+  const auto cudaOf = [](int hd, int hdv, const schedule::Knobs &knobs) {
+    jit::CompileOptions options = backwardOptions(ElementType::BF16, hd, "sm_90a", knobs, "fa3");
+    options.headDimV = hdv;
+    StatusOr<jit::CompileResult> result = jit::compile(*variants::byName("none"), options, jit::Stage::Cuda);
+    EXPECT_TRUE(result.ok()) << hd << "/" << hdv << ": " << result.status().message();
+    return result.ok() ? result->cuda : std::string();
+  };
+  const std::string hd192 = cudaOf(192, 192, {});
+  EXPECT_EQ(count(hd192, masked), 1);
+  EXPECT_EQ(count(hd192, wide), 0);
+  for (const std::string &cuda : {cudaOf(128, 128, {}), cudaOf(64, 64, {}), cudaOf(96, 96, {}), cudaOf(256, 256, {}),
+                                  cudaOf(192, 128, {}), cudaOf(192, 192, {{"swap-dkv", 0}})}) {
+    EXPECT_EQ(count(cuda, wide), 1);
+    EXPECT_EQ(count(cuda, masked), 0);
+  }
+}
+
 // dq-last-wait 1: once the walk is over the dQ writer leaves without waiting for its last bulk adds to complete (each
 // tile's reads of sDq were waited for in the loop; deterministic mode's turns wait for every add either way); the
 // default keeps the wait. Refused without the writer (head dim 256).
