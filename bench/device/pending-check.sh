@@ -26,7 +26,8 @@
 # one: carry both), fda (the forward's desc-advance 1, .device/fda, through bench/device/forward-knobs.sh; logs in
 # $OUT/fda) and f8knobs (bench/fp8_bench.py with the e4m3 candidates .device/aot-f8-<name>: partial software exp2,
 # desc-advance), window (bench/window_sweep.py), dkvs (dkv-staged 1 beside the default, and in the window's
-# sweep) and dkv64 (dkv-staged 1 at head dim 64, four rounds).
+# sweep), dkv64 (dkv-staged 1 at head dim 64, four rounds) and detdq (deterministic mode with dq-fragments and
+# dq-swizzle: one bulk add a turn).
 # Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python, and for skv the two
 # libraries (bench/device/pending-prepare.sh makes all three).
 set -uo pipefail
@@ -184,6 +185,11 @@ if [[ $parts == *,dkvs,* ]]; then
     echo "$name:"; tail -3 "$OUT/pending-$name-window.log"
   done
 fi
+# detdq: deterministic mode with one bulk add a turn instead of one a row (its writer's turn is the chain each Q tile's
+# blocks pass along): dq-fragments at 128 (.device/aot-dqf) and dq-swizzle at 96-192 (.device/aot-sw), the default and
+# deterministic columns of each.
+STEPS_BENCH_ARGS=--deterministic steps_part detdq 480 2 96,128,192 dqf:.device/aot-dqf,sw:.device/aot-sw \
+  "${PENDING_DETDQ_SHAPES:-128:8192,128:2048,96:8192,192:8192}"
 # dkv64: dkv-staged 1 at head dim 64 (split-Q; the default at 96 and 128 since 2026-12-07) in four rounds at 1k-8k:
 # +6% at 1k, -8% at 2k in its first rounds (bench/NOTES.md v48).
 steps_part dkv64 300 4 64 dkvs:.device/aot-dkvs "${PENDING_DKV64_SHAPES:-64:1024,64:2048,64:4096,64:8192}"
