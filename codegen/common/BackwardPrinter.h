@@ -209,6 +209,7 @@ private:
   /// The dimensions of a dK or dV accumulator of `width` columns before its [4]: "[kKvMTiles][n8 tiles]", or
   /// transposed "[m-tiles of columns][kKvKeyTiles]".
   std::string kvAccDims(int64_t width) const;
+  /// KernelShape::stagedKv: where dK's (dk) or dV's staged rows start after sK, in bytes.
   std::string stagedKvOffset(bool dk) const;
   /// KernelShape::stagedKv: the padding of a staged dK or dV row (16: keeps the rows 16-byte aligned for the bulk
   /// copies, and 8 rows of a warp's fragment stores on distinct banks).

@@ -51,8 +51,8 @@ inline constexpr llvm::StringLiteral kDescAdvanceAttr = "tile.desc_advance";
 /// With tile.dq_writer (a unit attribute): each whole Q tile's fp32 dQ accumulator is held in the computing threads'
 /// fragment order (16-byte chunk j of thread t at float 4·(j·threads + t)), the order in which the threads store
 /// their fragments into sDq (16-byte stores, no conflict) and the dQ writer adds it (one bulk reduce-add a tile); a
-/// tile cut by seqlen_q keeps its rows (the writer's per-element adds). The postprocess reads either. The program's
-/// semantics do not change (KernelShape::dqFragments).
+/// tile cut by seqlen_q keeps its rows, in sDq as in dq_accum (one bulk reduce-add too). The postprocess reads
+/// either. The program's semantics do not change (KernelShape::dqFragments).
 inline constexpr llvm::StringLiteral kDqFragmentsAttr = "tile.dq_fragments";
 /// A schedule's attribute on a backward main program (a unit attribute): dK and dV leave through shared memory (the
 /// tiles' buffers, free once the walk is over) in one bulk copy a row, issued by the warp holding the row; under

@@ -550,10 +550,10 @@ public:
     // not under the column split or swap-dkv (head dims 192 and 256). Measured on the H100 (bench/NOTES.md v48):
     // +2-11% at head dims 96 and 128 (1k-4k, level at 8k; the causal window's fixed cost a block 8% lower), mixed at
     // 64 (+6% at 1k, -8% at 2k): the default with the key split's 64-row tiles (96, 128) and the load warp.
-    const bool stageByDefault = layout.keySplit && layout.blockM == kBackwardBlock && !layout.wide &&
-                                !layout.swapKv && loader;
+    const bool stageable = !layout.wide && !layout.swapKv && loader;
+    const bool stageByDefault = stageable && layout.keySplit && layout.blockM == kBackwardBlock;
     if (const int64_t staged = knob(knobs, kDkvStaged, stageByDefault ? 1 : 0)) {
-      if (layout.wide || layout.swapKv || !loader)
+      if (!stageable)
         return refuseBackward(func, kDkvStaged, staged,
                               "0 here; 1 needs a warp to hold whole rows of dK and dV (head dims 64, 96 and 128) and "
                               "load-warp 1 (no copy of the computing warps' own in flight into the reused buffers)");
