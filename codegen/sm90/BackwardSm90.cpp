@@ -311,6 +311,26 @@ void BackwardSm90::dqOperand(CudaWriter &w, const std::string &staged, const std
 }
 
 void BackwardSm90::dqReductions(CudaWriter &w, const SharedTile &k, const std::string &part, const DqBlock &block) {
+  if (shape.dqAddV4) {
+    // Lanes 2j and 2j + 1 hold columns [4j', 4j' + 2) and [4j' + 2, 4j' + 4) of rows fragRow and fragRow + 8: the even
+    // lane takes the odd one's half of the first row, the odd lane the even one's half of the second.
+    w.comment("dq-add-v4: the lane pair's halves swapped (two shuffles an n8 tile), each lane adds four consecutive floats");
+    w.comment("of one row: the even lane of row fragRow, the odd lane of row fragRow + 8");
+    w.line("const bool oddLane = lane & 1;");
+    w.openUnrolledFor("mt", "kMTiles");
+    w.line(cat("const int q = ", FragmentTiles::threadRow("oddLane"), ";"));
+    openKeptFragments(w, block);
+    const std::string e = cat(part, "[0][nt]");
+    w.line(cat("const float give0 = oddLane ? ", e, "[0] : ", e, "[2], give1 = oddLane ? ", e, "[1] : ", e, "[3];"));
+    w.line("const float take0 = __shfl_xor_sync(0xffffffffu, give0, 1), take1 = __shfl_xor_sync(0xffffffffu, give1, 1);");
+    w.line("if (q < p.seqlenQ)");
+    w.line(cat("  sm90::redAdd4(gDqAccum + (long long)q * ", k.width, " + ", block.col,
+               " + 8 * nt + (fragCol & ~3), oddLane ? take0 : ", e, "[0], oddLane ? take1 : ", e, "[1], oddLane ? ", e,
+               "[2] : take0, oddLane ? ", e, "[3] : take1);"));
+    w.close();
+    w.close();
+    return;
+  }
   fragments.forEachRow(w, [&] {
     w.line(cat("const int q = ", FragmentTiles::threadRow(), ";"));
     w.line("if (q >= p.seqlenQ)");

@@ -82,6 +82,10 @@ namespace sm90 {
 __device__ __forceinline__ void redAdd2(float *dst, float x, float y) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
 }
+// dst[0..3] += x, y, z, u (dst 16-byte aligned), fp32, without reading the result back (red.global.add.v4).
+__device__ __forceinline__ void redAdd4(float *dst, float x, float y, float z, float u) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(x), "f"(y), "f"(z), "f"(u) : "memory");
+}
 // dst[i] += src[i] for the `bytes` / 4 floats of a shared-memory buffer (16-byte aligned, bytes a multiple of 16), by
 // the bulk copy engine (cp.reduce.async.bulk: one instruction, element-wise adds in global memory; each element added
 // once). Committed with tma::storeCommit, waited for with tma::storeWaitRead (src reusable) or tma::storeWait (done).

@@ -62,6 +62,10 @@ inline constexpr llvm::StringLiteral kDkvStagedAttr = "tile.dkv_staged";
 /// shared memory, not for the adds themselves (the grid's end makes them visible to the next kernel); deterministic
 /// mode's turns still wait for every add. The program's semantics do not change (KernelShape::dqReadsOnly).
 inline constexpr llvm::StringLiteral kDqReadsOnlyAttr = "tile.dq_reads_only";
+/// A schedule's attribute on a backward main program whose computing warps add dQ themselves (a unit attribute): each
+/// lane adds four consecutive floats of one row of dq_accum (a fragment pair's halves swapped between its two lanes)
+/// instead of two pairs. The program's semantics do not change (KernelShape::dqAddV4).
+inline constexpr llvm::StringLiteral kDqAddV4Attr = "tile.dq_add_v4";
 /// A schedule's attribute on a backward main program with roles (a unit attribute): a load warp of the producer
 /// warpgroup brings K and V, and each Q tile's Q, dO, LSE and D, into shared memory (TMA into a two-stage ring with
 /// full and empty barriers), so the computing warps copy nothing (KernelShape::loadWarp); the program's semantics do

@@ -276,6 +276,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   shape.dqFragments = func->hasAttr(tile::kDqFragmentsAttr);
   shape.stagedKv = func->hasAttr(tile::kDkvStagedAttr);
   shape.dqReadsOnly = func->hasAttr(tile::kDqReadsOnlyAttr);
+  shape.dqAddV4 = func->hasAttr(tile::kDqAddV4Attr);
   if (auto warps = func->getAttrOfType<mlir::IntegerAttr>(tile::kDqWriterWarpsAttr))
     shape.dqWriterWarps = static_cast<int>(warps.getInt());
   shape.loadWarp = func->hasAttr(tile::kLoadWarpAttr);

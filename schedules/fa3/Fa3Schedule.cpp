@@ -157,6 +157,11 @@ public:
                       "kernel, as FA3's writer and CUTLASS's TMA epilogues end); 0: it waits for its last adds to "
                       "complete (the default). Deterministic mode's turns wait for every add either way",
          0, 1},
+        {kDqAddV4, "backward only, where the computing warps add dQ themselves (dq-writer 0: head dim 256 by default): "
+                   "1: the two lanes of a fragment pair swap halves (two shuffles an n8 tile), so that each lane adds "
+                   "four consecutive floats of one row (red.global.add.v4: half the global reductions' instructions); "
+                   "0: each lane adds its pairs (red.global.add.v2, the default)",
+         0, 1},
         {kDescAdvance, "forward only: 1: each GEMM's wgmma descriptors made once and advanced by one 64-bit add a "
                        "k16 step (FA4's form; fewer uniform moves: bench/NOTES.md v46); 0: encoded from each step's "
                        "address (the default)",
@@ -170,7 +175,7 @@ public:
       return configureBackward(func, knobs);
     for (const char *backwardKnob :
          {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle, kSwapDkv, kDoBuffers, kRotatedWalk,
-          kLptGroupBlocks, kRingRows, kDsBuffers, kDqFragments, kDkvStaged, kDqLastWait})
+          kLptGroupBlocks, kRingRows, kDsBuffers, kDqFragments, kDkvStaged, kDqLastWait, kDqAddV4})
       if (knobs.count(backwardKnob))
         return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
@@ -278,7 +283,7 @@ public:
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
                                      "consumer-warpgroups, intra-wg-overlap, dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, "
                                      "early-dv, swap-dkv, do-buffers, rotated-walk, lpt-group-blocks, ring-rows, "
-                                     "ds-buffers, dq-fragments, dkv-staged, dq-last-wait, producer-regs and consumer-regs";
+                                     "ds-buffers, dq-fragments, dkv-staged, dq-last-wait, dq-add-v4, producer-regs and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
         return refuseBackward(func, name, value, "64, 96, 128, 192 or 256; the fa2 backward serves the others");
@@ -564,6 +569,15 @@ public:
       if (!writer)
         return refuseBackward(func, kDqLastWait, lastWait, "0 here; 1 needs dq-writer 1");
       func->setAttr(kDqReadsOnlyAttr, UnitAttr::get(func.getContext()));
+    }
+    // dq-add-v4 1: where the computing warps add dQ themselves, each lane adds four floats of one row (its pair's
+    // halves swapped by two shuffles) instead of two pairs of two: half the LSU's reduction instructions, whose queue
+    // holds the head-dim-256 kernel (ncu: lg_throttle the first stall reason, bench/NOTES.md v49).
+    if (const int64_t addV4 = knob(knobs, kDqAddV4, 0)) {
+      if (writer || rows80)
+        return refuseBackward(func, kDqAddV4, addV4,
+                              "0 here; 1 needs dq-writer 0 (the computing warps' own adds: head dim 256 by default)");
+      func->setAttr(kDqAddV4Attr, UnitAttr::get(func.getContext()));
     }
     return success();
   }

@@ -613,6 +613,30 @@ TEST(BackwardCodegen, Fa3DqLastWaitLeavesOnceTheReadsAreDone) {
   expectFa3Refuses(256, {{"dq-last-wait", 1}}, "dq-last-wait", 1);
 }
 
+// dq-add-v4 1: where the computing warps add dQ themselves (head dim 256), each lane adds four consecutive floats of one
+// row (red.global.add.v4, 16-byte aligned: the pair's first column a multiple of 4) after two shuffles an n8 tile,
+// in place of every red.v2 of dQ; the default keeps the pairs. NVRTC compiles it. Refused where a writer warp adds dQ.
+TEST(BackwardCodegen, Fa3DqAddV4AddsFourFloatsOfARowALane) {
+  for (const char *variant : {"none", "causal"}) {
+    StatusOr<jit::CompileResult> off = jit::compile(
+        *variants::byName(variant), backwardOptions(ElementType::BF16, 256, "sm_90a", {}, "fa3"), jit::Stage::Cuda);
+    StatusOr<jit::CompileResult> on =
+        jit::compile(*variants::byName(variant),
+                     backwardOptions(ElementType::BF16, 256, "sm_90a", {{"dq-add-v4", 1}}, "fa3"), jit::Stage::Cubin);
+    ASSERT_TRUE(off.ok() && on.ok()) << variant;
+    const int pairs = count(off->cuda, "sm90::redAdd2(dst, dqPart[0][nt][2 * r], dqPart[0][nt][2 * r + 1]);");
+    EXPECT_GT(pairs, 0) << variant;
+    EXPECT_EQ(count(off->cuda, "sm90::redAdd4("), 0) << variant;
+    EXPECT_EQ(count(on->cuda, "sm90::redAdd2(dst, dqPart"), 0) << variant;
+    EXPECT_EQ(count(on->cuda, "sm90::redAdd4(gDqAccum + (long long)q * 256 + 128 * (warp / 4) + 8 * nt + (fragCol & ~3), "
+                              "oddLane ? take0 : dqPart[0][nt][0]"),
+              pairs)
+        << variant;
+    EXPECT_EQ(count(on->cuda, "const int q = warpRow0 + 16 * mt + fragRow + 8 * oddLane;"), pairs) << variant;
+  }
+  expectFa3Refuses(128, {{"dq-add-v4", 1}}, "dq-add-v4", 1);
+}
+
 // lpt-group-blocks N: the main kernel's blocks take K/V tile index by tile index across groups of (batch, head) pairs
 // of at least N blocks (the arithmetic of the forward's grouped order, Fa2GridOrder's model, with the tile index
 // ascending: the first K/V tiles walk the most Q tiles under a causal mask), outside deterministic mode only; the
@@ -850,7 +874,7 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
                           "dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, early-dv, swap-dkv, do-buffers, "
                           "rotated-walk, lpt-group-blocks, ring-rows, ds-buffers, dq-fragments, dkv-staged, dq-last-wait, "
-                          "producer-regs and consumer-regs"},
+                          "dq-add-v4, producer-regs and consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"},
         {"desc-advance", 1, "fa3 backward: the knob desc-advance shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
