@@ -27,7 +27,8 @@
 # $OUT/fda) and f8knobs (bench/fp8_bench.py with the e4m3 candidates .device/aot-f8-<name>: partial software exp2,
 # desc-advance), window (bench/window_sweep.py), dkvs (dkv-staged 1 beside the default, and in the window's
 # sweep), dkv64 (dkv-staged 1 at head dim 64, four rounds), detdq (deterministic mode with dq-fragments and
-# dq-swizzle: one bulk add a turn) and a4 (dq-add-v4 1 at head dim 256, .device/aot-a4).
+# dq-swizzle: one bulk add a turn), a4 (dq-add-v4 1 at head dim 256, .device/aot-a4) and lv (late-v 1 at 96 and
+# 128, .device/aot-lv).
 # Each part has its own time limit; logs in $OUT/pending-<part>.log. Carry .device/python, and for skv the two
 # libraries (bench/device/pending-prepare.sh makes all three).
 set -uo pipefail
@@ -193,6 +194,9 @@ STEPS_BENCH_ARGS=--deterministic steps_part detdq 480 2 96,128,192 dqf:.device/a
 # a4: dq-add-v4 1 at head dim 256 (the computing warps' dQ adds four floats of a row a lane: half the LSU's reduction
 # instructions; ncu put lg_throttle first among that kernel's stalls, bench/NOTES.md v49) beside the default.
 steps_part a4 360 3 256 a4:.device/aot-a4 "${PENDING_A4_SHAPES:-256:8192,256:16384,256:2048}"
+# lv: late-v 1 at head dims 96 and 128 (V's TMA after the walk's first Q and dO tiles, on its own barrier: the first S
+# GEMM waits for 64 of the 96 KB at hd128) beside the default, where a block's fixed cost weighs (1k-2k) and at 8k.
+steps_part lv 400 3 96,128 lv:.device/aot-lv "${PENDING_LV_SHAPES:-128:1024,128:2048,128:8192,96:2048}"
 # dkv64: dkv-staged 1 at head dim 64 (split-Q; the default at 96 and 128 since 2026-12-07) in four rounds at 1k-8k:
 # +6% at 1k, -8% at 2k in its first rounds (bench/NOTES.md v48).
 steps_part dkv64 300 4 64 dkvs:.device/aot-dkvs "${PENDING_DKV64_SHAPES:-64:1024,64:2048,64:4096,64:8192}"

@@ -34,6 +34,7 @@ void BackwardSm90::declareRoleShared(CudaWriter &w, const std::string &at) const
                   shape.singleDo ? "; dO's full and empty" : ""));
     w.line(cat("sm90::Mbarrier *const kvBar = reinterpret_cast<sm90::Mbarrier *>(", at,
                "), *const fullBars = kvBar + 1, *const emptyBars = fullBars + 2", doBars, ";"));
+    declareLateVBarrier(w, at);
     return;
   }
   w.comment("the dQ writer's buffer (fp32 [kBlockM][kDqPitch]: a Q tile's rows of dq_accum, each padded so that the");
@@ -51,6 +52,15 @@ void BackwardSm90::declareRoleShared(CudaWriter &w, const std::string &at) const
   w.line(cat("int *const sDqTile = reinterpret_cast<int *>(dqBars + ",
              kDqBarriers + (shape.loadWarp ? kLoadBarriers + (shape.singleDo ? kDoBarriers : 0) : 0),
              ");  // the Q tile in sDq; -1: the walk is over"));
+  declareLateVBarrier(w, at);
+}
+
+void BackwardSm90::declareLateVBarrier(CudaWriter &w, const std::string &at) const {
+  if (!shape.lateV)
+    return;
+  w.comment("late-v: V's barrier, the role area's last 8 bytes (the load warp's TMA of V after the first Q tile)");
+  w.line(cat("sm90::Mbarrier *const vBar = reinterpret_cast<sm90::Mbarrier *>(", at, " + ", roleSharedBytes() - 8,
+             ");"));
 }
 
 void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const std::string &dqTurn) {
@@ -74,7 +84,12 @@ void BackwardSm90::beginRoles(CudaWriter &w, const std::string &dqCounter, const
     w.line(cat("sm90::mbarrier::init(&dqBars[1], ", shape.dqWriterWarps, ");  // each writer warp's lane 0"));
   }
   if (shape.loadWarp) {
-    w.line("sm90::mbarrier::init(kvBar, 2);  // K's and V's TMA");
+    if (shape.lateV) {
+      w.line("sm90::mbarrier::init(kvBar, 1);  // K's TMA");
+      w.line("sm90::mbarrier::init(vBar, 1);  // V's TMA (late-v: after the first Q tile's)");
+    } else {
+      w.line("sm90::mbarrier::init(kvBar, 2);  // K's and V's TMA");
+    }
     w.open("for (int s = 0; s < 2; ++s)");
     w.line("sm90::mbarrier::init(&fullBars[s], 32);  // the load warp's lanes (and the TMA's bytes)");
     w.line("sm90::mbarrier::init(&emptyBars[s], kThreads);  // each computing thread");
@@ -208,11 +223,20 @@ void BackwardSm90::beginLoadRole(CudaWriter &w) {
 }
 
 void BackwardSm90::loadOwnTile(CudaWriter &w, const SharedTile &tile, bool k) {
+  if (!k && shape.lateV) {
+    w.comment(cat("tile.load v: the block's tile into ", tile.name, " after the walk's first Q tile (late-v: loadQTile)"));
+    lateVTile = tile;
+    return;
+  }
   w.comment(cat("tile.load ", k ? "k" : "v", ": the block's tile into ", tile.name));
+  printOwnTileLoad(w, tile, k, "kvBar");
+}
+
+void BackwardSm90::printOwnTileLoad(CudaWriter &w, const SharedTile &tile, bool k, const std::string &bar) const {
   w.open("if (lane == 0)");
-  w.line(cat("sm90::mbarrier::arriveExpectTx(kvBar, ", tile.rows, " * ", k ? "kHeadDim" : "kHeadDimV", " * 2);"));
-  w.line(cat("sm90::tma::load5d(", tile.name, ", &maps.", k ? "k" : "v",
-             ", kvBar, 0, kRow0 + blockKvTile * kBlockN, 0, hKv, tmaBatch);"));
+  w.line(cat("sm90::mbarrier::arriveExpectTx(", bar, ", ", tile.rows, " * ", k ? "kHeadDim" : "kHeadDimV", " * 2);"));
+  w.line(cat("sm90::tma::load5d(", tile.name, ", &maps.", k ? "k" : "v", ", ", bar,
+             ", 0, kRow0 + blockKvTile * kBlockN, 0, hKv, tmaBatch);"));
   w.close();
 }
 
@@ -228,6 +252,12 @@ void BackwardSm90::loadQTile(CudaWriter &w, const std::string &qt) {
     w.line(cat("sm90::tma::load5d(stage ? sDO1 : sDO0, &maps.dO, &fullBars[stage], 0, qRow0 + ", qt,
                " * kBlockM, 0, h, tmaBatch);"));
   w.close();
+  if (shape.lateV && lateVTile) {
+    w.comment(cat("late-v: V into ", lateVTile->name, " behind the walk's first Q and dO tiles (vBar)"));
+    w.open("if (loads == 0)");
+    printOwnTileLoad(w, *lateVTile, false, "vBar");
+    w.close();
+  }
   w.comment("the LSE and D rows (fp32): LSE·log2(e), the computing warps' exp2 operand, +inf for a row that saw no key");
   w.comment("(LSE -inf) and past seqlen_q, where P is 0; D, 0 past seqlen_q");
   w.line("float *const rows = sRows + stage * 2 * kBlockM;");

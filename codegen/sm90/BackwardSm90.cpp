@@ -35,6 +35,8 @@ namespace flashtile::codegen::sm90 {
 namespace detail {
 
 void BackwardSm90::issueScore(CudaWriter &w, const std::string &acc, const SharedTile &a, const SharedTile &b) const {
+  if (shape.lateV && (a.name == "sV" || b.name == "sV"))
+    w.line("sm90::mbarrier::wait(vBar, 0);  // late-v: V landed (its one phase: at once after the first Q tile)");
   if (shape.swapScores) {
     // Sᵀ = K·Qᵀ (dPᵀ = V·dOᵀ): the warpgroup's 64 keys of the K/V tile on M, the Q tile's rows on N.
     w.comment(cat(acc, " = (", a.name.substr(1), "·", b.name.substr(1), "ᵀ)ᵀ = ", b.name.substr(1), "·", a.name.substr(1),

@@ -15,6 +15,7 @@
 #include "codegen/sm90/InstructionsSm90.h"
 #include "codegen/sm90/PreludeSm90.h"
 #include <map>
+#include <optional>
 #include <vector>
 
 namespace flashtile::codegen::sm90::detail {
@@ -292,9 +293,11 @@ public:
   }
   int64_t roleSharedBytes() const override {
     return (shape.dqWriter ? int64_t(shape.blockM) * (shape.headDim + dqPad()) * 4 : 0) +
-           (roles() ? (shape.singleDo ? kRoleBarrierBytesSingleDo : kRoleBarrierBytes) : 0);
+           (roles() ? (shape.singleDo ? kRoleBarrierBytesSingleDo : kRoleBarrierBytes) + (shape.lateV ? 8 : 0) : 0);
   }
   void declareRoleShared(CudaWriter &w, const std::string &at) const override;
+  /// late-v's barrier (vBar): the role area's last 8 bytes (roleSharedBytes adds them).
+  void declareLateVBarrier(CudaWriter &w, const std::string &at) const;
   void beginRoles(CudaWriter &w, const std::string &dqCounter, const std::string &dqTurn) override;
   void endRoles(CudaWriter &w) override;
   void endWalk(CudaWriter &w) override;
@@ -318,9 +321,12 @@ public:
   void beginLoadRole(CudaWriter &w) override;
   void endLoadRole(CudaWriter &w) override { w.close(); }
   void loadOwnTile(CudaWriter &w, const SharedTile &tile, bool k) override;
+  /// Lane 0's TMA of the block's K or V tile onto barrier `bar` (kvBar, or vBar under late-v).
+  void printOwnTileLoad(CudaWriter &w, const SharedTile &tile, bool k, const std::string &bar) const;
   void loadQTile(CudaWriter &w, const std::string &qt) override;
   void waitOwnTiles(CudaWriter &w) override {
-    w.line("sm90::mbarrier::wait(kvBar, 0);  // K and V landed (the load warp's TMA)");
+    w.line(shape.lateV ? "sm90::mbarrier::wait(kvBar, 0);  // K landed (the load warp's TMA; V on vBar, late-v)"
+                       : "sm90::mbarrier::wait(kvBar, 0);  // K and V landed (the load warp's TMA)");
   }
   void acquireQTile(CudaWriter &w) override;
   void releaseQTile(CudaWriter &w) override;
@@ -533,6 +539,7 @@ private:
   int dotFrags = 0;                  ///< RS A operands of dotTn declared in this iteration (dotFrag0, dotFrag1)
   std::string earlyDot;              ///< this iteration's dotTnEarly accumulator (dV's), or empty
   bool doReleased = false;           ///< this iteration released the single dO buffer (KernelShape::singleDo)
+  std::optional<SharedTile> lateVTile; ///< late-v: V's tile, loaded by loadQTile after the walk's first Q tile
   std::map<std::string, std::string> packed; ///< this iteration's score tiles packed by dotTn -> their words
   /// "<the fragment primitives' namespace>::": their cp.async, smemAddress and packs.
   const std::string ns = cat(kFragmentNamespace, "::");

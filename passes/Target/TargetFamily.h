@@ -77,6 +77,8 @@ struct KernelShape {
   bool dqReadsOnly = false;
   /// `tile.dq_add_v4` (passes/Transforms/Passes.h): the computing warps' dQ adds four floats of one row a lane.
   bool dqAddV4 = false;
+  /// `tile.late_v` (passes/Transforms/Passes.h): V loaded after the walk's first Q tile, on its own barrier.
+  bool lateV = false;
   /// The backward's split of S's keys (`tile.key_warps`, passes/Transforms/Passes.h): the main program's warps form
   /// warps / keyWarps row groups, and a row group's keyWarps warps take blockN / keyWarps keys of S and dP each (and
   /// headDim / keyWarps columns of dQ). 1: split-Q.

@@ -66,6 +66,10 @@ inline constexpr llvm::StringLiteral kDqReadsOnlyAttr = "tile.dq_reads_only";
 /// lane adds four consecutive floats of one row of dq_accum (a fragment pair's halves swapped between its two lanes)
 /// instead of two pairs. The program's semantics do not change (KernelShape::dqAddV4).
 inline constexpr llvm::StringLiteral kDqAddV4Attr = "tile.dq_add_v4";
+/// With tile.load_warp (a unit attribute): the load warp brings V after the walk's first Q tile, on a barrier of its
+/// own that the computing warps wait for before their first GEMM reading V. The program's semantics do not change
+/// (KernelShape::lateV).
+inline constexpr llvm::StringLiteral kLateVAttr = "tile.late_v";
 /// A schedule's attribute on a backward main program with roles (a unit attribute): a load warp of the producer
 /// warpgroup brings K and V, and each Q tile's Q, dO, LSE and D, into shared memory (TMA into a two-stage ring with
 /// full and empty barriers), so the computing warps copy nothing (KernelShape::loadWarp); the program's semantics do

@@ -277,6 +277,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   shape.stagedKv = func->hasAttr(tile::kDkvStagedAttr);
   shape.dqReadsOnly = func->hasAttr(tile::kDqReadsOnlyAttr);
   shape.dqAddV4 = func->hasAttr(tile::kDqAddV4Attr);
+  shape.lateV = func->hasAttr(tile::kLateVAttr);
   if (auto warps = func->getAttrOfType<mlir::IntegerAttr>(tile::kDqWriterWarpsAttr))
     shape.dqWriterWarps = static_cast<int>(warps.getInt());
   shape.loadWarp = func->hasAttr(tile::kLoadWarpAttr);

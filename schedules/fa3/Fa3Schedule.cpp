@@ -162,6 +162,11 @@ public:
                    "four consecutive floats of one row (red.global.add.v4: half the global reductions' instructions); "
                    "0: each lane adds its pairs (red.global.add.v2, the default)",
          0, 1},
+        {kLateV, "backward only, with load-warp 1: 1: the load warp brings V after the walk's first Q and dO tiles, on "
+                 "a barrier of its own that the computing warps wait for before their first dP GEMM, so that the first "
+                 "S GEMM waits for K, Q and dO only (a block's start); 0: K and V first, on one barrier waited for "
+                 "before the walk (the default)",
+         0, 1},
         {kDescAdvance, "forward only: 1: each GEMM's wgmma descriptors made once and advanced by one 64-bit add a "
                        "k16 step (FA4's form; fewer uniform moves: bench/NOTES.md v46); 0: encoded from each step's "
                        "address (the default)",
@@ -175,7 +180,7 @@ public:
       return configureBackward(func, knobs);
     for (const char *backwardKnob :
          {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle, kSwapDkv, kDoBuffers, kRotatedWalk,
-          kLptGroupBlocks, kRingRows, kDsBuffers, kDqFragments, kDkvStaged, kDqLastWait, kDqAddV4})
+          kLptGroupBlocks, kRingRows, kDsBuffers, kDqFragments, kDkvStaged, kDqLastWait, kDqAddV4, kLateV})
       if (knobs.count(backwardKnob))
         return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
@@ -283,7 +288,8 @@ public:
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
                                      "consumer-warpgroups, intra-wg-overlap, dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, "
                                      "early-dv, swap-dkv, do-buffers, rotated-walk, lpt-group-blocks, ring-rows, "
-                                     "ds-buffers, dq-fragments, dkv-staged, dq-last-wait, dq-add-v4, producer-regs and consumer-regs";
+                                     "ds-buffers, dq-fragments, dkv-staged, dq-last-wait, dq-add-v4, late-v, producer-regs and "
+                                     "consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
         return refuseBackward(func, name, value, "64, 96, 128, 192 or 256; the fa2 backward serves the others");
@@ -578,6 +584,13 @@ public:
         return refuseBackward(func, kDqAddV4, addV4,
                               "0 here; 1 needs dq-writer 0 (the computing warps' own adds: head dim 256 by default)");
       func->setAttr(kDqAddV4Attr, UnitAttr::get(func.getContext()));
+    }
+    // late-v 1: V's TMA after the walk's first Q tile, on its own barrier, waited for before the first dP GEMM: the
+    // first S GEMM needs K, Q and dO only (a block's fixed cost, bench/NOTES.md v48).
+    if (const int64_t lateV = knob(knobs, kLateV, 0)) {
+      if (!loader)
+        return refuseBackward(func, kLateV, lateV, "0 here; 1 needs load-warp 1 (V's TMA is the load warp's)");
+      func->setAttr(kLateVAttr, UnitAttr::get(func.getContext()));
     }
     return success();
   }

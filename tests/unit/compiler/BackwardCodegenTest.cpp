@@ -637,6 +637,38 @@ TEST(BackwardCodegen, Fa3DqAddV4AddsFourFloatsOfARowALane) {
   expectFa3Refuses(128, {{"dq-add-v4", 1}}, "dq-add-v4", 1);
 }
 
+// late-v 1: the load warp issues K alone on kvBar, and V on a barrier of its own (vBar, the role area's last 8 bytes)
+// after the walk's first Q and dO tiles, in each load loop; the computing warps wait for K before the walk and for V
+// before every dP GEMM (one phase: at once after the first), between S's GEMM and dP's. The default keeps K and V on
+// kvBar's two arrivals. NVRTC compiles it; refused without the load warp.
+TEST(BackwardCodegen, Fa3LateVLoadsVAfterTheFirstQTile) {
+  for (int hd : {96, 128, 256}) {
+    StatusOr<jit::CompileResult> off = jit::compile(
+        *variants::byName("causal"), backwardOptions(ElementType::BF16, hd, "sm_90a", {}, "fa3"), jit::Stage::Cuda);
+    StatusOr<jit::CompileResult> on =
+        jit::compile(*variants::byName("causal"), backwardOptions(ElementType::BF16, hd, "sm_90a", {{"late-v", 1}}, "fa3"),
+                     hd == 128 ? jit::Stage::Cubin : jit::Stage::Cuda);
+    ASSERT_TRUE(off.ok() && on.ok()) << hd;
+    EXPECT_EQ(count(off->cuda, "sm90::mbarrier::init(kvBar, 2);"), 1) << hd;
+    EXPECT_EQ(count(off->cuda, "(vBar"), 0) << hd;
+    EXPECT_EQ(count(on->cuda, "sm90::mbarrier::init(kvBar, 1);  // K's TMA"), 1) << hd;
+    EXPECT_EQ(count(on->cuda, "sm90::mbarrier::init(vBar, 1);"), 1) << hd;
+    EXPECT_EQ(count(on->cuda, "sm90::tma::load5d(sV, &maps.v, kvBar"), 0) << hd;
+    const int loadLoops = count(on->cuda, "sm90::tma::load5d(stage ? sQ1 : sQ0, &maps.q");
+    EXPECT_GT(loadLoops, 0) << hd;
+    EXPECT_EQ(count(on->cuda, "sm90::tma::load5d(sV, &maps.v, vBar"), loadLoops) << hd;
+    EXPECT_EQ(count(on->cuda, "if (loads == 0)"), loadLoops) << hd;
+    // every dP GEMM (one a Q-tile loop) waits for V, after S's GEMM was issued
+    const std::string wait = "sm90::mbarrier::wait(vBar, 0);";
+    EXPECT_EQ(count(on->cuda, wait), count(on->cuda, "sm90::mbarrier::wait(&fullBars[stage]")) << hd;
+    const size_t firstWait = on->cuda.find(wait), firstDp = on->cuda.find("// dp = ");
+    ASSERT_NE(firstWait, std::string::npos);
+    if (hd != 256) // (the column split names its dP GEMM differently)
+      EXPECT_LT(firstWait, firstDp) << hd;
+  }
+  expectFa3Refuses(128, {{"late-v", 1}, {"load-warp", 0}, {"dq-writer", 0}}, "late-v", 1);
+}
+
 // lpt-group-blocks N: the main kernel's blocks take K/V tile index by tile index across groups of (batch, head) pairs
 // of at least N blocks (the arithmetic of the forward's grouped order, Fa2GridOrder's model, with the tile index
 // ascending: the first K/V tiles walk the most Q tiles under a causal mask), outside deterministic mode only; the
@@ -874,7 +906,7 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
                           "dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, early-dv, swap-dkv, do-buffers, "
                           "rotated-walk, lpt-group-blocks, ring-rows, ds-buffers, dq-fragments, dkv-staged, dq-last-wait, "
-                          "dq-add-v4, producer-regs and consumer-regs"},
+                          "dq-add-v4, late-v, producer-regs and consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"},
         {"desc-advance", 1, "fa3 backward: the knob desc-advance shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
