@@ -193,7 +193,8 @@ STEPS_BENCH_ARGS=--deterministic steps_part detdq 480 2 96,128,192 dqf:.device/a
   "${PENDING_DETDQ_SHAPES:-128:8192,128:2048,96:8192,192:8192}"
 # a4: dq-add-v4 1 at head dim 256 (the computing warps' dQ adds four floats of a row a lane: half the LSU's reduction
 # instructions; ncu put lg_throttle first among that kernel's stalls, bench/NOTES.md v49) beside the default.
-steps_part a4 360 3 256 a4:.device/aot-a4 "${PENDING_A4_SHAPES:-256:8192,256:16384,256:2048}"
+# a4s: with dq-slices 2 too (dQ's product in two 64-column slices a warpgroup: FA3's hd256 dQ path, .device/aot-a4s).
+steps_part a4 420 3 256 a4:.device/aot-a4,a4s:.device/aot-a4s "${PENDING_A4_SHAPES:-256:8192,256:16384,256:2048}"
 # lv: late-v 1 at head dims 96 and 128 (V's TMA after the walk's first Q and dO tiles, on its own barrier: the first S
 # GEMM waits for 64 of the 96 KB at hd128) beside the default, where a block's fixed cost weighs (1k-2k) and at 8k.
 steps_part lv 400 3 96,128 lv:.device/aot-lv "${PENDING_LV_SHAPES:-128:1024,128:2048,128:8192,96:2048}"

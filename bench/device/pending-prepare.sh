@@ -19,7 +19,8 @@
 # kernel library loads only into the runtime of the build that wrote it, so the earlier build runs as a whole); for
 # its fda part .device/fda (the fa3 forward with desc-advance 1); for its dkvs part .device/aot-dkvs (dkv-staged 1 at
 # head dims 64-128, none, causal and the causal window) and .device/aot-dkvw (with dq-last-wait 1 too); for its a4 part
-# .device/aot-a4 (dq-add-v4 1 at head dim 256: four floats of a dQ row a lane); for its lv part .device/aot-lv (late-v 1
+# .device/aot-a4 (dq-add-v4 1 at head dim 256: four floats of a dQ row a lane) and .device/aot-a4s (with dq-slices 2
+# too: FA3's hd256 dQ path); for its lv part .device/aot-lv (late-v 1
 # at head dims 96 and 128: V loaded after the first Q tile); for its f8knobs part the e4m3 forward at head dim 128
 # with FA4's partial software exp2 (exp2-poly-share 1 to 3) and desc-advance, .device/aot-f8-<name> (F8_CANDIDATES).
 # PREPARE_LIBRARIES (comma list of the names above, without aot-): build only those (default: all).
@@ -58,7 +59,7 @@ for library in "aot-skv2:--swap-dkv 1 --head-dims 192" "aot-skv:--swap-dkv 1 --d
   "aot-r80:--block-m 80 --head-dims 128" "aot-r80d:--block-m 80 --ds-buffers 2 --do-buffers 1 --head-dims 128" \
   "aot-rr:--ring-rows 1 --head-dims 64" "aot-dqf:--dq-fragments 1 --head-dims 128" \
   "aot-dqf80:--dq-fragments 1 --block-m 80 --head-dims 128" "aot-a4:--dq-add-v4 1 --head-dims 256" \
-  "aot-lv:--late-v 1 --head-dims 96,128"; do
+  "aot-lv:--late-v 1 --head-dims 96,128" "aot-a4s:--dq-add-v4 1 --dq-slices 2 --head-dims 256"; do
   name=${library%%:*} knobs=${library#*:}
   wanted "${name#aot-}" || continue
   rm -rf ".device/$name"

@@ -318,6 +318,7 @@ void BackwardSm90::dqReductions(CudaWriter &w, const SharedTile &k, const std::s
     // lane takes the odd one's half of the first row, the odd lane the even one's half of the second.
     w.comment("dq-add-v4: the lane pair's halves swapped (two shuffles an n8 tile), each lane adds four consecutive floats");
     w.comment("of one row: the even lane of row fragRow, the odd lane of row fragRow + 8");
+    w.open("");
     w.line("const bool oddLane = lane & 1;");
     w.openUnrolledFor("mt", "kMTiles");
     w.line(cat("const int q = ", FragmentTiles::threadRow("oddLane"), ";"));
@@ -329,6 +330,7 @@ void BackwardSm90::dqReductions(CudaWriter &w, const SharedTile &k, const std::s
     w.line(cat("  sm90::redAdd4(gDqAccum + (long long)q * ", k.width, " + ", block.col,
                " + 8 * nt + (fragCol & ~3), oddLane ? take0 : ", e, "[0], oddLane ? take1 : ", e, "[1], oddLane ? ", e,
                "[2] : take0, oddLane ? ", e, "[3] : take1);"));
+    w.close();
     w.close();
     w.close();
     return;

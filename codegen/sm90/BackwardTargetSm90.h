@@ -493,7 +493,9 @@ private:
     if (transposesDq(shape))
       return {{cat(kWgmmaM, " * (warp / ", kWarpgroupWarps, ")"), shape.blockM}};
     const int64_t part = k.width / warpgroups;
-    if (keySplit && k.width % warpgroups == 0 && part % (swizzle / 2) == 0 && part <= 2 * kDqColumns)
+    // (dq-slices 2: the column split's 128 columns a warpgroup as two rounds of 64, the loop below)
+    if (keySplit && k.width % warpgroups == 0 && part % (swizzle / 2) == 0 && part <= 2 * kDqColumns &&
+        !(shape.dqSliced && part > kDqColumns))
       return {{cat(part, " * (warp / ", kWarpgroupWarps, ")"), part}};
     if (keySplit && k.width % (kDqColumns * warpgroups) != 0) {
       // checkBackwardShape admits this case only at two warpgroups with kDqColumns < k.width < 2 · kDqColumns, the

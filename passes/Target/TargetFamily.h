@@ -79,6 +79,8 @@ struct KernelShape {
   bool dqAddV4 = false;
   /// `tile.late_v` (passes/Transforms/Passes.h): V loaded after the walk's first Q tile, on its own barrier.
   bool lateV = false;
+  /// `tile.dq_sliced` (passes/Transforms/Passes.h): dQ's product in 64-column slices a warpgroup (column split).
+  bool dqSliced = false;
   /// The backward's split of S's keys (`tile.key_warps`, passes/Transforms/Passes.h): the main program's warps form
   /// warps / keyWarps row groups, and a row group's keyWarps warps take blockN / keyWarps keys of S and dP each (and
   /// headDim / keyWarps columns of dQ). 1: split-Q.

@@ -70,6 +70,9 @@ inline constexpr llvm::StringLiteral kDqAddV4Attr = "tile.dq_add_v4";
 /// own that the computing warps wait for before their first GEMM reading V. The program's semantics do not change
 /// (KernelShape::lateV).
 inline constexpr llvm::StringLiteral kLateVAttr = "tile.late_v";
+/// Under the column split (a unit attribute): dQ's product in 64-column slices a warpgroup, each added before the next
+/// is issued. The program's semantics do not change (KernelShape::dqSliced).
+inline constexpr llvm::StringLiteral kDqSlicedAttr = "tile.dq_sliced";
 /// A schedule's attribute on a backward main program with roles (a unit attribute): a load warp of the producer
 /// warpgroup brings K and V, and each Q tile's Q, dO, LSE and D, into shared memory (TMA into a two-stage ring with
 /// full and empty barriers), so the computing warps copy nothing (KernelShape::loadWarp); the program's semantics do

@@ -278,6 +278,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   shape.dqReadsOnly = func->hasAttr(tile::kDqReadsOnlyAttr);
   shape.dqAddV4 = func->hasAttr(tile::kDqAddV4Attr);
   shape.lateV = func->hasAttr(tile::kLateVAttr);
+  shape.dqSliced = func->hasAttr(tile::kDqSlicedAttr);
   if (auto warps = func->getAttrOfType<mlir::IntegerAttr>(tile::kDqWriterWarpsAttr))
     shape.dqWriterWarps = static_cast<int>(warps.getInt());
   shape.loadWarp = func->hasAttr(tile::kLoadWarpAttr);

@@ -167,6 +167,11 @@ public:
                  "S GEMM waits for K, Q and dO only (a block's start); 0: K and V first, on one barrier waited for "
                  "before the walk (the default)",
          0, 1},
+        {kDqSlices, "backward only, under the column split at head dim 256 (each warpgroup 128 of dQ's columns): 2: "
+                    "dQ's product in two slices of 64 columns a warpgroup, each added before the next is issued "
+                    "(FA3's sliced dQ at 256: half dQ's accumulator registers); 1: one product of the warpgroup's 128 "
+                    "columns (the default)",
+         1, 2},
         {kDescAdvance, "forward only: 1: each GEMM's wgmma descriptors made once and advanced by one 64-bit add a "
                        "k16 step (FA4's form; fewer uniform moves: bench/NOTES.md v46); 0: encoded from each step's "
                        "address (the default)",
@@ -180,7 +185,8 @@ public:
       return configureBackward(func, knobs);
     for (const char *backwardKnob :
          {kDqWriter, kLoadWarp, kSwapSdp, kEarlyDv, kDqWriterWarps, kDqSwizzle, kSwapDkv, kDoBuffers, kRotatedWalk,
-          kLptGroupBlocks, kRingRows, kDsBuffers, kDqFragments, kDkvStaged, kDqLastWait, kDqAddV4, kLateV})
+          kLptGroupBlocks, kRingRows, kDsBuffers, kDqFragments, kDkvStaged, kDqLastWait, kDqAddV4, kLateV,
+          kDqSlices})
       if (knobs.count(backwardKnob))
         return func.emitOpError() << "fa3: " << backwardKnob << " shapes the backward's roles only; the forward takes none";
     int64_t headDim = std::max(func.getHeadDim(), func.getHeadDimV());
@@ -288,8 +294,8 @@ public:
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "
                                      "consumer-warpgroups, intra-wg-overlap, dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, "
                                      "early-dv, swap-dkv, do-buffers, rotated-walk, lpt-group-blocks, ring-rows, "
-                                     "ds-buffers, dq-fragments, dkv-staged, dq-last-wait, dq-add-v4, late-v, producer-regs and "
-                                     "consumer-regs";
+                                     "ds-buffers, dq-fragments, dkv-staged, dq-last-wait, dq-add-v4, late-v, dq-slices, "
+                                     "producer-regs and consumer-regs";
     for (auto [name, value] : {std::pair{"head_dim", func.getHeadDim()}, {"head_dim_v", func.getHeadDimV()}})
       if (value != 64 && value != 96 && value != 128 && value != 192 && value != 256)
         return refuseBackward(func, name, value, "64, 96, 128, 192 or 256; the fa2 backward serves the others");
@@ -591,6 +597,13 @@ public:
       if (!loader)
         return refuseBackward(func, kLateV, lateV, "0 here; 1 needs load-warp 1 (V's TMA is the load warp's)");
       func->setAttr(kLateVAttr, UnitAttr::get(func.getContext()));
+    }
+    // dq-slices 2: under the column split at 256, dQ's product in two 64-column slices a warpgroup (FA3's form there).
+    if (const int64_t slices = knob(knobs, kDqSlices, 1); slices != 1) {
+      if (!layout.wide || layout.swapKv || headDim != 256)
+        return refuseBackward(func, kDqSlices, slices,
+                              "1 here; 2 needs the column split at head dim 256 (each warpgroup 128 of dQ's columns)");
+      func->setAttr(kDqSlicedAttr, UnitAttr::get(func.getContext()));
     }
     return success();
   }

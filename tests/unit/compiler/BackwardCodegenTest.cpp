@@ -634,7 +634,38 @@ TEST(BackwardCodegen, Fa3DqAddV4AddsFourFloatsOfARowALane) {
         << variant;
     EXPECT_EQ(count(on->cuda, "const int q = warpRow0 + 16 * mt + fragRow + 8 * oddLane;"), pairs) << variant;
   }
+  // with dQ in several rounds (dq-slices 2 at 256, the computing warps' own adds at 128): each round's adds in their
+  // own scope; NVRTC compiles both
+  for (auto [hd, knobs] : std::vector<std::pair<int, schedule::Knobs>>{
+           {256, {{"dq-add-v4", 1}, {"dq-slices", 2}}}, {128, {{"dq-add-v4", 1}, {"dq-writer", 0}, {"load-warp", 0}}}}) {
+    StatusOr<jit::CompileResult> both = jit::compile(
+        *variants::byName("causal"), backwardOptions(ElementType::BF16, hd, "sm_90a", knobs, "fa3"), jit::Stage::Cubin);
+    ASSERT_TRUE(both.ok()) << hd << ": " << both.status().message();
+    EXPECT_GT(count(both->cuda, "sm90::redAdd4(gDqAccum"), 0) << hd;
+    EXPECT_EQ(count(both->cuda, "sm90::redAdd2(dst, dqPart"), 0) << hd;
+  }
   expectFa3Refuses(128, {{"dq-add-v4", 1}}, "dq-add-v4", 1);
+}
+
+// dq-slices 2: under the column split at head dim 256, dQ's product in two rounds of 64 columns a warpgroup (columns
+// 64·w and 64·(w + 2)), each added before the next is issued, instead of one of the warpgroup's 128 columns; refused
+// elsewhere.
+TEST(BackwardCodegen, Fa3DqSlicesSplitsTheColumnSplitsDqProduct) {
+  StatusOr<jit::CompileResult> off = jit::compile(
+      *variants::byName("none"), backwardOptions(ElementType::BF16, 256, "sm_90a", {}, "fa3"), jit::Stage::Cuda);
+  StatusOr<jit::CompileResult> on = jit::compile(
+      *variants::byName("none"), backwardOptions(ElementType::BF16, 256, "sm_90a", {{"dq-slices", 2}}, "fa3"),
+      jit::Stage::Cubin);
+  ASSERT_TRUE(off.ok() && on.ok());
+  const int products = count(off->cuda, "float dqPart[1][16][4];");
+  EXPECT_GT(products, 0);
+  EXPECT_EQ(count(on->cuda, "float dqPart[1][16][4];"), 0);
+  EXPECT_EQ(count(on->cuda, "float dqPart[1][8][4];"), products);
+  EXPECT_EQ(count(on->cuda, "// columns [64 * (warp / 4), +64) of K"), products);
+  EXPECT_EQ(count(on->cuda, "// columns [64 * (warp / 4 + 2), +64) of K"), products);
+  EXPECT_EQ(count(off->cuda, "// columns [128 * (warp / 4), +128) of K"), products);
+  expectFa3Refuses(128, {{"dq-slices", 2}}, "dq-slices", 2);
+  expectFa3Refuses(192, {{"dq-slices", 2}}, "dq-slices", 2);
 }
 
 // late-v 1: the load warp issues K alone on kvBar, and V on a barrier of its own (vBar, the role area's last 8 bytes)
@@ -906,7 +937,7 @@ TEST(BackwardCodegen, Fa3RefusesTheHeadDimsItDoesNotServeAndFa2ServesThem) {
         {"persistent", 1, "the backward accepts block-m, block-n, stages, consumer-warpgroups, intra-wg-overlap, "
                           "dq-writer, dq-writer-warps, dq-swizzle, load-warp, swap-sdp, early-dv, swap-dkv, do-buffers, "
                           "rotated-walk, lpt-group-blocks, ring-rows, ds-buffers, dq-fragments, dkv-staged, dq-last-wait, "
-                          "dq-add-v4, late-v, producer-regs and consumer-regs"},
+                          "dq-add-v4, late-v, dq-slices, producer-regs and consumer-regs"},
         {"pingpong", 1, "fa3 backward: the knob pingpong shapes the forward's roles"},
         {"desc-advance", 1, "fa3 backward: the knob desc-advance shapes the forward's roles"}}) {
     StatusOr<jit::CompileResult> refused =
