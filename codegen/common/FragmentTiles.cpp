@@ -22,7 +22,7 @@ std::vector<std::string> FragmentTiles::reservedNames() const {
           "kMTiles", "kSTiles", "kOTiles", "warp", "lane", "fragRow", "fragCol", "warpRow0", "b", "h", "rowQuery",
           "rowHead", "packedRows",
           // locals of the printed loops
-          "mt", "nt", "k", "r", "c", "i", "s", "l", "q", "kv", "hRow", "invL", "tileMax", "tileSum", "maxNew",
+          "mt", "nt", "k", "r", "c", "i", "s", "l", "q", "kv", "hRow", "invL", "tileMax", "chainMax", "pairMax", "tileSum", "maxNew",
           "maxUsed", "maxFresh", "maxMoved", "alpha", "lse", "scoreScale", "sinkLog2", "carry", "gO", "gLse", "sLo",
           "sHi"};
 }
@@ -153,7 +153,8 @@ void FragmentTiles::mask(CudaWriter &w, const std::string &s, const std::string 
 }
 
 void FragmentTiles::softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, bool foldScale,
-                                  int rescaleThreshold, const std::string &softExp2, int softShare) const {
+                                  int rescaleThreshold, const std::string &softExp2, int softShare,
+                                  int maxChains) const {
   w.comment("online softmax, in the exp2 domain with c = scoreScale: m' = max(m, rowmax(S)·c), alpha = exp2(m - m'),");
   w.comment("P = exp2(S·c - m'), l' = alpha·l + rowsum(P); a row with no key yet (m' = -inf) subtracts 0, not -inf,");
   w.comment("so it gets P = 0 and alpha = 0 instead of NaN. Rows are reduced over the 4 lanes of a quad; l stays a");
@@ -164,11 +165,27 @@ void FragmentTiles::softmaxUpdate(CudaWriter &w, const StateNames &st, const std
   w.line(foldScale ? "const float scoreScale = p.scaleLog2;  // softmax_scale·log2(e): tile.scale folded in here"
                    : cat("const float scoreScale = ", log2e, ";  // scores are already scaled"));
   w.line("float alpha[kMTiles][2];");
+  if (maxChains > 1) {
+    w.comment(cat("the row maxima in ", maxChains, " chains (n8 tiles nt % ", maxChains,
+                  "), combined at the end: fewer dependent steps before the exp2s"));
+    w.line(cat("static_assert(kSTiles >= ", maxChains, ", \"max-chains: a chain an n8 tile at least\");"));
+  }
   auto tileMax = [&] {
-    w.line(cat("float tileMax = ", negInf, ";"));
+    if (maxChains <= 1) {
+      w.line(cat("float tileMax = ", negInf, ";"));
+      w.openUnrolledFor("nt", "kSTiles");
+      w.line(cat("tileMax = fmaxf(tileMax, fmaxf(", s, "[mt][nt][2 * r], ", s, "[mt][nt][2 * r + 1]));"));
+      w.close();
+      return;
+    }
+    w.line(cat("float chainMax[", maxChains, "];"));
     w.openUnrolledFor("nt", "kSTiles");
-    w.line(cat("tileMax = fmaxf(tileMax, fmaxf(", s, "[mt][nt][2 * r], ", s, "[mt][nt][2 * r + 1]));"));
+    w.line(cat("const float pairMax = fmaxf(", s, "[mt][nt][2 * r], ", s, "[mt][nt][2 * r + 1]);"));
+    w.line(cat("chainMax[nt % ", maxChains, "] = nt < ", maxChains, " ? pairMax : fmaxf(chainMax[nt % ", maxChains,
+               "], pairMax);"));
     w.close();
+    w.line(maxChains == 2 ? "const float tileMax = fmaxf(chainMax[0], chainMax[1]);"
+                          : "const float tileMax = fmaxf(fmaxf(chainMax[0], chainMax[1]), fmaxf(chainMax[2], chainMax[3]));");
   };
   if (rescaleThreshold > 0) {
     w.comment(cat("conditional rescaling (rescale_threshold = ", rescaleThreshold, "): the maxes of this warp's rows"));

@@ -492,6 +492,8 @@ public:
       return std::string("sm100: GQA packing is printed by the sm80 family");
     if (shape.exp2PolyShare < 0 || shape.exp2PolyShare > 8)
       return cat("sm100: exp2 poly share (", shape.exp2PolyShare, ") must be 0 to 8 eighths of the n8 tiles");
+    if (shape.maxChains != 1)
+      return std::string("sm100: the row maxima take one chain here (tile.max_chains must be 1)");
     for (const MmaF16Shape &mma : {qkShape(shape), pvShape(shape)})
       if (std::optional<std::string> why = checkMmaF16Shape(mma))
         return "sm100: " + *why;

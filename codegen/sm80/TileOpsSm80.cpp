@@ -1252,6 +1252,8 @@ public:
                  shape.blockN, ") and head_dim_v (", shape.headDimV, ") must be multiples of 32");
     if (shape.exp2PolyShare != 0)
       return std::string("sm80: no software exp2 here (tile.exp2_poly_share must be 0)");
+    if (shape.maxChains != 1)
+      return std::string("sm80: the row maxima take one chain here (tile.max_chains must be 1)");
     if (shape.warpLayout != WarpLayout::SplitQ)
       return cat("sm80: warp layout ", warpLayoutName(shape.warpLayout),
                  " is not printed; accepted: ", warpLayoutName(WarpLayout::SplitQ));

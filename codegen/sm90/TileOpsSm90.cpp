@@ -113,7 +113,8 @@ public:
   /// probabilities (the previous tile's) is still in flight during this softmax.
   void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, const std::string &, bool foldScale,
                      int rescaleThreshold) override {
-    fragments.softmaxUpdate(w, st, s, foldScale, rescaleThreshold, "sm90::math::exp2Poly3x2", shape.exp2PolyShare);
+    fragments.softmaxUpdate(w, st, s, foldScale, rescaleThreshold, "sm90::math::exp2Poly3x2", shape.exp2PolyShare,
+                            shape.maxChains);
   }
   void roundProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool carried) override {
     if (carried)
@@ -648,6 +649,10 @@ public:
     }
     if (shape.exp2PolyShare < 0 || shape.exp2PolyShare > 8)
       return cat("sm90: exp2 poly share (", shape.exp2PolyShare, ") must be 0 to 8 eighths of the n8 tiles");
+    if (shape.maxChains != 1 && shape.maxChains != 2 && shape.maxChains != 4)
+      return cat("sm90: max chains (", shape.maxChains, ") must be 1, 2 or 4");
+    if (shape.blockN / 8 < shape.maxChains)
+      return cat("sm90: max chains (", shape.maxChains, ") needs block-n (", shape.blockN, ") >= ", 8 * shape.maxChains);
     constexpr int kNarrowColumns = kNarrowSwizzleBytes / 2;
     for (auto [name, value] : {std::pair{"head_dim", shape.headDim}, {"head_dim_v", shape.headDimV}})
       if (value % kNarrowColumns != 0 || value < kNarrowColumns || value > kWgmmaMaxN)

@@ -69,6 +69,8 @@ struct KernelShape {
   /// `tile.desc_advance` (passes/Transforms/Passes.h): the forward's wgmma descriptors made once a GEMM and advanced
   /// by a 64-bit add a k16 step.
   bool descAdvance = false;
+  /// `tile.max_chains` (passes/Transforms/Passes.h): the softmax's row maxima in this many independent chains.
+  int maxChains = 1;
   /// `tile.dq_fragments` (passes/Transforms/Passes.h): whole Q tiles of dq_accum in the fragments' order.
   bool dqFragments = false;
   /// `tile.dkv_staged` (passes/Transforms/Passes.h): dK and dV stored through shared memory, a bulk copy a row.

@@ -48,6 +48,10 @@ inline constexpr llvm::StringLiteral kDqSwizzleAttr = "tile.dq_swizzle";
 /// (whose constant high word ptxas moves in again before every wgmma); the program's semantics do not change
 /// (KernelShape::descAdvance).
 inline constexpr llvm::StringLiteral kDescAdvanceAttr = "tile.desc_advance";
+/// A schedule's attribute on a forward program (an i32, 2 or 4): the softmax's row maxima over a K/V tile are taken
+/// in this many independent chains (n8 tiles nt % chains) and combined at the end, so that the exponentials wait for
+/// fewer dependent max steps; the program's semantics do not change (KernelShape::maxChains).
+inline constexpr llvm::StringLiteral kMaxChainsAttr = "tile.max_chains";
 /// With tile.dq_writer (a unit attribute): each whole Q tile's fp32 dQ accumulator is held in the computing threads'
 /// fragment order (16-byte chunk j of thread t at float 4·(j·threads + t)), the order in which the threads store
 /// their fragments into sDq (16-byte stores, no conflict) and the dQ writer adds it (one bulk reduce-add a tile); a

@@ -273,6 +273,8 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   shape.dqWriter = func->hasAttr(tile::kDqWriterAttr);
   shape.dqSwizzle = func->hasAttr(tile::kDqSwizzleAttr);
   shape.descAdvance = func->hasAttr(tile::kDescAdvanceAttr);
+  if (auto chains = func->getAttrOfType<mlir::IntegerAttr>(tile::kMaxChainsAttr))
+    shape.maxChains = static_cast<int>(chains.getInt());
   shape.dqFragments = func->hasAttr(tile::kDqFragmentsAttr);
   shape.stagedKv = func->hasAttr(tile::kDkvStagedAttr);
   shape.dqReadsOnly = func->hasAttr(tile::kDqReadsOnlyAttr);

@@ -176,6 +176,10 @@ public:
                        "k16 step (FA4's form; fewer uniform moves: bench/NOTES.md v46); 0: encoded from each step's "
                        "address (the default)",
          0, 1},
+        {kMaxChains, "forward only: the softmax's row maxima over a K/V tile in this many independent chains (n8 "
+                     "tiles nt % chains), combined at the end: 1 (the default) is one chain a row, as many dependent "
+                     "max steps as the tile has n8 tiles; 2 or 4 cut the steps before the exponentials can start",
+         1, 4},
     };
     return specs;
   }
@@ -264,6 +268,14 @@ public:
       func->setAttr(kExp2PolyShareAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), share));
     if (knob(knobs, kDescAdvance, 0) == 1)
       func->setAttr(tile::kDescAdvanceAttr, UnitAttr::get(func.getContext()));
+    if (int64_t chains = knob(knobs, kMaxChains, 1); chains != 1) {
+      if (chains != 2 && chains != 4)
+        return func.emitOpError() << "fa3: max-chains = " << chains << " is not accepted; accepted: 1, 2 or 4";
+      if (blockN / 8 < chains)
+        return func.emitOpError() << "fa3: max-chains = " << chains << " needs block-n >= " << 8 * chains
+                                  << " (a chain an n8 tile at least); block-n = " << blockN;
+      func->setAttr(tile::kMaxChainsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), chains));
+    }
     // e4m3: FA4's conditional rescaling (threshold 8, the most an e4m3 P allows: 2^8 < 448) by default. With the GEMMs
     // at twice the bf16 rate the softmax's instructions bound the kernel (ncu at hd128 8k: 462 M warp instructions
     // against bf16's 567 M for 1.33x the speed, issue slots 44% active), and skipping most rescales measured +6-7% at
@@ -288,7 +300,8 @@ public:
   /// meaning here and are refused by name.
   FailureOr<ScheduleAttr> configureBackward(FuncOp func, const schedule::Knobs &knobs) const {
     for (const char *roleKnob :
-         {kPingpong, kPersistent, kStageO, kScheduler, kRescaleThreshold, kExp2PolyShare, kDescAdvance})
+         {kPingpong, kPersistent, kStageO, kScheduler, kRescaleThreshold, kExp2PolyShare, kDescAdvance,
+          kMaxChains})
       if (knobs.count(roleKnob))
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "

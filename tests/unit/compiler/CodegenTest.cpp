@@ -467,6 +467,65 @@ INSTANTIATE_TEST_SUITE_P(Fa3DescAdvance, Fa3DescAdvanceCompiles,
                                                                                   : "e4m3");
                          });
 
+// max-chains 2 or 4 (the fa3 forward): each row's max over a K/V tile in that many chains of n8 tiles (nt % chains),
+// combined at the end, so that the exponentials wait for a quarter (or half) of the dependent max steps; every such
+// kernel compiles to an sm_90a cubin. Without the knob the one chain a row is printed as before (the default's CUDA is
+// byte-identical: scripts/emit-matrix.py).
+class Fa3MaxChainsCompiles : public testing::TestWithParam<std::tuple<const char *, int, ElementType, int>> {};
+
+TEST_P(Fa3MaxChainsCompiles, ToAnSm90aCubin) {
+  auto [variantName, headDim, dtype, chains] = GetParam();
+  Compiler compiler;
+  tile::FuncOp func =
+      compiler.buildWith("fa3", *variants::byName(variantName), dtype, headDim, "sm_90a", {{"max-chains", chains}});
+  ASSERT_TRUE(func) << compiler.diagnostics;
+  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  const std::string &cuda = kernel->source;
+  const std::string n = std::to_string(chains);
+  EXPECT_GE(count(cuda, "chainMax[nt % " + n + "] = nt < " + n + " ? pairMax : fmaxf(chainMax[nt % " + n +
+                            "], pairMax);"),
+            1);
+  EXPECT_EQ(count(cuda, "tileMax = fmaxf(tileMax, "), 0);
+  EXPECT_EQ(count(cuda, "float chainMax[" + n + "];"), count(cuda, "const float tileMax = fmaxf("));
+  StatusOr<std::string> cubin = compileCuda(cuda, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << cuda;
+  EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
+
+  Compiler plainCompiler;
+  tile::FuncOp plain = plainCompiler.buildWith("fa3", *variants::byName(variantName), dtype, headDim, "sm_90a");
+  ASSERT_TRUE(plain) << plainCompiler.diagnostics;
+  mlir::FailureOr<codegen::EmittedKernel> oneChain = codegen::emitCuda(plain);
+  ASSERT_TRUE(mlir::succeeded(oneChain)) << plainCompiler.diagnostics;
+  EXPECT_EQ(oneChain->source.find("chainMax"), std::string::npos);
+  EXPECT_GE(count(oneChain->source, "tileMax = fmaxf(tileMax, "), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fa3MaxChains, Fa3MaxChainsCompiles,
+                         testing::Values(std::tuple{"none", 128, ElementType::E4M3, 4},
+                                         std::tuple{"causal", 128, ElementType::E4M3, 2},
+                                         std::tuple{"none", 64, ElementType::BF16, 4},
+                                         std::tuple{"softcap_causal", 256, ElementType::BF16, 2},
+                                         std::tuple{"sliding_window", 96, ElementType::F16, 4}),
+                         [](const testing::TestParamInfo<std::tuple<const char *, int, ElementType, int>> &info) {
+                           return std::string(std::get<0>(info.param)) + "_d" +
+                                  std::to_string(std::get<1>(info.param)) + "_" +
+                                  (std::get<2>(info.param) == ElementType::BF16  ? "bf16"
+                                   : std::get<2>(info.param) == ElementType::F16 ? "f16"
+                                                                                  : "e4m3") +
+                                  "_c" + std::to_string(std::get<3>(info.param));
+                         });
+
+TEST(Codegen, Fa3MaxChainsRefusesOtherCountsByName) {
+  for (int64_t chains : {3, 0}) {
+    Compiler compiler;
+    tile::FuncOp func = compiler.buildWith("fa3", *variants::byName("none"), ElementType::BF16, 128, "sm_90a",
+                                           {{"max-chains", chains}});
+    EXPECT_FALSE(func);
+    EXPECT_NE(compiler.diagnostics.find("max-chains"), std::string::npos) << compiler.diagnostics;
+  }
+}
+
 TEST(Codegen, Fa3Exp2PolyShareOutOfRangeIsRefusedByName) {
   const schedule::Schedule *fa3 = schedule::lookupSchedule("fa3");
   ASSERT_TRUE(fa3);
