@@ -22,7 +22,7 @@ std::vector<std::string> FragmentTiles::reservedNames() const {
           "kMTiles", "kSTiles", "kOTiles", "warp", "lane", "fragRow", "fragCol", "warpRow0", "b", "h", "rowQuery",
           "rowHead", "packedRows",
           // locals of the printed loops
-          "mt", "nt", "k", "r", "c", "i", "s", "l", "q", "kv", "hRow", "invL", "tileMax", "chainMax", "pairMax", "tileSum", "maxNew",
+          "mt", "nt", "k", "r", "c", "i", "s", "l", "q", "kv", "hRow", "invL", "tileMax", "chainMax", "pairMax", "laneMax", "tileSum", "maxNew",
           "maxUsed", "maxFresh", "maxMoved", "alpha", "lse", "scoreScale", "sinkLog2", "carry", "gO", "gLse", "sLo",
           "sHi"};
 }
@@ -154,7 +154,7 @@ void FragmentTiles::mask(CudaWriter &w, const std::string &s, const std::string 
 
 void FragmentTiles::softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, bool foldScale,
                                   int rescaleThreshold, const std::string &softExp2, int softShare,
-                                  int maxChains) const {
+                                  int maxChains, bool laneVote) const {
   w.comment("online softmax, in the exp2 domain with c = scoreScale: m' = max(m, rowmax(S)·c), alpha = exp2(m - m'),");
   w.comment("P = exp2(S·c - m'), l' = alpha·l + rowsum(P); a row with no key yet (m' = -inf) subtracts 0, not -inf,");
   w.comment("so it gets P = 0 and alpha = 0 instead of NaN. Rows are reduced over the 4 lanes of a quad; l stays a");
@@ -195,12 +195,31 @@ void FragmentTiles::softmaxUpdate(CudaWriter &w, const StateNames &st, const std
                   ", and tile.rescale skips acc *= alpha. The vote is warp-uniform: no divergence."));
     w.line("float maxFresh[kMTiles][2];");
     w.line("bool maxMoved = false;");
-    forEachRow(w, [&] {
-      tileMax();
-      w.line(cat("maxFresh[mt][r] = fmaxf(", st.rowMax, "[mt][r], ", quadMax, "(tileMax) * scoreScale);"));
-      w.line(cat("maxMoved |= maxFresh[mt][r] > ", st.rowMax, "[mt][r] + ", rescaleThreshold, ".f;"));
-    });
-    w.line("maxMoved = __any_sync(0xffffffffu, maxMoved);");
+    if (laneVote) {
+      w.comment("the vote from each lane's own max (lane-vote): a row's quad max passes m + threshold exactly when one");
+      w.comment("of its lanes' maxes does (x·c is monotone in x), so the quad's shuffles wait for a warp whose maxes");
+      w.comment("moved, and the exponentials of the others wait for the vote alone");
+      w.line("float laneMax[kMTiles][2];");
+      forEachRow(w, [&] {
+        tileMax();
+        w.line("laneMax[mt][r] = tileMax;");
+        w.line(cat("maxFresh[mt][r] = ", st.rowMax, "[mt][r];"));
+        w.line(cat("maxMoved |= tileMax * scoreScale > ", st.rowMax, "[mt][r] + ", rescaleThreshold, ".f;"));
+      });
+      w.line("maxMoved = __any_sync(0xffffffffu, maxMoved);");
+      w.open("if (maxMoved)");
+      forEachRow(w, [&] {
+        w.line(cat("maxFresh[mt][r] = fmaxf(", st.rowMax, "[mt][r], ", quadMax, "(laneMax[mt][r]) * scoreScale);"));
+      });
+      w.close();
+    } else {
+      forEachRow(w, [&] {
+        tileMax();
+        w.line(cat("maxFresh[mt][r] = fmaxf(", st.rowMax, "[mt][r], ", quadMax, "(tileMax) * scoreScale);"));
+        w.line(cat("maxMoved |= maxFresh[mt][r] > ", st.rowMax, "[mt][r] + ", rescaleThreshold, ".f;"));
+      });
+      w.line("maxMoved = __any_sync(0xffffffffu, maxMoved);");
+    }
   }
   forEachRow(w, [&] {
     if (rescaleThreshold > 0) {

@@ -66,9 +66,11 @@ public:
   /// the n8 tiles nt with nt % 8 < `softShare` (KernelShape::exp2PolyShare), a pair at a time; the primitives' exp2
   /// the others.
   /// `maxChains` (KernelShape::maxChains, 1, 2 or 4): the row maxima in that many chains of n8 tiles, combined at the
-  /// end (the same values: fmaxf is exact).
+  /// end (the same values: fmaxf is exact). `laneVote` (KernelShape::laneVote, with `rescaleThreshold` > 0): the
+  /// conditional rescale's vote from each lane's own max, the quad maxima only where a warp's maxes moved.
   void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, bool foldScale, int rescaleThreshold,
-                     const std::string &softExp2 = {}, int softShare = 0, int maxChains = 1) const;
+                     const std::string &softExp2 = {}, int softShare = 0, int maxChains = 1,
+                     bool laneVote = false) const;
   /// Rounds the scores `s` into `p`, the A fragments of P·V (declaring `p` when `declare`).
   void packProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool declare) const;
   void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) const;

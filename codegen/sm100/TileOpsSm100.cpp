@@ -494,6 +494,8 @@ public:
       return cat("sm100: exp2 poly share (", shape.exp2PolyShare, ") must be 0 to 8 eighths of the n8 tiles");
     if (shape.maxChains != 1)
       return std::string("sm100: the row maxima take one chain here (tile.max_chains must be 1)");
+    if (shape.laneVote)
+      return std::string("sm100: the rescale vote is taken from the quad maxima here (no tile.lane_vote)");
     for (const MmaF16Shape &mma : {qkShape(shape), pvShape(shape)})
       if (std::optional<std::string> why = checkMmaF16Shape(mma))
         return "sm100: " + *why;

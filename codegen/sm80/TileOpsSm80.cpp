@@ -1254,6 +1254,8 @@ public:
       return std::string("sm80: no software exp2 here (tile.exp2_poly_share must be 0)");
     if (shape.maxChains != 1)
       return std::string("sm80: the row maxima take one chain here (tile.max_chains must be 1)");
+    if (shape.laneVote)
+      return std::string("sm80: the rescale vote is taken from the quad maxima here (no tile.lane_vote)");
     if (shape.warpLayout != WarpLayout::SplitQ)
       return cat("sm80: warp layout ", warpLayoutName(shape.warpLayout),
                  " is not printed; accepted: ", warpLayoutName(WarpLayout::SplitQ));

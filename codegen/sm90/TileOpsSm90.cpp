@@ -114,7 +114,7 @@ public:
   void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, const std::string &, bool foldScale,
                      int rescaleThreshold) override {
     fragments.softmaxUpdate(w, st, s, foldScale, rescaleThreshold, "sm90::math::exp2Poly3x2", shape.exp2PolyShare,
-                            shape.maxChains);
+                            shape.maxChains, shape.laneVote);
   }
   void roundProbabilities(CudaWriter &w, const std::string &s, const std::string &p, bool carried) override {
     if (carried)

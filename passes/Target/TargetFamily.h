@@ -71,6 +71,8 @@ struct KernelShape {
   bool descAdvance = false;
   /// `tile.max_chains` (passes/Transforms/Passes.h): the softmax's row maxima in this many independent chains.
   int maxChains = 1;
+  /// `tile.lane_vote` (passes/Transforms/Passes.h): the conditional rescale's vote from each lane's own max.
+  bool laneVote = false;
   /// `tile.dq_fragments` (passes/Transforms/Passes.h): whole Q tiles of dq_accum in the fragments' order.
   bool dqFragments = false;
   /// `tile.dkv_staged` (passes/Transforms/Passes.h): dK and dV stored through shared memory, a bulk copy a row.

@@ -52,6 +52,10 @@ inline constexpr llvm::StringLiteral kDescAdvanceAttr = "tile.desc_advance";
 /// in this many independent chains (n8 tiles nt % chains) and combined at the end, so that the exponentials wait for
 /// fewer dependent max steps; the program's semantics do not change (KernelShape::maxChains).
 inline constexpr llvm::StringLiteral kMaxChainsAttr = "tile.max_chains";
+/// A schedule's attribute on a forward program with conditional rescaling (a unit attribute): a warp votes whether its
+/// maxes move from each lane's own max over its keys, and takes the rows' quad maxima only where they moved; the
+/// decision is the same, so the program's semantics do not change (KernelShape::laneVote).
+inline constexpr llvm::StringLiteral kLaneVoteAttr = "tile.lane_vote";
 /// With tile.dq_writer (a unit attribute): each whole Q tile's fp32 dQ accumulator is held in the computing threads'
 /// fragment order (16-byte chunk j of thread t at float 4·(j·threads + t)), the order in which the threads store
 /// their fragments into sDq (16-byte stores, no conflict) and the dQ writer adds it (one bulk reduce-add a tile); a

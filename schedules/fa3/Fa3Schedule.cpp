@@ -180,6 +180,12 @@ public:
                      "tiles nt % chains), combined at the end: 1 (the default) is one chain a row, as many dependent "
                      "max steps as the tile has n8 tiles; 2 or 4 cut the steps before the exponentials can start",
          1, 4},
+        {kLaneVote, "forward only, with conditional rescaling (rescale-threshold > 0: e4m3's default): 1: a warp "
+                    "votes whether its maxes move from each lane's own max over its keys (a row's max passes m + "
+                    "threshold exactly when one of its lanes' does), so the quad's shuffles run only in a warp whose "
+                    "maxes moved and the exponentials wait for the vote alone; 0: from the rows' quad maxima (the "
+                    "default)",
+         0, 1},
     };
     return specs;
   }
@@ -276,6 +282,13 @@ public:
                                   << " (a chain an n8 tile at least); block-n = " << blockN;
       func->setAttr(tile::kMaxChainsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), chains));
     }
+    if (knob(knobs, kLaneVote, 0) == 1) {
+      if (knob(knobs, kRescaleThreshold, e4m3 ? kE4m3RescaleThreshold : 0) == 0)
+        return func.emitOpError() << "fa3: lane-vote = 1 votes on conditional rescaling, which rescale-threshold = 0 "
+                                     "turns off; accepted: lane-vote = 1 with rescale-threshold > 0 (e4m3's default "
+                                     "is 8), or lane-vote = 0";
+      func->setAttr(tile::kLaneVoteAttr, UnitAttr::get(func.getContext()));
+    }
     // e4m3: FA4's conditional rescaling (threshold 8, the most an e4m3 P allows: 2^8 < 448) by default. With the GEMMs
     // at twice the bf16 rate the softmax's instructions bound the kernel (ncu at hd128 8k: 462 M warp instructions
     // against bf16's 567 M for 1.33x the speed, issue slots 44% active), and skipping most rescales measured +6-7% at
@@ -301,7 +314,7 @@ public:
   FailureOr<ScheduleAttr> configureBackward(FuncOp func, const schedule::Knobs &knobs) const {
     for (const char *roleKnob :
          {kPingpong, kPersistent, kStageO, kScheduler, kRescaleThreshold, kExp2PolyShare, kDescAdvance,
-          kMaxChains})
+          kMaxChains, kLaneVote})
       if (knobs.count(roleKnob))
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "

@@ -526,6 +526,62 @@ TEST(Codegen, Fa3MaxChainsRefusesOtherCountsByName) {
   }
 }
 
+// lane-vote 1 (the fa3 forward with conditional rescaling): the warp votes from each lane's own max over its keys,
+// and the quad's shuffles run inside `if (maxMoved)`, after the vote; every such kernel compiles to an sm_90a cubin.
+// Without the knob the vote takes the quad maxima as before; with rescale-threshold 0 it is refused by name.
+class Fa3LaneVoteCompiles : public testing::TestWithParam<std::tuple<const char *, int, ElementType>> {};
+
+TEST_P(Fa3LaneVoteCompiles, ToAnSm90aCubin) {
+  auto [variantName, headDim, dtype] = GetParam();
+  schedule::Knobs knobs{{"lane-vote", 1}, {"max-chains", 4}};
+  if (dtype != ElementType::E4M3)
+    knobs["rescale-threshold"] = 8;
+  Compiler compiler;
+  tile::FuncOp func = compiler.buildWith("fa3", *variants::byName(variantName), dtype, headDim, "sm_90a", knobs);
+  ASSERT_TRUE(func) << compiler.diagnostics;
+  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  const std::string &cuda = kernel->source;
+  const size_t vote = cuda.find("maxMoved |= tileMax * scoreScale > rowMax[mt][r] + 8.f;");
+  ASSERT_NE(vote, std::string::npos) << cuda;
+  const size_t branch = cuda.find("if (maxMoved) {", vote), quad = cuda.find("quadMax(laneMax[mt][r])", vote);
+  ASSERT_NE(quad, std::string::npos);
+  EXPECT_LT(cuda.find("maxMoved = __any_sync(0xffffffffu, maxMoved);", vote), branch);
+  EXPECT_LT(branch, quad);
+  EXPECT_EQ(count(cuda, "quadMax(tileMax)"), 0);
+  StatusOr<std::string> cubin = compileCuda(cuda, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << cuda;
+  EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
+
+  Compiler plainCompiler;
+  tile::FuncOp plain = plainCompiler.buildWith("fa3", *variants::byName(variantName), dtype, headDim, "sm_90a",
+                                               dtype != ElementType::E4M3 ? schedule::Knobs{{"rescale-threshold", 8}}
+                                                                          : schedule::Knobs{});
+  ASSERT_TRUE(plain) << plainCompiler.diagnostics;
+  mlir::FailureOr<codegen::EmittedKernel> quadVote = codegen::emitCuda(plain);
+  ASSERT_TRUE(mlir::succeeded(quadVote)) << plainCompiler.diagnostics;
+  EXPECT_EQ(quadVote->source.find("laneMax"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fa3LaneVote, Fa3LaneVoteCompiles,
+                         testing::Values(std::tuple{"none", 128, ElementType::E4M3},
+                                         std::tuple{"causal", 256, ElementType::E4M3},
+                                         std::tuple{"softcap", 64, ElementType::BF16}),
+                         [](const testing::TestParamInfo<std::tuple<const char *, int, ElementType>> &info) {
+                           return std::string(std::get<0>(info.param)) + "_d" +
+                                  std::to_string(std::get<1>(info.param)) +
+                                  (std::get<2>(info.param) == ElementType::E4M3 ? "_e4m3" : "_bf16");
+                         });
+
+TEST(Codegen, Fa3LaneVoteWithoutConditionalRescalingIsRefusedByName) {
+  Compiler compiler;
+  tile::FuncOp func =
+      compiler.buildWith("fa3", *variants::byName("none"), ElementType::BF16, 128, "sm_90a", {{"lane-vote", 1}});
+  EXPECT_FALSE(func);
+  EXPECT_NE(compiler.diagnostics.find("lane-vote = 1"), std::string::npos) << compiler.diagnostics;
+  EXPECT_NE(compiler.diagnostics.find("rescale-threshold"), std::string::npos) << compiler.diagnostics;
+}
+
 TEST(Codegen, Fa3Exp2PolyShareOutOfRangeIsRefusedByName) {
   const schedule::Schedule *fa3 = schedule::lookupSchedule("fa3");
   ASSERT_TRUE(fa3);
