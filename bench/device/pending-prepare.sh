@@ -23,6 +23,7 @@
 # too: FA3's hd256 dQ path); for its lv part .device/aot-lv (late-v 1
 # at head dims 96 and 128: V loaded after the first Q tile); for its f8knobs part the e4m3 forward at head dim 128
 # with FA4's partial software exp2 (exp2-poly-share 1 to 3) and desc-advance, .device/aot-f8-<name> (F8_CANDIDATES).
+# F8_HEAD_DIMS: their head dims (default 128).
 # PREPARE_LIBRARIES (comma list of the names above, without aot-): build only those (default: all).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -43,7 +44,7 @@ for library in "${f8[@]}"; do
   wanted "${name#aot-}" || continue
   rm -rf ".device/$name"
   # shellcheck disable=SC2086  # the knobs are words
-  build/tools/flashtile aot --schedule fa3 --kinds forward --variants none,causal --dtypes e4m3 --head-dims 128 \
+  build/tools/flashtile aot --schedule fa3 --kinds forward --variants none,causal --dtypes e4m3 --head-dims "${F8_HEAD_DIMS:-128}" \
     $knobs --arch sm_90a --jobs 2 --out ".device/$name" | tail -1
 done
 if wanted fda; then

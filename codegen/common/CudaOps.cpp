@@ -492,12 +492,17 @@ LogicalResult KernelPrinter::printMmaWait(MmaWaitOp wait) {
       FailureOr<std::string> p = registers(pv.getP(), pv);
       if (failed(st) || failed(p))
         return failure();
-      target.mmaWait(w, MmaResult::Acc, (*st)->acc, *p, newer);
+      Block *block = wait->getBlock();
+      bool afterUnmaskedSoftmax =
+          block->getOps<MaskOp>().empty() && llvm::any_of(block->getOps<SoftmaxUpdateOp>(), [&](SoftmaxUpdateOp u) {
+            return u->isBeforeInBlock(wait);
+          });
+      target.mmaWait(w, MmaResult::Acc, (*st)->acc, *p, newer, afterUnmaskedSoftmax);
     } else {
       FailureOr<std::string> s = registers(cast<QkOp>(mma).getS(), mma);
       if (failed(s))
         return failure();
-      target.mmaWait(w, MmaResult::Scores, *s, std::string(), newer);
+      target.mmaWait(w, MmaResult::Scores, *s, std::string(), newer, /*afterUnmaskedSoftmax=*/false);
     }
   }
   return success();

@@ -257,9 +257,10 @@ public:
   virtual void mmaTurn(CudaWriter &, bool) {}
   /// `tile.mma_wait` of the asynchronous MMA whose result is `result`, in the registers `tile` (the scores, or the
   /// accumulator of a P·V whose register operand was `operand`); MMAs complete in the order they were issued, and
-  /// `newerInFlight` issued after it may stay in flight.
+  /// `newerInFlight` issued after it may stay in flight. `afterUnmaskedSoftmax`: the wait follows a softmax update in
+  /// a loop body without a mask (an interior segment's P·V wait).
   virtual void mmaWait(CudaWriter &, MmaResult /*result*/, const std::string & /*tile*/,
-                       const std::string & /*operand*/, int /*newerInFlight*/) {}
+                       const std::string & /*operand*/, int /*newerInFlight*/, bool /*afterUnmaskedSoftmax*/) {}
   /// Targets whose softmaxUpdate leaves P unrounded in the score registers round it here: right before the tile.pv
   /// of the same iteration (`carried` false: into registers declared here), or at the end of the iteration that
   /// computed it when a loop carries P to the next iteration's tile.pv (`carried` true: into the registers

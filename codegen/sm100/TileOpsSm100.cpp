@@ -395,7 +395,7 @@ void TileTargetSm100::pv(CudaWriter &w, const StateNames &, const std::string &p
 }
 
 void TileTargetSm100::mmaWait(CudaWriter &w, MmaResult result, const std::string &tile, const std::string &,
-                              int newerInFlight) {
+                              int newerInFlight, bool) {
   // One MMA barrier a warpgroup, one phase per GEMM: a wait retires the newest GEMM, so none may stay in flight
   // (the fa4 schedule waits on every GEMM before issuing the next; the family refuses nothing else here).
   assert(newerInFlight == 0 && "the sm100 family retires each GEMM before the next one is issued");
@@ -496,6 +496,8 @@ public:
       return std::string("sm100: the row maxima take one chain here (tile.max_chains must be 1)");
     if (shape.laneVote)
       return std::string("sm100: the rescale vote is taken from the quad maxima here (no tile.lane_vote)");
+    if (shape.latePvWait)
+      return std::string("sm100: no wgmma wait to place here (no tile.late_pv_wait)");
     for (const MmaF16Shape &mma : {qkShape(shape), pvShape(shape)})
       if (std::optional<std::string> why = checkMmaF16Shape(mma))
         return "sm100: " + *why;

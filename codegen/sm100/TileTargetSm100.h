@@ -174,7 +174,7 @@ public:
   void copyToSlot(CudaWriter &w, Operand operand, const std::string &tile, const std::string &position,
                   int barrier) override;
   void mmaWait(CudaWriter &w, MmaResult result, const std::string &tile, const std::string &operand,
-               int newerInFlight) override;
+               int newerInFlight, bool afterUnmaskedSoftmax) override;
 
   // ---- The memory layer (FA4's own roles; MemoryLayerSm100.cpp) ----
   bool memoryLayer(int tmemColumns, const std::vector<MemBufferInfo> &buffers, const std::vector<ChannelInfo> &channels,

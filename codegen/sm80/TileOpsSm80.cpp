@@ -1256,6 +1256,8 @@ public:
       return std::string("sm80: the row maxima take one chain here (tile.max_chains must be 1)");
     if (shape.laneVote)
       return std::string("sm80: the rescale vote is taken from the quad maxima here (no tile.lane_vote)");
+    if (shape.latePvWait)
+      return std::string("sm80: no wgmma wait to place here (no tile.late_pv_wait)");
     if (shape.warpLayout != WarpLayout::SplitQ)
       return cat("sm80: warp layout ", warpLayoutName(shape.warpLayout),
                  " is not printed; accepted: ", warpLayoutName(WarpLayout::SplitQ));

@@ -160,7 +160,7 @@ public:
   bool publishWorkUnit(CudaWriter &w, int barrier, const std::string &unit) override;
   bool receiveWorkUnit(CudaWriter &w, int barrier, const std::string &position, const std::string &unit) override;
   void mmaWait(CudaWriter &w, MmaResult result, const std::string &tile, const std::string &operand,
-               int newerInFlight) override;
+               int newerInFlight, bool afterUnmaskedSoftmax) override;
   void mmaTurn(CudaWriter &w, bool begin) override;
 
 private:
@@ -589,11 +589,16 @@ void TileTargetSm90::pv(CudaWriter &w, const StateNames &st, const std::string &
 }
 
 void TileTargetSm90::mmaWait(CudaWriter &w, MmaResult result, const std::string &tile, const std::string &operand,
-                             int newerInFlight) {
+                             int newerInFlight, bool afterUnmaskedSoftmax) {
   const char *count = result == MmaResult::Scores ? "kSTiles" : "kOTiles";
   w.comment(cat("retire the wgmma group: ", tile, " is readable and its shared-memory operands are free",
                 newerInFlight ? cat(" (", newerInFlight, " newer group", newerInFlight > 1 ? "s" : "", " stay in flight)")
                               : std::string()));
+  if (result == MmaResult::Acc && shape.latePvWait && afterUnmaskedSoftmax) {
+    w.comment("late-pv-wait: a branch the compiler keeps (never taken: the host refuses seqlen_k < 0) ends the block of");
+    w.comment("the softmax's exponentials, so that ptxas cannot hoist this wait above them");
+    w.line("if (p.seqlenK < 0) __trap();");
+  }
   w.line(cat("sm90::warpgroup::wait<", newerInFlight, ">();"));
   w.line(cat("sm90::warpgroup::fenceOperands(reinterpret_cast<float (&)[", count, " * 4]>(", tile, "[0]));"));
   if (result == MmaResult::Acc) {

@@ -73,6 +73,8 @@ struct KernelShape {
   int maxChains = 1;
   /// `tile.lane_vote` (passes/Transforms/Passes.h): the conditional rescale's vote from each lane's own max.
   bool laneVote = false;
+  /// `tile.late_pv_wait` (passes/Transforms/Passes.h): a kept branch before each wait for P·V.
+  bool latePvWait = false;
   /// `tile.dq_fragments` (passes/Transforms/Passes.h): whole Q tiles of dq_accum in the fragments' order.
   bool dqFragments = false;
   /// `tile.dkv_staged` (passes/Transforms/Passes.h): dK and dV stored through shared memory, a bulk copy a row.

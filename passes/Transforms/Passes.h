@@ -56,6 +56,10 @@ inline constexpr llvm::StringLiteral kMaxChainsAttr = "tile.max_chains";
 /// maxes move from each lane's own max over its keys, and takes the rows' quad maxima only where they moved; the
 /// decision is the same, so the program's semantics do not change (KernelShape::laneVote).
 inline constexpr llvm::StringLiteral kLaneVoteAttr = "tile.lane_vote";
+/// A schedule's attribute on a forward program (a unit attribute): each wait for P·V is preceded by a branch the
+/// compiler must keep, so that ptxas cannot hoist the wait above the softmax's exponentials; the program's semantics
+/// do not change (KernelShape::latePvWait).
+inline constexpr llvm::StringLiteral kLatePvWaitAttr = "tile.late_pv_wait";
 /// With tile.dq_writer (a unit attribute): each whole Q tile's fp32 dQ accumulator is held in the computing threads'
 /// fragment order (16-byte chunk j of thread t at float 4·(j·threads + t)), the order in which the threads store
 /// their fragments into sDq (16-byte stores, no conflict) and the dQ writer adds it (one bulk reduce-add a tile); a

@@ -276,6 +276,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   if (auto chains = func->getAttrOfType<mlir::IntegerAttr>(tile::kMaxChainsAttr))
     shape.maxChains = static_cast<int>(chains.getInt());
   shape.laneVote = func->hasAttr(tile::kLaneVoteAttr);
+  shape.latePvWait = func->hasAttr(tile::kLatePvWaitAttr);
   shape.dqFragments = func->hasAttr(tile::kDqFragmentsAttr);
   shape.stagedKv = func->hasAttr(tile::kDkvStagedAttr);
   shape.dqReadsOnly = func->hasAttr(tile::kDqReadsOnlyAttr);

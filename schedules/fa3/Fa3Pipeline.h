@@ -23,7 +23,7 @@ inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kStages
                             *kDqFragments = "dq-fragments", *kDkvStaged = "dkv-staged",
                             *kDqLastWait = "dq-last-wait", *kDqAddV4 = "dq-add-v4",
                             *kLateV = "late-v", *kDqSlices = "dq-slices", *kMaxChains = "max-chains",
-                            *kLaneVote = "lane-vote";
+                            *kLaneVote = "lane-vote", *kLatePvWait = "late-pv-wait";
 /// The largest backward `lpt-group-blocks`.
 inline constexpr int64_t kMaxLptGroupBlocks = 1 << 20;
 /// The largest `rescale-threshold` (log2 units): P may reach 2^threshold, which stays finite in fp16 up to 15.

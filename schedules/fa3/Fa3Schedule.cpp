@@ -186,6 +186,13 @@ public:
                     "maxes moved and the exponentials wait for the vote alone; 0: from the rows' quad maxima (the "
                     "default)",
          0, 1},
+        {kLatePvWait, "forward only: 1: in the loops without a mask (interior segments), before each wait for P·V, "
+                      "a branch the compiler must keep (a trap on seqlen_k < 0, never taken) ends the block of the "
+                      "softmax's exponentials, so that ptxas cannot hoist the wait above them and the softmax of tile "
+                      "j overlaps P·V(j + 1) as the IR orders it (ptxas placed that wait before all of the e4m3 hd128 "
+                      "loop's exponentials and the bf16 loop's; in masked loops the branch makes ptxas spill: "
+                      "bench/NOTES.md v50); 0: none (the default)",
+         0, 1},
     };
     return specs;
   }
@@ -289,6 +296,8 @@ public:
                                      "is 8), or lane-vote = 0";
       func->setAttr(tile::kLaneVoteAttr, UnitAttr::get(func.getContext()));
     }
+    if (knob(knobs, kLatePvWait, 0) == 1)
+      func->setAttr(tile::kLatePvWaitAttr, UnitAttr::get(func.getContext()));
     // e4m3: FA4's conditional rescaling (threshold 8, the most an e4m3 P allows: 2^8 < 448) by default. With the GEMMs
     // at twice the bf16 rate the softmax's instructions bound the kernel (ncu at hd128 8k: 462 M warp instructions
     // against bf16's 567 M for 1.33x the speed, issue slots 44% active), and skipping most rescales measured +6-7% at
@@ -314,7 +323,7 @@ public:
   FailureOr<ScheduleAttr> configureBackward(FuncOp func, const schedule::Knobs &knobs) const {
     for (const char *roleKnob :
          {kPingpong, kPersistent, kStageO, kScheduler, kRescaleThreshold, kExp2PolyShare, kDescAdvance,
-          kMaxChains, kLaneVote})
+          kMaxChains, kLaneVote, kLatePvWait})
       if (knobs.count(roleKnob))
         return func.emitOpError() << "fa3 backward: the knob " << roleKnob
                                   << " shapes the forward's roles; the backward accepts block-m, block-n, stages, "

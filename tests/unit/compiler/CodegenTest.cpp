@@ -582,6 +582,77 @@ TEST(Codegen, Fa3LaneVoteWithoutConditionalRescalingIsRefusedByName) {
   EXPECT_NE(compiler.diagnostics.find("rescale-threshold"), std::string::npos) << compiler.diagnostics;
 }
 
+// late-pv-wait 1 (the fa3 forward): a kept branch (never taken) before each wait for P·V that follows a softmax in a
+// loop without a mask, so that ptxas cannot hoist that wait above the softmax's exponentials; the kernels where it
+// adds no spills (non-causal at head dims 64-128: causal, 192 and 256 spill with it) compile to sm_90a cubins
+// without a serialization advisory, and without the knob no such branch is printed.
+class Fa3LatePvWaitCompiles : public testing::TestWithParam<std::tuple<const char *, int, ElementType>> {};
+
+TEST_P(Fa3LatePvWaitCompiles, ToAnSm90aCubin) {
+  auto [variantName, headDim, dtype] = GetParam();
+  Compiler compiler;
+  tile::FuncOp func =
+      compiler.buildWith("fa3", *variants::byName(variantName), dtype, headDim, "sm_90a", {{"late-pv-wait", 1}});
+  ASSERT_TRUE(func) << compiler.diagnostics;
+  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
+  ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  const std::string &cuda = kernel->source;
+  // Each wait for P·V (a wait followed by acc's fence) has the branch on the line before it.
+  std::vector<std::string> lines;
+  for (size_t at = 0; at < cuda.size();) {
+    size_t end = cuda.find('\n', at);
+    end = end == std::string::npos ? cuda.size() : end;
+    lines.push_back(cuda.substr(at, end - at));
+    at = end + 1;
+  }
+  // (the interior segment's loops: the ones whose comment says "no mask").
+  int interiorWaits = 0, fenced = 0;
+  bool interior = false;
+  for (size_t i = 2; i < lines.size(); ++i) {
+    if (lines[i].find("// ---- K/V tiles [") != std::string::npos)
+      interior = lines[i].find("no mask") != std::string::npos;
+    if (lines[i].find("fenceOperands(reinterpret_cast<float (&)[kOTiles * 4]>(acc[0]));") != std::string::npos &&
+        lines[i - 1].find("sm90::warpgroup::wait<") != std::string::npos) {
+      bool branch = lines[i - 2].find("if (p.seqlenK < 0) __trap();") != std::string::npos;
+      bool softmaxBefore = false;
+      for (size_t k = i; k-- > 0 && lines[k].find("// ---- K/V tiles [") == std::string::npos;)
+        softmaxBefore |= lines[k].find("online softmax") != std::string::npos;
+      bool wanted = interior && softmaxBefore;
+      interiorWaits += wanted;
+      fenced += branch;
+      EXPECT_EQ(branch, wanted) << "line " << i;
+    }
+  }
+  EXPECT_GE(interiorWaits, 1);
+  EXPECT_EQ(fenced, interiorWaits);
+  EXPECT_EQ(count(cuda, "__trap();"), interiorWaits);
+  std::string log;
+  StatusOr<std::string> cubin =
+      compileCuda(cuda, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin, {}, &log);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << cuda;
+  EXPECT_FALSE(reportsSerializedWgmma(log)) << log;
+
+  Compiler plainCompiler;
+  tile::FuncOp plain = plainCompiler.buildWith("fa3", *variants::byName(variantName), dtype, headDim, "sm_90a");
+  ASSERT_TRUE(plain) << plainCompiler.diagnostics;
+  mlir::FailureOr<codegen::EmittedKernel> hoistable = codegen::emitCuda(plain);
+  ASSERT_TRUE(mlir::succeeded(hoistable)) << plainCompiler.diagnostics;
+  EXPECT_EQ(hoistable->source.find("__trap()"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fa3LatePvWait, Fa3LatePvWaitCompiles,
+                         testing::Values(std::tuple{"none", 128, ElementType::E4M3},
+                                         std::tuple{"none", 128, ElementType::BF16},
+                                         std::tuple{"softcap", 64, ElementType::F16},
+                                         std::tuple{"none", 96, ElementType::BF16}),
+                         [](const testing::TestParamInfo<std::tuple<const char *, int, ElementType>> &info) {
+                           return std::string(std::get<0>(info.param)) + "_d" +
+                                  std::to_string(std::get<1>(info.param)) + "_" +
+                                  (std::get<2>(info.param) == ElementType::BF16  ? "bf16"
+                                   : std::get<2>(info.param) == ElementType::F16 ? "f16"
+                                                                                  : "e4m3");
+                         });
+
 TEST(Codegen, Fa3Exp2PolyShareOutOfRangeIsRefusedByName) {
   const schedule::Schedule *fa3 = schedule::lookupSchedule("fa3");
   ASSERT_TRUE(fa3);
