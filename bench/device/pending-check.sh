@@ -21,7 +21,8 @@
 # table of e4m3 and bf16 tokens/s and % of the HBM roof per candidate), compile (test_parallel_gpu.py -k compiled:
 # ring and Ulysses attention under torch.compile with inductor, two ranks sharing the GPU), fp8kvr (test_fp8_kvcache.py with kv-convert 1's
 # library .device/aot-f8kv-rtest loaded). Neither of the last two is in the default list: PENDING=fp8kvsweep,fp8kvr
-# (about 4 minutes). Nor are dqf (dq-fragments 1 with 64- and 80-row tiles and block-m 80, through
+# (about 4 minutes); nor is fp8kvf16 (test_fp8_kvcache.py with kv-f16-mma 1's library .device/aot-f8kv-f16test: the
+# f16 MMAs over the e4m3 cache; FP8KV_SWEEP="f16 f16m10" PENDING=fp8kvsweep times them). Nor are dqf (dq-fragments 1 with 64- and 80-row tiles and block-m 80, through
 # bench/device/bwd-steps.sh; logs in $OUT/dqf), before (an earlier build's wheel, .device/python-before, against this
 # one: carry both), fda (the forward's desc-advance 1, .device/fda, through bench/device/forward-knobs.sh; logs in
 # $OUT/fda) and f8knobs (bench/fp8_bench.py with the e4m3 candidates .device/aot-f8-<name>: partial software exp2,
@@ -60,6 +61,9 @@ part fp8 180 python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_forward.py
 part fp8kv 240 python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_kvcache.py
 # the e4m3 cache's fragments converted in registers (kv-convert 1) wherever the library has the call's kernel
 part fp8kvr 240 env FLASHTILE_AOT_DIR="$root/.device/aot-f8kv-rtest" FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-fp8kvr \
+  python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_kvcache.py
+# kv-f16-mma 1's kernels (bf16 at head dims 64 and 128) serving test_fp8_kvcache.py's calls they match
+part fp8kvf16 240 env FLASHTILE_AOT_DIR="$root/.device/aot-f8kv-f16test" FLASHTILE_CACHE_DIR=/tmp/flashtile-cache-fp8kvf16 \
   python3 -m pytest -q -n 8 -p no:cacheprovider test_fp8_kvcache.py
 part positions 180 python3 -m pytest -q -p no:cacheprovider test_positions_gpu.py test_parallel_gpu.py -k "not compiled"
 # flashtile.parallel under torch.compile(fullgraph=True, inductor): 2 ranks sharing the GPU

@@ -84,11 +84,16 @@ fi
 # The e4m3 KV cache's candidates (issue 42, item 3; bench/NOTES.md v43, v45) beside today's default (kv-convert 1 on
 # one warp of 16 rows, measured 1.80x bf16 at 92% of the roof on 2026-12-07): 128- or 32-key tiles (n128, n32),
 # registers capped for 10 blocks an SM (m10: shared memory allows 11), and the widening with bf16's tiling (w).
-FP8KV_CANDIDATES=${FP8KV_CANDIDATES:-"n128:--block-n 128|n32:--block-n 32|m10:--min-blocks-per-sm 10|w:--kv-convert 0"}
+# kv-f16-mma 1 (f16 MMAs over the e4m3 fragments: one conversion a pair instead of four; bench/NOTES.md v50): f16,
+# alone and with registers capped for 10 blocks an SM (f16m10); f16test: its kernels of the shapes
+# tests/python/gpu/test_fp8_kvcache.py runs in bf16 at head dims 64 and 128 (pending-check.sh's fp8kvf16 part).
+FP8KV_CANDIDATES=${FP8KV_CANDIDATES:-"n128:--block-n 128|n32:--block-n 32|m10:--min-blocks-per-sm 10|w:--kv-convert 0|f16:--kv-f16-mma 1|f16m10:--kv-f16-mma 1 --min-blocks-per-sm 10"}
 IFS='|' read -ra fp8kv <<< "$FP8KV_CANDIDATES"
 bench_shape="--variants none,causal --dtypes bf16 --head-dims 128"  # a one-row causal call runs the none kernel
 for library in "${fp8kv[@]/%/ $bench_shape}" "rtest:--kv-convert 1 --block-m 32 --warps 2 --variants none,causal,sliding_window,\
-sliding_window_causal,softcap,softcap_causal,alibi,alibi_causal --dtypes bf16,f16 --head-dims 64,128,256"; do
+sliding_window_causal,softcap,softcap_causal,alibi,alibi_causal --dtypes bf16,f16 --head-dims 64,128,256" \
+  "f16test:--kv-f16-mma 1 --variants none,causal,sliding_window,sliding_window_causal,softcap,softcap_causal,alibi,\
+alibi_causal --dtypes bf16 --head-dims 64,128"; do
   name=aot-f8kv-${library%%:*} knobs=${library#*:}
   wanted "${name#aot-}" || continue
   rm -rf ".device/$name"

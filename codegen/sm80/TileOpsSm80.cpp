@@ -36,14 +36,17 @@ class TileTargetSm80 final : public TileTarget {
 public:
   explicit TileTargetSm80(const KernelShape &shape)
       : shape(shape), fragments({kNamespace, shape.dtype, shape.packQueryHeads}),
+        // kv-f16-mma: P is rounded for f16 MMAs; O (fragments) leaves in the program's dtype
+        probFragments({kNamespace, shape.kvF16Mma ? std::string("f16") : shape.dtype, shape.packQueryHeads}),
         preludeText(fragmentPrelude(kNamespace)) {
     bool bf16 = shape.dtype == "bf16";
-    mma = bf16 ? "sm80::mmaBf16" : "sm80::mmaF16";
-    pack = bf16 ? "sm80::packBf16x2" : "sm80::packF16x2";
     mTiles = shape.warpRows / kMmaM;
     qInRegisters = mTiles * (shape.headDim / 16) * 4 <= kMaxQFragmentRegisters;
     kvE4m3 = shape.kvDtype == "e4m3";
     kvRegisters = kvE4m3 && shape.kvConvertRegisters;
+    f16Mma = kvRegisters && shape.kvF16Mma;
+    mma = bf16 && !f16Mma ? "sm80::mmaBf16" : "sm80::mmaF16";
+    pack = bf16 ? "sm80::packBf16x2" : "sm80::packF16x2";
     if (kvE4m3)
       preludeText += e4m3WidenPrelude();
   }
@@ -81,6 +84,9 @@ public:
             "vEven",       "vOdd",        "nq",      "nc",        "qRow",    "qAddress",  "qLo",  "qHi",
             "quadLane0",   "oddLane",     "srcLo",   "srcHi",     "d0",      "d1",        "d2",   "d3"})
         names.push_back(name);
+    if (f16Mma) // kv-f16-mma: Q's scale
+      for (const char *name : {"qMax", "qShift", "qScale", "qUnscale", "qBits"})
+        names.push_back(name);
     return names;
   }
 
@@ -109,7 +115,7 @@ public:
   void softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, const std::string &p, bool foldScale,
                      int rescaleThreshold) override {
     fragments.softmaxUpdate(w, st, s, foldScale, rescaleThreshold);
-    fragments.packProbabilities(w, s, p, true);
+    probFragments.packProbabilities(w, s, p, true);
   }
   void rescale(CudaWriter &w, const StateNames &st, bool onlyWhenMoved) override {
     fragments.rescale(w, st, onlyWhenMoved);
@@ -175,13 +181,17 @@ private:
   static std::string threadRow(const char *half = "r") { return FragmentTiles::threadRow(half); }
 
   KernelShape shape;
-  FragmentTiles fragments;
+  FragmentTiles fragments, probFragments;
   std::string preludeText, mma, pack;
   int mTiles = 0;
   bool qInRegisters = true;
   bool kvE4m3 = false; ///< K and V are e4m3 (tile.kv_dtype): staged as 8-bit, widened to the dtype in shared memory
   /// K and V are e4m3 and their fragments are converted in registers (kv-convert 1): sK and sV hold the 8-bit tiles.
   bool kvRegisters = false;
+  /// kv-f16-mma (with kvRegisters in a bf16 program): Q·Kᵀ and P·V in f16, Q's fragments scaled a warp.
+  bool f16Mma = false;
+  /// kv-f16-mma: Q's bf16 fragments (in registers) to f16, scaled by a power of two a warp.
+  void scaleQToF16(CudaWriter &w) const;
 };
 
 TileTargetSm80::OperandNames TileTargetSm80::names(Operand operand) {
@@ -450,6 +460,36 @@ void TileTargetSm80::loadQPermuted(CudaWriter &w, const std::string &frag) const
   w.line(cat(frag, "[3] = qHi.y;"));
 }
 
+void TileTargetSm80::scaleQToF16(CudaWriter &w) const {
+  w.comment("kv-f16-mma: Q's bf16 fragments to f16 for f16 MMAs over the e4m3 K/V fragments, scaled by 2^-qShift so");
+  w.comment("that the warp's largest |q| lies in [2^14, 2^15) (f16 holds it; its 11 bits keep bf16's 8); S = Q·Kᵀ is");
+  w.comment("multiplied back by 2^qShift, exactly. A NaN stays NaN, an inf stays inf.");
+  w.line("float qMax = 0.f;");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("ks", "kHeadDim / 16");
+  w.openUnrolledFor("i", "4");
+  w.line("const unsigned qBits = qFrag[mt][ks][i];");
+  w.line("qMax = fmaxf(qMax, fmaxf(fabsf(__uint_as_float(qBits << 16)), fabsf(__uint_as_float(qBits & 0xffff0000u))));");
+  w.close();
+  w.close();
+  w.close();
+  w.openUnrolledFor("i", "5");
+  w.line("qMax = fmaxf(qMax, __shfl_xor_sync(0xffffffffu, qMax, 1 << i));");
+  w.close();
+  w.line("const int qShift = min(max(int((__float_as_uint(qMax) >> 23) & 0xffu) - 127 - 14, -100), 100);");
+  w.line("const float qScale = __uint_as_float(unsigned(127 - qShift) << 23);  // 2^-qShift");
+  w.line("const float qUnscale = __uint_as_float(unsigned(127 + qShift) << 23);  // 2^qShift");
+  w.openUnrolledFor("mt", "kMTiles");
+  w.openUnrolledFor("ks", "kHeadDim / 16");
+  w.openUnrolledFor("i", "4");
+  w.line("const unsigned qBits = qFrag[mt][ks][i];");
+  w.line("qFrag[mt][ks][i] = sm80::packF16x2(__uint_as_float(qBits << 16) * qScale, "
+         "__uint_as_float(qBits & 0xffff0000u) * qScale);");
+  w.close();
+  w.close();
+  w.close();
+}
+
 void TileTargetSm80::qkRegisters(CudaWriter &w, const std::string &kTile, const std::string &scores) {
   w.comment(
       cat(scores, " = Q·Kᵀ for K tile ", kTile, " (mma.sync m16n8k16, fp32) on the 8-bit K tile: ldmatrix.x4 of"));
@@ -479,6 +519,16 @@ void TileTargetSm80::qkRegisters(CudaWriter &w, const std::string &kTile, const 
   w.close();
   w.close();
   w.close();
+  if (f16Mma) {
+    w.comment("kv-f16-mma: S of the scaled Q, times 2^qShift (exact)");
+    w.openUnrolledFor("mt", "kMTiles");
+    w.openUnrolledFor("nt", "kSTiles");
+    w.openUnrolledFor("i", "4");
+    w.line(cat(scores, "[mt][nt][i] *= qUnscale;"));
+    w.close();
+    w.close();
+    w.close();
+  }
 }
 
 void TileTargetSm80::pvRegisters(CudaWriter &w, const StateNames &st, const std::string &p, const std::string &vTile) {
@@ -534,7 +584,7 @@ void TileTargetSm80::unpermuteAcc(CudaWriter &w, const StateNames &st) const {
 }
 
 std::string TileTargetSm80::e4m3RegistersPrelude() const {
-  const bool bf16 = shape.dtype == "bf16";
+  const bool bf16 = shape.dtype == "bf16" && !f16Mma;  // kv-f16-mma: the fragments stay f16
   std::string text = R"cuda(// kv-convert 1: MMA fragments read from the 8-bit tiles and converted in registers.
 // Four e4m3 values (the bytes of x, lowest first) to two pairs of the kernel's 16-bit type: out[0] = bytes 0 and 1,
 // out[1] = bytes 2 and 3 (sm_89 and later convert each half of x in place, no shift).
@@ -851,6 +901,8 @@ void TileTargetSm80::load(CudaWriter &w, Operand operand, const std::string &til
              "(32 * ks)));");
     w.close();
     w.close();
+    if (f16Mma)
+      scaleQToF16(w);
     return;
   case Operand::K:
     w.comment(cat("K tile ", tile, " is in sK", buffer, eightBit, ".x4", fragments, "S = Q·Kᵀ"));
@@ -1247,6 +1299,12 @@ public:
                  shape.headDimV, ") must be multiples of 16");
     if (shape.kvConvertRegisters && shape.kvDtype != "e4m3")
       return std::string("sm80: kv-convert 1 converts e4m3 K/V fragments; this program's K and V are 16-bit");
+    if (shape.kvF16Mma && (!shape.kvConvertRegisters || shape.dtype != "bf16"))
+      return std::string("sm80: kv-f16-mma runs a bf16 program's MMAs in f16 over kv-convert 1's e4m3 fragments");
+    if (shape.kvF16Mma && (shape.warpRows / kMmaM) * (shape.headDim / 16) * 4 > kMaxQFragmentRegisters)
+      return cat("sm80: kv-f16-mma converts Q's fragments once, in registers: head_dim (", shape.headDim,
+                 ") at ", shape.warpRows, " rows a warp takes more than ", kMaxQFragmentRegisters,
+                 " registers of them (Q is re-read from shared memory there)");
     if (shape.kvConvertRegisters && (shape.blockN % 32 != 0 || shape.headDimV % 32 != 0))
       return cat("sm80: kv-convert 1 reads 8-bit fragments 32 keys and 32 columns of V at a time: block-n (",
                  shape.blockN, ") and head_dim_v (", shape.headDimV, ") must be multiples of 32");

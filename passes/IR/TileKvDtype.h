@@ -22,6 +22,11 @@ inline constexpr const char *kKvDtypeAttr = "tile.kv_dtype";
 /// (ldmatrix of the 8-bit rows) and converts them there, instead of widening each tile into a 16-bit shared-memory
 /// tile first. The program's semantics do not change (the conversion is exact either way); only the printed kernel.
 inline constexpr const char *kKvConvertRegistersAttr = "tile.kv_convert_registers";
+/// `tile.kv_f16_mma` (a unit attribute beside tile.kv_convert_registers in a bf16 program, set by the decode
+/// schedule's `kv-f16-mma 1`): the MMAs run in f16, not bf16: the e4m3 fragments are converted to f16 (one conversion
+/// a pair, exact), Q's fragments to f16 scaled by a power of two a warp (S unscaled after Q·Kᵀ, exactly) and P is
+/// rounded to f16 (more precise than bf16 in P's range). The output stays bf16.
+inline constexpr const char *kKvF16MmaAttr = "tile.kv_f16_mma";
 /// The element type of the program's K and V tiles: `tile.kv_dtype` where set, else the program's dtype.
 mlir::Type kvDtypeOf(FuncOp func);
 /// Whether K and V are of another type than Q (the function has `tile.kv_dtype`).

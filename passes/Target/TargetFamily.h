@@ -62,6 +62,8 @@ struct KernelShape {
   /// With an e4m3 kvDtype (`tile.kv_convert_registers`, passes/IR/TileKvDtype.h): K and V fragments are read from the
   /// 8-bit tiles and converted in registers; false: each tile is widened into a 16-bit shared-memory tile first.
   bool kvConvertRegisters = false;
+  /// With kvConvertRegisters in a bf16 program (`tile.kv_f16_mma`, passes/IR/TileKvDtype.h): the MMAs run in f16.
+  bool kvF16Mma = false;
   /// Software exp2 (`tile.exp2_poly_share`, passes/IR/TileExp2Poly.h): of every 8 n8 tiles of a score row, this many
   /// take their softmax exponentials from a polynomial on the FMA pipe. 0: all from the MUFU unit; a family without a
   /// software exp2 refuses any other value.

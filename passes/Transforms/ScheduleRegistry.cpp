@@ -264,6 +264,7 @@ target::KernelShape kernelShapeOf(tile::FuncOp func) {
   if (tile::hasKvDtype(func))
     shape.kvDtype = tile::dtypeName(tile::kvDtypeOf(func));
   shape.kvConvertRegisters = func->hasAttr(tile::kKvConvertRegistersAttr);
+  shape.kvF16Mma = func->hasAttr(tile::kKvF16MmaAttr);
   if (auto share = func->getAttrOfType<mlir::IntegerAttr>(tile::kExp2PolyShareAttr))
     shape.exp2PolyShare = static_cast<int>(share.getInt());
   if (auto keyWarps = func->getAttrOfType<mlir::IntegerAttr>(tile::kKeyWarpsAttr))

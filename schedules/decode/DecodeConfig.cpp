@@ -34,6 +34,8 @@ std::optional<std::string> DecodeConfig::validate(int headDim, int headDimV) con
   if (kvConvert < 0 || kvConvert > 1)
     return bad(kKvConvert, kvConvert,
                "0 (e4m3 K/V widened into 16-bit shared-memory tiles) or 1 (converted in registers)");
+  if (kvF16Mma < 0 || kvF16Mma > 1)
+    return bad(kKvF16Mma, kvF16Mma, "0 (bf16 MMAs) or 1 (f16 MMAs over the e4m3 fragments)");
   if (headDim < 1 || headDim > 256)
     return bad("head_dim", headDim, "1 to 256");
   if (headDimV < 1 || headDimV > 256)

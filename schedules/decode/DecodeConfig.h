@@ -22,7 +22,7 @@ inline constexpr const char *kName = "decode";
 /// The knobs' names: FA2's, for the knobs the two share.
 inline constexpr const char *kBlockM = "block-m", *kBlockN = "block-n", *kWarps = "warps", *kStages = "stages",
                             *kMinBlocksPerSm = "min-blocks-per-sm", *kPackGqa = "pack-gqa", *kKvCache = "kv-cache",
-                            *kKvConvert = "kv-convert";
+                            *kKvConvert = "kv-convert", *kKvF16Mma = "kv-f16-mma";
 inline constexpr int kMaxBlockM = 256, kMaxBlockN = 256, kMaxWarps = 16, kMinStages = 1, kMaxStages = 2;
 inline constexpr int kWarpSize = 32, kMaxThreadsPerSm = 2048;
 
@@ -38,6 +38,9 @@ struct DecodeConfig {
   /// 16-bit tiles: a third of the shared memory, no widening barrier; each warp converts every value it reads).
   /// The schedule makes 1 (with 16 rows on one warp) the default over an e4m3 cache (DecodeSchedule.cpp).
   int kvConvert = 0;
+  /// With kvConvert 1 in a bf16 program: 1 runs the MMAs in f16 (each e4m3 pair one conversion instead of four, Q's
+  /// fragments converted once with a power-of-two scale a warp, P rounded to f16); 0 in bf16.
+  int kvF16Mma = 0;
 
   /// The configuration used when the caller sets no knob, measured on the H200 at head dims 64, 128 and 256
   /// (bench/NOTES.md v21): 32 query rows on 2 warps, 64 keys a tile, one K and one V buffer. A decode call's rows

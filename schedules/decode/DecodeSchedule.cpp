@@ -50,6 +50,11 @@ public:
          "cache, with block-m 16 on one warp unless kv-convert, block-m or warps is named) converts the MMA fragments of the "
          "8-bit tiles in registers (refused for K/V of the program's dtype)",
          0, 1},
+        {kKvF16Mma,
+         "with kv-convert 1 in a bf16 program: 1 runs Q·Kᵀ and P·V in f16 (each e4m3 pair of K or V one conversion "
+         "instead of four: e4m3 to f16 is exact; Q's fragments converted to f16 once, scaled by a power of two a warp "
+         "that S undoes exactly; P rounded to f16); 0 in bf16 (the default). The output stays bf16",
+         0, 1},
     };
     return specs;
   }
@@ -74,6 +79,7 @@ public:
     schedule::applyKnob(knobs, kStages, config.stages);
     schedule::applyKnob(knobs, kMinBlocksPerSm, config.minBlocksPerSm);
     schedule::applyKnob(knobs, kKvConvert, config.kvConvert);
+    schedule::applyKnob(knobs, kKvF16Mma, config.kvF16Mma);
     if (auto error = config.validate(headDim, headDimV))
       return func.emitOpError() << *error;
     // The form of an e4m3 cache's conversion is the printer's (an attribute beside tile.kv_dtype). A program of
@@ -84,6 +90,13 @@ public:
                                    "with kv dtype e4m3)";
     if (config.kvConvert == 1)
       func->setAttr(kKvConvertRegistersAttr, UnitAttr::get(func.getContext()));
+    if (config.kvF16Mma == 1) {
+      if (config.kvConvert != 1 || !isa<BFloat16Type>(func.getDtype()))
+        return func.emitOpError() << "decode: " << kKvF16Mma << " = 1 runs a bf16 program's MMAs in f16 over the "
+                                  << "e4m3 fragments of kv-convert 1; accepted: 1 with kv-convert 1 (an e4m3 KV cache) "
+                                     "and dtype bf16 (an f16 program's MMAs are f16 already), or 0";
+      func->setAttr(kKvF16MmaAttr, UnitAttr::get(func.getContext()));
+    }
     // One tiling serves every shape class (the split count, a kernel argument, adapts to the shape); the grid
     // takes Q tiles per (batch, head), splits fastest (block order 0); every tile is rescaled (FA2's policy).
     // Split-Q as fa2: every warp owns blockM / warps query rows.

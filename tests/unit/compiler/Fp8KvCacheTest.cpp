@@ -732,3 +732,74 @@ TEST(Fp8KvCompiles, OtherFamiliesAndPlainKernelsRefuseAnE4m3Cache) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// kv-f16-mma 1: a bf16 program's MMAs in f16 over kv-convert 1's e4m3 fragments
+//===----------------------------------------------------------------------===//
+
+// Q·Kᵀ and P·V are f16 MMAs (no bf16 MMA is called), the K/V fragments stay f16 (one conversion a pair: no f16 to
+// fp32 to bf16 round trip in the prelude), Q's fragments are converted once with the warp's power-of-two scale that
+// every S tile undoes, P is rounded to f16, and O still leaves as bf16; the kernels compile for sm_80 and sm_90a.
+// Without the knob the kernel is the default's, byte for byte.
+TEST(Fp8KvF16Mma, RunsTheMmasInF16AndKeepsTheOutputBf16) {
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  for (auto [variantName, headDim, knobs] :
+       std::vector<std::tuple<const char *, int, schedule::Knobs>>{{"causal", 128, {}},
+                                                                  {"none", 64, {{"block-m", 32}, {"warps", 2}}},
+                                                                  {"softcap_causal", 128, {{"stages", 2}}}}) {
+    SCOPED_TRACE(std::string(variantName) + " d" + std::to_string(headDim));
+    auto program =
+        buildAttentionProgram(context, *variants::byName(variantName), e4m3Cache(ElementType::BF16, headDim));
+    ASSERT_TRUE(succeeded(program)) << diags.text;
+    for (const char *arch : {"sm_80", "sm_90a"}) {
+      SCOPED_TRACE(arch);
+      schedule::Knobs f16 = knobs;
+      f16["kv-f16-mma"] = 1;
+      std::optional<codegen::EmittedKernel> kernel = decodeCuda(**program, arch, f16),
+                                            plain = decodeCuda(**program, arch, knobs),
+                                            named = decodeCuda(**program, arch, [&] {
+                                              schedule::Knobs off = knobs;
+                                              off["kv-f16-mma"] = 0;
+                                              return off;
+                                            }());
+      ASSERT_TRUE(kernel && plain && named) << diags.text;
+      EXPECT_EQ(plain->source, named->source);
+      const std::string &source = kernel->source;
+      EXPECT_EQ(count(source, "sm80::mmaBf16("), 0);
+      EXPECT_GE(count(source, "sm80::mmaF16(score[mt][4 * nq + i], "), 1);
+      EXPECT_GE(count(source, "sm80::mmaF16(acc[mt][4 * nc + 2 * c], "), 1);
+      EXPECT_EQ(count(source, "out[i] = packBf16x2(lo, hi);"), 0);
+      EXPECT_EQ(count(source, "const int qShift = "), 1);
+      EXPECT_EQ(count(source, "[mt][nt][i] *= qUnscale;"), count(source, "sm80::widenE4m3x4(kRaw[i], kFrag);"));
+      EXPECT_GE(count(source, "[mt][k][0] = sm80::packF16x2("), 1);
+      EXPECT_EQ(count(source, "[mt][k][0] = sm80::packBf16x2("), 0);
+      EXPECT_GE(count(plain->source, "[mt][k][0] = sm80::packBf16x2("), 1);
+      EXPECT_EQ(count(source, "sm80::packBf16x2(o0, o1)"), count(plain->source, "sm80::packBf16x2(o0, o1)"));
+      std::string log;
+      StatusOr<std::string> cubin = compileCuda(source, kernel->info.entry + ".cu", arch, NvrtcOutput::Cubin, {}, &log);
+      ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << source;
+    }
+  }
+}
+
+// Refused by name: an f16 program (its MMAs are f16 already), the widening (kv-convert 0), and a Q whose fragments
+// do not stay in registers (head dim 256 at 16 rows a warp).
+TEST(Fp8KvF16Mma, RefusesWhereItHasNothingToDoByName) {
+  MLIRContext context;
+  DiagnosticCapture diags(context);
+  auto f16 = buildAttentionProgram(context, *variants::byName("causal"), e4m3Cache(ElementType::F16, 128));
+  auto bf16 = buildAttentionProgram(context, *variants::byName("causal"), e4m3Cache(ElementType::BF16, 128));
+  auto wide = buildAttentionProgram(context, *variants::byName("causal"), e4m3Cache(ElementType::BF16, 256));
+  ASSERT_TRUE(succeeded(f16) && succeeded(bf16) && succeeded(wide)) << diags.text;
+  EXPECT_FALSE(decodeCuda(**f16, "sm_90a", {{"kv-f16-mma", 1}}));
+  EXPECT_NE(diags.text.find("decode: kv-f16-mma = 1 runs a bf16 program's MMAs in f16"), std::string::npos)
+      << diags.text;
+  diags.text.clear();
+  EXPECT_FALSE(decodeCuda(**bf16, "sm_90a", {{"kv-f16-mma", 1}, {"kv-convert", 0}}));
+  EXPECT_NE(diags.text.find("accepted: 1 with kv-convert 1"), std::string::npos) << diags.text;
+  diags.text.clear();
+  EXPECT_FALSE(decodeCuda(**wide, "sm_90a", {{"kv-f16-mma", 1}}));
+  EXPECT_NE(diags.text.find("kv-f16-mma converts Q's fragments once, in registers: head_dim (256)"), std::string::npos)
+      << diags.text;
+}
