@@ -22,11 +22,12 @@
 # ring and Ulysses attention under torch.compile with inductor, two ranks sharing the GPU), fp8kvr (test_fp8_kvcache.py with kv-convert 1's
 # library .device/aot-f8kv-rtest loaded). Neither of the last two is in the default list: PENDING=fp8kvsweep,fp8kvr
 # (about 4 minutes); nor is fp8kvf16 (test_fp8_kvcache.py with kv-f16-mma 1's library .device/aot-f8kv-f16test: the
-# f16 MMAs over the e4m3 cache; FP8KV_SWEEP="f16 f16m10" PENDING=fp8kvsweep times them). Nor are dqf (dq-fragments 1 with 64- and 80-row tiles and block-m 80, through
+# f16 MMAs over the e4m3 cache; FP8KV_SWEEP="f16 f16m10" PENDING=fp8kvsweep times them), nor lpw (the fa3 forward's
+# late-pv-wait 1, .device/flpw, through bench/device/forward-knobs.sh; logs in $OUT/lpw). Nor are dqf (dq-fragments 1 with 64- and 80-row tiles and block-m 80, through
 # bench/device/bwd-steps.sh; logs in $OUT/dqf), before (an earlier build's wheel, .device/python-before, against this
 # one: carry both), fda (the forward's desc-advance 1, .device/fda, through bench/device/forward-knobs.sh; logs in
-# $OUT/fda) and f8knobs (bench/fp8_bench.py with the e4m3 candidates .device/aot-f8-<name>: partial software exp2,
-# desc-advance), window (bench/window_sweep.py), dkvs (dkv-staged 1 beside the default, and in the window's
+# $OUT/fda) and f8knobs (bench/fp8_bench.py with the e4m3 candidates .device/aot-f8-<name>: max-chains, lane-vote,
+# late-pv-wait), window (bench/window_sweep.py), dkvs (dkv-staged 1 beside the default, and in the window's
 # sweep), dkv64 (dkv-staged 1 at head dim 64, four rounds), detdq (deterministic mode with dq-fragments and
 # dq-swizzle: one bulk add a turn), a4 (dq-add-v4 1 at head dim 256, .device/aot-a4) and lv (late-v 1 at 96 and
 # 128, .device/aot-lv).
@@ -82,7 +83,7 @@ part fp8kvbench 150 python3 bench/fp8_decode_bench.py --json "$OUT/fp8-decode-be
 # of pending-prepare.sh (F8_SWEEP names them; its bf16 baseline runs the JIT's default in the same process).
 if [[ $parts == *,f8knobs,* ]]; then
   # shellcheck disable=SC2206  # F8_SWEEP is a list of words
-  names=(default ${F8_SWEEP:-f8-p1 f8-p2 f8-p3 f8-da f8-dap2})
+  names=(default ${F8_SWEEP:-f8-c4 f8-lv4 f8-lpw f8-all})
   for name in "${names[@]}"; do
     dir=$root/.device/aot-$name
     [ "$name" = default ] && dir=
@@ -214,6 +215,14 @@ if [[ $parts == *,fda,* ]]; then
     KNOBS_SHAPES=${PENDING_FDA_SHAPES:-64:8192,96:8192,128:2048,128:8192,192:8192,256:8192} \
     timeout 330 bash bench/device/forward-knobs.sh > "$OUT/pending-fda.log" 2>&1 || status=1
   grep -E "^(default|fda) " "$OUT/pending-fda.log" | head -30
+fi
+# The fa3 forward with late-pv-wait 1 (.device/flpw: bf16, non-causal, head dims 64, 96, 128; its causal calls run the
+# JIT's default) beside its default, FA4 and cuDNN: the P·V wait kept after the exponentials (bench/NOTES.md v50).
+if [[ $parts == *,lpw,* ]]; then
+  OUT=$OUT/lpw KNOBS_TIMEOUT=150 KNOBS_AOT=lpw:.device/flpw \
+    KNOBS_SHAPES=${PENDING_LPW_SHAPES:-64:8192,96:8192,128:2048,128:8192,128:16384} \
+    timeout 330 bash bench/device/forward-knobs.sh > "$OUT/pending-lpw.log" 2>&1 || status=1
+  grep -E "^(default|lpw) " "$OUT/pending-lpw.log" | head -30
 fi
 # ring-rows 1 at head dim 64 (the warpgroups' ring rows broadcast once: 46 fewer R2URs, one causal loop segment longer
 # by SASS; bench/NOTES.md v44) beside the default.

@@ -17,7 +17,8 @@
 # at head dim 128, with 64- and 80-row tiles) and, where BEFORE_TREE names the checkout of an earlier commit (a git
 # worktree), .device/python-before (that checkout's wheel, built there: the A/B of a change to the default's CUDA; a
 # kernel library loads only into the runtime of the build that wrote it, so the earlier build runs as a whole); for
-# its fda part .device/fda (the fa3 forward with desc-advance 1); for its dkvs part .device/aot-dkvs (dkv-staged 1 at
+# its fda part .device/fda (the fa3 forward with desc-advance 1); for its lpw part .device/flpw (late-pv-wait 1: bf16,
+# non-causal, head dims 64-128); for its dkvs part .device/aot-dkvs (dkv-staged 1 at
 # head dims 64-128, none, causal and the causal window) and .device/aot-dkvw (with dq-last-wait 1 too); for its a4 part
 # .device/aot-a4 (dq-add-v4 1 at head dim 256: four floats of a dQ row a lane) and .device/aot-a4s (with dq-slices 2
 # too: FA3's hd256 dQ path); for its lv part .device/aot-lv (late-v 1
@@ -35,9 +36,11 @@ if [ -n "${BEFORE_TREE:-}" ] && wanted before; then
   cp -r "$BEFORE_TREE/.device/python" .device/python-before
   ls .device/python-before
 fi
-# The e4m3 forward at head dim 128 (issue 42's 1.6x): its exp2s take as long as its GEMMs (bench/NOTES.md v41), so
-# FA4's partial software exp2 (a share of the exponentials on the FMA pipe) and the descriptor adds.
-F8_CANDIDATES=${F8_CANDIDATES:-"p1:--exp2-poly-share 1|p2:--exp2-poly-share 2|p3:--exp2-poly-share 3|da:--desc-advance 1|dap2:--desc-advance 1 --exp2-poly-share 2"}
+# The e4m3 forward at head dim 128 (issue 42's 1.6x): its exp2s take as long as its GEMMs (bench/NOTES.md v41).
+# Measured and off since (2026-12-07): exp2-poly-share 1-3 and desc-advance ("p1:--exp2-poly-share 1|...|da:--desc-advance
+# 1"). Now the softmax's critical path (bench/NOTES.md v50): max-chains 4 (c4), with lane-vote (lv4), late-pv-wait (lpw)
+# and all three (all).
+F8_CANDIDATES=${F8_CANDIDATES:-"c4:--max-chains 4|lv4:--max-chains 4 --lane-vote 1|lpw:--late-pv-wait 1|all:--max-chains 4 --lane-vote 1 --late-pv-wait 1"}
 IFS='|' read -ra f8 <<< "$F8_CANDIDATES"
 for library in "${f8[@]}"; do
   name=aot-f8-${library%%:*} knobs=${library#*:}
@@ -47,6 +50,12 @@ for library in "${f8[@]}"; do
   build/tools/flashtile aot --schedule fa3 --kinds forward --variants none,causal --dtypes e4m3 --head-dims "${F8_HEAD_DIMS:-128}" \
     $knobs --arch sm_90a --jobs 2 --out ".device/$name" | tail -1
 done
+# late-pv-wait 1 (the P·V wait kept after the exponentials) where it adds no spills: bf16, non-causal, 64-128.
+if wanted flpw; then
+  rm -rf .device/flpw
+  build/tools/flashtile aot --schedule fa3 --kinds forward --late-pv-wait 1 --variants none --dtypes bf16 \
+    --head-dims 64,96,128 --arch sm_90a --jobs 2 --out .device/flpw | tail -1
+fi
 if wanted fda; then
   rm -rf .device/fda
   build/tools/flashtile aot --schedule fa3 --kinds forward --desc-advance 1 --variants none,causal --dtypes bf16 \
