@@ -22,8 +22,9 @@
 # ring and Ulysses attention under torch.compile with inductor, two ranks sharing the GPU), fp8kvr (test_fp8_kvcache.py with kv-convert 1's
 # library .device/aot-f8kv-rtest loaded). Neither of the last two is in the default list: PENDING=fp8kvsweep,fp8kvr
 # (about 4 minutes); nor is fp8kvf16 (test_fp8_kvcache.py with kv-f16-mma 1's library .device/aot-f8kv-f16test: the
-# f16 MMAs over the e4m3 cache; FP8KV_SWEEP="f16 f16m10" PENDING=fp8kvsweep times them), nor lpw (the fa3 forward's
-# late-pv-wait 1, .device/flpw, through bench/device/forward-knobs.sh; logs in $OUT/lpw). Nor are dqf (dq-fragments 1 with 64- and 80-row tiles and block-m 80, through
+# f16 MMAs over the e4m3 cache; FP8KV_SWEEP="f16 f16m10" PENDING=fp8kvsweep times them), nor fknobs (the bf16 fa3
+# forward's max-chains, lane-vote and late-pv-wait, .device/fc4, flv, flpw, fall, through bench/device/forward-knobs.sh;
+# logs in $OUT/fknobs). Nor are dqf (dq-fragments 1 with 64- and 80-row tiles and block-m 80, through
 # bench/device/bwd-steps.sh; logs in $OUT/dqf), before (an earlier build's wheel, .device/python-before, against this
 # one: carry both), fda (the forward's desc-advance 1, .device/fda, through bench/device/forward-knobs.sh; logs in
 # $OUT/fda) and f8knobs (bench/fp8_bench.py with the e4m3 candidates .device/aot-f8-<name>: max-chains, lane-vote,
@@ -216,13 +217,14 @@ if [[ $parts == *,fda,* ]]; then
     timeout 330 bash bench/device/forward-knobs.sh > "$OUT/pending-fda.log" 2>&1 || status=1
   grep -E "^(default|fda) " "$OUT/pending-fda.log" | head -30
 fi
-# The fa3 forward with late-pv-wait 1 (.device/flpw: bf16, non-causal, head dims 64, 96, 128; its causal calls run the
-# JIT's default) beside its default, FA4 and cuDNN: the P·V wait kept after the exponentials (bench/NOTES.md v50).
-if [[ $parts == *,lpw,* ]]; then
-  OUT=$OUT/lpw KNOBS_TIMEOUT=150 KNOBS_AOT=lpw:.device/flpw \
-    KNOBS_SHAPES=${PENDING_LPW_SHAPES:-64:8192,96:8192,128:2048,128:8192,128:16384} \
-    timeout 330 bash bench/device/forward-knobs.sh > "$OUT/pending-lpw.log" 2>&1 || status=1
-  grep -E "^(default|lpw) " "$OUT/pending-lpw.log" | head -30
+# The bf16 fa3 forward's softmax path (bench/NOTES.md v50) beside its default, FA4 and cuDNN: max-chains 4 (.device/fc4),
+# with rescale-threshold 8 and lane-vote (flv), late-pv-wait (flpw) and all three (fall); bf16 at head dims 64-128
+# (flpw and fall non-causal only: their causal calls run the JIT's default).
+if [[ $parts == *,fknobs,* ]]; then
+  OUT=$OUT/fknobs KNOBS_TIMEOUT=120 KNOBS_AOT=c4:.device/fc4,lv:.device/flv,lpw:.device/flpw,all:.device/fall \
+    KNOBS_SHAPES=${PENDING_FKNOBS_SHAPES:-64:8192,96:8192,128:2048,128:8192} \
+    timeout 580 bash bench/device/forward-knobs.sh > "$OUT/pending-fknobs.log" 2>&1 || status=1
+  grep -E "^(default|c4|lv|lpw|all) " "$OUT/pending-fknobs.log" | head -40
 fi
 # ring-rows 1 at head dim 64 (the warpgroups' ring rows broadcast once: 46 fewer R2URs, one causal loop segment longer
 # by SASS; bench/NOTES.md v44) beside the default.

@@ -17,8 +17,8 @@
 # at head dim 128, with 64- and 80-row tiles) and, where BEFORE_TREE names the checkout of an earlier commit (a git
 # worktree), .device/python-before (that checkout's wheel, built there: the A/B of a change to the default's CUDA; a
 # kernel library loads only into the runtime of the build that wrote it, so the earlier build runs as a whole); for
-# its fda part .device/fda (the fa3 forward with desc-advance 1); for its lpw part .device/flpw (late-pv-wait 1: bf16,
-# non-causal, head dims 64-128); for its dkvs part .device/aot-dkvs (dkv-staged 1 at
+# its fda part .device/fda (the fa3 forward with desc-advance 1); for its fknobs part .device/fc4, flv, flpw and fall
+# (the bf16 forward's max-chains, lane-vote and late-pv-wait at head dims 64-128); for its dkvs part .device/aot-dkvs (dkv-staged 1 at
 # head dims 64-128, none, causal and the causal window) and .device/aot-dkvw (with dq-last-wait 1 too); for its a4 part
 # .device/aot-a4 (dq-add-v4 1 at head dim 256: four floats of a dQ row a lane) and .device/aot-a4s (with dq-slices 2
 # too: FA3's hd256 dQ path); for its lv part .device/aot-lv (late-v 1
@@ -50,12 +50,20 @@ for library in "${f8[@]}"; do
   build/tools/flashtile aot --schedule fa3 --kinds forward --variants none,causal --dtypes e4m3 --head-dims "${F8_HEAD_DIMS:-128}" \
     $knobs --arch sm_90a --jobs 2 --out ".device/$name" | tail -1
 done
-# late-pv-wait 1 (the P·V wait kept after the exponentials) where it adds no spills: bf16, non-causal, 64-128.
-if wanted flpw; then
-  rm -rf .device/flpw
-  build/tools/flashtile aot --schedule fa3 --kinds forward --late-pv-wait 1 --variants none --dtypes bf16 \
-    --head-dims 64,96,128 --arch sm_90a --jobs 2 --out .device/flpw | tail -1
-fi
+# The bf16 forward's softmax path at head dims 64-128 (bench/NOTES.md v50; at 64 a tile's exponentials take as long
+# as its GEMMs, as e4m3's at 128): max-chains 4 (fc4), with conditional rescaling and lane-vote (flv), late-pv-wait
+# where it adds no spills (flpw: non-causal) and all of them (fall: non-causal).
+for library in "fc4:--max-chains 4 --variants none,causal" \
+  "flv:--max-chains 4 --rescale-threshold 8 --lane-vote 1 --variants none,causal" \
+  "flpw:--late-pv-wait 1 --variants none" \
+  "fall:--max-chains 4 --rescale-threshold 8 --lane-vote 1 --late-pv-wait 1 --variants none"; do
+  name=${library%%:*} knobs=${library#*:}
+  wanted "$name" || continue
+  rm -rf ".device/$name"
+  # shellcheck disable=SC2086  # the knobs are words
+  build/tools/flashtile aot --schedule fa3 --kinds forward $knobs --dtypes bf16 --head-dims 64,96,128 \
+    --arch sm_90a --jobs 2 --out ".device/$name" | tail -1
+done
 if wanted fda; then
   rm -rf .device/fda
   build/tools/flashtile aot --schedule fa3 --kinds forward --desc-advance 1 --variants none,causal --dtypes bf16 \
