@@ -464,30 +464,27 @@ void TileTargetSm80::scaleQToF16(CudaWriter &w) const {
   w.comment("kv-f16-mma: Q's bf16 fragments to f16 for f16 MMAs over the e4m3 K/V fragments, scaled by 2^-qShift so");
   w.comment("that the warp's largest |q| lies in [2^14, 2^15) (f16 holds it; its 11 bits keep bf16's 8); S = Q·Kᵀ is");
   w.comment("multiplied back by 2^qShift, exactly. A NaN stays NaN, an inf stays inf.");
+  auto forEachQRegister = [&](const std::string &line) {  // each register of qFrag: two bf16 values, qBits
+    w.openUnrolledFor("mt", "kMTiles");
+    w.openUnrolledFor("ks", "kHeadDim / 16");
+    w.openUnrolledFor("i", "4");
+    w.line("const unsigned qBits = qFrag[mt][ks][i];");
+    w.line(line);
+    w.close();
+    w.close();
+    w.close();
+  };
   w.line("float qMax = 0.f;");
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("ks", "kHeadDim / 16");
-  w.openUnrolledFor("i", "4");
-  w.line("const unsigned qBits = qFrag[mt][ks][i];");
-  w.line("qMax = fmaxf(qMax, fmaxf(fabsf(__uint_as_float(qBits << 16)), fabsf(__uint_as_float(qBits & 0xffff0000u))));");
-  w.close();
-  w.close();
-  w.close();
+  forEachQRegister(
+      "qMax = fmaxf(qMax, fmaxf(fabsf(__uint_as_float(qBits << 16)), fabsf(__uint_as_float(qBits & 0xffff0000u))));");
   w.openUnrolledFor("i", "5");
   w.line("qMax = fmaxf(qMax, __shfl_xor_sync(0xffffffffu, qMax, 1 << i));");
   w.close();
   w.line("const int qShift = min(max(int((__float_as_uint(qMax) >> 23) & 0xffu) - 127 - 14, -100), 100);");
   w.line("const float qScale = __uint_as_float(unsigned(127 - qShift) << 23);  // 2^-qShift");
   w.line("const float qUnscale = __uint_as_float(unsigned(127 + qShift) << 23);  // 2^qShift");
-  w.openUnrolledFor("mt", "kMTiles");
-  w.openUnrolledFor("ks", "kHeadDim / 16");
-  w.openUnrolledFor("i", "4");
-  w.line("const unsigned qBits = qFrag[mt][ks][i];");
-  w.line("qFrag[mt][ks][i] = sm80::packF16x2(__uint_as_float(qBits << 16) * qScale, "
-         "__uint_as_float(qBits & 0xffff0000u) * qScale);");
-  w.close();
-  w.close();
-  w.close();
+  forEachQRegister("qFrag[mt][ks][i] = sm80::packF16x2(__uint_as_float(qBits << 16) * qScale, "
+                   "__uint_as_float(qBits & 0xffff0000u) * qScale);");
 }
 
 void TileTargetSm80::qkRegisters(CudaWriter &w, const std::string &kTile, const std::string &scores) {

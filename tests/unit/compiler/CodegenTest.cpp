@@ -417,6 +417,33 @@ INSTANTIATE_TEST_SUITE_P(Fa3Exp2Poly, Fa3Exp2PolyCompiles,
                                   std::to_string(std::get<2>(info.param));
                          });
 
+/// The CUDA of the fa3 forward's kernel of a case without knobs (empty, with a failure recorded, if it does not build).
+std::string fa3DefaultCuda(const char *variantName, ElementType dtype, int headDim) {
+  Compiler compiler;
+  tile::FuncOp func = compiler.buildWith("fa3", *variants::byName(variantName), dtype, headDim, "sm_90a");
+  EXPECT_TRUE(func) << compiler.diagnostics;
+  if (!func)
+    return {};
+  mlir::FailureOr<codegen::EmittedKernel> kernel = codegen::emitCuda(func);
+  EXPECT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
+  return mlir::succeeded(kernel) ? kernel->source : std::string();
+}
+
+/// Compiles `cuda` to an sm_90a cubin with NVRTC and expects no serialized-wgmma advisory from ptxas.
+void expectCubinWithoutSerializedWgmma(const std::string &cuda, const std::string &entry) {
+  std::string log;
+  StatusOr<std::string> cubin = compileCuda(cuda, entry + ".cu", "sm_90a", NvrtcOutput::Cubin, {}, &log);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << cuda;
+  EXPECT_FALSE(reportsSerializedWgmma(log)) << log;
+}
+
+/// The test name of a (variant, head dim, dtype) case: variant_dN_dtype.
+std::string variantHeadDimDtypeName(const testing::TestParamInfo<std::tuple<const char *, int, ElementType>> &info) {
+  auto [variant, headDim, dtype] = info.param;
+  return std::string(variant) + "_d" + std::to_string(headDim) + "_" +
+         (dtype == ElementType::BF16 ? "bf16" : dtype == ElementType::F16 ? "f16" : "e4m3");
+}
+
 // desc-advance 1 (the fa3 forward): each GEMM's wgmma descriptors made once and advanced by one 64-bit add a k step
 // (FA4's form: ptxas issues one UIADD3.64 instead of moving the constant high word in before every wgmma), for Q·Kᵀ
 // and P·V, at the 128- and 64-byte spans and for e4m3 (P·V's Vᵀ image K-major); every such kernel compiles without a
@@ -438,18 +465,8 @@ TEST_P(Fa3DescAdvanceCompiles, ToAnSm90aCubin) {
   EXPECT_GE(count(cuda, "sm90::desc::advance(vDesc, "), 1);
   EXPECT_EQ(count(cuda, "sm90::desc::kMajorStep"), 0);
   EXPECT_EQ(count(cuda, "sm90::desc::mnMajorStep"), 0);
-  std::string log;
-  StatusOr<std::string> cubin =
-      compileCuda(cuda, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin, {}, &log);
-  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << cuda;
-  EXPECT_FALSE(reportsSerializedWgmma(log)) << log;
-
-  Compiler plainCompiler;
-  tile::FuncOp plain = plainCompiler.buildWith("fa3", *variants::byName(variantName), dtype, headDim, "sm_90a");
-  ASSERT_TRUE(plain) << plainCompiler.diagnostics;
-  mlir::FailureOr<codegen::EmittedKernel> encoded = codegen::emitCuda(plain);
-  ASSERT_TRUE(mlir::succeeded(encoded)) << plainCompiler.diagnostics;
-  EXPECT_EQ(encoded->source.find("sm90::desc::advance("), std::string::npos);
+  expectCubinWithoutSerializedWgmma(cuda, kernel->info.entry);
+  EXPECT_EQ(fa3DefaultCuda(variantName, dtype, headDim).find("sm90::desc::advance("), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fa3DescAdvance, Fa3DescAdvanceCompiles,
@@ -459,13 +476,7 @@ INSTANTIATE_TEST_SUITE_P(Fa3DescAdvance, Fa3DescAdvanceCompiles,
                                          std::tuple{"sliding_window", 256, ElementType::BF16},
                                          std::tuple{"causal", 192, ElementType::BF16},
                                          std::tuple{"none", 128, ElementType::E4M3}),
-                         [](const testing::TestParamInfo<std::tuple<const char *, int, ElementType>> &info) {
-                           return std::string(std::get<0>(info.param)) + "_d" +
-                                  std::to_string(std::get<1>(info.param)) + "_" +
-                                  (std::get<2>(info.param) == ElementType::BF16  ? "bf16"
-                                   : std::get<2>(info.param) == ElementType::F16 ? "f16"
-                                                                                  : "e4m3");
-                         });
+                         variantHeadDimDtypeName);
 
 // max-chains 2 or 4 (the fa3 forward): each row's max over a K/V tile in that many chains of n8 tiles (nt % chains),
 // combined at the end, so that the exponentials wait for a quarter (or half) of the dependent max steps; every such
@@ -492,13 +503,9 @@ TEST_P(Fa3MaxChainsCompiles, ToAnSm90aCubin) {
   ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << cuda;
   EXPECT_TRUE(std::string_view(*cubin).starts_with(kElfMagic));
 
-  Compiler plainCompiler;
-  tile::FuncOp plain = plainCompiler.buildWith("fa3", *variants::byName(variantName), dtype, headDim, "sm_90a");
-  ASSERT_TRUE(plain) << plainCompiler.diagnostics;
-  mlir::FailureOr<codegen::EmittedKernel> oneChain = codegen::emitCuda(plain);
-  ASSERT_TRUE(mlir::succeeded(oneChain)) << plainCompiler.diagnostics;
-  EXPECT_EQ(oneChain->source.find("chainMax"), std::string::npos);
-  EXPECT_GE(count(oneChain->source, "tileMax = fmaxf(tileMax, "), 1);
+  const std::string oneChain = fa3DefaultCuda(variantName, dtype, headDim);
+  EXPECT_EQ(oneChain.find("chainMax"), std::string::npos);
+  EXPECT_GE(count(oneChain, "tileMax = fmaxf(tileMax, "), 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fa3MaxChains, Fa3MaxChainsCompiles,
@@ -567,11 +574,7 @@ INSTANTIATE_TEST_SUITE_P(Fa3LaneVote, Fa3LaneVoteCompiles,
                          testing::Values(std::tuple{"none", 128, ElementType::E4M3},
                                          std::tuple{"causal", 256, ElementType::E4M3},
                                          std::tuple{"softcap", 64, ElementType::BF16}),
-                         [](const testing::TestParamInfo<std::tuple<const char *, int, ElementType>> &info) {
-                           return std::string(std::get<0>(info.param)) + "_d" +
-                                  std::to_string(std::get<1>(info.param)) +
-                                  (std::get<2>(info.param) == ElementType::E4M3 ? "_e4m3" : "_bf16");
-                         });
+                         variantHeadDimDtypeName);
 
 TEST(Codegen, Fa3LaneVoteWithoutConditionalRescalingIsRefusedByName) {
   Compiler compiler;
@@ -626,18 +629,8 @@ TEST_P(Fa3LatePvWaitCompiles, ToAnSm90aCubin) {
   EXPECT_GE(interiorWaits, 1);
   EXPECT_EQ(fenced, interiorWaits);
   EXPECT_EQ(count(cuda, "__trap();"), interiorWaits);
-  std::string log;
-  StatusOr<std::string> cubin =
-      compileCuda(cuda, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin, {}, &log);
-  ASSERT_TRUE(cubin.ok()) << cubin.status().message() << "\n---- generated source ----\n" << cuda;
-  EXPECT_FALSE(reportsSerializedWgmma(log)) << log;
-
-  Compiler plainCompiler;
-  tile::FuncOp plain = plainCompiler.buildWith("fa3", *variants::byName(variantName), dtype, headDim, "sm_90a");
-  ASSERT_TRUE(plain) << plainCompiler.diagnostics;
-  mlir::FailureOr<codegen::EmittedKernel> hoistable = codegen::emitCuda(plain);
-  ASSERT_TRUE(mlir::succeeded(hoistable)) << plainCompiler.diagnostics;
-  EXPECT_EQ(hoistable->source.find("__trap()"), std::string::npos);
+  expectCubinWithoutSerializedWgmma(cuda, kernel->info.entry);
+  EXPECT_EQ(fa3DefaultCuda(variantName, dtype, headDim).find("__trap()"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fa3LatePvWait, Fa3LatePvWaitCompiles,
@@ -645,13 +638,7 @@ INSTANTIATE_TEST_SUITE_P(Fa3LatePvWait, Fa3LatePvWaitCompiles,
                                          std::tuple{"none", 128, ElementType::BF16},
                                          std::tuple{"softcap", 64, ElementType::F16},
                                          std::tuple{"none", 96, ElementType::BF16}),
-                         [](const testing::TestParamInfo<std::tuple<const char *, int, ElementType>> &info) {
-                           return std::string(std::get<0>(info.param)) + "_d" +
-                                  std::to_string(std::get<1>(info.param)) + "_" +
-                                  (std::get<2>(info.param) == ElementType::BF16  ? "bf16"
-                                   : std::get<2>(info.param) == ElementType::F16 ? "f16"
-                                                                                  : "e4m3");
-                         });
+                         variantHeadDimDtypeName);
 
 TEST(Codegen, Fa3Exp2PolyShareOutOfRangeIsRefusedByName) {
   const schedule::Schedule *fa3 = schedule::lookupSchedule("fa3");
