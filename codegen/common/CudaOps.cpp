@@ -494,9 +494,8 @@ LogicalResult KernelPrinter::printMmaWait(MmaWaitOp wait) {
         return failure();
       Block *block = wait->getBlock();
       bool afterUnmaskedSoftmax =
-          block->getOps<MaskOp>().empty() && llvm::any_of(block->getOps<SoftmaxUpdateOp>(), [&](SoftmaxUpdateOp u) {
-            return u->isBeforeInBlock(wait);
-          });
+          block->getOps<MaskOp>().empty() &&
+          llvm::any_of(block->getOps<SoftmaxUpdateOp>(), [&](SoftmaxUpdateOp u) { return u->isBeforeInBlock(wait); });
       target.mmaWait(w, MmaResult::Acc, (*st)->acc, *p, newer, afterUnmaskedSoftmax);
     } else {
       FailureOr<std::string> s = registers(cast<QkOp>(mma).getS(), mma);

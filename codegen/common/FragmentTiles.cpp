@@ -22,9 +22,9 @@ std::vector<std::string> FragmentTiles::reservedNames() const {
           "kMTiles", "kSTiles", "kOTiles", "warp", "lane", "fragRow", "fragCol", "warpRow0", "b", "h", "rowQuery",
           "rowHead", "packedRows",
           // locals of the printed loops
-          "mt", "nt", "k", "r", "c", "i", "s", "l", "q", "kv", "hRow", "invL", "tileMax", "chainMax", "pairMax", "laneMax", "tileSum", "maxNew",
-          "maxUsed", "maxFresh", "maxMoved", "alpha", "lse", "scoreScale", "sinkLog2", "carry", "gO", "gLse", "sLo",
-          "sHi"};
+          "mt", "nt", "k", "r", "c", "i", "s", "l", "q", "kv", "hRow", "invL", "tileMax", "chainMax", "pairMax",
+          "laneMax", "tileSum", "maxNew", "maxUsed", "maxFresh", "maxMoved", "alpha", "lse", "scoreScale", "sinkLog2",
+          "carry", "gO", "gLse", "sLo", "sHi"};
 }
 
 void FragmentTiles::initState(CudaWriter &w, const StateNames &st) const {
@@ -153,8 +153,8 @@ void FragmentTiles::mask(CudaWriter &w, const std::string &s, const std::string 
 }
 
 void FragmentTiles::softmaxUpdate(CudaWriter &w, const StateNames &st, const std::string &s, bool foldScale,
-                                  int rescaleThreshold, const std::string &softExp2, int softShare,
-                                  int maxChains, bool laneVote) const {
+                                  int rescaleThreshold, const std::string &softExp2, int softShare, int maxChains,
+                                  bool laneVote) const {
   w.comment("online softmax, in the exp2 domain with c = scoreScale: m' = max(m, rowmax(S)·c), alpha = exp2(m - m'),");
   w.comment("P = exp2(S·c - m'), l' = alpha·l + rowsum(P); a row with no key yet (m' = -inf) subtracts 0, not -inf,");
   w.comment("so it gets P = 0 and alpha = 0 instead of NaN. Rows are reduced over the 4 lanes of a quad; l stays a");
@@ -184,8 +184,9 @@ void FragmentTiles::softmaxUpdate(CudaWriter &w, const StateNames &st, const std
     w.line(cat("chainMax[nt % ", maxChains, "] = nt < ", maxChains, " ? pairMax : fmaxf(chainMax[nt % ", maxChains,
                "], pairMax);"));
     w.close();
-    w.line(maxChains == 2 ? "const float tileMax = fmaxf(chainMax[0], chainMax[1]);"
-                          : "const float tileMax = fmaxf(fmaxf(chainMax[0], chainMax[1]), fmaxf(chainMax[2], chainMax[3]));");
+    w.line(maxChains == 2
+               ? "const float tileMax = fmaxf(chainMax[0], chainMax[1]);"
+               : "const float tileMax = fmaxf(fmaxf(chainMax[0], chainMax[1]), fmaxf(chainMax[2], chainMax[3]));");
   };
   if (rescaleThreshold > 0) {
     w.comment(cat("conditional rescaling (rescale_threshold = ", rescaleThreshold, "): the maxes of this warp's rows"));
@@ -196,7 +197,8 @@ void FragmentTiles::softmaxUpdate(CudaWriter &w, const StateNames &st, const std
     w.line("float maxFresh[kMTiles][2];");
     w.line("bool maxMoved = false;");
     if (laneVote) {
-      w.comment("the vote from each lane's own max (lane-vote): a row's quad max passes m + threshold exactly when one");
+      w.comment(
+          "the vote from each lane's own max (lane-vote): a row's quad max passes m + threshold exactly when one");
       w.comment("of its lanes' maxes does (x·c is monotone in x), so the quad's shuffles wait for a warp whose maxes");
       w.comment("moved, and the exponentials of the others wait for the vote alone");
       w.line("float laneMax[kMTiles][2];");

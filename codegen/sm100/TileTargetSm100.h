@@ -173,8 +173,8 @@ public:
   void barrierArrive(CudaWriter &w, int barrier, const std::string &position) override;
   void copyToSlot(CudaWriter &w, Operand operand, const std::string &tile, const std::string &position,
                   int barrier) override;
-  void mmaWait(CudaWriter &w, MmaResult result, const std::string &tile, const std::string &operand,
-               int newerInFlight, bool afterUnmaskedSoftmax) override;
+  void mmaWait(CudaWriter &w, MmaResult result, const std::string &tile, const std::string &operand, int newerInFlight,
+               bool afterUnmaskedSoftmax) override;
 
   // ---- The memory layer (FA4's own roles; MemoryLayerSm100.cpp) ----
   bool memoryLayer(int tmemColumns, const std::vector<MemBufferInfo> &buffers, const std::vector<ChannelInfo> &channels,

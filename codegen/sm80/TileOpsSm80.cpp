@@ -464,7 +464,7 @@ void TileTargetSm80::scaleQToF16(CudaWriter &w) const {
   w.comment("kv-f16-mma: Q's bf16 fragments to f16 for f16 MMAs over the e4m3 K/V fragments, scaled by 2^-qShift so");
   w.comment("that the warp's largest |q| lies in [2^14, 2^15) (f16 holds it; its 11 bits keep bf16's 8); S = Q·Kᵀ is");
   w.comment("multiplied back by 2^qShift, exactly. A NaN stays NaN, an inf stays inf.");
-  auto forEachQRegister = [&](const std::string &line) {  // each register of qFrag: two bf16 values, qBits
+  auto forEachQRegister = [&](const std::string &line) { // each register of qFrag: two bf16 values, qBits
     w.openUnrolledFor("mt", "kMTiles");
     w.openUnrolledFor("ks", "kHeadDim / 16");
     w.openUnrolledFor("i", "4");
@@ -581,7 +581,7 @@ void TileTargetSm80::unpermuteAcc(CudaWriter &w, const StateNames &st) const {
 }
 
 std::string TileTargetSm80::e4m3RegistersPrelude() const {
-  const bool bf16 = shape.dtype == "bf16" && !f16Mma;  // kv-f16-mma: the fragments stay f16
+  const bool bf16 = shape.dtype == "bf16" && !f16Mma; // kv-f16-mma: the fragments stay f16
   std::string text = R"cuda(// kv-convert 1: MMA fragments read from the 8-bit tiles and converted in registers.
 // Four e4m3 values (the bytes of x, lowest first) to two pairs of the kernel's 16-bit type: out[0] = bytes 0 and 1,
 // out[1] = bytes 2 and 3 (sm_89 and later convert each half of x in place, no shift).
@@ -1299,8 +1299,8 @@ public:
     if (shape.kvF16Mma && (!shape.kvConvertRegisters || shape.dtype != "bf16"))
       return std::string("sm80: kv-f16-mma runs a bf16 program's MMAs in f16 over kv-convert 1's e4m3 fragments");
     if (shape.kvF16Mma && (shape.warpRows / kMmaM) * (shape.headDim / 16) * 4 > kMaxQFragmentRegisters)
-      return cat("sm80: kv-f16-mma converts Q's fragments once, in registers: head_dim (", shape.headDim,
-                 ") at ", shape.warpRows, " rows a warp takes more than ", kMaxQFragmentRegisters,
+      return cat("sm80: kv-f16-mma converts Q's fragments once, in registers: head_dim (", shape.headDim, ") at ",
+                 shape.warpRows, " rows a warp takes more than ", kMaxQFragmentRegisters,
                  " registers of them (Q is re-read from shared memory there)");
     if (shape.kvConvertRegisters && (shape.blockN % 32 != 0 || shape.headDimV % 32 != 0))
       return cat("sm80: kv-convert 1 reads 8-bit fragments 32 keys and 32 columns of V at a time: block-n (",

@@ -159,8 +159,8 @@ public:
                   int barrier) override;
   bool publishWorkUnit(CudaWriter &w, int barrier, const std::string &unit) override;
   bool receiveWorkUnit(CudaWriter &w, int barrier, const std::string &position, const std::string &unit) override;
-  void mmaWait(CudaWriter &w, MmaResult result, const std::string &tile, const std::string &operand,
-               int newerInFlight, bool afterUnmaskedSoftmax) override;
+  void mmaWait(CudaWriter &w, MmaResult result, const std::string &tile, const std::string &operand, int newerInFlight,
+               bool afterUnmaskedSoftmax) override;
   void mmaTurn(CudaWriter &w, bool begin) override;
 
 private:
@@ -595,7 +595,8 @@ void TileTargetSm90::mmaWait(CudaWriter &w, MmaResult result, const std::string 
                 newerInFlight ? cat(" (", newerInFlight, " newer group", newerInFlight > 1 ? "s" : "", " stay in flight)")
                               : std::string()));
   if (result == MmaResult::Acc && shape.latePvWait && afterUnmaskedSoftmax) {
-    w.comment("late-pv-wait: a branch the compiler keeps (never taken: the host refuses seqlen_k < 0) ends the block of");
+    w.comment(
+        "late-pv-wait: a branch the compiler keeps (never taken: the host refuses seqlen_k < 0) ends the block of");
     w.comment("the softmax's exponentials, so that ptxas cannot hoist this wait above them");
     w.line("if (p.seqlenK < 0) __trap();");
   }
@@ -657,7 +658,8 @@ public:
     if (shape.maxChains != 1 && shape.maxChains != 2 && shape.maxChains != 4)
       return cat("sm90: max chains (", shape.maxChains, ") must be 1, 2 or 4");
     if (shape.blockN / 8 < shape.maxChains)
-      return cat("sm90: max chains (", shape.maxChains, ") needs block-n (", shape.blockN, ") >= ", 8 * shape.maxChains);
+      return cat("sm90: max chains (", shape.maxChains, ") needs block-n (", shape.blockN,
+                 ") >= ", 8 * shape.maxChains);
     constexpr int kNarrowColumns = kNarrowSwizzleBytes / 2;
     for (auto [name, value] : {std::pair{"head_dim", shape.headDim}, {"head_dim_v", shape.headDimV}})
       if (value % kNarrowColumns != 0 || value < kNarrowColumns || value > kWgmmaMaxN)

@@ -441,7 +441,9 @@ void expectCubinWithoutSerializedWgmma(const std::string &cuda, const std::strin
 std::string variantHeadDimDtypeName(const testing::TestParamInfo<std::tuple<const char *, int, ElementType>> &info) {
   auto [variant, headDim, dtype] = info.param;
   return std::string(variant) + "_d" + std::to_string(headDim) + "_" +
-         (dtype == ElementType::BF16 ? "bf16" : dtype == ElementType::F16 ? "f16" : "e4m3");
+         (dtype == ElementType::BF16  ? "bf16"
+          : dtype == ElementType::F16 ? "f16"
+                                      : "e4m3");
 }
 
 // desc-advance 1 (the fa3 forward): each GEMM's wgmma descriptors made once and advanced by one 64-bit add a k step
@@ -494,9 +496,9 @@ TEST_P(Fa3MaxChainsCompiles, ToAnSm90aCubin) {
   ASSERT_TRUE(mlir::succeeded(kernel)) << compiler.diagnostics;
   const std::string &cuda = kernel->source;
   const std::string n = std::to_string(chains);
-  EXPECT_GE(count(cuda, "chainMax[nt % " + n + "] = nt < " + n + " ? pairMax : fmaxf(chainMax[nt % " + n +
-                            "], pairMax);"),
-            1);
+  EXPECT_GE(
+      count(cuda, "chainMax[nt % " + n + "] = nt < " + n + " ? pairMax : fmaxf(chainMax[nt % " + n + "], pairMax);"),
+      1);
   EXPECT_EQ(count(cuda, "tileMax = fmaxf(tileMax, "), 0);
   EXPECT_EQ(count(cuda, "float chainMax[" + n + "];"), count(cuda, "const float tileMax = fmaxf("));
   StatusOr<std::string> cubin = compileCuda(cuda, kernel->info.entry + ".cu", "sm_90a", NvrtcOutput::Cubin);
@@ -519,7 +521,7 @@ INSTANTIATE_TEST_SUITE_P(Fa3MaxChains, Fa3MaxChainsCompiles,
                                   std::to_string(std::get<1>(info.param)) + "_" +
                                   (std::get<2>(info.param) == ElementType::BF16  ? "bf16"
                                    : std::get<2>(info.param) == ElementType::F16 ? "f16"
-                                                                                  : "e4m3") +
+                                                                                 : "e4m3") +
                                   "_c" + std::to_string(std::get<3>(info.param));
                          });
 

@@ -746,8 +746,8 @@ TEST(Fp8KvF16Mma, RunsTheMmasInF16AndKeepsTheOutputBf16) {
   DiagnosticCapture diags(context);
   for (auto [variantName, headDim, knobs] :
        std::vector<std::tuple<const char *, int, schedule::Knobs>>{{"causal", 128, {}},
-                                                                  {"none", 64, {{"block-m", 32}, {"warps", 2}}},
-                                                                  {"softcap_causal", 128, {{"stages", 2}}}}) {
+                                                                   {"none", 64, {{"block-m", 32}, {"warps", 2}}},
+                                                                   {"softcap_causal", 128, {{"stages", 2}}}}) {
     SCOPED_TRACE(std::string(variantName) + " d" + std::to_string(headDim));
     auto program =
         buildAttentionProgram(context, *variants::byName(variantName), e4m3Cache(ElementType::BF16, headDim));
