@@ -219,12 +219,14 @@ if [[ $parts == *,fda,* ]]; then
 fi
 # The bf16 fa3 forward's softmax path (bench/NOTES.md v50) beside its default, FA4 and cuDNN: max-chains 4 (.device/fc4),
 # with rescale-threshold 8 and lane-vote (flv), late-pv-wait (flpw) and all three (fall); bf16 at head dims 64-128
-# (flpw and fall non-causal only: their causal calls run the JIT's default).
+# (flpw and fall non-causal only: their causal calls run the JIT's default), and causal with persistent blocks alone
+# (fpc) and with late-pv-wait (flpwc: the non-persistent causal default spills with it, bench/NOTES.md v50).
 if [[ $parts == *,fknobs,* ]]; then
-  OUT=$OUT/fknobs KNOBS_TIMEOUT=120 KNOBS_AOT=c4:.device/fc4,lv:.device/flv,lpw:.device/flpw,all:.device/fall \
+  OUT=$OUT/fknobs KNOBS_TIMEOUT=100 \
+    KNOBS_AOT=c4:.device/fc4,lv:.device/flv,lpw:.device/flpw,all:.device/fall,pc:.device/fpc,lpwc:.device/flpwc \
     KNOBS_SHAPES=${PENDING_FKNOBS_SHAPES:-64:8192,96:8192,128:2048,128:8192} \
     timeout 580 bash bench/device/forward-knobs.sh > "$OUT/pending-fknobs.log" 2>&1 || status=1
-  grep -E "^(default|c4|lv|lpw|all) " "$OUT/pending-fknobs.log" | head -40
+  grep -E "^(default|c4|lv|lpw|all|pc|lpwc) " "$OUT/pending-fknobs.log" | head -60
 fi
 # ring-rows 1 at head dim 64 (the warpgroups' ring rows broadcast once: 46 fewer R2URs, one causal loop segment longer
 # by SASS; bench/NOTES.md v44) beside the default.

@@ -17,9 +17,9 @@
 # at head dim 128, with 64- and 80-row tiles) and, where BEFORE_TREE names the checkout of an earlier commit (a git
 # worktree), .device/python-before (that checkout's wheel, built there: the A/B of a change to the default's CUDA; a
 # kernel library loads only into the runtime of the build that wrote it, so the earlier build runs as a whole); for
-# its fda part .device/fda (the fa3 forward with desc-advance 1); for its fknobs part .device/fc4, flv, flpw and fall
-# (the bf16 forward's max-chains, lane-vote and late-pv-wait at head dims 64-128); for its dkvs part .device/aot-dkvs (dkv-staged 1 at
-# head dims 64-128, none, causal and the causal window) and .device/aot-dkvw (with dq-last-wait 1 too); for its a4 part
+# its fda part .device/fda (the fa3 forward with desc-advance 1); for its fknobs part .device/fc4, flv, flpw, fall,
+# fpc and flpwc (the bf16 forward's max-chains, lane-vote and late-pv-wait at head dims 64-128); for its dkvs part
+# .device/aot-dkvs (dkv-staged 1 at head dims 64-128, none, causal and the causal window) and .device/aot-dkvw (with dq-last-wait 1 too); for its a4 part
 # .device/aot-a4 (dq-add-v4 1 at head dim 256: four floats of a dQ row a lane) and .device/aot-a4s (with dq-slices 2
 # too: FA3's hd256 dQ path); for its lv part .device/aot-lv (late-v 1
 # at head dims 96 and 128: V loaded after the first Q tile); for its f8knobs part the e4m3 forward at head dim 128
@@ -52,11 +52,13 @@ for library in "${f8[@]}"; do
 done
 # The bf16 forward's softmax path at head dims 64-128 (bench/NOTES.md v50; at 64 a tile's exponentials take as long
 # as its GEMMs, as e4m3's at 128): max-chains 4 (fc4), with conditional rescaling and lane-vote (flv), late-pv-wait
-# where it adds no spills (flpw: non-causal) and all of them (fall: non-causal).
+# where it adds no spills (flpw: non-causal) and all of them (fall: non-causal); causal, persistent blocks alone (fpc)
+# and with late-pv-wait (flpwc): the non-persistent causal default spills with it, the persistent form does not.
 for library in "fc4:--max-chains 4 --variants none,causal" \
   "flv:--max-chains 4 --rescale-threshold 8 --lane-vote 1 --variants none,causal" \
   "flpw:--late-pv-wait 1 --variants none" \
-  "fall:--max-chains 4 --rescale-threshold 8 --lane-vote 1 --late-pv-wait 1 --variants none"; do
+  "fall:--max-chains 4 --rescale-threshold 8 --lane-vote 1 --late-pv-wait 1 --variants none" \
+  "fpc:--persistent 1 --variants causal" "flpwc:--persistent 1 --late-pv-wait 1 --variants causal"; do
   name=${library%%:*} knobs=${library#*:}
   wanted "$name" || continue
   rm -rf ".device/$name"

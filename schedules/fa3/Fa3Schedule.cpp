@@ -190,8 +190,8 @@ public:
                       "a branch the compiler must keep (a trap on seqlen_k < 0, never taken) ends the block of the "
                       "softmax's exponentials, so that ptxas cannot hoist the wait above them and the softmax of tile "
                       "j overlaps P·V(j + 1) as the IR orders it (ptxas placed that wait before all of the e4m3 hd128 "
-                      "loop's exponentials and the bf16 loop's; in masked loops the branch makes ptxas spill: "
-                      "bench/NOTES.md v50); 0: none (the default)",
+                      "loop's exponentials and the bf16 loop's; ptxas spills with it in non-persistent kernels, the "
+                      "causal default, and above head dim 128: bench/NOTES.md v50); 0: none (the default)",
          0, 1},
     };
     return specs;
