@@ -353,6 +353,19 @@ public:
                               << " is not supported; accepted: " << accepted;
   }
 
+  /// A backward 0/1 knob (`fallback` when unset) that marks `func` with the unit attribute `attr` when 1; refused by
+  /// name, with the values `accepted`, where it is not `allowed`.
+  static LogicalResult flagKnob(FuncOp func, const schedule::Knobs &knobs, const char *name, int64_t fallback,
+                                bool allowed, const std::string &accepted, StringRef attr) {
+    const int64_t value = knob(knobs, name, fallback);
+    if (!value)
+      return success();
+    if (!allowed)
+      return refuseBackward(func, name, value, accepted);
+    func->setAttr(attr, UnitAttr::get(func.getContext()));
+    return success();
+  }
+
   /// The backward's block: its computing warpgroups and tile, and how the warpgroups share it.
   struct BackwardLayout {
     int64_t headDim;   // the larger of head_dim and head_dim_v
@@ -604,35 +617,24 @@ public:
     // 64 (+6% at 1k, -8% at 2k): the default with the key split's 64-row tiles (96, 128) and the load warp.
     const bool stageable = !layout.wide && !layout.swapKv && loader;
     const bool stageByDefault = stageable && layout.keySplit && layout.blockM == kBackwardBlock;
-    if (const int64_t staged = knob(knobs, kDkvStaged, stageByDefault ? 1 : 0)) {
-      if (!stageable)
-        return refuseBackward(func, kDkvStaged, staged,
-                              "0 here; 1 needs a warp to hold whole rows of dK and dV (head dims 64, 96 and 128) and "
-                              "load-warp 1 (no copy of the computing warps' own in flight into the reused buffers)");
-      func->setAttr(kDkvStagedAttr, UnitAttr::get(func.getContext()));
-    }
+    if (failed(flagKnob(func, knobs, kDkvStaged, stageByDefault ? 1 : 0, stageable,
+                        "0 here; 1 needs a warp to hold whole rows of dK and dV (head dims 64, 96 and 128) and "
+                        "load-warp 1 (no copy of the computing warps' own in flight into the reused buffers)",
+                        kDkvStagedAttr)))
+      return failure();
     // dq-last-wait 1: the writer leaves once its last tile's adds have read sDq (measured level: bench/NOTES.md v48).
-    if (const int64_t lastWait = knob(knobs, kDqLastWait, 0)) {
-      if (!writer)
-        return refuseBackward(func, kDqLastWait, lastWait, "0 here; 1 needs dq-writer 1");
-      func->setAttr(kDqReadsOnlyAttr, UnitAttr::get(func.getContext()));
-    }
     // dq-add-v4 1: where the computing warps add dQ themselves, each lane adds four floats of one row (its pair's
     // halves swapped by two shuffles) instead of two pairs of two: half the LSU's reduction instructions, whose queue
     // holds the head-dim-256 kernel (ncu: lg_throttle the first stall reason, bench/NOTES.md v49).
-    if (const int64_t addV4 = knob(knobs, kDqAddV4, 0)) {
-      if (writer || rows80)
-        return refuseBackward(func, kDqAddV4, addV4,
-                              "0 here; 1 needs dq-writer 0 (the computing warps' own adds: head dim 256 by default)");
-      func->setAttr(kDqAddV4Attr, UnitAttr::get(func.getContext()));
-    }
     // late-v 1: V's TMA after the walk's first Q tile, on its own barrier, waited for before the first dP GEMM: the
     // first S GEMM needs K, Q and dO only (a block's fixed cost, bench/NOTES.md v48).
-    if (const int64_t lateV = knob(knobs, kLateV, 0)) {
-      if (!loader)
-        return refuseBackward(func, kLateV, lateV, "0 here; 1 needs load-warp 1 (V's TMA is the load warp's)");
-      func->setAttr(kLateVAttr, UnitAttr::get(func.getContext()));
-    }
+    if (failed(flagKnob(func, knobs, kDqLastWait, 0, writer, "0 here; 1 needs dq-writer 1", kDqReadsOnlyAttr)) ||
+        failed(flagKnob(func, knobs, kDqAddV4, 0, !writer && !rows80,
+                        "0 here; 1 needs dq-writer 0 (the computing warps' own adds: head dim 256 by default)",
+                        kDqAddV4Attr)) ||
+        failed(flagKnob(func, knobs, kLateV, 0, loader, "0 here; 1 needs load-warp 1 (V's TMA is the load warp's)",
+                        kLateVAttr)))
+      return failure();
     // dq-slices 2: under the column split at 256, dQ's product in two 64-column slices a warpgroup (FA3's form there).
     if (const int64_t slices = knob(knobs, kDqSlices, 1); slices != 1) {
       if (!layout.wide || layout.swapKv || headDim != 256)
